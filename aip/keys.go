@@ -1,0 +1,274 @@
+package aip
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+// Bounds of the files this package reads.
+const (
+	// MaxKeyFileBytes bounds a signing key file (a 64-hex seed, or a JWK).
+	MaxKeyFileBytes = 4 << 10
+	// MaxSecretFileBytes bounds other secret files, such as a database URL.
+	MaxSecretFileBytes = 16 << 10
+)
+
+// ErrUnsafeFile is returned (wrapped) when a secret file is a symlink, not a
+// regular file, readable or writable by group or others, empty or too large.
+var ErrUnsafeFile = errors.New("aip: unsafe file")
+
+// ErrInvalidKey is returned (wrapped) when key material cannot be parsed.
+var ErrInvalidKey = errors.New("aip: invalid signing key")
+
+// SigningKey is an Ed25519 private key with its did:key identity. It never
+// prints its private part: String and LogValue show only the DID.
+type SigningKey struct {
+	priv ed25519.PrivateKey
+	did  string
+}
+
+// NewSigningKey returns the key derived from a 32-byte Ed25519 seed.
+func NewSigningKey(seed []byte) (*SigningKey, error) {
+	if len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("%w: seed is %d bytes, want %d", ErrInvalidKey, len(seed), ed25519.SeedSize)
+	}
+	priv := ed25519.NewKeyFromSeed(seed)
+	return &SigningKey{priv: priv, did: DIDKey(priv.Public().(ed25519.PublicKey))}, nil
+}
+
+// GenerateSigningKey returns a fresh random key.
+func GenerateSigningKey() (*SigningKey, error) {
+	seed := make([]byte, ed25519.SeedSize)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, fmt.Errorf("aip: generate key: %w", err)
+	}
+	return NewSigningKey(seed)
+}
+
+// DID returns the key's did:key identifier.
+func (k *SigningKey) DID() string { return k.did }
+
+// PublicKey returns the Ed25519 public key.
+func (k *SigningKey) PublicKey() ed25519.PublicKey { return k.priv.Public().(ed25519.PublicKey) }
+
+// Seed returns a copy of the 32-byte seed (for writing a key file).
+func (k *SigningKey) Seed() []byte { return append([]byte(nil), k.priv.Seed()...) }
+
+// Sign returns the Ed25519 signature of msg.
+func (k *SigningKey) Sign(msg []byte) []byte { return ed25519.Sign(k.priv, msg) }
+
+// String implements fmt.Stringer without revealing the private key.
+func (k *SigningKey) String() string { return "SigningKey(" + k.did + ")" }
+
+// LogValue implements slog.LogValuer: only the DID is logged.
+func (k *SigningKey) LogValue() slog.Value { return slog.StringValue(k.did) }
+
+// ParseSigningKey parses key material: either 64 hexadecimal characters (the
+// AIP seed convention; surrounding whitespace ignored) or an Ed25519 private
+// JWK (kty "OKP", crv "Ed25519", with "d").
+func ParseSigningKey(data []byte) (*SigningKey, error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	if trimmed[0] == '{' {
+		return parseJWK(trimmed)
+	}
+	if len(trimmed) != 2*ed25519.SeedSize {
+		return nil, fmt.Errorf("%w: want 64 hexadecimal characters (a 32-byte Ed25519 seed) or an Ed25519 JWK, got %d characters", ErrInvalidKey, len(trimmed))
+	}
+	seed := make([]byte, ed25519.SeedSize)
+	if _, err := hex.Decode(seed, trimmed); err != nil {
+		return nil, fmt.Errorf("%w: seed is not hexadecimal: %v", ErrInvalidKey, err)
+	}
+	return NewSigningKey(seed)
+}
+
+func parseJWK(data []byte) (*SigningKey, error) {
+	key, err := jwk.ParseKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: JWK: %v", ErrInvalidKey, err)
+	}
+	if key.KeyType() != jwa.OKP {
+		return nil, fmt.Errorf("%w: JWK kty is %q, want \"OKP\" with crv \"Ed25519\"", ErrInvalidKey, key.KeyType())
+	}
+	okp, ok := key.(jwk.OKPPrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%w: JWK has no private part \"d\"; a signing key file needs the private key", ErrInvalidKey)
+	}
+	if okp.Crv() != jwa.Ed25519 {
+		return nil, fmt.Errorf("%w: JWK crv is %q, want \"Ed25519\"", ErrInvalidKey, okp.Crv())
+	}
+	var priv ed25519.PrivateKey
+	if err := key.Raw(&priv); err != nil {
+		return nil, fmt.Errorf("%w: JWK: %v", ErrInvalidKey, err)
+	}
+	return NewSigningKey(priv.Seed())
+}
+
+// LoadSigningKey reads a signing key from a secret file (see ReadSecretFile)
+// holding a 64-hex seed or an Ed25519 JWK. Errors name the file and the fix.
+func LoadSigningKey(path string) (*SigningKey, error) {
+	data, err := ReadSecretFile(path, MaxKeyFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(data)
+	k, err := ParseSigningKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("signing key file %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// WriteSeedFile writes the key's seed as 64 hex characters to a new file with
+// mode 0600. It refuses to overwrite an existing file.
+func WriteSeedFile(path string, k *SigningKey) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("write key file: %w", err)
+	}
+	seed := k.Seed()
+	defer clear(seed)
+	if _, err := f.WriteString(hex.EncodeToString(seed) + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("write key file %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write key file %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// ReadSecretFile reads a secret file after checking that it is a regular
+// file (not a symlink), has no group or other permission bits, and holds 1 to
+// maxBytes bytes. The file opened must be the file checked (no swap between
+// the check and the read). The content is returned with surrounding ASCII
+// whitespace removed.
+func ReadSecretFile(path string, maxBytes int64) ([]byte, error) {
+	return readCheckedFile(path, maxBytes, true)
+}
+
+// ReadPublicFile reads a non-secret configuration file (for example a CA
+// certificate) after checking that it is a regular file, not a symlink, not
+// writable by group or others, and holds 1 to maxBytes bytes.
+func ReadPublicFile(path string, maxBytes int64) ([]byte, error) {
+	return readCheckedFile(path, maxBytes, false)
+}
+
+func readCheckedFile(path string, maxBytes int64, secret bool) ([]byte, error) {
+	kind := "file"
+	if secret {
+		kind = "secret file"
+	}
+	info, err := os.Lstat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
+	}
+	if info.Mode()&os.ModeSymlink != 0 {
+		return nil, fmt.Errorf("%w: %s %s is a symlink; point the setting at the real file", ErrUnsafeFile, kind, path)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s %s is not a regular file", ErrUnsafeFile, kind, path)
+	}
+	perm := info.Mode().Perm()
+	if secret && perm&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s %s is accessible by group or others (mode %04o); chmod 600 it", ErrUnsafeFile, kind, path, perm)
+	}
+	if !secret && perm&0o022 != 0 {
+		return nil, fmt.Errorf("%w: %s %s is writable by group or others (mode %04o); chmod go-w it", ErrUnsafeFile, kind, path, perm)
+	}
+	if info.Size() == 0 {
+		return nil, fmt.Errorf("%w: %s %s is empty", ErrUnsafeFile, kind, path)
+	}
+	if info.Size() > maxBytes {
+		return nil, fmt.Errorf("%w: %s %s is %d bytes, more than the %d allowed", ErrUnsafeFile, kind, path, info.Size(), maxBytes)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
+	}
+	defer f.Close()
+	opened, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
+	}
+	if !os.SameFile(info, opened) {
+		return nil, fmt.Errorf("%w: %s %s changed while it was being opened; try again", ErrUnsafeFile, kind, path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
+	}
+	if int64(len(data)) > maxBytes {
+		clear(data)
+		return nil, fmt.Errorf("%w: %s %s grew beyond %d bytes while being read", ErrUnsafeFile, kind, path, maxBytes)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, fmt.Errorf("%w: %s %s holds only whitespace", ErrUnsafeFile, kind, path)
+	}
+	out := append([]byte(nil), trimmed...)
+	clear(data)
+	return out, nil
+}
+
+// JWKS returns a JSON Web Key Set document publishing the Ed25519 public keys,
+// each with kid = its did:key, alg EdDSA and use sig.
+func JWKS(keys ...ed25519.PublicKey) ([]byte, error) {
+	set := jwk.NewSet()
+	for _, pub := range keys {
+		k, err := jwk.FromRaw(pub)
+		if err != nil {
+			return nil, fmt.Errorf("aip: JWKS: %w", err)
+		}
+		for name, v := range map[string]any{jwk.KeyIDKey: DIDKey(pub), jwk.AlgorithmKey: jwa.EdDSA, jwk.KeyUsageKey: "sig"} {
+			if err := k.Set(name, v); err != nil {
+				return nil, fmt.Errorf("aip: JWKS: set %s: %w", name, err)
+			}
+		}
+		if err := set.AddKey(k); err != nil {
+			return nil, fmt.Errorf("aip: JWKS: %w", err)
+		}
+	}
+	return json.Marshal(set)
+}
+
+// EncodeSignature encodes a signature as standard base64 with padding.
+func EncodeSignature(sig []byte) string { return base64.StdEncoding.EncodeToString(sig) }
+
+// ErrBadSignature is returned (wrapped) when a signature does not verify.
+var ErrBadSignature = errors.New("aip: signature does not verify")
+
+// VerifySignature checks a standard-base64 Ed25519 signature of msg.
+func VerifySignature(pub ed25519.PublicKey, msg []byte, sigB64 string) error {
+	if len(sigB64) != base64.StdEncoding.EncodedLen(ed25519.SignatureSize) {
+		return fmt.Errorf("%w: signature must be %d bytes in standard base64", ErrBadSignature, ed25519.SignatureSize)
+	}
+	var sig [ed25519.SignatureSize + 2]byte // DecodedLen of 88 characters
+	n, err := base64.StdEncoding.Decode(sig[:], []byte(sigB64))
+	if err != nil || n != ed25519.SignatureSize {
+		return fmt.Errorf("%w: signature is not standard base64", ErrBadSignature)
+	}
+	if len(pub) != ed25519.PublicKeySize || !ed25519.Verify(pub, msg, sig[:ed25519.SignatureSize]) {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+var base64Std = base64.StdEncoding
+
+func base64Len(n int) int { return base64Std.EncodedLen(n) }

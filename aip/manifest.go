@@ -1,0 +1,294 @@
+package aip
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Manifest describes what a connector (an agent) offers.
+type Manifest struct {
+	ManifestVersion string            `json:"manifest_version"`
+	Agent           Principal         `json:"agent"`
+	Capabilities    []Capability      `json:"capabilities"`
+	Profiles        []string          `json:"profiles"`
+	Resources       []json.RawMessage `json:"resources,omitempty"`
+	Channels        []json.RawMessage `json:"channels,omitempty"`
+	Security        json.RawMessage   `json:"security,omitempty"`
+	Governance      json.RawMessage   `json:"governance,omitempty"`
+	Limits          json.RawMessage   `json:"limits,omitempty"`
+	Compatibility   json.RawMessage   `json:"compatibility,omitempty"`
+	Extensions      json.RawMessage   `json:"extensions,omitempty"`
+}
+
+// Capability is one thing a connector can do.
+type Capability struct {
+	ID                    string              `json:"id"`
+	Name                  string              `json:"name"`
+	Kind                  CapabilityKind      `json:"kind"`
+	InputSchema           json.RawMessage     `json:"input_schema"`
+	OutputSchema          json.RawMessage     `json:"output_schema,omitempty"`
+	Description           string              `json:"description,omitempty"`
+	Risk                  Risk                `json:"risk,omitempty"`
+	Stability             Stability           `json:"stability,omitempty"`
+	Cost                  json.RawMessage     `json:"cost,omitempty"`
+	Auth                  json.RawMessage     `json:"auth,omitempty"`
+	Bindings              []ProfileBinding    `json:"bindings,omitempty"`
+	RequiresHumanApproval *bool               `json:"requires_human_approval,omitempty"`
+	Contract              *CapabilityContract `json:"contract,omitempty"`
+}
+
+// ProfileBinding binds a capability to a transport profile. Members other
+// than "profile" are kept in Metadata and written back flattened.
+type ProfileBinding struct {
+	Profile  string
+	Metadata map[string]json.RawMessage
+}
+
+// MarshalJSON implements json.Marshaler.
+func (b ProfileBinding) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(b.Metadata)+1)
+	for k, v := range b.Metadata {
+		m[k] = v
+	}
+	m["profile"] = b.Profile
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (b *ProfileBinding) UnmarshalJSON(data []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	*b = ProfileBinding{}
+	if err := json.Unmarshal(m["profile"], &b.Profile); err != nil || b.Profile == "" {
+		return errors.New("aip: capability binding needs a string \"profile\"")
+	}
+	delete(m, "profile")
+	if len(m) > 0 {
+		b.Metadata = m
+	}
+	return nil
+}
+
+// CapabilityContract states a capability's behaviour: effects, idempotency,
+// execution, data handling, credentials, approval, SLA, transactions and
+// compensation.
+type CapabilityContract struct {
+	SideEffects  []SideEffect          `json:"side_effects"`
+	Idempotency  IdempotencyContract   `json:"idempotency"`
+	Execution    ExecutionContract     `json:"execution"`
+	Data         DataContract          `json:"data"`
+	Credentials  *CredentialsContract  `json:"credentials,omitempty"`
+	Approval     json.RawMessage       `json:"approval,omitempty"`
+	SLA          *SLAContract          `json:"sla,omitempty"`
+	Transaction  *TransactionContract  `json:"transaction,omitempty"`
+	Compensation *CompensationContract `json:"compensation,omitempty"`
+}
+
+// IdempotencyContract says how idempotency keys are handled.
+type IdempotencyContract struct {
+	Requirement       IdempotencyRequirement `json:"requirement"`
+	CollisionBehavior CollisionBehavior      `json:"collision_behavior"`
+	KeyScope          KeyScope               `json:"key_scope"`
+	TTLMS             *uint64                `json:"ttl_ms,omitempty"`
+}
+
+// ExecutionContract says how a capability executes.
+type ExecutionContract struct {
+	SupportsSync       bool               `json:"supports_sync"`
+	SupportsAsync      bool               `json:"supports_async"`
+	SupportsStreaming  bool               `json:"supports_streaming"`
+	SupportsCancel     bool               `json:"supports_cancel"`
+	SupportsRetry      bool               `json:"supports_retry"`
+	ExpectedCompletion ExpectedCompletion `json:"expected_completion"`
+	RetrySafety        RetrySafety        `json:"retry_safety"`
+}
+
+// DataContract describes the data a capability handles.
+type DataContract struct {
+	Sensitivity       Sensitivity `json:"sensitivity"`
+	ContainsPII       bool        `json:"contains_pii"`
+	RedactionRequired bool        `json:"redaction_required"`
+	Residency         string      `json:"residency,omitempty"`
+	Retention         string      `json:"retention,omitempty"`
+}
+
+// CredentialsContract says which credentials a capability needs.
+type CredentialsContract struct {
+	Required          bool     `json:"required"`
+	AcceptedIssuers   []string `json:"accepted_issuers"`
+	RequiredScopes    []string `json:"required_scopes"`
+	AllowOAuthRefresh bool     `json:"allow_oauth_refresh"`
+}
+
+// SLAContract states expected latency and availability.
+type SLAContract struct {
+	ExpectedLatencyMS  *uint64  `json:"expected_latency_ms,omitempty"`
+	TimeoutMS          *uint64  `json:"timeout_ms,omitempty"`
+	AsyncExpected      bool     `json:"async_expected"`
+	MaxQueueDelayMS    *uint64  `json:"max_queue_delay_ms,omitempty"`
+	AvailabilityTarget *float64 `json:"availability_target,omitempty"`
+}
+
+// TransactionContract states transactional support.
+type TransactionContract struct {
+	SupportedModes           []TransactionMode `json:"supported_modes"`
+	RequiresPlanBeforeCommit bool              `json:"requires_plan_before_commit"`
+	DryRunFidelity           string            `json:"dry_run_fidelity"`
+}
+
+// CompensationContract states how effects can be compensated.
+type CompensationContract struct {
+	Mode                     CompensationMode `json:"mode"`
+	CompensationCapabilityID string           `json:"compensation_capability_id,omitempty"`
+	CompensationWindowMS     *uint64          `json:"compensation_window_ms,omitempty"`
+	RequiresApproval         bool             `json:"requires_approval"`
+}
+
+// ImplementationSupport is a connector version's claim of which parts of a
+// capability's contract it implements.
+type ImplementationSupport struct {
+	Invocation     bool `json:"invocation"`
+	Cancellation   bool `json:"cancellation"`
+	Streaming      bool `json:"streaming"`
+	Retry          bool `json:"retry"`
+	Transaction    bool `json:"transaction"`
+	Reconciliation bool `json:"reconciliation"`
+	Compensation   bool `json:"compensation"`
+	Approval       bool `json:"approval"`
+	Credentials    bool `json:"credentials"`
+}
+
+// Validate checks the contract's enums and their consistency.
+func (c *CapabilityContract) Validate() error {
+	for _, e := range c.SideEffects {
+		if !e.Valid() {
+			return fmt.Errorf("unknown side effect %q", e)
+		}
+	}
+	if !c.Idempotency.Requirement.Valid() {
+		return fmt.Errorf("unknown idempotency requirement %q", c.Idempotency.Requirement)
+	}
+	if !c.Idempotency.CollisionBehavior.Valid() {
+		return fmt.Errorf("unknown idempotency collision_behavior %q", c.Idempotency.CollisionBehavior)
+	}
+	if !c.Idempotency.KeyScope.Valid() {
+		return fmt.Errorf("unknown idempotency key_scope %q", c.Idempotency.KeyScope)
+	}
+	if !c.Execution.ExpectedCompletion.Valid() {
+		return fmt.Errorf("unknown execution expected_completion %q", c.Execution.ExpectedCompletion)
+	}
+	if !c.Execution.RetrySafety.Valid() {
+		return fmt.Errorf("unknown execution retry_safety %q", c.Execution.RetrySafety)
+	}
+	if !c.Execution.SupportsSync && !c.Execution.SupportsAsync && !c.Execution.SupportsStreaming {
+		return errors.New("execution must support at least one of sync, async or streaming")
+	}
+	if !c.Data.Sensitivity.Valid() {
+		return fmt.Errorf("unknown data sensitivity %q", c.Data.Sensitivity)
+	}
+	if c.Transaction != nil {
+		for _, m := range c.Transaction.SupportedModes {
+			if !m.Valid() {
+				return fmt.Errorf("unknown transaction mode %q", m)
+			}
+		}
+	}
+	if c.Compensation != nil && !c.Compensation.Mode.Valid() {
+		return fmt.Errorf("unknown compensation mode %q", c.Compensation.Mode)
+	}
+	return nil
+}
+
+// Validate checks the capability's required fields, enums and contract.
+func (c *Capability) Validate() error {
+	if c.ID == "" {
+		return errors.New("capability id is empty")
+	}
+	if c.Name == "" {
+		return fmt.Errorf("capability %s: name is empty", c.ID)
+	}
+	if !c.Kind.Valid() {
+		return fmt.Errorf("capability %s: unknown kind %q", c.ID, c.Kind)
+	}
+	if len(c.InputSchema) == 0 {
+		return fmt.Errorf("capability %s: input_schema is missing", c.ID)
+	}
+	if c.Risk != "" && !c.Risk.Valid() {
+		return fmt.Errorf("capability %s: unknown risk %q", c.ID, c.Risk)
+	}
+	if c.Stability != "" && !c.Stability.Valid() {
+		return fmt.Errorf("capability %s: unknown stability %q", c.ID, c.Stability)
+	}
+	if c.Contract != nil {
+		if err := c.Contract.Validate(); err != nil {
+			return fmt.Errorf("capability %s contract: %w", c.ID, err)
+		}
+	}
+	return nil
+}
+
+// Validate checks the manifest: version, agent, unique valid capabilities
+// and at least one profile.
+func (m *Manifest) Validate() error {
+	if m.ManifestVersion == "" {
+		return errors.New("manifest_version is empty")
+	}
+	if err := m.Agent.Validate(); err != nil {
+		return fmt.Errorf("manifest agent: %w", err)
+	}
+	if len(m.Profiles) == 0 {
+		return errors.New("manifest lists no profiles")
+	}
+	seen := make(map[string]bool, len(m.Capabilities))
+	for i := range m.Capabilities {
+		c := &m.Capabilities[i]
+		if err := c.Validate(); err != nil {
+			return err
+		}
+		if seen[c.ID] {
+			return fmt.Errorf("capability %s is listed twice", c.ID)
+		}
+		seen[c.ID] = true
+	}
+	return nil
+}
+
+// Capability returns the capability with the given ID.
+func (m *Manifest) Capability(id string) (*Capability, bool) {
+	for i := range m.Capabilities {
+		if m.Capabilities[i].ID == id {
+			return &m.Capabilities[i], true
+		}
+	}
+	return nil, false
+}
+
+// ManifestDigest returns the digest of the manifest as bound to a version:
+// the canonical manifest without agent.did (the DID is per replica, so every
+// replica of a version shares one digest).
+func ManifestDigest(m *Manifest) (string, error) {
+	bound := *m
+	bound.Agent.DID = ""
+	return Digest(&bound)
+}
+
+// CapabilityDigests returns a capability's contract digest (of the whole
+// canonical capability) and schema digest (of {"input":..., "output":...}).
+func CapabilityDigests(c *Capability) (contract, schema string, err error) {
+	contract, err = Digest(c)
+	if err != nil {
+		return "", "", err
+	}
+	output := c.OutputSchema
+	if len(output) == 0 {
+		output = json.RawMessage("null")
+	}
+	schema, err = Digest(map[string]json.RawMessage{"input": c.InputSchema, "output": output})
+	if err != nil {
+		return "", "", err
+	}
+	return contract, schema, nil
+}

@@ -1,0 +1,47 @@
+package aip
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+)
+
+// TimestampLayout is the wire form of every AIP timestamp: RFC 3339 in UTC
+// with exactly millisecond precision.
+const TimestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Timestamp is a point in time that travels as an RFC 3339 UTC string with
+// millisecond precision. Any RFC 3339 form is accepted when decoding.
+// The zero Timestamp is omitted by fields tagged omitzero.
+type Timestamp struct{ time.Time }
+
+// At returns t truncated to milliseconds, in UTC.
+func At(t time.Time) Timestamp { return Timestamp{t.UTC().Truncate(time.Millisecond)} }
+
+// MarshalJSON implements json.Marshaler.
+func (t Timestamp) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(TimestampLayout)+2)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimestampLayout)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (t *Timestamp) UnmarshalJSON(data []byte) error {
+	if bytes.Equal(data, []byte("null")) {
+		*t = Timestamp{}
+		return nil
+	}
+	if len(data) < 2 || data[0] != '"' || data[len(data)-1] != '"' {
+		return fmt.Errorf("aip: timestamp must be an RFC 3339 string, got %s", data)
+	}
+	parsed, err := time.Parse(time.RFC3339Nano, string(data[1:len(data)-1]))
+	if err != nil {
+		return fmt.Errorf("aip: timestamp %s is not RFC 3339: %w", data, err)
+	}
+	t.Time = parsed.UTC()
+	return nil
+}
+
+// String returns the wire form.
+func (t Timestamp) String() string { return t.UTC().Format(TimestampLayout) }
