@@ -1,0 +1,208 @@
+// Package journal defines the durable runtime journal of a connector host:
+// the one seam between the host lifecycle (package hostsdk) and its storage
+// backends, sqliteruntime (embedded default) and pgruntime (PostgreSQL).
+//
+// A journal records every action a replica accepts before the connector runs
+// it, the native message replay registry, a provider-event outbox, a hash
+// chain of receipts and a small compare-and-set state store for connectors.
+// Every backend passes the conformance suite in journal/journaltest.
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// Errors every backend returns (possibly wrapped) for the same conditions.
+var (
+	// ErrNotFound: no record with that key.
+	ErrNotFound = errors.New("journal: not found")
+	// ErrConflict: the write contradicts what is recorded (an action ID
+	// reused with a different input, an illegal status transition, a stale
+	// state revision).
+	ErrConflict = errors.New("journal: conflict")
+	// ErrInvalid: the caller passed a malformed record.
+	ErrInvalid = errors.New("journal: invalid record")
+	// ErrClosed: the journal was closed.
+	ErrClosed = errors.New("journal: closed")
+)
+
+// Durability says whether a journal survives a process restart.
+type Durability string
+
+// Durability values.
+const (
+	Durable   Durability = "durable"
+	Ephemeral Durability = "ephemeral"
+)
+
+// Action is the journaled record of one action on this replica.
+type Action struct {
+	ActionID       string
+	CapabilityID   string
+	TenantID       string
+	IdempotencyKey string
+	// InputDigest is aip.Digest of the action input; a later delivery of the
+	// same action ID with another digest is a conflict, never a re-run.
+	InputDigest string
+	// FenceToken is the registry route's fence token the action arrived with.
+	FenceToken string
+	// MessageID is the native message that carried the action.
+	MessageID string
+	Status    aip.ActionState
+	// Result is the aip.ActionResult JSON once the action is terminal.
+	Result json.RawMessage
+	// Detail explains a failed or outcome_unknown status.
+	Detail      string
+	ReceivedAt  time.Time
+	StartedAt   time.Time // zero until running
+	UpdatedAt   time.Time
+	CompletedAt time.Time // zero until terminal
+}
+
+// Receipt is one link of the journal's hash chain: every terminal action
+// appends one, and each hash covers the previous hash.
+type Receipt struct {
+	Seq      uint64 // 1, 2, 3, ... without gaps
+	ID       string // aip.PrefixReceipt identifier
+	ActionID string
+	Status   aip.ActionState
+	// ResultDigest is aip.DigestJSON of the stored result ("" when none).
+	ResultDigest string
+	PrevHash     string // "" for the first receipt
+	Hash         string // ReceiptHash of this receipt
+	At           time.Time
+}
+
+// OutboxEntry is a batch of provider events waiting for central delivery.
+type OutboxEntry struct {
+	ID          string // content address of (channel, events): identical batches dedupe
+	ChannelID   string
+	Events      json.RawMessage // JSON array of aip.Event
+	Attempts    int
+	NextAttempt time.Time
+	LeaseUntil  time.Time // claimed by a publisher until then
+	LastError   string
+	CreatedAt   time.Time
+}
+
+// StateValue is a connector-owned value with its compare-and-set revision.
+type StateValue struct {
+	Value    json.RawMessage
+	Revision uint64 // 1 for the first write; 0 means "absent" in PutState
+}
+
+// RecoverySummary reports what recovery before registration did.
+type RecoverySummary struct {
+	RecoveredAt time.Time
+	// Reconciled counts running actions the connector's reconciler settled.
+	Reconciled int
+	// OutcomeUnknown counts running actions marked outcome_unknown.
+	OutcomeUnknown int
+	// Received counts actions journaled but never started (marked failed,
+	// since the caller got no result and will retry under the same ID).
+	Received int
+	// PendingEvents counts outbox batches still to deliver.
+	PendingEvents int
+	// Errors lists recovery errors; any error blocks registration.
+	Errors []string
+}
+
+// Journal is the durable runtime journal. Implementations are safe for
+// concurrent use.
+type Journal interface {
+	// Durability reports whether the journal survives restarts.
+	Durability() Durability
+
+	// BeginAction journals a newly received action with status received. If
+	// the action ID is already journaled it returns the existing record and
+	// created=false without writing; the caller compares InputDigest.
+	BeginAction(ctx context.Context, a Action) (existing Action, created bool, err error)
+	// StartAction moves a received action to running.
+	StartAction(ctx context.Context, actionID string, at time.Time) error
+	// FinishAction moves a received or running action to a terminal status
+	// (completed, failed, outcome_unknown, cancelled) with its result, and
+	// appends the receipt in the same transaction. Finishing an action that
+	// is already terminal is ErrConflict.
+	FinishAction(ctx context.Context, actionID string, status aip.ActionState, result json.RawMessage, detail string, at time.Time) (Receipt, error)
+	// Action returns one action or ErrNotFound.
+	Action(ctx context.Context, actionID string) (Action, error)
+	// ActionsByStatus returns up to limit actions in the given statuses,
+	// oldest received first.
+	ActionsByStatus(ctx context.Context, limit int, statuses ...aip.ActionState) ([]Action, error)
+
+	// ClaimMessage records a native message ID until expiresAt. It reports
+	// false when the ID is already recorded and unexpired (a replay).
+	ClaimMessage(ctx context.Context, messageID string, expiresAt, now time.Time) (bool, error)
+	// PruneMessages deletes up to limit message IDs expired at now.
+	PruneMessages(ctx context.Context, now time.Time, limit int) (int, error)
+
+	// EnqueueEvents adds an outbox batch (idempotent on its ID).
+	EnqueueEvents(ctx context.Context, e OutboxEntry) error
+	// ClaimEvents leases up to limit due batches (NextAttempt <= now, lease
+	// expired) until now+lease.
+	ClaimEvents(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]OutboxEntry, error)
+	// AckEvents deletes a delivered batch.
+	AckEvents(ctx context.Context, id string) error
+	// RetryEvents records a failed delivery: attempts+1, next attempt time,
+	// error text, lease released.
+	RetryEvents(ctx context.Context, id string, next time.Time, lastError string) error
+	// PendingEvents counts batches in the outbox.
+	PendingEvents(ctx context.Context) (int, error)
+
+	// Receipts returns up to limit receipts with Seq > after, in order.
+	Receipts(ctx context.Context, after uint64, limit int) ([]Receipt, error)
+
+	// State returns a connector-owned value or ErrNotFound.
+	State(ctx context.Context, namespace, key string) (StateValue, error)
+	// PutState writes a value if the stored revision equals
+	// expectedRevision (0 = must be absent) and returns the new revision;
+	// otherwise ErrConflict.
+	PutState(ctx context.Context, namespace, key string, value json.RawMessage, expectedRevision uint64) (uint64, error)
+
+	// Probe checks that storage is readable and writable.
+	Probe(ctx context.Context) error
+	// Close releases the journal.
+	Close() error
+}
+
+// ReceiptHash returns the hash of a receipt: aip.Digest of the canonical
+// object {"action_id","at","id","prev_hash","result_digest","seq","status"}.
+func ReceiptHash(r Receipt) (string, error) {
+	return aip.Digest(struct {
+		Seq          uint64          `json:"seq"`
+		ID           string          `json:"id"`
+		ActionID     string          `json:"action_id"`
+		Status       aip.ActionState `json:"status"`
+		ResultDigest string          `json:"result_digest"`
+		PrevHash     string          `json:"prev_hash"`
+		At           aip.Timestamp   `json:"at"`
+	}{r.Seq, r.ID, r.ActionID, r.Status, r.ResultDigest, r.PrevHash, aip.At(r.At)})
+}
+
+// VerifyChain checks a contiguous run of receipts: sequence without gaps,
+// each PrevHash equal to the previous Hash, each Hash recomputed. prevHash is
+// the Hash of the receipt before the first one ("" at the start).
+func VerifyChain(prevHash string, receipts []Receipt) error {
+	for i, r := range receipts {
+		if i > 0 && r.Seq != receipts[i-1].Seq+1 {
+			return errors.New("journal: receipt chain has a gap")
+		}
+		if r.PrevHash != prevHash {
+			return errors.New("journal: receipt chain is broken: prev_hash does not match")
+		}
+		h, err := ReceiptHash(r)
+		if err != nil {
+			return err
+		}
+		if h != r.Hash {
+			return errors.New("journal: receipt hash does not match its content")
+		}
+		prevHash = r.Hash
+	}
+	return nil
+}
