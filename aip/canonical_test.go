@@ -1,0 +1,188 @@
+package aip
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+// RFC 8785 section 3.2.2: the example input and its canonical form.
+func TestCanonicalizeRFC8785Example(t *testing.T) {
+	in := `{
+  "numbers": [333333333.33333329, 1E30, 4.50,
+              2e-3, 0.000000000000000000000000001],
+  "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+  "literals": [null, true, false]
+}`
+	want := `{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`
+	got, err := Canonicalize([]byte(in))
+	if err != nil {
+		t.Fatalf("Canonicalize: %v", err)
+	}
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// RFC 8785 section 3.2.3: member names sort by UTF-16 code units.
+func TestCanonicalizeRFC8785Sorting(t *testing.T) {
+	in := `{
+  "\u20ac": "Euro Sign",
+  "\r": "Carriage Return",
+  "\ufb33": "Hebrew Letter Dalet With Dagesh",
+  "1": "One",
+  "\ud83d\ude00": "Emoji: Grinning Face",
+  "\u0080": "Control",
+  "\u00f6": "Latin Small Letter O With Diaeresis"
+}`
+	want := "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u0080\":\"Control\",\"ö\":\"Latin Small Letter O With Diaeresis\",\"€\":\"Euro Sign\",\"😀\":\"Emoji: Grinning Face\",\"\ufb33\":\"Hebrew Letter Dalet With Dagesh\"}"
+	got, err := Canonicalize([]byte(in))
+	if err != nil {
+		t.Fatalf("Canonicalize: %v", err)
+	}
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// RFC 8785 appendix B: IEEE 754 bit patterns and their ECMAScript forms.
+func TestAppendNumberRFC8785Vectors(t *testing.T) {
+	tests := []struct {
+		bits uint64
+		want string
+	}{
+		{0x0000000000000000, "0"},
+		{0x8000000000000000, "0"},
+		{0x0000000000000001, "5e-324"},
+		{0x8000000000000001, "-5e-324"},
+		{0x7fefffffffffffff, "1.7976931348623157e+308"},
+		{0xffefffffffffffff, "-1.7976931348623157e+308"},
+		{0x4340000000000000, "9007199254740992"},
+		{0xc340000000000000, "-9007199254740992"},
+		{0x4430000000000000, "295147905179352830000"},
+		{0x44b52d02c7e14af5, "9.999999999999997e+22"},
+		{0x44b52d02c7e14af6, "1e+23"},
+		{0x44b52d02c7e14af7, "1.0000000000000001e+23"},
+		{0x444b1ae4d6e2ef4e, "999999999999999700000"},
+		{0x444b1ae4d6e2ef4f, "999999999999999900000"},
+		{0x444b1ae4d6e2ef50, "1e+21"},
+		{0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"},
+		{0x3eb0c6f7a0b5ed8d, "0.000001"},
+		{0x41b3de4355555553, "333333333.3333332"},
+		{0x41b3de4355555554, "333333333.33333325"},
+		{0x41b3de4355555555, "333333333.3333333"},
+		{0x41b3de4355555556, "333333333.3333334"},
+		{0x41b3de4355555557, "333333333.33333343"},
+		{0xbecbf647612f3696, "-0.0000033333333333333333"},
+		{0x43143ff3c1cb0959, "1424953923781206.2"},
+	}
+	for _, tt := range tests {
+		f := math.Float64frombits(tt.bits)
+		if got := string(AppendNumber(nil, f)); got != tt.want {
+			t.Errorf("AppendNumber(%#016x) = %s, want %s", tt.bits, got, tt.want)
+		}
+		// The same value written as JSON text canonicalizes identically.
+		lit, _ := json.Marshal(f)
+		got, err := Canonicalize(lit)
+		if err != nil {
+			t.Errorf("Canonicalize(%s): %v", lit, err)
+			continue
+		}
+		if string(got) != tt.want {
+			t.Errorf("Canonicalize(%s) = %s, want %s", lit, got, tt.want)
+		}
+	}
+}
+
+func TestCanonicalizeForms(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`  {"b" : 1 , "a" : [ 1 , 2 ] }  `, `{"a":[1,2],"b":1}`},
+		{`-0`, `0`},
+		{`-0.0`, `0`},
+		{`1.0`, `1`},
+		{`1E2`, `100`},
+		{`123456789012345678901234`, `1.2345678901234569e+23`},
+		{`"<>&\u2028\u2029"`, "\"<>&\u2028\u2029\""},         // no HTML or JS escaping
+		{`"\u0000\u001f\u007f"`, "\"\\u0000\\u001f\u007f\""}, // control characters only
+		{`"\/"`, `"/"`}, // solidus unescaped
+		{`{"a":{"d":1,"c":2},"b":[{"z":0,"y":0}]}`, `{"a":{"c":2,"d":1},"b":[{"y":0,"z":0}]}`},
+		{`[]`, `[]`},
+		{`{}`, `{}`},
+		{`"é"`, `"é"`},
+	}
+	for _, tt := range tests {
+		got, err := Canonicalize([]byte(tt.in))
+		if err != nil {
+			t.Errorf("Canonicalize(%s): %v", tt.in, err)
+			continue
+		}
+		if string(got) != tt.want {
+			t.Errorf("Canonicalize(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestCanonicalizeRejects(t *testing.T) {
+	tests := map[string]string{
+		"duplicate member":  `{"a":1,"a":2}`,
+		"escaped duplicate": `{"a":1,"\u0061":2}`,
+		"lone high":         `"\ud83d"`,
+		"lone low":          `"\ude00"`,
+		"invalid utf-8":     "\"\xff\"",
+		"trailing data":     `{} {}`,
+		"trailing comma":    `[1,]`,
+		"leading zero":      `01`,
+		"bare dot":          `1.`,
+		"out of range":      `1e400`,
+		"control in string": "\"a\nb\"",
+		"single quotes":     `'a'`,
+		"empty":             ``,
+		"unterminated":      `{"a":`,
+		"bad escape":        `"\x"`,
+		"NaN literal":       `NaN`,
+		"missing colon":     `{"a" 1}`,
+		"deep nesting":      strings.Repeat("[", maxCanonicalDepth+1) + strings.Repeat("]", maxCanonicalDepth+1),
+		"non-string name":   `{1:2}`,
+		"truncated literal": `tru`,
+		"plus sign":         `+1`,
+	}
+	for name, in := range tests {
+		if got, err := Canonicalize([]byte(in)); !errors.Is(err, ErrInvalidJSON) {
+			t.Errorf("%s: Canonicalize(%q) = %q, %v; want ErrInvalidJSON", name, in, got, err)
+		}
+	}
+}
+
+func TestCanonicalJSONOfStruct(t *testing.T) {
+	got, err := CanonicalJSON(struct {
+		B string `json:"b"`
+		A int    `json:"a"`
+	}{"<x>", 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"a":2,"b":"<x>"}`; string(got) != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+func TestDigest(t *testing.T) {
+	d, err := DigestJSON([]byte(`{"b":1,"a":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sha256 of {"a":2,"b":1}
+	if want := "sha256:d3626ac30a87e6f7a6428233b3c68299976865fa5508e4267c5415c76af7a772"; d != want {
+		t.Fatalf("digest = %s, want %s", d, want)
+	}
+	if err := ValidateDigest(d); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "sha256:", "sha256:" + strings.Repeat("A", 64), "md5:" + strings.Repeat("a", 64), d + "0"} {
+		if err := ValidateDigest(bad); !errors.Is(err, ErrInvalidDigest) {
+			t.Errorf("ValidateDigest(%q) = %v, want ErrInvalidDigest", bad, err)
+		}
+	}
+}

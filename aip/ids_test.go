@@ -1,0 +1,66 @@
+package aip
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewIDForm(t *testing.T) {
+	prefixes := []string{PrefixMessage, PrefixSession, PrefixCorrelation, PrefixAction, PrefixEvent, PrefixReceipt,
+		PrefixType, PrefixVersion, PrefixInstance, PrefixReplica, PrefixRoute}
+	for _, p := range prefixes {
+		id := NewID(p)
+		if len(id) != len(p)+32 || !strings.HasPrefix(id, p) {
+			t.Errorf("NewID(%q) = %q", p, id)
+		}
+		if err := ValidateID(p, id); err != nil {
+			t.Errorf("ValidateID(%q, %q): %v", p, id, err)
+		}
+	}
+}
+
+func TestNewIDMonotonic(t *testing.T) {
+	prev := NewID(PrefixMessage)
+	for i := 0; i < 10000; i++ {
+		id := NewID(PrefixMessage)
+		if id <= prev {
+			t.Fatalf("ids not increasing: %s then %s", prev, id)
+		}
+		prev = id
+	}
+}
+
+func TestIDTime(t *testing.T) {
+	before := time.Now().Add(-time.Millisecond)
+	id := NewActionID()
+	at, err := IDTime(PrefixAction, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at.Before(before.Truncate(time.Millisecond)) || at.After(time.Now().Add(time.Second)) {
+		t.Fatalf("IDTime(%s) = %v, want about now", id, at)
+	}
+}
+
+func TestValidateIDRejects(t *testing.T) {
+	good := NewID(PrefixReplica)
+	hex := good[len(PrefixReplica):]
+	tests := []string{
+		"",
+		"crepl_",
+		"cinst_" + hex,                       // wrong prefix
+		PrefixReplica + strings.ToUpper(hex), // uppercase
+		PrefixReplica + hex[:31],             // short
+		PrefixReplica + hex + "0",            // long
+		PrefixReplica + hex[:12] + "4" + hex[13:], // version 4
+		PrefixReplica + hex[:16] + "c" + hex[17:], // wrong variant
+		PrefixReplica + hex[:5] + "-" + hex[6:],   // not hex
+	}
+	for _, id := range tests {
+		if err := ValidateID(PrefixReplica, id); !errors.Is(err, ErrInvalidID) {
+			t.Errorf("ValidateID(%q) = %v, want ErrInvalidID", id, err)
+		}
+	}
+}

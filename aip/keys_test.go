@@ -1,0 +1,203 @@
+package aip
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lestrrat-go/jwx/v2/jwk"
+)
+
+func writeFile(t *testing.T, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil { // umask-proof
+		t.Fatal(err)
+	}
+	return p
+}
+
+const zeroSeedHex = "0000000000000000000000000000000000000000000000000000000000000000"
+
+func TestLoadSigningKeySeedFile(t *testing.T) {
+	p := writeFile(t, "seed", zeroSeedHex+"\n", 0o600)
+	k, err := LoadSigningKey(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.DID() != "did:key:z6MkiTBz1ymuepAQ4HEHYSF1H8quG5GLVVQR3djdX3mDooWp" {
+		t.Fatalf("DID = %s", k.DID())
+	}
+	if s := k.String(); strings.Contains(s, zeroSeedHex) || !strings.Contains(s, k.DID()) {
+		t.Fatalf("String() = %q must show the DID and never the seed", s)
+	}
+}
+
+func TestLoadSigningKeyJWK(t *testing.T) {
+	want, _ := GenerateSigningKey()
+	raw, err := jwk.FromRaw(want.priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(raw)
+	p := writeFile(t, "key.jwk", string(data), 0o600)
+	got, err := LoadSigningKey(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DID() != want.DID() {
+		t.Fatalf("JWK loaded as %s, want %s", got.DID(), want.DID())
+	}
+
+	// A public JWK cannot sign.
+	pub, _ := jwk.FromRaw(want.PublicKey())
+	data, _ = json.Marshal(pub)
+	p = writeFile(t, "pub.jwk", string(data), 0o600)
+	if _, err := LoadSigningKey(p); !errors.Is(err, ErrInvalidKey) || !strings.Contains(err.Error(), "private") {
+		t.Fatalf("public JWK: err = %v, want ErrInvalidKey about the private part", err)
+	}
+
+	// An EC key is not Ed25519.
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ecJWK, _ := jwk.FromRaw(ec)
+	data, _ = json.Marshal(ecJWK)
+	p = writeFile(t, "ec.jwk", string(data), 0o600)
+	if _, err := LoadSigningKey(p); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("EC JWK: err = %v, want ErrInvalidKey", err)
+	}
+}
+
+func TestLoadSigningKeyRejectsUnsafeFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, "seed", zeroSeedHex, 0o600)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, mention string
+		want                error
+	}{
+		{"group readable", writeFile(t, "g", zeroSeedHex, 0o640), "chmod 600", ErrUnsafeFile},
+		{"world readable", writeFile(t, "w", zeroSeedHex, 0o604), "chmod 600", ErrUnsafeFile},
+		{"symlink", link, "symlink", ErrUnsafeFile},
+		{"directory", dir, "not a regular file", ErrUnsafeFile},
+		{"empty", writeFile(t, "e", "", 0o600), "empty", ErrUnsafeFile},
+		{"whitespace", writeFile(t, "ws", " \n", 0o600), "whitespace", ErrUnsafeFile},
+		{"too large", writeFile(t, "big", strings.Repeat("a", MaxKeyFileBytes+1), 0o600), "more than", ErrUnsafeFile},
+		{"not hex", writeFile(t, "nh", strings.Repeat("z", 64), 0o600), "hexadecimal", ErrInvalidKey},
+		{"short seed", writeFile(t, "short", zeroSeedHex[:62], 0o600), "64 hexadecimal", ErrInvalidKey},
+	}
+	for _, tt := range tests {
+		_, err := LoadSigningKey(tt.path)
+		if !errors.Is(err, tt.want) {
+			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.mention) || !strings.Contains(err.Error(), tt.path) {
+			t.Errorf("%s: error %q should name the file and mention %q", tt.name, err, tt.mention)
+		}
+	}
+	if _, err := LoadSigningKey(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: err = %v, want ErrNotExist", err)
+	}
+}
+
+func TestReadPublicFile(t *testing.T) {
+	p := writeFile(t, "ca.pem", "cert", 0o644)
+	if got, err := ReadPublicFile(p, 1024); err != nil || string(got) != "cert" {
+		t.Fatalf("ReadPublicFile = %q, %v", got, err)
+	}
+	p = writeFile(t, "ca2.pem", "cert", 0o666)
+	if _, err := ReadPublicFile(p, 1024); !errors.Is(err, ErrUnsafeFile) || !strings.Contains(err.Error(), "chmod go-w") {
+		t.Fatalf("world-writable: err = %v", err)
+	}
+}
+
+func TestWriteSeedFile(t *testing.T) {
+	k, _ := GenerateSigningKey()
+	p := filepath.Join(t.TempDir(), "seed")
+	if err := WriteSeedFile(p, k); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := os.Stat(p)
+	if info.Mode().Perm() != 0o600 {
+		t.Fatalf("mode = %v, want 0600", info.Mode().Perm())
+	}
+	back, err := LoadSigningKey(p)
+	if err != nil || back.DID() != k.DID() {
+		t.Fatalf("reload: %v", err)
+	}
+	if err := WriteSeedFile(p, k); err == nil {
+		t.Fatal("WriteSeedFile overwrote an existing file")
+	}
+}
+
+func TestJWKS(t *testing.T) {
+	k, _ := GenerateSigningKey()
+	data, err := JWKS(k.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Keys []map[string]any `json:"keys"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Keys) != 1 {
+		t.Fatalf("keys = %d", len(doc.Keys))
+	}
+	key := doc.Keys[0]
+	for name, want := range map[string]string{"kty": "OKP", "crv": "Ed25519", "kid": k.DID(), "alg": "EdDSA", "use": "sig"} {
+		if key[name] != want {
+			t.Errorf("%s = %v, want %s", name, key[name], want)
+		}
+	}
+	if _, ok := key["d"]; ok {
+		t.Fatal("JWKS leaked the private key")
+	}
+	set, err := jwk.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Len() != 1 {
+		t.Fatal("jwk.Parse: want one key")
+	}
+}
+
+func TestVerifySignatureRejects(t *testing.T) {
+	k, _ := GenerateSigningKey()
+	msg := []byte("hello")
+	sig := EncodeSignature(k.Sign(msg))
+	if err := VerifySignature(k.PublicKey(), msg, sig); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := GenerateSigningKey()
+	for name, tc := range map[string]struct {
+		sig string
+		msg []byte
+		key []byte
+	}{
+		"other key":   {sig, msg, other.PublicKey()},
+		"other msg":   {sig, []byte("hellO"), k.PublicKey()},
+		"not base64":  {strings.Repeat("!", len(sig)), msg, k.PublicKey()},
+		"short":       {sig[:40], msg, k.PublicKey()},
+		"url base64":  {strings.NewReplacer("+", "-", "/", "_").Replace(sig) + "x", msg, k.PublicKey()},
+		"empty":       {"", msg, k.PublicKey()},
+		"bad key len": {sig, msg, k.PublicKey()[:31]},
+	} {
+		if err := VerifySignature(tc.key, tc.msg, tc.sig); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("%s: err = %v, want ErrBadSignature", name, err)
+		}
+	}
+}

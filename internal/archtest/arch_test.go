@@ -1,0 +1,77 @@
+package archtest
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/aipfleet/aipfleet"
+
+// goList runs `go list` with the arguments and returns its output lines.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.Fields(string(out))
+}
+
+// violations returns the dependencies of pkg (non-test, transitive) that
+// match one of the forbidden prefixes.
+func violations(t *testing.T, pkg string, forbidden []string) []string {
+	t.Helper()
+	var bad []string
+	for _, dep := range goList(t, "-deps", "-f", "{{.ImportPath}}", pkg) {
+		for _, f := range forbidden {
+			if dep == f || strings.HasPrefix(dep, f+"/") {
+				bad = append(bad, dep)
+			}
+		}
+	}
+	return bad
+}
+
+func TestAIPImportsNothingOfThisModule(t *testing.T) {
+	for _, dep := range goList(t, "-deps", "-f", "{{.ImportPath}}", module+"/aip") {
+		if strings.HasPrefix(dep, module+"/") && dep != module+"/aip" {
+			t.Errorf("aip depends on %s; aip must import nothing of this module", dep)
+		}
+	}
+}
+
+var hostsdkForbidden = []string{
+	"github.com/jackc/pgx/v5",
+	"github.com/go-chi/chi/v5",
+	module + "/registry",
+	module + "/controlplane",
+}
+
+func TestHostSDKImportDirection(t *testing.T) {
+	pkgs := goList(t, module+"/hostsdk/...")
+	checked := 0
+	for _, pkg := range pkgs {
+		if pkg == module+"/hostsdk/pgruntime" || strings.HasPrefix(pkg, module+"/hostsdk/pgruntime/") {
+			continue // the optional PostgreSQL journal is the one place pgx may appear
+		}
+		checked++
+		for _, dep := range violations(t, pkg, hostsdkForbidden) {
+			t.Errorf("%s depends on %s; hostsdk must not import pgx, chi, the registry, the dispatcher or the control plane (see ARCHITECTURE.md)", pkg, dep)
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no hostsdk packages found to check")
+	}
+}
+
+// TestCheckerDetectsViolations keeps the checks above honest: the same
+// mechanism must flag a package that is known to import pgx.
+func TestCheckerDetectsViolations(t *testing.T) {
+	if bad := violations(t, module+"/internal/pgtest", hostsdkForbidden); len(bad) == 0 {
+		t.Fatal("the checker did not notice that internal/pgtest depends on pgx")
+	}
+}
