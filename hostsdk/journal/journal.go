@@ -6,6 +6,14 @@
 // it, the native message replay registry, a provider-event outbox, a hash
 // chain of receipts and a small compare-and-set state store for connectors.
 // Every backend passes the conformance suite in journal/journaltest.
+//
+// Rules every backend follows (the suite checks them):
+//   - Times are kept to the microsecond and returned in UTC; a zero time.Time
+//     means "not set".
+//   - Limits passed to listing and claiming methods must be positive; a
+//     malformed argument is ErrInvalid, never a silent default.
+//   - A context that is already done fails the call with its error.
+//   - Close is idempotent; after it every other method returns ErrClosed.
 package journal
 
 import (
@@ -121,6 +129,9 @@ type Journal interface {
 	// BeginAction journals a newly received action with status received. If
 	// the action ID is already journaled it returns the existing record and
 	// created=false without writing; the caller compares InputDigest.
+	// ActionID and ReceivedAt are required and Status must be empty or
+	// received (ErrInvalid otherwise); the stored record has UpdatedAt =
+	// ReceivedAt and no result.
 	BeginAction(ctx context.Context, a Action) (existing Action, created bool, err error)
 	// StartAction moves a received action to running.
 	StartAction(ctx context.Context, actionID string, at time.Time) error
@@ -136,20 +147,24 @@ type Journal interface {
 	ActionsByStatus(ctx context.Context, limit int, statuses ...aip.ActionState) ([]Action, error)
 
 	// ClaimMessage records a native message ID until expiresAt. It reports
-	// false when the ID is already recorded and unexpired (a replay).
+	// false when the ID is already recorded and unexpired (a replay). An ID
+	// whose expiry is <= now may be claimed again. expiresAt must be after
+	// now.
 	ClaimMessage(ctx context.Context, messageID string, expiresAt, now time.Time) (bool, error)
 	// PruneMessages deletes up to limit message IDs expired at now.
 	PruneMessages(ctx context.Context, now time.Time, limit int) (int, error)
 
-	// EnqueueEvents adds an outbox batch (idempotent on its ID).
+	// EnqueueEvents adds an outbox batch (idempotent on its ID: enqueuing an
+	// ID already present changes nothing). ID, ChannelID, Events (a JSON
+	// array) and CreatedAt are required; a zero NextAttempt means CreatedAt.
 	EnqueueEvents(ctx context.Context, e OutboxEntry) error
 	// ClaimEvents leases up to limit due batches (NextAttempt <= now, lease
 	// expired) until now+lease.
 	ClaimEvents(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]OutboxEntry, error)
-	// AckEvents deletes a delivered batch.
+	// AckEvents deletes a delivered batch (ErrNotFound when it is gone).
 	AckEvents(ctx context.Context, id string) error
 	// RetryEvents records a failed delivery: attempts+1, next attempt time,
-	// error text, lease released.
+	// error text, lease released (ErrNotFound when the batch is gone).
 	RetryEvents(ctx context.Context, id string, next time.Time, lastError string) error
 	// PendingEvents counts batches in the outbox.
 	PendingEvents(ctx context.Context) (int, error)
