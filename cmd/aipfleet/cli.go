@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// env is what a command may touch of the outside world.
+type env struct {
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// command is one subcommand. Commands with subcommands of their own (such
+// as `registry`) dispatch inside run.
+type command struct {
+	name     string
+	summary  string
+	usage    string // argument synopsis after the command name
+	long     string // paragraph(s) shown by --help
+	examples []string
+	// envPrefix names the environment variables of the command's flags:
+	// flag --lease-ttl with prefix AIP_CONTROL_ reads AIP_CONTROL_LEASE_TTL.
+	envPrefix string
+	// run parses its flags with newFlagSet(c, e.getenv) and does the work.
+	run func(ctx context.Context, c *command, e *env, args []string) error
+}
+
+// commandList returns every command, in the order of the help text.
+func commandList() []*command {
+	return []*command{
+		keygenCommand(),
+		tokenCommand(),
+		versionCommand(),
+	}
+}
+
+func lookup(name string) *command {
+	for _, c := range commandList() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// errHelpShown is returned after printing help: the process exits 0
+// without another message.
+var errHelpShown = errors.New("help shown")
+
+// usageError is a mistake on the command line; the process exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// run is the whole program: main only calls it. It owns the signal context.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	e := &env{getenv: getenv, stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		printMainHelp(stderr)
+		return usagef("no command given; see the list above")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			if c := lookup(args[1]); c != nil {
+				return c.run(ctx, c, e, []string{"--help"})
+			}
+			return usagef("unknown command %q; run `aipfleet --help` for the list", args[1])
+		}
+		printMainHelp(stdout)
+		return errHelpShown
+	case "-version", "--version":
+		args = []string{"version"}
+	}
+	c := lookup(args[0])
+	if c == nil {
+		return usagef("unknown command %q; run `aipfleet --help` for the list", args[0])
+	}
+	return c.run(ctx, c, e, args[1:])
+}
+
+func printMainHelp(w io.Writer) {
+	fmt.Fprint(w, `aipfleet runs and operates an AIP 1.0 connector fleet.
+
+Usage:
+  aipfleet <command> [flags]
+
+Commands:
+`)
+	sorted := commandList()
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range sorted {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+	}
+	tw.Flush()
+	fmt.Fprint(w, `
+Every flag can also be set with an environment variable; each command's
+--help lists them. Flags win over the environment.
+
+Start here:
+  aipfleet dev                  an embedded fleet in one process, no setup
+  aipfleet help <command>       what a command does, its flags and examples
+`)
+}
+
+func printCommandHelp(w io.Writer, c *command, fs *flagSet) {
+	fmt.Fprintf(w, "aipfleet %s — %s\n\nUsage:\n  aipfleet %s %s\n", c.name, c.summary, c.name, c.usage)
+	if c.long != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.long))
+	}
+	fs.printDefaults(w)
+	if len(c.examples) > 0 {
+		fmt.Fprintln(w, "\nExamples:")
+		for _, ex := range c.examples {
+			fmt.Fprintf(w, "  %s\n", ex)
+		}
+	}
+}
+
+// flagSet wraps flag.FlagSet: every flag also reads an environment
+// variable named after it, and help lists those names.
+type flagSet struct {
+	cmd    *command
+	fs     *flag.FlagSet
+	getenv func(string) string
+	envOf  map[string]string // flag name -> env name ("" for none)
+}
+
+func newFlagSet(c *command, getenv func(string) string) *flagSet {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	return &flagSet{cmd: c, fs: fs, getenv: getenv, envOf: map[string]string{}}
+}
+
+func (f *flagSet) envName(name string) string {
+	if f.cmd.envPrefix == "" {
+		return ""
+	}
+	return f.cmd.envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+func (f *flagSet) String(name, def, usage string) *string {
+	f.envOf[name] = f.envName(name)
+	return f.fs.String(name, def, usage)
+}
+
+func (f *flagSet) Bool(name string, def bool, usage string) *bool {
+	f.envOf[name] = f.envName(name)
+	return f.fs.Bool(name, def, usage)
+}
+
+func (f *flagSet) Int(name string, def int, usage string) *int {
+	f.envOf[name] = f.envName(name)
+	return f.fs.Int(name, def, usage)
+}
+
+func (f *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
+	f.envOf[name] = f.envName(name)
+	return f.fs.Duration(name, def, usage)
+}
+
+// NoEnv marks a flag as command-line only.
+func (f *flagSet) NoEnv(name string) { f.envOf[name] = "" }
+
+// parse parses args; flags not given on the command line take their
+// environment variable when it is set. --help prints the command's help
+// and returns errHelpShown.
+func (f *flagSet) parse(args []string, stdout io.Writer) error {
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printCommandHelp(stdout, f.cmd, f)
+			return errHelpShown
+		}
+		return usagef("%s: %v (run `aipfleet %s --help`)", f.cmd.name, err, f.cmd.name)
+	}
+	given := map[string]bool{}
+	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	var err error
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		envName := f.envOf[fl.Name]
+		if err != nil || given[fl.Name] || envName == "" {
+			return
+		}
+		if v, ok := lookupEnv(f.getenv, envName); ok {
+			if setErr := fl.Value.Set(v); setErr != nil {
+				err = usagef("%s: environment variable %s=%q: %v", f.cmd.name, envName, v, setErr)
+			}
+		}
+	})
+	return err
+}
+
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+func (f *flagSet) printDefaults(w io.Writer) {
+	fmt.Fprintln(w, "\nFlags:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		def := ""
+		if fl.DefValue != "" && fl.DefValue != "false" && fl.DefValue != "0" && fl.DefValue != "0s" {
+			def = " (default " + fl.DefValue + ")"
+		}
+		envCol := ""
+		if n := f.envOf[fl.Name]; n != "" {
+			envCol = "$" + n
+		}
+		fmt.Fprintf(tw, "  --%s\t%s\t%s%s\n", fl.Name, envCol, fl.Usage, def)
+	})
+	tw.Flush()
+}
+
+// args returns the positional arguments after the flags.
+func (f *flagSet) args() []string { return f.fs.Args() }

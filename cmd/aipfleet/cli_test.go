@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+)
+
+func runCLI(t *testing.T, env map[string]string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestHelpListsEveryCommandWithExamples(t *testing.T) {
+	out, _, err := runCLI(t, nil, "--help")
+	if !errors.Is(err, errHelpShown) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, c := range commandList() {
+		if !strings.Contains(out, c.name) {
+			t.Errorf("main help does not list %s", c.name)
+		}
+		help, _, err := runCLI(t, nil, c.name, "--help")
+		if !errors.Is(err, errHelpShown) {
+			t.Errorf("%s --help: err = %v", c.name, err)
+		}
+		if !strings.Contains(help, "Examples:") || !strings.Contains(help, "aipfleet "+c.name) {
+			t.Errorf("%s --help lacks usage or examples:\n%s", c.name, help)
+		}
+		same, _, _ := runCLI(t, nil, "help", c.name)
+		if same != help {
+			t.Errorf("`help %s` differs from `%s --help`", c.name, c.name)
+		}
+	}
+}
+
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	_, _, err := runCLI(t, nil, "frobnicate")
+	var u *usageError
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "aipfleet --help") {
+		t.Fatalf("err = %v, want a usage error pointing at --help", err)
+	}
+	_, _, err = runCLI(t, nil, "version", "--bogus")
+	if !errors.As(err, &u) {
+		t.Fatalf("bad flag: err = %v, want usage error", err)
+	}
+}
+
+func TestKeygenAndTokenRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "issuer.key")
+	out, _, err := runCLI(t, nil, "keygen", "--out", keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	did := strings.TrimSpace(out)
+	if _, err := aip.ParseDIDKey(did); err != nil {
+		t.Fatalf("keygen printed %q: %v", out, err)
+	}
+	if info, _ := os.Stat(keyFile); info.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v", info.Mode().Perm())
+	}
+	if _, _, err := runCLI(t, nil, "keygen", "--out", keyFile); err == nil || !strings.Contains(err.Error(), "another --out") {
+		t.Fatalf("overwrite: err = %v", err)
+	}
+
+	// Flags come from the environment when not given.
+	out, _, err = runCLI(t, map[string]string{"AIP_TOKEN_ISSUER_KEY": keyFile, "AIP_TOKEN_TENANT": "tenant-env"}, "token", "--ttl", "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: "aipfleet-dev", DIDs: []string{did}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := v.Verify(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims.TenantID != "tenant-env" || claims.Expiry.Sub(claims.IssuedAt) != 10*time.Minute {
+		t.Fatalf("claims = %+v", claims)
+	}
+	// A flag wins over the environment.
+	out, _, _ = runCLI(t, map[string]string{"AIP_TOKEN_ISSUER_KEY": keyFile, "AIP_TOKEN_TENANT": "tenant-env"}, "token", "--tenant", "tenant-flag")
+	if claims, _ := v.Verify(strings.TrimSpace(out)); claims.TenantID != "tenant-flag" {
+		t.Fatalf("flag did not override env: %+v", claims)
+	}
+	// A bad environment value names the variable.
+	_, _, err = runCLI(t, map[string]string{"AIP_TOKEN_TTL": "soon"}, "token")
+	if err == nil || !strings.Contains(err.Error(), "AIP_TOKEN_TTL") {
+		t.Fatalf("bad env: err = %v", err)
+	}
+}

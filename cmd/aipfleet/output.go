@@ -1,0 +1,12 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+)
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
