@@ -1,0 +1,343 @@
+package hostsdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Step 1: read and check the files the configuration names (signing key,
+// DID files, CA certificate) and build the lifecycle client.
+func (h *Host) stepValidate(ctx context.Context) error {
+	c := &h.cfg
+	h.key = c.SigningKey
+	if h.key == nil {
+		k, err := aip.LoadSigningKey(c.SigningSeedFile)
+		if err != nil {
+			return fmt.Errorf("--signing-seed-file: %w", err)
+		}
+		h.key = k
+	}
+	controlDID, err := resolveDID(c.ControlPlaneDID, c.ControlPlaneDIDFile, "--control-plane-did-file")
+	if err != nil {
+		return err
+	}
+	h.gatewayDID, err = resolveDID(c.GatewayDID, c.GatewayDIDFile, "--gateway-did-file")
+	if err != nil {
+		return err
+	}
+	controlKey, err := pinnedKey(controlDID)
+	if err != nil {
+		return err
+	}
+	transport := c.ControlPlaneTransport
+	if transport == nil {
+		var caPEM []byte
+		if c.TLSCACertificateFile != "" {
+			if caPEM, err = aip.ReadPublicFile(c.TLSCACertificateFile, MaxCACertificateBytes); err != nil {
+				return fmt.Errorf("--tls-ca-certificate-file: %w", err)
+			}
+		}
+		if transport, err = newControlTransport(caPEM); err != nil {
+			return fmt.Errorf("--tls-ca-certificate-file %s: %w", c.TLSCACertificateFile, err)
+		}
+	}
+	h.control = &controlClient{
+		endpoint: c.ControlPlaneEndpoint,
+		http: &http.Client{
+			Transport:     transport,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		key: h.key, pinnedDID: controlDID, pinnedKey: controlKey,
+		timeout: c.ControlTimeout, now: c.Now, tracer: h.tracer,
+	}
+	h.log = h.log.With("replica_did", h.key.DID())
+	return nil
+}
+
+func resolveDID(inline, file, flagName string) (string, error) {
+	if inline != "" {
+		return inline, nil
+	}
+	raw, err := aip.ReadPublicFile(file, MaxDIDBytes)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flagName, err)
+	}
+	did := strings.TrimSpace(string(raw))
+	if _, err := aip.ParseDIDKey(did); err != nil {
+		return "", fmt.Errorf("%s %s does not hold a did:key Ed25519 identifier: %w", flagName, file, err)
+	}
+	return did, nil
+}
+
+// Step 2: open the runtime journal (the caller's, or the embedded SQLite
+// journal in StateDir) and probe it.
+func (h *Host) stepOpenJournal(ctx context.Context) error {
+	if h.cfg.Journal != nil {
+		h.journal = h.cfg.Journal
+	} else {
+		if err := os.MkdirAll(h.cfg.StateDir, 0o700); err != nil {
+			return fmt.Errorf("--state-dir %s: %w", h.cfg.StateDir, err)
+		}
+		j, err := openDefaultJournal(ctx, h.cfg.StateDir)
+		if err != nil {
+			return fmt.Errorf("--state-dir %s: %w", h.cfg.StateDir, err)
+		}
+		h.journal, h.ownsJournal = j, true
+	}
+	if d := h.journal.Durability(); d != journal.Durable {
+		h.log.Warn("the runtime journal is not durable; actions will not survive a restart", "durability", d)
+	}
+	h.state = &State{j: h.journal}
+	h.events = &EventPublisher{h: h}
+	return nil
+}
+
+// Step 3: tenant-scoped discovery.
+func (h *Host) stepDiscover(ctx context.Context) error {
+	m, err := h.conn.Manifest(ctx, h.tenant)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return errors.New("the connector returned no manifest")
+	}
+	h.manifest = m
+	return nil
+}
+
+// Step 4: bind the manifest to the trust domain and signing principal and
+// compute its digest.
+func (h *Host) stepBindManifest(ctx context.Context) error {
+	src := h.manifest
+	if err := src.Validate(); err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	if len(src.Capabilities) > MaxCapabilities {
+		return fmt.Errorf("manifest has %d capabilities; at most %d", len(src.Capabilities), MaxCapabilities)
+	}
+	if !slices.Contains(src.Profiles, aip.NativeHTTPProfile) {
+		return fmt.Errorf("manifest profiles %v must include %s, the profile this host serves", src.Profiles, aip.NativeHTTPProfile)
+	}
+	agent := src.Agent
+	if agent.TrustDomain != "" && agent.TrustDomain != h.cfg.TrustDomain {
+		return fmt.Errorf("manifest agent trust_domain %q differs from --trust-domain %q", agent.TrustDomain, h.cfg.TrustDomain)
+	}
+	if agent.DID != "" && agent.DID != h.key.DID() {
+		return fmt.Errorf("manifest agent did %s is not this replica's signing key %s; leave it empty", agent.DID, h.key.DID())
+	}
+	bound := *src
+	bound.Agent.TrustDomain = h.cfg.TrustDomain
+	bound.Agent.DID = ""
+	raw, err := aip.CanonicalJSON(&bound)
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	if len(raw) > MaxManifestBytes {
+		return fmt.Errorf("manifest is %d bytes of canonical JSON; at most %d", len(raw), MaxManifestBytes)
+	}
+	digest, err := aip.ManifestDigest(&bound)
+	if err != nil {
+		return err
+	}
+	caps := make(map[string]*capability, len(bound.Capabilities))
+	for i := range bound.Capabilities {
+		c, err := compileCapability(&bound.Capabilities[i])
+		if err != nil {
+			return err
+		}
+		caps[c.cap.ID] = c
+	}
+	h.manifest, h.manifestJSON, h.manifestDigest, h.caps = &bound, raw, digest, caps
+	h.channels = manifestChannels(&bound)
+	h.principal = bound.Agent
+	h.principal.DID = h.key.DID()
+	jwks, err := aip.JWKS(h.key.PublicKey())
+	if err != nil {
+		return err
+	}
+	h.jwks = jwks
+	h.log = h.log.With("manifest_digest", digest)
+	return nil
+}
+
+// Step 5: build the native gateway and product routes and bind the
+// listener (connections queue until step 10 serves them).
+func (h *Host) stepBuildRoutes(ctx context.Context) error {
+	h.actionBase, h.hardStop = context.WithCancel(context.WithoutCancel(ctx))
+	var product []Route
+	if rp, ok := h.conn.(RouteProvider); ok {
+		var err error
+		product, err = rp.Routes(ctx, &RouteContext{
+			Tenant: h.tenant, Events: h.events, State: h.state, Ready: h.ready, Logger: h.log,
+		})
+		if err != nil {
+			return fmt.Errorf("product routes: %w", err)
+		}
+	}
+	mux, err := h.routes(product)
+	if err != nil {
+		return err
+	}
+	h.server = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		// Responses last as long as their action (bounded by the action's
+		// timeout_ms) or stream; no global write deadline.
+		WriteTimeout:   0,
+		IdleTimeout:    120 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       nil,
+	}
+	if h.cfg.Listener != nil {
+		h.listener = h.cfg.Listener
+		return nil
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", h.cfg.Bind)
+	if err != nil {
+		return fmt.Errorf("--bind %s: %w", h.cfg.Bind, err)
+	}
+	h.listener = l
+	return nil
+}
+
+// Step 7: probe storage and connector health; both must be ready.
+func (h *Host) stepProbe(ctx context.Context) error {
+	storageErr, connErr := h.probe(ctx)
+	return errors.Join(storageErr, connErr)
+}
+
+// Step 8: the signed registration.
+func (h *Host) stepRegister(ctx context.Context) error {
+	sr, err := h.control.seal(aip.RegisterCommand(h.registration()))
+	if err != nil {
+		return err
+	}
+	out, err := h.control.do(ctx, sr)
+	if err != nil {
+		return err
+	}
+	if out.Lease == nil {
+		return fmt.Errorf("register answered %s without a lease", out.Status)
+	}
+	h.lease.apply(out.Lease)
+	return nil
+}
+
+// registration is the replica proposal: ready, no assignments, health
+// revision zero, no previous request.
+func (h *Host) registration() aip.Registration {
+	c := &h.cfg
+	return aip.Registration{
+		Replica: aip.Replica{
+			ID: c.ReplicaID, InstanceID: c.InstanceID, VersionID: c.VersionID,
+			Endpoint:        c.PublicEndpoint,
+			PeerPrincipalID: h.principal.ID, PeerPrincipalKind: h.principal.Kind, PeerDID: h.key.DID(),
+			TrustDomain: c.TrustDomain, TransportProfile: aip.NativeHTTPProfile,
+			Topology: aip.Topology{Region: c.Region, Zone: c.Zone, CapacityClass: c.CapacityClass},
+			Status:   aip.ReplicaReady, LeaseExpiresAt: aip.At(c.Now().Add(c.LeaseTTL)),
+			Capacity: uint32(c.MaxInFlight),
+		},
+		ManifestDigest: h.manifestDigest, ArtifactDigest: c.ArtifactDigest, TenantID: c.TenantID,
+		ConfigRevision: c.ConfigRevision, SecretProviderRef: c.SecretProviderRef,
+		CapabilityCount: uint32(len(h.manifest.Capabilities)),
+	}
+}
+
+// Step 9: the lease is applied; start the heartbeat worker.
+func (h *Host) stepApplyLease(ctx context.Context) error {
+	seq, exp := h.lease.get()
+	if !exp.After(h.cfg.Now()) {
+		return fmt.Errorf("the lease granted at sequence %d expired at %s; check the clocks of this host and the control plane", seq, aip.At(exp))
+	}
+	h.log.Info("lease granted", "sequence", seq, "expires_at", aip.At(exp).String())
+	hbCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.hbCancel, h.hbDone = cancel, make(chan struct{})
+	go func() {
+		defer close(h.hbDone)
+		h.runHeartbeats(hbCtx)
+	}()
+	return nil
+}
+
+// Step 10: serve, and start the connector's event source if it has one.
+func (h *Host) stepServe(ctx context.Context) error {
+	h.serveDone = make(chan struct{})
+	go func() {
+		defer close(h.serveDone)
+		if err := h.server.Serve(h.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			h.serveErr = err
+			select {
+			case h.fatal <- err:
+			default:
+			}
+		}
+	}()
+	if es, ok := h.conn.(EventSource); ok {
+		evCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		h.evCancel, h.evDone = cancel, make(chan struct{})
+		go func() {
+			defer close(h.evDone)
+			if err := es.RunEvents(evCtx, h.events); err != nil && !errors.Is(err, context.Canceled) {
+				h.evErr = err
+				h.log.Error("event source stopped", "error", err)
+			}
+		}()
+	}
+	h.log.Info("serving", "addr", h.listener.Addr().String(), "endpoint", h.cfg.PublicEndpoint)
+	return nil
+}
+
+// probe checks storage and connector health with the probe timeout and
+// records the results.
+func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
+	pctx, cancel := context.WithTimeout(ctx, h.cfg.HealthProbeTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		storageErr = h.journal.Probe(pctx)
+	}()
+	if hc, ok := h.conn.(HealthChecker); ok {
+		connErr = hc.CheckHealth(pctx)
+	}
+	<-done
+	if storageErr != nil {
+		if errors.Is(storageErr, context.DeadlineExceeded) {
+			storageErr = fmt.Errorf("durable runtime storage readiness check timed out after %s", h.cfg.HealthProbeTimeout)
+		} else {
+			storageErr = fmt.Errorf("durable runtime storage readiness check failed: %w", storageErr)
+		}
+	}
+	if connErr != nil {
+		connErr = fmt.Errorf("connector is not ready: %w", connErr)
+	}
+	h.storageReady.Store(storageErr == nil)
+	h.connectorReady.Store(connErr == nil)
+	sd := "durable runtime storage is readable and writable"
+	if h.journal.Durability() != journal.Durable {
+		sd = "runtime storage is readable and writable (ephemeral)"
+	}
+	if storageErr != nil {
+		sd = storageErr.Error()
+	}
+	cd := "connector is ready"
+	if connErr != nil {
+		cd = connErr.Error()
+	}
+	sd, cd = aip.TruncateUTF8(sd, aip.MaxErrorMessageBytes), aip.TruncateUTF8(cd, aip.MaxErrorMessageBytes)
+	h.storageDetail.Store(&sd)
+	h.connectorDetail.Store(&cd)
+	return storageErr, connErr
+}

@@ -1,0 +1,400 @@
+package hostsdk
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Defaults and bounds of the host's knobs (reference: the common connector
+// host CLI contract).
+const (
+	DefaultBind               = "0.0.0.0:8081"
+	DefaultMaxInFlight        = 32
+	MaxMaxInFlight            = 65536
+	DefaultLeaseTTL           = 30 * time.Second
+	MinLeaseTTL               = time.Second
+	MaxLeaseTTL               = 300 * time.Second
+	DefaultHeartbeatInterval  = 10 * time.Second
+	DefaultDrainTimeout       = 30 * time.Second
+	MaxDrainTimeout           = 300 * time.Second
+	DefaultHealthProbeTimeout = 2 * time.Second
+	MaxHealthProbeTimeout     = 30 * time.Second
+	DefaultControlTimeout     = 5 * time.Second
+	MaxControlTimeout         = 30 * time.Second
+	DefaultConfigRevision     = 1
+	// DefaultStateDirRoot is where the embedded journal lives when
+	// Config.StateDir is empty: <root>/host-<replica ID>.
+	DefaultStateDirRoot = ".aipfleet"
+	// MaxManifestBytes bounds the bound manifest's canonical JSON.
+	MaxManifestBytes = 4 << 20
+	// MaxCapabilities bounds the capabilities of a manifest.
+	MaxCapabilities = 512
+	// MaxCACertificateBytes bounds the optional control-plane CA file.
+	MaxCACertificateBytes = 1 << 20
+	// MaxDIDBytes bounds a DID given inline or in a file.
+	MaxDIDBytes = 512
+)
+
+// Config configures a Host. Required fields have no default; every other
+// field's zero value means the documented default. LoadConfig fills a Config
+// from flags and AIP_CONNECTOR_HOST_* environment variables.
+type Config struct {
+	// Bind is the listen address. Defaults to 0.0.0.0:8081.
+	Bind string
+	// Listener, when set, is used instead of binding Bind (tests, socket
+	// activation). The host closes it when it stops.
+	Listener net.Listener
+	// PublicEndpoint is the URL the dispatcher reaches this replica at; its
+	// path must be exactly /aip/v1/messages. Required.
+	PublicEndpoint string
+
+	// ControlPlaneEndpoint is the lifecycle service URL; its path must be
+	// exactly /aip/v1/connector-control. Required.
+	ControlPlaneEndpoint string
+	// ControlPlaneDID (or ControlPlaneDIDFile, exactly one) pins the
+	// did:key the lifecycle service signs its responses with.
+	ControlPlaneDID     string
+	ControlPlaneDIDFile string
+	// TLSCACertificateFile optionally adds a PEM root CA (not a secret, but
+	// it must not be writable by group or others) for the control plane.
+	TLSCACertificateFile string
+	// AllowInsecureLoopbackHTTP permits http:// endpoints on loopback hosts
+	// (development and tests). It requires a loopback bind address.
+	AllowInsecureLoopbackHTTP bool
+	// ControlPlaneTransport, when set, carries lifecycle requests instead of
+	// a transport built from the TLS settings (tests use an in-memory one).
+	ControlPlaneTransport http.RoundTripper
+
+	// SigningSeedFile is the owner-only file with this replica's Ed25519
+	// key (64 hex characters or an Ed25519 JWK). Required unless SigningKey
+	// is set.
+	SigningSeedFile string
+	// SigningKey, when set, is used instead of reading SigningSeedFile.
+	SigningKey *aip.SigningKey
+
+	// Registry identity of this replica; each must be its prefix followed
+	// by a UUIDv7 (ctype_, cver_, cinst_, crepl_). Required.
+	ConnectorTypeID string
+	VersionID       string
+	InstanceID      string
+	ReplicaID       string
+	// TenantID is the tenant owning the instance (1 to 512 bytes). Required.
+	TenantID string
+	// GatewayPrincipalID is the dispatcher's principal (kind service); native
+	// messages must come from it. Required.
+	GatewayPrincipalID string
+	// GatewayDID (or GatewayDIDFile, exactly one) pins the did:key native
+	// messages must be signed with.
+	GatewayDID     string
+	GatewayDIDFile string
+	// TrustDomain is the deployment trust domain (1 to 253 bytes). Required.
+	TrustDomain string
+	// Region, Zone and CapacityClass place the replica. Default to global,
+	// default and standard; each is at most 128 of [A-Za-z0-9._-].
+	Region        string
+	Zone          string
+	CapacityClass string
+	// ArtifactDigest is the admitted artifact digest ("sha256:" + 64 hex).
+	// Required.
+	ArtifactDigest string
+	// SecretProviderRef is the instance's secret-provider reference (1 to
+	// 2048 bytes). Required.
+	SecretProviderRef string
+	// ConfigRevision is the instance configuration revision. Defaults to 1.
+	ConfigRevision uint64
+
+	// MaxInFlight bounds concurrent actions and is advertised as the
+	// replica's capacity. Defaults to 32; 1 to 65536.
+	MaxInFlight int
+	// LeaseTTL is the advisory lease lifetime proposed at registration (the
+	// control plane's expiry is authoritative). Defaults to 30s; 1s to 300s.
+	LeaseTTL time.Duration
+	// HeartbeatInterval defaults to 10s; at most LeaseTTL/2.
+	HeartbeatInterval time.Duration
+	// DrainTimeout bounds the wait for in-flight actions on shutdown, and
+	// then the graceful HTTP shutdown. Defaults to 30s; 1ms to 300s.
+	DrainTimeout time.Duration
+	// HealthProbeTimeout bounds each storage and connector probe. Defaults
+	// to 2s; 1ms to 30s.
+	HealthProbeTimeout time.Duration
+	// ControlTimeout bounds each lifecycle HTTP attempt. Defaults to 5s;
+	// 1ms to 30s.
+	ControlTimeout time.Duration
+
+	// Journal, when set, is the runtime journal the host uses (for example
+	// a pgruntime journal). The caller owns it: the host never closes it.
+	// When nil, the host opens the embedded SQLite journal in StateDir and
+	// closes it when it stops.
+	Journal journal.Journal
+	// StateDir is the embedded journal's directory. Defaults to
+	// .aipfleet/host-<ReplicaID> under the working directory.
+	StateDir string
+	// DatabaseURLFile names an owner-only file with a PostgreSQL URL for the
+	// runtime journal. The host itself does not open PostgreSQL: a main
+	// that supports it opens pgruntime with this file and passes the result
+	// as Journal. Setting it without Journal is an error.
+	DatabaseURLFile string
+
+	// Logger receives JSON-friendly structured logs. Defaults to a logger
+	// that discards everything.
+	Logger *slog.Logger
+	// TracerProvider provides the tracer for bootstrap, lifecycle and action
+	// spans. Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Now is the clock for timestamps, signing windows and lease validity.
+	// Defaults to time.Now. Timers use the time package (tests run them
+	// under testing/synctest).
+	Now func() time.Time
+}
+
+// ConfigError reports an invalid configuration value; it names the Config
+// field, the flag and the environment variable, and says what is accepted.
+type ConfigError struct {
+	Field  string
+	Flag   string
+	Env    string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Flag == "" {
+		return fmt.Sprintf("hostsdk: Config.%s %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("hostsdk: %s (--%s, %s, Config.%s) %s", e.Flag, e.Flag, e.Env, e.Field, e.Reason)
+}
+
+func cfgErr(field, reason string, args ...any) *ConfigError {
+	o := optionByField[field]
+	e := &ConfigError{Field: field, Reason: fmt.Sprintf(reason, args...)}
+	if o != nil {
+		e.Flag, e.Env = o.flag, o.env
+	}
+	return e
+}
+
+// withDefaults returns c with zero knobs replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Bind == "" {
+		c.Bind = DefaultBind
+	}
+	if c.Region == "" {
+		c.Region = aip.DefaultRegion
+	}
+	if c.Zone == "" {
+		c.Zone = aip.DefaultZone
+	}
+	if c.CapacityClass == "" {
+		c.CapacityClass = aip.DefaultCapacityClass
+	}
+	if c.ConfigRevision == 0 {
+		c.ConfigRevision = DefaultConfigRevision
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.HealthProbeTimeout == 0 {
+		c.HealthProbeTimeout = DefaultHealthProbeTimeout
+	}
+	if c.ControlTimeout == 0 {
+		c.ControlTimeout = DefaultControlTimeout
+	}
+	if c.StateDir == "" && c.Journal == nil && c.ReplicaID != "" {
+		c.StateDir = filepath.Join(DefaultStateDirRoot, "host-"+c.ReplicaID)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate checks c (after withDefaults) without I/O. Files are read in the
+// first bootstrap step.
+func (c *Config) validate() error {
+	if err := c.validateEndpoints(); err != nil {
+		return err
+	}
+	if c.SigningKey == nil && c.SigningSeedFile == "" {
+		return cfgErr("SigningSeedFile", "is required: name the owner-only file holding this replica's Ed25519 seed")
+	}
+	for _, id := range []struct{ field, prefix, value string }{
+		{"ConnectorTypeID", aip.PrefixType, c.ConnectorTypeID},
+		{"VersionID", aip.PrefixVersion, c.VersionID},
+		{"InstanceID", aip.PrefixInstance, c.InstanceID},
+		{"ReplicaID", aip.PrefixReplica, c.ReplicaID},
+	} {
+		if id.value == "" {
+			return cfgErr(id.field, "is required (%s followed by a UUIDv7 in 32 hex digits)", id.prefix)
+		}
+		if err := aip.ValidateID(id.prefix, id.value); err != nil {
+			return cfgErr(id.field, "is %q; want %s followed by a UUIDv7 in 32 lowercase hex digits", id.value, id.prefix)
+		}
+	}
+	for _, s := range []struct {
+		field, value string
+		min, max     int
+	}{
+		{"TenantID", c.TenantID, 1, 512},
+		{"GatewayPrincipalID", c.GatewayPrincipalID, 1, 512},
+		{"TrustDomain", c.TrustDomain, 1, 253},
+		{"SecretProviderRef", c.SecretProviderRef, 1, 2048},
+	} {
+		if len(s.value) < s.min || len(s.value) > s.max {
+			return cfgErr(s.field, "is %d bytes; must be %d to %d bytes", len(s.value), s.min, s.max)
+		}
+	}
+	for _, l := range []struct{ field, value string }{
+		{"Region", c.Region}, {"Zone", c.Zone}, {"CapacityClass", c.CapacityClass},
+	} {
+		if !validLabel(l.value) {
+			return cfgErr(l.field, "is %q; must be 1 to 128 characters of [A-Za-z0-9._-]", l.value)
+		}
+	}
+	if err := aip.ValidateDigest(c.ArtifactDigest); err != nil {
+		return cfgErr("ArtifactDigest", "is %q; must be \"sha256:\" followed by 64 lowercase hex digits", c.ArtifactDigest)
+	}
+	if err := exactlyOneDID("ControlPlaneDID", c.ControlPlaneDID, "ControlPlaneDIDFile", c.ControlPlaneDIDFile); err != nil {
+		return err
+	}
+	if err := exactlyOneDID("GatewayDID", c.GatewayDID, "GatewayDIDFile", c.GatewayDIDFile); err != nil {
+		return err
+	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > MaxMaxInFlight {
+		return cfgErr("MaxInFlight", "is %d; must be 1 to %d", c.MaxInFlight, MaxMaxInFlight)
+	}
+	if err := durationIn("LeaseTTL", c.LeaseTTL, MinLeaseTTL, MaxLeaseTTL); err != nil {
+		return err
+	}
+	if c.HeartbeatInterval < time.Millisecond || 2*c.HeartbeatInterval > c.LeaseTTL {
+		return cfgErr("HeartbeatInterval", "is %d ms; must be at least 1 ms and at most half the lease TTL (%d ms)", c.HeartbeatInterval.Milliseconds(), c.LeaseTTL.Milliseconds()/2)
+	}
+	if err := durationIn("DrainTimeout", c.DrainTimeout, time.Millisecond, MaxDrainTimeout); err != nil {
+		return err
+	}
+	if err := durationIn("HealthProbeTimeout", c.HealthProbeTimeout, time.Millisecond, MaxHealthProbeTimeout); err != nil {
+		return err
+	}
+	if err := durationIn("ControlTimeout", c.ControlTimeout, time.Millisecond, MaxControlTimeout); err != nil {
+		return err
+	}
+	if c.Journal == nil && c.DatabaseURLFile != "" {
+		return cfgErr("DatabaseURLFile", "is set but the host opens only the embedded SQLite journal itself; open pgruntime with this file in your main and pass it as Config.Journal, or unset it")
+	}
+	if c.Journal == nil && c.StateDir == "" {
+		return cfgErr("StateDir", "is empty; name the directory of the embedded journal")
+	}
+	return nil
+}
+
+func (c *Config) validateEndpoints() error {
+	if c.AllowInsecureLoopbackHTTP {
+		addr := c.Bind
+		if c.Listener != nil {
+			addr = c.Listener.Addr().String()
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil || !isLoopbackHost(host) {
+			return cfgErr("AllowInsecureLoopbackHTTP", "requires a loopback bind address (127.0.0.0/8, ::1 or localhost), but the host binds %q", addr)
+		}
+	}
+	if c.Listener == nil {
+		if _, _, err := net.SplitHostPort(c.Bind); err != nil {
+			return cfgErr("Bind", "is %q; want host:port", c.Bind)
+		}
+	}
+	if err := checkEndpoint("PublicEndpoint", c.PublicEndpoint, aip.MessagesPath, c.AllowInsecureLoopbackHTTP); err != nil {
+		return err
+	}
+	return checkEndpoint("ControlPlaneEndpoint", c.ControlPlaneEndpoint, aip.ControlPath, c.AllowInsecureLoopbackHTTP)
+}
+
+func checkEndpoint(field, raw, path string, allowLoopbackHTTP bool) error {
+	if raw == "" {
+		return cfgErr(field, "is required: an absolute https URL whose path is exactly %s", path)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		return cfgErr(field, "is %q; want an absolute URL whose path is exactly %s", raw, path)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return cfgErr(field, "is %q; it must not carry credentials, a query or a fragment", raw)
+	}
+	if u.Path != path {
+		return cfgErr(field, "is %q; its path must be exactly %s", raw, path)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !allowLoopbackHTTP || !isLoopbackHost(u.Hostname()) {
+			return cfgErr(field, "is %q; http is accepted only for a loopback host with --allow-insecure-loopback-http; use https", raw)
+		}
+	default:
+		return cfgErr(field, "is %q; the scheme must be https", raw)
+	}
+	return nil
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.IsLoopback()
+}
+
+func exactlyOneDID(field, inline, fileField, file string) error {
+	switch {
+	case inline == "" && file == "":
+		return cfgErr(field, "is required: give the did:key inline or with %s", optionByField[fileField].flagName())
+	case inline != "" && file != "":
+		return cfgErr(field, "and %s are both set; give exactly one", optionByField[fileField].flagName())
+	case inline != "":
+		if len(inline) > MaxDIDBytes {
+			return cfgErr(field, "is %d bytes; must be 1 to %d bytes", len(inline), MaxDIDBytes)
+		}
+		if _, err := aip.ParseDIDKey(inline); err != nil {
+			return cfgErr(field, "is not a did:key Ed25519 identifier: %v", err)
+		}
+	}
+	return nil
+}
+
+func durationIn(field string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi || d%time.Millisecond != 0 {
+		return cfgErr(field, "is %s; must be a whole number of milliseconds from %d to %d ms", d, lo.Milliseconds(), hi.Milliseconds())
+	}
+	return nil
+}
+
+func validLabel(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '-') {
+			return false
+		}
+	}
+	return true
+}

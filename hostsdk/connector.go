@@ -1,0 +1,184 @@
+package hostsdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// TenantContext is the deployment identity a connector serves: one tenant's
+// instance of one connector version, on one replica.
+type TenantContext struct {
+	TenantID          string
+	ConnectorTypeID   string
+	VersionID         string
+	InstanceID        string
+	ReplicaID         string
+	ConfigRevision    uint64
+	SecretProviderRef string
+	TrustDomain       string
+}
+
+// Connector is what a connector author implements: tenant-scoped discovery
+// and the handling of one action. Optional capabilities are detected by type
+// assertion: HealthChecker, Canceler, Streamer, Reconciler, RouteProvider
+// and EventSource.
+type Connector interface {
+	// Manifest returns the connector's manifest for the tenant. Its agent is
+	// the host's signing principal: the host sets agent.trust_domain to the
+	// configured trust domain (an agent with another trust domain or a DID
+	// is refused), and the bound manifest's digest must match the admitted
+	// version's.
+	Manifest(ctx context.Context, tenant TenantContext) (*aip.Manifest, error)
+	// Handle runs one action and returns its result. The host has already
+	// verified the dispatcher, checked the pinned route, validated the input
+	// against the capability's input_schema and journaled the action; it
+	// journals whatever Handle returns. ctx is cancelled when the action is
+	// cancelled or its timeout passes.
+	//
+	// Returning an error: an *aip.ProtocolError (possibly wrapped) becomes
+	// a failed result carrying it; an error wrapping ErrOutcomeUnknown
+	// records outcome_unknown (use it when a provider side effect may or may
+	// not have happened); any other error becomes a failed result with code
+	// connector.failed. A panic is recorded as outcome_unknown.
+	Handle(ctx context.Context, call *Call) (*aip.ActionResult, error)
+}
+
+// HealthChecker reports whether the connector can serve (provider reachable,
+// credentials valid). The host probes it before registering, on every
+// heartbeat tick and on /ready, each bounded by the health probe timeout; an
+// unhealthy connector makes the replica not ready.
+type HealthChecker interface {
+	CheckHealth(ctx context.Context) error
+}
+
+// Canceler is told when an action-scoped cancel arrives for a running
+// action, in addition to the cancellation of the running Handle's context.
+// Implement it when the provider has its own cancel call.
+type Canceler interface {
+	Cancel(ctx context.Context, call *Call, reason string) error
+}
+
+// Streamer handles actions whose mode is streaming: it sends ordered chunks
+// through the ChunkWriter and returns the final result, which is journaled
+// like a synchronous one.
+type Streamer interface {
+	HandleStream(ctx context.Context, call *Call, chunks *ChunkWriter) (*aip.ActionResult, error)
+}
+
+// Reconciler settles actions a crash left running: before registering, the
+// host passes each one to Reconcile. Return the final result (completed,
+// failed or cancelled), or an error wrapping ErrOutcomeUnknown when the
+// provider cannot tell. Any other error is a recovery error and blocks
+// registration. Without a Reconciler such actions become outcome_unknown.
+type Reconciler interface {
+	Reconcile(ctx context.Context, action *UncertainAction) (*aip.ActionResult, error)
+}
+
+// RouteProvider mounts product-owned HTTP routes (webhooks, OAuth callbacks)
+// on the host's listener. Patterns use net/http.ServeMux syntax and must not
+// overlap the host's own routes.
+type RouteProvider interface {
+	Routes(ctx context.Context, rc *RouteContext) ([]Route, error)
+}
+
+// EventSource runs a provider-event loop (polling, a subscription) for the
+// life of the host. It starts after the host begins serving and its context
+// is cancelled at the start of drain, when event publication stops.
+type EventSource interface {
+	RunEvents(ctx context.Context, events *EventPublisher) error
+}
+
+// Route is one product-owned HTTP route.
+type Route struct {
+	// Pattern is a net/http.ServeMux pattern, for example
+	// "POST /webhooks/calendar".
+	Pattern string
+	Handler http.Handler
+}
+
+// RouteContext gives product routes what they share with the host.
+type RouteContext struct {
+	Tenant TenantContext
+	// Events publishes provider events into the journal outbox.
+	Events *EventPublisher
+	// State is the journal-backed state store.
+	State *State
+	// Ready reports whether the replica is ready (lease valid, not
+	// draining, storage and connector healthy).
+	Ready  func() bool
+	Logger *slog.Logger
+}
+
+// UncertainAction is an action a previous process left running.
+type UncertainAction struct {
+	Action journal.Action
+	Tenant TenantContext
+	State  *State
+	Logger *slog.Logger
+}
+
+// Call is one action handed to a connector.
+type Call struct {
+	// Action is the verified action; its identity carries the deployment's
+	// tenant.
+	Action *aip.Action
+	// Capability is the manifest capability the action invokes.
+	Capability *aip.Capability
+	Tenant     TenantContext
+	// IdempotencyKey is the action's idempotency key, or the envelope's, or
+	// else the action ID. The host already guarantees that one action ID
+	// runs at most once on this replica.
+	IdempotencyKey string
+	// MessageID is the native message that carried the action.
+	MessageID string
+	// Route is the pinned route the dispatcher resolved.
+	Route  aip.ConnectorRoute
+	Logger *slog.Logger
+
+	state  *State
+	events *EventPublisher
+}
+
+// State returns the journal-backed state store for connector bookkeeping.
+func (c *Call) State() *State { return c.state }
+
+// Events returns the provider-event publisher.
+func (c *Call) Events() *EventPublisher { return c.events }
+
+// Complete returns a completed result for the call with output marshalled
+// to JSON.
+func (c *Call) Complete(output any) (*aip.ActionResult, error) {
+	raw, err := json.Marshal(output)
+	if err != nil {
+		return nil, fmt.Errorf("hostsdk: marshal output of %s: %w", c.Action.ID, err)
+	}
+	return &aip.ActionResult{ActionID: c.Action.ID, Status: aip.ResultCompleted, Output: raw}, nil
+}
+
+// Fail returns a failed result carrying a protocol error.
+func (c *Call) Fail(code string, category aip.ErrorCategory, retryable bool, message string) *aip.ActionResult {
+	return &aip.ActionResult{ActionID: c.Action.ID, Status: aip.ResultFailed,
+		Error: aip.NewProtocolError(code, category, retryable, 0, message)}
+}
+
+// ErrOutcomeUnknown marks an error after which a provider side effect may
+// or may not have happened. Wrap it (fmt.Errorf("...: %w", ErrOutcomeUnknown))
+// from Handle or Reconcile; the action is journaled as outcome_unknown and
+// never re-run.
+var ErrOutcomeUnknown = errors.New("hostsdk: outcome unknown")
+
+// ErrNotServing is returned by EventPublisher when the replica may not
+// publish (draining, lease invalid or not ready).
+var ErrNotServing = errors.New("hostsdk: replica is not serving")
+
+// Connector capability codes used in results the host writes itself.
+const (
+	CodeConnectorFailed = "connector.failed"
+)

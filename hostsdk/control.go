@@ -1,0 +1,159 @@
+package hostsdk
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// controlClient speaks the signed lifecycle protocol to the pinned control
+// plane: every request is sealed with the replica key, every response must
+// be signed by the pinned DID, answer the request and be fresh.
+type controlClient struct {
+	endpoint  string
+	http      *http.Client
+	key       *aip.SigningKey
+	pinnedDID string
+	pinnedKey ed25519.PublicKey
+	timeout   time.Duration
+	now       func() time.Time
+	tracer    trace.Tracer
+}
+
+// sealedRequest is a lifecycle request and the exact bytes sent for it, kept
+// so an ambiguous failure can be retried with the same request.
+type sealedRequest struct {
+	req  aip.ControlRequest
+	body []byte
+}
+
+func newControlTransport(caPEM []byte) (http.RoundTripper, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 2
+	if len(caPEM) > 0 {
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(caPEM) {
+			return nil, errors.New("the TLS CA certificate file holds no PEM certificate")
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return t, nil
+}
+
+// seal builds and signs a fresh request for cmd.
+func (c *controlClient) seal(cmd aip.ControlCommand) (*sealedRequest, error) {
+	req := aip.NewControlRequest(c.now(), c.key.DID(), cmd)
+	return c.sealRequest(*req)
+}
+
+func (c *controlClient) sealRequest(req aip.ControlRequest) (*sealedRequest, error) {
+	body, err := aip.Seal(c.key, aip.SignedRequestField, &req)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > aip.MaxControlBytes {
+		return nil, fmt.Errorf("lifecycle %s request is %d bytes, more than the %d allowed", req.Command.Operation, len(body), aip.MaxControlBytes)
+	}
+	return &sealedRequest{req: req, body: body}, nil
+}
+
+// refresh returns sr itself while its signed window still covers a full
+// attempt; otherwise the same request ID and payload re-signed with a fresh
+// window. The control plane's replay digest covers only the request ID,
+// operation and payload, so both forms are the same request to it.
+func (c *controlClient) refresh(sr *sealedRequest) (*sealedRequest, error) {
+	now := c.now()
+	if sr.req.ExpiresAt.Sub(now) > 2*c.timeout+aip.MaxFutureSkew && !sr.req.IssuedAt.After(now) {
+		return sr, nil
+	}
+	req := sr.req
+	req.IssuedAt = aip.At(now)
+	req.ExpiresAt = aip.At(now.Add(aip.MaxMessageLifetime))
+	return c.sealRequest(req)
+}
+
+// do sends sr and returns the verified outcome (lease or offline). After an
+// ambiguous failure (ErrControlUnavailable) it resends the byte-identical
+// request once. A definitive rejection is a *ControlRejectedError.
+func (c *controlClient) do(ctx context.Context, sr *sealedRequest) (aip.ControlOutcome, error) {
+	op := string(sr.req.Command.Operation)
+	ctx, span := c.tracer.Start(ctx, "hostsdk.control."+op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("aip.control.request_id", sr.req.RequestID)))
+	defer span.End()
+	out, err := c.attempt(ctx, sr)
+	if errors.Is(err, ErrControlUnavailable) && ctx.Err() == nil {
+		span.AddEvent("resend", trace.WithAttributes(attribute.String("error", err.Error())))
+		out, err = c.attempt(ctx, sr)
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return out, err
+}
+
+func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.ControlOutcome, error) {
+	op := string(sr.req.Command.Operation)
+	unavailable := func(format string, args ...any) (aip.ControlOutcome, error) {
+		return aip.ControlOutcome{}, fmt.Errorf("%w: %s: %s", ErrControlUnavailable, op, fmt.Sprintf(format, args...))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(sr.body))
+	if err != nil {
+		return aip.ControlOutcome{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return unavailable("%v", err)
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength > aip.MaxControlBytes {
+		return unavailable("response of %d bytes exceeds %d", resp.ContentLength, aip.MaxControlBytes)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, aip.MaxControlBytes+1))
+	if err != nil {
+		return unavailable("read response: %v", err)
+	}
+	if len(body) > aip.MaxControlBytes {
+		return unavailable("response exceeds %d bytes", aip.MaxControlBytes)
+	}
+	cr, err := aip.OpenControlResponse(body, c.pinnedDID, c.pinnedKey, sr.req.RequestID, c.now())
+	if err != nil {
+		return unavailable("HTTP %d with no verifiable signed answer: %v", resp.StatusCode, err)
+	}
+	o := cr.Outcome
+	switch o.Status {
+	case aip.OutcomeRejected:
+		if o.Retryable {
+			return unavailable("retryable rejection %s: %s", o.Code, o.Message)
+		}
+		return aip.ControlOutcome{}, &ControlRejectedError{Operation: op, Code: o.Code, Message: o.Message}
+	case aip.OutcomeLease:
+		if sr.req.Command.Operation == aip.OpOffline {
+			return unavailable("answered offline with a lease")
+		}
+	case aip.OutcomeOffline:
+		if sr.req.Command.Operation != aip.OpOffline {
+			return unavailable("answered %s with an offline outcome", op)
+		}
+	}
+	return o, nil
+}

@@ -1,0 +1,150 @@
+package hostsdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// shutdown drains the replica and takes it offline. The order is the
+// lifecycle guide's:
+//
+//  1. set the local draining flag before contacting the lifecycle service;
+//  2. send the signed drain transition with the current lease sequence (a
+//     failure is recorded and the local drain stays in force);
+//  3. heartbeat renewals stop (the worker skips its ticks while draining);
+//  4. new actions are refused with a signed connector_host.not_ready, and
+//     provider-event publication stops (the event source is cancelled and
+//     the publisher refuses);
+//  5. the listener stays up while the in-flight action count falls;
+//  6. after zero in-flight actions or DrainTimeout, the HTTP server shuts
+//     down gracefully (bounded by DrainTimeout again, then connections are
+//     closed);
+//  7. the heartbeat worker (and the event source) are stopped and awaited;
+//  8. the signed offline transition is sent;
+//  9. the result is nil only when server, heartbeat, drain and offline (and
+//     the event source) were all clean; otherwise a *ShutdownError joins
+//     every failure.
+//
+// Afterwards actions still running are cancelled and awaited, and a journal
+// the host opened is closed.
+func (h *Host) shutdown() error {
+	var errs []error
+	fail := func(step string, err error) {
+		h.log.Error("shutdown step failed", "step", step, "error", err)
+		errs = append(errs, fmt.Errorf("%s: %w", step, err))
+	}
+	ctx, span := h.tracer.Start(context.Background(), "hostsdk.shutdown")
+	defer span.End()
+
+	// 1.
+	h.draining.Store(true)
+	h.log.Info("draining", "in_flight", h.inflight.count())
+	// 2. Taking controlMu waits for a heartbeat already on the wire, so the
+	// drain carries the newest sequence.
+	h.controlMu.Lock()
+	if err := h.transition(ctx, aip.OpDrain); err != nil {
+		fail("registry drain", err)
+	}
+	h.controlMu.Unlock()
+	// 3. The worker sees the draining flag on its next tick.
+	// 4.
+	if h.evCancel != nil {
+		h.evCancel()
+	}
+	// 5.
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
+	if err := h.inflight.wait(wctx); err != nil {
+		h.log.Warn("drain timeout passed with actions in flight", "error", err)
+	}
+	cancel()
+	// 6.
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
+	if err := h.server.Shutdown(sctx); err != nil {
+		h.server.Close()
+		fail("HTTP server", fmt.Errorf("graceful shutdown: %w", err))
+	}
+	cancel()
+	<-h.serveDone
+	if h.serveErr != nil {
+		fail("HTTP server", h.serveErr)
+	}
+	// 7.
+	h.hbCancel()
+	if err := waitFor(h.hbDone, h.cfg.DrainTimeout); err != nil {
+		fail("heartbeat worker", err)
+	}
+	if h.evDone != nil {
+		if err := waitFor(h.evDone, h.cfg.DrainTimeout); err != nil {
+			fail("event source", err)
+		} else if h.evErr != nil {
+			fail("event source", h.evErr)
+		}
+	}
+	// 8.
+	h.controlMu.Lock()
+	if err := h.transition(ctx, aip.OpOffline); err != nil {
+		fail("registry offline transition", err)
+	}
+	h.controlMu.Unlock()
+
+	// Release what is left.
+	h.inflight.close()
+	h.hardStop()
+	actx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
+	if err := h.inflight.wait(actx); err != nil {
+		fail("actions", err)
+	}
+	cancel()
+	if h.ownsJournal {
+		if err := h.journal.Close(); err != nil {
+			fail("journal", err)
+		}
+	}
+	if len(errs) > 0 {
+		err := &ShutdownError{Errs: errs}
+		span.RecordError(err)
+		return err
+	}
+	h.log.Info("offline; shutdown was clean")
+	return nil
+}
+
+// transition sends drain or offline with the current lease sequence.
+// Callers hold controlMu.
+func (h *Host) transition(ctx context.Context, op aip.Operation) error {
+	seq, _ := h.lease.get()
+	sr, err := h.control.seal(aip.TransitionCommand(op, aip.Transition{ReplicaID: h.cfg.ReplicaID, PreviousSequence: seq}))
+	if err != nil {
+		return err
+	}
+	out, err := h.control.do(ctx, sr)
+	if err != nil {
+		return fmt.Errorf("%s at sequence %d: %w", op, seq, err)
+	}
+	switch {
+	case op == aip.OpOffline:
+		h.lease.expire(h.cfg.Now(), seq+1)
+		h.log.Info("offline transition accepted", "previous_sequence", seq)
+	case out.Lease != nil:
+		h.lease.apply(out.Lease)
+		h.log.Info("drain transition accepted", "sequence", out.Lease.Sequence)
+	default:
+		return fmt.Errorf("%s answered %s without a lease", op, out.Status)
+	}
+	return nil
+}
+
+func waitFor(done <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return errors.New("did not stop within the drain timeout")
+	}
+}

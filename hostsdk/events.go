@@ -1,0 +1,137 @@
+package hostsdk
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Event publication bounds.
+const (
+	MaxEventsPerBatch   = 100
+	MaxChannelIDBytes   = 256
+	MaxEventKindBytes   = 256
+	MaxEventBytes       = 256 << 10
+	maxPendingEventRows = 10000
+)
+
+// EventPublisher puts provider events into the journal's durable outbox.
+//
+// Delivery to a central event endpoint is not part of this host version: the
+// batches wait in the outbox (counted in /ready's recovery summary as
+// pending events) for a publisher that claims them with
+// journal.Journal.ClaimEvents. Publication is refused while the replica is
+// not serving (draining, lease invalid, storage or connector unhealthy).
+type EventPublisher struct {
+	h *Host
+}
+
+// Publish validates a batch of events for a channel the manifest declares
+// and stores it in the outbox. Events without an ID get a fresh evt_ ID and
+// events without occurred_at get the current time; a provider-supplied actor
+// moves to data.upstream_actor. Identical batches are stored once. It
+// returns the outbox entry ID.
+func (p *EventPublisher) Publish(ctx context.Context, channelID string, events ...aip.Event) (string, error) {
+	h := p.h
+	if !h.ready() {
+		return "", fmt.Errorf("%w: events on %s are not accepted now", ErrNotServing, channelID)
+	}
+	if channelID == "" || len(channelID) > MaxChannelIDBytes {
+		return "", fmt.Errorf("hostsdk: channel ID must be 1 to %d bytes", MaxChannelIDBytes)
+	}
+	if !h.channels[channelID] {
+		return "", fmt.Errorf("hostsdk: channel %q is not declared in the manifest's channels", channelID)
+	}
+	if len(events) == 0 || len(events) > MaxEventsPerBatch {
+		return "", fmt.Errorf("hostsdk: a batch holds 1 to %d events, got %d", MaxEventsPerBatch, len(events))
+	}
+	now := h.cfg.Now()
+	batch := make([]aip.Event, len(events))
+	for i, e := range events {
+		if e.ID == "" {
+			e.ID = aip.NewID(aip.PrefixEvent)
+		}
+		if e.Kind == "" || len(e.Kind) > MaxEventKindBytes {
+			return "", fmt.Errorf("hostsdk: event %s: kind must be 1 to %d bytes", e.ID, MaxEventKindBytes)
+		}
+		if e.OccurredAt.IsZero() {
+			e.OccurredAt = aip.At(now)
+		}
+		if e.Actor != nil {
+			data := map[string]json.RawMessage{}
+			if len(e.Data) > 0 {
+				if err := json.Unmarshal(e.Data, &data); err != nil {
+					return "", fmt.Errorf("hostsdk: event %s: data must be a JSON object when the event has an actor", e.ID)
+				}
+			}
+			if _, taken := data["upstream_actor"]; taken {
+				return "", fmt.Errorf("hostsdk: event %s: data.upstream_actor is already set and the event has an actor", e.ID)
+			}
+			actor, _ := json.Marshal(e.Actor)
+			data["upstream_actor"] = actor
+			e.Data, _ = json.Marshal(data)
+			e.Actor = nil
+		}
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return "", fmt.Errorf("hostsdk: event %s: %w", e.ID, err)
+		}
+		if len(raw) > MaxEventBytes {
+			return "", fmt.Errorf("hostsdk: event %s is %d bytes; at most %d", e.ID, len(raw), MaxEventBytes)
+		}
+		batch[i] = e
+	}
+	eventsJSON, err := json.Marshal(batch)
+	if err != nil {
+		return "", err
+	}
+	digest, err := aip.Digest(map[string]any{"channel_id": channelID, "events": json.RawMessage(eventsJSON)})
+	if err != nil {
+		return "", err
+	}
+	pending, err := h.journal.PendingEvents(ctx)
+	if err != nil {
+		return "", fmt.Errorf("hostsdk: event outbox: %w", err)
+	}
+	if pending >= maxPendingEventRows {
+		return "", fmt.Errorf("hostsdk: event outbox holds %d batches, the most allowed; events are not being delivered", pending)
+	}
+	id := strings.ReplaceAll(digest, ":", "_")
+	err = h.journal.EnqueueEvents(ctx, journal.OutboxEntry{
+		ID: id, ChannelID: channelID, Events: eventsJSON, NextAttempt: now, CreatedAt: now,
+	})
+	if err != nil {
+		return "", fmt.Errorf("hostsdk: event outbox: %w", err)
+	}
+	return id, nil
+}
+
+// manifestChannels returns the channel IDs a manifest declares: strings, or
+// objects with "id" or "channel_id".
+func manifestChannels(m *aip.Manifest) map[string]bool {
+	out := make(map[string]bool, len(m.Channels))
+	for _, raw := range m.Channels {
+		var s string
+		if json.Unmarshal(raw, &s) == nil && s != "" {
+			out[s] = true
+			continue
+		}
+		var o struct {
+			ID        string `json:"id"`
+			ChannelID string `json:"channel_id"`
+		}
+		if json.Unmarshal(raw, &o) == nil {
+			if o.ID != "" {
+				out[o.ID] = true
+			}
+			if o.ChannelID != "" {
+				out[o.ChannelID] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,211 @@
+package hostsdk
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// option is one setting of the common host CLI/env contract.
+type option struct {
+	flag  string
+	env   string
+	field string
+	usage string
+	kind  optionKind
+	// min and max bound integer and millisecond settings.
+	min, max int64
+	set      func(c *Config, v string) error
+}
+
+type optionKind int
+
+const (
+	kindString optionKind = iota
+	kindBool
+	kindInt
+	kindMillis
+)
+
+func (o *option) flagName() string {
+	if o == nil {
+		return ""
+	}
+	return "--" + o.flag
+}
+
+const envPrefix = "AIP_CONNECTOR_HOST_"
+
+func str(p func(c *Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *p(c) = v; return nil }
+}
+
+// options lists every flag and environment variable LoadConfig accepts.
+var options = []*option{
+	{flag: "bind", env: "BIND", field: "Bind", usage: "listen address (default " + DefaultBind + ")", set: str(func(c *Config) *string { return &c.Bind })},
+	{flag: "public-endpoint", env: "PUBLIC_ENDPOINT", field: "PublicEndpoint", usage: "URL of this replica's /aip/v1/messages", set: str(func(c *Config) *string { return &c.PublicEndpoint })},
+	{flag: "control-plane-endpoint", env: "CONTROL_ENDPOINT", field: "ControlPlaneEndpoint", usage: "URL of the lifecycle service's /aip/v1/connector-control", set: str(func(c *Config) *string { return &c.ControlPlaneEndpoint })},
+	{flag: "control-plane-did", env: "CONTROL_DID", field: "ControlPlaneDID", usage: "pinned did:key of the lifecycle service", set: str(func(c *Config) *string { return &c.ControlPlaneDID })},
+	{flag: "control-plane-did-file", env: "CONTROL_DID_FILE", field: "ControlPlaneDIDFile", usage: "file holding the lifecycle service's did:key", set: str(func(c *Config) *string { return &c.ControlPlaneDIDFile })},
+	{flag: "signing-seed-file", env: "SIGNING_SEED_FILE", field: "SigningSeedFile", usage: "owner-only file with this replica's Ed25519 seed (64 hex) or JWK", set: str(func(c *Config) *string { return &c.SigningSeedFile })},
+	{flag: "connector-type-id", env: "TYPE_ID", field: "ConnectorTypeID", usage: "connector type ID (ctype_...)", set: str(func(c *Config) *string { return &c.ConnectorTypeID })},
+	{flag: "version-id", env: "VERSION_ID", field: "VersionID", usage: "connector version ID (cver_...)", set: str(func(c *Config) *string { return &c.VersionID })},
+	{flag: "instance-id", env: "INSTANCE_ID", field: "InstanceID", usage: "connector instance ID (cinst_...)", set: str(func(c *Config) *string { return &c.InstanceID })},
+	{flag: "replica-id", env: "REPLICA_ID", field: "ReplicaID", usage: "replica ID (crepl_...)", set: str(func(c *Config) *string { return &c.ReplicaID })},
+	{flag: "tenant-id", env: "TENANT_ID", field: "TenantID", usage: "tenant owning the instance", set: str(func(c *Config) *string { return &c.TenantID })},
+	{flag: "gateway-principal-id", env: "GATEWAY_PRINCIPAL_ID", field: "GatewayPrincipalID", usage: "principal ID of the dispatcher", set: str(func(c *Config) *string { return &c.GatewayPrincipalID })},
+	{flag: "gateway-did", env: "GATEWAY_DID", field: "GatewayDID", usage: "pinned did:key of the dispatcher", set: str(func(c *Config) *string { return &c.GatewayDID })},
+	{flag: "gateway-did-file", env: "GATEWAY_DID_FILE", field: "GatewayDIDFile", usage: "file holding the dispatcher's did:key", set: str(func(c *Config) *string { return &c.GatewayDIDFile })},
+	{flag: "tls-ca-certificate-file", env: "TLS_CA_FILE", field: "TLSCACertificateFile", usage: "extra PEM root CA for the lifecycle service", set: str(func(c *Config) *string { return &c.TLSCACertificateFile })},
+	{flag: "trust-domain", env: "TRUST_DOMAIN", field: "TrustDomain", usage: "deployment trust domain", set: str(func(c *Config) *string { return &c.TrustDomain })},
+	{flag: "region", env: "REGION", field: "Region", usage: "topology region (default global)", set: str(func(c *Config) *string { return &c.Region })},
+	{flag: "zone", env: "ZONE", field: "Zone", usage: "topology zone (default default)", set: str(func(c *Config) *string { return &c.Zone })},
+	{flag: "capacity-class", env: "CAPACITY_CLASS", field: "CapacityClass", usage: "topology capacity class (default standard)", set: str(func(c *Config) *string { return &c.CapacityClass })},
+	{flag: "artifact-digest", env: "ARTIFACT_DIGEST", field: "ArtifactDigest", usage: "admitted artifact digest (sha256:...)", set: str(func(c *Config) *string { return &c.ArtifactDigest })},
+	{flag: "secret-provider-ref", env: "SECRET_PROVIDER_REF", field: "SecretProviderRef", usage: "instance secret-provider reference", set: str(func(c *Config) *string { return &c.SecretProviderRef })},
+	{flag: "config-revision", env: "CONFIG_REVISION", field: "ConfigRevision", usage: "instance configuration revision (default 1)", kind: kindInt, min: 1, max: math.MaxInt64,
+		set: func(c *Config, v string) error {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			c.ConfigRevision = uint64(n)
+			return nil
+		}},
+	{flag: "allow-insecure-loopback-http", env: "ALLOW_LOOPBACK_HTTP", field: "AllowInsecureLoopbackHTTP", usage: "allow http:// endpoints on loopback (requires a loopback --bind)", kind: kindBool,
+		set: func(c *Config, v string) error { c.AllowInsecureLoopbackHTTP, _ = strconv.ParseBool(v); return nil }},
+	{flag: "max-in-flight", env: "MAX_IN_FLIGHT", field: "MaxInFlight", usage: "concurrent actions and advertised capacity (default 32)", kind: kindInt, min: 1, max: MaxMaxInFlight,
+		set: func(c *Config, v string) error { n, _ := strconv.Atoi(v); c.MaxInFlight = n; return nil }},
+	{flag: "lease-ttl-ms", env: "LEASE_TTL_MS", field: "LeaseTTL", usage: "proposed lease lifetime in ms (default 30000)", kind: kindMillis, min: MinLeaseTTL.Milliseconds(), max: MaxLeaseTTL.Milliseconds(),
+		set: millis(func(c *Config) *time.Duration { return &c.LeaseTTL })},
+	{flag: "heartbeat-interval-ms", env: "HEARTBEAT_MS", field: "HeartbeatInterval", usage: "heartbeat interval in ms (default 10000; at most half the lease TTL)", kind: kindMillis, min: 1, max: MaxLeaseTTL.Milliseconds() / 2,
+		set: millis(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
+	{flag: "drain-timeout-ms", env: "DRAIN_TIMEOUT_MS", field: "DrainTimeout", usage: "bound on the wait for in-flight actions at shutdown, in ms (default 30000)", kind: kindMillis, min: 1, max: MaxDrainTimeout.Milliseconds(),
+		set: millis(func(c *Config) *time.Duration { return &c.DrainTimeout })},
+	{flag: "health-probe-timeout-ms", env: "HEALTH_TIMEOUT_MS", field: "HealthProbeTimeout", usage: "storage and connector probe timeout in ms (default 2000)", kind: kindMillis, min: 1, max: MaxHealthProbeTimeout.Milliseconds(),
+		set: millis(func(c *Config) *time.Duration { return &c.HealthProbeTimeout })},
+	{flag: "control-timeout-ms", env: "CONTROL_TIMEOUT_MS", field: "ControlTimeout", usage: "lifecycle request timeout in ms (default 5000)", kind: kindMillis, min: 1, max: MaxControlTimeout.Milliseconds(),
+		set: millis(func(c *Config) *time.Duration { return &c.ControlTimeout })},
+	{flag: "state-dir", env: "STATE_DIR", field: "StateDir", usage: "directory of the embedded SQLite journal (default .aipfleet/host-<replica-id>)", set: str(func(c *Config) *string { return &c.StateDir })},
+	{flag: "database-url-file", env: "DATABASE_URL_FILE", field: "DatabaseURLFile", usage: "owner-only file with a PostgreSQL URL for the runtime journal (needs a main that opens pgruntime)", set: str(func(c *Config) *string { return &c.DatabaseURLFile })},
+}
+
+var optionByField = func() map[string]*option {
+	m := make(map[string]*option, len(options))
+	for _, o := range options {
+		o.env = envPrefix + o.env
+		m[o.field] = o
+	}
+	return m
+}()
+
+func millis(p func(c *Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		*p(c) = time.Duration(n) * time.Millisecond
+		return nil
+	}
+}
+
+// ErrHelp is returned by LoadConfig when the arguments ask for help; the
+// usage has been written to the FlagSet's output.
+var ErrHelp = flag.ErrHelp
+
+// LoadConfig builds a Config from command-line arguments (without the program
+// name) and environment variables read through getenv (os.Getenv in a main).
+// A flag wins over its AIP_CONNECTOR_HOST_* variable. Every malformed or
+// out-of-range value is reported with the flag, the variable and the accepted
+// range; the remaining checks happen in New. Unknown flags are errors.
+// Programs with flags of their own use BindFlags instead.
+func LoadConfig(args []string, getenv func(string) string) (Config, error) {
+	fs := flag.NewFlagSet("connector-host", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	load := BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, ErrHelp
+		}
+		return Config{}, fmt.Errorf("hostsdk: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("hostsdk: unexpected argument %q; every setting is a --flag", fs.Arg(0))
+	}
+	return load(getenv)
+}
+
+// BindFlags defines the host's flags on fs and returns a function that,
+// after fs.Parse, merges them with the environment into a Config.
+func BindFlags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
+	values := make(map[*option]*string, len(options))
+	for _, o := range options {
+		v := new(string)
+		values[o] = v
+		usage := o.usage + " [$" + o.env + "]"
+		if o.kind == kindBool {
+			fs.Var(boolValue{v}, o.flag, usage)
+		} else {
+			fs.StringVar(v, o.flag, "", usage)
+		}
+	}
+	return func(getenv func(string) string) (Config, error) {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		var c Config
+		for _, o := range options {
+			raw, source := *values[o], "--"+o.flag
+			if !set[o.flag] {
+				if getenv == nil {
+					continue
+				}
+				raw, source = getenv(o.env), o.env
+				if raw == "" {
+					continue
+				}
+			}
+			if err := o.check(raw, source); err != nil {
+				return Config{}, err
+			}
+			if err := o.set(&c, raw); err != nil {
+				return Config{}, err
+			}
+		}
+		return c, nil
+	}
+}
+
+func (o *option) check(raw, source string) error {
+	bad := func(reason string, args ...any) error {
+		return &ConfigError{Field: o.field, Flag: o.flag, Env: o.env,
+			Reason: fmt.Sprintf("from %s is %q; ", source, raw) + fmt.Sprintf(reason, args...)}
+	}
+	switch o.kind {
+	case kindBool:
+		if _, err := strconv.ParseBool(raw); err != nil {
+			return bad("want true or false")
+		}
+	case kindInt, kindMillis:
+		unit := ""
+		if o.kind == kindMillis {
+			unit = " ms"
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+		if err != nil || n < o.min || n > o.max {
+			return bad("want an integer from %d to %d%s", o.min, o.max, unit)
+		}
+	}
+	return nil
+}
+
+// boolValue is a flag.Value that accepts a bare --flag as true.
+type boolValue struct{ p *string }
+
+func (b boolValue) String() string {
+	if b.p == nil {
+		return ""
+	}
+	return *b.p
+}
+func (b boolValue) Set(s string) error { *b.p = s; return nil }
+func (b boolValue) IsBoolFlag() bool   { return true }

@@ -1,0 +1,159 @@
+package hostsdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// replayPruneBatch bounds the expired message IDs deleted per heartbeat.
+const replayPruneBatch = 256
+
+// firstBeatDelay returns floor(3I/4) + r milliseconds with r uniform in
+// [0, floor(I/2)] drawn by randN(n) (uniform in [0, n)), so the first beat
+// falls uniformly in [0.75·I, 1.25·I].
+func firstBeatDelay(interval time.Duration, randN func(n uint64) uint64) time.Duration {
+	ms := uint64(interval.Milliseconds())
+	return time.Duration(ms*3/4+randN(ms/2+1)) * time.Millisecond
+}
+
+// nextBeat returns the first slot of the grid prev + k·interval (k ≥ 1)
+// after now: ticks missed while a beat ran long are skipped, never replayed
+// in a burst.
+func nextBeat(prev, now time.Time, interval time.Duration) time.Time {
+	next := prev.Add(interval)
+	if next.After(now) {
+		return next
+	}
+	return next.Add((now.Sub(next)/interval + 1) * interval)
+}
+
+// runHeartbeats renews the lease until ctx is cancelled: the first beat
+// after a jittered delay, then every HeartbeatInterval on a fixed grid.
+func (h *Host) runHeartbeats(ctx context.Context) {
+	interval := h.cfg.HeartbeatInterval
+	next := time.Now().Add(firstBeatDelay(interval, rand.Uint64N))
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		h.heartbeatTick(ctx)
+		next = nextBeat(next, time.Now(), interval)
+		timer.Reset(time.Until(next))
+	}
+}
+
+// heartbeatTick probes health and renews or recovers the lease. Any failure
+// counts in aip_connector_host_heartbeat_failures_total; the lease is kept
+// until its recorded expiry.
+func (h *Host) heartbeatTick(ctx context.Context) {
+	if h.draining.Load() {
+		return
+	}
+	if n, err := h.journal.PruneMessages(ctx, h.cfg.Now(), replayPruneBatch); err != nil {
+		h.log.Warn("prune the replay registry", "error", err)
+	} else if n > 0 {
+		h.log.Debug("pruned expired message IDs", "count", n)
+	}
+	storageErr, connErr := h.probe(ctx)
+	ready := storageErr == nil && connErr == nil
+	if !ready {
+		h.log.Warn("replica is not healthy", "storage_error", errString(storageErr), "connector_error", errString(connErr))
+	}
+	if err := h.renewOrRecover(ctx, ready); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		h.m.heartbeatFailures.Inc()
+		h.log.Warn("heartbeat failed", "error", err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// renewOrRecover sends a heartbeat while the local lease is valid (reporting
+// connector_ready=false when unhealthy, which takes the replica offline);
+// after local expiry a healthy host re-registers.
+func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
+	h.controlMu.Lock()
+	defer h.controlMu.Unlock()
+	if h.draining.Load() {
+		return nil
+	}
+	now := h.cfg.Now()
+	if !h.lease.valid(now) {
+		if !ready {
+			return nil
+		}
+		return h.recoverLease(ctx)
+	}
+	seq, _ := h.lease.get()
+	sr, err := h.control.seal(aip.HeartbeatCommand(aip.Heartbeat{
+		ReplicaID: h.cfg.ReplicaID, PreviousSequence: seq,
+		InFlight: uint32(h.inflight.count()), ConnectorReady: ready,
+	}))
+	if err != nil {
+		return err
+	}
+	out, err := h.control.do(ctx, sr)
+	if err != nil {
+		return fmt.Errorf("heartbeat at sequence %d: %w", seq, err)
+	}
+	if out.Lease == nil {
+		return fmt.Errorf("heartbeat answered %s without a lease", out.Status)
+	}
+	h.lease.apply(out.Lease)
+	if !ready {
+		h.log.Warn("reported connector_ready=false; the control plane takes the replica offline until it recovers", "sequence", out.Lease.Sequence)
+	}
+	return nil
+}
+
+// recoverLease re-registers after the local lease expired. After an
+// ambiguous failure the same request (ID and payload) is sent again on the
+// next attempt, so a registration whose answer was lost is replayed
+// idempotently; after a definitive rejection the pending request is dropped
+// and the next attempt uses a fresh request ID.
+func (h *Host) recoverLease(ctx context.Context) error {
+	h.m.recoveryAttempts.Inc()
+	var err error
+	sr := h.pendingRegister
+	if sr == nil {
+		sr, err = h.control.seal(aip.RegisterCommand(h.registration()))
+	} else {
+		sr, err = h.control.refresh(sr)
+	}
+	if err != nil {
+		return err
+	}
+	h.pendingRegister = sr
+	out, err := h.control.do(ctx, sr)
+	if err != nil {
+		var rej *ControlRejectedError
+		if errors.As(err, &rej) {
+			h.pendingRegister = nil
+		}
+		return fmt.Errorf("lease recovery (request %s): %w", sr.req.RequestID, err)
+	}
+	h.pendingRegister = nil
+	if out.Lease == nil {
+		return fmt.Errorf("register answered %s without a lease", out.Status)
+	}
+	h.lease.apply(out.Lease)
+	h.m.recoveries.Inc()
+	h.log.Info("lease recovered", "sequence", out.Lease.Sequence, "expires_at", out.Lease.ExpiresAt.String())
+	return nil
+}

@@ -1,0 +1,436 @@
+package hostsdk
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Component names the host in logs, health documents and error sources.
+const Component = "aip-connector-host"
+
+const tracerName = "github.com/aipfleet/aipfleet/hostsdk"
+
+// Host runs one connector replica: bootstrap, native ingress, heartbeats and
+// drain. Create it with New, then call Run (or Start and Stop).
+type Host struct {
+	cfg    Config
+	conn   Connector
+	log    *slog.Logger
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	m      *metrics
+
+	phaseMu   sync.Mutex
+	phase     phase
+	startDone chan struct{}
+	startErr  error
+	stopDone  chan struct{}
+	stopErr   error
+
+	// Set during bootstrap, read-only afterwards.
+	key            *aip.SigningKey
+	gatewayDID     string
+	tenant         TenantContext
+	principal      aip.Principal // the bound agent with this replica's DID
+	manifest       *aip.Manifest // the bound manifest (agent without DID)
+	manifestJSON   []byte
+	manifestDigest string
+	caps           map[string]*capability
+	channels       map[string]bool
+	journal        journal.Journal
+	ownsJournal    bool
+	control        *controlClient
+	listener       net.Listener
+	server         *http.Server
+	jwks           []byte
+	state          *State
+	events         *EventPublisher
+	recovery       journal.RecoverySummary
+
+	// Runtime state.
+	draining        atomic.Bool
+	storageReady    atomic.Bool
+	connectorReady  atomic.Bool
+	storageDetail   atomic.Pointer[string]
+	connectorDetail atomic.Pointer[string]
+	lease           leaseState
+	controlMu       sync.Mutex     // serializes lifecycle calls (one sequence fence)
+	pendingRegister *sealedRequest // guarded by controlMu
+	inflight        inflight
+	runMu           sync.Mutex
+	running         map[string]*runningAction
+
+	// Goroutines the host owns.
+	hardStop   context.CancelFunc // cancels every running action
+	actionBase context.Context
+	hbCancel   context.CancelFunc
+	hbDone     chan struct{}
+	evCancel   context.CancelFunc
+	evDone     chan struct{}
+	evErr      error
+	serveDone  chan struct{}
+	serveErr   error
+	fatal      chan error
+}
+
+type phase int
+
+const (
+	phaseNew phase = iota
+	phaseStarting
+	phaseStarted
+	phaseStopped
+)
+
+// New validates cfg and returns a host for conn. It does no I/O and starts
+// no goroutines. A configuration error is a *ValidateError wrapping a
+// *ConfigError that names the field, flag and environment variable.
+func New(cfg Config, conn Connector) (*Host, error) {
+	if conn == nil {
+		return nil, &ValidateError{errors.New("connector is nil")}
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, &ValidateError{err}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", Component, "replica_id", cfg.ReplicaID, "instance_id", cfg.InstanceID)
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	h := &Host{
+		cfg:       cfg,
+		conn:      conn,
+		log:       log,
+		tracer:    tp.Tracer(tracerName),
+		prop:      propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		startDone: make(chan struct{}),
+		stopDone:  make(chan struct{}),
+		running:   make(map[string]*runningAction),
+		fatal:     make(chan error, 1),
+		tenant: TenantContext{
+			TenantID: cfg.TenantID, ConnectorTypeID: cfg.ConnectorTypeID, VersionID: cfg.VersionID,
+			InstanceID: cfg.InstanceID, ReplicaID: cfg.ReplicaID, ConfigRevision: cfg.ConfigRevision,
+			SecretProviderRef: cfg.SecretProviderRef, TrustDomain: cfg.TrustDomain,
+		},
+	}
+	h.inflight.init(cfg.MaxInFlight)
+	h.m = newMetrics(h)
+	empty := ""
+	h.storageDetail.Store(&empty)
+	h.connectorDetail.Store(&empty)
+	return h, nil
+}
+
+// Run starts the host and serves until ctx is cancelled (SIGTERM, Ctrl-C)
+// or the HTTP server fails, then drains and goes offline. It returns nil
+// only when bootstrap succeeded and the server, heartbeat, drain and offline
+// steps were all clean; otherwise a bootstrap StepError or a
+// *ShutdownError joining every failure.
+func (h *Host) Run(ctx context.Context) error {
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	var fatal error
+	select {
+	case <-ctx.Done():
+		h.log.Info("shutdown requested", "cause", context.Cause(ctx))
+	case fatal = <-h.fatal:
+		h.log.Error("HTTP server failed; shutting down", "error", fatal)
+	}
+	// Stop is bounded by the drain, lifecycle and shutdown timeouts.
+	return h.Stop(context.WithoutCancel(ctx))
+}
+
+// Start runs the ten bootstrap steps and returns once the host serves. ctx
+// bounds the bootstrap only. On failure everything opened is released and
+// the error is the failing step's type (see StepError).
+func (h *Host) Start(ctx context.Context) error {
+	h.phaseMu.Lock()
+	if h.phase != phaseNew {
+		h.phaseMu.Unlock()
+		return ErrAlreadyStarted
+	}
+	h.phase = phaseStarting
+	h.phaseMu.Unlock()
+
+	err := h.bootstrap(ctx)
+	h.phaseMu.Lock()
+	if err != nil {
+		h.phase = phaseStopped
+		h.startErr = err
+		close(h.stopDone)
+	} else {
+		h.phase = phaseStarted
+	}
+	close(h.startDone)
+	h.phaseMu.Unlock()
+	return err
+}
+
+// Stop drains the host and takes it offline (see shutdown for the order).
+// It is idempotent and safe before Start (then it does nothing). It waits
+// for the shutdown to finish or for ctx; past ctx's deadline it returns
+// ctx.Err() while the shutdown goes on, and a later Stop waits again. The
+// result is nil only for a clean shutdown.
+func (h *Host) Stop(ctx context.Context) error {
+	h.phaseMu.Lock()
+	switch h.phase {
+	case phaseNew:
+		h.phase = phaseStopped
+		close(h.startDone)
+		close(h.stopDone)
+		h.phaseMu.Unlock()
+		return nil
+	case phaseStarting:
+		h.phaseMu.Unlock()
+		select {
+		case <-h.startDone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return h.Stop(ctx)
+	case phaseStarted:
+		h.phase = phaseStopped
+		go func() {
+			h.stopErr = h.shutdown()
+			close(h.stopDone)
+		}()
+	}
+	h.phaseMu.Unlock()
+	select {
+	case <-h.stopDone:
+		if h.startErr != nil {
+			return nil
+		}
+		return h.stopErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Addr returns the address the host listens on (nil before step 5).
+func (h *Host) Addr() net.Addr {
+	if h.listener == nil {
+		return nil
+	}
+	return h.listener.Addr()
+}
+
+// DID returns the replica's did:key (empty before step 1 completes).
+func (h *Host) DID() string {
+	if h.key == nil {
+		return ""
+	}
+	return h.key.DID()
+}
+
+// ManifestDigest returns the bound manifest's digest (empty before step 4).
+func (h *Host) ManifestDigest() string { return h.manifestDigest }
+
+// Ready reports whether the replica accepts actions: a valid lease, not
+// draining, storage and connector healthy.
+func (h *Host) Ready() bool { return h.ready() }
+
+func (h *Host) ready() bool {
+	return !h.draining.Load() && h.lease.valid(h.cfg.Now()) && h.storageReady.Load() && h.connectorReady.Load()
+}
+
+// bootstrap runs the ten steps in order.
+func (h *Host) bootstrap(ctx context.Context) (err error) {
+	ctx, span := h.tracer.Start(ctx, "hostsdk.bootstrap")
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			h.releaseAfterFailedStart()
+		}
+		span.End()
+	}()
+	steps := []struct {
+		step BootstrapStep
+		run  func(context.Context) error
+	}{
+		{StepValidate, h.stepValidate},
+		{StepOpenJournal, h.stepOpenJournal},
+		{StepDiscover, h.stepDiscover},
+		{StepBindManifest, h.stepBindManifest},
+		{StepBuildRoutes, h.stepBuildRoutes},
+		{StepRecover, h.stepRecover},
+		{StepProbe, h.stepProbe},
+		{StepRegister, h.stepRegister},
+		{StepApplyLease, h.stepApplyLease},
+		{StepServe, h.stepServe},
+	}
+	for _, s := range steps {
+		if err := h.runStep(ctx, s.step, s.run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context.Context) error) error {
+	ctx, span := h.tracer.Start(ctx, "hostsdk.bootstrap."+step.String(),
+		trace.WithAttributes(attribute.Int("aip.bootstrap.step", int(step))))
+	defer span.End()
+	start := time.Now()
+	err := run(ctx)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		err = wrapStep(step, err)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		h.log.Error("bootstrap step failed", "step", int(step), "name", step.String(), "error", err)
+		return err
+	}
+	h.log.Info("bootstrap step", "step", int(step), "name", step.String(), "duration_ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// releaseAfterFailedStart undoes what the completed steps opened.
+func (h *Host) releaseAfterFailedStart() {
+	if h.hbCancel != nil {
+		h.hbCancel()
+		<-h.hbDone
+	}
+	if h.listener != nil {
+		h.listener.Close()
+	}
+	if h.hardStop != nil {
+		h.hardStop()
+	}
+	if h.ownsJournal && h.journal != nil {
+		if err := h.journal.Close(); err != nil {
+			h.log.Warn("close journal", "error", err)
+		}
+	}
+}
+
+// leaseState is the last lease the control plane granted.
+type leaseState struct {
+	mu        sync.Mutex
+	sequence  uint64
+	expiresAt time.Time
+	granted   bool
+}
+
+func (l *leaseState) valid(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.granted && l.expiresAt.After(now)
+}
+
+func (l *leaseState) get() (seq uint64, expiresAt time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sequence, l.expiresAt
+}
+
+func (l *leaseState) apply(lease *aip.Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sequence, l.expiresAt, l.granted = lease.Sequence, lease.ExpiresAt.Time, true
+}
+
+// expire records that the lease ended (offline) at now.
+func (l *leaseState) expire(now time.Time, sequence uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sequence, l.expiresAt = sequence, now
+}
+
+// inflight counts actions in progress, bounded by max.
+type inflight struct {
+	mu      sync.Mutex
+	n, max  int
+	closed  bool
+	changed chan struct{}
+}
+
+func (f *inflight) init(max int) { f.max, f.changed = max, make(chan struct{}) }
+
+// acquire takes a slot. It reports closed when the host no longer accepts
+// actions and full when max slots are taken.
+func (f *inflight) acquire() (ok, closed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false, true
+	}
+	if f.n >= f.max {
+		return false, false
+	}
+	f.n++
+	return true, false
+}
+
+func (f *inflight) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *inflight) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// close refuses further acquisitions.
+func (f *inflight) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+}
+
+// wait blocks until no slot is taken or ctx is done.
+func (f *inflight) wait(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		n, ch := f.n, f.changed
+		f.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%d actions still in flight: %w", n, ctx.Err())
+		}
+	}
+}
+
+func pinnedKey(did string) (ed25519.PublicKey, error) { return aip.ParseDIDKey(did) }
+
+// Principal returns the replica's signing principal: the bound manifest
+// agent with this replica's DID (zero before step 4).
+func (h *Host) Principal() aip.Principal { return h.principal }
+
+// Tenant returns the deployment identity the connector serves.
+func (h *Host) Tenant() TenantContext { return h.tenant }

@@ -1,0 +1,701 @@
+package hostsdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Error codes of the native ingress.
+const (
+	// Unsigned (the request could not be read as an envelope).
+	CodeSchemaInvalid   = "schema.envelope.invalid"
+	CodeDecodeInvalid   = "envelope.decode.invalid"
+	CodeTooLarge        = "envelope.too_large"
+	CodeResponseSigning = "connector_host.response_signing"
+	// Signed.
+	CodeAuthentication      = "connector_host.authentication"
+	CodeRouteMismatch       = "connector_host.route_mismatch"
+	CodeNotReady            = "connector_host.not_ready"
+	CodeCapacity            = "connector_host.capacity"
+	CodeReplay              = "connector_host.replay"
+	CodeIdempotencyConflict = "connector_host.idempotency_conflict"
+	CodeActionInProgress    = "connector_host.action_in_progress"
+	CodeExecution           = "connector_host.execution"
+	CodeOutcomeUnknown      = "connector_host.outcome_unknown"
+	CodeStorageUnavailable  = "connector_host.storage_unavailable"
+	CodeInputInvalid        = "connector_host.input_invalid"
+	CodeOutputInvalid       = "connector_host.output_invalid"
+	CodeCapabilityUnknown   = "connector_host.capability_unknown"
+	CodeUnsupportedMessage  = "connector_host.unsupported_message"
+)
+
+// Freshness of native messages: a message older than MaxMessageAge or sent
+// more than MaxMessageSkew in the future is refused as a replay; accepted
+// message IDs stay in the replay registry until sent_at + MaxMessageAge +
+// MaxMessageSkew.
+const (
+	MaxMessageAge  = 5 * time.Minute
+	MaxMessageSkew = 5 * time.Minute
+	// CapacityRetryAfter is the retry hint of connector_host.capacity.
+	CapacityRetryAfter = 100 * time.Millisecond
+)
+
+// ContentTypeNDJSON is the media type of a streaming action's response: one
+// signed envelope per line, stream chunks in sequence order, then the final
+// action_result (or error) envelope.
+const ContentTypeNDJSON = "application/x-ndjson"
+
+var (
+	errCancelRequested = errors.New("hostsdk: action cancelled by an action-scoped cancel")
+	errActionTimeout   = errors.New("hostsdk: action timed out")
+	errorSource        = json.RawMessage(`{"component":"` + Component + `"}`)
+)
+
+// runningAction is an action being handled in this process.
+type runningAction struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	call   *Call
+}
+
+func (ra *runningAction) setCall(c *Call) { ra.mu.Lock(); ra.call = c; ra.mu.Unlock() }
+func (ra *runningAction) getCall() *Call  { ra.mu.Lock(); defer ra.mu.Unlock(); return ra.call }
+
+// exchange is one native request and its response.
+type exchange struct {
+	h      *Host
+	w      http.ResponseWriter
+	r      *http.Request
+	ctx    context.Context
+	req    *aip.Envelope
+	stream bool // answer with NDJSON lines
+	// streamStarted is set once the NDJSON 200 header was written.
+	streamStarted bool
+	span          trace.Span
+}
+
+// handleMessages serves POST /aip/v1/messages.
+func (h *Host) handleMessages() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.m.requests.Inc()
+		x := &exchange{h: h, w: w, r: r, ctx: r.Context()}
+		if !x.serve() {
+			h.m.rejected.Inc()
+		}
+		if x.span != nil {
+			x.span.End()
+		}
+	})
+}
+
+// serve handles the request and reports whether it succeeded.
+func (x *exchange) serve() bool {
+	h := x.h
+	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, aip.MaxMessageBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return x.unsigned(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("the message exceeds %d bytes", aip.MaxMessageBytes))
+		}
+		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, "read body: "+err.Error())
+	}
+	var env aip.Envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		return x.unsigned(http.StatusBadRequest, CodeSchemaInvalid, "not an AIP envelope: "+err.Error())
+	}
+	if env.AIPVersion == "" || env.MessageType == "" || env.MessageID == "" || env.SentAt.IsZero() || env.Body.Tag() == "" {
+		return x.unsigned(http.StatusBadRequest, CodeSchemaInvalid, "an envelope needs aip_version, message_type, message_id, sent_at and a body with exactly one member")
+	}
+	if err := env.Validate(); err != nil {
+		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, err.Error())
+	}
+	x.req = &env
+	ctx := h.prop.Extract(x.ctx, propagation.MapCarrier(env.Trace))
+	x.ctx, x.span = h.tracer.Start(ctx, "hostsdk.message", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("aip.message_type", string(env.MessageType)),
+			attribute.String("aip.message_id", env.MessageID)))
+	x.stream = env.Body.Action != nil && env.Body.Action.Mode == aip.ModeStreaming
+
+	// The dispatcher's signature and identity.
+	if _, err := aip.VerifyEnvelope(body, h.gatewayDID); err != nil {
+		return x.fail(http.StatusUnauthorized, aip.NewProtocolError(CodeAuthentication, aip.CategoryAuth, false, 0,
+			"the message is not signed by the pinned dispatcher: "+err.Error()))
+	}
+	if pe := h.checkSender(&env); pe != nil {
+		return x.fail(http.StatusUnauthorized, pe)
+	}
+	// The pinned route.
+	route, pe := h.checkRoute(&env)
+	if pe != nil {
+		return x.fail(http.StatusForbidden, pe)
+	}
+	now := h.cfg.Now()
+	sent := env.SentAt.Time
+	if sent.Before(now.Add(-MaxMessageAge)) || sent.After(now.Add(MaxMessageSkew)) {
+		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
+			fmt.Sprintf("sent_at %s is outside the accepted window (at most %s old, %s ahead)", env.SentAt, MaxMessageAge, MaxMessageSkew)))
+	}
+	// Every message ID is claimed before anything else happens, refusals
+	// included: a refused envelope can never execute later.
+	claimed, err := h.journal.ClaimMessage(x.ctx, env.MessageID, sent.Add(MaxMessageAge+MaxMessageSkew), now)
+	if err != nil {
+		return x.storageUnavailable(err)
+	}
+	if !claimed {
+		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
+			"message "+env.MessageID+" was already received"))
+	}
+	switch b := &env.Body; {
+	case b.Action != nil:
+		return x.action(b.Action, route)
+	case b.Cancel != nil:
+		return x.cancel(b.Cancel, route)
+	case b.ActionStatusQuery != nil:
+		return x.statusQuery(b.ActionStatusQuery.ActionID)
+	}
+	return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeUnsupportedMessage, aip.CategoryConnector, false, 0,
+		fmt.Sprintf("a connector host does not handle %s messages", env.MessageType)))
+}
+
+// checkSender compares the envelope's from with the pinned dispatcher.
+func (h *Host) checkSender(env *aip.Envelope) *aip.ProtocolError {
+	f := env.From
+	mismatch := func(msg string) *aip.ProtocolError {
+		return aip.NewProtocolError(CodeRouteMismatch, aip.CategoryAuth, false, 0, msg)
+	}
+	switch {
+	case f == nil:
+		return mismatch("the message has no from principal")
+	case f.ID != h.cfg.GatewayPrincipalID || f.Kind != aip.PrincipalService:
+		return mismatch(fmt.Sprintf("from %s (%s) is not the dispatcher principal %s (service)", f.ID, f.Kind, h.cfg.GatewayPrincipalID))
+	case f.TrustDomain != h.cfg.TrustDomain:
+		return mismatch(fmt.Sprintf("from trust_domain %q is not %q", f.TrustDomain, h.cfg.TrustDomain))
+	case f.DID != "" && f.DID != h.gatewayDID:
+		return mismatch("from did is not the pinned dispatcher DID")
+	}
+	return nil
+}
+
+// checkRoute checks the addressee and the pinned security.connector_route
+// against this replica.
+func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.ProtocolError) {
+	mismatch := func(format string, args ...any) (*aip.ConnectorRoute, *aip.ProtocolError) {
+		return nil, aip.NewProtocolError(CodeRouteMismatch, aip.CategoryAuth, false, 0, fmt.Sprintf(format, args...))
+	}
+	p := &h.principal
+	to := env.To
+	if to == nil || to.ID != p.ID || to.Kind != p.Kind || (to.TrustDomain != "" && to.TrustDomain != p.TrustDomain) || (to.DID != "" && to.DID != p.DID) {
+		return mismatch("the message is not addressed to this replica's principal %s (%s)", p.ID, p.Kind)
+	}
+	var route aip.ConnectorRoute
+	ok, err := env.SecurityValue(aip.SecurityConnectorRoute, &route)
+	if !ok || err != nil {
+		return mismatch("security.connector_route is missing or malformed")
+	}
+	c := &h.cfg
+	for _, f := range []struct{ name, got, want string }{
+		{"tenant_id", route.TenantID, c.TenantID},
+		{"instance_id", route.InstanceID, c.InstanceID},
+		{"replica_id", route.ReplicaID, c.ReplicaID},
+		{"version_id", route.VersionID, c.VersionID},
+		{"manifest_digest", route.ManifestDigest, h.manifestDigest},
+	} {
+		if f.got != f.want {
+			return mismatch("route %s %q does not match this replica (%q)", f.name, f.got, f.want)
+		}
+	}
+	b := &env.Body
+	switch {
+	case b.Action != nil:
+		a := b.Action
+		if route.ActionID != a.ID || route.CapabilityID != a.CapabilityID {
+			return mismatch("route pins action %s/%s, the message carries %s/%s", route.ActionID, route.CapabilityID, a.ID, a.CapabilityID)
+		}
+		routeStreaming := route.OriginalMode != nil && *route.OriginalMode == aip.ModeStreaming
+		if routeStreaming != (a.Mode == aip.ModeStreaming) {
+			return mismatch("action mode %q does not match the route's original_mode", a.Mode)
+		}
+		if a.Callback != nil {
+			return mismatch("action callbacks are not accepted: a streaming action's chunks are returned in the response as NDJSON")
+		}
+	case b.Cancel != nil:
+		if b.Cancel.Target.Session != "" {
+			return mismatch("only action-scoped cancel is accepted")
+		}
+		if b.Cancel.Target.Action != route.ActionID {
+			return mismatch("cancel target %s is not the routed action %s", b.Cancel.Target.Action, route.ActionID)
+		}
+	case b.ActionStatusQuery != nil:
+		if b.ActionStatusQuery.ActionID != route.ActionID {
+			return mismatch("status query for %s is not the routed action %s", b.ActionStatusQuery.ActionID, route.ActionID)
+		}
+	}
+	return &route, nil
+}
+
+// action handles an Action body.
+func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
+	h := x.h
+	x.span.SetAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID))
+	if !h.ready() {
+		return x.notReady()
+	}
+	ok, closed := h.inflight.acquire()
+	if closed {
+		return x.notReady()
+	}
+	if !ok {
+		return x.fail(http.StatusTooManyRequests, aip.NewProtocolError(CodeCapacity, aip.CategoryTemporary, true,
+			uint64(CapacityRetryAfter.Milliseconds()), fmt.Sprintf("the replica runs its maximum of %d actions", h.cfg.MaxInFlight)))
+	}
+	defer h.inflight.release()
+
+	cap := h.caps[a.CapabilityID]
+	if cap == nil || cap.cap.Kind == aip.KindResource {
+		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeCapabilityUnknown, aip.CategoryPermanent, false, 0,
+			fmt.Sprintf("capability %s is not an invocable capability of this connector's manifest", a.CapabilityID)))
+	}
+	if a.Identity != nil && a.Identity.Tenant != nil && a.Identity.Tenant.ID != h.cfg.TenantID {
+		return x.fail(http.StatusForbidden, aip.NewProtocolError(CodeRouteMismatch, aip.CategoryAuth, false, 0,
+			"the action's tenant is not this replica's tenant"))
+	}
+	digest, err := aip.DigestJSON(a.Input)
+	if err != nil {
+		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, "action input: "+err.Error())
+	}
+	ra, earlier := h.register(a.ID)
+	if earlier != nil {
+		// The same action ID is being handled by another request: wait for
+		// it, then answer from the journal.
+		select {
+		case <-earlier.done:
+		case <-x.ctx.Done():
+			return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
+				"action "+a.ID+" is still running"))
+		}
+		return x.journaled(a.ID, digest)
+	}
+	defer h.unregister(a.ID, ra)
+
+	if err := validateJSON(cap.input, a.Input); err != nil {
+		if _, jerr := h.journal.Action(x.ctx, a.ID); jerr == nil {
+			return x.journaled(a.ID, digest)
+		}
+		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeInputInvalid, aip.CategoryPermanent, false, 0,
+			"input does not match the input_schema of "+a.CapabilityID+": "+err.Error()))
+	}
+	jctx := context.WithoutCancel(x.ctx)
+	existing, created, err := h.journal.BeginAction(jctx, journal.Action{
+		ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: h.cfg.TenantID,
+		IdempotencyKey: idempotencyKey(x.req, a), InputDigest: digest, FenceToken: route.FenceToken,
+		MessageID: x.req.MessageID, ReceivedAt: h.cfg.Now(),
+	})
+	if err != nil {
+		return x.storageUnavailable(err)
+	}
+	if !created {
+		return x.answerJournaled(existing, digest)
+	}
+	return x.execute(ra, a, cap, route)
+}
+
+func idempotencyKey(env *aip.Envelope, a *aip.Action) string {
+	switch {
+	case a.IdempotencyKey != "":
+		return a.IdempotencyKey
+	case env.IdempotencyKey != "":
+		return env.IdempotencyKey
+	}
+	return a.ID
+}
+
+// register records that this request handles actionID; when another
+// request already does, it returns that one instead.
+func (h *Host) register(actionID string) (ra, earlier *runningAction) {
+	h.runMu.Lock()
+	defer h.runMu.Unlock()
+	if ra := h.running[actionID]; ra != nil {
+		return nil, ra
+	}
+	ctx, cancel := context.WithCancelCause(h.actionBase)
+	ra = &runningAction{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	h.running[actionID] = ra
+	return ra, nil
+}
+
+func (h *Host) unregister(actionID string, ra *runningAction) {
+	h.runMu.Lock()
+	delete(h.running, actionID)
+	h.runMu.Unlock()
+	ra.cancel(context.Canceled)
+	close(ra.done)
+}
+
+func (h *Host) lookupRunning(actionID string) *runningAction {
+	h.runMu.Lock()
+	defer h.runMu.Unlock()
+	return h.running[actionID]
+}
+
+// execute runs a freshly journaled action and journals its outcome.
+func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, route *aip.ConnectorRoute) bool {
+	h := x.h
+	jctx := context.WithoutCancel(x.ctx)
+	projected := *a
+	identity := aip.IdentityContext{}
+	if a.Identity != nil {
+		identity = *a.Identity
+	}
+	identity.Tenant = &aip.TenantRef{ID: h.cfg.TenantID}
+	projected.Identity = &identity
+	call := &Call{
+		Action: &projected, Capability: cap.cap, Tenant: h.tenant,
+		IdempotencyKey: idempotencyKey(x.req, a), MessageID: x.req.MessageID, Route: *route,
+		Logger: h.log.With("action_id", a.ID, "capability_id", a.CapabilityID),
+		state:  h.state, events: h.events,
+	}
+	ra.setCall(call)
+
+	var (
+		res      *aip.ActionResult
+		err      error
+		panicked any
+	)
+	if context.Cause(ra.ctx) == errCancelRequested {
+		err = context.Canceled // cancelled before it started: never run
+	} else if err = h.journal.StartAction(jctx, a.ID, h.cfg.Now()); err != nil {
+		return x.storageUnavailable(err)
+	} else {
+		ctx := trace.ContextWithSpan(ra.ctx, x.span)
+		if a.TimeoutMS != nil && *a.TimeoutMS > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(*a.TimeoutMS)*time.Millisecond, errActionTimeout)
+			defer cancel()
+		}
+		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,
+			trace.WithAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID)))
+		res, err, panicked = x.invoke(ctx, call, a)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+	status, result, detail := h.settle(ra.ctx, a, cap, res, err, panicked)
+	var raw json.RawMessage
+	if result != nil {
+		if raw, err = json.Marshal(result); err != nil {
+			status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result cannot be encoded: "+err.Error(), nil
+		}
+	}
+	receipt, err := h.journal.FinishAction(jctx, a.ID, status, raw, detail, h.cfg.Now())
+	if err != nil {
+		h.storageReady.Store(false)
+		h.log.Error("journal the action outcome", "action_id", a.ID, "status", status, "error", err)
+		return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeExecution, aip.CategoryConnector, false, 0,
+			"the action ran but its outcome could not be journaled; it will be reconciled when the replica restarts"))
+	}
+	if status == aip.StateOutcomeUnknown {
+		h.log.Warn("action outcome unknown", "action_id", a.ID, "detail", detail)
+		return x.outcomeUnknown(a.ID, detail)
+	}
+	result.Receipt = &aip.Receipt{ID: receipt.ID, Hash: receipt.Hash}
+	return x.result(result)
+}
+
+// invoke calls the connector, turning a panic into a value.
+func (x *exchange) invoke(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, err error, panicked any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	if st, ok := x.h.conn.(Streamer); ok && x.stream {
+		cw := &ChunkWriter{x: x, actionID: a.ID}
+		res, err = st.HandleStream(ctx, call, cw)
+		cw.close()
+		return res, err, nil
+	}
+	res, err = x.h.conn.Handle(ctx, call)
+	return res, err, nil
+}
+
+// settle turns what the connector returned into the journal state, the
+// result to store and a detail.
+func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res *aip.ActionResult, err error, panicked any) (aip.ActionState, *aip.ActionResult, string) {
+	failed := func(code string, category aip.ErrorCategory, msg string) (aip.ActionState, *aip.ActionResult, string) {
+		msg = aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes)
+		return aip.StateFailed, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(code, category, false, 0, msg)}, msg
+	}
+	if panicked != nil {
+		return aip.StateOutcomeUnknown, nil, fmt.Sprintf("the connector panicked: %v", panicked)
+	}
+	cause := context.Cause(actx)
+	if err != nil {
+		var pe *aip.ProtocolError
+		switch {
+		case errors.Is(err, ErrOutcomeUnknown):
+			return aip.StateOutcomeUnknown, nil, err.Error()
+		case errors.As(err, &pe):
+			p := *pe
+			return aip.StateFailed, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: &p}, p.Error()
+		case cause == errCancelRequested && errors.Is(err, context.Canceled):
+			return aip.StateCancelled, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCancelled}, "cancelled by request"
+		case errors.Is(err, context.DeadlineExceeded):
+			return aip.StateOutcomeUnknown, nil, "the action timed out; the connector did not say whether its effect happened: " + err.Error()
+		}
+		return failed(CodeConnectorFailed, aip.CategoryConnector, err.Error())
+	}
+	if res == nil {
+		return failed(CodeConnectorFailed, aip.CategoryConnector, "the connector returned neither a result nor an error")
+	}
+	r := *res
+	if r.ActionID == "" {
+		r.ActionID = a.ID
+	}
+	if r.ActionID != a.ID {
+		return aip.StateOutcomeUnknown, nil, "the connector returned a result for another action (" + r.ActionID + ")"
+	}
+	if err := r.Validate(); err != nil {
+		return aip.StateOutcomeUnknown, nil, "the connector returned an invalid result: " + err.Error()
+	}
+	r.Receipt = nil
+	if r.Status == aip.ResultCompleted && cap.output != nil && len(r.Output) > 0 {
+		if err := validateJSON(cap.output, r.Output); err != nil {
+			return failed(CodeOutputInvalid, aip.CategoryConnector, "the connector's output does not match the output_schema of "+a.CapabilityID+": "+err.Error())
+		}
+	}
+	return stateOf(r.Status), &r, ""
+}
+
+// journaled answers from the journal record of actionID.
+func (x *exchange) journaled(actionID, digest string) bool {
+	a, err := x.h.journal.Action(context.WithoutCancel(x.ctx), actionID)
+	if err != nil {
+		if errors.Is(err, journal.ErrNotFound) {
+			return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
+				"action "+actionID+" was being handled by another request that did not journal it; send it again"))
+		}
+		return x.storageUnavailable(err)
+	}
+	return x.answerJournaled(a, digest)
+}
+
+// answerJournaled answers a delivery of an action the journal already holds:
+// the journaled result, never a second run. digest "" skips the input
+// comparison (cancel and status paths).
+func (x *exchange) answerJournaled(a journal.Action, digest string) bool {
+	tombstone := a.InputDigest == "" && a.Status == aip.StateCancelled
+	if digest != "" && !tombstone && a.InputDigest != digest {
+		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeIdempotencyConflict, aip.CategoryPolicy, false, 0,
+			"action "+a.ActionID+" was already received with a different input; use a new action ID"))
+	}
+	switch {
+	case a.Status == aip.StateOutcomeUnknown:
+		return x.outcomeUnknown(a.ActionID, a.Detail)
+	case a.Status.Terminal():
+		var res aip.ActionResult
+		if err := json.Unmarshal(a.Result, &res); err != nil {
+			return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeExecution, aip.CategoryConnector, false, 0,
+				"the journaled result of "+a.ActionID+" cannot be read"))
+		}
+		return x.result(&res)
+	}
+	return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
+		"action "+a.ActionID+" is "+string(a.Status)))
+}
+
+// cancel handles an action-scoped Cancel: a running action's context is
+// cancelled (and the connector's Canceler told); the answer is the action's
+// journaled result once it settles. A cancel for an action this replica has
+// not seen journals a cancelled record, so the action never runs if it
+// arrives later.
+func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
+	h := x.h
+	id := c.Target.Action
+	jctx := context.WithoutCancel(x.ctx)
+	for range 2 {
+		if ra := h.lookupRunning(id); ra != nil {
+			ra.cancel(errCancelRequested)
+			if cn, ok := h.conn.(Canceler); ok {
+				if call := ra.getCall(); call != nil {
+					cctx, cancel := context.WithTimeout(x.ctx, h.cfg.HealthProbeTimeout)
+					if err := cn.Cancel(cctx, call, c.Reason); err != nil {
+						h.log.Warn("connector cancel", "action_id", id, "error", err)
+					}
+					cancel()
+				}
+			}
+			select {
+			case <-ra.done:
+			case <-x.ctx.Done():
+				return false
+			}
+		}
+		a, err := h.journal.Action(jctx, id)
+		if err == nil {
+			if !a.Status.Terminal() && h.lookupRunning(id) != nil {
+				continue
+			}
+			return x.answerJournaled(a, "")
+		}
+		if !errors.Is(err, journal.ErrNotFound) {
+			return x.storageUnavailable(err)
+		}
+		if h.lookupRunning(id) != nil {
+			continue
+		}
+		now := h.cfg.Now()
+		_, created, err := h.journal.BeginAction(jctx, journal.Action{
+			ActionID: id, CapabilityID: route.CapabilityID, TenantID: h.cfg.TenantID,
+			FenceToken: route.FenceToken, MessageID: x.req.MessageID, ReceivedAt: now,
+		})
+		if err != nil {
+			return x.storageUnavailable(err)
+		}
+		if !created {
+			continue
+		}
+		res := &aip.ActionResult{ActionID: id, Status: aip.ResultCancelled}
+		raw, _ := json.Marshal(res)
+		receipt, err := h.journal.FinishAction(jctx, id, aip.StateCancelled, raw, "cancelled before the action arrived", now)
+		if err != nil {
+			return x.storageUnavailable(err)
+		}
+		res.Receipt = &aip.Receipt{ID: receipt.ID, Hash: receipt.Hash}
+		return x.result(res)
+	}
+	return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
+		"action "+id+" changed while the cancel was handled; send the cancel again"))
+}
+
+// statusQuery answers what the journal holds for an action.
+func (x *exchange) statusQuery(actionID string) bool {
+	a, err := x.h.journal.Action(context.WithoutCancel(x.ctx), actionID)
+	st := &aip.ActionStatus{ActionID: actionID, State: aip.StateNotFound}
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+	case err != nil:
+		return x.storageUnavailable(err)
+	default:
+		st.State, st.UpdatedAt = a.Status, aip.At(a.UpdatedAt)
+		if a.Status.Terminal() && len(a.Result) > 0 {
+			var res aip.ActionResult
+			if json.Unmarshal(a.Result, &res) == nil {
+				st.Result = &res
+			}
+		}
+	}
+	x.stream = false
+	return x.reply(http.StatusOK, aip.Body{ActionStatus: st})
+}
+
+func (x *exchange) notReady() bool {
+	ms := uint64(x.h.cfg.HeartbeatInterval.Milliseconds())
+	return x.fail(http.StatusServiceUnavailable, aip.NewProtocolError(CodeNotReady, aip.CategoryTemporary, true, ms,
+		"the replica is not accepting actions (draining, no valid lease, or not ready); this message will never execute here"))
+}
+
+func (x *exchange) storageUnavailable(err error) bool {
+	x.h.log.Error("runtime journal", "error", err)
+	return x.fail(http.StatusServiceUnavailable, aip.NewProtocolError(CodeStorageUnavailable, aip.CategoryTemporary, true, 1000,
+		"the runtime journal is unavailable"))
+}
+
+func (x *exchange) outcomeUnknown(actionID, detail string) bool {
+	pe := aip.NewProtocolError(CodeOutcomeUnknown, aip.CategoryConnector, false, 0,
+		aip.TruncateUTF8("the outcome of "+actionID+" is unknown: "+detail, aip.MaxErrorMessageBytes))
+	pe.Details, _ = json.Marshal(map[string]string{"action_id": actionID, "state": string(aip.StateOutcomeUnknown)})
+	return x.fail(http.StatusBadGateway, pe)
+}
+
+func (x *exchange) result(res *aip.ActionResult) bool {
+	return x.reply(http.StatusOK, aip.Body{ActionResult: res})
+}
+
+// fail answers with a signed error envelope and reports a rejection.
+func (x *exchange) fail(status int, pe *aip.ProtocolError) bool {
+	pe.Source = errorSource
+	if x.span != nil {
+		x.span.SetStatus(codes.Error, pe.Code)
+	}
+	x.reply(status, aip.Body{Error: &aip.ErrorBody{Error: *pe}})
+	return false
+}
+
+// envelope builds a signed response envelope correlated with the request.
+func (x *exchange) envelope(body aip.Body) ([]byte, error) {
+	h := x.h
+	env, err := aip.NewEnvelope(h.cfg.Now(), body)
+	if err != nil {
+		return nil, err
+	}
+	req := x.req
+	env.InResponseTo = &aip.MessageReference{Message: req.MessageID}
+	env.SessionID, env.CorrelationID = req.SessionID, req.CorrelationID
+	env.To = req.From
+	from := h.principal
+	env.From = &from
+	return aip.SignEnvelope(h.key, env)
+}
+
+// reply writes a signed envelope: a JSON response, or the final NDJSON line
+// of a streaming response. It reports success for 2xx statuses.
+func (x *exchange) reply(status int, body aip.Body) bool {
+	raw, err := x.envelope(body)
+	if err != nil {
+		x.h.log.Error("sign response", "error", err)
+		if x.streamStarted {
+			return false
+		}
+		return x.unsigned(http.StatusInternalServerError, CodeResponseSigning, "the response could not be signed")
+	}
+	if x.stream && status == http.StatusOK || x.streamStarted {
+		x.startStream()
+		x.w.Write(append(raw, '\n'))
+		return status < 300
+	}
+	x.w.Header().Set("Content-Type", "application/json")
+	x.w.Header().Set("Content-Length", strconv.Itoa(len(raw)))
+	x.w.WriteHeader(status)
+	x.w.Write(raw)
+	return status < 300
+}
+
+func (x *exchange) startStream() {
+	if x.streamStarted {
+		return
+	}
+	x.streamStarted = true
+	x.w.Header().Set("Content-Type", ContentTypeNDJSON)
+	x.w.Header().Set("X-Content-Type-Options", "nosniff")
+	x.w.WriteHeader(http.StatusOK)
+}
+
+// unsigned writes an unsigned error (the request is not a usable envelope,
+// or signing failed).
+func (x *exchange) unsigned(status int, code, msg string) bool {
+	no := false
+	writeJSON(x.w, status, map[string]any{"error": aip.ProtocolError{
+		Code: code, Message: aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes), Category: aip.CategoryPermanent, Retryable: &no,
+	}})
+	return false
+}

@@ -1,0 +1,361 @@
+// Package memjournal is an in-memory journal.Journal for the host's own
+// tests: it keeps everything in maps behind one mutex, reports Ephemeral
+// durability, and lets a test make its probe fail.
+package memjournal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Journal is an in-memory journal. The zero value is not usable; call New.
+type Journal struct {
+	mu       sync.Mutex
+	closed   bool
+	actions  map[string]*journal.Action
+	order    []string // action IDs in arrival order
+	messages map[string]time.Time
+	outbox   map[string]*journal.OutboxEntry
+	receipts []journal.Receipt
+	state    map[[2]string]journal.StateValue
+	probeErr error
+}
+
+var _ journal.Journal = (*Journal)(nil)
+
+// New returns an empty journal.
+func New() *Journal {
+	return &Journal{
+		actions:  make(map[string]*journal.Action),
+		messages: make(map[string]time.Time),
+		outbox:   make(map[string]*journal.OutboxEntry),
+		state:    make(map[[2]string]journal.StateValue),
+	}
+}
+
+// SetProbeError makes Probe return err (nil restores health).
+func (j *Journal) SetProbeError(err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.probeErr = err
+}
+
+// Durability implements journal.Journal.
+func (j *Journal) Durability() journal.Durability { return journal.Ephemeral }
+
+func (j *Journal) lock() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return journal.ErrClosed
+	}
+	return nil
+}
+
+// BeginAction implements journal.Journal.
+func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Action, bool, error) {
+	if a.ActionID == "" {
+		return journal.Action{}, false, fmt.Errorf("%w: action ID is empty", journal.ErrInvalid)
+	}
+	if err := j.lock(); err != nil {
+		return journal.Action{}, false, err
+	}
+	defer j.mu.Unlock()
+	if existing, ok := j.actions[a.ActionID]; ok {
+		return clone(*existing), false, nil
+	}
+	a.Status = aip.StateReceived
+	a.UpdatedAt = a.ReceivedAt
+	c := clone(a)
+	j.actions[a.ActionID] = &c
+	j.order = append(j.order, a.ActionID)
+	return clone(a), true, nil
+}
+
+// StartAction implements journal.Journal.
+func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time) error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	a, ok := j.actions[actionID]
+	if !ok {
+		return journal.ErrNotFound
+	}
+	if a.Status != aip.StateReceived {
+		return fmt.Errorf("%w: action %s is %s, not received", journal.ErrConflict, actionID, a.Status)
+	}
+	a.Status, a.StartedAt, a.UpdatedAt = aip.StateRunning, at, at
+	return nil
+}
+
+// FinishAction implements journal.Journal.
+func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
+	if !status.Terminal() {
+		return journal.Receipt{}, fmt.Errorf("%w: %s is not a terminal status", journal.ErrInvalid, status)
+	}
+	if err := j.lock(); err != nil {
+		return journal.Receipt{}, err
+	}
+	defer j.mu.Unlock()
+	a, ok := j.actions[actionID]
+	if !ok {
+		return journal.Receipt{}, journal.ErrNotFound
+	}
+	if a.Status.Terminal() {
+		return journal.Receipt{}, fmt.Errorf("%w: action %s is already %s", journal.ErrConflict, actionID, a.Status)
+	}
+	r := journal.Receipt{
+		Seq:      uint64(len(j.receipts)) + 1,
+		ID:       aip.NewID(aip.PrefixReceipt),
+		ActionID: actionID,
+		Status:   status,
+		At:       aip.At(at).Time,
+	}
+	if len(result) > 0 {
+		d, err := aip.DigestJSON(result)
+		if err != nil {
+			return journal.Receipt{}, fmt.Errorf("%w: result: %v", journal.ErrInvalid, err)
+		}
+		r.ResultDigest = d
+	}
+	if n := len(j.receipts); n > 0 {
+		r.PrevHash = j.receipts[n-1].Hash
+	}
+	h, err := journal.ReceiptHash(r)
+	if err != nil {
+		return journal.Receipt{}, err
+	}
+	r.Hash = h
+	j.receipts = append(j.receipts, r)
+	a.Status, a.Result, a.Detail, a.UpdatedAt, a.CompletedAt = status, slices.Clone(result), detail, at, at
+	return r, nil
+}
+
+// Action implements journal.Journal.
+func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, error) {
+	if err := j.lock(); err != nil {
+		return journal.Action{}, err
+	}
+	defer j.mu.Unlock()
+	a, ok := j.actions[actionID]
+	if !ok {
+		return journal.Action{}, journal.ErrNotFound
+	}
+	return clone(*a), nil
+}
+
+// ActionsByStatus implements journal.Journal.
+func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...aip.ActionState) ([]journal.Action, error) {
+	if err := j.lock(); err != nil {
+		return nil, err
+	}
+	defer j.mu.Unlock()
+	var out []journal.Action
+	for _, id := range j.order {
+		a := j.actions[id]
+		if slices.Contains(statuses, a.Status) {
+			out = append(out, clone(*a))
+			if len(out) == limit {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// ClaimMessage implements journal.Journal.
+func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt, now time.Time) (bool, error) {
+	if err := j.lock(); err != nil {
+		return false, err
+	}
+	defer j.mu.Unlock()
+	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
+		return false, nil
+	}
+	j.messages[messageID] = expiresAt
+	return true, nil
+}
+
+// PruneMessages implements journal.Journal.
+func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := j.lock(); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	n := 0
+	for id, exp := range j.messages {
+		if n == limit {
+			break
+		}
+		if !exp.After(now) {
+			delete(j.messages, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// EnqueueEvents implements journal.Journal.
+func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) error {
+	if e.ID == "" {
+		return fmt.Errorf("%w: outbox entry ID is empty", journal.ErrInvalid)
+	}
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	if _, ok := j.outbox[e.ID]; !ok {
+		e.Events = slices.Clone(e.Events)
+		j.outbox[e.ID] = &e
+	}
+	return nil
+}
+
+// ClaimEvents implements journal.Journal.
+func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]journal.OutboxEntry, error) {
+	if err := j.lock(); err != nil {
+		return nil, err
+	}
+	defer j.mu.Unlock()
+	var due []*journal.OutboxEntry
+	for _, e := range j.outbox {
+		if !e.NextAttempt.After(now) && !e.LeaseUntil.After(now) {
+			due = append(due, e)
+		}
+	}
+	sort.Slice(due, func(a, b int) bool { return due[a].CreatedAt.Before(due[b].CreatedAt) })
+	var out []journal.OutboxEntry
+	for _, e := range due {
+		if len(out) == limit {
+			break
+		}
+		e.LeaseUntil = now.Add(lease)
+		out = append(out, *e)
+	}
+	return out, nil
+}
+
+// AckEvents implements journal.Journal.
+func (j *Journal) AckEvents(ctx context.Context, id string) error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	delete(j.outbox, id)
+	return nil
+}
+
+// RetryEvents implements journal.Journal.
+func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, lastError string) error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	e, ok := j.outbox[id]
+	if !ok {
+		return journal.ErrNotFound
+	}
+	e.Attempts++
+	e.NextAttempt, e.LastError, e.LeaseUntil = next, lastError, time.Time{}
+	return nil
+}
+
+// PendingEvents implements journal.Journal.
+func (j *Journal) PendingEvents(ctx context.Context) (int, error) {
+	if err := j.lock(); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	return len(j.outbox), nil
+}
+
+// Receipts implements journal.Journal.
+func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]journal.Receipt, error) {
+	if err := j.lock(); err != nil {
+		return nil, err
+	}
+	defer j.mu.Unlock()
+	var out []journal.Receipt
+	for _, r := range j.receipts {
+		if r.Seq > after {
+			out = append(out, r)
+			if len(out) == limit {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// State implements journal.Journal.
+func (j *Journal) State(ctx context.Context, namespace, key string) (journal.StateValue, error) {
+	if err := j.lock(); err != nil {
+		return journal.StateValue{}, err
+	}
+	defer j.mu.Unlock()
+	v, ok := j.state[[2]string{namespace, key}]
+	if !ok {
+		return journal.StateValue{}, journal.ErrNotFound
+	}
+	v.Value = slices.Clone(v.Value)
+	return v, nil
+}
+
+// PutState implements journal.Journal.
+func (j *Journal) PutState(ctx context.Context, namespace, key string, value json.RawMessage, expectedRevision uint64) (uint64, error) {
+	if namespace == "" || key == "" {
+		return 0, fmt.Errorf("%w: state namespace and key must not be empty", journal.ErrInvalid)
+	}
+	if !json.Valid(value) {
+		return 0, fmt.Errorf("%w: state value is not JSON", journal.ErrInvalid)
+	}
+	if err := j.lock(); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	k := [2]string{namespace, key}
+	cur := j.state[k]
+	if cur.Revision != expectedRevision {
+		return 0, fmt.Errorf("%w: state %s/%s is at revision %d, not %d", journal.ErrConflict, namespace, key, cur.Revision, expectedRevision)
+	}
+	j.state[k] = journal.StateValue{Value: slices.Clone(value), Revision: cur.Revision + 1}
+	return cur.Revision + 1, nil
+}
+
+// Probe implements journal.Journal.
+func (j *Journal) Probe(ctx context.Context) error {
+	if err := j.lock(); err != nil {
+		return err
+	}
+	defer j.mu.Unlock()
+	if j.probeErr != nil {
+		return j.probeErr
+	}
+	return ctx.Err()
+}
+
+// Close implements journal.Journal. Closing twice is not an error.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.closed = true
+	return nil
+}
+
+// ErrInjected is a convenience error for tests that break the journal.
+var ErrInjected = errors.New("memjournal: injected failure")
+
+func clone(a journal.Action) journal.Action {
+	a.Result = slices.Clone(a.Result)
+	return a
+}

@@ -1,0 +1,70 @@
+package hostsdk
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metric names, fixed by the lifecycle guide.
+const (
+	MetricReady                 = "aip_connector_host_ready"
+	MetricStorageReady          = "aip_connector_host_storage_ready"
+	MetricInFlight              = "aip_connector_host_in_flight"
+	MetricRequests              = "aip_connector_host_requests_total"
+	MetricRejected              = "aip_connector_host_rejected_total"
+	MetricHeartbeatFailures     = "aip_connector_host_heartbeat_failures_total"
+	MetricLeaseRecoveryAttempts = "aip_connector_host_lease_recovery_attempts_total"
+	MetricLeaseRecoveries       = "aip_connector_host_lease_recoveries_total"
+)
+
+// metrics are the host's eight collectors, on a registry the host owns (no
+// process or Go runtime collectors).
+type metrics struct {
+	reg               *prometheus.Registry
+	requests          prometheus.Counter
+	rejected          prometheus.Counter
+	heartbeatFailures prometheus.Counter
+	recoveryAttempts  prometheus.Counter
+	recoveries        prometheus.Counter
+}
+
+func newMetrics(h *Host) *metrics {
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricRequests,
+			Help: "Native requests observed by the host."}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricRejected,
+			Help: "Native requests refused before successful handling."}),
+		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricHeartbeatFailures,
+			Help: "Failed lease renewal or recovery attempts."}),
+		recoveryAttempts: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLeaseRecoveryAttempts,
+			Help: "Expired-lease registration attempts."}),
+		recoveries: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLeaseRecoveries,
+			Help: "Successful expired-lease recoveries."}),
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricReady,
+			Help: "1 when the lease is valid, the host is not draining, and storage and connector are ready."},
+			func() float64 { return b2f(h.ready()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricStorageReady,
+			Help: "1 when the last durable runtime storage probe succeeded."},
+			func() float64 { return b2f(h.storageReady.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight,
+			Help: "Actions currently executing in this process."},
+			func() float64 { return float64(h.inflight.count()) }),
+		m.requests, m.rejected, m.heartbeatFailures, m.recoveryAttempts, m.recoveries,
+	)
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,138 @@
+package hostsdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Codes of the results recovery writes.
+const (
+	// CodeInterrupted: the action was journaled but never started before the
+	// process stopped; it was not run.
+	CodeInterrupted = "connector_host.interrupted"
+)
+
+const recoveryBatch = 100
+
+// Step 6: recover durable work before registering. Actions a previous
+// process journaled but never started are failed (they never ran, and a
+// retry under the same ID returns that result). Actions left running go to
+// the connector's Reconciler when it has one, else become outcome_unknown.
+// Any recovery error blocks registration.
+func (h *Host) stepRecover(ctx context.Context) error {
+	sum := journal.RecoverySummary{RecoveredAt: h.cfg.Now()}
+	rec, hasReconciler := h.conn.(Reconciler)
+	// Every finished action leaves the received/running set, so paging from
+	// the start always makes progress; failed ones are remembered and skipped.
+	skip := map[string]bool{}
+	for {
+		batch, err := h.journal.ActionsByStatus(ctx, recoveryBatch+len(skip), aip.StateReceived, aip.StateRunning)
+		if err != nil {
+			return fmt.Errorf("list unfinished actions: %w", err)
+		}
+		progressed := false
+		for _, a := range batch {
+			if skip[a.ActionID] {
+				continue
+			}
+			progressed = true
+			if err := h.recoverAction(ctx, a, rec, hasReconciler, &sum); err != nil {
+				sum.Errors = append(sum.Errors, fmt.Sprintf("action %s: %v", a.ActionID, err))
+				skip[a.ActionID] = true
+			}
+		}
+		if !progressed {
+			break
+		}
+	}
+	pending, err := h.journal.PendingEvents(ctx)
+	if err != nil {
+		sum.Errors = append(sum.Errors, fmt.Sprintf("count pending events: %v", err))
+	}
+	sum.PendingEvents = pending
+	h.recovery = sum
+	h.log.Info("recovery", "reconciled", sum.Reconciled, "outcome_unknown", sum.OutcomeUnknown,
+		"received_not_started", sum.Received, "pending_events", sum.PendingEvents, "errors", len(sum.Errors))
+	if n := len(sum.Errors); n > 0 {
+		return fmt.Errorf("durable runtime recovery produced %d error(s); replica admission is blocked until they are reconciled: %v", n, sum.Errors)
+	}
+	return nil
+}
+
+func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconciler, hasReconciler bool, sum *journal.RecoverySummary) error {
+	now := h.cfg.Now()
+	if a.Status == aip.StateReceived {
+		res := &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, false, 0,
+				"the replica stopped after journaling this action and before running it; it was not run")}
+		raw, _ := json.Marshal(res)
+		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateFailed, raw, "not started before restart", now); err != nil {
+			return err
+		}
+		sum.Received++
+		h.log.Warn("recovered an action that never started", "action_id", a.ActionID)
+		return nil
+	}
+	if !hasReconciler {
+		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil,
+			"the replica stopped while the action was running and the connector has no reconciler", now); err != nil {
+			return err
+		}
+		sum.OutcomeUnknown++
+		h.log.Warn("running action left by a previous process is outcome_unknown", "action_id", a.ActionID, "capability_id", a.CapabilityID)
+		return nil
+	}
+	res, err := rec.Reconcile(ctx, &UncertainAction{Action: a, Tenant: h.tenant, State: h.state,
+		Logger: h.log.With("action_id", a.ActionID)})
+	if errors.Is(err, ErrOutcomeUnknown) {
+		if _, ferr := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil, err.Error(), now); ferr != nil {
+			return ferr
+		}
+		sum.OutcomeUnknown++
+		h.log.Warn("reconciler could not tell the outcome", "action_id", a.ActionID, "error", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	if res == nil {
+		return errors.New("reconcile returned no result")
+	}
+	if res.ActionID == "" {
+		res.ActionID = a.ActionID
+	}
+	if err := res.Validate(); err != nil || res.ActionID != a.ActionID {
+		return fmt.Errorf("reconcile returned an invalid result: %v", err)
+	}
+	status := stateOf(res.Status)
+	res.Receipt = nil
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	if _, err := h.journal.FinishAction(ctx, a.ActionID, status, raw, "reconciled after restart", now); err != nil {
+		return err
+	}
+	sum.Reconciled++
+	h.log.Info("reconciled an action left running", "action_id", a.ActionID, "status", status)
+	return nil
+}
+
+// stateOf maps a result status to the journal state.
+func stateOf(s aip.ResultStatus) aip.ActionState {
+	switch s {
+	case aip.ResultFailed:
+		return aip.StateFailed
+	case aip.ResultCancelled:
+		return aip.StateCancelled
+	default:
+		// completed, and pending_approval / requires_human: the action
+		// returned a result and is finished on this replica.
+		return aip.StateCompleted
+	}
+}

@@ -1,0 +1,98 @@
+package hostsdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// ReservedStatePrefix starts the state namespaces the host keeps for itself;
+// connectors may not use them.
+const ReservedStatePrefix = "aipfleet."
+
+// maxStateUpdateAttempts bounds the compare-and-set retries of State.Update.
+const maxStateUpdateAttempts = 32
+
+// State is the journal-backed key/value store connectors use for their own
+// bookkeeping (mutation ledgers, cursors, side-effect counters). Every write
+// is a compare-and-set on the value's revision, so concurrent writers never
+// lose updates. Values live in the same durable journal as the actions.
+type State struct {
+	j journal.Journal
+}
+
+// ErrStateConflict is returned (wrapped) by Put when the stored revision is
+// not the expected one, and by Update when it gives up after repeated
+// conflicts. It matches journal.ErrConflict too.
+var ErrStateConflict = fmt.Errorf("hostsdk: state revision conflict: %w", journal.ErrConflict)
+
+func checkNamespace(namespace, key string) error {
+	if namespace == "" || key == "" {
+		return fmt.Errorf("hostsdk: state namespace and key must not be empty")
+	}
+	if strings.HasPrefix(namespace, ReservedStatePrefix) {
+		return fmt.Errorf("hostsdk: state namespace %q is reserved for the host; choose a namespace named after your connector", namespace)
+	}
+	return nil
+}
+
+// Get returns the value stored under namespace/key, or an error matching
+// journal.ErrNotFound.
+func (s *State) Get(ctx context.Context, namespace, key string) (journal.StateValue, error) {
+	if err := checkNamespace(namespace, key); err != nil {
+		return journal.StateValue{}, err
+	}
+	return s.j.State(ctx, namespace, key)
+}
+
+// Put marshals value and stores it if the stored revision equals
+// expectedRevision (0: the key must be absent). It returns the new revision,
+// or an error matching ErrStateConflict.
+func (s *State) Put(ctx context.Context, namespace, key string, value any, expectedRevision uint64) (uint64, error) {
+	if err := checkNamespace(namespace, key); err != nil {
+		return 0, err
+	}
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return 0, fmt.Errorf("hostsdk: state %s/%s: %w", namespace, key, err)
+	}
+	rev, err := s.j.PutState(ctx, namespace, key, raw, expectedRevision)
+	if errors.Is(err, journal.ErrConflict) {
+		return 0, fmt.Errorf("%w: %s/%s: %v", ErrStateConflict, namespace, key, err)
+	}
+	return rev, err
+}
+
+// Update reads namespace/key, calls fn with the current value (nil when
+// absent) and writes what fn returns with a compare-and-set, retrying from
+// the read when another writer got there first. It returns the value written
+// and its revision. fn may run more than once and must not have side
+// effects.
+func (s *State) Update(ctx context.Context, namespace, key string, fn func(current json.RawMessage) (json.RawMessage, error)) (json.RawMessage, uint64, error) {
+	if err := checkNamespace(namespace, key); err != nil {
+		return nil, 0, err
+	}
+	for range maxStateUpdateAttempts {
+		cur, err := s.j.State(ctx, namespace, key)
+		if err != nil && !errors.Is(err, journal.ErrNotFound) {
+			return nil, 0, err
+		}
+		next, err := fn(cur.Value)
+		if err != nil {
+			return nil, 0, err
+		}
+		rev, err := s.j.PutState(ctx, namespace, key, next, cur.Revision)
+		if errors.Is(err, journal.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		return next, rev, nil
+	}
+	return nil, 0, fmt.Errorf("%w: %s/%s changed %d times in a row", ErrStateConflict, namespace, key, maxStateUpdateAttempts)
+}
