@@ -459,6 +459,8 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			return aip.StateFailed, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: &p}, p.Error()
 		case cause == errCancelRequested && errors.Is(err, context.Canceled):
 			return aip.StateCancelled, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCancelled}, "cancelled by request"
+		case h.actionBase.Err() != nil:
+			return aip.StateOutcomeUnknown, nil, "the action was interrupted by the host's shutdown: " + err.Error()
 		case errors.Is(err, context.DeadlineExceeded):
 			return aip.StateOutcomeUnknown, nil, "the action timed out; the connector did not say whether its effect happened: " + err.Error()
 		}

@@ -1,0 +1,226 @@
+package hostsdk_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+func hasOp(op aip.Operation) func([]hostsdktest.Operation) bool {
+	return func(ops []hostsdktest.Operation) bool {
+		return slices.ContainsFunc(ops, func(o hostsdktest.Operation) bool { return o.Op == op })
+	}
+}
+
+func TestDrainWithActionsInFlight(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	h, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	inflight := []*aip.Action{action(capBlock, `{"message":"a"}`), action(capBlock, `{"message":"b"}`)}
+	results := make(chan *hostsdktest.Response, len(inflight))
+	for _, a := range inflight {
+		go func() {
+			resp, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- resp
+		}()
+		<-conn.started
+	}
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.Stop(ctx) }()
+	if err := f.cp.Await(ctx, hasOp(aip.OpDrain)); err != nil {
+		t.Fatal(err)
+	}
+	// Draining: new actions get the signed 503, the listener still answers.
+	resp, err := f.d.Act(ctx, target, action(capEcho, `{"message":"new"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pe := wantCode(t, resp, http.StatusServiceUnavailable, hostsdk.CodeNotReady)
+	if pe.RetryAfterMS == nil || *pe.RetryAfterMS != uint64(hostsdk.DefaultHeartbeatInterval.Milliseconds()) || !pe.IsRetryable() {
+		t.Errorf("not_ready error %+v", pe)
+	}
+	// Status queries still work while draining.
+	if st, _, err := f.d.Status(ctx, target, inflight[0].ID, capBlock); err != nil || st.State != aip.StateRunning {
+		t.Errorf("status while draining: %+v, %v", st, err)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned %v with actions in flight", err)
+	default:
+	}
+	close(conn.release)
+	for range inflight {
+		if res, err := (<-results).Result(); err != nil || res.Status != aip.ResultCompleted {
+			t.Errorf("in-flight action: %+v, %v", res, err)
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if diff := cmp.Diff([]aip.Operation{aip.OpRegister, aip.OpDrain, aip.OpOffline}, ops(f.cp)); diff != "" {
+		t.Errorf("lifecycle operations (-want +got):\n%s", diff)
+	}
+	if st, _ := f.cp.Replica(f.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+		t.Errorf("replica is %s after shutdown", st.Status)
+	}
+	if err := h.Stop(ctx); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+}
+
+func TestShutdownReportsFailures(t *testing.T) {
+	t.Run("drain rejected", func(t *testing.T) {
+		f := newFleet(t)
+		h, _ := f.start(t, newTestConnector())
+		f.cp.FailNext(1, hostsdktest.FaultReject)
+		err := h.Stop(ctxT(t))
+		var se *hostsdk.ShutdownError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), "registry drain") || strings.Contains(err.Error(), "offline") {
+			t.Fatalf("Stop: %v", err)
+		}
+		// The offline transition still went out, last.
+		if got := ops(f.cp); got[len(got)-1] != aip.OpOffline {
+			t.Errorf("operations %v", got)
+		}
+	})
+	t.Run("offline unavailable", func(t *testing.T) {
+		f := newFleet(t)
+		h, _ := f.start(t, newTestConnector())
+		f.cp.FailNext(1, 0) // drain goes through
+		f.cp.FailNext(2, hostsdktest.FaultUnavailable)
+		err := h.Stop(ctxT(t))
+		if !errors.Is(err, hostsdk.ErrControlUnavailable) || !strings.Contains(err.Error(), "registry offline transition") {
+			t.Fatalf("Stop: %v", err)
+		}
+		// One byte-identical resend after the ambiguous failure.
+		o := f.cp.Operations()
+		last, prev := o[len(o)-1], o[len(o)-2]
+		if last.Op != aip.OpOffline || prev.Op != aip.OpOffline || last.RequestID != prev.RequestID {
+			t.Errorf("offline attempts %+v %+v", prev, last)
+		}
+	})
+	t.Run("drain timeout", func(t *testing.T) {
+		f := newFleet(t)
+		f.cfg.DrainTimeout = 50 * time.Millisecond
+		conn := newTestConnector()
+		h, target := f.start(t, conn)
+		ctx := ctxT(t)
+		done := make(chan *hostsdktest.Response, 1)
+		a := action(capBlock, `{"message":"stuck"}`)
+		go func() {
+			resp, _ := f.d.Act(ctx, target, a)
+			done <- resp
+		}()
+		<-conn.started
+		err := h.Stop(ctx)
+		if !strings.Contains(errString(err), "HTTP server") {
+			t.Fatalf("Stop: %v", err)
+		}
+		<-done
+		if st, _ := f.j.Action(context.Background(), a.ID); st.Status != aip.StateOutcomeUnknown {
+			t.Errorf("interrupted action is %s, want outcome_unknown", st.Status)
+		}
+	})
+}
+
+func TestStopBeforeStartAndIdempotent(t *testing.T) {
+	f := newFleet(t)
+	h, err := hostsdk.New(f.cfg, newTestConnector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Stop(ctxT(t)); err != nil {
+		t.Fatalf("Stop before Start: %v", err)
+	}
+	if err := h.Start(ctxT(t)); !errors.Is(err, hostsdk.ErrAlreadyStarted) {
+		t.Fatalf("Start after Stop: %v", err)
+	}
+	f.cfg.Listener.Close()
+}
+
+func TestStopHonoursItsDeadline(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	h, target := f.start(t, conn)
+	ctx := ctxT(t)
+	done := make(chan struct{})
+	go func() {
+		f.d.Act(ctx, target, action(capBlock, `{"message":"hold"}`))
+		close(done)
+	}()
+	<-conn.started
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := h.Stop(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop past its deadline: %v", err)
+	}
+	close(conn.release)
+	<-done
+	if err := h.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+func TestRunDrainsOnCancel(t *testing.T) {
+	f := newFleet(t)
+	conn := &eventSourceConnector{testConnector: newTestConnector(), running: make(chan struct{})}
+	h, err := hostsdk.New(f.cfg, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	errc := make(chan error, 1)
+	go func() { errc <- h.Run(ctx) }()
+	<-conn.running // step 10 started the event source: the host serves
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if conn.err != nil || conn.published == "" {
+		t.Errorf("publish while serving: %q, %v", conn.published, conn.err)
+	}
+	if n, _ := f.j.PendingEvents(context.Background()); n != 1 {
+		t.Errorf("outbox holds %d batches, want 1", n)
+	}
+	if diff := cmp.Diff([]aip.Operation{aip.OpRegister, aip.OpDrain, aip.OpOffline}, ops(f.cp)); diff != "" {
+		t.Errorf("operations (-want +got):\n%s", diff)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// eventSourceConnector publishes one event when it starts, then waits.
+type eventSourceConnector struct {
+	*testConnector
+	running   chan struct{}
+	published string
+	err       error
+}
+
+func (c *eventSourceConnector) RunEvents(ctx context.Context, events *hostsdk.EventPublisher) error {
+	c.published, c.err = events.Publish(ctx, "test.events", aip.Event{Kind: "test.started"})
+	close(c.running)
+	<-ctx.Done()
+	return ctx.Err()
+}

@@ -1,0 +1,334 @@
+package hostsdk_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+func TestDuplicateActionNeverRunsTwice(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capEcho, `{"message":"once"}`)
+	env, err := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.d.Sign(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.d.Post(ctx, target, raw, env.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := first.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A new message with the same action ID: the journaled result, no run.
+	second, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := second.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r1.Output, r2.Output) || r2.Status != aip.ResultCompleted {
+		t.Errorf("duplicate answered %s %s, first %s", r2.Status, r2.Output, r1.Output)
+	}
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Errorf("connector ran %d times, want 1", n)
+	}
+
+	// The same action ID with another input is a conflict.
+	other := *a
+	other.Input = json.RawMessage(`{"message":"different"}`)
+	resp, err := f.d.Act(ctx, target, &other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, resp, http.StatusConflict, hostsdk.CodeIdempotencyConflict)
+
+	// The exact envelope again is a replay.
+	resp, err = f.d.Post(ctx, target, raw, env.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, resp, http.StatusConflict, hostsdk.CodeReplay)
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Errorf("connector ran %d times, want 1", n)
+	}
+}
+
+func TestIngressRefusals(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	t.Run("not an envelope", func(t *testing.T) {
+		resp, err := f.d.Post(ctx, target, []byte(`{"hello":1}`), "")
+		if resp == nil || resp.Status != http.StatusBadRequest || !strings.Contains(string(resp.Raw), hostsdk.CodeSchemaInvalid) {
+			t.Fatalf("got %+v, %v", resp, err)
+		}
+	})
+	t.Run("invalid envelope", func(t *testing.T) {
+		a := action(capEcho, `{"message":"x"}`)
+		env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+		env.MessageID = "msg_not-a-uuid"
+		raw, _ := f.d.Sign(env)
+		resp, _ := f.d.Post(ctx, target, raw, env.MessageID)
+		if resp.Status != http.StatusBadRequest || !strings.Contains(string(resp.Raw), hostsdk.CodeDecodeInvalid) {
+			t.Fatalf("got %d %s", resp.Status, resp.Raw)
+		}
+	})
+	t.Run("wrong signer", func(t *testing.T) {
+		other := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+		resp, err := other.Act(ctx, target, action(capEcho, `{"message":"x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, resp, http.StatusUnauthorized, hostsdk.CodeAuthentication)
+	})
+	t.Run("wrong sender principal", func(t *testing.T) {
+		a := action(capEcho, `{"message":"x"}`)
+		env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+		env.From.ID = "service:someone-else"
+		// The answer goes to the (unexpected) sender, so the dispatcher's
+		// own verification refuses it; check the status and code only.
+		resp, _ := f.d.Send(ctx, target, env)
+		if resp.Status != http.StatusUnauthorized || !strings.Contains(string(resp.Raw), hostsdk.CodeRouteMismatch) {
+			t.Fatalf("got %d %s", resp.Status, resp.Raw)
+		}
+	})
+	t.Run("route for another replica", func(t *testing.T) {
+		a := action(capEcho, `{"message":"x"}`)
+		route := f.d.Route(target, a.ID, a.CapabilityID, "")
+		route.ReplicaID = aip.NewID(aip.PrefixReplica)
+		env, _ := f.d.Envelope(target, aip.Body{Action: a}, route)
+		resp, err := f.d.Send(ctx, target, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+	})
+	t.Run("route for another action", func(t *testing.T) {
+		a := action(capEcho, `{"message":"x"}`)
+		env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, aip.NewActionID(), a.CapabilityID, ""))
+		resp, _ := f.d.Send(ctx, target, env)
+		wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+	})
+	t.Run("input does not match the schema", func(t *testing.T) {
+		a := action(capEcho, `{"message":7}`)
+		resp, _ := f.d.Act(ctx, target, a)
+		wantCode(t, resp, http.StatusBadRequest, hostsdk.CodeInputInvalid)
+		st, _, err := f.d.Status(ctx, target, a.ID, a.CapabilityID)
+		if err != nil || st.State != aip.StateNotFound {
+			t.Errorf("status %+v, %v: an invalid action must not be journaled", st, err)
+		}
+	})
+	t.Run("unknown capability", func(t *testing.T) {
+		resp, _ := f.d.Act(ctx, target, action("test.nope", `{"message":"x"}`))
+		wantCode(t, resp, http.StatusBadRequest, hostsdk.CodeCapabilityUnknown)
+	})
+	t.Run("body too large", func(t *testing.T) {
+		big := `{"message":"` + strings.Repeat("x", aip.MaxMessageBytes) + `"}`
+		resp, err := f.d.Act(ctx, target, action(capEcho, big))
+		if resp == nil || resp.Status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("got %+v, %v", resp, err)
+		}
+	})
+}
+
+func TestFailedAndUnknownOutcomes(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capEcho, `{"message":"fail"}`)
+	resp, _ := f.d.Act(ctx, target, a)
+	res, err := resp.Result()
+	if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != "test.failed" || res.Receipt == nil {
+		t.Errorf("failed action answered %+v, %v", res, err)
+	}
+
+	u := action(capEcho, `{"message":"unknown"}`)
+	resp, _ = f.d.Act(ctx, target, u)
+	wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+	resp, _ = f.d.Act(ctx, target, u)
+	wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+	if n := conn.runCount(u.ID); n != 1 {
+		t.Errorf("outcome_unknown action ran %d times, want 1", n)
+	}
+	st, _, err := f.d.Status(ctx, target, u.ID, u.CapabilityID)
+	if err != nil || st.State != aip.StateOutcomeUnknown {
+		t.Errorf("status %+v, %v", st, err)
+	}
+
+	b := action(capEcho, `{"message":"bad-output"}`)
+	resp, _ = f.d.Act(ctx, target, b)
+	res, err = resp.Result()
+	if err != nil || res.Status != aip.ResultFailed || res.Error.Code != hostsdk.CodeOutputInvalid {
+		t.Errorf("bad output answered %+v, %v", res, err)
+	}
+}
+
+func TestCapacityRefusalIsFinal(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.MaxInFlight = 1
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	blocked := action(capBlock, `{"message":"hold"}`)
+	done := make(chan *hostsdktest.Response)
+	go func() {
+		resp, err := f.d.Act(ctx, target, blocked)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	<-conn.started
+
+	a := action(capEcho, `{"message":"x"}`)
+	env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+	raw, _ := f.d.Sign(env)
+	resp, err := f.d.Post(ctx, target, raw, env.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pe := wantCode(t, resp, http.StatusTooManyRequests, hostsdk.CodeCapacity)
+	if pe.RetryAfterMS == nil || *pe.RetryAfterMS != 100 || !pe.IsRetryable() {
+		t.Errorf("capacity error %+v", pe)
+	}
+	close(conn.release)
+	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Errorf("blocked action: %+v, %v", res, err)
+	}
+	// The refused envelope can never execute later.
+	resp, _ = f.d.Post(ctx, target, raw, env.MessageID)
+	wantCode(t, resp, http.StatusConflict, hostsdk.CodeReplay)
+	if n := conn.runCount(a.ID); n != 0 {
+		t.Errorf("refused action ran %d times", n)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capBlock, `{"message":"hold"}`)
+	done := make(chan *hostsdktest.Response)
+	go func() {
+		resp, err := f.d.Act(ctx, target, a)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	<-conn.started
+	resp, err := f.d.Cancel(ctx, target, a.ID, a.CapabilityID, "user changed their mind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("cancel answered %+v, %v", res, err)
+	}
+	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Errorf("cancelled action answered %+v, %v", res, err)
+	}
+	if conn.cancels.Load() != 1 {
+		t.Errorf("Canceler called %d times", conn.cancels.Load())
+	}
+
+	// A cancel before the action arrives: the action never runs.
+	early := action(capEcho, `{"message":"late"}`)
+	resp, _ = f.d.Cancel(ctx, target, early.ID, early.CapabilityID, "")
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("early cancel answered %+v, %v", res, err)
+	}
+	resp, _ = f.d.Act(ctx, target, early)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Errorf("action after its cancel answered %+v, %v", res, err)
+	}
+	if n := conn.runCount(early.ID); n != 0 {
+		t.Errorf("cancelled action ran %d times", n)
+	}
+
+	// A late cancel keeps the terminal result.
+	c := action(capEcho, `{"message":"done"}`)
+	f.d.Act(ctx, target, c)
+	resp, _ = f.d.Cancel(ctx, target, c.ID, c.CapabilityID, "")
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Errorf("late cancel answered %+v, %v", res, err)
+	}
+}
+
+func TestStreaming(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capStream, `{"message":"s","n":3}`)
+	a.Mode = aip.ModeStreaming
+	resp, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ContentType != hostsdk.ContentTypeNDJSON || len(resp.Chunks) != 3 {
+		t.Fatalf("content type %q, %d chunks: %s", resp.ContentType, len(resp.Chunks), resp.Raw)
+	}
+	for i, c := range resp.Chunks {
+		if c.Sequence != uint64(i) || c.ActionID != a.ID || c.Kind != aip.ChunkProgress {
+			t.Errorf("chunk %d: %+v", i, c)
+		}
+	}
+	res, err := resp.Result()
+	if err != nil || res.Status != aip.ResultCompleted || string(res.Output) != `{"chunks":3,"message":"s"}` {
+		t.Errorf("final %+v, %v", res, err)
+	}
+	// A duplicate returns the journaled final result only.
+	resp, err = f.d.Act(ctx, target, a)
+	if err != nil || len(resp.Chunks) != 0 {
+		t.Fatalf("duplicate: %v, %d chunks", err, len(resp.Chunks))
+	}
+	if r2, _ := resp.Result(); r2 == nil || string(r2.Output) != string(res.Output) {
+		t.Errorf("duplicate answered %+v", r2)
+	}
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Errorf("streamed action ran %d times", n)
+	}
+}
+
+func TestActionStatusQuery(t *testing.T) {
+	f := newFleet(t)
+	_, target := f.start(t, newTestConnector())
+	ctx := ctxT(t)
+	a := action(capEcho, `{"message":"q"}`)
+	st, _, err := f.d.Status(ctx, target, a.ID, a.CapabilityID)
+	if err != nil || st.State != aip.StateNotFound || st.Result != nil {
+		t.Fatalf("before: %+v, %v", st, err)
+	}
+	f.d.Act(ctx, target, a)
+	st, _, err = f.d.Status(ctx, target, a.ID, a.CapabilityID)
+	if err != nil || st.State != aip.StateCompleted || st.Result == nil || st.Result.Status != aip.ResultCompleted || st.UpdatedAt.IsZero() {
+		t.Fatalf("after: %+v, %v", st, err)
+	}
+}

@@ -1,0 +1,120 @@
+package hostsdk_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// leaveRunning journals an action the way a process killed mid-action
+// leaves it: received, then running, never finished.
+func leaveRunning(t *testing.T, j journal.Journal, a *aip.Action, start bool) {
+	t.Helper()
+	ctx := context.Background()
+	digest, _ := aip.DigestJSON(a.Input)
+	now := time.Now()
+	if _, created, err := j.BeginAction(ctx, journal.Action{ActionID: a.ID, CapabilityID: a.CapabilityID,
+		TenantID: "tenant-test", InputDigest: digest, ReceivedAt: now}); err != nil || !created {
+		t.Fatal(created, err)
+	}
+	if start {
+		if err := j.StartAction(ctx, a.ID, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func readyDoc(t *testing.T, h *hostsdk.Host) hostsdk.ReadyDocument {
+	t.Helper()
+	resp, err := http.Get("http://" + h.Addr().String() + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var doc hostsdk.ReadyDocument
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("/ready: %v: %s", err, body)
+	}
+	return doc
+}
+
+func TestRecoveryWithoutReconciler(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	running := action(capEcho, `{"message":"crashed"}`)
+	received := action(capEcho, `{"message":"never started"}`)
+	leaveRunning(t, f.j, running, true)
+	leaveRunning(t, f.j, received, false)
+	h, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	rec := readyDoc(t, h).Runtime.Recovery
+	if rec.OutcomeUnknown != 1 || rec.ReceivedNotStarted != 1 || rec.Reconciled != 0 || len(rec.Errors) != 0 {
+		t.Errorf("recovery summary %+v", rec)
+	}
+	// The same action IDs again: the journaled outcome, never a run.
+	resp, _ := f.d.Act(ctx, target, running)
+	wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+	resp, _ = f.d.Act(ctx, target, received)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultFailed || res.Error.Code != hostsdk.CodeInterrupted {
+		t.Errorf("never-started action answered %+v, %v", res, err)
+	}
+	if conn.runCount(running.ID)+conn.runCount(received.ID) != 0 {
+		t.Error("recovered actions ran again")
+	}
+}
+
+func TestRecoveryWithReconciler(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	done := action(capEcho, `{"message":"effect happened"}`)
+	unsure := action(capEcho, `{"message":"cannot tell"}`)
+	leaveRunning(t, f.j, done, true)
+	leaveRunning(t, f.j, unsure, true)
+	conn.reconcile = func(ctx context.Context, a *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+		if a.Action.ActionID == unsure.ID {
+			return nil, hostsdk.ErrOutcomeUnknown
+		}
+		return &aip.ActionResult{Status: aip.ResultCompleted, Output: json.RawMessage(`{"reconciled":true}`)}, nil
+	}
+	h, target := f.start(t, reconcilingConnector{conn})
+	ctx := ctxT(t)
+	rec := readyDoc(t, h).Runtime.Recovery
+	if rec.Reconciled != 1 || rec.OutcomeUnknown != 1 {
+		t.Errorf("recovery summary %+v", rec)
+	}
+	resp, _ := f.d.Act(ctx, target, done)
+	if res, err := resp.Result(); err != nil || string(res.Output) != `{"reconciled":true}` {
+		t.Errorf("reconciled action answered %+v, %v", res, err)
+	}
+	if conn.runCount(done.ID) != 0 {
+		t.Error("reconciled action ran again")
+	}
+}
+
+func TestRecoveryErrorsBlockRegistration(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	leaveRunning(t, f.j, action(capEcho, `{"message":"x"}`), true)
+	errProvider := errors.New("provider audit log unreachable")
+	conn.reconcile = func(ctx context.Context, a *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+		return nil, errProvider
+	}
+	err := startErr(t, f, reconcilingConnector{conn})
+	var re *hostsdk.RecoverError
+	if !errors.As(err, &re) {
+		t.Fatalf("Start: %v, want *RecoverError", err)
+	}
+	if got := ops(f.cp); len(got) != 0 {
+		t.Errorf("control plane saw %v although recovery failed", got)
+	}
+}
