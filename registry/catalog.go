@@ -1,0 +1,120 @@
+package registry
+
+import (
+	"strconv"
+	"strings"
+)
+
+// ReadContext says on whose behalf a catalog read runs. A tenant read sees
+// the capabilities the tenant can use (see Catalog). An internal read,
+// requested explicitly, sees every active definition, bound or not, and
+// ignores TenantID. A read with neither sees nothing.
+type ReadContext struct {
+	TenantID string
+	Internal bool
+}
+
+// ForTenant returns the read context of a verified tenant.
+func ForTenant(tenantID string) ReadContext { return ReadContext{TenantID: tenantID} }
+
+// InternalRead returns the read context of an internal administrative read.
+func InternalRead() ReadContext { return ReadContext{Internal: true} }
+
+// Empty reports whether the context may see nothing at all.
+func (rc ReadContext) Empty() bool { return !rc.Internal && rc.TenantID == "" }
+
+// CatalogQuery selects catalog definitions. Every filter is optional.
+type CatalogQuery struct {
+	// CapabilityID keeps only that capability.
+	CapabilityID string
+	// Text keeps definitions whose "id name description" contains it,
+	// case-insensitively. Blank text is ignored.
+	Text string
+	// Profile keeps definitions whose visible version lists the profile.
+	Profile string
+	// Cursor continues a previous page (CapabilityPage.NextCursor).
+	Cursor string
+	// Limit bounds the items; it is clamped to [1, Limits.MaxPageSize].
+	Limit int
+}
+
+// Validate checks the filters' bounds.
+func (q *CatalogQuery) Validate() error {
+	const r = RecordCatalogQuery
+	if q.CapabilityID != "" && len(q.CapabilityID) > MaxIdentifierBytes {
+		return invalid(r, "", "capability_id", "is longer than %d bytes", MaxIdentifierBytes)
+	}
+	if len(q.Text) > MaxSearchTextBytes {
+		return invalid(r, "", "text", "is longer than %d bytes", MaxSearchTextBytes)
+	}
+	if q.Profile != "" && len(q.Profile) > MaxIdentifierBytes {
+		return invalid(r, "", "profile", "is longer than %d bytes", MaxIdentifierBytes)
+	}
+	if q.Cursor != "" {
+		if _, _, err := ParseCursor(q.Cursor); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SearchNeedle returns the normalized search text: lower case, trimmed; ""
+// when the query has no text filter.
+func (q *CatalogQuery) SearchNeedle() string { return strings.ToLower(strings.TrimSpace(q.Text)) }
+
+// SearchText returns the text a definition is searched by: its lower-cased
+// "id name description".
+func SearchText(d *CapabilityDefinition) string {
+	c := &d.Capability
+	return strings.ToLower(c.ID + " " + c.Name + " " + c.Description)
+}
+
+// CapabilityPage is one page of a catalog read, taken at one catalog
+// revision. Total counts every match at that revision, not only this page.
+type CapabilityPage struct {
+	CatalogRevision uint64                 `json:"catalog_revision"`
+	Capabilities    []CapabilityDefinition `json:"capabilities"`
+	NextCursor      string                 `json:"next_cursor,omitempty"`
+	Total           int                    `json:"total"`
+}
+
+// ResolvedCapability is one visible definition and the revision it was read
+// at.
+type ResolvedCapability struct {
+	Definition      CapabilityDefinition `json:"definition"`
+	CatalogRevision uint64               `json:"catalog_revision"`
+}
+
+// Cursor returns the continuation cursor "<revision>:<last capability ID>".
+func Cursor(revision uint64, lastCapabilityID string) string {
+	return strconv.FormatUint(revision, 10) + ":" + lastCapabilityID
+}
+
+// ParseCursor splits a cursor. A malformed cursor matches ErrInvalid.
+func ParseCursor(c string) (revision uint64, lastCapabilityID string, err error) {
+	rev, last, ok := strings.Cut(c, ":")
+	if ok {
+		revision, err = strconv.ParseUint(rev, 10, 64)
+	}
+	if !ok || err != nil || last == "" || len(last) > MaxIdentifierBytes {
+		return 0, "", invalid(RecordCatalogQuery, "", "cursor", "%q is not a cursor this registry issued; restart from the first page", truncate(c))
+	}
+	return revision, last, nil
+}
+
+// CheckCursor parses the query's cursor against the current revision: it
+// returns the capability ID to continue after ("" without a cursor), or
+// ErrStaleCursor when the catalog has moved on.
+func CheckCursor(cursor string, current uint64) (after string, err error) {
+	if cursor == "" {
+		return "", nil
+	}
+	rev, last, err := ParseCursor(cursor)
+	if err != nil {
+		return "", err
+	}
+	if rev != current {
+		return "", ErrStaleCursor
+	}
+	return last, nil
+}

@@ -1,0 +1,58 @@
+// Package registry is the connector registry of the fleet: the records that
+// turn an authenticated tenant and capability into one durable execution
+// target, the rules that keep them consistent, and the five contracts every
+// backend implements.
+//
+// # Records
+//
+// A ConnectorType is an implementation family and its owner. A
+// ConnectorVersion binds a type to one immutable artifact: its manifest
+// (capabilities and profiles), manifest digest, ArtifactAttestation and
+// implementation-support claims; its lifecycle is candidate, admitted,
+// active or revoked. Each capability of an admitted version is published as
+// a CapabilityDefinition with contract and schema digests. A
+// ConnectorInstance is one tenant's installation at one version; a
+// CapabilityBinding makes a tenant and capability eligible to use an
+// instance under a priority and an AdmissionPolicy; a ConnectorReplica is a
+// pre-provisioned host identity of an instance with its lease, capacity,
+// active assignments, health revision and circuit. A RouteAssignment pins one
+// action to one replica and is kept after its capacity is released.
+//
+// # What may change
+//
+// Identities never change. Instances change only with a strictly newer
+// config revision, bindings with a strictly newer policy revision, policies
+// with a strictly newer revision, replicas with a strictly newer health
+// revision; a revoked version never becomes active again; a capability ID has
+// one contract fleet-wide. Each effective catalog write advances the catalog
+// revision by one; replica heartbeat, lease and capacity churn never does.
+// The Check* functions encode these rules so every backend applies the same
+// ones.
+//
+// # Contracts
+//
+// Catalog (revision-consistent, tenant-scoped pages), Resolver (resolve, read
+// and settle routes), Reader, Administrator and FleetStatus (lease expiry,
+// aggregate status and the reservation ledger). Backends: memregistry
+// (deterministic, in memory) and pgregistry (PostgreSQL); both pass
+// registrytest.Run.
+//
+// # Routing
+//
+// A new route filters replicas on the whole chain (enabled binding and
+// instance of the tenant, active version of an enabled type implementing the
+// capability, replica of that instance and version, ready, unexpired lease,
+// spare capacity, closed circuit, capacity class, cross-region constraint)
+// and takes the first in CompareCandidates order: binding priority, region
+// match, zone match, fewer active assignments, RouteHash, instance and
+// replica IDs. Admission scopes (NewReservation) are reserved with the
+// replica and never overbooked. An existing route never moves: a retry
+// re-reserves its pinned replica or fails with ErrReplicaUnavailable.
+//
+// # Fleet files
+//
+// ParseFleetFile reads the declarative YAML description of policies, types,
+// versions, instances, bindings and pre-provisioned replicas documented in
+// docs/fleet-file.md; Apply applies it idempotently through an
+// Administrator and reports what changed.
+package registry

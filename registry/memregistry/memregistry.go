@@ -1,0 +1,992 @@
+// Package memregistry is the deterministic in-memory registry backend, for
+// embedded and development fleets and for conformance work. It implements
+// all five registry contracts, serialises every operation with one mutex,
+// takes time from an injected clock, and orders route candidates exactly as
+// registry.CompareCandidates (binding priority first), like every backend.
+//
+// State lives only in memory and is lost with the process. Records are
+// indexed (bindings by tenant and capability in priority order, replicas by
+// instance, live reservations by replica) so resolution and catalog pages do
+// not scan the fleet; tenant catalog views are cached per catalog revision.
+package memregistry
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Config configures a Registry.
+type Config struct {
+	// Now is the clock every time-dependent rule uses: lease validity,
+	// circuit intervals, assignment and admission times, fleet status.
+	// Defaults to time.Now.
+	Now func() time.Time
+	// Limits bounds manifests and catalog pages; zero fields take the
+	// registry defaults.
+	Limits registry.Limits
+}
+
+// Registry is the in-memory backend. Its zero value is not usable; call New.
+type Registry struct {
+	now      func() time.Time
+	limits   registry.Limits
+	implicit registry.AdmissionPolicy
+
+	mu        sync.Mutex
+	revision  uint64
+	policies  map[string]*registry.AdmissionPolicy
+	types     map[string]*typeEntry
+	versions  map[string]*versionEntry
+	releases  map[[2]string]string // (type ID, version string) -> version ID
+	artifacts map[string]string    // artifact digest -> version ID
+	defs      map[string]*defEntry
+	instances map[string]*instanceEntry
+	bindings  map[registry.BindingKey]*bindingEntry
+	byTenant  map[string]map[string][]*bindingEntry // tenant -> capability -> bindings by (priority, instance)
+	replicas  map[string]*replicaEntry
+	live      map[string]*replicaEntry // replicas that are not offline
+	routes    map[string]*routeEntry
+	counters  map[scopeID]uint32
+	views     map[viewKey][]*defEntry // catalog views at the current revision
+}
+
+// Compile-time guards: Registry is the in-memory implementation of the five
+// registry contracts.
+var (
+	_ registry.Catalog       = (*Registry)(nil)
+	_ registry.Resolver      = (*Registry)(nil)
+	_ registry.Reader        = (*Registry)(nil)
+	_ registry.Administrator = (*Registry)(nil)
+	_ registry.FleetStatus   = (*Registry)(nil)
+)
+
+type typeEntry struct{ rec registry.ConnectorType }
+
+type versionEntry struct {
+	rec      registry.ConnectorVersion
+	typ      *typeEntry
+	caps     map[string]struct{}
+	profiles map[string]struct{}
+}
+
+func (v *versionEntry) implements(capabilityID string) bool {
+	_, ok := v.caps[capabilityID]
+	return ok
+}
+
+func (v *versionEntry) lists(profile string) bool {
+	if profile == "" {
+		return true
+	}
+	_, ok := v.profiles[profile]
+	return ok
+}
+
+// usable reports whether the version is active and its type enabled.
+func (v *versionEntry) usable() bool {
+	return v.rec.Status == registry.VersionActive && v.typ.rec.Enabled
+}
+
+type defEntry struct {
+	def      registry.CapabilityDefinition
+	size     int
+	search   string
+	versions []*versionEntry
+}
+
+type instanceEntry struct {
+	rec      registry.ConnectorInstance
+	version  *versionEntry
+	replicas []*replicaEntry          // by replica ID
+	bindings map[string]*bindingEntry // by capability ID
+}
+
+type bindingEntry struct {
+	rec      registry.CapabilityBinding
+	inst     *instanceEntry
+	scopeKey string
+}
+
+type replicaEntry struct {
+	rec      registry.ConnectorReplica
+	inst     *instanceEntry
+	reserved map[string]*routeEntry // live reservations by action ID
+}
+
+type routeEntry struct {
+	a        registry.RouteAssignment
+	replica  *replicaEntry
+	reserved bool
+	retry    bool
+	last     registry.RouteSettlement
+}
+
+func (rt *routeEntry) scopes() []registry.AdmissionScope { return rt.a.Admission.Scopes(rt.retry) }
+
+type scopeID struct {
+	kind registry.AdmissionScopeKind
+	key  string
+}
+
+type viewKey struct {
+	tenant   string
+	internal bool
+	profile  string
+}
+
+// maxViews bounds the cached catalog views; the cache is dropped when full.
+const maxViews = 4096
+
+// New returns an empty registry at catalog revision 0.
+func New(cfg Config) (*Registry, error) {
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Registry{
+		now:       now,
+		limits:    cfg.Limits.WithDefaults(),
+		implicit:  registry.ImplicitAdmissionPolicy(),
+		policies:  make(map[string]*registry.AdmissionPolicy),
+		types:     make(map[string]*typeEntry),
+		versions:  make(map[string]*versionEntry),
+		releases:  make(map[[2]string]string),
+		artifacts: make(map[string]string),
+		defs:      make(map[string]*defEntry),
+		instances: make(map[string]*instanceEntry),
+		bindings:  make(map[registry.BindingKey]*bindingEntry),
+		byTenant:  make(map[string]map[string][]*bindingEntry),
+		replicas:  make(map[string]*replicaEntry),
+		live:      make(map[string]*replicaEntry),
+		routes:    make(map[string]*routeEntry),
+		counters:  make(map[scopeID]uint32),
+		views:     make(map[viewKey][]*defEntry),
+	}, nil
+}
+
+// publish advances the catalog revision after a catalog write.
+func (r *Registry) publish() {
+	r.revision++
+	if len(r.views) > 0 {
+		clear(r.views)
+	}
+}
+
+func (r *Registry) clock() time.Time { return registry.Millis(r.now()) }
+
+// chainValid reports whether a binding passes the whole tenant chain: it is
+// enabled, its instance is enabled and the tenant's, the instance's version
+// is active, implements the capability, and its type is enabled.
+func chainValid(b *bindingEntry) bool {
+	inst := b.inst
+	return b.rec.Enabled && inst.rec.Status == registry.InstanceEnabled && inst.rec.TenantID == b.rec.TenantID &&
+		inst.version.usable() && inst.version.implements(b.rec.CapabilityID)
+}
+
+// policyFor returns the admission policy of a binding.
+func (r *Registry) policyFor(b *bindingEntry) *registry.AdmissionPolicy {
+	if b.rec.QuotaPolicyRef == "" {
+		return &r.implicit
+	}
+	return r.policies[b.rec.QuotaPolicyRef]
+}
+
+// ---------------------------------------------------------------- Reader
+
+// ConnectorType implements registry.Reader.
+func (r *Registry) ConnectorType(ctx context.Context, id string) (registry.ConnectorType, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.ConnectorType{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.types[id]
+	if !ok {
+		return registry.ConnectorType{}, fmt.Errorf("connector type %s: %w", id, registry.ErrNotFound)
+	}
+	return t.rec, nil
+}
+
+// ConnectorVersion implements registry.Reader.
+func (r *Registry) ConnectorVersion(ctx context.Context, id string) (registry.ConnectorVersion, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.ConnectorVersion{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.versions[id]
+	if !ok {
+		return registry.ConnectorVersion{}, fmt.Errorf("connector version %s: %w", id, registry.ErrNotFound)
+	}
+	return v.rec.Clone(), nil
+}
+
+// ConnectorInstance implements registry.Reader.
+func (r *Registry) ConnectorInstance(ctx context.Context, id string) (registry.ConnectorInstance, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.ConnectorInstance{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, ok := r.instances[id]
+	if !ok {
+		return registry.ConnectorInstance{}, fmt.Errorf("connector instance %s: %w", id, registry.ErrNotFound)
+	}
+	return i.rec, nil
+}
+
+// ConnectorReplica implements registry.Reader.
+func (r *Registry) ConnectorReplica(ctx context.Context, id string) (registry.ConnectorReplica, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.ConnectorReplica{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.replicas[id]
+	if !ok {
+		return registry.ConnectorReplica{}, fmt.Errorf("connector replica %s: %w", id, registry.ErrNotFound)
+	}
+	return rep.rec, nil
+}
+
+// CapabilityBinding implements registry.Reader.
+func (r *Registry) CapabilityBinding(ctx context.Context, key registry.BindingKey) (registry.CapabilityBinding, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.CapabilityBinding{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.bindings[key]
+	if !ok {
+		return registry.CapabilityBinding{}, fmt.Errorf("capability binding %s: %w", key, registry.ErrNotFound)
+	}
+	return b.rec, nil
+}
+
+// AdmissionPolicy implements registry.Reader.
+func (r *Registry) AdmissionPolicy(ctx context.Context, ref string) (registry.AdmissionPolicy, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.AdmissionPolicy{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.policies[ref]
+	if !ok {
+		return registry.AdmissionPolicy{}, fmt.Errorf("admission policy %s: %w", ref, registry.ErrNotFound)
+	}
+	return *p, nil
+}
+
+// CatalogRevision implements registry.Reader.
+func (r *Registry) CatalogRevision(ctx context.Context) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.revision, nil
+}
+
+// ---------------------------------------------------------------- Catalog
+
+// Capability implements registry.Catalog.
+func (r *Registry) Capability(ctx context.Context, capabilityID string, rc registry.ReadContext) (registry.ResolvedCapability, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.ResolvedCapability{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.defs[capabilityID]
+	if !ok || !r.visible(d, rc, "") {
+		return registry.ResolvedCapability{}, fmt.Errorf("capability %s: %w", capabilityID, registry.ErrNotFound)
+	}
+	return registry.ResolvedCapability{Definition: d.def.Clone(), CatalogRevision: r.revision}, nil
+}
+
+// visible evaluates the read context's visibility rule for one definition.
+func (r *Registry) visible(d *defEntry, rc registry.ReadContext, profile string) bool {
+	switch {
+	case rc.Internal:
+		for _, v := range d.versions {
+			if v.usable() && v.lists(profile) {
+				return true
+			}
+		}
+	case rc.TenantID != "":
+		for _, b := range r.byTenant[rc.TenantID][d.def.Capability.ID] {
+			if chainValid(b) && b.inst.version.lists(profile) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// view returns the definitions visible to a read context at the current
+// revision, ordered by capability ID. Views are cached until the next
+// catalog write.
+func (r *Registry) view(rc registry.ReadContext, profile string) []*defEntry {
+	if rc.Empty() {
+		return nil
+	}
+	key := viewKey{internal: rc.Internal, profile: profile}
+	if !rc.Internal {
+		key.tenant = rc.TenantID
+	}
+	if v, ok := r.views[key]; ok {
+		return v
+	}
+	var list []*defEntry
+	if rc.Internal {
+		for _, d := range r.defs {
+			if r.visible(d, rc, profile) {
+				list = append(list, d)
+			}
+		}
+	} else {
+		for capID := range r.byTenant[rc.TenantID] {
+			if d := r.defs[capID]; r.visible(d, rc, profile) {
+				list = append(list, d)
+			}
+		}
+	}
+	slices.SortFunc(list, func(a, b *defEntry) int { return strings.Compare(a.def.Capability.ID, b.def.Capability.ID) })
+	if len(r.views) >= maxViews {
+		clear(r.views)
+	}
+	r.views[key] = list
+	return list
+}
+
+// QueryCapabilities implements registry.Catalog.
+func (r *Registry) QueryCapabilities(ctx context.Context, q registry.CatalogQuery, rc registry.ReadContext) (registry.CapabilityPage, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	if err := q.Validate(); err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	page := registry.CapabilityPage{CatalogRevision: r.revision, Capabilities: []registry.CapabilityDefinition{}}
+	after, err := registry.CheckCursor(q.Cursor, r.revision)
+	if err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	list := r.view(rc, q.Profile)
+	if q.CapabilityID != "" {
+		i, found := slices.BinarySearchFunc(list, q.CapabilityID, func(d *defEntry, id string) int { return strings.Compare(d.def.Capability.ID, id) })
+		if !found {
+			return page, nil
+		}
+		list = list[i : i+1]
+	}
+	needle := q.SearchNeedle()
+	match := func(d *defEntry) bool { return needle == "" || strings.Contains(d.search, needle) }
+	if needle == "" {
+		page.Total = len(list)
+	} else {
+		for _, d := range list {
+			if match(d) {
+				page.Total++
+			}
+		}
+	}
+	start := 0
+	if after != "" {
+		start, _ = slices.BinarySearchFunc(list, after, func(d *defEntry, id string) int { return strings.Compare(d.def.Capability.ID, id) })
+		if start < len(list) && list[start].def.Capability.ID == after {
+			start++
+		}
+	}
+	limit := r.limits.ClampPageSize(q.Limit)
+	bytes := 0
+	for _, d := range list[start:] {
+		if !match(d) {
+			continue
+		}
+		if len(page.Capabilities) == limit || bytes+d.size > r.limits.MaxPageBytes {
+			if len(page.Capabilities) == 0 {
+				return registry.CapabilityPage{}, fmt.Errorf("%w: capability %s is %d bytes, more than a page holds", registry.ErrStorage, d.def.Capability.ID, d.size)
+			}
+			page.NextCursor = registry.Cursor(r.revision, page.Capabilities[len(page.Capabilities)-1].Capability.ID)
+			break
+		}
+		bytes += d.size
+		page.Capabilities = append(page.Capabilities, d.def.Clone())
+	}
+	return page, nil
+}
+
+// ---------------------------------------------------------------- Administrator
+
+// PutAdmissionPolicy implements registry.Administrator.
+func (r *Registry) PutAdmissionPolicy(ctx context.Context, p registry.AdmissionPolicy) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if stored, ok := r.policies[p.PolicyRef]; ok {
+		changed, err := registry.CheckPolicyUpdate(stored, &p)
+		if err != nil || !changed {
+			return err
+		}
+	}
+	r.policies[p.PolicyRef] = &p
+	r.publish()
+	return nil
+}
+
+// PutConnectorType implements registry.Administrator.
+func (r *Registry) PutConnectorType(ctx context.Context, t registry.ConnectorType) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if stored, ok := r.types[t.ID]; ok {
+		return registry.CheckTypePut(&stored.rec, &t)
+	}
+	r.types[t.ID] = &typeEntry{rec: t}
+	r.publish()
+	return nil
+}
+
+// SetConnectorTypeEnabled implements registry.Administrator.
+func (r *Registry) SetConnectorTypeEnabled(ctx context.Context, id string, enabled bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.types[id]
+	if !ok {
+		return fmt.Errorf("connector type %s: %w", id, registry.ErrNotFound)
+	}
+	if t.rec.Enabled != enabled {
+		t.rec.Enabled = enabled
+		r.publish()
+	}
+	return nil
+}
+
+// AdmitVersion implements registry.Administrator.
+func (r *Registry) AdmitVersion(ctx context.Context, v registry.ConnectorVersion) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p, err := registry.PrepareVersion(v, r.limits)
+	if err != nil {
+		return err
+	}
+	v = p.Version
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if stored, ok := r.versions[v.ID]; ok {
+		return registry.CheckVersionReadmission(&stored.rec, &v)
+	}
+	t, ok := r.types[v.ConnectorTypeID]
+	if !ok {
+		return registry.MissingReference(registry.RecordConnectorVersion, v.ID, "connector_type_id", "connector type", v.ConnectorTypeID)
+	}
+	if err := registry.CheckVersionAdmission(&t.rec, &v); err != nil {
+		return err
+	}
+	if other, ok := r.releases[[2]string{v.ConnectorTypeID, v.Version}]; ok {
+		return registry.DuplicateRelease(&v, other)
+	}
+	if other, ok := r.artifacts[v.Attestation.ArtifactDigest]; ok {
+		return registry.DuplicateArtifact(&v, other)
+	}
+	for i, d := range p.Definitions {
+		if stored, ok := r.defs[d.Capability.ID]; ok {
+			if err := registry.CheckDefinition(v.ID, i, &stored.def, &d); err != nil {
+				return err
+			}
+		}
+	}
+	v.AdmittedAt = r.clock()
+	e := &versionEntry{rec: v, typ: t, caps: make(map[string]struct{}, len(p.Definitions)), profiles: make(map[string]struct{}, len(v.Manifest.Profiles))}
+	for _, prof := range v.Manifest.Profiles {
+		e.profiles[prof] = struct{}{}
+	}
+	for i, d := range p.Definitions {
+		e.caps[d.Capability.ID] = struct{}{}
+		de, ok := r.defs[d.Capability.ID]
+		if !ok {
+			de = &defEntry{def: d, size: p.Sizes[i], search: registry.SearchText(&d)}
+			r.defs[d.Capability.ID] = de
+		}
+		de.versions = append(de.versions, e)
+	}
+	r.versions[v.ID] = e
+	r.releases[[2]string{v.ConnectorTypeID, v.Version}] = v.ID
+	r.artifacts[v.Attestation.ArtifactDigest] = v.ID
+	r.publish()
+	return nil
+}
+
+// SetVersionStatus implements registry.Administrator.
+func (r *Registry) SetVersionStatus(ctx context.Context, id string, status registry.VersionStatus) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.versions[id]
+	if !ok {
+		return fmt.Errorf("connector version %s: %w", id, registry.ErrNotFound)
+	}
+	if err := registry.CheckVersionTransition(id, v.rec.Status, status); err != nil {
+		return err
+	}
+	if v.rec.Status == status {
+		return nil
+	}
+	if status == registry.VersionActive {
+		if err := v.rec.Attestation.Qualify(id, &v.rec.Manifest); err != nil {
+			return err
+		}
+	}
+	v.rec.Status = status
+	r.publish()
+	return nil
+}
+
+// PutInstance implements registry.Administrator.
+func (r *Registry) PutInstance(ctx context.Context, i registry.ConnectorInstance) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := i.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stored, exists := r.instances[i.ID]
+	if exists {
+		changed, err := registry.CheckInstanceUpdate(&stored.rec, &i)
+		if err != nil || !changed {
+			return err
+		}
+	} else if _, ok := r.types[i.ConnectorTypeID]; !ok {
+		return registry.MissingReference(registry.RecordConnectorInstance, i.ID, "connector_type_id", "connector type", i.ConnectorTypeID)
+	}
+	v, ok := r.versions[i.VersionID]
+	if !ok {
+		return registry.MissingReference(registry.RecordConnectorInstance, i.ID, "version_id", "connector version", i.VersionID)
+	}
+	if !exists || stored.rec.VersionID != i.VersionID {
+		if err := registry.CheckInstanceVersion(&i, &v.rec); err != nil {
+			return err
+		}
+	}
+	if exists && stored.rec.VersionID != i.VersionID {
+		caps := make([]string, 0, len(stored.bindings))
+		for capID, b := range stored.bindings {
+			if b.rec.Enabled && !v.implements(capID) {
+				caps = append(caps, capID)
+			}
+		}
+		if len(caps) > 0 {
+			slices.Sort(caps)
+			return registry.VersionLacksBoundCapability(&i, caps)
+		}
+	}
+	if exists {
+		stored.rec, stored.version = i, v
+	} else {
+		r.instances[i.ID] = &instanceEntry{rec: i, version: v, bindings: make(map[string]*bindingEntry)}
+	}
+	r.publish()
+	return nil
+}
+
+// PutBinding implements registry.Administrator.
+func (r *Registry) PutBinding(ctx context.Context, b registry.CapabilityBinding) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := b.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stored, exists := r.bindings[b.Key()]
+	if exists {
+		changed, err := registry.CheckBindingUpdate(&stored.rec, &b)
+		if err != nil || !changed {
+			return err
+		}
+	}
+	inst, ok := r.instances[b.InstanceID]
+	if !ok {
+		return registry.MissingReference(registry.RecordCapabilityBinding, b.Key().String(), "instance_id", "connector instance", b.InstanceID)
+	}
+	if err := registry.CheckBindingTarget(&b, &inst.rec, &inst.version.rec, !exists); err != nil {
+		return err
+	}
+	if b.QuotaPolicyRef != "" {
+		if _, ok := r.policies[b.QuotaPolicyRef]; !ok {
+			return registry.MissingReference(registry.RecordCapabilityBinding, b.Key().String(), "quota_policy_ref", "admission policy", b.QuotaPolicyRef)
+		}
+	}
+	if exists {
+		stored.rec = b
+	} else {
+		stored = &bindingEntry{rec: b, inst: inst, scopeKey: registry.BindingScopeKey(b.Key())}
+		r.bindings[b.Key()] = stored
+		inst.bindings[b.CapabilityID] = stored
+	}
+	caps := r.byTenant[b.TenantID]
+	if caps == nil {
+		caps = make(map[string][]*bindingEntry)
+		r.byTenant[b.TenantID] = caps
+	}
+	list := caps[b.CapabilityID]
+	if !exists {
+		list = append(list, stored)
+	}
+	slices.SortFunc(list, func(x, y *bindingEntry) int {
+		return cmp.Or(cmp.Compare(x.rec.Priority, y.rec.Priority), strings.Compare(x.rec.InstanceID, y.rec.InstanceID))
+	})
+	caps[b.CapabilityID] = list
+	r.publish()
+	return nil
+}
+
+// PutReplica implements registry.Administrator. It never advances the
+// catalog revision.
+func (r *Registry) PutReplica(ctx context.Context, rep registry.ConnectorReplica) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rep.Normalize()
+	if err := rep.Validate(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if stored, ok := r.replicas[rep.ID]; ok {
+		changed, err := registry.CheckReplicaUpdate(&stored.rec, &rep)
+		if err != nil || !changed {
+			return err
+		}
+		stored.rec = rep
+		r.track(stored)
+		return nil
+	}
+	inst, ok := r.instances[rep.InstanceID]
+	if !ok {
+		return registry.MissingReference(registry.RecordConnectorReplica, rep.ID, "instance_id", "connector instance", rep.InstanceID)
+	}
+	if err := registry.CheckNewReplica(&rep, &inst.rec); err != nil {
+		return err
+	}
+	e := &replicaEntry{rec: rep, inst: inst, reserved: make(map[string]*routeEntry)}
+	r.replicas[rep.ID] = e
+	i, _ := slices.BinarySearchFunc(inst.replicas, rep.ID, func(x *replicaEntry, id string) int { return strings.Compare(x.rec.ID, id) })
+	inst.replicas = slices.Insert(inst.replicas, i, e)
+	r.track(e)
+	return nil
+}
+
+// track keeps the set of replicas that are not offline.
+func (r *Registry) track(e *replicaEntry) {
+	if e.rec.Status == aip.ReplicaOffline {
+		delete(r.live, e.rec.ID)
+	} else {
+		r.live[e.rec.ID] = e
+	}
+}
+
+// ---------------------------------------------------------------- Resolver
+
+// Resolve implements registry.Resolver.
+func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock()
+	if rt, ok := r.routes[req.ActionID]; ok {
+		return r.resume(rt, &req, now)
+	}
+	return r.assign(&req, now)
+}
+
+// resume returns an existing route, reserving its pinned scopes and replica
+// again if they were released.
+func (r *Registry) resume(rt *routeEntry, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+	a := &rt.a
+	if a.TenantID != req.TenantID || a.CapabilityID != req.CapabilityID {
+		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
+	}
+	if rt.reserved {
+		return a.Clone(), nil
+	}
+	rep := rt.replica
+	v := r.versions[a.VersionID]
+	if !registry.PinnedReplicaUsable(&rep.rec, &rep.inst.rec, &v.rec, v.typ.rec.Enabled, now) {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
+			registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
+	}
+	if err := r.reserve(a.Admission.Scopes(true)); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	rep.rec.ActiveAssignments++
+	rep.reserved[a.ActionID] = rt
+	rt.reserved, rt.retry, rt.last = true, true, ""
+	return a.Clone(), nil
+}
+
+// assign selects, reserves and records a new route.
+func (r *Registry) assign(req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+	pref := &req.Topology
+	var (
+		firstValid *bindingEntry
+		best       registry.RouteCandidate
+		bestB      *bindingEntry
+		bestR      *replicaEntry
+	)
+	for _, b := range r.byTenant[req.TenantID][req.CapabilityID] {
+		if !chainValid(b) || !r.policyFor(b).Enabled {
+			continue
+		}
+		if firstValid == nil {
+			firstValid = b
+		}
+		if bestR != nil && b.rec.Priority > best.Priority {
+			break // bindings are in priority order: no later one can win
+		}
+		inst := b.inst
+		for _, rep := range inst.replicas {
+			if !registry.ReplicaEligible(&rep.rec, inst.rec.VersionID, pref, now) {
+				continue
+			}
+			c := registry.RouteCandidate{Priority: b.rec.Priority, InstanceID: inst.rec.ID, ReplicaID: rep.rec.ID, Topology: rep.rec.Topology, Active: rep.rec.ActiveAssignments}
+			if bestR == nil || registry.CompareCandidates(pref, req.ActionID, &c, &best) < 0 {
+				best, bestB, bestR = c, b, rep
+			}
+		}
+	}
+	if firstValid == nil {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: tenant %s has no usable binding for capability %s", registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
+	}
+	if bestR == nil {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
+			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, firstValid.rec.InstanceID)
+	}
+	inst := bestB.inst
+	admission := registry.NewReservation(r.policyFor(bestB), &bestB.rec, inst.rec.ConnectorTypeID, bestB.scopeKey)
+	if err := r.reserve(admission.BaseScopes); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	bestR.rec.ActiveAssignments++
+	rt := &routeEntry{
+		a:        registry.NewAssignment(req, &bestB.rec, &inst.version.rec, &bestR.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
+		replica:  bestR,
+		reserved: true,
+	}
+	r.routes[req.ActionID] = rt
+	bestR.reserved[req.ActionID] = rt
+	return rt.a.Clone(), nil
+}
+
+// reserve takes one unit of every scope, or none when one is full.
+func (r *Registry) reserve(scopes []registry.AdmissionScope) error {
+	for _, s := range scopes {
+		if r.counters[scopeID{s.Kind, s.Key}] >= s.Limit {
+			return registry.CapacityExceeded(s)
+		}
+	}
+	for _, s := range scopes {
+		r.counters[scopeID{s.Kind, s.Key}]++
+	}
+	return nil
+}
+
+func (r *Registry) release(scopes []registry.AdmissionScope) {
+	for _, s := range scopes {
+		id := scopeID{s.Kind, s.Key}
+		if n := r.counters[id]; n > 1 {
+			r.counters[id] = n - 1
+		} else {
+			delete(r.counters, id)
+		}
+	}
+}
+
+// unreserve releases a live reservation with an outcome.
+func (r *Registry) unreserve(rt *routeEntry, outcome registry.RouteSettlement) {
+	r.release(rt.scopes())
+	rep := rt.replica
+	if rep.rec.ActiveAssignments > 0 {
+		rep.rec.ActiveAssignments--
+	}
+	delete(rep.reserved, rt.a.ActionID)
+	rt.reserved, rt.last = false, outcome
+}
+
+// Assignment implements registry.Resolver.
+func (r *Registry) Assignment(ctx context.Context, actionID string) (registry.RouteAssignment, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt, ok := r.routes[actionID]
+	if !ok {
+		return registry.RouteAssignment{}, fmt.Errorf("route of action %s: %w", actionID, registry.ErrNotFound)
+	}
+	return rt.a.Clone(), nil
+}
+
+// Reservation implements registry.Resolver.
+func (r *Registry) Reservation(ctx context.Context, actionID string) (registry.RouteReservation, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.RouteReservation{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt, ok := r.routes[actionID]
+	if !ok {
+		return registry.RouteReservation{}, fmt.Errorf("route of action %s: %w", actionID, registry.ErrNotFound)
+	}
+	return reservationOf(rt), nil
+}
+
+func reservationOf(rt *routeEntry) registry.RouteReservation {
+	res := registry.RouteReservation{ActionID: rt.a.ActionID, ReplicaID: rt.a.ReplicaID, Reserved: rt.reserved, LastSettlement: rt.last, Scopes: []registry.AdmissionScope{}}
+	if rt.reserved {
+		res.Retry = rt.retry
+		res.Scopes = slices.Clone(rt.scopes())
+	}
+	return res
+}
+
+// Settle implements registry.Resolver.
+func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !outcome.Valid() {
+		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt, ok := r.routes[a.ActionID]
+	if !ok {
+		return fmt.Errorf("route of action %s: %w", a.ActionID, registry.ErrNotFound)
+	}
+	if !rt.a.Equal(&a) {
+		return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", registry.ErrFenceLost, a.ActionID, a.FenceToken)
+	}
+	if !rt.reserved {
+		return nil
+	}
+	r.unreserve(rt, outcome)
+	rep := rt.replica
+	rep.rec.Circuit = registry.ApplySettlementToCircuit(rep.rec.Circuit, outcome, &rt.a.Admission, r.clock())
+	return nil
+}
+
+// ---------------------------------------------------------------- FleetStatus
+
+// ExpireStaleReplicas implements registry.FleetStatus.
+func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("%w: expiry limit %d must be at least 1", registry.ErrInvalid, limit)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock()
+	var stale []*replicaEntry
+	for _, e := range r.live {
+		if !e.rec.LeaseValid(now) {
+			stale = append(stale, e)
+		}
+	}
+	slices.SortFunc(stale, func(a, b *replicaEntry) int {
+		return cmp.Or(a.rec.LeaseExpiresAt.Compare(b.rec.LeaseExpiresAt), strings.Compare(a.rec.ID, b.rec.ID))
+	})
+	stale = stale[:min(limit, len(stale))]
+	for _, e := range stale {
+		for _, rt := range e.reserved {
+			r.unreserve(rt, registry.SettlementLeaseExpired)
+		}
+		registry.ExpireReplica(&e.rec, now)
+		r.track(e)
+	}
+	return len(stale), nil
+}
+
+// Status implements registry.FleetStatus.
+func (r *Registry) Status(ctx context.Context) (registry.FleetStatusSummary, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.FleetStatusSummary{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock()
+	s := registry.FleetStatusSummary{CatalogRevision: r.revision, ConnectorTypes: len(r.types), ObservedAt: now}
+	for _, v := range r.versions {
+		if v.rec.Status == registry.VersionActive {
+			s.ActiveVersions++
+		}
+	}
+	for _, i := range r.instances {
+		if i.rec.Status == registry.InstanceEnabled {
+			s.EnabledInstances++
+		}
+	}
+	for _, e := range r.replicas {
+		registry.CountReplica(&s, &e.rec, now)
+	}
+	return s, nil
+}
+
+// Ledger implements registry.FleetStatus.
+func (r *Registry) Ledger(ctx context.Context) (registry.Ledger, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.Ledger{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := registry.Ledger{Counters: make([]registry.AdmissionCounter, 0, len(r.counters)), Reservations: []registry.RouteReservation{}}
+	for id, n := range r.counters {
+		l.Counters = append(l.Counters, registry.AdmissionCounter{Kind: id.kind, Key: id.key, Active: n})
+	}
+	for _, e := range r.replicas {
+		for _, rt := range e.reserved {
+			l.Reservations = append(l.Reservations, reservationOf(rt))
+		}
+	}
+	registry.SortLedger(&l)
+	return l, nil
+}

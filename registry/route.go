@@ -1,0 +1,306 @@
+package registry
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// RouteTopologyPreference is the deployment-owned placement preference of a
+// route request. Region and zone are preferences that order candidates;
+// CapacityClass is a filter; ForbidCrossRegion turns Region into a filter.
+// None of them changes an existing route.
+type RouteTopologyPreference struct {
+	Region            string `json:"region,omitempty"`
+	Zone              string `json:"zone,omitempty"`
+	CapacityClass     string `json:"capacity_class,omitempty"`
+	ForbidCrossRegion bool   `json:"forbid_cross_region,omitempty"`
+}
+
+// RouteRequest asks for the route of one action. It carries only verified
+// coordinates: no instance, replica, endpoint, credential or peer key.
+type RouteRequest struct {
+	ActionID     string                  `json:"action_id"`
+	CapabilityID string                  `json:"capability_id"`
+	TenantID     string                  `json:"tenant_id"`
+	Topology     RouteTopologyPreference `json:"topology"`
+}
+
+// Validate checks the request: a verified tenant, an act_ action ID, a
+// capability ID and well-formed topology labels.
+func (q *RouteRequest) Validate() error {
+	const r = RecordRouteRequest
+	if q.TenantID == "" {
+		return invalid(r, q.ActionID, "tenant_id", "is empty: routing needs a verified tenant and never derives one from the payload")
+	}
+	if err := checkIdent(r, q.ActionID, "tenant_id", q.TenantID); err != nil {
+		return err
+	}
+	if err := aip.ValidateID(aip.PrefixAction, q.ActionID); err != nil {
+		return invalid(r, q.ActionID, "action_id", "%v", err)
+	}
+	if err := checkIdent(r, q.ActionID, "capability_id", q.CapabilityID); err != nil {
+		return err
+	}
+	t := q.Topology
+	for _, l := range []struct{ field, v string }{
+		{"topology.region", t.Region}, {"topology.zone", t.Zone}, {"topology.capacity_class", t.CapacityClass},
+	} {
+		if l.v != "" && !ValidTopologyLabel(l.v) {
+			return invalid(r, q.ActionID, l.field, "%q must be 1 to %d letters, digits, '.', '_' or '-'", truncate(l.v), MaxTopologyLabelBytes)
+		}
+	}
+	if t.ForbidCrossRegion && t.Region == "" {
+		return invalid(r, q.ActionID, "topology.forbid_cross_region", "needs a region to stay in")
+	}
+	return nil
+}
+
+// Admits reports whether a replica at topology t passes the request's
+// filters: the capacity class and, when cross-region routing is forbidden,
+// the region.
+func (p *RouteTopologyPreference) Admits(t aip.Topology) bool {
+	if p.CapacityClass != "" && t.CapacityClass != p.CapacityClass {
+		return false
+	}
+	return !p.ForbidCrossRegion || t.Region == p.Region
+}
+
+// RouteCandidate is one eligible replica for a new route, with the priority
+// of the binding that reaches it.
+type RouteCandidate struct {
+	Priority   uint32
+	InstanceID string
+	ReplicaID  string
+	Topology   aip.Topology
+	Active     uint32
+}
+
+// CompareCandidates orders eligible replicas for a new route of actionID:
+// lower binding priority, then a preferred-region match, a preferred-zone
+// match, fewer active assignments, RouteHash(actionID, replica) ascending,
+// and finally instance and replica IDs. The first candidate wins. Every
+// backend orders exactly this way.
+func CompareCandidates(pref *RouteTopologyPreference, actionID string, a, b *RouteCandidate) int {
+	if c := cmp.Compare(a.Priority, b.Priority); c != 0 {
+		return c
+	}
+	if pref.Region != "" {
+		if c := cmpMatch(a.Topology.Region == pref.Region, b.Topology.Region == pref.Region); c != 0 {
+			return c
+		}
+	}
+	if pref.Zone != "" {
+		if c := cmpMatch(a.Topology.Zone == pref.Zone, b.Topology.Zone == pref.Zone); c != 0 {
+			return c
+		}
+	}
+	if c := cmp.Compare(a.Active, b.Active); c != 0 {
+		return c
+	}
+	if a.ReplicaID != b.ReplicaID {
+		if c := cmp.Compare(RouteHash(actionID, a.ReplicaID), RouteHash(actionID, b.ReplicaID)); c != 0 {
+			return c
+		}
+	}
+	if c := cmp.Compare(a.InstanceID, b.InstanceID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ReplicaID, b.ReplicaID)
+}
+
+func cmpMatch(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
+}
+
+// RouteHash is the action-dependent tie-breaker of replica selection: the
+// first 8 bytes, big-endian, of SHA-256(replicaID || actionID). In SQL it is
+// substring(sha256(convert_to(replica_id || action_id, 'UTF8')) from 1 for 8)
+// compared as bytea.
+func RouteHash(actionID, replicaID string) uint64 {
+	var buf [2 * MaxIdentifierBytes]byte
+	b := append(append(buf[:0], replicaID...), actionID...)
+	sum := sha256.Sum256(b)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// RouteAssignment is the persistent route of one action: the verified work,
+// the logical target, the concrete peer, the catalog and policy decision, the
+// capacity and fence, and the time it was made. It never changes once made;
+// reservation and settlement bookkeeping live beside it (RouteReservation).
+type RouteAssignment struct {
+	// Work identity.
+	ActionID     string `json:"action_id"`
+	CapabilityID string `json:"capability_id"`
+	TenantID     string `json:"tenant_id"`
+	// Logical target.
+	InstanceID     string `json:"instance_id"`
+	VersionID      string `json:"version_id"`
+	ManifestDigest string `json:"manifest_digest"`
+	// Concrete peer.
+	ReplicaID         string            `json:"replica_id"`
+	Endpoint          string            `json:"endpoint"`
+	PeerPrincipalID   string            `json:"peer_principal_id"`
+	PeerPrincipalKind aip.PrincipalKind `json:"peer_principal_kind"`
+	PeerDID           string            `json:"peer_did"`
+	TrustDomain       string            `json:"trust_domain"`
+	TransportProfile  string            `json:"transport_profile"`
+	Topology          aip.Topology      `json:"topology"`
+	// Catalog and policy.
+	CatalogRevision       uint64 `json:"catalog_revision"`
+	BindingPolicyRevision uint64 `json:"binding_policy_revision"`
+	CredentialRevisionRef string `json:"credential_revision_ref,omitempty"`
+	QuotaPolicyRef        string `json:"quota_policy_ref,omitempty"`
+	// Capacity and fencing.
+	ReplicaHealthRevision uint64               `json:"replica_health_revision"`
+	FenceToken            string               `json:"fence_token"`
+	Admission             AdmissionReservation `json:"admission"`
+	// Evidence time, in milliseconds.
+	AssignedAt time.Time `json:"assigned_at"`
+}
+
+// Equal reports whether two assignments are identical in every field.
+// Settlement compares the presented assignment with the stored one this way.
+func (a *RouteAssignment) Equal(b *RouteAssignment) bool {
+	return a.AssignedAt.Equal(b.AssignedAt) && a.Admission.equal(&b.Admission) && a.fixed() == b.fixed()
+}
+
+// routeFixed is the comparable part of a RouteAssignment.
+type routeFixed struct {
+	actionID, capabilityID, tenantID, instanceID, versionID, manifestDigest string
+	replicaID, endpoint, peerPrincipalID                                    string
+	peerPrincipalKind                                                       aip.PrincipalKind
+	peerDID, trustDomain, transportProfile                                  string
+	topology                                                                aip.Topology
+	catalogRevision, bindingPolicyRevision                                  uint64
+	credentialRevisionRef, quotaPolicyRef                                   string
+	replicaHealthRevision                                                   uint64
+	fenceToken                                                              string
+}
+
+func (a *RouteAssignment) fixed() routeFixed {
+	return routeFixed{
+		a.ActionID, a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest,
+		a.ReplicaID, a.Endpoint, a.PeerPrincipalID, a.PeerPrincipalKind, a.PeerDID, a.TrustDomain, a.TransportProfile,
+		a.Topology, a.CatalogRevision, a.BindingPolicyRevision, a.CredentialRevisionRef, a.QuotaPolicyRef,
+		a.ReplicaHealthRevision, a.FenceToken,
+	}
+}
+
+// Route returns the pinned security.connector_route a dispatcher signs into
+// the native action envelope. mode is the action's original mode, or nil.
+func (a *RouteAssignment) Route(mode *aip.ActionMode) aip.ConnectorRoute {
+	r := aip.ConnectorRoute{
+		ActionID:              a.ActionID,
+		CapabilityID:          a.CapabilityID,
+		TenantID:              a.TenantID,
+		InstanceID:            a.InstanceID,
+		ReplicaID:             a.ReplicaID,
+		VersionID:             a.VersionID,
+		ManifestDigest:        a.ManifestDigest,
+		CatalogRevision:       a.CatalogRevision,
+		BindingPolicyRevision: a.BindingPolicyRevision,
+		ReplicaHealthRevision: a.ReplicaHealthRevision,
+		FenceToken:            a.FenceToken,
+	}
+	if a.CredentialRevisionRef != "" {
+		ref := a.CredentialRevisionRef
+		r.CredentialRevisionRef = &ref
+	}
+	if a.QuotaPolicyRef != "" {
+		ref := a.QuotaPolicyRef
+		r.QuotaPolicyRef = &ref
+	}
+	if mode != nil {
+		m := *mode
+		r.OriginalMode = &m
+	}
+	return r
+}
+
+// Clone returns a deep copy.
+func (a RouteAssignment) Clone() RouteAssignment {
+	a.Admission.BaseScopes = append([]AdmissionScope(nil), a.Admission.BaseScopes...)
+	a.Admission.RetryScope = clonePtr(a.Admission.RetryScope)
+	return a
+}
+
+// RouteSettlement is how an attempt ended.
+type RouteSettlement string
+
+// Settlement outcomes.
+const (
+	// SettlementCompleted: the replica answered; resets the circuit.
+	SettlementCompleted RouteSettlement = "completed"
+	// SettlementOutcomeUnknown: the outcome is uncertain; counts toward
+	// opening the replica's circuit.
+	SettlementOutcomeUnknown RouteSettlement = "outcome_unknown"
+	// SettlementCancelled: released after cancellation; the circuit is kept.
+	SettlementCancelled RouteSettlement = "cancelled"
+	// SettlementLeaseExpired: released because the replica's lease expired;
+	// the circuit is kept.
+	SettlementLeaseExpired RouteSettlement = "lease_expired"
+)
+
+// Valid reports whether s is a known outcome.
+func (s RouteSettlement) Valid() bool {
+	return s == SettlementCompleted || s == SettlementOutcomeUnknown || s == SettlementCancelled || s == SettlementLeaseExpired
+}
+
+// RouteReservation is the bookkeeping beside an assignment: whether it holds
+// capacity now, the scopes it holds (base scopes, plus the retry scope when
+// Retry), and the last settlement since it was last reserved.
+type RouteReservation struct {
+	ActionID       string           `json:"action_id"`
+	ReplicaID      string           `json:"replica_id"`
+	Reserved       bool             `json:"reserved"`
+	Retry          bool             `json:"retry"`
+	Scopes         []AdmissionScope `json:"scopes"`
+	LastSettlement RouteSettlement  `json:"last_settlement,omitempty"`
+}
+
+// AdmissionCounter is one admission counter's in-flight count.
+type AdmissionCounter struct {
+	Kind   AdmissionScopeKind `json:"kind"`
+	Key    string             `json:"key"`
+	Active uint32             `json:"active"`
+}
+
+// Ledger lists every admission counter above zero (ordered by kind, then
+// key) and every live reservation (ordered by action ID). In a consistent
+// registry each counter equals the number of live reservations holding its
+// scope, and each replica's active assignments equal the live reservations
+// on it.
+type Ledger struct {
+	Counters     []AdmissionCounter `json:"counters"`
+	Reservations []RouteReservation `json:"reservations"`
+}
+
+// FleetStatusSummary is the fixed-size aggregate state of the fleet at
+// ObservedAt. Replicas are partitioned: ready and draining count unexpired
+// leases, ExpiredLeases counts ready or draining replicas whose lease has
+// expired (what lease maintenance will take offline), OfflineReplicas the
+// rest.
+type FleetStatusSummary struct {
+	CatalogRevision   uint64    `json:"catalog_revision"`
+	ConnectorTypes    int       `json:"connector_types"`
+	ActiveVersions    int       `json:"active_versions"`
+	EnabledInstances  int       `json:"enabled_instances"`
+	Replicas          int       `json:"replicas"`
+	ReadyReplicas     int       `json:"ready_replicas"`
+	DrainingReplicas  int       `json:"draining_replicas"`
+	OfflineReplicas   int       `json:"offline_replicas"`
+	ExpiredLeases     int       `json:"expired_leases"`
+	ReadyCapacity     uint64    `json:"ready_capacity"`
+	ActiveAssignments uint64    `json:"active_assignments"`
+	ObservedAt        time.Time `json:"observed_at"`
+}

@@ -1,0 +1,225 @@
+package registry
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// The functions in this file are the cross-record rules every backend
+// applies once it has loaded the records involved. They hold no state.
+
+// MissingReference reports a reference to a record that does not exist.
+func MissingReference(record, id, field, what, ref string) error {
+	return missing(record, id, field, "%s %s does not exist; create it first", what, ref)
+}
+
+// CheckTypePut accepts an identical re-put of a connector type and rejects
+// any difference.
+func CheckTypePut(stored, next *ConnectorType) error {
+	const r = RecordConnectorType
+	switch {
+	case stored.Name != next.Name:
+		return conflict(r, next.ID, "name", "is fixed at %q", stored.Name)
+	case stored.Owner != next.Owner:
+		return conflict(r, next.ID, "owner", "is fixed at %q", stored.Owner)
+	case stored.Enabled != next.Enabled:
+		return conflict(r, next.ID, "enabled", "changes only through SetConnectorTypeEnabled")
+	}
+	return nil
+}
+
+// CheckVersionAdmission checks a new version against its connector type: the
+// type is enabled and owns the artifact.
+func CheckVersionAdmission(t *ConnectorType, v *ConnectorVersion) error {
+	const r = RecordConnectorVersion
+	if !t.Enabled {
+		return refused(r, v.ID, "connector_type_id", "connector type %s is disabled; enable it before admitting versions", t.ID)
+	}
+	if v.Attestation.Owner != t.Owner {
+		return refused(r, v.ID, "attestation.owner", "%q is not the owner %q of connector type %s", v.Attestation.Owner, t.Owner, t.ID)
+	}
+	return nil
+}
+
+// CheckVersionReadmission accepts re-admitting the same release in the same
+// status and rejects anything else under an admitted version ID.
+func CheckVersionReadmission(stored, next *ConnectorVersion) error {
+	const r = RecordConnectorVersion
+	if !stored.SameRelease(next) {
+		return conflict(r, next.ID, "id", "is already admitted with different content; versions are immutable, admit a new version ID")
+	}
+	if stored.Status != next.Status {
+		return conflict(r, next.ID, "status", "is %s; change it with SetVersionStatus", stored.Status)
+	}
+	return nil
+}
+
+// DuplicateRelease rejects a second version ID for a (type, version) pair.
+func DuplicateRelease(v *ConnectorVersion, otherID string) error {
+	return conflict(RecordConnectorVersion, v.ID, "version", "%s of connector type %s is already admitted as %s", v.Version, v.ConnectorTypeID, otherID)
+}
+
+// DuplicateArtifact rejects a second version for one artifact.
+func DuplicateArtifact(v *ConnectorVersion, otherID string) error {
+	return conflict(RecordConnectorVersion, v.ID, "attestation.artifact_digest", "artifact %s is already admitted as %s", v.Attestation.ArtifactDigest, otherID)
+}
+
+// CheckDefinition rejects a capability contract that differs from the
+// definition already published under the same ID. i is the capability's
+// index in the manifest.
+func CheckDefinition(versionID string, i int, stored, next *CapabilityDefinition) error {
+	if stored.ContractDigest != next.ContractDigest {
+		return conflict(RecordConnectorVersion, versionID, "manifest.capabilities["+strconv.Itoa(i)+"]",
+			"capability %s is already published with contract %s, not %s; publish a changed contract under a new capability ID",
+			next.Capability.ID, stored.ContractDigest, next.ContractDigest)
+	}
+	return nil
+}
+
+// CheckInstanceVersion checks the version an instance is created with or
+// switched to: it belongs to the instance's type and is admitted or active.
+func CheckInstanceVersion(i *ConnectorInstance, v *ConnectorVersion) error {
+	const r = RecordConnectorInstance
+	if v.ConnectorTypeID != i.ConnectorTypeID {
+		return invalid(r, i.ID, "version_id", "version %s belongs to connector type %s, not %s", v.ID, v.ConnectorTypeID, i.ConnectorTypeID)
+	}
+	if v.Status != VersionAdmitted && v.Status != VersionActive {
+		return refused(r, i.ID, "version_id", "version %s is %s; only admitted or active versions can be installed", v.ID, v.Status)
+	}
+	return nil
+}
+
+// VersionLacksBoundCapability rejects switching an instance to a version
+// that lacks capabilities its enabled bindings need.
+func VersionLacksBoundCapability(i *ConnectorInstance, capabilityIDs []string) error {
+	return conflict(RecordConnectorInstance, i.ID, "version_id",
+		"version %s does not implement %s, which enabled bindings of this instance need; disable or retarget those bindings first",
+		i.VersionID, strings.Join(capabilityIDs, ", "))
+}
+
+// CheckBindingTarget checks a binding against its instance and the
+// instance's version: same tenant, and the version implements the capability
+// (required on creation and whenever the binding is enabled).
+func CheckBindingTarget(b *CapabilityBinding, i *ConnectorInstance, v *ConnectorVersion, creating bool) error {
+	const r = RecordCapabilityBinding
+	if i.TenantID != b.TenantID {
+		return invalid(r, b.Key().String(), "instance_id", "instance %s belongs to tenant %s, not %s", i.ID, i.TenantID, b.TenantID)
+	}
+	if (creating || b.Enabled) && !v.Implements(b.CapabilityID) {
+		return invalid(r, b.Key().String(), "capability_id", "version %s of instance %s does not implement %s", v.ID, i.ID, b.CapabilityID)
+	}
+	return nil
+}
+
+// CheckNewReplica checks a replica being created: it runs the instance's
+// current version and starts with no assignments and a closed circuit.
+func CheckNewReplica(rep *ConnectorReplica, i *ConnectorInstance) error {
+	const r = RecordConnectorReplica
+	if rep.VersionID != i.VersionID {
+		return invalid(r, rep.ID, "version_id", "instance %s runs version %s; a new replica must run it too", i.ID, i.VersionID)
+	}
+	if rep.ActiveAssignments != 0 {
+		return invalid(r, rep.ID, "active_assignments", "a new replica starts with 0 (the registry counts them)")
+	}
+	if rep.Circuit != (CircuitState{}) {
+		return invalid(r, rep.ID, "circuit", "a new replica starts with a closed circuit (the registry keeps it)")
+	}
+	return nil
+}
+
+// ReplicaEligible reports whether a replica may take a new route now: it
+// runs the instance's current version, is ready with an unexpired lease and
+// spare capacity, its circuit is closed, and it passes the request's
+// topology filters. The caller has checked the binding chain.
+func ReplicaEligible(rep *ConnectorReplica, instanceVersionID string, pref *RouteTopologyPreference, now time.Time) bool {
+	return rep.VersionID == instanceVersionID && rep.Status == aip.ReplicaReady && rep.LeaseValid(now) &&
+		rep.ActiveAssignments < rep.Capacity && rep.Circuit.Closed(now) && pref.Admits(rep.Topology)
+}
+
+// PinnedReplicaUsable reports whether an existing route's pinned replica can
+// be reserved again now: ready or draining, unexpired lease, spare capacity,
+// closed circuit, enabled instance, its version active and its type enabled.
+func PinnedReplicaUsable(rep *ConnectorReplica, i *ConnectorInstance, v *ConnectorVersion, typeEnabled bool, now time.Time) bool {
+	return (rep.Status == aip.ReplicaReady || rep.Status == aip.ReplicaDraining) && rep.LeaseValid(now) &&
+		rep.ActiveAssignments < rep.Capacity && rep.Circuit.Closed(now) &&
+		i.Status == InstanceEnabled && v.Status == VersionActive && typeEnabled
+}
+
+// RouteConflict rejects a request whose coordinates differ from the action's
+// existing assignment.
+func RouteConflict(a *RouteAssignment, req *RouteRequest) error {
+	return fmt.Errorf("%w: action %s is already routed for tenant %s and capability %s, not tenant %s and capability %s",
+		ErrConflict, a.ActionID, a.TenantID, a.CapabilityID, req.TenantID, req.CapabilityID)
+}
+
+// NewAssignment builds the assignment of a new route.
+func NewAssignment(req *RouteRequest, b *CapabilityBinding, v *ConnectorVersion, rep *ConnectorReplica, catalogRevision uint64, admission AdmissionReservation, fenceToken string, now time.Time) RouteAssignment {
+	return RouteAssignment{
+		ActionID:              req.ActionID,
+		CapabilityID:          req.CapabilityID,
+		TenantID:              req.TenantID,
+		InstanceID:            rep.InstanceID,
+		VersionID:             rep.VersionID,
+		ManifestDigest:        v.ManifestDigest,
+		ReplicaID:             rep.ID,
+		Endpoint:              rep.Endpoint,
+		PeerPrincipalID:       rep.PeerPrincipalID,
+		PeerPrincipalKind:     rep.PeerPrincipalKind,
+		PeerDID:               rep.PeerDID,
+		TrustDomain:           rep.TrustDomain,
+		TransportProfile:      rep.TransportProfile,
+		Topology:              rep.Topology,
+		CatalogRevision:       catalogRevision,
+		BindingPolicyRevision: b.PolicyRevision,
+		CredentialRevisionRef: b.CredentialRevisionRef,
+		QuotaPolicyRef:        b.QuotaPolicyRef,
+		ReplicaHealthRevision: rep.HealthRevision,
+		FenceToken:            fenceToken,
+		Admission:             admission,
+		AssignedAt:            Millis(now),
+	}
+}
+
+// ExpireReplica applies lease expiry to a replica record: offline, lease
+// ended at most now, no active assignments, health revision raised by one,
+// lifecycle request fields cleared. The caller releases its reservations.
+func ExpireReplica(rep *ConnectorReplica, now time.Time) {
+	rep.Status = aip.ReplicaOffline
+	if now = Millis(now); rep.LeaseExpiresAt.After(now) {
+		rep.LeaseExpiresAt = now
+	}
+	rep.ActiveAssignments = 0
+	rep.HealthRevision++
+	rep.LastControlRequestID, rep.LastControlRequestDigest = "", ""
+}
+
+// CountReplica adds one replica to a fleet summary observed at now.
+func CountReplica(s *FleetStatusSummary, rep *ConnectorReplica, now time.Time) {
+	s.Replicas++
+	s.ActiveAssignments += uint64(rep.ActiveAssignments)
+	switch {
+	case rep.Status == aip.ReplicaOffline:
+		s.OfflineReplicas++
+	case !rep.LeaseValid(now):
+		s.ExpiredLeases++
+	case rep.Status == aip.ReplicaReady:
+		s.ReadyReplicas++
+		s.ReadyCapacity += uint64(rep.Capacity)
+	default:
+		s.DrainingReplicas++
+	}
+}
+
+// SortLedger puts a ledger in its documented order.
+func SortLedger(l *Ledger) {
+	slices.SortFunc(l.Counters, func(a, b AdmissionCounter) int {
+		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Key, b.Key))
+	})
+	slices.SortFunc(l.Reservations, func(a, b RouteReservation) int { return strings.Compare(a.ActionID, b.ActionID) })
+}
