@@ -40,6 +40,7 @@ type testConnector struct {
 	release     chan struct{}
 	reconcile   func(ctx context.Context, a *hostsdk.UncertainAction) (*aip.ActionResult, error)
 	cancels     atomic.Int64
+	probeDelay  atomic.Int64 // nanoseconds CheckHealth takes
 }
 
 func newTestConnector() *testConnector {
@@ -133,6 +134,15 @@ func (c *testConnector) HandleStream(ctx context.Context, call *hostsdk.Call, ch
 }
 
 func (c *testConnector) CheckHealth(ctx context.Context) error {
+	if d := time.Duration(c.probeDelay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if p := c.healthErr.Load(); p != nil {
 		return *p
 	}

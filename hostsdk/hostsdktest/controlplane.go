@@ -135,6 +135,7 @@ type ControlPlane struct {
 	claims   map[string]string // committed request ID -> digest
 	ops      []Operation
 	faults   []Fault
+	down     bool
 	changed  chan struct{}
 }
 
@@ -206,6 +207,14 @@ func (cp *ControlPlane) FailNext(n int, fault Fault) {
 	for range n {
 		cp.faults = append(cp.faults, fault)
 	}
+}
+
+// SetUnavailable makes every request fail with FaultUnavailable while on
+// (an outage), after any queued FailNext faults.
+func (cp *ControlPlane) SetUnavailable(on bool) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.down = on
 }
 
 // Operations returns the operations seen so far.
@@ -287,8 +296,10 @@ func (cp *ControlPlane) serve(w http.ResponseWriter, r *http.Request) {
 	var fault Fault
 	if len(cp.faults) > 0 {
 		fault, cp.faults = cp.faults[0], cp.faults[1:]
-		op.Fault = fault
+	} else if cp.down {
+		fault = FaultUnavailable
 	}
+	op.Fault = fault
 	outcome, apply := cp.decide(recv, &op, now, fault)
 	switch fault {
 	case FaultUnavailable:

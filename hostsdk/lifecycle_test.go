@@ -1,0 +1,242 @@
+package hostsdk_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
+)
+
+// bubbleFleet is a fleet inside a testing/synctest bubble: the control plane
+// is reached in memory and the host listens on a MemListener.
+type bubbleFleet struct {
+	cp     *hostsdktest.ControlPlane
+	d      *hostsdktest.Dispatcher
+	client *http.Client
+	cfg    hostsdk.Config
+	h      *hostsdk.Host
+	conn   *testConnector
+}
+
+func newBubbleFleet(t *testing.T, edit func(*hostsdk.Config)) *bubbleFleet {
+	t.Helper()
+	ttl := 30 * time.Second
+	if edit != nil {
+		var c hostsdk.Config
+		edit(&c)
+		if c.LeaseTTL != 0 {
+			ttl = c.LeaseTTL
+		}
+	}
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{InMemory: true, LeaseTTL: ttl})
+	ml := hostsdktest.NewMemListener()
+	client := ml.Client()
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain, Client: client})
+	cfg := hostsdktest.HostConfig(t, cp, d, ml)
+	cfg.Journal = memjournal.New()
+	if edit != nil {
+		edit(&cfg)
+	}
+	conn := newTestConnector()
+	h := hostsdktest.StartHost(t, cfg, conn)
+	return &bubbleFleet{cp: cp, d: d, client: client, cfg: cfg, h: h, conn: conn}
+}
+
+// metric reads one sample from the host's /metrics.
+func (b *bubbleFleet) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := b.client.Get("http://127.0.0.1:9/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(page), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not found in\n%s", name, page)
+	return 0
+}
+
+func opsOf(cp *hostsdktest.ControlPlane, op aip.Operation) []hostsdktest.Operation {
+	var out []hostsdktest.Operation
+	for _, o := range cp.Operations() {
+		if o.Op == op {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func TestFirstHeartbeatJitter(t *testing.T) {
+	// Several hosts in one bubble: each first beat falls in [7.5s, 12.5s]
+	// after registration (the exact bounds are tested in
+	// TestFirstBeatDelayBounds).
+	for range 3 {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBubbleFleet(t, nil)
+			if err := b.cp.Await(context.Background(), func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+				t.Fatal(err)
+			}
+			o := b.cp.Operations()
+			if o[0].Op != aip.OpRegister || o[1].Op != aip.OpHeartbeat {
+				t.Fatalf("operations %v %v", o[0].Op, o[1].Op)
+			}
+			if d := o[1].At.Sub(o[0].At); d < 7500*time.Millisecond || d > 12500*time.Millisecond {
+				t.Errorf("first heartbeat %s after registration, want within [7.5s, 12.5s]", d)
+			}
+			if o[1].PreviousSequence != o[0].Sequence || !o[1].ConnectorReady {
+				t.Errorf("heartbeat %+v after register %+v", o[1], o[0])
+			}
+		})
+	}
+}
+
+func TestMissedTicksAreSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, func(c *hostsdk.Config) {
+			c.HealthProbeTimeout = 30 * time.Second
+			c.LeaseTTL = 60 * time.Second
+		})
+		ctx := context.Background()
+		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		t1 := time.Now()
+		// The next probe takes 25s: the beat due at t1+10 goes out at
+		// t1+35; the grid slots t1+20 and t1+30 are skipped, not replayed.
+		b.conn.probeDelay.Store(int64(25 * time.Second))
+		time.Sleep(15 * time.Second)
+		b.conn.probeDelay.Store(0)
+		time.Sleep(40 * time.Second) // to t1+55
+		var got []time.Duration
+		for _, o := range opsOf(b.cp, aip.OpHeartbeat) {
+			got = append(got, o.At.Sub(t1))
+		}
+		want := []time.Duration{0, 35 * time.Second, 40 * time.Second, 50 * time.Second}
+		if len(got) != len(want) {
+			t.Fatalf("heartbeats at %v after the first, want %v", got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("heartbeats at %v after the first, want %v", got, want)
+			}
+		}
+	})
+}
+
+func TestLeaseExpiryAndRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		ctx := context.Background()
+		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		// t1: the first heartbeat renewed the lease to t1+30.
+		b.cp.SetUnavailable(true)
+		time.Sleep(25 * time.Second) // t1+25: beats at +10, +20 failed
+		if got := b.metric(t, hostsdk.MetricHeartbeatFailures); got != 2 {
+			t.Errorf("heartbeat failures %v, want 2", got)
+		}
+		if !b.h.Ready() {
+			t.Error("a failed heartbeat must not drop a valid lease")
+		}
+		time.Sleep(10 * time.Second) // t1+35: the lease expired at +30; recovery at +30 was ambiguous
+		if b.h.Ready() {
+			t.Error("host is ready after its lease expired")
+		}
+		regs := opsOf(b.cp, aip.OpRegister)
+		if len(regs) != 3 || regs[1].RequestID != regs[2].RequestID {
+			t.Fatalf("register attempts %+v: want one ambiguous attempt sent twice with the same ID", regs)
+		}
+		ambiguousID := regs[1].RequestID
+
+		// +40: a definitive rejection of the pending request.
+		b.cp.SetUnavailable(false)
+		b.cp.FailNext(1, hostsdktest.FaultReject)
+		time.Sleep(10 * time.Second)
+		regs = opsOf(b.cp, aip.OpRegister)
+		if len(regs) != 4 || regs[3].RequestID != ambiguousID || regs[3].Outcome != aip.OutcomeRejected {
+			t.Fatalf("after an ambiguous failure the same request must be reused: %+v", regs[3])
+		}
+		// +50: a fresh request ID; its answer is lost, the resend replays it.
+		b.cp.FailNext(1, hostsdktest.FaultDropResponse)
+		time.Sleep(10 * time.Second)
+		regs = opsOf(b.cp, aip.OpRegister)
+		if len(regs) != 6 {
+			t.Fatalf("register attempts %d, want 6", len(regs))
+		}
+		if fresh := regs[4].RequestID; fresh == ambiguousID || regs[5].RequestID != fresh || !regs[5].Replayed || regs[5].Outcome != aip.OutcomeLease {
+			t.Fatalf("after a rejection a fresh request must be used and replayed after the lost answer: %+v %+v", regs[4], regs[5])
+		}
+		if !b.h.Ready() {
+			t.Fatal("host is not ready after lease recovery")
+		}
+		for name, want := range map[string]float64{
+			hostsdk.MetricHeartbeatFailures:     4, // +10, +20, +30, +40
+			hostsdk.MetricLeaseRecoveryAttempts: 3, // +30, +40, +50
+			hostsdk.MetricLeaseRecoveries:       1,
+		} {
+			if got := b.metric(t, name); got != want {
+				t.Errorf("%s = %v, want %v", name, got, want)
+			}
+		}
+
+		// An unhealthy host reports connector_ready=false, goes offline and
+		// does not re-register until it is healthy again.
+		b.conn.setHealth(errUnhealthy)
+		time.Sleep(20 * time.Second) // +60 heartbeat (not ready), +70 nothing
+		hbs := opsOf(b.cp, aip.OpHeartbeat)
+		if last := hbs[len(hbs)-1]; last.ConnectorReady || last.Outcome != aip.OutcomeLease {
+			t.Errorf("unhealthy heartbeat %+v", last)
+		}
+		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+			t.Errorf("replica is %s after an unhealthy heartbeat", st.Status)
+		}
+		if got := b.metric(t, hostsdk.MetricLeaseRecoveryAttempts); got != 3 {
+			t.Errorf("an unhealthy host attempted recovery: attempts %v", got)
+		}
+		if got := b.metric(t, hostsdk.MetricReady); got != 0 {
+			t.Errorf("ready gauge %v while unhealthy", got)
+		}
+		b.conn.setHealth(nil)
+		time.Sleep(10 * time.Second) // +80: healthy again, re-registers
+		if got := b.metric(t, hostsdk.MetricLeaseRecoveries); got != 2 || !b.h.Ready() {
+			t.Errorf("recoveries %v, ready %v after health returned", got, b.h.Ready())
+		}
+	})
+}
+
+func TestDrainInBubbleSendsOfflineLast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		time.Sleep(time.Minute)
+		if err := b.h.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		o := b.cp.Operations()
+		if o[len(o)-1].Op != aip.OpOffline || o[len(o)-2].Op != aip.OpDrain {
+			t.Fatalf("last operations %v %v", o[len(o)-2].Op, o[len(o)-1].Op)
+		}
+		n := len(o)
+		time.Sleep(time.Minute)
+		if len(b.cp.Operations()) != n {
+			t.Error("heartbeats continued after shutdown")
+		}
+	})
+}
