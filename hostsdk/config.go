@@ -172,7 +172,7 @@ func (e *ConfigError) Error() string {
 	if e.Flag == "" {
 		return fmt.Sprintf("hostsdk: Config.%s %s", e.Field, e.Reason)
 	}
-	return fmt.Sprintf("hostsdk: %s (--%s, %s, Config.%s) %s", e.Flag, e.Flag, e.Env, e.Field, e.Reason)
+	return fmt.Sprintf("hostsdk: --%s (%s, Config.%s) %s", e.Flag, e.Env, e.Field, e.Reason)
 }
 
 func cfgErr(field, reason string, args ...any) *ConfigError {

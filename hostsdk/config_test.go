@@ -1,0 +1,175 @@
+package hostsdk_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+func validArgs(t *testing.T) (args []string, control, gateway *aip.SigningKey) {
+	t.Helper()
+	control, _ = aip.GenerateSigningKey()
+	gateway, _ = aip.GenerateSigningKey()
+	return []string{
+		"--bind", "127.0.0.1:0",
+		"--public-endpoint", "http://127.0.0.1:8081/aip/v1/messages",
+		"--control-plane-endpoint", "http://127.0.0.1:8090/aip/v1/connector-control",
+		"--control-plane-did", control.DID(),
+		"--signing-seed-file", "/nonexistent/seed",
+		"--connector-type-id", aip.NewID(aip.PrefixType),
+		"--version-id", aip.NewID(aip.PrefixVersion),
+		"--instance-id", aip.NewID(aip.PrefixInstance),
+		"--replica-id", aip.NewID(aip.PrefixReplica),
+		"--tenant-id", "tenant-a",
+		"--gateway-principal-id", "service:dispatcher",
+		"--gateway-did", gateway.DID(),
+		"--trust-domain", "example.test",
+		"--artifact-digest", aip.DigestBytes([]byte("artifact")),
+		"--secret-provider-ref", "vault://x",
+		"--allow-insecure-loopback-http",
+	}, control, gateway
+}
+
+func TestLoadConfigFlagsAndEnv(t *testing.T) {
+	args, _, _ := validArgs(t)
+	args = append(args, "--max-in-flight", "8", "--heartbeat-interval-ms", "4000", "--region", "eu")
+	env := map[string]string{
+		"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "99", // the flag wins
+		"AIP_CONNECTOR_HOST_LEASE_TTL_MS":  "15000",
+		"AIP_CONNECTOR_HOST_ZONE":          "eu-1",
+		"AIP_CONNECTOR_HOST_STATE_DIR":     "/var/lib/host",
+	}
+	cfg, err := hostsdk.LoadConfig(args, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxInFlight != 8 || cfg.HeartbeatInterval != 4*time.Second || cfg.LeaseTTL != 15*time.Second ||
+		cfg.Region != "eu" || cfg.Zone != "eu-1" || cfg.StateDir != "/var/lib/host" || !cfg.AllowInsecureLoopbackHTTP {
+		t.Errorf("config %+v", cfg)
+	}
+	if _, err := hostsdk.New(cfg, newTestConnector()); err != nil {
+		t.Errorf("New: %v", err)
+	}
+}
+
+func TestLoadConfigErrorsNameTheSetting(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"max in flight", []string{"--max-in-flight", "0"}, nil,
+			[]string{"--max-in-flight", "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT", "1 to 65536"}},
+		{"lease from env", nil, map[string]string{"AIP_CONNECTOR_HOST_LEASE_TTL_MS": "500"},
+			[]string{"AIP_CONNECTOR_HOST_LEASE_TTL_MS", "--lease-ttl-ms", "1000 to 300000 ms"}},
+		{"not a number", []string{"--drain-timeout-ms", "soon"}, nil,
+			[]string{"--drain-timeout-ms", "1 to 300000 ms"}},
+		{"bool", nil, map[string]string{"AIP_CONNECTOR_HOST_ALLOW_LOOPBACK_HTTP": "maybe"},
+			[]string{"AIP_CONNECTOR_HOST_ALLOW_LOOPBACK_HTTP", "true or false"}},
+		{"config revision", []string{"--config-revision", "0"}, nil,
+			[]string{"--config-revision", "AIP_CONNECTOR_HOST_CONFIG_REVISION"}},
+		{"unknown flag", []string{"--no-such-flag", "1"}, nil, []string{"no-such-flag"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := hostsdk.LoadConfig(c.args, func(k string) string { return c.env[k] })
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	args, _, _ := validArgs(t)
+	base, err := hostsdk.LoadConfig(args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*hostsdk.Config)
+		want []string
+	}{
+		{"endpoint path", func(c *hostsdk.Config) { c.PublicEndpoint = "http://127.0.0.1:8081/messages" },
+			[]string{"--public-endpoint", "AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT", "/aip/v1/messages"}},
+		{"plain http without loopback", func(c *hostsdk.Config) {
+			c.AllowInsecureLoopbackHTTP = false
+			c.PublicEndpoint = "https://replica.example/aip/v1/messages"
+			c.ControlPlaneEndpoint = "http://control.example/aip/v1/connector-control"
+		}, []string{"--control-plane-endpoint", "https"}},
+		{"loopback exception needs a loopback bind", func(c *hostsdk.Config) { c.Bind = "0.0.0.0:8081" },
+			[]string{"--allow-insecure-loopback-http", "loopback"}},
+		{"heartbeat above half the lease", func(c *hostsdk.Config) { c.LeaseTTL = 10 * time.Second; c.HeartbeatInterval = 6 * time.Second },
+			[]string{"--heartbeat-interval-ms", "AIP_CONNECTOR_HOST_HEARTBEAT_MS", "5000"}},
+		{"both DID forms", func(c *hostsdk.Config) { c.ControlPlaneDIDFile = "/x" },
+			[]string{"--control-plane-did", "--control-plane-did-file", "exactly one"}},
+		{"bad DID", func(c *hostsdk.Config) { c.GatewayDID = "did:web:example.com" },
+			[]string{"--gateway-did", "did:key"}},
+		{"replica ID", func(c *hostsdk.Config) { c.ReplicaID = "replica-1" },
+			[]string{"--replica-id", "crepl_"}},
+		{"label", func(c *hostsdk.Config) { c.Zone = "eu west" }, []string{"--zone", "[A-Za-z0-9._-]"}},
+		{"artifact digest", func(c *hostsdk.Config) { c.ArtifactDigest = "md5:abc" }, []string{"--artifact-digest", "sha256:"}},
+		{"missing tenant", func(c *hostsdk.Config) { c.TenantID = "" }, []string{"--tenant-id", "1 to 512 bytes"}},
+		{"database URL without a journal", func(c *hostsdk.Config) { c.DatabaseURLFile = "/run/secrets/db" },
+			[]string{"--database-url-file", "pgruntime"}},
+		{"probe timeout", func(c *hostsdk.Config) { c.HealthProbeTimeout = time.Minute },
+			[]string{"--health-probe-timeout-ms", "1 to 30000 ms"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := base
+			c.edit(&cfg)
+			_, err := hostsdk.New(cfg, newTestConnector())
+			var ve *hostsdk.ValidateError
+			var ce *hostsdk.ConfigError
+			if !errors.As(err, &ve) || !errors.As(err, &ce) {
+				t.Fatalf("New: %v, want *ValidateError wrapping *ConfigError", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSecretFilesAreChecked(t *testing.T) {
+	f := newFleet(t)
+	dir := t.TempDir()
+	seed := filepath.Join(dir, "seed")
+	key, _ := aip.GenerateSigningKey()
+	if err := aip.WriteSeedFile(seed, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(seed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.SigningKey, f.cfg.SigningSeedFile = nil, seed
+	err := startErr(t, f, newTestConnector())
+	var ve *hostsdk.ValidateError
+	if !errors.As(err, &ve) || !errors.Is(err, aip.ErrUnsafeFile) || !strings.Contains(err.Error(), "chmod 600") || !strings.Contains(err.Error(), "--signing-seed-file") {
+		t.Fatalf("Start: %v", err)
+	}
+
+	// A DID file is read at step 1 and must hold a did:key.
+	f2 := newFleet(t)
+	didFile := filepath.Join(dir, "control.did")
+	os.WriteFile(didFile, []byte("did:web:nope\n"), 0o644)
+	f2.cfg.ControlPlaneDID, f2.cfg.ControlPlaneDIDFile = "", didFile
+	err = startErr(t, f2, newTestConnector())
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "--control-plane-did-file") {
+		t.Fatalf("Start: %v", err)
+	}
+}
