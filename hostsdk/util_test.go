@@ -1,6 +1,7 @@
 package hostsdk_test
 
 import (
+	"encoding/json"
 	"sort"
 	"strings"
 )
@@ -27,3 +28,5 @@ func metricNames(page string) []string {
 	sort.Strings(out)
 	return out
 }
+
+func jsonUnmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }

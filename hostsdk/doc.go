@@ -1,0 +1,149 @@
+// Package hostsdk runs a Go connector as a replica of the AIP connector
+// fleet. A connector author implements Connector (tenant-scoped discovery
+// and the handling of one action) and hands it to New; Host.Run does the
+// rest: the ten-step bootstrap, a durable runtime journal, the native AIP
+// surface, a lease held through jittered signed heartbeats, recovery of
+// crashed work, and a clean drain on SIGTERM or Ctrl-C.
+//
+// # A main
+//
+//	func run(ctx context.Context, args []string, getenv func(string) string) error {
+//		cfg, err := hostsdk.LoadConfig(args, getenv)
+//		if err != nil {
+//			return err
+//		}
+//		host, err := hostsdk.New(cfg, myconnector.New())
+//		if err != nil {
+//			return err
+//		}
+//		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+//		defer stop()
+//		return host.Run(ctx) // nil only for a clean drain and offline
+//	}
+//
+// examples/echo is a complete connector built this way and tested with
+// package hostsdktest.
+//
+// # Configuration
+//
+// Config's zero-value knobs mean the documented defaults. LoadConfig (or
+// BindFlags, for programs with flags of their own) reads the common host
+// contract from flags and AIP_CONNECTOR_HOST_* environment variables (a flag
+// wins over its variable): --bind, --public-endpoint,
+// --control-plane-endpoint, --control-plane-did or --control-plane-did-file,
+// --signing-seed-file, --connector-type-id, --version-id, --instance-id,
+// --replica-id, --tenant-id, --gateway-principal-id, --gateway-did or
+// --gateway-did-file, --trust-domain, --region, --zone, --capacity-class,
+// --artifact-digest, --secret-provider-ref, --config-revision,
+// --allow-insecure-loopback-http, --max-in-flight, --lease-ttl-ms,
+// --heartbeat-interval-ms, --drain-timeout-ms, --health-probe-timeout-ms,
+// --control-timeout-ms, --tls-ca-certificate-file, and --state-dir and
+// --database-url-file for the journal. Every invalid value is reported as a
+// *ConfigError naming the flag, the variable and the accepted range. Secrets
+// come only from files, which must be regular, not symlinks, and readable by
+// their owner only.
+//
+// # Bootstrap
+//
+// Start (and Run) perform, in order, each step with a log line, an
+// OpenTelemetry span and its own error type (see StepError):
+//
+//  1. validate the configuration and its files (ValidateError);
+//  2. open the runtime journal and install its schema (OpenJournalError);
+//  3. tenant-scoped discovery, Connector.Manifest (DiscoverError);
+//  4. bind the manifest to the trust domain and the signing principal and
+//     compute the manifest digest (BindManifestError);
+//  5. build the native gateway and product routes, bind the listener
+//     (BuildRoutesError);
+//  6. recover durable work (RecoverError);
+//  7. probe storage and connector health (ProbeError);
+//  8. send the signed register (RegisterError);
+//  9. apply the lease and start heartbeats (ApplyLeaseError);
+//  10. serve (ServeError).
+//
+// # The runtime journal
+//
+// Every action is journaled before the connector runs it, with the replay
+// registry of native message IDs, a receipt hash chain, a provider-event
+// outbox and a compare-and-set state store (Call.State). By default the host
+// opens the embedded SQLite journal (package sqliteruntime) in StateDir
+// (default .aipfleet/host-<replica ID>) and closes it when it stops. A main
+// may instead open another journal.Journal (for example pgruntime with
+// Config.DatabaseURLFile) and pass it as Config.Journal; the caller then
+// owns it and closes it after Run returns.
+//
+// Recovery runs before registration: actions journaled but never started
+// are failed (they never ran); actions left running go to the connector's
+// Reconciler, or become outcome_unknown without one. The summary is shown
+// in /ready; any recovery error blocks registration.
+//
+// # Native ingress
+//
+// POST /aip/v1/messages accepts a signed native envelope of at most 4 MiB.
+// The host verifies the dispatcher's signature and identity against the
+// pinned gateway DID and principal, then the pinned security.connector_route
+// against this replica, and claims the message ID in the replay registry
+// (every message, refusals included, so a refused envelope can never execute
+// later). Then:
+//
+//   - action: refused with a signed 503 connector_host.not_ready (retry
+//     after one heartbeat interval) while draining, without a valid lease or
+//     when not ready, or a signed 429 connector_host.capacity above
+//     MaxInFlight; the input is validated against the capability's
+//     input_schema; the action is journaled, run, and its result journaled
+//     with a receipt (ActionResult.Receipt). An action ID already journaled
+//     returns the journaled result and never runs twice (a different input
+//     is a signed 409 connector_host.idempotency_conflict);
+//   - cancel (action-scoped): cancels the running Handle's context, tells a
+//     Canceler, and answers the action's journaled result; a cancel that
+//     arrives first journals a cancelled record so the action never runs;
+//   - action_status_query: answers a signed action_status from the journal
+//     (not_found when there is no record); it works while draining and
+//     without a lease.
+//
+// Every answer is a signed envelope in response to the request, except the
+// unsigned 400 schema.envelope.invalid and envelope.decode.invalid for a body
+// that is not a usable envelope, 413 for an oversized one, and the unsigned
+// 500 connector_host.response_signing.
+//
+// A streaming action (mode streaming) of a Streamer is answered with 200 and
+// Content-Type application/x-ndjson: one signed stream_chunk envelope per
+// line (sequence 0, 1, 2, ...), then the signed final action_result (or
+// error) envelope as the last line. The final result is journaled like a
+// synchronous one. Streaming output travels in the response instead of a
+// callback endpoint; actions carrying a callback are refused.
+//
+// The host also serves GET /aip/v1/manifest (the bound manifest), /health,
+// /ready (ReadyDocument), /metrics (exactly the eight aip_connector_host_*
+// metrics, on a registry the host owns) and /.well-known/jwks.json.
+// Product-owned routes (RouteProvider) share the listener.
+//
+// # Lease and heartbeats
+//
+// Lifecycle requests are signed with the replica key; answers must be signed
+// by the pinned control-plane DID, answer the request and be fresh. Each
+// attempt is bounded by ControlTimeout; after a transport or other ambiguous
+// failure the identical bytes are sent once more. The first heartbeat falls
+// uniformly in [0.75·I, 1.25·I], then every I on a fixed grid, skipping
+// ticks missed while a beat ran long. Each tick probes storage and connector
+// health; an unhealthy host reports connector_ready=false, which takes it
+// offline. After the local lease expires, a healthy host re-registers,
+// reusing the exact request after an ambiguous failure and a fresh request
+// ID after a rejection.
+//
+// # Drain
+//
+// On SIGTERM or Ctrl-C (ctx cancelled in Run) or Stop, the host performs the
+// nine steps documented on its shutdown: draining flag, signed drain,
+// heartbeats stop, new actions refused and event publication stopped, the
+// listener kept while in-flight actions finish (at most DrainTimeout),
+// graceful HTTP shutdown, heartbeat worker stopped, signed offline, and a
+// nil result only when all of it was clean (otherwise a *ShutdownError).
+//
+// # Provider events
+//
+// EventPublisher stores provider events in the journal's durable outbox.
+// Delivery to a central event endpoint is not implemented by this version of
+// the host: batches stay in the outbox (counted in /ready) for a publisher
+// to claim.
+package hostsdk
