@@ -50,12 +50,15 @@ type Registry struct {
 	defs      map[string]*defEntry
 	instances map[string]*instanceEntry
 	bindings  map[registry.BindingKey]*bindingEntry
-	byTenant  map[string]map[string][]*bindingEntry // tenant -> capability -> bindings by (priority, instance)
+	tenants   map[string]*tenantEntry
 	replicas  map[string]*replicaEntry
 	live      map[string]*replicaEntry // replicas that are not offline
 	routes    map[string]*routeEntry
 	counters  map[scopeID]uint32
-	views     map[viewKey][]*defEntry // catalog views at the current revision
+	// Catalog views, ordered by capability ID: per tenant and profile, and
+	// internal per profile. A write drops exactly the views it can change.
+	tenantViews   map[string]map[string][]*defEntry
+	internalViews map[string][]*defEntry
 }
 
 // Compile-time guards: Registry is the in-memory implementation of the five
@@ -131,18 +134,24 @@ type routeEntry struct {
 
 func (rt *routeEntry) scopes() []registry.AdmissionScope { return rt.a.Admission.Scopes(rt.retry) }
 
+// tenantEntry indexes one tenant's bindings by capability.
+type tenantEntry struct {
+	caps  map[string]*tenantCap
+	order []*tenantCap // by capability ID
+}
+
+// tenantCap is one capability the tenant has bindings for.
+type tenantCap struct {
+	def      *defEntry
+	bindings []*bindingEntry // by (priority, instance ID)
+}
+
 type scopeID struct {
 	kind registry.AdmissionScopeKind
 	key  string
 }
 
-type viewKey struct {
-	tenant   string
-	internal bool
-	profile  string
-}
-
-// maxViews bounds the cached catalog views; the cache is dropped when full.
+// maxViews bounds the cached tenant views; the cache is dropped when full.
 const maxViews = 4096
 
 // New returns an empty registry at catalog revision 0.
@@ -155,33 +164,50 @@ func New(cfg Config) (*Registry, error) {
 		now = time.Now
 	}
 	return &Registry{
-		now:       now,
-		limits:    cfg.Limits.WithDefaults(),
-		implicit:  registry.ImplicitAdmissionPolicy(),
-		policies:  make(map[string]*registry.AdmissionPolicy),
-		types:     make(map[string]*typeEntry),
-		versions:  make(map[string]*versionEntry),
-		releases:  make(map[[2]string]string),
-		artifacts: make(map[string]string),
-		defs:      make(map[string]*defEntry),
-		instances: make(map[string]*instanceEntry),
-		bindings:  make(map[registry.BindingKey]*bindingEntry),
-		byTenant:  make(map[string]map[string][]*bindingEntry),
-		replicas:  make(map[string]*replicaEntry),
-		live:      make(map[string]*replicaEntry),
-		routes:    make(map[string]*routeEntry),
-		counters:  make(map[scopeID]uint32),
-		views:     make(map[viewKey][]*defEntry),
+		now:           now,
+		limits:        cfg.Limits.WithDefaults(),
+		implicit:      registry.ImplicitAdmissionPolicy(),
+		policies:      make(map[string]*registry.AdmissionPolicy),
+		types:         make(map[string]*typeEntry),
+		versions:      make(map[string]*versionEntry),
+		releases:      make(map[[2]string]string),
+		artifacts:     make(map[string]string),
+		defs:          make(map[string]*defEntry),
+		instances:     make(map[string]*instanceEntry),
+		bindings:      make(map[registry.BindingKey]*bindingEntry),
+		tenants:       make(map[string]*tenantEntry),
+		replicas:      make(map[string]*replicaEntry),
+		live:          make(map[string]*replicaEntry),
+		routes:        make(map[string]*routeEntry),
+		counters:      make(map[scopeID]uint32),
+		tenantViews:   make(map[string]map[string][]*defEntry),
+		internalViews: make(map[string][]*defEntry),
 	}, nil
 }
 
 // publish advances the catalog revision after a catalog write.
-func (r *Registry) publish() {
-	r.revision++
-	if len(r.views) > 0 {
-		clear(r.views)
+func (r *Registry) publish() { r.revision++ }
+
+// Which cached catalog views a write can change.
+const (
+	viewsNone     = iota
+	viewsInternal // a new version: internal views only (no instance uses it yet)
+	viewsAll      // version status or type state: any view
+)
+
+func (r *Registry) dropViews(scope int) {
+	switch scope {
+	case viewsAll:
+		clear(r.tenantViews)
+		clear(r.internalViews)
+	case viewsInternal:
+		clear(r.internalViews)
 	}
 }
+
+// dropTenantViews forgets one tenant's views after a write to its
+// instances or bindings.
+func (r *Registry) dropTenantViews(tenant string) { delete(r.tenantViews, tenant) }
 
 func (r *Registry) clock() time.Time { return registry.Millis(r.now()) }
 
@@ -307,66 +333,90 @@ func (r *Registry) Capability(ctx context.Context, capabilityID string, rc regis
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d, ok := r.defs[capabilityID]
-	if !ok || !r.visible(d, rc, "") {
+	var d *defEntry
+	switch {
+	case rc.Internal:
+		if e, ok := r.defs[capabilityID]; ok && internalVisible(e, "") {
+			d = e
+		}
+	case rc.TenantID != "":
+		if te := r.tenants[rc.TenantID]; te != nil {
+			if tc := te.caps[capabilityID]; tc != nil && tenantVisible(tc, "") {
+				d = tc.def
+			}
+		}
+	}
+	if d == nil {
 		return registry.ResolvedCapability{}, fmt.Errorf("capability %s: %w", capabilityID, registry.ErrNotFound)
 	}
 	return registry.ResolvedCapability{Definition: d.def.Clone(), CatalogRevision: r.revision}, nil
 }
 
-// visible evaluates the read context's visibility rule for one definition.
-func (r *Registry) visible(d *defEntry, rc registry.ReadContext, profile string) bool {
-	switch {
-	case rc.Internal:
-		for _, v := range d.versions {
-			if v.usable() && v.lists(profile) {
-				return true
-			}
-		}
-	case rc.TenantID != "":
-		for _, b := range r.byTenant[rc.TenantID][d.def.Capability.ID] {
-			if chainValid(b) && b.inst.version.lists(profile) {
-				return true
-			}
+// internalVisible: some active version of an enabled type implements the
+// definition (and lists the profile).
+func internalVisible(d *defEntry, profile string) bool {
+	for _, v := range d.versions {
+		if v.usable() && v.lists(profile) {
+			return true
 		}
 	}
 	return false
 }
 
-// view returns the definitions visible to a read context at the current
-// revision, ordered by capability ID. Views are cached until the next
-// catalog write.
+// tenantVisible: some binding of the tenant for the capability passes the
+// whole chain (and its version lists the profile).
+func tenantVisible(tc *tenantCap, profile string) bool {
+	for _, b := range tc.bindings {
+		if chainValid(b) && b.inst.version.lists(profile) {
+			return true
+		}
+	}
+	return false
+}
+
+// view returns the definitions visible to a read context, ordered by
+// capability ID. Views are cached until a write that can change them.
 func (r *Registry) view(rc registry.ReadContext, profile string) []*defEntry {
-	if rc.Empty() {
-		return nil
-	}
-	key := viewKey{internal: rc.Internal, profile: profile}
-	if !rc.Internal {
-		key.tenant = rc.TenantID
-	}
-	if v, ok := r.views[key]; ok {
-		return v
-	}
-	var list []*defEntry
-	if rc.Internal {
+	switch {
+	case rc.Internal:
+		if v, ok := r.internalViews[profile]; ok {
+			return v
+		}
+		list := make([]*defEntry, 0, len(r.defs))
 		for _, d := range r.defs {
-			if r.visible(d, rc, profile) {
+			if internalVisible(d, profile) {
 				list = append(list, d)
 			}
 		}
-	} else {
-		for capID := range r.byTenant[rc.TenantID] {
-			if d := r.defs[capID]; r.visible(d, rc, profile) {
-				list = append(list, d)
+		slices.SortFunc(list, func(a, b *defEntry) int { return strings.Compare(a.def.Capability.ID, b.def.Capability.ID) })
+		r.internalViews[profile] = list
+		return list
+	case rc.TenantID != "":
+		byProfile := r.tenantViews[rc.TenantID]
+		if v, ok := byProfile[profile]; ok {
+			return v
+		}
+		te := r.tenants[rc.TenantID]
+		if te == nil {
+			return nil
+		}
+		list := make([]*defEntry, 0, len(te.order))
+		for _, tc := range te.order {
+			if tenantVisible(tc, profile) {
+				list = append(list, tc.def)
 			}
 		}
+		if byProfile == nil {
+			if len(r.tenantViews) >= maxViews {
+				clear(r.tenantViews)
+			}
+			byProfile = make(map[string][]*defEntry, 1)
+			r.tenantViews[rc.TenantID] = byProfile
+		}
+		byProfile[profile] = list
+		return list
 	}
-	slices.SortFunc(list, func(a, b *defEntry) int { return strings.Compare(a.def.Capability.ID, b.def.Capability.ID) })
-	if len(r.views) >= maxViews {
-		clear(r.views)
-	}
-	r.views[key] = list
-	return list
+	return nil
 }
 
 // QueryCapabilities implements registry.Catalog.
@@ -484,6 +534,7 @@ func (r *Registry) SetConnectorTypeEnabled(ctx context.Context, id string, enabl
 	if t.rec.Enabled != enabled {
 		t.rec.Enabled = enabled
 		r.publish()
+		r.dropViews(viewsAll)
 	}
 	return nil
 }
@@ -541,6 +592,7 @@ func (r *Registry) AdmitVersion(ctx context.Context, v registry.ConnectorVersion
 	r.releases[[2]string{v.ConnectorTypeID, v.Version}] = v.ID
 	r.artifacts[v.Attestation.ArtifactDigest] = v.ID
 	r.publish()
+	r.dropViews(viewsInternal)
 	return nil
 }
 
@@ -568,6 +620,7 @@ func (r *Registry) SetVersionStatus(ctx context.Context, id string, status regis
 	}
 	v.rec.Status = status
 	r.publish()
+	r.dropViews(viewsAll)
 	return nil
 }
 
@@ -617,6 +670,7 @@ func (r *Registry) PutInstance(ctx context.Context, i registry.ConnectorInstance
 		r.instances[i.ID] = &instanceEntry{rec: i, version: v, bindings: make(map[string]*bindingEntry)}
 	}
 	r.publish()
+	r.dropTenantViews(i.TenantID)
 	return nil
 }
 
@@ -656,21 +710,35 @@ func (r *Registry) PutBinding(ctx context.Context, b registry.CapabilityBinding)
 		r.bindings[b.Key()] = stored
 		inst.bindings[b.CapabilityID] = stored
 	}
-	caps := r.byTenant[b.TenantID]
-	if caps == nil {
-		caps = make(map[string][]*bindingEntry)
-		r.byTenant[b.TenantID] = caps
-	}
-	list := caps[b.CapabilityID]
+	tc := r.tenantCap(b.TenantID, b.CapabilityID)
 	if !exists {
-		list = append(list, stored)
+		tc.bindings = append(tc.bindings, stored)
 	}
-	slices.SortFunc(list, func(x, y *bindingEntry) int {
+	slices.SortFunc(tc.bindings, func(x, y *bindingEntry) int {
 		return cmp.Or(cmp.Compare(x.rec.Priority, y.rec.Priority), strings.Compare(x.rec.InstanceID, y.rec.InstanceID))
 	})
-	caps[b.CapabilityID] = list
 	r.publish()
+	r.dropTenantViews(b.TenantID)
 	return nil
+}
+
+// tenantCap returns the tenant's index entry for a capability, creating it.
+// The capability has a definition: bindings are only put for capabilities
+// their instance's version implements.
+func (r *Registry) tenantCap(tenant, capabilityID string) *tenantCap {
+	te := r.tenants[tenant]
+	if te == nil {
+		te = &tenantEntry{caps: make(map[string]*tenantCap)}
+		r.tenants[tenant] = te
+	}
+	tc := te.caps[capabilityID]
+	if tc == nil {
+		tc = &tenantCap{def: r.defs[capabilityID]}
+		te.caps[capabilityID] = tc
+		i, _ := slices.BinarySearchFunc(te.order, capabilityID, func(x *tenantCap, id string) int { return strings.Compare(x.def.def.Capability.ID, id) })
+		te.order = slices.Insert(te.order, i, tc)
+	}
+	return tc
 }
 
 // PutReplica implements registry.Administrator. It never advances the
@@ -771,7 +839,13 @@ func (r *Registry) assign(req *registry.RouteRequest, now time.Time) (registry.R
 		bestB      *bindingEntry
 		bestR      *replicaEntry
 	)
-	for _, b := range r.byTenant[req.TenantID][req.CapabilityID] {
+	var bindings []*bindingEntry
+	if te := r.tenants[req.TenantID]; te != nil {
+		if tc := te.caps[req.CapabilityID]; tc != nil {
+			bindings = tc.bindings
+		}
+	}
+	for _, b := range bindings {
 		if !chainValid(b) || !r.policyFor(b).Enabled {
 			continue
 		}

@@ -56,8 +56,9 @@ type RouteTarget struct {
 // ScaleFleet describes what SeedScale created.
 type ScaleFleet struct {
 	Profile  ScaleProfile
-	Tenants  []string
-	Bindings int
+	Tenants []string
+	// Bindings lists every binding's key, in creation order.
+	Bindings []registry.BindingKey
 	Replicas int
 	// Targets lists every routable (tenant, capability), sorted.
 	Targets []RouteTarget
@@ -155,7 +156,7 @@ func SeedScale(ctx context.Context, admin registry.Administrator, p ScaleProfile
 			if err := admin.PutBinding(ctx, b); err != nil {
 				return nil, fmt.Errorf("seed binding %s: %w", b.Key(), err)
 			}
-			f.Bindings++
+			f.Bindings = append(f.Bindings, b.Key())
 			targets[RouteTarget{TenantID: b.TenantID, CapabilityID: b.CapabilityID}] = true
 		}
 		for n := range p.ReplicasPerInstance {

@@ -369,8 +369,8 @@ func runScale(t *testing.T, nb NewBackend) {
 	}
 	fleet, err := SeedScale(f.ctx, f.b.Admin, p)
 	f.must(err)
-	if fleet.Bindings != 180 || fleet.Replicas != 120 {
-		t.Fatalf("seeded %d bindings and %d replicas, want 180 and 120", fleet.Bindings, fleet.Replicas)
+	if len(fleet.Bindings) != 180 || fleet.Replicas != 120 {
+		t.Fatalf("seeded %d bindings and %d replicas, want 180 and 120", len(fleet.Bindings), fleet.Replicas)
 	}
 	again, err := SeedScale(f.ctx, f.b.Admin, p)
 	f.must(err)
