@@ -1,6 +1,9 @@
 // Package memjournal is an in-memory journal.Journal for the host's own
 // tests: it keeps everything in maps behind one mutex, reports Ephemeral
-// durability, and lets a test make its probe fail.
+// durability, and lets a test make its probe fail. It is a test double: it
+// implements the journal's behaviour the host relies on (records, status
+// transitions, replay claims, receipts, outbox, compare-and-set state) but
+// not every input validation of the journaltest conformance suite.
 package memjournal
 
 import (
@@ -162,13 +165,18 @@ func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...ai
 	defer j.mu.Unlock()
 	var out []journal.Action
 	for _, id := range j.order {
-		a := j.actions[id]
-		if slices.Contains(statuses, a.Status) {
+		if a := j.actions[id]; slices.Contains(statuses, a.Status) {
 			out = append(out, clone(*a))
-			if len(out) == limit {
-				break
-			}
 		}
+	}
+	sort.SliceStable(out, func(x, y int) bool {
+		if !out[x].ReceivedAt.Equal(out[y].ReceivedAt) {
+			return out[x].ReceivedAt.Before(out[y].ReceivedAt)
+		}
+		return out[x].ActionID < out[y].ActionID
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
 	}
 	return out, nil
 }
