@@ -359,6 +359,25 @@ func CheckReplicaUpdate(stored, next *ConnectorReplica) (changed bool, err error
 	if ReplicaEqual(stored, next) {
 		return false, nil
 	}
+	if err := CheckReplicaIdentity(stored, next); err != nil {
+		return false, err
+	}
+	if next.HealthRevision <= stored.HealthRevision {
+		return false, conflict(rec, next.ID, "health_revision", "%d is not newer than the stored revision %d", next.HealthRevision, stored.HealthRevision)
+	}
+	if next.ActiveAssignments != stored.ActiveAssignments {
+		return false, conflict(rec, next.ID, "active_assignments", "is owned by the registry (stored %d, got %d); re-read the replica and retry", stored.ActiveAssignments, next.ActiveAssignments)
+	}
+	if next.Circuit.ConsecutiveFailures != stored.Circuit.ConsecutiveFailures || !next.Circuit.OpenUntil.Equal(stored.Circuit.OpenUntil) {
+		return false, conflict(rec, next.ID, "circuit", "is owned by the registry; re-read the replica and retry")
+	}
+	return true, nil
+}
+
+// CheckReplicaIdentity rejects a replica record whose fixed identity
+// (instance, version, endpoint, peer principal, DID, trust domain, transport
+// profile, topology) differs from the stored one.
+func CheckReplicaIdentity(stored, next *ConnectorReplica) error {
 	fixed := []struct {
 		field     string
 		old, next string
@@ -377,19 +396,10 @@ func CheckReplicaUpdate(stored, next *ConnectorReplica) (changed bool, err error
 	}
 	for _, f := range fixed {
 		if f.old != f.next {
-			return false, conflict(rec, next.ID, f.field, "is part of the replica's fixed identity (stored %q); pre-provision a new replica instead", f.old)
+			return conflict(RecordConnectorReplica, next.ID, f.field, "is part of the replica's fixed identity (stored %q); pre-provision a new replica instead", f.old)
 		}
 	}
-	if next.HealthRevision <= stored.HealthRevision {
-		return false, conflict(rec, next.ID, "health_revision", "%d is not newer than the stored revision %d", next.HealthRevision, stored.HealthRevision)
-	}
-	if next.ActiveAssignments != stored.ActiveAssignments {
-		return false, conflict(rec, next.ID, "active_assignments", "is owned by the registry (stored %d, got %d); re-read the replica and retry", stored.ActiveAssignments, next.ActiveAssignments)
-	}
-	if next.Circuit.ConsecutiveFailures != stored.Circuit.ConsecutiveFailures || !next.Circuit.OpenUntil.Equal(stored.Circuit.OpenUntil) {
-		return false, conflict(rec, next.ID, "circuit", "is owned by the registry; re-read the replica and retry")
-	}
-	return true, nil
+	return nil
 }
 
 // ReplicaEqual reports whether two replica records are identical.

@@ -55,7 +55,7 @@ type RouteTarget struct {
 
 // ScaleFleet describes what SeedScale created.
 type ScaleFleet struct {
-	Profile  ScaleProfile
+	Profile ScaleProfile
 	Tenants []string
 	// Bindings lists every binding's key, in creation order.
 	Bindings []registry.BindingKey

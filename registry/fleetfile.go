@@ -1,0 +1,931 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// FleetFileFormat is the required value of a fleet file's format field.
+const FleetFileFormat = "aipfleet.fleet/v1"
+
+// MaxFleetFileBytes bounds a fleet file.
+const MaxFleetFileBytes = 64 << 20
+
+// FleetFile is a declarative description of registry state: admission
+// policies, connector types, versions with their manifests, instances,
+// capability bindings and pre-provisioned replicas. ParseFleetFile reads the
+// YAML form documented in docs/fleet-file.md; Apply applies it.
+type FleetFile struct {
+	Policies  []AdmissionPolicy
+	Types     []ConnectorType
+	Versions  []ConnectorVersion
+	Instances []ConnectorInstance
+	Bindings  []CapabilityBinding
+	Replicas  []ConnectorReplica
+}
+
+// Fleet file sections, as named in the YAML and in errors and reports.
+const (
+	SectionPolicies  = "policies"
+	SectionTypes     = "types"
+	SectionVersions  = "versions"
+	SectionInstances = "instances"
+	SectionBindings  = "bindings"
+	SectionReplicas  = "replicas"
+)
+
+// FleetFileError names the fleet file entry (section, index and identity)
+// and field an error is about. It unwraps to the underlying error, so
+// errors.Is(err, ErrConflict) and the like work.
+type FleetFileError struct {
+	Section string // a Section constant; "" for the file as a whole
+	Index   int    // the entry's position in its section
+	ID      string // the entry's identity, when it has one
+	Field   string // the field, dotted for nested fields; "" for the entry
+	Line    int    // the entry's (or field's) line in the file; 0 if unknown
+	Err     error
+}
+
+// Error implements error.
+func (e *FleetFileError) Error() string {
+	var b strings.Builder
+	b.WriteString("fleet file")
+	if e.Section != "" {
+		fmt.Fprintf(&b, ": %s[%d]", e.Section, e.Index)
+		if e.ID != "" {
+			b.WriteString(" " + e.ID)
+		}
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, " (line %d)", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(": " + e.Field)
+	}
+	msg := e.Err.Error()
+	var fe *FieldError
+	if errors.As(e.Err, &fe) {
+		msg = fe.Err.Error() + ": " + fe.Reason
+	}
+	return b.String() + ": " + msg
+}
+
+// Unwrap returns the underlying error.
+func (e *FleetFileError) Unwrap() error { return e.Err }
+
+// ---------------------------------------------------------------- YAML form
+
+type yamlFile struct {
+	Format    string      `yaml:"format"`
+	Policies  []yaml.Node `yaml:"policies"`
+	Types     []yaml.Node `yaml:"types"`
+	Versions  []yaml.Node `yaml:"versions"`
+	Instances []yaml.Node `yaml:"instances"`
+	Bindings  []yaml.Node `yaml:"bindings"`
+	Replicas  []yaml.Node `yaml:"replicas"`
+}
+
+// yamlLimit is an admission limit: a positive integer or "unlimited".
+type yamlLimit struct {
+	set bool
+	v   uint32
+}
+
+func (l *yamlLimit) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && n.Value == "unlimited" {
+		*l = yamlLimit{set: true, v: Unlimited}
+		return nil
+	}
+	var v uint64
+	if err := n.Decode(&v); err != nil || v == 0 || v >= uint64(Unlimited) {
+		return fmt.Errorf("%q must be an integer from 1 to %d, or unlimited", n.Value, Unlimited-1)
+	}
+	*l = yamlLimit{set: true, v: uint32(v)}
+	return nil
+}
+
+type yamlPolicy struct {
+	PolicyRef                string    `yaml:"policy_ref"`
+	Preset                   string    `yaml:"preset"`
+	Revision                 uint64    `yaml:"revision"`
+	Enabled                  *bool     `yaml:"enabled"`
+	MaxGlobalInFlight        yamlLimit `yaml:"max_global_in_flight"`
+	MaxTenantInFlight        yamlLimit `yaml:"max_tenant_in_flight"`
+	MaxConnectorTypeInFlight yamlLimit `yaml:"max_connector_type_in_flight"`
+	MaxInstanceInFlight      yamlLimit `yaml:"max_instance_in_flight"`
+	MaxBindingInFlight       yamlLimit `yaml:"max_binding_in_flight"`
+	MaxTenantRetryInFlight   yamlLimit `yaml:"max_tenant_retry_in_flight"`
+	CircuitFailureThreshold  yamlLimit `yaml:"circuit_failure_threshold"`
+	CircuitOpenMS            *uint64   `yaml:"circuit_open_ms"`
+}
+
+type yamlType struct {
+	ID      string `yaml:"id"`
+	Name    string `yaml:"name"`
+	Owner   string `yaml:"owner"`
+	Enabled *bool  `yaml:"enabled"`
+}
+
+type yamlAttestation struct {
+	ArtifactDigest            string   `yaml:"artifact_digest"`
+	SchemaBundleDigest        string   `yaml:"schema_bundle_digest"`
+	SBOMDigest                string   `yaml:"sbom_digest"`
+	ProvenanceDigest          string   `yaml:"provenance_digest"`
+	ConformanceReportDigest   string   `yaml:"conformance_report_digest"`
+	VulnerabilityReportDigest string   `yaml:"vulnerability_report_digest"`
+	LicenseReportDigest       string   `yaml:"license_report_digest"`
+	SignatureRef              string   `yaml:"signature_ref"`
+	SignerIdentity            string   `yaml:"signer_identity"`
+	Owner                     string   `yaml:"owner"`
+	SupportedAIPVersions      []string `yaml:"supported_aip_versions"`
+	SDKVersionRequirement     string   `yaml:"sdk_version_requirement"`
+	ConformanceStatus         string   `yaml:"conformance_status"`
+	VulnerabilityPolicyStatus string   `yaml:"vulnerability_policy_status"`
+	LicensePolicyStatus       string   `yaml:"license_policy_status"`
+	RevocationStatus          string   `yaml:"revocation_status"`
+}
+
+type yamlVersion struct {
+	ID                    string              `yaml:"id"`
+	ConnectorTypeID       string              `yaml:"connector_type_id"`
+	Version               string              `yaml:"version"`
+	Status                string              `yaml:"status"`
+	ManifestDigest        string              `yaml:"manifest_digest"`
+	Manifest              yaml.Node           `yaml:"manifest"`
+	ImplementationSupport map[string][]string `yaml:"implementation_support"`
+	Attestation           yamlAttestation     `yaml:"attestation"`
+}
+
+type yamlInstance struct {
+	ID                string `yaml:"id"`
+	ConnectorTypeID   string `yaml:"connector_type_id"`
+	VersionID         string `yaml:"version_id"`
+	TenantID          string `yaml:"tenant_id"`
+	ConfigRevision    uint64 `yaml:"config_revision"`
+	SecretProviderRef string `yaml:"secret_provider_ref"`
+	Status            string `yaml:"status"`
+}
+
+type yamlBinding struct {
+	TenantID              string  `yaml:"tenant_id"`
+	CapabilityID          string  `yaml:"capability_id"`
+	InstanceID            string  `yaml:"instance_id"`
+	Priority              uint32  `yaml:"priority"`
+	PolicyRevision        *uint64 `yaml:"policy_revision"`
+	CredentialRevisionRef string  `yaml:"credential_revision_ref"`
+	QuotaPolicyRef        string  `yaml:"quota_policy_ref"`
+	Enabled               *bool   `yaml:"enabled"`
+}
+
+type yamlTopology struct {
+	Region        string `yaml:"region"`
+	Zone          string `yaml:"zone"`
+	CapacityClass string `yaml:"capacity_class"`
+}
+
+type yamlReplica struct {
+	ID                string       `yaml:"id"`
+	InstanceID        string       `yaml:"instance_id"`
+	VersionID         string       `yaml:"version_id"`
+	Endpoint          string       `yaml:"endpoint"`
+	PeerPrincipalID   string       `yaml:"peer_principal_id"`
+	PeerPrincipalKind string       `yaml:"peer_principal_kind"`
+	PeerDID           string       `yaml:"peer_did"`
+	TrustDomain       string       `yaml:"trust_domain"`
+	TransportProfile  string       `yaml:"transport_profile"`
+	Topology          yamlTopology `yaml:"topology"`
+	Capacity          uint32       `yaml:"capacity"`
+}
+
+// Implementation-support feature names in a fleet file.
+var supportFeatures = map[string]func(*aip.ImplementationSupport){
+	"invocation":     func(s *aip.ImplementationSupport) { s.Invocation = true },
+	"cancellation":   func(s *aip.ImplementationSupport) { s.Cancellation = true },
+	"streaming":      func(s *aip.ImplementationSupport) { s.Streaming = true },
+	"retry":          func(s *aip.ImplementationSupport) { s.Retry = true },
+	"transaction":    func(s *aip.ImplementationSupport) { s.Transaction = true },
+	"reconciliation": func(s *aip.ImplementationSupport) { s.Reconciliation = true },
+	"compensation":   func(s *aip.ImplementationSupport) { s.Compensation = true },
+	"approval":       func(s *aip.ImplementationSupport) { s.Approval = true },
+	"credentials":    func(s *aip.ImplementationSupport) { s.Credentials = true },
+}
+
+// ---------------------------------------------------------------- parsing
+
+// ParseFleetFile parses and validates a fleet file. Unknown fields,
+// duplicate entries and invalid records are errors (*FleetFileError) that
+// name the entry and the field. Versions are checked against the default
+// Limits; the registry applies its own when the file is applied.
+func ParseFleetFile(data []byte) (*FleetFile, error) {
+	if len(data) > MaxFleetFileBytes {
+		return nil, &FleetFileError{Err: fmt.Errorf("%w: the file is %d bytes, over the limit of %d", ErrInvalid, len(data), MaxFleetFileBytes)}
+	}
+	// First pass: the document as nodes, so unknown sections get an error
+	// that lists the known ones.
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New("the file is empty")
+		}
+		return nil, &FleetFileError{Err: fmt.Errorf("%w: %s", ErrInvalid, cleanYAMLError(err))}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, &FleetFileError{Line: extra.Line, Err: fmt.Errorf("%w: a fleet file holds one YAML document", ErrInvalid)}
+	}
+	p := parser{seen: map[string]int{}}
+	if root := doc.Content[0]; root.Kind != yaml.MappingNode {
+		return nil, &FleetFileError{Line: root.Line, Err: fmt.Errorf("%w: a fleet file is a mapping of sections", ErrInvalid)}
+	} else if e := p.knownFields(root, reflect.TypeFor[yamlFile](), ""); e != nil {
+		return nil, e
+	}
+	// Second pass: the sections, strictly.
+	dec = yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var raw yamlFile
+	if err := dec.Decode(&raw); err != nil {
+		return nil, &FleetFileError{Err: fmt.Errorf("%w: %s", ErrInvalid, cleanYAMLError(err))}
+	}
+	if raw.Format != FleetFileFormat {
+		return nil, &FleetFileError{Field: "format", Err: fmt.Errorf("%w: %q is not a known format; start the file with format: %s", ErrInvalid, raw.Format, FleetFileFormat)}
+	}
+	f := &FleetFile{}
+	for i := range raw.Policies {
+		var y yamlPolicy
+		if e := entry(&p, SectionPolicies, i, &raw.Policies[i], &y, func(y *yamlPolicy) string { return y.PolicyRef }); e != nil {
+			return nil, e
+		}
+		pol, err := y.record()
+		if err != nil {
+			return nil, p.fail(err)
+		}
+		f.Policies = append(f.Policies, pol)
+	}
+	for i := range raw.Types {
+		var y yamlType
+		if e := entry(&p, SectionTypes, i, &raw.Types[i], &y, func(y *yamlType) string { return y.ID }); e != nil {
+			return nil, e
+		}
+		t := ConnectorType{ID: y.ID, Name: y.Name, Owner: y.Owner, Enabled: orTrue(y.Enabled)}
+		if err := t.Validate(); err != nil {
+			return nil, p.fail(err)
+		}
+		f.Types = append(f.Types, t)
+	}
+	for i := range raw.Versions {
+		var y yamlVersion
+		if e := entry(&p, SectionVersions, i, &raw.Versions[i], &y, func(y *yamlVersion) string { return y.ID }); e != nil {
+			return nil, e
+		}
+		v, err := y.record()
+		if err != nil {
+			return nil, p.fail(err)
+		}
+		f.Versions = append(f.Versions, v)
+	}
+	instanceVersions := map[string]string{}
+	for i := range raw.Instances {
+		var y yamlInstance
+		if e := entry(&p, SectionInstances, i, &raw.Instances[i], &y, func(y *yamlInstance) string { return y.ID }); e != nil {
+			return nil, e
+		}
+		inst := ConnectorInstance{
+			ID: y.ID, ConnectorTypeID: y.ConnectorTypeID, VersionID: y.VersionID, TenantID: y.TenantID,
+			ConfigRevision: y.ConfigRevision, SecretProviderRef: y.SecretProviderRef, Status: InstanceStatus(orDefault(y.Status, string(InstanceEnabled))),
+		}
+		if err := inst.Validate(); err != nil {
+			return nil, p.fail(err)
+		}
+		instanceVersions[inst.ID] = inst.VersionID
+		f.Instances = append(f.Instances, inst)
+	}
+	for i := range raw.Bindings {
+		var y yamlBinding
+		key := func(y *yamlBinding) string { return y.TenantID + "/" + y.CapabilityID + "/" + y.InstanceID }
+		if e := entry(&p, SectionBindings, i, &raw.Bindings[i], &y, key); e != nil {
+			return nil, e
+		}
+		if y.PolicyRevision == nil {
+			return nil, p.fail(invalid(RecordCapabilityBinding, key(&y), "policy_revision", "is required; raise it with every change to the binding"))
+		}
+		b := CapabilityBinding{
+			TenantID: y.TenantID, CapabilityID: y.CapabilityID, InstanceID: y.InstanceID, Priority: y.Priority,
+			PolicyRevision: *y.PolicyRevision, CredentialRevisionRef: y.CredentialRevisionRef, QuotaPolicyRef: y.QuotaPolicyRef,
+			Enabled: orTrue(y.Enabled),
+		}
+		if err := b.Validate(); err != nil {
+			return nil, p.fail(err)
+		}
+		f.Bindings = append(f.Bindings, b)
+	}
+	for i := range raw.Replicas {
+		var y yamlReplica
+		if e := entry(&p, SectionReplicas, i, &raw.Replicas[i], &y, func(y *yamlReplica) string { return y.ID }); e != nil {
+			return nil, e
+		}
+		version := y.VersionID
+		if version == "" {
+			version = instanceVersions[y.InstanceID]
+		}
+		if version == "" {
+			return nil, p.fail(invalid(RecordConnectorReplica, y.ID, "version_id", "is required when instance %s is not in this file", y.InstanceID))
+		}
+		top := aip.Topology{
+			Region:        orDefault(y.Topology.Region, aip.DefaultRegion),
+			Zone:          orDefault(y.Topology.Zone, aip.DefaultZone),
+			CapacityClass: orDefault(y.Topology.CapacityClass, aip.DefaultCapacityClass),
+		}
+		r := ConnectorReplica{
+			ID: y.ID, InstanceID: y.InstanceID, VersionID: version, Endpoint: y.Endpoint,
+			PeerPrincipalID: y.PeerPrincipalID, PeerPrincipalKind: aip.PrincipalKind(orDefault(y.PeerPrincipalKind, string(aip.PrincipalService))),
+			PeerDID: y.PeerDID, TrustDomain: y.TrustDomain, TransportProfile: orDefault(y.TransportProfile, aip.NativeHTTPProfile),
+			Topology: top, Status: aip.ReplicaOffline, Capacity: y.Capacity,
+		}
+		if err := r.Validate(); err != nil {
+			return nil, p.fail(err)
+		}
+		f.Replicas = append(f.Replicas, r)
+	}
+	return f, nil
+}
+
+// parser tracks the entry being parsed, for errors.
+type parser struct {
+	section string
+	index   int
+	id      string
+	line    int
+	seen    map[string]int // section + id -> index
+}
+
+// entry checks and decodes one entry into the struct y points to, field by
+// field so errors name the field, and records the entry's identity; it
+// returns a *FleetFileError on failure.
+func entry[T any](p *parser, section string, i int, n *yaml.Node, y *T, id func(*T) string) *FleetFileError {
+	p.section, p.index, p.id, p.line = section, i, "", n.Line
+	if n.Kind != yaml.MappingNode {
+		return p.errorf("", n.Line, "each entry is a mapping of field: value")
+	}
+	p.id = id(peekID[T](n))
+	if e := p.decodeFields(n, reflect.ValueOf(y).Elem(), ""); e != nil {
+		return e
+	}
+	p.id = id(y)
+	if first, dup := p.seen[section+"\x00"+p.id]; dup {
+		return p.errorf("", n.Line, "repeats entry %d of %s; each record appears once", first, section)
+	}
+	p.seen[section+"\x00"+p.id] = i
+	return nil
+}
+
+// peekID decodes only the string fields of an entry, leniently, so errors
+// about its other fields can name it.
+func peekID[T any](n *yaml.Node) *T {
+	y := new(T)
+	v := reflect.ValueOf(y).Elem()
+	for k := 0; k+1 < len(n.Content); k += 2 {
+		for j := range v.NumField() {
+			f := v.Type().Field(j)
+			if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name == n.Content[k].Value && f.Type.Kind() == reflect.String {
+				_ = n.Content[k+1].Decode(v.Field(j).Addr().Interface())
+			}
+		}
+	}
+	return y
+}
+
+// yamlFields maps the yaml names of struct t's fields to their indexes.
+func yamlFields(t reflect.Type) map[string]int {
+	fields := map[string]int{}
+	for j := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(j).Tag.Get("yaml"), ","); name != "" {
+			fields[name] = j
+		}
+	}
+	return fields
+}
+
+func unknownField(p *parser, fields map[string]int, key *yaml.Node, prefix string) *FleetFileError {
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return p.errorf(prefix+key.Value, key.Line, "unknown field; the fields here are %s", strings.Join(names, ", "))
+}
+
+// knownFields reports the first key of mapping n that is not a yaml-tagged
+// field of struct t.
+func (p *parser) knownFields(n *yaml.Node, t reflect.Type, prefix string) *FleetFileError {
+	fields := yamlFields(t)
+	for k := 0; k+1 < len(n.Content); k += 2 {
+		if _, ok := fields[n.Content[k].Value]; !ok {
+			return unknownField(p, fields, n.Content[k], prefix)
+		}
+	}
+	return nil
+}
+
+// decodeFields decodes mapping n into struct v one field at a time,
+// recursing into nested structs, and rejects unknown fields.
+func (p *parser) decodeFields(n *yaml.Node, v reflect.Value, prefix string) *FleetFileError {
+	fields := yamlFields(v.Type())
+	for k := 0; k+1 < len(n.Content); k += 2 {
+		key, val := n.Content[k], n.Content[k+1]
+		j, ok := fields[key.Value]
+		if !ok {
+			return unknownField(p, fields, key, prefix)
+		}
+		fv := v.Field(j)
+		if fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeFor[yaml.Node]() && fv.Type() != reflect.TypeFor[yamlLimit]() {
+			if val.Kind != yaml.MappingNode {
+				return p.errorf(prefix+key.Value, val.Line, "must be a mapping of field: value")
+			}
+			if e := p.decodeFields(val, fv, prefix+key.Value+"."); e != nil {
+				return e
+			}
+			continue
+		}
+		if err := val.Decode(fv.Addr().Interface()); err != nil {
+			return p.errorf(prefix+key.Value, val.Line, "%s", cleanYAMLError(err))
+		}
+	}
+	return nil
+}
+
+// cleanYAMLError turns a yaml.v3 error into one line without the package
+// prefix and line markers (the FleetFileError carries the line).
+func cleanYAMLError(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			if _, rest, ok := strings.Cut(m, ": "); ok && strings.HasPrefix(m, "line ") {
+				m = rest
+			}
+			msgs[i] = m
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+func (p *parser) errorf(field string, line int, format string, args ...any) *FleetFileError {
+	return &FleetFileError{Section: p.section, Index: p.index, ID: p.id, Field: field, Line: line, Err: fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))}
+}
+
+// fail wraps a record error, lifting its field.
+func (p *parser) fail(err error) *FleetFileError {
+	e := &FleetFileError{Section: p.section, Index: p.index, ID: p.id, Line: p.line, Err: err}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		e.Field = fe.Field
+	}
+	return e
+}
+
+func orTrue(b *bool) bool { return b == nil || *b }
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func (y *yamlPolicy) record() (AdmissionPolicy, error) {
+	var p AdmissionPolicy
+	if y.Preset != "" {
+		var ok bool
+		if p, ok = PolicyPreset(y.Preset, y.PolicyRef); !ok {
+			return p, invalid(RecordAdmissionPolicy, y.PolicyRef, "preset", "%q is not a preset; use conservative or fleet", y.Preset)
+		}
+	}
+	p.PolicyRef, p.Revision, p.Enabled = y.PolicyRef, y.Revision, orTrue(y.Enabled)
+	limits := []struct {
+		field string
+		v     yamlLimit
+		dst   *uint32
+	}{
+		{"max_global_in_flight", y.MaxGlobalInFlight, &p.MaxGlobalInFlight},
+		{"max_tenant_in_flight", y.MaxTenantInFlight, &p.MaxTenantInFlight},
+		{"max_connector_type_in_flight", y.MaxConnectorTypeInFlight, &p.MaxConnectorTypeInFlight},
+		{"max_instance_in_flight", y.MaxInstanceInFlight, &p.MaxInstanceInFlight},
+		{"max_binding_in_flight", y.MaxBindingInFlight, &p.MaxBindingInFlight},
+		{"max_tenant_retry_in_flight", y.MaxTenantRetryInFlight, &p.MaxTenantRetryInFlight},
+		{"circuit_failure_threshold", y.CircuitFailureThreshold, &p.CircuitFailureThreshold},
+	}
+	for _, l := range limits {
+		switch {
+		case l.v.set:
+			*l.dst = l.v.v
+		case y.Preset == "":
+			return p, invalid(RecordAdmissionPolicy, y.PolicyRef, l.field, "is required without a preset (or set preset: conservative or fleet)")
+		}
+	}
+	switch {
+	case y.CircuitOpenMS != nil:
+		p.CircuitOpenMS = *y.CircuitOpenMS
+	case y.Preset == "":
+		return p, invalid(RecordAdmissionPolicy, y.PolicyRef, "circuit_open_ms", "is required without a preset")
+	}
+	return p, p.Validate()
+}
+
+func (y *yamlVersion) record() (ConnectorVersion, error) {
+	const r = RecordConnectorVersion
+	v := ConnectorVersion{ID: y.ID, ConnectorTypeID: y.ConnectorTypeID, Version: y.Version, Status: VersionStatus(orDefault(y.Status, string(VersionActive)))}
+	if y.Manifest.Kind == 0 {
+		return v, invalid(r, y.ID, "manifest", "is required: write the connector's manifest inline")
+	}
+	raw, err := yamlToJSON(&y.Manifest, "manifest")
+	if err != nil {
+		return v, err.(*FieldError).withID(y.ID)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v.Manifest); err != nil {
+		return v, invalid(r, y.ID, "manifest", "%v", err)
+	}
+	digest, err := aip.ManifestDigest(&v.Manifest)
+	if err != nil {
+		return v, invalid(r, y.ID, "manifest", "%v", err)
+	}
+	if y.ManifestDigest != "" && y.ManifestDigest != digest {
+		return v, invalid(r, y.ID, "manifest_digest", "%s does not match the manifest, whose digest is %s", y.ManifestDigest, digest)
+	}
+	v.ManifestDigest = digest
+	v.ImplementationSupport = make(map[string]aip.ImplementationSupport, len(y.ImplementationSupport))
+	for capID, features := range y.ImplementationSupport {
+		var s aip.ImplementationSupport
+		for _, name := range features {
+			set, ok := supportFeatures[name]
+			if !ok {
+				names := make([]string, 0, len(supportFeatures))
+				for n := range supportFeatures {
+					names = append(names, n)
+				}
+				slices.Sort(names)
+				return v, invalid(r, y.ID, "implementation_support."+capID, "%q is not a feature; use %s", name, strings.Join(names, ", "))
+			}
+			set(&s)
+		}
+		v.ImplementationSupport[capID] = s
+	}
+	a := y.Attestation
+	v.Attestation = ArtifactAttestation{
+		ArtifactDigest: a.ArtifactDigest, SchemaBundleDigest: a.SchemaBundleDigest, SBOMDigest: a.SBOMDigest,
+		ProvenanceDigest: a.ProvenanceDigest, ConformanceReportDigest: a.ConformanceReportDigest,
+		VulnerabilityReportDigest: a.VulnerabilityReportDigest, LicenseReportDigest: a.LicenseReportDigest,
+		SignatureRef: a.SignatureRef, SignerIdentity: a.SignerIdentity, Owner: a.Owner,
+		SupportedAIPVersions: a.SupportedAIPVersions, SDKVersionRequirement: a.SDKVersionRequirement,
+		ConformanceStatus: EvidenceStatus(a.ConformanceStatus), VulnerabilityPolicyStatus: EvidenceStatus(a.VulnerabilityPolicyStatus),
+		LicensePolicyStatus: EvidenceStatus(a.LicensePolicyStatus), RevocationStatus: EvidenceStatus(a.RevocationStatus),
+	}
+	if v.Attestation.SchemaBundleDigest == "" {
+		if v.Attestation.SchemaBundleDigest, err = SchemaBundleDigest(&v.Manifest); err != nil {
+			return v, invalid(r, y.ID, "manifest", "%v", err)
+		}
+	}
+	p, err := PrepareVersion(v, Limits{})
+	return p.Version, err
+}
+
+func (e *FieldError) withID(id string) *FieldError { e.ID = id; return e }
+
+// yamlToJSON converts a YAML node to JSON text: mappings with string keys
+// become objects, sequences arrays, and scalars strings, numbers, booleans
+// or null by their resolved tag.
+func yamlToJSON(n *yaml.Node, path string) ([]byte, error) {
+	v, err := yamlValue(n, path, 0)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
+	bad := func(format string, args ...any) error {
+		return &FieldError{Err: ErrInvalid, Record: RecordConnectorVersion, Field: path, Reason: fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}
+	}
+	if depth > 128 {
+		return nil, bad("is nested too deeply")
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) != 1 {
+			return nil, bad("is empty")
+		}
+		return yamlValue(n.Content[0], path, depth+1)
+	case yaml.AliasNode:
+		return yamlValue(n.Alias, path, depth+1)
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for k := 0; k+1 < len(n.Content); k += 2 {
+			key := n.Content[k]
+			if key.Kind != yaml.ScalarNode || key.Tag != "!!str" {
+				if key.Tag == "!!merge" {
+					return nil, bad("merge keys (<<) are not supported")
+				}
+				return nil, bad("key %q is not a string; quote it", key.Value)
+			}
+			v, err := yamlValue(n.Content[k+1], path+"."+key.Value, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			m[key.Value] = v
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		s := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			v, err := yamlValue(c, path+"["+strconv.Itoa(i)+"]", depth+1)
+			if err != nil {
+				return nil, err
+			}
+			s[i] = v
+		}
+		return s, nil
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!str", "!!binary", "!!timestamp":
+			return n.Value, nil
+		case "!!null":
+			return nil, nil
+		case "!!bool":
+			var b bool
+			if err := n.Decode(&b); err != nil {
+				return nil, bad("%v", err)
+			}
+			return b, nil
+		case "!!int":
+			var i int64
+			if err := n.Decode(&i); err != nil {
+				return nil, bad("%q is not a 64-bit integer", n.Value)
+			}
+			return json.Number(strconv.FormatInt(i, 10)), nil
+		case "!!float":
+			var f float64
+			if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+				return nil, bad("%q is not a finite number", n.Value)
+			}
+			return f, nil
+		}
+		return nil, bad("unsupported YAML tag %s", n.Tag)
+	}
+	return nil, bad("is empty")
+}
+
+// ---------------------------------------------------------------- applying
+
+// Change says what Apply did to one entry.
+type Change string
+
+// Changes.
+const (
+	Created   Change = "created"
+	Updated   Change = "updated"
+	Unchanged Change = "unchanged"
+)
+
+// AppliedEntry is one line of an ApplyReport.
+type AppliedEntry struct {
+	Section string `json:"section"`
+	ID      string `json:"id"`
+	Change  Change `json:"change"`
+}
+
+// ApplyReport lists what Apply did, entry by entry, in the order applied.
+type ApplyReport struct {
+	Entries []AppliedEntry `json:"entries"`
+}
+
+// Count returns how many entries had the change.
+func (r *ApplyReport) Count(c Change) int {
+	n := 0
+	for _, e := range r.Entries {
+		if e.Change == c {
+			n++
+		}
+	}
+	return n
+}
+
+// Changed reports whether Apply created or updated anything.
+func (r *ApplyReport) Changed() bool { return r.Count(Created)+r.Count(Updated) > 0 }
+
+// Apply brings the registry to the state the fleet file describes, through
+// admin, and reports what it changed. It applies policies, then types
+// (created enabled), versions, instances, replicas and bindings, and
+// finally disables the types the file marks disabled, so a file can both
+// admit a type's versions and disable it. Applying the same file again
+// changes nothing.
+//
+// Existing records are compared with the file: equal ones are unchanged;
+// policies, instances and bindings that differ are put (their revision must
+// be newer, else the registry refuses); a version may only change status; a
+// type only its enabled flag. Replicas belong to the lifecycle once created:
+// an existing replica with the file's identity is unchanged whatever its
+// status, lease or capacity, and one with a different identity is an error.
+//
+// Apply stops at the first error, which is a *FleetFileError naming the
+// entry; the report lists what was done before it.
+func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport, error) {
+	var rep ApplyReport
+	record := func(section, id string, c Change) {
+		rep.Entries = append(rep.Entries, AppliedEntry{Section: section, ID: id, Change: c})
+	}
+	fail := func(section string, i int, id string, err error) (ApplyReport, error) {
+		e := &FleetFileError{Section: section, Index: i, ID: id, Err: err}
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			e.Field = fe.Field
+		}
+		return rep, e
+	}
+	for i, p := range f.Policies {
+		c, err := applyPolicy(ctx, admin, p)
+		if err != nil {
+			return fail(SectionPolicies, i, p.PolicyRef, err)
+		}
+		record(SectionPolicies, p.PolicyRef, c)
+	}
+	typeIndex := map[string]int{}
+	for i, t := range f.Types {
+		c, err := applyType(ctx, admin, t)
+		if err != nil {
+			return fail(SectionTypes, i, t.ID, err)
+		}
+		typeIndex[t.ID] = len(rep.Entries)
+		record(SectionTypes, t.ID, c)
+	}
+	for i, v := range f.Versions {
+		c, err := applyVersion(ctx, admin, v)
+		if err != nil {
+			return fail(SectionVersions, i, v.ID, err)
+		}
+		record(SectionVersions, v.ID, c)
+	}
+	for i, inst := range f.Instances {
+		c, err := applyInstance(ctx, admin, inst)
+		if err != nil {
+			return fail(SectionInstances, i, inst.ID, err)
+		}
+		record(SectionInstances, inst.ID, c)
+	}
+	for i, r := range f.Replicas {
+		c, err := applyReplica(ctx, admin, r)
+		if err != nil {
+			return fail(SectionReplicas, i, r.ID, err)
+		}
+		record(SectionReplicas, r.ID, c)
+	}
+	for i, b := range f.Bindings {
+		c, err := applyBinding(ctx, admin, b)
+		if err != nil {
+			return fail(SectionBindings, i, b.Key().String(), err)
+		}
+		record(SectionBindings, b.Key().String(), c)
+	}
+	for i, t := range f.Types {
+		if t.Enabled {
+			continue
+		}
+		stored, err := admin.ConnectorType(ctx, t.ID)
+		if err != nil {
+			return fail(SectionTypes, i, t.ID, err)
+		}
+		if stored.Enabled {
+			if err := admin.SetConnectorTypeEnabled(ctx, t.ID, false); err != nil {
+				return fail(SectionTypes, i, t.ID, err)
+			}
+			if e := &rep.Entries[typeIndex[t.ID]]; e.Change == Unchanged {
+				e.Change = Updated
+			}
+		}
+	}
+	return rep, nil
+}
+
+// lookup reads a record, reporting whether it exists.
+func lookup[T any](v T, err error) (T, bool, error) {
+	if errors.Is(err, ErrNotFound) {
+		return v, false, nil
+	}
+	return v, err == nil, err
+}
+
+func applyPolicy(ctx context.Context, admin Administrator, p AdmissionPolicy) (Change, error) {
+	stored, ok, err := lookup(admin.AdmissionPolicy(ctx, p.PolicyRef))
+	switch {
+	case err != nil:
+		return "", err
+	case ok && stored == p:
+		return Unchanged, nil
+	}
+	if err := admin.PutAdmissionPolicy(ctx, p); err != nil {
+		return "", err
+	}
+	return createdOr(ok), nil
+}
+
+func applyType(ctx context.Context, admin Administrator, t ConnectorType) (Change, error) {
+	stored, ok, err := lookup(admin.ConnectorType(ctx, t.ID))
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		t.Enabled = true // disabled, if the file says so, after its versions
+		return Created, admin.PutConnectorType(ctx, t)
+	}
+	want := stored
+	want.Enabled = t.Enabled
+	if err := CheckTypePut(&want, &t); err != nil {
+		return "", err
+	}
+	if t.Enabled && !stored.Enabled {
+		return Updated, admin.SetConnectorTypeEnabled(ctx, t.ID, true)
+	}
+	return Unchanged, nil
+}
+
+func applyVersion(ctx context.Context, admin Administrator, v ConnectorVersion) (Change, error) {
+	stored, ok, err := lookup(admin.ConnectorVersion(ctx, v.ID))
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return Created, admin.AdmitVersion(ctx, v)
+	}
+	if !stored.SameRelease(&v) {
+		return "", conflict(RecordConnectorVersion, v.ID, "id", "is admitted with different content; versions are immutable, give the new release a new version ID")
+	}
+	if stored.Status == v.Status {
+		return Unchanged, nil
+	}
+	return Updated, admin.SetVersionStatus(ctx, v.ID, v.Status)
+}
+
+func applyInstance(ctx context.Context, admin Administrator, inst ConnectorInstance) (Change, error) {
+	stored, ok, err := lookup(admin.ConnectorInstance(ctx, inst.ID))
+	switch {
+	case err != nil:
+		return "", err
+	case ok && stored == inst:
+		return Unchanged, nil
+	}
+	if err := admin.PutInstance(ctx, inst); err != nil {
+		return "", err
+	}
+	return createdOr(ok), nil
+}
+
+func applyBinding(ctx context.Context, admin Administrator, b CapabilityBinding) (Change, error) {
+	stored, ok, err := lookup(admin.CapabilityBinding(ctx, b.Key()))
+	switch {
+	case err != nil:
+		return "", err
+	case ok && stored == b:
+		return Unchanged, nil
+	}
+	if err := admin.PutBinding(ctx, b); err != nil {
+		return "", err
+	}
+	return createdOr(ok), nil
+}
+
+func applyReplica(ctx context.Context, admin Administrator, r ConnectorReplica) (Change, error) {
+	stored, ok, err := lookup(admin.ConnectorReplica(ctx, r.ID))
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return Created, admin.PutReplica(ctx, r)
+	}
+	// Compare the identity only: the lifecycle owns the rest.
+	if err := CheckReplicaIdentity(&stored, &r); err != nil {
+		return "", err
+	}
+	return Unchanged, nil
+}
+
+func createdOr(existed bool) Change {
+	if existed {
+		return Updated
+	}
+	return Created
+}

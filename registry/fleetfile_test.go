@@ -1,0 +1,344 @@
+package registry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// docExample returns the complete example of docs/fleet-file.md: the yaml
+// block after the fleet-file-example marker.
+func docExample(t *testing.T) []byte {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/fleet-file.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := bytes.Cut(doc, []byte("<!-- fleet-file-example"))
+	if !ok {
+		t.Fatal("docs/fleet-file.md has no fleet-file-example marker")
+	}
+	_, rest, ok = bytes.Cut(rest, []byte("```yaml\n"))
+	if !ok {
+		t.Fatal("no yaml block after the fleet-file-example marker")
+	}
+	block, _, ok := bytes.Cut(rest, []byte("```"))
+	if !ok {
+		t.Fatal("the example's yaml block is not closed")
+	}
+	return block
+}
+
+func newMem(t *testing.T) (*memregistry.Registry, *registrytest.Clock) {
+	t.Helper()
+	clock := registrytest.NewClock(registrytest.Epoch)
+	r, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, clock
+}
+
+func parse(t *testing.T, data []byte) *registry.FleetFile {
+	t.Helper()
+	f, err := registry.ParseFleetFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestDocExampleApplies(t *testing.T) {
+	ctx := t.Context()
+	f := parse(t, docExample(t))
+	r, clock := newMem(t)
+	rep, err := registry.Apply(ctx, r, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Count(registry.Created); got != 12 || len(rep.Entries) != 12 {
+		t.Fatalf("first apply: %d created of %d entries, want 12 of 12: %+v", got, len(rep.Entries), rep.Entries)
+	}
+	rev, err := r.CatalogRevision(ctx)
+	if err != nil || rev != 9 {
+		t.Fatalf("catalog revision %d (%v), want 9 as the document says", rev, err)
+	}
+	// Applying the same file again changes nothing.
+	rep, err = registry.Apply(ctx, r, parse(t, docExample(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Changed() || rep.Count(registry.Unchanged) != 12 {
+		t.Fatalf("second apply changed something: %+v", rep.Entries)
+	}
+	if rev2, _ := r.CatalogRevision(ctx); rev2 != rev {
+		t.Fatalf("second apply moved the catalog revision to %d", rev2)
+	}
+	for tenant, want := range map[string][]string{"acme": {"echo.reverse", "echo.say"}, "globex": {"echo.say"}} {
+		p, err := r.QueryCapabilities(ctx, registry.CatalogQuery{Limit: 10}, registry.ForTenant(tenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range p.Capabilities {
+			got = append(got, d.Capability.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s sees %v, want %v", tenant, got, want)
+		}
+	}
+	acme, err := r.AdmissionPolicy(ctx, "quota:acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := registry.ConservativePolicy("quota:acme")
+	want.MaxTenantInFlight, want.CircuitOpenMS = 200, 15000
+	if acme != want {
+		t.Fatalf("quota:acme = %+v, want %+v", acme, want)
+	}
+	globex, _ := r.AdmissionPolicy(ctx, "quota:globex")
+	if want := registry.FleetPolicy("quota:globex"); globex != want {
+		t.Fatalf("quota:globex = %+v, want the fleet preset %+v", globex, want)
+	}
+	// Pre-provisioned replicas wait offline; once a host registers, routes
+	// reach it.
+	rep0, err := r.ConnectorReplica(ctx, "crepl_acme_echo_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep0.Status != aip.ReplicaOffline || rep0.HealthRevision != 0 || rep0.VersionID != "cver_echo_1_0_0" || rep0.PeerPrincipalKind != aip.PrincipalService {
+		t.Fatalf("pre-provisioned replica %+v", rep0)
+	}
+	_, err = r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: "acme", CapabilityID: "echo.say"})
+	if !errors.Is(err, registry.ErrReplicaUnavailable) {
+		t.Fatalf("resolve before registration: %v, want ErrReplicaUnavailable", err)
+	}
+	rep0.Status, rep0.HealthRevision, rep0.LeaseExpiresAt = aip.ReplicaReady, 1, clock.Now().Add(30*time.Second)
+	if err := r.PutReplica(ctx, rep0); err != nil {
+		t.Fatal(err)
+	}
+	a, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: "acme", CapabilityID: "echo.say",
+		Topology: registry.RouteTopologyPreference{Region: "eu-west", Zone: "eu-west-1b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ReplicaID != "crepl_acme_echo_b" || a.QuotaPolicyRef != "quota:acme" || a.CredentialRevisionRef != "acme-echo-credentials-v1" {
+		t.Fatalf("route %+v", a)
+	}
+	// The replica's lifecycle state does not make the file differ.
+	rep, err = registry.Apply(ctx, r, parse(t, docExample(t)))
+	if err != nil || rep.Changed() {
+		t.Fatalf("apply after registration: %v %+v", err, rep.Entries)
+	}
+}
+
+func TestApplyUpdates(t *testing.T) {
+	ctx := t.Context()
+	r, _ := newMem(t)
+	if _, err := registry.Apply(ctx, r, parse(t, docExample(t))); err != nil {
+		t.Fatal(err)
+	}
+	f := parse(t, docExample(t))
+	f.Policies[0].Revision, f.Policies[0].MaxTenantInFlight = 2, 300
+	f.Types[0].Enabled = false
+	f.Versions[0].Status = registry.VersionAdmitted
+	f.Instances[1].ConfigRevision, f.Instances[1].SecretProviderRef = 2, "vault://globex/echo-v2"
+	f.Bindings[2].PolicyRevision, f.Bindings[2].Priority = 2, 5
+	rep, err := registry.Apply(ctx, r, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var updated []string
+	for _, e := range rep.Entries {
+		if e.Change == registry.Updated {
+			updated = append(updated, e.Section+" "+e.ID)
+		}
+	}
+	want := []string{"policies quota:acme", "types ctype_echo", "versions cver_echo_1_0_0", "instances cinst_globex_echo", "bindings globex/echo.say/cinst_globex_echo"}
+	if !slices.Equal(updated, want) {
+		t.Fatalf("updated %v, want %v", updated, want)
+	}
+	ct, _ := r.ConnectorType(ctx, "ctype_echo")
+	v, _ := r.ConnectorVersion(ctx, "cver_echo_1_0_0")
+	if ct.Enabled || v.Status != registry.VersionAdmitted {
+		t.Fatalf("type enabled %v, version %s", ct.Enabled, v.Status)
+	}
+	rep, err = registry.Apply(ctx, r, f)
+	if err != nil || rep.Changed() {
+		t.Fatalf("re-applying the updated file: %v %+v", err, rep.Entries)
+	}
+}
+
+func TestApplyRefusals(t *testing.T) {
+	cases := []struct {
+		name    string
+		mod     func(f *registry.FleetFile)
+		target  error
+		section string
+		id      string
+		field   string
+	}{
+		{"policy change without a new revision", func(f *registry.FleetFile) { f.Policies[1].MaxTenantInFlight = 7 },
+			registry.ErrConflict, registry.SectionPolicies, "quota:globex", "revision"},
+		{"renamed type", func(f *registry.FleetFile) { f.Types[0].Name = "echo2" },
+			registry.ErrConflict, registry.SectionTypes, "ctype_echo", "name"},
+		{"changed release", func(f *registry.FleetFile) { f.Versions[0].Attestation.SignerIdentity = "someone@else" },
+			registry.ErrConflict, registry.SectionVersions, "cver_echo_1_0_0", "id"},
+		{"instance change without a new revision", func(f *registry.FleetFile) { f.Instances[0].SecretProviderRef = "vault://other" },
+			registry.ErrConflict, registry.SectionInstances, "cinst_acme_echo", "config_revision"},
+		{"replica moved", func(f *registry.FleetFile) { f.Replicas[2].Endpoint = "https://moved.example.test" },
+			registry.ErrConflict, registry.SectionReplicas, "crepl_globex_echo_a", "endpoint"},
+		{"binding to a missing policy", func(f *registry.FleetFile) {
+			f.Bindings[1].QuotaPolicyRef, f.Bindings[1].PolicyRevision = "quota:none", 2
+		}, registry.ErrNotFound, registry.SectionBindings, "acme/echo.reverse/cinst_acme_echo", "quota_policy_ref"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			r, _ := newMem(t)
+			if _, err := registry.Apply(ctx, r, parse(t, docExample(t))); err != nil {
+				t.Fatal(err)
+			}
+			f := parse(t, docExample(t))
+			c.mod(f)
+			_, err := registry.Apply(ctx, r, f)
+			var fe *registry.FleetFileError
+			if !errors.As(err, &fe) || !errors.Is(err, c.target) {
+				t.Fatalf("apply: %v, want a *FleetFileError matching %v", err, c.target)
+			}
+			if fe.Section != c.section || fe.ID != c.id || fe.Field != c.field {
+				t.Fatalf("error names %s %s field %q, want %s %s field %q (%v)", fe.Section, fe.ID, fe.Field, c.section, c.id, c.field, err)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	base := string(docExample(t))
+	cases := []struct {
+		name    string
+		edit    func(string) string
+		section string
+		index   int
+		field   string
+		msg     string
+	}{
+		{"missing format", func(s string) string { return strings.Replace(s, "format: aipfleet.fleet/v1", "format: v0", 1) },
+			"", 0, "format", "not a known format"},
+		{"unknown section", func(s string) string { return s + "\nextras: []\n" }, "", 0, "extras", "unknown field"},
+		{"unknown entry field", func(s string) string {
+			return strings.Replace(s, "    capacity: 8", "    capacity: 8\n    capacty: 9", 1)
+		},
+			registry.SectionReplicas, 2, "capacty", "unknown field"},
+		{"unknown nested field", func(s string) string {
+			return strings.Replace(s, "topology: {region: us-east,", "topology: {regoin: x, region: us-east,", 1)
+		}, registry.SectionReplicas, 2, "topology.regoin", "unknown field"},
+		{"unknown manifest field", func(s string) string {
+			return strings.Replace(s, "          name: Reverse", "          name: Reverse\n          colour: red", 1)
+		},
+			registry.SectionVersions, 0, "manifest", "colour"},
+		{"bad topology label", func(s string) string { return strings.Replace(s, "zone: eu-west-1b", "zone: eu west 1b", 1) },
+			registry.SectionReplicas, 1, "topology.zone", "letters, digits"},
+		{"bad limit", func(s string) string {
+			return strings.Replace(s, "max_binding_in_flight: 250", "max_binding_in_flight: 0", 1)
+		},
+			registry.SectionPolicies, 1, "max_binding_in_flight", "unlimited"},
+		{"missing limit without preset", func(s string) string { return strings.Replace(s, "    max_binding_in_flight: 250\n", "", 1) },
+			registry.SectionPolicies, 1, "max_binding_in_flight", "required without a preset"},
+		{"unknown preset", func(s string) string { return strings.Replace(s, "preset: conservative", "preset: lavish", 1) },
+			registry.SectionPolicies, 0, "preset", "conservative or fleet"},
+		{"unknown feature", func(s string) string {
+			return strings.Replace(s, "echo.reverse: [invocation]", "echo.reverse: [invocation, teleport]", 1)
+		},
+			registry.SectionVersions, 0, "implementation_support.echo.reverse", "teleport"},
+		{"missing claim", func(s string) string { return strings.Replace(s, "      echo.reverse: [invocation]\n", "", 1) },
+			registry.SectionVersions, 0, "implementation_support", "no claim for capability echo.reverse"},
+		{"wrong manifest digest", func(s string) string {
+			return strings.Replace(s, "    status: active\n", "    status: active\n    manifest_digest: "+registrytest.Digest("x")+"\n", 1)
+		}, registry.SectionVersions, 0, "manifest_digest", "does not match"},
+		{"failed evidence", func(s string) string {
+			return strings.Replace(s, "license_policy_status: passed", "license_policy_status: failed", 1)
+		},
+			registry.SectionVersions, 0, "attestation.license_policy_status", "only passed evidence"},
+		{"duplicate entry", func(s string) string {
+			return strings.Replace(s, "  - id: cinst_globex_echo\n", "  - id: cinst_acme_echo\n", 1)
+		}, registry.SectionInstances, 1, "", "repeats entry 0"},
+		{"bad instance status", func(s string) string {
+			return strings.Replace(s, "    secret_provider_ref: vault://acme/echo", "    secret_provider_ref: vault://acme/echo\n    status: paused", 1)
+		},
+			registry.SectionInstances, 0, "status", "enabled or disabled"},
+		{"binding without revision", func(s string) string {
+			return strings.Replace(s, "    priority: 0\n    policy_revision: 1\n", "    priority: 0\n", 1)
+		},
+			registry.SectionBindings, 2, "policy_revision", "required"},
+		{"wrong type", func(s string) string { return strings.Replace(s, "capacity: 16", "capacity: lots", 1) },
+			registry.SectionReplicas, 0, "capacity", "lots"},
+		{"bad DID", func(s string) string {
+			return strings.Replace(s, "did:key:z6MkqJEBr2wVXTunjrxVEXyN2B4c5Lc62hB2fWLG3Hqt3vvo", "did:web:example.test", 1)
+		}, registry.SectionReplicas, 2, "peer_did", "did:key"},
+		{"entry is not a mapping", func(s string) string { return strings.Replace(s, "types:\n", "types:\n  - just-a-string\n", 1) },
+			registry.SectionTypes, 0, "", "mapping"},
+		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
+		{"non-string manifest key", func(s string) string {
+			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
+		},
+			registry.SectionVersions, 0, "manifest.agent", "not a string"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			edited := c.edit(base)
+			if edited == base {
+				t.Fatal("the edit did not apply to the example")
+			}
+			_, err := registry.ParseFleetFile([]byte(edited))
+			var fe *registry.FleetFileError
+			if !errors.As(err, &fe) || !errors.Is(err, registry.ErrInvalid) && !errors.Is(err, registry.ErrAdmission) {
+				t.Fatalf("parse: %v, want a *FleetFileError", err)
+			}
+			if fe.Section != c.section || fe.Index != c.index || fe.Field != c.field || !strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("error %q names %s[%d] field %q, want %s[%d] field %q mentioning %q", err, fe.Section, fe.Index, fe.Field, c.section, c.index, c.field, c.msg)
+			}
+			if c.section != "" && fe.Line == 0 {
+				t.Fatalf("error %q has no line", err)
+			}
+		})
+	}
+}
+
+func TestApplyBuiltFile(t *testing.T) {
+	// Apply works on files built in code too (the dev fleet does this).
+	ctx := context.Background()
+	r, clock := newMem(t)
+	m := registrytest.Manifest("service:x", []aip.Capability{registrytest.Capability("x.do", "does x")})
+	f := &registry.FleetFile{
+		Types:     []registry.ConnectorType{{ID: "ctype_x", Name: "x", Owner: "owner-x", Enabled: false}},
+		Versions:  []registry.ConnectorVersion{registrytest.Version("cver_x1", "ctype_x", "1", "owner-x", registry.VersionActive, m)},
+		Instances: []registry.ConnectorInstance{{ID: "cinst_x", ConnectorTypeID: "ctype_x", VersionID: "cver_x1", TenantID: "t", ConfigRevision: 1, SecretProviderRef: "s", Status: registry.InstanceEnabled}},
+		Bindings:  []registry.CapabilityBinding{{TenantID: "t", CapabilityID: "x.do", InstanceID: "cinst_x", PolicyRevision: 1, Enabled: true}},
+		Replicas:  []registry.ConnectorReplica{registrytest.Replica("crepl_x", "cinst_x", "cver_x1", clock.Now().Add(time.Minute))},
+	}
+	rep, err := registry.Apply(ctx, r, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Count(registry.Created) != 5 {
+		t.Fatalf("report %+v", rep.Entries)
+	}
+	ct, _ := r.ConnectorType(ctx, "ctype_x")
+	if ct.Enabled {
+		t.Fatal("the type the file disables is enabled")
+	}
+	if _, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: "t", CapabilityID: "x.do"}); !errors.Is(err, registry.ErrBindingUnavailable) {
+		t.Fatalf("resolve on a disabled type: %v", err)
+	}
+}
