@@ -59,6 +59,8 @@ type Registry struct {
 	// internal per profile. A write drops exactly the views it can change.
 	tenantViews   map[string]map[string][]*defEntry
 	internalViews map[string][]*defEntry
+	// Lifecycle replay claims (lifecycle.go), created on first use.
+	lc *lifecycleState
 }
 
 // Compile-time guards: Registry is the in-memory implementation of the five
