@@ -1,0 +1,284 @@
+package sqliteruntime
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// BeginAction journals a received action, or returns the journaled one.
+func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Action, bool, error) {
+	if err := j.enter(ctx); err != nil {
+		return journal.Action{}, false, err
+	}
+	defer j.leave()
+	if err := checkBegin(a); err != nil {
+		return journal.Action{}, false, err
+	}
+	var (
+		out     journal.Action
+		created bool
+	)
+	err := j.w.do(ctx, func(tx *wtx) error {
+		res, err := tx.insertAction.Exec(a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey,
+			a.InputDigest, a.FenceToken, a.MessageID, micros(a.ReceivedAt))
+		if err != nil {
+			return storageErr(err, "begin action %s", a.ActionID)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return storageErr(err, "begin action %s", a.ActionID)
+		} else if n == 1 {
+			out, created = a, true
+			out.Status = aip.StateReceived
+			out.ReceivedAt = fromMicros(micros(a.ReceivedAt))
+			out.UpdatedAt = out.ReceivedAt
+			out.StartedAt, out.CompletedAt = time.Time{}, time.Time{}
+			out.Result, out.Detail = nil, ""
+			return nil
+		}
+		// Read through the writer: the record may be in this very batch.
+		out, err = scanAction(tx.action.QueryRow(a.ActionID))
+		if err != nil {
+			return storageErr(err, "read journaled action %s", a.ActionID)
+		}
+		created = false
+		return nil
+	})
+	if err != nil {
+		return journal.Action{}, false, err
+	}
+	return out, created, nil
+}
+
+// StartAction moves a received action to running.
+func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time) error {
+	if err := j.enter(ctx); err != nil {
+		return err
+	}
+	defer j.leave()
+	if err := checkID("action ID", actionID); err != nil {
+		return err
+	}
+	if err := checkTime("start time", at); err != nil {
+		return err
+	}
+	return j.w.do(ctx, func(tx *wtx) error {
+		res, err := tx.startAction.Exec(actionID, micros(at))
+		if err != nil {
+			return storageErr(err, "start action %s", actionID)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return storageErr(err, "start action %s", actionID)
+		} else if n == 1 {
+			return nil
+		}
+		return tx.transitionError(actionID, aip.StateRunning)
+	})
+}
+
+// transitionError explains why an update of actionID matched no row.
+func (tx *wtx) transitionError(actionID string, to aip.ActionState) error {
+	var status string
+	err := tx.actionStatus.QueryRow(actionID).Scan(&status)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: action %s", journal.ErrNotFound, actionID)
+	case err != nil:
+		return storageErr(err, "read status of action %s", actionID)
+	}
+	return fmt.Errorf("%w: action %s is %s and cannot become %s", journal.ErrConflict, actionID, status, to)
+}
+
+// FinishAction moves an action to a terminal status and appends its receipt
+// in the same transaction.
+func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
+	if err := j.enter(ctx); err != nil {
+		return journal.Receipt{}, err
+	}
+	defer j.leave()
+	if err := checkID("action ID", actionID); err != nil {
+		return journal.Receipt{}, err
+	}
+	if err := checkTerminal(actionID, status); err != nil {
+		return journal.Receipt{}, err
+	}
+	if err := checkTime("finish time", at); err != nil {
+		return journal.Receipt{}, err
+	}
+	r := journal.Receipt{
+		ID:       aip.NewID(aip.PrefixReceipt),
+		ActionID: actionID,
+		Status:   status,
+		At:       fromMicros(micros(at)),
+	}
+	var stored []byte // NULL when there is no result
+	if len(result) > 0 {
+		d, err := aip.DigestJSON(result)
+		if err != nil {
+			return journal.Receipt{}, invalid("result of action %s is not valid JSON: %v", actionID, err)
+		}
+		r.ResultDigest = d
+		stored = result
+	}
+
+	err := j.w.do(ctx, func(tx *wtx) error {
+		res, err := tx.finishAction.Exec(actionID, string(status), stored, detail, micros(at))
+		if err != nil {
+			return storageErr(err, "finish action %s", actionID)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return storageErr(err, "finish action %s", actionID)
+		} else if n != 1 {
+			return tx.transitionError(actionID, status)
+		}
+		r.Seq, r.PrevHash = tx.head.Seq+1, tx.head.Hash
+		if r.Hash, err = journal.ReceiptHash(r); err != nil {
+			return storageErr(err, "hash receipt of action %s", actionID)
+		}
+		if _, err := tx.insertReceipt.Exec(int64(r.Seq), r.ID, r.ActionID, string(r.Status),
+			r.ResultDigest, r.PrevHash, r.Hash, micros(r.At)); err != nil {
+			return storageErr(err, "append receipt of action %s", actionID)
+		}
+		tx.head = chainHead{Seq: r.Seq, Hash: r.Hash}
+		return nil
+	})
+	if err != nil {
+		return journal.Receipt{}, err
+	}
+	return r, nil
+}
+
+// Action returns one action or ErrNotFound.
+func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, error) {
+	if err := j.enter(ctx); err != nil {
+		return journal.Action{}, err
+	}
+	defer j.leave()
+	if err := checkID("action ID", actionID); err != nil {
+		return journal.Action{}, err
+	}
+	a, err := scanAction(j.rs.action.QueryRowContext(ctx, actionID))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return journal.Action{}, fmt.Errorf("%w: action %s", journal.ErrNotFound, actionID)
+	case err != nil:
+		return journal.Action{}, j.readErr(ctx, err, "read action %s", actionID)
+	}
+	return a, nil
+}
+
+// ActionsByStatus returns up to limit actions in the given statuses, oldest
+// received first.
+func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...aip.ActionState) ([]journal.Action, error) {
+	if err := j.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer j.leave()
+	if err := checkLimit(limit); err != nil {
+		return nil, err
+	}
+	statuses, err := checkStatuses(statuses)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, 0, len(statuses)+1)
+	marks := make([]string, len(statuses))
+	for i, s := range statuses {
+		args = append(args, string(s))
+		marks[i] = "?"
+	}
+	args = append(args, limit)
+	q := `SELECT ` + actionColumns + ` FROM actions WHERE status IN (` + strings.Join(marks, ", ") +
+		`) ORDER BY received_at, seq LIMIT ?`
+	rows, err := j.rdb.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, j.readErr(ctx, err, "list actions")
+	}
+	defer rows.Close()
+	var out []journal.Action
+	for rows.Next() {
+		a, err := scanAction(rows)
+		if err != nil {
+			return nil, j.readErr(ctx, err, "list actions")
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, j.readErr(ctx, err, "list actions")
+	}
+	return out, nil
+}
+
+// Receipts returns up to limit receipts with Seq > after, in order.
+func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]journal.Receipt, error) {
+	if err := j.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer j.leave()
+	if err := checkLimit(limit); err != nil {
+		return nil, err
+	}
+	rows, err := j.rs.receipts.QueryContext(ctx, int64(after), limit)
+	if err != nil {
+		return nil, j.readErr(ctx, err, "list receipts")
+	}
+	defer rows.Close()
+	var out []journal.Receipt
+	for rows.Next() {
+		var (
+			r      journal.Receipt
+			seq    int64
+			status string
+			atUS   int64
+		)
+		if err := rows.Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &atUS); err != nil {
+			return nil, j.readErr(ctx, err, "list receipts")
+		}
+		r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), fromMicros(atUS)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, j.readErr(ctx, err, "list receipts")
+	}
+	return out, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanAction(row scanner) (journal.Action, error) {
+	var (
+		a                  journal.Action
+		status             string
+		result             []byte
+		received, updated  int64
+		started, completed sql.NullInt64
+	)
+	err := row.Scan(&a.ActionID, &a.CapabilityID, &a.TenantID, &a.IdempotencyKey, &a.InputDigest,
+		&a.FenceToken, &a.MessageID, &status, &result, &a.Detail, &received, &started, &updated, &completed)
+	if err != nil {
+		return journal.Action{}, err
+	}
+	a.Status = aip.ActionState(status)
+	if result != nil {
+		a.Result = json.RawMessage(result)
+	}
+	a.ReceivedAt, a.UpdatedAt = fromMicros(received), fromMicros(updated)
+	a.StartedAt, a.CompletedAt = fromNullMicros(started), fromNullMicros(completed)
+	return a, nil
+}
+
+// readErr reports a failed read: the context's error when it ended the
+// read, otherwise the storage error with context.
+func (j *Journal) readErr(ctx context.Context, err error, format string, args ...any) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		err = fmt.Errorf("%w (%v)", ctxErr, err)
+	}
+	return fmt.Errorf("sqliteruntime: "+format+": %w", append(args, err)...)
+}

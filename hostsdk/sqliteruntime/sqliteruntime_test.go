@@ -1,0 +1,182 @@
+package sqliteruntime_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/journal/journaltest"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childRoleEnv); role != "" {
+		os.Exit(childMain(role))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func open(t *testing.T, cfg sqliteruntime.Config) *sqliteruntime.Journal {
+	t.Helper()
+	j, err := sqliteruntime.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", cfg.Dir, err)
+	}
+	t.Cleanup(func() {
+		if err := j.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return j
+}
+
+func TestConformance(t *testing.T) {
+	for _, mode := range []sqliteruntime.SyncMode{sqliteruntime.SyncFull, sqliteruntime.SyncNormal} {
+		t.Run(string(mode), func(t *testing.T) {
+			journaltest.Run(t, journaltest.Factory{
+				Open: func(t *testing.T) journal.Journal {
+					return open(t, sqliteruntime.Config{Dir: t.TempDir(), Sync: mode})
+				},
+				Reopen: func(t *testing.T, closed journal.Journal) journal.Journal {
+					return open(t, sqliteruntime.Config{Dir: closed.(*sqliteruntime.Journal).Dir(), Sync: mode})
+				},
+			})
+		})
+	}
+}
+
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "nested")
+	j := open(t, sqliteruntime.Config{Dir: dir})
+	if j.Dir() != dir {
+		t.Fatalf("Dir() = %s, want %s", j.Dir(), dir)
+	}
+	if err := j.Probe(context.Background()); err != nil { // makes sure the log exists
+		t.Fatal(err)
+	}
+	want := map[string]os.FileMode{
+		dir: 0o700 | os.ModeDir,
+		filepath.Join(dir, sqliteruntime.DatabaseFile):        0o600,
+		filepath.Join(dir, sqliteruntime.DatabaseFile+"-wal"): 0o600,
+		filepath.Join(dir, sqliteruntime.DatabaseFile+"-shm"): 0o600,
+		filepath.Join(dir, sqliteruntime.LockFile):            0o600,
+	}
+	for path, mode := range want {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatalf("stat %s: %v", path, err)
+		}
+		if fi.Mode() != mode {
+			t.Errorf("%s has mode %v, want %v", path, fi.Mode(), mode)
+		}
+	}
+	var journalMode string
+	db := rawDB(t, dir)
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&journalMode); err != nil || journalMode != "wal" {
+		t.Fatalf("journal_mode = %q (%v), want wal", journalMode, err)
+	}
+}
+
+// rawDB opens the journal's database file directly, bypassing the package.
+func rawDB(t *testing.T, dir string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(dir, sqliteruntime.DatabaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestOpenConfigErrors(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range map[string]sqliteruntime.Config{
+		"no dir":         {},
+		"bad sync":       {Dir: t.TempDir(), Sync: "sometimes"},
+		"negative reads": {Dir: t.TempDir(), ReadConns: -1},
+	} {
+		if j, err := sqliteruntime.Open(ctx, cfg); err == nil {
+			j.Close()
+			t.Errorf("Open(%s) succeeded, want an error", name)
+		} else {
+			t.Logf("Open(%s): %v", name, err)
+		}
+	}
+	// A state directory path that is a file.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: file}); err == nil {
+		j.Close()
+		t.Fatal("Open on a regular file succeeded")
+	}
+}
+
+func TestSecondOpenInProcessIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	open(t, sqliteruntime.Config{Dir: dir})
+	_, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: dir})
+	var le *sqliteruntime.LockedError
+	if !errors.As(err, &le) || !errors.Is(err, sqliteruntime.ErrLocked) {
+		t.Fatalf("second Open = %v, want a *LockedError", err)
+	}
+	if le.Dir != dir || le.PID != os.Getpid() {
+		t.Fatalf("LockedError = %+v, want dir %s pid %d", le, dir, os.Getpid())
+	}
+	if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), strconv.Itoa(os.Getpid())) {
+		t.Fatalf("error %q does not name the directory and the holder", err)
+	}
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	dir := t.TempDir()
+	j := open(t, sqliteruntime.Config{Dir: dir})
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db := rawDB(t, dir)
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", sqliteruntime.SchemaVersion+1)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	_, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: dir})
+	if !errors.Is(err, sqliteruntime.ErrSchemaTooNew) {
+		t.Fatalf("Open on a newer schema = %v, want ErrSchemaTooNew", err)
+	}
+	for _, want := range []string{fmt.Sprintf("version %d", sqliteruntime.SchemaVersion+1), fmt.Sprintf("up to %d", sqliteruntime.SchemaVersion)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not say %q", err, want)
+		}
+	}
+	// The refused open released the directory.
+	db = rawDB(t, dir)
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", sqliteruntime.SchemaVersion)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	open(t, sqliteruntime.Config{Dir: dir})
+}
+
+func TestRefusesForeignDatabase(t *testing.T) {
+	dir := t.TempDir()
+	db := rawDB(t, dir)
+	if _, err := db.Exec("CREATE TABLE customers (id INTEGER PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), "not a runtime journal") {
+		t.Fatalf("Open on another application's database = %v, want a refusal", err)
+	}
+}
