@@ -116,27 +116,34 @@ func (x *exchange) serve() bool {
 		}
 		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, "read body: "+err.Error())
 	}
-	var env aip.Envelope
-	if err := json.Unmarshal(body, &env); err != nil {
-		return x.unsigned(http.StatusBadRequest, CodeSchemaInvalid, "not an AIP envelope: "+err.Error())
-	}
-	if env.AIPVersion == "" || env.MessageType == "" || env.MessageID == "" || env.SentAt.IsZero() || env.Body.Tag() == "" {
-		return x.unsigned(http.StatusBadRequest, CodeSchemaInvalid, "an envelope needs aip_version, message_type, message_id, sent_at and a body with exactly one member")
-	}
-	if err := env.Validate(); err != nil {
-		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, err.Error())
-	}
-	x.req = &env
-	ctx := h.prop.Extract(x.ctx, propagation.MapCarrier(env.Trace))
-	x.ctx, x.span = h.tracer.Start(ctx, "hostsdk.message", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("aip.message_type", string(env.MessageType)),
-			attribute.String("aip.message_id", env.MessageID)))
-	x.stream = env.Body.Action != nil && env.Body.Action.Mode == aip.ModeStreaming
-
-	// The dispatcher's signature and identity.
-	if _, err := aip.VerifyEnvelope(body, h.gatewayDID); err != nil {
+	// One pass on the happy path: VerifyEnvelope canonicalizes, checks the
+	// signature, decodes and validates. Only a failure re-reads the body to
+	// answer the reference's error in its order: schema, decode, signature.
+	verified, verr := aip.VerifyEnvelope(body, "")
+	if verr != nil {
+		var env aip.Envelope
+		if err := json.Unmarshal(body, &env); err != nil {
+			return x.unsigned(http.StatusBadRequest, CodeSchemaInvalid, "not an AIP envelope: "+err.Error())
+		}
+		if env.AIPVersion == "" || env.MessageType == "" || env.MessageID == "" || env.SentAt.IsZero() || env.Body.Tag() == "" {
+			return x.unsigned(http.StatusBadRequest, CodeSchemaInvalid, "an envelope needs aip_version, message_type, message_id, sent_at and a body with exactly one member")
+		}
+		if err := env.Validate(); err != nil {
+			return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, err.Error())
+		}
+		if errors.Is(verr, aip.ErrMalformedEnvelope) {
+			return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, verr.Error())
+		}
+		x.begin(&env)
 		return x.fail(http.StatusUnauthorized, aip.NewProtocolError(CodeAuthentication, aip.CategoryAuth, false, 0,
-			"the message is not signed by the pinned dispatcher: "+err.Error()))
+			"the message is not signed by the pinned dispatcher: "+verr.Error()))
+	}
+	env := verified.Envelope
+	x.begin(&env)
+	// The dispatcher's signature and identity.
+	if verified.SignerDID != h.gatewayDID {
+		return x.fail(http.StatusUnauthorized, aip.NewProtocolError(CodeAuthentication, aip.CategoryAuth, false, 0,
+			"the message is signed by "+verified.SignerDID+", not the pinned dispatcher"))
 	}
 	if pe := h.checkSender(&env); pe != nil {
 		return x.fail(http.StatusUnauthorized, pe)
@@ -172,6 +179,16 @@ func (x *exchange) serve() bool {
 	}
 	return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeUnsupportedMessage, aip.CategoryConnector, false, 0,
 		fmt.Sprintf("a connector host does not handle %s messages", env.MessageType)))
+}
+
+// begin records the request envelope and starts its span.
+func (x *exchange) begin(env *aip.Envelope) {
+	x.req = env
+	ctx := x.h.prop.Extract(x.ctx, propagation.MapCarrier(env.Trace))
+	x.ctx, x.span = x.h.tracer.Start(ctx, "hostsdk.message", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("aip.message_type", string(env.MessageType)),
+			attribute.String("aip.message_id", env.MessageID)))
+	x.stream = env.Body.Action != nil && env.Body.Action.Mode == aip.ModeStreaming
 }
 
 // checkSender compares the envelope's from with the pinned dispatcher.
