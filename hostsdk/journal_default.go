@@ -2,12 +2,12 @@ package hostsdk
 
 import (
 	"context"
-	"errors"
 
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 )
 
-// openDefaultJournal opens the embedded journal in dir.
+// openDefaultJournal opens the embedded SQLite journal in dir.
 func openDefaultJournal(ctx context.Context, dir string) (journal.Journal, error) {
-	return nil, errors.New("the embedded SQLite journal is not available in this build; pass Config.Journal")
+	return sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: dir})
 }

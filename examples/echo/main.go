@@ -1,0 +1,79 @@
+// Command echo is a complete AIP connector built with hostsdk: echo.say
+// echoes a message and counts its side effect per action in the runtime
+// journal, echo.stream sends progress chunks first. It is configured purely
+// by the common connector host flags and AIP_CONNECTOR_HOST_* variables (run
+// it with -h for the list) and exits with status 0 only after a clean drain
+// and offline transition.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "echo:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses flags and the environment, then runs the host until SIGINT or
+// SIGTERM and a clean drain.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	load := hostsdk.BindFlags(fs)
+	level := fs.String("log-level", "info", "debug, info, warn or error [$AIP_ECHO_LOG_LEVEL]")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := load(getenv)
+	if err != nil {
+		return err
+	}
+	lvl := *level
+	if v := getenv("AIP_ECHO_LOG_LEVEL"); v != "" && !flagSet(fs, "log-level") {
+		lvl = v
+	}
+	var sl slog.Level
+	if err := sl.UnmarshalText([]byte(lvl)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: sl}))
+	j, closeJournal, err := openJournal(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeJournal()
+	cfg.Journal = j
+
+	host, err := hostsdk.New(cfg, Echo{})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return host.Run(ctx)
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
