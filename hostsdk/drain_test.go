@@ -151,7 +151,6 @@ func TestStopBeforeStartAndIdempotent(t *testing.T) {
 	if err := h.Start(ctxT(t)); !errors.Is(err, hostsdk.ErrAlreadyStarted) {
 		t.Fatalf("Start after Stop: %v", err)
 	}
-	f.cfg.Listener.Close()
 }
 
 func TestStopHonoursItsDeadline(t *testing.T) {

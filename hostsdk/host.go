@@ -202,6 +202,9 @@ func (h *Host) Stop(ctx context.Context) error {
 		close(h.startDone)
 		close(h.stopDone)
 		h.phaseMu.Unlock()
+		if h.cfg.Listener != nil {
+			h.cfg.Listener.Close()
+		}
 		return nil
 	case phaseStarting:
 		h.phaseMu.Unlock()
@@ -319,6 +322,8 @@ func (h *Host) releaseAfterFailedStart() {
 	}
 	if h.listener != nil {
 		h.listener.Close()
+	} else if h.cfg.Listener != nil {
+		h.cfg.Listener.Close()
 	}
 	if h.hardStop != nil {
 		h.hardStop()

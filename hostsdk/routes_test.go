@@ -1,0 +1,102 @@
+package hostsdk_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// webhookConnector mounts a product route that publishes an event.
+type webhookConnector struct {
+	*testConnector
+	pattern string
+}
+
+func (c *webhookConnector) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	return []hostsdk.Route{{Pattern: c.pattern, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !rc.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		id, err := rc.Events.Publish(r.Context(), "test.events", aip.Event{Kind: "webhook.received"})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, id)
+	})}}, nil
+}
+
+func TestProductRoutes(t *testing.T) {
+	f := newFleet(t)
+	h, _ := f.start(t, &webhookConnector{newTestConnector(), "POST /webhooks/test"})
+	resp, err := http.Post("http://"+h.Addr().String()+"/webhooks/test", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "sha256_") {
+		t.Fatalf("webhook answered %d %s", resp.StatusCode, body)
+	}
+	if n, _ := f.j.PendingEvents(context.Background()); n != 1 {
+		t.Errorf("outbox holds %d batches", n)
+	}
+
+	for _, pattern := range []string{"POST /aip/v1/messages", "GET /health", "/", "GET /.well-known/other"} {
+		f := newFleet(t)
+		err := startErr(t, f, &webhookConnector{newTestConnector(), pattern})
+		var be *hostsdk.BuildRoutesError
+		if !errors.As(err, &be) {
+			t.Errorf("pattern %q: Start %v, want *BuildRoutesError", pattern, err)
+		}
+	}
+}
+
+func TestTracing(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	f := newFleet(t)
+	f.cfg.TracerProvider = tp
+	_, target := f.start(t, newTestConnector())
+
+	// The dispatcher's trace context travels in envelope.trace.
+	parent, span := tp.Tracer("dispatcher").Start(context.Background(), "dispatch")
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(parent, carrier)
+	span.End()
+	a := action(capEcho, `{"message":"traced"}`)
+	env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+	env.Trace = carrier
+	if _, err := f.d.Send(ctxT(t), target, env); err != nil {
+		t.Fatal(err)
+	}
+
+	names := map[string]trace.SpanContext{}
+	parents := map[string]trace.SpanContext{}
+	for _, s := range rec.Ended() {
+		names[s.Name()] = s.SpanContext()
+		parents[s.Name()] = s.Parent()
+	}
+	for _, want := range []string{"hostsdk.bootstrap", "hostsdk.bootstrap.validate", "hostsdk.bootstrap.recover",
+		"hostsdk.bootstrap.register", "hostsdk.bootstrap.serve", "hostsdk.control.register", "hostsdk.message", "hostsdk.action " + capEcho} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("no span %q", want)
+		}
+	}
+	if p := parents["hostsdk.message"]; p.TraceID() != span.SpanContext().TraceID() || p.SpanID() != span.SpanContext().SpanID() {
+		t.Errorf("message span parent %v, want the dispatcher's span %v", p, span.SpanContext())
+	}
+}
