@@ -60,6 +60,8 @@ type Backend struct {
 	Resolver registry.Resolver
 	Admin    registry.Administrator
 	Fleet    registry.FleetStatus
+	// Lifecycle is the backend's lifecycle contract (suite_lifecycle.go).
+	Lifecycle registry.Lifecycle
 }
 
 // Key returns a deterministic replica signing key derived from name, so
