@@ -1,9 +1,7 @@
 // Package memjournal is an in-memory journal.Journal for the host's own
 // tests: it keeps everything in maps behind one mutex, reports Ephemeral
-// durability, and lets a test make its probe fail. It is a test double: it
-// implements the journal's behaviour the host relies on (records, status
-// transitions, replay claims, receipts, outbox, compare-and-set state) but
-// not every input validation of the journaltest conformance suite.
+// durability, and lets a test make its probe fail. It passes the journaltest
+// conformance suite like the durable backends.
 package memjournal
 
 import (
@@ -55,7 +53,10 @@ func (j *Journal) SetProbeError(err error) {
 // Durability implements journal.Journal.
 func (j *Journal) Durability() journal.Durability { return journal.Ephemeral }
 
-func (j *Journal) lock() error {
+func (j *Journal) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()
@@ -66,10 +67,19 @@ func (j *Journal) lock() error {
 
 // BeginAction implements journal.Journal.
 func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Action, bool, error) {
-	if a.ActionID == "" {
+	switch {
+	case a.ActionID == "":
 		return journal.Action{}, false, fmt.Errorf("%w: action ID is empty", journal.ErrInvalid)
+	case a.ReceivedAt.IsZero():
+		return journal.Action{}, false, fmt.Errorf("%w: ReceivedAt is zero", journal.ErrInvalid)
+	case a.Status != "" && a.Status != aip.StateReceived:
+		return journal.Action{}, false, fmt.Errorf("%w: a new action is received, not %q", journal.ErrInvalid, a.Status)
+	case len(a.Result) > 0:
+		return journal.Action{}, false, fmt.Errorf("%w: a new action has no result", journal.ErrInvalid)
 	}
-	if err := j.lock(); err != nil {
+	a.ReceivedAt = norm(a.ReceivedAt)
+	a.StartedAt, a.CompletedAt = time.Time{}, time.Time{}
+	if err := j.lock(ctx); err != nil {
 		return journal.Action{}, false, err
 	}
 	defer j.mu.Unlock()
@@ -86,7 +96,11 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 
 // StartAction implements journal.Journal.
 func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time) error {
-	if err := j.lock(); err != nil {
+	if actionID == "" || at.IsZero() {
+		return fmt.Errorf("%w: StartAction needs an action ID and a time", journal.ErrInvalid)
+	}
+	at = norm(at)
+	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
@@ -103,10 +117,16 @@ func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time
 
 // FinishAction implements journal.Journal.
 func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
-	if !status.Terminal() {
+	switch {
+	case !status.Terminal():
 		return journal.Receipt{}, fmt.Errorf("%w: %s is not a terminal status", journal.ErrInvalid, status)
+	case actionID == "" || at.IsZero():
+		return journal.Receipt{}, fmt.Errorf("%w: FinishAction needs an action ID and a time", journal.ErrInvalid)
+	case len(result) > 0 && !json.Valid(result):
+		return journal.Receipt{}, fmt.Errorf("%w: result is not JSON", journal.ErrInvalid)
 	}
-	if err := j.lock(); err != nil {
+	at = norm(at)
+	if err := j.lock(ctx); err != nil {
 		return journal.Receipt{}, err
 	}
 	defer j.mu.Unlock()
@@ -122,7 +142,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 		ID:       aip.NewID(aip.PrefixReceipt),
 		ActionID: actionID,
 		Status:   status,
-		At:       aip.At(at).Time,
+		At:       at,
 	}
 	if len(result) > 0 {
 		d, err := aip.DigestJSON(result)
@@ -146,7 +166,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 
 // Action implements journal.Journal.
 func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lock(ctx); err != nil {
 		return journal.Action{}, err
 	}
 	defer j.mu.Unlock()
@@ -159,7 +179,15 @@ func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, 
 
 // ActionsByStatus implements journal.Journal.
 func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...aip.ActionState) ([]journal.Action, error) {
-	if err := j.lock(); err != nil {
+	if limit <= 0 || len(statuses) == 0 {
+		return nil, fmt.Errorf("%w: ActionsByStatus needs a positive limit and at least one status", journal.ErrInvalid)
+	}
+	for _, st := range statuses {
+		if !st.Valid() || st == aip.StateNotFound {
+			return nil, fmt.Errorf("%w: unknown status %q", journal.ErrInvalid, st)
+		}
+	}
+	if err := j.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()
@@ -183,7 +211,10 @@ func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...ai
 
 // ClaimMessage implements journal.Journal.
 func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt, now time.Time) (bool, error) {
-	if err := j.lock(); err != nil {
+	if messageID == "" || !expiresAt.After(now) {
+		return false, fmt.Errorf("%w: a claim needs a message ID and an expiry after now", journal.ErrInvalid)
+	}
+	if err := j.lock(ctx); err != nil {
 		return false, err
 	}
 	defer j.mu.Unlock()
@@ -196,7 +227,10 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 
 // PruneMessages implements journal.Journal.
 func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (int, error) {
-	if err := j.lock(); err != nil {
+	if limit <= 0 {
+		return 0, fmt.Errorf("%w: limit must be positive", journal.ErrInvalid)
+	}
+	if err := j.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
@@ -215,10 +249,21 @@ func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (
 
 // EnqueueEvents implements journal.Journal.
 func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) error {
-	if e.ID == "" {
-		return fmt.Errorf("%w: outbox entry ID is empty", journal.ErrInvalid)
+	var events []json.RawMessage
+	switch {
+	case e.ID == "" || e.ChannelID == "":
+		return fmt.Errorf("%w: an outbox entry needs an ID and a channel", journal.ErrInvalid)
+	case json.Unmarshal(e.Events, &events) != nil || len(events) == 0:
+		return fmt.Errorf("%w: events must be a non-empty JSON array", journal.ErrInvalid)
+	case e.CreatedAt.IsZero() || e.Attempts < 0:
+		return fmt.Errorf("%w: an outbox entry needs CreatedAt and attempts >= 0", journal.ErrInvalid)
 	}
-	if err := j.lock(); err != nil {
+	e.CreatedAt, e.LeaseUntil = norm(e.CreatedAt), norm(e.LeaseUntil)
+	if e.NextAttempt.IsZero() {
+		e.NextAttempt = e.CreatedAt
+	}
+	e.NextAttempt = norm(e.NextAttempt)
+	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
@@ -231,7 +276,11 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 
 // ClaimEvents implements journal.Journal.
 func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]journal.OutboxEntry, error) {
-	if err := j.lock(); err != nil {
+	if lease <= 0 || limit <= 0 {
+		return nil, fmt.Errorf("%w: lease and limit must be positive", journal.ErrInvalid)
+	}
+	now = norm(now)
+	if err := j.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()
@@ -247,7 +296,7 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 		if len(out) == limit {
 			break
 		}
-		e.LeaseUntil = now.Add(lease)
+		e.LeaseUntil = norm(now.Add(lease))
 		out = append(out, *e)
 	}
 	return out, nil
@@ -255,17 +304,27 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 
 // AckEvents implements journal.Journal.
 func (j *Journal) AckEvents(ctx context.Context, id string) error {
-	if err := j.lock(); err != nil {
+	if id == "" {
+		return fmt.Errorf("%w: outbox entry ID is empty", journal.ErrInvalid)
+	}
+	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
+	if _, ok := j.outbox[id]; !ok {
+		return journal.ErrNotFound
+	}
 	delete(j.outbox, id)
 	return nil
 }
 
 // RetryEvents implements journal.Journal.
 func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, lastError string) error {
-	if err := j.lock(); err != nil {
+	if id == "" || next.IsZero() {
+		return fmt.Errorf("%w: RetryEvents needs an ID and a next attempt time", journal.ErrInvalid)
+	}
+	next = norm(next)
+	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
@@ -280,7 +339,7 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 
 // PendingEvents implements journal.Journal.
 func (j *Journal) PendingEvents(ctx context.Context) (int, error) {
-	if err := j.lock(); err != nil {
+	if err := j.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
@@ -289,7 +348,10 @@ func (j *Journal) PendingEvents(ctx context.Context) (int, error) {
 
 // Receipts implements journal.Journal.
 func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]journal.Receipt, error) {
-	if err := j.lock(); err != nil {
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: limit must be positive", journal.ErrInvalid)
+	}
+	if err := j.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()
@@ -307,7 +369,10 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 
 // State implements journal.Journal.
 func (j *Journal) State(ctx context.Context, namespace, key string) (journal.StateValue, error) {
-	if err := j.lock(); err != nil {
+	if namespace == "" || key == "" {
+		return journal.StateValue{}, fmt.Errorf("%w: state namespace and key must not be empty", journal.ErrInvalid)
+	}
+	if err := j.lock(ctx); err != nil {
 		return journal.StateValue{}, err
 	}
 	defer j.mu.Unlock()
@@ -324,10 +389,10 @@ func (j *Journal) PutState(ctx context.Context, namespace, key string, value jso
 	if namespace == "" || key == "" {
 		return 0, fmt.Errorf("%w: state namespace and key must not be empty", journal.ErrInvalid)
 	}
-	if !json.Valid(value) {
+	if len(value) == 0 || !json.Valid(value) {
 		return 0, fmt.Errorf("%w: state value is not JSON", journal.ErrInvalid)
 	}
-	if err := j.lock(); err != nil {
+	if err := j.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
@@ -342,7 +407,7 @@ func (j *Journal) PutState(ctx context.Context, namespace, key string, value jso
 
 // Probe implements journal.Journal.
 func (j *Journal) Probe(ctx context.Context) error {
-	if err := j.lock(); err != nil {
+	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
@@ -362,6 +427,14 @@ func (j *Journal) Close() error {
 
 // ErrInjected is a convenience error for tests that break the journal.
 var ErrInjected = errors.New("memjournal: injected failure")
+
+// norm keeps times to the microsecond, in UTC, like the durable backends.
+func norm(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
 
 func clone(a journal.Action) journal.Action {
 	a.Result = slices.Clone(a.Result)
