@@ -408,7 +408,7 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		}
 		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,
 			trace.WithAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID)))
-		res, err, panicked = x.invoke(ctx, call, a)
+		res, panicked, err = x.invoke(ctx, call, a)
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -438,7 +438,7 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 }
 
 // invoke calls the connector, turning a panic into a value.
-func (x *exchange) invoke(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, err error, panicked any) {
+func (x *exchange) invoke(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
@@ -448,10 +448,10 @@ func (x *exchange) invoke(ctx context.Context, call *Call, a *aip.Action) (res *
 		cw := &ChunkWriter{x: x, actionID: a.ID}
 		res, err = st.HandleStream(ctx, call, cw)
 		cw.close()
-		return res, err, nil
+		return res, nil, err
 	}
 	res, err = x.h.conn.Handle(ctx, call)
-	return res, err, nil
+	return res, nil, err
 }
 
 // settle turns what the connector returned into the journal state, the
