@@ -41,7 +41,7 @@ CREATE INDEX actions_by_status ON actions (status, received_at, seq);
 CREATE TABLE receipts (
 	seq           INTEGER PRIMARY KEY,
 	id            TEXT    NOT NULL UNIQUE,
-	action_id     TEXT    NOT NULL,
+	action_id     TEXT    NOT NULL UNIQUE,
 	status        TEXT    NOT NULL,
 	result_digest TEXT    NOT NULL,
 	prev_hash     TEXT    NOT NULL,

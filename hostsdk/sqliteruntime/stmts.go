@@ -150,13 +150,6 @@ func closeAll(stmts ...*sql.Stmt) error {
 
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
-func nullMicros(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMicro()
-}
-
 func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
 
 func fromNullMicros(v sql.NullInt64) time.Time {

@@ -1,0 +1,38 @@
+// Package pgruntime is the PostgreSQL runtime journal of a connector host: a
+// journal.Journal on pgx v5 for replicas whose state must outlive their
+// machine.
+//
+//	j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: url, Namespace: replicaID})
+//	...
+//	defer j.Close()
+//
+// # Schema and migrations
+//
+// The schema is a set of numbered SQL files embedded in the binary
+// (migrations/0001_runtime.sql, ...). Open applies the missing ones in one
+// transaction under a PostgreSQL advisory lock, so replicas starting
+// together migrate once, and records each with the SHA-256 of its file in
+// aip_runtime_schema_migrations. An applied migration whose file changed
+// stops start-up with ErrMigrationChanged naming the file; a database with
+// migrations this build does not know stops it with ErrSchemaTooNew.
+//
+// # Namespaces
+//
+// Several replicas may share one database. Every table is keyed first by
+// the journal's namespace (Config.Namespace, the replica ID) and no
+// statement crosses it: journals with different namespaces never see each
+// other's actions, receipts, messages, outbox batches or state, and each
+// namespace has its own receipt chain.
+//
+// # Concurrency and durability
+//
+// Each method is one statement, except FinishAction: one transaction that
+// moves the action to its terminal status, advances the namespace's receipt
+// head (a row lock that serialises appends, so the sequence has no gaps),
+// inserts the receipt and commits. Message claims, state compare-and-set
+// and outbox leases rely on row locks and ON CONFLICT, so concurrent
+// callers, in one process or in several, get exactly one winner; outbox
+// publishers skip each other's rows (FOR UPDATE SKIP LOCKED). A write is as
+// durable as the server makes a commit (synchronous_commit, fsync and
+// replication are the operator's choice).
+package pgruntime

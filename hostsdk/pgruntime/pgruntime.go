@@ -1,0 +1,139 @@
+package pgruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Errors of this package, besides the journal sentinels.
+var (
+	// ErrSchemaTooNew: the database has migrations this build does not know.
+	ErrSchemaTooNew = errors.New("pgruntime: database schema is newer than this build")
+	// ErrMigrationChanged: an applied migration differs from this build's
+	// file of the same number.
+	ErrMigrationChanged = errors.New("pgruntime: applied migration was changed")
+)
+
+// MaxNamespace is the longest Config.Namespace accepted, in bytes.
+const MaxNamespace = 255
+
+// Config configures Open. DatabaseURL and Namespace are required; every
+// other zero value means the documented default.
+type Config struct {
+	// DatabaseURL is a PostgreSQL URL or keyword/value string, as
+	// pgxpool.ParseConfig accepts. It is a secret: read it from a file.
+	DatabaseURL string
+	// Namespace separates the journals of replicas sharing one database:
+	// every row is keyed by it and no query crosses it. Use the replica ID.
+	// At most MaxNamespace bytes.
+	Namespace string
+	// MaxConns bounds the connection pool. Defaults to 10.
+	MaxConns int32
+	// ConnectTimeout bounds establishing one connection. Defaults to 10s.
+	ConnectTimeout time.Duration
+}
+
+// Journal is the PostgreSQL runtime journal of one namespace. It is safe for
+// concurrent use; several Journals (in several processes) with different
+// namespaces may share one database.
+type Journal struct {
+	pool *pgxpool.Pool
+	ns   string
+
+	// closeMu is held shared by every call and exclusively by Close.
+	closeMu   sync.RWMutex
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+var _ journal.Journal = (*Journal)(nil)
+
+// Open connects to the database, applies the embedded migrations (once,
+// under an advisory lock) and returns the journal of cfg.Namespace. The
+// caller must Close it.
+func Open(ctx context.Context, cfg Config) (*Journal, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("pgruntime: Config.DatabaseURL is required")
+	}
+	if cfg.Namespace == "" {
+		return nil, errors.New("pgruntime: Config.Namespace is required: set it to the replica ID so replicas sharing the database keep separate journals")
+	}
+	if len(cfg.Namespace) > MaxNamespace {
+		return nil, fmt.Errorf("pgruntime: Config.Namespace is %d bytes; the limit is %d", len(cfg.Namespace), MaxNamespace)
+	}
+	if cfg.MaxConns < 0 || cfg.ConnectTimeout < 0 {
+		return nil, errors.New("pgruntime: Config.MaxConns and Config.ConnectTimeout must not be negative")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 10
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		// The parse error may quote the URL, password included.
+		return nil, errors.New("pgruntime: Config.DatabaseURL is not a valid PostgreSQL connection string")
+	}
+	pc.MaxConns = cfg.MaxConns
+	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgruntime: connect: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO aip_runtime_receipt_heads (journal_ns, seq, hash) VALUES ($1, 0, '')
+		ON CONFLICT (journal_ns) DO NOTHING`, cfg.Namespace); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgruntime: initialise namespace %s: %w", cfg.Namespace, err)
+	}
+	return &Journal{pool: pool, ns: cfg.Namespace}, nil
+}
+
+// Namespace returns the journal's namespace.
+func (j *Journal) Namespace() string { return j.ns }
+
+// Durability reports journal.Durable.
+func (j *Journal) Durability() journal.Durability { return journal.Durable }
+
+// Close waits for calls in progress, then closes the pool. It is idempotent.
+func (j *Journal) Close() error {
+	j.closeOnce.Do(func() {
+		j.closed.Store(true)
+		j.closeMu.Lock()
+		defer j.closeMu.Unlock()
+		j.pool.Close()
+	})
+	return nil
+}
+
+// enter starts a call; the caller must call leave.
+func (j *Journal) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	j.closeMu.RLock()
+	if j.closed.Load() {
+		j.closeMu.RUnlock()
+		return journal.ErrClosed
+	}
+	return nil
+}
+
+func (j *Journal) leave() { j.closeMu.RUnlock() }
+
+// dbErr wraps a database error with context.
+func dbErr(err error, format string, args ...any) error {
+	return fmt.Errorf("pgruntime: "+format+": %w", append(args, err)...)
+}

@@ -1,0 +1,222 @@
+package pgruntime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/journal/journaltest"
+	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func open(t testing.TB, cfg pgruntime.Config) *pgruntime.Journal {
+	t.Helper()
+	j, err := pgruntime.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open(namespace %s): %v", cfg.Namespace, err)
+	}
+	t.Cleanup(func() { _ = j.Close() })
+	return j
+}
+
+// TestConformance runs the suite on one database; every journal the suite
+// opens gets a namespace of its own, which is also what keeps them apart.
+func TestConformance(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	journaltest.Run(t, journaltest.Factory{
+		Open: func(t *testing.T) journal.Journal {
+			return open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: aip.NewID(aip.PrefixReplica), MaxConns: 20})
+		},
+		Reopen: func(t *testing.T, closed journal.Journal) journal.Journal {
+			return open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: closed.(*pgruntime.Journal).Namespace(), MaxConns: 20})
+		},
+	})
+}
+
+// TestNamespacesAreIsolated: two journals in one database with different
+// namespaces share no record, even under the same IDs.
+func TestNamespacesAreIsolated(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	a := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_a"})
+	b := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_b"})
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+	act := journal.Action{ActionID: aip.NewActionID(), CapabilityID: "echo.say", ReceivedAt: t0}
+	for name, j := range map[string]*pgruntime.Journal{"a": a, "b": b} {
+		if _, created, err := j.BeginAction(ctx, act); err != nil || !created {
+			t.Fatalf("%s: BeginAction of an ID known only to the other namespace: created %v, err %v", name, created, err)
+		}
+	}
+	if _, err := a.FinishAction(ctx, act.ActionID, aip.StateCompleted, json.RawMessage(`{"in":"a"}`), "", t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Action(ctx, act.ActionID); err != nil || got.Status != aip.StateReceived {
+		t.Fatalf("b sees its own action as %q (err %v), want received: a's finish leaked", got.Status, err)
+	}
+	if rs, err := b.Receipts(ctx, 0, 10); err != nil || len(rs) != 0 {
+		t.Fatalf("b has %d receipts (err %v), want 0", len(rs), err)
+	}
+	r, err := b.FinishAction(ctx, act.ActionID, aip.StateFailed, nil, "", t0.Add(time.Second))
+	if err != nil || r.Seq != 1 || r.PrevHash != "" {
+		t.Fatalf("b's first receipt = %+v (err %v), want seq 1 starting its own chain", r, err)
+	}
+	if got, err := a.ActionsByStatus(ctx, 10, aip.StateFailed); err != nil || len(got) != 0 {
+		t.Fatalf("a lists %d failed actions (err %v), want 0", len(got), err)
+	}
+
+	msg := aip.NewMessageID()
+	for name, j := range map[string]*pgruntime.Journal{"a": a, "b": b} {
+		if ok, err := j.ClaimMessage(ctx, msg, t0.Add(time.Minute), t0); err != nil || !ok {
+			t.Fatalf("%s: ClaimMessage of an ID claimed only in the other namespace = %v, %v", name, ok, err)
+		}
+	}
+	if n, err := b.PruneMessages(ctx, t0.Add(time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("b pruned %d (err %v), want only its own 1", n, err)
+	}
+	if ok, err := a.ClaimMessage(ctx, msg, t0.Add(time.Minute), t0.Add(time.Second)); err != nil || ok {
+		t.Fatalf("b's prune removed a's message claim (claim = %v, %v)", ok, err)
+	}
+
+	if err := a.EnqueueEvents(ctx, journal.OutboxEntry{ID: "batch-1", ChannelID: "c", Events: json.RawMessage(`[]`), CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.PendingEvents(ctx); err != nil || n != 0 {
+		t.Fatalf("b has %d pending batches (err %v), want 0", n, err)
+	}
+	if got, err := b.ClaimEvents(ctx, t0.Add(time.Hour), time.Minute, 10); err != nil || len(got) != 0 {
+		t.Fatalf("b claimed %d of a's batches (err %v)", len(got), err)
+	}
+	if err := b.AckEvents(ctx, "batch-1"); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("b acked a's batch: %v", err)
+	}
+
+	if _, err := a.PutState(ctx, "ledger", "k", json.RawMessage(`"a"`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.State(ctx, "ledger", "k"); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("b reads a's state: %v", err)
+	}
+	if rev, err := b.PutState(ctx, "ledger", "k", json.RawMessage(`"b"`), 0); err != nil || rev != 1 {
+		t.Fatalf("b's first write of a key a also has = %d, %v", rev, err)
+	}
+}
+
+// TestConcurrentOpenMigratesOnce: replicas starting together on an empty
+// database all start, and the schema is recorded once.
+func TestConcurrentOpenMigratesOnce(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	const replicas = 4
+	var wg sync.WaitGroup
+	errs := make([]error, replicas)
+	for i := range replicas {
+		wg.Go(func() {
+			j, err := pgruntime.Open(context.Background(), pgruntime.Config{DatabaseURL: dbURL, Namespace: aip.NewID(aip.PrefixReplica), MaxConns: 2})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = j.Probe(context.Background())
+			j.Close()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+	conn := connect(t, dbURL)
+	var n, version int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*), max(version) FROM aip_runtime_schema_migrations`).Scan(&n, &version); err != nil {
+		t.Fatal(err)
+	}
+	if n != pgruntime.SchemaVersion() || version != pgruntime.SchemaVersion() {
+		t.Fatalf("%d migrations recorded up to version %d, want each of 1..%d once", n, version, pgruntime.SchemaVersion())
+	}
+}
+
+func connect(t *testing.T, dbURL string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// TestChangedMigrationStopsStartup: an applied migration whose recorded
+// checksum no longer matches the embedded file stops Open with an error
+// naming the file.
+func TestChangedMigrationStopsStartup(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	j := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_x"})
+	j.Close()
+
+	conn := connect(t, dbURL)
+	if _, err := conn.Exec(ctx, `UPDATE aip_runtime_schema_migrations SET checksum = 'sha256:0000' WHERE version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_x"})
+	if !errors.Is(err, pgruntime.ErrMigrationChanged) {
+		t.Fatalf("Open after a migration changed = %v, want ErrMigrationChanged", err)
+	}
+	if !strings.Contains(err.Error(), "0001_runtime.sql") {
+		t.Fatalf("error %q does not name the migration file", err)
+	}
+}
+
+// TestNewerSchemaStopsStartup: a database migrated by a newer build is
+// refused.
+func TestNewerSchemaStopsStartup(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	j := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_x"})
+	j.Close()
+
+	conn := connect(t, dbURL)
+	if _, err := conn.Exec(ctx, `INSERT INTO aip_runtime_schema_migrations (version, file, checksum) VALUES (999, '0999_future.sql', 'sha256:00')`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_x"})
+	if !errors.Is(err, pgruntime.ErrSchemaTooNew) || !strings.Contains(err.Error(), "0999_future.sql") {
+		t.Fatalf("Open on a newer schema = %v, want ErrSchemaTooNew naming 0999_future.sql", err)
+	}
+}
+
+func TestOpenConfigErrors(t *testing.T) {
+	ctx := context.Background()
+	for name, cfg := range map[string]pgruntime.Config{
+		"no URL":         {Namespace: "n"},
+		"no namespace":   {DatabaseURL: "postgres://localhost/x"},
+		"long namespace": {DatabaseURL: "postgres://localhost/x", Namespace: strings.Repeat("n", pgruntime.MaxNamespace+1)},
+		"negative conns": {DatabaseURL: "postgres://localhost/x", Namespace: "n", MaxConns: -1},
+		"malformed URL":  {DatabaseURL: "postgres://user:s3cret@host:notaport/x", Namespace: "n"},
+	} {
+		j, err := pgruntime.Open(ctx, cfg)
+		if err == nil {
+			j.Close()
+			t.Errorf("Open(%s) succeeded, want an error", name)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%s) error leaks the password: %v", name, err)
+		}
+	}
+}
