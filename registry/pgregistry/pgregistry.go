@@ -1,0 +1,477 @@
+package pgregistry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Config configures a Registry. ControlURL and DataURL name the same
+// database, usually through two roles with different grants (see
+// deploy/postgres/roles.sql).
+type Config struct {
+	// ControlURL is the connection URL of the control pool, which installs
+	// the schema and performs catalog and admission writes. Required by
+	// Open; must be empty for OpenDataPlane.
+	ControlURL string
+	// DataURL is the connection URL of the data pool, which serves catalog
+	// reads, route resolution, reservations, settlement, replica lifecycle
+	// writes and fleet status. Open defaults it to ControlURL; OpenDataPlane
+	// requires it.
+	DataURL string
+	// ControlMaxConns bounds the control pool. Defaults to 4.
+	ControlMaxConns int32
+	// DataMaxConns bounds the data pool. Defaults to 32.
+	DataMaxConns int32
+	// AcquireTimeout bounds the wait for a pooled connection; a call that
+	// cannot get one in time fails with registry.ErrStorage. Defaults to 5s;
+	// at most 60s.
+	AcquireTimeout time.Duration
+	// Now is the clock every time-dependent rule uses (lease validity,
+	// circuits, assignment and admission times, fleet status); its readings
+	// are passed to SQL as parameters, the database clock is never used.
+	// Defaults to time.Now.
+	Now func() time.Time
+	// Limits bounds manifests and catalog pages; zero fields take the
+	// registry defaults.
+	Limits registry.Limits
+	// RouteRetries bounds how often a new route's replica selection is
+	// retried when every eligible replica is row-locked by other routing
+	// transactions. Defaults to 32.
+	RouteRetries int
+}
+
+// Pool defaults and bounds (reference §3.7).
+const (
+	DefaultControlMaxConns = 4
+	DefaultDataMaxConns    = 32
+	DefaultAcquireTimeout  = 5 * time.Second
+	MaxAcquireTimeout      = 60 * time.Second
+	DefaultRouteRetries    = 32
+	// maxTxAttempts bounds retries of a transaction that hit a
+	// serialization failure, a deadlock or a unique-key race.
+	maxTxAttempts = 6
+)
+
+// ErrNoControlPool is returned by catalog and admission writes of a
+// registry opened with OpenDataPlane, which holds no control pool.
+var ErrNoControlPool = errors.New("pgregistry: no control pool")
+
+// Registry is the PostgreSQL registry backend. It implements the five
+// registry contracts; see the package documentation for its locking.
+type Registry struct {
+	control        *pgxpool.Pool // nil when opened data-plane only
+	data           *pgxpool.Pool
+	now            func() time.Time
+	limits         registry.Limits
+	acquireTimeout time.Duration
+	routeRetries   int
+	implicit       registry.AdmissionPolicy
+	migrations     []migration
+	closeOnce      sync.Once
+}
+
+// Compile-time guards: Registry is the PostgreSQL implementation of the
+// registry contracts.
+var (
+	_ registry.Catalog       = (*Registry)(nil)
+	_ registry.Resolver      = (*Registry)(nil)
+	_ registry.Reader        = (*Registry)(nil)
+	_ registry.Administrator = (*Registry)(nil)
+	_ registry.FleetStatus   = (*Registry)(nil)
+)
+
+// Advisory lock keys. Fixed locks use the two-int4 key space, per-action
+// locks the bigint key space, so they never collide.
+const (
+	lockClass     int32 = 0x41495046 // "AIPF"
+	lockCatalog   int32 = 1          // catalog publication: exclusive for writers, shared for readers
+	lockMigration int32 = 2          // schema migration
+)
+
+// Open connects both pools, installs or upgrades the schema with the
+// control pool (see Migrate), and verifies it through the data pool.
+func Open(ctx context.Context, cfg Config) (*Registry, error) {
+	if cfg.ControlURL == "" {
+		return nil, fmt.Errorf("%w: pgregistry: Config.ControlURL is empty; Open needs the control pool's URL (use OpenDataPlane for a data-plane-only process)", registry.ErrInvalid)
+	}
+	if cfg.DataURL == "" {
+		cfg.DataURL = cfg.ControlURL
+	}
+	r, err := newRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.control, err = newPool(ctx, "control", cfg.ControlURL, r.controlMax(cfg))
+	if err != nil {
+		return nil, err
+	}
+	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg))
+	if err != nil {
+		r.control.Close()
+		return nil, err
+	}
+	if err := r.install(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// OpenDataPlane connects only the data pool and verifies that the installed
+// schema is exactly this build's SchemaVersion; it refuses an older or newer
+// schema with ErrSchemaMismatch and never migrates. Catalog and admission
+// writes of the returned registry fail with ErrNoControlPool.
+func OpenDataPlane(ctx context.Context, cfg Config) (*Registry, error) {
+	if cfg.ControlURL != "" {
+		return nil, fmt.Errorf("%w: pgregistry: Config.ControlURL is set, but a data-plane registry holds no control pool; leave it empty", registry.ErrInvalid)
+	}
+	if cfg.DataURL == "" {
+		return nil, fmt.Errorf("%w: pgregistry: Config.DataURL is empty; OpenDataPlane needs the data pool's URL", registry.ErrInvalid)
+	}
+	r, err := newRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg))
+	if err != nil {
+		return nil, err
+	}
+	if err := r.VerifySchema(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func newRegistry(cfg Config) (*Registry, error) {
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.ControlMaxConns < 0, cfg.DataMaxConns < 0:
+		return nil, fmt.Errorf("%w: pgregistry: pool sizes must not be negative (0 means the default)", registry.ErrInvalid)
+	case cfg.AcquireTimeout < 0 || cfg.AcquireTimeout > MaxAcquireTimeout:
+		return nil, fmt.Errorf("%w: pgregistry: AcquireTimeout %s must be between 0 (default %s) and %s", registry.ErrInvalid, cfg.AcquireTimeout, DefaultAcquireTimeout, MaxAcquireTimeout)
+	case cfg.RouteRetries < 0:
+		return nil, fmt.Errorf("%w: pgregistry: RouteRetries must not be negative (0 means the default %d)", registry.ErrInvalid, DefaultRouteRetries)
+	}
+	ms, err := embeddedMigrations()
+	if err != nil {
+		return nil, err
+	}
+	if schemaVersionOf(ms) != SchemaVersion {
+		return nil, fmt.Errorf("pgregistry: build error: SchemaVersion is %d but the last embedded migration is %d", SchemaVersion, schemaVersionOf(ms))
+	}
+	r := &Registry{
+		now:            cfg.Now,
+		limits:         cfg.Limits.WithDefaults(),
+		acquireTimeout: cfg.AcquireTimeout,
+		routeRetries:   cfg.RouteRetries,
+		implicit:       registry.ImplicitAdmissionPolicy(),
+		migrations:     ms,
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.acquireTimeout == 0 {
+		r.acquireTimeout = DefaultAcquireTimeout
+	}
+	if r.routeRetries == 0 {
+		r.routeRetries = DefaultRouteRetries
+	}
+	return r, nil
+}
+
+func (r *Registry) controlMax(cfg Config) int32 {
+	if cfg.ControlMaxConns == 0 {
+		return DefaultControlMaxConns
+	}
+	return cfg.ControlMaxConns
+}
+
+func (r *Registry) dataMax(cfg Config) int32 {
+	if cfg.DataMaxConns == 0 {
+		return DefaultDataMaxConns
+	}
+	return cfg.DataMaxConns
+}
+
+func newPool(ctx context.Context, name, rawURL string, maxConns int32) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pgregistry: %s pool URL %s: %v", registry.ErrInvalid, name, redact(rawURL), err)
+	}
+	pc.MaxConns = maxConns
+	pc.MinConns = 0
+	pc.ConnConfig.RuntimeParams["application_name"] = "aipfleet-registry-" + name
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pgregistry: open the %s pool at %s: %w", registry.ErrStorage, name, redact(rawURL), err)
+	}
+	return pool, nil
+}
+
+// install migrates with the control pool, then verifies through the data
+// pool that its role sees the same schema.
+func (r *Registry) install(ctx context.Context) error {
+	conn, err := r.acquire(ctx, r.control, "migrate")
+	if err != nil {
+		return err
+	}
+	err = applyMigrations(ctx, conn.Conn(), r.migrations, r.nowMS)
+	conn.Release()
+	if err != nil {
+		return err
+	}
+	return r.VerifySchema(ctx)
+}
+
+// VerifySchema checks, through the data pool, that the installed schema is
+// exactly this build's (every migration's version and checksum). A
+// readiness probe may call it.
+func (r *Registry) VerifySchema(ctx context.Context) error {
+	conn, err := r.acquire(ctx, r.data, "verify schema")
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	return verifySchema(ctx, conn, r.migrations)
+}
+
+// Close closes the pools. It is idempotent; calls in flight fail.
+func (r *Registry) Close() {
+	r.closeOnce.Do(func() {
+		if r.control != nil {
+			r.control.Close()
+		}
+		if r.data != nil {
+			r.data.Close()
+		}
+	})
+}
+
+// DataPlaneOnly reports whether the registry was opened without a control
+// pool.
+func (r *Registry) DataPlaneOnly() bool { return r.control == nil }
+
+// PoolStats is a snapshot of both pools for readiness and metrics. The
+// control fields are zero for a data-plane-only registry.
+type PoolStats struct {
+	ControlSize int32 `json:"control_size"`
+	ControlIdle int32 `json:"control_idle"`
+	ControlMax  int32 `json:"control_max"`
+	DataSize    int32 `json:"data_size"`
+	DataIdle    int32 `json:"data_idle"`
+	DataMax     int32 `json:"data_max"`
+}
+
+// PoolStats returns the current pool sizes.
+func (r *Registry) PoolStats() PoolStats {
+	var s PoolStats
+	if r.control != nil {
+		st := r.control.Stat()
+		s.ControlSize, s.ControlIdle, s.ControlMax = st.TotalConns(), st.IdleConns(), st.MaxConns()
+	}
+	st := r.data.Stat()
+	s.DataSize, s.DataIdle, s.DataMax = st.TotalConns(), st.IdleConns(), st.MaxConns()
+	return s
+}
+
+// ---------------------------------------------------------------- time
+
+func (r *Registry) clock() time.Time { return registry.Millis(r.now()) }
+
+func (r *Registry) nowMS() int64 { return toMS(r.clock()) }
+
+func nowMillisFunc(now func() time.Time) func() int64 {
+	if now == nil {
+		now = time.Now
+	}
+	return func() int64 { return toMS(registry.Millis(now())) }
+}
+
+// toMS stores a time as milliseconds since the Unix epoch; the zero time is
+// stored as 0.
+func toMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMS is the inverse of toMS.
+func fromMS(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// ---------------------------------------------------------------- transactions
+
+// querier is what pgx.Tx, *pgx.Conn, *pgxpool.Conn and *pgxpool.Pool share.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// acquire takes a connection from pool, waiting at most AcquireTimeout.
+func (r *Registry) acquire(ctx context.Context, pool *pgxpool.Pool, op string) (*pgxpool.Conn, error) {
+	actx, cancel := context.WithTimeout(ctx, r.acquireTimeout)
+	defer cancel()
+	conn, err := pool.Acquire(actx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		st := pool.Stat()
+		return nil, fmt.Errorf("%w: %s: no database connection within %s (pool of %d, %d in use): %w",
+			registry.ErrStorage, op, r.acquireTimeout, st.MaxConns(), st.AcquiredConns(), err)
+	}
+	return conn, nil
+}
+
+// controlPool returns the control pool, or ErrNoControlPool.
+func (r *Registry) controlPool(op string) (*pgxpool.Pool, error) {
+	if r.control == nil {
+		return nil, fmt.Errorf("%w: %s is a catalog or admission write and this registry was opened with OpenDataPlane; send it to the control plane (a registry opened with Open)", ErrNoControlPool, op)
+	}
+	return r.control, nil
+}
+
+// inTx runs fn in one READ COMMITTED transaction on pool and commits it.
+// Serialization failures, deadlocks and unique-key races roll back and run
+// fn again, a bounded number of times. Registry errors from fn roll back and
+// are returned as they are; every other failure is registry.ErrStorage.
+func (r *Registry) inTx(ctx context.Context, pool *pgxpool.Pool, op string, fn func(tx pgx.Tx) error) error {
+	return r.inTxOpts(ctx, pool, op, pgx.TxOptions{}, fn)
+}
+
+// inTxOpts is inTx with transaction options.
+func (r *Registry) inTxOpts(ctx context.Context, pool *pgxpool.Pool, op string, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var last error
+	for attempt := range maxTxAttempts {
+		if attempt > 0 {
+			if err := sleep(ctx, retryDelay(attempt)); err != nil {
+				return storageErr(op, err)
+			}
+		}
+		err := r.runTx(ctx, pool, op, opts, fn)
+		if err == nil || !retryable(err) {
+			return err
+		}
+		last = err
+	}
+	return storageErr(op, fmt.Errorf("gave up after %d attempts: %w", maxTxAttempts, last))
+}
+
+// txRetry marks an error inside runTx as retryable.
+type txRetry struct{ err error }
+
+func (e *txRetry) Error() string { return e.err.Error() }
+func (e *txRetry) Unwrap() error { return e.err }
+
+func retryable(err error) bool {
+	var t *txRetry
+	return errors.As(err, &t)
+}
+
+func (r *Registry) runTx(ctx context.Context, pool *pgxpool.Pool, op string, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
+	conn, err := r.acquire(ctx, pool, op)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		return classify(op, err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return classify(op, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return classify(op, err)
+	}
+	return nil
+}
+
+// classify returns registry errors unchanged, marks transient PostgreSQL
+// errors for retry, and turns every other error into registry.ErrStorage.
+func classify(op string, err error) error {
+	if isRegistryError(err) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01", "23505":
+			return &txRetry{err: storageErr(op, err)}
+		case "42501":
+			return fmt.Errorf("%w: %s: the database role lacks a privilege this operation needs (check deploy/postgres/roles.sql): %w", registry.ErrStorage, op, err)
+		}
+	}
+	return storageErr(op, err)
+}
+
+func storageErr(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", registry.ErrStorage, op, err)
+}
+
+func isRegistryError(err error) bool {
+	for _, target := range []error{
+		registry.ErrInvalid, registry.ErrAdmission, registry.ErrConflict, registry.ErrNotFound,
+		registry.ErrBindingUnavailable, registry.ErrReplicaUnavailable, registry.ErrCapacityExceeded,
+		registry.ErrStaleCursor, registry.ErrFenceLost, registry.ErrStorage, ErrNoControlPool,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+func retryDelay(attempt int) time.Duration {
+	base := time.Duration(attempt) * time.Millisecond
+	return base + rand.N(base+time.Millisecond)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// redact hides a URL's password.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	return u.String()
+}

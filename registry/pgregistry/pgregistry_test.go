@@ -1,0 +1,41 @@
+package pgregistry_test
+
+import (
+	"context"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// open opens a registry on a fresh database with the suite's clock and
+// limits.
+func open(t testing.TB, opts registrytest.Options) (*pgregistry.Registry, string) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	cfg := pgregistry.Config{ControlURL: url, DataURL: url, DataMaxConns: 16}
+	if opts.Clock != nil {
+		cfg.Now = opts.Clock.Now
+	}
+	cfg.Limits = opts.Limits
+	r, err := pgregistry.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("open registry: %v", err)
+	}
+	t.Cleanup(r.Close)
+	return r, url
+}
+
+func newBackend(t *testing.T, opts registrytest.Options) registrytest.Backend {
+	t.Helper()
+	r, _ := open(t, opts)
+	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r}
+}
+
+// TestConformance runs the registry conformance suite against PostgreSQL.
+func TestConformance(t *testing.T) { registrytest.Run(t, newBackend) }

@@ -1,0 +1,213 @@
+package pgregistry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// The record reads (registry.Reader) run on the data pool, one statement
+// each. Scanners turn rows into registry records.
+
+const (
+	selectType = `SELECT type_id, name, owner, enabled FROM aip_registry.connector_types WHERE type_id = $1`
+
+	versionColumns = `version_id, type_id, version, status, manifest, manifest_digest, attestation, implementation_support, admitted_at_ms`
+	selectVersion  = `SELECT ` + versionColumns + ` FROM aip_registry.connector_versions WHERE version_id = $1`
+
+	instanceColumns = `instance_id, type_id, version_id, tenant_id, config_revision, secret_provider_ref, status`
+	selectInstance  = `SELECT ` + instanceColumns + ` FROM aip_registry.connector_instances WHERE instance_id = $1`
+
+	replicaColumns = `replica_id, instance_id, version_id, endpoint, peer_principal_id, peer_principal_kind, peer_did,
+	trust_domain, transport_profile, region, zone, capacity_class, status, lease_expires_at_ms, capacity,
+	active_assignments, health_revision, last_control_request_id, last_control_request_digest,
+	consecutive_failures, circuit_open_until_ms`
+	selectReplica = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas WHERE replica_id = $1`
+
+	bindingColumns = `tenant_id, capability_id, instance_id, priority, policy_revision, credential_revision_ref, quota_policy_ref, enabled`
+	selectBinding  = `SELECT ` + bindingColumns + ` FROM aip_registry.capability_bindings WHERE tenant_id = $1 AND capability_id = $2 AND instance_id = $3`
+
+	policyColumns = `policy_ref, revision, enabled, max_global_in_flight, max_tenant_in_flight, max_connector_type_in_flight,
+	max_instance_in_flight, max_binding_in_flight, max_tenant_retry_in_flight, circuit_failure_threshold, circuit_open_ms`
+	selectPolicy = `SELECT ` + policyColumns + ` FROM aip_registry.admission_policies WHERE policy_ref = $1`
+
+	selectRevision = `SELECT revision FROM aip_registry.catalog_revision`
+)
+
+func scanType(row pgx.Row) (registry.ConnectorType, error) {
+	var t registry.ConnectorType
+	err := row.Scan(&t.ID, &t.Name, &t.Owner, &t.Enabled)
+	return t, err
+}
+
+func scanVersion(row pgx.Row) (registry.ConnectorVersion, error) {
+	var (
+		v                         registry.ConnectorVersion
+		status                    string
+		manifest, attest, support []byte
+		admittedMS                int64
+	)
+	if err := row.Scan(&v.ID, &v.ConnectorTypeID, &v.Version, &status, &manifest, &v.ManifestDigest, &attest, &support, &admittedMS); err != nil {
+		return v, err
+	}
+	v.Status = registry.VersionStatus(status)
+	v.AdmittedAt = fromMS(admittedMS)
+	if err := json.Unmarshal(manifest, &v.Manifest); err != nil {
+		return v, fmt.Errorf("decode the stored manifest of %s: %w", v.ID, err)
+	}
+	if err := json.Unmarshal(attest, &v.Attestation); err != nil {
+		return v, fmt.Errorf("decode the stored attestation of %s: %w", v.ID, err)
+	}
+	if err := json.Unmarshal(support, &v.ImplementationSupport); err != nil {
+		return v, fmt.Errorf("decode the stored implementation support of %s: %w", v.ID, err)
+	}
+	return v, nil
+}
+
+func scanInstance(row pgx.Row) (registry.ConnectorInstance, error) {
+	var (
+		i      registry.ConnectorInstance
+		rev    int64
+		status string
+	)
+	err := row.Scan(&i.ID, &i.ConnectorTypeID, &i.VersionID, &i.TenantID, &rev, &i.SecretProviderRef, &status)
+	i.ConfigRevision, i.Status = uint64(rev), registry.InstanceStatus(status)
+	return i, err
+}
+
+func scanReplica(row pgx.Row) (registry.ConnectorReplica, error) {
+	return scanReplicaRow(row, nil, nil)
+}
+
+// scanReplicaRow scans lead columns, the replica columns, then extra
+// columns.
+func scanReplicaRow(row pgx.Row, lead, extra []any) (registry.ConnectorReplica, error) {
+	var (
+		r                                 registry.ConnectorReplica
+		kind, status                      string
+		leaseMS, capacity, active, health int64
+		reqID, reqDigest                  *string
+		failures, openMS                  int64
+	)
+	dest := append(lead[:len(lead):len(lead)], &r.ID, &r.InstanceID, &r.VersionID, &r.Endpoint, &r.PeerPrincipalID, &kind, &r.PeerDID,
+		&r.TrustDomain, &r.TransportProfile, &r.Topology.Region, &r.Topology.Zone, &r.Topology.CapacityClass,
+		&status, &leaseMS, &capacity, &active, &health, &reqID, &reqDigest, &failures, &openMS)
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return r, err
+	}
+	r.PeerPrincipalKind, r.Status = aip.PrincipalKind(kind), aip.ReplicaStatus(status)
+	r.LeaseExpiresAt = fromMS(leaseMS)
+	r.Capacity, r.ActiveAssignments, r.HealthRevision = uint32(capacity), uint32(active), uint64(health)
+	r.LastControlRequestID, r.LastControlRequestDigest = deref(reqID), deref(reqDigest)
+	r.Circuit = registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)}
+	return r, nil
+}
+
+func scanBinding(row pgx.Row) (registry.CapabilityBinding, error) {
+	var (
+		b           registry.CapabilityBinding
+		prio, rev   int64
+		cred, quota *string
+	)
+	err := row.Scan(&b.TenantID, &b.CapabilityID, &b.InstanceID, &prio, &rev, &cred, &quota, &b.Enabled)
+	b.Priority, b.PolicyRevision = uint32(prio), uint64(rev)
+	b.CredentialRevisionRef, b.QuotaPolicyRef = deref(cred), deref(quota)
+	return b, err
+}
+
+func scanPolicy(row pgx.Row) (registry.AdmissionPolicy, error) {
+	var (
+		p                                         registry.AdmissionPolicy
+		rev, global, tenant, typ, inst, bind, rty int64
+		threshold, openMS                         int64
+	)
+	err := row.Scan(&p.PolicyRef, &rev, &p.Enabled, &global, &tenant, &typ, &inst, &bind, &rty, &threshold, &openMS)
+	p.Revision = uint64(rev)
+	p.MaxGlobalInFlight, p.MaxTenantInFlight, p.MaxConnectorTypeInFlight = uint32(global), uint32(tenant), uint32(typ)
+	p.MaxInstanceInFlight, p.MaxBindingInFlight, p.MaxTenantRetryInFlight = uint32(inst), uint32(bind), uint32(rty)
+	p.CircuitFailureThreshold, p.CircuitOpenMS = uint32(threshold), uint64(openMS)
+	return p, err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// nullable stores "" as NULL.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// readOne runs one read on the data pool and turns no row into ErrNotFound
+// naming what.
+func readOne[T any](ctx context.Context, r *Registry, what string, scan func(pgx.Row) (T, error), sql string, args ...any) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	v, err := scan(r.data.QueryRow(ctx, sql, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return zero, fmt.Errorf("%s: %w", what, registry.ErrNotFound)
+	}
+	if err != nil {
+		return zero, storageErr("read "+what, err)
+	}
+	return v, nil
+}
+
+// ConnectorType implements registry.Reader.
+func (r *Registry) ConnectorType(ctx context.Context, id string) (registry.ConnectorType, error) {
+	return readOne(ctx, r, "connector type "+id, scanType, selectType, id)
+}
+
+// ConnectorVersion implements registry.Reader.
+func (r *Registry) ConnectorVersion(ctx context.Context, id string) (registry.ConnectorVersion, error) {
+	return readOne(ctx, r, "connector version "+id, scanVersion, selectVersion, id)
+}
+
+// ConnectorInstance implements registry.Reader.
+func (r *Registry) ConnectorInstance(ctx context.Context, id string) (registry.ConnectorInstance, error) {
+	return readOne(ctx, r, "connector instance "+id, scanInstance, selectInstance, id)
+}
+
+// ConnectorReplica implements registry.Reader.
+func (r *Registry) ConnectorReplica(ctx context.Context, id string) (registry.ConnectorReplica, error) {
+	return readOne(ctx, r, "connector replica "+id, scanReplica, selectReplica, id)
+}
+
+// CapabilityBinding implements registry.Reader.
+func (r *Registry) CapabilityBinding(ctx context.Context, key registry.BindingKey) (registry.CapabilityBinding, error) {
+	return readOne(ctx, r, "capability binding "+key.String(), scanBinding, selectBinding, key.TenantID, key.CapabilityID, key.InstanceID)
+}
+
+// AdmissionPolicy implements registry.Reader.
+func (r *Registry) AdmissionPolicy(ctx context.Context, ref string) (registry.AdmissionPolicy, error) {
+	return readOne(ctx, r, "admission policy "+ref, scanPolicy, selectPolicy, ref)
+}
+
+// CatalogRevision implements registry.Reader.
+func (r *Registry) CatalogRevision(ctx context.Context) (uint64, error) {
+	rev, err := readOne(ctx, r, "catalog revision", scanUint, selectRevision)
+	if errors.Is(err, registry.ErrNotFound) {
+		return 0, storageErr("read catalog revision", errors.New("the catalog revision row is missing; the schema is damaged"))
+	}
+	return rev, err
+}
+
+func scanUint(row pgx.Row) (uint64, error) {
+	var n int64
+	err := row.Scan(&n)
+	return uint64(n), err
+}

@@ -1,0 +1,518 @@
+package pgregistry
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Route resolution and settlement run on the data pool, one transaction
+// each. Locks are always taken in this order, so concurrent routing,
+// settlement, lease expiry and lifecycle batches cannot deadlock:
+//
+//  1. the per-action advisory lock (pg_advisory_xact_lock on
+//     hashtextextended(action_id, 0)), serialising every decision for one
+//     action;
+//  2. the shared publication lock, for a new route's revision-consistent
+//     catalog view;
+//  3. one replica row (FOR UPDATE ... SKIP LOCKED for a new route, FOR
+//     UPDATE for a retry or a settlement);
+//  4. the route row;
+//  5. admission counters, one guarded statement per scope in (kind, key)
+//     order.
+
+const (
+	lockAction = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+
+	routeColumns = `action_id, capability_id, tenant_id, instance_id, version_id, manifest_digest, replica_id, endpoint,
+	peer_principal_id, peer_principal_kind, peer_did, trust_domain, transport_profile, region, zone, capacity_class,
+	catalog_revision, binding_policy_revision, credential_revision_ref, quota_policy_ref, replica_health_revision,
+	fence_token, admission, assigned_at_ms, reserved, retry, last_settlement`
+	selectRoute = `SELECT ` + routeColumns + ` FROM aip_registry.route_assignments WHERE action_id = $1`
+	insertRoute = `INSERT INTO aip_registry.route_assignments (` + routeColumns + `, updated_at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, true, false, NULL, $24)`
+
+	// chainJoins and chainValid express the tenant chain of a binding: the
+	// binding is enabled, its instance is the tenant's and enabled, the
+	// instance's version is active and implements the capability, its type
+	// is enabled, and its admission policy (if it names one) is enabled.
+	chainJoins = `FROM aip_registry.capability_bindings b
+JOIN aip_registry.connector_instances i ON i.instance_id = b.instance_id
+JOIN aip_registry.connector_versions v ON v.version_id = i.version_id
+JOIN aip_registry.connector_types t ON t.type_id = v.type_id
+LEFT JOIN aip_registry.admission_policies p ON p.policy_ref = b.quota_policy_ref`
+	chainValid = `b.tenant_id = $1 AND b.capability_id = $2 AND b.enabled
+	AND i.tenant_id = b.tenant_id AND i.status = 'enabled' AND v.status = 'active' AND t.enabled
+	AND EXISTS (SELECT 1 FROM aip_registry.version_capabilities vc WHERE vc.version_id = i.version_id AND vc.capability_id = b.capability_id)
+	AND (b.quota_policy_ref IS NULL OR p.enabled)`
+
+	// candidates: eligible replicas of valid bindings, in
+	// registry.CompareCandidates order. $3 now, $4 capacity class ("" =
+	// any), $5 forbid cross-region, $6 preferred region, $7 preferred zone,
+	// $8 action ID.
+	candidates = `SELECT b.priority, b.policy_revision, b.credential_revision_ref, b.quota_policy_ref, b.scope_key,
+	i.type_id, v.manifest_digest,
+	p.policy_ref, p.revision, p.enabled, p.max_global_in_flight, p.max_tenant_in_flight, p.max_connector_type_in_flight,
+	p.max_instance_in_flight, p.max_binding_in_flight, p.max_tenant_retry_in_flight, p.circuit_failure_threshold, p.circuit_open_ms,
+	r.replica_id, r.instance_id, r.version_id, r.endpoint, r.peer_principal_id, r.peer_principal_kind, r.peer_did,
+	r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class, r.status, r.lease_expires_at_ms, r.capacity,
+	r.active_assignments, r.health_revision, r.last_control_request_id, r.last_control_request_digest,
+	r.consecutive_failures, r.circuit_open_until_ms
+` + chainJoins + `
+JOIN aip_registry.connector_replicas r ON r.instance_id = i.instance_id AND r.version_id = i.version_id
+WHERE ` + chainValid + `
+	AND r.status = 'ready' AND r.lease_expires_at_ms > $3 AND r.active_assignments < r.capacity
+	AND r.circuit_open_until_ms <= $3
+	AND ($4 = '' OR r.capacity_class = $4)
+	AND (NOT $5 OR r.region = $6)
+ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignments,
+	substring(sha256(convert_to(r.replica_id || $8, 'UTF8')) FROM 1 FOR 8), b.instance_id, r.replica_id
+LIMIT 1`
+	selectCandidate = candidates + ` FOR UPDATE OF r SKIP LOCKED`
+	firstBinding    = `SELECT b.instance_id ` + chainJoins + ` WHERE ` + chainValid + ` ORDER BY b.priority, b.instance_id LIMIT 1`
+
+	incrementReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1 WHERE replica_id = $1`
+
+	// reserveScope is the guarded reservation of one admission counter: it
+	// creates the counter at 1 or raises it only while active < limit, and
+	// returns no row when the scope is full.
+	reserveScope = `INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active) VALUES ($1, $2, 1)
+ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = c.active + 1 WHERE c.active < $3
+RETURNING c.active`
+	releaseScope = `UPDATE aip_registry.admission_counters SET active = active - 1 WHERE scope_kind = $1 AND scope_key = $2 AND active > 0`
+
+	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL, updated_at_ms = $2
+WHERE action_id = $1 AND NOT reserved`
+
+	lockReplicaCircuit = `SELECT consecutive_failures, circuit_open_until_ms FROM aip_registry.connector_replicas WHERE replica_id = $1 FOR UPDATE`
+	releaseRoute       = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
+WHERE action_id = $1 AND reserved RETURNING retry`
+	settleReplica = `UPDATE aip_registry.connector_replicas
+SET active_assignments = GREATEST(active_assignments - 1, 0), consecutive_failures = $2, circuit_open_until_ms = $3
+WHERE replica_id = $1`
+)
+
+// pinnedReplica locks an existing route's replica with the state
+// registry.PinnedReplicaUsable judges: its instance, the route's
+// version and that version's type.
+var pinnedReplica = `SELECT ` + replicaColumnsOf("r") + `,
+	i.instance_id, i.type_id, i.version_id, i.tenant_id, i.config_revision, i.secret_provider_ref, i.status,
+	v.status, t.enabled
+FROM aip_registry.connector_replicas r
+JOIN aip_registry.connector_instances i ON i.instance_id = r.instance_id
+JOIN aip_registry.connector_versions v ON v.version_id = $2
+JOIN aip_registry.connector_types t ON t.type_id = v.type_id
+WHERE r.replica_id = $1
+FOR UPDATE OF r`
+
+// replicaColumnsOf returns replicaColumns qualified with alias.
+func replicaColumnsOf(alias string) string {
+	cols := strings.Split(replicaColumns, ",")
+	for i, c := range cols {
+		cols[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
+
+// storedRoute is a route row: the assignment and its bookkeeping.
+type storedRoute struct {
+	a        registry.RouteAssignment
+	reserved bool
+	retry    bool
+	last     registry.RouteSettlement
+}
+
+func scanRoute(row pgx.Row) (storedRoute, error) {
+	var (
+		s                                   storedRoute
+		a                                   = &s.a
+		kind                                string
+		catRev, polRev, healthRev, assigned int64
+		cred, quota, last                   *string
+		admission                           []byte
+	)
+	err := row.Scan(&a.ActionID, &a.CapabilityID, &a.TenantID, &a.InstanceID, &a.VersionID, &a.ManifestDigest, &a.ReplicaID,
+		&a.Endpoint, &a.PeerPrincipalID, &kind, &a.PeerDID, &a.TrustDomain, &a.TransportProfile,
+		&a.Topology.Region, &a.Topology.Zone, &a.Topology.CapacityClass, &catRev, &polRev, &cred, &quota, &healthRev,
+		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last)
+	if err != nil {
+		return s, err
+	}
+	a.PeerPrincipalKind = aip.PrincipalKind(kind)
+	a.CatalogRevision, a.BindingPolicyRevision, a.ReplicaHealthRevision = uint64(catRev), uint64(polRev), uint64(healthRev)
+	a.CredentialRevisionRef, a.QuotaPolicyRef = deref(cred), deref(quota)
+	a.AssignedAt = fromMS(assigned)
+	s.last = registry.RouteSettlement(deref(last))
+	if err := json.Unmarshal(admission, &a.Admission); err != nil {
+		return s, fmt.Errorf("decode the admission of route %s: %w", a.ActionID, err)
+	}
+	return s, nil
+}
+
+// lockAndReadRoute takes the action lock and reads the action's route in one
+// round trip. found is false when the action has no route.
+func lockAndReadRoute(ctx context.Context, tx pgx.Tx, actionID string) (s storedRoute, found bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(lockAction, actionID)
+	b.Queue(selectRoute, actionID).QueryRow(func(row pgx.Row) error {
+		var err error
+		s, err = scanRoute(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	err = tx.SendBatch(ctx, b).Close()
+	return s, found, err
+}
+
+// Resolve implements registry.Resolver.
+func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	var out registry.RouteAssignment
+	err := r.inTx(ctx, r.data, "resolve action "+req.ActionID, func(tx pgx.Tx) error {
+		now := r.clock()
+		s, found, err := lockAndReadRoute(ctx, tx, req.ActionID)
+		if err != nil {
+			return err
+		}
+		if found {
+			out, err = r.resume(ctx, tx, &s, &req, now)
+		} else {
+			out, err = r.assign(ctx, tx, &req, now)
+		}
+		return err
+	})
+	if err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	return out, nil
+}
+
+// resume returns an existing route, reserving its pinned scopes (plus the
+// retry scope) and its pinned replica again when they were released.
+func (r *Registry) resume(ctx context.Context, tx pgx.Tx, s *storedRoute, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+	a := &s.a
+	if a.TenantID != req.TenantID || a.CapabilityID != req.CapabilityID {
+		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
+	}
+	if s.reserved {
+		return *a, nil
+	}
+	var (
+		inst        registry.ConnectorInstance
+		iRev        int64
+		iStatus     string
+		vStatus     string
+		typeEnabled bool
+	)
+	rep, err := scanReplicaWith(tx.QueryRow(ctx, pinnedReplica, a.ReplicaID, a.VersionID),
+		&inst.ID, &inst.ConnectorTypeID, &inst.VersionID, &inst.TenantID, &iRev, &inst.SecretProviderRef, &iStatus, &vStatus, &typeEnabled)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return registry.RouteAssignment{}, err
+	}
+	inst.ConfigRevision, inst.Status = uint64(iRev), registry.InstanceStatus(iStatus)
+	v := registry.ConnectorVersion{ID: a.VersionID, Status: registry.VersionStatus(vStatus)}
+	if err != nil || !registry.PinnedReplicaUsable(&rep, &inst, &v, typeEnabled, now) {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
+			registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
+	}
+	b := &pgx.Batch{}
+	b.Queue(incrementReplica, a.ReplicaID)
+	full := queueReserve(b, a.Admission.Scopes(true))
+	b.Queue(reserveRoute, a.ActionID, toMS(now))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	if err := full(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	return *a, nil
+}
+
+// assign selects, reserves and records a new route.
+func (r *Registry) assign(ctx context.Context, tx pgx.Tx, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+	pref := &req.Topology
+	nowMS := toMS(now)
+	args := []any{req.TenantID, req.CapabilityID, nowMS, pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone, req.ActionID}
+	var (
+		revision uint64
+		c        candidate
+		found    bool
+	)
+	b := &pgx.Batch{}
+	b.Queue(lockCatalogShared, lockClass, lockCatalog)
+	b.Queue(selectRevision).QueryRow(func(row pgx.Row) error {
+		var err error
+		revision, err = scanUint(row)
+		return err
+	})
+	b.Queue(selectCandidate, args...).QueryRow(func(row pgx.Row) error {
+		var err error
+		c, err = scanCandidate(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	for attempt := 0; !found; attempt++ {
+		// Nothing lockable: tell a missing binding from a missing replica
+		// from replicas that other routing transactions hold right now.
+		var first string
+		if err := tx.QueryRow(ctx, firstBinding, req.TenantID, req.CapabilityID).Scan(&first); errors.Is(err, pgx.ErrNoRows) {
+			return registry.RouteAssignment{}, fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
+				registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
+		} else if err != nil {
+			return registry.RouteAssignment{}, err
+		}
+		unavailable := fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
+			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, first)
+		var busy bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (`+candidates+`)`, args...).Scan(&busy); err != nil {
+			return registry.RouteAssignment{}, err
+		}
+		if !busy || attempt >= r.routeRetries {
+			return registry.RouteAssignment{}, unavailable
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return registry.RouteAssignment{}, err
+		}
+		c, err := scanCandidate(tx.QueryRow(ctx, selectCandidate, args...))
+		switch {
+		case err == nil:
+			return r.reserveNew(ctx, tx, req, revision, &c, now)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return registry.RouteAssignment{}, err
+		}
+	}
+	return r.reserveNew(ctx, tx, req, revision, &c, now)
+}
+
+// reserveNew reserves the locked candidate and every admission scope of its
+// binding's policy, and inserts the route.
+func (r *Registry) reserveNew(ctx context.Context, tx pgx.Tx, req *registry.RouteRequest, revision uint64, c *candidate, now time.Time) (registry.RouteAssignment, error) {
+	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
+	pol := &r.implicit
+	if c.policy != nil {
+		pol = c.policy
+	}
+	admission := registry.NewReservation(pol, &c.binding, c.typeID, c.scopeKey)
+	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
+	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, revision, admission, aip.NewID(aip.PrefixRoute), now)
+	doc, err := json.Marshal(a.Admission)
+	if err != nil {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(incrementReplica, a.ReplicaID)
+	full := queueReserve(b, admission.BaseScopes)
+	b.Queue(insertRoute, a.ActionID, a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID,
+		a.Endpoint, a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
+		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
+		nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc,
+		toMS(a.AssignedAt))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	if err := full(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	return a, nil
+}
+
+// queueReserve queues the guarded reservation of every scope, in (kind,
+// key) order. The returned function, called after the batch ran, reports
+// the first full scope in the reservation's own order as
+// *registry.CapacityExceededError; the caller then rolls back.
+func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope) func() error {
+	full := make([]bool, len(scopes))
+	for _, i := range scopeOrder(scopes) {
+		s := scopes[i]
+		b.Queue(reserveScope, string(s.Kind), s.Key, int64(s.Limit)).QueryRow(func(row pgx.Row) error {
+			var active int64
+			err := row.Scan(&active)
+			if errors.Is(err, pgx.ErrNoRows) {
+				full[i] = true
+				return nil
+			}
+			return err
+		})
+	}
+	return func() error {
+		for i, f := range full {
+			if f {
+				return registry.CapacityExceeded(scopes[i])
+			}
+		}
+		return nil
+	}
+}
+
+// queueRelease queues the release of every scope, in (kind, key) order.
+func queueRelease(b *pgx.Batch, scopes []registry.AdmissionScope) {
+	for _, i := range scopeOrder(scopes) {
+		b.Queue(releaseScope, string(scopes[i].Kind), scopes[i].Key)
+	}
+}
+
+// scopeOrder returns the indexes of scopes in (kind, key) order: the one
+// order every transaction takes counter rows in.
+func scopeOrder(scopes []registry.AdmissionScope) []int {
+	idx := make([]int, len(scopes))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(x, y int) int {
+		return cmp.Or(strings.Compare(string(scopes[x].Kind), string(scopes[y].Kind)), strings.Compare(scopes[x].Key, scopes[y].Key))
+	})
+	return idx
+}
+
+// candidate is one row of the candidates query.
+type candidate struct {
+	binding        registry.CapabilityBinding
+	scopeKey       string
+	typeID         string
+	manifestDigest string
+	policy         *registry.AdmissionPolicy // nil: the implicit policy
+	replica        registry.ConnectorReplica
+}
+
+func scanCandidate(row pgx.Row) (candidate, error) {
+	var (
+		c                                          candidate
+		prio, polRev                               int64
+		cred, quota                                *string
+		pRef                                       *string
+		pRev, pGlobal, pTenant, pType, pInst, pBnd *int64
+		pRetry, pThreshold, pOpen                  *int64
+		pEnabled                                   *bool
+	)
+	rep, err := scanReplicaPrefixed(row,
+		[]any{&prio, &polRev, &cred, &quota, &c.scopeKey, &c.typeID, &c.manifestDigest,
+			&pRef, &pRev, &pEnabled, &pGlobal, &pTenant, &pType, &pInst, &pBnd, &pRetry, &pThreshold, &pOpen})
+	if err != nil {
+		return c, err
+	}
+	c.replica = rep
+	c.binding = registry.CapabilityBinding{Priority: uint32(prio), PolicyRevision: uint64(polRev),
+		CredentialRevisionRef: deref(cred), QuotaPolicyRef: deref(quota), InstanceID: rep.InstanceID, Enabled: true}
+	if pRef != nil {
+		c.policy = &registry.AdmissionPolicy{PolicyRef: *pRef, Revision: uint64(*pRev), Enabled: *pEnabled,
+			MaxGlobalInFlight: uint32(*pGlobal), MaxTenantInFlight: uint32(*pTenant), MaxConnectorTypeInFlight: uint32(*pType),
+			MaxInstanceInFlight: uint32(*pInst), MaxBindingInFlight: uint32(*pBnd), MaxTenantRetryInFlight: uint32(*pRetry),
+			CircuitFailureThreshold: uint32(*pThreshold), CircuitOpenMS: uint64(*pOpen)}
+	}
+	return c, nil
+}
+
+// Assignment implements registry.Resolver.
+func (r *Registry) Assignment(ctx context.Context, actionID string) (registry.RouteAssignment, error) {
+	s, err := readOne(ctx, r, "route of action "+actionID, scanRoute, selectRoute, actionID)
+	if err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	return s.a, nil
+}
+
+// Reservation implements registry.Resolver.
+func (r *Registry) Reservation(ctx context.Context, actionID string) (registry.RouteReservation, error) {
+	s, err := readOne(ctx, r, "route of action "+actionID, scanRoute, selectRoute, actionID)
+	if err != nil {
+		return registry.RouteReservation{}, err
+	}
+	return reservationOf(&s), nil
+}
+
+func reservationOf(s *storedRoute) registry.RouteReservation {
+	res := registry.RouteReservation{ActionID: s.a.ActionID, ReplicaID: s.a.ReplicaID, Reserved: s.reserved,
+		LastSettlement: s.last, Scopes: []registry.AdmissionScope{}}
+	if s.reserved {
+		res.Retry = s.retry
+		res.Scopes = slices.Clone(s.a.Admission.Scopes(s.retry))
+	}
+	return res
+}
+
+// Settle implements registry.Resolver.
+func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !outcome.Valid() {
+		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
+	}
+	return r.inTx(ctx, r.data, "settle action "+a.ActionID, func(tx pgx.Tx) error {
+		s, found, err := lockAndReadRoute(ctx, tx, a.ActionID)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("route of action %s: %w", a.ActionID, registry.ErrNotFound)
+		}
+		if !s.a.Equal(&a) {
+			return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", registry.ErrFenceLost, a.ActionID, a.FenceToken)
+		}
+		if !s.reserved {
+			return nil
+		}
+		now := r.clock()
+		var (
+			failures, openMS int64
+			released, retry  bool
+		)
+		b := &pgx.Batch{}
+		b.Queue(lockReplicaCircuit, s.a.ReplicaID).QueryRow(func(row pgx.Row) error { return row.Scan(&failures, &openMS) })
+		b.Queue(releaseRoute, a.ActionID, string(outcome), toMS(now)).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&retry)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // released meanwhile by lease expiry
+			}
+			released = err == nil
+			return err
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if !released {
+			return nil
+		}
+		circuit := registry.ApplySettlementToCircuit(registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)},
+			outcome, &s.a.Admission, now)
+		b = &pgx.Batch{}
+		queueRelease(b, s.a.Admission.Scopes(retry))
+		b.Queue(settleReplica, s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil))
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
+// scanReplicaWith scans a row of replica columns followed by extra columns.
+func scanReplicaWith(row pgx.Row, extra ...any) (registry.ConnectorReplica, error) {
+	return scanReplicaRow(row, nil, extra)
+}
+
+// scanReplicaPrefixed scans a row of leading columns followed by replica
+// columns.
+func scanReplicaPrefixed(row pgx.Row, lead []any) (registry.ConnectorReplica, error) {
+	return scanReplicaRow(row, lead, nil)
+}
