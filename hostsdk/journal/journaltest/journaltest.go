@@ -76,6 +76,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Probe", s.testProbe)
 	t.Run("CanceledContext", s.testCanceledContext)
 	t.Run("Closed", s.testClosed)
+	t.Run("CloseWhileBusy", s.testCloseWhileBusy)
 	t.Run("Reopen", s.testReopen)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,6 +106,53 @@ func (s *suite) testClosed(t *testing.T) {
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, journal.ErrClosed) {
 			t.Errorf("%s after Close: err = %v, want ErrClosed", name, err)
+		}
+	}
+}
+
+// testCloseWhileBusy: Close during concurrent use neither hangs nor breaks
+// calls in progress: every call either completes or fails with ErrClosed,
+// and an action that was begun is either journaled or reported closed.
+func (s *suite) testCloseWhileBusy(t *testing.T) {
+	const workers = 8
+	ctx := context.Background()
+	j := s.open(t)
+	started := make(chan struct{}, workers)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				a := newAction(at(time.Duration(w*1000+i) * time.Millisecond))
+				_, _, err := j.BeginAction(ctx, a)
+				if err == nil {
+					_, err = j.FinishAction(ctx, a.ActionID, aip.StateCompleted, nil, "", a.ReceivedAt.Add(time.Millisecond))
+				}
+				if i == 0 {
+					started <- struct{}{}
+				}
+				if errors.Is(err, journal.ErrClosed) {
+					errs <- nil
+					return
+				}
+				if err != nil {
+					errs <- fmt.Errorf("worker %d: %w", w, err)
+					return
+				}
+			}
+		})
+	}
+	for range workers {
+		<-started
+	}
+	if err := j.Close(); err != nil {
+		t.Fatalf("Close while busy: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a call racing Close failed with something other than ErrClosed: %v", err)
 		}
 	}
 }
