@@ -1,0 +1,216 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Rejection reasons of the checks made before the registry (the "reason"
+// label of aip_connector_control_rejections_total); registry rejections
+// use their registry.LifecycleRule.
+const (
+	reasonTooLarge       = "too_large"
+	reasonMalformed      = "malformed"
+	reasonWindow         = "window"
+	reasonNotProvisioned = "not_provisioned"
+	reasonSigner         = "signer"
+	reasonSignature      = "signature"
+)
+
+// Outcomes (the "outcome" label of aip_connector_control_requests_total).
+const (
+	outcomeLease       = "lease"
+	outcomeOffline     = "offline"
+	outcomeRejected    = "rejected"
+	outcomeUnavailable = "unavailable"
+)
+
+// answer is what the service tells one lifecycle request.
+type answer struct {
+	status    int
+	requestID string
+	op        aip.Operation
+	replicaID string
+	outcome   aip.ControlOutcome
+	reason    string // rejection reason or rule; "" on success
+	replayed  bool
+	err       error // the underlying error, for logs and spans
+}
+
+func (a *answer) label() string {
+	if a.op.Valid() {
+		return string(a.op)
+	}
+	return "unknown"
+}
+
+func (a *answer) reject(status int, reason string, err error, format string, args ...any) *answer {
+	a.status, a.reason, a.err = status, reason, err
+	a.outcome = aip.RejectedOutcome(aip.CodeControlRejected, fmt.Sprintf(format, args...), false)
+	return a
+}
+
+func (a *answer) unavailable(reason string, err error, message string) *answer {
+	a.status, a.reason, a.err = http.StatusServiceUnavailable, reason, err
+	a.outcome = aip.RejectedOutcome(aip.CodeControlUnavailable, message, true)
+	return a
+}
+
+// handleControl answers POST /aip/v1/connector-control.
+func (s *Service) handleControl() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ctx, span := s.tracer.Start(r.Context(), "controlplane.lifecycle", trace.WithSpanKind(trace.SpanKindServer))
+		a := s.process(ctx, w, r)
+		s.respond(w, a)
+		s.m.observeRequest(a, time.Since(start))
+		span.SetAttributes(
+			attribute.String("aip.control.operation", a.label()),
+			attribute.String("aip.control.request_id", a.requestID),
+			attribute.String("aip.replica_id", a.replicaID),
+			attribute.String("aip.control.outcome", string(a.outcome.Status)),
+			attribute.Bool("aip.control.replayed", a.replayed),
+		)
+		if a.outcome.Status == aip.OutcomeRejected {
+			span.SetStatus(codes.Error, a.outcome.Message)
+		}
+		span.End()
+		s.logAnswer(a)
+	})
+}
+
+// process runs the checks in the documented order and applies the command.
+func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Request) *answer {
+	a := &answer{}
+	// 1. The body.
+	if r.ContentLength > aip.MaxControlBytes {
+		return a.reject(http.StatusRequestEntityTooLarge, reasonTooLarge, nil,
+			"the request body is %d bytes; a lifecycle request is at most %d", r.ContentLength, aip.MaxControlBytes)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, aip.MaxControlBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return a.reject(http.StatusRequestEntityTooLarge, reasonTooLarge, err,
+				"the request body exceeds %d bytes, the limit of a lifecycle request", aip.MaxControlBytes)
+		}
+		return a.unavailable("read", err, "the request body could not be read; resend the same request")
+	}
+	recv, err := aip.OpenControlRequest(body)
+	if err != nil {
+		return a.reject(http.StatusForbidden, reasonMalformed, err, "malformed lifecycle request: %v", err)
+	}
+	req := &recv.Request
+	a.requestID, a.op = req.RequestID, req.Command.Operation
+	a.replicaID = req.Command.ReplicaID()
+	// 2. The freshness window.
+	now := s.cfg.Now()
+	if err := aip.CheckWindow(now, req.IssuedAt.Time, req.ExpiresAt.Time); err != nil {
+		return a.reject(http.StatusForbidden, reasonWindow, err, "%v", err)
+	}
+	if a.replicaID == "" {
+		return a.reject(http.StatusForbidden, reasonMalformed, nil, "the %s command names no replica", a.op)
+	}
+	// 3. The replica is pre-provisioned.
+	key, err := s.keys.get(ctx, a.replicaID)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		return a.reject(http.StatusForbidden, reasonNotProvisioned, err,
+			"replica %s is not pre-provisioned; an operator must create it (offline, with this host's DID) before the host registers", a.replicaID)
+	case err != nil:
+		return a.unavailable("store", err, "the registry could not be read; resend the same request")
+	}
+	// 4. The signer is the replica.
+	if req.SignerDID != key.did {
+		return a.reject(http.StatusForbidden, reasonSigner, nil,
+			"signer_did %s is not the DID pre-provisioned for replica %s", req.SignerDID, a.replicaID)
+	}
+	// 5. The signature.
+	if err := recv.Signed.Verify(key.pub); err != nil {
+		return a.reject(http.StatusForbidden, reasonSignature, err, "%v", err)
+	}
+	// 6. The digest.
+	digest, err := aip.ControlRequestDigest(req)
+	if err != nil {
+		return a.reject(http.StatusForbidden, reasonMalformed, err, "malformed lifecycle request: %v", err)
+	}
+	// 7. Replay and the operation's rules, atomically with the change.
+	if !s.running() {
+		return a.unavailable("not_running", ErrNotRunning, "the lifecycle service is not running; resend the same request")
+	}
+	res, err := s.batch.submit(ctx, registry.LifecycleCommand{
+		RequestID: req.RequestID, Digest: digest, ExpiresAt: req.ExpiresAt.Time,
+		Command: req.Command, LeaseTTL: s.cfg.LeaseTTL,
+	})
+	if err != nil {
+		return a.unavailable("store", err, "the registry could not decide the request; resend the same request")
+	}
+	if res.Err != nil {
+		var rej *registry.LifecycleRejection
+		if errors.As(res.Err, &rej) {
+			return a.reject(http.StatusForbidden, string(rej.Rule), res.Err, "%s: %s", rej.Rule, rej.Reason)
+		}
+		return a.reject(http.StatusForbidden, reasonMalformed, res.Err, "%v", res.Err)
+	}
+	a.status, a.outcome, a.replayed = http.StatusOK, res.Outcome, res.Replayed
+	return a
+}
+
+// respond writes the signed answer, or the unsigned 500 when signing fails.
+func (s *Service) respond(w http.ResponseWriter, a *answer) {
+	now := s.cfg.Now()
+	resp := aip.ControlResponse{
+		RequestID: a.requestID, IssuedAt: aip.At(now), ExpiresAt: aip.At(now.Add(aip.MaxMessageLifetime)),
+		SignerDID: s.key.DID(), Outcome: a.outcome,
+	}
+	raw, err := aip.Seal(s.key, aip.SignedResponseField, &resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err != nil {
+		s.log.Error("sign lifecycle response", "request_id", a.requestID, "error", err)
+		a.status = http.StatusInternalServerError
+		w.WriteHeader(http.StatusInternalServerError)
+		writeBody(w, jsonError(aip.CodeControlResponseSigning, "the control plane could not sign its response", "permanent", false))
+		return
+	}
+	w.WriteHeader(a.status)
+	writeBody(w, raw)
+}
+
+func (s *Service) logAnswer(a *answer) {
+	attrs := []any{"operation", a.label(), "replica_id", a.replicaID, "request_id", a.requestID, "status", a.status}
+	switch {
+	case a.outcome.Status == aip.OutcomeRejected && a.outcome.Retryable:
+		s.log.Warn("lifecycle request unavailable", append(attrs, "reason", a.reason, "error", errString(a.err))...)
+	case a.outcome.Status == aip.OutcomeRejected:
+		s.log.Info("lifecycle request rejected", append(attrs, "reason", a.reason, "message", a.outcome.Message)...)
+	case a.op == aip.OpHeartbeat && a.outcome.Lease != nil && a.outcome.Lease.ExpiresAt.After(s.cfg.Now()):
+		if s.log.Enabled(context.Background(), slog.LevelDebug) {
+			s.log.Debug("lease renewed", append(attrs, "sequence", a.outcome.Lease.Sequence, "replayed", a.replayed)...)
+		}
+	default:
+		if a.outcome.Lease != nil {
+			attrs = append(attrs, "sequence", a.outcome.Lease.Sequence, "lease_expires_at", a.outcome.Lease.ExpiresAt.String())
+		}
+		s.log.Info("lifecycle transition", append(attrs, "outcome", string(a.outcome.Status), "replayed", a.replayed)...)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,70 @@
+// Package controlplane is the connector fleet's lifecycle service: the
+// narrow, signed authority through which connector hosts register, renew
+// their leases with heartbeats, drain and go offline, plus the lease
+// maintenance loop and read-only fleet status.
+//
+// # Authority
+//
+// The service holds only a data-pool view of the registry (Store: the
+// registry.Lifecycle and registry.FleetStatus contracts); it cannot change
+// the catalog. Every request is signed by the replica's own pre-provisioned
+// key, and every answer is signed by the service's key, which hosts pin.
+//
+// # Request processing
+//
+// POST /aip/v1/connector-control takes a signed wrapper
+// {"request": {...}, "signature": "..."} of at most 64 KiB and checks, in
+// this order:
+//
+//  1. the body (size, the signed wrapper, the request's shape);
+//  2. the freshness window: issued_at at most 5 s ahead of the service's
+//     clock, expires_at after now and after issued_at, lifetime at most 30 s;
+//  3. the replica named by the command is pre-provisioned;
+//  4. the request's signer_did is the replica's peer DID;
+//  5. the Ed25519 signature over the canonical request;
+//  6. the request digest (aip.ControlRequestDigest);
+//  7. replay and the operation's rules, decided by the registry in one
+//     atomic unit with the state change (registry.DecideLifecycle).
+//
+// Answers are signed responses (aip.ControlResponse) whose outcome is a
+// lease (register, heartbeat, drain), offline (offline) or a rejection:
+//
+//	HTTP 200  lease / offline
+//	HTTP 403  connector_control.rejected, retryable false: a definitive
+//	          decision (malformed request, window, unknown replica, signer,
+//	          signature, replay, or a lifecycle rule)
+//	HTTP 413  connector_control.rejected, retryable false: body over 64 KiB
+//	HTTP 503  connector_control.unavailable, retryable true: the registry
+//	          could not decide (storage failure, timeout, shutting down);
+//	          nothing was committed, resend the same bytes
+//	HTTP 500  unsigned {"error":{"code":"connector_control.response_signing",
+//	          ...}} when the service cannot sign its answer
+//
+// A rule rejection consumes its request ID (resending it is answered with
+// the replay rejection); a 503 never does, so the byte-identical retry of a
+// request that failed retryably is decided afresh. The exact committed
+// request sent again (a lost response) is answered with the identical lease.
+//
+// # Coalescing
+//
+// Concurrent requests are coalesced: a small pool of batch workers takes
+// whatever requests are queued (up to Config.MaxBatch) and applies them
+// with one registry.Lifecycle.ApplyLifecycle call, group-commit style, so a
+// PostgreSQL backend commits many heartbeats per transaction while every
+// request keeps its own replay and sequence semantics.
+//
+// # Maintenance
+//
+// Every Config.MaintenanceInterval (1 s) the maintenance loop expires stale
+// leases in bounded batches (up to 8 × 500), releasing their reservations,
+// and refreshes the fleet gauges; storage errors back off exponentially
+// with jitter up to Config.MaintenanceMaxBackoff (30 s).
+//
+// # Other routes
+//
+// GET /health (process), GET /ready (store readiness: schema version,
+// catalog revision, pool state; 503 naming the failing checks), GET /metrics
+// (Prometheus text), GET /.well-known/jwks.json (the signing key, kid = its
+// did:key), and the operator reads GET /aip/v1/fleet/status and
+// GET /aip/v1/fleet/replicas.
+package controlplane

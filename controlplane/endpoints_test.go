@@ -1,0 +1,286 @@
+package controlplane_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+func cancelCtx() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
+
+func httptestRecorder(svc *controlplane.Service, body []byte) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	svc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, controlplane.PathControl, bytes.NewReader(body)))
+	return rec
+}
+
+func httptestGet(svc *controlplane.Service, path string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	svc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec
+}
+
+// metricValue returns the sum of the samples of metric name whose labels
+// contain labels ("" matches every sample).
+func metricValue(t *testing.T, e *env, name, labels string) float64 {
+	t.Helper()
+	status, body := e.get(controlplane.PathMetrics)
+	if status != http.StatusOK {
+		t.Fatalf("/metrics: HTTP %d", status)
+	}
+	sum, found := 0.0, false
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		if labels != "" && !strings.Contains(line, labels) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		return 0
+	}
+	return sum
+}
+
+func TestHealthAndJWKS(t *testing.T) {
+	e := newEnv(t, newMemBackend)
+	status, body := e.get(controlplane.PathHealth)
+	var health controlplane.HealthDocument
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &health) != nil || health.Status != "ok" || health.DID != controlKey.DID() {
+		t.Fatalf("/health: HTTP %d %s", status, body)
+	}
+	status, body = e.get(controlplane.PathJWKS)
+	var set struct {
+		Keys []struct {
+			Kid string `json:"kid"`
+			Kty string `json:"kty"`
+			Crv string `json:"crv"`
+			X   string `json:"x"`
+			D   string `json:"d"`
+		} `json:"keys"`
+	}
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &set) != nil || len(set.Keys) != 1 {
+		t.Fatalf("/.well-known/jwks.json: HTTP %d %s", status, body)
+	}
+	if k := set.Keys[0]; k.Kid != controlKey.DID() || k.Kty != "OKP" || k.Crv != "Ed25519" || k.X == "" || k.D != "" {
+		t.Fatalf("JWK %+v: want the public Ed25519 key with kid = the service DID", k)
+	}
+	if status, _ := e.get("/nope"); status != http.StatusNotFound {
+		t.Fatalf("unknown route: HTTP %d", status)
+	}
+	resp, err := http.Get(e.srv.URL + controlplane.PathControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET %s: HTTP %d", controlplane.PathControl, resp.StatusCode)
+	}
+}
+
+// failingProbe is a store whose readiness checks fail.
+type failingProbe struct{ controlplane.Store }
+
+func (failingProbe) Readiness(ctx context.Context) (registry.StoreReadiness, error) {
+	return registry.StoreReadiness{
+		Backend: "postgres", SchemaVersion: 6, CatalogRevision: 9,
+		Pool: &registry.PoolStats{DataSize: 2, DataIdle: 1, DataMax: 32},
+		Checks: []registry.ReadinessCheck{
+			{Name: "schema", OK: false, Message: "installed schema 6, this build needs 7; run aipfleet registry migrate"},
+			{Name: "pool", OK: true},
+		},
+	}, nil
+}
+
+// brokenStore fails every status read and readiness probe.
+type brokenStore struct{ controlplane.Store }
+
+func (brokenStore) Status(context.Context) (registry.FleetStatusSummary, error) {
+	return registry.FleetStatusSummary{}, errors.Join(registry.ErrStorage, errors.New("connection refused"))
+}
+
+func TestReady(t *testing.T) {
+	e := newEnv(t, newMemBackend)
+	doc := readyDoc(t, e.svc)
+	if doc.Status != "ready" || doc.Backend != "memory" || doc.SchemaVersion != 0 || doc.CatalogRevision == 0 || len(doc.Failing) != 0 {
+		t.Fatalf("ready document %+v", doc)
+	}
+	if !contains(checkNames(doc), "store.catalog") || !contains(checkNames(doc), "service") {
+		t.Fatalf("checks %v", checkNames(doc))
+	}
+
+	for name, store := range map[string]controlplane.Store{
+		"failing probe": failingProbe{e.b.Store},
+		"broken store":  brokenStore{e.b.Store},
+	} {
+		t.Run(name, func(t *testing.T) {
+			svc, err := controlplane.New(controlKey, store, controlplane.Config{Now: e.clock.Now, DisableMaintenance: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := cancelCtx()
+			done := make(chan error, 1)
+			go func() { done <- svc.Run(ctx) }()
+			<-svc.Started()
+			doc := readyDoc(t, svc)
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if doc.Status != "not_ready" || contains(doc.Failing, "service") {
+				t.Fatalf("document %+v", doc)
+			}
+			switch name {
+			case "failing probe":
+				if !contains(doc.Failing, "store.schema") || doc.SchemaVersion != 6 || doc.Pool == nil || doc.Pool.DataMax != 32 {
+					t.Fatalf("document %+v: want the failing schema check named and the pool reported", doc)
+				}
+			case "broken store":
+				// brokenStore hides Readiness behind the wrapper: the
+				// service falls back to a status read.
+				if !contains(doc.Failing, "store") {
+					t.Fatalf("document %+v: want the store check failing", doc)
+				}
+			}
+		})
+	}
+}
+
+func checkNames(doc controlplane.ReadyDocument) []string {
+	var out []string
+	for _, c := range doc.Checks {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func TestMetrics(t *testing.T) {
+	e := newEnv(t, newMemBackend)
+	h := e.provision("a1")
+	r, _ := h.send(h.registration())
+	r.lease(t)
+	h.send(h.heartbeat(0, 0, true)) // stale
+	h.send(h.heartbeat(1, 0, true))
+	for _, c := range []struct {
+		name, labels string
+		want         float64
+	}{
+		{controlplane.MetricRequests, `operation="register",outcome="lease"`, 1},
+		{controlplane.MetricRequests, `operation="heartbeat",outcome="rejected"`, 1},
+		{controlplane.MetricRequests, `operation="heartbeat",outcome="lease"`, 1},
+		{controlplane.MetricRejections, `reason="sequence"`, 1},
+		{controlplane.MetricRequestDuration + "_count", `operation="heartbeat"`, 2},
+		{controlplane.MetricBatchCommands + "_count", "", 3},
+		{controlplane.MetricRunning, "", 1},
+		{"go_goroutines", "", -1},
+	} {
+		got := metricValue(t, e, c.name, c.labels)
+		if c.want < 0 {
+			if got <= 0 {
+				t.Errorf("%s{%s} missing", c.name, c.labels)
+			}
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+func TestFleetEndpoints(t *testing.T) {
+	e := newEnv(t, newMemBackend)
+	var hosts []*host
+	for _, n := range []string{"c", "a", "b"} {
+		hosts = append(hosts, e.provision(n))
+	}
+	r, _ := hosts[1].send(hosts[1].registration())
+	r.lease(t)
+
+	status, body := e.get(controlplane.PathFleetStatus)
+	var st registry.FleetStatusSummary
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+		t.Fatalf("fleet status: HTTP %d %s", status, body)
+	}
+	if st.Replicas != 3 || st.ReadyReplicas != 1 || st.OfflineReplicas != 2 || st.ReadyCapacity != 4 {
+		t.Fatalf("fleet status %+v", st)
+	}
+
+	status, body = e.get(controlplane.PathFleetReplicas + "?limit=2")
+	var page controlplane.FleetReplicaPage
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &page) != nil {
+		t.Fatalf("fleet replicas: HTTP %d %s", status, body)
+	}
+	if len(page.Replicas) != 2 || page.Replicas[0].ID != "crepl_a" || page.Replicas[1].ID != "crepl_b" || page.Next != "crepl_b" {
+		t.Fatalf("first page %+v", page)
+	}
+	a := page.Replicas[0]
+	if a.Status != aip.ReplicaReady || !a.LeaseValid || a.HealthRevision != 1 || a.Capacity != 4 || a.InstanceID != e.w.Instance.ID || a.Circuit.Open {
+		t.Fatalf("replica a %+v", a)
+	}
+	status, body = e.get(controlplane.PathFleetReplicas + "?limit=2&after=" + page.Next)
+	page = controlplane.FleetReplicaPage{}
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &page) != nil || len(page.Replicas) != 1 || page.Replicas[0].ID != "crepl_c" || page.Next != "" {
+		t.Fatalf("last page: HTTP %d %s", status, body)
+	}
+	for _, bad := range []string{"0", "1001", "x"} {
+		if status, _ := e.get(controlplane.PathFleetReplicas + "?limit=" + bad); status != http.StatusBadRequest {
+			t.Errorf("limit=%s: HTTP %d, want 400", bad, status)
+		}
+	}
+}
+
+func TestFleetReplicasWithoutLister(t *testing.T) {
+	clock := registrytest.NewClock(registrytest.Epoch)
+	b := newMemBackend(t, clock)
+	svc, err := controlplane.New(controlKey, brokenStore{b.Store}, controlplane.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := httptestGet(svc, controlplane.PathFleetReplicas); rec.Code != http.StatusNotImplemented {
+		t.Fatalf("HTTP %d, want 501", rec.Code)
+	}
+	if rec := httptestGet(svc, controlplane.PathFleetStatus); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP %d, want 503", rec.Code)
+	}
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	b := newMemBackend(t, registrytest.NewClock(registrytest.Epoch))
+	for _, cfg := range []controlplane.Config{
+		{LeaseTTL: 999 * 1e6},
+		{LeaseTTL: 301 * 1e9},
+		{MaxBatch: registry.MaxLifecycleBatch + 1},
+		{BatchWorkers: -1},
+		{MaintenanceInterval: 2e9, MaintenanceMaxBackoff: 1e9},
+	} {
+		if _, err := controlplane.New(controlKey, b.Store, cfg); err == nil {
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+	if _, err := controlplane.New(nil, b.Store, controlplane.Config{}); err == nil {
+		t.Error("New without a key succeeded")
+	}
+	if _, err := controlplane.New(controlKey, nil, controlplane.Config{}); err == nil {
+		t.Error("New without a store succeeded")
+	}
+}

@@ -1,0 +1,130 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// maintenanceFailuresNotReady is the number of consecutive failed
+// maintenance cycles after which /ready fails its maintenance check.
+const maintenanceFailuresNotReady = 3
+
+// maintenanceState is what /ready reports of the loop.
+type maintenanceState struct {
+	mu          sync.Mutex
+	lastSuccess time.Time
+	lastErr     error
+	failures    int // consecutive
+}
+
+func (m *maintenanceState) record(now time.Time, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.lastErr = err
+		m.failures++
+		return
+	}
+	m.lastSuccess, m.lastErr, m.failures = now, nil, 0
+}
+
+func (m *maintenanceState) snapshot() (last time.Time, failures int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastSuccess, m.failures, m.lastErr
+}
+
+// runMaintenance runs a maintenance cycle every MaintenanceInterval until
+// ctx is done. After a failed cycle the next one waits an exponentially
+// growing, jittered interval (up to MaintenanceMaxBackoff); a success
+// returns to the regular interval.
+func (s *Service) runMaintenance(ctx context.Context) {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = s.cfg.MaintenanceInterval
+	bo.MaxInterval = s.cfg.MaintenanceMaxBackoff
+	bo.MaxElapsedTime = 0
+	bo.RandomizationFactor = 0.5
+	bo.Multiplier = 2
+	bo.Reset()
+	timer := time.NewTimer(s.cfg.MaintenanceInterval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		next := s.cfg.MaintenanceInterval
+		if _, err := s.Maintain(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			next = bo.NextBackOff()
+			s.log.Warn("lease maintenance failed; backing off", "error", err, "retry_in", next.String())
+		} else {
+			bo.Reset()
+		}
+		timer.Reset(next)
+	}
+}
+
+// Maintain runs one maintenance cycle now: it expires stale leases in up
+// to ExpiryMaxBatches batches of ExpiryBatchSize (each batch releases the
+// expired replicas' reservations), then refreshes the fleet gauges from the
+// store's status. It returns how many replicas it expired.
+func (s *Service) Maintain(ctx context.Context) (int, error) {
+	ctx, span := s.tracer.Start(ctx, "controlplane.maintenance")
+	defer span.End()
+	n, err := s.maintain(ctx)
+	span.SetAttributes(attribute.Int("aip.control.expired", n))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		s.m.maintenanceErrors.Inc()
+	}
+	s.maint.record(s.cfg.Now(), err)
+	return n, err
+}
+
+func (s *Service) maintain(ctx context.Context) (int, error) {
+	total := 0
+	for range s.cfg.ExpiryMaxBatches {
+		n, err := s.store.ExpireStaleReplicas(ctx, s.cfg.ExpiryBatchSize)
+		total += n
+		s.m.leasesExpired.Add(float64(n))
+		if err != nil {
+			return total, fmt.Errorf("expire stale leases: %w", err)
+		}
+		if n < s.cfg.ExpiryBatchSize {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info("expired stale leases", "replicas", total)
+	}
+	st, err := s.store.Status(ctx)
+	if err != nil {
+		return total, fmt.Errorf("fleet status: %w", err)
+	}
+	s.observeFleet(&st)
+	return total, nil
+}
+
+func (s *Service) observeFleet(st *registry.FleetStatusSummary) {
+	m := s.m
+	m.replicas.WithLabelValues("ready").Set(float64(st.ReadyReplicas))
+	m.replicas.WithLabelValues("draining").Set(float64(st.DrainingReplicas))
+	m.replicas.WithLabelValues("offline").Set(float64(st.OfflineReplicas))
+	m.replicas.WithLabelValues("expired").Set(float64(st.ExpiredLeases))
+	m.readyCapacity.Set(float64(st.ReadyCapacity))
+	m.activeAssignments.Set(float64(st.ActiveAssignments))
+	m.maintenanceLast.Set(float64(s.cfg.Now().UnixMilli()) / 1000)
+}

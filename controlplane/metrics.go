@@ -1,0 +1,157 @@
+package controlplane
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// Metric names of the service.
+const (
+	MetricRequests          = "aip_connector_control_requests_total"
+	MetricRejections        = "aip_connector_control_rejections_total"
+	MetricReplays           = "aip_connector_control_replays_total"
+	MetricRequestDuration   = "aip_connector_control_request_duration_seconds"
+	MetricBatchCommands     = "aip_connector_control_batch_commands"
+	MetricBatchDuration     = "aip_connector_control_batch_duration_seconds"
+	MetricBatchFailures     = "aip_connector_control_batch_failures_total"
+	MetricLeasesExpired     = "aip_connector_control_leases_expired_total"
+	MetricMaintenanceErrors = "aip_connector_control_maintenance_failures_total"
+	MetricMaintenanceLast   = "aip_connector_control_maintenance_last_success_timestamp_seconds"
+	MetricReplicas          = "aip_connector_control_replicas"
+	MetricReadyCapacity     = "aip_connector_control_ready_capacity"
+	MetricActiveAssignments = "aip_connector_control_active_assignments"
+	MetricRunning           = "aip_connector_control_running"
+)
+
+type metrics struct {
+	reg               *prometheus.Registry
+	requests          *prometheus.CounterVec
+	rejections        *prometheus.CounterVec
+	replays           *prometheus.CounterVec
+	duration          *prometheus.HistogramVec
+	batchCommands     prometheus.Histogram
+	batchDuration     prometheus.Histogram
+	batchFailures     prometheus.Counter
+	leasesExpired     prometheus.Counter
+	maintenanceErrors prometheus.Counter
+	maintenanceLast   prometheus.Gauge
+	replicas          *prometheus.GaugeVec
+	readyCapacity     prometheus.Gauge
+	activeAssignments prometheus.Gauge
+}
+
+// Replica states of the aip_connector_control_replicas gauge.
+var replicaStates = []string{"ready", "draining", "offline", "expired"}
+
+func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRequests,
+			Help: "Lifecycle requests answered, by operation (register, heartbeat, drain, offline, unknown) and outcome (lease, offline, rejected, unavailable)."},
+			[]string{"operation", "outcome"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRejections,
+			Help: "Rejected and unavailable lifecycle requests by reason: a check before the registry or the lifecycle rule."},
+			[]string{"reason"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReplays,
+			Help: "Exact committed lifecycle requests received again and answered with the committed outcome."},
+			[]string{"operation"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRequestDuration,
+			Help:    "Time to answer a lifecycle request, by operation.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5}},
+			[]string{"operation"}),
+		batchCommands: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricBatchCommands,
+			Help:    "Lifecycle commands coalesced into one registry call.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}}),
+		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricBatchDuration,
+			Help:    "Duration of one registry lifecycle call.",
+			Buckets: []float64{.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .5, 1, 5}}),
+		batchFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricBatchFailures,
+			Help: "Registry lifecycle calls that failed as a whole (every command answered unavailable, nothing committed)."}),
+		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLeasesExpired,
+			Help: "Replicas whose stale lease the maintenance loop expired (reservations released)."}),
+		maintenanceErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricMaintenanceErrors,
+			Help: "Maintenance cycles that failed."}),
+		maintenanceLast: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricMaintenanceLast,
+			Help: "Unix time of the last successful maintenance cycle."}),
+		replicas: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricReplicas,
+			Help: "Replicas by state at the last maintenance cycle: ready and draining with a live lease, expired (ready or draining past their lease), offline."},
+			[]string{"state"}),
+		readyCapacity: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricReadyCapacity,
+			Help: "Summed capacity of ready replicas with a live lease at the last maintenance cycle."}),
+		activeAssignments: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricActiveAssignments,
+			Help: "Summed active assignments of all replicas at the last maintenance cycle."}),
+	}
+	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricRunning,
+		Help: "1 while the service's batch workers run."}, func() float64 {
+		if s.running() {
+			return 1
+		}
+		return 0
+	})
+	for _, st := range replicaStates {
+		m.replicas.WithLabelValues(st)
+	}
+	for _, c := range []prometheus.Collector{
+		m.requests, m.rejections, m.replays, m.duration, m.batchCommands, m.batchDuration, m.batchFailures,
+		m.leasesExpired, m.maintenanceErrors, m.maintenanceLast, m.replicas, m.readyCapacity, m.activeAssignments, running,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// registerRuntime adds the Go and process collectors to a registry the
+// service created itself.
+func registerRuntime(reg *prometheus.Registry) error {
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) observeRequest(a *answer, d time.Duration) {
+	op := a.label()
+	outcome := outcomeLease
+	switch {
+	case a.outcome.Status == aip.OutcomeOffline:
+		outcome = outcomeOffline
+	case a.outcome.Status == aip.OutcomeRejected && a.outcome.Retryable:
+		outcome = outcomeUnavailable
+	case a.outcome.Status == aip.OutcomeRejected:
+		outcome = outcomeRejected
+	}
+	m.requests.WithLabelValues(op, outcome).Inc()
+	if a.reason != "" {
+		m.rejections.WithLabelValues(a.reason).Inc()
+	}
+	if a.replayed {
+		m.replays.WithLabelValues(op).Inc()
+	}
+	m.duration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+func (m *metrics) observeBatch(n int, d time.Duration, err error) {
+	m.batchCommands.Observe(float64(n))
+	m.batchDuration.Observe(d.Seconds())
+	if err != nil {
+		m.batchFailures.Inc()
+	}
+}

@@ -1,0 +1,361 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Component names the service in health, readiness and logs.
+const Component = "aipfleet-control-plane"
+
+// Store is the registry view the service needs: lifecycle writes and fleet
+// status, on the data pool. A store may also implement
+// registry.ReplicaLister (for GET /aip/v1/fleet/replicas) and
+// registry.Readiness (for the store checks of GET /ready); the service
+// detects both by type assertion.
+type Store interface {
+	registry.Lifecycle
+	registry.FleetStatus
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBatch              = 256
+	DefaultBatchWorkers          = 2
+	DefaultStoreTimeout          = 5 * time.Second
+	DefaultMaintenanceInterval   = time.Second
+	DefaultExpiryBatchSize       = 500
+	DefaultExpiryMaxBatches      = 8
+	DefaultMaintenanceMaxBackoff = 30 * time.Second
+	DefaultReplicaCacheSize      = 100_000
+)
+
+// Config configures a Service. The zero value is usable: every zero field
+// means its documented default.
+type Config struct {
+	// LeaseTTL is the lease granted by register, healthy heartbeats and
+	// drain, in [registry.MinLeaseTTL, registry.MaxLeaseTTL]. Defaults to
+	// 30s.
+	LeaseTTL time.Duration
+	// Now is the clock of the freshness window and of signed responses.
+	// The store keeps its own clock for the lifecycle rules; give both the
+	// same clock in tests. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives the service's logs. Defaults to a logger that
+	// discards.
+	Logger *slog.Logger
+	// Metrics is the registry the service's collectors are registered on.
+	// Defaults to a new registry, served at /metrics.
+	Metrics *prometheus.Registry
+	// TracerProvider provides the tracer for lifecycle spans. Defaults to
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+
+	// MaxBatch bounds the requests coalesced into one ApplyLifecycle call,
+	// in [1, registry.MaxLifecycleBatch]. 1 disables coalescing. Defaults
+	// to 256.
+	MaxBatch int
+	// BatchWorkers is the number of ApplyLifecycle calls in flight at once.
+	// Defaults to 2.
+	BatchWorkers int
+	// StoreTimeout bounds one ApplyLifecycle call; a call that runs out is
+	// answered 503 (nothing committed). Defaults to 5s.
+	StoreTimeout time.Duration
+	// ReplicaCacheSize bounds the cached replica keys (a replica's DID is
+	// part of its fixed identity, so it never goes stale). Defaults to
+	// 100 000.
+	ReplicaCacheSize int
+
+	// MaintenanceInterval is the pause between maintenance cycles. Defaults
+	// to 1s.
+	MaintenanceInterval time.Duration
+	// ExpiryBatchSize and ExpiryMaxBatches bound the stale replicas one
+	// cycle expires: up to ExpiryMaxBatches calls of ExpireStaleReplicas
+	// with ExpiryBatchSize. Default to 500 and 8.
+	ExpiryBatchSize  int
+	ExpiryMaxBatches int
+	// MaintenanceMaxBackoff caps the exponential backoff (with jitter)
+	// after storage errors. Defaults to 30s.
+	MaintenanceMaxBackoff time.Duration
+	// DisableMaintenance turns the maintenance loop off (for processes
+	// where another component maintains leases).
+	DisableMaintenance bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = registry.DefaultLeaseTTL
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.BatchWorkers == 0 {
+		c.BatchWorkers = DefaultBatchWorkers
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.ReplicaCacheSize == 0 {
+		c.ReplicaCacheSize = DefaultReplicaCacheSize
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if c.ExpiryBatchSize == 0 {
+		c.ExpiryBatchSize = DefaultExpiryBatchSize
+	}
+	if c.ExpiryMaxBatches == 0 {
+		c.ExpiryMaxBatches = DefaultExpiryMaxBatches
+	}
+	if c.MaintenanceMaxBackoff == 0 {
+		c.MaintenanceMaxBackoff = DefaultMaintenanceMaxBackoff
+	}
+	return c
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.LeaseTTL < registry.MinLeaseTTL || c.LeaseTTL > registry.MaxLeaseTTL:
+		return fmt.Errorf("controlplane: lease TTL %s is outside %s..%s", c.LeaseTTL, registry.MinLeaseTTL, registry.MaxLeaseTTL)
+	case c.MaxBatch < 1 || c.MaxBatch > registry.MaxLifecycleBatch:
+		return fmt.Errorf("controlplane: MaxBatch %d is outside 1..%d", c.MaxBatch, registry.MaxLifecycleBatch)
+	case c.BatchWorkers < 1 || c.BatchWorkers > 64:
+		return fmt.Errorf("controlplane: BatchWorkers %d is outside 1..64", c.BatchWorkers)
+	case c.StoreTimeout < 0:
+		return fmt.Errorf("controlplane: StoreTimeout %s is negative", c.StoreTimeout)
+	case c.ReplicaCacheSize < 1:
+		return fmt.Errorf("controlplane: ReplicaCacheSize %d must be positive", c.ReplicaCacheSize)
+	case c.MaintenanceInterval < time.Millisecond:
+		return fmt.Errorf("controlplane: MaintenanceInterval %s is below 1ms", c.MaintenanceInterval)
+	case c.ExpiryBatchSize < 1 || c.ExpiryMaxBatches < 1:
+		return fmt.Errorf("controlplane: ExpiryBatchSize %d and ExpiryMaxBatches %d must be positive", c.ExpiryBatchSize, c.ExpiryMaxBatches)
+	case c.MaintenanceMaxBackoff < c.MaintenanceInterval:
+		return fmt.Errorf("controlplane: MaintenanceMaxBackoff %s is below MaintenanceInterval %s", c.MaintenanceMaxBackoff, c.MaintenanceInterval)
+	}
+	return nil
+}
+
+// ErrNotRunning is returned (wrapped) for requests that arrive while the
+// service's Run is not running; they are answered 503.
+var ErrNotRunning = errors.New("controlplane: the lifecycle service is not running")
+
+// Service is the lifecycle service. Create it with New, start its workers
+// with Run (or everything with Serve) and serve Handler.
+type Service struct {
+	cfg     Config
+	key     *aip.SigningKey
+	store   Store
+	lister  registry.ReplicaLister
+	probe   registry.Readiness
+	log     *slog.Logger
+	tracer  trace.Tracer
+	m       *metrics
+	keys    *replicaKeys
+	batch   *batcher
+	jwks    []byte
+	handler http.Handler
+
+	runOnce sync.Once
+	state   atomic.Int32  // stateNew, stateRunning, stateStopped
+	started chan struct{} // closed when Run has started
+	maint   maintenanceState
+}
+
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateStopped
+)
+
+// New returns a service that signs with key and keeps state in store. It
+// validates cfg and registers its metrics; it starts nothing.
+func New(key *aip.SigningKey, store Store, cfg Config) (*Service, error) {
+	if key == nil {
+		return nil, errors.New("controlplane: no signing key")
+	}
+	if store == nil {
+		return nil, errors.New("controlplane: no store")
+	}
+	ownMetrics := cfg.Metrics == nil
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	jwks, err := aip.JWKS(key.PublicKey())
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg:     cfg,
+		key:     key,
+		store:   store,
+		log:     cfg.Logger.With("component", Component, "did", key.DID()),
+		tracer:  cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/controlplane"),
+		keys:    newReplicaKeys(store, cfg.ReplicaCacheSize),
+		jwks:    jwks,
+		started: make(chan struct{}),
+	}
+	s.lister, _ = store.(registry.ReplicaLister)
+	s.probe, _ = store.(registry.Readiness)
+	if s.m, err = newMetrics(cfg.Metrics, s); err != nil {
+		return nil, err
+	}
+	if ownMetrics {
+		if err := registerRuntime(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	s.batch = newBatcher(store, cfg.MaxBatch, cfg.BatchWorkers, cfg.StoreTimeout, s.m)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// DID returns the did:key the service signs with; hosts pin it.
+func (s *Service) DID() string { return s.key.DID() }
+
+// LeaseTTL returns the lease the service grants.
+func (s *Service) LeaseTTL() time.Duration { return s.cfg.LeaseTTL }
+
+// Handler returns the service's HTTP handler (every route in routes.go).
+// Lifecycle requests are answered 503 unless Run is running.
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Run runs the batch workers and the maintenance loop until ctx is done,
+// then waits for them: a batch already handed to the store completes (its
+// requests are answered); requests still queued are answered 503 without
+// being applied. Run may be called once; it returns nil after ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	started := false
+	s.runOnce.Do(func() { started = true })
+	if !started {
+		return errors.New("controlplane: Run called twice")
+	}
+	s.state.Store(stateRunning)
+	close(s.started)
+	defer s.state.Store(stateStopped)
+	s.log.Info("lifecycle service running", "lease_ttl", s.cfg.LeaseTTL.String(), "max_batch", s.cfg.MaxBatch, "batch_workers", s.cfg.BatchWorkers)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { s.batch.run(gctx); return nil })
+	if !s.cfg.DisableMaintenance {
+		g.Go(func() error { s.runMaintenance(gctx); return nil })
+	}
+	return g.Wait()
+}
+
+func (s *Service) running() bool { return s.state.Load() == stateRunning }
+
+// Started returns a channel that is closed once Run has started: from then
+// on lifecycle requests are applied (until Run returns).
+func (s *Service) Started() <-chan struct{} { return s.started }
+
+// ServeConfig configures Serve.
+type ServeConfig struct {
+	// TLSConfig, when set, makes Serve speak HTTPS with it.
+	TLSConfig *tls.Config
+	// ShutdownTimeout bounds the graceful HTTP shutdown. Defaults to 10s.
+	ShutdownTimeout time.Duration
+}
+
+// NewHTTPServer returns the http.Server the service is served with: explicit
+// header, read, write and idle timeouts and a bounded header size (bodies
+// are bounded by the handlers).
+func NewHTTPServer(h http.Handler, tlsConfig *tls.Config, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve runs the service and serves it on ln until ctx is done, then shuts
+// down in this order:
+//
+//  1. the HTTP server stops accepting and waits (up to ShutdownTimeout) for
+//     the requests in flight, which wait for their batches;
+//  2. the batch workers and the maintenance loop are stopped and awaited
+//     (Run returns);
+//  3. Serve returns; the caller closes the store afterwards.
+//
+// It returns the first error of the server or of Run.
+func (s *Service) Serve(ctx context.Context, ln net.Listener, sc ServeConfig) error {
+	if sc.ShutdownTimeout == 0 {
+		sc.ShutdownTimeout = 10 * time.Second
+	}
+	srv := NewHTTPServer(s.Handler(), sc.TLSConfig, s.log)
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	runDone := make(chan error, 1)
+	go func() { runDone <- s.Run(runCtx) }()
+	serveDone := make(chan error, 1)
+	go func() {
+		var err error
+		if sc.TLSConfig != nil {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		serveDone <- err
+	}()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-serveDone:
+		serveDone = nil
+	case err := <-runDone:
+		// Run ended on its own (it only does so on error).
+		srv.Close()
+		if serveDone != nil {
+			<-serveDone
+		}
+		return err
+	}
+	// 1.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sc.ShutdownTimeout)
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+		serveErr = errors.Join(serveErr, fmt.Errorf("graceful HTTP shutdown: %w", err))
+	}
+	cancel()
+	if serveDone != nil {
+		serveErr = errors.Join(serveErr, <-serveDone)
+	}
+	// 2.
+	stopRun()
+	return errors.Join(serveErr, <-runDone)
+}

@@ -1,0 +1,257 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// readyTimeout bounds the store checks of one /ready call.
+const readyTimeout = 2 * time.Second
+
+// HealthDocument is the body of GET /health.
+type HealthDocument struct {
+	Status    string `json:"status"`
+	Component string `json:"component"`
+	DID       string `json:"did"`
+}
+
+// ReadyDocument is the body of GET /ready.
+type ReadyDocument struct {
+	// Status is "ready" (HTTP 200) or "not_ready" (HTTP 503).
+	Status    string `json:"status"`
+	Component string `json:"component"`
+	DID       string `json:"did"`
+	// Backend, SchemaVersion, CatalogRevision and Pool come from the store.
+	Backend         string              `json:"backend,omitempty"`
+	SchemaVersion   int                 `json:"schema_version"`
+	CatalogRevision uint64              `json:"catalog_revision"`
+	Pool            *registry.PoolStats `json:"pool,omitempty"`
+	// Checks are every check; Failing names the failed ones.
+	Checks  []registry.ReadinessCheck `json:"checks"`
+	Failing []string                  `json:"failing,omitempty"`
+}
+
+func (s *Service) handleHealth() http.Handler {
+	body, _ := json.Marshal(HealthDocument{Status: "ok", Component: Component, DID: s.DID()})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		writeBody(w, body)
+	})
+}
+
+// handleReady answers GET /ready: the service's workers run, the store's
+// checks pass (schema version, catalog revision, pool state), and lease
+// maintenance is not failing repeatedly.
+func (s *Service) handleReady() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		doc := s.readiness(r.Context())
+		status := http.StatusOK
+		if doc.Status != "ready" {
+			status = http.StatusServiceUnavailable
+		}
+		writeJSON(w, status, doc)
+	})
+}
+
+func (s *Service) readiness(ctx context.Context) ReadyDocument {
+	doc := ReadyDocument{Component: Component, DID: s.DID()}
+	add := func(name string, ok bool, message string) {
+		doc.Checks = append(doc.Checks, registry.ReadinessCheck{Name: name, OK: ok, Message: message})
+	}
+	if s.running() {
+		add("service", true, "batch workers running")
+	} else {
+		add("service", false, "the batch workers are not running (Run has not started or has stopped)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if s.probe != nil {
+		rep, err := s.probe.Readiness(ctx)
+		if err != nil {
+			add("store", false, err.Error())
+		} else {
+			doc.Backend, doc.SchemaVersion, doc.CatalogRevision, doc.Pool = rep.Backend, rep.SchemaVersion, rep.CatalogRevision, rep.Pool
+			for _, c := range rep.Checks {
+				add("store."+c.Name, c.OK, c.Message)
+			}
+		}
+	} else {
+		st, err := s.store.Status(ctx)
+		if err != nil {
+			add("store", false, err.Error())
+		} else {
+			doc.CatalogRevision = st.CatalogRevision
+			add("store", true, fmt.Sprintf("fleet status readable at catalog revision %d", st.CatalogRevision))
+		}
+	}
+	if !s.cfg.DisableMaintenance {
+		last, failures, err := s.maint.snapshot()
+		switch {
+		case failures >= maintenanceFailuresNotReady:
+			add("maintenance", false, fmt.Sprintf("%d consecutive maintenance cycles failed: %v", failures, err))
+		case last.IsZero():
+			add("maintenance", true, "no cycle completed yet")
+		default:
+			add("maintenance", true, "last cycle at "+aip.At(last).String())
+		}
+	}
+	doc.Status = "ready"
+	for _, c := range doc.Checks {
+		if !c.OK {
+			doc.Failing = append(doc.Failing, c.Name)
+			doc.Status = "not_ready"
+		}
+	}
+	return doc
+}
+
+func (s *Service) handleJWKS() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		writeBody(w, s.jwks)
+	})
+}
+
+// handleFleetStatus answers GET /aip/v1/fleet/status with the store's
+// registry.FleetStatusSummary.
+func (s *Service) handleFleetStatus() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.store.Status(r.Context())
+		if err != nil {
+			s.log.Warn("fleet status", "error", err)
+			writeError(w, http.StatusServiceUnavailable, "fleet.unavailable", "the registry could not be read; retry")
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+}
+
+// FleetReplica is one replica of GET /aip/v1/fleet/replicas.
+type FleetReplica struct {
+	ID                string            `json:"id"`
+	InstanceID        string            `json:"instance_id"`
+	VersionID         string            `json:"version_id"`
+	Endpoint          string            `json:"endpoint"`
+	PeerDID           string            `json:"peer_did"`
+	Topology          aip.Topology      `json:"topology"`
+	Status            aip.ReplicaStatus `json:"status"`
+	LeaseExpiresAt    aip.Timestamp     `json:"lease_expires_at"`
+	LeaseValid        bool              `json:"lease_valid"`
+	ActiveAssignments uint32            `json:"active_assignments"`
+	Capacity          uint32            `json:"capacity"`
+	HealthRevision    uint64            `json:"health_revision"`
+	Circuit           FleetCircuit      `json:"circuit"`
+}
+
+// FleetCircuit is a replica's circuit breaker.
+type FleetCircuit struct {
+	Open                bool           `json:"open"`
+	ConsecutiveFailures uint32         `json:"consecutive_failures"`
+	OpenUntil           *aip.Timestamp `json:"open_until,omitempty"`
+}
+
+// FleetReplicaPage is the body of GET /aip/v1/fleet/replicas.
+type FleetReplicaPage struct {
+	Replicas []FleetReplica `json:"replicas"`
+	// Next is the "after" value of the next page; empty on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// DefaultReplicaPage is the page size of GET /aip/v1/fleet/replicas without
+// a limit.
+const DefaultReplicaPage = 100
+
+// handleFleetReplicas answers GET /aip/v1/fleet/replicas?after=ID&limit=N:
+// replicas in ID order, N per page (default 100, at most 1000).
+func (s *Service) handleFleetReplicas() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.lister == nil {
+			writeError(w, http.StatusNotImplemented, "fleet.unsupported", "this registry backend does not list replicas")
+			return
+		}
+		q := r.URL.Query()
+		limit := DefaultReplicaPage
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > registry.MaxReplicaPage {
+				writeError(w, http.StatusBadRequest, "fleet.invalid", fmt.Sprintf("limit %q must be an integer from 1 to %d", v, registry.MaxReplicaPage))
+				return
+			}
+			limit = n
+		}
+		reps, err := s.lister.ListReplicas(r.Context(), q.Get("after"), limit+1)
+		if err != nil {
+			if errors.Is(err, registry.ErrInvalid) {
+				writeError(w, http.StatusBadRequest, "fleet.invalid", err.Error())
+				return
+			}
+			s.log.Warn("list replicas", "error", err)
+			writeError(w, http.StatusServiceUnavailable, "fleet.unavailable", "the registry could not be read; retry")
+			return
+		}
+		page := FleetReplicaPage{Replicas: make([]FleetReplica, 0, min(len(reps), limit))}
+		if len(reps) > limit {
+			reps = reps[:limit]
+			page.Next = reps[limit-1].ID
+		}
+		now := s.cfg.Now()
+		for i := range reps {
+			page.Replicas = append(page.Replicas, fleetReplica(&reps[i], now))
+		}
+		writeJSON(w, http.StatusOK, page)
+	})
+}
+
+func fleetReplica(r *registry.ConnectorReplica, now time.Time) FleetReplica {
+	fr := FleetReplica{
+		ID: r.ID, InstanceID: r.InstanceID, VersionID: r.VersionID, Endpoint: r.Endpoint, PeerDID: r.PeerDID,
+		Topology: r.Topology, Status: r.Status, LeaseExpiresAt: aip.At(r.LeaseExpiresAt), LeaseValid: r.LeaseValid(now),
+		ActiveAssignments: r.ActiveAssignments, Capacity: r.Capacity, HealthRevision: r.HealthRevision,
+		Circuit: FleetCircuit{Open: !r.Circuit.Closed(now), ConsecutiveFailures: r.Circuit.ConsecutiveFailures},
+	}
+	if !r.Circuit.OpenUntil.IsZero() {
+		t := aip.At(r.Circuit.OpenUntil)
+		fr.Circuit.OpenUntil = &t
+	}
+	return fr
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, jsonError("internal", err.Error(), "permanent", false)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	writeBody(w, body)
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	writeBody(w, jsonError(code, message, "", status == http.StatusServiceUnavailable))
+}
+
+// jsonError is the unsigned error body {"error":{...}}.
+func jsonError(code, message, category string, retryable bool) []byte {
+	type body struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		Category  string `json:"category,omitempty"`
+		Retryable bool   `json:"retryable"`
+	}
+	b, _ := json.Marshal(map[string]body{"error": {Code: code, Message: message, Category: category, Retryable: retryable}})
+	return b
+}
+
+// writeBody writes a response body; a failed write means the client went
+// away, which nothing can repair.
+func writeBody(w http.ResponseWriter, b []byte) { _, _ = w.Write(b) }
