@@ -265,20 +265,10 @@ func (r *Registry) Close() {
 // pool.
 func (r *Registry) DataPlaneOnly() bool { return r.control == nil }
 
-// PoolStats is a snapshot of both pools for readiness and metrics. The
-// control fields are zero for a data-plane-only registry.
-type PoolStats struct {
-	ControlSize int32 `json:"control_size"`
-	ControlIdle int32 `json:"control_idle"`
-	ControlMax  int32 `json:"control_max"`
-	DataSize    int32 `json:"data_size"`
-	DataIdle    int32 `json:"data_idle"`
-	DataMax     int32 `json:"data_max"`
-}
-
-// PoolStats returns the current pool sizes.
-func (r *Registry) PoolStats() PoolStats {
-	var s PoolStats
+// PoolStats returns the current pool sizes; the control fields are zero
+// for a data-plane-only registry.
+func (r *Registry) PoolStats() registry.PoolStats {
+	var s registry.PoolStats
 	if r.control != nil {
 		st := r.control.Stat()
 		s.ControlSize, s.ControlIdle, s.ControlMax = st.TotalConns(), st.IdleConns(), st.MaxConns()

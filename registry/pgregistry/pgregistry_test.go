@@ -34,7 +34,7 @@ func open(t testing.TB, opts registrytest.Options) (*pgregistry.Registry, string
 func newBackend(t *testing.T, opts registrytest.Options) registrytest.Backend {
 	t.Helper()
 	r, _ := open(t, opts)
-	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r}
+	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r}
 }
 
 // TestConformance runs the registry conformance suite against PostgreSQL.

@@ -46,14 +46,18 @@ func scanType(row pgx.Row) (registry.ConnectorType, error) {
 	return t, err
 }
 
-func scanVersion(row pgx.Row) (registry.ConnectorVersion, error) {
+func scanVersion(row pgx.Row) (registry.ConnectorVersion, error) { return scanVersionRow(row, nil) }
+
+// scanVersionRow scans lead columns, then the version columns.
+func scanVersionRow(row pgx.Row, lead []any) (registry.ConnectorVersion, error) {
 	var (
 		v                         registry.ConnectorVersion
 		status                    string
 		manifest, attest, support []byte
 		admittedMS                int64
 	)
-	if err := row.Scan(&v.ID, &v.ConnectorTypeID, &v.Version, &status, &manifest, &v.ManifestDigest, &attest, &support, &admittedMS); err != nil {
+	dest := append(lead[:len(lead):len(lead)], &v.ID, &v.ConnectorTypeID, &v.Version, &status, &manifest, &v.ManifestDigest, &attest, &support, &admittedMS)
+	if err := row.Scan(dest...); err != nil {
 		return v, err
 	}
 	v.Status = registry.VersionStatus(status)

@@ -156,7 +156,6 @@ CREATE TABLE aip_registry.connector_replicas (
     CONSTRAINT connector_replicas_request_pair CHECK ((last_control_request_id IS NULL) = (last_control_request_digest IS NULL))
 ) WITH (fillfactor = 70);
 CREATE INDEX connector_replicas_instance ON aip_registry.connector_replicas (instance_id, version_id, replica_id);
-CREATE INDEX connector_replicas_version ON aip_registry.connector_replicas (version_id, replica_id);
 CREATE INDEX connector_replicas_live_lease ON aip_registry.connector_replicas (lease_expires_at_ms, replica_id) WHERE status <> 'offline';
 
 -- Route assignments: the evidence columns never change after the insert;
@@ -205,11 +204,13 @@ CREATE TABLE aip_registry.admission_counters (
     PRIMARY KEY (scope_kind, scope_key)
 ) WITH (fillfactor = 70);
 
--- Replay claims of signed lifecycle requests: one row per request ID with
--- the request's digest, until it expires.
+-- Replay claims of signed lifecycle requests: one row per decided request
+-- ID with the request's digest and replica, kept until it expires (the
+-- request's expires_at plus a grace) and then pruned in bounded batches.
 CREATE TABLE aip_registry.control_replay (
     request_id    text   PRIMARY KEY,
     digest        text   NOT NULL,
+    replica_id    text   NOT NULL,
     claimed_at_ms bigint NOT NULL,
     expires_at_ms bigint NOT NULL
 );
