@@ -61,6 +61,9 @@ type Registry struct {
 	internalViews map[string][]*defEntry
 	// Lifecycle replay claims (lifecycle.go), created on first use.
 	lc *lifecycleState
+	// Superseded assignments by action ID (reroute.go), created on first
+	// use.
+	history map[string][]registry.RouteAssignment
 }
 
 // Compile-time guards: Registry is the in-memory implementation of the five
@@ -132,6 +135,9 @@ type routeEntry struct {
 	reserved bool
 	retry    bool
 	last     registry.RouteSettlement
+	// resolvedAgain is set once a Resolve returned this assignment after
+	// the one that created it: it can no longer be rerouted (reroute.go).
+	resolvedAgain bool
 }
 
 func (rt *routeEntry) scopes() []registry.AdmissionScope { return rt.a.Admission.Scopes(rt.retry) }
@@ -802,7 +808,11 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 	defer r.mu.Unlock()
 	now := r.clock()
 	if rt, ok := r.routes[req.ActionID]; ok {
-		return r.resume(rt, &req, now)
+		a, err := r.resume(rt, &req, now)
+		if err == nil {
+			rt.resolvedAgain = true
+		}
+		return a, err
 	}
 	return r.assign(&req, now)
 }
@@ -834,6 +844,29 @@ func (r *Registry) resume(rt *routeEntry, req *registry.RouteRequest, now time.T
 
 // assign selects, reserves and records a new route.
 func (r *Registry) assign(req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+	bestB, bestR, err := r.pick(req, now, "")
+	if err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	inst := bestB.inst
+	admission := registry.NewReservation(r.policyFor(bestB), &bestB.rec, inst.rec.ConnectorTypeID, bestB.scopeKey)
+	if err := r.reserve(admission.BaseScopes); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	bestR.rec.ActiveAssignments++
+	rt := &routeEntry{
+		a:        registry.NewAssignment(req, &bestB.rec, &inst.version.rec, &bestR.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
+		replica:  bestR,
+		reserved: true,
+	}
+	r.routes[req.ActionID] = rt
+	bestR.reserved[req.ActionID] = rt
+	return rt.a.Clone(), nil
+}
+
+// pick selects the replica of a new route, skipping the replica excluded
+// (a reroute's refusing replica; "" for none).
+func (r *Registry) pick(req *registry.RouteRequest, now time.Time, excluded string) (*bindingEntry, *replicaEntry, error) {
 	pref := &req.Topology
 	var (
 		firstValid *bindingEntry
@@ -859,7 +892,7 @@ func (r *Registry) assign(req *registry.RouteRequest, now time.Time) (registry.R
 		}
 		inst := b.inst
 		for _, rep := range inst.replicas {
-			if !registry.ReplicaEligible(&rep.rec, inst.rec.VersionID, pref, now) {
+			if rep.rec.ID == excluded || !registry.ReplicaEligible(&rep.rec, inst.rec.VersionID, pref, now) {
 				continue
 			}
 			c := registry.RouteCandidate{Priority: b.rec.Priority, InstanceID: inst.rec.ID, ReplicaID: rep.rec.ID, Topology: rep.rec.Topology, Active: rep.rec.ActiveAssignments}
@@ -869,26 +902,13 @@ func (r *Registry) assign(req *registry.RouteRequest, now time.Time) (registry.R
 		}
 	}
 	if firstValid == nil {
-		return registry.RouteAssignment{}, fmt.Errorf("%w: tenant %s has no usable binding for capability %s", registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
+		return nil, nil, fmt.Errorf("%w: tenant %s has no usable binding for capability %s", registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
 	}
 	if bestR == nil {
-		return registry.RouteAssignment{}, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
+		return nil, nil, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
 			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, firstValid.rec.InstanceID)
 	}
-	inst := bestB.inst
-	admission := registry.NewReservation(r.policyFor(bestB), &bestB.rec, inst.rec.ConnectorTypeID, bestB.scopeKey)
-	if err := r.reserve(admission.BaseScopes); err != nil {
-		return registry.RouteAssignment{}, err
-	}
-	bestR.rec.ActiveAssignments++
-	rt := &routeEntry{
-		a:        registry.NewAssignment(req, &bestB.rec, &inst.version.rec, &bestR.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
-		replica:  bestR,
-		reserved: true,
-	}
-	r.routes[req.ActionID] = rt
-	bestR.reserved[req.ActionID] = rt
-	return rt.a.Clone(), nil
+	return bestB, bestR, nil
 }
 
 // reserve takes one unit of every scope, or none when one is full.

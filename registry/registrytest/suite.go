@@ -30,6 +30,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newBackend) })
 	t.Run("Scale", func(t *testing.T) { runScale(t, newBackend) })
 	t.Run("Lifecycle", func(t *testing.T) { runLifecycle(t, newBackend) })
+	t.Run("Reroute", func(t *testing.T) { runReroute(t, newBackend) })
 }
 
 // fx is one test's fixture: a fresh backend and helpers that fail the test
