@@ -175,7 +175,7 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 		RequestID: a.requestID, IssuedAt: aip.At(now), ExpiresAt: aip.At(now.Add(aip.MaxMessageLifetime)),
 		SignerDID: s.key.DID(), Outcome: a.outcome,
 	}
-	raw, err := aip.Seal(s.key, aip.SignedResponseField, &resp)
+	raw, err := s.seal(s.key, aip.SignedResponseField, &resp)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if err != nil {

@@ -18,7 +18,9 @@ import (
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
-func cancelCtx() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
+func cancelCtx() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}
 
 func httptestRecorder(svc *controlplane.Service, body []byte) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()

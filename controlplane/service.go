@@ -182,6 +182,8 @@ type Service struct {
 	batch   *batcher
 	jwks    []byte
 	handler http.Handler
+	// seal signs answers; tests replace it to exercise the unsigned 500.
+	seal func(key *aip.SigningKey, field string, inner any) ([]byte, error)
 
 	runOnce sync.Once
 	state   atomic.Int32  // stateNew, stateRunning, stateStopped
@@ -222,6 +224,7 @@ func New(key *aip.SigningKey, store Store, cfg Config) (*Service, error) {
 		keys:    newReplicaKeys(store, cfg.ReplicaCacheSize),
 		jwks:    jwks,
 		started: make(chan struct{}),
+		seal:    aip.Seal,
 	}
 	s.lister, _ = store.(registry.ReplicaLister)
 	s.probe, _ = store.(registry.Readiness)

@@ -1,0 +1,178 @@
+package controlplane_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// recordingStore records when ExpireStaleReplicas is called and fails the
+// calls whose 1-based numbers are in fail.
+type recordingStore struct {
+	controlplane.Store
+	mu    sync.Mutex
+	calls []time.Time
+	fail  map[int]bool
+}
+
+func (s *recordingStore) ExpireStaleReplicas(ctx context.Context, limit int) (int, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, time.Now())
+	n := len(s.calls)
+	fail := s.fail[n]
+	s.mu.Unlock()
+	if fail {
+		return 0, errors.Join(registry.ErrStorage, errors.New("injected: connection refused"))
+	}
+	return s.Store.ExpireStaleReplicas(ctx, limit)
+}
+
+func (s *recordingStore) times() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.calls...)
+}
+
+// TestMaintenanceLoop runs the real loop on the fake clock of a
+// testing/synctest bubble: a stale lease is expired within a cycle of its
+// expiry, and storage errors back off exponentially with jitter, then the
+// loop returns to its interval.
+func TestMaintenanceLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		reg, err := memregistry.New(memregistry.Config{Now: time.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := registrytest.NewLifecycleWorld(ctx, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := w.ProvisionedReplica("crepl_a1", time.Now())
+		if err := reg.PutReplica(ctx, rep); err != nil {
+			t.Fatal(err)
+		}
+		store := &recordingStore{Store: reg, fail: map[int]bool{40: true, 41: true, 42: true, 43: true}}
+		svc, err := controlplane.New(controlKey, store, controlplane.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(runCtx) }()
+		<-svc.Started()
+
+		key := registrytest.Key(rep.ID)
+		req := aip.NewControlRequest(time.Now(), key.DID(), aip.RegisterCommand(w.Registration(&rep)))
+		rec := httptest.NewRecorder()
+		svc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, controlplane.PathControl, bytes.NewReader(sealWith(t, key, req))))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("register: HTTP %d %s", rec.Code, rec.Body)
+		}
+		registered := time.Now()
+
+		// The lease lasts 30 s; within one cycle after that it is expired.
+		time.Sleep(registry.DefaultLeaseTTL - 500*time.Millisecond)
+		synctest.Wait()
+		if got, _ := reg.ConnectorReplica(ctx, rep.ID); got.Status != aip.ReplicaReady {
+			t.Fatalf("before expiry the replica is %s", got.Status)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		got, _ := reg.ConnectorReplica(ctx, rep.ID)
+		if got.Status != aip.ReplicaOffline || got.HealthRevision != 2 {
+			t.Fatalf("after expiry: %s at %d", got.Status, got.HealthRevision)
+		}
+		if !got.LeaseExpiresAt.Equal(registered.Add(registry.DefaultLeaseTTL)) {
+			t.Fatalf("lease ended at %s, want %s", got.LeaseExpiresAt, registered.Add(registry.DefaultLeaseTTL))
+		}
+
+		// Let the loop run into the injected failures and out again.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		calls := store.times()
+		if len(calls) < 50 {
+			t.Fatalf("%d maintenance calls in ~91 s", len(calls))
+		}
+		gap := func(i int) time.Duration { return calls[i].Sub(calls[i-1]) } // before call i+1
+		for i := 1; i < 39; i++ {
+			if gap(i) != time.Second {
+				t.Fatalf("gap before call %d is %s, want the 1s interval", i+1, gap(i))
+			}
+		}
+		// Calls 40..43 fail: the waits after them grow 1s, 2s, 4s, 8s, each
+		// jittered by ±50%.
+		for k, base := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+			g := gap(40 + k)
+			if g < base/2 || g > base*3/2 {
+				t.Fatalf("backoff after failure %d is %s, want %s ± 50%%", k+1, g, base)
+			}
+		}
+		for i := 44; i < len(calls); i++ {
+			if gap(i) != time.Second {
+				t.Fatalf("gap before call %d is %s: after a success the loop returns to 1s", i+1, gap(i))
+			}
+		}
+		if doc := readyDoc(t, svc); doc.Status != "not_ready" || !contains(doc.Failing, "service") || contains(doc.Failing, "maintenance") {
+			t.Fatalf("ready after stop: %+v", doc)
+		}
+	})
+}
+
+// TestMaintenanceBoundedBatches checks the batch bounds: one cycle expires
+// at most ExpiryMaxBatches × ExpiryBatchSize replicas.
+func TestMaintenanceBoundedBatches(t *testing.T) {
+	e := newEnv(t, newMemBackend, func(c *controlplane.Config) { c.ExpiryBatchSize, c.ExpiryMaxBatches = 2, 3 })
+	var hosts []*host
+	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		h := e.provision(n)
+		r, _ := h.send(h.registration())
+		r.lease(t)
+		hosts = append(hosts, h)
+	}
+	e.clock.Advance(leaseTTL)
+	if n, err := e.svc.Maintain(e.ctx); err != nil || n != 6 {
+		t.Fatalf("first cycle expired %d (%v), want 3 batches of 2", n, err)
+	}
+	if n, err := e.svc.Maintain(e.ctx); err != nil || n != 2 {
+		t.Fatalf("second cycle expired %d (%v), want the remaining 2", n, err)
+	}
+	for _, h := range hosts {
+		if r := e.replica(h.rep.ID); r.Status != aip.ReplicaOffline {
+			t.Fatalf("replica %s is %s", h.rep.ID, r.Status)
+		}
+	}
+}
+
+func TestMaintenanceFailuresMakeNotReady(t *testing.T) {
+	e := newEnv(t, newMemBackend)
+	svc, err := controlplane.New(controlKey, brokenStore{e.b.Store}, controlplane.Config{Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := svc.Maintain(e.ctx); !errors.Is(err, registry.ErrStorage) {
+			t.Fatalf("cycle %d: %v", i+1, err)
+		}
+	}
+	doc := readyDoc(t, svc)
+	if !contains(doc.Failing, "maintenance") {
+		t.Fatalf("after 3 failed cycles: %+v", doc)
+	}
+}
