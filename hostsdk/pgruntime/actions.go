@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,20 +91,39 @@ func (j *Journal) transitionError(ctx context.Context, actionID string, to aip.A
 	return fmt.Errorf("%w: action %s is %s and cannot become %s", journal.ErrConflict, actionID, status, to)
 }
 
-// finishSQL moves the action to its terminal status and, only if it did,
-// advances the namespace's receipt head, which locks the head row until the
-// transaction ends: concurrent finishes in one namespace append in turn, so
-// the sequence has no gaps. It returns the previous head.
+// finishSQL finishes an action in one statement, so the receipt chain's
+// head row is locked only inside the server, never across a round trip:
+//
+//  1. finished: move the action to its terminal status if it is received
+//     or running;
+//  2. head: only if it moved, advance the namespace's head (this row lock
+//     serialises appends; a waiting statement re-reads the head that the
+//     one before it committed) and compute the new hash: SHA-256 over the
+//     canonical receipt, assembled from the parts Go canonicalised ($8, $9,
+//     $10) around the two values only the head knows, the previous hash
+//     and the sequence number;
+//  3. insert the receipt.
+//
+// No row comes back when the action was not received or running.
 const finishSQL = `WITH finished AS (
 	UPDATE aip_runtime_actions SET status = $3, result = $4, detail = $5, updated_at = $6, completed_at = $6
 	WHERE journal_ns = $1 AND action_id = $2 AND status IN ('received', 'running')
-	RETURNING 1)
-UPDATE aip_runtime_receipt_heads SET seq = seq + 1
-WHERE journal_ns = $1 AND EXISTS (SELECT 1 FROM finished)
-RETURNING seq - 1, hash`
+	RETURNING 1
+), head AS (
+	UPDATE aip_runtime_receipt_heads SET
+		seq = seq + 1,
+		prev_hash = hash,
+		hash = 'sha256:' || encode(sha256(convert_to(
+			$8::text || '"' || hash || '"' || $9::text || (seq + 1)::text || $10::text, 'UTF8')), 'hex')
+	WHERE journal_ns = $1 AND EXISTS (SELECT 1 FROM finished)
+	RETURNING seq, prev_hash, hash
+)
+INSERT INTO aip_runtime_receipts (journal_ns, seq, id, action_id, status, result_digest, prev_hash, hash, at)
+SELECT $1, seq, $7, $2, $3, $11, prev_hash, hash, $6 FROM head
+RETURNING seq, prev_hash, hash`
 
 // FinishAction moves an action to a terminal status and appends its receipt
-// in the same transaction.
+// in the same statement (one transaction, one round trip).
 func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
 	if err := j.enter(ctx); err != nil {
 		return journal.Receipt{}, err
@@ -127,58 +147,62 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 		}
 		r.ResultDigest, stored = d, []byte(result)
 	}
+	head, mid, tail, err := receiptParts(r)
+	if err != nil {
+		return journal.Receipt{}, invalid("receipt of action %s: %v", actionID, err)
+	}
 
-	// Two round trips: [BEGIN, finishSQL], then [INSERT receipt, UPDATE
-	// head, COMMIT]. The head row is locked from the first batch to the
-	// commit, one round trip plus the hash, which bounds how many finishes
-	// per second one namespace can take.
-	conn, err := j.pool.Acquire(ctx)
+	var seq int64
+	err = j.pool.QueryRow(ctx, finishSQL, j.ns, actionID, string(status), stored, detail, r.At,
+		r.ID, head, mid, tail, r.ResultDigest).Scan(&seq, &r.PrevHash, &r.Hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return journal.Receipt{}, j.transitionError(ctx, actionID, status)
+	}
 	if err != nil {
 		return journal.Receipt{}, dbErr(err, "finish action %s", actionID)
 	}
-	defer conn.Release() // a connection left inside a transaction is destroyed, not reused
-
-	first := &pgx.Batch{}
-	first.Queue(`BEGIN`)
-	first.Queue(finishSQL, j.ns, actionID, string(status), stored, detail, r.At)
-	br := conn.SendBatch(ctx, first)
-	_, err = br.Exec()
-	var prevSeq int64
-	if err == nil {
-		err = br.QueryRow().Scan(&prevSeq, &r.PrevHash)
-	}
-	if closeErr := br.Close(); err == nil {
-		err = closeErr
-	}
-	if err != nil {
-		if _, rbErr := conn.Exec(ctx, `ROLLBACK`); rbErr != nil {
-			return journal.Receipt{}, dbErr(rbErr, "finish action %s: roll back", actionID)
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			return journal.Receipt{}, j.transitionError(ctx, actionID, status)
-		}
-		return journal.Receipt{}, dbErr(err, "finish action %s", actionID)
-	}
-	r.Seq = uint64(prevSeq) + 1
-	if r.Hash, err = journal.ReceiptHash(r); err != nil {
-		_, _ = conn.Exec(ctx, `ROLLBACK`)
-		return journal.Receipt{}, fmt.Errorf("pgruntime: hash receipt of action %s: %w", actionID, err)
-	}
-	second := &pgx.Batch{}
-	second.Queue(`INSERT INTO aip_runtime_receipts (journal_ns, seq, id, action_id, status, result_digest, prev_hash, hash, at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		j.ns, int64(r.Seq), r.ID, r.ActionID, string(r.Status), r.ResultDigest, r.PrevHash, r.Hash, r.At)
-	second.Queue(`UPDATE aip_runtime_receipt_heads SET hash = $2 WHERE journal_ns = $1`, j.ns, r.Hash)
-	// After a failed statement PostgreSQL answers this COMMIT with a
-	// rollback, and Close reports the statement's error.
-	second.Queue(`COMMIT`)
-	if err := conn.SendBatch(ctx, second).Close(); err != nil {
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			_, _ = conn.Exec(ctx, `ROLLBACK`)
-		}
-		return journal.Receipt{}, dbErr(err, "append receipt of action %s", actionID)
+	r.Seq = uint64(seq)
+	// A tripwire: the hash the database computed is the contract's hash.
+	if want, err := journal.ReceiptHash(r); err != nil || want != r.Hash {
+		return journal.Receipt{}, fmt.Errorf("pgruntime: receipt %d of action %s was stored with hash %s but its content hashes to %s (%v); the receipt chain of namespace %s needs repair",
+			r.Seq, actionID, r.Hash, want, err, j.ns)
 	}
 	return r, nil
+}
+
+// receiptParts returns the canonical JSON of r (see journal.ReceiptHash)
+// cut around the values of prev_hash and seq: head ends with `"prev_hash":`,
+// mid runs from after that string to `"seq":`, tail from after the number
+// to the end. Digests are plain ASCII, so the database can write the
+// previous hash between quotes and the sequence number as digits.
+func receiptParts(r journal.Receipt) (head, mid, tail string, err error) {
+	doc, err := aip.CanonicalJSON(struct {
+		Seq          uint64          `json:"seq"`
+		ID           string          `json:"id"`
+		ActionID     string          `json:"action_id"`
+		Status       aip.ActionState `json:"status"`
+		ResultDigest string          `json:"result_digest"`
+		PrevHash     string          `json:"prev_hash"`
+		At           aip.Timestamp   `json:"at"`
+	}{0, r.ID, r.ActionID, r.Status, r.ResultDigest, "", aip.At(r.At)})
+	if err != nil {
+		return "", "", "", err
+	}
+	s := string(doc)
+	// Keys are sorted: action_id, at, id, prev_hash, result_digest, seq,
+	// status. A quote inside a string value is escaped, so the unescaped
+	// patterns below match only the keys themselves.
+	const prevKey, seqKey = `,"prev_hash":`, `,"seq":`
+	i := strings.Index(s, prevKey+`""`)
+	if i < 0 {
+		return "", "", "", fmt.Errorf("canonical receipt %s has no empty prev_hash", s)
+	}
+	head, rest := s[:i+len(prevKey)], s[i+len(prevKey)+2:]
+	k := strings.Index(rest, seqKey+"0")
+	if k < 0 {
+		return "", "", "", fmt.Errorf("canonical receipt %s has no zero seq", s)
+	}
+	return head, rest[:k+len(seqKey)], rest[k+len(seqKey)+1:], nil
 }
 
 // Action returns one action or ErrNotFound.

@@ -26,13 +26,20 @@
 //
 // # Concurrency and durability
 //
-// Each method is one statement, except FinishAction: one transaction that
-// moves the action to its terminal status, advances the namespace's receipt
-// head (a row lock that serialises appends, so the sequence has no gaps),
-// inserts the receipt and commits. Message claims, state compare-and-set
-// and outbox leases rely on row locks and ON CONFLICT, so concurrent
-// callers, in one process or in several, get exactly one winner; outbox
-// publishers skip each other's rows (FOR UPDATE SKIP LOCKED). A write is as
-// durable as the server makes a commit (synchronous_commit, fsync and
-// replication are the operator's choice).
+// Every method is one SQL statement, so one round trip and one implicit
+// transaction. FinishAction too: a statement with data-modifying common
+// table expressions moves the action to its terminal status, advances the
+// namespace's receipt head and inserts the receipt. The head row's lock
+// serialises appends, so the sequence has no gaps, and it is held only
+// inside the server, never across a round trip to the client; the new hash
+// is computed by the database (sha256) over the canonical receipt whose
+// parts Go canonicalised, and checked again in Go. Message claims, state
+// compare-and-set and outbox leases rely on row locks and ON CONFLICT, so
+// concurrent callers, in one process or in several, get exactly one winner;
+// outbox publishers skip each other's rows (FOR UPDATE SKIP LOCKED). A
+// write is as durable as the server makes a commit (fsync,
+// synchronous_commit and replication are the operator's choice).
+//
+// The pool defaults to 10 connections; size Config.MaxConns to the
+// host's concurrency (max_in_flight plus a few for the background loops).
 package pgruntime

@@ -93,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 		pool.Close()
 		return nil, err
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO aip_runtime_receipt_heads (journal_ns, seq, hash) VALUES ($1, 0, '')
+	if _, err := pool.Exec(ctx, `INSERT INTO aip_runtime_receipt_heads (journal_ns, seq, hash, prev_hash) VALUES ($1, 0, '', '')
 		ON CONFLICT (journal_ns) DO NOTHING`, cfg.Namespace); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgruntime: initialise namespace %s: %w", cfg.Namespace, err)

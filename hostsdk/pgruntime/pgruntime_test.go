@@ -220,3 +220,30 @@ func TestOpenConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiptHashOfAwkwardActionIDs: the hash computed inside the database
+// matches journal.ReceiptHash for action IDs that need JSON escaping.
+func TestReceiptHashOfAwkwardActionIDs(t *testing.T) {
+	ctx := context.Background()
+	j := open(t, pgruntime.Config{DatabaseURL: pgtest.NewDatabase(t), Namespace: "crepl_awkward"})
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ids := []string{
+		`act_"quoted"`, `act_back\slash`, "act_ctl\x01\x1f\n\t\b\f\r",
+		"act_ünïcødé_🚀_\u2028\u2029_\x7f", `act_,"prev_hash":"","seq":0,"status":"x"}`, `act_<html>&amp;`,
+	}
+	for i, id := range ids {
+		if _, _, err := j.BeginAction(ctx, journal.Action{ActionID: id, ReceivedAt: t0}); err != nil {
+			t.Fatalf("BeginAction(%q): %v", id, err)
+		}
+		if _, err := j.FinishAction(ctx, id, aip.StateCompleted, json.RawMessage(`{"i":`+string(rune('0'+i))+`}`), "", t0.Add(time.Duration(i)*time.Microsecond+time.Nanosecond)); err != nil {
+			t.Fatalf("FinishAction(%q): %v", id, err)
+		}
+	}
+	rs, err := j.Receipts(ctx, 0, 100)
+	if err != nil || len(rs) != len(ids) {
+		t.Fatalf("Receipts = %d, %v", len(rs), err)
+	}
+	if err := journal.VerifyChain("", rs); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -25,8 +25,10 @@ CREATE TABLE aip_runtime_actions (
 );
 CREATE INDEX aip_runtime_actions_by_status ON aip_runtime_actions (journal_ns, status, received_at, seq);
 
--- The receipt hash chain, one per namespace; the head row serialises
--- appends so the sequence has no gaps.
+-- The receipt hash chain, one per namespace. The head row holds the last
+-- receipt's seq and hash (and the hash before it); FinishAction advances it
+-- in the statement that appends the receipt, so appends serialise on its
+-- row lock and the sequence has no gaps.
 CREATE TABLE aip_runtime_receipts (
 	journal_ns    text        NOT NULL,
 	seq           bigint      NOT NULL CHECK (seq > 0),
@@ -43,7 +45,8 @@ CREATE TABLE aip_runtime_receipts (
 CREATE TABLE aip_runtime_receipt_heads (
 	journal_ns text   PRIMARY KEY,
 	seq        bigint NOT NULL CHECK (seq >= 0),
-	hash       text   NOT NULL
+	hash       text   NOT NULL,
+	prev_hash  text   NOT NULL
 );
 
 -- The native message replay registry.
