@@ -78,54 +78,70 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
-			return fmt.Errorf("pgruntime: take the migration lock: %w", err)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgruntime: connect to the database: %w", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
+	if err := migrateTx(ctx, tx, ms); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgruntime: commit migrations: %w", err)
+	}
+	return nil
+}
+
+func migrateTx(ctx context.Context, tx pgx.Tx, ms []migration) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+		return fmt.Errorf("pgruntime: take the migration lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS aip_runtime_schema_migrations (
+		version    integer     PRIMARY KEY,
+		file       text        NOT NULL,
+		checksum   text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("pgruntime: create the migrations table: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT version, file, checksum FROM aip_runtime_schema_migrations ORDER BY version`)
+	if err != nil {
+		return fmt.Errorf("pgruntime: read applied migrations: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Version  int
+		File     string
+		Checksum string
+	}])
+	if err != nil {
+		return fmt.Errorf("pgruntime: read applied migrations: %w", err)
+	}
+	done := make(map[int]bool, len(applied))
+	for _, a := range applied {
+		if a.Version < 1 {
+			return fmt.Errorf("pgruntime: aip_runtime_schema_migrations records version %d (%s), which no build writes; remove that row", a.Version, a.File)
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS aip_runtime_schema_migrations (
-			version    integer     PRIMARY KEY,
-			file       text        NOT NULL,
-			checksum   text        NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return fmt.Errorf("pgruntime: create the migrations table: %w", err)
+		if a.Version > len(ms) {
+			return fmt.Errorf("%w: the database has migration %s (version %d) but this build knows migrations up to %d; run a newer aipfleet build against this database",
+				ErrSchemaTooNew, a.File, a.Version, len(ms))
 		}
-		rows, err := tx.Query(ctx, `SELECT version, file, checksum FROM aip_runtime_schema_migrations ORDER BY version`)
-		if err != nil {
-			return fmt.Errorf("pgruntime: read applied migrations: %w", err)
+		m := ms[a.Version-1]
+		if a.Checksum != m.Checksum {
+			return fmt.Errorf("%w: migration %s was applied with checksum %s but this build's file has %s; applied migrations are immutable: restore the original file and add a new migration instead",
+				ErrMigrationChanged, m.File, a.Checksum, m.Checksum)
 		}
-		applied, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
-			Version  int
-			File     string
-			Checksum string
-		}])
-		if err != nil {
-			return fmt.Errorf("pgruntime: read applied migrations: %w", err)
+		done[a.Version] = true
+	}
+	for _, m := range ms {
+		if done[m.Version] {
+			continue
 		}
-		done := make(map[int]bool, len(applied))
-		for _, a := range applied {
-			if a.Version > len(ms) {
-				return fmt.Errorf("%w: the database has migration %s (version %d) but this build knows migrations up to %d; run a newer aipfleet build against this database",
-					ErrSchemaTooNew, a.File, a.Version, len(ms))
-			}
-			m := ms[a.Version-1]
-			if a.Checksum != m.Checksum {
-				return fmt.Errorf("%w: migration %s was applied with checksum %s but this build's file has %s; applied migrations are immutable: restore the original file and add a new migration instead",
-					ErrMigrationChanged, m.File, a.Checksum, m.Checksum)
-			}
-			done[a.Version] = true
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("pgruntime: apply migration %s: %w", m.File, err)
 		}
-		for _, m := range ms {
-			if done[m.Version] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("pgruntime: apply migration %s: %w", m.File, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO aip_runtime_schema_migrations (version, file, checksum) VALUES ($1, $2, $3)`,
-				m.Version, m.File, m.Checksum); err != nil {
-				return fmt.Errorf("pgruntime: record migration %s: %w", m.File, err)
-			}
+		if _, err := tx.Exec(ctx, `INSERT INTO aip_runtime_schema_migrations (version, file, checksum) VALUES ($1, $2, $3)`,
+			m.Version, m.File, m.Checksum); err != nil {
+			return fmt.Errorf("pgruntime: record migration %s: %w", m.File, err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
