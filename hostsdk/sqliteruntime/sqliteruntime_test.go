@@ -180,3 +180,16 @@ func TestRefusesForeignDatabase(t *testing.T) {
 		t.Fatalf("Open on another application's database = %v, want a refusal", err)
 	}
 }
+
+// TestOddDirectoryName: characters that mean something in a URI are taken
+// literally.
+func TestOddDirectoryName(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state dir ?#%41&_pragma=x")
+	j := open(t, sqliteruntime.Config{Dir: dir})
+	if err := j.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, sqliteruntime.DatabaseFile)); err != nil {
+		t.Fatalf("database not inside the state directory: %v", err)
+	}
+}
