@@ -1,0 +1,206 @@
+package dispatch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// The public client API (docs/dispatch-api.md). Every request is
+// authenticated by a bearer token whose verified tenant is the only tenant
+// the request acts for.
+
+// API paths.
+const (
+	PathActions      = "/aip/v1/actions"
+	PathAction       = "/aip/v1/actions/{id}"
+	PathActionCancel = "/aip/v1/actions/{id}/cancel"
+	PathCapabilities = "/aip/v1/capabilities"
+	PathHealth       = "/health"
+	PathReady        = "/ready"
+	PathMetrics      = "/metrics"
+	PathJWKS         = "/.well-known/jwks.json"
+)
+
+// ContentTypeNDJSON is the media type of a streaming action's response.
+const ContentTypeNDJSON = "application/x-ndjson"
+
+// ActionRequest is the body of POST /aip/v1/actions.
+type ActionRequest struct {
+	// ActionID names the action (act_ + UUIDv7). Sending the same ID again
+	// returns the same action's result from the same replica; the
+	// dispatcher generates one when it is absent and always returns it.
+	ActionID string `json:"action_id,omitempty"`
+	// CapabilityID is the capability to invoke. Required.
+	CapabilityID string `json:"capability_id"`
+	// Input is the capability's input. Required.
+	Input json.RawMessage `json:"input"`
+	// Mode is sync (the default: one JSON answer) or streaming (NDJSON).
+	Mode aip.ActionMode `json:"mode,omitempty"`
+	// IdempotencyKey is passed to the connector.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// TimeoutMS bounds the wait for the replica's answer (and the
+	// connector's run); defaults to the dispatcher's default timeout.
+	TimeoutMS *uint64 `json:"timeout_ms,omitempty"`
+}
+
+// Bounds of an ActionRequest.
+const (
+	MaxIdempotencyKeyBytes = 256
+	MaxCapabilityIDBytes   = registry.MaxIdentifierBytes
+)
+
+// DecodeActionRequest decodes a request body strictly: unknown fields and
+// trailing data are refused.
+func DecodeActionRequest(body []byte) (ActionRequest, error) {
+	var r ActionRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("the body is not an action request: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return r, errors.New("the body has data after the action request")
+	}
+	return r, nil
+}
+
+// Validate checks the request's fields and says what to fix.
+func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
+	if r.ActionID != "" {
+		if err := aip.ValidateID(aip.PrefixAction, r.ActionID); err != nil {
+			return fmt.Errorf("action_id: %v; omit it to let the dispatcher choose one", err)
+		}
+	}
+	switch {
+	case r.CapabilityID == "":
+		return errors.New("capability_id is required")
+	case len(r.CapabilityID) > MaxCapabilityIDBytes:
+		return fmt.Errorf("capability_id is longer than %d bytes", MaxCapabilityIDBytes)
+	case len(bytes.TrimSpace(r.Input)) == 0 || bytes.Equal(bytes.TrimSpace(r.Input), []byte("null")):
+		return errors.New("input is required (the capability's input object)")
+	case r.Mode != "" && r.Mode != aip.ModeSync && r.Mode != aip.ModeStreaming:
+		return fmt.Errorf("mode %q is not supported; use sync or streaming", r.Mode)
+	case len(r.IdempotencyKey) > MaxIdempotencyKeyBytes:
+		return fmt.Errorf("idempotency_key is longer than %d bytes", MaxIdempotencyKeyBytes)
+	case r.TimeoutMS != nil && (*r.TimeoutMS == 0 || time.Duration(*r.TimeoutMS)*time.Millisecond > maxTimeout):
+		return fmt.Errorf("timeout_ms must be from 1 to %d", maxTimeout.Milliseconds())
+	}
+	return nil
+}
+
+// Settlement values an answer reports beside the registry's outcomes.
+const (
+	// SettlementNone: the route's reservation was not settled by this
+	// request (no route was made, or settling failed and awaits lease
+	// maintenance; see the error).
+	SettlementNone registry.RouteSettlement = ""
+)
+
+// ActionResponse is the answer of POST /aip/v1/actions and of a cancel: the
+// replica's result, or an error, with the routing facts.
+type ActionResponse struct {
+	ActionID string `json:"action_id"`
+	// Result is the replica's verified action result (any status:
+	// completed, failed, cancelled, ...).
+	Result *aip.ActionResult `json:"result,omitempty"`
+	// Error is set when there is no result.
+	Error *aip.ProtocolError `json:"error,omitempty"`
+	// Route is the assignment that carried the action, once there is one.
+	Route *RouteFacts `json:"route,omitempty"`
+	// Settlement is how this request settled the route's reservation:
+	// completed, outcome_unknown or cancelled ("" when it did not).
+	Settlement registry.RouteSettlement `json:"settlement,omitempty"`
+}
+
+// RouteFacts describe one assignment.
+type RouteFacts struct {
+	ReplicaID  string    `json:"replica_id"`
+	InstanceID string    `json:"instance_id"`
+	VersionID  string    `json:"version_id"`
+	FenceToken string    `json:"fence_token"`
+	AssignedAt time.Time `json:"assigned_at"`
+	// Reroutes lists the replicas this request moved the action off, in
+	// order, with the refusal that proved it had not started there.
+	Reroutes []RerouteFact `json:"reroutes,omitempty"`
+}
+
+// RerouteFact is one provably-not-started reroute.
+type RerouteFact struct {
+	FromReplicaID  string `json:"from_replica_id"`
+	FromFenceToken string `json:"from_fence_token"`
+	RefusalCode    string `json:"refusal_code"`
+}
+
+func factsOf(a *registry.RouteAssignment) *RouteFacts {
+	return &RouteFacts{ReplicaID: a.ReplicaID, InstanceID: a.InstanceID, VersionID: a.VersionID,
+		FenceToken: a.FenceToken, AssignedAt: a.AssignedAt}
+}
+
+// StreamLine is one line of a streaming answer: a chunk as the replica sent
+// it, or (last) the final ActionResponse.
+type StreamLine struct {
+	Chunk *aip.StreamChunk `json:"chunk,omitempty"`
+	*ActionResponse
+}
+
+// ActionStatusResponse is the answer of GET /aip/v1/actions/{id}.
+type ActionStatusResponse struct {
+	ActionID     string `json:"action_id"`
+	CapabilityID string `json:"capability_id"`
+	// Route is the current assignment; History the ones the action was
+	// rerouted off, oldest first.
+	Route   *RouteFacts  `json:"route"`
+	History []RouteFacts `json:"history,omitempty"`
+	// Reservation is the registry's bookkeeping of the current route.
+	Reservation ReservationFacts `json:"reservation"`
+	// Replica is what the pinned replica's journal holds, asked with a
+	// signed status query.
+	Replica ReplicaFacts `json:"replica"`
+}
+
+// ReservationFacts mirror registry.RouteReservation.
+type ReservationFacts struct {
+	Reserved       bool                     `json:"reserved"`
+	Retry          bool                     `json:"retry"`
+	LastSettlement registry.RouteSettlement `json:"last_settlement,omitempty"`
+}
+
+// ReplicaFacts are the pinned replica's answer to the status query. When
+// it could not be asked or did not answer verifiably, Reachable is false
+// and Error says why; nothing is guessed.
+type ReplicaFacts struct {
+	Reachable bool               `json:"reachable"`
+	State     aip.ActionState    `json:"state,omitempty"`
+	Result    *aip.ActionResult  `json:"result,omitempty"`
+	UpdatedAt *aip.Timestamp     `json:"updated_at,omitempty"`
+	Error     *aip.ProtocolError `json:"error,omitempty"`
+}
+
+// CancelRequest is the optional body of POST /aip/v1/actions/{id}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// MaxCancelReasonBytes bounds a cancel reason.
+const MaxCancelReasonBytes = 1024
+
+// CapabilitiesResponse is one page of GET /aip/v1/capabilities.
+type CapabilitiesResponse struct {
+	CatalogRevision uint64                          `json:"catalog_revision"`
+	Capabilities    []registry.CapabilityDefinition `json:"capabilities"`
+	NextCursor      string                          `json:"next_cursor,omitempty"`
+	Total           int                             `json:"total"`
+}
+
+// ErrorResponse is the body of every error answer that has no action:
+// {"error": {...}}.
+type ErrorResponse struct {
+	Error *aip.ProtocolError `json:"error"`
+}

@@ -1,0 +1,323 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Defaults of Config.
+const (
+	DefaultAddr            = "127.0.0.1:8080"
+	DefaultActionTimeout   = 30 * time.Second
+	DefaultMaxTimeout      = 5 * time.Minute
+	DefaultMaxReroutes     = 2
+	DefaultMaxBodyBytes    = 4 << 20
+	DefaultRegistryTimeout = 5 * time.Second
+	DefaultStatusTimeout   = 5 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultHopSlack is how much longer the dispatcher waits for the
+	// replica than the action's timeout, so the replica's own answer to a
+	// connector that overran (outcome unknown, journaled) arrives first.
+	DefaultHopSlack = time.Second
+)
+
+// Config configures a Dispatcher. SigningKey and PrincipalID are
+// required; every other zero field means its documented default.
+type Config struct {
+	// SigningKey is the dispatcher's key: the gateway DID every host pins
+	// (--gateway-did). Required.
+	SigningKey *aip.SigningKey
+	// PrincipalID is the gateway principal every host pins
+	// (--gateway-principal-id), a service principal. Required.
+	PrincipalID string
+	// Listener is where Run serves. When nil Run listens on Addr.
+	Listener net.Listener
+	// Addr is the listen address when Listener is nil. Defaults to
+	// 127.0.0.1:8080.
+	Addr string
+	// Admission bounds the fair admission scheduler.
+	Admission AdmissionLimits
+	// Topology is the deployment's placement preference for new routes.
+	Topology registry.RouteTopologyPreference
+	// ActionTimeout bounds an action that names no timeout_ms. Defaults to
+	// 30s.
+	ActionTimeout time.Duration
+	// MaxTimeout bounds timeout_ms. Defaults to 5m.
+	MaxTimeout time.Duration
+	// HopSlack is added to the action timeout for the HTTP hop. Defaults
+	// to 1s.
+	HopSlack time.Duration
+	// MaxReroutes bounds the provably-not-started reroutes of one request.
+	// Defaults to 2; negative disables rerouting.
+	MaxReroutes int
+	// MaxBodyBytes bounds a request body. Defaults to 4 MiB.
+	MaxBodyBytes int64
+	// RegistryTimeout bounds each registry call made after admission
+	// (resolve, reroute, settle). Defaults to 5s.
+	RegistryTimeout time.Duration
+	// StatusTimeout bounds the status query to a replica. Defaults to 5s.
+	StatusTimeout time.Duration
+	// ShutdownTimeout bounds Run's wait for in-flight requests. Defaults
+	// to 30s.
+	ShutdownTimeout time.Duration
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// Logger defaults to a logger that discards.
+	Logger *slog.Logger
+	// Metrics is the registry the dispatcher's collectors join; /metrics
+	// serves it. Defaults to a registry of its own.
+	Metrics *prometheus.Registry
+	// TracerProvider defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.ActionTimeout == 0 {
+		c.ActionTimeout = DefaultActionTimeout
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.HopSlack == 0 {
+		c.HopSlack = DefaultHopSlack
+	}
+	if c.MaxReroutes == 0 {
+		c.MaxReroutes = DefaultMaxReroutes
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.RegistryTimeout == 0 {
+		c.RegistryTimeout = DefaultRegistryTimeout
+	}
+	if c.StatusTimeout == 0 {
+		c.StatusTimeout = DefaultStatusTimeout
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	return c
+}
+
+// TokenVerifier verifies a bearer token and returns its claims; the tenant
+// of every API request is the verified token's, never the payload's.
+// *tenanttoken.Verifier implements it.
+type TokenVerifier interface {
+	Verify(token string) (tenanttoken.Claims, error)
+}
+
+// Deps are the dispatcher's collaborators.
+type Deps struct {
+	// Resolver creates, reads and settles routes. Required.
+	Resolver registry.Resolver
+	// Catalog serves the tenant catalog. Required.
+	Catalog registry.Catalog
+	// Tokens verifies bearer tokens. Required.
+	Tokens TokenVerifier
+	// Rerouter moves an action off a replica that provably did not start
+	// it. Optional: nil never reroutes.
+	Rerouter registry.Rerouter
+	// Client posts native envelopes to replicas. Optional: defaults to a
+	// client of the dispatcher's own with pooled keep-alive connections.
+	Client *http.Client
+	// Ready probes the registry for /ready. Optional.
+	Ready func(ctx context.Context) error
+}
+
+// ErrConfig is returned (wrapped) by New for an invalid Config or Deps.
+var ErrConfig = errors.New("dispatch: invalid configuration")
+
+// Dispatcher is the central side of a route: the action entry point, fair
+// admission, resolution, the signed hop to the pinned replica, the
+// provably-not-started reroute and settlement.
+type Dispatcher struct {
+	cfg       Config
+	deps      Deps
+	key       *aip.SigningKey
+	principal aip.Principal // without trust domain: each hop uses the assignment's
+	sched     *Scheduler
+	client    *http.Client
+	ownClient bool
+	log       *slog.Logger
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	m         *metrics
+	jwks      []byte
+	handler   http.Handler
+	stopping  atomic.Bool
+}
+
+// New validates the configuration and returns a dispatcher. It does no I/O
+// and starts no goroutines.
+func New(cfg Config, deps Deps) (*Dispatcher, error) {
+	cfg = cfg.withDefaults()
+	bad := func(format string, args ...any) (*Dispatcher, error) {
+		return nil, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case cfg.SigningKey == nil:
+		return bad("SigningKey is required (the gateway key every host pins)")
+	case cfg.PrincipalID == "":
+		return bad("PrincipalID is required (the gateway principal every host pins)")
+	case deps.Resolver == nil || deps.Catalog == nil:
+		return bad("Deps.Resolver and Deps.Catalog are required")
+	case deps.Tokens == nil:
+		return bad("Deps.Tokens is required: requests are authenticated by bearer tokens")
+	case cfg.ActionTimeout < 0 || cfg.MaxTimeout < cfg.ActionTimeout:
+		return bad("ActionTimeout %s must be positive and at most MaxTimeout %s", cfg.ActionTimeout, cfg.MaxTimeout)
+	case cfg.HopSlack < 0 || cfg.MaxBodyBytes < 1 || cfg.RegistryTimeout < 0 || cfg.StatusTimeout < 0 || cfg.ShutdownTimeout < 0:
+		return bad("timeouts and MaxBodyBytes must be positive")
+	}
+	if err := (&registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "probe", TenantID: "probe", Topology: cfg.Topology}).Validate(); err != nil {
+		return bad("Topology: %v", err)
+	}
+	sched, err := NewScheduler(cfg.Admission, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	jwks, err := aip.JWKS(cfg.SigningKey.PublicKey())
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{
+		cfg: cfg, deps: deps, key: cfg.SigningKey, sched: sched, client: deps.Client,
+		principal: aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
+		log:       cfg.Logger.With("component", "dispatch"),
+		tracer:    cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
+		prop:      propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		jwks:      jwks,
+	}
+	if d.client == nil {
+		d.client, d.ownClient = newClient(), true
+	}
+	if d.m, err = newMetrics(cfg.Metrics, sched); err != nil {
+		return nil, err
+	}
+	d.handler = d.routes()
+	return d, nil
+}
+
+// newClient returns the default client for native hops: pooled keep-alive
+// connections, bounded dials, no overall timeout (each hop has its own).
+func newClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}}
+}
+
+// DID returns the dispatcher's did:key (the hosts' --gateway-did).
+func (d *Dispatcher) DID() string { return d.key.DID() }
+
+// PrincipalID returns the gateway principal (the hosts'
+// --gateway-principal-id).
+func (d *Dispatcher) PrincipalID() string { return d.principal.ID }
+
+// Handler returns the HTTP API (routes.go), for embedding and tests; Run
+// serves it.
+func (d *Dispatcher) Handler() http.Handler { return d.handler }
+
+// Scheduler returns the admission scheduler, for observation.
+func (d *Dispatcher) Scheduler() *Scheduler { return d.sched }
+
+// Run serves the API until ctx is done, then shuts down in this order:
+//
+//  1. /ready answers 503 and the scheduler stops: queued and new actions
+//     are refused with dispatch.shutting_down (nothing was dispatched);
+//  2. the HTTP server stops accepting and waits, up to ShutdownTimeout, for
+//     the requests in flight: each finishes its hop and settles its route;
+//  3. idle connections to replicas are closed.
+//
+// It returns nil after a clean shutdown, or the serve or shutdown error.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	ln := d.cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", d.cfg.Addr); err != nil {
+			return fmt.Errorf("dispatch: listen on %s: %w", d.cfg.Addr, err)
+		}
+	}
+	srv := &http.Server{
+		Handler:           d.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      d.cfg.MaxTimeout + d.cfg.HopSlack + 2*d.cfg.RegistryTimeout + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	d.log.Info("serving", "addr", ln.Addr().String(), "did", d.key.DID(), "principal", d.principal.ID)
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	d.stopping.Store(true)
+	d.sched.Stop()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownTimeout)
+	defer cancel()
+	shutErr := srv.Shutdown(sctx)
+	if serveErr == nil {
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	} else if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	if d.ownClient {
+		d.client.CloseIdleConnections()
+	}
+	if shutErr != nil {
+		return fmt.Errorf("dispatch: shutdown: %w", shutErr)
+	}
+	if serveErr != nil {
+		return fmt.Errorf("dispatch: serve: %w", serveErr)
+	}
+	d.log.Info("stopped")
+	return nil
+}
+
+// Close releases the dispatcher's own HTTP client connections (for
+// embedders that use Handler without Run).
+func (d *Dispatcher) Close() {
+	d.stopping.Store(true)
+	d.sched.Stop()
+	if d.ownClient {
+		d.client.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,59 @@
+// Package dispatch is the central side of a route: the action entry point
+// of the fleet. It authenticates the caller's tenant from a bearer token,
+// admits the action through a per-tenant fair scheduler, resolves its
+// durable route in the registry, sends the native action envelope — signed
+// with the dispatcher's gateway key and carrying the pinned
+// security.connector_route — to the assigned replica, verifies the
+// replica's signed answer, and settles the route's capacity.
+//
+// # Library
+//
+// New(Config, Deps) builds a Dispatcher from a Config (the gateway key and
+// principal, limits, timeouts, observability) and its collaborators
+// (registry.Resolver, registry.Catalog, an optional registry.Rerouter, a
+// TokenVerifier, an optional HTTP client). Run serves the HTTP API until
+// its context ends; Handler returns the same API for embedding (the
+// development fleet runs it in-process on memregistry). Execute, Cancel,
+// Status and Capabilities are the operations behind the API.
+//
+// # Admission
+//
+// Scheduler bounds in-flight actions globally (1 024) and per tenant
+// (128), and queued actions by count (4 096, 512 per tenant), bytes
+// (64 MiB) and age (30 s); waiting tenants are served in weighted round
+// robin. Overload is connector.scheduler_overloaded (429).
+//
+// # Settlement
+//
+// A verified action_result for the action settles completed. A verified
+// signed error settles cancelled when the replica answered before this
+// delivery ran anything (input invalid, idempotency conflict, action in
+// progress, a refusal that was not rerouted, ...) and outcome_unknown when
+// its own answer is that the outcome is uncertain (outcome unknown,
+// execution, storage, replay). Everything unverified — a timeout, a reset
+// connection, an unsigned or garbled answer, an answer for another action —
+// settles outcome_unknown, and the route stays pinned: retrying the action
+// ID returns to the same replica, whose journal answers without running it
+// again.
+//
+// # Provably-not-started reroute
+//
+// The one exception to pinning: when the pinned replica answers the action
+// envelope with its signed refusal (connector_host.not_ready or
+// connector_host.capacity), the dispatcher presents the envelope it sent
+// and the refusal as registry.RefusalEvidence to the registry's Rerouter,
+// which verifies it, moves the action to another replica under a new fence
+// token and keeps the old assignment as history — unless the assignment
+// was handed out more than once, in which case another envelope may exist
+// and the route stays pinned. At most Config.MaxReroutes (2) reroutes
+// happen per request. docs/routing.md gives the safety argument.
+//
+// # Tracing
+//
+// One trace per action: dispatch.action (the entry point, attributes
+// aip.tenant_id, aip.capability_id, aip.action_id, aip.replica_id,
+// aip.outcome), with children dispatch.admission, dispatch.resolve,
+// dispatch.send (one per hop; its context travels in the envelope's trace
+// member, so the host's hostsdk.message span and the connector's span are
+// its children), dispatch.reroute and dispatch.settle.
+package dispatch

@@ -1,0 +1,146 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Error codes of the dispatcher (docs/dispatch-api.md has the table with
+// their HTTP statuses).
+const (
+	// Request and authentication.
+	CodeUnauthorized    = "dispatch.unauthorized"
+	CodeRequestInvalid  = "dispatch.request_invalid"
+	CodeActionInvalid   = "dispatch.action_invalid"
+	CodeRequestTooLarge = "dispatch.request_too_large"
+	CodeNotFound        = "dispatch.not_found"
+	CodeStaleCursor     = "dispatch.stale_cursor"
+	CodeShuttingDown    = "dispatch.shutting_down"
+	// Outcome of the hop to the replica.
+	CodeOutcomeUnknown     = "dispatch.outcome_unknown"
+	CodeTimeout            = "dispatch.timeout"
+	CodeReplicaUnreachable = "dispatch.replica_unreachable"
+	// Registry and scheduler (reference §7.1 names).
+	CodeAdmissionCapacity   = "connector.admission_capacity"
+	CodeSchedulerOverloaded = "connector.scheduler_overloaded"
+	CodeRequestRejected     = "connector.request_rejected"
+	CodeBindingUnavailable  = "connector.binding_unavailable"
+	CodeReplicaUnavailable  = "connector.replica_unavailable"
+	CodeRouteConflict       = "connector.route_conflict"
+	CodeRegistry            = "connector.registry_unavailable"
+)
+
+// Host codes the dispatcher interprets (hostsdk's wire codes).
+const (
+	hostNotReady            = registry.RefusalNotReady
+	hostCapacity            = registry.RefusalCapacity
+	hostOutcomeUnknown      = "connector_host.outcome_unknown"
+	hostExecution           = "connector_host.execution"
+	hostStorageUnavailable  = "connector_host.storage_unavailable"
+	hostReplay              = "connector_host.replay"
+	hostInputInvalid        = "connector_host.input_invalid"
+	hostIdempotencyConflict = "connector_host.idempotency_conflict"
+	hostActionInProgress    = "connector_host.action_in_progress"
+	hostCapabilityUnknown   = "connector_host.capability_unknown"
+)
+
+var errorSource = json.RawMessage(`{"component":"aipfleet-dispatch"}`)
+
+// apiError is a protocol error with the HTTP status the API answers it
+// with.
+type apiError struct {
+	status int
+	pe     *aip.ProtocolError
+}
+
+func (e *apiError) Error() string { return e.pe.Error() }
+
+func newAPIError(status int, code string, category aip.ErrorCategory, retryable bool, retryAfter time.Duration, msg string) *apiError {
+	pe := aip.NewProtocolError(code, category, retryable, uint64(retryAfter.Milliseconds()), aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))
+	pe.Source = errorSource
+	return &apiError{status: status, pe: pe}
+}
+
+func withDetails(e *apiError, details any) *apiError {
+	e.pe.Details, _ = json.Marshal(details)
+	return e
+}
+
+// registryError maps a registry failure to the API (reference §7.1).
+func registryError(err error) *apiError {
+	var ce *registry.CapacityExceededError
+	switch {
+	case errors.As(err, &ce):
+		return withDetails(newAPIError(http.StatusTooManyRequests, CodeAdmissionCapacity, aip.CategoryTemporary, true, ce.RetryAfter,
+			"an admission limit of the capability's binding is reached; retry later"), map[string]any{"scope": ce.Scope, "limit": ce.Limit})
+	case errors.Is(err, registry.ErrBindingUnavailable):
+		return newAPIError(http.StatusNotFound, CodeBindingUnavailable, aip.CategoryPolicy, false, 0,
+			"the capability is not available to your tenant (no usable binding); list yours with GET "+PathCapabilities)
+	case errors.Is(err, registry.ErrReplicaUnavailable):
+		return newAPIError(http.StatusServiceUnavailable, CodeReplicaUnavailable, aip.CategoryTemporary, true, time.Second,
+			"no replica can take the action now: "+err.Error())
+	case errors.Is(err, registry.ErrConflict):
+		return newAPIError(http.StatusConflict, CodeRouteConflict, aip.CategoryPermanent, false, 0,
+			"the action ID is already used for another capability; use a new action ID")
+	case errors.Is(err, registry.ErrInvalid):
+		return newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0, err.Error())
+	case errors.Is(err, registry.ErrNotFound):
+		return newAPIError(http.StatusNotFound, CodeNotFound, aip.CategoryPermanent, false, 0, "no such action")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return newAPIError(http.StatusServiceUnavailable, CodeRegistry, aip.CategoryTemporary, true, time.Second,
+			"the registry did not answer in time; nothing was dispatched, retry with the same action ID")
+	}
+	return newAPIError(http.StatusServiceUnavailable, CodeRegistry, aip.CategoryTemporary, true, time.Second,
+		"the registry is unavailable; retry with the same action ID")
+}
+
+// schedulerError maps an admission failure to the API (reference §7.1).
+func schedulerError(err error) *apiError {
+	switch {
+	case errors.Is(err, ErrRequestTooLarge):
+		return newAPIError(http.StatusRequestEntityTooLarge, CodeRequestRejected, aip.CategoryPermanent, false, 0, err.Error())
+	case errors.Is(err, ErrSchedulerStopped):
+		return newAPIError(http.StatusServiceUnavailable, CodeShuttingDown, aip.CategoryTemporary, true, time.Second,
+			"the dispatcher is shutting down; retry with the same action ID")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return newAPIError(http.StatusServiceUnavailable, CodeSchedulerOverloaded, aip.CategoryTemporary, true, 100*time.Millisecond,
+			"the request ended while waiting for admission; nothing was dispatched")
+	}
+	return newAPIError(http.StatusTooManyRequests, CodeSchedulerOverloaded, aip.CategoryTemporary, true, 100*time.Millisecond,
+		"the dispatcher is overloaded ("+err.Error()+"); retry later")
+}
+
+// hostStatus is the HTTP status the API answers a replica's signed error
+// with.
+func hostStatus(code string) int {
+	switch code {
+	case hostNotReady, hostStorageUnavailable:
+		return http.StatusServiceUnavailable
+	case hostCapacity:
+		return http.StatusTooManyRequests
+	case hostInputInvalid:
+		return http.StatusUnprocessableEntity
+	case hostIdempotencyConflict, hostActionInProgress:
+		return http.StatusConflict
+	case hostCapabilityUnknown:
+		return http.StatusNotFound
+	}
+	return http.StatusBadGateway
+}
+
+// hostSettlement is how a replica's signed error settles the route: codes
+// that leave the outcome uncertain count as outcome_unknown; the others are
+// definitive answers given before this delivery ran anything.
+func hostSettlement(code string) registry.RouteSettlement {
+	switch code {
+	case hostOutcomeUnknown, hostExecution, hostStorageUnavailable, hostReplay:
+		return registry.SettlementOutcomeUnknown
+	}
+	return registry.SettlementCancelled
+}

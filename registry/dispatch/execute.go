@@ -1,0 +1,432 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Span names of one action's trace (docs/routing.md): the entry point's
+// server span, then admission, resolution, each hop (whose context the
+// replica's ingress continues), each reroute and the settlement.
+const (
+	SpanAction    = "dispatch.action"
+	SpanAdmission = "dispatch.admission"
+	SpanResolve   = "dispatch.resolve"
+	SpanSend      = "dispatch.send"
+	SpanReroute   = "dispatch.reroute"
+	SpanSettle    = "dispatch.settle"
+	SpanCancel    = "dispatch.cancel"
+	SpanStatus    = "dispatch.status"
+)
+
+// Span attributes.
+const (
+	AttrTenant     = "aip.tenant_id"
+	AttrCapability = "aip.capability_id"
+	AttrAction     = "aip.action_id"
+	AttrReplica    = "aip.replica_id"
+	AttrOutcome    = "aip.outcome"
+	AttrErrorCode  = "aip.error_code"
+)
+
+// requestOverhead is added to the input's size when the scheduler weighs
+// an action.
+const requestOverhead = 512
+
+// Execute runs one action for a verified tenant: admission, resolution,
+// the signed hop to the pinned replica (with at most MaxReroutes
+// provably-not-started reroutes), verification and settlement. It returns
+// the answer and its HTTP status. onChunk, when not nil, receives a
+// streaming action's verified chunks as they arrive.
+//
+// Once admitted, the action no longer depends on ctx's cancellation (a
+// client that hangs up does not leave a route unsettled); it is bounded by
+// its timeout instead.
+func (d *Dispatcher) Execute(ctx context.Context, tenant string, req ActionRequest, onChunk func(*aip.StreamChunk)) (ActionResponse, int) {
+	if req.ActionID == "" {
+		req.ActionID = aip.NewActionID()
+	}
+	start := d.cfg.Now()
+	ctx, span := d.tracer.Start(ctx, SpanAction, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrCapability, req.CapabilityID),
+			attribute.String(AttrAction, req.ActionID), attribute.String("aip.mode", string(modeOf(&req)))))
+	defer span.End()
+	resp, status := d.execute(ctx, tenant, &req, onChunk, span)
+	outcome := string(resp.Settlement)
+	if resp.Route == nil {
+		outcome = "not_routed"
+	}
+	span.SetAttributes(attribute.String(AttrOutcome, outcome), attribute.Int("http.response.status_code", status))
+	if resp.Route != nil {
+		span.SetAttributes(attribute.String(AttrReplica, resp.Route.ReplicaID))
+	}
+	if resp.Error != nil {
+		span.SetAttributes(attribute.String(AttrErrorCode, resp.Error.Code))
+		span.SetStatus(codes.Error, resp.Error.Code)
+	}
+	d.m.observe(outcome, resp.Error, d.cfg.Now().Sub(start))
+	return resp, status
+}
+
+func modeOf(req *ActionRequest) aip.ActionMode {
+	if req.Mode == "" {
+		return aip.ModeSync
+	}
+	return req.Mode
+}
+
+func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequest, onChunk func(*aip.StreamChunk), span trace.Span) (ActionResponse, int) {
+	resp := ActionResponse{ActionID: req.ActionID}
+	fail := func(e *apiError) (ActionResponse, int) {
+		resp.Error = e.pe
+		return resp, e.status
+	}
+	if tenant == "" {
+		return fail(newAPIError(http.StatusUnauthorized, CodeUnauthorized, aip.CategoryAuth, false, 0, "no verified tenant"))
+	}
+	if err := req.Validate(d.cfg.MaxTimeout); err != nil {
+		return fail(newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0, err.Error()))
+	}
+	size := int64(len(req.Input)+len(req.CapabilityID)+len(req.IdempotencyKey)) + requestOverhead
+	actx, aspan := d.tracer.Start(ctx, SpanAdmission)
+	permit, err := d.sched.Acquire(actx, tenant, size)
+	if err != nil {
+		aspan.RecordError(err)
+		aspan.SetStatus(codes.Error, err.Error())
+		aspan.End()
+		return fail(schedulerError(err))
+	}
+	aspan.SetAttributes(attribute.Int64("aip.queue_wait_us", permit.Waited.Microseconds()))
+	aspan.End()
+	defer permit.Release()
+
+	// From here on the client's cancellation no longer matters.
+	timeout := d.cfg.ActionTimeout
+	if req.TimeoutMS != nil {
+		timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
+	}
+	wctx := context.WithoutCancel(ctx)
+	hopCtx, cancelHop := context.WithTimeout(wctx, timeout+d.cfg.HopSlack)
+	defer cancelHop()
+
+	a, err := d.resolve(wctx, tenant, req)
+	if err != nil {
+		return fail(registryError(err))
+	}
+	resp.Route = factsOf(&a)
+	span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID))
+	mode := modeOf(req)
+	timeoutMS := uint64(timeout.Milliseconds())
+	action := &aip.Action{
+		ID: req.ActionID, CapabilityID: req.CapabilityID, Input: req.Input, Mode: mode,
+		IdempotencyKey: req.IdempotencyKey, TimeoutMS: &timeoutMS,
+		Identity: &aip.IdentityContext{Tenant: &aip.TenantRef{ID: tenant}},
+	}
+	var pmode *aip.ActionMode
+	if mode == aip.ModeStreaming {
+		pmode = &mode
+	}
+	var h *hop
+	var reroutes []RerouteFact
+	for {
+		env, err := d.envelope(&a, aip.Body{Action: action}, pmode)
+		if err != nil {
+			h = &hop{err: err}
+		} else {
+			h = d.send(hopCtx, &a, env, SpanSend, onChunk)
+		}
+		pe := h.refusal()
+		if pe == nil || d.deps.Rerouter == nil || d.cfg.MaxReroutes < 0 || len(reroutes) >= d.cfg.MaxReroutes {
+			break
+		}
+		next, err := d.reroute(wctx, &a, h)
+		if err != nil {
+			d.log.Info("refusal not rerouted", "action_id", a.ActionID, "replica_id", a.ReplicaID, "code", pe.Code, "reason", err)
+			break
+		}
+		d.log.Info("rerouted", "action_id", a.ActionID, "from_replica_id", a.ReplicaID, "to_replica_id", next.ReplicaID, "code", pe.Code)
+		reroutes = append(reroutes, RerouteFact{FromReplicaID: a.ReplicaID, FromFenceToken: a.FenceToken, RefusalCode: pe.Code})
+		a = next
+		resp.Route = factsOf(&a)
+		resp.Route.Reroutes = reroutes
+		span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID))
+	}
+	settlement, status := d.classify(&a, h, &resp)
+	if err := d.settle(wctx, &a, settlement); err != nil {
+		d.log.Error("settle", "action_id", a.ActionID, "replica_id", a.ReplicaID, "settlement", settlement, "error", err)
+	} else {
+		resp.Settlement = settlement
+	}
+	return resp, status
+}
+
+// classify turns the last hop into the answer and the settlement: a
+// verified result for the action is completed; a verified error settles by
+// its code (hostSettlement); anything unverified is outcome_unknown.
+func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionResponse) (registry.RouteSettlement, int) {
+	unknown := func(status int, code, msg string) (registry.RouteSettlement, int) {
+		e := newAPIError(status, code, aip.CategoryTransport, true, 0,
+			fmt.Sprintf("the outcome of %s on replica %s is unknown: %s; it stays pinned there: send the same action ID again or GET %s/%s", a.ActionID, a.ReplicaID, msg, PathActions, a.ActionID))
+		withDetails(e, map[string]string{"action_id": a.ActionID, "replica_id": a.ReplicaID})
+		resp.Error = e.pe
+		return registry.SettlementOutcomeUnknown, status
+	}
+	switch {
+	case h.env == nil && h.timedOut:
+		return unknown(http.StatusGatewayTimeout, CodeTimeout, "no answer before the action's timeout")
+	case h.env == nil:
+		return unknown(http.StatusBadGateway, CodeOutcomeUnknown, h.err.Error())
+	case h.env.Body.ActionResult != nil:
+		res := h.env.Body.ActionResult
+		if res.ActionID != a.ActionID {
+			return unknown(http.StatusBadGateway, CodeOutcomeUnknown, "the replica answered for another action ("+res.ActionID+")")
+		}
+		resp.Result = res
+		return registry.SettlementCompleted, http.StatusOK
+	case h.env.Body.Error != nil:
+		pe := h.env.Body.Error.Error
+		resp.Error = &pe
+		return hostSettlement(pe.Code), hostStatus(pe.Code)
+	}
+	return unknown(http.StatusBadGateway, CodeOutcomeUnknown, "the replica answered with a "+string(h.env.MessageType))
+}
+
+func (d *Dispatcher) resolve(ctx context.Context, tenant string, req *ActionRequest) (registry.RouteAssignment, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	defer cancel()
+	ctx, span := d.tracer.Start(ctx, SpanResolve)
+	defer span.End()
+	a, err := d.deps.Resolver.Resolve(ctx, registry.RouteRequest{
+		ActionID: req.ActionID, CapabilityID: req.CapabilityID, TenantID: tenant, Topology: d.cfg.Topology,
+	})
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return a, err
+	}
+	span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID), attribute.String("aip.fence_token", a.FenceToken))
+	return a, nil
+}
+
+func (d *Dispatcher) reroute(ctx context.Context, a *registry.RouteAssignment, h *hop) (registry.RouteAssignment, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	defer cancel()
+	ctx, span := d.tracer.Start(ctx, SpanReroute, trace.WithAttributes(attribute.String("aip.from_replica_id", a.ReplicaID),
+		attribute.String(AttrErrorCode, h.refusal().Code)))
+	defer span.End()
+	next, err := d.deps.Rerouter.Reroute(ctx, registry.RerouteRequest{
+		Current:  *a,
+		Evidence: registry.RefusalEvidence{Request: h.request, Response: h.response},
+		Topology: d.cfg.Topology,
+	})
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		d.m.reroutes.WithLabelValues(rerouteResult(err)).Inc()
+		return next, err
+	}
+	span.SetAttributes(attribute.String(AttrReplica, next.ReplicaID))
+	d.m.reroutes.WithLabelValues("rerouted").Inc()
+	return next, nil
+}
+
+func rerouteResult(err error) string {
+	switch {
+	case errors.Is(err, registry.ErrRerouteUnsafe):
+		return "unsafe"
+	case errors.Is(err, registry.ErrReplicaUnavailable), errors.Is(err, registry.ErrBindingUnavailable):
+		return "no_replica"
+	case errors.Is(err, registry.ErrCapacityExceeded):
+		return "capacity"
+	case errors.Is(err, registry.ErrEvidence):
+		return "evidence_rejected"
+	case errors.Is(err, registry.ErrFenceLost):
+		return "fence_lost"
+	}
+	return "error"
+}
+
+func (d *Dispatcher) settle(ctx context.Context, a *registry.RouteAssignment, s registry.RouteSettlement) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	defer cancel()
+	ctx, span := d.tracer.Start(ctx, SpanSettle, trace.WithAttributes(attribute.String(AttrOutcome, string(s)),
+		attribute.String(AttrReplica, a.ReplicaID)))
+	defer span.End()
+	if err := d.deps.Resolver.Settle(ctx, *a, s); err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		d.m.settleFailures.Inc()
+		return err
+	}
+	return nil
+}
+
+// lookup returns the action's current assignment when it belongs to
+// tenant; another tenant's action is not found, like an unknown one.
+func (d *Dispatcher) lookup(ctx context.Context, tenant, actionID string) (registry.RouteAssignment, *apiError) {
+	if err := aip.ValidateID(aip.PrefixAction, actionID); err != nil {
+		return registry.RouteAssignment{}, newAPIError(http.StatusNotFound, CodeNotFound, aip.CategoryPermanent, false, 0, "no such action: "+err.Error())
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	defer cancel()
+	a, err := d.deps.Resolver.Assignment(ctx, actionID)
+	if err != nil {
+		return a, registryError(err)
+	}
+	if a.TenantID != tenant {
+		return registry.RouteAssignment{}, registryError(registry.ErrNotFound)
+	}
+	return a, nil
+}
+
+// Cancel sends an action-scoped cancel to the action's pinned replica and
+// settles the route cancelled. The answer is the replica's journaled
+// result of the action (cancelled, or the result it reached first). If the
+// action was rerouted while the cancel was in flight, the cancel follows
+// it to the new replica.
+func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string) (ActionResponse, int) {
+	ctx, span := d.tracer.Start(ctx, SpanCancel, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrAction, actionID)))
+	defer span.End()
+	resp := ActionResponse{ActionID: actionID}
+	a, e := d.lookup(ctx, tenant, actionID)
+	if e != nil {
+		resp.Error = e.pe
+		span.SetStatus(codes.Error, e.pe.Code)
+		return resp, e.status
+	}
+	if reason == "" {
+		reason = "cancelled by the caller through the aipfleet dispatcher"
+	}
+	wctx := context.WithoutCancel(ctx)
+	for attempt := 0; ; attempt++ {
+		resp.Route = factsOf(&a)
+		span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID))
+		hctx, cancel := context.WithTimeout(wctx, d.cfg.ActionTimeout)
+		env, err := d.envelope(&a, aip.Body{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: actionID}, Reason: reason}}, nil)
+		var h *hop
+		if err != nil {
+			h = &hop{err: err}
+		} else {
+			h = d.send(hctx, &a, env, SpanSend, nil)
+		}
+		cancel()
+		switch {
+		case h.env == nil:
+			e := newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
+				fmt.Sprintf("the cancel did not reach replica %s verifiably (%v); send it again", a.ReplicaID, h.err))
+			resp.Error = e.pe
+			return resp, e.status
+		case h.env.Body.Error != nil:
+			pe := h.env.Body.Error.Error
+			resp.Error = &pe
+			return resp, hostStatus(pe.Code)
+		case h.env.Body.ActionResult == nil || h.env.Body.ActionResult.ActionID != actionID:
+			e := newAPIError(http.StatusBadGateway, CodeOutcomeUnknown, aip.CategoryTransport, true, 0,
+				"the replica answered the cancel with something other than the action's result")
+			resp.Error = e.pe
+			return resp, e.status
+		}
+		resp.Result = h.env.Body.ActionResult
+		// The action may have moved while the cancel was in flight: follow
+		// it, so the cancel reaches every replica it was sent to.
+		cur, e := d.lookup(wctx, tenant, actionID)
+		if e == nil && cur.FenceToken != a.FenceToken && attempt <= d.cfg.MaxReroutes {
+			a = cur
+			continue
+		}
+		if err := d.settle(wctx, &a, registry.SettlementCancelled); err != nil {
+			d.log.Error("settle a cancel", "action_id", actionID, "error", err)
+		} else {
+			resp.Settlement = registry.SettlementCancelled
+		}
+		return resp, http.StatusOK
+	}
+}
+
+// Status returns the action's route, its history and reservation, and the
+// journaled state its pinned replica reports to a signed status query.
+func (d *Dispatcher) Status(ctx context.Context, tenant, actionID string) (ActionStatusResponse, *apiError) {
+	ctx, span := d.tracer.Start(ctx, SpanStatus, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrAction, actionID)))
+	defer span.End()
+	a, e := d.lookup(ctx, tenant, actionID)
+	if e != nil {
+		span.SetStatus(codes.Error, e.pe.Code)
+		return ActionStatusResponse{}, e
+	}
+	out := ActionStatusResponse{ActionID: actionID, CapabilityID: a.CapabilityID, Route: factsOf(&a)}
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	defer cancel()
+	res, err := d.deps.Resolver.Reservation(rctx, actionID)
+	if err != nil {
+		return ActionStatusResponse{}, registryError(err)
+	}
+	out.Reservation = ReservationFacts{Reserved: res.Reserved, Retry: res.Retry, LastSettlement: res.LastSettlement}
+	if d.deps.Rerouter != nil {
+		hist, err := d.deps.Rerouter.RouteHistory(rctx, actionID)
+		if err != nil {
+			return ActionStatusResponse{}, registryError(err)
+		}
+		for i := range hist {
+			out.History = append(out.History, *factsOf(&hist[i]))
+		}
+	}
+	hctx, hcancel := context.WithTimeout(ctx, d.cfg.StatusTimeout)
+	defer hcancel()
+	env, err := d.envelope(&a, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: actionID}}, nil)
+	var h *hop
+	if err != nil {
+		h = &hop{err: err}
+	} else {
+		h = d.send(hctx, &a, env, SpanSend, nil)
+	}
+	switch {
+	case h.env == nil:
+		out.Replica.Error = newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
+			fmt.Sprintf("replica %s did not answer the status query verifiably: %v", a.ReplicaID, h.err)).pe
+	case h.env.Body.Error != nil:
+		pe := h.env.Body.Error.Error
+		out.Replica.Error = &pe
+	case h.env.Body.ActionStatus == nil || h.env.Body.ActionStatus.ActionID != actionID:
+		out.Replica.Error = newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, 0,
+			"the replica answered the status query with something else").pe
+	default:
+		st := h.env.Body.ActionStatus
+		out.Replica = ReplicaFacts{Reachable: true, State: st.State, Result: st.Result}
+		if !st.UpdatedAt.IsZero() {
+			out.Replica.UpdatedAt = &st.UpdatedAt
+		}
+	}
+	return out, nil
+}
+
+// Capabilities returns one page of the tenant's catalog. A cursor from an
+// older catalog revision is dispatch.stale_cursor (409): restart from the
+// first page.
+func (d *Dispatcher) Capabilities(ctx context.Context, tenant string, q registry.CatalogQuery) (CapabilitiesResponse, *apiError) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	defer cancel()
+	page, err := d.deps.Catalog.QueryCapabilities(ctx, q, registry.ForTenant(tenant))
+	switch {
+	case errors.Is(err, registry.ErrStaleCursor):
+		return CapabilitiesResponse{}, newAPIError(http.StatusConflict, CodeStaleCursor, aip.CategoryPermanent, false, 0,
+			"the catalog changed since this cursor was issued; restart from the first page (omit cursor)")
+	case errors.Is(err, registry.ErrInvalid):
+		return CapabilitiesResponse{}, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error())
+	case err != nil:
+		return CapabilitiesResponse{}, registryError(err)
+	}
+	return CapabilitiesResponse{CatalogRevision: page.CatalogRevision, Capabilities: page.Capabilities,
+		NextCursor: page.NextCursor, Total: page.Total}, nil
+}

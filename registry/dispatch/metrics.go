@@ -1,0 +1,72 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// metrics are the dispatcher's Prometheus collectors, registered on the
+// registry in Config.Metrics.
+type metrics struct {
+	actions        *prometheus.CounterVec
+	errors         *prometheus.CounterVec
+	duration       prometheus.Histogram
+	reroutes       *prometheus.CounterVec
+	settleFailures prometheus.Counter
+	requests       *prometheus.CounterVec
+}
+
+func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
+	m := &metrics{
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aip_dispatch_actions_total",
+			Help: "Actions handled by the dispatcher, by how their route was settled (not_routed: refused before a route existed).",
+		}, []string{"outcome"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aip_dispatch_action_errors_total",
+			Help: "Actions answered with an error, by error code.",
+		}, []string{"code"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "aip_dispatch_action_duration_seconds",
+			Help:    "Time from the entry point to the answer of an action.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		reroutes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aip_dispatch_reroutes_total",
+			Help: "Provably-not-started reroutes asked of the registry, by result.",
+		}, []string{"result"}),
+		settleFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aip_dispatch_settle_failures_total",
+			Help: "Settlements the registry did not confirm (lease maintenance releases them later).",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aip_dispatch_http_requests_total",
+			Help: "API requests by route and HTTP status.",
+		}, []string{"route", "status"}),
+	}
+	gauge := func(name, help string, f func(SchedulerSnapshot) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
+	}
+	for _, c := range []prometheus.Collector{
+		m.actions, m.errors, m.duration, m.reroutes, m.settleFailures, m.requests,
+		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
+		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
+		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(outcome string, pe *aip.ProtocolError, d time.Duration) {
+	m.actions.WithLabelValues(outcome).Inc()
+	if pe != nil {
+		m.errors.WithLabelValues(pe.Code).Inc()
+	}
+	m.duration.Observe(d.Seconds())
+}

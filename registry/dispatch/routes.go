@@ -1,0 +1,324 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// routes lists every route of the dispatcher's HTTP API.
+func (d *Dispatcher) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(d.countRequests)
+	r.Method(http.MethodGet, PathHealth, d.handleHealth())
+	r.Method(http.MethodGet, PathReady, d.handleReady())
+	r.Method(http.MethodGet, PathMetrics, promhttp.HandlerFor(d.cfg.Metrics, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, PathJWKS, d.handleJWKS())
+	r.Group(func(r chi.Router) {
+		r.Use(d.authenticate)
+		r.Method(http.MethodPost, PathActions, d.handleAction())
+		r.Method(http.MethodGet, PathAction, d.handleStatus())
+		r.Method(http.MethodPost, PathActionCancel, d.handleCancel())
+		r.Method(http.MethodGet, PathCapabilities, d.handleCapabilities())
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, newAPIError(http.StatusNotFound, CodeNotFound, aip.CategoryPermanent, false, 0, "no such route: "+r.Method+" "+r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, newAPIError(http.StatusMethodNotAllowed, CodeRequestInvalid, aip.CategoryPermanent, false, 0, r.Method+" is not allowed on "+r.URL.Path))
+	})
+	return r
+}
+
+type tenantKey struct{}
+
+// tenantOf returns the verified tenant of an authenticated request.
+func tenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// authenticate verifies the bearer token and puts its tenant in the
+// request context; anything else is a 401 that says why.
+func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, err := tenanttoken.FromAuthorization(r.Header.Get("Authorization"))
+		var claims tenanttoken.Claims
+		if err == nil {
+			claims, err = d.deps.Tokens.Verify(tok)
+		}
+		if err != nil {
+			msg := err.Error()
+			if !errors.Is(err, tenanttoken.ErrUnauthorized) {
+				msg = "unauthorized: " + msg
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(aip.TruncateUTF8(msg, 200)))
+			writeError(w, newAPIError(http.StatusUnauthorized, CodeUnauthorized, aip.CategoryAuth, false, 0, msg))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, claims.TenantID)))
+	})
+}
+
+// statusRecorder remembers the status written.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the Flusher.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (d *Dispatcher) countRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		if route == "" {
+			route = "unmatched"
+		}
+		d.m.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
+	})
+}
+
+func (d *Dispatcher) handleHealth() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "did": d.key.DID()})
+	})
+}
+
+func (d *Dispatcher) handleReady() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		checks := map[string]string{"dispatcher": "ok", "registry": "ok"}
+		ready := true
+		if d.stopping.Load() {
+			checks["dispatcher"], ready = "shutting down", false
+		}
+		if d.deps.Ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			err := d.deps.Ready(ctx)
+			cancel()
+			if err != nil {
+				checks["registry"], ready = err.Error(), false
+			}
+		}
+		status := http.StatusOK
+		if !ready {
+			status = http.StatusServiceUnavailable
+		}
+		writeJSON(w, status, map[string]any{"ready": ready, "checks": checks, "admission": d.sched.Snapshot()})
+	})
+}
+
+func (d *Dispatcher) handleJWKS() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Write(d.jwks)
+	})
+}
+
+// handleAction serves POST /aip/v1/actions: a sync action answers one JSON
+// ActionResponse; a streaming action answers NDJSON StreamLines (the
+// chunks, then the final ActionResponse) once its first chunk arrives, and
+// plain JSON when it fails before any chunk.
+func (d *Dispatcher) handleAction() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.cfg.MaxBodyBytes))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeError(w, newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0,
+					"the request body exceeds "+strconv.FormatInt(d.cfg.MaxBodyBytes, 10)+" bytes"))
+				return
+			}
+			writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, "read the body: "+err.Error()))
+			return
+		}
+		req, err := DecodeActionRequest(body)
+		if err != nil {
+			writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error()))
+			return
+		}
+		if err := req.Validate(d.cfg.MaxTimeout); err != nil {
+			writeError(w, newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0, err.Error()))
+			return
+		}
+		if req.ActionID == "" {
+			req.ActionID = aip.NewActionID()
+		}
+		if req.Mode != aip.ModeStreaming {
+			resp, status := d.Execute(r.Context(), tenantOf(r.Context()), req, nil)
+			writeAction(w, status, &resp)
+			return
+		}
+		s := &streamWriter{w: w}
+		resp, status := d.Execute(r.Context(), tenantOf(r.Context()), req, s.chunk)
+		s.finish(status, &resp)
+	})
+}
+
+// streamWriter relays a streaming action's chunks as NDJSON lines.
+type streamWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	started bool
+	broken  bool
+}
+
+func (s *streamWriter) chunk(c *aip.StreamChunk) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken {
+		return // the client left; the action still runs to its settlement
+	}
+	if !s.started {
+		s.started = true
+		s.w.Header().Set("Content-Type", ContentTypeNDJSON)
+		s.w.Header().Set("X-Content-Type-Options", "nosniff")
+		s.w.WriteHeader(http.StatusOK)
+	}
+	if err := writeLine(s.w, StreamLine{Chunk: c}); err != nil {
+		s.broken = true
+	}
+}
+
+func (s *streamWriter) finish(status int, resp *ActionResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		writeAction(s.w, status, resp)
+		return
+	}
+	if !s.broken {
+		writeLine(s.w, StreamLine{ActionResponse: resp})
+	}
+}
+
+func writeLine(w http.ResponseWriter, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(append(raw, '\n')); err != nil {
+		return err
+	}
+	return http.NewResponseController(w).Flush()
+}
+
+func (d *Dispatcher) handleStatus() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out, e := d.Status(r.Context(), tenantOf(r.Context()), chi.URLParam(r, "id"))
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+func (d *Dispatcher) handleCancel() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+		if err != nil {
+			writeError(w, newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0, "a cancel body is at most 64 KiB"))
+			return
+		}
+		var c CancelRequest
+		if len(strings.TrimSpace(string(body))) > 0 {
+			dec := json.NewDecoder(strings.NewReader(string(body)))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&c); err != nil || dec.More() {
+				writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, `the body must be empty or {"reason": "..."}`))
+				return
+			}
+		}
+		if len(c.Reason) > MaxCancelReasonBytes {
+			writeError(w, newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0,
+				"reason is longer than "+strconv.Itoa(MaxCancelReasonBytes)+" bytes"))
+			return
+		}
+		resp, status := d.Cancel(r.Context(), tenantOf(r.Context()), chi.URLParam(r, "id"), c.Reason)
+		writeAction(w, status, &resp)
+	})
+}
+
+// MaxPageLimit bounds the limit query parameter of GET
+// /aip/v1/capabilities (the registry clamps it further).
+const MaxPageLimit = 1000
+
+func (d *Dispatcher) handleCapabilities() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query()
+		q := registry.CatalogQuery{CapabilityID: v.Get("capability_id"), Text: v.Get("q"), Profile: v.Get("profile"), Cursor: v.Get("cursor")}
+		if s := v.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > MaxPageLimit {
+				writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0,
+					"limit must be an integer from 1 to "+strconv.Itoa(MaxPageLimit)))
+				return
+			}
+			q.Limit = n
+		}
+		page, e := d.Capabilities(r.Context(), tenantOf(r.Context()), q)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		writeJSON(w, http.StatusOK, page)
+	})
+}
+
+func writeAction(w http.ResponseWriter, status int, resp *ActionResponse) {
+	setRetryAfter(w, resp.Error)
+	writeJSON(w, status, resp)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	setRetryAfter(w, e.pe)
+	writeJSON(w, e.status, ErrorResponse{Error: e.pe})
+}
+
+func setRetryAfter(w http.ResponseWriter, pe *aip.ProtocolError) {
+	if pe != nil && pe.RetryAfterMS != nil {
+		secs := (*pe.RetryAfterMS + 999) / 1000
+		w.Header().Set("Retry-After", strconv.FormatUint(secs, 10))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		status, raw = http.StatusInternalServerError, []byte(`{"error":{"code":"dispatch.encoding","message":"the answer could not be encoded","category":"permanent"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(raw)+1))
+	w.WriteHeader(status)
+	w.Write(append(raw, '\n'))
+}

@@ -1,0 +1,208 @@
+package dispatch
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// errUnverified marks an answer that is not a verified envelope from the
+// pinned replica answering our message: its content proves nothing.
+var errUnverified = errors.New("dispatch: unverified answer")
+
+// hop is one native request to a replica and what came back.
+type hop struct {
+	// request is the signed envelope as posted; messageID its ID.
+	request   []byte
+	messageID string
+	// status is the HTTP status (0 when no response arrived).
+	status int
+	// response is the final envelope as received (the JSON body, or the
+	// last NDJSON line); env is it verified, or nil.
+	response []byte
+	env      *aip.Envelope
+	// chunks counts the verified stream chunks relayed.
+	chunks uint64
+	// err is set when no verified final envelope arrived: a transport
+	// failure, a timeout, or an answer that did not verify.
+	err      error
+	timedOut bool
+}
+
+// refusal returns the replica's signed refusal, or nil.
+func (h *hop) refusal() *aip.ProtocolError {
+	if h.env == nil || h.env.Body.Error == nil {
+		return nil
+	}
+	pe := &h.env.Body.Error.Error
+	if !registry.IsRefusalCode(pe.Code) {
+		return nil
+	}
+	return pe
+}
+
+// envelope builds the unsigned envelope of body for the assignment's
+// replica: from the gateway principal in the assignment's trust domain, to
+// the replica's peer principal, with the pinned route (send adds the trace
+// context).
+func (d *Dispatcher) envelope(a *registry.RouteAssignment, body aip.Body, mode *aip.ActionMode) (*aip.Envelope, error) {
+	env, err := aip.NewEnvelope(d.cfg.Now(), body)
+	if err != nil {
+		return nil, err
+	}
+	from := d.principal
+	from.TrustDomain = a.TrustDomain
+	env.From = &from
+	env.To = &aip.Principal{ID: a.PeerPrincipalID, Kind: a.PeerPrincipalKind}
+	env.CorrelationID = aip.NewID(aip.PrefixCorrelation)
+	if err := env.SetSecurity(aip.SecurityConnectorRoute, a.Route(mode)); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// send signs env, posts it to the assignment's endpoint and reads the
+// answer. Stream chunks (NDJSON answers) are verified one by one and passed
+// to onChunk in order; the final envelope ends the answer. The returned
+// hop's err is set whenever no verified final envelope arrived.
+func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env *aip.Envelope, spanName string, onChunk func(*aip.StreamChunk)) *hop {
+	ctx, span := d.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("aip.replica_id", a.ReplicaID), attribute.String("aip.action_id", a.ActionID),
+			attribute.String("aip.fence_token", a.FenceToken), attribute.String("aip.message_type", string(env.MessageType))))
+	defer span.End()
+	// The trace context of the hop is this span's.
+	carrier := propagation.MapCarrier{}
+	d.prop.Inject(ctx, carrier)
+	if len(carrier) > 0 {
+		env.Trace = carrier
+	}
+	h := &hop{messageID: env.MessageID}
+	defer func() {
+		span.SetAttributes(attribute.Int("http.response.status_code", h.status))
+		if h.err != nil {
+			span.RecordError(h.err)
+			span.SetStatus(codes.Error, h.err.Error())
+		}
+	}()
+	if a.TransportProfile != aip.NativeHTTPProfile {
+		h.err = fmt.Errorf("dispatch: replica %s speaks %q; this dispatcher speaks only %s", a.ReplicaID, a.TransportProfile, aip.NativeHTTPProfile)
+		return h
+	}
+	raw, err := aip.SignEnvelope(d.key, env)
+	if err != nil {
+		h.err = fmt.Errorf("dispatch: sign: %w", err)
+		return h
+	}
+	h.request = raw
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.Endpoint, bytes.NewReader(raw))
+	if err != nil {
+		h.err = fmt.Errorf("dispatch: replica %s endpoint %q: %w", a.ReplicaID, a.Endpoint, err)
+		return h
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, "+ContentTypeNDJSON)
+	resp, err := d.client.Do(req)
+	if err != nil {
+		h.err, h.timedOut = err, errors.Is(ctx.Err(), context.DeadlineExceeded)
+		return h
+	}
+	defer resp.Body.Close()
+	h.status = resp.StatusCode
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), ContentTypeNDJSON) {
+		d.readStream(ctx, resp.Body, a, h, onChunk)
+		return h
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, aip.MaxMessageBytes+1))
+	if err != nil {
+		h.err, h.timedOut = err, errors.Is(ctx.Err(), context.DeadlineExceeded)
+		return h
+	}
+	h.response = body
+	if len(body) > aip.MaxMessageBytes {
+		h.err = fmt.Errorf("%w: the answer exceeds %d bytes", errUnverified, aip.MaxMessageBytes)
+		return h
+	}
+	h.env, h.err = d.verify(body, a, h.messageID)
+	return h
+}
+
+// readStream reads an NDJSON answer: chunks in sequence, then one final
+// envelope, each line verified before it is passed on.
+func (d *Dispatcher) readStream(ctx context.Context, body io.Reader, a *registry.RouteAssignment, h *hop, onChunk func(*aip.StreamChunk)) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), aip.MaxMessageBytes)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if h.env != nil {
+			h.env, h.err = nil, fmt.Errorf("%w: a line follows the final envelope of the stream", errUnverified)
+			return
+		}
+		env, err := d.verify(line, a, h.messageID)
+		if err != nil {
+			h.response, h.err = bytes.Clone(line), err
+			return
+		}
+		if c := env.Body.StreamChunk; c != nil {
+			if c.ActionID != a.ActionID || c.Sequence != h.chunks {
+				h.err = fmt.Errorf("%w: chunk %d of action %s, want chunk %d of %s", errUnverified, c.Sequence, c.ActionID, h.chunks, a.ActionID)
+				return
+			}
+			h.chunks++
+			if onChunk != nil {
+				onChunk(c)
+			}
+			continue
+		}
+		h.response, h.env = bytes.Clone(line), env
+	}
+	if err := sc.Err(); err != nil {
+		h.env, h.err, h.timedOut = nil, fmt.Errorf("dispatch: the stream broke: %w", err), errors.Is(ctx.Err(), context.DeadlineExceeded)
+		return
+	}
+	if h.env == nil {
+		h.err = fmt.Errorf("%w: the stream ended without a final envelope", errUnverified)
+	}
+}
+
+// verify checks one answer envelope: signed by the assignment's peer DID,
+// from its peer principal, to the gateway principal, in response to our
+// message.
+func (d *Dispatcher) verify(raw []byte, a *registry.RouteAssignment, messageID string) (*aip.Envelope, error) {
+	v, err := aip.VerifyEnvelope(raw, a.PeerDID)
+	if err != nil {
+		var probe struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(raw, &probe) == nil && len(probe.Error) > 0 {
+			return nil, fmt.Errorf("%w: unsigned error from replica %s: %s", errUnverified, a.ReplicaID, aip.TruncateUTF8(string(probe.Error), 512))
+		}
+		return nil, fmt.Errorf("%w: not an envelope signed by replica %s: %v", errUnverified, a.ReplicaID, err)
+	}
+	env := &v.Envelope
+	switch {
+	case env.InResponseTo == nil || env.InResponseTo.Message != messageID:
+		return nil, fmt.Errorf("%w: the answer does not answer message %s", errUnverified, messageID)
+	case env.From == nil || env.From.ID != a.PeerPrincipalID:
+		return nil, fmt.Errorf("%w: the answer is not from the replica's principal %s", errUnverified, a.PeerPrincipalID)
+	case env.To == nil || env.To.ID != d.principal.ID:
+		return nil, fmt.Errorf("%w: the answer is not addressed to %s", errUnverified, d.principal.ID)
+	}
+	return env, nil
+}
