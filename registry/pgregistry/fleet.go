@@ -1,12 +1,10 @@
 package pgregistry
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -112,9 +110,7 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 		for s := range held {
 			order = append(order, s)
 		}
-		slices.SortFunc(order, func(a, b scope) int {
-			return cmp.Or(strings.Compare(string(a.kind), string(b.kind)), strings.Compare(a.key, b.key))
-		})
+		slices.SortFunc(order, func(a, b scope) int { return compareScopes(a.kind, a.key, b.kind, b.key) })
 		b := &pgx.Batch{}
 		for _, s := range order {
 			b.Queue(releaseScopeBy, string(s.kind), s.key, held[s])

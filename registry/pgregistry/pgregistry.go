@@ -45,10 +45,12 @@ type Config struct {
 	// Limits bounds manifests and catalog pages; zero fields take the
 	// registry defaults.
 	Limits registry.Limits
-	// RouteRetries bounds how often a new route's replica selection is
-	// retried when every eligible replica is row-locked by other routing
-	// transactions. Defaults to 32.
-	RouteRetries int
+	// RouteLockWait bounds how long a new route waits for the best eligible
+	// replica when every eligible replica is row-locked by other routing
+	// transactions (the first selection skips locked rows; the retry waits
+	// for the row and re-checks it). A route still blocked after it fails
+	// with registry.ErrReplicaUnavailable. Defaults to 1s; at most 60s.
+	RouteLockWait time.Duration
 }
 
 // Pool defaults and bounds (reference §3.7).
@@ -57,7 +59,7 @@ const (
 	DefaultDataMaxConns    = 32
 	DefaultAcquireTimeout  = 5 * time.Second
 	MaxAcquireTimeout      = 60 * time.Second
-	DefaultRouteRetries    = 32
+	DefaultRouteLockWait   = time.Second
 	// maxTxAttempts bounds retries of a transaction that hit a
 	// serialization failure, a deadlock or a unique-key race.
 	maxTxAttempts = 6
@@ -75,7 +77,7 @@ type Registry struct {
 	now            func() time.Time
 	limits         registry.Limits
 	acquireTimeout time.Duration
-	routeRetries   int
+	routeLockWait  time.Duration
 	implicit       registry.AdmissionPolicy
 	migrations     []migration
 	closeOnce      sync.Once
@@ -163,8 +165,8 @@ func newRegistry(cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("%w: pgregistry: pool sizes must not be negative (0 means the default)", registry.ErrInvalid)
 	case cfg.AcquireTimeout < 0 || cfg.AcquireTimeout > MaxAcquireTimeout:
 		return nil, fmt.Errorf("%w: pgregistry: AcquireTimeout %s must be between 0 (default %s) and %s", registry.ErrInvalid, cfg.AcquireTimeout, DefaultAcquireTimeout, MaxAcquireTimeout)
-	case cfg.RouteRetries < 0:
-		return nil, fmt.Errorf("%w: pgregistry: RouteRetries must not be negative (0 means the default %d)", registry.ErrInvalid, DefaultRouteRetries)
+	case cfg.RouteLockWait < 0 || cfg.RouteLockWait > time.Minute:
+		return nil, fmt.Errorf("%w: pgregistry: RouteLockWait %s must be between 0 (default %s) and 1m", registry.ErrInvalid, cfg.RouteLockWait, DefaultRouteLockWait)
 	}
 	ms, err := embeddedMigrations()
 	if err != nil {
@@ -177,7 +179,7 @@ func newRegistry(cfg Config) (*Registry, error) {
 		now:            cfg.Now,
 		limits:         cfg.Limits.WithDefaults(),
 		acquireTimeout: cfg.AcquireTimeout,
-		routeRetries:   cfg.RouteRetries,
+		routeLockWait:  cfg.RouteLockWait,
 		implicit:       registry.ImplicitAdmissionPolicy(),
 		migrations:     ms,
 	}
@@ -187,8 +189,8 @@ func newRegistry(cfg Config) (*Registry, error) {
 	if r.acquireTimeout == 0 {
 		r.acquireTimeout = DefaultAcquireTimeout
 	}
-	if r.routeRetries == 0 {
-		r.routeRetries = DefaultRouteRetries
+	if r.routeLockWait == 0 {
+		r.routeLockWait = DefaultRouteLockWait
 	}
 	return r, nil
 }
@@ -396,6 +398,93 @@ func (r *Registry) runTx(ctx context.Context, pool *pgxpool.Pool, op string, opt
 		return classify(op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
+		return classify(op, err)
+	}
+	return nil
+}
+
+// pipe is one transaction whose statements go out as pipelined batches:
+// the first batch also begins the transaction and the last may also commit
+// it, so a transaction of n batches costs n round trips.
+type pipe struct {
+	conn      *pgxpool.Conn
+	begun     bool
+	committed bool
+}
+
+// send runs b in the transaction.
+func (p *pipe) send(ctx context.Context, b *pgx.Batch) error { return p.run(ctx, b, false) }
+
+// commit runs b and commits the transaction in the same round trip. If any
+// statement of b fails, the server skips the rest of the batch, COMMIT
+// included, and nothing commits.
+func (p *pipe) commit(ctx context.Context, b *pgx.Batch) error { return p.run(ctx, b, true) }
+
+func (p *pipe) run(ctx context.Context, b *pgx.Batch, commit bool) error {
+	if !p.begun {
+		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, b.QueuedQueries...)
+		p.begun = true
+	}
+	if commit {
+		b.Queue("COMMIT")
+	}
+	err := p.conn.SendBatch(ctx, b).Close()
+	if commit {
+		switch {
+		case err == nil:
+			p.committed = true
+		case p.conn.Conn().PgConn().TxStatus() == 'I' && !p.conn.Conn().IsClosed():
+			// The server ran the COMMIT but a result could not be
+			// processed: it committed, yet the caller saw an error.
+			return fmt.Errorf("%w: the transaction committed but its results could not be read: %w", errUnknownCommit, err)
+		}
+	}
+	return err
+}
+
+// errUnknownCommit marks failures after which a commit may have happened.
+var errUnknownCommit = errors.New("commit outcome unknown")
+
+// inPipe runs fn in one pipelined transaction on pool, with the retries and
+// error translation of inTx. fn must finish with p.commit; if it returns
+// without committing, the transaction rolls back.
+func (r *Registry) inPipe(ctx context.Context, pool *pgxpool.Pool, op string, fn func(p *pipe) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var last error
+	for attempt := range maxTxAttempts {
+		if attempt > 0 {
+			if err := sleep(ctx, retryDelay(attempt)); err != nil {
+				return storageErr(op, err)
+			}
+		}
+		err := r.runPipe(ctx, pool, op, fn)
+		if err == nil || !retryable(err) {
+			return err
+		}
+		last = err
+	}
+	return storageErr(op, fmt.Errorf("gave up after %d attempts: %w", maxTxAttempts, last))
+}
+
+func (r *Registry) runPipe(ctx context.Context, pool *pgxpool.Pool, op string, fn func(p *pipe) error) error {
+	conn, err := r.acquire(ctx, pool, op)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	p := &pipe{conn: conn}
+	err = fn(p)
+	if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+		if _, rerr := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			conn.Conn().Close(context.WithoutCancel(ctx)) // the pool drops a closed connection
+		}
+	}
+	if err != nil {
+		if errors.Is(err, errUnknownCommit) {
+			return storageErr(op, err)
+		}
 		return classify(op, err)
 	}
 	return nil

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
@@ -78,25 +80,32 @@ WHERE ` + chainValid + `
 ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignments,
 	substring(sha256(convert_to(r.replica_id || $8, 'UTF8')) FROM 1 FOR 8), b.instance_id, r.replica_id
 LIMIT 1`
-	selectCandidate = candidates + ` FOR UPDATE OF r SKIP LOCKED`
-	firstBinding    = `SELECT b.instance_id ` + chainJoins + ` WHERE ` + chainValid + ` ORDER BY b.priority, b.instance_id LIMIT 1`
+	selectCandidate     = candidates + ` FOR UPDATE OF r SKIP LOCKED`
+	selectCandidateWait = candidates + ` FOR UPDATE OF r`
+	firstBinding        = `SELECT b.instance_id ` + chainJoins + ` WHERE ` + chainValid + ` ORDER BY b.priority, b.instance_id LIMIT 1`
 
 	incrementReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1 WHERE replica_id = $1`
 
 	// reserveScope is the guarded reservation of one admission counter: it
 	// creates the counter at 1 or raises it only while active < limit, and
 	// returns no row when the scope is full.
-	reserveScope = `INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active) VALUES ($1, $2, 1)
-ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = c.active + 1 WHERE c.active < $3
-RETURNING c.active`
+	reserveScope = `WITH reserved AS (
+	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active) VALUES ($1, $2, 1)
+	ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = c.active + 1 WHERE c.active < $3
+	RETURNING c.active)
+SELECT COALESCE((SELECT active FROM reserved), aip_registry.scope_full($4, $1, $2, $3))`
 	releaseScope = `UPDATE aip_registry.admission_counters SET active = active - 1 WHERE scope_kind = $1 AND scope_key = $2 AND active > 0`
 
 	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL, updated_at_ms = $2
 WHERE action_id = $1 AND NOT reserved`
 
-	lockReplicaCircuit = `SELECT consecutive_failures, circuit_open_until_ms FROM aip_registry.connector_replicas WHERE replica_id = $1 FOR UPDATE`
-	releaseRoute       = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
-WHERE action_id = $1 AND reserved RETURNING retry`
+	// lockRouteReplica locks the replica of an action's route; settlement
+	// takes it before reading the route, so lease expiry (which takes the
+	// replica first too) cannot release the route underneath it.
+	lockRouteReplica = `SELECT consecutive_failures, circuit_open_until_ms FROM aip_registry.connector_replicas
+WHERE replica_id = (SELECT replica_id FROM aip_registry.route_assignments WHERE action_id = $1) FOR UPDATE`
+	releaseRoute = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
+WHERE action_id = $1 AND reserved`
 	settleReplica = `UPDATE aip_registry.connector_replicas
 SET active_assignments = GREATEST(active_assignments - 1, 0), consecutive_failures = $2, circuit_open_until_ms = $3
 WHERE replica_id = $1`
@@ -114,6 +123,12 @@ JOIN aip_registry.connector_versions v ON v.version_id = $2
 JOIN aip_registry.connector_types t ON t.type_id = v.type_id
 WHERE r.replica_id = $1
 FOR UPDATE OF r`
+
+// isLockTimeout reports a lock_timeout expiry (SQLSTATE 55P03).
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
 
 // replicaColumnsOf returns replicaColumns qualified with alias.
 func replicaColumnsOf(alias string) string {
@@ -159,25 +174,24 @@ func scanRoute(row pgx.Row) (storedRoute, error) {
 	return s, nil
 }
 
-// lockAndReadRoute takes the action lock and reads the action's route in one
-// round trip. found is false when the action has no route.
-func lockAndReadRoute(ctx context.Context, tx pgx.Tx, actionID string) (s storedRoute, found bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(lockAction, actionID)
+// queueRoute queues the read of an action's route.
+func queueRoute(b *pgx.Batch, actionID string, s *storedRoute, found *bool) {
 	b.Queue(selectRoute, actionID).QueryRow(func(row pgx.Row) error {
 		var err error
-		s, err = scanRoute(row)
+		*s, err = scanRoute(row)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
-		found = err == nil
+		*found = err == nil
 		return err
 	})
-	err = tx.SendBatch(ctx, b).Close()
-	return s, found, err
 }
 
-// Resolve implements registry.Resolver.
+// Resolve implements registry.Resolver. A new route costs two round trips:
+// the action lock, the route lookup, the publication lock, the revision and
+// the replica selection (FOR UPDATE SKIP LOCKED) go out in the batch that
+// begins the transaction; the replica increment, the guarded counter
+// reservations, the route insert and COMMIT in the second.
 func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
 	if err := ctx.Err(); err != nil {
 		return registry.RouteAssignment{}, err
@@ -186,16 +200,50 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		return registry.RouteAssignment{}, err
 	}
 	var out registry.RouteAssignment
-	err := r.inTx(ctx, r.data, "resolve action "+req.ActionID, func(tx pgx.Tx) error {
+	err := r.inPipe(ctx, r.data, "resolve action "+req.ActionID, func(p *pipe) error {
 		now := r.clock()
-		s, found, err := lockAndReadRoute(ctx, tx, req.ActionID)
-		if err != nil {
+		pref := &req.Topology
+		args := []any{req.TenantID, req.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone, req.ActionID}
+		var (
+			s             storedRoute
+			routed, found bool
+			revision      uint64
+			c             candidate
+		)
+		b := &pgx.Batch{}
+		b.Queue(lockAction, req.ActionID)
+		queueRoute(b, req.ActionID, &s, &routed)
+		b.Queue(lockCatalogShared, lockClass, lockCatalog)
+		b.Queue(selectRevision).QueryRow(func(row pgx.Row) error {
+			var err error
+			revision, err = scanUint(row)
+			return err
+		})
+		b.Queue(selectCandidate, args...).QueryRow(func(row pgx.Row) error {
+			var err error
+			c, err = scanCandidate(row)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			found = err == nil
+			return err
+		})
+		if err := p.send(ctx, b); err != nil {
 			return err
 		}
-		if found {
-			out, err = r.resume(ctx, tx, &s, &req, now)
-		} else {
-			out, err = r.assign(ctx, tx, &req, now)
+		var err error
+		switch {
+		case routed:
+			// An existing route never moves; the replica the selection
+			// locked is released with the transaction.
+			out, err = r.resume(ctx, p, &s, &req, now)
+		case !found:
+			c, err = r.waitForCandidate(ctx, p, &req, args)
+			if err == nil {
+				out, err = r.reserveNew(ctx, p, &req, revision, &c, now)
+			}
+		default:
+			out, err = r.reserveNew(ctx, p, &req, revision, &c, now)
 		}
 		return err
 	})
@@ -207,7 +255,7 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 
 // resume returns an existing route, reserving its pinned scopes (plus the
 // retry scope) and its pinned replica again when they were released.
-func (r *Registry) resume(ctx context.Context, tx pgx.Tx, s *storedRoute, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
 	a := &s.a
 	if a.TenantID != req.TenantID || a.CapabilityID != req.CapabilityID {
 		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
@@ -216,54 +264,65 @@ func (r *Registry) resume(ctx context.Context, tx pgx.Tx, s *storedRoute, req *r
 		return *a, nil
 	}
 	var (
+		rep         registry.ConnectorReplica
 		inst        registry.ConnectorInstance
 		iRev        int64
 		iStatus     string
 		vStatus     string
 		typeEnabled bool
+		pinned      bool
 	)
-	rep, err := scanReplicaWith(tx.QueryRow(ctx, pinnedReplica, a.ReplicaID, a.VersionID),
-		&inst.ID, &inst.ConnectorTypeID, &inst.VersionID, &inst.TenantID, &iRev, &inst.SecretProviderRef, &iStatus, &vStatus, &typeEnabled)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	b := &pgx.Batch{}
+	b.Queue(pinnedReplica, a.ReplicaID, a.VersionID).QueryRow(func(row pgx.Row) error {
+		var err error
+		rep, err = scanReplicaWith(row, &inst.ID, &inst.ConnectorTypeID, &inst.VersionID, &inst.TenantID, &iRev,
+			&inst.SecretProviderRef, &iStatus, &vStatus, &typeEnabled)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		pinned = err == nil
+		return err
+	})
+	if err := p.send(ctx, b); err != nil {
 		return registry.RouteAssignment{}, err
 	}
 	inst.ConfigRevision, inst.Status = uint64(iRev), registry.InstanceStatus(iStatus)
 	v := registry.ConnectorVersion{ID: a.VersionID, Status: registry.VersionStatus(vStatus)}
-	if err != nil || !registry.PinnedReplicaUsable(&rep, &inst, &v, typeEnabled, now) {
+	if !pinned || !registry.PinnedReplicaUsable(&rep, &inst, &v, typeEnabled, now) {
 		return registry.RouteAssignment{}, fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
 			registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
 	}
-	b := &pgx.Batch{}
+	scopes := a.Admission.Scopes(true)
+	b = &pgx.Batch{}
 	b.Queue(incrementReplica, a.ReplicaID)
-	full := queueReserve(b, a.Admission.Scopes(true))
+	queueReserve(b, scopes)
 	b.Queue(reserveRoute, a.ActionID, toMS(now))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return registry.RouteAssignment{}, err
-	}
-	if err := full(); err != nil {
-		return registry.RouteAssignment{}, err
+	if err := p.commit(ctx, b); err != nil {
+		return registry.RouteAssignment{}, scopeFull(err, scopes)
 	}
 	return *a, nil
 }
 
-// assign selects, reserves and records a new route.
-func (r *Registry) assign(ctx context.Context, tx pgx.Tx, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
-	pref := &req.Topology
-	nowMS := toMS(now)
-	args := []any{req.TenantID, req.CapabilityID, nowMS, pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone, req.ActionID}
+// waitForCandidate runs when the selection found nothing lockable. It tells
+// a missing binding from a missing replica; when eligible replicas exist but
+// other routing transactions hold them, it waits (at most RouteLockWait) for
+// the best one and takes it if it is still eligible once released.
+func (r *Registry) waitForCandidate(ctx context.Context, p *pipe, req *registry.RouteRequest, args []any) (candidate, error) {
 	var (
-		revision uint64
-		c        candidate
-		found    bool
+		first *string
+		c     candidate
+		found bool
 	)
 	b := &pgx.Batch{}
-	b.Queue(lockCatalogShared, lockClass, lockCatalog)
-	b.Queue(selectRevision).QueryRow(func(row pgx.Row) error {
-		var err error
-		revision, err = scanUint(row)
+	b.Queue(firstBinding, req.TenantID, req.CapabilityID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&first)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		return err
 	})
-	b.Queue(selectCandidate, args...).QueryRow(func(row pgx.Row) error {
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", r.routeLockWait.Milliseconds()))
+	b.Queue(selectCandidateWait, args...).QueryRow(func(row pgx.Row) error {
 		var err error
 		c, err = scanCandidate(row)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -272,45 +331,27 @@ func (r *Registry) assign(ctx context.Context, tx pgx.Tx, req *registry.RouteReq
 		found = err == nil
 		return err
 	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return registry.RouteAssignment{}, err
+	b.Queue("SET LOCAL lock_timeout = 0")
+	err := p.send(ctx, b)
+	switch {
+	case first == nil && err == nil:
+		return c, fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
+			registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
+	case isLockTimeout(err):
+		return c, fmt.Errorf("%w: every eligible replica for capability %s of tenant %s stayed locked by other routing transactions for %s",
+			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, r.routeLockWait)
+	case err != nil:
+		return c, err
+	case !found:
+		return c, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
+			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, *first)
 	}
-	for attempt := 0; !found; attempt++ {
-		// Nothing lockable: tell a missing binding from a missing replica
-		// from replicas that other routing transactions hold right now.
-		var first string
-		if err := tx.QueryRow(ctx, firstBinding, req.TenantID, req.CapabilityID).Scan(&first); errors.Is(err, pgx.ErrNoRows) {
-			return registry.RouteAssignment{}, fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
-				registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
-		} else if err != nil {
-			return registry.RouteAssignment{}, err
-		}
-		unavailable := fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
-			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, first)
-		var busy bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (`+candidates+`)`, args...).Scan(&busy); err != nil {
-			return registry.RouteAssignment{}, err
-		}
-		if !busy || attempt >= r.routeRetries {
-			return registry.RouteAssignment{}, unavailable
-		}
-		if err := sleep(ctx, time.Millisecond); err != nil {
-			return registry.RouteAssignment{}, err
-		}
-		c, err := scanCandidate(tx.QueryRow(ctx, selectCandidate, args...))
-		switch {
-		case err == nil:
-			return r.reserveNew(ctx, tx, req, revision, &c, now)
-		case !errors.Is(err, pgx.ErrNoRows):
-			return registry.RouteAssignment{}, err
-		}
-	}
-	return r.reserveNew(ctx, tx, req, revision, &c, now)
+	return c, nil
 }
 
 // reserveNew reserves the locked candidate and every admission scope of its
-// binding's policy, and inserts the route.
-func (r *Registry) reserveNew(ctx context.Context, tx pgx.Tx, req *registry.RouteRequest, revision uint64, c *candidate, now time.Time) (registry.RouteAssignment, error) {
+// binding's policy, inserts the route and commits, in one round trip.
+func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteRequest, revision uint64, c *candidate, now time.Time) (registry.RouteAssignment, error) {
 	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
 	pol := &r.implicit
 	if c.policy != nil {
@@ -325,65 +366,69 @@ func (r *Registry) reserveNew(ctx context.Context, tx pgx.Tx, req *registry.Rout
 	}
 	b := &pgx.Batch{}
 	b.Queue(incrementReplica, a.ReplicaID)
-	full := queueReserve(b, admission.BaseScopes)
+	queueReserve(b, admission.BaseScopes)
 	b.Queue(insertRoute, a.ActionID, a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID,
 		a.Endpoint, a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
 		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 		nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc,
 		toMS(a.AssignedAt))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return registry.RouteAssignment{}, err
-	}
-	if err := full(); err != nil {
-		return registry.RouteAssignment{}, err
+	if err := p.commit(ctx, b); err != nil {
+		return registry.RouteAssignment{}, scopeFull(err, admission.BaseScopes)
 	}
 	return a, nil
 }
 
-// queueReserve queues the guarded reservation of every scope, in (kind,
-// key) order. The returned function, called after the batch ran, reports
-// the first full scope in the reservation's own order as
-// *registry.CapacityExceededError; the caller then rolls back.
-func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope) func() error {
-	full := make([]bool, len(scopes))
+// queueReserve queues the guarded reservation of every scope in lock order
+// (scopeOrder). A full scope aborts the transaction with SQLSTATE AIP01
+// carrying the scope's index; scopeFull turns that into the registry error.
+func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope) {
 	for _, i := range scopeOrder(scopes) {
 		s := scopes[i]
-		b.Queue(reserveScope, string(s.Kind), s.Key, int64(s.Limit)).QueryRow(func(row pgx.Row) error {
-			var active int64
-			err := row.Scan(&active)
-			if errors.Is(err, pgx.ErrNoRows) {
-				full[i] = true
-				return nil
-			}
-			return err
-		})
-	}
-	return func() error {
-		for i, f := range full {
-			if f {
-				return registry.CapacityExceeded(scopes[i])
-			}
-		}
-		return nil
+		b.Queue(reserveScope, string(s.Kind), s.Key, int64(s.Limit), i)
 	}
 }
 
-// queueRelease queues the release of every scope, in (kind, key) order.
+// scopeFull translates the abort of a full scope into
+// *registry.CapacityExceededError; other errors pass through.
+func scopeFull(err error, scopes []registry.AdmissionScope) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "AIP01" {
+		if i, convErr := strconv.Atoi(pgErr.Detail); convErr == nil && i >= 0 && i < len(scopes) {
+			return registry.CapacityExceeded(scopes[i])
+		}
+	}
+	return err
+}
+
+// queueRelease queues the release of every scope, in lock order.
 func queueRelease(b *pgx.Batch, scopes []registry.AdmissionScope) {
 	for _, i := range scopeOrder(scopes) {
 		b.Queue(releaseScope, string(scopes[i].Kind), scopes[i].Key)
 	}
 }
 
-// scopeOrder returns the indexes of scopes in (kind, key) order: the one
-// order every transaction takes counter rows in.
+// scopeRank orders scope kinds as a reservation lists them.
+var scopeRank = map[registry.AdmissionScopeKind]int{
+	registry.ScopeGlobal: 0, registry.ScopeTenant: 1, registry.ScopeConnectorType: 2,
+	registry.ScopeInstance: 3, registry.ScopeBinding: 4, registry.ScopeTenantRetry: 5,
+}
+
+// compareScopes is the one order every transaction takes counter rows in:
+// by kind as a reservation lists them, then by key. Taking them in the
+// reservation's own order also makes the first full scope a transaction
+// meets the first one the reservation names.
+func compareScopes(ak registry.AdmissionScopeKind, akey string, bk registry.AdmissionScopeKind, bkey string) int {
+	return cmp.Or(cmp.Compare(scopeRank[ak], scopeRank[bk]), strings.Compare(akey, bkey))
+}
+
+// scopeOrder returns the indexes of scopes in lock order.
 func scopeOrder(scopes []registry.AdmissionScope) []int {
 	idx := make([]int, len(scopes))
 	for i := range idx {
 		idx[i] = i
 	}
 	slices.SortFunc(idx, func(x, y int) int {
-		return cmp.Or(strings.Compare(string(scopes[x].Kind), string(scopes[y].Kind)), strings.Compare(scopes[x].Key, scopes[y].Key))
+		return compareScopes(scopes[x].Kind, scopes[x].Key, scopes[y].Kind, scopes[y].Key)
 	})
 	return idx
 }
@@ -454,7 +499,10 @@ func reservationOf(s *storedRoute) registry.RouteReservation {
 	return res
 }
 
-// Settle implements registry.Resolver.
+// Settle implements registry.Resolver. It costs two round trips: the
+// action lock, the replica lock and the route read begin the transaction;
+// the route release, the counter releases, the replica's count and circuit
+// and COMMIT follow.
 func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -462,9 +510,23 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	if !outcome.Valid() {
 		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
 	}
-	return r.inTx(ctx, r.data, "settle action "+a.ActionID, func(tx pgx.Tx) error {
-		s, found, err := lockAndReadRoute(ctx, tx, a.ActionID)
-		if err != nil {
+	return r.inPipe(ctx, r.data, "settle action "+a.ActionID, func(p *pipe) error {
+		var (
+			s                storedRoute
+			found            bool
+			failures, openMS int64
+		)
+		b := &pgx.Batch{}
+		b.Queue(lockAction, a.ActionID)
+		b.Queue(lockRouteReplica, a.ActionID).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&failures, &openMS)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		queueRoute(b, a.ActionID, &s, &found)
+		if err := p.send(ctx, b); err != nil {
 			return err
 		}
 		if !found {
@@ -474,35 +536,16 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 			return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", registry.ErrFenceLost, a.ActionID, a.FenceToken)
 		}
 		if !s.reserved {
-			return nil
+			return nil // released before (settled, or its lease expired): nothing to do
 		}
 		now := r.clock()
-		var (
-			failures, openMS int64
-			released, retry  bool
-		)
-		b := &pgx.Batch{}
-		b.Queue(lockReplicaCircuit, s.a.ReplicaID).QueryRow(func(row pgx.Row) error { return row.Scan(&failures, &openMS) })
-		b.Queue(releaseRoute, a.ActionID, string(outcome), toMS(now)).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&retry)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil // released meanwhile by lease expiry
-			}
-			released = err == nil
-			return err
-		})
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		if !released {
-			return nil
-		}
 		circuit := registry.ApplySettlementToCircuit(registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)},
 			outcome, &s.a.Admission, now)
 		b = &pgx.Batch{}
-		queueRelease(b, s.a.Admission.Scopes(retry))
+		b.Queue(releaseRoute, a.ActionID, string(outcome), toMS(now))
+		queueRelease(b, s.a.Admission.Scopes(s.retry))
 		b.Queue(settleReplica, s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil))
-		return tx.SendBatch(ctx, b).Close()
+		return p.commit(ctx, b)
 	})
 }
 

@@ -159,13 +159,16 @@ CREATE INDEX connector_replicas_instance ON aip_registry.connector_replicas (ins
 CREATE INDEX connector_replicas_live_lease ON aip_registry.connector_replicas (lease_expires_at_ms, replica_id) WHERE status <> 'offline';
 
 -- Route assignments: the evidence columns never change after the insert;
--- reserved, retry and last_settlement are the reservation bookkeeping.
+-- reserved, retry and last_settlement are the reservation bookkeeping. The
+-- evidence is copied from rows the routing transaction validated, so only
+-- the replica (locked by that transaction anyway) is a foreign key: keys to
+-- the instance and version would share-lock those rows on every route.
 CREATE TABLE aip_registry.route_assignments (
     action_id               text    PRIMARY KEY,
     capability_id           text    NOT NULL,
     tenant_id               text    NOT NULL,
-    instance_id             text    NOT NULL REFERENCES aip_registry.connector_instances (instance_id),
-    version_id              text    NOT NULL REFERENCES aip_registry.connector_versions (version_id),
+    instance_id             text    NOT NULL,
+    version_id              text    NOT NULL,
     manifest_digest         text    NOT NULL,
     replica_id              text    NOT NULL REFERENCES aip_registry.connector_replicas (replica_id),
     endpoint                text    NOT NULL,
@@ -191,18 +194,30 @@ CREATE TABLE aip_registry.route_assignments (
     updated_at_ms           bigint  NOT NULL,
     CONSTRAINT route_assignments_fence UNIQUE (fence_token)
 ) WITH (fillfactor = 80);
+-- Live reservations by replica: lease expiry releases them, the ledger
+-- lists them.
 CREATE INDEX route_assignments_reserved_replica ON aip_registry.route_assignments (replica_id, action_id) WHERE reserved;
-CREATE INDEX route_assignments_instance ON aip_registry.route_assignments (instance_id, assigned_at_ms);
-CREATE INDEX route_assignments_version ON aip_registry.route_assignments (version_id, assigned_at_ms);
 
 -- Admission counters: reserved with a guarded update (active < limit) and
 -- released with active > 0; a row at zero is kept for the next reservation.
+-- A reservation that finds its scope full calls scope_full, which aborts the
+-- transaction with SQLSTATE AIP01 naming the scope's index in the
+-- reservation, so a pipelined COMMIT behind it cannot commit a partial
+-- reservation.
 CREATE TABLE aip_registry.admission_counters (
     scope_kind text   NOT NULL CHECK (scope_kind IN ('global', 'tenant', 'connector_type', 'instance', 'binding', 'tenant_retry')),
     scope_key  text   NOT NULL,
     active     bigint NOT NULL CHECK (active >= 0),
     PRIMARY KEY (scope_kind, scope_key)
 ) WITH (fillfactor = 70);
+
+CREATE FUNCTION aip_registry.scope_full(scope_index integer, kind text, key text, lim bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'admission scope % % is at its limit of % in flight', kind, key, lim
+        USING ERRCODE = 'AIP01', DETAIL = scope_index::text;
+END
+$$;
 
 -- Replay claims of signed lifecycle requests: one row per decided request
 -- ID with the request's digest and replica, kept until it expires (the
