@@ -1,0 +1,30 @@
+// Command aip-sidecar gives a connector that is not written in Go the
+// connector-host lifecycle of hostsdk: bootstrap, durable journal, signed
+// heartbeats, drain and recovery. It forwards actions to a local connector
+// speaking the local contract (docs/sidecar-protocol.md) on a loopback
+// port or unix socket — started as its child with --exec, or already
+// running — or wraps an MCP server (--mcp-command or --mcp-url).
+//
+// It takes the common AIP_CONNECTOR_HOST_* configuration and its own
+// AIP_SIDECAR_* settings (run it with -h for the list), and exits with
+// status 0 only after a clean drain, offline transition and stop of its
+// child.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "aip-sidecar:", err)
+		os.Exit(1)
+	}
+}

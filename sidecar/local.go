@@ -1,0 +1,750 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// Defaults and bounds of LocalConfig.
+const (
+	DefaultCancelGrace       = 5 * time.Second
+	DefaultMaxActionDuration = time.Hour
+	DefaultMaxResultBytes    = aip.MaxMessageBytes
+	DefaultMaxChunkBytes     = 1 << 20
+	DefaultMaxChunks         = 100_000
+	DefaultRequestTimeout    = 10 * time.Second
+	DefaultReconcileWait     = 30 * time.Second
+	// MaxManifestBytes bounds GET /aip/manifest.
+	MaxManifestBytes = hostsdk.MaxManifestBytes
+	// maxSmallBody bounds health, cancel and error bodies.
+	maxSmallBody = 64 << 10
+	// maxSocketPath is the longest unix socket path Linux accepts.
+	maxSocketPath = 107
+)
+
+// LocalConfig configures a Local connector. Exactly one of URL and Socket
+// is required; every other zero field means its documented default.
+type LocalConfig struct {
+	// URL is the local connector's origin on a loopback address, for
+	// example http://127.0.0.1:8700 (no path, query or credentials).
+	URL string
+	// Socket is the path of the local connector's unix socket.
+	Socket string
+	// Token, when set, is sent as "Authorization: Bearer <token>" on every
+	// request so that other local processes cannot drive the connector.
+	Token string
+	// CancelGrace is how long the sidecar waits for the connector's answer
+	// after cancelling an action (a cancel, the action's timeout or the
+	// host's shutdown) before it records outcome_unknown. Defaults to 5s.
+	CancelGrace time.Duration
+	// MaxActionDuration bounds an action whose timeout_ms is not set.
+	// Defaults to 1h.
+	MaxActionDuration time.Duration
+	// MaxResultBytes bounds an action's result. Defaults to 4 MiB.
+	MaxResultBytes int64
+	// MaxChunkBytes bounds one NDJSON line of a streaming answer. Defaults
+	// to 1 MiB.
+	MaxChunkBytes int
+	// MaxChunks bounds the chunks of one streaming action. Defaults to
+	// 100000.
+	MaxChunks int
+	// RequestTimeout bounds GET /aip/manifest, cancel and reconcile
+	// requests. Health requests are bounded by the host's probe timeout.
+	// Defaults to 10s.
+	RequestTimeout time.Duration
+	// ReconcileWait bounds how long recovery waits for an action the
+	// connector reports as still running. Defaults to 30s.
+	ReconcileWait time.Duration
+	// OnManifestChange says what a manifest that differs from the admitted
+	// one does. Defaults to ManifestChangeReport.
+	OnManifestChange ManifestChangePolicy
+	// Logger defaults to a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// Local is a hostsdk connector that forwards to a local process speaking
+// the local connector contract (docs/sidecar-protocol.md). It implements
+// hostsdk.Connector, HealthChecker, Canceler, Streamer, Reconciler and
+// RouteProvider. Create it with NewLocal.
+type Local struct {
+	cfg    LocalConfig
+	base   string // http://host:port, or http://unix for a socket
+	client *http.Client
+	log    *slog.Logger
+	drift  *drift
+	status *statusSource
+	// proc is the supervised child (nil when attached).
+	proc processView
+	// checkedGen is the process generation whose manifest was compared
+	// with the admitted one.
+	checkedGen atomic.Int64
+}
+
+// NewLocal validates cfg and returns a Local. It does no I/O.
+func NewLocal(cfg LocalConfig) (*Local, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	l := &Local{cfg: cfg, log: cfg.Logger}
+	tr := &http.Transport{
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		// A local connector answers headers when its action is done or its
+		// stream starts; actions are bounded by their own deadlines.
+		ResponseHeaderTimeout: 0,
+		ForceAttemptHTTP2:     false,
+	}
+	dialer := &net.Dialer{Timeout: 2 * time.Second}
+	if cfg.Socket != "" {
+		path := cfg.Socket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", path)
+		}
+		l.base = "http://unix"
+	} else {
+		tr.DialContext = dialer.DialContext
+		l.base = strings.TrimSuffix(cfg.URL, "/")
+	}
+	l.client = &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	l.drift = newDrift(cfg.OnManifestChange, cfg.Logger)
+	l.status = &statusSource{mode: "local", target: l.Target(), drift: l.drift}
+	return l, nil
+}
+
+func (c *LocalConfig) withDefaults() error {
+	switch {
+	case c.URL == "" && c.Socket == "":
+		return &ConfigError{Field: "Local.URL", Reason: "is empty: give the local connector's loopback URL (--local-url) or unix socket (--local-socket)"}
+	case c.URL != "" && c.Socket != "":
+		return &ConfigError{Field: "Local.URL", Reason: "and Local.Socket are both set; give exactly one of --local-url and --local-socket"}
+	case c.URL != "":
+		if err := checkLoopbackURL(c.URL); err != nil {
+			return &ConfigError{Field: "Local.URL", Reason: err.Error()}
+		}
+	default:
+		if len(c.Socket) > maxSocketPath {
+			return &ConfigError{Field: "Local.Socket", Reason: fmt.Sprintf("is %d bytes; a unix socket path is at most %d bytes", len(c.Socket), maxSocketPath)}
+		}
+	}
+	if strings.ContainsAny(c.Token, " \t\r\n") {
+		return &ConfigError{Field: "Local.Token", Reason: "contains whitespace; a bearer token is one word"}
+	}
+	for _, d := range []struct {
+		field string
+		p     *time.Duration
+		def   time.Duration
+	}{
+		{"Local.CancelGrace", &c.CancelGrace, DefaultCancelGrace},
+		{"Local.MaxActionDuration", &c.MaxActionDuration, DefaultMaxActionDuration},
+		{"Local.RequestTimeout", &c.RequestTimeout, DefaultRequestTimeout},
+		{"Local.ReconcileWait", &c.ReconcileWait, DefaultReconcileWait},
+	} {
+		if *d.p == 0 {
+			*d.p = d.def
+		}
+		if *d.p < 0 {
+			return &ConfigError{Field: d.field, Reason: "is negative"}
+		}
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if c.MaxChunkBytes == 0 {
+		c.MaxChunkBytes = DefaultMaxChunkBytes
+	}
+	if c.MaxChunks == 0 {
+		c.MaxChunks = DefaultMaxChunks
+	}
+	if c.MaxResultBytes < 0 || c.MaxChunkBytes < 0 || c.MaxChunks < 0 {
+		return &ConfigError{Field: "Local.MaxResultBytes", Reason: "size limits must not be negative"}
+	}
+	if err := c.OnManifestChange.validate(); err != nil {
+		return err
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// checkLoopbackURL accepts http://<loopback host>:<port> with no path.
+func checkLoopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return fmt.Errorf("is %q; want http://<loopback address>:<port>, for example http://127.0.0.1:8700", raw)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("is %q; give only the origin (no path, query, fragment or credentials)", raw)
+	}
+	if u.Port() == "" {
+		return fmt.Errorf("is %q; give the port", raw)
+	}
+	if !isLoopbackHost(u.Hostname()) {
+		return fmt.Errorf("is %q; the local connector must listen on a loopback address (127.0.0.0/8, ::1 or localhost) or a unix socket", raw)
+	}
+	return nil
+}
+
+// Target names where the connector listens (for logs and status).
+func (l *Local) Target() string {
+	if l.cfg.Socket != "" {
+		return "unix:" + l.cfg.Socket
+	}
+	return l.cfg.URL
+}
+
+// Close releases idle connections.
+func (l *Local) Close() { l.client.CloseIdleConnections() }
+
+// newRequest builds a request to the connector with the bearer token.
+func (l *Local) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, l.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, "+hostsdk.ContentTypeNDJSON)
+	if l.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+l.cfg.Token)
+	}
+	return req, nil
+}
+
+// Manifest implements hostsdk.Connector: GET /aip/manifest. The first
+// manifest fetched is the one the host admits; later fetches are compared
+// with it.
+func (l *Local) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+	m, err := l.fetchManifest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.drift.admit(m)
+	if l.proc != nil {
+		l.checkedGen.Store(int64(l.proc.generation()))
+	}
+	return m, nil
+}
+
+func (l *Local) fetchManifest(ctx context.Context) (*aip.Manifest, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+	defer cancel()
+	req, err := l.newRequest(ctx, http.MethodGet, PathLocalManifest, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Err: err}
+	}
+	defer resp.Body.Close()
+	body, err := readLimited(resp.Body, MaxManifestBytes)
+	if err != nil {
+		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Err: err}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode, Err: errors.New(errorText(body))}
+	}
+	var m aip.Manifest
+	if err := decodeStrict(body, &m); err != nil {
+		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode,
+			Err: fmt.Errorf("the manifest is not an AIP manifest: %w", err)}
+	}
+	if err := m.Validate(); err != nil {
+		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode, Err: fmt.Errorf("invalid manifest: %w", err)}
+	}
+	return &m, nil
+}
+
+// CheckHealth implements hostsdk.HealthChecker: the supervised process must
+// be running, GET /aip/health must answer 200 {"status":"ok"}, and (with
+// ManifestChangeUnready) the connector's manifest must still be the
+// admitted one. After the connector comes back from being unhealthy, its
+// manifest is fetched again and compared with the admitted one.
+func (l *Local) CheckHealth(ctx context.Context) error {
+	gen := int64(0)
+	if l.proc != nil {
+		if err := l.proc.check(); err != nil {
+			l.status.setHealthy(false)
+			return err
+		}
+		gen = int64(l.proc.generation())
+	}
+	if err := l.probe(ctx); err != nil {
+		l.status.setHealthy(false)
+		return err
+	}
+	recovered := l.status.setHealthy(true)
+	if l.checkedGen.Swap(gen) != gen {
+		recovered = true // a new process since the last check
+	}
+	if recovered && l.drift.hasAdmitted() {
+		// Back after being unhealthy (a restart, or an attached connector
+		// that was down): is it still the admitted connector?
+		m, err := l.fetchManifest(ctx)
+		if err != nil {
+			l.status.setHealthy(false)
+			return fmt.Errorf("re-read the manifest after the connector came back: %w", err)
+		}
+		l.drift.observe(m)
+	}
+	return l.drift.err()
+}
+
+// probe asks GET /aip/health.
+func (l *Local) probe(ctx context.Context) error {
+	req, err := l.newRequest(ctx, http.MethodGet, PathLocalHealth, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return &LocalError{Op: "GET " + PathLocalHealth, Target: l.Target(), Err: err}
+	}
+	defer resp.Body.Close()
+	body, _ := readLimited(resp.Body, maxSmallBody)
+	var h localHealth
+	_ = json.Unmarshal(body, &h)
+	if resp.StatusCode != http.StatusOK || h.Status != "ok" {
+		detail := h.Detail
+		if detail == "" {
+			detail = errorText(body)
+		}
+		return &LocalError{Op: "GET " + PathLocalHealth, Target: l.Target(), Status: resp.StatusCode,
+			Err: fmt.Errorf("the connector is not ready: %s", detail)}
+	}
+	return nil
+}
+
+// Handle implements hostsdk.Connector: POST /aip/actions in sync mode.
+func (l *Local) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	return l.forward(ctx, call, nil)
+}
+
+// HandleStream implements hostsdk.Streamer: POST /aip/actions in streaming
+// mode; the connector's NDJSON chunks are sent on as signed stream chunks.
+func (l *Local) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	return l.forward(ctx, call, chunks)
+}
+
+// Cancel implements hostsdk.Canceler: POST /aip/actions/{id}/cancel with the
+// dispatcher's reason. (The running forward also sends a cancel when its
+// context ends; the connector treats cancels idempotently.)
+func (l *Local) Cancel(ctx context.Context, call *hostsdk.Call, reason string) error {
+	return l.sendCancel(ctx, call.Action.ID, call.IdempotencyKey, reason)
+}
+
+func (l *Local) sendCancel(ctx context.Context, actionID, key, reason string) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+	defer cancel()
+	path := PathLocalActions + "/" + url.PathEscape(actionID) + "/cancel"
+	req, err := l.newRequest(ctx, http.MethodPost, path, localCancel{ActionID: actionID, Reason: aip.TruncateUTF8(reason, 2048)})
+	if err != nil {
+		return err
+	}
+	req.Header.Set(HeaderActionID, actionID)
+	req.Header.Set(HeaderIdempotencyKey, key)
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return &LocalError{Op: "POST " + path, Target: l.Target(), Err: err}
+	}
+	defer resp.Body.Close()
+	body, _ := readLimited(resp.Body, maxSmallBody)
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusAccepted, http.StatusNoContent, http.StatusNotFound, http.StatusConflict:
+		return nil
+	}
+	return &LocalError{Op: "POST " + path, Target: l.Target(), Status: resp.StatusCode, Err: errors.New(errorText(body))}
+}
+
+// forward sends one action and turns the answer into a result. The request
+// is not tied to ctx: when ctx ends (cancel, timeout, shutdown) the
+// connector is told to cancel and has CancelGrace to answer; only then is
+// the request abandoned and the outcome recorded as unknown.
+func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	a := call.Action
+	body := localAction{
+		ActionID: a.ID, IdempotencyKey: call.IdempotencyKey, CapabilityID: a.CapabilityID, Input: a.Input,
+		Mode: "sync", TimeoutMS: a.TimeoutMS, MessageID: call.MessageID, Identity: a.Identity,
+		Tenant: localTenant{
+			TenantID: call.Tenant.TenantID, ConnectorTypeID: call.Tenant.ConnectorTypeID, VersionID: call.Tenant.VersionID,
+			InstanceID: call.Tenant.InstanceID, ReplicaID: call.Tenant.ReplicaID, ConfigRevision: call.Tenant.ConfigRevision,
+			TrustDomain: call.Tenant.TrustDomain,
+		},
+	}
+	if chunks != nil {
+		body.Mode = "streaming"
+	}
+	if l.proc != nil {
+		if err := l.proc.check(); err != nil {
+			return nil, notDelivered(err)
+		}
+	}
+	if a.TimeoutMS == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.MaxActionDuration)
+		defer cancel()
+	}
+	// reqCtx ends when forward returns or the cancel grace passes.
+	reqCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
+	watchDone := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		defer close(watchDone)
+		reason := "cancelled"
+		if cause := context.Cause(ctx); cause != nil {
+			reason = cause.Error()
+		}
+		if err := l.sendCancel(reqCtx, a.ID, call.IdempotencyKey, reason); err != nil && reqCtx.Err() == nil {
+			call.Logger.Warn("cancel the local action", "error", err)
+		}
+		t := time.NewTimer(l.cfg.CancelGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			abort(errCancelGrace)
+		case <-reqCtx.Done():
+		}
+	})
+	defer func() {
+		abort(nil)
+		if !stopWatch() {
+			<-watchDone // the watcher ran: wait for it (reqCtx is done, so it returns)
+		}
+	}()
+
+	req, err := l.newRequest(reqCtx, http.MethodPost, PathLocalActions, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(HeaderActionID, a.ID)
+	req.Header.Set(HeaderIdempotencyKey, call.IdempotencyKey)
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return nil, l.transportError(reqCtx, err)
+	}
+	defer resp.Body.Close()
+	return l.answer(reqCtx, call, resp, chunks)
+}
+
+var errCancelGrace = errors.New("sidecar: the connector did not answer within the cancel grace")
+
+// transportError classifies a failed exchange: a dial failure means the
+// action never reached the connector; anything later leaves its outcome
+// unknown.
+func (l *Local) transportError(reqCtx context.Context, err error) error {
+	if errors.Is(context.Cause(reqCtx), errCancelGrace) {
+		return fmt.Errorf("%w: the action was cancelled and the connector did not answer within %s", hostsdk.ErrOutcomeUnknown, l.cfg.CancelGrace)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return notDelivered(&LocalError{Op: "POST " + PathLocalActions, Target: l.Target(), Err: err})
+	}
+	return fmt.Errorf("%w: the exchange with the connector broke before it answered (did it crash?): %v", hostsdk.ErrOutcomeUnknown, err)
+}
+
+// notDelivered is a failed result for an action that never reached the
+// connector: it did not run, and a new action may be sent.
+func notDelivered(err error) error {
+	return aip.NewProtocolError(CodeConnectorUnavailable, aip.CategoryTemporary, true, 1000,
+		aip.TruncateUTF8("the local connector is unavailable; the action was not delivered and did not run: "+err.Error(), aip.MaxErrorMessageBytes))
+}
+
+// answer reads the connector's response.
+func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Response, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	id := call.Action.ID
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case resp.StatusCode == http.StatusOK && ct == hostsdk.ContentTypeNDJSON:
+		return l.readStream(reqCtx, call, resp.Body, chunks)
+	case resp.StatusCode == http.StatusOK:
+		raw, err := readLimited(resp.Body, l.cfg.MaxResultBytes)
+		if err != nil {
+			return nil, l.readError(reqCtx, err)
+		}
+		var r localResult
+		if err := decodeStrict(raw, &r); err != nil {
+			return nil, fmt.Errorf("%w: the connector answered 200 with a body that is not a result: %v", hostsdk.ErrOutcomeUnknown, err)
+		}
+		return l.result(id, &r)
+	}
+	raw, err := readLimited(resp.Body, maxSmallBody)
+	if err != nil {
+		raw = nil
+	}
+	var le localError
+	_ = json.Unmarshal(raw, &le)
+	text := errorText(raw)
+	if le.Error != nil && le.Error.Validate() == nil {
+		text = le.Error.Error()
+	}
+	if resp.StatusCode >= 400 && resp.StatusCode < 500 || resp.StatusCode == http.StatusServiceUnavailable {
+		// Refused before it ran.
+		if le.Error != nil && le.Error.Validate() == nil {
+			return nil, le.Error
+		}
+		return nil, aip.NewProtocolError(CodeConnectorRejected, aip.CategoryConnector, resp.StatusCode == http.StatusServiceUnavailable, 0,
+			aip.TruncateUTF8(fmt.Sprintf("the local connector refused the action with HTTP %d: %s", resp.StatusCode, text), aip.MaxErrorMessageBytes))
+	}
+	return nil, fmt.Errorf("%w: the local connector answered HTTP %d: %s", hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
+}
+
+// readError classifies an error while reading an answer.
+func (l *Local) readError(reqCtx context.Context, err error) error {
+	if errors.Is(context.Cause(reqCtx), errCancelGrace) {
+		return fmt.Errorf("%w: the action was cancelled and the connector did not finish its answer within %s", hostsdk.ErrOutcomeUnknown, l.cfg.CancelGrace)
+	}
+	return fmt.Errorf("%w: reading the connector's answer: %v", hostsdk.ErrOutcomeUnknown, err)
+}
+
+// result converts a decoded local result.
+func (l *Local) result(actionID string, r *localResult) (*aip.ActionResult, error) {
+	if r.Status == localOutcomeUnknown {
+		detail := r.Detail
+		if detail == "" && r.Error != nil {
+			detail = r.Error.Message
+		}
+		return nil, fmt.Errorf("%w: the connector reported: %s", hostsdk.ErrOutcomeUnknown, detail)
+	}
+	res, err := r.toResult(actionID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the connector's result is invalid: %v", hostsdk.ErrOutcomeUnknown, err)
+	}
+	return res, nil
+}
+
+// readStream reads NDJSON lines: chunks, then exactly one result line. A
+// stream that ends without a result leaves the outcome unknown.
+func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.Reader, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	limit := max(l.cfg.MaxResultBytes, int64(l.cfg.MaxChunkBytes))
+	br := bufio.NewReaderSize(body, 64<<10)
+	n := 0
+	forward := chunks != nil
+	for {
+		line, err := readLine(br, int(limit))
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("%w: the connector's stream ended without a result line (did it crash?)", hostsdk.ErrOutcomeUnknown)
+			}
+			return nil, l.readError(reqCtx, err)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var ln localLine
+		if err := decodeStrict(line, &ln); err != nil || (ln.Chunk == nil) == (ln.Result == nil) {
+			if err == nil {
+				err = errors.New(`want exactly one of "chunk" and "result"`)
+			}
+			return nil, fmt.Errorf("%w: stream line %d is not a chunk or result: %v", hostsdk.ErrOutcomeUnknown, n+1, err)
+		}
+		if ln.Result != nil {
+			return l.result(call.Action.ID, ln.Result)
+		}
+		if len(line) > l.cfg.MaxChunkBytes {
+			return nil, fmt.Errorf("%w: a chunk of %d bytes exceeds the %d-byte limit", hostsdk.ErrOutcomeUnknown, len(line), l.cfg.MaxChunkBytes)
+		}
+		n++
+		if n > l.cfg.MaxChunks {
+			return nil, fmt.Errorf("%w: the connector sent more than %d chunks", hostsdk.ErrOutcomeUnknown, l.cfg.MaxChunks)
+		}
+		if !forward {
+			continue
+		}
+		c := ln.Chunk
+		if c.Part != nil {
+			err = chunks.SendPart(c.Kind, *c.Part)
+		} else if len(c.Data) > 0 {
+			err = chunks.Send(c.Kind, c.Data)
+		} else {
+			err = chunks.Send(c.Kind, nil)
+		}
+		if err != nil {
+			// The dispatcher went away or the chunk is invalid: keep
+			// reading so the final result is still journaled.
+			call.Logger.Warn("stream chunk not delivered; later chunks are dropped", "error", err)
+			forward = false
+		}
+	}
+}
+
+// readLine reads one line of at most limit bytes (without the newline).
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var buf []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(buf)+len(frag) > limit+1 {
+			return nil, fmt.Errorf("a stream line exceeds %d bytes", limit)
+		}
+		buf = append(buf, frag...)
+		switch {
+		case err == nil:
+			return bytes.TrimRight(buf, "\r\n"), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(buf) > 0:
+			return buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// Reconcile implements hostsdk.Reconciler: POST /aip/reconcile asks the
+// connector what became of an action a crash left running. A connector
+// without the endpoint (404, 405, 501) leaves the outcome unknown.
+func (l *Local) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+	a := u.Action
+	body := localReconcile{
+		ActionID: a.ActionID, IdempotencyKey: a.IdempotencyKey, CapabilityID: a.CapabilityID,
+		InputDigest: a.InputDigest, ReceivedAt: aip.At(a.ReceivedAt),
+	}
+	if !a.StartedAt.IsZero() {
+		t := aip.At(a.StartedAt)
+		body.StartedAt = &t
+	}
+	deadline := time.Now().Add(l.cfg.ReconcileWait)
+	for {
+		res, running, err := l.reconcileOnce(ctx, &body)
+		if err != nil || !running {
+			return res, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: the connector still runs the action after %s", hostsdk.ErrOutcomeUnknown, l.cfg.ReconcileWait)
+		}
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (l *Local) reconcileOnce(ctx context.Context, body *localReconcile) (res *aip.ActionResult, running bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+	defer cancel()
+	req, err := l.newRequest(rctx, http.MethodPost, PathLocalReconcile, body)
+	if err != nil {
+		return nil, false, err
+	}
+	req.Header.Set(HeaderActionID, body.ActionID)
+	req.Header.Set(HeaderIdempotencyKey, body.IdempotencyKey)
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return nil, false, &LocalError{Op: "POST " + PathLocalReconcile, Target: l.Target(), Err: err}
+	}
+	defer resp.Body.Close()
+	raw, err := readLimited(resp.Body, l.cfg.MaxResultBytes)
+	if err != nil {
+		return nil, false, &LocalError{Op: "POST " + PathLocalReconcile, Target: l.Target(), Err: err}
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		return nil, false, fmt.Errorf("%w: the connector does not implement %s (HTTP %d)", hostsdk.ErrOutcomeUnknown, PathLocalReconcile, resp.StatusCode)
+	default:
+		return nil, false, &LocalError{Op: "POST " + PathLocalReconcile, Target: l.Target(), Status: resp.StatusCode, Err: errors.New(errorText(raw))}
+	}
+	var r localResult
+	if err := decodeStrict(raw, &r); err != nil {
+		return nil, false, &LocalError{Op: "POST " + PathLocalReconcile, Target: l.Target(), Status: resp.StatusCode, Err: fmt.Errorf("the answer is not a reconcile result: %w", err)}
+	}
+	switch r.Status {
+	case localRunning:
+		return nil, true, nil
+	case localNotFound:
+		detail := r.Detail
+		if detail == "" {
+			detail = "the connector has no record of the action; it never ran"
+		}
+		return &aip.ActionResult{ActionID: body.ActionID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(CodeNotExecuted, aip.CategoryConnector, false, 0, aip.TruncateUTF8(detail, aip.MaxErrorMessageBytes))}, false, nil
+	}
+	res, err = l.result(body.ActionID, &r)
+	return res, false, err
+}
+
+// Routes implements hostsdk.RouteProvider: GET /sidecar/status.
+func (l *Local) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	return []hostsdk.Route{{Pattern: "GET " + PathStatus, Handler: l.status.handler()}}, nil
+}
+
+// readLimited reads at most limit bytes and fails beyond.
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	raw, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) > limit {
+		return nil, fmt.Errorf("the body exceeds %d bytes", limit)
+	}
+	return raw, nil
+}
+
+// decodeStrict decodes one JSON value, refusing unknown fields and
+// trailing data.
+func decodeStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// errorText renders an error body for a message: the error object's
+// message when there is one, else the start of the body.
+func errorText(raw []byte) string {
+	var le localError
+	if json.Unmarshal(raw, &le) == nil && le.Error != nil && le.Error.Message != "" {
+		return le.Error.Code + ": " + le.Error.Message
+	}
+	s := strings.TrimSpace(string(raw))
+	if s == "" {
+		return "(empty body)"
+	}
+	return aip.TruncateUTF8(s, 256)
+}
+
+var (
+	_ hostsdk.Connector     = (*Local)(nil)
+	_ hostsdk.HealthChecker = (*Local)(nil)
+	_ hostsdk.Canceler      = (*Local)(nil)
+	_ hostsdk.Streamer      = (*Local)(nil)
+	_ hostsdk.Reconciler    = (*Local)(nil)
+	_ hostsdk.RouteProvider = (*Local)(nil)
+)

@@ -1,0 +1,330 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+// localReplica starts a fake connector on a unix socket and a sidecar
+// attached to it.
+func localReplica(t *testing.T, edit func(*Config)) (*replica, *fakeConnector) {
+	t.Helper()
+	f := newFakeConnector()
+	f.token = "s3cret"
+	sock, _ := serveFake(t, f)
+	r := startReplica(t, func(c *Config) {
+		c.Local = LocalConfig{Socket: sock, Token: "s3cret", CancelGrace: 2 * time.Second}
+		if edit != nil {
+			edit(c)
+		}
+	})
+	return r, f
+}
+
+func TestLocalForwardsActionWithIdentity(t *testing.T) {
+	r, f := localReplica(t, nil)
+	ctx := ctxT(t)
+	a := act("echo.say", `{"message":"hello"}`)
+	a.IdempotencyKey = "key-1"
+	resp := must(r.d.Act(ctx, r.target, a))
+	res, err := resp.Result()
+	if err != nil {
+		t.Fatalf("HTTP %d: %v", resp.Status, err)
+	}
+	if res.Status != aip.ResultCompleted || string(res.Output) != `{"message":"hello"}` || res.Receipt == nil {
+		t.Fatalf("result %+v output %s", res, res.Output)
+	}
+	got := f.received()
+	if len(got) != 1 {
+		t.Fatalf("the connector received %d actions", len(got))
+	}
+	want := localAction{
+		ActionID: a.ID, IdempotencyKey: "key-1", CapabilityID: "echo.say", Input: json.RawMessage(`{"message":"hello"}`),
+		Mode: "sync", MessageID: got[0].MessageID,
+		Tenant: localTenant{TenantID: r.host.TenantID, ConnectorTypeID: r.host.ConnectorTypeID, VersionID: r.host.VersionID,
+			InstanceID: r.host.InstanceID, ReplicaID: r.host.ReplicaID, ConfigRevision: 1, TrustDomain: hostsdktest.TrustDomain},
+		Identity: &aip.IdentityContext{Tenant: &aip.TenantRef{ID: r.host.TenantID}},
+	}
+	if diff := cmp.Diff(want, got[0]); diff != "" {
+		t.Errorf("forwarded action (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(got[0].MessageID, aip.PrefixMessage) {
+		t.Errorf("message_id %q", got[0].MessageID)
+	}
+	h := f.receivedHeaders()[0]
+	if h.Get(HeaderActionID) != a.ID || h.Get(HeaderIdempotencyKey) != "key-1" || h.Get("Idempotency-Key") != "" {
+		t.Errorf("headers %v", h)
+	}
+
+	// The same action again is answered from the journal: the connector
+	// sees it once.
+	if res, err := must(r.d.Act(ctx, r.target, a)).Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("duplicate: %+v %v", res, err)
+	}
+	if n := len(f.received()); n != 1 {
+		t.Errorf("the connector received the action %d times", n)
+	}
+	// Without an idempotency key the action ID is the key.
+	b := act("echo.say", `{"message":"x"}`)
+	must(r.d.Act(ctx, r.target, b))
+	if got := f.received()[1].IdempotencyKey; got != b.ID {
+		t.Errorf("idempotency_key %q, want the action ID", got)
+	}
+}
+
+func TestLocalStreamsChunks(t *testing.T) {
+	r, _ := localReplica(t, nil)
+	a := act("echo.stream", `{"message":"tick","chunks":4}`)
+	a.Mode = aip.ModeStreaming
+	resp := must(r.d.Act(ctxT(t), r.target, a))
+	if len(resp.Chunks) != 4 {
+		t.Fatalf("%d chunks: %s", len(resp.Chunks), resp.Raw)
+	}
+	for i, c := range resp.Chunks {
+		if c.Kind != aip.ChunkProgress || c.Sequence != uint64(i) || string(c.Data) != `{"index":`+string(rune('0'+i))+`}` {
+			t.Errorf("chunk %d: %+v %s", i, c, c.Data)
+		}
+	}
+	res, err := resp.Result()
+	if err != nil || res.Status != aip.ResultCompleted || string(res.Output) != `{"chunks":4,"message":"tick"}` {
+		t.Fatalf("final %+v %v", res, err)
+	}
+}
+
+func TestLocalCancel(t *testing.T) {
+	r, f := localReplica(t, nil)
+	ctx := ctxT(t)
+	a := act("echo.slow", `{"delay_ms":60000}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() { done <- must(r.d.Act(ctx, r.target, a)) }()
+	<-f.started
+	res, err := must(r.d.Cancel(ctx, r.target, a.ID, "echo.slow", "the user changed their mind")).Result()
+	if err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("cancel answered %+v %v", res, err)
+	}
+	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("the action answered %+v %v", res, err)
+	}
+	var reasons []string
+	for _, c := range f.cancelled() {
+		if c.ActionID != a.ID {
+			t.Errorf("cancel for %s", c.ActionID)
+		}
+		reasons = append(reasons, c.Reason)
+	}
+	if !strings.Contains(strings.Join(reasons, "|"), "the user changed their mind") {
+		t.Errorf("the dispatcher's reason did not reach the connector: %q", reasons)
+	}
+}
+
+func TestLocalCancelIgnoredIsOutcomeUnknown(t *testing.T) {
+	r, f := localReplica(t, func(c *Config) { c.Local.CancelGrace = 50 * time.Millisecond })
+	ctx := ctxT(t)
+	a := act("echo.slow", `{"delay_ms":60000,"ignore_cancel":true}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() { done <- must(r.d.Act(ctx, r.target, a)) }()
+	<-f.started
+	resp := must(r.d.Cancel(ctx, r.target, a.ID, "echo.slow", "stop"))
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "cancel grace") &&
+		!strings.Contains(pe.Message, "did not answer within") {
+		t.Fatalf("cancel answered HTTP %d %s", resp.Status, resp.Raw)
+	}
+	if pe := (<-done).ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+		t.Fatalf("the action did not end outcome_unknown")
+	}
+}
+
+func TestLocalTimeoutCancelsTheConnector(t *testing.T) {
+	r, f := localReplica(t, nil)
+	a := act("echo.slow", `{"delay_ms":60000}`)
+	ms := uint64(50)
+	a.TimeoutMS = &ms
+	resp := must(r.d.Act(ctxT(t), r.target, a))
+	// The connector answered cancelled within the grace: that is the result.
+	res, err := resp.Result()
+	if err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("HTTP %d %s", resp.Status, resp.Raw)
+	}
+	if c := f.cancelled(); len(c) == 0 || !strings.Contains(c[0].Reason, "timed out") {
+		t.Errorf("cancels %+v", c)
+	}
+}
+
+func TestLocalCrashMidActionIsOutcomeUnknown(t *testing.T) {
+	r, _ := localReplica(t, nil)
+	resp := must(r.d.Act(ctxT(t), r.target, act("echo.crash", `{}`)))
+	pe := resp.ProtocolError()
+	if resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "did it crash") {
+		t.Fatalf("HTTP %d %s", resp.Status, resp.Raw)
+	}
+}
+
+func TestLocalUnreachableIsNotDelivered(t *testing.T) {
+	f := newFakeConnector()
+	sock, stopFake := serveFake(t, f)
+	r := startReplica(t, func(c *Config) { c.Local = LocalConfig{Socket: sock} })
+	stopFake() // the connector goes away; the host's health is cached until its next probe
+	res, err := must(r.d.Act(ctxT(t), r.target, act("echo.say", `{"message":"x"}`))).Result()
+	if err != nil || res.Status != aip.ResultFailed || res.Error.Code != CodeConnectorUnavailable || !res.Error.IsRetryable() {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	if !strings.Contains(res.Error.Message, "did not run") {
+		t.Errorf("message %q", res.Error.Message)
+	}
+	code, doc := r.ready(t)
+	if code != http.StatusServiceUnavailable || doc.Connector.Ready {
+		t.Errorf("/ready %d %+v", code, doc.Connector)
+	}
+}
+
+// TestLocalAnswers maps the connector's HTTP answers to results.
+func TestLocalAnswers(t *testing.T) {
+	r, _ := localReplica(t, nil)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		// want: a result status, or an error code of the answer
+		result aip.ResultStatus
+		code   string
+	}{
+		{"completed", 200, `{"status":"completed","output":{"a":1}}`, aip.ResultCompleted, ""},
+		{"failed with error", 200, `{"status":"failed","error":{"code":"x.y","message":"no","category":"permanent"}}`, aip.ResultFailed, "x.y"},
+		{"failed without error", 200, `{"status":"failed","detail":"broke"}`, aip.ResultFailed, "connector.failed"},
+		{"cancelled", 200, `{"status":"cancelled"}`, aip.ResultCancelled, ""},
+		{"outcome unknown", 200, `{"status":"outcome_unknown","detail":"provider timed out"}`, "", hostsdk.CodeOutcomeUnknown},
+		{"unknown field", 200, `{"status":"completed","extra":1}`, "", hostsdk.CodeOutcomeUnknown},
+		{"other action", 200, `{"action_id":"act_00000000000000000000000000000000","status":"completed"}`, "", hostsdk.CodeOutcomeUnknown},
+		{"bad status", 200, `{"status":"done"}`, "", hostsdk.CodeOutcomeUnknown},
+		{"not json", 200, `<html>`, "", hostsdk.CodeOutcomeUnknown},
+		{"400 with error", 400, `{"error":{"code":"x.bad","message":"bad input","category":"permanent"}}`, aip.ResultFailed, "x.bad"},
+		{"404 without error", 404, `nope`, aip.ResultFailed, CodeConnectorRejected},
+		{"503", 503, `{}`, aip.ResultFailed, CodeConnectorRejected},
+		{"500", 500, `{"error":{"code":"x.boom","message":"boom","category":"connector"}}`, "", hostsdk.CodeOutcomeUnknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, _ := json.Marshal(map[string]any{"status": tc.status, "body": json.RawMessage(mustJSONish(tc.body))})
+			resp := must(r.d.Act(ctx, r.target, act("echo.status", string(in))))
+			if tc.result == "" {
+				pe := resp.ProtocolError()
+				if pe == nil || pe.Code != tc.code {
+					t.Fatalf("HTTP %d %s, want error %s", resp.Status, resp.Raw, tc.code)
+				}
+				return
+			}
+			res, err := resp.Result()
+			if err != nil {
+				t.Fatalf("HTTP %d: %v", resp.Status, err)
+			}
+			if res.Status != tc.result || (tc.code != "" && (res.Error == nil || res.Error.Code != tc.code)) {
+				t.Fatalf("result %+v error %+v", res, res.Error)
+			}
+		})
+	}
+}
+
+// mustJSONish quotes a body that is not JSON so it can travel in the
+// fake's input; the fake writes body's raw JSON value, so a quoted string
+// arrives as a JSON string (still not a result).
+func mustJSONish(s string) string {
+	if json.Valid([]byte(s)) {
+		return s
+	}
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
+func TestLocalReconcile(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answers []func() (int, any)
+		status  aip.ResultStatus
+		code    string
+		unknown bool
+	}{
+		{name: "completed", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "completed", "output": map[string]bool{"reconciled": true}}
+		}}, status: aip.ResultCompleted},
+		{name: "not found", answers: []func() (int, any){func() (int, any) { return 200, map[string]any{"status": "not_found"} }},
+			status: aip.ResultFailed, code: CodeNotExecuted},
+		{name: "running then done", answers: []func() (int, any){
+			func() (int, any) { return 200, map[string]any{"status": "running"} },
+			func() (int, any) { return 200, map[string]any{"status": "cancelled"} },
+		}, status: aip.ResultCancelled},
+		{name: "outcome unknown", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "outcome_unknown", "detail": "provider cannot tell"}
+		}}, unknown: true},
+		{name: "no endpoint", answers: nil, unknown: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeConnector()
+			sock, _ := serveFake(t, f)
+			i := 0
+			if tc.answers != nil {
+				f.reconcileAnswer = func(localReconcile) (int, any) {
+					a := tc.answers[min(i, len(tc.answers)-1)]
+					i++
+					return a()
+				}
+			}
+			l, err := NewLocal(LocalConfig{Socket: sock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			started := time.Now().Add(-time.Second)
+			res, err := l.Reconcile(ctxT(t), &hostsdk.UncertainAction{Action: journalAction("act_01", started)})
+			if tc.unknown {
+				if !errors.Is(err, hostsdk.ErrOutcomeUnknown) {
+					t.Fatalf("got %+v, %v; want outcome unknown", res, err)
+				}
+				return
+			}
+			if err != nil || res.Status != tc.status || (tc.code != "" && res.Error.Code != tc.code) {
+				t.Fatalf("got %+v, %v", res, err)
+			}
+			f.mu.Lock()
+			rc := f.reconcile[0]
+			f.mu.Unlock()
+			if rc.ActionID != "act_01" || rc.IdempotencyKey != "key-act_01" || rc.CapabilityID != "echo.say" || rc.StartedAt == nil {
+				t.Errorf("reconcile request %+v", rc)
+			}
+		})
+	}
+}
+
+func TestLocalConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  LocalConfig
+		want string
+	}{
+		{LocalConfig{}, "--local-url"},
+		{LocalConfig{URL: "http://127.0.0.1:1", Socket: "/x"}, "exactly one"},
+		{LocalConfig{URL: "http://10.0.0.1:80"}, "loopback"},
+		{LocalConfig{URL: "https://127.0.0.1:80"}, "http://"},
+		{LocalConfig{URL: "http://127.0.0.1:80/base"}, "only the origin"},
+		{LocalConfig{URL: "http://localhost"}, "port"},
+		{LocalConfig{Socket: "/" + strings.Repeat("x", 200)}, "at most 107"},
+		{LocalConfig{URL: "http://[::1]:8", OnManifestChange: "ignore"}, "report or unready"},
+	} {
+		_, err := NewLocal(tc.cfg)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewLocal(%+v) = %v; want a ConfigError mentioning %q", tc.cfg, err, tc.want)
+		}
+	}
+	if _, err := NewLocal(LocalConfig{URL: "http://localhost:8700"}); err != nil {
+		t.Errorf("localhost: %v", err)
+	}
+}

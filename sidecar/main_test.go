@@ -1,0 +1,181 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+// envChild makes the test binary run as a fake local connector: the child
+// process of the supervision tests.
+const (
+	envChild          = "SIDECAR_TEST_CHILD"
+	envChildSignalLog = "SIDECAR_TEST_SIGNAL_LOG"
+	envChildExit      = "SIDECAR_TEST_EXIT" // exit with this status at once
+	envChildManifest  = "SIDECAR_TEST_MANIFEST_SUFFIX"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) == "1" {
+		os.Exit(runChild())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runChild serves the fake connector on the socket the sidecar names and
+// records SIGTERM (time and pid) in the signal log before exiting 0.
+func runChild() int {
+	if code := os.Getenv(envChildExit); code != "" {
+		var n int
+		fmt.Sscan(code, &n)
+		return n
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	path := os.Getenv(EnvLocalSocket)
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 3
+	}
+	f := newFakeConnector()
+	f.token = os.Getenv(EnvLocalToken)
+	if s := os.Getenv(envChildManifest); s != "" {
+		f.manifest.Store(fakeManifest(s))
+	}
+	srv := &http.Server{Handler: f}
+	go srv.Serve(l)
+	sig := <-sigs
+	if p := os.Getenv(envChildSignalLog); p != "" {
+		line, _ := json.Marshal(map[string]any{"signal": sig.String(), "time_unix_ns": time.Now().UnixNano(), "pid": os.Getpid()})
+		os.WriteFile(p, append(line, '\n'), 0o600)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+	return 0
+}
+
+// replica is a sidecar running in this process against the fake fleet
+// (hostsdktest's control plane and dispatcher, over the real transport).
+type replica struct {
+	cp     *hostsdktest.ControlPlane
+	d      *hostsdktest.Dispatcher
+	host   hostsdk.Config
+	s      *Sidecar
+	target hostsdktest.Target
+	errc   chan error
+	cancel context.CancelFunc
+	done   bool
+	err    error
+}
+
+// startReplica starts a sidecar built from cfg (its Host is filled in) and
+// waits until it registered.
+func startReplica(t testing.TB, edit func(*Config)) *replica {
+	t.Helper()
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	r := &replica{cp: cp, d: d, host: hostsdktest.HostConfig(t, cp, d, nil), errc: make(chan error, 1)}
+	cfg := Config{Host: r.host}
+	if edit != nil {
+		edit(&cfg)
+	}
+	r.host = cfg.Host
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.errc <- s.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	registered := make(chan error, 1)
+	go func() {
+		registered <- cp.Await(wctx, func(o []hostsdktest.Operation) bool {
+			return len(o) > 0 && o[0].Op == aip.OpRegister && o[0].Outcome == aip.OutcomeLease
+		})
+	}()
+	select {
+	case err := <-r.errc:
+		r.done, r.err = true, err
+		wcancel()
+		<-registered
+		t.Fatalf("the sidecar stopped before registering: %v", err)
+	case err := <-registered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.target = hostsdktest.TargetOf(s.Host(), r.host)
+	return r
+}
+
+// stop cancels Run (SIGTERM) and returns its result.
+func (r *replica) stop(t testing.TB) error {
+	t.Helper()
+	if r.done {
+		return r.err
+	}
+	r.cancel()
+	select {
+	case r.err = <-r.errc:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the sidecar did not stop")
+	}
+	r.done = true
+	return r.err
+}
+
+// noKeepAlive leaves no idle connections behind for goleak.
+var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// getJSON GETs url and decodes its JSON body into v.
+func getJSON(t testing.TB, url string, v any) int {
+	t.Helper()
+	resp, err := noKeepAlive.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+func (r *replica) status(t testing.TB) Status {
+	t.Helper()
+	var st Status
+	getJSON(t, "http://"+r.s.Host().Addr().String()+PathStatus, &st)
+	return st
+}
+
+func (r *replica) ready(t testing.TB) (int, hostsdk.ReadyDocument) {
+	t.Helper()
+	var doc hostsdk.ReadyDocument
+	code := getJSON(t, "http://"+r.s.Host().Addr().String()+hostsdk.PathReady, &doc)
+	return code, doc
+}
+
+func act(capability, input string) *aip.Action {
+	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capability, Input: json.RawMessage(input)}
+}

@@ -1,0 +1,708 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// Defaults of MCPConfig.
+const (
+	DefaultConnectTimeout = 30 * time.Second
+	// progressBuffer bounds the progress notifications queued for one
+	// streaming action; beyond it the oldest-pending ones are dropped
+	// (progress is a gauge: the next notification supersedes them).
+	progressBuffer = 256
+)
+
+// MCP metadata keys the sidecar puts in a tools/call's _meta.
+const (
+	MetaActionID       = "io.aipfleet/action_id"
+	MetaIdempotencyKey = "io.aipfleet/idempotency_key"
+)
+
+// MCPConfig configures an MCP connector. Exactly one of Command, URL and
+// Transport is required.
+type MCPConfig struct {
+	// Command runs a stdio MCP server: the program and its arguments. The
+	// sidecar starts it (in its own process group; on Linux it receives
+	// SIGTERM if the sidecar dies), restarts it with backoff when it
+	// crashes, and stops it after the host's drain and offline.
+	Command []string
+	// Dir is the command's working directory; Env is added to the
+	// inherited environment; Stderr receives its standard error (nil
+	// discards it).
+	Dir    string
+	Env    []string
+	Stderr io.Writer
+	// URL is a Streamable HTTP MCP endpoint: https, or http on a loopback
+	// address.
+	URL string
+	// HTTPClient is used for URL. Defaults to a client without redirects.
+	HTTPClient *http.Client
+	// Transport, when set, returns a fresh transport for each connection
+	// (tests and programs that embed an MCP server).
+	Transport func() mcp.Transport
+
+	// CapabilityPrefix is prepended to tool names to form capability IDs.
+	// Defaults to "mcp.".
+	CapabilityPrefix string
+	// Tools, when set, lists the only tools exposed as capabilities.
+	Tools []string
+	// AgentID is the manifest agent's principal ID. Defaults to
+	// "agent:mcp:" followed by the server's name.
+	AgentID string
+
+	// ConnectTimeout bounds connecting and initializing (and the first
+	// tools/list). Defaults to 30s.
+	ConnectTimeout time.Duration
+	// StopTimeout is how long Close waits for a stdio server to exit
+	// after closing its input, and again after SIGTERM. Defaults to 10s.
+	StopTimeout time.Duration
+	// MaxActionDuration bounds a tool call without timeout_ms. Defaults
+	// to 1h.
+	MaxActionDuration time.Duration
+	// RestartBackoff and MaxBackoff shape the reconnect (and restart)
+	// backoff after the session breaks. Default to 250ms and 30s.
+	RestartBackoff time.Duration
+	MaxBackoff     time.Duration
+	// OnManifestChange says what a tools/list change after registration
+	// does. Defaults to ManifestChangeReport.
+	OnManifestChange ManifestChangePolicy
+	Logger           *slog.Logger
+}
+
+// MCP is a hostsdk connector that wraps an MCP server: its tools are the
+// capabilities (see toolCapability for the mapping), actions become
+// tools/call, progress notifications become stream chunks, a cancel
+// becomes an MCP cancel, and health is an MCP ping. It implements
+// hostsdk.Connector, HealthChecker, Streamer, Reconciler and RouteProvider.
+// Create it with NewMCP, Connect it before starting the host, and Close
+// it after the host stopped.
+type MCP struct {
+	cfg    MCPConfig
+	log    *slog.Logger
+	client *mcp.Client
+	drift  *drift
+	status *statusSource
+
+	mu       sync.Mutex
+	sess     *mcp.ClientSession
+	sessDone chan struct{} // closed when sess ends
+	cmd      *exec.Cmd     // the stdio server of sess
+	init     *mcp.InitializeResult
+	starts   int
+	restarts int
+	lastErr  string
+	since    time.Time
+	tools    map[string]toolInfo // admitted: capability ID -> tool
+	stopped  bool
+
+	progress sync.Map // progress token (string) -> chan *mcp.ProgressNotificationParams
+
+	// ctx is the connector's own lifecycle context, cancelled by Close.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	closing   sync.WaitGroup // broken sessions being closed
+	loopDone  chan struct{}
+	reconnect chan struct{}
+	changed   chan struct{}
+}
+
+// NewMCP validates cfg and returns an MCP connector. It does no I/O.
+func NewMCP(cfg MCPConfig) (*MCP, error) {
+	n := 0
+	for _, set := range []bool{len(cfg.Command) > 0, cfg.URL != "", cfg.Transport != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, &ConfigError{Field: "MCP.Command", Reason: "and MCP.URL: give exactly one MCP server (--mcp-command or --mcp-url)"}
+	}
+	if len(cfg.Command) > 0 && cfg.Command[0] == "" {
+		return nil, &ConfigError{Field: "MCP.Command", Reason: "has an empty program name"}
+	}
+	if cfg.URL != "" {
+		u, err := url.Parse(cfg.URL)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; want the absolute URL of a Streamable HTTP MCP endpoint", cfg.URL)}
+		}
+		if u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; http is accepted only on a loopback address; use https", cfg.URL)}
+		}
+		if u.User != nil {
+			return nil, &ConfigError{Field: "MCP.URL", Reason: "must not carry credentials"}
+		}
+	}
+	if cfg.CapabilityPrefix == "" {
+		cfg.CapabilityPrefix = DefaultCapabilityPrefix
+	}
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{
+		{&cfg.ConnectTimeout, DefaultConnectTimeout}, {&cfg.StopTimeout, DefaultStopTimeout},
+		{&cfg.MaxActionDuration, DefaultMaxActionDuration}, {&cfg.RestartBackoff, DefaultRestartBackoff},
+		{&cfg.MaxBackoff, DefaultMaxBackoff},
+	} {
+		if *d.p <= 0 {
+			*d.p = d.def
+		}
+	}
+	if err := cfg.OnManifestChange.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &MCP{
+		cfg: cfg, log: cfg.Logger,
+		reconnect: make(chan struct{}, 1), changed: make(chan struct{}, 1),
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.drift = newDrift(cfg.OnManifestChange, cfg.Logger)
+	m.status = &statusSource{mode: "mcp", target: m.Target(), drift: m.drift}
+	if len(cfg.Command) > 0 {
+		m.status.setProcess(m)
+	}
+	m.client = mcp.NewClient(&mcp.Implementation{Name: "aip-sidecar", Title: "aipfleet sidecar", Version: "1.0"}, &mcp.ClientOptions{
+		Logger: cfg.Logger,
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case m.changed <- struct{}{}:
+			default:
+			}
+		},
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			if req == nil || req.Params == nil {
+				return
+			}
+			tok, ok := req.Params.ProgressToken.(string)
+			if !ok {
+				return
+			}
+			if ch, ok := m.progress.Load(tok); ok {
+				select {
+				case ch.(chan *mcp.ProgressNotificationParams) <- req.Params:
+				default: // the receiver is slow: drop this one, a later one supersedes it
+				}
+			}
+		},
+	})
+	return m, nil
+}
+
+// Target names the MCP server (for logs and status).
+func (m *MCP) Target() string {
+	switch {
+	case len(m.cfg.Command) > 0:
+		return "mcp+stdio:" + strings.Join(m.cfg.Command, " ")
+	case m.cfg.URL != "":
+		return m.cfg.URL
+	}
+	return "mcp+transport"
+}
+
+// transport returns a fresh transport (and the command of a stdio one).
+func (m *MCP) transport() (mcp.Transport, *exec.Cmd) {
+	switch {
+	case m.cfg.Transport != nil:
+		return m.cfg.Transport(), nil
+	case m.cfg.URL != "":
+		hc := m.cfg.HTTPClient
+		if hc == nil {
+			hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		}
+		return &mcp.StreamableClientTransport{Endpoint: m.cfg.URL, HTTPClient: hc}, nil
+	}
+	cmd := exec.Command(m.cfg.Command[0], m.cfg.Command[1:]...)
+	cmd.Dir = m.cfg.Dir
+	cmd.Env = append(cmd.Environ(), m.cfg.Env...)
+	cmd.Stderr = m.cfg.Stderr
+	cmd.SysProcAttr = childProcAttr()
+	return &mcp.CommandTransport{Command: cmd, TerminateDuration: m.cfg.StopTimeout}, cmd
+}
+
+// dial connects once and lists the tools.
+func (m *MCP) dial(ctx context.Context) (*mcp.ClientSession, *exec.Cmd, []*mcp.Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
+	defer cancel()
+	t, cmd := m.transport()
+	sess, err := m.client.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("sidecar: connect to the MCP server %s: %w", m.Target(), err)
+	}
+	tools, err := listTools(ctx, sess)
+	if err != nil {
+		sess.Close()
+		return nil, nil, nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), err)
+	}
+	return sess, cmd, tools, nil
+}
+
+func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error) {
+	var tools []*mcp.Tool
+	for t, err := range sess.Tools(ctx, nil) {
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, t)
+	}
+	return tools, nil
+}
+
+// Connect connects to the MCP server (starting a stdio server), lists its
+// tools and starts the loop that reconnects after the session breaks and
+// reports tools/list changes. Call it once, before starting the host.
+func (m *MCP) Connect(ctx context.Context) error {
+	sess, cmd, _, err := m.dial(ctx)
+	if err != nil {
+		return err
+	}
+	m.setSession(sess, cmd)
+	m.loopDone = make(chan struct{})
+	go m.loop()
+	return nil
+}
+
+func (m *MCP) setSession(sess *mcp.ClientSession, cmd *exec.Cmd) {
+	done := make(chan struct{})
+	go func() {
+		sess.Wait()
+		close(done)
+	}()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sess, m.sessDone, m.cmd, m.init = sess, done, cmd, sess.InitializeResult()
+	m.starts++
+	m.since = time.Now()
+	attrs := []any{"target", m.Target(), "connection", m.starts}
+	if cmd != nil && cmd.Process != nil {
+		attrs = append(attrs, "pid", cmd.Process.Pid)
+	}
+	m.log.Info("connected to the MCP server", attrs...)
+}
+
+func (m *MCP) session() (*mcp.ClientSession, chan struct{}) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sess, m.sessDone
+}
+
+// loop watches the session: when it ends (the server exited, or a health
+// check found it broken) it reconnects with backoff; when the server says
+// its tool list changed, the new list is compared with the admitted one.
+func (m *MCP) loop() {
+	defer close(m.loopDone)
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = m.cfg.RestartBackoff, m.cfg.MaxBackoff, 0
+	bo.Reset()
+	for {
+		sess, done := m.session()
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.changed:
+			m.checkTools(sess)
+			continue
+		case <-done:
+			m.down(sess, "the MCP session ended (did the server exit?)")
+		case <-m.reconnect:
+			m.down(sess, "the MCP server does not answer on its session")
+		}
+		for {
+			wait := bo.NextBackOff()
+			t := time.NewTimer(wait)
+			select {
+			case <-m.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			next, cmd, tools, err := m.dial(m.ctx)
+			if err != nil {
+				m.mu.Lock()
+				m.lastErr = err.Error()
+				m.mu.Unlock()
+				m.log.Error("reconnect to the MCP server", "error", err, "retry_after_ms", bo.NextBackOff().Milliseconds())
+				continue
+			}
+			m.mu.Lock()
+			stopped := m.stopped
+			m.mu.Unlock()
+			if stopped {
+				next.Close()
+				return
+			}
+			m.setSession(next, cmd)
+			m.observe(tools, next.InitializeResult())
+			bo.Reset()
+			break
+		}
+	}
+}
+
+// down closes a broken session and records why.
+func (m *MCP) down(sess *mcp.ClientSession, why string) {
+	m.mu.Lock()
+	if m.sess == sess {
+		m.sess, m.sessDone, m.cmd = nil, nil, nil
+		m.restarts++
+		m.lastErr = why
+		m.since = time.Now()
+	}
+	m.mu.Unlock()
+	m.log.Error(why+"; the replica reports unhealthy until the session is back", "target", m.Target())
+	if sess != nil {
+		// A stdio server is stopped: stdin closed, then SIGTERM, then
+		// SIGKILL. Close waits for it.
+		m.closing.Go(func() { sess.Close() })
+	}
+}
+
+// checkTools lists the tools after a tools/list_changed notification.
+func (m *MCP) checkTools(sess *mcp.ClientSession) {
+	if sess == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.ConnectTimeout)
+	defer cancel()
+	tools, err := listTools(ctx, sess)
+	if err != nil {
+		m.log.Warn("tools/list after a list_changed notification", "error", err)
+		return
+	}
+	m.observe(tools, sess.InitializeResult())
+}
+
+// observe compares a tool list with the admitted manifest.
+func (m *MCP) observe(tools []*mcp.Tool, init *mcp.InitializeResult) {
+	man, _, skipped := toolManifest(agentFor(m.cfg.AgentID, init), m.cfg.CapabilityPrefix, m.cfg.Tools, tools)
+	for _, s := range skipped {
+		m.log.Warn("MCP tool left out of the manifest", "reason", s)
+	}
+	m.drift.observe(man)
+}
+
+// Manifest implements hostsdk.Connector: the server's tools as
+// capabilities. The first manifest is the admitted one; later tool lists
+// are compared with it, never applied.
+func (m *MCP) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+	sess, _ := m.session()
+	if sess == nil {
+		return nil, fmt.Errorf("%w: call Connect before starting the host", ErrNotConnected)
+	}
+	tools, err := listTools(ctx, sess)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), err)
+	}
+	man, infos, skipped := toolManifest(agentFor(m.cfg.AgentID, sess.InitializeResult()), m.cfg.CapabilityPrefix, m.cfg.Tools, tools)
+	for _, s := range skipped {
+		m.log.Warn("MCP tool left out of the manifest", "reason", s)
+	}
+	if len(man.Capabilities) == 0 {
+		return nil, fmt.Errorf("sidecar: the MCP server %s exposes no usable tools (%d listed, allow-list %v)", m.Target(), len(tools), m.cfg.Tools)
+	}
+	for _, name := range m.cfg.Tools {
+		if _, ok := infos[m.cfg.CapabilityPrefix+name]; !ok {
+			m.log.Warn("a tool named in the allow-list is not offered by the MCP server", "tool", name)
+		}
+	}
+	m.mu.Lock()
+	m.tools = infos
+	m.mu.Unlock()
+	m.drift.admit(man)
+	return man, nil
+}
+
+// CheckHealth implements hostsdk.HealthChecker: the session must be up and
+// answer an MCP ping (and, with ManifestChangeUnready, the tool list must
+// be the admitted one).
+func (m *MCP) CheckHealth(ctx context.Context) error {
+	sess, _ := m.session()
+	if sess == nil {
+		m.status.setHealthy(false)
+		m.mu.Lock()
+		last := m.lastErr
+		m.mu.Unlock()
+		return fmt.Errorf("%w (%s); reconnecting with backoff", ErrNotConnected, last)
+	}
+	if err := sess.Ping(ctx, nil); err != nil {
+		m.status.setHealthy(false)
+		if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
+			select {
+			case m.reconnect <- struct{}{}:
+			default:
+			}
+		}
+		return fmt.Errorf("sidecar: MCP ping: %w", err)
+	}
+	m.status.setHealthy(true)
+	return m.drift.err()
+}
+
+// Handle implements hostsdk.Connector: tools/call.
+func (m *MCP) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	return m.call(ctx, call, nil)
+}
+
+// HandleStream implements hostsdk.Streamer: tools/call with a progress
+// token; each progress notification becomes a progress chunk
+// {"progress", "total", "message"}.
+func (m *MCP) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	return m.call(ctx, call, chunks)
+}
+
+func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	a := call.Action
+	m.mu.Lock()
+	info, ok := m.tools[a.CapabilityID]
+	sess := m.sess
+	m.mu.Unlock()
+	if !ok {
+		return nil, aip.NewProtocolError(CodeMCPError, aip.CategoryPermanent, false, 0, "capability "+a.CapabilityID+" is not an admitted MCP tool")
+	}
+	if sess == nil {
+		return nil, notDelivered(ErrNotConnected)
+	}
+	if a.TimeoutMS == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.cfg.MaxActionDuration)
+		defer cancel()
+	}
+	params := &mcp.CallToolParams{
+		Name: info.name, Arguments: json.RawMessage(a.Input),
+		Meta: mcp.Meta{MetaActionID: a.ID, MetaIdempotencyKey: call.IdempotencyKey},
+	}
+	var progress chan *mcp.ProgressNotificationParams
+	if chunks != nil {
+		progress = make(chan *mcp.ProgressNotificationParams, progressBuffer)
+		token := a.ID
+		m.progress.Store(token, progress)
+		defer m.progress.Delete(token)
+		params.SetProgressToken(token)
+	}
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := sess.CallTool(ctx, params)
+		done <- outcome{res, err}
+	}()
+	forward := chunks != nil
+	send := func(p *mcp.ProgressNotificationParams) {
+		if !forward {
+			return
+		}
+		data := map[string]any{"progress": p.Progress}
+		if p.Total != 0 {
+			data["total"] = p.Total
+		}
+		if p.Message != "" {
+			data["message"] = p.Message
+		}
+		if err := chunks.Send(aip.ChunkProgress, data); err != nil {
+			call.Logger.Warn("progress chunk not delivered; later chunks are dropped", "error", err)
+			forward = false
+		}
+	}
+	for {
+		select {
+		case p := <-progress:
+			send(p)
+		case o := <-done:
+			for drained := false; !drained; {
+				select {
+				case p := <-progress:
+					send(p)
+				default:
+					drained = true
+				}
+			}
+			return m.settle(ctx, call, info, o.res, o.err)
+		}
+	}
+}
+
+// settle turns a tools/call outcome into a result.
+func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res *mcp.CallToolResult, err error) (*aip.ActionResult, error) {
+	a := call.Action
+	if err != nil {
+		var we *jsonrpc.Error
+		switch {
+		case ctx.Err() != nil && info.readOnly:
+			// A read-only tool had no effect: the context's error lets the
+			// host record cancelled (a cancel) or its timeout.
+			return nil, ctx.Err()
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: the tool call was cancelled on the MCP server (notifications/cancelled: %v); MCP does not confirm whether a cancelled call had an effect",
+				hostsdk.ErrOutcomeUnknown, context.Cause(ctx))
+		case errors.As(err, &we) && refusedBeforeRun(we.Code):
+			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryPermanent, false, 0, aip.TruncateUTF8(we.Message, aip.MaxErrorMessageBytes))
+			pe.Details, _ = json.Marshal(map[string]any{"jsonrpc_code": we.Code})
+			return nil, pe
+		case errors.As(err, &we) && info.readOnly:
+			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryConnector, false, 0, aip.TruncateUTF8(we.Message, aip.MaxErrorMessageBytes))
+			pe.Details, _ = json.Marshal(map[string]any{"jsonrpc_code": we.Code})
+			return nil, pe
+		}
+		return nil, fmt.Errorf("%w: tools/call %s: %v", hostsdk.ErrOutcomeUnknown, info.name, err)
+	}
+	content, err := json.Marshal(res.Content)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the tool's content cannot be encoded: %v", hostsdk.ErrOutcomeUnknown, err)
+	}
+	if string(content) == "null" {
+		content = json.RawMessage("[]")
+	}
+	var parts []aip.MessagePart
+	var texts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, aip.TextPart(t.Text))
+			texts = append(texts, t.Text)
+		}
+	}
+	if res.IsError {
+		msg := strings.Join(texts, "\n")
+		if msg == "" {
+			msg = "the tool reported an error"
+		}
+		pe := aip.NewProtocolError(CodeToolError, aip.CategoryConnector, false, 0, aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))
+		pe.Details, _ = json.Marshal(map[string]json.RawMessage{"content": content})
+		return &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: pe, Message: parts}, nil
+	}
+	var output json.RawMessage
+	switch {
+	case info.hasOutput && res.StructuredContent != nil:
+		output, err = json.Marshal(res.StructuredContent)
+	default:
+		o := map[string]any{"content": json.RawMessage(content)}
+		if res.StructuredContent != nil {
+			o["structured_content"] = res.StructuredContent
+		}
+		output, err = json.Marshal(o)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: the tool's output cannot be encoded: %v", hostsdk.ErrOutcomeUnknown, err)
+	}
+	return &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCompleted, Output: output, Message: parts}, nil
+}
+
+// refusedBeforeRun reports JSON-RPC errors that mean the request was not
+// run: malformed, unknown method, invalid params.
+func refusedBeforeRun(code int64) bool {
+	switch code {
+	case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidParams:
+		return true
+	}
+	return false
+}
+
+// Reconcile implements hostsdk.Reconciler: a read-only tool left running
+// by a crash had no effect, so it is failed (send a new action); any other
+// tool's outcome is unknown (MCP cannot be asked).
+func (m *MCP) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+	m.mu.Lock()
+	info, ok := m.tools[u.Action.CapabilityID]
+	m.mu.Unlock()
+	if ok && info.readOnly {
+		return &aip.ActionResult{ActionID: u.Action.ActionID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(CodeNotExecuted, aip.CategoryConnector, false, 0,
+				"the replica restarted while this read-only tool ran; it had no effect; send a new action")}, nil
+	}
+	return nil, fmt.Errorf("%w: the replica restarted while MCP tool %s ran and MCP has no way to ask what became of a call", hostsdk.ErrOutcomeUnknown, u.Action.CapabilityID)
+}
+
+// Routes implements hostsdk.RouteProvider: GET /sidecar/status.
+func (m *MCP) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	return []hostsdk.Route{{Pattern: "GET " + PathStatus, Handler: m.status.handler()}}, nil
+}
+
+// Close stops reconnecting and closes the session; a stdio server has its
+// input closed, then SIGTERM, then SIGKILL, each after StopTimeout.
+func (m *MCP) Close() error {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return nil
+	}
+	m.stopped = true
+	m.cancel()
+	m.mu.Unlock()
+	if m.loopDone != nil {
+		<-m.loopDone
+	}
+	m.closing.Wait()
+	m.mu.Lock()
+	sess := m.sess
+	m.sess, m.sessDone, m.cmd = nil, nil, nil
+	m.mu.Unlock()
+	if sess == nil {
+		return nil
+	}
+	m.log.Info("closing the MCP session", "target", m.Target())
+	err := sess.Close()
+	if err != nil && errors.Is(err, mcp.ErrConnectionClosed) {
+		err = nil
+	}
+	return err
+}
+
+// check implements processView (stdio servers).
+func (m *MCP) check() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sess != nil {
+		return nil
+	}
+	return &ProcessError{LastExit: m.lastErr, Restarts: m.restarts}
+}
+
+// generation implements processView.
+func (m *MCP) generation() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.starts
+}
+
+// snapshot implements processView.
+func (m *MCP) snapshot() ProcessStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := ProcessStatus{Starts: m.starts, Restarts: m.restarts, Since: m.since.UTC(), LastExit: m.lastErr}
+	if m.sess != nil {
+		st.Running = true
+		if m.cmd != nil && m.cmd.Process != nil {
+			st.PID = m.cmd.Process.Pid
+		}
+	}
+	return st
+}
+
+var (
+	_ hostsdk.Connector     = (*MCP)(nil)
+	_ hostsdk.HealthChecker = (*MCP)(nil)
+	_ hostsdk.Streamer      = (*MCP)(nil)
+	_ hostsdk.Reconciler    = (*MCP)(nil)
+	_ hostsdk.RouteProvider = (*MCP)(nil)
+)

@@ -1,0 +1,17 @@
+//go:build !linux
+
+package sidecar
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// childProcAttr: outside Linux the child stays in the sidecar's process
+// group and is not signalled when the sidecar dies.
+func childProcAttr() *syscall.SysProcAttr { return nil }
+
+func signalTerm(cmd *exec.Cmd) error { return cmd.Process.Signal(syscall.SIGTERM) }
+
+func signalKill(cmd *exec.Cmd) { cmd.Process.Signal(os.Kill) }

@@ -1,0 +1,319 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// Component names the sidecar in logs.
+const Component = "aip-sidecar"
+
+// Config configures a Sidecar: the replica (exactly hostsdk's Config) and
+// the local side, which is an MCP server when MCP names one, and otherwise
+// a connector speaking the local contract at Local.URL or Local.Socket,
+// started by the sidecar when Exec is set.
+type Config struct {
+	// Host is the replica's configuration (the AIP_CONNECTOR_HOST_*
+	// contract). Its Logger is also the sidecar's default logger.
+	Host hostsdk.Config
+	// Local configures the forwarding to a local-contract connector.
+	Local LocalConfig
+	// MCP configures the wrapping of an MCP server; it is used when
+	// MCP.Command, MCP.URL or MCP.Transport is set.
+	MCP MCPConfig
+
+	// Exec, in local mode, starts the connector as a child process (the
+	// program and its arguments). Without it the sidecar attaches to a
+	// connector that is already running. The child gets
+	// AIP_SIDECAR_LOCAL_URL or AIP_SIDECAR_LOCAL_SOCKET (where to listen)
+	// and AIP_SIDECAR_LOCAL_TOKEN (the bearer token the sidecar sends) on
+	// top of the inherited environment and ExecEnv.
+	Exec    []string
+	ExecDir string
+	ExecEnv []string
+	// ExecStdout and ExecStderr receive the child's output (nil discards).
+	ExecStdout, ExecStderr io.Writer
+	// StartTimeout bounds the wait for the connector's health (or the MCP
+	// connection) before the host bootstraps. Defaults to 30s.
+	StartTimeout time.Duration
+	// StopTimeout is how long the child has to exit after SIGTERM before it
+	// is killed. Defaults to 10s.
+	StopTimeout time.Duration
+	// RestartBackoff and MaxBackoff shape the exponential backoff between
+	// restarts of a crashed child. Default to 250ms and 30s.
+	RestartBackoff time.Duration
+	MaxBackoff     time.Duration
+	// StableAfter: a child that ran this long before crashing restarts
+	// after RestartBackoff again. Defaults to 1m.
+	StableAfter time.Duration
+	// Logger defaults to Host.Logger, then to discarding.
+	Logger *slog.Logger
+}
+
+// Sidecar runs one replica for a connector that is not written in Go: a
+// hostsdk host whose connector forwards to the local side. Create it with
+// New and call Run.
+type Sidecar struct {
+	cfg   Config
+	log   *slog.Logger
+	local *Local
+	mcp   *MCP
+	sup   *supervisor
+	host  *hostsdk.Host
+}
+
+// New validates cfg and builds the sidecar and its host. It does no I/O
+// and starts nothing.
+func New(cfg Config) (*Sidecar, error) {
+	s, err := newLocalSide(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h, err := hostsdk.New(s.cfg.Host, s.Connector())
+	if err != nil {
+		return nil, err
+	}
+	s.host = h
+	return s, nil
+}
+
+// newLocalSide validates the sidecar's own settings and builds the
+// connector (and supervisor) without the host.
+func newLocalSide(cfg Config) (*Sidecar, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = cfg.Host.Logger
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", Component)
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{
+		{&cfg.StartTimeout, DefaultStartTimeout}, {&cfg.StopTimeout, DefaultStopTimeout},
+		{&cfg.RestartBackoff, DefaultRestartBackoff}, {&cfg.MaxBackoff, DefaultMaxBackoff},
+		{&cfg.StableAfter, DefaultStableAfter},
+	} {
+		if *d.p < 0 {
+			return nil, &ConfigError{Field: "durations", Reason: "must not be negative"}
+		}
+		if *d.p == 0 {
+			*d.p = d.def
+		}
+	}
+	s := &Sidecar{cfg: cfg, log: log}
+	if len(cfg.MCP.Command) > 0 || cfg.MCP.URL != "" || cfg.MCP.Transport != nil {
+		if len(cfg.Exec) > 0 {
+			return nil, &ConfigError{Field: "Exec", Reason: "is for a local-contract connector; in MCP mode give the server's command with --mcp-command"}
+		}
+		if cfg.Local.URL != "" || cfg.Local.Socket != "" {
+			return nil, &ConfigError{Field: "Local.URL", Reason: "is set together with an MCP server; choose the local contract (--local-url/--local-socket) or MCP (--mcp-command/--mcp-url)"}
+		}
+		mc := cfg.MCP
+		if mc.Logger == nil {
+			mc.Logger = log
+		}
+		if mc.RestartBackoff == 0 {
+			mc.RestartBackoff = cfg.RestartBackoff
+		}
+		if mc.MaxBackoff == 0 {
+			mc.MaxBackoff = cfg.MaxBackoff
+		}
+		if mc.StopTimeout == 0 {
+			mc.StopTimeout = cfg.StopTimeout
+		}
+		if mc.ConnectTimeout == 0 {
+			mc.ConnectTimeout = cfg.StartTimeout
+		}
+		m, err := NewMCP(mc)
+		if err != nil {
+			return nil, err
+		}
+		s.mcp = m
+	} else {
+		lc := cfg.Local
+		if lc.Logger == nil {
+			lc.Logger = log
+		}
+		if len(cfg.Exec) > 0 && cfg.Exec[0] == "" {
+			return nil, &ConfigError{Field: "Exec", Reason: "has an empty program name"}
+		}
+		if len(cfg.Exec) > 0 && lc.Token == "" {
+			// Only the sidecar and its child know the token.
+			var b [32]byte
+			rand.Read(b[:])
+			lc.Token = hex.EncodeToString(b[:])
+		}
+		l, err := NewLocal(lc)
+		if err != nil {
+			return nil, err
+		}
+		s.local = l
+		if len(cfg.Exec) > 0 {
+			env := append([]string{}, cfg.ExecEnv...)
+			if lc.Socket != "" {
+				env = append(env, EnvLocalSocket+"="+lc.Socket)
+			} else {
+				env = append(env, EnvLocalURL+"="+lc.URL)
+			}
+			env = append(env, EnvLocalToken+"="+lc.Token)
+			probe := cfg.Host.HealthProbeTimeout
+			if probe == 0 {
+				probe = hostsdk.DefaultHealthProbeTimeout
+			}
+			s.sup = newSupervisor(superviseConfig{
+				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
+				Ready: l.probe, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
+				RestartBackoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxBackoff, StableAfter: cfg.StableAfter,
+				Logger: log,
+			})
+			l.proc = s.sup
+			l.status.setProcess(s.sup)
+		}
+	}
+	return s, nil
+}
+
+// Describe starts the local side as Run would, reads the connector's
+// manifest, binds it to cfg.Host.TrustDomain the way the host does, and
+// stops the local side. It returns the bound manifest and its digest: what
+// an operator admits as the connector version. Only the sidecar's own
+// settings and Host.TrustDomain are needed.
+func Describe(ctx context.Context, cfg Config) (*aip.Manifest, string, error) {
+	s, err := newLocalSide(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.startLocal(ctx); err != nil {
+		return nil, "", errors.Join(err, s.stopLocal())
+	}
+	m, err := s.Connector().Manifest(ctx, hostsdk.TenantContext{TenantID: cfg.Host.TenantID, TrustDomain: cfg.Host.TrustDomain})
+	if stopErr := s.stopLocal(); err == nil {
+		err = stopErr
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, "", fmt.Errorf("sidecar: the connector's manifest: %w", err)
+	}
+	bound := *m
+	if bound.Agent.TrustDomain != "" && cfg.Host.TrustDomain != "" && bound.Agent.TrustDomain != cfg.Host.TrustDomain {
+		return nil, "", fmt.Errorf("sidecar: the manifest agent's trust_domain %q differs from --trust-domain %q", bound.Agent.TrustDomain, cfg.Host.TrustDomain)
+	}
+	if cfg.Host.TrustDomain != "" {
+		bound.Agent.TrustDomain = cfg.Host.TrustDomain
+	}
+	bound.Agent.DID = ""
+	digest, err := aip.ManifestDigest(&bound)
+	if err != nil {
+		return nil, "", err
+	}
+	return &bound, digest, nil
+}
+
+// Host returns the replica's host (for its address, DID and manifest
+// digest).
+func (s *Sidecar) Host() *hostsdk.Host { return s.host }
+
+// Connector returns the hostsdk connector the host runs (a *Local or an
+// *MCP).
+func (s *Sidecar) Connector() hostsdk.Connector {
+	if s.mcp != nil {
+		return s.mcp
+	}
+	return s.local
+}
+
+// Run brings up the local side, runs the host until ctx is cancelled
+// (SIGTERM, Ctrl-C), and stops the local side. The order is what keeps
+// in-flight work safe:
+//
+//  1. start the connector (--exec) or the MCP server and wait until it is
+//     healthy — or, attached, wait until the running connector is — for at
+//     most StartTimeout; nothing is registered before;
+//  2. run the host: bootstrap (discovery and recovery talk to the
+//     connector), register, heartbeat; a crashed child is restarted with
+//     backoff while health checks report the replica unhealthy;
+//  3. on ctx cancellation the host drains: it sends drain, refuses new
+//     actions, waits for in-flight actions — which still reach the running
+//     connector — shuts its listener down and sends offline;
+//  4. only after the host returned, the child is stopped (SIGTERM to its
+//     process group, SIGKILL after StopTimeout) or the MCP session closed.
+//
+// The result is nil only when the host's shutdown was clean and the local
+// side stopped in time.
+func (s *Sidecar) Run(ctx context.Context) error {
+	if err := s.startLocal(ctx); err != nil {
+		return errors.Join(err, s.stopLocal())
+	}
+	runErr := s.host.Run(ctx)
+	if runErr != nil {
+		s.log.Error("host stopped with an error", "error", runErr)
+	}
+	return errors.Join(runErr, s.stopLocal())
+}
+
+// startLocal is step 1 of Run.
+func (s *Sidecar) startLocal(ctx context.Context) error {
+	switch {
+	case s.mcp != nil:
+		s.log.Info("connecting to the MCP server", "target", s.mcp.Target())
+		return s.mcp.Connect(ctx)
+	case s.sup != nil:
+		s.log.Info("starting the connector", "command", s.cfg.Exec[0], "target", s.local.Target())
+		return s.sup.start(ctx)
+	}
+	s.log.Info("waiting for the running connector", "target", s.local.Target())
+	return s.awaitAttached(ctx)
+}
+
+// awaitAttached polls an attached connector's health until it answers.
+func (s *Sidecar) awaitAttached(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+	defer cancel()
+	probe := s.cfg.Host.HealthProbeTimeout
+	if probe == 0 {
+		probe = hostsdk.DefaultHealthProbeTimeout
+	}
+	tick := time.NewTicker(readyPollInterval)
+	defer tick.Stop()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, probe)
+		err := s.local.probe(pctx)
+		pcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w within %s at %s: %v", ErrStartTimeout, s.cfg.StartTimeout, s.local.Target(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// stopLocal is step 4 of Run.
+func (s *Sidecar) stopLocal() error {
+	switch {
+	case s.mcp != nil:
+		return s.mcp.Close()
+	case s.sup != nil:
+		err := s.sup.stop()
+		s.local.Close()
+		return err
+	}
+	s.local.Close()
+	return nil
+}

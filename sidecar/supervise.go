@@ -1,0 +1,344 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults of the supervision knobs.
+const (
+	DefaultStartTimeout   = 30 * time.Second
+	DefaultStopTimeout    = 10 * time.Second
+	DefaultRestartBackoff = 250 * time.Millisecond
+	DefaultMaxBackoff     = 30 * time.Second
+	// DefaultStableAfter: a process that ran this long before crashing
+	// restarts after the initial backoff again.
+	DefaultStableAfter = time.Minute
+	// readyPollInterval is how often start-up polls the connector's health.
+	readyPollInterval = 100 * time.Millisecond
+)
+
+// superviseConfig configures a supervisor.
+type superviseConfig struct {
+	Command []string
+	Dir     string
+	// Env is added to the inherited environment.
+	Env            []string
+	Stdout, Stderr io.Writer
+	// Ready probes the connector; start-up waits until it returns nil.
+	Ready          func(ctx context.Context) error
+	ProbeTimeout   time.Duration
+	StartTimeout   time.Duration
+	StopTimeout    time.Duration
+	RestartBackoff time.Duration
+	MaxBackoff     time.Duration
+	StableAfter    time.Duration
+	Logger         *slog.Logger
+}
+
+// supervisor runs the local connector as a child process: it starts it,
+// waits for its health, restarts it with exponential backoff after a
+// crash, and stops it (SIGTERM to its process group, then SIGKILL after
+// StopTimeout) when asked. The child runs in its own process group, so a
+// terminal's Ctrl-C reaches only the sidecar, which decides when the child
+// stops; on Linux the child also receives SIGTERM if the sidecar dies
+// (kill -9), so a restarted sidecar never finds an orphan holding the port.
+type supervisor struct {
+	cfg superviseConfig
+	log *slog.Logger
+
+	mu       sync.Mutex
+	cur      *child
+	starts   int
+	restarts int
+	lastExit string
+	since    time.Time
+	stopping bool
+	stopCh   chan struct{}
+	monDone  chan struct{}
+}
+
+// child is one run of the connector process.
+type child struct {
+	cmd       *exec.Cmd
+	startedAt time.Time
+	exited    chan struct{}
+	err       error // cmd.Wait's result, set before exited closes
+}
+
+func newSupervisor(cfg superviseConfig) *supervisor {
+	return &supervisor{cfg: cfg, log: cfg.Logger, stopCh: make(chan struct{})}
+}
+
+func (s *supervisor) newBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = s.cfg.RestartBackoff
+	b.MaxInterval = s.cfg.MaxBackoff
+	b.MaxElapsedTime = 0
+	b.RandomizationFactor = 0.2
+	b.Multiplier = 2
+	b.Reset()
+	return b
+}
+
+// spawn starts one child unless the supervisor is stopping.
+func (s *supervisor) spawn() (*child, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return nil, errStopping
+	}
+	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
+	cmd.Dir = s.cfg.Dir
+	cmd.Env = append(cmd.Environ(), s.cfg.Env...)
+	cmd.Stdout, cmd.Stderr = s.cfg.Stdout, s.cfg.Stderr
+	cmd.SysProcAttr = childProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, startedAt: time.Now(), exited: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	s.cur, s.since = c, c.startedAt
+	s.starts++
+	s.log.Info("connector process started", "pid", cmd.Process.Pid, "command", s.cfg.Command[0], "start", s.starts)
+	return c, nil
+}
+
+var errStopping = errors.New("sidecar: the supervisor is stopping")
+
+// start starts the connector and waits until Ready succeeds, restarting it
+// with backoff if it exits meanwhile, for at most StartTimeout. On success
+// it hands the child to the monitor, which restarts it after crashes.
+func (s *supervisor) start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+	defer cancel()
+	bo := s.newBackoff()
+	var lastErr error
+	for {
+		c, err := s.spawn()
+		if err != nil {
+			return fmt.Errorf("sidecar: start the connector %q: %w", s.cfg.Command[0], err)
+		}
+		lastErr = s.awaitReady(ctx, c)
+		if lastErr == nil {
+			s.monDone = make(chan struct{})
+			go s.monitor(c)
+			return nil
+		}
+		select {
+		case <-c.exited:
+			s.recordExit(c, false)
+		default:
+			// Still running but not ready in time (or ctx ended).
+			s.terminate(c)
+			s.recordExit(c, false)
+			return fmt.Errorf("%w within %s: %v", ErrStartTimeout, s.cfg.StartTimeout, lastErr)
+		}
+		wait := bo.NextBackOff()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w within %s: the process keeps exiting (last: %s)", ErrStartTimeout, s.cfg.StartTimeout, s.lastExitText())
+		case <-t.C:
+		}
+	}
+}
+
+// awaitReady polls Ready until it succeeds, the child exits or ctx ends.
+func (s *supervisor) awaitReady(ctx context.Context, c *child) error {
+	tick := time.NewTicker(readyPollInterval)
+	defer tick.Stop()
+	var err error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+		err = s.cfg.Ready(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-c.exited:
+			return fmt.Errorf("the process exited before it was ready: %v", c.err)
+		case <-ctx.Done():
+			return fmt.Errorf("%v (last health check: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// monitor restarts the child after crashes until stop.
+func (s *supervisor) monitor(c *child) {
+	defer close(s.monDone)
+	bo := s.newBackoff()
+	for {
+		select {
+		case <-c.exited:
+		case <-s.stopCh:
+			return
+		}
+		s.recordExit(c, true)
+		if time.Since(c.startedAt) >= s.cfg.StableAfter {
+			bo.Reset()
+		}
+		for {
+			wait := bo.NextBackOff()
+			s.log.Warn("restarting the connector process", "after_ms", wait.Milliseconds())
+			t := time.NewTimer(wait)
+			select {
+			case <-s.stopCh:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			next, err := s.spawn()
+			if errors.Is(err, errStopping) {
+				return
+			}
+			if err != nil {
+				s.log.Error("restart the connector process", "error", err)
+				continue
+			}
+			c = next
+			break
+		}
+	}
+}
+
+// recordExit notes that c exited; crash says it was not asked to.
+func (s *supervisor) recordExit(c *child, crash bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exit := "exited"
+	if c.err != nil {
+		exit = c.err.Error()
+	} else if c.cmd.ProcessState != nil {
+		exit = c.cmd.ProcessState.String()
+	}
+	s.lastExit = exit
+	if s.cur == c {
+		s.cur, s.since = nil, time.Now()
+	}
+	if crash {
+		s.restarts++
+		s.log.Error("the connector process exited; the replica reports unhealthy until it is back", "pid", c.cmd.Process.Pid, "exit", exit)
+	} else {
+		s.log.Warn("the connector process exited", "pid", c.cmd.Process.Pid, "exit", exit)
+	}
+}
+
+func (s *supervisor) lastExitText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastExit
+}
+
+// stop stops restarting and terminates the running child: SIGTERM to its
+// process group, SIGKILL after StopTimeout. It is idempotent.
+func (s *supervisor) stop() error {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopping = true
+	close(s.stopCh)
+	c := s.cur
+	s.mu.Unlock()
+	if s.monDone != nil {
+		<-s.monDone
+	}
+	if c == nil {
+		return nil
+	}
+	err := s.terminate(c)
+	s.mu.Lock()
+	if s.cur == c {
+		s.cur, s.since = nil, time.Now()
+	}
+	if c.cmd.ProcessState != nil {
+		s.lastExit = c.cmd.ProcessState.String()
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// terminate signals c to stop and waits for it.
+func (s *supervisor) terminate(c *child) error {
+	select {
+	case <-c.exited:
+		return nil
+	default:
+	}
+	pid := c.cmd.Process.Pid
+	s.log.Info("stopping the connector process", "pid", pid, "signal", "SIGTERM")
+	if err := signalTerm(c.cmd); err != nil {
+		s.log.Warn("signal the connector process", "pid", pid, "error", err)
+	}
+	t := time.NewTimer(s.cfg.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+		s.log.Info("connector process stopped", "pid", pid, "exit", exitText(c))
+		return nil
+	case <-t.C:
+	}
+	s.log.Error("the connector process did not stop in time; killing it", "pid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
+	signalKill(c.cmd)
+	<-c.exited
+	return fmt.Errorf("sidecar: the connector process %d did not stop within %s after SIGTERM and was killed", pid, s.cfg.StopTimeout)
+}
+
+func exitText(c *child) string {
+	if c.err != nil {
+		return c.err.Error()
+	}
+	return "exit status 0"
+}
+
+// check implements processView.
+func (s *supervisor) check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != nil {
+		select {
+		case <-s.cur.exited:
+		default:
+			return nil
+		}
+	}
+	return &ProcessError{LastExit: s.lastExit, Restarts: s.restarts}
+}
+
+// generation implements processView.
+func (s *supervisor) generation() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts
+}
+
+// snapshot implements processView.
+func (s *supervisor) snapshot() ProcessStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := ProcessStatus{Starts: s.starts, Restarts: s.restarts, Since: s.since.UTC(), LastExit: s.lastExit}
+	if s.cur != nil {
+		select {
+		case <-s.cur.exited:
+		default:
+			st.Running, st.PID = true, s.cur.cmd.Process.Pid
+		}
+	}
+	return st
+}
