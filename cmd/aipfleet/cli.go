@@ -39,6 +39,7 @@ type command struct {
 // commandList returns every command, in the order of the help text.
 func commandList() []*command {
 	return []*command{
+		controlPlaneCommand(),
 		keygenCommand(),
 		tokenCommand(),
 		versionCommand(),
