@@ -38,6 +38,7 @@ type config struct {
 	workers     int
 	verify      bool
 	cpuProfile  string
+	dataConns   int
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -53,6 +54,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.IntVar(&c.maxBatch, "max-batch", 0, "controlplane Config.MaxBatch (0: default)")
 	fs.IntVar(&c.workers, "batch-workers", 0, "controlplane Config.BatchWorkers (0: default)")
 	fs.BoolVar(&c.verify, "verify", true, "verify every answer's signature on the client side")
+	fs.IntVar(&c.dataConns, "data-conns", 16, "PostgreSQL data pool size (backend postgres)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase to this file")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -162,6 +164,7 @@ func bench(ctx context.Context, c config, stdout io.Writer) error {
 		firstErr  atomic.Pointer[error]
 	)
 	batch0 := batchCount(metrics)
+	dur0 := histogram(metrics, controlplane.MetricBatchDuration)
 	var measureStart time.Time
 	go func() {
 		time.Sleep(c.warmup)
@@ -212,11 +215,13 @@ func bench(ctx context.Context, c config, stdout io.Writer) error {
 	slices.Sort(lat)
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	batches := batchCount(metrics).minus(batch0)
+	durs := histogram(metrics, controlplane.MetricBatchDuration).minus(dur0)
 	fmt.Fprintf(stdout, "heartbeats: %d in %s = %.0f/s\n", len(lat), elapsed.Round(time.Millisecond), float64(len(lat))/elapsed.Seconds())
 	fmt.Fprintf(stdout, "latency: p50 %s  p90 %s  p99 %s  max %s\n",
 		pct(.50).Round(10*time.Microsecond), pct(.90).Round(10*time.Microsecond), pct(.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 	if batches.count > 0 {
-		fmt.Fprintf(stdout, "registry calls: %d, mean %.1f commands per call\n", int64(batches.count), batches.sum/batches.count)
+		fmt.Fprintf(stdout, "registry calls: %d, mean %.1f commands and %s per call\n", int64(batches.count), batches.sum/batches.count,
+			time.Duration(durs.sum/durs.count*float64(time.Second)).Round(10*time.Microsecond))
 	}
 	if n := failures.Load(); n > 0 {
 		fmt.Fprintf(stdout, "failures: %d (first: %v)\n", n, *firstErr.Load())
@@ -248,13 +253,15 @@ type counts struct{ count, sum float64 }
 
 func (a counts) minus(b counts) counts { return counts{a.count - b.count, a.sum - b.sum} }
 
-func batchCount(reg *prometheus.Registry) counts {
+func batchCount(reg *prometheus.Registry) counts { return histogram(reg, controlplane.MetricBatchCommands) }
+
+func histogram(reg *prometheus.Registry, name string) counts {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return counts{}
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == controlplane.MetricBatchCommands {
+		if mf.GetName() == name {
 			var h *dto.Histogram
 			if m := mf.GetMetric(); len(m) > 0 {
 				h = m[0].GetHistogram()
