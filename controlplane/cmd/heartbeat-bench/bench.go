@@ -253,7 +253,9 @@ type counts struct{ count, sum float64 }
 
 func (a counts) minus(b counts) counts { return counts{a.count - b.count, a.sum - b.sum} }
 
-func batchCount(reg *prometheus.Registry) counts { return histogram(reg, controlplane.MetricBatchCommands) }
+func batchCount(reg *prometheus.Registry) counts {
+	return histogram(reg, controlplane.MetricBatchCommands)
+}
 
 func histogram(reg *prometheus.Registry, name string) counts {
 	mfs, err := reg.Gather()
