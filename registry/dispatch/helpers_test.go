@@ -377,3 +377,20 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// mintWith mints a token of the test issuer with explicit times and
+// audience ("" for the default).
+func mintWith(w *world, t string, iat, exp time.Time, audience string) (string, error) {
+	if audience == "" {
+		audience = tenanttoken.DefaultAudience
+	}
+	return tenanttoken.Mint(w.issuer, tenanttoken.Claims{Issuer: issuer, Audience: audience, TenantID: t, IssuedAt: iat, Expiry: exp})
+}
+
+// mintKey mints a token that names the test issuer but is signed by key.
+func mintKey(key *aip.SigningKey, t string) (string, error) {
+	now := time.Now()
+	return tenanttoken.Mint(key, tenanttoken.Claims{Issuer: issuer, Audience: tenanttoken.DefaultAudience, TenantID: t, IssuedAt: now, Expiry: now.Add(time.Hour)})
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
@@ -22,7 +23,7 @@ import (
 // routes lists every route of the dispatcher's HTTP API.
 func (d *Dispatcher) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(d.countRequests)
+	r.Use(d.observe)
 	r.Method(http.MethodGet, PathHealth, d.handleHealth())
 	r.Method(http.MethodGet, PathReady, d.handleReady())
 	r.Method(http.MethodGet, PathMetrics, promhttp.HandlerFor(d.cfg.Metrics, promhttp.HandlerOpts{}))
@@ -96,9 +97,12 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the Flusher.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-func (d *Dispatcher) countRequests(next http.Handler) http.Handler {
+// observe continues the caller's trace (W3C traceparent headers) and
+// counts requests by route and status.
+func (d *Dispatcher) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w}
+		r = r.WithContext(d.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 		next.ServeHTTP(rec, r)
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		if route == "" {
