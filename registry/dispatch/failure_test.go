@@ -91,7 +91,9 @@ func TestUncertainFailuresNeverReroute(t *testing.T) {
 		{"signed outcome unknown", signedReply(replicaKey, http.StatusBadGateway, aip.Body{Error: &aip.ErrorBody{
 			Error: *aip.NewProtocolError(hostsdk.CodeOutcomeUnknown, aip.CategoryConnector, false, 0, "crashed mid-way")}}),
 			http.StatusBadGateway, hostsdk.CodeOutcomeUnknown},
-		{"garbage", func(w http.ResponseWriter, r *http.Request, _ *aip.Envelope) { w.Write([]byte("<html>proxy error</html>")) },
+		{"garbage", func(w http.ResponseWriter, r *http.Request, _ *aip.Envelope) {
+			w.Write([]byte("<html>proxy error</html>"))
+		},
 			http.StatusBadGateway, dispatch.CodeOutcomeUnknown},
 	}
 	for _, c := range cases {
