@@ -39,7 +39,9 @@ type command struct {
 // commandList returns every command, in the order of the help text.
 func commandList() []*command {
 	return []*command{
+		actionCommand(),
 		controlPlaneCommand(),
+		dispatchCommand(),
 		keygenCommand(),
 		tokenCommand(),
 		versionCommand(),

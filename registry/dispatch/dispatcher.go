@@ -2,11 +2,13 @@ package dispatch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +52,8 @@ type Config struct {
 	// Addr is the listen address when Listener is nil. Defaults to
 	// 127.0.0.1:8080.
 	Addr string
+	// TLSConfig, when set, makes Run serve HTTPS.
+	TLSConfig *tls.Config
 	// Admission bounds the fair admission scheduler.
 	Admission AdmissionLimits
 	// Topology is the deployment's placement preference for new routes.
@@ -279,6 +283,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
+	if d.cfg.TLSConfig != nil {
+		ln = tls.NewListener(ln, d.cfg.TLSConfig.Clone())
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	d.log.Info("serving", "addr", ln.Addr().String(), "did", d.key.DID(), "principal", d.principal.ID)
@@ -319,5 +326,26 @@ func (d *Dispatcher) Close() {
 	d.sched.Stop()
 	if d.ownClient {
 		d.client.CloseIdleConnections()
+	}
+}
+
+// ReadinessProbe turns a registry backend's readiness report into
+// Deps.Ready: an error naming every failed check.
+func ReadinessProbe(r registry.Readiness) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		rep, err := r.Readiness(ctx)
+		if err != nil {
+			return err
+		}
+		var failed []string
+		for _, c := range rep.Checks {
+			if !c.OK {
+				failed = append(failed, c.Name+": "+c.Message)
+			}
+		}
+		if len(failed) > 0 {
+			return fmt.Errorf("registry not ready: %s", strings.Join(failed, "; "))
+		}
+		return nil
 	}
 }

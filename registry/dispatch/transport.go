@@ -115,6 +115,11 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, "+ContentTypeNDJSON)
+	// The header makes the transport resend these exact bytes when a pooled
+	// connection turns out closed. That is safe: the replica claims every
+	// message ID before acting on it, so a second delivery of the same
+	// envelope is answered connector_host.replay and never runs.
+	req.Header.Set("Idempotency-Key", env.MessageID)
 	resp, err := d.client.Do(req)
 	if err != nil {
 		h.err, h.timedOut = err, errors.Is(ctx.Err(), context.DeadlineExceeded)

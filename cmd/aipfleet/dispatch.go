@@ -1,0 +1,362 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+)
+
+// DefaultGatewayPrincipal is the gateway principal the dispatcher signs as
+// unless --principal-id says otherwise; hosts pin it with
+// --gateway-principal-id.
+const DefaultGatewayPrincipal = "service:aipfleet-dispatch"
+
+func dispatchCommand() *command {
+	return &command{
+		name:      "dispatch",
+		summary:   "run the dispatcher: the fleet's action entry point on PostgreSQL",
+		usage:     "--database-url-file FILE --signing-key-file FILE --issuer NAME=DID [flags]",
+		envPrefix: "AIP_DISPATCH_",
+		long: `Runs the action entry point (docs/dispatch-api.md):
+  POST /aip/v1/actions              run an action (sync JSON or streaming NDJSON)
+  GET  /aip/v1/actions/{id}         its route and the pinned replica's journaled state
+  POST /aip/v1/actions/{id}/cancel  cancel it on its pinned replica
+  GET  /aip/v1/capabilities         the caller's tenant catalog, paged
+and GET /health, /ready, /metrics, /.well-known/jwks.json.
+
+Callers authenticate with "Authorization: Bearer <token>": an EdDSA JWT from
+a trusted issuer (--issuer NAME=DID, repeatable as a comma-separated list)
+for the audience --audience; its tenant_id claim is the only tenant a
+request acts for. Mint development tokens with aipfleet token.
+
+Each action is admitted by a per-tenant fair scheduler, routed through the
+registry's data pool (the schema must be installed), signed with the
+signing key and sent to the pinned replica; hosts pin this key's did:key
+(--gateway-did, printed at start) and --principal-id (--gateway-principal-id).
+
+The API speaks HTTPS with --tls-cert-file and --tls-key-file; plain HTTP is
+allowed only on a loopback address with --allow-insecure-loopback-http.
+Traces are exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+SIGTERM or Ctrl-C stops it gracefully: queued actions are refused, actions
+in flight finish and settle, then the database pool closes.`,
+		examples: []string{
+			"aipfleet dispatch --database-url-file db.url --signing-key-file gateway.key --issuer aipfleet-dev=did:key:z6Mk... --allow-insecure-loopback-http",
+			"aipfleet dispatch --database-url-file /run/secrets/data-db-url --signing-key-file /run/secrets/gateway.key --issuer idp=did:key:z6Mk...,idp=did:key:z6Mn... --bind 0.0.0.0:8443 --tls-cert-file tls.crt --tls-key-file tls.key --region eu-west",
+			"AIP_DISPATCH_DATABASE_URL_FILE=db.url AIP_DISPATCH_SIGNING_KEY_FILE=gateway.key AIP_DISPATCH_ISSUER=aipfleet-dev=did:key:z6Mk... aipfleet dispatch --allow-insecure-loopback-http",
+		},
+		run: runDispatch,
+	}
+}
+
+// dispatchFlags are the parsed flags of dispatch.
+type dispatchFlags struct {
+	databaseURLFile string
+	signingKeyFile  string
+	principalID     string
+	bind            string
+	tlsCertFile     string
+	tlsKeyFile      string
+	insecure        bool
+	issuers         []tenanttoken.Issuer
+	audience        string
+	clockSkew       time.Duration
+	topology        registry.RouteTopologyPreference
+	admission       dispatch.AdmissionLimits
+	actionTimeout   time.Duration
+	maxTimeout      time.Duration
+	maxReroutes     int
+	maxBodyBytes    int
+	replicaCAFile   string
+	maxConns        int
+	acquireTimeout  time.Duration
+	logLevel        string
+}
+
+func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, error) {
+	fs := newFlagSet(c, e.getenv)
+	dbFile := fs.String("database-url-file", "", "file holding the PostgreSQL URL of the registry's data pool; mode 0600, at most 16 KiB")
+	keyFile := fs.String("signing-key-file", "", "the dispatcher's Ed25519 signing key file (64-hex seed or JWK, mode 0600): the gateway key hosts pin")
+	principal := fs.String("principal-id", DefaultGatewayPrincipal, "gateway principal the dispatcher signs as (hosts' --gateway-principal-id)")
+	bind := fs.String("bind", dispatch.DefaultAddr, "address to listen on")
+	cert := fs.String("tls-cert-file", "", "TLS certificate chain (PEM); with --tls-key-file the API speaks HTTPS")
+	tlsKey := fs.String("tls-key-file", "", "TLS private key (PEM, mode 0600)")
+	insecure := fs.Bool("allow-insecure-loopback-http", false, "allow plain HTTP, only on a loopback --bind (development)")
+	issuers := fs.String("issuer", "", "trusted token issuers: NAME=DID[,NAME=DID...] (a name may repeat, one entry per key)")
+	audience := fs.String("audience", tenanttoken.DefaultAudience, "audience (aud claim) tokens must name")
+	skew := fs.Duration("clock-skew", 30*time.Second, "clock skew tolerated on token times (0s to 5m)")
+	region := fs.String("region", "", "preferred region of new routes")
+	zone := fs.String("zone", "", "preferred zone of new routes")
+	class := fs.String("capacity-class", "", "capacity class new routes must have (a filter)")
+	forbid := fs.Bool("forbid-cross-region", false, "route only to replicas in --region")
+	maxInFlight := fs.Int("max-in-flight", dispatch.DefaultMaxInFlight, "actions dispatched at once")
+	perTenant := fs.Int("max-in-flight-per-tenant", dispatch.DefaultMaxInFlightPerTenant, "one tenant's actions dispatched at once")
+	maxQueued := fs.Int("max-queued", dispatch.DefaultMaxQueued, "actions waiting for admission")
+	queuedPerTenant := fs.Int("max-queued-per-tenant", dispatch.DefaultMaxQueuedPerTenant, "one tenant's actions waiting for admission")
+	queueBytes := fs.Int("max-queue-bytes", dispatch.DefaultMaxQueueBytes, "bytes of the actions waiting for admission")
+	queueAge := fs.Duration("max-queue-age", dispatch.DefaultMaxQueueAge, "longest wait for admission")
+	actionTimeout := fs.Duration("action-timeout", dispatch.DefaultActionTimeout, "timeout of an action that names no timeout_ms")
+	maxTimeout := fs.Duration("max-timeout", dispatch.DefaultMaxTimeout, "largest timeout_ms accepted")
+	maxReroutes := fs.Int("max-reroutes", dispatch.DefaultMaxReroutes, "provably-not-started reroutes per request (0 disables)")
+	maxBody := fs.Int("max-body-bytes", dispatch.DefaultMaxBodyBytes, "largest request body")
+	caFile := fs.String("replica-ca-file", "", "extra PEM root CA for replicas' https endpoints")
+	maxConns := fs.Int("max-connections", 32, "maximum database connections of the data pool (1 to 256)")
+	acquire := fs.Duration("acquire-timeout", 5*time.Second, "wait for a pooled database connection (1ms to 60s)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.parse(args, e.stdout); err != nil {
+		return nil, err
+	}
+	if len(fs.args()) > 0 {
+		return nil, usagef("dispatch: unexpected argument %q; every setting is a flag", fs.args()[0])
+	}
+	f := &dispatchFlags{
+		databaseURLFile: *dbFile, signingKeyFile: *keyFile, principalID: *principal, bind: *bind,
+		tlsCertFile: *cert, tlsKeyFile: *tlsKey, insecure: *insecure, audience: *audience, clockSkew: *skew,
+		topology:      registry.RouteTopologyPreference{Region: *region, Zone: *zone, CapacityClass: *class, ForbidCrossRegion: *forbid},
+		actionTimeout: *actionTimeout, maxTimeout: *maxTimeout, maxReroutes: *maxReroutes, maxBodyBytes: *maxBody,
+		replicaCAFile: *caFile, maxConns: *maxConns, acquireTimeout: *acquire, logLevel: *logLevel,
+		admission: dispatch.AdmissionLimits{
+			MaxInFlight: *maxInFlight, MaxInFlightPerTenant: *perTenant, MaxQueued: *maxQueued,
+			MaxQueuedPerTenant: *queuedPerTenant, MaxQueueBytes: int64(*queueBytes), MaxQueueAge: *queueAge,
+		},
+	}
+	switch {
+	case f.databaseURLFile == "":
+		return nil, usagef("dispatch: --database-url-file is required (a file holding the registry data pool's PostgreSQL URL)")
+	case f.signingKeyFile == "":
+		return nil, usagef("dispatch: --signing-key-file is required (create one with `aipfleet keygen --out FILE`)")
+	case *issuers == "":
+		return nil, usagef("dispatch: --issuer NAME=DID is required: requests are authenticated by tokens of a trusted issuer")
+	case f.principalID == "":
+		return nil, usagef("dispatch: --principal-id is empty")
+	case f.clockSkew < 0 || f.clockSkew > 5*time.Minute:
+		return nil, usagef("dispatch: --clock-skew %s is outside 0s..5m", f.clockSkew)
+	case f.actionTimeout <= 0 || f.maxTimeout < f.actionTimeout:
+		return nil, usagef("dispatch: --action-timeout %s must be positive and at most --max-timeout %s", f.actionTimeout, f.maxTimeout)
+	case f.maxReroutes < 0 || f.maxReroutes > 8:
+		return nil, usagef("dispatch: --max-reroutes %d is outside 0..8", f.maxReroutes)
+	case f.maxBodyBytes < 1<<10 || f.maxBodyBytes > 64<<20:
+		return nil, usagef("dispatch: --max-body-bytes %d is outside 1 KiB..64 MiB", f.maxBodyBytes)
+	case f.maxConns < 1 || f.maxConns > 256:
+		return nil, usagef("dispatch: --max-connections %d is outside 1..256", f.maxConns)
+	case f.acquireTimeout < time.Millisecond || f.acquireTimeout > pgregistry.MaxAcquireTimeout:
+		return nil, usagef("dispatch: --acquire-timeout %s is outside 1ms..%s", f.acquireTimeout, pgregistry.MaxAcquireTimeout)
+	case (f.tlsCertFile == "") != (f.tlsKeyFile == ""):
+		return nil, usagef("dispatch: --tls-cert-file and --tls-key-file go together")
+	}
+	if err := f.admission.Validate(); err != nil {
+		return nil, usagef("dispatch: admission limits: %v", err)
+	}
+	var err error
+	if f.issuers, err = parseIssuers(*issuers); err != nil {
+		return nil, usagef("dispatch: --issuer: %v", err)
+	}
+	if _, err := parseLogLevel(f.logLevel); err != nil {
+		return nil, usagef("dispatch: %v", err)
+	}
+	loopback, err := isLoopbackBind(f.bind)
+	if err != nil {
+		return nil, usagef("dispatch: --bind %q: %v", f.bind, err)
+	}
+	if f.tlsCertFile == "" {
+		switch {
+		case !loopback:
+			return nil, usagef("dispatch: --bind %s is not a loopback address, so TLS is required: set --tls-cert-file and --tls-key-file", f.bind)
+		case !f.insecure:
+			return nil, usagef("dispatch: no TLS certificate given; plain HTTP needs --allow-insecure-loopback-http (development on loopback only), or set --tls-cert-file and --tls-key-file")
+		}
+	}
+	return f, nil
+}
+
+// parseIssuers reads NAME=DID[,NAME=DID...]; entries with the same name
+// are one issuer with several keys.
+func parseIssuers(s string) ([]tenanttoken.Issuer, error) {
+	var out []tenanttoken.Issuer
+	index := map[string]int{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, did, ok := strings.Cut(part, "=")
+		name, did = strings.TrimSpace(name), strings.TrimSpace(did)
+		if !ok || name == "" || did == "" {
+			return nil, fmt.Errorf("%q is not NAME=DID", part)
+		}
+		if _, err := aip.ParseDIDKey(did); err != nil {
+			return nil, fmt.Errorf("issuer %s: %v", name, err)
+		}
+		if i, seen := index[name]; seen {
+			out[i].DIDs = append(out[i].DIDs, did)
+			continue
+		}
+		index[name] = len(out)
+		out = append(out, tenanttoken.Issuer{Name: name, DIDs: []string{did}})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no issuer given")
+	}
+	return out, nil
+}
+
+func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
+	f, err := parseDispatchFlags(c, e, args)
+	if err != nil {
+		return err
+	}
+	level, _ := parseLogLevel(f.logLevel)
+	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+
+	rawURL, err := aip.ReadSecretFile(f.databaseURLFile, maxDatabaseURLFileBytes)
+	if err != nil {
+		return fmt.Errorf("--database-url-file: %w", err)
+	}
+	dbURL := strings.TrimSpace(string(rawURL))
+	if dbURL == "" {
+		return fmt.Errorf("--database-url-file %s is empty; write the data pool's PostgreSQL URL into it", f.databaseURLFile)
+	}
+	key, err := aip.LoadSigningKey(f.signingKeyFile)
+	if err != nil {
+		return fmt.Errorf("--signing-key-file: %w", err)
+	}
+	var tlsConfig *tls.Config
+	if f.tlsCertFile != "" {
+		if tlsConfig, err = loadTLS(f.tlsCertFile, f.tlsKeyFile); err != nil {
+			return err
+		}
+	}
+	client, err := replicaClient(f.replicaCAFile)
+	if err != nil {
+		return err
+	}
+	defer client.CloseIdleConnections()
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: f.issuers, Audience: f.audience, ClockSkew: f.clockSkew})
+	if err != nil {
+		return fmt.Errorf("--issuer: %w", err)
+	}
+	tp, shutdownTracing, err := tracerProvider(ctx, e.getenv, "aipfleet-dispatch")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing()
+
+	reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{
+		DataURL: dbURL, DataMaxConns: int32(f.maxConns), AcquireTimeout: f.acquireTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("open the registry (data pool): %w", err)
+	}
+	defer reg.Close()
+	var rerouter registry.Rerouter
+	if rr, ok := any(reg).(registry.Rerouter); ok {
+		rerouter = rr
+	} else {
+		logger.Warn("the registry backend does not implement the provably-not-started reroute; refusals are returned to callers")
+	}
+	maxReroutes := f.maxReroutes
+	if maxReroutes == 0 {
+		maxReroutes = -1 // the library's zero means its default
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", f.bind)
+	if err != nil {
+		return fmt.Errorf("--bind %s: %w", f.bind, err)
+	}
+	d, err := dispatch.New(dispatch.Config{
+		SigningKey: key, PrincipalID: f.principalID, Listener: ln, TLSConfig: tlsConfig,
+		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
+		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: logger, TracerProvider: tp,
+	}, dispatch.Deps{
+		Resolver: reg, Catalog: reg, Rerouter: rerouter, Tokens: verifier, Client: client,
+		Ready: dispatch.ReadinessProbe(reg),
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	scheme := "https"
+	if tlsConfig == nil {
+		scheme = "http"
+	}
+	logger.Info("starting", "component", "aipfleet-dispatch", "status", "starting",
+		"did", d.DID(), "principal_id", d.PrincipalID(), "bind", ln.Addr().String(), "scheme", scheme,
+		"schema_version", pgregistry.SchemaVersion, "reroute", rerouter != nil && maxReroutes > 0)
+	// Run returns after ctx ends (SIGTERM, Ctrl-C): queued actions are
+	// refused, actions in flight finish and settle; the deferred calls then
+	// close the database pool, flush traces and close replica connections.
+	err = d.Run(ctx)
+	logger.Info("stopped", "component", "aipfleet-dispatch", "error", errString(err))
+	return err
+}
+
+// replicaClient returns the client for native hops, trusting caFile's roots
+// in addition to the system's when given.
+func replicaClient(caFile string) (*http.Client, error) {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	if caFile != "" {
+		pem, err := aip.ReadPublicFile(caFile, maxTLSFileBytes)
+		if err != nil {
+			return nil, fmt.Errorf("--replica-ca-file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--replica-ca-file %s holds no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr}, nil
+}
+
+// tracerProvider exports spans over OTLP/HTTP when
+// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
+// set, and is a no-op otherwise. The exporter reads the standard OTEL_*
+// variables itself.
+func tracerProvider(ctx context.Context, getenv func(string) string, service string) (trace.TracerProvider, func(), error) {
+	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return noop.NewTracerProvider(), func() {}, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
+	if err != nil {
+		res = resource.Default()
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return tp, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tp.Shutdown(sctx)
+	}, nil
+}

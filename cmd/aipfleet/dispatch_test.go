@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+)
+
+func TestDispatchFlagErrors(t *testing.T) {
+	k, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "gw.key")
+	if err := aip.WriteSeedFile(keyFile, k); err != nil {
+		t.Fatal(err)
+	}
+	db := writeSecret(t, t.TempDir(), "db.url", "postgres://127.0.0.1:1/none")
+	iss := "dev=" + k.DID()
+	base := []string{"dispatch", "--database-url-file", db, "--signing-key-file", keyFile, "--issuer", iss}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dispatch", "--signing-key-file", keyFile, "--issuer", iss}, "--database-url-file is required"},
+		{[]string{"dispatch", "--database-url-file", db, "--issuer", iss}, "--signing-key-file is required"},
+		{[]string{"dispatch", "--database-url-file", db, "--signing-key-file", keyFile}, "--issuer NAME=DID is required"},
+		{append(base, "--issuer", "nonsense"), "is not NAME=DID"},
+		{append(base, "--issuer", "dev=did:key:zbad"), "issuer dev"},
+		{append(base, "--allow-insecure-loopback-http", "--bind", "0.0.0.0:8080"), "TLS is required"},
+		{base, "--allow-insecure-loopback-http"},
+		{append(base, "--allow-insecure-loopback-http", "--max-reroutes", "9"), "--max-reroutes"},
+		{append(base, "--allow-insecure-loopback-http", "--action-timeout", "10m"), "--max-timeout"},
+		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "-1"), "admission limits"},
+		{append(base, "--allow-insecure-loopback-http", "--tls-cert-file", "x.pem"), "go together"},
+		{append(base, "--allow-insecure-loopback-http", "extra"), "unexpected argument"},
+	}
+	for _, c := range cases {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error containing %q", c.args[1:], err, c.want)
+		}
+	}
+	// Flags come from AIP_DISPATCH_* variables too; a database that cannot
+	// be reached is a plain error naming the data pool.
+	env := map[string]string{"AIP_DISPATCH_DATABASE_URL_FILE": db, "AIP_DISPATCH_SIGNING_KEY_FILE": keyFile,
+		"AIP_DISPATCH_ISSUER": iss, "AIP_DISPATCH_ALLOW_INSECURE_LOOPBACK_HTTP": "true", "AIP_DISPATCH_ACQUIRE_TIMEOUT": "200ms"}
+	_, _, err := runCLI(t, env, "dispatch", "--bind", "127.0.0.1:0")
+	var u *usageError
+	if err == nil || errors.As(err, &u) || !strings.Contains(err.Error(), "data pool") {
+		t.Fatalf("unreachable database: err = %v", err)
+	}
+	// A group-readable database URL file is refused.
+	loose := filepath.Join(t.TempDir(), "loose.url")
+	os.WriteFile(loose, []byte("postgres://x"), 0o644)
+	if _, _, err := runCLI(t, nil, "dispatch", "--database-url-file", loose, "--signing-key-file", keyFile, "--issuer", iss, "--allow-insecure-loopback-http"); err == nil || !strings.Contains(err.Error(), "--database-url-file") {
+		t.Fatalf("loose URL file: err = %v", err)
+	}
+}
+
+func TestParseIssuers(t *testing.T) {
+	a, _ := aip.GenerateSigningKey()
+	b, _ := aip.GenerateSigningKey()
+	got, err := parseIssuers(" idp=" + a.DID() + ", other=" + b.DID() + ",idp=" + b.DID() + ",")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "idp" || len(got[0].DIDs) != 2 || got[1].Name != "other" {
+		t.Fatalf("issuers = %+v", got)
+	}
+	if _, err := parseIssuers(" , "); err == nil {
+		t.Fatal("an empty list was accepted")
+	}
+}
+
+// fakeDispatcher answers the client's requests as the dispatcher would and
+// records them.
+func fakeDispatcher(t *testing.T, verify *tenanttoken.Verifier) (*httptest.Server, *[]*http.Request, *[][]byte) {
+	t.Helper()
+	var reqs []*http.Request
+	var bodies [][]byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		reqs, bodies = append(reqs, r), append(bodies, body)
+		tok, _ := tenanttoken.FromAuthorization(r.Header.Get("Authorization"))
+		claims, err := verify.Verify(tok)
+		if err != nil {
+			w.WriteHeader(http.StatusUnauthorized)
+			json.NewEncoder(w).Encode(dispatch.ErrorResponse{Error: aip.NewProtocolError(dispatch.CodeUnauthorized, aip.CategoryAuth, false, 0, err.Error())})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == dispatch.PathActions:
+			var req dispatch.ActionRequest
+			json.Unmarshal(body, &req)
+			id := req.ActionID
+			if id == "" {
+				id = aip.NewActionID()
+			}
+			if req.CapabilityID == "fail.me" {
+				w.WriteHeader(http.StatusBadGateway)
+				json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: id, Settlement: "outcome_unknown",
+					Error: aip.NewProtocolError(dispatch.CodeOutcomeUnknown, aip.CategoryTransport, true, 0, "lost")})
+				return
+			}
+			json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: id, Settlement: "completed",
+				Route:  &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+				Result: &aip.ActionResult{ActionID: id, Status: aip.ResultCompleted, Output: json.RawMessage(`{"tenant":"` + claims.TenantID + `"}`)}})
+		case r.Method == http.MethodGet:
+			json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: strings.TrimPrefix(r.URL.Path, dispatch.PathActions+"/"),
+				Route: &dispatch.RouteFacts{ReplicaID: "crepl_x"}, Replica: dispatch.ReplicaFacts{Reachable: false,
+					Error: aip.NewProtocolError(dispatch.CodeReplicaUnreachable, aip.CategoryTransport, true, 0, "down")}})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &reqs, &bodies
+}
+
+func TestActionClient(t *testing.T) {
+	issuerKey, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "issuer.key")
+	if err := aip.WriteSeedFile(keyFile, issuerKey); err != nil {
+		t.Fatal(err)
+	}
+	v, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: "aipfleet-dev", DIDs: []string{issuerKey.DID()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, reqs, bodies := fakeDispatcher(t, v)
+	env := map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_ISSUER_KEY": keyFile}
+
+	// --tenant mints a token with the local issuer key.
+	out, _, err := runCLI(t, env, "action", "send", "--tenant", "acme", "--capability", "echo.say", "--input", `{"message":"hi"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "completed on replica crepl_x") || !strings.Contains(out, `"tenant":"acme"`) {
+		t.Fatalf("summary:\n%s", out)
+	}
+	var sent dispatch.ActionRequest
+	json.Unmarshal((*bodies)[0], &sent)
+	if sent.CapabilityID != "echo.say" || string(sent.Input) != `{"message":"hi"}` || sent.ActionID != "" {
+		t.Fatalf("sent %+v", sent)
+	}
+	// --json prints the dispatcher's answer; --action-id is sent.
+	id := aip.NewActionID()
+	out, _, err = runCLI(t, env, "action", "send", "--tenant", "acme", "--capability", "echo.say", "--input", `{}`, "--action-id", id, "--json", "--timeout-ms", "250")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ar dispatch.ActionResponse
+	if err := json.Unmarshal([]byte(out), &ar); err != nil || ar.ActionID != id {
+		t.Fatalf("--json printed %s", out)
+	}
+	json.Unmarshal((*bodies)[1], &sent)
+	if sent.TimeoutMS == nil || *sent.TimeoutMS != 250 {
+		t.Fatalf("timeout not sent: %+v", sent)
+	}
+	// A failed action exits with an error naming its code.
+	out, _, err = runCLI(t, env, "action", "send", "--tenant", "acme", "--capability", "fail.me", "--input", `{}`)
+	if err == nil || !strings.Contains(err.Error(), dispatch.CodeOutcomeUnknown) || !strings.Contains(out, "not completed") {
+		t.Fatalf("failed action: %v\n%s", err, out)
+	}
+	// get says when the replica could not be asked.
+	out, _, err = runCLI(t, env, "action", "get", id, "--tenant", "acme")
+	if err != nil || !strings.Contains(out, "unreachable") || !strings.Contains(out, "nothing is assumed") {
+		t.Fatalf("get: %v\n%s", err, out)
+	}
+	// A bad token is the dispatcher's 401.
+	if _, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": srv.URL}, "action", "get", id, "--token", "nope"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("bad token: %v", err)
+	}
+	if len(*reqs) != 5 {
+		t.Fatalf("%d requests", len(*reqs))
+	}
+	// Usage errors.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"action"}, "name a subcommand"},
+		{[]string{"action", "frob"}, "unknown subcommand"},
+		{[]string{"action", "send", "--capability", "c", "--input", "{}"}, "a token is needed"},
+		{[]string{"action", "send", "--tenant", "t", "--capability", "c", "--input", "{}"}, "--issuer-key"},
+		{[]string{"action", "send", "--token", "x", "--tenant", "t", "--capability", "c", "--input", "{}"}, "not both"},
+		{[]string{"action", "send", "--token", "x", "--input", "{}"}, "--capability is required"},
+		{[]string{"action", "send", "--token", "x", "--capability", "c", "--input", "{nope"}, "not valid JSON"},
+		{[]string{"action", "send", "--token", "x", "--capability", "c", "--input", "{}", "--mode", "async"}, "--mode"},
+		{[]string{"action", "get", "--token", "x", "act_1"}, "act_1"},
+		{[]string{"action", "get", "--token", "x"}, "exactly one action ID"},
+		{[]string{"action", "get", "--url", "ftp://x", "--token", "x", id}, "--url"},
+	} {
+		_, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": srv.URL}, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+}
