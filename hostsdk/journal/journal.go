@@ -72,6 +72,17 @@ type Action struct {
 	CompletedAt time.Time // zero until terminal
 }
 
+// Accepted is the result of AcceptAction.
+type Accepted struct {
+	// Claimed is false when the message ID was an unexpired replay; then
+	// nothing was written.
+	Claimed bool
+	// Created is true when this call journaled the action (as running).
+	Created bool
+	// Existing is the record journaled earlier when Claimed && !Created.
+	Existing Action
+}
+
 // Receipt is one link of the journal's hash chain: every terminal action
 // appends one, and each hash covers the previous hash.
 type Receipt struct {
@@ -133,6 +144,18 @@ type Journal interface {
 	// received (ErrInvalid otherwise); the stored record has UpdatedAt =
 	// ReceivedAt and no result.
 	BeginAction(ctx context.Context, a Action) (existing Action, created bool, err error)
+	// AcceptAction is the host's hot path for a new action message: in one
+	// transaction it claims messageID until messageExpiresAt (as
+	// ClaimMessage) and journals a directly as running, with StartedAt =
+	// ReceivedAt — two durable commits fewer than ClaimMessage, BeginAction
+	// and StartAction. A crash right after it leaves a running action, which
+	// recovery treats as uncertain: the conservative reading.
+	//
+	// If the message ID is an unexpired replay, nothing is written and
+	// Claimed is false. If the action ID is already journaled, the claim
+	// commits and Existing holds the record (Created is false). a follows
+	// BeginAction's rules.
+	AcceptAction(ctx context.Context, messageID string, messageExpiresAt, now time.Time, a Action) (Accepted, error)
 	// StartAction moves a received action to running.
 	StartAction(ctx context.Context, actionID string, at time.Time) error
 	// FinishAction moves a received or running action to a terminal status
@@ -169,6 +192,8 @@ type Journal interface {
 	// PendingEvents counts batches in the outbox.
 	PendingEvents(ctx context.Context) (int, error)
 
+	// ReceiptFor returns the receipt of a terminal action, or ErrNotFound.
+	ReceiptFor(ctx context.Context, actionID string) (Receipt, error)
 	// Receipts returns up to limit receipts with Seq > after, in order.
 	Receipts(ctx context.Context, after uint64, limit int) ([]Receipt, error)
 

@@ -54,6 +54,57 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 	return existing, false, nil
 }
 
+// AcceptAction claims the message and journals the action as running in
+// one statement, so in one transaction and one round trip (see
+// journal.Journal).
+func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExpiresAt, now time.Time, a journal.Action) (journal.Accepted, error) {
+	if err := j.enter(ctx); err != nil {
+		return journal.Accepted{}, err
+	}
+	defer j.leave()
+	if err := checkID("message ID", messageID); err != nil {
+		return journal.Accepted{}, err
+	}
+	if !messageExpiresAt.After(now) {
+		return journal.Accepted{}, invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
+	}
+	if err := checkBegin(a); err != nil {
+		return journal.Accepted{}, err
+	}
+	received := micro(a.ReceivedAt)
+	var claimed, created bool
+	err := j.pool.QueryRow(ctx, `WITH claim AS (
+			INSERT INTO aip_runtime_messages (journal_ns, message_id, expires_at) VALUES ($1, $2, $3)
+			ON CONFLICT (journal_ns, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
+			WHERE aip_runtime_messages.expires_at <= $4
+			RETURNING 1
+		), ins AS (
+			INSERT INTO aip_runtime_actions (journal_ns, action_id, capability_id, tenant_id,
+				idempotency_key, input_digest, fence_token, message_id, status, result, detail,
+				received_at, started_at, updated_at, completed_at)
+			SELECT $1, $5, $6, $7, $8, $9, $10, $11, 'running', NULL, '', $12, $12, $12, NULL
+			WHERE EXISTS (SELECT 1 FROM claim)
+			ON CONFLICT (journal_ns, action_id) DO NOTHING
+			RETURNING 1
+		)
+		SELECT EXISTS (SELECT 1 FROM claim), EXISTS (SELECT 1 FROM ins)`,
+		j.ns, messageID, micro(messageExpiresAt), micro(now),
+		a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey, a.InputDigest, a.FenceToken,
+		a.MessageID, received).Scan(&claimed, &created)
+	if err != nil {
+		return journal.Accepted{}, dbErr(err, "accept action %s", a.ActionID)
+	}
+	out := journal.Accepted{Claimed: claimed, Created: created}
+	if claimed && !created {
+		// Journaled before (a concurrent insert has committed by now: ON
+		// CONFLICT waited for it).
+		if out.Existing, err = j.action(ctx, a.ActionID); err != nil {
+			return journal.Accepted{}, err
+		}
+	}
+	return out, nil
+}
+
 // StartAction moves a received action to running.
 func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time) error {
 	if err := j.enter(ctx); err != nil {
@@ -287,6 +338,33 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 		return nil, dbErr(err, "list receipts")
 	}
 	return out, nil
+}
+
+// ReceiptFor returns the receipt of a terminal action, or ErrNotFound.
+func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Receipt, error) {
+	if err := j.enter(ctx); err != nil {
+		return journal.Receipt{}, err
+	}
+	defer j.leave()
+	if err := checkID("action ID", actionID); err != nil {
+		return journal.Receipt{}, err
+	}
+	var (
+		r      journal.Receipt
+		seq    int64
+		status string
+	)
+	err := j.pool.QueryRow(ctx, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
+		FROM aip_runtime_receipts WHERE journal_ns = $1 AND action_id = $2`, j.ns, actionID).
+		Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &r.At)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return journal.Receipt{}, fmt.Errorf("%w: no receipt for action %s", journal.ErrNotFound, actionID)
+	}
+	if err != nil {
+		return journal.Receipt{}, dbErr(err, "read receipt of action %s", actionID)
+	}
+	r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), r.At.UTC()
+	return r, nil
 }
 
 func scanAction(row pgx.Row) (journal.Action, error) {

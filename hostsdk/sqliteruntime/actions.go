@@ -57,6 +57,58 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 	return out, created, nil
 }
 
+// AcceptAction claims the message and journals the action as running in
+// one transaction (see journal.Journal).
+func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExpiresAt, now time.Time, a journal.Action) (journal.Accepted, error) {
+	if err := j.enter(ctx); err != nil {
+		return journal.Accepted{}, err
+	}
+	defer j.leave()
+	if err := checkID("message ID", messageID); err != nil {
+		return journal.Accepted{}, err
+	}
+	if !messageExpiresAt.After(now) {
+		return journal.Accepted{}, invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
+	}
+	if err := checkBegin(a); err != nil {
+		return journal.Accepted{}, err
+	}
+	var out journal.Accepted
+	err := j.w.do(ctx, func(tx *wtx) error {
+		out = journal.Accepted{}
+		res, err := tx.claimMessage.Exec(messageID, micros(messageExpiresAt), micros(now))
+		if err != nil {
+			return storageErr(err, "claim message %s", messageID)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return storageErr(err, "claim message %s", messageID)
+		} else if n == 0 {
+			return nil // a replay: nothing written
+		}
+		out.Claimed = true
+		res, err = tx.insertRunning.Exec(a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey,
+			a.InputDigest, a.FenceToken, a.MessageID, micros(a.ReceivedAt))
+		if err != nil {
+			return storageErr(err, "accept action %s", a.ActionID)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return storageErr(err, "accept action %s", a.ActionID)
+		} else if n == 1 {
+			out.Created = true
+			return nil
+		}
+		// Read through the writer: the record may be in this very batch.
+		if out.Existing, err = scanAction(tx.action.QueryRow(a.ActionID)); err != nil {
+			return storageErr(err, "read journaled action %s", a.ActionID)
+		}
+		return nil
+	})
+	if err != nil {
+		return journal.Accepted{}, err
+	}
+	return out, nil
+}
+
 // StartAction moves a received action to running.
 func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time) error {
 	if err := j.enter(ctx); err != nil {
@@ -248,6 +300,32 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 		return nil, j.readErr(ctx, err, "list receipts")
 	}
 	return out, nil
+}
+
+// ReceiptFor returns the receipt of a terminal action, or ErrNotFound.
+func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Receipt, error) {
+	if err := j.enter(ctx); err != nil {
+		return journal.Receipt{}, err
+	}
+	defer j.leave()
+	if err := checkID("action ID", actionID); err != nil {
+		return journal.Receipt{}, err
+	}
+	var (
+		r      journal.Receipt
+		seq    int64
+		status string
+		atUS   int64
+	)
+	err := j.rs.receiptFor.QueryRowContext(ctx, actionID).Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &atUS)
+	if errors.Is(err, sql.ErrNoRows) {
+		return journal.Receipt{}, fmt.Errorf("%w: no receipt for action %s", journal.ErrNotFound, actionID)
+	}
+	if err != nil {
+		return journal.Receipt{}, j.readErr(ctx, err, "read receipt of action %s", actionID)
+	}
+	r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), fromMicros(atUS)
+	return r, nil
 }
 
 type scanner interface{ Scan(dest ...any) error }

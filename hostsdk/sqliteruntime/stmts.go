@@ -17,8 +17,9 @@ const outboxColumns = `id, channel_id, events, attempts, next_attempt, lease_unt
 type writeStmts struct {
 	begin, commit, rollback *sql.Stmt
 
-	insertAction *sql.Stmt
-	action       *sql.Stmt
+	insertAction  *sql.Stmt
+	insertRunning *sql.Stmt
+	action        *sql.Stmt
 	actionStatus *sql.Stmt
 	startAction  *sql.Stmt
 	finishAction *sql.Stmt
@@ -50,6 +51,11 @@ func (s *writeStmts) prepare(ctx context.Context, conn *sql.Conn) error {
 			input_digest, fence_token, message_id, status, result, detail, received_at, started_at,
 			updated_at, completed_at)
 			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'received', NULL, '', ?8, NULL, ?8, NULL)
+			ON CONFLICT (action_id) DO NOTHING`},
+		{&s.insertRunning, `INSERT INTO actions (action_id, capability_id, tenant_id, idempotency_key,
+			input_digest, fence_token, message_id, status, result, detail, received_at, started_at,
+			updated_at, completed_at)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running', NULL, '', ?8, ?8, ?8, NULL)
 			ON CONFLICT (action_id) DO NOTHING`},
 		{&s.action, `SELECT ` + actionColumns + ` FROM actions WHERE action_id = ?1`},
 		{&s.actionStatus, `SELECT status FROM actions WHERE action_id = ?1`},
@@ -90,7 +96,7 @@ func (s *writeStmts) prepare(ctx context.Context, conn *sql.Conn) error {
 
 func (s *writeStmts) close() error {
 	return closeAll(s.begin, s.commit, s.rollback, s.insertAction, s.action, s.actionStatus,
-		s.startAction, s.finishAction, s.insertReceipt, s.lastReceipt, s.claimMessage,
+		s.insertRunning, s.startAction, s.finishAction, s.insertReceipt, s.lastReceipt, s.claimMessage,
 		s.pruneMessages, s.enqueue, s.claimEvents, s.ackEvents, s.retryEvents, s.insertState,
 		s.updateState, s.probe)
 }
@@ -100,6 +106,7 @@ func (s *writeStmts) close() error {
 type readStmts struct {
 	action        *sql.Stmt
 	receipts      *sql.Stmt
+	receiptFor    *sql.Stmt
 	state         *sql.Stmt
 	pendingEvents *sql.Stmt
 	probe         *sql.Stmt
@@ -110,6 +117,8 @@ func (s *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.action, `SELECT ` + actionColumns + ` FROM actions WHERE action_id = ?1`},
 		{&s.receipts, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
 			FROM receipts WHERE seq > ?1 ORDER BY seq LIMIT ?2`},
+		{&s.receiptFor, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
+			FROM receipts WHERE action_id = ?1`},
 		{&s.state, `SELECT value, revision FROM state WHERE namespace = ?1 AND key = ?2`},
 		{&s.pendingEvents, `SELECT count(*) FROM outbox`},
 		{&s.probe, `SELECT at FROM probe WHERE id = 1`},
@@ -117,7 +126,7 @@ func (s *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 }
 
 func (s *readStmts) close() error {
-	return closeAll(s.action, s.receipts, s.state, s.pendingEvents, s.probe)
+	return closeAll(s.action, s.receipts, s.receiptFor, s.state, s.pendingEvents, s.probe)
 }
 
 type stmtDef struct {

@@ -65,33 +65,75 @@ func (j *Journal) lock(ctx context.Context) error {
 	return nil
 }
 
-// BeginAction implements journal.Journal.
-func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Action, bool, error) {
+// checkBegin applies BeginAction's rules to a new record.
+func checkBegin(a journal.Action) error {
 	switch {
 	case a.ActionID == "":
-		return journal.Action{}, false, fmt.Errorf("%w: action ID is empty", journal.ErrInvalid)
+		return fmt.Errorf("%w: action ID is empty", journal.ErrInvalid)
 	case a.ReceivedAt.IsZero():
-		return journal.Action{}, false, fmt.Errorf("%w: ReceivedAt is zero", journal.ErrInvalid)
+		return fmt.Errorf("%w: ReceivedAt is zero", journal.ErrInvalid)
 	case a.Status != "" && a.Status != aip.StateReceived:
-		return journal.Action{}, false, fmt.Errorf("%w: a new action is received, not %q", journal.ErrInvalid, a.Status)
+		return fmt.Errorf("%w: a new action is received, not %q", journal.ErrInvalid, a.Status)
 	case len(a.Result) > 0:
-		return journal.Action{}, false, fmt.Errorf("%w: a new action has no result", journal.ErrInvalid)
+		return fmt.Errorf("%w: a new action has no result", journal.ErrInvalid)
 	}
-	a.ReceivedAt = norm(a.ReceivedAt)
-	a.StartedAt, a.CompletedAt = time.Time{}, time.Time{}
+	return nil
+}
+
+// BeginAction implements journal.Journal.
+func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Action, bool, error) {
+	if err := checkBegin(a); err != nil {
+		return journal.Action{}, false, err
+	}
 	if err := j.lock(ctx); err != nil {
 		return journal.Action{}, false, err
 	}
 	defer j.mu.Unlock()
+	existing, created := j.beginLocked(a, aip.StateReceived)
+	return existing, created, nil
+}
+
+// beginLocked journals a in status (received or running) unless its ID is
+// known, and returns the stored record. j.mu is held.
+func (j *Journal) beginLocked(a journal.Action, status aip.ActionState) (journal.Action, bool) {
 	if existing, ok := j.actions[a.ActionID]; ok {
-		return clone(*existing), false, nil
+		return clone(*existing), false
 	}
-	a.Status = aip.StateReceived
+	a.ReceivedAt = norm(a.ReceivedAt)
+	a.StartedAt, a.CompletedAt = time.Time{}, time.Time{}
+	a.Status = status
 	a.UpdatedAt = a.ReceivedAt
+	if status == aip.StateRunning {
+		a.StartedAt = a.ReceivedAt
+	}
 	c := clone(a)
 	j.actions[a.ActionID] = &c
 	j.order = append(j.order, a.ActionID)
-	return clone(a), true, nil
+	return clone(a), true
+}
+
+// AcceptAction implements journal.Journal.
+func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExpiresAt, now time.Time, a journal.Action) (journal.Accepted, error) {
+	if messageID == "" || !messageExpiresAt.After(now) {
+		return journal.Accepted{}, fmt.Errorf("%w: a claim needs a message ID and an expiry after now", journal.ErrInvalid)
+	}
+	if err := checkBegin(a); err != nil {
+		return journal.Accepted{}, err
+	}
+	if err := j.lock(ctx); err != nil {
+		return journal.Accepted{}, err
+	}
+	defer j.mu.Unlock()
+	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
+		return journal.Accepted{}, nil
+	}
+	j.messages[messageID] = messageExpiresAt
+	rec, created := j.beginLocked(a, aip.StateRunning)
+	out := journal.Accepted{Claimed: true, Created: created}
+	if !created {
+		out.Existing = rec
+	}
+	return out, nil
 }
 
 // StartAction implements journal.Journal.
@@ -365,6 +407,23 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 		}
 	}
 	return out, nil
+}
+
+// ReceiptFor implements journal.Journal.
+func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Receipt, error) {
+	if actionID == "" {
+		return journal.Receipt{}, fmt.Errorf("%w: action ID is empty", journal.ErrInvalid)
+	}
+	if err := j.lock(ctx); err != nil {
+		return journal.Receipt{}, err
+	}
+	defer j.mu.Unlock()
+	for _, r := range j.receipts {
+		if r.ActionID == actionID {
+			return r, nil
+		}
+	}
+	return journal.Receipt{}, fmt.Errorf("%w: no receipt for action %s", journal.ErrNotFound, actionID)
 }
 
 // State implements journal.Journal.
