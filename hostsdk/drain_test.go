@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +48,16 @@ func TestDrainWithActionsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Draining: new actions get the signed 503, the listener still answers.
-	resp, err := f.d.Act(ctx, target, action(capEcho, `{"message":"new"}`))
+	refused := action(capEcho, `{"message":"new"}`)
+	env, err := f.d.Envelope(target, aip.Body{Action: refused}, f.d.Route(target, refused.ID, refused.CapabilityID, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.d.Sign(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.d.Post(ctx, target, raw, env.MessageID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +65,12 @@ func TestDrainWithActionsInFlight(t *testing.T) {
 	if pe.RetryAfterMS == nil || *pe.RetryAfterMS != uint64(hostsdk.DefaultHeartbeatInterval.Milliseconds()) || !pe.IsRetryable() {
 		t.Errorf("not_ready error %+v", pe)
 	}
+	// The refused envelope entered the replay registry: it can never execute.
+	resp, err = f.d.Post(ctx, target, raw, env.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, resp, http.StatusConflict, hostsdk.CodeReplay)
 	// Status queries still work while draining.
 	if st, _, err := f.d.Status(ctx, target, inflight[0].ID, capBlock); err != nil || st.State != aip.StateRunning {
 		t.Errorf("status while draining: %+v, %v", st, err)
@@ -222,4 +238,45 @@ func (c *eventSourceConnector) RunEvents(ctx context.Context, events *hostsdk.Ev
 	close(c.running)
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// cancelAfterRegister cancels the bootstrap context once the register
+// answer has been received, so the failure happens after registration.
+type cancelAfterRegister struct {
+	next   http.RoundTripper
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (c *cancelAfterRegister) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	c.once.Do(c.cancel) // the first lifecycle request is register
+	return resp, err
+}
+
+// A bootstrap cancelled after the replica registered takes it offline
+// instead of leaving it ready until its lease expires.
+func TestCancelledStartAfterRegisterGoesOffline(t *testing.T) {
+	f := newFleet(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	rt := f.cfg.ControlPlaneTransport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	f.cfg.ControlPlaneTransport = &cancelAfterRegister{next: rt, cancel: cancel}
+	h, err := hostsdk.New(f.cfg, newTestConnector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Start(ctx)
+	var stepErr hostsdk.StepError
+	if !errors.As(err, &stepErr) || stepErr.Step() < hostsdk.StepRegister {
+		t.Fatalf("Start = %v, want a failure from register on", err)
+	}
+	if diff := cmp.Diff([]aip.Operation{aip.OpRegister, aip.OpOffline}, ops(f.cp)); diff != "" {
+		t.Errorf("lifecycle operations (-want +got):\n%s", diff)
+	}
+	if st, _ := f.cp.Replica(f.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+		t.Errorf("replica is %s after a failed start", st.Status)
+	}
 }

@@ -300,7 +300,9 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 	defer span.End()
 	start := time.Now()
 	err := run(ctx)
-	if err == nil {
+	if err == nil && step != StepServe {
+		// A cancellation during bootstrap fails it. Once step 10 serves,
+		// a cancellation is a shutdown request: Run drains and goes offline.
 		err = ctx.Err()
 	}
 	if err != nil {
@@ -314,11 +316,22 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 	return nil
 }
 
-// releaseAfterFailedStart undoes what the completed steps opened.
+// releaseAfterFailedStart undoes what the completed steps opened. A replica
+// that already registered is taken offline (best effort, bounded by the
+// control timeout) rather than left ready until its lease expires.
 func (h *Host) releaseAfterFailedStart() {
 	if h.hbCancel != nil {
 		h.hbCancel()
 		<-h.hbDone
+	}
+	if h.lease.registered() {
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ControlTimeout)
+		h.controlMu.Lock()
+		if err := h.transition(ctx, aip.OpOffline); err != nil {
+			h.log.Warn("offline after a failed start", "error", err)
+		}
+		h.controlMu.Unlock()
+		cancel()
 	}
 	if h.listener != nil {
 		h.listener.Close()
@@ -347,6 +360,13 @@ func (l *leaseState) valid(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.granted && l.expiresAt.After(now)
+}
+
+// registered reports whether the control plane ever granted a lease.
+func (l *leaseState) registered() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.granted
 }
 
 func (l *leaseState) get() (seq uint64, expiresAt time.Time) {

@@ -89,6 +89,10 @@ type exchange struct {
 	// streamStarted is set once the NDJSON 200 header was written.
 	streamStarted bool
 	span          trace.Span
+	// msgExpiry is how long the message ID stays in the replay registry;
+	// claimed is set once it is there.
+	msgExpiry time.Time
+	claimed   bool
 }
 
 // handleMessages serves POST /aip/v1/messages.
@@ -159,19 +163,17 @@ func (x *exchange) serve() bool {
 		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
 			fmt.Sprintf("sent_at %s is outside the accepted window (at most %s old, %s ahead)", env.SentAt, MaxMessageAge, MaxMessageSkew)))
 	}
-	// Every message ID is claimed before anything else happens, refusals
-	// included: a refused envelope can never execute later.
-	claimed, err := h.journal.ClaimMessage(x.ctx, env.MessageID, sent.Add(MaxMessageAge+MaxMessageSkew), now)
-	if err != nil {
-		return x.storageUnavailable(err)
+	// Every message ID is claimed in the replay registry before it is
+	// answered, refusals included: a refused envelope can never execute
+	// later. An action's claim commits with its journal record (see action).
+	x.msgExpiry = sent.Add(MaxMessageAge + MaxMessageSkew)
+	if env.Body.Action != nil {
+		return x.action(env.Body.Action, route)
 	}
-	if !claimed {
-		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
-			"message "+env.MessageID+" was already received"))
+	if !x.claim() {
+		return false
 	}
 	switch b := &env.Body; {
-	case b.Action != nil:
-		return x.action(b.Action, route)
 	case b.Cancel != nil:
 		return x.cancel(b.Cancel, route)
 	case b.ActionStatusQuery != nil:
@@ -279,26 +281,32 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		return x.notReady()
 	}
 	if !ok {
-		return x.fail(http.StatusTooManyRequests, aip.NewProtocolError(CodeCapacity, aip.CategoryTemporary, true,
+		return x.refuse(http.StatusTooManyRequests, aip.NewProtocolError(CodeCapacity, aip.CategoryTemporary, true,
 			uint64(CapacityRetryAfter.Milliseconds()), fmt.Sprintf("the replica runs its maximum of %d actions", h.cfg.MaxInFlight)))
 	}
 	defer h.inflight.release()
 
 	cap := h.caps[a.CapabilityID]
 	if cap == nil || cap.cap.Kind == aip.KindResource {
-		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeCapabilityUnknown, aip.CategoryPermanent, false, 0,
+		return x.refuse(http.StatusBadRequest, aip.NewProtocolError(CodeCapabilityUnknown, aip.CategoryPermanent, false, 0,
 			fmt.Sprintf("capability %s is not an invocable capability of this connector's manifest", a.CapabilityID)))
 	}
 	if a.Identity != nil && a.Identity.Tenant != nil && a.Identity.Tenant.ID != h.cfg.TenantID {
-		return x.fail(http.StatusForbidden, aip.NewProtocolError(CodeRouteMismatch, aip.CategoryAuth, false, 0,
+		return x.refuse(http.StatusForbidden, aip.NewProtocolError(CodeRouteMismatch, aip.CategoryAuth, false, 0,
 			"the action's tenant is not this replica's tenant"))
 	}
 	digest, err := aip.DigestJSON(a.Input)
 	if err != nil {
+		if !x.claim() {
+			return false
+		}
 		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, "action input: "+err.Error())
 	}
 	ra, earlier := h.register(a.ID)
 	if earlier != nil {
+		if !x.claim() {
+			return false
+		}
 		// The same action ID is being handled by another request: wait for
 		// it, then answer from the journal.
 		select {
@@ -312,24 +320,34 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	defer h.unregister(a.ID, ra)
 
 	if err := validateJSON(cap.input, a.Input); err != nil {
+		if !x.claim() {
+			return false
+		}
 		if _, jerr := h.journal.Action(x.ctx, a.ID); jerr == nil {
 			return x.journaled(a.ID, digest)
 		}
 		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeInputInvalid, aip.CategoryPermanent, false, 0,
 			"input does not match the input_schema of "+a.CapabilityID+": "+err.Error()))
 	}
+	// One durable commit claims the message and journals the action as
+	// running, before the connector runs.
 	jctx := context.WithoutCancel(x.ctx)
-	existing, created, err := h.journal.BeginAction(jctx, journal.Action{
+	now := h.cfg.Now()
+	acc, err := h.journal.AcceptAction(jctx, x.req.MessageID, x.msgExpiry, now, journal.Action{
 		ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: h.cfg.TenantID,
 		IdempotencyKey: idempotencyKey(x.req, a), InputDigest: digest, FenceToken: route.FenceToken,
-		MessageID: x.req.MessageID, ReceivedAt: h.cfg.Now(),
+		MessageID: x.req.MessageID, ReceivedAt: now,
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return x.storageUnavailable(err)
+	case !acc.Claimed:
+		return x.replayed()
+	case !acc.Created:
+		x.claimed = true
+		return x.answerJournaled(acc.Existing, digest)
 	}
-	if !created {
-		return x.answerJournaled(existing, digest)
-	}
+	x.claimed = true
 	return x.execute(ra, a, cap, route)
 }
 
@@ -397,8 +415,6 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 	)
 	if context.Cause(ra.ctx) == errCancelRequested {
 		err = context.Canceled // cancelled before it started: never run
-	} else if err = h.journal.StartAction(jctx, a.ID, h.cfg.Now()); err != nil {
-		return x.storageUnavailable(err)
 	} else {
 		ctx := trace.ContextWithSpan(ra.ctx, x.span)
 		if a.TimeoutMS != nil && *a.TimeoutMS > 0 {
@@ -536,6 +552,15 @@ func (x *exchange) answerJournaled(a journal.Action, digest string) bool {
 			return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeExecution, aip.CategoryConnector, false, 0,
 				"the journaled result of "+a.ActionID+" cannot be read"))
 		}
+		if res.Receipt == nil {
+			r, err := x.h.journal.ReceiptFor(context.WithoutCancel(x.ctx), a.ActionID)
+			switch {
+			case err == nil:
+				res.Receipt = &aip.Receipt{ID: r.ID, Hash: r.Hash}
+			case !errors.Is(err, journal.ErrNotFound):
+				return x.storageUnavailable(err)
+			}
+		}
 		return x.result(&res)
 	}
 	return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
@@ -629,7 +654,7 @@ func (x *exchange) statusQuery(actionID string) bool {
 
 func (x *exchange) notReady() bool {
 	ms := uint64(x.h.cfg.HeartbeatInterval.Milliseconds())
-	return x.fail(http.StatusServiceUnavailable, aip.NewProtocolError(CodeNotReady, aip.CategoryTemporary, true, ms,
+	return x.refuse(http.StatusServiceUnavailable, aip.NewProtocolError(CodeNotReady, aip.CategoryTemporary, true, ms,
 		"the replica is not accepting actions (draining, no valid lease, or not ready); this message will never execute here"))
 }
 
@@ -648,6 +673,38 @@ func (x *exchange) outcomeUnknown(actionID, detail string) bool {
 
 func (x *exchange) result(res *aip.ActionResult) bool {
 	return x.reply(http.StatusOK, aip.Body{ActionResult: res})
+}
+
+// claim records the request's message ID in the replay registry, once. It
+// answers and returns false when the ID is a replay or the journal fails.
+func (x *exchange) claim() bool {
+	if x.claimed {
+		return true
+	}
+	ok, err := x.h.journal.ClaimMessage(x.ctx, x.req.MessageID, x.msgExpiry, x.h.cfg.Now())
+	if err != nil {
+		return x.storageUnavailable(err)
+	}
+	if !ok {
+		return x.replayed()
+	}
+	x.claimed = true
+	return true
+}
+
+func (x *exchange) replayed() bool {
+	return x.fail(http.StatusConflict, aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
+		"message "+x.req.MessageID+" was already received"))
+}
+
+// refuse claims the message ID first, so the refused envelope can never
+// execute later (a dispatcher may present the signed refusal as evidence
+// that the action did not start here), then answers with the error.
+func (x *exchange) refuse(status int, pe *aip.ProtocolError) bool {
+	if !x.claim() {
+		return false
+	}
+	return x.fail(status, pe)
 }
 
 // fail answers with a signed error envelope and reports a rejection.

@@ -48,6 +48,9 @@ func TestDuplicateActionNeverRunsTwice(t *testing.T) {
 	if !bytes.Equal(r1.Output, r2.Output) || r2.Status != aip.ResultCompleted {
 		t.Errorf("duplicate answered %s %s, first %s", r2.Status, r2.Output, r1.Output)
 	}
+	if r1.Receipt == nil || r2.Receipt == nil || *r1.Receipt != *r2.Receipt {
+		t.Errorf("duplicate carries receipt %+v, first %+v; want the same journaled receipt", r2.Receipt, r1.Receipt)
+	}
 	if n := conn.runCount(a.ID); n != 1 {
 		t.Errorf("connector ran %d times, want 1", n)
 	}
