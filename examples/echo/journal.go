@@ -2,18 +2,31 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
 )
 
 // openJournal returns the journal the host should use: nil (the host opens
 // the embedded SQLite journal in --state-dir) unless --database-url-file
-// asks for PostgreSQL.
+// names a PostgreSQL runtime database, which replicas may share: each keeps
+// its own namespace, its replica ID. The returned func closes what was
+// opened; call it after the host stopped.
 func openJournal(ctx context.Context, cfg hostsdk.Config) (journal.Journal, func(), error) {
-	if cfg.DatabaseURLFile != "" {
-		return nil, func() {}, errors.New("--database-url-file: this build of echo has no PostgreSQL journal; use --state-dir")
+	if cfg.DatabaseURLFile == "" {
+		return nil, func() {}, nil
 	}
-	return nil, func() {}, nil
+	url, err := aip.ReadSecretFile(cfg.DatabaseURLFile, aip.MaxSecretFileBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--database-url-file: %w", err)
+	}
+	j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: string(url), Namespace: cfg.ReplicaID})
+	clear(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--database-url-file %s: %w", cfg.DatabaseURLFile, err)
+	}
+	return j, func() { j.Close() }, nil
 }
