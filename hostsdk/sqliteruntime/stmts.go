@@ -20,9 +20,9 @@ type writeStmts struct {
 	insertAction  *sql.Stmt
 	insertRunning *sql.Stmt
 	action        *sql.Stmt
-	actionStatus *sql.Stmt
-	startAction  *sql.Stmt
-	finishAction *sql.Stmt
+	actionStatus  *sql.Stmt
+	startAction   *sql.Stmt
+	finishAction  *sql.Stmt
 
 	insertReceipt *sql.Stmt
 	lastReceipt   *sql.Stmt
