@@ -300,3 +300,9 @@ func journalAction(id string, started time.Time) journal.Action {
 	return journal.Action{ActionID: id, CapabilityID: "echo.say", IdempotencyKey: "key-" + id, InputDigest: "sha256:00",
 		Status: aip.StateRunning, ReceivedAt: started, StartedAt: started}
 }
+
+func journalActionFor(id, capability string) journal.Action {
+	a := journalAction(id, time.Now())
+	a.CapabilityID = capability
+	return a
+}

@@ -25,7 +25,14 @@ const (
 	envChild          = "SIDECAR_TEST_CHILD"
 	envChildSignalLog = "SIDECAR_TEST_SIGNAL_LOG"
 	envChildExit      = "SIDECAR_TEST_EXIT" // exit with this status at once
-	envChildManifest  = "SIDECAR_TEST_MANIFEST_SUFFIX"
+	// envChildGate names a file: while it is missing the child reports
+	// itself unhealthy.
+	envChildGate = "SIDECAR_TEST_GATE"
+	// envChildManifest names a file: when it exists at start-up, its
+	// content is appended to the capability names (a changed manifest).
+	envChildManifest = "SIDECAR_TEST_MANIFEST_FILE"
+	// envChildIgnoreTerm makes the child ignore SIGTERM.
+	envChildIgnoreTerm = "SIDECAR_TEST_IGNORE_TERM"
 )
 
 func TestMain(m *testing.M) {
@@ -45,6 +52,9 @@ func runChild() int {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if os.Getenv(envChildIgnoreTerm) == "1" {
+		signal.Ignore(syscall.SIGTERM)
+	}
 	path := os.Getenv(EnvLocalSocket)
 	os.Remove(path)
 	l, err := net.Listen("unix", path)
@@ -54,10 +64,20 @@ func runChild() int {
 	}
 	f := newFakeConnector()
 	f.token = os.Getenv(EnvLocalToken)
-	if s := os.Getenv(envChildManifest); s != "" {
-		f.manifest.Store(fakeManifest(s))
+	if p := os.Getenv(envChildManifest); p != "" {
+		if suffix, err := os.ReadFile(p); err == nil {
+			f.manifest.Store(fakeManifest(string(suffix)))
+		}
 	}
-	srv := &http.Server{Handler: f}
+	var h http.Handler = f
+	if gate := os.Getenv(envChildGate); gate != "" {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, err := os.Stat(gate)
+			f.healthy.Store(err == nil)
+			f.ServeHTTP(w, r)
+		})
+	}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(l)
 	sig := <-sigs
 	if p := os.Getenv(envChildSignalLog); p != "" {

@@ -179,9 +179,7 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.drift = newDrift(cfg.OnManifestChange, cfg.Logger)
 	m.status = &statusSource{mode: "mcp", target: m.Target(), drift: m.drift}
-	if len(cfg.Command) > 0 {
-		m.status.setProcess(m)
-	}
+	m.status.setProcess(m)
 	m.client = mcp.NewClient(&mcp.Implementation{Name: "aip-sidecar", Title: "aipfleet sidecar", Version: "1.0"}, &mcp.ClientOptions{
 		Logger: cfg.Logger,
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {

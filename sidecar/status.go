@@ -21,7 +21,9 @@ type Status struct {
 	// Healthy is the last health check's result.
 	Healthy bool `json:"healthy"`
 	// Process is the supervised process (nil when the sidecar attaches to
-	// a running connector).
+	// a running local connector). In MCP mode it is the session with the
+	// server: Running while connected, Starts counting connections, and
+	// PID set for a stdio server.
 	Process *ProcessStatus `json:"process"`
 	// ManifestChange is the difference between the connector's current
 	// manifest and the admitted one (nil when there is none).

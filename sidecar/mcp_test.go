@@ -1,0 +1,411 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+func boolp(b bool) *bool { return &b }
+
+var objectSchema = json.RawMessage(`{"type":"object"}`)
+
+// testMCPServer is an in-process MCP server reached over in-memory
+// transports: one server session per connection.
+type testMCPServer struct {
+	server *mcp.Server
+	mu     sync.Mutex
+	sess   []*mcp.ServerSession
+	// cancelled receives the names of calls whose context the server saw
+	// cancelled (an MCP cancel arrived).
+	cancelled chan string
+	started   chan string
+	// down refuses new connections (a server that is not back yet).
+	down atomic.Bool
+}
+
+// refusedTransport fails to connect.
+type refusedTransport struct{}
+
+func (refusedTransport) Connect(context.Context) (mcp.Connection, error) {
+	return nil, errors.New("test: connection refused")
+}
+
+func newTestMCPServer(t *testing.T) *testMCPServer {
+	t.Helper()
+	ts := &testMCPServer{
+		server:    mcp.NewServer(&mcp.Implementation{Name: "test-server", Title: "Test server", Version: "1.0"}, nil),
+		cancelled: make(chan string, 16), started: make(chan string, 16),
+	}
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+	}
+	ts.server.AddTool(&mcp.Tool{Name: "lookup", Description: "Looks up a word", InputSchema: json.RawMessage(
+		`{"type":"object","properties":{"word":{"type":"string"}},"required":["word"]}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, Title: "Look up"}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct{ Word string }
+			json.Unmarshal(req.Params.Arguments, &in)
+			return text("definition of " + in.Word + " (" + req.Params.Meta[MetaActionID].(string) + ")"), nil
+		})
+	ts.server.AddTool(&mcp.Tool{Name: "structured", InputSchema: objectSchema,
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"sum":{"type":"integer"}},"required":["sum"]}`),
+		Annotations:  &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"sum":3}`}}, StructuredContent: map[string]int{"sum": 3}}, nil
+		})
+	ts.server.AddTool(&mcp.Tool{Name: "fail", InputSchema: objectSchema},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			r := text("the provider said no")
+			r.IsError = true
+			return r, nil
+		})
+	slow := func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct{ Steps int }
+		json.Unmarshal(req.Params.Arguments, &in)
+		ts.started <- req.Params.Name
+		tok := req.Params.GetProgressToken()
+		for i := 1; i <= in.Steps; i++ {
+			if tok != nil {
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(i), Total: float64(in.Steps), Message: "step"})
+			}
+		}
+		if in.Steps > 0 {
+			return text("done"), nil
+		}
+		<-ctx.Done()
+		ts.cancelled <- req.Params.Name
+		return nil, ctx.Err()
+	}
+	ts.server.AddTool(&mcp.Tool{Name: "slow", InputSchema: objectSchema}, slow)
+	ts.server.AddTool(&mcp.Tool{Name: "slow_ro", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, slow)
+	return ts
+}
+
+// transport returns MCPConfig.Transport: each connection gets a fresh
+// in-memory pair and server session.
+func (ts *testMCPServer) transport(t *testing.T) func() mcp.Transport {
+	return func() mcp.Transport {
+		if ts.down.Load() {
+			return refusedTransport{}
+		}
+		ct, st := mcp.NewInMemoryTransports()
+		ss, err := ts.server.Connect(context.Background(), st, nil)
+		if err != nil {
+			t.Errorf("server connect: %v", err)
+		}
+		ts.mu.Lock()
+		ts.sess = append(ts.sess, ss)
+		ts.mu.Unlock()
+		return ct
+	}
+}
+
+// dropSessions closes the server side of every session (a crashed server).
+func (ts *testMCPServer) dropSessions() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, s := range ts.sess {
+		s.Close()
+	}
+	ts.sess = nil
+}
+
+func mcpReplica(t *testing.T, edit func(*Config)) (*replica, *testMCPServer) {
+	t.Helper()
+	ts := newTestMCPServer(t)
+	r := startReplica(t, func(c *Config) {
+		c.MCP = MCPConfig{Transport: ts.transport(t), RestartBackoff: 20 * time.Millisecond}
+		if testing.Verbose() {
+			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		}
+		if edit != nil {
+			edit(c)
+		}
+	})
+	t.Cleanup(ts.dropSessions)
+	return r, ts
+}
+
+func TestToolCapabilityMapping(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ann     *mcp.ToolAnnotations
+		effects []aip.SideEffect
+		risk    aip.Risk
+		retry   aip.RetrySafety
+	}{
+		{"no annotations (MCP defaults: destructive, open world)", nil,
+			[]aip.SideEffect{aip.EffectWrite, aip.EffectDelete, aip.EffectExternalNetwork}, aip.RiskHigh, aip.RetryUnsafe},
+		{"read-only, closed world", &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: boolp(false)},
+			[]aip.SideEffect{aip.EffectRead}, aip.RiskLow, aip.RetrySafe},
+		{"additive idempotent", &mcp.ToolAnnotations{DestructiveHint: boolp(false), IdempotentHint: true, OpenWorldHint: boolp(false)},
+			[]aip.SideEffect{aip.EffectWrite}, aip.RiskMedium, aip.RetrySafe},
+		{"destructive idempotent", &mcp.ToolAnnotations{IdempotentHint: true},
+			[]aip.SideEffect{aip.EffectWrite, aip.EffectDelete, aip.EffectExternalNetwork}, aip.RiskHigh, aip.RetrySafe},
+		{"read-only open world", &mcp.ToolAnnotations{ReadOnlyHint: true},
+			[]aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}, aip.RiskLow, aip.RetrySafe},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, info, err := toolCapability("x.", &mcp.Tool{Name: "t", Annotations: tc.ann, InputSchema: map[string]any{"type": "object"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			ct := c.Contract
+			if c.ID != "x.t" || c.Kind != aip.KindTool || c.Risk != tc.risk || ct.Execution.RetrySafety != tc.retry ||
+				!ct.Execution.SupportsStreaming || !ct.Execution.SupportsCancel || ct.Execution.SupportsRetry != (tc.retry == aip.RetrySafe) {
+				t.Errorf("capability %+v contract %+v", c, ct)
+			}
+			if diff := cmp.Diff(tc.effects, ct.SideEffects); diff != "" {
+				t.Errorf("side effects (-want +got):\n%s", diff)
+			}
+			if info.readOnly != (tc.ann != nil && tc.ann.ReadOnlyHint) {
+				t.Errorf("readOnly %v", info.readOnly)
+			}
+		})
+	}
+	if _, _, err := toolCapability("x.", &mcp.Tool{Name: "bad", InputSchema: []int{1}}); err == nil {
+		t.Error("an array input schema was accepted")
+	}
+	if _, _, err := toolCapability("x.", &mcp.Tool{Name: "ref", InputSchema: map[string]any{"$ref": "https://example.com/s.json"}}); err == nil {
+		t.Error("a schema with an external reference was accepted")
+	}
+}
+
+func TestMCPManifest(t *testing.T) {
+	r, _ := mcpReplica(t, func(c *Config) { c.MCP.CapabilityPrefix = "kb."; c.MCP.Tools = []string{"lookup", "structured", "fail", "slow", "slow_ro"} })
+	var m aip.Manifest
+	getJSON(t, "http://"+r.s.Host().Addr().String()+hostsdk.PathManifest, &m)
+	var ids []string
+	for _, c := range m.Capabilities {
+		ids = append(ids, c.ID)
+	}
+	if diff := cmp.Diff([]string{"kb.fail", "kb.lookup", "kb.slow", "kb.slow_ro", "kb.structured"}, ids); diff != "" {
+		t.Errorf("capabilities (-want +got):\n%s", diff)
+	}
+	if m.Agent.ID != "agent:mcp:test-server" || m.Agent.DisplayName != "Test server (MCP)" {
+		t.Errorf("agent %+v", m.Agent)
+	}
+	lookup, _ := m.Capability("kb.lookup")
+	if lookup.Name != "Look up" || lookup.Description != "Looks up a word" || !strings.Contains(string(lookup.InputSchema), `"word"`) {
+		t.Errorf("lookup %+v", lookup)
+	}
+}
+
+func TestMCPActions(t *testing.T) {
+	r, _ := mcpReplica(t, nil)
+	ctx := ctxT(t)
+	a := act("mcp.lookup", `{"word":"sidecar"}`)
+	res, err := must(r.d.Act(ctx, r.target, a)).Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	want := "definition of sidecar (" + a.ID + ")"
+	if len(res.Message) != 1 || res.Message[0].Text != want || !strings.Contains(string(res.Output), want) {
+		t.Errorf("result %+v output %s", res, res.Output)
+	}
+	res, err = must(r.d.Act(ctx, r.target, act("mcp.structured", `{}`))).Result()
+	if err != nil || string(res.Output) != `{"sum":3}` {
+		t.Errorf("structured: %+v %v", res, err)
+	}
+	res, err = must(r.d.Act(ctx, r.target, act("mcp.fail", `{}`))).Result()
+	if err != nil || res.Status != aip.ResultFailed || res.Error.Code != CodeToolError || res.Error.Message != "the provider said no" {
+		t.Errorf("fail: %+v %v", res, err)
+	}
+	// The input schema is the tool's: the host refuses what does not match.
+	resp := must(r.d.Act(ctx, r.target, act("mcp.lookup", `{}`)))
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+		t.Errorf("invalid input: HTTP %d %s", resp.Status, resp.Raw)
+	}
+}
+
+func TestMCPProgressStreams(t *testing.T) {
+	r, _ := mcpReplica(t, nil)
+	a := act("mcp.slow", `{"steps":5}`)
+	a.Mode = aip.ModeStreaming
+	resp := must(r.d.Act(ctxT(t), r.target, a))
+	res, err := resp.Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if len(resp.Chunks) != 5 {
+		t.Fatalf("%d chunks: %s", len(resp.Chunks), resp.Raw)
+	}
+	for i, c := range resp.Chunks {
+		var p struct {
+			Progress, Total float64
+			Message         string
+		}
+		json.Unmarshal(c.Data, &p)
+		if c.Kind != aip.ChunkProgress || p.Progress != float64(i+1) || p.Total != 5 || p.Message != "step" {
+			t.Errorf("chunk %d: %+v %s", i, c, c.Data)
+		}
+	}
+	// The same tool in sync mode sends no progress token.
+	res, err = must(r.d.Act(ctxT(t), r.target, act("mcp.slow", `{"steps":2}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("sync: %+v %v", res, err)
+	}
+}
+
+func TestMCPCancel(t *testing.T) {
+	r, ts := mcpReplica(t, nil)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		tool string
+		// read-only tools end cancelled; others outcome_unknown (MCP does
+		// not confirm what a cancelled call did)
+		cancelled bool
+	}{{"slow_ro", true}, {"slow", false}} {
+		a := act("mcp."+tc.tool, `{}`)
+		done := make(chan *hostsdktest.Response, 1)
+		go func() { done <- must(r.d.Act(ctx, r.target, a)) }()
+		if got := <-ts.started; got != tc.tool {
+			t.Fatalf("started %s", got)
+		}
+		cresp := must(r.d.Cancel(ctx, r.target, a.ID, a.CapabilityID, "stop"))
+		if got := <-ts.cancelled; got != tc.tool {
+			t.Errorf("the server saw %s cancelled", got)
+		}
+		resp := <-done
+		if tc.cancelled {
+			if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+				t.Errorf("%s: %+v %v", tc.tool, res, err)
+			}
+			if res, err := cresp.Result(); err != nil || res.Status != aip.ResultCancelled {
+				t.Errorf("%s cancel answer: %+v %v", tc.tool, res, err)
+			}
+			continue
+		}
+		if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "notifications/cancelled") {
+			t.Errorf("%s: HTTP %d %s", tc.tool, resp.Status, resp.Raw)
+		}
+	}
+}
+
+func TestMCPToolListChangeIsReported(t *testing.T) {
+	r, ts := mcpReplica(t, nil)
+	ctx := ctxT(t)
+	ts.server.AddTool(&mcp.Tool{Name: "late", InputSchema: objectSchema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	ts.server.RemoveTools("fail")
+	var change *ManifestChange
+	for change == nil || len(change.Removed) == 0 {
+		change = r.status(t).ManifestChange
+		if ctx.Err() != nil {
+			t.Fatal("the tool list change was not reported")
+		}
+		time.Sleep(5 * time.Millisecond) // the notification is handled asynchronously
+	}
+	if diff := cmp.Diff(&ManifestChange{Added: []string{"mcp.late"}, Removed: []string{"mcp.fail"}, DetectedAt: change.DetectedAt}, change); diff != "" {
+		t.Errorf("change (-want +got):\n%s", diff)
+	}
+	// Not applied: the new tool is no capability of the admitted manifest.
+	resp := must(r.d.Act(ctx, r.target, act("mcp.late", `{}`)))
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeRouteMismatch && pe.Code != hostsdk.CodeCapabilityUnknown {
+		t.Errorf("a tool added after registration was callable: HTTP %d %s", resp.Status, resp.Raw)
+	}
+	// The default policy keeps the replica healthy.
+	if err := r.s.Connector().(hostsdk.HealthChecker).CheckHealth(ctx); err != nil {
+		t.Errorf("CheckHealth: %v", err)
+	}
+}
+
+func TestMCPReconnects(t *testing.T) {
+	r, ts := mcpReplica(t, func(c *Config) {
+		c.Host.HeartbeatInterval, c.Host.LeaseTTL = 100*time.Millisecond, time.Second
+	})
+	ctx := ctxT(t)
+	n := len(r.cp.Operations())
+	ts.down.Store(true)
+	ts.dropSessions()
+	// The replica reports unhealthy while the server is away...
+	if err := r.cp.Await(ctx, func(o []hostsdktest.Operation) bool {
+		for _, op := range o[n:] {
+			if op.Op == aip.OpHeartbeat && !op.ConnectorReady {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.status(t); st.Healthy || st.Process.Running {
+		t.Errorf("status while the server is away: %+v", st)
+	}
+	// ... and re-registers once reconnected.
+	n = len(r.cp.Operations())
+	ts.down.Store(false)
+	if err := r.cp.Await(ctx, func(o []hostsdktest.Operation) bool {
+		for _, op := range o[n:] {
+			if op.Op == aip.OpRegister && op.Outcome == aip.OutcomeLease {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st := r.status(t)
+	if st.Process == nil || st.Process.Starts < 2 || st.Process.Restarts < 1 {
+		t.Errorf("status %+v", st.Process)
+	}
+	res, err := must(r.d.Act(ctx, r.target, act("mcp.lookup", `{"word":"again"}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("after reconnecting: %+v %v", res, err)
+	}
+}
+
+func TestMCPReconcile(t *testing.T) {
+	m, err := NewMCP(MCPConfig{Transport: func() mcp.Transport { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.tools = map[string]toolInfo{"mcp.ro": {name: "ro", readOnly: true}, "mcp.rw": {name: "rw"}}
+	res, err := m.Reconcile(ctxT(t), &hostsdk.UncertainAction{Action: journalActionFor("act_1", "mcp.ro")})
+	if err != nil || res.Status != aip.ResultFailed || res.Error.Code != CodeNotExecuted {
+		t.Errorf("read-only: %+v %v", res, err)
+	}
+	if _, err := m.Reconcile(ctxT(t), &hostsdk.UncertainAction{Action: journalActionFor("act_2", "mcp.rw")}); !errors.Is(err, hostsdk.ErrOutcomeUnknown) {
+		t.Errorf("writing tool: %v", err)
+	}
+	m.Close()
+}
+
+func TestMCPConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  MCPConfig
+		want string
+	}{
+		{MCPConfig{}, "exactly one"},
+		{MCPConfig{Command: []string{"x"}, URL: "https://example.com/mcp"}, "exactly one"},
+		{MCPConfig{URL: "http://example.com/mcp"}, "loopback"},
+		{MCPConfig{URL: "ftp://x/"}, "Streamable HTTP"},
+		{MCPConfig{Command: []string{""}}, "empty program"},
+		{MCPConfig{Command: []string{"x"}, OnManifestChange: "apply"}, "report or unready"},
+	} {
+		_, err := NewMCP(tc.cfg)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewMCP(%+v) = %v; want %q", tc.cfg, err, tc.want)
+		}
+	}
+}

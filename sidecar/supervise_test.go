@@ -1,0 +1,282 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+// execReplica runs a sidecar whose connector is this test binary started
+// as a child (--exec), serving the fake connector on a unix socket.
+func execReplica(t *testing.T, env []string, edit func(*Config)) *replica {
+	t.Helper()
+	sock := socketPath(t)
+	return startReplica(t, func(c *Config) {
+		c.Local = LocalConfig{Socket: sock}
+		c.Exec = []string{os.Args[0], "-test.run=^$"}
+		c.ExecEnv = append([]string{envChild + "=1"}, env...)
+		c.ExecStderr = os.Stderr
+		c.Host.HeartbeatInterval, c.Host.LeaseTTL = 100*time.Millisecond, time.Second
+		if edit != nil {
+			edit(c)
+		}
+	})
+}
+
+type signalRecord struct {
+	Signal     string `json:"signal"`
+	TimeUnixNS int64  `json:"time_unix_ns"`
+	PID        int    `json:"pid"`
+}
+
+func readSignal(t *testing.T, path string) signalRecord {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the child recorded no signal: %v", err)
+	}
+	var rec signalRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatalf("signal log %q: %v", raw, err)
+	}
+	return rec
+}
+
+// awaitRunning polls the replica's journal until the action runs.
+func awaitRunning(t *testing.T, r *replica, id, capability string) {
+	t.Helper()
+	ctx := ctxT(t)
+	for {
+		st, _, err := r.d.Status(ctx, r.target, id, capability)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State == aip.StateRunning {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling a child process for a state change
+	}
+}
+
+func lastOp(ops []hostsdktest.Operation, op aip.Operation) (hostsdktest.Operation, bool) {
+	for i := len(ops) - 1; i >= 0; i-- {
+		if ops[i].Op == op {
+			return ops[i], true
+		}
+	}
+	return hostsdktest.Operation{}, false
+}
+
+// TestExecShutdownOrder: on SIGTERM the host drains while the child still
+// serves its in-flight action, goes offline, and only then is the child
+// sent SIGTERM.
+func TestExecShutdownOrder(t *testing.T) {
+	sigLog := filepath.Join(t.TempDir(), "signals")
+	r := execReplica(t, []string{envChildSignalLog + "=" + sigLog}, nil)
+	ctx := ctxT(t)
+	st := r.status(t)
+	if st.Process == nil || !st.Process.Running || st.Process.PID == 0 {
+		t.Fatalf("status %+v", st)
+	}
+	a := act("echo.slow", `{"delay_ms":300}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() { done <- must(r.d.Act(ctx, r.target, a)) }()
+	awaitRunning(t, r, a.ID, "echo.slow")
+
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("the in-flight action answered %+v %v; the child must serve it during the drain", res, err)
+	}
+	ops := r.cp.Operations()
+	drain, okDrain := lastOp(ops, aip.OpDrain)
+	offline, okOff := lastOp(ops, aip.OpOffline)
+	if !okDrain || !okOff || offline.Outcome != aip.OutcomeOffline || ops[len(ops)-1].Op != aip.OpOffline {
+		t.Fatalf("lifecycle operations %+v", ops)
+	}
+	sig := readSignal(t, sigLog)
+	if sig.Signal != "terminated" || sig.PID != st.Process.PID {
+		t.Errorf("signal record %+v (child pid %d)", sig, st.Process.PID)
+	}
+	if got := time.Unix(0, sig.TimeUnixNS); !got.After(offline.At) || !got.After(drain.At) {
+		t.Errorf("the child got SIGTERM at %s, the control plane saw drain at %s and offline at %s; the child must outlive both",
+			got.Format(time.RFC3339Nano), drain.At.Format(time.RFC3339Nano), offline.At.Format(time.RFC3339Nano))
+	}
+	if err := syscall.Kill(sig.PID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the child %d still exists after Run returned: %v", sig.PID, err)
+	}
+}
+
+// TestExecCrashRestart: a crashed child turns its in-flight action into
+// outcome_unknown; the replica reports unhealthy (connector_ready=false)
+// until the restarted child is healthy, then re-registers and serves.
+func TestExecCrashRestart(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := execReplica(t, []string{envChildGate + "=" + gate}, func(c *Config) { c.RestartBackoff = 20 * time.Millisecond })
+	ctx := ctxT(t)
+	pid := r.status(t).Process.PID
+
+	a := act("echo.slow", `{"delay_ms":60000}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() { done <- must(r.d.Act(ctx, r.target, a)) }()
+	awaitRunning(t, r, a.ID, "echo.slow")
+	// The restarted child stays unhealthy until the gate file is back.
+	os.Remove(gate)
+	syscall.Kill(pid, syscall.SIGKILL)
+
+	if pe := (<-done).ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+		t.Fatalf("the action in flight during the crash did not end outcome_unknown")
+	}
+	if err := r.cp.Await(ctx, func(o []hostsdktest.Operation) bool {
+		last := o[len(o)-1]
+		return last.Op == aip.OpHeartbeat && !last.ConnectorReady && last.Outcome == aip.OutcomeLease
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, doc := r.ready(t); code != http.StatusServiceUnavailable || doc.Connector.Ready {
+		t.Errorf("/ready %d %+v while the child is unhealthy", code, doc.Connector)
+	}
+	st := r.status(t)
+	if st.Process.Restarts != 1 || st.Process.PID == pid || !strings.Contains(st.Process.LastExit, "killed") {
+		t.Errorf("status after the crash %+v", st.Process)
+	}
+	n := len(r.cp.Operations())
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cp.Await(ctx, func(o []hostsdktest.Operation) bool {
+		for _, op := range o[n:] {
+			if op.Op == aip.OpRegister && op.Outcome == aip.OutcomeLease {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := must(r.d.Act(ctx, r.target, act("echo.say", `{"message":"back"}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("after the restart: %+v %v", res, err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestExecManifestChangeAfterRestart: a restarted child with another
+// manifest is reported; under ManifestChangeUnready the replica stays
+// unhealthy.
+func TestExecManifestChangeAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	suffix := filepath.Join(dir, "suffix")
+	r := execReplica(t, []string{envChildManifest + "=" + suffix}, func(c *Config) {
+		c.RestartBackoff = 20 * time.Millisecond
+		c.Local.OnManifestChange = ManifestChangeUnready
+	})
+	ctx := ctxT(t)
+	if err := os.WriteFile(suffix, []byte(" v2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pid := r.status(t).Process.PID
+	syscall.Kill(pid, syscall.SIGKILL)
+	for {
+		st := r.status(t)
+		if st.ManifestChange != nil {
+			if len(st.ManifestChange.Changed) != 5 || len(st.ManifestChange.Added)+len(st.ManifestChange.Removed) != 0 {
+				t.Errorf("change %+v", st.ManifestChange)
+			}
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			t.Fatal("the manifest change was not reported")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the supervisor's restart and the next probe
+	}
+	if err := r.s.Connector().(hostsdk.HealthChecker).CheckHealth(ctx); !errors.Is(err, ErrManifestChanged) {
+		t.Errorf("CheckHealth = %v; want ErrManifestChanged", err)
+	}
+}
+
+func TestExecStartFailure(t *testing.T) {
+	sock := socketPath(t)
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	s, err := New(Config{
+		Host: hostsdktest.HostConfig(t, cp, d, nil), Local: LocalConfig{Socket: sock},
+		Exec: []string{os.Args[0]}, ExecEnv: []string{envChild + "=1", envChildExit + "=3"},
+		StartTimeout: 300 * time.Millisecond, RestartBackoff: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Run(ctxT(t))
+	if !errors.Is(err, ErrStartTimeout) || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("Run = %v; want ErrStartTimeout naming the exit status", err)
+	}
+	if len(cp.Operations()) != 0 {
+		t.Errorf("a connector that never became healthy was registered: %+v", cp.Operations())
+	}
+	if st := s.local.proc.snapshot(); st.Starts < 2 || st.Running {
+		t.Errorf("process status %+v; want restarts during start-up", st)
+	}
+
+	s, err = New(Config{Host: hostsdktest.HostConfig(t, cp, d, nil), Local: LocalConfig{Socket: sock}, Exec: []string{"/nonexistent/connector"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctxT(t)); err == nil || !strings.Contains(err.Error(), "/nonexistent/connector") {
+		t.Fatalf("Run with a missing program = %v", err)
+	}
+}
+
+// TestExecStubbornChildIsKilled: a child that ignores SIGTERM is killed
+// after StopTimeout and Run reports it.
+func TestExecStubbornChildIsKilled(t *testing.T) {
+	r := execReplica(t, []string{envChildIgnoreTerm + "=1"}, func(c *Config) { c.StopTimeout = 100 * time.Millisecond })
+	pid := r.status(t).Process.PID
+	err := r.stop(t)
+	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
+		t.Fatalf("Run = %v", err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the child %d still exists: %v", pid, err)
+	}
+	// The host itself shut down cleanly: offline was sent before the kill.
+	if o := r.cp.Operations(); o[len(o)-1].Op != aip.OpOffline {
+		t.Errorf("last operation %+v", o[len(o)-1])
+	}
+}
+
+func TestExecGetsTokenAndAddress(t *testing.T) {
+	r := execReplica(t, nil, nil)
+	if r.s.local.cfg.Token == "" || len(r.s.local.cfg.Token) != 64 {
+		t.Fatalf("token %q", r.s.local.cfg.Token)
+	}
+	// The child checks the token: an action goes through.
+	if res, err := must(r.d.Act(ctxT(t), r.target, act("echo.say", `{"message":"t"}`))).Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	// And a request without it is refused.
+	l, err := NewLocal(LocalConfig{Socket: r.s.local.cfg.Socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.probe(ctxT(t)); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("probe without the token: %v", err)
+	}
+}
