@@ -5,6 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/jackc/pgx/v5"
 
@@ -13,10 +18,20 @@ import (
 )
 
 // Catalog reads run on the data pool as one pipelined implicit transaction:
-// the shared form of the publication lock, the revision, then the page.
-// Holding the shared lock until the page is read means no catalog write can
-// publish in between, so the page and its total are exactly those of the
-// revision returned with them.
+// the shared form of the publication lock, the revision, then the page (or
+// the view the page is cut from). Holding the shared lock until the page is
+// read means no catalog write can publish in between, so the page and its
+// total are exactly those of the revision returned with them.
+//
+// Views are cached per revision. A catalog revision names one catalog state
+// (every effective catalog write advances it in its own transaction), so
+// the set of capabilities a read context sees at revision N never changes:
+// the registry keeps, for the newest revision it has read, the sorted IDs
+// each (tenant or internal, profile) sees, built by the view query under
+// the shared lock at that revision, and the capability definitions, which
+// are immutable once published. A read then costs one round trip (shared
+// lock and revision) when its view is cached, two when it is not. Replica
+// churn never moves the revision, so it never invalidates a view.
 
 const lockCatalogShared = `SELECT pg_advisory_xact_lock_shared($1, $2)`
 
@@ -84,7 +99,18 @@ LEFT JOIN aip_registry.capability_definitions d ON d.capability_id = p.capabilit
 ORDER BY p.capability_id`
 }
 
+// viewOf is the view query: every capability ID a read context sees, in
+// order ($3 is "").
+func viewOf(visible string) string {
+	return `SELECT capability_id FROM (` + visible + `) AS visible WHERE $3 = '' ORDER BY capability_id`
+}
+
+const selectDefinitions = `SELECT capability_id, contract_digest, schema_digest, capability, size_bytes, search_text
+FROM aip_registry.capability_definitions WHERE capability_id = ANY($1)`
+
 var (
+	tenantView         = viewOf(tenantVisible)
+	internalView       = viewOf(internalVisible)
 	tenantPage         = pageOf(tenantVisible, false)
 	tenantPageSearch   = pageOf(tenantVisible, true)
 	internalPage       = pageOf(internalVisible, false)
@@ -165,8 +191,8 @@ func (r *Registry) readPage(ctx context.Context, q catalogQuery) (pageResult, er
 	return res, nil
 }
 
-// Capability implements registry.Catalog.
-func (r *Registry) Capability(ctx context.Context, capabilityID string, rc registry.ReadContext) (registry.ResolvedCapability, error) {
+// capabilitySQL is Capability without the view cache.
+func (r *Registry) capabilitySQL(ctx context.Context, capabilityID string, rc registry.ReadContext) (registry.ResolvedCapability, error) {
 	if err := ctx.Err(); err != nil {
 		return registry.ResolvedCapability{}, err
 	}
@@ -184,14 +210,9 @@ func (r *Registry) Capability(ctx context.Context, capabilityID string, rc regis
 	return registry.ResolvedCapability{Definition: res.defs[0], CatalogRevision: res.revision}, nil
 }
 
-// QueryCapabilities implements registry.Catalog.
-func (r *Registry) QueryCapabilities(ctx context.Context, q registry.CatalogQuery, rc registry.ReadContext) (registry.CapabilityPage, error) {
-	if err := ctx.Err(); err != nil {
-		return registry.CapabilityPage{}, err
-	}
-	if err := q.Validate(); err != nil {
-		return registry.CapabilityPage{}, err
-	}
+// querySQL is QueryCapabilities without the view cache: the page query
+// filters, counts and cuts the page in the database.
+func (r *Registry) querySQL(ctx context.Context, q registry.CatalogQuery, rc registry.ReadContext) (registry.CapabilityPage, error) {
 	after := ""
 	if q.Cursor != "" {
 		_, after, _ = registry.ParseCursor(q.Cursor) // validated above
@@ -227,4 +248,292 @@ func (r *Registry) QueryCapabilities(ctx context.Context, q registry.CatalogQuer
 		page.NextCursor = registry.Cursor(res.revision, res.defs[len(res.defs)-1].Capability.ID)
 	}
 	return page, nil
+}
+
+// Capability implements registry.Catalog.
+func (r *Registry) Capability(ctx context.Context, capabilityID string, rc registry.ReadContext) (registry.ResolvedCapability, error) {
+	if r.views == nil {
+		return r.capabilitySQL(ctx, capabilityID, rc)
+	}
+	if err := ctx.Err(); err != nil {
+		return registry.ResolvedCapability{}, err
+	}
+	notFound := fmt.Errorf("capability %s: %w", capabilityID, registry.ErrNotFound)
+	if rc.Empty() || capabilityID == "" || len(capabilityID) > registry.MaxIdentifierBytes {
+		return registry.ResolvedCapability{}, notFound
+	}
+	rev, view, err := r.views.view(ctx, r, rc, "")
+	if err != nil {
+		return registry.ResolvedCapability{}, err
+	}
+	if _, ok := slices.BinarySearch(view, capabilityID); !ok {
+		return registry.ResolvedCapability{}, notFound
+	}
+	defs, err := r.views.definitions(ctx, r, []string{capabilityID})
+	if err != nil {
+		return registry.ResolvedCapability{}, err
+	}
+	return registry.ResolvedCapability{Definition: defs[0].def.Clone(), CatalogRevision: rev}, nil
+}
+
+// QueryCapabilities implements registry.Catalog.
+func (r *Registry) QueryCapabilities(ctx context.Context, q registry.CatalogQuery, rc registry.ReadContext) (registry.CapabilityPage, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	if err := q.Validate(); err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	if r.views == nil {
+		return r.querySQL(ctx, q, rc)
+	}
+	rev, view, err := r.views.view(ctx, r, rc, q.Profile)
+	if err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	after, err := registry.CheckCursor(q.Cursor, rev)
+	if err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	page := registry.CapabilityPage{CatalogRevision: rev, Capabilities: []registry.CapabilityDefinition{}}
+	if q.CapabilityID != "" {
+		i, ok := slices.BinarySearch(view, q.CapabilityID)
+		if !ok {
+			return page, nil
+		}
+		view = view[i : i+1]
+	}
+	needle := q.SearchNeedle()
+	if needle != "" {
+		defs, err := r.views.definitions(ctx, r, view)
+		if err != nil {
+			return registry.CapabilityPage{}, err
+		}
+		matched := make([]string, 0, len(view))
+		for _, d := range defs {
+			if strings.Contains(d.search, needle) {
+				matched = append(matched, d.def.Capability.ID)
+			}
+		}
+		view = matched
+	}
+	page.Total = len(view)
+	start, _ := slices.BinarySearch(view, after)
+	if start < len(view) && view[start] == after {
+		start++
+	}
+	limit := r.limits.ClampPageSize(q.Limit)
+	next := view[start:min(len(view), start+limit+1)]
+	defs, err := r.views.definitions(ctx, r, next)
+	if err != nil {
+		return registry.CapabilityPage{}, err
+	}
+	bytes := 0
+	for _, d := range defs {
+		if len(page.Capabilities) == limit || bytes+d.size > r.limits.MaxPageBytes {
+			if len(page.Capabilities) == 0 {
+				return registry.CapabilityPage{}, fmt.Errorf("%w: capability %s is %d bytes, more than a page of %d bytes holds",
+					registry.ErrStorage, d.def.Capability.ID, d.size, r.limits.MaxPageBytes)
+			}
+			page.NextCursor = registry.Cursor(rev, page.Capabilities[len(page.Capabilities)-1].Capability.ID)
+			break
+		}
+		bytes += d.size
+		page.Capabilities = append(page.Capabilities, d.def.Clone())
+	}
+	return page, nil
+}
+
+// Bounds of the catalog cache.
+const (
+	maxCachedViews    = 4096
+	maxCachedDefBytes = 64 << 20
+)
+
+// viewKey names one catalog view.
+type viewKey struct {
+	tenant   string
+	internal bool
+	profile  string
+}
+
+// cachedDef is a published capability definition with its page size and
+// search text.
+type cachedDef struct {
+	def    registry.CapabilityDefinition
+	size   int
+	search string
+}
+
+// catalogCache holds the views of the newest revision read and the
+// (immutable) definitions.
+type catalogCache struct {
+	mu       sync.Mutex
+	revision uint64
+	views    map[viewKey][]string
+	defs     map[string]*cachedDef
+	defBytes int
+	build    singleflight.Group
+}
+
+func newCatalogCache() *catalogCache {
+	return &catalogCache{views: make(map[viewKey][]string), defs: make(map[string]*cachedDef)}
+}
+
+// view returns the current revision and the sorted IDs rc sees at it
+// (with profile, "" for any).
+func (c *catalogCache) view(ctx context.Context, r *Registry, rc registry.ReadContext, profile string) (uint64, []string, error) {
+	if rc.Empty() {
+		rev, err := r.CatalogRevision(ctx)
+		return rev, nil, err
+	}
+	key := viewKey{internal: rc.Internal, profile: profile}
+	if !rc.Internal {
+		key.tenant = rc.TenantID
+	}
+	conn, err := r.acquire(ctx, r.data, "read catalog")
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Release()
+	var rev uint64
+	b := &pgx.Batch{}
+	b.Queue(lockCatalogShared, lockClass, lockCatalog)
+	b.Queue(selectRevision).QueryRow(func(row pgx.Row) error {
+		var err error
+		rev, err = scanUint(row)
+		return err
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return 0, nil, storageErr("read catalog", err)
+	}
+	if v, ok := c.lookup(rev, key); ok {
+		return rev, v, nil
+	}
+	// Build the view under the shared lock, together with the revision it
+	// belongs to (which may be newer than rev by now). Concurrent readers of
+	// the same view wait for one build.
+	type built struct {
+		rev  uint64
+		view []string
+	}
+	res, err, _ := c.build.Do(fmt.Sprintf("%d\x00%t\x00%s\x00%s", rev, key.internal, key.tenant, key.profile), func() (any, error) {
+		var out built
+		sql := tenantView
+		if key.internal {
+			sql = internalView
+		}
+		b := &pgx.Batch{}
+		b.Queue(lockCatalogShared, lockClass, lockCatalog)
+		b.Queue(selectRevision).QueryRow(func(row pgx.Row) error {
+			var err error
+			out.rev, err = scanUint(row)
+			return err
+		})
+		b.Queue(sql, key.tenant, key.profile, "").Query(func(rows pgx.Rows) error {
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			out.view = ids
+			return err
+		})
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return nil, storageErr("read catalog", err)
+		}
+		if out.view == nil {
+			out.view = []string{}
+		}
+		c.store(out.rev, key, out.view)
+		return out, nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	bv := res.(built)
+	return bv.rev, bv.view, nil
+}
+
+func (c *catalogCache) lookup(rev uint64, key viewKey) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev != c.revision {
+		return nil, false
+	}
+	v, ok := c.views[key]
+	return v, ok
+}
+
+func (c *catalogCache) store(rev uint64, key viewKey, view []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case rev < c.revision:
+		return // an older revision's view is of no use to later reads
+	case rev > c.revision:
+		clear(c.views)
+		c.revision = rev
+	case len(c.views) >= maxCachedViews:
+		clear(c.views)
+	}
+	c.views[key] = view
+}
+
+// definitions returns the definitions of ids, in order, loading the ones
+// not cached in one query. Every ID must be published.
+func (c *catalogCache) definitions(ctx context.Context, r *Registry, ids []string) ([]*cachedDef, error) {
+	out := make([]*cachedDef, len(ids))
+	var missing []string
+	c.mu.Lock()
+	for i, id := range ids {
+		if d, ok := c.defs[id]; ok {
+			out[i] = d
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	c.mu.Unlock()
+	if len(missing) == 0 {
+		return out, nil
+	}
+	rows, err := r.data.Query(ctx, selectDefinitions, missing)
+	if err != nil {
+		return nil, storageErr("read capability definitions", err)
+	}
+	loaded := make(map[string]*cachedDef, len(missing))
+	var (
+		id, contract, schema, search string
+		doc                          []byte
+		size                         int32
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &contract, &schema, &doc, &size, &search}, func() error {
+		var capability aip.Capability
+		if err := json.Unmarshal(doc, &capability); err != nil {
+			return fmt.Errorf("decode the stored definition of %s: %w", id, err)
+		}
+		loaded[id] = &cachedDef{def: registry.CapabilityDefinition{Capability: capability, ContractDigest: contract, SchemaDigest: schema},
+			size: int(size), search: search}
+		return nil
+	})
+	if err != nil {
+		return nil, storageErr("read capability definitions", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, id := range ids {
+		if out[i] != nil {
+			continue
+		}
+		d, ok := loaded[id]
+		if !ok {
+			return nil, storageErr("read capability definitions", fmt.Errorf("capability %s is in a catalog view but has no definition", id))
+		}
+		out[i] = d
+		if _, dup := c.defs[id]; !dup {
+			if c.defBytes+d.size > maxCachedDefBytes {
+				clear(c.defs)
+				c.defBytes = 0
+			}
+			c.defs[id] = d
+			c.defBytes += d.size
+		}
+	}
+	return out, nil
 }

@@ -45,6 +45,10 @@ type Config struct {
 	// Limits bounds manifests and catalog pages; zero fields take the
 	// registry defaults.
 	Limits registry.Limits
+	// DisableCatalogCache turns off the per-revision catalog view cache:
+	// every page is then filtered, counted and cut by one SQL query. The
+	// cache is on by default; see the package documentation.
+	DisableCatalogCache bool
 	// RouteLockWait bounds how long a new route waits for the best eligible
 	// replica when every eligible replica is row-locked by other routing
 	// transactions (the first selection skips locked rows; the retry waits
@@ -80,6 +84,7 @@ type Registry struct {
 	routeLockWait  time.Duration
 	implicit       registry.AdmissionPolicy
 	migrations     []migration
+	views          *catalogCache // nil when DisableCatalogCache
 	closeOnce      sync.Once
 }
 
@@ -185,6 +190,9 @@ func newRegistry(cfg Config) (*Registry, error) {
 	}
 	if r.now == nil {
 		r.now = time.Now
+	}
+	if !cfg.DisableCatalogCache {
+		r.views = newCatalogCache()
 	}
 	if r.acquireTimeout == 0 {
 		r.acquireTimeout = DefaultAcquireTimeout

@@ -16,9 +16,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // open opens a registry on a fresh database with the suite's clock and
 // limits.
 func open(t testing.TB, opts registrytest.Options) (*pgregistry.Registry, string) {
+	return openWith(t, opts, pgregistry.Config{})
+}
+
+func openWith(t testing.TB, opts registrytest.Options, cfg pgregistry.Config) (*pgregistry.Registry, string) {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
-	cfg := pgregistry.Config{ControlURL: url, DataURL: url, DataMaxConns: 16}
+	cfg.ControlURL, cfg.DataURL, cfg.DataMaxConns = url, url, 16
 	if opts.Clock != nil {
 		cfg.Now = opts.Clock.Now
 	}
@@ -38,4 +42,17 @@ func newBackend(t *testing.T, opts registrytest.Options) registrytest.Backend {
 }
 
 // TestConformance runs the registry conformance suite against PostgreSQL.
-func TestConformance(t *testing.T) { registrytest.Run(t, newBackend) }
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	registrytest.Run(t, newBackend)
+}
+
+// TestConformanceSQLCatalog runs the suite again with the catalog view
+// cache off, so the catalog's SQL page query is held to the same rules.
+func TestConformanceSQLCatalog(t *testing.T) {
+	t.Parallel()
+	registrytest.Run(t, func(t *testing.T, opts registrytest.Options) registrytest.Backend {
+		r, _ := openWith(t, opts, pgregistry.Config{DisableCatalogCache: true})
+		return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r}
+	})
+}
