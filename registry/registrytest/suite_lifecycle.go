@@ -124,6 +124,14 @@ func newLfx(t *testing.T, nb NewBackend) *lfx {
 	return &lfx{fx: f, lc: f.b.Lifecycle, w: w}
 }
 
+// with returns the fixture bound to a subtest: same backend and world,
+// failures reported to t.
+func (f *lfx) with(t *testing.T) *lfx {
+	inner := *f.fx
+	inner.t = t
+	return &lfx{fx: &inner, lc: f.lc, w: f.w}
+}
+
 // provision pre-provisions an offline replica crepl_<name>.
 func (f *lfx) provision(name string, mods ...func(*registry.ConnectorReplica)) registry.ConnectorReplica {
 	f.t.Helper()
@@ -432,10 +440,16 @@ func testLifecycleRegistrationRules(t *testing.T, nb NewBackend) {
 			f.must(f.b.Admin.PutInstance(f.ctx, i))
 		}},
 	}
-	for _, c := range cases {
+	// Cases that change only the registration share one backend, each with
+	// its own replica; cases that change records get their own backend.
+	shared := newLfx(t, nb)
+	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := newLfx(t, nb)
-			rep := f.provision("a1")
+			f := shared.with(t)
+			if c.setup != nil {
+				f = newLfx(t, nb)
+			}
+			rep := f.provision(fmt.Sprintf("r%d", i))
 			if c.setup != nil {
 				c.setup(f)
 			}
@@ -443,7 +457,7 @@ func testLifecycleRegistrationRules(t *testing.T, nb NewBackend) {
 			if c.reg != nil {
 				mods = append(mods, c.reg)
 			}
-			rej := f.rejected(f.registerCmd(rep, mods...), c.rule, c.sentinel)
+			rej := wantRejection(t, f.apply(f.registerCmd(rep, mods...))[0], c.rule, c.sentinel)
 			if rej.ReplicaID != rep.ID || rej.Operation != aip.OpRegister || rej.Reason == "" {
 				t.Fatalf("rejection %+v", rej)
 			}
