@@ -97,6 +97,14 @@ func newEnv(t *testing.T, nb newBackendFunc, mods ...func(*controlplane.Config))
 	return e
 }
 
+// with returns the environment bound to a subtest: same service and
+// registry, failures reported to t.
+func (e *env) with(t *testing.T) *env {
+	c := *e
+	c.t = t
+	return &c
+}
+
 // start runs a service on store behind a loopback server.
 func (e *env) start(store controlplane.Store, mods ...func(*controlplane.Config)) {
 	e.t.Helper()

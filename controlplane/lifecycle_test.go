@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -71,6 +72,9 @@ func TestRejections(t *testing.T) {
 		// moves is set when send changes the replica before the rejected
 		// request (which must then leave revision moves).
 		moves uint64
+		// own is set for cases that change shared records (instance,
+		// version): they get their own environment.
+		own bool
 	}
 	sendReq := func(e *env, h *host, mod func(*aip.ControlRequest)) reply {
 		req := h.request(h.heartbeat(1, 0, true))
@@ -109,12 +113,12 @@ func TestRejections(t *testing.T) {
 			other := registrytest.Key("intruder")
 			req := h.request(h.heartbeat(1, 0, true))
 			req.SignerDID = other.DID()
-			return e.post(sealWith(t, other, req), req.RequestID)
+			return e.post(sealWith(e.t, other, req), req.RequestID)
 		}},
 		{name: "bad signature", status: 403, want: "signature", send: func(e *env, h *host) reply {
 			// Signed by another key while naming the replica's DID.
 			req := h.request(h.heartbeat(1, 0, true))
-			return e.post(sealWith(t, registrytest.Key("intruder"), req), req.RequestID)
+			return e.post(sealWith(e.t, registrytest.Key("intruder"), req), req.RequestID)
 		}},
 		{name: "tampered payload", status: 403, want: "signature", send: func(e *env, h *host) reply {
 			req := h.request(h.heartbeat(1, 0, true))
@@ -128,7 +132,7 @@ func TestRejections(t *testing.T) {
 		{name: "replayed older request", status: 403, want: "already consumed", moves: 3, send: func(e *env, h *host) reply {
 			req := h.request(h.heartbeat(1, 0, true))
 			body := h.seal(req)
-			e.post(body, req.RequestID).lease(t)
+			e.post(body, req.RequestID).lease(e.t)
 			h.send(h.heartbeat(2, 0, true))
 			return e.post(body, req.RequestID)
 		}},
@@ -148,18 +152,18 @@ func TestRejections(t *testing.T) {
 			r, _ := h.send(h.registration(func(r *aip.Registration) { r.ArtifactDigest = registrytest.Digest("another artifact") }))
 			return r
 		}},
-		{name: "disabled instance", status: 403, want: "is disabled", fresh: true, send: func(e *env, h *host) reply {
+		{name: "disabled instance", status: 403, want: "is disabled", fresh: true, own: true, send: func(e *env, h *host) reply {
 			i := e.w.Instance
 			i.Status, i.ConfigRevision = registry.InstanceDisabled, i.ConfigRevision+1
 			if err := e.b.Admin.PutInstance(e.ctx, i); err != nil {
-				t.Fatal(err)
+				e.t.Fatal(err)
 			}
 			r, _ := h.send(h.registration())
 			return r
 		}},
-		{name: "revoked version", status: 403, want: "is revoked", fresh: true, send: func(e *env, h *host) reply {
+		{name: "revoked version", status: 403, want: "is revoked", fresh: true, own: true, send: func(e *env, h *host) reply {
 			if err := e.b.Admin.SetVersionStatus(e.ctx, e.w.Version.ID, registry.VersionRevoked); err != nil {
-				t.Fatal(err)
+				e.t.Fatal(err)
 			}
 			r, _ := h.send(h.registration())
 			return r
@@ -177,10 +181,16 @@ func TestRejections(t *testing.T) {
 		}},
 	}
 	forEachBackend(t, func(t *testing.T, nb newBackendFunc) {
-		for _, c := range cases {
+		// Cases share one service and registry, each with its own replica,
+		// unless they change shared records.
+		shared := newEnv(t, nb)
+		for i, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				e := newEnv(t, nb)
-				h := e.provision("a1")
+				e := shared.with(t)
+				if c.own {
+					e = newEnv(t, nb)
+				}
+				h := e.provision(fmt.Sprintf("r%d", i))
 				if !c.fresh {
 					r, _ := h.send(h.registration())
 					r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))
