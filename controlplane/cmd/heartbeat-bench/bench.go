@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,10 +167,12 @@ func bench(ctx context.Context, c config, stdout io.Writer) error {
 	batch0 := batchCount(metrics)
 	dur0 := histogram(metrics, controlplane.MetricBatchDuration)
 	var measureStart time.Time
+	var cpuStart time.Duration
 	go func() {
 		time.Sleep(c.warmup)
 		mu.Lock()
 		measureStart = time.Now()
+		cpuStart = processCPU()
 		mu.Unlock()
 		measuring.Store(true)
 	}()
@@ -208,6 +211,7 @@ func bench(ctx context.Context, c config, stdout io.Writer) error {
 	wg.Wait()
 	mu.Lock()
 	elapsed := time.Since(measureStart) - time.Since(stopAt)
+	cpu := processCPU() - cpuStart
 	mu.Unlock()
 	if elapsed <= 0 || len(lat) == 0 {
 		return errors.New("no heartbeat was measured; raise -duration")
@@ -219,6 +223,8 @@ func bench(ctx context.Context, c config, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "heartbeats: %d in %s = %.0f/s\n", len(lat), elapsed.Round(time.Millisecond), float64(len(lat))/elapsed.Seconds())
 	fmt.Fprintf(stdout, "latency: p50 %s  p90 %s  p99 %s  max %s\n",
 		pct(.50).Round(10*time.Microsecond), pct(.90).Round(10*time.Microsecond), pct(.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+	fmt.Fprintf(stdout, "CPU of this process (clients and server): %s per heartbeat, %.2f cores busy\n",
+		(cpu / time.Duration(len(lat))).Round(time.Microsecond), cpu.Seconds()/elapsed.Seconds())
 	if batches.count > 0 {
 		fmt.Fprintf(stdout, "registry calls: %d, mean %.1f commands and %s per call\n", int64(batches.count), batches.sum/batches.count,
 			time.Duration(durs.sum/durs.count*float64(time.Second)).Round(10*time.Microsecond))
@@ -228,6 +234,15 @@ func bench(ctx context.Context, c config, stdout io.Writer) error {
 		return fmt.Errorf("%d heartbeats failed", n)
 	}
 	return nil
+}
+
+// processCPU returns the user and system CPU time of this process.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // startProfile starts a CPU profile after delay; the returned func stops it.
