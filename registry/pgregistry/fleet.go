@@ -25,7 +25,6 @@ FOR UPDATE SKIP LOCKED`
 	releaseExpiredRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $2
 WHERE replica_id = ANY($1) AND reserved
 RETURNING admission, retry`
-	releaseScopeBy = `UPDATE aip_registry.admission_counters SET active = GREATEST(active - $3, 0) WHERE scope_kind = $1 AND scope_key = $2`
 	expireReplicas = `UPDATE aip_registry.connector_replicas r SET status = 'offline', lease_expires_at_ms = u.lease,
 	active_assignments = 0, health_revision = u.health, last_control_request_id = NULL, last_control_request_digest = NULL,
 	updated_at_ms = $4
@@ -112,8 +111,12 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 		}
 		slices.SortFunc(order, func(a, b scope) int { return compareScopes(a.kind, a.key, b.kind, b.key) })
 		b := &pgx.Batch{}
-		for _, s := range order {
-			b.Queue(releaseScopeBy, string(s.kind), s.key, held[s])
+		if len(order) > 0 {
+			kinds, keys, amounts := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+			for n, s := range order {
+				kinds[n], keys[n], amounts[n] = string(s.kind), s.key, held[s]
+			}
+			b.Queue(releaseScopes, kinds, keys, amounts)
 		}
 		b.Queue(expireReplicas, ids, leases, healths, nowMS)
 		return tx.SendBatch(ctx, b).Close()

@@ -77,24 +77,50 @@ WHERE ` + chainValid + `
 	AND r.circuit_open_until_ms <= $3
 	AND ($4 = '' OR r.capacity_class = $4)
 	AND (NOT $5 OR r.region = $6)
+	AND NOT EXISTS (SELECT 1 FROM aip_registry.route_assignments x WHERE x.action_id = $8)
 ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignments,
 	substring(sha256(convert_to(r.replica_id || $8, 'UTF8')) FROM 1 FOR 8), b.instance_id, r.replica_id
 LIMIT 1`
-	selectCandidate     = candidates + ` FOR UPDATE OF r SKIP LOCKED`
-	selectCandidateWait = candidates + ` FOR UPDATE OF r`
-	firstBinding        = `SELECT b.instance_id ` + chainJoins + ` WHERE ` + chainValid + ` ORDER BY b.priority, b.instance_id LIMIT 1`
+	// takeCandidate locks the first candidate no other transaction holds
+	// and counts the new assignment on it; takeCandidateWait waits for the
+	// first candidate instead (its eligibility is re-checked once it is
+	// released). Neither selects anything for an action that has a route.
+	takeCandidate     = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r SKIP LOCKED),` + countAssignment
+	takeCandidateWait = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r),` + countAssignment
+	countAssignment   = `
+counted AS (UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
+	FROM chosen WHERE r.replica_id = chosen.replica_id)
+SELECT * FROM chosen`
+	firstBinding = `SELECT b.instance_id ` + chainJoins + ` WHERE ` + chainValid + ` ORDER BY b.priority, b.instance_id LIMIT 1`
 
 	incrementReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1 WHERE replica_id = $1`
 
-	// reserveScope is the guarded reservation of one admission counter: it
-	// creates the counter at 1 or raises it only while active < limit, and
-	// returns no row when the scope is full.
-	reserveScope = `WITH reserved AS (
-	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active) VALUES ($1, $2, 1)
-	ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = c.active + 1 WHERE c.active < $3
-	RETURNING c.active)
-SELECT COALESCE((SELECT active FROM reserved), aip_registry.scope_full($4, $1, $2, $3))`
-	releaseScope = `UPDATE aip_registry.admission_counters SET active = active - 1 WHERE scope_kind = $1 AND scope_key = $2 AND active > 0`
+	// reserveScopes is the guarded reservation of a route's admission
+	// counters, taken in lock order ($1..$4 are the scopes' kinds, keys,
+	// limits and indexes in the reservation, in lock order): each counter is
+	// created at 1 or raised only while active < limit. When a scope is
+	// full, scope_full aborts the transaction naming the first full scope.
+	reserveScopes = `WITH scope AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[]) WITH ORDINALITY AS s (kind, key, lim, idx, n)),
+reserved AS (
+	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active, reserve_limit)
+	SELECT kind, key, 1, lim FROM scope ORDER BY n
+	ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = c.active + 1, reserve_limit = excluded.reserve_limit
+	WHERE c.active < excluded.reserve_limit
+	RETURNING c.scope_kind, c.scope_key)
+SELECT aip_registry.scope_full(s.idx) FROM scope s
+WHERE NOT EXISTS (SELECT 1 FROM reserved r WHERE r.scope_kind = s.kind AND r.scope_key = s.key)
+ORDER BY s.n LIMIT 1`
+	// releaseScopes releases counters ($1 kinds, $2 keys, $3 amounts, in
+	// lock order), locking them in that order first.
+	releaseScopes = `WITH scope AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS s (kind, key, amount, n)),
+locked AS (
+	SELECT c.scope_kind, c.scope_key, s.amount FROM aip_registry.admission_counters c
+	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key
+	ORDER BY s.n FOR UPDATE OF c)
+UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
+FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key`
 
 	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL, updated_at_ms = $2
 WHERE action_id = $1 AND NOT reserved`
@@ -219,7 +245,7 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 			revision, err = scanUint(row)
 			return err
 		})
-		b.Queue(selectCandidate, args...).QueryRow(func(row pgx.Row) error {
+		b.Queue(takeCandidate, args...).QueryRow(func(row pgx.Row) error {
 			var err error
 			c, err = scanCandidate(row)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -322,7 +348,7 @@ func (r *Registry) waitForCandidate(ctx context.Context, p *pipe, req *registry.
 		return err
 	})
 	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", r.routeLockWait.Milliseconds()))
-	b.Queue(selectCandidateWait, args...).QueryRow(func(row pgx.Row) error {
+	b.Queue(takeCandidateWait, args...).QueryRow(func(row pgx.Row) error {
 		var err error
 		c, err = scanCandidate(row)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -365,7 +391,6 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
 	}
 	b := &pgx.Batch{}
-	b.Queue(incrementReplica, a.ReplicaID)
 	queueReserve(b, admission.BaseScopes)
 	b.Queue(insertRoute, a.ActionID, a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID,
 		a.Endpoint, a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
@@ -378,14 +403,19 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	return a, nil
 }
 
-// queueReserve queues the guarded reservation of every scope in lock order
+// queueReserve queues the guarded reservation of scopes in lock order
 // (scopeOrder). A full scope aborts the transaction with SQLSTATE AIP01
 // carrying the scope's index; scopeFull turns that into the registry error.
 func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope) {
-	for _, i := range scopeOrder(scopes) {
-		s := scopes[i]
-		b.Queue(reserveScope, string(s.Kind), s.Key, int64(s.Limit), i)
+	if len(scopes) == 0 {
+		return
 	}
+	order := scopeOrder(scopes)
+	kinds, keys, limits, idx := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int32, len(order))
+	for n, i := range order {
+		kinds[n], keys[n], limits[n], idx[n] = string(scopes[i].Kind), scopes[i].Key, int64(scopes[i].Limit), int32(i)
+	}
+	b.Queue(reserveScopes, kinds, keys, limits, idx)
 }
 
 // scopeFull translates the abort of a full scope into
@@ -400,11 +430,18 @@ func scopeFull(err error, scopes []registry.AdmissionScope) error {
 	return err
 }
 
-// queueRelease queues the release of every scope, in lock order.
+// queueRelease queues the release of one unit of every scope, in lock
+// order.
 func queueRelease(b *pgx.Batch, scopes []registry.AdmissionScope) {
-	for _, i := range scopeOrder(scopes) {
-		b.Queue(releaseScope, string(scopes[i].Kind), scopes[i].Key)
+	if len(scopes) == 0 {
+		return
 	}
+	order := scopeOrder(scopes)
+	kinds, keys, amounts := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+	for n, i := range order {
+		kinds[n], keys[n], amounts[n] = string(scopes[i].Kind), scopes[i].Key, 1
+	}
+	b.Queue(releaseScopes, kinds, keys, amounts)
 }
 
 // scopeRank orders scope kinds as a reservation lists them.

@@ -205,16 +205,18 @@ CREATE INDEX route_assignments_reserved_replica ON aip_registry.route_assignment
 -- reservation, so a pipelined COMMIT behind it cannot commit a partial
 -- reservation.
 CREATE TABLE aip_registry.admission_counters (
-    scope_kind text   NOT NULL CHECK (scope_kind IN ('global', 'tenant', 'connector_type', 'instance', 'binding', 'tenant_retry')),
-    scope_key  text   NOT NULL,
-    active     bigint NOT NULL CHECK (active >= 0),
+    scope_kind    text   NOT NULL CHECK (scope_kind IN ('global', 'tenant', 'connector_type', 'instance', 'binding', 'tenant_retry')),
+    scope_key     text   NOT NULL,
+    active        bigint NOT NULL CHECK (active >= 0),
+    -- the limit the latest reservation of this counter was checked against
+    reserve_limit bigint NOT NULL CHECK (reserve_limit > 0),
     PRIMARY KEY (scope_kind, scope_key)
 ) WITH (fillfactor = 70);
 
-CREATE FUNCTION aip_registry.scope_full(scope_index integer, kind text, key text, lim bigint) RETURNS bigint
+CREATE FUNCTION aip_registry.scope_full(scope_index integer) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'admission scope % % is at its limit of % in flight', kind, key, lim
+    RAISE EXCEPTION 'admission scope % of the reservation is at its limit', scope_index
         USING ERRCODE = 'AIP01', DETAIL = scope_index::text;
 END
 $$;
