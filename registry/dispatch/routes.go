@@ -273,14 +273,18 @@ func (d *Dispatcher) handleCancel() http.Handler {
 	})
 }
 
-// MaxPageLimit bounds the limit query parameter of GET
-// /aip/v1/capabilities (the registry clamps it further).
-const MaxPageLimit = 1000
+// Bounds of the limit query parameter of GET /aip/v1/capabilities: a page
+// holds DefaultPageLimit definitions unless limit says otherwise, at most
+// MaxPageLimit (the registry clamps it further, to 200 by default).
+const (
+	DefaultPageLimit = 50
+	MaxPageLimit     = 1000
+)
 
 func (d *Dispatcher) handleCapabilities() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v := r.URL.Query()
-		q := registry.CatalogQuery{CapabilityID: v.Get("capability_id"), Text: v.Get("q"), Profile: v.Get("profile"), Cursor: v.Get("cursor")}
+		q := registry.CatalogQuery{CapabilityID: v.Get("capability_id"), Text: v.Get("q"), Profile: v.Get("profile"), Cursor: v.Get("cursor"), Limit: DefaultPageLimit}
 		if s := v.Get("limit"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > MaxPageLimit {

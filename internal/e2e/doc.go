@@ -1,0 +1,20 @@
+// Package e2e holds the fleet's end-to-end tests: they build the aipfleet
+// and examples/echo binaries once per run and start real processes — the
+// control plane (`aipfleet control-plane`) and the dispatcher (`aipfleet
+// dispatch`) on a fresh PostgreSQL database, and echo connector hosts —
+// and talk to them over loopback HTTP as an operator and a client would.
+//
+// The scenarios: many actions spread over every replica; the same action
+// ID returns the same result without a second side effect; a rolling
+// restart under load loses, fails and repeats nothing; a replica killed
+// mid-action leaves the action outcome_unknown and pinned, never run
+// elsewhere; bad tokens, foreign capabilities, oversized bodies and
+// malformed actions get their documented errors and change nothing.
+// BenchmarkEndToEnd measures client → dispatcher → host → echo → back
+// with 32 concurrent clients.
+//
+// The tests need AIP_TEST_DATABASE_URL (see internal/pgtest) and skip
+// without it. Side effects are audited in every replica's own journal:
+// echo counts its effect per action ID there, and the audit sums the
+// counts over all replicas, stopped ones included.
+package e2e
