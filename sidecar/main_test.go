@@ -24,7 +24,6 @@ import (
 const (
 	envChild          = "SIDECAR_TEST_CHILD"
 	envChildSignalLog = "SIDECAR_TEST_SIGNAL_LOG"
-	envChildExit      = "SIDECAR_TEST_EXIT" // exit with this status at once
 	// envChildGate names a file: while it is missing the child reports
 	// itself unhealthy.
 	envChildGate = "SIDECAR_TEST_GATE"
@@ -45,11 +44,6 @@ func TestMain(m *testing.M) {
 // runChild serves the fake connector on the socket the sidecar names and
 // records SIGTERM (time and pid) in the signal log before exiting 0.
 func runChild() int {
-	if code := os.Getenv(envChildExit); code != "" {
-		var n int
-		fmt.Sscan(code, &n)
-		return n
-	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	if os.Getenv(envChildIgnoreTerm) == "1" {

@@ -29,6 +29,12 @@ const (
 	// streaming action; beyond it the oldest-pending ones are dropped
 	// (progress is a gauge: the next notification supersedes them).
 	progressBuffer = 256
+	// progressSettle bounds the wait, after a tool call that reported
+	// progress returned, for its last progress notifications (those not
+	// yet at their total).
+	progressSettle = 250 * time.Millisecond
+	// progressQuiet is that wait when the call reported no progress yet.
+	progressQuiet = 20 * time.Millisecond
 )
 
 // MCP metadata keys the sidecar puts in a tools/call's _meta.
@@ -270,9 +276,30 @@ func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error
 // tools and starts the loop that reconnects after the session breaks and
 // reports tools/list changes. Call it once, before starting the host.
 func (m *MCP) Connect(ctx context.Context) error {
-	sess, cmd, _, err := m.dial(ctx)
-	if err != nil {
-		return err
+	// The server may still be starting (a URL server in another
+	// container): retry with backoff for at most ConnectTimeout.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
+	defer cancel()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = m.cfg.RestartBackoff, m.cfg.MaxBackoff, 0
+	bo.Reset()
+	var (
+		sess *mcp.ClientSession
+		cmd  *exec.Cmd
+		err  error
+	)
+	for {
+		if sess, cmd, _, err = m.dial(ctx); err == nil {
+			break
+		}
+		m.log.Warn("the MCP server is not reachable yet", "error", err)
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w within %s: %v", ErrStartTimeout, m.cfg.ConnectTimeout, err)
+		case <-t.C:
+		}
 	}
 	m.setSession(sess, cmd)
 	m.loopDone = make(chan struct{})
@@ -360,6 +387,7 @@ func (m *MCP) loop() {
 // down closes a broken session and records why.
 func (m *MCP) down(sess *mcp.ClientSession, why string) {
 	m.mu.Lock()
+	cmd := m.cmd
 	if m.sess == sess {
 		m.sess, m.sessDone, m.cmd = nil, nil, nil
 		m.restarts++
@@ -369,9 +397,8 @@ func (m *MCP) down(sess *mcp.ClientSession, why string) {
 	m.mu.Unlock()
 	m.log.Error(why+"; the replica reports unhealthy until the session is back", "target", m.Target())
 	if sess != nil {
-		// A stdio server is stopped: stdin closed, then SIGTERM, then
-		// SIGKILL. Close waits for it.
-		m.closing.Go(func() { sess.Close() })
+		// A stdio server is stopped (see closeSession); Close waits for it.
+		m.closing.Go(func() { m.closeSession(sess, cmd) })
 	}
 }
 
@@ -507,7 +534,9 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 		done <- outcome{res, err}
 	}()
 	forward := chunks != nil
+	var last *mcp.ProgressNotificationParams
 	send := func(p *mcp.ProgressNotificationParams) {
+		last = p
 		if !forward {
 			return
 		}
@@ -528,6 +557,28 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 		case p := <-progress:
 			send(p)
 		case o := <-done:
+			// The SDK hands notifications to their handler on another
+			// goroutine than responses, so the last progress notifications
+			// (sent before the result) can still be on their way.
+			if progress != nil {
+				wait := progressSettle
+				if last == nil {
+					wait = progressQuiet
+				}
+				settle := time.NewTimer(wait)
+				for settling := true; settling; {
+					if last != nil && last.Total != 0 && last.Progress >= last.Total {
+						break
+					}
+					select {
+					case p := <-progress:
+						send(p)
+					case <-settle.C:
+						settling = false
+					}
+				}
+				settle.Stop()
+			}
 			for drained := false; !drained; {
 				select {
 				case p := <-progress:
@@ -652,18 +703,40 @@ func (m *MCP) Close() error {
 	}
 	m.closing.Wait()
 	m.mu.Lock()
-	sess := m.sess
+	sess, cmd := m.sess, m.cmd
 	m.sess, m.sessDone, m.cmd = nil, nil, nil
 	m.mu.Unlock()
 	if sess == nil {
 		return nil
 	}
 	m.log.Info("closing the MCP session", "target", m.Target())
-	err := sess.Close()
-	if err != nil && errors.Is(err, mcp.ErrConnectionClosed) {
-		err = nil
+	return m.closeSession(sess, cmd)
+}
+
+// closeSession ends a session. A stdio server gets SIGTERM (to its process
+// group, as an --exec child does) and its input closed; it has StopTimeout
+// to exit before SIGKILL. Exiting on SIGTERM is a clean stop.
+func (m *MCP) closeSession(sess *mcp.ClientSession, cmd *exec.Cmd) error {
+	if cmd == nil || cmd.Process == nil {
+		err := sess.Close()
+		if errors.Is(err, mcp.ErrConnectionClosed) {
+			err = nil
+		}
+		return err
 	}
-	return err
+	pid := cmd.Process.Pid
+	if err := signalTerm(cmd); err != nil {
+		m.log.Warn("signal the MCP server", "pid", pid, "error", err)
+	}
+	err := sess.Close()
+	if ps := cmd.ProcessState; ps != nil {
+		if stoppedCleanly(ps) {
+			m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())
+			return nil
+		}
+		return fmt.Errorf("sidecar: the MCP server %d did not stop cleanly after SIGTERM: %s", pid, ps)
+	}
+	return fmt.Errorf("sidecar: the MCP server %d did not stop: %v", pid, err)
 }
 
 // check implements processView (stdio servers).

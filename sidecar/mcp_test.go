@@ -190,7 +190,10 @@ func TestToolCapabilityMapping(t *testing.T) {
 }
 
 func TestMCPManifest(t *testing.T) {
-	r, _ := mcpReplica(t, func(c *Config) { c.MCP.CapabilityPrefix = "kb."; c.MCP.Tools = []string{"lookup", "structured", "fail", "slow", "slow_ro"} })
+	r, _ := mcpReplica(t, func(c *Config) {
+		c.MCP.CapabilityPrefix = "kb."
+		c.MCP.Tools = []string{"lookup", "structured", "fail", "slow", "slow_ro"}
+	})
 	var m aip.Manifest
 	getJSON(t, "http://"+r.s.Host().Addr().String()+hostsdk.PathManifest, &m)
 	var ids []string
@@ -364,6 +367,7 @@ func TestMCPReconnects(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	awaitReady(t, r)
 	st := r.status(t)
 	if st.Process == nil || st.Process.Starts < 2 || st.Process.Restarts < 1 {
 		t.Errorf("status %+v", st.Process)

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -21,4 +22,13 @@ func signalTerm(cmd *exec.Cmd) error {
 // signalKill sends SIGKILL to the child's process group.
 func signalKill(cmd *exec.Cmd) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// stoppedCleanly reports an exit with status 0 or by SIGTERM.
+func stoppedCleanly(ps *os.ProcessState) bool {
+	if ps.Success() {
+		return true
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM
 }

@@ -15,3 +15,6 @@ func childProcAttr() *syscall.SysProcAttr { return nil }
 func signalTerm(cmd *exec.Cmd) error { return cmd.Process.Signal(syscall.SIGTERM) }
 
 func signalKill(cmd *exec.Cmd) { cmd.Process.Signal(os.Kill) }
+
+// stoppedCleanly reports an exit with status 0.
+func stoppedCleanly(ps *os.ProcessState) bool { return ps.Success() }

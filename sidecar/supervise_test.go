@@ -52,6 +52,18 @@ func readSignal(t *testing.T, path string) signalRecord {
 	return rec
 }
 
+// awaitReady polls the host until it accepts actions.
+func awaitReady(t *testing.T, r *replica) {
+	t.Helper()
+	ctx := ctxT(t)
+	for !r.s.Host().Ready() {
+		if ctx.Err() != nil {
+			t.Fatal("the replica did not become ready")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the lease being applied
+	}
+}
+
 // awaitRunning polls the replica's journal until the action runs.
 func awaitRunning(t *testing.T, r *replica, id, capability string) {
 	t.Helper()
@@ -168,6 +180,7 @@ func TestExecCrashRestart(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	awaitReady(t, r) // the register was answered; the host applies the lease right after
 	res, err := must(r.d.Act(ctx, r.target, act("echo.say", `{"message":"back"}`))).Result()
 	if err != nil || res.Status != aip.ResultCompleted {
 		t.Fatalf("after the restart: %+v %v", res, err)
@@ -217,8 +230,7 @@ func TestExecStartFailure(t *testing.T) {
 	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
 	s, err := New(Config{
 		Host: hostsdktest.HostConfig(t, cp, d, nil), Local: LocalConfig{Socket: sock},
-		Exec: []string{os.Args[0]}, ExecEnv: []string{envChild + "=1", envChildExit + "=3"},
-		StartTimeout: 300 * time.Millisecond, RestartBackoff: 20 * time.Millisecond,
+		Exec: []string{"/bin/sh", "-c", "exit 3"}, StartTimeout: time.Second, RestartBackoff: 20 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -447,6 +447,7 @@ func TestNotesChildCrash(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	n.r.AwaitReady(t)
 	if res := n.result(t, action("notes.create", `{"title":"after the crash"}`)); res.Status != aip.ResultCompleted {
 		t.Fatalf("after the restart: %+v", res)
 	}

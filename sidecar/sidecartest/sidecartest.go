@@ -23,6 +23,7 @@ package sidecartest
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -243,15 +244,58 @@ func (r *Replica) Ready(t testing.TB) (int, hostsdk.ReadyDocument) {
 	return code, doc
 }
 
+// AwaitReady polls the replica's /ready until it answers 200 (after a
+// registration the control plane recorded, the host applies the lease).
+func (r *Replica) AwaitReady(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := Client.Get(r.Base + hostsdk.PathReady)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica %s did not become ready", r.ID)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a process for readiness
+	}
+}
+
 // Process is a running binary whose JSON log lines (stderr) are followed.
 type Process struct {
 	Cmd   *exec.Cmd
 	lines chan map[string]any
 	done  chan struct{}
 	err   error
-	mu    sync.Mutex
-	log   strings.Builder
+	mu     sync.Mutex
+	log    strings.Builder
+	stdout lockedBuffer
 }
+
+// lockedBuffer is a bytes.Buffer safe for the process's writer and the
+// test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Stdout returns what the process wrote to its standard output so far.
+func (p *Process) Stdout() string { return p.stdout.String() }
 
 // Start runs bin with the inherited environment plus env and args; it is
 // killed when the test ends if still running, and its log is printed if
@@ -264,10 +308,11 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := &Process{Cmd: cmd, lines: make(chan map[string]any, 4096), done: make(chan struct{})}
+	cmd.Stdout = &p.stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{Cmd: cmd, lines: make(chan map[string]any, 4096), done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 0, 64<<10), 4<<20)

@@ -1,0 +1,257 @@
+package mcpexample_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/sidecar"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
+)
+
+// EverythingVersion pins the reference MCP server the tests install from
+// the npm registry. 2025.9.25 runs on Node 20 and has the echo, add and
+// longRunningOperation tools (later versions renamed them).
+const EverythingVersion = "2025.9.25"
+
+const everythingPackage = "@modelcontextprotocol/server-everything"
+
+// tools exposes only what the tests use (the server also has printEnv,
+// which would hand the environment to any caller).
+const tools = "echo,add,longRunningOperation"
+
+var (
+	installOnce sync.Once
+	installDir  string
+	installErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sidecartest.RemoveBuilds()
+	if installDir != "" {
+		os.RemoveAll(installDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// everything installs the pinned server once per test run into a temporary
+// directory and returns the path of its entry point.
+func everything(t *testing.T) (node, script string) {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Fatalf("npm is not installed: the MCP example's tests install %s@%s from the npm registry; install Node.js and npm", everythingPackage, EverythingVersion)
+	}
+	node, err = exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed: the MCP example's tests run the reference MCP server on Node.js")
+	}
+	installOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mcp-everything")
+		if err != nil {
+			installErr = err
+			return
+		}
+		installDir = dir
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error",
+			everythingPackage+"@"+EverythingVersion)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			installErr = fmt.Errorf("npm install %s@%s: %v\n%s", everythingPackage, EverythingVersion, err, out)
+		}
+	})
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+	script = filepath.Join(installDir, "node_modules", everythingPackage, "dist", "index.js")
+	if _, err := os.Stat(script); err != nil {
+		t.Fatalf("the installed server has no %s: %v", script, err)
+	}
+	return node, script
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func action(capability, input string) *aip.Action {
+	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capability, Input: json.RawMessage(input)}
+}
+
+func text(t *testing.T, res *aip.ActionResult) string {
+	t.Helper()
+	var parts []string
+	for _, p := range res.Message {
+		parts = append(parts, p.Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// TestEverythingOverStdio runs the reference server as the sidecar's stdio
+// child: its tools are the capabilities, calls go through the fleet, a
+// tool's progress notifications stream as chunks, a cancel reaches the
+// server, and SIGTERM stops the server after offline.
+func TestEverythingOverStdio(t *testing.T) {
+	node, script := everything(t)
+	fleet := sidecartest.NewFleet(t)
+	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
+	args := []string{"--capability-prefix", "everything.", "--mcp-tools", tools, "--mcp-command", node, script}
+
+	// What an operator admits: the manifest and its digest.
+	printed := sidecartest.Start(t, sidecartest.Sidecar(t), r.Env, append([]string{"--print-manifest"}, args...)...)
+	if err := printed.Wait(t); err != nil {
+		t.Fatalf("--print-manifest: %v", err)
+	}
+	var described struct {
+		ManifestDigest  string       `json:"manifest_digest"`
+		CapabilityCount int          `json:"capability_count"`
+		Manifest        aip.Manifest `json:"manifest"`
+	}
+	if err := json.Unmarshal([]byte(printed.Stdout()), &described); err != nil {
+		t.Fatalf("--print-manifest output: %v\n%s", err, printed.Stdout())
+	}
+
+	p := sidecartest.Start(t, sidecartest.Sidecar(t), r.Env, args...)
+	p.Await(t, "serving")
+	target := fleet.Target(t, r)
+	if target.ManifestDigest != described.ManifestDigest || described.CapabilityCount != 3 {
+		t.Errorf("the running replica's digest %s, --print-manifest said %s (%d capabilities)", target.ManifestDigest, described.ManifestDigest, described.CapabilityCount)
+	}
+	m := described.Manifest
+	if m.Agent.ID != "agent:mcp:example-servers/everything" {
+		t.Errorf("agent %+v", m.Agent)
+	}
+	add, ok := m.Capability("everything.add")
+	if !ok || add.Contract == nil || add.Contract.Execution.RetrySafety != aip.RetryUnsafe || !strings.Contains(string(add.InputSchema), `"a"`) {
+		t.Errorf("everything.add %+v", add)
+	}
+	if _, ok := m.Capability("everything.printEnv"); ok {
+		t.Error("a tool outside --mcp-tools became a capability")
+	}
+
+	d := fleet.Dispatcher
+	res, err := must(d.Act(ctxT(t), target, action("everything.echo", `{"message":"hello, fleet"}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted || text(t, res) != "Echo: hello, fleet" {
+		t.Fatalf("echo: %+v %v", res, err)
+	}
+	res, err = must(d.Act(ctxT(t), target, action("everything.add", `{"a":2,"b":40}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted || text(t, res) != "The sum of 2 and 40 is 42." {
+		t.Fatalf("add: %+v %v", res, err)
+	}
+
+	// A tool that reports progress, as a streaming action.
+	long := action("everything.longRunningOperation", `{"duration":1,"steps":4}`)
+	long.Mode = aip.ModeStreaming
+	resp := must(d.Act(ctxT(t), target, long))
+	res, err = resp.Result()
+	if err != nil || res.Status != aip.ResultCompleted || !strings.Contains(text(t, res), "Long running operation completed") {
+		t.Fatalf("longRunningOperation: %+v %v", res, err)
+	}
+	if len(resp.Chunks) != 4 {
+		t.Fatalf("%d chunks, want 4: %s", len(resp.Chunks), resp.Raw)
+	}
+	for i, c := range resp.Chunks {
+		var pr struct{ Progress, Total float64 }
+		json.Unmarshal(c.Data, &pr)
+		if c.Kind != aip.ChunkProgress || c.Sequence != uint64(i) || pr.Progress != float64(i+1) || pr.Total != 4 {
+			t.Errorf("chunk %d: %+v %s", i, c, c.Data)
+		}
+	}
+
+	// A cancel becomes an MCP cancel; the tool is not read-only, so its
+	// outcome is unknown.
+	slow := action("everything.longRunningOperation", `{"duration":60,"steps":2}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() { done <- must(d.Act(ctxT(t), target, slow)) }()
+	for {
+		st, _, err := d.Status(ctxT(t), target, slow.ID, slow.CapabilityID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State == aip.StateRunning {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling a real process for a state change
+	}
+	must(d.Cancel(ctxT(t), target, slow.ID, slow.CapabilityID, "not needed"))
+	if pe := (<-done).ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "notifications/cancelled") {
+		t.Errorf("the cancelled call did not end outcome_unknown")
+	}
+
+	var st sidecar.Status
+	sidecartest.GetJSON(t, r.Base+sidecar.PathStatus, &st)
+	if st.Mode != "mcp" || st.Process == nil || st.Process.PID == 0 || !st.Healthy {
+		t.Fatalf("status %+v", st)
+	}
+	p.Signal(t, syscall.SIGTERM)
+	if err := p.Wait(t); err != nil {
+		t.Fatalf("the sidecar exited with %v after SIGTERM", err)
+	}
+	ops := fleet.ControlPlane.Operations()
+	if last := ops[len(ops)-1]; last.Op != aip.OpOffline || last.Outcome != aip.OutcomeOffline {
+		t.Errorf("last operation %+v", last)
+	}
+	if !sidecartest.Exited(st.Process.PID) {
+		t.Errorf("the MCP server %d outlived the sidecar", st.Process.PID)
+	}
+}
+
+// TestEverythingOverStreamableHTTP attaches to the reference server
+// running its Streamable HTTP transport.
+func TestEverythingOverStreamableHTTP(t *testing.T) {
+	node, script := everything(t)
+	addr := sidecartest.FreeAddr(t)
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	server := sidecartest.Start(t, node, []string{"PORT=" + port}, script, "streamableHttp")
+	_ = server
+	fleet := sidecartest.NewFleet(t)
+	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
+	p := sidecartest.Start(t, sidecartest.Sidecar(t), append(r.Env,
+		"AIP_SIDECAR_MCP_URL=http://"+addr+"/mcp", "AIP_SIDECAR_MCP_TOOLS="+tools, "AIP_SIDECAR_START_TIMEOUT_MS=60000"))
+	p.Await(t, "serving")
+	target := fleet.Target(t, r)
+	res, err := must(fleet.Dispatcher.Act(ctxT(t), target, action("mcp.add", `{"a":1.5,"b":2}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted || text(t, res) != "The sum of 1.5 and 2 is 3.5." {
+		t.Fatalf("add: %+v %v", res, err)
+	}
+	long := action("mcp.longRunningOperation", `{"duration":0.3,"steps":3}`)
+	long.Mode = aip.ModeStreaming
+	resp := must(fleet.Dispatcher.Act(ctxT(t), target, long))
+	if _, err := resp.Result(); err != nil || len(resp.Chunks) != 3 {
+		t.Fatalf("longRunningOperation over HTTP: %d chunks, %v", len(resp.Chunks), err)
+	}
+	p.Signal(t, syscall.SIGTERM)
+	if err := p.Wait(t); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
