@@ -266,10 +266,10 @@ func (r *Replica) AwaitReady(t testing.TB) {
 
 // Process is a running binary whose JSON log lines (stderr) are followed.
 type Process struct {
-	Cmd   *exec.Cmd
-	lines chan map[string]any
-	done  chan struct{}
-	err   error
+	Cmd    *exec.Cmd
+	lines  chan map[string]any
+	done   chan struct{}
+	err    error
 	mu     sync.Mutex
 	log    strings.Builder
 	stdout lockedBuffer
