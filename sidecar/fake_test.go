@@ -306,3 +306,16 @@ func journalActionFor(id, capability string) journal.Action {
 	a.CapabilityID = capability
 	return a
 }
+
+func jsonUnmarshal(raw []byte, v any) error { return json.Unmarshal(raw, v) }
+
+// freeAddr returns a free loopback TCP address.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

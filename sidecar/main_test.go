@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -49,9 +50,17 @@ func runChild() int {
 	if os.Getenv(envChildIgnoreTerm) == "1" {
 		signal.Ignore(syscall.SIGTERM)
 	}
-	path := os.Getenv(EnvLocalSocket)
-	os.Remove(path)
-	l, err := net.Listen("unix", path)
+	var (
+		l   net.Listener
+		err error
+	)
+	if u := os.Getenv(EnvLocalURL); u != "" {
+		l, err = net.Listen("tcp", strings.TrimPrefix(u, "http://"))
+	} else {
+		path := os.Getenv(EnvLocalSocket)
+		os.Remove(path)
+		l, err = net.Listen("unix", path)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 3
