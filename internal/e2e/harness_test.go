@@ -33,6 +33,14 @@ import (
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
+// leaseTTL is the lease the fleet's control plane grants; hosts heartbeat
+// every second. It must outlast a host's drain: hostsdk's graceful HTTP
+// shutdown waits up to 5 s for keep-alive connections that never carried
+// a request (net/http treats them as active that long), heartbeats stop
+// while draining, and a lease that expires before the signed offline makes
+// the offline transition fail its sequence fence.
+const leaseTTL = 10 * time.Second
+
 // Fleet constants.
 const (
 	trustDomain   = "e2e.aipfleet.invalid"
@@ -343,7 +351,7 @@ func startFleet(t testing.TB, opt fleetOptions) *fleet {
 	f.controlURL = "http://" + cpAddr
 	f.cp = start(t, "control-plane", bins.aipfleet, []string{"control-plane",
 		"--database-url-file", f.dbFile, "--signing-key-file", controlKeyFile, "--bind", cpAddr,
-		"--allow-insecure-loopback-http", "--lease-ttl", "3s", "--log-level", opt.logLevel}, nil)
+		"--allow-insecure-loopback-http", "--lease-ttl", leaseTTL.String(), "--log-level", opt.logLevel}, nil)
 	waitFor(t, "the control plane", []*process{f.cp}, func() bool { return httpOK(f.controlURL + "/ready") })
 
 	// The dispatcher.
@@ -420,7 +428,7 @@ func (f *fleet) startHost(r *replica) {
 		"AIP_CONNECTOR_HOST_TRUST_DOMAIN=" + trustDomain, "AIP_CONNECTOR_HOST_ARTIFACT_DIGEST=" + f.version.Attestation.ArtifactDigest,
 		"AIP_CONNECTOR_HOST_SECRET_PROVIDER_REF=secret://echo", "AIP_CONNECTOR_HOST_ALLOW_LOOPBACK_HTTP=true",
 		"AIP_CONNECTOR_HOST_STATE_DIR=" + r.stateDir, "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT=" + strconv.Itoa(f.opt.hostInFlight),
-		"AIP_CONNECTOR_HOST_LEASE_TTL_MS=3000", "AIP_CONNECTOR_HOST_HEARTBEAT_MS=1000", "AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS=15000",
+		"AIP_CONNECTOR_HOST_LEASE_TTL_MS=" + strconv.FormatInt(leaseTTL.Milliseconds(), 10), "AIP_CONNECTOR_HOST_HEARTBEAT_MS=1000", "AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS=15000",
 		"AIP_ECHO_LOG_LEVEL=" + f.opt.logLevel,
 	})
 	waitFor(t, "replica "+r.id+" to be ready", []*process{r.proc, f.cp}, func() bool {
