@@ -254,16 +254,18 @@ func socketPath(t testing.TB) string {
 func serveFake(t testing.TB, f *fakeConnector) (string, func()) {
 	t.Helper()
 	path := socketPath(t)
-	return path, serveFakeAt(t, f, path)
+	return path, serveAt(t, f, path)
 }
 
-func serveFakeAt(t testing.TB, f *fakeConnector, path string) func() {
+// serveAt serves h on a unix socket until the returned stop (or the end of
+// the test).
+func serveAt(t testing.TB, h http.Handler, path string) func() {
 	t.Helper()
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

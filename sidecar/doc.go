@@ -1,0 +1,72 @@
+// Package sidecar gives a connector that is not written in Go — or any MCP
+// server — the connector-host lifecycle of package hostsdk: bootstrap,
+// durable journal, signed heartbeats, drain, recovery. There is one
+// lifecycle implementation: the sidecar is a hostsdk.Connector that
+// forwards to a local process, and a hostsdk.Host runs it.
+//
+// The binary is cmd/aip-sidecar; this package is its library.
+//
+// # The local connector contract
+//
+// Local forwards to a connector that serves five HTTP routes on a loopback
+// port or a unix socket (docs/sidecar-protocol.md, with a JSON Schema per
+// message in Schemas):
+//
+//	GET  /aip/manifest                 the connector's AIP manifest
+//	GET  /aip/health                   200 {"status":"ok"} when it can serve
+//	POST /aip/actions                  one action in, its result out (or NDJSON chunks, then the result)
+//	POST /aip/actions/{id}/cancel      stop a running action
+//	POST /aip/reconcile                optional: what became of an action after a crash
+//
+// Every action, cancel and reconcile carries the action ID and the
+// idempotency key (in the body and in the AIP-Action-ID and
+// AIP-Idempotency-Key headers). The host has already verified, journaled
+// and schema-checked the action; the connector's answer is journaled with
+// a receipt. The mapping of answers:
+//
+//   - 200 with a result: completed, failed or cancelled as the connector
+//     says; outcome_unknown when it cannot tell whether the provider effect
+//     happened;
+//   - 4xx, or 503: the connector refused the action before running it — a
+//     failed result (its error object when it sent one);
+//   - any other status, a malformed answer, a stream without a result
+//     line, or a connection that breaks after the request was sent (the
+//     connector crashed): outcome_unknown — the action is never run again;
+//   - no connection at all (the connector is down): a failed, retryable
+//     sidecar.connector_unavailable — the action was not delivered.
+//
+// When an action's context ends (a cancel, its timeout, the host's
+// shutdown) the connector is sent a cancel and has CancelGrace to answer
+// before the exchange is abandoned as outcome_unknown. Responses are
+// bounded (MaxResultBytes, MaxChunkBytes, MaxChunks) and decoded strictly.
+//
+// # MCP
+//
+// MCP wraps an MCP server (a stdio command or a Streamable HTTP URL) with
+// the official Go SDK: each tool becomes a capability (ID = prefix + tool
+// name, the tool's input schema, side effects and retry safety from its
+// readOnly/destructive/idempotent/openWorld hints), an action becomes a
+// tools/call, progress notifications become stream chunks, a cancel becomes
+// an MCP cancel (notifications/cancelled), and health is an MCP ping. The
+// admitted manifest is immutable: a tools/list change after registration is
+// reported (a log line and GET /sidecar/status) and never applied; with
+// ManifestChangeUnready it also takes the replica offline. A broken session
+// is re-established with backoff while the replica reports unhealthy.
+//
+// # Supervision and the shutdown order
+//
+// With Config.Exec the sidecar starts the connector as its child (its own
+// process group; on Linux it is sent SIGTERM if the sidecar dies), waits for
+// its health before the host bootstraps, and restarts it with exponential
+// backoff after a crash while health checks report the replica unhealthy
+// (the next heartbeat says connector_ready=false, which takes it offline;
+// once the child is back a healthy heartbeat re-registers). Run documents
+// the shutdown order: the host's drain and offline complete while the child
+// still serves, and only then is the child stopped. Without Exec the
+// sidecar attaches to a connector that is already running and waits for its
+// health, for at most StartTimeout.
+//
+// The sidecar serves GET /sidecar/status (Status) on the host's listener:
+// the connector's target, the last health result, the supervised process
+// and any manifest change.
+package sidecar
