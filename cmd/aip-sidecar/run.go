@@ -69,7 +69,7 @@ func newSettings() []*setting {
 func splitArgv(args []string) (flags []string, name string, argv []string) {
 	for i, a := range args {
 		n := strings.TrimLeft(a, "-")
-		if (strings.HasPrefix(a, "-") && (n == "exec" || n == "mcp-command")) && i < len(args) {
+		if strings.HasPrefix(a, "-") && (n == "exec" || n == "mcp-command") {
 			return args[:i], n, args[i+1:]
 		}
 		if a == "--" {

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/sidecar"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var echoManifest = aip.Manifest{
+	ManifestVersion: "aip-manifest/v1",
+	Agent:           aip.Principal{ID: "agent:tiny", Kind: aip.PrincipalAgent},
+	Profiles:        []string{aip.NativeHTTPProfile},
+	Capabilities: []aip.Capability{{ID: "tiny.echo", Name: "Echo", Kind: aip.KindTool, InputSchema: json.RawMessage(`{"type":"object"}`),
+		Contract: &aip.CapabilityContract{
+			SideEffects: []aip.SideEffect{aip.EffectRead},
+			Idempotency: aip.IdempotencyContract{Requirement: aip.IdempotencyOptional, CollisionBehavior: aip.CollisionReturnOriginal, KeyScope: aip.ScopeAction},
+			Execution:   aip.ExecutionContract{SupportsSync: true, ExpectedCompletion: aip.CompletionSync, RetrySafety: aip.RetrySafe},
+			Data:        aip.DataContract{Sensitivity: aip.SensitivityPublic},
+		}}},
+}
+
+// tinyConnector serves the local contract with one echo capability.
+func tinyConnector(t *testing.T) string {
+	t.Helper()
+	sock := sidecartest.SocketPath(t, "tiny.sock")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+sidecar.PathLocalManifest, func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(echoManifest) })
+	mux.HandleFunc("GET "+sidecar.PathLocalHealth, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"status":"ok"}`)) })
+	mux.HandleFunc("POST "+sidecar.PathLocalActions, func(w http.ResponseWriter, r *http.Request) {
+		var a struct {
+			Input json.RawMessage `json:"input"`
+		}
+		json.NewDecoder(r.Body).Decode(&a)
+		json.NewEncoder(w).Encode(map[string]any{"status": "completed", "output": a.Input})
+	})
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+func envOf(lines []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range lines {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return env
+}
+
+func TestRunAttachesServesAndDrains(t *testing.T) {
+	fleet := sidecartest.NewFleet(t)
+	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
+	env := envOf(r.Env)
+	env["AIP_SIDECAR_LOCAL_SOCKET"] = tinyConnector(t)
+	// The bind address comes as a flag, the rest from the environment.
+	args := []string{"--bind", env["AIP_CONNECTOR_HOST_BIND"], "--log-level", "info"}
+	delete(env, "AIP_CONNECTOR_HOST_BIND")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, &bytes.Buffer{}, &stderr) }()
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	if err := fleet.ControlPlane.Await(wctx, func(o []hostsdktest.Operation) bool { return len(o) > 0 && o[0].Outcome == aip.OutcomeLease }); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	r.AwaitReady(t)
+	target := fleet.Target(t, r)
+	resp, err := fleet.Dispatcher.Act(wctx, target, &aip.Action{ID: aip.NewActionID(), CapabilityID: "tiny.echo", Input: json.RawMessage(`{"x":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted || string(res.Output) != `{"x":1}` {
+		t.Fatalf("%+v %v", res, err)
+	}
+	var st sidecar.Status
+	sidecartest.GetJSON(t, r.Base+sidecar.PathStatus, &st)
+	if st.Mode != "local" || !strings.HasPrefix(st.Target, "unix:") || st.Process != nil {
+		t.Errorf("status %+v", st)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	o := fleet.ControlPlane.Operations()
+	if o[len(o)-1].Op != aip.OpOffline {
+		t.Errorf("last operation %+v", o[len(o)-1])
+	}
+	if !strings.Contains(stderr.String(), `"component":"aip-sidecar"`) {
+		t.Errorf("log:\n%s", stderr.String())
+	}
+}
+
+func TestRunPrintManifest(t *testing.T) {
+	sock := tinyConnector(t)
+	var stdout, stderr bytes.Buffer
+	getenv := func(k string) string {
+		return map[string]string{"AIP_SIDECAR_LOCAL_SOCKET": sock, "AIP_CONNECTOR_HOST_TRUST_DOMAIN": "example.org"}[k]
+	}
+	if err := run(context.Background(), []string{"--print-manifest"}, getenv, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	var out struct {
+		ManifestDigest  string       `json:"manifest_digest"`
+		CapabilityCount int          `json:"capability_count"`
+		Manifest        aip.Manifest `json:"manifest"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	bound := echoManifest
+	bound.Agent.TrustDomain = "example.org"
+	want, _ := aip.ManifestDigest(&bound)
+	if out.ManifestDigest != want || out.CapabilityCount != 1 || out.Manifest.Agent.TrustDomain != "example.org" {
+		t.Errorf("printed %+v; want digest %s", out, want)
+	}
+}
+
+func TestRunRejectsBadConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	loose := filepath.Join(dir, "token")
+	os.WriteFile(loose, []byte("t"), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"bad millis", []string{"--start-timeout-ms", "-5"}, nil, "AIP_SIDECAR_START_TIMEOUT_MS"},
+		{"bad policy", nil, map[string]string{"AIP_SIDECAR_ON_MANIFEST_CHANGE": "apply"}, "report or unready"},
+		{"exec without a command", []string{"--exec"}, nil, "--exec needs a command"},
+		{"exec env not JSON", nil, map[string]string{"AIP_SIDECAR_EXEC": "python3 x.py"}, "JSON array"},
+		{"exec and mcp", nil, map[string]string{"AIP_SIDECAR_EXEC": `["a"]`, "AIP_SIDECAR_MCP_COMMAND": `["b"]`}, "both given"},
+		{"stray argument", []string{"python3"}, nil, "after --exec"},
+		{"token file readable by others", []string{"--local-token-file", loose}, nil, "--local-token-file"},
+		{"host config", []string{"--max-in-flight", "0"}, nil, "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT"},
+		{"no connector", nil, nil, "--local-url"},
+		{"non-loopback url", nil, map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://192.0.2.1:80"}, "loopback"},
+		{"log level", []string{"--log-level", "loud"}, nil, "--log-level"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			getenv := func(k string) string { return tc.env[k] }
+			err := run(context.Background(), tc.args, getenv, &stderr, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run = %v; want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+	var stderr bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &stderr, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run -h: %v", err)
+	}
+	for _, want := range []string{"--exec CMD ARGS", "-signing-seed-file", "-mcp-url", "AIP_SIDECAR_LOCAL_SOCKET"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("help does not mention %q", want)
+		}
+	}
+}
+
+func TestSplitArgv(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		flags []string
+		name  string
+		argv  []string
+	}{
+		{args: []string{"--local-url", "u", "--exec", "python3", "c.py", "--exec", "x"}, flags: []string{"--local-url", "u"}, name: "exec", argv: []string{"python3", "c.py", "--exec", "x"}},
+		{args: []string{"-mcp-command", "npx", "-y", "pkg"}, flags: []string{}, name: "mcp-command", argv: []string{"npx", "-y", "pkg"}},
+		{args: []string{"--local-url", "u"}, flags: []string{"--local-url", "u"}},
+		{args: []string{"--", "--exec", "x"}, flags: []string{"--", "--exec", "x"}},
+	} {
+		flags, name, argv := splitArgv(tc.args)
+		if strings.Join(flags, " ") != strings.Join(tc.flags, " ") || name != tc.name || strings.Join(argv, " ") != strings.Join(tc.argv, " ") {
+			t.Errorf("splitArgv(%q) = %q %q %q", tc.args, flags, name, argv)
+		}
+	}
+}
