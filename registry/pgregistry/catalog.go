@@ -60,6 +60,9 @@ const tenantVisible = `SELECT DISTINCT b.capability_id
 
 // internalVisible: every capability some active version of an enabled type
 // implements (and lists the profile). $1 is unused.
+// The inner LIMIT 1 asks for a fast-start plan: walk the capability's
+// versions by index and stop at the first usable one, instead of hashing
+// every version of every capability.
 const internalVisible = `SELECT d.capability_id
 	FROM aip_registry.capability_definitions d
 	WHERE ($1::text IS NOT NULL) AND ($3 = '' OR d.capability_id = $3)
@@ -68,7 +71,8 @@ const internalVisible = `SELECT d.capability_id
 			JOIN aip_registry.connector_types t ON t.type_id = v.type_id
 			WHERE vc.capability_id = d.capability_id AND v.status = 'active' AND t.enabled
 				AND ($2 = '' OR EXISTS (SELECT 1 FROM aip_registry.version_profiles vp
-					WHERE vp.version_id = v.version_id AND vp.profile = $2)))`
+					WHERE vp.version_id = v.version_id AND vp.profile = $2))
+			LIMIT 1)`
 
 // pageOf builds the page query over a visibility query: the total of
 // matches, then up to $6 matches after $5 with their running byte total;

@@ -225,6 +225,13 @@ func newPool(ctx context.Context, name, rawURL string, maxConns int32) (*pgxpool
 	pc.MaxConns = maxConns
 	pc.MinConns = 0
 	pc.ConnConfig.RuntimeParams["application_name"] = "aipfleet-registry-" + name
+	// Every registry statement is an index-driven point or range lookup
+	// whose generic plan is as good as a custom one; planning the route
+	// selection's nine-table join costs milliseconds, so never replan per
+	// execution. (Statistics changes still invalidate cached plans.)
+	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: pgregistry: open the %s pool at %s: %w", registry.ErrStorage, name, redact(rawURL), err)

@@ -57,6 +57,8 @@ type options struct {
 	profile     string
 	reuse       string
 	noCache     bool
+	explain     bool
+	warmup      time.Duration
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -71,10 +73,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.IntVar(&o.workers, "workers", 32, "concurrent resolve+settle workers")
 	fs.IntVar(&o.readers, "readers", 32, "parallel tenant catalog readers")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each measurement runs")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured run before each measurement (fills connection pools and statement caches)")
 	fs.IntVar(&o.pageSize, "page-size", 50, "catalog page size")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database (its URL is printed)")
 	fs.StringVar(&o.profile, "profile", "reference", `scale profile: "reference" (the issue's) or "small" (a quick smoke run)`)
 	fs.StringVar(&o.reuse, "reuse", "", "skip seeding and measure this database, seeded earlier with -keep and the same -profile within its lease (24h)")
+	fs.BoolVar(&o.explain, "explain", false, "print EXPLAIN ANALYZE of the registry's hot queries for one routable target before measuring")
 	fs.BoolVar(&o.noCache, "no-catalog-cache", false, "disable the registry's revision-keyed catalog view cache (measure the SQL path)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -90,6 +94,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o, fmt.Errorf("-readers %d must be 1..512", o.readers)
 	case o.duration < time.Second || o.duration > time.Hour:
 		return o, fmt.Errorf("-duration %s must be 1s..1h", o.duration)
+	case o.warmup < 0 || o.warmup > time.Hour:
+		return o, fmt.Errorf("-warmup %s must be 0..1h", o.warmup)
 	case o.pageSize < 1 || o.pageSize > registry.DefaultMaxPageSize:
 		return o, fmt.Errorf("-page-size %d must be 1..%d", o.pageSize, registry.DefaultMaxPageSize)
 	case o.profile != "reference" && o.profile != "small":
@@ -124,6 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	reg, err := pgregistry.Open(ctx, pgregistry.Config{
 		ControlURL: dbURL, DataURL: dbURL, ControlMaxConns: 2, DataMaxConns: int32(max(o.workers, o.readers) + 2),
+		DisableCatalogCache: o.noCache,
 	})
 	if err != nil {
 		return err
@@ -162,6 +169,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			seedTime.Round(time.Millisecond), analyzeTime.Round(time.Millisecond))
 	}
 
+	if o.explain {
+		tg := fleet.Targets[len(fleet.Targets)/2]
+		plans, err := reg.ExplainQueries(ctx, tg.TenantID, tg.CapabilityID, true)
+		if err != nil {
+			return err
+		}
+		for _, p := range plans {
+			fmt.Fprintf(stdout, "== %s (tenant %s, capability %s): sequential scans %v\n%s\n\n", p.Name, tg.TenantID, tg.CapabilityID, p.SeqScans, p.Plan)
+		}
+	}
+	if _, err := resolveSettle(ctx, reg, fleet, o.workers, o.warmup); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
 	rs, err := resolveSettle(ctx, reg, fleet, o.workers, o.duration)
 	if err != nil {
 		return err
@@ -170,6 +190,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		rs.n, rs.elapsed.Round(time.Millisecond), float64(rs.n)/rs.elapsed.Seconds(), o.workers,
 		pct(rs.route, 50), pct(rs.route, 99), pct(rs.both, 50), pct(rs.both, 99))
 
+	if _, err := catalogPages(ctx, reg, fleet, o.readers, o.pageSize, o.warmup); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
 	cs, err := catalogPages(ctx, reg, fleet, o.readers, o.pageSize, o.duration)
 	if err != nil {
 		return err
