@@ -1,0 +1,240 @@
+package pgregistry_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// TestDataPlaneHoldsNoControlPool opens a data-plane registry beside a full
+// one: it serves reads, routing, settlement, replica writes and lifecycle
+// commands, and refuses every catalog or admission write, naming the
+// missing control pool.
+func TestDataPlaneHoldsNoControlPool(t *testing.T) {
+	ctx := t.Context()
+	full, dbURL, clock := openClock(t, pgregistry.Config{})
+	w := seedWorld(t, full, clock, registry.FleetPolicy("quota:f"), 1, 1, 1, 4)
+
+	dp, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL, Now: clock.Now})
+	must(t, err)
+	defer dp.Close()
+	if !dp.DataPlaneOnly() || full.DataPlaneOnly() {
+		t.Fatalf("DataPlaneOnly: data plane %v, full %v", dp.DataPlaneOnly(), full.DataPlaneOnly())
+	}
+	if s := dp.PoolStats(); s.ControlMax != 0 || s.DataMax != pgregistry.DefaultDataMaxConns {
+		t.Fatalf("data-plane pool stats %+v, want no control pool and the default data pool", s)
+	}
+	if s := full.PoolStats(); s.ControlMax == 0 {
+		t.Fatalf("full registry pool stats %+v, want a control pool", s)
+	}
+
+	a, err := dp.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantName(0), CapabilityID: "alpha.read"})
+	must(t, err)
+	must(t, dp.Settle(ctx, a, registry.SettlementCompleted))
+	rep := w.replicas[0]
+	rep.LeaseExpiresAt, rep.HealthRevision = clock.Now().Add(2*time.Hour), rep.HealthRevision+1
+	must(t, dp.PutReplica(ctx, rep))
+	if _, err := dp.QueryCapabilities(ctx, registry.CatalogQuery{Limit: 10}, registry.ForTenant(tenantName(0))); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := dp.Readiness(ctx)
+	must(t, err)
+	if !rd.Ready() || rd.Pool == nil || rd.Pool.ControlMax != 0 || rd.SchemaVersion != pgregistry.SchemaVersion {
+		t.Fatalf("data-plane readiness %+v", rd)
+	}
+
+	writes := map[string]func() error{
+		"PutAdmissionPolicy": func() error { return dp.PutAdmissionPolicy(ctx, registry.FleetPolicy("quota:new")) },
+		"PutConnectorType": func() error {
+			return dp.PutConnectorType(ctx, registry.ConnectorType{ID: "ctype_b", Name: "b", Owner: "o", Enabled: true})
+		},
+		"SetConnectorTypeEnabled": func() error { return dp.SetConnectorTypeEnabled(ctx, "ctype_alpha", false) },
+		"AdmitVersion":            func() error { return dp.AdmitVersion(ctx, w.version) },
+		"SetVersionStatus":        func() error { return dp.SetVersionStatus(ctx, w.version.ID, registry.VersionRevoked) },
+		"PutInstance": func() error {
+			i, err := dp.ConnectorInstance(ctx, rep.InstanceID)
+			if err != nil {
+				return err
+			}
+			i.ConfigRevision++
+			return dp.PutInstance(ctx, i)
+		},
+		"PutBinding": func() error {
+			return dp.PutBinding(ctx, registry.CapabilityBinding{TenantID: tenantName(0), CapabilityID: "alpha.read", InstanceID: rep.InstanceID, PolicyRevision: 9, Enabled: true})
+		},
+		"Batch": func() error { return dp.Batch(ctx, func(registry.Administrator) error { return nil }) },
+	}
+	rev, err := dp.CatalogRevision(ctx)
+	must(t, err)
+	for name, write := range writes {
+		err := write()
+		if !errors.Is(err, pgregistry.ErrNoControlPool) || !strings.Contains(err.Error(), "OpenDataPlane") {
+			t.Errorf("%s on a data-plane registry: %v, want ErrNoControlPool naming OpenDataPlane", name, err)
+		}
+	}
+	if got, _ := dp.CatalogRevision(ctx); got != rev {
+		t.Fatalf("refused writes moved the catalog revision from %d to %d", rev, got)
+	}
+}
+
+func TestOpenValidatesConfig(t *testing.T) {
+	ctx := t.Context()
+	for _, c := range []struct {
+		name string
+		open func() error
+	}{
+		{"Open without ControlURL", func() error { _, err := pgregistry.Open(ctx, pgregistry.Config{DataURL: "postgres://x/y"}); return err }},
+		{"OpenDataPlane with ControlURL", func() error {
+			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{ControlURL: "postgres://x/y", DataURL: "postgres://x/y"})
+			return err
+		}},
+		{"OpenDataPlane without DataURL", func() error { _, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{}); return err }},
+		{"negative pool", func() error {
+			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "postgres://x/y", DataMaxConns: -1})
+			return err
+		}},
+		{"acquire timeout too long", func() error {
+			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "postgres://x/y", AcquireTimeout: time.Hour})
+			return err
+		}},
+		{"bad limits", func() error {
+			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "postgres://x/y", Limits: registry.Limits{MaxPageSize: -1}})
+			return err
+		}},
+		{"malformed URL", func() error {
+			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "::not a url"})
+			return err
+		}},
+	} {
+		if err := c.open(); !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", c.name, err)
+		}
+	}
+}
+
+// TestSchemaVerification: a data-plane registry refuses a database without
+// the schema, or with a newer one; start-up stops on a changed or unknown
+// migration and says which.
+func TestSchemaVerification(t *testing.T) {
+	ctx := t.Context()
+	dbURL := pgtest.NewDatabase(t)
+	_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL})
+	if !errors.Is(err, pgregistry.ErrSchemaMismatch) || !strings.Contains(err.Error(), "not installed") {
+		t.Fatalf("OpenDataPlane on an empty database: %v, want ErrSchemaMismatch (not installed)", err)
+	}
+	must(t, pgregistry.Migrate(ctx, dbURL))
+	must(t, pgregistry.Migrate(ctx, dbURL)) // idempotent
+	dp, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL})
+	must(t, err)
+	dp.Close()
+	admin := connect(t, dbURL)
+	var n int
+	must(t, admin.QueryRow(ctx, `SELECT count(*) FROM aip_registry.schema_migrations`).Scan(&n))
+	if n != pgregistry.SchemaVersion {
+		t.Fatalf("%d migrations recorded after two Migrate calls, want %d", n, pgregistry.SchemaVersion)
+	}
+
+	// A newer build migrated the database.
+	_, err = admin.Exec(ctx, `INSERT INTO aip_registry.schema_migrations (version, name, checksum, applied_at_ms) VALUES ($1, 'from_the_future', 'abc', 0)`, pgregistry.SchemaVersion+1)
+	must(t, err)
+	_, err = pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL})
+	if !errors.Is(err, pgregistry.ErrSchemaMismatch) || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("OpenDataPlane on a newer schema: %v, want ErrSchemaMismatch (newer)", err)
+	}
+	_, err = pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL})
+	if !errors.Is(err, pgregistry.ErrUnknownMigration) || !strings.Contains(err.Error(), "from_the_future") {
+		t.Fatalf("Open on a newer schema: %v, want ErrUnknownMigration naming it", err)
+	}
+	_, err = admin.Exec(ctx, `DELETE FROM aip_registry.schema_migrations WHERE version > $1`, pgregistry.SchemaVersion)
+	must(t, err)
+
+	// An applied migration was edited.
+	_, err = admin.Exec(ctx, `UPDATE aip_registry.schema_migrations SET checksum = 'edited' WHERE version = 1`)
+	must(t, err)
+	for name, open := range map[string]func() error{
+		"Open":          func() error { _, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL}); return err },
+		"OpenDataPlane": func() error { _, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL}); return err },
+		"Migrate":       func() error { return pgregistry.Migrate(ctx, dbURL) },
+	} {
+		if err := open(); !errors.Is(err, pgregistry.ErrMigrationChanged) || !strings.Contains(err.Error(), "0001_registry") {
+			t.Errorf("%s with an edited migration: %v, want ErrMigrationChanged naming 0001_registry", name, err)
+		}
+	}
+}
+
+// TestConcurrentMigrations: concurrent installers serialise on the
+// migration lock and the schema is installed once.
+func TestConcurrentMigrations(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { errs <- pgregistry.Migrate(context.Background(), dbURL) }()
+	}
+	for range 4 {
+		must(t, <-errs)
+	}
+	var n int
+	must(t, connect(t, dbURL).QueryRow(t.Context(), `SELECT count(*) FROM aip_registry.schema_migrations`).Scan(&n))
+	if n != pgregistry.SchemaVersion {
+		t.Fatalf("%d migrations recorded, want %d", n, pgregistry.SchemaVersion)
+	}
+}
+
+// TestAssignmentSurvivesReopen: routes, reservations and settlement state
+// are durable across closing and reopening the pools.
+func TestAssignmentSurvivesReopen(t *testing.T) {
+	ctx := t.Context()
+	r1, dbURL, clock := openClock(t, pgregistry.Config{})
+	seedWorld(t, r1, clock, registry.ConservativePolicy("quota:c"), 1, 1, 1, 4)
+	req := registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantName(0), CapabilityID: "alpha.read"}
+	a, err := r1.Resolve(ctx, req)
+	must(t, err)
+	settled, err := r1.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantName(0), CapabilityID: "alpha.write"})
+	must(t, err)
+	must(t, r1.Settle(ctx, settled, registry.SettlementOutcomeUnknown))
+	r1.Close()
+	r1.Close() // idempotent
+	if _, err := r1.Assignment(ctx, req.ActionID); err == nil {
+		t.Fatal("a closed registry still answers")
+	}
+
+	r2, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL, Now: clock.Now})
+	must(t, err)
+	defer r2.Close()
+	got, err := r2.Assignment(ctx, req.ActionID)
+	must(t, err)
+	if !got.Equal(&a) {
+		t.Fatalf("after reopening: %+v, want %+v", got, a)
+	}
+	if res, err := r2.Reservation(ctx, req.ActionID); err != nil || !res.Reserved {
+		t.Fatalf("reservation after reopening: %+v, %v", res, err)
+	}
+	if res, err := r2.Reservation(ctx, settled.ActionID); err != nil || res.Reserved || res.LastSettlement != registry.SettlementOutcomeUnknown {
+		t.Fatalf("settled reservation after reopening: %+v, %v", res, err)
+	}
+	again, err := r2.Resolve(ctx, req)
+	must(t, err)
+	if !again.Equal(&a) {
+		t.Fatal("resolving again after reopening moved the route")
+	}
+	rep, err := r2.ConnectorReplica(ctx, a.ReplicaID)
+	must(t, err)
+	if rep.ActiveAssignments != 1 || rep.Circuit.ConsecutiveFailures != 1 {
+		t.Fatalf("replica after reopening: %d active, %d failures, want 1 and 1", rep.ActiveAssignments, rep.Circuit.ConsecutiveFailures)
+	}
+	must(t, r2.Settle(ctx, a, registry.SettlementCompleted))
+	l, err := r2.Ledger(ctx)
+	must(t, err)
+	registrytest.CheckLedger(t, l)
+	if len(l.Reservations) != 0 || len(l.Counters) != 0 {
+		t.Fatalf("ledger after settling everything: %+v", l)
+	}
+}
