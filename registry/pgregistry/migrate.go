@@ -91,8 +91,15 @@ var (
 	ErrUnknownMigration = errors.New("pgregistry: unknown applied migration")
 )
 
+// createMigrationsTable creates the schema (only when it is missing: an
+// operator may have created it for the admin role, who then needs no CREATE
+// right on the database) and the migrations table.
 const createMigrationsTable = `
-CREATE SCHEMA IF NOT EXISTS aip_registry;
+DO $$ BEGIN
+	IF to_regnamespace('aip_registry') IS NULL THEN
+		CREATE SCHEMA aip_registry;
+	END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS aip_registry.schema_migrations (
     version       integer PRIMARY KEY,
     name          text    NOT NULL,

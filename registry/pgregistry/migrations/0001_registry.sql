@@ -12,7 +12,7 @@
 -- the registry's injected clock, never taken from now(). Unsigned 32-bit
 -- counts and limits are bigint.
 
-CREATE SCHEMA IF NOT EXISTS aip_registry;
+-- The migration runner creates schema aip_registry before this file runs.
 
 -- The catalog publication: one row whose revision advances by one with every
 -- effective catalog write, in the same transaction, under the exclusive form

@@ -1,0 +1,173 @@
+package pgregistry_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// rolesSQL returns deploy/postgres/roles.sql.
+func rolesSQL(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "postgres", "roles.sql"))
+	if err != nil {
+		t.Fatalf("read roles.sql: %v", err)
+	}
+	return string(b)
+}
+
+// applyRoles runs roles.sql as the superuser. Roles are cluster-wide and
+// other test runs may apply the script at the same time: a concurrent
+// catalog update is retried.
+func applyRoles(t *testing.T, superURL, sql string) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		c := connect(t, superURL)
+		_, err := c.Exec(t.Context(), sql)
+		if err == nil {
+			return
+		}
+		if attempt < 5 && strings.Contains(err.Error(), "concurrently") {
+			time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond)
+			continue
+		}
+		t.Fatalf("apply roles.sql: %v", err)
+	}
+}
+
+// TestRoles applies deploy/postgres/roles.sql the documented way (roles,
+// migration as the admin role, roles again) and proves what each role can
+// and cannot do.
+func TestRoles(t *testing.T) {
+	ctx := t.Context()
+	superURL := pgtest.NewDatabase(t)
+	sql := rolesSQL(t)
+	applyRoles(t, superURL, sql)
+	adminURL := asRole(t, superURL, "aip_registry_admin")
+	dataURL := asRole(t, superURL, "aip_registry_data")
+	lifecycleURL := asRole(t, superURL, "aip_registry_lifecycle")
+
+	// The data role cannot install the schema; the admin role can.
+	if err := pgregistry.Migrate(ctx, dataURL); err == nil {
+		t.Fatal("the data role installed the schema")
+	}
+	must(t, pgregistry.Migrate(ctx, adminURL))
+	applyRoles(t, superURL, sql)
+	applyRoles(t, superURL, sql) // idempotent
+
+	clock := registrytest.NewClock(registrytest.Epoch)
+	full, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now})
+	must(t, err)
+	defer full.Close()
+	lw, err := registrytest.NewLifecycleWorld(ctx, full)
+	must(t, err)
+
+	// The data role serves the data plane: catalog reads, routing,
+	// settlement, replica writes, lease expiry and status.
+	ready := registrytest.Replica("crepl_ready", lw.Instance.ID, lw.Version.ID, clock.Now().Add(time.Minute))
+	ready.PeerPrincipalID, ready.PeerPrincipalKind = lw.Version.Manifest.Agent.ID, lw.Version.Manifest.Agent.Kind
+	must(t, full.PutReplica(ctx, ready))
+	a, err := full.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: lw.Instance.TenantID, CapabilityID: "alpha.read"})
+	must(t, err)
+	must(t, full.Settle(ctx, a, registry.SettlementCompleted))
+	if _, err := full.QueryCapabilities(ctx, registry.CatalogQuery{Limit: 5}, registry.ForTenant(lw.Instance.TenantID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := full.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if _, err := full.ExpireStaleReplicas(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+
+	// The lifecycle role serves the lifecycle service.
+	lc, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: lifecycleURL, Now: clock.Now})
+	must(t, err)
+	defer lc.Close()
+	prov := lw.ProvisionedReplica("crepl_lc", clock.Now())
+	must(t, full.PutReplica(ctx, prov))
+	res, err := lc.ApplyLifecycle(ctx, []registry.LifecycleCommand{registrytest.LifecycleCommand(clock.Now(), aip.RegisterCommand(lw.Registration(&prov)))})
+	must(t, err)
+	if res[0].Err != nil {
+		t.Fatalf("registration through the lifecycle role: %v", res[0].Err)
+	}
+	if rd, err := lc.Readiness(ctx); err != nil || !rd.Ready() {
+		t.Fatalf("lifecycle role readiness: %+v, %v", rd, err)
+	}
+	// But it cannot route or reserve.
+	_, err = lc.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: lw.Instance.TenantID, CapabilityID: "alpha.read"})
+	if !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
+		t.Fatalf("Resolve through the lifecycle role: %v, want a privilege failure", err)
+	}
+
+	// What the restricted roles may not do, statement by statement.
+	denied := map[string][]string{
+		"aip_registry_data": {
+			`INSERT INTO aip_registry.connector_types (type_id, name, owner, enabled, updated_at_ms) VALUES ('ctype_x', 'x', 'x', true, 0)`,
+			`UPDATE aip_registry.connector_types SET enabled = false`,
+			`UPDATE aip_registry.connector_versions SET status = 'revoked'`,
+			`INSERT INTO aip_registry.capability_definitions (capability_id, contract_digest, schema_digest, capability, size_bytes, search_text) VALUES ('x', 'x', 'x', '{}', 1, 'x')`,
+			`UPDATE aip_registry.connector_instances SET status = 'disabled'`,
+			`UPDATE aip_registry.capability_bindings SET enabled = false`,
+			`DELETE FROM aip_registry.capability_bindings`,
+			`UPDATE aip_registry.admission_policies SET enabled = false`,
+			`UPDATE aip_registry.catalog_revision SET revision = revision + 1`,
+			`INSERT INTO aip_registry.version_capabilities (version_id, capability_id) VALUES ('cver_alpha1', 'alpha.read')`,
+			`DELETE FROM aip_registry.route_assignments`,
+			`DELETE FROM aip_registry.connector_replicas`,
+			`SELECT * FROM aip_registry.control_replay`,
+			`TRUNCATE aip_registry.admission_counters`,
+			`CREATE TABLE aip_registry.intruder (x int)`,
+			`CREATE TABLE public.intruder (x int)`,
+			`ALTER TABLE aip_registry.route_assignments ADD COLUMN x int`,
+			`DROP TABLE aip_registry.route_assignments`,
+			`DROP SCHEMA aip_registry CASCADE`,
+			`CREATE INDEX intruder ON aip_registry.connector_replicas (endpoint)`,
+			`UPDATE aip_registry.schema_migrations SET checksum = 'x'`,
+		},
+		"aip_registry_lifecycle": {
+			`UPDATE aip_registry.route_assignments SET reserved = false`,
+			`INSERT INTO aip_registry.admission_counters (scope_kind, scope_key, active, reserve_limit) VALUES ('tenant', 'x', 1, 1)`,
+			`UPDATE aip_registry.admission_counters SET active = 0`,
+			`SELECT * FROM aip_registry.route_assignments`,
+			`SELECT * FROM aip_registry.capability_bindings`,
+			`INSERT INTO aip_registry.connector_replicas (replica_id) VALUES ('crepl_x')`,
+			`DELETE FROM aip_registry.connector_replicas`,
+			`UPDATE aip_registry.connector_types SET enabled = false`,
+			`UPDATE aip_registry.connector_instances SET status = 'disabled'`,
+			`UPDATE aip_registry.catalog_revision SET revision = revision + 1`,
+			`CREATE TABLE aip_registry.intruder (x int)`,
+			`ALTER TABLE aip_registry.connector_replicas ADD COLUMN x int`,
+			`DROP TABLE aip_registry.control_replay`,
+			`SELECT aip_registry.scope_full(0)`,
+		},
+	}
+	for role, stmts := range denied {
+		c := connect(t, asRole(t, superURL, role))
+		for _, s := range stmts {
+			_, err := c.Exec(ctx, s)
+			if st := sqlState(err); st != "42501" {
+				t.Errorf("%s ran %q: got %v (SQLSTATE %q), want insufficient_privilege (42501)", role, s, err, st)
+			}
+		}
+	}
+
+	// The admin role owns the schema: it can migrate (done above) and
+	// change it.
+	ad := connect(t, adminURL)
+	if _, err := ad.Exec(ctx, `CREATE TABLE aip_registry.admin_scratch (x int); DROP TABLE aip_registry.admin_scratch`); err != nil {
+		t.Fatalf("the admin role cannot change its schema: %v", err)
+	}
+}
