@@ -111,6 +111,7 @@ func start(t testing.TB, name, bin string, args, env []string) *process {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = procAttr()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

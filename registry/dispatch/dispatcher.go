@@ -71,6 +71,10 @@ type Config struct {
 	MaxReroutes int
 	// MaxBodyBytes bounds a request body. Defaults to 4 MiB.
 	MaxBodyBytes int64
+	// TokenCacheSize bounds the cache of verified bearer tokens (a token is
+	// trusted again without verification until its expiry, at most 5
+	// minutes). Defaults to 4096; negative disables the cache.
+	TokenCacheSize int
 	// RegistryTimeout bounds each registry call made after admission
 	// (resolve, reroute, settle). Defaults to 5s.
 	RegistryTimeout time.Duration
@@ -108,6 +112,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.TokenCacheSize == 0 {
+		c.TokenCacheSize = DefaultTokenCacheSize
 	}
 	if c.RegistryTimeout == 0 {
 		c.RegistryTimeout = DefaultRegistryTimeout
@@ -223,6 +230,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true
+	}
+	if cfg.TokenCacheSize > 0 {
+		d.deps.Tokens = newTokenCache(deps.Tokens, cfg.Now, cfg.TokenCacheSize)
 	}
 	if d.m, err = newMetrics(cfg.Metrics, sched); err != nil {
 		return nil, err

@@ -99,7 +99,9 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	}
 	size := int64(len(req.Input)+len(req.CapabilityID)+len(req.IdempotencyKey)) + requestOverhead
 	actx, aspan := d.tracer.Start(ctx, SpanAdmission)
+	admitStart := time.Now()
 	permit, err := d.sched.Acquire(actx, tenant, size)
+	d.m.stage("admission", admitStart)
 	if err != nil {
 		aspan.RecordError(err)
 		aspan.SetStatus(codes.Error, err.Error())
@@ -143,7 +145,9 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		if err != nil {
 			h = &hop{err: err}
 		} else {
+			hopStart := time.Now()
 			h = d.send(hopCtx, &a, env, SpanSend, onChunk)
+			d.m.stage("hop", hopStart)
 		}
 		pe := h.refusal()
 		if pe == nil || d.deps.Rerouter == nil || d.cfg.MaxReroutes < 0 || len(reroutes) >= d.cfg.MaxReroutes {
@@ -206,6 +210,7 @@ func (d *Dispatcher) resolve(ctx context.Context, tenant string, req *ActionRequ
 	defer cancel()
 	ctx, span := d.tracer.Start(ctx, SpanResolve)
 	defer span.End()
+	defer d.m.stage("resolve", time.Now())
 	a, err := d.deps.Resolver.Resolve(ctx, registry.RouteRequest{
 		ActionID: req.ActionID, CapabilityID: req.CapabilityID, TenantID: tenant, Topology: d.cfg.Topology,
 	})
@@ -224,6 +229,7 @@ func (d *Dispatcher) reroute(ctx context.Context, a *registry.RouteAssignment, h
 	ctx, span := d.tracer.Start(ctx, SpanReroute, trace.WithAttributes(attribute.String("aip.from_replica_id", a.ReplicaID),
 		attribute.String(AttrErrorCode, h.refusal().Code)))
 	defer span.End()
+	defer d.m.stage("reroute", time.Now())
 	next, err := d.deps.Rerouter.Reroute(ctx, registry.RerouteRequest{
 		Current:  *a,
 		Evidence: registry.RefusalEvidence{Request: h.request, Response: h.response},
@@ -262,6 +268,7 @@ func (d *Dispatcher) settle(ctx context.Context, a *registry.RouteAssignment, s 
 	ctx, span := d.tracer.Start(ctx, SpanSettle, trace.WithAttributes(attribute.String(AttrOutcome, string(s)),
 		attribute.String(AttrReplica, a.ReplicaID)))
 	defer span.End()
+	defer d.m.stage("settle", time.Now())
 	if err := d.deps.Resolver.Settle(ctx, *a, s); err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

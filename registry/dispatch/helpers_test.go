@@ -128,7 +128,7 @@ func (rc replicaConnector) run(ctx context.Context, call *hostsdk.Call, w *hosts
 // instance of tenant-test, real hostsdk replicas of the test connector, and
 // a dispatcher serving its API on httptest.
 type world struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	reg     *memregistry.Registry
 	cp      *hostsdktest.ControlPlane
@@ -158,7 +158,7 @@ type worldOptions struct {
 	noRoutes bool
 }
 
-func newWorld(t *testing.T, opts worldOptions) *world {
+func newWorld(t testing.TB, opts worldOptions) *world {
 	t.Helper()
 	key, _ := aip.GenerateSigningKey()
 	iss, _ := aip.GenerateSigningKey()
@@ -367,7 +367,7 @@ func must(t testing.TB, err error) {
 }
 
 // eventually polls cond until it holds or a deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {

@@ -14,6 +14,7 @@ type metrics struct {
 	actions        *prometheus.CounterVec
 	errors         *prometheus.CounterVec
 	duration       prometheus.Histogram
+	stages         *prometheus.HistogramVec
 	reroutes       *prometheus.CounterVec
 	settleFailures prometheus.Counter
 	requests       *prometheus.CounterVec
@@ -34,6 +35,11 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 			Help:    "Time from the entry point to the answer of an action.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "aip_dispatch_stage_duration_seconds",
+			Help:    "Time an action spends in each stage: admission, resolve, hop (to the replica and back), reroute, settle.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"stage"}),
 		reroutes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_reroutes_total",
 			Help: "Provably-not-started reroutes asked of the registry, by result.",
@@ -51,7 +57,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.actions, m.errors, m.duration, m.reroutes, m.settleFailures, m.requests,
+		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.requests,
 		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
 		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
 		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),
@@ -69,4 +75,10 @@ func (m *metrics) observe(outcome string, pe *aip.ProtocolError, d time.Duration
 		m.errors.WithLabelValues(pe.Code).Inc()
 	}
 	m.duration.Observe(d.Seconds())
+}
+
+// stage observes the wall time of one stage that started at start (defer
+// it with time.Now() as the argument).
+func (m *metrics) stage(name string, start time.Time) {
+	m.stages.WithLabelValues(name).Observe(time.Since(start).Seconds())
 }
