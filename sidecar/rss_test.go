@@ -14,7 +14,7 @@ import (
 // replica serves (registered, heartbeats running, journal open) and
 // reports the sidecar's resident set size (the child's is not counted).
 func BenchmarkIdleRSS(b *testing.B) {
-	fleet := sidecartest.NewFleet(b)
+	fleet := sidecartest.NewFakeFleet(b)
 	bin := sidecartest.Sidecar(b)
 	var rss float64
 	for range b.N {

@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("unexpected argument %q; put the connector's command after --exec (or --mcp-command)", fs.Arg(0))
 	}
 	if argvName != "" && len(argv) == 0 {
-		return fmt.Errorf("--%s needs a command: --%s CMD ARGS...", argvName, argvName)
+		return fmt.Errorf("--%s needs a command: --%s CMD [ARG ...]", argvName, argvName)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -90,7 +90,10 @@ func envOf(lines []string) map[string]string {
 }
 
 func TestRunAttachesServesAndDrains(t *testing.T) {
-	fleet := sidecartest.NewFleet(t)
+	fleet := sidecartest.NewFakeFleet(t)
+	bound := echoManifest
+	bound.Agent.TrustDomain = fleet.TrustDomain()
+	fleet.Admit(t, &bound)
 	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
 	env := envOf(r.Env)
 	env["AIP_SIDECAR_LOCAL_SOCKET"] = tinyConnector(t)
@@ -109,13 +112,9 @@ func TestRunAttachesServesAndDrains(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	r.AwaitReady(t)
-	target := fleet.Target(t, r)
-	resp, err := fleet.Dispatcher.Act(wctx, target, &aip.Action{ID: aip.NewActionID(), CapabilityID: "tiny.echo", Input: json.RawMessage(`{"x":1}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted || string(res.Output) != `{"x":1}` {
-		t.Fatalf("%+v %v", res, err)
+	res := fleet.Act(t, r, &aip.Action{ID: aip.NewActionID(), CapabilityID: "tiny.echo", Input: json.RawMessage(`{"x":1}`)}).Must(t, aip.ResultCompleted)
+	if string(res.Output) != `{"x":1}` {
+		t.Fatalf("%+v", res)
 	}
 	var st sidecar.Status
 	sidecartest.GetJSON(t, r.Base+sidecar.PathStatus, &st)

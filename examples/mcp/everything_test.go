@@ -17,9 +17,9 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
-	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/sidecar"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest/realfleet"
 )
 
 // EverythingVersion pins the reference MCP server the tests install from
@@ -91,12 +91,6 @@ func everything(t *testing.T) (node, script string) {
 	return node, script
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func action(capability, input string) *aip.Action {
 	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capability, Input: json.RawMessage(input)}
 }
@@ -116,31 +110,21 @@ func text(t *testing.T, res *aip.ActionResult) string {
 // server, and SIGTERM stops the server after offline.
 func TestEverythingOverStdio(t *testing.T) {
 	node, script := everything(t)
-	fleet := sidecartest.NewFleet(t)
-	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
+	fleet := realfleet.New(t)
 	args := []string{"--capability-prefix", "everything.", "--mcp-tools", tools, "--mcp-command", node, script}
 
 	// What an operator admits: the manifest and its digest.
-	printed := sidecartest.Start(t, sidecartest.Sidecar(t), r.Env, append([]string{"--print-manifest"}, args...)...)
-	if err := printed.Wait(t); err != nil {
-		t.Fatalf("--print-manifest: %v", err)
-	}
-	var described struct {
-		ManifestDigest  string       `json:"manifest_digest"`
-		CapabilityCount int          `json:"capability_count"`
-		Manifest        aip.Manifest `json:"manifest"`
-	}
-	if err := json.Unmarshal([]byte(printed.Stdout()), &described); err != nil {
-		t.Fatalf("--print-manifest output: %v\n%s", err, printed.Stdout())
-	}
-
+	m, digest := sidecartest.Describe(t, fleet.TrustDomain(), nil, args...)
+	fleet.Admit(t, m)
+	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
 	p := sidecartest.Start(t, sidecartest.Sidecar(t), r.Env, args...)
 	p.Await(t, "serving")
-	target := fleet.Target(t, r)
-	if target.ManifestDigest != described.ManifestDigest || described.CapabilityCount != 3 {
-		t.Errorf("the running replica's digest %s, --print-manifest said %s (%d capabilities)", target.ManifestDigest, described.ManifestDigest, described.CapabilityCount)
+	r.AwaitReady(t)
+	var served aip.Manifest
+	sidecartest.GetJSON(t, r.Base+hostsdk.PathManifest, &served)
+	if got, _ := aip.ManifestDigest(&served); got != digest || len(m.Capabilities) != 3 {
+		t.Errorf("the running replica serves digest %s, --print-manifest said %s (%d capabilities)", got, digest, len(m.Capabilities))
 	}
-	m := described.Manifest
 	if m.Agent.ID != "agent:mcp:example-servers/everything" {
 		t.Errorf("agent %+v", m.Agent)
 	}
@@ -152,28 +136,26 @@ func TestEverythingOverStdio(t *testing.T) {
 		t.Error("a tool outside --mcp-tools became a capability")
 	}
 
-	d := fleet.Dispatcher
-	res, err := must(d.Act(ctxT(t), target, action("everything.echo", `{"message":"hello, fleet"}`))).Result()
-	if err != nil || res.Status != aip.ResultCompleted || text(t, res) != "Echo: hello, fleet" {
-		t.Fatalf("echo: %+v %v", res, err)
+	res := fleet.Act(t, r, action("everything.echo", `{"message":"hello, fleet"}`)).Must(t, aip.ResultCompleted)
+	if text(t, res) != "Echo: hello, fleet" {
+		t.Fatalf("echo: %+v", res)
 	}
-	res, err = must(d.Act(ctxT(t), target, action("everything.add", `{"a":2,"b":40}`))).Result()
-	if err != nil || res.Status != aip.ResultCompleted || text(t, res) != "The sum of 2 and 40 is 42." {
-		t.Fatalf("add: %+v %v", res, err)
+	res = fleet.Act(t, r, action("everything.add", `{"a":2,"b":40}`)).Must(t, aip.ResultCompleted)
+	if text(t, res) != "The sum of 2 and 40 is 42." {
+		t.Fatalf("add: %+v", res)
 	}
 
 	// A tool that reports progress, as a streaming action.
 	long := action("everything.longRunningOperation", `{"duration":1,"steps":4}`)
 	long.Mode = aip.ModeStreaming
-	resp := must(d.Act(ctxT(t), target, long))
-	res, err = resp.Result()
-	if err != nil || res.Status != aip.ResultCompleted || !strings.Contains(text(t, res), "Long running operation completed") {
-		t.Fatalf("longRunningOperation: %+v %v", res, err)
+	ans := fleet.Act(t, r, long)
+	if res := ans.Must(t, aip.ResultCompleted); !strings.Contains(text(t, res), "Long running operation completed") {
+		t.Fatalf("longRunningOperation: %+v", res)
 	}
-	if len(resp.Chunks) != 4 {
-		t.Fatalf("%d chunks, want 4: %s", len(resp.Chunks), resp.Raw)
+	if len(ans.Chunks) != 4 {
+		t.Fatalf("%d chunks, want 4: %s", len(ans.Chunks), ans.Raw)
 	}
-	for i, c := range resp.Chunks {
+	for i, c := range ans.Chunks {
 		var pr struct{ Progress, Total float64 }
 		json.Unmarshal(c.Data, &pr)
 		if c.Kind != aip.ChunkProgress || c.Sequence != uint64(i) || pr.Progress != float64(i+1) || pr.Total != 4 {
@@ -184,21 +166,18 @@ func TestEverythingOverStdio(t *testing.T) {
 	// A cancel becomes an MCP cancel; the tool is not read-only, so its
 	// outcome is unknown.
 	slow := action("everything.longRunningOperation", `{"duration":60,"steps":2}`)
-	done := make(chan *hostsdktest.Response, 1)
-	go func() { done <- must(d.Act(ctxT(t), target, slow)) }()
-	for {
-		st, _, err := d.Status(ctxT(t), target, slow.ID, slow.CapabilityID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State == aip.StateRunning {
-			break
+	done := make(chan *sidecartest.Answer, 1)
+	go func() { done <- fleet.Act(t, r, slow) }()
+	deadline := time.Now().Add(time.Minute)
+	for fleet.State(t, r, slow.ID, slow.CapabilityID) != aip.StateRunning {
+		if time.Now().After(deadline) {
+			t.Fatal("the long operation did not start")
 		}
 		time.Sleep(10 * time.Millisecond) // polling a real process for a state change
 	}
-	must(d.Cancel(ctxT(t), target, slow.ID, slow.CapabilityID, "not needed"))
-	if pe := (<-done).ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "notifications/cancelled") {
-		t.Errorf("the cancelled call did not end outcome_unknown")
+	fleet.Cancel(t, r, slow.ID, slow.CapabilityID, "not needed")
+	if ans := <-done; !ans.OutcomeUnknown || ans.Error == nil || !strings.Contains(ans.Error.Message, "notifications/cancelled") {
+		t.Errorf("the cancelled call did not end outcome_unknown: %+v %s", ans.Error, ans.Raw)
 	}
 
 	var st sidecar.Status
@@ -210,9 +189,9 @@ func TestEverythingOverStdio(t *testing.T) {
 	if err := p.Wait(t); err != nil {
 		t.Fatalf("the sidecar exited with %v after SIGTERM", err)
 	}
-	ops := fleet.ControlPlane.Operations()
-	if last := ops[len(ops)-1]; last.Op != aip.OpOffline || last.Outcome != aip.OutcomeOffline {
-		t.Errorf("last operation %+v", last)
+	tr := fleet.Transitions(t)
+	if last := tr[len(tr)-1]; last.Op != aip.OpOffline || last.ReplicaID != r.ID {
+		t.Errorf("last transition %+v", last)
 	}
 	if !sidecartest.Exited(st.Process.PID) {
 		t.Errorf("the MCP server %d outlived the sidecar", st.Process.PID)
@@ -225,33 +204,27 @@ func TestEverythingOverStreamableHTTP(t *testing.T) {
 	node, script := everything(t)
 	addr := sidecartest.FreeAddr(t)
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
-	server := sidecartest.Start(t, node, []string{"PORT=" + port}, script, "streamableHttp")
-	_ = server
-	fleet := sidecartest.NewFleet(t)
+	sidecartest.Start(t, node, []string{"PORT=" + port}, script, "streamableHttp")
+	env := []string{"AIP_SIDECAR_MCP_URL=http://" + addr + "/mcp", "AIP_SIDECAR_MCP_TOOLS=" + tools, "AIP_SIDECAR_START_TIMEOUT_MS=60000"}
+	fleet := realfleet.New(t)
+	m, _ := sidecartest.Describe(t, fleet.TrustDomain(), env)
+	fleet.Admit(t, m)
 	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
-	p := sidecartest.Start(t, sidecartest.Sidecar(t), append(r.Env,
-		"AIP_SIDECAR_MCP_URL=http://"+addr+"/mcp", "AIP_SIDECAR_MCP_TOOLS="+tools, "AIP_SIDECAR_START_TIMEOUT_MS=60000"))
+	p := sidecartest.Start(t, sidecartest.Sidecar(t), append(r.Env, env...))
 	p.Await(t, "serving")
-	target := fleet.Target(t, r)
-	res, err := must(fleet.Dispatcher.Act(ctxT(t), target, action("mcp.add", `{"a":1.5,"b":2}`))).Result()
-	if err != nil || res.Status != aip.ResultCompleted || text(t, res) != "The sum of 1.5 and 2 is 3.5." {
-		t.Fatalf("add: %+v %v", res, err)
+	r.AwaitReady(t)
+	res := fleet.Act(t, r, action("mcp.add", `{"a":1.5,"b":2}`)).Must(t, aip.ResultCompleted)
+	if text(t, res) != "The sum of 1.5 and 2 is 3.5." {
+		t.Fatalf("add: %+v", res)
 	}
 	long := action("mcp.longRunningOperation", `{"duration":0.3,"steps":3}`)
 	long.Mode = aip.ModeStreaming
-	resp := must(fleet.Dispatcher.Act(ctxT(t), target, long))
-	if _, err := resp.Result(); err != nil || len(resp.Chunks) != 3 {
-		t.Fatalf("longRunningOperation over HTTP: %d chunks, %v", len(resp.Chunks), err)
+	ans := fleet.Act(t, r, long)
+	if ans.Must(t, aip.ResultCompleted); len(ans.Chunks) != 3 {
+		t.Fatalf("longRunningOperation over HTTP: %d chunks: %s", len(ans.Chunks), ans.Raw)
 	}
 	p.Signal(t, syscall.SIGTERM)
 	if err := p.Wait(t); err != nil {
 		t.Fatalf("exit: %v", err)
 	}
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }

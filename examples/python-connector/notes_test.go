@@ -18,9 +18,9 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
-	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/sidecar"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest/realfleet"
 )
 
 func TestMain(m *testing.M) {
@@ -55,27 +55,32 @@ func connectorScript(t *testing.T) string {
 }
 
 // notes is one notes replica: the sidecar running the Python service as
-// its child over a unix socket.
+// its child over a unix socket, in a fleet (the real control plane and
+// dispatcher when a test database is configured, else the fakes).
 type notes struct {
-	fleet   *sidecartest.Fleet
+	fleet   sidecartest.Fleet
 	r       *sidecartest.Replica
 	p       *sidecartest.Process
 	sock    string
 	token   string
 	env     []string
 	args    []string
-	target  hostsdktest.Target
 	signals string // the child's signal log
 }
 
 func startNotes(t *testing.T, opts sidecartest.ReplicaOptions, extraEnv ...string) *notes {
 	t.Helper()
-	fleet := sidecartest.NewFleet(t)
-	n := &notes{fleet: fleet, r: fleet.NewReplica(t, opts), sock: sidecartest.SocketPath(t, "notes.sock"), token: "notes-test-token"}
-	tokenFile := filepath.Join(n.r.Dir, "token")
+	n := &notes{fleet: realfleet.New(t), sock: sidecartest.SocketPath(t, "notes.sock"), token: "notes-test-token"}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(n.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Admit what the sidecar describes, as an operator would.
+	m, _ := sidecartest.Describe(t, n.fleet.TrustDomain(), []string{"NOTES_STATE=" + filepath.Join(dir, "describe.json")},
+		"--local-socket", sidecartest.SocketPath(t, "describe.sock"), "--exec", python(t), connectorScript(t))
+	n.fleet.Admit(t, m)
+	n.r = n.fleet.NewReplica(t, opts)
 	n.signals = filepath.Join(n.r.Dir, "signals.jsonl")
 	n.env = append(append([]string{}, n.r.Env...),
 		"NOTES_STATE="+filepath.Join(n.r.Dir, "notes-journal.json"),
@@ -92,7 +97,7 @@ func (n *notes) start(t *testing.T) {
 	t.Helper()
 	n.p = sidecartest.Start(t, sidecartest.Sidecar(t), n.env, n.args...)
 	n.p.Await(t, "serving")
-	n.target = n.fleet.Target(t, n.r)
+	n.r.AwaitReady(t)
 }
 
 func (n *notes) status(t *testing.T) sidecar.Status {
@@ -102,23 +107,29 @@ func (n *notes) status(t *testing.T) sidecar.Status {
 	return st
 }
 
-func (n *notes) act(t *testing.T, a *aip.Action) *hostsdktest.Response {
+func (n *notes) act(t *testing.T, a *aip.Action) *sidecartest.Answer {
 	t.Helper()
-	resp, err := n.fleet.Dispatcher.Act(ctxT(t), n.target, a)
-	if err != nil {
-		t.Fatalf("%s: %v", a.CapabilityID, err)
+	ans := n.fleet.Act(t, n.r, a)
+	if ans.Err != nil {
+		t.Fatalf("%s: %v", a.CapabilityID, ans.Err)
 	}
-	return resp
+	return ans
 }
 
 func (n *notes) result(t *testing.T, a *aip.Action) *aip.ActionResult {
 	t.Helper()
-	resp := n.act(t, a)
-	res, err := resp.Result()
-	if err != nil {
-		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
+	ans := n.act(t, a)
+	if ans.Result == nil {
+		t.Fatalf("%s: HTTP %d without a result: %+v %s", a.CapabilityID, ans.HTTPStatus, ans.Error, ans.Raw)
 	}
-	return res
+	return ans.Result
+}
+
+// actAsync sends an action in the background.
+func (n *notes) actAsync(t *testing.T, a *aip.Action) <-chan *sidecartest.Answer {
+	done := make(chan *sidecartest.Answer, 1)
+	go func() { done <- n.fleet.Act(t, n.r, a) }()
+	return done
 }
 
 type note struct {
@@ -149,13 +160,10 @@ func (n *notes) list(t *testing.T) []note {
 // awaitRunning polls the replica's journal until the action runs.
 func (n *notes) awaitRunning(t *testing.T, a *aip.Action) {
 	t.Helper()
-	for {
-		st, _, err := n.fleet.Dispatcher.Status(ctxT(t), n.target, a.ID, a.CapabilityID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State == aip.StateRunning {
-			return
+	deadline := time.Now().Add(time.Minute)
+	for n.fleet.State(t, n.r, a.ID, a.CapabilityID) != aip.StateRunning {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not start running", a.ID)
 		}
 		time.Sleep(10 * time.Millisecond) // polling real processes for a state change
 	}
@@ -163,12 +171,6 @@ func (n *notes) awaitRunning(t *testing.T, a *aip.Action) {
 
 func action(capability, input string) *aip.Action {
 	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capability, Input: json.RawMessage(input)}
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // TestNotesActions: create (idempotent by key), get, list and a streaming
@@ -209,13 +211,16 @@ func TestNotesActions(t *testing.T) {
 	if len(resp.Chunks) != 2 || resp.Chunks[0].Kind != aip.ChunkData || !strings.Contains(string(resp.Chunks[0].Data), first.ID) {
 		t.Fatalf("export chunks %+v", resp.Chunks)
 	}
-	if res, err := resp.Result(); err != nil || string(res.Output) != `{"count":2}` {
-		t.Errorf("export result %+v %v", res, err)
+	if res := resp.Must(t, aip.ResultCompleted); string(res.Output) != `{"count":2}` {
+		t.Errorf("export result %+v", res)
 	}
 	// Input the capability's schema refuses never reaches the service.
 	resp = n.act(t, action("notes.create", `{"title":""}`))
-	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeInputInvalid {
-		t.Errorf("invalid input: HTTP %d %s", resp.Status, resp.Raw)
+	if resp.Result != nil || resp.Error == nil || !strings.Contains(resp.Error.Code, "input") {
+		t.Errorf("invalid input: HTTP %d %s", resp.HTTPStatus, resp.Raw)
+	}
+	if l := n.list(t); len(l) != 2 {
+		t.Errorf("notes %+v", l)
 	}
 }
 
@@ -303,22 +308,10 @@ func TestNotesSpeaksTheContract(t *testing.T) {
 func TestNotesCancel(t *testing.T) {
 	n := startNotes(t, sidecartest.ReplicaOptions{})
 	a := action("notes.create", `{"title":"never","delay_ms":60000}`)
-	done := make(chan *hostsdktest.Response, 1)
-	go func() {
-		resp, _ := n.fleet.Dispatcher.Act(ctxT(t), n.target, a)
-		done <- resp
-	}()
+	done := n.actAsync(t, a)
 	n.awaitRunning(t, a)
-	cresp, err := n.fleet.Dispatcher.Cancel(ctxT(t), n.target, a.ID, a.CapabilityID, "no longer needed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := cresp.Result(); err != nil || res.Status != aip.ResultCancelled {
-		t.Fatalf("cancel: %+v %v", res, err)
-	}
-	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCancelled {
-		t.Fatalf("the action: %+v %v", res, err)
-	}
+	n.fleet.Cancel(t, n.r, a.ID, a.CapabilityID, "no longer needed").Must(t, aip.ResultCancelled)
+	(<-done).Must(t, aip.ResultCancelled)
 	if l := n.list(t); len(l) != 0 {
 		t.Errorf("a cancelled create wrote %+v", l)
 	}
@@ -354,29 +347,20 @@ func TestNotesSigtermOrder(t *testing.T) {
 	n := startNotes(t, sidecartest.ReplicaOptions{})
 	pid := n.status(t).Process.PID
 	a := action("notes.create", `{"title":"during the drain","delay_ms":1000}`)
-	done := make(chan *hostsdktest.Response, 1)
-	go func() {
-		resp, _ := n.fleet.Dispatcher.Act(ctxT(t), n.target, a)
-		done <- resp
-	}()
+	done := n.actAsync(t, a)
 	n.awaitRunning(t, a)
 	n.p.Signal(t, syscall.SIGTERM)
 	if err := n.p.Wait(t); err != nil {
 		t.Fatalf("the sidecar exited with %v after SIGTERM", err)
 	}
-	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCompleted {
-		t.Fatalf("the in-flight create answered %+v %v; the child must serve it during the drain", res, err)
+	if ans := <-done; ans.Err != nil || ans.Result == nil || ans.Result.Status != aip.ResultCompleted {
+		t.Fatalf("the in-flight create answered %+v; the child must serve it during the drain", ans)
 	}
-	ops := n.fleet.ControlPlane.Operations()
-	last := ops[len(ops)-1]
-	var drain hostsdktest.Operation
-	for _, o := range ops {
-		if o.Op == aip.OpDrain {
-			drain = o
-		}
-	}
-	if last.Op != aip.OpOffline || last.Outcome != aip.OutcomeOffline || drain.Op != aip.OpDrain {
-		t.Fatalf("lifecycle operations %+v", ops)
+	tr := n.fleet.Transitions(t)
+	last, okOff := sidecartest.LastTransition(tr, n.r.ID, aip.OpOffline)
+	drain, okDrain := sidecartest.LastTransition(tr, n.r.ID, aip.OpDrain)
+	if !okOff || !okDrain || tr[len(tr)-1].Op != aip.OpOffline {
+		t.Fatalf("lifecycle transitions %+v", tr)
 	}
 	sigs := readSignals(t, n.signals)
 	if len(sigs) != 1 || sigs[0].Signal != "SIGTERM" || sigs[0].PID != pid {
@@ -399,35 +383,23 @@ func TestNotesChildCrash(t *testing.T) {
 	maint := filepath.Join(t.TempDir(), "maintenance")
 	n := startNotes(t, sidecartest.ReplicaOptions{HeartbeatInterval: 200 * time.Millisecond, LeaseTTL: time.Second},
 		"NOTES_MAINTENANCE_FILE="+maint)
-	cp := n.fleet.ControlPlane
 	pid := n.status(t).Process.PID
 	a := action("notes.create", `{"title":"lost","delay_ms":60000}`)
-	done := make(chan *hostsdktest.Response, 1)
-	go func() {
-		resp, _ := n.fleet.Dispatcher.Act(ctxT(t), n.target, a)
-		done <- resp
-	}()
+	done := n.actAsync(t, a)
 	n.awaitRunning(t, a)
 	// The restarted child comes up in maintenance (unhealthy) until the
 	// file is removed, so the unhealthy window is certain.
 	if err := os.WriteFile(maint, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	before := len(n.fleet.Transitions(t))
 	syscall.Kill(pid, syscall.SIGKILL)
-	if pe := (<-done).ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
-		t.Fatalf("the in-flight action did not end outcome_unknown")
+	if ans := <-done; !ans.OutcomeUnknown {
+		t.Fatalf("the in-flight action did not end outcome_unknown: %+v %s", ans, ans.Raw)
 	}
-	before := len(cp.Operations())
-	if err := cp.Await(ctxT(t), func(o []hostsdktest.Operation) bool {
-		for _, op := range o[before:] {
-			if op.Op == aip.OpHeartbeat && !op.ConnectorReady {
-				return true
-			}
-		}
-		return false
-	}); err != nil {
-		t.Fatal(err)
-	}
+	sidecartest.AwaitTransition(t, n.fleet, before, func(x sidecartest.Transition) bool {
+		return x.ReplicaID == n.r.ID && x.Op == aip.OpHeartbeat && !x.ConnectorReady
+	})
 	if code, doc := n.r.Ready(t); code != http.StatusServiceUnavailable || doc.Connector.Ready {
 		t.Errorf("/ready %d %+v", code, doc.Connector)
 	}
@@ -435,18 +407,11 @@ func TestNotesChildCrash(t *testing.T) {
 	if st.Healthy || st.Process.Restarts != 1 || st.Process.PID == pid {
 		t.Errorf("status %+v %+v", st, st.Process)
 	}
-	before = len(cp.Operations())
+	before = len(n.fleet.Transitions(t))
 	os.Remove(maint)
-	if err := cp.Await(ctxT(t), func(o []hostsdktest.Operation) bool {
-		for _, op := range o[before:] {
-			if op.Op == aip.OpRegister && op.Outcome == aip.OutcomeLease {
-				return true
-			}
-		}
-		return false
-	}); err != nil {
-		t.Fatal(err)
-	}
+	sidecartest.AwaitTransition(t, n.fleet, before, func(x sidecartest.Transition) bool {
+		return x.ReplicaID == n.r.ID && x.Op == aip.OpRegister
+	})
 	n.r.AwaitReady(t)
 	if res := n.result(t, action("notes.create", `{"title":"after the crash"}`)); res.Status != aip.ResultCompleted {
 		t.Fatalf("after the restart: %+v", res)
@@ -465,9 +430,7 @@ func TestNotesSidecarKill9(t *testing.T) {
 	childPID := n.status(t).Process.PID
 	before := action("notes.create", `{"title":"before the write","delay_ms":60000}`)
 	after := action("notes.create", `{"title":"after the write","hold_ms":60000}`)
-	for _, a := range []*aip.Action{before, after} {
-		go n.fleet.Dispatcher.Act(context.Background(), n.target, a) // answers are lost with the process
-	}
+	answers := []<-chan *sidecartest.Answer{n.actAsync(t, before), n.actAsync(t, after)}
 	n.awaitRunning(t, before)
 	var written note
 	for written.ID == "" {
@@ -482,12 +445,17 @@ func TestNotesSidecarKill9(t *testing.T) {
 
 	n.p.Signal(t, syscall.SIGKILL)
 	n.p.Wait(t)
+	for _, ch := range answers {
+		if ans := <-ch; ans.Err == nil && !ans.OutcomeUnknown {
+			t.Errorf("an action in flight when the sidecar was killed answered %+v", ans)
+		}
+	}
 	// The kernel tells the orphaned child (parent-death signal); wait for it
 	// to go before the new sidecar starts a new one on the same socket.
 	for !sidecartest.Exited(childPID) {
 		time.Sleep(10 * time.Millisecond) // waiting for a process to exit
 	}
-	n.fleet.ControlPlane.ExpireLease(n.r.ID) // as the maintenance loop would
+	n.fleet.AwaitRestartable(t, n.r)
 	n.start(t)
 
 	_, doc := n.r.Ready(t)

@@ -1,0 +1,389 @@
+// Package realfleet is a sidecartest.Fleet made of the real processes: the
+// aipfleet control plane (`aipfleet control-plane`) and dispatcher
+// (`aipfleet dispatch`), built once per test run, on a fresh PostgreSQL
+// database per test. The test admits the connector version (with the
+// manifest `aip-sidecar --print-manifest` describes), installs the tenant's
+// instance and bindings through the registry's control pool, and sends
+// actions through the dispatcher's HTTP API with a tenant token, as a
+// client would. Lifecycle transitions are read from the control plane's
+// log.
+//
+// It lives apart from sidecartest because it depends on the registry and
+// PostgreSQL, which the sidecar itself never does.
+package realfleet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
+)
+
+// Fleet settings.
+const (
+	// LeaseTTL is the lease the control plane grants. It outlasts a
+	// replica's drain (heartbeats stop while draining, and a lease that
+	// expires before the signed offline fails its sequence fence).
+	LeaseTTL = 8 * time.Second
+	// HeartbeatInterval is the replicas' default heartbeat.
+	HeartbeatInterval = time.Second
+	// TrustDomain and TenantID of the fleet.
+	TrustDomain = "sidecar.aipfleet.invalid"
+	TenantID    = "tenant-sidecar"
+	// GatewayPrincipalID is the principal `aipfleet dispatch` signs as.
+	GatewayPrincipalID = "service:aipfleet-dispatch"
+	// AipfleetPackage is the import path of the aipfleet command.
+	AipfleetPackage = "github.com/aipfleet/aipfleet/cmd/aipfleet"
+
+	issuerName  = "sidecartest"
+	maxInFlight = 32
+	secretRef   = "secret://sidecartest"
+)
+
+// New returns the real fleet when a test database is configured
+// (AIP_TEST_DATABASE_URL, see internal/pgtest; with
+// AIP_TEST_REQUIRE_DATABASE=1 a missing one fails the test). Without one it
+// logs so and returns sidecartest's fake fleet, so the tests still run on a
+// machine without PostgreSQL.
+func New(t testing.TB) sidecartest.Fleet {
+	t.Helper()
+	if os.Getenv(pgtest.EnvDatabaseURL) == "" && !pgtest.Required() {
+		t.Logf("realfleet: %s is not set; running against hostsdktest's fake control plane and dispatcher", pgtest.EnvDatabaseURL)
+		return sidecartest.NewFakeFleet(t)
+	}
+	return Start(t)
+}
+
+// Fleet is a running control plane and dispatcher on their own database.
+type Fleet struct {
+	reg        *pgregistry.Registry
+	cp, disp   *sidecartest.Process
+	controlKey *aip.SigningKey
+	gatewayKey *aip.SigningKey
+	issuerKey  *aip.SigningKey
+	controlURL string
+	apiURL     string
+	client     *http.Client
+
+	typeID, instanceID string
+	version            *registry.ConnectorVersion
+}
+
+// Start starts the control plane and the dispatcher on a fresh database.
+func Start(t testing.TB) *Fleet {
+	t.Helper()
+	dbURL := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	reg, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	dir := t.TempDir()
+	f := &Fleet{reg: reg, typeID: aip.NewID(aip.PrefixType), instanceID: aip.NewID(aip.PrefixInstance)}
+	dbFile := filepath.Join(dir, "db.url")
+	if err := os.WriteFile(dbFile, []byte(dbURL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var controlKeyFile, gatewayKeyFile string
+	f.controlKey, controlKeyFile = writeKey(t, dir, "control.key")
+	f.gatewayKey, gatewayKeyFile = writeKey(t, dir, "gateway.key")
+	f.issuerKey, _ = writeKey(t, dir, "issuer.key")
+	bin := sidecartest.Build(t, AipfleetPackage)
+
+	cpAddr := sidecartest.FreeAddr(t)
+	f.controlURL = "http://" + cpAddr
+	// Debug level: the control plane logs renewals too.
+	f.cp = sidecartest.Start(t, bin, nil, "control-plane", "--database-url-file", dbFile, "--signing-key-file", controlKeyFile,
+		"--bind", cpAddr, "--allow-insecure-loopback-http", "--lease-ttl", LeaseTTL.String(), "--log-level", "debug")
+	awaitOK(t, f.cp, f.controlURL+"/ready")
+
+	apiAddr := sidecartest.FreeAddr(t)
+	f.apiURL = "http://" + apiAddr
+	f.disp = sidecartest.Start(t, bin, nil, "dispatch", "--database-url-file", dbFile, "--signing-key-file", gatewayKeyFile,
+		"--issuer", issuerName+"="+f.issuerKey.DID(), "--bind", apiAddr, "--allow-insecure-loopback-http", "--log-level", "info")
+	awaitOK(t, f.disp, f.apiURL+dispatch.PathReady)
+	f.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	t.Cleanup(f.client.CloseIdleConnections)
+	return f
+}
+
+func writeKey(t testing.TB, dir, name string) (*aip.SigningKey, string) {
+	t.Helper()
+	k, err := aip.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := aip.WriteSeedFile(p, k); err != nil {
+		t.Fatal(err)
+	}
+	return k, p
+}
+
+// awaitOK polls url until 200, failing if the process exits.
+func awaitOK(t testing.TB, p *sidecartest.Process, url string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := sidecartest.Client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.Cmd.ProcessState != nil || time.Now().After(deadline) {
+			t.Fatalf("%s did not come up:\n%s", url, p.Log())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a process that is starting
+	}
+}
+
+// Kind implements sidecartest.Fleet.
+func (f *Fleet) Kind() string { return "real" }
+
+// TrustDomain implements sidecartest.Fleet.
+func (f *Fleet) TrustDomain() string { return TrustDomain }
+
+// Registry returns the registry (control pool) the test owns.
+func (f *Fleet) Registry() *pgregistry.Registry { return f.reg }
+
+// Admit implements sidecartest.Fleet: the connector type, the version with
+// m (full implementation claims), the tenant's enabled instance and a
+// binding per invocable capability.
+func (f *Fleet) Admit(t testing.TB, m *aip.Manifest) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, f.reg.PutConnectorType(ctx, registry.ConnectorType{ID: f.typeID, Name: "sidecar", Owner: "team-sidecar", Enabled: true}))
+	v := registrytest.Version(aip.NewID(aip.PrefixVersion), f.typeID, "1.0.0", "team-sidecar", registry.VersionActive, *m)
+	must(t, f.reg.AdmitVersion(ctx, v))
+	f.version = &v
+	must(t, f.reg.PutInstance(ctx, registry.ConnectorInstance{ID: f.instanceID, ConnectorTypeID: f.typeID, VersionID: v.ID,
+		TenantID: TenantID, ConfigRevision: 1, SecretProviderRef: secretRef, Status: registry.InstanceEnabled}))
+	for _, c := range m.Capabilities {
+		if c.Kind == aip.KindResource {
+			continue
+		}
+		must(t, f.reg.PutBinding(ctx, registry.CapabilityBinding{TenantID: TenantID, CapabilityID: c.ID, InstanceID: f.instanceID,
+			PolicyRevision: 1, Enabled: true}))
+	}
+}
+
+// NewReplica implements sidecartest.Fleet.
+func (f *Fleet) NewReplica(t testing.TB, opts sidecartest.ReplicaOptions) *sidecartest.Replica {
+	t.Helper()
+	if f.version == nil {
+		t.Fatal("realfleet: Admit the connector version before NewReplica")
+	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = HeartbeatInterval
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = LeaseTTL
+	}
+	r := sidecartest.NewReplicaEnv(t, sidecartest.HostEnv{
+		ControlEndpoint: f.controlURL + aip.ControlPath, ControlDID: f.controlKey.DID(),
+		GatewayPrincipalID: GatewayPrincipalID, GatewayDID: f.gatewayKey.DID(),
+		TypeID: f.typeID, VersionID: f.version.ID, InstanceID: f.instanceID, TenantID: TenantID, TrustDomain: TrustDomain,
+		ArtifactDigest: f.version.Attestation.ArtifactDigest, SecretProviderRef: secretRef, MaxInFlight: maxInFlight,
+	}, opts)
+	m := f.version.Manifest
+	r.ManifestDigest, r.AgentID, r.AgentKind = f.version.ManifestDigest, m.Agent.ID, m.Agent.Kind
+	must(t, f.reg.PutReplica(context.Background(), registry.ConnectorReplica{
+		ID: r.ID, InstanceID: f.instanceID, VersionID: f.version.ID, Endpoint: r.Endpoint,
+		PeerPrincipalID: m.Agent.ID, PeerPrincipalKind: m.Agent.Kind, PeerDID: r.Key.DID(),
+		TrustDomain: TrustDomain, TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(),
+		Status: aip.ReplicaOffline, Capacity: maxInFlight,
+	}))
+	return r
+}
+
+func (f *Fleet) token() (string, error) {
+	now := time.Now()
+	return tenanttoken.Mint(f.issuerKey, tenanttoken.Claims{Issuer: issuerName, Audience: tenanttoken.DefaultAudience,
+		TenantID: TenantID, IssuedAt: now, Expiry: now.Add(time.Hour)})
+}
+
+// exchange sends one request to the dispatcher's API and reads the answer
+// with read. It is safe from any goroutine.
+func (f *Fleet) exchange(method, path string, body any, read func(*http.Response) error) error {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, f.apiURL+path, rd)
+	if err != nil {
+		return err
+	}
+	tok, err := f.token()
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return read(resp)
+}
+
+// answer reads an ActionResponse, or NDJSON stream lines ending in one.
+func answer(resp *http.Response, a *sidecartest.Answer) error {
+	a.HTTPStatus = resp.StatusCode
+	var final dispatch.ActionResponse
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), dispatch.ContentTypeNDJSON) {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 0, 64<<10), aip.MaxMessageBytes)
+		var all bytes.Buffer
+		for sc.Scan() {
+			all.Write(sc.Bytes())
+			all.WriteByte('\n')
+			var line dispatch.StreamLine
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+				return fmt.Errorf("stream line %q: %w", sc.Bytes(), err)
+			}
+			if line.Chunk != nil {
+				a.Chunks = append(a.Chunks, *line.Chunk)
+			} else if line.ActionResponse != nil {
+				final = *line.ActionResponse
+			}
+		}
+		a.Raw = all.Bytes()
+		if err := sc.Err(); err != nil {
+			return err
+		}
+	} else {
+		a.Raw, _ = io.ReadAll(resp.Body)
+		if err := json.Unmarshal(a.Raw, &final); err != nil {
+			return fmt.Errorf("HTTP %d answer is not an action response: %s", resp.StatusCode, a.Raw)
+		}
+	}
+	a.Result, a.Error = final.Result, final.Error
+	a.OutcomeUnknown = final.Settlement == registry.SettlementOutcomeUnknown ||
+		(a.Error != nil && a.Error.Code == dispatch.CodeOutcomeUnknown)
+	return nil
+}
+
+// Act implements sidecartest.Fleet: POST /aip/v1/actions.
+func (f *Fleet) Act(t testing.TB, r *sidecartest.Replica, a *aip.Action) *sidecartest.Answer {
+	out := &sidecartest.Answer{}
+	out.Err = f.exchange(http.MethodPost, dispatch.PathActions, dispatch.ActionRequest{
+		ActionID: a.ID, CapabilityID: a.CapabilityID, Input: a.Input, Mode: a.Mode, IdempotencyKey: a.IdempotencyKey, TimeoutMS: a.TimeoutMS,
+	}, func(resp *http.Response) error { return answer(resp, out) })
+	return out
+}
+
+// Cancel implements sidecartest.Fleet: POST /aip/v1/actions/{id}/cancel.
+func (f *Fleet) Cancel(t testing.TB, r *sidecartest.Replica, actionID, capabilityID, reason string) *sidecartest.Answer {
+	out := &sidecartest.Answer{}
+	out.Err = f.exchange(http.MethodPost, dispatch.PathActions+"/"+actionID+"/cancel", dispatch.CancelRequest{Reason: reason},
+		func(resp *http.Response) error { return answer(resp, out) })
+	return out
+}
+
+// State implements sidecartest.Fleet: GET /aip/v1/actions/{id}, which asks
+// the pinned replica.
+func (f *Fleet) State(t testing.TB, r *sidecartest.Replica, actionID, capabilityID string) aip.ActionState {
+	t.Helper()
+	state := aip.StateNotFound
+	err := f.exchange(http.MethodGet, dispatch.PathActions+"/"+actionID, nil, func(resp *http.Response) error {
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == http.StatusNotFound {
+			return nil // not routed yet
+		}
+		var st dispatch.ActionStatusResponse
+		if err := json.Unmarshal(raw, &st); err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("action status: HTTP %d %s", resp.StatusCode, raw)
+		}
+		if st.Replica.Reachable {
+			state = st.Replica.State
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+// Transitions implements sidecartest.Fleet from the control plane's log:
+// "lifecycle transition" lines (register, drain, offline, and heartbeats
+// that did not renew — the replica reported not ready) and "lease renewed"
+// (healthy heartbeats).
+func (f *Fleet) Transitions(t testing.TB) []sidecartest.Transition {
+	var out []sidecartest.Transition
+	for _, rec := range f.cp.Records() {
+		msg, _ := rec["msg"].(string)
+		if msg != "lifecycle transition" && msg != "lease renewed" {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(rec["time"]))
+		if err != nil {
+			t.Fatalf("control plane log time %v: %v", rec["time"], err)
+		}
+		op := aip.Operation(fmt.Sprint(rec["operation"]))
+		out = append(out, sidecartest.Transition{At: at, Op: op, ReplicaID: fmt.Sprint(rec["replica_id"]),
+			ConnectorReady: op != aip.OpHeartbeat || msg == "lease renewed"})
+	}
+	return out
+}
+
+// AwaitRestartable implements sidecartest.Fleet: lease maintenance takes a
+// killed replica offline once its lease expires.
+func (f *Fleet) AwaitRestartable(t testing.TB, r *sidecartest.Replica) {
+	t.Helper()
+	deadline := time.Now().Add(LeaseTTL + time.Minute)
+	for {
+		rep, err := f.reg.ConnectorReplica(context.Background(), r.ID)
+		if err == nil && rep.Status == aip.ReplicaOffline && !rep.LeaseValid(time.Now()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s is still %s with a lease until %s", r.ID, rep.Status, rep.LeaseExpiresAt)
+		}
+		time.Sleep(50 * time.Millisecond) // polling lease maintenance
+	}
+}
+
+// ReplicaStatus returns the registry's view of a replica.
+func (f *Fleet) ReplicaStatus(t testing.TB, id string) registry.ConnectorReplica {
+	t.Helper()
+	rep, err := f.reg.ConnectorReplica(context.Background(), id)
+	must(t, err)
+	return rep
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var _ sidecartest.Fleet = (*Fleet)(nil)
