@@ -143,7 +143,7 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	for {
 		env, err := d.envelope(&a, aip.Body{Action: action}, pmode)
 		if err != nil {
-			h = &hop{err: err}
+			h = &hop{err: err, notSent: true}
 		} else {
 			hopStart := time.Now()
 			h = d.send(hopCtx, &a, env, SpanSend, onChunk)
@@ -186,6 +186,11 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 		return registry.SettlementOutcomeUnknown, status
 	}
 	switch {
+	case h.env == nil && h.notSent:
+		e := newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryConnector, false, 0,
+			fmt.Sprintf("the action was not sent to replica %s: %v", a.ReplicaID, h.err))
+		resp.Error = e.pe
+		return registry.SettlementCancelled, e.status
 	case h.env == nil && h.timedOut:
 		return unknown(http.StatusGatewayTimeout, CodeTimeout, "no answer before the action's timeout")
 	case h.env == nil:

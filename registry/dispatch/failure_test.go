@@ -351,3 +351,29 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("reused action ID: %d %+v", status, resp.Error)
 	}
 }
+
+// TestUnsendableActionSettlesCancelled: a replica the dispatcher cannot
+// speak to (another transport profile) never receives the action, which
+// settles cancelled (not outcome_unknown: nothing left the dispatcher).
+func TestUnsendableActionSettlesCancelled(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	key, _ := aip.GenerateSigningKey()
+	id := aip.NewID(aip.PrefixReplica)
+	must(t, w.reg.PutReplica(w.ctx, registry.ConnectorReplica{
+		ID: id, InstanceID: w.instanceID, VersionID: w.versionID, Endpoint: "https://replica.invalid/aip/v1/messages",
+		PeerPrincipalID: "agent:dispatch-test", PeerPrincipalKind: aip.PrincipalAgent, PeerDID: key.DID(),
+		TrustDomain: "test.aipfleet.invalid", TransportProfile: "aip.grpc.v1", Topology: aip.DefaultTopology(),
+		Status: aip.ReplicaReady, LeaseExpiresAt: time.Now().Add(time.Hour), Capacity: 4, HealthRevision: 1,
+	}))
+	status, resp := w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: say("x", "")})
+	if status != http.StatusBadGateway || resp.Error == nil || resp.Error.Code != dispatch.CodeReplicaUnreachable ||
+		resp.Settlement != registry.SettlementCancelled || resp.Route.ReplicaID != id {
+		t.Fatalf("answer %d %+v %q", status, resp.Error, resp.Settlement)
+	}
+	rep, err := w.reg.ConnectorReplica(w.ctx, id)
+	must(t, err)
+	if rep.Circuit != (registry.CircuitState{}) {
+		t.Fatalf("circuit %+v", rep.Circuit)
+	}
+	w.idle()
+}

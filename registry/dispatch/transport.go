@@ -41,6 +41,10 @@ type hop struct {
 	// failure, a timeout, or an answer that did not verify.
 	err      error
 	timedOut bool
+	// notSent is set when the failure happened before the request could
+	// leave (no native profile, no signature, no request): nothing reached
+	// the replica.
+	notSent bool
 }
 
 // refusal returns the replica's signed refusal, or nil.
@@ -99,18 +103,18 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 		}
 	}()
 	if a.TransportProfile != aip.NativeHTTPProfile {
-		h.err = fmt.Errorf("dispatch: replica %s speaks %q; this dispatcher speaks only %s", a.ReplicaID, a.TransportProfile, aip.NativeHTTPProfile)
+		h.err, h.notSent = fmt.Errorf("dispatch: replica %s speaks %q; this dispatcher speaks only %s", a.ReplicaID, a.TransportProfile, aip.NativeHTTPProfile), true
 		return h
 	}
 	raw, err := aip.SignEnvelope(d.key, env)
 	if err != nil {
-		h.err = fmt.Errorf("dispatch: sign: %w", err)
+		h.err, h.notSent = fmt.Errorf("dispatch: sign: %w", err), true
 		return h
 	}
 	h.request = raw
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.Endpoint, bytes.NewReader(raw))
 	if err != nil {
-		h.err = fmt.Errorf("dispatch: replica %s endpoint %q: %w", a.ReplicaID, a.Endpoint, err)
+		h.err, h.notSent = fmt.Errorf("dispatch: replica %s endpoint %q: %w", a.ReplicaID, a.Endpoint, err), true
 		return h
 	}
 	req.Header.Set("Content-Type", "application/json")
