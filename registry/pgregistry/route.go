@@ -35,6 +35,9 @@ import (
 
 const (
 	lockAction = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+	// lockRouting takes the action lock, then the shared publication lock
+	// (the subquery, volatile, runs first).
+	lockRouting = `SELECT pg_advisory_xact_lock_shared($2, $3) FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS action`
 
 	routeColumns = `action_id, capability_id, tenant_id, instance_id, version_id, manifest_digest, replica_id, endpoint,
 	peer_principal_id, peer_principal_kind, peer_did, trust_domain, transport_profile, region, zone, capacity_class,
@@ -59,10 +62,10 @@ LEFT JOIN aip_registry.admission_policies p ON p.policy_ref = b.quota_policy_ref
 	AND (b.quota_policy_ref IS NULL OR p.enabled)`
 
 	// candidates: eligible replicas of valid bindings, in
-	// registry.CompareCandidates order. $3 now, $4 capacity class ("" =
+	// registry.CompareCandidates order, with the catalog revision. $3 now, $4 capacity class ("" =
 	// any), $5 forbid cross-region, $6 preferred region, $7 preferred zone,
 	// $8 action ID.
-	candidates = `SELECT b.priority, b.policy_revision, b.credential_revision_ref, b.quota_policy_ref, b.scope_key,
+	candidates = `SELECT (SELECT revision FROM aip_registry.catalog_revision), b.priority, b.policy_revision, b.credential_revision_ref, b.quota_policy_ref, b.scope_key,
 	i.type_id, v.manifest_digest,
 	p.policy_ref, p.revision, p.enabled, p.max_global_in_flight, p.max_tenant_in_flight, p.max_connector_type_in_flight,
 	p.max_instance_in_flight, p.max_binding_in_flight, p.max_tenant_retry_in_flight, p.circuit_failure_threshold, p.circuit_open_ms,
@@ -130,11 +133,28 @@ WHERE action_id = $1 AND NOT reserved`
 	// replica first too) cannot release the route underneath it.
 	lockRouteReplica = `SELECT consecutive_failures, circuit_open_until_ms FROM aip_registry.connector_replicas
 WHERE replica_id = (SELECT replica_id FROM aip_registry.route_assignments WHERE action_id = $1) FOR UPDATE`
-	releaseRoute = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
-WHERE action_id = $1 AND reserved`
-	settleReplica = `UPDATE aip_registry.connector_replicas
-SET active_assignments = GREATEST(active_assignments - 1, 0), consecutive_failures = $2, circuit_open_until_ms = $3
-WHERE replica_id = $1`
+	// settleRoute releases a reserved route in one statement: the route row,
+	// its counters ($4..$6 kinds, keys and amounts in lock order, locked in
+	// that order) and its replica's count and circuit ($7 replica, $8
+	// failures, $9 open until). The caller holds the action and replica
+	// locks, so only the counters need the ordered locking.
+	settleRoute = `WITH route AS (
+	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
+	WHERE action_id = $1 AND reserved RETURNING 1),
+scope AS (
+	SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[]) WITH ORDINALITY AS s (kind, key, amount, n)),
+locked AS (
+	SELECT c.scope_kind, c.scope_key, s.amount FROM aip_registry.admission_counters c
+	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key
+	ORDER BY s.n FOR UPDATE OF c),
+released AS (
+	UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
+	FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key),
+replica AS (
+	UPDATE aip_registry.connector_replicas
+	SET active_assignments = GREATEST(active_assignments - 1, 0), consecutive_failures = $8, circuit_open_until_ms = $9
+	WHERE replica_id = $7)
+SELECT count(*) FROM route`
 )
 
 // pinnedReplica locks an existing route's replica with the state
@@ -233,18 +253,11 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		var (
 			s             storedRoute
 			routed, found bool
-			revision      uint64
 			c             candidate
 		)
 		b := &pgx.Batch{}
-		b.Queue(lockAction, req.ActionID)
+		b.Queue(lockRouting, req.ActionID, lockClass, lockCatalog)
 		queueRoute(b, req.ActionID, &s, &routed)
-		b.Queue(lockCatalogShared, lockClass, lockCatalog)
-		b.Queue(selectRevision).QueryRow(func(row pgx.Row) error {
-			var err error
-			revision, err = scanUint(row)
-			return err
-		})
 		b.Queue(takeCandidate, args...).QueryRow(func(row pgx.Row) error {
 			var err error
 			c, err = scanCandidate(row)
@@ -266,10 +279,10 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		case !found:
 			c, err = r.waitForCandidate(ctx, p, &req, args)
 			if err == nil {
-				out, err = r.reserveNew(ctx, p, &req, revision, &c, now)
+				out, err = r.reserveNew(ctx, p, &req, &c, now)
 			}
 		default:
-			out, err = r.reserveNew(ctx, p, &req, revision, &c, now)
+			out, err = r.reserveNew(ctx, p, &req, &c, now)
 		}
 		return err
 	})
@@ -377,7 +390,7 @@ func (r *Registry) waitForCandidate(ctx context.Context, p *pipe, req *registry.
 
 // reserveNew reserves the locked candidate and every admission scope of its
 // binding's policy, inserts the route and commits, in one round trip.
-func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteRequest, revision uint64, c *candidate, now time.Time) (registry.RouteAssignment, error) {
+func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteRequest, c *candidate, now time.Time) (registry.RouteAssignment, error) {
 	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
 	pol := &r.implicit
 	if c.policy != nil {
@@ -385,7 +398,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	}
 	admission := registry.NewReservation(pol, &c.binding, c.typeID, c.scopeKey)
 	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
-	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, revision, admission, aip.NewID(aip.PrefixRoute), now)
+	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, c.revision, admission, aip.NewID(aip.PrefixRoute), now)
 	doc, err := json.Marshal(a.Admission)
 	if err != nil {
 		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
@@ -430,18 +443,15 @@ func scopeFull(err error, scopes []registry.AdmissionScope) error {
 	return err
 }
 
-// queueRelease queues the release of one unit of every scope, in lock
-// order.
-func queueRelease(b *pgx.Batch, scopes []registry.AdmissionScope) {
-	if len(scopes) == 0 {
-		return
-	}
+// scopeArrays returns the kinds, keys and amounts (one each) of scopes in
+// lock order, for releaseScopes and settleRoute.
+func scopeArrays(scopes []registry.AdmissionScope) (kinds, keys []string, amounts []int64) {
 	order := scopeOrder(scopes)
-	kinds, keys, amounts := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+	kinds, keys, amounts = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
 	for n, i := range order {
 		kinds[n], keys[n], amounts[n] = string(scopes[i].Kind), scopes[i].Key, 1
 	}
-	b.Queue(releaseScopes, kinds, keys, amounts)
+	return kinds, keys, amounts
 }
 
 // scopeRank orders scope kinds as a reservation lists them.
@@ -472,6 +482,7 @@ func scopeOrder(scopes []registry.AdmissionScope) []int {
 
 // candidate is one row of the candidates query.
 type candidate struct {
+	revision       uint64
 	binding        registry.CapabilityBinding
 	scopeKey       string
 	typeID         string
@@ -483,7 +494,7 @@ type candidate struct {
 func scanCandidate(row pgx.Row) (candidate, error) {
 	var (
 		c                                          candidate
-		prio, polRev                               int64
+		revision, prio, polRev                     int64
 		cred, quota                                *string
 		pRef                                       *string
 		pRev, pGlobal, pTenant, pType, pInst, pBnd *int64
@@ -491,12 +502,12 @@ func scanCandidate(row pgx.Row) (candidate, error) {
 		pEnabled                                   *bool
 	)
 	rep, err := scanReplicaPrefixed(row,
-		[]any{&prio, &polRev, &cred, &quota, &c.scopeKey, &c.typeID, &c.manifestDigest,
+		[]any{&revision, &prio, &polRev, &cred, &quota, &c.scopeKey, &c.typeID, &c.manifestDigest,
 			&pRef, &pRev, &pEnabled, &pGlobal, &pTenant, &pType, &pInst, &pBnd, &pRetry, &pThreshold, &pOpen})
 	if err != nil {
 		return c, err
 	}
-	c.replica = rep
+	c.replica, c.revision = rep, uint64(revision)
 	c.binding = registry.CapabilityBinding{Priority: uint32(prio), PolicyRevision: uint64(polRev),
 		CredentialRevisionRef: deref(cred), QuotaPolicyRef: deref(quota), InstanceID: rep.InstanceID, Enabled: true}
 	if pRef != nil {
@@ -578,10 +589,10 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 		now := r.clock()
 		circuit := registry.ApplySettlementToCircuit(registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)},
 			outcome, &s.a.Admission, now)
+		kinds, keys, amounts := scopeArrays(s.a.Admission.Scopes(s.retry))
 		b = &pgx.Batch{}
-		b.Queue(releaseRoute, a.ActionID, string(outcome), toMS(now))
-		queueRelease(b, s.a.Admission.Scopes(s.retry))
-		b.Queue(settleReplica, s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil))
+		b.Queue(settleRoute, a.ActionID, string(outcome), toMS(now), kinds, keys, amounts,
+			s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil))
 		return p.commit(ctx, b)
 	})
 }
