@@ -1,6 +1,7 @@
-// Command echo is a complete AIP connector built with hostsdk: echo.say
-// echoes a message and counts its side effect per action in the runtime
-// journal, echo.stream sends progress chunks first. It is configured purely
+// Command echo runs the echo connector (package echoconnector) as a
+// standalone AIP connector host built with hostsdk: echo.say echoes a
+// message and counts its side effect per action in the runtime journal,
+// echo.stream sends progress chunks first. It is configured purely
 // by the common connector host flags and AIP_CONNECTOR_HOST_* variables (run
 // it with -h for the list) and exits with status 0 only after a clean drain
 // and offline transition.
@@ -17,6 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/aipfleet/aipfleet/examples/echo/echoconnector"
 	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
@@ -63,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer closeJournal()
 	cfg.Journal = j
 
-	host, err := hostsdk.New(cfg, Echo{})
+	host, err := hostsdk.New(cfg, echoconnector.Connector{})
 	if err != nil {
 		return err
 	}

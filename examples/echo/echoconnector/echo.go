@@ -1,4 +1,16 @@
-package main
+// Package echoconnector is the echo connector: a complete AIP connector
+// built with hostsdk, small enough to read in one sitting. echo.say echoes
+// a message and counts its side effect per action ID in the runtime
+// journal's state store (so a test can prove an action never ran twice);
+// echo.stream sends progress chunks first. Both take delay_ms (a cancellable
+// wait before the side effect) and hold_ms (a wait after it) for drain,
+// cancel and crash experiments. It implements the optional Streamer,
+// HealthChecker and Reconciler interfaces.
+//
+// The examples/echo command runs it as a standalone host, and
+// `aipfleet host --connector echo` (which `aipfleet dev` starts) runs it as
+// a built-in connector.
+package echoconnector
 
 import (
 	"context"
@@ -27,12 +39,12 @@ const SideEffectsNamespace = "echo.side_effects"
 // MaxDelay bounds delay_ms and hold_ms.
 const MaxDelay = 10 * time.Minute
 
-// Echo is a complete connector: echo.say echoes a message and records one
+// Connector is a complete connector: echo.say echoes a message and records one
 // side effect per action in the journal's state store; echo.stream sends
 // progress chunks, then echoes. Both accept delay_ms (a cancellable wait
 // before the side effect) and hold_ms (a wait after it, like a slow provider
 // answer), for drain, cancel and crash tests.
-type Echo struct{}
+type Connector struct{}
 
 // sayInput is the input of both capabilities.
 type sayInput struct {
@@ -100,7 +112,7 @@ func contract(streaming bool) *aip.CapabilityContract {
 }
 
 // Manifest implements hostsdk.Connector.
-func (Echo) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+func (Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
 	return &aip.Manifest{
 		ManifestVersion: "aip-manifest/v1",
 		Agent: aip.Principal{ID: "agent:aipfleet-echo", Kind: aip.PrincipalAgent,
@@ -124,7 +136,7 @@ func (Echo) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Ma
 }
 
 // Handle implements hostsdk.Connector.
-func (e Echo) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+func (e Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
 	in, err := decode(call)
 	if err != nil {
 		return nil, err
@@ -137,7 +149,7 @@ func (e Echo) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult
 }
 
 // HandleStream implements hostsdk.Streamer.
-func (e Echo) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+func (e Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	in, err := decode(call)
 	if err != nil {
 		return nil, err
@@ -167,7 +179,7 @@ func decode(call *hostsdk.Call) (sayInput, error) {
 
 // effect waits delay_ms (cancellable), records the side effect, then holds
 // hold_ms. It returns how many times the effect has run for this action.
-func (Echo) effect(ctx context.Context, call *hostsdk.Call, in sayInput) (int64, error) {
+func (Connector) effect(ctx context.Context, call *hostsdk.Call, in sayInput) (int64, error) {
 	if err := wait(ctx, in.DelayMS); err != nil {
 		return 0, err // cancelled before the effect: nothing happened
 	}
@@ -209,11 +221,11 @@ func wait(ctx context.Context, ms int64) error {
 }
 
 // CheckHealth implements hostsdk.HealthChecker: echo has no provider.
-func (Echo) CheckHealth(ctx context.Context) error { return ctx.Err() }
+func (Connector) CheckHealth(ctx context.Context) error { return ctx.Err() }
 
 // Reconcile implements hostsdk.Reconciler: an action a crash left running
 // completed when its side effect is recorded, and never ran otherwise.
-func (Echo) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+func (Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
 	v, err := u.State.Get(ctx, SideEffectsNamespace, u.Action.ActionID)
 	var count int64
 	switch {
@@ -236,8 +248,8 @@ func (Echo) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.Act
 func isNotFound(err error) bool { return errors.Is(err, journal.ErrNotFound) }
 
 var (
-	_ hostsdk.Connector     = Echo{}
-	_ hostsdk.Streamer      = Echo{}
-	_ hostsdk.HealthChecker = Echo{}
-	_ hostsdk.Reconciler    = Echo{}
+	_ hostsdk.Connector     = Connector{}
+	_ hostsdk.Streamer      = Connector{}
+	_ hostsdk.HealthChecker = Connector{}
+	_ hostsdk.Reconciler    = Connector{}
 )

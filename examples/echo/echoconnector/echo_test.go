@@ -1,12 +1,9 @@
-package main
+package echoconnector
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,19 +14,7 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binary != "" {
-		os.RemoveAll(filepath.Dir(binary))
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type echoOut struct {
 	Message     string `json:"message"`
@@ -72,7 +57,7 @@ func newEchoWith(t testing.TB, edit func(*hostsdk.Config)) (*hostsdktest.Control
 	if edit != nil {
 		edit(&cfg)
 	}
-	h := hostsdktest.StartHost(t, cfg, Echo{})
+	h := hostsdktest.StartHost(t, cfg, Connector{})
 	return cp, d, h, hostsdktest.TargetOf(h, cfg)
 }
 
