@@ -98,15 +98,16 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 	}
 	log = log.With("component", Component)
 	for _, d := range []struct {
-		p   *time.Duration
-		def time.Duration
+		field string
+		p     *time.Duration
+		def   time.Duration
 	}{
-		{&cfg.StartTimeout, DefaultStartTimeout}, {&cfg.StopTimeout, DefaultStopTimeout},
-		{&cfg.RestartBackoff, DefaultRestartBackoff}, {&cfg.MaxBackoff, DefaultMaxBackoff},
-		{&cfg.StableAfter, DefaultStableAfter},
+		{"StartTimeout", &cfg.StartTimeout, DefaultStartTimeout}, {"StopTimeout", &cfg.StopTimeout, DefaultStopTimeout},
+		{"RestartBackoff", &cfg.RestartBackoff, DefaultRestartBackoff}, {"MaxBackoff", &cfg.MaxBackoff, DefaultMaxBackoff},
+		{"StableAfter", &cfg.StableAfter, DefaultStableAfter},
 	} {
 		if *d.p < 0 {
-			return nil, &ConfigError{Field: "durations", Reason: "must not be negative"}
+			return nil, &ConfigError{Field: d.field, Reason: fmt.Sprintf("is %s; it must not be negative", *d.p)}
 		}
 		if *d.p == 0 {
 			*d.p = d.def

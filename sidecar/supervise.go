@@ -120,8 +120,8 @@ var errStopping = errors.New("sidecar: the supervisor is stopping")
 // start starts the connector and waits until Ready succeeds, restarting it
 // with backoff if it exits meanwhile, for at most StartTimeout. On success
 // it hands the child to the monitor, which restarts it after crashes.
-func (s *supervisor) start(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+func (s *supervisor) start(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.StartTimeout)
 	defer cancel()
 	bo := s.newBackoff()
 	var lastErr error
@@ -140,9 +140,12 @@ func (s *supervisor) start(ctx context.Context) error {
 		case <-c.exited:
 			s.recordExit(c, false)
 		default:
-			// Still running but not ready in time (or ctx ended).
+			// Still running but not ready in time (or asked to stop).
 			s.terminate(c)
 			s.recordExit(c, false)
+			if err := parent.Err(); err != nil {
+				return fmt.Errorf("sidecar: start of the connector interrupted: %w", err)
+			}
 			return fmt.Errorf("%w within %s: %v", ErrStartTimeout, s.cfg.StartTimeout, lastErr)
 		}
 		wait := bo.NextBackOff()

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -290,5 +291,29 @@ func TestExecGetsTokenAndAddress(t *testing.T) {
 	defer l.Close()
 	if err := l.probe(ctxT(t)); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("probe without the token: %v", err)
+	}
+}
+
+// TestExecStartInterrupted: a SIGTERM during start-up stops the child and
+// registers nothing.
+func TestExecStartInterrupted(t *testing.T) {
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	s, err := New(Config{Host: hostsdktest.HostConfig(t, cp, d, nil), Local: LocalConfig{Socket: socketPath(t)},
+		Exec: []string{"/bin/sh", "-c", "sleep 60"}, StopTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = s.Run(ctx)
+	if err == nil || errors.Is(err, ErrStartTimeout) || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("Run = %v; want an interrupted start", err)
+	}
+	if st := s.local.proc.snapshot(); st.Running || st.Starts != 1 {
+		t.Errorf("process %+v", st)
+	}
+	if len(cp.Operations()) != 0 {
+		t.Errorf("operations %+v", cp.Operations())
 	}
 }
