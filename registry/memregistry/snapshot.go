@@ -1,0 +1,407 @@
+package memregistry
+
+import (
+	"cmp"
+	"container/heap"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// SnapshotFormat is the format field of a snapshot document.
+const SnapshotFormat = "aipfleet.memregistry.snapshot/v1"
+
+// ErrSnapshot is returned (wrapped) by Restore for a document that is not a
+// usable snapshot, and for a registry that is not empty.
+var ErrSnapshot = errors.New("memregistry: unusable snapshot")
+
+// snapshot is the complete state of a Registry as JSON. Records are sorted
+// by identity so equal states encode to equal bytes; definitions keep the
+// order in which versions published them (the first publisher's text is
+// the catalog's).
+type snapshot struct {
+	Format          string                       `json:"format"`
+	CatalogRevision uint64                       `json:"catalog_revision"`
+	Policies        []registry.AdmissionPolicy   `json:"policies"`
+	Types           []registry.ConnectorType     `json:"types"`
+	Versions        []registry.ConnectorVersion  `json:"versions"`
+	Definitions     []snapshotDefinition         `json:"definitions"`
+	Instances       []registry.ConnectorInstance `json:"instances"`
+	Bindings        []registry.CapabilityBinding `json:"bindings"`
+	Replicas        []registry.ConnectorReplica  `json:"replicas"`
+	Routes          []snapshotRoute              `json:"routes"`
+	Counters        []registry.AdmissionCounter  `json:"counters"`
+	History         []snapshotHistory            `json:"history"`
+	ReplayClaims    []snapshotClaim              `json:"replay_claims"`
+}
+
+type snapshotDefinition struct {
+	Definition registry.CapabilityDefinition `json:"definition"`
+	// VersionIDs are the versions implementing the capability, in the order
+	// they were admitted.
+	VersionIDs []string `json:"version_ids"`
+}
+
+type snapshotRoute struct {
+	Assignment     registry.RouteAssignment `json:"assignment"`
+	Reserved       bool                     `json:"reserved"`
+	Retry          bool                     `json:"retry"`
+	LastSettlement registry.RouteSettlement `json:"last_settlement,omitempty"`
+	ResolvedAgain  bool                     `json:"resolved_again"`
+}
+
+type snapshotHistory struct {
+	ActionID    string                     `json:"action_id"`
+	Assignments []registry.RouteAssignment `json:"assignments"`
+}
+
+type snapshotClaim struct {
+	RequestID string    `json:"request_id"`
+	Digest    string    `json:"digest"`
+	ReplicaID string    `json:"replica_id"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Snapshot writes the registry's complete state to w as one JSON document:
+// every record, the catalog revision, route assignments with their
+// reservations and superseded history, admission counters and the live
+// lifecycle replay claims. The state is copied under the registry's mutex
+// (one consistent instant); the encoding and the write happen after it is
+// released. Restore reads the document back. Cached catalog views are not
+// part of the state.
+func (r *Registry) Snapshot(w io.Writer) error {
+	s := r.snapshot()
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return fmt.Errorf("memregistry: write snapshot: %w", err)
+	}
+	return nil
+}
+
+func (r *Registry) snapshot() *snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &snapshot{
+		Format: SnapshotFormat, CatalogRevision: r.revision,
+		Policies: make([]registry.AdmissionPolicy, 0, len(r.policies)), Types: make([]registry.ConnectorType, 0, len(r.types)),
+		Versions: make([]registry.ConnectorVersion, 0, len(r.versions)), Definitions: make([]snapshotDefinition, 0, len(r.defs)),
+		Instances: make([]registry.ConnectorInstance, 0, len(r.instances)), Bindings: make([]registry.CapabilityBinding, 0, len(r.bindings)),
+		Replicas: make([]registry.ConnectorReplica, 0, len(r.replicas)), Routes: make([]snapshotRoute, 0, len(r.routes)),
+		Counters: make([]registry.AdmissionCounter, 0, len(r.counters)), History: make([]snapshotHistory, 0, len(r.history)),
+		ReplayClaims: []snapshotClaim{},
+	}
+	for _, p := range r.policies {
+		s.Policies = append(s.Policies, *p)
+	}
+	for _, t := range r.types {
+		s.Types = append(s.Types, t.rec)
+	}
+	for _, v := range r.versions {
+		s.Versions = append(s.Versions, v.rec.Clone())
+	}
+	for _, d := range r.defs {
+		sd := snapshotDefinition{Definition: d.def.Clone(), VersionIDs: make([]string, len(d.versions))}
+		for i, v := range d.versions {
+			sd.VersionIDs[i] = v.rec.ID
+		}
+		s.Definitions = append(s.Definitions, sd)
+	}
+	for _, i := range r.instances {
+		s.Instances = append(s.Instances, i.rec)
+	}
+	for _, b := range r.bindings {
+		s.Bindings = append(s.Bindings, b.rec)
+	}
+	for _, e := range r.replicas {
+		s.Replicas = append(s.Replicas, e.rec)
+	}
+	for _, rt := range r.routes {
+		s.Routes = append(s.Routes, snapshotRoute{Assignment: rt.a.Clone(), Reserved: rt.reserved, Retry: rt.retry,
+			LastSettlement: rt.last, ResolvedAgain: rt.resolvedAgain})
+	}
+	for id, n := range r.counters {
+		s.Counters = append(s.Counters, registry.AdmissionCounter{Kind: id.kind, Key: id.key, Active: n})
+	}
+	for actionID, h := range r.history {
+		sh := snapshotHistory{ActionID: actionID, Assignments: make([]registry.RouteAssignment, len(h))}
+		for i := range h {
+			sh.Assignments[i] = h[i].Clone()
+		}
+		s.History = append(s.History, sh)
+	}
+	if r.lc != nil {
+		now := r.clock()
+		for _, c := range r.lc.claims {
+			if c.Live(now) {
+				s.ReplayClaims = append(s.ReplayClaims, snapshotClaim{RequestID: c.RequestID, Digest: c.Digest, ReplicaID: c.ReplicaID, ExpiresAt: c.ExpiresAt})
+			}
+		}
+	}
+	slices.SortFunc(s.Policies, func(a, b registry.AdmissionPolicy) int { return strings.Compare(a.PolicyRef, b.PolicyRef) })
+	slices.SortFunc(s.Types, func(a, b registry.ConnectorType) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(s.Versions, func(a, b registry.ConnectorVersion) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(s.Definitions, func(a, b snapshotDefinition) int {
+		return strings.Compare(a.Definition.Capability.ID, b.Definition.Capability.ID)
+	})
+	slices.SortFunc(s.Instances, func(a, b registry.ConnectorInstance) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(s.Bindings, func(a, b registry.CapabilityBinding) int { return strings.Compare(a.Key().String(), b.Key().String()) })
+	slices.SortFunc(s.Replicas, func(a, b registry.ConnectorReplica) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(s.Routes, func(a, b snapshotRoute) int { return strings.Compare(a.Assignment.ActionID, b.Assignment.ActionID) })
+	slices.SortFunc(s.Counters, func(a, b registry.AdmissionCounter) int {
+		return cmp.Or(strings.Compare(string(a.Kind), string(b.Kind)), strings.Compare(a.Key, b.Key))
+	})
+	slices.SortFunc(s.History, func(a, b snapshotHistory) int { return strings.Compare(a.ActionID, b.ActionID) })
+	slices.SortFunc(s.ReplayClaims, func(a, b snapshotClaim) int { return strings.Compare(a.RequestID, b.RequestID) })
+	return s
+}
+
+// Restore loads a document written by Snapshot into r, which must be
+// empty (as New returns it). Afterwards every contract answers exactly as
+// the snapshotted registry did at the instant of the snapshot, given the
+// same clock. A document that is not a snapshot, that references records
+// it does not contain or that is inconsistent is refused with ErrSnapshot,
+// and r stays empty.
+func (r *Registry) Restore(rd io.Reader) error {
+	var s snapshot
+	dec := json.NewDecoder(rd)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return fmt.Errorf("%w: %v", ErrSnapshot, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: data after the snapshot document", ErrSnapshot)
+	}
+	if s.Format != SnapshotFormat {
+		return fmt.Errorf("%w: format %q, want %q", ErrSnapshot, s.Format, SnapshotFormat)
+	}
+	fresh, err := New(Config{Now: r.now, Limits: r.limits})
+	if err != nil {
+		return err
+	}
+	if err := fresh.load(&s); err != nil {
+		return fmt.Errorf("%w: %v", ErrSnapshot, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.revision != 0 || len(r.policies)+len(r.types)+len(r.versions)+len(r.replicas)+len(r.routes) > 0 {
+		return fmt.Errorf("%w: restore into a registry that already holds state; restore into a new one", ErrSnapshot)
+	}
+	r.revision = fresh.revision
+	r.policies, r.types, r.versions = fresh.policies, fresh.types, fresh.versions
+	r.releases, r.artifacts, r.defs = fresh.releases, fresh.artifacts, fresh.defs
+	r.instances, r.bindings, r.tenants = fresh.instances, fresh.bindings, fresh.tenants
+	r.replicas, r.live, r.routes, r.counters = fresh.replicas, fresh.live, fresh.routes, fresh.counters
+	r.lc, r.history = fresh.lc, fresh.history
+	clear(r.tenantViews)
+	clear(r.internalViews)
+	return nil
+}
+
+// load builds r's records and indexes from s. r is new and not shared.
+func (r *Registry) load(s *snapshot) error {
+	r.revision = s.CatalogRevision
+	for i := range s.Policies {
+		p := s.Policies[i]
+		if _, dup := r.policies[p.PolicyRef]; dup {
+			return fmt.Errorf("admission policy %s appears twice", p.PolicyRef)
+		}
+		r.policies[p.PolicyRef] = &p
+	}
+	for _, t := range s.Types {
+		if _, dup := r.types[t.ID]; dup {
+			return fmt.Errorf("connector type %s appears twice", t.ID)
+		}
+		r.types[t.ID] = &typeEntry{rec: t}
+	}
+	for _, v := range s.Versions {
+		t, ok := r.types[v.ConnectorTypeID]
+		if !ok {
+			return fmt.Errorf("connector version %s: its type %s is missing", v.ID, v.ConnectorTypeID)
+		}
+		if _, dup := r.versions[v.ID]; dup {
+			return fmt.Errorf("connector version %s appears twice", v.ID)
+		}
+		e := &versionEntry{rec: v, typ: t, caps: make(map[string]struct{}, len(v.Manifest.Capabilities)),
+			profiles: make(map[string]struct{}, len(v.Manifest.Profiles))}
+		for _, c := range v.Manifest.Capabilities {
+			e.caps[c.ID] = struct{}{}
+		}
+		for _, p := range v.Manifest.Profiles {
+			e.profiles[p] = struct{}{}
+		}
+		r.versions[v.ID] = e
+		r.releases[[2]string{v.ConnectorTypeID, v.Version}] = v.ID
+		r.artifacts[v.Attestation.ArtifactDigest] = v.ID
+	}
+	published := map[[2]string]bool{} // (capability, version) pairs the definitions list
+	for _, sd := range s.Definitions {
+		d := sd.Definition
+		id := d.Capability.ID
+		if _, dup := r.defs[id]; dup {
+			return fmt.Errorf("capability %s is defined twice", id)
+		}
+		size, err := registry.DefinitionSize(&d)
+		if err != nil {
+			return fmt.Errorf("capability %s: %v", id, err)
+		}
+		de := &defEntry{def: d, size: size, search: registry.SearchText(&d)}
+		for _, vid := range sd.VersionIDs {
+			v, ok := r.versions[vid]
+			if !ok || !v.implements(id) {
+				return fmt.Errorf("capability %s: version %s is missing or does not declare it", id, vid)
+			}
+			published[[2]string{id, vid}] = true
+			de.versions = append(de.versions, v)
+		}
+		r.defs[id] = de
+	}
+	for vid, v := range r.versions {
+		for capID := range v.caps {
+			if !published[[2]string{capID, vid}] {
+				return fmt.Errorf("version %s declares capability %s, which no definition lists", vid, capID)
+			}
+		}
+	}
+	for _, i := range s.Instances {
+		v, ok := r.versions[i.VersionID]
+		if !ok {
+			return fmt.Errorf("connector instance %s: its version %s is missing", i.ID, i.VersionID)
+		}
+		if _, dup := r.instances[i.ID]; dup {
+			return fmt.Errorf("connector instance %s appears twice", i.ID)
+		}
+		r.instances[i.ID] = &instanceEntry{rec: i, version: v, bindings: make(map[string]*bindingEntry)}
+	}
+	for _, b := range s.Bindings {
+		inst, ok := r.instances[b.InstanceID]
+		if !ok {
+			return fmt.Errorf("capability binding %s: its instance is missing", b.Key())
+		}
+		if _, ok := r.defs[b.CapabilityID]; !ok {
+			return fmt.Errorf("capability binding %s: its capability has no definition", b.Key())
+		}
+		if b.QuotaPolicyRef != "" && r.policies[b.QuotaPolicyRef] == nil {
+			return fmt.Errorf("capability binding %s: its policy %s is missing", b.Key(), b.QuotaPolicyRef)
+		}
+		if _, dup := r.bindings[b.Key()]; dup {
+			return fmt.Errorf("capability binding %s appears twice", b.Key())
+		}
+		e := &bindingEntry{rec: b, inst: inst, scopeKey: registry.BindingScopeKey(b.Key())}
+		r.bindings[b.Key()] = e
+		inst.bindings[b.CapabilityID] = e
+		tc := r.tenantCap(b.TenantID, b.CapabilityID)
+		tc.bindings = append(tc.bindings, e)
+	}
+	for _, te := range r.tenants {
+		for _, tc := range te.order {
+			slices.SortFunc(tc.bindings, func(x, y *bindingEntry) int {
+				return cmp.Or(cmp.Compare(x.rec.Priority, y.rec.Priority), strings.Compare(x.rec.InstanceID, y.rec.InstanceID))
+			})
+		}
+	}
+	for _, rep := range s.Replicas {
+		inst, ok := r.instances[rep.InstanceID]
+		if !ok {
+			return fmt.Errorf("connector replica %s: its instance %s is missing", rep.ID, rep.InstanceID)
+		}
+		if _, dup := r.replicas[rep.ID]; dup {
+			return fmt.Errorf("connector replica %s appears twice", rep.ID)
+		}
+		e := &replicaEntry{rec: rep, inst: inst, reserved: make(map[string]*routeEntry)}
+		r.replicas[rep.ID] = e
+		inst.replicas = append(inst.replicas, e)
+		r.track(e)
+	}
+	for _, inst := range r.instances {
+		slices.SortFunc(inst.replicas, func(x, y *replicaEntry) int { return strings.Compare(x.rec.ID, y.rec.ID) })
+	}
+	for _, sr := range s.Routes {
+		a := sr.Assignment
+		rep, ok := r.replicas[a.ReplicaID]
+		if !ok {
+			return fmt.Errorf("route of action %s: its replica %s is missing", a.ActionID, a.ReplicaID)
+		}
+		if _, ok := r.versions[a.VersionID]; !ok {
+			return fmt.Errorf("route of action %s: its version %s is missing", a.ActionID, a.VersionID)
+		}
+		if _, dup := r.routes[a.ActionID]; dup {
+			return fmt.Errorf("route of action %s appears twice", a.ActionID)
+		}
+		rt := &routeEntry{a: a, replica: rep, reserved: sr.Reserved, retry: sr.Retry, last: sr.LastSettlement, resolvedAgain: sr.ResolvedAgain}
+		r.routes[a.ActionID] = rt
+		if rt.reserved {
+			rep.reserved[a.ActionID] = rt
+		}
+	}
+	for _, c := range s.Counters {
+		if c.Active == 0 {
+			return fmt.Errorf("admission counter %s/%s is zero; zero counters are not kept", c.Kind, c.Key)
+		}
+		r.counters[scopeID{c.Kind, c.Key}] = c.Active
+	}
+	if err := r.checkLedger(); err != nil {
+		return err
+	}
+	for _, h := range s.History {
+		if _, ok := r.routes[h.ActionID]; !ok {
+			return fmt.Errorf("route history of action %s: the action has no route", h.ActionID)
+		}
+		if r.history == nil {
+			r.history = make(map[string][]registry.RouteAssignment)
+		}
+		r.history[h.ActionID] = h.Assignments
+	}
+	if len(s.ReplayClaims) > 0 {
+		lc := r.lifecycle()
+		for _, sc := range s.ReplayClaims {
+			c := &registry.ReplayClaim{RequestID: sc.RequestID, Digest: sc.Digest, ReplicaID: sc.ReplicaID, ExpiresAt: sc.ExpiresAt}
+			lc.claims[c.RequestID] = c
+			lc.expiry = append(lc.expiry, c)
+		}
+		heap.Init(&lc.expiry)
+	}
+	return nil
+}
+
+// checkLedger verifies the invariants that tie reservations to counters
+// and replicas: each counter equals the live reservations holding its
+// scope, and each replica's active assignments equal its live
+// reservations.
+func (r *Registry) checkLedger() error {
+	want := map[scopeID]uint32{}
+	for _, rt := range r.routes {
+		if !rt.reserved {
+			continue
+		}
+		for _, sc := range rt.scopes() {
+			want[scopeID{sc.Kind, sc.Key}]++
+		}
+	}
+	for id, n := range r.counters {
+		if want[id] != n {
+			return fmt.Errorf("admission counter %s/%s is %d but %d live reservations hold it", id.kind, id.key, n, want[id])
+		}
+	}
+	for id, n := range want {
+		if r.counters[id] != n {
+			return fmt.Errorf("admission counter %s/%s is missing (%d live reservations hold it)", id.kind, id.key, n)
+		}
+	}
+	for _, e := range r.replicas {
+		if int(e.rec.ActiveAssignments) != len(e.reserved) {
+			return fmt.Errorf("replica %s counts %d active assignments but holds %d live reservations", e.rec.ID, e.rec.ActiveAssignments, len(e.reserved))
+		}
+		if e.rec.Status != aip.ReplicaOffline && e.rec.Status != aip.ReplicaReady && e.rec.Status != aip.ReplicaDraining {
+			return fmt.Errorf("replica %s has unknown status %q", e.rec.ID, e.rec.Status)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,371 @@
+package memregistry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// fleetState is a registry brought into a state that exercises every part
+// of a snapshot: policies, an enabled and a disabled type, active, admitted
+// and revoked versions (two of them publishing the same capability),
+// instances of two tenants, bindings with and without a policy, replicas
+// ready, draining and offline, routes reserved, settled, re-reserved and
+// rerouted, an open circuit, and live replay claims.
+type fleetState struct {
+	reg      *memregistry.Registry
+	clock    *registrytest.Clock
+	world    *registrytest.LifecycleWorld
+	actions  []string
+	replicas []string
+	leases   map[string]uint64 // replica -> current sequence
+	cmds     []registry.LifecycleCommand
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newFleetState(t *testing.T) *fleetState {
+	t.Helper()
+	ctx := context.Background()
+	clock := registrytest.NewClock(registrytest.Epoch)
+	reg, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	w, err := registrytest.NewLifecycleWorld(ctx, reg)
+	must(t, err)
+	s := &fleetState{reg: reg, clock: clock, world: w, leases: map[string]uint64{}}
+
+	// A second release of alpha offering alpha.read and alpha.extra, a
+	// revoked third one, and a disabled type beta.
+	caps := []aip.Capability{registrytest.Capability("alpha.read", "reads alpha"), registrytest.Capability("alpha.extra", "extra <alpha> & more")}
+	v2 := registrytest.Version("cver_alpha2", w.Type.ID, "2.0.0", w.Type.Owner, registry.VersionAdmitted, registrytest.Manifest("service:alpha", caps))
+	must(t, reg.AdmitVersion(ctx, v2))
+	v3 := registrytest.Version("cver_alpha3", w.Type.ID, "3.0.0", w.Type.Owner, registry.VersionActive, registrytest.Manifest("service:alpha", caps[:1]))
+	must(t, reg.AdmitVersion(ctx, v3))
+	must(t, reg.SetVersionStatus(ctx, v3.ID, registry.VersionRevoked))
+	beta := registry.ConnectorType{ID: "ctype_beta", Name: "beta", Owner: "owner-beta", Enabled: true}
+	must(t, reg.PutConnectorType(ctx, beta))
+	must(t, reg.AdmitVersion(ctx, registrytest.Version("cver_beta1", beta.ID, "1.0.0", beta.Owner, registry.VersionActive,
+		registrytest.Manifest("service:beta", []aip.Capability{registrytest.Capability("beta.read", "reads beta")}))))
+	must(t, reg.SetConnectorTypeEnabled(ctx, beta.ID, false))
+
+	// Tenant 2 uses alpha.write under a conservative policy.
+	pol := registry.ConservativePolicy("quota:t2")
+	pol.MaxTenantInFlight = 50
+	pol.CircuitFailureThreshold = 1
+	must(t, reg.PutAdmissionPolicy(ctx, pol))
+	inst2 := registry.ConnectorInstance{ID: "cinst_b", ConnectorTypeID: w.Type.ID, VersionID: w.Version.ID, TenantID: "tenant-2",
+		ConfigRevision: 1, SecretProviderRef: "secret://alpha/b", Status: registry.InstanceEnabled}
+	must(t, reg.PutInstance(ctx, inst2))
+	must(t, reg.PutBinding(ctx, registry.CapabilityBinding{TenantID: "tenant-2", CapabilityID: "alpha.write", InstanceID: inst2.ID,
+		Priority: 3, PolicyRevision: 1, QuotaPolicyRef: pol.PolicyRef, CredentialRevisionRef: "cred-v1", Enabled: true}))
+	must(t, reg.PutBinding(ctx, registry.CapabilityBinding{TenantID: "tenant-1", CapabilityID: "alpha.write", InstanceID: w.Instance.ID,
+		PolicyRevision: 1, Enabled: false}))
+
+	// Replicas: three of tenant 1's instance, one of tenant 2's.
+	for _, id := range []string{"crepl_a1", "crepl_a2", "crepl_a3"} {
+		rep := w.ProvisionedReplica(id, clock.Now())
+		must(t, reg.PutReplica(ctx, rep))
+		s.register(t, rep)
+	}
+	rb := w.ProvisionedReplica("crepl_b1", clock.Now())
+	rb.InstanceID = inst2.ID
+	must(t, reg.PutReplica(ctx, rb))
+	reg2 := w.Registration(&rb)
+	reg2.TenantID, reg2.SecretProviderRef, reg2.ConfigRevision = inst2.TenantID, inst2.SecretProviderRef, inst2.ConfigRevision
+	s.apply(t, aip.RegisterCommand(reg2), rb.ID)
+	must(t, reg.PutReplica(ctx, w.ProvisionedReplica("crepl_a4", clock.Now()))) // never registers
+
+	// Routes.
+	for i := range 6 {
+		a, err := reg.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "alpha.read", TenantID: "tenant-1"})
+		must(t, err)
+		s.actions = append(s.actions, a.ActionID)
+		switch i {
+		case 0, 1:
+			must(t, reg.Settle(ctx, a, registry.SettlementCompleted))
+		case 2:
+			must(t, reg.Settle(ctx, a, registry.SettlementCancelled))
+			_, err := reg.Resolve(ctx, registry.RouteRequest{ActionID: a.ActionID, CapabilityID: "alpha.read", TenantID: "tenant-1"})
+			must(t, err) // re-reserved with the retry scope
+		case 3:
+			_, err := reg.Reroute(ctx, registry.RerouteRequest{Current: a, Evidence: registrytest.RefusalEvidence(a, registry.RefusalNotReady)})
+			must(t, err)
+		}
+	}
+	b, err := reg.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "alpha.write", TenantID: "tenant-2"})
+	must(t, err)
+	s.actions = append(s.actions, b.ActionID)
+	must(t, reg.Settle(ctx, b, registry.SettlementOutcomeUnknown)) // opens crepl_b1's circuit
+
+	// Lifecycle: a heartbeat of crepl_a1 and a drain of crepl_a2.
+	s.clock.Advance(5 * time.Second)
+	s.apply(t, aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: "crepl_a1", PreviousSequence: s.leases["crepl_a1"], InFlight: 1, ConnectorReady: true}), "crepl_a1")
+	s.apply(t, aip.TransitionCommand(aip.OpDrain, aip.Transition{ReplicaID: "crepl_a2", PreviousSequence: s.leases["crepl_a2"]}), "crepl_a2")
+	return s
+}
+
+func (s *fleetState) register(t *testing.T, rep registry.ConnectorReplica) {
+	t.Helper()
+	s.apply(t, aip.RegisterCommand(s.world.Registration(&rep)), rep.ID)
+}
+
+func (s *fleetState) apply(t *testing.T, c aip.ControlCommand, replicaID string) {
+	t.Helper()
+	cmd := registrytest.LifecycleCommand(s.clock.Now(), c)
+	res, err := s.reg.ApplyLifecycle(context.Background(), []registry.LifecycleCommand{cmd})
+	must(t, err)
+	if res[0].Err != nil {
+		t.Fatalf("%s %s: %v", c.Operation, replicaID, res[0].Err)
+	}
+	if res[0].Outcome.Lease != nil {
+		s.leases[replicaID] = res[0].Outcome.Lease.Sequence
+	}
+	s.cmds = append(s.cmds, cmd)
+	if !contains(s.replicas, replicaID) {
+		s.replicas = append(s.replicas, replicaID)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+func snapshotOf(t *testing.T, r *memregistry.Registry) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	must(t, r.Snapshot(&b))
+	return b.Bytes()
+}
+
+func restored(t *testing.T, raw []byte, clock *registrytest.Clock) *memregistry.Registry {
+	t.Helper()
+	r, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	must(t, r.Restore(bytes.NewReader(raw)))
+	return r
+}
+
+// answers collects what every read contract answers, as comparable text.
+func answers(t *testing.T, r *memregistry.Registry, s *fleetState) map[string]any {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	put := func(key string, v any, err error) {
+		if err != nil {
+			out[key] = "error: " + err.Error()
+			return
+		}
+		out[key] = v
+	}
+	for _, id := range []string{"ctype_alpha", "ctype_beta", "ctype_none"} {
+		v, err := r.ConnectorType(ctx, id)
+		put("type "+id, v, err)
+	}
+	for _, id := range []string{"cver_alpha1", "cver_alpha2", "cver_alpha3", "cver_beta1"} {
+		v, err := r.ConnectorVersion(ctx, id)
+		put("version "+id, v, err)
+	}
+	for _, id := range []string{"cinst_a", "cinst_b"} {
+		v, err := r.ConnectorInstance(ctx, id)
+		put("instance "+id, v, err)
+	}
+	for _, id := range append(s.replicas, "crepl_a4") {
+		v, err := r.ConnectorReplica(ctx, id)
+		put("replica "+id, v, err)
+	}
+	for _, k := range []registry.BindingKey{
+		{TenantID: "tenant-1", CapabilityID: "alpha.read", InstanceID: "cinst_a"},
+		{TenantID: "tenant-1", CapabilityID: "alpha.write", InstanceID: "cinst_a"},
+		{TenantID: "tenant-2", CapabilityID: "alpha.write", InstanceID: "cinst_b"},
+	} {
+		v, err := r.CapabilityBinding(ctx, k)
+		put("binding "+k.String(), v, err)
+	}
+	pol, err := r.AdmissionPolicy(ctx, "quota:t2")
+	put("policy", pol, err)
+	rev, err := r.CatalogRevision(ctx)
+	put("revision", rev, err)
+	for _, rc := range []registry.ReadContext{{TenantID: "tenant-1"}, {TenantID: "tenant-2"}, {Internal: true}, {}} {
+		page, err := r.QueryCapabilities(ctx, registry.CatalogQuery{Limit: 1}, rc)
+		put(fmt.Sprintf("page1 %+v", rc), page, err)
+		if err == nil && page.NextCursor != "" {
+			next, err := r.QueryCapabilities(ctx, registry.CatalogQuery{Limit: 10, Cursor: page.NextCursor}, rc)
+			put(fmt.Sprintf("page2 %+v", rc), next, err)
+		}
+		search, err := r.QueryCapabilities(ctx, registry.CatalogQuery{Text: "<alpha>"}, rc)
+		put(fmt.Sprintf("search %+v", rc), search, err)
+		for _, c := range []string{"alpha.read", "alpha.write", "alpha.extra", "beta.read"} {
+			v, err := r.Capability(ctx, c, rc)
+			put(fmt.Sprintf("capability %s %+v", c, rc), v, err)
+		}
+	}
+	for _, id := range append(s.actions, "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d") { // the last has no route
+		a, err := r.Assignment(ctx, id)
+		put("assignment "+id, a, err)
+		res, err := r.Reservation(ctx, id)
+		put("reservation "+id, res, err)
+		h, err := r.RouteHistory(ctx, id)
+		put("history "+id, h, err)
+	}
+	st, err := r.Status(ctx)
+	put("status", st, err)
+	l, err := r.Ledger(ctx)
+	put("ledger", l, err)
+	reps, err := r.ListReplicas(ctx, "", 100)
+	put("list", reps, err)
+	rd, err := r.Readiness(ctx)
+	put("readiness", rd, err)
+	return out
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	s := newFleetState(t)
+	ctx := context.Background()
+	raw := snapshotOf(t, s.reg)
+	if !bytes.Contains(raw, []byte(`"format":"`+memregistry.SnapshotFormat+`"`)) || !bytes.Contains(raw, []byte("extra <alpha> & more")) {
+		t.Fatalf("snapshot does not carry its format or escapes text:\n%.400s", raw)
+	}
+	r := restored(t, raw, s.clock)
+
+	// The restored registry encodes to the same bytes and answers every
+	// read the same way.
+	if again := snapshotOf(t, r); !bytes.Equal(again, raw) {
+		t.Fatalf("snapshot of the restored registry differs:\n%s", cmp.Diff(string(raw), string(again)))
+	}
+	if diff := cmp.Diff(answers(t, s.reg, s), answers(t, r, s)); diff != "" {
+		t.Fatalf("answers differ after Restore (-original +restored):\n%s", diff)
+	}
+	l, err := r.Ledger(ctx)
+	must(t, err)
+	registrytest.CheckLedger(t, l)
+
+	// Both registries take the same writes the same way from here on.
+	type step struct {
+		name string
+		do   func(reg *memregistry.Registry) (any, error)
+	}
+	newAction := aip.NewActionID()
+	replay := s.cmds[len(s.cmds)-1] // crepl_a2's drain, answered from its claim
+	steps := []step{
+		{"reroute a route resolved twice before the snapshot", func(reg *memregistry.Registry) (any, error) {
+			a, err := reg.Assignment(ctx, s.actions[2])
+			if err != nil {
+				return nil, err
+			}
+			return reg.Reroute(ctx, registry.RerouteRequest{Current: a, Evidence: registrytest.RefusalEvidence(a, registry.RefusalNotReady)})
+		}},
+		{"resolve an existing route", func(reg *memregistry.Registry) (any, error) {
+			return reg.Resolve(ctx, registry.RouteRequest{ActionID: s.actions[5], CapabilityID: "alpha.read", TenantID: "tenant-1"})
+		}},
+		{"resolve a settled route again", func(reg *memregistry.Registry) (any, error) {
+			return reg.Resolve(ctx, registry.RouteRequest{ActionID: s.actions[0], CapabilityID: "alpha.read", TenantID: "tenant-1"})
+		}},
+		{"resolve a rerouted action with another capability", func(reg *memregistry.Registry) (any, error) {
+			return reg.Resolve(ctx, registry.RouteRequest{ActionID: s.actions[3], CapabilityID: "alpha.write", TenantID: "tenant-1"})
+		}},
+		{"resolve a new action", func(reg *memregistry.Registry) (any, error) {
+			a, err := reg.Resolve(ctx, registry.RouteRequest{ActionID: newAction, CapabilityID: "alpha.read", TenantID: "tenant-1"})
+			a.FenceToken = "" // fresh in each registry
+			return a, err
+		}},
+		{"resolve while tenant 2's circuit is open", func(reg *memregistry.Registry) (any, error) {
+			return reg.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "alpha.write", TenantID: "tenant-2"})
+		}},
+		{"reroute a route resolved twice after the snapshot", func(reg *memregistry.Registry) (any, error) {
+			a, err := reg.Assignment(ctx, s.actions[5])
+			if err != nil {
+				return nil, err
+			}
+			return reg.Reroute(ctx, registry.RerouteRequest{Current: a, Evidence: registrytest.RefusalEvidence(a, registry.RefusalNotReady)})
+		}},
+		{"replay the drain request", func(reg *memregistry.Registry) (any, error) {
+			return reg.ApplyLifecycle(ctx, []registry.LifecycleCommand{replay})
+		}},
+		{"settle a live route", func(reg *memregistry.Registry) (any, error) {
+			a, err := reg.Assignment(ctx, s.actions[4])
+			if err != nil {
+				return nil, err
+			}
+			return nil, reg.Settle(ctx, a, registry.SettlementCompleted)
+		}},
+		{"expire stale leases", func(reg *memregistry.Registry) (any, error) {
+			s.clock.Advance(2 * registrytest.LeaseTTL)
+			n, err := reg.ExpireStaleReplicas(ctx, 100)
+			s.clock.Advance(-2 * registrytest.LeaseTTL)
+			return n, err
+		}},
+		{"status", func(reg *memregistry.Registry) (any, error) { return reg.Status(ctx) }},
+		{"ledger", func(reg *memregistry.Registry) (any, error) { return reg.Ledger(ctx) }},
+	}
+	for _, st := range steps {
+		got1, err1 := st.do(s.reg)
+		got2, err2 := st.do(r)
+		if fmt.Sprint(err1) != fmt.Sprint(err2) {
+			t.Fatalf("%s: original error %v, restored error %v", st.name, err1, err2)
+		}
+		if diff := cmp.Diff(got1, got2); diff != "" {
+			t.Fatalf("%s: answers differ (-original +restored):\n%s", st.name, diff)
+		}
+	}
+}
+
+func TestRestoreRefusesBadSnapshots(t *testing.T) {
+	s := newFleetState(t)
+	raw := string(snapshotOf(t, s.reg))
+	cases := []struct {
+		name, doc, want string
+	}{
+		{"not JSON", "{", "unexpected EOF"},
+		{"wrong format", strings.Replace(raw, memregistry.SnapshotFormat, "other/v9", 1), `format "other/v9"`},
+		{"unknown field", strings.Replace(raw, `"catalog_revision"`, `"catalog_revisions"`, 1), "unknown field"},
+		{"trailing data", raw + "{}", "data after"},
+		{"missing instance", strings.Replace(raw, `"id":"cinst_b"`, `"id":"cinst_z"`, 1), "missing"},
+		{"counter without reservation", strings.Replace(raw, `"counters":[`, `"counters":[{"kind":"tenant","key":"nobody","active":1},`, 1), "live reservations"},
+	}
+	for _, c := range cases {
+		r, err := memregistry.New(memregistry.Config{Now: s.clock.Now})
+		must(t, err)
+		err = r.Restore(strings.NewReader(c.doc))
+		if !errors.Is(err, memregistry.ErrSnapshot) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want ErrSnapshot mentioning %q", c.name, err, c.want)
+		}
+		if rev, _ := r.CatalogRevision(context.Background()); rev != 0 {
+			t.Errorf("%s: a refused restore left catalog revision %d", c.name, rev)
+		}
+	}
+	// Restoring into a registry that holds state is refused.
+	if err := s.reg.Restore(strings.NewReader(raw)); !errors.Is(err, memregistry.ErrSnapshot) || !strings.Contains(err.Error(), "already holds state") {
+		t.Fatalf("restore into a used registry: err = %v", err)
+	}
+}
+
+func TestSnapshotOfEmptyRegistry(t *testing.T) {
+	r, err := memregistry.New(memregistry.Config{})
+	must(t, err)
+	raw := snapshotOf(t, r)
+	back := restored(t, raw, registrytest.NewClock(registrytest.Epoch))
+	if again := snapshotOf(t, back); !bytes.Equal(raw, again) {
+		t.Fatalf("empty snapshot changed:\n%s\n%s", raw, again)
+	}
+}
