@@ -59,6 +59,8 @@ type options struct {
 	noCache     bool
 	explain     bool
 	warmup      time.Duration
+	hbWorkers   int
+	hbBatch     int
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -79,6 +81,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.profile, "profile", "reference", `scale profile: "reference" (the issue's) or "small" (a quick smoke run)`)
 	fs.StringVar(&o.reuse, "reuse", "", "skip seeding and measure this database, seeded earlier with -keep and the same -profile within its lease (24h)")
 	fs.BoolVar(&o.explain, "explain", false, "print EXPLAIN ANALYZE of the registry's hot queries for one routable target before measuring")
+	fs.IntVar(&o.hbWorkers, "heartbeat-workers", 0, "also measure lifecycle heartbeats: this many concurrent ApplyLifecycle callers (0: skip)")
+	fs.IntVar(&o.hbBatch, "heartbeat-batch", 64, "heartbeat commands per ApplyLifecycle call")
 	fs.BoolVar(&o.noCache, "no-catalog-cache", false, "disable the registry's revision-keyed catalog view cache (measure the SQL path)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -94,6 +98,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o, fmt.Errorf("-readers %d must be 1..512", o.readers)
 	case o.duration < time.Second || o.duration > time.Hour:
 		return o, fmt.Errorf("-duration %s must be 1s..1h", o.duration)
+	case o.hbWorkers < 0 || o.hbWorkers > 256:
+		return o, fmt.Errorf("-heartbeat-workers %d must be 0..256", o.hbWorkers)
+	case o.hbBatch < 1 || o.hbBatch > registry.MaxLifecycleBatch:
+		return o, fmt.Errorf("-heartbeat-batch %d must be 1..%d", o.hbBatch, registry.MaxLifecycleBatch)
 	case o.warmup < 0 || o.warmup > time.Hour:
 		return o, fmt.Errorf("-warmup %s must be 0..1h", o.warmup)
 	case o.pageSize < 1 || o.pageSize > registry.DefaultMaxPageSize:
@@ -200,7 +208,101 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "catalog pages (%d items): %d in %s = %.0f/s at %d readers; p50 %s p99 %s\n",
 		o.pageSize, len(cs.lat), cs.elapsed.Round(time.Millisecond), float64(len(cs.lat))/cs.elapsed.Seconds(), o.readers,
 		pct(cs.lat, 50), pct(cs.lat, 99))
+	if o.hbWorkers > 0 {
+		if o.hbWorkers*o.hbBatch > fleet.Replicas {
+			return fmt.Errorf("-heartbeat-workers × -heartbeat-batch (%d) exceeds the %d replicas", o.hbWorkers*o.hbBatch, fleet.Replicas)
+		}
+		hs, err := heartbeats(ctx, reg, fleet, o.hbWorkers, o.hbBatch, o.duration)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "heartbeats: %d in %s = %.0f/s, %d callers × %d per ApplyLifecycle call; call p50 %s p99 %s\n",
+			hs.n, hs.elapsed.Round(time.Millisecond), float64(hs.n)/hs.elapsed.Seconds(), o.hbWorkers, o.hbBatch, pct(hs.lat, 50), pct(hs.lat, 99))
+	}
 	return nil
+}
+
+type hbResult struct {
+	n       int
+	elapsed time.Duration
+	lat     []time.Duration
+}
+
+// heartbeats sends healthy heartbeats for the fleet's replicas: each worker
+// owns a disjoint slice of replicas and heartbeats batch of them per
+// ApplyLifecycle call, each with the sequence its last lease returned.
+func heartbeats(ctx context.Context, reg *pgregistry.Registry, fleet *registrytest.ScaleFleet, workers, batch int, d time.Duration) (hbResult, error) {
+	ids := make([]string, 0, fleet.Replicas)
+	for k := range fleet.Profile.Instances {
+		for n := range fleet.Profile.ReplicasPerInstance {
+			ids = append(ids, fmt.Sprintf("crepl_scale%05d_%d", k, n))
+		}
+	}
+	seq := make(map[string]uint64, len(ids))
+	for _, id := range ids {
+		r, err := reg.LifecycleReplica(ctx, id)
+		if err != nil {
+			return hbResult{}, err
+		}
+		seq[id] = r.HealthRevision
+	}
+	var (
+		mu    sync.Mutex
+		res   hbResult
+		first error
+		wg    sync.WaitGroup
+	)
+	per := len(ids) / workers
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	for w := range workers {
+		mine := ids[w*per : (w+1)*per]
+		local := make(map[string]uint64, len(mine))
+		for _, id := range mine {
+			local[id] = seq[id]
+		}
+		wg.Go(func() {
+			var lat []time.Duration
+			n, next := 0, 0
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				cmds := make([]registry.LifecycleCommand, batch)
+				now := time.Now()
+				for i := range cmds {
+					id := mine[next%len(mine)]
+					next++
+					cmds[i] = registrytest.LifecycleCommand(now, aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: id, PreviousSequence: local[id], InFlight: 1, ConnectorReady: true}))
+				}
+				t0 := time.Now()
+				out, err := reg.ApplyLifecycle(ctx, cmds)
+				if err == nil {
+					for i, r := range out {
+						if r.Err != nil {
+							err = fmt.Errorf("heartbeat %s: %w", cmds[i].ReplicaID(), r.Err)
+							break
+						}
+						local[cmds[i].ReplicaID()] = r.Outcome.Lease.Sequence
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, time.Since(t0))
+				n += len(cmds)
+			}
+			mu.Lock()
+			res.n += n
+			res.lat = append(res.lat, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res, first
 }
 
 // scratchDatabase creates a fresh database on the server and returns its URL
