@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -501,7 +500,9 @@ func (w *writer) putReplica(ctx context.Context, rep registry.ConnectorReplica) 
 // The Administrator passed to fn is valid only until fn returns and is not
 // safe for concurrent use. Bulk loads (cmd/registry-bench seeds the scale
 // profile with registrytest.SeedScale through it) use Batch to avoid one
-// commit per record.
+// commit per record. Catalog readers and new routes wait for the
+// publication lock until the batch commits: keep batches short in a live
+// fleet.
 func (r *Registry) Batch(ctx context.Context, fn func(admin registry.Administrator) error) error {
 	pool, err := r.controlPool("batch")
 	if err != nil {
@@ -666,10 +667,3 @@ func (b *batchAdmin) PutReplica(ctx context.Context, rep registry.ConnectorRepli
 }
 
 var _ registry.Administrator = (*batchAdmin)(nil)
-
-// sortedCopy returns a sorted copy of ids.
-func sortedCopy(ids []string) []string {
-	out := slices.Clone(ids)
-	slices.Sort(out)
-	return out
-}

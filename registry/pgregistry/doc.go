@@ -1,48 +1,77 @@
 // Package pgregistry is the PostgreSQL registry backend of the fleet: it
-// implements the five registry contracts (Catalog, Resolver, Reader,
-// Administrator, FleetStatus) on pgx v5 and passes the same registrytest
-// conformance suite as memregistry.
+// implements the registry contracts (Catalog, Resolver, Reader,
+// Administrator, FleetStatus, and the Lifecycle contract with ReplicaLister
+// and Readiness) on pgx v5 and passes the same registrytest conformance
+// suite as memregistry.
 //
 // # Schema
 //
 // The schema lives in the aip_registry PostgreSQL schema and is installed by
 // the embedded migrations (migrations/NNNN_name.sql), applied in one
-// transaction under an advisory lock and recorded with their checksums in
-// aip_registry.schema_migrations. A changed or unknown migration stops
-// start-up with an error naming it. Each record kind has its own table with
-// an indexed column for every selection and visibility predicate; the fleet
-// is never one JSON document, and only opaque secret-provider and
-// credential-revision references are stored, never credential values.
+// transaction under an advisory lock and recorded with their SHA-256
+// checksums in aip_registry.schema_migrations. A changed applied migration
+// (ErrMigrationChanged) or one this build does not know
+// (ErrUnknownMigration) stops start-up with an error naming it. Each record
+// kind has its own table with an indexed column for every selection and
+// visibility predicate; documents that are immutable evidence (manifests,
+// attestations, capability definitions, a route's admission snapshot) are
+// jsonb beside them. The fleet is never one JSON document, and only opaque
+// secret-provider and credential-revision references are stored, never
+// credential values. Times are milliseconds from the injected clock, passed
+// to SQL as parameters; the database clock is never used for a rule.
 //
-// # Pools
+// # Pools and roles
 //
 // Open connects two pools. The control pool installs the schema and
 // performs catalog and admission writes; the data pool serves catalog
 // reads, route resolution, reservations and settlement, replica writes,
-// lease expiry and fleet status. OpenDataPlane connects only the data pool,
-// verifies that the installed schema is exactly SchemaVersion (refusing an
-// older or newer one) and holds no control pool: its catalog writes fail
-// with ErrNoControlPool. The two pools can use roles with different grants
-// (deploy/postgres/roles.sql).
+// lease expiry, fleet status and lifecycle commands. OpenDataPlane connects
+// only the data pool, verifies that the installed schema is exactly
+// SchemaVersion (ErrSchemaMismatch for an older, newer or missing one) and
+// holds no control pool: its catalog writes fail with ErrNoControlPool. The
+// pools normally use different roles (deploy/postgres/roles.sql):
+// aip_registry_admin for the control pool, aip_registry_data for a
+// dispatcher's data pool, aip_registry_lifecycle for the lifecycle
+// service's. Lease expiry releases reservations, so it needs the data role.
 //
 // # Locking
 //
 // Catalog publication takes the exclusive form of a database-scoped advisory
-// lock and advances the revision in the same transaction; catalog readers
-// take the shared form before reading the revision and the page, so a page
-// and its total are exactly those of one revision. Every decision for one
-// action is serialised by a per-action advisory lock. A new route selects
-// its replica with FOR UPDATE ... SKIP LOCKED, retrying a bounded number of
-// times when every eligible replica is held by another routing transaction;
-// admission counters are reserved with guarded updates (active < limit).
-// Locks are always taken in one order (action, publication, replica, route,
-// counters by kind and key) so concurrent transactions cannot deadlock.
-// Time comes from the injected clock and is passed to SQL as parameters.
+// lock and advances the revision in the same transaction (Batch holds it for
+// all its writes: readers and new routes wait until it commits). Catalog
+// readers take the shared form before reading the revision and the view or
+// page, so a page and its total are exactly those of one revision. Every
+// decision for one action is serialised by a per-action advisory lock. A
+// new route selects its replica with FOR UPDATE ... SKIP LOCKED; when every
+// eligible replica is held by other routing transactions it waits, at most
+// Config.RouteLockWait, for the best one and re-checks it. Admission
+// counters are reserved with guarded updates (active < limit); a full scope
+// aborts the transaction server-side (SQLSTATE AIP01), so nothing of the
+// route commits. Locks are always taken in one order — the action, the
+// publication, one replica row, the route row, then counters by scope kind
+// (as a reservation lists them) and key — and lifecycle batches lock their
+// replicas in ascending ID order, so concurrent transactions cannot
+// deadlock.
+//
+// # Round trips
+//
+// The hot paths are pipelined: a new route is two round trips (locks,
+// route lookup and replica selection begin the transaction; the counter
+// reservations, the route insert and COMMIT end it) and so is a settlement.
+// Catalog views (the sorted capability IDs a tenant, or an internal read,
+// sees at a revision) are cached for the newest revision read, and the
+// immutable definitions with them, so a page costs one round trip (the
+// shared lock and the revision) when its view is cached; a revision names
+// one catalog state, so a cached view is exact. Config.DisableCatalogCache
+// makes every page one SQL query instead. Connections use generic plans
+// (plan_cache_mode=force_generic_plan): every statement is an index-driven
+// lookup, and planning the nine-table route selection costs milliseconds.
 //
 // # Errors
 //
 // SQLSTATEs are translated here and nowhere else: serialization failures,
 // deadlocks and unique-key races retry the transaction a bounded number of
-// times, then fail with registry.ErrStorage; every other database failure is
+// times, then fail with registry.ErrStorage; a missing privilege is
+// registry.ErrStorage naming roles.sql; every other database failure is
 // registry.ErrStorage, after which nothing may be inferred about a commit.
 package pgregistry
