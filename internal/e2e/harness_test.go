@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -570,9 +569,6 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
-
-// cores is what the load tests scale by.
-var cores = runtime.GOMAXPROCS(0)
 
 // mintWith mints a token naming the fleet's issuer but signed by key.
 func mintWith(key *aip.SigningKey, tenant string, now time.Time) (string, error) {

@@ -153,9 +153,8 @@ type replicaHost struct {
 }
 
 type worldOptions struct {
-	tracer   trace.TracerProvider
-	cfg      func(*dispatch.Config)
-	noRoutes bool
+	tracer trace.TracerProvider
+	cfg    func(*dispatch.Config)
 }
 
 func newWorld(t testing.TB, opts worldOptions) *world {
@@ -256,16 +255,6 @@ func (w *world) fakeReplica(id string, key *aip.SigningKey, handler http.Handler
 		Status: aip.ReplicaReady, LeaseExpiresAt: time.Now().Add(time.Hour), Capacity: 64, HealthRevision: 1,
 	}))
 	return id
-}
-
-// setStatus changes a replica's registry status, as the lifecycle would.
-func (w *world) setStatus(id string, status aip.ReplicaStatus) {
-	w.t.Helper()
-	r, err := w.reg.ConnectorReplica(w.ctx, id)
-	must(w.t, err)
-	r.Status = status
-	r.HealthRevision++
-	must(w.t, w.reg.PutReplica(w.ctx, r))
 }
 
 // actionFavoring returns a fresh action ID whose new route prefers replica

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +28,9 @@ func (w *world) lifecycleHost(cpURL, cpDID string) *replicaHost {
 	cfg.ConnectorTypeID, cfg.VersionID, cfg.InstanceID = w.typeID, w.versionID, w.instanceID
 	cfg.ControlPlaneEndpoint, cfg.ControlPlaneDID, cfg.ControlPlaneTransport = cpURL+aip.ControlPath, cpDID, nil
 	cfg.ArtifactDigest, cfg.SecretProviderRef = w.version.Attestation.ArtifactDigest, "secret://test"
-	cfg.MaxInFlight, cfg.LeaseTTL, cfg.HeartbeatInterval, cfg.DrainTimeout = 16, 3*time.Second, time.Second, 20*time.Second
+	// The lease outlasts a drain (net/http's graceful shutdown waits up to
+	// 5 s for connections that never carried a request).
+	cfg.MaxInFlight, cfg.LeaseTTL, cfg.HeartbeatInterval, cfg.DrainTimeout = 16, 10*time.Second, time.Second, 20*time.Second
 	must(t, w.reg.PutReplica(w.ctx, registry.ConnectorReplica{
 		ID: cfg.ReplicaID, InstanceID: w.instanceID, VersionID: w.versionID, Endpoint: cfg.PublicEndpoint,
 		PeerPrincipalID: "agent:dispatch-test", PeerPrincipalKind: aip.PrincipalAgent, PeerDID: cfg.SigningKey.DID(),
@@ -53,7 +56,7 @@ func (w *world) lifecycleHost(cpURL, cpDID string) *replicaHost {
 func TestRollingRestartReroutesRefusals(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	cpKey, _ := aip.GenerateSigningKey()
-	svc, err := controlplane.New(cpKey, w.reg, controlplane.Config{LeaseTTL: 3 * time.Second})
+	svc, err := controlplane.New(cpKey, w.reg, controlplane.Config{LeaseTTL: 10 * time.Second})
 	must(t, err)
 	cpSrv := httptest.NewServer(svc.Handler())
 	runCtx, stopCP := context.WithCancel(context.Background())
@@ -98,17 +101,38 @@ func TestRollingRestartReroutesRefusals(t *testing.T) {
 		target := done.Load() + n
 		eventually(t, "actions to progress", func() bool { return done.Load() >= target })
 	}
+	var stopOnce sync.Once
+	stopLoad := func() { stopOnce.Do(func() { close(stop); wg.Wait() }) }
+	defer stopLoad()
 	progress(50)
 	for _, o := range old {
 		w.lifecycleHost(cpSrv.URL, svc.DID())
-		must(t, o.host.Stop(context.Background()))
+		if err := o.host.Stop(context.Background()); err != nil {
+			stopLoad()
+			t.Fatalf("replica %s did not drain cleanly: %v", o.cfg.ReplicaID, err)
+		}
 		progress(50)
 	}
-	close(stop)
-	wg.Wait()
+	stopLoad()
 
-	rerouted := 0
+	stopped := map[string]bool{}
+	for _, o := range old {
+		stopped[o.cfg.ReplicaID] = true
+	}
+	rerouted, undelivered := 0, 0
 	for _, a := range answers {
+		// A route resolved just before the registry learned of a drain can
+		// reach the host after its listener closed: no signed refusal
+		// exists, so the action stays pinned, unexecuted (docs/routing.md,
+		// "Linger after drain"; a host change).
+		if a.status == http.StatusBadGateway && a.resp.Error != nil && a.resp.Error.Code == dispatch.CodeOutcomeUnknown &&
+			stopped[a.resp.Route.ReplicaID] && strings.Contains(a.resp.Error.Message, "connect: connection refused") {
+			if runs := w.counter.runs(a.id); len(runs) != 0 {
+				t.Fatalf("undelivered action %s ran on %v", a.id, runs)
+			}
+			undelivered++
+			continue
+		}
 		if a.status != http.StatusOK || a.resp.Result == nil || a.resp.Settlement != registry.SettlementCompleted {
 			t.Fatalf("action %s: %d %+v settlement %q", a.id, a.status, a.resp.Error, a.resp.Settlement)
 		}
@@ -122,7 +146,7 @@ func TestRollingRestartReroutesRefusals(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d actions, %d rerouted after a signed not_ready", len(answers), rerouted)
+	t.Logf("%d actions, %d rerouted after a signed not_ready, %d dialled a stopped replica (never ran)", len(answers), rerouted, undelivered)
 	eventually(t, "every route to settle", func() bool {
 		l, err := w.reg.Ledger(w.ctx)
 		return err == nil && len(l.Reservations) == 0

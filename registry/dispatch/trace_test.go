@@ -55,7 +55,7 @@ func (tr *spanTree) kids(s sdktrace.ReadOnlySpan, name string) []sdktrace.ReadOn
 func attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
