@@ -134,10 +134,7 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		IdempotencyKey: req.IdempotencyKey, TimeoutMS: &timeoutMS,
 		Identity: &aip.IdentityContext{Tenant: &aip.TenantRef{ID: tenant}},
 	}
-	var pmode *aip.ActionMode
-	if mode == aip.ModeStreaming {
-		pmode = &mode
-	}
+	pmode := &mode // the route's original_mode
 	var h *hop
 	var reroutes []RerouteFact
 	for {
