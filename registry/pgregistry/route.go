@@ -34,7 +34,6 @@ import (
 //     order.
 
 const (
-	lockAction = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 	// lockRouting takes the action lock, then the shared publication lock
 	// (the subquery, volatile, runs first).
 	lockRouting = `SELECT pg_advisory_xact_lock_shared($2, $3) FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS action`
@@ -128,11 +127,16 @@ FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scop
 	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL, updated_at_ms = $2
 WHERE action_id = $1 AND NOT reserved`
 
-	// lockRouteReplica locks the replica of an action's route; settlement
-	// takes it before reading the route, so lease expiry (which takes the
+	// lockRouteReplica takes the action lock, then locks the replica of the
+	// action's route (the lateral subquery depends on the lock's, so it runs
+	// second); settlement
+	// takes both before reading the route, so lease expiry (which takes the
 	// replica first too) cannot release the route underneath it.
-	lockRouteReplica = `SELECT consecutive_failures, circuit_open_until_ms FROM aip_registry.connector_replicas
-WHERE replica_id = (SELECT replica_id FROM aip_registry.route_assignments WHERE action_id = $1) FOR UPDATE`
+	lockRouteReplica = `SELECT r.consecutive_failures, r.circuit_open_until_ms
+FROM (SELECT true AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l) AS action,
+	LATERAL (SELECT consecutive_failures, circuit_open_until_ms FROM aip_registry.connector_replicas
+		WHERE action.locked AND replica_id = (SELECT replica_id FROM aip_registry.route_assignments WHERE action_id = $1)
+		FOR UPDATE) AS r`
 	// settleRoute releases a reserved route in one statement: the route row,
 	// its counters ($4..$6 kinds, keys and amounts in lock order, locked in
 	// that order) and its replica's count and circuit ($7 replica, $8
@@ -257,7 +261,6 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		)
 		b := &pgx.Batch{}
 		b.Queue(lockRouting, req.ActionID, lockClass, lockCatalog)
-		queueRoute(b, req.ActionID, &s, &routed)
 		b.Queue(takeCandidate, args...).QueryRow(func(row pgx.Row) error {
 			var err error
 			c, err = scanCandidate(row)
@@ -271,17 +274,15 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 			return err
 		}
 		var err error
-		switch {
-		case routed:
-			// An existing route never moves; the replica the selection
-			// locked is released with the transaction.
-			out, err = r.resume(ctx, p, &s, &req, now)
-		case !found:
-			c, err = r.waitForCandidate(ctx, p, &req, args)
-			if err == nil {
-				out, err = r.reserveNew(ctx, p, &req, &c, now)
+		if !found {
+			// The action has a route, or nothing was lockable.
+			if routed, c, err = r.fallback(ctx, p, &req, args, &s); err != nil {
+				return err
 			}
-		default:
+		}
+		if routed {
+			out, err = r.resume(ctx, p, &s, &req, now)
+		} else {
 			out, err = r.reserveNew(ctx, p, &req, &c, now)
 		}
 		return err
@@ -342,17 +343,19 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, req *reg
 	return *a, nil
 }
 
-// waitForCandidate runs when the selection found nothing lockable. It tells
-// a missing binding from a missing replica; when eligible replicas exist but
-// other routing transactions hold them, it waits (at most RouteLockWait) for
-// the best one and takes it if it is still eligible once released.
-func (r *Registry) waitForCandidate(ctx context.Context, p *pipe, req *registry.RouteRequest, args []any) (candidate, error) {
+// fallback runs when the selection returned nothing: the action already
+// has a route (the selection skips routed actions), or no candidate was
+// lockable. In one round trip it reads the route and tells a missing
+// binding from a missing replica; when eligible replicas exist but other
+// routing transactions hold them, it waits (at most RouteLockWait) for the
+// best one and takes it if it is still eligible once released.
+func (r *Registry) fallback(ctx context.Context, p *pipe, req *registry.RouteRequest, args []any, s *storedRoute) (routed bool, c candidate, err error) {
 	var (
 		first *string
-		c     candidate
 		found bool
 	)
 	b := &pgx.Batch{}
+	queueRoute(b, req.ActionID, s, &routed)
 	b.Queue(firstBinding, req.TenantID, req.CapabilityID).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&first)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -371,21 +374,23 @@ func (r *Registry) waitForCandidate(ctx context.Context, p *pipe, req *registry.
 		return err
 	})
 	b.Queue("SET LOCAL lock_timeout = 0")
-	err := p.send(ctx, b)
+	err = p.send(ctx, b)
 	switch {
+	case routed && err == nil:
+		return true, c, nil
 	case first == nil && err == nil:
-		return c, fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
+		return false, c, fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
 			registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
 	case isLockTimeout(err):
-		return c, fmt.Errorf("%w: every eligible replica for capability %s of tenant %s stayed locked by other routing transactions for %s",
+		return false, c, fmt.Errorf("%w: every eligible replica for capability %s of tenant %s stayed locked by other routing transactions for %s",
 			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, r.routeLockWait)
 	case err != nil:
-		return c, err
+		return false, c, err
 	case !found:
-		return c, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
+		return false, c, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
 			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, *first)
 	}
-	return c, nil
+	return false, c, nil
 }
 
 // reserveNew reserves the locked candidate and every admission scope of its
@@ -565,7 +570,6 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 			failures, openMS int64
 		)
 		b := &pgx.Batch{}
-		b.Queue(lockAction, a.ActionID)
 		b.Queue(lockRouteReplica, a.ActionID).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&failures, &openMS)
 			if errors.Is(err, pgx.ErrNoRows) {

@@ -79,7 +79,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.IntVar(&o.pageSize, "page-size", 50, "catalog page size")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch database (its URL is printed)")
 	fs.StringVar(&o.profile, "profile", "reference", `scale profile: "reference" (the issue's) or "small" (a quick smoke run)`)
-	fs.StringVar(&o.reuse, "reuse", "", "skip seeding and measure this database, seeded earlier with -keep and the same -profile within its lease (24h)")
+	fs.StringVar(&o.reuse, "reuse", "", "skip seeding and measure this database, seeded earlier with -keep and the same -profile within its leases (24h; 5 minutes after a heartbeat measurement)")
 	fs.BoolVar(&o.explain, "explain", false, "print EXPLAIN ANALYZE of the registry's hot queries for one routable target before measuring")
 	fs.IntVar(&o.hbWorkers, "heartbeat-workers", 0, "also measure lifecycle heartbeats: this many concurrent ApplyLifecycle callers (0: skip)")
 	fs.IntVar(&o.hbBatch, "heartbeat-batch", 64, "heartbeat commands per ApplyLifecycle call")
@@ -271,6 +271,7 @@ func heartbeats(ctx context.Context, reg *pgregistry.Registry, fleet *registryte
 					id := mine[next%len(mine)]
 					next++
 					cmds[i] = registrytest.LifecycleCommand(now, aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: id, PreviousSequence: local[id], InFlight: 1, ConnectorReady: true}))
+					cmds[i].LeaseTTL = registry.MaxLeaseTTL
 				}
 				t0 := time.Now()
 				out, err := reg.ApplyLifecycle(ctx, cmds)
