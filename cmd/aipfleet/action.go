@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -53,6 +54,7 @@ type actionFlags struct {
 	url, token, tenant, issuerKey, issuer, audience string
 	capability, input, inputFile, actionID, mode    string
 	idempotencyKey, reason                          string
+	devStateDir                                     string
 	timeoutMS                                       int
 	requestTimeout                                  time.Duration
 	jsonOut                                         bool
@@ -77,6 +79,7 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	reason := fs.String("reason", "", "cancel: the reason")
 	reqTimeout := fs.Duration("request-timeout", 6*time.Minute, "bound on the whole HTTP request")
 	jsonOut := fs.Bool("json", false, "print the dispatcher's JSON answer")
+	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --tenant, use the token aipfleet dev wrote in this directory (dev-token)")
 	fs.NoEnv("capability")
 	fs.NoEnv("input")
 	fs.NoEnv("input-file")
@@ -107,7 +110,8 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	*f = actionFlags{url: *baseURL, token: *tok, tenant: *tenant, issuerKey: *issuerKey, issuer: *issuerName, audience: *audience,
 		capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
-		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut}
+		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut,
+		devStateDir: *devStateDir}
 	if _, err := url.ParseRequestURI(f.url); err != nil || !strings.HasPrefix(f.url, "http") {
 		return usagef("action: --url %q is not an http(s) URL", f.url)
 	}
@@ -152,7 +156,7 @@ func (f *actionFlags) bearer() (string, error) {
 	case f.token != "":
 		return f.token, nil
 	case f.tenant == "":
-		return "", usagef("action: a token is needed: --token TOKEN ($AIP_CLIENT_TOKEN), or --tenant T with --issuer-key FILE")
+		return f.devToken()
 	case f.issuerKey == "":
 		return "", usagef("action: --tenant needs --issuer-key FILE (a local issuer key the dispatcher trusts), or use --token")
 	}
@@ -163,6 +167,19 @@ func (f *actionFlags) bearer() (string, error) {
 	now := time.Now()
 	return tenanttoken.Mint(key, tenanttoken.Claims{Issuer: f.issuer, Audience: f.audience, TenantID: f.tenant,
 		Subject: "aipfleet-action", IssuedAt: now, Expiry: now.Add(15 * time.Minute)})
+}
+
+// devToken returns the token aipfleet dev wrote for its tenant.
+func (f *actionFlags) devToken() (string, error) {
+	file := filepath.Join(f.devStateDir, devTokenFile)
+	raw, err := aip.ReadSecretFile(file, tenanttoken.MaxTokenBytes+2)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", usagef("action: a token is needed: --token TOKEN ($AIP_CLIENT_TOKEN), or --tenant T with --issuer-key FILE; with a running aipfleet dev, its token in %s is used (none there now: start aipfleet dev, or point --dev-state-dir at its state)", file)
+	}
+	if err != nil {
+		return "", fmt.Errorf("the dev token: %w", err)
+	}
+	return strings.TrimSpace(string(raw)), nil
 }
 
 func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer string, e *env) error {

@@ -39,9 +39,13 @@ type command struct {
 // commandList returns every command, in the order of the help text.
 func commandList() []*command {
 	return []*command{
+		devCommand(),
 		actionCommand(),
+		fleetCommand(),
 		controlPlaneCommand(),
 		dispatchCommand(),
+		hostCommand(),
+		registryCommand(),
 		keygenCommand(),
 		tokenCommand(),
 		versionCommand(),

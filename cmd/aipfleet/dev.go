@@ -1,0 +1,689 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+)
+
+// Settings of the development fleet.
+const (
+	DefaultDevStateDir  = ".aipfleet"
+	DefaultDevPortBase  = 8080
+	DefaultDevReplicas  = 3
+	DevTenant           = "tenant-dev"
+	devTrustDomain      = "aipfleet-dev"
+	devIssuer           = "aipfleet-dev"
+	devTokenTTL         = 24 * time.Hour
+	devLeaseTTL         = 15 * time.Second
+	devHeartbeat        = 3 * time.Second
+	devDrainTimeout     = 5 * time.Second
+	devReplicaCapacity  = 32
+	maxDevReplicas      = 16
+	devStateFormat      = "aipfleet.dev/v1"
+	controlPortOffset   = 10
+	firstReplicaOffset  = 11
+	devStopGrace        = 30 * time.Second
+	devReadyPollEvery   = 50 * time.Millisecond
+	devSecretProviderOf = "secret://aipfleet-dev/"
+)
+
+func devCommand() *command {
+	return &command{
+		name:      "dev",
+		summary:   "run a whole fleet on this machine: registry, control plane, dispatcher, N replicas",
+		usage:     "[--replicas N] [--port-base P] [--state-dir DIR] [--connector NAME] [flags]",
+		envPrefix: "AIP_DEV_",
+		long: `Starts an embedded fleet in one command, with no database and no setup: an
+in-memory registry, the control plane, the dispatcher, and --replicas
+replicas of a built-in connector, each a child process (aipfleet host)
+with its own SQLite journal. Everything listens on 127.0.0.1 only:
+
+  dispatcher      --port-base           (8080)   POST /aip/v1/actions
+  control plane   --port-base + 10      (8090)   fleet status, lifecycle
+  replica N       --port-base + 10 + N  (8091, 8092, ...)
+
+State lives in --state-dir and survives a restart: the signing keys
+(keys/, created on first run with mode 0600), dev.json (the fleet's IDs),
+fleet.yaml (the fleet file dev applies at every start), registry.json (the
+registry, written atomically: every route is on disk before its action is
+sent), each replica's journal (replica-N/) and pid (replica-N.pid), and
+dev-token, a bearer token for tenant tenant-dev that aipfleet action uses
+by default.
+
+A replica that exits is reported (clean drain or crash) and restarted
+after a pause, so you can SIGTERM one and watch it drain, go offline and
+register again while the others keep serving. Ctrl-C (or SIGTERM) stops
+the dispatcher, drains every replica, then stops the control plane; the
+exit status is 0 only if every replica drained cleanly.`,
+		examples: []string{
+			"aipfleet dev",
+			"aipfleet dev --replicas 5 --port-base 9000",
+			"aipfleet dev --state-dir /tmp/fleet --log-format json",
+			"aipfleet dev --reset   # forget the previous state (keys, registry, journals)",
+		},
+		run: runDev,
+	}
+}
+
+// devState is dev.json: the identities of a dev fleet, created on first
+// run and kept, so keys, registry records and journals stay consistent.
+type devState struct {
+	Format         string   `json:"format"`
+	Connector      string   `json:"connector"`
+	PortBase       int      `json:"port_base"`
+	TypeID         string   `json:"connector_type_id"`
+	VersionID      string   `json:"version_id"`
+	InstanceID     string   `json:"instance_id"`
+	ManifestDigest string   `json:"manifest_digest"`
+	ReplicaIDs     []string `json:"replica_ids"`
+}
+
+// devFleet is a dev fleet's configuration, resolved from the flags and the
+// state directory.
+type devFleet struct {
+	dir       string
+	replicas  int
+	connector string
+	state     devState
+	manifest  aip.Manifest // bound to the trust domain, as the hosts serve it
+	artifact  string
+	keys      devKeys
+	logLevel  string
+}
+
+type devKeys struct {
+	control, dispatcher, issuer *aip.SigningKey
+	replicas                    []string // seed files
+	replicaDIDs                 []string
+}
+
+func (f *devFleet) path(elem ...string) string {
+	return filepath.Join(append([]string{f.dir}, elem...)...)
+}
+func (f *devFleet) dispatchAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(f.state.PortBase))
+}
+func (f *devFleet) controlAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(f.state.PortBase+controlPortOffset))
+}
+func (f *devFleet) replicaAddr(i int) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(f.state.PortBase+firstReplicaOffset+i))
+}
+func replicaName(i int) string { return "replica-" + strconv.Itoa(i+1) }
+
+func runDev(ctx context.Context, c *command, e *env, args []string) error {
+	fs := newFlagSet(c, e.getenv)
+	replicas := fs.Int("replicas", DefaultDevReplicas, fmt.Sprintf("replicas of the connector to run (1 to %d)", maxDevReplicas))
+	portBase := fs.Int("port-base", 0, "first port: dispatcher on it, control plane on +10, replicas on +11... (default 8080, or the one the state directory was created with)")
+	stateDir := fs.String("state-dir", DefaultDevStateDir, "directory of the fleet's keys, registry and journals")
+	connector := fs.String("connector", "echo", "the built-in connector the replicas run: "+strings.Join(connectorNames(), ", "))
+	reset := fs.Bool("reset", false, "delete the state directory first and start from scratch")
+	logLevel := fs.String("log-level", "info", "log level of dev and its replicas: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text (one readable line per event) or json")
+	fs.NoEnv("reset")
+	if err := fs.parse(args, e.stdout); err != nil {
+		return err
+	}
+	if len(fs.args()) > 0 {
+		return usagef("dev: unexpected argument %q; every setting is a flag", fs.args()[0])
+	}
+	switch {
+	case *replicas < 1 || *replicas > maxDevReplicas:
+		return usagef("dev: --replicas %d is outside 1..%d", *replicas, maxDevReplicas)
+	case *portBase != 0 && (*portBase < 1024 || *portBase > 65535-firstReplicaOffset-maxDevReplicas):
+		return usagef("dev: --port-base %d is outside 1024..%d", *portBase, 65535-firstReplicaOffset-maxDevReplicas)
+	case *logFormat != "text" && *logFormat != "json":
+		return usagef("dev: --log-format %q: want text or json", *logFormat)
+	case *stateDir == "":
+		return usagef("dev: --state-dir is empty")
+	}
+	if _, ok := builtinConnectors[*connector]; !ok {
+		return usagef("dev: --connector %q is not a built-in connector; choose one of %s", *connector, strings.Join(connectorNames(), ", "))
+	}
+	level, err := parseLogLevel(*logLevel)
+	if err != nil {
+		return usagef("dev: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this program to start the replicas: %w", err)
+	}
+	log := &devLog{w: e.stderr, json: *logFormat == "json", debug: level <= -4}
+	if *reset {
+		if err := resetStateDir(*stateDir); err != nil {
+			return err
+		}
+		log.event("dev", "removed the previous state", "dir", *stateDir)
+	}
+	f := &devFleet{dir: *stateDir, replicas: *replicas, connector: *connector, logLevel: *logLevel}
+	if err := f.prepare(ctx, *portBase); err != nil {
+		return err
+	}
+	return f.run(ctx, e, log, level, exe)
+}
+
+// resetStateDir removes a dev state directory, refusing anything that does
+// not look like one.
+func resetStateDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "dev.json")); err != nil && len(entries) > 0 {
+		return fmt.Errorf("--reset: %s does not look like an aipfleet dev state directory (it has no dev.json); remove it yourself if you mean it", dir)
+	}
+	return os.RemoveAll(dir)
+}
+
+// prepare creates or loads the state directory: identities, keys, the
+// bound manifest, the fleet file.
+func (f *devFleet) prepare(ctx context.Context, portBase int) error {
+	if err := os.MkdirAll(f.path("keys"), 0o700); err != nil {
+		return fmt.Errorf("create the state directory: %w", err)
+	}
+	if err := os.Chmod(f.dir, 0o700); err != nil {
+		return err
+	}
+	st, fresh, err := loadDevState(f.path("dev.json"))
+	if err != nil {
+		return err
+	}
+	switch {
+	case fresh:
+		st = devState{Format: devStateFormat, Connector: f.connector, PortBase: cmpOr(portBase, DefaultDevPortBase),
+			TypeID: aip.NewID(aip.PrefixType), VersionID: aip.NewID(aip.PrefixVersion), InstanceID: aip.NewID(aip.PrefixInstance)}
+	case st.Connector != f.connector:
+		return fmt.Errorf("%s was created for connector %s, not %s; use another --state-dir, or pass --reset to start from scratch", f.dir, st.Connector, f.connector)
+	case portBase != 0 && portBase != st.PortBase:
+		return fmt.Errorf("%s was created with --port-base %d and its replicas' endpoints are part of their registered identity; run with --port-base %d, use another --state-dir, or pass --reset", f.dir, st.PortBase, st.PortBase)
+	}
+	// The manifest the hosts serve, bound as hostsdk binds it: the agent in
+	// the fleet's trust domain, without a DID (each replica has its own).
+	conn := builtinConnectors[f.connector]()
+	m, err := conn.Manifest(ctx, hostsdk.TenantContext{TenantID: DevTenant, ConnectorTypeID: st.TypeID, VersionID: st.VersionID,
+		InstanceID: st.InstanceID, ConfigRevision: 1, SecretProviderRef: devSecretProviderOf + f.connector, TrustDomain: devTrustDomain})
+	if err != nil {
+		return fmt.Errorf("the %s connector's manifest: %w", f.connector, err)
+	}
+	f.manifest = *m
+	f.manifest.Agent.TrustDomain, f.manifest.Agent.DID = devTrustDomain, ""
+	digest, err := aip.ManifestDigest(&f.manifest)
+	if err != nil {
+		return err
+	}
+	if !fresh && st.ManifestDigest != digest {
+		return fmt.Errorf("the %s connector's manifest changed since %s was created (its admitted version is immutable); pass --reset to start from scratch with the new manifest", f.connector, f.dir)
+	}
+	st.ManifestDigest = digest
+	for len(st.ReplicaIDs) < f.replicas {
+		st.ReplicaIDs = append(st.ReplicaIDs, aip.NewID(aip.PrefixReplica))
+	}
+	if err := writeFileAtomic(f.path("dev.json"), mustJSON(st), 0o600); err != nil {
+		return err
+	}
+	f.state = st
+	f.artifact = aip.DigestBytes([]byte("aipfleet dev artifact " + f.connector + " " + digest))
+
+	if f.keys.control, err = loadOrCreateKey(f.path("keys", "control-plane.key")); err != nil {
+		return err
+	}
+	if f.keys.dispatcher, err = loadOrCreateKey(f.path("keys", "dispatcher.key")); err != nil {
+		return err
+	}
+	if f.keys.issuer, err = loadOrCreateKey(f.path("keys", "issuer.key")); err != nil {
+		return err
+	}
+	for i := range st.ReplicaIDs {
+		file := f.path("keys", replicaName(i)+".key")
+		k, err := loadOrCreateKey(file)
+		if err != nil {
+			return err
+		}
+		f.keys.replicas = append(f.keys.replicas, file)
+		f.keys.replicaDIDs = append(f.keys.replicaDIDs, k.DID())
+	}
+	return nil
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func loadDevState(path string) (devState, bool, error) {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return devState{}, true, nil
+	}
+	if err != nil {
+		return devState{}, false, err
+	}
+	var st devState
+	if err := json.Unmarshal(raw, &st); err != nil || st.Format != devStateFormat {
+		return devState{}, false, fmt.Errorf("%s is not a dev state file of this build (%v); pass --reset to start from scratch", path, err)
+	}
+	return st, false, nil
+}
+
+// loadOrCreateKey loads a key file, creating it (mode 0600) on first use.
+func loadOrCreateKey(path string) (*aip.SigningKey, error) {
+	k, err := aip.LoadSigningKey(path)
+	if err == nil {
+		return k, nil
+	}
+	if _, statErr := os.Lstat(path); !errors.Is(statErr, os.ErrNotExist) {
+		return nil, fmt.Errorf("key file %s: %w", path, err)
+	}
+	if k, err = aip.GenerateSigningKey(); err != nil {
+		return nil, err
+	}
+	if err := aip.WriteSeedFile(path, k); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func mustJSON(v any) []byte {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		panic("aipfleet: " + err.Error())
+	}
+	return append(raw, '\n')
+}
+
+// writeFileAtomic replaces path with data: a temporary file in the same
+// directory, fsync, rename.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(perm)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// listen binds one of dev's ports, with an error that says what to do when
+// it is taken.
+func listen(ctx context.Context, what, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		_, port, _ := net.SplitHostPort(addr)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("port %s (%s) is in use, perhaps by another aipfleet dev; stop it, or pass --port-base to use other ports (with a new --state-dir)", port, what)
+		}
+		return nil, fmt.Errorf("listen on %s for the %s: %w", addr, what, err)
+	}
+	return ln, nil
+}
+
+// run brings the fleet up, waits for Ctrl-C or SIGTERM, and shuts down.
+func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Level, exe string) error {
+	// Bind every port first, so a taken one fails before anything starts.
+	dispLn, err := listen(ctx, "dispatcher", f.dispatchAddr())
+	if err != nil {
+		return err
+	}
+	defer dispLn.Close()
+	cpLn, err := listen(ctx, "control plane", f.controlAddr())
+	if err != nil {
+		return err
+	}
+	defer cpLn.Close()
+	for i := range f.replicas {
+		ln, err := listen(ctx, replicaName(i), f.replicaAddr(i))
+		if err != nil {
+			return err
+		}
+		ln.Close() // the replica binds it
+	}
+
+	// The registry: restored from its snapshot, then the fleet file applied.
+	mem, err := memregistry.New(memregistry.Config{})
+	if err != nil {
+		return err
+	}
+	store := newSnapshotStore(mem, f.path("registry.json"), slogFor(log, "dev", level))
+	restored, err := store.load()
+	if err != nil {
+		return err
+	}
+	reg := &devRegistry{Registry: mem, store: store}
+	fleetYAML, err := f.fleetFile()
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(f.path("fleet.yaml"), fleetYAML, 0o644); err != nil {
+		return err
+	}
+	fleet, err := registry.ParseFleetFile(fleetYAML)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.path("fleet.yaml"), err)
+	}
+	rep, err := registry.Apply(ctx, reg, fleet)
+	if err != nil {
+		return fmt.Errorf("apply %s: %w (pass --reset to start from scratch)", f.path("fleet.yaml"), err)
+	}
+	routes := "a new registry"
+	if restored {
+		routes = "the registry restored from registry.json"
+	}
+	log.event("dev", "fleet file applied to "+routes, "file", f.path("fleet.yaml"), "created", rep.Count(registry.Created),
+		"updated", rep.Count(registry.Updated), "unchanged", rep.Count(registry.Unchanged))
+	storeCtx, stopStore := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopStore()
+	storeTask := goTask(func() error { return store.run(storeCtx) })
+	if err := store.sync(ctx); err != nil {
+		stopStore()
+		<-storeTask.done
+		return fmt.Errorf("write %s: %w", store.path, err)
+	}
+
+	// The control plane and the dispatcher, in process.
+	svc, err := controlplane.New(f.keys.control, reg, controlplane.Config{LeaseTTL: devLeaseTTL, Logger: slogFor(log, "control", level)})
+	if err != nil {
+		return err
+	}
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: devIssuer, DIDs: []string{f.keys.issuer.DID()}}}})
+	if err != nil {
+		return err
+	}
+	disp, err := dispatch.New(dispatch.Config{SigningKey: f.keys.dispatcher, PrincipalID: DefaultGatewayPrincipal, Listener: dispLn,
+		Logger: slogFor(log, "dispatch", level)},
+		dispatch.Deps{Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier, Ready: dispatch.ReadinessProbe(reg)})
+	if err != nil {
+		return err
+	}
+	cpCtx, stopCP := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCP()
+	cpTask := goTask(func() error { return svc.Serve(cpCtx, cpLn, controlplane.ServeConfig{}) })
+	dispCtx, stopDisp := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDisp()
+	dispTask := goTask(func() error { return disp.Run(dispCtx) })
+
+	token, expiry, err := f.writeToken()
+	if err != nil {
+		return err
+	}
+
+	// The replicas, each a child process.
+	repCtx, stopReplicas := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReplicas()
+	procs := make([]*replicaProcess, f.replicas)
+	repDone := make(chan error, f.replicas)
+	for i := range f.replicas {
+		procs[i] = &replicaProcess{name: replicaName(i), exe: exe, args: f.hostArgs(i), env: childEnv(),
+			pidFile: f.path(replicaName(i) + ".pid"), log: log, stopGrace: devStopGrace}
+		go func(p *replicaProcess) {
+			err := p.run(repCtx)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", p.name, err)
+			}
+			repDone <- err
+		}(procs[i])
+	}
+
+	var fatal error
+	ready := f.awaitReady(ctx, reg)
+	for waiting := true; waiting; {
+		select {
+		case <-ready:
+			f.banner(e.stdout, procs, token, expiry)
+			ready = nil
+		case <-cpTask.done:
+			fatal, waiting = fmt.Errorf("the control plane stopped: %v", cpTask.err), false
+		case <-dispTask.done:
+			fatal, waiting = fmt.Errorf("the dispatcher stopped: %v", dispTask.err), false
+		case <-ctx.Done():
+			waiting = false
+		}
+	}
+
+	// Shutdown, in this order (Ctrl-C, SIGTERM, or a server that failed):
+	//  1. the dispatcher stops taking actions; those in flight finish on
+	//     their replicas and settle;
+	//  2. every replica gets SIGTERM and drains (signed drain, in-flight
+	//     actions finish, signed offline); dev waits for each exit and
+	//     reports it, killing one that outlasts devStopGrace;
+	//  3. the control plane stops: it served the replicas' drain and
+	//     offline, so it goes after them;
+	//  4. the registry's last snapshot is written.
+	// The exit status is 0 only when every step was clean.
+	log.event("dev", "stopping: the dispatcher first, then every replica drains, then the control plane")
+	var errs []error
+	if fatal != nil {
+		errs = append(errs, fatal)
+	}
+	stopDisp()
+	if err := dispTask.wait("the dispatcher"); err != nil {
+		errs = append(errs, err)
+	}
+	stopReplicas()
+	for range procs {
+		if err := <-repDone; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n, err := offlineCount(reg); err == nil {
+		if n == len(f.state.ReplicaIDs) {
+			log.event("dev", fmt.Sprintf("all %d replicas are offline", n))
+		} else {
+			log.event("dev", fmt.Sprintf("%d of %d replicas are offline", n, len(f.state.ReplicaIDs)))
+		}
+	}
+	stopCP()
+	if err := cpTask.wait("the control plane"); err != nil {
+		errs = append(errs, err)
+	}
+	stopStore()
+	if err := storeTask.wait("the registry's last snapshot"); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("dev stopped, not cleanly: %w", errors.Join(errs...))
+	}
+	log.event("dev", "stopped cleanly: every replica drained and went offline; the state is kept in "+f.dir)
+	return nil
+}
+
+// task is a goroutine running one of dev's components.
+type task struct {
+	done chan struct{}
+	err  error // set before done closes
+}
+
+func goTask(fn func() error) *task {
+	t := &task{done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		t.err = fn()
+	}()
+	return t
+}
+
+// wait waits for the component to return after its context was
+// cancelled.
+func (t *task) wait(what string) error {
+	select {
+	case <-t.done:
+		if t.err != nil {
+			return fmt.Errorf("%s: %w", what, t.err)
+		}
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("%s did not stop within a minute", what)
+	}
+}
+
+func offlineCount(reg *devRegistry) (int, error) {
+	reps, err := reg.ListReplicas(context.Background(), "", registry.MaxReplicaPage)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range reps {
+		if r.Status == aip.ReplicaOffline {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// awaitReady closes its channel once every replica this run starts is
+// ready with a valid lease.
+func (f *devFleet) awaitReady(ctx context.Context, reg *devRegistry) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		t := time.NewTicker(devReadyPollEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ready := 0
+			for _, id := range f.state.ReplicaIDs[:f.replicas] {
+				r, err := reg.ConnectorReplica(ctx, id)
+				if err == nil && r.Status == aip.ReplicaReady && r.LeaseValid(time.Now()) {
+					ready++
+				}
+			}
+			if ready == f.replicas {
+				close(out)
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// writeToken mints a token for the dev tenant and writes it to dev-token.
+func (f *devFleet) writeToken() (string, time.Time, error) {
+	now := time.Now()
+	exp := now.Add(devTokenTTL)
+	tok, err := tenanttoken.Mint(f.keys.issuer, tenanttoken.Claims{Issuer: devIssuer, Audience: tenanttoken.DefaultAudience,
+		TenantID: DevTenant, Subject: "aipfleet-dev", IssuedAt: now, Expiry: exp})
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if err := writeFileAtomic(f.path(devTokenFile), []byte(tok+"\n"), 0o600); err != nil {
+		return "", time.Time{}, err
+	}
+	return tok, exp, nil
+}
+
+// devTokenFile is the dev token's file name in the state directory; the
+// action command reads it by default.
+const devTokenFile = "dev-token"
+
+// hostArgs is replica i's command line: aipfleet host with the common
+// host flags.
+func (f *devFleet) hostArgs(i int) []string {
+	addr := f.replicaAddr(i)
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	return []string{"host",
+		"--connector", f.connector,
+		"--bind", addr,
+		"--allow-insecure-loopback-http",
+		"--public-endpoint", "http://" + addr + aip.MessagesPath,
+		"--control-plane-endpoint", "http://" + f.controlAddr() + aip.ControlPath,
+		"--control-plane-did", f.keys.control.DID(),
+		"--signing-seed-file", f.keys.replicas[i],
+		"--connector-type-id", f.state.TypeID,
+		"--version-id", f.state.VersionID,
+		"--instance-id", f.state.InstanceID,
+		"--replica-id", f.state.ReplicaIDs[i],
+		"--tenant-id", DevTenant,
+		"--gateway-principal-id", DefaultGatewayPrincipal,
+		"--gateway-did", f.keys.dispatcher.DID(),
+		"--trust-domain", devTrustDomain,
+		"--artifact-digest", f.artifact,
+		"--secret-provider-ref", devSecretProviderOf + f.connector,
+		"--max-in-flight", strconv.Itoa(devReplicaCapacity),
+		"--lease-ttl-ms", ms(devLeaseTTL),
+		"--heartbeat-interval-ms", ms(devHeartbeat),
+		"--drain-timeout-ms", ms(devDrainTimeout),
+		"--state-dir", f.path(replicaName(i)),
+		"--log-level", f.logLevel,
+	}
+}
+
+// cliName is how the banner spells this program: go run from a checkout,
+// aipfleet elsewhere.
+func cliName() string {
+	if fi, err := os.Stat(filepath.Join("cmd", "aipfleet")); err == nil && fi.IsDir() {
+		return "go run ./cmd/aipfleet"
+	}
+	return "aipfleet"
+}
+
+// banner prints where everything listens and what to try.
+func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, expiry time.Time) {
+	cli := cliName()
+	fmt.Fprintf(w, "\naipfleet dev is ready: %d %s replicas serving tenant %s\n\n", f.replicas, f.connector, DevTenant)
+	fmt.Fprintf(w, "  dispatcher     http://%s   POST /aip/v1/actions\n", f.dispatchAddr())
+	fmt.Fprintf(w, "  control plane  http://%s   GET /aip/v1/fleet/replicas\n", f.controlAddr())
+	for i, p := range procs {
+		fmt.Fprintf(w, "  %-13s  http://%s   %s  pid %d (%s)\n", p.name, f.replicaAddr(i), f.state.ReplicaIDs[i], p.pid(), p.pidFile)
+	}
+	fmt.Fprintf(w, "  state          %s   keys, fleet.yaml, registry.json, journals\n", f.dir)
+	fmt.Fprintf(w, "\nDev token for tenant %s (valid until %s, also in %s):\n  %s\n",
+		DevTenant, expiry.Local().Format("2006-01-02 15:04"), f.path(devTokenFile), token)
+	var clientFlags, fleetFlags string
+	if f.state.PortBase != DefaultDevPortBase {
+		clientFlags += " --url http://" + f.dispatchAddr()
+		fleetFlags += " --control-url http://" + f.controlAddr()
+	}
+	if filepath.Clean(f.dir) != DefaultDevStateDir {
+		clientFlags += " --dev-state-dir " + f.dir
+	}
+	fmt.Fprintf(w, "\nTry, in another terminal:\n")
+	fmt.Fprintf(w, "  %s action send%s --capability echo.say --input '{\"message\":\"hello\"}'\n", cli, clientFlags)
+	fmt.Fprintf(w, "  %s fleet status%s --watch\n", cli, fleetFlags)
+	victim := replicaName(min(1, f.replicas-1))
+	fmt.Fprintf(w, "  kill -TERM \"$(cat %s)\"   # %s drains, goes offline, comes back\n", f.path(victim+".pid"), victim)
+	fmt.Fprintf(w, "\nCtrl-C drains every replica and stops the fleet.\n\n")
+}
+
+// slogFor returns a logger writing source's lines to the dev log.
+func slogFor(l *devLog, source string, level slog.Level) *slog.Logger {
+	return slog.New(l.handler(source, level))
+}

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+)
+
+// devRegistry is the development fleet's registry: the in-memory backend,
+// persisted to one snapshot file so that a restart of aipfleet dev keeps
+// every route assignment (a retried action ID must reach the replica it is
+// pinned to, never a new one), reservation, replica record and replay
+// claim.
+//
+// A new or moved route (Resolve, Reroute) is durable before the call
+// returns: the caller waits for the snapshot that contains it to be on
+// disk, group-commit style, so the dispatcher never sends an action whose
+// route a crash could forget. Every other change (lifecycle, settlement,
+// lease expiry, catalog writes) is written within flushInterval.
+type devRegistry struct {
+	*memregistry.Registry
+	store *snapshotStore
+}
+
+// Compile-time guards: the contracts the control plane, the dispatcher and
+// Apply use go through the persisting methods.
+var (
+	_ registry.Administrator = (*devRegistry)(nil)
+	_ registry.Resolver      = (*devRegistry)(nil)
+	_ registry.Rerouter      = (*devRegistry)(nil)
+	_ registry.Lifecycle     = (*devRegistry)(nil)
+	_ registry.FleetStatus   = (*devRegistry)(nil)
+	_ registry.ReplicaLister = (*devRegistry)(nil)
+	_ registry.Readiness     = (*devRegistry)(nil)
+	_ registry.Catalog       = (*devRegistry)(nil)
+)
+
+// Resolve implements registry.Resolver; the route is on disk when it
+// returns.
+func (d *devRegistry) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
+	a, err := d.Registry.Resolve(ctx, req)
+	if err != nil {
+		return a, err
+	}
+	if err := d.store.sync(ctx); err != nil {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: the route of action %s could not be persisted: %v", registry.ErrStorage, req.ActionID, err)
+	}
+	return a, nil
+}
+
+// Reroute implements registry.Rerouter; the new route is on disk when it
+// returns.
+func (d *devRegistry) Reroute(ctx context.Context, req registry.RerouteRequest) (registry.RouteAssignment, error) {
+	a, err := d.Registry.Reroute(ctx, req)
+	if err != nil {
+		return a, err
+	}
+	if err := d.store.sync(ctx); err != nil {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: the new route of action %s could not be persisted: %v", registry.ErrStorage, a.ActionID, err)
+	}
+	return a, nil
+}
+
+// Settle implements registry.Resolver.
+func (d *devRegistry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
+	defer d.store.changed()
+	return d.Registry.Settle(ctx, a, outcome)
+}
+
+// ApplyLifecycle implements registry.Lifecycle.
+func (d *devRegistry) ApplyLifecycle(ctx context.Context, cmds []registry.LifecycleCommand) ([]registry.LifecycleResult, error) {
+	defer d.store.changed()
+	return d.Registry.ApplyLifecycle(ctx, cmds)
+}
+
+// ExpireStaleReplicas implements registry.FleetStatus.
+func (d *devRegistry) ExpireStaleReplicas(ctx context.Context, limit int) (int, error) {
+	n, err := d.Registry.ExpireStaleReplicas(ctx, limit)
+	if n > 0 {
+		d.store.changed()
+	}
+	return n, err
+}
+
+// PutAdmissionPolicy implements registry.Administrator.
+func (d *devRegistry) PutAdmissionPolicy(ctx context.Context, p registry.AdmissionPolicy) error {
+	defer d.store.changed()
+	return d.Registry.PutAdmissionPolicy(ctx, p)
+}
+
+// PutConnectorType implements registry.Administrator.
+func (d *devRegistry) PutConnectorType(ctx context.Context, t registry.ConnectorType) error {
+	defer d.store.changed()
+	return d.Registry.PutConnectorType(ctx, t)
+}
+
+// SetConnectorTypeEnabled implements registry.Administrator.
+func (d *devRegistry) SetConnectorTypeEnabled(ctx context.Context, id string, enabled bool) error {
+	defer d.store.changed()
+	return d.Registry.SetConnectorTypeEnabled(ctx, id, enabled)
+}
+
+// AdmitVersion implements registry.Administrator.
+func (d *devRegistry) AdmitVersion(ctx context.Context, v registry.ConnectorVersion) error {
+	defer d.store.changed()
+	return d.Registry.AdmitVersion(ctx, v)
+}
+
+// SetVersionStatus implements registry.Administrator.
+func (d *devRegistry) SetVersionStatus(ctx context.Context, id string, status registry.VersionStatus) error {
+	defer d.store.changed()
+	return d.Registry.SetVersionStatus(ctx, id, status)
+}
+
+// PutInstance implements registry.Administrator.
+func (d *devRegistry) PutInstance(ctx context.Context, i registry.ConnectorInstance) error {
+	defer d.store.changed()
+	return d.Registry.PutInstance(ctx, i)
+}
+
+// PutBinding implements registry.Administrator.
+func (d *devRegistry) PutBinding(ctx context.Context, b registry.CapabilityBinding) error {
+	defer d.store.changed()
+	return d.Registry.PutBinding(ctx, b)
+}
+
+// PutReplica implements registry.Administrator.
+func (d *devRegistry) PutReplica(ctx context.Context, r registry.ConnectorReplica) error {
+	defer d.store.changed()
+	return d.Registry.PutReplica(ctx, r)
+}
+
+// flushInterval bounds how long a change other than a route waits for its
+// snapshot.
+const flushInterval = time.Second
+
+// snapshotStore writes a registry's snapshot to one file, atomically: a
+// temporary file in the same directory, fsync, rename over the old file,
+// fsync of the directory. Changes are counted in generations; a write
+// covers every change counted before its snapshot was taken.
+type snapshotStore struct {
+	reg  *memregistry.Registry
+	path string
+	log  *slog.Logger
+
+	kick chan struct{} // a sync waits: write now
+
+	mu      sync.Mutex
+	gen     uint64        // changes counted
+	written uint64        // generation of the newest snapshot on disk
+	tried   uint64        // generation of the newest write attempt
+	lastErr error         // result of that attempt
+	done    chan struct{} // closed after each write attempt, then replaced
+}
+
+func newSnapshotStore(reg *memregistry.Registry, path string, log *slog.Logger) *snapshotStore {
+	return &snapshotStore{reg: reg, path: path, log: log, kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// load restores the registry from the file when it exists. It reports
+// whether it did.
+func (s *snapshotStore) load() (bool, error) {
+	f, err := os.Open(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := s.reg.Restore(bufio.NewReader(f)); err != nil {
+		return false, fmt.Errorf("%s: %w (move the file away to start with an empty registry, or pass --reset to start the dev fleet from scratch)", s.path, err)
+	}
+	return true, nil
+}
+
+// changed counts a change; the next periodic write covers it.
+func (s *snapshotStore) changed() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	return s.gen
+}
+
+// sync counts a change and waits until a snapshot containing it is on
+// disk (or its write failed, or ctx ended).
+func (s *snapshotStore) sync(ctx context.Context) error {
+	gen := s.changed()
+	for {
+		s.mu.Lock()
+		switch {
+		case s.written >= gen:
+			s.mu.Unlock()
+			return nil
+		case s.tried >= gen:
+			err := s.lastErr
+			s.mu.Unlock()
+			return err
+		}
+		done := s.done
+		s.mu.Unlock()
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// run writes a snapshot when a sync asks for one, and every flushInterval
+// while changes are pending, until ctx ends; then it writes a last one if
+// anything changed and returns that write's error.
+func (s *snapshotStore) run(ctx context.Context) error {
+	t := time.NewTicker(flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return s.flush()
+		case <-s.kick:
+		case <-t.C:
+		}
+		if err := s.flush(); err != nil {
+			s.log.Error("persist the dev registry", "file", s.path, "error", err)
+		}
+	}
+}
+
+// flush writes a snapshot if changes are pending.
+func (s *snapshotStore) flush() error {
+	s.mu.Lock()
+	gen := s.gen
+	pending := gen > s.written
+	s.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	err := s.write()
+	s.mu.Lock()
+	s.tried, s.lastErr = gen, err
+	if err == nil {
+		s.written = gen
+	}
+	close(s.done)
+	s.done = make(chan struct{})
+	s.mu.Unlock()
+	return err
+}
+
+// write replaces the file with a snapshot of the registry now.
+func (s *snapshotStore) write() error {
+	dir := filepath.Dir(s.path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
+	w := bufio.NewWriterSize(tmp, 256<<10)
+	err = s.reg.Snapshot(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = tmp.Chmod(0o600)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// DefaultControlURL is where the fleet commands find the control plane by
+// default: the address of aipfleet control-plane and of aipfleet dev.
+const DefaultControlURL = "http://127.0.0.1:8090"
+
+func fleetCommand() *command {
+	return &command{
+		name:      "fleet",
+		summary:   "show the fleet: every replica's state, lease, load and circuit",
+		usage:     "status [--watch] [--json] [flags]",
+		envPrefix: "AIP_FLEET_",
+		long: `fleet status reads the control plane's fleet views (GET
+/aip/v1/fleet/replicas and /aip/v1/fleet/status) and prints one line per
+replica: its ID, its instance, its state (ready, draining, offline, or
+expired when a ready or draining replica's lease ran out before lease
+maintenance took it offline), how long its lease still runs, its active
+assignments over its capacity, and its circuit (closed, or open with the
+time it reopens and the unknown outcomes that opened it). A summary line
+follows.
+
+--watch redraws the table in place every --interval until Ctrl-C;
+--json prints the two views as one JSON document (one per interval with
+--watch). The control plane is --control-url: by default the one that
+aipfleet dev and aipfleet control-plane listen on.`,
+		examples: []string{
+			"aipfleet fleet status",
+			"aipfleet fleet status --watch",
+			"aipfleet fleet status --json | jq '.replicas[] | select(.status != \"ready\")'",
+			"AIP_FLEET_CONTROL_URL=https://control.example.net:8090 aipfleet fleet status --wide",
+		},
+		run: runFleet,
+	}
+}
+
+// fleetView is what fleet status shows: both fleet views at one moment.
+type fleetView struct {
+	Status   registry.FleetStatusSummary `json:"status"`
+	Replicas []controlplane.FleetReplica `json:"replicas"`
+}
+
+func runFleet(ctx context.Context, c *command, e *env, args []string) error {
+	fs := newFlagSet(c, e.getenv)
+	controlURL := fs.String("control-url", DefaultControlURL, "the control plane's base URL")
+	watch := fs.Bool("watch", false, "redraw the table in place every --interval until Ctrl-C")
+	interval := fs.Duration("interval", time.Second, "refresh interval of --watch (100ms to 1h)")
+	asJSON := fs.Bool("json", false, "print JSON: {\"status\": ..., \"replicas\": [...]}")
+	wide := fs.Bool("wide", false, "add each replica's endpoint, topology and health revision")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on each read of the control plane")
+	caFile := fs.String("ca-file", "", "extra PEM root CA for an https control plane")
+	fs.NoEnv("watch")
+	fs.NoEnv("json")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if err := fs.parse(args, e.stdout); err != nil {
+			return err
+		}
+		return usagef("fleet: name a subcommand: status (run `aipfleet fleet --help`)")
+	}
+	sub := args[0]
+	if err := fs.parse(args[1:], e.stdout); err != nil {
+		return err
+	}
+	if sub != "status" {
+		return usagef("fleet: unknown subcommand %q; the subcommand is status", sub)
+	}
+	if len(fs.args()) > 0 {
+		return usagef("fleet status: unexpected argument %q", fs.args()[0])
+	}
+	base, err := baseURL("--control-url", *controlURL)
+	if err != nil {
+		return err
+	}
+	if *interval < 100*time.Millisecond || *interval > time.Hour {
+		return usagef("fleet status: --interval %s is outside 100ms..1h", *interval)
+	}
+	if *timeout <= 0 {
+		return usagef("fleet status: --timeout must be positive")
+	}
+	client, err := replicaClient(*caFile)
+	if err != nil {
+		return err
+	}
+	client.Timeout = *timeout
+	defer client.CloseIdleConnections()
+	show := func(now time.Time, v *fleetView) error {
+		if *asJSON {
+			return writeJSON(e.stdout, v)
+		}
+		printFleet(e.stdout, v, now, *wide)
+		return nil
+	}
+	if !*watch {
+		v, err := readFleet(ctx, client, base)
+		if err != nil {
+			return err
+		}
+		return show(time.Now(), v)
+	}
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	for {
+		v, err := readFleet(ctx, client, base)
+		if ctx.Err() != nil {
+			return nil // Ctrl-C ends the watch
+		}
+		if !*asJSON {
+			fmt.Fprint(e.stdout, "\x1b[H\x1b[2J") // home, clear screen
+			fmt.Fprintf(e.stdout, "%s  every %s  (Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"), *interval)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stdout, "aipfleet: %v\n", err)
+		} else if err := show(time.Now(), v); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// baseURL checks an http(s) base URL flag and trims its trailing slash.
+func baseURL(flagName, raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", usagef("%s %q is not an http(s) URL such as %s", flagName, raw, DefaultControlURL)
+	}
+	return strings.TrimRight(raw, "/"), nil
+}
+
+// readFleet reads every page of the replicas view and the status summary.
+func readFleet(ctx context.Context, client *http.Client, base string) (*fleetView, error) {
+	v := &fleetView{Replicas: []controlplane.FleetReplica{}}
+	after := ""
+	for {
+		q := url.Values{"limit": {"1000"}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var page controlplane.FleetReplicaPage
+		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), &page); err != nil {
+			return nil, err
+		}
+		v.Replicas = append(v.Replicas, page.Replicas...)
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, &v.Status); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func getJSON(ctx context.Context, client *http.Client, u string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) && strings.Contains(ue.Err.Error(), "connection refused") {
+			return fmt.Errorf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", strings.SplitN(u, "/aip/", 2)[0])
+		}
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %w", u, apiFailure(resp.StatusCode, raw))
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return fmt.Errorf("GET %s: the answer is not the control plane's fleet view: %v", u, err)
+	}
+	return nil
+}
+
+// replicaState is the state column: the registry status, or expired for a
+// ready or draining replica whose lease ran out.
+func replicaState(r *controlplane.FleetReplica) string {
+	if r.Status != "offline" && !r.LeaseValid {
+		return "expired"
+	}
+	return string(r.Status)
+}
+
+func leaseRemaining(r *controlplane.FleetReplica, now time.Time) string {
+	if r.Status == "offline" || r.LeaseExpiresAt.IsZero() {
+		return "-"
+	}
+	d := r.LeaseExpiresAt.Sub(now)
+	if !r.LeaseValid || d <= 0 {
+		return "expired"
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+func circuitText(c controlplane.FleetCircuit) string {
+	switch {
+	case c.Open && c.OpenUntil != nil:
+		return fmt.Sprintf("open until %s (%d unknown)", c.OpenUntil.Local().Format("15:04:05"), c.ConsecutiveFailures)
+	case c.Open:
+		return fmt.Sprintf("open (%d unknown)", c.ConsecutiveFailures)
+	case c.ConsecutiveFailures > 0:
+		return fmt.Sprintf("closed (%d unknown)", c.ConsecutiveFailures)
+	}
+	return "closed"
+}
+
+func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := "REPLICA\tINSTANCE\tSTATE\tLEASE\tACTIVE/CAP\tCIRCUIT"
+	if wide {
+		head += "\tENDPOINT\tREGION/ZONE/CLASS\tHEALTH REV"
+	}
+	fmt.Fprintln(tw, head)
+	for i := range v.Replicas {
+		r := &v.Replicas[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s", r.ID, r.InstanceID, replicaState(r), leaseRemaining(r, now),
+			r.ActiveAssignments, r.Capacity, circuitText(r.Circuit))
+		if wide {
+			fmt.Fprintf(tw, "\t%s\t%s/%s/%s\t%d", r.Endpoint, r.Topology.Region, r.Topology.Zone, r.Topology.CapacityClass, r.HealthRevision)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	s := v.Status
+	if len(v.Replicas) == 0 {
+		fmt.Fprintln(w, "(no replicas: pre-provision some with a fleet file, aipfleet registry apply -f FILE)")
+	}
+	fmt.Fprintf(w, "\n%d replicas: %d ready, %d draining, %d offline, %d with an expired lease; ready capacity %d, %d active assignments; catalog revision %d\n",
+		s.Replicas, s.ReadyReplicas, s.DrainingReplicas, s.OfflineReplicas, s.ExpiredLeases, s.ReadyCapacity, s.ActiveAssignments, s.CatalogRevision)
+}

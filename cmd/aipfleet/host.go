@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/examples/echo/echoconnector"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
+)
+
+// builtinConnectors are the connectors `aipfleet host --connector NAME`
+// can run, by name. Product adapters join this list as they are written.
+var builtinConnectors = map[string]func() hostsdk.Connector{
+	"echo": func() hostsdk.Connector { return echoconnector.Connector{} },
+}
+
+func connectorNames() []string {
+	names := make([]string, 0, len(builtinConnectors))
+	for n := range builtinConnectors {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func hostCommand() *command {
+	return &command{
+		name:      "host",
+		summary:   "run a built-in connector as one fleet replica (a hostsdk host)",
+		usage:     "--connector NAME [host flags]",
+		envPrefix: "AIP_CONNECTOR_HOST_",
+		long: `Runs one replica of a built-in connector (` + strings.Join(connectorNames(), ", ") + `) on the common
+connector host: it validates its configuration, opens its durable journal,
+recovers work a previous process left, registers with the control plane
+(a signed request with this replica's own key), holds its lease with
+heartbeats and serves the native AIP surface, /health, /ready and
+/metrics. SIGTERM or Ctrl-C drains it: new actions are refused, actions in
+flight finish, the replica goes offline; the exit status is 0 only when
+every step was clean.
+
+The replica must be pre-provisioned in the registry (a fleet file's
+replicas section) with the same IDs, endpoint and did:key. Every flag below
+is the common host contract that every connector host shares, also read
+from its AIP_CONNECTOR_HOST_* variable. The journal is SQLite in
+--state-dir, or PostgreSQL with --database-url-file. aipfleet dev starts
+its replicas with this command.`,
+		examples: []string{
+			"aipfleet host --connector echo --bind 127.0.0.1:8091 --allow-insecure-loopback-http --public-endpoint http://127.0.0.1:8091/aip/v1/messages --control-plane-endpoint http://127.0.0.1:8090/aip/v1/connector-control --control-plane-did did:key:z6Mk... --signing-seed-file replica-1.key ...",
+			"AIP_CONNECTOR_HOST_CONNECTOR=echo AIP_CONNECTOR_HOST_REPLICA_ID=crepl_... aipfleet host   # everything else from AIP_CONNECTOR_HOST_* too",
+			"aipfleet host --connector echo --help",
+		},
+		run: runHost,
+	}
+}
+
+func runHost(ctx context.Context, c *command, e *env, args []string) error {
+	fs := newFlagSet(c, e.getenv)
+	name := fs.String("connector", "", "the built-in connector to run: "+strings.Join(connectorNames(), ", "))
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	load := hostsdk.BindFlags(fs.fs)
+	// The host flags read their AIP_CONNECTOR_HOST_* variables in load;
+	// list those names in the help like every other flag's.
+	fs.fs.VisitAll(func(fl *flag.Flag) {
+		if u, env, ok := strings.Cut(fl.Usage, " [$"); ok && strings.HasSuffix(env, "]") {
+			fl.Usage, fs.envOf[fl.Name] = u, strings.TrimSuffix(env, "]")
+		}
+	})
+	if err := fs.parse(args, e.stdout); err != nil {
+		return err
+	}
+	if len(fs.args()) > 0 {
+		return usagef("host: unexpected argument %q; every setting is a flag", fs.args()[0])
+	}
+	newConn, ok := builtinConnectors[*name]
+	switch {
+	case *name == "":
+		return usagef("host: --connector is required: one of %s", strings.Join(connectorNames(), ", "))
+	case !ok:
+		return usagef("host: --connector %q is not a built-in connector; choose one of %s", *name, strings.Join(connectorNames(), ", "))
+	}
+	lvl, err := parseLogLevel(*level)
+	if err != nil {
+		return usagef("host: %v", err)
+	}
+	cfg, err := load(e.getenv)
+	if err != nil {
+		var ce *hostsdk.ConfigError
+		if errors.As(err, &ce) {
+			return usagef("host: %v", err)
+		}
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+	tp, shutdownTracing, err := tracerProvider(ctx, e.getenv, "aipfleet-host-"+*name)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing()
+	cfg.TracerProvider = tp
+	j, closeJournal, err := openHostJournal(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeJournal()
+	cfg.Journal = j
+	host, err := hostsdk.New(cfg, newConn())
+	if err != nil {
+		var ve *hostsdk.ValidateError
+		if errors.As(err, &ve) {
+			return usagef("host: %v (run `aipfleet host --help`)", err)
+		}
+		return err
+	}
+	// Run returns after the drain that SIGTERM or Ctrl-C starts (the
+	// signal context of run); the deferred calls then close the journal
+	// (when it is PostgreSQL; the host closes its own SQLite journal) and
+	// flush traces.
+	return host.Run(ctx)
+}
+
+// openHostJournal opens the PostgreSQL journal named by --database-url-file
+// (replicas may share the database: each keeps the namespace of its replica
+// ID), or returns nil so the host opens its embedded SQLite journal in
+// --state-dir. The returned func closes what was opened.
+func openHostJournal(ctx context.Context, cfg hostsdk.Config) (journal.Journal, func(), error) {
+	if cfg.DatabaseURLFile == "" {
+		return nil, func() {}, nil
+	}
+	url, err := aip.ReadSecretFile(cfg.DatabaseURLFile, maxDatabaseURLFileBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--database-url-file: %w", err)
+	}
+	j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: strings.TrimSpace(string(url)), Namespace: cfg.ReplicaID})
+	clear(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--database-url-file %s: %w", cfg.DatabaseURLFile, err)
+	}
+	return j, func() { j.Close() }, nil
+}

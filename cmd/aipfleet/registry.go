@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+)
+
+func registryCommand() *command {
+	return &command{
+		name:      "registry",
+		summary:   "install the PostgreSQL registry schema, apply a fleet file, show the registry's state",
+		usage:     "migrate | apply -f FILE | status  --database-url-file FILE [flags]",
+		envPrefix: "AIP_REGISTRY_",
+		long: `Operator commands on the PostgreSQL registry, through the control pool
+(the admin role of deploy/postgres/roles.sql, which owns schema
+aip_registry):
+
+  aipfleet registry migrate          install or upgrade the schema (idempotent;
+                                     one transaction under an advisory lock)
+  aipfleet registry apply -f FILE    apply a fleet file (docs/fleet-file.md) and
+                                     print what it created, updated or left alone
+  aipfleet registry status           schema version, catalog revision and a
+                                     fleet summary
+
+The database URL is read from --database-url-file, a file readable by its
+owner only (chmod 600). apply installs a missing schema first, like
+migrate. A fleet file is checked completely before anything is written; an
+error names the entry, its line and the field. Applying the same file
+again changes nothing. Replicas are created offline: each one's host
+registers it.`,
+		examples: []string{
+			"aipfleet registry migrate --database-url-file admin-db.url",
+			"aipfleet registry apply -f fleet.yaml --database-url-file admin-db.url",
+			"AIP_REGISTRY_DATABASE_URL_FILE=admin-db.url aipfleet registry status",
+			"aipfleet registry apply -f fleet.yaml --json | jq '.entries[] | select(.change != \"unchanged\")'",
+		},
+		run: runRegistry,
+	}
+}
+
+func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
+	fs := newFlagSet(c, e.getenv)
+	dbFile := fs.String("database-url-file", "", "file holding the PostgreSQL URL of the admin role (the control pool); mode 0600, at most 16 KiB")
+	file := fs.String("file", "", "apply: the fleet file (YAML, docs/fleet-file.md); - reads standard input")
+	fs.fs.StringVar(file, "f", "", "apply: shorthand for --file")
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	timeout := fs.Duration("timeout", time.Minute, "bound on the whole command")
+	fs.NoEnv("file")
+	fs.NoEnv("f")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if err := fs.parse(args, e.stdout); err != nil {
+			return err
+		}
+		return usagef("registry: name a subcommand: migrate, apply or status (run `aipfleet registry --help`)")
+	}
+	sub := args[0]
+	if err := fs.parse(args[1:], e.stdout); err != nil {
+		return err
+	}
+	switch sub {
+	case "migrate", "status":
+		if *file != "" {
+			return usagef("registry %s: --file is for apply", sub)
+		}
+	case "apply":
+		if *file == "" {
+			return usagef("registry apply: -f FILE is required (the fleet file to apply; docs/fleet-file.md)")
+		}
+	default:
+		return usagef("registry: unknown subcommand %q; use migrate, apply or status", sub)
+	}
+	if len(fs.args()) > 0 {
+		return usagef("registry %s: unexpected argument %q (the fleet file goes in -f)", sub, fs.args()[0])
+	}
+	if *dbFile == "" {
+		return usagef("registry %s: --database-url-file is required (a file holding the admin role's PostgreSQL URL)", sub)
+	}
+	if *timeout <= 0 {
+		return usagef("registry %s: --timeout must be positive", sub)
+	}
+	var fleet *registry.FleetFile
+	if sub == "apply" {
+		raw, err := readFleetFile(*file)
+		if err != nil {
+			return err
+		}
+		if fleet, err = registry.ParseFleetFile(raw); err != nil {
+			return fmt.Errorf("%s: %w", *file, err)
+		}
+	}
+	rawURL, err := aip.ReadSecretFile(*dbFile, maxDatabaseURLFileBytes)
+	if err != nil {
+		return fmt.Errorf("--database-url-file: %w", err)
+	}
+	dbURL := strings.TrimSpace(string(rawURL))
+	clear(rawURL)
+	if dbURL == "" {
+		return fmt.Errorf("--database-url-file %s is empty; write the admin role's PostgreSQL URL into it", *dbFile)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	switch sub {
+	case "migrate":
+		return registryMigrate(ctx, e, dbURL, *asJSON)
+	case "apply":
+		return registryApply(ctx, e, dbURL, *file, fleet, *asJSON)
+	}
+	return registryStatus(ctx, e, dbURL, *asJSON)
+}
+
+func readFleetFile(name string) ([]byte, error) {
+	if name == "-" {
+		raw, err := io.ReadAll(io.LimitReader(os.Stdin, registry.MaxFleetFileBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("read the fleet file from standard input: %w", err)
+		}
+		return raw, nil
+	}
+	raw, err := aip.ReadPublicFile(name, registry.MaxFleetFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("-f: %w", err)
+	}
+	return raw, nil
+}
+
+func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) error {
+	if err := pgregistry.Migrate(ctx, dbURL); err != nil {
+		return fmt.Errorf("migrate the registry schema: %w", err)
+	}
+	// Read the schema back through a pool, as every service will.
+	reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL, DataMaxConns: 1})
+	if err != nil {
+		return fmt.Errorf("verify the migrated schema: %w", err)
+	}
+	defer reg.Close()
+	rev, err := reg.CatalogRevision(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e.stdout, map[string]any{"schema_version": pgregistry.SchemaVersion, "catalog_revision": rev})
+	}
+	fmt.Fprintf(e.stdout, "registry schema aip_registry is at version %d (catalog revision %d)\n", pgregistry.SchemaVersion, rev)
+	fmt.Fprintln(e.stdout, "next: grant the restricted roles their tables (psql -f deploy/postgres/roles.sql), then apply a fleet file")
+	return nil
+}
+
+func registryApply(ctx context.Context, e *env, dbURL, name string, fleet *registry.FleetFile, asJSON bool) error {
+	reg, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL, ControlMaxConns: 1, DataMaxConns: 1})
+	if err != nil {
+		return fmt.Errorf("open the registry (control pool): %w", err)
+	}
+	defer reg.Close()
+	before, err := reg.CatalogRevision(ctx)
+	if err != nil {
+		return err
+	}
+	rep, applyErr := registry.Apply(ctx, reg, fleet)
+	after, err := reg.CatalogRevision(ctx)
+	if err != nil && applyErr == nil {
+		return err
+	}
+	if asJSON {
+		out := map[string]any{"file": name, "entries": rep.Entries, "catalog_revision_before": before, "catalog_revision": after,
+			"created": rep.Count(registry.Created), "updated": rep.Count(registry.Updated), "unchanged": rep.Count(registry.Unchanged)}
+		if applyErr != nil {
+			out["error"] = applyErr.Error()
+		}
+		if err := writeJSON(e.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		printApplyReport(e.stdout, name, &rep, before, after)
+	}
+	if applyErr != nil {
+		return fmt.Errorf("%s: %w; the entries above were applied, fix the file and apply it again", name, applyErr)
+	}
+	return nil
+}
+
+func printApplyReport(w io.Writer, name string, rep *registry.ApplyReport, before, after uint64) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, en := range rep.Entries {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", en.Change, en.Section, en.ID)
+	}
+	tw.Flush()
+	rev := fmt.Sprintf("catalog revision %d (unchanged)", after)
+	if after != before {
+		rev = fmt.Sprintf("catalog revision %d -> %d", before, after)
+	}
+	fmt.Fprintf(w, "%s: %d created, %d updated, %d unchanged; %s\n", name,
+		rep.Count(registry.Created), rep.Count(registry.Updated), rep.Count(registry.Unchanged), rev)
+}
+
+// registryStatusDoc is the --json form of registry status.
+type registryStatusDoc struct {
+	SchemaVersion      int                         `json:"schema_version"`
+	BuildSchemaVersion int                         `json:"build_schema_version"`
+	CatalogRevision    uint64                      `json:"catalog_revision"`
+	Checks             []registry.ReadinessCheck   `json:"checks"`
+	Fleet              registry.FleetStatusSummary `json:"fleet"`
+}
+
+func registryStatus(ctx context.Context, e *env, dbURL string, asJSON bool) error {
+	reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL, DataMaxConns: 1})
+	if err != nil {
+		if errors.Is(err, pgregistry.ErrSchemaMismatch) {
+			return fmt.Errorf("%w (this build needs schema version %d)", err, pgregistry.SchemaVersion)
+		}
+		return fmt.Errorf("open the registry: %w", err)
+	}
+	defer reg.Close()
+	ready, err := reg.Readiness(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := reg.Status(ctx)
+	if err != nil {
+		return err
+	}
+	doc := registryStatusDoc{SchemaVersion: ready.SchemaVersion, BuildSchemaVersion: pgregistry.SchemaVersion,
+		CatalogRevision: ready.CatalogRevision, Checks: ready.Checks, Fleet: st}
+	if asJSON {
+		return writeJSON(e.stdout, doc)
+	}
+	fmt.Fprintf(e.stdout, "schema    aip_registry version %d (this build: %d)\n", doc.SchemaVersion, doc.BuildSchemaVersion)
+	fmt.Fprintf(e.stdout, "catalog   revision %d: %s, %s, %s\n", st.CatalogRevision,
+		plural(st.ConnectorTypes, "connector type"), plural(st.ActiveVersions, "active version"), plural(st.EnabledInstances, "enabled instance"))
+	fmt.Fprintf(e.stdout, "replicas  %d: %d ready, %d draining, %d offline, %d with an expired lease\n",
+		st.Replicas, st.ReadyReplicas, st.DrainingReplicas, st.OfflineReplicas, st.ExpiredLeases)
+	fmt.Fprintf(e.stdout, "capacity  %d ready, %d active assignments\n", st.ReadyCapacity, st.ActiveAssignments)
+	for _, c := range ready.Checks {
+		state := "ok"
+		if !c.OK {
+			state = "FAILING"
+		}
+		if c.Message != "" {
+			state += ": " + c.Message
+		}
+		fmt.Fprintf(e.stdout, "check     %s %s\n", c.Name, state)
+	}
+	if !ready.Ready() {
+		return errors.New("a registry check is failing (see above)")
+	}
+	return nil
+}
+
+// plural returns "1 thing" or "n things".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
+}
