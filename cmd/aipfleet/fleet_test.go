@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// fleetServer serves the fleet views of a control plane over a registry
+// holding four replicas: crepl_r1 ready with one active assignment and an
+// open circuit, crepl_r2 draining, crepl_r3 offline, crepl_r4 ready with an
+// expired lease.
+func fleetServer(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	reg, err := memregistry.New(memregistry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := registrytest.NewLifecycleWorld(ctx, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := registry.ConservativePolicy("quota:strict")
+	pol.CircuitFailureThreshold = 1
+	noErr(t, reg.PutAdmissionPolicy(ctx, pol))
+	b := w.Binding
+	b.PolicyRevision, b.QuotaPolicyRef = 2, pol.PolicyRef
+	noErr(t, reg.PutBinding(ctx, b))
+	now := time.Now()
+	for _, r := range []struct {
+		id     string
+		status aip.ReplicaStatus
+		lease  time.Time
+	}{
+		{"crepl_r1", aip.ReplicaReady, now.Add(time.Hour)},
+		{"crepl_r2", aip.ReplicaDraining, now.Add(time.Hour)},
+		{"crepl_r3", aip.ReplicaOffline, now.Add(-time.Hour)},
+		{"crepl_r4", aip.ReplicaReady, now.Add(-time.Minute)},
+	} {
+		rep := registrytest.Replica(r.id, w.Instance.ID, w.Version.ID, r.lease)
+		rep.Status = r.status
+		rep.PeerPrincipalID, rep.PeerPrincipalKind = w.Version.Manifest.Agent.ID, w.Version.Manifest.Agent.Kind
+		noErr(t, reg.PutReplica(ctx, rep))
+	}
+	var routes []registry.RouteAssignment
+	for range 2 {
+		a, err := reg.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "alpha.read", TenantID: "tenant-1"})
+		noErr(t, err)
+		routes = append(routes, a)
+	}
+	noErr(t, reg.Settle(ctx, routes[0], registry.SettlementOutcomeUnknown))
+	svc, err := controlplane.New(registrytest.Key("control"), reg, controlplane.Config{DisableMaintenance: true})
+	noErr(t, err)
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFleetStatus(t *testing.T) {
+	url := fleetServer(t)
+	out, _, err := runCLI(t, map[string]string{"AIP_FLEET_CONTROL_URL": url}, "fleet", "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^REPLICA\s+INSTANCE\s+STATE\s+LEASE\s+ACTIVE/CAP\s+CIRCUIT$`),
+		regexp.MustCompile(`(?m)^crepl_r1\s+cinst_a\s+ready\s+(59m|1h0m)[0-9.]+s\s+1/4\s+open until \d\d:\d\d:\d\d \(1 unknown\)$`),
+		regexp.MustCompile(`(?m)^crepl_r2\s+cinst_a\s+draining\s+(59m|1h0m)[0-9.]+s\s+0/4\s+closed$`),
+		regexp.MustCompile(`(?m)^crepl_r3\s+cinst_a\s+offline\s+-\s+0/4\s+closed$`),
+		regexp.MustCompile(`(?m)^crepl_r4\s+cinst_a\s+expired\s+expired\s+0/4\s+closed$`),
+		regexp.MustCompile(`4 replicas: 1 ready, 1 draining, 1 offline, 1 with an expired lease; ready capacity 4, 1 active assignments; catalog revision \d+`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("output does not match %s:\n%s", want, out)
+		}
+	}
+	wide, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url+"/", "--wide")
+	if err != nil || !strings.Contains(wide, "https://crepl_r2.replicas.test:8443") || !strings.Contains(wide, "global/default/standard") {
+		t.Fatalf("--wide: %v\n%s", err, wide)
+	}
+
+	raw, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v fleetView
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if len(v.Replicas) != 4 || v.Status.Replicas != 4 || !v.Replicas[0].Circuit.Open || v.Replicas[3].LeaseValid {
+		t.Fatalf("JSON %+v", v)
+	}
+}
+
+func TestFleetStatusWatch(t *testing.T) {
+	url := fleetServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"fleet", "status", "--watch", "--interval", "100ms", "--control-url", url}, func(string) string { return "" }, &out, &out)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for strings.Count(out.String(), "\x1b[H\x1b[2J") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("three redraws did not come:\n%q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the command's output
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("--watch ended with %v after Ctrl-C", err)
+	}
+	if n := strings.Count(out.String(), "4 replicas: 1 ready"); n < 3 {
+		t.Fatalf("%d tables in three redraws", n)
+	}
+}
+
+func TestFleetStatusErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	_, _, err = runCLI(t, nil, "fleet", "status", "--control-url", closed)
+	if err == nil || !strings.Contains(err.Error(), "no control plane answers at "+closed) || !strings.Contains(err.Error(), "aipfleet dev") {
+		t.Fatalf("no control plane: %v", err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fleet"}, "name a subcommand: status"},
+		{[]string{"fleet", "--json"}, "name a subcommand: status"},
+		{[]string{"fleet", "list"}, `unknown subcommand "list"`},
+		{[]string{"fleet", "status", "--control-url", "ftp://x"}, "not an http(s) URL"},
+		{[]string{"fleet", "status", "--interval", "1ms"}, "--interval 1ms"},
+		{[]string{"fleet", "status", "extra"}, "unexpected argument"},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+}

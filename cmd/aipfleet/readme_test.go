@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// The README test keeps the README's tour honest: it starts `aipfleet dev`
+// as a process in a temporary working directory (so ./.aipfleet is a fresh
+// state directory), waits for its "ready" banner, and runs every ```sh
+// block of the "## Tour" section, in order and as written, with sh -c in
+// that directory. It checks each block's exit status and its `# expect:`
+// lines, and across the whole tour that every action ID is always printed
+// with the same replica and fence. A block that is exactly
+// `go run ./cmd/aipfleet dev` is the restart of step 5: the test stops dev
+// with SIGINT (exit status 0, every replica offline) and starts it again. At
+// the end dev is stopped with SIGINT the same way.
+//
+// Two things differ from a newcomer's terminal, neither in the commands:
+// `go run ./cmd/aipfleet` runs the aipfleet binary this test builds once (a
+// `go` shim first in PATH, so the commands need no module checkout in the
+// working directory), and dev listens on free ports, which the commands find
+// through AIP_DEV_PORT_BASE, AIP_CLIENT_URL and AIP_FLEET_CONTROL_URL.
+
+// tourBlock is one ```sh block of the tour.
+type tourBlock struct {
+	line        int // of the opening fence, for messages
+	script      string
+	expects     []tourExpect
+	restartsDev bool
+}
+
+// tourExpect is one `# expect: TEXT` (the output contains TEXT) or
+// `# expect Nx: TEXT` (exactly N times) line.
+type tourExpect struct {
+	text  string
+	times int // 0: at least once
+}
+
+var expectLine = regexp.MustCompile(`^# expect(?: (\d+)x)?: (.+)$`)
+
+// readTour returns the ```sh blocks of the "## Tour" section of the README.
+func readTour(t *testing.T, path string) []tourBlock {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		blocks  []tourBlock
+		inTour  bool
+		current *tourBlock
+		script  []string
+	)
+	for i, line := range strings.Split(string(raw), "\n") {
+		switch {
+		case current != nil && strings.TrimSpace(line) == "```":
+			current.script = strings.Join(script, "\n")
+			current.restartsDev = strings.TrimSpace(current.script) == "go run ./cmd/aipfleet dev"
+			blocks = append(blocks, *current)
+			current, script = nil, nil
+		case current != nil:
+			if m := expectLine.FindStringSubmatch(line); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				current.expects = append(current.expects, tourExpect{text: m[2], times: n})
+				continue
+			}
+			script = append(script, line)
+		case strings.HasPrefix(line, "## "):
+			inTour = strings.TrimSpace(line) == "## Tour"
+		case inTour && strings.TrimSpace(line) == "```sh":
+			current = &tourBlock{line: i + 1}
+		}
+	}
+	if current != nil {
+		t.Fatalf("%s: the code block opened at line %d is not closed", path, current.line)
+	}
+	return blocks
+}
+
+func TestReadTour(t *testing.T) {
+	dir := t.TempDir()
+	readme := filepath.Join(dir, "README.md")
+	os.WriteFile(readme, []byte("# x\n```sh\nnot the tour\n```\n## Tour\ntext\n```sh\necho a\n# expect: a\n# expect 2x: b c\n```\n"+
+		"```go\nignored\n```\n```sh\ngo run ./cmd/aipfleet dev\n```\n## Next\n```sh\nafter\n```\n"), 0o644)
+	got := readTour(t, readme)
+	if len(got) != 2 || got[0].script != "echo a" || len(got[0].expects) != 2 || got[0].expects[1] != (tourExpect{"b c", 2}) ||
+		got[0].restartsDev || !got[1].restartsDev {
+		t.Fatalf("blocks = %+v", got)
+	}
+}
+
+// devProc is a running `aipfleet dev`.
+type devProc struct {
+	cmd            *exec.Cmd
+	stdout, stderr lockedBuffer
+	done           chan struct{}
+	err            error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startDev(t *testing.T, bin, dir string, env, args []string) *devProc {
+	t.Helper()
+	p := &devProc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.Dir, p.cmd.Env = dir, env
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- aipfleet dev stdout:\n%s\n--- stderr (last lines):\n%s", p.stdout.String(), lastLines(p.stderr.String(), 60))
+		}
+	})
+	return p
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// waitFor polls cond until it holds; it fails when dev exits or a minute
+// passes.
+func (p *devProc) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		select {
+		case <-p.done:
+			t.Fatalf("aipfleet dev exited (%v) while waiting for %s", p.err, what)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's output
+	}
+}
+
+// stop sends SIGINT (a terminal's Ctrl-C) and requires exit status 0 after
+// every replica drained and went offline.
+func (p *devProc) stop(t *testing.T, stateDir string, replicas int) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(time.Minute):
+		t.Fatal("aipfleet dev did not exit within a minute of SIGINT")
+	}
+	if p.err != nil {
+		t.Fatalf("aipfleet dev exited with %v after SIGINT, want status 0", p.err)
+	}
+	log := p.stderr.String()
+	for i := range replicas {
+		if want := fmt.Sprintf("replica-%d drained and went offline cleanly", i+1); !strings.Contains(log, want) {
+			t.Errorf("dev's log lacks %q", want)
+		}
+	}
+	if want := fmt.Sprintf("all %d replicas are offline", replicas); !strings.Contains(log, want) {
+		t.Errorf("dev's log lacks %q", want)
+	}
+	// The registry dev saved last says so too.
+	raw, err := os.ReadFile(filepath.Join(stateDir, "registry.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap struct {
+		Replicas []registry.ConnectorReplica `json:"replicas"`
+	}
+	if err := json.Unmarshal(raw, &snap); err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Replicas) != replicas {
+		t.Errorf("the saved registry holds %d replicas, want %d", len(snap.Replicas), replicas)
+	}
+	for _, r := range snap.Replicas {
+		if r.Status != "offline" || r.ActiveAssignments != 0 {
+			t.Errorf("after dev stopped, replica %s is %s with %d active assignments", r.ID, r.Status, r.ActiveAssignments)
+		}
+	}
+}
+
+// freePortBase returns a port base whose dev ports (base, base+10 and the
+// replicas') are free now.
+func freePortBase(t *testing.T, replicas int) int {
+	t.Helper()
+	for range 50 {
+		base := 20000 + rand.IntN(3000)*10
+		free := true
+		for _, port := range append([]int{base, base + controlPortOffset}, replicaPorts(base, replicas)...) {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatal("no free port base found")
+	return 0
+}
+
+func replicaPorts(base, replicas int) []int {
+	var ports []int
+	for i := range replicas {
+		ports = append(ports, base+firstReplicaOffset+i)
+	}
+	return ports
+}
+
+var (
+	// An action's route as `action send` prints it, and as `action get`
+	// prints it.
+	sentRoute = regexp.MustCompile(`action (act_[0-9a-f]{32}) [a-z_ ]+ on replica (crepl_[0-9a-f]{32}) \(fence (route_[0-9a-f]{32})`)
+	gotRoute  = regexp.MustCompile(`action (act_[0-9a-f]{32}) \([^)]*\)\nroute:\s+replica (crepl_[0-9a-f]{32}), fence (route_[0-9a-f]{32})`)
+	// A block that sends SIGTERM to a replica.
+	killsReplica = regexp.MustCompile(`kill -TERM .*(replica-\d+)\.pid`)
+)
+
+func TestREADMETour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds aipfleet and runs the README's tour against aipfleet dev")
+	}
+	const replicas = DefaultDevReplicas
+	blocks := readTour(t, filepath.Join("..", "..", "README.md"))
+	expects := 0
+	for _, b := range blocks {
+		expects += len(b.expects)
+	}
+	if len(blocks) < 5 || expects < 5 {
+		t.Fatalf("the README's tour has %d code blocks and %d expectations; is the \"## Tour\" section there?", len(blocks), expects)
+	}
+
+	bin := filepath.Join(t.TempDir(), "aipfleet")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	shim := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shim, "go"), []byte(`#!/bin/sh
+# The README's "go run ./cmd/aipfleet ARGS" runs the binary the test built.
+if [ "$1" = run ] && [ "$2" = ./cmd/aipfleet ]; then
+	shift 2
+	exec "$AIPFLEET_README_BINARY" "$@"
+fi
+echo "README test: the tour may only run go as 'go run ./cmd/aipfleet', not: go $*" >&2
+exit 127
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	stateDir := filepath.Join(work, DefaultDevStateDir)
+	base := freePortBase(t, replicas)
+	controlURL := "http://127.0.0.1:" + strconv.Itoa(base+controlPortOffset)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+shim+string(os.PathListSeparator)+os.Getenv("PATH"), "AIPFLEET_README_BINARY="+bin,
+		"AIP_DEV_PORT_BASE="+strconv.Itoa(base), "AIP_CLIENT_URL=http://127.0.0.1:"+strconv.Itoa(base), "AIP_FLEET_CONTROL_URL="+controlURL)
+
+	startReady := func() *devProc {
+		t.Helper()
+		p := startDev(t, bin, work, env, []string{"dev"})
+		p.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(p.stdout.String(), "aipfleet dev is ready") })
+		return p
+	}
+	dev := startReady()
+	routes := map[string]string{} // action ID -> "replica X fence Y", as first printed
+	for _, b := range blocks {
+		if b.restartsDev {
+			dev.stop(t, stateDir, replicas)
+			dev = startReady()
+			if log := dev.stderr.String(); !strings.Contains(log, "restored from registry.json") || !strings.Contains(log, "unchanged=8") {
+				t.Errorf("README line %d: the restarted dev did not restore its registry or reapply the same fleet file:\n%s", b.line, lastLines(log, 40))
+			}
+			continue
+		}
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command("sh", "-c", b.script)
+		cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = work, env, &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("README line %d: %s\nfailed: %v\nstdout:\n%s\nstderr:\n%s", b.line, b.script, err, stdout.String(), stderr.String())
+		}
+		out := stdout.String()
+		for _, x := range b.expects {
+			n := strings.Count(out, x.text)
+			if (x.times == 0 && n == 0) || (x.times > 0 && n != x.times) {
+				t.Errorf("README line %d: the output shows %q %d times, want %s:\n%s", b.line, x.text, n, timesText(x.times), out)
+			}
+		}
+		// Every action keeps the route it was first given.
+		for _, re := range []*regexp.Regexp{sentRoute, gotRoute} {
+			for _, m := range re.FindAllStringSubmatch(out, -1) {
+				route := "replica " + m[2] + " fence " + m[3]
+				if first, seen := routes[m[1]]; seen && first != route {
+					t.Errorf("README line %d: action %s moved from %s to %s", b.line, m[1], first, route)
+				}
+				routes[m[1]] = route
+			}
+		}
+		// A replica sent SIGTERM drains, goes offline and comes back.
+		if m := killsReplica.FindStringSubmatch(b.script); m != nil {
+			dev.waitFor(t, m[1]+"'s drain", func() bool {
+				return strings.Contains(dev.stderr.String(), m[1]+" drained and went offline (exit status 0); restarting it")
+			})
+			dev.waitFor(t, m[1]+" to register again", func() bool {
+				var st registry.FleetStatusSummary
+				return fetchJSON(controlURL+controlplane.PathFleetStatus, &st) == nil && st.ReadyReplicas == replicas
+			})
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if len(routes) < 5 {
+		t.Errorf("the tour printed routes for %d actions; want at least 5", len(routes))
+	}
+	dev.stop(t, stateDir, replicas)
+}
+
+func timesText(n int) string {
+	if n == 0 {
+		return "at least once"
+	}
+	return "exactly " + strconv.Itoa(n)
+}
+
+func fetchJSON(url string, into any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return json.NewDecoder(bufio.NewReader(resp.Body)).Decode(into)
+}

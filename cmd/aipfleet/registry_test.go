@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+)
+
+// fleetFileExample returns the complete example of docs/fleet-file.md.
+func fleetFileExample(t *testing.T) []byte {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "fleet-file.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := bytes.Cut(doc, []byte("<!-- fleet-file-example"))
+	if !ok {
+		t.Fatal("docs/fleet-file.md has no fleet-file-example marker")
+	}
+	_, rest, _ = bytes.Cut(rest, []byte("```yaml\n"))
+	block, _, ok := bytes.Cut(rest, []byte("```"))
+	if !ok {
+		t.Fatal("no closed yaml block after the fleet-file-example marker")
+	}
+	return block
+}
+
+func TestRegistryCommands(t *testing.T) {
+	dir := t.TempDir()
+	dbFile := writeSecret(t, dir, "admin.url", pgtest.NewDatabase(t)+"\n")
+	fleet := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(fleet, fleetFileExample(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": dbFile}
+
+	// Before the migration, status says what to run.
+	_, _, err := runCLI(t, env, "registry", "status")
+	if err == nil || !strings.Contains(err.Error(), "aipfleet registry migrate") {
+		t.Fatalf("status before migrate: %v", err)
+	}
+	out, _, err := runCLI(t, env, "registry", "migrate")
+	if err != nil || !strings.Contains(out, fmt.Sprintf("aip_registry is at version %d (catalog revision 0)", pgregistry.SchemaVersion)) {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	if out, _, err = runCLI(t, env, "registry", "migrate"); err != nil { // idempotent
+		t.Fatalf("second migrate: %v\n%s", err, out)
+	}
+
+	out, _, err = runCLI(t, env, "registry", "apply", "-f", fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`created\s+policies\s+quota:acme\n`, `created\s+replicas\s+crepl_globex_echo_a\n`,
+		`created\s+bindings\s+acme/echo.say/cinst_acme_echo\n`, `: 12 created, 0 updated, 0 unchanged; catalog revision 0 -> 9\n`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("apply output does not match %s:\n%s", want, out)
+		}
+	}
+	raw, _, err := runCLI(t, env, "registry", "apply", "--file", fleet, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Created, Unchanged int
+		CatalogRevision    uint64 `json:"catalog_revision"`
+	}
+	if err := json.Unmarshal([]byte(raw), &doc); err != nil || doc.Created != 0 || doc.Unchanged != 12 || doc.CatalogRevision != 9 {
+		t.Fatalf("second apply: %+v %v\n%s", doc, err, raw)
+	}
+
+	out, _, err = runCLI(t, env, "registry", "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{fmt.Sprintf("aip_registry version %[1]d (this build: %[1]d)", pgregistry.SchemaVersion), "revision 9: 1 connector type, 1 active version, 2 enabled instances",
+		"replicas  3: 0 ready, 0 draining, 3 offline", "check     schema ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// A broken file is refused before anything is written, naming the line.
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, bytes.Replace(fleetFileExample(t), []byte("capacity: 8"), []byte("capacty: 8"), 1), 0o644)
+	_, _, err = runCLI(t, env, "registry", "apply", "-f", bad)
+	if err == nil || !strings.Contains(err.Error(), "crepl_globex_echo_a (line") || !strings.Contains(err.Error(), "capacty") {
+		t.Fatalf("bad file: %v", err)
+	}
+	// A change the registry refuses stops at that entry, after reporting
+	// what was applied before it.
+	conflict := filepath.Join(dir, "conflict.yaml")
+	os.WriteFile(conflict, bytes.Replace(fleetFileExample(t), []byte("secret_provider_ref: vault://acme/echo"), []byte("secret_provider_ref: vault://acme/echo-2"), 1), 0o644)
+	out, _, err = runCLI(t, env, "registry", "apply", "-f", conflict)
+	if err == nil || !strings.Contains(err.Error(), "config_revision") || !strings.Contains(err.Error(), "fix the file and apply it again") ||
+		!regexp.MustCompile(`unchanged\s+versions\s+cver_echo_1_0_0\n`).MatchString(out) {
+		t.Fatalf("conflicting file: %v\n%s", err, out)
+	}
+}
+
+func TestRegistryFlagErrors(t *testing.T) {
+	dbFile := writeSecret(t, t.TempDir(), "db.url", "postgres://127.0.0.1:1/none")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"registry"}, "name a subcommand: migrate, apply or status"},
+		{[]string{"registry", "drop"}, `unknown subcommand "drop"`},
+		{[]string{"registry", "apply", "--database-url-file", dbFile}, "-f FILE is required"},
+		{[]string{"registry", "status"}, "--database-url-file is required"},
+		{[]string{"registry", "status", "-f", "x.yaml", "--database-url-file", dbFile}, "--file is for apply"},
+		{[]string{"registry", "apply", "-f", "a.yaml", "b.yaml", "--database-url-file", dbFile}, "unexpected argument"},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+	loose := filepath.Join(t.TempDir(), "loose.url")
+	os.WriteFile(loose, []byte("postgres://x"), 0o644)
+	if _, _, err := runCLI(t, nil, "registry", "migrate", "--database-url-file", loose); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("group-readable URL file: %v", err)
+	}
+}
