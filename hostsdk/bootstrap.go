@@ -198,6 +198,7 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 		IdleTimeout:    120 * time.Second,
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       nil,
+		ConnState:      h.conns.observe,
 	}
 	if h.cfg.Listener != nil {
 		h.listener = h.cfg.Listener

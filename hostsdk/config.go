@@ -29,6 +29,8 @@ const (
 	DefaultHeartbeatInterval  = 10 * time.Second
 	DefaultDrainTimeout       = 30 * time.Second
 	MaxDrainTimeout           = 300 * time.Second
+	DefaultDrainLinger        = 2 * time.Second
+	MaxDrainLinger            = 60 * time.Second
 	DefaultHealthProbeTimeout = 2 * time.Second
 	MaxHealthProbeTimeout     = 30 * time.Second
 	DefaultControlTimeout     = 5 * time.Second
@@ -126,6 +128,13 @@ type Config struct {
 	// DrainTimeout bounds the wait for in-flight actions on shutdown, and
 	// then the graceful HTTP shutdown. Defaults to 30s; 1ms to 300s.
 	DrainTimeout time.Duration
+	// DrainLinger is how long, at least, the listener keeps answering after
+	// the drain begins, even with nothing in flight: an action the
+	// dispatcher routed just before the registry recorded the drain then
+	// gets the signed connector_host.not_ready (which proves it did not
+	// start here, so it can be rerouted) instead of a refused connection.
+	// Defaults to 2s; 1ms to 60s; never longer than DrainTimeout.
+	DrainLinger time.Duration
 	// HealthProbeTimeout bounds each storage and connector probe. Defaults
 	// to 2s; 1ms to 30s.
 	HealthProbeTimeout time.Duration
@@ -213,6 +222,9 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.DrainLinger == 0 {
+		c.DrainLinger = DefaultDrainLinger
+	}
 	if c.HealthProbeTimeout == 0 {
 		c.HealthProbeTimeout = DefaultHealthProbeTimeout
 	}
@@ -289,6 +301,9 @@ func (c *Config) validate() error {
 		return cfgErr("HeartbeatInterval", "is %d ms; must be at least 1 ms and at most half the lease TTL (%d ms)", c.HeartbeatInterval.Milliseconds(), c.LeaseTTL.Milliseconds()/2)
 	}
 	if err := durationIn("DrainTimeout", c.DrainTimeout, time.Millisecond, MaxDrainTimeout); err != nil {
+		return err
+	}
+	if err := durationIn("DrainLinger", c.DrainLinger, time.Millisecond, MaxDrainLinger); err != nil {
 		return err
 	}
 	if err := durationIn("HealthProbeTimeout", c.HealthProbeTimeout, time.Millisecond, MaxHealthProbeTimeout); err != nil {

@@ -36,7 +36,8 @@
 // --gateway-did-file, --trust-domain, --region, --zone, --capacity-class,
 // --artifact-digest, --secret-provider-ref, --config-revision,
 // --allow-insecure-loopback-http, --max-in-flight, --lease-ttl-ms,
-// --heartbeat-interval-ms, --drain-timeout-ms, --health-probe-timeout-ms,
+// --heartbeat-interval-ms, --drain-timeout-ms, --drain-linger-ms,
+// --health-probe-timeout-ms,
 // --control-timeout-ms, --tls-ca-certificate-file, and --state-dir and
 // --database-url-file for the journal. Every invalid value is reported as a
 // *ConfigError naming the flag, the variable and the accepted range. Secrets
@@ -140,8 +141,10 @@
 // On SIGTERM or Ctrl-C (ctx cancelled in Run) or Stop, the host performs the
 // nine steps documented on its shutdown: draining flag, signed drain,
 // heartbeats stop, new actions refused and event publication stopped, the
-// listener kept while in-flight actions finish (at most DrainTimeout),
-// graceful HTTP shutdown, heartbeat worker stopped, signed offline, and a
+// listener kept while in-flight actions finish (at most DrainTimeout) and
+// for at least DrainLinger, so actions routed just before the drain get a
+// signed not_ready that a dispatcher may use to reroute them, graceful HTTP
+// shutdown, heartbeat worker stopped, signed offline, and a
 // nil result only when all of it was clean (otherwise a *ShutdownError).
 //
 // # Provider events

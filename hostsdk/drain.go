@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"sync"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -19,10 +22,14 @@ import (
 //  4. new actions are refused with a signed connector_host.not_ready, and
 //     provider-event publication stops (the event source is cancelled and
 //     the publisher refuses);
-//  5. the listener stays up while the in-flight action count falls;
-//  6. after zero in-flight actions or DrainTimeout, the HTTP server shuts
-//     down gracefully (bounded by DrainTimeout again, then connections are
-//     closed);
+//  5. the listener stays up while the in-flight action count falls, and
+//     for at least DrainLinger after the drain began, so an action routed
+//     just before the registry recorded the drain is refused with the
+//     signed not_ready rather than a closed socket;
+//  6. after zero in-flight actions (or DrainTimeout) and the linger, the
+//     HTTP server shuts down gracefully: connections that never carried a
+//     request are closed at once, busy ones are awaited (bounded by
+//     DrainTimeout again, then closed);
 //  7. the heartbeat worker (and the event source) are stopped and awaited;
 //  8. the signed offline transition is sent;
 //  9. the result is nil only when server, heartbeat, drain and offline (and
@@ -41,6 +48,7 @@ func (h *Host) shutdown() error {
 	defer span.End()
 
 	// 1.
+	drainStart := time.Now()
 	h.draining.Store(true)
 	h.log.Info("draining", "in_flight", h.inflight.count())
 	// 2. Taking controlMu waits for a heartbeat already on the wire, so the
@@ -60,10 +68,23 @@ func (h *Host) shutdown() error {
 	if err := h.inflight.wait(wctx); err != nil {
 		h.log.Warn("drain timeout passed with actions in flight", "error", err)
 	}
+	if linger := time.Until(drainStart.Add(min(h.cfg.DrainLinger, h.cfg.DrainTimeout))); linger > 0 {
+		t := time.NewTimer(linger)
+		select {
+		case <-t.C:
+		case <-wctx.Done():
+		}
+		t.Stop()
+	}
 	cancel()
-	// 6.
+	// 6. Shutdown closes the listener and idle connections; connections
+	// that were opened but never sent a request would hold it for seconds,
+	// and closing them loses nothing (the host read nothing from them).
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
-	if err := h.server.Shutdown(sctx); err != nil {
+	shut := make(chan error, 1)
+	go func() { shut <- h.server.Shutdown(sctx) }()
+	h.conns.closeUnused()
+	if err := <-shut; err != nil {
 		h.server.Close()
 		fail("HTTP server", fmt.Errorf("graceful shutdown: %w", err))
 	}
@@ -146,5 +167,39 @@ func waitFor(done <-chan struct{}, d time.Duration) error {
 		return nil
 	case <-t.C:
 		return errors.New("did not stop within the drain timeout")
+	}
+}
+
+// connTracker follows the server's connections so shutdown can close the
+// ones that never carried a request.
+type connTracker struct {
+	mu    sync.Mutex
+	state map[net.Conn]http.ConnState
+}
+
+// observe is the server's ConnState hook.
+func (t *connTracker) observe(c net.Conn, st http.ConnState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch st {
+	case http.StateHijacked, http.StateClosed:
+		delete(t.state, c)
+	default:
+		if t.state == nil {
+			t.state = make(map[net.Conn]http.ConnState)
+		}
+		t.state[c] = st
+	}
+}
+
+// closeUnused closes connections still waiting for their first request.
+func (t *connTracker) closeUnused() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c, st := range t.state {
+		if st == http.StateNew {
+			c.Close()
+			delete(t.state, c)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package hostsdk_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -278,5 +279,49 @@ func TestCancelledStartAfterRegisterGoesOffline(t *testing.T) {
 	}
 	if st, _ := f.cp.Replica(f.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
 		t.Errorf("replica is %s after a failed start", st.Status)
+	}
+}
+
+// The listener keeps answering for DrainLinger after the drain began, even
+// with nothing in flight: an action routed just before the registry saw the
+// drain gets the signed not_ready, which proves it did not start here.
+func TestDrainLingerRefusesWithSignedNotReady(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.DrainLinger = 3 * time.Second
+	h, target := f.start(t, newTestConnector())
+	ctx := ctxT(t)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.Stop(ctx) }()
+	if err := f.cp.Await(ctx, hasOp(aip.OpDrain)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.d.Act(ctx, target, action(capEcho, `{"message":"late"}`))
+	if err != nil {
+		t.Fatalf("an action sent during the linger got no answer: %v", err)
+	}
+	wantCode(t, resp, http.StatusServiceUnavailable, hostsdk.CodeNotReady)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+}
+
+// A connection that was opened but never carried a request does not hold
+// the shutdown: with a 1 s drain timeout the shutdown is still clean.
+func TestShutdownClosesUnusedConnections(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.DrainTimeout = time.Second
+	h, _ := f.start(t, newTestConnector())
+	conn, err := net.Dial("tcp", h.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := h.Stop(ctxT(t)); err != nil {
+		t.Fatalf("Stop with an unused connection open: %v", err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the unused connection is still open after shutdown")
 	}
 }

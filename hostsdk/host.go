@@ -59,6 +59,7 @@ type Host struct {
 	control        *controlClient
 	listener       net.Listener
 	server         *http.Server
+	conns          connTracker // the server's connections, for shutdown
 	jwks           []byte
 	state          *State
 	events         *EventPublisher

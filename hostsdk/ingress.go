@@ -331,13 +331,14 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	}
 	// One durable commit claims the message and journals the action as
 	// running, before the connector runs.
-	jctx := context.WithoutCancel(x.ctx)
+	jctx, jspan := x.journalSpan("accept", a.ID)
 	now := h.cfg.Now()
 	acc, err := h.journal.AcceptAction(jctx, x.req.MessageID, x.msgExpiry, now, journal.Action{
 		ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: h.cfg.TenantID,
 		IdempotencyKey: idempotencyKey(x.req, a), InputDigest: digest, FenceToken: route.FenceToken,
 		MessageID: x.req.MessageID, ReceivedAt: now,
 	})
+	endSpan(jspan, err)
 	switch {
 	case err != nil:
 		return x.storageUnavailable(err)
@@ -392,7 +393,6 @@ func (h *Host) lookupRunning(actionID string) *runningAction {
 // execute runs a freshly journaled action and journals its outcome.
 func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, route *aip.ConnectorRoute) bool {
 	h := x.h
-	jctx := context.WithoutCancel(x.ctx)
 	projected := *a
 	identity := aip.IdentityContext{}
 	if a.Identity != nil {
@@ -438,7 +438,9 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 			status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result cannot be encoded: "+err.Error(), nil
 		}
 	}
-	receipt, err := h.journal.FinishAction(jctx, a.ID, status, raw, detail, h.cfg.Now())
+	fctx, fspan := x.journalSpan("finish", a.ID)
+	receipt, err := h.journal.FinishAction(fctx, a.ID, status, raw, detail, h.cfg.Now())
+	endSpan(fspan, err)
 	if err != nil {
 		h.storageReady.Store(false)
 		h.log.Error("journal the action outcome", "action_id", a.ID, "status", status, "error", err)
@@ -673,6 +675,21 @@ func (x *exchange) outcomeUnknown(actionID, detail string) bool {
 
 func (x *exchange) result(res *aip.ActionResult) bool {
 	return x.reply(http.StatusOK, aip.Body{ActionResult: res})
+}
+
+// journalSpan starts the span of a journal write for the action; the write
+// itself is never cancelled by the request.
+func (x *exchange) journalSpan(op, actionID string) (context.Context, trace.Span) {
+	return x.h.tracer.Start(context.WithoutCancel(x.ctx), "hostsdk.journal."+op,
+		trace.WithAttributes(attribute.String("aip.action_id", actionID)))
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }
 
 // claim records the request's message ID in the replay registry, once. It

@@ -91,7 +91,8 @@ func TestTracing(t *testing.T) {
 		parents[s.Name()] = s.Parent()
 	}
 	for _, want := range []string{"hostsdk.bootstrap", "hostsdk.bootstrap.validate", "hostsdk.bootstrap.recover",
-		"hostsdk.bootstrap.register", "hostsdk.bootstrap.serve", "hostsdk.control.register", "hostsdk.message", "hostsdk.action " + capEcho} {
+		"hostsdk.bootstrap.register", "hostsdk.bootstrap.serve", "hostsdk.control.register", "hostsdk.message", "hostsdk.action " + capEcho,
+		"hostsdk.journal.accept", "hostsdk.journal.finish"} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("no span %q", want)
 		}

@@ -73,6 +73,8 @@ func HostConfig(t testing.TB, cp *ControlPlane, d *Dispatcher, l net.Listener) h
 		ArtifactDigest:            aip.DigestBytes([]byte("hostsdktest artifact")),
 		SecretProviderRef:         "secret://hostsdktest",
 		StateDir:                  t.TempDir(),
+		// Tests drain quickly; a real host lingers DefaultDrainLinger.
+		DrainLinger: 50 * time.Millisecond,
 	}
 	if cp.server == nil {
 		cfg.ControlPlaneTransport = cp.Transport()
