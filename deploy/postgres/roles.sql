@@ -72,6 +72,7 @@ BEGIN
             ('capability_bindings',       'SELECT',                           ''),
             ('connector_replicas',        'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
             ('route_assignments',         'SELECT, INSERT, UPDATE',           ''),
+            ('route_history',             'SELECT, INSERT',                   ''),
             ('admission_counters',        'SELECT, INSERT, UPDATE',           ''),
             ('control_replay',            '',                                 'SELECT, INSERT, UPDATE, DELETE')
         ) AS t (tbl, data_privs, lifecycle_privs)

@@ -64,7 +64,7 @@ LEFT JOIN aip_registry.admission_policies p ON p.policy_ref = b.quota_policy_ref
 	// registry.CompareCandidates order, with the catalog revision. $3 now, $4 capacity class ("" =
 	// any), $5 forbid cross-region, $6 preferred region, $7 preferred zone,
 	// $8 action ID.
-	candidates = `SELECT (SELECT revision FROM aip_registry.catalog_revision), b.priority, b.policy_revision, b.credential_revision_ref, b.quota_policy_ref, b.scope_key,
+	candidateSelect = `SELECT (SELECT revision FROM aip_registry.catalog_revision), b.priority, b.policy_revision, b.credential_revision_ref, b.quota_policy_ref, b.scope_key,
 	i.type_id, v.manifest_digest,
 	p.policy_ref, p.revision, p.enabled, p.max_global_in_flight, p.max_tenant_in_flight, p.max_connector_type_in_flight,
 	p.max_instance_in_flight, p.max_binding_in_flight, p.max_tenant_retry_in_flight, p.circuit_failure_threshold, p.circuit_open_ms,
@@ -79,20 +79,10 @@ WHERE ` + chainValid + `
 	AND r.circuit_open_until_ms <= $3
 	AND ($4 = '' OR r.capacity_class = $4)
 	AND (NOT $5 OR r.region = $6)
-	AND NOT EXISTS (SELECT 1 FROM aip_registry.route_assignments x WHERE x.action_id = $8)
+	AND %s
 ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignments,
 	substring(sha256(convert_to(r.replica_id || $8, 'UTF8')) FROM 1 FOR 8), b.instance_id, r.replica_id
 LIMIT 1`
-	// takeCandidate locks the first candidate no other transaction holds
-	// and counts the new assignment on it; takeCandidateWait waits for the
-	// first candidate instead (its eligibility is re-checked once it is
-	// released). Neither selects anything for an action that has a route.
-	takeCandidate     = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r SKIP LOCKED),` + countAssignment
-	takeCandidateWait = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r),` + countAssignment
-	countAssignment   = `
-counted AS (UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
-	FROM chosen WHERE r.replica_id = chosen.replica_id)
-SELECT * FROM chosen`
 	firstBinding = `SELECT b.instance_id ` + chainJoins + ` WHERE ` + chainValid + ` ORDER BY b.priority, b.instance_id LIMIT 1`
 
 	incrementReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1 WHERE replica_id = $1`
@@ -124,8 +114,14 @@ locked AS (
 UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
 FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key`
 
-	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL, updated_at_ms = $2
+	// reserveRoute re-reserves a released route for a retry; the route was
+	// handed out again, so it can no longer be rerouted.
+	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL,
+	resolved_again = true, updated_at_ms = $2
 WHERE action_id = $1 AND NOT reserved`
+	// markResolvedAgain records that a Resolve returned a reserved route
+	// again.
+	markResolvedAgain = `UPDATE aip_registry.route_assignments SET resolved_again = true WHERE action_id = $1 AND NOT resolved_again`
 
 	// lockRouteReplica takes the action lock, then locks the replica of the
 	// action's route (the lateral subquery depends on the lock's, so it runs
@@ -161,6 +157,23 @@ replica AS (
 SELECT count(*) FROM route`
 )
 
+var (
+	// candidates excludes actions that have a route; rerouteCandidates
+	// excludes the refusing replica ($9) instead.
+	candidates        = candidateFor(`NOT EXISTS (SELECT 1 FROM aip_registry.route_assignments x WHERE x.action_id = $8)`)
+	rerouteCandidates = candidateFor(`r.replica_id <> $9`)
+	// takeCandidate locks the first candidate no other transaction holds
+	// and counts the new assignment on it; takeCandidateWait waits for the
+	// first candidate instead (its eligibility is re-checked once it is
+	// released). Neither selects anything for an action that has a route.
+	takeCandidate     = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r SKIP LOCKED),` + countAssignment
+	takeCandidateWait = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r),` + countAssignment
+	countAssignment   = `
+counted AS (UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
+	FROM chosen WHERE r.replica_id = chosen.replica_id)
+SELECT * FROM chosen`
+)
+
 // pinnedReplica locks an existing route's replica with the state
 // registry.PinnedReplicaUsable judges: its instance, the route's
 // version and that version's type.
@@ -173,6 +186,9 @@ JOIN aip_registry.connector_versions v ON v.version_id = $2
 JOIN aip_registry.connector_types t ON t.type_id = v.type_id
 WHERE r.replica_id = $1
 FOR UPDATE OF r`
+
+// candidateFor builds the candidate query with one more filter.
+func candidateFor(filter string) string { return fmt.Sprintf(candidateSelect, filter) }
 
 // isLockTimeout reports a lock_timeout expiry (SQLSTATE 55P03).
 func isLockTimeout(err error) bool {
@@ -301,6 +317,11 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, req *reg
 		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
 	}
 	if s.reserved {
+		b := &pgx.Batch{}
+		b.Queue(markResolvedAgain, a.ActionID)
+		if err := p.commit(ctx, b); err != nil {
+			return registry.RouteAssignment{}, err
+		}
 		return *a, nil
 	}
 	var (

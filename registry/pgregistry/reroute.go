@@ -1,0 +1,253 @@
+package pgregistry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// The provably-not-started reroute (registry.Rerouter) runs on the data
+// pool as one pipelined transaction. It takes the locks of routing in their
+// order: the action, the shared publication lock, then the refusing replica
+// and the chosen one together in replica ID order (as lifecycle batches
+// lock replicas, so two reroutes moving actions between the same replicas
+// in opposite directions cannot wait on each other), then the counters of
+// the released and of the new reservation. The release of the old
+// reservation and the reservation of the new one run in the transaction's
+// last round trip with its COMMIT: a full scope aborts it server-side, so
+// the old reservation is never lost.
+
+var _ registry.Rerouter = (*Registry)(nil)
+
+const (
+	// rerouteState reads whether the route was handed out again and its
+	// history length.
+	rerouteState = `SELECT resolved_again, (SELECT count(*) FROM aip_registry.route_history h WHERE h.action_id = $1)
+FROM aip_registry.route_assignments WHERE action_id = $1`
+	insertHistory = `INSERT INTO aip_registry.route_history (action_id, seq, replica_id, fence_token, assignment, superseded_at_ms)
+VALUES ($1, $2, $3, $4, $5, $6)`
+	releaseReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = GREATEST(active_assignments - 1, 0) WHERE replica_id = $1`
+	lockReplicas   = `SELECT replica_id FROM aip_registry.connector_replicas WHERE replica_id = ANY($1) ORDER BY replica_id FOR UPDATE`
+	// replaceRoute makes the new assignment the action's current one,
+	// reserved (not as a retry), handed out once.
+	replaceRoute = `UPDATE aip_registry.route_assignments SET instance_id = $2, version_id = $3, manifest_digest = $4,
+	replica_id = $5, endpoint = $6, peer_principal_id = $7, peer_principal_kind = $8, peer_did = $9, trust_domain = $10,
+	transport_profile = $11, region = $12, zone = $13, capacity_class = $14, catalog_revision = $15,
+	binding_policy_revision = $16, credential_revision_ref = $17, quota_policy_ref = $18, replica_health_revision = $19,
+	fence_token = $20, admission = $21, assigned_at_ms = $22, reserved = true, retry = false, last_settlement = NULL,
+	resolved_again = false, updated_at_ms = $22
+WHERE action_id = $1`
+	selectHistory = `SELECT assignment FROM aip_registry.route_history WHERE action_id = $1 ORDER BY seq`
+	routeExists   = `SELECT EXISTS (SELECT 1 FROM aip_registry.route_assignments WHERE action_id = $1)`
+)
+
+// Reroute implements registry.Rerouter.
+func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (registry.RouteAssignment, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	cur := &req.Current
+	rreq := registry.RerouteRouteRequest(&req)
+	if err := rreq.Validate(); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	if _, err := registry.CheckRefusal(cur, &req.Evidence); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	var out registry.RouteAssignment
+	err := r.inPipe(ctx, r.data, "reroute action "+cur.ActionID, func(p *pipe) error {
+		now := r.clock()
+		pref := &rreq.Topology
+		args := []any{rreq.TenantID, rreq.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,
+			rreq.ActionID, cur.ReplicaID}
+		var (
+			s             storedRoute
+			routed, again bool
+			history       int64
+			first         *string
+			c             candidate
+			found         bool
+		)
+		b := &pgx.Batch{}
+		b.Queue(lockRouting, cur.ActionID, lockClass, lockCatalog)
+		queueRoute(b, cur.ActionID, &s, &routed)
+		b.Queue(rerouteState, cur.ActionID).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&again, &history)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		b.Queue(firstBinding, rreq.TenantID, rreq.CapabilityID).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&first)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		queueCandidate(b, rerouteCandidates, args, &c, &found)
+		if err := p.send(ctx, b); err != nil {
+			return err
+		}
+		switch {
+		case !routed:
+			return fmt.Errorf("route of action %s: %w", cur.ActionID, registry.ErrNotFound)
+		case !s.a.Equal(cur):
+			return registry.RerouteFenceLost(cur)
+		case again:
+			return registry.RerouteUnsafe(cur)
+		case history >= registry.MaxRouteHistory:
+			return registry.RerouteHistoryFull(cur.ActionID)
+		case first == nil:
+			return fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
+				registry.ErrBindingUnavailable, rreq.TenantID, rreq.CapabilityID)
+		}
+		// Lock the refusing and the chosen replica in ID order (the order
+		// lifecycle batches use), re-read the route (lease expiry may have
+		// released it before the refusing replica was locked) and check the
+		// choice again on the locked row; a choice that is no longer
+		// eligible is replaced, until RouteLockWait has passed.
+		deadline := time.Now().Add(r.routeLockWait)
+		for {
+			if !found {
+				return fmt.Errorf("%w: no other eligible replica for capability %s of tenant %s (first binding: instance %s)",
+					registry.ErrReplicaUnavailable, rreq.CapabilityID, rreq.TenantID, *first)
+			}
+			chosen := c.replica.ID
+			found = false
+			b := &pgx.Batch{}
+			b.Queue(lockReplicas, []string{cur.ReplicaID, chosen})
+			queueRoute(b, cur.ActionID, &s, &routed)
+			queueCandidate(b, rerouteCandidates, append(args, chosen), &c, &found, `r.replica_id = $10`)
+			if err := p.send(ctx, b); err != nil {
+				return err
+			}
+			if found {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%w: the other eligible replicas for capability %s of tenant %s kept filling up for %s",
+					registry.ErrReplicaUnavailable, rreq.CapabilityID, rreq.TenantID, r.routeLockWait)
+			}
+			b = &pgx.Batch{}
+			queueCandidate(b, rerouteCandidates, args, &c, &found)
+			if err := p.send(ctx, b); err != nil {
+				return err
+			}
+		}
+		var err error
+		out, err = r.commitReroute(ctx, p, &rreq, &s, int(history), &c, now)
+		return err
+	})
+	if err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	return out, nil
+}
+
+// queueCandidate queues a candidate query (with extra filters ANDed in) and
+// scans its row, if any, into c.
+func queueCandidate(b *pgx.Batch, sql string, args []any, c *candidate, found *bool, filters ...string) {
+	for _, f := range filters {
+		sql = strings.Replace(sql, "\nORDER BY b.priority", "\n\tAND "+f+"\nORDER BY b.priority", 1)
+	}
+	b.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
+		var err error
+		*c, err = scanCandidate(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		*found = err == nil
+		return err
+	})
+}
+
+// commitReroute releases the old reservation (as cancelled, circuit
+// untouched) if it is still held, reserves the new route's base scopes,
+// keeps the old assignment as history and makes the new one current, and
+// commits — in one round trip.
+func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.RouteRequest, s *storedRoute, history int, c *candidate, now time.Time) (registry.RouteAssignment, error) {
+	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
+	pol := &r.implicit
+	if c.policy != nil {
+		pol = c.policy
+	}
+	admission := registry.NewReservation(pol, &c.binding, c.typeID, c.scopeKey)
+	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
+	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, c.revision, admission, aip.NewID(aip.PrefixRoute), now)
+	doc, err := json.Marshal(a.Admission)
+	if err != nil {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
+	}
+	old, err := json.Marshal(s.a)
+	if err != nil {
+		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the assignment of %s: %v", registry.ErrInvalid, a.ActionID, err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(incrementReplica, a.ReplicaID)
+	if s.reserved {
+		b.Queue(releaseReplica, s.a.ReplicaID)
+		kinds, keys, amounts := scopeArrays(s.a.Admission.Scopes(s.retry))
+		if len(kinds) > 0 {
+			b.Queue(releaseScopes, kinds, keys, amounts)
+		}
+	}
+	queueReserve(b, admission.BaseScopes)
+	b.Queue(insertHistory, a.ActionID, history+1, s.a.ReplicaID, s.a.FenceToken, old, toMS(now))
+	b.Queue(replaceRoute, a.ActionID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID, a.Endpoint,
+		a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
+		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
+		nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc,
+		toMS(a.AssignedAt))
+	if err := p.commit(ctx, b); err != nil {
+		return registry.RouteAssignment{}, scopeFull(err, admission.BaseScopes)
+	}
+	return a, nil
+}
+
+// RouteHistory implements registry.Rerouter.
+func (r *Registry) RouteHistory(ctx context.Context, actionID string) ([]registry.RouteAssignment, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var (
+		exists bool
+		out    = []registry.RouteAssignment{}
+	)
+	b := &pgx.Batch{}
+	b.Queue(routeExists, actionID).QueryRow(func(row pgx.Row) error { return row.Scan(&exists) })
+	b.Queue(selectHistory, actionID).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var doc []byte
+			if err := rows.Scan(&doc); err != nil {
+				return err
+			}
+			var a registry.RouteAssignment
+			if err := json.Unmarshal(doc, &a); err != nil {
+				return fmt.Errorf("decode a superseded assignment of %s: %w", actionID, err)
+			}
+			out = append(out, a)
+		}
+		return rows.Err()
+	})
+	conn, err := r.acquire(ctx, r.data, "read route history")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, storageErr("read route history of "+actionID, err)
+	}
+	if !exists {
+		return nil, fmt.Errorf("route of action %s: %w", actionID, registry.ErrNotFound)
+	}
+	return out, nil
+}
