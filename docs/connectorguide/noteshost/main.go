@@ -1,0 +1,92 @@
+// Command noteshost runs the notes connector of docs/connector-guide.md as
+// one fleet replica. Like every connector host it is configured by the
+// common host flags and AIP_CONNECTOR_HOST_* variables (run it with -h for
+// the list). --print-manifest prints the manifest bound to --trust-domain,
+// as YAML to paste under a fleet file version's manifest:, and exits.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/aipfleet/aipfleet/docs/connectorguide/notes"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "noteshost:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole program: flags and environment, then the host until
+// SIGINT or SIGTERM and a clean drain.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("noteshost", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	load := hostsdk.BindFlags(fs)
+	printManifest := fs.Bool("print-manifest", false, "print the manifest bound to --trust-domain as YAML and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
+	}
+	cfg, err := load(getenv)
+	if err != nil {
+		return err
+	}
+	conn := notes.Connector{}
+	if *printManifest {
+		return printBoundManifest(ctx, stdout, conn, cfg.TrustDomain)
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, nil))
+	host, err := hostsdk.New(cfg, conn)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return host.Run(ctx) // nil only after a clean drain and offline
+}
+
+// printBoundManifest prints the manifest as the host binds it (the agent in
+// the trust domain, no DID): exactly what the registry must admit.
+func printBoundManifest(ctx context.Context, w io.Writer, conn hostsdk.Connector, trustDomain string) error {
+	if trustDomain == "" {
+		return errors.New("--print-manifest needs --trust-domain (the manifest is bound to it)")
+	}
+	m, err := conn.Manifest(ctx, hostsdk.TenantContext{TrustDomain: trustDomain})
+	if err != nil {
+		return err
+	}
+	m.Agent.TrustDomain, m.Agent.DID = trustDomain, ""
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return err
+	}
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return err
+	}
+	return enc.Close()
+}
