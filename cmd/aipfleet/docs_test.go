@@ -1,0 +1,80 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestDocsUseRealCommands checks every aipfleet command line in the README
+// and the guides' shell blocks: the command exists and every flag it uses
+// is one of that command's flags.
+func TestDocsUseRealCommands(t *testing.T) {
+	envAssign := regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=\S*\s+`)
+	checked := 0
+	for _, doc := range []string{"README.md", "docs/operator-guide.md", "docs/connector-guide.md"} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inSh := false
+		var lines []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			switch {
+			case !inSh && strings.TrimSpace(line) == "```sh":
+				inSh = true
+			case inSh && strings.TrimSpace(line) == "```":
+				inSh = false
+			case inSh:
+				lines = append(lines, line)
+			}
+		}
+		joined := strings.ReplaceAll(strings.Join(lines, "\n"), "\\\n", " ")
+		for _, line := range strings.Split(joined, "\n") {
+			line = strings.TrimSpace(line)
+			for envAssign.MatchString(line) {
+				line = envAssign.ReplaceAllString(line, "")
+			}
+			line = strings.Replace(line, "go run ./cmd/aipfleet ", "aipfleet ", 1)
+			if i := strings.Index(line, "aipfleet "); i < 0 || (i > 0 && !strings.HasSuffix(line[:i], "do ")) {
+				continue
+			} else {
+				line = line[i:]
+			}
+			if c, _, ok := strings.Cut(line, " #"); ok {
+				line = c
+			}
+			if c, _, ok := strings.Cut(line, "; done"); ok {
+				line = c
+			}
+			fields := strings.Fields(line)
+			if len(fields) < 2 || strings.HasPrefix(fields[1], "-") {
+				continue
+			}
+			c := lookup(fields[1])
+			if c == nil {
+				t.Errorf("%s: %q: aipfleet has no command %s", doc, line, fields[1])
+				continue
+			}
+			help, _, _ := runCLI(t, nil, fields[1], "--help")
+			for _, f := range fields[2:] {
+				if !strings.HasPrefix(f, "-") {
+					continue
+				}
+				name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+				if name == "help" || name == "h" {
+					continue
+				}
+				if !regexp.MustCompile(`(?m)^  --` + regexp.QuoteMeta(name) + `\s`).MatchString(help) {
+					t.Errorf("%s: %q: aipfleet %s has no flag --%s", doc, line, fields[1], name)
+				}
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d command lines; the docs' ```sh blocks were not found", checked)
+	}
+}
