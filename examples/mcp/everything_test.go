@@ -58,6 +58,9 @@ func TestMain(m *testing.M) {
 // directory and returns the path of its entry point.
 func everything(t *testing.T) (node, script string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("installs an MCP server from the npm registry and runs processes; skipped in -short mode")
+	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
 		t.Fatalf("npm is not installed: the MCP example's tests install %s@%s from the npm registry; install Node.js and npm", everythingPackage, EverythingVersion)

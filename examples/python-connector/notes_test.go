@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 // python returns the python3 interpreter or fails the test.
 func python(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the aip-sidecar binary and Python processes; skipped in -short mode")
+	}
 	p, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatal("python3 is not installed; the Python example's tests need Python 3 (standard library only)")
