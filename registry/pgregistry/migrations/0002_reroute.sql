@@ -17,3 +17,9 @@ CREATE TABLE aip_registry.route_history (
     superseded_at_ms bigint  NOT NULL,
     PRIMARY KEY (action_id, seq)
 );
+
+-- Live reservations by replica, for lease expiry and the ledger. Keyed by
+-- the replica alone, so the planner never scans it for an action ID (those
+-- lookups use the primary key).
+DROP INDEX aip_registry.route_assignments_reserved_replica;
+CREATE INDEX route_assignments_reserved ON aip_registry.route_assignments (replica_id) WHERE reserved;
