@@ -34,12 +34,15 @@ func actionCommand() *command {
 The dispatcher is --url. The bearer token is --token, or — with --tenant —
 a development token minted on the spot with the local issuer key
 --issuer-key (the dispatcher must trust that key: aipfleet dispatch --issuer
-NAME=DID, with NAME = --issuer). A send prints a readable summary (--json:
+NAME=DID, with NAME = --issuer). With neither, the token aipfleet dev wrote
+in --dev-state-dir is used, so against a running aipfleet dev no flag is
+needed. A send prints a readable summary (--json:
 the dispatcher's JSON answer); it exits 1 when the action did not complete.
 Sending the same --action-id again returns the same action's result and
 never runs it twice.`,
 		examples: []string{
-			`aipfleet action send --tenant acme --issuer-key .aipfleet/issuer.key --capability echo.say --input '{"message":"hi"}'`,
+			`aipfleet action send --capability echo.say --input '{"message":"hi"}'   # against aipfleet dev`,
+			`aipfleet action send --tenant acme --issuer-key issuer.key --capability echo.say --input '{"message":"hi"}'`,
 			`AIP_CLIENT_TOKEN=$(aipfleet token --issuer-key issuer.key --tenant acme) aipfleet action send --capability echo.say --input '{"message":"hi"}' --json`,
 			`aipfleet action send --capability echo.stream --mode streaming --input '{"message":"hi","chunks":3}' --token "$TOKEN"`,
 			`aipfleet action get act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d --token "$TOKEN"`,

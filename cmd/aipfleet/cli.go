@@ -117,12 +117,16 @@ Commands:
 	}
 	tw.Flush()
 	fmt.Fprint(w, `
-Every flag can also be set with an environment variable; each command's
---help lists them. Flags win over the environment.
+Settings are flags; most can also come from an environment variable,
+which each command's --help lists next to its flag. A flag wins over its
+variable. Secrets (keys, database URLs) are only read from files.
 
 Start here:
-  aipfleet dev                  an embedded fleet in one process, no setup
+  aipfleet dev                  a whole fleet on this machine, no setup
   aipfleet help <command>       what a command does, its flags and examples
+
+The README's tour, docs/operator-guide.md and docs/connector-guide.md
+explain the rest.
 `)
 }
 

@@ -34,9 +34,9 @@ func controlPlaneCommand() *command {
 
 It connects to the registry with the data pool only (no catalog-admin
 rights): the database URL should name the restricted lifecycle role, and
-the schema must already be installed at this build's version (run the
-registry migration first). Secrets come only from files, which must not be
-readable by group or others.
+the schema must already be installed at this build's version (run
+aipfleet registry migrate first). Secrets come only from files, which must
+not be readable by group or others.
 
 Every answer is signed with the signing key; hosts pin its did:key, which
 the startup log line prints (create one with aipfleet keygen). The service

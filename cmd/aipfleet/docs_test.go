@@ -67,6 +67,9 @@ func TestDocsUseRealCommands(t *testing.T) {
 				if name == "help" || name == "h" {
 					continue
 				}
+				if f == "-f" { // registry's shorthand of --file
+					name = "file"
+				}
 				if !regexp.MustCompile(`(?m)^  --` + regexp.QuoteMeta(name) + `\s`).MatchString(help) {
 					t.Errorf("%s: %q: aipfleet %s has no flag --%s", doc, line, fields[1], name)
 				}
@@ -76,5 +79,24 @@ func TestDocsUseRealCommands(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("checked %d command lines; the docs' ```sh blocks were not found", checked)
+	}
+}
+
+// TestEveryCommandExplainsItself: each command's help has a summary, a
+// paragraph, its flags and examples that run the command.
+func TestEveryCommandExplainsItself(t *testing.T) {
+	for _, c := range commandList() {
+		if c.summary == "" || len(strings.TrimSpace(c.long)) < 80 || len(c.examples) < 2 {
+			t.Errorf("%s: summary %q, %d bytes of explanation, %d examples", c.name, c.summary, len(strings.TrimSpace(c.long)), len(c.examples))
+		}
+		for _, ex := range c.examples {
+			if !strings.Contains(ex, "aipfleet "+c.name) && !strings.Contains(ex, "aipfleet --"+c.name) {
+				t.Errorf("%s: example %q does not run it", c.name, ex)
+			}
+		}
+		help, _, _ := runCLI(t, nil, c.name, "--help")
+		if !strings.Contains(help, "\nFlags:\n") {
+			t.Errorf("%s --help lists no flags:\n%s", c.name, help)
+		}
 	}
 }

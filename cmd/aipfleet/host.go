@@ -73,6 +73,9 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 			fl.Usage, fs.envOf[fl.Name] = u, strings.TrimSuffix(env, "]")
 		}
 	})
+	if fl := fs.fs.Lookup("database-url-file"); fl != nil {
+		fl.Usage = "owner-only file with a PostgreSQL URL: the journal goes there instead of --state-dir"
+	}
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
 	}

@@ -52,12 +52,11 @@ registers it.`,
 func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 	fs := newFlagSet(c, e.getenv)
 	dbFile := fs.String("database-url-file", "", "file holding the PostgreSQL URL of the admin role (the control pool); mode 0600, at most 16 KiB")
-	file := fs.String("file", "", "apply: the fleet file (YAML, docs/fleet-file.md); - reads standard input")
-	fs.fs.StringVar(file, "f", "", "apply: shorthand for --file")
+	file := fs.String("file", "", "apply: the fleet file (YAML, docs/fleet-file.md), also -f FILE; - reads standard input")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	timeout := fs.Duration("timeout", time.Minute, "bound on the whole command")
 	fs.NoEnv("file")
-	fs.NoEnv("f")
+	args = shorthandFile(args)
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if err := fs.parse(args, e.stdout); err != nil {
 			return err
@@ -117,6 +116,21 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 		return registryApply(ctx, e, dbURL, *file, fleet, *asJSON)
 	}
 	return registryStatus(ctx, e, dbURL, *asJSON)
+}
+
+// shorthandFile spells -f FILE (and -f=FILE) as --file.
+func shorthandFile(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch {
+		case a == "-f":
+			a = "--file"
+		case strings.HasPrefix(a, "-f="):
+			a = "--file=" + strings.TrimPrefix(a, "-f=")
+		}
+		out[i] = a
+	}
+	return out
 }
 
 func readFleetFile(name string) ([]byte, error) {

@@ -21,7 +21,7 @@ The token names the tenant (claim tenant_id), the issuer (iss), the audience
 dispatcher trusts (aipfleet dispatch --issuer NAME=DID). Meant for development
 and tests; production tokens come from your identity provider.`,
 		examples: []string{
-			"aipfleet token --issuer-key .aipfleet/issuer.key --tenant tenant-dev",
+			"aipfleet token --issuer-key .aipfleet/keys/issuer.key --tenant tenant-dev   # the issuer aipfleet dev trusts",
 			"aipfleet token --issuer-key issuer.key --tenant acme --ttl 15m --subject alice",
 		},
 		run: runToken,

@@ -11,10 +11,13 @@ import (
 
 func versionCommand() *command {
 	return &command{
-		name:     "version",
-		summary:  "print the version of aipfleet and the protocol it speaks",
-		usage:    "[--json]",
-		examples: []string{"aipfleet version", "aipfleet version --json"},
+		name:    "version",
+		summary: "print the version of aipfleet and the protocol it speaks",
+		usage:   "[--json]",
+		long: `Prints this build's version and VCS revision (from the Go build
+information), the AIP protocol version it speaks, and the Go version it was
+built with. Report them with any bug.`,
+		examples: []string{"aipfleet version", "aipfleet version --json", "aipfleet --version"},
 		run:      runVersion,
 	}
 }
