@@ -108,6 +108,7 @@ type devFleet struct {
 	artifact  string
 	keys      devKeys
 	logLevel  string
+	fresh     bool // the state directory was created by this run
 }
 
 type devKeys struct {
@@ -243,7 +244,7 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	if err := writeFileAtomic(f.path("dev.json"), mustJSON(st), 0o600); err != nil {
 		return err
 	}
-	f.state = st
+	f.state, f.fresh = st, fresh
 	f.artifact = aip.DigestBytes([]byte("aipfleet dev artifact " + f.connector + " " + digest))
 
 	if f.keys.control, err = loadOrCreateKey(f.path("keys", "control-plane.key")); err != nil {
@@ -341,13 +342,17 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 
 // listen binds one of dev's ports, with an error that says what to do when
 // it is taken.
-func listen(ctx context.Context, what, addr string) (net.Listener, error) {
+func (f *devFleet) listen(ctx context.Context, what, addr string) (net.Listener, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		_, port, _ := net.SplitHostPort(addr)
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("port %s (%s) is in use, perhaps by another aipfleet dev; stop it, or pass --port-base to use other ports (with a new --state-dir)", port, what)
+			hint := "pass --port-base to use other ports, e.g. --port-base 9000"
+			if !f.fresh {
+				hint = fmt.Sprintf("%s was created with --port-base %d, so pass --reset with another --port-base, or use another --state-dir", f.dir, f.state.PortBase)
+			}
+			return nil, fmt.Errorf("port %s (%s) is in use, perhaps by another aipfleet dev: stop it, or %s", port, what, hint)
 		}
 		return nil, fmt.Errorf("listen on %s for the %s: %w", addr, what, err)
 	}
@@ -357,18 +362,18 @@ func listen(ctx context.Context, what, addr string) (net.Listener, error) {
 // run brings the fleet up, waits for Ctrl-C or SIGTERM, and shuts down.
 func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Level, exe string) error {
 	// Bind every port first, so a taken one fails before anything starts.
-	dispLn, err := listen(ctx, "dispatcher", f.dispatchAddr())
+	dispLn, err := f.listen(ctx, "dispatcher", f.dispatchAddr())
 	if err != nil {
 		return err
 	}
 	defer dispLn.Close()
-	cpLn, err := listen(ctx, "control plane", f.controlAddr())
+	cpLn, err := f.listen(ctx, "control plane", f.controlAddr())
 	if err != nil {
 		return err
 	}
 	defer cpLn.Close()
 	for i := range f.replicas {
-		ln, err := listen(ctx, replicaName(i), f.replicaAddr(i))
+		ln, err := f.listen(ctx, replicaName(i), f.replicaAddr(i))
 		if err != nil {
 			return err
 		}
