@@ -33,7 +33,8 @@ It creates a scratch database on the server URL names (the URL's role needs
 CREATEDB), seeds the scale profile in one transaction through the registry's
 Batch administrator (the same rules as single writes) with a progress line,
 runs VACUUM (ANALYZE) and a CHECKPOINT, then measures for -duration each
-after an unmeasured -warmup:
+after an unmeasured -warmup (the routing tables, empty until then, are
+analyzed after it):
   - resolve+settle: -workers goroutines, each resolving a fresh action for a
     routable tenant and capability and settling it as completed;
   - catalog pages: -readers goroutines, each reading 50-item pages of one
@@ -190,6 +191,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if _, err := resolveSettle(ctx, reg, fleet, o.workers, o.warmup); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
+	}
+	// The routing tables were empty until the warm-up: give the planner
+	// their statistics now, as autovacuum would within its next minute.
+	if err := withConn(ctx, dbURL, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "ANALYZE aip_registry.route_assignments, aip_registry.admission_counters, aip_registry.connector_replicas")
+		return err
+	}); err != nil {
+		return fmt.Errorf("analyze after the warm-up: %w", err)
 	}
 	rs, err := resolveSettle(ctx, reg, fleet, o.workers, o.duration)
 	if err != nil {
