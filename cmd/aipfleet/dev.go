@@ -448,14 +448,31 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 		return err
 	}
 
-	// The replicas, each a child process.
+	// The replicas, each a child process. A replica still registered with
+	// a live lease was left by a dev that did not stop cleanly (its process
+	// is gone): the control plane refuses to register it again until the
+	// lease expires, so it starts only once lease maintenance has taken it
+	// offline.
 	repCtx, stopReplicas := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReplicas()
 	procs := make([]*replicaProcess, f.replicas)
 	repDone := make(chan error, f.replicas)
+	startRevisions := make([]uint64, f.replicas)
 	for i := range f.replicas {
 		procs[i] = &replicaProcess{name: replicaName(i), exe: exe, args: f.hostArgs(i), env: childEnv(),
 			pidFile: f.path(replicaName(i) + ".pid"), log: log, stopGrace: devStopGrace}
+		rec, err := reg.ConnectorReplica(ctx, f.state.ReplicaIDs[i])
+		if err != nil {
+			return err
+		}
+		startRevisions[i] = rec.HealthRevision
+		if rec.Status != aip.ReplicaOffline && rec.LeaseValid(time.Now()) {
+			procs[i].before = func(ctx context.Context) error {
+				log.event("dev", fmt.Sprintf("%s is still registered from a run that did not stop cleanly; it starts once its lease expires at %s",
+					replicaName(i), rec.LeaseExpiresAt.Local().Format("15:04:05")))
+				return waitOffline(ctx, reg, rec.ID)
+			}
+		}
 		go func(p *replicaProcess) {
 			err := p.run(repCtx)
 			if err != nil {
@@ -466,7 +483,7 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	}
 
 	var fatal error
-	ready := f.awaitReady(ctx, reg)
+	ready := f.awaitReady(ctx, reg, startRevisions)
 	for waiting := true; waiting; {
 		select {
 		case <-ready:
@@ -571,9 +588,27 @@ func offlineCount(reg *devRegistry) (int, error) {
 	return n, nil
 }
 
-// awaitReady closes its channel once every replica this run starts is
-// ready with a valid lease.
-func (f *devFleet) awaitReady(ctx context.Context, reg *devRegistry) <-chan struct{} {
+// waitOffline waits until the registry has the replica offline.
+func waitOffline(ctx context.Context, reg *devRegistry, id string) error {
+	t := time.NewTicker(devReadyPollEvery)
+	defer t.Stop()
+	for {
+		r, err := reg.ConnectorReplica(ctx, id)
+		if err == nil && r.Status == aip.ReplicaOffline {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// awaitReady closes its channel once every replica this run starts has
+// registered in this run (its health revision moved past startRevisions)
+// and is ready with a valid lease.
+func (f *devFleet) awaitReady(ctx context.Context, reg *devRegistry, startRevisions []uint64) <-chan struct{} {
 	out := make(chan struct{})
 	go func() {
 		t := time.NewTicker(devReadyPollEvery)
@@ -585,9 +620,9 @@ func (f *devFleet) awaitReady(ctx context.Context, reg *devRegistry) <-chan stru
 			case <-t.C:
 			}
 			ready := 0
-			for _, id := range f.state.ReplicaIDs[:f.replicas] {
+			for i, id := range f.state.ReplicaIDs[:f.replicas] {
 				r, err := reg.ConnectorReplica(ctx, id)
-				if err == nil && r.Status == aip.ReplicaReady && r.LeaseValid(time.Now()) {
+				if err == nil && r.Status == aip.ReplicaReady && r.LeaseValid(time.Now()) && r.HealthRevision > startRevisions[i] {
 					ready++
 				}
 			}

@@ -40,6 +40,9 @@ type replicaProcess struct {
 	// stopGrace bounds the wait for a drain after dev's SIGTERM before the
 	// process is killed.
 	stopGrace time.Duration
+	// before, when set, runs once before the first start; the replica is
+	// not started if it fails (dev is stopping).
+	before func(ctx context.Context) error
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -49,6 +52,11 @@ type replicaProcess struct {
 // process SIGTERM and waits for its drain (up to stopGrace, then SIGKILL).
 // It returns nil only when that last exit was clean (status 0).
 func (p *replicaProcess) run(ctx context.Context) error {
+	if p.before != nil {
+		if err := p.before(ctx); err != nil {
+			return nil // stopped before anything ran
+		}
+	}
 	pause := restartClean
 	for {
 		started := time.Now()

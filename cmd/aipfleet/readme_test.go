@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,6 +181,18 @@ func (p *devProc) waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond) // polling another process's output
+	}
+}
+
+// pollUntil polls cond until it holds or a minute passes.
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process
 	}
 }
 
@@ -391,4 +404,55 @@ func fetchJSON(url string, into any) error {
 		return fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	return json.NewDecoder(bufio.NewReader(resp.Body)).Decode(into)
+}
+
+// TestDevRestartsAfterAKill kills dev with SIGKILL: its replicas go too (they
+// drain on their own when their parent dies), the registry file keeps them
+// registered with live leases, and the next dev waits for those leases to
+// expire before starting them, then serves and stops cleanly.
+func TestDevRestartsAfterAKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aipfleet dev twice and waits for a lease to expire")
+	}
+	bin := filepath.Join(t.TempDir(), "aipfleet")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	work := t.TempDir()
+	stateDir := filepath.Join(work, DefaultDevStateDir)
+	base := freePortBase(t, 1)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIP_") {
+			env = append(env, kv)
+		}
+	}
+	args := []string{"dev", "--replicas", "1", "--port-base", strconv.Itoa(base)}
+	dev := startDev(t, bin, work, env, args)
+	dev.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(dev.stdout.String(), "aipfleet dev is ready") })
+	pid := func() int {
+		raw, _ := os.ReadFile(filepath.Join(stateDir, "replica-1.pid"))
+		n, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+		return n
+	}
+	replicaPID := pid()
+	// Let the registration reach registry.json (written within a second).
+	dev.waitFor(t, "the registration on disk", func() bool {
+		raw, _ := os.ReadFile(filepath.Join(stateDir, "registry.json"))
+		return strings.Contains(string(raw), `"status":"ready"`)
+	})
+	dev.cmd.Process.Kill()
+	<-dev.done
+	if runtime.GOOS == "linux" { // the replica follows its parent (Pdeathsig)
+		pollUntil(t, "the orphaned replica to exit", func() bool { return syscall.Kill(replicaPID, 0) != nil })
+	} else {
+		syscall.Kill(replicaPID, syscall.SIGTERM)
+	}
+
+	again := startDev(t, bin, work, env, args)
+	again.waitFor(t, "dev's ready banner after the kill", func() bool { return strings.Contains(again.stdout.String(), "aipfleet dev is ready") })
+	if log := again.stderr.String(); !strings.Contains(log, "replica-1 is still registered from a run that did not stop cleanly") || strings.Contains(log, "rejected") {
+		t.Errorf("the restarted dev did not wait for the old lease:\n%s", lastLines(log, 30))
+	}
+	again.stop(t, stateDir, 1)
 }
