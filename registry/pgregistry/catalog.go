@@ -60,19 +60,19 @@ const tenantVisible = `SELECT DISTINCT b.capability_id
 
 // internalVisible: every capability some active version of an enabled type
 // implements (and lists the profile). $1 is unused.
-// The inner LIMIT 1 asks for a fast-start plan: walk the capability's
+// The lateral LIMIT 1 asks for a fast-start plan: walk the capability's
 // versions by index and stop at the first usable one, instead of hashing
-// every version of every capability.
+// every version of every capability (an EXISTS would lose the LIMIT).
 const internalVisible = `SELECT d.capability_id
 	FROM aip_registry.capability_definitions d
-	WHERE ($1::text IS NOT NULL) AND ($3 = '' OR d.capability_id = $3)
-		AND EXISTS (SELECT 1 FROM aip_registry.version_capabilities vc
+	CROSS JOIN LATERAL (SELECT 1 FROM aip_registry.version_capabilities vc
 			JOIN aip_registry.connector_versions v ON v.version_id = vc.version_id
 			JOIN aip_registry.connector_types t ON t.type_id = v.type_id
 			WHERE vc.capability_id = d.capability_id AND v.status = 'active' AND t.enabled
 				AND ($2 = '' OR EXISTS (SELECT 1 FROM aip_registry.version_profiles vp
 					WHERE vp.version_id = v.version_id AND vp.profile = $2))
-			LIMIT 1)`
+			LIMIT 1) AS usable
+	WHERE ($1::text IS NOT NULL) AND ($3 = '' OR d.capability_id = $3)`
 
 // pageOf builds the page query over a visibility query: the total of
 // matches, then up to $6 matches after $5 with their running byte total;
