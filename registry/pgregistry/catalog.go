@@ -352,6 +352,7 @@ func (r *Registry) QueryCapabilities(ctx context.Context, q registry.CatalogQuer
 const (
 	maxCachedViews    = 4096
 	maxCachedDefBytes = 64 << 20
+	maxInternedIDs    = 1 << 20
 )
 
 // viewKey names one catalog view.
@@ -375,13 +376,14 @@ type catalogCache struct {
 	mu       sync.Mutex
 	revision uint64
 	views    map[viewKey][]string
+	ids      map[string]string // interned capability IDs, shared by all views
 	defs     map[string]*cachedDef
 	defBytes int
 	build    singleflight.Group
 }
 
 func newCatalogCache() *catalogCache {
-	return &catalogCache{views: make(map[viewKey][]string), defs: make(map[string]*cachedDef)}
+	return &catalogCache{views: make(map[viewKey][]string), ids: make(map[string]string), defs: make(map[string]*cachedDef)}
 }
 
 // view returns the current revision and the sorted IDs rc sees at it
@@ -476,6 +478,14 @@ func (c *catalogCache) store(rev uint64, key viewKey, view []string) {
 		c.revision = rev
 	case len(c.views) >= maxCachedViews:
 		clear(c.views)
+	}
+	// Views of many tenants share their IDs: keep one copy of each.
+	for i, id := range view {
+		if s, ok := c.ids[id]; ok {
+			view[i] = s
+		} else if len(c.ids) < maxInternedIDs {
+			c.ids[id] = id
+		}
 	}
 	c.views[key] = view
 }
