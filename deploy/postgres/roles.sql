@@ -4,7 +4,7 @@
 -- connected to the registry database:
 --
 --   psql "$SUPERUSER_URL/aipfleet" -v ON_ERROR_STOP=1 -f deploy/postgres/roles.sql   # 1. roles and schema
---   aipfleet registry migrate --database-url "$ADMIN_URL/aipfleet"                     # 2. tables (as aip_registry_admin)
+--   aipfleet registry migrate --database-url-file admin-url.txt                        # 2. tables (as aip_registry_admin)
 --   psql "$SUPERUSER_URL/aipfleet" -v ON_ERROR_STOP=1 -f deploy/postgres/roles.sql   # 3. table grants
 --
 -- It is idempotent: run it again after every migration, which may add tables
@@ -20,10 +20,16 @@
 --                           writes, lease expiry and fleet status. It may not
 --                           change catalog or admission records, nor create,
 --                           alter or drop anything.
---   aip_registry_lifecycle  the lifecycle service (control plane): reads the
---                           replicas it serves and the instances and
---                           versions registration checks, updates replicas
---                           and keeps the replay claims. Nothing else.
+--   aip_registry_lifecycle  the lifecycle service (aipfleet control-plane):
+--                           reads the replicas it serves and the instances
+--                           and versions registration checks, updates
+--                           replicas and keeps the replay claims; its lease
+--                           maintenance takes expired replicas offline and
+--                           releases their reservations (updates routes and
+--                           admission counters, never creates them); its
+--                           fleet status counts types, versions, instances
+--                           and replicas. It cannot route, reserve, read
+--                           bindings or change the catalog.
 
 DO $$
 DECLARE
@@ -63,7 +69,7 @@ BEGIN
             ('schema_migrations',         'SELECT',                           'SELECT'),
             ('catalog_revision',          'SELECT',                           'SELECT'),
             ('admission_policies',        'SELECT',                           ''),
-            ('connector_types',           'SELECT',                           ''),
+            ('connector_types',           'SELECT',                           'SELECT'),
             ('connector_versions',        'SELECT',                           'SELECT'),
             ('capability_definitions',    'SELECT',                           ''),
             ('version_capabilities',      'SELECT',                           ''),
@@ -71,9 +77,9 @@ BEGIN
             ('connector_instances',       'SELECT',                           'SELECT'),
             ('capability_bindings',       'SELECT',                           ''),
             ('connector_replicas',        'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
-            ('route_assignments',         'SELECT, INSERT, UPDATE',           ''),
+            ('route_assignments',         'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
             ('route_history',             'SELECT, INSERT',                   ''),
-            ('admission_counters',        'SELECT, INSERT, UPDATE',           ''),
+            ('admission_counters',        'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
             ('control_replay',            '',                                 'SELECT, INSERT, UPDATE, DELETE')
         ) AS t (tbl, data_privs, lifecycle_privs)
     LOOP

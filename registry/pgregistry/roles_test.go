@@ -106,6 +106,27 @@ func TestRoles(t *testing.T) {
 	if rd, err := lc.Readiness(ctx); err != nil || !rd.Ready() {
 		t.Fatalf("lifecycle role readiness: %+v, %v", rd, err)
 	}
+	// The control plane's maintenance and fleet views run on it too: a
+	// route reserved on the registered replica is released when its lease
+	// expires.
+	held, err := full.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: lw.Instance.TenantID, CapabilityID: "alpha.read"})
+	must(t, err)
+	if held.ReplicaID != prov.ID {
+		t.Fatalf("route went to %s, want the only live replica %s", held.ReplicaID, prov.ID)
+	}
+	if _, err := lc.Status(ctx); err != nil {
+		t.Fatalf("fleet status through the lifecycle role: %v", err)
+	}
+	if _, err := lc.ListReplicas(ctx, "", 10); err != nil {
+		t.Fatalf("replica list through the lifecycle role: %v", err)
+	}
+	clock.Advance(2 * time.Minute)
+	if n, err := lc.ExpireStaleReplicas(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("lease maintenance through the lifecycle role: expired %d, %v; want 1", n, err)
+	}
+	if res, err := full.Reservation(ctx, held.ActionID); err != nil || res.Reserved {
+		t.Fatalf("reservation after expiry through the lifecycle role: %+v, %v", res, err)
+	}
 	// But it cannot route or reserve.
 	_, err = lc.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: lw.Instance.TenantID, CapabilityID: "alpha.read"})
 	if !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
@@ -138,11 +159,13 @@ func TestRoles(t *testing.T) {
 			`UPDATE aip_registry.schema_migrations SET checksum = 'x'`,
 		},
 		"aip_registry_lifecycle": {
-			`UPDATE aip_registry.route_assignments SET reserved = false`,
+			`INSERT INTO aip_registry.route_assignments (action_id) VALUES ('act_x')`,
+			`DELETE FROM aip_registry.route_assignments`,
+			`INSERT INTO aip_registry.route_history (action_id) VALUES ('act_x')`,
 			`INSERT INTO aip_registry.admission_counters (scope_kind, scope_key, active, reserve_limit) VALUES ('tenant', 'x', 1, 1)`,
-			`UPDATE aip_registry.admission_counters SET active = 0`,
-			`SELECT * FROM aip_registry.route_assignments`,
+			`DELETE FROM aip_registry.admission_counters`,
 			`SELECT * FROM aip_registry.capability_bindings`,
+			`SELECT * FROM aip_registry.admission_policies`,
 			`INSERT INTO aip_registry.connector_replicas (replica_id) VALUES ('crepl_x')`,
 			`DELETE FROM aip_registry.connector_replicas`,
 			`UPDATE aip_registry.connector_types SET enabled = false`,
