@@ -98,6 +98,10 @@ log "PostgreSQL listening on 127.0.0.1:$PG_PORT (data in $PG_DIR)"
 export AIP_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 export AIP_TEST_REQUIRE_DATABASE=1
 
+# Prove the database tests will really run (not skip) before the long run.
+log "PostgreSQL smoke test"
+go test -count=1 -run '^TestSmoke$' -v ./internal/pgtest
+
 log "go vet ./..."
 go vet ./...
 
