@@ -37,7 +37,7 @@ type Store interface {
 // Defaults of Config.
 const (
 	DefaultMaxBatch              = 256
-	DefaultBatchWorkers          = 2
+	DefaultBatchWorkers          = 4
 	DefaultStoreTimeout          = 5 * time.Second
 	DefaultMaintenanceInterval   = time.Second
 	DefaultExpiryBatchSize       = 500
@@ -72,7 +72,10 @@ type Config struct {
 	// to 256.
 	MaxBatch int
 	// BatchWorkers is the number of ApplyLifecycle calls in flight at once.
-	// Defaults to 2.
+	// Defaults to 4: on PostgreSQL each call waits for its commit's WAL
+	// flush, so more calls in flight overlap those waits (measured with
+	// heartbeat-bench, 64 clients, fsync on: 2 workers 2 100/s, 4 workers
+	// 3 300-7 200/s).
 	BatchWorkers int
 	// StoreTimeout bounds one ApplyLifecycle call; a call that runs out is
 	// answered 503 (nothing committed). Defaults to 5s.
