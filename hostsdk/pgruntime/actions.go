@@ -23,7 +23,7 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 		return journal.Action{}, false, err
 	}
 	defer j.leave()
-	if err := checkBegin(a); err != nil {
+	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Action{}, false, err
 	}
 	received := micro(a.ReceivedAt)
@@ -62,13 +62,13 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 		return journal.Accepted{}, err
 	}
 	defer j.leave()
-	if err := checkID("message ID", messageID); err != nil {
+	if err := journal.CheckID("message ID", messageID); err != nil {
 		return journal.Accepted{}, err
 	}
 	if !messageExpiresAt.After(now) {
-		return journal.Accepted{}, invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
+		return journal.Accepted{}, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
 	}
-	if err := checkBegin(a); err != nil {
+	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
 	}
 	received := micro(a.ReceivedAt)
@@ -111,10 +111,10 @@ func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time
 		return err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return err
 	}
-	if err := checkTime("start time", at); err != nil {
+	if err := journal.CheckTime("start time", at); err != nil {
 		return err
 	}
 	tag, err := j.pool.Exec(ctx, `UPDATE aip_runtime_actions SET status = 'running', started_at = $3, updated_at = $3
@@ -180,13 +180,13 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 		return journal.Receipt{}, err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Receipt{}, err
 	}
-	if err := checkTerminal(actionID, status); err != nil {
+	if err := journal.CheckTerminal(actionID, status); err != nil {
 		return journal.Receipt{}, err
 	}
-	if err := checkTime("finish time", at); err != nil {
+	if err := journal.CheckTime("finish time", at); err != nil {
 		return journal.Receipt{}, err
 	}
 	r := journal.Receipt{ID: aip.NewID(aip.PrefixReceipt), ActionID: actionID, Status: status, At: micro(at)}
@@ -194,13 +194,13 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	if len(result) > 0 {
 		d, err := aip.DigestJSON(result)
 		if err != nil {
-			return journal.Receipt{}, invalid("result of action %s is not valid JSON: %v", actionID, err)
+			return journal.Receipt{}, journal.Invalid("result of action %s is not valid JSON: %v", actionID, err)
 		}
 		r.ResultDigest, stored = d, []byte(result)
 	}
 	head, mid, tail, err := receiptParts(r)
 	if err != nil {
-		return journal.Receipt{}, invalid("receipt of action %s: %v", actionID, err)
+		return journal.Receipt{}, journal.Invalid("receipt of action %s: %v", actionID, err)
 	}
 
 	var seq int64
@@ -262,7 +262,7 @@ func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, 
 		return journal.Action{}, err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Action{}, err
 	}
 	return j.action(ctx, actionID)
@@ -287,10 +287,10 @@ func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...ai
 		return nil, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return nil, err
 	}
-	statuses, err := checkStatuses(statuses)
+	statuses, err := journal.CheckStatuses(statuses)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +316,7 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 		return nil, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return nil, err
 	}
 	rows, err := j.pool.Query(ctx, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
@@ -346,7 +346,7 @@ func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Rece
 		return journal.Receipt{}, err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Receipt{}, err
 	}
 	var (

@@ -21,11 +21,11 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 		return false, err
 	}
 	defer j.leave()
-	if err := checkID("message ID", messageID); err != nil {
+	if err := journal.CheckID("message ID", messageID); err != nil {
 		return false, err
 	}
 	if !expiresAt.After(now) {
-		return false, invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
+		return false, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
 	}
 	tag, err := j.pool.Exec(ctx, `INSERT INTO aip_runtime_messages (journal_ns, message_id, expires_at) VALUES ($1, $2, $3)
 		ON CONFLICT (journal_ns, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
@@ -42,7 +42,7 @@ func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (
 		return 0, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return 0, err
 	}
 	tag, err := j.pool.Exec(ctx, `DELETE FROM aip_runtime_messages m USING (
@@ -62,7 +62,7 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 		return err
 	}
 	defer j.leave()
-	if err := checkEntry(e); err != nil {
+	if err := journal.CheckOutboxEntry(e); err != nil {
 		return err
 	}
 	next := e.NextAttempt
@@ -86,11 +86,11 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 		return nil, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return nil, err
 	}
 	if lease <= 0 {
-		return nil, invalid("lease %v is not positive", lease)
+		return nil, journal.Invalid("lease %v is not positive", lease)
 	}
 	rows, err := j.pool.Query(ctx, `WITH claimed AS (
 			UPDATE aip_runtime_outbox o SET lease_until = $2
@@ -129,7 +129,7 @@ func (j *Journal) AckEvents(ctx context.Context, id string) error {
 		return err
 	}
 	defer j.leave()
-	if err := checkID("outbox batch ID", id); err != nil {
+	if err := journal.CheckID("outbox batch ID", id); err != nil {
 		return err
 	}
 	tag, err := j.pool.Exec(ctx, `DELETE FROM aip_runtime_outbox WHERE journal_ns = $1 AND id = $2`, j.ns, id)
@@ -148,10 +148,10 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 		return err
 	}
 	defer j.leave()
-	if err := checkID("outbox batch ID", id); err != nil {
+	if err := journal.CheckID("outbox batch ID", id); err != nil {
 		return err
 	}
-	if err := checkTime("next attempt", next); err != nil {
+	if err := journal.CheckTime("next attempt", next); err != nil {
 		return err
 	}
 	tag, err := j.pool.Exec(ctx, `UPDATE aip_runtime_outbox SET attempts = attempts + 1, next_attempt = $3,
@@ -184,7 +184,7 @@ func (j *Journal) State(ctx context.Context, namespace, key string) (journal.Sta
 		return journal.StateValue{}, err
 	}
 	defer j.leave()
-	if err := checkStateKey(namespace, key); err != nil {
+	if err := journal.CheckStateKey(namespace, key); err != nil {
 		return journal.StateValue{}, err
 	}
 	var (
@@ -211,10 +211,10 @@ func (j *Journal) PutState(ctx context.Context, namespace, key string, value jso
 		return 0, err
 	}
 	defer j.leave()
-	if err := checkStateKey(namespace, key); err != nil {
+	if err := journal.CheckStateKey(namespace, key); err != nil {
 		return 0, err
 	}
-	if err := checkJSON("state value", value); err != nil {
+	if err := journal.CheckJSON("state value", value); err != nil {
 		return 0, err
 	}
 	var (

@@ -19,7 +19,7 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 		return journal.Action{}, false, err
 	}
 	defer j.leave()
-	if err := checkBegin(a); err != nil {
+	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Action{}, false, err
 	}
 	var (
@@ -64,13 +64,13 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 		return journal.Accepted{}, err
 	}
 	defer j.leave()
-	if err := checkID("message ID", messageID); err != nil {
+	if err := journal.CheckID("message ID", messageID); err != nil {
 		return journal.Accepted{}, err
 	}
 	if !messageExpiresAt.After(now) {
-		return journal.Accepted{}, invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
+		return journal.Accepted{}, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
 	}
-	if err := checkBegin(a); err != nil {
+	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
 	}
 	var out journal.Accepted
@@ -115,10 +115,10 @@ func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time
 		return err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return err
 	}
-	if err := checkTime("start time", at); err != nil {
+	if err := journal.CheckTime("start time", at); err != nil {
 		return err
 	}
 	return j.w.do(ctx, func(tx *wtx) error {
@@ -155,13 +155,13 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 		return journal.Receipt{}, err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Receipt{}, err
 	}
-	if err := checkTerminal(actionID, status); err != nil {
+	if err := journal.CheckTerminal(actionID, status); err != nil {
 		return journal.Receipt{}, err
 	}
-	if err := checkTime("finish time", at); err != nil {
+	if err := journal.CheckTime("finish time", at); err != nil {
 		return journal.Receipt{}, err
 	}
 	r := journal.Receipt{
@@ -174,7 +174,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	if len(result) > 0 {
 		d, err := aip.DigestJSON(result)
 		if err != nil {
-			return journal.Receipt{}, invalid("result of action %s is not valid JSON: %v", actionID, err)
+			return journal.Receipt{}, journal.Invalid("result of action %s is not valid JSON: %v", actionID, err)
 		}
 		r.ResultDigest = d
 		stored = result
@@ -213,7 +213,7 @@ func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, 
 		return journal.Action{}, err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Action{}, err
 	}
 	a, err := scanAction(j.rs.action.QueryRowContext(ctx, actionID))
@@ -233,10 +233,10 @@ func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...ai
 		return nil, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return nil, err
 	}
-	statuses, err := checkStatuses(statuses)
+	statuses, err := journal.CheckStatuses(statuses)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 		return nil, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return nil, err
 	}
 	rows, err := j.rs.receipts.QueryContext(ctx, int64(after), limit)
@@ -308,7 +308,7 @@ func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Rece
 		return journal.Receipt{}, err
 	}
 	defer j.leave()
-	if err := checkID("action ID", actionID); err != nil {
+	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Receipt{}, err
 	}
 	var (

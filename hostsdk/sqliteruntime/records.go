@@ -19,11 +19,11 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 		return false, err
 	}
 	defer j.leave()
-	if err := checkID("message ID", messageID); err != nil {
+	if err := journal.CheckID("message ID", messageID); err != nil {
 		return false, err
 	}
 	if !expiresAt.After(now) {
-		return false, invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
+		return false, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
 	}
 	var claimed bool
 	err := j.w.do(ctx, func(tx *wtx) error {
@@ -47,7 +47,7 @@ func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (
 		return 0, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return 0, err
 	}
 	var pruned int
@@ -72,7 +72,7 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 		return err
 	}
 	defer j.leave()
-	if err := checkEntry(e); err != nil {
+	if err := journal.CheckOutboxEntry(e); err != nil {
 		return err
 	}
 	next := e.NextAttempt
@@ -94,11 +94,11 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 		return nil, err
 	}
 	defer j.leave()
-	if err := checkLimit(limit); err != nil {
+	if err := journal.CheckLimit(limit); err != nil {
 		return nil, err
 	}
 	if lease <= 0 {
-		return nil, invalid("lease %v is not positive", lease)
+		return nil, journal.Invalid("lease %v is not positive", lease)
 	}
 	type claimed struct {
 		seq int64
@@ -156,7 +156,7 @@ func (j *Journal) AckEvents(ctx context.Context, id string) error {
 		return err
 	}
 	defer j.leave()
-	if err := checkID("outbox batch ID", id); err != nil {
+	if err := journal.CheckID("outbox batch ID", id); err != nil {
 		return err
 	}
 	return j.w.do(ctx, func(tx *wtx) error {
@@ -174,10 +174,10 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 		return err
 	}
 	defer j.leave()
-	if err := checkID("outbox batch ID", id); err != nil {
+	if err := journal.CheckID("outbox batch ID", id); err != nil {
 		return err
 	}
-	if err := checkTime("next attempt", next); err != nil {
+	if err := journal.CheckTime("next attempt", next); err != nil {
 		return err
 	}
 	return j.w.do(ctx, func(tx *wtx) error {
@@ -219,7 +219,7 @@ func (j *Journal) State(ctx context.Context, namespace, key string) (journal.Sta
 		return journal.StateValue{}, err
 	}
 	defer j.leave()
-	if err := checkStateKey(namespace, key); err != nil {
+	if err := journal.CheckStateKey(namespace, key); err != nil {
 		return journal.StateValue{}, err
 	}
 	var (
@@ -245,10 +245,10 @@ func (j *Journal) PutState(ctx context.Context, namespace, key string, value jso
 		return 0, err
 	}
 	defer j.leave()
-	if err := checkStateKey(namespace, key); err != nil {
+	if err := journal.CheckStateKey(namespace, key); err != nil {
 		return 0, err
 	}
-	if err := checkJSON("state value", value); err != nil {
+	if err := journal.CheckJSON("state value", value); err != nil {
 		return 0, err
 	}
 	now := micros(time.Now())

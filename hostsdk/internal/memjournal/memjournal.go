@@ -65,24 +65,9 @@ func (j *Journal) lock(ctx context.Context) error {
 	return nil
 }
 
-// checkBegin applies BeginAction's rules to a new record.
-func checkBegin(a journal.Action) error {
-	switch {
-	case a.ActionID == "":
-		return fmt.Errorf("%w: action ID is empty", journal.ErrInvalid)
-	case a.ReceivedAt.IsZero():
-		return fmt.Errorf("%w: ReceivedAt is zero", journal.ErrInvalid)
-	case a.Status != "" && a.Status != aip.StateReceived:
-		return fmt.Errorf("%w: a new action is received, not %q", journal.ErrInvalid, a.Status)
-	case len(a.Result) > 0:
-		return fmt.Errorf("%w: a new action has no result", journal.ErrInvalid)
-	}
-	return nil
-}
-
 // BeginAction implements journal.Journal.
 func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Action, bool, error) {
-	if err := checkBegin(a); err != nil {
+	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Action{}, false, err
 	}
 	if err := j.lock(ctx); err != nil {
@@ -117,7 +102,7 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 	if messageID == "" || !messageExpiresAt.After(now) {
 		return journal.Accepted{}, fmt.Errorf("%w: a claim needs a message ID and an expiry after now", journal.ErrInvalid)
 	}
-	if err := checkBegin(a); err != nil {
+	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
 	}
 	if err := j.lock(ctx); err != nil {

@@ -1,0 +1,119 @@
+package journal
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// The argument rules of the contract, shared by every backend so they
+// refuse the same input with the same ErrInvalid errors.
+
+// Invalid returns an error wrapping ErrInvalid.
+func Invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// CheckNewAction applies BeginAction's (and AcceptAction's) rules to a new
+// record: an ID, a receipt time, no status but received, no result.
+func CheckNewAction(a Action) error {
+	switch {
+	case a.ActionID == "":
+		return Invalid("action ID is empty")
+	case a.ReceivedAt.IsZero():
+		return Invalid("action %s has no ReceivedAt", a.ActionID)
+	case a.Status != "" && a.Status != aip.StateReceived:
+		return Invalid("action %s begins with status %q; a new action is received", a.ActionID, a.Status)
+	case len(a.Result) != 0:
+		return Invalid("action %s begins with a result; results come with FinishAction", a.ActionID)
+	}
+	return nil
+}
+
+// CheckID refuses an empty identifier; what names it in the error.
+func CheckID(what, id string) error {
+	if id == "" {
+		return Invalid("%s is empty", what)
+	}
+	return nil
+}
+
+// CheckTime refuses the zero time; what names it in the error.
+func CheckTime(what string, t time.Time) error {
+	if t.IsZero() {
+		return Invalid("%s is the zero time", what)
+	}
+	return nil
+}
+
+// CheckLimit refuses a limit that is not positive.
+func CheckLimit(limit int) error {
+	if limit <= 0 {
+		return Invalid("limit %d is not positive", limit)
+	}
+	return nil
+}
+
+// CheckTerminal refuses a FinishAction status that is not terminal.
+func CheckTerminal(id string, st aip.ActionState) error {
+	if !st.Terminal() {
+		return Invalid("action %s cannot finish with status %q; use completed, failed, outcome_unknown or cancelled", id, st)
+	}
+	return nil
+}
+
+// CheckJSON refuses invalid JSON; what names it in the error.
+func CheckJSON(what string, raw json.RawMessage) error {
+	if !json.Valid(raw) {
+		return Invalid("%s is not valid JSON", what)
+	}
+	return nil
+}
+
+// CheckStatuses validates ActionsByStatus's statuses and returns them
+// without duplicates.
+func CheckStatuses(statuses []aip.ActionState) ([]aip.ActionState, error) {
+	if len(statuses) == 0 {
+		return nil, Invalid("no statuses given")
+	}
+	out := make([]aip.ActionState, 0, len(statuses))
+	for _, s := range statuses {
+		if !s.Valid() || s == aip.StateNotFound {
+			return nil, Invalid("unknown action status %q", s)
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// CheckOutboxEntry applies EnqueueEvents's rules to a batch.
+func CheckOutboxEntry(e OutboxEntry) error {
+	switch {
+	case e.ID == "":
+		return Invalid("outbox batch ID is empty")
+	case e.ChannelID == "":
+		return Invalid("outbox batch %s has no channel", e.ID)
+	case e.CreatedAt.IsZero():
+		return Invalid("outbox batch %s has no CreatedAt", e.ID)
+	case e.Attempts < 0:
+		return Invalid("outbox batch %s has %d attempts", e.ID, e.Attempts)
+	}
+	var events []json.RawMessage
+	if err := json.Unmarshal(e.Events, &events); err != nil || events == nil {
+		return Invalid("outbox batch %s: events must be a JSON array", e.ID)
+	}
+	return nil
+}
+
+// CheckStateKey refuses an empty state namespace or key.
+func CheckStateKey(namespace, key string) error {
+	if namespace == "" || key == "" {
+		return Invalid("state namespace and key must not be empty (got %q, %q)", namespace, key)
+	}
+	return nil
+}
