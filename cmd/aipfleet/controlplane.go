@@ -2,23 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
 	"time"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
-)
-
-// Bounds of the control-plane flags.
-const (
-	maxDatabaseURLFileBytes = 16 << 10
-	maxTLSFileBytes         = 1 << 20
 )
 
 func controlPlaneCommand() *command {
@@ -161,23 +153,9 @@ func runControlPlane(ctx context.Context, c *command, e *env, args []string) err
 	level, _ := parseLogLevel(f.logLevel)
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
-	rawURL, err := aip.ReadSecretFile(f.databaseURLFile, maxDatabaseURLFileBytes)
+	dbURL, key, tlsConfig, err := serverFiles{f.databaseURLFile, f.signingKeyFile, f.tlsCertFile, f.tlsKeyFile}.load()
 	if err != nil {
-		return fmt.Errorf("--database-url-file: %w", err)
-	}
-	dbURL := strings.TrimSpace(string(rawURL))
-	if dbURL == "" {
-		return fmt.Errorf("--database-url-file %s is empty; write the lifecycle role's PostgreSQL URL into it", f.databaseURLFile)
-	}
-	key, err := aip.LoadSigningKey(f.signingKeyFile)
-	if err != nil {
-		return fmt.Errorf("--signing-key-file: %w", err)
-	}
-	var tlsConfig *tls.Config
-	if f.tlsCertFile != "" {
-		if tlsConfig, err = loadTLS(f.tlsCertFile, f.tlsKeyFile); err != nil {
-			return err
-		}
+		return err
 	}
 
 	reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{
@@ -213,22 +191,6 @@ func runControlPlane(ctx context.Context, c *command, e *env, args []string) err
 	err = svc.Serve(ctx, ln, controlplane.ServeConfig{TLSConfig: tlsConfig})
 	logger.Info("stopped", "component", controlplane.Component, "error", errString(err))
 	return err
-}
-
-func loadTLS(certFile, keyFile string) (*tls.Config, error) {
-	certPEM, err := aip.ReadPublicFile(certFile, maxTLSFileBytes)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file: %w", err)
-	}
-	keyPEM, err := aip.ReadSecretFile(keyFile, maxTLSFileBytes)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-key-file: %w", err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file %s and --tls-key-file %s: %w", certFile, keyFile, err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 func errString(err error) string {

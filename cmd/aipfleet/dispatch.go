@@ -227,23 +227,9 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	level, _ := parseLogLevel(f.logLevel)
 	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 
-	rawURL, err := aip.ReadSecretFile(f.databaseURLFile, maxDatabaseURLFileBytes)
+	dbURL, key, tlsConfig, err := serverFiles{f.databaseURLFile, f.signingKeyFile, f.tlsCertFile, f.tlsKeyFile}.load()
 	if err != nil {
-		return fmt.Errorf("--database-url-file: %w", err)
-	}
-	dbURL := strings.TrimSpace(string(rawURL))
-	if dbURL == "" {
-		return fmt.Errorf("--database-url-file %s is empty; write the data pool's PostgreSQL URL into it", f.databaseURLFile)
-	}
-	key, err := aip.LoadSigningKey(f.signingKeyFile)
-	if err != nil {
-		return fmt.Errorf("--signing-key-file: %w", err)
-	}
-	var tlsConfig *tls.Config
-	if f.tlsCertFile != "" {
-		if tlsConfig, err = loadTLS(f.tlsCertFile, f.tlsKeyFile); err != nil {
-			return err
-		}
+		return err
 	}
 	client, err := replicaClient(f.replicaCAFile)
 	if err != nil {

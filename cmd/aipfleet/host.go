@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/examples/echo/echoconnector"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -137,12 +136,11 @@ func openHostJournal(ctx context.Context, cfg hostsdk.Config) (journal.Journal, 
 	if cfg.DatabaseURLFile == "" {
 		return nil, func() {}, nil
 	}
-	url, err := aip.ReadSecretFile(cfg.DatabaseURLFile, maxDatabaseURLFileBytes)
+	url, err := readDatabaseURL(cfg.DatabaseURLFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--database-url-file: %w", err)
+		return nil, nil, err
 	}
-	j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: strings.TrimSpace(string(url)), Namespace: cfg.ReplicaID})
-	clear(url)
+	j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: url, Namespace: cfg.ReplicaID})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url-file %s: %w", cfg.DatabaseURLFile, err)
 	}

@@ -98,14 +98,9 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 			return fmt.Errorf("%s: %w", *file, err)
 		}
 	}
-	rawURL, err := aip.ReadSecretFile(*dbFile, maxDatabaseURLFileBytes)
+	dbURL, err := readDatabaseURL(*dbFile)
 	if err != nil {
-		return fmt.Errorf("--database-url-file: %w", err)
-	}
-	dbURL := strings.TrimSpace(string(rawURL))
-	clear(rawURL)
-	if dbURL == "" {
-		return fmt.Errorf("--database-url-file %s is empty; write the admin role's PostgreSQL URL into it", *dbFile)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
