@@ -2,10 +2,9 @@ package sidecar_test
 
 import (
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 
+	"github.com/aipfleet/aipfleet/internal/procstat"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
 )
 
@@ -22,7 +21,7 @@ func BenchmarkIdleRSS(b *testing.B) {
 		p := sidecartest.Start(b, bin, append(r.Env, "SIDECAR_TEST_CHILD=1", "AIP_SIDECAR_LOG_LEVEL=info"),
 			"--local-socket", sidecartest.SocketPath(b, "c.sock"), "--exec", os.Args[0], "-test.run=^$")
 		p.Await(b, "serving")
-		kib, err := vmRSS(p.Cmd.Process.Pid)
+		kib, err := procstat.RSS(p.Cmd.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -31,18 +30,4 @@ func BenchmarkIdleRSS(b *testing.B) {
 		p.Wait(b)
 	}
 	b.ReportMetric(rss, "idle-RSS-MiB")
-}
-
-// vmRSS reads VmRSS (KiB) from /proc/<pid>/status.
-func vmRSS(pid int) (int, error) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-		}
-	}
-	return 0, os.ErrNotExist
 }

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/internal/procstat"
 )
 
 // BenchmarkIdleRSS starts the echo binary, waits until it serves (registered,
@@ -19,7 +17,7 @@ func BenchmarkIdleRSS(b *testing.B) {
 		r := newReplicaEnv(b, cp, d)
 		p := startEcho(b, r)
 		p.await(b, "serving", "", "")
-		kib, err := vmRSS(p.cmd.Process.Pid)
+		kib, err := procstat.RSS(p.cmd.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -28,18 +26,4 @@ func BenchmarkIdleRSS(b *testing.B) {
 		p.wait(b)
 	}
 	b.ReportMetric(rss, "idle-RSS-MiB")
-}
-
-// vmRSS reads VmRSS (KiB) from /proc/<pid>/status.
-func vmRSS(pid int) (int, error) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			return strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-		}
-	}
-	return 0, os.ErrNotExist
 }
