@@ -297,6 +297,8 @@ type fleet struct {
 	dbFile     string
 	controlKey *aip.SigningKey
 	controlURL string
+	// controlAddr and controlKeyFile restart the control plane identically.
+	controlAddr, controlKeyFile string
 	gatewayKey *aip.SigningKey
 	issuerKey  *aip.SigningKey
 	cp, disp   *process
@@ -347,12 +349,9 @@ func startFleet(t testing.TB, opt fleetOptions) *fleet {
 	f.controlKey, controlKeyFile = writeKey(t, f.dir, "control.key")
 	f.gatewayKey, gatewayKeyFile = writeKey(t, f.dir, "gateway.key")
 	f.issuerKey, _ = writeKey(t, f.dir, "issuer.key")
-	cpAddr := freeAddr(t)
-	f.controlURL = "http://" + cpAddr
-	f.cp = start(t, "control-plane", bins.aipfleet, []string{"control-plane",
-		"--database-url-file", f.dbFile, "--signing-key-file", controlKeyFile, "--bind", cpAddr,
-		"--allow-insecure-loopback-http", "--lease-ttl", leaseTTL.String(), "--log-level", opt.logLevel}, nil)
-	waitFor(t, "the control plane", []*process{f.cp}, func() bool { return httpOK(f.controlURL + "/ready") })
+	f.controlAddr, f.controlKeyFile = freeAddr(t), controlKeyFile
+	f.controlURL = "http://" + f.controlAddr
+	f.startControlPlane()
 
 	// The dispatcher.
 	apiAddr := freeAddr(t)
@@ -369,6 +368,17 @@ func startFleet(t testing.TB, opt fleetOptions) *fleet {
 		f.addReplica()
 	}
 	return f
+}
+
+// startControlPlane starts (or restarts, on the same address and key) the
+// control plane process and waits until it is ready.
+func (f *fleet) startControlPlane() {
+	t := f.t
+	t.Helper()
+	f.cp = start(t, "control-plane", bins.aipfleet, []string{"control-plane",
+		"--database-url-file", f.dbFile, "--signing-key-file", f.controlKeyFile, "--bind", f.controlAddr,
+		"--allow-insecure-loopback-http", "--lease-ttl", leaseTTL.String(), "--log-level", f.opt.logLevel}, nil)
+	waitFor(t, "the control plane", []*process{f.cp}, func() bool { return httpOK(f.controlURL + "/ready") })
 }
 
 // catalog admits echo's version and installs the tenant's instance and
