@@ -299,11 +299,11 @@ type fleet struct {
 	controlURL string
 	// controlAddr and controlKeyFile restart the control plane identically.
 	controlAddr, controlKeyFile string
-	gatewayKey *aip.SigningKey
-	issuerKey  *aip.SigningKey
-	cp, disp   *process
-	apiURL     string
-	client     *http.Client
+	gatewayKey                  *aip.SigningKey
+	issuerKey                   *aip.SigningKey
+	cp, disp                    *process
+	apiURL                      string
+	client                      *http.Client
 
 	typeID, instanceID string
 	version            registry.ConnectorVersion
