@@ -1,0 +1,17 @@
+// Package registrytest is the conformance suite every registry backend must
+// pass, and the fixtures it is built from.
+//
+// Run(t, newBackend) holds a backend (memregistry, pgregistry) to every rule
+// of package registry through its contracts only: the catalog's visibility,
+// paging and revisions; record validation and mutability; route resolution,
+// pinning and admission; settlement and the circuit; lease maintenance; the
+// seed's failure boundaries; the lifecycle contract of the control plane;
+// the provably-not-started reroute; and the concurrency properties
+// (duplicate resolves converge, nothing is overbooked, pages never mix
+// revisions, the ledger balances). Time is injected: the suite drives a
+// Clock the backend must use for every time-dependent rule.
+//
+// SeedScale seeds the reference scale profile (1 000 connector types,
+// 10 000 instances and replicas, 100 000 bindings) through any
+// Administrator, for benchmarks and the PostgreSQL scale command.
+package registrytest
