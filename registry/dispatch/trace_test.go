@@ -65,7 +65,8 @@ func attr(s sdktrace.ReadOnlySpan, key string) string {
 // by one replica, rerouted and completed by another: the entry point's span
 // is the root; admission, resolution, both hops, the reroute and the
 // settlement are its children; each hop's child is the replica's ingress
-// span, whose child is the connector's span.
+// span, whose children are the connector's span and the journal's accept
+// and finish spans.
 func TestOneTracePerAction(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -135,14 +136,18 @@ func TestOneTracePerAction(t *testing.T) {
 			t.Errorf("host span action %q", attr(msg, "aip.action_id"))
 		}
 		conn := tr.kids(msg, "hostsdk.action "+capSay)
+		journaled := len(tr.kids(msg, "hostsdk.journal.accept")) + len(tr.kids(msg, "hostsdk.journal.finish"))
 		switch attr(send, dispatch.AttrReplica) {
 		case spare.cfg.ReplicaID:
 			if len(conn) != 1 || attr(conn[0], "aip.action_id") != act {
 				t.Errorf("the completing hop has %d connector spans", len(conn))
 			}
+			if journaled != 2 {
+				t.Errorf("the completing hop has %d journal spans, want accept and finish", journaled)
+			}
 		case busy.cfg.ReplicaID:
-			if len(conn) != 0 {
-				t.Errorf("the refused hop ran the connector")
+			if len(conn) != 0 || journaled != 0 {
+				t.Errorf("the refused hop ran the connector or journaled the action")
 			}
 		}
 	}
