@@ -100,6 +100,11 @@ BEGIN
         REVOKE ALL ON FUNCTION aip_registry.scope_full(integer) FROM PUBLIC;
         GRANT EXECUTE ON FUNCTION aip_registry.scope_full(integer) TO aip_registry_data;
     END IF;
+    -- Only the data plane takes replicas for new routes.
+    IF to_regprocedure('aip_registry.replica_taken()') IS NOT NULL THEN
+        REVOKE ALL ON FUNCTION aip_registry.replica_taken() FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION aip_registry.replica_taken() TO aip_registry_data;
+    END IF;
     IF cardinality(missing) > 0 THEN
         RAISE NOTICE 'aip_registry tables not installed yet: %; run the registry migration as aip_registry_admin, then this script again', missing;
     END IF;

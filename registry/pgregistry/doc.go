@@ -42,9 +42,16 @@
 // readers take the shared form before reading the revision and the view or
 // page, so a page and its total are exactly those of one revision. Every
 // decision for one action is serialised by a per-action advisory lock. A
-// new route selects its replica with FOR UPDATE ... SKIP LOCKED; when every
-// eligible replica is held by other routing transactions it waits, at most
-// Config.RouteLockWait, for the best one and re-checks it. Admission
+// new route reads its ranked candidates without locking them, then takes
+// the first one no other transaction holds with FOR UPDATE ... SKIP
+// LOCKED, re-checking its eligibility under the lock; only when every
+// candidate is held by other routing transactions does it wait, at most
+// Config.RouteLockWait, for them in rank order, and when none could be
+// taken it reads again, a bounded number of times. No row lock is held
+// across a round trip to the client: rows are locked only by the
+// statements of a transaction's last pipelined batch, the one that
+// commits, so the hot rows (a busy tenant's few replicas and admission
+// counters) are held for the server-side execution of one batch. Admission
 // counters are reserved with guarded updates (active < limit); a full scope
 // aborts the transaction server-side (SQLSTATE AIP01), so nothing of the
 // route commits. Locks are always taken in one order — the action, the
@@ -55,9 +62,12 @@
 //
 // # Round trips
 //
-// The hot paths are pipelined: a new route is two round trips (locks,
-// route lookup and replica selection begin the transaction; the counter
-// reservations, the route insert and COMMIT end it) and so is a settlement.
+// The hot paths are pipelined: a new route is two round trips (the
+// advisory locks and the candidate read begin the transaction; the replica
+// take, the route insert, the counter reservations and COMMIT end it) and a
+// settlement is one (the locks, one statement that releases the route only
+// if it equals the presented assignment, with its counters, its replica's
+// count and circuit, and COMMIT).
 // Catalog views (the sorted capability IDs a tenant, or an internal read,
 // sees at a revision) are cached for the newest revision read, and the
 // immutable definitions with them, so a page costs one round trip (the

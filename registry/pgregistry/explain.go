@@ -25,8 +25,8 @@ type QueryPlan struct {
 }
 
 // ExplainQueries explains the registry's hot queries for one tenant and
-// capability at the registry's clock: route selection (with and without
-// waiting for locked rows), the binding check, the tenant and internal
+// capability at the registry's clock: route selection (the ranked
+// candidates, and the lock of the first free one), the binding check, the tenant and internal
 // catalog views, the tenant catalog page query, the route lookup, lease
 // expiry's selection and the lifecycle replica lock. With analyze the
 // queries run (EXPLAIN ANALYZE) inside a transaction that is rolled back,
@@ -41,8 +41,8 @@ func (r *Registry) ExplainQueries(ctx context.Context, tenantID, capabilityID st
 		sql  string
 		args []any
 	}{
-		{"route selection (FOR UPDATE SKIP LOCKED)", takeCandidate, candidateArgs},
-		{"route selection (waiting)", takeCandidateWait, candidateArgs},
+		{"route selection (candidates)", candidates, candidateArgs},
+		{"route selection (take, FOR UPDATE SKIP LOCKED)", takeFree, []any{[]string{"crepl_a", "crepl_b"}, now}},
 		{"first valid binding", firstBinding, []any{tenantID, capabilityID}},
 		{"route lookup", selectRoute, []any{action}},
 		{"tenant catalog view", tenantView, []any{tenantID, "", ""}},

@@ -65,11 +65,11 @@ func TestExplainAtScale(t *testing.T) {
 	never := []string{"capability_bindings", "connector_replicas"}
 	neverForTenant := []string{"connector_instances", "route_assignments", "version_capabilities", "control_replay"}
 	wantIndex := map[string][]string{
-		"route selection (FOR UPDATE SKIP LOCKED)": {"connector_replicas_instance", "route_assignments_pkey"},
-		"route selection (waiting)":                {"connector_replicas_instance", "route_assignments_pkey"},
-		"route lookup":                             {"route_assignments_pkey"},
-		"lease expiry selection":                   {"connector_replicas_live_lease"},
-		"lifecycle replica lock":                   {"connector_replicas_pkey"},
+		"route selection (candidates)":                   {"connector_replicas_instance", "route_assignments_pkey"},
+		"route selection (take, FOR UPDATE SKIP LOCKED)": {"connector_replicas_pkey"},
+		"route lookup":           {"route_assignments_pkey"},
+		"lease expiry selection": {"connector_replicas_live_lease"},
+		"lifecycle replica lock": {"connector_replicas_pkey"},
 	}
 	bindingIndexes := []string{"capability_bindings_enabled", "capability_bindings_pkey"}
 	for _, pl := range plans {
@@ -84,7 +84,7 @@ func TestExplainAtScale(t *testing.T) {
 			}
 		}
 		switch pl.Name {
-		case "route selection (FOR UPDATE SKIP LOCKED)", "route selection (waiting)", "first valid binding", "tenant catalog view", "tenant catalog page (SQL path)":
+		case "route selection (candidates)", "first valid binding", "tenant catalog view", "tenant catalog page (SQL path)":
 			if !slices.ContainsFunc(bindingIndexes, func(ix string) bool { return slices.Contains(pl.Indexes, ix) }) {
 				t.Errorf("%s does not look bindings up by index (uses %v):\n%s", pl.Name, pl.Indexes, pl.Plan)
 			}

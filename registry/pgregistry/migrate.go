@@ -76,7 +76,7 @@ func schemaVersionOf(ms []migration) int {
 
 // SchemaVersion is the schema version this build installs and expects: the
 // number of its last embedded migration.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Errors of schema installation and verification.
 var (

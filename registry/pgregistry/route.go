@@ -32,6 +32,15 @@ import (
 //  4. the route row;
 //  5. admission counters, one guarded statement per scope in (kind, key)
 //     order.
+//
+// No row lock is held across a round trip to the client: rows are locked
+// only by the statements of a transaction's last pipelined batch, which
+// ends in COMMIT. The hot rows (a few replicas and the admission counters
+// of a busy tenant, which every route and settlement updates) are
+// therefore held for the server-side execution of one batch, never while
+// the registry's process waits to be scheduled or for the network. The
+// first batch of a new route takes only the advisory locks and reads; the
+// rows it read are re-checked under their locks in the last one.
 
 const (
 	// lockRouting takes the action lock, then the shared publication lock
@@ -43,8 +52,6 @@ const (
 	catalog_revision, binding_policy_revision, credential_revision_ref, quota_policy_ref, replica_health_revision,
 	fence_token, admission, assigned_at_ms, reserved, retry, last_settlement`
 	selectRoute = `SELECT ` + routeColumns + ` FROM aip_registry.route_assignments WHERE action_id = $1`
-	insertRoute = `INSERT INTO aip_registry.route_assignments (` + routeColumns + `, updated_at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, true, false, NULL, $24)`
 
 	// chainJoins and chainValid express the tenant chain of a binding: the
 	// binding is enabled, its instance is the tenant's and enabled, the
@@ -60,10 +67,10 @@ LEFT JOIN aip_registry.admission_policies p ON p.policy_ref = b.quota_policy_ref
 	AND EXISTS (SELECT 1 FROM aip_registry.version_capabilities vc WHERE vc.version_id = i.version_id AND vc.capability_id = b.capability_id)
 	AND (b.quota_policy_ref IS NULL OR p.enabled)`
 
-	// candidates: eligible replicas of valid bindings, in
-	// registry.CompareCandidates order, with the catalog revision. $3 now, $4 capacity class ("" =
-	// any), $5 forbid cross-region, $6 preferred region, $7 preferred zone,
-	// $8 action ID.
+	// candidateSelect: eligible replicas of valid bindings, in
+	// registry.CompareCandidates order, with the catalog revision. $3 now,
+	// $4 capacity class ("" = any), $5 forbid cross-region, $6 preferred
+	// region, $7 preferred zone, $8 action ID; %s is one more filter.
 	candidateSelect = `SELECT (SELECT revision FROM aip_registry.catalog_revision), b.priority, b.policy_revision, b.credential_revision_ref, b.quota_policy_ref, b.scope_key,
 	i.type_id, v.manifest_digest,
 	p.policy_ref, p.revision, p.enabled, p.max_global_in_flight, p.max_tenant_in_flight, p.max_connector_type_in_flight,
@@ -81,8 +88,7 @@ WHERE ` + chainValid + `
 	AND (NOT $5 OR r.region = $6)
 	AND %s
 ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignments,
-	substring(sha256(convert_to(r.replica_id || $8, 'UTF8')) FROM 1 FOR 8), b.instance_id, r.replica_id
-LIMIT 1`
+	substring(sha256(convert_to(r.replica_id || $8, 'UTF8')) FROM 1 FOR 8), b.instance_id, r.replica_id`
 	firstBinding = `SELECT b.instance_id ` + chainJoins + ` WHERE ` + chainValid + ` ORDER BY b.priority, b.instance_id LIMIT 1`
 
 	incrementReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1 WHERE replica_id = $1`
@@ -137,7 +143,8 @@ FROM (SELECT true AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(
 	// its counters ($4..$6 kinds, keys and amounts in lock order, locked in
 	// that order) and its replica's count and circuit ($7 replica, $8
 	// failures, $9 open until). The caller holds the action and replica
-	// locks, so only the counters need the ordered locking.
+	// locks, so only the counters need the ordered locking. It serves
+	// settleRead, the settlement that compares in Go.
 	settleRoute = `WITH route AS (
 	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
 	WHERE action_id = $1 AND reserved RETURNING 1),
@@ -155,37 +162,144 @@ replica AS (
 	SET active_assignments = GREATEST(active_assignments - 1, 0), consecutive_failures = $8, circuit_open_until_ms = $9
 	WHERE replica_id = $7)
 SELECT count(*) FROM route`
+
+	// settleMatching releases the route of action $1 as settlement $2 at
+	// $3 only if it is reserved and every column of the assignment equals
+	// the presented one ($4..$26, in routeColumns order after the action
+	// ID), with its counters ($27..$30: kinds, keys and amounts in lock
+	// order, and whether a scope is held only by a retried reservation)
+	// and its replica's count and circuit ($31 circuit change, $32
+	// threshold, $33 open until; see circuitChange). It returns the number
+	// of routes released (0 or 1). The caller holds the action and replica
+	// locks (lockRouteReplica).
+	settleMatching = `WITH route AS (
+	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
+	WHERE action_id = $1 AND reserved AND capability_id = $4 AND tenant_id = $5 AND instance_id = $6
+		AND version_id = $7 AND manifest_digest = $8 AND replica_id = $9 AND endpoint = $10
+		AND peer_principal_id = $11 AND peer_principal_kind = $12 AND peer_did = $13 AND trust_domain = $14
+		AND transport_profile = $15 AND region = $16 AND zone = $17 AND capacity_class = $18
+		AND catalog_revision = $19 AND binding_policy_revision = $20
+		AND credential_revision_ref IS NOT DISTINCT FROM $21::text AND quota_policy_ref IS NOT DISTINCT FROM $22::text
+		AND replica_health_revision = $23 AND fence_token = $24 AND admission = $25::jsonb AND assigned_at_ms = $26
+	RETURNING retry),
+scope AS (
+	SELECT s.* FROM unnest($27::text[], $28::text[], $29::bigint[], $30::boolean[]) WITH ORDINALITY AS s (kind, key, amount, retry_only, n)
+	JOIN route ON route.retry OR NOT s.retry_only),
+locked AS (
+	SELECT c.scope_kind, c.scope_key, s.amount FROM aip_registry.admission_counters c
+	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key
+	ORDER BY s.n FOR UPDATE OF c),
+released AS (
+	UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
+	FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key),
+replica AS (
+	UPDATE aip_registry.connector_replicas
+	SET active_assignments = GREATEST(active_assignments - 1, 0),
+		consecutive_failures = ` + circuitFailures + `,
+		circuit_open_until_ms = ` + circuitOpenUntil + `
+	WHERE replica_id = $9 AND EXISTS (SELECT 1 FROM route))
+SELECT count(*) FROM route`
+
+	// circuitFailures and circuitOpenUntil are the circuit after a
+	// settlement ($31 change, $32 threshold, $33 open until) in terms of
+	// the stored one: registry.ApplySettlementToCircuit in SQL.
+	circuitFailures = `CASE $31::integer WHEN 1 THEN 0
+		WHEN 2 THEN LEAST(consecutive_failures + 1, 4294967295) ELSE consecutive_failures END`
+	circuitOpenUntil = `CASE $31::integer WHEN 1 THEN 0
+		WHEN 2 THEN CASE WHEN LEAST(consecutive_failures + 1, 4294967295) >= $32::bigint
+			THEN GREATEST(circuit_open_until_ms, $33::bigint) ELSE circuit_open_until_ms END
+		ELSE circuit_open_until_ms END`
 )
+
+// maxTakeCandidates bounds the ranked candidates a new route reads and
+// then tries, in rank order, in its last batch.
+const maxTakeCandidates = 8
+
+// takeAttempts bounds the attempts of a new route whose last batch could
+// take none of the candidates it listed (each was taken by another route,
+// or stopped being eligible, by the time it was locked): each attempt reads
+// the candidates again.
+const takeAttempts = 3
 
 var (
-	// candidates excludes actions that have a route; rerouteCandidates
-	// excludes the refusing replica ($9) instead.
-	candidates        = candidateFor(`NOT EXISTS (SELECT 1 FROM aip_registry.route_assignments x WHERE x.action_id = $8)`)
-	rerouteCandidates = candidateFor(`r.replica_id <> $9`)
-	// takeCandidate locks the first candidate no other transaction holds
-	// and counts the new assignment on it; takeCandidateWait waits for the
-	// first candidate instead (its eligibility is re-checked once it is
-	// released). Neither selects anything for an action that has a route.
-	takeCandidate     = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r SKIP LOCKED),` + countAssignment
-	takeCandidateWait = `WITH chosen AS (` + candidates + ` FOR UPDATE OF r),` + countAssignment
-	countAssignment   = `
-counted AS (UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
-	FROM chosen WHERE r.replica_id = chosen.replica_id)
-SELECT * FROM chosen`
+	// candidates reads, without locking, the best candidates of an action
+	// that has no route; rerouteCandidates reads the best one other than
+	// the refusing replica ($9).
+	candidates        = candidateFor(`NOT EXISTS (SELECT 1 FROM aip_registry.route_assignments x WHERE x.action_id = $8)`) + "\nLIMIT " + strconv.Itoa(maxTakeCandidates)
+	rerouteCandidates = candidateFor(`r.replica_id <> $9`) + "\nLIMIT 1"
 )
 
-// pinnedReplica locks an existing route's replica with the state
-// registry.PinnedReplicaUsable judges: its instance, the route's
-// version and that version's type.
+// takeReplica is the last batch's first statement for a new route. Of the
+// listed candidates ($1 replica IDs in rank order) it locks the first that
+// no other transaction holds and that is still eligible at $2 (ready, lease
+// unexpired, a free slot, circuit closed: the rest of the chain is catalog
+// state, which the shared publication lock keeps as it was read). Only when
+// every one is locked does it wait for them, in rank order, taking the
+// first still eligible once released (the caller bounds that wait with
+// lock_timeout). It counts the assignment on the taken replica and inserts
+// the route from the locked row and the binding's decision ($3 action, $4
+// capability, $5 tenant, $6 manifest digest, $7 catalog revision, $8
+// binding policy revision, $9 credential revision, $10 quota policy, $11
+// fence token, $12 admission, $13 assigned at). It returns the taken
+// candidate's position in the list and the health revision of the locked
+// row (a heartbeat may have raised it since the read); when it took none,
+// replica_taken aborts the transaction.
+var takeReplica = `WITH free AS (` + takeFree + `),
+waited AS (` + takeWaiting + `),
+chosen AS (SELECT * FROM free UNION ALL SELECT * FROM waited),
+counted AS (
+	UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
+	FROM chosen WHERE r.replica_id = chosen.replica_id
+	RETURNING r.*),
+routed AS (
+	INSERT INTO aip_registry.route_assignments (` + routeColumns + `, updated_at_ms)
+	SELECT $3::text, $4::text, $5::text, r.instance_id, r.version_id, $6::text, r.replica_id, r.endpoint, r.peer_principal_id,
+		r.peer_principal_kind, r.peer_did, r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class,
+		$7::bigint, $8::bigint, $9::text, $10::text, r.health_revision, $11::text, $12::jsonb, $13::bigint, true, false, NULL, $13::bigint
+	FROM counted r
+	RETURNING replica_health_revision)
+SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT replica_health_revision FROM routed)`
+
+// takeChoice selects and locks the first listed candidate still eligible
+// (%s: one more filter). takeFree skips locked rows; takeWaiting waits for
+// them, and runs only when takeFree (CTE free) found none.
+const takeChoice = `SELECT r.replica_id, c.n
+	FROM unnest($1::text[]) WITH ORDINALITY AS c (replica_id, n)
+	JOIN aip_registry.connector_replicas r ON r.replica_id = c.replica_id
+	WHERE r.status = 'ready' AND r.lease_expires_at_ms > $2
+		AND r.active_assignments < r.capacity AND r.circuit_open_until_ms <= $2%s
+	ORDER BY c.n LIMIT 1
+	FOR UPDATE OF r`
+
+var (
+	takeFree    = fmt.Sprintf(takeChoice, "") + " SKIP LOCKED"
+	takeWaiting = fmt.Sprintf(takeChoice, "\n\t\tAND NOT EXISTS (SELECT 1 FROM free)")
+)
+
+// pinnedReplica reads an existing route's replica with the state
+// registry.PinnedReplicaUsable judges: its instance, the route's version
+// and that version's type. takePinned re-checks the replica's part under
+// its row lock in the last batch.
 var pinnedReplica = `SELECT ` + replicaColumnsOf("r") + `,
 	i.instance_id, i.type_id, i.version_id, i.tenant_id, i.config_revision, i.secret_provider_ref, i.status,
 	v.status, t.enabled
-FROM aip_registry.connector_replicas r
+FROM aip_registry.route_assignments a
+JOIN aip_registry.connector_replicas r ON r.replica_id = a.replica_id
 JOIN aip_registry.connector_instances i ON i.instance_id = r.instance_id
-JOIN aip_registry.connector_versions v ON v.version_id = $2
+JOIN aip_registry.connector_versions v ON v.version_id = a.version_id
 JOIN aip_registry.connector_types t ON t.type_id = v.type_id
-WHERE r.replica_id = $1
-FOR UPDATE OF r`
+WHERE a.action_id = $1`
+
+// takePinned counts a retried route on its pinned replica ($1) if, under
+// the row lock, it can still take it at $2 (ready or draining, lease
+// unexpired, a free slot, circuit closed); otherwise replica_taken aborts
+// the transaction.
+const takePinned = `WITH counted AS (
+	UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1
+	WHERE replica_id = $1 AND status IN ('ready', 'draining') AND lease_expires_at_ms > $2
+		AND active_assignments < capacity AND circuit_open_until_ms <= $2
+	RETURNING 1)
+SELECT COALESCE((SELECT 1 FROM counted), aip_registry.replica_taken())`
 
 // candidateFor builds the candidate query with one more filter.
 func candidateFor(filter string) string { return fmt.Sprintf(candidateSelect, filter) }
@@ -253,11 +367,17 @@ func queueRoute(b *pgx.Batch, actionID string, s *storedRoute, found *bool) {
 	})
 }
 
-// Resolve implements registry.Resolver. A new route costs two round trips:
-// the action lock, the route lookup, the publication lock, the revision and
-// the replica selection (FOR UPDATE SKIP LOCKED) go out in the batch that
-// begins the transaction; the replica increment, the guarded counter
-// reservations, the route insert and COMMIT in the second.
+// Resolve implements registry.Resolver. A new route costs two round
+// trips and holds no row lock across either: the first batch begins the
+// transaction, takes the action and shared publication locks and reads the
+// ranked candidates without locking them; the assignment is built from that
+// read; the last batch locks the first listed candidate no other
+// transaction holds that is still eligible (FOR UPDATE ... SKIP LOCKED,
+// re-checked under the lock; only when every one is locked does it wait
+// for them, at most RouteLockWait), counts the assignment on it, inserts
+// the route, reserves the admission counters and commits. When it can take
+// no candidate it aborts server-side and the route is read and tried
+// again, at most takeAttempts times in all.
 func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
 	if err := ctx.Err(); err != nil {
 		return registry.RouteAssignment{}, err
@@ -266,52 +386,77 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		return registry.RouteAssignment{}, err
 	}
 	var out registry.RouteAssignment
-	err := r.inPipe(ctx, r.data, "resolve action "+req.ActionID, func(p *pipe) error {
-		now := r.clock()
-		pref := &req.Topology
-		args := []any{req.TenantID, req.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone, req.ActionID}
-		var (
-			s             storedRoute
-			routed, found bool
-			c             candidate
-		)
-		b := &pgx.Batch{}
-		b.Queue(lockRouting, req.ActionID, lockClass, lockCatalog)
-		b.Queue(takeCandidate, args...).QueryRow(func(row pgx.Row) error {
+	for attempt := 1; ; attempt++ {
+		last := attempt == takeAttempts
+		err := r.inPipe(ctx, r.data, "resolve action "+req.ActionID, func(p *pipe) error {
 			var err error
-			c, err = scanCandidate(row)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			found = err == nil
+			out, err = r.resolve(ctx, p, &req, last)
 			return err
 		})
-		if err := p.send(ctx, b); err != nil {
-			return err
+		switch {
+		case err == nil:
+			return out, nil
+		case !errors.Is(err, errReplicaTaken):
+			return registry.RouteAssignment{}, err
 		}
-		var err error
-		if !found {
-			// The action has a route, or nothing was lockable.
-			if routed, c, err = r.fallback(ctx, p, &req, args, &s); err != nil {
+	}
+}
+
+// errReplicaTaken: the last batch of a new route could take none of the
+// candidates it listed; the route is read and tried again.
+var errReplicaTaken = errors.New("pgregistry: every listed replica was taken")
+
+// isReplicaTaken reports the abort of replica_taken (SQLSTATE AIP02).
+func isReplicaTaken(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "AIP02"
+}
+
+// resolve is one attempt of Resolve in the transaction of p; last says
+// whether it is the last one.
+func (r *Registry) resolve(ctx context.Context, p *pipe, req *registry.RouteRequest, last bool) (registry.RouteAssignment, error) {
+	now := r.clock()
+	pref := &req.Topology
+	var cands []candidate
+	b := &pgx.Batch{}
+	b.Queue(lockRouting, req.ActionID, lockClass, lockCatalog)
+	b.Queue(candidates, req.TenantID, req.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,
+		req.ActionID).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			c, err := scanCandidate(rows)
+			if err != nil {
 				return err
 			}
+			cands = append(cands, c)
 		}
-		if routed {
-			out, err = r.resume(ctx, p, &s, &req, now)
-		} else {
-			out, err = r.reserveNew(ctx, p, &req, &c, now)
-		}
-		return err
+		return rows.Err()
 	})
+	if err := p.send(ctx, b); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	if len(cands) > 0 {
+		return r.reserveNew(ctx, p, req, cands, now, last)
+	}
+	// The action has a route, or no replica is eligible.
+	s, pin, err := r.fallback(ctx, p, req)
 	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	return out, nil
+	return r.resume(ctx, p, &s, pin, req, now)
+}
+
+// pinned is an existing route's replica as resume judges it.
+type pinned struct {
+	found       bool
+	replica     registry.ConnectorReplica
+	instance    registry.ConnectorInstance
+	version     registry.ConnectorVersion
+	typeEnabled bool
 }
 
 // resume returns an existing route, reserving its pinned scopes (plus the
 // retry scope) and its pinned replica again when they were released.
-func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pinned, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
 	a := &s.a
 	if a.TenantID != req.TenantID || a.CapabilityID != req.CapabilityID {
 		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
@@ -324,59 +469,54 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, req *reg
 		}
 		return *a, nil
 	}
-	var (
-		rep         registry.ConnectorReplica
-		inst        registry.ConnectorInstance
-		iRev        int64
-		iStatus     string
-		vStatus     string
-		typeEnabled bool
-		pinned      bool
-	)
-	b := &pgx.Batch{}
-	b.Queue(pinnedReplica, a.ReplicaID, a.VersionID).QueryRow(func(row pgx.Row) error {
-		var err error
-		rep, err = scanReplicaWith(row, &inst.ID, &inst.ConnectorTypeID, &inst.VersionID, &inst.TenantID, &iRev,
-			&inst.SecretProviderRef, &iStatus, &vStatus, &typeEnabled)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		pinned = err == nil
-		return err
-	})
-	if err := p.send(ctx, b); err != nil {
-		return registry.RouteAssignment{}, err
-	}
-	inst.ConfigRevision, inst.Status = uint64(iRev), registry.InstanceStatus(iStatus)
-	v := registry.ConnectorVersion{ID: a.VersionID, Status: registry.VersionStatus(vStatus)}
-	if !pinned || !registry.PinnedReplicaUsable(&rep, &inst, &v, typeEnabled, now) {
-		return registry.RouteAssignment{}, fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
-			registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
+	unavailable := fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
+		registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
+	if !pin.found || !registry.PinnedReplicaUsable(&pin.replica, &pin.instance, &pin.version, pin.typeEnabled, now) {
+		return registry.RouteAssignment{}, unavailable
 	}
 	scopes := a.Admission.Scopes(true)
-	b = &pgx.Batch{}
-	b.Queue(incrementReplica, a.ReplicaID)
+	b := &pgx.Batch{}
+	b.Queue(takePinned, a.ReplicaID, toMS(now))
 	queueReserve(b, scopes)
 	b.Queue(reserveRoute, a.ActionID, toMS(now))
 	if err := p.commit(ctx, b); err != nil {
+		if isReplicaTaken(err) {
+			return registry.RouteAssignment{}, unavailable
+		}
 		return registry.RouteAssignment{}, scopeFull(err, scopes)
 	}
 	return *a, nil
 }
 
-// fallback runs when the selection returned nothing: the action already
-// has a route (the selection skips routed actions), or no candidate was
-// lockable. In one round trip it reads the route and tells a missing
-// binding from a missing replica; when eligible replicas exist but other
-// routing transactions hold them, it waits (at most RouteLockWait) for the
-// best one and takes it if it is still eligible once released.
-func (r *Registry) fallback(ctx context.Context, p *pipe, req *registry.RouteRequest, args []any, s *storedRoute) (routed bool, c candidate, err error) {
+// fallback runs when the candidate read returned nothing: the action
+// already has a route (the read skips routed actions), or no replica is
+// eligible. In one round trip it reads the route with its pinned replica
+// and tells a missing binding from a missing replica.
+func (r *Registry) fallback(ctx context.Context, p *pipe, req *registry.RouteRequest) (storedRoute, *pinned, error) {
 	var (
-		first *string
-		found bool
+		s      storedRoute
+		routed bool
+		pin    pinned
+		first  *string
 	)
 	b := &pgx.Batch{}
-	queueRoute(b, req.ActionID, s, &routed)
+	queueRoute(b, req.ActionID, &s, &routed)
+	b.Queue(pinnedReplica, req.ActionID).QueryRow(func(row pgx.Row) error {
+		var (
+			iRev             int64
+			iStatus, vStatus string
+			err              error
+		)
+		pin.replica, err = scanReplicaWith(row, &pin.instance.ID, &pin.instance.ConnectorTypeID, &pin.instance.VersionID,
+			&pin.instance.TenantID, &iRev, &pin.instance.SecretProviderRef, &iStatus, &vStatus, &pin.typeEnabled)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		pin.instance.ConfigRevision, pin.instance.Status = uint64(iRev), registry.InstanceStatus(iStatus)
+		pin.version.Status = registry.VersionStatus(vStatus)
+		pin.found = err == nil
+		return err
+	})
 	b.Queue(firstBinding, req.TenantID, req.CapabilityID).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&first)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -384,62 +524,87 @@ func (r *Registry) fallback(ctx context.Context, p *pipe, req *registry.RouteReq
 		}
 		return err
 	})
-	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", r.routeLockWait.Milliseconds()))
-	b.Queue(takeCandidateWait, args...).QueryRow(func(row pgx.Row) error {
-		var err error
-		c, err = scanCandidate(row)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	b.Queue("SET LOCAL lock_timeout = 0")
-	err = p.send(ctx, b)
-	switch {
-	case routed && err == nil:
-		return true, c, nil
-	case first == nil && err == nil:
-		return false, c, fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
-			registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
-	case isLockTimeout(err):
-		return false, c, fmt.Errorf("%w: every eligible replica for capability %s of tenant %s stayed locked by other routing transactions for %s",
-			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, r.routeLockWait)
-	case err != nil:
-		return false, c, err
-	case !found:
-		return false, c, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
-			registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, *first)
+	if err := p.send(ctx, b); err != nil {
+		return s, nil, err
 	}
-	return false, c, nil
+	switch {
+	case routed:
+		pin.version.ID = s.a.VersionID
+		return s, &pin, nil
+	case first == nil:
+		return s, nil, fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
+			registry.ErrBindingUnavailable, req.TenantID, req.CapabilityID)
+	}
+	return s, nil, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s (first binding: instance %s)",
+		registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, *first)
 }
 
-// reserveNew reserves the locked candidate and every admission scope of its
-// binding's policy, inserts the route and commits, in one round trip.
-func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteRequest, c *candidate, now time.Time) (registry.RouteAssignment, error) {
-	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
+// reserveNew takes the first of the read candidates of the best binding
+// that is still free and eligible, counts the assignment on it, inserts
+// the route, reserves every admission scope of the binding's policy and
+// commits, in one round trip. All the candidates it lists belong to the
+// best candidate's binding, so the admission reservation, the fence token
+// and everything else but the replica are decided before the batch goes
+// out; the route row takes the replica's columns from the locked row
+// (only its health revision may differ from the read: identity columns
+// never change).
+func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteRequest, cands []candidate, now time.Time, last bool) (registry.RouteAssignment, error) {
+	top := &cands[0]
+	same := cands[:0:0]
+	for i := range cands {
+		if cands[i].replica.InstanceID == top.replica.InstanceID {
+			same = append(same, cands[i])
+		}
+	}
+	ids := make([]string, len(same))
+	for i := range same {
+		ids[i] = same[i].replica.ID
+	}
+	top.binding.TenantID, top.binding.CapabilityID = req.TenantID, req.CapabilityID
 	pol := &r.implicit
-	if c.policy != nil {
-		pol = c.policy
+	if top.policy != nil {
+		pol = top.policy
 	}
-	admission := registry.NewReservation(pol, &c.binding, c.typeID, c.scopeKey)
-	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
-	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, c.revision, admission, aip.NewID(aip.PrefixRoute), now)
-	doc, err := json.Marshal(a.Admission)
+	admission := registry.NewReservation(pol, &top.binding, top.typeID, top.scopeKey)
+	doc, err := json.Marshal(admission)
 	if err != nil {
-		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
+		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, req.ActionID, err)
 	}
+	fence := aip.NewID(aip.PrefixRoute)
+	var n, health int64
 	b := &pgx.Batch{}
+	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", r.routeLockWait.Milliseconds()))
+	b.Queue(takeReplica, ids, toMS(now), req.ActionID, req.CapabilityID, req.TenantID, top.manifestDigest,
+		int64(top.revision), int64(top.binding.PolicyRevision), nullable(top.binding.CredentialRevisionRef),
+		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now)).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&n, &health); err != nil {
+			return err
+		}
+		if n < 1 || int(n) > len(same) {
+			return fmt.Errorf("route take returned candidate %d of %d", n, len(same))
+		}
+		return nil
+	})
+	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	queueReserve(b, admission.BaseScopes)
-	b.Queue(insertRoute, a.ActionID, a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID,
-		a.Endpoint, a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
-		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
-		nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc,
-		toMS(a.AssignedAt))
 	if err := p.commit(ctx, b); err != nil {
+		switch {
+		case isReplicaTaken(err) && last:
+			return registry.RouteAssignment{}, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s could be taken in %d attempts (instance %s)",
+				registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, takeAttempts, top.replica.InstanceID)
+		case isReplicaTaken(err):
+			return registry.RouteAssignment{}, errReplicaTaken
+		case isLockTimeout(err):
+			return registry.RouteAssignment{}, fmt.Errorf("%w: every eligible replica for capability %s of tenant %s stayed locked by other routing transactions for %s",
+				registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, r.routeLockWait)
+		}
 		return registry.RouteAssignment{}, scopeFull(err, admission.BaseScopes)
 	}
-	return a, nil
+	c := &same[n-1]
+	c.replica.HealthRevision = uint64(health)
+	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
+	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: top.manifestDigest}
+	return registry.NewAssignment(req, &c.binding, &version, &c.replica, top.revision, admission, fence, now), nil
 }
 
 // queueReserve queues the guarded reservation of scopes in lock order
@@ -573,10 +738,13 @@ func reservationOf(s *storedRoute) registry.RouteReservation {
 	return res
 }
 
-// Settle implements registry.Resolver. It costs two round trips: the
-// action lock, the replica lock and the route read begin the transaction;
-// the route release, the counter releases, the replica's count and circuit
-// and COMMIT follow.
+// Settle implements registry.Resolver. It costs one round trip: the
+// action lock and the replica lock, then one statement that releases the
+// route only if it is still reserved and equal, column by column, to the
+// presented assignment (with its counters, its replica's count and the
+// circuit rule applied to the stored circuit), and COMMIT. When nothing
+// was released, a read of the route tells a missing route, a lost fence
+// and a repeated settlement apart.
 func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -584,6 +752,90 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	if !outcome.Valid() {
 		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
 	}
+	adm := a.Admission
+	if adm.BaseScopes == nil {
+		adm.BaseScopes = []registry.AdmissionScope{} // stored as [], and equal to it
+	}
+	doc, err := json.Marshal(adm)
+	if err != nil {
+		return fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
+	}
+	assigned := toMS(a.AssignedAt)
+	if !fromMS(assigned).Equal(a.AssignedAt) {
+		assigned = -1 // not a stored time: matches no route
+	}
+	kinds, keys, amounts, retryOnly := settleScopes(&a.Admission)
+	var released int64
+	err = r.inPipe(ctx, r.data, "settle action "+a.ActionID, func(p *pipe) error {
+		now := r.clock()
+		mode, threshold, until := circuitChange(outcome, &a.Admission, now)
+		b := &pgx.Batch{}
+		b.Queue(lockRouteReplica, a.ActionID)
+		b.Queue(settleMatching, a.ActionID, string(outcome), toMS(now),
+			a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID, a.Endpoint,
+			a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
+			a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
+			nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc, assigned,
+			kinds, keys, amounts, retryOnly, mode, threshold, until).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
+		return p.commit(ctx, b)
+	})
+	if err != nil || released == 1 {
+		return err
+	}
+	s, err := readOne(ctx, r, "route of action "+a.ActionID, scanRoute, selectRoute, a.ActionID)
+	switch {
+	case err != nil:
+		return err
+	case !s.a.Equal(&a):
+		return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", registry.ErrFenceLost, a.ActionID, a.FenceToken)
+	case !s.reserved:
+		return nil // released before (settled, or its lease expired): nothing to do
+	}
+	// Reserved and equal, yet the statement's comparison did not match:
+	// settle with the comparison in Go.
+	return r.settleRead(ctx, a, outcome)
+}
+
+// settleScopes returns every scope a's admission may hold, in lock order:
+// kinds, keys, amounts (one each) and whether the scope is held only by a
+// retried reservation (the retry scope).
+func settleScopes(a *registry.AdmissionReservation) (kinds, keys []string, amounts []int64, retryOnly []bool) {
+	scopes := a.Scopes(true)
+	order := scopeOrder(scopes)
+	kinds, keys, amounts, retryOnly = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]bool, len(order))
+	for n, i := range order {
+		kinds[n], keys[n], amounts[n], retryOnly[n] = string(scopes[i].Kind), scopes[i].Key, 1, i >= len(a.BaseScopes)
+	}
+	return kinds, keys, amounts, retryOnly
+}
+
+// Circuit changes of a settlement, as settleMatching applies them to the
+// stored circuit.
+const (
+	circuitKeep  int32 = 0 // cancelled, lease_expired, or no circuit policy
+	circuitReset int32 = 1 // completed
+	circuitFail  int32 = 2 // outcome_unknown: count a failure, open at the threshold
+)
+
+// circuitChange is registry.ApplySettlementToCircuit as settleMatching
+// applies it in SQL, where the stored circuit is known: the change, the
+// threshold and the open-until time a failure that reaches the threshold
+// sets (the circuit is never shortened).
+func circuitChange(outcome registry.RouteSettlement, a *registry.AdmissionReservation, now time.Time) (mode int32, threshold, until int64) {
+	switch {
+	case outcome == registry.SettlementCompleted:
+		return circuitReset, 0, 0
+	case outcome == registry.SettlementOutcomeUnknown && a.CircuitFailureThreshold > 0:
+		return circuitFail, int64(a.CircuitFailureThreshold), toMS(registry.Millis(now.Add(time.Duration(a.CircuitOpenMS) * time.Millisecond)))
+	}
+	return circuitKeep, 0, 0
+}
+
+// settleRead is the settlement that reads the route under its locks and
+// compares it in Go before releasing it: two round trips, the second
+// holding the replica lock taken in the first. Settle falls back to it only
+// if its statement's comparison and Go's disagree.
+func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
 	return r.inPipe(ctx, r.data, "settle action "+a.ActionID, func(p *pipe) error {
 		var (
 			s                storedRoute
