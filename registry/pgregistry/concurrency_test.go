@@ -18,14 +18,23 @@ import (
 // settling some as it goes, and checks that no replica and no admission
 // counter was ever booked past its limit: every counter equals the live
 // reservations holding it, every replica's active count equals the live
-// reservations on it and stays within its capacity.
+// reservations on it and stays within its capacity. It runs on two fleet
+// shapes: two bindings of one priority per tenant and capability (every
+// route reads and ranks the candidates of both), and one binding (routes
+// go straight to the cached binding's replicas).
 func TestTwoPoolsNeverOverbook(t *testing.T) {
+	// 80 replica slots either way; the global limit and the replicas run
+	// out first.
+	t.Run("two bindings", func(t *testing.T) { testTwoPoolsNeverOverbook(t, 2, 2) })
+	t.Run("one binding", func(t *testing.T) { testTwoPoolsNeverOverbook(t, 1, 4) })
+}
+
+func testTwoPoolsNeverOverbook(t *testing.T, instancesPer, replicasPer int) {
 	ctx := t.Context()
 	a, dbURL, clock := openClock(t, pgregistry.Config{})
 	pol := registry.ConservativePolicy("quota:tight")
-	// 80 replica slots; the global limit and the replicas run out first.
 	pol.MaxGlobalInFlight, pol.MaxTenantInFlight, pol.MaxInstanceInFlight, pol.MaxBindingInFlight = 70, 30, 14, 12
-	w := seedWorld(t, a, clock, pol, 4, 2, 2, 5)
+	w := seedWorld(t, a, clock, pol, 4, instancesPer, replicasPer, 5)
 	b, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL, Now: clock.Now, DataMaxConns: 16})
 	must(t, err)
 	defer b.Close()

@@ -62,12 +62,35 @@
 //
 // # Round trips
 //
-// The hot paths are pipelined: a new route is two round trips (the
+// The hot paths are pipelined. A new route is two round trips (the
 // advisory locks and the candidate read begin the transaction; the replica
-// take, the route insert, the counter reservations and COMMIT end it) and a
-// settlement is one (the locks, one statement that releases the route only
-// if it equals the presented assignment, with its counters, its replica's
-// count and circuit, and COMMIT).
+// take, the route insert, the counter reservations and COMMIT end it), or
+// one when its tenant and capability have a cached best binding: which
+// binding a new route goes to, with its policy and admission reservation,
+// is catalog state, so the registry keeps it per tenant and capability for
+// the newest revision read, when that binding is the only one of its
+// priority. Such a route sends the locks, one statement that checks that
+// the catalog is still at the cached revision and ranks and takes the
+// binding's replicas (FOR UPDATE ... SKIP LOCKED) and inserts the route,
+// the counter reservations and COMMIT at once; when that statement can
+// take nothing it aborts the transaction and the route is made the
+// two-round-trip way. A settlement is one round trip: one statement takes
+// the action and replica locks and releases the route only if it equals
+// the presented assignment column by column, with its replica's count and
+// circuit and its counters, then COMMIT.
+//
+// # Routing concurrency per tenant
+//
+// All of a tenant's routes and settlements update the same admission
+// counter rows (and a busy tenant's routes share its few replicas), so in
+// the database they take those rows one transaction at a time however many
+// are sent, and a transaction waiting there on a row lock costs the server
+// CPU (lock-manager work, a sleep and a wake-up, a re-check of the row)
+// that the transactions holding the rows need. The registry therefore runs
+// at most Config.TenantRouteConcurrency routing transactions (resolutions,
+// settlements, reroutes) of one tenant in the database at once and queues
+// the others in the process; tenants do not share the bound.
+//
 // Catalog views (the sorted capability IDs a tenant, or an internal read,
 // sees at a revision) are cached for the newest revision read, and the
 // immutable definitions with them, so a page costs one round trip (the

@@ -26,7 +26,8 @@ type QueryPlan struct {
 
 // ExplainQueries explains the registry's hot queries for one tenant and
 // capability at the registry's clock: route selection (the ranked
-// candidates, and the lock of the first free one), the binding check, the tenant and internal
+// candidates, the lock of the first free one, and the one-statement
+// selection among a cached binding's replicas), the binding check, the tenant and internal
 // catalog views, the tenant catalog page query, the route lookup, lease
 // expiry's selection and the lifecycle replica lock. With analyze the
 // queries run (EXPLAIN ANALYZE) inside a transaction that is rolled back,
@@ -43,6 +44,8 @@ func (r *Registry) ExplainQueries(ctx context.Context, tenantID, capabilityID st
 	}{
 		{"route selection (candidates)", candidates, candidateArgs},
 		{"route selection (take, FOR UPDATE SKIP LOCKED)", takeFree, []any{[]string{"crepl_a", "crepl_b"}, now}},
+		{"route selection (cached binding)", "WITH " + takeBestChoice + " SELECT * FROM chosen",
+			[]any{int64(0), action, "cinst_a", "cver_a", now, "", false, "", ""}},
 		{"first valid binding", firstBinding, []any{tenantID, capabilityID}},
 		{"route lookup", selectRoute, []any{action}},
 		{"tenant catalog view", tenantView, []any{tenantID, "", ""}},

@@ -67,9 +67,10 @@ func TestExplainAtScale(t *testing.T) {
 	wantIndex := map[string][]string{
 		"route selection (candidates)":                   {"connector_replicas_instance", "route_assignments_pkey"},
 		"route selection (take, FOR UPDATE SKIP LOCKED)": {"connector_replicas_pkey"},
-		"route lookup":           {"route_assignments_pkey"},
-		"lease expiry selection": {"connector_replicas_live_lease"},
-		"lifecycle replica lock": {"connector_replicas_pkey"},
+		"route selection (cached binding)":               {"connector_replicas_instance", "route_assignments_pkey"},
+		"route lookup":                                   {"route_assignments_pkey"},
+		"lease expiry selection":                         {"connector_replicas_live_lease"},
+		"lifecycle replica lock":                         {"connector_replicas_pkey"},
 	}
 	bindingIndexes := []string{"capability_bindings_enabled", "capability_bindings_pkey"}
 	for _, pl := range plans {
@@ -90,8 +91,8 @@ func TestExplainAtScale(t *testing.T) {
 			}
 		}
 	}
-	if len(plans) != 9 {
-		t.Fatalf("ExplainQueries returned %d plans, want 9", len(plans))
+	if len(plans) != 10 {
+		t.Fatalf("ExplainQueries returned %d plans, want 10", len(plans))
 	}
 	if testing.Verbose() {
 		for _, pl := range plans {

@@ -87,18 +87,31 @@ func testStorageFailure(t *testing.T, f failure) {
 		return got
 	}
 
-	// Resolve fails at the route insert, after the replica was counted and
-	// the counters reserved: no route, no count, no counter.
+	// Resolve fails at the route insert, after the replica was counted,
+	// or at the last admission counter, after the route was inserted and
+	// the other counters reserved: no route, no count, no counter. The
+	// first failures are of the two-round-trip route; a route made since
+	// cached the binding, so the next are of the one-round-trip route.
 	req := registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantName(0), CapabilityID: "alpha.read"}
-	undo := inject(t, admin, "route_assignments", "INSERT", "", f)
-	_, err := r.Resolve(ctx, req)
-	wantStorage(t, "Resolve", err)
-	undo()
-	if _, err := r.Assignment(ctx, req.ActionID); !errors.Is(err, registry.ErrNotFound) {
-		t.Fatalf("a failed Resolve left a route: %v", err)
+	failResolve := func(table, event, when string) {
+		t.Helper()
+		undo := inject(t, admin, table, event, when, f)
+		_, err := r.Resolve(ctx, req)
+		wantStorage(t, "Resolve", err)
+		undo()
+		if _, err := r.Assignment(ctx, req.ActionID); !errors.Is(err, registry.ErrNotFound) {
+			t.Fatalf("a failed Resolve left a route: %v", err)
+		}
+		if l := ledger(); len(l.Counters) != 0 || len(l.Reservations) != 0 || replica().ActiveAssignments != 0 {
+			t.Fatalf("a failed Resolve left a reservation: %+v, replica active %d", l, replica().ActiveAssignments)
+		}
 	}
-	if l := ledger(); len(l.Counters) != 0 || len(l.Reservations) != 0 || replica().ActiveAssignments != 0 {
-		t.Fatalf("a failed Resolve left a reservation: %+v, replica active %d", l, replica().ActiveAssignments)
+	for range 2 {
+		failResolve("route_assignments", "INSERT", "")
+		failResolve("admission_counters", "INSERT OR UPDATE", "NEW.scope_kind = 'binding'")
+		warm, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantName(0), CapabilityID: "alpha.read"})
+		must(t, err)
+		must(t, r.Settle(ctx, warm, registry.SettlementCompleted))
 	}
 	a, err := r.Resolve(ctx, req)
 	must(t, err)
@@ -106,7 +119,7 @@ func testStorageFailure(t *testing.T, f failure) {
 	// Settle fails at the route release: the reservation, the counters, the
 	// replica's count and its circuit stay as they were.
 	before := ledger()
-	undo = inject(t, admin, "route_assignments", "UPDATE", "OLD.reserved AND NOT NEW.reserved", f)
+	undo := inject(t, admin, "route_assignments", "UPDATE", "OLD.reserved AND NOT NEW.reserved", f)
 	wantStorage(t, "Settle", r.Settle(ctx, a, registry.SettlementOutcomeUnknown))
 	undo()
 	if l := ledger(); len(l.Reservations) != 1 || len(l.Counters) != len(before.Counters) {

@@ -105,6 +105,14 @@ func TestOpenValidatesConfig(t *testing.T) {
 			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "postgres://x/y", AcquireTimeout: time.Hour})
 			return err
 		}},
+		{"negative tenant route concurrency", func() error {
+			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "postgres://x/y", TenantRouteConcurrency: -1})
+			return err
+		}},
+		{"tenant route concurrency too high", func() error {
+			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "postgres://x/y", TenantRouteConcurrency: 257})
+			return err
+		}},
 		{"bad limits", func() error {
 			_, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: "postgres://x/y", Limits: registry.Limits{MaxPageSize: -1}})
 			return err

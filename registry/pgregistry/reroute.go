@@ -62,8 +62,13 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	if _, err := registry.CheckRefusal(cur, &req.Evidence); err != nil {
 		return registry.RouteAssignment{}, err
 	}
+	leave, err := r.tenants.enter(ctx, rreq.TenantID, "reroute action "+cur.ActionID)
+	if err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	defer leave()
 	var out registry.RouteAssignment
-	err := r.inPipe(ctx, r.data, "reroute action "+cur.ActionID, func(p *pipe) error {
+	err = r.inPipe(ctx, r.data, "reroute action "+cur.ActionID, func(p *pipe) error {
 		now := r.clock()
 		pref := &rreq.Topology
 		args := []any{rreq.TenantID, rreq.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,

@@ -163,18 +163,31 @@ replica AS (
 	WHERE replica_id = $7)
 SELECT count(*) FROM route`
 
-	// settleMatching releases the route of action $1 as settlement $2 at
-	// $3 only if it is reserved and every column of the assignment equals
-	// the presented one ($4..$26, in routeColumns order after the action
-	// ID), with its counters ($27..$30: kinds, keys and amounts in lock
-	// order, and whether a scope is held only by a retried reservation)
-	// and its replica's count and circuit ($31 circuit change, $32
-	// threshold, $33 open until; see circuitChange). It returns the number
-	// of routes released (0 or 1). The caller holds the action and replica
-	// locks (lockRouteReplica).
-	settleMatching = `WITH route AS (
+	// settleMatching is a settlement in one statement, in lock order: it
+	// takes the action lock, locks the replica of the action's route, then
+	// releases the route of action $1 as settlement $2 at $3 only if it is
+	// reserved and every column of the assignment equals the presented one
+	// ($4..$26, in routeColumns order after the action ID); if it did, it
+	// decrements the replica's count and applies the circuit rule to it
+	// ($31 circuit change, $32 threshold, $33 open until; see
+	// circuitChange), then releases the route's counters ($27..$30: kinds,
+	// keys and limits in lock order, and whether a scope is held only by a
+	// retried reservation) with guarded upserts, which lock each counter's
+	// newest row in order without re-running the statement's plan for it.
+	// It returns the number of routes released (0 or 1). Every row it
+	// changes is found under its lock at its newest version, so the
+	// statement's snapshot, taken before the locks, decides nothing.
+	settleMatching = `WITH action AS (
+	SELECT pg_advisory_xact_lock(hashtextextended($1, 0))),
+pinned AS (
+	SELECT r.replica_id FROM aip_registry.connector_replicas r
+	WHERE EXISTS (SELECT 1 FROM action)
+		AND r.replica_id = (SELECT replica_id FROM aip_registry.route_assignments WHERE action_id = $1)
+	FOR UPDATE OF r),
+route AS (
 	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
-	WHERE action_id = $1 AND reserved AND capability_id = $4 AND tenant_id = $5 AND instance_id = $6
+	WHERE action_id = $1 AND reserved AND EXISTS (SELECT 1 FROM pinned)
+		AND capability_id = $4 AND tenant_id = $5 AND instance_id = $6
 		AND version_id = $7 AND manifest_digest = $8 AND replica_id = $9 AND endpoint = $10
 		AND peer_principal_id = $11 AND peer_principal_kind = $12 AND peer_did = $13 AND trust_domain = $14
 		AND transport_profile = $15 AND region = $16 AND zone = $17 AND capacity_class = $18
@@ -182,22 +195,22 @@ SELECT count(*) FROM route`
 		AND credential_revision_ref IS NOT DISTINCT FROM $21::text AND quota_policy_ref IS NOT DISTINCT FROM $22::text
 		AND replica_health_revision = $23 AND fence_token = $24 AND admission = $25::jsonb AND assigned_at_ms = $26
 	RETURNING retry),
-scope AS (
-	SELECT s.* FROM unnest($27::text[], $28::text[], $29::bigint[], $30::boolean[]) WITH ORDINALITY AS s (kind, key, amount, retry_only, n)
-	JOIN route ON route.retry OR NOT s.retry_only),
-locked AS (
-	SELECT c.scope_kind, c.scope_key, s.amount FROM aip_registry.admission_counters c
-	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key
-	ORDER BY s.n FOR UPDATE OF c),
-released AS (
-	UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
-	FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key),
 replica AS (
 	UPDATE aip_registry.connector_replicas
 	SET active_assignments = GREATEST(active_assignments - 1, 0),
 		consecutive_failures = ` + circuitFailures + `,
 		circuit_open_until_ms = ` + circuitOpenUntil + `
-	WHERE replica_id = $9 AND EXISTS (SELECT 1 FROM route))
+	WHERE replica_id = $9 AND EXISTS (SELECT 1 FROM route)
+	RETURNING 1),
+released AS (
+	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active, reserve_limit)
+	SELECT s.kind, s.key, 0, s.lim
+	FROM unnest($27::text[], $28::text[], $29::bigint[], $30::boolean[]) WITH ORDINALITY AS s (kind, key, lim, retry_only, n)
+	JOIN route ON route.retry OR NOT s.retry_only
+	WHERE EXISTS (SELECT 1 FROM replica)
+	ORDER BY s.n
+	ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = GREATEST(c.active - 1, 0)
+	RETURNING 1)
 SELECT count(*) FROM route`
 
 	// circuitFailures and circuitOpenUntil are the circuit after a
@@ -216,9 +229,10 @@ SELECT count(*) FROM route`
 const maxTakeCandidates = 8
 
 // takeAttempts bounds the attempts of a new route whose last batch could
-// take none of the candidates it listed (each was taken by another route,
-// or stopped being eligible, by the time it was locked): each attempt reads
-// the candidates again.
+// take none of the candidates it listed (each was locked by another
+// transaction, or stopped being eligible, by the time it was tried): each
+// attempt reads the candidates again. The first attempt only skips locked
+// candidates; the later ones wait for them when all are locked.
 const takeAttempts = 3
 
 var (
@@ -235,8 +249,8 @@ var (
 // unexpired, a free slot, circuit closed: the rest of the chain is catalog
 // state, which the shared publication lock keeps as it was read). Only when
 // every one is locked does it wait for them, in rank order, taking the
-// first still eligible once released (the caller bounds that wait with
-// lock_timeout). It counts the assignment on the taken replica and inserts
+// first still eligible once released (takeReplicaWaiting only; the caller
+// bounds that wait with lock_timeout). It counts the assignment on the taken replica and inserts
 // the route from the locked row and the binding's decision ($3 action, $4
 // capability, $5 tenant, $6 manifest digest, $7 catalog revision, $8
 // binding policy revision, $9 credential revision, $10 quota policy, $11
@@ -244,9 +258,18 @@ var (
 // candidate's position in the list and the health revision of the locked
 // row (a heartbeat may have raised it since the read); when it took none,
 // replica_taken aborts the transaction.
-var takeReplica = `WITH free AS (` + takeFree + `),
-waited AS (` + takeWaiting + `),
-chosen AS (SELECT * FROM free UNION ALL SELECT * FROM waited),
+//
+// takeReplica does not wait: when every candidate is locked it takes none.
+// takeReplicaWaiting, which a retry uses, waits as described.
+var (
+	takeReplica = fmt.Sprintf(takeSelect, `free AS (`+takeFree+`),
+chosen AS (SELECT * FROM free)`)
+	takeReplicaWaiting = fmt.Sprintf(takeSelect, `free AS (`+takeFree+`),
+waited AS (`+takeWaiting+`),
+chosen AS (SELECT * FROM free UNION ALL SELECT * FROM waited)`)
+)
+
+const takeSelect = `WITH %s,
 counted AS (
 	UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
 	FROM chosen WHERE r.replica_id = chosen.replica_id
@@ -373,11 +396,12 @@ func queueRoute(b *pgx.Batch, actionID string, s *storedRoute, found *bool) {
 // ranked candidates without locking them; the assignment is built from that
 // read; the last batch locks the first listed candidate no other
 // transaction holds that is still eligible (FOR UPDATE ... SKIP LOCKED,
-// re-checked under the lock; only when every one is locked does it wait
-// for them, at most RouteLockWait), counts the assignment on it, inserts
+// re-checked under the lock), counts the assignment on it, inserts
 // the route, reserves the admission counters and commits. When it can take
 // no candidate it aborts server-side and the route is read and tried
-// again, at most takeAttempts times in all.
+// again, at most takeAttempts times in all; the first attempt only skips
+// locked candidates, the later ones wait for them (at most RouteLockWait)
+// when all are locked.
 func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
 	if err := ctx.Err(); err != nil {
 		return registry.RouteAssignment{}, err
@@ -385,12 +409,32 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 	if err := req.Validate(); err != nil {
 		return registry.RouteAssignment{}, err
 	}
+	leave, err := r.tenants.enter(ctx, req.TenantID, "resolve action "+req.ActionID)
+	if err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	defer leave()
 	var out registry.RouteAssignment
-	for attempt := 1; ; attempt++ {
-		last := attempt == takeAttempts
+	key := chainKey{req.TenantID, req.CapabilityID}
+	ch := r.chains.get(key)
+	if ch != nil {
 		err := r.inPipe(ctx, r.data, "resolve action "+req.ActionID, func(p *pipe) error {
 			var err error
-			out, err = r.resolve(ctx, p, &req, last)
+			out, err = r.resolveBest(ctx, p, &req, ch)
+			return err
+		})
+		switch {
+		case err == nil:
+			return out, nil
+		case !errors.Is(err, errReplicaTaken):
+			return registry.RouteAssignment{}, err
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		t := take{wait: attempt > 1, last: attempt == takeAttempts, cached: ch}
+		err := r.inPipe(ctx, r.data, "resolve action "+req.ActionID, func(p *pipe) error {
+			var err error
+			out, err = r.resolve(ctx, p, &req, t)
 			return err
 		})
 		switch {
@@ -412,12 +456,22 @@ func isReplicaTaken(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "AIP02"
 }
 
-// resolve is one attempt of Resolve in the transaction of p; last says
-// whether it is the last one.
-func (r *Registry) resolve(ctx context.Context, p *pipe, req *registry.RouteRequest, last bool) (registry.RouteAssignment, error) {
+// take says how an attempt of Resolve takes its replica: whether it waits
+// for locked candidates, whether it is the last attempt, and the cached
+// chain of the pair, if any (the attempt replaces or drops it).
+type take struct {
+	wait, last bool
+	cached     *routeChain
+}
+
+// resolve is one attempt of Resolve in the transaction of p.
+func (r *Registry) resolve(ctx context.Context, p *pipe, req *registry.RouteRequest, t take) (registry.RouteAssignment, error) {
 	now := r.clock()
 	pref := &req.Topology
-	var cands []candidate
+	var (
+		cands []candidate
+		best  []bestBinding
+	)
 	b := &pgx.Batch{}
 	b.Queue(lockRouting, req.ActionID, lockClass, lockCatalog)
 	b.Queue(candidates, req.TenantID, req.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,
@@ -431,13 +485,17 @@ func (r *Registry) resolve(ctx context.Context, p *pipe, req *registry.RouteRequ
 		}
 		return rows.Err()
 	})
+	queueBestBindings(b, req, &best)
 	if err := p.send(ctx, b); err != nil {
 		return registry.RouteAssignment{}, err
 	}
 	if len(cands) > 0 {
-		return r.reserveNew(ctx, p, req, cands, now, last)
+		return r.reserveNew(ctx, p, req, cands, best, now, t)
 	}
 	// The action has a route, or no replica is eligible.
+	if t.cached != nil {
+		r.chains.drop(chainKey{req.TenantID, req.CapabilityID}, t.cached)
+	}
 	s, pin, err := r.fallback(ctx, p, req)
 	if err != nil {
 		return registry.RouteAssignment{}, err
@@ -548,7 +606,7 @@ func (r *Registry) fallback(ctx context.Context, p *pipe, req *registry.RouteReq
 // out; the route row takes the replica's columns from the locked row
 // (only its health revision may differ from the read: identity columns
 // never change).
-func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteRequest, cands []candidate, now time.Time, last bool) (registry.RouteAssignment, error) {
+func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteRequest, cands []candidate, best []bestBinding, now time.Time, t take) (registry.RouteAssignment, error) {
 	top := &cands[0]
 	same := cands[:0:0]
 	for i := range cands {
@@ -566,15 +624,19 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 		pol = top.policy
 	}
 	admission := registry.NewReservation(pol, &top.binding, top.typeID, top.scopeKey)
-	doc, err := json.Marshal(admission)
+	doc, err := encodeAdmission(req.ActionID, &admission)
 	if err != nil {
-		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, req.ActionID, err)
+		return registry.RouteAssignment{}, err
 	}
 	fence := aip.NewID(aip.PrefixRoute)
 	var n, health int64
 	b := &pgx.Batch{}
-	b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", r.routeLockWait.Milliseconds()))
-	b.Queue(takeReplica, ids, toMS(now), req.ActionID, req.CapabilityID, req.TenantID, top.manifestDigest,
+	sql := takeReplica
+	if t.wait {
+		sql = takeReplicaWaiting
+		b.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", r.routeLockWait.Milliseconds()))
+	}
+	b.Queue(sql, ids, toMS(now), req.ActionID, req.CapabilityID, req.TenantID, top.manifestDigest,
 		int64(top.revision), int64(top.binding.PolicyRevision), nullable(top.binding.CredentialRevisionRef),
 		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now)).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&n, &health); err != nil {
@@ -585,11 +647,13 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 		}
 		return nil
 	})
-	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	if t.wait {
+		b.Queue("SET LOCAL lock_timeout TO DEFAULT")
+	}
 	queueReserve(b, admission.BaseScopes)
 	if err := p.commit(ctx, b); err != nil {
 		switch {
-		case isReplicaTaken(err) && last:
+		case isReplicaTaken(err) && t.last:
 			return registry.RouteAssignment{}, fmt.Errorf("%w: no eligible replica for capability %s of tenant %s could be taken in %d attempts (instance %s)",
 				registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, takeAttempts, top.replica.InstanceID)
 		case isReplicaTaken(err):
@@ -603,6 +667,13 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	c := &same[n-1]
 	c.replica.HealthRevision = uint64(health)
 	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
+	switch ch := chainOf(best, c, admission, doc); {
+	case ch != nil:
+		ch.admission.BaseScopes = slices.Clone(admission.BaseScopes)
+		r.chains.put(chainKey{req.TenantID, req.CapabilityID}, ch)
+	case t.cached != nil:
+		r.chains.drop(chainKey{req.TenantID, req.CapabilityID}, t.cached)
+	}
 	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: top.manifestDigest}
 	return registry.NewAssignment(req, &c.binding, &version, &c.replica, top.revision, admission, fence, now), nil
 }
@@ -738,13 +809,13 @@ func reservationOf(s *storedRoute) registry.RouteReservation {
 	return res
 }
 
-// Settle implements registry.Resolver. It costs one round trip: the
-// action lock and the replica lock, then one statement that releases the
-// route only if it is still reserved and equal, column by column, to the
-// presented assignment (with its counters, its replica's count and the
-// circuit rule applied to the stored circuit), and COMMIT. When nothing
-// was released, a read of the route tells a missing route, a lost fence
-// and a repeated settlement apart.
+// Settle implements registry.Resolver. It costs one round trip: one
+// statement that takes the action and replica locks and releases the route
+// only if it is still reserved and equal, column by column, to the
+// presented assignment (with its replica's count, the circuit rule applied
+// to the stored circuit, and its counters), and COMMIT. When nothing was
+// released, a read of the route tells a missing route, a lost fence and a
+// repeated settlement apart.
 func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -764,19 +835,23 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	if !fromMS(assigned).Equal(a.AssignedAt) {
 		assigned = -1 // not a stored time: matches no route
 	}
-	kinds, keys, amounts, retryOnly := settleScopes(&a.Admission)
+	kinds, keys, limits, retryOnly := settleScopes(&a.Admission)
+	leave, err := r.tenants.enter(ctx, a.TenantID, "settle action "+a.ActionID)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	var released int64
 	err = r.inPipe(ctx, r.data, "settle action "+a.ActionID, func(p *pipe) error {
 		now := r.clock()
 		mode, threshold, until := circuitChange(outcome, &a.Admission, now)
 		b := &pgx.Batch{}
-		b.Queue(lockRouteReplica, a.ActionID)
 		b.Queue(settleMatching, a.ActionID, string(outcome), toMS(now),
 			a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID, a.Endpoint,
 			a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
 			a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 			nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc, assigned,
-			kinds, keys, amounts, retryOnly, mode, threshold, until).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
+			kinds, keys, limits, retryOnly, mode, threshold, until).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
 		return p.commit(ctx, b)
 	})
 	if err != nil || released == 1 {
@@ -797,16 +872,16 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 }
 
 // settleScopes returns every scope a's admission may hold, in lock order:
-// kinds, keys, amounts (one each) and whether the scope is held only by a
-// retried reservation (the retry scope).
-func settleScopes(a *registry.AdmissionReservation) (kinds, keys []string, amounts []int64, retryOnly []bool) {
+// kinds, keys, limits and whether the scope is held only by a retried
+// reservation (the retry scope).
+func settleScopes(a *registry.AdmissionReservation) (kinds, keys []string, limits []int64, retryOnly []bool) {
 	scopes := a.Scopes(true)
 	order := scopeOrder(scopes)
-	kinds, keys, amounts, retryOnly = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]bool, len(order))
+	kinds, keys, limits, retryOnly = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]bool, len(order))
 	for n, i := range order {
-		kinds[n], keys[n], amounts[n], retryOnly[n] = string(scopes[i].Kind), scopes[i].Key, 1, i >= len(a.BaseScopes)
+		kinds[n], keys[n], limits[n], retryOnly[n] = string(scopes[i].Kind), scopes[i].Key, int64(scopes[i].Limit), i >= len(a.BaseScopes)
 	}
-	return kinds, keys, amounts, retryOnly
+	return kinds, keys, limits, retryOnly
 }
 
 // Circuit changes of a settlement, as settleMatching applies them to the
