@@ -72,12 +72,15 @@
 // priority. Such a route sends the locks, one statement that checks that
 // the catalog is still at the cached revision and ranks and takes the
 // binding's replicas (FOR UPDATE ... SKIP LOCKED) and inserts the route,
-// the counter reservations and COMMIT at once; when that statement can
-// take nothing it aborts the transaction and the route is made the
+// and the counter reservations at once; when that statement can take
+// nothing it aborts the transaction and the route is made the
 // two-round-trip way. A settlement is one round trip: one statement takes
 // the action and replica locks and releases the route only if it equals
 // the presented assignment column by column, with its replica's count and
-// circuit and its counters, then COMMIT.
+// circuit and its counters. A transaction of one batch needs no BEGIN or
+// COMMIT: the statements of a pipelined batch, up to its Sync, run as one
+// implicit transaction that commits at the Sync only if all of them
+// succeeded.
 //
 // # Routing concurrency per tenant
 //

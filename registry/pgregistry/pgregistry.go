@@ -459,6 +459,31 @@ func (p *pipe) send(ctx context.Context, b *pgx.Batch) error { return p.run(ctx,
 // included, and nothing commits.
 func (p *pipe) commit(ctx context.Context, b *pgx.Batch) error { return p.run(ctx, b, true) }
 
+// once runs b as the whole transaction, in one round trip and without
+// BEGIN and COMMIT: the statements of a pipelined batch, up to the Sync
+// that ends it, run as one implicit transaction, which the server commits
+// at the Sync if every statement succeeded and rolls back otherwise. It
+// must be the transaction's only batch.
+func (p *pipe) once(ctx context.Context, b *pgx.Batch) error {
+	if p.begun {
+		return errors.New("pgregistry: once on a begun transaction")
+	}
+	p.begun = true
+	err := p.conn.SendBatch(ctx, b).Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		p.committed = true
+	case errors.As(err, &pgErr):
+		// A statement failed: the server rolled the batch back.
+	case !p.conn.Conn().IsClosed() && p.conn.Conn().PgConn().TxStatus() == 'I':
+		// Every statement may have run and committed while a result
+		// could not be processed.
+		return fmt.Errorf("%w: the transaction may have committed but its results could not be read: %w", errUnknownCommit, err)
+	}
+	return err
+}
+
 func (p *pipe) run(ctx context.Context, b *pgx.Batch, commit bool) error {
 	if !p.begun {
 		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, b.QueuedQueries...)

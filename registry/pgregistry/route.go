@@ -810,12 +810,12 @@ func reservationOf(s *storedRoute) registry.RouteReservation {
 }
 
 // Settle implements registry.Resolver. It costs one round trip: one
-// statement that takes the action and replica locks and releases the route
-// only if it is still reserved and equal, column by column, to the
-// presented assignment (with its replica's count, the circuit rule applied
-// to the stored circuit, and its counters), and COMMIT. When nothing was
-// released, a read of the route tells a missing route, a lost fence and a
-// repeated settlement apart.
+// statement, run as its own transaction, that takes the action and replica
+// locks and releases the route only if it is still reserved and equal,
+// column by column, to the presented assignment (with its replica's count,
+// the circuit rule applied to the stored circuit, and its counters). When
+// nothing was released, a read of the route tells a missing route, a lost
+// fence and a repeated settlement apart.
 func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -852,7 +852,7 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 			a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 			nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc, assigned,
 			kinds, keys, limits, retryOnly, mode, threshold, until).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
-		return p.commit(ctx, b)
+		return p.once(ctx, b)
 	})
 	if err != nil || released == 1 {
 		return err

@@ -19,12 +19,12 @@ import (
 // revision. routeChains keeps it, for the newest revision a route has
 // read, per tenant and capability, when that binding is the only one of
 // its priority (so it is first whatever the replicas do). A new route of a
-// cached pair then costs one round trip: the action and shared publication
-// locks, one statement that checks that the catalog is still at the cached
+// cached pair then costs one round trip, one implicit transaction: the
+// action and shared publication locks, one statement that checks that the catalog is still at the cached
 // revision and the action still unrouted, ranks the binding's eligible
 // replicas, takes the first no other transaction holds (FOR UPDATE ...
 // SKIP LOCKED), counts the assignment on it and inserts the route, then
-// the counter reservations and COMMIT. When that statement can take
+// the counter reservations. When that statement can take
 // nothing (another revision, a routed action, no free eligible replica of
 // the binding) it aborts the transaction, and the route is resolved the
 // two-round-trip way, which reads the candidates of every binding.
@@ -191,7 +191,7 @@ func (r *Registry) resolveBest(ctx context.Context, p *pipe, req *registry.Route
 		return err
 	})
 	queueReserve(b, ch.admission.BaseScopes)
-	if err := p.commit(ctx, b); err != nil {
+	if err := p.once(ctx, b); err != nil {
 		if isReplicaTaken(err) {
 			return registry.RouteAssignment{}, errReplicaTaken
 		}
