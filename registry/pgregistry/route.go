@@ -34,8 +34,8 @@ import (
 //     order.
 //
 // No row lock is held across a round trip to the client: rows are locked
-// only by the statements of a transaction's last pipelined batch, which
-// ends in COMMIT. The hot rows (a few replicas and the admission counters
+// only by the statements of a transaction's last pipelined batch, the one
+// that commits. The hot rows (a few replicas and the admission counters
 // of a busy tenant, which every route and settlement updates) are
 // therefore held for the server-side execution of one batch, never while
 // the registry's process waits to be scheduled or for the network. The
@@ -250,14 +250,14 @@ var (
 // state, which the shared publication lock keeps as it was read). Only when
 // every one is locked does it wait for them, in rank order, taking the
 // first still eligible once released (takeReplicaWaiting only; the caller
-// bounds that wait with lock_timeout). It counts the assignment on the taken replica and inserts
-// the route from the locked row and the binding's decision ($3 action, $4
-// capability, $5 tenant, $6 manifest digest, $7 catalog revision, $8
-// binding policy revision, $9 credential revision, $10 quota policy, $11
-// fence token, $12 admission, $13 assigned at). It returns the taken
-// candidate's position in the list and the health revision of the locked
-// row (a heartbeat may have raised it since the read); when it took none,
-// replica_taken aborts the transaction.
+// bounds that wait with lock_timeout). It counts the assignment on the
+// taken replica and inserts the route from the locked row and the
+// binding's decision ($3 action, $4 capability, $5 tenant, $6 manifest
+// digest, $7 catalog revision, $8 binding policy revision, $9 credential
+// revision, $10 quota policy, $11 fence token, $12 admission, $13 assigned
+// at). It returns the taken candidate's position in the list and the
+// health revision of the locked row (a heartbeat may have raised it since
+// the read); when it took none, replica_taken aborts the transaction.
 //
 // takeReplica does not wait: when every candidate is locked it takes none.
 // takeReplicaWaiting, which a retry uses, waits as described.
