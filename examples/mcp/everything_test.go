@@ -24,7 +24,13 @@ import (
 
 // EverythingVersion pins the reference MCP server the tests install from
 // the npm registry. 2025.9.25 runs on Node 20 and has the echo, add and
-// longRunningOperation tools (later versions renamed them).
+// longRunningOperation tools (later versions renamed them). Its whole
+// dependency tree is locked, with integrity hashes, in
+// testdata/everything/package-lock.json, and installed with npm ci, so a
+// new release of one of its dependencies cannot change what the tests run.
+// To move to another version, change it here and in
+// testdata/everything/package.json, then run
+// `npm install --package-lock-only` in testdata/everything.
 const EverythingVersion = "2025.9.25"
 
 const everythingPackage = "@modelcontextprotocol/server-everything"
@@ -76,12 +82,24 @@ func everything(t *testing.T) (node, script string) {
 			return
 		}
 		installDir = dir
+		if installErr = lockedVersion(); installErr != nil {
+			return
+		}
+		for _, name := range []string{"package.json", "package-lock.json"} {
+			raw, err := os.ReadFile(filepath.Join("testdata", "everything", name))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, name), raw, 0o600)
+			}
+			if err != nil {
+				installErr = err
+				return
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error",
-			everythingPackage+"@"+EverythingVersion)
+		cmd := exec.CommandContext(ctx, npm, "ci", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			installErr = fmt.Errorf("npm install %s@%s: %v\n%s", everythingPackage, EverythingVersion, err, out)
+			installErr = fmt.Errorf("npm ci (%s@%s and its locked dependencies, testdata/everything): %v\n%s", everythingPackage, EverythingVersion, err, out)
 		}
 	})
 	if installErr != nil {
@@ -92,6 +110,27 @@ func everything(t *testing.T) (node, script string) {
 		t.Fatalf("the installed server has no %s: %v", script, err)
 	}
 	return node, script
+}
+
+// lockedVersion checks that the lock file installs EverythingVersion.
+func lockedVersion() error {
+	raw, err := os.ReadFile(filepath.Join("testdata", "everything", "package-lock.json"))
+	if err != nil {
+		return err
+	}
+	var lock struct {
+		Packages map[string]struct {
+			Version string `json:"version"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(raw, &lock); err != nil {
+		return fmt.Errorf("testdata/everything/package-lock.json: %v", err)
+	}
+	if got := lock.Packages["node_modules/"+everythingPackage].Version; got != EverythingVersion {
+		return fmt.Errorf("testdata/everything/package-lock.json installs %s@%q, the tests pin %s: run `npm install --package-lock-only` in testdata/everything after changing the version in package.json",
+			everythingPackage, got, EverythingVersion)
+	}
+	return nil
 }
 
 func action(capability, input string) *aip.Action {
