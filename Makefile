@@ -4,6 +4,11 @@
 test:
 	bash scripts/test.sh
 
+# Every benchmark of docs/performance.md with its target, on a throwaway
+# PostgreSQL with default durability; `make bench BENCH="e2e host"` runs some.
+bench:
+	bash scripts/bench.sh $(BENCH)
+
 vet:
 	go vet ./...
 
