@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -284,5 +285,39 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 	if _, err := controlplane.New(controlKey, nil, controlplane.Config{}); err == nil {
 		t.Error("New without a store succeeded")
+	}
+}
+
+// TestServeAnswersOnlyOnceRunning starts a service with Serve and asks for
+// /ready at once, many times: the first answer is always ready, never "not
+// running" (Serve answers HTTP only once Run is running).
+func TestServeAnswersOnlyOnceRunning(t *testing.T) {
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 25 {
+		clock := registrytest.NewClock(registrytest.Epoch)
+		svc, err := controlplane.New(controlKey, newMemBackend(t, clock).Store, controlplane.Config{Now: clock.Now, DisableMaintenance: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Serve(ctx, ln, controlplane.ServeConfig{}) }()
+		status := 0
+		resp, err := client.Get("http://" + ln.Addr().String() + controlplane.PathReady)
+		if err == nil {
+			status = resp.StatusCode
+			resp.Body.Close()
+		}
+		cancel()
+		if serveErr := <-done; serveErr != nil {
+			t.Fatalf("start %d: Serve: %v", i, serveErr)
+		}
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("start %d: the first /ready answered HTTP %d (%v), want 200", i, status, err)
+		}
 	}
 }

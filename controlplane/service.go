@@ -306,8 +306,10 @@ func NewHTTPServer(h http.Handler, tlsConfig *tls.Config, logger *slog.Logger) *
 	}
 }
 
-// Serve runs the service and serves it on ln until ctx is done, then shuts
-// down in this order:
+// Serve runs the service and serves it on ln until ctx is done. It starts
+// answering HTTP only once Run is running, so no request that reaches a
+// freshly started control plane is refused as "not running" (connections
+// made before then wait in ln's backlog). It shuts down in this order:
 //
 //  1. the HTTP server stops accepting and waits (up to ShutdownTimeout) for
 //     the requests in flight, which wait for their batches;
@@ -325,6 +327,12 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, sc ServeConfig) er
 	defer stopRun()
 	runDone := make(chan error, 1)
 	go func() { runDone <- s.Run(runCtx) }()
+	select {
+	case <-s.started:
+	case err := <-runDone:
+		ln.Close()
+		return err
+	}
 	serveDone := make(chan error, 1)
 	go func() {
 		var err error
