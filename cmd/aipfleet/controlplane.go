@@ -108,19 +108,29 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 	if _, err := parseLogLevel(f.logLevel); err != nil {
 		return nil, usagef("control-plane: %v", err)
 	}
-	loopback, err := isLoopbackBind(f.bind)
-	if err != nil {
-		return nil, usagef("control-plane: --bind %q: %v", f.bind, err)
-	}
-	if f.tlsCertFile == "" {
-		switch {
-		case !loopback:
-			return nil, usagef("control-plane: --bind %s is not a loopback address, so TLS is required: set --tls-cert-file and --tls-key-file", f.bind)
-		case !f.insecure:
-			return nil, usagef("control-plane: no TLS certificate given; plain HTTP needs --allow-insecure-loopback-http (development on loopback only), or set --tls-cert-file and --tls-key-file")
-		}
+	if err := checkServerTransport("control-plane", f.bind, f.tlsCertFile != "", f.insecure); err != nil {
+		return nil, err
 	}
 	return f, nil
+}
+
+// checkServerTransport is the transport rule of the server commands
+// (control-plane, dispatch): TLS (hasCert) anywhere; plain HTTP only on a
+// loopback bind and only with --allow-insecure-loopback-http (insecure).
+func checkServerTransport(command, bind string, hasCert, insecure bool) error {
+	loopback, err := isLoopbackBind(bind)
+	if err != nil {
+		return usagef("%s: --bind %q: %v", command, bind, err)
+	}
+	switch {
+	case hasCert:
+		return nil
+	case !loopback:
+		return usagef("%s: --bind %s is not a loopback address, so TLS is required: set --tls-cert-file and --tls-key-file", command, bind)
+	case !insecure:
+		return usagef("%s: no TLS certificate given; plain HTTP needs --allow-insecure-loopback-http (development on loopback only), or set --tls-cert-file and --tls-key-file", command)
+	}
+	return nil
 }
 
 // isLoopbackBind reports whether a host:port names only loopback

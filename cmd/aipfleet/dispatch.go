@@ -173,17 +173,8 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	if _, err := parseLogLevel(f.logLevel); err != nil {
 		return nil, usagef("dispatch: %v", err)
 	}
-	loopback, err := isLoopbackBind(f.bind)
-	if err != nil {
-		return nil, usagef("dispatch: --bind %q: %v", f.bind, err)
-	}
-	if f.tlsCertFile == "" {
-		switch {
-		case !loopback:
-			return nil, usagef("dispatch: --bind %s is not a loopback address, so TLS is required: set --tls-cert-file and --tls-key-file", f.bind)
-		case !f.insecure:
-			return nil, usagef("dispatch: no TLS certificate given; plain HTTP needs --allow-insecure-loopback-http (development on loopback only), or set --tls-cert-file and --tls-key-file")
-		}
+	if err := checkServerTransport("dispatch", f.bind, f.tlsCertFile != "", f.insecure); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
