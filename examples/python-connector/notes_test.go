@@ -71,6 +71,10 @@ type notes struct {
 	signals string // the child's signal log
 }
 
+// noBytecode keeps the Python child from writing __pycache__ into the
+// source tree.
+const noBytecode = "PYTHONDONTWRITEBYTECODE=1"
+
 func startNotes(t *testing.T, opts sidecartest.ReplicaOptions, extraEnv ...string) *notes {
 	t.Helper()
 	n := &notes{fleet: realfleet.New(t), sock: sidecartest.SocketPath(t, "notes.sock"), token: "notes-test-token"}
@@ -80,7 +84,7 @@ func startNotes(t *testing.T, opts sidecartest.ReplicaOptions, extraEnv ...strin
 		t.Fatal(err)
 	}
 	// Admit what the sidecar describes, as an operator would.
-	m, _ := sidecartest.Describe(t, n.fleet.TrustDomain(), []string{"NOTES_STATE=" + filepath.Join(dir, "describe.json")},
+	m, _ := sidecartest.Describe(t, n.fleet.TrustDomain(), []string{"NOTES_STATE=" + filepath.Join(dir, "describe.json"), noBytecode},
 		"--local-socket", sidecartest.SocketPath(t, "describe.sock"), "--exec", python(t), connectorScript(t))
 	n.fleet.Admit(t, m)
 	n.r = n.fleet.NewReplica(t, opts)
@@ -89,7 +93,8 @@ func startNotes(t *testing.T, opts sidecartest.ReplicaOptions, extraEnv ...strin
 		"NOTES_STATE="+filepath.Join(n.r.Dir, "notes-journal.json"),
 		"NOTES_SIGNAL_LOG="+n.signals,
 		"AIP_SIDECAR_LOCAL_TOKEN_FILE="+tokenFile,
-		"AIP_SIDECAR_RESTART_BACKOFF_MS=50")
+		"AIP_SIDECAR_RESTART_BACKOFF_MS=50",
+		noBytecode)
 	n.env = append(n.env, extraEnv...)
 	n.args = []string{"--local-socket", n.sock, "--exec", python(t), connectorScript(t)}
 	n.start(t)
