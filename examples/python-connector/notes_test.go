@@ -441,11 +441,18 @@ func TestNotesSidecarKill9(t *testing.T) {
 	answers := []<-chan *sidecartest.Answer{n.actAsync(t, before), n.actAsync(t, after)}
 	n.awaitRunning(t, before)
 	var written note
+	deadline := time.Now().Add(time.Minute)
 	for written.ID == "" {
 		for _, x := range n.list(t) {
 			if x.Title == "after the write" {
 				written = x
 			}
+		}
+		if written.ID != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the service did not write the note %q of %s within a minute", "after the write", after.ID)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the service for the write
 	}
@@ -460,7 +467,11 @@ func TestNotesSidecarKill9(t *testing.T) {
 	}
 	// The kernel tells the orphaned child (parent-death signal); wait for it
 	// to go before the new sidecar starts a new one on the same socket.
+	deadline = time.Now().Add(time.Minute)
 	for !sidecartest.Exited(childPID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the orphaned child (pid %d) did not exit within a minute of the sidecar's SIGKILL", childPID)
+		}
 		time.Sleep(10 * time.Millisecond) // waiting for a process to exit
 	}
 	n.fleet.AwaitRestartable(t, n.r)
