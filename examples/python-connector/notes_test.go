@@ -268,7 +268,6 @@ func TestNotesSpeaksTheContract(t *testing.T) {
 	_, _, raw = do("GET", sidecar.PathLocalHealth, "")
 	check("health-response", raw)
 	req := `{"action_id":"act_0192a3b4c5d67e8f90a1b2c3d4e5f607","idempotency_key":"k","capability_id":"notes.create","input":{"title":"t"},"mode":"sync","message_id":"msg_0192a3b4c5d67e8f90a1b2c3d4e5f607","tenant":{"tenant_id":"x","connector_type_id":"c","version_id":"v","instance_id":"i","replica_id":"r","config_revision":1,"trust_domain":"d"}}`
-	check("action-request", []byte(req))
 	_, _, raw = do("POST", sidecar.PathLocalActions, req)
 	check("action-result", raw)
 	stream := strings.Replace(strings.Replace(req, "notes.create", "notes.export", 1), `"sync"`, `"streaming"`, 1)
@@ -287,7 +286,6 @@ func TestNotesSpeaksTheContract(t *testing.T) {
 	}
 	check("cancel-response", raw)
 	rec := `{"action_id":"act_0192a3b4c5d67e8f90a1b2c3d4e5f607","idempotency_key":"k","capability_id":"notes.create","input_digest":"sha256:00","received_at":"2026-01-01T00:00:00.000Z"}`
-	check("reconcile-request", []byte(rec))
 	_, _, raw = do("POST", sidecar.PathLocalReconcile, rec)
 	check("reconcile-response", raw)
 	_, _, raw = do("POST", sidecar.PathLocalReconcile, strings.Replace(rec, "act_0192", "act_0999", 1))
