@@ -176,8 +176,17 @@ func (c *LocalConfig) withDefaults() error {
 	if c.MaxChunks == 0 {
 		c.MaxChunks = DefaultMaxChunks
 	}
-	if c.MaxResultBytes < 0 || c.MaxChunkBytes < 0 || c.MaxChunks < 0 {
-		return &ConfigError{Field: "Local.MaxResultBytes", Reason: "size limits must not be negative"}
+	for _, l := range []struct {
+		field string
+		v     int64
+	}{
+		{"Local.MaxResultBytes", c.MaxResultBytes},
+		{"Local.MaxChunkBytes", int64(c.MaxChunkBytes)},
+		{"Local.MaxChunks", int64(c.MaxChunks)},
+	} {
+		if l.v < 0 {
+			return &ConfigError{Field: l.field, Reason: "is negative"}
+		}
 	}
 	if err := c.OnManifestChange.validate(); err != nil {
 		return err

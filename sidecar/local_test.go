@@ -317,6 +317,9 @@ func TestLocalConfigErrors(t *testing.T) {
 		{LocalConfig{URL: "http://localhost"}, "port"},
 		{LocalConfig{Socket: "/" + strings.Repeat("x", 200)}, "at most 107"},
 		{LocalConfig{URL: "http://[::1]:8", OnManifestChange: "ignore"}, "report or unready"},
+		{LocalConfig{URL: "http://[::1]:8", MaxResultBytes: -1}, "Local.MaxResultBytes"},
+		{LocalConfig{URL: "http://[::1]:8", MaxChunkBytes: -1}, "Local.MaxChunkBytes"},
+		{LocalConfig{URL: "http://[::1]:8", MaxChunks: -1}, "Local.MaxChunks"},
 	} {
 		_, err := NewLocal(tc.cfg)
 		var ce *ConfigError
