@@ -95,10 +95,11 @@
 //     with a receipt (ActionResult.Receipt). An action ID already journaled
 //     returns the journaled result and never runs twice (a different input
 //     is a signed 409 connector_host.idempotency_conflict); that answer
-//     carries no receipt, since the journal finds receipts by sequence, not
-//     by action. An action whose outcome is unknown (the connector said so,
-//     panicked, timed out, or a crash interrupted it) is answered with a
-//     signed 502 connector_host.outcome_unknown, then and on every delivery;
+//     carries the same receipt as the first (the journal's ReceiptFor
+//     finds it by action ID). An action whose outcome is unknown (the
+//     connector said so, panicked, timed out, or a crash interrupted it) is
+//     answered with a signed 502 connector_host.outcome_unknown, then and
+//     on every delivery;
 //   - cancel (action-scoped): cancels the running Handle's context, tells a
 //     Canceler, and answers the action's journaled result; a cancel that
 //     arrives first journals a cancelled record so the action never runs;
