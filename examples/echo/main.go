@@ -45,17 +45,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := load(getenv)
-	if err != nil {
-		return err
-	}
-	lvl := *level
+	lvl, source := *level, "--log-level"
 	if v := getenv("AIP_ECHO_LOG_LEVEL"); v != "" && !flagSet(fs, "log-level") {
-		lvl = v
+		lvl, source = v, "AIP_ECHO_LOG_LEVEL"
 	}
 	var sl slog.Level
 	if err := sl.UnmarshalText([]byte(lvl)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)
+		return fmt.Errorf("%s %q: want debug, info, warn or error", source, lvl)
+	}
+	cfg, err := load(getenv)
+	if err != nil {
+		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: sl}))
 	j, closeJournal, err := openJournal(ctx, cfg)

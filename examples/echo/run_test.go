@@ -73,6 +73,22 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--max-in-flight") || !strings.Contains(err.Error(), "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT") {
 		t.Fatalf("run: %v", err)
 	}
+	// A bad log level names where it came from: the flag, or the
+	// environment when the flag is not given.
+	err = run(context.Background(), []string{"--log-level", "loud"}, func(string) string { return "" }, &stderr, &stderr)
+	if err == nil || !strings.Contains(err.Error(), `--log-level "loud"`) {
+		t.Fatalf("run --log-level loud: %v", err)
+	}
+	envLevel := func(k string) string {
+		if k == "AIP_ECHO_LOG_LEVEL" {
+			return "loud"
+		}
+		return ""
+	}
+	err = run(context.Background(), nil, envLevel, &stderr, &stderr)
+	if err == nil || !strings.Contains(err.Error(), `AIP_ECHO_LOG_LEVEL "loud"`) || strings.Contains(err.Error(), "--log-level") {
+		t.Fatalf("run with AIP_ECHO_LOG_LEVEL=loud: %v", err)
+	}
 	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &stderr, &stderr); err != flag.ErrHelp {
 		t.Fatalf("run -h: %v", err)
 	}

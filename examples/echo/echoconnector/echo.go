@@ -195,7 +195,7 @@ func (Connector) effect(ctx context.Context, call *hostsdk.Call, in sayInput) (i
 		return json.RawMessage(strconv.FormatInt(count, 10)), nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("record the side effect: %w", hostsdk.ErrOutcomeUnknown)
+		return 0, fmt.Errorf("record the side effect: %w: %w", err, hostsdk.ErrOutcomeUnknown)
 	}
 	call.Logger.Debug("side effect recorded", "side_effects", count)
 	// The effect happened: a slow answer is not cancellable.
