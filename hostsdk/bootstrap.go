@@ -118,47 +118,16 @@ func (h *Host) stepDiscover(ctx context.Context) error {
 // Step 4: bind the manifest to the trust domain and signing principal and
 // compute its digest.
 func (h *Host) stepBindManifest(ctx context.Context) error {
-	src := h.manifest
-	if err := src.Validate(); err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	if len(src.Capabilities) > MaxCapabilities {
-		return fmt.Errorf("manifest has %d capabilities; at most %d", len(src.Capabilities), MaxCapabilities)
-	}
-	if !slices.Contains(src.Profiles, aip.NativeHTTPProfile) {
-		return fmt.Errorf("manifest profiles %v must include %s, the profile this host serves", src.Profiles, aip.NativeHTTPProfile)
-	}
-	agent := src.Agent
-	if agent.TrustDomain != "" && agent.TrustDomain != h.cfg.TrustDomain {
-		return fmt.Errorf("manifest agent trust_domain %q differs from --trust-domain %q", agent.TrustDomain, h.cfg.TrustDomain)
-	}
-	if agent.DID != "" && agent.DID != h.key.DID() {
-		return fmt.Errorf("manifest agent did %s is not this replica's signing key %s; leave it empty", agent.DID, h.key.DID())
-	}
-	bound := *src
-	bound.Agent.TrustDomain = h.cfg.TrustDomain
-	bound.Agent.DID = ""
-	raw, err := aip.CanonicalJSON(&bound)
-	if err != nil {
-		return fmt.Errorf("manifest: %w", err)
-	}
-	if len(raw) > MaxManifestBytes {
-		return fmt.Errorf("manifest is %d bytes of canonical JSON; at most %d", len(raw), MaxManifestBytes)
-	}
-	digest, err := aip.ManifestDigest(&bound)
+	b, err := bindManifest(h.manifest, h.cfg.TrustDomain)
 	if err != nil {
 		return err
 	}
-	caps := make(map[string]*capability, len(bound.Capabilities))
-	for i := range bound.Capabilities {
-		c, err := compileCapability(&bound.Capabilities[i])
-		if err != nil {
-			return err
-		}
-		caps[c.cap.ID] = c
+	if did := h.manifest.Agent.DID; did != "" && did != h.key.DID() {
+		return fmt.Errorf("manifest agent did %s is not this replica's signing key %s; leave it empty", did, h.key.DID())
 	}
-	h.manifest, h.manifestJSON, h.manifestDigest, h.caps = &bound, raw, digest, caps
-	h.channels = manifestChannels(&bound)
+	bound, digest := b.manifest, b.digest
+	h.manifest, h.manifestJSON, h.manifestDigest, h.caps = bound, b.canonical, digest, b.caps
+	h.channels = manifestChannels(bound)
 	h.principal = bound.Agent
 	h.principal.DID = h.key.DID()
 	jwks, err := aip.JWKS(h.key.PublicKey())
@@ -168,6 +137,76 @@ func (h *Host) stepBindManifest(ctx context.Context) error {
 	h.jwks = jwks
 	h.log = h.log.With("manifest_digest", digest)
 	return nil
+}
+
+// BindManifest checks a connector's manifest the way a host does when it
+// binds it at bootstrap (step 4), apart from what depends on the replica's
+// signing key: the manifest must be valid, list the native HTTP profile,
+// have at most MaxCapabilities capabilities whose input and output schemas
+// compile self-contained, not name another trust domain, and be at most
+// MaxManifestBytes of canonical JSON once bound. It returns the bound copy
+// (agent trust_domain set to trustDomain, agent did cleared; src is not
+// changed) and its digest: what an operator admits as the connector
+// version, and what a host with that trust domain registers.
+func BindManifest(src *aip.Manifest, trustDomain string) (*aip.Manifest, string, error) {
+	b, err := bindManifest(src, trustDomain)
+	if err != nil {
+		return nil, "", fmt.Errorf("hostsdk: %w", err)
+	}
+	return b.manifest, b.digest, nil
+}
+
+// boundManifest is a manifest bound to a trust domain, with its canonical
+// JSON, its digest and its compiled capabilities.
+type boundManifest struct {
+	manifest  *aip.Manifest
+	canonical []byte
+	digest    string
+	caps      map[string]*capability
+}
+
+func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error) {
+	if src == nil {
+		return nil, errors.New("no manifest to bind")
+	}
+	if trustDomain == "" {
+		return nil, errors.New("the trust domain to bind the manifest to is empty; give --trust-domain")
+	}
+	if err := src.Validate(); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if len(src.Capabilities) > MaxCapabilities {
+		return nil, fmt.Errorf("manifest has %d capabilities; at most %d", len(src.Capabilities), MaxCapabilities)
+	}
+	if !slices.Contains(src.Profiles, aip.NativeHTTPProfile) {
+		return nil, fmt.Errorf("manifest profiles %v must include %s, the profile this host serves", src.Profiles, aip.NativeHTTPProfile)
+	}
+	if td := src.Agent.TrustDomain; td != "" && td != trustDomain {
+		return nil, fmt.Errorf("manifest agent trust_domain %q differs from --trust-domain %q", td, trustDomain)
+	}
+	bound := *src
+	bound.Agent.TrustDomain = trustDomain
+	bound.Agent.DID = ""
+	raw, err := aip.CanonicalJSON(&bound)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if len(raw) > MaxManifestBytes {
+		return nil, fmt.Errorf("manifest is %d bytes of canonical JSON; at most %d", len(raw), MaxManifestBytes)
+	}
+	digest, err := aip.ManifestDigest(&bound)
+	if err != nil {
+		return nil, err
+	}
+	caps := make(map[string]*capability, len(bound.Capabilities))
+	for i := range bound.Capabilities {
+		c, err := compileCapability(&bound.Capabilities[i])
+		if err != nil {
+			return nil, err
+		}
+		caps[c.cap.ID] = c
+	}
+	return &boundManifest{manifest: &bound, canonical: raw, digest: digest, caps: caps}, nil
 }
 
 // Step 5: build the native gateway and product routes and bind the

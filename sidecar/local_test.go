@@ -331,3 +331,44 @@ func TestLocalConfigErrors(t *testing.T) {
 		t.Errorf("localhost: %v", err)
 	}
 }
+
+// TestDescribeBindsLikeTheHost: --print-manifest binds the connector's
+// manifest with the host's checks, so what it prints is what a host with
+// that trust domain registers, and what a host refuses it refuses too.
+func TestDescribeBindsLikeTheHost(t *testing.T) {
+	f := newFakeConnector()
+	sock, _ := serveFake(t, f)
+	describe := func(trustDomain string) (*aip.Manifest, string, error) {
+		return Describe(ctxT(t), Config{Host: hostsdk.Config{TrustDomain: trustDomain}, Local: LocalConfig{Socket: sock}})
+	}
+	m, digest, err := describe("example.org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fakeManifest("")
+	want.Agent.TrustDomain = "example.org"
+	if wantDigest := must(aip.ManifestDigest(want)); digest != wantDigest || m.Agent.TrustDomain != "example.org" || m.Agent.DID != "" {
+		t.Errorf("Describe = %+v, %s; want digest %s", m.Agent, digest, wantDigest)
+	}
+	for _, tc := range []struct {
+		name        string
+		edit        func(*aip.Manifest)
+		trustDomain string
+		want        string
+	}{
+		{"another trust domain", func(m *aip.Manifest) { m.Agent.TrustDomain = "other.org" }, "example.org", `differs from --trust-domain "example.org"`},
+		{"no trust domain", func(*aip.Manifest) {}, "", "--trust-domain"},
+		{"no native profile", func(m *aip.Manifest) { m.Profiles = []string{"aip-mcp/v1"} }, "example.org", aip.NativeHTTPProfile},
+		{"schema with a remote $ref", func(m *aip.Manifest) {
+			m.Capabilities[0].InputSchema = json.RawMessage(`{"$ref":"https://example.com/schema.json"}`)
+		}, "example.org", "echo.say input_schema"},
+	} {
+		m := fakeManifest("")
+		tc.edit(m)
+		f.manifest.Store(m)
+		_, _, err := describe(tc.trustDomain)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Describe = %v; want an error mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -187,8 +187,9 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 }
 
 // Describe starts the local side as Run would, reads the connector's
-// manifest, binds it to cfg.Host.TrustDomain the way the host does, and
-// stops the local side. It returns the bound manifest and its digest: what
+// manifest, binds it to cfg.Host.TrustDomain with hostsdk.BindManifest
+// (the checks and binding of the host's bootstrap), and stops the local
+// side. It returns the bound manifest and its digest: what
 // an operator admits as the connector version. Only the sidecar's own
 // settings and Host.TrustDomain are needed.
 func Describe(ctx context.Context, cfg Config) (*aip.Manifest, string, error) {
@@ -206,22 +207,11 @@ func Describe(ctx context.Context, cfg Config) (*aip.Manifest, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := m.Validate(); err != nil {
+	bound, digest, err := hostsdk.BindManifest(m, cfg.Host.TrustDomain)
+	if err != nil {
 		return nil, "", fmt.Errorf("sidecar: the connector's manifest: %w", err)
 	}
-	bound := *m
-	if bound.Agent.TrustDomain != "" && cfg.Host.TrustDomain != "" && bound.Agent.TrustDomain != cfg.Host.TrustDomain {
-		return nil, "", fmt.Errorf("sidecar: the manifest agent's trust_domain %q differs from --trust-domain %q", bound.Agent.TrustDomain, cfg.Host.TrustDomain)
-	}
-	if cfg.Host.TrustDomain != "" {
-		bound.Agent.TrustDomain = cfg.Host.TrustDomain
-	}
-	bound.Agent.DID = ""
-	digest, err := aip.ManifestDigest(&bound)
-	if err != nil {
-		return nil, "", err
-	}
-	return &bound, digest, nil
+	return bound, digest, nil
 }
 
 // Host returns the replica's host (for its address, DID and manifest
