@@ -240,16 +240,41 @@ func registryStatus(ctx context.Context, e *env, dbURL string, asJSON bool) erro
 	}
 	doc := registryStatusDoc{SchemaVersion: ready.SchemaVersion, BuildSchemaVersion: pgregistry.SchemaVersion,
 		CatalogRevision: ready.CatalogRevision, Checks: ready.Checks, Fleet: st}
+	return reportRegistryStatus(e.stdout, doc, asJSON)
+}
+
+// reportRegistryStatus prints doc as text or JSON and then, in both forms,
+// returns an error naming the failing checks, so the exit status says
+// whether the registry is ready.
+func reportRegistryStatus(w io.Writer, doc registryStatusDoc, asJSON bool) error {
 	if asJSON {
-		return writeJSON(e.stdout, doc)
+		if err := writeJSON(w, doc); err != nil {
+			return err
+		}
+	} else {
+		printRegistryStatus(w, doc)
 	}
-	fmt.Fprintf(e.stdout, "schema    aip_registry version %d (this build: %d)\n", doc.SchemaVersion, doc.BuildSchemaVersion)
-	fmt.Fprintf(e.stdout, "catalog   revision %d: %s, %s, %s\n", st.CatalogRevision,
+	var failing []string
+	for _, c := range doc.Checks {
+		if !c.OK {
+			failing = append(failing, c.Name)
+		}
+	}
+	if len(failing) > 0 {
+		return fmt.Errorf("registry check failing: %s (see the checks printed above)", strings.Join(failing, ", "))
+	}
+	return nil
+}
+
+func printRegistryStatus(w io.Writer, doc registryStatusDoc) {
+	st := doc.Fleet
+	fmt.Fprintf(w, "schema    aip_registry version %d (this build: %d)\n", doc.SchemaVersion, doc.BuildSchemaVersion)
+	fmt.Fprintf(w, "catalog   revision %d: %s, %s, %s\n", st.CatalogRevision,
 		plural(st.ConnectorTypes, "connector type"), plural(st.ActiveVersions, "active version"), plural(st.EnabledInstances, "enabled instance"))
-	fmt.Fprintf(e.stdout, "replicas  %d: %d ready, %d draining, %d offline, %d with an expired lease\n",
+	fmt.Fprintf(w, "replicas  %d: %d ready, %d draining, %d offline, %d with an expired lease\n",
 		st.Replicas, st.ReadyReplicas, st.DrainingReplicas, st.OfflineReplicas, st.ExpiredLeases)
-	fmt.Fprintf(e.stdout, "capacity  %d ready, %d active assignments\n", st.ReadyCapacity, st.ActiveAssignments)
-	for _, c := range ready.Checks {
+	fmt.Fprintf(w, "capacity  %d ready, %d active assignments\n", st.ReadyCapacity, st.ActiveAssignments)
+	for _, c := range doc.Checks {
 		state := "ok"
 		if !c.OK {
 			state = "FAILING"
@@ -257,12 +282,8 @@ func registryStatus(ctx context.Context, e *env, dbURL string, asJSON bool) erro
 		if c.Message != "" {
 			state += ": " + c.Message
 		}
-		fmt.Fprintf(e.stdout, "check     %s %s\n", c.Name, state)
+		fmt.Fprintf(w, "check     %s %s\n", c.Name, state)
 	}
-	if !ready.Ready() {
-		return errors.New("a registry check is failing (see above)")
-	}
-	return nil
 }
 
 // plural returns "1 thing" or "n things".

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
 )
 
@@ -89,6 +93,12 @@ func TestRegistryCommands(t *testing.T) {
 		}
 	}
 
+	raw, _, err = runCLI(t, env, "registry", "status", "--json")
+	var st registryStatusDoc
+	if err != nil || json.Unmarshal([]byte(raw), &st) != nil || st.CatalogRevision != 9 || len(st.Checks) == 0 {
+		t.Fatalf("status --json: %v\n%s", err, raw)
+	}
+
 	// A broken file is refused before anything is written, naming the line.
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, bytes.Replace(fleetFileExample(t), []byte("capacity: 8"), []byte("capacty: 8"), 1), 0o644)
@@ -130,5 +140,38 @@ func TestRegistryFlagErrors(t *testing.T) {
 	os.WriteFile(loose, []byte("postgres://x"), 0o644)
 	if _, _, err := runCLI(t, nil, "registry", "migrate", "--database-url-file", loose); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("group-readable URL file: %v", err)
+	}
+}
+
+// A failing readiness check makes registry status fail in both forms; the
+// JSON form still prints the whole document first.
+func TestRegistryStatusFailsOnAFailingCheck(t *testing.T) {
+	doc := registryStatusDoc{SchemaVersion: pgregistry.SchemaVersion, BuildSchemaVersion: pgregistry.SchemaVersion, CatalogRevision: 3,
+		Checks: []registry.ReadinessCheck{{Name: "schema", OK: true}, {Name: "catalog", Message: "the catalog revision row is missing"}, {Name: "pool", OK: true}}}
+	for _, asJSON := range []bool{false, true} {
+		var out bytes.Buffer
+		err := reportRegistryStatus(&out, doc, asJSON)
+		if err == nil || !strings.Contains(err.Error(), "registry check failing: catalog") {
+			t.Errorf("json=%v: err = %v, want the failing check named", asJSON, err)
+		}
+		if !asJSON {
+			if !strings.Contains(out.String(), "check     catalog FAILING: the catalog revision row is missing") {
+				t.Errorf("text output lacks the failing check:\n%s", out.String())
+			}
+			continue
+		}
+		var got registryStatusDoc
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatalf("json output: %v\n%s", err, out.String())
+		}
+		if diff := cmp.Diff(doc, got); diff != "" {
+			t.Errorf("json document (-want +got):\n%s", diff)
+		}
+	}
+	doc.Checks[1] = registry.ReadinessCheck{Name: "catalog", OK: true}
+	for _, asJSON := range []bool{false, true} {
+		if err := reportRegistryStatus(io.Discard, doc, asJSON); err != nil {
+			t.Errorf("json=%v: all checks pass, err = %v", asJSON, err)
+		}
 	}
 }
