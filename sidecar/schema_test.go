@@ -18,35 +18,15 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
-// compileSchemas compiles the contract's schemas (sidecartest.Validator
-// does the same for other packages).
+// compileSchemas compiles the contract's schemas (CompileSchemas, which
+// sidecartest.Validator uses too).
 func compileSchemas(t *testing.T) map[string]*jsonschema.Schema {
 	t.Helper()
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	names, err := fs.Glob(Schemas(), "*.schema.json")
-	if err != nil || len(names) == 0 {
-		t.Fatalf("schemas: %v %v", names, err)
+	schemas, err := CompileSchemas()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, n := range names {
-		raw, _ := fs.ReadFile(Schemas(), n)
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-		if err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-		if err := c.AddResource(SchemaBaseURL+n, doc); err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-	}
-	out := map[string]*jsonschema.Schema{}
-	for _, n := range names {
-		s, err := c.Compile(SchemaBaseURL + n)
-		if err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-		out[strings.TrimSuffix(n, ".schema.json")] = s
-	}
-	return out
+	return schemas
 }
 
 func validate(t *testing.T, schemas map[string]*jsonschema.Schema, name string, raw []byte) {

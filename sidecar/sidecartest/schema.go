@@ -3,8 +3,6 @@ package sidecartest
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
-	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -17,38 +15,14 @@ type Validator struct {
 	schemas map[string]*jsonschema.Schema
 }
 
-// NewValidator compiles every schema of the contract.
+// NewValidator compiles every schema of the contract
+// (sidecar.CompileSchemas).
 func NewValidator() (*Validator, error) {
-	files := sidecar.Schemas()
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.AssertFormat()
-	names, err := fs.Glob(files, "*.schema.json")
+	schemas, err := sidecar.CompileSchemas()
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range names {
-		raw, err := fs.ReadFile(files, name)
-		if err != nil {
-			return nil, err
-		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		if err := c.AddResource(sidecar.SchemaBaseURL+name, doc); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	v := &Validator{schemas: map[string]*jsonschema.Schema{}}
-	for _, name := range names {
-		s, err := c.Compile(sidecar.SchemaBaseURL + name)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		v.schemas[strings.TrimSuffix(name, ".schema.json")] = s
-	}
-	return v, nil
+	return &Validator{schemas: schemas}, nil
 }
 
 // Validate checks raw JSON against the schema named without its suffix,
