@@ -222,7 +222,9 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, err := replicaClient(f.replicaCAFile)
+	// Native hops go to many replicas at high rates: keep plenty of
+	// connections warm.
+	client, err := tlsClient("--replica-ca-file", f.replicaCAFile, 4096, 512)
 	if err != nil {
 		return err
 	}
@@ -286,28 +288,30 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	return err
 }
 
-// replicaClient returns the client for native hops, trusting caFile's roots
-// in addition to the system's when given.
-func replicaClient(caFile string) (*http.Client, error) {
+// tlsClient returns an HTTP client keeping up to maxIdle idle connections
+// (maxIdlePerHost to one host) that trusts caFile's roots in addition to the
+// system's when caFile is given; errors about caFile name flagName, the
+// flag it came from.
+func tlsClient(flagName, caFile string, maxIdle, maxIdlePerHost int) (*http.Client, error) {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 512,
+		MaxIdleConns:        maxIdle,
+		MaxIdleConnsPerHost: maxIdlePerHost,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
 	if caFile != "" {
 		pem, err := aip.ReadPublicFile(caFile, maxTLSFileBytes)
 		if err != nil {
-			return nil, fmt.Errorf("--replica-ca-file: %w", err)
+			return nil, fmt.Errorf("%s: %w", flagName, err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--replica-ca-file %s holds no PEM certificate", caFile)
+			return nil, fmt.Errorf("%s %s holds no PEM certificate", flagName, caFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}

@@ -92,7 +92,8 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	if *timeout <= 0 {
 		return usagef("fleet status: --timeout must be positive")
 	}
-	client, err := replicaClient(*caFile)
+	// One control plane, one request at a time.
+	client, err := tlsClient("--ca-file", *caFile, 2, 2)
 	if err != nil {
 		return err
 	}

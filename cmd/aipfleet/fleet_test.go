@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -147,6 +149,15 @@ func TestFleetStatusErrors(t *testing.T) {
 	_, _, err = runCLI(t, nil, "fleet", "status", "--control-url", closed)
 	if err == nil || !strings.Contains(err.Error(), "no control plane answers at "+closed) || !strings.Contains(err.Error(), "aipfleet dev") {
 		t.Fatalf("no control plane: %v", err)
+	}
+	// A bad CA file is reported under the flag the user gave.
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runCLI(t, nil, "fleet", "status", "--control-url", closed, "--ca-file", notPEM)
+	if err == nil || !strings.Contains(err.Error(), "--ca-file "+notPEM+" holds no PEM certificate") {
+		t.Fatalf("bad --ca-file: %v", err)
 	}
 	for _, c := range []struct {
 		args []string
