@@ -18,6 +18,17 @@ type capability struct {
 	output *jsonschema.Schema // nil when the capability has no output_schema
 }
 
+// CheckCapability compiles a capability's input and output schemas the way
+// a host does when it binds a manifest (draft 2020-12 unless the schema
+// says otherwise; no $ref is fetched from files or the network), so that a
+// capability the host would refuse can be found before it is offered.
+func CheckCapability(c *aip.Capability) error {
+	if _, err := compileCapability(c); err != nil {
+		return fmt.Errorf("hostsdk: %w", err)
+	}
+	return nil
+}
+
 func compileCapability(c *aip.Capability) (*capability, error) {
 	in, err := compileSchema(c.ID, "input_schema", c.InputSchema)
 	if err != nil {

@@ -187,6 +187,10 @@ func TestToolCapabilityMapping(t *testing.T) {
 	if _, _, err := toolCapability("x.", &mcp.Tool{Name: "ref", InputSchema: map[string]any{"$ref": "https://example.com/s.json"}}); err == nil {
 		t.Error("a schema with an external reference was accepted")
 	}
+	if _, _, err := toolCapability("x.", &mcp.Tool{Name: "out", InputSchema: map[string]any{"type": "object"},
+		OutputSchema: map[string]any{"type": "objekt"}}); err == nil || !strings.Contains(err.Error(), "x.out output_schema") {
+		t.Errorf("an output schema that does not compile: %v", err)
+	}
 }
 
 func TestMCPManifest(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 // DefaultCapabilityPrefix is prepended to MCP tool names to form capability
@@ -66,15 +66,6 @@ func toolCapability(prefix string, t *mcp.Tool) (aip.Capability, toolInfo, error
 	if output == nil {
 		output = defaultToolOutputSchema
 	}
-	for _, s := range []struct {
-		member string
-		raw    json.RawMessage
-	}{{"inputSchema", input}, {"outputSchema", output}} {
-		if err := compileCheck(id, s.raw); err != nil {
-			return aip.Capability{}, toolInfo{}, fmt.Errorf("tool %s %s: %w", t.Name, s.member, err)
-		}
-	}
-
 	a := t.Annotations
 	if a == nil {
 		a = &mcp.ToolAnnotations{}
@@ -108,7 +99,7 @@ func toolCapability(prefix string, t *mcp.Tool) (aip.Capability, toolInfo, error
 	if safe {
 		retry = aip.RetrySafe
 	}
-	return aip.Capability{
+	c := aip.Capability{
 		ID: id, Name: name, Kind: aip.KindTool, Description: t.Description,
 		InputSchema: input, OutputSchema: output, Risk: risk, Stability: aip.StabilityStable,
 		Contract: &aip.CapabilityContract{
@@ -124,7 +115,13 @@ func toolCapability(prefix string, t *mcp.Tool) (aip.Capability, toolInfo, error
 			},
 			Data: aip.DataContract{Sensitivity: aip.SensitivityUnknown},
 		},
-	}, info, nil
+	}
+	// Compiled as the host will, so that one unusable tool schema is
+	// reported and the tool skipped instead of failing the whole bootstrap.
+	if err := hostsdk.CheckCapability(&c); err != nil {
+		return aip.Capability{}, toolInfo{}, fmt.Errorf("tool %s: %w", t.Name, err)
+	}
+	return c, info, nil
 }
 
 // toolSchema marshals an MCP schema value (nil when absent); it must be a
@@ -145,31 +142,6 @@ func toolSchema(v any) (json.RawMessage, error) {
 		return nil, fmt.Errorf("is not a JSON object")
 	}
 	return raw, nil
-}
-
-// compileCheck compiles a schema the way the host will (draft 2020-12 by
-// default, no external references), so that one unusable tool schema is
-// reported and skipped instead of failing the whole bootstrap.
-func compileCheck(id string, raw json.RawMessage) error {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return err
-	}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	c.UseLoader(refuseLoader{})
-	url := "urn:aipfleet:sidecar:" + id
-	if err := c.AddResource(url, doc); err != nil {
-		return err
-	}
-	_, err = c.Compile(url)
-	return err
-}
-
-type refuseLoader struct{}
-
-func (refuseLoader) Load(url string) (any, error) {
-	return nil, fmt.Errorf("schema reference %s is not loaded: capability schemas must be self-contained", url)
 }
 
 // toolManifest builds the manifest of an MCP server's tools. Tools outside
