@@ -739,24 +739,7 @@ func (m *MCP) closeSession(sess *mcp.ClientSession, cmd *exec.Cmd) error {
 	return fmt.Errorf("sidecar: the MCP server %d did not stop: %v", pid, err)
 }
 
-// check implements processView (stdio servers).
-func (m *MCP) check() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.sess != nil {
-		return nil
-	}
-	return &ProcessError{LastExit: m.lastErr, Restarts: m.restarts}
-}
-
-// generation implements processView.
-func (m *MCP) generation() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.starts
-}
-
-// snapshot implements processView.
+// snapshot implements processSnapshot (stdio servers).
 func (m *MCP) snapshot() ProcessStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -42,13 +42,19 @@ type ProcessStatus struct {
 	LastExit string    `json:"last_exit,omitempty"`
 }
 
-// processView is what a connector needs from the supervisor.
+// processSnapshot is what GET /sidecar/status needs from the process the
+// sidecar runs (the supervised --exec child or the MCP server).
+type processSnapshot interface {
+	snapshot() ProcessStatus
+}
+
+// processView is what a local connector needs from the supervisor.
 type processView interface {
+	processSnapshot
 	// check returns nil while the process runs, else a *ProcessError.
 	check() error
 	// generation increases with every start.
 	generation() int
-	snapshot() ProcessStatus
 }
 
 // statusSource collects what GET /sidecar/status reports.
@@ -60,7 +66,7 @@ type statusSource struct {
 	mu      sync.Mutex
 	healthy bool
 	seen    bool // a health result was recorded
-	proc    processView
+	proc    processSnapshot
 }
 
 // setHealthy records a health result and reports whether the connector
@@ -73,7 +79,7 @@ func (s *statusSource) setHealthy(ok bool) (recovered bool) {
 	return recovered
 }
 
-func (s *statusSource) setProcess(p processView) {
+func (s *statusSource) setProcess(p processSnapshot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.proc = p
