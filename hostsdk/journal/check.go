@@ -91,7 +91,9 @@ func CheckStatuses(statuses []aip.ActionState) ([]aip.ActionState, error) {
 	return out, nil
 }
 
-// CheckOutboxEntry applies EnqueueEvents's rules to a batch.
+// CheckOutboxEntry applies EnqueueEvents's rules to a batch. Events must be
+// a non-empty JSON array: the fleet refuses an empty event batch, so one
+// could never be delivered.
 func CheckOutboxEntry(e OutboxEntry) error {
 	switch {
 	case e.ID == "":
@@ -104,8 +106,8 @@ func CheckOutboxEntry(e OutboxEntry) error {
 		return Invalid("outbox batch %s has %d attempts", e.ID, e.Attempts)
 	}
 	var events []json.RawMessage
-	if err := json.Unmarshal(e.Events, &events); err != nil || events == nil {
-		return Invalid("outbox batch %s: events must be a JSON array", e.ID)
+	if err := json.Unmarshal(e.Events, &events); err != nil || len(events) == 0 {
+		return Invalid("outbox batch %s: events must be a non-empty JSON array", e.ID)
 	}
 	return nil
 }

@@ -178,8 +178,9 @@ type Journal interface {
 	PruneMessages(ctx context.Context, now time.Time, limit int) (int, error)
 
 	// EnqueueEvents adds an outbox batch (idempotent on its ID: enqueuing an
-	// ID already present changes nothing). ID, ChannelID, Events (a JSON
-	// array) and CreatedAt are required; a zero NextAttempt means CreatedAt.
+	// ID already present changes nothing). ID, ChannelID, Events (a
+	// non-empty JSON array) and CreatedAt are required; a zero NextAttempt
+	// means CreatedAt.
 	EnqueueEvents(ctx context.Context, e OutboxEntry) error
 	// ClaimEvents leases up to limit due batches (NextAttempt <= now, lease
 	// expired) until now+lease.

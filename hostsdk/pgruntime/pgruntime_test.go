@@ -92,7 +92,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 		t.Fatalf("b's prune removed a's message claim (claim = %v, %v)", ok, err)
 	}
 
-	if err := a.EnqueueEvents(ctx, journal.OutboxEntry{ID: "batch-1", ChannelID: "c", Events: json.RawMessage(`[]`), CreatedAt: t0}); err != nil {
+	if err := a.EnqueueEvents(ctx, journal.OutboxEntry{ID: "batch-1", ChannelID: "c", Events: json.RawMessage(`[{"kind":"k"}]`), CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := b.PendingEvents(ctx); err != nil || n != 0 {

@@ -67,13 +67,13 @@ func (j *Journal) lock(ctx context.Context) error {
 
 // BeginAction implements journal.Journal.
 func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Action, bool, error) {
-	if err := journal.CheckNewAction(a); err != nil {
-		return journal.Action{}, false, err
-	}
 	if err := j.lock(ctx); err != nil {
 		return journal.Action{}, false, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckNewAction(a); err != nil {
+		return journal.Action{}, false, err
+	}
 	existing, created := j.beginLocked(a, aip.StateReceived)
 	return existing, created, nil
 }
@@ -99,16 +99,19 @@ func (j *Journal) beginLocked(a journal.Action, status aip.ActionState) (journal
 
 // AcceptAction implements journal.Journal.
 func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExpiresAt, now time.Time, a journal.Action) (journal.Accepted, error) {
-	if messageID == "" || !messageExpiresAt.After(now) {
-		return journal.Accepted{}, fmt.Errorf("%w: a claim needs a message ID and an expiry after now", journal.ErrInvalid)
-	}
-	if err := journal.CheckNewAction(a); err != nil {
-		return journal.Accepted{}, err
-	}
 	if err := j.lock(ctx); err != nil {
 		return journal.Accepted{}, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("message ID", messageID); err != nil {
+		return journal.Accepted{}, err
+	}
+	if !messageExpiresAt.After(now) {
+		return journal.Accepted{}, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
+	}
+	if err := journal.CheckNewAction(a); err != nil {
+		return journal.Accepted{}, err
+	}
 	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
 		return journal.Accepted{}, nil
 	}
@@ -123,14 +126,17 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 
 // StartAction implements journal.Journal.
 func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time) error {
-	if actionID == "" || at.IsZero() {
-		return fmt.Errorf("%w: StartAction needs an action ID and a time", journal.ErrInvalid)
-	}
-	at = norm(at)
 	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("action ID", actionID); err != nil {
+		return err
+	}
+	if err := journal.CheckTime("start time", at); err != nil {
+		return err
+	}
+	at = norm(at)
 	a, ok := j.actions[actionID]
 	if !ok {
 		return journal.ErrNotFound
@@ -144,19 +150,20 @@ func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time
 
 // FinishAction implements journal.Journal.
 func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
-	switch {
-	case !status.Terminal():
-		return journal.Receipt{}, fmt.Errorf("%w: %s is not a terminal status", journal.ErrInvalid, status)
-	case actionID == "" || at.IsZero():
-		return journal.Receipt{}, fmt.Errorf("%w: FinishAction needs an action ID and a time", journal.ErrInvalid)
-	case len(result) > 0 && !json.Valid(result):
-		return journal.Receipt{}, fmt.Errorf("%w: result is not JSON", journal.ErrInvalid)
-	}
-	at = norm(at)
 	if err := j.lock(ctx); err != nil {
 		return journal.Receipt{}, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("action ID", actionID); err != nil {
+		return journal.Receipt{}, err
+	}
+	if err := journal.CheckTerminal(actionID, status); err != nil {
+		return journal.Receipt{}, err
+	}
+	if err := journal.CheckTime("finish time", at); err != nil {
+		return journal.Receipt{}, err
+	}
+	at = norm(at)
 	a, ok := j.actions[actionID]
 	if !ok {
 		return journal.Receipt{}, journal.ErrNotFound
@@ -174,7 +181,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	if len(result) > 0 {
 		d, err := aip.DigestJSON(result)
 		if err != nil {
-			return journal.Receipt{}, fmt.Errorf("%w: result: %v", journal.ErrInvalid, err)
+			return journal.Receipt{}, journal.Invalid("result of action %s is not valid JSON: %v", actionID, err)
 		}
 		r.ResultDigest = d
 	}
@@ -197,6 +204,9 @@ func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, 
 		return journal.Action{}, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("action ID", actionID); err != nil {
+		return journal.Action{}, err
+	}
 	a, ok := j.actions[actionID]
 	if !ok {
 		return journal.Action{}, journal.ErrNotFound
@@ -206,18 +216,17 @@ func (j *Journal) Action(ctx context.Context, actionID string) (journal.Action, 
 
 // ActionsByStatus implements journal.Journal.
 func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...aip.ActionState) ([]journal.Action, error) {
-	if limit <= 0 || len(statuses) == 0 {
-		return nil, fmt.Errorf("%w: ActionsByStatus needs a positive limit and at least one status", journal.ErrInvalid)
-	}
-	for _, st := range statuses {
-		if !st.Valid() || st == aip.StateNotFound {
-			return nil, fmt.Errorf("%w: unknown status %q", journal.ErrInvalid, st)
-		}
-	}
 	if err := j.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckLimit(limit); err != nil {
+		return nil, err
+	}
+	statuses, err := journal.CheckStatuses(statuses)
+	if err != nil {
+		return nil, err
+	}
 	var out []journal.Action
 	for _, id := range j.order {
 		if a := j.actions[id]; slices.Contains(statuses, a.Status) {
@@ -230,7 +239,7 @@ func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...ai
 		}
 		return out[x].ActionID < out[y].ActionID
 	})
-	if limit > 0 && len(out) > limit {
+	if len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
@@ -238,13 +247,16 @@ func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...ai
 
 // ClaimMessage implements journal.Journal.
 func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt, now time.Time) (bool, error) {
-	if messageID == "" || !expiresAt.After(now) {
-		return false, fmt.Errorf("%w: a claim needs a message ID and an expiry after now", journal.ErrInvalid)
-	}
 	if err := j.lock(ctx); err != nil {
 		return false, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("message ID", messageID); err != nil {
+		return false, err
+	}
+	if !expiresAt.After(now) {
+		return false, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
+	}
 	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
 		return false, nil
 	}
@@ -254,13 +266,13 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 
 // PruneMessages implements journal.Journal.
 func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (int, error) {
-	if limit <= 0 {
-		return 0, fmt.Errorf("%w: limit must be positive", journal.ErrInvalid)
-	}
 	if err := j.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckLimit(limit); err != nil {
+		return 0, err
+	}
 	n := 0
 	for id, exp := range j.messages {
 		if n == limit {
@@ -276,24 +288,19 @@ func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (
 
 // EnqueueEvents implements journal.Journal.
 func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) error {
-	var events []json.RawMessage
-	switch {
-	case e.ID == "" || e.ChannelID == "":
-		return fmt.Errorf("%w: an outbox entry needs an ID and a channel", journal.ErrInvalid)
-	case json.Unmarshal(e.Events, &events) != nil || len(events) == 0:
-		return fmt.Errorf("%w: events must be a non-empty JSON array", journal.ErrInvalid)
-	case e.CreatedAt.IsZero() || e.Attempts < 0:
-		return fmt.Errorf("%w: an outbox entry needs CreatedAt and attempts >= 0", journal.ErrInvalid)
-	}
-	e.CreatedAt, e.LeaseUntil = norm(e.CreatedAt), norm(e.LeaseUntil)
-	if e.NextAttempt.IsZero() {
-		e.NextAttempt = e.CreatedAt
-	}
-	e.NextAttempt = norm(e.NextAttempt)
 	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckOutboxEntry(e); err != nil {
+		return err
+	}
+	// As the SQL backends: a new batch is never leased.
+	e.CreatedAt, e.LeaseUntil = norm(e.CreatedAt), time.Time{}
+	if e.NextAttempt.IsZero() {
+		e.NextAttempt = e.CreatedAt
+	}
+	e.NextAttempt = norm(e.NextAttempt)
 	if _, ok := j.outbox[e.ID]; !ok {
 		e.Events = slices.Clone(e.Events)
 		j.outbox[e.ID] = &e
@@ -303,14 +310,17 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 
 // ClaimEvents implements journal.Journal.
 func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]journal.OutboxEntry, error) {
-	if lease <= 0 || limit <= 0 {
-		return nil, fmt.Errorf("%w: lease and limit must be positive", journal.ErrInvalid)
-	}
-	now = norm(now)
 	if err := j.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckLimit(limit); err != nil {
+		return nil, err
+	}
+	if lease <= 0 {
+		return nil, journal.Invalid("lease %v is not positive", lease)
+	}
+	now = norm(now)
 	var due []*journal.OutboxEntry
 	for _, e := range j.outbox {
 		if !e.NextAttempt.After(now) && !e.LeaseUntil.After(now) {
@@ -331,13 +341,13 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 
 // AckEvents implements journal.Journal.
 func (j *Journal) AckEvents(ctx context.Context, id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: outbox entry ID is empty", journal.ErrInvalid)
-	}
 	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("outbox batch ID", id); err != nil {
+		return err
+	}
 	if _, ok := j.outbox[id]; !ok {
 		return journal.ErrNotFound
 	}
@@ -347,14 +357,17 @@ func (j *Journal) AckEvents(ctx context.Context, id string) error {
 
 // RetryEvents implements journal.Journal.
 func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, lastError string) error {
-	if id == "" || next.IsZero() {
-		return fmt.Errorf("%w: RetryEvents needs an ID and a next attempt time", journal.ErrInvalid)
-	}
-	next = norm(next)
 	if err := j.lock(ctx); err != nil {
 		return err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("outbox batch ID", id); err != nil {
+		return err
+	}
+	if err := journal.CheckTime("next attempt", next); err != nil {
+		return err
+	}
+	next = norm(next)
 	e, ok := j.outbox[id]
 	if !ok {
 		return journal.ErrNotFound
@@ -375,13 +388,13 @@ func (j *Journal) PendingEvents(ctx context.Context) (int, error) {
 
 // Receipts implements journal.Journal.
 func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]journal.Receipt, error) {
-	if limit <= 0 {
-		return nil, fmt.Errorf("%w: limit must be positive", journal.ErrInvalid)
-	}
 	if err := j.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckLimit(limit); err != nil {
+		return nil, err
+	}
 	var out []journal.Receipt
 	for _, r := range j.receipts {
 		if r.Seq > after {
@@ -396,13 +409,13 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 
 // ReceiptFor implements journal.Journal.
 func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Receipt, error) {
-	if actionID == "" {
-		return journal.Receipt{}, fmt.Errorf("%w: action ID is empty", journal.ErrInvalid)
-	}
 	if err := j.lock(ctx); err != nil {
 		return journal.Receipt{}, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckID("action ID", actionID); err != nil {
+		return journal.Receipt{}, err
+	}
 	for _, r := range j.receipts {
 		if r.ActionID == actionID {
 			return r, nil
@@ -413,13 +426,13 @@ func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Rece
 
 // State implements journal.Journal.
 func (j *Journal) State(ctx context.Context, namespace, key string) (journal.StateValue, error) {
-	if namespace == "" || key == "" {
-		return journal.StateValue{}, fmt.Errorf("%w: state namespace and key must not be empty", journal.ErrInvalid)
-	}
 	if err := j.lock(ctx); err != nil {
 		return journal.StateValue{}, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckStateKey(namespace, key); err != nil {
+		return journal.StateValue{}, err
+	}
 	v, ok := j.state[[2]string{namespace, key}]
 	if !ok {
 		return journal.StateValue{}, journal.ErrNotFound
@@ -430,16 +443,16 @@ func (j *Journal) State(ctx context.Context, namespace, key string) (journal.Sta
 
 // PutState implements journal.Journal.
 func (j *Journal) PutState(ctx context.Context, namespace, key string, value json.RawMessage, expectedRevision uint64) (uint64, error) {
-	if namespace == "" || key == "" {
-		return 0, fmt.Errorf("%w: state namespace and key must not be empty", journal.ErrInvalid)
-	}
-	if len(value) == 0 || !json.Valid(value) {
-		return 0, fmt.Errorf("%w: state value is not JSON", journal.ErrInvalid)
-	}
 	if err := j.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer j.mu.Unlock()
+	if err := journal.CheckStateKey(namespace, key); err != nil {
+		return 0, err
+	}
+	if err := journal.CheckJSON("state value", value); err != nil {
+		return 0, err
+	}
 	k := [2]string{namespace, key}
 	cur := j.state[k]
 	if cur.Revision != expectedRevision {

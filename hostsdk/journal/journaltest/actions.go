@@ -94,6 +94,8 @@ func (s *suite) testBeginAction(t *testing.T) {
 
 	_, err = j.Action(ctx, aip.NewActionID())
 	wantErr(t, "Action(unknown)", err, journal.ErrNotFound)
+	_, err = j.Action(ctx, "")
+	wantErr(t, "Action(empty ID)", err, journal.ErrInvalid)
 }
 
 func (s *suite) testBeginActionInvalid(t *testing.T) {

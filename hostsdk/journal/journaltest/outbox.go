@@ -230,6 +230,8 @@ func (s *suite) testOutboxInvalid(t *testing.T) {
 		"no events":         func(e *journal.OutboxEntry) { e.Events = nil },
 		"events not JSON":   func(e *journal.OutboxEntry) { e.Events = json.RawMessage(`[{"a":`) },
 		"events not array":  func(e *journal.OutboxEntry) { e.Events = json.RawMessage(`{"a":1}`) },
+		"events null":       func(e *journal.OutboxEntry) { e.Events = json.RawMessage(`null`) },
+		"events empty":      func(e *journal.OutboxEntry) { e.Events = json.RawMessage(`[]`) },
 		"zero CreatedAt":    func(e *journal.OutboxEntry) { e.CreatedAt = time.Time{} },
 		"negative attempts": func(e *journal.OutboxEntry) { e.Attempts = -1 },
 	}
