@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -241,7 +242,7 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	for len(st.ReplicaIDs) < f.replicas {
 		st.ReplicaIDs = append(st.ReplicaIDs, aip.NewID(aip.PrefixReplica))
 	}
-	if err := writeFileAtomic(f.path("dev.json"), mustJSON(st), 0o600); err != nil {
+	if err := writeFileAtomic(f.path("dev.json"), 0o600, writeBytes(mustJSON(st))); err != nil {
 		return err
 	}
 	f.state, f.fresh = st, fresh
@@ -316,15 +317,22 @@ func mustJSON(v any) []byte {
 	return append(raw, '\n')
 }
 
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory, fsync, rename.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+// writeFileAtomic replaces path with what write writes: a temporary file in
+// the same directory, fsync, rename, fsync of the directory, so a crash
+// leaves either the old file or the new one, and a completed call survives
+// a crash.
+func writeFileAtomic(path string, perm os.FileMode, write func(io.Writer) error) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
+	w := bufio.NewWriterSize(tmp, 256<<10)
+	err = write(w)
+	if err == nil {
+		err = w.Flush()
+	}
 	if err == nil {
 		err = tmp.Chmod(perm)
 	}
@@ -337,7 +345,31 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeBytes returns a writeFileAtomic writer for data.
+func writeBytes(data []byte) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}
 }
 
 // listen binds one of dev's ports, with an error that says what to do when
@@ -395,7 +427,7 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(f.path("fleet.yaml"), fleetYAML, 0o644); err != nil {
+	if err := writeFileAtomic(f.path("fleet.yaml"), 0o644, writeBytes(fleetYAML)); err != nil {
 		return err
 	}
 	fleet, err := registry.ParseFleetFile(fleetYAML)
@@ -644,7 +676,7 @@ func (f *devFleet) writeToken() (string, time.Time, error) {
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	if err := writeFileAtomic(f.path(devTokenFile), []byte(tok+"\n"), 0o600); err != nil {
+	if err := writeFileAtomic(f.path(devTokenFile), 0o600, writeBytes([]byte(tok+"\n"))); err != nil {
 		return "", time.Time{}, err
 	}
 	return tok, exp, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -302,5 +303,33 @@ func TestDevLog(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &m); err != nil || m["process"] == nil || m["msg"] == nil {
 			t.Errorf("JSON line %q: %v", line, err)
 		}
+	}
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	if err := writeFileAtomic(path, 0o600, writeBytes([]byte("one\n"))); err != nil {
+		t.Fatal(err)
+	}
+	// A writer that fails leaves the old file, and no temporary file.
+	boom := errors.New("boom")
+	err := writeFileAtomic(path, 0o600, func(w io.Writer) error {
+		w.Write([]byte("half"))
+		return boom
+	})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("failing writer: err = %v, want boom naming %s", err, path)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != "one\n" {
+		t.Fatalf("after a failed write: %q, %v; want the old content", got, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("directory holds %d entries, want only state.json: %v", len(entries), entries)
+	}
+	if info, _ := os.Stat(path); info.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600", info.Mode().Perm())
 	}
 }
