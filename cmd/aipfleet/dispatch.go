@@ -246,12 +246,6 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 		return fmt.Errorf("open the registry (data pool): %w", err)
 	}
 	defer reg.Close()
-	var rerouter registry.Rerouter
-	if rr, ok := any(reg).(registry.Rerouter); ok {
-		rerouter = rr
-	} else {
-		logger.Warn("the registry backend does not implement the provably-not-started reroute; refusals are returned to callers")
-	}
 	maxReroutes := f.maxReroutes
 	if maxReroutes == 0 {
 		maxReroutes = -1 // the library's zero means its default
@@ -266,7 +260,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
 		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: logger, TracerProvider: tp,
 	}, dispatch.Deps{
-		Resolver: reg, Catalog: reg, Rerouter: rerouter, Tokens: verifier, Client: client,
+		Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier, Client: client,
 		Ready: dispatch.ReadinessProbe(reg),
 	})
 	if err != nil {
@@ -279,7 +273,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	logger.Info("starting", "component", "aipfleet-dispatch", "status", "starting",
 		"did", d.DID(), "principal_id", d.PrincipalID(), "bind", ln.Addr().String(), "scheme", scheme,
-		"schema_version", pgregistry.SchemaVersion, "reroute", rerouter != nil && maxReroutes > 0)
+		"schema_version", pgregistry.SchemaVersion, "reroute", maxReroutes > 0)
 	// Run returns after ctx ends (SIGTERM, Ctrl-C): queued actions are
 	// refused, actions in flight finish and settle; the deferred calls then
 	// close the database pool, flush traces and close replica connections.
