@@ -119,3 +119,66 @@ func CheckStateKey(namespace, key string) error {
 	}
 	return nil
 }
+
+// CheckClaim applies ClaimMessage's (and AcceptAction's) rules to a message
+// claim: a message ID and an expiry after now.
+func CheckClaim(messageID string, expiresAt, now time.Time) error {
+	if err := CheckID("message ID", messageID); err != nil {
+		return err
+	}
+	if !expiresAt.After(now) {
+		return Invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
+	}
+	return nil
+}
+
+// Micro returns t as every backend stores it: to the microsecond, in UTC.
+// The zero time stays zero ("not set").
+func Micro(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMicro(t.UnixMicro()).UTC()
+}
+
+// NewRecord returns the record a backend journals for a new action a
+// (already checked by CheckNewAction) in status received or running:
+// ReceivedAt to the microsecond, UpdatedAt = ReceivedAt, StartedAt =
+// ReceivedAt when running (zero otherwise), and no result, detail or
+// completion time.
+func NewRecord(a Action, status aip.ActionState) Action {
+	a.Status = status
+	a.ReceivedAt = Micro(a.ReceivedAt)
+	a.UpdatedAt = a.ReceivedAt
+	a.StartedAt, a.CompletedAt = time.Time{}, time.Time{}
+	if status == aip.StateRunning {
+		a.StartedAt = a.ReceivedAt
+	}
+	a.Result, a.Detail = nil, ""
+	return a
+}
+
+// NewReceipt applies FinishAction's rules to its arguments and returns the
+// receipt to append, still without Seq, PrevHash and Hash (the chain head
+// supplies them): a new receipt ID, At to the microsecond, and the
+// ResultDigest of result ("" when there is none).
+func NewReceipt(actionID string, status aip.ActionState, result json.RawMessage, at time.Time) (Receipt, error) {
+	if err := CheckID("action ID", actionID); err != nil {
+		return Receipt{}, err
+	}
+	if err := CheckTerminal(actionID, status); err != nil {
+		return Receipt{}, err
+	}
+	if err := CheckTime("finish time", at); err != nil {
+		return Receipt{}, err
+	}
+	r := Receipt{ID: aip.NewID(aip.PrefixReceipt), ActionID: actionID, Status: status, At: Micro(at)}
+	if len(result) > 0 {
+		d, err := aip.DigestJSON(result)
+		if err != nil {
+			return Receipt{}, Invalid("result of action %s is not valid JSON: %v", actionID, err)
+		}
+		r.ResultDigest = d
+	}
+	return r, nil
+}

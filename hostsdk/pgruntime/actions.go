@@ -26,24 +26,19 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Action{}, false, err
 	}
-	received := micro(a.ReceivedAt)
+	rec := journal.NewRecord(a, aip.StateReceived)
 	tag, err := j.pool.Exec(ctx, `INSERT INTO aip_runtime_actions (journal_ns, action_id, capability_id,
 		tenant_id, idempotency_key, input_digest, fence_token, message_id, status, result, detail,
 		received_at, started_at, updated_at, completed_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'received', NULL, '', $9, NULL, $9, NULL)
 		ON CONFLICT (journal_ns, action_id) DO NOTHING`,
 		j.ns, a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey, a.InputDigest, a.FenceToken,
-		a.MessageID, received)
+		a.MessageID, rec.ReceivedAt)
 	if err != nil {
 		return journal.Action{}, false, dbErr(err, "begin action %s", a.ActionID)
 	}
 	if tag.RowsAffected() == 1 {
-		out := a
-		out.Status = aip.StateReceived
-		out.ReceivedAt, out.UpdatedAt = received, received
-		out.StartedAt, out.CompletedAt = time.Time{}, time.Time{}
-		out.Result, out.Detail = nil, ""
-		return out, true, nil
+		return rec, true, nil
 	}
 	// Journaled before (a concurrent insert has committed by now: ON
 	// CONFLICT waited for it).
@@ -62,11 +57,8 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 		return journal.Accepted{}, err
 	}
 	defer j.leave()
-	if err := journal.CheckID("message ID", messageID); err != nil {
+	if err := journal.CheckClaim(messageID, messageExpiresAt, now); err != nil {
 		return journal.Accepted{}, err
-	}
-	if !messageExpiresAt.After(now) {
-		return journal.Accepted{}, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
 	}
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
@@ -180,23 +172,13 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 		return journal.Receipt{}, err
 	}
 	defer j.leave()
-	if err := journal.CheckID("action ID", actionID); err != nil {
+	r, err := journal.NewReceipt(actionID, status, result, at)
+	if err != nil {
 		return journal.Receipt{}, err
 	}
-	if err := journal.CheckTerminal(actionID, status); err != nil {
-		return journal.Receipt{}, err
-	}
-	if err := journal.CheckTime("finish time", at); err != nil {
-		return journal.Receipt{}, err
-	}
-	r := journal.Receipt{ID: aip.NewID(aip.PrefixReceipt), ActionID: actionID, Status: status, At: micro(at)}
 	var stored any // NULL when there is no result
 	if len(result) > 0 {
-		d, err := aip.DigestJSON(result)
-		if err != nil {
-			return journal.Receipt{}, journal.Invalid("result of action %s is not valid JSON: %v", actionID, err)
-		}
-		r.ResultDigest, stored = d, []byte(result)
+		stored = []byte(result)
 	}
 	head, mid, tail, err := receiptParts(r)
 	if err != nil {

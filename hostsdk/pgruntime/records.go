@@ -21,11 +21,8 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 		return false, err
 	}
 	defer j.leave()
-	if err := journal.CheckID("message ID", messageID); err != nil {
+	if err := journal.CheckClaim(messageID, expiresAt, now); err != nil {
 		return false, err
-	}
-	if !expiresAt.After(now) {
-		return false, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
 	}
 	tag, err := j.pool.Exec(ctx, `INSERT INTO aip_runtime_messages (journal_ns, message_id, expires_at) VALUES ($1, $2, $3)
 		ON CONFLICT (journal_ns, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at

@@ -27,20 +27,16 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 		created bool
 	)
 	err := j.w.do(ctx, func(tx *wtx) error {
+		rec := journal.NewRecord(a, aip.StateReceived)
 		res, err := tx.insertAction.Exec(a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey,
-			a.InputDigest, a.FenceToken, a.MessageID, micros(a.ReceivedAt))
+			a.InputDigest, a.FenceToken, a.MessageID, micros(rec.ReceivedAt))
 		if err != nil {
 			return storageErr(err, "begin action %s", a.ActionID)
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return storageErr(err, "begin action %s", a.ActionID)
 		} else if n == 1 {
-			out, created = a, true
-			out.Status = aip.StateReceived
-			out.ReceivedAt = fromMicros(micros(a.ReceivedAt))
-			out.UpdatedAt = out.ReceivedAt
-			out.StartedAt, out.CompletedAt = time.Time{}, time.Time{}
-			out.Result, out.Detail = nil, ""
+			out, created = rec, true
 			return nil
 		}
 		// Read through the writer: the record may be in this very batch.
@@ -64,11 +60,8 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 		return journal.Accepted{}, err
 	}
 	defer j.leave()
-	if err := journal.CheckID("message ID", messageID); err != nil {
+	if err := journal.CheckClaim(messageID, messageExpiresAt, now); err != nil {
 		return journal.Accepted{}, err
-	}
-	if !messageExpiresAt.After(now) {
-		return journal.Accepted{}, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
 	}
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
@@ -155,33 +148,17 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 		return journal.Receipt{}, err
 	}
 	defer j.leave()
-	if err := journal.CheckID("action ID", actionID); err != nil {
+	r, err := journal.NewReceipt(actionID, status, result, at)
+	if err != nil {
 		return journal.Receipt{}, err
-	}
-	if err := journal.CheckTerminal(actionID, status); err != nil {
-		return journal.Receipt{}, err
-	}
-	if err := journal.CheckTime("finish time", at); err != nil {
-		return journal.Receipt{}, err
-	}
-	r := journal.Receipt{
-		ID:       aip.NewID(aip.PrefixReceipt),
-		ActionID: actionID,
-		Status:   status,
-		At:       fromMicros(micros(at)),
 	}
 	var stored []byte // NULL when there is no result
 	if len(result) > 0 {
-		d, err := aip.DigestJSON(result)
-		if err != nil {
-			return journal.Receipt{}, journal.Invalid("result of action %s is not valid JSON: %v", actionID, err)
-		}
-		r.ResultDigest = d
 		stored = result
 	}
 
-	err := j.w.do(ctx, func(tx *wtx) error {
-		res, err := tx.finishAction.Exec(actionID, string(status), stored, detail, micros(at))
+	err = j.w.do(ctx, func(tx *wtx) error {
+		res, err := tx.finishAction.Exec(actionID, string(status), stored, detail, micros(r.At))
 		if err != nil {
 			return storageErr(err, "finish action %s", actionID)
 		}

@@ -19,11 +19,8 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 		return false, err
 	}
 	defer j.leave()
-	if err := journal.CheckID("message ID", messageID); err != nil {
+	if err := journal.CheckClaim(messageID, expiresAt, now); err != nil {
 		return false, err
-	}
-	if !expiresAt.After(now) {
-		return false, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
 	}
 	var claimed bool
 	err := j.w.do(ctx, func(tx *wtx) error {

@@ -84,13 +84,7 @@ func (j *Journal) beginLocked(a journal.Action, status aip.ActionState) (journal
 	if existing, ok := j.actions[a.ActionID]; ok {
 		return clone(*existing), false
 	}
-	a.ReceivedAt = norm(a.ReceivedAt)
-	a.StartedAt, a.CompletedAt = time.Time{}, time.Time{}
-	a.Status = status
-	a.UpdatedAt = a.ReceivedAt
-	if status == aip.StateRunning {
-		a.StartedAt = a.ReceivedAt
-	}
+	a = journal.NewRecord(a, status)
 	c := clone(a)
 	j.actions[a.ActionID] = &c
 	j.order = append(j.order, a.ActionID)
@@ -103,11 +97,8 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 		return journal.Accepted{}, err
 	}
 	defer j.mu.Unlock()
-	if err := journal.CheckID("message ID", messageID); err != nil {
+	if err := journal.CheckClaim(messageID, messageExpiresAt, now); err != nil {
 		return journal.Accepted{}, err
-	}
-	if !messageExpiresAt.After(now) {
-		return journal.Accepted{}, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, messageExpiresAt, now)
 	}
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
@@ -136,7 +127,7 @@ func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time
 	if err := journal.CheckTime("start time", at); err != nil {
 		return err
 	}
-	at = norm(at)
+	at = journal.Micro(at)
 	a, ok := j.actions[actionID]
 	if !ok {
 		return journal.ErrNotFound
@@ -154,16 +145,10 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 		return journal.Receipt{}, err
 	}
 	defer j.mu.Unlock()
-	if err := journal.CheckID("action ID", actionID); err != nil {
+	r, err := journal.NewReceipt(actionID, status, result, at)
+	if err != nil {
 		return journal.Receipt{}, err
 	}
-	if err := journal.CheckTerminal(actionID, status); err != nil {
-		return journal.Receipt{}, err
-	}
-	if err := journal.CheckTime("finish time", at); err != nil {
-		return journal.Receipt{}, err
-	}
-	at = norm(at)
 	a, ok := j.actions[actionID]
 	if !ok {
 		return journal.Receipt{}, journal.ErrNotFound
@@ -171,20 +156,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	if a.Status.Terminal() {
 		return journal.Receipt{}, fmt.Errorf("%w: action %s is already %s", journal.ErrConflict, actionID, a.Status)
 	}
-	r := journal.Receipt{
-		Seq:      uint64(len(j.receipts)) + 1,
-		ID:       aip.NewID(aip.PrefixReceipt),
-		ActionID: actionID,
-		Status:   status,
-		At:       at,
-	}
-	if len(result) > 0 {
-		d, err := aip.DigestJSON(result)
-		if err != nil {
-			return journal.Receipt{}, journal.Invalid("result of action %s is not valid JSON: %v", actionID, err)
-		}
-		r.ResultDigest = d
-	}
+	r.Seq = uint64(len(j.receipts)) + 1
 	if n := len(j.receipts); n > 0 {
 		r.PrevHash = j.receipts[n-1].Hash
 	}
@@ -194,7 +166,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	}
 	r.Hash = h
 	j.receipts = append(j.receipts, r)
-	a.Status, a.Result, a.Detail, a.UpdatedAt, a.CompletedAt = status, slices.Clone(result), detail, at, at
+	a.Status, a.Result, a.Detail, a.UpdatedAt, a.CompletedAt = status, slices.Clone(result), detail, r.At, r.At
 	return r, nil
 }
 
@@ -251,11 +223,8 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 		return false, err
 	}
 	defer j.mu.Unlock()
-	if err := journal.CheckID("message ID", messageID); err != nil {
+	if err := journal.CheckClaim(messageID, expiresAt, now); err != nil {
 		return false, err
-	}
-	if !expiresAt.After(now) {
-		return false, journal.Invalid("message %s expires at %v, not after now (%v)", messageID, expiresAt, now)
 	}
 	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
 		return false, nil
@@ -296,11 +265,11 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 		return err
 	}
 	// As the SQL backends: a new batch is never leased.
-	e.CreatedAt, e.LeaseUntil = norm(e.CreatedAt), time.Time{}
+	e.CreatedAt, e.LeaseUntil = journal.Micro(e.CreatedAt), time.Time{}
 	if e.NextAttempt.IsZero() {
 		e.NextAttempt = e.CreatedAt
 	}
-	e.NextAttempt = norm(e.NextAttempt)
+	e.NextAttempt = journal.Micro(e.NextAttempt)
 	if _, ok := j.outbox[e.ID]; !ok {
 		e.Events = slices.Clone(e.Events)
 		j.outbox[e.ID] = &e
@@ -320,7 +289,7 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 	if lease <= 0 {
 		return nil, journal.Invalid("lease %v is not positive", lease)
 	}
-	now = norm(now)
+	now = journal.Micro(now)
 	var due []*journal.OutboxEntry
 	for _, e := range j.outbox {
 		if !e.NextAttempt.After(now) && !e.LeaseUntil.After(now) {
@@ -333,7 +302,7 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 		if len(out) == limit {
 			break
 		}
-		e.LeaseUntil = norm(now.Add(lease))
+		e.LeaseUntil = journal.Micro(now.Add(lease))
 		out = append(out, *e)
 	}
 	return out, nil
@@ -367,7 +336,7 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 	if err := journal.CheckTime("next attempt", next); err != nil {
 		return err
 	}
-	next = norm(next)
+	next = journal.Micro(next)
 	e, ok := j.outbox[id]
 	if !ok {
 		return journal.ErrNotFound
@@ -484,14 +453,6 @@ func (j *Journal) Close() error {
 
 // ErrInjected is a convenience error for tests that break the journal.
 var ErrInjected = errors.New("memjournal: injected failure")
-
-// norm keeps times to the microsecond, in UTC, like the durable backends.
-func norm(t time.Time) time.Time {
-	if t.IsZero() {
-		return t
-	}
-	return t.UTC().Truncate(time.Microsecond)
-}
 
 func clone(a journal.Action) journal.Action {
 	a.Result = slices.Clone(a.Result)
