@@ -211,10 +211,11 @@ type Journal interface {
 	Close() error
 }
 
-// ReceiptHash returns the hash of a receipt: aip.Digest of the canonical
-// object {"action_id","at","id","prev_hash","result_digest","seq","status"}.
-func ReceiptHash(r Receipt) (string, error) {
-	return aip.Digest(struct {
+// CanonicalReceipt returns the canonical JSON of a receipt's hashed content:
+// the object {"action_id","at","id","prev_hash","result_digest","seq",
+// "status"} (Hash itself is not part of it).
+func CanonicalReceipt(r Receipt) ([]byte, error) {
+	return aip.CanonicalJSON(struct {
 		Seq          uint64          `json:"seq"`
 		ID           string          `json:"id"`
 		ActionID     string          `json:"action_id"`
@@ -223,6 +224,16 @@ func ReceiptHash(r Receipt) (string, error) {
 		PrevHash     string          `json:"prev_hash"`
 		At           aip.Timestamp   `json:"at"`
 	}{r.Seq, r.ID, r.ActionID, r.Status, r.ResultDigest, r.PrevHash, aip.At(r.At)})
+}
+
+// ReceiptHash returns the hash of a receipt: aip.DigestBytes of
+// CanonicalReceipt.
+func ReceiptHash(r Receipt) (string, error) {
+	doc, err := CanonicalReceipt(r)
+	if err != nil {
+		return "", err
+	}
+	return aip.DigestBytes(doc), nil
 }
 
 // VerifyChain checks a contiguous run of receipts: sequence without gaps,

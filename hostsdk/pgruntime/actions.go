@@ -203,21 +203,14 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	return r, nil
 }
 
-// receiptParts returns the canonical JSON of r (see journal.ReceiptHash)
-// cut around the values of prev_hash and seq: head ends with `"prev_hash":`,
+// receiptParts returns journal.CanonicalReceipt of r with an empty prev_hash
+// and a zero seq, cut around those two values: head ends with `"prev_hash":`,
 // mid runs from after that string to `"seq":`, tail from after the number
 // to the end. Digests are plain ASCII, so the database can write the
 // previous hash between quotes and the sequence number as digits.
 func receiptParts(r journal.Receipt) (head, mid, tail string, err error) {
-	doc, err := aip.CanonicalJSON(struct {
-		Seq          uint64          `json:"seq"`
-		ID           string          `json:"id"`
-		ActionID     string          `json:"action_id"`
-		Status       aip.ActionState `json:"status"`
-		ResultDigest string          `json:"result_digest"`
-		PrevHash     string          `json:"prev_hash"`
-		At           aip.Timestamp   `json:"at"`
-	}{0, r.ID, r.ActionID, r.Status, r.ResultDigest, "", aip.At(r.At)})
+	r.Seq, r.PrevHash, r.Hash = 0, "", ""
+	doc, err := journal.CanonicalReceipt(r)
 	if err != nil {
 		return "", "", "", err
 	}
