@@ -46,6 +46,33 @@ var (
 	ErrStorage = errors.New("registry: storage failure")
 )
 
+// contractErrors are the sentinels of the registry contract: every exported
+// Err* of this package. A test keeps the list complete.
+var contractErrors = []error{
+	ErrInvalid, ErrAdmission, ErrConflict, ErrNotFound,
+	ErrBindingUnavailable, ErrReplicaUnavailable, ErrCapacityExceeded,
+	ErrStaleCursor, ErrFenceLost, ErrStorage,
+	ErrEvidence, ErrRerouteUnsafe,
+}
+
+// IsContractError reports whether err matches one of the registry's
+// sentinels (ErrInvalid … ErrStorage, ErrEvidence, ErrRerouteUnsafe). The
+// typed errors (*FieldError, *CapacityExceededError, *FleetFileError,
+// *LifecycleRejection) match their sentinels, so they count too. A backend
+// passes such an error through unchanged instead of wrapping it as
+// ErrStorage.
+func IsContractError(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, target := range contractErrors {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
 // DefaultRetryAfter is the retry guidance of a CapacityExceededError.
 const DefaultRetryAfter = 100 * time.Millisecond
 

@@ -577,16 +577,7 @@ func storageErr(op string, err error) error {
 }
 
 func isRegistryError(err error) bool {
-	for _, target := range []error{
-		registry.ErrInvalid, registry.ErrAdmission, registry.ErrConflict, registry.ErrNotFound,
-		registry.ErrBindingUnavailable, registry.ErrReplicaUnavailable, registry.ErrCapacityExceeded,
-		registry.ErrStaleCursor, registry.ErrFenceLost, registry.ErrStorage, ErrNoControlPool,
-	} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
+	return registry.IsContractError(err) || errors.Is(err, ErrNoControlPool)
 }
 
 func retryDelay(attempt int) time.Duration {

@@ -59,11 +59,16 @@ func (f *fx) must(err error) {
 	}
 }
 
-// wantErr fails unless err matches target.
+// wantErr fails unless err matches target. A contract error the backend
+// also wrapped as ErrStorage fails too: the caller would retry a definitive
+// answer.
 func (f *fx) wantErr(err, target error, what string) {
 	f.t.Helper()
 	if !errors.Is(err, target) {
 		f.t.Fatalf("%s: got error %v, want %v", what, err, target)
+	}
+	if target != registry.ErrStorage && errors.Is(err, registry.ErrStorage) {
+		f.t.Fatalf("%s: error %v matches %v but is also wrapped as %v", what, err, target, registry.ErrStorage)
 	}
 }
 
