@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,7 +130,7 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 			b := &pgx.Batch{}
 			b.Queue(lockReplicas, []string{cur.ReplicaID, chosen})
 			queueRoute(b, cur.ActionID, &s, &routed)
-			queueCandidate(b, rerouteCandidates, append(args, chosen), &c, &found, `r.replica_id = $10`)
+			queueCandidate(b, rerouteChosen, append(args, chosen), &c, &found)
 			if err := p.send(ctx, b); err != nil {
 				return err
 			}
@@ -158,12 +157,8 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	return out, nil
 }
 
-// queueCandidate queues a candidate query (with extra filters ANDed in) and
-// scans its row, if any, into c.
-func queueCandidate(b *pgx.Batch, sql string, args []any, c *candidate, found *bool, filters ...string) {
-	for _, f := range filters {
-		sql = strings.Replace(sql, "\nORDER BY b.priority", "\n\tAND "+f+"\nORDER BY b.priority", 1)
-	}
+// queueCandidate queues a candidate query and scans its row, if any, into c.
+func queueCandidate(b *pgx.Batch, sql string, args []any, c *candidate, found *bool) {
 	b.Queue(sql, args...).QueryRow(func(row pgx.Row) error {
 		var err error
 		*c, err = scanCandidate(row)

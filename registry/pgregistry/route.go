@@ -238,9 +238,11 @@ const takeAttempts = 3
 var (
 	// candidates reads, without locking, the best candidates of an action
 	// that has no route; rerouteCandidates reads the best one other than
-	// the refusing replica ($9).
+	// the refusing replica ($9); rerouteChosen re-reads the chosen replica
+	// ($10) under its row lock, so it returns that replica or nothing.
 	candidates        = candidateFor(`NOT EXISTS (SELECT 1 FROM aip_registry.route_assignments x WHERE x.action_id = $8)`) + "\nLIMIT " + strconv.Itoa(maxTakeCandidates)
 	rerouteCandidates = candidateFor(`r.replica_id <> $9`) + "\nLIMIT 1"
+	rerouteChosen     = candidateFor(`r.replica_id <> $9 AND r.replica_id = $10`) + "\nLIMIT 1"
 )
 
 // takeReplica is the last batch's first statement for a new route. Of the
