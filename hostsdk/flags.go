@@ -17,19 +17,17 @@ type option struct {
 	env   string
 	field string
 	usage string
-	kind  optionKind
+	kind  SettingKind
 	// min and max bound integer and millisecond settings.
 	min, max int64
 	set      func(c *Config, v string) error
 }
 
-type optionKind int
-
 const (
-	kindString optionKind = iota
-	kindBool
-	kindInt
-	kindMillis
+	kindString = SettingString
+	kindBool   = SettingBool
+	kindInt    = SettingInt
+	kindMillis = SettingMillis
 )
 
 func (o *option) flagName() string {
@@ -140,36 +138,30 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 // BindFlags defines the host's flags on fs and returns a function that,
 // after fs.Parse, merges them with the environment into a Config.
 func BindFlags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
-	values := make(map[*option]*string, len(options))
-	for _, o := range options {
-		v := new(string)
-		values[o] = v
-		usage := o.usage + " [$" + o.env + "]"
-		if o.kind == kindBool {
-			fs.Var(boolValue{v}, o.flag, usage)
-		} else {
-			fs.StringVar(v, o.flag, "", usage)
-		}
+	settings := make([]Setting, len(options))
+	byFlag := make(map[string]*option, len(options))
+	for i, o := range options {
+		settings[i] = Setting{Flag: o.flag, Env: o.env, Usage: o.usage, Kind: o.kind, Min: o.min, Max: o.max}
+		byFlag[o.flag] = o
 	}
+	load := BindSettings(fs, settings)
 	return func(getenv func(string) string) (Config, error) {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		values, err := load(getenv)
+		if err != nil {
+			var se *SettingError
+			if errors.As(err, &se) && byFlag[se.Flag] != nil {
+				o := byFlag[se.Flag]
+				return Config{}, &ConfigError{Field: o.field, Flag: o.flag, Env: o.env, Reason: se.reason()}
+			}
+			return Config{}, err
+		}
 		var c Config
 		for _, o := range options {
-			raw, source := *values[o], "--"+o.flag
-			if !set[o.flag] {
-				if getenv == nil {
-					continue
-				}
-				raw, source = getenv(o.env), o.env
-				if raw == "" {
-					continue
-				}
+			v, ok := values[o.flag]
+			if !ok {
+				continue
 			}
-			if err := o.check(raw, source); err != nil {
-				return Config{}, err
-			}
-			if err := o.set(&c, raw); err != nil {
+			if err := o.set(&c, v); err != nil {
 				return Config{}, err
 			}
 		}
@@ -177,27 +169,146 @@ func BindFlags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error
 	}
 }
 
-func (o *option) check(raw, source string) error {
-	bad := func(reason string, args ...any) error {
-		return &ConfigError{Field: o.field, Flag: o.flag, Env: o.env,
-			Reason: fmt.Sprintf("from %s is %q; ", source, raw) + fmt.Sprintf(reason, args...)}
-	}
-	switch o.kind {
-	case kindBool:
-		if _, err := strconv.ParseBool(raw); err != nil {
-			return bad("want true or false")
+// SettingKind says how a Setting's value is checked.
+type SettingKind int
+
+const (
+	// SettingString accepts any value.
+	SettingString SettingKind = iota
+	// SettingBool accepts what strconv.ParseBool does; a bare --flag is
+	// true.
+	SettingBool
+	// SettingInt accepts a decimal integer from Min to Max.
+	SettingInt
+	// SettingMillis accepts a decimal number of milliseconds from Min to
+	// Max (SettingValues.Millis).
+	SettingMillis
+)
+
+// Setting is one option of a program's flag and environment contract, in
+// the host's style: a flag and the environment variable behind it, the
+// flag winning. BindFlags reads the host's settings this way; a program
+// with settings of its own (cmd/aip-sidecar) reads them with
+// BindSettings.
+type Setting struct {
+	// Flag is the flag name without dashes; Env the full variable name.
+	Flag, Env string
+	Usage     string
+	Kind      SettingKind
+	// Min and Max bound SettingInt and SettingMillis values.
+	Min, Max int64
+	// Check, when set, further checks a non-empty value; its error is the
+	// reason the value is refused ("want report or unready").
+	Check func(v string) error
+}
+
+// SettingError is a setting's value that cannot be accepted: the flag,
+// its variable, where the value came from (the flag or the variable), the
+// value and what is accepted.
+type SettingError struct {
+	Flag, Env, Source, Value, Want string
+}
+
+func (e *SettingError) reason() string {
+	return fmt.Sprintf("from %s is %q; %s", e.Source, e.Value, e.Want)
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("hostsdk: --%s (%s) %s", e.Flag, e.Env, e.reason())
+}
+
+// SettingValues are the values BindSettings read, by flag name: a flag
+// given on the command line (even empty), else a non-empty variable. They
+// have been checked; integers and milliseconds are without surrounding
+// spaces.
+type SettingValues map[string]string
+
+// Bool returns a SettingBool value (false when not given).
+func (v SettingValues) Bool(flag string) bool {
+	b, _ := strconv.ParseBool(v[flag])
+	return b
+}
+
+// Int returns a SettingInt value (0 when not given).
+func (v SettingValues) Int(flag string) int64 {
+	n, _ := strconv.ParseInt(v[flag], 10, 64)
+	return n
+}
+
+// Millis returns a SettingMillis value as a duration (0 when not given).
+func (v SettingValues) Millis(flag string) time.Duration {
+	return time.Duration(v.Int(flag)) * time.Millisecond
+}
+
+// BindSettings defines the settings' flags on fs (the usage names the
+// variable) and returns a function that, after fs.Parse, reads each
+// setting from its flag when given, else from its variable through getenv
+// (nil: flags only), and checks it. The first value that cannot be
+// accepted is returned as a *SettingError.
+func BindSettings(fs *flag.FlagSet, settings []Setting) func(getenv func(string) string) (SettingValues, error) {
+	values := make([]*string, len(settings))
+	for i, s := range settings {
+		v := new(string)
+		values[i] = v
+		usage := s.Usage + " [$" + s.Env + "]"
+		if s.Kind == SettingBool {
+			fs.Var(boolValue{v}, s.Flag, usage)
+		} else {
+			fs.StringVar(v, s.Flag, "", usage)
 		}
-	case kindInt, kindMillis:
+	}
+	return func(getenv func(string) string) (SettingValues, error) {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		out := SettingValues{}
+		for i := range settings {
+			s := &settings[i]
+			raw, source := *values[i], "--"+s.Flag
+			if !set[s.Flag] {
+				if getenv == nil {
+					continue
+				}
+				raw, source = getenv(s.Env), s.Env
+				if raw == "" {
+					continue
+				}
+			}
+			v, err := s.check(raw)
+			if err != nil {
+				return nil, &SettingError{Flag: s.Flag, Env: s.Env, Source: source, Value: raw, Want: err.Error()}
+			}
+			out[s.Flag] = v
+		}
+		return out, nil
+	}
+}
+
+// check returns the value to use (integers trimmed of surrounding spaces)
+// or what is accepted.
+func (s *Setting) check(raw string) (string, error) {
+	v := raw
+	switch s.Kind {
+	case SettingBool:
+		if _, err := strconv.ParseBool(raw); err != nil {
+			return "", errors.New("want true or false")
+		}
+	case SettingInt, SettingMillis:
 		unit := ""
-		if o.kind == kindMillis {
+		if s.Kind == SettingMillis {
 			unit = " ms"
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
-		if err != nil || n < o.min || n > o.max {
-			return bad("want an integer from %d to %d%s", o.min, o.max, unit)
+		v = strings.TrimSpace(raw)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < s.Min || n > s.Max {
+			return "", fmt.Errorf("want an integer from %d to %d%s", s.Min, s.Max, unit)
 		}
 	}
-	return nil
+	if s.Check != nil && v != "" {
+		if err := s.Check(v); err != nil {
+			return "", err
+		}
+	}
+	return v, nil
 }
 
 // boolValue is a flag.Value that accepts a bare --flag as true.

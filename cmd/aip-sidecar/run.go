@@ -9,10 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -21,47 +19,48 @@ import (
 
 const envPrefix = "AIP_SIDECAR_"
 
-// setting is one AIP_SIDECAR_* option: a flag and its variable (the flag
-// wins).
-type setting struct {
-	flag, env, usage string
-	kind             kind
-	min, max         int64 // for ints and milliseconds
-	value            *string
+// newSettings returns the AIP_SIDECAR_* settings read with
+// hostsdk.BindSettings (the flag wins over the variable).
+func newSettings() []hostsdk.Setting {
+	ms := func(flag, env string, max int64, usage string) hostsdk.Setting {
+		return hostsdk.Setting{Flag: flag, Env: envPrefix + env, Kind: hostsdk.SettingMillis, Min: 1, Max: max, Usage: usage}
+	}
+	str := func(flag, env, usage string) hostsdk.Setting {
+		return hostsdk.Setting{Flag: flag, Env: envPrefix + env, Usage: usage}
+	}
+	policy := str("on-manifest-change", "ON_MANIFEST_CHANGE", "report (default) or unready: what a manifest or tools/list change after registration does")
+	policy.Check = func(v string) error {
+		if v != string(sidecar.ManifestChangeReport) && v != string(sidecar.ManifestChangeUnready) {
+			return errors.New("want report or unready")
+		}
+		return nil
+	}
+	return []hostsdk.Setting{
+		str("local-url", "LOCAL_URL", "loopback origin of the local connector, e.g. http://127.0.0.1:8700"),
+		str("local-socket", "LOCAL_SOCKET", "unix socket of the local connector"),
+		str("local-token-file", "LOCAL_TOKEN_FILE", "owner-only file with the bearer token for the local connector (with --exec a fresh token is generated when unset)"),
+		str("exec-dir", "EXEC_DIR", "working directory of the --exec child"),
+		str("mcp-url", "MCP_URL", "wrap a Streamable HTTP MCP server at this URL (https, or http on loopback)"),
+		str("mcp-tools", "MCP_TOOLS", "comma-separated MCP tool names to expose (default: all)"),
+		str("capability-prefix", "CAPABILITY_PREFIX", "prefix of capability IDs made from MCP tool names (default "+sidecar.DefaultCapabilityPrefix+")"),
+		str("agent-id", "AGENT_ID", "manifest agent ID in MCP mode (default agent:mcp:<server name>)"),
+		policy,
+		ms("start-timeout-ms", "START_TIMEOUT_MS", 3_600_000, "wait for the connector's health before registering, in ms (default 30000)"),
+		ms("stop-timeout-ms", "STOP_TIMEOUT_MS", 3_600_000, "time the child has after SIGTERM before SIGKILL, in ms (default 10000)"),
+		ms("cancel-grace-ms", "CANCEL_GRACE_MS", 3_600_000, "wait for a cancelled action's answer before outcome_unknown, in ms (default 5000)"),
+		ms("max-action-ms", "MAX_ACTION_MS", 86_400_000, "bound on an action without timeout_ms, in ms (default 3600000)"),
+		ms("restart-backoff-ms", "RESTART_BACKOFF_MS", 3_600_000, "first delay before restarting a crashed child, in ms (default 250)"),
+		ms("max-backoff-ms", "MAX_BACKOFF_MS", 3_600_000, "longest delay between restarts, in ms (default 30000)"),
+		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest and digest as JSON, and exit"},
+		str("log-level", "LOG_LEVEL", "debug, info (default), warn or error"),
+	}
 }
 
-type kind int
-
-const (
-	kindString kind = iota
-	kindBool
-	kindMillis
-	kindArgv // a JSON array in the environment; as a flag, the rest of the arguments
-)
-
-// newSettings returns the AIP_SIDECAR_* settings (fresh for each run).
-func newSettings() []*setting {
-	return []*setting{
-		{flag: "local-url", env: "LOCAL_URL", usage: "loopback origin of the local connector, e.g. http://127.0.0.1:8700"},
-		{flag: "local-socket", env: "LOCAL_SOCKET", usage: "unix socket of the local connector"},
-		{flag: "local-token-file", env: "LOCAL_TOKEN_FILE", usage: "owner-only file with the bearer token for the local connector (with --exec a fresh token is generated when unset)"},
-		{flag: "exec", env: "EXEC", kind: kindArgv, usage: "start the local connector as a child: --exec CMD ARGS... (must come last; as a variable, a JSON array)"},
-		{flag: "exec-dir", env: "EXEC_DIR", usage: "working directory of the --exec child"},
-		{flag: "mcp-command", env: "MCP_COMMAND", kind: kindArgv, usage: "wrap a stdio MCP server: --mcp-command CMD ARGS... (must come last; as a variable, a JSON array)"},
-		{flag: "mcp-url", env: "MCP_URL", usage: "wrap a Streamable HTTP MCP server at this URL (https, or http on loopback)"},
-		{flag: "mcp-tools", env: "MCP_TOOLS", usage: "comma-separated MCP tool names to expose (default: all)"},
-		{flag: "capability-prefix", env: "CAPABILITY_PREFIX", usage: "prefix of capability IDs made from MCP tool names (default " + sidecar.DefaultCapabilityPrefix + ")"},
-		{flag: "agent-id", env: "AGENT_ID", usage: "manifest agent ID in MCP mode (default agent:mcp:<server name>)"},
-		{flag: "on-manifest-change", env: "ON_MANIFEST_CHANGE", usage: "report (default) or unready: what a manifest or tools/list change after registration does"},
-		{flag: "start-timeout-ms", env: "START_TIMEOUT_MS", kind: kindMillis, min: 1, max: 3_600_000, usage: "wait for the connector's health before registering, in ms (default 30000)"},
-		{flag: "stop-timeout-ms", env: "STOP_TIMEOUT_MS", kind: kindMillis, min: 1, max: 3_600_000, usage: "time the child has after SIGTERM before SIGKILL, in ms (default 10000)"},
-		{flag: "cancel-grace-ms", env: "CANCEL_GRACE_MS", kind: kindMillis, min: 1, max: 3_600_000, usage: "wait for a cancelled action's answer before outcome_unknown, in ms (default 5000)"},
-		{flag: "max-action-ms", env: "MAX_ACTION_MS", kind: kindMillis, min: 1, max: 86_400_000, usage: "bound on an action without timeout_ms, in ms (default 3600000)"},
-		{flag: "restart-backoff-ms", env: "RESTART_BACKOFF_MS", kind: kindMillis, min: 1, max: 3_600_000, usage: "first delay before restarting a crashed child, in ms (default 250)"},
-		{flag: "max-backoff-ms", env: "MAX_BACKOFF_MS", kind: kindMillis, min: 1, max: 3_600_000, usage: "longest delay between restarts, in ms (default 30000)"},
-		{flag: "print-manifest", env: "PRINT_MANIFEST", kind: kindBool, usage: "start the connector, print its bound manifest and digest as JSON, and exit"},
-		{flag: "log-level", env: "LOG_LEVEL", usage: "debug, info (default), warn or error"},
-	}
+// argvSettings are the connector's command: as a flag, the rest of the
+// arguments (must come last; splitArgv); as a variable, a JSON array.
+var argvSettings = []struct{ flag, env, usage string }{
+	{"exec", "EXEC", "start the local connector as a child: --exec CMD ARGS... (must come last; as a variable, a JSON array)"},
+	{"mcp-command", "MCP_COMMAND", "wrap a stdio MCP server: --mcp-command CMD ARGS... (must come last; as a variable, a JSON array)"},
 }
 
 // splitArgv cuts args at the first --exec or --mcp-command: what follows is
@@ -92,18 +91,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.PrintDefaults()
 	}
 	load := hostsdk.BindFlags(fs)
-	settings := newSettings()
-	for _, s := range settings {
-		s.value = new(string)
-		usage := s.usage + " [$" + envPrefix + s.env + "]"
-		switch s.kind {
-		case kindBool:
-			fs.Var(boolFlag{s.value}, s.flag, usage)
-		case kindArgv:
-			fs.Var(argvFlag{}, s.flag, usage)
-		default:
-			fs.StringVar(s.value, s.flag, "", usage)
-		}
+	loadSettings := hostsdk.BindSettings(fs, newSettings())
+	for _, a := range argvSettings {
+		fs.Var(argvFlag{}, a.flag, a.usage+" [$"+envPrefix+a.env+"]")
 	}
 	if err := fs.Parse(flagArgs); err != nil {
 		return err
@@ -114,24 +104,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if argvName != "" && len(argv) == 0 {
 		return fmt.Errorf("--%s needs a command: --%s CMD [ARG ...]", argvName, argvName)
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	val := map[string]string{}
-	for _, s := range settings {
-		raw, source := *s.value, "--"+s.flag
-		if !set[s.flag] {
-			raw, source = getenv(envPrefix+s.env), envPrefix+s.env
-		}
-		if raw == "" {
-			continue
-		}
-		if err := s.check(raw, source); err != nil {
-			return err
-		}
-		val[s.flag] = raw
-	}
-	if argvName != "" {
-		val[argvName] = "flag"
+	val, err := loadSettings(getenv)
+	if err != nil {
+		return err
 	}
 
 	hostCfg, err := load(getenv)
@@ -150,25 +125,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	hostCfg.Logger = logger
 
 	cfg := sidecar.Config{Host: hostCfg, Logger: logger, ExecStdout: stderr, ExecStderr: stderr}
-	commandOf := func(name string) ([]string, error) {
+	commandOf := func(name, env string) ([]string, error) {
 		if argvName == name {
 			return argv, nil
 		}
-		raw := val[name]
+		raw := getenv(envPrefix + env)
 		if raw == "" {
 			return nil, nil
 		}
 		var cmd []string
 		if err := json.Unmarshal([]byte(raw), &cmd); err != nil || len(cmd) == 0 || cmd[0] == "" {
 			return nil, fmt.Errorf("%s%s is %q; want a JSON array of the program and its arguments, e.g. [\"python3\",\"connector.py\"]",
-				envPrefix, strings.ToUpper(strings.ReplaceAll(name, "-", "_")), raw)
+				envPrefix, env, raw)
 		}
 		return cmd, nil
 	}
-	if cfg.Exec, err = commandOf("exec"); err != nil {
+	if cfg.Exec, err = commandOf("exec", "EXEC"); err != nil {
 		return err
 	}
-	if cfg.MCP.Command, err = commandOf("mcp-command"); err != nil {
+	if cfg.MCP.Command, err = commandOf("mcp-command", "MCP_COMMAND"); err != nil {
 		return err
 	}
 	if len(cfg.Exec) > 0 && len(cfg.MCP.Command) > 0 {
@@ -197,19 +172,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.MCP.AgentID = val["agent-id"]
 	policy := sidecar.ManifestChangePolicy(val["on-manifest-change"])
 	cfg.Local.OnManifestChange, cfg.MCP.OnManifestChange = policy, policy
-	ms := func(name string) time.Duration {
-		n, _ := strconv.ParseInt(val[name], 10, 64)
-		return time.Duration(n) * time.Millisecond
-	}
-	cfg.StartTimeout, cfg.StopTimeout = ms("start-timeout-ms"), ms("stop-timeout-ms")
-	cfg.Local.CancelGrace = ms("cancel-grace-ms")
-	cfg.Local.MaxActionDuration, cfg.MCP.MaxActionDuration = ms("max-action-ms"), ms("max-action-ms")
-	cfg.RestartBackoff, cfg.MaxBackoff = ms("restart-backoff-ms"), ms("max-backoff-ms")
+	cfg.StartTimeout, cfg.StopTimeout = val.Millis("start-timeout-ms"), val.Millis("stop-timeout-ms")
+	cfg.Local.CancelGrace = val.Millis("cancel-grace-ms")
+	cfg.Local.MaxActionDuration, cfg.MCP.MaxActionDuration = val.Millis("max-action-ms"), val.Millis("max-action-ms")
+	cfg.RestartBackoff, cfg.MaxBackoff = val.Millis("restart-backoff-ms"), val.Millis("max-backoff-ms")
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	if b, _ := strconv.ParseBool(val["print-manifest"]); b {
+	if val.Bool("print-manifest") {
 		m, digest, err := sidecar.Describe(ctx, cfg)
 		if err != nil {
 			return err
@@ -227,39 +198,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	return s.Run(ctx)
 }
-
-func (s *setting) check(raw, source string) error {
-	bad := func(reason string, args ...any) error {
-		return fmt.Errorf("--%s (%s%s) from %s is %q; %s", s.flag, envPrefix, s.env, source, raw, fmt.Sprintf(reason, args...))
-	}
-	switch s.kind {
-	case kindBool:
-		if _, err := strconv.ParseBool(raw); err != nil {
-			return bad("want true or false")
-		}
-	case kindMillis:
-		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
-		if err != nil || n < s.min || n > s.max {
-			return bad("want an integer from %d to %d ms", s.min, s.max)
-		}
-	}
-	if s.flag == "on-manifest-change" && raw != string(sidecar.ManifestChangeReport) && raw != string(sidecar.ManifestChangeUnready) {
-		return bad("want report or unready")
-	}
-	return nil
-}
-
-// boolFlag accepts a bare --flag as true.
-type boolFlag struct{ p *string }
-
-func (b boolFlag) String() string {
-	if b.p == nil {
-		return ""
-	}
-	return *b.p
-}
-func (b boolFlag) Set(s string) error { *b.p = s; return nil }
-func (b boolFlag) IsBoolFlag() bool   { return true }
 
 // argvFlag documents --exec and --mcp-command in the usage; splitArgv
 // removes them (and their command) before parsing, so Set is never called

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/sidecar"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
@@ -217,5 +218,50 @@ func TestSplitArgv(t *testing.T) {
 		if strings.Join(flags, " ") != strings.Join(tc.flags, " ") || name != tc.name || strings.Join(argv, " ") != strings.Join(tc.argv, " ") {
 			t.Errorf("splitArgv(%q) = %q %q %q", tc.args, flags, name, argv)
 		}
+	}
+}
+
+// TestSettingsAroundSpaces: a number with surrounding spaces (as a
+// variable often has) is read as that number, for the sidecar's settings
+// and the host's alike, not silently replaced by the default; a value
+// that is not a number is refused naming the setting.
+func TestSettingsAroundSpaces(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	load := hostsdk.BindSettings(fs, newSettings())
+	if err := fs.Parse([]string{"--stop-timeout-ms", " 7000"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"AIP_SIDECAR_START_TIMEOUT_MS": "5000 ", "AIP_SIDECAR_PRINT_MANIFEST": "true"}
+	val, err := load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := val.Millis("start-timeout-ms"); got != 5*time.Second {
+		t.Errorf("AIP_SIDECAR_START_TIMEOUT_MS=\"5000 \" read as %v", got)
+	}
+	if got := val.Millis("stop-timeout-ms"); got != 7*time.Second {
+		t.Errorf("--stop-timeout-ms \" 7000\" read as %v", got)
+	}
+	if !val.Bool("print-manifest") {
+		t.Error("AIP_SIDECAR_PRINT_MANIFEST=true read as false")
+	}
+
+	cfg, err := hostsdk.LoadConfig(nil, func(k string) string {
+		return map[string]string{"AIP_CONNECTOR_HOST_LEASE_TTL_MS": " 20000 ", "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "7 "}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeaseTTL != 20*time.Second || cfg.MaxInFlight != 7 {
+		t.Errorf("host settings with spaces read as lease %v, max in flight %d", cfg.LeaseTTL, cfg.MaxInFlight)
+	}
+
+	fs = flag.NewFlagSet("t", flag.ContinueOnError)
+	load = hostsdk.BindSettings(fs, newSettings())
+	_, err = load(func(k string) string { return map[string]string{"AIP_SIDECAR_START_TIMEOUT_MS": "5000 ms"}[k] })
+	var se *hostsdk.SettingError
+	if !errors.As(err, &se) || se.Flag != "start-timeout-ms" || !strings.Contains(err.Error(), "AIP_SIDECAR_START_TIMEOUT_MS") ||
+		!strings.Contains(err.Error(), "want an integer from 1 to 3600000 ms") {
+		t.Errorf("AIP_SIDECAR_START_TIMEOUT_MS=\"5000 ms\": %v; want a SettingError naming it and the range", err)
 	}
 }
