@@ -294,21 +294,12 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 	if err := journal.CheckLimit(limit); err != nil {
 		return nil, err
 	}
-	rows, err := j.pool.Query(ctx, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
-		FROM aip_runtime_receipts WHERE journal_ns = $1 AND seq > $2 ORDER BY seq LIMIT $3`, j.ns, int64(after), limit)
+	rows, err := j.pool.Query(ctx, `SELECT `+receiptColumns+` FROM aip_runtime_receipts
+		WHERE journal_ns = $1 AND seq > $2 ORDER BY seq LIMIT $3`, j.ns, int64(after), limit)
 	if err != nil {
 		return nil, dbErr(err, "list receipts")
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (journal.Receipt, error) {
-		var (
-			r      journal.Receipt
-			seq    int64
-			status string
-		)
-		err := row.Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &r.At)
-		r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), r.At.UTC()
-		return r, err
-	})
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (journal.Receipt, error) { return scanReceipt(row) })
 	if err != nil {
 		return nil, dbErr(err, "list receipts")
 	}
@@ -324,19 +315,28 @@ func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Rece
 	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Receipt{}, err
 	}
-	var (
-		r      journal.Receipt
-		seq    int64
-		status string
-	)
-	err := j.pool.QueryRow(ctx, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
-		FROM aip_runtime_receipts WHERE journal_ns = $1 AND action_id = $2`, j.ns, actionID).
-		Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &r.At)
+	r, err := scanReceipt(j.pool.QueryRow(ctx, `SELECT `+receiptColumns+` FROM aip_runtime_receipts
+		WHERE journal_ns = $1 AND action_id = $2`, j.ns, actionID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return journal.Receipt{}, fmt.Errorf("%w: no receipt for action %s", journal.ErrNotFound, actionID)
 	}
 	if err != nil {
 		return journal.Receipt{}, dbErr(err, "read receipt of action %s", actionID)
+	}
+	return r, nil
+}
+
+// receiptColumns are the columns scanReceipt reads, in its order.
+const receiptColumns = `seq, id, action_id, status, result_digest, prev_hash, hash, at`
+
+func scanReceipt(row pgx.Row) (journal.Receipt, error) {
+	var (
+		r      journal.Receipt
+		seq    int64
+		status string
+	)
+	if err := row.Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &r.At); err != nil {
+		return journal.Receipt{}, err
 	}
 	r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), r.At.UTC()
 	return r, nil

@@ -261,16 +261,10 @@ func (j *Journal) Receipts(ctx context.Context, after uint64, limit int) ([]jour
 	defer rows.Close()
 	var out []journal.Receipt
 	for rows.Next() {
-		var (
-			r      journal.Receipt
-			seq    int64
-			status string
-			atUS   int64
-		)
-		if err := rows.Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &atUS); err != nil {
+		r, err := scanReceipt(rows)
+		if err != nil {
 			return nil, j.readErr(ctx, err, "list receipts")
 		}
-		r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), fromMicros(atUS)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -288,24 +282,31 @@ func (j *Journal) ReceiptFor(ctx context.Context, actionID string) (journal.Rece
 	if err := journal.CheckID("action ID", actionID); err != nil {
 		return journal.Receipt{}, err
 	}
-	var (
-		r      journal.Receipt
-		seq    int64
-		status string
-		atUS   int64
-	)
-	err := j.rs.receiptFor.QueryRowContext(ctx, actionID).Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &atUS)
+	r, err := scanReceipt(j.rs.receiptFor.QueryRowContext(ctx, actionID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return journal.Receipt{}, fmt.Errorf("%w: no receipt for action %s", journal.ErrNotFound, actionID)
 	}
 	if err != nil {
 		return journal.Receipt{}, j.readErr(ctx, err, "read receipt of action %s", actionID)
 	}
-	r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), fromMicros(atUS)
 	return r, nil
 }
 
 type scanner interface{ Scan(dest ...any) error }
+
+func scanReceipt(row scanner) (journal.Receipt, error) {
+	var (
+		r      journal.Receipt
+		seq    int64
+		status string
+		atUS   int64
+	)
+	if err := row.Scan(&seq, &r.ID, &r.ActionID, &status, &r.ResultDigest, &r.PrevHash, &r.Hash, &atUS); err != nil {
+		return journal.Receipt{}, err
+	}
+	r.Seq, r.Status, r.At = uint64(seq), aip.ActionState(status), fromMicros(atUS)
+	return r, nil
+}
 
 func scanAction(row scanner) (journal.Action, error) {
 	var (

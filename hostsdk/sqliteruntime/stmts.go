@@ -11,6 +11,9 @@ import (
 const actionColumns = `action_id, capability_id, tenant_id, idempotency_key, input_digest, fence_token,
 	message_id, status, result, detail, received_at, started_at, updated_at, completed_at`
 
+// receiptColumns are the columns scanReceipt reads, in its order.
+const receiptColumns = `seq, id, action_id, status, result_digest, prev_hash, hash, at`
+
 const outboxColumns = `id, channel_id, events, attempts, next_attempt, lease_until, last_error, created_at`
 
 // writeStmts are prepared once on the writer connection.
@@ -115,10 +118,8 @@ type readStmts struct {
 func (s *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 	return prepareAll(ctx, db.PrepareContext, []stmtDef{
 		{&s.action, `SELECT ` + actionColumns + ` FROM actions WHERE action_id = ?1`},
-		{&s.receipts, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
-			FROM receipts WHERE seq > ?1 ORDER BY seq LIMIT ?2`},
-		{&s.receiptFor, `SELECT seq, id, action_id, status, result_digest, prev_hash, hash, at
-			FROM receipts WHERE action_id = ?1`},
+		{&s.receipts, `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ?1 ORDER BY seq LIMIT ?2`},
+		{&s.receiptFor, `SELECT ` + receiptColumns + ` FROM receipts WHERE action_id = ?1`},
 		{&s.state, `SELECT value, revision FROM state WHERE namespace = ?1 AND key = ?2`},
 		{&s.pendingEvents, `SELECT count(*) FROM outbox`},
 		{&s.probe, `SELECT at FROM probe WHERE id = 1`},
