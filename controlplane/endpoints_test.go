@@ -269,16 +269,31 @@ func TestFleetReplicasWithoutLister(t *testing.T) {
 
 func TestNewValidatesConfig(t *testing.T) {
 	b := newMemBackend(t, registrytest.NewClock(registrytest.Epoch))
-	for _, cfg := range []controlplane.Config{
-		{LeaseTTL: 999 * 1e6},
-		{LeaseTTL: 301 * 1e9},
-		{MaxBatch: registry.MaxLifecycleBatch + 1},
-		{BatchWorkers: -1},
-		{MaintenanceInterval: 2e9, MaintenanceMaxBackoff: 1e9},
+	for _, c := range []struct {
+		cfg   controlplane.Config
+		field string
+	}{
+		{controlplane.Config{LeaseTTL: 999 * 1e6}, "LeaseTTL"},
+		{controlplane.Config{LeaseTTL: 301 * 1e9}, "LeaseTTL"},
+		{controlplane.Config{MaxBatch: registry.MaxLifecycleBatch + 1}, "MaxBatch"},
+		{controlplane.Config{BatchWorkers: -1}, "BatchWorkers"},
+		{controlplane.Config{BatchWorkers: controlplane.MaxBatchWorkers + 1}, "BatchWorkers"},
+		{controlplane.Config{StoreTimeout: -1}, "StoreTimeout"},
+		{controlplane.Config{ReplicaCacheSize: -1}, "ReplicaCacheSize"},
+		{controlplane.Config{ExpiryBatchSize: -1}, "ExpiryBatchSize"},
+		{controlplane.Config{ExpiryMaxBatches: -1}, "ExpiryMaxBatches"},
+		{controlplane.Config{MaintenanceInterval: 2e9, MaintenanceMaxBackoff: 1e9}, "MaintenanceMaxBackoff"},
 	} {
-		if _, err := controlplane.New(controlKey, b.Store, cfg); err == nil {
-			t.Errorf("New(%+v) succeeded", cfg)
+		var ce *controlplane.ConfigError
+		if err := c.cfg.Validate(); !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("%+v.Validate() = %v, want a *ConfigError for %s", c.cfg, err, c.field)
 		}
+		if _, err := controlplane.New(controlKey, b.Store, c.cfg); !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("New(%+v) = %v, want a *ConfigError for %s", c.cfg, err, c.field)
+		}
+	}
+	if err := (controlplane.Config{}).Validate(); err != nil {
+		t.Errorf("the zero Config (every default) is refused: %v", err)
 	}
 	if _, err := controlplane.New(nil, b.Store, controlplane.Config{}); err == nil {
 		t.Error("New without a key succeeded")

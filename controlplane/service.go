@@ -144,24 +144,54 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// MaxBatchWorkers bounds Config.BatchWorkers.
+const MaxBatchWorkers = 64
+
+// ConfigError reports a Config field whose value New refuses.
+type ConfigError struct {
+	// Field names the Config field, e.g. "LeaseTTL".
+	Field string
+	// Value is the refused value, formatted.
+	Value string
+	// Problem says what is wrong with it, e.g. "is outside 1s..5m0s".
+	Problem string
+}
+
+func (e *ConfigError) Error() string {
+	return "controlplane: Config." + e.Field + " " + e.Value + " " + e.Problem
+}
+
+// Validate reports whether New accepts c, once its zero fields take their
+// defaults. Its errors are *ConfigError.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	return c.validate()
+}
+
+// validate checks a Config whose defaults are applied.
 func (c *Config) validate() error {
+	bad := func(field string, value any, format string, args ...any) error {
+		return &ConfigError{Field: field, Value: fmt.Sprint(value), Problem: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case c.LeaseTTL < registry.MinLeaseTTL || c.LeaseTTL > registry.MaxLeaseTTL:
-		return fmt.Errorf("controlplane: lease TTL %s is outside %s..%s", c.LeaseTTL, registry.MinLeaseTTL, registry.MaxLeaseTTL)
+		return bad("LeaseTTL", c.LeaseTTL, "is outside %s..%s", registry.MinLeaseTTL, registry.MaxLeaseTTL)
 	case c.MaxBatch < 1 || c.MaxBatch > registry.MaxLifecycleBatch:
-		return fmt.Errorf("controlplane: MaxBatch %d is outside 1..%d", c.MaxBatch, registry.MaxLifecycleBatch)
-	case c.BatchWorkers < 1 || c.BatchWorkers > 64:
-		return fmt.Errorf("controlplane: BatchWorkers %d is outside 1..64", c.BatchWorkers)
+		return bad("MaxBatch", c.MaxBatch, "is outside 1..%d", registry.MaxLifecycleBatch)
+	case c.BatchWorkers < 1 || c.BatchWorkers > MaxBatchWorkers:
+		return bad("BatchWorkers", c.BatchWorkers, "is outside 1..%d", MaxBatchWorkers)
 	case c.StoreTimeout < 0:
-		return fmt.Errorf("controlplane: StoreTimeout %s is negative", c.StoreTimeout)
+		return bad("StoreTimeout", c.StoreTimeout, "is negative")
 	case c.ReplicaCacheSize < 1:
-		return fmt.Errorf("controlplane: ReplicaCacheSize %d must be positive", c.ReplicaCacheSize)
+		return bad("ReplicaCacheSize", c.ReplicaCacheSize, "must be positive")
 	case c.MaintenanceInterval < time.Millisecond:
-		return fmt.Errorf("controlplane: MaintenanceInterval %s is below 1ms", c.MaintenanceInterval)
-	case c.ExpiryBatchSize < 1 || c.ExpiryMaxBatches < 1:
-		return fmt.Errorf("controlplane: ExpiryBatchSize %d and ExpiryMaxBatches %d must be positive", c.ExpiryBatchSize, c.ExpiryMaxBatches)
+		return bad("MaintenanceInterval", c.MaintenanceInterval, "is below 1ms")
+	case c.ExpiryBatchSize < 1:
+		return bad("ExpiryBatchSize", c.ExpiryBatchSize, "must be positive")
+	case c.ExpiryMaxBatches < 1:
+		return bad("ExpiryMaxBatches", c.ExpiryMaxBatches, "must be positive")
 	case c.MaintenanceMaxBackoff < c.MaintenanceInterval:
-		return fmt.Errorf("controlplane: MaintenanceMaxBackoff %s is below MaintenanceInterval %s", c.MaintenanceMaxBackoff, c.MaintenanceInterval)
+		return bad("MaintenanceMaxBackoff", c.MaintenanceMaxBackoff, "is below MaintenanceInterval %s", c.MaintenanceInterval)
 	}
 	return nil
 }

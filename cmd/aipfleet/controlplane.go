@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -92,18 +93,25 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 		return nil, usagef("control-plane: --database-url-file is required (a file holding the lifecycle role's PostgreSQL URL)")
 	case f.signingKeyFile == "":
 		return nil, usagef("control-plane: --signing-key-file is required (create one with `aipfleet keygen --out FILE`)")
-	case f.leaseTTL < registry.MinLeaseTTL || f.leaseTTL > registry.MaxLeaseTTL:
-		return nil, usagef("control-plane: --lease-ttl %s is outside %s..%s", f.leaseTTL, registry.MinLeaseTTL, registry.MaxLeaseTTL)
 	case f.maxConns < 1 || f.maxConns > 256:
 		return nil, usagef("control-plane: --max-connections %d is outside 1..256", f.maxConns)
 	case f.acquireTimeout < time.Millisecond || f.acquireTimeout > pgregistry.MaxAcquireTimeout:
 		return nil, usagef("control-plane: --acquire-timeout %s is outside 1ms..%s", f.acquireTimeout, pgregistry.MaxAcquireTimeout)
-	case f.maxBatch < 1 || f.maxBatch > registry.MaxLifecycleBatch:
-		return nil, usagef("control-plane: --max-batch %d is outside 1..%d", f.maxBatch, registry.MaxLifecycleBatch)
-	case f.batchWorkers < 1 || f.batchWorkers > 64:
-		return nil, usagef("control-plane: --batch-workers %d is outside 1..64", f.batchWorkers)
 	case (f.tlsCertFile == "") != (f.tlsKeyFile == ""):
 		return nil, usagef("control-plane: --tls-cert-file and --tls-key-file go together")
+	}
+	// In controlplane.Config 0 means the default; on the command line the
+	// default is the flag left out, so 0 is refused.
+	for _, z := range []struct {
+		flag string
+		zero bool
+	}{{"--lease-ttl", f.leaseTTL == 0}, {"--max-batch", f.maxBatch == 0}, {"--batch-workers", f.batchWorkers == 0}} {
+		if z.zero {
+			return nil, usagef("control-plane: %s 0 is not allowed; leave the flag out for its default", z.flag)
+		}
+	}
+	if err := f.serviceConfig().Validate(); err != nil {
+		return nil, controlPlaneConfigError(err)
 	}
 	if _, err := parseLogLevel(f.logLevel); err != nil {
 		return nil, usagef("control-plane: %v", err)
@@ -112,6 +120,28 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 		return nil, err
 	}
 	return f, nil
+}
+
+// serviceConfig is the controlplane.Config the flags ask for (the logger
+// is added by runControlPlane).
+func (f *controlPlaneFlags) serviceConfig() controlplane.Config {
+	return controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers}
+}
+
+// controlPlaneConfigFlags maps the controlplane.Config fields the flags set
+// to their flags.
+var controlPlaneConfigFlags = map[string]string{"LeaseTTL": "--lease-ttl", "MaxBatch": "--max-batch", "BatchWorkers": "--batch-workers"}
+
+// controlPlaneConfigError turns a controlplane.Config.Validate error into a
+// usage error naming the flag.
+func controlPlaneConfigError(err error) error {
+	var ce *controlplane.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := controlPlaneConfigFlags[ce.Field]; ok {
+			return usagef("control-plane: %s %s %s", flag, ce.Value, ce.Problem)
+		}
+	}
+	return usagef("control-plane: %v", err)
 }
 
 // checkServerTransport is the transport rule of the server commands
@@ -175,9 +205,9 @@ func runControlPlane(ctx context.Context, c *command, e *env, args []string) err
 		return fmt.Errorf("open the registry (data pool): %w", err)
 	}
 	defer reg.Close()
-	svc, err := controlplane.New(key, reg, controlplane.Config{
-		LeaseTTL: f.leaseTTL, Logger: logger, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers,
-	})
+	cfg := f.serviceConfig()
+	cfg.Logger = logger
+	svc, err := controlplane.New(key, reg, cfg)
 	if err != nil {
 		return err
 	}
