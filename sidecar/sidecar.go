@@ -69,6 +69,9 @@ type Sidecar struct {
 	mcp   *MCP
 	sup   *supervisor
 	host  *hostsdk.Host
+	// probeTimeout bounds one health probe of the local connector
+	// (Host.HealthProbeTimeout or its default).
+	probeTimeout time.Duration
 }
 
 // New validates cfg and builds the sidecar and its host. It does no I/O
@@ -113,7 +116,11 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 			*d.p = d.def
 		}
 	}
-	s := &Sidecar{cfg: cfg, log: log}
+	probe := cfg.Host.HealthProbeTimeout
+	if probe == 0 {
+		probe = hostsdk.DefaultHealthProbeTimeout
+	}
+	s := &Sidecar{cfg: cfg, log: log, probeTimeout: probe}
 	if len(cfg.MCP.Command) > 0 || cfg.MCP.URL != "" || cfg.MCP.Transport != nil {
 		if len(cfg.Exec) > 0 {
 			return nil, &ConfigError{Field: "Exec", Reason: "is for a local-contract connector; in MCP mode give the server's command with --mcp-command"}
@@ -169,10 +176,6 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 				env = append(env, EnvLocalURL+"="+lc.URL)
 			}
 			env = append(env, EnvLocalToken+"="+lc.Token)
-			probe := cfg.Host.HealthProbeTimeout
-			if probe == 0 {
-				probe = hostsdk.DefaultHealthProbeTimeout
-			}
 			s.sup = newSupervisor(superviseConfig{
 				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
 				Ready: l.probe, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
@@ -274,25 +277,10 @@ func (s *Sidecar) startLocal(ctx context.Context) error {
 func (s *Sidecar) awaitAttached(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
-	probe := s.cfg.Host.HealthProbeTimeout
-	if probe == 0 {
-		probe = hostsdk.DefaultHealthProbeTimeout
+	if last, err := pollReady(ctx, s.probeTimeout, s.local.probe, nil); err != nil {
+		return fmt.Errorf("%w within %s at %s: %v", ErrStartTimeout, s.cfg.StartTimeout, s.local.Target(), last)
 	}
-	tick := time.NewTicker(readyPollInterval)
-	defer tick.Stop()
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, probe)
-		err := s.local.probe(pctx)
-		pcancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w within %s at %s: %v", ErrStartTimeout, s.cfg.StartTimeout, s.local.Target(), err)
-		case <-tick.C:
-		}
-	}
+	return nil
 }
 
 // stopLocal is step 4 of Run.

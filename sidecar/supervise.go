@@ -161,21 +161,39 @@ func (s *supervisor) start(parent context.Context) error {
 
 // awaitReady polls Ready until it succeeds, the child exits or ctx ends.
 func (s *supervisor) awaitReady(ctx context.Context, c *child) error {
+	last, err := pollReady(ctx, s.cfg.ProbeTimeout, s.cfg.Ready, c.exited)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errExitedBeforeReady):
+		return fmt.Errorf("the process exited before it was ready: %v", c.err)
+	default:
+		return fmt.Errorf("%v (last health check: %v)", err, last)
+	}
+}
+
+// errExitedBeforeReady is pollReady's answer when exited is closed.
+var errExitedBeforeReady = errors.New("exited before it was ready")
+
+// pollReady calls probe, each call bounded by probeTimeout, every
+// readyPollInterval until it succeeds (nil), exited is closed
+// (errExitedBeforeReady; nil: never) or ctx ends (ctx.Err()). last is the
+// last probe's error.
+func pollReady(ctx context.Context, probeTimeout time.Duration, probe func(context.Context) error, exited <-chan struct{}) (last, err error) {
 	tick := time.NewTicker(readyPollInterval)
 	defer tick.Stop()
-	var err error
 	for {
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
-		err = s.cfg.Ready(pctx)
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		last = probe(pctx)
 		cancel()
-		if err == nil {
-			return nil
+		if last == nil {
+			return nil, nil
 		}
 		select {
-		case <-c.exited:
-			return fmt.Errorf("the process exited before it was ready: %v", c.err)
+		case <-exited:
+			return last, errExitedBeforeReady
 		case <-ctx.Done():
-			return fmt.Errorf("%v (last health check: %v)", ctx.Err(), err)
+			return last, ctx.Err()
 		case <-tick.C:
 		}
 	}
