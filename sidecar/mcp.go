@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -280,9 +279,7 @@ func (m *MCP) Connect(ctx context.Context) error {
 	// container): retry with backoff for at most ConnectTimeout.
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
 	defer cancel()
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = m.cfg.RestartBackoff, m.cfg.MaxBackoff, 0
-	bo.Reset()
+	bo := newBackoff(m.cfg.RestartBackoff, m.cfg.MaxBackoff)
 	var (
 		sess *mcp.ClientSession
 		cmd  *exec.Cmd
@@ -336,9 +333,7 @@ func (m *MCP) session() (*mcp.ClientSession, chan struct{}) {
 // its tool list changed, the new list is compared with the admitted one.
 func (m *MCP) loop() {
 	defer close(m.loopDone)
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = m.cfg.RestartBackoff, m.cfg.MaxBackoff, 0
-	bo.Reset()
+	bo := newBackoff(m.cfg.RestartBackoff, m.cfg.MaxBackoff)
 	for {
 		sess, done := m.session()
 		select {

@@ -78,10 +78,13 @@ func newSupervisor(cfg superviseConfig) *supervisor {
 	return &supervisor{cfg: cfg, log: cfg.Logger, stopCh: make(chan struct{})}
 }
 
-func (s *supervisor) newBackoff() *backoff.ExponentialBackOff {
+// newBackoff is the restart and reconnect backoff of both modes (the
+// --exec child and the MCP server): from initial, doubling with 20%
+// jitter up to max, never giving up.
+func newBackoff(initial, max time.Duration) *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = s.cfg.RestartBackoff
-	b.MaxInterval = s.cfg.MaxBackoff
+	b.InitialInterval = initial
+	b.MaxInterval = max
 	b.MaxElapsedTime = 0
 	b.RandomizationFactor = 0.2
 	b.Multiplier = 2
@@ -123,7 +126,7 @@ var errStopping = errors.New("sidecar: the supervisor is stopping")
 func (s *supervisor) start(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(parent, s.cfg.StartTimeout)
 	defer cancel()
-	bo := s.newBackoff()
+	bo := newBackoff(s.cfg.RestartBackoff, s.cfg.MaxBackoff)
 	var lastErr error
 	for {
 		c, err := s.spawn()
@@ -202,7 +205,7 @@ func pollReady(ctx context.Context, probeTimeout time.Duration, probe func(conte
 // monitor restarts the child after crashes until stop.
 func (s *supervisor) monitor(c *child) {
 	defer close(s.monDone)
-	bo := s.newBackoff()
+	bo := newBackoff(s.cfg.RestartBackoff, s.cfg.MaxBackoff)
 	for {
 		select {
 		case <-c.exited:
