@@ -9,8 +9,9 @@ import (
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 )
 
-// BenchmarkActionLifecycle: ClaimMessage + BeginAction + StartAction +
-// FinishAction per op from 32 concurrent clients, pool of 32 connections.
+// BenchmarkActionLifecycle: the host's AcceptAction + FinishAction per op
+// (two statements, two commits) from 32 concurrent clients, pool of 32
+// connections.
 //
 //	AIP_TEST_DATABASE_URL=... go test -run '^$' -bench ActionLifecycle -benchtime 20000x ./hostsdk/pgruntime/
 func BenchmarkActionLifecycle(b *testing.B) {

@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkActionLifecycle measures what the host costs the journal per
-// action: ClaimMessage + BeginAction + StartAction + FinishAction, from 32
+// action on its own path: AcceptAction + FinishAction (two commits), from 32
 // concurrent clients. It reports lifecycles/s and the p50/p99 latency of one
 // whole lifecycle.
 //

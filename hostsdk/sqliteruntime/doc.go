@@ -65,17 +65,16 @@
 //     show the caller an outcome_unknown rather than a lie.
 //
 // SyncFull is the default because group commit makes it affordable.
-// BenchmarkActionLifecycle (ClaimMessage, BeginAction, StartAction and
-// FinishAction per action, 32 concurrent clients) on the 2-core development
-// VM measured about 10 000-13 000 lifecycles/s with SyncFull (p99 of a whole
-// lifecycle 5-14 ms) when the machine was otherwise idle, and 3 400-8 900/s
-// (p99 7-70 ms) while other builds loaded its CPUs and disk; SyncNormal
-// measured 15 000-19 000/s idle and 8 000-9 500/s loaded. With SyncFull
-// the bound is the fsync: each client waits for four commits per action
-// and one commit carries at most one write per client. TestCrashRecovery
-// kills a writing child process with SIGKILL repeatedly and checks that
-// every write it reported is present, the file passes SQLite's integrity
-// check and the receipt chain verifies.
+// BenchmarkActionLifecycle (the host's AcceptAction and FinishAction per
+// action, 32 concurrent clients) on the 2-core development VM, while other
+// engineers' builds and tests kept its load average at 4-7, measured
+// 5 600-14 600 lifecycles/s with SyncFull (p99 of a whole lifecycle
+// 8-36 ms) and 9 000-13 700/s with SyncNormal (p99 15-25 ms) over three
+// runs. With SyncFull the bound is the fsync: each client waits for two
+// commits per action and one commit carries at most one write per client.
+// TestCrashRecovery kills a writing child process with SIGKILL repeatedly
+// and checks that every write it reported is present, the file passes
+// SQLite's integrity check and the receipt chain verifies.
 //
 // # Growth
 //

@@ -13,9 +13,10 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
-// BenchmarkLifecycle measures what a host costs a journal per action:
-// ClaimMessage + BeginAction + StartAction + FinishAction, from clients
-// concurrent goroutines (b.SetParallelism rounded up to a multiple of
+// BenchmarkLifecycle measures what a host costs a journal per action, on
+// the host's own path (hostsdk's ingress): AcceptAction (the message claim
+// and the action journaled as running, one commit) then FinishAction (the
+// result and its receipt, one commit), from clients concurrent goroutines (b.SetParallelism rounded up to a multiple of
 // GOMAXPROCS). It reports lifecycles/s and the p50 and p99 latency of one
 // whole lifecycle in milliseconds. Each backend calls it from its own
 // BenchmarkActionLifecycle.
@@ -36,22 +37,14 @@ func BenchmarkLifecycle(b *testing.B, j journal.Journal, clients int) {
 		for pb.Next() {
 			t0 := time.Now()
 			msg := aip.NewMessageID()
-			ok, err := j.ClaimMessage(ctx, msg, t0.Add(5*time.Minute), t0)
-			if err != nil || !ok {
-				b.Errorf("ClaimMessage: %v %v", ok, err)
-				return
-			}
 			a := journal.Action{
 				ActionID: aip.NewActionID(), CapabilityID: "echo.say", TenantID: "tenant-a",
 				IdempotencyKey: "k", InputDigest: digest, FenceToken: "fence-1", MessageID: msg,
 				ReceivedAt: t0,
 			}
-			if _, created, err := j.BeginAction(ctx, a); err != nil || !created {
-				b.Errorf("BeginAction: %v %v", created, err)
-				return
-			}
-			if err := j.StartAction(ctx, a.ActionID, time.Now()); err != nil {
-				b.Errorf("StartAction: %v", err)
+			acc, err := j.AcceptAction(ctx, msg, t0.Add(5*time.Minute), t0, a)
+			if err != nil || !acc.Claimed || !acc.Created {
+				b.Errorf("AcceptAction: %+v %v", acc, err)
 				return
 			}
 			if _, err := j.FinishAction(ctx, a.ActionID, aip.StateCompleted, result, "", time.Now()); err != nil {
