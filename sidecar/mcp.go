@@ -160,14 +160,18 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		cfg.CapabilityPrefix = DefaultCapabilityPrefix
 	}
 	for _, d := range []struct {
-		p   *time.Duration
-		def time.Duration
+		field string
+		p     *time.Duration
+		def   time.Duration
 	}{
-		{&cfg.ConnectTimeout, DefaultConnectTimeout}, {&cfg.StopTimeout, DefaultStopTimeout},
-		{&cfg.MaxActionDuration, DefaultMaxActionDuration}, {&cfg.RestartBackoff, DefaultRestartBackoff},
-		{&cfg.MaxBackoff, DefaultMaxBackoff},
+		{"MCP.ConnectTimeout", &cfg.ConnectTimeout, DefaultConnectTimeout}, {"MCP.StopTimeout", &cfg.StopTimeout, DefaultStopTimeout},
+		{"MCP.MaxActionDuration", &cfg.MaxActionDuration, DefaultMaxActionDuration},
+		{"MCP.RestartBackoff", &cfg.RestartBackoff, DefaultRestartBackoff}, {"MCP.MaxBackoff", &cfg.MaxBackoff, DefaultMaxBackoff},
 	} {
-		if *d.p <= 0 {
+		if *d.p < 0 {
+			return nil, &ConfigError{Field: d.field, Reason: fmt.Sprintf("is %s; it must not be negative", *d.p)}
+		}
+		if *d.p == 0 {
 			*d.p = d.def
 		}
 	}

@@ -409,6 +409,11 @@ func TestMCPConfigErrors(t *testing.T) {
 		{MCPConfig{URL: "ftp://x/"}, "Streamable HTTP"},
 		{MCPConfig{Command: []string{""}}, "empty program"},
 		{MCPConfig{Command: []string{"x"}, OnManifestChange: "apply"}, "report or unready"},
+		{MCPConfig{Command: []string{"x"}, ConnectTimeout: -time.Second}, "MCP.ConnectTimeout is -1s"},
+		{MCPConfig{Command: []string{"x"}, StopTimeout: -time.Second}, "MCP.StopTimeout"},
+		{MCPConfig{Command: []string{"x"}, MaxActionDuration: -time.Second}, "MCP.MaxActionDuration"},
+		{MCPConfig{Command: []string{"x"}, RestartBackoff: -time.Second}, "MCP.RestartBackoff"},
+		{MCPConfig{Command: []string{"x"}, MaxBackoff: -time.Second}, "MCP.MaxBackoff"},
 	} {
 		_, err := NewMCP(tc.cfg)
 		var ce *ConfigError
