@@ -53,8 +53,8 @@ type Options struct {
 	Limits registry.Limits
 }
 
-// Backend bundles the contracts of one backend instance. All four must be
-// views of the same registry state.
+// Backend bundles the contracts of one backend instance. All must be set
+// and be views of the same registry state; the suite fails on a nil one.
 type Backend struct {
 	Catalog  registry.Catalog
 	Resolver registry.Resolver
@@ -62,6 +62,13 @@ type Backend struct {
 	Fleet    registry.FleetStatus
 	// Lifecycle is the backend's lifecycle contract (suite_lifecycle.go).
 	Lifecycle registry.Lifecycle
+	// Rerouter moves a refused action to another replica
+	// (suite_reroute.go).
+	Rerouter registry.Rerouter
+	// Replicas pages through the provisioned replicas (suite_lifecycle.go).
+	Replicas registry.ReplicaLister
+	// Readiness reports whether the backend can serve (suite_lifecycle.go).
+	Readiness registry.Readiness
 }
 
 // Key returns a deterministic replica signing key derived from name, so

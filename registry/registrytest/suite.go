@@ -49,7 +49,20 @@ func newFx(t *testing.T, nb NewBackend) *fx {
 func newFxLimits(t *testing.T, nb NewBackend, l registry.Limits) *fx {
 	t.Helper()
 	clock := NewClock(Epoch)
-	return &fx{t: t, ctx: t.Context(), clock: clock, b: nb(t, Options{Clock: clock, Limits: l})}
+	b := nb(t, Options{Clock: clock, Limits: l})
+	for _, c := range []struct {
+		name  string
+		unset bool
+	}{
+		{"Catalog", b.Catalog == nil}, {"Resolver", b.Resolver == nil}, {"Admin", b.Admin == nil},
+		{"Fleet", b.Fleet == nil}, {"Lifecycle", b.Lifecycle == nil}, {"Rerouter", b.Rerouter == nil}, {"Replicas", b.Replicas == nil},
+		{"Readiness", b.Readiness == nil},
+	} {
+		if c.unset {
+			t.Fatalf("registrytest.Backend.%s is nil: the backend must set every contract of Backend", c.name)
+		}
+	}
+	return &fx{t: t, ctx: t.Context(), clock: clock, b: b}
 }
 
 func (f *fx) must(err error) {

@@ -697,10 +697,7 @@ func testLifecycleClaimsExpire(t *testing.T, nb NewBackend) {
 
 func testLifecycleList(t *testing.T, nb NewBackend) {
 	f := newLfx(t, nb)
-	lister, ok := f.lc.(registry.ReplicaLister)
-	if !ok {
-		t.Skip("the backend does not implement registry.ReplicaLister")
-	}
+	lister := f.b.Replicas
 	for _, n := range []string{"c", "a", "e", "b", "d"} {
 		f.provision(n)
 	}
@@ -734,10 +731,7 @@ func replicaIDs(rs []registry.ConnectorReplica) []string {
 
 func testLifecycleReadiness(t *testing.T, nb NewBackend) {
 	f := newLfx(t, nb)
-	probe, ok := f.lc.(registry.Readiness)
-	if !ok {
-		t.Skip("the backend does not implement registry.Readiness")
-	}
+	probe := f.b.Readiness
 	r, err := probe.Readiness(f.ctx)
 	f.must(err)
 	if !r.Ready() || r.Backend == "" || len(r.Checks) == 0 {

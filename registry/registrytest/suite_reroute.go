@@ -79,9 +79,6 @@ func RefusalEvidence(a registry.RouteAssignment, code string) registry.RefusalEv
 }
 
 func runReroute(t *testing.T, nb NewBackend) {
-	if b := nb(t, Options{Clock: NewClock(Epoch)}); !implementsRerouter(b) {
-		t.Skipf("the backend's resolver %T does not implement registry.Rerouter yet", b.Resolver)
-	}
 	for _, c := range []struct {
 		name string
 		fn   func(*testing.T, NewBackend)
@@ -103,12 +100,7 @@ func runReroute(t *testing.T, nb NewBackend) {
 	}
 }
 
-func implementsRerouter(b Backend) bool {
-	_, ok := b.Resolver.(registry.Rerouter)
-	return ok
-}
-
-func (f *fx) rerouter() registry.Rerouter { return f.b.Resolver.(registry.Rerouter) }
+func (f *fx) rerouter() registry.Rerouter { return f.b.Rerouter }
 
 func (f *fx) reroute(a registry.RouteAssignment, code string) (registry.RouteAssignment, error) {
 	return f.rerouter().Reroute(f.ctx, registry.RerouteRequest{Current: a, Evidence: RefusalEvidence(a, code)})
