@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -16,18 +17,42 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func noEnv(string) string { return "" }
 
 func TestFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{},
-		{"-database-url", "postgres://x/y", "-workers", "0"},
-		{"-database-url", "postgres://x/y", "-duration", "10ms"},
-		{"-database-url", "postgres://x/y", "-profile", "huge"},
-		{"-database-url", "postgres://x/y", "-page-size", "500"},
-		{"-database-url", "postgres://x/y", "extra"},
+	const db = "postgres://x/y"
+	for _, c := range []struct {
+		args []string
+		want string // a substring the error must contain
+	}{
+		{[]string{}, "-database-url is required"},
+		{[]string{"-database-url", db, "-workers", "0"}, "-workers 0"},
+		{[]string{"-database-url", db, "-workers", "513"}, "-workers 513"},
+		{[]string{"-database-url", db, "-readers", "0"}, "-readers 0"},
+		{[]string{"-database-url", db, "-duration", "10ms"}, "-duration 10ms"},
+		{[]string{"-database-url", db, "-duration", "2h"}, "-duration 2h0m0s"},
+		{[]string{"-database-url", db, "-warmup", "-1s"}, "-warmup -1s"},
+		{[]string{"-database-url", db, "-profile", "huge"}, `-profile "huge"`},
+		{[]string{"-database-url", db, "-page-size", "500"}, "-page-size 500"},
+		{[]string{"-database-url", db, "-heartbeat-workers", "-1"}, "-heartbeat-workers -1"},
+		{[]string{"-database-url", db, "-heartbeat-batch", "0"}, "-heartbeat-batch 0"},
+		{[]string{"-database-url", db, "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-database-url", db, "-no-such-flag"}, "-no-such-flag"},
 	} {
-		var stderr bytes.Buffer
-		if err := run(context.Background(), args, noEnv, &bytes.Buffer{}, &stderr); err == nil {
-			t.Errorf("run(%q) succeeded", args)
+		_, err := parseFlags(c.args, noEnv, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseFlags(%q) = %v, want an error containing %q", c.args, err, c.want)
 		}
+	}
+	o, err := parseFlags([]string{"-workers", "512", "-duration", "1h", "-profile", "small", "-page-size", "200"},
+		func(k string) string {
+			if k == "AIP_BENCH_DATABASE_URL" {
+				return db
+			}
+			return ""
+		}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("parseFlags with valid bounds: %v", err)
+	}
+	if o.databaseURL != db || o.workers != 512 || o.duration != time.Hour || o.profile != "small" || o.pageSize != 200 {
+		t.Fatalf("parseFlags with valid bounds: %+v", o)
 	}
 	var stderr bytes.Buffer
 	if err := run(context.Background(), []string{"-help"}, noEnv, &bytes.Buffer{}, &stderr); err != nil || !strings.Contains(stderr.String(), "Usage:") {
