@@ -53,6 +53,13 @@ const requestOverhead = 512
 // client that hangs up does not leave a route unsettled); it is bounded by
 // its timeout instead.
 func (d *Dispatcher) Execute(ctx context.Context, tenant string, req ActionRequest, onChunk func(*aip.StreamChunk)) (ActionResponse, int) {
+	return d.executeAction(ctx, tenant, req, onChunk, false)
+}
+
+// executeAction is Execute; validated says the caller already checked req
+// with ActionRequest.Validate (the HTTP handler does, to answer an invalid
+// request with a plain error body before anything is counted).
+func (d *Dispatcher) executeAction(ctx context.Context, tenant string, req ActionRequest, onChunk func(*aip.StreamChunk), validated bool) (ActionResponse, int) {
 	if req.ActionID == "" {
 		req.ActionID = aip.NewActionID()
 	}
@@ -61,7 +68,7 @@ func (d *Dispatcher) Execute(ctx context.Context, tenant string, req ActionReque
 		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrCapability, req.CapabilityID),
 			attribute.String(AttrAction, req.ActionID), attribute.String("aip.mode", string(modeOf(&req)))))
 	defer span.End()
-	resp, status := d.execute(ctx, tenant, &req, onChunk, span)
+	resp, status := d.execute(ctx, tenant, &req, onChunk, validated, span)
 	outcome := string(resp.Settlement)
 	if resp.Route == nil {
 		outcome = "not_routed"
@@ -85,7 +92,7 @@ func modeOf(req *ActionRequest) aip.ActionMode {
 	return req.Mode
 }
 
-func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequest, onChunk func(*aip.StreamChunk), span trace.Span) (ActionResponse, int) {
+func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequest, onChunk func(*aip.StreamChunk), validated bool, span trace.Span) (ActionResponse, int) {
 	resp := ActionResponse{ActionID: req.ActionID}
 	fail := func(e *apiError) (ActionResponse, int) {
 		resp.Error = e.pe
@@ -94,8 +101,10 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	if tenant == "" {
 		return fail(newAPIError(http.StatusUnauthorized, CodeUnauthorized, aip.CategoryAuth, false, 0, "no verified tenant"))
 	}
-	if err := req.Validate(d.cfg.MaxTimeout); err != nil {
-		return fail(newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0, err.Error()))
+	if !validated {
+		if err := req.Validate(d.cfg.MaxTimeout); err != nil {
+			return fail(newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0, err.Error()))
+		}
 	}
 	size := int64(len(req.Input)+len(req.CapabilityID)+len(req.IdempotencyKey)) + requestOverhead
 	actx, aspan := d.tracer.Start(ctx, SpanAdmission)

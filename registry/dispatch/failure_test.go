@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -333,6 +334,11 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		}
 		if c.status == http.StatusUnauthorized && resp.Header.Get("WWW-Authenticate") == "" {
 			t.Fatalf("%s: 401 without WWW-Authenticate", c.name)
+		}
+		// A request refused before it becomes an action answers a plain
+		// error body, not an ActionResponse with a fresh action ID.
+		if c.status != http.StatusNotFound && bytes.Contains(body, []byte(`"action_id"`)) {
+			t.Fatalf("%s: the refusal names an action: %s", c.name, body)
 		}
 	}
 	if _, err := w.reg.Assignment(w.ctx, id); !errors.Is(err, registry.ErrNotFound) {

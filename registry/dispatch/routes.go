@@ -170,20 +170,19 @@ func (d *Dispatcher) handleAction() http.Handler {
 			writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error()))
 			return
 		}
+		// Validated here, not again in Execute: an invalid request gets a
+		// plain error body and is not counted as an action.
 		if err := req.Validate(d.cfg.MaxTimeout); err != nil {
 			writeError(w, newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0, err.Error()))
 			return
 		}
-		if req.ActionID == "" {
-			req.ActionID = aip.NewActionID()
-		}
 		if req.Mode != aip.ModeStreaming {
-			resp, status := d.Execute(r.Context(), tenantOf(r.Context()), req, nil)
+			resp, status := d.executeAction(r.Context(), tenantOf(r.Context()), req, nil, true)
 			writeAction(w, status, &resp)
 			return
 		}
 		s := &streamWriter{w: w}
-		resp, status := d.Execute(r.Context(), tenantOf(r.Context()), req, s.chunk)
+		resp, status := d.executeAction(r.Context(), tenantOf(r.Context()), req, s.chunk, true)
 		s.finish(status, &resp)
 	})
 }
