@@ -136,13 +136,9 @@ func openHostJournal(ctx context.Context, cfg hostsdk.Config) (journal.Journal, 
 	if cfg.DatabaseURLFile == "" {
 		return nil, func() {}, nil
 	}
-	url, err := readDatabaseURL(cfg.DatabaseURLFile)
+	j, err := pgruntime.OpenURLFile(ctx, cfg.DatabaseURLFile, pgruntime.Config{Namespace: cfg.ReplicaID})
 	if err != nil {
-		return nil, nil, err
-	}
-	j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: url, Namespace: cfg.ReplicaID})
-	if err != nil {
-		return nil, nil, fmt.Errorf("--database-url-file %s: %w", cfg.DatabaseURLFile, err)
+		return nil, nil, fmt.Errorf("--database-url-file: %w", err)
 	}
 	return j, func() { j.Close() }, nil
 }

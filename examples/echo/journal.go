@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
@@ -19,14 +18,9 @@ func openJournal(ctx context.Context, cfg hostsdk.Config) (journal.Journal, func
 	if cfg.DatabaseURLFile == "" {
 		return nil, func() {}, nil
 	}
-	url, err := aip.ReadSecretFile(cfg.DatabaseURLFile, aip.MaxSecretFileBytes)
+	j, err := pgruntime.OpenURLFile(ctx, cfg.DatabaseURLFile, pgruntime.Config{Namespace: cfg.ReplicaID})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--database-url-file: %w", err)
-	}
-	j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: string(url), Namespace: cfg.ReplicaID})
-	clear(url)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--database-url-file %s: %w", cfg.DatabaseURLFile, err)
 	}
 	return j, func() { j.Close() }, nil
 }

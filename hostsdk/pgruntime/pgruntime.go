@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
@@ -99,6 +100,32 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 		return nil, fmt.Errorf("pgruntime: initialise namespace %s: %w", cfg.Namespace, err)
 	}
 	return &Journal{pool: pool, ns: cfg.Namespace}, nil
+}
+
+// MaxURLFileBytes bounds the file OpenURLFile reads.
+const MaxURLFileBytes = 16 << 10
+
+// OpenURLFile opens the journal whose DatabaseURL is kept in the secret file
+// at path: the file is read with aip.ReadSecretFile (a regular,
+// owner-only file of 1 to MaxURLFileBytes bytes; surrounding whitespace
+// removed), the bytes read are cleared once Open has parsed them, and
+// every error names path. cfg.DatabaseURL must be empty; the other fields
+// are Open's.
+func OpenURLFile(ctx context.Context, path string, cfg Config) (*Journal, error) {
+	if cfg.DatabaseURL != "" {
+		return nil, errors.New("pgruntime: OpenURLFile reads Config.DatabaseURL from its file; leave it empty")
+	}
+	raw, err := aip.ReadSecretFile(path, MaxURLFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("pgruntime: database URL: %w", err)
+	}
+	defer clear(raw)
+	cfg.DatabaseURL = string(raw)
+	j, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database URL file %s: %w", path, err)
+	}
+	return j, nil
 }
 
 // Namespace returns the journal's namespace.

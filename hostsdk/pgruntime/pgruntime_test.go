@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -245,5 +247,56 @@ func TestReceiptHashOfAwkwardActionIDs(t *testing.T) {
 	}
 	if err := journal.VerifyChain("", rs); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestOpenURLFile(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	file := filepath.Join(t.TempDir(), "db-url")
+	if err := os.WriteFile(file, []byte(dbURL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := pgruntime.Config{Namespace: aip.NewID(aip.PrefixReplica)}
+	j, err := pgruntime.OpenURLFile(ctx, file, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if j.Durability() != journal.Durable || j.Namespace() != cfg.Namespace {
+		t.Fatalf("journal %v namespace %s, want a durable journal of %s", j.Durability(), j.Namespace(), cfg.Namespace)
+	}
+	if err := j.Probe(ctx); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+
+	// The URL file is a secret: a group-readable file is refused, by name.
+	if err := os.Chmod(file, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgruntime.OpenURLFile(ctx, file, cfg); !errors.Is(err, aip.ErrUnsafeFile) ||
+		!strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("group-readable URL file: err = %v", err)
+	}
+	if err := os.Chmod(file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The URL comes from the file only.
+	withURL := cfg
+	withURL.DatabaseURL = dbURL
+	if _, err := pgruntime.OpenURLFile(ctx, file, withURL); err == nil || !strings.Contains(err.Error(), "leave it empty") {
+		t.Fatalf("Config.DatabaseURL set: err = %v", err)
+	}
+	// A file that is not a connection string is refused naming the file,
+	// without quoting its content.
+	bad := filepath.Join(t.TempDir(), "bad-url")
+	if err := os.WriteFile(bad, []byte("postgres://u:s3cret@[::1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgruntime.OpenURLFile(ctx, bad, cfg); err == nil || !strings.Contains(err.Error(), bad) || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("malformed URL file: err = %v", err)
+	}
+	if _, err := pgruntime.OpenURLFile(ctx, filepath.Join(t.TempDir(), "missing"), cfg); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing URL file: err = %v", err)
 	}
 }
