@@ -189,6 +189,26 @@ func (f *flagSet) Duration(name string, def time.Duration, usage string) *time.D
 	return f.fs.Duration(name, def, usage)
 }
 
+func (f *flagSet) StringVar(p *string, name, def, usage string) {
+	f.envOf[name] = f.envName(name)
+	f.fs.StringVar(p, name, def, usage)
+}
+
+func (f *flagSet) BoolVar(p *bool, name string, def bool, usage string) {
+	f.envOf[name] = f.envName(name)
+	f.fs.BoolVar(p, name, def, usage)
+}
+
+func (f *flagSet) IntVar(p *int, name string, def int, usage string) {
+	f.envOf[name] = f.envName(name)
+	f.fs.IntVar(p, name, def, usage)
+}
+
+func (f *flagSet) DurationVar(p *time.Duration, name string, def time.Duration, usage string) {
+	f.envOf[name] = f.envName(name)
+	f.fs.DurationVar(p, name, def, usage)
+}
+
 // NoEnv marks a flag as command-line only.
 func (f *flagSet) NoEnv(name string) { f.envOf[name] = "" }
 

@@ -6,18 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
@@ -70,37 +62,30 @@ in flight finish and settle, then the database pool closes.`,
 
 // dispatchFlags are the parsed flags of dispatch.
 type dispatchFlags struct {
-	databaseURLFile string
-	signingKeyFile  string
-	principalID     string
-	bind            string
-	tlsCertFile     string
-	tlsKeyFile      string
-	insecure        bool
-	issuers         []tenanttoken.Issuer
-	audience        string
-	clockSkew       time.Duration
-	topology        registry.RouteTopologyPreference
-	admission       dispatch.AdmissionLimits
-	actionTimeout   time.Duration
-	maxTimeout      time.Duration
-	maxReroutes     int
-	maxBodyBytes    int
-	replicaCAFile   string
-	maxConns        int
-	acquireTimeout  time.Duration
-	logLevel        string
+	server        *serverFlags
+	principalID   string
+	issuers       []tenanttoken.Issuer
+	audience      string
+	clockSkew     time.Duration
+	topology      registry.RouteTopologyPreference
+	admission     dispatch.AdmissionLimits
+	actionTimeout time.Duration
+	maxTimeout    time.Duration
+	maxReroutes   int
+	maxBodyBytes  int
+	replicaCAFile string
 }
 
 func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, error) {
 	fs := newFlagSet(c, e.getenv)
-	dbFile := fs.String("database-url-file", "", "file holding the PostgreSQL URL of the registry's data pool; mode 0600, at most 16 KiB")
-	keyFile := fs.String("signing-key-file", "", "the dispatcher's Ed25519 signing key file (64-hex seed or JWK, mode 0600): the gateway key hosts pin")
+	server := bindServerFlags(fs, serverFlagText{
+		bind: dispatch.DefaultAddr, maxConns: 32,
+		databaseURL:    "file holding the PostgreSQL URL of the registry's data pool; mode 0600, at most 16 KiB",
+		databaseRole:   "the registry data pool's",
+		signingKey:     "the dispatcher's Ed25519 signing key file (64-hex seed or JWK, mode 0600): the gateway key hosts pin",
+		speaksHTTPSFor: "the API",
+	})
 	principal := fs.String("principal-id", DefaultGatewayPrincipal, "gateway principal the dispatcher signs as (hosts' --gateway-principal-id)")
-	bind := fs.String("bind", dispatch.DefaultAddr, "address to listen on")
-	cert := fs.String("tls-cert-file", "", "TLS certificate chain (PEM); with --tls-key-file the API speaks HTTPS")
-	tlsKey := fs.String("tls-key-file", "", "TLS private key (PEM, mode 0600)")
-	insecure := fs.Bool("allow-insecure-loopback-http", false, "allow plain HTTP, only on a loopback --bind (development)")
 	issuers := fs.String("issuer", "", "trusted token issuers: NAME=DID[,NAME=DID...] (a name may repeat, one entry per key)")
 	audience := fs.String("audience", tenanttoken.DefaultAudience, "audience (aud claim) tokens must name")
 	skew := fs.Duration("clock-skew", 30*time.Second, "clock skew tolerated on token times (0s to 5m)")
@@ -119,9 +104,6 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	maxReroutes := fs.Int("max-reroutes", dispatch.DefaultMaxReroutes, "provably-not-started reroutes per request (0 disables)")
 	maxBody := fs.Int("max-body-bytes", dispatch.DefaultMaxBodyBytes, "largest request body")
 	caFile := fs.String("replica-ca-file", "", "extra PEM root CA for replicas' https endpoints")
-	maxConns := fs.Int("max-connections", 32, "maximum database connections of the data pool (1 to 256)")
-	acquire := fs.Duration("acquire-timeout", 5*time.Second, "wait for a pooled database connection (1ms to 60s)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return nil, err
 	}
@@ -129,21 +111,16 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		return nil, usagef("dispatch: unexpected argument %q; every setting is a flag", fs.args()[0])
 	}
 	f := &dispatchFlags{
-		databaseURLFile: *dbFile, signingKeyFile: *keyFile, principalID: *principal, bind: *bind,
-		tlsCertFile: *cert, tlsKeyFile: *tlsKey, insecure: *insecure, audience: *audience, clockSkew: *skew,
+		server: server, principalID: *principal, audience: *audience, clockSkew: *skew,
 		topology:      registry.RouteTopologyPreference{Region: *region, Zone: *zone, CapacityClass: *class, ForbidCrossRegion: *forbid},
 		actionTimeout: *actionTimeout, maxTimeout: *maxTimeout, maxReroutes: *maxReroutes, maxBodyBytes: *maxBody,
-		replicaCAFile: *caFile, maxConns: *maxConns, acquireTimeout: *acquire, logLevel: *logLevel,
+		replicaCAFile: *caFile,
 		admission: dispatch.AdmissionLimits{
 			MaxInFlight: *maxInFlight, MaxInFlightPerTenant: *perTenant, MaxQueued: *maxQueued,
 			MaxQueuedPerTenant: *queuedPerTenant, MaxQueueBytes: int64(*queueBytes), MaxQueueAge: *queueAge,
 		},
 	}
 	switch {
-	case f.databaseURLFile == "":
-		return nil, usagef("dispatch: --database-url-file is required (a file holding the registry data pool's PostgreSQL URL)")
-	case f.signingKeyFile == "":
-		return nil, usagef("dispatch: --signing-key-file is required (create one with `aipfleet keygen --out FILE`)")
 	case *issuers == "":
 		return nil, usagef("dispatch: --issuer NAME=DID is required: requests are authenticated by tokens of a trusted issuer")
 	case f.principalID == "":
@@ -156,12 +133,6 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		return nil, usagef("dispatch: --max-reroutes %d is outside 0..8", f.maxReroutes)
 	case f.maxBodyBytes < 1<<10 || f.maxBodyBytes > 64<<20:
 		return nil, usagef("dispatch: --max-body-bytes %d is outside 1 KiB..64 MiB", f.maxBodyBytes)
-	case f.maxConns < 1 || f.maxConns > 256:
-		return nil, usagef("dispatch: --max-connections %d is outside 1..256", f.maxConns)
-	case f.acquireTimeout < time.Millisecond || f.acquireTimeout > pgregistry.MaxAcquireTimeout:
-		return nil, usagef("dispatch: --acquire-timeout %s is outside 1ms..%s", f.acquireTimeout, pgregistry.MaxAcquireTimeout)
-	case (f.tlsCertFile == "") != (f.tlsKeyFile == ""):
-		return nil, usagef("dispatch: --tls-cert-file and --tls-key-file go together")
 	}
 	if err := f.admission.Validate(); err != nil {
 		return nil, usagef("dispatch: admission limits: %v", err)
@@ -170,10 +141,7 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	if f.issuers, err = parseIssuers(*issuers); err != nil {
 		return nil, usagef("dispatch: --issuer: %v", err)
 	}
-	if _, err := parseLogLevel(f.logLevel); err != nil {
-		return nil, usagef("dispatch: %v", err)
-	}
-	if err := checkServerTransport("dispatch", f.bind, f.tlsCertFile != "", f.insecure); err != nil {
+	if err := server.check("dispatch"); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -215,13 +183,6 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	level, _ := parseLogLevel(f.logLevel)
-	logger := slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-
-	dbURL, key, tlsConfig, err := serverFiles{f.databaseURLFile, f.signingKeyFile, f.tlsCertFile, f.tlsKeyFile}.load()
-	if err != nil {
-		return err
-	}
 	// Native hops go to many replicas at high rates: keep plenty of
 	// connections warm.
 	client, err := tlsClient("--replica-ca-file", f.replicaCAFile, 4096, 512)
@@ -233,52 +194,34 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--issuer: %w", err)
 	}
-	tp, shutdownTracing, err := tracerProvider(ctx, e.getenv, "aipfleet-dispatch")
+	srv, err := f.server.open(ctx, e, "aipfleet-dispatch")
 	if err != nil {
 		return err
 	}
-	defer shutdownTracing()
-
-	reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{
-		DataURL: dbURL, DataMaxConns: int32(f.maxConns), AcquireTimeout: f.acquireTimeout,
-	})
-	if err != nil {
-		return fmt.Errorf("open the registry (data pool): %w", err)
-	}
-	defer reg.Close()
+	defer srv.close()
 	maxReroutes := f.maxReroutes
 	if maxReroutes == 0 {
 		maxReroutes = -1 // the library's zero means its default
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", f.bind)
-	if err != nil {
-		return fmt.Errorf("--bind %s: %w", f.bind, err)
-	}
 	d, err := dispatch.New(dispatch.Config{
-		SigningKey: key, PrincipalID: f.principalID, Listener: ln, TLSConfig: tlsConfig,
+		SigningKey: srv.key, PrincipalID: f.principalID, Listener: srv.ln, TLSConfig: srv.tlsConfig,
 		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
-		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: logger, TracerProvider: tp,
+		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: srv.logger, TracerProvider: srv.tracer,
 	}, dispatch.Deps{
-		Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier, Client: client,
-		Ready: dispatch.ReadinessProbe(reg),
+		Resolver: srv.reg, Catalog: srv.reg, Rerouter: srv.reg, Tokens: verifier, Client: client,
+		Ready: dispatch.ReadinessProbe(srv.reg),
 	})
 	if err != nil {
-		ln.Close()
 		return err
 	}
-	scheme := "https"
-	if tlsConfig == nil {
-		scheme = "http"
-	}
-	logger.Info("starting", "component", "aipfleet-dispatch", "status", "starting",
-		"did", d.DID(), "principal_id", d.PrincipalID(), "bind", ln.Addr().String(), "scheme", scheme,
+	srv.logger.Info("starting", "component", "aipfleet-dispatch", "status", "starting",
+		"did", d.DID(), "principal_id", d.PrincipalID(), "bind", srv.ln.Addr().String(), "scheme", srv.scheme(),
 		"schema_version", pgregistry.SchemaVersion, "reroute", maxReroutes > 0)
 	// Run returns after ctx ends (SIGTERM, Ctrl-C): queued actions are
 	// refused, actions in flight finish and settle; the deferred calls then
 	// close the database pool, flush traces and close replica connections.
 	err = d.Run(ctx)
-	logger.Info("stopped", "component", "aipfleet-dispatch", "error", errString(err))
+	srv.logger.Info("stopped", "component", "aipfleet-dispatch", "error", errString(err))
 	return err
 }
 
@@ -310,28 +253,4 @@ func tlsClient(flagName, caFile string, maxIdle, maxIdlePerHost int) (*http.Clie
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	return &http.Client{Transport: tr}, nil
-}
-
-// tracerProvider exports spans over OTLP/HTTP when
-// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
-// set, and is a no-op otherwise. The exporter reads the standard OTEL_*
-// variables itself.
-func tracerProvider(ctx context.Context, getenv func(string) string, service string) (trace.TracerProvider, func(), error) {
-	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
-		return noop.NewTracerProvider(), func() {}, nil
-	}
-	exp, err := otlptracehttp.New(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
-	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
-	if err != nil {
-		res = resource.Default()
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return tp, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		tp.Shutdown(sctx)
-	}, nil
 }

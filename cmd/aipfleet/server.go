@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+)
+
+// serverFlags are the flags the server commands (control-plane, dispatch)
+// share: the registry's data pool, the signing key, the listener and its
+// transport, and the log level.
+type serverFlags struct {
+	databaseURLFile string
+	signingKeyFile  string
+	bind            string
+	tlsCertFile     string
+	tlsKeyFile      string
+	insecure        bool
+	maxConns        int
+	acquireTimeout  time.Duration
+	logLevel        string
+	level           slog.Level // logLevel parsed by check
+	databaseRole    string     // for the "is required" error of --database-url-file
+}
+
+// serverFlagText is what differs between the server commands' shared
+// flags: defaults and the words that name the command's database role,
+// key and API.
+type serverFlagText struct {
+	bind           string // default of --bind
+	maxConns       int    // default of --max-connections
+	databaseURL    string // help of --database-url-file
+	databaseRole   string // whose URL --database-url-file holds, for its "is required" error
+	signingKey     string // help of --signing-key-file
+	speaksHTTPSFor string // what speaks HTTPS with --tls-cert-file: "the service", "the API"
+}
+
+// bindServerFlags defines the shared server flags on fs; they are filled
+// in when fs is parsed.
+func bindServerFlags(fs *flagSet, text serverFlagText) *serverFlags {
+	f := &serverFlags{databaseRole: text.databaseRole}
+	fs.StringVar(&f.databaseURLFile, "database-url-file", "", text.databaseURL)
+	fs.StringVar(&f.signingKeyFile, "signing-key-file", "", text.signingKey)
+	fs.StringVar(&f.bind, "bind", text.bind, "address to listen on")
+	fs.StringVar(&f.tlsCertFile, "tls-cert-file", "", "TLS certificate chain (PEM); with --tls-key-file "+text.speaksHTTPSFor+" speaks HTTPS")
+	fs.StringVar(&f.tlsKeyFile, "tls-key-file", "", "TLS private key (PEM, mode 0600)")
+	fs.BoolVar(&f.insecure, "allow-insecure-loopback-http", false, "allow plain HTTP, only on a loopback --bind (development)")
+	fs.IntVar(&f.maxConns, "max-connections", text.maxConns, "maximum database connections of the data pool (1 to 256)")
+	fs.DurationVar(&f.acquireTimeout, "acquire-timeout", 5*time.Second, "wait for a pooled database connection (1ms to 60s)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return f
+}
+
+// check validates the shared flags of command after parsing, as usage
+// errors naming the flag, and parses --log-level once.
+func (f *serverFlags) check(command string) error {
+	switch {
+	case f.databaseURLFile == "":
+		return usagef("%s: --database-url-file is required (a file holding %s PostgreSQL URL)", command, f.databaseRole)
+	case f.signingKeyFile == "":
+		return usagef("%s: --signing-key-file is required (create one with `aipfleet keygen --out FILE`)", command)
+	case f.maxConns < 1 || f.maxConns > 256:
+		return usagef("%s: --max-connections %d is outside 1..256", command, f.maxConns)
+	case f.acquireTimeout < time.Millisecond || f.acquireTimeout > pgregistry.MaxAcquireTimeout:
+		return usagef("%s: --acquire-timeout %s is outside 1ms..%s", command, f.acquireTimeout, pgregistry.MaxAcquireTimeout)
+	case (f.tlsCertFile == "") != (f.tlsKeyFile == ""):
+		return usagef("%s: --tls-cert-file and --tls-key-file go together", command)
+	}
+	level, err := parseLogLevel(f.logLevel)
+	if err != nil {
+		return usagef("%s: %v", command, err)
+	}
+	f.level = level
+	return checkServerTransport(command, f.bind, f.tlsCertFile != "", f.insecure)
+}
+
+// server is what a server command runs with, opened from its serverFlags.
+type server struct {
+	logger    *slog.Logger
+	key       *aip.SigningKey
+	tlsConfig *tls.Config // nil for plain HTTP
+	tracer    trace.TracerProvider
+	reg       *pgregistry.Registry // the data pool only
+	ln        net.Listener
+
+	shutdownTracing func()
+}
+
+// open opens what f names, in order: the JSON logger on stderr, the secret
+// files, the trace exporter (named service), the registry's data pool and
+// the listener. On error it closes what it opened.
+func (f *serverFlags) open(ctx context.Context, e *env, service string) (_ *server, err error) {
+	s := &server{logger: slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: f.level})), shutdownTracing: func() {}}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	var dbURL string
+	if dbURL, s.key, s.tlsConfig, err = (serverFiles{f.databaseURLFile, f.signingKeyFile, f.tlsCertFile, f.tlsKeyFile}).load(); err != nil {
+		return nil, err
+	}
+	if s.tracer, s.shutdownTracing, err = tracerProvider(ctx, e.getenv, service); err != nil {
+		s.shutdownTracing = func() {}
+		return nil, err
+	}
+	if s.reg, err = pgregistry.OpenDataPlane(ctx, pgregistry.Config{
+		DataURL: dbURL, DataMaxConns: int32(f.maxConns), AcquireTimeout: f.acquireTimeout,
+	}); err != nil {
+		return nil, fmt.Errorf("open the registry (data pool): %w", err)
+	}
+	var lc net.ListenConfig
+	if s.ln, err = lc.Listen(ctx, "tcp", f.bind); err != nil {
+		return nil, fmt.Errorf("--bind %s: %w", f.bind, err)
+	}
+	return s, nil
+}
+
+// scheme is "https" or "http", for the startup log line.
+func (s *server) scheme() string {
+	if s.tlsConfig == nil {
+		return "http"
+	}
+	return "https"
+}
+
+// close closes the listener (if the service has not already), then the
+// database pool, then flushes traces.
+func (s *server) close() {
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	if s.reg != nil {
+		s.reg.Close()
+	}
+	s.shutdownTracing()
+}
+
+// checkServerTransport is the transport rule of the server commands
+// (control-plane, dispatch): TLS (hasCert) anywhere; plain HTTP only on a
+// loopback bind and only with --allow-insecure-loopback-http (insecure).
+func checkServerTransport(command, bind string, hasCert, insecure bool) error {
+	loopback, err := isLoopbackBind(bind)
+	if err != nil {
+		return usagef("%s: --bind %q: %v", command, bind, err)
+	}
+	switch {
+	case hasCert:
+		return nil
+	case !loopback:
+		return usagef("%s: --bind %s is not a loopback address, so TLS is required: set --tls-cert-file and --tls-key-file", command, bind)
+	case !insecure:
+		return usagef("%s: no TLS certificate given; plain HTTP needs --allow-insecure-loopback-http (development on loopback only), or set --tls-cert-file and --tls-key-file", command)
+	}
+	return nil
+}
+
+// isLoopbackBind reports whether a host:port names only loopback
+// addresses (localhost, 127.0.0.0/8, ::1).
+func isLoopbackBind(bind string) (bool, error) {
+	host, _, err := net.SplitHostPort(bind)
+	if err != nil {
+		return false, err
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// tracerProvider exports spans over OTLP/HTTP when
+// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
+// set, and is a no-op otherwise. The exporter reads the standard OTEL_*
+// variables itself.
+func tracerProvider(ctx context.Context, getenv func(string) string, service string) (trace.TracerProvider, func(), error) {
+	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return noop.NewTracerProvider(), func() {}, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
+	if err != nil {
+		res = resource.Default()
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return tp, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tp.Shutdown(sctx)
+	}, nil
+}
