@@ -554,15 +554,14 @@ func (x *exchange) answerJournaled(a journal.Action, digest string) bool {
 			return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeExecution, aip.CategoryConnector, false, 0,
 				"the journaled result of "+a.ActionID+" cannot be read"))
 		}
-		if res.Receipt == nil {
-			r, err := x.h.journal.ReceiptFor(context.WithoutCancel(x.ctx), a.ActionID)
-			switch {
-			case err == nil:
-				res.Receipt = &aip.Receipt{ID: r.ID, Hash: r.Hash}
-			case !errors.Is(err, journal.ErrNotFound):
-				return x.storageUnavailable(err)
-			}
+		// The journaled result never carries its receipt (it is appended
+		// with it); every terminal action has one, so ErrNotFound here is a
+		// broken journal, not an answer without a receipt.
+		r, err := x.h.journal.ReceiptFor(context.WithoutCancel(x.ctx), a.ActionID)
+		if err != nil {
+			return x.storageUnavailable(fmt.Errorf("receipt of terminal action %s: %w", a.ActionID, err))
 		}
+		res.Receipt = &aip.Receipt{ID: r.ID, Hash: r.Hash}
 		return x.result(&res)
 	}
 	return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,

@@ -2,14 +2,19 @@ package hostsdk_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
 func TestDuplicateActionNeverRunsTwice(t *testing.T) {
@@ -333,5 +338,49 @@ func TestActionStatusQuery(t *testing.T) {
 	st, _, err = f.d.Status(ctx, target, a.ID, a.CapabilityID)
 	if err != nil || st.State != aip.StateCompleted || st.Result == nil || st.Result.Status != aip.ResultCompleted || st.UpdatedAt.IsZero() {
 		t.Fatalf("after: %+v, %v", st, err)
+	}
+}
+
+// receiptlessJournal loses every receipt once lose is set: a terminal
+// action without one is a broken journal.
+type receiptlessJournal struct {
+	*memjournal.Journal
+	lose atomic.Bool
+}
+
+func (j *receiptlessJournal) ReceiptFor(ctx context.Context, actionID string) (journal.Receipt, error) {
+	if j.lose.Load() {
+		return journal.Receipt{}, fmt.Errorf("%w: no receipt for action %s", journal.ErrNotFound, actionID)
+	}
+	return j.Journal.ReceiptFor(ctx, actionID)
+}
+
+// TestDuplicateWithoutReceiptIsAStorageError: the answer to a duplicate
+// always carries the journaled receipt; a terminal action without one is
+// never answered as if receipts were optional.
+func TestDuplicateWithoutReceiptIsAStorageError(t *testing.T) {
+	f := newFleet(t)
+	j := &receiptlessJournal{Journal: f.j}
+	f.cfg.Journal = j
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capEcho, `{"message":"once"}`)
+	first, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := first.Result(); err != nil || r.Receipt == nil {
+		t.Fatalf("first answer %+v, %v; want a result with a receipt", r, err)
+	}
+	j.lose.Store(true)
+	second, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, second, http.StatusServiceUnavailable, hostsdk.CodeStorageUnavailable)
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Errorf("connector ran %d times, want 1", n)
 	}
 }
