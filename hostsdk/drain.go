@@ -68,6 +68,10 @@ func (h *Host) shutdown() error {
 	if err := h.inflight.wait(wctx); err != nil {
 		h.log.Warn("drain timeout passed with actions in flight", "error", err)
 	}
+	// The linger counts from drainStart and is capped at DrainTimeout from
+	// there (Config.DrainLinger). The select's wctx does not give that cap:
+	// its DrainTimeout started after the registry drain call, so a slow
+	// call would stretch the linger past it.
 	if linger := time.Until(drainStart.Add(min(h.cfg.DrainLinger, h.cfg.DrainTimeout))); linger > 0 {
 		t := time.NewTimer(linger)
 		select {
@@ -170,36 +174,35 @@ func waitFor(done <-chan struct{}, d time.Duration) error {
 	}
 }
 
-// connTracker follows the server's connections so shutdown can close the
-// ones that never carried a request.
+// connTracker keeps the server's connections that have not carried a
+// request yet, so shutdown can close them (http.Server.Shutdown closes idle
+// connections and waits for active ones, but waits for new ones too).
 type connTracker struct {
 	mu    sync.Mutex
-	state map[net.Conn]http.ConnState
+	fresh map[net.Conn]struct{}
 }
 
-// observe is the server's ConnState hook.
+// observe is the server's ConnState hook: a connection is fresh from
+// StateNew until its first request (or its end).
 func (t *connTracker) observe(c net.Conn, st http.ConnState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch st {
-	case http.StateHijacked, http.StateClosed:
-		delete(t.state, c)
-	default:
-		if t.state == nil {
-			t.state = make(map[net.Conn]http.ConnState)
-		}
-		t.state[c] = st
+	if st != http.StateNew {
+		delete(t.fresh, c)
+		return
 	}
+	if t.fresh == nil {
+		t.fresh = make(map[net.Conn]struct{})
+	}
+	t.fresh[c] = struct{}{}
 }
 
 // closeUnused closes connections still waiting for their first request.
 func (t *connTracker) closeUnused() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for c, st := range t.state {
-		if st == http.StateNew {
-			c.Close()
-			delete(t.state, c)
-		}
+	for c := range t.fresh {
+		c.Close()
 	}
+	clear(t.fresh)
 }
