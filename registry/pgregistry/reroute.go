@@ -175,17 +175,12 @@ func queueCandidate(b *pgx.Batch, sql string, args []any, c *candidate, found *b
 // keeps the old assignment as history and makes the new one current, and
 // commits — in one round trip.
 func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.RouteRequest, s *storedRoute, history int, c *candidate, now time.Time) (registry.RouteAssignment, error) {
-	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
-	pol := &r.implicit
-	if c.policy != nil {
-		pol = c.policy
-	}
-	admission := registry.NewReservation(pol, &c.binding, c.typeID, c.scopeKey)
+	admission := r.admissionFor(req, c)
 	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
 	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, c.revision, admission, aip.NewID(aip.PrefixRoute), now)
-	doc, err := json.Marshal(a.Admission)
+	doc, err := encodeAdmission(a.ActionID, &a.Admission)
 	if err != nil {
-		return registry.RouteAssignment{}, fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
+		return registry.RouteAssignment{}, err
 	}
 	old, err := json.Marshal(s.a)
 	if err != nil {

@@ -620,12 +620,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	for i := range same {
 		ids[i] = same[i].replica.ID
 	}
-	top.binding.TenantID, top.binding.CapabilityID = req.TenantID, req.CapabilityID
-	pol := &r.implicit
-	if top.policy != nil {
-		pol = top.policy
-	}
-	admission := registry.NewReservation(pol, &top.binding, top.typeID, top.scopeKey)
+	admission := r.admissionFor(req, top)
 	doc, err := encodeAdmission(req.ActionID, &admission)
 	if err != nil {
 		return registry.RouteAssignment{}, err
@@ -829,9 +824,9 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	if adm.BaseScopes == nil {
 		adm.BaseScopes = []registry.AdmissionScope{} // stored as [], and equal to it
 	}
-	doc, err := json.Marshal(adm)
+	doc, err := encodeAdmission(a.ActionID, &adm)
 	if err != nil {
-		return fmt.Errorf("%w: encode the admission of %s: %v", registry.ErrInvalid, a.ActionID, err)
+		return err
 	}
 	assigned := toMS(a.AssignedAt)
 	if !fromMS(assigned).Equal(a.AssignedAt) {

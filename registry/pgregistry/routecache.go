@@ -205,6 +205,19 @@ func (r *Registry) resolveBest(ctx context.Context, p *pipe, req *registry.Route
 	return registry.NewAssignment(req, &binding, &version, &rep, ch.revision, admission, fence, now), nil
 }
 
+// admissionFor is the admission reservation of a route to candidate c for
+// req, under c's quota policy or the implicit one. It fills c's binding with
+// the request's tenant and capability, as the reservation and the
+// assignment name them.
+func (r *Registry) admissionFor(req *registry.RouteRequest, c *candidate) registry.AdmissionReservation {
+	c.binding.TenantID, c.binding.CapabilityID = req.TenantID, req.CapabilityID
+	pol := &r.implicit
+	if c.policy != nil {
+		pol = c.policy
+	}
+	return registry.NewReservation(pol, &c.binding, c.typeID, c.scopeKey)
+}
+
 // encodeAdmission encodes a route's admission reservation for its column.
 func encodeAdmission(actionID string, a *registry.AdmissionReservation) ([]byte, error) {
 	doc, err := json.Marshal(a)
