@@ -848,20 +848,39 @@ func (r *Registry) assign(req *registry.RouteRequest, now time.Time) (registry.R
 	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	inst := bestB.inst
-	admission := registry.NewReservation(r.policyFor(bestB), &bestB.rec, inst.rec.ConnectorTypeID, bestB.scopeKey)
-	if err := r.reserve(admission.BaseScopes); err != nil {
+	rt, err := r.place(req, bestB, bestR, nil, now)
+	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	bestR.rec.ActiveAssignments++
+	return rt.a.Clone(), nil
+}
+
+// place reserves a new route of req to replica rep of binding b and makes
+// it the action's route. A reroute passes the route it replaces as old: if
+// old still holds its reservation, that is released as cancelled first (the
+// new route may need its scopes), but only once the new reservation is
+// known to fit, so a refusal changes nothing.
+func (r *Registry) place(req *registry.RouteRequest, b *bindingEntry, rep *replicaEntry, old *routeEntry, now time.Time) (*routeEntry, error) {
+	inst := b.inst
+	admission := registry.NewReservation(r.policyFor(b), &b.rec, inst.rec.ConnectorTypeID, b.scopeKey)
+	if old != nil && old.reserved {
+		if err := r.fits(admission.BaseScopes, old.scopes()); err != nil {
+			return nil, err
+		}
+		r.unreserve(old, registry.SettlementCancelled)
+	}
+	if err := r.reserve(admission.BaseScopes); err != nil {
+		return nil, err
+	}
+	rep.rec.ActiveAssignments++
 	rt := &routeEntry{
-		a:        registry.NewAssignment(req, &bestB.rec, &inst.version.rec, &bestR.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
-		replica:  bestR,
+		a:        registry.NewAssignment(req, &b.rec, &inst.version.rec, &rep.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
+		replica:  rep,
 		reserved: true,
 	}
 	r.routes[req.ActionID] = rt
-	bestR.reserved[req.ActionID] = rt
-	return rt.a.Clone(), nil
+	rep.reserved[req.ActionID] = rt
+	return rt, nil
 }
 
 // pick selects the replica of a new route, skipping the replica excluded
@@ -913,13 +932,28 @@ func (r *Registry) pick(req *registry.RouteRequest, now time.Time, excluded stri
 
 // reserve takes one unit of every scope, or none when one is full.
 func (r *Registry) reserve(scopes []registry.AdmissionScope) error {
-	for _, s := range scopes {
-		if r.counters[scopeID{s.Kind, s.Key}] >= s.Limit {
-			return registry.CapacityExceeded(s)
-		}
+	if err := r.fits(scopes, nil); err != nil {
+		return err
 	}
 	for _, s := range scopes {
 		r.counters[scopeID{s.Kind, s.Key}]++
+	}
+	return nil
+}
+
+// fits returns CapacityExceeded for the first of scopes that is full,
+// counting the scopes in freed (about to be released) as released already.
+func (r *Registry) fits(scopes, freed []registry.AdmissionScope) error {
+	for _, s := range scopes {
+		n := r.counters[scopeID{s.Kind, s.Key}]
+		for _, f := range freed {
+			if f.Kind == s.Kind && f.Key == s.Key && n > 0 {
+				n--
+			}
+		}
+		if n >= s.Limit {
+			return registry.CapacityExceeded(s)
+		}
 	}
 	return nil
 }

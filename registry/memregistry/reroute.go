@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -47,38 +46,14 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	inst := bestB.inst
-	admission := registry.NewReservation(r.policyFor(bestB), &bestB.rec, inst.rec.ConnectorTypeID, bestB.scopeKey)
-	// Release the old reservation first (its scopes may be the ones the new
-	// route needs), and take it back if the new one cannot be made.
-	wasReserved, oldRetry, oldLast := rt.reserved, rt.retry, rt.last
-	if wasReserved {
-		r.unreserve(rt, registry.SettlementCancelled)
-	}
-	if err := r.reserve(admission.BaseScopes); err != nil {
-		if wasReserved {
-			rt.retry = oldRetry
-			for _, s := range rt.scopes() { // the exact inverse of release
-				r.counters[scopeID{s.Kind, s.Key}]++
-			}
-			rt.replica.rec.ActiveAssignments++
-			rt.replica.reserved[cur.ActionID] = rt
-			rt.reserved, rt.retry, rt.last = true, oldRetry, oldLast
-		}
+	next, err := r.place(&rreq, bestB, bestR, rt, now)
+	if err != nil {
 		return registry.RouteAssignment{}, err
-	}
-	bestR.rec.ActiveAssignments++
-	next := &routeEntry{
-		a:        registry.NewAssignment(&rreq, &bestB.rec, &inst.version.rec, &bestR.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
-		replica:  bestR,
-		reserved: true,
 	}
 	if r.history == nil {
 		r.history = make(map[string][]registry.RouteAssignment)
 	}
 	r.history[cur.ActionID] = append(r.history[cur.ActionID], rt.a.Clone())
-	r.routes[cur.ActionID] = next
-	bestR.reserved[cur.ActionID] = next
 	return next.a.Clone(), nil
 }
 
