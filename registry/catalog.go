@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 )
@@ -83,6 +85,29 @@ type CapabilityPage struct {
 type ResolvedCapability struct {
 	Definition      CapabilityDefinition `json:"definition"`
 	CatalogRevision uint64               `json:"catalog_revision"`
+}
+
+// CutPage fills page with the definitions defs yields, in order, each with
+// the size of its canonical JSON, until the page holds limit of them or the
+// next one would take it past maxBytes; then page.NextCursor continues
+// after the last one taken, at catalog revision rev. The definitions are
+// cloned. A definition larger than maxBytes on its own cannot be served and
+// is ErrStorage.
+func CutPage(page *CapabilityPage, rev uint64, limit, maxBytes int, defs iter.Seq2[*CapabilityDefinition, int]) error {
+	bytes := 0
+	for d, size := range defs {
+		if len(page.Capabilities) == limit || bytes+size > maxBytes {
+			if len(page.Capabilities) == 0 {
+				return fmt.Errorf("%w: capability %s is %d bytes, more than a page of %d bytes holds",
+					ErrStorage, d.Capability.ID, size, maxBytes)
+			}
+			page.NextCursor = Cursor(rev, page.Capabilities[len(page.Capabilities)-1].Capability.ID)
+			return nil
+		}
+		bytes += size
+		page.Capabilities = append(page.Capabilities, d.Clone())
+	}
+	return nil
 }
 
 // Cursor returns the continuation cursor "<revision>:<last capability ID>".

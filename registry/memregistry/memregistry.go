@@ -468,21 +468,16 @@ func (r *Registry) QueryCapabilities(ctx context.Context, q registry.CatalogQuer
 			start++
 		}
 	}
-	limit := r.limits.ClampPageSize(q.Limit)
-	bytes := 0
-	for _, d := range list[start:] {
-		if !match(d) {
-			continue
-		}
-		if len(page.Capabilities) == limit || bytes+d.size > r.limits.MaxPageBytes {
-			if len(page.Capabilities) == 0 {
-				return registry.CapabilityPage{}, fmt.Errorf("%w: capability %s is %d bytes, more than a page holds", registry.ErrStorage, d.def.Capability.ID, d.size)
+	err = registry.CutPage(&page, r.revision, r.limits.ClampPageSize(q.Limit), r.limits.MaxPageBytes,
+		func(yield func(*registry.CapabilityDefinition, int) bool) {
+			for _, d := range list[start:] {
+				if match(d) && !yield(&d.def, d.size) {
+					return
+				}
 			}
-			page.NextCursor = registry.Cursor(r.revision, page.Capabilities[len(page.Capabilities)-1].Capability.ID)
-			break
-		}
-		bytes += d.size
-		page.Capabilities = append(page.Capabilities, d.def.Clone())
+		})
+	if err != nil {
+		return registry.CapabilityPage{}, err
 	}
 	return page, nil
 }

@@ -332,18 +332,15 @@ func (r *Registry) QueryCapabilities(ctx context.Context, q registry.CatalogQuer
 	if err != nil {
 		return registry.CapabilityPage{}, err
 	}
-	bytes := 0
-	for _, d := range defs {
-		if len(page.Capabilities) == limit || bytes+d.size > r.limits.MaxPageBytes {
-			if len(page.Capabilities) == 0 {
-				return registry.CapabilityPage{}, fmt.Errorf("%w: capability %s is %d bytes, more than a page of %d bytes holds",
-					registry.ErrStorage, d.def.Capability.ID, d.size, r.limits.MaxPageBytes)
+	err = registry.CutPage(&page, rev, limit, r.limits.MaxPageBytes, func(yield func(*registry.CapabilityDefinition, int) bool) {
+		for _, d := range defs {
+			if !yield(&d.def, d.size) {
+				return
 			}
-			page.NextCursor = registry.Cursor(rev, page.Capabilities[len(page.Capabilities)-1].Capability.ID)
-			break
 		}
-		bytes += d.size
-		page.Capabilities = append(page.Capabilities, d.def.Clone())
+	})
+	if err != nil {
+		return registry.CapabilityPage{}, err
 	}
 	return page, nil
 }
