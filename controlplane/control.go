@@ -189,23 +189,46 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 	writeBody(w, raw)
 }
 
+// logAnswer logs one answer: unavailable (warn), rejected (info), a lease
+// renewed by a heartbeat (debug: the hot path, so nothing is built unless
+// debug is on) or any other transition (info).
 func (s *Service) logAnswer(a *answer) {
-	attrs := []any{"operation", a.label(), "replica_id", a.replicaID, "request_id", a.requestID, "status", a.status}
+	const (
+		unavailable = iota
+		rejected
+		renewed
+		transition
+	)
+	kind, level, msg := transition, slog.LevelInfo, "lifecycle transition"
 	switch {
 	case a.outcome.Status == aip.OutcomeRejected && a.outcome.Retryable:
-		s.log.Warn("lifecycle request unavailable", append(attrs, "reason", a.reason, "error", errString(a.err))...)
+		kind, level, msg = unavailable, slog.LevelWarn, "lifecycle request unavailable"
 	case a.outcome.Status == aip.OutcomeRejected:
-		s.log.Info("lifecycle request rejected", append(attrs, "reason", a.reason, "message", a.outcome.Message)...)
+		kind, level, msg = rejected, slog.LevelInfo, "lifecycle request rejected"
 	case a.op == aip.OpHeartbeat && a.outcome.Lease != nil && a.outcome.Lease.ExpiresAt.After(s.cfg.Now()):
-		if s.log.Enabled(context.Background(), slog.LevelDebug) {
-			s.log.Debug("lease renewed", append(attrs, "sequence", a.outcome.Lease.Sequence, "replayed", a.replayed)...)
-		}
+		kind, level, msg = renewed, slog.LevelDebug, "lease renewed"
+	}
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 9)
+	attrs = append(attrs, slog.String("operation", a.label()), slog.String("replica_id", a.replicaID),
+		slog.String("request_id", a.requestID), slog.Int("status", a.status))
+	switch kind {
+	case unavailable:
+		attrs = append(attrs, slog.String("reason", a.reason), slog.String("error", errString(a.err)))
+	case rejected:
+		attrs = append(attrs, slog.String("reason", a.reason), slog.String("message", a.outcome.Message))
+	case renewed:
+		attrs = append(attrs, slog.Uint64("sequence", a.outcome.Lease.Sequence), slog.Bool("replayed", a.replayed))
 	default:
 		if a.outcome.Lease != nil {
-			attrs = append(attrs, "sequence", a.outcome.Lease.Sequence, "lease_expires_at", a.outcome.Lease.ExpiresAt.String())
+			attrs = append(attrs, slog.Uint64("sequence", a.outcome.Lease.Sequence), slog.String("lease_expires_at", a.outcome.Lease.ExpiresAt.String()))
 		}
-		s.log.Info("lifecycle transition", append(attrs, "outcome", string(a.outcome.Status), "replayed", a.replayed)...)
+		attrs = append(attrs, slog.String("outcome", string(a.outcome.Status)), slog.Bool("replayed", a.replayed))
 	}
+	s.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
 func errString(err error) string {
