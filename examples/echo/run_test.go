@@ -10,6 +10,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the host's logger and the test.
@@ -31,11 +32,11 @@ func (s *syncBuffer) String() string {
 }
 
 func TestRunServesAndDrainsCleanly(t *testing.T) {
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	r := newReplicaEnv(t, cp, d)
+	f := sidecartest.NewFakeFleet(t)
+	cp, d := f.ControlPlane, f.Dispatcher
+	r := newReplica(t, f)
 	env := map[string]string{}
-	for _, kv := range r.env {
+	for _, kv := range r.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
