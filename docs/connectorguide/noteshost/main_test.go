@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/aipfleet/aipfleet/docs/connectorguide/notes"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,38 +64,25 @@ func (s *syncBuffer) String() string {
 }
 
 // TestRunRegistersServesAndDrains runs the command as the guide does, with
-// every setting in AIP_CONNECTOR_HOST_* variables, against the fake control
-// plane and dispatcher of hostsdktest.
+// every setting in AIP_CONNECTOR_HOST_* variables (sidecartest's
+// NewReplicaEnv, the environment an operator's replica gets), against the
+// fake control plane and dispatcher of hostsdktest.
 func TestRunRegistersServesAndDrains(t *testing.T) {
 	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
 	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	dir := t.TempDir()
-	key, _ := aip.GenerateSigningKey()
-	seed := filepath.Join(dir, "notes-1.key")
-	if err := aip.WriteSeedFile(seed, key); err != nil {
-		t.Fatal(err)
+	r := sidecartest.NewReplicaEnv(t, sidecartest.HostEnv{
+		ControlEndpoint: cp.Endpoint(), ControlDID: cp.DID(),
+		GatewayPrincipalID: d.PrincipalID(), GatewayDID: d.DID(),
+		TypeID: aip.NewID(aip.PrefixType), VersionID: aip.NewID(aip.PrefixVersion), InstanceID: aip.NewID(aip.PrefixInstance),
+		TenantID: hostsdktest.TenantID, TrustDomain: hostsdktest.TrustDomain,
+		ArtifactDigest: aip.DigestBytes([]byte("notes")), SecretProviderRef: "secret://notes",
+	}, sidecartest.ReplicaOptions{})
+	env := map[string]string{}
+	for _, kv := range r.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	ids := map[string]string{"TYPE_ID": aip.NewID(aip.PrefixType), "VERSION_ID": aip.NewID(aip.PrefixVersion),
-		"INSTANCE_ID": aip.NewID(aip.PrefixInstance), "REPLICA_ID": aip.NewID(aip.PrefixReplica)}
-	env := map[string]string{
-		"AIP_CONNECTOR_HOST_BIND": addr, "AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT": "http://" + addr + aip.MessagesPath,
-		"AIP_CONNECTOR_HOST_ALLOW_LOOPBACK_HTTP": "true", "AIP_CONNECTOR_HOST_CONTROL_ENDPOINT": cp.Endpoint(),
-		"AIP_CONNECTOR_HOST_CONTROL_DID": cp.DID(), "AIP_CONNECTOR_HOST_SIGNING_SEED_FILE": seed,
-		"AIP_CONNECTOR_HOST_TENANT_ID": hostsdktest.TenantID, "AIP_CONNECTOR_HOST_GATEWAY_PRINCIPAL_ID": d.PrincipalID(),
-		"AIP_CONNECTOR_HOST_GATEWAY_DID": d.DID(), "AIP_CONNECTOR_HOST_TRUST_DOMAIN": hostsdktest.TrustDomain,
-		"AIP_CONNECTOR_HOST_ARTIFACT_DIGEST": aip.DigestBytes([]byte("notes")), "AIP_CONNECTOR_HOST_SECRET_PROVIDER_REF": "secret://notes",
-		"AIP_CONNECTOR_HOST_STATE_DIR": filepath.Join(dir, "state"),
-	}
-	for k, v := range ids {
-		env["AIP_CONNECTOR_HOST_"+k] = v
-	}
-	cp.Provision(hostsdktest.ReplicaSpec{ID: ids["REPLICA_ID"], DID: key.DID()})
+	cp.Provision(hostsdktest.ReplicaSpec{ID: r.ID, DID: r.Key.DID()})
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -110,9 +96,9 @@ func TestRunRegistersServesAndDrains(t *testing.T) {
 	m, _ := notes.Connector{}.Manifest(ctx, hostsdk.TenantContext{})
 	m.Agent.TrustDomain = hostsdktest.TrustDomain
 	digest, _ := aip.ManifestDigest(m)
-	target := hostsdktest.Target{Endpoint: "http://" + addr + aip.MessagesPath, Principal: aip.Principal{ID: m.Agent.ID, Kind: m.Agent.Kind},
-		DID: key.DID(), TenantID: hostsdktest.TenantID, InstanceID: ids["INSTANCE_ID"], ReplicaID: ids["REPLICA_ID"],
-		VersionID: ids["VERSION_ID"], ManifestDigest: digest}
+	target := hostsdktest.Target{Endpoint: r.Endpoint, Principal: aip.Principal{ID: m.Agent.ID, Kind: m.Agent.Kind},
+		DID: r.Key.DID(), TenantID: r.TenantID, InstanceID: r.InstanceID, ReplicaID: r.ID,
+		VersionID: r.VersionID, ManifestDigest: digest}
 	resp, err := d.Act(ctx, target, &aip.Action{ID: aip.NewActionID(), CapabilityID: notes.CapAdd, Input: json.RawMessage(`{"text":"hi"}`)})
 	if err != nil {
 		t.Fatal(err)
