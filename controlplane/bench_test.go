@@ -34,14 +34,7 @@ func BenchmarkServeHeartbeat(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runCtx, cancel := cancelCtx()
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	<-svc.Started()
+	defer runService(b, svc)()
 	serve := func(body []byte) int {
 		rec := httptest.NewRecorder()
 		svc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, controlplane.PathControl, bytes.NewReader(body)))

@@ -19,10 +19,6 @@ import (
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
-func cancelCtx() (context.Context, context.CancelFunc) {
-	return context.WithCancel(context.Background())
-}
-
 func httptestRecorder(svc *controlplane.Service, body []byte) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	svc.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, controlplane.PathControl, bytes.NewReader(body)))
@@ -141,15 +137,9 @@ func TestReady(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := cancelCtx()
-			done := make(chan error, 1)
-			go func() { done <- svc.Run(ctx) }()
-			<-svc.Started()
+			stop := runService(t, svc)
 			doc := readyDoc(t, svc)
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			stop()
 			if doc.Status != "not_ready" || contains(doc.Failing, "service") {
 				t.Fatalf("document %+v", doc)
 			}

@@ -35,16 +35,7 @@ func FuzzVerifyControlRequest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	runCtx, cancel := cancelCtx()
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	f.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			f.Error(err)
-		}
-	})
-	<-svc.Started()
+	runService(f, svc)
 
 	key := registrytest.Key(rep.ID)
 	seal := func(cmd aip.ControlCommand) []byte {

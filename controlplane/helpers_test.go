@@ -97,6 +97,28 @@ func newEnv(t *testing.T, nb newBackendFunc, mods ...func(*controlplane.Config))
 	return e
 }
 
+// runService runs svc.Run and returns once it has started. The returned
+// stop cancels Run, waits for it and reports its error on tb; it is
+// idempotent and also runs when the test ends.
+func runService(tb testing.TB, svc *controlplane.Service) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("Run: %v", err)
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	<-svc.Started()
+	return stop
+}
+
 // with returns the environment bound to a subtest: same service and
 // registry, failures reported to t.
 func (e *env) with(t *testing.T) *env {
@@ -116,23 +138,17 @@ func (e *env) start(store controlplane.Store, mods ...func(*controlplane.Config)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	stopRun := runService(e.t, svc)
 	srv := httptest.NewServer(svc.Handler())
 	var once sync.Once
 	e.svc, e.srv = svc, srv
 	e.stopSvc = func() {
 		once.Do(func() {
 			srv.Close()
-			cancel()
-			if err := <-done; err != nil {
-				e.t.Errorf("Run: %v", err)
-			}
+			stopRun()
 		})
 	}
 	e.t.Cleanup(e.stopSvc)
-	<-svc.Started()
 }
 
 // restart stops the service and starts a new one with the same key on a

@@ -489,15 +489,9 @@ func TestNotRunning(t *testing.T) {
 	if doc := readyDoc(t, svc); doc.Status != "not_ready" || !contains(doc.Failing, "service") {
 		t.Fatalf("ready before Run: %+v", doc)
 	}
-	ctx, cancel := cancelCtx()
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	<-svc.Started()
+	stop := runService(t, svc)
 	post().lease(t)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	post().rejected(t, http.StatusServiceUnavailable, "not running")
 	if err := svc.Run(t.Context()); err == nil {
 		t.Fatal("a second Run succeeded")

@@ -69,10 +69,7 @@ func TestMaintenanceLoop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- svc.Run(runCtx) }()
-		<-svc.Started()
+		stop := runService(t, svc)
 
 		key := registrytest.Key(rep.ID)
 		req := aip.NewControlRequest(time.Now(), key.DID(), aip.RegisterCommand(w.Registration(&rep)))
@@ -102,10 +99,7 @@ func TestMaintenanceLoop(t *testing.T) {
 		// Let the loop run into the injected failures and out again.
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		calls := store.times()
 		if len(calls) < 50 {
 			t.Fatalf("%d maintenance calls in ~91 s", len(calls))

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -218,7 +217,6 @@ type Service struct {
 	// seal signs answers; tests replace it to exercise the unsigned 500.
 	seal func(key *aip.SigningKey, field string, inner any) ([]byte, error)
 
-	runOnce sync.Once
 	state   atomic.Int32  // stateNew, stateRunning, stateStopped
 	started chan struct{} // closed when Run has started
 	maint   maintenanceState
@@ -277,9 +275,6 @@ func New(key *aip.SigningKey, store Store, cfg Config) (*Service, error) {
 // DID returns the did:key the service signs with; hosts pin it.
 func (s *Service) DID() string { return s.key.DID() }
 
-// LeaseTTL returns the lease the service grants.
-func (s *Service) LeaseTTL() time.Duration { return s.cfg.LeaseTTL }
-
 // Handler returns the service's HTTP handler (every route in routes.go).
 // Lifecycle requests are answered 503 unless Run is running.
 func (s *Service) Handler() http.Handler { return s.handler }
@@ -289,12 +284,9 @@ func (s *Service) Handler() http.Handler { return s.handler }
 // requests are answered); requests still queued are answered 503 without
 // being applied. Run may be called once; it returns nil after ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	started := false
-	s.runOnce.Do(func() { started = true })
-	if !started {
+	if !s.state.CompareAndSwap(stateNew, stateRunning) {
 		return errors.New("controlplane: Run called twice")
 	}
-	s.state.Store(stateRunning)
 	close(s.started)
 	defer s.state.Store(stateStopped)
 	s.log.Info("lifecycle service running", "lease_ttl", s.cfg.LeaseTTL.String(), "max_batch", s.cfg.MaxBatch, "batch_workers", s.cfg.BatchWorkers)
