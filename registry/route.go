@@ -45,16 +45,25 @@ func (q *RouteRequest) Validate() error {
 	if err := checkIdent(r, q.ActionID, "capability_id", q.CapabilityID); err != nil {
 		return err
 	}
-	t := q.Topology
+	return q.Topology.validate(q.ActionID)
+}
+
+// Validate checks the preference's labels, as RouteRequest.Validate does: a
+// *FieldError of a route request, naming the topology.* field.
+func (p *RouteTopologyPreference) Validate() error { return p.validate("") }
+
+// validate checks the preference of the route request of action id.
+func (p *RouteTopologyPreference) validate(id string) error {
+	const r = RecordRouteRequest
 	for _, l := range []struct{ field, v string }{
-		{"topology.region", t.Region}, {"topology.zone", t.Zone}, {"topology.capacity_class", t.CapacityClass},
+		{"topology.region", p.Region}, {"topology.zone", p.Zone}, {"topology.capacity_class", p.CapacityClass},
 	} {
 		if l.v != "" && !ValidTopologyLabel(l.v) {
-			return invalid(r, q.ActionID, l.field, "%q must be 1 to %d letters, digits, '.', '_' or '-'", truncate(l.v), MaxTopologyLabelBytes)
+			return invalid(r, id, l.field, "%q must be 1 to %d letters, digits, '.', '_' or '-'", truncate(l.v), MaxTopologyLabelBytes)
 		}
 	}
-	if t.ForbidCrossRegion && t.Region == "" {
-		return invalid(r, q.ActionID, "topology.forbid_cross_region", "needs a region to stay in")
+	if p.ForbidCrossRegion && p.Region == "" {
+		return invalid(r, id, "topology.forbid_cross_region", "needs a region to stay in")
 	}
 	return nil
 }

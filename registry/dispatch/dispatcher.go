@@ -206,10 +206,18 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("Deps.Tokens is required: requests are authenticated by bearer tokens")
 	case cfg.ActionTimeout < 0 || cfg.MaxTimeout < cfg.ActionTimeout:
 		return bad("ActionTimeout %s must be positive and at most MaxTimeout %s", cfg.ActionTimeout, cfg.MaxTimeout)
-	case cfg.HopSlack < 0 || cfg.MaxBodyBytes < 1 || cfg.RegistryTimeout < 0 || cfg.StatusTimeout < 0 || cfg.ShutdownTimeout < 0:
-		return bad("timeouts and MaxBodyBytes must be positive")
+	case cfg.HopSlack < 0:
+		return bad("HopSlack %s must not be negative", cfg.HopSlack)
+	case cfg.MaxBodyBytes < 1:
+		return bad("MaxBodyBytes %d must be positive", cfg.MaxBodyBytes)
+	case cfg.RegistryTimeout < 0:
+		return bad("RegistryTimeout %s must not be negative", cfg.RegistryTimeout)
+	case cfg.StatusTimeout < 0:
+		return bad("StatusTimeout %s must not be negative", cfg.StatusTimeout)
+	case cfg.ShutdownTimeout < 0:
+		return bad("ShutdownTimeout %s must not be negative", cfg.ShutdownTimeout)
 	}
-	if err := (&registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "probe", TenantID: "probe", Topology: cfg.Topology}).Validate(); err != nil {
+	if err := cfg.Topology.Validate(); err != nil {
 		return bad("Topology: %v", err)
 	}
 	sched, err := NewScheduler(cfg.Admission, cfg.Now)

@@ -72,10 +72,24 @@ func (l AdmissionLimits) withDefaults() AdmissionLimits {
 // Validate checks that every limit is positive and every weight too.
 func (l AdmissionLimits) Validate() error {
 	l = l.withDefaults()
+	bad := func(field string, v any, rule string) error {
+		return fmt.Errorf("%w: %s %v must be %s", ErrInvalidLimits, field, v, rule)
+	}
 	switch {
-	case l.MaxInFlight < 1, l.MaxInFlightPerTenant < 1, l.MaxQueued < 0, l.MaxQueuedPerTenant < 0,
-		l.MaxQueueBytes < 1, l.MaxRequestBytes < 1, l.MaxQueueAge <= 0:
-		return fmt.Errorf("%w: every admission limit must be positive: %+v", ErrInvalidLimits, l)
+	case l.MaxInFlight < 1:
+		return bad("MaxInFlight", l.MaxInFlight, "positive")
+	case l.MaxInFlightPerTenant < 1:
+		return bad("MaxInFlightPerTenant", l.MaxInFlightPerTenant, "positive")
+	case l.MaxQueued < 0:
+		return bad("MaxQueued", l.MaxQueued, "zero or positive")
+	case l.MaxQueuedPerTenant < 0:
+		return bad("MaxQueuedPerTenant", l.MaxQueuedPerTenant, "zero or positive")
+	case l.MaxQueueBytes < 1:
+		return bad("MaxQueueBytes", l.MaxQueueBytes, "positive")
+	case l.MaxRequestBytes < 1:
+		return bad("MaxRequestBytes", l.MaxRequestBytes, "positive")
+	case l.MaxQueueAge <= 0:
+		return bad("MaxQueueAge", l.MaxQueueAge, "positive")
 	case l.MaxRequestBytes > l.MaxQueueBytes:
 		return fmt.Errorf("%w: MaxRequestBytes %d exceeds MaxQueueBytes %d, so a request could never wait", ErrInvalidLimits, l.MaxRequestBytes, l.MaxQueueBytes)
 	}

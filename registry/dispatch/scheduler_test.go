@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,12 +41,23 @@ func newScheduler(t *testing.T, l dispatch.AdmissionLimits) *dispatch.Scheduler 
 }
 
 func TestSchedulerDefaultsAndValidation(t *testing.T) {
-	for _, l := range []dispatch.AdmissionLimits{
-		{MaxInFlight: -1}, {MaxQueueBytes: -5}, {MaxRequestBytes: 10, MaxQueueBytes: 5},
-		{TenantWeights: map[string]int{"a": 0}}, {MaxQueueAge: -time.Second},
+	for _, c := range []struct {
+		l    dispatch.AdmissionLimits
+		want string // what the error must name
+	}{
+		{dispatch.AdmissionLimits{MaxInFlight: -1}, "MaxInFlight -1"},
+		{dispatch.AdmissionLimits{MaxInFlightPerTenant: -2}, "MaxInFlightPerTenant -2"},
+		{dispatch.AdmissionLimits{MaxQueued: -1}, "MaxQueued -1"},
+		{dispatch.AdmissionLimits{MaxQueuedPerTenant: -3}, "MaxQueuedPerTenant -3"},
+		{dispatch.AdmissionLimits{MaxQueueBytes: -5}, "MaxQueueBytes -5"},
+		{dispatch.AdmissionLimits{MaxRequestBytes: -7}, "MaxRequestBytes -7"},
+		{dispatch.AdmissionLimits{MaxRequestBytes: 10, MaxQueueBytes: 5}, "MaxRequestBytes 10 exceeds MaxQueueBytes 5"},
+		{dispatch.AdmissionLimits{TenantWeights: map[string]int{"a": 0}}, `tenant "a" has weight 0`},
+		{dispatch.AdmissionLimits{MaxQueueAge: -time.Second}, "MaxQueueAge -1s"},
 	} {
-		if _, err := dispatch.NewScheduler(l, nil); !errors.Is(err, dispatch.ErrInvalidLimits) {
-			t.Errorf("NewScheduler(%+v) = %v, want ErrInvalidLimits", l, err)
+		_, err := dispatch.NewScheduler(c.l, nil)
+		if !errors.Is(err, dispatch.ErrInvalidLimits) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewScheduler(%+v) = %v, want ErrInvalidLimits naming %q", c.l, err, c.want)
 		}
 	}
 	s := newScheduler(t, dispatch.AdmissionLimits{})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,5 +79,35 @@ func TestVerifiedTokensAreCachedUntilExpiry(t *testing.T) {
 	get("good-a")
 	if v.calls != 5 {
 		t.Fatalf("an expired cached token was not verified again (calls %d)", v.calls)
+	}
+}
+
+// TestNewNamesTheBadField: a configuration New refuses is ErrConfig naming
+// the field and the value that is wrong.
+func TestNewNamesTheBadField(t *testing.T) {
+	reg, _ := memregistry.New(memregistry.Config{})
+	key, _ := aip.GenerateSigningKey()
+	deps := dispatch.Deps{Resolver: reg, Catalog: reg, Tokens: &countingVerifier{}}
+	for _, c := range []struct {
+		edit func(*dispatch.Config)
+		want string
+	}{
+		{func(c *dispatch.Config) { c.HopSlack = -time.Second }, "HopSlack -1s"},
+		{func(c *dispatch.Config) { c.MaxBodyBytes = -1 }, "MaxBodyBytes -1"},
+		{func(c *dispatch.Config) { c.RegistryTimeout = -time.Second }, "RegistryTimeout -1s"},
+		{func(c *dispatch.Config) { c.StatusTimeout = -2 * time.Second }, "StatusTimeout -2s"},
+		{func(c *dispatch.Config) { c.ShutdownTimeout = -3 * time.Second }, "ShutdownTimeout -3s"},
+		{func(c *dispatch.Config) { c.Topology.Zone = "no spaces" }, "topology.zone"},
+		{func(c *dispatch.Config) { c.Topology.ForbidCrossRegion = true }, "topology.forbid_cross_region"},
+	} {
+		cfg := dispatch.Config{SigningKey: key, PrincipalID: gatewayID}
+		c.edit(&cfg)
+		d, err := dispatch.New(cfg, deps)
+		if err == nil {
+			d.Close()
+		}
+		if !errors.Is(err, dispatch.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New with %s wrong = %v, want ErrConfig naming %q", c.want, err, c.want)
+		}
 	}
 }

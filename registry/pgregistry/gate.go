@@ -74,7 +74,7 @@ func (t *tenantGates) enter(ctx context.Context, tenant, op string) (func(), err
 		return nil, ctx.Err()
 	case <-timer.C:
 		leave()
-		return nil, fmt.Errorf("%w: %s: tenant %s already had %d routing transactions in the database for %s",
+		return nil, fmt.Errorf("%w: %s: tenant %s already had %d routing transactions in the database (Config.TenantRouteConcurrency) for %s (Config.AcquireTimeout)",
 			registry.ErrStorage, op, tenant, t.limit, t.timeout)
 	}
 }
