@@ -244,6 +244,12 @@ func RerouteUnsafe(a *RouteAssignment) error {
 		ErrRerouteUnsafe, a.ActionID, a.FenceToken, a.ReplicaID)
 }
 
+// SettleFenceLost rejects a settlement whose presented assignment is not
+// the one the registry holds for the action.
+func SettleFenceLost(a *RouteAssignment) error {
+	return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", ErrFenceLost, a.ActionID, a.FenceToken)
+}
+
 // RerouteFenceLost rejects a reroute whose presented assignment is not the
 // action's current one.
 func RerouteFenceLost(a *RouteAssignment) error {

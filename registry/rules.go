@@ -151,6 +151,12 @@ func PinnedReplicaUsable(rep *ConnectorReplica, i *ConnectorInstance, v *Connect
 		i.Status == InstanceEnabled && v.Status == VersionActive && typeEnabled
 }
 
+// RouteNotFound is the error for an action that has no route, worded as
+// the backends word every missing record ("<what>: registry: not found").
+func RouteNotFound(actionID string) error {
+	return fmt.Errorf("route of action %s: %w", actionID, ErrNotFound)
+}
+
 // RouteConflict rejects a request whose coordinates differ from the action's
 // existing assignment.
 func RouteConflict(a *RouteAssignment, req *RouteRequest) error {

@@ -984,7 +984,7 @@ func (r *Registry) Assignment(ctx context.Context, actionID string) (registry.Ro
 	defer r.mu.Unlock()
 	rt, ok := r.routes[actionID]
 	if !ok {
-		return registry.RouteAssignment{}, fmt.Errorf("route of action %s: %w", actionID, registry.ErrNotFound)
+		return registry.RouteAssignment{}, registry.RouteNotFound(actionID)
 	}
 	return rt.a.Clone(), nil
 }
@@ -998,7 +998,7 @@ func (r *Registry) Reservation(ctx context.Context, actionID string) (registry.R
 	defer r.mu.Unlock()
 	rt, ok := r.routes[actionID]
 	if !ok {
-		return registry.RouteReservation{}, fmt.Errorf("route of action %s: %w", actionID, registry.ErrNotFound)
+		return registry.RouteReservation{}, registry.RouteNotFound(actionID)
 	}
 	return reservationOf(rt), nil
 }
@@ -1024,10 +1024,10 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	defer r.mu.Unlock()
 	rt, ok := r.routes[a.ActionID]
 	if !ok {
-		return fmt.Errorf("route of action %s: %w", a.ActionID, registry.ErrNotFound)
+		return registry.RouteNotFound(a.ActionID)
 	}
 	if !rt.a.Equal(&a) {
-		return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", registry.ErrFenceLost, a.ActionID, a.FenceToken)
+		return registry.SettleFenceLost(&a)
 	}
 	if !rt.reserved {
 		return nil

@@ -2,7 +2,6 @@ package memregistry
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/aipfleet/aipfleet/registry"
@@ -30,7 +29,7 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	defer r.mu.Unlock()
 	rt, ok := r.routes[cur.ActionID]
 	if !ok {
-		return registry.RouteAssignment{}, fmt.Errorf("route of action %s: %w", cur.ActionID, registry.ErrNotFound)
+		return registry.RouteAssignment{}, registry.RouteNotFound(cur.ActionID)
 	}
 	if !rt.a.Equal(cur) {
 		return registry.RouteAssignment{}, registry.RerouteFenceLost(cur)
@@ -65,7 +64,7 @@ func (r *Registry) RouteHistory(ctx context.Context, actionID string) ([]registr
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.routes[actionID]; !ok {
-		return nil, fmt.Errorf("route of action %s: %w", actionID, registry.ErrNotFound)
+		return nil, registry.RouteNotFound(actionID)
 	}
 	h := r.history[actionID]
 	out := make([]registry.RouteAssignment, len(h))

@@ -103,7 +103,7 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 		}
 		switch {
 		case !routed:
-			return fmt.Errorf("route of action %s: %w", cur.ActionID, registry.ErrNotFound)
+			return registry.RouteNotFound(cur.ActionID)
 		case !s.a.Equal(cur):
 			return registry.RerouteFenceLost(cur)
 		case again:
@@ -242,7 +242,7 @@ func (r *Registry) RouteHistory(ctx context.Context, actionID string) ([]registr
 		return nil, storageErr("read route history of "+actionID, err)
 	}
 	if !exists {
-		return nil, fmt.Errorf("route of action %s: %w", actionID, registry.ErrNotFound)
+		return nil, registry.RouteNotFound(actionID)
 	}
 	return out, nil
 }

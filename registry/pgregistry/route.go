@@ -859,7 +859,7 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	case err != nil:
 		return err
 	case !s.a.Equal(&a):
-		return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", registry.ErrFenceLost, a.ActionID, a.FenceToken)
+		return registry.SettleFenceLost(&a)
 	case !s.reserved:
 		return nil // released before (settled, or its lease expired): nothing to do
 	}
@@ -927,10 +927,10 @@ func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, o
 			return err
 		}
 		if !found {
-			return fmt.Errorf("route of action %s: %w", a.ActionID, registry.ErrNotFound)
+			return registry.RouteNotFound(a.ActionID)
 		}
 		if !s.a.Equal(&a) {
-			return fmt.Errorf("%w: the assignment presented for action %s is not the stored one (fence %s)", registry.ErrFenceLost, a.ActionID, a.FenceToken)
+			return registry.SettleFenceLost(&a)
 		}
 		if !s.reserved {
 			return nil // released before (settled, or its lease expired): nothing to do
