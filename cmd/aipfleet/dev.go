@@ -422,7 +422,7 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	if err != nil {
 		return err
 	}
-	reg := &devRegistry{Registry: mem, store: store}
+	reg := newDevRegistry(mem, store)
 	fleetYAML, err := f.fleetFile()
 	if err != nil {
 		return err

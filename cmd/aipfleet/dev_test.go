@@ -210,7 +210,7 @@ func TestDevRegistryPersistsRoutesBeforeReturning(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
-	reg := &devRegistry{Registry: mem, store: store}
+	reg := newDevRegistry(mem, store)
 	w, err := registrytest.NewLifecycleWorld(ctx, reg)
 	if err != nil {
 		t.Fatal(err)

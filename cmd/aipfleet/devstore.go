@@ -26,12 +26,37 @@ import (
 // route a crash could forget. Every other change (lifecycle, settlement,
 // lease expiry, catalog writes) is written within flushInterval.
 type devRegistry struct {
-	*memregistry.Registry
-	store *snapshotStore
+	devReads                       // reads pass through to mem
+	mem      *memregistry.Registry // writes go through the persisting methods below
+	store    *snapshotStore
+}
+
+// devReads are the registry methods that change nothing: the only ones
+// devRegistry passes through to the in-memory registry without persisting.
+// Every method that changes state is written out on devRegistry; none is
+// promoted, so a contract that gains one fails the guards below until
+// devRegistry persists it.
+type devReads interface {
+	registry.Reader
+	registry.Catalog
+	registry.ReplicaLister
+	registry.Readiness
+	Assignment(ctx context.Context, actionID string) (registry.RouteAssignment, error)
+	Reservation(ctx context.Context, actionID string) (registry.RouteReservation, error)
+	RouteHistory(ctx context.Context, actionID string) ([]registry.RouteAssignment, error)
+	LifecycleReplica(ctx context.Context, replicaID string) (registry.ConnectorReplica, error)
+	Status(ctx context.Context) (registry.FleetStatusSummary, error)
+	Ledger(ctx context.Context) (registry.Ledger, error)
+}
+
+var _ devReads = (*memregistry.Registry)(nil)
+
+func newDevRegistry(mem *memregistry.Registry, store *snapshotStore) *devRegistry {
+	return &devRegistry{devReads: mem, mem: mem, store: store}
 }
 
 // Compile-time guards: the contracts the control plane, the dispatcher and
-// Apply use go through the persisting methods.
+// Apply use are complete, their writes through the persisting methods.
 var (
 	_ registry.Administrator = (*devRegistry)(nil)
 	_ registry.Resolver      = (*devRegistry)(nil)
@@ -46,7 +71,7 @@ var (
 // Resolve implements registry.Resolver; the route is on disk when it
 // returns.
 func (d *devRegistry) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
-	a, err := d.Registry.Resolve(ctx, req)
+	a, err := d.mem.Resolve(ctx, req)
 	if err != nil {
 		return a, err
 	}
@@ -59,7 +84,7 @@ func (d *devRegistry) Resolve(ctx context.Context, req registry.RouteRequest) (r
 // Reroute implements registry.Rerouter; the new route is on disk when it
 // returns.
 func (d *devRegistry) Reroute(ctx context.Context, req registry.RerouteRequest) (registry.RouteAssignment, error) {
-	a, err := d.Registry.Reroute(ctx, req)
+	a, err := d.mem.Reroute(ctx, req)
 	if err != nil {
 		return a, err
 	}
@@ -72,18 +97,18 @@ func (d *devRegistry) Reroute(ctx context.Context, req registry.RerouteRequest) 
 // Settle implements registry.Resolver.
 func (d *devRegistry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
 	defer d.store.changed()
-	return d.Registry.Settle(ctx, a, outcome)
+	return d.mem.Settle(ctx, a, outcome)
 }
 
 // ApplyLifecycle implements registry.Lifecycle.
 func (d *devRegistry) ApplyLifecycle(ctx context.Context, cmds []registry.LifecycleCommand) ([]registry.LifecycleResult, error) {
 	defer d.store.changed()
-	return d.Registry.ApplyLifecycle(ctx, cmds)
+	return d.mem.ApplyLifecycle(ctx, cmds)
 }
 
 // ExpireStaleReplicas implements registry.FleetStatus.
 func (d *devRegistry) ExpireStaleReplicas(ctx context.Context, limit int) (int, error) {
-	n, err := d.Registry.ExpireStaleReplicas(ctx, limit)
+	n, err := d.mem.ExpireStaleReplicas(ctx, limit)
 	if n > 0 {
 		d.store.changed()
 	}
@@ -93,49 +118,49 @@ func (d *devRegistry) ExpireStaleReplicas(ctx context.Context, limit int) (int, 
 // PutAdmissionPolicy implements registry.Administrator.
 func (d *devRegistry) PutAdmissionPolicy(ctx context.Context, p registry.AdmissionPolicy) error {
 	defer d.store.changed()
-	return d.Registry.PutAdmissionPolicy(ctx, p)
+	return d.mem.PutAdmissionPolicy(ctx, p)
 }
 
 // PutConnectorType implements registry.Administrator.
 func (d *devRegistry) PutConnectorType(ctx context.Context, t registry.ConnectorType) error {
 	defer d.store.changed()
-	return d.Registry.PutConnectorType(ctx, t)
+	return d.mem.PutConnectorType(ctx, t)
 }
 
 // SetConnectorTypeEnabled implements registry.Administrator.
 func (d *devRegistry) SetConnectorTypeEnabled(ctx context.Context, id string, enabled bool) error {
 	defer d.store.changed()
-	return d.Registry.SetConnectorTypeEnabled(ctx, id, enabled)
+	return d.mem.SetConnectorTypeEnabled(ctx, id, enabled)
 }
 
 // AdmitVersion implements registry.Administrator.
 func (d *devRegistry) AdmitVersion(ctx context.Context, v registry.ConnectorVersion) error {
 	defer d.store.changed()
-	return d.Registry.AdmitVersion(ctx, v)
+	return d.mem.AdmitVersion(ctx, v)
 }
 
 // SetVersionStatus implements registry.Administrator.
 func (d *devRegistry) SetVersionStatus(ctx context.Context, id string, status registry.VersionStatus) error {
 	defer d.store.changed()
-	return d.Registry.SetVersionStatus(ctx, id, status)
+	return d.mem.SetVersionStatus(ctx, id, status)
 }
 
 // PutInstance implements registry.Administrator.
 func (d *devRegistry) PutInstance(ctx context.Context, i registry.ConnectorInstance) error {
 	defer d.store.changed()
-	return d.Registry.PutInstance(ctx, i)
+	return d.mem.PutInstance(ctx, i)
 }
 
 // PutBinding implements registry.Administrator.
 func (d *devRegistry) PutBinding(ctx context.Context, b registry.CapabilityBinding) error {
 	defer d.store.changed()
-	return d.Registry.PutBinding(ctx, b)
+	return d.mem.PutBinding(ctx, b)
 }
 
 // PutReplica implements registry.Administrator.
 func (d *devRegistry) PutReplica(ctx context.Context, r registry.ConnectorReplica) error {
 	defer d.store.changed()
-	return d.Registry.PutReplica(ctx, r)
+	return d.mem.PutReplica(ctx, r)
 }
 
 // flushInterval bounds how long a change other than a route waits for its
