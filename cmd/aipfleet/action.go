@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +18,10 @@ import (
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
+
+// DefaultDispatchURL is the dispatcher's URL the action command uses
+// unless --url says otherwise: dispatch's default --bind.
+const DefaultDispatchURL = "http://" + dispatch.DefaultAddr
 
 func actionCommand() *command {
 	return &command{
@@ -66,7 +69,7 @@ type actionFlags struct {
 func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	fs := newFlagSet(c, e.getenv)
 	f := &actionFlags{}
-	baseURL := fs.String("url", "http://127.0.0.1:8080", "the dispatcher's base URL")
+	urlFlag := fs.String("url", DefaultDispatchURL, "the dispatcher's base URL")
 	tok := fs.String("token", "", "bearer token (see aipfleet token)")
 	tenant := fs.String("tenant", "", "mint a development token for this tenant with --issuer-key")
 	issuerKey := fs.String("issuer-key", "", "local issuer key file used with --tenant (mode 0600)")
@@ -111,14 +114,14 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		rest, remaining = append(rest, remaining[0]), remaining[1:]
 	}
-	*f = actionFlags{url: *baseURL, token: *tok, tenant: *tenant, issuerKey: *issuerKey, issuer: *issuerName, audience: *audience,
+	*f = actionFlags{url: *urlFlag, token: *tok, tenant: *tenant, issuerKey: *issuerKey, issuer: *issuerName, audience: *audience,
 		capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
 		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut,
 		devStateDir: *devStateDir}
-	if _, err := url.ParseRequestURI(f.url); err != nil || !strings.HasPrefix(f.url, "http") {
-		return usagef("action: --url %q is not an http(s) URL", f.url)
+	var err error
+	if f.url, err = baseURL("--url", f.url, DefaultDispatchURL); err != nil {
+		return usagef("action: %v", err)
 	}
-	f.url = strings.TrimRight(f.url, "/")
 	switch sub {
 	case "send":
 		if len(rest) > 0 {

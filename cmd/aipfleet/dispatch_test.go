@@ -197,7 +197,9 @@ func TestActionClient(t *testing.T) {
 		{[]string{"action", "send", "--token", "x", "--capability", "c", "--input", "{}", "--mode", "async"}, "--mode"},
 		{[]string{"action", "get", "--token", "x", "act_1"}, "act_1"},
 		{[]string{"action", "get", "--token", "x"}, "exactly one action ID"},
-		{[]string{"action", "get", "--url", "ftp://x", "--token", "x", id}, "--url"},
+		{[]string{"action", "get", "--url", "ftp://x", "--token", "x", id}, `--url "ftp://x" is not an http(s) URL such as http://127.0.0.1:8080`},
+		{[]string{"action", "get", "--url", "httpx://x", "--token", "x", id}, `--url "httpx://x" is not an http(s) URL`},
+		{[]string{"action", "get", "--url", "http://", "--token", "x", id}, `--url "http://" is not an http(s) URL`},
 	} {
 		_, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": srv.URL}, c.args...)
 		var u *usageError

@@ -82,7 +82,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	if len(fs.args()) > 0 {
 		return usagef("fleet status: unexpected argument %q", fs.args()[0])
 	}
-	base, err := baseURL("--control-url", *controlURL)
+	base, err := baseURL("--control-url", *controlURL, DefaultControlURL)
 	if err != nil {
 		return err
 	}
@@ -137,11 +137,12 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	}
 }
 
-// baseURL checks an http(s) base URL flag and trims its trailing slash.
-func baseURL(flagName, raw string) (string, error) {
+// baseURL checks an http(s) base URL flag and trims its trailing slash;
+// its error shows example.
+func baseURL(flagName, raw, example string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", usagef("%s %q is not an http(s) URL such as %s", flagName, raw, DefaultControlURL)
+		return "", usagef("%s %q is not an http(s) URL such as %s", flagName, raw, example)
 	}
 	return strings.TrimRight(raw, "/"), nil
 }
