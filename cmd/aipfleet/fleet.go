@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -179,8 +180,7 @@ func getJSON(ctx context.Context, client *http.Client, u string, into any) error
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) && strings.Contains(ue.Err.Error(), "connection refused") {
+		if errors.Is(err, syscall.ECONNREFUSED) {
 			return fmt.Errorf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", strings.SplitN(u, "/aip/", 2)[0])
 		}
 		return fmt.Errorf("GET %s: %w", u, err)
