@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -169,7 +170,7 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("find this program to start the replicas: %w", err)
 	}
-	log := &devLog{w: e.stderr, json: *logFormat == "json", debug: level <= -4}
+	log := &devLog{w: e.stderr, json: *logFormat == "json", debug: level <= slog.LevelDebug}
 	if *reset {
 		if err := resetStateDir(*stateDir); err != nil {
 			return err
@@ -214,7 +215,7 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	}
 	switch {
 	case fresh:
-		st = devState{Format: devStateFormat, Connector: f.connector, PortBase: cmpOr(portBase, DefaultDevPortBase),
+		st = devState{Format: devStateFormat, Connector: f.connector, PortBase: cmp.Or(portBase, DefaultDevPortBase),
 			TypeID: aip.NewID(aip.PrefixType), VersionID: aip.NewID(aip.PrefixVersion), InstanceID: aip.NewID(aip.PrefixInstance)}
 	case st.Connector != f.connector:
 		return fmt.Errorf("%s was created for connector %s, not %s; use another --state-dir, or pass --reset to start from scratch", f.dir, st.Connector, f.connector)
@@ -267,13 +268,6 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 		f.keys.replicaDIDs = append(f.keys.replicaDIDs, k.DID())
 	}
 	return nil
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 func loadDevState(path string) (devState, bool, error) {
