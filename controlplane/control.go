@@ -182,7 +182,7 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 		s.log.Error("sign lifecycle response", "request_id", a.requestID, "error", err)
 		a.status = http.StatusInternalServerError
 		w.WriteHeader(http.StatusInternalServerError)
-		writeBody(w, jsonError(aip.CodeControlResponseSigning, "the control plane could not sign its response", "permanent", false))
+		writeBody(w, errorBody(aip.NewProtocolError(aip.CodeControlResponseSigning, aip.CategoryPermanent, false, 0, "the control plane could not sign its response")))
 		return
 	}
 	w.WriteHeader(a.status)

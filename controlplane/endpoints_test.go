@@ -249,11 +249,29 @@ func TestFleetReplicasWithoutLister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec := httptestGet(svc, controlplane.PathFleetReplicas); rec.Code != http.StatusNotImplemented {
-		t.Fatalf("HTTP %d, want 501", rec.Code)
-	}
-	if rec := httptestGet(svc, controlplane.PathFleetStatus); rec.Code != http.StatusServiceUnavailable {
-		t.Fatalf("HTTP %d, want 503", rec.Code)
+	// Unsigned errors carry code, message, category and retryable.
+	for _, c := range []struct {
+		path      string
+		status    int
+		code      string
+		category  aip.ErrorCategory
+		retryable bool
+	}{
+		{controlplane.PathFleetReplicas, http.StatusNotImplemented, "fleet.unsupported", aip.CategoryPermanent, false},
+		{controlplane.PathFleetStatus, http.StatusServiceUnavailable, "fleet.unavailable", aip.CategoryTemporary, true},
+		{"/aip/v1/nowhere", http.StatusNotFound, "not_found", aip.CategoryPermanent, false},
+	} {
+		rec := httptestGet(svc, c.path)
+		var body aip.ErrorBody
+		dec := json.NewDecoder(rec.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || rec.Code != c.status {
+			t.Fatalf("GET %s: HTTP %d, %v; want %d and an error body", c.path, rec.Code, err, c.status)
+		}
+		e := body.Error
+		if err := e.Validate(); err != nil || e.Code != c.code || e.Category != c.category || e.Retryable == nil || *e.Retryable != c.retryable || e.Message == "" {
+			t.Errorf("GET %s: error %+v (%v), want code %s, category %s, retryable %v and a message", c.path, e, err, c.code, c.category, c.retryable)
+		}
 	}
 }
 

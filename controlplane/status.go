@@ -227,28 +227,29 @@ func fleetReplica(r *registry.ConnectorReplica, now time.Time) FleetReplica {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		status, body = http.StatusInternalServerError, jsonError("internal", err.Error(), "permanent", false)
+		status, body = http.StatusInternalServerError, errorBody(aip.NewProtocolError("internal", aip.CategoryPermanent, false, 0, err.Error()))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	writeBody(w, body)
 }
 
+// writeError writes an unsigned error answer: a 503 is temporary and
+// retryable, any other status permanent.
 func writeError(w http.ResponseWriter, status int, code, message string) {
+	category, retryable := aip.CategoryPermanent, false
+	if status == http.StatusServiceUnavailable {
+		category, retryable = aip.CategoryTemporary, true
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	writeBody(w, jsonError(code, message, "", status == http.StatusServiceUnavailable))
+	writeBody(w, errorBody(aip.NewProtocolError(code, category, retryable, 0, message)))
 }
 
-// jsonError is the unsigned error body {"error":{...}}.
-func jsonError(code, message, category string, retryable bool) []byte {
-	type body struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		Category  string `json:"category,omitempty"`
-		Retryable bool   `json:"retryable"`
-	}
-	b, _ := json.Marshal(map[string]body{"error": {Code: code, Message: message, Category: category, Retryable: retryable}})
+// errorBody is the unsigned error body {"error":{"code","message",
+// "category","retryable"}}.
+func errorBody(e *aip.ProtocolError) []byte {
+	b, _ := json.Marshal(aip.ErrorBody{Error: *e})
 	return b
 }
 
