@@ -264,26 +264,47 @@ var (
 // takeReplica does not wait: when every candidate is locked it takes none.
 // takeReplicaWaiting, which a retry uses, waits as described.
 var (
-	takeReplica = fmt.Sprintf(takeSelect, `free AS (`+takeFree+`),
+	takeReplica = takeSelect(`free AS (` + takeFree + `),
 chosen AS (SELECT * FROM free)`)
-	takeReplicaWaiting = fmt.Sprintf(takeSelect, `free AS (`+takeFree+`),
-waited AS (`+takeWaiting+`),
+	takeReplicaWaiting = takeSelect(`free AS (` + takeFree + `),
+waited AS (` + takeWaiting + `),
 chosen AS (SELECT * FROM free UNION ALL SELECT * FROM waited)`)
 )
 
-const takeSelect = `WITH %s,
-counted AS (
+// takeSelect completes a take statement whose CTEs (ending in chosen)
+// select the replica.
+func takeSelect(choice string) string {
+	return "WITH " + choice + ",\n" + countAndRoute(routeParams{
+		action: 3, capability: 4, tenant: 5, manifest: 6, catalogRevision: 7, policyRevision: 8,
+		credential: 9, quota: 10, fence: 11, admission: 12, now: 13,
+	}, "replica_health_revision") + `
+SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT replica_health_revision FROM routed)`
+}
+
+// routeParams are the placeholder numbers of a new route's decision in a
+// take statement.
+type routeParams struct {
+	action, capability, tenant, manifest, catalogRevision, policyRevision, credential, quota, fence, admission, now int
+}
+
+// countAndRoute renders the CTEs every take statement shares: counted
+// counts the assignment on the replica CTE chosen locked, and routed
+// inserts the route from that row and the decision in the placeholders p
+// numbers, returning the expression returning.
+func countAndRoute(p routeParams, returning string) string {
+	return fmt.Sprintf(`counted AS (
 	UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
 	FROM chosen WHERE r.replica_id = chosen.replica_id
 	RETURNING r.*),
 routed AS (
-	INSERT INTO aip_registry.route_assignments (` + routeColumns + `, updated_at_ms)
-	SELECT $3::text, $4::text, $5::text, r.instance_id, r.version_id, $6::text, r.replica_id, r.endpoint, r.peer_principal_id,
+	INSERT INTO aip_registry.route_assignments (%s, updated_at_ms)
+	SELECT $%d::text, $%d::text, $%d::text, r.instance_id, r.version_id, $%d::text, r.replica_id, r.endpoint, r.peer_principal_id,
 		r.peer_principal_kind, r.peer_did, r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class,
-		$7::bigint, $8::bigint, $9::text, $10::text, r.health_revision, $11::text, $12::jsonb, $13::bigint, true, false, NULL, $13::bigint
+		$%d::bigint, $%d::bigint, $%d::text, $%d::text, r.health_revision, $%d::text, $%d::jsonb, $%[12]d::bigint, true, false, NULL, $%[12]d::bigint
 	FROM counted r
-	RETURNING replica_health_revision)
-SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT replica_health_revision FROM routed)`
+	RETURNING %s)`, routeColumns, p.action, p.capability, p.tenant, p.manifest,
+		p.catalogRevision, p.policyRevision, p.credential, p.quota, p.fence, p.admission, p.now, returning)
+}
 
 // takeChoice selects and locks the first listed candidate still eligible
 // (%s: one more filter). takeFree skips locked rows; takeWaiting waits for

@@ -142,20 +142,12 @@ func chainOf(best []bestBinding, c *candidate, admission registry.AdmissionReser
 // revision, $15 quota policy, $16 fence token, $17 admission). It returns
 // the taken replica; when it took none, replica_taken aborts the
 // transaction.
-var takeBest = fmt.Sprintf(`WITH %s,
-counted AS (
-	UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
-	FROM chosen WHERE r.replica_id = chosen.replica_id
-	RETURNING r.*),
-routed AS (
-	INSERT INTO aip_registry.route_assignments (`+routeColumns+`, updated_at_ms)
-	SELECT $2::text, $10::text, $11::text, r.instance_id, r.version_id, $12::text, r.replica_id, r.endpoint, r.peer_principal_id,
-		r.peer_principal_kind, r.peer_did, r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class,
-		$1::bigint, $13::bigint, $14::text, $15::text, r.health_revision, $16::text, $17::jsonb, $5::bigint, true, false, NULL, $5::bigint
-	FROM counted r
-	RETURNING 1)
-SELECT %s FROM (SELECT COALESCE((SELECT 1 FROM chosen), aip_registry.replica_taken()) AS ok) AS taken
-LEFT JOIN counted ON true`, takeBestChoice, replicaColumnsOf("counted"))
+var takeBest = "WITH " + takeBestChoice + ",\n" + countAndRoute(routeParams{
+	action: 2, capability: 10, tenant: 11, manifest: 12, catalogRevision: 1, policyRevision: 13,
+	credential: 14, quota: 15, fence: 16, admission: 17, now: 5,
+}, "1") + `
+SELECT ` + replicaColumnsOf("counted") + ` FROM (SELECT COALESCE((SELECT 1 FROM chosen), aip_registry.replica_taken()) AS ok) AS taken
+LEFT JOIN counted ON true`
 
 // takeBestChoice is the part of takeBest that checks the revision and the
 // action and selects and locks the replica.
