@@ -70,11 +70,14 @@ func printBoundManifest(ctx context.Context, w io.Writer, conn hostsdk.Connector
 	if trustDomain == "" {
 		return errors.New("--print-manifest needs --trust-domain (the manifest is bound to it)")
 	}
-	m, err := conn.Manifest(ctx, hostsdk.TenantContext{TrustDomain: trustDomain})
+	src, err := conn.Manifest(ctx, hostsdk.TenantContext{TrustDomain: trustDomain})
 	if err != nil {
 		return err
 	}
-	m.Agent.TrustDomain, m.Agent.DID = trustDomain, ""
+	m, _, err := hostsdk.BindManifest(src, trustDomain)
+	if err != nil {
+		return err
+	}
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return err
