@@ -230,12 +230,11 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	if err != nil {
 		return fmt.Errorf("the %s connector's manifest: %w", f.connector, err)
 	}
-	f.manifest = *m
-	f.manifest.Agent.TrustDomain, f.manifest.Agent.DID = devTrustDomain, ""
-	digest, err := aip.ManifestDigest(&f.manifest)
+	bound, digest, err := hostsdk.BindManifest(m, devTrustDomain)
 	if err != nil {
-		return err
+		return fmt.Errorf("the %s connector's manifest: %w", f.connector, err)
 	}
+	f.manifest = *bound
 	if !fresh && st.ManifestDigest != digest {
 		return fmt.Errorf("the %s connector's manifest changed since %s was created (its admitted version is immutable); pass --reset to start from scratch with the new manifest", f.connector, f.dir)
 	}
