@@ -5,16 +5,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/netutil"
 )
 
 // Defaults and bounds of the host's knobs (reference: the common connector
@@ -328,7 +327,7 @@ func (c *Config) validateEndpoints() error {
 			addr = c.Listener.Addr().String()
 		}
 		host, _, err := net.SplitHostPort(addr)
-		if err != nil || !isLoopbackHost(host) {
+		if err != nil || !netutil.IsLoopbackHost(host) {
 			return cfgErr("AllowInsecureLoopbackHTTP", "requires a loopback bind address (127.0.0.0/8, ::1 or localhost), but the host binds %q", addr)
 		}
 	}
@@ -360,21 +359,13 @@ func checkEndpoint(field, raw, path string, allowLoopbackHTTP bool) error {
 	switch u.Scheme {
 	case "https":
 	case "http":
-		if !allowLoopbackHTTP || !isLoopbackHost(u.Hostname()) {
+		if !allowLoopbackHTTP || !netutil.IsLoopbackHost(u.Hostname()) {
 			return cfgErr(field, "is %q; http is accepted only for a loopback host with --allow-insecure-loopback-http; use https", raw)
 		}
 	default:
 		return cfgErr(field, "is %q; the scheme must be https", raw)
 	}
 	return nil
-}
-
-func isLoopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.IsLoopback()
 }
 
 func exactlyOneDID(field, inline, fileField, file string) error {

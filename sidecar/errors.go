@@ -3,8 +3,6 @@ package sidecar
 import (
 	"errors"
 	"fmt"
-	"net/netip"
-	"strings"
 )
 
 // ConfigError reports an invalid sidecar setting: the Config field and what
@@ -69,11 +67,3 @@ func (e *ProcessError) Error() string {
 }
 
 func (e *ProcessError) Unwrap() error { return ErrProcessDown }
-
-func isLoopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.IsLoopback()
-}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/netutil"
 )
 
 // Defaults and bounds of LocalConfig.
@@ -209,7 +210,7 @@ func checkLoopbackURL(raw string) error {
 	if u.Port() == "" {
 		return fmt.Errorf("is %q; give the port", raw)
 	}
-	if !isLoopbackHost(u.Hostname()) {
+	if !netutil.IsLoopbackHost(u.Hostname()) {
 		return fmt.Errorf("is %q; the local connector must listen on a loopback address (127.0.0.0/8, ::1 or localhost) or a unix socket", raw)
 	}
 	return nil

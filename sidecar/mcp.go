@@ -19,6 +19,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/netutil"
 )
 
 // Defaults of MCPConfig.
@@ -149,7 +150,7 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; want the absolute URL of a Streamable HTTP MCP endpoint", cfg.URL)}
 		}
-		if u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+		if u.Scheme == "http" && !netutil.IsLoopbackHost(u.Hostname()) {
 			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; http is accepted only on a loopback address; use https", cfg.URL)}
 		}
 		if u.User != nil {
