@@ -303,64 +303,70 @@ func PrepareVersion(v ConnectorVersion, l Limits) (PreparedVersion, error) {
 	return p, nil
 }
 
-// checkClaim checks that an implementation claim covers what the capability's
-// contract promises.
-func checkClaim(id string, c *aip.Capability, s aip.ImplementationSupport) error {
-	field := "implementation_support." + c.ID
-	need := func(ok bool, what, because string) error {
-		if ok {
-			return nil
+// supportNeed is one implementation claim a capability requires, and why.
+type supportNeed struct {
+	what, because string
+	claim         func(*aip.ImplementationSupport) *bool
+}
+
+// supportNeeds lists, in the order checkClaim reports them, the claims
+// capability c requires: invocation always, and a feature for every promise
+// of its approval flag and contract. It is the one statement of the
+// admission rule; RequiredSupport and checkClaim both read it.
+func supportNeeds(c *aip.Capability) []supportNeed {
+	needs := []supportNeed{{"invocation", "every admitted capability is callable", func(s *aip.ImplementationSupport) *bool { return &s.Invocation }}}
+	add := func(cond bool, what, because string, claim func(*aip.ImplementationSupport) *bool) {
+		if cond {
+			needs = append(needs, supportNeed{what, because, claim})
 		}
-		return invalid(RecordConnectorVersion, id, field, "must claim %s because %s", what, because)
 	}
-	if err := need(s.Invocation, "invocation", "every admitted capability is callable"); err != nil {
-		return err
-	}
-	if c.RequiresHumanApproval != nil && *c.RequiresHumanApproval {
-		if err := need(s.Approval, "approval", "the capability requires human approval"); err != nil {
-			return err
-		}
-	}
+	approval := func(s *aip.ImplementationSupport) *bool { return &s.Approval }
+	add(c.RequiresHumanApproval != nil && *c.RequiresHumanApproval, "approval", "the capability requires human approval", approval)
 	k := c.Contract
 	if k == nil {
-		return nil
+		return needs
 	}
-	checks := []struct {
-		cond          bool
-		ok            bool
-		what, because string
-	}{
-		{k.Execution.SupportsCancel, s.Cancellation, "cancellation", "the contract supports cancel"},
-		{k.Execution.SupportsStreaming, s.Streaming, "streaming", "the contract supports streaming"},
-		{k.Execution.SupportsRetry, s.Retry, "retry", "the contract supports retry"},
-		{len(k.Approval) > 0 && string(k.Approval) != "null", s.Approval, "approval", "the contract has an approval policy"},
-		{k.Credentials != nil && k.Credentials.Required, s.Credentials, "credentials", "the contract requires credentials"},
-		{k.Compensation != nil && (k.Compensation.Mode == aip.CompensationSupported || k.Compensation.Mode == aip.CompensationBestEffort), s.Compensation, "compensation", "the contract offers compensation"},
-	}
+	add(k.Execution.SupportsCancel, "cancellation", "the contract supports cancel", func(s *aip.ImplementationSupport) *bool { return &s.Cancellation })
+	add(k.Execution.SupportsStreaming, "streaming", "the contract supports streaming", func(s *aip.ImplementationSupport) *bool { return &s.Streaming })
+	add(k.Execution.SupportsRetry, "retry", "the contract supports retry", func(s *aip.ImplementationSupport) *bool { return &s.Retry })
+	add(len(k.Approval) > 0 && string(k.Approval) != "null", "approval", "the contract has an approval policy", approval)
+	add(k.Credentials != nil && k.Credentials.Required, "credentials", "the contract requires credentials", func(s *aip.ImplementationSupport) *bool { return &s.Credentials })
+	add(k.Compensation != nil && (k.Compensation.Mode == aip.CompensationSupported || k.Compensation.Mode == aip.CompensationBestEffort),
+		"compensation", "the contract offers compensation", func(s *aip.ImplementationSupport) *bool { return &s.Compensation })
 	if k.Transaction != nil {
 		for _, mode := range k.Transaction.SupportedModes {
 			switch mode {
 			case aip.TxExecute, aip.TxRollbackUnsupported:
 			case aip.TxReconcile:
-				checks = append(checks, struct {
-					cond          bool
-					ok            bool
-					what, because string
-				}{true, s.Reconciliation, "reconciliation", "the contract supports the reconcile transaction mode"})
+				add(true, "reconciliation", "the contract supports the reconcile transaction mode", func(s *aip.ImplementationSupport) *bool { return &s.Reconciliation })
 			default:
-				checks = append(checks, struct {
-					cond          bool
-					ok            bool
-					what, because string
-				}{true, s.Transaction, "transaction", "the contract supports the " + string(mode) + " transaction mode"})
+				add(true, "transaction", "the contract supports the "+string(mode)+" transaction mode", func(s *aip.ImplementationSupport) *bool { return &s.Transaction })
 			}
 		}
 	}
-	for _, ch := range checks {
-		if ch.cond {
-			if err := need(ch.ok, ch.what, ch.because); err != nil {
-				return err
-			}
+	return needs
+}
+
+// RequiredSupport returns the least implementation claim the registry admits
+// for capability c: invocation, plus the feature of every promise its
+// approval flag and contract make (cancel, streaming, retry, approval,
+// credentials, compensation, and the transaction modes beyond execute:
+// reconcile needs reconciliation, the others transaction). A claim may add
+// features; one that lacks any of these is refused.
+func RequiredSupport(c *aip.Capability) aip.ImplementationSupport {
+	var s aip.ImplementationSupport
+	for _, n := range supportNeeds(c) {
+		*n.claim(&s) = true
+	}
+	return s
+}
+
+// checkClaim checks that an implementation claim covers what the capability's
+// contract promises.
+func checkClaim(id string, c *aip.Capability, s aip.ImplementationSupport) error {
+	for _, n := range supportNeeds(c) {
+		if !*n.claim(&s) {
+			return invalid(RecordConnectorVersion, id, "implementation_support."+c.ID, "must claim %s because %s", n.what, n.because)
 		}
 	}
 	return nil

@@ -151,24 +151,25 @@ func (f *devFleet) fleetFile() ([]byte, error) {
 }
 
 // implementationClaims lists the features a built-in connector implements
-// for a capability: invocation, and every feature its contract promises
-// (the registry refuses a version whose claims miss one), plus
-// reconciliation when the connector is a hostsdk.Reconciler.
+// for a capability: what the registry requires of its contract
+// (registry.RequiredSupport), plus reconciliation when the connector is a
+// hostsdk.Reconciler.
 func implementationClaims(c *aip.Capability, reconciles bool) []string {
-	claims := []string{"invocation"}
-	if k := c.Contract; k != nil {
-		if k.Execution.SupportsCancel {
-			claims = append(claims, "cancellation")
-		}
-		if k.Execution.SupportsStreaming {
-			claims = append(claims, "streaming")
-		}
-		if k.Execution.SupportsRetry {
-			claims = append(claims, "retry")
-		}
+	s := registry.RequiredSupport(c)
+	s.Reconciliation = s.Reconciliation || reconciles
+	features := []struct {
+		on   bool
+		name string
+	}{
+		{s.Invocation, "invocation"}, {s.Cancellation, "cancellation"}, {s.Streaming, "streaming"}, {s.Retry, "retry"},
+		{s.Transaction, "transaction"}, {s.Reconciliation, "reconciliation"}, {s.Compensation, "compensation"},
+		{s.Approval, "approval"}, {s.Credentials, "credentials"},
 	}
-	if reconciles {
-		claims = append(claims, "reconciliation")
+	var claims []string
+	for _, f := range features {
+		if f.on {
+			claims = append(claims, f.name)
+		}
 	}
 	return claims
 }
