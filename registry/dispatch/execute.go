@@ -147,14 +147,9 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	var h *hop
 	var reroutes []RerouteFact
 	for {
-		env, err := d.envelope(&a, aip.Body{Action: action}, pmode)
-		if err != nil {
-			h = &hop{err: err, notSent: true}
-		} else {
-			hopStart := time.Now()
-			h = d.send(hopCtx, &a, env, SpanSend, onChunk)
-			d.m.stage("hop", hopStart)
-		}
+		hopStart := time.Now()
+		h = d.exchange(hopCtx, &a, aip.Body{Action: action}, pmode, onChunk)
+		d.m.stage("hop", hopStart)
 		pe := h.refusal()
 		if pe == nil || d.deps.Rerouter == nil || d.cfg.MaxReroutes < 0 || len(reroutes) >= d.cfg.MaxReroutes {
 			break
@@ -214,6 +209,18 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 		return hostSettlement(pe.Code), hostStatus(pe.Code)
 	}
 	return unknown(http.StatusBadGateway, CodeOutcomeUnknown, "the replica answered with a "+string(h.env.MessageType))
+}
+
+// exchange builds the envelope of body for the assignment's replica (mode
+// is the route's original_mode, nil outside an action) and sends it. An
+// envelope that cannot be built never leaves: its hop carries the error and
+// is marked not sent, like every other failure before the request leaves.
+func (d *Dispatcher) exchange(ctx context.Context, a *registry.RouteAssignment, body aip.Body, mode *aip.ActionMode, onChunk func(*aip.StreamChunk)) *hop {
+	env, err := d.envelope(a, body, mode)
+	if err != nil {
+		return &hop{err: err, notSent: true}
+	}
+	return d.send(ctx, a, env, SpanSend, onChunk)
 }
 
 func (d *Dispatcher) resolve(ctx context.Context, tenant string, req *ActionRequest) (registry.RouteAssignment, error) {
@@ -331,13 +338,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 		resp.Route = factsOf(&a)
 		span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID))
 		hctx, cancel := context.WithTimeout(wctx, d.cfg.ActionTimeout)
-		env, err := d.envelope(&a, aip.Body{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: actionID}, Reason: reason}}, nil)
-		var h *hop
-		if err != nil {
-			h = &hop{err: err}
-		} else {
-			h = d.send(hctx, &a, env, SpanSend, nil)
-		}
+		h := d.exchange(hctx, &a, aip.Body{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: actionID}, Reason: reason}}, nil, nil)
 		cancel()
 		switch {
 		case h.env == nil:
@@ -402,13 +403,7 @@ func (d *Dispatcher) Status(ctx context.Context, tenant, actionID string) (Actio
 	}
 	hctx, hcancel := context.WithTimeout(ctx, d.cfg.StatusTimeout)
 	defer hcancel()
-	env, err := d.envelope(&a, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: actionID}}, nil)
-	var h *hop
-	if err != nil {
-		h = &hop{err: err}
-	} else {
-		h = d.send(hctx, &a, env, SpanSend, nil)
-	}
+	h := d.exchange(hctx, &a, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: actionID}}, nil, nil)
 	switch {
 	case h.env == nil:
 		out.Replica.Error = newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
