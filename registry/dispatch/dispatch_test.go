@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -208,6 +209,45 @@ func TestRefusalReroutes(t *testing.T) {
 		t.Fatalf("drain: %v", err)
 	}
 	w.idle()
+}
+
+// TestNegativeMaxReroutesKeepsRefusalsPinned: with rerouting disabled a
+// signed refusal is the answer and the action stays on its replica; with
+// the default bound the same refusal moves it to the spare.
+func TestNegativeMaxReroutesKeepsRefusalsPinned(t *testing.T) {
+	replicaKey, _ := aip.GenerateSigningKey()
+	refusal := aip.Body{Error: &aip.ErrorBody{Error: *aip.NewProtocolError(hostsdk.CodeNotReady, aip.CategoryTemporary, true, 100, "draining")}}
+	for _, c := range []struct {
+		maxReroutes int
+		rerouted    bool
+	}{{-1, false}, {0, true}} {
+		t.Run(fmt.Sprint(c.maxReroutes), func(t *testing.T) {
+			w := newWorld(t, worldOptions{cfg: func(cfg *dispatch.Config) { cfg.MaxReroutes = c.maxReroutes }})
+			spare := w.startHost(8, 8)
+			fake := w.fakeReplica(aip.NewID(aip.PrefixReplica), replicaKey, fakeHandler(signedReply(replicaKey, http.StatusServiceUnavailable, refusal)))
+			act := w.actionFavoring(fake, fake, spare.cfg.ReplicaID)
+			status, resp := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("x", "")})
+			if c.rerouted {
+				if status != http.StatusOK || resp.Route.ReplicaID != spare.cfg.ReplicaID || len(resp.Route.Reroutes) != 1 {
+					t.Fatalf("answer %d on %+v (%+v), want a reroute to %s", status, resp.Route, resp.Error, spare.cfg.ReplicaID)
+				}
+				w.idle()
+				return
+			}
+			if resp.Error == nil || resp.Error.Code != hostsdk.CodeNotReady || resp.Route.ReplicaID != fake || len(resp.Route.Reroutes) != 0 {
+				t.Fatalf("answer %d on %+v (%+v), want the refusal on %s", status, resp.Route, resp.Error, fake)
+			}
+			if runs := w.counter.runs(act); len(runs) != 0 {
+				t.Fatalf("the action ran on %v", runs)
+			}
+			hist, err := w.reg.RouteHistory(w.ctx, act)
+			must(t, err)
+			if len(hist) != 0 {
+				t.Fatalf("history %+v", hist)
+			}
+			w.idle()
+		})
+	}
 }
 
 // busy reports whether a host runs an action now (its in-flight gauge).

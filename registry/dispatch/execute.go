@@ -151,7 +151,7 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		h = d.exchange(hopCtx, &a, aip.Body{Action: action}, pmode, onChunk)
 		d.m.stage("hop", hopStart)
 		pe := h.refusal()
-		if pe == nil || d.deps.Rerouter == nil || d.cfg.MaxReroutes < 0 || len(reroutes) >= d.cfg.MaxReroutes {
+		if pe == nil || d.deps.Rerouter == nil || len(reroutes) >= d.cfg.MaxReroutes {
 			break
 		}
 		next, err := d.reroute(wctx, &a, h)
