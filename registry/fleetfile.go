@@ -119,9 +119,9 @@ func (l *yamlLimit) UnmarshalYAML(n *yaml.Node) error {
 
 type yamlPolicy struct {
 	PolicyRef                string    `yaml:"policy_ref"`
-	Preset                   string    `yaml:"preset"`
+	Preset                   string    `yaml:"preset,omitempty"`
 	Revision                 uint64    `yaml:"revision"`
-	Enabled                  *bool     `yaml:"enabled"`
+	Enabled                  *bool     `yaml:"enabled,omitempty"`
 	MaxGlobalInFlight        yamlLimit `yaml:"max_global_in_flight"`
 	MaxTenantInFlight        yamlLimit `yaml:"max_tenant_in_flight"`
 	MaxConnectorTypeInFlight yamlLimit `yaml:"max_connector_type_in_flight"`
@@ -136,12 +136,12 @@ type yamlType struct {
 	ID      string `yaml:"id"`
 	Name    string `yaml:"name"`
 	Owner   string `yaml:"owner"`
-	Enabled *bool  `yaml:"enabled"`
+	Enabled *bool  `yaml:"enabled,omitempty"`
 }
 
 type yamlAttestation struct {
 	ArtifactDigest            string   `yaml:"artifact_digest"`
-	SchemaBundleDigest        string   `yaml:"schema_bundle_digest"`
+	SchemaBundleDigest        string   `yaml:"schema_bundle_digest,omitempty"`
 	SBOMDigest                string   `yaml:"sbom_digest"`
 	ProvenanceDigest          string   `yaml:"provenance_digest"`
 	ConformanceReportDigest   string   `yaml:"conformance_report_digest"`
@@ -150,7 +150,7 @@ type yamlAttestation struct {
 	SignatureRef              string   `yaml:"signature_ref"`
 	SignerIdentity            string   `yaml:"signer_identity"`
 	Owner                     string   `yaml:"owner"`
-	SupportedAIPVersions      []string `yaml:"supported_aip_versions"`
+	SupportedAIPVersions      []string `yaml:"supported_aip_versions,flow"`
 	SDKVersionRequirement     string   `yaml:"sdk_version_requirement"`
 	ConformanceStatus         string   `yaml:"conformance_status"`
 	VulnerabilityPolicyStatus string   `yaml:"vulnerability_policy_status"`
@@ -159,14 +159,26 @@ type yamlAttestation struct {
 }
 
 type yamlVersion struct {
-	ID                    string              `yaml:"id"`
-	ConnectorTypeID       string              `yaml:"connector_type_id"`
-	Version               string              `yaml:"version"`
-	Status                string              `yaml:"status"`
-	ManifestDigest        string              `yaml:"manifest_digest"`
-	Manifest              yaml.Node           `yaml:"manifest"`
-	ImplementationSupport map[string][]string `yaml:"implementation_support"`
-	Attestation           yamlAttestation     `yaml:"attestation"`
+	ID                    string                  `yaml:"id"`
+	ConnectorTypeID       string                  `yaml:"connector_type_id"`
+	Version               string                  `yaml:"version"`
+	Status                string                  `yaml:"status"`
+	ManifestDigest        string                  `yaml:"manifest_digest,omitempty"`
+	Manifest              yaml.Node               `yaml:"manifest"`
+	ImplementationSupport map[string]yamlFeatures `yaml:"implementation_support"`
+	Attestation           yamlAttestation         `yaml:"attestation"`
+}
+
+// yamlFeatures is one capability's implementation-support feature names.
+type yamlFeatures []string
+
+// MarshalYAML writes the names as a flow sequence, [invocation, retry].
+func (f yamlFeatures) MarshalYAML() (any, error) {
+	n := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+	for _, name := range f {
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: name})
+	}
+	return n, nil
 }
 
 type yamlInstance struct {
@@ -176,51 +188,59 @@ type yamlInstance struct {
 	TenantID          string `yaml:"tenant_id"`
 	ConfigRevision    uint64 `yaml:"config_revision"`
 	SecretProviderRef string `yaml:"secret_provider_ref"`
-	Status            string `yaml:"status"`
+	Status            string `yaml:"status,omitempty"`
 }
 
 type yamlBinding struct {
 	TenantID              string  `yaml:"tenant_id"`
 	CapabilityID          string  `yaml:"capability_id"`
 	InstanceID            string  `yaml:"instance_id"`
-	Priority              uint32  `yaml:"priority"`
+	Priority              uint32  `yaml:"priority,omitempty"`
 	PolicyRevision        *uint64 `yaml:"policy_revision"`
-	CredentialRevisionRef string  `yaml:"credential_revision_ref"`
-	QuotaPolicyRef        string  `yaml:"quota_policy_ref"`
-	Enabled               *bool   `yaml:"enabled"`
+	CredentialRevisionRef string  `yaml:"credential_revision_ref,omitempty"`
+	QuotaPolicyRef        string  `yaml:"quota_policy_ref,omitempty"`
+	Enabled               *bool   `yaml:"enabled,omitempty"`
 }
 
 type yamlTopology struct {
-	Region        string `yaml:"region"`
-	Zone          string `yaml:"zone"`
-	CapacityClass string `yaml:"capacity_class"`
+	Region        string `yaml:"region,omitempty"`
+	Zone          string `yaml:"zone,omitempty"`
+	CapacityClass string `yaml:"capacity_class,omitempty"`
 }
 
 type yamlReplica struct {
 	ID                string       `yaml:"id"`
 	InstanceID        string       `yaml:"instance_id"`
-	VersionID         string       `yaml:"version_id"`
+	VersionID         string       `yaml:"version_id,omitempty"`
 	Endpoint          string       `yaml:"endpoint"`
 	PeerPrincipalID   string       `yaml:"peer_principal_id"`
-	PeerPrincipalKind string       `yaml:"peer_principal_kind"`
+	PeerPrincipalKind string       `yaml:"peer_principal_kind,omitempty"`
 	PeerDID           string       `yaml:"peer_did"`
 	TrustDomain       string       `yaml:"trust_domain"`
-	TransportProfile  string       `yaml:"transport_profile"`
-	Topology          yamlTopology `yaml:"topology"`
+	TransportProfile  string       `yaml:"transport_profile,omitempty"`
+	Topology          yamlTopology `yaml:"topology,omitempty"`
 	Capacity          uint32       `yaml:"capacity"`
 }
 
-// Implementation-support feature names in a fleet file.
-var supportFeatures = map[string]func(*aip.ImplementationSupport){
-	"invocation":     func(s *aip.ImplementationSupport) { s.Invocation = true },
-	"cancellation":   func(s *aip.ImplementationSupport) { s.Cancellation = true },
-	"streaming":      func(s *aip.ImplementationSupport) { s.Streaming = true },
-	"retry":          func(s *aip.ImplementationSupport) { s.Retry = true },
-	"transaction":    func(s *aip.ImplementationSupport) { s.Transaction = true },
-	"reconciliation": func(s *aip.ImplementationSupport) { s.Reconciliation = true },
-	"compensation":   func(s *aip.ImplementationSupport) { s.Compensation = true },
-	"approval":       func(s *aip.ImplementationSupport) { s.Approval = true },
-	"credentials":    func(s *aip.ImplementationSupport) { s.Credentials = true },
+// supportFeature is an implementation-support feature name in a fleet file
+// and the claim it sets.
+type supportFeature struct {
+	name  string
+	claim func(*aip.ImplementationSupport) *bool
+}
+
+// supportFeatures lists the features in the order MarshalFleetFile writes
+// them.
+var supportFeatures = []supportFeature{
+	{"invocation", func(s *aip.ImplementationSupport) *bool { return &s.Invocation }},
+	{"cancellation", func(s *aip.ImplementationSupport) *bool { return &s.Cancellation }},
+	{"streaming", func(s *aip.ImplementationSupport) *bool { return &s.Streaming }},
+	{"retry", func(s *aip.ImplementationSupport) *bool { return &s.Retry }},
+	{"transaction", func(s *aip.ImplementationSupport) *bool { return &s.Transaction }},
+	{"reconciliation", func(s *aip.ImplementationSupport) *bool { return &s.Reconciliation }},
+	{"compensation", func(s *aip.ImplementationSupport) *bool { return &s.Compensation }},
+	{"approval", func(s *aip.ImplementationSupport) *bool { return &s.Approval }},
+	{"credentials", func(s *aip.ImplementationSupport) *bool { return &s.Credentials }},
 }
 
 // ---------------------------------------------------------------- parsing
@@ -573,16 +593,16 @@ func (y *yamlVersion) record() (ConnectorVersion, error) {
 	for capID, features := range y.ImplementationSupport {
 		var s aip.ImplementationSupport
 		for _, name := range features {
-			set, ok := supportFeatures[name]
-			if !ok {
+			i := slices.IndexFunc(supportFeatures, func(f supportFeature) bool { return f.name == name })
+			if i < 0 {
 				names := make([]string, 0, len(supportFeatures))
-				for n := range supportFeatures {
-					names = append(names, n)
+				for _, f := range supportFeatures {
+					names = append(names, f.name)
 				}
 				slices.Sort(names)
 				return v, invalid(r, y.ID, "implementation_support."+capID, "%q is not a feature; use %s", name, strings.Join(names, ", "))
 			}
-			set(&s)
+			*supportFeatures[i].claim(&s) = true
 		}
 		v.ImplementationSupport[capID] = s
 	}
@@ -688,6 +708,146 @@ func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
 		return nil, bad("unsupported YAML tag %s", n.Tag)
 	}
 	return nil, bad("is empty")
+}
+
+// ---------------------------------------------------------------- writing
+
+// yamlOut is the document MarshalFleetFile writes, in the field order of
+// docs/fleet-file.md.
+type yamlOut struct {
+	Format    string         `yaml:"format"`
+	Policies  []yamlPolicy   `yaml:"policies,omitempty"`
+	Types     []yamlType     `yaml:"types,omitempty"`
+	Versions  []yamlVersion  `yaml:"versions,omitempty"`
+	Instances []yamlInstance `yaml:"instances,omitempty"`
+	Bindings  []yamlBinding  `yaml:"bindings,omitempty"`
+	Replicas  []yamlReplica  `yaml:"replicas,omitempty"`
+}
+
+// MarshalYAML writes a limit as ParseFleetFile reads it.
+func (l yamlLimit) MarshalYAML() (any, error) {
+	if l.v == Unlimited {
+		return "unlimited", nil
+	}
+	return l.v, nil
+}
+
+// MarshalFleetFile writes f in the YAML form ParseFleetFile reads
+// (docs/fleet-file.md), so that ParseFleetFile returns records equal to
+// those of a file it parsed. Sections and fields are written in the
+// documented order; optional fields that hold their default (enabled: true,
+// an empty reference, priority 0) are left out, and policies are written with
+// every limit and no preset. A fleet file declares state, so what the
+// registry owns is not written: a version's admission time and a replica's
+// lifecycle (status, lease, assignments, health revision, circuit, last
+// control request), which ParseFleetFile sets to a new offline replica's.
+// Records are not validated here; ParseFleetFile and Apply do that.
+func MarshalFleetFile(f *FleetFile) ([]byte, error) {
+	out := yamlOut{Format: FleetFileFormat}
+	disabled := func(enabled bool) *bool {
+		if enabled {
+			return nil
+		}
+		return new(bool)
+	}
+	for _, p := range f.Policies {
+		open := p.CircuitOpenMS
+		out.Policies = append(out.Policies, yamlPolicy{
+			PolicyRef: p.PolicyRef, Revision: p.Revision, Enabled: disabled(p.Enabled),
+			MaxGlobalInFlight: yamlLimit{true, p.MaxGlobalInFlight}, MaxTenantInFlight: yamlLimit{true, p.MaxTenantInFlight},
+			MaxConnectorTypeInFlight: yamlLimit{true, p.MaxConnectorTypeInFlight}, MaxInstanceInFlight: yamlLimit{true, p.MaxInstanceInFlight},
+			MaxBindingInFlight: yamlLimit{true, p.MaxBindingInFlight}, MaxTenantRetryInFlight: yamlLimit{true, p.MaxTenantRetryInFlight},
+			CircuitFailureThreshold: yamlLimit{true, p.CircuitFailureThreshold}, CircuitOpenMS: &open,
+		})
+	}
+	for _, t := range f.Types {
+		out.Types = append(out.Types, yamlType{ID: t.ID, Name: t.Name, Owner: t.Owner, Enabled: disabled(t.Enabled)})
+	}
+	for i := range f.Versions {
+		y, err := versionYAML(&f.Versions[i])
+		if err != nil {
+			return nil, &FleetFileError{Section: SectionVersions, Index: i, ID: f.Versions[i].ID, Field: "manifest", Err: err}
+		}
+		out.Versions = append(out.Versions, y)
+	}
+	for _, inst := range f.Instances {
+		out.Instances = append(out.Instances, yamlInstance{
+			ID: inst.ID, ConnectorTypeID: inst.ConnectorTypeID, VersionID: inst.VersionID, TenantID: inst.TenantID,
+			ConfigRevision: inst.ConfigRevision, SecretProviderRef: inst.SecretProviderRef, Status: string(inst.Status),
+		})
+	}
+	for _, b := range f.Bindings {
+		rev := b.PolicyRevision
+		out.Bindings = append(out.Bindings, yamlBinding{
+			TenantID: b.TenantID, CapabilityID: b.CapabilityID, InstanceID: b.InstanceID, Priority: b.Priority,
+			PolicyRevision: &rev, CredentialRevisionRef: b.CredentialRevisionRef, QuotaPolicyRef: b.QuotaPolicyRef, Enabled: disabled(b.Enabled),
+		})
+	}
+	for _, r := range f.Replicas {
+		out.Replicas = append(out.Replicas, yamlReplica{
+			ID: r.ID, InstanceID: r.InstanceID, VersionID: r.VersionID, Endpoint: r.Endpoint,
+			PeerPrincipalID: r.PeerPrincipalID, PeerPrincipalKind: string(r.PeerPrincipalKind), PeerDID: r.PeerDID,
+			TrustDomain: r.TrustDomain, TransportProfile: r.TransportProfile,
+			Topology: yamlTopology{Region: r.Topology.Region, Zone: r.Topology.Zone, CapacityClass: r.Topology.CapacityClass},
+			Capacity: r.Capacity,
+		})
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&out); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// versionYAML is the YAML form of a version: its manifest inline, in the
+// field order of its JSON form, and its claims as feature names.
+func versionYAML(v *ConnectorVersion) (yamlVersion, error) {
+	y := yamlVersion{ID: v.ID, ConnectorTypeID: v.ConnectorTypeID, Version: v.Version, Status: string(v.Status), ManifestDigest: v.ManifestDigest}
+	raw, err := json.Marshal(&v.Manifest)
+	if err != nil {
+		return y, err
+	}
+	// JSON is YAML: decode it to nodes, then drop the JSON styles (quotes,
+	// braces) so the encoder writes block YAML and quotes only what needs it.
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return y, err
+	}
+	var plain func(n *yaml.Node)
+	plain = func(n *yaml.Node) {
+		n.Style = 0
+		for _, c := range n.Content {
+			plain(c)
+		}
+	}
+	plain(doc.Content[0])
+	y.Manifest = *doc.Content[0]
+	y.ImplementationSupport = make(map[string]yamlFeatures, len(v.ImplementationSupport))
+	for capID, s := range v.ImplementationSupport {
+		features := yamlFeatures{}
+		for _, f := range supportFeatures {
+			if *f.claim(&s) {
+				features = append(features, f.name)
+			}
+		}
+		y.ImplementationSupport[capID] = features
+	}
+	a := v.Attestation
+	y.Attestation = yamlAttestation{
+		ArtifactDigest: a.ArtifactDigest, SchemaBundleDigest: a.SchemaBundleDigest, SBOMDigest: a.SBOMDigest,
+		ProvenanceDigest: a.ProvenanceDigest, ConformanceReportDigest: a.ConformanceReportDigest,
+		VulnerabilityReportDigest: a.VulnerabilityReportDigest, LicenseReportDigest: a.LicenseReportDigest,
+		SignatureRef: a.SignatureRef, SignerIdentity: a.SignerIdentity, Owner: a.Owner,
+		SupportedAIPVersions: a.SupportedAIPVersions, SDKVersionRequirement: a.SDKVersionRequirement,
+		ConformanceStatus: string(a.ConformanceStatus), VulnerabilityPolicyStatus: string(a.VulnerabilityPolicyStatus),
+		LicensePolicyStatus: string(a.LicensePolicyStatus), RevocationStatus: string(a.RevocationStatus),
+	}
+	return y, nil
 }
 
 // ---------------------------------------------------------------- applying

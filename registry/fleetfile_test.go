@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/memregistry"
@@ -340,5 +342,60 @@ func TestApplyBuiltFile(t *testing.T) {
 	}
 	if _, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: "t", CapabilityID: "x.do"}); !errors.Is(err, registry.ErrBindingUnavailable) {
 		t.Fatalf("resolve on a disabled type: %v", err)
+	}
+}
+
+func TestMarshalFleetFileRoundTrip(t *testing.T) {
+	doc := parse(t, docExample(t))
+	// Beyond the example: non-default values of the optional fields.
+	varied := parse(t, docExample(t))
+	varied.Policies[0].Enabled = false
+	varied.Types[0].Enabled = false
+	varied.Instances[0].Status = registry.InstanceDisabled
+	varied.Bindings[0].Enabled, varied.Bindings[0].Priority, varied.Bindings[0].QuotaPolicyRef = false, 7, ""
+	varied.Replicas[0].TransportProfile = "aip-mcp"
+	for name, f := range map[string]*registry.FleetFile{"doc example": doc, "varied": varied} {
+		t.Run(name, func(t *testing.T) {
+			out, err := registry.MarshalFleetFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := registry.ParseFleetFile(out)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if diff := cmp.Diff(f, back); diff != "" {
+				t.Fatalf("Marshal then Parse (-want +got):\n%s\n%s", diff, out)
+			}
+			again, err := registry.MarshalFleetFile(back)
+			if err != nil || !bytes.Equal(again, out) {
+				t.Fatalf("marshalling the parsed file again differs (%v):\n%s\n---\n%s", err, out, again)
+			}
+		})
+	}
+	// The documented shape: sections and fields in the documented order,
+	// defaults left out.
+	out, err := registry.MarshalFleetFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, want := range []string{"format: aipfleet.fleet/v1\npolicies:\n", "max_global_in_flight: unlimited", "supported_aip_versions: [", "\n      echo.say: [invocation, cancellation, retry]\n"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the file lacks %q:\n%s", want, s)
+		}
+	}
+	order := []string{"\npolicies:", "\ntypes:", "\nversions:", "\ninstances:", "\nbindings:", "\nreplicas:"}
+	for i := 1; i < len(order); i++ {
+		if strings.Index(s, order[i-1]) >= strings.Index(s, order[i]) {
+			t.Errorf("%s is not before %s", order[i-1], order[i])
+		}
+	}
+	if strings.Contains(s, "enabled: true") || strings.Contains(s, "preset:") || strings.Contains(s, "priority: 0") {
+		t.Errorf("defaults are written:\n%s", s)
+	}
+	// An empty file is just its format.
+	if out, err := registry.MarshalFleetFile(&registry.FleetFile{}); err != nil || string(out) != "format: "+registry.FleetFileFormat+"\n" {
+		t.Fatalf("empty file: %q, %v", out, err)
 	}
 }
