@@ -31,20 +31,13 @@ func TestMain(m *testing.M) {
 // CapSay is echo's synchronous capability.
 const CapSay = echoconnector.CapSay
 
-type echoOut struct {
-	Message     string `json:"message"`
-	SideEffects int64  `json:"side_effects"`
-	Chunks      int    `json:"chunks"`
-	Reconciled  bool   `json:"reconciled"`
-}
-
-func output(t *testing.T, resp *hostsdktest.Response) (*aip.ActionResult, echoOut) {
+func output(t *testing.T, resp *hostsdktest.Response) (*aip.ActionResult, echoconnector.Output) {
 	t.Helper()
 	res, err := resp.Result()
 	if err != nil {
 		t.Fatalf("HTTP %d: %v", resp.Status, err)
 	}
-	var out echoOut
+	var out echoconnector.Output
 	if len(res.Output) > 0 {
 		if err := json.Unmarshal(res.Output, &out); err != nil {
 			t.Fatal(err)

@@ -88,6 +88,19 @@ var outputSchema = json.RawMessage(`{
   "required": ["side_effects"]
 }`)
 
+// Output is the output of both capabilities and of a reconciled action
+// (outputSchema). echo.say sets Message and SideEffects, echo.stream also
+// Chunks; a reconciled action has only SideEffects and Reconciled (the
+// message is not journaled with the side effect), so Message is a pointer:
+// an empty message is still sent. The fields are in key order, so an
+// output's bytes are those of the equivalent JSON object with sorted keys.
+type Output struct {
+	Chunks      uint64  `json:"chunks,omitempty"`
+	Message     *string `json:"message,omitempty"`
+	Reconciled  bool    `json:"reconciled,omitempty"`
+	SideEffects int64   `json:"side_effects"`
+}
+
 func contract(streaming bool) *aip.CapabilityContract {
 	latency := uint64(5)
 	completion := aip.CompletionSync
@@ -145,7 +158,7 @@ func (e Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionR
 	if err != nil {
 		return nil, err
 	}
-	return call.Complete(map[string]any{"message": in.Message, "side_effects": n})
+	return call.Complete(Output{Message: &in.Message, SideEffects: n})
 }
 
 // HandleStream implements hostsdk.Streamer.
@@ -166,7 +179,7 @@ func (e Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks 
 	if err != nil {
 		return nil, err
 	}
-	return call.Complete(map[string]any{"message": in.Message, "side_effects": n, "chunks": chunks.Sent()})
+	return call.Complete(Output{Message: &in.Message, SideEffects: n, Chunks: chunks.Sent()})
 }
 
 func decode(call *hostsdk.Call) (sayInput, error) {
@@ -241,7 +254,10 @@ func (Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*ai
 			Error: aip.NewProtocolError("echo.not_executed", aip.CategoryConnector, false, 0,
 				"the replica stopped before the side effect; it did not happen")}, nil
 	}
-	out, _ := json.Marshal(map[string]any{"side_effects": count, "reconciled": true})
+	out, err := json.Marshal(Output{SideEffects: count, Reconciled: true})
+	if err != nil {
+		return nil, err
+	}
 	return &aip.ActionResult{ActionID: u.Action.ActionID, Status: aip.ResultCompleted, Output: out}, nil
 }
 

@@ -1,12 +1,14 @@
 package echoconnector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.uber.org/goleak"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -16,20 +18,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type echoOut struct {
-	Message     string `json:"message"`
-	SideEffects int64  `json:"side_effects"`
-	Chunks      int    `json:"chunks"`
-	Reconciled  bool   `json:"reconciled"`
-}
-
-func output(t *testing.T, resp *hostsdktest.Response) (*aip.ActionResult, echoOut) {
+func output(t *testing.T, resp *hostsdktest.Response) (*aip.ActionResult, Output) {
 	t.Helper()
 	res, err := resp.Result()
 	if err != nil {
 		t.Fatalf("HTTP %d: %v", resp.Status, err)
 	}
-	var out echoOut
+	var out Output
 	if len(res.Output) > 0 {
 		if err := json.Unmarshal(res.Output, &out); err != nil {
 			t.Fatal(err)
@@ -72,7 +67,7 @@ func TestSayCountsOneSideEffect(t *testing.T) {
 	ctx := ctxT(t)
 	a := say("hello", "")
 	res, out := output(t, must(d.Act(ctx, target, a)))
-	if res.Status != aip.ResultCompleted || out.Message != "hello" || out.SideEffects != 1 || res.Receipt == nil {
+	if res.Status != aip.ResultCompleted || (out.Message == nil || *out.Message != "hello") || out.SideEffects != 1 || res.Receipt == nil {
 		t.Fatalf("result %+v output %+v", res, out)
 	}
 	// The same action again, in new messages: journaled, never re-run.
@@ -147,4 +142,56 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestOutputJSON: each output shape marshals to the bytes of the JSON
+// object with sorted keys that the handlers produced before Output existed
+// (an empty message included, absent fields left out), and validates
+// against the capabilities' output schema.
+func TestOutputJSON(t *testing.T) {
+	empty, msg := "", "hi"
+	cases := []struct {
+		name string
+		out  Output
+		want map[string]any
+	}{
+		{"say", Output{Message: &msg, SideEffects: 1}, map[string]any{"message": "hi", "side_effects": 1}},
+		{"say empty message", Output{Message: &empty, SideEffects: 1}, map[string]any{"message": "", "side_effects": 1}},
+		{"stream", Output{Message: &msg, SideEffects: 2, Chunks: 3}, map[string]any{"message": "hi", "side_effects": 2, "chunks": 3}},
+		{"reconciled", Output{SideEffects: 1, Reconciled: true}, map[string]any{"side_effects": 1, "reconciled": true}},
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(outputSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("urn:echo:output", doc); err != nil {
+		t.Fatal(err)
+	}
+	schema, err := c.Compile("urn:echo:output")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		got, err := json.Marshal(tc.out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(tc.want)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %s, want %s", tc.name, got, want)
+		}
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(got))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := schema.Validate(v); err != nil {
+			t.Errorf("%s: %s does not validate: %v", tc.name, got, err)
+		}
+	}
+	// The schema is not vacuous: an output without side_effects fails.
+	v, _ := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(`{"message":"hi"}`)))
+	if schema.Validate(v) == nil {
+		t.Error("an output without side_effects validated")
+	}
 }
