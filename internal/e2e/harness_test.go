@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/examples/echo/echoconnector"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
@@ -511,14 +512,9 @@ func (f *fleet) send(ctx context.Context, token, actionID, message, extra string
 	return status, resp, nil
 }
 
-// echoOutput is echo.say's output.
-type echoOutput struct {
-	Message     string `json:"message"`
-	SideEffects int    `json:"side_effects"`
-}
-
-func outputOf(r *dispatch.ActionResponse) (echoOutput, error) {
-	var o echoOutput
+// outputOf decodes echo's output from an action response.
+func outputOf(r *dispatch.ActionResponse) (echoconnector.Output, error) {
+	var o echoconnector.Output
 	if r.Result == nil {
 		return o, errors.New("no result")
 	}
