@@ -3,11 +3,13 @@ package pgregistry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/aipfleet/aipfleet/internal/pgmigrate"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 )
 
@@ -21,8 +23,8 @@ func TestUpgradeFromOlderSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) < 2 || ms[len(ms)-1].version != SchemaVersion {
-		t.Fatalf("embedded migrations %d..%d, SchemaVersion %d", ms[0].version, ms[len(ms)-1].version, SchemaVersion)
+	if len(ms) < 2 || ms[len(ms)-1].Version != SchemaVersion {
+		t.Fatalf("embedded migrations %d..%d, SchemaVersion %d", ms[0].Version, ms[len(ms)-1].Version, SchemaVersion)
 	}
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -67,27 +69,38 @@ func TestUpgradeFromOlderSchema(t *testing.T) {
 }
 
 // TestMigrationNamesAndChecksums: embedded migrations are numbered from 1
-// without gaps and a changed text changes the checksum.
+// without gaps and a changed text changes the checksum; the shared runner's
+// errors reach callers as this package's kinds, naming the migration.
 func TestMigrationNamesAndChecksums(t *testing.T) {
 	ms, err := embeddedMigrations()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, m := range ms {
-		if m.version != i+1 || m.name == "" || len(m.checksum) != 64 {
+		if m.Version != i+1 || m.Name == "" || m.File != fmt.Sprintf("%04d_%s.sql", m.Version, m.Name) || len(m.Checksum) != 64 {
 			t.Fatalf("migration %d: %+v", i, m)
 		}
 	}
-	a, b := newMigration(1, "x", "SELECT 1"), newMigration(1, "x", "SELECT 1 ")
-	if a.checksum == b.checksum {
+	a, b := pgmigrate.New(1, "x", "SELECT 1"), pgmigrate.New(1, "x", "SELECT 1 ")
+	if a.Checksum == b.Checksum {
 		t.Fatal("a changed migration text kept its checksum")
 	}
-	applied := []appliedMigration{{version: 1, name: ms[0].name, checksum: "other"}}
-	if err := checkApplied(applied, ms); !errors.Is(err, ErrMigrationChanged) {
-		t.Fatalf("checkApplied with a changed checksum: %v", err)
-	}
-	applied = []appliedMigration{{version: 7, name: "elsewhere", checksum: ms[0].checksum}}
-	if err := checkApplied(applied, ms); !errors.Is(err, ErrUnknownMigration) {
-		t.Fatalf("checkApplied with an unknown version: %v", err)
+	for _, c := range []struct {
+		kind, want error
+		text       string
+	}{
+		{pgmigrate.ErrChanged, ErrMigrationChanged, "pgregistry: applied migration changed: "},
+		{pgmigrate.ErrUnknown, ErrUnknownMigration, "pgregistry: unknown applied migration: "},
+		{pgmigrate.ErrRecordGap, ErrUnknownMigration, "pgregistry: unknown applied migration: "},
+		{pgmigrate.ErrNotInstalled, ErrSchemaMismatch, "run `aipfleet registry migrate` with the admin role first"},
+		{pgmigrate.ErrTooOld, ErrSchemaMismatch, "run `aipfleet registry migrate` with the admin role"},
+		{pgmigrate.ErrTooNew, ErrSchemaMismatch, "pgregistry: schema version mismatch: "},
+		{nil, nil, "pgregistry: apply migration 0001_registry.sql: "},
+	} {
+		err := migrationError(&pgmigrate.Error{Kind: c.kind, Migration: ms[0].File, Detail: "apply migration " + ms[0].File, Err: errors.New("cause")})
+		if (c.want != nil && !errors.Is(err, c.want)) || (c.kind != nil && !errors.Is(err, c.kind)) ||
+			!strings.Contains(err.Error(), c.text) || !strings.Contains(err.Error(), ms[0].File) || !strings.HasSuffix(err.Error(), ": cause") {
+			t.Errorf("migrationError(%v) = %q, want %v containing %q and the migration", c.kind, err, c.want, c.text)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/aipfleet/aipfleet/internal/pgmigrate"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -99,7 +100,7 @@ type Registry struct {
 	tenants        *tenantGates
 	chains         *routeChains
 	implicit       registry.AdmissionPolicy
-	migrations     []migration
+	migrations     []pgmigrate.Migration
 	views          *catalogCache // nil when DisableCatalogCache
 	closeOnce      sync.Once
 }
@@ -195,8 +196,8 @@ func newRegistry(cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if schemaVersionOf(ms) != SchemaVersion {
-		return nil, fmt.Errorf("pgregistry: build error: SchemaVersion is %d but the last embedded migration is %d", SchemaVersion, schemaVersionOf(ms))
+	if pgmigrate.Latest(ms) != SchemaVersion {
+		return nil, fmt.Errorf("pgregistry: build error: SchemaVersion is %d but the last embedded migration is %d", SchemaVersion, pgmigrate.Latest(ms))
 	}
 	r := &Registry{
 		now:            cfg.Now,
