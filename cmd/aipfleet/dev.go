@@ -416,16 +416,16 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 		return err
 	}
 	reg := newDevRegistry(mem, store)
-	fleetYAML, err := f.fleetFile()
+	fleet, err := f.fleet()
+	if err != nil {
+		return err
+	}
+	fleetYAML, err := f.fleetFile(fleet)
 	if err != nil {
 		return err
 	}
 	if err := writeFileAtomic(f.path("fleet.yaml"), 0o644, writeBytes(fleetYAML)); err != nil {
 		return err
-	}
-	fleet, err := registry.ParseFleetFile(fleetYAML)
-	if err != nil {
-		return fmt.Errorf("%s: %w", f.path("fleet.yaml"), err)
 	}
 	rep, err := registry.Apply(ctx, reg, fleet)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/memregistry"
@@ -130,16 +132,32 @@ func TestDevStateSurvivesARestart(t *testing.T) {
 
 func TestDevFleetFileApplies(t *testing.T) {
 	f := prepared(t, t.TempDir(), 3, 18000)
-	raw, err := f.fleetFile()
+	file, err := f.fleet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.fleetFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.HasPrefix(raw, []byte("# The development fleet of aipfleet dev")) {
 		t.Fatalf("no header:\n%s", raw)
 	}
-	file, err := registry.ParseFleetFile(raw)
+	// fleet.yaml describes exactly the records dev applies: parsed, it gives
+	// them back (JSON schemas compared by their canonical form).
+	parsed, err := registry.ParseFleetFile(raw)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, raw)
+	}
+	canonical := cmp.Transformer("canonical", func(m json.RawMessage) string {
+		b, err := aip.CanonicalJSON(m)
+		if err != nil {
+			return "invalid JSON: " + err.Error()
+		}
+		return string(b)
+	})
+	if diff := cmp.Diff(file, parsed, canonical); diff != "" {
+		t.Fatalf("fleet.yaml parses to other records (-applied +parsed):\n%s\n%s", diff, raw)
 	}
 	reg, err := memregistry.New(memregistry.Config{})
 	if err != nil {
@@ -331,5 +349,37 @@ func TestWriteFileAtomic(t *testing.T) {
 	}
 	if info, _ := os.Stat(path); info.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v, want 0600", info.Mode().Perm())
+	}
+}
+
+func TestDevImplementationClaims(t *testing.T) {
+	// A built-in connector whose contract promises approval, credentials,
+	// compensation and transactions claims them all, so dev can admit it.
+	c := registrytest.Capability("x.rich", "every promise")
+	c.Contract.Execution.SupportsStreaming, c.Contract.Execution.SupportsRetry = true, true
+	c.Contract.Approval = json.RawMessage(`{"mode":"human"}`)
+	c.Contract.Credentials = &aip.CredentialsContract{Required: true}
+	c.Contract.Compensation = &aip.CompensationContract{Mode: aip.CompensationSupported}
+	c.Contract.Transaction = &aip.TransactionContract{SupportedModes: []aip.TransactionMode{aip.TxExecute, aip.TxCommit}}
+	plain := registrytest.Capability("x.plain", "no contract")
+	plain.Contract = nil
+	for _, reconciles := range []bool{false, true} {
+		m := registrytest.Manifest("service:x", []aip.Capability{c, plain})
+		v := registrytest.Version("cver_x", "ctype_x", "1", "o", registry.VersionActive, m)
+		for _, k := range m.Capabilities {
+			got := implementationClaims(&k, reconciles)
+			want := registry.RequiredSupport(&k)
+			want.Reconciliation = reconciles
+			if got != want {
+				t.Errorf("%s (reconciler %v): claims %+v, want %+v", k.ID, reconciles, got, want)
+			}
+			v.ImplementationSupport[k.ID] = got
+		}
+		if _, err := registry.PrepareVersion(v, registry.Limits{}); err != nil {
+			t.Errorf("reconciler %v: the registry refuses dev's claims: %v", reconciles, err)
+		}
+	}
+	if got := implementationClaims(&c, false); !got.Approval || !got.Credentials || !got.Compensation || !got.Transaction || !got.Streaming || !got.Retry || !got.Cancellation || !got.Invocation {
+		t.Errorf("x.rich claims %+v", got)
 	}
 }
