@@ -513,6 +513,7 @@ func (r *Registry) Batch(ctx context.Context, fn func(admin registry.Administrat
 			return err
 		}
 		b := &batchAdmin{r: r, tx: tx}
+		b.recordReads = recordReads{row: b.txRow}
 		err := fn(b)
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -535,6 +536,7 @@ var errBatchDone = errors.New("pgregistry: the batch is finished; its Administra
 
 // batchAdmin is the Administrator of one Batch.
 type batchAdmin struct {
+	recordReads
 	r       *Registry
 	tx      pgx.Tx
 	mu      sync.Mutex
@@ -570,48 +572,16 @@ func (b *batchAdmin) write(ctx context.Context, fn func(w *writer) (bool, error)
 	return nil
 }
 
-// read runs one read of the batch in its transaction.
-func batchRead[T any](ctx context.Context, b *batchAdmin, what string, scan func(pgx.Row) (T, error), sql string, args ...any) (T, error) {
-	var v T
-	err := b.write(ctx, func(w *writer) (bool, error) {
-		var err error
-		v, err = scan(w.tx.QueryRow(ctx, sql, args...))
+// txRow runs one read of the batch in its transaction (recordReads for
+// the batch).
+func (b *batchAdmin) txRow(ctx context.Context, what string, scan func(pgx.Row) error, sql string, args ...any) error {
+	return b.write(ctx, func(w *writer) (bool, error) {
+		err := scan(w.tx.QueryRow(ctx, sql, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, fmt.Errorf("%s: %w", what, registry.ErrNotFound)
 		}
 		return false, err
 	})
-	return v, err
-}
-
-func (b *batchAdmin) ConnectorType(ctx context.Context, id string) (registry.ConnectorType, error) {
-	return batchRead(ctx, b, "connector type "+id, scanType, selectType, id)
-}
-
-func (b *batchAdmin) ConnectorVersion(ctx context.Context, id string) (registry.ConnectorVersion, error) {
-	return batchRead(ctx, b, "connector version "+id, scanVersion, selectVersion, id)
-}
-
-func (b *batchAdmin) ConnectorInstance(ctx context.Context, id string) (registry.ConnectorInstance, error) {
-	return batchRead(ctx, b, "connector instance "+id, scanInstance, selectInstance, id)
-}
-
-func (b *batchAdmin) ConnectorReplica(ctx context.Context, id string) (registry.ConnectorReplica, error) {
-	return batchRead(ctx, b, "connector replica "+id, scanReplica, selectReplica, id)
-}
-
-func (b *batchAdmin) CapabilityBinding(ctx context.Context, key registry.BindingKey) (registry.CapabilityBinding, error) {
-	return batchRead(ctx, b, "capability binding "+key.String(), scanBinding, selectBinding, key.TenantID, key.CapabilityID, key.InstanceID)
-}
-
-func (b *batchAdmin) AdmissionPolicy(ctx context.Context, ref string) (registry.AdmissionPolicy, error) {
-	return batchRead(ctx, b, "admission policy "+ref, scanPolicy, selectPolicy, ref)
-}
-
-// CatalogRevision returns the revision the batch started from; its own
-// changes publish at commit.
-func (b *batchAdmin) CatalogRevision(ctx context.Context) (uint64, error) {
-	return batchRead(ctx, b, "catalog revision", scanUint, selectRevision)
 }
 
 func (b *batchAdmin) PutAdmissionPolicy(ctx context.Context, p registry.AdmissionPolicy) error {

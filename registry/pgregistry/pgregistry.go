@@ -91,6 +91,7 @@ var ErrNoControlPool = errors.New("pgregistry: no control pool")
 // Registry is the PostgreSQL registry backend. It implements the five
 // registry contracts; see the package documentation for its locking.
 type Registry struct {
+	recordReads                  // single-record reads on the data pool
 	control        *pgxpool.Pool // nil when opened data-plane only
 	data           *pgxpool.Pool
 	now            func() time.Time
@@ -225,6 +226,7 @@ func newRegistry(cfg Config) (*Registry, error) {
 	}
 	r.tenants = newTenantGates(perTenant, r.acquireTimeout)
 	r.chains = newRouteChains()
+	r.recordReads = recordReads{row: r.dataRow}
 	return r, nil
 }
 

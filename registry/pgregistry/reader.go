@@ -171,39 +171,65 @@ func readOne[T any](ctx context.Context, r *Registry, what string, scan func(pgx
 	return v, nil
 }
 
+// dataRow runs one read on the data pool (recordReads for the Registry).
+func (r *Registry) dataRow(ctx context.Context, what string, scan func(pgx.Row) error, sql string, args ...any) error {
+	_, err := readOne(ctx, r, what, func(row pgx.Row) (struct{}, error) { return struct{}{}, scan(row) }, sql, args...)
+	return err
+}
+
+// recordReads is the registry.Reader lookups of single records, over one
+// way of running a query: the data pool (Registry) or a batch's
+// transaction (batchAdmin). row runs sql and scans its one row with scan,
+// turning no row into ErrNotFound naming what.
+type recordReads struct {
+	row func(ctx context.Context, what string, scan func(pgx.Row) error, sql string, args ...any) error
+}
+
+// readRecord reads one record through rr.
+func readRecord[T any](ctx context.Context, rr recordReads, what string, scan func(pgx.Row) (T, error), sql string, args ...any) (T, error) {
+	var v T
+	err := rr.row(ctx, what, func(row pgx.Row) error {
+		var err error
+		v, err = scan(row)
+		return err
+	}, sql, args...)
+	return v, err
+}
+
 // ConnectorType implements registry.Reader.
-func (r *Registry) ConnectorType(ctx context.Context, id string) (registry.ConnectorType, error) {
-	return readOne(ctx, r, "connector type "+id, scanType, selectType, id)
+func (rr recordReads) ConnectorType(ctx context.Context, id string) (registry.ConnectorType, error) {
+	return readRecord(ctx, rr, "connector type "+id, scanType, selectType, id)
 }
 
 // ConnectorVersion implements registry.Reader.
-func (r *Registry) ConnectorVersion(ctx context.Context, id string) (registry.ConnectorVersion, error) {
-	return readOne(ctx, r, "connector version "+id, scanVersion, selectVersion, id)
+func (rr recordReads) ConnectorVersion(ctx context.Context, id string) (registry.ConnectorVersion, error) {
+	return readRecord(ctx, rr, "connector version "+id, scanVersion, selectVersion, id)
 }
 
 // ConnectorInstance implements registry.Reader.
-func (r *Registry) ConnectorInstance(ctx context.Context, id string) (registry.ConnectorInstance, error) {
-	return readOne(ctx, r, "connector instance "+id, scanInstance, selectInstance, id)
+func (rr recordReads) ConnectorInstance(ctx context.Context, id string) (registry.ConnectorInstance, error) {
+	return readRecord(ctx, rr, "connector instance "+id, scanInstance, selectInstance, id)
 }
 
 // ConnectorReplica implements registry.Reader.
-func (r *Registry) ConnectorReplica(ctx context.Context, id string) (registry.ConnectorReplica, error) {
-	return readOne(ctx, r, "connector replica "+id, scanReplica, selectReplica, id)
+func (rr recordReads) ConnectorReplica(ctx context.Context, id string) (registry.ConnectorReplica, error) {
+	return readRecord(ctx, rr, "connector replica "+id, scanReplica, selectReplica, id)
 }
 
 // CapabilityBinding implements registry.Reader.
-func (r *Registry) CapabilityBinding(ctx context.Context, key registry.BindingKey) (registry.CapabilityBinding, error) {
-	return readOne(ctx, r, "capability binding "+key.String(), scanBinding, selectBinding, key.TenantID, key.CapabilityID, key.InstanceID)
+func (rr recordReads) CapabilityBinding(ctx context.Context, key registry.BindingKey) (registry.CapabilityBinding, error) {
+	return readRecord(ctx, rr, "capability binding "+key.String(), scanBinding, selectBinding, key.TenantID, key.CapabilityID, key.InstanceID)
 }
 
 // AdmissionPolicy implements registry.Reader.
-func (r *Registry) AdmissionPolicy(ctx context.Context, ref string) (registry.AdmissionPolicy, error) {
-	return readOne(ctx, r, "admission policy "+ref, scanPolicy, selectPolicy, ref)
+func (rr recordReads) AdmissionPolicy(ctx context.Context, ref string) (registry.AdmissionPolicy, error) {
+	return readRecord(ctx, rr, "admission policy "+ref, scanPolicy, selectPolicy, ref)
 }
 
-// CatalogRevision implements registry.Reader.
-func (r *Registry) CatalogRevision(ctx context.Context) (uint64, error) {
-	rev, err := readOne(ctx, r, "catalog revision", scanUint, selectRevision)
+// CatalogRevision implements registry.Reader. In a batch it is the revision
+// the batch started from; the batch's own changes publish at commit.
+func (rr recordReads) CatalogRevision(ctx context.Context) (uint64, error) {
+	rev, err := readRecord(ctx, rr, "catalog revision", scanUint, selectRevision)
 	if errors.Is(err, registry.ErrNotFound) {
 		return 0, storageErr("read catalog revision", errors.New("the catalog revision row is missing; the schema is damaged"))
 	}
