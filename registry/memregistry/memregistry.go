@@ -40,7 +40,16 @@ type Registry struct {
 	limits   registry.Limits
 	implicit registry.AdmissionPolicy
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// state is everything the registry holds, guarded by mu. Restore
+	// replaces it in one assignment, so a field added here is carried by
+	// Restore without further code (and must be rebuilt by load).
+	state
+}
+
+// state is the mutable state of a Registry: records, their indexes, the
+// route ledger, cached catalog views, lifecycle claims and route history.
+type state struct {
 	revision  uint64
 	policies  map[string]*registry.AdmissionPolicy
 	types     map[string]*typeEntry
@@ -64,6 +73,27 @@ type Registry struct {
 	// Superseded assignments by action ID (reroute.go), created on first
 	// use.
 	history map[string][]registry.RouteAssignment
+}
+
+// newState returns the state of an empty registry at catalog revision 0.
+func newState() state {
+	return state{
+		policies:      make(map[string]*registry.AdmissionPolicy),
+		types:         make(map[string]*typeEntry),
+		versions:      make(map[string]*versionEntry),
+		releases:      make(map[[2]string]string),
+		artifacts:     make(map[string]string),
+		defs:          make(map[string]*defEntry),
+		instances:     make(map[string]*instanceEntry),
+		bindings:      make(map[registry.BindingKey]*bindingEntry),
+		tenants:       make(map[string]*tenantEntry),
+		replicas:      make(map[string]*replicaEntry),
+		live:          make(map[string]*replicaEntry),
+		routes:        make(map[string]*routeEntry),
+		counters:      make(map[scopeID]uint32),
+		tenantViews:   make(map[string]map[string][]*defEntry),
+		internalViews: make(map[string][]*defEntry),
+	}
 }
 
 // Compile-time guards: Registry is the in-memory implementation of the five
@@ -172,24 +202,10 @@ func New(cfg Config) (*Registry, error) {
 		now = time.Now
 	}
 	return &Registry{
-		now:           now,
-		limits:        cfg.Limits.WithDefaults(),
-		implicit:      registry.ImplicitAdmissionPolicy(),
-		policies:      make(map[string]*registry.AdmissionPolicy),
-		types:         make(map[string]*typeEntry),
-		versions:      make(map[string]*versionEntry),
-		releases:      make(map[[2]string]string),
-		artifacts:     make(map[string]string),
-		defs:          make(map[string]*defEntry),
-		instances:     make(map[string]*instanceEntry),
-		bindings:      make(map[registry.BindingKey]*bindingEntry),
-		tenants:       make(map[string]*tenantEntry),
-		replicas:      make(map[string]*replicaEntry),
-		live:          make(map[string]*replicaEntry),
-		routes:        make(map[string]*routeEntry),
-		counters:      make(map[scopeID]uint32),
-		tenantViews:   make(map[string]map[string][]*defEntry),
-		internalViews: make(map[string][]*defEntry),
+		now:      now,
+		limits:   cfg.Limits.WithDefaults(),
+		implicit: registry.ImplicitAdmissionPolicy(),
+		state:    newState(),
 	}, nil
 }
 
@@ -578,12 +594,8 @@ func (r *Registry) AdmitVersion(ctx context.Context, v registry.ConnectorVersion
 		}
 	}
 	v.AdmittedAt = r.clock()
-	e := &versionEntry{rec: v, typ: t, caps: make(map[string]struct{}, len(p.Definitions)), profiles: make(map[string]struct{}, len(v.Manifest.Profiles))}
-	for _, prof := range v.Manifest.Profiles {
-		e.profiles[prof] = struct{}{}
-	}
+	e := newVersionEntry(v, t)
 	for i, d := range p.Definitions {
-		e.caps[d.Capability.ID] = struct{}{}
 		de, ok := r.defs[d.Capability.ID]
 		if !ok {
 			de = &defEntry{def: d, size: p.Sizes[i], search: registry.SearchText(&d)}
@@ -591,12 +603,32 @@ func (r *Registry) AdmitVersion(ctx context.Context, v registry.ConnectorVersion
 		}
 		de.versions = append(de.versions, e)
 	}
-	r.versions[v.ID] = e
-	r.releases[[2]string{v.ConnectorTypeID, v.Version}] = v.ID
-	r.artifacts[v.Attestation.ArtifactDigest] = v.ID
+	r.addVersion(e)
 	r.publish()
 	r.dropViews(viewsInternal)
 	return nil
+}
+
+// newVersionEntry indexes a version's capabilities and profiles. The
+// capabilities are the manifest's, one definition each.
+func newVersionEntry(v registry.ConnectorVersion, t *typeEntry) *versionEntry {
+	e := &versionEntry{rec: v, typ: t, caps: make(map[string]struct{}, len(v.Manifest.Capabilities)),
+		profiles: make(map[string]struct{}, len(v.Manifest.Profiles))}
+	for _, c := range v.Manifest.Capabilities {
+		e.caps[c.ID] = struct{}{}
+	}
+	for _, prof := range v.Manifest.Profiles {
+		e.profiles[prof] = struct{}{}
+	}
+	return e
+}
+
+// addVersion stores a new version with its release and artifact indexes.
+func (r *Registry) addVersion(e *versionEntry) {
+	v := &e.rec
+	r.versions[v.ID] = e
+	r.releases[[2]string{v.ConnectorTypeID, v.Version}] = v.ID
+	r.artifacts[v.Attestation.ArtifactDigest] = v.ID
 }
 
 // SetVersionStatus implements registry.Administrator.
@@ -670,11 +702,15 @@ func (r *Registry) PutInstance(ctx context.Context, i registry.ConnectorInstance
 	if exists {
 		stored.rec, stored.version = i, v
 	} else {
-		r.instances[i.ID] = &instanceEntry{rec: i, version: v, bindings: make(map[string]*bindingEntry)}
+		r.instances[i.ID] = newInstanceEntry(i, v)
 	}
 	r.publish()
 	r.dropTenantViews(i.TenantID)
 	return nil
+}
+
+func newInstanceEntry(i registry.ConnectorInstance, v *versionEntry) *instanceEntry {
+	return &instanceEntry{rec: i, version: v, bindings: make(map[string]*bindingEntry)}
 }
 
 // PutBinding implements registry.Administrator.
@@ -706,23 +742,36 @@ func (r *Registry) PutBinding(ctx context.Context, b registry.CapabilityBinding)
 			return registry.MissingReference(registry.RecordCapabilityBinding, b.Key().String(), "quota_policy_ref", "admission policy", b.QuotaPolicyRef)
 		}
 	}
+	var tc *tenantCap
 	if exists {
 		stored.rec = b
+		tc = r.tenantCap(b.TenantID, b.CapabilityID)
 	} else {
-		stored = &bindingEntry{rec: b, inst: inst, scopeKey: registry.BindingScopeKey(b.Key())}
-		r.bindings[b.Key()] = stored
-		inst.bindings[b.CapabilityID] = stored
+		tc = r.addBinding(b, inst)
 	}
-	tc := r.tenantCap(b.TenantID, b.CapabilityID)
-	if !exists {
-		tc.bindings = append(tc.bindings, stored)
-	}
-	slices.SortFunc(tc.bindings, func(x, y *bindingEntry) int {
-		return cmp.Or(cmp.Compare(x.rec.Priority, y.rec.Priority), strings.Compare(x.rec.InstanceID, y.rec.InstanceID))
-	})
+	sortTenantBindings(tc)
 	r.publish()
 	r.dropTenantViews(b.TenantID)
 	return nil
+}
+
+// addBinding stores a new binding of inst and appends it to its tenant's
+// index entry, which it returns; the caller sorts that entry.
+func (r *Registry) addBinding(b registry.CapabilityBinding, inst *instanceEntry) *tenantCap {
+	e := &bindingEntry{rec: b, inst: inst, scopeKey: registry.BindingScopeKey(b.Key())}
+	r.bindings[b.Key()] = e
+	inst.bindings[b.CapabilityID] = e
+	tc := r.tenantCap(b.TenantID, b.CapabilityID)
+	tc.bindings = append(tc.bindings, e)
+	return tc
+}
+
+// sortTenantBindings puts a tenant's bindings for a capability in route
+// order: by priority, then instance ID.
+func sortTenantBindings(tc *tenantCap) {
+	slices.SortFunc(tc.bindings, func(x, y *bindingEntry) int {
+		return cmp.Or(cmp.Compare(x.rec.Priority, y.rec.Priority), strings.Compare(x.rec.InstanceID, y.rec.InstanceID))
+	})
 }
 
 // tenantCap returns the tenant's index entry for a capability, creating it.
@@ -772,12 +821,19 @@ func (r *Registry) PutReplica(ctx context.Context, rep registry.ConnectorReplica
 	if err := registry.CheckNewReplica(&rep, &inst.rec); err != nil {
 		return err
 	}
+	r.addReplica(rep, inst)
+	return nil
+}
+
+// addReplica stores a new replica of inst, in the instance's replicas by
+// ID and, unless it is offline, in the live set.
+func (r *Registry) addReplica(rep registry.ConnectorReplica, inst *instanceEntry) *replicaEntry {
 	e := &replicaEntry{rec: rep, inst: inst, reserved: make(map[string]*routeEntry)}
 	r.replicas[rep.ID] = e
 	i, _ := slices.BinarySearchFunc(inst.replicas, rep.ID, func(x *replicaEntry, id string) int { return strings.Compare(x.rec.ID, id) })
 	inst.replicas = slices.Insert(inst.replicas, i, e)
 	r.track(e)
-	return nil
+	return e
 }
 
 // track keeps the set of replicas that are not offline.

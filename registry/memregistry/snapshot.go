@@ -194,14 +194,7 @@ func (r *Registry) Restore(rd io.Reader) error {
 	if r.revision != 0 || len(r.policies)+len(r.types)+len(r.versions)+len(r.replicas)+len(r.routes) > 0 {
 		return fmt.Errorf("%w: restore into a registry that already holds state; restore into a new one", ErrSnapshot)
 	}
-	r.revision = fresh.revision
-	r.policies, r.types, r.versions = fresh.policies, fresh.types, fresh.versions
-	r.releases, r.artifacts, r.defs = fresh.releases, fresh.artifacts, fresh.defs
-	r.instances, r.bindings, r.tenants = fresh.instances, fresh.bindings, fresh.tenants
-	r.replicas, r.live, r.routes, r.counters = fresh.replicas, fresh.live, fresh.routes, fresh.counters
-	r.lc, r.history = fresh.lc, fresh.history
-	clear(r.tenantViews)
-	clear(r.internalViews)
+	r.state = fresh.state // with empty catalog views: load builds none
 	return nil
 }
 
@@ -229,17 +222,7 @@ func (r *Registry) load(s *snapshot) error {
 		if _, dup := r.versions[v.ID]; dup {
 			return fmt.Errorf("connector version %s appears twice", v.ID)
 		}
-		e := &versionEntry{rec: v, typ: t, caps: make(map[string]struct{}, len(v.Manifest.Capabilities)),
-			profiles: make(map[string]struct{}, len(v.Manifest.Profiles))}
-		for _, c := range v.Manifest.Capabilities {
-			e.caps[c.ID] = struct{}{}
-		}
-		for _, p := range v.Manifest.Profiles {
-			e.profiles[p] = struct{}{}
-		}
-		r.versions[v.ID] = e
-		r.releases[[2]string{v.ConnectorTypeID, v.Version}] = v.ID
-		r.artifacts[v.Attestation.ArtifactDigest] = v.ID
+		r.addVersion(newVersionEntry(v, t))
 	}
 	published := map[[2]string]bool{} // (capability, version) pairs the definitions list
 	for _, sd := range s.Definitions {
@@ -278,7 +261,7 @@ func (r *Registry) load(s *snapshot) error {
 		if _, dup := r.instances[i.ID]; dup {
 			return fmt.Errorf("connector instance %s appears twice", i.ID)
 		}
-		r.instances[i.ID] = &instanceEntry{rec: i, version: v, bindings: make(map[string]*bindingEntry)}
+		r.instances[i.ID] = newInstanceEntry(i, v)
 	}
 	for _, b := range s.Bindings {
 		inst, ok := r.instances[b.InstanceID]
@@ -294,17 +277,11 @@ func (r *Registry) load(s *snapshot) error {
 		if _, dup := r.bindings[b.Key()]; dup {
 			return fmt.Errorf("capability binding %s appears twice", b.Key())
 		}
-		e := &bindingEntry{rec: b, inst: inst, scopeKey: registry.BindingScopeKey(b.Key())}
-		r.bindings[b.Key()] = e
-		inst.bindings[b.CapabilityID] = e
-		tc := r.tenantCap(b.TenantID, b.CapabilityID)
-		tc.bindings = append(tc.bindings, e)
+		r.addBinding(b, inst)
 	}
 	for _, te := range r.tenants {
 		for _, tc := range te.order {
-			slices.SortFunc(tc.bindings, func(x, y *bindingEntry) int {
-				return cmp.Or(cmp.Compare(x.rec.Priority, y.rec.Priority), strings.Compare(x.rec.InstanceID, y.rec.InstanceID))
-			})
+			sortTenantBindings(tc)
 		}
 	}
 	for _, rep := range s.Replicas {
@@ -315,13 +292,7 @@ func (r *Registry) load(s *snapshot) error {
 		if _, dup := r.replicas[rep.ID]; dup {
 			return fmt.Errorf("connector replica %s appears twice", rep.ID)
 		}
-		e := &replicaEntry{rec: rep, inst: inst, reserved: make(map[string]*routeEntry)}
-		r.replicas[rep.ID] = e
-		inst.replicas = append(inst.replicas, e)
-		r.track(e)
-	}
-	for _, inst := range r.instances {
-		slices.SortFunc(inst.replicas, func(x, y *replicaEntry) int { return strings.Compare(x.rec.ID, y.rec.ID) })
+		r.addReplica(rep, inst)
 	}
 	for _, sr := range s.Routes {
 		a := sr.Assignment

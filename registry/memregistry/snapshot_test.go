@@ -3,6 +3,7 @@ package memregistry_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,7 +21,8 @@ import (
 // fleetState is a registry brought into a state that exercises every part
 // of a snapshot: policies, an enabled and a disabled type, active, admitted
 // and revoked versions (two of them publishing the same capability),
-// instances of two tenants, bindings with and without a policy, replicas
+// instances of two tenants, bindings with and without a policy (two for
+// one capability, in different key and priority orders), replicas
 // ready, draining and offline, routes reserved, settled, re-reserved and
 // rerouted, an open circuit, and live replay claims.
 type fleetState struct {
@@ -76,6 +78,14 @@ func newFleetState(t *testing.T) *fleetState {
 		Priority: 3, PolicyRevision: 1, QuotaPolicyRef: pol.PolicyRef, CredentialRevisionRef: "cred-v1", Enabled: true}))
 	must(t, reg.PutBinding(ctx, registry.CapabilityBinding{TenantID: "tenant-1", CapabilityID: "alpha.write", InstanceID: w.Instance.ID,
 		PolicyRevision: 1, Enabled: false}))
+	// A fallback instance of tenant 1 whose binding sorts before cinst_a's
+	// by key but after it by priority, so the binding index order is not
+	// the snapshot's order.
+	inst0 := registry.ConnectorInstance{ID: "cinst_0", ConnectorTypeID: w.Type.ID, VersionID: w.Version.ID, TenantID: "tenant-1",
+		ConfigRevision: 1, SecretProviderRef: "secret://alpha/0", Status: registry.InstanceEnabled}
+	must(t, reg.PutInstance(ctx, inst0))
+	must(t, reg.PutBinding(ctx, registry.CapabilityBinding{TenantID: "tenant-1", CapabilityID: "alpha.read", InstanceID: inst0.ID,
+		Priority: 9, PolicyRevision: 1, Enabled: true}))
 
 	// Replicas: three of tenant 1's instance, one of tenant 2's.
 	for _, id := range []string{"crepl_a1", "crepl_a2", "crepl_a3"} {
@@ -186,7 +196,7 @@ func answers(t *testing.T, r *memregistry.Registry, s *fleetState) map[string]an
 		v, err := r.ConnectorVersion(ctx, id)
 		put("version "+id, v, err)
 	}
-	for _, id := range []string{"cinst_a", "cinst_b"} {
+	for _, id := range []string{"cinst_0", "cinst_a", "cinst_b"} {
 		v, err := r.ConnectorInstance(ctx, id)
 		put("instance "+id, v, err)
 	}
@@ -195,6 +205,7 @@ func answers(t *testing.T, r *memregistry.Registry, s *fleetState) map[string]an
 		put("replica "+id, v, err)
 	}
 	for _, k := range []registry.BindingKey{
+		{TenantID: "tenant-1", CapabilityID: "alpha.read", InstanceID: "cinst_0"},
 		{TenantID: "tenant-1", CapabilityID: "alpha.read", InstanceID: "cinst_a"},
 		{TenantID: "tenant-1", CapabilityID: "alpha.write", InstanceID: "cinst_a"},
 		{TenantID: "tenant-2", CapabilityID: "alpha.write", InstanceID: "cinst_b"},
@@ -246,6 +257,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if !bytes.Contains(raw, []byte(`"format":"`+memregistry.SnapshotFormat+`"`)) || !bytes.Contains(raw, []byte("extra <alpha> & more")) {
 		t.Fatalf("snapshot does not carry its format or escapes text:\n%.400s", raw)
 	}
+	checkPopulated(t, raw)
 	r := restored(t, raw, s.clock)
 
 	// The restored registry encodes to the same bytes and answers every
@@ -255,6 +267,20 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	if diff := cmp.Diff(answers(t, s.reg, s), answers(t, r, s)); diff != "" {
 		t.Fatalf("answers differ after Restore (-original +restored):\n%s", diff)
+	}
+	// Every field of the state is in use in the original (the fixture
+	// exercises it) and rebuilt in the restored registry (catalog views
+	// once the reads above have cached them).
+	if unset := memregistry.UnsetStateFields(s.reg); len(unset) > 0 {
+		t.Fatalf("the fixture leaves state fields empty, so a field lost on restore would go unnoticed; populate them: %v", unset)
+	}
+	if unset := memregistry.UnsetStateFields(r); len(unset) > 0 {
+		t.Fatalf("Restore leaves state fields empty that the original holds: %v", unset)
+	}
+	for name, reg := range map[string]*memregistry.Registry{"original": s.reg, "restored": r} {
+		if err := memregistry.CheckIndexes(reg); err != nil {
+			t.Fatalf("%s registry: %v", name, err)
+		}
 	}
 	l, err := r.Ledger(ctx)
 	must(t, err)
@@ -326,6 +352,33 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		}
 		if diff := cmp.Diff(got1, got2); diff != "" {
 			t.Fatalf("%s: answers differ (-original +restored):\n%s", st.name, diff)
+		}
+	}
+}
+
+// checkPopulated fails unless every list of the snapshot has entries and
+// the snapshot carries an open circuit, a retry reservation, a route
+// resolved again and a superseded assignment: the byte-for-byte round trip
+// must cover every part of the state.
+func checkPopulated(t *testing.T, raw []byte) {
+	t.Helper()
+	var doc map[string]json.RawMessage
+	must(t, json.Unmarshal(raw, &doc))
+	for key, v := range doc {
+		if key == "format" || key == "catalog_revision" {
+			continue
+		}
+		var list []json.RawMessage
+		if err := json.Unmarshal(v, &list); err != nil || len(list) == 0 {
+			t.Errorf("snapshot field %s is not a non-empty list (%v): %.200s", key, err, v)
+		}
+	}
+	if string(doc["catalog_revision"]) == "0" {
+		t.Errorf("snapshot catalog revision is 0")
+	}
+	for _, want := range []string{`"open_until":`, `"retry":true`, `"resolved_again":true`, `"last_settlement":"`} {
+		if !bytes.Contains(raw, []byte(want)) {
+			t.Errorf("snapshot has no %s", want)
 		}
 	}
 }
