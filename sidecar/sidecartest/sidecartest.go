@@ -30,7 +30,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +93,7 @@ func RemoveBuilds() {
 // Process is a running binary whose JSON log lines (stderr) are followed.
 type Process struct {
 	Cmd     *exec.Cmd
+	name    string
 	lines   chan map[string]any
 	done    chan struct{}
 	err     error
@@ -134,16 +137,46 @@ func (p *Process) Stdout() string { return p.stdout.String() }
 // the test failed.
 func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 	t.Helper()
+	return StartWith(t, bin, StartOptions{Env: env}, args...)
+}
+
+// StartOptions tune StartWith.
+type StartOptions struct {
+	// Name labels the process in failure messages (default: the binary's
+	// base name).
+	Name string
+	// Env is added to the inherited environment.
+	Env []string
+	// KillWithTest: on Linux the process is sent SIGKILL when the test
+	// binary dies (Pdeathsig), so a crashed or killed run leaves nothing
+	// behind. Elsewhere only the test's cleanup stops it.
+	KillWithTest bool
+	// LogTail, when positive, prints only the last LogTail lines of the
+	// log when the test failed (default: the whole log).
+	LogTail int
+}
+
+// StartWith runs bin with args as opts say; it is killed when the test ends
+// if still running, and its log is printed if the test failed.
+func StartWith(t testing.TB, bin string, opts StartOptions, args ...string) *Process {
+	t.Helper()
+	name := opts.Name
+	if name == "" {
+		name = filepath.Base(bin)
+	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(os.Environ(), opts.Env...)
+	if opts.KillWithTest {
+		cmd.SysProcAttr = killWithParent()
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{Cmd: cmd, lines: make(chan map[string]any, 4096), done: make(chan struct{})}
+	p := &Process{Cmd: cmd, name: name, lines: make(chan map[string]any, 4096), done: make(chan struct{})}
 	cmd.Stdout = &p.stdout
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -163,22 +196,90 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 				}
 			}
 		}
+		io.Copy(io.Discard, stderr) // past an overlong line: never block the process
 		close(p.lines)
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			cmd.Process.Kill()
-			<-p.done
-		}
+		p.Kill()
 		if t.Failed() {
-			t.Logf("%s log:\n%s", filepath.Base(bin), p.Log())
+			log := p.Log()
+			if opts.LogTail > 0 {
+				t.Logf("%s log (last %d lines):\n%s", name, opts.LogTail, tail(log, opts.LogTail))
+			} else {
+				t.Logf("%s log:\n%s", name, log)
+			}
 		}
 	})
 	return p
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Name is the process's label (StartOptions.Name, or the binary's name).
+func (p *Process) Name() string { return p.name }
+
+// Exited reports whether the process has exited (and its log is complete).
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Kill sends SIGKILL, unless the process already exited, and waits for the
+// exit.
+func (p *Process) Kill() {
+	if !p.Exited() {
+		p.Cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Term sends SIGTERM and waits up to a minute for the exit; it returns
+// cmd.Wait's result (nil: the process exited 0).
+func (p *Process) Term(t testing.TB) error {
+	t.Helper()
+	if !p.Exited() {
+		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Fatalf("SIGTERM %s: %v", p.name, err)
+		}
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not exit within a minute of SIGTERM", p.name)
+		return nil
+	}
+}
+
+// WaitUntil polls cond every 20 ms until it holds; it fails the test if one
+// of watch exits first (with that process's log) or a minute passes.
+func WaitUntil(t testing.TB, what string, watch []*Process, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		for _, p := range watch {
+			if p.Exited() {
+				t.Fatalf("%s exited while waiting for %s: %v\n%s", p.name, what, p.err, p.Log())
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling processes for a condition
+	}
 }
 
 // Log returns everything the process wrote to stderr so far.
