@@ -52,9 +52,12 @@ const (
 	// AipfleetPackage is the import path of the aipfleet command.
 	AipfleetPackage = "github.com/aipfleet/aipfleet/cmd/aipfleet"
 
-	issuerName  = "sidecartest"
-	maxInFlight = 32
-	secretRef   = "secret://sidecartest"
+	// IssuerName is the token issuer the dispatcher trusts.
+	IssuerName = "sidecartest"
+	// MaxInFlight is the replicas' default capacity.
+	MaxInFlight = 32
+
+	secretRef = "secret://sidecartest"
 )
 
 // New returns the real fleet when a test database is configured
@@ -71,10 +74,36 @@ func New(t testing.TB) sidecartest.Fleet {
 	return Start(t)
 }
 
+// Options tune StartWith. Zero values mean the defaults.
+type Options struct {
+	// LeaseTTL is the lease the control plane grants and the replicas'
+	// default (default LeaseTTL).
+	LeaseTTL time.Duration
+	// LogLevel is both processes' log level (default: debug for the
+	// control plane, whose "lease renewed" lines Transitions reads, and
+	// info for the dispatcher).
+	LogLevel string
+	// DispatchArgs are appended to `aipfleet dispatch`'s arguments.
+	DispatchArgs []string
+	// MaxInFlight is each replica's capacity in the registry and its
+	// AIP_CONNECTOR_HOST_MAX_IN_FLIGHT (default MaxInFlight).
+	MaxInFlight int
+	// LogTail, when positive, prints only the last LogTail lines of each
+	// process's log when the test failed (default: whole logs).
+	LogTail int
+}
+
 // Fleet is a running control plane and dispatcher on their own database.
 type Fleet struct {
-	reg        *pgregistry.Registry
-	cp, disp   *sidecartest.Process
+	opt Options
+	reg *pgregistry.Registry
+	bin string
+	// cps are the control plane's processes, the running one last.
+	cps  []*sidecartest.Process
+	disp *sidecartest.Process
+	// dbFile, controlAddr and controlKeyFile restart the control plane.
+	dbFile, controlAddr, controlKeyFile string
+
 	controlKey *aip.SigningKey
 	gatewayKey *aip.SigningKey
 	issuerKey  *aip.SigningKey
@@ -89,6 +118,23 @@ type Fleet struct {
 // Start starts the control plane and the dispatcher on a fresh database.
 func Start(t testing.TB) *Fleet {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith starts the control plane and the dispatcher on a fresh
+// database, tuned by opt.
+func StartWith(t testing.TB, opt Options) *Fleet {
+	t.Helper()
+	if opt.LeaseTTL == 0 {
+		opt.LeaseTTL = LeaseTTL
+	}
+	if opt.MaxInFlight == 0 {
+		opt.MaxInFlight = MaxInFlight
+	}
+	dispatchLevel := "info"
+	if opt.LogLevel != "" {
+		dispatchLevel = opt.LogLevel
+	}
 	dbURL := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	reg, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL})
@@ -97,35 +143,73 @@ func Start(t testing.TB) *Fleet {
 	}
 	t.Cleanup(reg.Close)
 	dir := t.TempDir()
-	f := &Fleet{reg: reg, typeID: aip.NewID(aip.PrefixType), instanceID: aip.NewID(aip.PrefixInstance)}
-	dbFile := filepath.Join(dir, "db.url")
-	if err := os.WriteFile(dbFile, []byte(dbURL), 0o600); err != nil {
+	f := &Fleet{opt: opt, reg: reg, typeID: aip.NewID(aip.PrefixType), instanceID: aip.NewID(aip.PrefixInstance)}
+	f.dbFile = filepath.Join(dir, "db.url")
+	if err := os.WriteFile(f.dbFile, []byte(dbURL), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var controlKeyFile, gatewayKeyFile string
-	f.controlKey, controlKeyFile = writeKey(t, dir, "control.key")
-	f.gatewayKey, gatewayKeyFile = writeKey(t, dir, "gateway.key")
-	f.issuerKey, _ = writeKey(t, dir, "issuer.key")
-	bin := sidecartest.Build(t, AipfleetPackage)
+	var gatewayKeyFile string
+	f.controlKey, f.controlKeyFile = WriteKey(t, dir, "control.key")
+	f.gatewayKey, gatewayKeyFile = WriteKey(t, dir, "gateway.key")
+	f.issuerKey, _ = WriteKey(t, dir, "issuer.key")
+	f.bin = sidecartest.Build(t, AipfleetPackage)
 
-	cpAddr := sidecartest.FreeAddr(t)
-	f.controlURL = "http://" + cpAddr
-	// Debug level: the control plane logs renewals too.
-	f.cp = sidecartest.Start(t, bin, nil, "control-plane", "--database-url-file", dbFile, "--signing-key-file", controlKeyFile,
-		"--bind", cpAddr, "--allow-insecure-loopback-http", "--lease-ttl", LeaseTTL.String(), "--log-level", "debug")
-	awaitOK(t, f.cp, f.controlURL+"/ready")
+	f.controlAddr = sidecartest.FreeAddr(t)
+	f.controlURL = "http://" + f.controlAddr
+	f.StartControlPlane(t)
 
 	apiAddr := sidecartest.FreeAddr(t)
 	f.apiURL = "http://" + apiAddr
-	f.disp = sidecartest.Start(t, bin, nil, "dispatch", "--database-url-file", dbFile, "--signing-key-file", gatewayKeyFile,
-		"--issuer", issuerName+"="+f.issuerKey.DID(), "--bind", apiAddr, "--allow-insecure-loopback-http", "--log-level", "info")
+	args := append([]string{"dispatch", "--database-url-file", f.dbFile, "--signing-key-file", gatewayKeyFile,
+		"--issuer", IssuerName + "=" + f.issuerKey.DID(), "--bind", apiAddr, "--allow-insecure-loopback-http",
+		"--log-level", dispatchLevel}, opt.DispatchArgs...)
+	f.disp = sidecartest.StartWith(t, f.bin, sidecartest.StartOptions{Name: "dispatch", KillWithTest: true, LogTail: opt.LogTail}, args...)
 	awaitOK(t, f.disp, f.apiURL+dispatch.PathReady)
 	f.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	t.Cleanup(f.client.CloseIdleConnections)
 	return f
 }
 
-func writeKey(t testing.TB, dir, name string) (*aip.SigningKey, string) {
+// StartControlPlane starts the control plane on the fleet's address, key
+// and database, and waits until it is ready. Start calls it; a test that
+// stopped the control plane (ControlPlane().Term) calls it again to bring
+// it back as the same service.
+func (f *Fleet) StartControlPlane(t testing.TB) {
+	t.Helper()
+	if n := len(f.cps); n > 0 && !f.cps[n-1].Exited() {
+		t.Fatal("realfleet: the control plane is still running")
+	}
+	level := "debug" // the control plane logs renewals too (Transitions)
+	if f.opt.LogLevel != "" {
+		level = f.opt.LogLevel
+	}
+	cp := sidecartest.StartWith(t, f.bin, sidecartest.StartOptions{Name: "control-plane", KillWithTest: true, LogTail: f.opt.LogTail},
+		"control-plane", "--database-url-file", f.dbFile, "--signing-key-file", f.controlKeyFile, "--bind", f.controlAddr,
+		"--allow-insecure-loopback-http", "--lease-ttl", f.opt.LeaseTTL.String(), "--log-level", level)
+	f.cps = append(f.cps, cp)
+	awaitOK(t, cp, f.controlURL+"/ready")
+}
+
+// ControlPlane returns the control plane's current process.
+func (f *Fleet) ControlPlane() *sidecartest.Process { return f.cps[len(f.cps)-1] }
+
+// Dispatcher returns the dispatcher's process.
+func (f *Fleet) Dispatcher() *sidecartest.Process { return f.disp }
+
+// APIURL is the dispatcher's API origin (http://host:port).
+func (f *Fleet) APIURL() string { return f.apiURL }
+
+// Token mints a bearer token, valid for an hour, for tenant.
+func (f *Fleet) Token(t testing.TB, tenant string) string {
+	t.Helper()
+	tok, err := f.tokenFor(tenant)
+	must(t, err)
+	return tok
+}
+
+// WriteKey writes a fresh signing key's seed file dir/name and returns the
+// key and the file's path.
+func WriteKey(t testing.TB, dir, name string) (*aip.SigningKey, string) {
 	t.Helper()
 	k, err := aip.GenerateSigningKey()
 	if err != nil {
@@ -150,7 +234,7 @@ func awaitOK(t testing.TB, p *sidecartest.Process, url string) {
 				return
 			}
 		}
-		if p.Cmd.ProcessState != nil || time.Now().After(deadline) {
+		if p.Exited() || time.Now().After(deadline) {
 			t.Fatalf("%s did not come up:\n%s", url, p.Log())
 		}
 		time.Sleep(20 * time.Millisecond) // polling a process that is starting
@@ -197,13 +281,13 @@ func (f *Fleet) NewReplica(t testing.TB, opts sidecartest.ReplicaOptions) *sidec
 		opts.HeartbeatInterval = HeartbeatInterval
 	}
 	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = LeaseTTL
+		opts.LeaseTTL = f.opt.LeaseTTL
 	}
 	r := sidecartest.NewReplicaEnv(t, sidecartest.HostEnv{
 		ControlEndpoint: f.controlURL + aip.ControlPath, ControlDID: f.controlKey.DID(),
 		GatewayPrincipalID: GatewayPrincipalID, GatewayDID: f.gatewayKey.DID(),
 		TypeID: f.typeID, VersionID: f.version.ID, InstanceID: f.instanceID, TenantID: TenantID, TrustDomain: TrustDomain,
-		ArtifactDigest: f.version.Attestation.ArtifactDigest, SecretProviderRef: secretRef, MaxInFlight: maxInFlight,
+		ArtifactDigest: f.version.Attestation.ArtifactDigest, SecretProviderRef: secretRef, MaxInFlight: f.opt.MaxInFlight,
 	}, opts)
 	m := f.version.Manifest
 	r.ManifestDigest, r.AgentID, r.AgentKind = f.version.ManifestDigest, m.Agent.ID, m.Agent.Kind
@@ -211,15 +295,17 @@ func (f *Fleet) NewReplica(t testing.TB, opts sidecartest.ReplicaOptions) *sidec
 		ID: r.ID, InstanceID: f.instanceID, VersionID: f.version.ID, Endpoint: r.Endpoint,
 		PeerPrincipalID: m.Agent.ID, PeerPrincipalKind: m.Agent.Kind, PeerDID: r.Key.DID(),
 		TrustDomain: TrustDomain, TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(),
-		Status: aip.ReplicaOffline, Capacity: maxInFlight,
+		Status: aip.ReplicaOffline, Capacity: uint32(f.opt.MaxInFlight),
 	}))
 	return r
 }
 
-func (f *Fleet) token() (string, error) {
+func (f *Fleet) token() (string, error) { return f.tokenFor(TenantID) }
+
+func (f *Fleet) tokenFor(tenant string) (string, error) {
 	now := time.Now()
-	return tenanttoken.Mint(f.issuerKey, tenanttoken.Claims{Issuer: issuerName, Audience: tenanttoken.DefaultAudience,
-		TenantID: TenantID, IssuedAt: now, Expiry: now.Add(time.Hour)})
+	return tenanttoken.Mint(f.issuerKey, tenanttoken.Claims{Issuer: IssuerName, Audience: tenanttoken.DefaultAudience,
+		TenantID: tenant, IssuedAt: now, Expiry: now.Add(time.Hour)})
 }
 
 // exchange sends one request to the dispatcher's API and reads the answer
@@ -338,7 +424,11 @@ func (f *Fleet) State(t testing.TB, r *sidecartest.Replica, actionID, capability
 // (healthy heartbeats).
 func (f *Fleet) Transitions(t testing.TB) []sidecartest.Transition {
 	var out []sidecartest.Transition
-	for _, rec := range f.cp.Records() {
+	var records []map[string]any
+	for _, cp := range f.cps {
+		records = append(records, cp.Records()...)
+	}
+	for _, rec := range records {
 		msg, _ := rec["msg"].(string)
 		if msg != "lifecycle transition" && msg != "lease renewed" {
 			continue
@@ -358,7 +448,7 @@ func (f *Fleet) Transitions(t testing.TB) []sidecartest.Transition {
 // killed replica offline once its lease expires.
 func (f *Fleet) AwaitRestartable(t testing.TB, r *sidecartest.Replica) {
 	t.Helper()
-	deadline := time.Now().Add(LeaseTTL + time.Minute)
+	deadline := time.Now().Add(f.opt.LeaseTTL + time.Minute)
 	for {
 		rep, err := f.reg.ConnectorReplica(context.Background(), r.ID)
 		if err == nil && rep.Status == aip.ReplicaOffline && !rep.LeaseValid(time.Now()) {
