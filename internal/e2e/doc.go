@@ -3,6 +3,9 @@
 // control plane (`aipfleet control-plane`) and the dispatcher (`aipfleet
 // dispatch`) on a fresh PostgreSQL database, and echo connector hosts —
 // and talk to them over loopback HTTP as an operator and a client would.
+// The central side is sidecar/sidecartest/realfleet's (started with this
+// package's lease, log level and dispatcher flags); processes, builds and
+// polling are sidecartest's.
 //
 // The scenarios: many actions spread over every replica; the same action
 // ID returns the same result without a second side effect; a rolling

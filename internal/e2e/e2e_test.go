@@ -20,22 +20,12 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
 )
 
-var buildOnce sync.Once
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "aipfleet-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		bins.err = errors.New("binaries not built")
-		build = func() { buildOnce.Do(func() { bins.err = buildBinaries(dir) }) }
-		return m.Run()
-	}()
+	code := m.Run()
+	sidecartest.RemoveBuilds()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -45,16 +35,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build builds the binaries on first use, so a run that skips every test
-// (no database) builds nothing.
-var build func()
-
 func newFleet(t testing.TB, opt fleetOptions) *fleet {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end tests start real processes; skipped in -short mode")
 	}
-	build()
 	return startFleet(t, opt)
 }
 
@@ -229,8 +214,8 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 	progress(200)
 	for _, old := range original {
 		fresh := f.addReplica()
-		if err := old.proc.term(t); err != nil {
-			t.Fatalf("replica %s did not drain cleanly: %v\n%s", old.id, err, old.proc.logText())
+		if err := old.proc.Term(t); err != nil {
+			t.Fatalf("replica %s did not drain cleanly: %v\n%s", old.id, err, old.proc.Log())
 		}
 		// Its last answers are settled right after it stopped.
 		waitFor(t, "the stopped replica's routes to settle", []*process{f.disp}, func() bool {
@@ -281,7 +266,7 @@ func TestKillMidAction(t *testing.T) {
 		return inFlight(f.replicaByID(a.ReplicaID)) > 0
 	})
 	victim := f.replicaByID(a.ReplicaID)
-	victim.proc.kill()
+	victim.proc.Kill()
 	got := <-answer
 	if got.err != nil || got.status != http.StatusBadGateway || got.resp.Error == nil || got.resp.Error.Code != dispatch.CodeOutcomeUnknown ||
 		got.resp.Settlement != registry.SettlementOutcomeUnknown || got.resp.Route.FenceToken != a.FenceToken {

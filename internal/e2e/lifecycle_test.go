@@ -117,8 +117,8 @@ func TestHostLifecycleOnTheRealControlPlane(t *testing.T) {
 		defer w.mu.Unlock()
 		return len(w.seen) > 0
 	})
-	if err := r.proc.term(t); err != nil {
-		t.Fatalf("the host did not exit 0 after SIGTERM: %v\n%s", err, r.proc.logText())
+	if err := r.proc.Term(t); err != nil {
+		t.Fatalf("the host did not exit 0 after SIGTERM: %v\n%s", err, r.proc.Log())
 	}
 	seen := w.end(t, f, r.id)
 	if want := []aip.ReplicaStatus{aip.ReplicaReady, aip.ReplicaDraining, aip.ReplicaOffline}; !slices.Equal(seen, want) {
@@ -145,7 +145,7 @@ func TestControlPlaneOutage(t *testing.T) {
 
 	// A short outage: three heartbeats (1 s apart) fail, the lease (10 s)
 	// holds.
-	if err := f.cp.term(t); err != nil {
+	if err := f.cp.Term(t); err != nil {
 		t.Fatalf("control plane exit: %v", err)
 	}
 	time.Sleep(3 * time.Second) // the outage itself
@@ -167,7 +167,7 @@ func TestControlPlaneOutage(t *testing.T) {
 
 	// A long outage: the lease expires, the host stops being ready and the
 	// replica is no longer routable.
-	if err := f.cp.term(t); err != nil {
+	if err := f.cp.Term(t); err != nil {
 		t.Fatalf("control plane exit: %v", err)
 	}
 	waitFor(t, "the host to lose its lease", []*process{r.proc}, func() bool { return !hostReady(r) })
