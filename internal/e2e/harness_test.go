@@ -17,7 +17,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/examples/echo/echoconnector"
-	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
@@ -77,54 +77,20 @@ func httpOK(url string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// echoManifest is the echo connector's manifest bound to trustDomain, read
-// once from a running echo binary (against an in-process fake control
-// plane), so the registry admits exactly what the hosts serve.
-var echoManifest struct {
-	once sync.Once
-	m    aip.Manifest
-	err  error
-}
-
-func boundEchoManifest(t testing.TB, echoBin string) aip.Manifest {
+// boundEchoManifest is the echo connector's manifest bound to trustDomain
+// exactly as its host binds it at bootstrap (hostsdk.BindManifest): what
+// the registry admits, and what every echo replica then registers.
+func boundEchoManifest(t testing.TB) aip.Manifest {
 	t.Helper()
-	echoManifest.once.Do(func() {
-		cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-		d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: trustDomain})
-		dir := t.TempDir()
-		key, seed := realfleet.WriteKey(t, dir, "seed")
-		addr := sidecartest.FreeAddr(t)
-		id, inst, ver := aip.NewID(aip.PrefixReplica), aip.NewID(aip.PrefixInstance), aip.NewID(aip.PrefixVersion)
-		artifact := aip.DigestBytes([]byte("manifest probe"))
-		cp.Provision(hostsdktest.ReplicaSpec{ID: id, DID: key.DID()})
-		p := startProcess(t, "echo manifest probe", echoBin, []string{
-			"AIP_CONNECTOR_HOST_BIND=" + addr, "AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT=http://" + addr + aip.MessagesPath,
-			"AIP_CONNECTOR_HOST_CONTROL_ENDPOINT=" + cp.Endpoint(), "AIP_CONNECTOR_HOST_CONTROL_DID=" + cp.DID(),
-			"AIP_CONNECTOR_HOST_SIGNING_SEED_FILE=" + seed, "AIP_CONNECTOR_HOST_TYPE_ID=" + aip.NewID(aip.PrefixType),
-			"AIP_CONNECTOR_HOST_VERSION_ID=" + ver, "AIP_CONNECTOR_HOST_INSTANCE_ID=" + inst, "AIP_CONNECTOR_HOST_REPLICA_ID=" + id,
-			"AIP_CONNECTOR_HOST_TENANT_ID=" + tenantID, "AIP_CONNECTOR_HOST_GATEWAY_PRINCIPAL_ID=" + d.PrincipalID(),
-			"AIP_CONNECTOR_HOST_GATEWAY_DID=" + d.DID(), "AIP_CONNECTOR_HOST_TRUST_DOMAIN=" + trustDomain,
-			"AIP_CONNECTOR_HOST_ARTIFACT_DIGEST=" + artifact, "AIP_CONNECTOR_HOST_SECRET_PROVIDER_REF=secret://probe",
-			"AIP_CONNECTOR_HOST_ALLOW_LOOPBACK_HTTP=true", "AIP_CONNECTOR_HOST_STATE_DIR=" + filepath.Join(dir, "state"),
-		})
-		url := "http://" + addr + "/aip/v1/manifest"
-		waitFor(t, "the echo manifest", []*process{p}, func() bool { return httpOK(url) })
-		resp, err := http.Get(url)
-		if err != nil {
-			echoManifest.err = err
-			return
-		}
-		defer resp.Body.Close()
-		echoManifest.err = json.NewDecoder(resp.Body).Decode(&echoManifest.m)
-		echoManifest.m.Agent.DID = ""
-		if err := p.Term(t); err != nil {
-			echoManifest.err = fmt.Errorf("the manifest probe did not stop cleanly: %w", err)
-		}
-	})
-	if echoManifest.err != nil {
-		t.Fatal(echoManifest.err)
+	src, err := echoconnector.Connector{}.Manifest(context.Background(), hostsdk.TenantContext{TenantID: tenantID, TrustDomain: trustDomain})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return echoManifest.m
+	m, _, err := hostsdk.BindManifest(src, trustDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *m
 }
 
 // fleetOptions tune a fleet.
@@ -178,7 +144,7 @@ func startFleet(t testing.TB, opt fleetOptions) *fleet {
 	f.rf = realfleet.StartWith(t, realfleet.Options{LeaseTTL: leaseTTL, LogLevel: opt.logLevel, DispatchArgs: opt.dispatchArgs,
 		MaxInFlight: opt.hostInFlight, LogTail: logTail})
 	f.echoBin = sidecartest.Build(t, echoPackage)
-	manifest := boundEchoManifest(t, f.echoBin)
+	manifest := boundEchoManifest(t)
 	// The connector type, echo's version, the tenant's instance and a
 	// binding for echo.say and echo.stream.
 	f.rf.Admit(t, &manifest)
