@@ -56,9 +56,27 @@
 // aborts the transaction server-side (SQLSTATE AIP01), so nothing of the
 // route commits. Locks are always taken in one order — the action, the
 // publication, one replica row, the route row, then counters by scope kind
-// (as a reservation lists them) and key — and lifecycle batches lock their
-// replicas in ascending ID order, so concurrent transactions cannot
-// deadlock.
+// (as a reservation lists them), key and stripe — and lifecycle batches
+// lock their replicas in ascending ID order, so concurrent transactions
+// cannot deadlock (a reroute that finds its old stripe full for the new
+// scopes is the one exception; see Reroute).
+//
+// # Striped admission counters
+//
+// Each scope's counter is kept in eight stripes (migration 0004): a route
+// reserves all the scopes of its reservation in one stripe, recorded with
+// the route, and its settlement, reroute or lease expiry releases that
+// stripe. Stripe s of a scope with limit L admits L/8, plus one for the
+// first L%8 stripes, so the stripes never admit more than L together; a
+// route that finds its stripe full tries the other stripes with a share,
+// each in a transaction of its own, and reports the scope full only when
+// every one was. A counter row stays locked until its transaction's commit
+// has flushed the WAL, so with one row per scope a busy tenant's routing
+// transactions took turns, one WAL flush each; the transactions a registry
+// runs for a tenant at once start at different stripes (the lane of the
+// tenant's gate they hold, offset by a random base per registry), so they
+// do not wait for each other there and can share their WAL flushes. The
+// ledger adds a scope's stripes up.
 //
 // # Round trips
 //
@@ -84,15 +102,16 @@
 //
 // # Routing concurrency per tenant
 //
-// All of a tenant's routes and settlements update the same admission
-// counter rows (and a busy tenant's routes share its few replicas), so in
-// the database they take those rows one transaction at a time however many
-// are sent, and a transaction waiting there on a row lock costs the server
+// A busy tenant's routes and settlements share its few replicas and its
+// admission counters' stripes, so in the database they take those rows a
+// few transactions at a time however many are sent, and a transaction
+// waiting there on a row lock costs the server
 // CPU (lock-manager work, a sleep and a wake-up, a re-check of the row)
 // that the transactions holding the rows need. The registry therefore runs
 // at most Config.TenantRouteConcurrency routing transactions (resolutions,
-// settlements, reroutes) of one tenant in the database at once and queues
-// the others in the process; tenants do not share the bound.
+// settlements, reroutes) of one tenant in the database at once, each in a
+// lane of the tenant's gate, and queues the others in the process; tenants
+// do not share the bound.
 //
 // Catalog views (the sorted capability IDs a tenant, or an internal read,
 // sees at a revision) are cached for the newest revision read, and the

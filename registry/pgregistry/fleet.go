@@ -1,6 +1,7 @@
 package pgregistry
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,7 +25,7 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED`
 	releaseExpiredRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $2
 WHERE replica_id = ANY($1) AND reserved
-RETURNING admission, retry`
+RETURNING admission, retry, counter_stripe`
 	expireReplicas = `UPDATE aip_registry.connector_replicas r SET status = 'offline', lease_expires_at_ms = u.lease,
 	active_assignments = 0, health_revision = u.health, last_control_request_id = NULL, last_control_request_digest = NULL,
 	updated_at_ms = $4
@@ -44,8 +45,10 @@ WHERE r.replica_id = u.id`
 	COALESCE(sum(active_assignments), 0)::bigint
 FROM aip_registry.connector_replicas`
 
-	selectCounters     = `SELECT scope_kind, scope_key, active FROM aip_registry.admission_counters WHERE active > 0 ORDER BY scope_kind, scope_key`
-	selectReservations = `SELECT ` + routeColumns + ` FROM aip_registry.route_assignments WHERE reserved ORDER BY action_id`
+	// selectCounters adds up each scope's stripes.
+	selectCounters = `SELECT scope_kind, scope_key, sum(active)::bigint FROM aip_registry.admission_counters
+GROUP BY scope_kind, scope_key HAVING sum(active) > 0 ORDER BY scope_kind, scope_key`
+	selectReservations = `SELECT ` + routeReadColumns + ` FROM aip_registry.route_assignments WHERE reserved ORDER BY action_id`
 )
 
 // ExpireStaleReplicas implements registry.FleetStatus. Replicas another
@@ -84,21 +87,23 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 			return err
 		}
 		type scope struct {
-			kind registry.AdmissionScopeKind
-			key  string
+			kind   registry.AdmissionScopeKind
+			key    string
+			stripe int16
 		}
 		held := map[scope]int64{}
 		var (
-			doc   []byte
-			retry bool
+			doc    []byte
+			retry  bool
+			stripe int16
 		)
-		_, err = pgx.ForEachRow(rows, []any{&doc, &retry}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&doc, &retry, &stripe}, func() error {
 			var a registry.AdmissionReservation
 			if err := json.Unmarshal(doc, &a); err != nil {
 				return err
 			}
 			for _, s := range a.Scopes(retry) {
-				held[scope{s.Kind, s.Key}]++
+				held[scope{s.Kind, s.Key, stripe}]++
 			}
 			return nil
 		})
@@ -109,14 +114,16 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 		for s := range held {
 			order = append(order, s)
 		}
-		slices.SortFunc(order, func(a, b scope) int { return compareScopes(a.kind, a.key, b.kind, b.key) })
+		slices.SortFunc(order, func(a, b scope) int {
+			return cmp.Or(compareScopes(a.kind, a.key, b.kind, b.key), cmp.Compare(a.stripe, b.stripe))
+		})
 		b := &pgx.Batch{}
 		if len(order) > 0 {
-			kinds, keys, amounts := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+			kinds, keys, amounts, stripes := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int16, len(order))
 			for n, s := range order {
-				kinds[n], keys[n], amounts[n] = string(s.kind), s.key, held[s]
+				kinds[n], keys[n], amounts[n], stripes[n] = string(s.kind), s.key, held[s], s.stripe
 			}
-			b.Queue(releaseScopes, kinds, keys, amounts)
+			b.Queue(releaseScopes, kinds, keys, amounts, stripes)
 		}
 		b.Queue(expireReplicas, ids, leases, healths, nowMS)
 		return tx.SendBatch(ctx, b).Close()

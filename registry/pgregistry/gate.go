@@ -29,11 +29,13 @@ type tenantGates struct {
 	gates   map[string]*gate
 }
 
-// gate is one tenant's: a slot per transaction in the database, and the
-// number of callers holding or waiting for a slot (the gate is dropped when
-// it falls to zero).
+// gate is one tenant's: a slot per transaction in the database, each with
+// its lane number (0 to limit-1, so the transactions of a tenant in the
+// database at once hold different lanes), and the number of callers
+// holding or waiting for a slot (the gate is dropped when it falls to
+// zero).
 type gate struct {
-	slots chan struct{}
+	slots chan int
 	users int
 }
 
@@ -41,13 +43,16 @@ func newTenantGates(limit int, timeout time.Duration) *tenantGates {
 	return &tenantGates{limit: limit, timeout: timeout, gates: map[string]*gate{}}
 }
 
-// enter waits for a slot of tenant's gate, at most the acquire timeout;
-// the returned function gives it back.
-func (t *tenantGates) enter(ctx context.Context, tenant, op string) (func(), error) {
+// enter waits for a slot of tenant's gate, at most the acquire timeout,
+// and returns its lane; the returned function gives it back.
+func (t *tenantGates) enter(ctx context.Context, tenant, op string) (int, func(), error) {
 	t.mu.Lock()
 	g := t.gates[tenant]
 	if g == nil {
-		g = &gate{slots: make(chan struct{}, t.limit)}
+		g = &gate{slots: make(chan int, t.limit)}
+		for lane := range t.limit {
+			g.slots <- lane
+		}
 		t.gates[tenant] = g
 	}
 	g.users++
@@ -60,21 +65,21 @@ func (t *tenantGates) enter(ctx context.Context, tenant, op string) (func(), err
 		t.mu.Unlock()
 	}
 	select {
-	case g.slots <- struct{}{}:
-		return func() { <-g.slots; leave() }, nil
+	case lane := <-g.slots:
+		return lane, func() { g.slots <- lane; leave() }, nil
 	default:
 	}
 	timer := time.NewTimer(t.timeout)
 	defer timer.Stop()
 	select {
-	case g.slots <- struct{}{}:
-		return func() { <-g.slots; leave() }, nil
+	case lane := <-g.slots:
+		return lane, func() { g.slots <- lane; leave() }, nil
 	case <-ctx.Done():
 		leave()
-		return nil, ctx.Err()
+		return 0, nil, ctx.Err()
 	case <-timer.C:
 		leave()
-		return nil, fmt.Errorf("%w: %s: tenant %s already had %d routing transactions in the database (Config.TenantRouteConcurrency) for %s (Config.AcquireTimeout)",
+		return 0, nil, fmt.Errorf("%w: %s: tenant %s already had %d routing transactions in the database (Config.TenantRouteConcurrency) for %s (Config.AcquireTimeout)",
 			registry.ErrStorage, op, tenant, t.limit, t.timeout)
 	}
 }

@@ -99,6 +99,7 @@ type Registry struct {
 	acquireTimeout time.Duration
 	routeLockWait  time.Duration
 	tenants        *tenantGates
+	stripeBase     int // the first counter stripe of lane 0 (stripes.go)
 	chains         *routeChains
 	implicit       registry.AdmissionPolicy
 	migrations     []pgmigrate.Migration
@@ -225,6 +226,7 @@ func newRegistry(cfg Config) (*Registry, error) {
 		perTenant = DefaultTenantRouteConcurrency
 	}
 	r.tenants = newTenantGates(perTenant, r.acquireTimeout)
+	r.stripeBase = rand.IntN(counterStripes)
 	r.chains = newRouteChains()
 	r.recordReads = recordReads{row: r.dataRow}
 	return r, nil

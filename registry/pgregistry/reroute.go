@@ -42,7 +42,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 	transport_profile = $11, region = $12, zone = $13, capacity_class = $14, catalog_revision = $15,
 	binding_policy_revision = $16, credential_revision_ref = $17, quota_policy_ref = $18, replica_health_revision = $19,
 	fence_token = $20, admission = $21, assigned_at_ms = $22, reserved = true, retry = false, last_settlement = NULL,
-	resolved_again = false, updated_at_ms = $22
+	resolved_again = false, updated_at_ms = $22, counter_stripe = $23
 WHERE action_id = $1`
 	selectHistory = `SELECT assignment FROM aip_registry.route_history WHERE action_id = $1 ORDER BY seq`
 	routeExists   = `SELECT EXISTS (SELECT 1 FROM aip_registry.route_assignments WHERE action_id = $1)`
@@ -61,100 +61,118 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	if _, err := registry.CheckRefusal(cur, &req.Evidence); err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	leave, err := r.tenants.enter(ctx, rreq.TenantID, "reroute action "+cur.ActionID)
+	_, leave, err := r.tenants.enter(ctx, rreq.TenantID, "reroute action "+cur.ActionID)
 	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
 	defer leave()
 	var out registry.RouteAssignment
-	err = r.inPipe(ctx, r.data, "reroute action "+cur.ActionID, func(p *pipe) error {
-		now := r.clock()
-		pref := &rreq.Topology
-		args := []any{rreq.TenantID, rreq.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,
-			rreq.ActionID, cur.ReplicaID}
-		var (
-			s             storedRoute
-			routed, again bool
-			history       int64
-			first         *string
-			c             candidate
-			found         bool
-		)
-		b := &pgx.Batch{}
-		b.Queue(lockRouting, cur.ActionID, lockClass, lockCatalog)
-		queueRoute(b, cur.ActionID, &s, &routed)
-		b.Queue(rerouteState, cur.ActionID).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&again, &history)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			return err
+	// The new reservation starts at the old one's stripe, so the release
+	// and the reservation lock the counters of one stripe, in scope order.
+	// Only when that stripe is full for the new scopes does it move on; two
+	// such reroutes crossing stripes in opposite directions could then wait
+	// for each other, and PostgreSQL aborts one (nothing is changed: the
+	// action stays on its current route).
+	err = striped(&stripeTry{}, func(st *stripeTry) error {
+		return r.inPipe(ctx, r.data, "reroute action "+cur.ActionID, func(p *pipe) error {
+			return r.reroute(ctx, p, &req, &rreq, st, &out)
 		})
-		b.Queue(firstBinding, rreq.TenantID, rreq.CapabilityID).QueryRow(func(row pgx.Row) error {
-			err := row.Scan(&first)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			return err
-		})
-		queueCandidate(b, rerouteCandidates, args, &c, &found)
-		if err := p.send(ctx, b); err != nil {
-			return err
-		}
-		switch {
-		case !routed:
-			return registry.RouteNotFound(cur.ActionID)
-		case !s.a.Equal(cur):
-			return registry.RerouteFenceLost(cur)
-		case again:
-			return registry.RerouteUnsafe(cur)
-		case history >= registry.MaxRouteHistory:
-			return registry.RerouteHistoryFull(cur.ActionID)
-		case first == nil:
-			return fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
-				registry.ErrBindingUnavailable, rreq.TenantID, rreq.CapabilityID)
-		}
-		// Lock the refusing and the chosen replica in ID order (the order
-		// lifecycle batches use), re-read the route (lease expiry may have
-		// released it before the refusing replica was locked) and check the
-		// choice again on the locked row; a choice that is no longer
-		// eligible is replaced, until RouteLockWait has passed.
-		deadline := time.Now().Add(r.routeLockWait)
-		for {
-			if !found {
-				return fmt.Errorf("%w: no other eligible replica for capability %s of tenant %s (first binding: instance %s)",
-					registry.ErrReplicaUnavailable, rreq.CapabilityID, rreq.TenantID, *first)
-			}
-			chosen := c.replica.ID
-			found = false
-			b := &pgx.Batch{}
-			b.Queue(lockReplicas, []string{cur.ReplicaID, chosen})
-			queueRoute(b, cur.ActionID, &s, &routed)
-			queueCandidate(b, rerouteChosen, append(args, chosen), &c, &found)
-			if err := p.send(ctx, b); err != nil {
-				return err
-			}
-			if found {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: the other eligible replicas for capability %s of tenant %s kept filling up for %s",
-					registry.ErrReplicaUnavailable, rreq.CapabilityID, rreq.TenantID, r.routeLockWait)
-			}
-			b = &pgx.Batch{}
-			queueCandidate(b, rerouteCandidates, args, &c, &found)
-			if err := p.send(ctx, b); err != nil {
-				return err
-			}
-		}
-		var err error
-		out, err = r.commitReroute(ctx, p, &rreq, &s, int(history), &c, now)
-		return err
 	})
 	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
 	return out, nil
+}
+
+// reroute is one attempt of Reroute in the transaction of p; it stores
+// the new assignment in out.
+func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRequest, rreq *registry.RouteRequest, st *stripeTry, out *registry.RouteAssignment) error {
+	cur := &req.Current
+	now := r.clock()
+	pref := &rreq.Topology
+	args := []any{rreq.TenantID, rreq.CapabilityID, toMS(now), pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,
+		rreq.ActionID, cur.ReplicaID}
+	var (
+		s             storedRoute
+		routed, again bool
+		history       int64
+		first         *string
+		c             candidate
+		found         bool
+	)
+	b := &pgx.Batch{}
+	b.Queue(lockRouting, cur.ActionID, lockClass, lockCatalog)
+	queueRoute(b, cur.ActionID, &s, &routed)
+	b.Queue(rerouteState, cur.ActionID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&again, &history)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	b.Queue(firstBinding, rreq.TenantID, rreq.CapabilityID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&first)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	queueCandidate(b, rerouteCandidates, args, &c, &found)
+	if err := p.send(ctx, b); err != nil {
+		return err
+	}
+	switch {
+	case !routed:
+		return registry.RouteNotFound(cur.ActionID)
+	case !s.a.Equal(cur):
+		return registry.RerouteFenceLost(cur)
+	case again:
+		return registry.RerouteUnsafe(cur)
+	case history >= registry.MaxRouteHistory:
+		return registry.RerouteHistoryFull(cur.ActionID)
+	case first == nil:
+		return fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
+			registry.ErrBindingUnavailable, rreq.TenantID, rreq.CapabilityID)
+	}
+	// Lock the refusing and the chosen replica in ID order (the order
+	// lifecycle batches use), re-read the route (lease expiry may have
+	// released it before the refusing replica was locked) and check the
+	// choice again on the locked row; a choice that is no longer
+	// eligible is replaced, until RouteLockWait has passed.
+	deadline := time.Now().Add(r.routeLockWait)
+	for {
+		if !found {
+			return fmt.Errorf("%w: no other eligible replica for capability %s of tenant %s (first binding: instance %s)",
+				registry.ErrReplicaUnavailable, rreq.CapabilityID, rreq.TenantID, *first)
+		}
+		chosen := c.replica.ID
+		found = false
+		b := &pgx.Batch{}
+		b.Queue(lockReplicas, []string{cur.ReplicaID, chosen})
+		queueRoute(b, cur.ActionID, &s, &routed)
+		queueCandidate(b, rerouteChosen, append(args, chosen), &c, &found)
+		if err := p.send(ctx, b); err != nil {
+			return err
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: the other eligible replicas for capability %s of tenant %s kept filling up for %s",
+				registry.ErrReplicaUnavailable, rreq.CapabilityID, rreq.TenantID, r.routeLockWait)
+		}
+		b = &pgx.Batch{}
+		queueCandidate(b, rerouteCandidates, args, &c, &found)
+		if err := p.send(ctx, b); err != nil {
+			return err
+		}
+	}
+	if !st.fromSet {
+		st.from, st.fromSet = int(s.stripe), true
+	}
+	var err error
+	*out, err = r.commitReroute(ctx, p, rreq, &s, int(history), &c, now, st)
+	return err
 }
 
 // queueCandidate queues a candidate query and scans its row, if any, into c.
@@ -174,8 +192,9 @@ func queueCandidate(b *pgx.Batch, sql string, args []any, c *candidate, found *b
 // untouched) if it is still held, reserves the new route's base scopes,
 // keeps the old assignment as history and makes the new one current, and
 // commits — in one round trip.
-func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.RouteRequest, s *storedRoute, history int, c *candidate, now time.Time) (registry.RouteAssignment, error) {
+func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.RouteRequest, s *storedRoute, history int, c *candidate, now time.Time, st *stripeTry) (registry.RouteAssignment, error) {
 	admission := r.admissionFor(req, c)
+	stripe := st.stripe(admission.BaseScopes)
 	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
 	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, c.revision, admission, aip.NewID(aip.PrefixRoute), now)
 	doc, err := encodeAdmission(a.ActionID, &a.Admission)
@@ -190,18 +209,18 @@ func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.Rou
 	b.Queue(incrementReplica, a.ReplicaID)
 	if s.reserved {
 		b.Queue(releaseReplica, s.a.ReplicaID)
-		kinds, keys, amounts := scopeArrays(s.a.Admission.Scopes(s.retry))
+		kinds, keys, amounts, stripes := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripe)
 		if len(kinds) > 0 {
-			b.Queue(releaseScopes, kinds, keys, amounts)
+			b.Queue(releaseScopes, kinds, keys, amounts, stripes)
 		}
 	}
-	queueReserve(b, admission.BaseScopes)
+	queueReserve(b, admission.BaseScopes, stripe)
 	b.Queue(insertHistory, a.ActionID, history+1, s.a.ReplicaID, s.a.FenceToken, old, toMS(now))
 	b.Queue(replaceRoute, a.ActionID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID, a.Endpoint,
 		a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
 		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 		nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc,
-		toMS(a.AssignedAt))
+		toMS(a.AssignedAt), stripe)
 	if err := p.commit(ctx, b); err != nil {
 		return registry.RouteAssignment{}, scopeFull(err, admission.BaseScopes)
 	}

@@ -51,7 +51,9 @@ const (
 	peer_principal_id, peer_principal_kind, peer_did, trust_domain, transport_profile, region, zone, capacity_class,
 	catalog_revision, binding_policy_revision, credential_revision_ref, quota_policy_ref, replica_health_revision,
 	fence_token, admission, assigned_at_ms, reserved, retry, last_settlement`
-	selectRoute = `SELECT ` + routeColumns + ` FROM aip_registry.route_assignments WHERE action_id = $1`
+	// routeReadColumns are routeColumns and the route's counter stripe.
+	routeReadColumns = routeColumns + `, counter_stripe`
+	selectRoute      = `SELECT ` + routeReadColumns + ` FROM aip_registry.route_assignments WHERE action_id = $1`
 
 	// chainJoins and chainValid express the tenant chain of a binding: the
 	// binding is enabled, its instance is the tenant's and enabled, the
@@ -94,36 +96,38 @@ ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignme
 	incrementReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1 WHERE replica_id = $1`
 
 	// reserveScopes is the guarded reservation of a route's admission
-	// counters, taken in lock order ($1..$4 are the scopes' kinds, keys,
-	// limits and indexes in the reservation, in lock order): each counter is
-	// created at 1 or raised only while active < limit. When a scope is
-	// full, scope_full aborts the transaction naming the first full scope.
+	// counters in stripe $5, taken in lock order ($1..$4 are the scopes'
+	// kinds, keys, the stripe's shares of their limits and their indexes in
+	// the reservation, in lock order): each counter is created at 1 or
+	// raised only while active < the share. When a scope's stripe is full,
+	// scope_full aborts the transaction naming the first full scope.
 	reserveScopes = `WITH scope AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[]) WITH ORDINALITY AS s (kind, key, lim, idx, n)),
 reserved AS (
-	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active, reserve_limit)
-	SELECT kind, key, 1, lim FROM scope ORDER BY n
-	ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = c.active + 1, reserve_limit = excluded.reserve_limit
+	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, stripe, active, reserve_limit)
+	SELECT kind, key, $5::smallint, 1, lim FROM scope ORDER BY n
+	ON CONFLICT (scope_kind, scope_key, stripe) DO UPDATE SET active = c.active + 1, reserve_limit = excluded.reserve_limit
 	WHERE c.active < excluded.reserve_limit
 	RETURNING c.scope_kind, c.scope_key)
 SELECT aip_registry.scope_full(s.idx) FROM scope s
 WHERE NOT EXISTS (SELECT 1 FROM reserved r WHERE r.scope_kind = s.kind AND r.scope_key = s.key)
 ORDER BY s.n LIMIT 1`
-	// releaseScopes releases counters ($1 kinds, $2 keys, $3 amounts, in
-	// lock order), locking them in that order first.
+	// releaseScopes releases counters ($1 kinds, $2 keys, $3 amounts, $4
+	// stripes, in lock order), locking them in that order first.
 	releaseScopes = `WITH scope AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS s (kind, key, amount, n)),
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::smallint[]) WITH ORDINALITY AS s (kind, key, amount, stripe, n)),
 locked AS (
-	SELECT c.scope_kind, c.scope_key, s.amount FROM aip_registry.admission_counters c
-	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key
+	SELECT c.scope_kind, c.scope_key, c.stripe, s.amount FROM aip_registry.admission_counters c
+	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key AND c.stripe = s.stripe
 	ORDER BY s.n FOR UPDATE OF c)
 UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
-FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key`
+FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key AND c.stripe = locked.stripe`
 
-	// reserveRoute re-reserves a released route for a retry; the route was
-	// handed out again, so it can no longer be rerouted.
+	// reserveRoute re-reserves a released route for a retry, in counter
+	// stripe $3; the route was handed out again, so it can no longer be
+	// rerouted.
 	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL,
-	resolved_again = true, updated_at_ms = $2
+	resolved_again = true, updated_at_ms = $2, counter_stripe = $3
 WHERE action_id = $1 AND NOT reserved`
 	// markResolvedAgain records that a Resolve returned a reserved route
 	// again.
@@ -141,8 +145,8 @@ FROM (SELECT true AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(
 		FOR UPDATE) AS r`
 	// settleRoute releases a reserved route in one statement: the route row,
 	// its counters ($4..$6 kinds, keys and amounts in lock order, locked in
-	// that order) and its replica's count and circuit ($7 replica, $8
-	// failures, $9 open until). The caller holds the action and replica
+	// that order, in the route's stripe $10) and its replica's count and
+	// circuit ($7 replica, $8 failures, $9 open until). The caller holds the action and replica
 	// locks, so only the counters need the ordered locking. It serves
 	// settleRead, the settlement that compares in Go.
 	settleRoute = `WITH route AS (
@@ -152,11 +156,11 @@ scope AS (
 	SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[]) WITH ORDINALITY AS s (kind, key, amount, n)),
 locked AS (
 	SELECT c.scope_kind, c.scope_key, s.amount FROM aip_registry.admission_counters c
-	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key
+	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key AND c.stripe = $10::smallint
 	ORDER BY s.n FOR UPDATE OF c),
 released AS (
 	UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
-	FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key),
+	FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key AND c.stripe = $10::smallint),
 replica AS (
 	UPDATE aip_registry.connector_replicas
 	SET active_assignments = GREATEST(active_assignments - 1, 0), consecutive_failures = $8, circuit_open_until_ms = $9
@@ -172,8 +176,9 @@ SELECT count(*) FROM route`
 	// ($31 circuit change, $32 threshold, $33 open until; see
 	// circuitChange), then releases the route's counters ($27..$30: kinds,
 	// keys and limits in lock order, and whether a scope is held only by a
-	// retried reservation) with guarded upserts, which lock each counter's
-	// newest row in order without re-running the statement's plan for it.
+	// retried reservation) in the route's counter stripe with guarded
+	// upserts, which lock each counter's newest row in order without
+	// re-running the statement's plan for it.
 	// It returns the number of routes released (0 or 1). Every row it
 	// changes is found under its lock at its newest version, so the
 	// statement's snapshot, taken before the locks, decides nothing.
@@ -194,7 +199,7 @@ route AS (
 		AND catalog_revision = $19 AND binding_policy_revision = $20
 		AND credential_revision_ref IS NOT DISTINCT FROM $21::text AND quota_policy_ref IS NOT DISTINCT FROM $22::text
 		AND replica_health_revision = $23 AND fence_token = $24 AND admission = $25::jsonb AND assigned_at_ms = $26
-	RETURNING retry),
+	RETURNING retry, counter_stripe),
 replica AS (
 	UPDATE aip_registry.connector_replicas
 	SET active_assignments = GREATEST(active_assignments - 1, 0),
@@ -203,13 +208,13 @@ replica AS (
 	WHERE replica_id = $9 AND EXISTS (SELECT 1 FROM route)
 	RETURNING 1),
 released AS (
-	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, active, reserve_limit)
-	SELECT s.kind, s.key, 0, s.lim
+	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, stripe, active, reserve_limit)
+	SELECT s.kind, s.key, route.counter_stripe, 0, GREATEST(` + stripeShareSQL + `, 1)
 	FROM unnest($27::text[], $28::text[], $29::bigint[], $30::boolean[]) WITH ORDINALITY AS s (kind, key, lim, retry_only, n)
 	JOIN route ON route.retry OR NOT s.retry_only
 	WHERE EXISTS (SELECT 1 FROM replica)
 	ORDER BY s.n
-	ON CONFLICT (scope_kind, scope_key) DO UPDATE SET active = GREATEST(c.active - 1, 0)
+	ON CONFLICT (scope_kind, scope_key, stripe) DO UPDATE SET active = GREATEST(c.active - 1, 0)
 	RETURNING 1)
 SELECT count(*) FROM route`
 
@@ -276,7 +281,7 @@ chosen AS (SELECT * FROM free UNION ALL SELECT * FROM waited)`)
 func takeSelect(choice string) string {
 	return "WITH " + choice + ",\n" + countAndRoute(routeParams{
 		action: 3, capability: 4, tenant: 5, manifest: 6, catalogRevision: 7, policyRevision: 8,
-		credential: 9, quota: 10, fence: 11, admission: 12, now: 13,
+		credential: 9, quota: 10, fence: 11, admission: 12, now: 13, stripe: 14,
 	}, "replica_health_revision") + `
 SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT replica_health_revision FROM routed)`
 }
@@ -284,26 +289,28 @@ SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT r
 // routeParams are the placeholder numbers of a new route's decision in a
 // take statement.
 type routeParams struct {
-	action, capability, tenant, manifest, catalogRevision, policyRevision, credential, quota, fence, admission, now int
+	action, capability, tenant, manifest, catalogRevision, policyRevision, credential, quota, fence, admission, now, stripe int
 }
 
 // countAndRoute renders the CTEs every take statement shares: counted
 // counts the assignment on the replica CTE chosen locked, and routed
 // inserts the route from that row and the decision in the placeholders p
-// numbers, returning the expression returning.
+// numbers (with the counter stripe of its reservation), returning the
+// expression returning.
 func countAndRoute(p routeParams, returning string) string {
 	return fmt.Sprintf(`counted AS (
 	UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
 	FROM chosen WHERE r.replica_id = chosen.replica_id
 	RETURNING r.*),
 routed AS (
-	INSERT INTO aip_registry.route_assignments (%s, updated_at_ms)
+	INSERT INTO aip_registry.route_assignments (%s, updated_at_ms, counter_stripe)
 	SELECT $%d::text, $%d::text, $%d::text, r.instance_id, r.version_id, $%d::text, r.replica_id, r.endpoint, r.peer_principal_id,
 		r.peer_principal_kind, r.peer_did, r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class,
-		$%d::bigint, $%d::bigint, $%d::text, $%d::text, r.health_revision, $%d::text, $%d::jsonb, $%[12]d::bigint, true, false, NULL, $%[12]d::bigint
+		$%d::bigint, $%d::bigint, $%d::text, $%d::text, r.health_revision, $%d::text, $%d::jsonb, $%[12]d::bigint, true, false, NULL, $%[12]d::bigint,
+		$%d::smallint
 	FROM counted r
 	RETURNING %s)`, routeColumns, p.action, p.capability, p.tenant, p.manifest,
-		p.catalogRevision, p.policyRevision, p.credential, p.quota, p.fence, p.admission, p.now, returning)
+		p.catalogRevision, p.policyRevision, p.credential, p.quota, p.fence, p.admission, p.now, p.stripe, returning)
 }
 
 // takeChoice selects and locks the first listed candidate still eligible
@@ -371,6 +378,7 @@ type storedRoute struct {
 	reserved bool
 	retry    bool
 	last     registry.RouteSettlement
+	stripe   int16 // the counter stripe of its reservation
 }
 
 func scanRoute(row pgx.Row) (storedRoute, error) {
@@ -385,7 +393,7 @@ func scanRoute(row pgx.Row) (storedRoute, error) {
 	err := row.Scan(&a.ActionID, &a.CapabilityID, &a.TenantID, &a.InstanceID, &a.VersionID, &a.ManifestDigest, &a.ReplicaID,
 		&a.Endpoint, &a.PeerPrincipalID, &kind, &a.PeerDID, &a.TrustDomain, &a.TransportProfile,
 		&a.Topology.Region, &a.Topology.Zone, &a.Topology.CapacityClass, &catRev, &polRev, &cred, &quota, &healthRev,
-		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last)
+		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last, &s.stripe)
 	if err != nil {
 		return s, err
 	}
@@ -432,18 +440,29 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 	if err := req.Validate(); err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	leave, err := r.tenants.enter(ctx, req.TenantID, "resolve action "+req.ActionID)
+	lane, leave, err := r.tenants.enter(ctx, req.TenantID, "resolve action "+req.ActionID)
 	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
 	defer leave()
+	var out registry.RouteAssignment
+	err = striped(r.laneTry(lane), func(st *stripeTry) error {
+		var err error
+		out, err = r.resolveIn(ctx, &req, st)
+		return err
+	})
+	return out, err
+}
+
+// resolveIn is Resolve with its reservation in the stripe st says.
+func (r *Registry) resolveIn(ctx context.Context, req *registry.RouteRequest, st *stripeTry) (registry.RouteAssignment, error) {
 	var out registry.RouteAssignment
 	key := chainKey{req.TenantID, req.CapabilityID}
 	ch := r.chains.get(key)
 	if ch != nil {
 		err := r.inPipe(ctx, r.data, "resolve action "+req.ActionID, func(p *pipe) error {
 			var err error
-			out, err = r.resolveBest(ctx, p, &req, ch)
+			out, err = r.resolveBest(ctx, p, req, ch, st)
 			return err
 		})
 		switch {
@@ -454,10 +473,10 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		}
 	}
 	for attempt := 1; ; attempt++ {
-		t := take{wait: attempt > 1, last: attempt == takeAttempts, cached: ch}
+		t := take{wait: attempt > 1, last: attempt == takeAttempts, cached: ch, stripes: st}
 		err := r.inPipe(ctx, r.data, "resolve action "+req.ActionID, func(p *pipe) error {
 			var err error
-			out, err = r.resolve(ctx, p, &req, t)
+			out, err = r.resolve(ctx, p, req, t)
 			return err
 		})
 		switch {
@@ -480,11 +499,13 @@ func isReplicaTaken(err error) bool {
 }
 
 // take says how an attempt of Resolve takes its replica: whether it waits
-// for locked candidates, whether it is the last attempt, and the cached
-// chain of the pair, if any (the attempt replaces or drops it).
+// for locked candidates, whether it is the last attempt, the cached chain
+// of the pair, if any (the attempt replaces or drops it), and the stripe
+// walk of its reservation.
 type take struct {
 	wait, last bool
 	cached     *routeChain
+	stripes    *stripeTry
 }
 
 // resolve is one attempt of Resolve in the transaction of p.
@@ -523,7 +544,7 @@ func (r *Registry) resolve(ctx context.Context, p *pipe, req *registry.RouteRequ
 	if err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	return r.resume(ctx, p, &s, pin, req, now)
+	return r.resume(ctx, p, &s, pin, req, now, t.stripes)
 }
 
 // pinned is an existing route's replica as resume judges it.
@@ -537,7 +558,7 @@ type pinned struct {
 
 // resume returns an existing route, reserving its pinned scopes (plus the
 // retry scope) and its pinned replica again when they were released.
-func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pinned, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pinned, req *registry.RouteRequest, now time.Time, st *stripeTry) (registry.RouteAssignment, error) {
 	a := &s.a
 	if a.TenantID != req.TenantID || a.CapabilityID != req.CapabilityID {
 		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
@@ -556,10 +577,11 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 		return registry.RouteAssignment{}, unavailable
 	}
 	scopes := a.Admission.Scopes(true)
+	stripe := st.stripe(scopes)
 	b := &pgx.Batch{}
 	b.Queue(takePinned, a.ReplicaID, toMS(now))
-	queueReserve(b, scopes)
-	b.Queue(reserveRoute, a.ActionID, toMS(now))
+	queueReserve(b, scopes, stripe)
+	b.Queue(reserveRoute, a.ActionID, toMS(now), stripe)
 	if err := p.commit(ctx, b); err != nil {
 		if isReplicaTaken(err) {
 			return registry.RouteAssignment{}, unavailable
@@ -647,6 +669,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 		return registry.RouteAssignment{}, err
 	}
 	fence := aip.NewID(aip.PrefixRoute)
+	stripe := t.stripes.stripe(admission.BaseScopes)
 	var n, health int64
 	b := &pgx.Batch{}
 	sql := takeReplica
@@ -656,7 +679,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	}
 	b.Queue(sql, ids, toMS(now), req.ActionID, req.CapabilityID, req.TenantID, top.manifestDigest,
 		int64(top.revision), int64(top.binding.PolicyRevision), nullable(top.binding.CredentialRevisionRef),
-		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now)).QueryRow(func(row pgx.Row) error {
+		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now), stripe).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&n, &health); err != nil {
 			return err
 		}
@@ -668,7 +691,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	if t.wait {
 		b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	}
-	queueReserve(b, admission.BaseScopes)
+	queueReserve(b, admission.BaseScopes, stripe)
 	if err := p.commit(ctx, b); err != nil {
 		switch {
 		case isReplicaTaken(err) && t.last:
@@ -696,19 +719,20 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	return registry.NewAssignment(req, &c.binding, &version, &c.replica, top.revision, admission, fence, now), nil
 }
 
-// queueReserve queues the guarded reservation of scopes in lock order
-// (scopeOrder). A full scope aborts the transaction with SQLSTATE AIP01
-// carrying the scope's index; scopeFull turns that into the registry error.
-func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope) {
+// queueReserve queues the guarded reservation of scopes in stripe, in lock
+// order (scopeOrder). A full stripe of a scope aborts the transaction with
+// SQLSTATE AIP01 carrying the scope's index; scopeFull turns that into the
+// registry error (and striped tries the other stripes).
+func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope, stripe int16) {
 	if len(scopes) == 0 {
 		return
 	}
 	order := scopeOrder(scopes)
 	kinds, keys, limits, idx := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int32, len(order))
 	for n, i := range order {
-		kinds[n], keys[n], limits[n], idx[n] = string(scopes[i].Kind), scopes[i].Key, int64(scopes[i].Limit), int32(i)
+		kinds[n], keys[n], limits[n], idx[n] = string(scopes[i].Kind), scopes[i].Key, stripeLimit(int64(scopes[i].Limit), stripe), int32(i)
 	}
-	b.Queue(reserveScopes, kinds, keys, limits, idx)
+	b.Queue(reserveScopes, kinds, keys, limits, idx, stripe)
 }
 
 // scopeFull translates the abort of a full scope into
@@ -723,15 +747,15 @@ func scopeFull(err error, scopes []registry.AdmissionScope) error {
 	return err
 }
 
-// scopeArrays returns the kinds, keys and amounts (one each) of scopes in
-// lock order, for releaseScopes and settleRoute.
-func scopeArrays(scopes []registry.AdmissionScope) (kinds, keys []string, amounts []int64) {
+// scopeArrays returns the kinds, keys, amounts (one each) and stripes (all
+// stripe) of scopes in lock order, for releaseScopes and settleRoute.
+func scopeArrays(scopes []registry.AdmissionScope, stripe int16) (kinds, keys []string, amounts []int64, stripes []int16) {
 	order := scopeOrder(scopes)
-	kinds, keys, amounts = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order))
+	kinds, keys, amounts, stripes = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int16, len(order))
 	for n, i := range order {
-		kinds[n], keys[n], amounts[n] = string(scopes[i].Kind), scopes[i].Key, 1
+		kinds[n], keys[n], amounts[n], stripes[n] = string(scopes[i].Kind), scopes[i].Key, 1, stripe
 	}
-	return kinds, keys, amounts
+	return kinds, keys, amounts, stripes
 }
 
 // scopeRank orders scope kinds as a reservation lists them.
@@ -854,7 +878,7 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 		assigned = -1 // not a stored time: matches no route
 	}
 	kinds, keys, limits, retryOnly := settleScopes(&a.Admission)
-	leave, err := r.tenants.enter(ctx, a.TenantID, "settle action "+a.ActionID)
+	_, leave, err := r.tenants.enter(ctx, a.TenantID, "settle action "+a.ActionID)
 	if err != nil {
 		return err
 	}
@@ -959,10 +983,10 @@ func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, o
 		now := r.clock()
 		circuit := registry.ApplySettlementToCircuit(registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)},
 			outcome, &s.a.Admission, now)
-		kinds, keys, amounts := scopeArrays(s.a.Admission.Scopes(s.retry))
+		kinds, keys, amounts, _ := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripe)
 		b = &pgx.Batch{}
 		b.Queue(settleRoute, a.ActionID, string(outcome), toMS(now), kinds, keys, amounts,
-			s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil))
+			s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil), s.stripe)
 		return p.commit(ctx, b)
 	})
 }

@@ -63,28 +63,36 @@ FROM (VALUES ($1::bigint, $2::bigint)) AS stored (consecutive_failures, circuit_
 	}
 }
 
-// TestTenantGates: a tenant's gate admits limit callers at once; the next
-// waits until one leaves, or gives up with registry.ErrStorage after the
-// timeout, or with the context's error; other tenants have their own
-// gates; a gate nobody holds or waits for is dropped.
+// TestTenantGates: a tenant's gate admits limit callers at once, each in a
+// lane of its own; the next waits until one leaves (and gets the lane that
+// was given back), or gives up with registry.ErrStorage after the timeout,
+// or with the context's error; other tenants have their own gates; a gate
+// nobody holds or waits for is dropped.
 func TestTenantGates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		g := newTenantGates(2, time.Minute)
-		a, err := g.enter(ctx, "tenant-a", "op")
+		laneA, a, err := g.enter(ctx, "tenant-a", "op")
 		must(t, err)
-		b, err := g.enter(ctx, "tenant-a", "op")
+		laneB, b, err := g.enter(ctx, "tenant-a", "op")
 		must(t, err)
-		other, err := g.enter(ctx, "tenant-b", "op")
+		if laneA == laneB || min(laneA, laneB) != 0 || max(laneA, laneB) != 1 {
+			t.Fatalf("two callers of a gate of 2 got lanes %d and %d, want 0 and 1", laneA, laneB)
+		}
+		_, other, err := g.enter(ctx, "tenant-b", "op")
 		must(t, err)
 
-		entered := make(chan func())
+		type entry struct {
+			lane  int
+			leave func()
+		}
+		entered := make(chan entry)
 		go func() {
-			leave, err := g.enter(ctx, "tenant-a", "op")
+			lane, leave, err := g.enter(ctx, "tenant-a", "op")
 			if err != nil {
 				t.Error(err)
 			}
-			entered <- leave
+			entered <- entry{lane, leave}
 		}()
 		synctest.Wait()
 		select {
@@ -94,9 +102,12 @@ func TestTenantGates(t *testing.T) {
 		}
 		a()
 		c := <-entered
+		if c.lane != laneA {
+			t.Fatalf("the caller after lane %d left got lane %d", laneA, c.lane)
+		}
 
 		start := time.Now()
-		if _, err := g.enter(ctx, "tenant-a", "op"); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "tenant tenant-a") {
+		if _, _, err := g.enter(ctx, "tenant-a", "op"); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "tenant tenant-a") {
 			t.Fatalf("a caller of a full gate: %v, want registry.ErrStorage naming the tenant", err)
 		}
 		if waited := time.Since(start); waited != time.Minute {
@@ -104,11 +115,11 @@ func TestTenantGates(t *testing.T) {
 		}
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := g.enter(cctx, "tenant-a", "op"); !errors.Is(err, context.Canceled) {
+		if _, _, err := g.enter(cctx, "tenant-a", "op"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("a caller whose context ended: %v, want context.Canceled", err)
 		}
 		b()
-		c()
+		c.leave()
 		other()
 		if len(g.gates) != 0 {
 			t.Fatalf("gates left after every caller left: %v", g.gates)
