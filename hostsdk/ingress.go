@@ -93,6 +93,10 @@ type exchange struct {
 	// claimed is set once it is there.
 	msgExpiry time.Time
 	claimed   bool
+	// route is the message's checked security.connector_route; echoRoute
+	// makes the response carry it (refusals do: see refuse).
+	route     *aip.ConnectorRoute
+	echoRoute bool
 }
 
 // handleMessages serves POST /aip/v1/messages.
@@ -157,6 +161,7 @@ func (x *exchange) serve() bool {
 	if pe != nil {
 		return x.fail(http.StatusForbidden, pe)
 	}
+	x.route = route
 	now := h.cfg.Now()
 	sent := env.SentAt.Time
 	if sent.Before(now.Add(-MaxMessageAge)) || sent.After(now.Add(MaxMessageSkew)) {
@@ -715,11 +720,14 @@ func (x *exchange) replayed() bool {
 
 // refuse claims the message ID first, so the refused envelope can never
 // execute later (a dispatcher may present the signed refusal as evidence
-// that the action did not start here), then answers with the error.
+// that the action did not start here), then answers with the error. The
+// answer echoes the request's security.connector_route, so the signed
+// refusal names the action and fence it refuses on its own.
 func (x *exchange) refuse(status int, pe *aip.ProtocolError) bool {
 	if !x.claim() {
 		return false
 	}
+	x.echoRoute = true
 	return x.fail(status, pe)
 }
 
@@ -746,6 +754,11 @@ func (x *exchange) envelope(body aip.Body) ([]byte, error) {
 	env.To = req.From
 	from := h.principal
 	env.From = &from
+	if x.echoRoute && x.route != nil {
+		if err := env.SetSecurity(aip.SecurityConnectorRoute, x.route); err != nil {
+			return nil, err
+		}
+	}
 	return aip.SignEnvelope(h.key, env)
 }
 

@@ -213,7 +213,8 @@ func TestCapacityRefusalIsFinal(t *testing.T) {
 	<-conn.started
 
 	a := action(capEcho, `{"message":"x"}`)
-	env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+	route := f.d.Route(target, a.ID, a.CapabilityID, "")
+	env, _ := f.d.Envelope(target, aip.Body{Action: a}, route)
 	raw, _ := f.d.Sign(env)
 	resp, err := f.d.Post(ctx, target, raw, env.MessageID)
 	if err != nil {
@@ -222,6 +223,11 @@ func TestCapacityRefusalIsFinal(t *testing.T) {
 	pe := wantCode(t, resp, http.StatusTooManyRequests, hostsdk.CodeCapacity)
 	if pe.RetryAfterMS == nil || *pe.RetryAfterMS != 100 || !pe.IsRetryable() {
 		t.Errorf("capacity error %+v", pe)
+	}
+	// The signed refusal names the action and fence it refuses.
+	var echoed aip.ConnectorRoute
+	if ok, err := resp.Envelope.SecurityValue(aip.SecurityConnectorRoute, &echoed); !ok || err != nil || echoed != route {
+		t.Errorf("the refusal's security.connector_route is %+v (present %v, %v), want the request's %+v", echoed, ok, err, route)
 	}
 	close(conn.release)
 	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCompleted {
