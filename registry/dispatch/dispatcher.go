@@ -80,9 +80,14 @@ type Config struct {
 	RegistryTimeout time.Duration
 	// StatusTimeout bounds the status query to a replica. Defaults to 5s.
 	StatusTimeout time.Duration
-	// ShutdownTimeout bounds Run's wait for in-flight requests. Defaults
-	// to 30s.
+	// ShutdownTimeout bounds Run's wait for in-flight requests and for the
+	// pending settlement retries. Defaults to 30s.
 	ShutdownTimeout time.Duration
+	// SettleRetryTimeout is how long a settlement the registry did not
+	// confirm (a storage failure or a timeout) is retried in the
+	// background, so its route's reservation is released once the registry
+	// is back. Defaults to 2m; negative disables the retries.
+	SettleRetryTimeout time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Logger defaults to a logger that discards.
@@ -124,6 +129,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.SettleRetryTimeout == 0 {
+		c.SettleRetryTimeout = DefaultSettleRetryTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -186,6 +194,7 @@ type Dispatcher struct {
 	jwks      []byte
 	handler   http.Handler
 	stopping  atomic.Bool
+	retries   *settleRetries
 }
 
 // New validates the configuration and returns a dispatcher. It does no I/O
@@ -235,6 +244,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		tracer:    cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
 		prop:      propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 		jwks:      jwks,
+		retries:   newSettleRetries(),
 	}
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true
@@ -317,6 +327,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.ShutdownTimeout)
 	defer cancel()
 	shutErr := srv.Shutdown(sctx)
+	d.waitRetries(sctx)
 	if serveErr == nil {
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 			serveErr = err
@@ -337,11 +348,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the dispatcher's own HTTP client connections (for
-// embedders that use Handler without Run).
+// Close gives up on the pending settlement retries and releases the
+// dispatcher's own HTTP client connections (for embedders that use Handler
+// without Run).
 func (d *Dispatcher) Close() {
 	d.stopping.Store(true)
 	d.sched.Stop()
+	d.waitRetries(canceledContext())
 	if d.ownClient {
 		d.client.CloseIdleConnections()
 	}
@@ -366,4 +379,11 @@ func ReadinessProbe(r registry.Readiness) func(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// canceledContext returns a context that is already done.
+func canceledContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

@@ -34,7 +34,10 @@
 // connection, an unsigned or garbled answer, an answer for another action —
 // settles outcome_unknown, and the route stays pinned: retrying the action
 // ID returns to the same replica, whose journal answers without running it
-// again.
+// again. A settlement the registry did not confirm (a storage failure or a
+// timeout) is retried in the background for Config.SettleRetryTimeout;
+// Run's shutdown waits for those retries within ShutdownTimeout, and Close
+// gives them up.
 //
 // # Provably-not-started reroute
 //

@@ -168,7 +168,7 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	}
 	settlement, status := d.classify(&a, h, &resp)
 	if err := d.settle(wctx, &a, settlement); err != nil {
-		d.log.Error("settle", "action_id", a.ActionID, "replica_id", a.ReplicaID, "settlement", settlement, "error", err)
+		d.retrySettle(a, settlement, err)
 	} else {
 		resp.Settlement = settlement
 	}

@@ -155,6 +155,8 @@ type replicaHost struct {
 type worldOptions struct {
 	tracer trace.TracerProvider
 	cfg    func(*dispatch.Config)
+	// resolver, when set, wraps the registry as the dispatcher's resolver.
+	resolver func(*memregistry.Registry) registry.Resolver
 }
 
 func newWorld(t testing.TB, opts worldOptions) *world {
@@ -182,7 +184,11 @@ func newWorld(t testing.TB, opts worldOptions) *world {
 	if opts.cfg != nil {
 		opts.cfg(&cfg)
 	}
-	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier})
+	var resolver registry.Resolver = reg
+	if opts.resolver != nil {
+		resolver = opts.resolver(reg)
+	}
+	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ type metrics struct {
 	stages         *prometheus.HistogramVec
 	reroutes       *prometheus.CounterVec
 	settleFailures prometheus.Counter
+	settleRetries  prometheus.Counter
 	requests       *prometheus.CounterVec
 }
 
@@ -46,7 +47,11 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 		}, []string{"result"}),
 		settleFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "aip_dispatch_settle_failures_total",
-			Help: "Settlements the registry did not confirm (lease maintenance releases them later).",
+			Help: "Settlement calls the registry did not confirm (a storage failure or a timeout is retried in the background).",
+		}),
+		settleRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aip_dispatch_settle_retries_total",
+			Help: "Background retries of settlements the registry did not confirm.",
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_http_requests_total",
@@ -57,7 +62,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.requests,
+		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.requests,
 		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
 		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
 		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),
