@@ -269,8 +269,11 @@ func (s RouteSettlement) Valid() bool {
 // capacity now, the scopes it holds (base scopes, plus the retry scope when
 // Retry), and the last settlement since it was last reserved.
 type RouteReservation struct {
-	ActionID       string           `json:"action_id"`
-	ReplicaID      string           `json:"replica_id"`
+	ActionID  string `json:"action_id"`
+	ReplicaID string `json:"replica_id"`
+	// AssignedAt is when the current assignment was made (a retry that
+	// reserves the route again keeps it).
+	AssignedAt     time.Time        `json:"assigned_at"`
 	Reserved       bool             `json:"reserved"`
 	Retry          bool             `json:"retry"`
 	Scopes         []AdmissionScope `json:"scopes"`

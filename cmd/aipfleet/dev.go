@@ -457,7 +457,7 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	}
 	disp, err := dispatch.New(dispatch.Config{SigningKey: f.keys.dispatcher, PrincipalID: DefaultGatewayPrincipal, Listener: dispLn,
 		Logger: slogFor(log, "dispatch", level)},
-		dispatch.Deps{Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier, Ready: dispatch.ReadinessProbe(reg)})
+		dispatch.Deps{Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier, Ready: dispatch.ReadinessProbe(reg), Reservations: reg})
 	if err != nil {
 		return err
 	}

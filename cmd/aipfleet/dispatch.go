@@ -209,7 +209,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: srv.logger, TracerProvider: srv.tracer,
 	}, dispatch.Deps{
 		Resolver: srv.reg, Catalog: srv.reg, Rerouter: srv.reg, Tokens: verifier, Client: client,
-		Ready: dispatch.ReadinessProbe(srv.reg),
+		Ready: dispatch.ReadinessProbe(srv.reg), Reservations: srv.reg,
 	})
 	if err != nil {
 		return err

@@ -88,6 +88,18 @@ type Config struct {
 	// background, so its route's reservation is released once the registry
 	// is back. Defaults to 2m; negative disables the retries.
 	SettleRetryTimeout time.Duration
+	// ReconcileInterval is how often Run settles orphaned reservations
+	// (Reconcile) when Deps.Reservations is set. Defaults to 1m; negative
+	// disables it.
+	ReconcileInterval time.Duration
+	// ReconcileAfter is how long after its assignment a reservation still
+	// held counts as orphaned. It must be longer than an action can be in
+	// flight (MaxTimeout + HopSlack + RegistryTimeout). Defaults to 10m, or
+	// twice that bound when it is longer.
+	ReconcileAfter time.Duration
+	// ReconcileBatch bounds the orphaned reservations one pass settles.
+	// Defaults to 100.
+	ReconcileBatch int
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Logger defaults to a logger that discards.
@@ -133,6 +145,15 @@ func (c Config) withDefaults() Config {
 	if c.SettleRetryTimeout == 0 {
 		c.SettleRetryTimeout = DefaultSettleRetryTimeout
 	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.ReconcileAfter == 0 {
+		c.ReconcileAfter = max(DefaultReconcileAfter, 2*(c.MaxTimeout+c.HopSlack+c.RegistryTimeout))
+	}
+	if c.ReconcileBatch == 0 {
+		c.ReconcileBatch = DefaultReconcileBatch
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -171,6 +192,9 @@ type Deps struct {
 	Client *http.Client
 	// Ready probes the registry for /ready. Optional.
 	Ready func(ctx context.Context) error
+	// Reservations lists the live reservations for Reconcile. Optional:
+	// nil never reconciles.
+	Reservations ReservationLister
 }
 
 // ErrConfig is returned (wrapped) by New for an invalid Config or Deps.
@@ -225,6 +249,11 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("StatusTimeout %s must not be negative", cfg.StatusTimeout)
 	case cfg.ShutdownTimeout < 0:
 		return bad("ShutdownTimeout %s must not be negative", cfg.ShutdownTimeout)
+	case cfg.ReconcileAfter <= cfg.MaxTimeout+cfg.HopSlack+cfg.RegistryTimeout:
+		return bad("ReconcileAfter %s must be longer than an action can be in flight (MaxTimeout + HopSlack + RegistryTimeout = %s)",
+			cfg.ReconcileAfter, cfg.MaxTimeout+cfg.HopSlack+cfg.RegistryTimeout)
+	case cfg.ReconcileBatch < 1:
+		return bad("ReconcileBatch %d must be positive", cfg.ReconcileBatch)
 	}
 	if err := cfg.Topology.Validate(); err != nil {
 		return bad("Topology: %v", err)
@@ -316,6 +345,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	rctx, stopReconcile := context.WithCancel(context.WithoutCancel(ctx))
+	reconciled := make(chan struct{})
+	if d.deps.Reservations != nil && d.cfg.ReconcileInterval > 0 {
+		go func() { defer close(reconciled); d.reconcileLoop(rctx) }()
+	} else {
+		close(reconciled)
+	}
+	defer func() { stopReconcile(); <-reconciled }()
 	d.log.Info("serving", "addr", ln.Addr().String(), "did", d.key.DID(), "principal", d.principal.ID)
 	var serveErr error
 	select {

@@ -37,7 +37,10 @@
 // again. A settlement the registry did not confirm (a storage failure or a
 // timeout) is retried in the background for Config.SettleRetryTimeout;
 // Run's shutdown waits for those retries within ShutdownTimeout, and Close
-// gives them up.
+// gives them up. A reservation no dispatcher settled (one crashed, or its
+// retries gave up) is settled from the pinned replica's journal by
+// Reconcile, which Run calls every Config.ReconcileInterval once the
+// reservation is Config.ReconcileAfter old.
 //
 // # Provably-not-started reroute
 //

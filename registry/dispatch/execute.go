@@ -401,27 +401,37 @@ func (d *Dispatcher) Status(ctx context.Context, tenant, actionID string) (Actio
 			out.History = append(out.History, *factsOf(&hist[i]))
 		}
 	}
+	st, pe := d.queryStatus(ctx, &a)
+	if pe != nil {
+		out.Replica.Error = pe
+		return out, nil
+	}
+	out.Replica = ReplicaFacts{Reachable: true, State: st.State, Result: st.Result}
+	if !st.UpdatedAt.IsZero() {
+		out.Replica.UpdatedAt = &st.UpdatedAt
+	}
+	return out, nil
+}
+
+// queryStatus asks a's pinned replica, with a signed status query, for the
+// state its journal holds for the action: the verified answer, or the
+// error that stands for it.
+func (d *Dispatcher) queryStatus(ctx context.Context, a *registry.RouteAssignment) (*aip.ActionStatus, *aip.ProtocolError) {
 	hctx, hcancel := context.WithTimeout(ctx, d.cfg.StatusTimeout)
 	defer hcancel()
-	h := d.exchange(hctx, &a, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: actionID}}, nil, nil)
+	h := d.exchange(hctx, a, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: a.ActionID}}, nil, nil)
 	switch {
 	case h.env == nil:
-		out.Replica.Error = newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
+		return nil, newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
 			fmt.Sprintf("replica %s did not answer the status query verifiably: %v", a.ReplicaID, h.err)).pe
 	case h.env.Body.Error != nil:
 		pe := h.env.Body.Error.Error
-		out.Replica.Error = &pe
-	case h.env.Body.ActionStatus == nil || h.env.Body.ActionStatus.ActionID != actionID:
-		out.Replica.Error = newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, 0,
+		return nil, &pe
+	case h.env.Body.ActionStatus == nil || h.env.Body.ActionStatus.ActionID != a.ActionID:
+		return nil, newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, 0,
 			"the replica answered the status query with something else").pe
-	default:
-		st := h.env.Body.ActionStatus
-		out.Replica = ReplicaFacts{Reachable: true, State: st.State, Result: st.Result}
-		if !st.UpdatedAt.IsZero() {
-			out.Replica.UpdatedAt = &st.UpdatedAt
-		}
 	}
-	return out, nil
+	return h.env.Body.ActionStatus, nil
 }
 
 // Capabilities returns one page of the tenant's catalog. A cursor from an

@@ -188,7 +188,7 @@ func newWorld(t testing.TB, opts worldOptions) *world {
 	if opts.resolver != nil {
 		resolver = opts.resolver(reg)
 	}
-	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier})
+	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier, Reservations: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

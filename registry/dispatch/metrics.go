@@ -18,6 +18,7 @@ type metrics struct {
 	reroutes       *prometheus.CounterVec
 	settleFailures prometheus.Counter
 	settleRetries  prometheus.Counter
+	reconciled     *prometheus.CounterVec
 	requests       *prometheus.CounterVec
 }
 
@@ -53,6 +54,10 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 			Name: "aip_dispatch_settle_retries_total",
 			Help: "Background retries of settlements the registry did not confirm.",
 		}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aip_dispatch_reconciled_total",
+			Help: "Orphaned reservations looked at by reconciliation, by result: settled, in_progress, unanswered.",
+		}, []string{"result"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_http_requests_total",
 			Help: "API requests by route and HTTP status.",
@@ -62,7 +67,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.requests,
+		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.reconciled, m.requests,
 		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
 		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
 		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),

@@ -36,6 +36,16 @@ func (f *flakySettle) Settle(ctx context.Context, a registry.RouteAssignment, s 
 	return f.Registry.Settle(ctx, a, s)
 }
 
+// heal makes the next settlements succeed.
+func (f *flakySettle) heal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails = 0
+}
+
+// registryDown is the storage failure of a registry that is down.
+var registryDown = fmt.Errorf("%w: connection refused", registry.ErrStorage)
+
 func (f *flakySettle) settleCalls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

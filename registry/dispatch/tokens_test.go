@@ -97,6 +97,8 @@ func TestNewNamesTheBadField(t *testing.T) {
 		{func(c *dispatch.Config) { c.RegistryTimeout = -time.Second }, "RegistryTimeout -1s"},
 		{func(c *dispatch.Config) { c.StatusTimeout = -2 * time.Second }, "StatusTimeout -2s"},
 		{func(c *dispatch.Config) { c.ShutdownTimeout = -3 * time.Second }, "ShutdownTimeout -3s"},
+		{func(c *dispatch.Config) { c.ReconcileAfter = 5 * time.Minute }, "ReconcileAfter 5m0s must be longer than an action can be in flight"},
+		{func(c *dispatch.Config) { c.ReconcileBatch = -1 }, "ReconcileBatch -1"},
 		{func(c *dispatch.Config) { c.Topology.Zone = "no spaces" }, "topology.zone"},
 		{func(c *dispatch.Config) { c.Topology.ForbidCrossRegion = true }, "topology.forbid_cross_region"},
 	} {

@@ -1060,7 +1060,8 @@ func (r *Registry) Reservation(ctx context.Context, actionID string) (registry.R
 }
 
 func reservationOf(rt *routeEntry) registry.RouteReservation {
-	res := registry.RouteReservation{ActionID: rt.a.ActionID, ReplicaID: rt.a.ReplicaID, Reserved: rt.reserved, LastSettlement: rt.last, Scopes: []registry.AdmissionScope{}}
+	res := registry.RouteReservation{ActionID: rt.a.ActionID, ReplicaID: rt.a.ReplicaID, AssignedAt: rt.a.AssignedAt, Reserved: rt.reserved,
+		LastSettlement: rt.last, Scopes: []registry.AdmissionScope{}}
 	if rt.reserved {
 		res.Retry = rt.retry
 		res.Scopes = slices.Clone(rt.scopes())

@@ -74,7 +74,7 @@ func TestRoles(t *testing.T) {
 	must(t, err)
 
 	// The data role serves the data plane: catalog reads, routing,
-	// settlement, replica writes, lease expiry and status.
+	// settlement, replica writes, lease expiry, status and the ledger.
 	ready := registrytest.Replica("crepl_ready", lw.Instance.ID, lw.Version.ID, clock.Now().Add(time.Minute))
 	ready.PeerPrincipalID, ready.PeerPrincipalKind = lw.Version.Manifest.Agent.ID, lw.Version.Manifest.Agent.Kind
 	must(t, full.PutReplica(ctx, ready))
@@ -85,6 +85,9 @@ func TestRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := full.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := full.Ledger(ctx); err != nil { // the dispatcher's reconciliation reads it
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Minute)

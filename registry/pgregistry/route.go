@@ -842,7 +842,7 @@ func (r *Registry) Reservation(ctx context.Context, actionID string) (registry.R
 }
 
 func reservationOf(s *storedRoute) registry.RouteReservation {
-	res := registry.RouteReservation{ActionID: s.a.ActionID, ReplicaID: s.a.ReplicaID, Reserved: s.reserved,
+	res := registry.RouteReservation{ActionID: s.a.ActionID, ReplicaID: s.a.ReplicaID, AssignedAt: s.a.AssignedAt, Reserved: s.reserved,
 		LastSettlement: s.last, Scopes: []registry.AdmissionScope{}}
 	if s.reserved {
 		res.Retry = s.retry

@@ -218,6 +218,12 @@ func (f *fx) checkLedger(replicaIDs ...string) registry.Ledger {
 	perReplica := map[string]uint32{}
 	for _, r := range l.Reservations {
 		perReplica[r.ReplicaID]++
+		// A reservation names when its assignment was made.
+		a, err := f.b.Resolver.Assignment(f.ctx, r.ActionID)
+		f.must(err)
+		if one := f.reservation(r.ActionID); !r.AssignedAt.Equal(a.AssignedAt) || !one.AssignedAt.Equal(a.AssignedAt) {
+			f.t.Fatalf("reservation of %s: assigned at %s in the ledger and %s alone, the assignment at %s", r.ActionID, r.AssignedAt, one.AssignedAt, a.AssignedAt)
+		}
 	}
 	for _, id := range replicaIDs {
 		if got, want := f.getReplica(id).ActiveAssignments, perReplica[id]; got != want {

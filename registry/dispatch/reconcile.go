@@ -1,0 +1,169 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Reconciliation defaults.
+const (
+	DefaultReconcileInterval = time.Minute
+	DefaultReconcileAfter    = 10 * time.Minute
+	DefaultReconcileBatch    = 100
+)
+
+// ReservationLister lists the live reservations;
+// registry.FleetStatus.Ledger is one.
+type ReservationLister interface {
+	Ledger(ctx context.Context) (registry.Ledger, error)
+}
+
+// ReconcileReport is what one reconciliation pass did.
+type ReconcileReport struct {
+	// Stale counts the reservations older than Config.ReconcileAfter that
+	// the pass looked at (at most Config.ReconcileBatch).
+	Stale int `json:"stale"`
+	// Settled counts those it settled from their replica's journal.
+	Settled int `json:"settled"`
+	// InProgress counts those whose replica still runs the action.
+	InProgress int `json:"in_progress"`
+	// Unanswered counts those whose replica did not answer verifiably, or
+	// whose assignment or settlement the registry did not confirm.
+	Unanswered int `json:"unanswered"`
+}
+
+// Reconcile settles orphaned reservations: routes still reserved longer
+// than Config.ReconcileAfter after their assignment, which no dispatcher
+// will settle any more (the one that sent the action stopped or crashed
+// before its settlement, or its settlement retries gave up). For each, oldest
+// first and at most Config.ReconcileBatch, it asks the pinned replica for
+// its journaled state with a signed status query and settles by it: a
+// completed or failed action completed, an uncertain one outcome_unknown,
+// a cancelled one cancelled, and one the replica never received cancelled
+// (its envelope is older than any dispatcher still sends, so it can never
+// run; a later retry of the action ID reserves the route again). An action
+// still received or running, and a replica that does not answer
+// verifiably, are left for a later pass (lease maintenance releases the
+// reservations of a replica whose lease ends). Settlement is idempotent and
+// checks the fence, so dispatchers may reconcile at the same time.
+//
+// Run calls it every Config.ReconcileInterval when Deps.Reservations is
+// set.
+func (d *Dispatcher) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	var rep ReconcileReport
+	if d.deps.Reservations == nil {
+		return rep, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	l, err := d.deps.Reservations.Ledger(lctx)
+	cancel()
+	if err != nil {
+		return rep, fmt.Errorf("dispatch: reconcile: read the reservations: %w", err)
+	}
+	cutoff := d.cfg.Now().Add(-d.cfg.ReconcileAfter)
+	var stale []registry.RouteReservation
+	for _, r := range l.Reservations {
+		if r.Reserved && r.AssignedAt.Before(cutoff) {
+			stale = append(stale, r)
+		}
+	}
+	slices.SortFunc(stale, func(a, b registry.RouteReservation) int { return a.AssignedAt.Compare(b.AssignedAt) })
+	if len(stale) > d.cfg.ReconcileBatch {
+		stale = stale[:d.cfg.ReconcileBatch]
+	}
+	rep.Stale = len(stale)
+	for _, r := range stale {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		switch d.reconcileOne(ctx, r.ActionID) {
+		case reconcileSettled:
+			rep.Settled++
+		case reconcileInProgress:
+			rep.InProgress++
+		default:
+			rep.Unanswered++
+		}
+	}
+	return rep, nil
+}
+
+type reconcileResult int
+
+const (
+	reconcileSettled reconcileResult = iota
+	reconcileInProgress
+	reconcileUnanswered
+)
+
+// reconcileOne settles one orphaned reservation by its replica's journal.
+func (d *Dispatcher) reconcileOne(ctx context.Context, actionID string) reconcileResult {
+	log := d.log.With("action_id", actionID)
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	a, err := d.deps.Resolver.Assignment(rctx, actionID)
+	cancel()
+	if err != nil {
+		log.Warn("reconcile: read the assignment", "error", err)
+		d.m.reconciled.WithLabelValues("unanswered").Inc()
+		return reconcileUnanswered
+	}
+	log = log.With("replica_id", a.ReplicaID)
+	st, pe := d.queryStatus(ctx, &a)
+	if pe != nil {
+		log.Info("reconcile: the replica did not answer the status query", "code", pe.Code, "message", pe.Message)
+		d.m.reconciled.WithLabelValues("unanswered").Inc()
+		return reconcileUnanswered
+	}
+	s, ok := settlementOfState(st.State)
+	if !ok {
+		d.m.reconciled.WithLabelValues("in_progress").Inc()
+		return reconcileInProgress
+	}
+	if err := d.settle(ctx, &a, s); err != nil {
+		log.Warn("reconcile: settle", "settlement", s, "error", err)
+		d.m.reconciled.WithLabelValues("unanswered").Inc()
+		return reconcileUnanswered
+	}
+	log.Info("reconciled an orphaned reservation", "state", st.State, "settlement", s)
+	d.m.reconciled.WithLabelValues("settled").Inc()
+	return reconcileSettled
+}
+
+// settlementOfState is the settlement a journaled state stands for; false
+// while the action is still under way.
+func settlementOfState(s aip.ActionState) (registry.RouteSettlement, bool) {
+	switch s {
+	case aip.StateCompleted, aip.StateFailed:
+		return registry.SettlementCompleted, true
+	case aip.StateOutcomeUnknown:
+		return registry.SettlementOutcomeUnknown, true
+	case aip.StateCancelled, aip.StateNotFound:
+		return registry.SettlementCancelled, true
+	}
+	return "", false
+}
+
+// reconcileLoop runs Reconcile every ReconcileInterval until ctx ends.
+func (d *Dispatcher) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rep, err := d.Reconcile(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			d.log.Warn("reconcile", "error", err)
+		case rep.Stale > 0:
+			d.log.Info("reconciled", "stale", rep.Stale, "settled", rep.Settled, "in_progress", rep.InProgress, "unanswered", rep.Unanswered)
+		}
+	}
+}
