@@ -74,6 +74,9 @@ type dispatchFlags struct {
 	maxReroutes   int
 	maxBodyBytes  int
 	replicaCAFile string
+	// reconcileAfter and reconcileInterval tune Reconcile (0: defaults).
+	reconcileAfter    time.Duration
+	reconcileInterval time.Duration
 }
 
 func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, error) {
@@ -104,6 +107,8 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	maxReroutes := fs.Int("max-reroutes", dispatch.DefaultMaxReroutes, "provably-not-started reroutes per request (0 disables)")
 	maxBody := fs.Int("max-body-bytes", dispatch.DefaultMaxBodyBytes, "largest request body")
 	caFile := fs.String("replica-ca-file", "", "extra PEM root CA for replicas' https endpoints")
+	reconcileAfter := fs.Duration("reconcile-after", 0, "age after its assignment at which a reservation still held is settled from its replica's journal (default 10m, or twice --max-timeout when longer; must exceed --max-timeout)")
+	reconcileInterval := fs.Duration("reconcile-interval", dispatch.DefaultReconcileInterval, "how often orphaned reservations are reconciled")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return nil, err
 	}
@@ -114,7 +119,7 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		server: server, principalID: *principal, audience: *audience, clockSkew: *skew,
 		topology:      registry.RouteTopologyPreference{Region: *region, Zone: *zone, CapacityClass: *class, ForbidCrossRegion: *forbid},
 		actionTimeout: *actionTimeout, maxTimeout: *maxTimeout, maxReroutes: *maxReroutes, maxBodyBytes: *maxBody,
-		replicaCAFile: *caFile,
+		replicaCAFile: *caFile, reconcileAfter: *reconcileAfter, reconcileInterval: *reconcileInterval,
 		admission: dispatch.AdmissionLimits{
 			MaxInFlight: *maxInFlight, MaxInFlightPerTenant: *perTenant, MaxQueued: *maxQueued,
 			MaxQueuedPerTenant: *queuedPerTenant, MaxQueueBytes: int64(*queueBytes), MaxQueueAge: *queueAge,
@@ -133,6 +138,11 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		return nil, usagef("dispatch: --max-reroutes %d is outside 0..8", f.maxReroutes)
 	case f.maxBodyBytes < 1<<10 || f.maxBodyBytes > 64<<20:
 		return nil, usagef("dispatch: --max-body-bytes %d is outside 1 KiB..64 MiB", f.maxBodyBytes)
+	case f.reconcileAfter < 0 || (f.reconcileAfter > 0 && f.reconcileAfter <= f.maxTimeout+dispatch.DefaultHopSlack+dispatch.DefaultRegistryTimeout):
+		return nil, usagef("dispatch: --reconcile-after %s must be longer than an action can be in flight (--max-timeout %s plus %s)",
+			f.reconcileAfter, f.maxTimeout, dispatch.DefaultHopSlack+dispatch.DefaultRegistryTimeout)
+	case f.reconcileInterval <= 0:
+		return nil, usagef("dispatch: --reconcile-interval %s must be positive", f.reconcileInterval)
 	}
 	if err := f.admission.Validate(); err != nil {
 		return nil, usagef("dispatch: admission limits: %v", err)
@@ -207,6 +217,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 		SigningKey: srv.key, PrincipalID: f.principalID, Listener: srv.ln, TLSConfig: srv.tlsConfig,
 		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
 		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: srv.logger, TracerProvider: srv.tracer,
+		ReconcileAfter: f.reconcileAfter, ReconcileInterval: f.reconcileInterval,
 	}, dispatch.Deps{
 		Resolver: srv.reg, Catalog: srv.reg, Rerouter: srv.reg, Tokens: verifier, Client: client,
 		Ready: dispatch.ReadinessProbe(srv.reg), Reservations: srv.reg,

@@ -11,7 +11,9 @@
 // ID returns the same result without a second side effect; a rolling
 // restart under load loses, fails and repeats nothing; a replica killed
 // mid-action leaves the action outcome_unknown and pinned, never run
-// elsewhere; bad tokens, foreign capabilities, oversized bodies and
+// elsewhere; a dispatcher killed mid-action leaves its route reserved until
+// the restarted dispatcher reconciles it from the replica's journal; bad
+// tokens, foreign capabilities, oversized bodies and
 // malformed actions get their documented errors and change nothing.
 // BenchmarkEndToEnd measures client → dispatcher → host → echo → back
 // with 32 concurrent clients.

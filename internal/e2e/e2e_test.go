@@ -415,3 +415,56 @@ func TestRefusedRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("refused actions ran: %v", ran)
 	}
 }
+
+// TestDispatcherCrashMidAction: the dispatcher is killed (SIGKILL) while
+// its action runs on a replica, so nothing settles the route. The action
+// finishes on its replica; the restarted dispatcher finds the reservation
+// still held past --reconcile-after, asks the replica for its journaled
+// state and settles the route completed, releasing the replica's slot and
+// the counters. The action ran once, on its pinned replica.
+func TestDispatcherCrashMidAction(t *testing.T) {
+	f := newFleet(t, fleetOptions{replicas: 1, dispatchArgs: []string{
+		"--max-timeout", "3s", "--action-timeout", "3s", "--reconcile-after", "10s", "--reconcile-interval", "500ms"}})
+	tok := f.token(tenantID)
+	act := aip.NewActionID()
+	go f.send(context.Background(), tok, act, "orphan", `,"hold_ms":1500`) // its answer dies with the dispatcher
+	var a registry.RouteAssignment
+	waitFor(t, "the action to run on its replica", []*process{f.disp}, func() bool {
+		var err error
+		if a, err = f.reg.Assignment(f.ctx, act); err != nil {
+			return false
+		}
+		return inFlight(f.replicaByID(a.ReplicaID)) > 0
+	})
+	f.disp.Kill()
+	waitFor(t, "the action to finish on its replica", nil, func() bool { return inFlight(f.replicaByID(a.ReplicaID)) == 0 })
+	if res, err := f.reg.Reservation(f.ctx, act); err != nil || !res.Reserved {
+		t.Fatalf("after the crash the reservation is %+v (%v): want it held, nothing settled it", res, err)
+	}
+	f.startDispatcher()
+	waitFor(t, "reconciliation to settle the orphaned reservation", []*process{f.disp}, func() bool {
+		res, err := f.reg.Reservation(f.ctx, act)
+		return err == nil && !res.Reserved
+	})
+	res, err := f.reg.Reservation(f.ctx, act)
+	must(t, err)
+	if res.LastSettlement != registry.SettlementCompleted {
+		t.Fatalf("the orphaned reservation settled %q, want completed (the replica's journal has the result)", res.LastSettlement)
+	}
+	rep, err := f.reg.ConnectorReplica(f.ctx, a.ReplicaID)
+	must(t, err)
+	if rep.ActiveAssignments != 0 {
+		t.Fatalf("replica %s still counts %d active assignments", a.ReplicaID, rep.ActiveAssignments)
+	}
+	l, err := f.reg.Ledger(f.ctx)
+	must(t, err)
+	if len(l.Counters) != 0 || len(l.Reservations) != 0 {
+		t.Fatalf("the ledger still holds %+v", l)
+	}
+	f.disp.Await(t, "reconciled an orphaned reservation", "action_id", act)
+	f.stopAll()
+	ran, effects := f.audit([]string{act})
+	if len(ran[act]) != 1 || ran[act][0] != a.ReplicaID || effects[act] != 1 {
+		t.Fatalf("the action ran on %v with %d side effects, want once on %s", ran[act], effects[act], a.ReplicaID)
+	}
+}

@@ -158,6 +158,14 @@ func startFleet(t testing.TB, opt fleetOptions) *fleet {
 	return f
 }
 
+// startDispatcher restarts, on the same address and key, the dispatcher
+// the test stopped or killed, and waits until it is ready.
+func (f *fleet) startDispatcher() {
+	f.t.Helper()
+	f.rf.StartDispatcher(f.t)
+	f.disp = f.rf.Dispatcher()
+}
+
 // startControlPlane restarts, on the same address and key, the control
 // plane the test stopped, and waits until it is ready.
 func (f *fleet) startControlPlane() {

@@ -101,6 +101,8 @@ type Fleet struct {
 	// cps are the control plane's processes, the running one last.
 	cps  []*sidecartest.Process
 	disp *sidecartest.Process
+	// dispArgs restart the dispatcher.
+	dispArgs []string
 	// dbFile, controlAddr and controlKeyFile restart the control plane.
 	dbFile, controlAddr, controlKeyFile string
 
@@ -160,11 +162,10 @@ func StartWith(t testing.TB, opt Options) *Fleet {
 
 	apiAddr := sidecartest.FreeAddr(t)
 	f.apiURL = "http://" + apiAddr
-	args := append([]string{"dispatch", "--database-url-file", f.dbFile, "--signing-key-file", gatewayKeyFile,
+	f.dispArgs = append([]string{"dispatch", "--database-url-file", f.dbFile, "--signing-key-file", gatewayKeyFile,
 		"--issuer", IssuerName + "=" + f.issuerKey.DID(), "--bind", apiAddr, "--allow-insecure-loopback-http",
 		"--log-level", dispatchLevel}, opt.DispatchArgs...)
-	f.disp = sidecartest.StartWith(t, f.bin, sidecartest.StartOptions{Name: "dispatch", KillWithTest: true, LogTail: opt.LogTail}, args...)
-	awaitOK(t, f.disp, f.apiURL+dispatch.PathReady)
+	f.StartDispatcher(t)
 	f.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	t.Cleanup(f.client.CloseIdleConnections)
 	return f
@@ -190,10 +191,22 @@ func (f *Fleet) StartControlPlane(t testing.TB) {
 	awaitOK(t, cp, f.controlURL+"/ready")
 }
 
+// StartDispatcher starts the dispatcher on the fleet's address, key and
+// database, and waits until it is ready. StartWith calls it; a test that
+// stopped or killed the dispatcher calls it again to bring it back.
+func (f *Fleet) StartDispatcher(t testing.TB) {
+	t.Helper()
+	if f.disp != nil && !f.disp.Exited() {
+		t.Fatal("realfleet: the dispatcher is still running")
+	}
+	f.disp = sidecartest.StartWith(t, f.bin, sidecartest.StartOptions{Name: "dispatch", KillWithTest: true, LogTail: f.opt.LogTail}, f.dispArgs...)
+	awaitOK(t, f.disp, f.apiURL+dispatch.PathReady)
+}
+
 // ControlPlane returns the control plane's current process.
 func (f *Fleet) ControlPlane() *sidecartest.Process { return f.cps[len(f.cps)-1] }
 
-// Dispatcher returns the dispatcher's process.
+// Dispatcher returns the dispatcher's current process.
 func (f *Fleet) Dispatcher() *sidecartest.Process { return f.disp }
 
 // APIURL is the dispatcher's API origin (http://host:port).
