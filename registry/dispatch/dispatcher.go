@@ -314,13 +314,16 @@ func (d *Dispatcher) Handler() http.Handler { return d.handler }
 // Scheduler returns the admission scheduler, for observation.
 func (d *Dispatcher) Scheduler() *Scheduler { return d.sched }
 
-// Run serves the API until ctx is done, then shuts down in this order:
+// Run serves the API until ctx is done, reconciling orphaned reservations
+// every ReconcileInterval while it serves (when Deps.Reservations is set),
+// then shuts down in this order:
 //
 //  1. /ready answers 503 and the scheduler stops: queued and new actions
 //     are refused with dispatch.shutting_down (nothing was dispatched);
 //  2. the HTTP server stops accepting and waits, up to ShutdownTimeout, for
-//     the requests in flight: each finishes its hop and settles its route;
-//  3. idle connections to replicas are closed.
+//     the requests in flight (each finishes its hop and settles its route)
+//     and then for the pending settlement retries;
+//  3. reconciliation stops and idle connections to replicas are closed.
 //
 // It returns nil after a clean shutdown, or the serve or shutdown error.
 func (d *Dispatcher) Run(ctx context.Context) error {

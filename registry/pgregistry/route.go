@@ -146,9 +146,9 @@ FROM (SELECT true AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(
 	// settleRoute releases a reserved route in one statement: the route row,
 	// its counters ($4..$6 kinds, keys and amounts in lock order, locked in
 	// that order, in the route's stripe $10) and its replica's count and
-	// circuit ($7 replica, $8 failures, $9 open until). The caller holds the action and replica
-	// locks, so only the counters need the ordered locking. It serves
-	// settleRead, the settlement that compares in Go.
+	// circuit ($7 replica, $8 failures, $9 open until). The caller holds the
+	// action and replica locks, so only the counters need the ordered
+	// locking. It serves settleRead, the settlement that compares in Go.
 	settleRoute = `WITH route AS (
 	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
 	WHERE action_id = $1 AND reserved RETURNING 1),
