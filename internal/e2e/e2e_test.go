@@ -257,14 +257,7 @@ func TestKillMidAction(t *testing.T) {
 		status, resp, err := f.send(context.Background(), tok, act, "doomed", `,"delay_ms":60000`)
 		answer <- sent{id: act, status: status, resp: resp, err: err}
 	}()
-	var a registry.RouteAssignment
-	waitFor(t, "the action to run on its replica", []*process{f.disp}, func() bool {
-		var err error
-		if a, err = f.reg.Assignment(f.ctx, act); err != nil {
-			return false
-		}
-		return inFlight(f.replicaByID(a.ReplicaID)) > 0
-	})
+	a := f.awaitRunning(t, act)
 	victim := f.replicaByID(a.ReplicaID)
 	victim.proc.Kill()
 	got := <-answer
@@ -320,6 +313,21 @@ func TestKillMidAction(t *testing.T) {
 	if ran, effects := f.audit([]string{act}); effects[act] != 0 || len(ran[act]) != 0 {
 		t.Fatalf("the killed action ran on %v", ran[act])
 	}
+}
+
+// awaitRunning waits until action act runs on its pinned replica and
+// returns its route.
+func (f *fleet) awaitRunning(t *testing.T, act string) registry.RouteAssignment {
+	t.Helper()
+	var a registry.RouteAssignment
+	waitFor(t, "the action to run on its replica", []*process{f.disp}, func() bool {
+		var err error
+		if a, err = f.reg.Assignment(f.ctx, act); err != nil {
+			return false
+		}
+		return inFlight(f.replicaByID(a.ReplicaID)) > 0
+	})
+	return a
 }
 
 func (f *fleet) replicaByID(id string) *replica {
@@ -428,14 +436,7 @@ func TestDispatcherCrashMidAction(t *testing.T) {
 	tok := f.token(tenantID)
 	act := aip.NewActionID()
 	go f.send(context.Background(), tok, act, "orphan", `,"hold_ms":1500`) // its answer dies with the dispatcher
-	var a registry.RouteAssignment
-	waitFor(t, "the action to run on its replica", []*process{f.disp}, func() bool {
-		var err error
-		if a, err = f.reg.Assignment(f.ctx, act); err != nil {
-			return false
-		}
-		return inFlight(f.replicaByID(a.ReplicaID)) > 0
-	})
+	a := f.awaitRunning(t, act)
 	f.disp.Kill()
 	waitFor(t, "the action to finish on its replica", nil, func() bool { return inFlight(f.replicaByID(a.ReplicaID)) == 0 })
 	if res, err := f.reg.Reservation(f.ctx, act); err != nil || !res.Reserved {
