@@ -1,7 +1,8 @@
 // Command heartbeat-bench measures the lifecycle service: it pre-provisions
-// and registers N replicas, then drives signed heartbeats from C concurrent
-// clients through the real HTTP server on loopback and prints heartbeats
-// per second and latency percentiles.
+// and registers N replicas (on PostgreSQL it then analyzes the loaded
+// tables), then drives signed heartbeats from C concurrent clients through
+// the real HTTP server on loopback and prints heartbeats per second and
+// latency percentiles.
 //
 //	go run ./controlplane/cmd/heartbeat-bench -replicas 10000 -clients 64 -duration 20s
 //	go run ./controlplane/cmd/heartbeat-bench -backend postgres -database-url postgres://...

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/aipfleet/aipfleet/registry/memregistry"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
@@ -23,4 +26,18 @@ func openStore(ctx context.Context, c config) (store, func(), error) {
 		return nil, nil, err
 	}
 	return r, r.Close, nil
+}
+
+// analyze updates the planner statistics of the database at url; ANALYZE
+// also invalidates the plans the registry's connections cached.
+func analyze(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
 }
