@@ -195,6 +195,13 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, fleet *regis
 	if applyErr != nil {
 		return fmt.Errorf("%s: %w; the entries above were applied, fix the file and apply it again", name, applyErr)
 	}
+	if rep.Count(registry.Created)+rep.Count(registry.Updated) > 0 {
+		// Fresh statistics, so the services plan for the tables as they
+		// are now (a first apply loads empty tables).
+		if err := reg.Analyze(ctx); err != nil {
+			fmt.Fprintf(e.stderr, "warning: %s was applied, but analyzing the registry's tables failed: %v (run ANALYZE on the registry database)\n", name, err)
+		}
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/registry"
@@ -40,7 +42,8 @@ func fleetFileExample(t *testing.T) []byte {
 
 func TestRegistryCommands(t *testing.T) {
 	dir := t.TempDir()
-	dbFile := writeSecret(t, dir, "admin.url", pgtest.NewDatabase(t)+"\n")
+	dbURL := pgtest.NewDatabase(t)
+	dbFile := writeSecret(t, dir, "admin.url", dbURL+"\n")
 	fleet := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(fleet, fleetFileExample(t), 0o644); err != nil {
 		t.Fatal(err)
@@ -63,6 +66,21 @@ func TestRegistryCommands(t *testing.T) {
 	out, _, err = runCLI(t, env, "registry", "apply", "-f", fleet)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// An apply that changed the registry leaves its tables analyzed.
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var unanalyzed []string
+	rows, err := conn.Query(t.Context(), `SELECT relname FROM pg_stat_user_tables
+WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_analyze IS NULL AND last_autoanalyze IS NULL ORDER BY relname`)
+	if err == nil {
+		unanalyzed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || len(unanalyzed) != 0 {
+		t.Fatalf("tables without statistics after the apply: %v %v", unanalyzed, err)
 	}
 	for _, want := range []string{`created\s+policies\s+quota:acme\n`, `created\s+replicas\s+crepl_globex_echo_a\n`,
 		`created\s+bindings\s+acme/echo.say/cinst_acme_echo\n`, `: 12 created, 0 updated, 0 unchanged; catalog revision 0 -> 9\n`} {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -637,3 +638,30 @@ func (b *batchAdmin) PutReplica(ctx context.Context, rep registry.ConnectorRepli
 }
 
 var _ registry.Administrator = (*batchAdmin)(nil)
+
+// registryTables are the tables Analyze refreshes the statistics of.
+var registryTables = []string{
+	"catalog_revision", "admission_policies", "connector_types", "connector_versions", "capability_definitions",
+	"version_capabilities", "version_profiles", "connector_instances", "capability_bindings", "connector_replicas",
+	"route_assignments", "route_history", "admission_counters", "control_replay",
+}
+
+// Analyze refreshes the planner statistics of the registry's tables (with
+// the control pool, whose role owns them). Run it after loading many
+// records at once: until autovacuum gets to them, the planner may keep
+// plans made for empty tables, and ANALYZE also makes every connection
+// plan its statements again.
+func (r *Registry) Analyze(ctx context.Context) error {
+	pool, err := r.controlPool("analyze the registry's tables")
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(registryTables))
+	for i, t := range registryTables {
+		names[i] = "aip_registry." + t
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+strings.Join(names, ", ")); err != nil {
+		return storageErr("analyze the registry's tables", err)
+	}
+	return nil
+}
