@@ -69,7 +69,8 @@ func (l AdmissionLimits) withDefaults() AdmissionLimits {
 	return l
 }
 
-// Validate checks that every limit is positive and every weight too.
+// Validate checks every limit (the queue bounds may be zero, the rest must be
+// positive) and names the first one that is wrong.
 func (l AdmissionLimits) Validate() error {
 	l = l.withDefaults()
 	bad := func(field string, v any, rule string) error {

@@ -639,13 +639,6 @@ func (b *batchAdmin) PutReplica(ctx context.Context, rep registry.ConnectorRepli
 
 var _ registry.Administrator = (*batchAdmin)(nil)
 
-// registryTables are the tables Analyze refreshes the statistics of.
-var registryTables = []string{
-	"catalog_revision", "admission_policies", "connector_types", "connector_versions", "capability_definitions",
-	"version_capabilities", "version_profiles", "connector_instances", "capability_bindings", "connector_replicas",
-	"route_assignments", "route_history", "admission_counters", "control_replay",
-}
-
 // Analyze refreshes the planner statistics of the registry's tables (with
 // the control pool, whose role owns them). Run it after loading many
 // records at once: until autovacuum gets to them, the planner may keep
@@ -656,9 +649,16 @@ func (r *Registry) Analyze(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(registryTables))
-	for i, t := range registryTables {
-		names[i] = "aip_registry." + t
+	rows, err := pool.Query(ctx, `SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname = 'aip_registry' ORDER BY tablename`)
+	if err != nil {
+		return storageErr("list the registry's tables", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return storageErr("list the registry's tables", err)
+	}
+	if len(names) == 0 {
+		return nil
 	}
 	if _, err := pool.Exec(ctx, "ANALYZE "+strings.Join(names, ", ")); err != nil {
 		return storageErr("analyze the registry's tables", err)

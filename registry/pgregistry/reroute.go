@@ -167,9 +167,7 @@ func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRe
 			return err
 		}
 	}
-	if !st.fromSet {
-		st.from, st.fromSet = int(s.stripe), true
-	}
+	st.from = int(s.stripe) // the old reservation's stripe (a retried attempt reads the same route again)
 	var err error
 	*out, err = r.commitReroute(ctx, p, rreq, &s, int(history), &c, now, st)
 	return err

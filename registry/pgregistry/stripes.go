@@ -52,8 +52,7 @@ func usableStripes(scopes []registry.AdmissionScope) int {
 // stripeTry is a reservation's walk over the stripes: it starts at from and
 // moves one stripe on for each attempt that found its stripe full.
 type stripeTry struct {
-	from    int  // the first stripe (modulo the usable ones)
-	fromSet bool // from is decided (a reroute decides it from the old route)
+	from    int // the first stripe (modulo the usable ones)
 	attempt int
 	usable  int // set by stripe, for the scopes of the attempt
 }
@@ -68,7 +67,7 @@ func (t *stripeTry) stripe(scopes []registry.AdmissionScope) int16 {
 // the registry's lanes start at different stripes (offset by the
 // registry's own random base, so two registries' lanes tend to differ too).
 func (r *Registry) laneTry(lane int) *stripeTry {
-	return &stripeTry{from: r.stripeBase + lane, fromSet: true}
+	return &stripeTry{from: r.stripeBase + lane}
 }
 
 // striped runs attempt until it did not find its stripe full, or every
