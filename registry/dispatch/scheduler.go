@@ -70,7 +70,8 @@ func (l AdmissionLimits) withDefaults() AdmissionLimits {
 }
 
 // Validate checks every limit (the queue bounds may be zero, the rest must be
-// positive) and names the first one that is wrong.
+// positive, MaxRequestBytes at most MaxQueueBytes) and every tenant weight
+// (at least 1), and names the first one that is wrong.
 func (l AdmissionLimits) Validate() error {
 	l = l.withDefaults()
 	bad := func(field string, v any, rule string) error {
