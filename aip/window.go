@@ -14,6 +14,16 @@ const (
 	MaxFutureSkew = 5 * time.Second
 )
 
+// Freshness bounds of native envelopes, which a connector host's ingress
+// applies: an envelope is accepted until MaxEnvelopeAge after its sent_at,
+// and refused when sent_at is more than MaxEnvelopeSkew ahead of the host's
+// clock. An envelope that has not arrived MaxEnvelopeAge + MaxEnvelopeSkew
+// after it was sent never will be accepted.
+const (
+	MaxEnvelopeAge  = 5 * time.Minute
+	MaxEnvelopeSkew = 5 * time.Minute
+)
+
 // Errors of CheckWindow; each is distinct.
 var (
 	ErrMessageExpired       = errors.New("aip: message expired")

@@ -48,9 +48,11 @@ const (
 // more than MaxMessageSkew in the future is refused as a replay; accepted
 // message IDs stay in the replay registry until sent_at + MaxMessageAge +
 // MaxMessageSkew.
+// They are aip.MaxEnvelopeAge and aip.MaxEnvelopeSkew, which the
+// dispatcher's reconciliation relies on.
 const (
-	MaxMessageAge  = 5 * time.Minute
-	MaxMessageSkew = 5 * time.Minute
+	MaxMessageAge  = aip.MaxEnvelopeAge
+	MaxMessageSkew = aip.MaxEnvelopeSkew
 	// CapacityRetryAfter is the retry hint of connector_host.capacity.
 	CapacityRetryAfter = 100 * time.Millisecond
 )

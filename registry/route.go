@@ -2,8 +2,10 @@ package registry
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -273,11 +275,40 @@ type RouteReservation struct {
 	ReplicaID string `json:"replica_id"`
 	// AssignedAt is when the current assignment was made (a retry that
 	// reserves the route again keeps it).
-	AssignedAt     time.Time        `json:"assigned_at"`
+	AssignedAt time.Time `json:"assigned_at"`
+	// HandedOutAt is, while Reserved, when the reservation was last handed
+	// out: made with the assignment (by Resolve or Reroute), made again by
+	// a Resolve after a settlement, or returned again by a Resolve while it
+	// was held. Whoever it was handed to may still be sending the action.
+	// It is zero when the route is not reserved.
+	HandedOutAt    time.Time        `json:"handed_out_at,omitzero"`
 	Reserved       bool             `json:"reserved"`
 	Retry          bool             `json:"retry"`
 	Scopes         []AdmissionScope `json:"scopes"`
 	LastSettlement RouteSettlement  `json:"last_settlement,omitempty"`
+}
+
+// OrphanSettler releases reservations that no dispatcher will settle any
+// more (the one that sent the action crashed before its settlement):
+// dispatch's reconciliation. Both backends implement it, and registrytest
+// holds them to the same behaviour.
+type OrphanSettler interface {
+	// SettleOrphan is Settle for a reservation the caller found idle, with
+	// handedOutAt its RouteReservation.HandedOutAt then. In one atomic step
+	// it requires a to equal the stored assignment (ErrFenceLost; an
+	// unknown action is ErrNotFound), succeeds changing nothing when the
+	// route is no longer reserved, and changes nothing and returns
+	// ErrConflict when the reservation was handed out after handedOutAt:
+	// whoever received it may be sending the action now, so what the caller
+	// learned about the action before may no longer hold.
+	SettleOrphan(ctx context.Context, a RouteAssignment, outcome RouteSettlement, handedOutAt time.Time) error
+}
+
+// HandedOutAgain rejects an orphan settlement of a reservation that was
+// handed out after the caller looked at it.
+func HandedOutAgain(actionID string, seen, now time.Time) error {
+	return fmt.Errorf("%w: the reservation of action %s was handed out again at %s, after %s: it is in use, not orphaned",
+		ErrConflict, actionID, now.UTC().Format(time.RFC3339Nano), seen.UTC().Format(time.RFC3339Nano))
 }
 
 // AdmissionCounter is one admission counter's in-flight count.

@@ -100,6 +100,12 @@ func (d *devRegistry) Settle(ctx context.Context, a registry.RouteAssignment, ou
 	return d.mem.Settle(ctx, a, outcome)
 }
 
+// SettleOrphan implements registry.OrphanSettler.
+func (d *devRegistry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt time.Time) error {
+	defer d.store.changed()
+	return d.mem.SettleOrphan(ctx, a, outcome, handedOutAt)
+}
+
 // ApplyLifecycle implements registry.Lifecycle.
 func (d *devRegistry) ApplyLifecycle(ctx context.Context, cmds []registry.LifecycleCommand) ([]registry.LifecycleResult, error) {
 	defer d.store.changed()

@@ -107,7 +107,7 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	maxReroutes := fs.Int("max-reroutes", dispatch.DefaultMaxReroutes, "provably-not-started reroutes per request (0 disables)")
 	maxBody := fs.Int("max-body-bytes", dispatch.DefaultMaxBodyBytes, "largest request body")
 	caFile := fs.String("replica-ca-file", "", "extra PEM root CA for replicas' https endpoints")
-	reconcileAfter := fs.Duration("reconcile-after", 0, "age after its assignment at which a reservation still held is settled from its replica's journal (default 10m, or twice --max-timeout when longer; must exceed --max-timeout)")
+	reconcileAfter := fs.Duration("reconcile-after", 0, "age since it was last handed out at which a reservation still held is settled from its replica's journal (default 10m, or twice --max-timeout when longer; must exceed --max-timeout)")
 	reconcileInterval := fs.Duration("reconcile-interval", dispatch.DefaultReconcileInterval, "how often orphaned reservations are reconciled")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return nil, err

@@ -92,10 +92,13 @@ type Config struct {
 	// (Reconcile) when Deps.Reservations is set. Defaults to 1m; negative
 	// disables it.
 	ReconcileInterval time.Duration
-	// ReconcileAfter is how long after its assignment a reservation still
-	// held counts as orphaned. It must be longer than an action can be in
-	// flight (MaxTimeout + HopSlack + RegistryTimeout). Defaults to 10m, or
-	// twice that bound when it is longer.
+	// ReconcileAfter is how long after it was last handed out a
+	// reservation still held counts as orphaned. It must be longer than an
+	// action can be in flight (MaxTimeout + HopSlack + RegistryTimeout).
+	// Defaults to 10m, or twice that bound when it is longer. (An action
+	// its replica never received is settled only once no envelope sent at
+	// the last handout can be accepted any more, aip.MaxEnvelopeAge +
+	// aip.MaxEnvelopeSkew after it, whatever this is.)
 	ReconcileAfter time.Duration
 	// ReconcileBatch bounds the orphaned reservations one pass settles.
 	// Defaults to 100.
@@ -192,9 +195,9 @@ type Deps struct {
 	Client *http.Client
 	// Ready probes the registry for /ready. Optional.
 	Ready func(ctx context.Context) error
-	// Reservations lists the live reservations for Reconcile. Optional:
-	// nil never reconciles.
-	Reservations ReservationLister
+	// Reservations lists and settles orphaned reservations for Reconcile.
+	// Optional: nil never reconciles.
+	Reservations Orphans
 }
 
 // ErrConfig is returned (wrapped) by New for an invalid Config or Deps.

@@ -39,8 +39,10 @@
 // Run's shutdown waits for those retries within ShutdownTimeout, and Close
 // gives them up. A reservation no dispatcher settled (one crashed, or its
 // retries gave up) is settled from the pinned replica's journal by
-// Reconcile, which Run calls every Config.ReconcileInterval once the
-// reservation is Config.ReconcileAfter old.
+// Reconcile, which Run calls every Config.ReconcileInterval, once the
+// reservation was last handed out Config.ReconcileAfter ago, through
+// registry.OrphanSettler (Deps.Reservations), which refuses a
+// reservation a client's retry picked up meanwhile.
 //
 // # Provably-not-started reroute
 //

@@ -157,6 +157,11 @@ type worldOptions struct {
 	cfg    func(*dispatch.Config)
 	// resolver, when set, wraps the registry as the dispatcher's resolver.
 	resolver func(*memregistry.Registry) registry.Resolver
+	// orphans, when set, wraps the registry as the dispatcher's
+	// Deps.Reservations.
+	orphans func(*memregistry.Registry) dispatch.Orphans
+	// regNow, when set, is the registry's clock.
+	regNow func() time.Time
 }
 
 func newWorld(t testing.TB, opts worldOptions) *world {
@@ -170,7 +175,7 @@ func newWorld(t testing.TB, opts worldOptions) *world {
 		hosts: map[string]*replicaHost{},
 	}
 	w.fake = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{PrincipalID: gatewayID, TrustDomain: hostsdktest.TrustDomain, Key: key})
-	reg, err := memregistry.New(memregistry.Config{})
+	reg, err := memregistry.New(memregistry.Config{Now: opts.regNow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +193,11 @@ func newWorld(t testing.TB, opts worldOptions) *world {
 	if opts.resolver != nil {
 		resolver = opts.resolver(reg)
 	}
-	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier, Reservations: reg})
+	var orphans dispatch.Orphans = reg
+	if opts.orphans != nil {
+		orphans = opts.orphans(reg)
+	}
+	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier, Reservations: orphans})
 	if err != nil {
 		t.Fatal(err)
 	}

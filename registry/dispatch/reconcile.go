@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -17,10 +18,12 @@ const (
 	DefaultReconcileBatch    = 100
 )
 
-// ReservationLister lists the live reservations;
-// registry.FleetStatus.Ledger is one.
-type ReservationLister interface {
+// Orphans is what Reconcile needs of the registry: the live reservations
+// (registry.FleetStatus.Ledger) and the orphan settlement
+// (registry.OrphanSettler). Both backends provide both.
+type Orphans interface {
 	Ledger(ctx context.Context) (registry.Ledger, error)
+	registry.OrphanSettler
 }
 
 // ReconcileReport is what one reconciliation pass did.
@@ -30,7 +33,10 @@ type ReconcileReport struct {
 	Stale int `json:"stale"`
 	// Settled counts those it settled from their replica's journal.
 	Settled int `json:"settled"`
-	// InProgress counts those whose replica still runs the action.
+	// InProgress counts those whose replica still runs the action, that
+	// were handed out again while the pass looked at them, or whose
+	// replica never received the action while an envelope sent at the
+	// last handout could still arrive.
 	InProgress int `json:"in_progress"`
 	// Unanswered counts those whose replica did not answer verifiably, or
 	// whose assignment or settlement the registry did not confirm.
@@ -38,19 +44,25 @@ type ReconcileReport struct {
 }
 
 // Reconcile settles orphaned reservations: routes still reserved longer
-// than Config.ReconcileAfter after their assignment, which no dispatcher
-// will settle any more (the one that sent the action stopped or crashed
-// before its settlement, or its settlement retries gave up). For each, oldest
-// first and at most Config.ReconcileBatch, it asks the pinned replica for
-// its journaled state with a signed status query and settles by it: a
+// than Config.ReconcileAfter after they were last handed out
+// (registry.RouteReservation.HandedOutAt), which no dispatcher will settle
+// any more (the one that sent the action stopped or crashed before its
+// settlement, or its settlement retries gave up). For each, oldest first
+// and at most Config.ReconcileBatch, it asks the pinned replica for its
+// journaled state with a signed status query and settles by it: a
 // completed or failed action completed, an uncertain one outcome_unknown,
 // a cancelled one cancelled, and one the replica never received cancelled
-// (its envelope is older than any dispatcher still sends, so it can never
-// run; a later retry of the action ID reserves the route again). An action
-// still received or running, and a replica that does not answer
-// verifiably, are left for a later pass (lease maintenance releases the
-// reservations of a replica whose lease ends). Settlement is idempotent and
-// checks the fence, so dispatchers may reconcile at the same time.
+// once no envelope sent at the last handout can still be accepted
+// (aip.MaxEnvelopeAge + aip.MaxEnvelopeSkew later; a later retry of the
+// action ID reserves the route again). The settlement is
+// registry.OrphanSettler.SettleOrphan: if a Resolve handed the reservation
+// out again while the pass looked (a client retrying the action ID), it
+// changes nothing, so what the replica said is never applied to a
+// reservation someone else is using. An action still received or running,
+// and a replica that does not answer verifiably, are left for a later pass
+// (lease maintenance releases the reservations of a replica whose lease
+// ends). Settlement is idempotent and checks the fence, so dispatchers may
+// reconcile at the same time.
 //
 // Run calls it every Config.ReconcileInterval when Deps.Reservations is
 // set.
@@ -68,11 +80,11 @@ func (d *Dispatcher) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	cutoff := d.cfg.Now().Add(-d.cfg.ReconcileAfter)
 	var stale []registry.RouteReservation
 	for _, r := range l.Reservations {
-		if r.Reserved && r.AssignedAt.Before(cutoff) {
+		if r.Reserved && r.HandedOutAt.Before(cutoff) {
 			stale = append(stale, r)
 		}
 	}
-	slices.SortFunc(stale, func(a, b registry.RouteReservation) int { return a.AssignedAt.Compare(b.AssignedAt) })
+	slices.SortFunc(stale, func(a, b registry.RouteReservation) int { return a.HandedOutAt.Compare(b.HandedOutAt) })
 	if len(stale) > d.cfg.ReconcileBatch {
 		stale = stale[:d.cfg.ReconcileBatch]
 	}
@@ -81,7 +93,7 @@ func (d *Dispatcher) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}
-		switch d.reconcileOne(ctx, r.ActionID) {
+		switch d.reconcileOne(ctx, &r) {
 		case reconcileSettled:
 			rep.Settled++
 		case reconcileInProgress:
@@ -102,10 +114,10 @@ const (
 )
 
 // reconcileOne settles one orphaned reservation by its replica's journal.
-func (d *Dispatcher) reconcileOne(ctx context.Context, actionID string) reconcileResult {
-	log := d.log.With("action_id", actionID)
+func (d *Dispatcher) reconcileOne(ctx context.Context, r *registry.RouteReservation) reconcileResult {
+	log := d.log.With("action_id", r.ActionID)
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
-	a, err := d.deps.Resolver.Assignment(rctx, actionID)
+	a, err := d.deps.Resolver.Assignment(rctx, r.ActionID)
 	cancel()
 	if err != nil {
 		log.Warn("reconcile: read the assignment", "error", err)
@@ -120,11 +132,24 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, actionID string) reconcil
 		return reconcileUnanswered
 	}
 	s, ok := settlementOfState(st.State)
+	if ok && st.State == aip.StateNotFound && d.cfg.Now().Sub(r.HandedOutAt) < aip.MaxEnvelopeAge+aip.MaxEnvelopeSkew {
+		// An envelope sent at the last handout may still arrive and run.
+		ok = false
+	}
 	if !ok {
 		d.m.reconciled.WithLabelValues("in_progress").Inc()
 		return reconcileInProgress
 	}
-	if err := d.settle(ctx, &a, s); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	err = d.deps.Reservations.SettleOrphan(sctx, a, s, r.HandedOutAt)
+	cancel()
+	switch {
+	case errors.Is(err, registry.ErrConflict):
+		log.Info("reconcile: the reservation was handed out again; it is in use", "error", err)
+		d.m.reconciled.WithLabelValues("in_progress").Inc()
+		return reconcileInProgress
+	case err != nil:
+		d.m.settleFailures.Inc()
 		log.Warn("reconcile: settle", "settlement", s, "error", err)
 		d.m.reconciled.WithLabelValues("unanswered").Inc()
 		return reconcileUnanswered

@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -15,17 +16,53 @@ import (
 // TestReconcileSettlesOrphanedReservations: reservations no dispatcher
 // will settle any more (its settlement failed for good, or the action was
 // routed and never sent) are settled from the pinned replica's journal once
-// they are older than ReconcileAfter — a completed action completed, one
-// the replica never received cancelled — while an action still running,
-// a young reservation and a replica that does not answer are left alone.
+// they were last handed out longer than ReconcileAfter ago — a completed
+// action completed, one the replica never received cancelled once no
+// envelope of its last handout can still arrive — while an action still
+// running, a never-received one whose envelope may still arrive, a young
+// reservation, one handed out again while the pass looked at it and a
+// replica that does not answer are left alone.
 func TestReconcileSettlesOrphanedReservations(t *testing.T) {
-	var ahead atomic.Int64 // how far the dispatcher's clock is ahead
-	w, flaky := flakyWorld(t, 1<<30, registryDown, func(c *dispatch.Config) {
-		c.ActionTimeout, c.MaxTimeout, c.HopSlack, c.RegistryTimeout = 10*time.Second, 10*time.Second, 100*time.Millisecond, time.Second
-		c.ReconcileAfter = 12 * time.Second
-		c.SettleRetryTimeout = -1 // the failed settlements stay failed
-		c.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	var (
+		ahead atomic.Int64 // how far the dispatcher's clock is ahead
+		lag   atomic.Int64 // how far the registry's clock is behind
+		flaky *flakySettle
+		// interfere, when set, runs before an orphan settlement.
+		interfere atomic.Pointer[func(registry.RouteAssignment)]
+	)
+	w := newWorld(t, worldOptions{
+		cfg: func(c *dispatch.Config) {
+			c.ActionTimeout, c.MaxTimeout, c.HopSlack, c.RegistryTimeout = 10*time.Second, 10*time.Second, 100*time.Millisecond, time.Second
+			c.ReconcileAfter = 12 * time.Second
+			c.SettleRetryTimeout = -1 // the failed settlements stay failed
+			c.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+		},
+		resolver: func(r *memregistry.Registry) registry.Resolver {
+			flaky = &flakySettle{Registry: r, fails: 1 << 30, err: registryDown}
+			return flaky
+		},
+		orphans: func(r *memregistry.Registry) dispatch.Orphans {
+			return &interferingOrphans{Registry: r, before: func(a registry.RouteAssignment) {
+				if f := interfere.Load(); f != nil {
+					(*f)(a)
+				}
+			}}
+		},
+		regNow: func() time.Time { return time.Now().Add(-time.Duration(lag.Load())) },
 	})
+	w.startHost(8, 8)
+	// handOutLongAgo routes a fresh action as if it had happened long
+	// enough ago for any envelope sent then to be refused now.
+	handOutLongAgo := func() string {
+		t.Helper()
+		lag.Store(int64(aip.MaxEnvelopeAge + aip.MaxEnvelopeSkew + time.Minute))
+		defer lag.Store(0)
+		id := aip.NewActionID()
+		if _, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: id, TenantID: tenant, CapabilityID: capSay}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
 	report := func() dispatch.ReconcileReport {
 		t.Helper()
 		rep, err := w.d.Reconcile(w.ctx)
@@ -44,9 +81,10 @@ func TestReconcileSettlesOrphanedReservations(t *testing.T) {
 	if status, resp := w.act(dispatch.ActionRequest{ActionID: done, CapabilityID: capSay, Input: say("done", "")}); status != http.StatusOK || resp.Settlement != "" {
 		t.Fatalf("action answered %d: %+v", status, resp)
 	}
-	// An action routed by a dispatcher that stopped before sending it.
-	unsent := aip.NewActionID()
-	if _, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: unsent, TenantID: tenant, CapabilityID: capSay}); err != nil {
+	// One routed recently and not received yet: its envelope may still
+	// arrive.
+	unsentYoung := aip.NewActionID()
+	if _, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: unsentYoung, TenantID: tenant, CapabilityID: capSay}); err != nil {
 		t.Fatal(err)
 	}
 	// An action still running.
@@ -61,10 +99,16 @@ func TestReconcileSettlesOrphanedReservations(t *testing.T) {
 	if rep := report(); rep != (dispatch.ReconcileReport{}) {
 		t.Fatalf("young reservations were reconciled: %+v", rep)
 	}
+	// An action routed by a dispatcher that stopped before sending it, long
+	// ago.
+	unsent := handOutLongAgo()
 	flaky.heal()
 	ahead.Store(int64(13 * time.Second)) // within the hosts' clock skew window
-	if rep := report(); rep != (dispatch.ReconcileReport{Stale: 3, Settled: 2, InProgress: 1}) {
-		t.Fatalf("reconcile: %+v, want 3 stale, 2 settled, 1 in progress", rep)
+	if rep := report(); rep != (dispatch.ReconcileReport{Stale: 4, Settled: 2, InProgress: 2}) {
+		t.Fatalf("reconcile: %+v, want 4 stale, 2 settled, 2 in progress", rep)
+	}
+	if r := reserved(unsentYoung); !r.Reserved {
+		t.Fatalf("a reservation whose envelope may still arrive was released: %+v", r)
 	}
 	if r := reserved(done); r.Reserved || r.LastSettlement != registry.SettlementCompleted {
 		t.Fatalf("the action that ran: %+v, want settled completed", r)
@@ -84,12 +128,39 @@ func TestReconcileSettlesOrphanedReservations(t *testing.T) {
 	if n := len(w.counter.runs(done)) + len(w.counter.runs(unsent)) + len(w.counter.runs(running)); n != 2 {
 		t.Fatalf("%d executions, want the two actions that were sent, once each", n)
 	}
+	a, err := w.reg.Assignment(w.ctx, unsentYoung)
+	must(t, err)
+	must(t, w.reg.Settle(w.ctx, a, registry.SettlementCancelled))
+
+	// A client retries an orphaned action just as the pass settles it: the
+	// pass learned "never received" before the retry's envelope could
+	// arrive, so it must not release the reservation the retry now uses.
+	retried := handOutLongAgo()
+	fn := func(a registry.RouteAssignment) {
+		if a.ActionID == retried {
+			if _, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: retried, TenantID: tenant, CapabilityID: capSay}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	interfere.Store(&fn)
+	if rep := report(); rep != (dispatch.ReconcileReport{Stale: 1, InProgress: 1}) {
+		t.Fatalf("reconcile of a reservation handed out again: %+v, want 1 stale, 1 in progress", rep)
+	}
+	interfere.Store(nil)
+	if r := reserved(retried); !r.Reserved || r.LastSettlement != "" {
+		t.Fatalf("a reservation handed out again during the pass was settled: %+v", r)
+	}
+	// Its retry's envelope may still arrive: the next pass leaves it too.
+	if rep := report(); rep != (dispatch.ReconcileReport{Stale: 1, InProgress: 1}) {
+		t.Fatalf("reconcile after the retry: %+v, want 1 stale, 1 in progress", rep)
+	}
+	a, err = w.reg.Assignment(w.ctx, retried)
+	must(t, err)
+	must(t, w.reg.Settle(w.ctx, a, registry.SettlementCancelled))
 
 	// A replica that does not answer keeps its reservations.
-	gone := aip.NewActionID()
-	if _, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: gone, TenantID: tenant, CapabilityID: capSay}); err != nil {
-		t.Fatal(err)
-	}
+	gone := handOutLongAgo()
 	for _, h := range w.hosts {
 		h.host.Stop(t.Context())
 	}
@@ -112,4 +183,15 @@ func TestReconcileAfterOutlastsALongMaxTimeout(t *testing.T) {
 		t.Fatalf("a long MaxTimeout with the default ReconcileAfter: %v", err)
 	}
 	d.Close()
+}
+
+// interferingOrphans calls before ahead of each orphan settlement.
+type interferingOrphans struct {
+	*memregistry.Registry
+	before func(registry.RouteAssignment)
+}
+
+func (o *interferingOrphans) SettleOrphan(ctx context.Context, a registry.RouteAssignment, s registry.RouteSettlement, handedOutAt time.Time) error {
+	o.before(a)
+	return o.Registry.SettleOrphan(ctx, a, s, handedOutAt)
 }

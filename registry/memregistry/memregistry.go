@@ -168,6 +168,9 @@ type routeEntry struct {
 	// resolvedAgain is set once a Resolve returned this assignment after
 	// the one that created it: it can no longer be rerouted (reroute.go).
 	resolvedAgain bool
+	// handedOut is when the reservation was last handed out (see
+	// registry.RouteReservation.HandedOutAt); meaningful while reserved.
+	handedOut time.Time
 }
 
 func (rt *routeEntry) scopes() []registry.AdmissionScope { return rt.a.Admission.Scopes(rt.retry) }
@@ -862,6 +865,7 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		a, err := r.resume(rt, &req, now)
 		if err == nil {
 			rt.resolvedAgain = true
+			rt.handedOut = registry.Millis(now)
 		}
 		return a, err
 	}
@@ -925,9 +929,10 @@ func (r *Registry) place(req *registry.RouteRequest, b *bindingEntry, rep *repli
 	}
 	rep.rec.ActiveAssignments++
 	rt := &routeEntry{
-		a:        registry.NewAssignment(req, &b.rec, &inst.version.rec, &rep.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
-		replica:  rep,
-		reserved: true,
+		a:         registry.NewAssignment(req, &b.rec, &inst.version.rec, &rep.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
+		replica:   rep,
+		reserved:  true,
+		handedOut: registry.Millis(now),
 	}
 	r.routes[req.ActionID] = rt
 	rep.reserved[req.ActionID] = rt
@@ -1063,6 +1068,7 @@ func reservationOf(rt *routeEntry) registry.RouteReservation {
 	res := registry.RouteReservation{ActionID: rt.a.ActionID, ReplicaID: rt.a.ReplicaID, AssignedAt: rt.a.AssignedAt, Reserved: rt.reserved,
 		LastSettlement: rt.last, Scopes: []registry.AdmissionScope{}}
 	if rt.reserved {
+		res.HandedOutAt = rt.handedOut
 		res.Retry = rt.retry
 		res.Scopes = slices.Clone(rt.scopes())
 	}
@@ -1071,6 +1077,17 @@ func reservationOf(rt *routeEntry) registry.RouteReservation {
 
 // Settle implements registry.Resolver.
 func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
+	return r.settle(ctx, a, outcome, nil)
+}
+
+// SettleOrphan implements registry.OrphanSettler.
+func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt time.Time) error {
+	return r.settle(ctx, a, outcome, &handedOutAt)
+}
+
+// settle releases a's reservation with outcome; with handedOutAt, only if
+// it was not handed out after that.
+func (r *Registry) settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt *time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -1088,6 +1105,9 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	}
 	if !rt.reserved {
 		return nil
+	}
+	if handedOutAt != nil && rt.handedOut.After(*handedOutAt) {
+		return registry.HandedOutAgain(a.ActionID, *handedOutAt, rt.handedOut)
 	}
 	r.unreserve(rt, outcome)
 	rep := rt.replica

@@ -55,6 +55,10 @@ type snapshotRoute struct {
 	Retry          bool                     `json:"retry"`
 	LastSettlement registry.RouteSettlement `json:"last_settlement,omitempty"`
 	ResolvedAgain  bool                     `json:"resolved_again"`
+	// HandedOutAt is absent in snapshots written before it was kept; a
+	// reserved route restored from one counts as handed out at its
+	// assignment.
+	HandedOutAt time.Time `json:"handed_out_at,omitzero"`
 }
 
 type snapshotHistory struct {
@@ -125,7 +129,7 @@ func (r *Registry) snapshot() *snapshot {
 	}
 	for _, rt := range r.routes {
 		s.Routes = append(s.Routes, snapshotRoute{Assignment: rt.a.Clone(), Reserved: rt.reserved, Retry: rt.retry,
-			LastSettlement: rt.last, ResolvedAgain: rt.resolvedAgain})
+			LastSettlement: rt.last, ResolvedAgain: rt.resolvedAgain, HandedOutAt: rt.handedOut})
 	}
 	for id, n := range r.counters {
 		s.Counters = append(s.Counters, registry.AdmissionCounter{Kind: id.kind, Key: id.key, Active: n})
@@ -306,7 +310,11 @@ func (r *Registry) load(s *snapshot) error {
 		if _, dup := r.routes[a.ActionID]; dup {
 			return fmt.Errorf("route of action %s appears twice", a.ActionID)
 		}
-		rt := &routeEntry{a: a, replica: rep, reserved: sr.Reserved, retry: sr.Retry, last: sr.LastSettlement, resolvedAgain: sr.ResolvedAgain}
+		rt := &routeEntry{a: a, replica: rep, reserved: sr.Reserved, retry: sr.Retry, last: sr.LastSettlement, resolvedAgain: sr.ResolvedAgain,
+			handedOut: sr.HandedOutAt}
+		if rt.handedOut.IsZero() {
+			rt.handedOut = a.AssignedAt
+		}
 		r.routes[a.ActionID] = rt
 		if rt.reserved {
 			rep.reserved[a.ActionID] = rt

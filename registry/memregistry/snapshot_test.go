@@ -422,3 +422,55 @@ func TestSnapshotOfEmptyRegistry(t *testing.T) {
 		t.Fatalf("empty snapshot changed:\n%s\n%s", raw, again)
 	}
 }
+
+// TestSnapshotWithoutHandoutTimes: a snapshot written before reservations
+// kept their handout time restores each reserved route as handed out at
+// its assignment, the oldest it can have been (so reconciliation never
+// takes it for younger than it is), and the current format keeps the time.
+func TestSnapshotWithoutHandoutTimes(t *testing.T) {
+	s := newFleetState(t)
+	ctx := context.Background()
+	// A retry while reserved hands a route out again, later.
+	s.clock.Advance(time.Minute)
+	l, err := s.reg.Ledger(ctx)
+	must(t, err)
+	a, err := s.reg.Assignment(ctx, l.Reservations[0].ActionID)
+	must(t, err)
+	_, err = s.reg.Resolve(ctx, registry.RouteRequest{ActionID: a.ActionID, TenantID: a.TenantID, CapabilityID: a.CapabilityID})
+	must(t, err)
+	raw := snapshotOf(t, s.reg)
+	var doc map[string]any
+	must(t, json.Unmarshal(raw, &doc))
+	stripped := 0
+	for _, rt := range doc["routes"].([]any) {
+		if _, ok := rt.(map[string]any)["handed_out_at"]; ok {
+			delete(rt.(map[string]any), "handed_out_at")
+			stripped++
+		}
+	}
+	if stripped == 0 {
+		t.Fatal("the snapshot keeps no handout times")
+	}
+	old, err := json.Marshal(doc)
+	must(t, err)
+	kept, legacy := restored(t, raw, s.clock), restored(t, old, s.clock)
+	l, err = s.reg.Ledger(ctx)
+	must(t, err)
+	later := 0
+	for _, res := range l.Reservations {
+		if res.HandedOutAt.After(res.AssignedAt) {
+			later++
+		}
+		k, err := kept.Reservation(ctx, res.ActionID)
+		must(t, err)
+		g, err := legacy.Reservation(ctx, res.ActionID)
+		must(t, err)
+		if !k.HandedOutAt.Equal(res.HandedOutAt) || !g.HandedOutAt.Equal(res.AssignedAt) {
+			t.Fatalf("reservation of %s handed out at %s (assigned %s): restored %s, from the old format %s",
+				res.ActionID, res.HandedOutAt, res.AssignedAt, k.HandedOutAt, g.HandedOutAt)
+		}
+	}
+	if later == 0 {
+		t.Fatal("the fixture hands no reservation out after its assignment, so the old format's fallback goes untested")
+	}
+}

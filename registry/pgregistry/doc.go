@@ -1,8 +1,8 @@
 // Package pgregistry is the PostgreSQL registry backend of the fleet: it
 // implements the registry contracts (Catalog, Resolver, Reader,
 // Administrator, FleetStatus, the Lifecycle contract with ReplicaLister and
-// Readiness, and the provably-not-started Rerouter) on pgx v5 and passes the
-// same registrytest conformance suite as memregistry.
+// Readiness, the provably-not-started Rerouter and the OrphanSettler) on
+// pgx v5 and passes the same registrytest conformance suite as memregistry.
 //
 // # Schema
 //

@@ -51,8 +51,11 @@ const (
 	peer_principal_id, peer_principal_kind, peer_did, trust_domain, transport_profile, region, zone, capacity_class,
 	catalog_revision, binding_policy_revision, credential_revision_ref, quota_policy_ref, replica_health_revision,
 	fence_token, admission, assigned_at_ms, reserved, retry, last_settlement`
-	// routeReadColumns are routeColumns and the route's counter stripe.
-	routeReadColumns = routeColumns + `, counter_stripe`
+	// routeReadColumns are routeColumns, the route's counter stripe and its
+	// updated_at_ms: every write to a reserved route hands it out (the
+	// insert, a reservation again, a Resolve that returns it again, a
+	// reroute), so while reserved that is when it was last handed out.
+	routeReadColumns = routeColumns + `, counter_stripe, updated_at_ms`
 	selectRoute      = `SELECT ` + routeReadColumns + ` FROM aip_registry.route_assignments WHERE action_id = $1`
 
 	// chainJoins and chainValid express the tenant chain of a binding: the
@@ -130,8 +133,8 @@ FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scop
 	resolved_again = true, updated_at_ms = $2, counter_stripe = $3
 WHERE action_id = $1 AND NOT reserved`
 	// markResolvedAgain records that a Resolve returned a reserved route
-	// again.
-	markResolvedAgain = `UPDATE aip_registry.route_assignments SET resolved_again = true WHERE action_id = $1 AND NOT resolved_again`
+	// again, at $2.
+	markResolvedAgain = `UPDATE aip_registry.route_assignments SET resolved_again = true, updated_at_ms = $2 WHERE action_id = $1`
 
 	// lockRouteReplica takes the action lock, then locks the replica of the
 	// action's route (the lateral subquery depends on the lock's, so it runs
@@ -378,29 +381,30 @@ type storedRoute struct {
 	reserved bool
 	retry    bool
 	last     registry.RouteSettlement
-	stripe   int16 // the counter stripe of its reservation
+	stripe   int16     // the counter stripe of its reservation
+	updated  time.Time // while reserved: when it was last handed out
 }
 
 func scanRoute(row pgx.Row) (storedRoute, error) {
 	var (
-		s                                   storedRoute
-		a                                   = &s.a
-		kind                                string
-		catRev, polRev, healthRev, assigned int64
-		cred, quota, last                   *string
-		admission                           []byte
+		s                                            storedRoute
+		a                                            = &s.a
+		kind                                         string
+		catRev, polRev, healthRev, assigned, updated int64
+		cred, quota, last                            *string
+		admission                                    []byte
 	)
 	err := row.Scan(&a.ActionID, &a.CapabilityID, &a.TenantID, &a.InstanceID, &a.VersionID, &a.ManifestDigest, &a.ReplicaID,
 		&a.Endpoint, &a.PeerPrincipalID, &kind, &a.PeerDID, &a.TrustDomain, &a.TransportProfile,
 		&a.Topology.Region, &a.Topology.Zone, &a.Topology.CapacityClass, &catRev, &polRev, &cred, &quota, &healthRev,
-		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last, &s.stripe)
+		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last, &s.stripe, &updated)
 	if err != nil {
 		return s, err
 	}
 	a.PeerPrincipalKind = aip.PrincipalKind(kind)
 	a.CatalogRevision, a.BindingPolicyRevision, a.ReplicaHealthRevision = uint64(catRev), uint64(polRev), uint64(healthRev)
 	a.CredentialRevisionRef, a.QuotaPolicyRef = deref(cred), deref(quota)
-	a.AssignedAt = fromMS(assigned)
+	a.AssignedAt, s.updated = fromMS(assigned), fromMS(updated)
 	s.last = registry.RouteSettlement(deref(last))
 	if err := json.Unmarshal(admission, &a.Admission); err != nil {
 		return s, fmt.Errorf("decode the admission of route %s: %w", a.ActionID, err)
@@ -565,7 +569,7 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 	}
 	if s.reserved {
 		b := &pgx.Batch{}
-		b.Queue(markResolvedAgain, a.ActionID)
+		b.Queue(markResolvedAgain, a.ActionID, toMS(now))
 		if err := p.commit(ctx, b); err != nil {
 			return registry.RouteAssignment{}, err
 		}
@@ -845,6 +849,7 @@ func reservationOf(s *storedRoute) registry.RouteReservation {
 	res := registry.RouteReservation{ActionID: s.a.ActionID, ReplicaID: s.a.ReplicaID, AssignedAt: s.a.AssignedAt, Reserved: s.reserved,
 		LastSettlement: s.last, Scopes: []registry.AdmissionScope{}}
 	if s.reserved {
+		res.HandedOutAt = s.updated
 		res.Retry = s.retry
 		res.Scopes = slices.Clone(s.a.Admission.Scopes(s.retry))
 	}
@@ -910,7 +915,27 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	}
 	// Reserved and equal, yet the statement's comparison did not match:
 	// settle with the comparison in Go.
-	return r.settleRead(ctx, a, outcome)
+	return r.settleRead(ctx, a, outcome, nil)
+}
+
+// SettleOrphan implements registry.OrphanSettler. It is rare (dispatch's
+// reconciliation), so it takes settleRead's path: the action and replica
+// locks, a read of the route, the comparisons in Go, then the release.
+// The action lock orders it with every Resolve of the action, so a
+// handout either happened before its read or waits for its commit.
+func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !outcome.Valid() {
+		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
+	}
+	_, leave, err := r.tenants.enter(ctx, a.TenantID, "settle orphaned action "+a.ActionID)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return r.settleRead(ctx, a, outcome, &handedOutAt)
 }
 
 // settleScopes returns every scope a's admission may hold, in lock order:
@@ -951,8 +976,10 @@ func circuitChange(outcome registry.RouteSettlement, a *registry.AdmissionReserv
 // settleRead is the settlement that reads the route under its locks and
 // compares it in Go before releasing it: two round trips, the second
 // holding the replica lock taken in the first. Settle falls back to it only
-// if its statement's comparison and Go's disagree.
-func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
+// if its statement's comparison and Go's disagree; SettleOrphan uses it
+// with handedOutAt, releasing nothing if the route was handed out after
+// that.
+func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt *time.Time) error {
 	return r.inPipe(ctx, r.data, "settle action "+a.ActionID, func(p *pipe) error {
 		var (
 			s                storedRoute
@@ -979,6 +1006,9 @@ func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, o
 		}
 		if !s.reserved {
 			return nil // released before (settled, or its lease expired): nothing to do
+		}
+		if handedOutAt != nil && s.updated.After(*handedOutAt) {
+			return registry.HandedOutAgain(a.ActionID, *handedOutAt, s.updated)
 		}
 		now := r.clock()
 		circuit := registry.ApplySettlementToCircuit(registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)},

@@ -168,7 +168,7 @@ func TestStripedLimitIsExact(t *testing.T) {
 				if i%2 == 0 {
 					// The settlement that compares in Go releases the
 					// route's stripe too.
-					must(t, r.settleRead(ctx, a, registry.SettlementCompleted))
+					must(t, r.settleRead(ctx, a, registry.SettlementCompleted, nil))
 				} else {
 					must(t, r.Settle(ctx, a, registry.SettlementCompleted))
 				}

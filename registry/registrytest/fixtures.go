@@ -65,6 +65,9 @@ type Backend struct {
 	// Rerouter moves a refused action to another replica
 	// (suite_reroute.go).
 	Rerouter registry.Rerouter
+	// Orphans settles reservations no dispatcher will settle
+	// (suite_orphan.go).
+	Orphans registry.OrphanSettler
 	// Replicas pages through the provisioned replicas (suite_lifecycle.go).
 	Replicas registry.ReplicaLister
 	// Readiness reports whether the backend can serve (suite_lifecycle.go).

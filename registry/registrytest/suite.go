@@ -31,6 +31,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Scale", func(t *testing.T) { runScale(t, newBackend) })
 	t.Run("Lifecycle", func(t *testing.T) { runLifecycle(t, newBackend) })
 	t.Run("Reroute", func(t *testing.T) { runReroute(t, newBackend) })
+	t.Run("Orphans", func(t *testing.T) { runOrphans(t, newBackend) })
 }
 
 // fx is one test's fixture: a fresh backend and helpers that fail the test
@@ -55,7 +56,7 @@ func newFxLimits(t *testing.T, nb NewBackend, l registry.Limits) *fx {
 		unset bool
 	}{
 		{"Catalog", b.Catalog == nil}, {"Resolver", b.Resolver == nil}, {"Admin", b.Admin == nil},
-		{"Fleet", b.Fleet == nil}, {"Lifecycle", b.Lifecycle == nil}, {"Rerouter", b.Rerouter == nil}, {"Replicas", b.Replicas == nil},
+		{"Fleet", b.Fleet == nil}, {"Lifecycle", b.Lifecycle == nil}, {"Rerouter", b.Rerouter == nil}, {"Orphans", b.Orphans == nil}, {"Replicas", b.Replicas == nil},
 		{"Readiness", b.Readiness == nil},
 	} {
 		if c.unset {
