@@ -314,7 +314,11 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 	for _, h := range st.History {
 		fmt.Fprintf(e.stdout, "history: replica %s, fence %s (refused, not started)\n", h.ReplicaID, h.FenceToken)
 	}
-	fmt.Fprintf(e.stdout, "capacity: reserved %t, last settlement %s\n", st.Reservation.Reserved, orNone(string(st.Reservation.LastSettlement)))
+	if at := st.Reservation.HandedOutAt; at != nil {
+		fmt.Fprintf(e.stdout, "capacity: reserved since %s (last handed out)\n", at.Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(e.stdout, "capacity: reserved %t, last settlement %s\n", st.Reservation.Reserved, orNone(string(st.Reservation.LastSettlement)))
+	}
 	if !st.Replica.Reachable {
 		msg := "no answer"
 		if st.Replica.Error != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
@@ -116,8 +117,11 @@ func fakeDispatcher(t *testing.T, verify *tenanttoken.Verifier) (*httptest.Serve
 				Route:  &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
 				Result: &aip.ActionResult{ActionID: id, Status: aip.ResultCompleted, Output: json.RawMessage(`{"tenant":"` + claims.TenantID + `"}`)}})
 		case r.Method == http.MethodGet:
+			handedOut := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 			json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: strings.TrimPrefix(r.URL.Path, dispatch.PathActions+"/"),
-				Route: &dispatch.RouteFacts{ReplicaID: "crepl_x"}, Replica: dispatch.ReplicaFacts{Reachable: false,
+				Route:       &dispatch.RouteFacts{ReplicaID: "crepl_x"},
+				Reservation: dispatch.ReservationFacts{Reserved: true, HandedOutAt: &handedOut},
+				Replica: dispatch.ReplicaFacts{Reachable: false,
 					Error: aip.NewProtocolError(dispatch.CodeReplicaUnreachable, aip.CategoryTransport, true, 0, "down")}})
 		}
 	}))
@@ -170,9 +174,11 @@ func TestActionClient(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), dispatch.CodeOutcomeUnknown) || !strings.Contains(out, "not completed") {
 		t.Fatalf("failed action: %v\n%s", err, out)
 	}
-	// get says when the replica could not be asked.
+	// get says when the replica could not be asked, and since when the
+	// route holds capacity.
 	out, _, err = runCLI(t, env, "action", "get", id, "--tenant", "acme")
-	if err != nil || !strings.Contains(out, "unreachable") || !strings.Contains(out, "nothing is assumed") {
+	if err != nil || !strings.Contains(out, "unreachable") || !strings.Contains(out, "nothing is assumed") ||
+		!strings.Contains(out, "capacity: reserved since 2030-01-02T03:04:05Z") {
 		t.Fatalf("get: %v\n%s", err, out)
 	}
 	// A bad token is the dispatcher's 401.

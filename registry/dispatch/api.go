@@ -167,8 +167,11 @@ type ActionStatusResponse struct {
 
 // ReservationFacts mirror registry.RouteReservation.
 type ReservationFacts struct {
-	Reserved       bool                     `json:"reserved"`
-	Retry          bool                     `json:"retry"`
+	Reserved bool `json:"reserved"`
+	Retry    bool `json:"retry"`
+	// HandedOutAt is, while reserved, when a resolve last handed the
+	// reservation out (reconciliation counts its age from then).
+	HandedOutAt    *time.Time               `json:"handed_out_at,omitempty"`
 	LastSettlement registry.RouteSettlement `json:"last_settlement,omitempty"`
 }
 

@@ -187,7 +187,7 @@ func TestRefusalReroutes(t *testing.T) {
 	var st dispatch.ActionStatusResponse
 	must(t, json.Unmarshal(body, &st))
 	if code != http.StatusOK || st.Route.ReplicaID != spare.cfg.ReplicaID || len(st.History) != 1 || !st.Replica.Reachable ||
-		st.Replica.State != aip.StateCompleted || st.Replica.Result == nil || st.Reservation.Reserved {
+		st.Replica.State != aip.StateCompleted || st.Replica.Result == nil || st.Reservation.Reserved || st.Reservation.HandedOutAt != nil {
 		t.Fatalf("status %d: %s", code, body)
 	}
 

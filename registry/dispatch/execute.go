@@ -392,6 +392,9 @@ func (d *Dispatcher) Status(ctx context.Context, tenant, actionID string) (Actio
 		return ActionStatusResponse{}, registryError(err)
 	}
 	out.Reservation = ReservationFacts{Reserved: res.Reserved, Retry: res.Retry, LastSettlement: res.LastSettlement}
+	if res.Reserved {
+		out.Reservation.HandedOutAt = &res.HandedOutAt
+	}
 	if d.deps.Rerouter != nil {
 		hist, err := d.deps.Rerouter.RouteHistory(rctx, actionID)
 		if err != nil {

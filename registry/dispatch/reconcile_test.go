@@ -95,6 +95,11 @@ func TestReconcileSettlesOrphanedReservations(t *testing.T) {
 		finished <- status
 	}()
 	eventually(t, "the slow action to start", func() bool { return len(w.counter.runs(running)) == 1 })
+	// Its status shows when its reservation was handed out.
+	if st, e := w.d.Status(w.ctx, tenant, running); e != nil || !st.Reservation.Reserved || st.Reservation.HandedOutAt == nil ||
+		!st.Reservation.HandedOutAt.Equal(reserved(running).HandedOutAt) || st.Reservation.HandedOutAt.IsZero() {
+		t.Fatalf("status of a running action: %+v (error %v)", st.Reservation, e)
+	}
 
 	if rep := report(); rep != (dispatch.ReconcileReport{}) {
 		t.Fatalf("young reservations were reconciled: %+v", rep)
