@@ -56,8 +56,9 @@ type snapshotRoute struct {
 	LastSettlement registry.RouteSettlement `json:"last_settlement,omitempty"`
 	ResolvedAgain  bool                     `json:"resolved_again"`
 	// HandedOutAt is absent in snapshots written before it was kept; a
-	// reserved route restored from one counts as handed out at its
-	// assignment.
+	// route restored from one counts as handed out when it is restored,
+	// the latest it can have been, so reconciliation never takes a
+	// reservation for older than it is.
 	HandedOutAt time.Time `json:"handed_out_at,omitzero"`
 }
 
@@ -313,7 +314,7 @@ func (r *Registry) load(s *snapshot) error {
 		rt := &routeEntry{a: a, replica: rep, reserved: sr.Reserved, retry: sr.Retry, last: sr.LastSettlement, resolvedAgain: sr.ResolvedAgain,
 			handedOut: sr.HandedOutAt}
 		if rt.handedOut.IsZero() {
-			rt.handedOut = a.AssignedAt
+			rt.handedOut = r.clock()
 		}
 		r.routes[a.ActionID] = rt
 		if rt.reserved {

@@ -424,9 +424,9 @@ func TestSnapshotOfEmptyRegistry(t *testing.T) {
 }
 
 // TestSnapshotWithoutHandoutTimes: a snapshot written before reservations
-// kept their handout time restores each reserved route as handed out at
-// its assignment, the oldest it can have been (so reconciliation never
-// takes it for younger than it is), and the current format keeps the time.
+// kept their handout time restores each reserved route as handed out when
+// it is restored, the latest it can have been (so reconciliation never
+// takes it for older than it is), and the current format keeps the time.
 func TestSnapshotWithoutHandoutTimes(t *testing.T) {
 	s := newFleetState(t)
 	ctx := context.Background()
@@ -453,6 +453,7 @@ func TestSnapshotWithoutHandoutTimes(t *testing.T) {
 	}
 	old, err := json.Marshal(doc)
 	must(t, err)
+	s.clock.Advance(time.Minute)
 	kept, legacy := restored(t, raw, s.clock), restored(t, old, s.clock)
 	l, err = s.reg.Ledger(ctx)
 	must(t, err)
@@ -465,12 +466,12 @@ func TestSnapshotWithoutHandoutTimes(t *testing.T) {
 		must(t, err)
 		g, err := legacy.Reservation(ctx, res.ActionID)
 		must(t, err)
-		if !k.HandedOutAt.Equal(res.HandedOutAt) || !g.HandedOutAt.Equal(res.AssignedAt) {
-			t.Fatalf("reservation of %s handed out at %s (assigned %s): restored %s, from the old format %s",
-				res.ActionID, res.HandedOutAt, res.AssignedAt, k.HandedOutAt, g.HandedOutAt)
+		if !k.HandedOutAt.Equal(res.HandedOutAt) || !g.HandedOutAt.Equal(s.clock.Now()) {
+			t.Fatalf("reservation of %s handed out at %s: restored %s, from the old format %s (want the restore time %s)",
+				res.ActionID, res.HandedOutAt, k.HandedOutAt, g.HandedOutAt, s.clock.Now())
 		}
 	}
 	if later == 0 {
-		t.Fatal("the fixture hands no reservation out after its assignment, so the old format's fallback goes untested")
+		t.Fatal("the fixture hands no reservation out after its assignment, so a restore that kept only assignment times would pass")
 	}
 }
