@@ -33,9 +33,12 @@
 //
 // Catalog (revision-consistent, tenant-scoped pages), Resolver (resolve, read
 // and settle routes), Reader, Administrator and FleetStatus (lease expiry,
-// aggregate status and the reservation ledger). Backends: memregistry
-// (deterministic, in memory) and pgregistry (PostgreSQL); both pass
-// registrytest.Run.
+// aggregate status and the reservation ledger). Beside them: Lifecycle (the
+// control plane's signed transitions), Rerouter (the provably-not-started
+// reroute, reroute.go) and OrphanSettler (settling a reservation no
+// dispatcher will settle, unless it was handed out again meanwhile).
+// Backends: memregistry (deterministic, in memory) and pgregistry
+// (PostgreSQL); both pass registrytest.Run.
 //
 // # Routing
 //
