@@ -139,23 +139,25 @@ type yamlType struct {
 	Enabled *bool  `yaml:"enabled,omitempty"`
 }
 
+// yamlAttestation is ArtifactAttestation with YAML names: the same fields,
+// in the same order and of the same types, so each converts to the other.
 type yamlAttestation struct {
-	ArtifactDigest            string   `yaml:"artifact_digest"`
-	SchemaBundleDigest        string   `yaml:"schema_bundle_digest,omitempty"`
-	SBOMDigest                string   `yaml:"sbom_digest"`
-	ProvenanceDigest          string   `yaml:"provenance_digest"`
-	ConformanceReportDigest   string   `yaml:"conformance_report_digest"`
-	VulnerabilityReportDigest string   `yaml:"vulnerability_report_digest"`
-	LicenseReportDigest       string   `yaml:"license_report_digest"`
-	SignatureRef              string   `yaml:"signature_ref"`
-	SignerIdentity            string   `yaml:"signer_identity"`
-	Owner                     string   `yaml:"owner"`
-	SupportedAIPVersions      []string `yaml:"supported_aip_versions,flow"`
-	SDKVersionRequirement     string   `yaml:"sdk_version_requirement"`
-	ConformanceStatus         string   `yaml:"conformance_status"`
-	VulnerabilityPolicyStatus string   `yaml:"vulnerability_policy_status"`
-	LicensePolicyStatus       string   `yaml:"license_policy_status"`
-	RevocationStatus          string   `yaml:"revocation_status"`
+	ArtifactDigest            string         `yaml:"artifact_digest"`
+	SchemaBundleDigest        string         `yaml:"schema_bundle_digest,omitempty"`
+	SBOMDigest                string         `yaml:"sbom_digest"`
+	ProvenanceDigest          string         `yaml:"provenance_digest"`
+	ConformanceReportDigest   string         `yaml:"conformance_report_digest"`
+	VulnerabilityReportDigest string         `yaml:"vulnerability_report_digest"`
+	LicenseReportDigest       string         `yaml:"license_report_digest"`
+	SignatureRef              string         `yaml:"signature_ref"`
+	SignerIdentity            string         `yaml:"signer_identity"`
+	Owner                     string         `yaml:"owner"`
+	SupportedAIPVersions      []string       `yaml:"supported_aip_versions,flow"`
+	SDKVersionRequirement     string         `yaml:"sdk_version_requirement"`
+	ConformanceStatus         EvidenceStatus `yaml:"conformance_status"`
+	VulnerabilityPolicyStatus EvidenceStatus `yaml:"vulnerability_policy_status"`
+	LicensePolicyStatus       EvidenceStatus `yaml:"license_policy_status"`
+	RevocationStatus          EvidenceStatus `yaml:"revocation_status"`
 }
 
 type yamlVersion struct {
@@ -606,16 +608,7 @@ func (y *yamlVersion) record() (ConnectorVersion, error) {
 		}
 		v.ImplementationSupport[capID] = s
 	}
-	a := y.Attestation
-	v.Attestation = ArtifactAttestation{
-		ArtifactDigest: a.ArtifactDigest, SchemaBundleDigest: a.SchemaBundleDigest, SBOMDigest: a.SBOMDigest,
-		ProvenanceDigest: a.ProvenanceDigest, ConformanceReportDigest: a.ConformanceReportDigest,
-		VulnerabilityReportDigest: a.VulnerabilityReportDigest, LicenseReportDigest: a.LicenseReportDigest,
-		SignatureRef: a.SignatureRef, SignerIdentity: a.SignerIdentity, Owner: a.Owner,
-		SupportedAIPVersions: a.SupportedAIPVersions, SDKVersionRequirement: a.SDKVersionRequirement,
-		ConformanceStatus: EvidenceStatus(a.ConformanceStatus), VulnerabilityPolicyStatus: EvidenceStatus(a.VulnerabilityPolicyStatus),
-		LicensePolicyStatus: EvidenceStatus(a.LicensePolicyStatus), RevocationStatus: EvidenceStatus(a.RevocationStatus),
-	}
+	v.Attestation = ArtifactAttestation(y.Attestation)
 	if v.Attestation.SchemaBundleDigest == "" {
 		if v.Attestation.SchemaBundleDigest, err = SchemaBundleDigest(&v.Manifest); err != nil {
 			return v, invalid(r, y.ID, "manifest", "%v", err)
@@ -837,16 +830,7 @@ func versionYAML(v *ConnectorVersion) (yamlVersion, error) {
 		}
 		y.ImplementationSupport[capID] = features
 	}
-	a := v.Attestation
-	y.Attestation = yamlAttestation{
-		ArtifactDigest: a.ArtifactDigest, SchemaBundleDigest: a.SchemaBundleDigest, SBOMDigest: a.SBOMDigest,
-		ProvenanceDigest: a.ProvenanceDigest, ConformanceReportDigest: a.ConformanceReportDigest,
-		VulnerabilityReportDigest: a.VulnerabilityReportDigest, LicenseReportDigest: a.LicenseReportDigest,
-		SignatureRef: a.SignatureRef, SignerIdentity: a.SignerIdentity, Owner: a.Owner,
-		SupportedAIPVersions: a.SupportedAIPVersions, SDKVersionRequirement: a.SDKVersionRequirement,
-		ConformanceStatus: string(a.ConformanceStatus), VulnerabilityPolicyStatus: string(a.VulnerabilityPolicyStatus),
-		LicensePolicyStatus: string(a.LicensePolicyStatus), RevocationStatus: string(a.RevocationStatus),
-	}
+	y.Attestation = yamlAttestation(v.Attestation)
 	return y, nil
 }
 
