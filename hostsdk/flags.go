@@ -23,13 +23,6 @@ type option struct {
 	set      func(c *Config, v string) error
 }
 
-const (
-	kindString = SettingString
-	kindBool   = SettingBool
-	kindInt    = SettingInt
-	kindMillis = SettingMillis
-)
-
 func (o *option) flagName() string {
 	if o == nil {
 		return ""
@@ -66,27 +59,27 @@ var options = []*option{
 	{flag: "capacity-class", env: "CAPACITY_CLASS", field: "CapacityClass", usage: "topology capacity class (default standard)", set: str(func(c *Config) *string { return &c.CapacityClass })},
 	{flag: "artifact-digest", env: "ARTIFACT_DIGEST", field: "ArtifactDigest", usage: "admitted artifact digest (sha256:...)", set: str(func(c *Config) *string { return &c.ArtifactDigest })},
 	{flag: "secret-provider-ref", env: "SECRET_PROVIDER_REF", field: "SecretProviderRef", usage: "instance secret-provider reference", set: str(func(c *Config) *string { return &c.SecretProviderRef })},
-	{flag: "config-revision", env: "CONFIG_REVISION", field: "ConfigRevision", usage: "instance configuration revision (default 1)", kind: kindInt, min: 1, max: math.MaxInt64,
+	{flag: "config-revision", env: "CONFIG_REVISION", field: "ConfigRevision", usage: "instance configuration revision (default 1)", kind: SettingInt, min: 1, max: math.MaxInt64,
 		set: func(c *Config, v string) error {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			c.ConfigRevision = uint64(n)
 			return nil
 		}},
-	{flag: "allow-insecure-loopback-http", env: "ALLOW_LOOPBACK_HTTP", field: "AllowInsecureLoopbackHTTP", usage: "allow http:// endpoints on loopback (requires a loopback --bind)", kind: kindBool,
+	{flag: "allow-insecure-loopback-http", env: "ALLOW_LOOPBACK_HTTP", field: "AllowInsecureLoopbackHTTP", usage: "allow http:// endpoints on loopback (requires a loopback --bind)", kind: SettingBool,
 		set: func(c *Config, v string) error { c.AllowInsecureLoopbackHTTP, _ = strconv.ParseBool(v); return nil }},
-	{flag: "max-in-flight", env: "MAX_IN_FLIGHT", field: "MaxInFlight", usage: "concurrent actions and advertised capacity (default 32)", kind: kindInt, min: 1, max: MaxMaxInFlight,
+	{flag: "max-in-flight", env: "MAX_IN_FLIGHT", field: "MaxInFlight", usage: "concurrent actions and advertised capacity (default 32)", kind: SettingInt, min: 1, max: MaxMaxInFlight,
 		set: func(c *Config, v string) error { n, _ := strconv.Atoi(v); c.MaxInFlight = n; return nil }},
-	{flag: "lease-ttl-ms", env: "LEASE_TTL_MS", field: "LeaseTTL", usage: "proposed lease lifetime in ms (default 30000)", kind: kindMillis, min: MinLeaseTTL.Milliseconds(), max: MaxLeaseTTL.Milliseconds(),
+	{flag: "lease-ttl-ms", env: "LEASE_TTL_MS", field: "LeaseTTL", usage: "proposed lease lifetime in ms (default 30000)", kind: SettingMillis, min: MinLeaseTTL.Milliseconds(), max: MaxLeaseTTL.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.LeaseTTL })},
-	{flag: "heartbeat-interval-ms", env: "HEARTBEAT_MS", field: "HeartbeatInterval", usage: "heartbeat interval in ms (default 10000; at most half the lease TTL)", kind: kindMillis, min: 1, max: MaxLeaseTTL.Milliseconds() / 2,
+	{flag: "heartbeat-interval-ms", env: "HEARTBEAT_MS", field: "HeartbeatInterval", usage: "heartbeat interval in ms (default 10000; at most half the lease TTL)", kind: SettingMillis, min: 1, max: MaxLeaseTTL.Milliseconds() / 2,
 		set: millis(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
-	{flag: "drain-timeout-ms", env: "DRAIN_TIMEOUT_MS", field: "DrainTimeout", usage: "bound on the wait for in-flight actions at shutdown, in ms (default 30000)", kind: kindMillis, min: 1, max: MaxDrainTimeout.Milliseconds(),
+	{flag: "drain-timeout-ms", env: "DRAIN_TIMEOUT_MS", field: "DrainTimeout", usage: "bound on the wait for in-flight actions at shutdown, in ms (default 30000)", kind: SettingMillis, min: 1, max: MaxDrainTimeout.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.DrainTimeout })},
-	{flag: "drain-linger-ms", env: "DRAIN_LINGER_MS", field: "DrainLinger", usage: "how long the listener keeps refusing new actions with a signed not_ready after the drain begins, in ms (default 2000)", kind: kindMillis, min: 1, max: MaxDrainLinger.Milliseconds(),
+	{flag: "drain-linger-ms", env: "DRAIN_LINGER_MS", field: "DrainLinger", usage: "how long the listener keeps refusing new actions with a signed not_ready after the drain begins, in ms (default 2000)", kind: SettingMillis, min: 1, max: MaxDrainLinger.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.DrainLinger })},
-	{flag: "health-probe-timeout-ms", env: "HEALTH_TIMEOUT_MS", field: "HealthProbeTimeout", usage: "storage and connector probe timeout in ms (default 2000)", kind: kindMillis, min: 1, max: MaxHealthProbeTimeout.Milliseconds(),
+	{flag: "health-probe-timeout-ms", env: "HEALTH_TIMEOUT_MS", field: "HealthProbeTimeout", usage: "storage and connector probe timeout in ms (default 2000)", kind: SettingMillis, min: 1, max: MaxHealthProbeTimeout.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.HealthProbeTimeout })},
-	{flag: "control-timeout-ms", env: "CONTROL_TIMEOUT_MS", field: "ControlTimeout", usage: "lifecycle request timeout in ms (default 5000)", kind: kindMillis, min: 1, max: MaxControlTimeout.Milliseconds(),
+	{flag: "control-timeout-ms", env: "CONTROL_TIMEOUT_MS", field: "ControlTimeout", usage: "lifecycle request timeout in ms (default 5000)", kind: SettingMillis, min: 1, max: MaxControlTimeout.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.ControlTimeout })},
 	{flag: "state-dir", env: "STATE_DIR", field: "StateDir", usage: "directory of the embedded SQLite journal (default .aipfleet/host-<replica-id>)", set: str(func(c *Config) *string { return &c.StateDir })},
 	{flag: "database-url-file", env: "DATABASE_URL_FILE", field: "DatabaseURLFile", usage: "owner-only file with a PostgreSQL URL for the runtime journal (needs a main that opens pgruntime)", set: str(func(c *Config) *string { return &c.DatabaseURLFile })},
