@@ -267,6 +267,15 @@ func (s RouteSettlement) Valid() bool {
 	return s == SettlementCompleted || s == SettlementOutcomeUnknown || s == SettlementCancelled || s == SettlementLeaseExpired
 }
 
+// Check is Valid as the ErrInvalid a backend returns for an unknown
+// outcome.
+func (s RouteSettlement) Check() error {
+	if !s.Valid() {
+		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", ErrInvalid, s)
+	}
+	return nil
+}
+
 // RouteReservation is the bookkeeping beside an assignment: whether it holds
 // capacity now, the scopes it holds (base scopes, plus the retry scope when
 // Retry), and the last settlement since it was last reserved.

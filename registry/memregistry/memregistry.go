@@ -1091,8 +1091,8 @@ func (r *Registry) settle(ctx context.Context, a registry.RouteAssignment, outco
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !outcome.Valid() {
-		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
+	if err := outcome.Check(); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -867,8 +867,8 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !outcome.Valid() {
-		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
+	if err := outcome.Check(); err != nil {
+		return err
 	}
 	adm := a.Admission
 	if adm.BaseScopes == nil {
@@ -927,8 +927,8 @@ func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !outcome.Valid() {
-		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", registry.ErrInvalid, outcome)
+	if err := outcome.Check(); err != nil {
+		return err
 	}
 	_, leave, err := r.tenants.enter(ctx, a.TenantID, "settle orphaned action "+a.ActionID)
 	if err != nil {
