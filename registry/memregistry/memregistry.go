@@ -97,13 +97,14 @@ func newState() state {
 }
 
 // Compile-time guards: Registry is the in-memory implementation of the five
-// registry contracts.
+// registry contracts and of the orphan settlement beside them.
 var (
 	_ registry.Catalog       = (*Registry)(nil)
 	_ registry.Resolver      = (*Registry)(nil)
 	_ registry.Reader        = (*Registry)(nil)
 	_ registry.Administrator = (*Registry)(nil)
 	_ registry.FleetStatus   = (*Registry)(nil)
+	_ registry.OrphanSettler = (*Registry)(nil)
 )
 
 type typeEntry struct{ rec registry.ConnectorType }

@@ -918,6 +918,8 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	return r.settleRead(ctx, a, outcome, nil)
 }
 
+var _ registry.OrphanSettler = (*Registry)(nil)
+
 // SettleOrphan implements registry.OrphanSettler. It is rare (dispatch's
 // reconciliation), so it takes settleRead's path: the action and replica
 // locks, a read of the route, the comparisons in Go, then the release.
