@@ -63,7 +63,7 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
 	}
-	received := micro(a.ReceivedAt)
+	received := journal.Micro(a.ReceivedAt)
 	var claimed, created bool
 	err := j.pool.QueryRow(ctx, `WITH claim AS (
 			INSERT INTO aip_runtime_messages (journal_ns, message_id, expires_at) VALUES ($1, $2, $3)
@@ -80,7 +80,7 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 			RETURNING 1
 		)
 		SELECT EXISTS (SELECT 1 FROM claim), EXISTS (SELECT 1 FROM ins)`,
-		j.ns, messageID, micro(messageExpiresAt), micro(now),
+		j.ns, messageID, journal.Micro(messageExpiresAt), journal.Micro(now),
 		a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey, a.InputDigest, a.FenceToken,
 		a.MessageID, received).Scan(&claimed, &created)
 	if err != nil {
@@ -110,7 +110,7 @@ func (j *Journal) StartAction(ctx context.Context, actionID string, at time.Time
 		return err
 	}
 	tag, err := j.pool.Exec(ctx, `UPDATE aip_runtime_actions SET status = 'running', started_at = $3, updated_at = $3
-		WHERE journal_ns = $1 AND action_id = $2 AND status = 'received'`, j.ns, actionID, micro(at))
+		WHERE journal_ns = $1 AND action_id = $2 AND status = 'received'`, j.ns, actionID, journal.Micro(at))
 	if err != nil {
 		return dbErr(err, "start action %s", actionID)
 	}
@@ -362,9 +362,6 @@ func scanAction(row pgx.Row) (journal.Action, error) {
 	a.StartedAt, a.CompletedAt = fromNull(started), fromNull(completed)
 	return a, nil
 }
-
-// micro returns t as stored: microsecond precision, UTC.
-func micro(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()).UTC() }
 
 func fromNull(t *time.Time) time.Time {
 	if t == nil {

@@ -26,7 +26,7 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 	}
 	tag, err := j.pool.Exec(ctx, `INSERT INTO aip_runtime_messages (journal_ns, message_id, expires_at) VALUES ($1, $2, $3)
 		ON CONFLICT (journal_ns, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
-		WHERE aip_runtime_messages.expires_at <= $4`, j.ns, messageID, micro(expiresAt), micro(now))
+		WHERE aip_runtime_messages.expires_at <= $4`, j.ns, messageID, journal.Micro(expiresAt), journal.Micro(now))
 	if err != nil {
 		return false, dbErr(err, "claim message %s", messageID)
 	}
@@ -46,7 +46,7 @@ func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (
 			SELECT message_id FROM aip_runtime_messages
 			WHERE journal_ns = $1 AND expires_at <= $2 ORDER BY expires_at LIMIT $3
 			FOR UPDATE SKIP LOCKED) d
-		WHERE m.journal_ns = $1 AND m.message_id = d.message_id`, j.ns, micro(now), limit)
+		WHERE m.journal_ns = $1 AND m.message_id = d.message_id`, j.ns, journal.Micro(now), limit)
 	if err != nil {
 		return 0, dbErr(err, "prune messages")
 	}
@@ -69,7 +69,7 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 	_, err := j.pool.Exec(ctx, `INSERT INTO aip_runtime_outbox (journal_ns, id, channel_id, events, attempts,
 		next_attempt, lease_until, last_error, created_at) VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8)
 		ON CONFLICT (journal_ns, id) DO NOTHING`,
-		j.ns, e.ID, e.ChannelID, []byte(e.Events), e.Attempts, micro(next), e.LastError, micro(e.CreatedAt))
+		j.ns, e.ID, e.ChannelID, []byte(e.Events), e.Attempts, journal.Micro(next), e.LastError, journal.Micro(e.CreatedAt))
 	if err != nil {
 		return dbErr(err, "enqueue outbox batch %s", e.ID)
 	}
@@ -99,7 +99,7 @@ func (j *Journal) ClaimEvents(ctx context.Context, now time.Time, lease time.Dur
 			RETURNING o.seq, o.id, o.channel_id, o.events, o.attempts, o.next_attempt, o.lease_until, o.last_error, o.created_at)
 		SELECT id, channel_id, events, attempts, next_attempt, lease_until, last_error, created_at
 		FROM claimed ORDER BY next_attempt, seq`,
-		j.ns, micro(now.Add(lease)), micro(now), limit)
+		j.ns, journal.Micro(now.Add(lease)), journal.Micro(now), limit)
 	if err != nil {
 		return nil, dbErr(err, "claim outbox batches")
 	}
@@ -152,7 +152,7 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 		return err
 	}
 	tag, err := j.pool.Exec(ctx, `UPDATE aip_runtime_outbox SET attempts = attempts + 1, next_attempt = $3,
-		last_error = $4, lease_until = NULL WHERE journal_ns = $1 AND id = $2`, j.ns, id, micro(next), lastError)
+		last_error = $4, lease_until = NULL WHERE journal_ns = $1 AND id = $2`, j.ns, id, journal.Micro(next), lastError)
 	if err != nil {
 		return dbErr(err, "retry outbox batch %s", id)
 	}
