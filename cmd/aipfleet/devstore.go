@@ -66,6 +66,7 @@ var (
 	_ registry.ReplicaLister = (*devRegistry)(nil)
 	_ registry.Readiness     = (*devRegistry)(nil)
 	_ registry.Catalog       = (*devRegistry)(nil)
+	_ registry.OrphanSettler = (*devRegistry)(nil)
 )
 
 // Resolve implements registry.Resolver; the route is on disk when it
