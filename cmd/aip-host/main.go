@@ -1,0 +1,44 @@
+// Command aip-host runs one of the built-in product adapters (package
+// products) as an AIP connector host:
+//
+//	aip-host <product> [flags]
+//
+// The flags are the common connector host flags and AIP_CONNECTOR_HOST_*
+// variables (hostsdk.BindFlags) and the product's own (AIP_<PRODUCT>_*);
+// `aip-host <product> -h` lists them, `aip-host` alone lists the products.
+// With --print-manifest it prints the bound manifest and its digest (what
+// an operator admits with `aipfleet registry apply`) and exits. Otherwise
+// it runs the ten-step bootstrap and serves until SIGINT or SIGTERM, and
+// exits 0 only after a clean drain and offline transition.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/aipfleet/aipfleet/products"
+)
+
+// catalog holds the built-in products by name; each product's file in
+// this directory adds itself.
+var catalog = map[string]products.Product{}
+
+func register(p products.Product) {
+	if _, dup := catalog[p.Name]; dup {
+		panic("aip-host: product " + p.Name + " registered twice")
+	}
+	catalog[p.Name] = p
+}
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "aip-host:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// commonSettings are aip-host's own settings, beside the host's and the
+// product's.
+var commonSettings = []hostsdk.Setting{
+	{Flag: "log-level", Env: "AIP_HOST_LOG_LEVEL", Usage: "debug, info, warn or error (default info)",
+		Check: func(v string) error {
+			var l slog.Level
+			if l.UnmarshalText([]byte(v)) != nil {
+				return fmt.Errorf("want debug, info, warn or error")
+			}
+			return nil
+		}},
+	{Flag: "print-manifest", Env: "AIP_HOST_PRINT_MANIFEST", Kind: hostsdk.SettingBool,
+		Usage: "print the bound manifest and its digest as JSON, then exit"},
+}
+
+func names() []string {
+	var out []string
+	for n := range catalog {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: aip-host <product> [flags]\n\nRuns a built-in product adapter as an AIP connector host. Products:\n\n")
+	for _, n := range names() {
+		fmt.Fprintf(w, "  %-10s %s\n", n, catalog[n].Summary)
+	}
+	fmt.Fprintf(w, "\n`aip-host <product> -h` lists the product's flags.\n")
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return fmt.Errorf("name a product: %s", strings.Join(names(), ", "))
+		}
+		return flag.ErrHelp
+	}
+	p, ok := catalog[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown product %q; want one of %s", args[0], strings.Join(names(), ", "))
+	}
+	fs := flag.NewFlagSet("aip-host "+p.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: aip-host %s [flags]\n\n%s\n\nFlags:\n", p.Name, p.Summary)
+		fs.PrintDefaults()
+	}
+	loadHost := hostsdk.BindFlags(fs)
+	loadCommon := hostsdk.BindSettings(fs, commonSettings)
+	loadProduct := hostsdk.BindSettings(fs, p.Settings)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	common, err := loadCommon(getenv)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if v := common["log-level"]; v != "" {
+		_ = level.UnmarshalText([]byte(v)) // checked by the setting
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("product", p.Name)
+	values, err := loadProduct(getenv)
+	if err != nil {
+		return err
+	}
+	conn, err := p.New(values, logger)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.Name, err)
+	}
+	cfg, err := loadHost(getenv)
+	if err != nil {
+		return err
+	}
+	if common.Bool("print-manifest") {
+		return printManifest(ctx, conn, cfg, stdout)
+	}
+	cfg.Logger = logger
+	host, err := hostsdk.New(cfg, conn)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return host.Run(ctx)
+}
+
+// printManifest binds the connector's manifest for the configured tenant
+// and trust domain, as the host would, and prints it with its digest.
+// Only those two host settings are used.
+func printManifest(ctx context.Context, conn hostsdk.Connector, cfg hostsdk.Config, stdout io.Writer) error {
+	tenant := hostsdk.TenantContext{TenantID: cfg.TenantID, TrustDomain: cfg.TrustDomain}
+	m, err := conn.Manifest(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	bound, digest, err := hostsdk.BindManifest(m, tenant.TrustDomain)
+	if err != nil {
+		return fmt.Errorf("the connector's manifest: %w", err)
+	}
+	out, err := json.MarshalIndent(map[string]any{"manifest_digest": digest, "capability_count": len(bound.Capabilities), "manifest": bound}, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", out)
+	return err
+}

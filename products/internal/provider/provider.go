@@ -1,0 +1,457 @@
+// Package provider is the HTTP client every product adapter uses to call
+// its product's API, and the mapping of what happened to an AIP result.
+//
+// The client never follows redirects (a redirect is an error naming the
+// location), accepts plain http only for loopback origins unless the
+// adapter allows it explicitly, reads at most MaxResponseBytes of a
+// response, and sends credentials only through the Auth function it is
+// given. Secrets are held as Secret, which never prints.
+//
+// Errors are *Error values that record whether the request may have
+// reached the provider (Error.MayHaveApplied). Result turns an error into
+// the right AIP outcome: a read that failed is a failed result (retryable
+// when the provider was unavailable or rate limited); a mutation that may
+// have been applied is outcome_unknown (hostsdk.ErrOutcomeUnknown), which
+// the host journals and never runs again; a mutation the provider refused
+// with a 4xx is a failed result.
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxResponseBytes = 8 << 20
+	DefaultTimeout          = 60 * time.Second
+	// MaxSecretBytes bounds a credential file.
+	MaxSecretBytes = aip.MaxSecretFileBytes
+)
+
+// Secret is a credential. It prints as [redacted] in every format, so it
+// can sit in a config struct that gets logged.
+type Secret struct{ v string }
+
+// NewSecret wraps a credential value.
+func NewSecret(v string) Secret { return Secret{v} }
+
+// Reveal returns the credential, for the one place that sends it.
+func (s Secret) Reveal() string { return s.v }
+
+// Empty reports whether no credential is set.
+func (s Secret) Empty() bool { return s.v == "" }
+
+func (s Secret) String() string   { return "[redacted]" }
+func (s Secret) GoString() string { return "provider.Secret([redacted])" }
+
+// MarshalJSON keeps a secret out of any JSON.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
+
+// ReadSecret reads a credential file: owner-only, a regular file, 1 to
+// 16 KiB, surrounding whitespace removed, and no whitespace or control
+// characters inside. what names the setting in errors ("--chatwoot-token-file").
+func ReadSecret(what, path string) (Secret, error) {
+	if path == "" {
+		return Secret{}, fmt.Errorf("%s: no file given", what)
+	}
+	b, err := aip.ReadSecretFile(path, MaxSecretBytes)
+	if err != nil {
+		return Secret{}, fmt.Errorf("%s: %w", what, err)
+	}
+	for _, r := range string(b) {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return Secret{}, fmt.Errorf("%s: %s holds whitespace or a control character inside the credential; it must hold the credential alone", what, path)
+		}
+	}
+	return Secret{string(b)}, nil
+}
+
+// ParseBaseURL checks a provider base URL: http or https, a host, no user
+// information, query or fragment. With allowPath false only an origin is
+// accepted (a trailing slash is dropped). Plain http is accepted for
+// loopback hosts (localhost, 127.0.0.0/8, ::1), or anywhere when
+// allowInsecure is set. what names the setting in errors.
+func ParseBaseURL(what, raw string, allowPath, allowInsecure bool) (*url.URL, error) {
+	if raw == "" {
+		return nil, fmt.Errorf("%s: no URL given", what)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %q is not a URL: %v", what, raw, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("%s: %q: want an http or https URL", what, raw)
+	case u.Host == "":
+		return nil, fmt.Errorf("%s: %q has no host", what, raw)
+	case u.User != nil:
+		return nil, fmt.Errorf("%s: %q carries user information; credentials go in their own file setting", what, raw)
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return nil, fmt.Errorf("%s: %q has a query or fragment; give the base URL alone", what, raw)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	if !allowPath && u.Path != "" {
+		return nil, fmt.Errorf("%s: %q has a path; give the origin alone (scheme, host and port)", what, raw)
+	}
+	if u.Scheme == "http" && !allowInsecure && !IsLoopback(u.Hostname()) {
+		return nil, fmt.Errorf("%s: %q uses plain http to a host that is not loopback; use https", what, raw)
+	}
+	return u, nil
+}
+
+// IsLoopback reports whether host is localhost or a loopback address.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Config configures a Client.
+type Config struct {
+	// Product names the provider in errors ("chatwoot").
+	Product string
+	// BaseURL is checked with ParseBaseURL by the adapter; request paths
+	// are appended to it.
+	BaseURL *url.URL
+	// MaxResponseBytes bounds a response body (0: DefaultMaxResponseBytes).
+	MaxResponseBytes int64
+	// Timeout bounds one request (0: DefaultTimeout); the action's context
+	// bounds it too.
+	Timeout time.Duration
+	// UserAgent is sent with every request.
+	UserAgent string
+	// Auth adds the credentials to a request.
+	Auth func(*http.Request)
+	// Transport is the round tripper (nil: a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+}
+
+// Client calls one provider.
+type Client struct {
+	cfg  Config
+	http *http.Client
+}
+
+// New returns a client for cfg.
+func New(cfg Config) (*Client, error) {
+	if cfg.BaseURL == nil {
+		return nil, fmt.Errorf("provider %s: no base URL", cfg.Product)
+	}
+	if cfg.MaxResponseBytes <= 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		rt = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	return &Client{cfg: cfg, http: &http.Client{
+		Transport: rt,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}}, nil
+}
+
+// Product returns the provider's name.
+func (c *Client) Product() string { return c.cfg.Product }
+
+// Request is one call.
+type Request struct {
+	Method string
+	// Path is appended to the base URL's path; it must start with "/".
+	// Escape caller-given segments with url.PathEscape.
+	Path   string
+	Query  url.Values
+	Header http.Header
+	// JSON, when not nil, is marshalled as the body
+	// (Content-Type: application/json). Body is used otherwise.
+	JSON any
+	Body []byte
+	// ContentType goes with Body.
+	ContentType string
+}
+
+// Response is a provider's answer with a 2xx status.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Decode unmarshals the body into v.
+func (r *Response) Decode(v any) error {
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		return fmt.Errorf("provider answered %d with a body that is not the expected JSON: %w", r.Status, err)
+	}
+	return nil
+}
+
+// Error is a call that did not end in a 2xx answer.
+type Error struct {
+	Product string
+	Method  string
+	Path    string
+	// Status is the provider's HTTP status, 0 when there was no answer.
+	Status int
+	// Message is what the provider said (its error message when the body
+	// is JSON with one, else the start of the body), or what went wrong.
+	Message string
+	// RetryAfter is the provider's Retry-After, when it sent one.
+	RetryAfter time.Duration
+	// MayHaveApplied is true when the request may have reached the
+	// provider and been acted on: there was no answer after the request
+	// began to be sent, or the answer was a 5xx, or it could not be read.
+	MayHaveApplied bool
+	Err            error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s: ", e.Product, e.Method, e.Path)
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "answered %d", e.Status)
+		if e.Message != "" {
+			b.WriteString(": ")
+		}
+	}
+	b.WriteString(e.Message)
+	if e.Err != nil && e.Status == 0 {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Do sends req and returns the 2xx answer, or an *Error.
+func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
+	fail := func(status int, may bool, msg string, err error) *Error {
+		return &Error{Product: c.cfg.Product, Method: req.Method, Path: req.Path, Status: status,
+			Message: msg, MayHaveApplied: may, Err: err}
+	}
+	if !strings.HasPrefix(req.Path, "/") {
+		return nil, fail(0, false, "request path must start with /", nil)
+	}
+	u := *c.cfg.BaseURL
+	u.Path = c.cfg.BaseURL.Path + req.Path
+	u.RawPath = ""
+	if esc := c.cfg.BaseURL.EscapedPath() + req.Path; esc != u.EscapedPath() {
+		u.RawPath = esc
+	}
+	u.RawQuery = req.Query.Encode()
+	body, ctype := req.Body, req.ContentType
+	if req.JSON != nil {
+		b, err := json.Marshal(req.JSON)
+		if err != nil {
+			return nil, fail(0, false, "encode request body", err)
+		}
+		body, ctype = b, "application/json"
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.Method, u.String(), rd)
+	if err != nil {
+		return nil, fail(0, false, "build request", err)
+	}
+	for k, vs := range req.Header {
+		hr.Header[k] = vs
+	}
+	if ctype != "" {
+		hr.Header.Set("Content-Type", ctype)
+	}
+	hr.Header.Set("Accept", "application/json")
+	if c.cfg.UserAgent != "" {
+		hr.Header.Set("User-Agent", c.cfg.UserAgent)
+	}
+	if c.cfg.Auth != nil {
+		c.cfg.Auth(hr)
+	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return nil, fail(0, !notSent(err), "no answer", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
+	if err != nil {
+		return nil, fail(0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
+	}
+	if int64(len(data)) > c.cfg.MaxResponseBytes {
+		return nil, fail(resp.StatusCode, resp.StatusCode >= 200 && resp.StatusCode < 300 || resp.StatusCode >= 500,
+			fmt.Sprintf("answer is larger than the %d bytes allowed (raise the max response bytes setting)", c.cfg.MaxResponseBytes), nil)
+	}
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		return nil, fail(resp.StatusCode, false,
+			fmt.Sprintf("redirect to %q not followed; point the base URL at the API itself", resp.Header.Get("Location")), nil)
+	}
+	e := fail(resp.StatusCode, resp.StatusCode >= 500, providerMessage(data), nil)
+	if s := resp.Header.Get("Retry-After"); s != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
+			e.RetryAfter = time.Duration(n) * time.Second
+		}
+	}
+	return nil, e
+}
+
+// JSON sends req and decodes a 2xx answer into out (nil: ignore the body).
+func (c *Client) JSON(ctx context.Context, req Request, out any) error {
+	resp, err := c.Do(ctx, req)
+	if err != nil {
+		return err
+	}
+	if out == nil || len(bytes.TrimSpace(resp.Body)) == 0 {
+		return nil
+	}
+	if err := resp.Decode(out); err != nil {
+		return &Error{Product: c.cfg.Product, Method: req.Method, Path: req.Path, Status: resp.Status,
+			Message: err.Error(), MayHaveApplied: true, Err: err}
+	}
+	return nil
+}
+
+// notSent reports whether err happened before any byte of the request
+// could have reached the provider: the name did not resolve or the
+// connection was refused.
+func notSent(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// providerMessage extracts a readable message from an error body: the
+// first of message, error (a string, or an object with a message),
+// errors (a list), description or detail in a JSON object, else the start
+// of the text.
+func providerMessage(body []byte) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) == nil {
+		for _, k := range []string{"message", "error", "errors", "description", "detail"} {
+			raw, ok := obj[k]
+			if !ok {
+				continue
+			}
+			var s string
+			if json.Unmarshal(raw, &s) == nil && s != "" {
+				return clip(s)
+			}
+			var inner struct {
+				Message string `json:"message"`
+			}
+			if json.Unmarshal(raw, &inner) == nil && inner.Message != "" {
+				return clip(inner.Message)
+			}
+			var list []any
+			if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
+				b, _ := json.Marshal(list)
+				return clip(string(b))
+			}
+		}
+	}
+	return clip(strings.TrimSpace(string(body)))
+}
+
+func clip(s string) string {
+	const max = 512
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8Start(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// Error codes of failed results built from provider errors.
+const (
+	CodeInvalidRequest = "provider.invalid_request"
+	CodeUnauthorized   = "provider.unauthorized"
+	CodeForbidden      = "provider.forbidden"
+	CodeNotFound       = "provider.not_found"
+	CodeConflict       = "provider.conflict"
+	CodeRateLimited    = "provider.rate_limited"
+	CodeUnavailable    = "provider.unavailable"
+	CodeBadResponse    = "provider.bad_response"
+)
+
+// Result turns the error of a provider call into the action's outcome.
+// mutation says whether the call changes the provider's state. It
+// returns, in this order of precedence:
+//   - for a mutation that may have been applied, an error wrapping
+//     hostsdk.ErrOutcomeUnknown (the host journals outcome_unknown and
+//     never runs the action again);
+//   - for any other *Error, a failed result with a provider.* code;
+//   - for an error that is not an *Error (the adapter's own), the error,
+//     which the host records as a failed result (connector.failed).
+func Result(call *hostsdk.Call, err error, mutation bool) (*aip.ActionResult, error) {
+	var pe *Error
+	if !errors.As(err, &pe) {
+		return nil, err
+	}
+	if mutation && pe.MayHaveApplied {
+		return nil, fmt.Errorf("%w: %v", hostsdk.ErrOutcomeUnknown, pe)
+	}
+	return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed, Error: ProtocolError(pe)}, nil
+}
+
+// ProtocolError classifies a provider error as an AIP error.
+func ProtocolError(pe *Error) *aip.ProtocolError {
+	msg := pe.Error()
+	var retryAfter uint64
+	if pe.RetryAfter > 0 {
+		retryAfter = uint64(pe.RetryAfter.Milliseconds())
+	}
+	switch s := pe.Status; {
+	case s == 0:
+		return aip.NewProtocolError(CodeUnavailable, aip.CategoryTransport, true, 0, msg)
+	case s == http.StatusUnauthorized:
+		return aip.NewProtocolError(CodeUnauthorized, aip.CategoryAuth, false, 0, msg)
+	case s == http.StatusForbidden:
+		return aip.NewProtocolError(CodeForbidden, aip.CategoryAuth, false, 0, msg)
+	case s == http.StatusNotFound:
+		return aip.NewProtocolError(CodeNotFound, aip.CategoryPermanent, false, 0, msg)
+	case s == http.StatusConflict:
+		return aip.NewProtocolError(CodeConflict, aip.CategoryPermanent, false, 0, msg)
+	case s == http.StatusTooManyRequests:
+		return aip.NewProtocolError(CodeRateLimited, aip.CategoryTemporary, true, retryAfter, msg)
+	case s >= 500 || s == http.StatusRequestTimeout:
+		return aip.NewProtocolError(CodeUnavailable, aip.CategoryTemporary, true, retryAfter, msg)
+	case s >= 200 && s < 300:
+		return aip.NewProtocolError(CodeBadResponse, aip.CategoryConnector, false, 0, msg)
+	default:
+		return aip.NewProtocolError(CodeInvalidRequest, aip.CategoryPermanent, false, 0, msg)
+	}
+}

@@ -1,0 +1,471 @@
+// Package spectest holds the products' published API documents and checks
+// that the requests a product adapter sends are ones those documents
+// describe. The adapters' tests run their mock providers behind
+// Spec.Handler: a request whose method and path the document does not
+// have, that lacks a required parameter or credential header, or whose
+// JSON body does not validate against the operation's request schema,
+// fails the test and gets a 400 naming what is wrong.
+//
+// The documents in specs/ are whole and unmodified, each with the
+// SOURCE.md that says where it comes from (repository, commit, licence).
+// Twenty and Hermes Agent publish no static OpenAPI document; their mocks
+// follow their reference pages instead.
+package spectest
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"gopkg.in/yaml.v3"
+)
+
+//go:embed specs
+var specs embed.FS
+
+// Spec is one loaded OpenAPI document.
+type Spec struct {
+	name string
+	// Prefix is the path of the document's first server URL ("/v1" for
+	// Dify's Service API, "" when it has none): operations' paths follow
+	// it. Point an adapter's base URL at mock.URL + Prefix.
+	Prefix   string
+	doc      map[string]any
+	ops      []operation
+	compiler *jsonschema.Compiler
+	mu       sync.Mutex
+	schemas  map[string]*jsonschema.Schema
+}
+
+type operation struct {
+	method, template string
+	pattern          *regexp.Regexp
+	pointer          string // JSON pointer of the operation object
+	op               map[string]any
+	pathItem         map[string]any
+}
+
+// Load reads an embedded document by its path under specs/, for example
+// "chatwoot/swagger.json" or "crewai/enterprise-api.en.yaml".
+func Load(t testing.TB, file string) *Spec {
+	t.Helper()
+	s, err := load(file)
+	if err != nil {
+		t.Fatalf("spectest: %v", err)
+	}
+	return s
+}
+
+var cache sync.Map // file → *Spec
+
+func load(file string) (*Spec, error) {
+	if s, ok := cache.Load(file); ok {
+		return s.(*Spec), nil
+	}
+	raw, err := specs.ReadFile("specs/" + file)
+	if err != nil {
+		return nil, err
+	}
+	var doc map[string]any
+	if strings.HasSuffix(file, ".yaml") || strings.HasSuffix(file, ".yml") {
+		var y any
+		if err := yaml.Unmarshal(raw, &y); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		// Round trip through JSON so that every map is map[string]any.
+		b, err := json.Marshal(y)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		raw = b
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	version, _ := doc["openapi"].(string)
+	if !strings.HasPrefix(version, "3.") {
+		return nil, fmt.Errorf("%s: openapi %q, want 3.x", file, version)
+	}
+	draft := jsonschema.Draft2020
+	if strings.HasPrefix(version, "3.0") {
+		// OpenAPI 3.0 schemas are draft-4-like: boolean exclusive bounds,
+		// and "nullable" instead of a null type.
+		draft = jsonschema.Draft4
+		nullable(doc)
+	}
+	s := &Spec{name: file, doc: doc, schemas: map[string]*jsonschema.Schema{}}
+	if servers, ok := doc["servers"].([]any); ok && len(servers) > 0 {
+		if m, ok := servers[0].(map[string]any); ok {
+			if u, ok := m["url"].(string); ok {
+				vars, _ := m["variables"].(map[string]any)
+				for name, v := range vars {
+					def, _ := v.(map[string]any)["default"].(string)
+					u = strings.ReplaceAll(u, "{"+name+"}", def)
+				}
+				s.Prefix = serverPath(u)
+			}
+		}
+	}
+	paths, _ := doc["paths"].(map[string]any)
+	for tmpl, item := range paths {
+		pi, _ := item.(map[string]any)
+		for method, op := range pi {
+			m := strings.ToUpper(method)
+			if !slices.Contains([]string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"}, m) {
+				continue
+			}
+			o, _ := op.(map[string]any)
+			s.ops = append(s.ops, operation{method: m, template: tmpl, pattern: templatePattern(tmpl),
+				pointer: "/paths/" + escape(tmpl) + "/" + method, op: o, pathItem: pi})
+		}
+	}
+	// Literal paths before templated ones, so /bookings/upcoming wins over
+	// /bookings/{uid}.
+	slices.SortFunc(s.ops, func(a, b operation) int {
+		return strings.Count(a.template, "{") - strings.Count(b.template, "{")
+	})
+	s.compiler = jsonschema.NewCompiler()
+	s.compiler.DefaultDraft(draft)
+	if err := s.compiler.AddResource("mem:///"+file, doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	cache.Store(file, s)
+	return s, nil
+}
+
+// serverPath returns the path of a server URL ("https://api.dify.ai/v1" →
+// "/v1"), ignoring variables in the host.
+func serverPath(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		u = u[i+3:]
+		if j := strings.Index(u, "/"); j >= 0 {
+			return strings.TrimSuffix(u[j:], "/")
+		}
+		return ""
+	}
+	return strings.TrimSuffix(u, "/")
+}
+
+// nullable rewrites OpenAPI 3.0's {"type": T, "nullable": true} as
+// {"type": [T, "null"]}, everywhere in v.
+func nullable(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if n, _ := x["nullable"].(bool); n {
+			if t, ok := x["type"].(string); ok {
+				x["type"] = []any{t, "null"}
+			}
+		}
+		for _, c := range x {
+			nullable(c)
+		}
+	case []any:
+		for _, c := range x {
+			nullable(c)
+		}
+	}
+}
+
+func escape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+var paramRE = regexp.MustCompile(`\{[^}]+\}`)
+
+func templatePattern(tmpl string) *regexp.Regexp {
+	parts := paramRE.Split(tmpl, -1)
+	var b strings.Builder
+	b.WriteString("^")
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteString("[^/]+")
+		}
+		b.WriteString(regexp.QuoteMeta(p))
+	}
+	b.WriteString("$")
+	return regexp.MustCompile(b.String())
+}
+
+// Operations lists the document's operations as "METHOD /template".
+func (s *Spec) Operations() []string {
+	var out []string
+	for _, o := range s.ops {
+		out = append(out, o.method+" "+o.template)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Has reports whether the document has the operation "METHOD /template"
+// (the template exactly as the document writes it).
+func (s *Spec) Has(op string) bool { return slices.Contains(s.Operations(), op) }
+
+// Check checks one request against the document: r's method and path
+// (after Prefix), its required query and header parameters, its
+// credentials, and its JSON body. It returns the operation's template on
+// success.
+func (s *Spec) Check(r *http.Request, body []byte) (string, error) {
+	p := r.URL.Path
+	if s.Prefix != "" {
+		rest, ok := strings.CutPrefix(p, s.Prefix)
+		if !ok {
+			return "", fmt.Errorf("%s: %s %s is not under the server path %s", s.name, r.Method, p, s.Prefix)
+		}
+		p = rest
+	}
+	var op *operation
+	pathKnown := false
+	for i := range s.ops {
+		o := &s.ops[i]
+		if !o.pattern.MatchString(p) {
+			continue
+		}
+		pathKnown = true
+		if o.method == r.Method {
+			op = o
+			break
+		}
+	}
+	if op == nil {
+		if pathKnown {
+			return "", fmt.Errorf("%s: %s has no %s operation", s.name, p, r.Method)
+		}
+		return "", fmt.Errorf("%s: no path matches %s %s", s.name, r.Method, p)
+	}
+	for _, prm := range s.parameters(op) {
+		name, _ := prm["name"].(string)
+		in, _ := prm["in"].(string)
+		required, _ := prm["required"].(bool)
+		if !required {
+			continue
+		}
+		switch in {
+		case "query":
+			if !r.URL.Query().Has(name) {
+				return "", fmt.Errorf("%s: %s %s: required query parameter %q is missing", s.name, op.method, op.template, name)
+			}
+		case "header":
+			if r.Header.Get(name) == "" {
+				return "", fmt.Errorf("%s: %s %s: required header %q is missing", s.name, op.method, op.template, name)
+			}
+		}
+	}
+	if err := s.checkSecurity(op, r); err != nil {
+		return "", err
+	}
+	if err := s.checkBody(op, r, body); err != nil {
+		return "", err
+	}
+	return op.template, nil
+}
+
+// parameters returns the operation's and its path item's parameters,
+// with references resolved.
+func (s *Spec) parameters(op *operation) []map[string]any {
+	var out []map[string]any
+	for _, list := range []any{op.pathItem["parameters"], op.op["parameters"]} {
+		items, _ := list.([]any)
+		for _, it := range items {
+			if m := s.deref(it); m != nil {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+func (s *Spec) deref(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	for range 8 {
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return m
+		}
+		m = s.pointer(strings.TrimPrefix(ref, "#"))
+	}
+	return m
+}
+
+func (s *Spec) pointer(ptr string) map[string]any {
+	var cur any = s.doc
+	for _, tok := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[tok]
+	}
+	m, _ := cur.(map[string]any)
+	return m
+}
+
+// checkSecurity requires the credential of at least one of the
+// operation's security requirements (the document's when it has none of
+// its own): an apiKey header, or an Authorization header of the http
+// scheme.
+func (s *Spec) checkSecurity(op *operation, r *http.Request) error {
+	reqs, ok := op.op["security"].([]any)
+	if !ok {
+		reqs, _ = s.doc["security"].([]any)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	schemes := s.pointer("/components/securitySchemes")
+	var missing []string
+	for _, req := range reqs {
+		m, _ := req.(map[string]any)
+		if len(m) == 0 {
+			return nil // an empty requirement: anonymous access allowed
+		}
+		all := true
+		for name := range m {
+			sc, _ := schemes[name].(map[string]any)
+			switch sc["type"] {
+			case "apiKey":
+				hname, _ := sc["name"].(string)
+				if sc["in"] == "header" && r.Header.Get(hname) == "" {
+					all = false
+					missing = append(missing, "header "+hname)
+				}
+			case "http":
+				scheme, _ := sc["scheme"].(string)
+				auth := r.Header.Get("Authorization")
+				if !strings.HasPrefix(strings.ToLower(auth), strings.ToLower(scheme)+" ") || len(auth) <= len(scheme)+1 {
+					all = false
+					missing = append(missing, "Authorization: "+scheme)
+				}
+			}
+		}
+		if all {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %s %s: no credentials (want one of %s)", s.name, op.method, op.template, strings.Join(missing, ", "))
+}
+
+// checkBody validates a JSON body against the operation's request schema,
+// and requires a body when the document says it is required.
+func (s *Spec) checkBody(op *operation, r *http.Request, body []byte) error {
+	rb := s.deref(op.op["requestBody"])
+	if rb == nil {
+		return nil
+	}
+	required, _ := rb["required"].(bool)
+	if len(bytes.TrimSpace(body)) == 0 {
+		if required {
+			return fmt.Errorf("%s: %s %s: the request body is required", s.name, op.method, op.template)
+		}
+		return nil
+	}
+	content, _ := rb["content"].(map[string]any)
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if _, ok := content[mt]; !ok {
+		var have []string
+		for k := range content {
+			have = append(have, k)
+		}
+		slices.Sort(have)
+		return fmt.Errorf("%s: %s %s: content type %q, the document accepts %s", s.name, op.method, op.template, mt, strings.Join(have, ", "))
+	}
+	if mt != "application/json" {
+		return nil
+	}
+	media, _ := content[mt].(map[string]any)
+	if media["schema"] == nil {
+		return nil
+	}
+	var ptr string
+	if ref, ok := media["schema"].(map[string]any)["$ref"].(string); ok {
+		ptr = strings.TrimPrefix(ref, "#")
+	} else {
+		ptr = op.pointer + "/requestBody/content/" + escape(mt) + "/schema"
+		if _, isRef := op.op["requestBody"].(map[string]any)["$ref"]; isRef {
+			ref := op.op["requestBody"].(map[string]any)["$ref"].(string)
+			ptr = strings.TrimPrefix(ref, "#") + "/content/" + escape(mt) + "/schema"
+		}
+	}
+	sch, err := s.schema(ptr)
+	if err != nil {
+		return fmt.Errorf("%s: compile the request schema of %s %s: %w", s.name, op.method, op.template, err)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("%s: %s %s: the body is not JSON: %w", s.name, op.method, op.template, err)
+	}
+	if err := sch.Validate(v); err != nil {
+		return fmt.Errorf("%s: %s %s: the body does not match the document's schema: %v", s.name, op.method, op.template, err)
+	}
+	return nil
+}
+
+func (s *Spec) schema(ptr string) (*jsonschema.Schema, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sch, ok := s.schemas[ptr]; ok {
+		return sch, nil
+	}
+	sch, err := s.compiler.Compile("mem:///" + s.name + "#" + ptr)
+	if err != nil {
+		return nil, err
+	}
+	s.schemas[ptr] = sch
+	return sch, nil
+}
+
+// Handler returns a handler that checks every request against the
+// document before passing it to mock: a request the document does not
+// describe fails t and is answered 400 with the reason. Operations
+// returns what was served.
+func (s *Spec) Handler(t testing.TB, mock http.Handler) *Checked {
+	return &Checked{spec: s, t: t, mock: mock}
+}
+
+// Checked is a mock provider behind a Spec check.
+type Checked struct {
+	spec *Spec
+	t    testing.TB
+	mock http.Handler
+	mu   sync.Mutex
+	seen []string
+}
+
+// ServeHTTP checks the request, then serves it with the mock.
+func (c *Checked) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	tmpl, err := c.spec.Check(r, body)
+	if err != nil {
+		c.t.Errorf("mock provider: %v", err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]string{"message": err.Error()})
+		return
+	}
+	c.mu.Lock()
+	c.seen = append(c.seen, r.Method+" "+tmpl)
+	c.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	c.mock.ServeHTTP(w, r)
+}
+
+// Served returns the operations served so far, as "METHOD /template".
+func (c *Checked) Served() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.seen)
+}

@@ -1,0 +1,93 @@
+package spectest
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	dify := Load(t, "dify/openapi_service.json")
+	if dify.Prefix != "/v1" {
+		t.Fatalf("dify prefix %q, want /v1 (from the server variable's default)", dify.Prefix)
+	}
+	chatwoot := Load(t, "chatwoot/swagger.json")
+	crew := Load(t, "crewai/enterprise-api.en.yaml")
+	cal := Load(t, "cal-diy/openapi.json")
+	for _, tc := range []struct {
+		name    string
+		spec    *Spec
+		method  string
+		path    string
+		header  map[string]string
+		body    string
+		want    string // template on success
+		wantErr string
+	}{
+		{"dify chat", dify, "POST", "/v1/chat-messages", map[string]string{"Authorization": "Bearer k"},
+			`{"inputs":{},"query":"hi","user":"u1","response_mode":"blocking"}`, "/chat-messages", ""},
+		{"dify chat without query", dify, "POST", "/v1/chat-messages", map[string]string{"Authorization": "Bearer k"},
+			`{"inputs":{},"user":"u1"}`, "", "does not match"},
+		{"dify without credentials", dify, "POST", "/v1/chat-messages", nil,
+			`{"inputs":{},"query":"hi","user":"u1"}`, "", "no credentials"},
+		{"dify outside the server path", dify, "POST", "/chat-messages", map[string]string{"Authorization": "Bearer k"},
+			`{}`, "", "not under the server path"},
+		{"chatwoot message", chatwoot, "POST", "/api/v1/accounts/1/conversations/7/messages", map[string]string{"api_access_token": "t"},
+			`{"content":"hello","message_type":"outgoing","private":false}`, "/api/v1/accounts/{account_id}/conversations/{conversation_id}/messages", ""},
+		{"chatwoot without token", chatwoot, "GET", "/api/v1/accounts/1/conversations", nil, "", "", "no credentials"},
+		{"chatwoot unknown method", chatwoot, "PUT", "/api/v1/accounts/1/conversations/7/messages", map[string]string{"api_access_token": "t"},
+			"", "", "has no PUT operation"},
+		{"unknown path", chatwoot, "GET", "/api/v9/nothing", nil, "", "", "no path matches"},
+		{"crewai kickoff", crew, "POST", "/kickoff", map[string]string{"Authorization": "Bearer k"},
+			`{"inputs":{"topic":"x"}}`, "/kickoff", ""},
+		{"crewai status", crew, "GET", "/status/abc-123", map[string]string{"Authorization": "Bearer k"}, "", "/status/{kickoff_id}", ""},
+		{"cal bookings without version header", cal, "GET", "/v2/bookings", map[string]string{"Authorization": "Bearer k"}, "", "", "cal-api-version"},
+		{"cal bookings", cal, "GET", "/v2/bookings", map[string]string{"Authorization": "Bearer k", "cal-api-version": "2024-08-13"}, "", "/v2/bookings", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+			if tc.body != "" {
+				r.Header.Set("Content-Type", "application/json")
+			}
+			for k, v := range tc.header {
+				r.Header.Set(k, v)
+			}
+			got, err := tc.spec.Check(r, []byte(tc.body))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Check: %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("Check = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+type recorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, format) }
+
+func TestHandlerFailsTheTestOnAnUndocumentedRequest(t *testing.T) {
+	crew := Load(t, "crewai/enterprise-api.en.yaml")
+	rec := &recorder{TB: t}
+	served := 0
+	h := crew.Handler(rec, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ }))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("POST", "/launch", nil))
+	if w.Code != http.StatusBadRequest || len(rec.errs) != 1 || served != 0 {
+		t.Fatalf("undocumented request: status %d, %d test errors, served %d; want 400, 1, 0", w.Code, len(rec.errs), served)
+	}
+	r := httptest.NewRequest("GET", "/inputs", nil)
+	r.Header.Set("Authorization", "Bearer k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if served != 1 || len(h.Served()) != 1 || h.Served()[0] != "GET /inputs" {
+		t.Fatalf("documented request: served %d, Served() = %v", served, h.Served())
+	}
+}
