@@ -1,0 +1,187 @@
+// Package webhook holds what the product adapters' webhook routes share:
+// reading a bounded body, checking an HMAC signature in constant time, a
+// durable replay fence kept in the host's state store, and the error and
+// acceptance answers (reference: `{"error":{"code":...}}` with webhook.*
+// codes, and `{"accepted_events": n, ...}`).
+//
+// A route verifies the delivery, fences it, maps it to provider events and
+// publishes them with hostsdk.EventPublisher, which stores them in the
+// journal's outbox (identical batches once). The fence is checked before
+// publishing and recorded only after the events are stored, so a delivery
+// whose publication failed can be delivered again.
+package webhook
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// MaxBody bounds a webhook body (4 MiB, as the reference's hosts do).
+const MaxBody = 4 << 20
+
+// Error codes of webhook answers.
+const (
+	CodeMissingHeader        = "webhook.missing_header"
+	CodeInvalidUTF8          = "webhook.invalid_utf8"
+	CodeInvalidTimestamp     = "webhook.invalid_timestamp"
+	CodeAuthenticationFailed = "webhook.authentication_failed"
+	CodeInvalidDelivery      = "webhook.invalid_delivery"
+	CodeStorageUnavailable   = "webhook.storage_unavailable"
+	CodeInvalidMapping       = "webhook.invalid_mapping"
+	CodeTooLarge             = "webhook.too_large"
+)
+
+// Fail answers status with {"error":{"code":code,"message":message}}.
+func Fail(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": message}})
+}
+
+// Accepted answers 200 with the number of events accepted and, when they
+// were stored, "durably_queued" as their central delivery (the host's
+// outbox holds them).
+func Accepted(w http.ResponseWriter, n int, duplicate bool) {
+	w.Header().Set("Content-Type", "application/json")
+	body := map[string]any{"accepted_events": n, "central_delivery": "durably_queued"}
+	if duplicate {
+		body["duplicate"] = true
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// ReadBody reads at most MaxBody bytes of r's body. On failure it has
+// answered and returns false.
+func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			Fail(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody))
+		} else {
+			Fail(w, http.StatusBadRequest, CodeInvalidDelivery, "the body could not be read")
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// HMACSHA256 returns HMAC-SHA256(secret, parts...).
+func HMACSHA256(secret []byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// EqualHex reports, in constant time for equal lengths, whether gotHex is
+// the lowercase or uppercase hex of want.
+func EqualHex(want []byte, gotHex string) bool {
+	got, err := hex.DecodeString(gotHex)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(want, got)
+}
+
+// Fence is a replay fence for one product instance: the delivery IDs seen
+// within Window, at most Capacity of them, kept under one key of the
+// host's state store (compare-and-set, so replicas sharing a runtime
+// database agree). Every recorded delivery rewrites the key, so its cost
+// grows with the deliveries inside one window: keep Capacity to what a
+// window really holds.
+type Fence struct {
+	Namespace string // e.g. "aip.connector.chatwoot.webhook_replay.v1"
+	Key       string // e.g. "instance:<instance_id>"
+	Window    time.Duration
+	Capacity  int
+	// EvictOldest makes a full fence forget its oldest delivery; without
+	// it a full fence refuses new deliveries (ErrFenceFull).
+	EvictOldest bool
+}
+
+// ErrFenceFull is a delivery refused because the fence holds Capacity
+// deliveries within its window.
+var ErrFenceFull = errors.New("webhook: replay fence is full")
+
+type fenceState struct {
+	// Seen maps a delivery ID to when it was recorded (Unix ms).
+	Seen map[string]int64 `json:"seen"`
+}
+
+// Seen reports whether id was recorded within the window.
+func (f *Fence) Seen(ctx context.Context, st *hostsdk.State, id string, now time.Time) (bool, error) {
+	v, err := st.Get(ctx, f.Namespace, f.Key)
+	if err != nil {
+		if isNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	var s fenceState
+	if err := json.Unmarshal(v.Value, &s); err != nil {
+		return false, fmt.Errorf("webhook: replay fence %s/%s: %w", f.Namespace, f.Key, err)
+	}
+	at, ok := s.Seen[id]
+	return ok && now.Sub(time.UnixMilli(at)) <= f.Window, nil
+}
+
+// Record records id at now, dropping deliveries older than the window.
+// It returns true when id was already recorded within the window (another
+// replica or a concurrent delivery got there first).
+func (f *Fence) Record(ctx context.Context, st *hostsdk.State, id string, now time.Time) (bool, error) {
+	dup := false
+	_, _, err := st.Update(ctx, f.Namespace, f.Key, func(cur json.RawMessage) (json.RawMessage, error) {
+		s := fenceState{Seen: map[string]int64{}}
+		if cur != nil {
+			if err := json.Unmarshal(cur, &s); err != nil {
+				return nil, fmt.Errorf("webhook: replay fence %s/%s: %w", f.Namespace, f.Key, err)
+			}
+			if s.Seen == nil {
+				s.Seen = map[string]int64{}
+			}
+		}
+		oldest := now.Add(-f.Window).UnixMilli()
+		for k, at := range s.Seen {
+			if at < oldest {
+				delete(s.Seen, k)
+			}
+		}
+		if _, ok := s.Seen[id]; ok {
+			dup = true
+			return json.Marshal(s)
+		}
+		dup = false
+		if len(s.Seen) >= f.Capacity {
+			if !f.EvictOldest {
+				return nil, fmt.Errorf("%w: %d deliveries within %s", ErrFenceFull, f.Capacity, f.Window)
+			}
+			ids := make([]string, 0, len(s.Seen))
+			for k := range s.Seen {
+				ids = append(ids, k)
+			}
+			slices.SortFunc(ids, func(a, b string) int { return int(s.Seen[a] - s.Seen[b]) })
+			for _, k := range ids[:len(s.Seen)-f.Capacity+1] {
+				delete(s.Seen, k)
+			}
+		}
+		s.Seen[id] = now.UnixMilli()
+		return json.Marshal(s)
+	})
+	return dup, err
+}
+
+func isNotFound(err error) bool { return errors.Is(err, journal.ErrNotFound) }

@@ -1,0 +1,121 @@
+package webhook
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stateConn is a connector that hands its route context's state store to
+// the test.
+type stateConn struct{ got chan *hostsdk.State }
+
+func (c stateConn) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manifest, error) {
+	return &aip.Manifest{ManifestVersion: "aip-manifest/v1", Agent: aip.Principal{ID: "agent:webhooktest", Kind: aip.PrincipalAgent},
+		Profiles: []string{aip.NativeHTTPProfile},
+		Capabilities: []aip.Capability{{ID: "cap:webhooktest:noop", Name: "noop", Kind: aip.KindTool,
+			InputSchema: []byte(`{"type":"object"}`)}}}, nil
+}
+
+func (c stateConn) Handle(_ context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	return call.Complete(map[string]any{})
+}
+
+func (c stateConn) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	c.got <- rc.State
+	return nil, nil
+}
+
+func hostState(t *testing.T) *hostsdk.State {
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	c := stateConn{got: make(chan *hostsdk.State, 1)}
+	hostsdktest.StartHost(t, hostsdktest.HostConfig(t, cp, d, nil), c)
+	return <-c.got
+}
+
+func TestFence(t *testing.T) {
+	st := hostState(t)
+	ctx := t.Context()
+	now := time.Unix(1_800_000_000, 0)
+	f := &Fence{Namespace: "aip.connector.test.webhook_replay.v1", Key: "instance:i1", Window: 5 * time.Minute, Capacity: 3}
+	if seen, err := f.Seen(ctx, st, "d1", now); seen || err != nil {
+		t.Fatalf("empty fence: Seen = %v, %v", seen, err)
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if dup, err := f.Record(ctx, st, id, now); dup || err != nil {
+			t.Fatalf("Record(%s) = %v, %v", id, dup, err)
+		}
+	}
+	if seen, _ := f.Seen(ctx, st, "d1", now.Add(time.Minute)); !seen {
+		t.Fatal("d1 not seen a minute later")
+	}
+	if dup, err := f.Record(ctx, st, "d1", now.Add(time.Minute)); !dup || err != nil {
+		t.Fatalf("Record(d1) again = %v, %v; want a duplicate", dup, err)
+	}
+	if seen, _ := f.Seen(ctx, st, "d1", now.Add(6*time.Minute)); seen {
+		t.Fatal("d1 still seen after the window")
+	}
+	// Full: d3 fills it, d4 is refused without eviction.
+	if _, err := f.Record(ctx, st, "d3", now.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Record(ctx, st, "d4", now.Add(2*time.Minute)); !errors.Is(err, ErrFenceFull) {
+		t.Fatalf("full fence: %v, want ErrFenceFull", err)
+	}
+	// With eviction the oldest (d1, d2 at now) goes.
+	f.EvictOldest = true
+	if _, err := f.Record(ctx, st, "d4", now.Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	at := now.Add(2 * time.Minute)
+	held := 0
+	for _, id := range []string{"d1", "d2", "d3", "d4"} {
+		if seen, _ := f.Seen(ctx, st, id, at); seen {
+			held++
+		} else if id == "d3" || id == "d4" {
+			t.Fatalf("after eviction %s is forgotten; only the oldest (d1 or d2) may be", id)
+		}
+	}
+	if held != 3 {
+		t.Fatalf("after eviction the fence holds %d deliveries, want its capacity 3", held)
+	}
+	// Past the window everything earlier is dropped on the next record.
+	if dup, err := f.Record(ctx, st, "d9", now.Add(time.Hour)); dup || err != nil {
+		t.Fatalf("Record after the window = %v, %v", dup, err)
+	}
+}
+
+func TestHMACAndAnswers(t *testing.T) {
+	mac := HMACSHA256([]byte("secret"), []byte("1700000000"), []byte("."), []byte(`{"a":1}`))
+	if !EqualHex(mac, hex.EncodeToString(mac)) || !EqualHex(mac, strings.ToUpper(hex.EncodeToString(mac))) {
+		t.Fatal("the signature's own hex does not verify")
+	}
+	bad := HMACSHA256([]byte("other"), []byte("1700000000"), []byte("."), []byte(`{"a":1}`))
+	if EqualHex(mac, hex.EncodeToString(bad)) || EqualHex(mac, "zz") || EqualHex(mac, "") {
+		t.Fatal("a wrong signature verifies")
+	}
+	w := httptest.NewRecorder()
+	Fail(w, http.StatusUnauthorized, CodeAuthenticationFailed, "signature mismatch")
+	if w.Code != 401 || !strings.Contains(w.Body.String(), `"code":"webhook.authentication_failed"`) {
+		t.Fatalf("Fail wrote %d %s", w.Code, w.Body)
+	}
+	w = httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "/webhooks/x", strings.NewReader(strings.Repeat("a", MaxBody+1)))
+	if _, ok := ReadBody(w, r); ok || w.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized body: ok, status %d", w.Code)
+	}
+}
