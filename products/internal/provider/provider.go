@@ -181,7 +181,8 @@ func (c *Client) Product() string { return c.cfg.Product }
 type Request struct {
 	Method string
 	// Path is appended to the base URL's path; it must start with "/".
-	// Escape caller-given segments with url.PathEscape.
+	// It is an escaped path: escape caller-given segments with
+	// url.PathEscape.
 	Path   string
 	Query  url.Values
 	Header http.Header
@@ -255,11 +256,12 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		return nil, fail(0, false, "request path must start with /", nil)
 	}
 	u := *c.cfg.BaseURL
-	u.Path = c.cfg.BaseURL.Path + req.Path
-	u.RawPath = ""
-	if esc := c.cfg.BaseURL.EscapedPath() + req.Path; esc != u.EscapedPath() {
-		u.RawPath = esc
+	escaped := c.cfg.BaseURL.EscapedPath() + req.Path
+	unescaped, err := url.PathUnescape(escaped)
+	if err != nil {
+		return nil, fail(0, false, "request path is not a valid escaped path", err)
 	}
+	u.Path, u.RawPath = unescaped, escaped
 	u.RawQuery = req.Query.Encode()
 	body, ctype := req.Body, req.ContentType
 	if req.JSON != nil {

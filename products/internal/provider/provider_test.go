@@ -1,0 +1,264 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseBaseURL(t *testing.T) {
+	for _, tc := range []struct {
+		raw              string
+		allowPath, loose bool
+		want, wantErr    string
+	}{
+		{raw: "https://app.chatwoot.com/", want: "https://app.chatwoot.com"},
+		{raw: "http://127.0.0.1:3000", want: "http://127.0.0.1:3000"},
+		{raw: "http://localhost:3000", want: "http://localhost:3000"},
+		{raw: "http://[::1]:3000", want: "http://[::1]:3000"},
+		{raw: "https://api.dify.ai/v1/", allowPath: true, want: "https://api.dify.ai/v1"},
+		{raw: "http://10.0.0.5:3000", loose: true, want: "http://10.0.0.5:3000"},
+		{raw: "", wantErr: "no URL given"},
+		{raw: "ftp://x", wantErr: "want an http or https URL"},
+		{raw: "https://", wantErr: "has no host"},
+		{raw: "https://u:p@x.example", wantErr: "user information"},
+		{raw: "https://x.example?a=1", wantErr: "query or fragment"},
+		{raw: "https://x.example#f", wantErr: "query or fragment"},
+		{raw: "https://api.dify.ai/v1", wantErr: "give the origin alone"},
+		{raw: "http://chatwoot.example", wantErr: "use https"},
+		{raw: "http://10.0.0.5:3000", wantErr: "use https"},
+	} {
+		u, err := ParseBaseURL("--x-base-url", tc.raw, tc.allowPath, tc.loose)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "--x-base-url: ") {
+				t.Errorf("ParseBaseURL(%q) = %v, %v; want an error naming the setting and %q", tc.raw, u, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || u.String() != tc.want {
+			t.Errorf("ParseBaseURL(%q) = %v, %v; want %s", tc.raw, u, err, tc.want)
+		}
+	}
+}
+
+func TestReadSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	s, err := ReadSecret("--token-file", write("ok", "tok-123\n", 0o600))
+	if err != nil || s.Reveal() != "tok-123" {
+		t.Fatalf("ReadSecret = %q, %v", s.Reveal(), err)
+	}
+	for _, v := range []string{fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s", s, s, s, s)} {
+		if strings.Contains(v, "tok-123") {
+			t.Fatalf("a secret printed as %q", v)
+		}
+	}
+	if b, _ := json.Marshal(struct{ S Secret }{s}); strings.Contains(string(b), "tok-123") {
+		t.Fatalf("a secret marshalled as %s", b)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{write("open", "tok", 0o644), "chmod 600"},
+		{write("inner", "tok en", 0o600), "whitespace or a control character"},
+		{filepath.Join(dir, "missing"), "no such file"},
+		{"", "no file given"},
+	} {
+		if _, err := ReadSecret("--token-file", tc.path); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--token-file: ") {
+			t.Errorf("ReadSecret(%s) = %v; want an error naming the setting and %q", tc.path, err, tc.want)
+		}
+	}
+}
+
+func newClient(t *testing.T, h http.HandlerFunc, edit func(*Config)) *Client {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	u, err := ParseBaseURL("base", srv.URL+"/api", true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Product: "acme", BaseURL: u, UserAgent: "aipfleet-test",
+		Auth: func(r *http.Request) { r.Header.Set("Authorization", "Bearer k") }}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestDo(t *testing.T) {
+	var got *http.Request
+	var gotBody string
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		b := make([]byte, r.ContentLength)
+		r.Body.Read(b)
+		gotBody = string(b)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":7}`)
+	}, nil)
+	var out struct{ ID int }
+	err := c.JSON(t.Context(), Request{Method: "POST", Path: "/items/" + "a%2Fb",
+		Query: map[string][]string{"q": {"x y"}}, Header: http.Header{"Idempotency-Key": {"k1"}},
+		JSON: map[string]string{"name": "n"}}, &out)
+	if err != nil || out.ID != 7 {
+		t.Fatalf("JSON = %+v, %v", out, err)
+	}
+	if got.URL.EscapedPath() != "/api/items/a%2Fb" || got.URL.Query().Get("q") != "x y" {
+		t.Errorf("request went to %s?%s", got.URL.EscapedPath(), got.URL.RawQuery)
+	}
+	for h, want := range map[string]string{"Authorization": "Bearer k", "Content-Type": "application/json",
+		"User-Agent": "aipfleet-test", "Idempotency-Key": "k1", "Accept": "application/json"} {
+		if got.Header.Get(h) != want {
+			t.Errorf("header %s = %q, want %q", h, got.Header.Get(h), want)
+		}
+	}
+	if gotBody != `{"name":"n"}` {
+		t.Errorf("body %s", gotBody)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		status     int
+		header     map[string]string
+		body       string
+		may        bool
+		code       string
+		retryable  bool
+		retryAfter uint64
+		message    string
+	}{
+		{"bad request", 400, nil, `{"message":"content is required"}`, false, CodeInvalidRequest, false, 0, "content is required"},
+		{"unprocessable", 422, nil, `{"errors":["a","b"]}`, false, CodeInvalidRequest, false, 0, `["a","b"]`},
+		{"unauthorized", 401, nil, `{"error":"Invalid token"}`, false, CodeUnauthorized, false, 0, "Invalid token"},
+		{"forbidden", 403, nil, `{"error":{"message":"no access"}}`, false, CodeForbidden, false, 0, "no access"},
+		{"not found", 404, nil, `not here`, false, CodeNotFound, false, 0, "not here"},
+		{"conflict", 409, nil, `{}`, false, CodeConflict, false, 0, ""},
+		{"rate limited", 429, map[string]string{"Retry-After": "3"}, ``, false, CodeRateLimited, true, 3000, ""},
+		{"server error", 502, nil, `{"detail":"upstream"}`, true, CodeUnavailable, true, 0, "upstream"},
+		{"redirect", 302, map[string]string{"Location": "https://elsewhere.example/"}, ``, false, CodeInvalidRequest, false, 0, "not followed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tc.status)
+				fmt.Fprint(w, tc.body)
+			}, nil)
+			_, err := c.Do(t.Context(), Request{Method: "POST", Path: "/x"})
+			var pe *Error
+			if !errors.As(err, &pe) || pe.Status != tc.status || pe.MayHaveApplied != tc.may || !strings.Contains(pe.Message, tc.message) {
+				t.Fatalf("Do = %#v", err)
+			}
+			perr := ProtocolError(pe)
+			if perr.Code != tc.code || perr.IsRetryable() != tc.retryable || (tc.retryAfter != 0) != (perr.RetryAfterMS != nil) ||
+				perr.RetryAfterMS != nil && *perr.RetryAfterMS != tc.retryAfter {
+				t.Fatalf("ProtocolError = %+v", perr)
+			}
+			if strings.Contains(perr.Message, "Bearer k") {
+				t.Fatal("the credential leaked into an error")
+			}
+		})
+	}
+}
+
+func TestResponseBound(t *testing.T) {
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, strings.Repeat("x", 100))
+	}, func(cfg *Config) { cfg.MaxResponseBytes = 99 })
+	_, err := c.Do(t.Context(), Request{Method: "GET", Path: "/x"})
+	var pe *Error
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "larger than the 99 bytes") || !pe.MayHaveApplied {
+		t.Fatalf("oversized answer: %v", err)
+	}
+}
+
+func call() *hostsdk.Call {
+	return &hostsdk.Call{Action: &aip.Action{ID: "act_1"}}
+}
+
+func TestResult(t *testing.T) {
+	// A connection refused: nothing was sent, so even a mutation fails
+	// (retryable) rather than being unknown.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	u, _ := ParseBaseURL("base", "http://"+addr, false, false)
+	c, _ := New(Config{Product: "acme", BaseURL: u})
+	_, err = c.Do(t.Context(), Request{Method: "POST", Path: "/x"})
+	res, rerr := Result(call(), err, true)
+	if rerr != nil || res.Status != aip.ResultFailed || res.Error.Code != CodeUnavailable || !res.Error.IsRetryable() {
+		t.Fatalf("refused connection: %+v, %v", res, rerr)
+	}
+
+	// A connection dropped after the request was sent.
+	dropped := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	}, nil)
+	_, err = dropped.Do(t.Context(), Request{Method: "POST", Path: "/x"})
+	if _, rerr := Result(call(), err, true); !errors.Is(rerr, hostsdk.ErrOutcomeUnknown) {
+		t.Fatalf("dropped mutation: %v, want ErrOutcomeUnknown", rerr)
+	}
+	if res, rerr := Result(call(), err, false); rerr != nil || res.Error.Code != CodeUnavailable || !res.Error.IsRetryable() {
+		t.Fatalf("dropped read: %+v, %v", res, rerr)
+	}
+
+	// A timeout after sending is unknown for a mutation.
+	slow := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}, func(cfg *Config) { cfg.Timeout = 50 * time.Millisecond })
+	_, err = slow.Do(context.Background(), Request{Method: "POST", Path: "/x"})
+	if _, rerr := Result(call(), err, true); !errors.Is(rerr, hostsdk.ErrOutcomeUnknown) {
+		t.Fatalf("timed-out mutation: %v, want ErrOutcomeUnknown", rerr)
+	}
+
+	// A 4xx on a mutation is a plain failure; a 5xx is unknown.
+	status := 400
+	c4 := newClient(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }, nil)
+	_, err = c4.Do(t.Context(), Request{Method: "POST", Path: "/x"})
+	if res, rerr := Result(call(), err, true); rerr != nil || res.Error.Code != CodeInvalidRequest {
+		t.Fatalf("400 mutation: %+v, %v", res, rerr)
+	}
+	status = 500
+	_, err = c4.Do(t.Context(), Request{Method: "POST", Path: "/x"})
+	if _, rerr := Result(call(), err, true); !errors.Is(rerr, hostsdk.ErrOutcomeUnknown) {
+		t.Fatalf("500 mutation: %v, want ErrOutcomeUnknown", rerr)
+	}
+
+	// The adapter's own errors pass through.
+	own := errors.New("bad mapping")
+	if res, rerr := Result(call(), own, true); res != nil || rerr != own {
+		t.Fatalf("own error: %+v, %v", res, rerr)
+	}
+}
