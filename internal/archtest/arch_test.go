@@ -2,6 +2,7 @@ package archtest
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -73,5 +74,32 @@ func TestHostSDKImportDirection(t *testing.T) {
 func TestCheckerDetectsViolations(t *testing.T) {
 	if bad := violations(t, module+"/internal/pgtest", hostsdkForbidden); len(bad) == 0 {
 		t.Fatal("the checker did not notice that internal/pgtest depends on pgx")
+	}
+}
+
+// TestProductsImportDirection: product adapters build on hostsdk alone
+// (aip ← hostsdk ← products); they never reach into the registry, the
+// control plane, pgx or chi, and no product imports another.
+func TestProductsImportDirection(t *testing.T) {
+	pkgs := goList(t, module+"/products/...")
+	var adapters []string
+	for _, pkg := range pkgs {
+		for _, dep := range violations(t, pkg, hostsdkForbidden) {
+			t.Errorf("%s depends on %s; products must not import pgx, chi, the registry, the dispatcher or the control plane (see ARCHITECTURE.md)", pkg, dep)
+		}
+		if rest := strings.TrimPrefix(pkg, module+"/products/"); rest != pkg && !strings.HasPrefix(rest, "internal") && !strings.Contains(rest, "/") {
+			adapters = append(adapters, pkg)
+		}
+	}
+	for _, pkg := range adapters {
+		deps := goList(t, "-deps", "-f", "{{.ImportPath}}", pkg)
+		for _, other := range adapters {
+			if other != pkg && slices.Contains(deps, other) {
+				t.Errorf("%s depends on %s; product adapters share code through products/internal only", pkg, other)
+			}
+		}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("no products packages found to check")
 	}
 }
