@@ -1,0 +1,5 @@
+package main
+
+import "github.com/aipfleet/aipfleet/products/crewai"
+
+func init() { register(crewai.Product) }

@@ -1,0 +1,504 @@
+package crewai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// Identifiers of the manifest.
+const (
+	// Profile is the connector profile the manifest declares.
+	Profile = "aip.connector.crewai.v1"
+	// CapabilityPrefix starts every capability ID: cap:crewai:<crew id>
+	// runs the crew, cap:crewai:<crew id>:<suffix> does the rest.
+	CapabilityPrefix = "cap:crewai:"
+	// DefaultNamespace is the agent namespace when the tenant is empty.
+	DefaultNamespace = "crews"
+	// KickoffsNamespace is the host state namespace where a run's kickoff
+	// id is kept, keyed by action ID, for Reconcile.
+	KickoffsNamespace = "aip.connector.crewai.kickoffs.v1"
+)
+
+// Capability suffixes.
+const (
+	SuffixInputs = "inputs"
+	SuffixStatus = "status"
+	SuffixResume = "resume"
+)
+
+// Error codes of failed results this adapter builds itself (provider
+// errors carry provider.* codes).
+const (
+	// CodeExecutionFailed: the crew ran and CrewAI AMP reported status
+	// "error".
+	CodeExecutionFailed = "crewai.execution_failed"
+	// CodeInterrupted: a read was interrupted by a restart; run it again.
+	CodeInterrupted = "crewai.interrupted"
+)
+
+// maxPollFailures is how many status reads in a row may fail
+// transiently (no answer, 5xx, 429) before a run gives up waiting and is
+// outcome_unknown.
+const maxPollFailures = 5
+
+// Connector serves the configured crews.
+type Connector struct {
+	crews  map[string]*crew
+	order  []*crew
+	poll   time.Duration
+	logger *slog.Logger
+}
+
+func newConnector(crews []*crew, poll time.Duration, logger *slog.Logger) *Connector {
+	c := &Connector{crews: make(map[string]*crew, len(crews)), order: crews, poll: poll, logger: logger}
+	for _, cr := range crews {
+		c.crews[cr.id] = cr
+	}
+	return c
+}
+
+var (
+	_ hostsdk.Connector     = (*Connector)(nil)
+	_ hostsdk.HealthChecker = (*Connector)(nil)
+	_ hostsdk.Reconciler    = (*Connector)(nil)
+)
+
+// operation is what a capability does.
+type operation int
+
+const (
+	opRun operation = iota
+	opInputs
+	opStatus
+	opResume
+)
+
+// parseCapability splits a capability ID into its crew and operation.
+func (c *Connector) parseCapability(id string) (*crew, operation, bool) {
+	rest, ok := strings.CutPrefix(id, CapabilityPrefix)
+	if !ok {
+		return nil, 0, false
+	}
+	crewID, suffix, hasSuffix := strings.Cut(rest, ":")
+	cr, ok := c.crews[crewID]
+	if !ok {
+		return nil, 0, false
+	}
+	if !hasSuffix {
+		return cr, opRun, true
+	}
+	switch suffix {
+	case SuffixInputs:
+		return cr, opInputs, true
+	case SuffixStatus:
+		return cr, opStatus, true
+	case SuffixResume:
+		return cr, opResume, true
+	}
+	return nil, 0, false
+}
+
+func contract(mutation bool, sensitivity aip.Sensitivity) *aip.CapabilityContract {
+	cc := &aip.CapabilityContract{
+		SideEffects: []aip.SideEffect{aip.EffectRead},
+		Idempotency: aip.IdempotencyContract{Requirement: aip.IdempotencyOptional,
+			CollisionBehavior: aip.CollisionReturnOriginal, KeyScope: aip.ScopeAction},
+		Execution: aip.ExecutionContract{SupportsSync: true, SupportsRetry: true,
+			ExpectedCompletion: aip.CompletionSync, RetrySafety: aip.RetrySafe},
+		Data:         aip.DataContract{Sensitivity: sensitivity},
+		Compensation: &aip.CompensationContract{Mode: aip.CompensationNotRequired},
+	}
+	if mutation {
+		cc.SideEffects = []aip.SideEffect{aip.EffectWrite, aip.EffectExternalNetwork}
+		cc.Idempotency.Requirement = aip.IdempotencyRequired
+		// CrewAI AMP has no idempotency key: a new action is a new run.
+		cc.Execution.SupportsRetry = false
+		cc.Execution.RetrySafety = aip.RetryUnsafe
+		cc.Compensation = &aip.CompensationContract{Mode: aip.CompensationRollbackUnsupported}
+	}
+	return cc
+}
+
+// Manifest implements hostsdk.Connector: four capabilities per crew.
+func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+	ns := tenant.TenantID
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	m := &aip.Manifest{
+		ManifestVersion: "aip-manifest/v1",
+		Agent: aip.Principal{ID: "agent:crewai:" + ns, Kind: aip.PrincipalAgent,
+			DisplayName: "CrewAI AMP crews"},
+		Profiles: []string{aip.NativeHTTPProfile, Profile},
+	}
+	for _, cr := range c.order {
+		base := CapabilityPrefix + cr.id
+		runDesc := "Starts crew " + cr.id + " on CrewAI AMP (POST /kickoff) and waits, reading its status, until it completes or fails; returns the crew's output."
+		if cr.description != "" {
+			runDesc += " The crew: " + cr.description
+		}
+		m.Capabilities = append(m.Capabilities,
+			aip.Capability{ID: base, Name: "Run crew " + cr.id, Kind: aip.KindAgent, Description: runDesc,
+				InputSchema: runInputSchema, OutputSchema: statusOutputSchema, Risk: aip.RiskMedium,
+				Stability: aip.StabilityStable, Contract: contract(true, aip.SensitivityConfidential)},
+			aip.Capability{ID: base + ":" + SuffixInputs, Name: "Inputs of crew " + cr.id, Kind: aip.KindTool,
+				Description: "Lists the names of the inputs crew " + cr.id + " expects (GET /inputs).",
+				InputSchema: inputsInputSchema, OutputSchema: inputsOutputSchema, Risk: aip.RiskLow,
+				Stability: aip.StabilityStable, Contract: contract(false, aip.SensitivityInternal)},
+			aip.Capability{ID: base + ":" + SuffixStatus, Name: "Status of a run of crew " + cr.id, Kind: aip.KindTool,
+				Description: "Reads the status of one run of crew " + cr.id + " by kickoff id (GET /status/{kickoff_id}): running, completed with its output, or error.",
+				InputSchema: statusInputSchema, OutputSchema: statusOutputSchema, Risk: aip.RiskLow,
+				Stability: aip.StabilityStable, Contract: contract(false, aip.SensitivityConfidential)},
+			aip.Capability{ID: base + ":" + SuffixResume, Name: "Resume crew " + cr.id + " with human feedback", Kind: aip.KindTool,
+				Description: "Gives human feedback to a run of crew " + cr.id + " paused on a task with human input (POST /resume): approve to continue, or not to retry the task with the feedback.",
+				InputSchema: resumeInputSchema, OutputSchema: resumeOutputSchema, Risk: aip.RiskMedium,
+				Stability: aip.StabilityStable, Contract: contract(true, aip.SensitivityConfidential)},
+		)
+	}
+	return m, nil
+}
+
+// Handle implements hostsdk.Connector.
+func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	cr, op, ok := c.parseCapability(call.Action.CapabilityID)
+	if !ok {
+		return nil, aip.NewProtocolError("crewai.unknown_capability", aip.CategoryPermanent, false, 0,
+			"no configured crew serves capability "+call.Action.CapabilityID)
+	}
+	switch op {
+	case opInputs:
+		return c.inputs(ctx, call, cr)
+	case opStatus:
+		return c.status(ctx, call, cr)
+	case opResume:
+		return c.resume(ctx, call, cr)
+	default:
+		return c.run(ctx, call, cr)
+	}
+}
+
+func decodeInput(call *hostsdk.Call, v any) error {
+	if err := json.Unmarshal(call.Action.Input, v); err != nil {
+		return aip.NewProtocolError("crewai.input", aip.CategoryPermanent, false, 0, "input: "+err.Error())
+	}
+	return nil
+}
+
+// kickoffRequest is POST /kickoff's body. The webhook URLs are never sent:
+// this adapter learns the outcome by polling.
+type kickoffRequest struct {
+	Inputs             map[string]string `json:"inputs"`
+	Meta               map[string]any    `json:"meta,omitempty"`
+	RestoreFromStateID string            `json:"restoreFromStateId,omitempty"`
+}
+
+type runInput struct {
+	Inputs             map[string]string `json:"inputs"`
+	Meta               map[string]any    `json:"meta"`
+	RestoreFromStateID string            `json:"restore_from_state_id"`
+}
+
+// kickoffRecord is what KickoffsNamespace holds per action.
+type kickoffRecord struct {
+	CrewID    string `json:"crew_id"`
+	KickoffID string `json:"kickoff_id"`
+}
+
+// run kicks the crew off, records the kickoff id, then polls its status
+// until it is terminal.
+func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip.ActionResult, error) {
+	var in runInput
+	if err := decodeInput(call, &in); err != nil {
+		return nil, err
+	}
+	if in.Inputs == nil {
+		in.Inputs = map[string]string{}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing sent yet
+	}
+	var out struct {
+		KickoffID string `json:"kickoff_id"`
+	}
+	err := cr.client.JSON(ctx, provider.Request{Method: http.MethodPost, Path: "/kickoff",
+		JSON: kickoffRequest{Inputs: in.Inputs, Meta: in.Meta, RestoreFromStateID: in.RestoreFromStateID}}, &out)
+	if err != nil {
+		return provider.Result(call, err, true)
+	}
+	if out.KickoffID == "" {
+		return nil, fmt.Errorf("%w: crewai POST /kickoff answered without a kickoff_id; the crew may be running", hostsdk.ErrOutcomeUnknown)
+	}
+	logger := call.Logger
+	if logger == nil {
+		logger = c.logger
+	}
+	logger = logger.With("crew_id", cr.id, "kickoff_id", out.KickoffID)
+	// A crash from here on is settled by Reconcile through this record.
+	// Without it Reconcile says outcome_unknown, which is still true, so a
+	// failure to record does not stop the run.
+	if st := call.State(); st != nil {
+		if _, err := st.Put(context.WithoutCancel(ctx), KickoffsNamespace, call.Action.ID,
+			kickoffRecord{CrewID: cr.id, KickoffID: out.KickoffID}, 0); err != nil {
+			logger.Warn("could not record the kickoff id; a restart before the run ends leaves it outcome_unknown", "error", err)
+		}
+	}
+	return c.wait(ctx, call.Action.ID, cr, out.KickoffID, logger)
+}
+
+// wait polls GET /status/{kickoff_id} every poll interval until the run
+// is completed or error. It returns ctx's error when ctx ends first.
+func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoffID string, logger *slog.Logger) (*aip.ActionResult, error) {
+	timer := time.NewTimer(0) // the first read is immediate
+	defer timer.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+		}
+		st, err := c.readStatus(ctx, cr, kickoffID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			var pe *provider.Error
+			if errors.As(err, &pe) && transient(pe) && failures+1 < maxPollFailures {
+				failures++
+				logger.Warn("status read failed; trying again", "error", err, "failures", failures)
+				timer.Reset(c.poll)
+				continue
+			}
+			return nil, fmt.Errorf("%w: crew %s was kicked off as %s but its status could not be read (read it with %s%s:%s): %v",
+				hostsdk.ErrOutcomeUnknown, cr.id, kickoffID, CapabilityPrefix, cr.id, SuffixStatus, err)
+		}
+		failures = 0
+		if res, done := settled(actionID, cr, st); done {
+			return res, nil
+		}
+		timer.Reset(c.poll)
+	}
+}
+
+// transient reports whether a failed status read is worth repeating.
+func transient(pe *provider.Error) bool {
+	return pe.Status == 0 || pe.Status >= 500 || pe.Status == http.StatusTooManyRequests || pe.Status == http.StatusRequestTimeout
+}
+
+// settled turns a terminal status into the run's result.
+func settled(actionID string, cr *crew, st *statusOutput) (*aip.ActionResult, bool) {
+	switch st.Status {
+	case statusCompleted:
+		raw, err := json.Marshal(st)
+		if err != nil {
+			return nil, false
+		}
+		return &aip.ActionResult{ActionID: actionID, Status: aip.ResultCompleted, Output: raw}, true
+	case statusError:
+		msg := fmt.Sprintf("crew %s run %s failed: %s", cr.id, st.KickoffID, st.Error)
+		return &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(CodeExecutionFailed, aip.CategoryPermanent, false, 0,
+				aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))}, true
+	}
+	return nil, false
+}
+
+// Status values of the document's ExecutionRunning, ExecutionCompleted
+// and ExecutionError schemas.
+// Any other status ("running", or a state the document does not list)
+// is polled on.
+const (
+	statusCompleted = "completed"
+	statusError     = "error"
+)
+
+// statusOutput is GET /status/{kickoff_id}'s answer (one of
+// ExecutionRunning, ExecutionCompleted, ExecutionError) with the kickoff
+// id added; it is the output of the run and status capabilities.
+type statusOutput struct {
+	KickoffID     string          `json:"kickoff_id"`
+	Status        string          `json:"status"`
+	CurrentTask   string          `json:"current_task,omitempty"`
+	Progress      *progress       `json:"progress,omitempty"`
+	Result        *executionValue `json:"result,omitempty"`
+	ExecutionTime *float64        `json:"execution_time,omitempty"`
+	Error         string          `json:"error,omitempty"`
+}
+
+type progress struct {
+	CompletedTasks *int64 `json:"completed_tasks,omitempty"`
+	TotalTasks     *int64 `json:"total_tasks,omitempty"`
+}
+
+type executionValue struct {
+	Output string       `json:"output"`
+	Tasks  []taskResult `json:"tasks,omitempty"`
+}
+
+type taskResult struct {
+	TaskID        string   `json:"task_id,omitempty"`
+	Output        string   `json:"output,omitempty"`
+	Agent         string   `json:"agent,omitempty"`
+	ExecutionTime *float64 `json:"execution_time,omitempty"`
+}
+
+// readStatus reads one status. An answer without a status is a bad
+// response (a *provider.Error with the 2xx status).
+func (c *Connector) readStatus(ctx context.Context, cr *crew, kickoffID string) (*statusOutput, error) {
+	path := "/status/" + url.PathEscape(kickoffID)
+	var st statusOutput
+	if err := cr.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: path}, &st); err != nil {
+		return nil, err
+	}
+	if st.Status == "" {
+		return nil, &provider.Error{Product: "crewai", Method: http.MethodGet, Path: path, Status: http.StatusOK,
+			Message: "the status answer has no status"}
+	}
+	st.KickoffID = kickoffID
+	return &st, nil
+}
+
+func (c *Connector) status(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip.ActionResult, error) {
+	var in struct {
+		KickoffID string `json:"kickoff_id"`
+	}
+	if err := decodeInput(call, &in); err != nil {
+		return nil, err
+	}
+	st, err := c.readStatus(ctx, cr, in.KickoffID)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	return call.Complete(st)
+}
+
+func (c *Connector) inputs(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip.ActionResult, error) {
+	names, err := readInputs(ctx, cr)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	return call.Complete(map[string]any{"inputs": names})
+}
+
+func readInputs(ctx context.Context, cr *crew) ([]string, error) {
+	var out struct {
+		Inputs []string `json:"inputs"`
+	}
+	if err := cr.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/inputs"}, &out); err != nil {
+		return nil, err
+	}
+	if out.Inputs == nil {
+		out.Inputs = []string{}
+	}
+	return out.Inputs, nil
+}
+
+// resumeRequest is POST /resume's body with its required fields; the
+// webhook URLs are not sent, as none were sent at kickoff.
+type resumeRequest struct {
+	ExecutionID   string `json:"execution_id"`
+	TaskID        string `json:"task_id"`
+	HumanFeedback string `json:"human_feedback"`
+	IsApprove     bool   `json:"is_approve"`
+}
+
+func (c *Connector) resume(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip.ActionResult, error) {
+	var in struct {
+		KickoffID     string `json:"kickoff_id"`
+		TaskID        string `json:"task_id"`
+		HumanFeedback string `json:"human_feedback"`
+		IsApprove     bool   `json:"is_approve"`
+	}
+	if err := decodeInput(call, &in); err != nil {
+		return nil, err
+	}
+	var out struct {
+		Status  string `json:"status"`
+		Message string `json:"message,omitempty"`
+	}
+	err := cr.client.JSON(ctx, provider.Request{Method: http.MethodPost, Path: "/resume",
+		JSON: resumeRequest{ExecutionID: in.KickoffID, TaskID: in.TaskID, HumanFeedback: in.HumanFeedback, IsApprove: in.IsApprove}}, &out)
+	if err != nil {
+		return provider.Result(call, err, true)
+	}
+	return call.Complete(map[string]any{"kickoff_id": in.KickoffID, "status": out.Status, "message": out.Message})
+}
+
+// CheckHealth implements hostsdk.HealthChecker: GET /inputs of every
+// crew (a cheap authenticated read), a few at a time.
+func (c *Connector) CheckHealth(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, cr := range c.order {
+		g.Go(func() error {
+			if _, err := readInputs(ctx, cr); err != nil {
+				return fmt.Errorf("crew %s: %w", cr.id, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// Reconcile implements hostsdk.Reconciler. A run a crash left running
+// whose kickoff id was recorded is settled by one status read: completed
+// or failed as CrewAI AMP reports; still running, or unreadable, it is
+// outcome_unknown (the message names the kickoff id to read later). A run
+// without a recorded kickoff id, and an interrupted resume, are
+// outcome_unknown: the request may have reached CrewAI AMP. An
+// interrupted read (inputs, status) changed nothing and fails retryably.
+func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+	id := u.Action.ActionID
+	cr, op, ok := c.parseCapability(u.Action.CapabilityID)
+	switch {
+	case ok && (op == opInputs || op == opStatus):
+		return &aip.ActionResult{ActionID: id, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryTemporary, true, 0,
+				"the replica restarted during this read; it changed nothing, send it again under a new action id")}, nil
+	case ok && op == opResume:
+		return nil, fmt.Errorf("%w: the replica restarted while POST /resume was in flight", hostsdk.ErrOutcomeUnknown)
+	}
+	// A run (or a capability of a crew no longer configured).
+	var rec kickoffRecord
+	if u.State != nil {
+		v, err := u.State.Get(ctx, KickoffsNamespace, id)
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("read the kickoff record of %s: %w", id, err)
+		default:
+			if err := json.Unmarshal(v.Value, &rec); err != nil {
+				return nil, fmt.Errorf("kickoff record of %s: %w", id, err)
+			}
+		}
+	}
+	if rec.KickoffID == "" {
+		return nil, fmt.Errorf("%w: the replica restarted before CrewAI AMP's kickoff answer was recorded; the crew may have been started", hostsdk.ErrOutcomeUnknown)
+	}
+	if !ok || cr.id != rec.CrewID {
+		return nil, fmt.Errorf("%w: crew %s (kickoff %s) is no longer configured", hostsdk.ErrOutcomeUnknown, rec.CrewID, rec.KickoffID)
+	}
+	st, err := c.readStatus(ctx, cr, rec.KickoffID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: crew %s kickoff %s: status unreadable after a restart: %v", hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, err)
+	}
+	if res, done := settled(id, cr, st); done {
+		return res, nil
+	}
+	return nil, fmt.Errorf("%w: crew %s kickoff %s is still %s after the restart; read it with %s%s:%s",
+		hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, st.Status, CapabilityPrefix, cr.id, SuffixStatus)
+}

@@ -1,0 +1,103 @@
+// Package crewai is the product adapter for crews deployed on CrewAI AMP
+// (CrewAI's hosted platform), through the REST API every deployed crew
+// publishes (specs/crewai/enterprise-api.en.yaml in
+// products/internal/spectest: GET /inputs, POST /kickoff,
+// GET /status/{kickoff_id}, POST /resume, bearer authentication).
+//
+// # Relation to upstream
+//
+// The upstream implementation (getaip/core, aip-host-crewai) runs CrewAI
+// itself in a Python sidecar (FastAPI) that the Rust host calls over its
+// own /jobs protocol. This adapter does not: it calls CrewAI AMP's
+// published HTTP API for crews that are already deployed there, so there
+// is no sidecar, no Python and no local run journal. It keeps upstream's
+// capability naming (cap:crewai:<crew_id> runs the crew,
+// cap:crewai:<crew_id>:<suffix> does the rest), agent kind, risks and
+// profile. Upstream's events, cancel, batch_run, replay, train, test,
+// knowledge_query and memory_reset operations have no counterpart in the
+// AMP API and are not offered; resume and inputs are AMP operations
+// upstream does not have.
+//
+// # Manifest
+//
+// The agent is agent:crewai:<namespace> (kind agent), where the namespace
+// is the tenant ID the host serves, or "crews" when it has none; profiles
+// aip.native.http.v1 and aip.connector.crewai.v1. Per configured crew:
+//
+//	cap:crewai:<crew_id>         run: POST /kickoff {inputs, meta?, restoreFromStateId?},
+//	                             then GET /status/{kickoff_id} every poll interval
+//	                             until completed or error (kind agent, risk medium, mutation)
+//	cap:crewai:<crew_id>:inputs  GET /inputs: the names of the crew's inputs (tool, low, read)
+//	cap:crewai:<crew_id>:status  GET /status/{kickoff_id} once (tool, low, read)
+//	cap:crewai:<crew_id>:resume  POST /resume {execution_id, task_id, human_feedback,
+//	                             is_approve}: human feedback to a paused task (tool, medium, mutation)
+//
+// Every input schema is closed (additionalProperties false) and bounded;
+// kickoff ids must be UUIDs, as the document's format says. The run and
+// status output is the document's status object (status, current_task,
+// progress, result {output, tasks[]}, execution_time, error) with
+// kickoff_id added; resume returns {kickoff_id, status, message}. No
+// capability requires human approval (the reference does not say so).
+//
+// # Runs, polling and recovery
+//
+// A run sends POST /kickoff and, as soon as the kickoff id is answered,
+// records {crew_id, kickoff_id} in the host state (namespace
+// aip.connector.crewai.kickoffs.v1, key: the action ID). It then reads the
+// status at once and after every poll interval. "completed" completes the
+// action with the status object as output; "error" fails it with code
+// crewai.execution_failed; any other status ("running", or one the
+// document does not list, such as a run paused for human input) is polled
+// on. Up to four status reads in a row may fail transiently (no answer,
+// 5xx, 429, 408); the fifth failure, or any other failure (a 4xx, an
+// answer without a status), ends the wait as outcome_unknown, with the
+// kickoff id in the message so the status capability can read it later.
+//
+// When the action is cancelled or times out, polling stops and the
+// context's error is returned: the host records the action cancelled (or
+// outcome_unknown for a timeout). The AMP API has no cancel operation, so
+// the crew itself keeps running on CrewAI AMP; the contract therefore says
+// supports_cancel false.
+//
+// The adapter is a hostsdk.Reconciler. A run a crash left running whose
+// kickoff id is recorded is settled by one status read: completed or
+// failed as AMP reports; still running or unreadable, outcome_unknown
+// naming the kickoff id. A run without a recorded kickoff id is
+// outcome_unknown (the kickoff may have reached AMP), as is an interrupted
+// resume; an interrupted read fails with crewai.interrupted, retryable.
+//
+// # Settings
+//
+//	--crewai-crews-file / AIP_CREWAI_CREWS_FILE (required): a JSON array of
+//	    1 to 1000 {id, base_url, token_file, description?}, not writable by
+//	    group or others, at most 4 MiB, unknown fields refused. id: 1 to
+//	    128 of [A-Za-z0-9_-], unique. base_url: the crew's URL from the AMP
+//	    dashboard, an origin (https, or http to loopback). token_file: an
+//	    owner-only file with the crew's bearer token; a relative path is
+//	    taken from the crews file's directory. description: at most 16 KiB,
+//	    appended to the run capability's description. One manifest holds
+//	    at most hostsdk.MaxCapabilities (512) capabilities, four per crew,
+//	    so one host serves at most 128 crews: split larger fleets across
+//	    connector instances.
+//	--crewai-max-response-bytes / AIP_CREWAI_MAX_RESPONSE_BYTES: largest
+//	    answer read, 1 KiB to 256 MiB (default 64 MiB).
+//	--crewai-poll-interval-ms / AIP_CREWAI_POLL_INTERVAL_MS: status poll
+//	    interval, 50 ms to 10 min (default 1000).
+//
+// # Errors
+//
+// Provider errors map through provider.Result: a 4xx fails the action
+// with provider.invalid_request (400, 422), provider.unauthorized (401),
+// provider.forbidden (403), provider.not_found (404)...; a read that got
+// no answer or a 5xx fails retryably (provider.unavailable); a kickoff or
+// resume that may have reached AMP (no answer, a 5xx, an unreadable 2xx)
+// is outcome_unknown and never sent again under the same action ID.
+// Tokens never appear in manifests, errors or logs.
+//
+// # Not covered
+//
+// Webhooks (taskWebhookUrl, stepWebhookUrl, crewWebhookUrl) are never sent:
+// the adapter polls, and needs no public callback route. AMP has no
+// idempotency key, so a new action ID is a new run. Streaming of
+// intermediate progress is not offered.
+package crewai
