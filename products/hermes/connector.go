@@ -1,0 +1,377 @@
+package hermes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// AgentID is the manifest agent's ID.
+const AgentID = "hermes-agent"
+
+// RunsNamespace is the host state namespace where run_start records the
+// run it started, keyed by action ID, for Cancel.
+const RunsNamespace = "aip.connector.hermes_agent.runs.v1"
+
+// CorrelationHeader carries the action ID on every provider request.
+const CorrelationHeader = "X-AIP-Correlation-Id"
+
+// Connector fronts one or more Hermes Agent API servers.
+type Connector struct {
+	endpoints    []*endpoint
+	byID         map[string]*endpoint
+	defaultModel string
+	log          *slog.Logger
+	poll         time.Duration
+}
+
+var (
+	_ hostsdk.Connector     = (*Connector)(nil)
+	_ hostsdk.HealthChecker = (*Connector)(nil)
+	_ hostsdk.Streamer      = (*Connector)(nil)
+	_ hostsdk.Canceler      = (*Connector)(nil)
+)
+
+// Manifest implements hostsdk.Connector: every operation for every
+// endpoint.
+func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+	caps := make([]aip.Capability, 0, len(c.endpoints)*len(operations))
+	for _, ep := range c.endpoints {
+		for i := range operations {
+			caps = append(caps, operations[i].capability(ep))
+		}
+	}
+	return &aip.Manifest{
+		ManifestVersion: "aip-manifest/v1",
+		Agent:           aip.Principal{ID: AgentID, Kind: aip.PrincipalAgent, DisplayName: "Hermes Agent"},
+		Profiles:        []string{aip.NativeHTTPProfile},
+		Capabilities:    caps,
+	}, nil
+}
+
+// resolve finds the endpoint and operation of a capability ID.
+func (c *Connector) resolve(capID string) (*endpoint, *operation, error) {
+	rest, ok := strings.CutPrefix(capID, "cap:hermes_agent:")
+	if ok {
+		if id, name, ok := strings.Cut(rest, ":"); ok {
+			ep, okE := c.byID[id]
+			op, okO := operationByName(name)
+			if okE && okO {
+				return ep, op, nil
+			}
+		}
+	}
+	return nil, nil, aip.NewProtocolError("hermes.unknown_capability", aip.CategoryPermanent, false, 0,
+		"capability "+capID+" is not one of this connector's")
+}
+
+// CheckHealth implements hostsdk.HealthChecker: GET /health of every
+// endpoint.
+func (c *Connector) CheckHealth(ctx context.Context) error {
+	var errs []error
+	for _, ep := range c.endpoints {
+		if err := ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/health"}, nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// headers are the headers of a provider request for call.
+func headers(call *hostsdk.Call) http.Header {
+	return http.Header{CorrelationHeader: {call.Action.ID}}
+}
+
+// idempotencyKey is the action's idempotency key as Hermes accepts it (1
+// to 255 visible ASCII characters), else its SHA-256.
+func idempotencyKey(k string) string {
+	ok := k != "" && len(k) <= 255
+	for i := 0; ok && i < len(k); i++ {
+		ok = k[i] > 0x20 && k[i] < 0x7f
+	}
+	if ok {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256-" + hex.EncodeToString(sum[:])
+}
+
+// Handle implements hostsdk.Connector.
+func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	ep, op, err := c.resolve(call.Action.CapabilityID)
+	if err != nil {
+		return nil, err
+	}
+	if op.name == OpChat {
+		in, err := decode[chatRequest](call)
+		if err != nil {
+			return nil, err
+		}
+		return c.chat(ctx, call, ep, in)
+	}
+	return c.handle(ctx, call, ep, op)
+}
+
+func decode[T any](call *hostsdk.Call) (T, error) {
+	var v T
+	if err := json.Unmarshal(call.Action.Input, &v); err != nil {
+		return v, aip.NewProtocolError("hermes.input", aip.CategoryPermanent, false, 0, "input: "+err.Error())
+	}
+	return v, nil
+}
+
+type idIn struct {
+	ResponseID string `json:"response_id"`
+	RunID      string `json:"run_id"`
+	SessionID  string `json:"session_id"`
+}
+
+type responsesIn struct {
+	Input              string `json:"input"`
+	Instructions       string `json:"instructions,omitempty"`
+	PreviousResponseID string `json:"previous_response_id,omitempty"`
+	Conversation       string `json:"conversation,omitempty"`
+	Store              *bool  `json:"store,omitempty"`
+	Model              string `json:"model"`
+}
+
+type runStartIn struct {
+	Input              string `json:"input"`
+	SessionID          string `json:"session_id,omitempty"`
+	Instructions       string `json:"instructions,omitempty"`
+	PreviousResponseID string `json:"previous_response_id,omitempty"`
+	Model              string `json:"model,omitempty"`
+	Wait               bool   `json:"wait,omitempty"`
+}
+
+type sessionsListIn struct {
+	Limit           *int64 `json:"limit"`
+	Offset          *int64 `json:"offset"`
+	Source          string `json:"source"`
+	IncludeChildren *bool  `json:"include_children"`
+}
+
+// handle runs every operation but chat.
+func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, ep *endpoint, op *operation) (*aip.ActionResult, error) {
+	req := provider.Request{Method: http.MethodGet, Header: headers(call)}
+	switch op.name {
+	case OpHealth:
+		req.Path = "/health"
+	case OpModels:
+		req.Path = "/v1/models"
+	case OpResponses:
+		in, err := decode[responsesIn](call)
+		if err != nil {
+			return nil, err
+		}
+		if in.Model == "" {
+			in.Model = c.defaultModel
+		}
+		req.Method, req.Path, req.JSON = http.MethodPost, "/v1/responses", in
+		req.Header.Set("Idempotency-Key", idempotencyKey(call.IdempotencyKey))
+	case OpResponseGet, OpResponseDelete:
+		in, err := decode[idIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Path = endpointPath("/v1/responses", in.ResponseID)
+		if op.name == OpResponseDelete {
+			req.Method = http.MethodDelete
+		}
+	case OpRunStart:
+		return c.runStart(ctx, call, ep)
+	case OpRunStatus, OpRunStop:
+		in, err := decode[idIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Path = endpointPath("/v1/runs", in.RunID)
+		if op.name == OpRunStop {
+			req.Method, req.Path = http.MethodPost, req.Path+"/stop"
+		}
+	case OpSessionsList:
+		in, err := decode[sessionsListIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Path, req.Query = "/api/sessions", url.Values{}
+		if in.Limit != nil {
+			req.Query.Set("limit", strconv.FormatInt(*in.Limit, 10))
+		}
+		if in.Offset != nil {
+			req.Query.Set("offset", strconv.FormatInt(*in.Offset, 10))
+		}
+		if in.Source != "" {
+			req.Query.Set("source", in.Source)
+		}
+		if in.IncludeChildren != nil {
+			req.Query.Set("include_children", strconv.FormatBool(*in.IncludeChildren))
+		}
+	case OpSessionCreate:
+		req.Method, req.Path, req.JSON = http.MethodPost, "/api/sessions", struct{}{}
+	case OpSessionGet, OpSessionDelete:
+		in, err := decode[idIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Path = endpointPath("/api/sessions", in.SessionID)
+		if op.name == OpSessionDelete {
+			req.Method = http.MethodDelete
+		}
+	default:
+		return nil, fmt.Errorf("hermes: operation %s has no handler", op.name)
+	}
+	out, err := c.call(ctx, ep, req)
+	if err != nil {
+		return provider.Result(call, err, op.mutation)
+	}
+	return call.Complete(out)
+}
+
+// call sends req and returns the answer's JSON ({} for an empty answer).
+func (c *Connector) call(ctx context.Context, ep *endpoint, req provider.Request) (json.RawMessage, error) {
+	var out json.RawMessage
+	if err := ep.client.JSON(ctx, req, &out); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		out = json.RawMessage(`{}`)
+	}
+	return out, nil
+}
+
+// runStarted is what POST /v1/runs answers.
+type runStarted struct {
+	RunID  string `json:"run_id"`
+	Status string `json:"status"`
+}
+
+// runRecord is what run_start keeps in RunsNamespace.
+type runRecord struct {
+	Endpoint string `json:"endpoint"`
+	RunID    string `json:"run_id"`
+}
+
+// runStartOutput is run_start's output.
+type runStartOutput struct {
+	RunID    string          `json:"run_id"`
+	Status   string          `json:"status"`
+	Replayed bool            `json:"replayed,omitempty"`
+	Run      json.RawMessage `json:"run,omitempty"`
+}
+
+func terminalRunStatus(s string) bool {
+	return s == "completed" || s == "failed" || s == "cancelled"
+}
+
+// runStart starts a run, records its ID for Cancel and, with wait, polls
+// it until it ends.
+func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoint) (*aip.ActionResult, error) {
+	in, err := decode[runStartIn](call)
+	if err != nil {
+		return nil, err
+	}
+	wait := in.Wait
+	in.Wait = false
+	h := headers(call)
+	h.Set("Idempotency-Key", idempotencyKey(call.IdempotencyKey))
+	resp, err := ep.client.Do(ctx, provider.Request{Method: http.MethodPost, Path: "/v1/runs", Header: h, JSON: in})
+	if err != nil {
+		return provider.Result(call, err, true)
+	}
+	var started runStarted
+	if err := resp.Decode(&started); err != nil || started.RunID == "" {
+		return nil, fmt.Errorf("%w: POST /v1/runs answered %d without a run_id: %s", hostsdk.ErrOutcomeUnknown, resp.Status, clip(resp.Body))
+	}
+	if _, err := call.State().Put(context.WithoutCancel(ctx), RunsNamespace, call.Action.ID,
+		runRecord{Endpoint: ep.id, RunID: started.RunID}, 0); err != nil {
+		call.Logger.Warn("record the started run; cancelling the action will not stop it", "run_id", started.RunID, "error", err)
+	}
+	out := runStartOutput{RunID: started.RunID, Status: started.Status,
+		Replayed: strings.EqualFold(resp.Header.Get("Idempotency-Replayed"), "true")}
+	if !wait {
+		return call.Complete(out)
+	}
+	path := endpointPath("/v1/runs", started.RunID)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The run goes on; the caller follows it with run_status.
+				return call.Complete(out)
+			}
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		var run json.RawMessage
+		err := ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: path, Header: headers(call)}, &run)
+		if err != nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			// The run started: its failure to report is a failed read, not
+			// an unknown mutation.
+			return provider.Result(call, err, false)
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		_ = json.Unmarshal(run, &st)
+		out.Status, out.Run = st.Status, run
+		if terminalRunStatus(st.Status) {
+			return call.Complete(out)
+		}
+		t.Reset(c.poll)
+	}
+}
+
+// Cancel implements hostsdk.Canceler: a run_start action being cancelled
+// stops the run it started (POST /v1/runs/{run_id}/stop). Other actions
+// are stopped by the cancellation of their context alone.
+func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason string) error {
+	_, op, err := c.resolve(call.Action.CapabilityID)
+	if err != nil || op.name != OpRunStart {
+		return nil
+	}
+	v, err := call.State().Get(ctx, RunsNamespace, call.Action.ID)
+	if errors.Is(err, journal.ErrNotFound) {
+		return fmt.Errorf("hermes: action %s has no started run recorded yet; nothing to stop", call.Action.ID)
+	}
+	if err != nil {
+		return err
+	}
+	var rec runRecord
+	if err := json.Unmarshal(v.Value, &rec); err != nil {
+		return fmt.Errorf("hermes: run record of %s: %w", call.Action.ID, err)
+	}
+	ep, ok := c.byID[rec.Endpoint]
+	if !ok {
+		return fmt.Errorf("hermes: run %s was started on endpoint %q, which is no longer configured", rec.RunID, rec.Endpoint)
+	}
+	return ep.client.JSON(ctx, provider.Request{Method: http.MethodPost,
+		Path: endpointPath("/v1/runs", rec.RunID) + "/stop", Header: headers(call)}, nil)
+}
+
+func clip(b []byte) string {
+	const max = 256
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
+}
