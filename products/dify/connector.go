@@ -1,0 +1,365 @@
+package dify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// Identity of the connector.
+const (
+	AgentID = "agent:dify"
+	Profile = "aip.connector.dify.v1"
+	// TasksNamespace is the state namespace holding, per action ID, the
+	// Dify task a running app invocation belongs to ({app_id, task_id,
+	// user}), so that a cancel can stop it.
+	TasksNamespace = "aip.connector.dify.active_tasks.v1"
+)
+
+// Capability ID suffixes of an app.
+const (
+	SuffixParameters    = "parameters"
+	SuffixConversations = "conversations"
+	SuffixMessages      = "messages"
+	SuffixFeedback      = "feedback"
+)
+
+// AppCapability returns the ID of an app's capability: the invocation
+// itself for suffix "", else the app-scoped operation.
+func AppCapability(appID, suffix string) string {
+	if suffix == "" {
+		return "cap:dify:" + appID
+	}
+	return "cap:dify:" + appID + ":" + suffix
+}
+
+// RetrieveCapability returns the ID of a knowledge base's retrieval.
+func RetrieveCapability(datasetID string) string { return "cap:dify:knowledge:" + datasetID + ":retrieve" }
+
+type opKind int
+
+const (
+	opInvoke opKind = iota
+	opParameters
+	opConversations
+	opMessages
+	opFeedback
+	opRetrieve
+)
+
+// Connector is the Dify connector. It implements hostsdk.Connector,
+// HealthChecker, Streamer and Canceler.
+type Connector struct {
+	cfg          Config
+	base         *url.URL
+	apps         map[string]*app
+	appOrder     []string
+	datasets     map[string]*dataset
+	datasetOrder []string
+	caps         map[string]target
+	// stream is the client of app invocations, whose answers are read
+	// as they arrive (provider.Client reads a whole answer at once).
+	stream *http.Client
+	// tasks holds the Dify task of each running invocation (action ID →
+	// taskRef) from the first event on, before and besides its state
+	// record, so a cancel finds it even while the record is being written.
+	tasks sync.Map
+}
+
+var (
+	_ hostsdk.Connector     = (*Connector)(nil)
+	_ hostsdk.HealthChecker = (*Connector)(nil)
+	_ hostsdk.Streamer      = (*Connector)(nil)
+	_ hostsdk.Canceler      = (*Connector)(nil)
+)
+
+func (m Mode) ops() []opKind {
+	switch {
+	case m.chat():
+		return []opKind{opInvoke, opParameters, opConversations, opMessages, opFeedback}
+	case m == ModeCompletion:
+		return []opKind{opInvoke, opParameters, opFeedback}
+	default:
+		return []opKind{opInvoke, opParameters}
+	}
+}
+
+func (c *Connector) capabilityCount() int {
+	n := len(c.datasets)
+	for _, a := range c.apps {
+		n += len(a.Mode.ops())
+	}
+	return n
+}
+
+// target is what a capability ID resolves to.
+type target struct {
+	op      opKind
+	app     *app
+	dataset *dataset
+}
+
+func (c *Connector) resolve(capID string) (target, bool) {
+	t, ok := c.caps[capID]
+	return t, ok
+}
+
+// index fills caps from the configured apps and knowledge bases.
+func (c *Connector) index() {
+	c.caps = map[string]target{}
+	for _, id := range c.appOrder {
+		a := c.apps[id]
+		for _, op := range a.Mode.ops() {
+			c.caps[AppCapability(id, suffixOf(op))] = target{op: op, app: a}
+		}
+	}
+	for _, id := range c.datasetOrder {
+		c.caps[RetrieveCapability(id)] = target{op: opRetrieve, dataset: c.datasets[id]}
+	}
+}
+
+func suffixOf(op opKind) string {
+	switch op {
+	case opParameters:
+		return SuffixParameters
+	case opConversations:
+		return SuffixConversations
+	case opMessages:
+		return SuffixMessages
+	case opFeedback:
+		return SuffixFeedback
+	}
+	return ""
+}
+
+// Handle implements hostsdk.Connector.
+func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	return c.handle(ctx, call, nil)
+}
+
+// HandleStream implements hostsdk.Streamer: an app invocation forwards
+// the answer (or workflow text) chunks as they arrive; other capabilities
+// answer as Handle does.
+func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	return c.handle(ctx, call, chunks)
+}
+
+func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	t, ok := c.resolve(call.Action.CapabilityID)
+	if !ok {
+		return nil, aip.NewProtocolError("dify.capability_unknown", aip.CategoryPermanent, false, 0,
+			"capability "+call.Action.CapabilityID+" is not configured on this connector")
+	}
+	switch t.op {
+	case opInvoke:
+		return c.invoke(ctx, call, t.app, chunks)
+	case opParameters:
+		return c.read(ctx, call, t.app.client, provider.Request{Method: http.MethodGet, Path: "/parameters"})
+	case opConversations:
+		var in struct {
+			User   string `json:"user"`
+			LastID string `json:"last_id"`
+			Limit  int    `json:"limit"`
+			SortBy string `json:"sort_by"`
+		}
+		if err := decodeInput(call, &in); err != nil {
+			return nil, err
+		}
+		q := url.Values{"user": {in.User}}
+		setIf(q, "last_id", in.LastID)
+		setIf(q, "sort_by", in.SortBy)
+		if in.Limit > 0 {
+			q.Set("limit", strconv.Itoa(in.Limit))
+		}
+		return c.read(ctx, call, t.app.client, provider.Request{Method: http.MethodGet, Path: "/conversations", Query: q})
+	case opMessages:
+		var in struct {
+			ConversationID string `json:"conversation_id"`
+			User           string `json:"user"`
+			FirstID        string `json:"first_id"`
+			Limit          int    `json:"limit"`
+		}
+		if err := decodeInput(call, &in); err != nil {
+			return nil, err
+		}
+		q := url.Values{"conversation_id": {in.ConversationID}, "user": {in.User}}
+		setIf(q, "first_id", in.FirstID)
+		if in.Limit > 0 {
+			q.Set("limit", strconv.Itoa(in.Limit))
+		}
+		return c.read(ctx, call, t.app.client, provider.Request{Method: http.MethodGet, Path: "/messages", Query: q})
+	case opFeedback:
+		var in struct {
+			MessageID string  `json:"message_id"`
+			User      string  `json:"user"`
+			Rating    *string `json:"rating"`
+			Content   string  `json:"content"`
+		}
+		if err := decodeInput(call, &in); err != nil {
+			return nil, err
+		}
+		body := map[string]any{"user": in.User, "rating": in.Rating}
+		if in.Content != "" {
+			body["content"] = in.Content
+		}
+		req := provider.Request{Method: http.MethodPost, Path: "/messages/" + escape(in.MessageID) + "/feedbacks", JSON: body}
+		resp, err := t.app.client.Do(ctx, req)
+		if err != nil {
+			return provider.Result(call, err, true)
+		}
+		return completeJSON(call, req, resp)
+	case opRetrieve:
+		var in struct {
+			Query          string `json:"query"`
+			RetrievalModel *struct {
+				SearchMethod    string   `json:"search_method"`
+				TopK            int      `json:"top_k"`
+				ScoreThreshold  *float64 `json:"score_threshold"`
+				RerankingEnable bool     `json:"reranking_enable"`
+			} `json:"retrieval_model"`
+		}
+		if err := decodeInput(call, &in); err != nil {
+			return nil, err
+		}
+		body := map[string]any{"query": in.Query}
+		if rm := in.RetrievalModel; rm != nil {
+			m := map[string]any{"search_method": rm.SearchMethod, "reranking_enable": rm.RerankingEnable,
+				"top_k": rm.TopK, "score_threshold_enabled": rm.ScoreThreshold != nil}
+			if rm.ScoreThreshold != nil {
+				m["score_threshold"] = *rm.ScoreThreshold
+			}
+			body["retrieval_model"] = m
+		}
+		// A retrieval changes nothing: a failure is a failed read.
+		return c.read(ctx, call, t.dataset.client, provider.Request{Method: http.MethodPost,
+			Path: "/datasets/" + escape(t.dataset.ID) + "/retrieve", JSON: body})
+	}
+	return nil, fmt.Errorf("dify: capability %s has no handler", call.Action.CapabilityID)
+}
+
+func setIf(q url.Values, k, v string) {
+	if v != "" {
+		q.Set(k, v)
+	}
+}
+
+// read runs a call without side effects and returns the provider's JSON
+// object as the output.
+func (c *Connector) read(ctx context.Context, call *hostsdk.Call, cl *provider.Client, req provider.Request) (*aip.ActionResult, error) {
+	resp, err := cl.Do(ctx, req)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	return completeJSON(call, req, resp)
+}
+
+// completeJSON returns the answer's JSON object as the output, or a
+// provider.bad_response failure when it is not one.
+func completeJSON(call *hostsdk.Call, req provider.Request, resp *provider.Response) (*aip.ActionResult, error) {
+	var obj map[string]json.RawMessage
+	if err := resp.Decode(&obj); err != nil || obj == nil {
+		if err == nil {
+			err = errors.New("provider answered null instead of a JSON object")
+		}
+		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+			Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: req.Method, Path: req.Path,
+				Status: resp.Status, Message: err.Error()})}, nil
+	}
+	return call.Complete(obj)
+}
+
+// decodeInput decodes an action's input (the host validated it against the
+// input schema already) and refuses unknown fields.
+func decodeInput(call *hostsdk.Call, v any) error {
+	if err := strictUnmarshal(call.Action.Input, v); err != nil {
+		return aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
+			"input of "+call.Action.CapabilityID+": "+err.Error())
+	}
+	return nil
+}
+
+// CheckHealth implements hostsdk.HealthChecker with the cheapest
+// authenticated read: the first app's info (GET /info), or, with
+// knowledge bases only, one page of one dataset (GET /datasets).
+func (c *Connector) CheckHealth(ctx context.Context) error {
+	if len(c.appOrder) > 0 {
+		_, err := c.apps[c.appOrder[0]].client.Do(ctx, provider.Request{Method: http.MethodGet, Path: "/info"})
+		return err
+	}
+	_, err := c.datasets[c.datasetOrder[0]].client.Do(ctx, provider.Request{Method: http.MethodGet, Path: "/datasets",
+		Query: url.Values{"page": {"1"}, "limit": {"1"}}})
+	return err
+}
+
+// taskRef is the state record of a running invocation.
+type taskRef struct {
+	AppID  string `json:"app_id"`
+	TaskID string `json:"task_id"`
+	User   string `json:"user"`
+}
+
+// Cancel implements hostsdk.Canceler: it stops the Dify task of a running
+// invocation with the matching stop endpoint, as the same end user. An
+// invocation whose first event has not arrived yet has no task to stop.
+func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason string) error {
+	t, ok := c.resolve(call.Action.CapabilityID)
+	if !ok || t.op != opInvoke {
+		return nil
+	}
+	var ref taskRef
+	if v, ok := c.tasks.Load(call.Action.ID); ok {
+		ref = v.(taskRef)
+	} else {
+		v, err := call.State().Get(ctx, TasksNamespace, call.Action.ID)
+		if errors.Is(err, journal.ErrNotFound) {
+			call.Logger.Info("dify: cancel before the app's task was known; nothing to stop", "app_id", t.app.ID)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dify: read the task of %s: %w", call.Action.ID, err)
+		}
+		if err := json.Unmarshal(v.Value, &ref); err != nil {
+			return fmt.Errorf("dify: task record of %s: %w", call.Action.ID, err)
+		}
+	}
+	a, ok := c.apps[ref.AppID]
+	if !ok || ref.TaskID == "" {
+		return fmt.Errorf("dify: task record of %s names app %q, which is not configured", call.Action.ID, ref.AppID)
+	}
+	req := provider.Request{Method: http.MethodPost, Path: stopPath(a.Mode, ref.TaskID), JSON: map[string]string{"user": ref.User}}
+	if _, err := a.client.Do(ctx, req); err != nil {
+		return err
+	}
+	call.Logger.Info("dify: task stopped", "app_id", a.ID, "task_id", ref.TaskID, "reason", reason)
+	return nil
+}
+
+func invokePath(m Mode) string {
+	switch {
+	case m.chat():
+		return "/chat-messages"
+	case m == ModeCompletion:
+		return "/completion-messages"
+	}
+	return "/workflows/run"
+}
+
+func stopPath(m Mode, taskID string) string {
+	switch {
+	case m.chat():
+		return "/chat-messages/" + escape(taskID) + "/stop"
+	case m == ModeCompletion:
+		return "/completion-messages/" + escape(taskID) + "/stop"
+	}
+	return "/workflows/tasks/" + escape(taskID) + "/stop"
+}

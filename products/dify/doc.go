@@ -1,0 +1,109 @@
+// Package dify is the Dify product adapter: a hostsdk.Connector that runs
+// Dify apps and reads Dify knowledge bases through Dify's Service API (the
+// published document products/internal/spectest/specs/dify/
+// openapi_service.json, server path /v1).
+//
+// # Capabilities
+//
+// Per app listed in the apps file (agent "agent:dify", profile
+// aip.connector.dify.v1):
+//
+//   - cap:dify:<app_id> runs the app: chat, advanced-chat (chatflow) and
+//     agent-chat apps with POST /chat-messages, completion apps with POST
+//     /completion-messages, workflow apps with POST /workflows/run. The
+//     request always asks for response_mode "streaming" (agent apps
+//     support nothing else) and the server-sent events are aggregated:
+//     message and agent_message chunks into answer (message_replace
+//     replaces it; a New Agent app's closing message is the whole answer),
+//     message_end's metadata (usage, retriever resources) and files,
+//     text_chunk into text, workflow_finished's status, outputs and
+//     figures. Input: inputs (object), query (chat apps, required;
+//     completion apps, optional legacy field), conversation_id (chat
+//     apps), user (required: Dify's end-user id) and files. A mutation:
+//     risk medium, no human approval required.
+//   - cap:dify:<app_id>:parameters: GET /parameters (read).
+//   - cap:dify:<app_id>:conversations: GET /conversations (chat apps;
+//     user, last_id, limit 1..100, sort_by; read).
+//   - cap:dify:<app_id>:messages: GET /messages (chat apps;
+//     conversation_id, user, first_id, limit; read).
+//   - cap:dify:<app_id>:feedback: POST /messages/{message_id}/feedbacks
+//     (chat and completion apps; rating like, dislike or null, content; a
+//     mutation).
+//
+// Per knowledge base listed in the knowledge file:
+//
+//   - cap:dify:knowledge:<id>:retrieve: POST /datasets/{id}/retrieve with
+//     query (1..250 characters) and an optional retrieval_model
+//     (search_method and top_k required, score_threshold, reranking).
+//     A read: it changes nothing, so a failure is never outcome_unknown.
+//
+// # Streaming, cancel and outcomes
+//
+// An invocation reads the event stream as it arrives (provider.Client
+// reads whole answers, so this one call uses its own http.Client with the
+// same rules: no redirects, the response bound counts every byte of the
+// stream, lines of at most 1 MiB). The first event carrying a task_id is
+// recorded as {app_id, task_id, user} under the action ID in the host's
+// state store (namespace aip.connector.dify.active_tasks.v1) and in
+// memory; Cancel (hostsdk.Canceler) reads it and calls the app's stop
+// endpoint (POST /chat-messages/{task_id}/stop,
+// /completion-messages/{task_id}/stop or /workflows/tasks/{task_id}/stop
+// with {"user": ...}). A cancel that arrives before the first event has no
+// task to stop; the action then ends outcome_unknown (the app may run).
+// HandleStream (hostsdk.Streamer) forwards answer and text deltas as data
+// chunks, agent thoughts as thought chunks and node starts and ends as
+// progress chunks.
+//
+// The stream closes on message_end (chat apps other than chatflows,
+// completion apps), workflow_finished (workflows, chatflows),
+// workflow_paused (the run waits for a human input form: completed with
+// status "paused" and the pause data) or error. An error event is a
+// failed result carrying Dify's code and message, classified by its
+// status like an HTTP error (a 400 is provider.invalid_request). A
+// workflow_finished with status failed or stopped is a failed result
+// (dify.workflow_failed, dify.workflow_stopped). A stream that ends, is
+// dropped or stays silent for two minutes (Dify pings every 10 seconds)
+// before its closing event is outcome_unknown: the request reached Dify
+// and the app ran.
+//
+// HTTP errors follow provider.Result: a 4xx is a failed result with a
+// provider.* code (400 invalid_request, 401 unauthorized, 403 forbidden,
+// 404 not_found, 429 rate_limited); a 5xx or a lost connection is
+// outcome_unknown for the invocation and for feedback, and a failed,
+// retryable provider.unavailable result for the reads. Dify's
+// {"code", "message"} error bodies become the message.
+//
+// # Settings
+//
+//   - --dify-base-url / AIP_DIFY_BASE_URL: the Service API base URL, path
+//     included (https://api.dify.ai/v1); plain http only to loopback.
+//   - --dify-apps-file / AIP_DIFY_APPS_FILE: a JSON array (1..1000) of
+//     {id, name, mode, description?, api_key_file}; id is 1..128 of
+//     [A-Za-z0-9_-], mode one of chat, advanced-chat, agent-chat,
+//     completion, workflow; each app's Service API key is read from its
+//     owner-only api_key_file. Unknown fields and duplicate ids are
+//     refused.
+//   - --dify-knowledge-file / AIP_DIFY_KNOWLEDGE_FILE: a JSON array of
+//     {id (the dataset ID), name, description?, api_key_file} with the
+//     knowledge API key.
+//   - --dify-max-response-bytes / AIP_DIFY_MAX_RESPONSE_BYTES: the bound
+//     of every answer and event stream (default 8 MiB, at most 64 MiB).
+//
+// At least one app or knowledge base is required, and the manifest holds
+// at most hostsdk.MaxCapabilities capabilities (five per chat app, three
+// per completion app, two per workflow app, one per knowledge base).
+// Every request carries "Authorization: Bearer <key>" of the app or
+// knowledge base its capability belongs to. CheckHealth reads the first
+// app's GET /info, or with knowledge bases only GET /datasets?limit=1.
+//
+// # Not covered
+//
+// The legacy shared key (AIP_DIFY_API_KEY_FILE), file upload and preview,
+// audio, annotations, conversation rename/delete/variables, workflow logs
+// and runs by ID, human input forms, dataset and document management are
+// left out. Dify's Service API has no idempotency key: the host's
+// one-run-per-action-ID guarantee is the only protection against a second
+// run, so invocations declare retry_safety "unsafe". Blocking mode is never
+// used. There is no Reconciler: an invocation a crash left running is
+// outcome_unknown.
+package dify

@@ -1,0 +1,558 @@
+package dify
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// MaxEventBytes bounds one server-sent event line.
+const MaxEventBytes = 1 << 20
+
+// Failure codes of invocations that Dify reported as failed in the stream.
+const (
+	CodeWorkflowFailed  = "dify.workflow_failed"
+	CodeWorkflowStopped = "dify.workflow_stopped"
+)
+
+// invokeInput is the input of cap:dify:<app_id>.
+type invokeInput struct {
+	Inputs         map[string]json.RawMessage `json:"inputs"`
+	Query          *string                    `json:"query"`
+	ConversationID string                     `json:"conversation_id"`
+	User           string                     `json:"user"`
+	Files          []json.RawMessage          `json:"files"`
+}
+
+// InvokeOutput is the output of an app invocation. Chat and completion
+// apps fill Answer, MessageID (and ConversationID for chat apps) and
+// Metadata; workflow apps fill WorkflowRunID, Status, Outputs, Text and
+// the run's figures; advanced-chat (chatflow) apps fill both sets.
+type InvokeOutput struct {
+	Mode           Mode              `json:"mode"`
+	TaskID         string            `json:"task_id,omitempty"`
+	Answer         *string           `json:"answer,omitempty"`
+	ConversationID string            `json:"conversation_id,omitempty"`
+	MessageID      string            `json:"message_id,omitempty"`
+	Metadata       json.RawMessage   `json:"metadata,omitempty"`
+	Files          []json.RawMessage `json:"files,omitempty"`
+	WorkflowRunID  string            `json:"workflow_run_id,omitempty"`
+	// Status is the workflow run's: succeeded, partial-succeeded or
+	// paused (the run waits for a human input form; see Paused).
+	Status      string          `json:"status,omitempty"`
+	Outputs     json.RawMessage `json:"outputs,omitempty"`
+	Text        *string         `json:"text,omitempty"`
+	ElapsedTime *float64        `json:"elapsed_time,omitempty"`
+	TotalTokens *int64          `json:"total_tokens,omitempty"`
+	TotalSteps  *int64          `json:"total_steps,omitempty"`
+	Paused      json.RawMessage `json:"paused,omitempty"`
+}
+
+// event is one Dify stream event, with the fields this adapter reads.
+type event struct {
+	Event          string          `json:"event"`
+	TaskID         string          `json:"task_id"`
+	ID             string          `json:"id"`
+	MessageID      string          `json:"message_id"`
+	ConversationID string          `json:"conversation_id"`
+	WorkflowRunID  string          `json:"workflow_run_id"`
+	Answer         string          `json:"answer"`
+	Metadata       json.RawMessage `json:"metadata"`
+	Files          json.RawMessage `json:"files"`
+	Data           json.RawMessage `json:"data"`
+	// error events
+	Status  json.RawMessage `json:"status"`
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+	// message_file events
+	Type      string `json:"type"`
+	BelongsTo string `json:"belongs_to"`
+	URL       string `json:"url"`
+	// agent_thought events
+	Thought     string `json:"thought"`
+	Tool        string `json:"tool"`
+	ToolInput   string `json:"tool_input"`
+	Observation string `json:"observation"`
+}
+
+// workflowData is the data of workflow_started, workflow_finished and
+// workflow_paused events.
+type workflowData struct {
+	ID          string          `json:"id"`
+	RunID       string          `json:"workflow_run_id"`
+	Status      string          `json:"status"`
+	Outputs     json.RawMessage `json:"outputs"`
+	Error       *string         `json:"error"`
+	ElapsedTime *float64        `json:"elapsed_time"`
+	TotalTokens *int64          `json:"total_tokens"`
+	TotalSteps  *int64          `json:"total_steps"`
+	Text        string          `json:"text"`
+	NodeID      string          `json:"node_id"`
+	NodeType    string          `json:"node_type"`
+	Title       string          `json:"title"`
+}
+
+var errIdle = errors.New("the event stream stayed silent too long")
+
+// invoke runs an app in streaming mode and aggregates its events.
+func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	var in invokeInput
+	if err := decodeInput(call, &in); err != nil {
+		return nil, err
+	}
+	body := map[string]any{"response_mode": "streaming", "user": in.User}
+	if in.Inputs != nil {
+		body["inputs"] = in.Inputs
+	} else {
+		body["inputs"] = map[string]any{}
+	}
+	if in.Query != nil {
+		body["query"] = *in.Query
+	}
+	if a.Mode.chat() && in.ConversationID != "" {
+		body["conversation_id"] = in.ConversationID
+	}
+	if len(in.Files) > 0 {
+		body["files"] = in.Files
+	}
+	path := invokePath(a.Mode)
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("dify: encode the request of %s: %w", call.Action.CapabilityID, err)
+	}
+	perr := func(status int, may bool, msg string, err error) *provider.Error {
+		return &provider.Error{Product: "dify", Method: http.MethodPost, Path: path, Status: status,
+			Message: msg, MayHaveApplied: may, Err: err}
+	}
+
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	idle := time.AfterFunc(c.cfg.StreamIdleTimeout, func() { stop(errIdle) })
+	defer idle.Stop()
+
+	u := *c.base
+	u.Path = c.base.Path + path
+	u.RawPath = ""
+	hr, err := http.NewRequestWithContext(rctx, http.MethodPost, u.String(), bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("dify: build the request of %s: %w", call.Action.CapabilityID, err)
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "text/event-stream")
+	hr.Header.Set("User-Agent", userAgent)
+	hr.Header.Set("Authorization", "Bearer "+a.key.Reveal())
+	resp, err := c.stream.Do(hr)
+	if err != nil {
+		if context.Cause(rctx) == errIdle {
+			err = errIdle
+		}
+		return provider.Result(call, perr(0, !notSent(err), "no answer", err), true)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		e := perr(resp.StatusCode, resp.StatusCode >= 500, errorMessage(data), nil)
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			e.Message = fmt.Sprintf("redirect to %q not followed; point --%s at the API itself", resp.Header.Get("Location"), FlagBaseURL)
+		}
+		if s := resp.Header.Get("Retry-After"); s != "" {
+			if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
+				e.RetryAfter = time.Duration(n) * time.Second
+			}
+		}
+		return provider.Result(call, e, true)
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		return provider.Result(call, perr(resp.StatusCode, true,
+			fmt.Sprintf("answered %q instead of an event stream (text/event-stream)", mt), nil), true)
+	}
+
+	r := &run{c: c, call: call, app: a, user: in.User, chunks: chunks,
+		out: InvokeOutput{Mode: a.Mode}}
+	sr := &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10), max: c.cfg.MaxResponseBytes}
+	var readErr error
+	for !r.closed {
+		name, data, err := sr.next()
+		idle.Reset(c.cfg.StreamIdleTimeout)
+		if err != nil {
+			readErr = err
+			break
+		}
+		if name == "ping" || len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		var ev event
+		if err := json.Unmarshal(data, &ev); err != nil {
+			readErr = fmt.Errorf("an event is not JSON: %w", err)
+			break
+		}
+		r.apply(ctx, &ev)
+	}
+	if res, ok := r.result(); ok {
+		return res, nil
+	}
+	// The stream ended before its closing event: the app ran, or runs
+	// still, and how it ended is not known.
+	switch {
+	case errors.Is(readErr, io.EOF):
+		readErr = errors.New("the event stream ended before its closing event")
+	case context.Cause(rctx) == errIdle:
+		readErr = fmt.Errorf("%w (%s)", errIdle, c.cfg.StreamIdleTimeout)
+	case ctx.Err() != nil && r.out.TaskID != "":
+		// Cancelled (the Canceler stops the task) or timed out: the host
+		// records which.
+		return nil, fmt.Errorf("dify %s: stream interrupted: %w", path, ctx.Err())
+	}
+	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, readErr)
+}
+
+// run aggregates the events of one invocation.
+type run struct {
+	c      *Connector
+	call   *hostsdk.Call
+	app    *app
+	user   string
+	chunks *hostsdk.ChunkWriter
+
+	out         InvokeOutput
+	answer      strings.Builder
+	text        strings.Builder
+	agentChunks bool
+	messageEnd  bool
+	finished    *workflowData
+	paused      bool
+	failure     *event
+	closed      bool // the closing event arrived: read no further
+}
+
+func (r *run) apply(ctx context.Context, ev *event) {
+	if ev.TaskID != "" && r.out.TaskID == "" {
+		r.out.TaskID = ev.TaskID
+		r.remember(ctx, ev.TaskID)
+	}
+	if ev.ConversationID != "" && r.app.Mode.chat() {
+		r.out.ConversationID = ev.ConversationID
+	}
+	if ev.WorkflowRunID != "" {
+		r.out.WorkflowRunID = ev.WorkflowRunID
+	}
+	switch ev.Event {
+	case "message":
+		r.noteMessage(ev)
+		if r.agentChunks {
+			// A New Agent app closes with one message carrying the whole
+			// answer: it replaces the agent_message chunks.
+			r.answer.Reset()
+			r.answer.WriteString(ev.Answer)
+			return
+		}
+		r.answer.WriteString(ev.Answer)
+		r.send(aip.ChunkData, map[string]any{"answer": ev.Answer})
+	case "agent_message":
+		r.noteMessage(ev)
+		r.agentChunks = true
+		r.answer.WriteString(ev.Answer)
+		r.send(aip.ChunkData, map[string]any{"answer": ev.Answer})
+	case "message_replace":
+		r.answer.Reset()
+		r.answer.WriteString(ev.Answer)
+		r.send(aip.ChunkData, map[string]any{"answer": ev.Answer, "replace": true})
+	case "agent_thought":
+		r.send(aip.ChunkThought, map[string]any{"thought": ev.Thought, "tool": ev.Tool,
+			"tool_input": ev.ToolInput, "observation": ev.Observation})
+	case "message_file":
+		f, _ := json.Marshal(map[string]string{"id": ev.ID, "type": ev.Type, "belongs_to": ev.BelongsTo, "url": ev.URL})
+		r.out.Files = append(r.out.Files, f)
+	case "message_end":
+		r.noteMessage(ev)
+		r.messageEnd = true
+		if len(ev.Metadata) > 0 && string(ev.Metadata) != "null" {
+			r.out.Metadata = ev.Metadata
+		}
+		if len(ev.Files) > 0 && string(ev.Files) != "null" {
+			var files []json.RawMessage
+			if json.Unmarshal(ev.Files, &files) == nil {
+				r.out.Files = append(r.out.Files, files...)
+			}
+		}
+		// A chatflow sends workflow_finished after message_end; the
+		// other apps close here.
+		r.closed = r.app.Mode != ModeAdvancedChat
+	case "text_chunk":
+		var d workflowData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			r.text.WriteString(d.Text)
+			r.send(aip.ChunkData, map[string]any{"text": d.Text})
+		}
+	case "workflow_started":
+		var d workflowData
+		if json.Unmarshal(ev.Data, &d) == nil && r.out.WorkflowRunID == "" {
+			r.out.WorkflowRunID = d.ID
+		}
+	case "node_started", "node_finished":
+		var d workflowData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			p := map[string]any{"event": ev.Event, "node_id": d.NodeID, "node_type": d.NodeType, "title": d.Title}
+			if d.Status != "" {
+				p["status"] = d.Status
+			}
+			r.send(aip.ChunkProgress, p)
+		}
+	case "workflow_finished":
+		var d workflowData
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			d.Status = "unreadable"
+		}
+		r.finished = &d
+		// A failed chatflow sends an error event next; the rest close here.
+		r.closed = !(r.app.Mode == ModeAdvancedChat && d.Status == "failed")
+	case "workflow_paused":
+		r.paused = true
+		r.out.Paused = ev.Data
+		r.closed = true
+	case "error":
+		r.failure = ev
+		r.closed = true
+	}
+}
+
+func (r *run) noteMessage(ev *event) {
+	switch {
+	case ev.MessageID != "":
+		r.out.MessageID = ev.MessageID
+	case ev.ID != "" && r.out.MessageID == "":
+		r.out.MessageID = ev.ID
+	}
+}
+
+// send forwards a chunk of a streaming action; a receiver that went away
+// stops the forwarding, not the invocation.
+func (r *run) send(kind aip.ChunkKind, data any) {
+	if r.chunks == nil {
+		return
+	}
+	if err := r.chunks.Send(kind, data); err != nil {
+		r.call.Logger.Debug("dify: chunk not forwarded; forwarding stops", "error", err)
+		r.chunks = nil
+	}
+}
+
+// remember records the invocation's task, in memory and in the state
+// store, so that a cancel can stop it. The write is not cancelled with the
+// action: a cancel needs it most.
+func (r *run) remember(ctx context.Context, taskID string) {
+	ref := taskRef{AppID: r.app.ID, TaskID: taskID, User: r.user}
+	id := r.call.Action.ID
+	r.c.tasks.Store(id, ref)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	raw, _ := json.Marshal(ref)
+	if _, _, err := r.call.State().Update(wctx, TasksNamespace, id, func(json.RawMessage) (json.RawMessage, error) {
+		return raw, nil
+	}); err != nil {
+		r.call.Logger.Warn("dify: task record not written; a cancel after this action ends cannot stop the task",
+			"task_id", taskID, "error", err)
+	}
+}
+
+// result returns the invocation's result when the stream said how it
+// ended.
+func (r *run) result() (*aip.ActionResult, bool) {
+	call := r.call
+	path := invokePath(r.app.Mode)
+	if ev := r.failure; ev != nil {
+		status := 0
+		_ = json.Unmarshal(ev.Status, &status)
+		if status < 400 {
+			status = http.StatusInternalServerError
+		}
+		msg := ev.Message
+		if ev.Code != "" {
+			msg = ev.Code + ": " + msg
+		}
+		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+			Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: http.MethodPost, Path: path,
+				Status: status, Message: "error event: " + msg})}, true
+	}
+	fail := func(code, msg string) (*aip.ActionResult, bool) {
+		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(code, aip.CategoryPermanent, false, 0, aip.TruncateUTF8("dify POST "+path+": "+msg, aip.MaxErrorMessageBytes))}, true
+	}
+	if d := r.finished; d != nil {
+		switch d.Status {
+		case "failed":
+			msg := "the workflow run failed"
+			if d.Error != nil && *d.Error != "" {
+				msg += ": " + *d.Error
+			}
+			return fail(CodeWorkflowFailed, msg)
+		case "stopped":
+			return fail(CodeWorkflowStopped, "the workflow run was stopped")
+		}
+	}
+	done := false
+	switch {
+	case r.app.Mode == ModeWorkflow:
+		done = r.finished != nil || r.paused
+	default:
+		// A chatflow may drop after message_end, before workflow_finished:
+		// the answer is complete.
+		done = r.messageEnd || (r.app.Mode == ModeAdvancedChat && r.paused)
+	}
+	if !done {
+		return nil, false
+	}
+	out := r.out
+	if r.app.Mode != ModeWorkflow {
+		s := r.answer.String()
+		out.Answer = &s
+	}
+	if r.app.Mode == ModeWorkflow || r.app.Mode == ModeAdvancedChat {
+		if r.text.Len() > 0 {
+			s := r.text.String()
+			out.Text = &s
+		}
+		if d := r.finished; d != nil {
+			out.Status = d.Status
+			if len(d.Outputs) > 0 && string(d.Outputs) != "null" {
+				out.Outputs = d.Outputs
+			}
+			out.ElapsedTime, out.TotalTokens, out.TotalSteps = d.ElapsedTime, d.TotalTokens, d.TotalSteps
+			if out.WorkflowRunID == "" {
+				out.WorkflowRunID = d.ID
+			}
+		} else if r.paused {
+			out.Status = "paused"
+		}
+	}
+	res, err := call.Complete(out)
+	if err != nil {
+		return fail("dify.output", err.Error())
+	}
+	return res, true
+}
+
+// sseReader reads server-sent events: "event:" and "data:" fields up to a
+// blank line, comments skipped, each line at most MaxEventBytes and the
+// whole stream at most max bytes.
+type sseReader struct {
+	r    *bufio.Reader
+	max  int64
+	read int64
+}
+
+func (s *sseReader) next() (name string, data []byte, err error) {
+	var buf bytes.Buffer
+	have := false
+	for {
+		line, err := s.line()
+		if err != nil {
+			if errors.Is(err, io.EOF) && have {
+				return name, buf.Bytes(), nil
+			}
+			return "", nil, err
+		}
+		if len(line) == 0 {
+			if have {
+				return name, buf.Bytes(), nil
+			}
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			name, have = string(value), true
+		case "data":
+			if buf.Len() > 0 {
+				buf.WriteByte('\n')
+			}
+			buf.Write(value)
+			have = true
+		}
+	}
+}
+
+func (s *sseReader) line() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := s.r.ReadSlice('\n')
+		s.read += int64(len(chunk))
+		if s.read > s.max {
+			return nil, fmt.Errorf("the event stream is larger than the %d bytes allowed (raise --%s)", s.max, FlagMaxResponseBytes)
+		}
+		line = append(line, chunk...)
+		if len(line) > MaxEventBytes {
+			return nil, fmt.Errorf("an event line is longer than %d bytes", MaxEventBytes)
+		}
+		switch {
+		case err == nil:
+			return bytes.TrimRight(line, "\r\n"), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return bytes.TrimRight(line, "\r\n"), nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// errorMessage extracts Dify's error message ({"code", "message",
+// "status"}) from an error answer, else the start of the body.
+func errorMessage(body []byte) string {
+	var e struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Message != "" {
+		if e.Code != "" {
+			return aip.TruncateUTF8(e.Code+": "+e.Message, 512)
+		}
+		return aip.TruncateUTF8(e.Message, 512)
+	}
+	return aip.TruncateUTF8(strings.TrimSpace(string(body)), 512)
+}
+
+// notSent reports whether err happened before any byte of the request
+// could have reached Dify: the name did not resolve or the connection was
+// refused (as provider.Client decides).
+func notSent(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// strictUnmarshal decodes one JSON value, refusing unknown fields and
+// trailing data.
+func strictUnmarshal(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
