@@ -1,0 +1,211 @@
+package twenty
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// Setting flags (each with its AIP_TWENTY_* variable).
+const (
+	FlagBaseURL           = "twenty-base-url"
+	FlagWorkspaceID       = "twenty-workspace-id"
+	FlagAPITokenFile      = "twenty-api-token-file"
+	FlagWebhookSecretFile = "twenty-webhook-secret-file"
+	FlagAllowInsecureHTTP = "twenty-allow-insecure-http"
+	FlagMaxResponseBytes  = "twenty-max-response-bytes"
+	FlagObjects           = "twenty-objects"
+)
+
+// Bounds and defaults.
+const (
+	// DefaultMaxResponseBytes, MinMaxResponseBytes and MaxMaxResponseBytes
+	// bound --twenty-max-response-bytes (reference: default 64 MiB, at
+	// most 256 MiB).
+	DefaultMaxResponseBytes = 64 << 20
+	MinMaxResponseBytes     = 1 << 10
+	MaxMaxResponseBytes     = 256 << 20
+	// Timeout bounds one Twenty request (reference: 120 s in total).
+	Timeout = 120 * time.Second
+	// DefaultObjects is --twenty-objects when it is not given.
+	DefaultObjects = "people,companies,opportunities,notes,tasks"
+	// MaxObjects bounds --twenty-objects.
+	MaxObjects = 128
+)
+
+// objectNamePattern is a Twenty object's plural API name as the adapter
+// accepts it: it becomes a path segment of /rest/<objectNamePlural>.
+var objectNamePattern = regexp.MustCompile(`^[a-z][A-Za-z0-9]{0,62}$`)
+
+// uuidPattern is an RFC 4122 UUID of version 1 to 5 (variant 10xx).
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-5][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$`)
+
+// Product is the Twenty adapter as cmd/aip-host runs it.
+var Product = products.Product{
+	Name:    "twenty",
+	Summary: "Twenty CRM records over its workspace REST API (list, get, create, update, soft delete, batch create, object metadata) and its signed webhooks",
+	Settings: []hostsdk.Setting{
+		{Flag: FlagBaseURL, Env: "AIP_TWENTY_BASE_URL",
+			Usage: "Twenty server origin, e.g. https://api.twenty.com (required; https, or http to loopback)"},
+		{Flag: FlagWorkspaceID, Env: "AIP_TWENTY_WORKSPACE_ID",
+			Usage: "the workspace's ID, an RFC 4122 UUID v1-v5 (required)"},
+		{Flag: FlagAPITokenFile, Env: "AIP_TWENTY_API_TOKEN_FILE",
+			Usage: "owner-only file holding the workspace API key, sent as a Bearer token (required)"},
+		{Flag: FlagWebhookSecretFile, Env: "AIP_TWENTY_WEBHOOK_SECRET_FILE",
+			Usage: "owner-only file holding the webhook signing secret; when set, POST /webhooks/twenty is served"},
+		{Flag: FlagAllowInsecureHTTP, Env: "AIP_TWENTY_ALLOW_INSECURE_HTTP", Kind: hostsdk.SettingBool,
+			Usage: "accept a plain http base URL on a private network (host name or private IP address; never a public IP address)"},
+		{Flag: FlagMaxResponseBytes, Env: "AIP_TWENTY_MAX_RESPONSE_BYTES", Kind: hostsdk.SettingInt,
+			Min: MinMaxResponseBytes, Max: MaxMaxResponseBytes,
+			Usage: fmt.Sprintf("largest Twenty answer read, in bytes (default %d)", DefaultMaxResponseBytes)},
+		{Flag: FlagObjects, Env: "AIP_TWENTY_OBJECTS",
+			Usage: "comma-separated plural API names of the objects the capabilities accept (default " + DefaultObjects + ")"},
+	},
+	New: newFromSettings,
+}
+
+// Config is a Twenty connector's configuration.
+type Config struct {
+	// BaseURL is the Twenty server, checked with provider.ParseBaseURL.
+	BaseURL *url.URL
+	// WorkspaceID is the workspace the API key belongs to (lowercase UUID).
+	WorkspaceID string
+	// Token is the workspace API key.
+	Token provider.Secret
+	// WebhookSecret is the webhook signing secret; empty: no webhook
+	// route.
+	WebhookSecret provider.Secret
+	// MaxResponseBytes bounds an answer. Defaults to
+	// DefaultMaxResponseBytes.
+	MaxResponseBytes int64
+	// Objects are the plural object names the capabilities accept, in
+	// order. Defaults to DefaultObjects.
+	Objects []string
+	// Transport is the HTTP round tripper (nil: the default).
+	Transport http.RoundTripper
+	// Now is the clock of webhook timestamp checks. Defaults to time.Now.
+	Now func() time.Time
+	// Logger defaults to a logger that discards everything.
+	Logger *slog.Logger
+}
+
+func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error) {
+	cfg := Config{Logger: logger, MaxResponseBytes: v.Int(FlagMaxResponseBytes)}
+	base, err := ParseBaseURL(v[FlagBaseURL], v.Bool(FlagAllowInsecureHTTP))
+	if err != nil {
+		return nil, err
+	}
+	cfg.BaseURL = base
+	cfg.WorkspaceID = v[FlagWorkspaceID]
+	if cfg.WorkspaceID == "" {
+		return nil, fmt.Errorf("--%s (AIP_TWENTY_WORKSPACE_ID): no workspace ID given; set it to the workspace's UUID", FlagWorkspaceID)
+	}
+	if cfg.Token, err = provider.ReadSecret("--"+FlagAPITokenFile+" (AIP_TWENTY_API_TOKEN_FILE)", v[FlagAPITokenFile]); err != nil {
+		return nil, err
+	}
+	if f := v[FlagWebhookSecretFile]; f != "" {
+		if cfg.WebhookSecret, err = provider.ReadSecret("--"+FlagWebhookSecretFile+" (AIP_TWENTY_WEBHOOK_SECRET_FILE)", f); err != nil {
+			return nil, err
+		}
+	}
+	if s, ok := v[FlagObjects]; ok {
+		if cfg.Objects, err = ParseObjects(s); err != nil {
+			return nil, err
+		}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ParseBaseURL checks --twenty-base-url: an origin (a path is accepted for
+// a server behind a reverse proxy), https, or plain http to loopback. With
+// allowInsecure, plain http is also accepted to a host name or a private
+// IP address; a public IP address literal over http is still refused.
+func ParseBaseURL(raw string, allowInsecure bool) (*url.URL, error) {
+	what := "--" + FlagBaseURL + " (AIP_TWENTY_BASE_URL)"
+	u, err := provider.ParseBaseURL(what, raw, true, allowInsecure)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme == "http" && !provider.IsLoopback(u.Hostname()) {
+		if ip := net.ParseIP(u.Hostname()); ip != nil && !ip.IsPrivate() && !ip.IsLinkLocalUnicast() {
+			return nil, fmt.Errorf("%s: %q uses plain http to a public IP address; --%s covers private networks only, use https", what, raw, FlagAllowInsecureHTTP)
+		}
+	}
+	return u, nil
+}
+
+// ParseObjects parses --twenty-objects: a comma-separated list of 1 to
+// MaxObjects distinct plural object names ([a-z][A-Za-z0-9]{0,62}).
+func ParseObjects(s string) ([]string, error) {
+	what := "--" + FlagObjects + " (AIP_TWENTY_OBJECTS)"
+	var out []string
+	seen := map[string]bool{}
+	for part := range strings.SplitSeq(s, ",") {
+		name := strings.TrimSpace(part)
+		if !objectNamePattern.MatchString(name) {
+			return nil, fmt.Errorf("%s: %q is not a plural object API name; want a lowercase letter then up to 62 letters or digits (e.g. people, companies, myCustomObjects)", what, name)
+		}
+		if name == "batch" || name == "metadata" {
+			return nil, fmt.Errorf("%s: %q is a reserved REST path segment of Twenty, not an object name", what, name)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%s: %q is listed twice", what, name)
+		}
+		seen[name] = true
+		out = append(out, name)
+	}
+	if len(out) > MaxObjects {
+		return nil, fmt.Errorf("%s: %d objects; at most %d", what, len(out), MaxObjects)
+	}
+	return out, nil
+}
+
+// validate checks cfg and fills in the defaults.
+func (cfg *Config) validate() error {
+	if cfg.BaseURL == nil {
+		return errors.New("twenty: no base URL; set --" + FlagBaseURL)
+	}
+	if !uuidPattern.MatchString(cfg.WorkspaceID) {
+		return fmt.Errorf("--%s (AIP_TWENTY_WORKSPACE_ID): %q is not an RFC 4122 UUID of version 1 to 5; copy the workspace ID from Twenty's settings", FlagWorkspaceID, cfg.WorkspaceID)
+	}
+	cfg.WorkspaceID = strings.ToLower(cfg.WorkspaceID)
+	if cfg.Token.Empty() {
+		return fmt.Errorf("--%s (AIP_TWENTY_API_TOKEN_FILE): no API key; give the file holding the workspace API key", FlagAPITokenFile)
+	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if cfg.MaxResponseBytes < MinMaxResponseBytes || cfg.MaxResponseBytes > MaxMaxResponseBytes {
+		return fmt.Errorf("--%s (AIP_TWENTY_MAX_RESPONSE_BYTES): %d is outside %d to %d", FlagMaxResponseBytes, cfg.MaxResponseBytes, MinMaxResponseBytes, MaxMaxResponseBytes)
+	}
+	if len(cfg.Objects) == 0 {
+		objs, err := ParseObjects(DefaultObjects)
+		if err != nil {
+			return err
+		}
+		cfg.Objects = objs
+	} else if _, err := ParseObjects(strings.Join(cfg.Objects, ",")); err != nil {
+		return err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package twenty
+
+import (
+	"encoding/json"
+)
+
+// Input bounds.
+const (
+	// MaxListLimit is the largest page record.list asks for (Twenty's
+	// REST page limit).
+	MaxListLimit = 200
+	// MaxBatchRecords is the most records one batch creates (api.mdx:
+	// "Batch size | 60 records per call").
+	MaxBatchRecords = 60
+	// MaxRecordBytes bounds one record body as JSON; MaxRecordFields its
+	// fields.
+	MaxRecordBytes  = 256 << 10
+	MaxRecordFields = 1024
+	// MaxFilterBytes bounds record.list's filter, MaxOrderByBytes its
+	// order_by and MaxCursorBytes a cursor.
+	MaxFilterBytes  = 8 << 10
+	MaxOrderByBytes = 1 << 10
+	MaxCursorBytes  = 1 << 10
+	// MaxFields bounds the fields selection (api.mdx: 200 fields are
+	// returned when none are selected).
+	MaxFields = 200
+)
+
+// uuidSchema is a record ID: Twenty's record IDs are UUIDs.
+var uuidSchema = map[string]any{
+	"type": "string", "pattern": uuidPattern.String(),
+	"description": "the record's id (a UUID)",
+}
+
+func objectSchema(objects []string) map[string]any {
+	return map[string]any{
+		"type": "string", "enum": objects,
+		"description": "the plural API name of the object (e.g. people, companies)",
+	}
+}
+
+func fieldsSchema() map[string]any {
+	return map[string]any{
+		"type": "array", "minItems": 1, "maxItems": MaxFields, "uniqueItems": true,
+		"items":       map[string]any{"type": "string", "pattern": `^[a-zA-Z][A-Za-z0-9]{0,62}$`},
+		"description": "only these fields are returned (id always is); sent as the fields query parameter",
+	}
+}
+
+func depthSchema() map[string]any {
+	return map[string]any{"type": "integer", "minimum": 0, "maximum": 1,
+		"description": "0: relations as their join column; 1: the relations listed in fields expanded"}
+}
+
+func recordSchema(minProps int) map[string]any {
+	return map[string]any{
+		"type": "object", "minProperties": minProps, "maxProperties": MaxRecordFields,
+		"description": "the record's fields as the workspace's schema names them (at most 256 KiB as JSON)",
+	}
+}
+
+func cursorSchema(what string) map[string]any {
+	return map[string]any{"type": "string", "minLength": 1, "maxLength": MaxCursorBytes, "description": what}
+}
+
+func strict(required []string, props map[string]any) map[string]any {
+	if required == nil {
+		required = []string{}
+	}
+	return map[string]any{"type": "object", "required": required, "properties": props, "additionalProperties": false}
+}
+
+// inputSchemas returns each operation's input schema for the configured
+// objects.
+func inputSchemas(objects []string) map[string]json.RawMessage {
+	obj := objectSchema(objects)
+	list := strict([]string{"object"}, map[string]any{
+		"object": obj,
+		"filter": map[string]any{"type": "string", "minLength": 1, "maxLength": MaxFilterBytes,
+			"description": "Twenty's filter expression, e.g. name.firstName[eq]:John or and(a[gte]:1,b[is]:NULL)"},
+		"order_by": map[string]any{"type": "string", "minLength": 1, "maxLength": MaxOrderByBytes,
+			"description": "Twenty's order expression, e.g. createdAt[DescNullsLast]"},
+		"limit":          map[string]any{"type": "integer", "minimum": 1, "maximum": MaxListLimit, "description": "page size"},
+		"starting_after": cursorSchema("the endCursor of the previous page: the page after it"),
+		"ending_before":  cursorSchema("the startCursor of the next page: the page before it"),
+		"fields":         fieldsSchema(),
+		"depth":          depthSchema(),
+	})
+	list["not"] = map[string]any{"required": []string{"starting_after", "ending_before"}}
+	schemas := map[string]any{
+		OpList: list,
+		OpGet: strict([]string{"object", "id"}, map[string]any{
+			"object": obj, "id": uuidSchema, "fields": fieldsSchema(), "depth": depthSchema(),
+		}),
+		OpCreate: strict([]string{"object", "record"}, map[string]any{
+			"object": obj, "record": recordSchema(0),
+		}),
+		OpUpdate: strict([]string{"object", "id", "record"}, map[string]any{
+			"object": obj, "id": uuidSchema, "record": recordSchema(1),
+		}),
+		OpSoftDelete: strict([]string{"object", "id"}, map[string]any{
+			"object": obj, "id": uuidSchema,
+		}),
+		OpCreateMany: strict([]string{"object", "records"}, map[string]any{
+			"object": obj,
+			"records": map[string]any{"type": "array", "minItems": 1, "maxItems": MaxBatchRecords,
+				"items": recordSchema(0), "description": "1 to 60 records to create in one call"},
+		}),
+		OpMetadataList: strict(nil, map[string]any{
+			"limit":          map[string]any{"type": "integer", "minimum": 1, "maximum": MaxListLimit, "description": "page size"},
+			"starting_after": cursorSchema("the endCursor of the previous page"),
+		}),
+	}
+	out := make(map[string]json.RawMessage, len(schemas))
+	for op, s := range schemas {
+		raw, err := json.Marshal(s)
+		if err != nil {
+			panic("twenty: input schema of " + op + ": " + err.Error())
+		}
+		out[op] = raw
+	}
+	return out
+}
+
+// outputSchemas are each operation's output schema.
+var outputSchemas = map[string]json.RawMessage{
+	OpList: json.RawMessage(`{"type":"object","required":["object","records"],"properties":{
+		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}},
+		"page_info":{"type":"object"},"total_count":{"type":"integer"}}}`),
+	OpGet:        json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
+	OpCreate:     json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
+	OpUpdate:     json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
+	OpSoftDelete: json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
+	OpCreateMany: json.RawMessage(`{"type":"object","required":["object","records"],"properties":{
+		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}}}}`),
+	OpMetadataList: json.RawMessage(`{"type":"object","required":["objects"],"properties":{
+		"objects":{"type":"array","items":{"type":"object"}},"page_info":{"type":"object"},"total_count":{"type":"integer"}}}`),
+}

@@ -1,0 +1,225 @@
+package twenty
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/webhook"
+)
+
+// Webhook constants (reference §8.6).
+const (
+	// WebhookPath is the route's pattern.
+	WebhookPath = "POST /webhooks/twenty"
+	// Channel is the event channel of verified deliveries.
+	Channel = "twenty-webhooks"
+	// Headers of a delivery.
+	HeaderTimestamp = "X-Twenty-Webhook-Timestamp"
+	HeaderSignature = "X-Twenty-Webhook-Signature"
+	HeaderNonce     = "X-Twenty-Webhook-Nonce"
+	// MaxSkew is the largest difference between a delivery's timestamp
+	// and the host's clock.
+	MaxSkew = 300_000 * time.Millisecond
+	// ReplayNamespace and ReplayCapacity are the replay fence's state
+	// namespace and the most deliveries it holds within its window (2 ×
+	// MaxSkew: a timestamp is accepted for that long). A full fence
+	// refuses deliveries with 503 webhook.storage_unavailable until older
+	// ones leave the window; 10 000 deliveries in ten minutes is far above
+	// what one workspace sends, and every recorded delivery rewrites the
+	// fence, so it is kept well below the reference's 100 000.
+	ReplayNamespace = "aip.connector.twenty.webhook_replay.v1"
+	ReplayCapacity  = 10_000
+	// maxTimestampDigits bounds the timestamp header.
+	maxTimestampDigits = 32
+)
+
+var (
+	timestampPattern = regexp.MustCompile(`^[0-9]{1,32}$`)
+	signaturePattern = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+	noncePattern     = regexp.MustCompile(`^[0-9a-fA-F]{32}$`)
+	// eventNamePattern is a Twenty event name: object.action, e.g.
+	// person.created, myCustomObject.updated.
+	eventNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,127}(\.[A-Za-z][A-Za-z0-9_-]{0,63}){1,3}$`)
+)
+
+// Routes implements hostsdk.RouteProvider: POST /webhooks/twenty when a
+// webhook secret is configured, none otherwise.
+func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	if c.cfg.WebhookSecret.Empty() {
+		return nil, nil
+	}
+	h := &webhookHandler{c: c, rc: rc, fence: &webhook.Fence{
+		Namespace: ReplayNamespace,
+		Key:       "instance:" + rc.Tenant.InstanceID,
+		Window:    2 * MaxSkew,
+		Capacity:  ReplayCapacity,
+	}}
+	return []hostsdk.Route{{Pattern: WebhookPath, Handler: h}}, nil
+}
+
+type webhookHandler struct {
+	c     *Connector
+	rc    *hostsdk.RouteContext
+	fence *webhook.Fence
+}
+
+// payload is what a delivery's body must hold; the whole body becomes the
+// event's data.
+type payload struct {
+	EventName   string `json:"eventName"`
+	WorkspaceID string `json:"workspaceId"`
+	WebhookID   string `json:"webhookId"`
+	EventDate   string `json:"eventDate"`
+}
+
+// ServeHTTP verifies a delivery: the three headers, the signature
+// HMAC-SHA256(secret, "<timestamp>:<raw body>") in constant time, the
+// timestamp within MaxSkew, the replay fence (a delivery seen before is
+// refused with 401), the payload; then publishes its event and records
+// the delivery in the fence.
+func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, ok := webhook.ReadBody(w, r)
+	if !ok {
+		return
+	}
+	ts, sig, nonce := r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderSignature), r.Header.Get(HeaderNonce)
+	for _, name := range []string{HeaderTimestamp, HeaderSignature, HeaderNonce} {
+		if r.Header.Get(name) == "" {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeMissingHeader, "missing header "+name)
+			return
+		}
+	}
+	if !timestampPattern.MatchString(ts) {
+		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
+			fmt.Sprintf("%s must be 1 to %d decimal digits (Unix milliseconds)", HeaderTimestamp, maxTimestampDigits))
+		return
+	}
+	if !noncePattern.MatchString(nonce) {
+		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, HeaderNonce+" must be 32 hex digits")
+		return
+	}
+	mac := webhook.HMACSHA256([]byte(h.c.cfg.WebhookSecret.Reveal()), []byte(ts), []byte(":"), body)
+	if !signaturePattern.MatchString(sig) || !webhook.EqualHex(mac, sig) {
+		webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "the signature does not match")
+		return
+	}
+	now := h.c.cfg.Now()
+	ms, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || absDuration(now.Sub(time.UnixMilli(ms))) > MaxSkew {
+		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
+			fmt.Sprintf("the timestamp is more than %d ms away from the host's clock", MaxSkew.Milliseconds()))
+		return
+	}
+	if !utf8.Valid(body) {
+		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidUTF8, "the body is not UTF-8")
+		return
+	}
+	ctx := r.Context()
+	// The signature is lowercased first, so one delivery has one key
+	// whatever case its hex is in.
+	replayKey := replayKey(ts, strings.ToLower(sig), body)
+	seen, err := h.fence.Seen(ctx, h.rc.State, replayKey, now)
+	if err != nil {
+		h.rc.Logger.Error("twenty webhook: replay fence", "err", err)
+		webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replay fence could not be read")
+		return
+	}
+	if seen {
+		webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "this delivery was already received")
+		return
+	}
+	ev, msg := h.event(body)
+	if ev == nil {
+		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, msg)
+		return
+	}
+	if raw, _ := json.Marshal(ev); len(raw) > hostsdk.MaxEventBytes {
+		webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge,
+			fmt.Sprintf("the delivery makes an event of %d bytes; at most %d", len(raw), hostsdk.MaxEventBytes))
+		return
+	}
+	if _, err := h.rc.Events.Publish(ctx, Channel, *ev); err != nil {
+		if errors.Is(err, hostsdk.ErrNotServing) {
+			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replica is not accepting events now")
+			return
+		}
+		h.rc.Logger.Error("twenty webhook: publish", "err", err, "event_id", ev.ID)
+		webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the event could not be stored")
+		return
+	}
+	dup, err := h.fence.Record(ctx, h.rc.State, replayKey, now)
+	if err != nil {
+		// The event is stored (a redelivery stores the same batch once);
+		// the delivery is refused so that Twenty sends it again.
+		h.rc.Logger.Error("twenty webhook: replay fence", "err", err, "event_id", ev.ID)
+		webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the delivery could not be recorded in the replay fence")
+		return
+	}
+	if dup {
+		webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "this delivery was already received")
+		return
+	}
+	webhook.Accepted(w, 1, false)
+}
+
+// event maps a verified body to its event, or says why it cannot.
+func (h *webhookHandler) event(body []byte) (*aip.Event, string) {
+	var p payload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, "the body is not a JSON object with eventName, workspaceId, webhookId and eventDate: " + err.Error()
+	}
+	switch {
+	case !eventNamePattern.MatchString(p.EventName):
+		return nil, fmt.Sprintf("eventName %q is not an event name like person.created", p.EventName)
+	case !uuidPattern.MatchString(p.WorkspaceID) || !strings.EqualFold(p.WorkspaceID, h.c.cfg.WorkspaceID):
+		return nil, fmt.Sprintf("workspaceId %q is not this connector's workspace", p.WorkspaceID)
+	case !uuidPattern.MatchString(p.WebhookID):
+		return nil, fmt.Sprintf("webhookId %q is not a UUID", p.WebhookID)
+	}
+	at, err := time.Parse(time.RFC3339Nano, p.EventDate)
+	if err != nil {
+		return nil, fmt.Sprintf("eventDate %q is not an RFC 3339 time", p.EventDate)
+	}
+	return &aip.Event{
+		ID:         EventID(h.c.cfg.WorkspaceID, p.WebhookID, body),
+		Kind:       "twenty." + p.EventName,
+		OccurredAt: aip.At(at),
+		Data:       json.RawMessage(body),
+	}, ""
+}
+
+// EventID is a delivery's event ID: evt_ and the hex of the first 16
+// bytes of sha256(workspace ":" webhookId ":" body).
+func EventID(workspaceID, webhookID string, body []byte) string {
+	s := sha256.New()
+	s.Write([]byte(workspaceID + ":" + webhookID + ":"))
+	s.Write(body)
+	return "evt_" + hex.EncodeToString(s.Sum(nil)[:16])
+}
+
+// replayKey is hex sha256(timestamp ":" signature ":" body).
+func replayKey(ts, sig string, body []byte) string {
+	s := sha256.New()
+	s.Write([]byte(ts + ":" + sig + ":"))
+	s.Write(body)
+	return hex.EncodeToString(s.Sum(nil))
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
