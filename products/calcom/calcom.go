@@ -1,0 +1,167 @@
+package calcom
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// Setting flags (each also read from its AIP_CAL_DIY_* variable).
+const (
+	flagBaseURL          = "cal-diy-base-url"
+	flagBearerTokenFile  = "cal-diy-bearer-token-file"
+	flagMaxResponseBytes = "cal-diy-max-response-bytes"
+	flagWebhookSecrets   = "cal-diy-webhook-secret-files"
+)
+
+// MaxResponseBytesLimit is the largest --cal-diy-max-response-bytes
+// accepted (64 MiB, as the reference's client allows).
+const MaxResponseBytesLimit = 64 << 20
+
+// MaxWebhookSubscriptions bounds the entries of
+// --cal-diy-webhook-secret-files.
+const MaxWebhookSubscriptions = 64
+
+// Product is Cal.diy as cmd/aip-host runs it ("aip-host cal-diy").
+var Product = products.Product{
+	Name:    "cal-diy",
+	Summary: "Cal.diy (Cal.com API v2): profile, event types, slots, bookings, schedules; signed booking webhooks",
+	Settings: []hostsdk.Setting{
+		{Flag: flagBaseURL, Env: "AIP_CAL_DIY_BASE_URL",
+			Usage: "origin of the Cal.diy API v2, e.g. https://api.cal.com (https; http only for loopback)"},
+		{Flag: flagBearerTokenFile, Env: "AIP_CAL_DIY_BEARER_TOKEN_FILE",
+			Usage: "owner-only file holding the Cal.diy API key (cal_...) sent as Authorization: Bearer"},
+		{Flag: flagMaxResponseBytes, Env: "AIP_CAL_DIY_MAX_RESPONSE_BYTES", Kind: hostsdk.SettingInt,
+			Min: 1024, Max: MaxResponseBytesLimit,
+			Usage: "largest Cal.diy answer read, in bytes (default 8 MiB, at most 64 MiB)"},
+		{Flag: flagWebhookSecrets, Env: "AIP_CAL_DIY_WEBHOOK_SECRET_FILES",
+			Usage: "comma list of SUBSCRIPTION_ID=FILE: each file holds one webhook subscription's signing secret; " +
+				"enables POST /webhooks/cal-diy/{subscription_id}"},
+	},
+	New: newFromSettings,
+}
+
+// subscriptionRE is the syntax of a webhook subscription ID: 1 to 128
+// characters, the first alphanumeric.
+var subscriptionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$`)
+
+func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error) {
+	base, err := provider.ParseBaseURL("--"+flagBaseURL+" (AIP_CAL_DIY_BASE_URL)", v[flagBaseURL], false, false)
+	if err != nil {
+		return nil, err
+	}
+	token, err := provider.ReadSecret("--"+flagBearerTokenFile+" (AIP_CAL_DIY_BEARER_TOKEN_FILE)", v[flagBearerTokenFile])
+	if err != nil {
+		return nil, err
+	}
+	secrets, err := parseWebhookSecrets(v[flagWebhookSecrets])
+	if err != nil {
+		return nil, err
+	}
+	return New(Config{
+		BaseURL:          base,
+		Token:            token,
+		MaxResponseBytes: v.Int(flagMaxResponseBytes),
+		WebhookSecrets:   secrets,
+		Logger:           logger,
+	})
+}
+
+// parseWebhookSecrets reads --cal-diy-webhook-secret-files: an empty
+// value is no webhook route.
+func parseWebhookSecrets(raw string) (map[string]provider.Secret, error) {
+	const what = "--" + flagWebhookSecrets + " (AIP_CAL_DIY_WEBHOOK_SECRET_FILES)"
+	if strings.TrimSpace(raw) == "" {
+		return nil, nil
+	}
+	out := map[string]provider.Secret{}
+	for _, entry := range strings.Split(raw, ",") {
+		entry = strings.TrimSpace(entry)
+		id, file, ok := strings.Cut(entry, "=")
+		if !ok || file == "" {
+			return nil, fmt.Errorf("%s: entry %q is not SUBSCRIPTION_ID=FILE", what, entry)
+		}
+		if !subscriptionRE.MatchString(id) {
+			return nil, fmt.Errorf("%s: subscription ID %q must be 1 to 128 characters, the first a letter or digit, the rest letters, digits or . _ ~ -", what, id)
+		}
+		if _, dup := out[id]; dup {
+			return nil, fmt.Errorf("%s: subscription ID %q is given twice", what, id)
+		}
+		if len(out) == MaxWebhookSubscriptions {
+			return nil, fmt.Errorf("%s: more than %d subscriptions", what, MaxWebhookSubscriptions)
+		}
+		s, err := provider.ReadSecret(fmt.Sprintf("%s: subscription %s", what, id), file)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = s
+	}
+	return out, nil
+}
+
+// Config configures a Connector.
+type Config struct {
+	// BaseURL is the Cal.diy origin (checked with provider.ParseBaseURL).
+	BaseURL *url.URL
+	// Token is the API key sent as Authorization: Bearer.
+	Token provider.Secret
+	// MaxResponseBytes bounds an answer (0: provider.DefaultMaxResponseBytes).
+	MaxResponseBytes int64
+	// WebhookSecrets maps a webhook subscription ID to its signing secret.
+	// Without any, the webhook route is not mounted.
+	WebhookSecrets map[string]provider.Secret
+	// Now is the clock for webhook timestamps. Defaults to time.Now.
+	Now func() time.Time
+	// Transport is the provider client's round tripper (nil: a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Logger defaults to one that discards everything.
+	Logger *slog.Logger
+}
+
+// New returns a connector for cfg.
+func New(cfg Config) (*Connector, error) {
+	if cfg.BaseURL == nil {
+		return nil, errors.New("calcom: no base URL; set --" + flagBaseURL)
+	}
+	if cfg.Token.Empty() {
+		return nil, errors.New("calcom: no API key; set --" + flagBearerTokenFile)
+	}
+	if cfg.MaxResponseBytes < 0 || cfg.MaxResponseBytes > MaxResponseBytesLimit {
+		return nil, fmt.Errorf("calcom: --%s must be 1 to %d bytes", flagMaxResponseBytes, MaxResponseBytesLimit)
+	}
+	for id, s := range cfg.WebhookSecrets {
+		if !subscriptionRE.MatchString(id) || s.Empty() {
+			return nil, fmt.Errorf("calcom: webhook subscription %q needs a valid ID and a secret; fix --%s", id, flagWebhookSecrets)
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	token := cfg.Token
+	client, err := provider.New(provider.Config{
+		Product:          "cal-diy",
+		BaseURL:          cfg.BaseURL,
+		MaxResponseBytes: cfg.MaxResponseBytes,
+		Timeout:          30 * time.Second,
+		UserAgent:        "aipfleet-cal-diy",
+		Auth:             func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token.Reveal()) },
+		Transport:        cfg.Transport,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Connector{cfg: cfg, client: client}, nil
+}

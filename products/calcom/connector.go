@@ -1,0 +1,188 @@
+package calcom
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// Manifest identity.
+const (
+	AgentID = "agent:cal-diy"
+	// Profile is the connector profile the manifest declares beside the
+	// native HTTP profile.
+	Profile = "aip.connector.cal_diy.v1"
+	// CredentialIssuer is the issuer of the deployment's credential.
+	CredentialIssuer = "cal_diy_deployment"
+)
+
+// Connector is the Cal.diy adapter: a hostsdk.Connector, HealthChecker
+// and (with webhook secrets) RouteProvider.
+type Connector struct {
+	cfg    Config
+	client *provider.Client
+}
+
+var (
+	_ hostsdk.Connector     = (*Connector)(nil)
+	_ hostsdk.HealthChecker = (*Connector)(nil)
+	_ hostsdk.RouteProvider = (*Connector)(nil)
+)
+
+var outputSchema = json.RawMessage(`{
+  "type": "object",
+  "description": "the Cal.diy answer as it was sent: status (success) and data, with pagination on lists",
+  "properties": {"status": {"type": "string"}, "data": {}},
+  "required": ["status"]
+}`)
+
+func contract(o *operation) *aip.CapabilityContract {
+	c := &aip.CapabilityContract{
+		SideEffects: []aip.SideEffect{"read", "external_network"},
+		Idempotency: aip.IdempotencyContract{
+			Requirement:       "optional",
+			CollisionBehavior: "return_original_result",
+			KeyScope:          aip.ScopeAction,
+		},
+		Execution: aip.ExecutionContract{
+			SupportsSync: true, SupportsRetry: true,
+			ExpectedCompletion: aip.CompletionSync, RetrySafety: "safe",
+		},
+		Data: aip.DataContract{Sensitivity: aip.SensitivityConfidential, ContainsPII: true},
+		Credentials: &aip.CredentialsContract{Required: true, AcceptedIssuers: []string{CredentialIssuer},
+			RequiredScopes: []string{"cal_diy:" + o.Suffix}},
+	}
+	if o.Mutation {
+		c.SideEffects = []aip.SideEffect{"write", "send_message", "external_network"}
+		c.Idempotency.Requirement = "required"
+		// The provider has no idempotency of its own: an unknown outcome is
+		// journaled and never retried by the host.
+		c.Execution.SupportsRetry = false
+		c.Execution.RetrySafety = "unsafe"
+		c.Compensation = &aip.CompensationContract{Mode: "rollback_not_supported"}
+	}
+	return c
+}
+
+// Manifest implements hostsdk.Connector.
+func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manifest, error) {
+	caps := make([]aip.Capability, 0, len(operations))
+	for _, o := range operations {
+		capa := aip.Capability{
+			ID: o.ID(), Name: o.Name, Kind: aip.KindTool, Description: o.Description,
+			InputSchema: o.inputSchema(), OutputSchema: outputSchema,
+			Risk: o.Risk, Stability: aip.StabilityStable, Contract: contract(o),
+		}
+		if o.Mutation {
+			// The reference's governance: mutations require approval.
+			approval := true
+			capa.RequiresHumanApproval = &approval
+		}
+		caps = append(caps, capa)
+	}
+	m := &aip.Manifest{
+		ManifestVersion: "aip-manifest/v1",
+		Agent:           aip.Principal{ID: AgentID, Kind: aip.PrincipalAgent, DisplayName: "Cal.diy connector"},
+		Profiles:        []string{aip.NativeHTTPProfile, Profile},
+		Capabilities:    caps,
+		Security: json.RawMessage(`{"api_auth":["bearer"],"credential_material_in_protocol":false,` +
+			`"webhook_hmac":"sha256_hex_exact_raw_body","provider_idempotency":false}`),
+		Governance: json.RawMessage(`{"mutations_require_approval":true,"uncertain_mutations_require_reconciliation":true,` +
+			`"unresolved_provider_outcome":"operator_evidence_required"}`),
+		Limits: json.RawMessage(fmt.Sprintf(`{"webhook_max_body_bytes":%d}`, WebhookMaxBody)),
+	}
+	if len(c.cfg.WebhookSecrets) > 0 {
+		m.Channels = []json.RawMessage{json.RawMessage(`{"id":"` + WebhookChannel + `","system":"cal-diy",` +
+			`"direction":"inbound","description":"verified Cal.diy webhook deliveries (kind cal_diy.<trigger event>)"}`)}
+	}
+	return m, nil
+}
+
+// Handle implements hostsdk.Connector.
+func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	o, ok := operationsByID[call.Action.CapabilityID]
+	if !ok {
+		return nil, fmt.Errorf("calcom: unknown capability %s", call.Action.CapabilityID)
+	}
+	req, err := o.build(call.Action.Input)
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	h.Set("x-aip-action-id", call.Action.ID)
+	if call.Tenant.TenantID != "" {
+		h.Set("x-aip-tenant-id", call.Tenant.TenantID)
+	}
+	if o.Mutation && call.IdempotencyKey != "" {
+		h.Set("idempotency-key", call.IdempotencyKey)
+	}
+	if o.Version != "" {
+		h.Set("cal-api-version", o.Version)
+	}
+	preq := provider.Request{Method: o.Method, Path: req.path, Query: req.query, Header: h}
+	if req.body != nil {
+		preq.JSON = req.body
+	}
+	out, err := c.call(ctx, preq)
+	if err != nil {
+		return provider.Result(call, err, o.Mutation)
+	}
+	return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultCompleted, Output: out}, nil
+}
+
+// call sends req and returns the answer's JSON object. An empty 2xx body
+// is {"status":"success"}; a 2xx body whose status is "error" is a
+// provider error (not applied); a 2xx body that is not a JSON object is a
+// bad response that may have been applied.
+func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMessage, error) {
+	resp, err := c.client.Do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	body := bytes.TrimSpace(resp.Body)
+	if len(body) == 0 {
+		return json.RawMessage(`{"status":"success"}`), nil
+	}
+	var env struct {
+		Status string          `json:"status"`
+		Error  json.RawMessage `json:"error"`
+	}
+	if body[0] != '{' || json.Unmarshal(body, &env) != nil {
+		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
+			Message: "answered with a body that is not a JSON object", MayHaveApplied: true}
+	}
+	if env.Status == "error" {
+		msg := "answered status error"
+		var e struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(env.Error, &e) == nil && (e.Message != "" || e.Code != "") {
+			msg = fmt.Sprintf("%s: %s %s", msg, e.Code, e.Message)
+		}
+		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
+			Message: clip(msg)}
+	}
+	return json.RawMessage(body), nil
+}
+
+func clip(s string) string {
+	const maxLen = 512
+	if len(s) <= maxLen {
+		return s
+	}
+	return string([]rune(s[:maxLen])) + "…"
+}
+
+// CheckHealth implements hostsdk.HealthChecker: GET /v2/me, which needs a
+// valid API key.
+func (c *Connector) CheckHealth(ctx context.Context) error {
+	_, err := c.call(ctx, provider.Request{Method: http.MethodGet, Path: "/v2/me"})
+	return err
+}

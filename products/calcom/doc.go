@@ -1,0 +1,102 @@
+// Package calcom is the Cal.diy adapter: Cal.diy (the community,
+// self-hosted fork of Cal.com) through its Cal.com API v2, as an AIP
+// connector. cmd/aip-host runs it as "aip-host cal-diy".
+//
+// # Capabilities
+//
+// Agent agent:cal-diy, profiles aip.native.http.v1 and
+// aip.connector.cal_diy.v1. Capability IDs are cap:cal_diy:<suffix>; each
+// is one call of the published API document
+// (products/internal/spectest/specs/cal-diy/openapi.json), with the
+// cal-api-version that document requires for it:
+//
+//	profile.get         GET  /v2/me                                (no cal-api-version)
+//	event_type.list     GET  /v2/event-types                       2024-06-14
+//	event_type.get      GET  /v2/event-types/{eventTypeId}         2024-06-14
+//	slot.list           GET  /v2/slots                             2024-09-04
+//	booking.list        GET  /v2/bookings                          2024-08-13
+//	booking.get         GET  /v2/bookings/{bookingUid}             2024-08-13
+//	booking.create      POST /v2/bookings                          2024-08-13  mutation
+//	booking.cancel      POST /v2/bookings/{bookingUid}/cancel      2024-08-13  mutation
+//	booking.reschedule  POST /v2/bookings/{bookingUid}/reschedule  2024-08-13  mutation
+//	booking.confirm     POST /v2/bookings/{bookingUid}/confirm     2024-08-13  mutation
+//	booking.decline     POST /v2/bookings/{bookingUid}/decline     2024-08-13  mutation
+//	schedule.list       GET  /v2/schedules                         2024-06-11
+//
+// Inputs are snake_case (event_type_id, booking_uid, time_zone, ...) and
+// strict (additionalProperties false, bounded strings and numbers); the
+// adapter renames them to the provider's query parameters and body fields
+// and sends list filters comma-separated. The output is the provider's
+// JSON answer as sent ({"status":"success","data":...}, with pagination on
+// lists). Mutations are marked requires_human_approval, as the reference's
+// governance says (mutations_require_approval).
+//
+// Every request carries Authorization: Bearer <API key>, Accept:
+// application/json, x-aip-action-id and x-aip-tenant-id; mutations also
+// carry idempotency-key (the action's idempotency key). Cal.diy does not
+// document an idempotency key of its own, so the header is informational:
+// the host's journal is what keeps an action from running twice.
+//
+// # Settings
+//
+//	--cal-diy-base-url / AIP_CAL_DIY_BASE_URL                  origin of the API, e.g. https://api.cal.com
+//	                                                           (https; http only for loopback; no path)
+//	--cal-diy-bearer-token-file / AIP_CAL_DIY_BEARER_TOKEN_FILE owner-only file with the API key (cal_...)
+//	--cal-diy-max-response-bytes / AIP_CAL_DIY_MAX_RESPONSE_BYTES largest answer read (default 8 MiB, at most 64 MiB)
+//	--cal-diy-webhook-secret-files / AIP_CAL_DIY_WEBHOOK_SECRET_FILES
+//	                                                           comma list of SUBSCRIPTION_ID=FILE (optional)
+//
+// New refuses a missing or non-https base URL, an unreadable, empty or
+// group/other-readable secret file, and malformed subscription entries,
+// naming the setting to fix.
+//
+// # Errors
+//
+// Provider answers map through provider.Result: 400/422 →
+// provider.invalid_request, 401 → provider.unauthorized, 403 →
+// provider.forbidden, 404 → provider.not_found, 409 → provider.conflict,
+// 429 → provider.rate_limited (retryable, with Retry-After), 5xx or no
+// answer → provider.unavailable (retryable) for reads. A 2xx answer whose
+// body says "status":"error" is provider.bad_response (not retryable). A
+// mutation whose request may have reached Cal.diy without a usable answer
+// (5xx, dropped connection, unreadable or non-JSON 2xx body) is
+// outcome_unknown: the host journals it and never sends it again.
+// CheckHealth is GET /v2/me.
+//
+// # Webhook
+//
+// With at least one subscription secret the host mounts
+// POST /webhooks/cal-diy/{subscription_id} (body at most 1 MiB) and the
+// manifest declares the channel cal-diy-webhooks. A delivery needs
+// x-cal-signature-256, exactly 64 hex digits of HMAC-SHA256(subscription
+// secret, raw body) compared in constant time, and x-cal-webhook-version
+// 2021-10-20; its body is {triggerEvent, createdAt, payload} with createdAt
+// at most 24 hours old and at most 5 minutes ahead. Answers: unknown
+// subscription 404; missing header 400 webhook.missing_header; bad
+// signature 401 webhook.authentication_failed; bad shape or version 400
+// webhook.invalid_delivery; createdAt out of window 400
+// webhook.invalid_timestamp; body too large 413 webhook.too_large; outbox
+// not accepting 503 webhook.storage_unavailable. A verified delivery is
+// fenced against replays in the host's state store (namespace
+// aip.connector.cal_diy.webhook_replay.v1, key instance:<instance_id>,
+// ID = hex SHA-256 of subscription, version, signature and body; 24 hour
+// window; 4096 deliveries, the oldest forgotten first); a duplicate is
+// answered 200 with "duplicate": true. Otherwise it becomes one event of
+// kind cal_diy.<trigger event lowercased> (data: subscription_id,
+// trigger_event, created_at, webhook_version, payload) whose ID is derived
+// from the fence ID and whose occurred_at is createdAt, so a redelivery
+// past the fence still stores one batch.
+//
+// # Not covered
+//
+// Platform OAuth client credentials (x-cal-client-id and x-cal-secret-key)
+// and managed-user tokens are out of scope: the adapter authenticates with
+// one API key. The reference's other operations (event type, schedule,
+// calendar, conferencing and webhook administration, slot reservations,
+// attendees, seats) are not offered, nor tenant credential routing or a
+// dispatch ledger for reconciliation. booking.create does not take a
+// location, instant or routing, and cancel and reschedule do not take a
+// seat UID: the published document's oneOf alternatives for those bodies
+// overlap (no discriminator, no additionalProperties false), so such a body
+// cannot be shown to match exactly one of them.
+package calcom

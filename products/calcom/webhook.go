@@ -1,0 +1,233 @@
+package calcom
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/webhook"
+)
+
+// Webhook constants (reference §8.1).
+const (
+	// WebhookRoute is the host route; {subscription_id} selects the secret.
+	WebhookRoute = "POST /webhooks/cal-diy/{subscription_id}"
+	// WebhookChannel is the manifest channel the deliveries are published on.
+	WebhookChannel = "cal-diy-webhooks"
+	// WebhookVersion is the only x-cal-webhook-version accepted.
+	WebhookVersion = "2021-10-20"
+	// WebhookMaxBody bounds a delivery's body.
+	WebhookMaxBody = 1 << 20
+	// WebhookMaxAge and WebhookMaxSkew bound createdAt against the clock.
+	WebhookMaxAge  = 86400 * time.Second
+	WebhookMaxSkew = 300 * time.Second
+	// ReplayNamespace is the state namespace of the replay fence.
+	ReplayNamespace = "aip.connector.cal_diy.webhook_replay.v1"
+	// ReplayCapacity bounds the deliveries the fence remembers within its
+	// window; past it the oldest are forgotten. Every delivery rewrites the
+	// fence, so the bound keeps that write small.
+	ReplayCapacity = 4096
+
+	headerSignature = "X-Cal-Signature-256"
+	headerVersion   = "X-Cal-Webhook-Version"
+)
+
+// triggerRE bounds a trigger event name (BOOKING_CREATED, ...): it becomes
+// the event kind.
+var triggerRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,127}$`)
+
+// Routes implements hostsdk.RouteProvider: the webhook route, only when a
+// subscription secret is configured.
+func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	if len(c.cfg.WebhookSecrets) == 0 {
+		return nil, nil
+	}
+	fence := &webhook.Fence{Namespace: ReplayNamespace, Key: "instance:" + rc.Tenant.InstanceID,
+		Window: WebhookMaxAge, Capacity: ReplayCapacity, EvictOldest: true}
+	return []hostsdk.Route{{Pattern: WebhookRoute, Handler: c.webhookHandler(rc, fence)}}, nil
+}
+
+// delivery is a Cal.diy webhook body.
+type delivery struct {
+	TriggerEvent string          `json:"triggerEvent"`
+	CreatedAt    string          `json:"createdAt"`
+	Payload      json.RawMessage `json:"payload"`
+}
+
+// webhookHandler verifies a delivery, fences replays, publishes one event
+// and records the delivery: check subscription → bounded body → headers →
+// signature (constant time) → JSON shape → createdAt window → fence →
+// publish → record.
+func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sub := r.PathValue("subscription_id")
+		secret, ok := c.cfg.WebhookSecrets[sub]
+		if !subscriptionRE.MatchString(sub) || !ok {
+			webhook.Fail(w, http.StatusNotFound, webhook.CodeInvalidDelivery, "unknown webhook subscription")
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, WebhookMaxBody))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge, fmt.Sprintf("the body is larger than %d bytes", WebhookMaxBody))
+			} else {
+				webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "the body could not be read")
+			}
+			return
+		}
+		sig := r.Header.Get(headerSignature)
+		version := r.Header.Get(headerVersion)
+		switch {
+		case sig == "":
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeMissingHeader, "x-cal-signature-256 is missing")
+			return
+		case version == "":
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeMissingHeader, "x-cal-webhook-version is missing")
+			return
+		case version != WebhookVersion:
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "x-cal-webhook-version must be "+WebhookVersion)
+			return
+		case len(sig) != 2*sha256.Size || !webhook.EqualHex(webhook.HMACSHA256([]byte(secret.Reveal()), body), sig):
+			webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "x-cal-signature-256 does not match the body")
+			return
+		}
+		if !utf8.Valid(body) {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidUTF8, "the body is not UTF-8")
+			return
+		}
+		d, createdAt, msg := parseDelivery(body)
+		if msg != "" {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, msg)
+			return
+		}
+		now := c.cfg.Now()
+		if now.Sub(createdAt) > WebhookMaxAge || createdAt.Sub(now) > WebhookMaxSkew {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
+				"createdAt is more than 24 hours old or more than 5 minutes ahead of this host's clock")
+			return
+		}
+		id := fenceID(sub, version, sig, body)
+		ctx := r.Context()
+		seen, err := fence.Seen(ctx, rc.State, id, now)
+		if err != nil {
+			rc.Logger.Error("cal-diy webhook: replay fence", "error", err)
+			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replay fence could not be read")
+			return
+		}
+		if seen {
+			webhook.Accepted(w, 1, true)
+			return
+		}
+		ev, err := event(sub, id, d, createdAt)
+		if err != nil {
+			webhook.Fail(w, http.StatusInternalServerError, webhook.CodeInvalidMapping, err.Error())
+			return
+		}
+		if raw, _ := json.Marshal(ev); len(raw) > hostsdk.MaxEventBytes {
+			webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge,
+				fmt.Sprintf("the delivery maps to an event larger than %d bytes", hostsdk.MaxEventBytes))
+			return
+		}
+		if _, err := rc.Events.Publish(ctx, WebhookChannel, ev); err != nil {
+			if errors.Is(err, hostsdk.ErrNotServing) {
+				webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "this replica does not accept events now; deliver again")
+				return
+			}
+			rc.Logger.Error("cal-diy webhook: publish", "error", err)
+			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the event could not be stored; deliver again")
+			return
+		}
+		if _, err := fence.Record(ctx, rc.State, id, now); err != nil {
+			// The event is stored (an identical redelivery is stored once):
+			// the delivery is accepted even though the fence missed it.
+			rc.Logger.Warn("cal-diy webhook: replay fence not recorded", "error", err)
+		}
+		webhook.Accepted(w, 1, false)
+	})
+}
+
+// parseDelivery checks the body's shape; msg says what is wrong.
+func parseDelivery(body []byte) (d delivery, createdAt time.Time, msg string) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&d); err != nil {
+		return d, createdAt, "the body is not a JSON object with triggerEvent, createdAt and payload"
+	}
+	if dec.More() {
+		return d, createdAt, "the body has data after its JSON object"
+	}
+	if !triggerRE.MatchString(d.TriggerEvent) {
+		return d, createdAt, "triggerEvent must be an event name such as BOOKING_CREATED"
+	}
+	t, err := time.Parse(time.RFC3339Nano, d.CreatedAt)
+	if err != nil {
+		return d, createdAt, "createdAt must be an RFC 3339 time"
+	}
+	p := bytes.TrimSpace(d.Payload)
+	if len(p) == 0 || p[0] != '{' {
+		return d, createdAt, "payload must be a JSON object"
+	}
+	return d, t, ""
+}
+
+// fenceID is the delivery's replay ID: hex SHA-256 of the subscription,
+// the version, the signature (lowercased) and the raw body, NUL-separated.
+func fenceID(sub, version, sig string, body []byte) string {
+	h := sha256.New()
+	for _, p := range [][]byte{[]byte(sub), []byte(version), []byte(strings.ToLower(sig))} {
+		h.Write(p)
+		h.Write([]byte{0})
+	}
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// event maps a verified delivery to its event. The ID is derived from the
+// fence ID (a UUIDv7 shape whose time is createdAt), and occurred_at is
+// createdAt, so a redelivery maps to the same event and the host's outbox
+// stores it once.
+func event(sub, fence string, d delivery, createdAt time.Time) (aip.Event, error) {
+	data, err := json.Marshal(map[string]any{
+		"subscription_id": sub,
+		"trigger_event":   d.TriggerEvent,
+		"created_at":      d.CreatedAt,
+		"webhook_version": WebhookVersion,
+		"payload":         d.Payload,
+	})
+	if err != nil {
+		return aip.Event{}, fmt.Errorf("map the delivery: %w", err)
+	}
+	return aip.Event{
+		ID:         eventID(fence, createdAt),
+		Kind:       "cal_diy." + strings.ToLower(d.TriggerEvent),
+		OccurredAt: aip.At(createdAt),
+		Data:       data,
+	}, nil
+}
+
+// eventID returns "evt_" and a UUIDv7-shaped value: 48 bits of ms, the
+// version, then bits of the fence digest with the RFC 9562 variant.
+func eventID(fence string, at time.Time) string {
+	digest, _ := hex.DecodeString(fence)
+	var u [16]byte
+	ms := uint64(max(at.UnixMilli(), 0))
+	for i := range 6 {
+		u[i] = byte(ms >> (40 - 8*i))
+	}
+	copy(u[6:], digest[:10])
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return aip.PrefixEvent + hex.EncodeToString(u[:])
+}
