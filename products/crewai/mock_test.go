@@ -28,13 +28,13 @@ type mockAMP struct {
 
 	mu sync.Mutex
 	// Knobs.
-	runningPolls  int    // "running" answers before a run is terminal
-	failRuns      bool   // runs end in status "error"
-	kickoffStatus int    // answer POST /kickoff with this error status
-	dropKickoff   bool   // close the connection instead of answering POST /kickoff
-	statusFails   int    // answer this many GET /status with 500 first
-	inputsStatus  int    // answer GET /inputs with this error status
-	resumeStatus  int    // answer POST /resume with this error status
+	runningPolls  int  // "running" answers before a run is terminal
+	failRuns      bool // runs end in status "error"
+	kickoffStatus int  // answer POST /kickoff with this error status
+	dropKickoff   bool // close the connection instead of answering POST /kickoff
+	statusFails   int  // answer this many GET /status with 500 first
+	inputsStatus  int  // answer GET /inputs with this error status
+	resumeStatus  int  // answer POST /resume with this error status
 	polled        chan string
 	// Records.
 	kickoffs    []json.RawMessage
