@@ -1,0 +1,5 @@
+package main
+
+import "github.com/aipfleet/aipfleet/products/chatwoot"
+
+func init() { register(chatwoot.Product) }

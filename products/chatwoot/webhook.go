@@ -1,0 +1,207 @@
+package chatwoot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/webhook"
+)
+
+// Webhook headers and bounds (reference §8.3).
+const (
+	HeaderDelivery  = "X-Chatwoot-Delivery"
+	HeaderTimestamp = "X-Chatwoot-Timestamp"
+	HeaderSignature = "X-Chatwoot-Signature"
+	// MaxSkew bounds |now - timestamp|.
+	MaxSkew = 300 * time.Second
+	// MaxDeliveryIDBytes bounds the delivery header.
+	MaxDeliveryIDBytes = 512
+	// FenceNamespace, FenceWindow and FenceCapacity configure the replay
+	// fence (key "instance:<instance_id>", oldest evicted when full).
+	FenceNamespace = "aip.connector.chatwoot.webhook_replay.v1"
+	FenceWindow    = 300 * time.Second
+	FenceCapacity  = 10000
+	// maxInlinePayload is the largest webhook payload copied into an
+	// event's data; larger ones are summarised (an event is at most
+	// hostsdk.MaxEventBytes).
+	maxInlinePayload = 192 << 10
+)
+
+var eventName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+
+// Routes implements hostsdk.RouteProvider: POST /webhooks/chatwoot when a
+// webhook secret is configured, nothing otherwise.
+func (c *Connector) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	if !c.webhooks() {
+		return nil, nil
+	}
+	fence := &webhook.Fence{Namespace: FenceNamespace, Key: "instance:" + rc.Tenant.InstanceID,
+		Window: FenceWindow, Capacity: FenceCapacity, EvictOldest: true}
+	return []hostsdk.Route{{Pattern: http.MethodPost + " " + WebhookPath, Handler: c.webhookHandler(rc, fence)}}, nil
+}
+
+func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
+	secret := []byte(c.cfg.WebhookSecret.Reveal())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := webhook.ReadBody(w, r)
+		if !ok {
+			return
+		}
+		delivery, ts, sig := r.Header.Get(HeaderDelivery), r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderSignature)
+		for _, h := range [][2]string{{HeaderDelivery, delivery}, {HeaderTimestamp, ts}, {HeaderSignature, sig}} {
+			if h[1] == "" {
+				webhook.Fail(w, http.StatusBadRequest, webhook.CodeMissingHeader, "the "+h[0]+" header is missing")
+				return
+			}
+		}
+		if len(delivery) > MaxDeliveryIDBytes || strings.IndexFunc(delivery, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery,
+				fmt.Sprintf("the %s header must be 1 to %d printable ASCII characters", HeaderDelivery, MaxDeliveryIDBytes))
+			return
+		}
+		unix, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp, "the "+HeaderTimestamp+" header is not integer Unix seconds")
+			return
+		}
+		hexSig, ok := strings.CutPrefix(sig, "sha256=")
+		if !ok || !webhook.EqualHex(webhook.HMACSHA256(secret, []byte(ts), []byte("."), body), hexSig) {
+			webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "the signature does not match")
+			return
+		}
+		now := c.cfg.Now()
+		sent := time.Unix(unix, 0)
+		if d := now.Sub(sent); d > MaxSkew || d < -MaxSkew {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
+				fmt.Sprintf("the timestamp is %s from now; at most %s is accepted", d.Round(time.Second), MaxSkew))
+			return
+		}
+		if !utf8.Valid(body) {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidUTF8, "the body is not UTF-8")
+			return
+		}
+		events, err := c.mapDelivery(delivery, sent, body)
+		if err != nil {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, err.Error())
+			return
+		}
+		ctx := r.Context()
+		seen, err := fence.Seen(ctx, rc.State, delivery, now)
+		if err != nil {
+			rc.Logger.Warn("chatwoot webhook: replay fence unavailable", "error", err)
+			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replay fence could not be read; deliver again later")
+			return
+		}
+		if seen {
+			webhook.Accepted(w, len(events), true)
+			return
+		}
+		if len(events) > 0 {
+			if _, err := rc.Events.Publish(ctx, Channel, events...); err != nil {
+				rc.Logger.Warn("chatwoot webhook: events not stored", "delivery", delivery, "error", err)
+				webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the events could not be stored; deliver again later")
+				return
+			}
+		}
+		if _, err := fence.Record(ctx, rc.State, delivery, now); err != nil {
+			// The events are stored; a redelivery stores the same batch once.
+			rc.Logger.Warn("chatwoot webhook: delivery not recorded in the replay fence", "delivery", delivery, "error", err)
+			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the delivery could not be recorded; deliver again later")
+			return
+		}
+		webhook.Accepted(w, len(events), false)
+	})
+}
+
+// mapDelivery turns a verified delivery into its events: none for the
+// connector's own messages (content_attributes carries an AIP action ID),
+// else one event chatwoot.<event> whose ID derives from the account and
+// the delivery ID, so a redelivery maps to the same event.
+func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([]aip.Event, error) {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(body, &p); err != nil || p == nil {
+		return nil, fmt.Errorf("the body is not a JSON object")
+	}
+	var event string
+	if err := json.Unmarshal(p["event"], &event); err != nil || !eventName.MatchString(event) {
+		return nil, fmt.Errorf("the body has no event name (a lowercase word like message_created)")
+	}
+	if acct, ok := accountOf(p); ok && acct != c.cfg.AccountID {
+		return nil, fmt.Errorf("the delivery is for account %d; this connector serves account %d", acct, c.cfg.AccountID)
+	}
+	var attrs map[string]any
+	if raw, ok := p["content_attributes"]; ok && json.Unmarshal(raw, &attrs) == nil {
+		if id, _ := attrs[ActionIDAttribute].(string); id != "" {
+			return nil, nil // the connector's own message: loop prevention
+		}
+	}
+	data := map[string]any{"delivery_id": delivery, "event": event, "account_id": c.cfg.AccountID}
+	if id, ok := conversationOf(event, body, p); ok {
+		data["conversation_id"] = id
+	}
+	if len(body) <= maxInlinePayload {
+		data["payload"] = json.RawMessage(body)
+	} else {
+		sum := sha256.Sum256(body)
+		data["payload_omitted"] = true
+		data["payload_bytes"] = len(body)
+		data["payload_sha256"] = hex.EncodeToString(sum[:])
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte("chatwoot\x00" + strconv.FormatInt(c.cfg.AccountID, 10) + "\x00" + delivery))
+	return []aip.Event{{
+		ID: aip.PrefixEvent + "chatwoot_" + hex.EncodeToString(sum[:16]), Kind: "chatwoot." + event,
+		OccurredAt: aip.At(sent), Data: raw,
+	}}, nil
+}
+
+// accountOf reads account.id or account_id from a payload.
+func accountOf(p map[string]json.RawMessage) (int64, bool) {
+	var acct struct {
+		ID *int64 `json:"id"`
+	}
+	if raw, ok := p["account"]; ok && json.Unmarshal(raw, &acct) == nil && acct.ID != nil {
+		return *acct.ID, true
+	}
+	var id int64
+	if raw, ok := p["account_id"]; ok && json.Unmarshal(raw, &id) == nil {
+		return id, true
+	}
+	return 0, false
+}
+
+// conversationOf reads the conversation's display ID (the ID the API's
+// paths use): conversation.display_id in message events, display_id or id
+// in conversation events.
+func conversationOf(event string, body []byte, p map[string]json.RawMessage) (int64, bool) {
+	var ids struct {
+		DisplayID *int64 `json:"display_id"`
+		ID        *int64 `json:"id"`
+	}
+	if strings.HasPrefix(event, "conversation_") {
+		_ = json.Unmarshal(body, &ids)
+	} else if raw, ok := p["conversation"]; ok {
+		_ = json.Unmarshal(raw, &ids)
+	}
+	switch {
+	case ids.DisplayID != nil:
+		return *ids.DisplayID, true
+	case ids.ID != nil && strings.HasPrefix(event, "conversation_"):
+		return *ids.ID, true
+	}
+	return 0, false
+}
