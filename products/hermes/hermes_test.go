@@ -1,0 +1,632 @@
+package hermes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	keyMain  = "secret-one"
+	keyAlice = "secret-two"
+)
+
+// fixture is a host running the connector in front of two mock servers:
+// endpoint "Main" (capability prefix cap:hermes_agent:main) and endpoint
+// "alice" behind the /p/alice profile prefix with its own key.
+type fixture struct {
+	main, alice *mockHermes
+	conn        *Connector
+	d           *hostsdktest.Dispatcher
+	target      hostsdktest.Target
+}
+
+func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func endpointsFile(t testing.TB, mainURL, aliceURL string) string {
+	t.Helper()
+	dir := t.TempDir()
+	k1 := writeFile(t, dir, "main.key", keyMain+"\n", 0o600)
+	k2 := writeFile(t, dir, "alice.key", keyAlice, 0o600)
+	list := []map[string]string{
+		{"id": "Main", "base_url": mainURL, "api_key_file": k1, "display_name": "Main Hermes"},
+		{"id": "alice", "base_url": aliceURL, "api_key_file": k2},
+	}
+	raw, _ := json.Marshal(list)
+	return writeFile(t, dir, "endpoints.json", string(raw), 0o644)
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{main: newMockHermes(t, keyMain, ""), alice: newMockHermes(t, keyAlice, "/p/alice")}
+	conn, err := New(Config{EndpointsFile: endpointsFile(t, f.main.srv.URL, f.alice.srv.URL+"/p/alice/"),
+		PollInterval: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conn = conn
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	f.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	cfg := hostsdktest.HostConfig(t, cp, f.d, nil)
+	h := hostsdktest.StartHost(t, cfg, conn)
+	f.target = hostsdktest.TargetOf(h, cfg)
+	return f
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func action(capID, input string) *aip.Action {
+	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capID, Input: json.RawMessage(input)}
+}
+
+func (f *fixture) act(t *testing.T, a *aip.Action) *hostsdktest.Response {
+	t.Helper()
+	resp, err := f.d.Act(ctxT(t), f.target, a)
+	if err != nil {
+		t.Fatalf("act %s: %v", a.CapabilityID, err)
+	}
+	return resp
+}
+
+func completed(t *testing.T, resp *hostsdktest.Response) map[string]any {
+	t.Helper()
+	res, err := resp.Result()
+	if err != nil {
+		t.Fatalf("HTTP %d: %v", resp.Status, err)
+	}
+	if res.Status != aip.ResultCompleted {
+		t.Fatalf("result %s: %+v", res.Status, res.Error)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatalf("output %s: %v", res.Output, err)
+	}
+	return out
+}
+
+func jsonEqual(t *testing.T, what, got, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		t.Fatalf("%s: got %q is not JSON: %v", what, got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("%s: want %q is not JSON: %v", what, want, err)
+	}
+	if d := cmp.Diff(w, g); d != "" {
+		t.Errorf("%s (-want +got):\n%s", what, d)
+	}
+}
+
+func TestManifest(t *testing.T) {
+	conn, err := New(Config{EndpointsFile: endpointsFile(t, "http://127.0.0.1:8642", "https://hermes.example.com/p/alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := conn.Manifest(context.Background(), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Agent.ID != AgentID || m.Agent.Kind != aip.PrincipalAgent {
+		t.Errorf("agent %+v", m.Agent)
+	}
+	if got, want := len(m.Capabilities), 2*len(operations); got != want {
+		t.Fatalf("%d capabilities, want %d", got, want)
+	}
+	naming := regexp.MustCompile(`^cap:hermes_agent:(main|alice):(health|models|chat|responses|response_get|response_delete|run_start|run_status|run_stop|sessions_list|session_create|session_get|session_delete)$`)
+	for _, c := range m.Capabilities {
+		if !naming.MatchString(c.ID) {
+			t.Errorf("capability ID %q does not follow cap:hermes_agent:<endpoint>:<operation>", c.ID)
+		}
+		var schema struct {
+			Type                 string          `json:"type"`
+			Required             []string        `json:"required"`
+			AdditionalProperties *bool           `json:"additionalProperties"`
+			Properties           json.RawMessage `json:"properties"`
+		}
+		if err := json.Unmarshal(c.InputSchema, &schema); err != nil {
+			t.Fatalf("%s: %v", c.ID, err)
+		}
+		if schema.Type != "object" || schema.Required == nil || schema.AdditionalProperties == nil || *schema.AdditionalProperties || schema.Properties == nil {
+			t.Errorf("%s: input schema is not strict: %s", c.ID, c.InputSchema)
+		}
+		if c.Description == "" || c.Risk == "" || c.Contract == nil || c.RequiresHumanApproval != nil {
+			t.Errorf("%s: description %q risk %q contract %v approval %v", c.ID, c.Description, c.Risk, c.Contract, c.RequiresHumanApproval)
+		}
+		if strings.Contains(string(mustJSON(t, c)), keyMain) {
+			t.Errorf("%s carries the API key", c.ID)
+		}
+	}
+	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
+		t.Fatalf("BindManifest: %v", err)
+	}
+	c, _ := m.Capability("cap:hermes_agent:main:chat")
+	if c == nil || !c.Contract.Execution.SupportsStreaming || c.Name != "Chat completion (Main Hermes)" {
+		t.Errorf("chat capability %+v", c)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestOperations runs every capability through a real host and checks
+// the exact request the mock received and the output.
+func TestOperations(t *testing.T) {
+	f := newFixture(t)
+	cases := []struct {
+		cap, input          string
+		method, path, query string
+		body                string // "" for no body
+		idempotent          bool   // Idempotency-Key sent
+		check               func(t *testing.T, out map[string]any)
+		mock                func(f *fixture) *mockHermes
+		wantAuth            string
+	}{
+		{cap: "main:health", input: `{}`, method: "GET", path: "/health",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "status", "ok") }},
+		{cap: "main:models", input: `{}`, method: "GET", path: "/v1/models",
+			check: func(t *testing.T, out map[string]any) {
+				if d := out["data"].([]any); d[0].(map[string]any)["id"] != "hermes-agent" {
+					t.Errorf("models %v", out)
+				}
+			}},
+		{cap: "main:chat", input: `{"messages":[{"role":"system","content":"You are a Python expert."},{"role":"user","content":"Write a fibonacci function"}]}`,
+			method: "POST", path: "/v1/chat/completions", idempotent: true,
+			body: `{"model":"hermes-agent","messages":[{"role":"system","content":"You are a Python expert."},{"role":"user","content":"Write a fibonacci function"}],"stream":false}`,
+			check: func(t *testing.T, out map[string]any) {
+				jsonEqual(t, "chat output", string(mustJSON(t, out)), `{"id":"chatcmpl-abc123","model":"hermes-agent",
+					"message":{"role":"assistant","content":"Here's a fibonacci function..."},"finish_reason":"stop",
+					"usage":{"prompt_tokens":50,"completion_tokens":200,"total_tokens":250}}`)
+			}},
+		{cap: "main:chat", input: `{"messages":[{"role":"user","content":"Hi"}],"model":"MiniMax-M3","temperature":0.5,"max_tokens":64}`,
+			method: "POST", path: "/v1/chat/completions", idempotent: true,
+			body: `{"model":"MiniMax-M3","messages":[{"role":"user","content":"Hi"}],"stream":false,"temperature":0.5,"max_tokens":64}`},
+		{cap: "main:responses", input: `{"input":"What files are in my project?","instructions":"You are a helpful coding assistant.","store":true}`,
+			method: "POST", path: "/v1/responses", idempotent: true,
+			body:  `{"model":"hermes-agent","input":"What files are in my project?","instructions":"You are a helpful coding assistant.","store":true}`,
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "id", "resp_abc123") }},
+		{cap: "main:responses", input: `{"input":"Now show me the README","previous_response_id":"resp_abc123","conversation":"my-project"}`,
+			method: "POST", path: "/v1/responses", idempotent: true,
+			body: `{"model":"hermes-agent","input":"Now show me the README","previous_response_id":"resp_abc123","conversation":"my-project"}`},
+		{cap: "main:response_get", input: `{"response_id":"resp_abc123"}`, method: "GET", path: "/v1/responses/resp_abc123",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "status", "completed") }},
+		{cap: "main:response_delete", input: `{"response_id":"resp_abc123"}`, method: "DELETE", path: "/v1/responses/resp_abc123",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "deleted", true) }},
+		{cap: "main:run_start", input: `{"input":"Run the tests","session_id":"space-session","instructions":"Be brief.","model":"hermes-agent"}`,
+			method: "POST", path: "/v1/runs", idempotent: true,
+			body: `{"input":"Run the tests","session_id":"space-session","instructions":"Be brief.","model":"hermes-agent"}`,
+			check: func(t *testing.T, out map[string]any) {
+				jsonEqual(t, "run_start output", string(mustJSON(t, out)), `{"run_id":"run_abc123","status":"started"}`)
+			}},
+		{cap: "main:run_status", input: `{"run_id":"run_abc123"}`, method: "GET", path: "/v1/runs/run_abc123",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "object", "hermes.run") }},
+		{cap: "main:run_stop", input: `{"run_id":"run_abc123"}`, method: "POST", path: "/v1/runs/run_abc123/stop",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "status", "stopping") }},
+		{cap: "main:sessions_list", input: `{"limit":5,"offset":10,"source":"api server","include_children":true}`,
+			method: "GET", path: "/api/sessions", query: "include_children=true&limit=5&offset=10&source=api+server",
+			check: func(t *testing.T, out map[string]any) {
+				if _, ok := out["sessions"]; !ok {
+					t.Errorf("sessions_list output %v", out)
+				}
+			}},
+		{cap: "main:sessions_list", input: `{}`, method: "GET", path: "/api/sessions"},
+		{cap: "main:session_create", input: `{}`, method: "POST", path: "/api/sessions", body: `{}`,
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "id", "sess_new") }},
+		{cap: "main:session_get", input: `{"session_id":"20260101_1200:ab.c"}`, method: "GET", path: "/api/sessions/20260101_1200:ab.c",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "id", "20260101_1200:ab.c") }},
+		{cap: "main:session_delete", input: `{"session_id":"space-session"}`, method: "DELETE", path: "/api/sessions/space-session",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "deleted", true) }},
+		{cap: "alice:models", input: `{}`, method: "GET", path: "/p/alice/v1/models",
+			mock: func(f *fixture) *mockHermes { return f.alice }, wantAuth: "Bearer " + keyAlice},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.cap, func(t *testing.T) {
+			seen[tc.cap] = true
+			m, auth := f.main, "Bearer "+keyMain
+			if tc.mock != nil {
+				m, auth = tc.mock(f), tc.wantAuth
+			}
+			a := action("cap:hermes_agent:"+tc.cap, tc.input)
+			out := completed(t, f.act(t, a))
+			if tc.check != nil {
+				tc.check(t, out)
+			}
+			reqs := m.of(a.ID)
+			if len(reqs) != 1 {
+				t.Fatalf("%d provider requests, want 1: %+v", len(reqs), reqs)
+			}
+			r := reqs[0]
+			if r.Method != tc.method || r.Path != tc.path || r.Query != tc.query {
+				t.Errorf("request %s %s?%s, want %s %s?%s", r.Method, r.Path, r.Query, tc.method, tc.path, tc.query)
+			}
+			if tc.body == "" {
+				if r.Body != "" {
+					t.Errorf("body %q, want none", r.Body)
+				}
+			} else {
+				jsonEqual(t, "request body", r.Body, tc.body)
+				if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+					t.Errorf("Content-Type %q", ct)
+				}
+			}
+			if got := r.Header.Get("Authorization"); got != auth {
+				t.Errorf("Authorization %q, want %q", got, auth)
+			}
+			if got, want := r.Header.Get("Idempotency-Key"), map[bool]string{true: a.ID}[tc.idempotent]; got != want {
+				t.Errorf("Idempotency-Key %q, want %q", got, want)
+			}
+		})
+	}
+	for _, op := range operations {
+		if !seen["main:"+op.name] {
+			t.Errorf("operation %s not exercised", op.name)
+		}
+	}
+}
+
+func wantField(t *testing.T, out map[string]any, k string, v any) {
+	t.Helper()
+	if out[k] != v {
+		t.Errorf("output %s = %v, want %v (output %v)", k, out[k], v, out)
+	}
+}
+
+// TestRunStartReplay: the same AIP idempotency key on a new action is sent
+// as the same Idempotency-Key; Hermes' replay flag reaches the output.
+func TestRunStartReplay(t *testing.T) {
+	f := newFixture(t)
+	a1 := action("cap:hermes_agent:main:run_start", `{"input":"x"}`)
+	a1.IdempotencyKey = "order-42"
+	a2 := action("cap:hermes_agent:main:run_start", `{"input":"x"}`)
+	a2.IdempotencyKey = "order-42"
+	if out := completed(t, f.act(t, a1)); out["replayed"] != nil {
+		t.Errorf("first start %v", out)
+	}
+	if out := completed(t, f.act(t, a2)); out["replayed"] != true || out["run_id"] != "run_abc123" {
+		t.Errorf("second start %v", out)
+	}
+	for _, a := range []*aip.Action{a1, a2} {
+		if r := f.main.of(a.ID); len(r) != 1 || r[0].Header.Get("Idempotency-Key") != "order-42" {
+			t.Errorf("requests %+v", r)
+		}
+	}
+}
+
+func TestRunStartWaitCompletes(t *testing.T) {
+	f := newFixture(t)
+	f.main.mu.Lock()
+	f.main.runStatus = "completed"
+	f.main.mu.Unlock()
+	a := action("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+	out := completed(t, f.act(t, a))
+	run, _ := out["run"].(map[string]any)
+	if out["status"] != "completed" || run["output"] != "Done." {
+		t.Fatalf("output %v", out)
+	}
+	reqs := f.main.of(a.ID)
+	if len(reqs) != 2 || reqs[1].Method != "GET" || reqs[1].Path != "/v1/runs/run_abc123" || reqs[0].Body != `{"input":"x"}` {
+		t.Errorf("requests %+v", reqs)
+	}
+}
+
+// TestRunStartCancelStopsRun: cancelling a run_start that waits for its
+// run stops the run through the Canceler.
+func TestRunStartCancelStopsRun(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	a := action("cap:hermes_agent:main:run_start", `{"input":"long job","wait":true}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := f.d.Act(ctx, f.target, a)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	select {
+	case <-f.main.polled: // the run started and is being followed
+	case <-ctx.Done():
+		t.Fatal("run_start never polled its run")
+	}
+	resp, err := f.d.Cancel(ctx, f.target, a.ID, a.CapabilityID, "operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("cancel answered %+v, %v", res, err)
+	}
+	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("action answered %+v, %v", res, err)
+	}
+	var stops []received
+	for _, r := range f.main.of(a.ID) {
+		if r.Method == "POST" && r.Path == "/v1/runs/run_abc123/stop" {
+			stops = append(stops, r)
+		}
+	}
+	if len(stops) != 1 || stops[0].Header.Get("Authorization") != "Bearer "+keyMain {
+		t.Fatalf("stop requests %+v", stops)
+	}
+}
+
+const chatCompletionChunk = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1710000000,"model":"hermes-agent","choices":[{"index":0,"delta":%s,"finish_reason":%s}]}`
+
+func chunkOf(delta, finish string) string { return fmt.Sprintf(chatCompletionChunk, delta, finish) }
+
+func TestChatStream(t *testing.T) {
+	f := newFixture(t)
+	f.main.setStream(sse(
+		chunkOf(`{"role":"assistant"}`, "null"),
+		chunkOf(`{"reasoning_content":"thinking"}`, "null"),
+		"hermes.tool.progress\x00"+`{"tool":"terminal","status":"started"}`,
+		chunkOf(`{"content":"Hel"}`, "null"),
+		chunkOf(`{"content":"lo"}`, "null"),
+		`{"id":"chatcmpl-1","object":"chat.completion.chunk","model":"hermes-agent","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"total_tokens":7}}`,
+		"[DONE]",
+	))
+	a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
+	a.Mode = aip.ModeStreaming
+	resp := f.act(t, a)
+	type chunk struct {
+		Kind aip.ChunkKind
+		Data string
+	}
+	var got []chunk
+	for _, c := range resp.Chunks {
+		got = append(got, chunk{c.Kind, string(c.Data)})
+	}
+	want := []chunk{
+		{aip.ChunkThought, `{"delta":"thinking"}`},
+		{aip.ChunkTool, `{"status":"started","tool":"terminal"}`},
+		{aip.ChunkData, `{"delta":"Hel"}`},
+		{aip.ChunkData, `{"delta":"lo"}`},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("chunks (-want +got):\n%s", d)
+	}
+	out := completed(t, resp)
+	jsonEqual(t, "stream output", string(mustJSON(t, out)),
+		`{"id":"chatcmpl-1","model":"hermes-agent","message":{"role":"assistant","content":"Hello"},"finish_reason":"stop","usage":{"total_tokens":7}}`)
+	reqs := f.main.of(a.ID)
+	if len(reqs) != 1 {
+		t.Fatalf("requests %+v", reqs)
+	}
+	jsonEqual(t, "stream request", reqs[0].Body, `{"model":"hermes-agent","messages":[{"role":"user","content":"Hello!"}],"stream":true}`)
+	if h := reqs[0].Header; h.Get("Accept") != "text/event-stream" || h.Get("Authorization") != "Bearer "+keyMain || h.Get("Idempotency-Key") != a.ID {
+		t.Errorf("stream request headers %v", h)
+	}
+}
+
+// outcomeUnknown checks that a is journaled outcome_unknown and that
+// sending it again does not reach the provider.
+func (f *fixture) outcomeUnknown(t *testing.T, resp *hostsdktest.Response, a *aip.Action, m *mockHermes) {
+	t.Helper()
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" {
+		t.Fatalf("HTTP %d %s, want outcome_unknown", resp.Status, resp.Raw)
+	}
+	st, _, err := f.d.Status(ctxT(t), f.target, a.ID, a.CapabilityID)
+	if err != nil || st.State != aip.StateOutcomeUnknown {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+	before := len(m.of(a.ID))
+	again := f.act(t, a)
+	if pe := again.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" {
+		t.Fatalf("again: HTTP %d %s", again.Status, again.Raw)
+	}
+	if after := len(m.of(a.ID)); after != before {
+		t.Fatalf("the same action reached the provider again (%d requests, then %d)", before, after)
+	}
+}
+
+func TestChatStreamCutIsOutcomeUnknown(t *testing.T) {
+	f := newFixture(t)
+	f.main.setStream(sse(chunkOf(`{"content":"Hel"}`, "null")) + "data: " + chunkOf(`{"content":"lo"}`, "null")[:20])
+	a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
+	a.Mode = aip.ModeStreaming
+	f.outcomeUnknown(t, f.act(t, a), a, f.main)
+}
+
+func failedWith(t *testing.T, resp *hostsdktest.Response, code string, retryable bool) {
+	t.Helper()
+	res, err := resp.Result()
+	if err != nil {
+		t.Fatalf("HTTP %d: %v", resp.Status, err)
+	}
+	if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != code || (res.Error.Retryable != nil && *res.Error.Retryable) != retryable {
+		t.Fatalf("result %s %+v, want failed %s retryable %v", res.Status, res.Error, code, retryable)
+	}
+	if strings.Contains(res.Error.Message, keyMain) {
+		t.Fatalf("error message carries the key: %s", res.Error.Message)
+	}
+}
+
+func TestProviderErrors(t *testing.T) {
+	f := newFixture(t)
+	t.Run("read 404", func(t *testing.T) {
+		a := action("cap:hermes_agent:main:response_get", `{"response_id":"resp_missing"}`)
+		failedWith(t, f.act(t, a), provider.CodeNotFound, false)
+	})
+	t.Run("mutation 400", func(t *testing.T) {
+		f.main.setFail("POST", "/api/sessions", 400)
+		failedWith(t, f.act(t, action("cap:hermes_agent:main:session_create", `{}`)), provider.CodeInvalidRequest, false)
+	})
+	t.Run("run_start 429", func(t *testing.T) {
+		f.alice.setFail("POST", "/p/alice/v1/runs", 429)
+		failedWith(t, f.act(t, action("cap:hermes_agent:alice:run_start", `{"input":"x"}`)), provider.CodeRateLimited, true)
+	})
+	t.Run("read 5xx", func(t *testing.T) {
+		f.main.setFail("GET", "/v1/runs/run_x", 503)
+		failedWith(t, f.act(t, action("cap:hermes_agent:main:run_status", `{"run_id":"run_x"}`)), provider.CodeUnavailable, true)
+	})
+	t.Run("mutation 5xx", func(t *testing.T) {
+		f.main.setFail("DELETE", "/v1/responses/resp_gone", 500)
+		a := action("cap:hermes_agent:main:response_delete", `{"response_id":"resp_gone"}`)
+		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+	})
+	t.Run("chat dropped connection", func(t *testing.T) {
+		f.main.setDrop("POST", "/v1/chat/completions")
+		a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hi"}]}`)
+		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+	})
+	t.Run("stream 5xx", func(t *testing.T) {
+		f.alice.setFail("POST", "/p/alice/v1/chat/completions", 502)
+		a := action("cap:hermes_agent:alice:chat", `{"messages":[{"role":"user","content":"Hi"}]}`)
+		a.Mode = aip.ModeStreaming
+		f.outcomeUnknown(t, f.act(t, a), a, f.alice)
+	})
+	t.Run("read 401", func(t *testing.T) {
+		f.alice.setFail("GET", "/p/alice/api/sessions/s", 401)
+		a := action("cap:hermes_agent:alice:session_get", `{"session_id":"s"}`)
+		failedWith(t, f.act(t, a), provider.CodeUnauthorized, false)
+	})
+}
+
+func TestInputRejected(t *testing.T) {
+	f := newFixture(t)
+	many := strings.Repeat(`{"role":"user","content":"x"},`, 201)
+	cases := []struct{ cap, input string }{
+		{"main:chat", `{}`},
+		{"main:chat", `{"messages":[]}`},
+		{"main:chat", `{"messages":[` + many[:len(many)-1] + `]}`},
+		{"main:chat", `{"messages":[{"role":"tool","content":"x"}]}`},
+		{"main:chat", `{"messages":[{"role":"user"}]}`},
+		{"main:chat", `{"messages":[{"role":"user","content":"x"}],"temperature":3}`},
+		{"main:chat", `{"messages":[{"role":"user","content":"x"}],"stream":true}`},
+		{"main:responses", `{"input":""}`},
+		{"main:response_get", `{"response_id":".."}`},
+		{"main:response_get", `{"response_id":"a/b"}`},
+		{"main:run_start", `{"session_id":"s"}`},
+		{"main:run_stop", `{}`},
+		{"main:sessions_list", `{"limit":0}`},
+		{"main:session_create", `{"title":"x"}`},
+		{"main:health", `{"verbose":true}`},
+	}
+	for _, tc := range cases {
+		a := action("cap:hermes_agent:"+tc.cap, tc.input)
+		resp := f.act(t, a)
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != "connector_host.input_invalid" {
+			t.Errorf("%s %s: HTTP %d %s", tc.cap, tc.input, resp.Status, resp.Raw)
+		}
+		if n := len(f.main.of(a.ID)); n != 0 {
+			t.Errorf("%s %s reached the provider", tc.cap, tc.input)
+		}
+	}
+}
+
+func TestCheckHealth(t *testing.T) {
+	main, alice := newMockHermes(t, keyMain, ""), newMockHermes(t, keyAlice, "")
+	conn, err := New(Config{EndpointsFile: endpointsFile(t, main.srv.URL, alice.srv.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.CheckHealth(ctxT(t)); err != nil {
+		t.Fatalf("healthy: %v", err)
+	}
+	alice.mu.Lock()
+	alice.key = "rotated"
+	alice.mu.Unlock()
+	err = conn.CheckHealth(ctxT(t))
+	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "alice") || strings.Contains(err.Error(), keyAlice) {
+		t.Fatalf("wrong key: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := conn.CheckHealth(ctx); err == nil {
+		t.Fatal("a cancelled probe succeeded")
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	dir := t.TempDir()
+	key := writeFile(t, dir, "k", "secret", 0o600)
+	open := writeFile(t, dir, "open", "secret", 0o644)
+	file := func(content string) string {
+		return writeFile(t, t.TempDir(), "endpoints.json", content, 0o644)
+	}
+	var forty []string
+	for i := range 40 {
+		forty = append(forty, fmt.Sprintf(`{"id":"e%d","base_url":"https://h%d.example.com"}`, i, i))
+	}
+	cases := []struct {
+		name, path, want string
+	}{
+		{"missing setting", "", "no file given"},
+		{"missing file", filepath.Join(dir, "nope.json"), "nope.json"},
+		{"group writable", writeFile(t, t.TempDir(), "e.json", `[{"id":"a","base_url":"https://h.example.com"}]`, 0o666), "writable"},
+		{"not JSON", file(`{`), "not a JSON array"},
+		{"unknown field", file(`[{"id":"a","base_url":"https://h.example.com","tenant":"t"}]`), `unknown field "tenant"`},
+		{"trailing data", file(`[{"id":"a","base_url":"https://h.example.com"}] []`), "data after"},
+		{"empty", file(`[]`), "lists 0 endpoints"},
+		{"too many for a manifest", file("[" + strings.Join(forty, ",") + "]"), "at most 39 endpoints"},
+		{"bad id", file(`[{"id":"a b","base_url":"https://h.example.com"}]`), `id "a b"`},
+		{"duplicate id", file(`[{"id":"Main","base_url":"https://h.example.com"},{"id":"main","base_url":"https://g.example.com"}]`), "listed twice"},
+		{"no base_url", file(`[{"id":"a"}]`), "no URL given"},
+		{"insecure base_url", file(`[{"id":"a","base_url":"http://hermes.example.com"}]`), "use https"},
+		{"base_url with query", file(`[{"id":"a","base_url":"https://h.example.com/?x=1"}]`), "query"},
+		{"key file too open", file(`[{"id":"a","base_url":"https://h.example.com","api_key_file":"` + open + `"}]`), "api_key_file"},
+		{"key file missing", file(`[{"id":"a","base_url":"https://h.example.com","api_key_file":"` + filepath.Join(dir, "none") + `"}]`), "api_key_file"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(Config{EndpointsFile: tc.path})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), "--hermes-endpoints-file") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q, want it to name --hermes-endpoints-file and say %q", err, tc.want)
+			}
+		})
+	}
+	good := file(`[{"id":"a","base_url":"https://h.example.com","api_key_file":"` + key + `"}]`)
+	if _, err := New(Config{EndpointsFile: good, DefaultModel: "bad\nmodel"}); err == nil || !strings.Contains(err.Error(), "--hermes-default-model") {
+		t.Errorf("bad default model: %v", err)
+	}
+	if _, err := New(Config{EndpointsFile: good, MaxResponseBytes: 10}); err == nil || !strings.Contains(err.Error(), "--hermes-max-response-bytes") {
+		t.Errorf("small max response bytes: %v", err)
+	}
+	conn, err := Product.New(hostsdk.SettingValues{FlagEndpointsFile: good, FlagDefaultModel: "my-hermes"}, nil)
+	if err != nil {
+		t.Fatalf("Product.New: %v", err)
+	}
+	if c := conn.(*Connector); c.defaultModel != "my-hermes" || len(c.endpoints) != 1 {
+		t.Errorf("connector %+v", c)
+	}
+}

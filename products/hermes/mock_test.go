@@ -1,0 +1,237 @@
+package hermes
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// received is one request the mock provider got.
+type received struct {
+	Method, Path, Query string
+	Header              http.Header
+	Body                string
+}
+
+// mockHermes is a Hermes Agent API server as the "API Server" page
+// (products/internal/spectest/specs/hermes-agent/api-server.md) describes
+// it; each route names the section it follows. Every route requires
+// Authorization: Bearer <key> (§ Authentication: "API_SERVER_KEY is
+// required for every deployment"; 401 otherwise) and unknown paths are
+// 404.
+type mockHermes struct {
+	t   testing.TB
+	key string
+	// prefix is the multi-profile route prefix (§ Multi-profile routing,
+	// /p/<profile>/...) the server answers under, "" for none.
+	prefix string
+	srv    *httptest.Server
+
+	mu   sync.Mutex
+	reqs []received
+	// fail answers "METHOD path" with this status and an OpenAI-style
+	// error body.
+	fail map[string]int
+	// drop closes the connection of "METHOD path" without an answer.
+	drop map[string]bool
+	// stream is the SSE body of a streaming chat completion.
+	stream string
+	// runStatus is what GET /v1/runs/{run_id} reports until a stop.
+	runStatus string
+	// idemKeys are the Idempotency-Keys POST /v1/runs has seen.
+	idemKeys map[string]string
+	// polled is signalled on every GET /v1/runs/{run_id}.
+	polled chan struct{}
+}
+
+func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
+	m := &mockHermes{t: t, key: key, prefix: prefix, fail: map[string]int{}, drop: map[string]bool{},
+		runStatus: "running", idemKeys: map[string]string{}, polled: make(chan struct{}, 1000)}
+	mux := http.NewServeMux()
+	// § GET /health: {"status": "ok"}.
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"status":"ok"}`)
+	})
+	// § GET /v1/models: the agent as the one model (OpenAI list format).
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"object":"list","data":[{"id":"hermes-agent","object":"model","created":1710000000,"owned_by":"hermes"}]}`)
+	})
+	// § POST /v1/chat/completions: the Response example; with
+	// "stream": true, SSE chat.completion.chunk events (§ Streaming).
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Stream bool `json:"stream"`
+		}
+		raw, _ := io.ReadAll(r.Body)
+		if json.Unmarshal(raw, &body) != nil {
+			writeJSON(w, 400, `{"error":{"message":"invalid JSON","type":"invalid_request_error"}}`)
+			return
+		}
+		if body.Stream {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(200)
+			m.mu.Lock()
+			s := m.stream
+			m.mu.Unlock()
+			io.WriteString(w, s)
+			return
+		}
+		writeJSON(w, 200, `{"id":"chatcmpl-abc123","object":"chat.completion","created":1710000000,"model":"hermes-agent",
+			"choices":[{"index":0,"message":{"role":"assistant","content":"Here's a fibonacci function..."},"finish_reason":"stop"}],
+			"usage":{"prompt_tokens":50,"completion_tokens":200,"total_tokens":250}}`)
+	})
+	// § POST /v1/responses: the Response example.
+	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, respExample)
+	})
+	// § GET /v1/responses/{id}: a stored response; others are unknown.
+	mux.HandleFunc("GET /v1/responses/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("id") != "resp_abc123" {
+			writeJSON(w, 404, `{"error":{"message":"Response not found","type":"invalid_request_error"}}`)
+			return
+		}
+		writeJSON(w, 200, respExample)
+	})
+	// § DELETE /v1/responses/{id} (OpenAI's deletion object).
+	mux.HandleFunc("DELETE /v1/responses/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"id":"`+r.PathValue("id")+`","object":"response","deleted":true}`)
+	})
+	// § POST /v1/runs: {"run_id", "status": "started"}; a repeated
+	// Idempotency-Key returns the original run with 202 and
+	// Idempotency-Replayed: true.
+	mux.HandleFunc("POST /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get("Idempotency-Key")
+		m.mu.Lock()
+		_, replay := m.idemKeys[k]
+		m.idemKeys[k] = "run_abc123"
+		m.mu.Unlock()
+		if replay {
+			w.Header().Set("Idempotency-Replayed", "true")
+		}
+		writeJSON(w, 202, `{"run_id":"run_abc123","status":"started"}`)
+	})
+	// § GET /v1/runs/{run_id}: the hermes.run object.
+	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		st := m.runStatus
+		m.mu.Unlock()
+		m.polled <- struct{}{}
+		writeJSON(w, 200, `{"object":"hermes.run","run_id":"`+r.PathValue("id")+`","status":"`+st+`","session_id":"space-session","model":"hermes-agent","output":"Done.","usage":{"input_tokens":50,"output_tokens":200,"total_tokens":250}}`)
+	})
+	// § POST /v1/runs/{run_id}/stop: {"status": "stopping"}; the run then
+	// settles as cancelled.
+	mux.HandleFunc("POST /v1/runs/{id}/stop", func(w http.ResponseWriter, r *http.Request) {
+		m.mu.Lock()
+		m.runStatus = "cancelled"
+		m.mu.Unlock()
+		writeJSON(w, 200, `{"status":"stopping"}`)
+	})
+	// § Sessions API table. The page gives paths, not bodies: the mock
+	// answers plain JSON objects.
+	mux.HandleFunc("GET /api/sessions", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"sessions":[{"id":"space-session","title":"t"}],"limit":20,"offset":0}`)
+	})
+	mux.HandleFunc("POST /api/sessions", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 201, `{"id":"sess_new","title":null}`)
+	})
+	mux.HandleFunc("GET /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"id":"`+r.PathValue("id")+`","title":"t"}`)
+	})
+	mux.HandleFunc("DELETE /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"deleted":true}`)
+	})
+	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		m.mu.Lock()
+		m.reqs = append(m.reqs, received{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: string(body)})
+		status, drop := m.fail[r.Method+" "+r.URL.EscapedPath()], m.drop[r.Method+" "+r.URL.EscapedPath()]
+		m.mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer "+m.key {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeJSON(w, 401, `{"error":{"message":"Invalid API key","type":"invalid_request_error","code":"invalid_api_key"}}`)
+			return
+		}
+		if drop {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		if status != 0 {
+			writeJSON(w, status, `{"error":{"message":"injected failure","type":"server_error"}}`)
+			return
+		}
+		rest, ok := strings.CutPrefix(r.URL.Path, m.prefix)
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		r.URL.Path, r.URL.RawPath = rest, ""
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(m.srv.Close)
+	return m
+}
+
+const respExample = `{"id":"resp_abc123","object":"response","status":"completed","model":"hermes-agent",
+  "output":[{"type":"function_call","status":"completed","name":"terminal","arguments":"{\"command\": \"ls\"}","call_id":"call_1"},
+    {"type":"function_call_output","status":"completed","call_id":"call_1","output":"README.md src/ tests/"},
+    {"type":"message","role":"assistant","content":[{"type":"output_text","text":"Your project has..."}]}],
+  "usage":{"input_tokens":50,"output_tokens":200,"total_tokens":250}}`
+
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}
+
+// of returns the requests made for an action (by X-AIP-Correlation-Id).
+func (m *mockHermes) of(actionID string) []received {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []received
+	for _, r := range m.reqs {
+		if r.Header.Get(CorrelationHeader) == actionID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (m *mockHermes) setFail(method, path string, status int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fail[method+" "+path] = status
+}
+
+func (m *mockHermes) setDrop(method, path string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drop[method+" "+path] = true
+}
+
+func (m *mockHermes) setStream(s string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stream = s
+}
+
+// sse formats SSE events (each a data line, optionally named).
+func sse(events ...string) string {
+	var b strings.Builder
+	for _, e := range events {
+		if name, data, ok := strings.Cut(e, "\x00"); ok {
+			b.WriteString("event: " + name + "\n")
+			e = data
+		}
+		b.WriteString("data: " + e + "\n\n")
+	}
+	return b.String()
+}
