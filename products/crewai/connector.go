@@ -234,8 +234,9 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 	var out struct {
 		KickoffID string `json:"kickoff_id"`
 	}
+	// The same fields under the document's names (restoreFromStateId).
 	err := cr.client.JSON(ctx, provider.Request{Method: http.MethodPost, Path: "/kickoff",
-		JSON: kickoffRequest{Inputs: in.Inputs, Meta: in.Meta, RestoreFromStateID: in.RestoreFromStateID}}, &out)
+		JSON: kickoffRequest(in)}, &out)
 	if err != nil {
 		return provider.Result(call, err, true)
 	}
