@@ -113,6 +113,8 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
 	resp, err := ep.stream.open(ctx, "/v1/chat/completions", h, body)
 	if err != nil {
 		return provider.Result(call, err, true)

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -80,14 +81,17 @@ func (c *Connector) resolve(capID string) (*endpoint, *operation, error) {
 }
 
 // CheckHealth implements hostsdk.HealthChecker: GET /health of every
-// endpoint.
+// endpoint, all at once so that one slow endpoint does not hide the
+// others; ctx bounds the probe.
 func (c *Connector) CheckHealth(ctx context.Context) error {
-	var errs []error
-	for _, ep := range c.endpoints {
-		if err := ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/health"}, nil); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(c.endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range c.endpoints {
+		wg.Go(func() {
+			errs[i] = ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/health"}, nil)
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -630,3 +630,39 @@ func TestNewErrors(t *testing.T) {
 		t.Errorf("connector %+v", c)
 	}
 }
+
+// TestStreamEvents: the SSE reader dispatches complete events only and
+// enforces the stream and frame bounds.
+func TestStreamEvents(t *testing.T) {
+	s := &streamClient{maxBytes: 1 << 10}
+	read := func(body string) ([]string, error) {
+		var got []string
+		err := s.events(strings.NewReader(body), func(event string, data []byte) (bool, error) {
+			got = append(got, event+"|"+string(data))
+			return string(data) == "[DONE]", nil
+		})
+		return got, err
+	}
+	got, err := read(": comment\r\nevent: hermes.tool.progress\r\ndata: {\"a\":1}\r\n\r\ndata: x\ndata: y\n\ndata: [DONE]\n\ndata: after\n\n")
+	if err != nil || !cmp.Equal(got, []string{`hermes.tool.progress|{"a":1}`, "|x\ny", "|[DONE]"}) {
+		t.Errorf("events %q, %v", got, err)
+	}
+	if got, err := read("data: one\n\ndata: cut"); err != nil || !cmp.Equal(got, []string{"|one"}) {
+		t.Errorf("cut stream: %q, %v", got, err)
+	}
+	if _, err := read(strings.Repeat("data: 0123456789\n\n", 100)); err == nil || !strings.Contains(err.Error(), "--hermes-max-response-bytes") {
+		t.Errorf("oversized stream: %v", err)
+	}
+	s.maxBytes = 4 << 20
+	if _, err := read("data: " + strings.Repeat("x", MaxFrameBytes+1) + "\n\n"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("oversized frame: %v", err)
+	}
+}
+
+func TestChatStreamErrorIsOutcomeUnknown(t *testing.T) {
+	f := newFixture(t)
+	f.main.setStream(sse(chunkOf(`{"content":"Hel"}`, "null"), `{"error":{"message":"agent crashed"}}`, "[DONE]"))
+	a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
+	a.Mode = aip.ModeStreaming
+	f.outcomeUnknown(t, f.act(t, a), a, f.main)
+}
