@@ -666,3 +666,31 @@ func TestChatStreamErrorIsOutcomeUnknown(t *testing.T) {
 	a.Mode = aip.ModeStreaming
 	f.outcomeUnknown(t, f.act(t, a), a, f.main)
 }
+
+// TestMockRefuses: the mock refuses what Hermes refuses, so the adapter's
+// passing requests are meaningful.
+func TestMockRefuses(t *testing.T) {
+	m := newMockHermes(t, keyMain, "")
+	for _, tc := range []struct {
+		auth, path string
+		want       int
+	}{
+		{"", "/v1/models", http.StatusUnauthorized},
+		{"Bearer wrong", "/v1/models", http.StatusUnauthorized},
+		{"Bearer " + keyMain, "/v1/unknown", http.StatusNotFound},
+		{"Bearer " + keyMain, "/v1/models", http.StatusOK},
+	} {
+		req, _ := http.NewRequestWithContext(ctxT(t), "GET", m.srv.URL+tc.path, nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := m.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%q %s: %d, want %d", tc.auth, tc.path, resp.StatusCode, tc.want)
+		}
+	}
+}
