@@ -120,7 +120,12 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		h.Set("x-aip-tenant-id", call.Tenant.TenantID)
 	}
 	if o.Mutation && call.IdempotencyKey != "" {
-		h.Set("idempotency-key", call.IdempotencyKey)
+		// Set under a non-canonical key on purpose: net/http treats a
+		// request with an "Idempotency-Key" header as replayable and may
+		// send it again on a reused connection that failed after the
+		// request was written. Cal.diy does not document deduplication by
+		// this header, so a mutation must go out once.
+		h["idempotency-key"] = []string{call.IdempotencyKey}
 	}
 	if o.Version != "" {
 		h.Set("cal-api-version", o.Version)
