@@ -44,7 +44,9 @@ func AppCapability(appID, suffix string) string {
 }
 
 // RetrieveCapability returns the ID of a knowledge base's retrieval.
-func RetrieveCapability(datasetID string) string { return "cap:dify:knowledge:" + datasetID + ":retrieve" }
+func RetrieveCapability(datasetID string) string {
+	return "cap:dify:knowledge:" + datasetID + ":retrieve"
+}
 
 type opKind int
 

@@ -1,0 +1,583 @@
+package dify
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestInvokeChatApp(t *testing.T) {
+	f := newFixture(t, nil)
+	a := action(AppCapability("support", ""), `{"query":"What is Dify?","user":"u-1","conversation_id":"`+testConv+`","inputs":{"city":"Paris"},
+		"files":[{"type":"image","transfer_method":"remote_url","url":"https://example.test/a.png"}]}`)
+	var out InvokeOutput
+	f.completed(t, a, &out)
+	if out.Answer == nil || *out.Answer != "Hello world" || out.TaskID != testTask || out.ConversationID != testConv ||
+		out.MessageID != testMessageID || out.Mode != ModeChat || !strings.Contains(string(out.Metadata), `"total_tokens":1161`) {
+		t.Fatalf("output %+v (answer %v) metadata %s", out, out.Answer, out.Metadata)
+	}
+	reqs := f.mock.requests(http.MethodPost, "/chat-messages")
+	if len(reqs) != 1 {
+		t.Fatalf("%d chat requests", len(reqs))
+	}
+	want := map[string]any{"query": "What is Dify?", "user": "u-1", "conversation_id": testConv, "response_mode": "streaming",
+		"inputs": map[string]any{"city": "Paris"},
+		"files":  []any{map[string]any{"type": "image", "transfer_method": "remote_url", "url": "https://example.test/a.png"}}}
+	if diff := cmp.Diff(want, reqs[0].Body); diff != "" {
+		t.Errorf("request body (-want +got):\n%s", diff)
+	}
+	if reqs[0].Auth != "Bearer app-chat-key" {
+		t.Errorf("Authorization %q", reqs[0].Auth)
+	}
+	// The task is recorded for a cancel.
+	v, err := f.journal.State(ctxT(t), TasksNamespace, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref taskRef
+	json.Unmarshal(v.Value, &ref)
+	if ref != (taskRef{AppID: "support", TaskID: testTask, User: "u-1"}) {
+		t.Errorf("task record %s", v.Value)
+	}
+}
+
+func TestInvokeEveryMode(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []struct {
+		app, input, path, auth string
+		check                  func(InvokeOutput) bool
+		body                   map[string]any
+	}{
+		{"agent", `{"query":"q","user":"u"}`, "/chat-messages", "Bearer app-agent-key",
+			func(o InvokeOutput) bool {
+				return o.Answer != nil && *o.Answer == "Hi there" && o.MessageID == testMessageID
+			},
+			map[string]any{"query": "q", "user": "u", "response_mode": "streaming", "inputs": map[string]any{}}},
+		{"flow", `{"query":"q","user":"u"}`, "/chat-messages", "Bearer app-flow-key",
+			func(o InvokeOutput) bool {
+				return o.Answer != nil && *o.Answer == "Flow answer" && o.WorkflowRunID == testRun && o.Status == "succeeded" &&
+					string(o.Outputs) == `{"answer":"Flow answer"}`
+			},
+			map[string]any{"query": "q", "user": "u", "response_mode": "streaming", "inputs": map[string]any{}}},
+		{"writer", `{"inputs":{"topic":"x"},"user":"u"}`, "/completion-messages", "Bearer app-completion-key",
+			func(o InvokeOutput) bool { return o.Answer != nil && *o.Answer == "Done." && o.ConversationID == "" },
+			map[string]any{"user": "u", "response_mode": "streaming", "inputs": map[string]any{"topic": "x"}}},
+		{"etl", `{"inputs":{"n":1},"user":"u"}`, "/workflows/run", "Bearer app-workflow-key",
+			func(o InvokeOutput) bool {
+				return o.Answer == nil && o.Status == "succeeded" && string(o.Outputs) == `{"result":42}` &&
+					o.Text != nil && *o.Text == "part 1, part 2" && o.WorkflowRunID == testRun && *o.TotalSteps == 3 && o.TaskID == testTask
+			},
+			map[string]any{"user": "u", "response_mode": "streaming", "inputs": map[string]any{"n": float64(1)}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.app, func(t *testing.T) {
+			var out InvokeOutput
+			f.completed(t, action(AppCapability(tc.app, ""), tc.input), &out)
+			if !tc.check(out) {
+				raw, _ := json.Marshal(out)
+				t.Errorf("output %s", raw)
+			}
+			reqs := f.mock.requests(http.MethodPost, tc.path)
+			last := reqs[len(reqs)-1]
+			if last.Auth != tc.auth {
+				t.Errorf("Authorization %q, want %q", last.Auth, tc.auth)
+			}
+			if diff := cmp.Diff(tc.body, last.Body); diff != "" {
+				t.Errorf("body (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestStreamingForwardsChunks(t *testing.T) {
+	f := newFixture(t, nil)
+	a := action(AppCapability("support", ""), `{"query":"hi","user":"u"}`)
+	a.Mode = aip.ModeStreaming
+	var out InvokeOutput
+	resp := f.completed(t, a, &out)
+	var got []string
+	for _, c := range resp.Chunks {
+		var d struct{ Answer string }
+		json.Unmarshal(c.Data, &d)
+		got = append(got, string(c.Kind)+":"+d.Answer)
+	}
+	if diff := cmp.Diff([]string{"data:Hello", "data: world"}, got); diff != "" {
+		t.Errorf("chunks (-want +got):\n%s", diff)
+	}
+	if *out.Answer != "Hello world" {
+		t.Errorf("answer %q", *out.Answer)
+	}
+
+	// A workflow forwards its text and node progress; an agent its thoughts.
+	a = action(AppCapability("etl", ""), `{"user":"u"}`)
+	a.Mode = aip.ModeStreaming
+	resp = f.completed(t, a, &out)
+	if len(resp.Chunks) != 2 || !strings.Contains(string(resp.Chunks[0].Data), "part 1") {
+		t.Errorf("workflow chunks %+v", resp.Chunks)
+	}
+	a = action(AppCapability("agent", ""), `{"query":"q","user":"u"}`)
+	a.Mode = aip.ModeStreaming
+	resp = f.completed(t, a, &out)
+	if len(resp.Chunks) != 3 || resp.Chunks[0].Kind != aip.ChunkThought || !strings.Contains(string(resp.Chunks[0].Data), `"tool":"search"`) {
+		t.Errorf("agent chunks %+v", resp.Chunks)
+	}
+}
+
+// TestNewAgentClosingMessage: a New Agent app's closing message carries the
+// whole answer; it replaces the chunks instead of being appended.
+func TestNewAgentClosingMessage(t *testing.T) {
+	f := newFixture(t, nil)
+	f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, []any{chatEvent("agent_message", "Par"), chatEvent("agent_message", "tial"),
+			chatEvent("message", "Partial, complete."), messageEnd()})
+	})
+	var out InvokeOutput
+	f.completed(t, action(AppCapability("agent", ""), `{"query":"q","user":"u"}`), &out)
+	if *out.Answer != "Partial, complete." {
+		t.Errorf("answer %q", *out.Answer)
+	}
+}
+
+func TestCancelStopsTask(t *testing.T) {
+	cases := []struct{ app, invoke, stop string }{
+		{"support", "/chat-messages", "/chat-messages/" + testTask + "/stop"},
+		{"writer", "/completion-messages", "/completion-messages/" + testTask + "/stop"},
+		{"etl", "/workflows/run", "/workflows/tasks/" + testTask + "/stop"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.app, func(t *testing.T) {
+			f := newFixture(t, nil)
+			first := chatEvent("message", "partial")
+			if tc.app == "etl" {
+				first = workflowEvent("workflow_started", map[string]any{"id": testRun})
+			}
+			f.mock.handle("POST "+tc.invoke, func(w http.ResponseWriter, r *http.Request) {
+				writeEvents(w, []any{first})
+				<-r.Context().Done() // the run goes on until the client leaves
+			})
+			ctx := ctxT(t)
+			a := action(AppCapability(tc.app, ""), `{"query":"long","user":"end-user-7"}`)
+			if tc.app == "etl" {
+				a.Input = json.RawMessage(`{"user":"end-user-7"}`)
+			}
+			done := make(chan *hostsdktest.Response, 1)
+			go func() {
+				resp, _ := f.d.Act(ctx, f.target, a)
+				done <- resp
+			}()
+			// Wait for the task record (a real journal read), then cancel.
+			for {
+				_, err := f.journal.State(ctx, TasksNamespace, a.ID)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, journal.ErrNotFound) {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			resp, err := f.d.Cancel(ctx, f.target, a.ID, a.CapabilityID, "user gave up")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+				t.Fatalf("cancel answered %v, %v", res, err)
+			}
+			if resp := <-done; resp == nil {
+				t.Fatal("the action got no answer")
+			} else if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+				t.Fatalf("action answered %v, %v", res, err)
+			}
+			stops := f.mock.requests(http.MethodPost, tc.stop)
+			if len(stops) != 1 {
+				t.Fatalf("%d stop requests", len(stops))
+			}
+			if diff := cmp.Diff(map[string]any{"user": "end-user-7"}, stops[0].Body); diff != "" {
+				t.Errorf("stop body (-want +got):\n%s", diff)
+			}
+			if want := "Bearer " + keyOf(tc.app); stops[0].Auth != want {
+				t.Errorf("stop Authorization %q, want %q", stops[0].Auth, want)
+			}
+		})
+	}
+}
+
+func keyOf(app string) string {
+	for _, a := range testApps {
+		if a.id == app {
+			return a.key
+		}
+	}
+	return ""
+}
+
+func TestStreamErrors(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []struct {
+		name   string
+		path   string
+		app    string
+		events []any
+		code   string
+		msg    string
+	}{
+		{"error event", "/chat-messages", "support",
+			[]any{chatEvent("message", "par"), map[string]any{"event": "error", "message_id": testMessageID, "status": 400, "code": "invalid_param", "message": "the model refused"}},
+			provider.CodeInvalidRequest, "invalid_param: the model refused"},
+		{"error event without status", "/completion-messages", "writer",
+			[]any{map[string]any{"event": "error", "code": "completion_request_error", "message": "upstream model failed"}},
+			provider.CodeUnavailable, "upstream model failed"},
+		{"workflow failed", "/workflows/run", "etl",
+			[]any{workflowEvent("workflow_started", map[string]any{"id": testRun}), workflowFinished("failed", nil, "node llm: timeout")},
+			CodeWorkflowFailed, "node llm: timeout"},
+		{"workflow stopped", "/workflows/run", "etl",
+			[]any{workflowFinished("stopped", nil, nil)},
+			CodeWorkflowStopped, "stopped"},
+		{"chatflow failed", "/chat-messages", "flow",
+			[]any{chatEvent("message", "x"), workflowFinished("failed", nil, "boom"),
+				map[string]any{"event": "error", "message_id": testMessageID, "status": 500, "code": "internal_server_error", "message": "boom"}},
+			provider.CodeUnavailable, "boom"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f.mock.handle("POST "+tc.path, func(w http.ResponseWriter, r *http.Request) { writeEvents(w, tc.events) })
+			input := `{"query":"q","user":"u"}`
+			if tc.app == "etl" || tc.app == "writer" {
+				input = `{"user":"u"}`
+			}
+			pe := f.failed(t, action(AppCapability(tc.app, ""), input))
+			if pe.Code != tc.code || !strings.Contains(pe.Message, tc.msg) {
+				t.Errorf("error %s %q, want %s containing %q", pe.Code, pe.Message, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+// TestPausedWorkflow: a run waiting for a human input form completes with
+// status paused and the pause data.
+func TestPausedWorkflow(t *testing.T) {
+	f := newFixture(t, nil)
+	f.mock.handle("POST /workflows/run", func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, []any{workflowEvent("workflow_started", map[string]any{"id": testRun}),
+			workflowEvent("workflow_paused", map[string]any{"workflow_run_id": testRun, "paused_nodes": []string{"form"}, "status": "paused"})})
+	})
+	var out InvokeOutput
+	f.completed(t, action(AppCapability("etl", ""), `{"user":"u"}`), &out)
+	if out.Status != "paused" || !strings.Contains(string(out.Paused), `"paused_nodes":["form"]`) {
+		t.Errorf("output %+v paused %s", out, out.Paused)
+	}
+}
+
+// TestInvokeOutcomeUnknown: an invocation whose stream ends before its
+// closing event, or that gets a 5xx or a dropped connection, is
+// outcome_unknown, and the same action ID never reaches Dify again.
+func TestInvokeOutcomeUnknown(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []struct {
+		name string
+		h    http.HandlerFunc
+	}{
+		{"stream ends early", func(w http.ResponseWriter, r *http.Request) {
+			writeEvents(w, []any{chatEvent("message", "half")})
+		}},
+		{"500", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusInternalServerError, map[string]any{"status": 500, "code": "internal_server_error", "message": "Internal server error."})
+		}},
+		{"dropped", func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}},
+		{"not an event stream", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]any{"event": "message", "answer": "blocking"})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f.mock.handle("POST /chat-messages", tc.h)
+			before := len(f.mock.requests(http.MethodPost, "/chat-messages"))
+			a := action(AppCapability("support", ""), `{"query":"q","user":"u"}`)
+			f.act(t, a)
+			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+				t.Fatalf("state %s, want outcome_unknown", st)
+			}
+			f.act(t, a)
+			if n := len(f.mock.requests(http.MethodPost, "/chat-messages")) - before; n != 1 {
+				t.Errorf("Dify got %d invocations for one action", n)
+			}
+		})
+	}
+}
+
+func TestIdleStreamIsOutcomeUnknown(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.StreamIdleTimeout = 200 * time.Millisecond })
+	f.mock.handle("POST /workflows/run", func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, []any{workflowEvent("workflow_started", map[string]any{"id": testRun})})
+		<-r.Context().Done()
+	})
+	a := action(AppCapability("etl", ""), `{"user":"u"}`)
+	f.act(t, a)
+	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+		t.Fatalf("state %s", st)
+	}
+}
+
+func TestInvokeRefused(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []struct {
+		status int
+		code   string
+	}{
+		{http.StatusBadRequest, provider.CodeInvalidRequest},
+		{http.StatusUnauthorized, provider.CodeUnauthorized},
+		{http.StatusNotFound, provider.CodeNotFound},
+		{http.StatusTooManyRequests, provider.CodeRateLimited},
+	}
+	for _, tc := range cases {
+		f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, tc.status, map[string]any{"status": tc.status, "code": "app_unavailable", "message": "App unavailable, please check your app configurations."})
+		})
+		pe := f.failed(t, action(AppCapability("support", ""), `{"query":"q","user":"u"}`))
+		if pe.Code != tc.code || !strings.Contains(pe.Message, "App unavailable") {
+			t.Errorf("%d: %s %q", tc.status, pe.Code, pe.Message)
+		}
+	}
+}
+
+func TestReads(t *testing.T) {
+	f := newFixture(t, nil)
+	var out map[string]any
+
+	f.completed(t, action(AppCapability("etl", SuffixParameters), `{}`), &out)
+	if out["opening_statement"] != "Hello! How can I help you today?" {
+		t.Errorf("parameters %v", out)
+	}
+	if r := f.mock.requests(http.MethodGet, "/parameters"); len(r) != 1 || r[0].Auth != "Bearer app-workflow-key" {
+		t.Errorf("parameters requests %+v", r)
+	}
+
+	f.completed(t, action(AppCapability("support", SuffixConversations), `{"user":"u-1","last_id":"c-9","limit":5,"sort_by":"-created_at"}`), &out)
+	if out["has_more"] != false || len(out["data"].([]any)) != 1 {
+		t.Errorf("conversations %v", out)
+	}
+	r := f.mock.requests(http.MethodGet, "/conversations")
+	if len(r) != 1 || r[0].Query.Encode() != "last_id=c-9&limit=5&sort_by=-created_at&user=u-1" || r[0].Auth != "Bearer app-chat-key" {
+		t.Errorf("conversations requests %+v", r)
+	}
+
+	f.completed(t, action(AppCapability("flow", SuffixMessages), `{"conversation_id":"`+testConv+`","user":"u-1","first_id":"m-1","limit":100}`), &out)
+	if len(out["data"].([]any)) == 0 {
+		t.Errorf("messages %v", out)
+	}
+	r = f.mock.requests(http.MethodGet, "/messages")
+	if len(r) != 1 || r[0].Query.Get("conversation_id") != testConv || r[0].Query.Get("first_id") != "m-1" ||
+		r[0].Query.Get("limit") != "100" || r[0].Query.Get("user") != "u-1" || r[0].Auth != "Bearer app-flow-key" {
+		t.Errorf("messages requests %+v", r)
+	}
+
+	f.completed(t, action(AppCapability("writer", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u-1","rating":"like","content":"great"}`), &out)
+	if out["result"] != "success" {
+		t.Errorf("feedback %v", out)
+	}
+	f.completed(t, action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u-1","rating":null}`), &out)
+	r = f.mock.requests(http.MethodPost, "/messages/"+testMessageID+"/feedbacks")
+	if len(r) != 2 || r[0].Auth != "Bearer app-completion-key" || r[1].Auth != "Bearer app-chat-key" {
+		t.Fatalf("feedback requests %+v", r)
+	}
+	if diff := cmp.Diff(map[string]any{"user": "u-1", "rating": "like", "content": "great"}, r[0].Body); diff != "" {
+		t.Errorf("feedback body (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]any{"user": "u-1", "rating": nil}, r[1].Body); diff != "" {
+		t.Errorf("withdrawn feedback body (-want +got):\n%s", diff)
+	}
+
+	f.completed(t, action(RetrieveCapability(testDataset), `{"query":"What is Dify?","retrieval_model":{"search_method":"semantic_search","top_k":3,"score_threshold":0.5}}`), &out)
+	if len(out["records"].([]any)) == 0 {
+		t.Errorf("retrieve %v", out)
+	}
+	f.completed(t, action(RetrieveCapability(testDataset), `{"query":"plain"}`), &out)
+	r = f.mock.requests(http.MethodPost, "/datasets/"+testDataset+"/retrieve")
+	if len(r) != 2 || r[0].Auth != "Bearer "+testDatasetKey {
+		t.Fatalf("retrieve requests %+v", r)
+	}
+	wantModel := map[string]any{"query": "What is Dify?", "retrieval_model": map[string]any{"search_method": "semantic_search",
+		"reranking_enable": false, "top_k": float64(3), "score_threshold_enabled": true, "score_threshold": 0.5}}
+	if diff := cmp.Diff(wantModel, r[0].Body); diff != "" {
+		t.Errorf("retrieve body (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]any{"query": "plain"}, r[1].Body); diff != "" {
+		t.Errorf("retrieve body (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	f := newFixture(t, nil)
+	// A read that gets a 5xx is failed and retryable, never outcome_unknown.
+	f.mock.handle("POST /datasets/"+testDataset+"/retrieve", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": 503, "code": "unavailable", "message": "try later"})
+	})
+	pe := f.failed(t, action(RetrieveCapability(testDataset), `{"query":"q"}`))
+	if pe.Code != provider.CodeUnavailable || pe.Retryable == nil || !*pe.Retryable || !strings.Contains(pe.Message, "try later") {
+		t.Errorf("retrieve 503: %+v", pe)
+	}
+	f.mock.handle("GET /messages", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"status": 404, "code": "not_found", "message": "Conversation Not Exists."})
+	})
+	pe = f.failed(t, action(AppCapability("support", SuffixMessages), `{"conversation_id":"nope","user":"u"}`))
+	if pe.Code != provider.CodeNotFound || (pe.Retryable != nil && *pe.Retryable) || !strings.Contains(pe.Message, "Conversation Not Exists.") {
+		t.Errorf("messages 404: %+v", pe)
+	}
+	// Feedback is a mutation: a 5xx is outcome_unknown and never sent twice.
+	f.mock.handle("POST /messages/"+testMessageID+"/feedbacks", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"message": "bad gateway"})
+	})
+	a := action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"dislike"}`)
+	f.act(t, a)
+	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+		t.Fatalf("feedback 502: state %s", st)
+	}
+	f.act(t, a)
+	if n := len(f.mock.requests(http.MethodPost, "/messages/"+testMessageID+"/feedbacks")); n != 1 {
+		t.Errorf("feedback sent %d times", n)
+	}
+	// A 4xx on a mutation is failed.
+	f.mock.handle("POST /messages/"+testMessageID+"/feedbacks", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "forbidden", "message": "not yours"})
+	})
+	pe = f.failed(t, action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like"}`))
+	if pe.Code != provider.CodeForbidden {
+		t.Errorf("feedback 403: %+v", pe)
+	}
+}
+
+func TestInputRejected(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []*aip.Action{
+		action(AppCapability("support", ""), `{"user":"u"}`),                                                       // no query
+		action(AppCapability("support", ""), `{"query":"q"}`),                                                      // no user
+		action(AppCapability("support", ""), `{"query":"q","user":"u","extra":1}`),                                 // unknown field
+		action(AppCapability("etl", ""), `{"query":"q","user":"u"}`),                                               // workflows take no query
+		action(AppCapability("etl", ""), `{"user":"u","files":[{"type":"image","transfer_method":"local_file"}]}`), // no upload_file_id
+		action(AppCapability("support", SuffixConversations), `{"user":"u","limit":101}`),
+		action(AppCapability("support", SuffixMessages), `{"user":"u"}`),
+		action(AppCapability("support", SuffixFeedback), `{"message_id":"m","user":"u","rating":"meh"}`),
+		action(RetrieveCapability(testDataset), `{"query":"`+strings.Repeat("x", 251)+`"}`),
+		action(RetrieveCapability(testDataset), `{"query":"q","retrieval_model":{"top_k":3}}`),
+		action(AppCapability("etl", SuffixParameters), `{"x":1}`),
+	}
+	for _, a := range cases {
+		resp := f.act(t, a)
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s %s: HTTP %d %s", a.CapabilityID, a.Input, resp.Status, resp.Raw)
+		}
+	}
+	for _, op := range f.checked.Served() {
+		if op != "GET /info" { // the host's health probes
+			t.Errorf("Dify was called: %v", op)
+		}
+	}
+}
+
+func TestManifest(t *testing.T) {
+	f := newFixture(t, nil)
+	m, err := f.conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
+		t.Fatal(err)
+	}
+	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:retrieve|[A-Za-z0-9_-]+(:(parameters|conversations|messages|feedback))?)$`)
+	var ids []string
+	for _, c := range m.Capabilities {
+		ids = append(ids, c.ID)
+		if !naming.MatchString(c.ID) {
+			t.Errorf("capability ID %s does not follow the naming", c.ID)
+		}
+		var s struct {
+			Type       string          `json:"type"`
+			Required   []string        `json:"required"`
+			Additional *bool           `json:"additionalProperties"`
+			Properties json.RawMessage `json:"properties"`
+		}
+		if err := json.Unmarshal(c.InputSchema, &s); err != nil {
+			t.Fatalf("%s: %v", c.ID, err)
+		}
+		if s.Type != "object" || s.Additional == nil || *s.Additional || len(s.Properties) == 0 {
+			t.Errorf("%s: input schema not strict: %s", c.ID, c.InputSchema)
+		}
+		if c.Description == "" || c.Risk == "" || c.RequiresHumanApproval != nil {
+			t.Errorf("%s: description %q risk %q approval %v", c.ID, c.Description, c.Risk, c.RequiresHumanApproval)
+		}
+		if strings.Contains(string(mustJSON(c)), "key") && strings.Contains(string(mustJSON(c)), "app-chat-key") {
+			t.Errorf("%s carries a credential", c.ID)
+		}
+	}
+	want := []string{
+		"cap:dify:support", "cap:dify:support:parameters", "cap:dify:support:conversations", "cap:dify:support:messages", "cap:dify:support:feedback",
+		"cap:dify:flow", "cap:dify:flow:parameters", "cap:dify:flow:conversations", "cap:dify:flow:messages", "cap:dify:flow:feedback",
+		"cap:dify:agent", "cap:dify:agent:parameters", "cap:dify:agent:conversations", "cap:dify:agent:messages", "cap:dify:agent:feedback",
+		"cap:dify:writer", "cap:dify:writer:parameters", "cap:dify:writer:feedback",
+		"cap:dify:etl", "cap:dify:etl:parameters",
+		"cap:dify:knowledge:" + testDataset + ":retrieve",
+	}
+	if diff := cmp.Diff(want, ids); diff != "" {
+		t.Errorf("capabilities (-want +got):\n%s", diff)
+	}
+	raw := mustJSON(m)
+	for _, a := range testApps {
+		if strings.Contains(string(raw), a.key) {
+			t.Errorf("the manifest carries the key of %s", a.id)
+		}
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func TestCheckHealth(t *testing.T) {
+	f := newFixture(t, nil)
+	if err := f.conn.CheckHealth(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.mock.requests(http.MethodGet, "/info"); len(r) == 0 || r[len(r)-1].Auth != "Bearer app-chat-key" {
+		t.Errorf("health requests %+v", r)
+	}
+	f.mock.handle("GET /info", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": 401, "code": "unauthorized", "message": "Access token is invalid"})
+	})
+	var pe *provider.Error
+	if err := f.conn.CheckHealth(ctxT(t)); !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized || strings.Contains(err.Error(), "app-chat-key") {
+		t.Errorf("health with a bad key: %v", err)
+	}
+
+	// Knowledge bases only: the dataset list.
+	g := newFixture(t, func(c *Config) { c.AppsFile = "" })
+	if err := g.conn.CheckHealth(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if r := g.mock.requests(http.MethodGet, "/datasets"); len(r) == 0 || r[0].Auth != "Bearer "+testDatasetKey || r[0].Query.Get("limit") != "1" {
+		t.Errorf("health requests %+v", r)
+	}
+}

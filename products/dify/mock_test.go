@@ -1,0 +1,408 @@
+package dify
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
+	"github.com/aipfleet/aipfleet/products/internal/spectest"
+)
+
+// The mock follows the published Service API document
+// (specs/dify/openapi_service.json): every request passes spectest's check
+// first, JSON answers are the document's own examples, and app
+// invocations answer with server-sent events as the document describes
+// them ("data: {...}\n\n" frames, "event: ping" keep-alives, message /
+// agent_message / message_end / workflow_started / text_chunk /
+// workflow_finished / error events with their documented fields).
+
+const specFile = "dify/openapi_service.json"
+
+// Test credentials: one key per app and knowledge base.
+var testApps = []struct {
+	id   string
+	mode Mode
+	key  string
+}{
+	{"support", ModeChat, "app-chat-key"},
+	{"flow", ModeAdvancedChat, "app-flow-key"},
+	{"agent", ModeAgentChat, "app-agent-key"},
+	{"writer", ModeCompletion, "app-completion-key"},
+	{"etl", ModeWorkflow, "app-workflow-key"},
+}
+
+const (
+	testDataset    = "c42e2a6e-40b3-4330-96f8-f1e4d768e8c9"
+	testDatasetKey = "dataset-key"
+	testMessageID  = "9da23599-e713-473b-982c-4328d4f5c78a"
+)
+
+// recorded is a request the mock received.
+type recorded struct {
+	Method, Path string // Path is after the /v1 server path
+	Query        url.Values
+	Auth         string
+	Body         map[string]any
+}
+
+// mockDify is a Dify Service API.
+type mockDify struct {
+	t    testing.TB
+	doc  map[string]any
+	mu   sync.Mutex
+	reqs []recorded
+	// override answers "METHOD /path" itself.
+	override map[string]http.HandlerFunc
+}
+
+func (m *mockDify) handle(key string, h http.HandlerFunc) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.override[key] = h
+}
+
+func (m *mockDify) requests(method, path string) []recorded {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []recorded
+	for _, r := range m.reqs {
+		if r.Method == method && r.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func modeOfKey(key string) (Mode, bool) {
+	for _, a := range testApps {
+		if a.key == key {
+			return a.mode, true
+		}
+	}
+	return "", false
+}
+
+func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, "/v1")
+	rec := recorded{Method: r.Method, Path: path, Query: r.URL.Query(), Auth: r.Header.Get("Authorization")}
+	if r.Body != nil {
+		json.NewDecoder(r.Body).Decode(&rec.Body)
+	}
+	m.mu.Lock()
+	m.reqs = append(m.reqs, rec)
+	h := m.override[r.Method+" "+path]
+	m.mu.Unlock()
+	if h != nil {
+		h(w, r)
+		return
+	}
+	key := strings.TrimPrefix(rec.Auth, "Bearer ")
+	mode, isApp := modeOfKey(key)
+	if !isApp && key != testDatasetKey {
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": 401, "code": "unauthorized", "message": "Access token is invalid"})
+		return
+	}
+	wrongApp := func() {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"status": 400, "code": "not_chat_app", "message": "Please check if your app mode matches the right API route."})
+	}
+	switch {
+	case r.Method == http.MethodPost && path == "/chat-messages":
+		if !mode.chat() {
+			wrongApp()
+			return
+		}
+		writeEvents(w, defaultEvents(mode))
+	case r.Method == http.MethodPost && path == "/completion-messages":
+		if mode != ModeCompletion {
+			wrongApp()
+			return
+		}
+		writeEvents(w, defaultEvents(mode))
+	case r.Method == http.MethodPost && path == "/workflows/run":
+		if mode != ModeWorkflow {
+			wrongApp()
+			return
+		}
+		writeEvents(w, defaultEvents(mode))
+	case strings.HasPrefix(path, "/datasets"):
+		if key != testDatasetKey {
+			writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "forbidden", "message": "not a knowledge key"})
+			return
+		}
+		m.example(w, r, path)
+	default:
+		if !isApp {
+			writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "forbidden", "message": "not an app key"})
+			return
+		}
+		m.example(w, r, path)
+	}
+}
+
+// example answers with the first example of the operation's 200 answer in
+// the document.
+func (m *mockDify) example(w http.ResponseWriter, r *http.Request, path string) {
+	tmpl := ""
+	for p := range m.doc["paths"].(map[string]any) {
+		re := "^" + regexp.MustCompile(`\\\{[^}]+\}`).ReplaceAllString(regexp.QuoteMeta(p), "[^/]+") + "$"
+		if regexp.MustCompile(re).MatchString(path) && (tmpl == "" || strings.Count(p, "{") < strings.Count(tmpl, "{")) {
+			tmpl = p
+		}
+	}
+	writeJSON(w, http.StatusOK, docExample(m.t, m.doc, tmpl, strings.ToLower(r.Method), "200"))
+}
+
+// docExample returns the first example of an operation's answer.
+func docExample(t testing.TB, doc map[string]any, path, method, status string) any {
+	t.Helper()
+	op, _ := doc["paths"].(map[string]any)[path].(map[string]any)[method].(map[string]any)
+	resp, _ := op["responses"].(map[string]any)[status].(map[string]any)
+	if ref, ok := resp["$ref"].(string); ok {
+		resp = doc["components"].(map[string]any)["responses"].(map[string]any)[ref[strings.LastIndex(ref, "/")+1:]].(map[string]any)
+	}
+	media, _ := resp["content"].(map[string]any)["application/json"].(map[string]any)
+	for _, ex := range media["examples"].(map[string]any) {
+		return ex.(map[string]any)["value"]
+	}
+	t.Fatalf("the document has no example for %s %s %s", method, path, status)
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// ping is the keep-alive Dify sends between events.
+const ping = "ping"
+
+// writeEvents streams events: a map as "data: {json}\n\n", ping as
+// "event: ping\n\n", flushing after each.
+func writeEvents(w http.ResponseWriter, events []any) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	for _, ev := range events {
+		writeEvent(w, ev)
+	}
+}
+
+func writeEvent(w http.ResponseWriter, ev any) {
+	if ev == ping {
+		w.Write([]byte("event: ping\n\n"))
+	} else {
+		b, _ := json.Marshal(ev)
+		w.Write([]byte("data: " + string(b) + "\n\n"))
+	}
+	w.(http.Flusher).Flush()
+}
+
+const (
+	testTask = "c3800678-a077-43df-a102-53f23ed20b88"
+	testConv = "45701982-8118-4bc5-8e9b-64562b4555f2"
+	testRun  = "fb47b2e6-5a9c-4fb4-9d4b-1b0c4c1e0a11"
+)
+
+func chatEvent(event, answer string) map[string]any {
+	return map[string]any{"event": event, "task_id": testTask, "id": testMessageID, "message_id": testMessageID,
+		"conversation_id": testConv, "answer": answer, "created_at": 1705395332}
+}
+
+func messageEnd() map[string]any {
+	return map[string]any{"event": "message_end", "task_id": testTask, "id": testMessageID, "message_id": testMessageID,
+		"conversation_id": testConv, "metadata": map[string]any{"usage": map[string]any{"prompt_tokens": 1033, "completion_tokens": 128, "total_tokens": 1161}}}
+}
+
+func workflowEvent(event string, data map[string]any) map[string]any {
+	return map[string]any{"event": event, "task_id": testTask, "workflow_run_id": testRun, "data": data}
+}
+
+func workflowFinished(status string, outputs map[string]any, errMsg any) map[string]any {
+	return workflowEvent("workflow_finished", map[string]any{"id": testRun, "workflow_id": "wf-1", "status": status,
+		"outputs": outputs, "error": errMsg, "elapsed_time": 0.5, "total_tokens": 42, "total_steps": 3,
+		"created_at": 1705395332, "finished_at": 1705395333})
+}
+
+func defaultEvents(mode Mode) []any {
+	switch mode {
+	case ModeChat:
+		return []any{chatEvent("message", "Hello"), ping, chatEvent("message", " world"), messageEnd()}
+	case ModeAgentChat:
+		return []any{
+			map[string]any{"event": "agent_thought", "task_id": testTask, "id": "th-1", "message_id": testMessageID,
+				"conversation_id": testConv, "position": 1, "thought": "look it up", "tool": "search", "tool_input": `{"q":"x"}`, "observation": "found"},
+			chatEvent("agent_message", "Hi"), chatEvent("agent_message", " there"), messageEnd()}
+	case ModeAdvancedChat:
+		return []any{
+			workflowEvent("workflow_started", map[string]any{"id": testRun, "workflow_id": "wf-1", "created_at": 1705395332}),
+			workflowEvent("node_started", map[string]any{"node_id": "llm", "node_type": "llm", "title": "LLM"}),
+			chatEvent("message", "Flow "), chatEvent("message", "answer"),
+			workflowEvent("node_finished", map[string]any{"node_id": "llm", "node_type": "llm", "title": "LLM", "status": "succeeded"}),
+			messageEnd(), workflowFinished("succeeded", map[string]any{"answer": "Flow answer"}, nil)}
+	case ModeCompletion:
+		return []any{chatEvent("message", "Done"), chatEvent("message", "."), messageEnd()}
+	}
+	return []any{
+		workflowEvent("workflow_started", map[string]any{"id": testRun, "workflow_id": "wf-1", "created_at": 1705395332}),
+		ping,
+		workflowEvent("text_chunk", map[string]any{"text": "part 1, "}),
+		workflowEvent("text_chunk", map[string]any{"text": "part 2"}),
+		workflowFinished("succeeded", map[string]any{"result": 42}, nil)}
+}
+
+// fixture is a connector on a real host, in front of the mock.
+type fixture struct {
+	mock    *mockDify
+	checked *spectest.Checked
+	srv     *httptest.Server
+	cfg     Config
+	conn    *Connector
+	d       *hostsdktest.Dispatcher
+	target  hostsdktest.Target
+	journal journal.Journal
+}
+
+// writeFile writes a file with the given mode in dir.
+func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// testFiles writes the apps and knowledge files and the keys.
+func testFiles(t testing.TB) (appsFile, knowledgeFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	var apps []map[string]any
+	for _, a := range testApps {
+		apps = append(apps, map[string]any{"id": a.id, "name": "App " + a.id, "mode": a.mode,
+			"api_key_file": writeFile(t, dir, a.id+".key", a.key+"\n", 0o600)})
+	}
+	b, _ := json.Marshal(apps)
+	appsFile = writeFile(t, dir, "apps.json", string(b), 0o644)
+	b, _ = json.Marshal([]map[string]any{{"id": testDataset, "name": "Docs", "description": "product docs",
+		"api_key_file": writeFile(t, dir, "dataset.key", testDatasetKey, 0o600)}})
+	knowledgeFile = writeFile(t, dir, "knowledge.json", string(b), 0o644)
+	return appsFile, knowledgeFile
+}
+
+func newFixture(t *testing.T, edit func(*Config)) *fixture {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "internal", "spectest", "specs", "dify", "openapi_service.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{mock: &mockDify{t: t, override: map[string]http.HandlerFunc{}}}
+	if err := json.Unmarshal(raw, &f.mock.doc); err != nil {
+		t.Fatal(err)
+	}
+	spec := spectest.Load(t, specFile)
+	f.checked = spec.Handler(t, f.mock)
+	f.srv = httptest.NewServer(f.checked)
+	t.Cleanup(f.srv.Close)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	appsFile, knowledgeFile := testFiles(t)
+	f.cfg = Config{BaseURL: f.srv.URL + spec.Prefix, AppsFile: appsFile, KnowledgeFile: knowledgeFile, Transport: tr}
+	if edit != nil {
+		edit(&f.cfg)
+	}
+	f.conn, err = New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := sqliteruntime.Open(ctxT(t), sqliteruntime.Config{Dir: t.TempDir(), Sync: sqliteruntime.SyncNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	f.journal = j
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	f.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	hc := hostsdktest.HostConfig(t, cp, f.d, nil)
+	hc.Journal = j
+	hc.StateDir = ""
+	h := hostsdktest.StartHost(t, hc, f.conn)
+	f.target = hostsdktest.TargetOf(h, hc)
+	return f
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func action(capID, input string) *aip.Action {
+	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capID, Input: json.RawMessage(input)}
+}
+
+func (f *fixture) act(t *testing.T, a *aip.Action) *hostsdktest.Response {
+	t.Helper()
+	resp, err := f.d.Act(ctxT(t), f.target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// completed runs an action that must complete and decodes its output.
+func (f *fixture) completed(t *testing.T, a *aip.Action, out any) *hostsdktest.Response {
+	t.Helper()
+	resp := f.act(t, a)
+	res, err := resp.Result()
+	if err != nil {
+		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
+	}
+	if res.Status != aip.ResultCompleted {
+		t.Fatalf("%s: %s: %+v", a.CapabilityID, res.Status, res.Error)
+	}
+	if err := json.Unmarshal(res.Output, out); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// failed runs an action that must fail and returns its error.
+func (f *fixture) failed(t *testing.T, a *aip.Action) *aip.ProtocolError {
+	t.Helper()
+	resp := f.act(t, a)
+	res, err := resp.Result()
+	if err != nil {
+		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
+	}
+	if res.Status != aip.ResultFailed || res.Error == nil {
+		t.Fatalf("%s: %s, want failed: %s", a.CapabilityID, res.Status, res.Output)
+	}
+	return res.Error
+}
+
+// state returns the journal state of an action.
+func (f *fixture) state(t *testing.T, a *aip.Action) aip.ActionState {
+	t.Helper()
+	st, _, err := f.d.Status(ctxT(t), f.target, a.ID, a.CapabilityID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.State
+}
