@@ -267,9 +267,9 @@ func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) 
 		"composite_operations":         len(composites),
 	}
 	security := map[string]any{
-		"api_auth":                       []string{"api_access_token"},
+		"api_auth":                        []string{"api_access_token"},
 		"credential_material_in_protocol": false,
-		"provider_idempotency":           false,
+		"provider_idempotency":            false,
 	}
 	if c.webhooks() {
 		m.Profiles = append(m.Profiles, WebhookProfile)

@@ -1,0 +1,392 @@
+package chatwoot
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+func TestMessageCreate(t *testing.T) {
+	e := newEnv(t, nil)
+	a := act(CapMessageCreate, `{"conversation_id":42,"content":"Hello from AIP","private":true}`)
+	out := e.completed(t, a)
+	if out["message_id"] != float64(101) || out["conversation_id"] != float64(42) || out["private"] != true {
+		t.Errorf("output %v", out)
+	}
+	got := e.last(t)
+	if got.Method != "POST" || got.Path != accountPath+"/conversations/42/messages" || got.Token != testToken {
+		t.Fatalf("request %+v", got)
+	}
+	want := map[string]any{"content": "Hello from AIP", "message_type": "outgoing", "private": true,
+		"content_attributes": map[string]any{ActionIDAttribute: a.ID}}
+	if diff := cmp.Diff(want, got.Body); diff != "" {
+		t.Errorf("body (-want +got):\n%s", diff)
+	}
+
+	// The same action again: journaled, Chatwoot not called again.
+	e.completed(t, a)
+	if n := e.mock.count("POST /conversations/42/messages"); n != 1 {
+		t.Errorf("POST messages %d times, want 1", n)
+	}
+
+	// A distinct idempotency key is recorded next to the action ID.
+	b := act(CapMessageCreate, `{"conversation_id":42,"content":"again"}`)
+	b.IdempotencyKey = "order-77-reply"
+	e.completed(t, b)
+	attrs := e.last(t).Body["content_attributes"].(map[string]any)
+	if attrs[ActionIDAttribute] != b.ID || attrs["aip_idempotency_key"] != "order-77-reply" || e.last(t).Body["private"] != false {
+		t.Errorf("second message body %v", e.last(t).Body)
+	}
+}
+
+func TestConversationStatus(t *testing.T) {
+	e := newEnv(t, nil)
+	out := e.completed(t, act(CapConversationStatus, `{"conversation_id":5,"status":"resolved"}`))
+	if out["status"] != "resolved" || out["conversation_id"] != float64(5) {
+		t.Errorf("output %v", out)
+	}
+	got := e.last(t)
+	if got.Path != accountPath+"/conversations/5/toggle_status" || !cmp.Equal(got.Body, map[string]any{"status": "resolved"}) {
+		t.Errorf("request %+v", got)
+	}
+	// success false from Chatwoot is a failed result.
+	e.mock.setFault("POST /conversations/6/toggle_status", fault{200, `{"meta":{},"payload":{"success":false,"current_status":"open","conversation_id":6}}`})
+	res := e.run(t, act(CapConversationStatus, `{"conversation_id":6,"status":"pending"}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != "chatwoot.status_not_changed" {
+		t.Errorf("success false: %s %+v", res.Status, res.Error)
+	}
+}
+
+func TestConversationHandoff(t *testing.T) {
+	e := newEnv(t, nil)
+	a := act(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"Customer asks for a refund"}`)
+	out := e.completed(t, a)
+	if out["assigned"] != true || out["assignee_id"] != float64(3) || out["note_message_id"] != float64(101) {
+		t.Errorf("output %v", out)
+	}
+	reqs := e.mock.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want assignment then note", len(reqs))
+	}
+	if reqs[0].Path != accountPath+"/conversations/8/assignments" || !cmp.Equal(reqs[0].Body, map[string]any{"assignee_id": float64(3)}) {
+		t.Errorf("assignment %+v", reqs[0])
+	}
+	wantNote := map[string]any{"content": "Customer asks for a refund", "message_type": "outgoing", "private": true,
+		"content_attributes": map[string]any{ActionIDAttribute: a.ID}}
+	if diff := cmp.Diff(wantNote, reqs[1].Body); diff != "" {
+		t.Errorf("note (-want +got):\n%s", diff)
+	}
+
+	// A team handoff without a note makes one call.
+	out = e.completed(t, act(CapConversationHandoff, `{"conversation_id":9,"team_id":2}`))
+	if got := e.last(t); got.Path != accountPath+"/conversations/9/assignments" || !cmp.Equal(got.Body, map[string]any{"team_id": float64(2)}) {
+		t.Errorf("team assignment %+v", got)
+	}
+	if _, noted := out["note_message_id"]; noted || out["team_id"] != float64(2) {
+		t.Errorf("output %v", out)
+	}
+}
+
+func TestHandoffNoteRefusedSaysAssignmentApplied(t *testing.T) {
+	e := newEnv(t, nil)
+	e.mock.setFault("POST /conversations/8/messages", fault{422, `{"description":"content is too long","errors":[]}`})
+	res := e.run(t, act(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"n"}`))
+	if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != CodeHandoffNoteFailed {
+		t.Fatalf("result %s %+v", res.Status, res.Error)
+	}
+	if !strings.Contains(res.Error.Message, "assigned (applied)") || !strings.Contains(res.Error.Message, "content is too long") {
+		t.Errorf("message %q does not say the assignment applied and why the note failed", res.Error.Message)
+	}
+	var details struct {
+		AssignmentApplied bool              `json:"assignment_applied"`
+		NoteAdded         bool              `json:"note_added"`
+		NoteError         aip.ProtocolError `json:"note_error"`
+	}
+	if err := json.Unmarshal(res.Error.Details, &details); err != nil || !details.AssignmentApplied || details.NoteAdded ||
+		details.NoteError.Code != provider.CodeInvalidRequest {
+		t.Errorf("details %s (%v)", res.Error.Details, err)
+	}
+	if e.mock.count("POST /conversations/8/assignments") != 1 {
+		t.Error("the assignment was not made once")
+	}
+}
+
+func TestHandoffNoteUnknownIsOutcomeUnknown(t *testing.T) {
+	e := newEnv(t, nil)
+	e.mock.setFault("POST /conversations/8/messages", fault{status: 0})
+	a := act(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"n"}`)
+	resp, err := e.d.Act(ctxT(t), e.target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pe := resp.ProtocolError()
+	if resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown ||
+		!strings.Contains(pe.Message, "assigned (applied)") {
+		t.Fatalf("HTTP %d %+v", resp.Status, pe)
+	}
+	st, _, err := e.d.Status(ctxT(t), e.target, a.ID, a.CapabilityID)
+	if err != nil || st.State != aip.StateOutcomeUnknown {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+}
+
+// TestCatalogue runs every catalogue operation through the host and
+// checks the request Chatwoot received (the spec check has already
+// matched it against the document) and the output.
+func TestCatalogue(t *testing.T) {
+	e := newEnv(t, nil)
+	cases := []struct {
+		suffix, input     string
+		method, path, raw string // raw query
+		body              map[string]any
+		wantData          string // a fragment of output.data
+	}{
+		{"account.get", `{}`, "GET", "", "", nil, `"name":"Acme Support"`},
+		{"agent.list", `{}`, "GET", "/agents", "", nil, `"email":"ada@acme.test"`},
+		{"conversation.list", `{"assignee_type":"unassigned","status":"pending","q":"refund","inbox_id":1,"team_id":2,"labels":["vip","billing"],"page":2}`,
+			"GET", "/conversations", "assignee_type=unassigned&inbox_id=1&labels=vip&labels=billing&page=2&q=refund&status=pending&team_id=2", nil, `"all_count":1`},
+		{"conversation.meta", `{"status":"all","labels":["vip"]}`, "GET", "/conversations/meta", "labels=vip&status=all", nil, `"unassigned_count":2`},
+		{"conversation.get", `{"conversation_id":42}`, "GET", "/conversations/42", "", nil, `"id":42`},
+		{"message.list", `{"conversation_id":42,"before":300}`, "GET", "/conversations/42/messages", "before=300", nil, `"content":"hi"`},
+		{"contact.list", `{"sort":"-last_activity_at","page":3}`, "GET", "/contacts", "page=3&sort=-last_activity_at", nil, `"name":"Alice"`},
+		{"contact.search", `{"q":"alice@acme.test"}`, "GET", "/contacts/search", "q=alice%40acme.test", nil, `"current_page":1`},
+		{"contact.get", `{"contact_id":9}`, "GET", "/contacts/9", "", nil, `"id":9`},
+		{"contact.create", `{"inbox_id":1,"name":"Bob","email":"bob@acme.test","custom_attributes":{"tier":"gold"}}`, "POST", "/contacts", "",
+			map[string]any{"inbox_id": float64(1), "name": "Bob", "email": "bob@acme.test", "custom_attributes": map[string]any{"tier": "gold"}}, `"source_id":"src-1"`},
+		{"contact.update", `{"contact_id":9,"phone_number":"+15550100","blocked":false}`, "PUT", "/contacts/9", "",
+			map[string]any{"phone_number": "+15550100", "blocked": false}, `null`},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		seen[tc.suffix] = true
+		before := e.mock.count("GET ")
+		out := e.completed(t, act(CapabilityPrefix+tc.suffix, tc.input))
+		if tc.suffix == "account.get" {
+			// Health probes read the account too: check the count and the
+			// last such request.
+			if e.mock.count("GET ") <= before {
+				t.Error("account.get did not read the account")
+			}
+			all := e.mock.all()
+			if got := all[len(all)-1]; got.Path != accountPath || got.Token != testToken || len(got.Query) != 0 {
+				t.Errorf("account.get sent %+v", got)
+			}
+			continue
+		}
+		got := e.last(t)
+		if got.Method != tc.method || got.Path != accountPath+tc.path || got.Query.Encode() != tc.raw || got.Token != testToken {
+			t.Errorf("%s: sent %s %s?%s, want %s %s?%s", tc.suffix, got.Method, got.Path, got.Query.Encode(), tc.method, accountPath+tc.path, tc.raw)
+		}
+		if diff := cmp.Diff(tc.body, got.Body); diff != "" {
+			t.Errorf("%s: body (-want +got):\n%s", tc.suffix, diff)
+		}
+		data, _ := json.Marshal(out["data"])
+		if !strings.Contains(string(data), tc.wantData) {
+			t.Errorf("%s: output data %s lacks %s", tc.suffix, data, tc.wantData)
+		}
+	}
+	for _, s := range operationSuffixes() {
+		if !seen[s] {
+			t.Errorf("catalogue operation %s is not exercised", s)
+		}
+	}
+	// contact.update answered 204: status recorded.
+	out := e.completed(t, act(CapabilityPrefix+"contact.update", `{"contact_id":9,"name":"Al"}`))
+	if out["status"] != float64(204) {
+		t.Errorf("contact.update output %v", out)
+	}
+}
+
+func TestProviderErrors(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := ctxT(t)
+
+	// A 4xx on a read: failed with the matching code, not retryable.
+	res := e.run(t, act(CapabilityPrefix+"contact.get", `{"contact_id":404}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeNotFound || res.Error.IsRetryable() {
+		t.Errorf("404: %s %+v", res.Status, res.Error)
+	}
+	// A 4xx on a mutation: failed (nothing applied).
+	e.mock.setFault("POST /conversations/42/messages", fault{403, `{"description":"Access denied","errors":[]}`})
+	res = e.run(t, act(CapMessageCreate, `{"conversation_id":42,"content":"x"}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeForbidden || !strings.Contains(res.Error.Message, "Access denied") {
+		t.Errorf("403: %s %+v", res.Status, res.Error)
+	}
+	// A 5xx on a read: failed and retryable.
+	e.mock.setFault("GET /conversations", fault{503, `{"error":"maintenance"}`})
+	res = e.run(t, act(CapabilityPrefix+"conversation.list", `{}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeUnavailable || !res.Error.IsRetryable() {
+		t.Errorf("read 503: %s %+v", res.Status, res.Error)
+	}
+
+	// A 5xx or a dropped connection on a mutation: outcome_unknown, and the
+	// same action ID again does not reach Chatwoot.
+	e.mock.setFault("POST /conversations/43/messages", fault{500, `{"error":"boom"}`})
+	e.mock.setFault("POST /conversations/44/toggle_status", fault{status: 0})
+	e.mock.setFault("PUT /contacts/45", fault{502, ``})
+	for _, tc := range []struct {
+		a   *aip.Action
+		key string
+	}{
+		{act(CapMessageCreate, `{"conversation_id":43,"content":"x"}`), "POST /conversations/43/messages"},
+		{act(CapConversationStatus, `{"conversation_id":44,"status":"open"}`), "POST /conversations/44/toggle_status"},
+		{act(CapabilityPrefix+"contact.update", `{"contact_id":45,"name":"x"}`), "PUT /contacts/45"},
+	} {
+		for range 2 {
+			resp, err := e.d.Act(ctx, e.target, tc.a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pe := resp.ProtocolError(); resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+				t.Errorf("%s: HTTP %d %s", tc.key, resp.Status, resp.Raw)
+			}
+		}
+		st, _, err := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID)
+		if err != nil || st.State != aip.StateOutcomeUnknown {
+			t.Errorf("%s: status %+v, %v", tc.key, st, err)
+		}
+		if n := e.mock.count(tc.key); n != 1 {
+			t.Errorf("%s reached Chatwoot %d times, want 1", tc.key, n)
+		}
+	}
+
+	// A refused token: provider.unauthorized.
+	e.mock.setFault("GET /agents", fault{401, `{"error":"Invalid Access Token"}`})
+	res = e.run(t, act(CapabilityPrefix+"agent.list", `{}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeUnauthorized {
+		t.Errorf("401: %s %+v", res.Status, res.Error)
+	}
+}
+
+func TestInputSchemaRejections(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tc := range []struct{ capability, input string }{
+		{CapMessageCreate, `{"conversation_id":42}`},
+		{CapMessageCreate, `{"conversation_id":42,"content":""}`},
+		{CapMessageCreate, `{"conversation_id":0,"content":"x"}`},
+		{CapMessageCreate, `{"conversation_id":42,"content":"x","message_type":"incoming"}`},
+		{CapConversationStatus, `{"conversation_id":42,"status":"snoozed"}`},
+		{CapConversationStatus, `{"conversation_id":42,"status":"resolve"}`},
+		{CapConversationHandoff, `{"conversation_id":42,"note":"no assignee"}`},
+		{CapabilityPrefix + "conversation.list", `{"status":"closed"}`},
+		{CapabilityPrefix + "conversation.list", `{"labels":"vip"}`},
+		{CapabilityPrefix + "contact.search", `{}`},
+		{CapabilityPrefix + "contact.update", `{"contact_id":9}`},
+		{CapabilityPrefix + "contact.create", `{"name":"no inbox"}`},
+		{CapabilityPrefix + "contact.get", `{"contact_id":"9/../../agents"}`},
+		{CapabilityPrefix + "account.get", `{"extra":1}`},
+	} {
+		resp, err := e.d.Act(ctxT(t), e.target, act(tc.capability, tc.input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s %s: HTTP %d %s", tc.capability, tc.input, resp.Status, resp.Raw)
+		}
+	}
+	if reqs := e.mock.requests(); len(reqs) != 0 {
+		t.Errorf("rejected inputs reached Chatwoot: %+v", reqs)
+	}
+}
+
+func TestManifest(t *testing.T) {
+	e := newEnv(t, nil)
+	m, err := e.conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, _, err := hostsdk.BindManifest(m, "example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound.Agent.ID != "agent:chatwoot:7" || !slices.Contains(bound.Profiles, Profile) || !slices.Contains(bound.Profiles, WebhookProfile) {
+		t.Errorf("agent %s profiles %v", bound.Agent.ID, bound.Profiles)
+	}
+	var ids []string
+	for _, c := range bound.Capabilities {
+		ids = append(ids, c.ID)
+		rest, ok := strings.CutPrefix(c.ID, CapabilityPrefix)
+		composite := slices.Contains([]string{CapMessageCreate, CapConversationStatus, CapConversationHandoff}, c.ID)
+		if !ok || (!composite && lookupOperation(rest) == nil) {
+			t.Errorf("capability %s does not follow cap:chatwoot:<suffix>", c.ID)
+		}
+		var s map[string]any
+		if err := json.Unmarshal(c.InputSchema, &s); err != nil || s["type"] != "object" || s["additionalProperties"] != false || s["required"] == nil {
+			t.Errorf("%s: input schema is not a closed object with required: %s", c.ID, c.InputSchema)
+		}
+		if c.Description == "" || c.Risk == "" || c.Contract == nil {
+			t.Errorf("%s: description, risk or contract missing", c.ID)
+		}
+		if c.RequiresHumanApproval != nil && *c.RequiresHumanApproval {
+			t.Errorf("%s requires approval", c.ID)
+		}
+		mutation := composite || c.ID == CapabilityPrefix+"contact.create" || c.ID == CapabilityPrefix+"contact.update"
+		if got := c.Contract.SideEffects[0] != aip.EffectRead; got != mutation {
+			t.Errorf("%s: mutation %v, want %v", c.ID, got, mutation)
+		}
+	}
+	if len(ids) != 3+len(catalogue) {
+		t.Errorf("%d capabilities: %v", len(ids), ids)
+	}
+	var compat map[string]int
+	if err := json.Unmarshal(bound.Compatibility, &compat); err != nil ||
+		!cmp.Equal(compat, map[string]int{"catalog_operations_supported": 11, "catalog_operations_admitted": 11, "composite_operations": 3}) {
+		t.Errorf("compatibility %s", bound.Compatibility)
+	}
+	if len(bound.Channels) != 1 || !strings.Contains(string(bound.Channels[0]), `"id":"chatwoot-webhooks"`) {
+		t.Errorf("channels %s", bound.Channels)
+	}
+	raw, _ := json.Marshal(bound)
+	if strings.Contains(string(raw), testToken) || strings.Contains(string(raw), testSecret) {
+		t.Error("the manifest holds a credential")
+	}
+
+	// Restricted catalogue, outbound only: no channel, no webhook profile.
+	conn, err := New(Config{BaseURL: e.conn.cfg.BaseURL, AccountID: 3, Token: provider.NewSecret("t"),
+		Operations: []string{"contact.get", "conversation.list"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ = conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	ids = nil
+	for _, c := range m.Capabilities {
+		ids = append(ids, c.ID)
+	}
+	want := []string{CapMessageCreate, CapConversationStatus, CapConversationHandoff,
+		CapabilityPrefix + "conversation.list", CapabilityPrefix + "contact.get"}
+	if !cmp.Equal(ids, want) || len(m.Channels) != 0 || slices.Contains(m.Profiles, WebhookProfile) {
+		t.Errorf("restricted manifest: %v channels %s profiles %v", ids, m.Channels, m.Profiles)
+	}
+}
+
+func TestCheckHealth(t *testing.T) {
+	e := newEnv(t, nil)
+	n := e.mock.count("GET ")
+	if err := e.conn.CheckHealth(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e.mock.count("GET ") != n+1 {
+		t.Error("health did not read the account")
+	}
+	// A wrong token (the mock checks its value) fails health, and the
+	// error does not carry the token.
+	wrong, err := New(Config{BaseURL: e.conn.cfg.BaseURL, AccountID: testAccount, Token: provider.NewSecret("wrong-token-123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wrong.CheckHealth(ctxT(t))
+	if err == nil || !strings.Contains(err.Error(), "401") || strings.Contains(err.Error(), "wrong-token-123") {
+		t.Errorf("health with a wrong token: %v", err)
+	}
+	if got := e.mock.all(); got[len(got)-1].Token != "wrong-token-123" {
+		t.Errorf("health sent token %q", got[len(got)-1].Token)
+	}
+}

@@ -1,0 +1,299 @@
+package chatwoot
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+	"github.com/aipfleet/aipfleet/products/internal/spectest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	testAccount = 7
+	testToken   = "cw-token-0123456789"
+	testSecret  = "cw-webhook-secret-abc"
+)
+
+// request is what the mock provider received.
+type request struct {
+	Method, Path string
+	Query        url.Values
+	Token        string
+	Body         map[string]any
+}
+
+// fault makes the mock answer a matching request ("METHOD /path" after
+// the account prefix) with a status, or drop the connection (status 0).
+type fault struct {
+	status int
+	body   string
+}
+
+// mockChatwoot answers as swagger.json describes: the response shapes of
+// its schemas (account_show_response, agent list, conversation_list,
+// conversation meta, conversation_show, message list, contacts_list_response,
+// contact_show_response, extended_contact, message, toggle_status payload,
+// user), 204 for a contact update, and bad_request_error bodies.
+type mockChatwoot struct {
+	mu     sync.Mutex
+	reqs   []request
+	faults map[string]fault
+}
+
+func (m *mockChatwoot) setFault(key string, f fault) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.faults == nil {
+		m.faults = map[string]fault{}
+	}
+	m.faults[key] = f
+}
+
+// requests returns the requests received, without reads of the account
+// itself (GET /api/v1/accounts/{id}), which the host's health probes make
+// at any time.
+func (m *mockChatwoot) requests() []request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []request
+	for _, r := range m.reqs {
+		if r.Method != "GET" || r.Path != accountPath {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// all returns every request received.
+func (m *mockChatwoot) all() []request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]request(nil), m.reqs...)
+}
+
+// count returns how many requests matched "METHOD /path-under-account".
+func (m *mockChatwoot) count(key string) int {
+	n := 0
+	for _, r := range m.all() {
+		if r.Method+" "+strings.TrimPrefix(r.Path, accountPath) == key {
+			n++
+		}
+	}
+	return n
+}
+
+var accountPath = fmt.Sprintf("/api/v1/accounts/%d", testAccount)
+
+var (
+	convRE     = regexp.MustCompile(`^/conversations/(\d+)$`)
+	convSubRE  = regexp.MustCompile(`^/conversations/(\d+)/(messages|toggle_status|assignments)$`)
+	contactRE  = regexp.MustCompile(`^/contacts/(\d+)$`)
+	errorsBody = `{"description":"%s","errors":[]}`
+)
+
+func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	rec := request{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Token: r.Header.Get("api_access_token")}
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &rec.Body)
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, accountPath)
+	key := r.Method + " " + rest
+	m.mu.Lock()
+	m.reqs = append(m.reqs, rec)
+	f, faulty := m.faults[key]
+	m.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	if !ok {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, errorsBody, "Account not found")
+		return
+	}
+	if rec.Token != testToken {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error":"You need to sign in or sign up before continuing."}`)
+		return
+	}
+	if faulty {
+		if f.status == 0 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.WriteHeader(f.status)
+		io.WriteString(w, f.body)
+		return
+	}
+	switch {
+	case key == "GET ":
+		fmt.Fprintf(w, `{"id":%d,"name":"Acme Support","locale":"en","domain":"acme.test","support_email":"support@acme.test","status":"active"}`, testAccount)
+	case key == "GET /agents":
+		fmt.Fprint(w, `[{"id":3,"name":"Ada","email":"ada@acme.test","role":"agent","availability_status":"online","confirmed":true}]`)
+	case key == "GET /conversations":
+		fmt.Fprint(w, `{"data":{"meta":{"mine_count":1,"unassigned_count":0,"assigned_count":1,"all_count":1},"payload":[{"id":42,"status":"open","inbox_id":1}]}}`)
+	case key == "GET /conversations/meta":
+		fmt.Fprint(w, `{"meta":{"mine_count":1,"unassigned_count":2,"assigned_count":3,"all_count":5}}`)
+	case r.Method == "GET" && convRE.MatchString(rest):
+		id := convRE.FindStringSubmatch(rest)[1]
+		fmt.Fprintf(w, `{"id":%s,"status":"open","inbox_id":1,"messages":[]}`, id)
+	case r.Method == "GET" && strings.HasSuffix(rest, "/messages"):
+		fmt.Fprint(w, `{"meta":{"labels":[]},"payload":[{"id":100,"content":"hi","message_type":0,"private":false}]}`)
+	case key == "GET /contacts" || key == "GET /contacts/search":
+		fmt.Fprint(w, `{"meta":{"count":1,"current_page":1},"payload":[{"id":9,"name":"Alice","email":"alice@acme.test"}]}`)
+	case key == "GET /contacts/404":
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, errorsBody, "Contact not found")
+	case r.Method == "GET" && contactRE.MatchString(rest):
+		fmt.Fprintf(w, `{"payload":{"id":%s,"name":"Alice"}}`, contactRE.FindStringSubmatch(rest)[1])
+	case key == "POST /contacts":
+		fmt.Fprintf(w, `{"payload":{"contact":{"id":10,"name":%q},"contact_inbox":{"source_id":"src-1"}}}`, rec.Body["name"])
+	case r.Method == "PUT" && contactRE.MatchString(rest):
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == "POST" && convSubRE.MatchString(rest):
+		sub := convSubRE.FindStringSubmatch(rest)
+		switch sub[2] {
+		case "messages":
+			b, _ := json.Marshal(map[string]any{"id": 101 + m.count("POST "+rest) - 1, "content": rec.Body["content"], "message_type": 1,
+				"private": rec.Body["private"], "conversation_id": sub[1], "content_attributes": rec.Body["content_attributes"]})
+			w.Write(b)
+		case "toggle_status":
+			fmt.Fprintf(w, `{"meta":{},"payload":{"success":true,"current_status":%q,"conversation_id":%s}}`, rec.Body["status"], sub[1])
+		case "assignments":
+			if id, ok := rec.Body["assignee_id"]; ok {
+				fmt.Fprintf(w, `{"id":%v,"name":"Ada","email":"ada@acme.test"}`, id)
+			} else { // a team assignment answers with the team
+				fmt.Fprintf(w, `{"id":%v,"name":"Billing"}`, rec.Body["team_id"])
+			}
+		}
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, errorsBody, "not found")
+	}
+}
+
+// env is a Chatwoot connector in a real host against the mock provider.
+type env struct {
+	mock    *mockChatwoot
+	checked *spectest.Checked
+	conn    *Connector
+	d       *hostsdktest.Dispatcher
+	host    *hostsdk.Host
+	target  hostsdktest.Target
+	journal *sqliteruntime.Journal
+	cfg     hostsdk.Config
+}
+
+func newEnv(t *testing.T, edit func(*Config)) *env {
+	t.Helper()
+	e := &env{mock: &mockChatwoot{}}
+	e.checked = spectest.Load(t, "chatwoot/swagger.json").Handler(t, e.mock)
+	srv := httptest.NewServer(e.checked)
+	t.Cleanup(srv.Close)
+	base, err := provider.ParseBaseURL("test", srv.URL, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{BaseURL: base, AccountID: testAccount, Token: provider.NewSecret(testToken),
+		WebhookSecret: provider.NewSecret(testSecret)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	if e.conn, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	e.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	e.cfg = hostsdktest.HostConfig(t, cp, e.d, nil)
+	e.journal, err = sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.journal.Close() }) // after the host stops (cleanups run last first)
+	e.cfg.Journal = e.journal
+	e.host = hostsdktest.StartHost(t, e.cfg, e.conn)
+	e.target = hostsdktest.TargetOf(e.host, e.cfg)
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func act(capability, input string) *aip.Action {
+	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capability, Input: json.RawMessage(input)}
+}
+
+// run sends an action through the host and returns its result.
+func (e *env) run(t *testing.T, a *aip.Action) *aip.ActionResult {
+	t.Helper()
+	resp, err := e.d.Act(ctxT(t), e.target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := resp.Result()
+	if err != nil {
+		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
+	}
+	return res
+}
+
+// completed runs an action, requires completion and decodes its output.
+func (e *env) completed(t *testing.T, a *aip.Action) map[string]any {
+	t.Helper()
+	res := e.run(t, a)
+	if res.Status != aip.ResultCompleted {
+		t.Fatalf("%s: %s %+v", a.CapabilityID, res.Status, res.Error)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// last returns the last request the mock received.
+func (e *env) last(t *testing.T) request {
+	t.Helper()
+	reqs := e.mock.requests()
+	if len(reqs) == 0 {
+		t.Fatal("the mock received no request")
+	}
+	return reqs[len(reqs)-1]
+}
+
+// writeFile writes a file with a mode and returns its path.
+func writeFile(t *testing.T, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
