@@ -80,13 +80,39 @@ func New(cfg Config) (*Connector, error) {
 		UserAgent:        "aipfleet-twenty",
 		// api.mdx, "Authentication": Authorization: Bearer YOUR_API_KEY.
 		Auth:      func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token.Reveal()) },
-		Transport: cfg.Transport,
+		Transport: noReplay{cfg.Transport},
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects)}, nil
 }
+
+// noReplay keeps net/http from sending a mutation twice. http.Transport
+// replays a request whose kept-alive connection died before the answer
+// when it deems the request idempotent, and a request with an
+// Idempotency-Key header is deemed so; Twenty's reference page says
+// nothing about honouring that header, so a replay could create a record
+// twice. Dropping GetBody makes the request not replayable: a dead
+// connection is then an error, which the adapter journals as
+// outcome_unknown.
+type noReplay struct{ rt http.RoundTripper }
+
+func (n noReplay) RoundTrip(r *http.Request) (*http.Response, error) {
+	rt := n.rt
+	if rt == nil {
+		rt = defaultTransport
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.GetBody != nil {
+		r = r.Clone(r.Context())
+		r.GetBody = nil
+	}
+	return rt.RoundTrip(r)
+}
+
+// defaultTransport is the transport of connectors without
+// Config.Transport.
+var defaultTransport = http.DefaultTransport.(*http.Transport).Clone()
 
 // Manifest implements hostsdk.Connector.
 func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manifest, error) {

@@ -1,0 +1,620 @@
+package twenty
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const workspace = "3f2b8c1e-9d4a-4b7e-8c21-5a6f7e8d9c0b"
+
+// env is one test host serving a Twenty connector in front of a mock.
+type env struct {
+	mock    *mockTwenty
+	conn    *Connector
+	d       *hostsdktest.Dispatcher
+	target  hostsdktest.Target
+	host    *hostsdk.Host
+	cfg     hostsdk.Config
+	journal *sqliteruntime.Journal
+	secret  string
+}
+
+func writeFile(t testing.TB, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newEnv starts a host for a connector built from settings (as aip-host
+// builds it) pointing at a fresh mock; edit may change the settings.
+func newEnv(t *testing.T, edit func(v hostsdk.SettingValues)) *env {
+	t.Helper()
+	m := newMock(t)
+	v := hostsdk.SettingValues{
+		FlagBaseURL:          m.srv.URL,
+		FlagWorkspaceID:      workspace,
+		FlagAPITokenFile:     writeFile(t, "token", m.token+"\n", 0o600),
+		FlagObjects:          "people,companies,invoices",
+		FlagMaxResponseBytes: "1048576",
+	}
+	if edit != nil {
+		edit(v)
+	}
+	c, err := newFromSettings(v, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{mock: m, conn: c.(*Connector)}
+	if f := v[FlagWebhookSecretFile]; f != "" {
+		b, _ := os.ReadFile(f)
+		e.secret = strings.TrimSpace(string(b))
+	}
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	e.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	e.cfg = hostsdktest.HostConfig(t, cp, e.d, nil)
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: e.cfg.StateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before StartHost, so it runs after the host stops.
+	t.Cleanup(func() { j.Close() })
+	e.journal = j
+	e.cfg.Journal = j
+	e.host = hostsdktest.StartHost(t, e.cfg, e.conn)
+	e.target = hostsdktest.TargetOf(e.host, e.cfg)
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func action(op, input string) *aip.Action {
+	return &aip.Action{ID: aip.NewActionID(), CapabilityID: CapabilityID(op), Input: json.RawMessage(input)}
+}
+
+// act runs an action and returns its result.
+func (e *env) act(t *testing.T, a *aip.Action) *aip.ActionResult {
+	t.Helper()
+	resp, err := e.d.Act(ctxT(t), e.target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := resp.Result()
+	if err != nil {
+		t.Fatalf("HTTP %d: %v: %s", resp.Status, err, resp.Raw)
+	}
+	return res
+}
+
+// complete runs an action that must complete and decodes its output.
+func (e *env) complete(t *testing.T, a *aip.Action, out any) {
+	t.Helper()
+	res := e.act(t, a)
+	if res.Status != aip.ResultCompleted {
+		t.Fatalf("%s: %s %+v", a.CapabilityID, res.Status, res.Error)
+	}
+	if err := json.Unmarshal(res.Output, out); err != nil {
+		t.Fatalf("output %s: %v", res.Output, err)
+	}
+}
+
+func checkAuth(t *testing.T, r recorded, token string) {
+	t.Helper()
+	if got := r.Header.Get("Authorization"); got != "Bearer "+token {
+		t.Errorf("%s %s: Authorization %q", r.Method, r.Path, got)
+	}
+}
+
+func checkMutationHeaders(t *testing.T, r recorded, a *aip.Action) {
+	t.Helper()
+	// Without an explicit key the host uses the action ID as the key.
+	if got := r.Header.Get("Idempotency-Key"); got != a.ID {
+		t.Errorf("%s %s: Idempotency-Key %q, want %q", r.Method, r.Path, got, a.ID)
+	}
+	if got := r.Header.Get("X-AIP-Action-ID"); got != a.ID {
+		t.Errorf("%s %s: X-AIP-Action-ID %q, want %q", r.Method, r.Path, got, a.ID)
+	}
+}
+
+func jsonEqual(t *testing.T, what, got, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		t.Fatalf("%s: %q is not JSON: %v", what, got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(w, g); d != "" {
+		t.Errorf("%s (-want +got):\n%s", what, d)
+	}
+}
+
+type recordOut struct {
+	Object string         `json:"object"`
+	Record map[string]any `json:"record"`
+}
+
+type listOut struct {
+	Object     string           `json:"object"`
+	Records    []map[string]any `json:"records"`
+	PageInfo   map[string]any   `json:"page_info"`
+	TotalCount *int64           `json:"total_count"`
+}
+
+// TestRecordLifecycle runs every record capability through the host and
+// checks the exact request the mock received for each.
+func TestRecordLifecycle(t *testing.T) {
+	e := newEnv(t, nil)
+
+	// record.create: POST /rest/people with the record as the body.
+	create := action(OpCreate, `{"object":"people","record":{"name":{"firstName":"Ada","lastName":"Lovelace"},"jobTitle":"Engineer"}}`)
+	var created recordOut
+	e.complete(t, create, &created)
+	r := e.mock.last(t)
+	if r.Method != "POST" || r.Path != "/rest/people" || len(r.Query) != 0 {
+		t.Fatalf("create sent %s %s?%s", r.Method, r.Path, r.Query.Encode())
+	}
+	jsonEqual(t, "create body", r.Body, `{"name":{"firstName":"Ada","lastName":"Lovelace"},"jobTitle":"Engineer"}`)
+	checkAuth(t, r, e.mock.token)
+	checkMutationHeaders(t, r, create)
+	id, _ := created.Record["id"].(string)
+	if created.Object != "people" || id == "" || created.Record["jobTitle"] != "Engineer" {
+		t.Fatalf("create output %+v", created)
+	}
+
+	// record.get: GET /rest/people/<id> with fields and depth.
+	var got recordOut
+	e.complete(t, action(OpGet, `{"object":"people","id":"`+id+`","fields":["name","jobTitle"],"depth":0}`), &got)
+	r = e.mock.last(t)
+	if r.Method != "GET" || r.Path != "/rest/people/"+id {
+		t.Fatalf("get sent %s %s", r.Method, r.Path)
+	}
+	if d := cmp.Diff(url.Values{"fields": {"name,jobTitle"}, "depth": {"0"}}, r.Query); d != "" {
+		t.Errorf("get query (-want +got):\n%s", d)
+	}
+	if r.Header.Get("Idempotency-Key") != "" || r.Body != "" {
+		t.Errorf("a read sent Idempotency-Key %q and body %q", r.Header.Get("Idempotency-Key"), r.Body)
+	}
+	checkAuth(t, r, e.mock.token)
+	if got.Record["id"] != id {
+		t.Fatalf("get output %+v", got)
+	}
+
+	// record.update: PATCH /rest/people/<id> with the changed fields.
+	update := action(OpUpdate, `{"object":"people","id":"`+id+`","record":{"jobTitle":"Analyst"}}`)
+	var updated recordOut
+	e.complete(t, update, &updated)
+	r = e.mock.last(t)
+	if r.Method != "PATCH" || r.Path != "/rest/people/"+id {
+		t.Fatalf("update sent %s %s", r.Method, r.Path)
+	}
+	jsonEqual(t, "update body", r.Body, `{"jobTitle":"Analyst"}`)
+	checkMutationHeaders(t, r, update)
+	if updated.Record["jobTitle"] != "Analyst" {
+		t.Fatalf("update output %+v", updated)
+	}
+
+	// record.create_many: POST /rest/batch/companies with the array.
+	batch := action(OpCreateMany, `{"object":"companies","records":[{"name":"Acme"},{"name":"Globex"}]}`)
+	var many listOut
+	e.complete(t, batch, &many)
+	r = e.mock.last(t)
+	if r.Method != "POST" || r.Path != "/rest/batch/companies" {
+		t.Fatalf("create_many sent %s %s", r.Method, r.Path)
+	}
+	jsonEqual(t, "create_many body", r.Body, `[{"name":"Acme"},{"name":"Globex"}]`)
+	checkMutationHeaders(t, r, batch)
+	if many.Object != "companies" || len(many.Records) != 2 || many.Records[1]["name"] != "Globex" || many.Records[1]["id"] == nil {
+		t.Fatalf("create_many output %+v", many)
+	}
+
+	// record.list: GET /rest/companies with every query parameter.
+	var list listOut
+	e.complete(t, action(OpList, `{"object":"companies","filter":"name[like]:%A%","order_by":"createdAt[DescNullsLast]","limit":1,"starting_after":"c-prev","fields":["name"],"depth":1}`), &list)
+	r = e.mock.last(t)
+	if r.Method != "GET" || r.Path != "/rest/companies" {
+		t.Fatalf("list sent %s %s", r.Method, r.Path)
+	}
+	want := url.Values{"filter": {"name[like]:%A%"}, "order_by": {"createdAt[DescNullsLast]"}, "limit": {"1"},
+		"starting_after": {"c-prev"}, "fields": {"name"}, "depth": {"1"}}
+	if d := cmp.Diff(want, r.Query); d != "" {
+		t.Errorf("list query (-want +got):\n%s", d)
+	}
+	if len(list.Records) != 1 || list.Records[0]["name"] != "Acme" || list.TotalCount == nil || *list.TotalCount != 2 ||
+		list.PageInfo["endCursor"] != "c-end" {
+		t.Fatalf("list output %+v", list)
+	}
+	// ending_before alone.
+	e.complete(t, action(OpList, `{"object":"companies","ending_before":"c-next"}`), &list)
+	if d := cmp.Diff(url.Values{"ending_before": {"c-next"}}, e.mock.last(t).Query); d != "" {
+		t.Errorf("list query (-want +got):\n%s", d)
+	}
+
+	// record.soft_delete: DELETE /rest/people/<id>, no body.
+	del := action(OpSoftDelete, `{"object":"people","id":"`+id+`"}`)
+	var deleted recordOut
+	e.complete(t, del, &deleted)
+	r = e.mock.last(t)
+	if r.Method != "DELETE" || r.Path != "/rest/people/"+id || r.Body != "" || len(r.Query) != 0 {
+		t.Fatalf("soft_delete sent %s %s?%s %q", r.Method, r.Path, r.Query.Encode(), r.Body)
+	}
+	checkMutationHeaders(t, r, del)
+	if deleted.Record["id"] != id {
+		t.Fatalf("soft_delete output %+v", deleted)
+	}
+}
+
+func TestMetadataList(t *testing.T) {
+	e := newEnv(t, nil)
+	var out struct {
+		Objects    []map[string]any `json:"objects"`
+		TotalCount int              `json:"total_count"`
+	}
+	e.complete(t, action(OpMetadataList, `{}`), &out)
+	r := e.mock.last(t)
+	if r.Method != "GET" || r.Path != "/rest/metadata/objects" || len(r.Query) != 0 {
+		t.Fatalf("metadata.list sent %s %s?%s", r.Method, r.Path, r.Query.Encode())
+	}
+	checkAuth(t, r, e.mock.token)
+	if len(out.Objects) != len(mockObjects) || out.TotalCount != len(mockObjects) {
+		t.Fatalf("metadata.list output %+v", out)
+	}
+	e.complete(t, action(OpMetadataList, `{"limit":2,"starting_after":"m0"}`), &out)
+	if d := cmp.Diff(url.Values{"limit": {"2"}, "starting_after": {"m0"}}, e.mock.last(t).Query); d != "" {
+		t.Errorf("metadata.list query (-want +got):\n%s", d)
+	}
+	if len(out.Objects) != 2 {
+		t.Fatalf("metadata.list with limit 2 returned %d objects", len(out.Objects))
+	}
+}
+
+func failedCode(t *testing.T, res *aip.ActionResult) *aip.ProtocolError {
+	t.Helper()
+	if res.Status != aip.ResultFailed || res.Error == nil {
+		t.Fatalf("result %s %+v, want failed", res.Status, res.Error)
+	}
+	return res.Error
+}
+
+func TestProviderErrors(t *testing.T) {
+	e := newEnv(t, func(v hostsdk.SettingValues) { v[FlagObjects] = "people,companies,ghosts" })
+	// An object the workspace does not have: Twenty answers 404.
+	pe := failedCode(t, e.act(t, action(OpList, `{"object":"ghosts"}`)))
+	if pe.Code != provider.CodeNotFound || retryable(pe) {
+		t.Errorf("unknown object: %+v", pe)
+	}
+	if r := e.mock.last(t); r.Path != "/rest/ghosts" {
+		t.Errorf("unknown object sent %s", r.Path)
+	}
+	// A record that does not exist: 404.
+	pe = failedCode(t, e.act(t, action(OpGet, `{"object":"people","id":"11111111-1111-4111-8111-111111111111"}`)))
+	if pe.Code != provider.CodeNotFound {
+		t.Errorf("missing record: %+v", pe)
+	}
+	// A 400 on a mutation (Twenty refusing a field): failed, not unknown.
+	e.mock.setFail(func(r *http.Request) (int, string, bool) {
+		return 400, `{"statusCode":400,"error":"BadRequestException","messages":["Object people doesn't have any \"nope\" field."]}`, true
+	})
+	pe = failedCode(t, e.act(t, action(OpCreate, `{"object":"people","record":{"nope":1}}`)))
+	if pe.Code != provider.CodeInvalidRequest || retryable(pe) {
+		t.Errorf("400 on create: %+v", pe)
+	}
+	// 429 is retryable.
+	e.mock.setFail(func(r *http.Request) (int, string, bool) {
+		return 429, `{"statusCode":429,"error":"TooManyRequestsException","messages":["Too many requests"]}`, true
+	})
+	if pe = failedCode(t, e.act(t, action(OpList, `{"object":"people"}`))); pe.Code != provider.CodeRateLimited || !retryable(pe) {
+		t.Errorf("429: %+v", pe)
+	}
+	// A read that gets a 5xx: failed, retryable.
+	e.mock.setFail(func(r *http.Request) (int, string, bool) {
+		return 503, `{"statusCode":503,"error":"ServiceUnavailableException","messages":["down"]}`, true
+	})
+	if pe = failedCode(t, e.act(t, action(OpMetadataList, `{}`))); pe.Code != provider.CodeUnavailable || !retryable(pe) {
+		t.Errorf("503 on a read: %+v", pe)
+	}
+	// A read whose 2xx answer is not Twenty's shape: bad response.
+	e.mock.setFail(func(r *http.Request) (int, string, bool) { return 200, `{"people":[]}`, true })
+	if pe = failedCode(t, e.act(t, action(OpList, `{"object":"people"}`))); pe.Code != provider.CodeBadResponse {
+		t.Errorf("wrong shape: %+v", pe)
+	}
+}
+
+func TestUnauthorized(t *testing.T) {
+	// The mock refuses a wrong key as Twenty does; CheckHealth reports it.
+	m := newMock(t)
+	u, _ := url.Parse(m.srv.URL)
+	c, err := New(Config{BaseURL: u, WorkspaceID: workspace, Token: provider.NewSecret("wrong-key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.CheckHealth(ctxT(t))
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized {
+		t.Fatalf("CheckHealth with a wrong key: %v", err)
+	}
+	if reqs := m.requests(); len(reqs) != 1 || reqs[0].Header.Get("Authorization") != "Bearer wrong-key" {
+		t.Fatalf("requests %+v", reqs)
+	}
+	if strings.Contains(err.Error(), "wrong-key") {
+		t.Errorf("the error carries the key: %v", err)
+	}
+	// Through a host (whose health probe keeps passing): a 401 answer is a
+	// failed, non-retryable provider.unauthorized.
+	e := newEnv(t, nil)
+	e.mock.setFail(func(r *http.Request) (int, string, bool) {
+		return 401, `{"statusCode":401,"error":"UnauthorizedException","messages":["Token invalid."]}`, true
+	})
+	perr := failedCode(t, e.act(t, action(OpList, `{"object":"people"}`)))
+	if perr.Code != provider.CodeUnauthorized || retryable(perr) {
+		t.Errorf("401: %+v", perr)
+	}
+	if strings.Contains(perr.Message, e.mock.token) {
+		t.Errorf("the error carries the API key: %s", perr.Message)
+	}
+}
+
+// TestMutationOutcomeUnknown: a mutation that gets a 5xx or no answer is
+// outcome_unknown, and the same action sent again never reaches Twenty.
+func TestMutationOutcomeUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		a      *aip.Action
+	}{
+		{"500 on create", 500, action(OpCreate, `{"object":"people","record":{"jobTitle":"x"}}`)},
+		{"dropped connection on batch", 0, action(OpCreateMany, `{"object":"people","records":[{"jobTitle":"x"}]}`)},
+		{"502 on delete", 502, action(OpSoftDelete, `{"object":"people","id":"11111111-1111-4111-8111-111111111111"}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.mock.setFail(func(r *http.Request) (int, string, bool) {
+				return tc.status, `{"statusCode":500,"error":"InternalServerErrorException","messages":["boom"]}`, true
+			})
+			ctx := ctxT(t)
+			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+				t.Fatal(err)
+			}
+			st, _, err := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID)
+			if err != nil || st.State != aip.StateOutcomeUnknown {
+				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
+			}
+			n := e.mock.count()
+			if n != 1 {
+				t.Fatalf("the mock got %d requests, want 1", n)
+			}
+			e.mock.setFail(nil)
+			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.mock.count(); got != n {
+				t.Fatalf("the same action was sent to Twenty again (%d requests)", got)
+			}
+			if st, _, _ := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID); st.State != aip.StateOutcomeUnknown {
+				t.Fatalf("status after the resend %+v", st)
+			}
+		})
+	}
+}
+
+func TestInputRejected(t *testing.T) {
+	e := newEnv(t, nil)
+	id := `"11111111-1111-4111-8111-111111111111"`
+	records := make([]string, 61)
+	for i := range records {
+		records[i] = `{"name":"x"}`
+	}
+	for name, a := range map[string]*aip.Action{
+		"unconfigured object":     action(OpList, `{"object":"opportunities"}`),
+		"unknown field":           action(OpList, `{"object":"people","page":2}`),
+		"limit above 200":         action(OpList, `{"object":"people","limit":201}`),
+		"limit 0":                 action(OpList, `{"object":"people","limit":0}`),
+		"both cursors":            action(OpList, `{"object":"people","starting_after":"a","ending_before":"b"}`),
+		"get without id":          action(OpGet, `{"object":"people"}`),
+		"id not a uuid":           action(OpGet, `{"object":"people","id":"../metadata"}`),
+		"record not an object":    action(OpCreate, `{"object":"people","record":[1]}`),
+		"empty update":            action(OpUpdate, `{"object":"people","id":`+id+`,"record":{}}`),
+		"61 records":              action(OpCreateMany, `{"object":"people","records":[`+strings.Join(records, ",")+`]}`),
+		"no records":              action(OpCreateMany, `{"object":"people","records":[]}`),
+		"metadata unknown field":  action(OpMetadataList, `{"object":"people"}`),
+		"depth 2":                 action(OpGet, `{"object":"people","id":`+id+`,"depth":2}`),
+		"field name with a comma": action(OpGet, `{"object":"people","id":`+id+`,"fields":["a,b"]}`),
+	} {
+		resp, err := e.d.Act(ctxT(t), e.target, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s: HTTP %d %s", name, resp.Status, resp.Raw)
+		}
+	}
+	if n := e.mock.count(); n != 0 {
+		t.Errorf("rejected inputs reached Twenty %d times", n)
+	}
+}
+
+func TestRecordTooLarge(t *testing.T) {
+	e := newEnv(t, nil)
+	big := strings.Repeat("x", MaxRecordBytes)
+	pe := failedCode(t, e.act(t, action(OpCreate, `{"object":"people","record":{"note":"`+big+`"}}`)))
+	if pe.Code != CodeRecordTooLarge {
+		t.Errorf("large record: %+v", pe)
+	}
+	if n := e.mock.count(); n != 0 {
+		t.Errorf("a record too large reached Twenty")
+	}
+}
+
+func TestCheckHealth(t *testing.T) {
+	e := newEnv(t, nil)
+	if n := len(e.mock.requests()); n == 0 {
+		t.Fatal("the host did not probe health while starting")
+	}
+	if err := e.conn.CheckHealth(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	reqs := e.mock.requests()
+	r := reqs[len(reqs)-1]
+	if r.Method != "GET" || r.Path != "/rest/people" || r.Query.Encode() != "limit=1" {
+		t.Fatalf("health probe sent %s %s?%s", r.Method, r.Path, r.Query.Encode())
+	}
+	checkAuth(t, r, e.mock.token)
+}
+
+func TestManifest(t *testing.T) {
+	e := newEnv(t, nil)
+	m, err := e.conn.Manifest(context.Background(), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
+		t.Fatal(err)
+	}
+	if m.Agent.ID != "agent:twenty:"+workspace {
+		t.Errorf("agent %s", m.Agent.ID)
+	}
+	var ids []string
+	for _, c := range m.Capabilities {
+		ids = append(ids, c.ID)
+		if !strings.HasPrefix(c.ID, CapabilityPrefix) || c.Description == "" || c.Risk == "" {
+			t.Errorf("capability %+v", c)
+		}
+		if c.RequiresHumanApproval == nil || *c.RequiresHumanApproval {
+			t.Errorf("%s requires approval", c.ID)
+		}
+		var s struct {
+			Type       string         `json:"type"`
+			Required   []string       `json:"required"`
+			Additional *bool          `json:"additionalProperties"`
+			Props      map[string]any `json:"properties"`
+		}
+		if err := json.Unmarshal(c.InputSchema, &s); err != nil || s.Type != "object" || s.Required == nil ||
+			s.Additional == nil || *s.Additional {
+			t.Errorf("%s input schema is not strict: %s", c.ID, c.InputSchema)
+		}
+		if obj, ok := s.Props["object"].(map[string]any); ok {
+			if d := cmp.Diff([]any{"people", "companies", "invoices"}, obj["enum"]); d != "" {
+				t.Errorf("%s object enum (-want +got):\n%s", c.ID, d)
+			}
+		} else if c.ID != CapabilityID(OpMetadataList) {
+			t.Errorf("%s has no object input", c.ID)
+		}
+	}
+	want := []string{"cap:twenty:record.list", "cap:twenty:record.get", "cap:twenty:record.create", "cap:twenty:record.update",
+		"cap:twenty:record.soft_delete", "cap:twenty:record.create_many", "cap:twenty:metadata.list"}
+	if d := cmp.Diff(want, ids); d != "" {
+		t.Errorf("capabilities (-want +got):\n%s", d)
+	}
+	if len(m.Channels) != 0 {
+		t.Errorf("channels without a webhook secret: %s", m.Channels)
+	}
+	raw, _ := json.Marshal(m)
+	if strings.Contains(string(raw), e.mock.token) {
+		t.Error("the manifest carries the API key")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, "token", "key", 0o600)
+	open := filepath.Join(dir, "open")
+	os.WriteFile(open, []byte("key"), 0o644)
+	os.Chmod(open, 0o644)
+	base := func() hostsdk.SettingValues {
+		return hostsdk.SettingValues{FlagBaseURL: "https://crm.example.com", FlagWorkspaceID: workspace, FlagAPITokenFile: good}
+	}
+	for _, tc := range []struct {
+		name, want string
+		edit       func(hostsdk.SettingValues)
+	}{
+		{"no base URL", "--twenty-base-url", func(v hostsdk.SettingValues) { delete(v, FlagBaseURL) }},
+		{"http to a public host name", "use https", func(v hostsdk.SettingValues) { v[FlagBaseURL] = "http://crm.example.com" }},
+		{"http to a public IP with the override", "public IP", func(v hostsdk.SettingValues) {
+			v[FlagBaseURL] = "http://8.8.8.8:3000"
+			v[FlagAllowInsecureHTTP] = "true"
+		}},
+		{"base URL with a query", "--twenty-base-url", func(v hostsdk.SettingValues) { v[FlagBaseURL] = "https://crm.example.com/?a=1" }},
+		{"no workspace", "--twenty-workspace-id", func(v hostsdk.SettingValues) { delete(v, FlagWorkspaceID) }},
+		{"workspace not a UUID", "--twenty-workspace-id", func(v hostsdk.SettingValues) { v[FlagWorkspaceID] = "workspace-1" }},
+		{"workspace UUID v7", "--twenty-workspace-id", func(v hostsdk.SettingValues) {
+			v[FlagWorkspaceID] = "01890a5d-ac96-774b-bcce-b302099a8057"
+		}},
+		{"no token file", "--twenty-api-token-file", func(v hostsdk.SettingValues) { delete(v, FlagAPITokenFile) }},
+		{"missing token file", "--twenty-api-token-file", func(v hostsdk.SettingValues) { v[FlagAPITokenFile] = filepath.Join(dir, "nope") }},
+		{"token file readable by others", "--twenty-api-token-file", func(v hostsdk.SettingValues) { v[FlagAPITokenFile] = open }},
+		{"webhook secret readable by others", "--twenty-webhook-secret-file", func(v hostsdk.SettingValues) { v[FlagWebhookSecretFile] = open }},
+		{"bad object name", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "people,Companies" }},
+		{"object path segment", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "people/x" }},
+		{"reserved object", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "batch" }},
+		{"duplicate object", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "people,people" }},
+		{"empty objects", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "" }},
+	} {
+		v := base()
+		tc.edit(v)
+		_, err := newFromSettings(v, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	// Accepted: a private-network http server with the override, loopback
+	// http without it, the default objects.
+	for _, edit := range []func(hostsdk.SettingValues){
+		func(v hostsdk.SettingValues) {
+			v[FlagBaseURL] = "http://10.0.0.5:3000"
+			v[FlagAllowInsecureHTTP] = "true"
+		},
+		func(v hostsdk.SettingValues) {
+			v[FlagBaseURL] = "http://twenty.internal:3000"
+			v[FlagAllowInsecureHTTP] = "true"
+		},
+		func(v hostsdk.SettingValues) { v[FlagBaseURL] = "http://127.0.0.1:3000" },
+	} {
+		v := base()
+		edit(v)
+		c, err := newFromSettings(v, nil)
+		if err != nil {
+			t.Errorf("%v: %v", v, err)
+			continue
+		}
+		if got := c.(*Connector).cfg.Objects; len(got) != 5 || got[0] != "people" {
+			t.Errorf("default objects %v", got)
+		}
+	}
+	// The settings as aip-host reads them: names and variables.
+	for _, s := range Product.Settings {
+		if !strings.HasPrefix(s.Flag, "twenty-") || !strings.HasPrefix(s.Env, "AIP_TWENTY_") {
+			t.Errorf("setting %s / %s", s.Flag, s.Env)
+		}
+	}
+}
+
+func retryable(pe *aip.ProtocolError) bool { return pe.Retryable != nil && *pe.Retryable }
