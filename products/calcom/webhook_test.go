@@ -1,0 +1,284 @@
+package calcom
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+	"github.com/aipfleet/aipfleet/products/internal/webhook"
+)
+
+const (
+	testSub    = "sub-1.prod"
+	testSecret = "whsec_0123456789abcdef"
+)
+
+// webhookHost is a host running the connector with one webhook
+// subscription, on a journal the test can read.
+type webhookHost struct {
+	*testHost
+	j    *sqliteruntime.Journal
+	now  time.Time
+	base string
+}
+
+func startWebhookHost(t *testing.T) *webhookHost {
+	t.Helper()
+	mock := newMockCal(t)
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() }) // registered first: runs after the host stops
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)},
+		func() time.Time { return now })
+	h := startHost(t, conn, j)
+	return &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.cfg.Listener.Addr().String()}
+}
+
+func sign(secret string, body []byte) string {
+	return hex.EncodeToString(webhook.HMACSHA256([]byte(secret), body))
+}
+
+func deliveryBody(trigger string, createdAt time.Time, uid string) []byte {
+	return []byte(`{"triggerEvent":"` + trigger + `","createdAt":"` + createdAt.Format(time.RFC3339Nano) +
+		`","payload":{"uid":"` + uid + `","title":"Intro","startTime":"2050-09-05T09:00:00Z","attendees":[{"name":"Bob"}]}}`)
+}
+
+type webhookAnswer struct {
+	status int
+	body   map[string]any
+}
+
+func (a webhookAnswer) code() string {
+	e, _ := a.body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func post(t *testing.T, url string, body []byte, headers map[string]string) webhookAnswer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	a := webhookAnswer{status: resp.StatusCode}
+	json.Unmarshal(raw, &a.body)
+	return a
+}
+
+func (w *webhookHost) deliver(t *testing.T, sub string, body []byte, headers map[string]string) webhookAnswer {
+	t.Helper()
+	return post(t, w.base+"/webhooks/cal-diy/"+sub, body, headers)
+}
+
+func (w *webhookHost) pending(t *testing.T) int {
+	t.Helper()
+	n, err := w.j.PendingEvents(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func signed(body []byte) map[string]string {
+	return map[string]string{"x-cal-signature-256": sign(testSecret, body), "x-cal-webhook-version": WebhookVersion}
+}
+
+func TestWebhook(t *testing.T) {
+	w := startWebhookHost(t)
+	created := w.now.Add(-time.Minute)
+	first := deliveryBody("BOOKING_CREATED", created, "bk_1")
+
+	a := w.deliver(t, testSub, first, signed(first))
+	if a.status != 200 || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+		t.Fatalf("valid delivery: %d %v", a.status, a.body)
+	}
+	if n := w.pending(t); n != 1 {
+		t.Fatalf("%d outbox batches after one delivery, want 1", n)
+	}
+
+	// Duplicates: the same delivery, and with the signature in upper case.
+	for _, h := range []map[string]string{signed(first),
+		{"x-cal-signature-256": strings.ToUpper(sign(testSecret, first)), "x-cal-webhook-version": WebhookVersion}} {
+		a = w.deliver(t, testSub, first, h)
+		if a.status != 200 || a.body["duplicate"] != true {
+			t.Fatalf("duplicate delivery: %d %v", a.status, a.body)
+		}
+	}
+	if n := w.pending(t); n != 1 {
+		t.Fatalf("%d outbox batches after duplicates, want 1", n)
+	}
+
+	refused := []struct {
+		name    string
+		sub     string
+		body    []byte
+		headers map[string]string
+		status  int
+		code    string
+	}{
+		{"wrong secret", testSub, first, map[string]string{"x-cal-signature-256": sign("other", first), "x-cal-webhook-version": WebhookVersion},
+			401, webhook.CodeAuthenticationFailed},
+		{"short signature", testSub, first, map[string]string{"x-cal-signature-256": sign(testSecret, first)[:62], "x-cal-webhook-version": WebhookVersion},
+			401, webhook.CodeAuthenticationFailed},
+		{"tampered body", testSub, deliveryBody("BOOKING_CREATED", created, "bk_X"), signed(first), 401, webhook.CodeAuthenticationFailed},
+		{"no signature", testSub, first, map[string]string{"x-cal-webhook-version": WebhookVersion}, 400, webhook.CodeMissingHeader},
+		{"no version", testSub, first, map[string]string{"x-cal-signature-256": sign(testSecret, first)}, 400, webhook.CodeMissingHeader},
+		{"other version", testSub, first, map[string]string{"x-cal-signature-256": sign(testSecret, first), "x-cal-webhook-version": "2024-01-01"},
+			400, webhook.CodeInvalidDelivery},
+		{"stale", testSub, deliveryBody("BOOKING_CREATED", w.now.Add(-25*time.Hour), "bk_2"), nil, 400, webhook.CodeInvalidTimestamp},
+		{"future", testSub, deliveryBody("BOOKING_CREATED", w.now.Add(10*time.Minute), "bk_3"), nil, 400, webhook.CodeInvalidTimestamp},
+		{"payload not an object", testSub, []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"` + created.Format(time.RFC3339) + `","payload":[1]}`),
+			nil, 400, webhook.CodeInvalidDelivery},
+		{"bad createdAt", testSub, []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"yesterday","payload":{}}`),
+			nil, 400, webhook.CodeInvalidDelivery},
+		{"bad trigger", testSub, []byte(`{"triggerEvent":"BOOKING CREATED","createdAt":"` + created.Format(time.RFC3339) + `","payload":{}}`),
+			nil, 400, webhook.CodeInvalidDelivery},
+		{"not UTF-8", testSub, []byte("{\"triggerEvent\":\"\xff\"}"), nil, 400, webhook.CodeInvalidUTF8},
+		{"unknown subscription", "sub-2", first, nil, 404, webhook.CodeInvalidDelivery},
+		{"invalid subscription", "-sub", first, nil, 404, webhook.CodeInvalidDelivery},
+		{"too large", testSub, bytes.Repeat([]byte("a"), WebhookMaxBody+1), nil, 413, webhook.CodeTooLarge},
+	}
+	for _, tc := range refused {
+		h := tc.headers
+		if h == nil {
+			h = signed(tc.body)
+		}
+		a := w.deliver(t, tc.sub, tc.body, h)
+		if a.status != tc.status || a.code() != tc.code {
+			t.Errorf("%s: %d %v, want %d %s", tc.name, a.status, a.body, tc.status, tc.code)
+		}
+	}
+	if n := w.pending(t); n != 1 {
+		t.Fatalf("%d outbox batches after refused deliveries, want 1", n)
+	}
+
+	second := deliveryBody("BOOKING_CANCELLED", w.now.Add(2*time.Minute), "bk_1") // within the allowed skew
+	if a := w.deliver(t, testSub, second, signed(second)); a.status != 200 || a.body["duplicate"] != nil {
+		t.Fatalf("second delivery: %d %v", a.status, a.body)
+	}
+
+	entries, err := w.j.ClaimEvents(ctxT(t), time.Now().Add(time.Hour), time.Minute, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Fatalf("%d outbox batches, want 2", len(entries))
+	}
+	kinds := map[string]aip.Event{}
+	for _, e := range entries {
+		if e.ChannelID != WebhookChannel {
+			t.Errorf("channel %q, want %q", e.ChannelID, WebhookChannel)
+		}
+		var evs []aip.Event
+		if err := json.Unmarshal(e.Events, &evs); err != nil || len(evs) != 1 {
+			t.Fatalf("batch %s: %v", e.Events, err)
+		}
+		kinds[evs[0].Kind] = evs[0]
+	}
+	ev, ok := kinds["cal_diy.booking_created"]
+	if !ok {
+		t.Fatalf("no cal_diy.booking_created event in %v", kinds)
+	}
+	if _, ok := kinds["cal_diy.booking_cancelled"]; !ok {
+		t.Fatalf("no cal_diy.booking_cancelled event in %v", kinds)
+	}
+	wantID := eventID(fenceID(testSub, WebhookVersion, sign(testSecret, first), first), created)
+	if ev.ID != wantID {
+		t.Errorf("event ID %s, want %s (derived from the delivery)", ev.ID, wantID)
+	}
+	if err := aip.ValidateID(aip.PrefixEvent, ev.ID); err != nil {
+		t.Errorf("event ID: %v", err)
+	}
+	if !ev.OccurredAt.Time.Equal(created) {
+		t.Errorf("occurred_at %v, want createdAt %v", ev.OccurredAt.Time, created)
+	}
+	var data struct {
+		SubscriptionID string          `json:"subscription_id"`
+		TriggerEvent   string          `json:"trigger_event"`
+		Payload        json.RawMessage `json:"payload"`
+	}
+	if err := json.Unmarshal(ev.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	if data.SubscriptionID != testSub || data.TriggerEvent != "BOOKING_CREATED" || !strings.Contains(string(data.Payload), `"uid":"bk_1"`) {
+		t.Errorf("event data %s", ev.Data)
+	}
+}
+
+func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
+	mock := newMockCal(t)
+	conn := newConnector(t, mock.srv.URL, nil, nil)
+	h := startHost(t, conn, nil)
+	body := deliveryBody("BOOKING_CREATED", time.Now(), "bk_1")
+	a := post(t, "http://"+h.cfg.Listener.Addr().String()+"/webhooks/cal-diy/"+testSub, body, signed(body))
+	if a.status != http.StatusNotFound && a.status != http.StatusMethodNotAllowed {
+		t.Fatalf("webhook without a secret: %d %v, want no route", a.status, a.body)
+	}
+	if a.code() != "" {
+		t.Fatalf("the connector's webhook handler answered: %v", a.body)
+	}
+	m, _ := conn.Manifest(ctxT(t), h.host.Tenant())
+	if len(m.Channels) != 0 {
+		t.Fatalf("channels %s without webhook secrets", m.Channels)
+	}
+}
+
+// TestEventIDDeterministic: the event ID depends on the delivery only,
+// so a delivery the fence forgot still maps to the same event.
+func TestEventIDDeterministic(t *testing.T) {
+	at := time.Date(2050, 9, 5, 9, 0, 0, 0, time.UTC)
+	body := deliveryBody("BOOKING_CREATED", at, "bk_1")
+	f := fenceID(testSub, WebhookVersion, sign(testSecret, body), body)
+	if len(f) != 64 {
+		t.Fatalf("fence ID %q is not hex SHA-256", f)
+	}
+	if f != fenceID(testSub, WebhookVersion, strings.ToUpper(sign(testSecret, body)), body) {
+		t.Fatal("the fence ID depends on the signature's case")
+	}
+	for _, other := range []string{
+		fenceID("sub-2", WebhookVersion, sign(testSecret, body), body),
+		fenceID(testSub, "2021-10-21", sign(testSecret, body), body),
+		fenceID(testSub, WebhookVersion, sign("x", body), body),
+		fenceID(testSub, WebhookVersion, sign(testSecret, body), append(body, ' ')),
+	} {
+		if other == f {
+			t.Fatal("two different deliveries share a fence ID")
+		}
+	}
+	d, createdAt, msg := parseDelivery(body)
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	e1, _ := event(testSub, f, d, createdAt)
+	e2, _ := event(testSub, f, d, createdAt)
+	a, _ := json.Marshal(e1)
+	b, _ := json.Marshal(e2)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("the same delivery maps to two events:\n%s\n%s", a, b)
+	}
+	if id, err := aip.IDTime(aip.PrefixEvent, e1.ID); err != nil || !id.Equal(at) {
+		t.Fatalf("event ID time %v, %v; want %v", id, err, at)
+	}
+}
