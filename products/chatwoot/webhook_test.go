@@ -1,0 +1,233 @@
+package chatwoot
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+	"github.com/aipfleet/aipfleet/products/internal/webhook"
+)
+
+// delivery is one webhook POST.
+type delivery struct {
+	id, ts, sig string
+	body        string
+	omit        string // a header to leave out
+}
+
+func signed(id string, at time.Time, body string) delivery {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	mac := webhook.HMACSHA256([]byte(testSecret), []byte(ts), []byte("."), []byte(body))
+	return delivery{id: id, ts: ts, sig: "sha256=" + hex.EncodeToString(mac), body: body}
+}
+
+type answer struct {
+	status int
+	body   map[string]any
+}
+
+func (a answer) code() string {
+	e, _ := a.body["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func (e *env) post(t *testing.T, d delivery) answer {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, "http://"+e.host.Addr().String()+WebhookPath, strings.NewReader(d.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for h, v := range map[string]string{HeaderDelivery: d.id, HeaderTimestamp: d.ts, HeaderSignature: d.sig} {
+		if h != d.omit {
+			req.Header.Set(h, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	a := answer{status: resp.StatusCode}
+	_ = json.Unmarshal(raw, &a.body)
+	return a
+}
+
+func (e *env) pending(t *testing.T) int {
+	t.Helper()
+	n, err := e.journal.PendingEvents(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+const incoming = `{"event":"message_created","id":55,"content":"I need help","message_type":"incoming","private":false,` +
+	`"content_attributes":{},"account":{"id":7,"name":"Acme"},"conversation":{"display_id":42,"id":9042,"status":"open"},` +
+	`"sender":{"id":9,"name":"Alice","type":"contact"}}`
+
+func TestWebhookDelivery(t *testing.T) {
+	e := newEnv(t, nil)
+	now := time.Now()
+	d := signed("dlv-1", now, incoming)
+	a := e.post(t, d)
+	if a.status != 200 || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+		t.Fatalf("delivery: %d %v", a.status, a.body)
+	}
+	if n := e.pending(t); n != 1 {
+		t.Fatalf("outbox holds %d batches, want 1", n)
+	}
+
+	// The same delivery again (even re-signed later): the same count, no new batch.
+	again := e.post(t, signed("dlv-1", now.Add(2*time.Second), incoming))
+	if again.status != 200 || again.body["accepted_events"] != float64(1) || again.body["duplicate"] != true {
+		t.Fatalf("duplicate: %d %v", again.status, again.body)
+	}
+	if n := e.pending(t); n != 1 {
+		t.Fatalf("outbox holds %d batches after a duplicate", n)
+	}
+
+	// The connector's own message (loop prevention): accepted, no event.
+	own := strings.Replace(incoming, `"content_attributes":{}`, `"content_attributes":{"aip_action_id":"act_1"}`, 1)
+	own = strings.Replace(own, `"incoming"`, `"outgoing"`, 1)
+	if a := e.post(t, signed("dlv-own", now, own)); a.status != 200 || a.body["accepted_events"] != float64(0) {
+		t.Fatalf("own message: %d %v", a.status, a.body)
+	}
+	// A conversation event.
+	conv := `{"event":"conversation_status_changed","id":42,"status":"resolved","account_id":7}`
+	if a := e.post(t, signed("dlv-2", now, conv)); a.status != 200 || a.body["accepted_events"] != float64(1) {
+		t.Fatalf("conversation event: %d %v", a.status, a.body)
+	}
+	if n := e.pending(t); n != 2 {
+		t.Fatalf("outbox holds %d batches, want 2", n)
+	}
+
+	batches, err := e.journal.ClaimEvents(ctxT(t), time.Now().Add(time.Hour), time.Minute, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := map[string]aip.Event{}
+	for _, b := range batches {
+		if b.ChannelID != Channel {
+			t.Errorf("batch on channel %q", b.ChannelID)
+		}
+		var evs []aip.Event
+		if err := json.Unmarshal(b.Events, &evs); err != nil || len(evs) != 1 {
+			t.Fatalf("batch %s: %v", b.Events, err)
+		}
+		events[evs[0].Kind] = evs[0]
+	}
+	msg, ok := events["chatwoot.message_created"]
+	if !ok {
+		t.Fatalf("no chatwoot.message_created event: %v", events)
+	}
+	var data struct {
+		DeliveryID     string          `json:"delivery_id"`
+		Event          string          `json:"event"`
+		AccountID      int64           `json:"account_id"`
+		ConversationID int64           `json:"conversation_id"`
+		Payload        json.RawMessage `json:"payload"`
+	}
+	if err := json.Unmarshal(msg.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	if data.DeliveryID != "dlv-1" || data.Event != "message_created" || data.AccountID != testAccount || data.ConversationID != 42 ||
+		string(data.Payload) != incoming {
+		t.Errorf("event data %s", msg.Data)
+	}
+	if !strings.HasPrefix(msg.ID, aip.PrefixEvent) || msg.OccurredAt.Unix() != now.Unix() {
+		t.Errorf("event id %s occurred_at %v", msg.ID, msg.OccurredAt)
+	}
+	// The event ID derives from the delivery: the same delivery maps to the same ID.
+	evs, err := e.conn.mapDelivery("dlv-1", time.Unix(now.Unix(), 0), []byte(incoming))
+	if err != nil || len(evs) != 1 || evs[0].ID != msg.ID {
+		t.Errorf("mapping again gives %+v, %v; want ID %s", evs, err, msg.ID)
+	}
+	if st, ok := events["chatwoot.conversation_status_changed"]; !ok || !strings.Contains(string(st.Data), `"conversation_id":42`) {
+		t.Errorf("conversation event %+v", st)
+	}
+
+	// The fence is kept where the reference says.
+	v, err := e.journal.State(ctxT(t), FenceNamespace, "instance:"+e.cfg.InstanceID)
+	if err != nil || !strings.Contains(string(v.Value), `"dlv-1"`) || !strings.Contains(string(v.Value), `"dlv-own"`) {
+		t.Errorf("fence state %s, %v", v.Value, err)
+	}
+}
+
+func TestWebhookRefusals(t *testing.T) {
+	e := newEnv(t, nil)
+	now := time.Now()
+	good := signed("dlv-x", now, incoming)
+
+	badSig := good
+	badSig.sig = "sha256=" + strings.Repeat("0", 64)
+	noPrefix := good
+	noPrefix.sig = strings.TrimPrefix(good.sig, "sha256=")
+	tampered := good
+	tampered.body = strings.Replace(incoming, "I need help", "I need money", 1)
+	badTS := signed("dlv-x", now, incoming)
+	badTS.ts = "17e8"
+	longID := signed(strings.Repeat("d", MaxDeliveryIDBytes+1), now, incoming)
+
+	cases := []struct {
+		name   string
+		d      delivery
+		status int
+		code   string
+	}{
+		{"bad signature", badSig, 401, webhook.CodeAuthenticationFailed},
+		{"signature without sha256=", noPrefix, 401, webhook.CodeAuthenticationFailed},
+		{"tampered body", tampered, 401, webhook.CodeAuthenticationFailed},
+		{"stale timestamp", signed("dlv-x", now.Add(-301*time.Second), incoming), 400, webhook.CodeInvalidTimestamp},
+		{"future timestamp", signed("dlv-x", now.Add(301*time.Second), incoming), 400, webhook.CodeInvalidTimestamp},
+		{"timestamp not an integer", badTS, 400, webhook.CodeInvalidTimestamp},
+		{"delivery ID too long", longID, 400, webhook.CodeInvalidDelivery},
+		{"not UTF-8", signed("dlv-x", now, "{\"event\":\"message_created\",\"content\":\"\xff\"}"), 400, webhook.CodeInvalidUTF8},
+		{"not JSON", signed("dlv-x", now, `event=message_created`), 400, webhook.CodeInvalidDelivery},
+		{"no event", signed("dlv-x", now, `{"id":1}`), 400, webhook.CodeInvalidDelivery},
+		{"another account", signed("dlv-x", now, strings.Replace(incoming, `"account":{"id":7`, `"account":{"id":8`, 1)), 400, webhook.CodeInvalidDelivery},
+	}
+	for _, h := range []string{HeaderDelivery, HeaderTimestamp, HeaderSignature} {
+		d := good
+		d.omit = h
+		cases = append(cases, struct {
+			name   string
+			d      delivery
+			status int
+			code   string
+		}{"missing " + h, d, 400, webhook.CodeMissingHeader})
+	}
+	for _, tc := range cases {
+		if a := e.post(t, tc.d); a.status != tc.status || a.code() != tc.code {
+			t.Errorf("%s: %d %v, want %d %s", tc.name, a.status, a.body, tc.status, tc.code)
+		}
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("refused deliveries stored %d batches", n)
+	}
+	// Refusals are not fenced: the good delivery is then accepted.
+	if a := e.post(t, good); a.status != 200 || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+		t.Errorf("good delivery after refusals: %d %v", a.status, a.body)
+	}
+}
+
+func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.WebhookSecret = provider.Secret{} })
+	a := e.post(t, signed("dlv-1", time.Now(), incoming))
+	if a.status != http.StatusNotFound {
+		t.Errorf("outbound-only host answered %d %v, want 404", a.status, a.body)
+	}
+	m, err := e.conn.Manifest(ctxT(t), e.host.Tenant())
+	if err != nil || len(m.Channels) != 0 {
+		t.Errorf("outbound-only manifest channels %s, %v", m.Channels, err)
+	}
+}
