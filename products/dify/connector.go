@@ -219,7 +219,7 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *host
 		if err != nil {
 			return provider.Result(call, err, true)
 		}
-		return completeJSON(call, req, resp)
+		return completeJSON(call, req, resp, true)
 	case opRetrieve:
 		var in struct {
 			Query          string `json:"query"`
@@ -262,20 +262,21 @@ func (c *Connector) read(ctx context.Context, call *hostsdk.Call, cl *provider.C
 	if err != nil {
 		return provider.Result(call, err, false)
 	}
-	return completeJSON(call, req, resp)
+	return completeJSON(call, req, resp, false)
 }
 
-// completeJSON returns the answer's JSON object as the output, or a
-// provider.bad_response failure when it is not one.
-func completeJSON(call *hostsdk.Call, req provider.Request, resp *provider.Response) (*aip.ActionResult, error) {
+// completeJSON returns the answer's JSON object as the output. An answer
+// that is not one is a provider.bad_response failure for a read, and
+// outcome_unknown for a mutation (its 2xx says it was applied, but not
+// what came of it), as provider.Client.JSON decides.
+func completeJSON(call *hostsdk.Call, req provider.Request, resp *provider.Response, mutation bool) (*aip.ActionResult, error) {
 	var obj map[string]json.RawMessage
 	if err := resp.Decode(&obj); err != nil || obj == nil {
 		if err == nil {
 			err = errors.New("provider answered null instead of a JSON object")
 		}
-		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
-			Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: req.Method, Path: req.Path,
-				Status: resp.Status, Message: err.Error()})}, nil
+		return provider.Result(call, &provider.Error{Product: "dify", Method: req.Method, Path: req.Path,
+			Status: resp.Status, Message: err.Error(), MayHaveApplied: true, Err: err}, mutation)
 	}
 	return call.Complete(obj)
 }

@@ -581,3 +581,45 @@ func TestCheckHealth(t *testing.T) {
 		t.Errorf("health requests %+v", r)
 	}
 }
+
+// TestStreamBound: a stream larger than --dify-max-response-bytes is cut,
+// and the invocation, which ran, is outcome_unknown.
+func TestStreamBound(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxResponseBytes = 2048 })
+	f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
+		var evs []any
+		for range 40 {
+			evs = append(evs, chatEvent("message", strings.Repeat("x", 100)))
+		}
+		writeEvents(w, append(evs, messageEnd()))
+	})
+	a := action(AppCapability("support", ""), `{"query":"q","user":"u"}`)
+	f.act(t, a)
+	st, _, err := f.d.Status(ctxT(t), f.target, a.ID, a.CapabilityID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != aip.StateOutcomeUnknown {
+		t.Fatalf("state %s", st.State)
+	}
+}
+
+// TestUnreadableAnswer: a 2xx feedback answer that is not JSON is
+// outcome_unknown (applied, result unknown); the same for a read is failed.
+func TestUnreadableAnswer(t *testing.T) {
+	f := newFixture(t, nil)
+	garbage := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<html>proxy</html>"))
+	}
+	f.mock.handle("POST /messages/"+testMessageID+"/feedbacks", garbage)
+	a := action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like"}`)
+	f.act(t, a)
+	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+		t.Errorf("feedback: state %s", st)
+	}
+	f.mock.handle("GET /parameters", garbage)
+	if pe := f.failed(t, action(AppCapability("support", SuffixParameters), `{}`)); pe.Code != provider.CodeBadResponse {
+		t.Errorf("parameters: %+v", pe)
+	}
+}

@@ -173,9 +173,16 @@ func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) 
 				if a.Mode == ModeWorkflow {
 					kind = aip.KindWorkflow
 				}
+				returns := "its answer"
+				switch a.Mode {
+				case ModeWorkflow:
+					returns = "its outputs and text"
+				case ModeAdvancedChat:
+					returns = "its answer and workflow outputs"
+				}
 				cp = aip.Capability{Name: "Run " + a.Name, Kind: kind, InputSchema: invokeSchema(a.Mode), OutputSchema: invokeOutput,
-					Description: fmt.Sprintf("Runs the Dify %s app %s (%s) and returns its answer%s. In streaming mode the answer chunks are forwarded as they arrive; a cancel stops the app's task.",
-						a.Mode, id, about, map[bool]string{true: " and outputs", false: ""}[a.Mode == ModeWorkflow || a.Mode == ModeAdvancedChat]),
+					Description: fmt.Sprintf("Runs the Dify %s app %s (%s) and returns %s. In streaming mode the chunks are forwarded as they arrive; a cancel stops the app's task.",
+						a.Mode, id, about, returns),
 					Risk:     aip.RiskMedium,
 					Contract: contract([]aip.SideEffect{aip.EffectWrite, aip.EffectExternalNetwork}, aip.RetryUnsafe, true, true)}
 			case opParameters:
