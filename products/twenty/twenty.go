@@ -72,6 +72,10 @@ func New(cfg Config) (*Connector, error) {
 		return nil, err
 	}
 	token := cfg.Token
+	rt := cfg.Transport
+	if rt == nil {
+		rt = http.DefaultTransport.(*http.Transport).Clone()
+	}
 	client, err := provider.New(provider.Config{
 		Product:          "twenty",
 		BaseURL:          cfg.BaseURL,
@@ -80,7 +84,7 @@ func New(cfg Config) (*Connector, error) {
 		UserAgent:        "aipfleet-twenty",
 		// api.mdx, "Authentication": Authorization: Bearer YOUR_API_KEY.
 		Auth:      func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token.Reveal()) },
-		Transport: noReplay{cfg.Transport},
+		Transport: noReplay{rt},
 	})
 	if err != nil {
 		return nil, err
@@ -99,20 +103,12 @@ func New(cfg Config) (*Connector, error) {
 type noReplay struct{ rt http.RoundTripper }
 
 func (n noReplay) RoundTrip(r *http.Request) (*http.Response, error) {
-	rt := n.rt
-	if rt == nil {
-		rt = defaultTransport
-	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.GetBody != nil {
 		r = r.Clone(r.Context())
 		r.GetBody = nil
 	}
-	return rt.RoundTrip(r)
+	return n.rt.RoundTrip(r)
 }
-
-// defaultTransport is the transport of connectors without
-// Config.Transport.
-var defaultTransport = http.DefaultTransport.(*http.Transport).Clone()
 
 // Manifest implements hostsdk.Connector.
 func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manifest, error) {

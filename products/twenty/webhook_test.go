@@ -1,0 +1,241 @@
+package twenty
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+const webhookSecret = "whsec-twenty-0123456789"
+
+func newWebhookEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnv(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+	})
+}
+
+// delivery is one webhook request as Twenty signs it.
+type delivery struct {
+	body                 string
+	timestamp, signature string
+	nonce                string
+}
+
+func sign(secret, ts, body string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(ts + ":" + body))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func newDelivery(body string, at time.Time) delivery {
+	ts := strconv.FormatInt(at.UnixMilli(), 10)
+	return delivery{body: body, timestamp: ts, signature: sign(webhookSecret, ts, body), nonce: "0123456789abcdef0123456789abcdef"}
+}
+
+const webhookID = "7b1c2d3e-4f50-4a6b-9c7d-8e9fa0b1c2d3"
+
+func payloadJSON(eventName, workspaceID, hookID, date string) string {
+	b, _ := json.Marshal(map[string]any{
+		"eventName": eventName, "workspaceId": workspaceID, "webhookId": hookID, "eventDate": date,
+		"objectMetadata": map[string]any{"id": "m1", "nameSingular": "person"},
+		"record":         map[string]any{"id": "00000000-0000-4000-8000-000000000001", "name": map[string]any{"firstName": "Ada"}},
+	})
+	return string(b)
+}
+
+// post sends d to the host's webhook route and returns the status and the
+// error code of the answer, if any.
+func (e *env) post(t *testing.T, d delivery, omit string) (int, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, "http://"+e.host.Addr().String()+"/webhooks/twenty", strings.NewReader(d.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range map[string]string{HeaderTimestamp: d.timestamp, HeaderSignature: d.signature, HeaderNonce: d.nonce} {
+		if k != omit {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var ans struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	json.Unmarshal(body, &ans)
+	return resp.StatusCode, ans.Error.Code, body
+}
+
+// outbox claims, as a publisher would at time.Now()+later with a
+// one-minute lease, the event batches the host stored.
+func (e *env) outbox(t *testing.T, later time.Duration) map[string][]aip.Event {
+	t.Helper()
+	entries, err := e.journal.ClaimEvents(ctxT(t), time.Now().Add(later), time.Minute, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]aip.Event{}
+	for _, en := range entries {
+		var evs []aip.Event
+		if err := json.Unmarshal(en.Events, &evs); err != nil {
+			t.Fatal(err)
+		}
+		if en.ChannelID != Channel {
+			t.Errorf("batch on channel %q", en.ChannelID)
+		}
+		out[en.ID] = evs
+	}
+	return out
+}
+
+func TestWebhookAccepted(t *testing.T) {
+	e := newWebhookEnv(t)
+	date := "2026-11-30T09:58:01.250Z"
+	body := payloadJSON("person.created", strings.ToUpper(workspace), webhookID, date)
+	d := newDelivery(body, time.Now())
+	status, code, raw := e.post(t, d, "")
+	if status != http.StatusOK || code != "" {
+		t.Fatalf("valid delivery: %d %s", status, raw)
+	}
+	var ans struct {
+		Accepted int    `json:"accepted_events"`
+		Central  string `json:"central_delivery"`
+	}
+	if json.Unmarshal(raw, &ans); ans.Accepted != 1 || ans.Central != "durably_queued" {
+		t.Errorf("answer %s", raw)
+	}
+	batches := e.outbox(t, time.Hour)
+	if len(batches) != 1 {
+		t.Fatalf("%d batches in the outbox, want 1", len(batches))
+	}
+	var ev aip.Event
+	var batchID string
+	for id, evs := range batches {
+		batchID = id
+		if len(evs) != 1 {
+			t.Fatalf("%d events in the batch", len(evs))
+		}
+		ev = evs[0]
+	}
+	sum := sha256.Sum256([]byte(workspace + ":" + webhookID + ":" + body))
+	if want := "evt_" + hex.EncodeToString(sum[:16]); ev.ID != want {
+		t.Errorf("event ID %s, want %s", ev.ID, want)
+	}
+	if ev.Kind != "twenty.person.created" {
+		t.Errorf("kind %s", ev.Kind)
+	}
+	if want, _ := time.Parse(time.RFC3339, date); !ev.OccurredAt.Time.Equal(want) {
+		t.Errorf("occurred_at %v, want %v", ev.OccurredAt, want)
+	}
+	jsonEqual(t, "event data", string(ev.Data), body)
+
+	// The same delivery again: refused as a replay, nothing stored.
+	if status, code, raw := e.post(t, d, ""); status != http.StatusUnauthorized || code != "webhook.authentication_failed" {
+		t.Fatalf("replayed delivery: %d %s", status, raw)
+	}
+	// Twenty sending the same payload again with a new timestamp: a new
+	// delivery, accepted, and the same event (same batch, stored once).
+	d2 := newDelivery(body, time.Now().Add(time.Second))
+	if status, _, raw := e.post(t, d2, ""); status != http.StatusOK {
+		t.Fatalf("redelivery: %d %s", status, raw)
+	}
+	// An hour later the first claim's lease has passed: the outbox holds
+	// that one batch and no other.
+	again := e.outbox(t, 2*time.Hour)
+	if _, ok := again[batchID]; !ok || len(again) != 1 {
+		t.Errorf("after the redelivery the outbox holds %d batches (the first one: %v)", len(again), ok)
+	}
+}
+
+func TestWebhookRefused(t *testing.T) {
+	e := newWebhookEnv(t)
+	now := time.Now()
+	good := payloadJSON("company.updated", workspace, webhookID, "2026-11-30T09:58:01Z")
+	for _, tc := range []struct {
+		name   string
+		d      delivery
+		omit   string
+		status int
+		code   string
+	}{
+		{"no timestamp", newDelivery(good, now), HeaderTimestamp, 400, "webhook.missing_header"},
+		{"no signature", newDelivery(good, now), HeaderSignature, 400, "webhook.missing_header"},
+		{"no nonce", newDelivery(good, now), HeaderNonce, 400, "webhook.missing_header"},
+		{"bad signature", func() delivery {
+			d := newDelivery(good, now)
+			d.signature = sign("another-secret", d.timestamp, good)
+			return d
+		}(), "", 401, "webhook.authentication_failed"},
+		{"signature of another body", func() delivery {
+			d := newDelivery(good, now)
+			d.body = strings.Replace(good, "company.updated", "company.deleted", 1)
+			return d
+		}(), "", 401, "webhook.authentication_failed"},
+		{"signature not hex", func() delivery {
+			d := newDelivery(good, now)
+			d.signature = strings.Repeat("z", 64)
+			return d
+		}(), "", 401, "webhook.authentication_failed"},
+		{"stale timestamp", newDelivery(good, now.Add(-301*time.Second)), "", 400, "webhook.invalid_timestamp"},
+		{"future timestamp", newDelivery(good, now.Add(301*time.Second)), "", 400, "webhook.invalid_timestamp"},
+		{"timestamp in seconds", func() delivery {
+			ts := strconv.FormatInt(now.Unix(), 10)
+			return delivery{body: good, timestamp: ts, signature: sign(webhookSecret, ts, good), nonce: strings.Repeat("a", 32)}
+		}(), "", 400, "webhook.invalid_timestamp"},
+		{"timestamp of 33 digits", func() delivery {
+			ts := strings.Repeat("1", 33)
+			return delivery{body: good, timestamp: ts, signature: sign(webhookSecret, ts, good), nonce: strings.Repeat("a", 32)}
+		}(), "", 400, "webhook.invalid_timestamp"},
+		{"short nonce", func() delivery {
+			d := newDelivery(good, now)
+			d.nonce = "abc"
+			return d
+		}(), "", 400, "webhook.invalid_delivery"},
+		{"other workspace", newDelivery(payloadJSON("person.created", "9f2b8c1e-9d4a-4b7e-8c21-5a6f7e8d9c0b", webhookID, "2026-11-30T09:58:01Z"), now), "", 400, "webhook.invalid_delivery"},
+		{"webhookId not a UUID", newDelivery(payloadJSON("person.created", workspace, "hook-1", "2026-11-30T09:58:01Z"), now), "", 400, "webhook.invalid_delivery"},
+		{"eventDate not RFC 3339", newDelivery(payloadJSON("person.created", workspace, webhookID, "30/11/2026"), now), "", 400, "webhook.invalid_delivery"},
+		{"no eventName", newDelivery(payloadJSON("", workspace, webhookID, "2026-11-30T09:58:01Z"), now), "", 400, "webhook.invalid_delivery"},
+		{"not JSON", newDelivery("eventName=person.created", now), "", 400, "webhook.invalid_delivery"},
+		{"not UTF-8", newDelivery("{\"eventName\":\"a.b\xff\"}", now), "", 400, "webhook.invalid_utf8"},
+	} {
+		status, code, raw := e.post(t, tc.d, tc.omit)
+		if status != tc.status || code != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, status, raw, tc.status, tc.code)
+		}
+	}
+	if n := len(e.outbox(t, time.Hour)); n != 0 {
+		t.Errorf("refused deliveries stored %d batches", n)
+	}
+	// The manifest declares the channel when the route is served.
+	m, _ := e.conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	if len(m.Channels) != 1 || !bytes.Contains(m.Channels[0], []byte(`"id":"twenty-webhooks"`)) {
+		t.Errorf("channels %s", m.Channels)
+	}
+}
+
+func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
+	e := newEnv(t, nil)
+	d := newDelivery(payloadJSON("person.created", workspace, webhookID, "2026-11-30T09:58:01Z"), time.Now())
+	if status, _, raw := e.post(t, d, ""); status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+		t.Fatalf("without a secret the route answered %d %s", status, raw)
+	}
+	if n := len(e.outbox(t, time.Hour)); n != 0 {
+		t.Errorf("%d batches stored", n)
+	}
+}
