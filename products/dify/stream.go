@@ -130,6 +130,9 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 		body["files"] = in.Files
 	}
 	path := invokePath(a.Mode)
+	// The memory entry goes with the action; the state record stays, so a
+	// cancel racing the action's end still finds the task.
+	defer c.tasks.Delete(call.Action.ID)
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("dify: encode the request of %s: %w", call.Action.CapabilityID, err)
