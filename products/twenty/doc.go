@@ -8,10 +8,14 @@
 // API name (GET /rest/people?fields=...), the Metadata API under
 // /rest/metadata/, authentication is "Authorization: Bearer <API key>",
 // record endpoints take fields and depth, and batches hold at most 60
-// records. The adapter uses exactly those paths; the request shapes beyond
-// the page (filter, order_by, limit, starting_after, ending_before; the
-// answers {"data":{...},"pageInfo":{...},"totalCount":n}) are those of
-// Twenty's generated REST API (reference upstream-aip-core.md §8.6).
+// records. The adapter uses those paths. What the page does not spell out
+// comes from Twenty's generated REST API (reference upstream-aip-core.md
+// §8.6): the batch path /rest/batch/<object>, the list parameters filter,
+// order_by, limit, starting_after and ending_before, and the answers
+// {"data":{<name>:...},"pageInfo":{...},"totalCount":n}. The adapter does
+// not depend on the member names inside data beyond the list's
+// (<object>) and the metadata list's (objects): single-record answers
+// hold exactly one member, whatever Twenty names it.
 //
 // # Capabilities
 //

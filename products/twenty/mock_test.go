@@ -18,24 +18,31 @@ import (
 // mockTwenty is a Twenty server as its reference page describes it
 // (products/internal/spectest/specs/twenty/api.mdx; Twenty publishes no
 // static OpenAPI document, so spectest cannot check requests and this
-// mock checks them itself):
+// mock checks them itself). Each route says which part of the page it
+// follows:
 //
 //   - "Authentication": every request needs Authorization: Bearer <API
 //     key>; otherwise 401.
-//   - "Two APIs", Core API under /rest/: GET and POST /rest/<plural>,
-//     GET, PATCH and DELETE /rest/<plural>/<id>, one path per object
-//     ("endpoints use your object and field names directly"); an object the
-//     workspace does not have is 404.
-//   - "Batch operations": POST /rest/batch/<plural> with at most 60
-//     records.
+//   - "Two APIs", Core API under /rest/, and "Schema-per-tenant APIs"
+//     ("endpoints use your object and field names directly"; the page's
+//     example GET /rest/people): GET and POST /rest/<plural>, GET, PATCH
+//     and DELETE /rest/<plural>/<id>; an object the workspace does not
+//     have is 404.
+//   - "Batch operations" (up to 60 records per request): POST
+//     /rest/batch/<plural>. The page does not spell the batch path; it is
+//     the path of Twenty's generated REST API (reference §8.6, task brief).
 //   - "Two APIs", Metadata API under /rest/metadata/: GET
 //     /rest/metadata/objects.
-//   - "Selecting fields (REST)": fields and depth query parameters.
+//   - "Selecting fields (REST)": the fields and depth query parameters.
+//     The list parameters filter, order_by, limit, starting_after and
+//     ending_before are not on the page; they are those of Twenty's
+//     generated REST API.
 //
-// The page gives no answer or error shapes; the mock answers as Twenty's
-// generated REST API does: {"data":{<name>:...}} (with pageInfo and
-// totalCount on lists; 201 on creation) and errors as
-// {"statusCode":n,"error":"...","messages":["..."]}.
+// The page gives no answer or error shapes either; the mock answers as
+// Twenty's generated REST API does: {"data":{<name>:...}} (with pageInfo
+// and totalCount on lists; 201 on creation) and errors as its Nest
+// exception filter writes them: {"statusCode":n,"error":"...",
+// "messages":["..."]}.
 type mockTwenty struct {
 	t     testing.TB
 	token string

@@ -58,6 +58,9 @@ type Connector struct {
 	cfg    Config
 	client *provider.Client
 	inputs map[string]json.RawMessage
+	// replayCapacity is the webhook replay fence's capacity
+	// (ReplayCapacity; tests lower it).
+	replayCapacity int
 }
 
 var (
@@ -89,7 +92,7 @@ func New(cfg Config) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects)}, nil
+	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects), replayCapacity: ReplayCapacity}, nil
 }
 
 // noReplay keeps net/http from sending a mutation twice. http.Transport
@@ -295,7 +298,9 @@ func (c *Connector) list(ctx context.Context, call *hostsdk.Call, in input) (*ai
 	if in.Limit > 0 {
 		q.Set("limit", strconv.Itoa(in.Limit))
 	}
-	// GET /rest/<objectNamePlural> (api.mdx: GET /rest/people?fields=...).
+	// GET /rest/<objectNamePlural> (api.mdx, "Selecting fields (REST)":
+	// GET /rest/people?fields=...). filter, order_by, limit and the cursors
+	// are not on the page: they are the generated REST API's (§8.6).
 	req := provider.Request{Method: http.MethodGet, Path: "/rest/" + url.PathEscape(in.Object), Query: q}
 	a, err := c.do(ctx, req)
 	if err != nil {
@@ -338,7 +343,8 @@ func (c *Connector) single(ctx context.Context, call *hostsdk.Call, in input, re
 
 func (c *Connector) createMany(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
 	// POST /rest/batch/<objectNamePlural> with a JSON array (api.mdx,
-	// "Batch operations": at most 60 records per request).
+	// "Batch operations": at most 60 records per request; the page does not
+	// spell the path, which is the generated REST API's).
 	req := provider.Request{Method: http.MethodPost, Path: "/rest/batch/" + url.PathEscape(in.Object),
 		JSON: in.Records, Header: mutationHeaders(call)}
 	a, err := c.do(ctx, req)

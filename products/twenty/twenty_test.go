@@ -54,6 +54,13 @@ func writeFile(t testing.TB, name, content string, mode os.FileMode) string {
 // builds it) pointing at a fresh mock; edit may change the settings.
 func newEnv(t *testing.T, edit func(v hostsdk.SettingValues)) *env {
 	t.Helper()
+	return newEnvWith(t, edit, nil)
+}
+
+// newEnvWith is newEnv with a change to the connector before the host
+// starts.
+func newEnvWith(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(*Connector)) *env {
+	t.Helper()
 	m := newMock(t)
 	v := hostsdk.SettingValues{
 		FlagBaseURL:          m.srv.URL,
@@ -70,6 +77,9 @@ func newEnv(t *testing.T, edit func(v hostsdk.SettingValues)) *env {
 		t.Fatal(err)
 	}
 	e := &env{mock: m, conn: c.(*Connector)}
+	if editConn != nil {
+		editConn(e.conn)
+	}
 	if f := v[FlagWebhookSecretFile]; f != "" {
 		b, _ := os.ReadFile(f)
 		e.secret = strings.TrimSpace(string(b))

@@ -64,7 +64,7 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 		Namespace: ReplayNamespace,
 		Key:       "instance:" + rc.Tenant.InstanceID,
 		Window:    2 * MaxSkew,
-		Capacity:  ReplayCapacity,
+		Capacity:  c.replayCapacity,
 	}}
 	return []hostsdk.Route{{Pattern: WebhookPath, Handler: h}}, nil
 }

@@ -239,3 +239,34 @@ func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
 		t.Errorf("%d batches stored", n)
 	}
 }
+
+// TestWebhookFenceFull: a full replay fence refuses new deliveries with
+// 503 (so Twenty retries) instead of forgetting old ones.
+func TestWebhookFenceFull(t *testing.T) {
+	e := newEnvWith(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+	}, func(c *Connector) { c.replayCapacity = 1 })
+	now := time.Now()
+	first := newDelivery(payloadJSON("person.created", workspace, webhookID, "2026-11-30T09:58:01Z"), now)
+	if status, _, raw := e.post(t, first, ""); status != http.StatusOK {
+		t.Fatalf("first delivery: %d %s", status, raw)
+	}
+	second := newDelivery(payloadJSON("person.updated", workspace, webhookID, "2026-11-30T09:58:02Z"), now)
+	if status, code, raw := e.post(t, second, ""); status != http.StatusServiceUnavailable || code != "webhook.storage_unavailable" {
+		t.Fatalf("delivery to a full fence: %d %s", status, raw)
+	}
+	// The first is still fenced.
+	if status, _, raw := e.post(t, first, ""); status != http.StatusUnauthorized {
+		t.Fatalf("replay after the fence filled: %d %s", status, raw)
+	}
+}
+
+func TestWebhookEventTooLarge(t *testing.T) {
+	e := newWebhookEnv(t)
+	body, _ := json.Marshal(map[string]any{"eventName": "note.created", "workspaceId": workspace, "webhookId": webhookID,
+		"eventDate": "2026-11-30T09:58:01Z", "record": map[string]any{"body": strings.Repeat("n", hostsdk.MaxEventBytes)}})
+	status, code, raw := e.post(t, newDelivery(string(body), time.Now()), "")
+	if status != http.StatusRequestEntityTooLarge || code != "webhook.too_large" {
+		t.Fatalf("oversized event: %d %s", status, raw)
+	}
+}
