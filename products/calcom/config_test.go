@@ -1,0 +1,270 @@
+package calcom
+
+import (
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+func writeFile(t *testing.T, dir, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil { // not narrowed by the umask
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestNewFromSettings(t *testing.T) {
+	dir := t.TempDir()
+	token := writeFile(t, dir, "token", testToken+"\n", 0o600)
+	open := writeFile(t, dir, "open", testToken, 0o644)
+	secret := writeFile(t, dir, "whsec", testSecret, 0o600)
+	secret2 := writeFile(t, dir, "whsec2", "whsec_other", 0o600)
+	openSecret := writeFile(t, dir, "whsec-open", testSecret, 0o640)
+	spaced := writeFile(t, dir, "spaced", "cal_ab cd", 0o600)
+
+	ok := hostsdk.SettingValues{flagBaseURL: "https://api.cal.com", flagBearerTokenFile: token,
+		flagWebhookSecrets: testSub + "=" + secret + ", other=" + secret2}
+	conn, err := Product.New(ok, nil)
+	if err != nil {
+		t.Fatalf("valid settings: %v", err)
+	}
+	c := conn.(*Connector)
+	if len(c.cfg.WebhookSecrets) != 2 || c.cfg.WebhookSecrets[testSub].Reveal() != testSecret ||
+		c.cfg.Token.Reveal() != testToken || c.cfg.BaseURL.String() != "https://api.cal.com" {
+		t.Fatalf("config %+v", c.cfg)
+	}
+	// A loopback origin may be plain http.
+	loop := hostsdk.SettingValues{flagBaseURL: "http://127.0.0.1:3003/", flagBearerTokenFile: token}
+	if _, err := Product.New(loop, nil); err != nil {
+		t.Fatalf("loopback http: %v", err)
+	}
+
+	with := func(k, v string) hostsdk.SettingValues {
+		out := hostsdk.SettingValues{}
+		for key, val := range ok {
+			out[key] = val
+		}
+		out[k] = v
+		return out
+	}
+	cases := []struct {
+		name   string
+		values hostsdk.SettingValues
+		want   []string // in the error
+	}{
+		{"no base URL", with(flagBaseURL, ""), []string{"--cal-diy-base-url", "no URL"}},
+		{"insecure base URL", with(flagBaseURL, "http://cal.example.com"), []string{"--cal-diy-base-url", "https"}},
+		{"base URL with a path", with(flagBaseURL, "https://api.cal.com/v2"), []string{"--cal-diy-base-url", "origin"}},
+		{"base URL with credentials", with(flagBaseURL, "https://k:s@api.cal.com"), []string{"--cal-diy-base-url", "user information"}},
+		{"no token file", with(flagBearerTokenFile, ""), []string{"--cal-diy-bearer-token-file", "no file"}},
+		{"missing token file", with(flagBearerTokenFile, filepath.Join(dir, "nope")), []string{"--cal-diy-bearer-token-file"}},
+		{"token file readable by others", with(flagBearerTokenFile, open), []string{"--cal-diy-bearer-token-file", "chmod"}},
+		{"token with a space", with(flagBearerTokenFile, spaced), []string{"--cal-diy-bearer-token-file", "whitespace"}},
+		{"webhook entry without file", with(flagWebhookSecrets, testSub), []string{"--cal-diy-webhook-secret-files", "SUBSCRIPTION_ID=FILE"}},
+		{"webhook ID syntax", with(flagWebhookSecrets, "-sub="+secret), []string{"--cal-diy-webhook-secret-files", "subscription ID"}},
+		{"webhook ID too long", with(flagWebhookSecrets, strings.Repeat("s", 129)+"="+secret), []string{"--cal-diy-webhook-secret-files", "1 to 128"}},
+		{"webhook ID twice", with(flagWebhookSecrets, "a="+secret+",a="+secret2), []string{"--cal-diy-webhook-secret-files", "twice"}},
+		{"webhook secret readable by group", with(flagWebhookSecrets, "a="+openSecret), []string{"--cal-diy-webhook-secret-files", "subscription a", "chmod"}},
+		{"webhook secret missing", with(flagWebhookSecrets, "a="+filepath.Join(dir, "nope")), []string{"--cal-diy-webhook-secret-files", "subscription a"}},
+	}
+	for _, tc := range cases {
+		_, err := Product.New(tc.values, nil)
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not say %q", tc.name, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), testToken) || strings.Contains(err.Error(), testSecret) {
+			t.Errorf("%s: the error carries a credential: %v", tc.name, err)
+		}
+	}
+}
+
+// TestSettings: the settings bind as flags and AIP_CAL_DIY_* variables,
+// and the response bound is checked.
+func TestSettings(t *testing.T) {
+	env := map[string]string{
+		"AIP_CAL_DIY_BASE_URL":           "https://api.cal.com",
+		"AIP_CAL_DIY_BEARER_TOKEN_FILE":  "/run/secrets/cal",
+		"AIP_CAL_DIY_MAX_RESPONSE_BYTES": "1048576",
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	load := hostsdk.BindSettings(fs, Product.Settings)
+	if err := fs.Parse([]string{"--cal-diy-base-url", "https://cal.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[flagBaseURL] != "https://cal.example.com" || v[flagBearerTokenFile] != "/run/secrets/cal" || v.Int(flagMaxResponseBytes) != 1<<20 {
+		t.Fatalf("values %v", v)
+	}
+	for _, bad := range []string{"10", "999999999999", "lots"} {
+		env["AIP_CAL_DIY_MAX_RESPONSE_BYTES"] = bad
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		load := hostsdk.BindSettings(fs, Product.Settings)
+		fs.Parse(nil)
+		if _, err := load(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "cal-diy-max-response-bytes") {
+			t.Errorf("max response bytes %q: %v", bad, err)
+		}
+	}
+}
+
+var capabilityIDRE = regexp.MustCompile(`^cap:cal_diy:[a-z]+(_[a-z]+)*(\.[a-z]+(_[a-z]+)*)+$`)
+
+func TestManifest(t *testing.T) {
+	c := newConnector(t, "https://api.cal.com", map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}, nil)
+	m, err := c.Manifest(ctxT(t), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, digest, err := hostsdk.BindManifest(m, "example.test")
+	if err != nil || digest == "" || bound.Agent.TrustDomain != "example.test" {
+		t.Fatalf("BindManifest: %v", err)
+	}
+	raw, _ := json.Marshal(m)
+	if strings.Contains(string(raw), testToken) || strings.Contains(string(raw), testSecret) {
+		t.Fatal("the manifest carries a credential")
+	}
+	var got []string
+	mutations := map[string]bool{"booking.create": true, "booking.cancel": true, "booking.reschedule": true,
+		"booking.confirm": true, "booking.decline": true}
+	for _, capa := range m.Capabilities {
+		if !capabilityIDRE.MatchString(capa.ID) {
+			t.Errorf("capability ID %q does not follow cap:cal_diy:<suffix>", capa.ID)
+		}
+		suffix := strings.TrimPrefix(capa.ID, CapabilityPrefix)
+		got = append(got, suffix)
+		if capa.Description == "" || capa.Risk == "" || capa.Contract == nil {
+			t.Errorf("%s: description, risk or contract missing", capa.ID)
+		}
+		if err := capa.Contract.Validate(); err != nil {
+			t.Errorf("%s: %v", capa.ID, err)
+		}
+		approval := capa.RequiresHumanApproval != nil && *capa.RequiresHumanApproval
+		if approval != mutations[suffix] {
+			t.Errorf("%s: requires_human_approval %v, want %v (mutations only)", capa.ID, approval, mutations[suffix])
+		}
+		var schema map[string]any
+		if err := json.Unmarshal(capa.InputSchema, &schema); err != nil {
+			t.Fatalf("%s: %v", capa.ID, err)
+		}
+		if _, ok := schema["required"]; !ok {
+			t.Errorf("%s: input schema has no required list", capa.ID)
+		}
+		checkStrict(t, capa.ID, schema)
+	}
+	want := []string{"profile.get", "event_type.list", "event_type.get", "slot.list", "booking.list", "booking.get",
+		"booking.create", "booking.cancel", "booking.reschedule", "booking.confirm", "booking.decline", "schedule.list"}
+	if !slices.Equal(got, want) {
+		t.Errorf("capabilities %v, want %v", got, want)
+	}
+	if len(m.Channels) != 1 || !strings.Contains(string(m.Channels[0]), `"id":"cal-diy-webhooks"`) {
+		t.Errorf("channels %s, want cal-diy-webhooks", m.Channels)
+	}
+}
+
+// checkStrict requires closed objects and bounded strings, numbers and
+// arrays throughout a schema.
+func checkStrict(t *testing.T, where string, s map[string]any) {
+	t.Helper()
+	switch s["type"] {
+	case "object":
+		if props, ok := s["properties"].(map[string]any); ok {
+			if s["additionalProperties"] != false {
+				t.Errorf("%s: object without additionalProperties false", where)
+			}
+			for k, p := range props {
+				checkStrict(t, where+"."+k, p.(map[string]any))
+			}
+		} else if s["maxProperties"] == nil {
+			t.Errorf("%s: open object without maxProperties", where)
+		}
+	case "string":
+		if s["maxLength"] == nil && s["enum"] == nil {
+			t.Errorf("%s: string without maxLength", where)
+		}
+	case "integer", "number":
+		if s["minimum"] == nil || s["maximum"] == nil {
+			t.Errorf("%s: number without bounds", where)
+		}
+	case "array":
+		if s["maxItems"] == nil {
+			t.Errorf("%s: array without maxItems", where)
+		}
+		checkStrict(t, where+"[]", s["items"].(map[string]any))
+	case "boolean":
+	default:
+		t.Errorf("%s: schema without a type: %v", where, s)
+	}
+}
+
+// TestOperationsMatchDocument: every operation is in the published
+// document with its method, and sends the cal-api-version the document
+// requires for it (none where the document has no such parameter); the
+// operations whose document lists a required body send one.
+func TestOperationsMatchDocument(t *testing.T) {
+	raw, err := os.ReadFile("../internal/spectest/specs/cal-diy/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Parameters []struct {
+				Name     string `json:"name"`
+				In       string `json:"in"`
+				Required bool   `json:"required"`
+				Schema   struct {
+					Default string `json:"default"`
+				} `json:"schema"`
+			} `json:"parameters"`
+			RequestBody *struct {
+				Required bool `json:"required"`
+			} `json:"requestBody"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	rename := strings.NewReplacer("{event_type_id}", "{eventTypeId}", "{booking_uid}", "{bookingUid}")
+	for _, o := range operations {
+		tmpl := rename.Replace(o.Path)
+		op, ok := doc.Paths[tmpl][strings.ToLower(o.Method)]
+		if !ok {
+			t.Errorf("%s: %s %s is not in the document", o.ID(), o.Method, tmpl)
+			continue
+		}
+		want := ""
+		for _, p := range op.Parameters {
+			if p.In == "header" && p.Name == "cal-api-version" {
+				want = p.Schema.Default
+			}
+		}
+		if o.Version != want {
+			t.Errorf("%s: cal-api-version %q, the document requires %q", o.ID(), o.Version, want)
+		}
+		if op.RequestBody != nil && op.RequestBody.Required && o.Body == nil && !o.AlwaysBody {
+			t.Errorf("%s: the document requires a body", o.ID())
+		}
+	}
+}
