@@ -80,7 +80,8 @@
 // of the wrong shape is provider.bad_response.
 //
 // CheckHealth reads one record of the first configured object
-// (GET /rest/<object>?limit=1).
+// (GET /rest/<object>?limit=1): a wrong key, an unreachable server or a
+// first object the workspace does not have makes the replica not ready.
 //
 // # Webhooks
 //
