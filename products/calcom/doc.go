@@ -75,7 +75,8 @@
 // subscription 404; missing header 400 webhook.missing_header; bad
 // signature 401 webhook.authentication_failed; bad shape or version 400
 // webhook.invalid_delivery; createdAt out of window 400
-// webhook.invalid_timestamp; body too large 413 webhook.too_large; outbox
+// webhook.invalid_timestamp; body larger than 1 MiB, or an event larger
+// than hostsdk.MaxEventBytes, 413 webhook.too_large; outbox
 // not accepting 503 webhook.storage_unavailable. A verified delivery is
 // fenced against replays in the host's state store (namespace
 // aip.connector.cal_diy.webhook_replay.v1, key instance:<instance_id>,

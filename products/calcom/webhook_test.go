@@ -159,6 +159,8 @@ func TestWebhook(t *testing.T) {
 		{"unknown subscription", "sub-2", first, nil, 404, webhook.CodeInvalidDelivery},
 		{"invalid subscription", "-sub", first, nil, 404, webhook.CodeInvalidDelivery},
 		{"too large", testSub, bytes.Repeat([]byte("a"), WebhookMaxBody+1), nil, 413, webhook.CodeTooLarge},
+		{"event too large", testSub, []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"` + created.Format(time.RFC3339) +
+			`","payload":{"notes":"` + strings.Repeat("n", 300<<10) + `"}}`), nil, 413, webhook.CodeTooLarge},
 	}
 	for _, tc := range refused {
 		h := tc.headers
