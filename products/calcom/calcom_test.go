@@ -278,15 +278,12 @@ func newConnector(t *testing.T, baseURL string, secrets map[string]provider.Secr
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{BaseURL: u, Token: provider.NewSecret(testToken), WebhookSecrets: secrets, Now: now})
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	c, err := New(Config{BaseURL: u, Token: provider.NewSecret(testToken), WebhookSecrets: secrets, Now: now, Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if tr, ok := c.cfg.Transport.(*http.Transport); ok {
-			tr.CloseIdleConnections()
-		}
-	})
 	return c
 }
 
