@@ -161,9 +161,11 @@ func TestManifest(t *testing.T) {
 		if err := capa.Contract.Validate(); err != nil {
 			t.Errorf("%s: %v", capa.ID, err)
 		}
-		approval := capa.RequiresHumanApproval != nil && *capa.RequiresHumanApproval
-		if approval != mutations[suffix] {
-			t.Errorf("%s: requires_human_approval %v, want %v (mutations only)", capa.ID, approval, mutations[suffix])
+		if capa.RequiresHumanApproval != nil && *capa.RequiresHumanApproval {
+			t.Errorf("%s: requires_human_approval is set, but nothing in this fleet would hold the action for approval", capa.ID)
+		}
+		if writes := slices.Contains(capa.Contract.SideEffects, "write"); writes != mutations[suffix] {
+			t.Errorf("%s: side effects %v; a write exactly when it is a mutation (%v)", capa.ID, capa.Contract.SideEffects, mutations[suffix])
 		}
 		var schema map[string]any
 		if err := json.Unmarshal(capa.InputSchema, &schema); err != nil {

@@ -79,11 +79,6 @@ func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manif
 			InputSchema: o.inputSchema(), OutputSchema: outputSchema,
 			Risk: o.Risk, Stability: aip.StabilityStable, Contract: contract(o),
 		}
-		if o.Mutation {
-			// The reference's governance: mutations require approval.
-			approval := true
-			capa.RequiresHumanApproval = &approval
-		}
 		caps = append(caps, capa)
 	}
 	m := &aip.Manifest{
@@ -93,7 +88,7 @@ func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manif
 		Capabilities:    caps,
 		Security: json.RawMessage(`{"api_auth":["bearer"],"credential_material_in_protocol":false,` +
 			`"webhook_hmac":"sha256_hex_exact_raw_body","provider_idempotency":false}`),
-		Governance: json.RawMessage(`{"mutations_require_approval":true,"uncertain_mutations_require_reconciliation":true,` +
+		Governance: json.RawMessage(`{"mutations_require_approval":false,"uncertain_mutations_require_reconciliation":true,` +
 			`"unresolved_provider_outcome":"operator_evidence_required"}`),
 		Limits: json.RawMessage(fmt.Sprintf(`{"webhook_max_body_bytes":%d}`, WebhookMaxBody)),
 	}

@@ -28,8 +28,11 @@
 // adapter renames them to the provider's query parameters and body fields
 // and sends list filters comma-separated. The output is the provider's
 // JSON answer as sent ({"status":"success","data":...}, with pagination on
-// lists). Mutations are marked requires_human_approval, as the reference's
-// governance says (mutations_require_approval).
+// lists). Upstream marks Cal.diy's mutations requires_human_approval; this
+// fleet has no approval step that would hold them, so they are not marked
+// (a manifest must not promise what no component enforces): restrict who
+// may book or cancel through the tenant's capability bindings in the fleet
+// file instead.
 //
 // Every request carries Authorization: Bearer <API key>, Accept:
 // application/json, x-aip-action-id and x-aip-tenant-id; mutations also
