@@ -43,6 +43,12 @@ func TestCheck(t *testing.T) {
 			`{"inputs":{"topic":"x"}}`, "/kickoff", ""},
 		{"crewai status", crew, "GET", "/status/abc-123", map[string]string{"Authorization": "Bearer k"}, "", "/status/{kickoff_id}", ""},
 		{"cal bookings without version header", cal, "GET", "/v2/bookings", map[string]string{"Authorization": "Bearer k"}, "", "", "cal-api-version"},
+		{"cal booking create (oneOf of overlapping inputs)", cal, "POST", "/v2/bookings",
+			map[string]string{"Authorization": "Bearer k", "cal-api-version": "2024-08-13"},
+			`{"start":"2030-01-01T10:00:00Z","eventTypeId":1,"attendee":{"name":"A","email":"a@example.com","timeZone":"Europe/Rome"}}`, "/v2/bookings", ""},
+		{"cal booking create without attendee", cal, "POST", "/v2/bookings",
+			map[string]string{"Authorization": "Bearer k", "cal-api-version": "2024-08-13"},
+			`{"start":"2030-01-01T10:00:00Z","eventTypeId":1}`, "", "does not match"},
 		{"cal bookings", cal, "GET", "/v2/bookings", map[string]string{"Authorization": "Bearer k", "cal-api-version": "2024-08-13"}, "", "/v2/bookings", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,5 +95,20 @@ func TestHandlerFailsTheTestOnAnUndocumentedRequest(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	if served != 1 || len(h.Served()) != 1 || h.Served()[0] != "GET /inputs" {
 		t.Fatalf("documented request: served %d, Served() = %v", served, h.Served())
+	}
+}
+
+func TestValidateSchema(t *testing.T) {
+	cal := Load(t, "cal-diy/openapi.json")
+	const ptr = "/components/schemas/CreateBookingInput_2024_08_13"
+	ok := `{"start":"2030-01-01T10:00:00Z","eventTypeId":1,"attendee":{"name":"A","email":"a@example.com","timeZone":"Europe/Rome"}}`
+	if err := cal.ValidateSchema(ptr, []byte(ok)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cal.ValidateSchema(ptr, []byte(`{"start":"x"}`)); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("an incomplete body: %v", err)
+	}
+	if err := cal.ValidateSchema("/components/schemas/NoSuchSchema", []byte(ok)); err == nil {
+		t.Fatal("an unknown schema validated")
 	}
 }
