@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// products' minimal valid settings, as environment variables, with the
+// files they name written into dir.
+func productEnv(t *testing.T, dir string) map[string]map[string]string {
+	t.Helper()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	token := write("token", "tok-123", 0o600)
+	quote := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	return map[string]map[string]string{
+		"cal-diy": {"AIP_CAL_DIY_BASE_URL": "https://api.cal.com", "AIP_CAL_DIY_BEARER_TOKEN_FILE": token},
+		"chatwoot": {"AIP_CHATWOOT_BASE_URL": "https://chat.example.com", "AIP_CHATWOOT_ACCOUNT_ID": "3",
+			"AIP_CHATWOOT_API_TOKEN_FILE": token},
+		"crewai": {"AIP_CREWAI_CREWS_FILE": write("crews.json",
+			`[{"id":"research","base_url":"https://research.crewai.com","token_file":`+quote(token)+`}]`, 0o644)},
+		"dify": {"AIP_DIFY_BASE_URL": "https://api.dify.ai/v1", "AIP_DIFY_APPS_FILE": write("apps.json",
+			`[{"id":"support","name":"Support","mode":"chat","api_key_file":`+quote(token)+`}]`, 0o644)},
+		"hermes-agent": {"AIP_HERMES_ENDPOINTS_FILE": write("endpoints.json",
+			`[{"id":"main","base_url":"https://hermes.example.com","api_key_file":`+quote(token)+`}]`, 0o644)},
+		"twenty": {"AIP_TWENTY_BASE_URL": "https://api.twenty.com", "AIP_TWENTY_WORKSPACE_ID": "3b8e6458-5fc1-4e63-8563-008ccddaa6db",
+			"AIP_TWENTY_API_TOKEN_FILE": token},
+	}
+}
+
+func getenv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestEveryProductIsRegistered(t *testing.T) {
+	want := []string{"cal-diy", "chatwoot", "crewai", "dify", "hermes-agent", "twenty"}
+	if got := names(); !slices.Equal(got, want) {
+		t.Fatalf("products %v, want %v", got, want)
+	}
+	for _, n := range want {
+		p := catalog[n]
+		if p.Summary == "" || p.New == nil || len(p.Settings) == 0 {
+			t.Errorf("%s: summary, constructor or settings missing", n)
+		}
+		prefix := "AIP_" + strings.ToUpper(strings.ReplaceAll(strings.Split(n, "-")[0], "-", "_")) + "_"
+		for _, s := range p.Settings {
+			if !strings.HasPrefix(s.Env, prefix) {
+				t.Errorf("%s: setting %s's variable %s does not start with %s", n, s.Flag, s.Env, prefix)
+			}
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(t.Context(), nil, getenv(nil), &bytes.Buffer{}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "name a product: cal-diy, chatwoot, crewai, dify, hermes-agent, twenty") {
+		t.Fatalf("no arguments: %v", err)
+	}
+	for _, n := range names() {
+		if !strings.Contains(stderr.String(), "  "+n) {
+			t.Errorf("usage does not list %s:\n%s", n, stderr.String())
+		}
+	}
+	if err := run(t.Context(), []string{"zendesk"}, getenv(nil), &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `unknown product "zendesk"; want one of cal-diy`) {
+		t.Fatalf("unknown product: %v", err)
+	}
+	stderr.Reset()
+	if err := run(t.Context(), []string{"chatwoot", "-h"}, getenv(nil), &bytes.Buffer{}, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, want := range []string{"-chatwoot-base-url", "AIP_CHATWOOT_BASE_URL", "-control-plane-endpoint", "-print-manifest"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("chatwoot -h does not mention %s", want)
+		}
+	}
+	if err := run(t.Context(), []string{"chatwoot", "extra"}, getenv(nil), &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `unexpected argument "extra"`) {
+		t.Fatalf("extra argument: %v", err)
+	}
+}
+
+func TestSettingErrorsNameTheSetting(t *testing.T) {
+	envs := productEnv(t, t.TempDir())
+	env := envs["chatwoot"]
+	env["AIP_CHATWOOT_BASE_URL"] = "http://chat.example.com"
+	err := run(t.Context(), []string{"chatwoot", "--print-manifest"}, getenv(env), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "chatwoot") || !strings.Contains(err.Error(), "https") {
+		t.Fatalf("plain http base URL: %v", err)
+	}
+	err = run(t.Context(), []string{"chatwoot", "--log-level", "loud"}, getenv(envs["chatwoot"]), &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--log-level") {
+		t.Fatalf("bad log level: %v", err)
+	}
+}
+
+// TestPrintManifest: every product prints its manifest bound to the
+// configured trust domain, with the digest the host would register, and
+// the flags win over the variables.
+func TestPrintManifest(t *testing.T) {
+	for n, env := range productEnv(t, t.TempDir()) {
+		t.Run(n, func(t *testing.T) {
+			env["AIP_CONNECTOR_HOST_TRUST_DOMAIN"] = "ignored.example"
+			env["AIP_CONNECTOR_HOST_TENANT_ID"] = "tenant-a"
+			var stdout bytes.Buffer
+			if err := run(t.Context(), []string{n, "--print-manifest", "--trust-domain", "fleet.example"}, getenv(env), &stdout, &bytes.Buffer{}); err != nil {
+				t.Fatal(err)
+			}
+			var out struct {
+				Digest string       `json:"manifest_digest"`
+				Count  int          `json:"capability_count"`
+				M      aip.Manifest `json:"manifest"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+				t.Fatalf("output is not the manifest JSON: %v\n%s", err, stdout.String())
+			}
+			if out.M.Agent.TrustDomain != "fleet.example" || out.Count == 0 || out.Count != len(out.M.Capabilities) {
+				t.Fatalf("manifest agent %+v, %d capabilities (count %d)", out.M.Agent, len(out.M.Capabilities), out.Count)
+			}
+			_, digest, err := hostsdk.BindManifest(&out.M, "fleet.example")
+			if err != nil || digest != out.Digest {
+				t.Fatalf("printed digest %s, the manifest binds to %s (%v)", out.Digest, digest, err)
+			}
+			if strings.Contains(stdout.String(), "tok-123") {
+				t.Fatal("the credential is in the manifest")
+			}
+		})
+	}
+}
