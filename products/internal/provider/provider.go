@@ -248,18 +248,49 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Do sends req and returns the 2xx answer, or an *Error.
 func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
-	fail := func(status int, may bool, msg string, err error) *Error {
-		return &Error{Product: c.cfg.Product, Method: req.Method, Path: req.Path, Status: status,
-			Message: msg, MayHaveApplied: may, Err: err}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	hr, err := c.newRequest(ctx, req, "application/json")
+	if err != nil {
+		return nil, err
 	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return nil, c.fail(req, 0, !notSent(err), "no answer", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
+	if err != nil {
+		return nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
+	}
+	if int64(len(data)) > c.cfg.MaxResponseBytes {
+		return nil, c.fail(req, resp.StatusCode, resp.StatusCode >= 200 && resp.StatusCode < 300 || resp.StatusCode >= 500,
+			fmt.Sprintf("answer is larger than the %d bytes allowed (raise the max response bytes setting)", c.cfg.MaxResponseBytes), nil)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
+	}
+	return nil, c.refused(req, resp, data)
+}
+
+// fail builds the *Error of req.
+func (c *Client) fail(req Request, status int, may bool, msg string, err error) *Error {
+	return &Error{Product: c.cfg.Product, Method: req.Method, Path: req.Path, Status: status,
+		Message: msg, MayHaveApplied: may, Err: err}
+}
+
+// newRequest builds the HTTP request of req: the path appended to the
+// base URL's, the query, the body, the caller's headers, then
+// Content-Type, Accept, User-Agent and the credentials.
+func (c *Client) newRequest(ctx context.Context, req Request, accept string) (*http.Request, error) {
 	if !strings.HasPrefix(req.Path, "/") {
-		return nil, fail(0, false, "request path must start with /", nil)
+		return nil, c.fail(req, 0, false, "request path must start with /", nil)
 	}
 	u := *c.cfg.BaseURL
 	escaped := c.cfg.BaseURL.EscapedPath() + req.Path
 	unescaped, err := url.PathUnescape(escaped)
 	if err != nil {
-		return nil, fail(0, false, "request path is not a valid escaped path", err)
+		return nil, c.fail(req, 0, false, "request path is not a valid escaped path", err)
 	}
 	u.Path, u.RawPath = unescaped, escaped
 	u.RawQuery = req.Query.Encode()
@@ -267,19 +298,17 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	if req.JSON != nil {
 		b, err := json.Marshal(req.JSON)
 		if err != nil {
-			return nil, fail(0, false, "encode request body", err)
+			return nil, c.fail(req, 0, false, "encode request body", err)
 		}
 		body, ctype = b, "application/json"
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	hr, err := http.NewRequestWithContext(ctx, req.Method, u.String(), rd)
 	if err != nil {
-		return nil, fail(0, false, "build request", err)
+		return nil, c.fail(req, 0, false, "build request", err)
 	}
 	for k, vs := range req.Header {
 		hr.Header[k] = vs
@@ -287,40 +316,31 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	if ctype != "" {
 		hr.Header.Set("Content-Type", ctype)
 	}
-	hr.Header.Set("Accept", "application/json")
+	hr.Header.Set("Accept", accept)
 	if c.cfg.UserAgent != "" {
 		hr.Header.Set("User-Agent", c.cfg.UserAgent)
 	}
 	if c.cfg.Auth != nil {
 		c.cfg.Auth(hr)
 	}
-	resp, err := c.http.Do(hr)
-	if err != nil {
-		return nil, fail(0, !notSent(err), "no answer", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
-	if err != nil {
-		return nil, fail(0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
-	}
-	if int64(len(data)) > c.cfg.MaxResponseBytes {
-		return nil, fail(resp.StatusCode, resp.StatusCode >= 200 && resp.StatusCode < 300 || resp.StatusCode >= 500,
-			fmt.Sprintf("answer is larger than the %d bytes allowed (raise the max response bytes setting)", c.cfg.MaxResponseBytes), nil)
-	}
-	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
-	case resp.StatusCode >= 300 && resp.StatusCode < 400:
-		return nil, fail(resp.StatusCode, false,
+	return hr, nil
+}
+
+// refused builds the *Error of an answer that is not a 2xx, whose body
+// (or its start) is data: a redirect is not followed and nothing was
+// applied; a 4xx was not applied; a 5xx may have been.
+func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return c.fail(req, resp.StatusCode, false,
 			fmt.Sprintf("redirect to %q not followed; point the base URL at the API itself", resp.Header.Get("Location")), nil)
 	}
-	e := fail(resp.StatusCode, resp.StatusCode >= 500, providerMessage(data), nil)
+	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500, providerMessage(data), nil)
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
 			e.RetryAfter = time.Duration(n) * time.Second
 		}
 	}
-	return nil, e
+	return e
 }
 
 // JSON sends req and decodes a 2xx answer into out (nil: ignore the body).

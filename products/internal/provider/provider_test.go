@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -260,5 +261,269 @@ func TestResult(t *testing.T) {
 	own := errors.New("bad mapping")
 	if res, rerr := Result(call(), own, true); res != nil || rerr != own {
 		t.Fatalf("own error: %+v, %v", res, rerr)
+	}
+}
+
+// sseServer answers a text/event-stream.
+func sseHeader(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+}
+
+// TestStream: a 2xx event stream is read as it arrives (the second event
+// is only written once the first was read), with Do's request rules.
+func TestStream(t *testing.T) {
+	var got *http.Request
+	var gotBody string
+	firstRead := make(chan struct{})
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		b := make([]byte, r.ContentLength)
+		r.Body.Read(b)
+		gotBody = string(b)
+		sseHeader(w)
+		fmt.Fprint(w, "data: one\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-firstRead:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(w, "event: end\ndata: two\n\n")
+	}, nil)
+	s, err := c.Stream(t.Context(), Request{Method: "POST", Path: "/runs/" + "a%2Fb",
+		Query: map[string][]string{"q": {"x y"}}, Header: http.Header{"Idempotency-Key": {"k1"}},
+		JSON: map[string]string{"name": "n"}}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Status != 200 || !strings.HasPrefix(s.Header.Get("Content-Type"), "text/event-stream") {
+		t.Errorf("stream %d %v", s.Status, s.Header)
+	}
+	if got.URL.EscapedPath() != "/api/runs/a%2Fb" || got.URL.Query().Get("q") != "x y" || gotBody != `{"name":"n"}` {
+		t.Errorf("request went to %s?%s with %s", got.URL.EscapedPath(), got.URL.RawQuery, gotBody)
+	}
+	for h, want := range map[string]string{"Authorization": "Bearer k", "Content-Type": "application/json",
+		"User-Agent": "aipfleet-test", "Idempotency-Key": "k1", "Accept": "text/event-stream"} {
+		if got.Header.Get(h) != want {
+			t.Errorf("header %s = %q, want %q", h, got.Header.Get(h), want)
+		}
+	}
+	er := NewEventReader(s, 1<<10, 1<<20)
+	ev, err := er.Next()
+	if err != nil || ev.Name != "" || string(ev.Data) != "one" {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	close(firstRead)
+	ev, err = er.Next()
+	if err != nil || ev.Name != "end" || string(ev.Data) != "two" {
+		t.Fatalf("second event %+v, %v", ev, err)
+	}
+	if ev, err = er.Next(); err != io.EOF {
+		t.Fatalf("after the end: %+v, %v", ev, err)
+	}
+}
+
+// TestStreamErrors: an answer that is not a 2xx event stream is an
+// *Error, with MayHaveApplied as Do sets it; a redirect is not followed.
+func TestStreamErrors(t *testing.T) {
+	var redirected int
+	for _, tc := range []struct {
+		name    string
+		status  int
+		header  map[string]string
+		body    string
+		may     bool
+		code    string
+		message string
+	}{
+		{"bad request", 400, nil, `{"status":400,"code":"invalid_param","message":"query is required"}`, false, CodeInvalidRequest, "query is required"},
+		{"unauthorized", 401, nil, `{"error":{"message":"Invalid API key","type":"invalid_request_error"}}`, false, CodeUnauthorized, "Invalid API key"},
+		{"rate limited", 429, map[string]string{"Retry-After": "2"}, ``, false, CodeRateLimited, ""},
+		{"server error", 503, nil, `{"message":"try later"}`, true, CodeUnavailable, "try later"},
+		{"long error body", 500, nil, strings.Repeat("x", MaxErrorBodyBytes*2), true, CodeUnavailable, "xxx"},
+		{"redirect", 307, map[string]string{"Location": "/api/elsewhere"}, ``, false, CodeInvalidRequest, `redirect to "/api/elsewhere" not followed`},
+		{"not an event stream", 200, map[string]string{"Content-Type": "application/json"}, `{"answer":"x"}`, true, CodeBadResponse, `answered "application/json" instead of an event stream`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/api/elsewhere" {
+					redirected++
+					sseHeader(w)
+					return
+				}
+				for k, v := range tc.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tc.status)
+				fmt.Fprint(w, tc.body)
+			}, nil)
+			s, err := c.Stream(t.Context(), Request{Method: "POST", Path: "/x"}, time.Minute)
+			var pe *Error
+			if !errors.As(err, &pe) || s != nil || pe.Status != tc.status || pe.MayHaveApplied != tc.may || !strings.Contains(pe.Message, tc.message) {
+				t.Fatalf("Stream = %v, %#v", s, err)
+			}
+			if perr := ProtocolError(pe); perr.Code != tc.code || strings.Contains(perr.Message, "Bearer k") {
+				t.Fatalf("ProtocolError = %+v", perr)
+			}
+			if tc.header["Retry-After"] != "" && pe.RetryAfter != 2*time.Second {
+				t.Errorf("RetryAfter %s", pe.RetryAfter)
+			}
+		})
+	}
+	if redirected != 0 {
+		t.Errorf("the redirect was followed %d times", redirected)
+	}
+}
+
+// TestStreamNoAnswer: a refused connection sent nothing; a dropped one,
+// or an answer that stayed silent past the idle bound, may have applied.
+func TestStreamNoAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	u, _ := ParseBaseURL("base", "http://"+addr, false, false)
+	refused, _ := New(Config{Product: "acme", BaseURL: u})
+	_, err = refused.Stream(t.Context(), Request{Method: "POST", Path: "/x"}, time.Minute)
+	var pe *Error
+	if !errors.As(err, &pe) || pe.MayHaveApplied || pe.Status != 0 {
+		t.Fatalf("refused: %#v", err)
+	}
+	if res, rerr := Result(call(), err, true); rerr != nil || res.Error.Code != CodeUnavailable {
+		t.Fatalf("refused mutation: %+v, %v", res, rerr)
+	}
+
+	dropped := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _ := w.(http.Hijacker).Hijack()
+		conn.Close()
+	}, nil)
+	_, err = dropped.Stream(t.Context(), Request{Method: "POST", Path: "/x"}, time.Minute)
+	if !errors.As(err, &pe) || !pe.MayHaveApplied {
+		t.Fatalf("dropped: %#v", err)
+	}
+	if _, rerr := Result(call(), err, true); !errors.Is(rerr, hostsdk.ErrOutcomeUnknown) {
+		t.Fatalf("dropped mutation: %v, want ErrOutcomeUnknown", rerr)
+	}
+
+	// Silent before the answer: Config.Timeout does not apply, idle does.
+	silent := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}, func(cfg *Config) { cfg.Timeout = time.Nanosecond })
+	_, err = silent.Stream(t.Context(), Request{Method: "POST", Path: "/x"}, 50*time.Millisecond)
+	if !errors.As(err, &pe) || !pe.MayHaveApplied || !errors.Is(err, ErrIdle) || !strings.Contains(err.Error(), "(50ms)") {
+		t.Fatalf("silent: %v", err)
+	}
+
+	// No idle bound needs a deadline.
+	_, err = silent.Stream(context.Background(), Request{Method: "POST", Path: "/x"}, 0)
+	if !errors.As(err, &pe) || pe.MayHaveApplied || !strings.Contains(pe.Message, "idle bound or a context deadline") {
+		t.Fatalf("unbounded: %v", err)
+	}
+}
+
+// TestStreamIdle: a stream that stays silent past the idle bound fails
+// its read with ErrIdle; time the caller spends between reads does not
+// count; ctx bounds the whole stream.
+func TestStreamIdle(t *testing.T) {
+	next := make(chan string)
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		sseHeader(w)
+		for {
+			select {
+			case s := <-next:
+				fmt.Fprint(w, s)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}, nil)
+	s, err := c.Stream(t.Context(), Request{Method: "GET", Path: "/x"}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	er := NewEventReader(s, 1<<10, 1<<20)
+	next <- "data: a\n\n"
+	if ev, err := er.Next(); err != nil || string(ev.Data) != "a" {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	// The caller is busy for longer than the idle bound: the stream stays
+	// open.
+	time.Sleep(200 * time.Millisecond)
+	next <- "data: b\n\n"
+	if ev, err := er.Next(); err != nil || string(ev.Data) != "b" {
+		t.Fatalf("after a busy caller %+v, %v", ev, err)
+	}
+	if ev, err := er.Next(); !errors.Is(err, ErrIdle) {
+		t.Fatalf("silent stream: %+v, %v", ev, err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	s2, err := c.Stream(ctx, Request{Method: "GET", Path: "/x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := NewEventReader(s2, 1<<10, 1<<20).Next(); err == nil || errors.Is(err, ErrIdle) || ctx.Err() == nil {
+		t.Fatalf("deadline: %v", err)
+	}
+}
+
+func TestEventReader(t *testing.T) {
+	read := func(body string, maxEvent, maxTotal int64) ([]string, error) {
+		er := NewEventReader(strings.NewReader(body), maxEvent, maxTotal)
+		var got []string
+		for {
+			ev, err := er.Next()
+			if err != nil {
+				if err == io.EOF {
+					err = nil
+				}
+				return got, err
+			}
+			got = append(got, ev.Name+"|"+string(ev.Data))
+		}
+	}
+	got, err := read(": ping\n\n:\r\nid: 7\nretry: 10\nevent: a\r\ndata: x\r\ndata:y\ndata\ndata:  z\nunknown: u\n\n"+
+		"event: only-a-name\n\n"+
+		"data: {\"b\":1}\n\n"+
+		"data: cut", 1<<10, 1<<20)
+	want := []string{"a|x\ny\n\n z", `|{"b":1}`}
+	if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("events %q, %v; want %q", got, err, want)
+	}
+
+	// One event, over several lines, is bounded; so is the whole stream.
+	ev := "data: 0123456789\n" // 17 bytes
+	if got, err := read(ev+"\n"+ev+ev+ev+"\n", 40, 1<<20); !errors.As(err, new(*BoundError)) ||
+		!strings.Contains(err.Error(), "an event is larger than the 40 bytes allowed") || len(got) != 1 {
+		t.Errorf("oversized event: %q, %v", got, err)
+	}
+	if _, err := read("data: "+strings.Repeat("x", 200<<10)+"\n\n", 100<<10, 1<<20); err == nil || !strings.Contains(err.Error(), "an event is larger") {
+		t.Errorf("oversized line: %v", err)
+	}
+	var be *BoundError
+	if got, err := read(strings.Repeat(ev+"\n", 10), 1<<10, 100); !errors.As(err, &be) || !be.Total ||
+		!strings.Contains(err.Error(), "the event stream is larger than the 100 bytes allowed") || len(got) != 5 {
+		t.Errorf("oversized stream: %q, %v", got, err)
+	}
+	// Exactly at the bounds is accepted.
+	if got, err := read(ev+"\n", 18, 18); err != nil || len(got) != 1 {
+		t.Errorf("at the bounds: %q, %v", got, err)
+	}
+	// Errors stick.
+	er := NewEventReader(strings.NewReader(strings.Repeat("x", 50)+"\n\ndata: a\n\n"), 10, 1<<10)
+	if _, err := er.Next(); err == nil {
+		t.Fatal("oversized first event accepted")
+	}
+	if _, err := er.Next(); err == nil {
+		t.Fatal("read on after an error")
 	}
 }

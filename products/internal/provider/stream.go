@@ -1,0 +1,248 @@
+package provider
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+)
+
+// MaxErrorBodyBytes bounds the body read from a stream request's answer
+// that is not a 2xx; the message taken from it is clipped anyway.
+const MaxErrorBodyBytes = 64 << 10
+
+// ErrIdle is wrapped by the error of a stream that stayed silent longer
+// than its idle bound.
+var ErrIdle = errors.New("the event stream stayed silent too long")
+
+// Stream is the open body of a 2xx text/event-stream answer. Read it
+// directly or through NewEventReader; Close it when done, which also
+// releases its idle timer.
+type Stream struct {
+	Status int
+	Header http.Header
+
+	body   io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   time.Duration
+	timer  *time.Timer
+}
+
+// Stream sends req asking for a Server-Sent Events answer
+// (Accept: text/event-stream) and returns the open stream on a 2xx
+// text/event-stream answer, or an *Error. It follows the rules of Do:
+// the same URL, headers, User-Agent and credentials, redirects never
+// followed, MayHaveApplied set the same way (a 2xx that is not an event
+// stream counts as applied, with the answer's status), and the body of an
+// answer that is not a 2xx read up to MaxErrorBodyBytes for its message.
+//
+// Config.Timeout does not apply: a stream may last longer than any one
+// request. Its bounds are ctx (the whole stream, from sending the request
+// to the last read) and idle: when idle is positive, waiting for the
+// answer or for any read of the stream longer than idle cancels the
+// stream, and the failing read (or Stream's *Error) wraps ErrIdle. Time
+// the caller spends between reads does not count. With idle zero, ctx
+// must carry a deadline.
+func (c *Client) Stream(ctx context.Context, req Request, idle time.Duration) (*Stream, error) {
+	if _, ok := ctx.Deadline(); idle <= 0 && !ok {
+		return nil, c.fail(req, 0, false, "a stream needs an idle bound or a context deadline", nil)
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	s := &Stream{ctx: sctx, cancel: cancel, idle: idle}
+	if idle > 0 {
+		idleErr := fmt.Errorf("%w (%s)", ErrIdle, idle)
+		s.timer = time.AfterFunc(idle, func() { cancel(idleErr) })
+	}
+	hr, err := c.newRequest(sctx, req, "text/event-stream")
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		if cause := context.Cause(sctx); errors.Is(cause, ErrIdle) {
+			err = cause
+		}
+		s.stop()
+		return nil, c.fail(req, 0, !notSent(err), "no answer", err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer s.stop()
+		defer resp.Body.Close()
+		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBodyBytes))
+		if err != nil {
+			return nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
+		}
+		return nil, c.refused(req, resp, data)
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+		resp.Body.Close()
+		s.stop()
+		return nil, c.fail(req, resp.StatusCode, true,
+			fmt.Sprintf("answered %q instead of an event stream (text/event-stream)", mt), nil)
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.Status, s.Header, s.body = resp.StatusCode, resp.Header, resp.Body
+	return s, nil
+}
+
+// Read reads the stream's body, within the idle bound.
+func (s *Stream) Read(p []byte) (int, error) {
+	if s.timer != nil {
+		s.timer.Reset(s.idle)
+	}
+	n, err := s.body.Read(p)
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if err != nil && err != io.EOF {
+		if cause := context.Cause(s.ctx); errors.Is(cause, ErrIdle) {
+			err = cause
+		}
+	}
+	return n, err
+}
+
+// Close closes the stream's body.
+func (s *Stream) Close() error {
+	s.stop()
+	return s.body.Close()
+}
+
+func (s *Stream) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.cancel(nil)
+}
+
+// Event is one Server-Sent Event.
+type Event struct {
+	// Name is the event's type (its event: field), "" when it has none.
+	Name string
+	// Data is its data: lines, joined with "\n".
+	Data []byte
+}
+
+// BoundError is an EventReader's error when the stream passes one of its
+// bounds.
+type BoundError struct {
+	// Total is true for the whole stream's bound, false for one event's.
+	Total bool
+	Limit int64
+}
+
+func (e *BoundError) Error() string {
+	if e.Total {
+		return fmt.Sprintf("the event stream is larger than the %d bytes allowed", e.Limit)
+	}
+	return fmt.Sprintf("an event is larger than the %d bytes allowed", e.Limit)
+}
+
+// EventReader reads Server-Sent Events: event: and data: fields up to a
+// blank line, several data: lines joined with "\n", comment lines (":",
+// as in pings) skipped, id: and retry: fields and unknown fields ignored.
+// Lines end with "\n" or "\r\n". An event without data: lines is not
+// returned; nor is an event the stream ends before its blank line (the
+// stream was cut). Each event (its lines, comments among them) is bounded
+// by maxEvent bytes and the whole stream by maxTotal bytes; passing
+// either is a *BoundError.
+type EventReader struct {
+	r        *bufio.Reader
+	maxEvent int64
+	maxTotal int64
+	read     int64
+	err      error
+}
+
+// NewEventReader returns a reader of the events of r.
+func NewEventReader(r io.Reader, maxEvent, maxTotal int64) *EventReader {
+	return &EventReader{r: bufio.NewReaderSize(r, 64<<10), maxEvent: maxEvent, maxTotal: maxTotal}
+}
+
+// Next returns the next event. At the end of the stream it returns
+// io.EOF; after any error it returns that error again.
+func (er *EventReader) Next() (Event, error) {
+	if er.err != nil {
+		return Event{}, er.err
+	}
+	ev, err := er.next()
+	if err != nil {
+		er.err = err
+	}
+	return ev, err
+}
+
+func (er *EventReader) next() (Event, error) {
+	var (
+		name      string
+		data      bytes.Buffer
+		have      bool
+		eventSize int64
+	)
+	for {
+		line, err := er.line(&eventSize)
+		if err != nil {
+			return Event{}, err
+		}
+		if len(line) == 0 {
+			if have {
+				return Event{Name: name, Data: data.Bytes()}, nil
+			}
+			name, eventSize = "", 0
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "event":
+			name = string(value)
+		case "data":
+			if have {
+				data.WriteByte('\n')
+			}
+			data.Write(value)
+			have = true
+		}
+	}
+}
+
+// line reads one line without its line ending, adding its bytes to
+// *eventSize and to the stream's count.
+func (er *EventReader) line(eventSize *int64) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := er.r.ReadSlice('\n')
+		er.read += int64(len(chunk))
+		*eventSize += int64(len(chunk))
+		if er.read > er.maxTotal {
+			return nil, &BoundError{Total: true, Limit: er.maxTotal}
+		}
+		if *eventSize > er.maxEvent {
+			return nil, &BoundError{Limit: er.maxEvent}
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			line = bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			// io.EOF included: a line without its end belongs to an
+			// event the stream ended before.
+			return nil, err
+		}
+	}
+}
