@@ -1,0 +1,179 @@
+package fleettest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/chatwoot"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+	"github.com/aipfleet/aipfleet/products/internal/spectest"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest/realfleet"
+)
+
+const (
+	account = 7
+	token   = "cw-fleet-token-42"
+	leaseTT = 10 * time.Second
+)
+
+// chatwootMock is the part of Chatwoot's account API the test uses,
+// answering with the shapes of swagger.json (account_show_response, and
+// the message a POST .../messages creates), behind the document's
+// request checker.
+type chatwootMock struct {
+	mu    sync.Mutex
+	posts []map[string]any
+}
+
+func (m *chatwootMock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.Header.Get("api_access_token") != token {
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"errors":["Invalid Access Token"]}`)
+		return
+	}
+	acct := fmt.Sprintf("/api/v1/accounts/%d", account)
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == acct:
+		fmt.Fprintf(w, `{"id":%d,"name":"Acme Support","locale":"en"}`, account)
+	case r.Method == http.MethodPost && r.URL.Path == acct+"/conversations/42/messages":
+		var body map[string]any
+		raw, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(raw, &body)
+		m.mu.Lock()
+		m.posts = append(m.posts, body)
+		id := 500 + len(m.posts)
+		m.mu.Unlock()
+		b, _ := json.Marshal(map[string]any{"id": id, "content": body["content"], "message_type": 1,
+			"private": body["private"], "conversation_id": 42, "content_attributes": body["content_attributes"]})
+		w.Write(b)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"description":"not found","errors":[]}`)
+	}
+}
+
+func (m *chatwootMock) messages() []map[string]any {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]map[string]any(nil), m.posts...)
+}
+
+// TestChatwootHostInARealFleet: `aip-host chatwoot` registers with the
+// real control plane, an action sent to the dispatcher's API posts one
+// message to Chatwoot and comes back completed and signed, the same
+// action ID again is answered from the replica's journal without a second
+// message, and SIGTERM drains the replica to a clean exit.
+func TestChatwootHostInARealFleet(t *testing.T) {
+	f := realfleet.StartWith(t, realfleet.Options{LeaseTTL: leaseTT, LogTail: 40})
+	mock := &chatwootMock{}
+	srv := httptest.NewServer(spectest.Load(t, "chatwoot/swagger.json").Handler(t, mock))
+	t.Cleanup(srv.Close)
+
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "chatwoot-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Admit the manifest the host will bind: the same configuration, the
+	// fleet's trust domain.
+	base, err := provider.ParseBaseURL("base", srv.URL, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := chatwoot.New(chatwoot.Config{BaseURL: base, AccountID: account, Token: provider.NewSecret(token)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := conn.Manifest(context.Background(), hostsdk.TenantContext{TenantID: realfleet.TenantID, TrustDomain: realfleet.TrustDomain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := hostsdk.BindManifest(src, realfleet.TrustDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Admit(t, m)
+
+	r := f.NewReplica(t, sidecartest.ReplicaOptions{HeartbeatInterval: time.Second, LeaseTTL: leaseTT})
+	env := append(append([]string(nil), r.Env...),
+		"AIP_CHATWOOT_BASE_URL="+srv.URL, fmt.Sprintf("AIP_CHATWOOT_ACCOUNT_ID=%d", account),
+		"AIP_CHATWOOT_API_TOKEN_FILE="+tokenFile, "AIP_HOST_LOG_LEVEL=info")
+	bin := sidecartest.Build(t, "github.com/aipfleet/aipfleet/cmd/aip-host")
+	host := sidecartest.StartWith(t, bin, sidecartest.StartOptions{Name: "aip-host chatwoot", Env: env, KillWithTest: true, LogTail: 40}, "chatwoot")
+	reg := f.Registry()
+	sidecartest.WaitUntil(t, "the chatwoot replica to be ready", []*sidecartest.Process{host, f.ControlPlane()}, func() bool {
+		rep, err := reg.ConnectorReplica(context.Background(), r.ID)
+		return err == nil && rep.Status == aip.ReplicaReady && rep.LeaseValid(time.Now())
+	})
+
+	client := &http.Client{Timeout: time.Minute}
+	t.Cleanup(client.CloseIdleConnections)
+	tok := f.Token(t, realfleet.TenantID)
+	actionID := aip.NewActionID()
+	send := func() dispatch.ActionResponse {
+		t.Helper()
+		body := fmt.Sprintf(`{"action_id":%q,"capability_id":%q,"input":{"conversation_id":42,"content":"Your refund is on its way"}}`,
+			actionID, chatwoot.CapMessageCreate)
+		req, _ := http.NewRequest(http.MethodPost, f.APIURL()+dispatch.PathActions, bytes.NewReader([]byte(body)))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out dispatch.ActionResponse
+		if err := json.Unmarshal(raw, &out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("dispatcher answered %d: %s", resp.StatusCode, raw)
+		}
+		return out
+	}
+	first := send()
+	if first.Result == nil || first.Result.Status != aip.ResultCompleted || first.Result.Receipt == nil {
+		t.Fatalf("first answer: %+v", first)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(first.Result.Output, &out); err != nil || out["message_id"] != float64(501) {
+		t.Fatalf("output %s (%v)", first.Result.Output, err)
+	}
+	if got := mock.messages(); len(got) != 1 || got[0]["content"] != "Your refund is on its way" ||
+		got[0]["content_attributes"].(map[string]any)[chatwoot.ActionIDAttribute] != actionID {
+		t.Fatalf("Chatwoot received %v", got)
+	}
+
+	again := send()
+	if again.Result == nil || again.Result.Status != aip.ResultCompleted || !bytes.Equal(again.Result.Output, first.Result.Output) {
+		t.Fatalf("the same action again: %+v", again)
+	}
+	if n := len(mock.messages()); n != 1 {
+		t.Fatalf("Chatwoot received %d messages for one action", n)
+	}
+
+	if err := host.Term(t); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	if log := host.Log(); !strings.Contains(log, "offline") {
+		t.Errorf("the host's log does not show the offline transition:\n%s", log)
+	}
+	rep, err := reg.ConnectorReplica(context.Background(), r.ID)
+	if err != nil || rep.Status != aip.ReplicaOffline {
+		t.Fatalf("after SIGTERM the registry has %+v (%v), want offline", rep.Status, err)
+	}
+}
