@@ -69,9 +69,6 @@ type Connector struct {
 	datasets     map[string]*dataset
 	datasetOrder []string
 	caps         map[string]target
-	// stream is the client of app invocations, whose answers are read
-	// as they arrive (provider.Client reads a whole answer at once).
-	stream *http.Client
 	// tasks holds the Dify task of each running invocation (action ID →
 	// taskRef) from the first event on, before and besides its state
 	// record, so a cancel finds it even while the record is being written.

@@ -239,8 +239,6 @@ func New(cfg Config) (*Connector, error) {
 			FlagAppsFile, FlagKnowledgeFile, n, hostsdk.MaxCapabilities)
 	}
 	c.index()
-	c.stream = &http.Client{Transport: cfg.Transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return c, nil
 }
 

@@ -39,10 +39,10 @@
 //
 // # Streaming, cancel and outcomes
 //
-// An invocation reads the event stream as it arrives (provider.Client
-// reads whole answers, so this one call uses its own http.Client with the
-// same rules: no redirects, the response bound counts every byte of the
-// stream, lines of at most 1 MiB). The first event carrying a task_id is
+// An invocation reads the event stream as it arrives (provider.Client's
+// Stream and EventReader, with the rules of every other call: no
+// redirects; the response bound counts every byte of the stream, and an
+// event is at most 1 MiB). The first event carrying a task_id is
 // recorded as {app_id, task_id, user} under the action ID in the host's
 // state store (namespace aip.connector.dify.active_tasks.v1) and in
 // memory; Cancel (hostsdk.Canceler) reads it and calls the app's stop
@@ -62,16 +62,18 @@
 // status like an HTTP error (a 400 is provider.invalid_request). A
 // workflow_finished with status failed or stopped is a failed result
 // (dify.workflow_failed, dify.workflow_stopped). A stream that ends, is
-// dropped or stays silent for two minutes (Dify pings every 10 seconds)
-// before its closing event is outcome_unknown: the request reached Dify
+// dropped or stays silent for two minutes (waiting for the answer or for
+// its next bytes; Dify pings every 10 seconds) before its closing event
+// is outcome_unknown: the request reached Dify
 // and the app ran.
 //
 // HTTP errors follow provider.Result: a 4xx is a failed result with a
 // provider.* code (400 invalid_request, 401 unauthorized, 403 forbidden,
 // 404 not_found, 429 rate_limited); a 5xx or a lost connection is
 // outcome_unknown for the invocation and for feedback, and a failed,
-// retryable provider.unavailable result for the reads. Dify's
-// {"code", "message"} error bodies become the message.
+// retryable provider.unavailable result for the reads. The message of
+// Dify's {"status", "code", "message"} error bodies becomes the error's
+// message (as for every provider.Client call; the code is not added).
 //
 // # Settings
 //

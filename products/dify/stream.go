@@ -1,17 +1,13 @@
 package dify
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +16,7 @@ import (
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
-// MaxEventBytes bounds one server-sent event line.
+// MaxEventBytes bounds one server-sent event (its lines together).
 const MaxEventBytes = 1 << 20
 
 // Failure codes of invocations that Dify reported as failed in the stream.
@@ -106,8 +102,6 @@ type workflowData struct {
 	Title       string          `json:"title"`
 }
 
-var errIdle = errors.New("the event stream stayed silent too long")
-
 // invoke runs an app in streaming mode and aggregates its events.
 func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	var in invokeInput
@@ -137,69 +131,28 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	if err != nil {
 		return nil, fmt.Errorf("dify: encode the request of %s: %w", call.Action.CapabilityID, err)
 	}
-	perr := func(status int, may bool, msg string, err error) *provider.Error {
-		return &provider.Error{Product: "dify", Method: http.MethodPost, Path: path, Status: status,
-			Message: msg, MayHaveApplied: may, Err: err}
-	}
-
-	rctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	idle := time.AfterFunc(c.cfg.StreamIdleTimeout, func() { stop(errIdle) })
-	defer idle.Stop()
-
-	u := *c.base
-	u.Path = c.base.Path + path
-	u.RawPath = ""
-	hr, err := http.NewRequestWithContext(rctx, http.MethodPost, u.String(), bytes.NewReader(raw))
+	st, err := a.client.Stream(ctx, provider.Request{Method: http.MethodPost, Path: path,
+		Body: raw, ContentType: "application/json"}, c.cfg.StreamIdleTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("dify: build the request of %s: %w", call.Action.CapabilityID, err)
+		return provider.Result(call, err, true)
 	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", "text/event-stream")
-	hr.Header.Set("User-Agent", userAgent)
-	hr.Header.Set("Authorization", "Bearer "+a.key.Reveal())
-	resp, err := c.stream.Do(hr)
-	if err != nil {
-		if context.Cause(rctx) == errIdle {
-			err = errIdle
-		}
-		return provider.Result(call, perr(0, !notSent(err), "no answer", err), true)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		e := perr(resp.StatusCode, resp.StatusCode >= 500, errorMessage(data), nil)
-		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-			e.Message = fmt.Sprintf("redirect to %q not followed; point --%s at the API itself", resp.Header.Get("Location"), FlagBaseURL)
-		}
-		if s := resp.Header.Get("Retry-After"); s != "" {
-			if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
-				e.RetryAfter = time.Duration(n) * time.Second
-			}
-		}
-		return provider.Result(call, e, true)
-	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return provider.Result(call, perr(resp.StatusCode, true,
-			fmt.Sprintf("answered %q instead of an event stream (text/event-stream)", mt), nil), true)
-	}
+	defer st.Close()
 
 	r := &run{c: c, call: call, app: a, user: in.User, chunks: chunks,
 		out: InvokeOutput{Mode: a.Mode}}
-	sr := &sseReader{r: bufio.NewReaderSize(resp.Body, 64<<10), max: c.cfg.MaxResponseBytes}
+	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
 	var readErr error
 	for !r.closed {
-		name, data, err := sr.next()
-		idle.Reset(c.cfg.StreamIdleTimeout)
+		e, err := events.Next()
 		if err != nil {
 			readErr = err
 			break
 		}
-		if name == "ping" || len(bytes.TrimSpace(data)) == 0 {
+		if e.Name == "ping" || len(bytes.TrimSpace(e.Data)) == 0 {
 			continue
 		}
 		var ev event
-		if err := json.Unmarshal(data, &ev); err != nil {
+		if err := json.Unmarshal(e.Data, &ev); err != nil {
 			readErr = fmt.Errorf("an event is not JSON: %w", err)
 			break
 		}
@@ -210,11 +163,12 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	}
 	// The stream ended before its closing event: the app ran, or runs
 	// still, and how it ended is not known.
+	var bound *provider.BoundError
 	switch {
 	case errors.Is(readErr, io.EOF):
 		readErr = errors.New("the event stream ended before its closing event")
-	case context.Cause(rctx) == errIdle:
-		readErr = fmt.Errorf("%w (%s)", errIdle, c.cfg.StreamIdleTimeout)
+	case errors.As(readErr, &bound) && bound.Total:
+		readErr = fmt.Errorf("%w (raise --%s)", readErr, FlagMaxResponseBytes)
 	case ctx.Err() != nil && r.out.TaskID != "":
 		// Cancelled (the Canceler stops the task) or timed out: the host
 		// records which.
@@ -447,103 +401,6 @@ func (r *run) result() (*aip.ActionResult, bool) {
 		return fail("dify.output", err.Error())
 	}
 	return res, true
-}
-
-// sseReader reads server-sent events: "event:" and "data:" fields up to a
-// blank line, comments skipped, each line at most MaxEventBytes and the
-// whole stream at most max bytes.
-type sseReader struct {
-	r    *bufio.Reader
-	max  int64
-	read int64
-}
-
-func (s *sseReader) next() (name string, data []byte, err error) {
-	var buf bytes.Buffer
-	have := false
-	for {
-		line, err := s.line()
-		if err != nil {
-			if errors.Is(err, io.EOF) && have {
-				return name, buf.Bytes(), nil
-			}
-			return "", nil, err
-		}
-		if len(line) == 0 {
-			if have {
-				return name, buf.Bytes(), nil
-			}
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "event":
-			name, have = string(value), true
-		case "data":
-			if buf.Len() > 0 {
-				buf.WriteByte('\n')
-			}
-			buf.Write(value)
-			have = true
-		}
-	}
-}
-
-func (s *sseReader) line() ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := s.r.ReadSlice('\n')
-		s.read += int64(len(chunk))
-		if s.read > s.max {
-			return nil, fmt.Errorf("the event stream is larger than the %d bytes allowed (raise --%s)", s.max, FlagMaxResponseBytes)
-		}
-		line = append(line, chunk...)
-		if len(line) > MaxEventBytes {
-			return nil, fmt.Errorf("an event line is longer than %d bytes", MaxEventBytes)
-		}
-		switch {
-		case err == nil:
-			return bytes.TrimRight(line, "\r\n"), nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF) && len(line) > 0:
-			return bytes.TrimRight(line, "\r\n"), nil
-		default:
-			return nil, err
-		}
-	}
-}
-
-// errorMessage extracts Dify's error message ({"code", "message",
-// "status"}) from an error answer, else the start of the body.
-func errorMessage(body []byte) string {
-	var e struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(body, &e) == nil && e.Message != "" {
-		if e.Code != "" {
-			return aip.TruncateUTF8(e.Code+": "+e.Message, 512)
-		}
-		return aip.TruncateUTF8(e.Message, 512)
-	}
-	return aip.TruncateUTF8(strings.TrimSpace(string(body)), 512)
-}
-
-// notSent reports whether err happened before any byte of the request
-// could have reached Dify: the name did not resolve or the connection was
-// refused (as provider.Client decides).
-func notSent(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // strictUnmarshal decodes one JSON value, refusing unknown fields and
