@@ -1,16 +1,13 @@
 package hermes
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -115,11 +112,13 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 	}
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	resp, err := ep.stream.open(ctx, "/v1/chat/completions", h, body)
+	// RequestTimeout bounds the whole stream; there is no idle bound.
+	st, err := ep.client.Stream(ctx, provider.Request{Method: http.MethodPost, Path: "/v1/chat/completions",
+		Header: h, Body: body, ContentType: "application/json"}, 0)
 	if err != nil {
 		return provider.Result(call, err, true)
 	}
-	defer resp.Body.Close()
+	defer st.Close()
 
 	// Chunks are best effort: once the receiver is gone the stream is
 	// still read to the end, so the journaled result is complete.
@@ -133,7 +132,7 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 	out.Message.Role = "assistant"
 	var text strings.Builder
 	done := false
-	err = ep.stream.events(resp.Body, func(event string, data []byte) (bool, error) {
+	err = events(st, ep.maxBytes, func(event string, data []byte) (bool, error) {
 		if event == "hermes.tool.progress" {
 			var v json.RawMessage
 			if json.Unmarshal(data, &v) != nil {
@@ -198,156 +197,32 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 	}
 	if err != nil {
 		// The agent ran (and may have acted); what it did is unknown.
-		return nil, fmt.Errorf("%w: %s POST /v1/chat/completions stream: %v", hostsdk.ErrOutcomeUnknown, ep.stream.product, err)
+		return nil, fmt.Errorf("%w: %s POST /v1/chat/completions stream: %v", hostsdk.ErrOutcomeUnknown, ep.client.Product(), err)
 	}
 	out.Message.Content = text.String()
 	return call.Complete(out)
 }
 
-// streamClient opens SSE streams. provider.Client reads a whole answer
-// before returning, so streams get their own client with the same rules:
-// no redirects, the same credentials, a bound on the whole stream and on
-// each frame.
-type streamClient struct {
-	product  string
-	base     *url.URL
-	maxBytes int64
-	auth     func(*http.Request)
-	http     *http.Client
-}
-
-func newStreamClient(product string, base *url.URL, maxBytes int64, auth func(*http.Request), rt http.RoundTripper) *streamClient {
-	if rt == nil {
-		rt = http.DefaultTransport.(*http.Transport).Clone()
-	}
-	return &streamClient{product: product, base: base, maxBytes: maxBytes, auth: auth, http: &http.Client{
-		Transport:     rt,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
-}
-
-// open posts body to path and returns a 2xx event-stream answer, or a
-// *provider.Error.
-func (s *streamClient) open(ctx context.Context, path string, h http.Header, body []byte) (*http.Response, error) {
-	fail := func(status int, may bool, msg string, err error) *provider.Error {
-		return &provider.Error{Product: s.product, Method: http.MethodPost, Path: path, Status: status,
-			Message: msg, MayHaveApplied: may, Err: err}
-	}
-	u := *s.base
-	u.Path = s.base.Path + path
-	u.RawPath = ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, fail(0, false, "build request", err)
-	}
-	for k, vs := range h {
-		req.Header[k] = vs
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("User-Agent", UserAgent)
-	s.auth(req)
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return nil, fail(0, !dialError(err), "no answer", err)
-	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-			resp.Body.Close()
-			return nil, fail(resp.StatusCode, true, fmt.Sprintf("answered %q instead of an event stream", ct), nil)
-		}
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := strings.TrimSpace(string(data))
-	var e struct {
-		Error   json.RawMessage `json:"error"`
-		Message string          `json:"message"`
-	}
-	if json.Unmarshal(data, &e) == nil {
-		var inner struct {
-			Message string `json:"message"`
-		}
-		var s string
+// events reads the SSE events of r (provider.EventReader: an event at
+// most MaxFrameBytes, the stream at most maxBytes) and calls fn with each
+// event's name ("" for the default) and data until fn says stop or r
+// ends. An event the stream ends before its blank line is discarded: the
+// stream was cut.
+func events(r io.Reader, maxBytes int64, fn func(event string, data []byte) (stop bool, err error)) error {
+	er := provider.NewEventReader(r, MaxFrameBytes, maxBytes)
+	for {
+		ev, err := er.Next()
+		var bound *provider.BoundError
 		switch {
-		case json.Unmarshal(e.Error, &inner) == nil && inner.Message != "":
-			msg = inner.Message
-		case json.Unmarshal(e.Error, &s) == nil && s != "":
-			msg = s
-		case e.Message != "":
-			msg = e.Message
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.As(err, &bound) && bound.Total:
+			return fmt.Errorf("%w (raise --%s)", err, FlagMaxResponseBytes)
+		case err != nil:
+			return err
+		}
+		if stop, err := fn(ev.Name, ev.Data); err != nil || stop {
+			return err
 		}
 	}
-	if len(msg) > 512 {
-		msg = msg[:512] + "…"
-	}
-	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		msg = fmt.Sprintf("redirect to %q not followed; point base_url at the API server itself", resp.Header.Get("Location"))
-	}
-	return nil, fail(resp.StatusCode, resp.StatusCode >= 500, msg, nil)
-}
-
-// events reads SSE events from r and calls fn with each event's name
-// ("" for the default) and data (data lines joined by newlines) until fn
-// says stop, r ends or a bound is passed.
-func (s *streamClient) events(r io.Reader, fn func(event string, data []byte) (stop bool, err error)) error {
-	lim := &io.LimitedReader{R: r, N: s.maxBytes + 1}
-	sc := bufio.NewScanner(lim)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxFrameBytes)
-	var event string
-	var data []byte
-	have := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if have {
-				stop, err := fn(event, data)
-				if err != nil || stop {
-					return err
-				}
-			}
-			event, data, have = "", data[:0], false
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "event":
-			event = string(value)
-		case "data":
-			if have {
-				data = append(data, '\n')
-			}
-			if len(data)+len(value) > MaxFrameBytes {
-				return fmt.Errorf("an event's data is larger than %d bytes", MaxFrameBytes)
-			}
-			data = append(data, value...)
-			have = true
-		}
-	}
-	if lim.N <= 0 {
-		return fmt.Errorf("the stream is larger than the %d bytes allowed (raise --%s)", s.maxBytes, FlagMaxResponseBytes)
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return fmt.Errorf("a stream line is larger than %d bytes", MaxFrameBytes)
-		}
-		return err
-	}
-	// An event without its closing blank line is discarded, as the SSE
-	// format says: the stream was cut.
-	return nil
-}
-
-// dialError reports whether err happened before any byte of the request
-// could reach the provider: the name did not resolve or the connection
-// was refused.
-func dialError(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }

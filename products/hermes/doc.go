@@ -36,7 +36,10 @@
 // Hermes "event: hermes.tool.progress" a tool chunk carrying its data; the
 // result is the assembled message. A stream that ends before [DONE], or
 // carries an error object, is outcome_unknown: the agent ran and may have
-// acted. Other capabilities in streaming mode run as they do
+// acted. The stream is opened with provider.Client.Stream (the rules of
+// every other call: no redirects, the same headers and key) and bounded
+// as a whole by RequestTimeout (900 s) and the action's timeout, without
+// an idle bound. Other capabilities in streaming mode run as they do
 // synchronously, without chunks.
 //
 // responses sends {model, input, instructions?, previous_response_id?,
@@ -79,7 +82,7 @@
 //     endpoints.
 //   - --hermes-max-response-bytes (AIP_HERMES_MAX_RESPONSE_BYTES): bound on
 //     a JSON answer and on a whole chat stream, 1024 to 256 MiB (default
-//     16 MiB). One SSE line or event is at most 1 MiB.
+//     16 MiB). One SSE event is at most 1 MiB.
 //   - --hermes-default-model (AIP_HERMES_DEFAULT_MODEL): the model of chat
 //     and responses when the action names none (default "hermes-agent").
 //

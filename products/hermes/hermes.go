@@ -35,7 +35,7 @@ const (
 	DefaultMaxResponseBytes = 16 << 20
 	// MaxMaxResponseBytes is the largest --hermes-max-response-bytes.
 	MaxMaxResponseBytes = 256 << 20
-	// MaxFrameBytes bounds one SSE line and one event's data.
+	// MaxFrameBytes bounds one SSE event (its lines together).
 	MaxFrameBytes = 1 << 20
 	// MaxEndpoints bounds the endpoints file's array.
 	MaxEndpoints = 1000
@@ -114,7 +114,8 @@ type endpoint struct {
 	id          string // lowercased, as in capability IDs
 	displayName string
 	client      *provider.Client
-	stream      *streamClient
+	// maxBytes bounds a whole chat stream (--hermes-max-response-bytes).
+	maxBytes int64
 }
 
 // New reads the endpoints file and its key files and returns the
@@ -200,8 +201,7 @@ func New(cfg Config) (*Connector, error) {
 		if err != nil {
 			return nil, err
 		}
-		ep := &endpoint{id: id, displayName: e.DisplayName, client: pc,
-			stream: newStreamClient("hermes-agent "+id, base, cfg.MaxResponseBytes, auth, cfg.Transport)}
+		ep := &endpoint{id: id, displayName: e.DisplayName, client: pc, maxBytes: cfg.MaxResponseBytes}
 		c.endpoints = append(c.endpoints, ep)
 		c.byID[id] = ep
 	}

@@ -634,10 +634,10 @@ func TestNewErrors(t *testing.T) {
 // TestStreamEvents: the SSE reader dispatches complete events only and
 // enforces the stream and frame bounds.
 func TestStreamEvents(t *testing.T) {
-	s := &streamClient{maxBytes: 1 << 10}
+	maxBytes := int64(1 << 10)
 	read := func(body string) ([]string, error) {
 		var got []string
-		err := s.events(strings.NewReader(body), func(event string, data []byte) (bool, error) {
+		err := events(strings.NewReader(body), maxBytes, func(event string, data []byte) (bool, error) {
 			got = append(got, event+"|"+string(data))
 			return string(data) == "[DONE]", nil
 		})
@@ -653,7 +653,7 @@ func TestStreamEvents(t *testing.T) {
 	if _, err := read(strings.Repeat("data: 0123456789\n\n", 100)); err == nil || !strings.Contains(err.Error(), "--hermes-max-response-bytes") {
 		t.Errorf("oversized stream: %v", err)
 	}
-	s.maxBytes = 4 << 20
+	maxBytes = 4 << 20
 	if _, err := read("data: " + strings.Repeat("x", MaxFrameBytes+1) + "\n\n"); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("oversized frame: %v", err)
 	}
