@@ -245,6 +245,18 @@ var supportFeatures = []supportFeature{
 	{"credentials", func(s *aip.ImplementationSupport) *bool { return &s.Credentials }},
 }
 
+// SupportFeatureNames returns the features s claims, by their fleet-file
+// names, in the order a fleet file writes them.
+func SupportFeatureNames(s aip.ImplementationSupport) []string {
+	var out []string
+	for _, f := range supportFeatures {
+		if *f.claim(&s) {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
 // ---------------------------------------------------------------- parsing
 
 // ParseFleetFile parses and validates a fleet file. Unknown fields,

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/registry"
 )
 
 // commonSettings are aip-host's own settings, beside the host's and the
@@ -109,8 +111,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // printManifest binds the connector's manifest for the configured tenant
-// and trust domain, as the host would, and prints it with its digest.
-// Only those two host settings are used.
+// and trust domain, as the host would, and prints it with its digest and,
+// for the fleet file's version entry, the implementation support every
+// capability needs (registry.RequiredSupport: invocation, and a feature for
+// every promise of its contract, which the adapters keep). Only those two
+// host settings are used.
 func printManifest(ctx context.Context, conn hostsdk.Connector, cfg hostsdk.Config, stdout io.Writer) error {
 	tenant := hostsdk.TenantContext{TenantID: cfg.TenantID, TrustDomain: cfg.TrustDomain}
 	m, err := conn.Manifest(ctx, tenant)
@@ -121,7 +126,15 @@ func printManifest(ctx context.Context, conn hostsdk.Connector, cfg hostsdk.Conf
 	if err != nil {
 		return fmt.Errorf("the connector's manifest: %w", err)
 	}
-	out, err := json.MarshalIndent(map[string]any{"manifest_digest": digest, "capability_count": len(bound.Capabilities), "manifest": bound}, "", "  ")
+	support := map[string][]string{}
+	for i := range bound.Capabilities {
+		c := &bound.Capabilities[i]
+		if c.Kind != aip.KindResource {
+			support[c.ID] = registry.SupportFeatureNames(registry.RequiredSupport(c))
+		}
+	}
+	out, err := json.MarshalIndent(map[string]any{"manifest_digest": digest, "capability_count": len(bound.Capabilities),
+		"implementation_support": support, "manifest": bound}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
 // products' minimal valid settings, as environment variables, with the
@@ -119,9 +121,10 @@ func TestPrintManifest(t *testing.T) {
 				t.Fatal(err)
 			}
 			var out struct {
-				Digest string       `json:"manifest_digest"`
-				Count  int          `json:"capability_count"`
-				M      aip.Manifest `json:"manifest"`
+				Digest  string              `json:"manifest_digest"`
+				Count   int                 `json:"capability_count"`
+				Support map[string][]string `json:"implementation_support"`
+				M       aip.Manifest        `json:"manifest"`
 			}
 			if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 				t.Fatalf("output is not the manifest JSON: %v\n%s", err, stdout.String())
@@ -132,6 +135,25 @@ func TestPrintManifest(t *testing.T) {
 			_, digest, err := hostsdk.BindManifest(&out.M, "fleet.example")
 			if err != nil || digest != out.Digest {
 				t.Fatalf("printed digest %s, the manifest binds to %s (%v)", out.Digest, digest, err)
+			}
+			// The claims admit the manifest as a version.
+			v := registrytest.Version("cver_"+strings.ReplaceAll(n, "-", "_"), "ctype_x", "1.0.0", "team", registry.VersionActive, out.M)
+			v.ImplementationSupport = map[string]aip.ImplementationSupport{}
+			for id, features := range out.Support {
+				s := aip.ImplementationSupport{}
+				for _, f := range features {
+					set := map[string]*bool{"invocation": &s.Invocation, "cancellation": &s.Cancellation, "streaming": &s.Streaming,
+						"retry": &s.Retry, "transaction": &s.Transaction, "reconciliation": &s.Reconciliation,
+						"compensation": &s.Compensation, "approval": &s.Approval, "credentials": &s.Credentials}[f]
+					if set == nil {
+						t.Fatalf("%s: unknown feature %q", id, f)
+					}
+					*set = true
+				}
+				v.ImplementationSupport[id] = s
+			}
+			if _, err := registry.PrepareVersion(v, registry.DefaultLimits()); err != nil {
+				t.Fatalf("the printed manifest and claims are not admissible: %v", err)
 			}
 			if strings.Contains(stdout.String(), "tok-123") {
 				t.Fatal("the credential is in the manifest")
