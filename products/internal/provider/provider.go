@@ -7,6 +7,11 @@
 // response, and sends credentials only through the Auth function it is
 // given. Secrets are held as Secret, which never prints.
 //
+// Client.Stream sends a request the same way and returns the open body of
+// a text/event-stream answer, bounded by the caller's context and an idle
+// bound rather than Config.Timeout; EventReader reads its Server-Sent
+// Events within a per-event and a whole-stream byte bound.
+//
 // Errors are *Error values that record whether the request may have
 // reached the provider (Error.MayHaveApplied). Result turns an error into
 // the right AIP outcome: a read that failed is a failed result (retryable
@@ -133,8 +138,8 @@ type Config struct {
 	BaseURL *url.URL
 	// MaxResponseBytes bounds a response body (0: DefaultMaxResponseBytes).
 	MaxResponseBytes int64
-	// Timeout bounds one request (0: DefaultTimeout); the action's context
-	// bounds it too.
+	// Timeout bounds one request of Do and JSON (0: DefaultTimeout); the
+	// action's context bounds it too. It does not apply to Stream.
 	Timeout time.Duration
 	// UserAgent is sent with every request.
 	UserAgent string
