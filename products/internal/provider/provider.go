@@ -5,7 +5,10 @@
 // location), accepts plain http only for loopback origins unless the
 // adapter allows it explicitly, reads at most MaxResponseBytes of a
 // response, and sends credentials only through the Auth function it is
-// given. Secrets are held as Secret, which never prints.
+// given. Secrets are held as Secret, which never prints. It never lets
+// net/http resend a request whose method may change the provider (see
+// neverResent): net/http would, after a dropped keep-alive connection, for
+// any request carrying an Idempotency-Key header.
 //
 // Client.Stream sends a request the same way and returns the open body of
 // a text/event-stream answer, bounded by the caller's context and an idle
@@ -328,7 +331,32 @@ func (c *Client) newRequest(ctx context.Context, req Request, accept string) (*h
 	if c.cfg.Auth != nil {
 		c.cfg.Auth(hr)
 	}
+	neverResent(hr)
 	return hr, nil
+}
+
+// neverResent keeps net/http from sending a request that may change the
+// provider a second time. http.Transport resends a request on its own when
+// a reused keep-alive connection fails before the answer, if the request
+// is "idempotent" (GET, HEAD, OPTIONS, TRACE, or any request carrying an
+// Idempotency-Key or X-Idempotency-Key header) and has no body or can
+// rebuild it (GetBody). The provider may have acted on the first copy, and
+// most providers do not deduplicate by that header, so for every other
+// method the body cannot be rebuilt, and a bodyless request that carries
+// such a header gets an empty body, which makes it not replayable (it is
+// sent as an empty chunked body, or none for DELETE). The failure then
+// reaches the adapter, and a mutation is recorded outcome_unknown.
+func neverResent(hr *http.Request) {
+	switch hr.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return
+	}
+	hr.GetBody = nil
+	_, key := hr.Header["Idempotency-Key"]
+	_, xkey := hr.Header["X-Idempotency-Key"]
+	if (hr.Body == nil || hr.Body == http.NoBody) && (key || xkey) {
+		hr.Body = io.NopCloser(strings.NewReader(""))
+	}
 }
 
 // refused builds the *Error of an answer that is not a 2xx, whose body
@@ -377,13 +405,14 @@ func notSent(err error) bool {
 }
 
 // providerMessage extracts a readable message from an error body: the
-// first of message, error (a string, or an object with a message),
+// first of message, messages (a list, as Twenty sends next to an error
+// class name in error), error (a string, or an object with a message),
 // errors (a list), description or detail in a JSON object, else the start
 // of the text.
 func providerMessage(body []byte) string {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) == nil {
-		for _, k := range []string{"message", "error", "errors", "description", "detail"} {
+		for _, k := range []string{"message", "messages", "error", "errors", "description", "detail"} {
 			raw, ok := obj[k]
 			if !ok {
 				continue

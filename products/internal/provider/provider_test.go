@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,6 +159,7 @@ func TestErrors(t *testing.T) {
 		{"bad request", 400, nil, `{"message":"content is required"}`, false, CodeInvalidRequest, false, 0, "content is required"},
 		{"unprocessable", 422, nil, `{"errors":["a","b"]}`, false, CodeInvalidRequest, false, 0, `["a","b"]`},
 		{"unauthorized", 401, nil, `{"error":"Invalid token"}`, false, CodeUnauthorized, false, 0, "Invalid token"},
+		{"messages before the error class", 404, nil, `{"statusCode":404,"error":"NotFoundException","messages":["Object people2 not found"]}`, false, CodeNotFound, false, 0, "Object people2 not found"},
 		{"forbidden", 403, nil, `{"error":{"message":"no access"}}`, false, CodeForbidden, false, 0, "no access"},
 		{"not found", 404, nil, `not here`, false, CodeNotFound, false, 0, "not here"},
 		{"conflict", 409, nil, `{}`, false, CodeConflict, false, 0, ""},
@@ -525,5 +527,61 @@ func TestEventReader(t *testing.T) {
 	}
 	if _, err := er.Next(); err == nil {
 		t.Fatal("read on after an error")
+	}
+}
+
+// TestMutationsAreNeverResent: when a reused keep-alive connection dies
+// after a request was sent, net/http resends "idempotent" requests on its
+// own, including any carrying an Idempotency-Key header. The client must
+// never let it resend a mutation: the provider may have applied it.
+func TestMutationsAreNeverResent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		method string
+		json   any
+		header http.Header
+		resent bool
+	}{
+		{"POST with a body and Idempotency-Key", "POST", map[string]int{"n": 1}, http.Header{"Idempotency-Key": {"k"}}, false},
+		{"POST without a body with Idempotency-Key", "POST", nil, http.Header{"Idempotency-Key": {"k"}}, false},
+		{"DELETE with X-Idempotency-Key", "DELETE", nil, http.Header{"X-Idempotency-Key": {"k"}}, false},
+		{"PATCH with a body", "PATCH", map[string]int{"n": 1}, nil, false},
+		{"GET (a read may be resent)", "GET", nil, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			arrivals := 0
+			c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+				io.Copy(io.Discard, r.Body)
+				mu.Lock()
+				arrivals++
+				n := arrivals
+				mu.Unlock()
+				if n == 2 { // the second request dies with its connection
+					conn, _, _ := w.(http.Hijacker).Hijack()
+					conn.Close()
+					return
+				}
+				fmt.Fprint(w, `{}`)
+			}, nil)
+			// The first request leaves a keep-alive connection to reuse.
+			if _, err := c.Do(t.Context(), Request{Method: "GET", Path: "/warm"}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := c.Do(t.Context(), Request{Method: tc.method, Path: "/x", JSON: tc.json, Header: tc.header})
+			mu.Lock()
+			got := arrivals
+			mu.Unlock()
+			if tc.resent {
+				if got != 3 || err != nil {
+					t.Fatalf("a read: %d arrivals, %v; want it resent once and answered", got, err)
+				}
+				return
+			}
+			var pe *Error
+			if got != 2 || !errors.As(err, &pe) || !pe.MayHaveApplied {
+				t.Fatalf("%d arrivals (want 2: never resent), error %v (want one that may have applied)", got, err)
+			}
+		})
 	}
 }
