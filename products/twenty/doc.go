@@ -30,8 +30,9 @@
 //   - cap:twenty:record.create: POST /rest/<object> with the record.
 //   - cap:twenty:record.update: PATCH /rest/<object>/<id> with the fields
 //     to change.
-//   - cap:twenty:record.soft_delete: DELETE /rest/<object>/<id> (Twenty
-//     keeps the record as deleted; it can be restored there).
+//   - cap:twenty:record.soft_delete: DELETE /rest/<object>/<id>?soft_delete=true
+//     (Twenty keeps the record as deleted; it can be restored there; without
+//     soft_delete=true Twenty would delete it permanently).
 //   - cap:twenty:record.create_many: POST /rest/batch/<object> with 1 to 60
 //     records; returns {object, records}.
 //   - cap:twenty:metadata.list: GET /rest/metadata/objects (limit,

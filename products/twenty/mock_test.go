@@ -284,7 +284,16 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			maps.Copy(rec, patch)
 			reply(w, 200, map[string]any{"data": map[string]any{"update" + upper(singular): rec}})
 		case http.MethodDelete:
-			rec["deletedAt"] = "2026-11-30T10:00:00.000Z"
+			// Twenty's generated REST API: soft_delete (default false)
+			// decides between a soft delete and a permanent one.
+			if !m.queryOK(w, r, "soft_delete") {
+				return
+			}
+			if r.URL.Query().Get("soft_delete") == "true" {
+				rec["deletedAt"] = "2026-11-30T10:00:00.000Z"
+			} else {
+				m.records[segs[1]] = slices.DeleteFunc(m.records[segs[1]], func(x map[string]any) bool { return x["id"] == segs[2] })
+			}
 			reply(w, 200, map[string]any{"data": map[string]any{"delete" + upper(singular): map[string]any{"id": rec["id"]}}})
 		default:
 			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
@@ -312,6 +321,19 @@ func (m *mockTwenty) queryOK(w http.ResponseWriter, r *http.Request, allowed ...
 		}
 	}
 	return true
+}
+
+// record returns the stored record of plural with id, nil when there is
+// none (never created, or deleted permanently).
+func (m *mockTwenty) record(plural, id string) map[string]any {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, x := range m.records[plural] {
+		if x["id"] == id {
+			return maps.Clone(x)
+		}
+	}
+	return nil
 }
 
 func (m *mockTwenty) create(plural string, rec map[string]any) {

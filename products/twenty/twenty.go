@@ -44,7 +44,7 @@ var operations = []struct {
 	{OpGet, "Get a record", "Reads one record: GET /rest/<object>/<id>.", false, aip.RiskLow},
 	{OpCreate, "Create a record", "Creates one record: POST /rest/<object> with the record's fields; returns the created record.", true, aip.RiskMedium},
 	{OpUpdate, "Update a record", "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", true, aip.RiskMedium},
-	{OpSoftDelete, "Soft-delete a record", "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>.", true, aip.RiskMedium},
+	{OpSoftDelete, "Soft-delete a record", "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", true, aip.RiskMedium},
 	{OpCreateMany, "Create records in a batch", "Creates 1 to 60 records of one object in one call: POST /rest/batch/<object>; returns the created records.", true, aip.RiskMedium},
 	{OpMetadataList, "List objects", "Lists the workspace's objects and their fields: GET /rest/metadata/objects.", false, aip.RiskLow},
 }
@@ -183,7 +183,10 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	case OpUpdate:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: recordPath(in), JSON: in.Record}, true)
 	case OpSoftDelete:
-		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in)}, true)
+		// soft_delete=true: Twenty's generated REST API deletes the record
+		// permanently when soft_delete is absent or false (its default).
+		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
+			Query: url.Values{"soft_delete": {"true"}}}, true)
 	case OpCreateMany:
 		return c.createMany(ctx, call, in)
 	case OpMetadataList:

@@ -269,17 +269,21 @@ func TestRecordLifecycle(t *testing.T) {
 		t.Errorf("list query (-want +got):\n%s", d)
 	}
 
-	// record.soft_delete: DELETE /rest/people/<id>, no body.
+	// record.soft_delete: DELETE /rest/people/<id>?soft_delete=true, no
+	// body (without soft_delete=true Twenty deletes permanently).
 	del := action(OpSoftDelete, `{"object":"people","id":"`+id+`"}`)
 	var deleted recordOut
 	e.complete(t, del, &deleted)
 	r = e.mock.last(t)
-	if r.Method != "DELETE" || r.Path != "/rest/people/"+id || r.Body != "" || len(r.Query) != 0 {
+	if r.Method != "DELETE" || r.Path != "/rest/people/"+id || r.Body != "" || r.Query.Encode() != "soft_delete=true" {
 		t.Fatalf("soft_delete sent %s %s?%s %q", r.Method, r.Path, r.Query.Encode(), r.Body)
 	}
 	checkMutationHeaders(t, r, del)
 	if deleted.Record["id"] != id {
 		t.Fatalf("soft_delete output %+v", deleted)
+	}
+	if rec := e.mock.record("people", id); rec == nil || rec["deletedAt"] == nil {
+		t.Fatalf("after soft_delete the record is %v; want it kept with deletedAt set", rec)
 	}
 }
 
