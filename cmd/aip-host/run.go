@@ -14,6 +14,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -67,9 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "Usage: aip-host %s [flags]\n\n%s\n\nFlags:\n", p.Name, p.Summary)
 		fs.PrintDefaults()
 	}
-	loadHost := hostsdk.BindFlags(fs)
-	loadCommon := hostsdk.BindSettings(fs, commonSettings)
-	loadProduct := hostsdk.BindSettings(fs, p.Settings)
+	loadHost, loadCommon, loadProduct := bindFlags(fs, p)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -108,6 +107,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return host.Run(ctx)
+}
+
+// bindFlags defines the host's, aip-host's and the product's flags on fs
+// and returns their loaders.
+func bindFlags(fs *flag.FlagSet, p products.Product) (
+	loadHost func(func(string) string) (hostsdk.Config, error),
+	loadCommon, loadProduct func(func(string) string) (hostsdk.SettingValues, error),
+) {
+	return hostsdk.BindFlags(fs), hostsdk.BindSettings(fs, commonSettings), hostsdk.BindSettings(fs, p.Settings)
 }
 
 // printManifest binds the connector's manifest for the configured tenant

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,5 +160,43 @@ func TestPrintManifest(t *testing.T) {
 				t.Fatal("the credential is in the manifest")
 			}
 		})
+	}
+}
+
+// TestDocsUseRealFlags: every aip-host command in docs/products.md names a
+// product and flags that exist.
+func TestDocsUseRealFlags(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "products.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	inSh := false
+	for _, line := range strings.Split(strings.ReplaceAll(string(raw), "\\\n", " "), "\n") {
+		switch trimmed := strings.TrimSpace(line); {
+		case trimmed == "```sh":
+			inSh = true
+		case trimmed == "```":
+			inSh = false
+		case inSh && strings.HasPrefix(trimmed, "go run ./cmd/aip-host "):
+			cmds = append(cmds, strings.TrimPrefix(trimmed, "go run ./cmd/aip-host "))
+		}
+	}
+	if len(cmds) < 2 {
+		t.Fatalf("found %d aip-host commands in docs/products.md; the reader expects at least the print and run examples", len(cmds))
+	}
+	for _, c := range cmds {
+		args := strings.Fields(c)
+		p, ok := catalog[args[0]]
+		if !ok {
+			t.Errorf("docs/products.md: unknown product in %q", c)
+			continue
+		}
+		fs := flag.NewFlagSet("docs", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		bindFlags(fs, p)
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
+			t.Errorf("docs/products.md: %q: %v (arguments left: %v)", c, err, fs.Args())
+		}
 	}
 }
