@@ -116,8 +116,11 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.c.cfg.Now()
+	// The skew is computed in milliseconds: now.Sub of a timestamp
+	// centuries away saturates at the smallest time.Duration, whose
+	// absolute value is still negative. ms >= 0, so this cannot overflow.
 	ms, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || absDuration(now.Sub(time.UnixMilli(ms))) > MaxSkew {
+	if skew := now.UnixMilli() - ms; err != nil || skew > MaxSkew.Milliseconds() || skew < -MaxSkew.Milliseconds() {
 		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
 			fmt.Sprintf("the timestamp is more than %d ms away from the host's clock", MaxSkew.Milliseconds()))
 		return
@@ -215,11 +218,4 @@ func replayKey(ts, sig string, body []byte) string {
 	s.Write([]byte(ts + ":" + sig + ":"))
 	s.Write(body)
 	return hex.EncodeToString(s.Sum(nil))
-}
-
-func absDuration(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
 }

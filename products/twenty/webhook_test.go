@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -194,6 +195,11 @@ func TestWebhookRefused(t *testing.T) {
 		}(), "", 401, "webhook.authentication_failed"},
 		{"stale timestamp", newDelivery(good, now.Add(-301*time.Second)), "", 400, "webhook.invalid_timestamp"},
 		{"future timestamp", newDelivery(good, now.Add(301*time.Second)), "", 400, "webhook.invalid_timestamp"},
+		// Far enough ahead that now minus it does not fit a time.Duration.
+		{"timestamp centuries ahead", func() delivery {
+			ts := strconv.FormatInt(math.MaxInt64, 10)
+			return delivery{body: good, timestamp: ts, signature: sign(webhookSecret, ts, good), nonce: strings.Repeat("a", 32)}
+		}(), "", 400, "webhook.invalid_timestamp"},
 		{"timestamp in seconds", func() delivery {
 			ts := strconv.FormatInt(now.Unix(), 10)
 			return delivery{body: good, timestamp: ts, signature: sign(webhookSecret, ts, good), nonce: strings.Repeat("a", 32)}
