@@ -101,7 +101,8 @@
 // another account, 400 webhook.invalid_delivery; storage unavailable 503
 // webhook.storage_unavailable. The delivery ID is fenced in the host's
 // state store (namespace aip.connector.chatwoot.webhook_replay.v1, key
-// instance:<instance_id>, window 300 s, 10 000 deliveries, oldest
+// instance:<instance_id>, window 600 s: twice the skew, as a timestamp ahead
+// of the clock stays acceptable that long; 10 000 deliveries, oldest
 // evicted); a duplicate is answered 200 with the same accepted_events and
 // "duplicate": true. Messages whose content_attributes carry
 // aip_action_id (the connector's own) are accepted with no event (loop

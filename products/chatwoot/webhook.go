@@ -28,9 +28,13 @@ const (
 	// MaxDeliveryIDBytes bounds the delivery header.
 	MaxDeliveryIDBytes = 512
 	// FenceNamespace, FenceWindow and FenceCapacity configure the replay
-	// fence (key "instance:<instance_id>", oldest evicted when full).
+	// fence (key "instance:<instance_id>", oldest evicted when full). A
+	// delivery whose timestamp is up to MaxSkew ahead of this host's clock
+	// passes the timestamp check until up to twice MaxSkew after it was
+	// received, so the fence remembers it that long (the reference's 300 s
+	// window would let such a delivery be replayed after 300 s).
 	FenceNamespace = "aip.connector.chatwoot.webhook_replay.v1"
-	FenceWindow    = 300 * time.Second
+	FenceWindow    = 2 * MaxSkew
 	FenceCapacity  = 10000
 	// maxInlinePayload is the largest webhook payload copied into an
 	// event's data; larger ones are summarised (an event is at most

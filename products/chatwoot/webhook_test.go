@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -229,5 +230,41 @@ func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
 	m, err := e.conn.Manifest(ctxT(t), e.host.Tenant())
 	if err != nil || len(m.Channels) != 0 {
 		t.Errorf("outbound-only manifest channels %s, %v", m.Channels, err)
+	}
+}
+
+// clock is a settable webhook clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// TestWebhookReplayOfFutureTimestamp: a delivery whose timestamp is
+// ahead of this host's clock (within the skew) stays acceptable until
+// timestamp+skew, up to twice the skew after it was first received; the
+// replay fence must still hold it then.
+func TestWebhookReplayOfFutureTimestamp(t *testing.T) {
+	t0 := time.Unix(1_900_000_000, 0)
+	clk := &clock{now: t0}
+	e := newEnv(t, func(c *Config) { c.Now = clk.Now })
+	d := signed("dlv-future", t0.Add(MaxSkew-10*time.Second), incoming)
+	if a := e.post(t, d); a.status != 200 || a.body["duplicate"] != nil {
+		t.Fatalf("first delivery: %d %v", a.status, a.body)
+	}
+	clk.set(t0.Add(MaxSkew + 100*time.Second)) // the timestamp is still within the skew
+	if a := e.post(t, d); a.status != 200 || a.body["duplicate"] != true {
+		t.Fatalf("the same delivery %s after it was received: %d %v, want a duplicate", MaxSkew+100*time.Second, a.status, a.body)
 	}
 }
