@@ -261,21 +261,28 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 }
 
 // wait polls GET /status/{kickoff_id} every poll interval until the run
-// is completed or error. It returns ctx's error when ctx ends first.
+// is completed or error. When ctx ends first (a cancel, a timeout, the
+// host's shutdown) the run is outcome_unknown: the crew was kicked off and
+// keeps running on CrewAI AMP, which has no cancel, so recording it
+// cancelled would tell the caller that nothing happened.
 func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoffID string, logger *slog.Logger) (*aip.ActionResult, error) {
 	timer := time.NewTimer(0) // the first read is immediate
 	defer timer.Stop()
 	failures := 0
+	stopped := func() error {
+		return fmt.Errorf("%w: crew %s was kicked off as %s and keeps running on CrewAI AMP, which has no cancel; the wait ended (%v) (read it with %s%s:%s)",
+			hostsdk.ErrOutcomeUnknown, cr.id, kickoffID, context.Cause(ctx), CapabilityPrefix, cr.id, SuffixStatus)
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, stopped()
 		case <-timer.C:
 		}
 		st, err := c.readStatus(ctx, cr, kickoffID)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, stopped()
 			}
 			var pe *provider.Error
 			if errors.As(err, &pe) && transient(pe) && failures+1 < maxPollFailures {

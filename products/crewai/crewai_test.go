@@ -395,9 +395,10 @@ func TestInputSchemaRejections(t *testing.T) {
 	}
 }
 
-// TestCancelStopsPolling cancels a run while it polls: the action is
-// cancelled, and once the cancel is answered (the host waits for Handle
-// to return) no status read of that run follows.
+// TestCancelStopsPolling cancels a run while it polls: the crew keeps
+// running on AMP (it has no cancel), so the action is outcome_unknown
+// naming the kickoff id, not cancelled; once the cancel is answered (the
+// host waits for Handle to return) no status read of that run follows.
 func TestCancelStopsPolling(t *testing.T) {
 	m := newMockAMP(t)
 	m.runningPolls = 1 << 30
@@ -425,13 +426,16 @@ func TestCancelStopsPolling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
-		t.Fatalf("cancel answered %+v, %v (%s)", res, err, resp.Raw)
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, kickoffID) {
+		t.Fatalf("cancel answered HTTP %d %s, want %s naming kickoff %s", resp.Status, resp.Raw, hostsdk.CodeOutcomeUnknown, kickoffID)
 	}
 	if resp := <-done; resp == nil {
 		t.Fatal("no answer to the action")
-	} else if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
-		t.Fatalf("the action answered %+v, %v", res, err)
+	} else if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+		t.Fatalf("the action answered HTTP %d %s, want %s", resp.Status, resp.Raw, hostsdk.CodeOutcomeUnknown)
+	}
+	if got := e.state(t, a); got != aip.StateOutcomeUnknown {
+		t.Fatalf("journal state %s, want outcome_unknown", got)
 	}
 	polls := m.pollCount(kickoffID)
 	// Another run polls several times meanwhile; the cancelled one is not

@@ -53,11 +53,13 @@
 // answer without a status), ends the wait as outcome_unknown, with the
 // kickoff id in the message so the status capability can read it later.
 //
-// When the action is cancelled or times out, polling stops and the
-// context's error is returned: the host records the action cancelled (or
-// outcome_unknown for a timeout). The AMP API has no cancel operation, so
-// the crew itself keeps running on CrewAI AMP; the contract therefore says
-// supports_cancel false.
+// When the action is cancelled or times out after the kickoff, polling
+// stops and the action is outcome_unknown, with the kickoff id in the
+// message: the AMP API has no cancel operation, so the crew itself keeps
+// running on CrewAI AMP (the contract says supports_cancel false), and a
+// "cancelled" record would wrongly tell the caller nothing happened. A
+// cancel that arrives before the kickoff is sent records the action
+// cancelled.
 //
 // The adapter is a hostsdk.Reconciler. A run a crash left running whose
 // kickoff id is recorded is settled by one status read: completed or
