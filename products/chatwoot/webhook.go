@@ -166,11 +166,23 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte("chatwoot\x00" + strconv.FormatInt(c.cfg.AccountID, 10) + "\x00" + delivery))
 	return []aip.Event{{
-		ID: aip.PrefixEvent + "chatwoot_" + hex.EncodeToString(sum[:16]), Kind: "chatwoot." + event,
+		ID: eventID(c.cfg.AccountID, delivery), Kind: "chatwoot." + event,
 		OccurredAt: aip.At(sent), Data: raw,
 	}}, nil
+}
+
+// eventID returns the delivery's event ID: "evt_" and the first 16 bytes
+// of SHA-256("chatwoot" NUL account NUL delivery) with the UUIDv7 version
+// and RFC 9562 variant bits set, so it is an AIP event identifier that
+// depends on the delivery alone (a redelivery signed at another time keeps
+// it; its time field is digest bits, not a clock).
+func eventID(accountID int64, delivery string) string {
+	sum := sha256.Sum256([]byte("chatwoot\x00" + strconv.FormatInt(accountID, 10) + "\x00" + delivery))
+	u := sum[:16]
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return aip.PrefixEvent + hex.EncodeToString(u)
 }
 
 // accountOf reads account.id or account_id from a payload.

@@ -268,3 +268,30 @@ func TestWebhookReplayOfFutureTimestamp(t *testing.T) {
 		t.Fatalf("the same delivery %s after it was received: %d %v, want a duplicate", MaxSkew+100*time.Second, a.status, a.body)
 	}
 }
+
+// TestWebhookEventID: the event ID is an AIP event identifier ("evt_" and
+// a UUIDv7 in 32 lowercase hex digits) derived from the account and the
+// delivery ID only, so a redelivery signed at another time keeps it and
+// another delivery or account does not share it.
+func TestWebhookEventID(t *testing.T) {
+	e := newEnv(t, nil)
+	at := time.Unix(1_900_000_000, 0)
+	evs, err := e.conn.mapDelivery("dlv-1", at, []byte(incoming))
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("mapDelivery: %v, %v", evs, err)
+	}
+	id := evs[0].ID
+	if err := aip.ValidateID(aip.PrefixEvent, id); err != nil {
+		t.Errorf("event ID: %v", err)
+	}
+	later, _ := e.conn.mapDelivery("dlv-1", at.Add(time.Hour), []byte(incoming))
+	other, _ := e.conn.mapDelivery("dlv-2", at, []byte(incoming))
+	if later[0].ID != id || other[0].ID == id {
+		t.Errorf("IDs %s (same delivery later), %s (another delivery); want %s and a different one", later[0].ID, other[0].ID, id)
+	}
+	c8 := &Connector{cfg: Config{AccountID: 8}}
+	acct8, _ := c8.mapDelivery("dlv-1", at, []byte(strings.Replace(incoming, `"account":{"id":7`, `"account":{"id":8`, 1)))
+	if acct8[0].ID == id {
+		t.Error("the same delivery ID for another account maps to the same event ID")
+	}
+}
