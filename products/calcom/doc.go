@@ -83,8 +83,9 @@
 // not accepting 503 webhook.storage_unavailable. A verified delivery is
 // fenced against replays in the host's state store (namespace
 // aip.connector.cal_diy.webhook_replay.v1, key instance:<instance_id>,
-// ID = hex SHA-256 of subscription, version, signature and body; 24 hour
-// window; 4096 deliveries, the oldest forgotten first); a duplicate is
+// ID = hex SHA-256 of subscription, version, signature and body; window
+// 24 hours + 5 minutes, as long as a createdAt ahead of the clock stays
+// acceptable; 4096 deliveries, the oldest forgotten first); a duplicate is
 // answered 200 with "duplicate": true. Otherwise it becomes one event of
 // kind cal_diy.<trigger event lowercased> (data: subscription_id,
 // trigger_event, created_at, webhook_version, payload) whose ID is derived

@@ -54,8 +54,11 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	if len(c.cfg.WebhookSecrets) == 0 {
 		return nil, nil
 	}
+	// A delivery whose createdAt is up to WebhookMaxSkew ahead of this
+	// host's clock passes the age check until WebhookMaxAge+WebhookMaxSkew
+	// after it was received: the fence remembers it that long.
 	fence := &webhook.Fence{Namespace: ReplayNamespace, Key: "instance:" + rc.Tenant.InstanceID,
-		Window: WebhookMaxAge, Capacity: ReplayCapacity, EvictOldest: true}
+		Window: WebhookMaxAge + WebhookMaxSkew, Capacity: ReplayCapacity, EvictOldest: true}
 	return []hostsdk.Route{{Pattern: WebhookRoute, Handler: c.webhookHandler(rc, fence)}}, nil
 }
 

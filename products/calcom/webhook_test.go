@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -282,5 +283,30 @@ func TestEventIDDeterministic(t *testing.T) {
 	}
 	if id, err := aip.IDTime(aip.PrefixEvent, e1.ID); err != nil || !id.Equal(at) {
 		t.Fatalf("event ID time %v, %v; want %v", id, err, at)
+	}
+}
+
+// TestWebhookReplayOfFutureCreatedAt: a delivery whose createdAt is ahead
+// of this host's clock (within WebhookMaxSkew) passes the age check until
+// createdAt+WebhookMaxAge, which is later than WebhookMaxAge after it was
+// received; the replay fence must still hold it then.
+func TestWebhookReplayOfFutureCreatedAt(t *testing.T) {
+	mock := newMockCal(t)
+	var mu sync.Mutex
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	now := t0
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}, clock)
+	h := startHost(t, conn, nil)
+	url := "http://" + h.cfg.Listener.Addr().String() + "/webhooks/cal-diy/" + testSub
+	body := deliveryBody("BOOKING_CREATED", t0.Add(WebhookMaxSkew-time.Minute), "bk_f")
+	if a := post(t, url, body, signed(body)); a.status != 200 || a.body["duplicate"] != nil {
+		t.Fatalf("first delivery: %d %v", a.status, a.body)
+	}
+	mu.Lock()
+	now = t0.Add(WebhookMaxAge + WebhookMaxSkew/2) // createdAt is younger than WebhookMaxAge
+	mu.Unlock()
+	if a := post(t, url, body, signed(body)); a.status != 200 || a.body["duplicate"] != true {
+		t.Fatalf("the same delivery %s after it was received: %d %v, want a duplicate", WebhookMaxAge+WebhookMaxSkew/2, a.status, a.body)
 	}
 }
