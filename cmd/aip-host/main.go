@@ -6,10 +6,13 @@
 // The flags are the common connector host flags and AIP_CONNECTOR_HOST_*
 // variables (hostsdk.BindFlags) and the product's own (AIP_<PRODUCT>_*);
 // `aip-host <product> -h` lists them, `aip-host` alone lists the products.
-// With --print-manifest it prints the bound manifest and its digest (what
-// an operator admits with `aipfleet registry apply`) and exits. Otherwise
-// it runs the ten-step bootstrap and serves until SIGINT or SIGTERM, and
-// exits 0 only after a clean drain and offline transition.
+// With --print-manifest it prints the bound manifest, its digest and the
+// implementation support its capabilities need (what an operator admits
+// with `aipfleet registry apply`) and exits. Otherwise it runs the
+// ten-step bootstrap and serves until SIGINT or SIGTERM, and exits 0 only
+// after a clean drain and offline transition. The journal is SQLite in
+// --state-dir, or PostgreSQL with --database-url-file; spans are exported
+// over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/products.md).
 package main
 
 import (

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/products"
 	"github.com/aipfleet/aipfleet/registry"
 )
@@ -100,12 +101,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return printManifest(ctx, conn, cfg, stdout)
 	}
 	cfg.Logger = logger
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	tp, shutdownTracing, err := hostrun.TracerProvider(ctx, getenv, "aip-host-"+p.Name)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing()
+	cfg.TracerProvider = tp
+	// The journal: PostgreSQL with --database-url-file, else the embedded
+	// SQLite journal in --state-dir, which the host opens itself.
+	j, closeJournal, err := hostrun.OpenJournal(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeJournal()
+	cfg.Journal = j
 	host, err := hostsdk.New(cfg, conn)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	return host.Run(ctx)
 }
 

@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/aipfleet/aipfleet/examples/echo/echoconnector"
 	"github.com/aipfleet/aipfleet/hostsdk"
-	"github.com/aipfleet/aipfleet/hostsdk/journal"
-	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 )
 
 // builtinConnectors are the connectors `aipfleet host --connector NAME`
-// can run, by name. Product adapters join this list as they are written.
+// can run, by name: the example connectors dev uses. The product adapters,
+// which have settings of their own, run with cmd/aip-host.
 var builtinConnectors = map[string]func() hostsdk.Connector{
 	"echo": func() hostsdk.Connector { return echoconnector.Connector{} },
 }
@@ -101,13 +100,13 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
-	tp, shutdownTracing, err := tracerProvider(ctx, e.getenv, "aipfleet-host-"+*name)
+	tp, shutdownTracing, err := hostrun.TracerProvider(ctx, e.getenv, "aipfleet-host-"+*name)
 	if err != nil {
 		return err
 	}
 	defer shutdownTracing()
 	cfg.TracerProvider = tp
-	j, closeJournal, err := openHostJournal(ctx, cfg)
+	j, closeJournal, err := hostrun.OpenJournal(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -126,19 +125,4 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 	// (when it is PostgreSQL; the host closes its own SQLite journal) and
 	// flush traces.
 	return host.Run(ctx)
-}
-
-// openHostJournal opens the PostgreSQL journal named by --database-url-file
-// (replicas may share the database: each keeps the namespace of its replica
-// ID), or returns nil so the host opens its embedded SQLite journal in
-// --state-dir. The returned func closes what was opened.
-func openHostJournal(ctx context.Context, cfg hostsdk.Config) (journal.Journal, func(), error) {
-	if cfg.DatabaseURLFile == "" {
-		return nil, func() {}, nil
-	}
-	j, err := pgruntime.OpenURLFile(ctx, cfg.DatabaseURLFile, pgruntime.Config{Namespace: cfg.ReplicaID})
-	if err != nil {
-		return nil, nil, fmt.Errorf("--database-url-file: %w", err)
-	}
-	return j, func() { j.Close() }, nil
 }

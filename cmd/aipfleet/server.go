@@ -9,14 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
 )
 
@@ -114,7 +110,7 @@ func (f *serverFlags) open(ctx context.Context, e *env, service string) (_ *serv
 	if dbURL, s.key, s.tlsConfig, err = (serverFiles{f.databaseURLFile, f.signingKeyFile, f.tlsCertFile, f.tlsKeyFile}).load(); err != nil {
 		return nil, err
 	}
-	if s.tracer, s.shutdownTracing, err = tracerProvider(ctx, e.getenv, service); err != nil {
+	if s.tracer, s.shutdownTracing, err = hostrun.TracerProvider(ctx, e.getenv, service); err != nil {
 		s.shutdownTracing = func() {}
 		return nil, err
 	}
@@ -181,28 +177,4 @@ func isLoopbackBind(bind string) (bool, error) {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback(), nil
-}
-
-// tracerProvider exports spans over OTLP/HTTP when
-// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
-// set, and is a no-op otherwise. The exporter reads the standard OTEL_*
-// variables itself.
-func tracerProvider(ctx context.Context, getenv func(string) string, service string) (trace.TracerProvider, func(), error) {
-	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
-		return noop.NewTracerProvider(), func() {}, nil
-	}
-	exp, err := otlptracehttp.New(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
-	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
-	if err != nil {
-		res = resource.Default()
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return tp, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		tp.Shutdown(sctx)
-	}, nil
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/products/chatwoot"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/spectest"
@@ -74,8 +76,8 @@ func (m *chatwootMock) messages() []map[string]any {
 	return append([]map[string]any(nil), m.posts...)
 }
 
-// TestChatwootHostInARealFleet: `aip-host chatwoot` registers with the
-// real control plane, an action sent to the dispatcher's API posts one
+// TestChatwootHostInARealFleet: `aip-host chatwoot`, its journal on
+// PostgreSQL, registers with the real control plane, an action sent to the dispatcher's API posts one
 // message to Chatwoot and comes back completed and signed, the same
 // action ID again is answered from the replica's journal without a second
 // message, and SIGTERM drains the replica to a clean exit.
@@ -110,10 +112,17 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	}
 	f.Admit(t, m)
 
+	// The replica's journal is PostgreSQL (--database-url-file), as a
+	// product host's is in production.
+	journalURL := filepath.Join(dir, "journal-url")
+	if err := os.WriteFile(journalURL, []byte(pgtest.NewDatabase(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	r := f.NewReplica(t, sidecartest.ReplicaOptions{HeartbeatInterval: time.Second, LeaseTTL: leaseTT})
 	env := append(append([]string(nil), r.Env...),
 		"AIP_CHATWOOT_BASE_URL="+srv.URL, fmt.Sprintf("AIP_CHATWOOT_ACCOUNT_ID=%d", account),
-		"AIP_CHATWOOT_API_TOKEN_FILE="+tokenFile, "AIP_HOST_LOG_LEVEL=info")
+		"AIP_CHATWOOT_API_TOKEN_FILE="+tokenFile, "AIP_HOST_LOG_LEVEL=info",
+		"AIP_CONNECTOR_HOST_DATABASE_URL_FILE="+journalURL)
 	bin := sidecartest.Build(t, "github.com/aipfleet/aipfleet/cmd/aip-host")
 	host := sidecartest.StartWith(t, bin, sidecartest.StartOptions{Name: "aip-host chatwoot", Env: env, KillWithTest: true, LogTail: 40}, "chatwoot")
 	reg := f.Registry()
@@ -175,5 +184,14 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	rep, err := reg.ConnectorReplica(context.Background(), r.ID)
 	if err != nil || rep.Status != aip.ReplicaOffline {
 		t.Fatalf("after SIGTERM the registry has %+v (%v), want offline", rep.Status, err)
+	}
+	// The action is journaled in PostgreSQL, under the replica's namespace.
+	j, err := pgruntime.OpenURLFile(context.Background(), journalURL, pgruntime.Config{Namespace: r.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if a, err := j.Action(context.Background(), actionID); err != nil || a.Status != aip.StateCompleted {
+		t.Fatalf("the PostgreSQL journal has %+v (%v), want the action completed", a, err)
 	}
 }
