@@ -179,6 +179,9 @@ func TestCatalogue(t *testing.T) {
 			if got := all[len(all)-1]; got.Path != accountPath || got.Token != testToken || len(got.Query) != 0 {
 				t.Errorf("account.get sent %+v", got)
 			}
+			if data, _ := json.Marshal(out["data"]); !strings.Contains(string(data), tc.wantData) {
+				t.Errorf("account.get: output data %s lacks %s", data, tc.wantData)
+			}
 			continue
 		}
 		got := e.last(t)
