@@ -115,12 +115,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		h.Set("x-aip-tenant-id", call.Tenant.TenantID)
 	}
 	if o.Mutation && call.IdempotencyKey != "" {
-		// Set under a non-canonical key on purpose: net/http treats a
-		// request with an "Idempotency-Key" header as replayable and may
-		// send it again on a reused connection that failed after the
-		// request was written. Cal.diy does not document deduplication by
-		// this header, so a mutation must go out once.
-		h["idempotency-key"] = []string{call.IdempotencyKey}
+		// The provider client never lets net/http resend a mutation,
+		// whatever its headers (provider.neverResent).
+		h.Set("Idempotency-Key", call.IdempotencyKey)
 	}
 	if o.Version != "" {
 		h.Set("cal-api-version", o.Version)
