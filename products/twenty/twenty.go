@@ -86,8 +86,9 @@ func New(cfg Config) (*Connector, error) {
 		Timeout:          Timeout,
 		UserAgent:        "aipfleet-twenty",
 		// api.mdx, "Authentication": Authorization: Bearer YOUR_API_KEY.
+		// The client never lets net/http resend a mutation.
 		Auth:      func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token.Reveal()) },
-		Transport: noReplay{rt},
+		Transport: rt,
 	})
 	if err != nil {
 		return nil, err
@@ -95,22 +96,27 @@ func New(cfg Config) (*Connector, error) {
 	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects), replayCapacity: ReplayCapacity}, nil
 }
 
-// noReplay keeps net/http from sending a mutation twice. http.Transport
-// replays a request whose kept-alive connection died before the answer
-// when it deems the request idempotent, and a request with an
-// Idempotency-Key header is deemed so; Twenty's reference page says
-// nothing about honouring that header, so a replay could create a record
-// twice. Dropping GetBody makes the request not replayable: a dead
-// connection is then an error, which the adapter journals as
-// outcome_unknown.
-type noReplay struct{ rt http.RoundTripper }
-
-func (n noReplay) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.GetBody != nil {
-		r = r.Clone(r.Context())
-		r.GetBody = nil
+// contract is a capability's contract: a read is safe to retry; a
+// mutation needs an idempotency key (sent as Idempotency-Key) and is never
+// retried, since api.mdx does not say Twenty deduplicates by it, so its
+// unknown outcome stays unknown.
+func contract(mutation bool) *aip.CapabilityContract {
+	c := &aip.CapabilityContract{
+		SideEffects: []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork},
+		Idempotency: aip.IdempotencyContract{Requirement: aip.IdempotencyOptional,
+			CollisionBehavior: aip.CollisionReturnOriginal, KeyScope: aip.ScopeAction},
+		Execution: aip.ExecutionContract{SupportsSync: true, SupportsRetry: true,
+			ExpectedCompletion: aip.CompletionSync, RetrySafety: aip.RetrySafe},
+		Data: aip.DataContract{Sensitivity: aip.SensitivityConfidential, ContainsPII: true},
 	}
-	return n.rt.RoundTrip(r)
+	if mutation {
+		c.SideEffects = []aip.SideEffect{aip.EffectWrite, aip.EffectExternalNetwork}
+		c.Idempotency.Requirement = aip.IdempotencyRequired
+		c.Execution.SupportsRetry = false
+		c.Execution.RetrySafety = aip.RetryUnsafe
+		c.Compensation = &aip.CompensationContract{Mode: aip.CompensationRollbackUnsupported}
+	}
+	return c
 }
 
 // Manifest implements hostsdk.Connector.
@@ -127,6 +133,7 @@ func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manif
 			ID: CapabilityID(o.op), Name: o.name, Kind: aip.KindTool, Description: o.description,
 			InputSchema: c.inputs[o.op], OutputSchema: outputSchemas[o.op],
 			Risk: o.risk, Stability: aip.StabilityStable, RequiresHumanApproval: &no,
+			Contract: contract(o.mutation),
 		})
 	}
 	if !c.cfg.WebhookSecret.Empty() {

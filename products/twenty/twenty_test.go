@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -524,6 +525,15 @@ func TestManifest(t *testing.T) {
 		}
 		if c.RequiresHumanApproval == nil || *c.RequiresHumanApproval {
 			t.Errorf("%s requires approval", c.ID)
+		}
+		// Reads are retry-safe; mutations write, need an idempotency key
+		// and are never retried.
+		mutation := map[string]bool{OpCreate: true, OpUpdate: true, OpSoftDelete: true, OpCreateMany: true}[strings.TrimPrefix(c.ID, CapabilityPrefix)]
+		if k := c.Contract; k == nil || k.Validate() != nil {
+			t.Errorf("%s: contract %+v is missing or invalid", c.ID, k)
+		} else if writes := slices.Contains(k.SideEffects, aip.EffectWrite); writes != mutation || k.Execution.SupportsRetry == mutation ||
+			(k.Idempotency.Requirement == aip.IdempotencyRequired) != mutation {
+			t.Errorf("%s: contract %+v does not say it is a mutation (%v)", c.ID, k, mutation)
 		}
 		var s struct {
 			Type       string         `json:"type"`
