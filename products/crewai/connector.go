@@ -490,7 +490,9 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 			return nil, fmt.Errorf("read the kickoff record of %s: %w", id, err)
 		default:
 			if err := json.Unmarshal(v.Value, &rec); err != nil {
-				return nil, fmt.Errorf("kickoff record of %s: %w", id, err)
+				// Unreadable: the run's kickoff cannot be found again. Block
+				// nothing (a recovery error would stop every restart).
+				return nil, fmt.Errorf("%w: the kickoff record of %s is unreadable (%v); the crew may have been started", hostsdk.ErrOutcomeUnknown, id, err)
 			}
 		}
 	}

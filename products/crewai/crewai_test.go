@@ -503,12 +503,19 @@ func TestReconcileAfterRestart(t *testing.T) {
 	failed := act(capRun, `{"inputs":{"topic":"b"}}`)
 	stillRunning := act(capRun, `{"inputs":{"topic":"c"}}`)
 	unrecorded := act(capRun, `{"inputs":{"topic":"d"}}`)
+	garbled := act(capRun, `{"inputs":{"topic":"e"}}`)
 	read := act(capInputs, `{}`)
 	leaveRunning(t, j, completed, m.addRun(0, false))
 	leaveRunning(t, j, failed, m.addRun(0, true))
 	leaveRunning(t, j, stillRunning, m.addRun(100, false))
 	leaveRunning(t, j, unrecorded, "")
 	leaveRunning(t, j, read, "")
+	// A kickoff record that cannot be read back does not stop the host
+	// from starting: its run is outcome_unknown.
+	leaveRunning(t, j, garbled, "")
+	if _, err := j.PutState(ctxT(t), KickoffsNamespace, garbled.ID, json.RawMessage(`"not a record"`), 0); err != nil {
+		t.Fatal(err)
+	}
 	e := start(t, m, func(cfg *hostsdk.Config) { cfg.Journal = j })
 
 	res := e.result(t, completed)
@@ -517,7 +524,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 	wantFailed(t, e.result(t, failed), CodeExecutionFailed, false)
 	wantFailed(t, e.result(t, read), CodeInterrupted, true)
-	for _, a := range []*aip.Action{stillRunning, unrecorded} {
+	for _, a := range []*aip.Action{stillRunning, unrecorded, garbled} {
 		if got := e.state(t, a); got != aip.StateOutcomeUnknown {
 			t.Errorf("journal state %s, want outcome_unknown", got)
 		}
