@@ -49,7 +49,8 @@
 // endpoint (POST /chat-messages/{task_id}/stop,
 // /completion-messages/{task_id}/stop or /workflows/tasks/{task_id}/stop
 // with {"user": ...}). A cancel that arrives before the first event has no
-// task to stop; the action then ends outcome_unknown (the app may run).
+// task to stop. Either way a cancelled invocation ends outcome_unknown,
+// never cancelled: the app may have finished, or acted, before the stop.
 // HandleStream (hostsdk.Streamer) forwards answer and text deltas as data
 // chunks, agent thoughts as thought chunks and node starts and ends as
 // progress chunks.

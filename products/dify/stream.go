@@ -170,9 +170,10 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	case errors.As(readErr, &bound) && bound.Total:
 		readErr = fmt.Errorf("%w (raise --%s)", readErr, FlagMaxResponseBytes)
 	case ctx.Err() != nil && r.out.TaskID != "":
-		// Cancelled (the Canceler stops the task) or timed out: the host
-		// records which.
-		return nil, fmt.Errorf("dify %s: stream interrupted: %w", path, ctx.Err())
+		// Cancelled or timed out while the task ran: a cancel asks Dify to
+		// stop it (Canceler), but the app may have finished, or acted,
+		// before the stop reached it. Never "cancelled".
+		readErr = fmt.Errorf("interrupted (%v) while task %s ran; Dify may have completed or partly done the work", ctx.Err(), r.out.TaskID)
 	}
 	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, readErr)
 }
