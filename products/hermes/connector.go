@@ -320,7 +320,11 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 				// The run goes on; the caller follows it with run_status.
 				return call.Complete(out)
 			}
-			return nil, ctx.Err()
+			// Cancelled: the Canceler asks Hermes to stop the run "at the
+			// next safe interruption point"; it may have completed, or
+			// acted, first. Never "cancelled".
+			return nil, fmt.Errorf("%w: %s: run %s was started; the wait for it was interrupted (%v), and the run may have completed or acted before a stop reached it; follow it with run_status",
+				hostsdk.ErrOutcomeUnknown, ep.client.Product(), started.RunID, ctx.Err())
 		case <-t.C:
 		}
 		var run json.RawMessage

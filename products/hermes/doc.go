@@ -56,7 +56,9 @@
 // returns it in "run"; when the action's timeout passes first it returns
 // the last status (the run goes on; follow it with run_status). Cancelling
 // a running run_start action (hostsdk.Canceler) stops its run with POST
-// /v1/runs/{run_id}/stop. chat and responses send the action's key as
+// /v1/runs/{run_id}/stop; a run_start interrupted while it waits ends
+// outcome_unknown naming the run (the run may have completed or acted
+// before the stop). chat and responses send the action's key as
 // Idempotency-Key too (the page lists it as accepted for deduplication).
 //
 // The page gives no body for POST /api/sessions ("create an empty

@@ -348,7 +348,8 @@ func TestRunStartWaitCompletes(t *testing.T) {
 }
 
 // TestRunStartCancelStopsRun: cancelling a run_start that waits for its
-// run stops the run through the Canceler.
+// run stops the run through the Canceler, and the action is
+// outcome_unknown.
 func TestRunStartCancelStopsRun(t *testing.T) {
 	f := newFixture(t)
 	ctx := ctxT(t)
@@ -370,11 +371,18 @@ func TestRunStartCancelStopsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
-		t.Fatalf("cancel answered %+v, %v", res, err)
+	// The run stops "at the next safe interruption point": it may have
+	// completed or acted first, so the action is outcome_unknown.
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" {
+		t.Fatalf("cancel answered HTTP %d %s, want outcome_unknown", resp.Status, resp.Raw)
 	}
-	if res, err := (<-done).Result(); err != nil || res.Status != aip.ResultCancelled {
-		t.Fatalf("action answered %+v, %v", res, err)
+	if r := <-done; r == nil {
+		t.Fatal("the action got no answer")
+	} else if pe := r.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, "run_abc123") {
+		t.Fatalf("action answered HTTP %d %s, want outcome_unknown naming the run", r.Status, r.Raw)
+	}
+	if st, _, err := f.d.Status(ctx, f.target, a.ID, a.CapabilityID); err != nil || st.State != aip.StateOutcomeUnknown {
+		t.Fatalf("status %+v, %v", st, err)
 	}
 	var stops []received
 	for _, r := range f.main.of(a.ID) {
