@@ -333,9 +333,11 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 			if ctx.Err() != nil {
 				continue
 			}
-			// The run started: its failure to report is a failed read, not
-			// an unknown mutation.
-			return provider.Result(call, err, false)
+			// The run started: a failed result would say it did not, and
+			// invite a second start. Return it as it was last seen, as
+			// when the wait times out; run_status follows it.
+			call.Logger.Warn("hermes: run status unreadable; run_start returns the run as last seen", "run_id", started.RunID, "error", err)
+			return call.Complete(out)
 		}
 		var st struct {
 			Status string `json:"status"`

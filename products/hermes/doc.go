@@ -53,8 +53,9 @@
 // aip.connector.hermes_agent.runs.v1, key the action ID); the output is
 // {run_id, status, replayed?}. With "wait": true run_start polls GET
 // /v1/runs/{run_id} until its status is completed, failed or cancelled and
-// returns it in "run"; when the action's timeout passes first it returns
-// the last status (the run goes on; follow it with run_status). Cancelling
+// returns it in "run"; when the action's timeout passes first, or a status
+// read fails, it returns the last status seen (the run goes on; follow it
+// with run_status). Cancelling
 // a running run_start action (hostsdk.Canceler) stops its run with POST
 // /v1/runs/{run_id}/stop; a run_start interrupted while it waits ends
 // outcome_unknown naming the run (the run may have completed or acted

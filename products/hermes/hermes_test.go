@@ -347,6 +347,22 @@ func TestRunStartWaitCompletes(t *testing.T) {
 	}
 }
 
+// TestRunStartWaitStatusUnreadable: a run_start whose status read fails
+// after the run started completes with the run as last seen; a failed
+// result would invite a second start.
+func TestRunStartWaitStatusUnreadable(t *testing.T) {
+	f := newFixture(t)
+	f.main.setFail("GET", "/v1/runs/run_abc123", http.StatusInternalServerError)
+	a := action("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+	out := completed(t, f.act(t, a))
+	if out["run_id"] != "run_abc123" || out["status"] != "started" {
+		t.Fatalf("output %v", out)
+	}
+	if reqs := f.main.of(a.ID); len(reqs) != 2 || reqs[0].Method != "POST" || reqs[1].Method != "GET" {
+		t.Errorf("requests %+v", reqs)
+	}
+}
+
 // TestRunStartCancelStopsRun: cancelling a run_start that waits for its
 // run stops the run through the Canceler, and the action is
 // outcome_unknown.
