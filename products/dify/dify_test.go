@@ -246,9 +246,6 @@ func TestStreamErrors(t *testing.T) {
 		{"error event", "/chat-messages", "support",
 			[]any{chatEvent("message", "par"), map[string]any{"event": "error", "message_id": testMessageID, "status": 400, "code": "invalid_param", "message": "the model refused"}},
 			provider.CodeInvalidRequest, "invalid_param: the model refused"},
-		{"error event without status", "/completion-messages", "writer",
-			[]any{map[string]any{"event": "error", "code": "completion_request_error", "message": "upstream model failed"}},
-			provider.CodeUnavailable, "upstream model failed"},
 		{"workflow failed", "/workflows/run", "etl",
 			[]any{workflowEvent("workflow_started", map[string]any{"id": testRun}), workflowFinished("failed", nil, "node llm: timeout")},
 			CodeWorkflowFailed, "node llm: timeout"},
@@ -258,7 +255,7 @@ func TestStreamErrors(t *testing.T) {
 		{"chatflow failed", "/chat-messages", "flow",
 			[]any{chatEvent("message", "x"), workflowFinished("failed", nil, "boom"),
 				map[string]any{"event": "error", "message_id": testMessageID, "status": 500, "code": "internal_server_error", "message": "boom"}},
-			provider.CodeUnavailable, "boom"},
+			CodeWorkflowFailed, "boom"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -270,6 +267,43 @@ func TestStreamErrors(t *testing.T) {
 			pe := f.failed(t, action(AppCapability(tc.app, ""), input))
 			if pe.Code != tc.code || !strings.Contains(pe.Message, tc.msg) {
 				t.Errorf("error %s %q, want %s containing %q", pe.Code, pe.Message, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+// TestErrorEvent5xxIsOutcomeUnknown: an error event with a 5xx status (or
+// none) is Dify failing unexpectedly mid-run, after the app may have used
+// its tools: outcome_unknown, as after a 5xx answer, not a retryable
+// failure; the same action ID never reaches Dify again.
+func TestErrorEvent5xxIsOutcomeUnknown(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []struct {
+		name, path, app, input string
+		event                  map[string]any
+	}{
+		{"status 500", "/chat-messages", "agent", `{"query":"q","user":"u"}`,
+			map[string]any{"event": "error", "message_id": testMessageID, "status": 500, "code": "internal_server_error", "message": "tool crashed"}},
+		{"no status", "/completion-messages", "writer", `{"user":"u"}`,
+			map[string]any{"event": "error", "code": "completion_request_error", "message": "upstream model failed"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f.mock.handle("POST "+tc.path, func(w http.ResponseWriter, r *http.Request) {
+				writeEvents(w, []any{chatEvent("agent_message", "par"), tc.event})
+			})
+			before := len(f.mock.requests(http.MethodPost, tc.path))
+			a := action(AppCapability(tc.app, ""), tc.input)
+			resp := f.act(t, a)
+			if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, tc.event["message"].(string)) {
+				t.Fatalf("HTTP %d %s, want outcome_unknown with the event's message", resp.Status, resp.Raw)
+			}
+			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+				t.Fatalf("state %s, want outcome_unknown", st)
+			}
+			f.act(t, a)
+			if n := len(f.mock.requests(http.MethodPost, tc.path)) - before; n != 1 {
+				t.Errorf("Dify got %d invocations for one action", n)
 			}
 		})
 	}

@@ -58,10 +58,13 @@
 // The stream closes on message_end (chat apps other than chatflows,
 // completion apps), workflow_finished (workflows, chatflows),
 // workflow_paused (the run waits for a human input form: completed with
-// status "paused" and the pause data) or error. An error event is a
-// failed result carrying Dify's code and message, classified by its
-// status like an HTTP error (a 400 is provider.invalid_request). A
-// workflow_finished with status failed or stopped is a failed result
+// status "paused" and the pause data) or error. An error event is
+// classified by its status like an HTTP error to a mutation: a 4xx is a
+// failed result carrying Dify's code and message (a 400 is
+// provider.invalid_request); a 5xx, or no status, is outcome_unknown (Dify
+// failed unexpectedly mid-run, after the app may have acted), except after
+// a chatflow's workflow_finished with status failed. A workflow_finished
+// with status failed or stopped is a failed result
 // (dify.workflow_failed, dify.workflow_stopped). A stream that ends, is
 // dropped or stays silent for two minutes (waiting for the answer or for
 // its next bytes; Dify pings every 10 seconds) before its closing event

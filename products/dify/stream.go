@@ -161,6 +161,10 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	if res, ok := r.result(); ok {
 		return res, nil
 	}
+	if r.failure != nil {
+		status, msg := r.failureDetail()
+		readErr = fmt.Errorf("error event (status %d): %s", status, msg)
+	}
 	// The stream ended before its closing event: the app ran, or runs
 	// still, and how it ended is not known.
 	var bound *provider.BoundError
@@ -332,19 +336,21 @@ func (r *run) remember(ctx context.Context, taskID string) {
 func (r *run) result() (*aip.ActionResult, bool) {
 	call := r.call
 	path := invokePath(r.app.Mode)
-	if ev := r.failure; ev != nil {
-		status := 0
-		_ = json.Unmarshal(ev.Status, &status)
-		if status < 400 {
-			status = http.StatusInternalServerError
+	if r.failure != nil {
+		status, msg := r.failureDetail()
+		switch {
+		case status < 500:
+			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+				Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: http.MethodPost, Path: path,
+					Status: status, Message: "error event: " + msg})}, true
+		case r.finished == nil || r.finished.Status != "failed":
+			// Dify failed unexpectedly mid-run: what the app did first
+			// (tools, nodes) is unknown, as after a 5xx answer to a
+			// mutation. Not a retryable failure.
+			return nil, false
 		}
-		msg := ev.Message
-		if ev.Code != "" {
-			msg = ev.Code + ": " + msg
-		}
-		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
-			Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: http.MethodPost, Path: path,
-				Status: status, Message: "error event: " + msg})}, true
+		// A chatflow reported its failure with workflow_finished first:
+		// the run ended failed (below).
 	}
 	fail := func(code, msg string) (*aip.ActionResult, bool) {
 		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
@@ -402,6 +408,22 @@ func (r *run) result() (*aip.ActionResult, bool) {
 		return fail("dify.output", err.Error())
 	}
 	return res, true
+}
+
+// failureDetail returns the HTTP status of the error event (500 when it
+// has none) and its code and message.
+func (r *run) failureDetail() (int, string) {
+	ev := r.failure
+	status := 0
+	_ = json.Unmarshal(ev.Status, &status)
+	if status < 400 {
+		status = http.StatusInternalServerError
+	}
+	msg := ev.Message
+	if ev.Code != "" {
+		msg = ev.Code + ": " + msg
+	}
+	return status, msg
 }
 
 // strictUnmarshal decodes one JSON value, refusing unknown fields and
