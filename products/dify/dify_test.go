@@ -151,6 +151,19 @@ func TestNewAgentClosingMessage(t *testing.T) {
 	if *out.Answer != "Partial, complete." {
 		t.Errorf("answer %q", *out.Answer)
 	}
+	// In streaming mode the closing message reaches the receiver as a
+	// replacement of the chunks so far.
+	a := action(AppCapability("agent", ""), `{"query":"q","user":"u"}`)
+	a.Mode = aip.ModeStreaming
+	resp := f.completed(t, a, &out)
+	var got []string
+	for _, c := range resp.Chunks {
+		got = append(got, string(c.Kind)+":"+string(c.Data))
+	}
+	want := []string{`data:{"answer":"Par"}`, `data:{"answer":"tial"}`, `data:{"answer":"Partial, complete.","replace":true}`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("chunks (-want +got):\n%s", diff)
+	}
 }
 
 // TestCancelStopsTask: a cancel stops the Dify task as the same end user

@@ -217,9 +217,11 @@ func (r *run) apply(ctx context.Context, ev *event) {
 		r.noteMessage(ev)
 		if r.agentChunks {
 			// A New Agent app closes with one message carrying the whole
-			// answer: it replaces the agent_message chunks.
+			// answer: it replaces the agent_message chunks, for the
+			// chunks' receiver too.
 			r.answer.Reset()
 			r.answer.WriteString(ev.Answer)
+			r.send(aip.ChunkData, map[string]any{"answer": ev.Answer, "replace": true})
 			return
 		}
 		r.answer.WriteString(ev.Answer)
