@@ -301,8 +301,12 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 	if err := resp.Decode(&started); err != nil || started.RunID == "" {
 		return nil, fmt.Errorf("%w: POST /v1/runs answered %d without a run_id: %s", hostsdk.ErrOutcomeUnknown, resp.Status, clip(resp.Body))
 	}
-	if _, err := call.State().Put(context.WithoutCancel(ctx), RunsNamespace, call.Action.ID,
-		runRecord{Endpoint: ep.id, RunID: started.RunID}, 0); err != nil {
+	// Recorded even when the action is being cancelled (the Canceler reads
+	// it), but bounded: a stuck journal must not hold the action.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	_, err = call.State().Put(wctx, RunsNamespace, call.Action.ID, runRecord{Endpoint: ep.id, RunID: started.RunID}, 0)
+	cancel()
+	if err != nil {
 		call.Logger.Warn("record the started run; cancelling the action will not stop it", "run_id", started.RunID, "error", err)
 	}
 	out := runStartOutput{RunID: started.RunID, Status: started.Status,
