@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -114,21 +113,10 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 // catalogue suffixes, not writable by group or others.
 func ReadOperationsFile(path string) ([]string, error) {
 	what := "--" + flagOperationsFile
-	raw, err := aip.ReadPublicFile(path, MaxOperationsFileBytes)
+	ops, err := provider.ReadJSONList[string](what, path, MaxOperationsFileBytes, 1024,
+		`operation suffixes (e.g. ["conversation.list"])`)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var ops []string
-	if err := dec.Decode(&ops); err != nil {
-		return nil, fmt.Errorf("%s: %s is not a JSON array of operation suffixes (e.g. [\"conversation.list\"]): %v", what, path, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%s: %s has data after the JSON array", what, path)
-	}
-	if ops == nil {
-		return nil, fmt.Errorf("%s: %s holds null; give a JSON array of operation suffixes", what, path)
+		return nil, err
 	}
 	if _, err := checkOperations(ops); err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", what, path, err)

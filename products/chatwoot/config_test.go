@@ -81,7 +81,7 @@ func TestNewFromSettings(t *testing.T) {
 		{"operations trailing data", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o3.json", `["contact.get"] ["x"]`, 0o600)), []string{"--chatwoot-operations-file", "after the JSON array"}},
 		{"operations unknown", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o4.json", `["contact.delete"]`, 0o600)),
 			[]string{"--chatwoot-operations-file", `unknown operation "contact.delete"`, "account.get", "message.list"}},
-		{"operations empty", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o5.json", `[]`, 0o600)), []string{"--chatwoot-operations-file", "empty"}},
+		{"operations empty", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o5.json", `[]`, 0o600)), []string{"--chatwoot-operations-file", "lists 0 entries"}},
 		{"operations twice", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o6.json", `["contact.get","contact.get"]`, 0o600)), []string{"--chatwoot-operations-file", "twice"}},
 		{"operations file writable by others", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o7.json", `["contact.get"]`, 0o666)), []string{"--chatwoot-operations-file"}},
 	}

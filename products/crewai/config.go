@@ -1,11 +1,7 @@
 package crewai
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -14,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/products"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
@@ -109,27 +104,11 @@ func newFromSettings(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk
 // builds a provider client per crew (over transport when not nil).
 func loadCrews(path string, maxResponseBytes int64, transport http.RoundTripper) ([]*crew, error) {
 	what := "--" + FlagCrewsFile
-	if path == "" {
-		return nil, fmt.Errorf("%s (AIP_CREWAI_CREWS_FILE): no file given; name a JSON file listing the crews", what)
-	}
-	raw, err := aip.ReadPublicFile(path, MaxCrewsFileBytes)
+	entries, err := provider.ReadJSONList[crewEntry](what, path, MaxCrewsFileBytes, MaxCrews, "{id, base_url, token_file, description}")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var entries []crewEntry
-	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("%s: %s is not a JSON array of {id, base_url, token_file, description}: %v", what, path, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %s has data after the JSON array; it must hold the array alone", what, path)
+		return nil, err
 	}
 	switch {
-	case len(entries) == 0:
-		return nil, fmt.Errorf("%s: %s lists no crews; list at least one", what, path)
-	case len(entries) > MaxCrews:
-		return nil, fmt.Errorf("%s: %s lists %d crews; at most %d", what, path, len(entries), MaxCrews)
 	case len(entries)*CapabilitiesPerCrew > hostsdk.MaxCapabilities:
 		return nil, fmt.Errorf("%s: %s lists %d crews, but one host's manifest holds at most %d capabilities (%d per crew), so at most %d crews; split the file across several connector instances",
 			what, path, len(entries), hostsdk.MaxCapabilities, CapabilitiesPerCrew, hostsdk.MaxCapabilities/CapabilitiesPerCrew)

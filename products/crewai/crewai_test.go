@@ -642,7 +642,7 @@ func TestConfigErrors(t *testing.T) {
 		{"writable by others", write("open.json", `[{"id":"a","base_url":"https://a.crewai.com","token_file":"ok.token"}]`, 0o666), "chmod go-w"},
 		{"not JSON", crews("bad.json", `{`), "not a JSON array"},
 		{"trailing data", crews("trail.json", `[{"id":"a","base_url":"https://a.crewai.com","token_file":"ok.token"}] []`), "data after"},
-		{"empty", crews("empty.json", `[]`), "no crews"},
+		{"empty", crews("empty.json", `[]`), "lists 0 entries"},
 		{"unknown field", crews("unknown.json", `[{"id":"a","base_url":"https://a.crewai.com","token_file":"ok.token","name":"x"}]`), `unknown field "name"`},
 		{"bad id", crews("id.json", `[{"id":"a b","base_url":"https://a.crewai.com","token_file":"ok.token"}]`), "letters, digits"},
 		{"duplicate id", crews("dup.json", `[{"id":"a","base_url":"https://a.crewai.com","token_file":"ok.token"},{"id":"a","base_url":"https://b.crewai.com","token_file":"ok.token"}]`), "listed twice"},

@@ -1,18 +1,13 @@
 package dify
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"time"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/products"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
@@ -182,8 +177,9 @@ func New(cfg Config) (*Connector, error) {
 		})
 	}
 	if cfg.AppsFile != "" {
-		var entries []appEntry
-		if err := readConfig("--"+FlagAppsFile, cfg.AppsFile, &entries); err != nil {
+		entries, err := provider.ReadJSONList[appEntry]("--"+FlagAppsFile, cfg.AppsFile, MaxConfigFileBytes, MaxEntries,
+			"{id, name, mode, description, api_key_file}")
+		if err != nil {
 			return nil, err
 		}
 		for i, e := range entries {
@@ -210,8 +206,9 @@ func New(cfg Config) (*Connector, error) {
 		}
 	}
 	if cfg.KnowledgeFile != "" {
-		var entries []knowledgeEntry
-		if err := readConfig("--"+FlagKnowledgeFile, cfg.KnowledgeFile, &entries); err != nil {
+		entries, err := provider.ReadJSONList[knowledgeEntry]("--"+FlagKnowledgeFile, cfg.KnowledgeFile, MaxConfigFileBytes, MaxEntries,
+			"{id, name, description, api_key_file}")
+		if err != nil {
 			return nil, err
 		}
 		for i, e := range entries {
@@ -243,35 +240,6 @@ func New(cfg Config) (*Connector, error) {
 }
 
 const userAgent = "aipfleet-dify/1"
-
-// readConfig reads a JSON array of entries: a public file (not writable
-// by group or others), unknown fields refused, 1 to MaxEntries elements,
-// nothing after the array.
-func readConfig(what, path string, out any) error {
-	raw, err := aip.ReadPublicFile(path, MaxConfigFileBytes)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(out); err != nil {
-		return fmt.Errorf("%s: %s is not a JSON array of entries with only the documented fields: %w", what, path, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: %s has data after the JSON array; it must hold one array", what, path)
-	}
-	n := 0
-	switch v := out.(type) {
-	case *[]appEntry:
-		n = len(*v)
-	case *[]knowledgeEntry:
-		n = len(*v)
-	}
-	if n == 0 || n > MaxEntries {
-		return fmt.Errorf("%s: %s lists %d entries; give 1 to %d", what, path, n, MaxEntries)
-	}
-	return nil
-}
 
 func checkEntry(what, id, name, description string) error {
 	switch {

@@ -1,11 +1,8 @@
 package hermes
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -13,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/products"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
@@ -143,21 +139,10 @@ func New(cfg Config) (*Connector, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Second
 	}
-	raw, err := aip.ReadPublicFile(cfg.EndpointsFile, MaxEndpointsFileBytes)
+	list, err := provider.ReadJSONList[endpointFile](what, cfg.EndpointsFile, MaxEndpointsFileBytes, MaxEndpoints,
+		"{id, base_url, api_key_file, display_name}")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	var list []endpointFile
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&list); err != nil {
-		return nil, fmt.Errorf("%s: %s is not a JSON array of {id, base_url, api_key_file, display_name}: %v", what, cfg.EndpointsFile, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%s: %s has data after the JSON array", what, cfg.EndpointsFile)
-	}
-	if len(list) == 0 || len(list) > MaxEndpoints {
-		return nil, fmt.Errorf("%s: %s lists %d endpoints; want 1 to %d", what, cfg.EndpointsFile, len(list), MaxEndpoints)
+		return nil, err
 	}
 	if n := len(list) * len(operations); n > hostsdk.MaxCapabilities {
 		return nil, fmt.Errorf("%s: %d endpoints make %d capabilities, more than the %d a manifest may hold; list at most %d endpoints per host",

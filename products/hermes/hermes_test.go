@@ -618,7 +618,7 @@ func TestNewErrors(t *testing.T) {
 		{"not JSON", file(`{`), "not a JSON array"},
 		{"unknown field", file(`[{"id":"a","base_url":"https://h.example.com","tenant":"t"}]`), `unknown field "tenant"`},
 		{"trailing data", file(`[{"id":"a","base_url":"https://h.example.com"}] []`), "data after"},
-		{"empty", file(`[]`), "lists 0 endpoints"},
+		{"empty", file(`[]`), "lists 0 entries"},
 		{"too many for a manifest", file("[" + strings.Join(forty, ",") + "]"), "at most 39 endpoints"},
 		{"bad id", file(`[{"id":"a b","base_url":"https://h.example.com"}]`), `id "a b"`},
 		{"duplicate id", file(`[{"id":"Main","base_url":"https://h.example.com"},{"id":"main","base_url":"https://g.example.com"}]`), "listed twice"},

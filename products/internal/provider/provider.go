@@ -511,3 +511,31 @@ func ProtocolError(pe *Error) *aip.ProtocolError {
 		return aip.NewProtocolError(CodeInvalidRequest, aip.CategoryPermanent, false, 0, msg)
 	}
 }
+
+// ReadJSONList reads an adapter's JSON configuration file holding one
+// array of entries: a public file (a regular file, not a symlink, not
+// writable by group or others, at most maxBytes), unknown fields refused,
+// nothing after the array, 1 to maxEntries entries. what names the setting
+// and shape describes an entry ("{id, base_url, token_file}") in errors.
+func ReadJSONList[T any](what, path string, maxBytes int64, maxEntries int, shape string) ([]T, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%s: no file given; name a JSON file holding an array of %s", what, shape)
+	}
+	raw, err := aip.ReadPublicFile(path, maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var list []T
+	if err := dec.Decode(&list); err != nil {
+		return nil, fmt.Errorf("%s: %s is not a JSON array of %s: %v", what, path, shape, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %s has data after the JSON array; it must hold the array alone", what, path)
+	}
+	if len(list) == 0 || len(list) > maxEntries {
+		return nil, fmt.Errorf("%s: %s lists %d entries; give 1 to %d", what, path, len(list), maxEntries)
+	}
+	return list, nil
+}

@@ -585,3 +585,42 @@ func TestMutationsAreNeverResent(t *testing.T) {
 		})
 	}
 }
+
+func TestReadJSONList(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	type entry struct {
+		ID string `json:"id"`
+	}
+	got, err := ReadJSONList[entry]("--x-file", write("ok.json", `[{"id":"a"},{"id":"b"}]`, 0o644), 1<<20, 5, "{id}")
+	if err != nil || len(got) != 2 || got[1].ID != "b" {
+		t.Fatalf("ReadJSONList = %+v, %v", got, err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"", "no file given; name a JSON file holding an array of {id}"},
+		{write("unknown.json", `[{"id":"a","extra":1}]`, 0o644), `is not a JSON array of {id}: json: unknown field "extra"`},
+		{write("object.json", `{"id":"a"}`, 0o644), "is not a JSON array of {id}"},
+		{write("trailing.json", `[{"id":"a"}] []`, 0o644), "has data after the JSON array"},
+		{write("empty.json", `[]`, 0o644), "lists 0 entries; give 1 to 5"},
+		{write("many.json", `[{},{},{},{},{},{}]`, 0o644), "lists 6 entries; give 1 to 5"},
+		{write("writable.json", `[{"id":"a"}]`, 0o666), "chmod go-w"},
+		{write("large.json", `[{"id":"`+strings.Repeat("a", 64)+`"}]`, 0o644), "more than the"},
+	} {
+		max := int64(1 << 20)
+		if strings.HasSuffix(tc.path, "large.json") {
+			max = 32
+		}
+		if strings.HasSuffix(tc.path, "writable.json") {
+			os.Chmod(tc.path, 0o666) // past the umask
+		}
+		if _, err := ReadJSONList[entry]("--x-file", tc.path, max, 5, "{id}"); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--x-file: ") {
+			t.Errorf("%s: %v; want an error naming the setting and %q", tc.path, err, tc.want)
+		}
+	}
+}
