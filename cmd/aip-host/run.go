@@ -103,25 +103,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Logger = logger
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	tp, shutdownTracing, err := hostrun.TracerProvider(ctx, getenv, "aip-host-"+p.Name)
-	if err != nil {
-		return err
-	}
-	defer shutdownTracing()
-	cfg.TracerProvider = tp
-	// The journal: PostgreSQL with --database-url-file, else the embedded
-	// SQLite journal in --state-dir, which the host opens itself.
-	j, closeJournal, err := hostrun.OpenJournal(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeJournal()
-	cfg.Journal = j
-	host, err := hostsdk.New(cfg, conn)
-	if err != nil {
-		return err
-	}
-	return host.Run(ctx)
+	return hostrun.Run(ctx, cfg, conn, getenv, "aip-host-"+p.Name)
 }
 
 // bindFlags defines the host's, aip-host's and the product's flags on fs

@@ -100,29 +100,10 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
-	tp, shutdownTracing, err := hostrun.TracerProvider(ctx, e.getenv, "aipfleet-host-"+*name)
-	if err != nil {
-		return err
+	err = hostrun.Run(ctx, cfg, newConn(), e.getenv, "aipfleet-host-"+*name)
+	var ve *hostsdk.ValidateError
+	if errors.As(err, &ve) {
+		return usagef("host: %v (run `aipfleet host --help`)", err)
 	}
-	defer shutdownTracing()
-	cfg.TracerProvider = tp
-	j, closeJournal, err := hostrun.OpenJournal(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeJournal()
-	cfg.Journal = j
-	host, err := hostsdk.New(cfg, newConn())
-	if err != nil {
-		var ve *hostsdk.ValidateError
-		if errors.As(err, &ve) {
-			return usagef("host: %v (run `aipfleet host --help`)", err)
-		}
-		return err
-	}
-	// Run returns after the drain that SIGTERM or Ctrl-C starts (the
-	// signal context of run); the deferred calls then close the journal
-	// (when it is PostgreSQL; the host closes its own SQLite journal) and
-	// flush traces.
-	return host.Run(ctx)
+	return err
 }

@@ -23,6 +23,35 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
 )
 
+// Run runs conn as a connector host with cfg until ctx ends (the caller's
+// signal context: SIGTERM or Ctrl-C starts the drain), then closes what it
+// opened. Spans go to TracerProvider(service); the journal is OpenJournal's,
+// else the embedded SQLite journal the host opens in --state-dir.
+// hostsdk.New's errors (a *hostsdk.ValidateError for a bad configuration)
+// are returned as they are.
+func Run(ctx context.Context, cfg hostsdk.Config, conn hostsdk.Connector, getenv func(string) string, service string) error {
+	tp, shutdownTracing, err := TracerProvider(ctx, getenv, service)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing()
+	cfg.TracerProvider = tp
+	j, closeJournal, err := OpenJournal(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeJournal()
+	cfg.Journal = j
+	host, err := hostsdk.New(cfg, conn)
+	if err != nil {
+		return err
+	}
+	// Run returns after the drain; the deferred calls then close the
+	// journal (when it is PostgreSQL; the host closes its own SQLite
+	// journal) and flush traces.
+	return host.Run(ctx)
+}
+
 // OpenJournal opens the PostgreSQL journal named by --database-url-file
 // (replicas may share the database: each keeps the namespace of its
 // replica ID), or returns nil so the host opens its embedded SQLite
