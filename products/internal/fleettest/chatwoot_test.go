@@ -3,6 +3,9 @@ package fleettest
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +34,7 @@ import (
 const (
 	account = 7
 	token   = "cw-fleet-token-42"
+	secret  = "cw-fleet-webhook-secret"
 	leaseTT = 10 * time.Second
 )
 
@@ -80,7 +85,9 @@ func (m *chatwootMock) messages() []map[string]any {
 // PostgreSQL, registers with the real control plane, an action sent to the dispatcher's API posts one
 // message to Chatwoot and comes back completed and signed, the same
 // action ID again is answered from the replica's journal without a second
-// message, and SIGTERM drains the replica to a clean exit.
+// message, a signed webhook delivery to the replica's listener lands in
+// its outbox (a badly signed one is refused), and SIGTERM drains the
+// replica to a clean exit.
 func TestChatwootHostInARealFleet(t *testing.T) {
 	f := realfleet.StartWith(t, realfleet.Options{LeaseTTL: leaseTT, LogTail: 40})
 	mock := &chatwootMock{}
@@ -92,13 +99,18 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	secretFile := filepath.Join(dir, "chatwoot-webhook-secret")
+	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// Admit the manifest the host will bind: the same configuration, the
 	// fleet's trust domain.
 	base, err := provider.ParseBaseURL("base", srv.URL, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := chatwoot.New(chatwoot.Config{BaseURL: base, AccountID: account, Token: provider.NewSecret(token)})
+	conn, err := chatwoot.New(chatwoot.Config{BaseURL: base, AccountID: account, Token: provider.NewSecret(token),
+		WebhookSecret: provider.NewSecret(secret)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +133,7 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	r := f.NewReplica(t, sidecartest.ReplicaOptions{HeartbeatInterval: time.Second, LeaseTTL: leaseTT})
 	env := append(append([]string(nil), r.Env...),
 		"AIP_CHATWOOT_BASE_URL="+srv.URL, fmt.Sprintf("AIP_CHATWOOT_ACCOUNT_ID=%d", account),
-		"AIP_CHATWOOT_API_TOKEN_FILE="+tokenFile, "AIP_HOST_LOG_LEVEL=info",
+		"AIP_CHATWOOT_API_TOKEN_FILE="+tokenFile, "AIP_CHATWOOT_WEBHOOK_SECRET_FILE="+secretFile, "AIP_HOST_LOG_LEVEL=info",
 		"AIP_CONNECTOR_HOST_DATABASE_URL_FILE="+journalURL)
 	bin := sidecartest.Build(t, "github.com/aipfleet/aipfleet/cmd/aip-host")
 	host := sidecartest.StartWith(t, bin, sidecartest.StartOptions{Name: "aip-host chatwoot", Env: env, KillWithTest: true, LogTail: 40}, "chatwoot")
@@ -175,6 +187,38 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 		t.Fatalf("Chatwoot received %d messages for one action", n)
 	}
 
+	// A signed webhook delivery to the replica's own listener is accepted
+	// and its event stored in the outbox; a wrong signature is refused.
+	webhookBody := fmt.Sprintf(`{"event":"message_created","id":77,"content":"Where is my refund?","message_type":"incoming",`+
+		`"private":false,"account":{"id":%d,"name":"Acme Support"},"conversation":{"id":42}}`, account)
+	deliver := func(sig string) (int, string) {
+		t.Helper()
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		if sig == "" {
+			mac := hmac.New(sha256.New, []byte(secret))
+			mac.Write([]byte(ts + "." + webhookBody))
+			sig = "sha256=" + hex.EncodeToString(mac.Sum(nil))
+		}
+		req, _ := http.NewRequest(http.MethodPost, r.Base+chatwoot.WebhookPath, strings.NewReader(webhookBody))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(chatwoot.HeaderDelivery, "delivery-77")
+		req.Header.Set(chatwoot.HeaderTimestamp, ts)
+		req.Header.Set(chatwoot.HeaderSignature, sig)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	if status, body := deliver("sha256=" + strings.Repeat("0", 64)); status != http.StatusUnauthorized || !strings.Contains(body, "webhook.authentication_failed") {
+		t.Fatalf("a badly signed delivery: %d %s", status, body)
+	}
+	if status, body := deliver(""); status != http.StatusOK || !strings.Contains(body, `"accepted_events":1`) {
+		t.Fatalf("a signed delivery: %d %s", status, body)
+	}
+
 	if err := host.Term(t); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}
@@ -193,5 +237,10 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	defer j.Close()
 	if a, err := j.Action(context.Background(), actionID); err != nil || a.Status != aip.StateCompleted {
 		t.Fatalf("the PostgreSQL journal has %+v (%v), want the action completed", a, err)
+	}
+	batches, err := j.ClaimEvents(context.Background(), time.Now().Add(time.Hour), time.Minute, 10)
+	if err != nil || len(batches) != 1 || batches[0].ChannelID != chatwoot.Channel ||
+		!strings.Contains(string(batches[0].Events), `"kind":"chatwoot.message_created"`) {
+		t.Fatalf("the outbox holds %+v (%v), want the delivery's event", batches, err)
 	}
 }
