@@ -1,0 +1,55 @@
+package aip
+
+import "time"
+
+// Provider events a connector host delivers to the fleet: the host sends
+// its outbox batches as signed aip.discovery.v1.event_stream_response
+// envelopes (body event_stream, no next_cursor) to the dispatcher's
+// EventsPath, To the dispatcher's principal, with security.connector_event
+// naming the sending replica; the dispatcher checks them against the
+// registry, appends the events to the fleet's event log and answers with a
+// signed event_stream of the events it stored.
+
+// EventsPath is the dispatcher's connector-event ingress.
+const EventsPath = "/aip/v1/connector-events"
+
+// SecurityConnectorEvent is the security member carrying the
+// ConnectorEvent of an event delivery.
+const SecurityConnectorEvent = "connector_event"
+
+// ConnectorEvent identifies the replica an event delivery comes from and
+// the channel its events belong to (reference §5.6, §7.4). LeaseSequence
+// is the replica's current lease sequence (its registry health revision).
+type ConnectorEvent struct {
+	TenantID       string `json:"tenant_id"`
+	InstanceID     string `json:"instance_id"`
+	ReplicaID      string `json:"replica_id"`
+	VersionID      string `json:"version_id"`
+	ManifestDigest string `json:"manifest_digest"`
+	LeaseSequence  uint64 `json:"lease_sequence"`
+	ChannelID      string `json:"channel_id"`
+}
+
+// Event delivery limits (reference §7.4, ConnectorEventIngressLimits).
+const (
+	// MaxEventsPerDelivery bounds the events of one delivery.
+	MaxEventsPerDelivery = 100
+	// MaxEventBytes bounds one event's JSON.
+	MaxEventBytes = 256 << 10
+	// MaxEventDeliveryBytes bounds a delivery envelope.
+	MaxEventDeliveryBytes = 4 << 20
+)
+
+// MaxEventDeliveryAge is how old a delivery's sent_at may be (a host
+// retries a batch for up to a day); a delivery may be at most
+// MaxEnvelopeSkew ahead of the receiver's clock.
+const MaxEventDeliveryAge = 24 * time.Hour
+
+// Error codes of the connector-event ingress.
+const (
+	CodeEventInvalid             = "connector_event.invalid"
+	CodeEventNotAuthorized       = "connector_event.not_authorized"
+	CodeEventUnavailable         = "connector_event.unavailable"
+	CodeEventCapacity            = "connector_event.capacity"
+	CodeEventIdempotencyConflict = "connector_event.idempotency_conflict"
+)
