@@ -1,0 +1,71 @@
+package registry
+
+import (
+	"context"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// EventBatch is one verified event delivery from a replica (the
+// dispatcher's connector-event ingress has checked the sender, its lease,
+// its instance, version and channel): the events to append to the tenant's
+// event log, with their provenance.
+type EventBatch struct {
+	TenantID   string
+	InstanceID string
+	ReplicaID  string
+	VersionID  string
+	ChannelID  string
+	// LeaseSequence is the sender's lease sequence the delivery named.
+	LeaseSequence uint64
+	// Events are 1 to aip.MaxEventsPerDelivery events, each with an ID
+	// (evt_...), a kind and occurred_at, data a JSON object.
+	Events     []aip.Event
+	ReceivedAt time.Time
+}
+
+// StoredEvent is an event in a tenant's event log.
+type StoredEvent struct {
+	// Sequence is the event's position in its tenant's log: from 1,
+	// strictly increasing in the order events were appended, never reused.
+	Sequence   uint64
+	TenantID   string
+	InstanceID string
+	// ReplicaID and VersionID are the provenance of the delivery that
+	// first stored the event.
+	ReplicaID  string
+	VersionID  string
+	ChannelID  string
+	Event      aip.Event
+	ReceivedAt time.Time
+}
+
+// EventPage is one page of a tenant's event log.
+type EventPage struct {
+	Events []StoredEvent
+	// More is true when events after the last one returned exist.
+	More bool
+}
+
+// EventLog is the fleet's durable log of provider events, per tenant.
+// memregistry and pgregistry implement it; registrytest holds both to the
+// same behaviour.
+type EventLog interface {
+	// AppendEvents appends a batch to the tenant's log, atomically: all of
+	// its new events or none. An event whose ID the tenant's log already
+	// holds is not stored again: when its channel, instance, kind,
+	// occurred_at, session, action, correlation and data are equal (a
+	// redelivery, possibly from another replica or version of the same
+	// instance) it counts as stored and the stored event is returned;
+	// otherwise the whole batch fails with ErrConflict naming the event. A
+	// batch that repeats an event ID within itself is ErrInvalid. It
+	// returns the batch's events as stored, in the batch's order.
+	AppendEvents(ctx context.Context, b EventBatch) ([]StoredEvent, error)
+	// Events returns up to limit (clamped to 1..1000) of the tenant's events
+	// with a sequence greater than after, in sequence order.
+	Events(ctx context.Context, tenantID string, after uint64, limit int) (EventPage, error)
+}
+
+// MaxEventPage bounds EventLog.Events' limit.
+const MaxEventPage = 1000
