@@ -21,6 +21,9 @@ const (
 	flagBearerTokenFile  = "cal-diy-bearer-token-file"
 	flagMaxResponseBytes = "cal-diy-max-response-bytes"
 	flagWebhookSecrets   = "cal-diy-webhook-secret-files"
+	// flagSubscriberPrefixes lists the HTTPS URL prefixes webhook.create
+	// and webhook.update may register (deny by default).
+	flagSubscriberPrefixes = "cal-diy-webhook-subscriber-prefixes"
 )
 
 // MaxResponseBytesLimit is the largest --cal-diy-max-response-bytes
@@ -33,8 +36,9 @@ const MaxWebhookSubscriptions = 64
 
 // Product is Cal.diy as cmd/aip-host runs it ("aip-host cal-diy").
 var Product = products.Product{
-	Name:    "cal-diy",
-	Summary: "Cal.diy (Cal.com API v2): profile, event types, slots, bookings, schedules; signed booking webhooks",
+	Name: "cal-diy",
+	Summary: "Cal.diy (Cal.com API v2): profile, event types, slots and reservations, bookings and attendees, schedules, " +
+		"calendars, conferencing, user webhooks; signed booking webhooks",
 	Settings: []hostsdk.Setting{
 		{Flag: flagBaseURL, Env: "AIP_CAL_DIY_BASE_URL",
 			Usage: "origin of the Cal.diy API v2, e.g. https://api.cal.com (https; http only for loopback)"},
@@ -46,6 +50,9 @@ var Product = products.Product{
 		{Flag: flagWebhookSecrets, Env: "AIP_CAL_DIY_WEBHOOK_SECRET_FILES",
 			Usage: "comma list of SUBSCRIPTION_ID=FILE: each file holds one webhook subscription's signing secret; " +
 				"enables POST /webhooks/cal-diy/{subscription_id}"},
+		{Flag: flagSubscriberPrefixes, Env: "AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES",
+			Usage: "comma list of https URL prefixes ending in / that webhook.create and webhook.update may register " +
+				"as <prefix><subscription_id>; empty (the default) refuses every subscriber URL"},
 	},
 	New: newFromSettings,
 }
@@ -67,12 +74,17 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	if err != nil {
 		return nil, err
 	}
+	prefixes, err := parseSubscriberPrefixes(v[flagSubscriberPrefixes])
+	if err != nil {
+		return nil, err
+	}
 	return New(Config{
-		BaseURL:          base,
-		Token:            token,
-		MaxResponseBytes: v.Int(flagMaxResponseBytes),
-		WebhookSecrets:   secrets,
-		Logger:           logger,
+		BaseURL:            base,
+		Token:              token,
+		MaxResponseBytes:   v.Int(flagMaxResponseBytes),
+		WebhookSecrets:     secrets,
+		SubscriberPrefixes: prefixes,
+		Logger:             logger,
 	})
 }
 
@@ -119,6 +131,10 @@ type Config struct {
 	// WebhookSecrets maps a webhook subscription ID to its signing secret.
 	// Without any, the webhook route is not mounted.
 	WebhookSecrets map[string]provider.Secret
+	// SubscriberPrefixes are the https URL prefixes (each ending in /)
+	// that webhook.create and webhook.update may register, followed by a
+	// subscription ID. None: every subscriber URL is refused.
+	SubscriberPrefixes []string
 	// Now is the clock for webhook timestamps. Defaults to time.Now.
 	Now func() time.Time
 	// Transport is the provider client's round tripper (nil: a clone of
@@ -142,6 +158,14 @@ func New(cfg Config) (*Connector, error) {
 	for id, s := range cfg.WebhookSecrets {
 		if !subscriptionRE.MatchString(id) || s.Empty() {
 			return nil, fmt.Errorf("calcom: webhook subscription %q needs a valid ID and a secret; fix --%s", id, flagWebhookSecrets)
+		}
+	}
+	if len(cfg.SubscriberPrefixes) > MaxSubscriberPrefixes {
+		return nil, fmt.Errorf("calcom: --%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): more than %d prefixes", flagSubscriberPrefixes, MaxSubscriberPrefixes)
+	}
+	for _, p := range cfg.SubscriberPrefixes {
+		if err := checkSubscriberPrefix(p); err != nil {
+			return nil, fmt.Errorf("calcom: --%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): %w", flagSubscriberPrefixes, err)
 		}
 	}
 	if cfg.Now == nil {

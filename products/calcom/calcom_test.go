@@ -45,6 +45,29 @@ const (
 	bookingsAnswer  = `{"status":"success","data":[` + bookingJSON + `],"pagination":{"totalItems":1,"remainingItems":0,"returnedItems":1,"itemsPerPage":10,"currentPage":1,"totalPages":1,"hasNextPage":false,"hasPreviousPage":false}}`
 	bookingAnswer   = `{"status":"success","data":` + bookingJSON + `}`
 	schedulesAnswer = `{"status":"success","data":[{"id":3,"ownerId":7,"name":"Working hours","timeZone":"Europe/Rome","isDefault":true,"availability":[],"overrides":[]}]}`
+
+	scheduleAnswer    = `{"status":"success","data":{"id":3,"ownerId":7,"name":"Working hours","timeZone":"Europe/Rome","isDefault":true,"availability":[{"days":["Monday"],"startTime":"09:00","endTime":"17:00"}],"overrides":[]}}`
+	reservationAnswer = `{"status":"success","data":{"eventTypeId":11,"slotStart":"2050-09-05T09:00:00.000Z","slotEnd":"2050-09-05T09:30:00.000Z","slotDuration":30,"reservationUid":"rsv_1","reservationDuration":5,"reservationUntil":"2050-09-01T10:05:00.000Z"}}`
+	attendeeJSON      = `{"id":21,"bookingId":10,"name":"Carol","email":"carol@example.test","displayEmail":"carol@example.test","timeZone":"Europe/Rome","absent":false}`
+	attendeesAnswer   = `{"status":"success","data":[` + attendeeJSON + `]}`
+	attendeeAnswer    = `{"status":"success","data":` + attendeeJSON + `}`
+	reassignAnswer    = `{"status":"success","data":{"bookingUid":"bk_1","reassignedTo":{"id":8,"name":"Dan","email":"dan@example.test"}}}`
+	calLinksAnswer    = `{"status":"success","data":[{"label":"Google","link":"https://calendar.google.com/calendar/r/eventedit?text=Intro"}]}`
+	referencesAnswer  = `{"status":"success","data":[{"id":1,"type":"google_calendar","eventUid":"ev_1","destinationCalendarId":"alice@example.test","externalCalendarId":"alice@example.test"}]}`
+	recordingsAnswer  = `{"status":"success","data":[{"id":"rec_1","roomName":"room","startTs":2550000000,"status":"finished","duration":1800,"shareToken":"tok","downloadLink":"https://example.test/rec_1.mp4"}]}`
+	transcriptsAnswer = `{"status":"success","data":["https://example.test/tr_1.vtt"]}`
+	calendarsAnswer   = `{"status":"success","data":{"connectedCalendars":[{"integration":{"type":"google_calendar","slug":"google-calendar"},"credentialId":5,"calendars":[{"externalId":"alice@example.test","name":"Alice","primary":true,"isSelected":true}]}],"destinationCalendar":{"id":1,"integration":"google_calendar","externalId":"alice@example.test"}}}`
+	busyTimesAnswer   = `{"status":"success","data":[{"start":"2050-09-05T09:00:00.000Z","end":"2050-09-05T10:00:00.000Z","source":"google_calendar"}]}`
+	conferencingAns   = `{"status":"success","data":[{"id":1,"type":"google_video","userId":7,"invalid":false}]}`
+	confDefaultAnswer = `{"status":"success","data":{"appSlug":"google-meet","appLink":"https://meet.google.com"}}`
+	// Webhook answers carry the signing secret, which outputs leave out.
+	webhookJSON        = `{"id":"wh_1","userId":7,"subscriberUrl":"https://aip.example.test/webhooks/cal-diy/sub-1.prod","triggers":["BOOKING_CREATED"],"active":true,"payloadTemplate":"","secret":"` + testSecret + `"}`
+	webhookOutJSON     = `{"id":"wh_1","userId":7,"subscriberUrl":"https://aip.example.test/webhooks/cal-diy/sub-1.prod","triggers":["BOOKING_CREATED"],"active":true,"payloadTemplate":""}`
+	userWebhooksAnswer = `{"status":"success","data":[` + webhookJSON + `]}`
+	userWebhookAnswer  = `{"status":"success","data":` + webhookJSON + `}`
+	userWebhooksOutput = `{"status":"success","data":[` + webhookOutJSON + `]}`
+	userWebhookOutput  = `{"status":"success","data":` + webhookOutJSON + `}`
+	subscriberPrefix   = "https://aip.example.test/webhooks/cal-diy/"
 )
 
 // received is one request the mock provider got.
@@ -153,7 +176,51 @@ func (m *mockCal) serve(w http.ResponseWriter, r *http.Request) {
 
 func defaultAnswer(r *http.Request) answer {
 	p := r.URL.Path
+	ok := func(body string) answer {
+		if r.Method == http.MethodPost && !strings.HasSuffix(p, "/guests") && !strings.HasSuffix(p, "/mark-absent") &&
+			!strings.HasSuffix(p, "/reassign") && !strings.HasSuffix(p, "/confirm") && !strings.HasSuffix(p, "/decline") &&
+			!strings.HasSuffix(p, "/cancel") {
+			return answer{201, body, false} // the document's creates answer 201
+		}
+		return answer{200, body, false}
+	}
 	switch {
+	case p == "/v2/schedules/default" || strings.HasPrefix(p, "/v2/schedules/") ||
+		(p == "/v2/schedules" && r.Method == http.MethodPost):
+		return ok(scheduleAnswer)
+	case p == "/v2/slots/reservations" || strings.HasPrefix(p, "/v2/slots/reservations/"):
+		if r.Method == http.MethodDelete {
+			return ok(`{"status":"success"}`)
+		}
+		return ok(reservationAnswer)
+	case strings.HasSuffix(p, "/attendees") && r.Method == http.MethodGet:
+		return ok(attendeesAnswer)
+	case strings.HasSuffix(p, "/attendees") || strings.Contains(p, "/attendees/"):
+		return ok(attendeeAnswer)
+	case strings.HasSuffix(p, "/reassign"):
+		return ok(reassignAnswer)
+	case strings.HasSuffix(p, "/calendar-links"):
+		return ok(calLinksAnswer)
+	case strings.HasSuffix(p, "/references"):
+		return ok(referencesAnswer)
+	case strings.HasSuffix(p, "/recordings"):
+		return ok(recordingsAnswer)
+	case strings.HasSuffix(p, "/transcripts"):
+		return ok(transcriptsAnswer)
+	case p == "/v2/calendars":
+		return ok(calendarsAnswer)
+	case p == "/v2/calendars/busy-times":
+		return ok(busyTimesAnswer)
+	case p == "/v2/conferencing":
+		return ok(conferencingAns)
+	case p == "/v2/conferencing/default":
+		return ok(confDefaultAnswer)
+	case p == "/v2/webhooks" && r.Method == http.MethodGet:
+		return ok(userWebhooksAnswer)
+	case p == "/v2/webhooks" || strings.HasPrefix(p, "/v2/webhooks/"):
+		return ok(userWebhookAnswer)
+	case p == "/v2/event-types" && r.Method == http.MethodPost:
+		return ok(eventTypeAns)
 	case p == "/v2/me":
 		return answer{200, meAnswer, false}
 	case p == "/v2/event-types":
@@ -178,13 +245,22 @@ func defaultAnswer(r *http.Request) answer {
 // secrets.
 func newConnector(t *testing.T, baseURL string, secrets map[string]provider.Secret, now func() time.Time) *Connector {
 	t.Helper()
+	return newConnectorWith(t, baseURL, func(c *Config) { c.WebhookSecrets, c.Now = secrets, now })
+}
+
+// newConnectorWith returns a connector for the mock, its Config changed
+// by set.
+func newConnectorWith(t *testing.T, baseURL string, set func(*Config)) *Connector {
+	t.Helper()
 	u, err := provider.ParseBaseURL("test base URL", baseURL, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
-	c, err := New(Config{BaseURL: u, Token: provider.NewSecret(testToken), WebhookSecrets: secrets, Now: now, Transport: tr})
+	cfg := Config{BaseURL: u, Token: provider.NewSecret(testToken), Transport: tr}
+	set(&cfg)
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +322,10 @@ func jsonEqual(t *testing.T, what string, got []byte, want string) {
 // mock and checks what the mock received and what the action returned.
 func TestCapabilities(t *testing.T) {
 	mock := newMockCal(t)
-	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
+		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
+		c.SubscriberPrefixes = []string{"https://other.example.test/hooks/", subscriberPrefix}
+	}), nil)
 	cases := []struct {
 		suffix, input string
 		method, path  string // path as escaped on the wire
@@ -283,6 +362,68 @@ func TestCapabilities(t *testing.T) {
 		{"booking.confirm", `{"booking_uid":"bk_1"}`, "POST", "/v2/bookings/bk_1/confirm", "2024-08-13", nil, "", bookingAnswer},
 		{"booking.decline", `{"booking_uid":"bk_1"}`, "POST", "/v2/bookings/bk_1/decline", "2024-08-13", nil, `{}`, bookingAnswer},
 		{"schedule.list", `{}`, "GET", "/v2/schedules", "2024-06-11", nil, "", schedulesAnswer},
+		{"event_type.create", `{"length_in_minutes":30,"title":"Intro","slug":"intro","description":"First call","slot_interval":15,` +
+			`"minimum_booking_notice":120,"before_event_buffer":5,"schedule_id":3,"hidden":false,"requires_booker_email_verification":true}`,
+			"POST", "/v2/event-types", "2024-06-14", nil,
+			`{"lengthInMinutes":30,"title":"Intro","slug":"intro","description":"First call","slotInterval":15,` +
+				`"minimumBookingNotice":120,"beforeEventBuffer":5,"scheduleId":3,"hidden":false,"requiresBookerEmailVerification":true}`, eventTypeAns},
+		{"event_type.update", `{"event_type_id":11,"title":"Intro call","after_event_buffer":10,"hide_organizer_email":true}`,
+			"PATCH", "/v2/event-types/11", "2024-06-14", nil, `{"title":"Intro call","afterEventBuffer":10,"hideOrganizerEmail":true}`, eventTypeAns},
+		{"event_type.delete", `{"event_type_id":11}`, "DELETE", "/v2/event-types/11", "2024-06-14", nil, "", eventTypeAns},
+		{"schedule.default.get", `{}`, "GET", "/v2/schedules/default", "2024-06-11", nil, "", scheduleAnswer},
+		{"schedule.get", `{"schedule_id":3}`, "GET", "/v2/schedules/3", "2024-06-11", nil, "", scheduleAnswer},
+		{"schedule.create", `{"name":"Evenings","time_zone":"Europe/Rome","is_default":false}`, "POST", "/v2/schedules", "2024-06-11", nil,
+			`{"name":"Evenings","timeZone":"Europe/Rome","isDefault":false}`, scheduleAnswer},
+		{"schedule.update", `{"schedule_id":3,"is_default":true}`, "PATCH", "/v2/schedules/3", "2024-06-11", nil, `{"isDefault":true}`, scheduleAnswer},
+		{"schedule.delete", `{"schedule_id":3}`, "DELETE", "/v2/schedules/3", "2024-06-11", nil, "", scheduleAnswer},
+		{"slot.reservation.create", `{"event_type_id":11,"slot_start":"2050-09-05T09:00:00Z","slot_duration":30,"reservation_duration":10}`,
+			"POST", "/v2/slots/reservations", "2024-09-04", nil,
+			`{"eventTypeId":11,"slotStart":"2050-09-05T09:00:00Z","slotDuration":30,"reservationDuration":10}`, reservationAnswer},
+		{"slot.reservation.get", `{"reservation_uid":"rsv 1"}`, "GET", "/v2/slots/reservations/rsv%201", "2024-09-04", nil, "", reservationAnswer},
+		{"slot.reservation.update", `{"reservation_uid":"rsv_1","event_type_id":11,"slot_start":"2050-09-05T10:00:00Z"}`,
+			"PATCH", "/v2/slots/reservations/rsv_1", "2024-09-04", nil, `{"eventTypeId":11,"slotStart":"2050-09-05T10:00:00Z"}`, reservationAnswer},
+		{"slot.reservation.delete", `{"reservation_uid":"rsv_1"}`, "DELETE", "/v2/slots/reservations/rsv_1", "2024-09-04", nil, "", `{"status":"success"}`},
+		{"booking.attendee.list", `{"booking_uid":"bk_1"}`, "GET", "/v2/bookings/bk_1/attendees", "2024-08-13", nil, "", attendeesAnswer},
+		{"booking.attendee.add", `{"booking_uid":"bk_1","name":"Carol","time_zone":"Europe/Rome","email":"carol@example.test","language":"it"}`,
+			"POST", "/v2/bookings/bk_1/attendees", "2024-08-13", nil,
+			`{"name":"Carol","timeZone":"Europe/Rome","email":"carol@example.test","language":"it"}`, attendeeAnswer},
+		{"booking.attendee.get", `{"booking_uid":"bk_1","attendee_id":21}`, "GET", "/v2/bookings/bk_1/attendees/21", "2024-08-13", nil, "", attendeeAnswer},
+		{"booking.guest.add", `{"booking_uid":"bk_1","guests":[{"email":"erin@example.test","name":"Erin","time_zone":"UTC"},{"email":"finn@example.test"}]}`,
+			"POST", "/v2/bookings/bk_1/guests", "2024-08-13", nil,
+			`{"guests":[{"email":"erin@example.test","name":"Erin","timeZone":"UTC"},{"email":"finn@example.test"}]}`, bookingAnswer},
+		{"booking.mark_absent", `{"booking_uid":"bk_1","host":false,"attendees":[{"email":"bob@example.test","absent":true}]}`,
+			"POST", "/v2/bookings/bk_1/mark-absent", "2024-08-13", nil,
+			`{"host":false,"attendees":[{"email":"bob@example.test","absent":true}]}`, bookingAnswer},
+		{"booking.reassign", `{"booking_uid":"bk_1"}`, "POST", "/v2/bookings/bk_1/reassign", "2024-08-13", nil, "", reassignAnswer},
+		{"booking.location.update", `{"booking_uid":"bk_1","location":{"type":"link","link":"https://meet.example.test/abc"}}`,
+			"PATCH", "/v2/bookings/bk_1/location", "2024-08-13", nil, `{"location":{"type":"link","link":"https://meet.example.test/abc"}}`, bookingAnswer},
+		{"booking.get_by_seat", `{"seat_uid":"seat_1"}`, "GET", "/v2/bookings/by-seat/seat_1", "2024-08-13", nil, "", bookingAnswer},
+		{"booking.calendar_links.get", `{"booking_uid":"bk_1"}`, "GET", "/v2/bookings/bk_1/calendar-links", "2024-08-13", nil, "", calLinksAnswer},
+		{"booking.reference.list", `{"booking_uid":"bk_1","type":"google_calendar"}`, "GET", "/v2/bookings/bk_1/references", "2024-08-13",
+			url.Values{"type": {"google_calendar"}}, "", referencesAnswer},
+		{"booking.recording.list", `{"booking_uid":"bk_1"}`, "GET", "/v2/bookings/bk_1/recordings", "2024-08-13", nil, "", recordingsAnswer},
+		{"booking.transcript.list", `{"booking_uid":"bk_1"}`, "GET", "/v2/bookings/bk_1/transcripts", "2024-08-13", nil, "", transcriptsAnswer},
+		{"calendar.list", `{}`, "GET", "/v2/calendars", "", nil, "", calendarsAnswer},
+		{"calendar.busy_time.list", `{"credential_id":5,"external_id":"alice@example.test","date_from":"2050-09-01","date_to":"2050-09-30","time_zone":"Europe/Rome"}`,
+			"GET", "/v2/calendars/busy-times", "",
+			url.Values{"credentialId": {"5"}, "externalId": {"alice@example.test"}, "dateFrom": {"2050-09-01"}, "dateTo": {"2050-09-30"},
+				"timeZone": {"Europe/Rome"}}, "", busyTimesAnswer},
+		{"conferencing.list", `{}`, "GET", "/v2/conferencing", "", nil, "", conferencingAns},
+		{"conferencing.default.get", `{}`, "GET", "/v2/conferencing/default", "", nil, "", confDefaultAnswer},
+		{"webhook.list", `{"take":25,"skip":50}`, "GET", "/v2/webhooks", "", url.Values{"take": {"25"}, "skip": {"50"}}, "", userWebhooksOutput},
+		{"webhook.get", `{"webhook_id":"wh_1"}`, "GET", "/v2/webhooks/wh_1", "", nil, "", userWebhookOutput},
+		// The subscription's configured secret is sent; the caller never
+		// gives one.
+		{"webhook.create", `{"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED","BOOKING_CANCELLED"],"active":true,"version":"2021-10-20"}`,
+			"POST", "/v2/webhooks", "", nil,
+			`{"subscriberUrl":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED","BOOKING_CANCELLED"],"active":true,"version":"2021-10-20","secret":"` + testSecret + `"}`,
+			userWebhookOutput},
+		// A subscription without a configured secret: none is sent.
+		{"webhook.update", `{"webhook_id":"wh_1","subscriber_url":"https://other.example.test/hooks/sub-2","active":false}`,
+			"PATCH", "/v2/webhooks/wh_1", "", nil, `{"subscriberUrl":"https://other.example.test/hooks/sub-2","active":false}`, userWebhookOutput},
+		{"webhook.delete", `{"webhook_id":"wh_1"}`, "DELETE", "/v2/webhooks/wh_1", "", nil, "", userWebhookOutput},
+		{"profile.update", `{"name":"Alice A.","time_format":12,"week_start":"Sunday","locale":"it","metadata":{"team":"sales"}}`,
+			"PATCH", "/v2/me", "", nil, `{"name":"Alice A.","timeFormat":12,"weekStart":"Sunday","locale":"it","metadata":{"team":"sales"}}`, meAnswer},
 	}
 	if len(cases) != len(operations) {
 		t.Fatalf("%d cases for %d capabilities", len(cases), len(operations))

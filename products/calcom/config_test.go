@@ -3,6 +3,7 @@ package calcom
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
@@ -148,7 +150,15 @@ func TestManifest(t *testing.T) {
 	}
 	var got []string
 	mutations := map[string]bool{"booking.create": true, "booking.cancel": true, "booking.reschedule": true,
-		"booking.confirm": true, "booking.decline": true}
+		"booking.confirm": true, "booking.decline": true, "event_type.create": true, "event_type.update": true,
+		"event_type.delete": true, "schedule.create": true, "schedule.update": true, "schedule.delete": true,
+		"slot.reservation.create": true, "slot.reservation.update": true, "slot.reservation.delete": true,
+		"booking.attendee.add": true, "booking.guest.add": true, "booking.mark_absent": true, "booking.reassign": true,
+		"booking.location.update": true, "webhook.create": true, "webhook.update": true, "webhook.delete": true,
+		"profile.update": true}
+	// Deleting for good is high risk.
+	highRisk := map[string]bool{"event_type.delete": true, "schedule.delete": true, "slot.reservation.delete": true,
+		"webhook.delete": true}
 	for _, capa := range m.Capabilities {
 		if !capabilityIDRE.MatchString(capa.ID) {
 			t.Errorf("capability ID %q does not follow cap:cal_diy:<suffix>", capa.ID)
@@ -164,6 +174,9 @@ func TestManifest(t *testing.T) {
 		if capa.RequiresHumanApproval != nil && *capa.RequiresHumanApproval {
 			t.Errorf("%s: requires_human_approval is set, but nothing in this fleet would hold the action for approval", capa.ID)
 		}
+		if (capa.Risk == aip.RiskHigh) != highRisk[suffix] {
+			t.Errorf("%s: risk %s; high exactly when it deletes for good (%v)", capa.ID, capa.Risk, highRisk[suffix])
+		}
 		if writes := slices.Contains(capa.Contract.SideEffects, "write"); writes != mutations[suffix] {
 			t.Errorf("%s: side effects %v; a write exactly when it is a mutation (%v)", capa.ID, capa.Contract.SideEffects, mutations[suffix])
 		}
@@ -177,7 +190,15 @@ func TestManifest(t *testing.T) {
 		checkStrict(t, capa.ID, schema)
 	}
 	want := []string{"profile.get", "event_type.list", "event_type.get", "slot.list", "booking.list", "booking.get",
-		"booking.create", "booking.cancel", "booking.reschedule", "booking.confirm", "booking.decline", "schedule.list"}
+		"booking.create", "booking.cancel", "booking.reschedule", "booking.confirm", "booking.decline", "schedule.list",
+		"event_type.create", "event_type.update", "event_type.delete",
+		"schedule.default.get", "schedule.get", "schedule.create", "schedule.update", "schedule.delete",
+		"slot.reservation.create", "slot.reservation.get", "slot.reservation.update", "slot.reservation.delete",
+		"booking.attendee.list", "booking.attendee.add", "booking.attendee.get", "booking.guest.add",
+		"booking.mark_absent", "booking.reassign", "booking.location.update", "booking.get_by_seat",
+		"booking.calendar_links.get", "booking.reference.list", "booking.recording.list", "booking.transcript.list",
+		"calendar.list", "calendar.busy_time.list", "conferencing.list", "conferencing.default.get",
+		"webhook.list", "webhook.get", "webhook.create", "webhook.update", "webhook.delete", "profile.update"}
 	if !slices.Equal(got, want) {
 		t.Errorf("capabilities %v, want %v", got, want)
 	}
@@ -190,6 +211,12 @@ func TestManifest(t *testing.T) {
 // arrays throughout a schema.
 func checkStrict(t *testing.T, where string, s map[string]any) {
 	t.Helper()
+	if alts, ok := s["oneOf"].([]any); ok {
+		// Alternatives: each must be strict on its own.
+		for i, a := range alts {
+			checkStrict(t, fmt.Sprintf("%s|%d", where, i), a.(map[string]any))
+		}
+	}
 	switch s["type"] {
 	case "object":
 		if props, ok := s["properties"].(map[string]any); ok {
@@ -233,10 +260,11 @@ func TestOperationsMatchDocument(t *testing.T) {
 	var doc struct {
 		Paths map[string]map[string]struct {
 			Parameters []struct {
-				Name     string `json:"name"`
-				In       string `json:"in"`
-				Required bool   `json:"required"`
-				Schema   struct {
+				Name        string `json:"name"`
+				In          string `json:"in"`
+				Required    bool   `json:"required"`
+				Description string `json:"description"`
+				Schema      struct {
 					Default any `json:"default"`
 				} `json:"schema"`
 			} `json:"parameters"`
@@ -248,7 +276,12 @@ func TestOperationsMatchDocument(t *testing.T) {
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	rename := strings.NewReplacer("{event_type_id}", "{eventTypeId}", "{booking_uid}", "{bookingUid}")
+	rename := strings.NewReplacer("{event_type_id}", "{eventTypeId}", "{booking_uid}", "{bookingUid}",
+		"{schedule_id}", "{scheduleId}", "{reservation_uid}", "{uid}", "{attendee_id}", "{attendeeId}",
+		"{seat_uid}", "{seatUid}", "{webhook_id}", "{webhookId}")
+	// Some operations give the required version only in the header's
+	// description ("Must be set to 2024-08-13. ...").
+	mustBeSet := regexp.MustCompile(`^Must be set to (\d{4}-\d{2}-\d{2})\.`)
 	for _, o := range operations {
 		tmpl := rename.Replace(o.Path)
 		op, ok := doc.Paths[tmpl][strings.ToLower(o.Method)]
@@ -260,6 +293,12 @@ func TestOperationsMatchDocument(t *testing.T) {
 		for _, p := range op.Parameters {
 			if p.In == "header" && p.Name == "cal-api-version" {
 				want, _ = p.Schema.Default.(string)
+				if m := mustBeSet.FindStringSubmatch(p.Description); want == "" && m != nil {
+					want = m[1]
+				}
+				if want == "" {
+					t.Errorf("%s: the document's cal-api-version has neither a default nor a required value", o.ID())
+				}
 			}
 		}
 		if o.Version != want {

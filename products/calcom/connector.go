@@ -122,11 +122,22 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	if o.Version != "" {
 		h.Set("cal-api-version", o.Version)
 	}
+	if o.Webhook && req.body != nil {
+		if pe := c.prepareWebhook(req.body); pe != nil {
+			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed, Error: pe}, nil
+		}
+	}
 	preq := provider.Request{Method: o.Method, Path: req.path, Query: req.query, Header: h}
 	if req.body != nil {
 		preq.JSON = req.body
 	}
 	out, err := c.call(ctx, preq)
+	if err == nil && o.Webhook {
+		if out, err = redactSecrets(out); err != nil {
+			err = &provider.Error{Product: c.client.Product(), Method: preq.Method, Path: preq.Path,
+				Message: "answered with a webhook that could not be read", MayHaveApplied: true}
+		}
+	}
 	if err != nil {
 		return provider.Result(call, err, o.Mutation)
 	}

@@ -23,6 +23,63 @@
 //	booking.decline     POST /v2/bookings/{bookingUid}/decline     2024-08-13  mutation
 //	schedule.list       GET  /v2/schedules                         2024-06-11
 //
+//	event_type.create        POST   /v2/event-types                                 2024-06-14  mutation
+//	event_type.update        PATCH  /v2/event-types/{eventTypeId}                   2024-06-14  mutation
+//	event_type.delete        DELETE /v2/event-types/{eventTypeId}                   2024-06-14  mutation, high risk
+//	schedule.default.get     GET    /v2/schedules/default                           2024-06-11
+//	schedule.get             GET    /v2/schedules/{scheduleId}                      2024-06-11
+//	schedule.create          POST   /v2/schedules                                   2024-06-11  mutation
+//	schedule.update          PATCH  /v2/schedules/{scheduleId}                      2024-06-11  mutation
+//	schedule.delete          DELETE /v2/schedules/{scheduleId}                      2024-06-11  mutation, high risk
+//	slot.reservation.create  POST   /v2/slots/reservations                          2024-09-04  mutation
+//	slot.reservation.get     GET    /v2/slots/reservations/{uid}                    2024-09-04
+//	slot.reservation.update  PATCH  /v2/slots/reservations/{uid}                    2024-09-04  mutation
+//	slot.reservation.delete  DELETE /v2/slots/reservations/{uid}                    2024-09-04  mutation, high risk
+//	booking.attendee.list    GET    /v2/bookings/{bookingUid}/attendees             2024-08-13
+//	booking.attendee.add     POST   /v2/bookings/{bookingUid}/attendees             2024-08-13  mutation
+//	booking.attendee.get     GET    /v2/bookings/{bookingUid}/attendees/{attendeeId} 2024-08-13
+//	booking.guest.add        POST   /v2/bookings/{bookingUid}/guests                2024-08-13  mutation
+//	booking.mark_absent      POST   /v2/bookings/{bookingUid}/mark-absent           2024-08-13  mutation
+//	booking.reassign         POST   /v2/bookings/{bookingUid}/reassign              2024-08-13  mutation
+//	booking.location.update  PATCH  /v2/bookings/{bookingUid}/location              2024-08-13  mutation
+//	booking.get_by_seat      GET    /v2/bookings/by-seat/{seatUid}                  2024-08-13
+//	booking.calendar_links.get GET  /v2/bookings/{bookingUid}/calendar-links        2024-08-13
+//	booking.reference.list   GET    /v2/bookings/{bookingUid}/references            2024-08-13
+//	booking.recording.list   GET    /v2/bookings/{bookingUid}/recordings            2024-08-13
+//	booking.transcript.list  GET    /v2/bookings/{bookingUid}/transcripts           2024-08-13
+//	calendar.list            GET    /v2/calendars                                   (none)
+//	calendar.busy_time.list  GET    /v2/calendars/busy-times                        (none)
+//	conferencing.list        GET    /v2/conferencing                                (none)
+//	conferencing.default.get GET    /v2/conferencing/default                        (none)
+//	webhook.list             GET    /v2/webhooks                                    (none)
+//	webhook.get              GET    /v2/webhooks/{webhookId}                        (none)
+//	webhook.create           POST   /v2/webhooks                                    (none)      mutation
+//	webhook.update           PATCH  /v2/webhooks/{webhookId}                        (none)      mutation
+//	webhook.delete           DELETE /v2/webhooks/{webhookId}                        (none)      mutation, high risk
+//	profile.update           PATCH  /v2/me                                          (none)      mutation
+//
+// For the attendee, guest and location operations the document gives the
+// version only in the header's description ("Must be set to 2024-08-13");
+// the test that checks versions against the document reads both.
+// Deleting for good is risk high; other mutations are medium, reads low.
+// Updates need at least one field to change (minProperties).
+//
+// # User webhooks
+//
+// webhook.create and webhook.update (when it changes the URL) accept a
+// subscriber URL only if it is exactly one of the
+// --cal-diy-webhook-subscriber-prefixes followed by a subscription ID
+// (the webhook route's syntax: 1 to 128 of A-Z a-z 0-9 . _ ~ -, the first
+// alphanumeric). With no prefixes configured every subscriber URL is
+// refused (deny by default). A refused URL is a failed result
+// cal_diy.subscriber_url_not_allowed (policy, not retryable) and nothing
+// is sent. The signing secret is never an action input: when the
+// connector holds the secret of that subscription
+// (--cal-diy-webhook-secret-files) it sends it as the webhook's secret,
+// so deliveries verify at POST /webhooks/cal-diy/{subscription_id};
+// otherwise none is sent. Every webhook.* output leaves out the secret
+// member of the webhook(s) Cal.diy returns.
+//
 // Inputs are snake_case (event_type_id, booking_uid, time_zone, ...) and
 // strict (additionalProperties false, bounded strings and numbers); the
 // adapter renames them to the provider's query parameters and body fields
@@ -48,10 +105,15 @@
 //	--cal-diy-max-response-bytes / AIP_CAL_DIY_MAX_RESPONSE_BYTES largest answer read (default 8 MiB, at most 64 MiB)
 //	--cal-diy-webhook-secret-files / AIP_CAL_DIY_WEBHOOK_SECRET_FILES
 //	                                                           comma list of SUBSCRIPTION_ID=FILE (optional)
+//	--cal-diy-webhook-subscriber-prefixes / AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES
+//	                                                           comma list of https URL prefixes ending in / that
+//	                                                           webhook.create/update may register (optional; none: deny)
 //
 // New refuses a missing or non-https base URL, an unreadable, empty or
-// group/other-readable secret file, and malformed subscription entries,
-// naming the setting to fix.
+// group/other-readable secret file, malformed subscription entries, and
+// subscriber prefixes that are not https, carry user information, a
+// query, a fragment, escapes or dot segments, or whose path does not end
+// with / (more than 32 are refused too), naming the setting to fix.
 //
 // # Errors
 //
@@ -96,12 +158,31 @@
 //
 // Platform OAuth client credentials (x-cal-client-id and x-cal-secret-key)
 // and managed-user tokens are out of scope: the adapter authenticates with
-// one API key. The reference's other operations (event type, schedule,
-// calendar, conferencing and webhook administration, slot reservations,
-// attendees, seats) are not offered, nor tenant credential routing or a
-// dispatch ledger for reconciliation. booking.create does not take a
-// location, instant or routing, and cancel and reschedule do not take a
-// seat UID: the published document's oneOf alternatives for those bodies
-// overlap (no discriminator, no additionalProperties false), so such a body
+// one API key. Nor are tenant credential routing or a dispatch ledger for
+// reconciliation offered. booking.create does not take a location,
+// instant or routing, and cancel and reschedule do not take a seat UID:
+// the published document's oneOf alternatives for those bodies overlap
+// (no discriminator, no additionalProperties false), so such a body
 // cannot be shown to match exactly one of them.
+//
+// Of the reference's 81 operations these are not offered yet:
+// booking.attendee.delete (the published document has no DELETE on
+// /v2/bookings/{bookingUid}/attendees/{attendeeId}), event type private
+// links and event type webhooks, booking.reassign_to_user,
+// booking.conferencing_session.list, the calendar provider, ICS feed,
+// connection, event, free/busy, destination and selected-calendar
+// operations, and conferencing default.set, connect and disconnect. The
+// operator-only surfaces the reference excludes (OAuth clients and
+// flows, API key refresh, calendar and conferencing OAuth, Stripe,
+// verified resources) stay out.
+//
+// Some inputs are narrower than the document's bodies: schedule.create and schedule.update
+// take no availability or overrides, because the document's
+// ScheduleAvailabilityInput and ScheduleOverrideInput cannot be
+// satisfied (days is an array whose enum lists strings; startTime and
+// endTime carry the literal pattern TIME_FORMAT_HH_MM); event_type.create
+// and event_type.update leave out booking fields, locations, limits,
+// windows, recurrence, seats and other object-valued settings, and the
+// success redirect URL; profile.update is the document's
+// UpdateManagedUserInput.
 package calcom

@@ -45,10 +45,18 @@ type operation struct {
 	// comma-separated, as the document asks).
 	Query map[string]string
 	// Body maps input keys to body fields; Nested renames the members of
-	// an object-valued input. A nil Body sends no body unless AlwaysBody.
+	// an object-valued input, or of each object of an array-valued one.
+	// A nil Body sends no body unless AlwaysBody.
 	Body       map[string]string
 	Nested     map[string]map[string]string
 	AlwaysBody bool
+	// MinProps, when not 0, is the input's minProperties (updates need
+	// something to change).
+	MinProps int
+	// Webhook marks the user webhook operations: a subscriber URL must be
+	// allowed (subscriber.go), the configured signing secret is sent, and
+	// secrets are left out of the output.
+	Webhook bool
 }
 
 // ID returns the capability ID.
@@ -77,6 +85,7 @@ const (
 	maxTime    = 64
 	maxIntID   = int64(1) << 53
 	maxEmail   = 320
+	maxURL     = 2048
 	bookingUID = "booking_uid"
 )
 
@@ -267,6 +276,409 @@ var operations = []*operation{
 		Description: "GET /v2/schedules: the authenticated user's availability schedules (cal-api-version 2024-06-11).",
 		Method:      http.MethodGet, Path: "/v2/schedules", Version: versionSchedules, Risk: aip.RiskLow,
 	},
+	{
+		Suffix: "event_type.create", Name: "Create an event type",
+		Description: "POST /v2/event-types: a new event type of the authenticated user, with its scalar settings (cal-api-version 2024-06-14).",
+		Method:      http.MethodPost, Path: "/v2/event-types", Version: versionEventTypes, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"length_in_minutes", "title", "slug"},
+		Props:    eventTypeProps(nil), Body: eventTypeBody,
+	},
+	{
+		Suffix: "event_type.update", Name: "Update an event type",
+		Description: "PATCH /v2/event-types/{eventTypeId}: changes the given settings of an event type (cal-api-version 2024-06-14).",
+		Method:      http.MethodPatch, Path: "/v2/event-types/{event_type_id}", Version: versionEventTypes, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"event_type_id"}, MinProps: 2,
+		Props: eventTypeProps(map[string]any{"event_type_id": integer(1, maxIntID, "ID of the event type")}), Body: eventTypeBody,
+	},
+	{
+		Suffix: "event_type.delete", Name: "Delete an event type",
+		Description: "DELETE /v2/event-types/{eventTypeId}: deletes the event type for good (cal-api-version 2024-06-14).",
+		Method:      http.MethodDelete, Path: "/v2/event-types/{event_type_id}", Version: versionEventTypes, Mutation: true, Risk: aip.RiskHigh,
+		Required: []string{"event_type_id"},
+		Props:    map[string]any{"event_type_id": integer(1, maxIntID, "ID of the event type")},
+	},
+	{
+		Suffix: "schedule.default.get", Name: "Get the default schedule",
+		Description: "GET /v2/schedules/default: the authenticated user's default availability schedule (cal-api-version 2024-06-11).",
+		Method:      http.MethodGet, Path: "/v2/schedules/default", Version: versionSchedules, Risk: aip.RiskLow,
+	},
+	{
+		Suffix: "schedule.get", Name: "Get a schedule",
+		Description: "GET /v2/schedules/{scheduleId} (cal-api-version 2024-06-11).",
+		Method:      http.MethodGet, Path: "/v2/schedules/{schedule_id}", Version: versionSchedules, Risk: aip.RiskLow,
+		Required: []string{"schedule_id"}, Props: map[string]any{"schedule_id": scheduleIDProp},
+	},
+	{
+		Suffix: "schedule.create", Name: "Create a schedule",
+		Description: "POST /v2/schedules: a new availability schedule; Cal.diy gives it Monday to Friday 09:00-17:00 (cal-api-version 2024-06-11).",
+		Method:      http.MethodPost, Path: "/v2/schedules", Version: versionSchedules, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"name", "time_zone", "is_default"},
+		Props:    scheduleProps(nil), Body: scheduleBody,
+	},
+	{
+		Suffix: "schedule.update", Name: "Update a schedule",
+		Description: "PATCH /v2/schedules/{scheduleId}: renames a schedule, changes its time zone or makes it the default (cal-api-version 2024-06-11).",
+		Method:      http.MethodPatch, Path: "/v2/schedules/{schedule_id}", Version: versionSchedules, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"schedule_id"}, MinProps: 2,
+		Props: scheduleProps(map[string]any{"schedule_id": scheduleIDProp}), Body: scheduleBody,
+	},
+	{
+		Suffix: "schedule.delete", Name: "Delete a schedule",
+		Description: "DELETE /v2/schedules/{scheduleId}: deletes the schedule for good (cal-api-version 2024-06-11).",
+		Method:      http.MethodDelete, Path: "/v2/schedules/{schedule_id}", Version: versionSchedules, Mutation: true, Risk: aip.RiskHigh,
+		Required: []string{"schedule_id"}, Props: map[string]any{"schedule_id": scheduleIDProp},
+	},
+	{
+		Suffix: "slot.reservation.create", Name: "Reserve a slot",
+		Description: "POST /v2/slots/reservations: holds a slot of an event type so that nobody else books it meanwhile (cal-api-version 2024-09-04).",
+		Method:      http.MethodPost, Path: "/v2/slots/reservations", Version: versionSlots, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"event_type_id", "slot_start"},
+		Props:    reservationProps(nil), Body: reservationBody,
+	},
+	{
+		Suffix: "slot.reservation.get", Name: "Get a slot reservation",
+		Description: "GET /v2/slots/reservations/{uid} (cal-api-version 2024-09-04).",
+		Method:      http.MethodGet, Path: "/v2/slots/reservations/{reservation_uid}", Version: versionSlots, Risk: aip.RiskLow,
+		Required: []string{"reservation_uid"}, Props: map[string]any{"reservation_uid": reservationUIDProp},
+	},
+	{
+		Suffix: "slot.reservation.update", Name: "Update a slot reservation",
+		Description: "PATCH /v2/slots/reservations/{uid}: moves or extends a reservation; the body is a whole reservation (cal-api-version 2024-09-04).",
+		Method:      http.MethodPatch, Path: "/v2/slots/reservations/{reservation_uid}", Version: versionSlots, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"reservation_uid", "event_type_id", "slot_start"},
+		Props:    reservationProps(map[string]any{"reservation_uid": reservationUIDProp}), Body: reservationBody,
+	},
+	{
+		Suffix: "slot.reservation.delete", Name: "Delete a slot reservation",
+		Description: "DELETE /v2/slots/reservations/{uid}: releases the reserved slot (cal-api-version 2024-09-04).",
+		Method:      http.MethodDelete, Path: "/v2/slots/reservations/{reservation_uid}", Version: versionSlots, Mutation: true, Risk: aip.RiskHigh,
+		Required: []string{"reservation_uid"}, Props: map[string]any{"reservation_uid": reservationUIDProp},
+	},
+	{
+		Suffix: "booking.attendee.list", Name: "List a booking's attendees",
+		Description: "GET /v2/bookings/{bookingUid}/attendees (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/{booking_uid}/attendees", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{bookingUID}, Props: map[string]any{bookingUID: bookingUIDProp},
+	},
+	{
+		Suffix: "booking.attendee.add", Name: "Add an attendee to a booking",
+		Description: "POST /v2/bookings/{bookingUid}/attendees: adds one attendee, who is notified (cal-api-version 2024-08-13).",
+		Method:      http.MethodPost, Path: "/v2/bookings/{booking_uid}/attendees", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{bookingUID, "name", "time_zone", "email"},
+		Props: map[string]any{bookingUID: bookingUIDProp,
+			"name":         str(maxID, "attendee name"),
+			"time_zone":    str(maxTime, "attendee time zone, e.g. Europe/Rome"),
+			"email":        str(maxEmail, "attendee email"),
+			"phone_number": str(32, "attendee phone number in international format"),
+			"language":     enum("attendee language", languages...),
+		},
+		Body: map[string]string{"name": "name", "time_zone": "timeZone", "email": "email", "phone_number": "phoneNumber", "language": "language"},
+	},
+	{
+		Suffix: "booking.attendee.get", Name: "Get a booking's attendee",
+		Description: "GET /v2/bookings/{bookingUid}/attendees/{attendeeId} (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/{booking_uid}/attendees/{attendee_id}", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{bookingUID, "attendee_id"},
+		Props:    map[string]any{bookingUID: bookingUIDProp, "attendee_id": integer(1, maxIntID, "ID of the attendee")},
+	},
+	{
+		Suffix: "booking.guest.add", Name: "Add guests to a booking",
+		Description: "POST /v2/bookings/{bookingUid}/guests: adds up to 10 guests, who are notified (cal-api-version 2024-08-13).",
+		Method:      http.MethodPost, Path: "/v2/bookings/{booking_uid}/guests", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{bookingUID, "guests"},
+		Props: map[string]any{bookingUID: bookingUIDProp,
+			"guests": list(map[string]any{
+				"type": "object", "additionalProperties": false, "required": []string{"email"}, "description": "a guest",
+				"properties": map[string]any{
+					"email":        str(maxEmail, "guest email"),
+					"name":         str(maxID, "guest name"),
+					"time_zone":    str(maxTime, "guest time zone"),
+					"phone_number": str(32, "guest phone number in international format"),
+					"language":     enum("guest language", languages...),
+				},
+			}, 10, "the guests (at most 10 a request)"),
+		},
+		Body:   map[string]string{"guests": "guests"},
+		Nested: map[string]map[string]string{"guests": {"email": "email", "name": "name", "time_zone": "timeZone", "phone_number": "phoneNumber", "language": "language"}},
+	},
+	{
+		Suffix: "booking.mark_absent", Name: "Mark absences of a booking",
+		Description: "POST /v2/bookings/{bookingUid}/mark-absent: records whether the host and which attendees did not show up (cal-api-version 2024-08-13).",
+		Method:      http.MethodPost, Path: "/v2/bookings/{booking_uid}/mark-absent", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{bookingUID}, MinProps: 2,
+		Props: map[string]any{bookingUID: bookingUIDProp,
+			"host": map[string]any{"type": "boolean", "description": "whether the host was absent"},
+			"attendees": list(map[string]any{
+				"type": "object", "additionalProperties": false, "required": []string{"email", "absent"}, "description": "an attendee",
+				"properties": map[string]any{
+					"email":  str(maxEmail, "attendee email"),
+					"absent": map[string]any{"type": "boolean", "description": "whether the attendee was absent"},
+				},
+			}, 100, "attendees and whether each was absent"),
+		},
+		Body: map[string]string{"host": "host", "attendees": "attendees"},
+	},
+	{
+		Suffix: "booking.reassign", Name: "Reassign a booking",
+		Description: "POST /v2/bookings/{bookingUid}/reassign: hands a round-robin booking to another available host that Cal.diy picks (cal-api-version 2024-08-13).",
+		Method:      http.MethodPost, Path: "/v2/bookings/{booking_uid}/reassign", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{bookingUID}, Props: map[string]any{bookingUID: bookingUIDProp},
+	},
+	{
+		Suffix: "booking.location.update", Name: "Change a booking's location",
+		Description: "PATCH /v2/bookings/{bookingUid}/location: sets the booking's location to an address, a link, a phone number or an attendee's location (cal-api-version 2024-08-13).",
+		Method:      http.MethodPatch, Path: "/v2/bookings/{booking_uid}/location", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{bookingUID, "location"},
+		Props:    map[string]any{bookingUID: bookingUIDProp, "location": locationProp},
+		Body:     map[string]string{"location": "location"},
+	},
+	{
+		Suffix: "booking.get_by_seat", Name: "Get a booking by seat",
+		Description: "GET /v2/bookings/by-seat/{seatUid}: the booking one seat of a seated event type belongs to (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/by-seat/{seat_uid}", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{"seat_uid"}, Props: map[string]any{"seat_uid": str(maxID, "UID of the seat")},
+	},
+	{
+		Suffix: "booking.calendar_links.get", Name: "Get a booking's calendar links",
+		Description: "GET /v2/bookings/{bookingUid}/calendar-links: links that add the booking to Google, Microsoft, Yahoo or ICS calendars (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/{booking_uid}/calendar-links", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{bookingUID}, Props: map[string]any{bookingUID: bookingUIDProp},
+	},
+	{
+		Suffix: "booking.reference.list", Name: "List a booking's references",
+		Description: "GET /v2/bookings/{bookingUid}/references: the booking's entries in calendars and video apps (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/{booking_uid}/references", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{bookingUID},
+		Props: map[string]any{bookingUID: bookingUIDProp,
+			"type": enum("only references of this app", "google_calendar", "office365_calendar", "daily_video", "google_video", "office365_video", "zoom_video")},
+		Query: map[string]string{"type": "type"},
+	},
+	{
+		Suffix: "booking.recording.list", Name: "List a booking's recordings",
+		Description: "GET /v2/bookings/{bookingUid}/recordings: Cal Video recordings of the meeting (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/{booking_uid}/recordings", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{bookingUID}, Props: map[string]any{bookingUID: bookingUIDProp},
+	},
+	{
+		Suffix: "booking.transcript.list", Name: "List a booking's transcripts",
+		Description: "GET /v2/bookings/{bookingUid}/transcripts: Cal Video transcript download links of the meeting (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/{booking_uid}/transcripts", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{bookingUID}, Props: map[string]any{bookingUID: bookingUIDProp},
+	},
+	{
+		Suffix: "calendar.list", Name: "List connected calendars",
+		Description: "GET /v2/calendars: the calendars connected to the authenticated user, with the destination calendar.",
+		Method:      http.MethodGet, Path: "/v2/calendars", Risk: aip.RiskLow,
+	},
+	{
+		Suffix: "calendar.busy_time.list", Name: "List busy times of a calendar",
+		Description: "GET /v2/calendars/busy-times: busy times of one connected calendar (by credential ID and external ID) between two dates.",
+		Method:      http.MethodGet, Path: "/v2/calendars/busy-times", Risk: aip.RiskLow,
+		Required: []string{"credential_id", "external_id"},
+		Props: map[string]any{
+			"credential_id":      integer(1, maxIntID, "ID of the calendar's credential (calendar.list)"),
+			"external_id":        str(maxID, "external ID of the calendar (calendar.list)"),
+			"date_from":          str(maxTime, "first date, e.g. 2050-09-01"),
+			"date_to":            str(maxTime, "last date, e.g. 2050-09-30"),
+			"time_zone":          str(maxTime, "time zone of the dates"),
+			"logged_in_users_tz": str(maxTime, "time zone of the authenticated user"),
+		},
+		Query: map[string]string{"credential_id": "credentialId", "external_id": "externalId", "date_from": "dateFrom",
+			"date_to": "dateTo", "time_zone": "timeZone", "logged_in_users_tz": "loggedInUsersTz"},
+	},
+	{
+		Suffix: "conferencing.list", Name: "List conferencing apps",
+		Description: "GET /v2/conferencing: the conferencing apps the authenticated user installed.",
+		Method:      http.MethodGet, Path: "/v2/conferencing", Risk: aip.RiskLow,
+	},
+	{
+		Suffix: "conferencing.default.get", Name: "Get the default conferencing app",
+		Description: "GET /v2/conferencing/default: the authenticated user's default conferencing app.",
+		Method:      http.MethodGet, Path: "/v2/conferencing/default", Risk: aip.RiskLow,
+	},
+	{
+		Suffix: "webhook.list", Name: "List user webhooks",
+		Description: "GET /v2/webhooks: the authenticated user's webhooks, paged (signing secrets left out of the output).",
+		Method:      http.MethodGet, Path: "/v2/webhooks", Risk: aip.RiskLow, Webhook: true,
+		Props: map[string]any{"take": integer(1, 250, "page size (provider default 250)"), "skip": integer(0, 1_000_000, "webhooks to skip")},
+		Query: map[string]string{"take": "take", "skip": "skip"},
+	},
+	{
+		Suffix: "webhook.get", Name: "Get a user webhook",
+		Description: "GET /v2/webhooks/{webhookId} (signing secret left out of the output).",
+		Method:      http.MethodGet, Path: "/v2/webhooks/{webhook_id}", Risk: aip.RiskLow, Webhook: true,
+		Required: []string{"webhook_id"}, Props: map[string]any{"webhook_id": webhookIDProp},
+	},
+	{
+		Suffix: "webhook.create", Name: "Create a user webhook",
+		Description: "POST /v2/webhooks: subscribes a URL to booking events. The subscriber URL must be one of the deployment's " +
+			"allowed HTTPS prefixes followed by a subscription ID; when the connector holds that subscription's secret it is sent as the signing secret.",
+		Method: http.MethodPost, Path: "/v2/webhooks", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
+		Required: []string{"subscriber_url", "triggers", "active"},
+		Props:    webhookProps(nil), Body: webhookBody,
+	},
+	{
+		Suffix: "webhook.update", Name: "Update a user webhook",
+		Description: "PATCH /v2/webhooks/{webhookId}: changes a webhook's URL (allowed prefixes only, as for webhook.create), triggers, template or state.",
+		Method:      http.MethodPatch, Path: "/v2/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
+		Required: []string{"webhook_id"}, MinProps: 2,
+		Props: webhookProps(map[string]any{"webhook_id": webhookIDProp}), Body: webhookBody,
+	},
+	{
+		Suffix: "webhook.delete", Name: "Delete a user webhook",
+		Description: "DELETE /v2/webhooks/{webhookId}: deletes the webhook for good.",
+		Method:      http.MethodDelete, Path: "/v2/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskHigh, Webhook: true,
+		Required: []string{"webhook_id"}, Props: map[string]any{"webhook_id": webhookIDProp},
+	},
+	{
+		Suffix: "profile.update", Name: "Update the authenticated Cal.diy profile",
+		Description: "PATCH /v2/me: changes the given fields of the API key owner's profile.",
+		Method:      http.MethodPatch, Path: "/v2/me", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{}, MinProps: 1,
+		Props: map[string]any{
+			"email":               str(maxEmail, "email (Cal.diy may ask to verify it)"),
+			"name":                str(maxID, "display name"),
+			"time_format":         map[string]any{"type": "integer", "enum": []int{12, 24}, "minimum": 12, "maximum": 24, "description": "12 or 24 hour clock"},
+			"default_schedule_id": scheduleIDProp,
+			"week_start":          enum("first day of the week", weekDays...),
+			"time_zone":           str(maxTime, "time zone, e.g. Europe/Rome"),
+			"locale":              enum("language", languages...),
+			"avatar_url":          str(maxURL, "URL of the avatar image"),
+			"bio":                 str(maxText, "bio"),
+			"metadata":            metadataProp,
+		},
+		Body: map[string]string{"email": "email", "name": "name", "time_format": "timeFormat", "default_schedule_id": "defaultScheduleId",
+			"week_start": "weekStart", "time_zone": "timeZone", "locale": "locale", "avatar_url": "avatarUrl", "bio": "bio", "metadata": "metadata"},
+	},
+}
+
+// Schema parts shared by several operations.
+var (
+	scheduleIDProp     = integer(1, maxIntID, "ID of the schedule")
+	reservationUIDProp = str(maxID, "UID of the slot reservation")
+	webhookIDProp      = str(maxID, "ID of the webhook")
+	weekDays           = []string{"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"}
+	metadataProp       = map[string]any{"type": "object", "maxProperties": 50, "description": "up to 50 keys of 40 characters, string values up to 500",
+		"propertyNames":        map[string]any{"maxLength": 40},
+		"additionalProperties": map[string]any{"type": "string", "maxLength": 500}}
+	// webhookTriggers are the document's CreateWebhookInputDto triggers.
+	webhookTriggers = []string{"BOOKING_CREATED", "BOOKING_PAYMENT_INITIATED", "BOOKING_PAID", "BOOKING_RESCHEDULED",
+		"BOOKING_REQUESTED", "BOOKING_CANCELLED", "BOOKING_REJECTED", "BOOKING_NO_SHOW_UPDATED", "FORM_SUBMITTED",
+		"MEETING_ENDED", "MEETING_STARTED", "RECORDING_READY", "INSTANT_MEETING", "RECORDING_TRANSCRIPTION_GENERATED",
+		"OOO_CREATED", "AFTER_HOSTS_CAL_VIDEO_NO_SHOW", "AFTER_GUESTS_CAL_VIDEO_NO_SHOW", "FORM_SUBMITTED_NO_EVENT",
+		"ROUTING_FORM_FALLBACK_HIT", "DELEGATION_CREDENTIAL_ERROR", "WRONG_ASSIGNMENT_REPORT"}
+	// locationProp is one of the document's UpdateBookingLocationInput
+	// location objects: a type and the one member it needs.
+	locationProp = map[string]any{"type": "object", "maxProperties": 2, "description": "the new location", "oneOf": []any{
+		locationAlt("address", "address", "an address"),
+		locationAlt("attendeeAddress", "address", "the attendee's address"),
+		locationAlt("attendeeDefined", "location", "a location the attendee gave"),
+		locationAlt("attendeePhone", "phone", "the attendee's phone number"),
+		locationAlt("link", "link", "a meeting link"),
+		locationAlt("phone", "phone", "a phone number"),
+	}}
+)
+
+func locationAlt(typ, member, desc string) map[string]any {
+	return map[string]any{"type": "object", "additionalProperties": false, "required": []string{"type", member},
+		"description": desc, "properties": map[string]any{
+			"type": enum("location type", typ),
+			member: str(maxText, desc),
+		}}
+}
+
+// eventTypeBody maps the event type inputs to CreateEventTypeInput and
+// UpdateEventTypeInput fields (2024-06-14).
+var eventTypeBody = map[string]string{"length_in_minutes": "lengthInMinutes", "title": "title", "slug": "slug",
+	"description": "description", "disable_guests": "disableGuests", "slot_interval": "slotInterval",
+	"minimum_booking_notice": "minimumBookingNotice", "before_event_buffer": "beforeEventBuffer",
+	"after_event_buffer": "afterEventBuffer", "schedule_id": "scheduleId", "offset_start": "offsetStart",
+	"only_show_first_available_slot": "onlyShowFirstAvailableSlot", "requires_booker_email_verification": "requiresBookerEmailVerification",
+	"hide_calendar_notes": "hideCalendarNotes", "lock_time_zone_toggle_on_booking_page": "lockTimeZoneToggleOnBookingPage",
+	"custom_name": "customName", "hide_calendar_event_details": "hideCalendarEventDetails",
+	"hide_organizer_email": "hideOrganizerEmail", "hidden": "hidden"}
+
+func eventTypeProps(extra map[string]any) map[string]any {
+	boolean := func(desc string) map[string]any { return map[string]any{"type": "boolean", "description": desc} }
+	p := map[string]any{
+		"length_in_minutes":                     integer(1, 1440, "length of the event in minutes"),
+		"title":                                 str(maxID, "title"),
+		"slug":                                  str(maxID, "slug, unique among the user's event types"),
+		"description":                           str(maxText, "description"),
+		"disable_guests":                        boolean("attendees may not add guests"),
+		"slot_interval":                         integer(1, 1440, "minutes between slot starts"),
+		"minimum_booking_notice":                integer(0, 525_600, "minutes of notice a booking needs"),
+		"before_event_buffer":                   integer(0, 1440, "free minutes before each event"),
+		"after_event_buffer":                    integer(0, 1440, "free minutes after each event"),
+		"schedule_id":                           scheduleIDProp,
+		"offset_start":                          integer(0, 1440, "minutes by which slot starts are offset"),
+		"only_show_first_available_slot":        boolean("show only the first slot of each day"),
+		"requires_booker_email_verification":    boolean("bookers must verify their email"),
+		"hide_calendar_notes":                   boolean("keep notes out of calendar events"),
+		"lock_time_zone_toggle_on_booking_page": boolean("bookers cannot change the time zone"),
+		"custom_name":                           str(maxID, "name of the calendar event, with variables such as {Event type title}"),
+		"hide_calendar_event_details":           boolean("calendar events show only busy"),
+		"hide_organizer_email":                  boolean("hide the organizer's email"),
+		"hidden":                                boolean("not shown on the profile page"),
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+// scheduleBody maps the schedule inputs to CreateScheduleInput and
+// UpdateScheduleInput fields (2024-06-11).
+var scheduleBody = map[string]string{"name": "name", "time_zone": "timeZone", "is_default": "isDefault"}
+
+func scheduleProps(extra map[string]any) map[string]any {
+	p := map[string]any{
+		"name":       str(maxID, "name of the schedule"),
+		"time_zone":  str(maxTime, "time zone of the schedule, e.g. Europe/Rome"),
+		"is_default": map[string]any{"type": "boolean", "description": "make it the user's default schedule"},
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+// reservationBody maps the reservation inputs to ReserveSlotInput fields
+// (2024-09-04).
+var reservationBody = map[string]string{"event_type_id": "eventTypeId", "slot_start": "slotStart",
+	"slot_duration": "slotDuration", "reservation_duration": "reservationDuration"}
+
+func reservationProps(extra map[string]any) map[string]any {
+	p := map[string]any{
+		"event_type_id":        integer(1, maxIntID, "ID of the event type"),
+		"slot_start":           str(maxTime, "start of the slot, ISO 8601 in UTC"),
+		"slot_duration":        integer(1, 1440, "slot length in minutes, for event types with several lengths"),
+		"reservation_duration": integer(1, 1440, "minutes to hold the slot (provider default 5)"),
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+// webhookBody maps the webhook inputs to CreateWebhookInputDto and
+// UpdateWebhookInputDto fields. The signing secret is never an input: the
+// connector sends the configured one (see subscriber.go).
+var webhookBody = map[string]string{"subscriber_url": "subscriberUrl", "triggers": "triggers", "active": "active",
+	"payload_template": "payloadTemplate", "version": "version"}
+
+func webhookProps(extra map[string]any) map[string]any {
+	p := map[string]any{
+		"subscriber_url":   str(maxURL, "https URL under one of the deployment's allowed subscriber prefixes, followed by a subscription ID"),
+		"triggers":         list(enum("", webhookTriggers...), len(webhookTriggers), "events that trigger a delivery"),
+		"active":           map[string]any{"type": "boolean", "description": "whether deliveries are sent"},
+		"payload_template": str(maxText*4, "template of the delivered payload (default: Cal.diy's payload)"),
+		"version":          enum("webhook payload version", "2021-10-20"),
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
 }
 
 var operationsByID = func() map[string]*operation {
@@ -287,7 +699,11 @@ func (o *operation) inputSchema() json.RawMessage {
 	if req == nil {
 		req = []string{}
 	}
-	b, err := json.Marshal(map[string]any{"type": "object", "properties": props, "required": req, "additionalProperties": false})
+	schema := map[string]any{"type": "object", "properties": props, "required": req, "additionalProperties": false}
+	if o.MinProps > 0 {
+		schema["minProperties"] = o.MinProps
+	}
+	b, err := json.Marshal(schema)
 	if err != nil {
 		panic(err) // the table is static
 	}
@@ -355,19 +771,34 @@ func (o *operation) build(input json.RawMessage) (*request, error) {
 				continue
 			}
 			if rename, nested := o.Nested[key]; nested {
-				obj, _ := v.(map[string]any)
-				out := make(map[string]any, len(obj))
-				for k, nv := range obj {
-					if n, ok := rename[k]; ok {
-						out[n] = nv
+				if items, isList := v.([]any); isList {
+					out := make([]any, len(items))
+					for i, it := range items {
+						obj, _ := it.(map[string]any)
+						out[i] = renameMembers(obj, rename)
 					}
+					v = out
+				} else {
+					obj, _ := v.(map[string]any)
+					v = renameMembers(obj, rename)
 				}
-				v = out
 			}
 			r.body[name] = v
 		}
 	}
 	return r, nil
+}
+
+// renameMembers renames an object's members (those rename does not name
+// are left out).
+func renameMembers(obj map[string]any, rename map[string]string) map[string]any {
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		if n, ok := rename[k]; ok {
+			out[n] = v
+		}
+	}
+	return out
 }
 
 // scalar formats a string, number or boolean input value.
