@@ -142,7 +142,8 @@ func TestHandoffNoteUnknownIsOutcomeUnknown(t *testing.T) {
 // checks the request Chatwoot received (the spec check has already
 // matched it against the document) and the output.
 func TestCatalogue(t *testing.T) {
-	e := newEnv(t, nil)
+	// Every operation, the opt-in agent administration included.
+	e := newEnv(t, func(c *Config) { c.Operations = operationSuffixes() })
 	cases := []struct {
 		suffix, input     string
 		method, path, raw string // raw query
@@ -163,6 +164,52 @@ func TestCatalogue(t *testing.T) {
 			map[string]any{"inbox_id": float64(1), "name": "Bob", "email": "bob@acme.test", "custom_attributes": map[string]any{"tier": "gold"}}, `"source_id":"src-1"`},
 		{"contact.update", `{"contact_id":9,"phone_number":"+15550100","blocked":false}`, "PUT", "/contacts/9", "",
 			map[string]any{"phone_number": "+15550100", "blocked": false}, `null`},
+		{"contact.delete", `{"contact_id":9}`, "DELETE", "/contacts/9", "", nil, `null`},
+		{"contact.filter", `{"page":2,"payload":[{"attribute_key":"email","filter_operator":"contains","values":["acme.test"],"query_operator":"AND"},` +
+			`{"attribute_key":"country_code","filter_operator":"equal_to","values":["DE","AT"]}]}`, "POST", "/contacts/filter", "page=2",
+			map[string]any{"payload": []any{
+				map[string]any{"attribute_key": "email", "filter_operator": "contains", "values": []any{"acme.test"}, "query_operator": "AND"},
+				map[string]any{"attribute_key": "country_code", "filter_operator": "equal_to", "values": []any{"DE", "AT"}}}}, `"name":"Carol"`},
+		{"contact.conversation.list", `{"contact_id":9}`, "GET", "/contacts/9/conversations", "", nil, `"id":42`},
+		{"contact.label.list", `{"contact_id":9}`, "GET", "/contacts/9/labels", "", nil, `"payload":["vip","billing"]`},
+		{"contact.label.update", `{"contact_id":9,"labels":["vip"]}`, "POST", "/contacts/9/labels", "",
+			map[string]any{"labels": []any{"vip"}}, `"payload":["vip"]`},
+		{"conversation.create", `{"source_id":"src-1","inbox_id":1,"contact_id":9,"status":"pending","team_id":2,"snoozed_until":"2030-07-21T17:32:28Z",` +
+			`"custom_attributes":{"order":"A-1"},"message":{"content":"Your order shipped","template_params":{"name":"shipping","category":"UTILITY","language":"en_US","processed_params":{"1":"A-1"}}}}`,
+			"POST", "/conversations", "", map[string]any{"source_id": "src-1", "inbox_id": float64(1), "contact_id": float64(9), "status": "pending",
+				"team_id": float64(2), "snoozed_until": "2030-07-21T17:32:28Z", "custom_attributes": map[string]any{"order": "A-1"},
+				"message": map[string]any{"content": "Your order shipped", "template_params": map[string]any{"name": "shipping", "category": "UTILITY",
+					"language": "en_US", "processed_params": map[string]any{"1": "A-1"}}}}, `"id":77`},
+		{"conversation.update", `{"conversation_id":42,"priority":"urgent"}`, "PATCH", "/conversations/42", "",
+			map[string]any{"priority": "urgent"}, `"priority":"urgent"`},
+		{"conversation.filter", `{"payload":[{"attribute_key":"status","filter_operator":"equal_to","values":["pending"]}]}`, "POST", "/conversations/filter", "",
+			map[string]any{"payload": []any{map[string]any{"attribute_key": "status", "filter_operator": "equal_to", "values": []any{"pending"}}}}, `"unassigned_count":1`},
+		{"conversation.priority", `{"conversation_id":42,"priority":"none"}`, "POST", "/conversations/42/toggle_priority", "",
+			map[string]any{"priority": "none"}, `null`},
+		{"conversation.custom_attributes", `{"conversation_id":42,"custom_attributes":{"order_id":"12345"}}`, "POST", "/conversations/42/custom_attributes", "",
+			map[string]any{"custom_attributes": map[string]any{"order_id": "12345"}}, `"order_id":"12345"`},
+		{"conversation.label.list", `{"conversation_id":42}`, "GET", "/conversations/42/labels", "", nil, `"payload":["vip","billing"]`},
+		{"conversation.label.update", `{"conversation_id":42,"labels":[]}`, "POST", "/conversations/42/labels", "",
+			map[string]any{"labels": []any{}}, `"payload":[]`},
+		{"message.delete", `{"conversation_id":42,"message_id":100}`, "DELETE", "/conversations/42/messages/100", "", nil, `null`},
+		{"canned_response.list", `{}`, "GET", "/canned_responses", "", nil, `"short_code":"refund"`},
+		{"canned_response.create", `{"short_code":"hi","content":"Hello!"}`, "POST", "/canned_responses", "",
+			map[string]any{"short_code": "hi", "content": "Hello!"}, `"id":2`},
+		{"canned_response.update", `{"canned_response_id":1,"content":"Refunds take 3 days."}`, "PATCH", "/canned_responses/1", "",
+			map[string]any{"content": "Refunds take 3 days."}, `"content":"Refunds take 3 days."`},
+		{"canned_response.delete", `{"canned_response_id":1}`, "DELETE", "/canned_responses/1", "", nil, `null`},
+		{"agent.create", `{"name":"Bea","email":"bea@acme.test","role":"agent","auto_offline":true}`, "POST", "/agents", "",
+			map[string]any{"name": "Bea", "email": "bea@acme.test", "role": "agent", "auto_offline": true}, `"confirmed":false`},
+		{"agent.update", `{"agent_id":3,"role":"administrator","availability_status":"busy"}`, "PATCH", "/agents/3", "",
+			map[string]any{"role": "administrator", "availability_status": "busy"}, `"role":"administrator"`},
+		{"agent.delete", `{"agent_id":3}`, "DELETE", "/agents/3", "", nil, `null`},
+		{"inbox.list", `{}`, "GET", "/inboxes", "", nil, `"channel_type":"Channel::WebWidget"`},
+		{"inbox.get", `{"inbox_id":1}`, "GET", "/inboxes/1", "", nil, `"name":"Website"`},
+		{"team.list", `{}`, "GET", "/teams", "", nil, `"is_member":true`},
+		{"team.get", `{"team_id":2}`, "GET", "/teams/2", "", nil, `"name":"Billing"`},
+		{"label.list", `{}`, "GET", "/labels", "", nil, `"title":"vip"`},
+		{"custom_attribute_definition.list", `{"attribute_model":"1"}`, "GET", "/custom_attribute_definitions", "attribute_model=1", nil,
+			`"attribute_model":"contact_attribute"`},
 	}
 	seen := map[string]bool{}
 	for _, tc := range cases {
@@ -235,6 +282,9 @@ func TestProviderErrors(t *testing.T) {
 	e.mock.setFault("POST /conversations/43/messages", fault{500, `{"error":"boom"}`})
 	e.mock.setFault("POST /conversations/44/toggle_status", fault{status: 0})
 	e.mock.setFault("PUT /contacts/45", fault{502, ``})
+	e.mock.setFault("DELETE /contacts/46", fault{500, `{"error":"boom"}`})
+	e.mock.setFault("DELETE /conversations/42/messages/47", fault{status: 0})
+	e.mock.setFault("POST /conversations/48/labels", fault{503, ``})
 	for _, tc := range []struct {
 		a   *aip.Action
 		key string
@@ -242,6 +292,9 @@ func TestProviderErrors(t *testing.T) {
 		{act(CapMessageCreate, `{"conversation_id":43,"content":"x"}`), "POST /conversations/43/messages"},
 		{act(CapConversationStatus, `{"conversation_id":44,"status":"open"}`), "POST /conversations/44/toggle_status"},
 		{act(CapabilityPrefix+"contact.update", `{"contact_id":45,"name":"x"}`), "PUT /contacts/45"},
+		{act(CapabilityPrefix+"contact.delete", `{"contact_id":46}`), "DELETE /contacts/46"},
+		{act(CapabilityPrefix+"message.delete", `{"conversation_id":42,"message_id":47}`), "DELETE /conversations/42/messages/47"},
+		{act(CapabilityPrefix+"conversation.label.update", `{"conversation_id":48,"labels":["vip"]}`), "POST /conversations/48/labels"},
 	} {
 		for range 2 {
 			resp, err := e.d.Act(ctx, e.target, tc.a)
@@ -258,6 +311,22 @@ func TestProviderErrors(t *testing.T) {
 		}
 		if n := e.mock.count(tc.key); n != 1 {
 			t.Errorf("%s reached Chatwoot %d times, want 1", tc.key, n)
+		}
+	}
+
+	// A delete Chatwoot refuses (404): failed, nothing applied.
+	res = e.run(t, act(CapabilityPrefix+"contact.delete", `{"contact_id":404}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeNotFound || res.Error.IsRetryable() {
+		t.Errorf("delete 404: %s %+v", res.Status, res.Error)
+	}
+	// A filter is a read sent as POST: a 5xx or a dropped connection fails
+	// retryably instead of leaving the outcome unknown.
+	e.mock.setFault("POST /conversations/filter", fault{503, `{"error":"maintenance"}`})
+	e.mock.setFault("POST /contacts/filter", fault{status: 0})
+	for _, suffix := range []string{"conversation.filter", "contact.filter"} {
+		res = e.run(t, act(CapabilityPrefix+suffix, `{"payload":[{"attribute_key":"status","filter_operator":"equal_to","values":["open"]}]}`))
+		if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeUnavailable || !res.Error.IsRetryable() {
+			t.Errorf("%s 5xx/dropped: %s %+v", suffix, res.Status, res.Error)
 		}
 	}
 
@@ -286,6 +355,26 @@ func TestInputSchemaRejections(t *testing.T) {
 		{CapabilityPrefix + "contact.create", `{"name":"no inbox"}`},
 		{CapabilityPrefix + "contact.get", `{"contact_id":"9/../../agents"}`},
 		{CapabilityPrefix + "account.get", `{"extra":1}`},
+		{CapabilityPrefix + "conversation.create", `{"inbox_id":1,"message":{"content":"no source"}}`},
+		{CapabilityPrefix + "conversation.create", `{"source_id":"s","message":{"content":"x","content_attributes":{}}}`},
+		{CapabilityPrefix + "conversation.create", `{"source_id":"s","status":"snoozed"}`},
+		{CapabilityPrefix + "conversation.create", `{"source_id":"s","snoozed_until":"tomorrow"}`},
+		{CapabilityPrefix + "conversation.update", `{"conversation_id":42}`},
+		{CapabilityPrefix + "conversation.update", `{"conversation_id":42,"priority":"critical"}`},
+		{CapabilityPrefix + "conversation.priority", `{"conversation_id":42}`},
+		{CapabilityPrefix + "conversation.custom_attributes", `{"conversation_id":42,"custom_attributes":"tier=gold"}`},
+		{CapabilityPrefix + "conversation.label.update", `{"conversation_id":42,"labels":"vip"}`},
+		{CapabilityPrefix + "conversation.label.update", `{"conversation_id":42,"labels":["vip","vip"]}`},
+		{CapabilityPrefix + "conversation.filter", `{"payload":[]}`},
+		{CapabilityPrefix + "conversation.filter", `{"payload":[{"attribute_key":"status","filter_operator":"is_present","values":["x"]}]}`},
+		{CapabilityPrefix + "contact.filter", `{"payload":[{"attribute_key":"email","values":["x"]}]}`},
+		{CapabilityPrefix + "message.delete", `{"conversation_id":42}`},
+		{CapabilityPrefix + "contact.label.update", `{"contact_id":9}`},
+		{CapabilityPrefix + "canned_response.create", `{"short_code":"hi"}`},
+		{CapabilityPrefix + "canned_response.update", `{"canned_response_id":1}`},
+		{CapabilityPrefix + "custom_attribute_definition.list", `{}`},
+		{CapabilityPrefix + "custom_attribute_definition.list", `{"attribute_model":"contact_attribute"}`},
+		{CapabilityPrefix + "team.get", `{"team_id":0}`},
 	} {
 		resp, err := e.d.Act(ctxT(t), e.target, act(tc.capability, tc.input))
 		if err != nil {
@@ -297,6 +386,96 @@ func TestInputSchemaRejections(t *testing.T) {
 	}
 	if reqs := e.mock.requests(); len(reqs) != 0 {
 		t.Errorf("rejected inputs reached Chatwoot: %+v", reqs)
+	}
+}
+
+// mutations are the catalogue's mutations: risk/side effect/retry safety.
+var mutations = map[string]string{
+	"contact.create":                 "medium/write/unsafe",
+	"contact.update":                 "medium/write/safe_with_idempotency_key",
+	"contact.delete":                 "high/delete/safe_with_idempotency_key",
+	"contact.label.update":           "medium/write/safe_with_idempotency_key",
+	"conversation.create":            "medium/send_message/unsafe",
+	"conversation.update":            "medium/write/safe_with_idempotency_key",
+	"conversation.priority":          "medium/write/safe_with_idempotency_key",
+	"conversation.custom_attributes": "medium/write/safe_with_idempotency_key",
+	"conversation.label.update":      "medium/write/safe_with_idempotency_key",
+	"message.delete":                 "high/delete/safe_with_idempotency_key",
+	"canned_response.create":         "medium/write/unsafe",
+	"canned_response.update":         "medium/write/safe_with_idempotency_key",
+	"canned_response.delete":         "high/delete/safe_with_idempotency_key",
+	"agent.create":                   "high/identity/unsafe",
+	"agent.update":                   "high/identity/safe_with_idempotency_key",
+	"agent.delete":                   "high/identity/safe_with_idempotency_key",
+}
+
+// TestFilterConditionOperators: the operators joining filter conditions
+// are checked before Chatwoot is called.
+func TestFilterConditionOperators(t *testing.T) {
+	e := newEnv(t, nil)
+	cond := `{"attribute_key":"status","filter_operator":"equal_to","values":["open"]`
+	for _, tc := range []struct{ payload, want string }{
+		{`[` + cond + `},` + cond + `}]`, "payload[0]: query_operator (AND or OR) is required"},
+		{`[` + cond + `,"query_operator":"OR"}]`, "payload[0]: leave query_operator out on the last condition"},
+		{`[` + cond + `,"query_operator":"AND"},` + cond + `,"query_operator":"AND"}]`, "payload[1]: leave query_operator out"},
+	} {
+		for _, suffix := range []string{"conversation.filter", "contact.filter"} {
+			res := e.run(t, act(CapabilityPrefix+suffix, `{"payload":`+tc.payload+`}`))
+			if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != "chatwoot.input_invalid" ||
+				res.Error.IsRetryable() || !strings.Contains(res.Error.Message, tc.want) {
+				t.Errorf("%s %s: %s %+v", suffix, tc.payload, res.Status, res.Error)
+			}
+		}
+	}
+	if reqs := e.mock.requests(); len(reqs) != 0 {
+		t.Errorf("refused filters reached Chatwoot: %+v", reqs)
+	}
+}
+
+// TestAgentAdministrationIsOptIn: without an operations file listing them,
+// agent.create, agent.update and agent.delete are not offered and the
+// host refuses them before Chatwoot is called.
+func TestAgentAdministrationIsOptIn(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, in := range []struct{ suffix, input string }{
+		{"agent.create", `{"name":"Eve","email":"eve@acme.test","role":"administrator"}`},
+		{"agent.update", `{"agent_id":3,"role":"administrator"}`},
+		{"agent.delete", `{"agent_id":3}`},
+	} {
+		resp, err := e.d.Act(ctxT(t), e.target, act(CapabilityPrefix+in.suffix, in.input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeCapabilityUnknown {
+			t.Errorf("%s by default: HTTP %d %s", in.suffix, resp.Status, resp.Raw)
+		}
+	}
+	if reqs := e.mock.requests(); len(reqs) != 0 {
+		t.Errorf("agent administration reached Chatwoot: %+v", reqs)
+	}
+
+	// Listed, it runs; a 404 for an unknown agent is failed not_found.
+	e = newEnv(t, func(c *Config) { c.Operations = []string{"agent.list", "agent.update"} })
+	e.mock.setFault("PATCH /agents/99", fault{404, `{"description":"Agent not found","errors":[]}`})
+	res := e.run(t, act(CapabilityPrefix+"agent.update", `{"agent_id":99,"role":"agent"}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeNotFound {
+		t.Errorf("agent.update 404: %s %+v", res.Status, res.Error)
+	}
+	for _, input := range []string{`{"agent_id":3}`, `{"agent_id":3,"role":"owner"}`, `{"agent_id":3,"role":"agent","name":"x"}`} {
+		resp, err := e.d.Act(ctxT(t), e.target, act(CapabilityPrefix+"agent.update", input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("agent.update %s: HTTP %d %s", input, resp.Status, resp.Raw)
+		}
+	}
+	out := e.completed(t, act(CapabilityPrefix+"agent.update", `{"agent_id":3,"role":"agent"}`))
+	if got := e.last(t); got.Method != "PATCH" || got.Path != accountPath+"/agents/3" || !cmp.Equal(got.Body, map[string]any{"role": "agent"}) {
+		t.Errorf("agent.update sent %+v", got)
+	}
+	if data, _ := json.Marshal(out["data"]); !strings.Contains(string(data), `"role":"agent"`) {
+		t.Errorf("agent.update output %v", out)
 	}
 }
 
@@ -331,17 +510,30 @@ func TestManifest(t *testing.T) {
 		if c.RequiresHumanApproval != nil && *c.RequiresHumanApproval {
 			t.Errorf("%s requires approval", c.ID)
 		}
-		mutation := composite || c.ID == CapabilityPrefix+"contact.create" || c.ID == CapabilityPrefix+"contact.update"
+		suffix := strings.TrimPrefix(c.ID, CapabilityPrefix)
+		mutation := composite || mutations[suffix] != ""
 		if got := c.Contract.SideEffects[0] != aip.EffectRead; got != mutation {
 			t.Errorf("%s: mutation %v, want %v", c.ID, got, mutation)
 		}
+		if mutation && (c.Contract.Idempotency.Requirement != aip.IdempotencyRequired || c.Contract.Execution.SupportsRetry) {
+			t.Errorf("%s: a mutation without a required idempotency key or with retries: %+v", c.ID, c.Contract)
+		}
+		if !mutation && c.Contract.Execution.RetrySafety != aip.RetrySafe {
+			t.Errorf("%s: a read that is not retry-safe", c.ID)
+		}
 	}
-	if len(ids) != 3+len(catalogue) {
+	// Agent administration is opt-in: not offered by default.
+	if len(ids) != 3+len(catalogue)-3 {
 		t.Errorf("%d capabilities: %v", len(ids), ids)
+	}
+	for _, s := range []string{"agent.create", "agent.update", "agent.delete"} {
+		if slices.Contains(ids, CapabilityPrefix+s) {
+			t.Errorf("%s is offered by default", s)
+		}
 	}
 	var compat map[string]int
 	if err := json.Unmarshal(bound.Compatibility, &compat); err != nil ||
-		!cmp.Equal(compat, map[string]int{"catalog_operations_supported": 11, "catalog_operations_admitted": 11, "composite_operations": 3}) {
+		!cmp.Equal(compat, map[string]int{"catalog_operations_supported": 37, "catalog_operations_admitted": 34, "composite_operations": 3}) {
 		t.Errorf("compatibility %s", bound.Compatibility)
 	}
 	if len(bound.Channels) != 1 || !strings.Contains(string(bound.Channels[0]), `"id":"chatwoot-webhooks"`) {
@@ -352,9 +544,33 @@ func TestManifest(t *testing.T) {
 		t.Error("the manifest holds a credential")
 	}
 
+	// Every operation admitted: each mutation of the table above is
+	// offered, and no other catalogue operation is a mutation.
+	all, err := New(Config{BaseURL: e.conn.cfg.BaseURL, AccountID: 3, Token: provider.NewSecret("t"), Operations: operationSuffixes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ = all.Manifest(ctxT(t), hostsdk.TenantContext{})
+	found := 0
+	for _, c := range m.Capabilities[3:] {
+		suffix := strings.TrimPrefix(c.ID, CapabilityPrefix)
+		got := string(c.Risk) + "/" + string(c.Contract.SideEffects[0]) + "/" + string(c.Contract.Execution.RetrySafety)
+		if want, ok := mutations[suffix]; ok {
+			found++
+			if got != want {
+				t.Errorf("%s: %s, want %s", c.ID, got, want)
+			}
+		} else if got != "low/read/safe" {
+			t.Errorf("%s: %s, want low/read/safe", c.ID, got)
+		}
+	}
+	if len(m.Capabilities) != 3+len(catalogue) || found != len(mutations) {
+		t.Errorf("all admitted: %d capabilities, %d of %d mutations", len(m.Capabilities), found, len(mutations))
+	}
+
 	// Restricted catalogue, outbound only: no channel, no webhook profile.
 	conn, err := New(Config{BaseURL: e.conn.cfg.BaseURL, AccountID: 3, Token: provider.NewSecret("t"),
-		Operations: []string{"contact.get", "conversation.list"}})
+		Operations: []string{"contact.get", "conversation.list", "agent.delete"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +580,7 @@ func TestManifest(t *testing.T) {
 		ids = append(ids, c.ID)
 	}
 	want := []string{CapMessageCreate, CapConversationStatus, CapConversationHandoff,
-		CapabilityPrefix + "conversation.list", CapabilityPrefix + "contact.get"}
+		CapabilityPrefix + "agent.delete", CapabilityPrefix + "conversation.list", CapabilityPrefix + "contact.get"}
 	if !cmp.Equal(ids, want) || len(m.Channels) != 0 || slices.Contains(m.Profiles, WebhookProfile) {
 		t.Errorf("restricted manifest: %v channels %s profiles %v", ids, m.Channels, m.Profiles)
 	}

@@ -60,7 +60,7 @@ const (
 // Product is Chatwoot as cmd/aip-host runs it.
 var Product = products.Product{
 	Name:    "chatwoot",
-	Summary: "Chatwoot application API (conversations, messages, contacts) and signed webhooks",
+	Summary: "Chatwoot application API (conversations, messages, contacts, canned responses, inboxes, teams, labels) and signed webhooks",
 	Settings: []hostsdk.Setting{
 		{Flag: flagBaseURL, Env: "AIP_CHATWOOT_BASE_URL",
 			Usage: "Chatwoot origin, e.g. https://chat.example.com (scheme, host and port only; http only for loopback)"},
@@ -73,7 +73,7 @@ var Product = products.Product{
 		{Flag: flagMaxResponseBytes, Env: "AIP_CHATWOOT_MAX_RESPONSE_BYTES", Kind: hostsdk.SettingInt, Min: 1024, Max: MaxMaxResponseBytes,
 			Usage: "largest Chatwoot response read, in bytes (default 16 MiB)"},
 		{Flag: flagOperationsFile, Env: "AIP_CHATWOOT_OPERATIONS_FILE",
-			Usage: "optional JSON array of catalogue operation suffixes to admit (default: all)"},
+			Usage: "optional JSON array of catalogue operation suffixes to admit (default: all but agent.create, agent.update and agent.delete, which must be listed)"},
 	},
 	New: newFromSettings,
 }
@@ -125,12 +125,15 @@ func ReadOperationsFile(path string) ([]string, error) {
 }
 
 // checkOperations returns the admitted catalogue operations in catalogue
-// order. ops nil admits all.
+// order. ops nil admits all but the opt-in ones (account administration:
+// agent.create, agent.update, agent.delete), which only a list admits.
 func checkOperations(ops []string) ([]*operation, error) {
 	if ops == nil {
-		out := make([]*operation, len(catalogue))
+		var out []*operation
 		for i := range catalogue {
-			out[i] = &catalogue[i]
+			if !catalogue[i].OptIn {
+				out = append(out, &catalogue[i])
+			}
 		}
 		return out, nil
 	}
@@ -168,7 +171,8 @@ type Config struct {
 	WebhookSecret provider.Secret
 	// MaxResponseBytes bounds a response (0: DefaultMaxResponseBytes).
 	MaxResponseBytes int64
-	// Operations are the catalogue suffixes admitted (nil: all).
+	// Operations are the catalogue suffixes admitted (nil: all but the
+	// opt-in agent administration operations).
 	Operations []string
 	// Logger defaults to a logger that discards everything.
 	Logger *slog.Logger

@@ -79,8 +79,8 @@ func TestNewFromSettings(t *testing.T) {
 		{"operations not JSON", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o1.json", `contact.get`, 0o600)), []string{"--chatwoot-operations-file", "JSON array"}},
 		{"operations object", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o2.json", `{"operations":["contact.get"]}`, 0o600)), []string{"--chatwoot-operations-file", "JSON array"}},
 		{"operations trailing data", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o3.json", `["contact.get"] ["x"]`, 0o600)), []string{"--chatwoot-operations-file", "after the JSON array"}},
-		{"operations unknown", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o4.json", `["contact.delete"]`, 0o600)),
-			[]string{"--chatwoot-operations-file", `unknown operation "contact.delete"`, "account.get", "message.list"}},
+		{"operations unknown", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o4.json", `["conversation.delete"]`, 0o600)),
+			[]string{"--chatwoot-operations-file", `unknown operation "conversation.delete"`, "account.get", "agent.delete", "message.list"}},
 		{"operations empty", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o5.json", `[]`, 0o600)), []string{"--chatwoot-operations-file", "lists 0 entries"}},
 		{"operations twice", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o6.json", `["contact.get","contact.get"]`, 0o600)), []string{"--chatwoot-operations-file", "twice"}},
 		{"operations file writable by others", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o7.json", `["contact.get"]`, 0o666)), []string{"--chatwoot-operations-file"}},
@@ -102,6 +102,40 @@ func TestNewFromSettings(t *testing.T) {
 		if strings.Contains(err.Error(), testToken) || strings.Contains(err.Error(), testSecret) {
 			t.Errorf("%s: error carries a credential: %v", tc.name, err)
 		}
+	}
+
+	// Every suffix of the catalogue is accepted in the file, the opt-in
+	// agent administration included; without the file those are left out.
+	all := `["` + strings.Join(operationSuffixes(), `","`) + `"]`
+	for _, tc := range []struct {
+		ops  string
+		want int
+	}{{all, len(catalogue)}, {"", len(catalogue) - 3}} {
+		env := with("AIP_CHATWOOT_OPERATIONS_FILE", "")
+		if tc.ops != "" {
+			env["AIP_CHATWOOT_OPERATIONS_FILE"] = writeFile(t, "all.json", tc.ops, 0o600)
+		}
+		v, err := settings(t, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := Product.New(v, nil)
+		if err != nil {
+			t.Fatalf("operations %q: %v", tc.ops, err)
+		}
+		ops := conn.(*Connector).ops
+		agents := 0
+		for _, op := range ops {
+			if strings.HasPrefix(op.Suffix, "agent.") && op.Suffix != "agent.list" {
+				agents++
+			}
+		}
+		if len(ops) != tc.want || (tc.ops == "") != (agents == 0) {
+			t.Errorf("operations %q: %d admitted (%d agent administration), want %d", tc.ops, len(ops), agents, tc.want)
+		}
+	}
+	if len(catalogue) != 37 {
+		t.Errorf("%d catalogue operations, want 37", len(catalogue))
 	}
 
 	// Without a webhook secret: an outbound-only connector.

@@ -41,29 +41,85 @@
 //     was applied; a note whose outcome cannot be known (no answer, 5xx)
 //     is outcome_unknown, its error saying the assignment was applied.
 //
-// Catalogue, cap:chatwoot:<suffix> (all admitted unless the operations
-// file lists a subset); output {"status": <HTTP status>, "data": <Chatwoot's
-// JSON or null>}:
+// Catalogue, cap:chatwoot:<suffix>; output {"status": <HTTP status>,
+// "data": <Chatwoot's JSON or null>} (null where Chatwoot answers without
+// a body: deletes, conversation.priority, a contact update's 204). Paths
+// are under /api/v1/accounts/{account_id}, as the document has them:
 //
-//	account.get        GET  /api/v1/accounts/{account_id}
-//	agent.list         GET  …/agents
-//	conversation.list  GET  …/conversations?assignee_type&status&q&inbox_id&team_id&labels&page
-//	conversation.meta  GET  …/conversations/meta?status&q&inbox_id&team_id&labels
-//	conversation.get   GET  …/conversations/{conversation_id}
-//	message.list       GET  …/conversations/{conversation_id}/messages?after&before
-//	contact.list       GET  …/contacts?sort&page
-//	contact.search     GET  …/contacts/search?q&sort&page
-//	contact.get        GET  …/contacts/{id}
-//	contact.create     POST …/contacts            (mutation)
-//	contact.update     PUT  …/contacts/{id}       (mutation)
+//	account.get                       GET    /api/v1/accounts/{account_id}
+//	agent.list                        GET    …/agents
+//	agent.create                      POST   …/agents                                  (opt-in, mutation, high)
+//	agent.update                      PATCH  …/agents/{id}                             (opt-in, mutation, high)
+//	agent.delete                      DELETE …/agents/{id}                             (opt-in, mutation, high)
+//	canned_response.list              GET    …/canned_responses
+//	canned_response.create            POST   …/canned_responses                        (mutation)
+//	canned_response.update            PATCH  …/canned_responses/{id}                   (mutation)
+//	canned_response.delete            DELETE …/canned_responses/{id}                   (mutation, high)
+//	conversation.list                 GET    …/conversations?assignee_type&status&q&inbox_id&team_id&labels&page
+//	conversation.meta                 GET    …/conversations/meta?status&q&inbox_id&team_id&labels
+//	conversation.get                  GET    …/conversations/{conversation_id}
+//	conversation.create               POST   …/conversations                           (mutation)
+//	conversation.update               PATCH  …/conversations/{conversation_id}         (mutation: priority, sla_policy_id)
+//	conversation.filter               POST   …/conversations/filter?page               (a read)
+//	conversation.priority             POST   …/conversations/{conversation_id}/toggle_priority   (mutation)
+//	conversation.custom_attributes    POST   …/conversations/{conversation_id}/custom_attributes (mutation)
+//	conversation.label.list           GET    …/conversations/{conversation_id}/labels
+//	conversation.label.update         POST   …/conversations/{conversation_id}/labels  (mutation; replaces the labels)
+//	message.list                      GET    …/conversations/{conversation_id}/messages?after&before
+//	message.delete                    DELETE …/conversations/{conversation_id}/messages/{message_id} (mutation, high)
+//	contact.list                      GET    …/contacts?sort&page
+//	contact.search                    GET    …/contacts/search?q&sort&page
+//	contact.get                       GET    …/contacts/{id}
+//	contact.create                    POST   …/contacts                                (mutation)
+//	contact.update                    PUT    …/contacts/{id}                           (mutation)
+//	contact.delete                    DELETE …/contacts/{id}                           (mutation, high)
+//	contact.filter                    POST   …/contacts/filter?page                    (a read)
+//	contact.conversation.list         GET    …/contacts/{id}/conversations
+//	contact.label.list                GET    …/contacts/{id}/labels
+//	contact.label.update              POST   …/contacts/{id}/labels                    (mutation; replaces the labels)
+//	inbox.list                        GET    …/inboxes
+//	inbox.get                         GET    …/inboxes/{id}
+//	team.list                         GET    …/teams
+//	team.get                          GET    …/teams/{team_id}
+//	label.list                        GET    …/labels
+//	custom_attribute_definition.list  GET    …/custom_attribute_definitions?attribute_model (required: "0" conversation, "1" contact)
 //
-// labels is sent as a repeated query parameter (labels=a&labels=b), the
-// document's default array style. Every input schema is closed
-// (additionalProperties false) with bounds on strings, numbers and lists.
-// No capability requires human approval (the reference does not ask for
-// it); mutations declare idempotency "required" and the host runs one
-// action ID once. Chatwoot has no idempotency header, so a mutation whose
-// outcome is unknown is never retried by the connector.
+// Path IDs are input fields named after what they identify (contact_id,
+// agent_id, canned_response_id, inbox_id, team_id, conversation_id,
+// message_id); every other input field has the document's name and is
+// sent where the document puts it. labels in conversation.list/meta is a
+// repeated query parameter (labels=a&labels=b), the document's default
+// array style. The filters take the document's payload (attribute_key,
+// filter_operator, values, query_operator); query_operator joins a
+// condition to the next, so the connector requires it on every condition
+// but the last and refuses it on the last (failed chatwoot.input_invalid,
+// before any call). conversation.create sends the initial message as the
+// document describes it, without content_attributes: a webhook of that
+// message is not recognised as the connector's own and becomes an event.
+//
+// Admission: without --chatwoot-operations-file every operation is offered
+// except agent.create, agent.update and agent.delete. These administer
+// the account's people (invite a user, make one an administrator, remove
+// one) rather than act in conversations, and need an administrator's
+// token; a deployment opts in by listing them in the file (the file
+// accepts every suffix above and offers exactly what it lists).
+// catalog_operations_supported counts the whole catalogue (37),
+// catalog_operations_admitted what this host offers.
+//
+// Every input schema is closed (additionalProperties false) with bounds
+// on strings, numbers and lists; updates need at least one field to
+// change. Reads (the filters included, though sent as POST) are risk low
+// and retry-safe. Mutations declare idempotency "required" and the host
+// runs one action ID once; those that create (contact.create,
+// conversation.create, canned_response.create, agent.create) are
+// retry-unsafe as a new action, the others set state and are safe with
+// the same key. Irreversible deletes (contact.delete, message.delete,
+// canned_response.delete) are risk high with side effect delete; agent
+// administration is risk high with side effect identity; other mutations
+// are risk medium (conversation.create: send_message, it may send the
+// initial message). No capability requires human approval (the reference
+// does not ask for it). Chatwoot has no idempotency header, so a mutation
+// whose outcome is unknown is never retried by the connector.
 //
 // # Settings
 //
@@ -72,7 +128,8 @@
 //	--chatwoot-api-token-file      AIP_CHATWOOT_API_TOKEN_FILE      owner-only file, sent as the api_access_token header
 //	--chatwoot-webhook-secret-file AIP_CHATWOOT_WEBHOOK_SECRET_FILE owner-only file; omit for an outbound-only host (no route)
 //	--chatwoot-max-response-bytes  AIP_CHATWOOT_MAX_RESPONSE_BYTES  default 16 MiB, at most 128 MiB
-//	--chatwoot-operations-file     AIP_CHATWOOT_OPERATIONS_FILE     JSON array of catalogue suffixes (≤128 KiB, not group/world-writable)
+//	--chatwoot-operations-file     AIP_CHATWOOT_OPERATIONS_FILE     JSON array of catalogue suffixes (≤128 KiB, not group/world-writable);
+//	                                                                default: all but agent.create|update|delete
 //
 // Unknown suffixes, duplicates, an empty list or trailing data in the
 // operations file are refused, naming the valid suffixes.
@@ -114,12 +171,20 @@
 //
 // # Not covered
 //
-// The rest of Chatwoot's catalogue (agents/teams/inbox administration,
-// canned responses, automation rules, macros, labels, custom attributes,
-// conversation create/filter/priority, message update/delete, contact
-// delete/filter/import/export/merge, reports), multipart uploads
-// (attachments, avatars), the Platform and Client (public) APIs, tenant
-// credential routing, and reconciliation of outcome_unknown actions (no
-// Reconciler: Chatwoot offers no lookup by idempotency key; an operator
-// can search the conversation for content_attributes.aip_action_id).
+// Documented but left out for now: account.update and automation rules
+// (account administration), contact merge, contact.inbox.create and
+// contactable inboxes, and assignment as a catalogue entry
+// (cap:chatwoot:conversation:handoff makes it). In the reference's
+// catalogue but not in the published document (swagger.json), against
+// which every request is checked, so not offered: agent.bulk_create,
+// agent.assignable.list, macros, conversation delete, search,
+// unread_counts, mute, unmute, transcript, unread and attachment.list,
+// message.update, translate and retry, contact active, import, export and
+// notes. Also not covered: inbox, team, label and custom attribute administration
+// (create/update/delete), agent bots, portals, integrations, webhooks
+// and reports (operator surfaces), multipart uploads (attachments,
+// avatars), the Platform and Client (public) APIs, tenant credential
+// routing, and reconciliation of outcome_unknown actions (no Reconciler:
+// Chatwoot offers no lookup by idempotency key; an operator can search the
+// conversation for content_attributes.aip_action_id).
 package chatwoot

@@ -53,7 +53,10 @@ type fault struct {
 // its schemas (account_show_response, agent list, conversation_list,
 // conversation meta, conversation_show, message list, contacts_list_response,
 // contact_show_response, extended_contact, message, toggle_status payload,
-// user), 204 for a contact update, and bad_request_error bodies.
+// user, agent, canned_response, team, inbox, label list, custom attribute
+// definitions, conversation and contact label payloads), 204 for a contact
+// update, 200 without a body where the document gives none (deletes,
+// toggle_priority), and bad_request_error bodies.
 type mockChatwoot struct {
 	mu     sync.Mutex
 	reqs   []request
@@ -105,10 +108,14 @@ func (m *mockChatwoot) count(key string) int {
 var accountPath = fmt.Sprintf("/api/v1/accounts/%d", testAccount)
 
 var (
-	convRE     = regexp.MustCompile(`^/conversations/(\d+)$`)
-	convSubRE  = regexp.MustCompile(`^/conversations/(\d+)/(messages|toggle_status|assignments)$`)
-	contactRE  = regexp.MustCompile(`^/contacts/(\d+)$`)
-	errorsBody = `{"description":"%s","errors":[]}`
+	convRE        = regexp.MustCompile(`^/conversations/(\d+)$`)
+	convSubRE     = regexp.MustCompile(`^/conversations/(\d+)/(messages|toggle_status|assignments)$`)
+	contactRE     = regexp.MustCompile(`^/contacts/(\d+)$`)
+	labelsRE      = regexp.MustCompile(`^/(conversations|contacts)/(\d+)/labels$`)
+	messageRE     = regexp.MustCompile(`^/conversations/\d+/messages/\d+$`)
+	contactConvRE = regexp.MustCompile(`^/contacts/\d+/conversations$`)
+	idRE          = regexp.MustCompile(`^/(agents|canned_responses|inboxes|teams)/(\d+)$`)
+	errorsBody    = `{"description":"%s","errors":[]}`
 )
 
 func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +154,66 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case key == "DELETE /contacts/404":
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, errorsBody, "Resource could not be found")
+	case key == "POST /agents":
+		fmt.Fprintf(w, `{"id":4,"account_id":%d,"name":%q,"email":%q,"role":%q,"availability_status":"offline","confirmed":false}`,
+			testAccount, rec.Body["name"], rec.Body["email"], rec.Body["role"])
+	case r.Method == "PATCH" && idRE.MatchString(rest):
+		sub := idRE.FindStringSubmatch(rest)
+		if sub[1] == "agents" {
+			fmt.Fprintf(w, `{"id":%s,"account_id":%d,"name":"Ada","email":"ada@acme.test","role":%q,"availability_status":"busy"}`, sub[2], testAccount, rec.Body["role"])
+		} else {
+			fmt.Fprintf(w, `{"id":%s,"account_id":%d,"short_code":"refund","content":%q}`, sub[2], testAccount, rec.Body["content"])
+		}
+	case r.Method == "DELETE" && (idRE.MatchString(rest) || contactRE.MatchString(rest)):
+		// The document answers 200 without a body.
+	case r.Method == "GET" && idRE.MatchString(rest):
+		sub := idRE.FindStringSubmatch(rest)
+		if sub[1] == "inboxes" {
+			fmt.Fprintf(w, `{"id":%s,"name":"Website","channel_type":"Channel::WebWidget"}`, sub[2])
+		} else {
+			fmt.Fprintf(w, `{"id":%s,"name":"Billing","description":null,"allow_auto_assign":true,"account_id":%d,"is_member":false}`, sub[2], testAccount)
+		}
+	case key == "GET /canned_responses":
+		fmt.Fprintf(w, `[{"id":1,"account_id":%d,"short_code":"refund","content":"Refunds take 5 days."}]`, testAccount)
+	case key == "POST /canned_responses":
+		fmt.Fprintf(w, `{"id":2,"account_id":%d,"short_code":%q,"content":%q}`, testAccount, rec.Body["short_code"], rec.Body["content"])
+	case key == "POST /conversations":
+		inbox, _ := json.Marshal(rec.Body["inbox_id"])
+		fmt.Fprintf(w, `{"id":77,"account_id":%d,"inbox_id":%s}`, testAccount, inbox)
+	case key == "POST /conversations/filter":
+		fmt.Fprint(w, `{"data":{"meta":{"mine_count":0,"unassigned_count":1,"assigned_count":0,"all_count":1},"payload":[{"id":43,"status":"pending","messages":[]}]}}`)
+	case key == "POST /contacts/filter":
+		fmt.Fprint(w, `{"meta":{"count":1,"current_page":2},"payload":[{"id":11,"name":"Carol","email":"carol@acme.test"}]}`)
+	case r.Method == "PATCH" && convRE.MatchString(rest):
+		fmt.Fprintf(w, `{"id":%s,"priority":%q,"messages":[]}`, convRE.FindStringSubmatch(rest)[1], rec.Body["priority"])
+	case r.Method == "POST" && strings.HasSuffix(rest, "/toggle_priority"):
+		// 200 without a body, as documented.
+	case r.Method == "POST" && strings.HasSuffix(rest, "/custom_attributes"):
+		b, _ := json.Marshal(map[string]any{"custom_attributes": rec.Body["custom_attributes"]})
+		w.Write(b)
+	case labelsRE.MatchString(rest):
+		labels := rec.Body["labels"]
+		if r.Method == "GET" {
+			labels = []string{"vip", "billing"}
+		}
+		b, _ := json.Marshal(map[string]any{"payload": labels})
+		w.Write(b)
+	case r.Method == "DELETE" && messageRE.MatchString(rest):
+		// 200 without a body, as documented.
+	case r.Method == "GET" && contactConvRE.MatchString(rest):
+		fmt.Fprint(w, `{"payload":[{"id":42,"status":"open","messages":[]}]}`)
+	case key == "GET /inboxes":
+		fmt.Fprint(w, `{"payload":[{"id":1,"name":"Website","channel_type":"Channel::WebWidget"}]}`)
+	case key == "GET /teams":
+		fmt.Fprintf(w, `[{"id":2,"name":"Billing","description":null,"allow_auto_assign":true,"account_id":%d,"is_member":true}]`, testAccount)
+	case key == "GET /labels":
+		fmt.Fprint(w, `{"payload":[{"id":1,"title":"vip","description":"Important","color":"#ff0000","show_on_sidebar":true}]}`)
+	case key == "GET /custom_attribute_definitions":
+		model := map[string]string{"0": "conversation_attribute", "1": "contact_attribute"}[r.URL.Query().Get("attribute_model")]
+		fmt.Fprintf(w, `[{"id":1,"attribute_display_name":"Tier","attribute_display_type":"list","attribute_key":"tier","attribute_model":%q}]`, model)
 	case key == "GET ":
 		fmt.Fprintf(w, `{"id":%d,"name":"Acme Support","locale":"en","domain":"acme.test","support_email":"support@acme.test","status":"active"}`, testAccount)
 	case key == "GET /agents":

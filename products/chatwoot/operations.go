@@ -1,12 +1,14 @@
 package chatwoot
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -35,9 +37,20 @@ type operation struct {
 	// Body are input fields sent as members of the JSON body.
 	Body     []string
 	Mutation bool
-	Risk     aip.Risk
+	// Creates marks a mutation that makes a new object at every call
+	// (retry-unsafe as a new action); other mutations set state and
+	// are safe to repeat with the same idempotency key.
+	Creates bool
+	// Effect is a mutation's side effect (default write).
+	Effect aip.SideEffect
+	// OptIn operations are admitted only when the operations file lists
+	// them (account administration).
+	OptIn bool
+	Risk  aip.Risk
 	// Schema is the input schema.
 	Schema string
+	// Check, when set, checks what the schema cannot express.
+	Check func(in map[string]json.RawMessage) error
 }
 
 func (op *operation) id() string { return CapabilityPrefix + op.Suffix }
@@ -46,7 +59,7 @@ func (op *operation) capability() aip.Capability {
 	return aip.Capability{
 		ID: op.id(), Name: op.Name, Kind: aip.KindTool, Description: op.Description,
 		InputSchema: json.RawMessage(op.Schema), Risk: op.Risk, Stability: aip.StabilityStable,
-		Contract: contract(op.Mutation, op.Mutation && op.Method == http.MethodPost, aip.EffectWrite),
+		Contract: contract(op.Mutation, op.Creates, cmp.Or(op.Effect, aip.EffectWrite)),
 	}
 }
 
@@ -99,6 +112,57 @@ const (
 		`"custom_attributes":{"type":"object","maxProperties":100,"description":"Values of defined custom attributes."}`
 )
 
+// More schema fragments.
+const (
+	labelListProp = `"labels":{"type":"array","maxItems":50,"uniqueItems":true,"items":{"type":"string","minLength":1,"maxLength":255},` +
+		`"description":"The complete list of labels; it replaces the current labels (an empty list removes them all)."}`
+	priorityProp  = `"priority":{"type":"string","enum":["urgent","high","medium","low","none"],"description":"Conversation priority."}`
+	customAttrs   = `"custom_attributes":{"type":"object","maxProperties":100,"description":"Custom attribute keys and values."}`
+	messageIDProp = `"message_id":` + idProp + `,"description":"Numeric message ID."}`
+	cannedID      = `"canned_response_id":` + idProp + `,"description":"Numeric canned response ID."}`
+	cannedFields  = `"short_code":{"type":"string","minLength":1,"maxLength":255,"description":"Short code agents type to insert the response."},` +
+		`"content":{"type":"string","minLength":1,"maxLength":150000,"description":"Message text of the canned response."}`
+	agentID     = `"agent_id":` + idProp + `,"description":"Numeric agent (user) ID."}`
+	agentRole   = `"role":{"type":"string","enum":["agent","administrator"],"description":"Role in the account."}`
+	agentFields = `"availability_status":{"type":"string","enum":["available","busy","offline"]},` +
+		`"auto_offline":{"type":"boolean","description":"Go offline when the agent's sessions end."}`
+	// filterProp is the filter payload of conversation.filter and
+	// contact.filter (the document's payload array).
+	filterProp = `"payload":{"type":"array","minItems":1,"maxItems":50,"description":"Conditions, joined in order by each condition's query_operator (left out on the last).",` +
+		`"items":{"type":"object","properties":{` +
+		`"attribute_key":{"type":"string","minLength":1,"maxLength":255,"description":"Attribute to filter on, e.g. status or a custom attribute key."},` +
+		`"filter_operator":{"type":"string","enum":["equal_to","not_equal_to","contains","does_not_contain"]},` +
+		`"values":{"type":"array","minItems":1,"maxItems":100,"items":{"type":"string","maxLength":1024}},` +
+		`"query_operator":{"type":"string","enum":["AND","OR"],"description":"Joins this condition to the next one."}},` +
+		`"required":["attribute_key","filter_operator","values"],"additionalProperties":false}}`
+)
+
+// checkFilter requires a query_operator on every filter condition but the
+// last, and none on the last (the document's example ends with a null
+// one): Chatwoot joins the conditions with them in order.
+func checkFilter(in map[string]json.RawMessage) error {
+	var conds []map[string]json.RawMessage
+	if err := json.Unmarshal(in["payload"], &conds); err != nil {
+		return fmt.Errorf("input field payload: %v", err)
+	}
+	for i, c := range conds {
+		_, has := c["query_operator"]
+		switch {
+		case i < len(conds)-1 && !has:
+			return fmt.Errorf("input field payload[%d]: query_operator (AND or OR) is required on every condition but the last", i)
+		case i == len(conds)-1 && has:
+			return fmt.Errorf("input field payload[%d]: leave query_operator out on the last condition", i)
+		}
+	}
+	return nil
+}
+
+// minFields makes a schema require at least n members (the path IDs and
+// at least one field to change).
+func minFields(s string, n int) string {
+	return strings.Replace(s, `"additionalProperties":false`, `"additionalProperties":false,"minProperties":`+strconv.Itoa(n), 1)
+}
+
 var contactBody = []string{"name", "email", "phone_number", "blocked", "avatar_url", "identifier", "additional_attributes", "custom_attributes"}
 
 func schema(required string, props ...string) string {
@@ -114,6 +178,41 @@ var catalogue = []operation{
 	{Suffix: "agent.list", Name: "List agents", Method: http.MethodGet, Path: "/agents", Risk: aip.RiskLow,
 		Description: "Active agents of the account (GET .../agents).",
 		Schema:      schema(``)},
+	{Suffix: "agent.create", Name: "Add an agent", Method: http.MethodPost, Path: "/agents", Mutation: true, Creates: true,
+		Effect: aip.EffectIdentity, Risk: aip.RiskHigh, OptIn: true,
+		Description: "Adds a user to the account as agent or administrator; Chatwoot invites them by email (POST .../agents). " +
+			"Account administration: admitted only when the operations file lists it.",
+		Body: []string{"name", "email", "role", "availability_status", "auto_offline"},
+		Schema: schema(`"name","email","role"`, `"name":{"type":"string","minLength":1,"maxLength":255}`,
+			`"email":{"type":"string","minLength":3,"maxLength":320}`, agentRole, agentFields)},
+	{Suffix: "agent.update", Name: "Update an agent", Method: http.MethodPatch, Path: "/agents/{agent_id}", Mutation: true,
+		Effect: aip.EffectIdentity, Risk: aip.RiskHigh, OptIn: true,
+		Description: "Sets an agent's role (and availability) in the account (PATCH .../agents/{id}). " +
+			"Account administration: admitted only when the operations file lists it.",
+		Body:   []string{"role", "availability_status", "auto_offline"},
+		Schema: schema(`"agent_id","role"`, agentID, agentRole, agentFields)},
+	{Suffix: "agent.delete", Name: "Remove an agent", Method: http.MethodDelete, Path: "/agents/{agent_id}", Mutation: true,
+		Effect: aip.EffectIdentity, Risk: aip.RiskHigh, OptIn: true,
+		Description: "Removes an agent from the account (DELETE .../agents/{id}). Irreversible. " +
+			"Account administration: admitted only when the operations file lists it.",
+		Schema: schema(`"agent_id"`, agentID)},
+	{Suffix: "canned_response.list", Name: "List canned responses", Method: http.MethodGet, Path: "/canned_responses", Risk: aip.RiskLow,
+		Description: "Canned responses of the account (GET .../canned_responses).",
+		Schema:      schema(``)},
+	{Suffix: "canned_response.create", Name: "Create a canned response", Method: http.MethodPost, Path: "/canned_responses", Mutation: true, Creates: true,
+		Risk:        aip.RiskMedium,
+		Description: "Adds a canned response (POST .../canned_responses). Not idempotent at Chatwoot: a new action creates another one.",
+		Body:        []string{"short_code", "content"},
+		Schema:      schema(`"short_code","content"`, cannedFields)},
+	{Suffix: "canned_response.update", Name: "Update a canned response", Method: http.MethodPatch, Path: "/canned_responses/{canned_response_id}",
+		Mutation: true, Risk: aip.RiskMedium,
+		Description: "Changes a canned response's short code or content (PATCH .../canned_responses/{id}).",
+		Body:        []string{"short_code", "content"},
+		Schema:      minFields(schema(`"canned_response_id"`, cannedID, cannedFields), 2)},
+	{Suffix: "canned_response.delete", Name: "Delete a canned response", Method: http.MethodDelete, Path: "/canned_responses/{canned_response_id}",
+		Mutation: true, Effect: aip.EffectDelete, Risk: aip.RiskHigh,
+		Description: "Removes a canned response from the account (DELETE .../canned_responses/{id}). Irreversible.",
+		Schema:      schema(`"canned_response_id"`, cannedID)},
 	{Suffix: "conversation.list", Name: "List conversations", Method: http.MethodGet, Path: "/conversations", Risk: aip.RiskLow,
 		Description: "Conversations with counts, filtered by assignee type, status, search term, inbox, team and labels (GET .../conversations).",
 		Query:       []string{"assignee_type", "status", "q", "inbox_id", "team_id", "labels", "page"},
@@ -126,12 +225,69 @@ var catalogue = []operation{
 	{Suffix: "conversation.get", Name: "Get a conversation", Method: http.MethodGet, Path: "/conversations/{conversation_id}", Risk: aip.RiskLow,
 		Description: "One conversation (GET .../conversations/{conversation_id}).",
 		Schema:      schema(`"conversation_id"`, convIDProp)},
+	{Suffix: "conversation.create", Name: "Create a conversation", Method: http.MethodPost, Path: "/conversations", Mutation: true, Creates: true,
+		Effect: aip.EffectSendMessage, Risk: aip.RiskMedium,
+		Description: "Creates a conversation for a contact's inbox source ID, optionally with an initial message that Chatwoot sends " +
+			"(POST .../conversations). Not idempotent at Chatwoot: a new action creates another conversation.",
+		Body: []string{"source_id", "inbox_id", "contact_id", "additional_attributes", "custom_attributes", "status",
+			"assignee_id", "team_id", "snoozed_until", "message"},
+		Schema: schema(`"source_id"`,
+			`"source_id":{"type":"string","minLength":1,"maxLength":255,"description":"The contact inbox's source ID (contact_inboxes[].source_id)."}`,
+			`"inbox_id":`+idProp+`,"description":"Inbox (Website, Phone, Api or Email) the conversation is created in."}`,
+			`"contact_id":`+idProp+`,"description":"Contact the conversation is for."}`,
+			`"additional_attributes":{"type":"object","maxProperties":100,"description":"E.g. browser information."}`,
+			customAttrs,
+			`"status":{"type":"string","enum":["open","resolved","pending"],"description":"Initial status."}`,
+			`"assignee_id":`+idProp+`,"description":"Agent to assign."}`,
+			`"team_id":`+idProp+`,"description":"Team to assign."}`,
+			`"snoozed_until":{"type":"string","format":"date-time","maxLength":64,`+
+				`"pattern":"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$",`+
+				`"description":"RFC 3339 time the conversation is snoozed until."}`,
+			`"message":{"type":"object","properties":{`+
+				`"content":{"type":"string","minLength":1,"maxLength":150000,"description":"Initial message text."},`+
+				`"template_params":{"type":"object","properties":{`+
+				`"name":{"type":"string","minLength":1,"maxLength":512},"category":{"type":"string","minLength":1,"maxLength":64},`+
+				`"language":{"type":"string","minLength":1,"maxLength":32},"processed_params":{"type":"object","maxProperties":100}},`+
+				`"additionalProperties":false,"description":"WhatsApp template parameters."}},`+
+				`"required":["content"],"additionalProperties":false,"description":"Initial message."}`)},
+	{Suffix: "conversation.update", Name: "Update a conversation", Method: http.MethodPatch, Path: "/conversations/{conversation_id}", Mutation: true,
+		Risk:        aip.RiskMedium,
+		Description: "Sets a conversation's priority or SLA policy (PATCH .../conversations/{conversation_id}; SLA policies exist in the Enterprise edition only).",
+		Body:        []string{"priority", "sla_policy_id"},
+		Schema: minFields(schema(`"conversation_id"`, convIDProp, priorityProp,
+			`"sla_policy_id":`+idProp+`,"description":"SLA policy to apply (Enterprise edition)."}`), 2)},
+	{Suffix: "conversation.filter", Name: "Filter conversations", Method: http.MethodPost, Path: "/conversations/filter", Risk: aip.RiskLow,
+		Description: "Conversations matching filter conditions, with counts (POST .../conversations/filter; a read).",
+		Query:       []string{"page"}, Body: []string{"payload"}, Check: checkFilter,
+		Schema: schema(`"payload"`, filterProp, pageProp)},
+	{Suffix: "conversation.priority", Name: "Set a conversation's priority", Method: http.MethodPost, Path: "/conversations/{conversation_id}/toggle_priority",
+		Mutation: true, Risk: aip.RiskMedium,
+		Description: "Sets a conversation's priority (POST .../conversations/{conversation_id}/toggle_priority).",
+		Body:        []string{"priority"},
+		Schema:      schema(`"conversation_id","priority"`, convIDProp, priorityProp)},
+	{Suffix: "conversation.custom_attributes", Name: "Update a conversation's custom attributes", Method: http.MethodPost,
+		Path: "/conversations/{conversation_id}/custom_attributes", Mutation: true, Risk: aip.RiskMedium,
+		Description: "Updates the custom attributes of a conversation (POST .../conversations/{conversation_id}/custom_attributes).",
+		Body:        []string{"custom_attributes"},
+		Schema:      schema(`"conversation_id","custom_attributes"`, convIDProp, customAttrs)},
+	{Suffix: "conversation.label.list", Name: "List a conversation's labels", Method: http.MethodGet, Path: "/conversations/{conversation_id}/labels", Risk: aip.RiskLow,
+		Description: "Labels of a conversation (GET .../conversations/{conversation_id}/labels).",
+		Schema:      schema(`"conversation_id"`, convIDProp)},
+	{Suffix: "conversation.label.update", Name: "Set a conversation's labels", Method: http.MethodPost, Path: "/conversations/{conversation_id}/labels",
+		Mutation: true, Risk: aip.RiskMedium,
+		Description: "Replaces the labels of a conversation with the given list (POST .../conversations/{conversation_id}/labels).",
+		Body:        []string{"labels"},
+		Schema:      schema(`"conversation_id","labels"`, convIDProp, labelListProp)},
 	{Suffix: "message.list", Name: "List messages", Method: http.MethodGet, Path: "/conversations/{conversation_id}/messages", Risk: aip.RiskLow,
 		Description: "Messages of a conversation; after returns up to 100 messages after a message ID, before up to 20 before one (GET .../conversations/{conversation_id}/messages).",
 		Query:       []string{"after", "before"},
 		Schema: schema(`"conversation_id"`, convIDProp,
 			`"after":`+idProp+`,"description":"Messages after this message ID."}`,
 			`"before":`+idProp+`,"description":"Messages before this message ID."}`)},
+	{Suffix: "message.delete", Name: "Delete a message", Method: http.MethodDelete, Path: "/conversations/{conversation_id}/messages/{message_id}",
+		Mutation: true, Effect: aip.EffectDelete, Risk: aip.RiskHigh,
+		Description: "Deletes a message's content and attachments (DELETE .../conversations/{conversation_id}/messages/{message_id}). Irreversible.",
+		Schema:      schema(`"conversation_id","message_id"`, convIDProp, messageIDProp)},
 	{Suffix: "contact.list", Name: "List contacts", Method: http.MethodGet, Path: "/contacts", Risk: aip.RiskLow,
 		Description: "Contacts of the account, 15 a page (GET .../contacts).",
 		Query:       []string{"sort", "page"},
@@ -143,15 +299,53 @@ var catalogue = []operation{
 	{Suffix: "contact.get", Name: "Get a contact", Method: http.MethodGet, Path: "/contacts/{contact_id}", Risk: aip.RiskLow,
 		Description: "One contact (GET .../contacts/{id}).",
 		Schema:      schema(`"contact_id"`, contactID)},
-	{Suffix: "contact.create", Name: "Create a contact", Method: http.MethodPost, Path: "/contacts", Mutation: true, Risk: aip.RiskMedium,
+	{Suffix: "contact.create", Name: "Create a contact", Method: http.MethodPost, Path: "/contacts", Mutation: true, Creates: true, Risk: aip.RiskMedium,
 		Description: "Creates a contact in an inbox (POST .../contacts). Not idempotent at Chatwoot: a new action creates another contact.",
 		Body:        append([]string{"inbox_id"}, contactBody...),
 		Schema:      schema(`"inbox_id"`, `"inbox_id":`+idProp+`,"description":"Inbox the contact belongs to."}`, contactFields)},
 	{Suffix: "contact.update", Name: "Update a contact", Method: http.MethodPut, Path: "/contacts/{contact_id}", Mutation: true, Risk: aip.RiskMedium,
 		Description: "Updates the given fields of a contact (PUT .../contacts/{id}).",
 		Body:        contactBody,
-		Schema: strings.Replace(schema(`"contact_id"`, contactID, contactFields),
-			`"additionalProperties":false`, `"additionalProperties":false,"minProperties":2`, 1)},
+		Schema:      minFields(schema(`"contact_id"`, contactID, contactFields), 2)},
+	{Suffix: "contact.delete", Name: "Delete a contact", Method: http.MethodDelete, Path: "/contacts/{contact_id}", Mutation: true,
+		Effect: aip.EffectDelete, Risk: aip.RiskHigh,
+		Description: "Deletes a contact of the account (DELETE .../contacts/{id}). Irreversible.",
+		Schema:      schema(`"contact_id"`, contactID)},
+	{Suffix: "contact.filter", Name: "Filter contacts", Method: http.MethodPost, Path: "/contacts/filter", Risk: aip.RiskLow,
+		Description: "Contacts matching filter conditions, 15 a page (POST .../contacts/filter; a read).",
+		Query:       []string{"page"}, Body: []string{"payload"}, Check: checkFilter,
+		Schema: schema(`"payload"`, filterProp, pageProp)},
+	{Suffix: "contact.conversation.list", Name: "List a contact's conversations", Method: http.MethodGet, Path: "/contacts/{contact_id}/conversations", Risk: aip.RiskLow,
+		Description: "Conversations of a contact (GET .../contacts/{id}/conversations).",
+		Schema:      schema(`"contact_id"`, contactID)},
+	{Suffix: "contact.label.list", Name: "List a contact's labels", Method: http.MethodGet, Path: "/contacts/{contact_id}/labels", Risk: aip.RiskLow,
+		Description: "Labels of a contact (GET .../contacts/{id}/labels).",
+		Schema:      schema(`"contact_id"`, contactID)},
+	{Suffix: "contact.label.update", Name: "Set a contact's labels", Method: http.MethodPost, Path: "/contacts/{contact_id}/labels", Mutation: true, Risk: aip.RiskMedium,
+		Description: "Replaces the labels of a contact with the given list (POST .../contacts/{id}/labels).",
+		Body:        []string{"labels"},
+		Schema:      schema(`"contact_id","labels"`, contactID, labelListProp)},
+	{Suffix: "inbox.list", Name: "List inboxes", Method: http.MethodGet, Path: "/inboxes", Risk: aip.RiskLow,
+		Description: "Inboxes of the account (GET .../inboxes).",
+		Schema:      schema(``)},
+	{Suffix: "inbox.get", Name: "Get an inbox", Method: http.MethodGet, Path: "/inboxes/{inbox_id}", Risk: aip.RiskLow,
+		Description: "One inbox (GET .../inboxes/{id}).",
+		Schema:      schema(`"inbox_id"`, `"inbox_id":`+idProp+`,"description":"Numeric inbox ID."}`)},
+	{Suffix: "team.list", Name: "List teams", Method: http.MethodGet, Path: "/teams", Risk: aip.RiskLow,
+		Description: "Teams of the account (GET .../teams).",
+		Schema:      schema(``)},
+	{Suffix: "team.get", Name: "Get a team", Method: http.MethodGet, Path: "/teams/{team_id}", Risk: aip.RiskLow,
+		Description: "One team (GET .../teams/{team_id}).",
+		Schema:      schema(`"team_id"`, `"team_id":`+idProp+`,"description":"Numeric team ID."}`)},
+	{Suffix: "label.list", Name: "List labels", Method: http.MethodGet, Path: "/labels", Risk: aip.RiskLow,
+		Description: "Labels defined in the account (GET .../labels).",
+		Schema:      schema(``)},
+	{Suffix: "custom_attribute_definition.list", Name: "List custom attribute definitions", Method: http.MethodGet,
+		Path: "/custom_attribute_definitions", Risk: aip.RiskLow,
+		Description: "Custom attribute definitions of conversations (attribute_model \"0\") or contacts (\"1\") (GET .../custom_attribute_definitions).",
+		Query:       []string{"attribute_model"},
+		Schema: schema(`"attribute_model"`,
+			`"attribute_model":{"type":"string","enum":["0","1"],"description":"0: conversation attributes, 1: contact attributes."}`)},
 }
 
 func lookupOperation(suffix string) *operation {
@@ -173,6 +367,9 @@ func (c *Connector) runCatalogue(ctx context.Context, op *operation, call *hosts
 		return nil, err
 	}
 	req, err := c.request(op, in)
+	if err == nil && op.Check != nil {
+		err = op.Check(in)
+	}
 	if err != nil {
 		return nil, aip.NewProtocolError("chatwoot.input_invalid", aip.CategoryPermanent, false, 0, err.Error())
 	}
