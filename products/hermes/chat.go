@@ -91,13 +91,20 @@ func nullToNil(r json.RawMessage) json.RawMessage {
 // mode asks Hermes for an SSE stream and forwards each answer delta as a
 // data chunk ({"delta": "..."}), reasoning deltas as thought chunks and
 // hermes.tool.progress events as tool chunks; the result is the assembled
-// message. Other capabilities run as in Handle, without chunks.
+// message. run_events and session_chat forward their SSE events (see
+// events.go). Other capabilities run as in Handle, without chunks.
 func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	ep, op, err := c.resolve(call.Action.CapabilityID)
 	if err != nil {
 		return nil, err
 	}
-	if op.name != OpChat {
+	switch op.name {
+	case OpChat:
+	case OpRunEvents:
+		return c.runEvents(ctx, call, ep, chunks)
+	case OpSessionChat:
+		return c.sessionChatStream(ctx, call, ep, chunks)
+	default:
 		return c.handle(ctx, call, ep, op)
 	}
 	in, err := decode[chatRequest](call)

@@ -142,6 +142,57 @@ type idIn struct {
 	ResponseID string `json:"response_id"`
 	RunID      string `json:"run_id"`
 	SessionID  string `json:"session_id"`
+	JobID      string `json:"job_id"`
+}
+
+type sessionPatchIn struct {
+	SessionID string `json:"session_id"`
+	Title     string `json:"title"`
+	EndReason string `json:"end_reason"`
+}
+
+// sessionPatchBody is the body of PATCH /api/sessions/{id}: only the
+// fields given.
+type sessionPatchBody struct {
+	Title     string `json:"title,omitempty"`
+	EndReason string `json:"end_reason,omitempty"`
+}
+
+type sessionForkIn struct {
+	SessionID string `json:"session_id"`
+	Title     string `json:"title"`
+}
+
+// sessionForkBody is the body of POST /api/sessions/{id}/fork ({} without
+// a title).
+type sessionForkBody struct {
+	Title string `json:"title,omitempty"`
+}
+
+type sessionChatIn struct {
+	SessionID string `json:"session_id"`
+	Input     string `json:"input"`
+	Model     string `json:"model"`
+}
+
+// sessionChatBody is the body of POST /api/sessions/{id}/chat and
+// /chat/stream.
+type sessionChatBody struct {
+	Input string `json:"input"`
+	Model string `json:"model,omitempty"`
+}
+
+type jobUpdateIn struct {
+	JobID    string `json:"job_id"`
+	Prompt   string `json:"prompt"`
+	Schedule string `json:"schedule"`
+}
+
+// jobUpdateBody is the body of PATCH /api/jobs/{job_id}: only the fields
+// given (Hermes merges them).
+type jobUpdateBody struct {
+	Prompt   string `json:"prompt,omitempty"`
+	Schedule string `json:"schedule,omitempty"`
 }
 
 type responsesIn struct {
@@ -236,6 +287,69 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, ep *endpoint
 		if op.name == OpSessionDelete {
 			req.Method = http.MethodDelete
 		}
+	case OpHealthDetailed:
+		req.Path = "/health/detailed"
+	case OpCapabilities:
+		req.Path = "/v1/capabilities"
+	case OpSkills:
+		req.Path = "/v1/skills"
+	case OpToolsets:
+		req.Path = "/v1/toolsets"
+	case OpRunEvents:
+		return c.runEvents(ctx, call, ep, nil)
+	case OpSessionPatch:
+		in, err := decode[sessionPatchIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Method, req.Path = http.MethodPatch, endpointPath("/api/sessions", in.SessionID)
+		req.JSON = sessionPatchBody{Title: in.Title, EndReason: in.EndReason}
+	case OpSessionMessages:
+		in, err := decode[idIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Path = endpointPath("/api/sessions", in.SessionID) + "/messages"
+	case OpSessionFork:
+		in, err := decode[sessionForkIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Method, req.Path = http.MethodPost, endpointPath("/api/sessions", in.SessionID)+"/fork"
+		req.JSON = sessionForkBody{Title: in.Title}
+	case OpSessionChat:
+		in, err := decode[sessionChatIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Method, req.Path = http.MethodPost, endpointPath("/api/sessions", in.SessionID)+"/chat"
+		req.JSON = sessionChatBody{Input: in.Input, Model: in.Model}
+		req.Header.Set("Idempotency-Key", idempotencyKey(call.IdempotencyKey))
+	case OpJobsList:
+		req.Path = "/api/jobs"
+	case OpJobGet, OpJobDelete, OpJobPause, OpJobResume, OpJobRun:
+		in, err := decode[idIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Path = endpointPath("/api/jobs", in.JobID)
+		switch op.name {
+		case OpJobDelete:
+			req.Method = http.MethodDelete
+		case OpJobPause:
+			req.Method, req.Path = http.MethodPost, req.Path+"/pause"
+		case OpJobResume:
+			req.Method, req.Path = http.MethodPost, req.Path+"/resume"
+		case OpJobRun:
+			req.Method, req.Path = http.MethodPost, req.Path+"/run"
+		}
+	case OpJobUpdate:
+		in, err := decode[jobUpdateIn](call)
+		if err != nil {
+			return nil, err
+		}
+		req.Method, req.Path = http.MethodPatch, endpointPath("/api/jobs", in.JobID)
+		req.JSON = jobUpdateBody{Prompt: in.Prompt, Schedule: in.Schedule}
 	default:
 		return nil, fmt.Errorf("hermes: operation %s has no handler", op.name)
 	}

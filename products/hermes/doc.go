@@ -8,22 +8,40 @@
 // # Capabilities
 //
 // The manifest agent is "hermes-agent" (kind agent). Every endpoint gets
-// the same thirteen capabilities, cap:hermes_agent:<endpoint id>:<operation>
-// with the endpoint ID lowercased:
+// the same twenty-nine capabilities, cap:hermes_agent:<endpoint
+// id>:<operation> with the endpoint ID lowercased (the operation names are
+// the reference connector's, its variant names in snake_case):
 //
-//	health           GET    /health                    read
-//	models           GET    /v1/models                 read
-//	chat             POST   /v1/chat/completions       mutation (the agent may act)
-//	responses        POST   /v1/responses              mutation
-//	response_get     GET    /v1/responses/{id}         read
-//	response_delete  DELETE /v1/responses/{id}         mutation
-//	run_start        POST   /v1/runs                   mutation
-//	run_status       GET    /v1/runs/{run_id}          read
-//	run_stop         POST   /v1/runs/{run_id}/stop     mutation
-//	sessions_list    GET    /api/sessions              read (limit, offset, source, include_children)
-//	session_create   POST   /api/sessions              mutation
-//	session_get      GET    /api/sessions/{id}         read
-//	session_delete   DELETE /api/sessions/{id}         mutation
+//	health            GET    /health                          read
+//	health_detailed   GET    /health/detailed                 read
+//	models            GET    /v1/models                       read
+//	capabilities      GET    /v1/capabilities                 read
+//	skills            GET    /v1/skills                       read
+//	toolsets          GET    /v1/toolsets                     read
+//	chat              POST   /v1/chat/completions             mutation (the agent may act)
+//	responses         POST   /v1/responses                    mutation
+//	response_get      GET    /v1/responses/{id}               read
+//	response_delete   DELETE /v1/responses/{id}               mutation
+//	run_start         POST   /v1/runs                         mutation
+//	run_status        GET    /v1/runs/{run_id}                read
+//	run_events        GET    /v1/runs/{run_id}/events         read (SSE)
+//	run_stop          POST   /v1/runs/{run_id}/stop           mutation
+//	sessions_list     GET    /api/sessions                    read (limit, offset, source, include_children)
+//	session_create    POST   /api/sessions                    mutation
+//	session_get       GET    /api/sessions/{id}               read
+//	session_patch     PATCH  /api/sessions/{id}               mutation (title, end_reason)
+//	session_delete    DELETE /api/sessions/{id}               mutation
+//	session_messages  GET    /api/sessions/{id}/messages      read
+//	session_fork      POST   /api/sessions/{id}/fork          mutation (title)
+//	session_chat      POST   /api/sessions/{id}/chat          mutation (the agent may act);
+//	                  POST   /api/sessions/{id}/chat/stream   in streaming mode
+//	jobs_list         GET    /api/jobs                        read
+//	job_get           GET    /api/jobs/{job_id}               read
+//	job_update        PATCH  /api/jobs/{job_id}               mutation (prompt, schedule)
+//	job_delete        DELETE /api/jobs/{job_id}               mutation, risk high (irreversible)
+//	job_pause         POST   /api/jobs/{job_id}/pause         mutation
+//	job_resume        POST   /api/jobs/{job_id}/resume        mutation, risk high (the agent runs again)
+//	job_run           POST   /api/jobs/{job_id}/run           mutation, risk high (the agent runs now)
 //
 // chat sends {model, messages, stream, temperature?, max_tokens?} (1 to 200
 // messages of role system, user or assistant with string content); model
@@ -62,10 +80,36 @@
 // before the stop). chat and responses send the action's key as
 // Idempotency-Key too (the page lists it as accepted for deduplication).
 //
+// run_events reads GET /v1/runs/{run_id}/events (SSE) until the stream
+// ends or max_events events (1 to 100000, default 4096) were read,
+// bounded too by --hermes-max-response-bytes (an event by 1 MiB),
+// RequestTimeout and the action's timeout. An event is {"event", "data"}:
+// its event: field, or, when it has none, the "event" member of its JSON
+// data (the page names the events, not their framing), and its data (JSON,
+// or a JSON string). In streaming mode each event is a chunk —
+// message.delta and assistant.delta data, reasoning.delta thought, tool.*
+// tool, anything else (lifecycle, subagent.start/complete) progress — and
+// the output is {run_id, count, max_events_reached?}; synchronously the
+// output carries the events too. It is a read: an error, even after some
+// events, is a failed result (provider.unavailable, retryable;
+// provider.bad_response past the byte bound).
+//
+// session_chat sends {input, model?} (the page's example body, and the
+// per-request model the session-chat endpoints always honour) with an
+// Idempotency-Key as chat does. Synchronously it posts to .../chat and
+// returns Hermes' answer; in streaming mode it posts to .../chat/stream,
+// forwards the events before run.completed as chunks (as run_events does)
+// and returns {events, run_completed} (run.completed's data). A stream
+// that fails or ends before run.completed is outcome_unknown.
+//
+// session_patch sends only the given title and end_reason (at least one);
+// session_fork sends {"title"?} (the page's example); job_update sends
+// only the given prompt and schedule (at least one; Hermes merges them).
 // The page gives no body for POST /api/sessions ("create an empty
-// session") nor for POST /v1/runs/{run_id}/stop: session_create sends {}
-// and run_stop sends no body. Reads and other mutations return the
-// provider's JSON answer as the output ({} for an empty answer).
+// session"), for POST /v1/runs/{run_id}/stop, nor for the jobs' pause,
+// resume and run: session_create sends {} and the others no body. Reads
+// and other mutations return the provider's JSON answer as the output
+// ({} for an empty answer; skills and toolsets answer arrays).
 //
 // Every request carries X-AIP-Correlation-Id (the action ID) and, when the
 // endpoint has a key, Authorization: Bearer <key>. CheckHealth (HealthChecker)
@@ -81,8 +125,10 @@
 //     (http://127.0.0.1:8642, or a /p/<profile> prefix): https, or http on
 //     loopback only. api_key_file is an owner-only file holding the
 //     server's API_SERVER_KEY. A manifest holds at most
-//     hostsdk.MaxCapabilities capabilities, so one host fronts at most 39
-//     endpoints.
+//     hostsdk.MaxCapabilities (512) capabilities and every endpoint has
+//     all 29, so one host fronts at most 17 endpoints
+//     (MaxEndpointsPerHost); a longer list is refused. Front more servers
+//     with more hosts.
 //   - --hermes-max-response-bytes (AIP_HERMES_MAX_RESPONSE_BYTES): bound on
 //     a JSON answer and on a whole chat stream, 1024 to 256 MiB (default
 //     16 MiB). One SSE event is at most 1 MiB.
@@ -101,12 +147,28 @@
 //
 // # Not covered
 //
-// The detailed health, capabilities, model options, skills and toolsets
-// reads; the run events SSE stream and run approval; session patch,
-// messages, fork and session chat; the jobs API; streaming Responses;
-// image and file content parts; the per-request provider and model_options
-// overrides; X-Hermes-Session-Id/-Key; the runs' conversation_history (the
-// page names it without its shape); the reference connector's operator
-// delegation and per-endpoint tenants. Mutations do not require human
-// approval in the manifest.
+// Operations of the reference connector left out, and why:
+//
+//   - run_approval (POST /v1/runs/{run_id}/approval): the page says only
+//     that "the body carries the approval decision", not its fields; a
+//     body would be invented.
+//   - job_create (POST /api/jobs): the page says the body "accepts the same
+//     shape as hermes cron — prompt, schedule, skills, provider override,
+//     delivery target" without the field names of the last two, their
+//     types, or which fields are required; a request built from it alone
+//     may be refused, and a guessed one would be invented.
+//   - responses_stream (streaming Responses): not built yet; responses runs
+//     synchronously.
+//   - chat_stream is chat's streaming mode, and the session chat stream
+//     session_chat's, not capabilities of their own.
+//   - operator (governed operator runs, AIP delegation routing) and the
+//     reference's per-endpoint tenants: operator-only surfaces.
+//
+// Also not covered: GET /api/model/options; the browser-extension control
+// routes (a WebSocket controller protocol); job_update fields other than
+// prompt and schedule (the page's "etc."); image and file content parts;
+// the per-request provider and model_options overrides;
+// X-Hermes-Session-Id/-Key; the runs' conversation_history (the page
+// names it without its shape). Mutations do not require human approval
+// in the manifest.
 package hermes

@@ -49,7 +49,7 @@ var endpointIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // Product is Hermes Agent as aip-host runs it.
 var Product = products.Product{
 	Name:    "hermes-agent",
-	Summary: "Hermes Agent API servers (OpenAI-compatible chat and responses, runs, sessions)",
+	Summary: "Hermes Agent API servers (OpenAI-compatible chat and responses, runs and their events, sessions, scheduled jobs)",
 	Settings: []hostsdk.Setting{
 		{Flag: FlagEndpointsFile, Env: "AIP_HERMES_ENDPOINTS_FILE",
 			Usage: `JSON file: array of 1 to 1000 {"id","base_url","api_key_file"?,"display_name"?} (required)`},
@@ -144,9 +144,9 @@ func New(cfg Config) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := len(list) * len(operations); n > hostsdk.MaxCapabilities {
-		return nil, fmt.Errorf("%s: %d endpoints make %d capabilities, more than the %d a manifest may hold; list at most %d endpoints per host",
-			what, len(list), n, hostsdk.MaxCapabilities, hostsdk.MaxCapabilities/len(operations))
+	if len(list) > MaxEndpointsPerHost {
+		return nil, fmt.Errorf("%s: %d endpoints make %d capabilities (%d each), more than the %d a manifest may hold; list at most %d endpoints per host",
+			what, len(list), len(list)*len(operations), len(operations), hostsdk.MaxCapabilities, MaxEndpointsPerHost)
 	}
 	c := &Connector{defaultModel: cfg.DefaultModel, log: cfg.Logger, poll: cfg.PollInterval}
 	c.byID = make(map[string]*endpoint, len(list))

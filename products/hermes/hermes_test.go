@@ -144,7 +144,9 @@ func TestManifest(t *testing.T) {
 	if got, want := len(m.Capabilities), 2*len(operations); got != want {
 		t.Fatalf("%d capabilities, want %d", got, want)
 	}
-	naming := regexp.MustCompile(`^cap:hermes_agent:(main|alice):(health|models|chat|responses|response_get|response_delete|run_start|run_status|run_stop|sessions_list|session_create|session_get|session_delete)$`)
+	naming := regexp.MustCompile(`^cap:hermes_agent:(main|alice):(health|models|chat|responses|response_get|response_delete|run_start|run_status|run_stop|sessions_list|session_create|session_get|session_delete|` +
+		`health_detailed|capabilities|skills|toolsets|run_events|session_patch|session_messages|session_fork|session_chat|` +
+		`jobs_list|job_get|job_update|job_delete|job_pause|job_resume|job_run)$`)
 	for _, c := range m.Capabilities {
 		if !naming.MatchString(c.ID) {
 			t.Errorf("capability ID %q does not follow cap:hermes_agent:<endpoint>:<operation>", c.ID)
@@ -175,6 +177,67 @@ func TestManifest(t *testing.T) {
 	if c == nil || !c.Contract.Execution.SupportsStreaming || c.Name != "Chat completion (Main Hermes)" {
 		t.Errorf("chat capability %+v", c)
 	}
+	for _, tc := range []struct {
+		op        string
+		risk      aip.Risk
+		streaming bool
+		mutation  bool
+	}{
+		{OpRunEvents, aip.RiskLow, true, false},
+		{OpSessionChat, aip.RiskHigh, true, true},
+		{OpSessionPatch, aip.RiskMedium, false, true},
+		{OpJobsList, aip.RiskLow, false, false},
+		{OpJobDelete, aip.RiskHigh, false, true},
+		{OpJobRun, aip.RiskHigh, false, true},
+		{OpJobPause, aip.RiskMedium, false, true},
+	} {
+		c, _ := m.Capability(CapabilityID("alice", tc.op))
+		if c == nil {
+			t.Errorf("%s: no capability", tc.op)
+			continue
+		}
+		ex, idem := c.Contract.Execution, c.Contract.Idempotency.Requirement
+		if c.Risk != tc.risk || ex.SupportsStreaming != tc.streaming || (idem == aip.IdempotencyRequired) != tc.mutation ||
+			(ex.RetrySafety == aip.RetrySafe) == tc.mutation {
+			t.Errorf("%s: risk %s streaming %v idempotency %s retry %s", tc.op, c.Risk, ex.SupportsStreaming, idem, ex.RetrySafety)
+		}
+	}
+}
+
+// TestEndpointLimit: every endpoint has every operation and a manifest
+// holds at most hostsdk.MaxCapabilities capabilities, so a host fronts at
+// most MaxEndpointsPerHost endpoints (17 with 29 operations, as doc.go
+// says): that many make a manifest the host binds, one more is refused.
+func TestEndpointLimit(t *testing.T) {
+	if got, want := len(operations), 29; got != want {
+		t.Fatalf("%d operations; doc.go and this test say %d", got, want)
+	}
+	if MaxEndpointsPerHost != 17 || MaxEndpointsPerHost*len(operations) > hostsdk.MaxCapabilities ||
+		(MaxEndpointsPerHost+1)*len(operations) <= hostsdk.MaxCapabilities {
+		t.Fatalf("MaxEndpointsPerHost = %d with %d operations and %d capabilities per manifest", MaxEndpointsPerHost, len(operations), hostsdk.MaxCapabilities)
+	}
+	list := func(n int) string {
+		var eps []string
+		for i := range n {
+			eps = append(eps, fmt.Sprintf(`{"id":"e%d","base_url":"https://h%d.example.com"}`, i, i))
+		}
+		return writeFile(t, t.TempDir(), "endpoints.json", "["+strings.Join(eps, ",")+"]", 0o644)
+	}
+	conn, err := New(Config{EndpointsFile: list(MaxEndpointsPerHost)})
+	if err != nil {
+		t.Fatalf("%d endpoints: %v", MaxEndpointsPerHost, err)
+	}
+	m, err := conn.Manifest(context.Background(), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
+		t.Fatalf("BindManifest of %d capabilities: %v", len(m.Capabilities), err)
+	}
+	_, err = New(Config{EndpointsFile: list(MaxEndpointsPerHost + 1)})
+	if err == nil || !strings.Contains(err.Error(), "--hermes-endpoints-file") || !strings.Contains(err.Error(), "at most 17 endpoints") {
+		t.Fatalf("%d endpoints: %v", MaxEndpointsPerHost+1, err)
+	}
 }
 
 func mustJSON(t *testing.T, v any) []byte {
@@ -190,6 +253,10 @@ func mustJSON(t *testing.T, v any) []byte {
 // the exact request the mock received and the output.
 func TestOperations(t *testing.T) {
 	f := newFixture(t)
+	// Both framings the adapter reads: a named event, and an unnamed one
+	// whose JSON data names it.
+	f.main.setRunEvents(sse("message.delta\x00"+`{"delta":"Do"}`, "reasoning.delta\x00"+`{"delta":"hmm"}`,
+		`{"event":"run.completed","output":"Done."}`))
 	cases := []struct {
 		cap, input          string
 		method, path, query string
@@ -198,6 +265,8 @@ func TestOperations(t *testing.T) {
 		check               func(t *testing.T, out map[string]any)
 		mock                func(f *fixture) *mockHermes
 		wantAuth            string
+		// checkRaw is the whole output, for outputs that are not objects.
+		checkRaw string
 	}{
 		{cap: "main:health", input: `{}`, method: "GET", path: "/health",
 			check: func(t *testing.T, out map[string]any) { wantField(t, out, "status", "ok") }},
@@ -253,6 +322,76 @@ func TestOperations(t *testing.T) {
 			check: func(t *testing.T, out map[string]any) { wantField(t, out, "id", "20260101_1200:ab.c") }},
 		{cap: "main:session_delete", input: `{"session_id":"space-session"}`, method: "DELETE", path: "/api/sessions/space-session",
 			check: func(t *testing.T, out map[string]any) { wantField(t, out, "deleted", true) }},
+		{cap: "main:health_detailed", input: `{}`, method: "GET", path: "/health/detailed",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "status", "degraded") }},
+		{cap: "main:capabilities", input: `{}`, method: "GET", path: "/v1/capabilities",
+			check: func(t *testing.T, out map[string]any) {
+				jsonEqual(t, "capabilities output", string(mustJSON(t, out)), capabilitiesExample)
+			}},
+		{cap: "main:skills", input: `{}`, method: "GET", path: "/v1/skills",
+			checkRaw: `[{"name":"github-pr-workflow","description":"Open and review PRs","category":"github"}]`},
+		{cap: "main:toolsets", input: `{}`, method: "GET", path: "/v1/toolsets",
+			checkRaw: `[{"name":"core","label":"Core","description":"File tools","enabled":true,"configured":true,"tools":["read_file","write_file"]}]`},
+		{cap: "main:run_events", input: `{"run_id":"run_abc123"}`, method: "GET", path: "/v1/runs/run_abc123/events",
+			check: func(t *testing.T, out map[string]any) {
+				jsonEqual(t, "run_events output", string(mustJSON(t, out)), `{"run_id":"run_abc123","count":3,"events":[
+					{"event":"message.delta","data":{"delta":"Do"}},
+					{"event":"reasoning.delta","data":{"delta":"hmm"}},
+					{"event":"run.completed","data":{"event":"run.completed","output":"Done."}}]}`)
+			}},
+		{cap: "main:session_patch", input: `{"session_id":"space-session","title":"Release notes"}`,
+			method: "PATCH", path: "/api/sessions/space-session", body: `{"title":"Release notes"}`,
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "title", "Release notes") }},
+		{cap: "main:session_patch", input: `{"session_id":"space-session","title":"T","end_reason":"user_ended"}`,
+			method: "PATCH", path: "/api/sessions/space-session", body: `{"title":"T","end_reason":"user_ended"}`,
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "end_reason", "user_ended") }},
+		{cap: "main:session_messages", input: `{"session_id":"space-session"}`, method: "GET", path: "/api/sessions/space-session/messages",
+			check: func(t *testing.T, out map[string]any) {
+				if msgs, _ := out["messages"].([]any); len(msgs) != 2 {
+					t.Errorf("session_messages output %v", out)
+				}
+			}},
+		{cap: "main:session_fork", input: `{"session_id":"space-session","title":"explore alt path"}`,
+			method: "POST", path: "/api/sessions/space-session/fork", body: `{"title":"explore alt path"}`,
+			check: func(t *testing.T, out map[string]any) {
+				wantField(t, out, "id", "sess_fork")
+				wantField(t, out, "parent_session_id", "space-session")
+			}},
+		{cap: "main:session_fork", input: `{"session_id":"space-session"}`,
+			method: "POST", path: "/api/sessions/space-session/fork", body: `{}`},
+		{cap: "main:session_chat", input: `{"session_id":"space-session","input":"what files changed in the last hour?"}`,
+			method: "POST", path: "/api/sessions/space-session/chat", idempotent: true,
+			body:  `{"input":"what files changed in the last hour?"}`,
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "output", "Two files changed.") }},
+		{cap: "main:session_chat", input: `{"session_id":"space-session","input":"hi","model":"MiniMax-M3"}`,
+			method: "POST", path: "/api/sessions/space-session/chat", idempotent: true, body: `{"input":"hi","model":"MiniMax-M3"}`},
+		{cap: "main:jobs_list", input: `{}`, method: "GET", path: "/api/jobs",
+			check: func(t *testing.T, out map[string]any) {
+				if jobs, _ := out["jobs"].([]any); len(jobs) != 1 {
+					t.Errorf("jobs_list output %v", out)
+				}
+			}},
+		{cap: "main:job_get", input: `{"job_id":"job_1"}`, method: "GET", path: "/api/jobs/job_1",
+			check: func(t *testing.T, out map[string]any) { wantJob(t, out, "state", "scheduled") }},
+		{cap: "main:job_update", input: `{"job_id":"job_1","schedule":"every 2h"}`,
+			method: "PATCH", path: "/api/jobs/job_1", body: `{"schedule":"every 2h"}`,
+			check: func(t *testing.T, out map[string]any) {
+				wantJob(t, out, "schedule", "every 2h")
+				wantJob(t, out, "prompt", "Summarise the inbox")
+			}},
+		{cap: "main:job_update", input: `{"job_id":"job_1","prompt":"Summarise the outbox","schedule":"0 8 * * 1"}`,
+			method: "PATCH", path: "/api/jobs/job_1", body: `{"prompt":"Summarise the outbox","schedule":"0 8 * * 1"}`,
+			check: func(t *testing.T, out map[string]any) { wantJob(t, out, "prompt", "Summarise the outbox") }},
+		{cap: "main:job_delete", input: `{"job_id":"job_1"}`, method: "DELETE", path: "/api/jobs/job_1",
+			check: func(t *testing.T, out map[string]any) { wantField(t, out, "ok", true) }},
+		{cap: "main:job_pause", input: `{"job_id":"job_1"}`, method: "POST", path: "/api/jobs/job_1/pause",
+			check: func(t *testing.T, out map[string]any) { wantJob(t, out, "state", "paused") }},
+		{cap: "main:job_resume", input: `{"job_id":"job_1"}`, method: "POST", path: "/api/jobs/job_1/resume",
+			check: func(t *testing.T, out map[string]any) { wantJob(t, out, "state", "scheduled") }},
+		{cap: "main:job_run", input: `{"job_id":"job_1"}`, method: "POST", path: "/api/jobs/job_1/run",
+			check: func(t *testing.T, out map[string]any) { wantJob(t, out, "state", "running") }},
+		{cap: "alice:job_run", input: `{"job_id":"job_1"}`, method: "POST", path: "/p/alice/api/jobs/job_1/run",
+			mock: func(f *fixture) *mockHermes { return f.alice }, wantAuth: "Bearer " + keyAlice},
 		{cap: "alice:models", input: `{}`, method: "GET", path: "/p/alice/v1/models",
 			mock: func(f *fixture) *mockHermes { return f.alice }, wantAuth: "Bearer " + keyAlice},
 	}
@@ -265,9 +404,18 @@ func TestOperations(t *testing.T) {
 				m, auth = tc.mock(f), tc.wantAuth
 			}
 			a := action("cap:hermes_agent:"+tc.cap, tc.input)
-			out := completed(t, f.act(t, a))
-			if tc.check != nil {
-				tc.check(t, out)
+			resp := f.act(t, a)
+			if tc.checkRaw != "" {
+				res, err := resp.Result()
+				if err != nil || res.Status != aip.ResultCompleted {
+					t.Fatalf("HTTP %d %s: %v", resp.Status, resp.Raw, err)
+				}
+				jsonEqual(t, "output", string(res.Output), tc.checkRaw)
+			} else {
+				out := completed(t, resp)
+				if tc.check != nil {
+					tc.check(t, out)
+				}
 			}
 			reqs := m.of(a.ID)
 			if len(reqs) != 1 {
@@ -299,6 +447,15 @@ func TestOperations(t *testing.T) {
 		if !seen["main:"+op.name] {
 			t.Errorf("operation %s not exercised", op.name)
 		}
+	}
+}
+
+// wantJob checks a member of the output's "job".
+func wantJob(t *testing.T, out map[string]any, k string, v any) {
+	t.Helper()
+	job, _ := out["job"].(map[string]any)
+	if job[k] != v {
+		t.Errorf("output job.%s = %v, want %v (output %v)", k, job[k], v, out)
 	}
 }
 
@@ -536,6 +693,33 @@ func TestProviderErrors(t *testing.T) {
 		a.Mode = aip.ModeStreaming
 		f.outcomeUnknown(t, f.act(t, a), a, f.alice)
 	})
+	t.Run("job read 404", func(t *testing.T) {
+		failedWith(t, f.act(t, action("cap:hermes_agent:main:job_get", `{"job_id":"job_missing"}`)), provider.CodeNotFound, false)
+	})
+	t.Run("job_delete 5xx", func(t *testing.T) {
+		f.main.setFail("DELETE", "/api/jobs/job_1", 500)
+		a := action("cap:hermes_agent:main:job_delete", `{"job_id":"job_1"}`)
+		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+	})
+	t.Run("job_run dropped connection", func(t *testing.T) {
+		f.alice.setDrop("POST", "/p/alice/api/jobs/job_1/run")
+		a := action("cap:hermes_agent:alice:job_run", `{"job_id":"job_1"}`)
+		f.outcomeUnknown(t, f.act(t, a), a, f.alice)
+	})
+	t.Run("session_chat 5xx", func(t *testing.T) {
+		f.main.setFail("POST", "/api/sessions/s5/chat", 503)
+		a := action("cap:hermes_agent:main:session_chat", `{"session_id":"s5","input":"x"}`)
+		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+	})
+	t.Run("session_patch 400", func(t *testing.T) {
+		f.main.setFail("PATCH", "/api/sessions/s6", 400)
+		a := action("cap:hermes_agent:main:session_patch", `{"session_id":"s6","end_reason":"done"}`)
+		failedWith(t, f.act(t, a), provider.CodeInvalidRequest, false)
+	})
+	t.Run("skills 5xx", func(t *testing.T) {
+		f.main.setFail("GET", "/v1/skills", 502)
+		failedWith(t, f.act(t, action("cap:hermes_agent:main:skills", `{}`)), provider.CodeUnavailable, true)
+	})
 	t.Run("read 401", func(t *testing.T) {
 		f.alice.setFail("GET", "/p/alice/api/sessions/s", 401)
 		a := action("cap:hermes_agent:alice:session_get", `{"session_id":"s"}`)
@@ -562,6 +746,25 @@ func TestInputRejected(t *testing.T) {
 		{"main:sessions_list", `{"limit":0}`},
 		{"main:session_create", `{"title":"x"}`},
 		{"main:health", `{"verbose":true}`},
+		{"main:health_detailed", `{"x":1}`},
+		{"main:run_events", `{}`},
+		{"main:run_events", `{"run_id":"run_abc123","max_events":0}`},
+		{"main:run_events", `{"run_id":"run_abc123","max_events":100001}`},
+		{"main:session_patch", `{"session_id":"s"}`},
+		{"main:session_patch", `{"session_id":"s","title":""}`},
+		{"main:session_patch", `{"session_id":"s","title":"a\nb"}`},
+		{"main:session_patch", `{"session_id":"s","title":"t","archived":true}`},
+		{"main:session_messages", `{"session_id":"."}`},
+		{"main:session_fork", `{"session_id":"s","parent":"x"}`},
+		{"main:session_chat", `{"session_id":"s"}`},
+		{"main:session_chat", `{"input":"x"}`},
+		{"main:session_chat", `{"session_id":"s","input":""}`},
+		{"main:job_get", `{"job_id":".."}`},
+		{"main:job_update", `{"job_id":"job_1"}`},
+		{"main:job_update", `{"job_id":"job_1","name":"x"}`},
+		{"main:job_delete", `{}`},
+		{"main:job_run", `{"job_id":"job_1","now":true}`},
+		{"main:jobs_list", `{"include_disabled":true}`},
 	}
 	for _, tc := range cases {
 		a := action("cap:hermes_agent:"+tc.cap, tc.input)
@@ -605,10 +808,6 @@ func TestNewErrors(t *testing.T) {
 	file := func(content string) string {
 		return writeFile(t, t.TempDir(), "endpoints.json", content, 0o644)
 	}
-	var forty []string
-	for i := range 40 {
-		forty = append(forty, fmt.Sprintf(`{"id":"e%d","base_url":"https://h%d.example.com"}`, i, i))
-	}
 	cases := []struct {
 		name, path, want string
 	}{
@@ -619,7 +818,6 @@ func TestNewErrors(t *testing.T) {
 		{"unknown field", file(`[{"id":"a","base_url":"https://h.example.com","tenant":"t"}]`), `unknown field "tenant"`},
 		{"trailing data", file(`[{"id":"a","base_url":"https://h.example.com"}] []`), "data after"},
 		{"empty", file(`[]`), "lists 0 entries"},
-		{"too many for a manifest", file("[" + strings.Join(forty, ",") + "]"), "at most 39 endpoints"},
 		{"bad id", file(`[{"id":"a b","base_url":"https://h.example.com"}]`), `id "a b"`},
 		{"duplicate id", file(`[{"id":"Main","base_url":"https://h.example.com"},{"id":"main","base_url":"https://g.example.com"}]`), "listed twice"},
 		{"no base_url", file(`[{"id":"a"}]`), "no URL given"},

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -47,6 +49,10 @@ type mockHermes struct {
 	idemKeys map[string]string
 	// polled is signalled on every GET /v1/runs/{run_id}.
 	polled chan struct{}
+	// runEvents is the SSE body of GET /v1/runs/{run_id}/events.
+	runEvents string
+	// sessionStream is the SSE body of POST /api/sessions/{id}/chat/stream.
+	sessionStream string
 }
 
 func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
@@ -145,6 +151,7 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 	mux.HandleFunc("DELETE /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, `{"deleted":true}`)
 	})
+	m.extendedRoutes(mux)
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		m.mu.Lock()
@@ -235,3 +242,184 @@ func sse(events ...string) string {
 	}
 	return b.String()
 }
+
+func (m *mockHermes) setRunEvents(s string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.runEvents = s
+}
+
+func (m *mockHermes) setSessionStream(s string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sessionStream = s
+}
+
+// jsonBody decodes r's body as a JSON object whose members are all in
+// allowed, each of which must be a non-empty string; it answers 400 (and
+// returns nil) otherwise. The page names these bodies' fields without a
+// schema; Hermes refuses what it does not accept with 400.
+func jsonBody(w http.ResponseWriter, r *http.Request, allowed ...string) map[string]any {
+	var body map[string]any
+	if r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&body) != nil || body == nil {
+		writeJSON(w, 400, `{"error":"body must be a JSON object"}`)
+		return nil
+	}
+	for k, v := range body {
+		if s, ok := v.(string); !ok || s == "" || !slices.Contains(allowed, k) {
+			writeJSON(w, 400, `{"error":"invalid field `+k+`"}`)
+			return nil
+		}
+	}
+	return body
+}
+
+// noBody answers 400 when r carries a body: the page gives none for the
+// jobs' pause, resume and run.
+func noBody(w http.ResponseWriter, r *http.Request) bool {
+	if b, _ := io.ReadAll(r.Body); len(b) != 0 {
+		writeJSON(w, 400, `{"error":"unexpected body"}`)
+		return false
+	}
+	return true
+}
+
+func sseAnswer(w http.ResponseWriter, body string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	io.WriteString(w, body)
+}
+
+// extendedRoutes are the routes of the detailed health, capabilities,
+// skills and toolsets discovery, run events, the Sessions API's patch,
+// messages, fork and chat, and the Jobs API. The page gives paths and,
+// for some, request fields; where it gives no answer shape the mock
+// answers a plain JSON object.
+func (m *mockHermes) extendedRoutes(mux *http.ServeMux) {
+	// § GET /health/detailed: top-level status and readiness.checks; a
+	// degraded result is still 200.
+	mux.HandleFunc("GET /health/detailed", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"status":"degraded","readiness":{"checks":{"state_db":{"status":"ok"},"disk":{"status":"degraded"}}}}`)
+	})
+	// § GET /v1/capabilities: the example.
+	mux.HandleFunc("GET /v1/capabilities", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, capabilitiesExample)
+	})
+	// § Skills and toolsets discovery: the examples' arrays.
+	mux.HandleFunc("GET /v1/skills", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `[{"name":"github-pr-workflow","description":"Open and review PRs","category":"github"}]`)
+	})
+	mux.HandleFunc("GET /v1/toolsets", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `[{"name":"core","label":"Core","description":"File tools","enabled":true,"configured":true,"tools":["read_file","write_file"]}]`)
+	})
+	// § GET /v1/runs/{run_id}/events: an SSE stream; another profile's or
+	// an unknown run is 404.
+	mux.HandleFunc("GET /v1/runs/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("id") != "run_abc123" {
+			writeJSON(w, 404, `{"error":{"message":"Run not found","type":"invalid_request_error"}}`)
+			return
+		}
+		m.mu.Lock()
+		s := m.runEvents
+		m.mu.Unlock()
+		sseAnswer(w, s)
+	})
+	// § Sessions API: PATCH updates title or end_reason.
+	mux.HandleFunc("PATCH /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		body := jsonBody(w, r, "title", "end_reason")
+		if body == nil {
+			return
+		}
+		if len(body) == 0 {
+			writeJSON(w, 400, `{"error":"nothing to update"}`)
+			return
+		}
+		out, _ := json.Marshal(map[string]any{"id": r.PathValue("id"), "title": body["title"], "end_reason": body["end_reason"]})
+		writeJSON(w, 200, string(out))
+	})
+	mux.HandleFunc("GET /api/sessions/{id}/messages", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"session_id":"`+r.PathValue("id")+`","messages":[{"role":"user","content":"Hello"},{"role":"assistant","content":"Hi"}]}`)
+	})
+	// § fork: the example's body {"title": ...}.
+	mux.HandleFunc("POST /api/sessions/{id}/fork", func(w http.ResponseWriter, r *http.Request) {
+		body := jsonBody(w, r, "title")
+		if body == nil {
+			return
+		}
+		out, _ := json.Marshal(map[string]any{"id": "sess_fork", "parent_session_id": r.PathValue("id"), "title": body["title"]})
+		writeJSON(w, 201, string(out))
+	})
+	// § chat and chat/stream: the example's body {"input": ...}, with
+	// the per-request model (§ Per-request model selection).
+	chatBody := func(w http.ResponseWriter, r *http.Request) bool {
+		body := jsonBody(w, r, "input", "model")
+		if body != nil && body["input"] == nil {
+			writeJSON(w, 400, `{"error":"input is required"}`)
+			return false
+		}
+		return body != nil
+	}
+	mux.HandleFunc("POST /api/sessions/{id}/chat", func(w http.ResponseWriter, r *http.Request) {
+		if chatBody(w, r) {
+			writeJSON(w, 200, `{"session_id":"`+r.PathValue("id")+`","output":"Two files changed."}`)
+		}
+	})
+	mux.HandleFunc("POST /api/sessions/{id}/chat/stream", func(w http.ResponseWriter, r *http.Request) {
+		if chatBody(w, r) {
+			m.mu.Lock()
+			s := m.sessionStream
+			m.mu.Unlock()
+			sseAnswer(w, s)
+		}
+	})
+	// § Jobs API.
+	job := func(id, state string) string {
+		return `{"id":"` + id + `","prompt":"Summarise the inbox","schedule":"0 9 * * *","state":"` + state + `"}`
+	}
+	known := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.PathValue("id") != "job_1" {
+			writeJSON(w, 404, `{"error":"Job not found"}`)
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("GET /api/jobs", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"jobs":[`+job("job_1", "scheduled")+`]}`)
+	})
+	mux.HandleFunc("GET /api/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if known(w, r) {
+			writeJSON(w, 200, `{"job":`+job("job_1", "scheduled")+`}`)
+		}
+	})
+	// PATCH: "prompt, schedule, etc."; partial updates are merged.
+	mux.HandleFunc("PATCH /api/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if !known(w, r) {
+			return
+		}
+		body := jsonBody(w, r, "prompt", "schedule")
+		if body == nil {
+			return
+		}
+		j := map[string]any{"id": "job_1", "prompt": "Summarise the inbox", "schedule": "0 9 * * *"}
+		maps.Copy(j, body)
+		out, _ := json.Marshal(map[string]any{"job": j})
+		writeJSON(w, 200, string(out))
+	})
+	mux.HandleFunc("DELETE /api/jobs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if known(w, r) {
+			writeJSON(w, 200, `{"ok":true}`)
+		}
+	})
+	for action, state := range map[string]string{"pause": "paused", "resume": "scheduled", "run": "running"} {
+		mux.HandleFunc("POST /api/jobs/{id}/"+action, func(w http.ResponseWriter, r *http.Request) {
+			if known(w, r) && noBody(w, r) {
+				writeJSON(w, 200, `{"job":`+job("job_1", state)+`}`)
+			}
+		})
+	}
+}
+
+const capabilitiesExample = `{"object":"hermes.api_server.capabilities","platform":"hermes-agent","model":"hermes-agent",
+  "auth":{"type":"bearer","required":true},
+  "features":{"chat_completions":true,"chat_completions_streaming":true,"responses_api":true,"responses_streaming":true,
+    "reasoning_streaming":false,"run_submission":true,"run_status":true,"run_events_sse":true,"run_stop":true}}`

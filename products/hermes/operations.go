@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 // Operations, the last part of a capability ID.
@@ -21,6 +22,23 @@ const (
 	OpSessionCreate  = "session_create"
 	OpSessionGet     = "session_get"
 	OpSessionDelete  = "session_delete"
+
+	OpHealthDetailed  = "health_detailed"
+	OpCapabilities    = "capabilities"
+	OpSkills          = "skills"
+	OpToolsets        = "toolsets"
+	OpRunEvents       = "run_events"
+	OpSessionPatch    = "session_patch"
+	OpSessionMessages = "session_messages"
+	OpSessionFork     = "session_fork"
+	OpSessionChat     = "session_chat"
+	OpJobsList        = "jobs_list"
+	OpJobGet          = "job_get"
+	OpJobUpdate       = "job_update"
+	OpJobDelete       = "job_delete"
+	OpJobPause        = "job_pause"
+	OpJobResume       = "job_resume"
+	OpJobRun          = "job_run"
 )
 
 // operation is one capability offered for every endpoint.
@@ -135,6 +153,78 @@ const sessionsListInput = `{
   "additionalProperties": false
 }`
 
+// DefaultMaxEvents and MaxMaxEvents bound the events run_events reads
+// (the reference connector's SSE event bound: 4096, at most 100000).
+const (
+	DefaultMaxEvents = 4096
+	MaxMaxEvents     = 100000
+)
+
+var runEventsInput = `{
+  "type": "object",
+  "properties": {
+    "run_id": ` + idProperty("run ID from run_start") + `,
+    "max_events": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "stop after this many events (default 4096)"}
+  },
+  "required": ["run_id"],
+  "additionalProperties": false
+}`
+
+// shortText is a single-line caller string.
+const shortText = `{"type":"string","minLength":1,"maxLength":256,"pattern":"^[^\\x00-\\x1f\\x7f]+$"}`
+
+// sessionPatchInput: the Sessions API table, "Update title or end_reason".
+var sessionPatchInput = `{
+  "type": "object",
+  "properties": {
+    "session_id": ` + idProperty("Hermes session ID") + `,
+    "title": ` + shortText + `,
+    "end_reason": ` + shortText + `
+  },
+  "required": ["session_id"],
+  "anyOf": [{"required": ["title"]}, {"required": ["end_reason"]}],
+  "additionalProperties": false
+}`
+
+// sessionForkInput: the page's fork example sends {"title": ...}.
+var sessionForkInput = `{
+  "type": "object",
+  "properties": {
+    "session_id": ` + idProperty("Hermes session to branch") + `,
+    "title": ` + shortText + `
+  },
+  "required": ["session_id"],
+  "additionalProperties": false
+}`
+
+// sessionChatInput: the page's chat/stream example sends {"input": ...};
+// session chat always honours model (§ Per-request model selection).
+var sessionChatInput = `{
+  "type": "object",
+  "properties": {
+    "session_id": ` + idProperty("Hermes session to run the turn in") + `,
+    "input": {"type": "string", "minLength": 1, "maxLength": 262144},
+    "model": ` + modelProperty + `
+  },
+  "required": ["session_id", "input"],
+  "additionalProperties": false
+}`
+
+// jobUpdateInput: § PATCH /api/jobs/{job_id}, "Update fields on an
+// existing job (prompt, schedule, etc.). Partial updates are merged." Only
+// the two fields the page names.
+var jobUpdateInput = `{
+  "type": "object",
+  "properties": {
+    "job_id": ` + idProperty("scheduled job ID") + `,
+    "prompt": {"type": "string", "minLength": 1, "maxLength": 65536},
+    "schedule": ` + shortText + `
+  },
+  "required": ["job_id"],
+  "anyOf": [{"required": ["prompt"]}, {"required": ["schedule"]}],
+  "additionalProperties": false
+}`
+
 var (
 	readEffects   = []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}
 	agentEffects  = []aip.SideEffect{aip.EffectWrite, aip.EffectExternalNetwork, aip.EffectCodeExecution}
@@ -181,7 +271,56 @@ var operations = []operation{
 	{name: OpSessionDelete, title: "Delete a session", kind: aip.KindTool, risk: aip.RiskMedium, mutation: true, effects: deleteEffects,
 		input: idInput("session_id", "Hermes session ID"), retrySafety: aip.RetryUnsafe,
 		description: "DELETE /api/sessions/{id}: deletes a session."},
+
+	{name: OpHealthDetailed, title: "Detailed health", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects, input: emptyInput, retrySafety: aip.RetrySafe,
+		description: "GET /health/detailed: authenticated readiness (status and readiness.checks; a degraded result is still HTTP 200)."},
+	{name: OpCapabilities, title: "API capabilities", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects, input: emptyInput, retrySafety: aip.RetrySafe,
+		description: "GET /v1/capabilities: the API server's machine-readable surface (features, endpoints, auth)."},
+	{name: OpSkills, title: "List skills", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects, input: emptyInput, retrySafety: aip.RetrySafe,
+		description: "GET /v1/skills: the agent's skills ({name, description, category} each)."},
+	{name: OpToolsets, title: "List toolsets", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects, input: emptyInput, retrySafety: aip.RetrySafe,
+		description: "GET /v1/toolsets: the toolsets resolved for the api_server platform, with the tools each expands to."},
+	{name: OpRunEvents, title: "Run events", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects,
+		input: runEventsInput, streaming: true, retrySafety: aip.RetrySafe,
+		description: "GET /v1/runs/{run_id}/events: the run's SSE events until the stream ends or max_events; streaming mode forwards each as a chunk, synchronous mode returns them."},
+	{name: OpSessionPatch, title: "Update a session", kind: aip.KindTool, risk: aip.RiskMedium, mutation: true, effects: writeEffects,
+		input: sessionPatchInput, retrySafety: aip.RetryUnsafe,
+		description: "PATCH /api/sessions/{id}: updates the session's title or end_reason."},
+	{name: OpSessionMessages, title: "Session messages", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects,
+		input: idInput("session_id", "Hermes session ID"), retrySafety: aip.RetrySafe,
+		description: "GET /api/sessions/{id}/messages: the session's message history."},
+	{name: OpSessionFork, title: "Fork a session", kind: aip.KindTool, risk: aip.RiskMedium, mutation: true, effects: writeEffects,
+		input: sessionForkInput, retrySafety: aip.RetryUnsafe,
+		description: "POST /api/sessions/{id}/fork: branches the session (CLI /branch semantics), optionally titled."},
+	{name: OpSessionChat, title: "Session chat turn", kind: aip.KindAgent, risk: aip.RiskHigh, mutation: true, effects: agentEffects,
+		input: sessionChatInput, streaming: true, retrySafety: aip.RetryUnsafe,
+		description: "POST /api/sessions/{id}/chat: one synchronous agent turn in the session; the agent may use its tools. Streaming mode uses /chat/stream and forwards its events."},
+	{name: OpJobsList, title: "List scheduled jobs", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects, input: emptyInput, retrySafety: aip.RetrySafe,
+		description: "GET /api/jobs: all scheduled jobs."},
+	{name: OpJobGet, title: "Get a scheduled job", kind: aip.KindTool, risk: aip.RiskLow, effects: readEffects,
+		input: idInput("job_id", "scheduled job ID"), retrySafety: aip.RetrySafe,
+		description: "GET /api/jobs/{job_id}: a job's definition and last-run state."},
+	{name: OpJobUpdate, title: "Update a scheduled job", kind: aip.KindAgent, risk: aip.RiskHigh, mutation: true, effects: agentEffects,
+		input: jobUpdateInput, retrySafety: aip.RetryUnsafe,
+		description: "PATCH /api/jobs/{job_id}: changes the job's prompt or schedule (merged); the agent runs the new prompt on schedule."},
+	{name: OpJobDelete, title: "Delete a scheduled job", kind: aip.KindTool, risk: aip.RiskHigh, mutation: true, effects: deleteEffects,
+		input: idInput("job_id", "scheduled job ID"), retrySafety: aip.RetryUnsafe,
+		description: "DELETE /api/jobs/{job_id}: removes the job irreversibly and cancels any in-flight run."},
+	{name: OpJobPause, title: "Pause a scheduled job", kind: aip.KindTool, risk: aip.RiskMedium, mutation: true, effects: writeEffects,
+		input: idInput("job_id", "scheduled job ID"), retrySafety: aip.RetryUnsafe,
+		description: "POST /api/jobs/{job_id}/pause: suspends the job's scheduled runs until it is resumed."},
+	{name: OpJobResume, title: "Resume a scheduled job", kind: aip.KindAgent, risk: aip.RiskHigh, mutation: true, effects: agentEffects,
+		input: idInput("job_id", "scheduled job ID"), retrySafety: aip.RetryUnsafe,
+		description: "POST /api/jobs/{job_id}/resume: resumes a paused job; the agent runs it on schedule again."},
+	{name: OpJobRun, title: "Run a scheduled job now", kind: aip.KindAgent, risk: aip.RiskHigh, mutation: true, effects: agentEffects,
+		input: idInput("job_id", "scheduled job ID"), retrySafety: aip.RetryUnsafe,
+		description: "POST /api/jobs/{job_id}/run: runs the job immediately, out of schedule; the agent may use its tools."},
 }
+
+// MaxEndpointsPerHost is how many endpoints one manifest can front: every
+// endpoint has every operation, and a manifest holds at most
+// hostsdk.MaxCapabilities capabilities.
+var MaxEndpointsPerHost = hostsdk.MaxCapabilities / len(operations)
 
 func operationByName(name string) (*operation, bool) {
 	for i := range operations {
