@@ -21,7 +21,7 @@
 //	chat              POST   /v1/chat/completions             mutation (the agent may act)
 //	responses         POST   /v1/responses                    mutation
 //	response_get      GET    /v1/responses/{id}               read
-//	response_delete   DELETE /v1/responses/{id}               mutation
+//	response_delete   DELETE /v1/responses/{id}               mutation, risk high (irreversible)
 //	run_start         POST   /v1/runs                         mutation
 //	run_status        GET    /v1/runs/{run_id}                read
 //	run_events        GET    /v1/runs/{run_id}/events         read (SSE)
@@ -30,7 +30,7 @@
 //	session_create    POST   /api/sessions                    mutation
 //	session_get       GET    /api/sessions/{id}               read
 //	session_patch     PATCH  /api/sessions/{id}               mutation (title, end_reason)
-//	session_delete    DELETE /api/sessions/{id}               mutation
+//	session_delete    DELETE /api/sessions/{id}               mutation, risk high (irreversible)
 //	session_messages  GET    /api/sessions/{id}/messages      read
 //	session_fork      POST   /api/sessions/{id}/fork          mutation (title)
 //	session_chat      POST   /api/sessions/{id}/chat          mutation (the agent may act);

@@ -188,6 +188,8 @@ func TestManifest(t *testing.T) {
 		{OpSessionPatch, aip.RiskMedium, false, true},
 		{OpJobsList, aip.RiskLow, false, false},
 		{OpJobDelete, aip.RiskHigh, false, true},
+		{OpSessionDelete, aip.RiskHigh, false, true},
+		{OpResponseDelete, aip.RiskHigh, false, true},
 		{OpJobRun, aip.RiskHigh, false, true},
 		{OpJobPause, aip.RiskMedium, false, true},
 	} {
