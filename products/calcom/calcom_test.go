@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -495,7 +496,7 @@ func protocolError(t *testing.T, resp *hostsdktest.Response) *aip.ProtocolError 
 // outcome_unknown and never sent again.
 func TestProviderErrors(t *testing.T) {
 	mock := newMockCal(t)
-	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) { c.SubscriberPrefixes = []string{subscriberPrefix} }), nil)
 
 	failures := []struct {
 		name, route, suffix, input string
@@ -518,6 +519,18 @@ func TestProviderErrors(t *testing.T) {
 			answer{500, `{"status":"error","error":{"message":"boom"}}`, false}, provider.CodeUnavailable, true},
 		{"dropped read", "GET /v2/event-types/12", "event_type.get", `{"event_type_id":12}`,
 			answer{drop: true}, provider.CodeUnavailable, true},
+		{"404 schedule", "GET /v2/schedules/9", "schedule.get", `{"schedule_id":9}`,
+			answer{404, `{"status":"error","error":{"code":"NotFoundException","message":"Schedule with id=9 not found"}}`, false},
+			provider.CodeNotFound, false},
+		{"403 attendee add", "POST /v2/bookings/bk_3/attendees", "booking.attendee.add",
+			`{"booking_uid":"bk_3","name":"Carol","time_zone":"UTC","email":"carol@example.test"}`,
+			answer{403, `{"status":"error","error":{"code":"ForbiddenException","message":"not the organizer"}}`, false},
+			provider.CodeForbidden, false},
+		{"409 reservation", "POST /v2/slots/reservations", "slot.reservation.create", `{"event_type_id":11,"slot_start":"2050-09-05T09:00:00Z"}`,
+			answer{409, `{"status":"error","error":{"code":"ConflictException","message":"slot already reserved"}}`, false},
+			provider.CodeConflict, false},
+		{"500 busy times", "GET /v2/calendars/busy-times", "calendar.busy_time.list", `{"credential_id":5,"external_id":"a@example.test"}`,
+			answer{502, `{"status":"error","error":{"message":"upstream calendar"}}`, false}, provider.CodeUnavailable, true},
 		{"2xx status error", "POST /v2/bookings/bk_6/confirm", "booking.confirm", `{"booking_uid":"bk_6"}`,
 			answer{200, `{"status":"error","error":{"code":"BadRequestException","message":"booking does not need confirmation"}}`, false},
 			provider.CodeBadResponse, false},
@@ -544,6 +557,13 @@ func TestProviderErrors(t *testing.T) {
 			answer{500, `{"status":"error","error":{"message":"boom"}}`, false}},
 		{"dropped create", "POST /v2/bookings", "booking.create",
 			`{"start":"2050-09-05T09:00:00Z","attendee":{"name":"Bob","time_zone":"UTC"},"event_type_id":11}`, answer{drop: true}},
+		{"500 delete", "DELETE /v2/event-types/11", "event_type.delete", `{"event_type_id":11}`,
+			answer{500, `{"status":"error","error":{"message":"boom"}}`, false}},
+		{"dropped patch", "PATCH /v2/schedules/3", "schedule.update", `{"schedule_id":3,"name":"Evenings"}`, answer{drop: true}},
+		{"dropped reservation delete", "DELETE /v2/slots/reservations/rsv_9", "slot.reservation.delete", `{"reservation_uid":"rsv_9"}`, answer{drop: true}},
+		{"503 webhook create", "POST /v2/webhooks", "webhook.create",
+			`{"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED"],"active":true}`,
+			answer{503, `{"status":"error","error":{"message":"unavailable"}}`, false}},
 		{"non-JSON 201 create", "POST /v2/bookings", "booking.create",
 			`{"start":"2050-09-05T10:00:00Z","attendee":{"name":"Bob","time_zone":"UTC"},"event_type_id":11}`, answer{201, `<html>ok</html>`, false}},
 	}
@@ -597,6 +617,31 @@ func TestInputRejected(t *testing.T) {
 		{"booking.cancel", `{"booking_uid":"bk_1","seat_uid":"s1"}`},
 		{"booking.reschedule", `{"booking_uid":"bk_1"}`},
 		{"booking.decline", `{"booking_uid":"bk_1","reason":5}`},
+		{"event_type.create", `{"length_in_minutes":30,"title":"Intro"}`},
+		{"event_type.create", `{"length_in_minutes":30,"title":"Intro","slug":"intro","locations":[]}`},
+		{"event_type.update", `{"event_type_id":11}`},
+		{"event_type.delete", `{"event_type_id":-1}`},
+		{"schedule.create", `{"name":"Evenings","time_zone":"UTC","is_default":true,"availability":[]}`},
+		{"schedule.update", `{"schedule_id":3}`},
+		{"slot.reservation.update", `{"reservation_uid":"rsv_1","event_type_id":11}`},
+		{"booking.attendee.add", `{"booking_uid":"bk_1","name":"Carol","time_zone":"UTC"}`},
+		{"booking.attendee.get", `{"booking_uid":"bk_1","attendee_id":"21"}`},
+		{"booking.guest.add", `{"booking_uid":"bk_1","guests":[]}`},
+		{"booking.guest.add", `{"booking_uid":"bk_1","guests":[{"name":"Erin"}]}`},
+		{"booking.guest.add", `{"booking_uid":"bk_1","guests":[` + strings.Repeat(`{"email":"g@example.test"},`, 10) + `{"email":"h@example.test"}]}`},
+		{"booking.mark_absent", `{"booking_uid":"bk_1"}`},
+		{"booking.mark_absent", `{"booking_uid":"bk_1","attendees":[{"email":"bob@example.test"}]}`},
+		{"booking.location.update", `{"booking_uid":"bk_1","location":{"type":"link","address":"Main St 1"}}`},
+		{"booking.location.update", `{"booking_uid":"bk_1","location":{"type":"zoom","link":"https://zoom.example.test"}}`},
+		{"booking.reference.list", `{"booking_uid":"bk_1","type":"teams"}`},
+		{"calendar.busy_time.list", `{"credential_id":5}`},
+		{"webhook.list", `{"take":251}`},
+		{"webhook.create", `{"subscriber_url":"` + subscriberPrefix + `s","triggers":["BOOKING_CREATED"],"active":true,"secret":"mine"}`},
+		{"webhook.create", `{"subscriber_url":"` + subscriberPrefix + `s","triggers":["NOPE"],"active":true}`},
+		{"webhook.update", `{"webhook_id":"wh_1"}`},
+		{"profile.update", `{}`},
+		{"profile.update", `{"time_format":13}`},
+		{"profile.update", `{"week_start":"Someday"}`},
 	}
 	for _, tc := range cases {
 		_, resp := h.act(t, tc.suffix, tc.input)
@@ -624,5 +669,85 @@ func TestCheckHealth(t *testing.T) {
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Status != 401 || strings.Contains(err.Error(), testToken) {
 		t.Fatalf("unauthorized provider: %v", err)
+	}
+}
+
+// TestWebhookSubscriberPolicy: webhook.create and webhook.update register
+// only <allowed prefix><subscription ID>, nothing without configured
+// prefixes, and a refused URL never reaches Cal.diy.
+func TestWebhookSubscriberPolicy(t *testing.T) {
+	mock := newMockCal(t)
+	denyAll := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) { c.SubscriberPrefixes = []string{subscriberPrefix} }), nil)
+
+	create := func(u string) string {
+		return `{"subscriber_url":` + strconv.Quote(u) + `,"triggers":["BOOKING_CREATED"],"active":true}`
+	}
+	refused := func(t *testing.T, th *testHost, suffix, input, wantMsg string) {
+		t.Helper()
+		_, resp := th.act(t, suffix, input)
+		pe := protocolError(t, resp)
+		if pe.Code != CodeSubscriberURLNotAllowed || pe.Category != aip.CategoryPolicy || pe.IsRetryable() ||
+			!strings.Contains(pe.Message, wantMsg) {
+			t.Errorf("%s %s: error %+v, want %s (policy, not retryable) saying %q", suffix, input, pe, CodeSubscriberURLNotAllowed, wantMsg)
+		}
+	}
+	// Deny by default.
+	refused(t, denyAll, "webhook.create", create(subscriberPrefix+testSub), "--cal-diy-webhook-subscriber-prefixes")
+	refused(t, denyAll, "webhook.update", `{"webhook_id":"wh_1","subscriber_url":"`+subscriberPrefix+testSub+`"}`, "--cal-diy-webhook-subscriber-prefixes")
+
+	for _, u := range []string{
+		"https://evil.example.test/webhooks/cal-diy/" + testSub,
+		"http://aip.example.test/webhooks/cal-diy/" + testSub,
+		"https://AIP.example.test/webhooks/cal-diy/" + testSub,
+		"https://aip.example.test/webhooks/cal-diy-x/" + testSub,
+		"https://aip.example.test/webhooks/" + testSub,
+		"https://aip.example.test.evil.test/webhooks/cal-diy/" + testSub,
+		"https://user@aip.example.test/webhooks/cal-diy/" + testSub,
+		subscriberPrefix,
+		subscriberPrefix + testSub + "/more",
+		subscriberPrefix + "../" + testSub,
+		subscriberPrefix + "%2e%2e",
+		subscriberPrefix + testSub + "?x=1",
+		subscriberPrefix + testSub + "#f",
+		subscriberPrefix + "-sub",
+		" " + subscriberPrefix + testSub,
+	} {
+		refused(t, h, "webhook.create", create(u), "not an allowed prefix")
+		refused(t, h, "webhook.update", `{"webhook_id":"wh_1","subscriber_url":`+strconv.Quote(u)+`}`, "not an allowed prefix")
+	}
+	if n := len(mock.requests()); n != 0 {
+		t.Fatalf("refused subscriber URLs reached the provider %d times", n)
+	}
+
+	// An update that leaves the URL alone needs no prefix and sends no
+	// secret.
+	_, resp := denyAll.act(t, "webhook.update", `{"webhook_id":"wh_1","triggers":["MEETING_ENDED"]}`)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("update without URL: %+v %v: %s", res, err, resp.Raw)
+	}
+	reqs := mock.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("the provider got %d requests, want 1", len(reqs))
+	}
+	jsonEqual(t, "body", reqs[0].Body, `{"triggers":["MEETING_ENDED"]}`)
+}
+
+// TestRedactSecrets: webhook outputs never carry a signing secret, in an
+// object, in an array, or nowhere at all.
+func TestRedactSecrets(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{userWebhookAnswer, userWebhookOutput},
+		{userWebhooksAnswer, userWebhooksOutput},
+		{`{"status":"success","data":[]}`, `{"status":"success","data":[]}`},
+		{`{"status":"success"}`, `{"status":"success"}`},
+		{`{"status":"success","data":[1,{"id":"x","secret":"s"}],"pagination":{"total":2}}`,
+			`{"status":"success","data":[1,{"id":"x"}],"pagination":{"total":2}}`},
+	} {
+		got, err := redactSecrets(json.RawMessage(tc.in))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.in, err)
+		}
+		jsonEqual(t, tc.in, got, tc.want)
 	}
 }

@@ -39,15 +39,22 @@ func TestNewFromSettings(t *testing.T) {
 	spaced := writeFile(t, dir, "spaced", "cal_ab cd", 0o600)
 
 	ok := hostsdk.SettingValues{flagBaseURL: "https://api.cal.com", flagBearerTokenFile: token,
-		flagWebhookSecrets: testSub + "=" + secret + ", other=" + secret2}
+		flagWebhookSecrets:     testSub + "=" + secret + ", other=" + secret2,
+		flagSubscriberPrefixes: "https://aip.example.com/webhooks/cal-diy/, https://aip.example.com:8443/"}
 	conn, err := Product.New(ok, nil)
 	if err != nil {
 		t.Fatalf("valid settings: %v", err)
 	}
 	c := conn.(*Connector)
 	if len(c.cfg.WebhookSecrets) != 2 || c.cfg.WebhookSecrets[testSub].Reveal() != testSecret ||
-		c.cfg.Token.Reveal() != testToken || c.cfg.BaseURL.String() != "https://api.cal.com" {
+		c.cfg.Token.Reveal() != testToken || c.cfg.BaseURL.String() != "https://api.cal.com" ||
+		!slices.Equal(c.cfg.SubscriberPrefixes, []string{"https://aip.example.com/webhooks/cal-diy/", "https://aip.example.com:8443/"}) {
 		t.Fatalf("config %+v", c.cfg)
+	}
+	// Without the setting no subscriber URL is allowed.
+	none := hostsdk.SettingValues{flagBaseURL: "https://api.cal.com", flagBearerTokenFile: token}
+	if conn, err := Product.New(none, nil); err != nil || len(conn.(*Connector).cfg.SubscriberPrefixes) != 0 {
+		t.Fatalf("no prefixes: %v", err)
 	}
 	// A loopback origin may be plain http.
 	loop := hostsdk.SettingValues{flagBaseURL: "http://127.0.0.1:3003/", flagBearerTokenFile: token}
@@ -82,6 +89,19 @@ func TestNewFromSettings(t *testing.T) {
 		{"webhook ID twice", with(flagWebhookSecrets, "a="+secret+",a="+secret2), []string{"--cal-diy-webhook-secret-files", "twice"}},
 		{"webhook secret readable by group", with(flagWebhookSecrets, "a="+openSecret), []string{"--cal-diy-webhook-secret-files", "subscription a", "chmod"}},
 		{"webhook secret missing", with(flagWebhookSecrets, "a="+filepath.Join(dir, "nope")), []string{"--cal-diy-webhook-secret-files", "subscription a"}},
+		{"http subscriber prefix", with(flagSubscriberPrefixes, "http://aip.example.com/hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "https"}},
+		{"loopback http subscriber prefix", with(flagSubscriberPrefixes, "http://127.0.0.1/hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "https"}},
+		{"subscriber prefix without /", with(flagSubscriberPrefixes, "https://aip.example.com/hooks"), []string{"--cal-diy-webhook-subscriber-prefixes", "ends with /"}},
+		{"subscriber prefix without path", with(flagSubscriberPrefixes, "https://aip.example.com"), []string{"--cal-diy-webhook-subscriber-prefixes", "ends with /"}},
+		{"subscriber prefix with query", with(flagSubscriberPrefixes, "https://aip.example.com/hooks/?k=v"), []string{"--cal-diy-webhook-subscriber-prefixes", "query"}},
+		{"subscriber prefix with fragment", with(flagSubscriberPrefixes, "https://aip.example.com/hooks/#x"), []string{"--cal-diy-webhook-subscriber-prefixes", "fragment"}},
+		{"subscriber prefix with user", with(flagSubscriberPrefixes, "https://u:p@aip.example.com/hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "user information"}},
+		{"subscriber prefix with escape", with(flagSubscriberPrefixes, "https://aip.example.com/ho%6Fks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "canonical"}},
+		{"subscriber prefix with dot segment", with(flagSubscriberPrefixes, "https://aip.example.com/a/../hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "dot segments"}},
+		{"relative subscriber prefix", with(flagSubscriberPrefixes, "/hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "https"}},
+		{"empty subscriber prefix entry", with(flagSubscriberPrefixes, "https://aip.example.com/hooks/,,"), []string{"--cal-diy-webhook-subscriber-prefixes", "empty entry"}},
+		{"too many subscriber prefixes", with(flagSubscriberPrefixes, strings.Repeat("https://aip.example.com/hooks/,", MaxSubscriberPrefixes)+"https://aip.example.com/x/"),
+			[]string{"--cal-diy-webhook-subscriber-prefixes", "more than 32"}},
 	}
 	for _, tc := range cases {
 		_, err := Product.New(tc.values, nil)
@@ -104,9 +124,10 @@ func TestNewFromSettings(t *testing.T) {
 // and the response bound is checked.
 func TestSettings(t *testing.T) {
 	env := map[string]string{
-		"AIP_CAL_DIY_BASE_URL":           "https://api.cal.com",
-		"AIP_CAL_DIY_BEARER_TOKEN_FILE":  "/run/secrets/cal",
-		"AIP_CAL_DIY_MAX_RESPONSE_BYTES": "1048576",
+		"AIP_CAL_DIY_BASE_URL":                    "https://api.cal.com",
+		"AIP_CAL_DIY_BEARER_TOKEN_FILE":           "/run/secrets/cal",
+		"AIP_CAL_DIY_MAX_RESPONSE_BYTES":          "1048576",
+		"AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES": "https://aip.example.com/webhooks/cal-diy/",
 	}
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -118,7 +139,8 @@ func TestSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v[flagBaseURL] != "https://cal.example.com" || v[flagBearerTokenFile] != "/run/secrets/cal" || v.Int(flagMaxResponseBytes) != 1<<20 {
+	if v[flagBaseURL] != "https://cal.example.com" || v[flagBearerTokenFile] != "/run/secrets/cal" || v.Int(flagMaxResponseBytes) != 1<<20 ||
+		v[flagSubscriberPrefixes] != "https://aip.example.com/webhooks/cal-diy/" {
 		t.Fatalf("values %v", v)
 	}
 	for _, bad := range []string{"10", "999999999999", "lots"} {
