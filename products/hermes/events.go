@@ -131,7 +131,7 @@ func (c *Connector) runEvents(ctx context.Context, call *hostsdk.Call, ep *endpo
 	if err != nil {
 		msg := fmt.Sprintf("%s GET %s: event stream: %v", ep.client.Product(), path, err)
 		if bound := (*provider.BoundError)(nil); errors.As(err, &bound) {
-			return call.Fail(provider.CodeBadResponse, aip.CategoryPermanent, false, msg+"; lower max_events"), nil
+			return call.Fail(provider.CodeBadResponse, aip.CategoryPermanent, false, msg), nil
 		}
 		return call.Fail(provider.CodeUnavailable, aip.CategoryTransport, true, msg), nil
 	}

@@ -3,6 +3,7 @@ package hermes
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -169,4 +170,20 @@ func TestSessionChatStreamOutcomeUnknown(t *testing.T) {
 		a.Mode = aip.ModeStreaming
 		failedWith(t, f.act(t, a), provider.CodeRateLimited, true)
 	})
+}
+
+// TestRunEventsStreamBound: a stream past --hermes-max-response-bytes is a
+// failed, non-retryable read that names the setting.
+func TestRunEventsStreamBound(t *testing.T) {
+	f := newFixtureWith(t, 1024)
+	f.main.setRunEvents(strings.Repeat(sse("message.delta\x00"+`{"delta":"0123456789"}`), 60))
+	for _, mode := range []aip.ActionMode{aip.ModeSync, aip.ModeStreaming} {
+		a := action("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123"}`)
+		a.Mode = mode
+		resp := f.act(t, a)
+		failedWith(t, resp, provider.CodeBadResponse, false)
+		if res, _ := resp.Result(); !strings.Contains(res.Error.Message, "--hermes-max-response-bytes") {
+			t.Errorf("%s: message %q", mode, res.Error.Message)
+		}
+	}
 }

@@ -63,11 +63,15 @@ func endpointsFile(t testing.TB, mainURL, aliceURL string) string {
 	return writeFile(t, dir, "endpoints.json", string(raw), 0o644)
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, 0) }
+
+// newFixtureWith is newFixture with --hermes-max-response-bytes (0: the
+// default).
+func newFixtureWith(t *testing.T, maxResponseBytes int64) *fixture {
 	t.Helper()
 	f := &fixture{main: newMockHermes(t, keyMain, ""), alice: newMockHermes(t, keyAlice, "/p/alice")}
 	conn, err := New(Config{EndpointsFile: endpointsFile(t, f.main.srv.URL, f.alice.srv.URL+"/p/alice/"),
-		PollInterval: 2 * time.Millisecond})
+		PollInterval: 2 * time.Millisecond, MaxResponseBytes: maxResponseBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
