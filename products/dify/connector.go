@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -26,14 +25,6 @@ const (
 	TasksNamespace = "aip.connector.dify.active_tasks.v1"
 )
 
-// Capability ID suffixes of an app.
-const (
-	SuffixParameters    = "parameters"
-	SuffixConversations = "conversations"
-	SuffixMessages      = "messages"
-	SuffixFeedback      = "feedback"
-)
-
 // AppCapability returns the ID of an app's capability: the invocation
 // itself for suffix "", else the app-scoped operation.
 func AppCapability(appID, suffix string) string {
@@ -43,21 +34,15 @@ func AppCapability(appID, suffix string) string {
 	return "cap:dify:" + appID + ":" + suffix
 }
 
-// RetrieveCapability returns the ID of a knowledge base's retrieval.
-func RetrieveCapability(datasetID string) string {
-	return "cap:dify:knowledge:" + datasetID + ":retrieve"
+// KnowledgeCapability returns the ID of a knowledge base's capability.
+func KnowledgeCapability(datasetID, suffix string) string {
+	return "cap:dify:knowledge:" + datasetID + ":" + suffix
 }
 
-type opKind int
-
-const (
-	opInvoke opKind = iota
-	opParameters
-	opConversations
-	opMessages
-	opFeedback
-	opRetrieve
-)
+// RetrieveCapability returns the ID of a knowledge base's retrieval.
+func RetrieveCapability(datasetID string) string {
+	return KnowledgeCapability(datasetID, SuffixRetrieve)
+}
 
 // Connector is the Dify connector. It implements hostsdk.Connector,
 // HealthChecker, Streamer and Canceler.
@@ -82,30 +67,22 @@ var (
 	_ hostsdk.Canceler      = (*Connector)(nil)
 )
 
-func (m Mode) ops() []opKind {
-	switch {
-	case m.chat():
-		return []opKind{opInvoke, opParameters, opConversations, opMessages, opFeedback}
-	case m == ModeCompletion:
-		return []opKind{opInvoke, opParameters, opFeedback}
-	default:
-		return []opKind{opInvoke, opParameters}
-	}
-}
-
 func (c *Connector) capabilityCount() int {
-	n := len(c.datasets)
+	n := len(c.datasets) * knowledgeCapabilities
 	for _, a := range c.apps {
-		n += len(a.Mode.ops())
+		n += a.Mode.capabilities()
 	}
 	return n
 }
 
-// target is what a capability ID resolves to.
+// target is what a capability ID resolves to: an app invocation, a
+// knowledge retrieval, or a table operation (op) of an app or knowledge
+// base.
 type target struct {
-	op      opKind
-	app     *app
-	dataset *dataset
+	invoke, retrieve bool
+	op               *operation
+	app              *app
+	dataset          *dataset
 }
 
 func (c *Connector) resolve(capID string) (target, bool) {
@@ -118,27 +95,18 @@ func (c *Connector) index() {
 	c.caps = map[string]target{}
 	for _, id := range c.appOrder {
 		a := c.apps[id]
-		for _, op := range a.Mode.ops() {
-			c.caps[AppCapability(id, suffixOf(op))] = target{op: op, app: a}
+		c.caps[AppCapability(id, "")] = target{invoke: true, app: a}
+		for _, o := range a.Mode.operations() {
+			c.caps[AppCapability(id, o.suffix)] = target{op: o, app: a}
 		}
 	}
 	for _, id := range c.datasetOrder {
-		c.caps[RetrieveCapability(id)] = target{op: opRetrieve, dataset: c.datasets[id]}
+		d := c.datasets[id]
+		c.caps[RetrieveCapability(id)] = target{retrieve: true, dataset: d}
+		for i := range knowledgeOperations {
+			c.caps[KnowledgeCapability(id, knowledgeOperations[i].suffix)] = target{op: &knowledgeOperations[i], dataset: d}
+		}
 	}
-}
-
-func suffixOf(op opKind) string {
-	switch op {
-	case opParameters:
-		return SuffixParameters
-	case opConversations:
-		return SuffixConversations
-	case opMessages:
-		return SuffixMessages
-	case opFeedback:
-		return SuffixFeedback
-	}
-	return ""
 }
 
 // Handle implements hostsdk.Connector.
@@ -159,65 +127,14 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *host
 		return nil, aip.NewProtocolError("dify.capability_unknown", aip.CategoryPermanent, false, 0,
 			"capability "+call.Action.CapabilityID+" is not configured on this connector")
 	}
-	switch t.op {
-	case opInvoke:
+	switch {
+	case t.invoke:
 		return c.invoke(ctx, call, t.app, chunks)
-	case opParameters:
-		return c.read(ctx, call, t.app.client, provider.Request{Method: http.MethodGet, Path: "/parameters"})
-	case opConversations:
-		var in struct {
-			User   string `json:"user"`
-			LastID string `json:"last_id"`
-			Limit  int    `json:"limit"`
-			SortBy string `json:"sort_by"`
-		}
-		if err := decodeInput(call, &in); err != nil {
-			return nil, err
-		}
-		q := url.Values{"user": {in.User}}
-		setIf(q, "last_id", in.LastID)
-		setIf(q, "sort_by", in.SortBy)
-		if in.Limit > 0 {
-			q.Set("limit", strconv.Itoa(in.Limit))
-		}
-		return c.read(ctx, call, t.app.client, provider.Request{Method: http.MethodGet, Path: "/conversations", Query: q})
-	case opMessages:
-		var in struct {
-			ConversationID string `json:"conversation_id"`
-			User           string `json:"user"`
-			FirstID        string `json:"first_id"`
-			Limit          int    `json:"limit"`
-		}
-		if err := decodeInput(call, &in); err != nil {
-			return nil, err
-		}
-		q := url.Values{"conversation_id": {in.ConversationID}, "user": {in.User}}
-		setIf(q, "first_id", in.FirstID)
-		if in.Limit > 0 {
-			q.Set("limit", strconv.Itoa(in.Limit))
-		}
-		return c.read(ctx, call, t.app.client, provider.Request{Method: http.MethodGet, Path: "/messages", Query: q})
-	case opFeedback:
-		var in struct {
-			MessageID string  `json:"message_id"`
-			User      string  `json:"user"`
-			Rating    *string `json:"rating"`
-			Content   string  `json:"content"`
-		}
-		if err := decodeInput(call, &in); err != nil {
-			return nil, err
-		}
-		body := map[string]any{"user": in.User, "rating": in.Rating}
-		if in.Content != "" {
-			body["content"] = in.Content
-		}
-		req := provider.Request{Method: http.MethodPost, Path: "/messages/" + escape(in.MessageID) + "/feedbacks", JSON: body}
-		resp, err := t.app.client.Do(ctx, req)
-		if err != nil {
-			return provider.Result(call, err, true)
-		}
-		return completeJSON(call, req, resp, true)
-	case opRetrieve:
+	case t.op != nil && t.app != nil:
+		return c.call(ctx, call, t.op, t.app.client, "")
+	case t.op != nil:
+		return c.call(ctx, call, t.op, t.dataset.client, t.dataset.ID)
+	case t.retrieve:
 		var in struct {
 			Query          string `json:"query"`
 			RetrievalModel *struct {
@@ -244,12 +161,6 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *host
 			Path: "/datasets/" + escape(t.dataset.ID) + "/retrieve", JSON: body})
 	}
 	return nil, fmt.Errorf("dify: capability %s has no handler", call.Action.CapabilityID)
-}
-
-func setIf(q url.Values, k, v string) {
-	if v != "" {
-		q.Set(k, v)
-	}
 }
 
 // read runs a call without side effects and returns the provider's JSON
@@ -313,7 +224,7 @@ type taskRef struct {
 // invocation whose first event has not arrived yet has no task to stop.
 func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason string) error {
 	t, ok := c.resolve(call.Action.CapabilityID)
-	if !ok || t.op != opInvoke {
+	if !ok || !t.invoke {
 		return nil
 	}
 	var ref taskRef

@@ -557,7 +557,8 @@ func TestManifest(t *testing.T) {
 	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
 		t.Fatal(err)
 	}
-	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:retrieve|[A-Za-z0-9_-]+(:(parameters|conversations|messages|feedback))?)$`)
+	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:(retrieve|documents|document\.(get|create_by_text|update_by_text|delete)|segments)|` +
+		`[A-Za-z0-9_-]+(:(parameters|info|meta|site|conversations|conversation\.(rename|delete|variables)|messages|messages\.suggested|feedbacks?|workflow\.(run\.get|logs)))?)$`)
 	var ids []string
 	for _, c := range m.Capabilities {
 		ids = append(ids, c.ID)
@@ -583,14 +584,26 @@ func TestManifest(t *testing.T) {
 			t.Errorf("%s carries a credential", c.ID)
 		}
 	}
-	want := []string{
-		"cap:dify:support", "cap:dify:support:parameters", "cap:dify:support:conversations", "cap:dify:support:messages", "cap:dify:support:feedback",
-		"cap:dify:flow", "cap:dify:flow:parameters", "cap:dify:flow:conversations", "cap:dify:flow:messages", "cap:dify:flow:feedback",
-		"cap:dify:agent", "cap:dify:agent:parameters", "cap:dify:agent:conversations", "cap:dify:agent:messages", "cap:dify:agent:feedback",
-		"cap:dify:writer", "cap:dify:writer:parameters", "cap:dify:writer:feedback",
-		"cap:dify:etl", "cap:dify:etl:parameters",
-		"cap:dify:knowledge:" + testDataset + ":retrieve",
+	chat := func(id string) []string {
+		return []string{"cap:dify:" + id, "cap:dify:" + id + ":parameters", "cap:dify:" + id + ":info", "cap:dify:" + id + ":meta", "cap:dify:" + id + ":site",
+			"cap:dify:" + id + ":conversations", "cap:dify:" + id + ":conversation.rename", "cap:dify:" + id + ":conversation.delete",
+			"cap:dify:" + id + ":conversation.variables", "cap:dify:" + id + ":messages", "cap:dify:" + id + ":messages.suggested",
+			"cap:dify:" + id + ":feedback", "cap:dify:" + id + ":feedbacks"}
 	}
+	kb := "cap:dify:knowledge:" + testDataset
+	var want []string
+	want = append(want, chat("support")...)
+	want = append(want, chat("flow")...)
+	want = append(want, "cap:dify:flow:workflow.run.get", "cap:dify:flow:workflow.logs")
+	want = append(want, chat("agent")...)
+	want = append(want,
+		"cap:dify:writer", "cap:dify:writer:parameters", "cap:dify:writer:info", "cap:dify:writer:meta", "cap:dify:writer:site",
+		"cap:dify:writer:feedback", "cap:dify:writer:feedbacks",
+		"cap:dify:etl", "cap:dify:etl:parameters", "cap:dify:etl:info", "cap:dify:etl:meta", "cap:dify:etl:site",
+		"cap:dify:etl:workflow.run.get", "cap:dify:etl:workflow.logs",
+		kb+":retrieve", kb+":documents", kb+":document.get", kb+":document.create_by_text", kb+":document.update_by_text",
+		kb+":document.delete", kb+":segments",
+	)
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("capabilities (-want +got):\n%s", diff)
 	}

@@ -21,21 +21,75 @@
 //     completion apps, optional legacy field), conversation_id (chat
 //     apps), user (required: Dify's end-user id) and files. A mutation:
 //     risk medium, no human approval required.
-//   - cap:dify:<app_id>:parameters: GET /parameters (read).
-//   - cap:dify:<app_id>:conversations: GET /conversations (chat apps;
-//     user, last_id, limit 1..100, sort_by; read).
-//   - cap:dify:<app_id>:messages: GET /messages (chat apps;
-//     conversation_id, user, first_id, limit; read).
-//   - cap:dify:<app_id>:feedback: POST /messages/{message_id}/feedbacks
-//     (chat and completion apps; rating like, dislike or null, content; a
-//     mutation).
 //
-// Per knowledge base listed in the knowledge file:
+// The other capabilities are declared in one operations table
+// (operations.go: suffix, app modes, method, path, query and body fields,
+// input schema, risk, contract) and run by one handler. Per app, where
+// the document's "Available for" lists the app's mode (chat = Chatbot,
+// advanced-chat = Chatflow, agent-chat = Agent, completion = Text
+// Generator):
 //
-//   - cap:dify:knowledge:<id>:retrieve: POST /datasets/{id}/retrieve with
-//     query (1..250 characters) and an optional retrieval_model
-//     (search_method and top_k required, score_threshold, reranking).
-//     A read: it changes nothing, so a failure is never outcome_unknown.
+//   - :parameters: GET /parameters (every mode; read).
+//   - :info: GET /info (every mode; read).
+//   - :meta: GET /meta (every mode; read).
+//   - :site: GET /site (every mode; read; an app without a WebApp answers
+//     403, provider.forbidden).
+//   - :conversations: GET /conversations (chat modes; user, last_id, limit
+//     1..100, sort_by; read).
+//   - :conversation.rename: POST /conversations/{conversation_id}/name
+//     (chat modes; user, name or auto_generate true; a mutation, risk
+//     medium; returns the conversation).
+//   - :conversation.delete: DELETE /conversations/{conversation_id} with
+//     {"user"} (chat modes; a deletion, risk high; Dify answers 204, the
+//     output is {"deleted": true, "conversation_id"}).
+//   - :conversation.variables: GET
+//     /conversations/{conversation_id}/variables (chat modes; user,
+//     last_id, limit, variable_name; read).
+//   - :messages: GET /messages (chat modes; conversation_id, user,
+//     first_id, limit; read).
+//   - :messages.suggested: GET /messages/{message_id}/suggested (chat
+//     modes; user; read).
+//   - :feedback: POST /messages/{message_id}/feedbacks (chat and
+//     completion apps; rating like, dislike or null, content; a mutation,
+//     risk low).
+//   - :feedbacks: GET /app/feedbacks (chat and completion apps; page,
+//     limit; read).
+//   - :workflow.run.get: GET /workflows/run/{workflow_run_id}
+//     (advanced-chat and workflow apps; read).
+//   - :workflow.logs: GET /workflows/logs (advanced-chat and workflow
+//     apps; keyword, status, page, limit, created_at__before/__after,
+//     created_by_end_user_session_id, created_by_account; read).
+//
+// Per knowledge base listed in the knowledge file
+// (cap:dify:knowledge:<id>:<suffix>):
+//
+//   - :retrieve: POST /datasets/{id}/retrieve with query (1..250
+//     characters) and an optional retrieval_model (search_method and
+//     top_k required, score_threshold, reranking). A read: it changes
+//     nothing, so a failure is never outcome_unknown.
+//   - :documents: GET /datasets/{id}/documents (page, limit, keyword,
+//     status; read).
+//   - :document.get: GET /datasets/{id}/documents/{document_id}
+//     (metadata all, only or without; read).
+//   - :document.create_by_text: POST /datasets/{id}/document/create-by-text
+//     (name, text up to 1,000,000 characters, indexing_technique,
+//     doc_form, doc_language, process_rule, embedding_model,
+//     embedding_model_provider, original_document_id; a mutation, risk
+//     medium, unsafe to repeat as a new action: it creates a document).
+//   - :document.update_by_text: POST
+//     /datasets/{id}/documents/{document_id}/update-by-text (name, text —
+//     text needs name —, process_rule, doc_form, doc_language; a
+//     mutation, risk high: the previous text is not kept).
+//   - :document.delete: DELETE /datasets/{id}/documents/{document_id} (a
+//     deletion, risk high; 204, output {"deleted": true, "document_id"}).
+//   - :segments: GET /datasets/{id}/documents/{document_id}/segments
+//     (page, limit, status as repeated query values, keyword; read).
+//
+// Reads declare retry_safety "safe". Table mutations need an idempotency
+// key (Dify has none of its own: the host's one-run-per-action-ID is the
+// protection), are never retried as new actions, and say "unsafe"
+// (creation) or "safe_with_idempotency_key" (an update or deletion of a
+// named object); a deletion declares the delete side effect.
 //
 // # Streaming, cancel and outcomes
 //
@@ -74,8 +128,9 @@
 // HTTP errors follow provider.Result: a 4xx is a failed result with a
 // provider.* code (400 invalid_request, 401 unauthorized, 403 forbidden,
 // 404 not_found, 429 rate_limited); a 5xx or a lost connection is
-// outcome_unknown for the invocation and for feedback, and a failed,
-// retryable provider.unavailable result for the reads. The message of
+// outcome_unknown for the invocation and every mutation (a 2xx answer to
+// a mutation that is not a JSON object too: applied, result unknown), and
+// a failed, retryable provider.unavailable result for the reads. The message of
 // Dify's {"status", "code", "message"} error bodies becomes the error's
 // message (as for every provider.Client call; the code is not added).
 //
@@ -96,20 +151,37 @@
 //     of every answer and event stream (default 8 MiB, at most 64 MiB).
 //
 // At least one app or knowledge base is required, and the manifest holds
-// at most hostsdk.MaxCapabilities capabilities (five per chat app, three
-// per completion app, two per workflow app, one per knowledge base).
+// at most hostsdk.MaxCapabilities (512) capabilities: 15 per
+// advanced-chat app, 13 per chat or agent-chat app, 7 per completion or
+// workflow app, 7 per knowledge base. New refuses a configuration over
+// the limit, naming its count: a host serves at most 34 advanced-chat, 39
+// chat or agent-chat, or 73 completion or workflow apps (fewer with
+// knowledge bases or a mix); split larger fleets over several hosts. The
+// files' own bound (1000 entries, the reference's) is therefore never
+// reached by apps alone.
 // Every request carries "Authorization: Bearer <key>" of the app or
 // knowledge base its capability belongs to. CheckHealth reads the first
 // app's GET /info, or with knowledge bases only GET /datasets?limit=1.
 //
 // # Not covered
 //
-// The legacy shared key (AIP_DIFY_API_KEY_FILE), file upload and preview,
-// audio, annotations, conversation rename/delete/variables, workflow logs
-// and runs by ID, human input forms, dataset and document management are
-// left out. Dify's Service API has no idempotency key: the host's
-// one-run-per-action-ID guarantee is the only protection against a second
-// run, so invocations declare retry_safety "unsafe". Blocking mode is never
-// used. There is no Reconciler: an invocation a crash left running is
-// outcome_unknown.
+// The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Multipart
+// uploads stay out because provider.Client sends only JSON or raw bodies,
+// not multipart/form-data: file upload (POST /files/upload), document
+// create-by-file and update-by-file, audio-to-text, and the knowledge
+// pipeline's file upload. Binary answers (file preview, text-to-audio,
+// document download and ZIP download) are left out too. Also not covered:
+// conversation variable update (PUT .../variables/{variable_id}), runs of
+// a workflow by ID and the workflow event stream, end-user lookup, human
+// input forms, annotations and annotation reply, document indexing status
+// and batch status changes, chunk and child-chunk writes and single-chunk
+// reads, document metadata, tags, models, and dataset management
+// (create, update, delete a knowledge base: the knowledge file names the
+// knowledge bases this host serves). The document's retrieval_model on
+// create-by-text and update-by-text (it sets the knowledge base's search
+// settings) is not offered; retrieve takes its own. Dify's Service API
+// has no idempotency key: the host's one-run-per-action-ID guarantee is
+// the only protection against a second run, so invocations declare
+// retry_safety "unsafe". Blocking mode is never used. There is no
+// Reconciler: an invocation a crash left running is outcome_unknown.
 package dify

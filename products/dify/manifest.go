@@ -29,6 +29,37 @@ const (
         {"properties": {"transfer_method": {"const": "local_file"}}, "required": ["upload_file_id"], "not": {"required": ["url"]}}
       ]}}`
 	limitSchema = `{"type": "integer", "minimum": 1, "maximum": 100}`
+	pageSchema  = `{"type": "integer", "minimum": 1, "maximum": 99999}`
+	uuidSchema  = `{"type": "string", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}`
+	// Documents created from text.
+	docNameSchema     = `{"type": "string", "minLength": 1, "maxLength": 255}`
+	docTextSchema     = `{"type": "string", "minLength": 1, "maxLength": 1000000}`
+	docFormSchema     = `{"type": "string", "enum": ["text_model", "hierarchical_model", "qa_model"], "description": "chunking: standard text (default), parent-child, or question-answer pairs"}`
+	docLanguageSchema = `{"type": "string", "minLength": 1, "maxLength": 64, "description": "the document's language (default English)"}`
+	processRuleSchema = `{"type": "object",
+      "properties": {
+        "mode": {"type": "string", "enum": ["automatic", "custom", "hierarchical"]},
+        "rules": {"type": "object",
+          "properties": {
+            "pre_processing_rules": {"type": "array", "maxItems": 3, "items": {"type": "object",
+              "properties": {
+                "id": {"type": "string", "enum": ["remove_stopwords", "remove_extra_spaces", "remove_urls_emails"]},
+                "enabled": {"type": "boolean"}
+              },
+              "required": ["id", "enabled"], "additionalProperties": false}},
+            "segmentation": {"type": "object",
+              "properties": {
+                "separator": {"type": "string", "minLength": 1, "maxLength": 64},
+                "max_tokens": {"type": "integer", "minimum": 1, "maximum": 100000},
+                "chunk_overlap": {"type": "integer", "minimum": 0, "maximum": 100000}
+              },
+              "additionalProperties": false}
+          },
+          "additionalProperties": false}
+      },
+      "required": ["mode"],
+      "additionalProperties": false,
+      "description": "how the text is cut into chunks; custom mode takes rules"}`
 )
 
 func invokeSchema(m Mode) json.RawMessage {
@@ -66,7 +97,7 @@ func invokeSchema(m Mode) json.RawMessage {
 }
 
 var (
-	parametersSchema    = json.RawMessage(`{"type": "object", "properties": {}, "additionalProperties": false}`)
+	emptySchema         = json.RawMessage(`{"type": "object", "properties": {}, "additionalProperties": false}`)
 	conversationsSchema = json.RawMessage(`{"type": "object",
   "properties": {
     "user": ` + userSchema + `,
@@ -110,7 +141,121 @@ var (
   },
   "required": ["query"],
   "additionalProperties": false}`)
-	objectOutput = json.RawMessage(`{"type": "object"}`)
+	objectOutput  = json.RawMessage(`{"type": "object"}`)
+	deletedOutput = json.RawMessage(`{"type": "object", "properties": {"deleted": {"type": "boolean"}}, "required": ["deleted"]}`)
+
+	renameSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "conversation_id": ` + idSchema + `,
+    "user": ` + userSchema + `,
+    "name": {"type": "string", "minLength": 1, "maxLength": 255, "description": "the new name; required unless auto_generate is true"},
+    "auto_generate": {"type": "boolean", "description": "true: Dify names the conversation from its messages (name is then ignored)"}
+  },
+  "required": ["conversation_id", "user"],
+  "anyOf": [{"required": ["name"]}, {"properties": {"auto_generate": {"const": true}}, "required": ["auto_generate"]}],
+  "additionalProperties": false}`)
+	conversationDeleteSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "conversation_id": ` + idSchema + `,
+    "user": ` + userSchema + `
+  },
+  "required": ["conversation_id", "user"],
+  "additionalProperties": false}`)
+	variablesSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "conversation_id": ` + idSchema + `,
+    "user": ` + userSchema + `,
+    "last_id": {"type": "string", "minLength": 1, "maxLength": 128, "description": "the last variable of the previous page"},
+    "limit": ` + limitSchema + `,
+    "variable_name": {"type": "string", "minLength": 1, "maxLength": 255, "description": "only the variable of this name"}
+  },
+  "required": ["conversation_id", "user"],
+  "additionalProperties": false}`)
+	suggestedSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "message_id": ` + idSchema + `,
+    "user": ` + userSchema + `
+  },
+  "required": ["message_id", "user"],
+  "additionalProperties": false}`)
+	feedbacksSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "page": ` + pageSchema + `,
+    "limit": ` + limitSchema + `
+  },
+  "additionalProperties": false}`)
+	workflowRunSchema = json.RawMessage(`{"type": "object",
+  "properties": {"workflow_run_id": ` + idSchema + `},
+  "required": ["workflow_run_id"],
+  "additionalProperties": false}`)
+	workflowLogsSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "keyword": {"type": "string", "minLength": 1, "maxLength": 255},
+    "status": {"type": "string", "enum": ["succeeded", "failed", "stopped"]},
+    "page": ` + pageSchema + `,
+    "limit": ` + limitSchema + `,
+    "created_at__before": {"type": "string", "format": "date-time", "maxLength": 64, "description": "ISO 8601 timestamp"},
+    "created_at__after": {"type": "string", "format": "date-time", "maxLength": 64, "description": "ISO 8601 timestamp"},
+    "created_by_end_user_session_id": {"type": "string", "minLength": 1, "maxLength": 255, "description": "the end user (the user of the invocation)"},
+    "created_by_account": {"type": "string", "minLength": 3, "maxLength": 320, "description": "the email of the account that ran it"}
+  },
+  "additionalProperties": false}`)
+	documentsSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "page": ` + pageSchema + `,
+    "limit": ` + limitSchema + `,
+    "keyword": {"type": "string", "minLength": 1, "maxLength": 255, "description": "part of the document name"},
+    "status": {"type": "string", "enum": ["queuing", "indexing", "paused", "error", "available", "disabled", "archived"]}
+  },
+  "additionalProperties": false}`)
+	documentSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "document_id": ` + uuidSchema + `,
+    "metadata": {"type": "string", "enum": ["all", "only", "without"], "description": "all (default): every field; only: id, doc_type and doc_metadata; without: all but doc_metadata"}
+  },
+  "required": ["document_id"],
+  "additionalProperties": false}`)
+	documentIDSchema = json.RawMessage(`{"type": "object",
+  "properties": {"document_id": ` + uuidSchema + `},
+  "required": ["document_id"],
+  "additionalProperties": false}`)
+	documentCreateSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "name": ` + docNameSchema + `,
+    "text": ` + docTextSchema + `,
+    "indexing_technique": {"type": "string", "enum": ["high_quality", "economy"], "description": "required for the knowledge base's first document; later ones inherit it"},
+    "doc_form": ` + docFormSchema + `,
+    "doc_language": ` + docLanguageSchema + `,
+    "process_rule": ` + processRuleSchema + `,
+    "embedding_model": {"type": "string", "minLength": 1, "maxLength": 255},
+    "embedding_model_provider": {"type": "string", "minLength": 1, "maxLength": 255},
+    "original_document_id": ` + uuidSchema + `
+  },
+  "required": ["name", "text"],
+  "additionalProperties": false}`)
+	documentUpdateSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "document_id": ` + uuidSchema + `,
+    "name": ` + docNameSchema + `,
+    "text": ` + docTextSchema + `,
+    "doc_form": ` + docFormSchema + `,
+    "doc_language": ` + docLanguageSchema + `,
+    "process_rule": ` + processRuleSchema + `
+  },
+  "required": ["document_id"],
+  "minProperties": 2,
+  "dependentRequired": {"text": ["name"]},
+  "additionalProperties": false}`)
+	segmentsSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "document_id": ` + uuidSchema + `,
+    "page": ` + pageSchema + `,
+    "limit": ` + limitSchema + `,
+    "status": {"type": "array", "minItems": 1, "maxItems": 8, "items": {"type": "string", "minLength": 1, "maxLength": 32}, "description": "indexing statuses, e.g. completed, indexing, error"},
+    "keyword": {"type": "string", "minLength": 1, "maxLength": 255}
+  },
+  "required": ["document_id"],
+  "additionalProperties": false}`)
 	invokeOutput = json.RawMessage(`{"type": "object",
   "properties": {
     "mode": {"type": "string"},
@@ -157,55 +302,31 @@ func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) 
 		Agent:           aip.Principal{ID: AgentID, Kind: aip.PrincipalAgent, DisplayName: "Dify"},
 		Profiles:        []string{aip.NativeHTTPProfile, Profile},
 	}
-	read := contract([]aip.SideEffect{aip.EffectRead}, aip.RetrySafe, false, false)
 	for _, id := range c.appOrder {
 		a := c.apps[id]
 		about := a.Name
 		if a.Description != "" {
 			about += ": " + a.Description
 		}
-		for _, op := range a.Mode.ops() {
-			capID := AppCapability(id, suffixOf(op))
-			var cp aip.Capability
-			switch op {
-			case opInvoke:
-				kind := aip.KindAgent
-				if a.Mode == ModeWorkflow {
-					kind = aip.KindWorkflow
-				}
-				returns := "its answer"
-				switch a.Mode {
-				case ModeWorkflow:
-					returns = "its outputs and text"
-				case ModeAdvancedChat:
-					returns = "its answer and workflow outputs"
-				}
-				cp = aip.Capability{Name: "Run " + a.Name, Kind: kind, InputSchema: invokeSchema(a.Mode), OutputSchema: invokeOutput,
-					Description: fmt.Sprintf("Runs the Dify %s app %s (%s) and returns %s. In streaming mode the chunks are forwarded as they arrive; a cancel stops the app's task.",
-						a.Mode, id, about, returns),
-					Risk:     aip.RiskMedium,
-					Contract: contract([]aip.SideEffect{aip.EffectWrite, aip.EffectExternalNetwork}, aip.RetryUnsafe, true, true)}
-			case opParameters:
-				cp = aip.Capability{Name: a.Name + ": parameters", Kind: aip.KindTool, InputSchema: parametersSchema, OutputSchema: objectOutput,
-					Description: "Reads the input form, file upload settings and features of the Dify app " + id + " (" + about + ").",
-					Risk:        aip.RiskLow, Contract: read}
-			case opConversations:
-				cp = aip.Capability{Name: a.Name + ": conversations", Kind: aip.KindTool, InputSchema: conversationsSchema, OutputSchema: objectOutput,
-					Description: "Lists one end user's conversations with the Dify app " + id + ", newest first, paged by last_id.",
-					Risk:        aip.RiskLow, Contract: read}
-			case opMessages:
-				cp = aip.Capability{Name: a.Name + ": messages", Kind: aip.KindTool, InputSchema: messagesSchema, OutputSchema: objectOutput,
-					Description: "Lists the messages of one conversation with the Dify app " + id + ", paged backwards by first_id.",
-					Risk:        aip.RiskLow, Contract: read}
-			case opFeedback:
-				cp = aip.Capability{Name: a.Name + ": feedback", Kind: aip.KindTool, InputSchema: feedbackSchema, OutputSchema: objectOutput,
-					Description: "Rates a message of the Dify app " + id + " (like, dislike, or null to withdraw) as the end user, with an optional comment.",
-					Risk:        aip.RiskLow,
-					Contract:    contract([]aip.SideEffect{aip.EffectWrite}, aip.RetrySafe, false, false)}
-			}
-			cp.ID = capID
-			cp.Stability = aip.StabilityStable
-			m.Capabilities = append(m.Capabilities, cp)
+		kind := aip.KindAgent
+		if a.Mode == ModeWorkflow {
+			kind = aip.KindWorkflow
+		}
+		returns := "its answer"
+		switch a.Mode {
+		case ModeWorkflow:
+			returns = "its outputs and text"
+		case ModeAdvancedChat:
+			returns = "its answer and workflow outputs"
+		}
+		m.Capabilities = append(m.Capabilities, aip.Capability{
+			ID: AppCapability(id, ""), Name: "Run " + a.Name, Kind: kind, InputSchema: invokeSchema(a.Mode), OutputSchema: invokeOutput,
+			Description: fmt.Sprintf("Runs the Dify %s app %s (%s) and returns %s. In streaming mode the chunks are forwarded as they arrive; a cancel stops the app's task.",
+				a.Mode, id, about, returns),
+			Risk: aip.RiskMedium, Stability: aip.StabilityStable,
+			Contract: contract([]aip.SideEffect{aip.EffectWrite, aip.EffectExternalNetwork}, aip.RetryUnsafe, true, true)})
+		for _, o := range a.Mode.operations() {
+			m.Capabilities = append(m.Capabilities, o.capability(id, a.Name, about, AppCapability(id, o.suffix)))
 		}
 	}
 	for _, id := range c.datasetOrder {
@@ -218,8 +339,12 @@ func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) 
 			ID: RetrieveCapability(id), Name: d.Name + ": retrieve", Kind: aip.KindTool,
 			InputSchema: retrieveSchema, OutputSchema: objectOutput,
 			Description: "Searches the Dify knowledge base " + id + " (" + about + ") and returns the matching chunks with their scores. Changes nothing.",
-			Risk:        aip.RiskLow, Stability: aip.StabilityStable, Contract: read,
+			Risk:        aip.RiskLow, Stability: aip.StabilityStable, Contract: readContract,
 		})
+		for i := range knowledgeOperations {
+			o := &knowledgeOperations[i]
+			m.Capabilities = append(m.Capabilities, o.capability(id, d.Name, about, KnowledgeCapability(id, o.suffix)))
+		}
 	}
 	return m, nil
 }

@@ -153,7 +153,7 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // example answers with the first example of the operation's 200 answer in
-// the document.
+// the document, or 204 without a body when that is the document's answer.
 func (m *mockDify) example(w http.ResponseWriter, r *http.Request, path string) {
 	tmpl := ""
 	for p := range m.doc["paths"].(map[string]any) {
@@ -161,6 +161,12 @@ func (m *mockDify) example(w http.ResponseWriter, r *http.Request, path string) 
 		if regexp.MustCompile(re).MatchString(path) && (tmpl == "" || strings.Count(p, "{") < strings.Count(tmpl, "{")) {
 			tmpl = p
 		}
+	}
+	op, _ := m.doc["paths"].(map[string]any)[tmpl].(map[string]any)[strings.ToLower(r.Method)].(map[string]any)
+	responses, _ := op["responses"].(map[string]any)
+	if _, ok := responses["200"]; !ok && responses["204"] != nil {
+		w.WriteHeader(http.StatusNoContent) // the document's answer has no body
+		return
 	}
 	writeJSON(w, http.StatusOK, docExample(m.t, m.doc, tmpl, strings.ToLower(r.Method), "200"))
 }

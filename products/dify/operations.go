@@ -1,0 +1,330 @@
+package dify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// operation is one Service API call behind a capability, other than an
+// app invocation (streamed, cancellable) and a knowledge retrieval (its
+// body is reshaped): the operations table below declares them, and one
+// handler (call) runs them all.
+type operation struct {
+	suffix string
+	// name follows the app's or knowledge base's name in the
+	// capability's name.
+	name string
+	// modes are the app modes whose apps have the operation (the
+	// document's "Available for"); nil for a knowledge base operation.
+	modes []Mode
+	// method and path are the document's; {field} in path is the
+	// input's string field (path-escaped), {dataset_id} the knowledge
+	// base's ID.
+	method, path string
+	// query are the input fields sent as query parameters, body those
+	// sent as members of the JSON body.
+	query, body []string
+	// emptyBody sends {} when no body field is given (the document
+	// requires a body).
+	emptyBody bool
+	// mutation: the call may change Dify's state (provider.Result with
+	// mutation=true, a 5xx or lost connection is outcome_unknown).
+	mutation bool
+	// deletes: the operation deletes what its path names; the document's
+	// answer is 204 without a body (older Dify versions answered
+	// {"result": "success"}), and the output is {"deleted": true} with the
+	// path's input fields.
+	deletes  bool
+	schema   json.RawMessage
+	output   json.RawMessage
+	risk     aip.Risk
+	contract *aip.CapabilityContract
+	// describe is the description; %[1]s is the app or knowledge base
+	// ID, %[2]s its name and description.
+	describe string
+}
+
+// Capability ID suffixes of an app's operations.
+const (
+	SuffixParameters            = "parameters"
+	SuffixInfo                  = "info"
+	SuffixMeta                  = "meta"
+	SuffixSite                  = "site"
+	SuffixConversations         = "conversations"
+	SuffixConversationRename    = "conversation.rename"
+	SuffixConversationDelete    = "conversation.delete"
+	SuffixConversationVariables = "conversation.variables"
+	SuffixMessages              = "messages"
+	SuffixSuggested             = "messages.suggested"
+	SuffixFeedback              = "feedback"
+	SuffixFeedbacks             = "feedbacks"
+	SuffixWorkflowRun           = "workflow.run.get"
+	SuffixWorkflowLogs          = "workflow.logs"
+)
+
+// Capability ID suffixes of a knowledge base's operations.
+const (
+	SuffixRetrieve       = "retrieve"
+	SuffixDocuments      = "documents"
+	SuffixDocument       = "document.get"
+	SuffixDocumentCreate = "document.create_by_text"
+	SuffixDocumentUpdate = "document.update_by_text"
+	SuffixDocumentDelete = "document.delete"
+	SuffixSegments       = "segments"
+)
+
+var (
+	allModes       = []Mode{ModeChat, ModeAdvancedChat, ModeAgentChat, ModeCompletion, ModeWorkflow}
+	chatModes      = []Mode{ModeChat, ModeAdvancedChat, ModeAgentChat}
+	messageModes   = []Mode{ModeChat, ModeAdvancedChat, ModeAgentChat, ModeCompletion}
+	workflowModes  = []Mode{ModeAdvancedChat, ModeWorkflow}
+	readContract   = contract([]aip.SideEffect{aip.EffectRead}, aip.RetrySafe, false, false)
+	writeContract  = mutationContract(aip.EffectWrite, aip.RetrySafeWithIdempotencyKey)
+	createContract = mutationContract(aip.EffectWrite, aip.RetryUnsafe)
+	deleteContract = mutationContract(aip.EffectDelete, aip.RetrySafeWithIdempotencyKey)
+)
+
+// mutationContract is the contract of a table mutation: it needs an
+// idempotency key (the host runs one action ID once; Dify has no key of
+// its own) and is never retried as a new action. A creation is unsafe to
+// repeat; an update or delete of a named object may be repeated under the
+// same key.
+func mutationContract(effect aip.SideEffect, safety aip.RetrySafety) *aip.CapabilityContract {
+	c := contract([]aip.SideEffect{effect, aip.EffectExternalNetwork}, safety, false, false)
+	c.Idempotency.Requirement = aip.IdempotencyRequired
+	c.Execution.SupportsRetry = false
+	return c
+}
+
+// appOperations are the app-scoped operations, in manifest order.
+var appOperations = []operation{
+	{suffix: SuffixParameters, name: "parameters", modes: allModes, method: http.MethodGet, path: "/parameters",
+		schema: emptySchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Reads the input form, file upload settings and features of the Dify app %[1]s (%[2]s)."},
+	{suffix: SuffixInfo, name: "info", modes: allModes, method: http.MethodGet, path: "/info",
+		schema: emptySchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Reads the name, description, tags, mode and author of the Dify app %[1]s (%[2]s)."},
+	{suffix: SuffixMeta, name: "meta", modes: allModes, method: http.MethodGet, path: "/meta",
+		schema: emptySchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Reads the icons of the tools the Dify app %[1]s (%[2]s) uses, keyed by tool name."},
+	{suffix: SuffixSite, name: "site", modes: allModes, method: http.MethodGet, path: "/site",
+		schema: emptySchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Reads the WebApp settings (title, icon, theme, language) of the Dify app %[1]s (%[2]s); an app without a WebApp answers forbidden."},
+	{suffix: SuffixConversations, name: "conversations", modes: chatModes, method: http.MethodGet, path: "/conversations",
+		query: []string{"user", "last_id", "limit", "sort_by"}, schema: conversationsSchema, output: objectOutput,
+		risk: aip.RiskLow, contract: readContract,
+		describe: "Lists one end user's conversations with the Dify app %[1]s, newest first, paged by last_id."},
+	{suffix: SuffixConversationRename, name: "rename a conversation", modes: chatModes, method: http.MethodPost,
+		path: "/conversations/{conversation_id}/name", body: []string{"name", "auto_generate", "user"},
+		schema: renameSchema, output: objectOutput, risk: aip.RiskMedium, contract: writeContract, mutation: true,
+		describe: "Renames one end user's conversation with the Dify app %[1]s, or has Dify name it from its messages (auto_generate); returns the conversation."},
+	{suffix: SuffixConversationDelete, name: "delete a conversation", modes: chatModes, method: http.MethodDelete,
+		path: "/conversations/{conversation_id}", body: []string{"user"}, emptyBody: true, deletes: true,
+		schema: conversationDeleteSchema, output: deletedOutput, risk: aip.RiskHigh, contract: deleteContract, mutation: true,
+		describe: "Deletes one end user's conversation with the Dify app %[1]s, with its messages. Irreversible."},
+	{suffix: SuffixConversationVariables, name: "conversation variables", modes: chatModes, method: http.MethodGet,
+		path: "/conversations/{conversation_id}/variables", query: []string{"user", "last_id", "limit", "variable_name"},
+		schema: variablesSchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Lists the variables stored in one conversation with the Dify app %[1]s, paged by last_id."},
+	{suffix: SuffixMessages, name: "messages", modes: chatModes, method: http.MethodGet, path: "/messages",
+		query: []string{"conversation_id", "user", "first_id", "limit"}, schema: messagesSchema, output: objectOutput,
+		risk: aip.RiskLow, contract: readContract,
+		describe: "Lists the messages of one conversation with the Dify app %[1]s, paged backwards by first_id."},
+	{suffix: SuffixSuggested, name: "suggested questions", modes: chatModes, method: http.MethodGet,
+		path: "/messages/{message_id}/suggested", query: []string{"user"},
+		schema: suggestedSchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Reads the follow-up questions the Dify app %[1]s suggests after one of its messages (the app must have the feature on)."},
+	{suffix: SuffixFeedback, name: "feedback", modes: messageModes, method: http.MethodPost,
+		path: "/messages/{message_id}/feedbacks", body: []string{"user", "rating", "content"},
+		schema: feedbackSchema, output: objectOutput, risk: aip.RiskLow, contract: writeContract, mutation: true,
+		describe: "Rates a message of the Dify app %[1]s (like, dislike, or null to withdraw) as the end user, with an optional comment."},
+	{suffix: SuffixFeedbacks, name: "feedback list", modes: messageModes, method: http.MethodGet, path: "/app/feedbacks",
+		query: []string{"page", "limit"}, schema: feedbacksSchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Lists the feedback (end users' and admins') on the messages of the Dify app %[1]s, newest first, by page."},
+	{suffix: SuffixWorkflowRun, name: "workflow run", modes: workflowModes, method: http.MethodGet,
+		path: "/workflows/run/{workflow_run_id}", schema: workflowRunSchema, output: objectOutput,
+		risk: aip.RiskLow, contract: readContract,
+		describe: "Reads one workflow run of the Dify app %[1]s: status, inputs, outputs, error, steps, tokens and timing."},
+	{suffix: SuffixWorkflowLogs, name: "workflow logs", modes: workflowModes, method: http.MethodGet, path: "/workflows/logs",
+		query: []string{"keyword", "status", "page", "limit", "created_at__before", "created_at__after",
+			"created_by_end_user_session_id", "created_by_account"},
+		schema: workflowLogsSchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Lists past workflow runs of the Dify app %[1]s (one summary per run), newest first, with optional filters."},
+}
+
+// knowledgeOperations are the knowledge base operations besides
+// retrieval, in manifest order.
+var knowledgeOperations = []operation{
+	{suffix: SuffixDocuments, name: "documents", method: http.MethodGet, path: "/datasets/{dataset_id}/documents",
+		query: []string{"page", "limit", "keyword", "status"}, schema: documentsSchema, output: objectOutput,
+		risk: aip.RiskLow, contract: readContract,
+		describe: "Lists the documents of the Dify knowledge base %[1]s (%[2]s), by page, optionally filtered by name and status."},
+	{suffix: SuffixDocument, name: "document", method: http.MethodGet, path: "/datasets/{dataset_id}/documents/{document_id}",
+		query: []string{"metadata"}, schema: documentSchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Reads one document of the Dify knowledge base %[1]s (%[2]s): indexing status, chunking, counts and metadata."},
+	{suffix: SuffixDocumentCreate, name: "create a document from text", method: http.MethodPost,
+		path: "/datasets/{dataset_id}/document/create-by-text",
+		body: []string{"name", "text", "indexing_technique", "doc_form", "doc_language", "process_rule",
+			"embedding_model", "embedding_model_provider", "original_document_id"},
+		schema: documentCreateSchema, output: objectOutput, risk: aip.RiskMedium, contract: createContract, mutation: true,
+		describe: "Adds a document made of the given text to the Dify knowledge base %[1]s (%[2]s); indexing runs afterwards (see the document's indexing_status). Returns the document and its batch."},
+	{suffix: SuffixDocumentUpdate, name: "update a document's text", method: http.MethodPost,
+		path:   "/datasets/{dataset_id}/documents/{document_id}/update-by-text",
+		body:   []string{"name", "text", "process_rule", "doc_form", "doc_language"},
+		schema: documentUpdateSchema, output: objectOutput, risk: aip.RiskHigh, contract: writeContract, mutation: true,
+		describe: "Replaces the text, name or chunking of a document of the Dify knowledge base %[1]s (%[2]s) and re-indexes it; the previous text is not kept."},
+	{suffix: SuffixDocumentDelete, name: "delete a document", method: http.MethodDelete,
+		path: "/datasets/{dataset_id}/documents/{document_id}", deletes: true,
+		schema: documentIDSchema, output: deletedOutput, risk: aip.RiskHigh, contract: deleteContract, mutation: true,
+		describe: "Deletes a document and all its chunks from the Dify knowledge base %[1]s (%[2]s). Irreversible."},
+	{suffix: SuffixSegments, name: "chunks", method: http.MethodGet,
+		path:  "/datasets/{dataset_id}/documents/{document_id}/segments",
+		query: []string{"page", "limit", "status", "keyword"}, schema: segmentsSchema, output: objectOutput,
+		risk: aip.RiskLow, contract: readContract,
+		describe: "Lists the chunks of one document of the Dify knowledge base %[1]s (%[2]s), by page, optionally filtered by indexing status and keyword."},
+}
+
+// operations returns the table operations an app of mode m has.
+func (m Mode) operations() []*operation {
+	var out []*operation
+	for i := range appOperations {
+		if slices.Contains(appOperations[i].modes, m) {
+			out = append(out, &appOperations[i])
+		}
+	}
+	return out
+}
+
+// capabilities is the number of capabilities an app of mode m has: its
+// invocation and its table operations.
+func (m Mode) capabilities() int { return 1 + len(m.operations()) }
+
+// knowledgeCapabilities is the number of capabilities of a knowledge
+// base: retrieval and the table operations.
+var knowledgeCapabilities = 1 + len(knowledgeOperations)
+
+func (o *operation) capability(id, name, about string, capID string) aip.Capability {
+	return aip.Capability{
+		ID: capID, Name: name + ": " + o.name, Kind: aip.KindTool,
+		InputSchema: o.schema, OutputSchema: o.output,
+		Description: fmt.Sprintf(o.describe, id, about),
+		Risk:        o.risk, Stability: aip.StabilityStable, Contract: o.contract,
+	}
+}
+
+var pathField = regexp.MustCompile(`\{([a-z_]+)\}`)
+
+// call runs a table operation with the client of its app or knowledge
+// base. The host has validated the input against the operation's schema;
+// call still refuses a field the operation does not send.
+func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, cl *provider.Client, datasetID string) (*aip.ActionResult, error) {
+	var in map[string]json.RawMessage
+	if err := strictUnmarshal(call.Action.Input, &in); err != nil {
+		return nil, inputError(call, err.Error())
+	}
+	pathVals := map[string]string{}
+	var bad error
+	path := pathField.ReplaceAllStringFunc(o.path, func(m string) string {
+		name := m[1 : len(m)-1]
+		if name == "dataset_id" && datasetID != "" {
+			return escape(datasetID)
+		}
+		var s string
+		if err := json.Unmarshal(in[name], &s); err != nil || s == "" {
+			bad = fmt.Errorf("%s must be a non-empty string", name)
+		}
+		pathVals[name] = s
+		return escape(s)
+	})
+	if bad != nil {
+		return nil, inputError(call, bad.Error())
+	}
+	for k := range in {
+		if _, ok := pathVals[k]; !ok && !slices.Contains(o.query, k) && !slices.Contains(o.body, k) {
+			return nil, inputError(call, fmt.Sprintf("unknown field %q", k))
+		}
+	}
+	req := provider.Request{Method: o.method, Path: path}
+	for _, k := range o.query {
+		raw, ok := in[k]
+		if !ok {
+			continue
+		}
+		vals, err := queryValues(raw)
+		if err != nil {
+			return nil, inputError(call, k+": "+err.Error())
+		}
+		if req.Query == nil {
+			req.Query = url.Values{}
+		}
+		req.Query[k] = vals
+	}
+	if len(o.body) > 0 {
+		body := map[string]json.RawMessage{}
+		for _, k := range o.body {
+			if raw, ok := in[k]; ok {
+				body[k] = raw
+			}
+		}
+		if len(body) > 0 || o.emptyBody {
+			req.JSON = body
+		}
+	}
+	resp, err := cl.Do(ctx, req)
+	if err != nil {
+		return provider.Result(call, err, o.mutation)
+	}
+	if o.deletes {
+		// A 2xx is the deletion: 204 now, {"result": "success"} from
+		// older Dify versions.
+		out := map[string]any{"deleted": true}
+		for k, v := range pathVals {
+			out[k] = v
+		}
+		return call.Complete(out)
+	}
+	return completeJSON(call, req, resp, o.mutation)
+}
+
+// queryValues turns a JSON string, number, boolean or array of strings
+// into query parameter values.
+func queryValues(raw json.RawMessage) ([]string, error) {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, err
+	}
+	switch v := v.(type) {
+	case string:
+		return []string{v}, nil
+	case float64:
+		return []string{strconv.FormatFloat(v, 'f', -1, 64)}, nil
+	case bool:
+		return []string{strconv.FormatBool(v)}, nil
+	case []any:
+		out := make([]string, 0, len(v))
+		for _, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("want an array of strings")
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("want a string, number, boolean or array of strings")
+}
+
+func inputError(call *hostsdk.Call, msg string) error {
+	return aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
+		"input of "+call.Action.CapabilityID+": "+msg)
+}
