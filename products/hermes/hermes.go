@@ -55,7 +55,7 @@ var Product = products.Product{
 			Usage: `JSON file: array of 1 to 1000 {"id","base_url","api_key_file"?,"display_name"?} (required)`},
 		{Flag: FlagMaxResponseBytes, Env: "AIP_HERMES_MAX_RESPONSE_BYTES", Kind: hostsdk.SettingInt,
 			Min: 1024, Max: MaxMaxResponseBytes,
-			Usage: "bound on a JSON answer and on a whole chat stream, in bytes (default 16777216)"},
+			Usage: "bound on a JSON answer and on a whole SSE stream (chat, run events, session chat), in bytes (default 16777216)"},
 		{Flag: FlagDefaultModel, Env: "AIP_HERMES_DEFAULT_MODEL",
 			Usage: `model sent to /v1/chat/completions and /v1/responses when the action names none (default "hermes-agent")`,
 			Check: checkModel},
@@ -81,7 +81,7 @@ func checkModel(v string) error {
 type Config struct {
 	// EndpointsFile is the JSON endpoints file (required).
 	EndpointsFile string
-	// MaxResponseBytes bounds a JSON answer and a whole chat stream
+	// MaxResponseBytes bounds a JSON answer and a whole SSE stream (chat, run events, session chat)
 	// (0: DefaultMaxResponseBytes).
 	MaxResponseBytes int64
 	// DefaultModel is the model for chat and responses when the action
@@ -110,7 +110,7 @@ type endpoint struct {
 	id          string // lowercased, as in capability IDs
 	displayName string
 	client      *provider.Client
-	// maxBytes bounds a whole chat stream (--hermes-max-response-bytes).
+	// maxBytes bounds a whole SSE stream (chat, run events, session chat) (--hermes-max-response-bytes).
 	maxBytes int64
 }
 
