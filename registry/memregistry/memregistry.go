@@ -1,13 +1,16 @@
 // Package memregistry is the deterministic in-memory registry backend, for
 // embedded and development fleets and for conformance work. It implements
-// all five registry contracts, serialises every operation with one mutex,
-// takes time from an injected clock, and orders route candidates exactly as
-// registry.CompareCandidates (binding priority first), like every backend.
+// all five registry contracts and the event log (registry.EventLog),
+// serialises every operation with one mutex, takes time from an injected
+// clock, and orders route candidates exactly as registry.CompareCandidates
+// (binding priority first), like every backend.
 //
 // State lives only in memory and is lost with the process. Records are
 // indexed (bindings by tenant and capability in priority order, replicas by
 // instance, live reservations by replica) so resolution and catalog pages do
 // not scan the fleet; tenant catalog views are cached per catalog revision.
+// Each tenant's event log is a slice in sequence order (1, 2, 3, …),
+// indexed by event ID; Snapshot and Restore carry it.
 package memregistry
 
 import (
@@ -73,6 +76,8 @@ type state struct {
 	// Superseded assignments by action ID (reroute.go), created on first
 	// use.
 	history map[string][]registry.RouteAssignment
+	// Event logs by tenant (events.go).
+	events map[string]*eventLog
 }
 
 // newState returns the state of an empty registry at catalog revision 0.
@@ -93,11 +98,12 @@ func newState() state {
 		counters:      make(map[scopeID]uint32),
 		tenantViews:   make(map[string]map[string][]*defEntry),
 		internalViews: make(map[string][]*defEntry),
+		events:        make(map[string]*eventLog),
 	}
 }
 
 // Compile-time guards: Registry is the in-memory implementation of the five
-// registry contracts and of the orphan settlement beside them.
+// registry contracts and of the orphan settlement and event log beside them.
 var (
 	_ registry.Catalog       = (*Registry)(nil)
 	_ registry.Resolver      = (*Registry)(nil)
@@ -105,6 +111,7 @@ var (
 	_ registry.Administrator = (*Registry)(nil)
 	_ registry.FleetStatus   = (*Registry)(nil)
 	_ registry.OrphanSettler = (*Registry)(nil)
+	_ registry.EventLog      = (*Registry)(nil)
 )
 
 type typeEntry struct{ rec registry.ConnectorType }

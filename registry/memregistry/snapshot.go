@@ -40,6 +40,25 @@ type snapshot struct {
 	Counters        []registry.AdmissionCounter  `json:"counters"`
 	History         []snapshotHistory            `json:"history"`
 	ReplayClaims    []snapshotClaim              `json:"replay_claims"`
+	// Events are the tenants' event logs, by tenant, each in sequence
+	// order. Absent in snapshots written before the registry kept events:
+	// those restore with empty logs.
+	Events []snapshotEventLog `json:"events,omitempty"`
+}
+
+type snapshotEventLog struct {
+	TenantID string          `json:"tenant_id"`
+	Events   []snapshotEvent `json:"events"`
+}
+
+type snapshotEvent struct {
+	Sequence   uint64    `json:"sequence"`
+	InstanceID string    `json:"instance_id"`
+	ReplicaID  string    `json:"replica_id"`
+	VersionID  string    `json:"version_id,omitempty"`
+	ChannelID  string    `json:"channel_id"`
+	Event      aip.Event `json:"event"`
+	ReceivedAt time.Time `json:"received_at"`
 }
 
 type snapshotDefinition struct {
@@ -76,8 +95,8 @@ type snapshotClaim struct {
 
 // Snapshot writes the registry's complete state to w as one JSON document:
 // every record, the catalog revision, route assignments with their
-// reservations and superseded history, admission counters and the live
-// lifecycle replay claims. The state is copied under the registry's mutex
+// reservations and superseded history, admission counters, the live
+// lifecycle replay claims and the tenants' event logs. The state is copied under the registry's mutex
 // (one consistent instant); the encoding and the write happen after it is
 // released. Restore reads the document back. Cached catalog views are not
 // part of the state.
@@ -150,6 +169,16 @@ func (r *Registry) snapshot() *snapshot {
 			}
 		}
 	}
+	for tenant, l := range r.events {
+		sl := snapshotEventLog{TenantID: tenant, Events: make([]snapshotEvent, len(l.events))}
+		for i, e := range l.events {
+			e = cloneStoredEvent(e)
+			sl.Events[i] = snapshotEvent{Sequence: e.Sequence, InstanceID: e.InstanceID, ReplicaID: e.ReplicaID, VersionID: e.VersionID,
+				ChannelID: e.ChannelID, Event: e.Event, ReceivedAt: e.ReceivedAt}
+		}
+		s.Events = append(s.Events, sl)
+	}
+	slices.SortFunc(s.Events, func(a, b snapshotEventLog) int { return strings.Compare(a.TenantID, b.TenantID) })
 	slices.SortFunc(s.Policies, func(a, b registry.AdmissionPolicy) int { return strings.Compare(a.PolicyRef, b.PolicyRef) })
 	slices.SortFunc(s.Types, func(a, b registry.ConnectorType) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(s.Versions, func(a, b registry.ConnectorVersion) int { return strings.Compare(a.ID, b.ID) })
@@ -196,7 +225,7 @@ func (r *Registry) Restore(rd io.Reader) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.revision != 0 || len(r.policies)+len(r.types)+len(r.versions)+len(r.replicas)+len(r.routes) > 0 {
+	if r.revision != 0 || len(r.policies)+len(r.types)+len(r.versions)+len(r.replicas)+len(r.routes)+len(r.events) > 0 {
 		return fmt.Errorf("%w: restore into a registry that already holds state; restore into a new one", ErrSnapshot)
 	}
 	r.state = fresh.state // with empty catalog views: load builds none
@@ -347,6 +376,39 @@ func (r *Registry) load(s *snapshot) error {
 			lc.expiry = append(lc.expiry, c)
 		}
 		heap.Init(&lc.expiry)
+	}
+	return r.loadEvents(s.Events)
+}
+
+// loadEvents rebuilds the tenants' event logs: each tenant once, its
+// events with strictly increasing sequences from 1 and distinct IDs, each
+// as AppendEvents would have stored it.
+func (r *Registry) loadEvents(logs []snapshotEventLog) error {
+	for _, sl := range logs {
+		if _, dup := r.events[sl.TenantID]; dup {
+			return fmt.Errorf("the event log of tenant %s appears twice", sl.TenantID)
+		}
+		if len(sl.Events) == 0 {
+			return fmt.Errorf("the event log of tenant %s is empty; empty logs are not kept", sl.TenantID)
+		}
+		l := newEventLog()
+		for _, se := range sl.Events {
+			if se.Sequence <= l.last() {
+				return fmt.Errorf("tenant %s: event %s has sequence %d after %d; sequences must increase", sl.TenantID, se.Event.ID, se.Sequence, l.last())
+			}
+			if _, dup := l.byID[se.Event.ID]; dup {
+				return fmt.Errorf("tenant %s: event %s appears twice", sl.TenantID, se.Event.ID)
+			}
+			b := registry.EventBatch{TenantID: sl.TenantID, InstanceID: se.InstanceID, ReplicaID: se.ReplicaID, VersionID: se.VersionID,
+				ChannelID: se.ChannelID, Events: []aip.Event{se.Event}}
+			if err := b.Validate(); err != nil {
+				return fmt.Errorf("tenant %s: event %s: %v", sl.TenantID, se.Event.ID, err)
+			}
+			l.byID[se.Event.ID] = len(l.events)
+			l.events = append(l.events, registry.StoredEvent{Sequence: se.Sequence, TenantID: sl.TenantID, InstanceID: se.InstanceID,
+				ReplicaID: se.ReplicaID, VersionID: se.VersionID, ChannelID: se.ChannelID, Event: se.Event, ReceivedAt: se.ReceivedAt})
+		}
+		r.events[sl.TenantID] = l
 	}
 	return nil
 }

@@ -127,6 +127,18 @@ func newFleetState(t *testing.T) *fleetState {
 	s.clock.Advance(5 * time.Second)
 	s.apply(t, aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: "crepl_a1", PreviousSequence: s.leases["crepl_a1"], InFlight: 1, ConnectorReady: true}), "crepl_a1")
 	s.apply(t, aip.TransitionCommand(aip.OpDrain, aip.Transition{ReplicaID: "crepl_a2", PreviousSequence: s.leases["crepl_a2"]}), "crepl_a2")
+
+	// Event logs of two tenants, one with a redelivery and an event
+	// without data, an actor and optional fields.
+	b1 := registrytest.EventBatch("tenant-1", "a1", "evt_1", "evt_2")
+	b1.Events[1].Data, b1.Events[1].SessionID, b1.Events[1].ActionID, b1.Events[1].CorrelationID = nil, "sess-1", "act-1", "corr-1"
+	b1.Events[1].Actor = &aip.Principal{ID: "user-1", Kind: aip.PrincipalHuman, ExternalRefs: []aip.ExternalRef{{System: "chatwoot", Type: "agent", ID: "7"}}}
+	_, err = reg.AppendEvents(ctx, b1)
+	must(t, err)
+	_, err = reg.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a2", "evt_1", "evt_3"))
+	must(t, err)
+	_, err = reg.AppendEvents(ctx, registrytest.EventBatch("tenant-2", "b1", "evt_1"))
+	must(t, err)
 	return s
 }
 
@@ -247,6 +259,12 @@ func answers(t *testing.T, r *memregistry.Registry, s *fleetState) map[string]an
 	put("list", reps, err)
 	rd, err := r.Readiness(ctx)
 	put("readiness", rd, err)
+	for _, tenant := range []string{"tenant-1", "tenant-2", "tenant-3"} {
+		for _, after := range []uint64{0, 1, 3} {
+			p, err := r.Events(ctx, tenant, after, 2)
+			put(fmt.Sprintf("events %s after %d", tenant, after), p, err)
+		}
+	}
 	return out
 }
 
@@ -341,6 +359,17 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			s.clock.Advance(-2 * registrytest.LeaseTTL)
 			return n, err
 		}},
+		{"append events, one redelivered", func(reg *memregistry.Registry) (any, error) {
+			return reg.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a3", "evt_4", "evt_2"))
+		}},
+		{"append a conflicting event", func(reg *memregistry.Registry) (any, error) {
+			b := registrytest.EventBatch("tenant-2", "b1", "evt_1")
+			b.Events[0].Kind = "other.kind"
+			return reg.AppendEvents(ctx, b)
+		}},
+		{"append a new tenant's events", func(reg *memregistry.Registry) (any, error) {
+			return reg.AppendEvents(ctx, registrytest.EventBatch("tenant-3", "c1", "evt_1"))
+		}},
 		{"status", func(reg *memregistry.Registry) (any, error) { return reg.Status(ctx) }},
 		{"ledger", func(reg *memregistry.Registry) (any, error) { return reg.Ledger(ctx) }},
 	}
@@ -394,6 +423,9 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"unknown field", strings.Replace(raw, `"catalog_revision"`, `"catalog_revisions"`, 1), "unknown field"},
 		{"trailing data", raw + "{}", "data after"},
 		{"missing instance", strings.Replace(raw, `"id":"cinst_b"`, `"id":"cinst_z"`, 1), "missing"},
+		{"event sequence repeated", strings.Replace(raw, `"sequence":2,`, `"sequence":1,`, 1), "sequences must increase"},
+		{"event ID repeated", strings.Replace(raw, `"id":"evt_3"`, `"id":"evt_1"`, 1), "appears twice"},
+		{"event without kind", strings.Replace(raw, `"kind":"thing.happened"`, `"kind":""`, 1), "kind"},
 		{"counter without reservation", strings.Replace(raw, `"counters":[`, `"counters":[{"kind":"tenant","key":"nobody","active":1},`, 1), "live reservations"},
 	}
 	for _, c := range cases {
@@ -420,6 +452,33 @@ func TestSnapshotOfEmptyRegistry(t *testing.T) {
 	back := restored(t, raw, registrytest.NewClock(registrytest.Epoch))
 	if again := snapshotOf(t, back); !bytes.Equal(raw, again) {
 		t.Fatalf("empty snapshot changed:\n%s\n%s", raw, again)
+	}
+}
+
+// TestSnapshotWithoutEvents: a snapshot written before the registry kept
+// event logs restores with empty ones, which then take events from
+// sequence 1.
+func TestSnapshotWithoutEvents(t *testing.T) {
+	s := newFleetState(t)
+	ctx := context.Background()
+	var doc map[string]json.RawMessage
+	must(t, json.Unmarshal(snapshotOf(t, s.reg), &doc))
+	if _, ok := doc["events"]; !ok {
+		t.Fatal("the snapshot carries no events")
+	}
+	delete(doc, "events")
+	old, err := json.Marshal(doc)
+	must(t, err)
+	r := restored(t, old, s.clock)
+	p, err := r.Events(ctx, "tenant-1", 0, 10)
+	must(t, err)
+	if len(p.Events) != 0 || p.More {
+		t.Fatalf("a snapshot without events restored %d events (more %v)", len(p.Events), p.More)
+	}
+	got, err := r.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a1", "evt_1"))
+	must(t, err)
+	if got[0].Sequence != 1 {
+		t.Fatalf("the first event after restoring an empty log got sequence %d, want 1", got[0].Sequence)
 	}
 }
 

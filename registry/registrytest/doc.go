@@ -6,9 +6,11 @@
 // paging and revisions; record validation and mutability; route resolution,
 // pinning and admission; settlement and the circuit; lease maintenance; the
 // seed's failure boundaries; the lifecycle contract of the control plane;
-// the provably-not-started reroute; and the concurrency properties
-// (duplicate resolves converge, nothing is overbooked, pages never mix
-// revisions, the ledger balances). Time is injected: the suite drives a
+// the provably-not-started reroute; the event log (per-tenant sequences,
+// all-or-nothing batches, redeliveries and conflicts, paging); and the
+// concurrency properties (duplicate resolves converge, nothing is
+// overbooked, pages never mix revisions, the ledger balances, concurrent
+// appends get gapless sequences a paging reader never skips). Time is injected: the suite drives a
 // Clock the backend must use for every time-dependent rule.
 //
 // SeedScale seeds the reference scale profile (1 000 connector types,

@@ -72,6 +72,8 @@ type Backend struct {
 	Replicas registry.ReplicaLister
 	// Readiness reports whether the backend can serve (suite_lifecycle.go).
 	Readiness registry.Readiness
+	// Events is the backend's event log (suite_events.go).
+	Events registry.EventLog
 }
 
 // Key returns a deterministic replica signing key derived from name, so

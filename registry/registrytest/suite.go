@@ -32,6 +32,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Lifecycle", func(t *testing.T) { runLifecycle(t, newBackend) })
 	t.Run("Reroute", func(t *testing.T) { runReroute(t, newBackend) })
 	t.Run("Orphans", func(t *testing.T) { runOrphans(t, newBackend) })
+	t.Run("Events", func(t *testing.T) { runEvents(t, newBackend) })
 }
 
 // fx is one test's fixture: a fresh backend and helpers that fail the test

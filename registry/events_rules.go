@@ -1,0 +1,195 @@
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"reflect"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// The rules every EventLog backend applies, so they answer alike.
+
+// Record names of the event log, used in FieldError.
+const (
+	RecordEventBatch = "event_batch"
+	RecordEvent      = "event"
+)
+
+// MaxEventKindBytes bounds an event's kind.
+const MaxEventKindBytes = 256
+
+// EventProvenance is the member of an event's data the dispatcher stamps
+// with the delivery's provenance (aip_connector: instance_id, replica_id,
+// version_id, channel_id, lease_sequence).
+const EventProvenance = "aip_connector"
+
+// redeliveryProvenance are the members of data.aip_connector that differ
+// between deliveries of the same event (another replica, version or lease
+// of the same instance) and so do not count when comparing a redelivery.
+var redeliveryProvenance = []string{"replica_id", "version_id", "lease_sequence"}
+
+// Validate checks a batch before anything is stored: tenant, instance,
+// replica and channel set (and the version when given) as identifiers, 1 to
+// aip.MaxEventsPerDelivery events, each with an ID, a kind of 1 to
+// MaxEventKindBytes bytes, an occurred_at and data that is absent or a JSON
+// object, and no event ID twice. Failures are *FieldError values matching
+// ErrInvalid.
+func (b *EventBatch) Validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"tenant_id", b.TenantID}, {"instance_id", b.InstanceID}, {"replica_id", b.ReplicaID}, {"channel_id", b.ChannelID},
+	} {
+		if err := checkIdent(RecordEventBatch, "", f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if b.VersionID != "" {
+		if err := checkIdent(RecordEventBatch, "", "version_id", b.VersionID); err != nil {
+			return err
+		}
+	}
+	if n := len(b.Events); n == 0 || n > aip.MaxEventsPerDelivery {
+		return invalid(RecordEventBatch, "", "events", "holds %d events; a batch holds 1 to %d", n, aip.MaxEventsPerDelivery)
+	}
+	seen := make(map[string]int, len(b.Events))
+	for i := range b.Events {
+		e := &b.Events[i]
+		field := fmt.Sprintf("events[%d]", i)
+		if err := checkIdent(RecordEventBatch, "", field+".id", e.ID); err != nil {
+			return err
+		}
+		if j, dup := seen[e.ID]; dup {
+			return invalid(RecordEventBatch, "", field+".id", "event %s appears twice in the batch (also events[%d]); send each event once", truncate(e.ID), j)
+		}
+		seen[e.ID] = i
+		if e.Kind == "" || len(e.Kind) > MaxEventKindBytes {
+			return invalid(RecordEvent, e.ID, "kind", "must be 1 to %d bytes, got %d", MaxEventKindBytes, len(e.Kind))
+		}
+		if e.OccurredAt.IsZero() {
+			return invalid(RecordEvent, e.ID, "occurred_at", "is missing")
+		}
+		if !dataIsObject(e.Data) {
+			return invalid(RecordEvent, e.ID, "data", "must be a JSON object")
+		}
+	}
+	return nil
+}
+
+// dataIsObject reports whether data is absent or one JSON object.
+func dataIsObject(data json.RawMessage) bool {
+	if len(data) == 0 {
+		return true
+	}
+	t := bytes.TrimLeft(data, " \t\r\n")
+	return len(t) > 0 && t[0] == '{' && json.Valid(data)
+}
+
+// EventData returns the data an event is stored with: its data, or {} when
+// it has none.
+func EventData(e *aip.Event) json.RawMessage {
+	if len(e.Data) == 0 {
+		return json.RawMessage("{}")
+	}
+	return e.Data
+}
+
+// EventReceivedAt returns the time a batch is stored as received: its
+// ReceivedAt, or now when unset, in UTC with microsecond precision (what
+// every backend can keep).
+func EventReceivedAt(b *EventBatch, now time.Time) time.Time {
+	t := b.ReceivedAt
+	if t.IsZero() {
+		t = now
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// CheckRedelivery decides what an event whose ID the tenant's log already
+// holds is: nil when it is a redelivery of stored (same channel, instance,
+// kind, occurred_at, session, action, correlation and data, where data is
+// compared as JSON values and data.aip_connector's replica_id, version_id
+// and lease_sequence are ignored, since a redelivery may come from another
+// replica, version or lease of the same instance), else a *FieldError
+// matching ErrConflict naming the event and the first field that differs.
+func CheckRedelivery(stored *StoredEvent, b *EventBatch, e *aip.Event) error {
+	var field string
+	switch {
+	case stored.ChannelID != b.ChannelID:
+		field = "channel_id"
+	case stored.InstanceID != b.InstanceID:
+		field = "instance_id"
+	case stored.Event.Kind != e.Kind:
+		field = "kind"
+	case !stored.Event.OccurredAt.Equal(e.OccurredAt.Time):
+		field = "occurred_at"
+	case stored.Event.SessionID != e.SessionID:
+		field = "session_id"
+	case stored.Event.ActionID != e.ActionID:
+		field = "action_id"
+	case stored.Event.CorrelationID != e.CorrelationID:
+		field = "correlation_id"
+	case !eventDataEqual(EventData(&stored.Event), EventData(e)):
+		field = "data"
+	default:
+		return nil
+	}
+	return &FieldError{Err: ErrConflict, Record: RecordEvent, ID: e.ID, Field: field,
+		Reason: fmt.Sprintf("the tenant's event log already holds event %s with a different %s; give a different event a new ID", truncate(e.ID), field)}
+}
+
+// eventDataEqual compares two JSON objects as values, ignoring the
+// redelivery provenance in their aip_connector member.
+func eventDataEqual(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	va, oka := redeliveryValue(a)
+	vb, okb := redeliveryValue(b)
+	return oka && okb && reflect.DeepEqual(va, vb)
+}
+
+func redeliveryValue(data json.RawMessage) (map[string]any, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, false
+	}
+	if p, ok := m[EventProvenance].(map[string]any); ok {
+		for _, k := range redeliveryProvenance {
+			delete(p, k)
+		}
+	}
+	normalizeNumbers(m)
+	return m, true
+}
+
+// normalizeNumbers rewrites the numbers in v (decoded with UseNumber) to
+// one form per value, so 100, 1e2 and 100.0 compare equal (a store may
+// keep a number in another form than it was sent).
+func normalizeNumbers(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = normalizeNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = normalizeNumbers(e)
+		}
+	case json.Number:
+		if r, ok := new(big.Rat).SetString(string(x)); ok {
+			return number(r.RatString())
+		}
+	}
+	return v
+}
+
+// number is a normalised JSON number, distinct from a JSON string.
+type number string
+
+// ClampEventPage clamps an Events limit to 1..MaxEventPage.
+func ClampEventPage(limit int) int { return min(max(limit, 1), MaxEventPage) }
