@@ -130,8 +130,9 @@
 //     (MaxEndpointsPerHost); a longer list is refused. Front more servers
 //     with more hosts.
 //   - --hermes-max-response-bytes (AIP_HERMES_MAX_RESPONSE_BYTES): bound on
-//     a JSON answer and on a whole SSE stream (chat, run events, session chat), 1024 to 256 MiB (default
-//     16 MiB). One SSE event is at most 1 MiB.
+//     a JSON answer and on a whole SSE stream (chat, run events, session
+//     chat), 1024 to 256 MiB (default 16 MiB). One SSE event is at most
+//     1 MiB.
 //   - --hermes-default-model (AIP_HERMES_DEFAULT_MODEL): the model of chat
 //     and responses when the action names none (default "hermes-agent").
 //
