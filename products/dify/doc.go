@@ -24,7 +24,8 @@
 //
 // The other capabilities are declared in one operations table
 // (operations.go: suffix, app modes, method, path, query and body fields,
-// input schema, risk, contract) and run by one handler. Per app, where
+// input schema, risk, contract) and run by one handler. Per app
+// (capability IDs cap:dify:<app_id>:<suffix>), where
 // the document's "Available for" lists the app's mode (chat = Chatbot,
 // advanced-chat = Chatflow, agent-chat = Agent, completion = Text
 // Generator):
