@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ const (
 	FlagAllowInsecureHTTP = "twenty-allow-insecure-http"
 	FlagMaxResponseBytes  = "twenty-max-response-bytes"
 	FlagObjects           = "twenty-objects"
+	FlagOperationsFile    = "twenty-operations-file"
 )
 
 // Bounds and defaults.
@@ -41,6 +43,9 @@ const (
 	DefaultObjects = "people,companies,opportunities,notes,tasks"
 	// MaxObjects bounds --twenty-objects.
 	MaxObjects = 128
+	// MaxOperationsFileBytes bounds --twenty-operations-file (reference:
+	// at most 128 KiB).
+	MaxOperationsFileBytes = 128 << 10
 )
 
 // objectNamePattern is a Twenty object's plural API name as the adapter
@@ -53,7 +58,7 @@ var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-5][0-9a-
 // Product is the Twenty adapter as cmd/aip-host runs it.
 var Product = products.Product{
 	Name:    "twenty",
-	Summary: "Twenty CRM records over its workspace REST API (list, get, create, update, soft delete, batch create, object metadata) and its signed webhooks",
+	Summary: "Twenty CRM records over its workspace REST API (list, get, duplicates, group by, create, update, soft delete, restore, merge, filter-form batches, opt-in permanent deletes, object and field metadata, the generated OpenAPI documents) and its signed webhooks",
 	Settings: []hostsdk.Setting{
 		{Flag: FlagBaseURL, Env: "AIP_TWENTY_BASE_URL",
 			Usage: "Twenty server origin, e.g. https://api.twenty.com (required; https, or http to loopback)"},
@@ -70,6 +75,8 @@ var Product = products.Product{
 			Usage: fmt.Sprintf("largest Twenty answer read, in bytes (default %d)", DefaultMaxResponseBytes)},
 		{Flag: FlagObjects, Env: "AIP_TWENTY_OBJECTS",
 			Usage: "comma-separated plural API names of the objects the capabilities accept (default " + DefaultObjects + ")"},
+		{Flag: FlagOperationsFile, Env: "AIP_TWENTY_OPERATIONS_FILE",
+			Usage: `JSON file (not writable by group or others, at most 128 KiB) holding the array of operations to offer, e.g. ["record.list","record.destroy"]; default: every operation except the permanent deletes record.destroy and record.destroy_many`},
 	},
 	New: newFromSettings,
 }
@@ -91,6 +98,9 @@ type Config struct {
 	// Objects are the plural object names the capabilities accept, in
 	// order. Defaults to DefaultObjects.
 	Objects []string
+	// Operations are the operations offered (capability ID suffixes). nil
+	// offers every operation that is not destructive (DefaultOperations).
+	Operations []string
 	// Transport is the HTTP round tripper (nil: the default).
 	Transport http.RoundTripper
 	// Now is the clock of webhook timestamp checks. Defaults to time.Now.
@@ -123,11 +133,74 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 			return nil, err
 		}
 	}
+	if f := v[FlagOperationsFile]; f != "" {
+		if cfg.Operations, err = ReadOperationsFile(f); err != nil {
+			return nil, err
+		}
+	}
 	c, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ReadOperationsFile reads --twenty-operations-file: a JSON array of 1 to
+// len(operations) distinct operation names (the part of a capability ID
+// after cap:twenty:), in a file not writable by group or others.
+func ReadOperationsFile(path string) ([]string, error) {
+	what := "--" + FlagOperationsFile + " (AIP_TWENTY_OPERATIONS_FILE)"
+	ops, err := provider.ReadJSONList[string](what, path, MaxOperationsFileBytes, len(operations),
+		`operation names (e.g. ["record.list","record.destroy"])`)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := admit(ops); err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", what, path, err)
+	}
+	return ops, nil
+}
+
+// DefaultOperations are the operations offered without
+// --twenty-operations-file: every operation but the destructive ones.
+func DefaultOperations() []string {
+	var out []string
+	for _, o := range operations {
+		if !o.destructive {
+			out = append(out, o.op)
+		}
+	}
+	return out
+}
+
+// admit checks an operations list and returns the set it admits; nil
+// admits DefaultOperations.
+func admit(ops []string) (map[string]bool, error) {
+	if ops == nil {
+		ops = DefaultOperations()
+	}
+	if len(ops) == 0 {
+		return nil, errors.New("the operations list is empty; list the operations to offer, or leave the setting out to offer every non-destructive one")
+	}
+	out := map[string]bool{}
+	for _, op := range ops {
+		if !slices.ContainsFunc(operations, func(o operation) bool { return o.op == op }) {
+			return nil, fmt.Errorf("unknown operation %q; the operations are %s", op, strings.Join(allOperations(), ", "))
+		}
+		if out[op] {
+			return nil, fmt.Errorf("operation %q is listed twice", op)
+		}
+		out[op] = true
+	}
+	return out, nil
+}
+
+func allOperations() []string {
+	out := make([]string, len(operations))
+	for i, o := range operations {
+		out[i] = o.op
+	}
+	return out
 }
 
 // ParseBaseURL checks --twenty-base-url: an origin (a path is accepted for
@@ -159,7 +232,7 @@ func ParseObjects(s string) ([]string, error) {
 		if !objectNamePattern.MatchString(name) {
 			return nil, fmt.Errorf("%s: %q is not a plural object API name; want a lowercase letter then up to 62 letters or digits (e.g. people, companies, myCustomObjects)", what, name)
 		}
-		if name == "batch" || name == "metadata" {
+		if name == "batch" || name == "metadata" || name == "restore" {
 			return nil, fmt.Errorf("%s: %q is a reserved REST path segment of Twenty, not an object name", what, name)
 		}
 		if seen[name] {
@@ -200,6 +273,9 @@ func (cfg *Config) validate() error {
 		cfg.Objects = objs
 	} else if _, err := ParseObjects(strings.Join(cfg.Objects, ",")); err != nil {
 		return err
+	}
+	if _, err := admit(cfg.Operations); err != nil {
+		return fmt.Errorf("--%s (AIP_TWENTY_OPERATIONS_FILE): %w", FlagOperationsFile, err)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

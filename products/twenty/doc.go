@@ -7,45 +7,109 @@
 // records lives under /rest/ with one path per object named by its plural
 // API name (GET /rest/people?fields=...), the Metadata API under
 // /rest/metadata/, authentication is "Authorization: Bearer <API key>",
-// record endpoints take fields and depth, and batches hold at most 60
-// records. The adapter uses those paths. What the page does not spell out
-// comes from Twenty's generated REST API (reference upstream-aip-core.md
-// §8.6): the batch path /rest/batch/<object>, the list parameters filter,
-// order_by, limit, starting_after and ending_before, and the answers
-// {"data":{<name>:...},"pageInfo":{...},"totalCount":n}. The adapter does
-// not depend on the member names inside data beyond the list's
-// (<object>) and the metadata list's (objects): single-record answers
-// hold exactly one member, whatever Twenty names it.
+// record endpoints take fields and depth, and batches ("create, update, or
+// delete") hold at most 60 records. The adapter uses those paths. What the
+// page does not spell out comes from Twenty's generated REST API (the
+// OpenAPI document each workspace serves at /rest/open-api/core; reference
+// upstream-aip-core.md §8.6 names the operations): the batch path
+// /rest/batch/<object>; the list parameters filter, order_by, limit,
+// starting_after and ending_before; the filter forms of update and delete
+// (PATCH and DELETE /rest/<object>?filter=..., soft_delete); restore
+// (PATCH /rest/restore/<object>/<id> and /rest/restore/<object>?filter=...);
+// POST /rest/<object>/duplicates with {"ids":[...]} or {"data":[...]};
+// PATCH /rest/<object>/merge with {"ids","conflictPriorityIndex","dryRun"};
+// GET /rest/<object>/groupBy?group_by=<JSON array> (its group_by parameter
+// is parsed as JSON by Twenty's REST layer); GET
+// /rest/metadata/<objects|fields>[/<id>]; GET /rest/open-api/core and
+// /rest/open-api/metadata; and the answers {"data":{<name>:...},
+// "pageInfo":{...},"totalCount":n} (duplicates: {"data":[...]}; the OpenAPI
+// documents: the document itself). The adapter does not depend on the
+// member names inside data beyond the lists' (<object>, objects, fields):
+// answers hold exactly one member, whatever Twenty names it (person,
+// createPerson, updatePeople, deletePeople, restorePerson, mergePeople,
+// peopleGroupBy, object, field).
 //
 // # Capabilities
 //
-// Capability IDs are cap:twenty:<operation>; every input names the object
-// ("object", one of the configured plural names) except metadata.list:
+// Capability IDs are cap:twenty:<operation>; every record input names the
+// object ("object", one of the configured plural names). A filter is
+// Twenty's filter expression (e.g. id[in]:["<uuid>","<uuid>"] or
+// city[eq]:"Paris"), 1 to 8 KiB; the filter forms require one, so a batch
+// never addresses a whole object by omission.
 //
-//   - cap:twenty:record.list: GET /rest/<object> with filter, order_by,
+// Reads (retry-safe, no idempotency headers):
+//
+//   - record.list: GET /rest/<object> with filter, order_by,
 //     limit (1..200), starting_after or ending_before, fields, depth;
 //     returns {object, records, page_info, total_count}.
-//   - cap:twenty:record.get: GET /rest/<object>/<id> (fields, depth);
+//   - record.get: GET /rest/<object>/<id> (fields, depth);
 //     returns {object, record}.
-//   - cap:twenty:record.create: POST /rest/<object> with the record.
-//   - cap:twenty:record.update: PATCH /rest/<object>/<id> with the fields
-//     to change.
-//   - cap:twenty:record.soft_delete: DELETE /rest/<object>/<id>?soft_delete=true
-//     (Twenty keeps the record as deleted; it can be restored there; without
-//     soft_delete=true Twenty would delete it permanently).
-//   - cap:twenty:record.create_many: POST /rest/batch/<object> with 1 to 60
+//   - record.find_duplicates: POST /rest/<object>/duplicates (depth) with
+//     1 to 60 record IDs (sent as ids) or 1 to 60 records not yet created
+//     (sent as data), one or the other; a POST that changes nothing
+//     (Twenty answers 200); returns {object, duplicates}, one entry per
+//     input: {totalCount, pageInfo, <singular>Duplicates}.
+//   - record.group_by: GET /rest/<object>/groupBy with group_by (1 to 16
+//     entries, each {"<field>": true}, {"<field>": {"<sub-field>": true}}
+//     or {"<date field>": {"granularity": "DAY"}}; at most 4 KiB as JSON,
+//     sent compacted), filter and limit (1..200); returns {object,
+//     groups}, each {groupByDimensionValues, <aggregates>}. Twenty's other
+//     group-by parameters (order_by in its group-by form, view_id,
+//     include_records_sample, aggregate selections) are not offered.
+//   - metadata.list: GET /rest/metadata/objects (limit, starting_after);
+//     returns {objects, page_info, total_count}.
+//   - metadata.fields: GET /rest/metadata/fields (limit, starting_after);
+//     returns {fields, page_info, total_count}.
+//   - metadata.get: GET /rest/metadata/<resource>/<id>, resource objects or
+//     fields; returns {resource, item}.
+//   - openapi.core and openapi.metadata: GET /rest/open-api/core and
+//     /rest/open-api/metadata, the OpenAPI documents Twenty generates for
+//     the key's workspace; returns {document} (a JSON object with an
+//     "openapi" version, else provider.bad_response).
+//
+// Mutations (an idempotency key required; never retried):
+//
+//   - record.create: POST /rest/<object> with the record.
+//   - record.create_many: POST /rest/batch/<object> with 1 to 60
 //     records; returns {object, records}.
-//   - cap:twenty:metadata.list: GET /rest/metadata/objects (limit,
-//     starting_after); returns {objects, page_info, total_count}.
+//   - record.update: PATCH /rest/<object>/<id> with the fields to change.
+//   - record.update_many (risk high): PATCH /rest/<object>?filter=... with
+//     the fields to set on every match; returns {object, records}.
+//   - record.soft_delete: DELETE /rest/<object>/<id>?soft_delete=true
+//     (Twenty keeps the record as deleted; it can be restored; without
+//     soft_delete=true Twenty would delete it permanently).
+//   - record.soft_delete_many (risk high): DELETE
+//     /rest/<object>?filter=...&soft_delete=true; returns {object, records}
+//     (the deleted records' IDs).
+//   - record.restore: PATCH /rest/restore/<object>/<id>, no body; returns
+//     {object, record}. Some Twenty versions refuse this path with 400
+//     (twentyhq/twenty#23034, fixed upstream); that comes back as
+//     provider.invalid_request, and record.restore_many with
+//     id[eq]:<uuid> does the same.
+//   - record.restore_many: PATCH /rest/restore/<object>?filter=..., no
+//     body; returns {object, records}.
+//   - record.merge (risk high): PATCH /rest/<object>/merge (depth) with
+//     {"ids": 2 to 60 distinct IDs, "conflictPriorityIndex": the index in
+//     ids of the record kept, "dryRun"}; Twenty merges the others into it
+//     and deletes them (dry_run only previews); returns {object, record}.
+//   - record.destroy (risk critical): DELETE
+//     /rest/<object>/<id>?soft_delete=false, a permanent delete.
+//   - record.destroy_many (risk critical): DELETE
+//     /rest/<object>?filter=...&soft_delete=false; returns {object,
+//     records} (the deleted IDs).
+//
+// record.destroy and record.destroy_many cannot be undone: they are offered
+// only when --twenty-operations-file lists them; by default every other
+// operation is offered. An operation not offered is absent from the
+// manifest and refused (twenty.unknown_capability).
 //
 // Record bodies are free-form JSON objects (the workspace's schema decides
 // their fields), at most MaxRecordFields fields and MaxRecordBytes of JSON
 // each (a larger one fails with twenty.record_too_large). Record IDs are
-// UUIDs. The mutations (create, update, soft_delete, create_many) send the
-// action's idempotency key as Idempotency-Key and its ID as
-// X-AIP-Action-ID. None requires human approval (the reference reserves
-// that for destroy and metadata changes, which this adapter does not
-// offer).
+// UUIDs. The mutations send the action's idempotency key as
+// Idempotency-Key and its ID as X-AIP-Action-ID. None requires human
+// approval: the irreversible ones are gated by the operator's operations
+// list instead, and declare risk critical.
 //
 // # Settings
 //
@@ -66,7 +130,13 @@
 //   - --twenty-objects (AIP_TWENTY_OBJECTS): the objects the capabilities
 //     accept, comma-separated plural API names matching
 //     [a-z][A-Za-z0-9]{0,62} (default people,companies,opportunities,
-//     notes,tasks).
+//     notes,tasks). batch, metadata and restore are refused: they are
+//     REST path segments of Twenty's own.
+//   - --twenty-operations-file (AIP_TWENTY_OPERATIONS_FILE): a JSON array
+//     of the operations to offer (e.g. ["record.list","record.destroy"]),
+//     in a file not writable by group or others, at most 128 KiB; unknown
+//     or repeated names and an empty array are errors. Default: every
+//     operation but record.destroy and record.destroy_many.
 //
 // # Errors
 //
@@ -78,7 +148,9 @@
 // provider.unavailable (retryable) for reads. A mutation that got a 5xx,
 // no answer, or a 2xx answer of the wrong shape may have been applied: it
 // is journaled outcome_unknown and never sent again. A read's 2xx answer
-// of the wrong shape is provider.bad_response.
+// of the wrong shape is provider.bad_response. Inputs the schema cannot
+// check (a conflict_priority_index past the ids, a group_by over 4 KiB)
+// fail with connector_host.input_invalid before any request.
 //
 // CheckHealth reads one record of the first configured object
 // (GET /rest/<object>?limit=1): a wrong key, an unreachable server or a
@@ -109,11 +181,14 @@
 //
 // # Not covered
 //
-// Deliberately left out: find_duplicates, group_by, update_many,
-// soft_delete_many, destroy (hard delete), restore, merge, ingest, metadata
-// get/create/update/delete, the OpenAPI documents, GraphQL, and everything
-// the reference excludes (admin, auth, billing, workspace management, AI,
-// workflows, MCP). Twenty's per-workspace OpenAPI is not fetched: the
-// adapter does not validate record fields against the workspace schema;
-// Twenty does, and its 400 comes back as provider.invalid_request.
+// Deliberately left out: record.ingest and record.ingest_many with their
+// idempotent ingest policy (AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE; not
+// built yet), metadata create/update/delete (schema changes; the reference
+// rates them critical) and the metadata resources other than objects and
+// fields (views, page layouts, webhooks, ...), GraphQL (batch upserts),
+// the upsert query parameter, and everything the reference excludes
+// (admin, auth, billing, workspace management, AI, workflows, MCP). The
+// adapter does not validate record fields or filters against the
+// workspace schema; Twenty does, and its 400 comes back as
+// provider.invalid_request.
 package twenty

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,19 @@ import (
 //     the path of Twenty's generated REST API (reference §8.6, task brief).
 //   - "Two APIs", Metadata API under /rest/metadata/: GET
 //     /rest/metadata/objects.
+//   - "Batch operations" (create, update or delete in one request) and
+//     Twenty's generated REST API (reference §8.6; the page spells none of
+//     these): PATCH and DELETE /rest/<plural>?filter=... (update many,
+//     delete many with soft_delete), PATCH /rest/restore/<plural>/<id> and
+//     /rest/restore/<plural>?filter=..., POST /rest/<plural>/duplicates
+//     ({"ids":[...]} or {"data":[...]}), PATCH /rest/<plural>/merge
+//     ({"ids","conflictPriorityIndex","dryRun"}), GET
+//     /rest/<plural>/groupBy?group_by=<JSON array>, GET
+//     /rest/metadata/objects/<id>, /rest/metadata/fields[/<id>] and GET
+//     /rest/open-api/core|metadata (the generated OpenAPI documents, no
+//     data envelope). The mock's filter understands one condition,
+//     field[eq]:value or id[in]:[v,...] (values optionally quoted), and
+//     refuses anything else with 400.
 //   - "Selecting fields (REST)": the fields and depth query parameters.
 //     The list parameters filter, order_by, limit, starting_after and
 //     ending_before are not on the page; they are those of Twenty's
@@ -167,14 +181,16 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	mutation := r.Method != http.MethodGet
+	// Every method but GET changes state, except the duplicates search
+	// (a POST that reads).
+	mutation := r.Method != http.MethodGet && !strings.HasSuffix(r.URL.Path, "/duplicates")
 	if mutation {
 		if r.Header.Get("Idempotency-Key") == "" || r.Header.Get("X-AIP-Action-ID") == "" {
 			twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: mutation without Idempotency-Key or X-AIP-Action-ID")
 			return
 		}
 	}
-	if (r.Method == http.MethodPost || r.Method == http.MethodPatch) && r.Header.Get("Content-Type") != "application/json" {
+	if len(body) > 0 && r.Header.Get("Content-Type") != "application/json" {
 		twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: body is not application/json")
 		return
 	}
@@ -186,24 +202,57 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
-	case segs[1] == "metadata":
-		// "Metadata API — /rest/metadata/": GET /rest/metadata/objects.
-		if len(segs) != 3 || segs[2] != "objects" || r.Method != http.MethodGet {
+	case segs[1] == "open-api":
+		// GET /rest/open-api/core and /rest/open-api/metadata: the
+		// generated OpenAPI documents themselves.
+		if len(segs) != 3 || (segs[2] != "core" && segs[2] != "metadata") || r.Method != http.MethodGet || !m.queryOK(w, r) {
 			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 			return
 		}
-		if !m.queryOK(w, r, "limit", "starting_after") {
+		reply(w, 200, map[string]any{"openapi": "3.1.1", "info": map[string]any{"title": "Twenty Api", "version": segs[2]},
+			"servers": []any{map[string]any{"url": m.srv.URL + "/rest"}}, "paths": map[string]any{"/people": map[string]any{}}})
+	case segs[1] == "metadata":
+		m.metadata(w, r, segs)
+	case segs[1] == "restore":
+		// PATCH /rest/restore/<plural>/<id> (restore one) and
+		// /rest/restore/<plural>?filter=... (restore many); no body.
+		if r.Method != http.MethodPatch || len(segs) < 3 || len(segs) > 4 {
+			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 			return
 		}
-		var objs []map[string]any
-		for _, plural := range slices.Sorted(maps.Keys(mockObjects)) {
-			objs = append(objs, map[string]any{"namePlural": plural, "nameSingular": mockObjects[plural], "isActive": true})
+		singular, ok := m.object(w, segs[2])
+		if !ok {
+			return
 		}
-		if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n < len(objs) {
-			objs = objs[:n]
+		if len(body) != 0 {
+			twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: restore takes no body")
+			return
 		}
-		reply(w, 200, map[string]any{"data": map[string]any{"objects": objs},
-			"pageInfo": map[string]any{"hasNextPage": false, "startCursor": "m0", "endCursor": "m1"}, "totalCount": len(objs)})
+		if len(segs) == 4 {
+			if !m.queryOK(w, r, "depth") {
+				return
+			}
+			rec := m.find(segs[2], segs[3])
+			if rec == nil {
+				twentyError(w, http.StatusNotFound, "NotFoundException", "Record not found")
+				return
+			}
+			delete(rec, "deletedAt")
+			reply(w, 200, map[string]any{"data": map[string]any{"restore" + upper(singular): rec}})
+			return
+		}
+		match, ok := m.filter(w, r, segs[2], "filter", "depth")
+		if !ok {
+			return
+		}
+		var out []map[string]any
+		for _, rec := range match {
+			if rec["deletedAt"] != nil {
+				delete(rec, "deletedAt")
+				out = append(out, rec)
+			}
+		}
+		reply(w, 200, map[string]any{"data": map[string]any{"restore" + upper(segs[2]): nonNil(out)}})
 	case segs[1] == "batch":
 		// "Batch operations": POST /rest/batch/<plural>, at most 60 records.
 		if len(segs) != 3 || r.Method != http.MethodPost {
@@ -250,9 +299,38 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			m.create(segs[1], rec)
 			reply(w, 201, map[string]any{"data": map[string]any{"create" + upper(singular): rec}})
+		case http.MethodPatch:
+			// Update many: the fields of the body set on every match.
+			match, ok := m.filter(w, r, segs[1], "filter", "depth")
+			if !ok {
+				return
+			}
+			var patch map[string]any
+			if err := json.Unmarshal(body, &patch); err != nil || len(patch) == 0 {
+				twentyError(w, http.StatusBadRequest, "BadRequestException", "body must be an object of fields")
+				return
+			}
+			for _, rec := range match {
+				maps.Copy(rec, patch)
+			}
+			reply(w, 200, map[string]any{"data": map[string]any{"update" + upper(segs[1]): nonNil(match)}})
+		case http.MethodDelete:
+			// Delete many: soft_delete (default false) decides.
+			match, ok := m.filter(w, r, segs[1], "filter", "soft_delete")
+			if !ok {
+				return
+			}
+			var out []map[string]any
+			for _, rec := range match {
+				out = append(out, map[string]any{"id": rec["id"]})
+				m.remove(segs[1], rec, r.URL.Query().Get("soft_delete") == "true")
+			}
+			reply(w, 200, map[string]any{"data": map[string]any{"delete" + upper(segs[1]): nonNil(out)}})
 		default:
 			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 		}
+	case len(segs) == 3 && (segs[2] == "duplicates" || segs[2] == "merge" || segs[2] == "groupBy"):
+		m.special(w, r, segs[1], segs[2], body)
 	case len(segs) == 3:
 		// Core API: GET, PATCH, DELETE /rest/<plural>/<id>.
 		singular, ok := m.object(w, segs[1])
@@ -289,11 +367,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if !m.queryOK(w, r, "soft_delete") {
 				return
 			}
-			if r.URL.Query().Get("soft_delete") == "true" {
-				rec["deletedAt"] = "2026-11-30T10:00:00.000Z"
-			} else {
-				m.records[segs[1]] = slices.DeleteFunc(m.records[segs[1]], func(x map[string]any) bool { return x["id"] == segs[2] })
-			}
+			m.remove(segs[1], rec, r.URL.Query().Get("soft_delete") == "true")
 			reply(w, 200, map[string]any{"data": map[string]any{"delete" + upper(singular): map[string]any{"id": rec["id"]}}})
 		default:
 			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
@@ -344,3 +418,236 @@ func (m *mockTwenty) create(plural string, rec map[string]any) {
 }
 
 func upper(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+
+// remove soft-deletes rec (deletedAt set) or deletes it permanently. The
+// caller holds m.mu.
+func (m *mockTwenty) remove(plural string, rec map[string]any, soft bool) {
+	if soft {
+		rec["deletedAt"] = "2026-11-30T10:00:00.000Z"
+		return
+	}
+	m.records[plural] = slices.DeleteFunc(m.records[plural], func(x map[string]any) bool { return x["id"] == rec["id"] })
+}
+
+// find returns the stored record (not a copy); the caller holds m.mu.
+func (m *mockTwenty) find(plural, id string) map[string]any {
+	for _, x := range m.records[plural] {
+		if x["id"] == id {
+			return x
+		}
+	}
+	return nil
+}
+
+// mockFieldPattern is a field name the mock's filter accepts.
+var mockFieldPattern = regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
+
+func nonNil(recs []map[string]any) []map[string]any {
+	if recs == nil {
+		return []map[string]any{}
+	}
+	return recs
+}
+
+// filter returns the records of plural matching the required filter
+// query parameter: one condition, field[eq]:value or id[in]:[v,...],
+// values optionally in double quotes. Other query parameters must be in
+// allowed.
+func (m *mockTwenty) filter(w http.ResponseWriter, r *http.Request, plural string, allowed ...string) ([]map[string]any, bool) {
+	if !m.queryOK(w, r, allowed...) {
+		return nil, false
+	}
+	f := r.URL.Query().Get("filter")
+	field, rest, ok := strings.Cut(f, "[")
+	comparator, value, ok2 := strings.Cut(rest, "]:")
+	if f == "" || !ok || !ok2 || (comparator != "eq" && comparator != "in") || !mockFieldPattern.MatchString(field) {
+		twentyError(w, http.StatusBadRequest, "BadRequestException", fmt.Sprintf("mock: unsupported filter %q", f))
+		return nil, false
+	}
+	var values []string
+	if comparator == "in" {
+		inner, ok := strings.CutPrefix(value, "[")
+		inner, ok2 := strings.CutSuffix(inner, "]")
+		if !ok || !ok2 {
+			twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: [in] takes [v,...]")
+			return nil, false
+		}
+		values = strings.Split(inner, ",")
+	} else {
+		values = []string{value}
+	}
+	for i, v := range values {
+		values[i] = strings.Trim(v, `"`)
+	}
+	var out []map[string]any
+	for _, rec := range m.records[plural] {
+		if v, ok := rec[field]; ok && slices.Contains(values, fmt.Sprint(v)) {
+			out = append(out, rec)
+		}
+	}
+	return out, true
+}
+
+// metadata serves GET /rest/metadata/objects[/<id>] and
+// /rest/metadata/fields[/<id>]. The caller holds m.mu.
+func (m *mockTwenty) metadata(w http.ResponseWriter, r *http.Request, segs []string) {
+	var items []map[string]any
+	singular := map[string]string{"objects": "object", "fields": "field"}
+	if len(segs) < 3 || len(segs) > 4 || singular[segs[2]] == "" || r.Method != http.MethodGet {
+		twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+		return
+	}
+	for i, plural := range slices.Sorted(maps.Keys(mockObjects)) {
+		if segs[2] == "objects" {
+			items = append(items, map[string]any{"id": fmt.Sprintf("00000000-0000-4000-a000-%012d", i+1),
+				"namePlural": plural, "nameSingular": mockObjects[plural], "isActive": true})
+		} else {
+			items = append(items, map[string]any{"id": fmt.Sprintf("00000000-0000-4000-b000-%012d", i+1),
+				"name": "name", "type": "TEXT", "objectMetadataId": fmt.Sprintf("00000000-0000-4000-a000-%012d", i+1)})
+		}
+	}
+	if len(segs) == 4 {
+		if !m.queryOK(w, r) {
+			return
+		}
+		for _, it := range items {
+			if it["id"] == segs[3] {
+				reply(w, 200, map[string]any{"data": map[string]any{singular[segs[2]]: it}})
+				return
+			}
+		}
+		twentyError(w, http.StatusNotFound, "NotFoundException", "Metadata not found")
+		return
+	}
+	if !m.queryOK(w, r, "limit", "starting_after") {
+		return
+	}
+	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n < len(items) {
+		items = items[:n]
+	}
+	reply(w, 200, map[string]any{"data": map[string]any{segs[2]: items},
+		"pageInfo": map[string]any{"hasNextPage": false, "startCursor": "m0", "endCursor": "m1"}, "totalCount": len(items)})
+}
+
+// special serves POST /rest/<plural>/duplicates, PATCH
+// /rest/<plural>/merge and GET /rest/<plural>/groupBy. The caller holds
+// m.mu.
+func (m *mockTwenty) special(w http.ResponseWriter, r *http.Request, plural, what string, body []byte) {
+	singular, ok := m.object(w, plural)
+	if !ok {
+		return
+	}
+	switch {
+	case what == "duplicates" && r.Method == http.MethodPost:
+		// Duplicates of a record: the other records with the same name.
+		if !m.queryOK(w, r, "depth") {
+			return
+		}
+		var in struct {
+			IDs  []string         `json:"ids"`
+			Data []map[string]any `json:"data"`
+		}
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil || (in.IDs == nil) == (in.Data == nil) {
+			twentyError(w, http.StatusBadRequest, "BadRequestException", "body must hold ids or data")
+			return
+		}
+		probes := in.Data
+		for _, id := range in.IDs {
+			rec := m.find(plural, id)
+			if rec == nil {
+				twentyError(w, http.StatusNotFound, "NotFoundException", "Record not found")
+				return
+			}
+			probes = append(probes, rec)
+		}
+		var out []map[string]any
+		for _, p := range probes {
+			var dups []map[string]any
+			for _, rec := range m.records[plural] {
+				if rec["id"] != p["id"] && p["name"] != nil && fmt.Sprint(rec["name"]) == fmt.Sprint(p["name"]) {
+					dups = append(dups, rec)
+				}
+			}
+			out = append(out, map[string]any{"totalCount": len(dups), "pageInfo": map[string]any{"hasNextPage": false},
+				singular + "Duplicates": nonNil(dups)})
+		}
+		reply(w, 200, map[string]any{"data": out})
+	case what == "merge" && r.Method == http.MethodPatch:
+		if !m.queryOK(w, r, "depth") {
+			return
+		}
+		var in struct {
+			IDs      []string `json:"ids"`
+			Priority *int     `json:"conflictPriorityIndex"`
+			DryRun   bool     `json:"dryRun"`
+		}
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil || len(in.IDs) < 2 || in.Priority == nil || *in.Priority < 0 || *in.Priority >= len(in.IDs) {
+			twentyError(w, http.StatusBadRequest, "BadRequestException", "body must hold 2 or more ids and a conflictPriorityIndex among them")
+			return
+		}
+		var recs []map[string]any
+		for _, id := range in.IDs {
+			rec := m.find(plural, id)
+			if rec == nil {
+				twentyError(w, http.StatusNotFound, "NotFoundException", "Record not found")
+				return
+			}
+			recs = append(recs, rec)
+		}
+		merged := maps.Clone(recs[*in.Priority])
+		for _, rec := range recs {
+			for k, v := range rec {
+				if _, ok := merged[k]; !ok {
+					merged[k] = v
+				}
+			}
+		}
+		if !in.DryRun {
+			maps.Copy(recs[*in.Priority], merged)
+			for i, rec := range recs {
+				if i != *in.Priority {
+					m.remove(plural, rec, true)
+				}
+			}
+		}
+		reply(w, 200, map[string]any{"data": map[string]any{"merge" + upper(plural): merged}})
+	case what == "groupBy" && r.Method == http.MethodGet:
+		// Groups by one plain field ([{"<field>": true}]), counting.
+		if !m.queryOK(w, r, "group_by", "filter", "limit") {
+			return
+		}
+		var groupBy []map[string]bool
+		if err := json.Unmarshal([]byte(r.URL.Query().Get("group_by")), &groupBy); err != nil || len(groupBy) != 1 || len(groupBy[0]) != 1 {
+			twentyError(w, http.StatusBadRequest, "BadRequestException", "Invalid group_by query parameter - should be a valid array of objects")
+			return
+		}
+		var field string
+		for k := range groupBy[0] {
+			field = k
+		}
+		recs := m.records[plural]
+		if r.URL.Query().Has("filter") {
+			if recs, ok = m.filter(w, r, plural, "group_by", "filter", "limit"); !ok {
+				return
+			}
+		}
+		counts := map[string]int{}
+		for _, rec := range recs {
+			counts[fmt.Sprint(rec[field])]++
+		}
+		var out []map[string]any
+		for _, v := range slices.Sorted(maps.Keys(counts)) {
+			out = append(out, map[string]any{"groupByDimensionValues": []string{v}, "totalCount": counts[v]})
+		}
+		if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n < len(out) {
+			out = out[:n]
+		}
+		reply(w, 200, map[string]any{"data": map[string]any{plural + "GroupBy": nonNil(out)}})
+	default:
+		twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+	}
+}

@@ -21,6 +21,10 @@ const (
 	MaxFilterBytes  = 8 << 10
 	MaxOrderByBytes = 1 << 10
 	MaxCursorBytes  = 1 << 10
+	// MaxGroupByBytes bounds record.group_by's group_by as JSON;
+	// MaxGroupByFields its entries.
+	MaxGroupByBytes  = 4 << 10
+	MaxGroupByFields = 16
 	// MaxFields bounds the fields selection (api.mdx: 200 fields are
 	// returned when none are selected).
 	MaxFields = 200
@@ -87,6 +91,29 @@ func inputSchemas(objects []string) map[string]json.RawMessage {
 		"depth":          depthSchema(),
 	})
 	list["not"] = map[string]any{"required": []string{"starting_after", "ending_before"}}
+	filter := map[string]any{"type": "string", "minLength": 1, "maxLength": MaxFilterBytes,
+		"description": "Twenty's filter expression selecting the records, e.g. id[in]:[\"<uuid>\",\"<uuid>\"] or companyId[eq]:\"<uuid>\""}
+	ids := func(minItems int, what string) map[string]any {
+		return map[string]any{"type": "array", "minItems": minItems, "maxItems": MaxBatchRecords, "uniqueItems": true,
+			"items": uuidSchema, "description": what}
+	}
+	duplicates := strict([]string{"object"}, map[string]any{
+		"object": obj,
+		"ids":    ids(1, "1 to 60 record IDs whose duplicates to find"),
+		"records": map[string]any{"type": "array", "minItems": 1, "maxItems": MaxBatchRecords,
+			"items": recordSchema(1), "description": "1 to 60 records (not yet created) whose duplicates to find; sent as data"},
+		"depth": depthSchema(),
+	})
+	duplicates["oneOf"] = []any{
+		map[string]any{"required": []string{"ids"}},
+		map[string]any{"required": []string{"records"}},
+	}
+	metadataPage := func() map[string]any {
+		return strict(nil, map[string]any{
+			"limit":          map[string]any{"type": "integer", "minimum": 1, "maximum": MaxListLimit, "description": "page size"},
+			"starting_after": cursorSchema("the endCursor of the previous page"),
+		})
+	}
 	schemas := map[string]any{
 		OpList: list,
 		OpGet: strict([]string{"object", "id"}, map[string]any{
@@ -106,10 +133,39 @@ func inputSchemas(objects []string) map[string]json.RawMessage {
 			"records": map[string]any{"type": "array", "minItems": 1, "maxItems": MaxBatchRecords,
 				"items": recordSchema(0), "description": "1 to 60 records to create in one call"},
 		}),
-		OpMetadataList: strict(nil, map[string]any{
-			"limit":          map[string]any{"type": "integer", "minimum": 1, "maximum": MaxListLimit, "description": "page size"},
-			"starting_after": cursorSchema("the endCursor of the previous page"),
+		OpMetadataList:   metadataPage(),
+		OpFindDuplicates: duplicates,
+		OpGroupBy: strict([]string{"object", "group_by"}, map[string]any{
+			"object": obj,
+			"group_by": map[string]any{"type": "array", "minItems": 1, "maxItems": MaxGroupByFields,
+				"items":       map[string]any{"type": "object", "minProperties": 1, "maxProperties": 1},
+				"description": `the fields to group by, one per entry, as Twenty's group_by takes them (at most 4 KiB as JSON): {"<field>": true}, {"<composite field>": {"<sub-field>": true}} or {"<date field>": {"granularity": "DAY"}}`},
+			"filter": filter,
+			"limit":  map[string]any{"type": "integer", "minimum": 1, "maximum": MaxListLimit, "description": "most groups returned"},
 		}),
+		OpUpdateMany: strict([]string{"object", "filter", "record"}, map[string]any{
+			"object": obj, "filter": filter, "record": recordSchema(1),
+		}),
+		OpSoftDeleteMany: strict([]string{"object", "filter"}, map[string]any{"object": obj, "filter": filter}),
+		OpRestore:        strict([]string{"object", "id"}, map[string]any{"object": obj, "id": uuidSchema}),
+		OpRestoreMany:    strict([]string{"object", "filter"}, map[string]any{"object": obj, "filter": filter}),
+		OpDestroy:        strict([]string{"object", "id"}, map[string]any{"object": obj, "id": uuidSchema}),
+		OpDestroyMany:    strict([]string{"object", "filter"}, map[string]any{"object": obj, "filter": filter}),
+		OpMerge: strict([]string{"object", "ids", "conflict_priority_index"}, map[string]any{
+			"object": obj,
+			"ids":    ids(2, "2 to 60 IDs of the records to merge"),
+			"conflict_priority_index": map[string]any{"type": "integer", "minimum": 0, "maximum": MaxBatchRecords - 1,
+				"description": "the index in ids of the record that is kept and whose values win conflicts"},
+			"dry_run": map[string]any{"type": "boolean", "description": "preview the merged record without merging (default false)"},
+			"depth":   depthSchema(),
+		}),
+		OpMetadataGet: strict([]string{"resource", "id"}, map[string]any{
+			"resource": map[string]any{"type": "string", "enum": []string{"objects", "fields"}, "description": "objects or fields"},
+			"id":       map[string]any{"type": "string", "pattern": uuidPattern.String(), "description": "the object's or field's id (a UUID)"},
+		}),
+		OpMetadataFields: metadataPage(),
+		OpOpenAPICore:    strict(nil, map[string]any{}),
+		OpOpenAPIMeta:    strict(nil, map[string]any{}),
 	}
 	out := make(map[string]json.RawMessage, len(schemas))
 	for op, s := range schemas {
@@ -135,4 +191,29 @@ var outputSchemas = map[string]json.RawMessage{
 		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}}}}`),
 	OpMetadataList: json.RawMessage(`{"type":"object","required":["objects"],"properties":{
 		"objects":{"type":"array","items":{"type":"object"}},"page_info":{"type":"object"},"total_count":{"type":"integer"}}}`),
+	OpFindDuplicates: json.RawMessage(`{"type":"object","required":["object","duplicates"],"properties":{
+		"object":{"type":"string"},"duplicates":{"type":"array","items":{"type":"object"}}}}`),
+	OpGroupBy: json.RawMessage(`{"type":"object","required":["object","groups"],"properties":{
+		"object":{"type":"string"},"groups":{"type":"array","items":{"type":"object"}}}}`),
+	OpUpdateMany:     recordsOutput,
+	OpSoftDeleteMany: recordsOutput,
+	OpRestore:        recordOutputSchema,
+	OpRestoreMany:    recordsOutput,
+	OpDestroy:        recordOutputSchema,
+	OpDestroyMany:    recordsOutput,
+	OpMerge:          recordOutputSchema,
+	OpMetadataGet: json.RawMessage(`{"type":"object","required":["resource","item"],"properties":{
+		"resource":{"type":"string"},"item":{"type":"object"}}}`),
+	OpMetadataFields: json.RawMessage(`{"type":"object","required":["fields"],"properties":{
+		"fields":{"type":"array","items":{"type":"object"}},"page_info":{"type":"object"},"total_count":{"type":"integer"}}}`),
+	OpOpenAPICore: documentOutputSchema,
+	OpOpenAPIMeta: documentOutputSchema,
 }
+
+var (
+	recordOutputSchema = json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`)
+	recordsOutput      = json.RawMessage(`{"type":"object","required":["object","records"],"properties":{
+		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}}}}`)
+	documentOutputSchema = json.RawMessage(`{"type":"object","required":["document"],"properties":{
+		"document":{"type":"object","required":["openapi"],"properties":{"openapi":{"type":"string"}}}}}`)
+)

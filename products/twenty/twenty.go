@@ -18,13 +18,26 @@ import (
 
 // Operations: the part of a capability ID after "cap:twenty:".
 const (
-	OpList         = "record.list"
-	OpGet          = "record.get"
-	OpCreate       = "record.create"
-	OpUpdate       = "record.update"
-	OpSoftDelete   = "record.soft_delete"
-	OpCreateMany   = "record.create_many"
-	OpMetadataList = "metadata.list"
+	OpList           = "record.list"
+	OpGet            = "record.get"
+	OpFindDuplicates = "record.find_duplicates"
+	OpGroupBy        = "record.group_by"
+	OpCreate         = "record.create"
+	OpCreateMany     = "record.create_many"
+	OpUpdate         = "record.update"
+	OpUpdateMany     = "record.update_many"
+	OpSoftDelete     = "record.soft_delete"
+	OpSoftDeleteMany = "record.soft_delete_many"
+	OpRestore        = "record.restore"
+	OpRestoreMany    = "record.restore_many"
+	OpDestroy        = "record.destroy"
+	OpDestroyMany    = "record.destroy_many"
+	OpMerge          = "record.merge"
+	OpMetadataList   = "metadata.list"
+	OpMetadataGet    = "metadata.get"
+	OpMetadataFields = "metadata.fields"
+	OpOpenAPICore    = "openapi.core"
+	OpOpenAPIMeta    = "openapi.metadata"
 )
 
 // CapabilityPrefix starts every capability ID.
@@ -34,19 +47,54 @@ const CapabilityPrefix = "cap:twenty:"
 // MaxRecordBytes.
 const CodeRecordTooLarge = "twenty.record_too_large"
 
-// operations lists the operations in manifest order.
-var operations = []struct {
+// CodeUnknownCapability answers an action for an operation the connector
+// does not offer (not one of its operations, or left out of
+// --twenty-operations-file).
+const CodeUnknownCapability = "twenty.unknown_capability"
+
+// operation is one row of the operations table.
+type operation struct {
 	op, name, description string
 	mutation              bool
 	risk                  aip.Risk
-}{
-	{OpList, "List records", "Lists records of an object: GET /rest/<object> with Twenty's filter, order_by, limit and starting_after or ending_before cursors; returns the records, pageInfo and totalCount.", false, aip.RiskLow},
-	{OpGet, "Get a record", "Reads one record: GET /rest/<object>/<id>.", false, aip.RiskLow},
-	{OpCreate, "Create a record", "Creates one record: POST /rest/<object> with the record's fields; returns the created record.", true, aip.RiskMedium},
-	{OpUpdate, "Update a record", "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", true, aip.RiskMedium},
-	{OpSoftDelete, "Soft-delete a record", "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", true, aip.RiskMedium},
-	{OpCreateMany, "Create records in a batch", "Creates 1 to 60 records of one object in one call: POST /rest/batch/<object>; returns the created records.", true, aip.RiskMedium},
-	{OpMetadataList, "List objects", "Lists the workspace's objects and their fields: GET /rest/metadata/objects.", false, aip.RiskLow},
+	// objectless operations take no "object" input (metadata, OpenAPI).
+	objectless bool
+	// destructive operations delete irreversibly: they are offered only
+	// when --twenty-operations-file lists them.
+	destructive bool
+}
+
+// operations lists the operations in manifest order.
+var operations = []operation{
+	{op: OpList, name: "List records", description: "Lists records of an object: GET /rest/<object> with Twenty's filter, order_by, limit and starting_after or ending_before cursors; returns the records, pageInfo and totalCount.", risk: aip.RiskLow},
+	{op: OpGet, name: "Get a record", description: "Reads one record: GET /rest/<object>/<id>.", risk: aip.RiskLow},
+	{op: OpFindDuplicates, name: "Find duplicate records", description: "Finds the records Twenty considers duplicates of 1 to 60 given records or record IDs: POST /rest/<object>/duplicates (a read); returns one entry per input with its duplicates.", risk: aip.RiskLow},
+	{op: OpGroupBy, name: "Group records", description: "Groups the records of an object by one or more fields: GET /rest/<object>/groupBy with group_by, filter and limit; returns one entry per group with its dimension values and aggregates.", risk: aip.RiskLow},
+	{op: OpCreate, name: "Create a record", description: "Creates one record: POST /rest/<object> with the record's fields; returns the created record.", mutation: true, risk: aip.RiskMedium},
+	{op: OpCreateMany, name: "Create records in a batch", description: "Creates 1 to 60 records of one object in one call: POST /rest/batch/<object>; returns the created records.", mutation: true, risk: aip.RiskMedium},
+	{op: OpUpdate, name: "Update a record", description: "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", mutation: true, risk: aip.RiskMedium},
+	{op: OpUpdateMany, name: "Update records matching a filter", description: "Sets the given fields on every record of an object that matches a filter: PATCH /rest/<object>?filter=...; returns the updated records.", mutation: true, risk: aip.RiskHigh},
+	{op: OpSoftDelete, name: "Soft-delete a record", description: "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", mutation: true, risk: aip.RiskMedium},
+	{op: OpSoftDeleteMany, name: "Soft-delete records matching a filter", description: "Soft-deletes every record of an object that matches a filter (they can be restored): DELETE /rest/<object>?filter=...&soft_delete=true; returns the deleted records' IDs.", mutation: true, risk: aip.RiskHigh},
+	{op: OpRestore, name: "Restore a record", description: "Restores one soft-deleted record: PATCH /rest/restore/<object>/<id>; returns the restored record.", mutation: true, risk: aip.RiskMedium},
+	{op: OpRestoreMany, name: "Restore records matching a filter", description: "Restores every soft-deleted record of an object that matches a filter: PATCH /rest/restore/<object>?filter=...; returns the restored records.", mutation: true, risk: aip.RiskMedium},
+	{op: OpDestroy, name: "Permanently delete a record", description: "Deletes one record permanently; it cannot be restored: DELETE /rest/<object>/<id>?soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
+	{op: OpDestroyMany, name: "Permanently delete records matching a filter", description: "Deletes every record of an object that matches a filter permanently; they cannot be restored: DELETE /rest/<object>?filter=...&soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
+	{op: OpMerge, name: "Merge records", description: "Merges 2 to 60 records of an object into one (Twenty keeps the record at conflict_priority_index, takes the others' values where it has none, and deletes the others; with dry_run it only previews the merged record): PATCH /rest/<object>/merge; returns the merged record.", mutation: true, risk: aip.RiskHigh},
+	{op: OpMetadataList, name: "List objects", description: "Lists the workspace's objects and their fields: GET /rest/metadata/objects.", risk: aip.RiskLow, objectless: true},
+	{op: OpMetadataGet, name: "Get an object or a field", description: "Reads one object's or one field's metadata by ID: GET /rest/metadata/objects/<id> or /rest/metadata/fields/<id>.", risk: aip.RiskLow, objectless: true},
+	{op: OpMetadataFields, name: "List fields", description: "Lists the workspace's fields: GET /rest/metadata/fields.", risk: aip.RiskLow, objectless: true},
+	{op: OpOpenAPICore, name: "Core API OpenAPI document", description: "Reads the OpenAPI document Twenty generates for this workspace's Core (records) REST API: GET /rest/open-api/core.", risk: aip.RiskLow, objectless: true},
+	{op: OpOpenAPIMeta, name: "Metadata API OpenAPI document", description: "Reads the OpenAPI document Twenty generates for the Metadata REST API: GET /rest/open-api/metadata.", risk: aip.RiskLow, objectless: true},
+}
+
+// lookup returns the operations table row of op.
+func lookup(op string) (operation, bool) {
+	i := slices.IndexFunc(operations, func(o operation) bool { return o.op == op })
+	if i < 0 {
+		return operation{}, false
+	}
+	return operations[i], true
 }
 
 // CapabilityID returns cap:twenty:<operation>.
@@ -58,6 +106,9 @@ type Connector struct {
 	cfg    Config
 	client *provider.Client
 	inputs map[string]json.RawMessage
+	// admitted are the operations offered (cfg.Operations or
+	// DefaultOperations).
+	admitted map[string]bool
 	// replayCapacity is the webhook replay fence's capacity
 	// (ReplayCapacity; tests lower it).
 	replayCapacity int
@@ -93,7 +144,11 @@ func New(cfg Config) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects), replayCapacity: ReplayCapacity}, nil
+	admitted, err := admit(cfg.Operations)
+	if err != nil {
+		return nil, err
+	}
+	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects), admitted: admitted, replayCapacity: ReplayCapacity}, nil
 }
 
 // contract is a capability's contract: a read is safe to retry; a
@@ -128,6 +183,9 @@ func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manif
 		Profiles: []string{aip.NativeHTTPProfile},
 	}
 	for _, o := range operations {
+		if !c.admitted[o.op] {
+			continue
+		}
 		no := false
 		m.Capabilities = append(m.Capabilities, aip.Capability{
 			ID: CapabilityID(o.op), Name: o.name, Kind: aip.KindTool, Description: o.description,
@@ -160,46 +218,110 @@ type input struct {
 	Depth         *int              `json:"depth"`
 	Record        json.RawMessage   `json:"record"`
 	Records       []json.RawMessage `json:"records"`
+	IDs           []string          `json:"ids"`
+	GroupBy       json.RawMessage   `json:"group_by"`
+	Priority      *int              `json:"conflict_priority_index"`
+	DryRun        bool              `json:"dry_run"`
+	Resource      string            `json:"resource"`
 }
 
 // Handle implements hostsdk.Connector.
 func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
-	op, ok := strings.CutPrefix(call.Action.CapabilityID, CapabilityPrefix)
-	if !ok {
-		return nil, fmt.Errorf("twenty: capability %s is not one of this connector's", call.Action.CapabilityID)
+	op, _ := strings.CutPrefix(call.Action.CapabilityID, CapabilityPrefix)
+	o, ok := lookup(op)
+	if !ok || !c.admitted[op] {
+		return nil, aip.NewProtocolError(CodeUnknownCapability, aip.CategoryPermanent, false, 0,
+			fmt.Sprintf("capability %s is not offered by this connector (operations: %s)", call.Action.CapabilityID, strings.Join(c.offered(), ", ")))
 	}
 	var in input
 	if err := json.Unmarshal(call.Action.Input, &in); err != nil {
 		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, "input: "+err.Error())
 	}
-	if op != OpMetadataList && !slices.Contains(c.cfg.Objects, in.Object) {
+	if !o.objectless && !slices.Contains(c.cfg.Objects, in.Object) {
 		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
 			fmt.Sprintf("object %q is not one of the configured objects %v", in.Object, c.cfg.Objects))
 	}
 	if res := c.checkSizes(call, in); res != nil {
 		return res, nil
 	}
+	objectPath := "/rest/" + url.PathEscape(in.Object)
 	switch op {
 	case OpList:
 		return c.list(ctx, call, in)
 	case OpGet:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodGet, Path: recordPath(in), Query: selection(in)}, false)
+	case OpFindDuplicates:
+		return c.findDuplicates(ctx, call, in)
+	case OpGroupBy:
+		return c.groupBy(ctx, call, in)
 	case OpCreate:
 		// POST /rest/<objectNamePlural> (api.mdx, "Core API": CRUD on records).
-		return c.single(ctx, call, in, provider.Request{Method: http.MethodPost, Path: "/rest/" + url.PathEscape(in.Object), JSON: in.Record}, true)
+		return c.single(ctx, call, in, provider.Request{Method: http.MethodPost, Path: objectPath, JSON: in.Record}, true)
+	case OpCreateMany:
+		// POST /rest/batch/<objectNamePlural> with a JSON array (api.mdx,
+		// "Batch operations": at most 60 records per request; the page does
+		// not spell the path, which is the generated REST API's).
+		return c.many(ctx, call, in, provider.Request{Method: http.MethodPost, Path: "/rest/batch/" + url.PathEscape(in.Object), JSON: in.Records})
 	case OpUpdate:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: recordPath(in), JSON: in.Record}, true)
+	case OpUpdateMany:
+		// PATCH /rest/<objectNamePlural>?filter=... with the fields to set
+		// (api.mdx, "Batch operations": update; the filter form is the
+		// generated REST API's updateMany<Objects>).
+		return c.many(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: objectPath,
+			Query: url.Values{"filter": {in.Filter}}, JSON: in.Record})
 	case OpSoftDelete:
 		// soft_delete=true: Twenty's generated REST API deletes the record
 		// permanently when soft_delete is absent or false (its default).
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"true"}}}, true)
-	case OpCreateMany:
-		return c.createMany(ctx, call, in)
+	case OpSoftDeleteMany:
+		// DELETE /rest/<objectNamePlural>?filter=...&soft_delete=true (the
+		// generated REST API's deleteMany<Objects>).
+		return c.many(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: objectPath,
+			Query: url.Values{"filter": {in.Filter}, "soft_delete": {"true"}}})
+	case OpRestore:
+		// PATCH /rest/restore/<objectNamePlural>/<id>, no body (the
+		// generated REST API's restoreOne<Object>).
+		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch,
+			Path: "/rest/restore/" + url.PathEscape(in.Object) + "/" + url.PathEscape(in.ID)}, true)
+	case OpRestoreMany:
+		// PATCH /rest/restore/<objectNamePlural>?filter=..., no body (the
+		// generated REST API's restoreMany<Objects>).
+		return c.many(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: "/rest/restore/" + url.PathEscape(in.Object),
+			Query: url.Values{"filter": {in.Filter}}})
+	case OpDestroy:
+		// soft_delete=false said explicitly: a permanent delete.
+		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
+			Query: url.Values{"soft_delete": {"false"}}}, true)
+	case OpDestroyMany:
+		return c.many(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: objectPath,
+			Query: url.Values{"filter": {in.Filter}, "soft_delete": {"false"}}})
+	case OpMerge:
+		return c.merge(ctx, call, in)
 	case OpMetadataList:
-		return c.metadataList(ctx, call, in)
+		return c.metadataList(ctx, call, in, "objects")
+	case OpMetadataFields:
+		return c.metadataList(ctx, call, in, "fields")
+	case OpMetadataGet:
+		return c.metadataGet(ctx, call, in)
+	case OpOpenAPICore:
+		return c.openAPI(ctx, call, "/rest/open-api/core")
+	case OpOpenAPIMeta:
+		return c.openAPI(ctx, call, "/rest/open-api/metadata")
 	}
-	return nil, fmt.Errorf("twenty: unknown operation %q", op)
+	return nil, fmt.Errorf("twenty: operation %q has no handler", op)
+}
+
+// offered lists the admitted operations in manifest order.
+func (c *Connector) offered() []string {
+	var out []string
+	for _, o := range operations {
+		if c.admitted[o.op] {
+			out = append(out, o.op)
+		}
+	}
+	return out
 }
 
 // checkSizes refuses record bodies larger than MaxRecordBytes.
@@ -254,19 +376,28 @@ type answer struct {
 }
 
 func (c *Connector) do(ctx context.Context, req provider.Request) (*answer, error) {
-	resp, err := c.client.Do(ctx, req)
-	if err != nil {
+	var a answer
+	if err := c.send(ctx, req, &a); err != nil {
 		return nil, err
 	}
-	var a answer
-	if err := resp.Decode(&a); err != nil || a.Data == nil {
-		if err == nil {
-			err = fmt.Errorf("provider answered %d without a data object", resp.Status)
-		}
-		return nil, &provider.Error{Product: "twenty", Method: req.Method, Path: req.Path, Status: resp.Status,
-			Message: err.Error(), MayHaveApplied: true, Err: err}
+	if a.Data == nil {
+		return nil, badAnswer(req, 200, "the answer has no data object")
 	}
 	return &a, nil
+}
+
+// send runs req and decodes its 2xx answer into into; an answer that is
+// not JSON is a bad answer (which a mutation treats as maybe applied).
+func (c *Connector) send(ctx context.Context, req provider.Request, into any) error {
+	resp, err := c.client.Do(ctx, req)
+	if err != nil {
+		return err
+	}
+	if err := resp.Decode(into); err != nil {
+		return &provider.Error{Product: "twenty", Method: req.Method, Path: req.Path, Status: resp.Status,
+			Message: err.Error(), MayHaveApplied: true, Err: err}
+	}
+	return nil
 }
 
 // badAnswer is a 2xx answer whose shape is not the expected one.
@@ -351,12 +482,13 @@ func (c *Connector) single(ctx context.Context, call *hostsdk.Call, in input, re
 	return call.Complete(recordOutput{Object: in.Object, Record: rec})
 }
 
-func (c *Connector) createMany(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
-	// POST /rest/batch/<objectNamePlural> with a JSON array (api.mdx,
-	// "Batch operations": at most 60 records per request; the page does not
-	// spell the path, which is the generated REST API's).
-	req := provider.Request{Method: http.MethodPost, Path: "/rest/batch/" + url.PathEscape(in.Object),
-		JSON: in.Records, Header: mutationHeaders(call)}
+// many runs a mutation whose answer is one array of records (or of
+// deleted records' IDs): create_many, update_many, soft_delete_many,
+// restore_many, destroy_many. Twenty names the array after the operation
+// and the object (createPeople, updatePeople, deletePeople,
+// restorePeople), which the adapter does not need to know.
+func (c *Connector) many(ctx context.Context, call *hostsdk.Call, in input, req provider.Request) (*aip.ActionResult, error) {
+	req.Header = mutationHeaders(call)
 	a, err := c.do(ctx, req)
 	if err != nil {
 		return provider.Result(call, err, true)
@@ -368,13 +500,109 @@ func (c *Connector) createMany(ctx context.Context, call *hostsdk.Call, in input
 	return call.Complete(listOutput{Object: in.Object, Records: recs})
 }
 
+type duplicatesOutput struct {
+	Object     string          `json:"object"`
+	Duplicates json.RawMessage `json:"duplicates"`
+}
+
+// findDuplicates asks which records duplicate the given records or IDs.
+// It changes nothing (Twenty answers 200, not 201), so it is a read
+// despite its POST.
+func (c *Connector) findDuplicates(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
+	body := map[string]any{}
+	if in.IDs != nil {
+		body["ids"] = in.IDs
+	} else {
+		body["data"] = in.Records
+	}
+	q := url.Values{}
+	if in.Depth != nil {
+		q.Set("depth", strconv.Itoa(*in.Depth))
+	}
+	// POST /rest/<objectNamePlural>/duplicates with {"ids":[...]} or
+	// {"data":[...]} (the generated REST API's find<Object>Duplicates);
+	// the answer's data is an array with one entry per input:
+	// {totalCount, pageInfo, <object singular>Duplicates: [...]}.
+	req := provider.Request{Method: http.MethodPost, Path: "/rest/" + url.PathEscape(in.Object) + "/duplicates", Query: q, JSON: body}
+	var a struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := c.send(ctx, req, &a); err != nil {
+		return provider.Result(call, err, false)
+	}
+	if !isJSON(a.Data, '[') {
+		return provider.Result(call, badAnswer(req, 200, "the answer's data is not an array"), false)
+	}
+	return call.Complete(duplicatesOutput{Object: in.Object, Duplicates: a.Data})
+}
+
+type groupsOutput struct {
+	Object string          `json:"object"`
+	Groups json.RawMessage `json:"groups"`
+}
+
+// groupBy runs GET /rest/<objectNamePlural>/groupBy. group_by is a JSON
+// array of field selections, sent as the group_by query parameter as
+// Twenty's REST parser reads it (JSON.parse of the parameter); filter and
+// limit are the list's. The answer is {"data":{"<objects>GroupBy":[...]}}.
+func (c *Connector) groupBy(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
+	if len(in.GroupBy) > MaxGroupByBytes {
+		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
+			fmt.Sprintf("group_by is %d bytes of JSON; at most %d", len(in.GroupBy), MaxGroupByBytes))
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, in.GroupBy); err != nil {
+		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, "group_by: "+err.Error())
+	}
+	q := url.Values{"group_by": {compact.String()}}
+	if in.Filter != "" {
+		q.Set("filter", in.Filter)
+	}
+	if in.Limit > 0 {
+		q.Set("limit", strconv.Itoa(in.Limit))
+	}
+	req := provider.Request{Method: http.MethodGet, Path: "/rest/" + url.PathEscape(in.Object) + "/groupBy", Query: q}
+	a, err := c.do(ctx, req)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	groups, ok := only(a.Data)
+	if !ok || !isJSON(groups, '[') {
+		return provider.Result(call, badAnswer(req, 200, "the answer's data does not hold exactly one array of groups"), false)
+	}
+	return call.Complete(groupsOutput{Object: in.Object, Groups: groups})
+}
+
+// merge runs PATCH /rest/<objectNamePlural>/merge with {"ids": [...],
+// "conflictPriorityIndex": n, "dryRun": b} (the generated REST API's
+// mergeMany<Objects>); the answer is {"data":{"merge<Objects>": record}}.
+func (c *Connector) merge(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
+	if in.Priority == nil {
+		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, "conflict_priority_index is required")
+	}
+	if *in.Priority >= len(in.IDs) {
+		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
+			fmt.Sprintf("conflict_priority_index %d is not an index of ids (0 to %d)", *in.Priority, len(in.IDs)-1))
+	}
+	q := url.Values{}
+	if in.Depth != nil {
+		q.Set("depth", strconv.Itoa(*in.Depth))
+	}
+	return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: "/rest/" + url.PathEscape(in.Object) + "/merge", Query: q,
+		JSON: map[string]any{"ids": in.IDs, "conflictPriorityIndex": *in.Priority, "dryRun": in.DryRun}}, true)
+}
+
 type metadataOutput struct {
-	Objects    json.RawMessage `json:"objects"`
+	Objects    json.RawMessage `json:"objects,omitempty"`
+	Fields     json.RawMessage `json:"fields,omitempty"`
 	PageInfo   json.RawMessage `json:"page_info,omitempty"`
 	TotalCount *int64          `json:"total_count,omitempty"`
 }
 
-func (c *Connector) metadataList(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
+// metadataList lists a Metadata API resource: GET /rest/metadata/objects
+// or /rest/metadata/fields (api.mdx, "Metadata API": /rest/metadata/);
+// the answer's data holds the list under the resource's name.
+func (c *Connector) metadataList(ctx context.Context, call *hostsdk.Call, in input, resource string) (*aip.ActionResult, error) {
 	q := url.Values{}
 	if in.Limit > 0 {
 		q.Set("limit", strconv.Itoa(in.Limit))
@@ -382,17 +610,67 @@ func (c *Connector) metadataList(ctx context.Context, call *hostsdk.Call, in inp
 	if in.StartingAfter != "" {
 		q.Set("starting_after", in.StartingAfter)
 	}
-	// GET /rest/metadata/objects (api.mdx, "Metadata API": /rest/metadata/).
-	req := provider.Request{Method: http.MethodGet, Path: "/rest/metadata/objects", Query: q}
+	req := provider.Request{Method: http.MethodGet, Path: "/rest/metadata/" + resource, Query: q}
 	a, err := c.do(ctx, req)
 	if err != nil {
 		return provider.Result(call, err, false)
 	}
-	objs, ok := a.Data["objects"]
-	if !ok || !isJSON(objs, '[') {
-		return provider.Result(call, badAnswer(req, 200, `the answer's data has no "objects" array`), false)
+	list, ok := a.Data[resource]
+	if !ok || !isJSON(list, '[') {
+		return provider.Result(call, badAnswer(req, 200, fmt.Sprintf("the answer's data has no %q array", resource)), false)
 	}
-	return call.Complete(metadataOutput{Objects: objs, PageInfo: a.PageInfo, TotalCount: a.TotalCount})
+	out := metadataOutput{PageInfo: a.PageInfo, TotalCount: a.TotalCount}
+	if resource == "objects" {
+		out.Objects = list
+	} else {
+		out.Fields = list
+	}
+	return call.Complete(out)
+}
+
+type metadataItemOutput struct {
+	Resource string          `json:"resource"`
+	Item     json.RawMessage `json:"item"`
+}
+
+// metadataGet reads one object or field: GET /rest/metadata/<resource>/<id>;
+// the answer is {"data":{"object"|"field": {...}}}.
+func (c *Connector) metadataGet(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
+	req := provider.Request{Method: http.MethodGet, Path: "/rest/metadata/" + url.PathEscape(in.Resource) + "/" + url.PathEscape(in.ID)}
+	a, err := c.do(ctx, req)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	item, ok := only(a.Data)
+	if !ok || !isJSON(item, '{') {
+		return provider.Result(call, badAnswer(req, 200, "the answer's data does not hold exactly one item"), false)
+	}
+	return call.Complete(metadataItemOutput{Resource: in.Resource, Item: item})
+}
+
+type documentOutput struct {
+	Document json.RawMessage `json:"document"`
+}
+
+// openAPI reads one of the OpenAPI documents Twenty generates for the
+// workspace the API key belongs to (GET /rest/open-api/core or
+// /rest/open-api/metadata): the answer is the document itself, not a
+// {"data":...} envelope; it must be a JSON object with an "openapi"
+// version string.
+func (c *Connector) openAPI(ctx context.Context, call *hostsdk.Call, path string) (*aip.ActionResult, error) {
+	req := provider.Request{Method: http.MethodGet, Path: path}
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+	}
+	resp, err := c.client.Do(ctx, req)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	raw := bytes.TrimSpace(resp.Body)
+	if err := json.Unmarshal(raw, &doc); err != nil || doc.OpenAPI == "" || !isJSON(raw, '{') {
+		return provider.Result(call, badAnswer(req, resp.Status, "the answer is not an OpenAPI document (a JSON object with an \"openapi\" version)"), false)
+	}
+	return call.Complete(documentOutput{Document: raw})
 }
 
 // CheckHealth implements hostsdk.HealthChecker: one record of the first

@@ -528,7 +528,12 @@ func TestManifest(t *testing.T) {
 		}
 		// Reads are retry-safe; mutations write, need an idempotency key
 		// and are never retried.
-		mutation := map[string]bool{OpCreate: true, OpUpdate: true, OpSoftDelete: true, OpCreateMany: true}[strings.TrimPrefix(c.ID, CapabilityPrefix)]
+		op, _ := lookup(strings.TrimPrefix(c.ID, CapabilityPrefix))
+		mutation := op.mutation
+		if want := map[string]bool{OpCreate: true, OpUpdate: true, OpSoftDelete: true, OpCreateMany: true, OpUpdateMany: true,
+			OpSoftDeleteMany: true, OpRestore: true, OpRestoreMany: true, OpMerge: true}[op.op]; want != mutation {
+			t.Errorf("%s: mutation %v in the table, want %v", c.ID, mutation, want)
+		}
 		if k := c.Contract; k == nil || k.Validate() != nil {
 			t.Errorf("%s: contract %+v is missing or invalid", c.ID, k)
 		} else if writes := slices.Contains(k.SideEffects, aip.EffectWrite); writes != mutation || k.Execution.SupportsRetry == mutation ||
@@ -549,12 +554,20 @@ func TestManifest(t *testing.T) {
 			if d := cmp.Diff([]any{"people", "companies", "invoices"}, obj["enum"]); d != "" {
 				t.Errorf("%s object enum (-want +got):\n%s", c.ID, d)
 			}
-		} else if c.ID != CapabilityID(OpMetadataList) {
+		} else if !op.objectless {
 			t.Errorf("%s has no object input", c.ID)
 		}
+		if op.objectless && s.Props["object"] != nil {
+			t.Errorf("%s takes an object it does not use", c.ID)
+		}
 	}
-	want := []string{"cap:twenty:record.list", "cap:twenty:record.get", "cap:twenty:record.create", "cap:twenty:record.update",
-		"cap:twenty:record.soft_delete", "cap:twenty:record.create_many", "cap:twenty:metadata.list"}
+	// Without --twenty-operations-file: every operation but the permanent
+	// deletes.
+	want := []string{"cap:twenty:record.list", "cap:twenty:record.get", "cap:twenty:record.find_duplicates",
+		"cap:twenty:record.group_by", "cap:twenty:record.create", "cap:twenty:record.create_many", "cap:twenty:record.update",
+		"cap:twenty:record.update_many", "cap:twenty:record.soft_delete", "cap:twenty:record.soft_delete_many",
+		"cap:twenty:record.restore", "cap:twenty:record.restore_many", "cap:twenty:record.merge", "cap:twenty:metadata.list",
+		"cap:twenty:metadata.get", "cap:twenty:metadata.fields", "cap:twenty:openapi.core", "cap:twenty:openapi.metadata"}
 	if d := cmp.Diff(want, ids); d != "" {
 		t.Errorf("capabilities (-want +got):\n%s", d)
 	}
@@ -599,6 +612,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad object name", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "people,Companies" }},
 		{"object path segment", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "people/x" }},
 		{"reserved object", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "batch" }},
+		{"reserved object restore", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "people,restore" }},
 		{"duplicate object", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "people,people" }},
 		{"empty objects", "--twenty-objects", func(v hostsdk.SettingValues) { v[FlagObjects] = "" }},
 	} {

@@ -1,0 +1,463 @@
+package twenty
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// allOperations admits every operation, the permanent deletes included.
+func allOperationsFile(t *testing.T) func(v hostsdk.SettingValues) {
+	return func(v hostsdk.SettingValues) {
+		raw, _ := json.Marshal(allOperations())
+		v[FlagOperationsFile] = writeFile(t, "operations.json", string(raw), 0o600)
+	}
+}
+
+// seed creates records through the mock's own store and returns their IDs.
+func (m *mockTwenty) seed(plural string, recs ...map[string]any) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for _, r := range recs {
+		m.create(plural, r)
+		ids = append(ids, r["id"].(string))
+	}
+	return ids
+}
+
+// TestBatchAndRestoreOperations runs the filter-form batches, restore,
+// the permanent deletes and merge through a host and checks each request
+// Twenty received and each output.
+func TestBatchAndRestoreOperations(t *testing.T) {
+	e := newEnv(t, allOperationsFile(t))
+	ids := e.mock.seed("people",
+		map[string]any{"name": "Ada", "city": "London"},
+		map[string]any{"name": "Grace", "city": "London"},
+		map[string]any{"name": "Alan", "city": "Manchester"},
+		map[string]any{"name": "Ada", "jobTitle": "Engineer"},
+	)
+
+	type check struct {
+		method, path string
+		query        url.Values
+		body         string // JSON; "" for none
+	}
+	for _, tc := range []struct {
+		name, op, input string
+		want            check
+		out             func(t *testing.T, raw json.RawMessage)
+	}{
+		{"update_many", OpUpdateMany, `{"object":"people","filter":"city[eq]:\"London\"","record":{"jobTitle":"Analyst"}}`,
+			check{"PATCH", "/rest/people", url.Values{"filter": {`city[eq]:"London"`}}, `{"jobTitle":"Analyst"}`},
+			func(t *testing.T, raw json.RawMessage) {
+				var out listOut
+				json.Unmarshal(raw, &out)
+				if out.Object != "people" || len(out.Records) != 2 || out.Records[0]["jobTitle"] != "Analyst" || out.Records[1]["name"] != "Grace" {
+					t.Errorf("update_many output %s", raw)
+				}
+				if e.mock.record("people", ids[2])["jobTitle"] != nil {
+					t.Error("update_many changed a record outside the filter")
+				}
+			}},
+		{"soft_delete_many", OpSoftDeleteMany, `{"object":"people","filter":"id[in]:[` + ids[0] + `,` + ids[1] + `]"}`,
+			check{"DELETE", "/rest/people", url.Values{"filter": {"id[in]:[" + ids[0] + "," + ids[1] + "]"}, "soft_delete": {"true"}}, ""},
+			func(t *testing.T, raw json.RawMessage) {
+				jsonEqual(t, "soft_delete_many output", string(raw), `{"object":"people","records":[{"id":"`+ids[0]+`"},{"id":"`+ids[1]+`"}]}`)
+				if r := e.mock.record("people", ids[1]); r == nil || r["deletedAt"] == nil {
+					t.Errorf("after soft_delete_many %v; want it kept with deletedAt", r)
+				}
+			}},
+		{"restore", OpRestore, `{"object":"people","id":"` + ids[0] + `"}`,
+			check{"PATCH", "/rest/restore/people/" + ids[0], url.Values{}, ""},
+			func(t *testing.T, raw json.RawMessage) {
+				var out recordOut
+				json.Unmarshal(raw, &out)
+				if out.Object != "people" || out.Record["id"] != ids[0] || out.Record["deletedAt"] != nil {
+					t.Errorf("restore output %s", raw)
+				}
+				if e.mock.record("people", ids[0])["deletedAt"] != nil {
+					t.Error("restore left the record deleted")
+				}
+			}},
+		{"restore_many", OpRestoreMany, `{"object":"people","filter":"city[eq]:London"}`,
+			check{"PATCH", "/rest/restore/people", url.Values{"filter": {"city[eq]:London"}}, ""},
+			func(t *testing.T, raw json.RawMessage) {
+				var out listOut
+				json.Unmarshal(raw, &out)
+				// Only Grace was still deleted.
+				if out.Object != "people" || len(out.Records) != 1 || out.Records[0]["id"] != ids[1] {
+					t.Errorf("restore_many output %s", raw)
+				}
+			}},
+		{"merge dry run", OpMerge, `{"object":"people","ids":["` + ids[3] + `","` + ids[0] + `"],"conflict_priority_index":1,"dry_run":true,"depth":0}`,
+			check{"PATCH", "/rest/people/merge", url.Values{"depth": {"0"}}, `{"ids":["` + ids[3] + `","` + ids[0] + `"],"conflictPriorityIndex":1,"dryRun":true}`},
+			func(t *testing.T, raw json.RawMessage) {
+				var out recordOut
+				json.Unmarshal(raw, &out)
+				if out.Record["id"] != ids[0] || out.Record["jobTitle"] != "Analyst" {
+					t.Errorf("merge preview %s", raw)
+				}
+				if e.mock.record("people", ids[3])["deletedAt"] != nil {
+					t.Error("a dry run merged")
+				}
+			}},
+		{"merge", OpMerge, `{"object":"people","ids":["` + ids[3] + `","` + ids[0] + `"],"conflict_priority_index":0}`,
+			check{"PATCH", "/rest/people/merge", url.Values{}, `{"ids":["` + ids[3] + `","` + ids[0] + `"],"conflictPriorityIndex":0,"dryRun":false}`},
+			func(t *testing.T, raw json.RawMessage) {
+				var out recordOut
+				json.Unmarshal(raw, &out)
+				if out.Object != "people" || out.Record["id"] != ids[3] || out.Record["jobTitle"] != "Engineer" || out.Record["city"] != "London" {
+					t.Errorf("merge output %s", raw)
+				}
+				if e.mock.record("people", ids[0])["deletedAt"] == nil {
+					t.Error("merge kept the other record")
+				}
+			}},
+		{"destroy", OpDestroy, `{"object":"people","id":"` + ids[2] + `"}`,
+			check{"DELETE", "/rest/people/" + ids[2], url.Values{"soft_delete": {"false"}}, ""},
+			func(t *testing.T, raw json.RawMessage) {
+				jsonEqual(t, "destroy output", string(raw), `{"object":"people","record":{"id":"`+ids[2]+`"}}`)
+				if e.mock.record("people", ids[2]) != nil {
+					t.Error("destroy left the record")
+				}
+			}},
+		{"destroy_many", OpDestroyMany, `{"object":"people","filter":"name[eq]:Grace"}`,
+			check{"DELETE", "/rest/people", url.Values{"filter": {"name[eq]:Grace"}, "soft_delete": {"false"}}, ""},
+			func(t *testing.T, raw json.RawMessage) {
+				jsonEqual(t, "destroy_many output", string(raw), `{"object":"people","records":[{"id":"`+ids[1]+`"}]}`)
+				if e.mock.record("people", ids[1]) != nil {
+					t.Error("destroy_many left the record")
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := action(tc.op, tc.input)
+			res := e.act(t, a)
+			if res.Status != aip.ResultCompleted {
+				t.Fatalf("%s %+v", res.Status, res.Error)
+			}
+			r := e.mock.last(t)
+			if r.Method != tc.want.method || r.Path != tc.want.path {
+				t.Fatalf("sent %s %s, want %s %s", r.Method, r.Path, tc.want.method, tc.want.path)
+			}
+			if d := cmp.Diff(tc.want.query, r.Query); d != "" {
+				t.Errorf("query (-want +got):\n%s", d)
+			}
+			if tc.want.body == "" {
+				if r.Body != "" {
+					t.Errorf("body %q, want none", r.Body)
+				}
+			} else {
+				jsonEqual(t, "body", r.Body, tc.want.body)
+				if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+					t.Errorf("Content-Type %q", ct)
+				}
+			}
+			checkAuth(t, r, e.mock.token)
+			checkMutationHeaders(t, r, a)
+			tc.out(t, res.Output)
+		})
+	}
+}
+
+// TestReadOperations runs the new reads (duplicates, group by, metadata
+// get and fields, the OpenAPI documents) through a host.
+func TestReadOperations(t *testing.T) {
+	e := newEnv(t, nil)
+	ids := e.mock.seed("companies",
+		map[string]any{"name": "Acme", "city": "Paris"},
+		map[string]any{"name": "Acme", "city": "Lyon"},
+		map[string]any{"name": "Globex", "city": "Paris"},
+	)
+	objectID := "00000000-0000-4000-a000-000000000001"
+	fieldID := "00000000-0000-4000-b000-000000000002"
+	type check struct {
+		method, path string
+		query        url.Values
+		body         string
+	}
+	for _, tc := range []struct {
+		name, op, input string
+		want            check
+		out             string // the output, as JSON
+	}{
+		{"find_duplicates by ids", OpFindDuplicates, `{"object":"companies","ids":["` + ids[0] + `"],"depth":0}`,
+			check{"POST", "/rest/companies/duplicates", url.Values{"depth": {"0"}}, `{"ids":["` + ids[0] + `"]}`},
+			`{"object":"companies","duplicates":[{"totalCount":1,"pageInfo":{"hasNextPage":false},
+				"companyDuplicates":[{"id":"` + ids[1] + `","name":"Acme","city":"Lyon","createdAt":"2026-11-30T10:00:00.000Z"}]}]}`},
+		{"find_duplicates by records", OpFindDuplicates, `{"object":"companies","records":[{"name":"Globex"},{"name":"Initech"}]}`,
+			check{"POST", "/rest/companies/duplicates", url.Values{}, `{"data":[{"name":"Globex"},{"name":"Initech"}]}`},
+			`{"object":"companies","duplicates":[
+				{"totalCount":1,"pageInfo":{"hasNextPage":false},"companyDuplicates":[{"id":"` + ids[2] + `","name":"Globex","city":"Paris","createdAt":"2026-11-30T10:00:00.000Z"}]},
+				{"totalCount":0,"pageInfo":{"hasNextPage":false},"companyDuplicates":[]}]}`},
+		{"group_by", OpGroupBy, `{"object":"companies","group_by":[ {"city": true} ],"filter":"name[eq]:Acme","limit":10}`,
+			check{"GET", "/rest/companies/groupBy", url.Values{"group_by": {`[{"city":true}]`}, "filter": {"name[eq]:Acme"}, "limit": {"10"}}, ""},
+			`{"object":"companies","groups":[{"groupByDimensionValues":["Lyon"],"totalCount":1},{"groupByDimensionValues":["Paris"],"totalCount":1}]}`},
+		{"metadata.get object", OpMetadataGet, `{"resource":"objects","id":"` + objectID + `"}`,
+			check{"GET", "/rest/metadata/objects/" + objectID, url.Values{}, ""},
+			`{"resource":"objects","item":{"id":"` + objectID + `","namePlural":"companies","nameSingular":"company","isActive":true}}`},
+		{"metadata.get field", OpMetadataGet, `{"resource":"fields","id":"` + fieldID + `"}`,
+			check{"GET", "/rest/metadata/fields/" + fieldID, url.Values{}, ""},
+			`{"resource":"fields","item":{"id":"` + fieldID + `","name":"name","type":"TEXT","objectMetadataId":"00000000-0000-4000-a000-000000000002"}}`},
+		{"metadata.fields", OpMetadataFields, `{"limit":1,"starting_after":"m0"}`,
+			check{"GET", "/rest/metadata/fields", url.Values{"limit": {"1"}, "starting_after": {"m0"}}, ""},
+			`{"fields":[{"id":"00000000-0000-4000-b000-000000000001","name":"name","type":"TEXT","objectMetadataId":"00000000-0000-4000-a000-000000000001"}],
+				"page_info":{"hasNextPage":false,"startCursor":"m0","endCursor":"m1"},"total_count":1}`},
+		{"openapi.core", OpOpenAPICore, `{}`, check{"GET", "/rest/open-api/core", url.Values{}, ""},
+			`{"document":{"openapi":"3.1.1","info":{"title":"Twenty Api","version":"core"},"servers":[{"url":"` + e.mock.srv.URL + `/rest"}],"paths":{"/people":{}}}}`},
+		{"openapi.metadata", OpOpenAPIMeta, `{}`, check{"GET", "/rest/open-api/metadata", url.Values{}, ""},
+			`{"document":{"openapi":"3.1.1","info":{"title":"Twenty Api","version":"metadata"},"servers":[{"url":"` + e.mock.srv.URL + `/rest"}],"paths":{"/people":{}}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := e.act(t, action(tc.op, tc.input))
+			if res.Status != aip.ResultCompleted {
+				t.Fatalf("%s %+v", res.Status, res.Error)
+			}
+			r := e.mock.last(t)
+			if r.Method != tc.want.method || r.Path != tc.want.path {
+				t.Fatalf("sent %s %s, want %s %s", r.Method, r.Path, tc.want.method, tc.want.path)
+			}
+			if d := cmp.Diff(tc.want.query, r.Query); d != "" {
+				t.Errorf("query (-want +got):\n%s", d)
+			}
+			if tc.want.body == "" {
+				if r.Body != "" {
+					t.Errorf("body %q, want none", r.Body)
+				}
+			} else {
+				jsonEqual(t, "body", r.Body, tc.want.body)
+			}
+			checkAuth(t, r, e.mock.token)
+			// Reads carry no idempotency headers, the POST of duplicates
+			// included.
+			if r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-AIP-Action-ID") != "" {
+				t.Errorf("a read sent mutation headers")
+			}
+			jsonEqual(t, "output", string(res.Output), tc.out)
+		})
+	}
+}
+
+// TestNewOperationErrors: a read sent as a POST is retryable on a 5xx
+// (not outcome_unknown); a document that is not OpenAPI is a bad
+// response; an unknown metadata ID is not found; filter-form mutations,
+// restore, merge and destroy that get a 5xx or no answer are
+// outcome_unknown and never sent again.
+func TestNewOperationErrors(t *testing.T) {
+	e := newEnv(t, nil)
+	e.mock.setFail(func(r *http.Request) (int, string, bool) {
+		return 503, `{"statusCode":503,"error":"ServiceUnavailableException","messages":["down"]}`, true
+	})
+	pe := failedCode(t, e.act(t, action(OpFindDuplicates, `{"object":"people","ids":["11111111-1111-4111-8111-111111111111"]}`)))
+	if pe.Code != provider.CodeUnavailable || !retryable(pe) {
+		t.Errorf("503 on find_duplicates: %+v", pe)
+	}
+	e.mock.setFail(func(r *http.Request) (int, string, bool) { return 200, `<html>Twenty</html>`, true })
+	if pe = failedCode(t, e.act(t, action(OpOpenAPICore, `{}`))); pe.Code != provider.CodeBadResponse {
+		t.Errorf("HTML for the OpenAPI document: %+v", pe)
+	}
+	e.mock.setFail(func(r *http.Request) (int, string, bool) { return 200, `{"data":{}}`, true })
+	if pe = failedCode(t, e.act(t, action(OpOpenAPIMeta, `{}`))); pe.Code != provider.CodeBadResponse {
+		t.Errorf("a data envelope for the OpenAPI document: %+v", pe)
+	}
+	if pe = failedCode(t, e.act(t, action(OpGroupBy, `{"object":"people","group_by":[{"city":true}]}`))); pe.Code != provider.CodeBadResponse {
+		t.Errorf("group_by answer without groups: %+v", pe)
+	}
+	e.mock.setFail(nil)
+	if pe = failedCode(t, e.act(t, action(OpMetadataGet, `{"resource":"objects","id":"11111111-1111-4111-8111-111111111111"}`))); pe.Code != provider.CodeNotFound {
+		t.Errorf("unknown object metadata: %+v", pe)
+	}
+	// Twenty refusing a filter: 400 on a mutation is failed, not unknown.
+	if pe = failedCode(t, e.act(t, action(OpSoftDeleteMany, `{"object":"people","filter":"or(a[eq]:1,b[eq]:2)"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
+		t.Errorf("400 on soft_delete_many: %+v", pe)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		status int
+		a      *aip.Action
+	}{
+		{"500 on update_many", 500, action(OpUpdateMany, `{"object":"people","filter":"city[eq]:x","record":{"jobTitle":"x"}}`)},
+		{"dropped connection on restore", 0, action(OpRestore, `{"object":"people","id":"11111111-1111-4111-8111-111111111111"}`)},
+		{"502 on merge", 502, action(OpMerge, `{"object":"people","ids":["11111111-1111-4111-8111-111111111111","22222222-2222-4222-8222-222222222222"],"conflict_priority_index":0}`)},
+		{"500 on destroy_many", 500, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:x"}`)},
+		{"2xx of the wrong shape on restore_many", 200, action(OpRestoreMany, `{"object":"people","filter":"city[eq]:x"}`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, allOperationsFile(t))
+			e.mock.setFail(func(r *http.Request) (int, string, bool) {
+				if tc.status == 200 {
+					return 200, `{"data":{"restorePeople":{"id":"x"}}}`, true
+				}
+				return tc.status, `{"statusCode":500,"error":"InternalServerErrorException","messages":["boom"]}`, true
+			})
+			ctx := ctxT(t)
+			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+				t.Fatal(err)
+			}
+			st, _, err := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID)
+			if err != nil || st.State != aip.StateOutcomeUnknown {
+				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
+			}
+			if n := e.mock.count(); n != 1 {
+				t.Fatalf("the mock got %d requests, want 1", n)
+			}
+			e.mock.setFail(nil)
+			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+				t.Fatal(err)
+			}
+			if n := e.mock.count(); n != 1 {
+				t.Fatalf("the same action was sent to Twenty again (%d requests)", n)
+			}
+		})
+	}
+}
+
+// TestOperationsAllowlist: the permanent deletes are offered only when
+// --twenty-operations-file lists them, and a listed subset is all that is
+// offered.
+func TestOperationsAllowlist(t *testing.T) {
+	id := "11111111-1111-4111-8111-111111111111"
+	ids := func(c *Connector) []string {
+		m, err := c.Manifest(context.Background(), hostsdk.TenantContext{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, c := range m.Capabilities {
+			out = append(out, strings.TrimPrefix(c.ID, CapabilityPrefix))
+			if op, _ := lookup(strings.TrimPrefix(c.ID, CapabilityPrefix)); op.destructive && c.Risk != aip.RiskCritical {
+				t.Errorf("%s: risk %s, want critical", c.ID, c.Risk)
+			}
+		}
+		return out
+	}
+
+	// Default: no destroy, and the host refuses it without calling Twenty.
+	e := newEnv(t, nil)
+	if got := ids(e.conn); slices.Contains(got, OpDestroy) || slices.Contains(got, OpDestroyMany) || len(got) != len(operations)-2 {
+		t.Errorf("default operations %v", got)
+	}
+	for _, a := range []*aip.Action{
+		action(OpDestroy, `{"object":"people","id":"`+id+`"}`),
+		action(OpDestroyMany, `{"object":"people","filter":"city[eq]:x"}`),
+	} {
+		resp, err := e.d.Act(ctxT(t), e.target, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := resp.Result(); err == nil && res.Status == aip.ResultCompleted {
+			t.Errorf("%s ran without being listed: %s", a.CapabilityID, resp.Raw)
+		}
+	}
+	// The connector itself refuses an operation it does not offer.
+	if _, err := e.conn.Handle(context.Background(), &hostsdk.Call{Action: action(OpDestroy, `{"object":"people","id":"`+id+`"}`)}); err == nil ||
+		!strings.Contains(err.Error(), CodeUnknownCapability) {
+		t.Errorf("Handle of an operation not offered: %v", err)
+	}
+	if n := e.mock.count(); n != 0 {
+		t.Errorf("operations not offered reached Twenty %d times", n)
+	}
+
+	// A listed subset: exactly those, in manifest order.
+	e = newEnv(t, func(v hostsdk.SettingValues) {
+		v[FlagOperationsFile] = writeFile(t, "ops.json", `["record.destroy","record.list"]`, 0o644)
+	})
+	if d := cmp.Diff([]string{OpList, OpDestroy}, ids(e.conn)); d != "" {
+		t.Errorf("listed operations (-want +got):\n%s", d)
+	}
+	resp, err := e.d.Act(ctxT(t), e.target, action(OpGet, `{"object":"people","id":"`+id+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := resp.Result(); err == nil && res.Status == aip.ResultCompleted {
+		t.Errorf("record.get ran without being listed")
+	}
+
+	// Errors name the setting.
+	base := func() hostsdk.SettingValues {
+		return hostsdk.SettingValues{FlagBaseURL: "https://crm.example.com", FlagWorkspaceID: workspace,
+			FlagAPITokenFile: writeFile(t, "token", "key", 0o600)}
+	}
+	for name, content := range map[string]string{
+		"unknown operation": `["record.list","record.purge"]`,
+		"listed twice":      `["record.list","record.list"]`,
+		"empty":             `[]`,
+		"not an array":      `{"record.list":true}`,
+		"trailing data":     `["record.list"] []`,
+		"not strings":       `[1]`,
+	} {
+		v := base()
+		v[FlagOperationsFile] = writeFile(t, "ops.json", content, 0o600)
+		if _, err := newFromSettings(v, nil); err == nil || !strings.Contains(err.Error(), "--twenty-operations-file") {
+			t.Errorf("%s: %v, want an error naming --twenty-operations-file", name, err)
+		}
+	}
+	v := base()
+	v[FlagOperationsFile] = writeFile(t, "ops.json", `["record.list"]`, 0o666)
+	if _, err := newFromSettings(v, nil); err == nil || !strings.Contains(err.Error(), "--twenty-operations-file") {
+		t.Errorf("operations file writable by others: %v", err)
+	}
+	if _, err := New(Config{BaseURL: &url.URL{Scheme: "https", Host: "crm.example.com"}, WorkspaceID: workspace,
+		Token: provider.NewSecret("k"), Operations: []string{"record.nope"}}); err == nil || !strings.Contains(err.Error(), "record.nope") {
+		t.Errorf("Config.Operations with an unknown operation: %v", err)
+	}
+}
+
+func TestNewOperationInputsRejected(t *testing.T) {
+	e := newEnv(t, allOperationsFile(t))
+	id, id2 := `"11111111-1111-4111-8111-111111111111"`, `"22222222-2222-4222-8222-222222222222"`
+	for name, a := range map[string]*aip.Action{
+		"update_many without filter":    action(OpUpdateMany, `{"object":"people","record":{"a":1}}`),
+		"update_many without fields":    action(OpUpdateMany, `{"object":"people","filter":"a[eq]:1","record":{}}`),
+		"soft_delete_many empty filter": action(OpSoftDeleteMany, `{"object":"people","filter":""}`),
+		"destroy_many without filter":   action(OpDestroyMany, `{"object":"people"}`),
+		"restore_many without filter":   action(OpRestoreMany, `{"object":"people"}`),
+		"restore id not a uuid":         action(OpRestore, `{"object":"people","id":"x/../y"}`),
+		"destroy without id":            action(OpDestroy, `{"object":"people"}`),
+		"duplicates ids and records":    action(OpFindDuplicates, `{"object":"people","ids":[`+id+`],"records":[{"a":1}]}`),
+		"duplicates neither":            action(OpFindDuplicates, `{"object":"people"}`),
+		"duplicates empty record":       action(OpFindDuplicates, `{"object":"people","records":[{}]}`),
+		"merge one id":                  action(OpMerge, `{"object":"people","ids":[`+id+`],"conflict_priority_index":0}`),
+		"merge same id twice":           action(OpMerge, `{"object":"people","ids":[`+id+`,`+id+`],"conflict_priority_index":0}`),
+		"merge without index":           action(OpMerge, `{"object":"people","ids":[`+id+`,`+id2+`]}`),
+		"group_by empty":                action(OpGroupBy, `{"object":"people","group_by":[]}`),
+		"group_by two fields in one":    action(OpGroupBy, `{"object":"people","group_by":[{"a":true,"b":true}]}`),
+		"metadata.get views":            action(OpMetadataGet, `{"resource":"views","id":`+id+`}`),
+		"metadata.get with object":      action(OpMetadataGet, `{"resource":"objects","id":`+id+`,"object":"people"}`),
+		"openapi.core with input":       action(OpOpenAPICore, `{"object":"people"}`),
+		"metadata.fields limit 0":       action(OpMetadataFields, `{"limit":0}`),
+	} {
+		resp, err := e.d.Act(ctxT(t), e.target, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s: HTTP %d %s", name, resp.Status, resp.Raw)
+		}
+	}
+	// What the schema cannot say, the connector checks: a failed result
+	// with input_invalid.
+	for name, a := range map[string]*aip.Action{
+		"merge index past ids": action(OpMerge, `{"object":"people","ids":[`+id+`,`+id2+`],"conflict_priority_index":2}`),
+		"group_by too large":   action(OpGroupBy, `{"object":"people","group_by":[{"a":{"x":"`+strings.Repeat("y", MaxGroupByBytes)+`"}}]}`),
+	} {
+		if pe := failedCode(t, e.act(t, a)); pe.Code != hostsdk.CodeInputInvalid || retryable(pe) {
+			t.Errorf("%s: %+v", name, pe)
+		}
+	}
+	if n := e.mock.count(); n != 0 {
+		t.Errorf("rejected inputs reached Twenty %d times", n)
+	}
+}
