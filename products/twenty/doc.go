@@ -90,8 +90,11 @@
 //     body; returns {object, records}.
 //   - record.merge (risk high): PATCH /rest/<object>/merge (depth) with
 //     {"ids": 2 to 60 distinct IDs, "conflictPriorityIndex": the index in
-//     ids of the record kept, "dryRun"}; Twenty merges the others into it
-//     and deletes them (dry_run only previews); returns {object, record}.
+//     ids of the record kept, "dryRun"}; Twenty merges the others' values
+//     and relations into it and deletes them (people softly, other objects
+//     permanently in recent Twenty versions: a merge cannot be undone);
+//     with dry_run it changes nothing and returns a preview under a new ID
+//     with deletedAt set. Returns {object, record}.
 //   - record.destroy (risk critical): DELETE
 //     /rest/<object>/<id>?soft_delete=false, a permanent delete.
 //   - record.destroy_many (risk critical): DELETE

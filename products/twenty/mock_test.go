@@ -40,7 +40,9 @@ import (
 //     delete many with soft_delete), PATCH /rest/restore/<plural>/<id> and
 //     /rest/restore/<plural>?filter=..., POST /rest/<plural>/duplicates
 //     ({"ids":[...]} or {"data":[...]}), PATCH /rest/<plural>/merge
-//     ({"ids","conflictPriorityIndex","dryRun"}), GET
+//     ({"ids","conflictPriorityIndex","dryRun"}; the others are deleted,
+//     softly for people only; a dry run answers a preview under a new ID
+//     with deletedAt set), GET
 //     /rest/<plural>/groupBy?group_by=<JSON array>, GET
 //     /rest/metadata/objects/<id>, /rest/metadata/fields[/<id>] and GET
 //     /rest/open-api/core|metadata (the generated OpenAPI documents, no
@@ -606,11 +608,17 @@ func (m *mockTwenty) special(w http.ResponseWriter, r *http.Request, plural, wha
 				}
 			}
 		}
-		if !in.DryRun {
+		if in.DryRun {
+			// Twenty's preview: a new ID, deletedAt set, nothing stored.
+			m.nextID++
+			merged["id"] = fmt.Sprintf("00000000-0000-4000-9000-%012d", m.nextID)
+			merged["deletedAt"] = "2026-11-30T10:00:00.000Z"
+		} else {
 			maps.Copy(recs[*in.Priority], merged)
 			for i, rec := range recs {
+				// Twenty soft-deletes merged people, other objects for good.
 				if i != *in.Priority {
-					m.remove(plural, rec, true)
+					m.remove(plural, rec, plural == "people")
 				}
 			}
 		}
