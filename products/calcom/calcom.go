@@ -37,8 +37,8 @@ const MaxWebhookSubscriptions = 64
 // Product is Cal.diy as cmd/aip-host runs it ("aip-host cal-diy").
 var Product = products.Product{
 	Name: "cal-diy",
-	Summary: "Cal.diy (Cal.com API v2): profile, event types, slots and reservations, bookings and attendees, schedules, " +
-		"calendars, conferencing, user webhooks; signed booking webhooks",
+	Summary: "Cal.diy (Cal.com API v2): profile, event types and their private links, slots and reservations, bookings and " +
+		"attendees, schedules, calendars, conferencing, user and event type webhooks; signed booking webhooks",
 	Settings: []hostsdk.Setting{
 		{Flag: flagBaseURL, Env: "AIP_CAL_DIY_BASE_URL",
 			Usage: "origin of the Cal.diy API v2, e.g. https://api.cal.com (https; http only for loopback)"},
@@ -51,7 +51,7 @@ var Product = products.Product{
 			Usage: "comma list of SUBSCRIPTION_ID=FILE: each file holds one webhook subscription's signing secret; " +
 				"enables POST /webhooks/cal-diy/{subscription_id}"},
 		{Flag: flagSubscriberPrefixes, Env: "AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES",
-			Usage: "comma list of https URL prefixes ending in / that webhook.create and webhook.update may register " +
+			Usage: "comma list of https URL prefixes ending in / that webhook.create/update and event_type.webhook.create/update may register " +
 				"as <prefix><subscription_id>; empty (the default) refuses every subscriber URL"},
 	},
 	New: newFromSettings,
@@ -132,7 +132,7 @@ type Config struct {
 	// Without any, the webhook route is not mounted.
 	WebhookSecrets map[string]provider.Secret
 	// SubscriberPrefixes are the https URL prefixes (each ending in /)
-	// that webhook.create and webhook.update may register, followed by a
+	// that webhook and event type webhook creates and updates may register, followed by a
 	// subscription ID. None: every subscriber URL is refused.
 	SubscriberPrefixes []string
 	// Now is the clock for webhook timestamps. Defaults to time.Now.

@@ -69,6 +69,11 @@ const (
 	userWebhooksOutput = `{"status":"success","data":[` + webhookOutJSON + `]}`
 	userWebhookOutput  = `{"status":"success","data":` + webhookOutJSON + `}`
 	subscriberPrefix   = "https://aip.example.test/webhooks/cal-diy/"
+
+	sessionsAnswer     = `{"status":"success","data":[{"id":"sess_1","roomName":"room","startTime":"2050-09-05T09:00:00.000Z","endTime":"2050-09-05T09:30:00.000Z","duration":1800,"maxParticipants":2,"participants":[{"userName":"Bob","joinTime":"2050-09-05T09:01:00.000Z","duration":1700}]}]}`
+	privateLinkJSON    = `{"linkId":"pl_1","eventTypeId":11,"isExpired":false,"bookingUrl":"https://cal.example.test/d/pl_1/intro","maxUsageCount":5,"usageCount":0}`
+	privateLinksAnswer = `{"status":"success","data":[` + privateLinkJSON + `]}`
+	privateLinkAnswer  = `{"status":"success","data":` + privateLinkJSON + `}`
 )
 
 // received is one request the mock provider got.
@@ -179,8 +184,8 @@ func defaultAnswer(r *http.Request) answer {
 	p := r.URL.Path
 	ok := func(body string) answer {
 		if r.Method == http.MethodPost && !strings.HasSuffix(p, "/guests") && !strings.HasSuffix(p, "/mark-absent") &&
-			!strings.HasSuffix(p, "/reassign") && !strings.HasSuffix(p, "/confirm") && !strings.HasSuffix(p, "/decline") &&
-			!strings.HasSuffix(p, "/cancel") {
+			!strings.HasSuffix(p, "/reassign") && !strings.Contains(p, "/reassign/") && !strings.HasSuffix(p, "/confirm") &&
+			!strings.HasSuffix(p, "/decline") && !strings.HasSuffix(p, "/cancel") && !strings.HasSuffix(p, "/default") {
 			return answer{201, body, false} // the document's creates answer 201
 		}
 		return answer{200, body, false}
@@ -198,7 +203,23 @@ func defaultAnswer(r *http.Request) answer {
 		return ok(attendeesAnswer)
 	case strings.HasSuffix(p, "/attendees") || strings.Contains(p, "/attendees/"):
 		return ok(attendeeAnswer)
-	case strings.HasSuffix(p, "/reassign"):
+	case strings.HasSuffix(p, "/conferencing-sessions"):
+		return ok(sessionsAnswer)
+	case strings.HasPrefix(p, "/v2/conferencing/") && strings.HasSuffix(p, "/default") && r.Method == http.MethodPost:
+		return ok(`{"status":"success"}`)
+	case strings.HasSuffix(p, "/disconnect"):
+		return ok(`{"status":"success"}`)
+	case strings.HasPrefix(p, "/v2/event-types/") && strings.HasSuffix(p, "/private-links") && r.Method == http.MethodGet:
+		return ok(privateLinksAnswer)
+	case strings.HasPrefix(p, "/v2/event-types/") && strings.Contains(p, "/private-links"):
+		return ok(privateLinkAnswer)
+	case strings.HasPrefix(p, "/v2/event-types/") && strings.HasSuffix(p, "/webhooks") && r.Method == http.MethodGet:
+		return ok(userWebhooksAnswer)
+	case strings.HasPrefix(p, "/v2/event-types/") && strings.HasSuffix(p, "/webhooks") && r.Method == http.MethodDelete:
+		return ok(`{"status":"success","data":"2 webhooks deleted"}`)
+	case strings.HasPrefix(p, "/v2/event-types/") && strings.Contains(p, "/webhooks"):
+		return ok(userWebhookAnswer)
+	case strings.HasSuffix(p, "/reassign") || strings.Contains(p, "/reassign/"):
 		return ok(reassignAnswer)
 	case strings.HasSuffix(p, "/calendar-links"):
 		return ok(calLinksAnswer)
@@ -423,6 +444,27 @@ func TestCapabilities(t *testing.T) {
 		{"webhook.update", `{"webhook_id":"wh_1","subscriber_url":"https://other.example.test/hooks/sub-2","active":false}`,
 			"PATCH", "/v2/webhooks/wh_1", "", nil, `{"subscriberUrl":"https://other.example.test/hooks/sub-2","active":false}`, userWebhookOutput},
 		{"webhook.delete", `{"webhook_id":"wh_1"}`, "DELETE", "/v2/webhooks/wh_1", "", nil, "", userWebhookOutput},
+		{"booking.reassign_to_user", `{"booking_uid":"bk_1","user_id":8,"reason":"Alice is away"}`,
+			"POST", "/v2/bookings/bk_1/reassign/8", "2024-08-13", nil, `{"reason":"Alice is away"}`, reassignAnswer},
+		{"booking.conferencing_session.list", `{"booking_uid":"bk_1"}`, "GET", "/v2/bookings/bk_1/conferencing-sessions", "2024-08-13", nil, "", sessionsAnswer},
+		{"conferencing.default.set", `{"app":"google-meet"}`, "POST", "/v2/conferencing/google-meet/default", "", nil, "", `{"status":"success"}`},
+		{"conferencing.disconnect", `{"app":"zoom"}`, "DELETE", "/v2/conferencing/zoom/disconnect", "", nil, "", `{"status":"success"}`},
+		{"event_type.private_link.list", `{"event_type_id":11}`, "GET", "/v2/event-types/11/private-links", "", nil, "", privateLinksAnswer},
+		{"event_type.private_link.create", `{"event_type_id":11,"max_usage_count":5}`, "POST", "/v2/event-types/11/private-links", "", nil,
+			`{"maxUsageCount":5}`, privateLinkAnswer},
+		{"event_type.private_link.update", `{"event_type_id":11,"link_id":"pl_1","expires_at":"2050-12-31T23:59:59Z"}`,
+			"PATCH", "/v2/event-types/11/private-links/pl_1", "", nil, `{"expiresAt":"2050-12-31T23:59:59Z"}`, privateLinkAnswer},
+		{"event_type.private_link.delete", `{"event_type_id":11,"link_id":"pl_1"}`, "DELETE", "/v2/event-types/11/private-links/pl_1", "", nil, "", privateLinkAnswer},
+		{"event_type.webhook.list", `{"event_type_id":11,"take":10}`, "GET", "/v2/event-types/11/webhooks", "", url.Values{"take": {"10"}}, "", userWebhooksOutput},
+		{"event_type.webhook.get", `{"event_type_id":11,"webhook_id":"wh_1"}`, "GET", "/v2/event-types/11/webhooks/wh_1", "", nil, "", userWebhookOutput},
+		{"event_type.webhook.create", `{"event_type_id":11,"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["MEETING_ENDED"],"active":true,"payload_template":"{\"t\":\"{{title}}\"}"}`,
+			"POST", "/v2/event-types/11/webhooks", "", nil,
+			`{"subscriberUrl":"` + subscriberPrefix + testSub + `","triggers":["MEETING_ENDED"],"active":true,"payloadTemplate":"{\"t\":\"{{title}}\"}","secret":"` + testSecret + `"}`,
+			userWebhookOutput},
+		{"event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1","active":false}`, "PATCH", "/v2/event-types/11/webhooks/wh_1", "", nil,
+			`{"active":false}`, userWebhookOutput},
+		{"event_type.webhook.delete", `{"event_type_id":11,"webhook_id":"wh_1"}`, "DELETE", "/v2/event-types/11/webhooks/wh_1", "", nil, "", userWebhookOutput},
+		{"event_type.webhook.delete_all", `{"event_type_id":11}`, "DELETE", "/v2/event-types/11/webhooks", "", nil, "", `{"status":"success","data":"2 webhooks deleted"}`},
 		{"profile.update", `{"name":"Alice A.","time_format":12,"week_start":"Sunday","locale":"it","metadata":{"team":"sales"}}`,
 			"PATCH", "/v2/me", "", nil, `{"name":"Alice A.","timeFormat":12,"weekStart":"Sunday","locale":"it","metadata":{"team":"sales"}}`, meAnswer},
 	}
@@ -639,6 +681,13 @@ func TestInputRejected(t *testing.T) {
 		{"webhook.create", `{"subscriber_url":"` + subscriberPrefix + `s","triggers":["BOOKING_CREATED"],"active":true,"secret":"mine"}`},
 		{"webhook.create", `{"subscriber_url":"` + subscriberPrefix + `s","triggers":["NOPE"],"active":true}`},
 		{"webhook.update", `{"webhook_id":"wh_1"}`},
+		{"event_type.private_link.update", `{"event_type_id":11,"link_id":"pl_1"}`},
+		{"event_type.private_link.create", `{"event_type_id":11,"max_usage_count":0}`},
+		{"event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1"}`},
+		{"event_type.webhook.create", `{"event_type_id":11,"subscriber_url":"` + subscriberPrefix + `s","triggers":["BOOKING_CREATED"],"active":true,"secret":"mine"}`},
+		{"conferencing.default.set", `{"app":"webex"}`},
+		{"conferencing.disconnect", `{"app":"daily-video"}`},
+		{"booking.reassign_to_user", `{"booking_uid":"bk_1"}`},
 		{"profile.update", `{}`},
 		{"profile.update", `{"time_format":13}`},
 		{"profile.update", `{"week_start":"Someday"}`},
@@ -695,6 +744,8 @@ func TestWebhookSubscriberPolicy(t *testing.T) {
 	// Deny by default.
 	refused(t, denyAll, "webhook.create", create(subscriberPrefix+testSub), "--cal-diy-webhook-subscriber-prefixes")
 	refused(t, denyAll, "webhook.update", `{"webhook_id":"wh_1","subscriber_url":"`+subscriberPrefix+testSub+`"}`, "--cal-diy-webhook-subscriber-prefixes")
+	refused(t, denyAll, "event_type.webhook.create", `{"event_type_id":11,"subscriber_url":"`+subscriberPrefix+testSub+`","triggers":["BOOKING_CREATED"],"active":true}`,
+		"--cal-diy-webhook-subscriber-prefixes")
 
 	for _, u := range []string{
 		"https://evil.example.test/webhooks/cal-diy/" + testSub,
@@ -715,6 +766,8 @@ func TestWebhookSubscriberPolicy(t *testing.T) {
 	} {
 		refused(t, h, "webhook.create", create(u), "not an allowed prefix")
 		refused(t, h, "webhook.update", `{"webhook_id":"wh_1","subscriber_url":`+strconv.Quote(u)+`}`, "not an allowed prefix")
+		refused(t, h, "event_type.webhook.create", `{"event_type_id":11,"subscriber_url":`+strconv.Quote(u)+`,"triggers":["BOOKING_CREATED"],"active":true}`, "not an allowed prefix")
+		refused(t, h, "event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1","subscriber_url":`+strconv.Quote(u)+`}`, "not an allowed prefix")
 	}
 	if n := len(mock.requests()); n != 0 {
 		t.Fatalf("refused subscriber URLs reached the provider %d times", n)

@@ -177,10 +177,14 @@ func TestManifest(t *testing.T) {
 		"slot.reservation.create": true, "slot.reservation.update": true, "slot.reservation.delete": true,
 		"booking.attendee.add": true, "booking.guest.add": true, "booking.mark_absent": true, "booking.reassign": true,
 		"booking.location.update": true, "webhook.create": true, "webhook.update": true, "webhook.delete": true,
-		"profile.update": true}
+		"profile.update": true, "booking.reassign_to_user": true, "conferencing.default.set": true, "conferencing.disconnect": true,
+		"event_type.private_link.create": true, "event_type.private_link.update": true, "event_type.private_link.delete": true,
+		"event_type.webhook.create": true, "event_type.webhook.update": true, "event_type.webhook.delete": true,
+		"event_type.webhook.delete_all": true}
 	// Deleting for good is high risk.
 	highRisk := map[string]bool{"event_type.delete": true, "schedule.delete": true, "slot.reservation.delete": true,
-		"webhook.delete": true}
+		"webhook.delete": true, "conferencing.disconnect": true, "event_type.private_link.delete": true,
+		"event_type.webhook.delete": true, "event_type.webhook.delete_all": true}
 	for _, capa := range m.Capabilities {
 		if !capabilityIDRE.MatchString(capa.ID) {
 			t.Errorf("capability ID %q does not follow cap:cal_diy:<suffix>", capa.ID)
@@ -220,7 +224,11 @@ func TestManifest(t *testing.T) {
 		"booking.mark_absent", "booking.reassign", "booking.location.update", "booking.get_by_seat",
 		"booking.calendar_links.get", "booking.reference.list", "booking.recording.list", "booking.transcript.list",
 		"calendar.list", "calendar.busy_time.list", "conferencing.list", "conferencing.default.get",
-		"webhook.list", "webhook.get", "webhook.create", "webhook.update", "webhook.delete", "profile.update"}
+		"webhook.list", "webhook.get", "webhook.create", "webhook.update", "webhook.delete",
+		"booking.reassign_to_user", "booking.conferencing_session.list", "conferencing.default.set", "conferencing.disconnect",
+		"event_type.private_link.list", "event_type.private_link.create", "event_type.private_link.update", "event_type.private_link.delete",
+		"event_type.webhook.list", "event_type.webhook.get", "event_type.webhook.create", "event_type.webhook.update",
+		"event_type.webhook.delete", "event_type.webhook.delete_all", "profile.update"}
 	if !slices.Equal(got, want) {
 		t.Errorf("capabilities %v, want %v", got, want)
 	}
@@ -300,7 +308,7 @@ func TestOperationsMatchDocument(t *testing.T) {
 	}
 	rename := strings.NewReplacer("{event_type_id}", "{eventTypeId}", "{booking_uid}", "{bookingUid}",
 		"{schedule_id}", "{scheduleId}", "{reservation_uid}", "{uid}", "{attendee_id}", "{attendeeId}",
-		"{seat_uid}", "{seatUid}", "{webhook_id}", "{webhookId}")
+		"{seat_uid}", "{seatUid}", "{webhook_id}", "{webhookId}", "{user_id}", "{userId}", "{link_id}", "{linkId}")
 	// Some operations give the required version only in the header's
 	// description ("Must be set to 2024-08-13. ...").
 	mustBeSet := regexp.MustCompile(`^Must be set to (\d{4}-\d{2}-\d{2})\.`)

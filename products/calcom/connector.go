@@ -87,7 +87,8 @@ func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manif
 		Profiles:        []string{aip.NativeHTTPProfile, Profile},
 		Capabilities:    caps,
 		Security: json.RawMessage(`{"api_auth":["bearer"],"credential_material_in_protocol":false,` +
-			`"webhook_hmac":"sha256_hex_exact_raw_body","provider_idempotency":false}`),
+			`"webhook_hmac":"sha256_hex_exact_raw_body","provider_idempotency":false,` +
+			`"webhook_subscriber_urls":"configured_https_prefixes_only","webhook_secrets_in_output":false}`),
 		Governance: json.RawMessage(`{"mutations_require_approval":false,"uncertain_mutations_require_reconciliation":true,` +
 			`"unresolved_provider_outcome":"operator_evidence_required"}`),
 		Limits: json.RawMessage(fmt.Sprintf(`{"webhook_max_body_bytes":%d}`, WebhookMaxBody)),

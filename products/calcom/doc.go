@@ -58,15 +58,34 @@
 //	webhook.delete           DELETE /v2/webhooks/{webhookId}                        (none)      mutation, high risk
 //	profile.update           PATCH  /v2/me                                          (none)      mutation
 //
+//	booking.reassign_to_user          POST   /v2/bookings/{bookingUid}/reassign/{userId}      2024-08-13  mutation
+//	booking.conferencing_session.list GET    /v2/bookings/{bookingUid}/conferencing-sessions  2024-08-13
+//	conferencing.default.set          POST   /v2/conferencing/{app}/default                   (none)      mutation
+//	conferencing.disconnect           DELETE /v2/conferencing/{app}/disconnect                (none)      mutation, high risk
+//	event_type.private_link.list      GET    /v2/event-types/{eventTypeId}/private-links          (none)
+//	event_type.private_link.create    POST   /v2/event-types/{eventTypeId}/private-links          (none)  mutation
+//	event_type.private_link.update    PATCH  /v2/event-types/{eventTypeId}/private-links/{linkId} (none)  mutation
+//	event_type.private_link.delete    DELETE /v2/event-types/{eventTypeId}/private-links/{linkId} (none)  mutation, high risk
+//	event_type.webhook.list           GET    /v2/event-types/{eventTypeId}/webhooks               (none)
+//	event_type.webhook.get            GET    /v2/event-types/{eventTypeId}/webhooks/{webhookId}   (none)
+//	event_type.webhook.create         POST   /v2/event-types/{eventTypeId}/webhooks               (none)  mutation
+//	event_type.webhook.update         PATCH  /v2/event-types/{eventTypeId}/webhooks/{webhookId}   (none)  mutation
+//	event_type.webhook.delete         DELETE /v2/event-types/{eventTypeId}/webhooks/{webhookId}   (none)  mutation, high risk
+//	event_type.webhook.delete_all     DELETE /v2/event-types/{eventTypeId}/webhooks               (none)  mutation, high risk
+//
+// The reference sends cal-api-version 2024-04-15 to private links; the
+// published document has no such header for them, and the adapter
+// follows the document.
 // For the attendee, guest and location operations the document gives the
 // version only in the header's description ("Must be set to 2024-08-13");
 // the test that checks versions against the document reads both.
 // Deleting for good is risk high; other mutations are medium, reads low.
 // Updates need at least one field to change (minProperties).
 //
-// # User webhooks
+// # Webhook subscriptions
 //
-// webhook.create and webhook.update (when it changes the URL) accept a
+// webhook.create, webhook.update, event_type.webhook.create and
+// event_type.webhook.update (the updates when they change the URL) accept a
 // subscriber URL only if it is exactly one of the
 // --cal-diy-webhook-subscriber-prefixes followed by a subscription ID
 // (the webhook route's syntax: 1 to 128 of A-Z a-z 0-9 . _ ~ -, the first
@@ -77,8 +96,8 @@
 // connector holds the secret of that subscription
 // (--cal-diy-webhook-secret-files) it sends it as the webhook's secret,
 // so deliveries verify at POST /webhooks/cal-diy/{subscription_id};
-// otherwise none is sent. Every webhook.* output leaves out the secret
-// member of the webhook(s) Cal.diy returns.
+// otherwise none is sent. Every webhook.* and event_type.webhook.* output
+// leaves out the secret member of the webhook(s) Cal.diy returns.
 //
 // Inputs are snake_case (event_type_id, booking_uid, time_zone, ...) and
 // strict (additionalProperties false, bounded strings and numbers); the
@@ -167,11 +186,10 @@
 //
 // Of the reference's 81 operations these are not offered yet:
 // booking.attendee.delete (the published document has no DELETE on
-// /v2/bookings/{bookingUid}/attendees/{attendeeId}), event type private
-// links and event type webhooks, booking.reassign_to_user,
-// booking.conferencing_session.list, the calendar provider, ICS feed,
-// connection, event, free/busy, destination and selected-calendar
-// operations, and conferencing default.set, connect and disconnect. The
+// /v2/bookings/{bookingUid}/attendees/{attendeeId}); the calendar
+// provider check and disconnect, ICS feed check, connection, connection
+// event, calendar event, free/busy, destination and selected-calendar
+// operations; and conferencing.connect (a non-OAuth app install). The
 // operator-only surfaces the reference excludes (OAuth clients and
 // flows, API key refresh, calendar and conferencing OAuth, Stripe,
 // verified resources) stay out.

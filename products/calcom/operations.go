@@ -531,6 +531,100 @@ var operations = []*operation{
 		Required: []string{"webhook_id"}, Props: map[string]any{"webhook_id": webhookIDProp},
 	},
 	{
+		Suffix: "booking.reassign_to_user", Name: "Reassign a booking to a user",
+		Description: "POST /v2/bookings/{bookingUid}/reassign/{userId}: hands a round-robin booking to the given host (cal-api-version 2024-08-13).",
+		Method:      http.MethodPost, Path: "/v2/bookings/{booking_uid}/reassign/{user_id}", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{bookingUID, "user_id"},
+		Props: map[string]any{bookingUID: bookingUIDProp, "user_id": integer(1, maxIntID, "ID of the new host"),
+			"reason": str(maxText, "reason for reassigning")},
+		Body: map[string]string{"reason": "reason"}, AlwaysBody: true,
+	},
+	{
+		Suffix: "booking.conferencing_session.list", Name: "List a booking's conferencing sessions",
+		Description: "GET /v2/bookings/{bookingUid}/conferencing-sessions: Cal Video sessions of the meeting and who joined (cal-api-version 2024-08-13).",
+		Method:      http.MethodGet, Path: "/v2/bookings/{booking_uid}/conferencing-sessions", Version: versionBookings, Risk: aip.RiskLow,
+		Required: []string{bookingUID}, Props: map[string]any{bookingUID: bookingUIDProp},
+	},
+	{
+		Suffix: "conferencing.default.set", Name: "Set the default conferencing app",
+		Description: "POST /v2/conferencing/{app}/default: makes an installed conferencing app the authenticated user's default.",
+		Method:      http.MethodPost, Path: "/v2/conferencing/{app}/default", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"app"}, Props: map[string]any{"app": enum("conferencing app", "google-meet", "zoom", "msteams", "daily-video")},
+	},
+	{
+		Suffix: "conferencing.disconnect", Name: "Disconnect a conferencing app",
+		Description: "DELETE /v2/conferencing/{app}/disconnect: removes the app's credentials for good; connecting it again needs the user's OAuth consent.",
+		Method:      http.MethodDelete, Path: "/v2/conferencing/{app}/disconnect", Mutation: true, Risk: aip.RiskHigh,
+		Required: []string{"app"}, Props: map[string]any{"app": enum("conferencing app", "google-meet", "zoom", "msteams")},
+	},
+	{
+		Suffix: "event_type.private_link.list", Name: "List an event type's private links",
+		Description: "GET /v2/event-types/{eventTypeId}/private-links.",
+		Method:      http.MethodGet, Path: "/v2/event-types/{event_type_id}/private-links", Risk: aip.RiskLow,
+		Required: []string{"event_type_id"}, Props: map[string]any{"event_type_id": eventTypeIDProp},
+	},
+	{
+		Suffix: "event_type.private_link.create", Name: "Create a private link",
+		Description: "POST /v2/event-types/{eventTypeId}/private-links: a link that books the event type until it expires or is used up (default: once).",
+		Method:      http.MethodPost, Path: "/v2/event-types/{event_type_id}/private-links", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"event_type_id"},
+		Props:    privateLinkProps(map[string]any{"event_type_id": eventTypeIDProp}), Body: privateLinkBody, AlwaysBody: true,
+	},
+	{
+		Suffix: "event_type.private_link.update", Name: "Update a private link",
+		Description: "PATCH /v2/event-types/{eventTypeId}/private-links/{linkId}: changes the link's expiry or usage limit.",
+		Method:      http.MethodPatch, Path: "/v2/event-types/{event_type_id}/private-links/{link_id}", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"event_type_id", "link_id"}, MinProps: 3,
+		Props: privateLinkProps(map[string]any{"event_type_id": eventTypeIDProp, "link_id": linkIDProp}), Body: privateLinkBody,
+	},
+	{
+		Suffix: "event_type.private_link.delete", Name: "Delete a private link",
+		Description: "DELETE /v2/event-types/{eventTypeId}/private-links/{linkId}: the link stops working for good.",
+		Method:      http.MethodDelete, Path: "/v2/event-types/{event_type_id}/private-links/{link_id}", Mutation: true, Risk: aip.RiskHigh,
+		Required: []string{"event_type_id", "link_id"}, Props: map[string]any{"event_type_id": eventTypeIDProp, "link_id": linkIDProp},
+	},
+	{
+		Suffix: "event_type.webhook.list", Name: "List an event type's webhooks",
+		Description: "GET /v2/event-types/{eventTypeId}/webhooks, paged (signing secrets left out of the output).",
+		Method:      http.MethodGet, Path: "/v2/event-types/{event_type_id}/webhooks", Risk: aip.RiskLow, Webhook: true,
+		Required: []string{"event_type_id"},
+		Props: map[string]any{"event_type_id": eventTypeIDProp,
+			"take": integer(1, 250, "page size (provider default 250)"), "skip": integer(0, 1_000_000, "webhooks to skip")},
+		Query: map[string]string{"take": "take", "skip": "skip"},
+	},
+	{
+		Suffix: "event_type.webhook.get", Name: "Get an event type's webhook",
+		Description: "GET /v2/event-types/{eventTypeId}/webhooks/{webhookId} (signing secret left out of the output).",
+		Method:      http.MethodGet, Path: "/v2/event-types/{event_type_id}/webhooks/{webhook_id}", Risk: aip.RiskLow, Webhook: true,
+		Required: []string{"event_type_id", "webhook_id"}, Props: map[string]any{"event_type_id": eventTypeIDProp, "webhook_id": webhookIDProp},
+	},
+	{
+		Suffix: "event_type.webhook.create", Name: "Create an event type webhook",
+		Description: "POST /v2/event-types/{eventTypeId}/webhooks: subscribes a URL to the event type's events; the subscriber URL rules of webhook.create apply.",
+		Method:      http.MethodPost, Path: "/v2/event-types/{event_type_id}/webhooks", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
+		Required: []string{"event_type_id", "subscriber_url", "triggers", "active"},
+		Props:    webhookProps(map[string]any{"event_type_id": eventTypeIDProp}), Body: webhookBody,
+	},
+	{
+		Suffix: "event_type.webhook.update", Name: "Update an event type webhook",
+		Description: "PATCH /v2/event-types/{eventTypeId}/webhooks/{webhookId}; the subscriber URL rules of webhook.create apply.",
+		Method:      http.MethodPatch, Path: "/v2/event-types/{event_type_id}/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
+		Required: []string{"event_type_id", "webhook_id"}, MinProps: 3,
+		Props: webhookProps(map[string]any{"event_type_id": eventTypeIDProp, "webhook_id": webhookIDProp}), Body: webhookBody,
+	},
+	{
+		Suffix: "event_type.webhook.delete", Name: "Delete an event type webhook",
+		Description: "DELETE /v2/event-types/{eventTypeId}/webhooks/{webhookId}: deletes the webhook for good.",
+		Method:      http.MethodDelete, Path: "/v2/event-types/{event_type_id}/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskHigh, Webhook: true,
+		Required: []string{"event_type_id", "webhook_id"}, Props: map[string]any{"event_type_id": eventTypeIDProp, "webhook_id": webhookIDProp},
+	},
+	{
+		Suffix: "event_type.webhook.delete_all", Name: "Delete all of an event type's webhooks",
+		Description: "DELETE /v2/event-types/{eventTypeId}/webhooks: deletes every webhook of the event type for good.",
+		Method:      http.MethodDelete, Path: "/v2/event-types/{event_type_id}/webhooks", Mutation: true, Risk: aip.RiskHigh,
+		Required: []string{"event_type_id"}, Props: map[string]any{"event_type_id": eventTypeIDProp},
+	},
+	{
 		Suffix: "profile.update", Name: "Update the authenticated Cal.diy profile",
 		Description: "PATCH /v2/me: changes the given fields of the API key owner's profile.",
 		Method:      http.MethodPatch, Path: "/v2/me", Mutation: true, Risk: aip.RiskMedium,
@@ -555,6 +649,8 @@ var operations = []*operation{
 // Schema parts shared by several operations.
 var (
 	scheduleIDProp     = integer(1, maxIntID, "ID of the schedule")
+	eventTypeIDProp    = integer(1, maxIntID, "ID of the event type")
+	linkIDProp         = str(maxID, "ID of the private link")
 	reservationUIDProp = str(maxID, "UID of the slot reservation")
 	webhookIDProp      = str(maxID, "ID of the webhook")
 	weekDays           = []string{"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"}
@@ -654,6 +750,21 @@ func reservationProps(extra map[string]any) map[string]any {
 		"slot_start":           str(maxTime, "start of the slot, ISO 8601 in UTC"),
 		"slot_duration":        integer(1, 1440, "slot length in minutes, for event types with several lengths"),
 		"reservation_duration": integer(1, 1440, "minutes to hold the slot (provider default 5)"),
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+// privateLinkBody maps the private link inputs to CreatePrivateLinkInput
+// and UpdatePrivateLinkBody fields.
+var privateLinkBody = map[string]string{"expires_at": "expiresAt", "max_usage_count": "maxUsageCount"}
+
+func privateLinkProps(extra map[string]any) map[string]any {
+	p := map[string]any{
+		"expires_at":      str(maxTime, "ISO 8601 date-time after which the link stops working"),
+		"max_usage_count": integer(1, 1_000_000, "bookings the link allows"),
 	}
 	for k, v := range extra {
 		p[k] = v

@@ -13,8 +13,8 @@ import (
 // --cal-diy-webhook-subscriber-prefixes.
 const MaxSubscriberPrefixes = 32
 
-// CodeSubscriberURLNotAllowed is the error code of a webhook.create or
-// webhook.update whose subscriber URL is not an allowed prefix followed
+// CodeSubscriberURLNotAllowed is the error code of a webhook or event
+// type webhook create or update whose subscriber URL is not an allowed prefix followed
 // by a subscription ID. Nothing is sent to Cal.diy.
 const CodeSubscriberURLNotAllowed = "cal_diy.subscriber_url_not_allowed"
 
@@ -44,8 +44,8 @@ func checkSubscriberPrefix(p string) error {
 }
 
 // parseSubscriberPrefixes reads --cal-diy-webhook-subscriber-prefixes: a
-// comma list; empty is none (webhook.create and webhook.update with a
-// subscriber URL are refused).
+// comma list; empty is none (every webhook create, and every update
+// that sets a subscriber URL, is refused).
 func parseSubscriberPrefixes(raw string) ([]string, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, nil
@@ -73,8 +73,8 @@ func (c *Connector) subscriber(raw string) (string, bool) {
 	return "", false
 }
 
-// prepareWebhook applies the webhook policy to a webhook.create or
-// webhook.update body: a subscriber URL must be allowed, and when the
+// prepareWebhook applies the webhook policy to a webhook create or
+// update body (user or event type webhook): a subscriber URL must be allowed, and when the
 // connector holds the signing secret of its subscription that secret is
 // sent, so that deliveries verify at POST /webhooks/cal-diy/{id}. It
 // returns a protocol error when the URL is not allowed.
