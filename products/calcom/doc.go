@@ -76,11 +76,30 @@
 // The reference sends cal-api-version 2024-04-15 to private links; the
 // published document has no such header for them, and the adapter
 // follows the document.
+//
 // For the attendee, guest and location operations the document gives the
 // version only in the header's description ("Must be set to 2024-08-13");
 // the test that checks versions against the document reads both.
 // Deleting for good is risk high; other mutations are medium, reads low.
 // Updates need at least one field to change (minProperties).
+//
+// Inputs are snake_case (event_type_id, booking_uid, time_zone, ...) and
+// strict (additionalProperties false, bounded strings and numbers); the
+// adapter renames them to the provider's query parameters and body fields
+// and sends list filters comma-separated. The output is the provider's
+// JSON answer as sent ({"status":"success","data":...}, with pagination on
+// lists), except that webhook signing secrets are left out (see Webhook
+// subscriptions). Upstream marks Cal.diy's mutations requires_human_approval; this
+// fleet has no approval step that would hold them, so they are not marked
+// (a manifest must not promise what no component enforces): restrict who
+// may book or cancel through the tenant's capability bindings in the fleet
+// file instead.
+//
+// Every request carries Authorization: Bearer <API key>, Accept:
+// application/json, x-aip-action-id and x-aip-tenant-id; mutations also
+// carry idempotency-key (the action's idempotency key). Cal.diy does not
+// document an idempotency key of its own, so the header is informational:
+// the host's journal is what keeps an action from running twice.
 //
 // # Webhook subscriptions
 //
@@ -99,23 +118,6 @@
 // otherwise none is sent. Every webhook.* and event_type.webhook.* output
 // leaves out the secret member of the webhook(s) Cal.diy returns.
 //
-// Inputs are snake_case (event_type_id, booking_uid, time_zone, ...) and
-// strict (additionalProperties false, bounded strings and numbers); the
-// adapter renames them to the provider's query parameters and body fields
-// and sends list filters comma-separated. The output is the provider's
-// JSON answer as sent ({"status":"success","data":...}, with pagination on
-// lists). Upstream marks Cal.diy's mutations requires_human_approval; this
-// fleet has no approval step that would hold them, so they are not marked
-// (a manifest must not promise what no component enforces): restrict who
-// may book or cancel through the tenant's capability bindings in the fleet
-// file instead.
-//
-// Every request carries Authorization: Bearer <API key>, Accept:
-// application/json, x-aip-action-id and x-aip-tenant-id; mutations also
-// carry idempotency-key (the action's idempotency key). Cal.diy does not
-// document an idempotency key of its own, so the header is informational:
-// the host's journal is what keeps an action from running twice.
-//
 // # Settings
 //
 //	--cal-diy-base-url / AIP_CAL_DIY_BASE_URL                  origin of the API, e.g. https://api.cal.com
@@ -126,7 +128,8 @@
 //	                                                           comma list of SUBSCRIPTION_ID=FILE (optional)
 //	--cal-diy-webhook-subscriber-prefixes / AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES
 //	                                                           comma list of https URL prefixes ending in / that
-//	                                                           webhook.create/update may register (optional; none: deny)
+//	                                                           webhook.create/update and event_type.webhook.create/update
+//	                                                           may register (optional; none: deny)
 //
 // New refuses a missing or non-https base URL, an unreadable, empty or
 // group/other-readable secret file, malformed subscription entries, and
