@@ -71,6 +71,8 @@ const (
 	subscriberPrefix   = "https://aip.example.test/webhooks/cal-diy/"
 
 	sessionsAnswer     = `{"status":"success","data":[{"id":"sess_1","roomName":"room","startTime":"2050-09-05T09:00:00.000Z","endTime":"2050-09-05T09:30:00.000Z","duration":1800,"maxParticipants":2,"participants":[{"userName":"Bob","joinTime":"2050-09-05T09:01:00.000Z","duration":1700}]}]}`
+	selectedAnswer     = `{"status":"success","data":{"userId":7,"integration":"google_calendar","externalId":"team@example.test","credentialId":5}}`
+	calEventAnswer     = `{"status":"success","data":{"start":{"time":"2050-09-05T10:00:00.000Z","timeZone":"Europe/Rome"},"end":{"time":"2050-09-05T10:30:00.000Z","timeZone":"Europe/Rome"},"id":"ev_1","title":"Intro","source":"google"}}`
 	privateLinkJSON    = `{"linkId":"pl_1","eventTypeId":11,"isExpired":false,"bookingUrl":"https://cal.example.test/d/pl_1/intro","maxUsageCount":5,"usageCount":0}`
 	privateLinksAnswer = `{"status":"success","data":[` + privateLinkJSON + `]}`
 	privateLinkAnswer  = `{"status":"success","data":` + privateLinkJSON + `}`
@@ -207,7 +209,7 @@ func defaultAnswer(r *http.Request) answer {
 		return ok(sessionsAnswer)
 	case strings.HasPrefix(p, "/v2/conferencing/") && strings.HasSuffix(p, "/default") && r.Method == http.MethodPost:
 		return ok(`{"status":"success"}`)
-	case strings.HasSuffix(p, "/disconnect"):
+	case strings.HasPrefix(p, "/v2/conferencing/") && strings.HasSuffix(p, "/disconnect"):
 		return ok(`{"status":"success"}`)
 	case strings.HasPrefix(p, "/v2/event-types/") && strings.HasSuffix(p, "/private-links") && r.Method == http.MethodGet:
 		return ok(privateLinksAnswer)
@@ -229,6 +231,16 @@ func defaultAnswer(r *http.Request) answer {
 		return ok(recordingsAnswer)
 	case strings.HasSuffix(p, "/transcripts"):
 		return ok(transcriptsAnswer)
+	case strings.HasPrefix(p, "/v2/calendars/") && strings.HasSuffix(p, "/check"):
+		return ok(`{"status":"success","data":{"status":"ok"}}`)
+	case strings.HasPrefix(p, "/v2/calendars/") && strings.HasSuffix(p, "/disconnect"):
+		return ok(`{"status":"success","data":{"id":5,"type":"google_calendar","userId":7,"teamId":null,"appId":"google-calendar","invalid":false}}`)
+	case p == "/v2/destination-calendars":
+		return ok(`{"status":"success","data":{"userId":7,"integration":"google_calendar","externalId":"alice@example.test","credentialId":5}}`)
+	case p == "/v2/selected-calendars":
+		return ok(selectedAnswer)
+	case strings.HasPrefix(p, "/v2/calendars/google/events/"):
+		return ok(calEventAnswer)
 	case p == "/v2/calendars":
 		return ok(calendarsAnswer)
 	case p == "/v2/calendars/busy-times":
@@ -465,6 +477,20 @@ func TestCapabilities(t *testing.T) {
 			`{"active":false}`, userWebhookOutput},
 		{"event_type.webhook.delete", `{"event_type_id":11,"webhook_id":"wh_1"}`, "DELETE", "/v2/event-types/11/webhooks/wh_1", "", nil, "", userWebhookOutput},
 		{"event_type.webhook.delete_all", `{"event_type_id":11}`, "DELETE", "/v2/event-types/11/webhooks", "", nil, "", `{"status":"success","data":"2 webhooks deleted"}`},
+		{"calendar.provider.check", `{"calendar":"google"}`, "GET", "/v2/calendars/google/check", "", nil, "", `{"status":"success","data":{"status":"ok"}}`},
+		{"calendar.disconnect", `{"calendar":"google","credential_id":5}`, "POST", "/v2/calendars/google/disconnect", "", nil, `{"id":5}`,
+			`{"status":"success","data":{"id":5,"type":"google_calendar","userId":7,"teamId":null,"appId":"google-calendar","invalid":false}}`},
+		{"calendar.ics_feed.check", `{}`, "GET", "/v2/calendars/ics-feed/check", "", nil, "", `{"status":"success","data":{"status":"ok"}}`},
+		{"calendar.destination.update", `{"integration":"google_calendar","external_id":"alice@example.test"}`, "PUT", "/v2/destination-calendars", "", nil,
+			`{"integration":"google_calendar","externalId":"alice@example.test"}`,
+			`{"status":"success","data":{"userId":7,"integration":"google_calendar","externalId":"alice@example.test","credentialId":5}}`},
+		{"calendar.selected.add", `{"integration":"google_calendar","external_id":"team@example.test","credential_id":5}`, "POST", "/v2/selected-calendars", "", nil,
+			`{"integration":"google_calendar","externalId":"team@example.test","credentialId":5}`, selectedAnswer},
+		{"calendar.selected.delete", `{"integration":"google_calendar","external_id":"team@example.test","credential_id":5}`, "DELETE", "/v2/selected-calendars", "",
+			url.Values{"integration": {"google_calendar"}, "externalId": {"team@example.test"}, "credentialId": {"5"}}, "", selectedAnswer},
+		{"calendar.event.update", `{"calendar":"google","event_uid":"ev_1","title":"Intro","start":{"time":"2050-09-05T10:00:00Z","time_zone":"Europe/Rome"},"status":"accepted"}`,
+			"PATCH", "/v2/calendars/google/events/ev_1", "", nil,
+			`{"title":"Intro","start":{"time":"2050-09-05T10:00:00Z","timeZone":"Europe/Rome"},"status":"accepted"}`, calEventAnswer},
 		{"profile.update", `{"name":"Alice A.","time_format":12,"week_start":"Sunday","locale":"it","metadata":{"team":"sales"}}`,
 			"PATCH", "/v2/me", "", nil, `{"name":"Alice A.","timeFormat":12,"weekStart":"Sunday","locale":"it","metadata":{"team":"sales"}}`, meAnswer},
 	}
@@ -688,6 +714,13 @@ func TestInputRejected(t *testing.T) {
 		{"conferencing.default.set", `{"app":"webex"}`},
 		{"conferencing.disconnect", `{"app":"daily-video"}`},
 		{"booking.reassign_to_user", `{"booking_uid":"bk_1"}`},
+		{"calendar.disconnect", `{"calendar":"google"}`},
+		{"calendar.provider.check", `{"calendar":"caldav"}`},
+		{"calendar.destination.update", `{"integration":"zoho_calendar","external_id":"x"}`},
+		{"calendar.selected.delete", `{"integration":"google_calendar","external_id":"x"}`},
+		{"calendar.event.update", `{"calendar":"google","event_uid":"ev_1"}`},
+		{"calendar.event.update", `{"calendar":"office365","event_uid":"ev_1","title":"x"}`},
+		{"calendar.event.update", `{"calendar":"google","event_uid":"ev_1","start":{"time_zone":"UTC"}}`},
 		{"profile.update", `{}`},
 		{"profile.update", `{"time_format":13}`},
 		{"profile.update", `{"week_start":"Someday"}`},

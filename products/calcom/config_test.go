@@ -180,11 +180,12 @@ func TestManifest(t *testing.T) {
 		"profile.update": true, "booking.reassign_to_user": true, "conferencing.default.set": true, "conferencing.disconnect": true,
 		"event_type.private_link.create": true, "event_type.private_link.update": true, "event_type.private_link.delete": true,
 		"event_type.webhook.create": true, "event_type.webhook.update": true, "event_type.webhook.delete": true,
-		"event_type.webhook.delete_all": true}
+		"event_type.webhook.delete_all": true, "calendar.disconnect": true, "calendar.destination.update": true,
+		"calendar.selected.add": true, "calendar.selected.delete": true, "calendar.event.update": true}
 	// Deleting for good is high risk.
 	highRisk := map[string]bool{"event_type.delete": true, "schedule.delete": true, "slot.reservation.delete": true,
 		"webhook.delete": true, "conferencing.disconnect": true, "event_type.private_link.delete": true,
-		"event_type.webhook.delete": true, "event_type.webhook.delete_all": true}
+		"event_type.webhook.delete": true, "event_type.webhook.delete_all": true, "calendar.disconnect": true}
 	for _, capa := range m.Capabilities {
 		if !capabilityIDRE.MatchString(capa.ID) {
 			t.Errorf("capability ID %q does not follow cap:cal_diy:<suffix>", capa.ID)
@@ -228,7 +229,9 @@ func TestManifest(t *testing.T) {
 		"booking.reassign_to_user", "booking.conferencing_session.list", "conferencing.default.set", "conferencing.disconnect",
 		"event_type.private_link.list", "event_type.private_link.create", "event_type.private_link.update", "event_type.private_link.delete",
 		"event_type.webhook.list", "event_type.webhook.get", "event_type.webhook.create", "event_type.webhook.update",
-		"event_type.webhook.delete", "event_type.webhook.delete_all", "profile.update"}
+		"event_type.webhook.delete", "event_type.webhook.delete_all",
+		"calendar.provider.check", "calendar.disconnect", "calendar.ics_feed.check", "calendar.destination.update",
+		"calendar.selected.add", "calendar.selected.delete", "calendar.event.update", "profile.update"}
 	if !slices.Equal(got, want) {
 		t.Errorf("capabilities %v, want %v", got, want)
 	}
@@ -308,7 +311,8 @@ func TestOperationsMatchDocument(t *testing.T) {
 	}
 	rename := strings.NewReplacer("{event_type_id}", "{eventTypeId}", "{booking_uid}", "{bookingUid}",
 		"{schedule_id}", "{scheduleId}", "{reservation_uid}", "{uid}", "{attendee_id}", "{attendeeId}",
-		"{seat_uid}", "{seatUid}", "{webhook_id}", "{webhookId}", "{user_id}", "{userId}", "{link_id}", "{linkId}")
+		"{seat_uid}", "{seatUid}", "{webhook_id}", "{webhookId}", "{user_id}", "{userId}", "{link_id}", "{linkId}",
+		"{event_uid}", "{eventUid}")
 	// Some operations give the required version only in the header's
 	// description ("Must be set to 2024-08-13. ...").
 	mustBeSet := regexp.MustCompile(`^Must be set to (\d{4}-\d{2}-\d{2})\.`)

@@ -72,6 +72,13 @@
 //	event_type.webhook.update         PATCH  /v2/event-types/{eventTypeId}/webhooks/{webhookId}   (none)  mutation
 //	event_type.webhook.delete         DELETE /v2/event-types/{eventTypeId}/webhooks/{webhookId}   (none)  mutation, high risk
 //	event_type.webhook.delete_all     DELETE /v2/event-types/{eventTypeId}/webhooks               (none)  mutation, high risk
+//	calendar.provider.check           GET    /v2/calendars/{calendar}/check                       (none)
+//	calendar.disconnect               POST   /v2/calendars/{calendar}/disconnect                  (none)  mutation, high risk
+//	calendar.ics_feed.check           GET    /v2/calendars/ics-feed/check                         (none)
+//	calendar.destination.update       PUT    /v2/destination-calendars                            (none)  mutation
+//	calendar.selected.add             POST   /v2/selected-calendars                               (none)  mutation
+//	calendar.selected.delete          DELETE /v2/selected-calendars                               (none)  mutation (undone by .add)
+//	calendar.event.update             PATCH  /v2/calendars/{calendar}/events/{eventUid}           (none)  mutation
 //
 // The reference sends cal-api-version 2024-04-15 to private links; the
 // published document has no such header for them, and the adapter
@@ -188,11 +195,13 @@
 // cannot be shown to match exactly one of them.
 //
 // Of the reference's 81 operations these are not offered yet:
-// booking.attendee.delete (the published document has no DELETE on
-// /v2/bookings/{bookingUid}/attendees/{attendeeId}); the calendar
-// provider check and disconnect, ICS feed check, connection, connection
-// event, calendar event, free/busy, destination and selected-calendar
-// operations; and conferencing.connect (a non-OAuth app install). The
+// booking.attendee.delete, calendar.connection.list,
+// calendar.connection.event.*, calendar.connection.free_busy.get,
+// calendar.event.list|create|delete and calendar.free_busy.get (the
+// published document has none of those routes); calendar.event.get (the
+// document has it only under the deprecated singular
+// /v2/calendars/{calendar}/event/{eventUid}, which the reference
+// excludes); and conferencing.connect (a non-OAuth app install). The
 // operator-only surfaces the reference excludes (OAuth clients and
 // flows, API key refresh, calendar and conferencing OAuth, Stripe,
 // verified resources) stay out.
@@ -204,6 +213,7 @@
 // endTime carry the literal pattern TIME_FORMAT_HH_MM); event_type.create
 // and event_type.update leave out booking fields, locations, limits,
 // windows, recurrence, seats and other object-valued settings, and the
-// success redirect URL; profile.update is the document's
-// UpdateManagedUserInput.
+// success redirect URL; calendar.event.update does not replace the
+// attendee list (the document's attendees field replaces every attendee);
+// profile.update is the document's UpdateManagedUserInput.
 package calcom

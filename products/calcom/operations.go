@@ -625,6 +625,71 @@ var operations = []*operation{
 		Required: []string{"event_type_id"}, Props: map[string]any{"event_type_id": eventTypeIDProp},
 	},
 	{
+		Suffix: "calendar.provider.check", Name: "Check a calendar connection",
+		Description: "GET /v2/calendars/{calendar}/check: whether the authenticated user's Apple, Google or Office 365 calendar credentials work.",
+		Method:      http.MethodGet, Path: "/v2/calendars/{calendar}/check", Risk: aip.RiskLow,
+		Required: []string{"calendar"}, Props: map[string]any{"calendar": enum("calendar provider", "apple", "google", "office365")},
+	},
+	{
+		Suffix: "calendar.disconnect", Name: "Disconnect a calendar",
+		Description: "POST /v2/calendars/{calendar}/disconnect: deletes the calendar credential for good; connecting again needs the user's consent.",
+		Method:      http.MethodPost, Path: "/v2/calendars/{calendar}/disconnect", Mutation: true, Risk: aip.RiskHigh,
+		Required: []string{"calendar", "credential_id"},
+		Props: map[string]any{"calendar": enum("calendar provider", "apple", "google", "office365"),
+			"credential_id": integer(1, maxIntID, "ID of the calendar's credential (calendar.list)")},
+		Body: map[string]string{"credential_id": "id"},
+	},
+	{
+		Suffix: "calendar.ics_feed.check", Name: "Check the ICS feeds",
+		Description: "GET /v2/calendars/ics-feed/check: whether the authenticated user's ICS feed calendars can be read.",
+		Method:      http.MethodGet, Path: "/v2/calendars/ics-feed/check", Risk: aip.RiskLow,
+	},
+	{
+		Suffix: "calendar.destination.update", Name: "Set the destination calendar",
+		Description: "PUT /v2/destination-calendars: the connected calendar that new bookings are written to.",
+		Method:      http.MethodPut, Path: "/v2/destination-calendars", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"integration", "external_id"},
+		Props: map[string]any{
+			"integration":              enum("calendar service (calendar.list)", "apple_calendar", "google_calendar", "office365_calendar"),
+			"external_id":              str(maxText, "external ID of the calendar (calendar.list)"),
+			"delegation_credential_id": str(maxID, "delegation credential, for organization calendars"),
+		},
+		Body: map[string]string{"integration": "integration", "external_id": "externalId", "delegation_credential_id": "delegationCredentialId"},
+	},
+	{
+		Suffix: "calendar.selected.add", Name: "Select a calendar for conflicts",
+		Description: "POST /v2/selected-calendars: adds a connected calendar to those checked for conflicts.",
+		Method:      http.MethodPost, Path: "/v2/selected-calendars", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"integration", "external_id", "credential_id"},
+		Props:    selectedCalendarProps, Body: map[string]string{"integration": "integration", "external_id": "externalId",
+			"credential_id": "credentialId", "delegation_credential_id": "delegationCredentialId"},
+	},
+	{
+		Suffix: "calendar.selected.delete", Name: "Unselect a calendar for conflicts",
+		Description: "DELETE /v2/selected-calendars: stops checking a connected calendar for conflicts (calendar.selected.add undoes it).",
+		Method:      http.MethodDelete, Path: "/v2/selected-calendars", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"integration", "external_id", "credential_id"},
+		Props:    selectedCalendarProps, Query: map[string]string{"integration": "integration", "external_id": "externalId",
+			"credential_id": "credentialId", "delegation_credential_id": "delegationCredentialId"},
+	},
+	{
+		Suffix: "calendar.event.update", Name: "Update a calendar event",
+		Description: "PATCH /v2/calendars/{calendar}/events/{eventUid}: changes the title, description, times or status of an event in a connected Google calendar.",
+		Method:      http.MethodPatch, Path: "/v2/calendars/{calendar}/events/{event_uid}", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"calendar", "event_uid"}, MinProps: 3,
+		Props: map[string]any{
+			"calendar":    enum("calendar provider", "google"),
+			"event_uid":   str(maxID, "UID of the calendar event (a booking reference's eventUid)"),
+			"title":       str(maxID, "title"),
+			"description": str(maxText, "description"),
+			"start":       eventTimeProp("new start"),
+			"end":         eventTimeProp("new end"),
+			"status":      enum("event status", "accepted", "pending", "declined", "cancelled"),
+		},
+		Body:   map[string]string{"title": "title", "description": "description", "start": "start", "end": "end", "status": "status"},
+		Nested: map[string]map[string]string{"start": {"time": "time", "time_zone": "timeZone"}, "end": {"time": "time", "time_zone": "timeZone"}},
+	},
+	{
 		Suffix: "profile.update", Name: "Update the authenticated Cal.diy profile",
 		Description: "PATCH /v2/me: changes the given fields of the API key owner's profile.",
 		Method:      http.MethodPatch, Path: "/v2/me", Mutation: true, Risk: aip.RiskMedium,
@@ -755,6 +820,23 @@ func reservationProps(extra map[string]any) map[string]any {
 		p[k] = v
 	}
 	return p
+}
+
+// selectedCalendarProps are the inputs of calendar.selected.add and
+// calendar.selected.delete.
+var selectedCalendarProps = map[string]any{
+	"integration":              str(maxID, "calendar integration (calendar.list), e.g. google_calendar"),
+	"external_id":              str(maxText, "external ID of the calendar (calendar.list)"),
+	"credential_id":            integer(1, maxIntID, "ID of the calendar's credential (calendar.list)"),
+	"delegation_credential_id": str(maxID, "delegation credential, for organization calendars"),
+}
+
+func eventTimeProp(desc string) map[string]any {
+	return map[string]any{"type": "object", "additionalProperties": false, "required": []string{"time"}, "description": desc,
+		"properties": map[string]any{
+			"time":      str(maxTime, "ISO 8601 date-time"),
+			"time_zone": str(maxTime, "time zone, e.g. Europe/Rome"),
+		}}
 }
 
 // privateLinkBody maps the private link inputs to CreatePrivateLinkInput
