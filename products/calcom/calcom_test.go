@@ -71,6 +71,7 @@ const (
 	subscriberPrefix   = "https://aip.example.test/webhooks/cal-diy/"
 
 	sessionsAnswer     = `{"status":"success","data":[{"id":"sess_1","roomName":"room","startTime":"2050-09-05T09:00:00.000Z","endTime":"2050-09-05T09:30:00.000Z","duration":1800,"maxParticipants":2,"participants":[{"userName":"Bob","joinTime":"2050-09-05T09:01:00.000Z","duration":1700}]}]}`
+	confConnectAnswer  = `{"status":"success","data":{"id":2,"type":"google_video","userId":7,"invalid":false}}`
 	selectedAnswer     = `{"status":"success","data":{"userId":7,"integration":"google_calendar","externalId":"team@example.test","credentialId":5}}`
 	calEventAnswer     = `{"status":"success","data":{"start":{"time":"2050-09-05T10:00:00.000Z","timeZone":"Europe/Rome"},"end":{"time":"2050-09-05T10:30:00.000Z","timeZone":"Europe/Rome"},"id":"ev_1","title":"Intro","source":"google"}}`
 	privateLinkJSON    = `{"linkId":"pl_1","eventTypeId":11,"isExpired":false,"bookingUrl":"https://cal.example.test/d/pl_1/intro","maxUsageCount":5,"usageCount":0}`
@@ -209,6 +210,8 @@ func defaultAnswer(r *http.Request) answer {
 		return ok(sessionsAnswer)
 	case strings.HasPrefix(p, "/v2/conferencing/") && strings.HasSuffix(p, "/default") && r.Method == http.MethodPost:
 		return ok(`{"status":"success"}`)
+	case strings.HasPrefix(p, "/v2/conferencing/") && strings.HasSuffix(p, "/connect"):
+		return answer{200, confConnectAnswer, false}
 	case strings.HasPrefix(p, "/v2/conferencing/") && strings.HasSuffix(p, "/disconnect"):
 		return ok(`{"status":"success"}`)
 	case strings.HasPrefix(p, "/v2/event-types/") && strings.HasSuffix(p, "/private-links") && r.Method == http.MethodGet:
@@ -460,6 +463,7 @@ func TestCapabilities(t *testing.T) {
 			"POST", "/v2/bookings/bk_1/reassign/8", "2024-08-13", nil, `{"reason":"Alice is away"}`, reassignAnswer},
 		{"booking.conferencing_session.list", `{"booking_uid":"bk_1"}`, "GET", "/v2/bookings/bk_1/conferencing-sessions", "2024-08-13", nil, "", sessionsAnswer},
 		{"conferencing.default.set", `{"app":"google-meet"}`, "POST", "/v2/conferencing/google-meet/default", "", nil, "", `{"status":"success"}`},
+		{"conferencing.connect", `{"app":"google-meet"}`, "POST", "/v2/conferencing/google-meet/connect", "", nil, "", confConnectAnswer},
 		{"conferencing.disconnect", `{"app":"zoom"}`, "DELETE", "/v2/conferencing/zoom/disconnect", "", nil, "", `{"status":"success"}`},
 		{"event_type.private_link.list", `{"event_type_id":11}`, "GET", "/v2/event-types/11/private-links", "", nil, "", privateLinksAnswer},
 		{"event_type.private_link.create", `{"event_type_id":11,"max_usage_count":5}`, "POST", "/v2/event-types/11/private-links", "", nil,
@@ -713,6 +717,7 @@ func TestInputRejected(t *testing.T) {
 		{"event_type.webhook.create", `{"event_type_id":11,"subscriber_url":"` + subscriberPrefix + `s","triggers":["BOOKING_CREATED"],"active":true,"secret":"mine"}`},
 		{"conferencing.default.set", `{"app":"webex"}`},
 		{"conferencing.disconnect", `{"app":"daily-video"}`},
+		{"conferencing.connect", `{"app":"zoom"}`},
 		{"booking.reassign_to_user", `{"booking_uid":"bk_1"}`},
 		{"calendar.disconnect", `{"calendar":"google"}`},
 		{"calendar.provider.check", `{"calendar":"caldav"}`},

@@ -61,6 +61,7 @@
 //	booking.reassign_to_user          POST   /v2/bookings/{bookingUid}/reassign/{userId}      2024-08-13  mutation
 //	booking.conferencing_session.list GET    /v2/bookings/{bookingUid}/conferencing-sessions  2024-08-13
 //	conferencing.default.set          POST   /v2/conferencing/{app}/default                   (none)      mutation
+//	conferencing.connect              POST   /v2/conferencing/{app}/connect                   (none)      mutation
 //	conferencing.disconnect           DELETE /v2/conferencing/{app}/disconnect                (none)      mutation, high risk
 //	event_type.private_link.list      GET    /v2/event-types/{eventTypeId}/private-links          (none)
 //	event_type.private_link.create    POST   /v2/event-types/{eventTypeId}/private-links          (none)  mutation
@@ -201,12 +202,13 @@
 // published document has none of those routes); calendar.event.get (the
 // document has it only under the deprecated singular
 // /v2/calendars/{calendar}/event/{eventUid}, which the reference
-// excludes); and conferencing.connect (a non-OAuth app install). The
+// excludes). The
 // operator-only surfaces the reference excludes (OAuth clients and
 // flows, API key refresh, calendar and conferencing OAuth, Stripe,
 // verified resources) stay out.
 //
-// Some inputs are narrower than the document's bodies: schedule.create and schedule.update
+// Some inputs are narrower than the document's bodies: schedule.create
+// and schedule.update
 // take no availability or overrides, because the document's
 // ScheduleAvailabilityInput and ScheduleOverrideInput cannot be
 // satisfied (days is an array whose enum lists strings; startTime and

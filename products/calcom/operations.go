@@ -552,6 +552,12 @@ var operations = []*operation{
 		Required: []string{"app"}, Props: map[string]any{"app": enum("conferencing app", "google-meet", "zoom", "msteams", "daily-video")},
 	},
 	{
+		Suffix: "conferencing.connect", Name: "Connect a conferencing app",
+		Description: "POST /v2/conferencing/{app}/connect: installs a conferencing app that needs no OAuth consent of its own (Google Meet, over the connected Google calendar).",
+		Method:      http.MethodPost, Path: "/v2/conferencing/{app}/connect", Mutation: true, Risk: aip.RiskMedium,
+		Required: []string{"app"}, Props: map[string]any{"app": enum("conferencing app", "google-meet")},
+	},
+	{
 		Suffix: "conferencing.disconnect", Name: "Disconnect a conferencing app",
 		Description: "DELETE /v2/conferencing/{app}/disconnect: removes the app's credentials for good; connecting it again needs the user's OAuth consent.",
 		Method:      http.MethodDelete, Path: "/v2/conferencing/{app}/disconnect", Mutation: true, Risk: aip.RiskHigh,
