@@ -58,7 +58,7 @@ var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-5][0-9a-
 // Product is the Twenty adapter as cmd/aip-host runs it.
 var Product = products.Product{
 	Name:    "twenty",
-	Summary: "Twenty CRM records over its workspace REST API (list, get, duplicates, group by, create, update, soft delete, restore, merge, filter-form batches, opt-in permanent deletes, object and field metadata, the generated OpenAPI documents) and its signed webhooks",
+	Summary: "Twenty CRM records over its workspace REST API (list, get, duplicates, group by, create, update, soft delete, restore, merge, filter-form batches, opt-in permanent deletes and policy-bound idempotent ingest, object and field metadata, the generated OpenAPI documents) and its signed webhooks",
 	Settings: []hostsdk.Setting{
 		{Flag: FlagBaseURL, Env: "AIP_TWENTY_BASE_URL",
 			Usage: "Twenty server origin, e.g. https://api.twenty.com (required; https, or http to loopback)"},
@@ -76,7 +76,9 @@ var Product = products.Product{
 		{Flag: FlagObjects, Env: "AIP_TWENTY_OBJECTS",
 			Usage: "comma-separated plural API names of the objects the capabilities accept (default " + DefaultObjects + ")"},
 		{Flag: FlagOperationsFile, Env: "AIP_TWENTY_OPERATIONS_FILE",
-			Usage: `JSON file (not writable by group or others, at most 128 KiB) holding the array of operations to offer, e.g. ["record.list","record.destroy"]; default: every operation except the permanent deletes record.destroy and record.destroy_many`},
+			Usage: `JSON file (not writable by group or others, at most 128 KiB) holding the array of operations to offer, e.g. ["record.list","record.destroy"]; default: every operation except the permanent deletes record.destroy and record.destroy_many and the ingests record.ingest and record.ingest_many`},
+		{Flag: FlagIngestPolicyFile, Env: "AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE",
+			Usage: "JSON file (not writable by group or others, at most 1 MiB) holding the idempotent ingest policy (" + IngestPolicyVersion + "): the objects and fields record.ingest and record.ingest_many may write; required when those are listed"},
 	},
 	New: newFromSettings,
 }
@@ -99,8 +101,11 @@ type Config struct {
 	// order. Defaults to DefaultObjects.
 	Objects []string
 	// Operations are the operations offered (capability ID suffixes). nil
-	// offers every operation that is not destructive (DefaultOperations).
+	// offers DefaultOperations.
 	Operations []string
+	// IngestPolicy is the idempotent ingest policy; record.ingest and
+	// record.ingest_many need it. nil: none.
+	IngestPolicy *IngestPolicy
 	// Transport is the HTTP round tripper (nil: the default).
 	Transport http.RoundTripper
 	// Now is the clock of webhook timestamp checks. Defaults to time.Now.
@@ -138,6 +143,11 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 			return nil, err
 		}
 	}
+	if f := v[FlagIngestPolicyFile]; f != "" {
+		if cfg.IngestPolicy, err = ReadIngestPolicyFile(f); err != nil {
+			return nil, err
+		}
+	}
 	c, err := New(cfg)
 	if err != nil {
 		return nil, err
@@ -162,11 +172,12 @@ func ReadOperationsFile(path string) ([]string, error) {
 }
 
 // DefaultOperations are the operations offered without
-// --twenty-operations-file: every operation but the destructive ones.
+// --twenty-operations-file: every operation but the destructive ones and
+// the ingests.
 func DefaultOperations() []string {
 	var out []string
 	for _, o := range operations {
-		if !o.destructive {
+		if !o.destructive && !o.ingest {
 			out = append(out, o.op)
 		}
 	}
@@ -274,8 +285,16 @@ func (cfg *Config) validate() error {
 	} else if _, err := ParseObjects(strings.Join(cfg.Objects, ",")); err != nil {
 		return err
 	}
-	if _, err := admit(cfg.Operations); err != nil {
+	admitted, err := admit(cfg.Operations)
+	if err != nil {
 		return fmt.Errorf("--%s (AIP_TWENTY_OPERATIONS_FILE): %w", FlagOperationsFile, err)
+	}
+	if cfg.IngestPolicy != nil {
+		if err := cfg.IngestPolicy.check(cfg.Objects); err != nil {
+			return fmt.Errorf("--%s (AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE): %w", FlagIngestPolicyFile, err)
+		}
+	} else if admitted[OpIngest] || admitted[OpIngestMany] {
+		return fmt.Errorf("--%s (AIP_TWENTY_OPERATIONS_FILE) lists record.ingest or record.ingest_many, which need an ingest policy: set --%s (AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE)", FlagOperationsFile, FlagIngestPolicyFile)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -72,6 +72,14 @@
 //   - record.create: POST /rest/<object> with the record.
 //   - record.create_many: POST /rest/batch/<object> with 1 to 60
 //     records; returns {object, records}.
+//   - record.ingest: POST /rest/<object>?upsert=true with one record
+//     carrying its id (a UUID the caller chooses) and only fields the
+//     idempotent ingest policy lists for the object: Twenty creates it,
+//     or updates the record with that id, so sending it again changes
+//     nothing more. Returns {object, record}.
+//   - record.ingest_many: POST /rest/batch/<object>?upsert=true with 1 to
+//     the object's maxBatchRecords such records, their ids distinct;
+//     returns {object, records}.
 //   - record.update: PATCH /rest/<object>/<id> with the fields to change.
 //   - record.update_many (risk high): PATCH /rest/<object>?filter=... with
 //     the fields to set on every match; returns {object, records}.
@@ -101,10 +109,20 @@
 //     /rest/<object>?filter=...&soft_delete=false; returns {object,
 //     records} (the deleted IDs).
 //
-// record.destroy and record.destroy_many cannot be undone: they are offered
-// only when --twenty-operations-file lists them; by default every other
-// operation is offered. An operation not offered is absent from the
-// manifest and refused (twenty.unknown_capability).
+// record.destroy and record.destroy_many cannot be undone, and
+// record.ingest and record.ingest_many write without naming the fields in
+// the action's schema beyond the policy: all four are offered only when
+// --twenty-operations-file lists them (the ingests also need the policy);
+// by default every other operation is offered. An operation not offered
+// is absent from the manifest and refused (twenty.unknown_capability).
+//
+// The ingest input schemas carry the policy (per object: the allowed
+// fields, id required, at most maxBatchRecords records), so the host
+// refuses anything else with 400 input_invalid; the connector checks the
+// same again, and that ids in a batch are distinct. The reference counts
+// ingest among the retry-safe mutations; here it keeps the mutation
+// contract of the others (an unknown outcome is journaled, not retried),
+// though a replay of the same records would be harmless at Twenty.
 //
 // Record bodies are free-form JSON objects (the workspace's schema decides
 // their fields), at most MaxRecordFields fields and MaxRecordBytes of JSON
@@ -139,7 +157,20 @@
 //     of the operations to offer (e.g. ["record.list","record.destroy"]),
 //     in a file not writable by group or others, at most 128 KiB; unknown
 //     or repeated names and an empty array are errors. Default: every
-//     operation but record.destroy and record.destroy_many.
+//     operation but record.destroy, record.destroy_many, record.ingest
+//     and record.ingest_many.
+//   - --twenty-idempotent-ingest-policy-file
+//     (AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE): the idempotent ingest
+//     policy, a JSON object in a file not writable by group or others, at
+//     most 1 MiB, unknown members refused:
+//     {"version":"aip.twenty.idempotent-ingest-policy/v1","objects":
+//     {"<plural object>":{"fields":["<field>",...],"maxBatchRecords":n}}}.
+//     1 to 128 objects, each one of --twenty-objects; 1 or more distinct
+//     field API names each (not id, which is always required), 2 048 in
+//     all; maxBatchRecords 1 to 60, default 60 (the reference's default is
+//     200, but api.mdx allows 60 records per call and the adapter does not
+//     split batches). Required when the ingests are listed; alone it
+//     offers nothing.
 //
 // # Errors
 //
@@ -184,12 +215,10 @@
 //
 // # Not covered
 //
-// Deliberately left out: record.ingest and record.ingest_many with their
-// idempotent ingest policy (AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE; not
-// built yet), metadata create/update/delete (schema changes; the reference
+// Deliberately left out: metadata create/update/delete (schema changes; the reference
 // rates them critical) and the metadata resources other than objects and
 // fields (views, page layouts, webhooks, ...), GraphQL (batch upserts),
-// the upsert query parameter, and everything the reference excludes
+// the upsert query parameter outside record.ingest[_many], and everything the reference excludes
 // (admin, auth, billing, workspace management, AI, workflows, MCP). The
 // adapter does not validate record fields or filters against the
 // workspace schema; Twenty does, and its 400 comes back as

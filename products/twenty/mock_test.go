@@ -49,6 +49,9 @@ import (
 //     data envelope). The mock's filter understands one condition,
 //     field[eq]:value or id[in]:[v,...] (values optionally quoted), and
 //     refuses anything else with 400.
+//   - The generated REST API's upsert parameter on POST /rest/<plural> and
+//     /rest/batch/<plural>: with upsert=true a record whose id exists is
+//     updated; without it, an id already taken is 400.
 //   - "Selecting fields (REST)": the fields and depth query parameters.
 //     The list parameters filter, order_by, limit, starting_after and
 //     ending_before are not on the page; they are those of Twenty's
@@ -264,13 +267,20 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if _, ok := m.object(w, segs[2]); !ok {
 			return
 		}
+		if !m.queryOK(w, r, "upsert", "depth") {
+			return
+		}
 		var recs []map[string]any
 		if err := json.Unmarshal(body, &recs); err != nil || len(recs) == 0 || len(recs) > 60 {
 			twentyError(w, http.StatusBadRequest, "BadRequestException", "batch body must be an array of 1 to 60 records")
 			return
 		}
-		for _, rec := range recs {
-			m.create(segs[2], rec)
+		for i, rec := range recs {
+			stored, ok := m.upsert(w, r, segs[2], rec)
+			if !ok {
+				return
+			}
+			recs[i] = stored
 		}
 		reply(w, 201, map[string]any{"data": map[string]any{"create" + upper(segs[2]): recs}})
 	case len(segs) == 2:
@@ -294,12 +304,17 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reply(w, 200, map[string]any{"data": map[string]any{segs[1]: recs},
 				"pageInfo": map[string]any{"hasNextPage": false, "startCursor": "c-start", "endCursor": "c-end"}, "totalCount": len(m.records[segs[1]])})
 		case http.MethodPost:
+			if !m.queryOK(w, r, "upsert", "depth") {
+				return
+			}
 			var rec map[string]any
 			if err := json.Unmarshal(body, &rec); err != nil {
 				twentyError(w, http.StatusBadRequest, "BadRequestException", "body must be a record object")
 				return
 			}
-			m.create(segs[1], rec)
+			if rec, ok = m.upsert(w, r, segs[1], rec); !ok {
+				return
+			}
 			reply(w, 201, map[string]any{"data": map[string]any{"create" + upper(singular): rec}})
 		case http.MethodPatch:
 			// Update many: the fields of the body set on every match.
@@ -412,9 +427,29 @@ func (m *mockTwenty) record(plural, id string) map[string]any {
 	return nil
 }
 
+// upsert creates rec, or with upsert=true updates the record with its id
+// when there is one (Twenty's upsert parameter); without upsert an id
+// already taken is 400. The caller holds m.mu.
+func (m *mockTwenty) upsert(w http.ResponseWriter, r *http.Request, plural string, rec map[string]any) (map[string]any, bool) {
+	id, _ := rec["id"].(string)
+	if old := m.find(plural, id); old != nil {
+		if r.URL.Query().Get("upsert") != "true" {
+			twentyError(w, http.StatusBadRequest, "BadRequestException", "A duplicate entry was detected")
+			return nil, false
+		}
+		maps.Copy(old, rec)
+		return old, true
+	}
+	m.create(plural, rec)
+	return rec, true
+}
+
+// create stores rec, under its own id if it has one.
 func (m *mockTwenty) create(plural string, rec map[string]any) {
 	m.nextID++
-	rec["id"] = fmt.Sprintf("00000000-0000-4000-8000-%012d", m.nextID)
+	if _, ok := rec["id"].(string); !ok {
+		rec["id"] = fmt.Sprintf("00000000-0000-4000-8000-%012d", m.nextID)
+	}
 	rec["createdAt"] = "2026-11-30T10:00:00.000Z"
 	m.records[plural] = append(m.records[plural], rec)
 }

@@ -16,11 +16,18 @@ import (
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
-// allOperations admits every operation, the permanent deletes included.
+// testIngestPolicy lets record.ingest[_many] write people's name, city
+// and jobTitle, at most 2 records a batch.
+const testIngestPolicy = `{"version":"aip.twenty.idempotent-ingest-policy/v1",
+	"objects":{"people":{"fields":["name","city","jobTitle"],"maxBatchRecords":2}}}`
+
+// allOperationsFile admits every operation, the permanent deletes and the
+// ingests (with testIngestPolicy) included.
 func allOperationsFile(t *testing.T) func(v hostsdk.SettingValues) {
 	return func(v hostsdk.SettingValues) {
 		raw, _ := json.Marshal(allOperations())
 		v[FlagOperationsFile] = writeFile(t, "operations.json", string(raw), 0o600)
+		v[FlagIngestPolicyFile] = writeFile(t, "ingest.json", testIngestPolicy, 0o600)
 	}
 }
 
@@ -293,6 +300,7 @@ func TestNewOperationErrors(t *testing.T) {
 		{"dropped connection on restore", 0, action(OpRestore, `{"object":"people","id":"11111111-1111-4111-8111-111111111111"}`)},
 		{"502 on merge", 502, action(OpMerge, `{"object":"people","ids":["11111111-1111-4111-8111-111111111111","22222222-2222-4222-8222-222222222222"],"conflict_priority_index":0}`)},
 		{"500 on destroy_many", 500, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:x"}`)},
+		{"500 on ingest", 500, action(OpIngest, `{"object":"people","record":{"id":"11111111-1111-4111-8111-111111111111","city":"x"}}`)},
 		{"2xx of the wrong shape on restore_many", 200, action(OpRestoreMany, `{"object":"people","filter":"city[eq]:x"}`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,7 +355,8 @@ func TestOperationsAllowlist(t *testing.T) {
 
 	// Default: no destroy, and the host refuses it without calling Twenty.
 	e := newEnv(t, nil)
-	if got := ids(e.conn); slices.Contains(got, OpDestroy) || slices.Contains(got, OpDestroyMany) || len(got) != len(operations)-2 {
+	if got := ids(e.conn); slices.Contains(got, OpDestroy) || slices.Contains(got, OpDestroyMany) || len(got) != len(operations)-4 ||
+		slices.Contains(got, OpIngest) || slices.Contains(got, OpIngestMany) {
 		t.Errorf("default operations %v", got)
 	}
 	for _, a := range []*aip.Action{
@@ -460,5 +469,148 @@ func TestNewOperationInputsRejected(t *testing.T) {
 	}
 	if n := e.mock.count(); n != 0 {
 		t.Errorf("rejected inputs reached Twenty %d times", n)
+	}
+}
+
+// TestIngest: record.ingest and record.ingest_many upsert by id with the
+// fields the policy allows; sending the same record again leaves one
+// record; inputs outside the policy never reach Twenty.
+func TestIngest(t *testing.T) {
+	e := newEnv(t, allOperationsFile(t))
+	id1, id2 := "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
+
+	for i, city := range []string{"Paris", "Lyon"} {
+		a := action(OpIngest, `{"object":"people","record":{"id":"`+id1+`","name":{"firstName":"Ada"},"city":"`+city+`"}}`)
+		var out recordOut
+		e.complete(t, a, &out)
+		r := e.mock.last(t)
+		if r.Method != "POST" || r.Path != "/rest/people" || r.Query.Encode() != "upsert=true" {
+			t.Fatalf("ingest %d sent %s %s?%s", i, r.Method, r.Path, r.Query.Encode())
+		}
+		jsonEqual(t, "ingest body", r.Body, `{"id":"`+id1+`","name":{"firstName":"Ada"},"city":"`+city+`"}`)
+		checkAuth(t, r, e.mock.token)
+		checkMutationHeaders(t, r, a)
+		if out.Object != "people" || out.Record["id"] != id1 || out.Record["city"] != city {
+			t.Fatalf("ingest %d output %+v", i, out)
+		}
+	}
+	var list listOut
+	e.complete(t, action(OpList, `{"object":"people"}`), &list)
+	if len(list.Records) != 1 || list.Records[0]["city"] != "Lyon" {
+		t.Fatalf("after two ingests of one id: %+v", list.Records)
+	}
+
+	batch := action(OpIngestMany, `{"object":"people","records":[{"id":"`+id1+`","jobTitle":"CTO"},{"id":"`+id2+`","city":"Nice"}]}`)
+	var many listOut
+	e.complete(t, batch, &many)
+	r := e.mock.last(t)
+	if r.Method != "POST" || r.Path != "/rest/batch/people" || r.Query.Encode() != "upsert=true" {
+		t.Fatalf("ingest_many sent %s %s?%s", r.Method, r.Path, r.Query.Encode())
+	}
+	jsonEqual(t, "ingest_many body", r.Body, `[{"id":"`+id1+`","jobTitle":"CTO"},{"id":"`+id2+`","city":"Nice"}]`)
+	checkMutationHeaders(t, r, batch)
+	if len(many.Records) != 2 || many.Records[0]["city"] != "Lyon" || many.Records[0]["jobTitle"] != "CTO" || many.Records[1]["id"] != id2 {
+		t.Fatalf("ingest_many output %+v", many)
+	}
+
+	n := e.mock.count()
+	for name, in := range map[string]string{
+		"field not in the policy":     `{"object":"people","record":{"id":"` + id1 + `","emails":{}}}`,
+		"no id":                       `{"object":"people","record":{"city":"x"}}`,
+		"id alone":                    `{"object":"people","record":{"id":"` + id1 + `"}}`,
+		"id not a uuid":               `{"object":"people","record":{"id":"p-1","city":"x"}}`,
+		"object not in the policy":    `{"object":"companies","record":{"id":"` + id1 + `","name":"x"}}`,
+		"many: above maxBatchRecords": `{"object":"people","records":[{"id":"` + id1 + `","city":"x"},{"id":"` + id2 + `","city":"x"},{"id":"aaaaaaaa-0000-4000-8000-000000000003","city":"x"}]}`,
+		"many: field not allowed":     `{"object":"people","records":[{"id":"` + id1 + `","phones":"x"}]}`,
+	} {
+		op := OpIngest
+		if strings.HasPrefix(name, "many") {
+			op = OpIngestMany
+		}
+		resp, err := e.d.Act(ctxT(t), e.target, action(op, in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s: HTTP %d %s", name, resp.Status, resp.Raw)
+		}
+	}
+	// The same id twice in one batch: the connector refuses it.
+	if pe := failedCode(t, e.act(t, action(OpIngestMany, `{"object":"people","records":[{"id":"`+id1+`","city":"x"},{"id":"`+strings.ToUpper(id1)+`","city":"y"}]}`))); pe.Code != hostsdk.CodeInputInvalid {
+		t.Errorf("repeated id: %+v", pe)
+	}
+	// Called without a host, the connector enforces the policy itself.
+	if _, err := e.conn.Handle(context.Background(), &hostsdk.Call{Action: action(OpIngest, `{"object":"people","record":{"id":"`+id1+`","emails":{}}}`)}); err == nil ||
+		!strings.Contains(err.Error(), `field "emails"`) {
+		t.Errorf("Handle with a field outside the policy: %v", err)
+	}
+	if got := e.mock.count(); got != n {
+		t.Errorf("inputs outside the policy reached Twenty %d times", got-n)
+	}
+}
+
+func TestIngestPolicyConfig(t *testing.T) {
+	base := func() hostsdk.SettingValues {
+		return hostsdk.SettingValues{FlagBaseURL: "https://crm.example.com", FlagWorkspaceID: workspace,
+			FlagAPITokenFile: writeFile(t, "token", "key", 0o600)}
+	}
+	const flag = "--twenty-idempotent-ingest-policy-file"
+	for name, policy := range map[string]string{
+		"wrong version":        `{"version":"v1","objects":{"people":{"fields":["city"]}}}`,
+		"unknown member":       `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":["city"],"max_batch_records":2}}}`,
+		"no objects":           `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{}}`,
+		"no fields":            `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":[]}}}`,
+		"id listed":            `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":["id","city"]}}}`,
+		"field twice":          `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":["city","city"]}}}`,
+		"bad field name":       `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":["name.firstName"]}}}`,
+		"batch above 60":       `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":["city"],"maxBatchRecords":61}}}`,
+		"object not in config": `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"invoices":{"fields":["amount"]}}}`,
+		"trailing data":        `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":["city"]}}} {}`,
+	} {
+		v := base()
+		v[FlagIngestPolicyFile] = writeFile(t, "ingest.json", policy, 0o600)
+		if _, err := newFromSettings(v, nil); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, flag)
+		}
+	}
+	v := base()
+	v[FlagIngestPolicyFile] = writeFile(t, "ingest.json", testIngestPolicy, 0o666)
+	if _, err := newFromSettings(v, nil); err == nil || !strings.Contains(err.Error(), flag) {
+		t.Errorf("policy writable by others: %v", err)
+	}
+	// Listing the ingests without a policy names the policy setting.
+	v = base()
+	v[FlagOperationsFile] = writeFile(t, "ops.json", `["record.ingest"]`, 0o600)
+	if _, err := newFromSettings(v, nil); err == nil || !strings.Contains(err.Error(), flag) {
+		t.Errorf("ingest listed without a policy: %v", err)
+	}
+	// A policy alone offers nothing more: the ingests must be listed.
+	v = base()
+	v[FlagIngestPolicyFile] = writeFile(t, "ingest.json", testIngestPolicy, 0o600)
+	c, err := newFromSettings(v, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.(*Connector).offered(); slices.Contains(got, OpIngest) || slices.Contains(got, OpIngestMany) {
+		t.Errorf("a policy without the operations listed offers %v", got)
+	}
+	// maxBatchRecords defaults to Twenty's 60, and the schema says so.
+	v[FlagOperationsFile] = writeFile(t, "ops.json", `["record.ingest_many"]`, 0o600)
+	v[FlagIngestPolicyFile] = writeFile(t, "ingest.json", `{"version":"aip.twenty.idempotent-ingest-policy/v1","objects":{"people":{"fields":["city"]}}}`, 0o600)
+	if c, err = newFromSettings(v, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.(*Connector).cfg.IngestPolicy.Objects["people"].MaxBatchRecords; got != MaxBatchRecords {
+		t.Errorf("default maxBatchRecords %d", got)
+	}
+	m, err := c.(*Connector).Manifest(context.Background(), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Capabilities) != 1 || !strings.Contains(string(m.Capabilities[0].InputSchema), `"maxItems":60`) {
+		t.Errorf("ingest_many manifest %+v", m.Capabilities)
 	}
 }

@@ -76,7 +76,7 @@ func strict(required []string, props map[string]any) map[string]any {
 
 // inputSchemas returns each operation's input schema for the configured
 // objects.
-func inputSchemas(objects []string) map[string]json.RawMessage {
+func inputSchemas(objects []string, policy *IngestPolicy) map[string]json.RawMessage {
 	obj := objectSchema(objects)
 	list := strict([]string{"object"}, map[string]any{
 		"object": obj,
@@ -167,6 +167,9 @@ func inputSchemas(objects []string) map[string]json.RawMessage {
 		OpOpenAPICore:    strict(nil, map[string]any{}),
 		OpOpenAPIMeta:    strict(nil, map[string]any{}),
 	}
+	if policy != nil {
+		schemas[OpIngest], schemas[OpIngestMany] = ingestSchemas(policy)
+	}
 	out := make(map[string]json.RawMessage, len(schemas))
 	for op, s := range schemas {
 		raw, err := json.Marshal(s)
@@ -195,6 +198,8 @@ var outputSchemas = map[string]json.RawMessage{
 		"object":{"type":"string"},"duplicates":{"type":"array","items":{"type":"object"}}}}`),
 	OpGroupBy: json.RawMessage(`{"type":"object","required":["object","groups"],"properties":{
 		"object":{"type":"string"},"groups":{"type":"array","items":{"type":"object"}}}}`),
+	OpIngest:         recordOutputSchema,
+	OpIngestMany:     recordsOutput,
 	OpUpdateMany:     recordsOutput,
 	OpSoftDeleteMany: recordsOutput,
 	OpRestore:        recordOutputSchema,

@@ -24,6 +24,8 @@ const (
 	OpGroupBy        = "record.group_by"
 	OpCreate         = "record.create"
 	OpCreateMany     = "record.create_many"
+	OpIngest         = "record.ingest"
+	OpIngestMany     = "record.ingest_many"
 	OpUpdate         = "record.update"
 	OpUpdateMany     = "record.update_many"
 	OpSoftDelete     = "record.soft_delete"
@@ -62,6 +64,9 @@ type operation struct {
 	// destructive operations delete irreversibly: they are offered only
 	// when --twenty-operations-file lists them.
 	destructive bool
+	// ingest operations are offered only when --twenty-operations-file
+	// lists them, and need the idempotent ingest policy.
+	ingest bool
 }
 
 // operations lists the operations in manifest order.
@@ -72,6 +77,8 @@ var operations = []operation{
 	{op: OpGroupBy, name: "Group records", description: "Groups the records of an object by one or more fields: GET /rest/<object>/groupBy with group_by, filter and limit; returns one entry per group with its dimension values and aggregates.", risk: aip.RiskLow},
 	{op: OpCreate, name: "Create a record", description: "Creates one record: POST /rest/<object> with the record's fields; returns the created record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpCreateMany, name: "Create records in a batch", description: "Creates 1 to 60 records of one object in one call: POST /rest/batch/<object>; returns the created records.", mutation: true, risk: aip.RiskMedium},
+	{op: OpIngest, name: "Ingest a record", description: "Creates or updates one record by its id (an upsert, so sending it again changes nothing more): POST /rest/<object>?upsert=true with the id and fields the ingest policy allows; returns the record. Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
+	{op: OpIngestMany, name: "Ingest records in a batch", description: "Creates or updates 1 to the policy's maxBatchRecords (at most 60) records of one object by their ids: POST /rest/batch/<object>?upsert=true; returns the records. Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
 	{op: OpUpdate, name: "Update a record", description: "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpUpdateMany, name: "Update records matching a filter", description: "Sets the given fields on every record of an object that matches a filter: PATCH /rest/<object>?filter=...; returns the updated records.", mutation: true, risk: aip.RiskHigh},
 	{op: OpSoftDelete, name: "Soft-delete a record", description: "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", mutation: true, risk: aip.RiskMedium},
@@ -148,7 +155,7 @@ func New(cfg Config) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects), admitted: admitted, replayCapacity: ReplayCapacity}, nil
+	return &Connector{cfg: cfg, client: client, inputs: inputSchemas(cfg.Objects, cfg.IngestPolicy), admitted: admitted, replayCapacity: ReplayCapacity}, nil
 }
 
 // contract is a capability's contract: a read is safe to retry; a
@@ -262,6 +269,21 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		// "Batch operations": at most 60 records per request; the page does
 		// not spell the path, which is the generated REST API's).
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodPost, Path: "/rest/batch/" + url.PathEscape(in.Object), JSON: in.Records})
+	case OpIngest:
+		// POST /rest/<objectNamePlural>?upsert=true (the generated REST
+		// API's upsert parameter: create, or update the record with that
+		// id if it exists).
+		if err := c.checkIngest(in, []json.RawMessage{in.Record}); err != nil {
+			return nil, err
+		}
+		return c.single(ctx, call, in, provider.Request{Method: http.MethodPost, Path: objectPath,
+			Query: url.Values{"upsert": {"true"}}, JSON: in.Record}, true)
+	case OpIngestMany:
+		if err := c.checkIngest(in, in.Records); err != nil {
+			return nil, err
+		}
+		return c.many(ctx, call, in, provider.Request{Method: http.MethodPost, Path: "/rest/batch/" + url.PathEscape(in.Object),
+			Query: url.Values{"upsert": {"true"}}, JSON: in.Records})
 	case OpUpdate:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: recordPath(in), JSON: in.Record}, true)
 	case OpUpdateMany:
@@ -311,6 +333,44 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.openAPI(ctx, call, "/rest/open-api/metadata")
 	}
 	return nil, fmt.Errorf("twenty: operation %q has no handler", op)
+}
+
+// checkIngest enforces the ingest policy on records (the input schema
+// says the same; this holds when Handle is called without a host): the
+// object is listed, each record has a UUID id, distinct within the batch,
+// and only listed fields, and the batch is within maxBatchRecords.
+func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
+	invalid := func(format string, args ...any) error {
+		return aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, fmt.Sprintf(format, args...))
+	}
+	o, ok := c.cfg.IngestPolicy.Objects[in.Object]
+	if !ok {
+		return invalid("the ingest policy does not list object %q", in.Object)
+	}
+	if len(records) > o.MaxBatchRecords {
+		return invalid("%d records; the ingest policy allows at most %d for %s", len(records), o.MaxBatchRecords, in.Object)
+	}
+	ids := map[string]bool{}
+	for i, raw := range records {
+		var rec map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return invalid("record %d is not an object", i)
+		}
+		var id string
+		if err := json.Unmarshal(rec["id"], &id); err != nil || !uuidPattern.MatchString(id) {
+			return invalid("record %d has no id (a UUID): ingest upserts by id", i)
+		}
+		if ids[strings.ToLower(id)] {
+			return invalid("record %d repeats id %s", i, id)
+		}
+		ids[strings.ToLower(id)] = true
+		for f := range rec {
+			if f != "id" && !slices.Contains(o.Fields, f) {
+				return invalid("record %d: the ingest policy does not allow field %q of %s", i, f, in.Object)
+			}
+		}
+	}
+	return nil
 }
 
 // offered lists the admitted operations in manifest order.

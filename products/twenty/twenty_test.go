@@ -506,7 +506,12 @@ func TestCheckHealth(t *testing.T) {
 }
 
 func TestManifest(t *testing.T) {
-	e := newEnv(t, nil)
+	t.Run("default operations", func(t *testing.T) { testManifest(t, nil) })
+	t.Run("every operation", func(t *testing.T) { testManifest(t, allOperationsFile(t)) })
+}
+
+func testManifest(t *testing.T, edit func(hostsdk.SettingValues)) {
+	e := newEnv(t, edit)
 	m, err := e.conn.Manifest(context.Background(), hostsdk.TenantContext{})
 	if err != nil {
 		t.Fatal(err)
@@ -531,7 +536,8 @@ func TestManifest(t *testing.T) {
 		op, _ := lookup(strings.TrimPrefix(c.ID, CapabilityPrefix))
 		mutation := op.mutation
 		if want := map[string]bool{OpCreate: true, OpUpdate: true, OpSoftDelete: true, OpCreateMany: true, OpUpdateMany: true,
-			OpSoftDeleteMany: true, OpRestore: true, OpRestoreMany: true, OpMerge: true}[op.op]; want != mutation {
+			OpSoftDeleteMany: true, OpRestore: true, OpRestoreMany: true, OpMerge: true, OpDestroy: true, OpDestroyMany: true,
+			OpIngest: true, OpIngestMany: true}[op.op]; want != mutation {
 			t.Errorf("%s: mutation %v in the table, want %v", c.ID, mutation, want)
 		}
 		if k := c.Contract; k == nil || k.Validate() != nil {
@@ -551,7 +557,11 @@ func TestManifest(t *testing.T) {
 			t.Errorf("%s input schema is not strict: %s", c.ID, c.InputSchema)
 		}
 		if obj, ok := s.Props["object"].(map[string]any); ok {
-			if d := cmp.Diff([]any{"people", "companies", "invoices"}, obj["enum"]); d != "" {
+			enum := []any{"people", "companies", "invoices"}
+			if op.ingest {
+				enum = []any{"people"} // the ingest policy's objects
+			}
+			if d := cmp.Diff(enum, obj["enum"]); d != "" {
 				t.Errorf("%s object enum (-want +got):\n%s", c.ID, d)
 			}
 		} else if !op.objectless {
@@ -562,12 +572,22 @@ func TestManifest(t *testing.T) {
 		}
 	}
 	// Without --twenty-operations-file: every operation but the permanent
-	// deletes.
+	// deletes and the ingests; with all listed, the reference's 24 less
+	// the three metadata writes (create, update, delete), plus
+	// metadata.fields.
 	want := []string{"cap:twenty:record.list", "cap:twenty:record.get", "cap:twenty:record.find_duplicates",
 		"cap:twenty:record.group_by", "cap:twenty:record.create", "cap:twenty:record.create_many", "cap:twenty:record.update",
 		"cap:twenty:record.update_many", "cap:twenty:record.soft_delete", "cap:twenty:record.soft_delete_many",
 		"cap:twenty:record.restore", "cap:twenty:record.restore_many", "cap:twenty:record.merge", "cap:twenty:metadata.list",
 		"cap:twenty:metadata.get", "cap:twenty:metadata.fields", "cap:twenty:openapi.core", "cap:twenty:openapi.metadata"}
+	if edit != nil {
+		want = []string{"cap:twenty:record.list", "cap:twenty:record.get", "cap:twenty:record.find_duplicates",
+			"cap:twenty:record.group_by", "cap:twenty:record.create", "cap:twenty:record.create_many", "cap:twenty:record.ingest",
+			"cap:twenty:record.ingest_many", "cap:twenty:record.update", "cap:twenty:record.update_many", "cap:twenty:record.soft_delete",
+			"cap:twenty:record.soft_delete_many", "cap:twenty:record.restore", "cap:twenty:record.restore_many",
+			"cap:twenty:record.destroy", "cap:twenty:record.destroy_many", "cap:twenty:record.merge", "cap:twenty:metadata.list",
+			"cap:twenty:metadata.get", "cap:twenty:metadata.fields", "cap:twenty:openapi.core", "cap:twenty:openapi.metadata"}
+	}
 	if d := cmp.Diff(want, ids); d != "" {
 		t.Errorf("capabilities (-want +got):\n%s", d)
 	}
