@@ -39,17 +39,25 @@ func (h *Host) stepValidate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	transport := c.ControlPlaneTransport
-	if transport == nil {
+	var built http.RoundTripper // from the TLS settings, when needed
+	if c.ControlPlaneTransport == nil || (c.EventEndpoint != "" && c.EventTransport == nil) {
 		var caPEM []byte
 		if c.TLSCACertificateFile != "" {
 			if caPEM, err = aip.ReadPublicFile(c.TLSCACertificateFile, MaxCACertificateBytes); err != nil {
 				return fmt.Errorf("--tls-ca-certificate-file: %w", err)
 			}
 		}
-		if transport, err = newControlTransport(caPEM); err != nil {
+		if built, err = newControlTransport(caPEM); err != nil {
 			return fmt.Errorf("--tls-ca-certificate-file %s: %w", c.TLSCACertificateFile, err)
 		}
+	}
+	transport := c.ControlPlaneTransport
+	if transport == nil {
+		transport = built
+	}
+	h.eventTransport = c.EventTransport
+	if h.eventTransport == nil {
+		h.eventTransport = built
 	}
 	h.control = &controlClient{
 		endpoint: c.ControlPlaneEndpoint,
@@ -311,8 +319,11 @@ func (h *Host) stepApplyLease(ctx context.Context) error {
 	return nil
 }
 
-// Step 10: serve, and start the connector's event source if it has one.
+// Step 10: start the event delivery loop (when Config.EventEndpoint is
+// set; before anything can publish), serve, and start the connector's event
+// source if it has one.
 func (h *Host) stepServe(ctx context.Context) error {
+	h.startEventDelivery(ctx)
 	h.serveDone = make(chan struct{})
 	go func() {
 		defer close(h.serveDone)

@@ -69,7 +69,8 @@ type Config struct {
 	ControlPlaneDID     string
 	ControlPlaneDIDFile string
 	// TLSCACertificateFile optionally adds a PEM root CA (not a secret, but
-	// it must not be writable by group or others) for the control plane.
+	// it must not be writable by group or others) for the control plane and
+	// the event endpoint.
 	TLSCACertificateFile string
 	// AllowInsecureLoopbackHTTP permits http:// endpoints on loopback hosts
 	// (development and tests). It requires a loopback bind address.
@@ -77,6 +78,18 @@ type Config struct {
 	// ControlPlaneTransport, when set, carries lifecycle requests instead of
 	// a transport built from the TLS settings (tests use an in-memory one).
 	ControlPlaneTransport http.RoundTripper
+
+	// EventEndpoint is the dispatcher's connector-event ingress; its path
+	// must be exactly /aip/v1/connector-events (aip.EventsPath), with the
+	// same https and loopback-http rules as ControlPlaneEndpoint. When set,
+	// the host delivers its event outbox there, signed with its key, and
+	// accepts only answers signed by the pinned gateway DID. When empty,
+	// published events stay in the outbox (counted in /ready) and are not
+	// delivered. TLSCACertificateFile applies to it too.
+	EventEndpoint string
+	// EventTransport, when set, carries event deliveries instead of a
+	// transport built from the TLS settings (tests use an in-memory one).
+	EventTransport http.RoundTripper
 
 	// SigningSeedFile is the owner-only file with this replica's Ed25519
 	// key (64 hex characters or an Ed25519 JWK). Required unless SigningKey
@@ -339,7 +352,13 @@ func (c *Config) validateEndpoints() error {
 	if err := checkEndpoint("PublicEndpoint", c.PublicEndpoint, aip.MessagesPath, c.AllowInsecureLoopbackHTTP); err != nil {
 		return err
 	}
-	return checkEndpoint("ControlPlaneEndpoint", c.ControlPlaneEndpoint, aip.ControlPath, c.AllowInsecureLoopbackHTTP)
+	if err := checkEndpoint("ControlPlaneEndpoint", c.ControlPlaneEndpoint, aip.ControlPath, c.AllowInsecureLoopbackHTTP); err != nil {
+		return err
+	}
+	if c.EventEndpoint == "" {
+		return nil
+	}
+	return checkEndpoint("EventEndpoint", c.EventEndpoint, aip.EventsPath, c.AllowInsecureLoopbackHTTP)
 }
 
 func checkEndpoint(field, raw, path string, allowLoopbackHTTP bool) error {

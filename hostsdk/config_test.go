@@ -40,17 +40,19 @@ func TestLoadConfigFlagsAndEnv(t *testing.T) {
 	args, _, _ := validArgs(t)
 	args = append(args, "--max-in-flight", "8", "--heartbeat-interval-ms", "4000", "--region", "eu")
 	env := map[string]string{
-		"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "99", // the flag wins
-		"AIP_CONNECTOR_HOST_LEASE_TTL_MS":  "15000",
-		"AIP_CONNECTOR_HOST_ZONE":          "eu-1",
-		"AIP_CONNECTOR_HOST_STATE_DIR":     "/var/lib/host",
+		"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT":  "99", // the flag wins
+		"AIP_CONNECTOR_HOST_LEASE_TTL_MS":   "15000",
+		"AIP_CONNECTOR_HOST_ZONE":           "eu-1",
+		"AIP_CONNECTOR_HOST_STATE_DIR":      "/var/lib/host",
+		"AIP_CONNECTOR_HOST_EVENT_ENDPOINT": "http://127.0.0.1:8080/aip/v1/connector-events",
 	}
 	cfg, err := hostsdk.LoadConfig(args, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.MaxInFlight != 8 || cfg.HeartbeatInterval != 4*time.Second || cfg.LeaseTTL != 15*time.Second ||
-		cfg.Region != "eu" || cfg.Zone != "eu-1" || cfg.StateDir != "/var/lib/host" || !cfg.AllowInsecureLoopbackHTTP {
+		cfg.Region != "eu" || cfg.Zone != "eu-1" || cfg.StateDir != "/var/lib/host" || !cfg.AllowInsecureLoopbackHTTP ||
+		cfg.EventEndpoint != "http://127.0.0.1:8080/aip/v1/connector-events" {
 		t.Errorf("config %+v", cfg)
 	}
 	if _, err := hostsdk.New(cfg, newTestConnector()); err != nil {
@@ -109,6 +111,11 @@ func TestNewValidatesConfig(t *testing.T) {
 			c.PublicEndpoint = "https://replica.example/aip/v1/messages"
 			c.ControlPlaneEndpoint = "http://control.example/aip/v1/connector-control"
 		}, []string{"--control-plane-endpoint", "https"}},
+		{"event endpoint path", func(c *hostsdk.Config) { c.EventEndpoint = "http://127.0.0.1:8080/aip/v1/events" },
+			[]string{"--event-endpoint", "AIP_CONNECTOR_HOST_EVENT_ENDPOINT", "/aip/v1/connector-events"}},
+		{"event endpoint plain http off loopback", func(c *hostsdk.Config) {
+			c.EventEndpoint = "http://dispatcher.example/aip/v1/connector-events"
+		}, []string{"--event-endpoint", "https"}},
 		{"loopback exception needs a loopback bind", func(c *hostsdk.Config) { c.Bind = "0.0.0.0:8081" },
 			[]string{"--allow-insecure-loopback-http", "loopback"}},
 		{"heartbeat above half the lease", func(c *hostsdk.Config) { c.LeaseTTL = 10 * time.Second; c.HeartbeatInterval = 6 * time.Second },

@@ -30,7 +30,7 @@
 // BindFlags, for programs with flags of their own) reads the common host
 // contract from flags and AIP_CONNECTOR_HOST_* environment variables (a flag
 // wins over its variable): --bind, --public-endpoint,
-// --control-plane-endpoint, --control-plane-did or --control-plane-did-file,
+// --control-plane-endpoint, --event-endpoint, --control-plane-did or --control-plane-did-file,
 // --signing-seed-file, --connector-type-id, --version-id, --instance-id,
 // --replica-id, --tenant-id, --gateway-principal-id, --gateway-did or
 // --gateway-did-file, --trust-domain, --region, --zone, --capacity-class,
@@ -120,8 +120,10 @@
 // callback endpoint; actions carrying a callback are refused.
 //
 // The host also serves GET /aip/v1/manifest (the bound manifest), /health,
-// /ready (ReadyDocument), /metrics (exactly the eight aip_connector_host_*
-// metrics, on a registry the host owns) and /.well-known/jwks.json.
+// /ready (ReadyDocument), /metrics (the eight aip_connector_host_* metrics
+// and the event delivery metrics aip_host_events_delivered_total and
+// aip_host_event_delivery_failures_total, on a registry the host owns) and
+// /.well-known/jwks.json.
 // Product-owned routes (RouteProvider) share the listener.
 //
 // # Lease and heartbeats
@@ -145,13 +147,29 @@
 // listener kept while in-flight actions finish (at most DrainTimeout) and
 // for at least DrainLinger, so actions routed just before the drain get a
 // signed not_ready that a dispatcher may use to reroute them, graceful HTTP
-// shutdown, heartbeat worker stopped, signed offline, and a
+// shutdown, heartbeat worker stopped (and the event delivery loop, after a
+// last pass over the due outbox batches), signed offline, and a
 // nil result only when all of it was clean (otherwise a *ShutdownError).
 //
 // # Provider events
 //
 // EventPublisher stores provider events in the journal's durable outbox.
-// Delivery to a central event endpoint is not implemented by this version of
-// the host: batches stay in the outbox (counted in /ready) for a publisher
-// to claim.
+// With Config.EventEndpoint (--event-endpoint) the host delivers the outbox
+// to the dispatcher's connector-event ingress (aip.EventsPath) from the
+// moment it serves until it stops, through the drain: a loop woken by each
+// publication, and every 750 to 1250 ms, claims due batches, sends each as
+// an aip.discovery.v1.event_stream_response envelope signed with the
+// replica key (from the bound agent principal, to the gateway principal,
+// security.connector_event with the replica's identity, current lease
+// sequence and the batch's channel), and removes the batch once the
+// dispatcher's answer verifies against the pinned gateway DID and answers
+// the delivery. A failed batch is retried after
+// min(1000·2^min(attempts,6), 60000) + rand(0..1000) ms; a permanent
+// refusal (connector_event.invalid, not_authorized, idempotency_conflict)
+// after the maximum, logged at error level with its code. The metrics
+// aip_host_events_delivered_total and
+// aip_host_event_delivery_failures_total{code} count the outcomes. Without
+// an event endpoint, batches stay in the outbox (counted in /ready), a
+// connector whose manifest declares channels gets a startup warning, and
+// publication is refused once 10000 batches wait.
 package hostsdk

@@ -31,10 +31,13 @@ import (
 //     request are closed at once, busy ones are awaited (bounded by
 //     DrainTimeout again, then closed);
 //  7. the heartbeat worker (and the event source) are stopped and awaited;
+//     the event delivery loop (Config.EventEndpoint), which kept
+//     delivering the outbox through the drain, makes one last pass over
+//     the due batches (bounded by ControlTimeout) and stops;
 //  8. the signed offline transition is sent;
 //  9. the result is nil only when server, heartbeat, drain and offline (and
-//     the event source) were all clean; otherwise a *ShutdownError joins
-//     every failure.
+//     the event source and delivery loop) were all clean; otherwise a
+//     *ShutdownError joins every failure.
 //
 // Afterwards actions still running are cancelled and awaited, and a journal
 // the host opened is closed.
@@ -108,6 +111,9 @@ func (h *Host) shutdown() error {
 		} else if h.evErr != nil {
 			fail("event source", h.evErr)
 		}
+	}
+	if err := h.stopEventDelivery(h.cfg.ControlTimeout + h.cfg.DrainTimeout); err != nil {
+		fail("event delivery", err)
 	}
 	// 8.
 	h.controlMu.Lock()

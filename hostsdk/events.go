@@ -21,11 +21,15 @@ const (
 
 // EventPublisher puts provider events into the journal's durable outbox.
 //
-// Delivery to a central event endpoint is not part of this host version: the
-// batches wait in the outbox (counted in /ready's recovery summary as
-// pending events) for a publisher that claims them with
-// journal.Journal.ClaimEvents. Publication is refused while the replica is
-// not serving (draining, lease invalid, storage or connector unhealthy).
+// With Config.EventEndpoint set, the host's delivery loop sends the
+// batches to the dispatcher's connector-event ingress as signed envelopes
+// and removes each once the dispatcher's signed answer verifies; failed
+// batches are retried with backoff (see the package documentation). A
+// publication wakes the loop. Without an event endpoint the batches wait in
+// the outbox (counted in /ready's recovery summary as pending events).
+// Publication is refused while the replica is not serving (draining, lease
+// invalid, storage or connector unhealthy) and once the outbox holds 10000
+// batches.
 type EventPublisher struct {
 	h *Host
 }
@@ -107,6 +111,7 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 	if err != nil {
 		return "", fmt.Errorf("hostsdk: event outbox: %w", err)
 	}
+	h.notifyEvents()
 	return id, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
 )
 
 // option is one setting of the common host CLI/env contract.
@@ -41,6 +43,7 @@ var options = []*option{
 	{flag: "bind", env: "BIND", field: "Bind", usage: "listen address (default " + DefaultBind + ")", set: str(func(c *Config) *string { return &c.Bind })},
 	{flag: "public-endpoint", env: "PUBLIC_ENDPOINT", field: "PublicEndpoint", usage: "URL of this replica's /aip/v1/messages", set: str(func(c *Config) *string { return &c.PublicEndpoint })},
 	{flag: "control-plane-endpoint", env: "CONTROL_ENDPOINT", field: "ControlPlaneEndpoint", usage: "URL of the lifecycle service's /aip/v1/connector-control", set: str(func(c *Config) *string { return &c.ControlPlaneEndpoint })},
+	{flag: "event-endpoint", env: "EVENT_ENDPOINT", field: "EventEndpoint", usage: "URL of the dispatcher's " + aip.EventsPath + " the event outbox is delivered to (unset: events stay in the outbox)", set: str(func(c *Config) *string { return &c.EventEndpoint })},
 	{flag: "control-plane-did", env: "CONTROL_DID", field: "ControlPlaneDID", usage: "pinned did:key of the lifecycle service", set: str(func(c *Config) *string { return &c.ControlPlaneDID })},
 	{flag: "control-plane-did-file", env: "CONTROL_DID_FILE", field: "ControlPlaneDIDFile", usage: "file holding the lifecycle service's did:key", set: str(func(c *Config) *string { return &c.ControlPlaneDIDFile })},
 	{flag: "signing-seed-file", env: "SIGNING_SEED_FILE", field: "SigningSeedFile", usage: "owner-only file with this replica's Ed25519 seed (64 hex) or JWK", set: str(func(c *Config) *string { return &c.SigningSeedFile })},
@@ -52,7 +55,7 @@ var options = []*option{
 	{flag: "gateway-principal-id", env: "GATEWAY_PRINCIPAL_ID", field: "GatewayPrincipalID", usage: "principal ID of the dispatcher", set: str(func(c *Config) *string { return &c.GatewayPrincipalID })},
 	{flag: "gateway-did", env: "GATEWAY_DID", field: "GatewayDID", usage: "pinned did:key of the dispatcher", set: str(func(c *Config) *string { return &c.GatewayDID })},
 	{flag: "gateway-did-file", env: "GATEWAY_DID_FILE", field: "GatewayDIDFile", usage: "file holding the dispatcher's did:key", set: str(func(c *Config) *string { return &c.GatewayDIDFile })},
-	{flag: "tls-ca-certificate-file", env: "TLS_CA_FILE", field: "TLSCACertificateFile", usage: "extra PEM root CA for the lifecycle service", set: str(func(c *Config) *string { return &c.TLSCACertificateFile })},
+	{flag: "tls-ca-certificate-file", env: "TLS_CA_FILE", field: "TLSCACertificateFile", usage: "extra PEM root CA for the lifecycle service and the event endpoint", set: str(func(c *Config) *string { return &c.TLSCACertificateFile })},
 	{flag: "trust-domain", env: "TRUST_DOMAIN", field: "TrustDomain", usage: "deployment trust domain", set: str(func(c *Config) *string { return &c.TrustDomain })},
 	{flag: "region", env: "REGION", field: "Region", usage: "topology region (default global)", set: str(func(c *Config) *string { return &c.Region })},
 	{flag: "zone", env: "ZONE", field: "Zone", usage: "topology zone (default default)", set: str(func(c *Config) *string { return &c.Zone })},

@@ -86,9 +86,15 @@ type Host struct {
 	evCancel   context.CancelFunc
 	evDone     chan struct{}
 	evErr      error
-	serveDone  chan struct{}
-	serveErr   error
-	fatal      chan error
+	// delivery is the event delivery loop (nil without
+	// Config.EventEndpoint); atomic because a connector may publish from
+	// its own goroutines while step 10 starts it.
+	delivery atomic.Pointer[eventDelivery]
+	// eventTransport carries event deliveries (set at step 1).
+	eventTransport http.RoundTripper
+	serveDone      chan struct{}
+	serveErr       error
+	fatal          chan error
 }
 
 type phase int
@@ -321,6 +327,9 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 // that already registered is taken offline (best effort, bounded by the
 // control timeout) rather than left ready until its lease expires.
 func (h *Host) releaseAfterFailedStart() {
+	if err := h.stopEventDelivery(h.cfg.ControlTimeout); err != nil {
+		h.log.Warn("stop event delivery after a failed start", "error", err)
+	}
 	if h.hbCancel != nil {
 		h.hbCancel()
 		<-h.hbDone

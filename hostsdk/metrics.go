@@ -17,9 +17,13 @@ const (
 	MetricHeartbeatFailures     = "aip_connector_host_heartbeat_failures_total"
 	MetricLeaseRecoveryAttempts = "aip_connector_host_lease_recovery_attempts_total"
 	MetricLeaseRecoveries       = "aip_connector_host_lease_recoveries_total"
+	// MetricEventsDelivered counts outbox batches the dispatcher stored.
+	MetricEventsDelivered = "aip_host_events_delivered_total"
+	// MetricEventDeliveryFailures counts failed batch deliveries by code.
+	MetricEventDeliveryFailures = "aip_host_event_delivery_failures_total"
 )
 
-// metrics are the host's eight collectors, on a registry the host owns (no
+// metrics are the host's collectors, on a registry the host owns (no
 // process or Go runtime collectors).
 type metrics struct {
 	reg               *prometheus.Registry
@@ -28,6 +32,8 @@ type metrics struct {
 	heartbeatFailures prometheus.Counter
 	recoveryAttempts  prometheus.Counter
 	recoveries        prometheus.Counter
+	eventsDelivered   prometheus.Counter
+	eventFailures     *prometheus.CounterVec
 }
 
 func newMetrics(h *Host) *metrics {
@@ -49,6 +55,10 @@ func newMetrics(h *Host) *metrics {
 			Help: "Expired-lease registration attempts."}),
 		recoveries: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLeaseRecoveries,
 			Help: "Successful expired-lease recoveries."}),
+		eventsDelivered: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricEventsDelivered,
+			Help: "Event outbox batches delivered to the dispatcher and acknowledged."}),
+		eventFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEventDeliveryFailures,
+			Help: "Failed event outbox batch deliveries, by the dispatcher's error code or the host's failure code."}, []string{"code"}),
 	}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricReady,
@@ -61,6 +71,7 @@ func newMetrics(h *Host) *metrics {
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),
 		m.requests, m.rejected, m.heartbeatFailures, m.recoveryAttempts, m.recoveries,
+		m.eventsDelivered, m.eventFailures,
 	)
 	return m
 }

@@ -2,8 +2,11 @@
 // hostsdk over the real transport: an in-process fake control plane that
 // speaks the signed lifecycle protocol (ControlPlane), a fake dispatcher that
 // signs real native envelopes with the pinned route and verifies the host's
-// signed answers (Dispatcher), and helpers that configure and start a test
-// host on a loopback port with a temporary state directory.
+// signed answers (Dispatcher), a fake connector-event ingress that checks
+// the host's signed event deliveries against the control plane's registry
+// and answers with the dispatcher's key (EventIngress), and helpers that
+// configure and start a test host on a loopback port with a temporary state
+// directory.
 //
 // A typical test:
 //
@@ -16,7 +19,9 @@
 // For lifecycle tests under testing/synctest, where no real network I/O may
 // happen, use ControlPlaneConfig.InMemory with a MemListener: the host
 // reaches the control plane through ControlPlane.Transport and the
-// dispatcher reaches the host through MemListener.Client.
+// dispatcher reaches the host through MemListener.Client. To test event
+// delivery, point the host at an EventIngress with its Configure (an
+// in-memory ingress is reached through EventIngress.Transport).
 package hostsdktest
 
 import (

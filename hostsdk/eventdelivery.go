@@ -1,0 +1,349 @@
+package hostsdk
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// Event delivery (Config.EventEndpoint): a loop claims due outbox batches,
+// sends each as a signed aip.discovery.v1.event_stream_response envelope to
+// the dispatcher's connector-event ingress, acks it once the dispatcher's
+// signed answer verifies, and reschedules it with backoff otherwise.
+const (
+	// eventClaimBatch bounds the batches claimed at once.
+	eventClaimBatch = 16
+	// eventClaimLease is how long a claimed batch is reserved for one
+	// delivery attempt.
+	eventClaimLease = 30 * time.Second
+	// eventPollBase and eventPollJitter: without a publication, the loop
+	// looks for due batches every 750 + rand(0..500) ms.
+	eventPollBase   = 750 * time.Millisecond
+	eventPollJitter = 500 * time.Millisecond
+	// eventBackoffBase, eventBackoffMax and eventBackoffJitter: a failed
+	// batch is retried after min(1000·2^min(attempts,6), 60000) +
+	// rand(0..1000) ms; a permanent refusal after the maximum.
+	eventBackoffBase   = time.Second
+	eventBackoffMax    = 60 * time.Second
+	eventBackoffJitter = time.Second
+	// eventEnvelopeOverhead is reserved for the envelope around the events
+	// when a batch is split to fit aip.MaxEventDeliveryBytes.
+	eventEnvelopeOverhead = 16 << 10
+)
+
+// Failure codes of event deliveries that did not get a signed AIP error
+// (the metric's code label and the batch's last error).
+const (
+	// CodeEventTransport: no answer (connection refused, timeout) or an
+	// answer that is not a signed envelope.
+	CodeEventTransport = "connector_host.event_transport"
+	// CodeEventAnswerInvalid: the answer is not signed by the pinned
+	// gateway DID, not in response to the delivery, or not an event stream.
+	CodeEventAnswerInvalid = "connector_host.event_answer_invalid"
+	// CodeEventBatchInvalid: the outbox batch cannot be sent (corrupt JSON).
+	CodeEventBatchInvalid = "connector_host.event_batch_invalid"
+)
+
+// eventBackoff returns the delay before the next attempt of a batch that
+// failed after attempts earlier failures; permanent refusals wait the
+// maximum. randN(n) is uniform in [0, n).
+func eventBackoff(attempts int, permanent bool, randN func(n int64) int64) time.Duration {
+	d := eventBackoffMax
+	if !permanent {
+		d = min(eventBackoffBase<<min(max(attempts, 0), 6), eventBackoffMax)
+	}
+	return d + time.Duration(randN(int64(eventBackoffJitter/time.Millisecond)+1))*time.Millisecond
+}
+
+// permanentEventCode reports whether a dispatcher refusal will not go away
+// by retrying (an operator must fix the registry or the connector).
+func permanentEventCode(code string) bool {
+	switch code {
+	case aip.CodeEventInvalid, aip.CodeEventNotAuthorized, aip.CodeEventIdempotencyConflict, CodeEventBatchInvalid:
+		return true
+	}
+	return false
+}
+
+// metricCode bounds the code label to the codes this version knows.
+func metricCode(code string) string {
+	switch code {
+	case aip.CodeEventInvalid, aip.CodeEventNotAuthorized, aip.CodeEventUnavailable, aip.CodeEventCapacity,
+		aip.CodeEventIdempotencyConflict, CodeEventTransport, CodeEventAnswerInvalid, CodeEventBatchInvalid:
+		return code
+	}
+	return "other"
+}
+
+// eventDelivery is the delivery loop of one host.
+type eventDelivery struct {
+	h        *Host
+	endpoint string
+	client   *http.Client
+	notify   chan struct{} // a batch was published
+	stop     chan struct{} // closed: one last pass, then return
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// deliveryFailure is a failed delivery: its code, whether it is permanent,
+// and the retry hint of the dispatcher's answer.
+type deliveryFailure struct {
+	code       string
+	permanent  bool
+	retryAfter time.Duration
+	err        error
+}
+
+func (f *deliveryFailure) Error() string { return f.code + ": " + f.err.Error() }
+
+// startEventDelivery starts the loop (step 10) when an event endpoint is
+// configured; otherwise it warns once when the manifest declares channels.
+func (h *Host) startEventDelivery(ctx context.Context) {
+	if h.cfg.EventEndpoint == "" {
+		if len(h.channels) > 0 {
+			h.log.Warn("the manifest declares event channels but --event-endpoint is not set: published events only accumulate in the outbox (pending_events in /ready) and are refused once it holds 10000 batches",
+				"channels", len(h.channels))
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d := &eventDelivery{
+		h: h, endpoint: h.cfg.EventEndpoint,
+		client: &http.Client{
+			Transport:     h.eventTransport,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		notify: make(chan struct{}, 1), stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+	}
+	h.delivery.Store(d)
+	go d.run(ctx)
+	h.log.Info("delivering events", "endpoint", d.endpoint)
+}
+
+// stopEventDelivery asks the loop for one last pass over due batches
+// (bounded by ControlTimeout), waits for it at most wait, then cancels it.
+func (h *Host) stopEventDelivery(wait time.Duration) error {
+	d := h.delivery.Load()
+	if d == nil {
+		return nil
+	}
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	err := waitFor(d.done, wait)
+	d.cancel()
+	<-d.done
+	d.client.CloseIdleConnections()
+	return err
+}
+
+// notifyEvents wakes the delivery loop after a publication.
+func (h *Host) notifyEvents() {
+	if d := h.delivery.Load(); d != nil {
+		select {
+		case d.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (d *eventDelivery) run(ctx context.Context) {
+	defer close(d.done)
+	poll := func() time.Duration { return eventPollBase + rand.N(eventPollJitter+time.Millisecond) }
+	timer := time.NewTimer(poll())
+	defer timer.Stop()
+	for {
+		d.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.stop:
+			fctx, cancel := context.WithTimeout(ctx, d.h.cfg.ControlTimeout)
+			d.pass(fctx)
+			cancel()
+			return
+		case <-d.notify:
+		case <-timer.C:
+		}
+		timer.Reset(poll())
+	}
+}
+
+// pass delivers every due batch, eventClaimBatch at a time. Nothing is
+// claimed while the lease is not valid: the dispatcher would refuse it.
+func (d *eventDelivery) pass(ctx context.Context) {
+	h := d.h
+	for ctx.Err() == nil {
+		now := h.cfg.Now()
+		if !h.lease.valid(now) {
+			return
+		}
+		batch, err := h.journal.ClaimEvents(ctx, now, eventClaimLease, eventClaimBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("claim outbox batches", "error", err)
+			}
+			return
+		}
+		for _, e := range batch {
+			d.deliver(ctx, e)
+		}
+		if len(batch) < eventClaimBatch {
+			return
+		}
+	}
+}
+
+// deliver sends one batch and records the result in the journal.
+func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) {
+	h := d.h
+	err := d.send(ctx, e)
+	jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ControlTimeout)
+	defer cancel()
+	if err == nil {
+		if aerr := h.journal.AckEvents(jctx, e.ID); aerr != nil && !errors.Is(aerr, journal.ErrNotFound) {
+			// The dispatcher stored the events (idempotently by ID); the
+			// batch is sent again when its claim expires.
+			h.log.Warn("ack a delivered outbox batch", "batch", e.ID, "error", aerr)
+		}
+		h.m.eventsDelivered.Inc()
+		h.log.Debug("event batch delivered", "batch", e.ID, "channel_id", e.ChannelID)
+		return
+	}
+	var f *deliveryFailure
+	if !errors.As(err, &f) {
+		f = &deliveryFailure{code: CodeEventTransport, err: err}
+	}
+	h.m.eventFailures.WithLabelValues(metricCode(f.code)).Inc()
+	delay := max(eventBackoff(e.Attempts, f.permanent, rand.Int64N), min(f.retryAfter, eventBackoffMax))
+	next := h.cfg.Now().Add(delay)
+	msg := aip.TruncateUTF8(f.Error(), aip.MaxErrorMessageBytes)
+	if rerr := h.journal.RetryEvents(jctx, e.ID, next, msg); rerr != nil && !errors.Is(rerr, journal.ErrNotFound) {
+		h.log.Warn("reschedule an outbox batch", "batch", e.ID, "error", rerr)
+	}
+	attrs := []any{"batch", e.ID, "channel_id", e.ChannelID, "code", f.code, "attempts", e.Attempts + 1,
+		"next_attempt", aip.At(next).String(), "error", f.err}
+	if f.permanent {
+		h.log.Error("the dispatcher refused an event batch; it is retried at the maximum backoff until the registry or connector is fixed", attrs...)
+	} else {
+		h.log.Warn("event delivery failed; retrying with backoff", attrs...)
+	}
+}
+
+// send delivers a batch, split into envelopes that fit
+// aip.MaxEventDeliveryBytes (the dispatcher stores events idempotently by
+// ID, so a part sent again on a retry is harmless).
+func (d *eventDelivery) send(ctx context.Context, e journal.OutboxEntry) error {
+	var events []aip.Event
+	if err := json.Unmarshal(e.Events, &events); err != nil || len(events) == 0 {
+		return &deliveryFailure{code: CodeEventBatchInvalid, permanent: true, err: fmt.Errorf("the outbox batch is not a JSON array of events: %v", err)}
+	}
+	var part []aip.Event
+	size := 0
+	for _, ev := range events {
+		raw, err := json.Marshal(ev)
+		if err != nil {
+			return &deliveryFailure{code: CodeEventBatchInvalid, permanent: true, err: err}
+		}
+		if len(part) > 0 && (len(part) == aip.MaxEventsPerDelivery || size+len(raw)+1 > aip.MaxEventDeliveryBytes-eventEnvelopeOverhead) {
+			if err := d.sendPart(ctx, e.ChannelID, part); err != nil {
+				return err
+			}
+			part, size = nil, 0
+		}
+		part = append(part, ev)
+		size += len(raw) + 1
+	}
+	return d.sendPart(ctx, e.ChannelID, part)
+}
+
+// sendPart posts one signed delivery and verifies the dispatcher's answer.
+func (d *eventDelivery) sendPart(ctx context.Context, channelID string, events []aip.Event) error {
+	h := d.h
+	c := &h.cfg
+	env, err := aip.NewEnvelope(c.Now(), aip.Body{EventStream: &aip.EventStream{Events: events}})
+	if err != nil {
+		return err
+	}
+	from := h.principal
+	env.From = &from
+	env.To = &aip.Principal{ID: c.GatewayPrincipalID, Kind: aip.PrincipalService, TrustDomain: c.TrustDomain, DID: h.gatewayDID}
+	seq, _ := h.lease.get()
+	if err := env.SetSecurity(aip.SecurityConnectorEvent, aip.ConnectorEvent{
+		TenantID: c.TenantID, InstanceID: c.InstanceID, ReplicaID: c.ReplicaID, VersionID: c.VersionID,
+		ManifestDigest: h.manifestDigest, LeaseSequence: seq, ChannelID: channelID,
+	}); err != nil {
+		return err
+	}
+	body, err := aip.SignEnvelope(h.key, env)
+	if err != nil {
+		return err
+	}
+	if len(body) > aip.MaxEventDeliveryBytes {
+		return &deliveryFailure{code: CodeEventBatchInvalid, permanent: true,
+			err: fmt.Errorf("the delivery is %d bytes, more than the %d allowed", len(body), aip.MaxEventDeliveryBytes)}
+	}
+	transport := func(format string, args ...any) error {
+		return &deliveryFailure{code: CodeEventTransport, err: fmt.Errorf(format, args...)}
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.ControlTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, d.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return transport("POST %s: %v", d.endpoint, err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, aip.MaxEventDeliveryBytes+1))
+	if err != nil {
+		return transport("read the answer: %v", err)
+	}
+	if len(answer) > aip.MaxEventDeliveryBytes {
+		return transport("HTTP %d: the answer exceeds %d bytes", resp.StatusCode, aip.MaxEventDeliveryBytes)
+	}
+	var probe struct {
+		Security map[string]json.RawMessage `json:"security"`
+	}
+	if json.Unmarshal(answer, &probe) != nil || probe.Security == nil {
+		return transport("HTTP %d without a signed envelope: %s", resp.StatusCode, aip.TruncateUTF8(string(answer), 256))
+	}
+	invalid := func(format string, args ...any) error {
+		return &deliveryFailure{code: CodeEventAnswerInvalid, err: fmt.Errorf("HTTP %d: "+format, append([]any{resp.StatusCode}, args...)...)}
+	}
+	v, err := aip.VerifyEnvelope(answer, h.gatewayDID)
+	if err != nil {
+		return invalid("the answer is not signed by the pinned gateway DID %s: %v", h.gatewayDID, err)
+	}
+	ans := &v.Envelope
+	if ans.InResponseTo == nil || ans.InResponseTo.Message != env.MessageID {
+		return invalid("the answer is not in response to delivery %s", env.MessageID)
+	}
+	if pe := ans.Body.Error; pe != nil {
+		f := &deliveryFailure{code: pe.Error.Code, err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, pe.Error.Message)}
+		f.permanent = permanentEventCode(pe.Error.Code) || (pe.Error.Retryable != nil && !*pe.Error.Retryable && pe.Error.Category != aip.CategoryTemporary)
+		if pe.Error.RetryAfterMS != nil {
+			f.retryAfter = time.Duration(*pe.Error.RetryAfterMS) * time.Millisecond
+		}
+		return f
+	}
+	if resp.StatusCode != http.StatusOK || ans.Body.EventStream == nil {
+		return invalid("the answer is a %s body, want event_stream", ans.Body.Tag())
+	}
+	return nil
+}
