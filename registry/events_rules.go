@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/big"
 	"reflect"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 )
@@ -71,11 +73,59 @@ func (b *EventBatch) Validate() error {
 		if e.OccurredAt.IsZero() {
 			return invalid(RecordEvent, e.ID, "occurred_at", "is missing")
 		}
-		if !dataIsObject(e.Data) {
-			return invalid(RecordEvent, e.ID, "data", "must be a JSON object")
+		for _, f := range []struct{ name, v string }{
+			{"kind", e.Kind}, {"session_id", e.SessionID}, {"action_id", e.ActionID}, {"correlation_id", e.CorrelationID},
+		} {
+			if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
+				return invalid(RecordEvent, e.ID, f.name, "must be UTF-8 without NUL characters")
+			}
+		}
+		if !utf8.Valid(e.Data) || !dataIsObject(e.Data) {
+			return invalid(RecordEvent, e.ID, "data", "must be a JSON object in UTF-8")
+		}
+		if holdsNUL(e.Data) {
+			return invalid(RecordEvent, e.ID, "data", "holds a NUL character (\\u0000), which the event log cannot store; drop or replace it")
+		}
+		if e.Actor != nil {
+			if raw, err := json.Marshal(e.Actor); err != nil || holdsNUL(raw) {
+				return invalid(RecordEvent, e.ID, "actor", "must be a JSON principal without NUL characters")
+			}
 		}
 	}
 	return nil
+}
+
+// holdsNUL reports whether a JSON document has a NUL character in a string
+// or key (PostgreSQL's jsonb cannot store one).
+func holdsNUL(raw []byte) bool {
+	if !bytes.Contains(raw, []byte(`\u0000`)) {
+		return false
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return true
+	}
+	var walk func(v any) bool
+	walk = func(v any) bool {
+		switch x := v.(type) {
+		case string:
+			return strings.ContainsRune(x, 0)
+		case []any:
+			for _, e := range x {
+				if walk(e) {
+					return true
+				}
+			}
+		case map[string]any:
+			for k, e := range x {
+				if strings.ContainsRune(k, 0) || walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
 }
 
 // dataIsObject reports whether data is absent or one JSON object.
@@ -96,21 +146,29 @@ func EventData(e *aip.Event) json.RawMessage {
 	return e.Data
 }
 
+// StoredForm returns e as every backend stores it: data {} when it has
+// none, occurred_at in UTC with millisecond precision (its wire form).
+func StoredForm(e aip.Event) aip.Event {
+	e.Data = EventData(&e)
+	e.OccurredAt = aip.At(e.OccurredAt.Time)
+	return e
+}
+
 // EventReceivedAt returns the time a batch is stored as received: its
-// ReceivedAt, or now when unset, in UTC with microsecond precision (what
-// every backend can keep).
+// ReceivedAt, or now when unset, in UTC with millisecond precision like
+// every registry time.
 func EventReceivedAt(b *EventBatch, now time.Time) time.Time {
 	t := b.ReceivedAt
 	if t.IsZero() {
 		t = now
 	}
-	return t.UTC().Truncate(time.Microsecond)
+	return Millis(t)
 }
 
 // CheckRedelivery decides what an event whose ID the tenant's log already
 // holds is: nil when it is a redelivery of stored (same channel, instance,
-// kind, occurred_at, session, action, correlation and data, where data is
-// compared as JSON values and data.aip_connector's replica_id, version_id
+// kind, occurred_at (to the millisecond), session, action, correlation and
+// data, where data is compared as JSON values and data.aip_connector's replica_id, version_id
 // and lease_sequence are ignored, since a redelivery may come from another
 // replica, version or lease of the same instance), else a *FieldError
 // matching ErrConflict naming the event and the first field that differs.
@@ -123,7 +181,7 @@ func CheckRedelivery(stored *StoredEvent, b *EventBatch, e *aip.Event) error {
 		field = "instance_id"
 	case stored.Event.Kind != e.Kind:
 		field = "kind"
-	case !stored.Event.OccurredAt.Equal(e.OccurredAt.Time):
+	case !aip.At(stored.Event.OccurredAt.Time).Equal(aip.At(e.OccurredAt.Time).Time):
 		field = "occurred_at"
 	case stored.Event.SessionID != e.SessionID:
 		field = "session_id"

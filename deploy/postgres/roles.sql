@@ -17,9 +17,12 @@
 --                           (the control pool of pgregistry.Open).
 --   aip_registry_data       the data plane (dispatch): catalog reads, route
 --                           resolution and settlement, reservations, replica
---                           writes, lease expiry and fleet status. It may not
---                           change catalog or admission records, nor create,
---                           alter or drop anything.
+--                           writes, lease expiry and fleet status, and the
+--                           event log (appending verified event deliveries
+--                           and reading a tenant's events). It may not
+--                           change catalog or admission records, change or
+--                           delete a stored event, nor create, alter or drop
+--                           anything.
 --   aip_registry_lifecycle  the lifecycle service (aipfleet control-plane):
 --                           reads the replicas it serves and the instances
 --                           and versions registration checks, updates
@@ -29,7 +32,8 @@
 --                           admission counters, never creates them); its
 --                           fleet status counts types, versions, instances
 --                           and replicas. It cannot route, reserve, read
---                           bindings or change the catalog.
+--                           bindings, read or append events, or change the
+--                           catalog.
 
 DO $$
 DECLARE
@@ -80,7 +84,9 @@ BEGIN
             ('route_assignments',         'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
             ('route_history',             'SELECT, INSERT',                   ''),
             ('admission_counters',        'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
-            ('control_replay',            '',                                 'SELECT, INSERT, UPDATE, DELETE')
+            ('control_replay',            '',                                 'SELECT, INSERT, UPDATE, DELETE'),
+            ('event_log_heads',           'SELECT, INSERT, UPDATE',           ''),
+            ('events',                    'SELECT, INSERT',                   '')
         ) AS t (tbl, data_privs, lifecycle_privs)
     LOOP
         IF to_regclass(format('aip_registry.%I', g.tbl)) IS NULL THEN

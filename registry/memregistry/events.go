@@ -66,8 +66,7 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 	seq := l.last()
 	for _, i := range fresh {
 		seq++
-		e := b.Events[i]
-		e.Data = registry.EventData(&e)
+		e := registry.StoredForm(b.Events[i])
 		s := cloneStoredEvent(registry.StoredEvent{
 			Sequence: seq, TenantID: b.TenantID, InstanceID: b.InstanceID, ReplicaID: b.ReplicaID, VersionID: b.VersionID,
 			ChannelID: b.ChannelID, Event: e, ReceivedAt: received,

@@ -1,8 +1,8 @@
 // Package pgregistry is the PostgreSQL registry backend of the fleet: it
 // implements the registry contracts (Catalog, Resolver, Reader,
 // Administrator, FleetStatus, the Lifecycle contract with ReplicaLister and
-// Readiness, the provably-not-started Rerouter and the OrphanSettler) on
-// pgx v5 and passes the same registrytest conformance suite as memregistry.
+// Readiness, the provably-not-started Rerouter, the OrphanSettler and the
+// EventLog) on pgx v5 and passes the same registrytest conformance suite as memregistry.
 //
 // # Schema
 //
@@ -121,6 +121,37 @@
 // makes every page one SQL query instead. Connections use generic plans
 // (plan_cache_mode=force_generic_plan): every statement is an index-driven
 // lookup, and planning the nine-table route selection costs milliseconds.
+//
+// # Event log
+//
+// The event log (migration 0005) is two tables on the data pool: events,
+// keyed by (tenant, sequence) and unique by (tenant, event ID), and
+// event_log_heads, one row per tenant holding the last sequence given out.
+// AppendEvents first reads the stored events with the batch's IDs, without
+// a lock, and decides each event there (a redelivery returns the stored
+// event, a conflict fails the batch, see registry.CheckRedelivery). The new
+// events are then appended in one implicit transaction of one round trip:
+// it locks the tenant's head row (INSERT ... ON CONFLICT DO UPDATE, which
+// creates it on the tenant's first event), inserts the events numbered
+// after it, in the batch's order, and advances it. An event another
+// delivery stored after the first read breaks the unique key; the
+// transaction rolls back and the append runs again and finds it.
+//
+// Sequences come from the per-tenant head row, not from a database
+// sequence, on purpose. A sequence (bigserial) hands out numbers when rows
+// are inserted, not when they commit: a transaction holding 41 can commit
+// after another holding 42, and a reader that paged past 42 in between
+// (after=42) would never see 41. It would also number a tenant's events
+// with the gaps of every other tenant's and of every rolled-back append.
+// The head row is locked until its transaction commits, so one tenant's
+// appends commit one at a time in sequence order: when an event is
+// visible, every event with a lower sequence is already visible, and
+// sequences run 1, 2, 3, … per tenant without gaps. The price is that one
+// tenant's appends take turns on that row for one statement batch and
+// commit each (the lock is never held across a round trip to the client);
+// appends of different tenants do not wait for each other. Events reads
+// the primary key's range (tenant_id, sequence > after) in order, without
+// locks.
 //
 // # Errors
 //

@@ -94,6 +94,18 @@ func TestRoles(t *testing.T) {
 	if _, err := full.ExpireStaleReplicas(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
+	// The data role keeps the event log: the dispatcher appends verified
+	// deliveries (a redelivery included) and reads a tenant's events.
+	for range 2 {
+		stored, err := full.AppendEvents(ctx, registrytest.EventBatch(lw.Instance.TenantID, "ready", "evt_1", "evt_2"))
+		must(t, err)
+		if stored[1].Sequence != 2 {
+			t.Fatalf("events appended through the data role: %+v", stored)
+		}
+	}
+	if p, err := full.Events(ctx, lw.Instance.TenantID, 0, 10); err != nil || len(p.Events) != 2 {
+		t.Fatalf("events read through the data role: %+v, %v", p, err)
+	}
 
 	// The lifecycle role serves the lifecycle service.
 	lc, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: lifecycleURL, Now: clock.Now})
@@ -130,7 +142,10 @@ func TestRoles(t *testing.T) {
 	if res, err := full.Reservation(ctx, held.ActionID); err != nil || res.Reserved {
 		t.Fatalf("reservation after expiry through the lifecycle role: %+v, %v", res, err)
 	}
-	// But it cannot route or reserve.
+	// But it cannot route, reserve or touch the event log.
+	if _, err := lc.Events(ctx, lw.Instance.TenantID, 0, 10); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
+		t.Fatalf("Events through the lifecycle role: %v, want a privilege failure", err)
+	}
 	_, err = lc.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: lw.Instance.TenantID, CapabilityID: "alpha.read"})
 	if !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
 		t.Fatalf("Resolve through the lifecycle role: %v, want a privilege failure", err)
@@ -160,6 +175,10 @@ func TestRoles(t *testing.T) {
 			`DROP SCHEMA aip_registry CASCADE`,
 			`CREATE INDEX intruder ON aip_registry.connector_replicas (endpoint)`,
 			`UPDATE aip_registry.schema_migrations SET checksum = 'x'`,
+			`UPDATE aip_registry.events SET event = '{}'`,
+			`DELETE FROM aip_registry.events`,
+			`TRUNCATE aip_registry.events`,
+			`DELETE FROM aip_registry.event_log_heads`,
 		},
 		"aip_registry_lifecycle": {
 			`INSERT INTO aip_registry.route_assignments (action_id) VALUES ('act_x')`,
@@ -179,6 +198,10 @@ func TestRoles(t *testing.T) {
 			`DROP TABLE aip_registry.control_replay`,
 			`SELECT aip_registry.scope_full(0)`,
 			`SELECT aip_registry.replica_taken()`,
+			`SELECT * FROM aip_registry.events`,
+			`INSERT INTO aip_registry.events (tenant_id, sequence) VALUES ('t', 1)`,
+			`SELECT * FROM aip_registry.event_log_heads`,
+			`UPDATE aip_registry.event_log_heads SET last_sequence = 0`,
 		},
 	}
 	for role, stmts := range denied {

@@ -306,6 +306,9 @@ func testEventInvalid(t *testing.T, nb NewBackend) {
 		{"data not an object", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`[1]`) }},
 		{"data not JSON", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`{"a":`) }},
 		{"data null", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`null`) }},
+		{"data with NUL", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`{"a":{"b":["x\u0000y"]}}`) }},
+		{"data not UTF-8", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage("{\"a\":\"\xff\"}") }},
+		{"kind with NUL", "kind", func(b *registry.EventBatch) { b.Events[1].Kind = "a\x00b" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f.t = t

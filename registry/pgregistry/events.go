@@ -1,0 +1,166 @@
+package pgregistry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+var _ registry.EventLog = (*Registry)(nil)
+
+const eventColumns = `sequence, instance_id, replica_id, version_id, channel_id, event, received_at_ms`
+
+// eventsByID reads the tenant's stored events with the given IDs.
+const eventsByID = `
+SELECT ` + eventColumns + `
+FROM aip_registry.events
+WHERE tenant_id = $1 AND event_id = ANY($2::text[])`
+
+// lockEventHead locks the tenant's head row for the rest of the
+// transaction, creating it on the tenant's first event, and returns the
+// last sequence given out.
+const lockEventHead = `
+INSERT INTO aip_registry.event_log_heads AS h (tenant_id, last_sequence) VALUES ($1, 0)
+ON CONFLICT (tenant_id) DO UPDATE SET last_sequence = h.last_sequence
+RETURNING last_sequence`
+
+// insertEvents numbers the new events after the head (locked by
+// lockEventHead in the same transaction), in the batch's order.
+const insertEvents = `
+INSERT INTO aip_registry.events (tenant_id, sequence, event_id, instance_id, replica_id, version_id, channel_id, event, received_at_ms)
+SELECT $1, h.last_sequence + n.ord, n.id, $2, $3, $4, $5, n.ev::jsonb, $6
+FROM aip_registry.event_log_heads h, unnest($7::text[], $8::text[]) WITH ORDINALITY AS n (id, ev, ord)
+WHERE h.tenant_id = $1
+ORDER BY n.ord`
+
+const advanceEventHead = `
+UPDATE aip_registry.event_log_heads SET last_sequence = last_sequence + $2 WHERE tenant_id = $1`
+
+const eventPage = `
+SELECT ` + eventColumns + `
+FROM aip_registry.events
+WHERE tenant_id = $1 AND sequence > $2
+ORDER BY sequence
+LIMIT $3`
+
+// AppendEvents implements registry.EventLog. It reads the stored events
+// with the batch's IDs (no lock), decides each event (redelivery,
+// conflict or new), and appends the new ones in one implicit transaction
+// of one round trip: lock the tenant's head row, insert the events
+// numbered after it, advance it. An event stored meanwhile by another
+// delivery breaks the unique (tenant, event ID) key; the transaction rolls
+// back and the whole append runs again, finding it.
+func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]registry.StoredEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	received := registry.EventReceivedAt(&b, r.now())
+	ids := make([]string, len(b.Events))
+	for i := range b.Events {
+		ids[i] = b.Events[i].ID
+	}
+	op := "append events to the log of tenant " + b.TenantID
+	var out []registry.StoredEvent
+	err := r.inPipe(ctx, r.data, op, func(p *pipe) error {
+		rows, err := p.conn.Query(ctx, eventsByID, b.TenantID, ids)
+		if err != nil {
+			return err
+		}
+		stored, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (registry.StoredEvent, error) { return scanEvent(row, b.TenantID) })
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]*registry.StoredEvent, len(stored))
+		for i := range stored {
+			byID[stored[i].Event.ID] = &stored[i]
+		}
+		out = make([]registry.StoredEvent, len(b.Events))
+		var fresh []int
+		var newIDs, docs []string
+		for i := range b.Events {
+			e := &b.Events[i]
+			if s, ok := byID[e.ID]; ok {
+				if err := registry.CheckRedelivery(s, &b, e); err != nil {
+					return err
+				}
+				out[i] = *s
+				continue
+			}
+			se := registry.StoredEvent{TenantID: b.TenantID, InstanceID: b.InstanceID, ReplicaID: b.ReplicaID, VersionID: b.VersionID,
+				ChannelID: b.ChannelID, Event: registry.StoredForm(*e), ReceivedAt: received}
+			doc, err := json.Marshal(se.Event)
+			if err != nil {
+				return fmt.Errorf("%w: event %s: %v", registry.ErrInvalid, e.ID, err)
+			}
+			out[i] = se
+			fresh = append(fresh, i)
+			newIDs, docs = append(newIDs, e.ID), append(docs, string(doc))
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		var last int64
+		batch := &pgx.Batch{}
+		batch.Queue(lockEventHead, b.TenantID).QueryRow(func(row pgx.Row) error { return row.Scan(&last) })
+		batch.Queue(insertEvents, b.TenantID, b.InstanceID, b.ReplicaID, b.VersionID, b.ChannelID, toMS(received), newIDs, docs)
+		batch.Queue(advanceEventHead, b.TenantID, len(fresh))
+		if err := p.once(ctx, batch); err != nil {
+			return err
+		}
+		for n, i := range fresh {
+			out[i].Sequence = uint64(last) + uint64(n) + 1
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Events implements registry.EventLog.
+func (r *Registry) Events(ctx context.Context, tenantID string, after uint64, limit int) (registry.EventPage, error) {
+	if err := ctx.Err(); err != nil {
+		return registry.EventPage{}, err
+	}
+	limit = registry.ClampEventPage(limit)
+	op := "read the event log of tenant " + tenantID
+	rows, err := r.data.Query(ctx, eventPage, tenantID, int64(min(after, math.MaxInt64)), limit+1)
+	if err != nil {
+		return registry.EventPage{}, classify(op, err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (registry.StoredEvent, error) { return scanEvent(row, tenantID) })
+	if err != nil {
+		return registry.EventPage{}, classify(op, err)
+	}
+	page := registry.EventPage{Events: events}
+	if len(events) > limit {
+		page.Events, page.More = events[:limit], true
+	}
+	if page.Events == nil {
+		page.Events = []registry.StoredEvent{}
+	}
+	return page, nil
+}
+
+func scanEvent(row pgx.CollectableRow, tenantID string) (registry.StoredEvent, error) {
+	e := registry.StoredEvent{TenantID: tenantID}
+	var seq, receivedMS int64
+	var doc []byte
+	if err := row.Scan(&seq, &e.InstanceID, &e.ReplicaID, &e.VersionID, &e.ChannelID, &doc, &receivedMS); err != nil {
+		return e, err
+	}
+	if err := json.Unmarshal(doc, &e.Event); err != nil {
+		return e, fmt.Errorf("event %d of tenant %s: stored document: %w", seq, tenantID, err)
+	}
+	e.Sequence, e.ReceivedAt = uint64(seq), fromMS(receivedMS)
+	return e, nil
+}
