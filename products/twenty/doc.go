@@ -95,7 +95,12 @@
 //     provider.invalid_request, and record.restore_many with
 //     id[eq]:<uuid> does the same.
 //   - record.restore_many: PATCH /rest/restore/<object>?filter=..., no
-//     body; returns {object, records}.
+//     body; returns {object, records}. These restore paths are the ones
+//     the generated OpenAPI document publishes; twentyhq/twenty#24544
+//     (merged 2026-08) moves restore to suffix paths
+//     (/rest/<object>/<id>/restore, /rest/<object>/restore). Against a
+//     server on that form the two restores may fail with a provider error;
+//     openapi.core shows which form the workspace serves.
 //   - record.merge (risk high): PATCH /rest/<object>/merge (depth) with
 //     {"ids": 2 to 60 distinct IDs, "conflictPriorityIndex": the index in
 //     ids of the record kept, "dryRun"}; Twenty merges the others' values
