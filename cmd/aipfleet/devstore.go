@@ -17,14 +17,16 @@ import (
 // devRegistry is the development fleet's registry: the in-memory backend,
 // persisted to one snapshot file so that a restart of aipfleet dev keeps
 // every route assignment (a retried action ID must reach the replica it is
-// pinned to, never a new one), reservation, replica record and replay
-// claim.
+// pinned to, never a new one), reservation, replica record, replay claim
+// and every tenant's event log.
 //
-// A new or moved route (Resolve, Reroute) is durable before the call
-// returns: the caller waits for the snapshot that contains it to be on
-// disk, group-commit style, so the dispatcher never sends an action whose
-// route a crash could forget. Every other change (lifecycle, settlement,
-// lease expiry, catalog writes) is written within flushInterval.
+// A new or moved route (Resolve, Reroute) and appended events
+// (AppendEvents) are durable before the call returns: the caller waits for
+// the snapshot that contains them to be on disk, group-commit style, so the
+// dispatcher never sends an action whose route a crash could forget, nor
+// tells a host its events are stored before they are. Every other change
+// (lifecycle, settlement, lease expiry, catalog writes) is written within
+// flushInterval.
 type devRegistry struct {
 	devReads                       // reads pass through to mem
 	mem      *memregistry.Registry // writes go through the persisting methods below
@@ -67,7 +69,27 @@ var (
 	_ registry.Readiness     = (*devRegistry)(nil)
 	_ registry.Catalog       = (*devRegistry)(nil)
 	_ registry.OrphanSettler = (*devRegistry)(nil)
+	_ registry.EventLog      = (*devRegistry)(nil)
 )
+
+// AppendEvents implements registry.EventLog; the events are on disk when it
+// returns (a host drops its batch once the dispatcher's answer says they
+// are stored).
+func (d *devRegistry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]registry.StoredEvent, error) {
+	stored, err := d.mem.AppendEvents(ctx, b)
+	if err != nil {
+		return stored, err
+	}
+	if err := d.store.sync(ctx); err != nil {
+		return nil, fmt.Errorf("%w: the events could not be persisted: %v", registry.ErrStorage, err)
+	}
+	return stored, nil
+}
+
+// Events implements registry.EventLog.
+func (d *devRegistry) Events(ctx context.Context, tenantID string, after uint64, limit int) (registry.EventPage, error) {
+	return d.mem.Events(ctx, tenantID, after, limit)
+}
 
 // Resolve implements registry.Resolver; the route is on disk when it
 // returns.
