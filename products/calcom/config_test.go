@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -186,7 +187,8 @@ func TestManifest(t *testing.T) {
 	// Deleting for good is high risk.
 	highRisk := map[string]bool{"event_type.delete": true, "schedule.delete": true, "slot.reservation.delete": true,
 		"webhook.delete": true, "conferencing.disconnect": true, "event_type.private_link.delete": true,
-		"event_type.webhook.delete": true, "event_type.webhook.delete_all": true, "calendar.disconnect": true}
+		"event_type.webhook.delete": true, "event_type.webhook.delete_all": true, "calendar.disconnect": true,
+		"calendar.selected.delete": true}
 	for _, capa := range m.Capabilities {
 		if !capabilityIDRE.MatchString(capa.ID) {
 			t.Errorf("capability ID %q does not follow cap:cal_diy:<suffix>", capa.ID)
@@ -204,6 +206,11 @@ func TestManifest(t *testing.T) {
 		}
 		if (capa.Risk == aip.RiskHigh) != highRisk[suffix] {
 			t.Errorf("%s: risk %s; high exactly when it deletes for good (%v)", capa.ID, capa.Risk, highRisk[suffix])
+		}
+		// The table itself: whatever is not a GET is a mutation, and a
+		// DELETE is high risk.
+		if o := operationsByID[capa.ID]; o.Method != http.MethodGet && !o.Mutation || o.Method == http.MethodDelete && o.Risk != aip.RiskHigh {
+			t.Errorf("%s: %s with mutation %v and risk %s; a non-GET is a mutation and a DELETE is high risk", capa.ID, o.Method, o.Mutation, o.Risk)
 		}
 		if writes := slices.Contains(capa.Contract.SideEffects, "write"); writes != mutations[suffix] {
 			t.Errorf("%s: side effects %v; a write exactly when it is a mutation (%v)", capa.ID, capa.Contract.SideEffects, mutations[suffix])

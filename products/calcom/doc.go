@@ -78,7 +78,7 @@
 //	calendar.ics_feed.check           GET    /v2/calendars/ics-feed/check                         (none)
 //	calendar.destination.update       PUT    /v2/destination-calendars                            (none)  mutation
 //	calendar.selected.add             POST   /v2/selected-calendars                               (none)  mutation
-//	calendar.selected.delete          DELETE /v2/selected-calendars                               (none)  mutation (undone by .add)
+//	calendar.selected.delete          DELETE /v2/selected-calendars                               (none)  mutation, high risk
 //	calendar.event.update             PATCH  /v2/calendars/{calendar}/events/{eventUid}           (none)  mutation
 //
 // The reference sends cal-api-version 2024-04-15 to private links; the
@@ -88,7 +88,9 @@
 // For the attendee, guest and location operations the document gives the
 // version only in the header's description ("Must be set to 2024-08-13");
 // the test that checks versions against the document reads both.
-// Deleting for good is risk high; other mutations are medium, reads low.
+// Every DELETE is risk high (calendar.selected.delete too: .add selects
+// the calendar again, but bookings made meanwhile may conflict with it),
+// as is calendar.disconnect; other mutations are medium, reads low.
 // Updates need at least one field to change (minProperties).
 //
 // Inputs are snake_case (event_type_id, booking_uid, time_zone, ...) and

@@ -672,8 +672,9 @@ var operations = []*operation{
 	},
 	{
 		Suffix: "calendar.selected.delete", Name: "Unselect a calendar for conflicts",
-		Description: "DELETE /v2/selected-calendars: stops checking a connected calendar for conflicts (calendar.selected.add undoes it).",
-		Method:      http.MethodDelete, Path: "/v2/selected-calendars", Mutation: true, Risk: aip.RiskMedium,
+		Description: "DELETE /v2/selected-calendars: stops checking a connected calendar for conflicts (calendar.selected.add selects it again; " +
+			"bookings made meanwhile may conflict with it).",
+		Method: http.MethodDelete, Path: "/v2/selected-calendars", Mutation: true, Risk: aip.RiskHigh,
 		Required: []string{"integration", "external_id", "credential_id"},
 		Props:    selectedCalendarProps, Query: map[string]string{"integration": "integration", "external_id": "externalId",
 			"credential_id": "credentialId", "delegation_credential_id": "delegationCredentialId"},
