@@ -76,7 +76,7 @@ var Product = products.Product{
 		{Flag: FlagObjects, Env: "AIP_TWENTY_OBJECTS",
 			Usage: "comma-separated plural API names of the objects the capabilities accept (default " + DefaultObjects + ")"},
 		{Flag: FlagOperationsFile, Env: "AIP_TWENTY_OPERATIONS_FILE",
-			Usage: `JSON file (not writable by group or others, at most 128 KiB) holding the array of operations to offer, e.g. ["record.list","record.destroy"]; default: every operation except the permanent deletes record.destroy and record.destroy_many and the ingests record.ingest and record.ingest_many`},
+			Usage: `JSON file (not writable by group or others, at most 128 KiB) holding the array of operations to offer, e.g. ["record.list","record.destroy"]; default: every operation except the permanent deletes record.destroy and record.destroy_many, record.merge (it deletes the merged-away records) and the ingests record.ingest and record.ingest_many`},
 		{Flag: FlagIngestPolicyFile, Env: "AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE",
 			Usage: "JSON file (not writable by group or others, at most 1 MiB) holding the idempotent ingest policy (" + IngestPolicyVersion + "): the objects and fields record.ingest and record.ingest_many may write; required when those are listed"},
 	},
@@ -172,8 +172,8 @@ func ReadOperationsFile(path string) ([]string, error) {
 }
 
 // DefaultOperations are the operations offered without
-// --twenty-operations-file: every operation but the destructive ones and
-// the ingests.
+// --twenty-operations-file: every operation but the destructive ones (the
+// permanent deletes and merge) and the ingests.
 func DefaultOperations() []string {
 	var out []string
 	for _, o := range operations {

@@ -101,7 +101,7 @@
 //     (/rest/<object>/<id>/restore, /rest/<object>/restore). Against a
 //     server on that form the two restores may fail with a provider error;
 //     openapi.core shows which form the workspace serves.
-//   - record.merge (risk high): PATCH /rest/<object>/merge (depth) with
+//   - record.merge (risk critical): PATCH /rest/<object>/merge (depth) with
 //     {"ids": 2 to 60 distinct IDs, "conflictPriorityIndex": the index in
 //     ids of the record kept, "dryRun"}; Twenty merges the others' values
 //     and relations into it and deletes them (people softly, other objects
@@ -114,11 +114,12 @@
 //     /rest/<object>?filter=...&soft_delete=false; returns {object,
 //     records} (the deleted IDs).
 //
-// record.destroy and record.destroy_many cannot be undone, and
-// record.ingest and record.ingest_many write without naming the fields in
-// the action's schema beyond the policy: all four are offered only when
-// --twenty-operations-file lists them (the ingests also need the policy);
-// by default every other operation is offered. An operation not offered
+// record.destroy, record.destroy_many and record.merge cannot be undone
+// (a merge deletes the merged-away records, permanently but for people),
+// and record.ingest and record.ingest_many write without naming the
+// fields in the action's schema beyond the policy: all five are offered
+// only when --twenty-operations-file lists them (the ingests also need the
+// policy); by default every other operation is offered. An operation not offered
 // is absent from the manifest and refused (twenty.unknown_capability).
 //
 // The ingest input schemas carry the policy (per object: the allowed

@@ -263,7 +263,7 @@ func TestReadOperations(t *testing.T) {
 // restore, merge and destroy that get a 5xx or no answer are
 // outcome_unknown and never sent again.
 func TestNewOperationErrors(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, allOperationsFile(t))
 	e.mock.setFail(func(r *http.Request) (int, string, bool) {
 		return 503, `{"statusCode":503,"error":"ServiceUnavailableException","messages":["down"]}`, true
 	})
@@ -353,15 +353,17 @@ func TestOperationsAllowlist(t *testing.T) {
 		return out
 	}
 
-	// Default: no destroy, and the host refuses it without calling Twenty.
+	// Default: no destroy, no merge (it deletes the merged-away records),
+	// and the host refuses them without calling Twenty.
 	e := newEnv(t, nil)
-	if got := ids(e.conn); slices.Contains(got, OpDestroy) || slices.Contains(got, OpDestroyMany) || len(got) != len(operations)-4 ||
+	if got := ids(e.conn); slices.Contains(got, OpDestroy) || slices.Contains(got, OpDestroyMany) || slices.Contains(got, OpMerge) || len(got) != len(operations)-5 ||
 		slices.Contains(got, OpIngest) || slices.Contains(got, OpIngestMany) {
 		t.Errorf("default operations %v", got)
 	}
 	for _, a := range []*aip.Action{
 		action(OpDestroy, `{"object":"people","id":"`+id+`"}`),
 		action(OpDestroyMany, `{"object":"people","filter":"city[eq]:x"}`),
+		action(OpMerge, `{"object":"companies","ids":["`+id+`","22222222-2222-4222-8222-222222222222"],"conflict_priority_index":0}`),
 	} {
 		resp, err := e.d.Act(ctxT(t), e.target, a)
 		if err != nil {

@@ -61,8 +61,10 @@ type operation struct {
 	risk                  aip.Risk
 	// objectless operations take no "object" input (metadata, OpenAPI).
 	objectless bool
-	// destructive operations delete irreversibly: they are offered only
-	// when --twenty-operations-file lists them.
+	// destructive operations delete irreversibly (the permanent deletes,
+	// and merge, which deletes the merged-away records, permanently but for
+	// people): they are offered only when --twenty-operations-file lists
+	// them.
 	destructive bool
 	// ingest operations are offered only when --twenty-operations-file
 	// lists them, and need the idempotent ingest policy.
@@ -87,7 +89,7 @@ var operations = []operation{
 	{op: OpRestoreMany, name: "Restore records matching a filter", description: "Restores every soft-deleted record of an object that matches a filter: PATCH /rest/restore/<object>?filter=...; returns the restored records.", mutation: true, risk: aip.RiskMedium},
 	{op: OpDestroy, name: "Permanently delete a record", description: "Deletes one record permanently; it cannot be restored: DELETE /rest/<object>/<id>?soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
 	{op: OpDestroyMany, name: "Permanently delete records matching a filter", description: "Deletes every record of an object that matches a filter permanently; they cannot be restored: DELETE /rest/<object>?filter=...&soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
-	{op: OpMerge, name: "Merge records", description: "Merges 2 to 60 records of an object into one: Twenty keeps the record at conflict_priority_index, merges the others' values and relations into it and deletes the others (soft for people, permanently for other objects in recent Twenty versions), so a merge cannot be undone; with dry_run it only previews the merged record (under a new ID). PATCH /rest/<object>/merge; returns the merged record.", mutation: true, risk: aip.RiskHigh},
+	{op: OpMerge, name: "Merge records", description: "Merges 2 to 60 records of an object into one: Twenty keeps the record at conflict_priority_index, merges the others' values and relations into it and deletes the others (soft for people, permanently for other objects in recent Twenty versions), so a merge cannot be undone; with dry_run it only previews the merged record (under a new ID). PATCH /rest/<object>/merge; returns the merged record. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
 	{op: OpMetadataList, name: "List objects", description: "Lists the workspace's objects and their fields: GET /rest/metadata/objects.", risk: aip.RiskLow, objectless: true},
 	{op: OpMetadataGet, name: "Get an object or a field", description: "Reads one object's or one field's metadata by ID: GET /rest/metadata/objects/<id> or /rest/metadata/fields/<id>.", risk: aip.RiskLow, objectless: true},
 	{op: OpMetadataFields, name: "List fields", description: "Lists the workspace's fields: GET /rest/metadata/fields.", risk: aip.RiskLow, objectless: true},

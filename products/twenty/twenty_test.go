@@ -572,13 +572,13 @@ func testManifest(t *testing.T, edit func(hostsdk.SettingValues)) {
 		}
 	}
 	// Without --twenty-operations-file: every operation but the permanent
-	// deletes and the ingests; with all listed, the reference's 24 less
+	// deletes, merge and the ingests; with all listed, the reference's 24 less
 	// the three metadata writes (create, update, delete), plus
 	// metadata.fields.
 	want := []string{"cap:twenty:record.list", "cap:twenty:record.get", "cap:twenty:record.find_duplicates",
 		"cap:twenty:record.group_by", "cap:twenty:record.create", "cap:twenty:record.create_many", "cap:twenty:record.update",
 		"cap:twenty:record.update_many", "cap:twenty:record.soft_delete", "cap:twenty:record.soft_delete_many",
-		"cap:twenty:record.restore", "cap:twenty:record.restore_many", "cap:twenty:record.merge", "cap:twenty:metadata.list",
+		"cap:twenty:record.restore", "cap:twenty:record.restore_many", "cap:twenty:metadata.list",
 		"cap:twenty:metadata.get", "cap:twenty:metadata.fields", "cap:twenty:openapi.core", "cap:twenty:openapi.metadata"}
 	if edit != nil {
 		want = []string{"cap:twenty:record.list", "cap:twenty:record.get", "cap:twenty:record.find_duplicates",
