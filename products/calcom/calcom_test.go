@@ -729,6 +729,7 @@ func TestInputRejected(t *testing.T) {
 		{"profile.update", `{}`},
 		{"profile.update", `{"time_format":13}`},
 		{"profile.update", `{"week_start":"Someday"}`},
+		{"profile.update", `{"email":"mallory@example.test"}`},
 	}
 	for _, tc := range cases {
 		_, resp := h.act(t, tc.suffix, tc.input)

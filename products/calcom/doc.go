@@ -219,5 +219,8 @@
 // windows, recurrence, seats and other object-valued settings, and the
 // success redirect URL; calendar.event.update does not replace the
 // attendee list (the document's attendees field replaces every attendee);
-// profile.update is the document's UpdateManagedUserInput.
+// profile.update is the document's UpdateManagedUserInput without email:
+// the account's email is its sign-in identity (password resets go to
+// it, and a platform-managed user's change applies at once), so an agent
+// changing it could take the account over; the operator changes it.
 package calcom

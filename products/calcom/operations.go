@@ -698,11 +698,10 @@ var operations = []*operation{
 	},
 	{
 		Suffix: "profile.update", Name: "Update the authenticated Cal.diy profile",
-		Description: "PATCH /v2/me: changes the given fields of the API key owner's profile.",
+		Description: "PATCH /v2/me: changes the given fields of the API key owner's profile (not its email: the sign-in identity is the operator's).",
 		Method:      http.MethodPatch, Path: "/v2/me", Mutation: true, Risk: aip.RiskMedium,
 		Required: []string{}, MinProps: 1,
 		Props: map[string]any{
-			"email":               str(maxEmail, "email (Cal.diy may ask to verify it)"),
 			"name":                str(maxID, "display name"),
 			"time_format":         map[string]any{"type": "integer", "enum": []int{12, 24}, "minimum": 12, "maximum": 24, "description": "12 or 24 hour clock"},
 			"default_schedule_id": scheduleIDProp,
@@ -713,7 +712,7 @@ var operations = []*operation{
 			"bio":                 str(maxText, "bio"),
 			"metadata":            metadataProp,
 		},
-		Body: map[string]string{"email": "email", "name": "name", "time_format": "timeFormat", "default_schedule_id": "defaultScheduleId",
+		Body: map[string]string{"name": "name", "time_format": "timeFormat", "default_schedule_id": "defaultScheduleId",
 			"week_start": "weekStart", "time_zone": "timeZone", "locale": "locale", "avatar_url": "avatarUrl", "bio": "bio", "metadata": "metadata"},
 	},
 }
