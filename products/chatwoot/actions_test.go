@@ -319,14 +319,18 @@ func TestProviderErrors(t *testing.T) {
 	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeNotFound || res.Error.IsRetryable() {
 		t.Errorf("delete 404: %s %+v", res.Status, res.Error)
 	}
-	// A filter is a read sent as POST: a 5xx or a dropped connection fails
-	// retryably instead of leaving the outcome unknown.
+	// A filter is a POST the document does not say changes nothing: a 5xx
+	// or a dropped connection leaves the outcome unknown, as on any
+	// mutation.
 	e.mock.setFault("POST /conversations/filter", fault{503, `{"error":"maintenance"}`})
 	e.mock.setFault("POST /contacts/filter", fault{status: 0})
 	for _, suffix := range []string{"conversation.filter", "contact.filter"} {
-		res = e.run(t, act(CapabilityPrefix+suffix, `{"payload":[{"attribute_key":"status","filter_operator":"equal_to","values":["open"]}]}`))
-		if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeUnavailable || !res.Error.IsRetryable() {
-			t.Errorf("%s 5xx/dropped: %s %+v", suffix, res.Status, res.Error)
+		resp, err := e.d.Act(ctx, e.target, act(CapabilityPrefix+suffix, `{"payload":[{"attribute_key":"status","filter_operator":"equal_to","values":["open"]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+			t.Errorf("%s 5xx/dropped: HTTP %d %s", suffix, resp.Status, resp.Raw)
 		}
 	}
 
@@ -407,6 +411,9 @@ var mutations = map[string]string{
 	"agent.create":                   "high/identity/unsafe",
 	"agent.update":                   "high/identity/safe_with_idempotency_key",
 	"agent.delete":                   "high/identity/safe_with_idempotency_key",
+	// The filters are POSTs the document does not say change nothing.
+	"conversation.filter": "low/write/safe_with_idempotency_key",
+	"contact.filter":      "low/write/safe_with_idempotency_key",
 }
 
 // TestFilterConditionOperators: the operators joining filter conditions
@@ -520,6 +527,13 @@ func TestManifest(t *testing.T) {
 		}
 		if !mutation && c.Contract.Execution.RetrySafety != aip.RetrySafe {
 			t.Errorf("%s: a read that is not retry-safe", c.ID)
+		}
+	}
+	// The table itself: whatever is not a GET is a mutation, and a DELETE
+	// is high risk.
+	for _, op := range catalogue {
+		if op.Method != http.MethodGet && !op.Mutation || op.Method == http.MethodDelete && op.Risk != aip.RiskHigh {
+			t.Errorf("%s: %s with mutation %v and risk %s; a non-GET is a mutation and a DELETE is high risk", op.Suffix, op.Method, op.Mutation, op.Risk)
 		}
 	}
 	// Agent administration is opt-in: not offered by default.

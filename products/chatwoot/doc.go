@@ -60,7 +60,7 @@
 //	conversation.get                  GET    …/conversations/{conversation_id}
 //	conversation.create               POST   …/conversations                           (mutation)
 //	conversation.update               PATCH  …/conversations/{conversation_id}         (mutation: priority, sla_policy_id)
-//	conversation.filter               POST   …/conversations/filter?page               (a read)
+//	conversation.filter               POST   …/conversations/filter?page               (mutation, low: a POST)
 //	conversation.priority             POST   …/conversations/{conversation_id}/toggle_priority   (mutation)
 //	conversation.custom_attributes    POST   …/conversations/{conversation_id}/custom_attributes (mutation)
 //	conversation.label.list           GET    …/conversations/{conversation_id}/labels
@@ -73,7 +73,7 @@
 //	contact.create                    POST   …/contacts                                (mutation)
 //	contact.update                    PUT    …/contacts/{id}                           (mutation)
 //	contact.delete                    DELETE …/contacts/{id}                           (mutation, high)
-//	contact.filter                    POST   …/contacts/filter?page                    (a read)
+//	contact.filter                    POST   …/contacts/filter?page                    (mutation, low: a POST)
 //	contact.conversation.list         GET    …/contacts/{id}/conversations
 //	contact.label.list                GET    …/contacts/{id}/labels
 //	contact.label.update              POST   …/contacts/{id}/labels                    (mutation; replaces the labels)
@@ -108,8 +108,10 @@
 //
 // Every input schema is closed (additionalProperties false) with bounds
 // on strings, numbers and lists; updates need at least one field to
-// change. Reads (the filters included, though sent as POST) are risk low
-// and retry-safe. Mutations declare idempotency "required" and the host
+// change. Reads (GETs) are risk low and retry-safe. Every other method is
+// a mutation, the filters included: the document does not say that their
+// POSTs change nothing (they stay risk low, and are safe to repeat with
+// the same key). Mutations declare idempotency "required" and the host
 // runs one action ID once; those that create (contact.create,
 // conversation.create, canned_response.create, agent.create) are
 // retry-unsafe as a new action, the others set state and are safe with

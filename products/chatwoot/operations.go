@@ -257,7 +257,8 @@ var catalogue = []operation{
 		Schema: minFields(schema(`"conversation_id"`, convIDProp, priorityProp,
 			`"sla_policy_id":`+idProp+`,"description":"SLA policy to apply (Enterprise edition)."}`), 2)},
 	{Suffix: "conversation.filter", Name: "Filter conversations", Method: http.MethodPost, Path: "/conversations/filter", Risk: aip.RiskLow,
-		Description: "Conversations matching filter conditions, with counts (POST .../conversations/filter; a read).",
+		Mutation:    true, // a POST the document does not say changes nothing
+		Description: "Conversations matching filter conditions, with counts (POST .../conversations/filter; handled as a mutation, as every POST).",
 		Query:       []string{"page"}, Body: []string{"payload"}, Check: checkFilter,
 		Schema: schema(`"payload"`, filterProp, pageProp)},
 	{Suffix: "conversation.priority", Name: "Set a conversation's priority", Method: http.MethodPost, Path: "/conversations/{conversation_id}/toggle_priority",
@@ -312,7 +313,8 @@ var catalogue = []operation{
 		Description: "Deletes a contact of the account (DELETE .../contacts/{id}). Irreversible.",
 		Schema:      schema(`"contact_id"`, contactID)},
 	{Suffix: "contact.filter", Name: "Filter contacts", Method: http.MethodPost, Path: "/contacts/filter", Risk: aip.RiskLow,
-		Description: "Contacts matching filter conditions, 15 a page (POST .../contacts/filter; a read).",
+		Mutation:    true, // a POST the document does not say changes nothing
+		Description: "Contacts matching filter conditions, 15 a page (POST .../contacts/filter; handled as a mutation, as every POST).",
 		Query:       []string{"page"}, Body: []string{"payload"}, Check: checkFilter,
 		Schema: schema(`"payload"`, filterProp, pageProp)},
 	{Suffix: "contact.conversation.list", Name: "List a contact's conversations", Method: http.MethodGet, Path: "/contacts/{contact_id}/conversations", Risk: aip.RiskLow,
