@@ -69,6 +69,9 @@ type operation struct {
 	// ingest operations are offered only when --twenty-operations-file
 	// lists them, and need the idempotent ingest policy.
 	ingest bool
+	// deletes: the operation deletes records (softly or permanently); its
+	// contract declares the delete side effect.
+	deletes bool
 }
 
 // operations lists the operations in manifest order.
@@ -83,13 +86,13 @@ var operations = []operation{
 	{op: OpIngestMany, name: "Ingest records in a batch", description: "Creates or updates 1 to the policy's maxBatchRecords (at most 60) records of one object by their ids: POST /rest/batch/<object>?upsert=true; returns the records. Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
 	{op: OpUpdate, name: "Update a record", description: "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpUpdateMany, name: "Update records matching a filter", description: "Sets the given fields on every record of an object that matches a filter: PATCH /rest/<object>?filter=...; returns the updated records.", mutation: true, risk: aip.RiskHigh},
-	{op: OpSoftDelete, name: "Soft-delete a record", description: "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", mutation: true, risk: aip.RiskMedium},
-	{op: OpSoftDeleteMany, name: "Soft-delete records matching a filter", description: "Soft-deletes every record of an object that matches a filter (they can be restored): DELETE /rest/<object>?filter=...&soft_delete=true; returns the deleted records' IDs.", mutation: true, risk: aip.RiskHigh},
+	{op: OpSoftDelete, name: "Soft-delete a record", description: "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", mutation: true, risk: aip.RiskMedium, deletes: true},
+	{op: OpSoftDeleteMany, name: "Soft-delete records matching a filter", description: "Soft-deletes every record of an object that matches a filter (they can be restored): DELETE /rest/<object>?filter=...&soft_delete=true; returns the deleted records' IDs.", mutation: true, risk: aip.RiskHigh, deletes: true},
 	{op: OpRestore, name: "Restore a record", description: "Restores one soft-deleted record: PATCH /rest/restore/<object>/<id>; returns the restored record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpRestoreMany, name: "Restore records matching a filter", description: "Restores every soft-deleted record of an object that matches a filter: PATCH /rest/restore/<object>?filter=...; returns the restored records.", mutation: true, risk: aip.RiskMedium},
-	{op: OpDestroy, name: "Permanently delete a record", description: "Deletes one record permanently; it cannot be restored: DELETE /rest/<object>/<id>?soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
-	{op: OpDestroyMany, name: "Permanently delete records matching a filter", description: "Deletes every record of an object that matches a filter permanently; they cannot be restored: DELETE /rest/<object>?filter=...&soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
-	{op: OpMerge, name: "Merge records", description: "Merges 2 to 60 records of an object into one: Twenty keeps the record at conflict_priority_index, merges the others' values and relations into it and deletes the others (soft for people, permanently for other objects in recent Twenty versions), so a merge cannot be undone; with dry_run it only previews the merged record (under a new ID). PATCH /rest/<object>/merge; returns the merged record. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true},
+	{op: OpDestroy, name: "Permanently delete a record", description: "Deletes one record permanently; it cannot be restored: DELETE /rest/<object>/<id>?soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
+	{op: OpDestroyMany, name: "Permanently delete records matching a filter", description: "Deletes every record of an object that matches a filter permanently; they cannot be restored: DELETE /rest/<object>?filter=...&soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
+	{op: OpMerge, name: "Merge records", description: "Merges 2 to 60 records of an object into one: Twenty keeps the record at conflict_priority_index, merges the others' values and relations into it and deletes the others (soft for people, permanently for other objects in recent Twenty versions), so a merge cannot be undone; with dry_run it only previews the merged record (under a new ID). PATCH /rest/<object>/merge; returns the merged record. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
 	{op: OpMetadataList, name: "List objects", description: "Lists the workspace's objects and their fields: GET /rest/metadata/objects.", risk: aip.RiskLow, objectless: true},
 	{op: OpMetadataGet, name: "Get an object or a field", description: "Reads one object's or one field's metadata by ID: GET /rest/metadata/objects/<id> or /rest/metadata/fields/<id>.", risk: aip.RiskLow, objectless: true},
 	{op: OpMetadataFields, name: "List fields", description: "Lists the workspace's fields: GET /rest/metadata/fields.", risk: aip.RiskLow, objectless: true},
@@ -163,8 +166,10 @@ func New(cfg Config) (*Connector, error) {
 // contract is a capability's contract: a read is safe to retry; a
 // mutation needs an idempotency key (sent as Idempotency-Key) and is never
 // retried, since api.mdx does not say Twenty deduplicates by it, so its
-// unknown outcome stays unknown.
-func contract(mutation bool) *aip.CapabilityContract {
+// unknown outcome stays unknown. A deletion also declares the delete side
+// effect.
+func contract(o operation) *aip.CapabilityContract {
+	mutation := o.mutation
 	c := &aip.CapabilityContract{
 		SideEffects: []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork},
 		Idempotency: aip.IdempotencyContract{Requirement: aip.IdempotencyOptional,
@@ -175,6 +180,9 @@ func contract(mutation bool) *aip.CapabilityContract {
 	}
 	if mutation {
 		c.SideEffects = []aip.SideEffect{aip.EffectWrite, aip.EffectExternalNetwork}
+		if o.deletes {
+			c.SideEffects = []aip.SideEffect{aip.EffectWrite, aip.EffectDelete, aip.EffectExternalNetwork}
+		}
 		c.Idempotency.Requirement = aip.IdempotencyRequired
 		c.Execution.SupportsRetry = false
 		c.Execution.RetrySafety = aip.RetryUnsafe
@@ -200,7 +208,7 @@ func (c *Connector) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manif
 			ID: CapabilityID(o.op), Name: o.name, Kind: aip.KindTool, Description: o.description,
 			InputSchema: c.inputs[o.op], OutputSchema: outputSchemas[o.op],
 			Risk: o.risk, Stability: aip.StabilityStable, RequiresHumanApproval: &no,
-			Contract: contract(o.mutation),
+			Contract: contract(o),
 		})
 	}
 	if !c.cfg.WebhookSecret.Empty() {

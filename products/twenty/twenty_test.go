@@ -545,6 +545,9 @@ func testManifest(t *testing.T, edit func(hostsdk.SettingValues)) {
 		} else if writes := slices.Contains(k.SideEffects, aip.EffectWrite); writes != mutation || k.Execution.SupportsRetry == mutation ||
 			(k.Idempotency.Requirement == aip.IdempotencyRequired) != mutation {
 			t.Errorf("%s: contract %+v does not say it is a mutation (%v)", c.ID, k, mutation)
+		} else if deletes := map[string]bool{OpSoftDelete: true, OpSoftDeleteMany: true, OpDestroy: true, OpDestroyMany: true,
+			OpMerge: true}[op.op]; slices.Contains(k.SideEffects, aip.EffectDelete) != deletes {
+			t.Errorf("%s: side effects %v, want delete %v", c.ID, k.SideEffects, deletes)
 		}
 		var s struct {
 			Type       string         `json:"type"`
