@@ -64,6 +64,16 @@ type actionFlags struct {
 	timeoutMS                                       int
 	requestTimeout                                  time.Duration
 	jsonOut                                         bool
+	// command names the command in usage errors; "" is action.
+	command string
+}
+
+// commandName is the command the flags belong to, for usage errors.
+func (f *actionFlags) commandName() string {
+	if f.command == "" {
+		return "action"
+	}
+	return f.command
 }
 
 func runAction(ctx context.Context, c *command, e *env, args []string) error {
@@ -158,13 +168,13 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 func (f *actionFlags) bearer() (string, error) {
 	switch {
 	case f.token != "" && f.tenant != "":
-		return "", usagef("action: give either --token or --tenant (with --issuer-key), not both")
+		return "", usagef("%s: give either --token or --tenant (with --issuer-key), not both", f.commandName())
 	case f.token != "":
 		return f.token, nil
 	case f.tenant == "":
 		return f.devToken()
 	case f.issuerKey == "":
-		return "", usagef("action: --tenant needs --issuer-key FILE (a local issuer key the dispatcher trusts), or use --token")
+		return "", usagef("%s: --tenant needs --issuer-key FILE (a local issuer key the dispatcher trusts), or use --token", f.commandName())
 	}
 	key, err := aip.LoadSigningKey(f.issuerKey)
 	if err != nil {
@@ -172,7 +182,7 @@ func (f *actionFlags) bearer() (string, error) {
 	}
 	now := time.Now()
 	return tenanttoken.Mint(key, tenanttoken.Claims{Issuer: f.issuer, Audience: f.audience, TenantID: f.tenant,
-		Subject: "aipfleet-action", IssuedAt: now, Expiry: now.Add(15 * time.Minute)})
+		Subject: "aipfleet-" + f.commandName(), IssuedAt: now, Expiry: now.Add(15 * time.Minute)})
 }
 
 // devToken returns the token aipfleet dev wrote for its tenant.
@@ -180,7 +190,7 @@ func (f *actionFlags) devToken() (string, error) {
 	file := filepath.Join(f.devStateDir, devTokenFile)
 	raw, err := aip.ReadSecretFile(file, tenanttoken.MaxTokenBytes+2)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", usagef("action: a token is needed: --token TOKEN ($AIP_CLIENT_TOKEN), or --tenant T with --issuer-key FILE; with a running aipfleet dev, its token in %s is used (none there now: start aipfleet dev, or point --dev-state-dir at its state)", file)
+		return "", usagef("%s: a token is needed: --token TOKEN ($AIP_CLIENT_TOKEN), or --tenant T with --issuer-key FILE; with a running aipfleet dev, its token in %s is used (none there now: start aipfleet dev, or point --dev-state-dir at its state)", f.commandName(), file)
 	}
 	if err != nil {
 		return "", fmt.Errorf("the dev token: %w", err)

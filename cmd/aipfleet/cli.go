@@ -41,6 +41,7 @@ func commandList() []*command {
 	return []*command{
 		devCommand(),
 		actionCommand(),
+		eventsCommand(),
 		fleetCommand(),
 		controlPlaneCommand(),
 		dispatchCommand(),

@@ -457,7 +457,8 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	}
 	disp, err := dispatch.New(dispatch.Config{SigningKey: f.keys.dispatcher, PrincipalID: DefaultGatewayPrincipal, Listener: dispLn,
 		Logger: slogFor(log, "dispatch", level)},
-		dispatch.Deps{Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier, Ready: dispatch.ReadinessProbe(reg), Reservations: reg})
+		dispatch.Deps{Resolver: reg, Catalog: reg, Rerouter: reg, Tokens: verifier, Ready: dispatch.ReadinessProbe(reg), Reservations: reg,
+			Events: reg, Records: reg})
 	if err != nil {
 		return err
 	}
@@ -691,6 +692,7 @@ func (f *devFleet) hostArgs(i int) []string {
 		"--public-endpoint", "http://" + addr + aip.MessagesPath,
 		"--control-plane-endpoint", "http://" + f.controlAddr() + aip.ControlPath,
 		"--control-plane-did", f.keys.control.DID(),
+		"--event-endpoint", "http://" + f.dispatchAddr() + aip.EventsPath,
 		"--signing-seed-file", f.keys.replicas[i],
 		"--connector-type-id", f.state.TypeID,
 		"--version-id", f.state.VersionID,
@@ -743,6 +745,7 @@ func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, ex
 	fmt.Fprintf(w, "\nTry, in another terminal:\n")
 	fmt.Fprintf(w, "  %s action send%s --capability echo.say --input '{\"message\":\"hello\"}'\n", cli, clientFlags)
 	fmt.Fprintf(w, "  %s fleet status%s --watch\n", cli, fleetFlags)
+	fmt.Fprintf(w, "  %s events list%s --follow   # provider events of connectors that declare channels\n", cli, clientFlags)
 	victim := replicaName(min(1, f.replicas-1))
 	fmt.Fprintf(w, "  kill -TERM \"$(cat %s)\"   # %s drains, goes offline, comes back\n", f.path(victim+".pid"), victim)
 	fmt.Fprintf(w, "\nCtrl-C drains every replica and stops the fleet.\n\n")

@@ -34,7 +34,10 @@ func dispatchCommand() *command {
   GET  /aip/v1/actions/{id}         its route and the pinned replica's journaled state
   POST /aip/v1/actions/{id}/cancel  cancel it on its pinned replica
   GET  /aip/v1/capabilities         the caller's tenant catalog, paged
-and GET /health, /ready, /metrics, /.well-known/jwks.json.
+  GET  /aip/v1/events               the caller's tenant's connector events, paged
+  POST /aip/v1/connector-events     hosts deliver provider events (signed, no token)
+and GET /health, /ready, /metrics, /.well-known/jwks.json. The events routes
+answer 503 while the registry keeps no event log.
 
 Callers authenticate with "Authorization: Bearer <token>": an EdDSA JWT from
 a trusted issuer (--issuer NAME=DID, repeatable as a comma-separated list)
@@ -213,15 +216,25 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	if maxReroutes == 0 {
 		maxReroutes = -1 // the library's zero means its default
 	}
+	deps := dispatch.Deps{
+		Resolver: srv.reg, Catalog: srv.reg, Rerouter: srv.reg, Tokens: verifier, Client: client,
+		Ready: dispatch.ReadinessProbe(srv.reg), Reservations: srv.reg,
+	}
+	// Connector events go to the registry's event log (the connector-event
+	// ingress and GET /aip/v1/events); a registry without one leaves both
+	// routes answering 503.
+	if events, ok := any(srv.reg).(registry.EventLog); ok {
+		deps.Events, deps.Records = events, srv.reg
+	} else {
+		srv.logger.Warn("this registry keeps no event log: connector-event deliveries and event reads answer 503",
+			"component", "aipfleet-dispatch", "schema_version", pgregistry.SchemaVersion)
+	}
 	d, err := dispatch.New(dispatch.Config{
 		SigningKey: srv.key, PrincipalID: f.principalID, Listener: srv.ln, TLSConfig: srv.tlsConfig,
 		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
 		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: srv.logger, TracerProvider: srv.tracer,
 		ReconcileAfter: f.reconcileAfter, ReconcileInterval: f.reconcileInterval,
-	}, dispatch.Deps{
-		Resolver: srv.reg, Catalog: srv.reg, Rerouter: srv.reg, Tokens: verifier, Client: client,
-		Ready: dispatch.ReadinessProbe(srv.reg), Reservations: srv.reg,
-	})
+	}, deps)
 	if err != nil {
 		return err
 	}

@@ -198,6 +198,14 @@ type Deps struct {
 	// Reservations lists and settles orphaned reservations for Reconcile.
 	// Optional: nil never reconciles.
 	Reservations Orphans
+	// Events is the fleet's event log: the connector-event ingress
+	// (POST aip.EventsPath) appends verified deliveries to it and GET
+	// PathEvents reads it. Optional: when nil both routes answer 503
+	// connector_event.unavailable.
+	Events registry.EventLog
+	// Records reads the replica, instance and version an event delivery
+	// names. Required with Events.
+	Records registry.Reader
 }
 
 // ErrConfig is returned (wrapped) by New for an invalid Config or Deps.
@@ -238,6 +246,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("PrincipalID is required (the gateway principal every host pins)")
 	case deps.Resolver == nil || deps.Catalog == nil:
 		return bad("Deps.Resolver and Deps.Catalog are required")
+	case deps.Events != nil && deps.Records == nil:
+		return bad("Deps.Records is required with Deps.Events: the event ingress checks each delivery's replica, instance and version")
 	case deps.Tokens == nil:
 		return bad("Deps.Tokens is required: requests are authenticated by bearer tokens")
 	case cfg.ActionTimeout < 0 || cfg.MaxTimeout < cfg.ActionTimeout:

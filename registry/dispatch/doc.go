@@ -11,8 +11,9 @@
 // New(Config, Deps) builds a Dispatcher from a Config (the gateway key and
 // principal, limits, timeouts, observability) and its collaborators
 // (registry.Resolver, registry.Catalog, an optional registry.Rerouter, a
-// TokenVerifier, an optional HTTP client). Run serves the HTTP API until
-// its context ends; Handler returns the same API for embedding (the
+// TokenVerifier, an optional HTTP client, an optional registry.EventLog
+// with its registry.Reader). Run serves the HTTP API until its context
+// ends; Handler returns the same API for embedding (the
 // development fleet runs it in-process on memregistry). Execute, Cancel,
 // Status and Capabilities are the operations behind the API.
 //
@@ -55,6 +56,22 @@
 // was handed out more than once, in which case another envelope may exist
 // and the route stays pinned. At most Config.MaxReroutes (2) reroutes
 // happen per request. docs/routing.md gives the safety argument.
+//
+// # Connector events
+//
+// With Deps.Events (and Deps.Records), POST aip.EventsPath is the fleet's
+// connector-event ingress: a host delivers a batch of provider events as
+// an aip.discovery.v1.event_stream_response envelope signed with its key,
+// naming its replica, lease sequence and channel in
+// security.connector_event. The dispatcher checks the envelope (size,
+// type, addressee, sent_at) and the sender against the registry (the
+// replica's DID and principal, instance, tenant, lease and lease sequence,
+// the active version's manifest digest and channels), stamps each event's
+// data with aip_connector (ConnectorStamp), appends the batch to the
+// tenant's registry.EventLog and answers with a signed event_stream of the
+// events as stored; refusals are signed errors with the
+// connector_event.* codes. GET PathEvents pages through the authenticated
+// tenant's log. docs/dispatch-api.md has both routes.
 //
 // # Tracing
 //

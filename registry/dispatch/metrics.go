@@ -20,6 +20,9 @@ type metrics struct {
 	settleRetries  prometheus.Counter
 	reconciled     *prometheus.CounterVec
 	requests       *prometheus.CounterVec
+	// The connector-event ingress.
+	eventDeliveries *prometheus.CounterVec
+	eventsStored    prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
@@ -62,12 +65,21 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 			Name: "aip_dispatch_http_requests_total",
 			Help: "API requests by route and HTTP status.",
 		}, []string{"route", "status"}),
+		eventDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aip_dispatch_events_received_total",
+			Help: "Connector-event deliveries received, by result: accepted, or the refusal (invalid, not_authorized, unavailable, idempotency_conflict).",
+		}, []string{"result"}),
+		eventsStored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aip_dispatch_events_stored_total",
+			Help: "Events of accepted connector-event deliveries (a redelivered event counts again).",
+		}),
 	}
 	gauge := func(name, help string, f func(SchedulerSnapshot) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
 	}
 	for _, c := range []prometheus.Collector{
 		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.reconciled, m.requests,
+		m.eventDeliveries, m.eventsStored,
 		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
 		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
 		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),

@@ -28,12 +28,16 @@ func (d *Dispatcher) routes() http.Handler {
 	r.Method(http.MethodGet, PathReady, d.handleReady())
 	r.Method(http.MethodGet, PathMetrics, promhttp.HandlerFor(d.cfg.Metrics, promhttp.HandlerOpts{}))
 	r.Method(http.MethodGet, PathJWKS, d.handleJWKS())
+	// Authenticated by the sender's signature and its registry record, not
+	// by a bearer token.
+	r.Method(http.MethodPost, aip.EventsPath, d.handleConnectorEvents())
 	r.Group(func(r chi.Router) {
 		r.Use(d.authenticate)
 		r.Method(http.MethodPost, PathActions, d.handleAction())
 		r.Method(http.MethodGet, PathAction, d.handleStatus())
 		r.Method(http.MethodPost, PathActionCancel, d.handleCancel())
 		r.Method(http.MethodGet, PathCapabilities, d.handleCapabilities())
+		r.Method(http.MethodGet, PathEvents, d.handleEvents())
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newAPIError(http.StatusNotFound, CodeNotFound, aip.CategoryPermanent, false, 0, "no such route: "+r.Method+" "+r.URL.Path))

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+)
+
+func eventsCommand() *command {
+	return &command{
+		name:      "events",
+		summary:   "read a tenant's connector events from the dispatcher",
+		usage:     "list [flags]",
+		envPrefix: "AIP_CLIENT_",
+		long: `Reads the tenant's event log from the dispatcher (GET /aip/v1/events,
+docs/dispatch-api.md): the provider events its connectors' hosts delivered,
+in the order the fleet stored them. The tenant is the token's.
+
+  aipfleet events list                  the first --limit events
+  aipfleet events list --after N        the events after sequence N
+  aipfleet events list --follow         every event, then new ones as they arrive
+
+Each line is: sequence, occurred_at, channel, kind, event ID, data (--json:
+one JSON object per line, as the dispatcher answers it). Without --follow
+one page is printed; when more events exist the last line says which
+--after reads on. --follow pages through to the end, then asks again every
+--interval until interrupted. The dispatcher and the token are chosen as
+for aipfleet action: --url, and --token, --tenant with --issuer-key, or the
+token aipfleet dev wrote in --dev-state-dir.`,
+		examples: []string{
+			`aipfleet events list   # against aipfleet dev`,
+			`aipfleet events list --after 120 --limit 50 --token "$TOKEN"`,
+			`aipfleet events list --follow --json --tenant acme --issuer-key issuer.key`,
+		},
+		run: runEvents,
+	}
+}
+
+// eventsFlags are the parsed flags of aipfleet events.
+type eventsFlags struct {
+	client   actionFlags // --url, the token and --json
+	after    uint64
+	limit    int
+	follow   bool
+	interval time.Duration
+}
+
+func runEvents(ctx context.Context, c *command, e *env, args []string) error {
+	fs := newFlagSet(c, e.getenv)
+	urlFlag := fs.String("url", DefaultDispatchURL, "the dispatcher's base URL")
+	tok := fs.String("token", "", "bearer token (see aipfleet token)")
+	tenant := fs.String("tenant", "", "mint a development token for this tenant with --issuer-key")
+	issuerKey := fs.String("issuer-key", "", "local issuer key file used with --tenant (mode 0600)")
+	issuerName := fs.String("issuer", "aipfleet-dev", "issuer name of minted tokens")
+	audience := fs.String("audience", tenanttoken.DefaultAudience, "audience of minted tokens")
+	after := fs.String("after", "0", "print the events after this sequence (a previous page's last)")
+	limit := fs.Int("limit", dispatch.DefaultEventPageLimit, "events per page (1 to "+strconv.Itoa(registry.MaxEventPage)+")")
+	follow := fs.Bool("follow", false, "page through to the end, then wait for new events until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "with --follow: how often to ask for new events")
+	reqTimeout := fs.Duration("request-timeout", 30*time.Second, "bound on each HTTP request")
+	jsonOut := fs.Bool("json", false, "print each event as the dispatcher's JSON, one per line")
+	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --tenant, use the token aipfleet dev wrote in this directory (dev-token)")
+	fs.NoEnv("after")
+	fs.NoEnv("follow")
+
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 {
+			if err := fs.parse(args, e.stdout); err != nil {
+				return err
+			}
+		}
+		return usagef("events: name a subcommand: list (run `aipfleet events --help`)")
+	}
+	if args[0] != "list" {
+		return usagef("events: unknown subcommand %q; use list", args[0])
+	}
+	if err := fs.parse(args[1:], e.stdout); err != nil {
+		return err
+	}
+	if rest := fs.args(); len(rest) > 0 {
+		return usagef("events list: unexpected argument %q; the start goes in --after", rest[0])
+	}
+	f := &eventsFlags{limit: *limit, follow: *follow, interval: *interval,
+		client: actionFlags{url: *urlFlag, token: *tok, tenant: *tenant, issuerKey: *issuerKey, issuer: *issuerName,
+			audience: *audience, requestTimeout: *reqTimeout, jsonOut: *jsonOut, devStateDir: *devStateDir, command: "events"}}
+	var err error
+	if f.after, err = strconv.ParseUint(*after, 10, 64); err != nil {
+		return usagef("events list: --after %q: want an event sequence, an integer from 0", *after)
+	}
+	switch {
+	case f.limit < 1 || f.limit > registry.MaxEventPage:
+		return usagef("events list: --limit %d: want 1 to %d", f.limit, registry.MaxEventPage)
+	case f.interval <= 0:
+		return usagef("events list: --interval must be positive")
+	case f.client.requestTimeout <= 0:
+		return usagef("events list: --request-timeout must be positive")
+	}
+	if f.client.url, err = baseURL("--url", f.client.url, DefaultDispatchURL); err != nil {
+		return usagef("events: %v", err)
+	}
+	bearer, err := f.client.bearer()
+	if err != nil {
+		return err
+	}
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	return f.list(ctx, client, bearer, e)
+}
+
+// list prints pages from --after on: one page, or with --follow every page
+// and then new events until ctx ends.
+func (f *eventsFlags) list(ctx context.Context, client *http.Client, bearer string, e *env) error {
+	after := f.after
+	for {
+		page, err := f.page(ctx, client, bearer, after)
+		if err != nil {
+			if f.follow && ctx.Err() != nil {
+				return nil // interrupted
+			}
+			return err
+		}
+		for _, ev := range page.Events {
+			if f.client.jsonOut {
+				raw, _ := json.Marshal(ev)
+				fmt.Fprintf(e.stdout, "%s\n", raw)
+				continue
+			}
+			fmt.Fprintf(e.stdout, "%d %s %s %s %s %s\n", ev.Sequence, ev.Event.OccurredAt, ev.ChannelID, ev.Event.Kind, ev.Event.ID, compact(ev.Event.Data))
+		}
+		after = page.NextAfter
+		switch {
+		case page.More && f.follow:
+			continue
+		case page.More:
+			fmt.Fprintf(e.stderr, "more events: aipfleet events list --after %d\n", after)
+			return nil
+		case !f.follow:
+			return nil
+		}
+		t := time.NewTimer(f.interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// page reads one page of events after after.
+func (f *eventsFlags) page(ctx context.Context, client *http.Client, bearer string, after uint64) (dispatch.EventsResponse, error) {
+	var out dispatch.EventsResponse
+	ctx, cancel := context.WithTimeout(ctx, f.client.requestTimeout)
+	defer cancel()
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(f.limit)}}
+	resp, err := f.client.do(ctx, client, bearer, http.MethodGet, dispatch.PathEvents+"?"+q.Encode(), nil)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 512<<20))
+	if err != nil {
+		return out, fmt.Errorf("read the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out, apiFailure(resp.StatusCode, raw)
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return out, fmt.Errorf("the dispatcher's answer is not a page of events: %v", err)
+	}
+	return out, nil
+}

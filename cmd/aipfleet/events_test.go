@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+)
+
+// eventsDispatcher serves a real dispatcher's API on a memregistry event
+// log that trusts issuerKey, and returns its URL and the log.
+func eventsDispatcher(t *testing.T, issuerKey *aip.SigningKey) (string, *memregistry.Registry) {
+	t.Helper()
+	reg, err := memregistry.New(memregistry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: "aipfleet-dev", DIDs: []string{issuerKey.DID()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := aip.GenerateSigningKey()
+	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: DefaultGatewayPrincipal},
+		dispatch.Deps{Resolver: reg, Catalog: reg, Tokens: v, Events: reg, Records: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(func() { srv.Close(); d.Close() })
+	return srv.URL, reg
+}
+
+// appendEvents stores events of the given kinds in the tenant's log.
+func appendEvents(t *testing.T, reg *memregistry.Registry, tenant string, kinds ...string) []string {
+	t.Helper()
+	var ids []string
+	b := registry.EventBatch{TenantID: tenant, InstanceID: aip.NewID(aip.PrefixInstance), ReplicaID: aip.NewID(aip.PrefixReplica),
+		ChannelID: "chatwoot.webhooks", ReceivedAt: time.Now()}
+	for _, k := range kinds {
+		id := aip.NewID(aip.PrefixEvent)
+		ids = append(ids, id)
+		b.Events = append(b.Events, aip.Event{ID: id, Kind: k, OccurredAt: aip.At(time.Now()), Data: json.RawMessage(`{"kind":"` + k + `"}`)})
+	}
+	if _, err := reg.AppendEvents(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestEventsList(t *testing.T) {
+	issuerKey, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "issuer.key")
+	if err := aip.WriteSeedFile(keyFile, issuerKey); err != nil {
+		t.Fatal(err)
+	}
+	url, reg := eventsDispatcher(t, issuerKey)
+	ids := appendEvents(t, reg, "acme", "a", "b", "c")
+	appendEvents(t, reg, "other", "theirs")
+	env := map[string]string{"AIP_CLIENT_URL": url, "AIP_CLIENT_ISSUER_KEY": keyFile}
+
+	out, errOut, err := runCLI(t, env, "events", "list", "--tenant", "acme", "--limit", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "1 ") || !strings.Contains(lines[0], ids[0]) || !strings.Contains(lines[1], ids[1]) ||
+		!strings.Contains(lines[0], `chatwoot.webhooks a`) || !strings.Contains(lines[0], `{"kind":"a"}`) {
+		t.Errorf("first page:\n%s", out)
+	}
+	if !strings.Contains(errOut, "aipfleet events list --after 2") {
+		t.Errorf("stderr %q does not say how to read on", errOut)
+	}
+
+	out, errOut, err = runCLI(t, env, "events", "list", "--tenant", "acme", "--after", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec dispatch.EventRecord
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &rec); err != nil || rec.Sequence != 3 || rec.Event.ID != ids[2] {
+		t.Errorf("--after 2 --json: %q (%v)", out, err)
+	}
+	if errOut != "" {
+		t.Errorf("the last page says %q on stderr", errOut)
+	}
+
+	// --follow pages to the end, then prints events as they arrive.
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &lineWriter{lines: make(chan string, 16)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "list", "--tenant", "acme", "--limit", "1", "--follow", "--interval", "5ms"},
+			func(k string) string { return env[k] }, w, &lineWriter{})
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case l := <-w.lines:
+			return l
+		case <-time.After(20 * time.Second):
+			cancel()
+			t.Fatal("no event line from --follow")
+			return ""
+		}
+	}
+	for _, id := range ids {
+		if l := next(); !strings.Contains(l, id) {
+			t.Errorf("--follow printed %q, want %s", l, id)
+		}
+	}
+	later := appendEvents(t, reg, "acme", "d")
+	if l := next(); !strings.HasPrefix(l, "4 ") || !strings.Contains(l, later[0]) {
+		t.Errorf("--follow printed %q, want event 4 %s", l, later[0])
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("--follow ended with %v, want nil when interrupted", err)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"events"}, "name a subcommand"},
+		{[]string{"events", "tail"}, "unknown subcommand"},
+		{[]string{"events", "list", "--token", "x", "--after", "-1"}, "--after"},
+		{[]string{"events", "list", "--token", "x", "--limit", "0"}, "--limit 0"},
+		{[]string{"events", "list", "--token", "x", "--limit", "1001"}, "--limit 1001"},
+		{[]string{"events", "list", "--token", "x", "extra"}, "unexpected argument"},
+		{[]string{"events", "list", "--token", "x", "--tenant", "t"}, "events: give either --token or --tenant"},
+	} {
+		_, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": url}, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error containing %q", c.args, err, c.want)
+		}
+	}
+	if _, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": url}, "events", "list", "--token", "nope"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a bad token: err = %v, want HTTP 401", err)
+	}
+}
+
+// lineWriter passes each complete line written to it to lines (when set).
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   []byte
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if w.lines != nil {
+			w.lines <- string(w.buf[:i])
+		}
+		w.buf = w.buf[i+1:]
+	}
+}

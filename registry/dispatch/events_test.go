@@ -1,0 +1,619 @@
+package dispatch_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+const (
+	channel     = "chatwoot.webhooks"
+	otherTenant = "tenant-other"
+)
+
+// eventWorld is a dispatcher with an event log on memregistry, and one
+// replica of tenant's instance whose key the test holds, as a host would.
+type eventWorld struct {
+	t       *testing.T
+	reg     *memregistry.Registry
+	d       *dispatch.Dispatcher
+	srv     *httptest.Server
+	issuer  *aip.SigningKey
+	hostKey *aip.SigningKey
+	host    aip.Principal
+	version registry.ConnectorVersion
+	replica registry.ConnectorReplica
+}
+
+type eventWorldOptions struct {
+	// replica adjusts the replica record before it is stored.
+	replica func(*registry.ConnectorReplica)
+	// versionStatus defaults to active.
+	versionStatus registry.VersionStatus
+	// noEvents runs the dispatcher without Deps.Events.
+	noEvents bool
+}
+
+func newEventWorld(t *testing.T, opts eventWorldOptions) *eventWorld {
+	t.Helper()
+	ctx := t.Context()
+	key, _ := aip.GenerateSigningKey()
+	iss, _ := aip.GenerateSigningKey()
+	hostKey, _ := aip.GenerateSigningKey()
+	reg, err := memregistry.New(memregistry.Config{})
+	must(t, err)
+	w := &eventWorld{t: t, reg: reg, issuer: iss, hostKey: hostKey,
+		host: aip.Principal{ID: "agent:events-test", Kind: aip.PrincipalAgent, TrustDomain: hostsdktest.TrustDomain}}
+
+	typeID, versionID, instanceID := aip.NewID(aip.PrefixType), aip.NewID(aip.PrefixVersion), aip.NewID(aip.PrefixInstance)
+	m := *testManifest()
+	m.Agent = w.host
+	m.Channels = []json.RawMessage{json.RawMessage(`{"id":"` + channel + `","description":"verified webhooks"}`)}
+	status := opts.versionStatus
+	if status == "" {
+		status = registry.VersionActive
+	}
+	must(t, reg.PutConnectorType(ctx, registry.ConnectorType{ID: typeID, Name: "events", Owner: "owner-test", Enabled: true}))
+	w.version = registrytest.Version(versionID, typeID, "1.0.0", "owner-test", status, m)
+	must(t, reg.AdmitVersion(ctx, w.version))
+	must(t, reg.PutInstance(ctx, registry.ConnectorInstance{ID: instanceID, ConnectorTypeID: typeID, VersionID: versionID,
+		TenantID: tenant, ConfigRevision: 1, SecretProviderRef: "secret://test", Status: registry.InstanceEnabled}))
+	w.replica = registry.ConnectorReplica{
+		ID: aip.NewID(aip.PrefixReplica), InstanceID: instanceID, VersionID: versionID, Endpoint: "https://replica.test:8443" + aip.MessagesPath,
+		PeerPrincipalID: w.host.ID, PeerPrincipalKind: w.host.Kind, PeerDID: hostKey.DID(), TrustDomain: hostsdktest.TrustDomain,
+		TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(), Status: aip.ReplicaReady,
+		LeaseExpiresAt: time.Now().Add(time.Hour), Capacity: 4, HealthRevision: 7,
+	}
+	if opts.replica != nil {
+		opts.replica(&w.replica)
+	}
+	must(t, reg.PutReplica(ctx, w.replica))
+
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: issuer, DIDs: []string{iss.DID()}}}})
+	must(t, err)
+	deps := dispatch.Deps{Resolver: reg, Catalog: reg, Tokens: verifier, Events: reg, Records: reg}
+	if opts.noEvents {
+		deps.Events, deps.Records = nil, nil
+	}
+	w.d, err = dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID}, deps)
+	must(t, err)
+	w.srv = httptest.NewServer(w.d.Handler())
+	t.Cleanup(func() {
+		w.srv.Close()
+		w.d.Close()
+	})
+	return w
+}
+
+// eventDelivery is a delivery as a host builds it: its envelope, its
+// security.connector_event and the key it is signed with.
+type eventDelivery struct {
+	env *aip.Envelope
+	ce  aip.ConnectorEvent
+	key *aip.SigningKey
+}
+
+func (w *eventWorld) delivery(events ...aip.Event) *eventDelivery {
+	w.t.Helper()
+	env, err := aip.NewEnvelope(time.Now(), aip.Body{EventStream: &aip.EventStream{Events: events}})
+	must(w.t, err)
+	from := w.host
+	env.From = &from
+	env.To = &aip.Principal{ID: gatewayID, Kind: aip.PrincipalService}
+	env.CorrelationID = aip.NewID(aip.PrefixCorrelation)
+	r := &w.replica
+	return &eventDelivery{env: env, key: w.hostKey, ce: aip.ConnectorEvent{TenantID: tenant, InstanceID: r.InstanceID, ReplicaID: r.ID,
+		VersionID: r.VersionID, ManifestDigest: w.version.ManifestDigest, LeaseSequence: r.HealthRevision, ChannelID: channel}}
+}
+
+func (dl *eventDelivery) sign(t *testing.T) []byte {
+	t.Helper()
+	must(t, dl.env.SetSecurity(aip.SecurityConnectorEvent, dl.ce))
+	raw, err := aip.SignEnvelope(dl.key, dl.env)
+	must(t, err)
+	return raw
+}
+
+// post signs and sends a delivery and returns the status and the answer,
+// verified as the host verifies it: signed by the dispatcher DID the host
+// pins, from the gateway principal, to the host, answering the delivery.
+func (w *eventWorld) post(dl *eventDelivery) (int, *aip.Envelope, http.Header) {
+	w.t.Helper()
+	status, ans, h := w.postRaw(dl.sign(w.t))
+	switch {
+	case ans.InResponseTo == nil || ans.InResponseTo.Message != dl.env.MessageID:
+		w.t.Fatalf("the answer does not answer %s: %+v", dl.env.MessageID, ans.InResponseTo)
+	case ans.To == nil || ans.To.ID != dl.env.From.ID:
+		w.t.Fatalf("the answer is addressed to %+v, want %s", ans.To, dl.env.From.ID)
+	case ans.CorrelationID != dl.env.CorrelationID:
+		w.t.Fatalf("the answer's correlation_id %q, want %q", ans.CorrelationID, dl.env.CorrelationID)
+	}
+	return status, ans, h
+}
+
+func (w *eventWorld) postRaw(raw []byte) (int, *aip.Envelope, http.Header) {
+	w.t.Helper()
+	resp, err := w.srv.Client().Post(w.srv.URL+aip.EventsPath, "application/json", bytes.NewReader(raw))
+	must(w.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	must(w.t, err)
+	v, err := aip.VerifyEnvelope(body, w.d.DID())
+	if err != nil {
+		w.t.Fatalf("HTTP %d: the answer does not verify with the dispatcher's DID: %v\n%s", resp.StatusCode, err, body)
+	}
+	if v.Envelope.From == nil || v.Envelope.From.ID != gatewayID {
+		w.t.Fatalf("the answer is from %+v, want %s", v.Envelope.From, gatewayID)
+	}
+	return resp.StatusCode, &v.Envelope, resp.Header
+}
+
+// stored returns the tenant's whole log.
+func (w *eventWorld) stored(tenantID string) []registry.StoredEvent {
+	w.t.Helper()
+	page, err := w.reg.Events(w.t.Context(), tenantID, 0, registry.MaxEventPage)
+	must(w.t, err)
+	return page.Events
+}
+
+func event(kind, data string) aip.Event {
+	e := aip.Event{ID: aip.NewID(aip.PrefixEvent), Kind: kind, OccurredAt: aip.At(time.Now().Add(-time.Minute))}
+	if data != "" {
+		e.Data = json.RawMessage(data)
+	}
+	return e
+}
+
+// stampOf decodes an event's data.aip_connector.
+func stampOf(t *testing.T, e aip.Event) dispatch.ConnectorStamp {
+	t.Helper()
+	var d struct {
+		Stamp *dispatch.ConnectorStamp `json:"aip_connector"`
+	}
+	if err := json.Unmarshal(e.Data, &d); err != nil || d.Stamp == nil {
+		t.Fatalf("event %s data %s has no aip_connector (%v)", e.ID, e.Data, err)
+	}
+	return *d.Stamp
+}
+
+func TestConnectorEventsAccepted(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	e1 := event("conversation.created", `{"conversation":{"id":42},"b":[1,2]}`)
+	e2 := event("message.created", "")
+	dl := w.delivery(e1, e2)
+	status, ans, _ := w.post(dl)
+	if status != http.StatusOK || ans.Body.EventStream == nil {
+		t.Fatalf("HTTP %d %+v, want 200 with an event_stream", status, ans.Body)
+	}
+	if ans.MessageType != aip.TypeEventStreamResponse || ans.Body.EventStream.NextCursor != nil {
+		t.Fatalf("answer %s with next_cursor %v", ans.MessageType, ans.Body.EventStream.NextCursor)
+	}
+	want := dispatch.ConnectorStamp{InstanceID: w.replica.InstanceID, ReplicaID: w.replica.ID, VersionID: w.replica.VersionID,
+		ChannelID: channel, LeaseSequence: w.replica.HealthRevision}
+	got := ans.Body.EventStream.Events
+	if len(got) != 2 || got[0].ID != e1.ID || got[1].ID != e2.ID {
+		t.Fatalf("answered events %+v, want %s and %s", got, e1.ID, e2.ID)
+	}
+	for _, e := range got {
+		if diff := cmp.Diff(want, stampOf(t, e)); diff != "" {
+			t.Errorf("event %s aip_connector (-want +got):\n%s", e.ID, diff)
+		}
+	}
+	var d1 map[string]json.RawMessage
+	must(t, json.Unmarshal(got[0].Data, &d1))
+	if string(d1["conversation"]) != `{"id":42}` || string(d1["b"]) != `[1,2]` {
+		t.Errorf("event data lost its members: %s", got[0].Data)
+	}
+	log := w.stored(tenant)
+	if len(log) != 2 {
+		t.Fatalf("log holds %d events, want 2", len(log))
+	}
+	for i, s := range log {
+		if s.Sequence != uint64(i+1) || s.ChannelID != channel || s.InstanceID != w.replica.InstanceID || s.ReplicaID != w.replica.ID || s.VersionID != w.replica.VersionID {
+			t.Errorf("stored event %d: %+v", i, s)
+		}
+		if diff := cmp.Diff(got[i], s.Event); diff != "" {
+			t.Errorf("answered event %d differs from the stored one (-answer +stored):\n%s", i, diff)
+		}
+	}
+	if n := len(w.stored(otherTenant)); n != 0 {
+		t.Errorf("tenant %s's log holds %d events", otherTenant, n)
+	}
+
+	// The metrics count the delivery and its events.
+	resp, err := w.srv.Client().Get(w.srv.URL + dispatch.PathMetrics)
+	must(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, line := range []string{`aip_dispatch_events_received_total{result="accepted"} 1`, `aip_dispatch_events_stored_total 2`} {
+		if !strings.Contains(string(metrics), line) {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+}
+
+// A redelivery — here after the replica's lease moved on — is answered
+// with the events as first stored, and stores nothing new.
+func TestConnectorEventsRedelivery(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	e1, e2 := event("a", `{"n":1}`), event("b", `{"n":2}`)
+	status, first, _ := w.post(w.delivery(e1))
+	if status != http.StatusOK {
+		t.Fatalf("first delivery: HTTP %d %+v", status, first.Body.Error)
+	}
+	w.replica.HealthRevision++
+	must(t, w.reg.PutReplica(t.Context(), w.replica))
+	status, again, _ := w.post(w.delivery(e1, e2))
+	if status != http.StatusOK {
+		t.Fatalf("redelivery: HTTP %d %+v", status, again.Body.Error)
+	}
+	got := again.Body.EventStream.Events
+	if len(got) != 2 {
+		t.Fatalf("answered %d events, want 2", len(got))
+	}
+	if diff := cmp.Diff(first.Body.EventStream.Events[0], got[0]); diff != "" {
+		t.Errorf("redelivered event is not answered as first stored (-first +again):\n%s", diff)
+	}
+	if s := stampOf(t, got[0]); s.LeaseSequence != w.replica.HealthRevision-1 {
+		t.Errorf("redelivered event's stamp has lease_sequence %d, want the first delivery's %d", s.LeaseSequence, w.replica.HealthRevision-1)
+	}
+	if s := stampOf(t, got[1]); s.LeaseSequence != w.replica.HealthRevision {
+		t.Errorf("new event's stamp has lease_sequence %d, want %d", s.LeaseSequence, w.replica.HealthRevision)
+	}
+	if n := len(w.stored(tenant)); n != 2 {
+		t.Errorf("log holds %d events, want 2", n)
+	}
+}
+
+func TestConnectorEventsIdempotencyConflict(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	e := event("a", `{"n":1}`)
+	if status, ans, _ := w.post(w.delivery(e)); status != http.StatusOK {
+		t.Fatalf("first delivery: HTTP %d %+v", status, ans.Body.Error)
+	}
+	changed := e
+	changed.Data = json.RawMessage(`{"n":2}`)
+	status, ans, _ := w.post(w.delivery(event("b", ""), changed))
+	checkRefusal(t, status, ans, http.StatusConflict, aip.CodeEventIdempotencyConflict)
+	if n := len(w.stored(tenant)); n != 1 {
+		t.Errorf("log holds %d events after a refused batch, want 1 (all or nothing)", n)
+	}
+}
+
+func checkRefusal(t *testing.T, status int, ans *aip.Envelope, wantStatus int, wantCode string) {
+	t.Helper()
+	if ans.Body.Error == nil {
+		t.Fatalf("HTTP %d with %s, want a signed %s error", status, ans.MessageType, wantCode)
+	}
+	pe := ans.Body.Error.Error
+	if status != wantStatus || pe.Code != wantCode {
+		t.Fatalf("HTTP %d %s (%s), want %d %s", status, pe.Code, pe.Message, wantStatus, wantCode)
+	}
+	if pe.Message == "" {
+		t.Errorf("%s has no message", pe.Code)
+	}
+	temporary := wantCode == aip.CodeEventUnavailable
+	if retryable := pe.Retryable != nil && *pe.Retryable; retryable != temporary {
+		t.Errorf("%s retryable %v, want %v", pe.Code, retryable, temporary)
+	}
+	if temporary && (pe.Category != aip.CategoryTemporary || pe.RetryAfterMS == nil || *pe.RetryAfterMS != 1000) {
+		t.Errorf("%s: category %s retry_after_ms %v, want temporary and 1000", pe.Code, pe.Category, pe.RetryAfterMS)
+	}
+}
+
+func TestConnectorEventsRefused(t *testing.T) {
+	other, _ := aip.GenerateSigningKey()
+	now := time.Now()
+	type mod func(w *eventWorld, dl *eventDelivery)
+	events := func(es ...aip.Event) mod {
+		return func(w *eventWorld, dl *eventDelivery) { dl.env.Body.EventStream.Events = es }
+	}
+	many := make([]aip.Event, aip.MaxEventsPerDelivery+1)
+	for i := range many {
+		many[i] = event("k", "")
+	}
+	actor := event("k", "")
+	actor.Actor = &aip.Principal{ID: "human:someone", Kind: aip.PrincipalHuman}
+	badID := event("k", "")
+	badID.ID = "evt_123"
+	future := event("k", "")
+	future.OccurredAt = aip.At(now.Add(10 * time.Minute))
+	cursor := "next"
+	for _, c := range []struct {
+		name   string
+		opts   eventWorldOptions
+		mod    mod
+		status int
+		code   string
+	}{
+		{name: "wrong signer", mod: func(w *eventWorld, dl *eventDelivery) { dl.key = other },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "wrong to", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To.ID = "service:another-dispatcher" },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "no to", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To = nil },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "wrong from", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.From.ID = "agent:someone-else" },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "unknown replica", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.ReplicaID = aip.NewID(aip.PrefixReplica) },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "another instance", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.InstanceID = aip.NewID(aip.PrefixInstance) },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "another version", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.VersionID = aip.NewID(aip.PrefixVersion) },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "another tenant", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.TenantID = otherTenant },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "offline replica", opts: eventWorldOptions{replica: func(r *registry.ConnectorReplica) { r.Status = aip.ReplicaOffline }},
+			status: http.StatusServiceUnavailable, code: aip.CodeEventUnavailable},
+		{name: "expired lease", opts: eventWorldOptions{replica: func(r *registry.ConnectorReplica) { r.LeaseExpiresAt = now.Add(-time.Second) }},
+			status: http.StatusServiceUnavailable, code: aip.CodeEventUnavailable},
+		{name: "stale lease sequence", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.LeaseSequence-- },
+			status: http.StatusServiceUnavailable, code: aip.CodeEventUnavailable},
+		{name: "version not active", opts: eventWorldOptions{versionStatus: registry.VersionAdmitted},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "manifest digest mismatch", mod: func(w *eventWorld, dl *eventDelivery) {
+			dl.ce.ManifestDigest = aip.DigestBytes([]byte("another manifest"))
+		},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "undeclared channel", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.ChannelID = "calcom.webhooks" },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "no connector_event", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce = aip.ConnectorEvent{} },
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "next_cursor", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.Body.EventStream.NextCursor = &cursor },
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "not an event stream", mod: func(w *eventWorld, dl *eventDelivery) {
+			dl.env.Body = aip.Body{Ack: &aip.Ack{Status: aip.AckAccepted}}
+			dl.env.MessageType = aip.TypeAck
+		}, status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "no events", mod: events(), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "too many events", mod: events(many...), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "oversized event", mod: events(event("k", `{"blob":"`+strings.Repeat("x", aip.MaxEventBytes)+`"}`)),
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "event with actor", mod: events(event("k", ""), actor), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "data not an object", mod: events(event("k", `[1,2]`)), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "data a string", mod: events(event("k", `"text"`)), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "conflicting aip_connector", mod: events(event("k", `{"aip_connector":{"replica_id":"crepl_someone"}}`)),
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "event ID twice", mod: func(w *eventWorld, dl *eventDelivery) {
+			e := event("k", "")
+			dl.env.Body.EventStream.Events = []aip.Event{e, e}
+		}, status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "event ID", mod: events(badID), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "no kind", mod: events(event("", "")), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "kind too long", mod: events(event(strings.Repeat("k", 257), "")), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "future occurred_at", mod: events(future), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "stale sent_at", mod: func(w *eventWorld, dl *eventDelivery) {
+			dl.env.SentAt = aip.At(now.Add(-aip.MaxEventDeliveryAge - time.Minute))
+		},
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "future sent_at", mod: func(w *eventWorld, dl *eventDelivery) {
+			dl.env.SentAt = aip.At(now.Add(aip.MaxEnvelopeSkew + time.Minute))
+		},
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		{name: "no event log", opts: eventWorldOptions{noEvents: true},
+			status: http.StatusServiceUnavailable, code: aip.CodeEventUnavailable},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newEventWorld(t, c.opts)
+			dl := w.delivery(event("k", `{"n":1}`))
+			if c.mod != nil {
+				c.mod(w, dl)
+			}
+			status, ans, header := w.post(dl)
+			checkRefusal(t, status, ans, c.status, c.code)
+			if c.code == aip.CodeEventUnavailable && header.Get("Retry-After") != "1" {
+				t.Errorf("Retry-After %q, want 1", header.Get("Retry-After"))
+			}
+			if n := len(w.stored(tenant)); n != 0 {
+				t.Errorf("a refused delivery stored %d events", n)
+			}
+		})
+	}
+}
+
+// The events of a delivery that is still accepted at its limits.
+func TestConnectorEventsAtLimits(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	es := make([]aip.Event, aip.MaxEventsPerDelivery)
+	for i := range es {
+		es[i] = event(strings.Repeat("k", 256), "")
+	}
+	// An aip_connector equal to the stamp is accepted as it is.
+	r := &w.replica
+	stamp := fmt.Sprintf(`{"aip_connector":{"lease_sequence":%d,"channel_id":%q,"version_id":%q,"replica_id":%q,"instance_id":%q}}`,
+		r.HealthRevision, channel, r.VersionID, r.ID, r.InstanceID)
+	es[1].Data = json.RawMessage(stamp)
+	es[2].Data = json.RawMessage(`null`)
+	status, ans, _ := w.post(w.delivery(es...))
+	if status != http.StatusOK {
+		t.Fatalf("HTTP %d %+v", status, ans.Body.Error)
+	}
+	if n := len(w.stored(tenant)); n != aip.MaxEventsPerDelivery {
+		t.Errorf("log holds %d events, want %d", n, aip.MaxEventsPerDelivery)
+	}
+}
+
+func TestConnectorEventsUnusableBodies(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	for _, c := range []struct {
+		name   string
+		body   []byte
+		status int
+		code   string
+	}{
+		{"oversized body", bytes.Repeat([]byte(" "), aip.MaxEventDeliveryBytes+1), http.StatusRequestEntityTooLarge, aip.CodeEventInvalid},
+		{"not JSON", []byte("hello"), http.StatusBadRequest, aip.CodeEventInvalid},
+		{"unsigned", func() []byte {
+			env := w.delivery(event("k", "")).env
+			raw, _ := json.Marshal(env)
+			return raw
+		}(), http.StatusForbidden, aip.CodeEventNotAuthorized},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, ans, _ := w.postRaw(c.body)
+			checkRefusal(t, status, ans, c.status, c.code)
+		})
+	}
+}
+
+// getEvents reads GET /aip/v1/events with query as tenantID ("" sends no
+// token).
+func (w *eventWorld) getEvents(tenantID, query string) (int, []byte) {
+	w.t.Helper()
+	req, err := http.NewRequestWithContext(w.t.Context(), http.MethodGet, w.srv.URL+dispatch.PathEvents+query, nil)
+	must(w.t, err)
+	if tenantID != "" {
+		now := time.Now()
+		tok, err := tenanttoken.Mint(w.issuer, tenanttoken.Claims{Issuer: issuer, Audience: tenanttoken.DefaultAudience, TenantID: tenantID,
+			IssuedAt: now, Expiry: now.Add(time.Hour)})
+		must(w.t, err)
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := w.srv.Client().Do(req)
+	must(w.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	must(w.t, err)
+	return resp.StatusCode, body
+}
+
+func TestEventsRead(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	var ids []string
+	for i := range 5 {
+		e := event("k", fmt.Sprintf(`{"i":%d}`, i))
+		ids = append(ids, e.ID)
+		if status, ans, _ := w.post(w.delivery(e)); status != http.StatusOK {
+			t.Fatalf("delivery %d: HTTP %d %+v", i, status, ans.Body.Error)
+		}
+	}
+	// Another tenant's events, appended directly.
+	theirs := event("k", "")
+	_, err := w.reg.AppendEvents(t.Context(), registry.EventBatch{TenantID: otherTenant, InstanceID: aip.NewID(aip.PrefixInstance),
+		ReplicaID: aip.NewID(aip.PrefixReplica), ChannelID: channel, Events: []aip.Event{theirs}, ReceivedAt: time.Now()})
+	must(t, err)
+
+	page := func(tenantID, query string) dispatch.EventsResponse {
+		t.Helper()
+		status, body := w.getEvents(tenantID, query)
+		if status != http.StatusOK {
+			t.Fatalf("GET %s as %s: HTTP %d %s", query, tenantID, status, body)
+		}
+		var r dispatch.EventsResponse
+		must(t, json.Unmarshal(body, &r))
+		if r.Events == nil {
+			t.Fatalf("GET %s: events is null, want a list: %s", query, body)
+		}
+		return r
+	}
+	var got []string
+	after := uint64(0)
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("paging does not end")
+		}
+		r := page(tenant, fmt.Sprintf("?after=%d&limit=2", after))
+		for _, e := range r.Events {
+			if e.Sequence != uint64(len(got)+1) || e.ChannelID != channel || e.InstanceID != w.replica.InstanceID {
+				t.Errorf("event %+v: want sequence %d on %s of %s", e, len(got)+1, channel, w.replica.InstanceID)
+			}
+			got = append(got, e.Event.ID)
+		}
+		if len(r.Events) > 0 && r.NextAfter != r.Events[len(r.Events)-1].Sequence {
+			t.Errorf("next_after %d, want the last sequence %d", r.NextAfter, r.Events[len(r.Events)-1].Sequence)
+		}
+		after = r.NextAfter
+		if !r.More {
+			break
+		}
+	}
+	if diff := cmp.Diff(ids, got); diff != "" {
+		t.Errorf("paged events (-want +got):\n%s", diff)
+	}
+	if r := page(tenant, "?after=5"); len(r.Events) != 0 || r.NextAfter != 5 || r.More {
+		t.Errorf("after the last event: %+v, want no events, next_after 5, more false", r)
+	}
+	if r := page(tenant, ""); len(r.Events) != 5 || r.More {
+		t.Errorf("default page: %d events more %v, want 5 and false", len(r.Events), r.More)
+	}
+	if r := page(otherTenant, ""); len(r.Events) != 1 || r.Events[0].Event.ID != theirs.ID {
+		t.Errorf("%s reads %+v, want only its own event %s", otherTenant, r.Events, theirs.ID)
+	}
+	if r := page("tenant-empty", ""); len(r.Events) != 0 || r.NextAfter != 0 {
+		t.Errorf("an empty log reads %+v", r)
+	}
+
+	if status, body := w.getEvents("", ""); status != http.StatusUnauthorized || !strings.Contains(string(body), dispatch.CodeUnauthorized) {
+		t.Errorf("without a token: HTTP %d %s, want 401 %s", status, body, dispatch.CodeUnauthorized)
+	}
+	for _, c := range []struct{ query, reason string }{
+		{"?after=-1", "after must be"},
+		{"?after=x", "after must be"},
+		{"?limit=0", "limit must be"},
+		{"?limit=1001", "limit must be"},
+		{"?limit=two", "limit must be"},
+	} {
+		status, body := w.getEvents(tenant, c.query)
+		if status != http.StatusBadRequest || !strings.Contains(string(body), c.reason) || !strings.Contains(string(body), dispatch.CodeRequestInvalid) {
+			t.Errorf("GET %s: HTTP %d %s, want 400 %s saying %q", c.query, status, body, dispatch.CodeRequestInvalid, c.reason)
+		}
+	}
+}
+
+func TestEventsReadWithoutEventLog(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{noEvents: true})
+	status, body := w.getEvents(tenant, "")
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), aip.CodeEventUnavailable) {
+		t.Errorf("HTTP %d %s, want 503 %s", status, body, aip.CodeEventUnavailable)
+	}
+}
+
+func TestNewRequiresRecordsWithEvents(t *testing.T) {
+	key, _ := aip.GenerateSigningKey()
+	reg, err := memregistry.New(memregistry.Config{})
+	must(t, err)
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: issuer, DIDs: []string{key.DID()}}}})
+	must(t, err)
+	_, err = dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID}, dispatch.Deps{Resolver: reg, Catalog: reg, Tokens: verifier, Events: reg})
+	if err == nil || !strings.Contains(err.Error(), "Deps.Records") {
+		t.Errorf("New without Records: %v, want an error naming Deps.Records", err)
+	}
+}
+
+// A delivery within the size limit whose stamped events would not fit in
+// the answer a host reads is refused before anything is stored.
+func TestConnectorEventsAnswerTooLarge(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	blob := strings.Repeat("x", (aip.MaxEventDeliveryBytes-12_000)/aip.MaxEventsPerDelivery-120)
+	es := make([]aip.Event, aip.MaxEventsPerDelivery)
+	for i := range es {
+		es[i] = event("k", `{"b":"`+blob+`"}`)
+	}
+	dl := w.delivery(es...)
+	if n := len(dl.sign(t)); n > aip.MaxEventDeliveryBytes {
+		t.Fatalf("the delivery is %d bytes, over the limit: the test needs a smaller blob", n)
+	}
+	status, ans, _ := w.post(dl)
+	checkRefusal(t, status, ans, http.StatusBadRequest, aip.CodeEventInvalid)
+	if msg := ans.Body.Error.Error.Message; !strings.Contains(msg, "an answer may hold") {
+		t.Errorf("message %q does not say the answer would be too large", msg)
+	}
+	if n := len(w.stored(tenant)); n != 0 {
+		t.Errorf("a refused delivery stored %d events", n)
+	}
+}
