@@ -812,17 +812,27 @@ func TestWebhookSubscriberPolicy(t *testing.T) {
 		t.Fatalf("refused subscriber URLs reached the provider %d times", n)
 	}
 
-	// An update that leaves the URL alone needs no prefix and sends no
-	// secret.
-	_, resp := denyAll.act(t, "webhook.update", `{"webhook_id":"wh_1","triggers":["MEETING_ENDED"]}`)
+	// An update that leaves the URL alone keeps a URL set who knows where:
+	// it may switch the webhook off and nothing else.
+	for _, th := range []*testHost{denyAll, h} {
+		for _, in := range []string{`"triggers":["MEETING_ENDED"]`, `"active":true`, `"payload_template":"{{attendees}}"`,
+			`"active":false,"triggers":["MEETING_ENDED"]`} {
+			refused(t, th, "webhook.update", `{"webhook_id":"wh_1",`+in+`}`, "may only switch the webhook off")
+			refused(t, th, "event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1",`+in+`}`, "may only switch the webhook off")
+		}
+	}
+	if n := len(mock.requests()); n != 0 {
+		t.Fatalf("refused updates reached the provider %d times", n)
+	}
+	_, resp := denyAll.act(t, "webhook.update", `{"webhook_id":"wh_1","active":false}`)
 	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
-		t.Fatalf("update without URL: %+v %v: %s", res, err, resp.Raw)
+		t.Fatalf("switching off without URL: %+v %v: %s", res, err, resp.Raw)
 	}
 	reqs := mock.requests()
 	if len(reqs) != 1 {
 		t.Fatalf("the provider got %d requests, want 1", len(reqs))
 	}
-	jsonEqual(t, "body", reqs[0].Body, `{"triggers":["MEETING_ENDED"]}`)
+	jsonEqual(t, "body", reqs[0].Body, `{"active":false}`)
 }
 
 // TestRedactSecrets: webhook outputs never carry a signing secret, in an

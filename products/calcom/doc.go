@@ -114,12 +114,14 @@
 // # Webhook subscriptions
 //
 // webhook.create, webhook.update, event_type.webhook.create and
-// event_type.webhook.update (the updates when they change the URL) accept a
-// subscriber URL only if it is exactly one of the
+// event_type.webhook.update accept a subscriber URL only if it is exactly one of the
 // --cal-diy-webhook-subscriber-prefixes followed by a subscription ID
 // (the webhook route's syntax: 1 to 128 of A-Z a-z 0-9 . _ ~ -, the first
 // alphanumeric). With no prefixes configured every subscriber URL is
-// refused (deny by default). A refused URL is a failed result
+// refused (deny by default). An update without subscriber_url keeps a
+// URL that may have been set anywhere, so it may only switch the webhook
+// off (active false alone); anything else (triggers, template, switching
+// it on) must restate an allowed URL. A refused URL is a failed result
 // cal_diy.subscriber_url_not_allowed (policy, not retryable) and nothing
 // is sent. The signing secret is never an action input: when the
 // connector holds the secret of that subscription

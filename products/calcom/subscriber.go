@@ -74,14 +74,23 @@ func (c *Connector) subscriber(raw string) (string, bool) {
 }
 
 // prepareWebhook applies the webhook policy to a webhook create or
-// update body (user or event type webhook): a subscriber URL must be allowed, and when the
+// update body (user or event type webhook): a subscriber URL must be
+// allowed (an update without one may only set active false), and when the
 // connector holds the signing secret of its subscription that secret is
 // sent, so that deliveries verify at POST /webhooks/cal-diy/{id}. It
 // returns a protocol error when the URL is not allowed.
 func (c *Connector) prepareWebhook(body map[string]any) *aip.ProtocolError {
 	raw, ok := body["subscriberUrl"]
 	if !ok {
-		return nil
+		// An update that keeps the webhook's URL: that URL may be anything
+		// (set outside this connector), so the update may only switch the
+		// webhook off; changing its triggers or template, or switching it
+		// on, would send more to a URL the policy never allowed.
+		if active, set := body["active"]; len(body) == 1 && set && active == false {
+			return nil
+		}
+		return &aip.ProtocolError{Code: CodeSubscriberURLNotAllowed, Category: aip.CategoryPolicy, Retryable: new(false),
+			Message: "an update that does not give an allowed subscriber URL (subscriber_url) may only switch the webhook off (active false)"}
 	}
 	s, _ := raw.(string)
 	id, ok := c.subscriber(s)
