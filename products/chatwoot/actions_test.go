@@ -203,8 +203,8 @@ func TestCatalogue(t *testing.T) {
 		{"agent.update", `{"agent_id":3,"role":"administrator","availability_status":"busy"}`, "PATCH", "/agents/3", "",
 			map[string]any{"role": "administrator", "availability_status": "busy"}, `"role":"administrator"`},
 		{"agent.delete", `{"agent_id":3}`, "DELETE", "/agents/3", "", nil, `null`},
-		{"inbox.list", `{}`, "GET", "/inboxes", "", nil, `"channel_type":"Channel::WebWidget"`},
-		{"inbox.get", `{"inbox_id":1}`, "GET", "/inboxes/1", "", nil, `"name":"Website"`},
+		{"inbox.list", `{}`, "GET", "/inboxes", "", nil, `"website_token":"public-widget"`},
+		{"inbox.get", `{"inbox_id":1}`, "GET", "/inboxes/1", "", nil, `"channel_type":"Channel::Email"`},
 		{"team.list", `{}`, "GET", "/teams", "", nil, `"is_member":true`},
 		{"team.get", `{"team_id":2}`, "GET", "/teams/2", "", nil, `"name":"Billing"`},
 		{"label.list", `{}`, "GET", "/labels", "", nil, `"title":"vip"`},
@@ -241,6 +241,9 @@ func TestCatalogue(t *testing.T) {
 		data, _ := json.Marshal(out["data"])
 		if !strings.Contains(string(data), tc.wantData) {
 			t.Errorf("%s: output data %s lacks %s", tc.suffix, data, tc.wantData)
+		}
+		if strings.Contains(string(data), inboxSecret) {
+			t.Errorf("%s: output data %s carries a channel credential", tc.suffix, data)
 		}
 	}
 	for _, s := range operationSuffixes() {

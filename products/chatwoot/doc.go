@@ -77,12 +77,17 @@
 //	contact.conversation.list         GET    …/contacts/{id}/conversations
 //	contact.label.list                GET    …/contacts/{id}/labels
 //	contact.label.update              POST   …/contacts/{id}/labels                    (mutation; replaces the labels)
-//	inbox.list                        GET    …/inboxes
-//	inbox.get                         GET    …/inboxes/{id}
+//	inbox.list                        GET    …/inboxes        (channel credentials left out)
+//	inbox.get                         GET    …/inboxes/{id}   (channel credentials left out)
 //	team.list                         GET    …/teams
 //	team.get                          GET    …/teams/{team_id}
 //	label.list                        GET    …/labels
 //	custom_attribute_definition.list  GET    …/custom_attribute_definitions?attribute_model (required: "0" conversation, "1" contact)
+//
+// Chatwoot's inbox answers to administrators carry channel credentials
+// the document does not list (hmac_token, imap_password, smtp_password,
+// provider_config with API keys, bot and page tokens); inbox.list and
+// inbox.get leave those members out of their outputs at any depth.
 //
 // Path IDs are input fields named after what they identify (contact_id,
 // agent_id, canned_response_id, inbox_id, team_id, conversation_id,

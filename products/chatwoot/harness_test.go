@@ -32,6 +32,8 @@ const (
 	testAccount = 7
 	testToken   = "cw-token-0123456789"
 	testSecret  = "cw-webhook-secret-abc"
+	// inboxSecret stands for the channel credentials of inbox answers.
+	inboxSecret = "cw-inbox-credential-xyz"
 )
 
 // request is what the mock provider received.
@@ -172,7 +174,9 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && idRE.MatchString(rest):
 		sub := idRE.FindStringSubmatch(rest)
 		if sub[1] == "inboxes" {
-			fmt.Fprintf(w, `{"id":%s,"name":"Website","channel_type":"Channel::WebWidget"}`, sub[2])
+			// Chatwoot adds channel credentials for administrators.
+			fmt.Fprintf(w, `{"id":%s,"name":"Website","channel_type":"Channel::Email","hmac_token":"%s","imap_password":"%s",`+
+				`"smtp_password":"%s","provider_config":{"api_key":"%s"}}`, sub[2], inboxSecret, inboxSecret, inboxSecret, inboxSecret)
 		} else {
 			fmt.Fprintf(w, `{"id":%s,"name":"Billing","description":null,"allow_auto_assign":true,"account_id":%d,"is_member":false}`, sub[2], testAccount)
 		}
@@ -206,7 +210,8 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && contactConvRE.MatchString(rest):
 		fmt.Fprint(w, `{"payload":[{"id":42,"status":"open","messages":[]}]}`)
 	case key == "GET /inboxes":
-		fmt.Fprint(w, `{"payload":[{"id":1,"name":"Website","channel_type":"Channel::WebWidget"}]}`)
+		fmt.Fprintf(w, `{"payload":[{"id":1,"name":"Website","channel_type":"Channel::WebWidget","website_token":"public-widget","hmac_token":"%s"},`+
+			`{"id":2,"name":"WhatsApp","channel_type":"Channel::Whatsapp","provider_config":{"api_key":"%s","phone_number_id":"1"}}]}`, inboxSecret, inboxSecret)
 	case key == "GET /teams":
 		fmt.Fprintf(w, `[{"id":2,"name":"Billing","description":null,"allow_auto_assign":true,"account_id":%d,"is_member":true}]`, testAccount)
 	case key == "GET /labels":

@@ -1,6 +1,7 @@
 package chatwoot
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -51,7 +52,18 @@ type operation struct {
 	Schema string
 	// Check, when set, checks what the schema cannot express.
 	Check func(in map[string]json.RawMessage) error
+	// Redact are members left out of the output wherever they occur
+	// (credentials Chatwoot includes in answers to administrators).
+	Redact []string
 }
+
+// inboxSecrets are the channel credentials Chatwoot's inbox answers carry
+// for administrators (the identity validation HMAC token, IMAP and SMTP
+// passwords, the WhatsApp and other providers' configuration with their
+// API keys, bot and page tokens); the document does not list them, the
+// Chatwoot server sends them.
+var inboxSecrets = []string{"hmac_token", "imap_password", "smtp_password", "provider_config", "api_key", "auth_token",
+	"access_token", "bot_token", "page_access_token", "secret"}
 
 func (op *operation) id() string { return CapabilityPrefix + op.Suffix }
 
@@ -328,11 +340,11 @@ var catalogue = []operation{
 		Body:        []string{"labels"},
 		Schema:      schema(`"contact_id","labels"`, contactID, labelListProp)},
 	{Suffix: "inbox.list", Name: "List inboxes", Method: http.MethodGet, Path: "/inboxes", Risk: aip.RiskLow,
-		Description: "Inboxes of the account (GET .../inboxes).",
-		Schema:      schema(``)},
+		Description: "Inboxes of the account, without channel credentials (GET .../inboxes).",
+		Schema:      schema(``), Redact: inboxSecrets},
 	{Suffix: "inbox.get", Name: "Get an inbox", Method: http.MethodGet, Path: "/inboxes/{inbox_id}", Risk: aip.RiskLow,
-		Description: "One inbox (GET .../inboxes/{id}).",
-		Schema:      schema(`"inbox_id"`, `"inbox_id":`+idProp+`,"description":"Numeric inbox ID."}`)},
+		Description: "One inbox, without channel credentials (GET .../inboxes/{id}).",
+		Schema:      schema(`"inbox_id"`, `"inbox_id":`+idProp+`,"description":"Numeric inbox ID."}`), Redact: inboxSecrets},
 	{Suffix: "team.list", Name: "List teams", Method: http.MethodGet, Path: "/teams", Risk: aip.RiskLow,
 		Description: "Teams of the account (GET .../teams).",
 		Schema:      schema(``)},
@@ -386,8 +398,42 @@ func (c *Connector) runCatalogue(ctx context.Context, op *operation, call *hosts
 				Status: resp.Status, Message: "the answer is not JSON", MayHaveApplied: true}, op.Mutation)
 		}
 		data = resp.Body
+		if len(op.Redact) > 0 {
+			if data, err = redact(data, op.Redact); err != nil {
+				return provider.Result(call, &provider.Error{Product: "chatwoot", Method: req.Method, Path: req.Path,
+					Status: resp.Status, Message: "the answer could not be read", MayHaveApplied: true}, op.Mutation)
+			}
+		}
 	}
 	return call.Complete(map[string]any{"status": resp.Status, "data": data})
+}
+
+// redact returns raw without the named members, at any depth.
+func redact(raw json.RawMessage, names []string) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for _, n := range names {
+				delete(v, n)
+			}
+			for _, m := range v {
+				walk(m)
+			}
+		case []any:
+			for _, m := range v {
+				walk(m)
+			}
+		}
+	}
+	walk(v)
+	return json.Marshal(v)
 }
 
 // request builds op's provider request from the (schema-checked) input.
