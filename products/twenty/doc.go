@@ -35,7 +35,14 @@
 // object ("object", one of the configured plural names). A filter is
 // Twenty's filter expression (e.g. id[in]:["<uuid>","<uuid>"] or
 // city[eq]:"Paris"), 1 to 8 KiB; the filter forms require one, so a batch
-// never addresses a whole object by omission.
+// never addresses a whole object by omission. A filter can still match a
+// whole object (id[is]:NOT_NULL), so update_many, soft_delete_many and
+// destroy_many first count its matches (GET /rest/<object>?filter=...
+// &limit=1, totalCount) and refuse more than MaxFilterMatches (60,
+// api.mdx's batch size) with twenty.too_many_matches, sending nothing; a
+// failed count is a failed read. Records created between the count and
+// the mutation are not counted. restore_many is not counted (the list
+// does not show soft-deleted records).
 //
 // Reads (retry-safe, no idempotency headers):
 //

@@ -124,6 +124,19 @@ func (m *mockTwenty) count() int {
 	return n
 }
 
+// writes is the number of requests other than GETs (the mutations).
+func (m *mockTwenty) writes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.reqs {
+		if r.Method != http.MethodGet {
+			n++
+		}
+	}
+	return n
+}
+
 // probe reports whether r is the connector's health probe.
 func (r recorded) probe() bool {
 	return r.Method == http.MethodGet && r.Path == "/rest/people" && r.Query.Encode() == "limit=1"
@@ -295,6 +308,13 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			recs := m.records[segs[1]]
+			// A filter of the mock's form selects; another is ignored.
+			if r.URL.Query().Has("filter") {
+				if match, ok := m.filter(httptest.NewRecorder(), r, segs[1], "filter", "order_by", "limit", "starting_after", "ending_before", "fields", "depth"); ok {
+					recs = match
+				}
+			}
+			total := len(recs)
 			if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n < len(recs) {
 				recs = recs[:n]
 			}
@@ -302,7 +322,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				recs = []map[string]any{}
 			}
 			reply(w, 200, map[string]any{"data": map[string]any{segs[1]: recs},
-				"pageInfo": map[string]any{"hasNextPage": false, "startCursor": "c-start", "endCursor": "c-end"}, "totalCount": len(m.records[segs[1]])})
+				"pageInfo": map[string]any{"hasNextPage": false, "startCursor": "c-start", "endCursor": "c-end"}, "totalCount": total})
 		case http.MethodPost:
 			if !m.queryOK(w, r, "upsert", "depth") {
 				return

@@ -306,6 +306,9 @@ func TestNewOperationErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, allOperationsFile(t))
 			e.mock.setFail(func(r *http.Request) (int, string, bool) {
+				if r.Method == http.MethodGet {
+					return 0, "", false // the filter forms' count
+				}
 				if tc.status == 200 {
 					return 200, `{"data":{"restorePeople":{"id":"x"}}}`, true
 				}
@@ -319,17 +322,72 @@ func TestNewOperationErrors(t *testing.T) {
 			if err != nil || st.State != aip.StateOutcomeUnknown {
 				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
 			}
-			if n := e.mock.count(); n != 1 {
-				t.Fatalf("the mock got %d requests, want 1", n)
+			if n := e.mock.writes(); n != 1 {
+				t.Fatalf("the mock got %d mutations, want 1", n)
 			}
 			e.mock.setFail(nil)
 			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
 				t.Fatal(err)
 			}
-			if n := e.mock.count(); n != 1 {
+			if n := e.mock.writes(); n != 1 {
 				t.Fatalf("the same action was sent to Twenty again (%d requests)", n)
 			}
 		})
+	}
+}
+
+// TestFilterMatchesBounded: update_many, soft_delete_many and
+// destroy_many count their filter's matches first and refuse more than
+// MaxFilterMatches without changing anything; at the bound they run; a
+// failed count is a failed read and nothing is sent.
+func TestFilterMatchesBounded(t *testing.T) {
+	e := newEnv(t, allOperationsFile(t))
+	var paris []map[string]any
+	for range MaxFilterMatches + 1 {
+		paris = append(paris, map[string]any{"city": "Paris"})
+	}
+	e.mock.seed("people", paris...)
+	e.mock.seed("people", map[string]any{"city": "Lyon"})
+	for _, a := range []*aip.Action{
+		action(OpUpdateMany, `{"object":"people","filter":"city[eq]:Paris","record":{"jobTitle":"x"}}`),
+		action(OpSoftDeleteMany, `{"object":"people","filter":"city[eq]:Paris"}`),
+		action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`),
+	} {
+		pe := failedCode(t, e.act(t, a))
+		if pe.Code != CodeTooManyMatches || retryable(pe) || !strings.Contains(pe.Message, "matches 61 people") {
+			t.Errorf("%s over the bound: %+v", a.CapabilityID, pe)
+		}
+		r := e.mock.last(t)
+		if r.Method != http.MethodGet || r.Query.Get("filter") != "city[eq]:Paris" || r.Query.Get("limit") != "1" {
+			t.Errorf("%s: last request %s %s %v, want the count", a.CapabilityID, r.Method, r.Path, r.Query)
+		}
+	}
+	if n := e.mock.writes(); n != 0 {
+		t.Fatalf("%d mutations reached Twenty", n)
+	}
+
+	// At the bound: the action runs.
+	e2 := newEnv(t, allOperationsFile(t))
+	ids := e2.mock.seed("people", paris[:MaxFilterMatches]...)
+	var out struct {
+		Records []map[string]any `json:"records"`
+	}
+	e2.complete(t, action(OpSoftDeleteMany, `{"object":"people","filter":"city[eq]:Paris"}`), &out)
+	if len(out.Records) != len(ids) {
+		t.Errorf("soft_delete_many at the bound deleted %d records, want %d", len(out.Records), len(ids))
+	}
+
+	// A count that fails: a failed read, nothing sent.
+	e2.mock.setFail(func(r *http.Request) (int, string, bool) {
+		return 503, `{"statusCode":503,"error":"ServiceUnavailableException","messages":["down"]}`, true
+	})
+	before := e2.mock.writes()
+	pe := failedCode(t, e2.act(t, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Lyon"}`)))
+	if pe.Code != provider.CodeUnavailable || !retryable(pe) {
+		t.Errorf("count 503: %+v", pe)
+	}
+	if n := e2.mock.writes() - before; n != 0 {
+		t.Errorf("%d mutations after a failed count", n)
 	}
 }
 

@@ -49,6 +49,11 @@ const CapabilityPrefix = "cap:twenty:"
 // MaxRecordBytes.
 const CodeRecordTooLarge = "twenty.record_too_large"
 
+// CodeTooManyMatches is the failed result of a filter-form update, soft
+// delete or permanent delete whose filter matches more than
+// MaxFilterMatches records: nothing is changed.
+const CodeTooManyMatches = "twenty.too_many_matches"
+
 // CodeUnknownCapability answers an action for an operation the connector
 // does not offer (not one of its operations, or left out of
 // --twenty-operations-file).
@@ -297,6 +302,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	case OpUpdate:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: recordPath(in), JSON: in.Record}, true)
 	case OpUpdateMany:
+		if res, err := c.boundMatches(ctx, call, in); res != nil || err != nil {
+			return res, err
+		}
 		// PATCH /rest/<objectNamePlural>?filter=... with the fields to set
 		// (api.mdx, "Batch operations": update; the filter form is the
 		// generated REST API's updateMany<Objects>).
@@ -308,6 +316,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"true"}}}, true)
 	case OpSoftDeleteMany:
+		if res, err := c.boundMatches(ctx, call, in); res != nil || err != nil {
+			return res, err
+		}
 		// DELETE /rest/<objectNamePlural>?filter=...&soft_delete=true (the
 		// generated REST API's deleteMany<Objects>).
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: objectPath,
@@ -327,6 +338,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"false"}}}, true)
 	case OpDestroyMany:
+		if res, err := c.boundMatches(ctx, call, in); res != nil || err != nil {
+			return res, err
+		}
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: objectPath,
 			Query: url.Values{"filter": {in.Filter}, "soft_delete": {"false"}}})
 	case OpMerge:
@@ -381,6 +395,32 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// boundMatches counts the records the filter of update_many,
+// soft_delete_many or destroy_many matches (GET /rest/<object>?filter=...
+// &limit=1, its totalCount) and refuses the action when they are more
+// than MaxFilterMatches, api.mdx's batch size: a filter that matches a
+// whole object (id[is]:NOT_NULL) must not update or delete it in one
+// action. The count is a read taken before the mutation: when it fails the
+// action fails and nothing was sent; records created between the count
+// and the mutation are not counted.
+func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
+	req := provider.Request{Method: http.MethodGet, Path: "/rest/" + url.PathEscape(in.Object),
+		Query: url.Values{"filter": {in.Filter}, "limit": {"1"}}}
+	a, err := c.do(ctx, req)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	if a.TotalCount == nil {
+		return provider.Result(call, badAnswer(req, 200, "the answer has no totalCount to count the filter's matches"), false)
+	}
+	if n := *a.TotalCount; n > MaxFilterMatches {
+		return call.Fail(CodeTooManyMatches, aip.CategoryPermanent, false,
+			fmt.Sprintf("the filter matches %d %s; %s acts on at most %d records per action (Twenty's batch size): narrow the filter (e.g. id[in]:[...]) and split the work",
+				n, in.Object, call.Action.CapabilityID, MaxFilterMatches)), nil
+	}
+	return nil, nil
 }
 
 // offered lists the admitted operations in manifest order.
