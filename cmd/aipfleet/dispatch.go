@@ -36,8 +36,7 @@ func dispatchCommand() *command {
   GET  /aip/v1/capabilities         the caller's tenant catalog, paged
   GET  /aip/v1/events               the caller's tenant's connector events, paged
   POST /aip/v1/connector-events     hosts deliver provider events (signed, no token)
-and GET /health, /ready, /metrics, /.well-known/jwks.json. The events routes
-answer 503 while the registry keeps no event log.
+and GET /health, /ready, /metrics, /.well-known/jwks.json.
 
 Callers authenticate with "Authorization: Bearer <token>": an EdDSA JWT from
 a trusted issuer (--issuer NAME=DID, repeatable as a comma-separated list)
@@ -216,18 +215,11 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	if maxReroutes == 0 {
 		maxReroutes = -1 // the library's zero means its default
 	}
+	// Connector events (the ingress and GET /aip/v1/events) go to the
+	// registry's event log.
 	deps := dispatch.Deps{
 		Resolver: srv.reg, Catalog: srv.reg, Rerouter: srv.reg, Tokens: verifier, Client: client,
-		Ready: dispatch.ReadinessProbe(srv.reg), Reservations: srv.reg,
-	}
-	// Connector events go to the registry's event log (the connector-event
-	// ingress and GET /aip/v1/events); a registry without one leaves both
-	// routes answering 503.
-	if events, ok := any(srv.reg).(registry.EventLog); ok {
-		deps.Events, deps.Records = events, srv.reg
-	} else {
-		srv.logger.Warn("this registry keeps no event log: connector-event deliveries and event reads answer 503",
-			"component", "aipfleet-dispatch", "schema_version", pgregistry.SchemaVersion)
+		Ready: dispatch.ReadinessProbe(srv.reg), Reservations: srv.reg, Events: srv.reg, Records: srv.reg,
 	}
 	d, err := dispatch.New(dispatch.Config{
 		SigningKey: srv.key, PrincipalID: f.principalID, Listener: srv.ln, TLSConfig: srv.tlsConfig,
