@@ -519,7 +519,8 @@ var operations = []*operation{
 	},
 	{
 		Suffix: "webhook.update", Name: "Update a user webhook",
-		Description: "PATCH /v2/webhooks/{webhookId}: changes a webhook's URL (allowed prefixes only, as for webhook.create), triggers, template or state.",
+		Description: "PATCH /v2/webhooks/{webhookId}: changes a webhook's URL (allowed prefixes only, as for webhook.create), triggers, template or state; " +
+			"without an allowed subscriber_url it may only switch the webhook off (active false).",
 		Method:      http.MethodPatch, Path: "/v2/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
 		Required: []string{"webhook_id"}, MinProps: 2,
 		Props: webhookProps(map[string]any{"webhook_id": webhookIDProp}), Body: webhookBody,
@@ -613,7 +614,7 @@ var operations = []*operation{
 	},
 	{
 		Suffix: "event_type.webhook.update", Name: "Update an event type webhook",
-		Description: "PATCH /v2/event-types/{eventTypeId}/webhooks/{webhookId}; the subscriber URL rules of webhook.create apply.",
+		Description: "PATCH /v2/event-types/{eventTypeId}/webhooks/{webhookId}; the subscriber URL rules of webhook.update apply.",
 		Method:      http.MethodPatch, Path: "/v2/event-types/{event_type_id}/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
 		Required: []string{"event_type_id", "webhook_id"}, MinProps: 3,
 		Props: webhookProps(map[string]any{"event_type_id": eventTypeIDProp, "webhook_id": webhookIDProp}), Body: webhookBody,
