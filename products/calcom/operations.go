@@ -521,7 +521,7 @@ var operations = []*operation{
 		Suffix: "webhook.update", Name: "Update a user webhook",
 		Description: "PATCH /v2/webhooks/{webhookId}: changes a webhook's URL (allowed prefixes only, as for webhook.create), triggers, template or state; " +
 			"without an allowed subscriber_url it may only switch the webhook off (active false).",
-		Method:      http.MethodPatch, Path: "/v2/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
+		Method: http.MethodPatch, Path: "/v2/webhooks/{webhook_id}", Mutation: true, Risk: aip.RiskMedium, Webhook: true,
 		Required: []string{"webhook_id"}, MinProps: 2,
 		Props: webhookProps(map[string]any{"webhook_id": webhookIDProp}), Body: webhookBody,
 	},
