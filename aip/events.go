@@ -38,6 +38,10 @@ const (
 	MaxEventBytes = 256 << 10
 	// MaxEventDeliveryBytes bounds a delivery envelope.
 	MaxEventDeliveryBytes = 4 << 20
+	// MaxEventAnswerBytes bounds the dispatcher's answer to a delivery: the
+	// delivered events as stored, each with its aip_connector stamp (a few
+	// hundred bytes) and the envelope, so it may exceed the delivery.
+	MaxEventAnswerBytes = MaxEventDeliveryBytes + 1<<20
 )
 
 // MaxEventDeliveryAge is how old a delivery's sent_at may be (a host

@@ -310,12 +310,12 @@ func (d *eventDelivery) sendPart(ctx context.Context, channelID string, events [
 		return transport("POST %s: %v", d.endpoint, err)
 	}
 	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, aip.MaxEventDeliveryBytes+1))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, aip.MaxEventAnswerBytes+1))
 	if err != nil {
 		return transport("read the answer: %v", err)
 	}
-	if len(answer) > aip.MaxEventDeliveryBytes {
-		return transport("HTTP %d: the answer exceeds %d bytes", resp.StatusCode, aip.MaxEventDeliveryBytes)
+	if len(answer) > aip.MaxEventAnswerBytes {
+		return transport("HTTP %d: the answer exceeds %d bytes", resp.StatusCode, aip.MaxEventAnswerBytes)
 	}
 	var probe struct {
 		Security map[string]json.RawMessage `json:"security"`

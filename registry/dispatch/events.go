@@ -350,12 +350,14 @@ func (d *Dispatcher) eventBatch(dl *delivery) (registry.EventBatch, *eventRefusa
 		}
 	}
 	// The answer lists the events as stored, and a host reads at most
-	// aip.MaxEventDeliveryBytes of it: a delivery whose stamped events
-	// would not fit is refused before anything is stored, or the host
-	// would deliver it again forever.
-	if answerBytes > aip.MaxEventDeliveryBytes {
-		return registry.EventBatch{}, invalidEvent("the events with their aip_connector stamps are %d bytes, more than the %d an answer may hold; deliver fewer events at once",
-			answerBytes, aip.MaxEventDeliveryBytes)
+	// aip.MaxEventAnswerBytes of it: a delivery whose stamped events would
+	// not fit is refused before anything is stored, or the host would
+	// deliver it again forever. (A delivery within its own bound always
+	// fits: the stamps of at most aip.MaxEventsPerDelivery events are far
+	// smaller than the answer's margin.)
+	if answerBytes > aip.MaxEventAnswerBytes-64<<10 {
+		return registry.EventBatch{}, invalidEvent("the events with their aip_connector stamps are %d bytes, more than an answer may hold; deliver fewer events at once",
+			answerBytes)
 	}
 	return registry.EventBatch{TenantID: ce.TenantID, InstanceID: ce.InstanceID, ReplicaID: ce.ReplicaID, VersionID: ce.VersionID,
 		ChannelID: ce.ChannelID, LeaseSequence: ce.LeaseSequence, Events: out, ReceivedAt: now}, nil
