@@ -387,6 +387,9 @@ func testEventConcurrency(t *testing.T, nb NewBackend) {
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+1)
 	results := make([][]registry.StoredEvent, writers)
+	// The reader reads each time a writer has appended a batch (while the
+	// others may be appending), and once more after all have finished.
+	appended := make(chan struct{}, writers*batches)
 	done := make(chan struct{})
 	for w := range writers {
 		wg.Go(func() {
@@ -401,6 +404,7 @@ func testEventConcurrency(t *testing.T, nb NewBackend) {
 					return
 				}
 				results[w] = append(results[w], got...)
+				appended <- struct{}{}
 			}
 		})
 	}
@@ -409,26 +413,33 @@ func testEventConcurrency(t *testing.T, nb NewBackend) {
 		var after uint64
 		finished := false
 		for after < total {
-			p, err := f.events().Events(f.ctx, "tenant-1", after, 7)
-			if err != nil {
-				errs <- fmt.Errorf("reader: %w", err)
-				return
+			if !finished {
+				select {
+				case <-appended:
+				case <-done:
+					finished = true
+				}
 			}
-			for _, e := range p.Events {
-				if e.Sequence != after+1 {
-					errs <- fmt.Errorf("reader: sequence %d after %d: an event it passed committed later, or a gap", e.Sequence, after)
+			for {
+				p, err := f.events().Events(f.ctx, "tenant-1", after, 7)
+				if err != nil {
+					errs <- fmt.Errorf("reader: %w", err)
 					return
 				}
-				after = e.Sequence
+				for _, e := range p.Events {
+					if e.Sequence != after+1 {
+						errs <- fmt.Errorf("reader: sequence %d after %d: an event it passed committed later, or a gap", e.Sequence, after)
+						return
+					}
+					after = e.Sequence
+				}
+				if !p.More {
+					break
+				}
 			}
-			if len(p.Events) == 0 && finished {
+			if finished && after < total {
 				errs <- fmt.Errorf("reader: saw %d of %d events after every writer finished", after, total)
 				return
-			}
-			select {
-			case <-done:
-				finished = true
-			default:
 			}
 		}
 	})
