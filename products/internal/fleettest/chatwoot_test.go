@@ -85,9 +85,10 @@ func (m *chatwootMock) messages() []map[string]any {
 // PostgreSQL, registers with the real control plane, an action sent to the dispatcher's API posts one
 // message to Chatwoot and comes back completed and signed, the same
 // action ID again is answered from the replica's journal without a second
-// message, a signed webhook delivery to the replica's listener lands in
-// its outbox (a badly signed one is refused), and SIGTERM drains the
-// replica to a clean exit.
+// message, a signed webhook delivery to the replica's listener reaches the
+// tenant's event log through the replica's outbox and the dispatcher's
+// event ingress (a badly signed one is refused), and SIGTERM drains the
+// replica to a clean exit with its outbox empty.
 func TestChatwootHostInARealFleet(t *testing.T) {
 	f := realfleet.StartWith(t, realfleet.Options{LeaseTTL: leaseTT, LogTail: 40})
 	mock := &chatwootMock{}
@@ -134,7 +135,8 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	env := append(append([]string(nil), r.Env...),
 		"AIP_CHATWOOT_BASE_URL="+srv.URL, fmt.Sprintf("AIP_CHATWOOT_ACCOUNT_ID=%d", account),
 		"AIP_CHATWOOT_API_TOKEN_FILE="+tokenFile, "AIP_CHATWOOT_WEBHOOK_SECRET_FILE="+secretFile, "AIP_HOST_LOG_LEVEL=info",
-		"AIP_CONNECTOR_HOST_DATABASE_URL_FILE="+journalURL)
+		"AIP_CONNECTOR_HOST_DATABASE_URL_FILE="+journalURL,
+		"AIP_CONNECTOR_HOST_EVENT_ENDPOINT="+f.APIURL()+aip.EventsPath)
 	bin := sidecartest.Build(t, "github.com/aipfleet/aipfleet/cmd/aip-host")
 	host := sidecartest.StartWith(t, bin, sidecartest.StartOptions{Name: "aip-host chatwoot", Env: env, KillWithTest: true, LogTail: 40}, "chatwoot")
 	reg := f.Registry()
@@ -188,7 +190,8 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	}
 
 	// A signed webhook delivery to the replica's own listener is accepted
-	// and its event stored in the outbox; a wrong signature is refused.
+	// (a wrong signature is refused), its event goes through the outbox to
+	// the dispatcher, and the tenant reads it from its event log.
 	webhookBody := fmt.Sprintf(`{"event":"message_created","id":77,"content":"Where is my refund?","message_type":"incoming",`+
 		`"private":false,"account":{"id":%d,"name":"Acme Support"},"conversation":{"id":42}}`, account)
 	deliver := func(sig string) (int, string) {
@@ -218,6 +221,26 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	if status, body := deliver(""); status != http.StatusOK || !strings.Contains(body, `"accepted_events":1`) {
 		t.Fatalf("a signed delivery: %d %s", status, body)
 	}
+	var logged dispatch.EventsResponse
+	sidecartest.WaitUntil(t, "the webhook's event in the tenant's event log", []*sidecartest.Process{host, f.Dispatcher()}, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, f.APIURL()+dispatch.PathEvents, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		logged = dispatch.EventsResponse{}
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&logged) == nil && len(logged.Events) > 0
+	})
+	if ev := logged.Events[0]; len(logged.Events) != 1 || ev.Sequence != 1 || ev.ChannelID != chatwoot.Channel ||
+		ev.Event.Kind != "chatwoot.message_created" || !strings.Contains(string(ev.Event.Data), `"replica_id":"`+r.ID+`"`) {
+		t.Fatalf("the tenant's event log: %+v", logged)
+	}
+	// Delivered again (the same delivery ID): the log does not grow.
+	if status, body := deliver(""); status != http.StatusOK || !strings.Contains(body, `"duplicate":true`) {
+		t.Fatalf("the same delivery again: %d %s", status, body)
+	}
 
 	if err := host.Term(t); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
@@ -238,9 +261,7 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	if a, err := j.Action(context.Background(), actionID); err != nil || a.Status != aip.StateCompleted {
 		t.Fatalf("the PostgreSQL journal has %+v (%v), want the action completed", a, err)
 	}
-	batches, err := j.ClaimEvents(context.Background(), time.Now().Add(time.Hour), time.Minute, 10)
-	if err != nil || len(batches) != 1 || batches[0].ChannelID != chatwoot.Channel ||
-		!strings.Contains(string(batches[0].Events), `"kind":"chatwoot.message_created"`) {
-		t.Fatalf("the outbox holds %+v (%v), want the delivery's event", batches, err)
+	if n, err := j.PendingEvents(context.Background()); err != nil || n != 0 {
+		t.Fatalf("the outbox holds %d batches (%v) after delivery, want none", n, err)
 	}
 }
