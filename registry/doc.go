@@ -35,8 +35,10 @@
 // and settle routes), Reader, Administrator and FleetStatus (lease expiry,
 // aggregate status and the reservation ledger). Beside them: Lifecycle (the
 // control plane's signed transitions), Rerouter (the provably-not-started
-// reroute, reroute.go) and OrphanSettler (settling a reservation no
-// dispatcher will settle, unless it was handed out again meanwhile).
+// reroute, reroute.go), OrphanSettler (settling a reservation no
+// dispatcher will settle, unless it was handed out again meanwhile) and
+// EventLog (the per-tenant log of provider events the dispatcher's
+// connector-event ingress appends, events.go).
 // Backends: memregistry (deterministic, in memory) and pgregistry
 // (PostgreSQL); both pass registrytest.Run.
 //
