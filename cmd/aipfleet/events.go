@@ -137,6 +137,9 @@ func (f *eventsFlags) list(ctx context.Context, client *http.Client, bearer stri
 			}
 			fmt.Fprintf(e.stdout, "%d %s %s %s %s %s\n", ev.Sequence, ev.Event.OccurredAt, ev.ChannelID, ev.Event.Kind, ev.Event.ID, compact(ev.Event.Data))
 		}
+		if len(page.Events) == 0 && !f.follow {
+			fmt.Fprintf(e.stderr, "no events after sequence %d\n", after)
+		}
 		after = page.NextAfter
 		switch {
 		case page.More && f.follow:

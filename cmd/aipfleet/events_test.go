@@ -93,6 +93,10 @@ func TestEventsList(t *testing.T) {
 	if errOut != "" {
 		t.Errorf("the last page says %q on stderr", errOut)
 	}
+	// Nothing after the last event: said on stderr, stdout stays empty.
+	if out, errOut, err = runCLI(t, env, "events", "list", "--tenant", "acme", "--after", "3"); err != nil || out != "" || errOut != "no events after sequence 3\n" {
+		t.Errorf("past the end: %q, %q, %v", out, errOut, err)
+	}
 
 	// --follow pages to the end, then prints events as they arrive.
 	ctx, cancel := context.WithCancel(context.Background())
