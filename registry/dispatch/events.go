@@ -298,6 +298,18 @@ func (d *Dispatcher) verifyDelivery(ctx context.Context, raw []byte, dl *deliver
 	case !declaresChannel(&ver.Manifest, ce.ChannelID):
 		return unauthorizedEvent("version %s's manifest declares no channel %q", ver.ID, ce.ChannelID)
 	}
+	// A disabled connector type is switched off fleet-wide: its replicas
+	// take no routes and append no events.
+	typ, err := d.deps.Records.ConnectorType(rctx, inst.ConnectorTypeID)
+	if errors.Is(err, registry.ErrNotFound) {
+		return unauthorizedEvent("connector type %s is not registered", inst.ConnectorTypeID)
+	}
+	if err != nil {
+		return d.registryUnavailable("connector type", err)
+	}
+	if !typ.Enabled {
+		return unauthorizedEvent("connector type %s is disabled", typ.ID)
+	}
 	return nil
 }
 

@@ -48,6 +48,9 @@ type eventWorldOptions struct {
 	versionStatus registry.VersionStatus
 	// noEvents runs the dispatcher without Deps.Events.
 	noEvents bool
+	// instanceDisabled and typeDisabled switch the instance and its
+	// connector type off.
+	instanceDisabled, typeDisabled bool
 }
 
 func newEventWorld(t *testing.T, opts eventWorldOptions) *eventWorld {
@@ -66,14 +69,21 @@ func newEventWorld(t *testing.T, opts eventWorldOptions) *eventWorld {
 	m.Agent = w.host
 	m.Channels = []json.RawMessage{json.RawMessage(`{"id":"` + channel + `","description":"verified webhooks"}`)}
 	status := opts.versionStatus
-	if status == "" {
-		status = registry.VersionActive
+	if status == "" || status == registry.VersionRevoked {
+		status = registry.VersionActive // revoked once the replica is registered
 	}
 	must(t, reg.PutConnectorType(ctx, registry.ConnectorType{ID: typeID, Name: "events", Owner: "owner-test", Enabled: true}))
 	w.version = registrytest.Version(versionID, typeID, "1.0.0", "owner-test", status, m)
 	must(t, reg.AdmitVersion(ctx, w.version))
+	instStatus := registry.InstanceEnabled
+	if opts.instanceDisabled {
+		instStatus = registry.InstanceDisabled
+	}
 	must(t, reg.PutInstance(ctx, registry.ConnectorInstance{ID: instanceID, ConnectorTypeID: typeID, VersionID: versionID,
-		TenantID: tenant, ConfigRevision: 1, SecretProviderRef: "secret://test", Status: registry.InstanceEnabled}))
+		TenantID: tenant, ConfigRevision: 1, SecretProviderRef: "secret://test", Status: instStatus}))
+	if opts.typeDisabled {
+		must(t, reg.SetConnectorTypeEnabled(ctx, typeID, false))
+	}
 	w.replica = registry.ConnectorReplica{
 		ID: aip.NewID(aip.PrefixReplica), InstanceID: instanceID, VersionID: versionID, Endpoint: "https://replica.test:8443" + aip.MessagesPath,
 		PeerPrincipalID: w.host.ID, PeerPrincipalKind: w.host.Kind, PeerDID: hostKey.DID(), TrustDomain: hostsdktest.TrustDomain,
@@ -84,6 +94,9 @@ func newEventWorld(t *testing.T, opts eventWorldOptions) *eventWorld {
 		opts.replica(&w.replica)
 	}
 	must(t, reg.PutReplica(ctx, w.replica))
+	if opts.versionStatus == registry.VersionRevoked {
+		must(t, reg.SetVersionStatus(ctx, versionID, registry.VersionRevoked))
+	}
 
 	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: issuer, DIDs: []string{iss.DID()}}}})
 	must(t, err)
@@ -365,6 +378,12 @@ func TestConnectorEventsRefused(t *testing.T) {
 		{name: "stale lease sequence", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.LeaseSequence-- },
 			status: http.StatusServiceUnavailable, code: aip.CodeEventUnavailable},
 		{name: "version not active", opts: eventWorldOptions{versionStatus: registry.VersionAdmitted},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "version revoked", opts: eventWorldOptions{versionStatus: registry.VersionRevoked},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "instance disabled", opts: eventWorldOptions{instanceDisabled: true},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "connector type disabled", opts: eventWorldOptions{typeDisabled: true},
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "manifest digest mismatch", mod: func(w *eventWorld, dl *eventDelivery) {
 			dl.ce.ManifestDigest = aip.DigestBytes([]byte("another manifest"))
