@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -52,6 +55,33 @@ const (
 	// CodeEventBatchInvalid: the outbox batch cannot be sent (corrupt JSON).
 	CodeEventBatchInvalid = "connector_host.event_batch_invalid"
 )
+
+// MetricEventsPending is the number of batches in the event outbox (read
+// from the journal at each scrape): a number that only grows means events
+// are not being delivered (no --event-endpoint, the dispatcher unreachable,
+// or batches it refuses); the host refuses new events at 10000.
+const MetricEventsPending = "aip_host_events_pending"
+
+// registerPendingMetric adds MetricEventsPending to the host's metrics.
+func (h *Host) registerPendingMetric() {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricEventsPending,
+		Help: "Event outbox batches not yet delivered (NaN when the journal cannot be read)."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ControlTimeout)
+			defer cancel()
+			n, err := h.journal.PendingEvents(ctx)
+			if err != nil {
+				return math.NaN()
+			}
+			return float64(n)
+		})
+	if err := h.m.reg.Register(g); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			h.log.Warn("register the pending-events metric", "error", err)
+		}
+	}
+}
 
 // eventBackoff returns the delay before the next attempt of a batch that
 // failed after attempts earlier failures; permanent refusals wait the
@@ -109,9 +139,10 @@ func (f *deliveryFailure) Error() string { return f.code + ": " + f.err.Error() 
 // startEventDelivery starts the loop (step 10) when an event endpoint is
 // configured; otherwise it warns once when the manifest declares channels.
 func (h *Host) startEventDelivery(ctx context.Context) {
+	h.registerPendingMetric()
 	if h.cfg.EventEndpoint == "" {
 		if len(h.channels) > 0 {
-			h.log.Warn("the manifest declares event channels but --event-endpoint is not set: published events only accumulate in the outbox (pending_events in /ready) and are refused once it holds 10000 batches",
+			h.log.Warn("the manifest declares event channels but --event-endpoint is not set: published events only accumulate in the outbox (pending_events in /ready, "+MetricEventsPending+") and are refused once it holds 10000 batches",
 				"channels", len(h.channels))
 		}
 		return

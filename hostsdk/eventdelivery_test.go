@@ -244,11 +244,17 @@ func TestEventDeliveryRetriesWithBackoff(t *testing.T) {
 		if n := f.j.pending(t); n != 1 {
 			t.Fatalf("outbox holds %d batches while the ingress is down", n)
 		}
+		if n := f.metric(t, hostsdk.MetricEventsPending); n != 1 {
+			t.Errorf("%s = %v while the ingress is down, want 1", hostsdk.MetricEventsPending, n)
+		}
 		f.in.SetDown(false)
 		time.Sleep(20 * time.Second)
 		synctest.Wait()
 		if n := f.j.pending(t); n != 0 {
 			t.Fatalf("outbox holds %d batches after the ingress came back", n)
+		}
+		if n := f.metric(t, hostsdk.MetricEventsPending); n != 0 {
+			t.Errorf("%s = %v after the ingress came back, want 0", hostsdk.MetricEventsPending, n)
 		}
 		if ev := f.in.Events(); len(ev) != 1 {
 			t.Errorf("stored %d events, want 1", len(ev))
@@ -368,6 +374,9 @@ func TestEventDeliveryWithoutEndpoint(t *testing.T) {
 		}
 		if n := f.j.pending(t); n != 1 {
 			t.Errorf("outbox holds %d batches, want 1", n)
+		}
+		if n := f.metric(t, hostsdk.MetricEventsPending); n != 1 {
+			t.Errorf("%s = %v, want 1", hostsdk.MetricEventsPending, n)
 		}
 	})
 }
