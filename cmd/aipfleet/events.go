@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf16"
 
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
@@ -135,7 +137,8 @@ func (f *eventsFlags) list(ctx context.Context, client *http.Client, bearer stri
 				fmt.Fprintf(e.stdout, "%s\n", raw)
 				continue
 			}
-			fmt.Fprintf(e.stdout, "%d %s %s %s %s %s\n", ev.Sequence, ev.Event.OccurredAt, ev.ChannelID, ev.Event.Kind, ev.Event.ID, compact(ev.Event.Data))
+			fmt.Fprintf(e.stdout, "%d %s %s %s %s %s\n", ev.Sequence, ev.Event.OccurredAt, printable(ev.ChannelID), printable(ev.Event.Kind),
+				printable(ev.Event.ID), printable(compact(ev.Event.Data)))
 		}
 		if len(page.Events) == 0 && !f.follow {
 			fmt.Fprintf(e.stderr, "no events after sequence %d\n", after)
@@ -158,6 +161,27 @@ func (f *eventsFlags) list(ctx context.Context, client *http.Client, bearer stri
 		case <-t.C:
 		}
 	}
+}
+
+// printable returns s with every rune a terminal could act on (control
+// characters such as ESC or a newline, format characters such as bidi
+// overrides) written as a JSON \u escape: an event's kind and data come
+// from a provider, and must not move the cursor, rewrite the screen or
+// forge lines of this output. JSON text stays valid JSON.
+func printable(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == ' ' || unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, "\\u%04x\\u%04x", r1, r2)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
 }
 
 // page reads one page of events after after.

@@ -176,3 +176,30 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		w.buf = w.buf[i+1:]
 	}
 }
+
+// TestEventsListEscapesControlCharacters: a provider's kind or data cannot
+// send terminal escape sequences or forge lines of the listing.
+func TestEventsListEscapesControlCharacters(t *testing.T) {
+	issuerKey, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "issuer.key")
+	if err := aip.WriteSeedFile(keyFile, issuerKey); err != nil {
+		t.Fatal(err)
+	}
+	url, reg := eventsDispatcher(t, issuerKey)
+	b := registry.EventBatch{TenantID: "acme", InstanceID: aip.NewID(aip.PrefixInstance), ReplicaID: aip.NewID(aip.PrefixReplica),
+		ChannelID: "chatwoot.webhooks", ReceivedAt: time.Now(), Events: []aip.Event{{ID: aip.NewID(aip.PrefixEvent),
+			Kind: "evil\x1b]0;pwned\x07\n2 forged", OccurredAt: aip.At(time.Now()), Data: json.RawMessage("{\"t\":\"a\u009b2J\u202eb\"}")}}}
+	if _, err := reg.AppendEvents(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": url, "AIP_CLIENT_ISSUER_KEY": keyFile}, "events", "list", "--tenant", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out, "\n") != 1 || strings.ContainsAny(out, "\x1b\x07\u009b\u202e") {
+		t.Fatalf("the listing passes control characters through:\n%q", out)
+	}
+	if !strings.Contains(out, `evil\u001b]0;pwned\u0007\u000a2 forged`) || !strings.Contains(out, `{"t":"a\u009b2J\u202eb"}`) {
+		t.Errorf("the listing does not show the escaped kind and data:\n%q", out)
+	}
+}
