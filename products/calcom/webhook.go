@@ -220,17 +220,8 @@ func event(sub, fence string, d delivery, createdAt time.Time) (aip.Event, error
 	}, nil
 }
 
-// eventID returns "evt_" and a UUIDv7-shaped value: 48 bits of ms, the
-// version, then bits of the fence digest with the RFC 9562 variant.
+// eventID is the delivery's event ID (webhook.EventID): its time is the
+// delivery's createdAt, its other bits derive from the fence ID.
 func eventID(fence string, at time.Time) string {
-	digest, _ := hex.DecodeString(fence)
-	var u [16]byte
-	ms := uint64(max(at.UnixMilli(), 0))
-	for i := range 6 {
-		u[i] = byte(ms >> (40 - 8*i))
-	}
-	copy(u[6:], digest[:10])
-	u[6] = 0x70 | u[6]&0x0f
-	u[8] = 0x80 | u[8]&0x3f
-	return aip.PrefixEvent + hex.EncodeToString(u[:])
+	return webhook.EventID(at, []byte("cal-diy"), []byte(fence))
 }

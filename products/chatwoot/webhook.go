@@ -178,11 +178,7 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 // depends on the delivery alone (a redelivery signed at another time keeps
 // it; its time field is digest bits, not a clock).
 func eventID(accountID int64, delivery string) string {
-	sum := sha256.Sum256([]byte("chatwoot\x00" + strconv.FormatInt(accountID, 10) + "\x00" + delivery))
-	u := sum[:16]
-	u[6] = 0x70 | u[6]&0x0f
-	u[8] = 0x80 | u[8]&0x3f
-	return aip.PrefixEvent + hex.EncodeToString(u)
+	return webhook.EventID(time.Time{}, []byte("chatwoot"), []byte(strconv.FormatInt(accountID, 10)), []byte(delivery))
 }
 
 // accountOf reads account.id or account_id from a payload.

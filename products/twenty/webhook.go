@@ -196,20 +196,20 @@ func (h *webhookHandler) event(body []byte) (*aip.Event, string) {
 		return nil, fmt.Sprintf("eventDate %q is not an RFC 3339 time", p.EventDate)
 	}
 	return &aip.Event{
-		ID:         EventID(h.c.cfg.WorkspaceID, p.WebhookID, body),
+		ID:         EventID(h.c.cfg.WorkspaceID, p.WebhookID, body, at),
 		Kind:       "twenty." + p.EventName,
 		OccurredAt: aip.At(at),
 		Data:       json.RawMessage(body),
 	}, ""
 }
 
-// EventID is a delivery's event ID: evt_ and the hex of the first 16
-// bytes of sha256(workspace ":" webhookId ":" body).
-func EventID(workspaceID, webhookID string, body []byte) string {
-	s := sha256.New()
-	s.Write([]byte(workspaceID + ":" + webhookID + ":"))
-	s.Write(body)
-	return "evt_" + hex.EncodeToString(s.Sum(nil)[:16])
+// EventID is a delivery's event ID (webhook.EventID): its time is the
+// payload's eventDate, its other bits derive from the workspace, the
+// webhook ID and the body, so a redelivery keeps it. (The reference uses
+// the first 16 bytes of sha256(workspace ":" webhookId ":" body) as hex;
+// the fleet's event log takes only UUIDv7-shaped IDs.)
+func EventID(workspaceID, webhookID string, body []byte, at time.Time) string {
+	return webhook.EventID(at, []byte("twenty"), []byte(workspaceID), []byte(webhookID), body)
 }
 
 // replayKey is hex sha256(timestamp ":" signature ":" body).

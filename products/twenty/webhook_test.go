@@ -134,9 +134,13 @@ func TestWebhookAccepted(t *testing.T) {
 		}
 		ev = evs[0]
 	}
-	sum := sha256.Sum256([]byte(workspace + ":" + webhookID + ":" + body))
-	if want := "evt_" + hex.EncodeToString(sum[:16]); ev.ID != want {
+	eventDate, _ := time.Parse(time.RFC3339, date)
+	if want := EventID(workspace, webhookID, []byte(body), eventDate); ev.ID != want {
 		t.Errorf("event ID %s, want %s", ev.ID, want)
+	}
+	// The fleet's event log accepts it.
+	if err := aip.ValidateID(aip.PrefixEvent, ev.ID); err != nil {
+		t.Errorf("event ID %s: %v", ev.ID, err)
 	}
 	if ev.Kind != "twenty.person.created" {
 		t.Errorf("kind %s", ev.Kind)
