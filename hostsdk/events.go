@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -56,14 +57,30 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 	now := h.cfg.Now()
 	batch := make([]aip.Event, len(events))
 	for i, e := range events {
+		// What the fleet's event ingress would refuse is refused here, so
+		// a connector learns it now rather than leave a batch in the
+		// outbox that can never be delivered.
 		if e.ID == "" {
 			e.ID = aip.NewID(aip.PrefixEvent)
+		} else if err := aip.ValidateID(aip.PrefixEvent, e.ID); err != nil {
+			return "", fmt.Errorf("hostsdk: event ID %q: %v; leave it empty for a fresh one, or derive a UUIDv7-shaped one", e.ID, err)
 		}
-		if e.Kind == "" || len(e.Kind) > MaxEventKindBytes {
-			return "", fmt.Errorf("hostsdk: event %s: kind must be 1 to %d bytes", e.ID, MaxEventKindBytes)
+		if e.Kind == "" || len(e.Kind) > MaxEventKindBytes || !utf8.ValidString(e.Kind) || strings.ContainsRune(e.Kind, 0) {
+			return "", fmt.Errorf("hostsdk: event %s: kind must be 1 to %d bytes of UTF-8 without NUL", e.ID, MaxEventKindBytes)
 		}
 		if e.OccurredAt.IsZero() {
 			e.OccurredAt = aip.At(now)
+		} else if e.OccurredAt.Time.After(now.Add(aip.MaxEnvelopeSkew)) {
+			return "", fmt.Errorf("hostsdk: event %s: occurred_at %s is more than %s ahead of this host's clock", e.ID, e.OccurredAt, aip.MaxEnvelopeSkew)
+		}
+		if len(e.Data) > 0 {
+			var obj map[string]any
+			if err := json.Unmarshal(e.Data, &obj); err != nil || obj == nil {
+				return "", fmt.Errorf("hostsdk: event %s: data must be a JSON object", e.ID)
+			}
+			if hasNUL(obj) {
+				return "", fmt.Errorf("hostsdk: event %s: data holds a NUL character (\\u0000), which the fleet's event log cannot store", e.ID)
+			}
 		}
 		if e.Actor != nil {
 			data := map[string]json.RawMessage{}
@@ -139,4 +156,26 @@ func manifestChannels(m *aip.Manifest) map[string]bool {
 		}
 	}
 	return out
+}
+
+// hasNUL reports whether a decoded JSON value holds a NUL character in a
+// string or a member name.
+func hasNUL(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return strings.ContainsRune(x, 0)
+	case map[string]any:
+		for k, c := range x {
+			if strings.ContainsRune(k, 0) || hasNUL(c) {
+				return true
+			}
+		}
+	case []any:
+		for _, c := range x {
+			if hasNUL(c) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -2,11 +2,13 @@ package hostsdk_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -99,5 +101,53 @@ func TestTracing(t *testing.T) {
 	}
 	if p := parents["hostsdk.message"]; p.TraceID() != span.SpanContext().TraceID() || p.SpanID() != span.SpanContext().SpanID() {
 		t.Errorf("message span parent %v, want the dispatcher's span %v", p, span.SpanContext())
+	}
+}
+
+// publisherConnector hands its route context's publisher to the test.
+type publisherConnector struct {
+	*testConnector
+	pub chan *hostsdk.EventPublisher
+}
+
+func (c *publisherConnector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	c.pub <- rc.Events
+	return nil, nil
+}
+
+// TestPublishRefusesWhatTheFleetRefuses: an event the dispatcher's event
+// ingress would refuse is refused at Publish, with nothing stored, so no
+// batch waits in the outbox that can never be delivered.
+func TestPublishRefusesWhatTheFleetRefuses(t *testing.T) {
+	f := newFleet(t)
+	c := &publisherConnector{newTestConnector(), make(chan *hostsdk.EventPublisher, 1)}
+	f.start(t, c)
+	pub := <-c.pub
+	ctx := context.Background()
+	future := aip.At(time.Now().Add(time.Hour))
+	for _, tc := range []struct {
+		name string
+		ev   aip.Event
+		want string
+	}{
+		{"raw hash as ID", aip.Event{ID: "evt_" + strings.Repeat("ab", 16), Kind: "k"}, "event ID"},
+		{"foreign prefix", aip.Event{ID: aip.NewID(aip.PrefixAction), Kind: "k"}, "event ID"},
+		{"NUL in kind", aip.Event{Kind: "k\x00"}, "kind"},
+		{"invalid UTF-8 kind", aip.Event{Kind: "k\xff"}, "kind"},
+		{"far future", aip.Event{Kind: "k", OccurredAt: future}, "ahead of this host's clock"},
+		{"data an array", aip.Event{Kind: "k", Data: json.RawMessage(`[1]`)}, "data must be a JSON object"},
+		{"data null", aip.Event{Kind: "k", Data: json.RawMessage(`null`)}, "data must be a JSON object"},
+		{"NUL in data", aip.Event{Kind: "k", Data: json.RawMessage(`{"a":["x\u0000"]}`)}, "NUL"},
+	} {
+		if _, err := pub.Publish(ctx, "test.events", tc.ev); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Publish = %v, want an error about %q", tc.name, err, tc.want)
+		}
+	}
+	// A backslash followed by u0000 as text is not a NUL.
+	if _, err := pub.Publish(ctx, "test.events", aip.Event{Kind: "k", Data: json.RawMessage(`{"a":"\\u0000"}`)}); err != nil {
+		t.Errorf("an escaped backslash: %v", err)
+	}
+	if n, _ := f.j.PendingEvents(ctx); n != 1 {
+		t.Errorf("the outbox holds %d batches, want only the valid one", n)
 	}
 }
