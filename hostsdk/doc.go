@@ -121,8 +121,9 @@
 //
 // The host also serves GET /aip/v1/manifest (the bound manifest), /health,
 // /ready (ReadyDocument), /metrics (the eight aip_connector_host_* metrics
-// and the event delivery metrics aip_host_events_delivered_total and
-// aip_host_event_delivery_failures_total, on a registry the host owns) and
+// and the event delivery metrics aip_host_events_delivered_total,
+// aip_host_event_delivery_failures_total and aip_host_events_pending, on a
+// registry the host owns) and
 // /.well-known/jwks.json.
 // Product-owned routes (RouteProvider) share the listener.
 //
@@ -168,8 +169,12 @@
 // refusal (connector_event.invalid, not_authorized, idempotency_conflict)
 // after the maximum, logged at error level with its code. The metrics
 // aip_host_events_delivered_total and
-// aip_host_event_delivery_failures_total{code} count the outcomes. Without
+// aip_host_event_delivery_failures_total{code} count the outcomes, and the
+// gauge aip_host_events_pending is the outbox's batches. Without
 // an event endpoint, batches stay in the outbox (counted in /ready), a
 // connector whose manifest declares channels gets a startup warning, and
-// publication is refused once 10000 batches wait.
+// publication is refused once 10000 batches wait. Publish refuses at once
+// what the fleet's event ingress would refuse (a malformed event ID, a
+// kind or data holding NUL, data that is not an object, occurred_at more
+// than aip.MaxEnvelopeSkew ahead), so no batch waits that can never go.
 package hostsdk
