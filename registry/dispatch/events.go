@@ -22,8 +22,15 @@ import (
 const PathEvents = "/aip/v1/events"
 
 // Bounds of GET /aip/v1/events: a page holds DefaultEventPageLimit events
-// unless limit says otherwise, at most registry.MaxEventPage.
-const DefaultEventPageLimit = 100
+// unless limit says otherwise, at most registry.MaxEventPage, and stops
+// (with more set) before its events' data pass MaxEventPageBytes; it
+// always holds at least one event when one follows.
+const (
+	DefaultEventPageLimit = 100
+	MaxEventPageBytes     = 8 << 20
+	// eventReadChunk is how many events a page reads from the log at once.
+	eventReadChunk = 32
+)
 
 // MaxEventFutureSkew bounds how far an event's occurred_at may be ahead of
 // the dispatcher's clock.
@@ -515,17 +522,35 @@ func (d *Dispatcher) handleEvents() http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), d.cfg.RegistryTimeout)
 		defer cancel()
-		page, err := d.deps.Events.Events(ctx, tenantOf(r.Context()), after, limit)
-		if err != nil {
-			d.log.Warn("read events", "error", err)
-			writeError(w, newAPIError(http.StatusServiceUnavailable, CodeRegistry, aip.CategoryTemporary, true, time.Second,
-				"the event log is unavailable; retry later"))
-			return
-		}
-		out := EventsResponse{Events: make([]EventRecord, len(page.Events)), NextAfter: after, More: page.More}
-		for i, e := range page.Events {
-			out.Events[i] = EventRecord{Sequence: e.Sequence, ChannelID: e.ChannelID, InstanceID: e.InstanceID, Event: e.Event}
-			out.NextAfter = e.Sequence
+		// Read in small chunks and stop at MaxEventPageBytes: events are
+		// up to aip.MaxEventBytes each, and a page of a thousand of them
+		// must not hold a quarter of a gigabyte in the dispatcher.
+		out := EventsResponse{Events: []EventRecord{}, NextAfter: after}
+		size := 0
+		for len(out.Events) < limit {
+			page, err := d.deps.Events.Events(ctx, tenantOf(r.Context()), out.NextAfter, min(eventReadChunk, limit-len(out.Events)))
+			if err != nil {
+				d.log.Warn("read events", "error", err)
+				writeError(w, newAPIError(http.StatusServiceUnavailable, CodeRegistry, aip.CategoryTemporary, true, time.Second,
+					"the event log is unavailable; retry later"))
+				return
+			}
+			out.More = page.More
+			full := false
+			for _, e := range page.Events {
+				rec := EventRecord{Sequence: e.Sequence, ChannelID: e.ChannelID, InstanceID: e.InstanceID, Event: e.Event}
+				n := len(e.Event.Data) + 512
+				if len(out.Events) > 0 && size+n > MaxEventPageBytes {
+					out.More, full = true, true
+					break
+				}
+				size += n
+				out.Events = append(out.Events, rec)
+				out.NextAfter = e.Sequence
+			}
+			if full || !page.More {
+				break
+			}
 		}
 		writeJSON(w, http.StatusOK, out)
 	})

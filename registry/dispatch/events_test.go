@@ -643,3 +643,55 @@ func TestConnectorEventsLargestDelivery(t *testing.T) {
 		t.Errorf("stored %d events, want %d", n, aip.MaxEventsPerDelivery)
 	}
 }
+
+// TestEventsReadIsBoundedInBytes: a page stops before its events' data
+// pass dispatch.MaxEventPageBytes (with more set), and paging on returns
+// every event once, in order.
+func TestEventsReadIsBoundedInBytes(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	blob := strings.Repeat("x", 200<<10)
+	const n = 50 // 10 MB of data
+	for i := range n / 10 {
+		es := make([]aip.Event, 10)
+		for j := range es {
+			es[j] = event("k", fmt.Sprintf(`{"i":%d,"b":%q}`, i*10+j, blob))
+		}
+		_, err := w.reg.AppendEvents(t.Context(), registry.EventBatch{TenantID: tenant, InstanceID: w.replica.InstanceID,
+			ReplicaID: w.replica.ID, ChannelID: channel, Events: es, ReceivedAt: time.Now()})
+		must(t, err)
+	}
+	var seen []uint64
+	after := uint64(0)
+	for pages := 0; ; pages++ {
+		if pages > n {
+			t.Fatal("paging does not end")
+		}
+		status, body := w.getEvents(tenant, fmt.Sprintf("?after=%d&limit=1000", after))
+		if status != http.StatusOK {
+			t.Fatalf("HTTP %d %.200s", status, body)
+		}
+		if len(body) > dispatch.MaxEventPageBytes+300<<10 {
+			t.Errorf("a page is %d bytes, over the bound %d", len(body), dispatch.MaxEventPageBytes)
+		}
+		var r dispatch.EventsResponse
+		must(t, json.Unmarshal(body, &r))
+		if pages == 0 && (!r.More || len(r.Events) == n) {
+			t.Errorf("the first page holds %d of %d events (more %v): not bounded", len(r.Events), n, r.More)
+		}
+		for _, e := range r.Events {
+			seen = append(seen, e.Sequence)
+		}
+		after = r.NextAfter
+		if !r.More {
+			break
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("read %d events, want %d", len(seen), n)
+	}
+	for i, s := range seen {
+		if s != uint64(i+1) {
+			t.Fatalf("sequence %d at position %d", s, i)
+		}
+	}
+}
