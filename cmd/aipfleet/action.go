@@ -76,15 +76,34 @@ func (f *actionFlags) commandName() string {
 	return f.command
 }
 
+// clientFlags are the flags every dispatcher client command (action,
+// events) shares: the dispatcher and how to get a token.
+type clientFlags struct {
+	url, token, tenant, issuerKey, issuer, audience, devStateDir *string
+}
+
+func bindClientFlags(fs *flagSet) clientFlags {
+	return clientFlags{
+		url:         fs.String("url", DefaultDispatchURL, "the dispatcher's base URL"),
+		token:       fs.String("token", "", "bearer token (see aipfleet token)"),
+		tenant:      fs.String("tenant", "", "mint a development token for this tenant with --issuer-key"),
+		issuerKey:   fs.String("issuer-key", "", "local issuer key file used with --tenant (mode 0600)"),
+		issuer:      fs.String("issuer", "aipfleet-dev", "issuer name of minted tokens"),
+		audience:    fs.String("audience", tenanttoken.DefaultAudience, "audience of minted tokens"),
+		devStateDir: fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --tenant, use the token aipfleet dev wrote in this directory (dev-token)"),
+	}
+}
+
+// fill copies the parsed client flags into f.
+func (c clientFlags) fill(f *actionFlags) {
+	f.url, f.token, f.tenant, f.issuerKey, f.issuer, f.audience, f.devStateDir =
+		*c.url, *c.token, *c.tenant, *c.issuerKey, *c.issuer, *c.audience, *c.devStateDir
+}
+
 func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	fs := newFlagSet(c, e.getenv)
 	f := &actionFlags{}
-	urlFlag := fs.String("url", DefaultDispatchURL, "the dispatcher's base URL")
-	tok := fs.String("token", "", "bearer token (see aipfleet token)")
-	tenant := fs.String("tenant", "", "mint a development token for this tenant with --issuer-key")
-	issuerKey := fs.String("issuer-key", "", "local issuer key file used with --tenant (mode 0600)")
-	issuerName := fs.String("issuer", "aipfleet-dev", "issuer name of minted tokens")
-	audience := fs.String("audience", tenanttoken.DefaultAudience, "audience of minted tokens")
+	cf := bindClientFlags(fs)
 	capability := fs.String("capability", "", "send: the capability ID")
 	input := fs.String("input", "", "send: the input as JSON")
 	inputFile := fs.String("input-file", "", "send: read the input JSON from this file (- for stdin)")
@@ -95,7 +114,6 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	reason := fs.String("reason", "", "cancel: the reason")
 	reqTimeout := fs.Duration("request-timeout", 6*time.Minute, "bound on the whole HTTP request")
 	jsonOut := fs.Bool("json", false, "print the dispatcher's JSON answer")
-	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --tenant, use the token aipfleet dev wrote in this directory (dev-token)")
 	fs.NoEnv("capability")
 	fs.NoEnv("input")
 	fs.NoEnv("input-file")
@@ -124,10 +142,9 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		rest, remaining = append(rest, remaining[0]), remaining[1:]
 	}
-	*f = actionFlags{url: *urlFlag, token: *tok, tenant: *tenant, issuerKey: *issuerKey, issuer: *issuerName, audience: *audience,
-		capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
-		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut,
-		devStateDir: *devStateDir}
+	*f = actionFlags{capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
+		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut}
+	cf.fill(f)
 	var err error
 	if f.url, err = baseURL("--url", f.url, DefaultDispatchURL); err != nil {
 		return usagef("action: %v", err)

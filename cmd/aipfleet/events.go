@@ -13,7 +13,6 @@ import (
 	"unicode"
 	"unicode/utf16"
 
-	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
@@ -59,19 +58,13 @@ type eventsFlags struct {
 
 func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	fs := newFlagSet(c, e.getenv)
-	urlFlag := fs.String("url", DefaultDispatchURL, "the dispatcher's base URL")
-	tok := fs.String("token", "", "bearer token (see aipfleet token)")
-	tenant := fs.String("tenant", "", "mint a development token for this tenant with --issuer-key")
-	issuerKey := fs.String("issuer-key", "", "local issuer key file used with --tenant (mode 0600)")
-	issuerName := fs.String("issuer", "aipfleet-dev", "issuer name of minted tokens")
-	audience := fs.String("audience", tenanttoken.DefaultAudience, "audience of minted tokens")
+	cf := bindClientFlags(fs)
 	after := fs.String("after", "0", "print the events after this sequence (a previous page's last)")
 	limit := fs.Int("limit", dispatch.DefaultEventPageLimit, "events per page (1 to "+strconv.Itoa(registry.MaxEventPage)+")")
 	follow := fs.Bool("follow", false, "page through to the end, then wait for new events until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "with --follow: how often to ask for new events")
 	reqTimeout := fs.Duration("request-timeout", 30*time.Second, "bound on each HTTP request")
 	jsonOut := fs.Bool("json", false, "print each event as the dispatcher's JSON, one per line")
-	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --tenant, use the token aipfleet dev wrote in this directory (dev-token)")
 	fs.NoEnv("after")
 	fs.NoEnv("follow")
 
@@ -93,8 +86,8 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("events list: unexpected argument %q; the start goes in --after", rest[0])
 	}
 	f := &eventsFlags{limit: *limit, follow: *follow, interval: *interval,
-		client: actionFlags{url: *urlFlag, token: *tok, tenant: *tenant, issuerKey: *issuerKey, issuer: *issuerName,
-			audience: *audience, requestTimeout: *reqTimeout, jsonOut: *jsonOut, devStateDir: *devStateDir, command: "events"}}
+		client: actionFlags{requestTimeout: *reqTimeout, jsonOut: *jsonOut, command: "events"}}
+	cf.fill(&f.client)
 	var err error
 	if f.after, err = strconv.ParseUint(*after, 10, 64); err != nil {
 		return usagef("events list: --after %q: want an event sequence, an integer from 0", *after)
