@@ -24,14 +24,16 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultAddr            = "127.0.0.1:8080"
-	DefaultActionTimeout   = 30 * time.Second
-	DefaultMaxTimeout      = 5 * time.Minute
-	DefaultMaxReroutes     = 2
-	DefaultMaxBodyBytes    = 4 << 20
-	DefaultRegistryTimeout = 5 * time.Second
-	DefaultStatusTimeout   = 5 * time.Second
-	DefaultShutdownTimeout = 30 * time.Second
+	DefaultAddr          = "127.0.0.1:8080"
+	DefaultActionTimeout = 30 * time.Second
+	DefaultMaxTimeout    = 5 * time.Minute
+	DefaultMaxReroutes   = 2
+	DefaultMaxBodyBytes  = 4 << 20
+	// DefaultMaxEventDeliveries is Config.MaxEventDeliveries' default.
+	DefaultMaxEventDeliveries = 128
+	DefaultRegistryTimeout    = 5 * time.Second
+	DefaultStatusTimeout      = 5 * time.Second
+	DefaultShutdownTimeout    = 30 * time.Second
 	// DefaultHopSlack is how much longer the dispatcher waits for the
 	// replica than the action's timeout, so the replica's own answer to a
 	// connector that overran (outcome unknown, journaled) arrives first.
@@ -71,6 +73,11 @@ type Config struct {
 	MaxReroutes int
 	// MaxBodyBytes bounds a request body. Defaults to 4 MiB.
 	MaxBodyBytes int64
+	// MaxEventDeliveries bounds the connector-event deliveries the
+	// dispatcher works on at once (each may hold 4 MiB); one more is
+	// refused with a temporary connector_event.capacity, and its host
+	// retries. Defaults to 128 (reference §7.4).
+	MaxEventDeliveries int
 	// TokenCacheSize bounds the cache of verified bearer tokens (a token is
 	// trusted again without verification until its expiry, at most 5
 	// minutes). Defaults to 4096; negative disables the cache.
@@ -132,6 +139,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxEventDeliveries == 0 {
+		c.MaxEventDeliveries = DefaultMaxEventDeliveries
 	}
 	if c.TokenCacheSize == 0 {
 		c.TokenCacheSize = DefaultTokenCacheSize
@@ -230,6 +240,8 @@ type Dispatcher struct {
 	handler   http.Handler
 	stopping  atomic.Bool
 	retries   *settleRetries
+	// eventSlots holds one token per connector-event delivery in work.
+	eventSlots chan struct{}
 }
 
 // New validates the configuration and returns a dispatcher. It does no I/O
@@ -256,6 +268,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("HopSlack %s must not be negative", cfg.HopSlack)
 	case cfg.MaxBodyBytes < 1:
 		return bad("MaxBodyBytes %d must be positive", cfg.MaxBodyBytes)
+	case cfg.MaxEventDeliveries < 1:
+		return bad("MaxEventDeliveries %d must be positive", cfg.MaxEventDeliveries)
 	case cfg.RegistryTimeout < 0:
 		return bad("RegistryTimeout %s must not be negative", cfg.RegistryTimeout)
 	case cfg.StatusTimeout < 0:
@@ -281,12 +295,13 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, deps: deps, key: cfg.SigningKey, sched: sched, client: deps.Client,
-		principal: aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
-		log:       cfg.Logger.With("component", "dispatch"),
-		tracer:    cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
-		prop:      propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		jwks:      jwks,
-		retries:   newSettleRetries(),
+		principal:  aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
+		log:        cfg.Logger.With("component", "dispatch"),
+		tracer:     cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
+		prop:       propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		jwks:       jwks,
+		retries:    newSettleRetries(),
+		eventSlots: make(chan struct{}, cfg.MaxEventDeliveries),
 	}
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true

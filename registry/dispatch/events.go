@@ -69,8 +69,12 @@ type EventRecord struct {
 // envelope, principals, signature).
 const answerOverhead = 4 << 10
 
-// eventsRetryAfter is the retry_after of a temporary refusal.
-const eventsRetryAfter = time.Second
+// eventsRetryAfter is the retry_after of a temporary refusal;
+// eventsCapacityRetryAfter of a refusal for capacity (reference §7.4).
+const (
+	eventsRetryAfter         = time.Second
+	eventsCapacityRetryAfter = 100 * time.Millisecond
+)
 
 // eventRefusal is a refusal of a delivery: the HTTP status, the
 // connector_event code and what to fix.
@@ -100,8 +104,10 @@ func unavailableEvent(format string, args ...any) *eventRefusal {
 func (r *eventRefusal) protocolError() *aip.ProtocolError {
 	var pe *aip.ProtocolError
 	switch r.code {
-	case aip.CodeEventUnavailable, aip.CodeEventCapacity:
+	case aip.CodeEventUnavailable:
 		pe = aip.NewProtocolError(r.code, aip.CategoryTemporary, true, uint64(eventsRetryAfter.Milliseconds()), aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
+	case aip.CodeEventCapacity:
+		pe = aip.NewProtocolError(r.code, aip.CategoryTemporary, true, uint64(eventsCapacityRetryAfter.Milliseconds()), aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
 	case aip.CodeEventNotAuthorized:
 		pe = aip.NewProtocolError(r.code, aip.CategoryAuth, false, 0, aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
 	default:
@@ -180,6 +186,16 @@ func (d *Dispatcher) receiveEvents(r *http.Request, w http.ResponseWriter, dl *d
 	if d.deps.Events == nil || d.deps.Records == nil {
 		dl.env = probeEnvelope(raw)
 		return nil, unavailableEvent("this dispatcher keeps no event log (it runs without Deps.Events); deliver events to a dispatcher that does")
+	}
+	// The checks and the append (registry reads, a database write) run for
+	// at most Config.MaxEventDeliveries deliveries at once.
+	select {
+	case d.eventSlots <- struct{}{}:
+		defer func() { <-d.eventSlots }()
+	default:
+		dl.env = probeEnvelope(raw)
+		return nil, refuseEvent(http.StatusServiceUnavailable, aip.CodeEventCapacity,
+			"the dispatcher is working on %d event deliveries already (Config.MaxEventDeliveries); deliver again shortly", cap(d.eventSlots))
 	}
 	if ref := d.verifyDelivery(r.Context(), raw, dl); ref != nil {
 		return nil, ref

@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,6 +52,9 @@ type eventWorldOptions struct {
 	// instanceDisabled and typeDisabled switch the instance and its
 	// connector type off.
 	instanceDisabled, typeDisabled bool
+	// events wraps the event log; cfg adjusts the dispatcher's config.
+	events func(registry.EventLog) registry.EventLog
+	cfg    func(*dispatch.Config)
 }
 
 func newEventWorld(t *testing.T, opts eventWorldOptions) *eventWorld {
@@ -104,7 +108,14 @@ func newEventWorld(t *testing.T, opts eventWorldOptions) *eventWorld {
 	if opts.noEvents {
 		deps.Events, deps.Records = nil, nil
 	}
-	w.d, err = dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID}, deps)
+	if opts.events != nil {
+		deps.Events = opts.events(reg)
+	}
+	cfg := dispatch.Config{SigningKey: key, PrincipalID: gatewayID}
+	if opts.cfg != nil {
+		opts.cfg(&cfg)
+	}
+	w.d, err = dispatch.New(cfg, deps)
 	must(t, err)
 	w.srv = httptest.NewServer(w.d.Handler())
 	t.Cleanup(func() {
@@ -321,12 +332,16 @@ func checkRefusal(t *testing.T, status int, ans *aip.Envelope, wantStatus int, w
 	if pe.Message == "" {
 		t.Errorf("%s has no message", pe.Code)
 	}
-	temporary := wantCode == aip.CodeEventUnavailable
+	temporary := wantCode == aip.CodeEventUnavailable || wantCode == aip.CodeEventCapacity
 	if retryable := pe.Retryable != nil && *pe.Retryable; retryable != temporary {
 		t.Errorf("%s retryable %v, want %v", pe.Code, retryable, temporary)
 	}
-	if temporary && (pe.Category != aip.CategoryTemporary || pe.RetryAfterMS == nil || *pe.RetryAfterMS != 1000) {
-		t.Errorf("%s: category %s retry_after_ms %v, want temporary and 1000", pe.Code, pe.Category, pe.RetryAfterMS)
+	wantAfter := uint64(1000)
+	if wantCode == aip.CodeEventCapacity {
+		wantAfter = 100
+	}
+	if temporary && (pe.Category != aip.CategoryTemporary || pe.RetryAfterMS == nil || *pe.RetryAfterMS != wantAfter) {
+		t.Errorf("%s: category %s retry_after_ms %v, want temporary and %d", pe.Code, pe.Category, pe.RetryAfterMS, wantAfter)
 	}
 }
 
@@ -693,5 +708,55 @@ func TestEventsReadIsBoundedInBytes(t *testing.T) {
 		if s != uint64(i+1) {
 			t.Fatalf("sequence %d at position %d", s, i)
 		}
+	}
+}
+
+// blockingLog holds AppendEvents until release is closed.
+type blockingLog struct {
+	registry.EventLog
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingLog) AppendEvents(ctx context.Context, batch registry.EventBatch) ([]registry.StoredEvent, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.EventLog.AppendEvents(ctx, batch)
+}
+
+// TestConnectorEventsCapacity: beyond Config.MaxEventDeliveries deliveries
+// in work, one more is refused with a temporary connector_event.capacity
+// (the host retries), and is accepted once a slot is free.
+func TestConnectorEventsCapacity(t *testing.T) {
+	bl := &blockingLog{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	w := newEventWorld(t, eventWorldOptions{
+		events: func(l registry.EventLog) registry.EventLog { bl.EventLog = l; return bl },
+		cfg:    func(c *dispatch.Config) { c.MaxEventDeliveries = 1 },
+	})
+	first := make(chan int, 1)
+	dl := w.delivery(event("k", `{"n":1}`))
+	raw := dl.sign(t)
+	go func() {
+		resp, err := w.srv.Client().Post(w.srv.URL+aip.EventsPath, "application/json", bytes.NewReader(raw))
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-bl.entered // the first delivery holds the only slot
+	status, ans, hdr := w.post(w.delivery(event("k", `{"n":2}`)))
+	checkRefusal(t, status, ans, http.StatusServiceUnavailable, aip.CodeEventCapacity)
+	if pe := ans.Body.Error.Error; !pe.IsRetryable() || hdr.Get("Retry-After") == "" {
+		t.Errorf("capacity refusal %+v (Retry-After %q): want retryable with a Retry-After", pe, hdr.Get("Retry-After"))
+	}
+	close(bl.release)
+	if s := <-first; s != http.StatusOK {
+		t.Fatalf("the first delivery: HTTP %d", s)
+	}
+	bl.entered = make(chan struct{}, 8)
+	if status, ans, _ := w.post(w.delivery(event("k", `{"n":3}`))); status != http.StatusOK {
+		t.Fatalf("after the slot was freed: HTTP %d %+v", status, ans.Body.Error)
 	}
 }
