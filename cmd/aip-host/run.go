@@ -45,8 +45,12 @@ func names() []string {
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: aip-host <product> [flags]\n\nRuns a built-in product adapter as an AIP connector host. Products:\n\n")
+	width := 0
 	for _, n := range names() {
-		fmt.Fprintf(w, "  %-10s %s\n", n, catalog[n].Summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names() {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, catalog[n].Summary)
 	}
 	fmt.Fprintf(w, "\n`aip-host <product> -h` lists the product's flags.\n")
 }
