@@ -64,10 +64,9 @@ func newTestConnector(t *testing.T, m *mockAMP) *Connector {
 }
 
 type env struct {
-	m      *mockAMP
-	conn   *Connector
-	d      *hostsdktest.Dispatcher
-	target hostsdktest.Target
+	*hostsdktest.Fixture
+	m    *mockAMP
+	conn *Connector
 }
 
 // start runs the connector in a real host; edit may change the host's
@@ -75,42 +74,12 @@ type env struct {
 func start(t *testing.T, m *mockAMP, edit func(*hostsdk.Config)) *env {
 	t.Helper()
 	conn := newTestConnector(t, m)
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	cfg := hostsdktest.HostConfig(t, cp, d, nil)
-	if edit != nil {
-		edit(&cfg)
-	}
-	h := hostsdktest.StartHost(t, cfg, conn)
-	return &env{m: m, conn: conn, d: d, target: hostsdktest.TargetOf(h, cfg)}
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func act(capID, input string) *aip.Action {
-	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capID, Input: json.RawMessage(input)}
-}
-
-func (e *env) result(t *testing.T, a *aip.Action) *aip.ActionResult {
-	t.Helper()
-	resp, err := e.d.Act(ctxT(t), e.target, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := resp.Result()
-	if err != nil {
-		t.Fatalf("HTTP %d: %v", resp.Status, err)
-	}
-	return res
+	return &env{Fixture: hostsdktest.Start(t, conn, edit), m: m, conn: conn}
 }
 
 func (e *env) state(t *testing.T, a *aip.Action) aip.ActionState {
 	t.Helper()
-	st, _, err := e.d.Status(ctxT(t), e.target, a.ID, a.CapabilityID)
+	st, _, err := e.Dispatcher.Status(hostsdktest.Context(t), e.Target, a.ID, a.CapabilityID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,10 +98,7 @@ func wantFailed(t *testing.T, res *aip.ActionResult, code string, retryable bool
 
 func wantOutcomeUnknown(t *testing.T, e *env, a *aip.Action) {
 	t.Helper()
-	resp, err := e.d.Act(ctxT(t), e.target, a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.Act(t, a)
 	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
 		t.Fatalf("HTTP %d %s, want %s", resp.Status, resp.Raw, hostsdk.CodeOutcomeUnknown)
 	}
@@ -153,15 +119,15 @@ func decodeOutput(t *testing.T, res *aip.ActionResult) statusOutput {
 func TestRunKicksOffAndPollsUntilCompleted(t *testing.T) {
 	m := newMockAMP(t)
 	m.runningPolls = 3
-	j, err := sqliteruntime.Open(ctxT(t), sqliteruntime.Config{Dir: t.TempDir()})
+	j, err := sqliteruntime.Open(hostsdktest.Context(t), sqliteruntime.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
 	e := start(t, m, func(cfg *hostsdk.Config) { cfg.Journal = j })
 	stateID := newUUID()
-	a := act(capRun, `{"inputs":{"topic":"AI agents","audience":"engineers"},"meta":{"requestId":"r-1"},"restore_from_state_id":"`+stateID+`"}`)
-	res := e.result(t, a)
+	a := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"AI agents","audience":"engineers"},"meta":{"requestId":"r-1"},"restore_from_state_id":"`+stateID+`"}`)
+	res := e.Result(t, a)
 	if res.Status != aip.ResultCompleted {
 		t.Fatalf("result %+v %+v", res, res.Error)
 	}
@@ -180,7 +146,7 @@ func TestRunKicksOffAndPollsUntilCompleted(t *testing.T) {
 		t.Errorf("kickoff body (-want +got):\n%s", diff)
 	}
 	// The kickoff id was recorded for Reconcile.
-	v, err := j.State(ctxT(t), KickoffsNamespace, a.ID)
+	v, err := j.State(hostsdktest.Context(t), KickoffsNamespace, a.ID)
 	if err != nil {
 		t.Fatalf("kickoff record: %v", err)
 	}
@@ -199,7 +165,7 @@ func TestRunKicksOffAndPollsUntilCompleted(t *testing.T) {
 		}
 	}
 	// The same action again: the journaled result, no second kickoff.
-	if again := e.result(t, a); string(again.Output) != string(res.Output) {
+	if again := e.Result(t, a); string(again.Output) != string(res.Output) {
 		t.Errorf("second delivery %s", again.Output)
 	}
 	if n := m.kickoffCount(); n != 1 {
@@ -218,7 +184,7 @@ func TestRunKicksOffAndPollsUntilCompleted(t *testing.T) {
 func TestRunWithOnlyInputs(t *testing.T) {
 	m := newMockAMP(t)
 	e := start(t, m, nil)
-	if res := e.result(t, act(capRun, `{"inputs":{}}`)); res.Status != aip.ResultCompleted {
+	if res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{}}`)); res.Status != aip.ResultCompleted {
 		t.Fatalf("result %+v", res)
 	}
 	if got := string(m.kickoffBodies()[0]); got != `{"inputs":{}}` {
@@ -230,7 +196,7 @@ func TestRunThatFailsOnAMP(t *testing.T) {
 	m := newMockAMP(t)
 	m.runningPolls, m.failRuns = 1, true
 	e := start(t, m, nil)
-	res := e.result(t, act(capRun, `{"inputs":{"topic":"x"}}`))
+	res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`))
 	wantFailed(t, res, CodeExecutionFailed, false)
 	if !strings.Contains(res.Error.Message, "Invalid API key for external service") {
 		t.Errorf("message %q", res.Error.Message)
@@ -241,7 +207,7 @@ func TestRunToleratesTransientStatusFailures(t *testing.T) {
 	m := newMockAMP(t)
 	m.statusFails = maxPollFailures - 1
 	e := start(t, m, nil)
-	if res := e.result(t, act(capRun, `{"inputs":{"topic":"x"}}`)); res.Status != aip.ResultCompleted {
+	if res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`)); res.Status != aip.ResultCompleted {
 		t.Fatalf("result %+v %+v", res, res.Error)
 	}
 }
@@ -250,7 +216,7 @@ func TestRunWhoseStatusStaysUnreadableIsOutcomeUnknown(t *testing.T) {
 	m := newMockAMP(t)
 	m.statusFails = maxPollFailures
 	e := start(t, m, nil)
-	a := act(capRun, `{"inputs":{"topic":"x"}}`)
+	a := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`)
 	wantOutcomeUnknown(t, e, a)
 	if n := m.kickoffCount(); n != 1 {
 		t.Errorf("%d kickoffs, want 1", n)
@@ -262,7 +228,7 @@ func TestKickoffErrors(t *testing.T) {
 	e := start(t, m, nil)
 	t.Run("422 fails", func(t *testing.T) {
 		m.set(func(m *mockAMP) { m.kickoffStatus = http.StatusUnprocessableEntity })
-		res := e.result(t, act(capRun, `{"inputs":{}}`))
+		res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{}}`))
 		wantFailed(t, res, "provider.invalid_request", false)
 		if !strings.Contains(res.Error.Message, "Missing required inputs") {
 			t.Errorf("message %q", res.Error.Message)
@@ -278,7 +244,7 @@ func TestKickoffErrors(t *testing.T) {
 		t.Run(tc.name+" is outcome_unknown", func(t *testing.T) {
 			m.set(tc.set)
 			before := m.kickoffCount()
-			a := act(capRun, `{"inputs":{}}`)
+			a := hostsdktest.NewAction(capRun, `{"inputs":{}}`)
 			wantOutcomeUnknown(t, e, a)
 			// Sent again under the same action ID: never re-run.
 			wantOutcomeUnknown(t, e, a)
@@ -292,12 +258,12 @@ func TestKickoffErrors(t *testing.T) {
 func TestInputs(t *testing.T) {
 	m := newMockAMP(t)
 	e := start(t, m, nil)
-	res := e.result(t, act(capInputs, `{}`))
+	res := e.Result(t, hostsdktest.NewAction(capInputs, `{}`))
 	if res.Status != aip.ResultCompleted || string(res.Output) != `{"inputs":["topic","audience"]}` {
 		t.Fatalf("result %+v output %s", res, res.Output)
 	}
 	m.set(func(m *mockAMP) { m.inputsStatus = http.StatusInternalServerError })
-	wantFailed(t, e.result(t, act(capInputs, `{}`)), "provider.unavailable", true)
+	wantFailed(t, e.Result(t, hostsdktest.NewAction(capInputs, `{}`)), "provider.unavailable", true)
 }
 
 func TestWrongTokenIsUnauthorized(t *testing.T) {
@@ -305,12 +271,12 @@ func TestWrongTokenIsUnauthorized(t *testing.T) {
 	e := start(t, m, nil)
 	good := m.token
 	m.set(func(m *mockAMP) { m.token = "rotated" })
-	res := e.result(t, act(capInputs, `{}`))
+	res := e.Result(t, hostsdktest.NewAction(capInputs, `{}`))
 	wantFailed(t, res, "provider.unauthorized", false)
 	if strings.Contains(res.Error.Message, good) {
 		t.Errorf("the error carries the token: %q", res.Error.Message)
 	}
-	if err := e.conn.CheckHealth(ctxT(t)); err == nil || !strings.Contains(err.Error(), "401") {
+	if err := e.conn.CheckHealth(hostsdktest.Context(t)); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("CheckHealth with a refused token: %v", err)
 	}
 }
@@ -319,26 +285,26 @@ func TestStatus(t *testing.T) {
 	m := newMockAMP(t)
 	e := start(t, m, nil)
 	running := m.addRun(100, false)
-	res := e.result(t, act(capStatus, `{"kickoff_id":"`+running+`"}`))
+	res := e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+running+`"}`))
 	out := decodeOutput(t, res)
 	if out.Status != "running" || out.KickoffID != running || out.CurrentTask != "research_task" ||
 		out.Progress == nil || *out.Progress.TotalTasks != 3 {
 		t.Fatalf("output %s", res.Output)
 	}
 	failed := m.addRun(0, true)
-	if out := decodeOutput(t, e.result(t, act(capStatus, `{"kickoff_id":"`+failed+`"}`))); out.Status != "error" || out.Error == "" {
+	if out := decodeOutput(t, e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+failed+`"}`))); out.Status != "error" || out.Error == "" {
 		t.Errorf("failed run's status %+v", out)
 	}
-	wantFailed(t, e.result(t, act(capStatus, `{"kickoff_id":"`+newUUID()+`"}`)), "provider.not_found", false)
+	wantFailed(t, e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+newUUID()+`"}`)), "provider.not_found", false)
 	m.set(func(m *mockAMP) { m.statusFails = 1 })
-	wantFailed(t, e.result(t, act(capStatus, `{"kickoff_id":"`+running+`"}`)), "provider.unavailable", true)
+	wantFailed(t, e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+running+`"}`)), "provider.unavailable", true)
 }
 
 func TestResume(t *testing.T) {
 	m := newMockAMP(t)
 	e := start(t, m, nil)
 	id := m.addRun(100, false)
-	res := e.result(t, act(capResume, `{"kickoff_id":"`+id+`","task_id":"research_task","human_feedback":"Add sources.","is_approve":false}`))
+	res := e.Result(t, hostsdktest.NewAction(capResume, `{"kickoff_id":"`+id+`","task_id":"research_task","human_feedback":"Add sources.","is_approve":false}`))
 	if res.Status != aip.ResultCompleted {
 		t.Fatalf("result %+v %+v", res, res.Error)
 	}
@@ -354,10 +320,10 @@ func TestResume(t *testing.T) {
 		t.Errorf("resume body (-want +got):\n%s", diff)
 	}
 	m.set(func(m *mockAMP) { m.resumeStatus = http.StatusBadRequest })
-	wantFailed(t, e.result(t, act(capResume, `{"kickoff_id":"`+id+`","task_id":"t","human_feedback":"ok","is_approve":true}`)),
+	wantFailed(t, e.Result(t, hostsdktest.NewAction(capResume, `{"kickoff_id":"`+id+`","task_id":"t","human_feedback":"ok","is_approve":true}`)),
 		"provider.invalid_request", false)
 	m.set(func(m *mockAMP) { m.resumeStatus = http.StatusBadGateway })
-	a := act(capResume, `{"kickoff_id":"`+id+`","task_id":"t","human_feedback":"ok","is_approve":true}`)
+	a := hostsdktest.NewAction(capResume, `{"kickoff_id":"`+id+`","task_id":"t","human_feedback":"ok","is_approve":true}`)
 	wantOutcomeUnknown(t, e, a)
 	n := len(m.resumeBodies())
 	wantOutcomeUnknown(t, e, a)
@@ -382,10 +348,7 @@ func TestInputSchemaRejections(t *testing.T) {
 		{capResume, `{"kickoff_id":"` + newUUID() + `","task_id":"t","human_feedback":"ok"}`},
 		{capResume, `{"kickoff_id":"` + newUUID() + `","task_id":"","human_feedback":"ok","is_approve":true}`},
 	} {
-		resp, err := e.d.Act(ctxT(t), e.target, act(tc.capID, tc.input))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, hostsdktest.NewAction(tc.capID, tc.input))
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("%s %s: HTTP %d %s, want 400 %s", tc.capID, tc.input, resp.Status, resp.Raw, hostsdk.CodeInputInvalid)
 		}
@@ -404,11 +367,11 @@ func TestCancelStopsPolling(t *testing.T) {
 	m.runningPolls = 1 << 30
 	m.polled = make(chan string, 1)
 	e := start(t, m, nil)
-	ctx := ctxT(t)
-	a := act(capRun, `{"inputs":{"topic":"long"}}`)
+	ctx := hostsdktest.Context(t)
+	a := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"long"}}`)
 	done := make(chan *hostsdktest.Response, 1)
 	go func() {
-		resp, err := e.d.Act(ctx, e.target, a)
+		resp, err := e.Dispatcher.Act(ctx, e.Target, a)
 		if err != nil {
 			t.Error(err)
 		}
@@ -422,7 +385,7 @@ func TestCancelStopsPolling(t *testing.T) {
 			t.Fatal("no status reads")
 		}
 	}
-	resp, err := e.d.Cancel(ctx, e.target, a.ID, capRun, "test")
+	resp, err := e.Dispatcher.Cancel(ctx, e.Target, a.ID, capRun, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +404,7 @@ func TestCancelStopsPolling(t *testing.T) {
 	// Another run polls several times meanwhile; the cancelled one is not
 	// read again.
 	m.set(func(m *mockAMP) { m.runningPolls, m.polled = 5, nil })
-	if res := e.result(t, act(capRun, `{"inputs":{}}`)); res.Status != aip.ResultCompleted {
+	if res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{}}`)); res.Status != aip.ResultCompleted {
 		t.Fatalf("second run %+v", res)
 	}
 	if got := m.pollCount(kickoffID); got != polls {
@@ -452,7 +415,7 @@ func TestCancelStopsPolling(t *testing.T) {
 func TestHealth(t *testing.T) {
 	m := newMockAMP(t)
 	conn := newTestConnector(t, m)
-	if err := conn.CheckHealth(ctxT(t)); err != nil {
+	if err := conn.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	var calls int
@@ -461,7 +424,7 @@ func TestHealth(t *testing.T) {
 		t.Errorf("%d GET /inputs, want 1", calls)
 	}
 	m.set(func(m *mockAMP) { m.inputsStatus = http.StatusInternalServerError })
-	if err := conn.CheckHealth(ctxT(t)); err == nil || !strings.Contains(err.Error(), "crew research") {
+	if err := conn.CheckHealth(hostsdktest.Context(t)); err == nil || !strings.Contains(err.Error(), "crew research") {
 		t.Errorf("CheckHealth with AMP failing: %v", err)
 	}
 }
@@ -470,7 +433,7 @@ func TestHealth(t *testing.T) {
 // leaves it, and records kickoffID for it when not empty.
 func leaveRunning(t *testing.T, j journal.Journal, a *aip.Action, kickoffID string) {
 	t.Helper()
-	ctx := ctxT(t)
+	ctx := hostsdktest.Context(t)
 	digest, _ := aip.DigestJSON(a.Input)
 	now := time.Now()
 	if _, created, err := j.BeginAction(ctx, journal.Action{ActionID: a.ID, CapabilityID: a.CapabilityID,
@@ -494,17 +457,17 @@ func leaveRunning(t *testing.T, j journal.Journal, a *aip.Action, kickoffID stri
 // outcome_unknown; an interrupted read fails retryably.
 func TestReconcileAfterRestart(t *testing.T) {
 	m := newMockAMP(t)
-	j, err := sqliteruntime.Open(ctxT(t), sqliteruntime.Config{Dir: t.TempDir()})
+	j, err := sqliteruntime.Open(hostsdktest.Context(t), sqliteruntime.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
-	completed := act(capRun, `{"inputs":{"topic":"a"}}`)
-	failed := act(capRun, `{"inputs":{"topic":"b"}}`)
-	stillRunning := act(capRun, `{"inputs":{"topic":"c"}}`)
-	unrecorded := act(capRun, `{"inputs":{"topic":"d"}}`)
-	garbled := act(capRun, `{"inputs":{"topic":"e"}}`)
-	read := act(capInputs, `{}`)
+	completed := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"a"}}`)
+	failed := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"b"}}`)
+	stillRunning := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"c"}}`)
+	unrecorded := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"d"}}`)
+	garbled := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"e"}}`)
+	read := hostsdktest.NewAction(capInputs, `{}`)
 	leaveRunning(t, j, completed, m.addRun(0, false))
 	leaveRunning(t, j, failed, m.addRun(0, true))
 	leaveRunning(t, j, stillRunning, m.addRun(100, false))
@@ -513,17 +476,17 @@ func TestReconcileAfterRestart(t *testing.T) {
 	// A kickoff record that cannot be read back does not stop the host
 	// from starting: its run is outcome_unknown.
 	leaveRunning(t, j, garbled, "")
-	if _, err := j.PutState(ctxT(t), KickoffsNamespace, garbled.ID, json.RawMessage(`"not a record"`), 0); err != nil {
+	if _, err := j.PutState(hostsdktest.Context(t), KickoffsNamespace, garbled.ID, json.RawMessage(`"not a record"`), 0); err != nil {
 		t.Fatal(err)
 	}
 	e := start(t, m, func(cfg *hostsdk.Config) { cfg.Journal = j })
 
-	res := e.result(t, completed)
+	res := e.Result(t, completed)
 	if out := decodeOutput(t, res); res.Status != aip.ResultCompleted || out.Status != "completed" || out.Result == nil {
 		t.Errorf("completed run reconciled as %+v %s", res, res.Output)
 	}
-	wantFailed(t, e.result(t, failed), CodeExecutionFailed, false)
-	wantFailed(t, e.result(t, read), CodeInterrupted, true)
+	wantFailed(t, e.Result(t, failed), CodeExecutionFailed, false)
+	wantFailed(t, e.Result(t, read), CodeInterrupted, true)
 	for _, a := range []*aip.Action{stillRunning, unrecorded, garbled} {
 		if got := e.state(t, a); got != aip.StateOutcomeUnknown {
 			t.Errorf("journal state %s, want outcome_unknown", got)
@@ -539,7 +502,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 func TestReconcileDirect(t *testing.T) {
 	m := newMockAMP(t)
 	conn := newTestConnector(t, m)
-	ctx := ctxT(t)
+	ctx := hostsdktest.Context(t)
 	u := &hostsdk.UncertainAction{Action: journal.Action{ActionID: aip.NewActionID(), CapabilityID: capRun}}
 	// No state at all: the kickoff may have happened.
 	if _, err := conn.Reconcile(ctx, u); !errorsIsOutcomeUnknown(err) {
