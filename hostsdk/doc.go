@@ -155,9 +155,10 @@
 // # Provider events
 //
 // EventPublisher stores provider events in the journal's durable outbox.
-// With Config.EventEndpoint (--event-endpoint) the host delivers the outbox
-// to the dispatcher's connector-event ingress (aip.EventsPath) from the
-// moment it serves until it stops, through the drain: a loop woken by each
+// With Config.EventEndpoint (--event-endpoint) and channels in its
+// manifest (without them nothing can be published), the host delivers the
+// outbox to the dispatcher's connector-event ingress (aip.EventsPath) from
+// the moment it serves until it stops, through the drain: a loop woken by each
 // publication, and every 750 to 1250 ms, claims due batches, sends each as
 // an aip.discovery.v1.event_stream_response envelope signed with the
 // replica key (from the bound agent principal, to the gateway principal,

@@ -137,7 +137,8 @@ type deliveryFailure struct {
 func (f *deliveryFailure) Error() string { return f.code + ": " + f.err.Error() }
 
 // startEventDelivery starts the loop (step 10) when an event endpoint is
-// configured; otherwise it warns once when the manifest declares channels.
+// configured and the manifest declares channels; with channels but no
+// endpoint it warns once.
 func (h *Host) startEventDelivery(ctx context.Context) {
 	h.registerPendingMetric()
 	if h.cfg.EventEndpoint == "" {
@@ -145,6 +146,12 @@ func (h *Host) startEventDelivery(ctx context.Context) {
 			h.log.Warn("the manifest declares event channels but --event-endpoint is not set: published events only accumulate in the outbox (pending_events in /ready, "+MetricEventsPending+") and are refused once it holds 10000 batches",
 				"channels", len(h.channels))
 		}
+		return
+	}
+	if len(h.channels) == 0 {
+		// Publish refuses every channel the manifest does not declare,
+		// so nothing can ever be delivered: no loop polls the outbox.
+		h.log.Info("the manifest declares no event channels; event delivery is not started")
 		return
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -433,3 +433,31 @@ func TestEventDeliveryStopsWithTheHost(t *testing.T) {
 	}
 	goleak.VerifyNone(t, before)
 }
+
+// noChannels is a connector whose manifest declares no event channels.
+type noChannels struct{ *testConnector }
+
+func (c noChannels) Manifest(ctx context.Context, tc hostsdk.TenantContext) (*aip.Manifest, error) {
+	m, err := c.testConnector.Manifest(ctx, tc)
+	if err != nil {
+		return nil, err
+	}
+	m.Channels = nil
+	return m, nil
+}
+
+// TestEventDeliveryNeedsChannels: with an event endpoint but no channels
+// in the manifest nothing can be published, so no loop polls the outbox.
+func TestEventDeliveryNeedsChannels(t *testing.T) {
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	in := hostsdktest.NewEventIngress(t, hostsdktest.EventIngressConfig{ControlPlane: cp, Dispatcher: d})
+	cfg := hostsdktest.HostConfig(t, cp, d, nil)
+	in.Configure(&cfg)
+	logs := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	hostsdktest.StartHost(t, cfg, noChannels{newTestConnector()})
+	if l := logs.String(); strings.Contains(l, "delivering events") || !strings.Contains(l, "declares no event channels") {
+		t.Errorf("event delivery started for a manifest without channels:\n%s", l)
+	}
+}
