@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestInvokeChatApp(t *testing.T) {
 	f := newFixture(t, nil)
-	a := action(AppCapability("support", ""), `{"query":"What is Dify?","user":"u-1","conversation_id":"`+testConv+`","inputs":{"city":"Paris"},
+	a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"What is Dify?","user":"u-1","conversation_id":"`+testConv+`","inputs":{"city":"Paris"},
 		"files":[{"type":"image","transfer_method":"remote_url","url":"https://example.test/a.png"}]}`)
 	var out InvokeOutput
 	f.completed(t, a, &out)
@@ -45,7 +45,7 @@ func TestInvokeChatApp(t *testing.T) {
 		t.Errorf("Authorization %q", reqs[0].Auth)
 	}
 	// The task is recorded for a cancel.
-	v, err := f.journal.State(ctxT(t), TasksNamespace, a.ID)
+	v, err := f.journal.State(hostsdktest.Context(t), TasksNamespace, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestInvokeEveryMode(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.app, func(t *testing.T) {
 			var out InvokeOutput
-			f.completed(t, action(AppCapability(tc.app, ""), tc.input), &out)
+			f.completed(t, hostsdktest.NewAction(AppCapability(tc.app, ""), tc.input), &out)
 			if !tc.check(out) {
 				raw, _ := json.Marshal(out)
 				t.Errorf("output %s", raw)
@@ -106,7 +106,7 @@ func TestInvokeEveryMode(t *testing.T) {
 
 func TestStreamingForwardsChunks(t *testing.T) {
 	f := newFixture(t, nil)
-	a := action(AppCapability("support", ""), `{"query":"hi","user":"u"}`)
+	a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"hi","user":"u"}`)
 	a.Mode = aip.ModeStreaming
 	var out InvokeOutput
 	resp := f.completed(t, a, &out)
@@ -124,13 +124,13 @@ func TestStreamingForwardsChunks(t *testing.T) {
 	}
 
 	// A workflow forwards its text and node progress; an agent its thoughts.
-	a = action(AppCapability("etl", ""), `{"user":"u"}`)
+	a = hostsdktest.NewAction(AppCapability("etl", ""), `{"user":"u"}`)
 	a.Mode = aip.ModeStreaming
 	resp = f.completed(t, a, &out)
 	if len(resp.Chunks) != 2 || !strings.Contains(string(resp.Chunks[0].Data), "part 1") {
 		t.Errorf("workflow chunks %+v", resp.Chunks)
 	}
-	a = action(AppCapability("agent", ""), `{"query":"q","user":"u"}`)
+	a = hostsdktest.NewAction(AppCapability("agent", ""), `{"query":"q","user":"u"}`)
 	a.Mode = aip.ModeStreaming
 	resp = f.completed(t, a, &out)
 	if len(resp.Chunks) != 3 || resp.Chunks[0].Kind != aip.ChunkThought || !strings.Contains(string(resp.Chunks[0].Data), `"tool":"search"`) {
@@ -147,13 +147,13 @@ func TestNewAgentClosingMessage(t *testing.T) {
 			chatEvent("message", "Partial, complete."), messageEnd()})
 	})
 	var out InvokeOutput
-	f.completed(t, action(AppCapability("agent", ""), `{"query":"q","user":"u"}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("agent", ""), `{"query":"q","user":"u"}`), &out)
 	if *out.Answer != "Partial, complete." {
 		t.Errorf("answer %q", *out.Answer)
 	}
 	// In streaming mode the closing message reaches the receiver as a
 	// replacement of the chunks so far.
-	a := action(AppCapability("agent", ""), `{"query":"q","user":"u"}`)
+	a := hostsdktest.NewAction(AppCapability("agent", ""), `{"query":"q","user":"u"}`)
 	a.Mode = aip.ModeStreaming
 	resp := f.completed(t, a, &out)
 	var got []string
@@ -185,14 +185,14 @@ func TestCancelStopsTask(t *testing.T) {
 				writeEvents(w, []any{first})
 				<-r.Context().Done() // the run goes on until the client leaves
 			})
-			ctx := ctxT(t)
-			a := action(AppCapability(tc.app, ""), `{"query":"long","user":"end-user-7"}`)
+			ctx := hostsdktest.Context(t)
+			a := hostsdktest.NewAction(AppCapability(tc.app, ""), `{"query":"long","user":"end-user-7"}`)
 			if tc.app == "etl" {
 				a.Input = json.RawMessage(`{"user":"end-user-7"}`)
 			}
 			done := make(chan *hostsdktest.Response, 1)
 			go func() {
-				resp, _ := f.d.Act(ctx, f.target, a)
+				resp, _ := f.Dispatcher.Act(ctx, f.Target, a)
 				done <- resp
 			}()
 			// Wait for the task record (a real journal read), then cancel.
@@ -206,7 +206,7 @@ func TestCancelStopsTask(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			resp, err := f.d.Cancel(ctx, f.target, a.ID, a.CapabilityID, "user gave up")
+			resp, err := f.Dispatcher.Cancel(ctx, f.Target, a.ID, a.CapabilityID, "user gave up")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,7 +277,7 @@ func TestStreamErrors(t *testing.T) {
 			if tc.app == "etl" || tc.app == "writer" {
 				input = `{"user":"u"}`
 			}
-			pe := f.failed(t, action(AppCapability(tc.app, ""), input))
+			pe := f.failed(t, hostsdktest.NewAction(AppCapability(tc.app, ""), input))
 			if pe.Code != tc.code || !strings.Contains(pe.Message, tc.msg) {
 				t.Errorf("error %s %q, want %s containing %q", pe.Code, pe.Message, tc.code, tc.msg)
 			}
@@ -306,15 +306,15 @@ func TestErrorEvent5xxIsOutcomeUnknown(t *testing.T) {
 				writeEvents(w, []any{chatEvent("agent_message", "par"), tc.event})
 			})
 			before := len(f.mock.requests(http.MethodPost, tc.path))
-			a := action(AppCapability(tc.app, ""), tc.input)
-			resp := f.act(t, a)
+			a := hostsdktest.NewAction(AppCapability(tc.app, ""), tc.input)
+			resp := f.Act(t, a)
 			if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, tc.event["message"].(string)) {
 				t.Fatalf("HTTP %d %s, want outcome_unknown with the event's message", resp.Status, resp.Raw)
 			}
 			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 				t.Fatalf("state %s, want outcome_unknown", st)
 			}
-			f.act(t, a)
+			f.Act(t, a)
 			if n := len(f.mock.requests(http.MethodPost, tc.path)) - before; n != 1 {
 				t.Errorf("Dify got %d invocations for one action", n)
 			}
@@ -331,7 +331,7 @@ func TestPausedWorkflow(t *testing.T) {
 			workflowEvent("workflow_paused", map[string]any{"workflow_run_id": testRun, "paused_nodes": []string{"form"}, "status": "paused"})})
 	})
 	var out InvokeOutput
-	f.completed(t, action(AppCapability("etl", ""), `{"user":"u"}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("etl", ""), `{"user":"u"}`), &out)
 	if out.Status != "paused" || !strings.Contains(string(out.Paused), `"paused_nodes":["form"]`) {
 		t.Errorf("output %+v paused %s", out, out.Paused)
 	}
@@ -366,12 +366,12 @@ func TestInvokeOutcomeUnknown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f.mock.handle("POST /chat-messages", tc.h)
 			before := len(f.mock.requests(http.MethodPost, "/chat-messages"))
-			a := action(AppCapability("support", ""), `{"query":"q","user":"u"}`)
-			f.act(t, a)
+			a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`)
+			f.Act(t, a)
 			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 				t.Fatalf("state %s, want outcome_unknown", st)
 			}
-			f.act(t, a)
+			f.Act(t, a)
 			if n := len(f.mock.requests(http.MethodPost, "/chat-messages")) - before; n != 1 {
 				t.Errorf("Dify got %d invocations for one action", n)
 			}
@@ -385,8 +385,8 @@ func TestIdleStreamIsOutcomeUnknown(t *testing.T) {
 		writeEvents(w, []any{workflowEvent("workflow_started", map[string]any{"id": testRun})})
 		<-r.Context().Done()
 	})
-	a := action(AppCapability("etl", ""), `{"user":"u"}`)
-	f.act(t, a)
+	a := hostsdktest.NewAction(AppCapability("etl", ""), `{"user":"u"}`)
+	f.Act(t, a)
 	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 		t.Fatalf("state %s", st)
 	}
@@ -407,7 +407,7 @@ func TestInvokeRefused(t *testing.T) {
 		f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, tc.status, map[string]any{"status": tc.status, "code": "app_unavailable", "message": "App unavailable, please check your app configurations."})
 		})
-		pe := f.failed(t, action(AppCapability("support", ""), `{"query":"q","user":"u"}`))
+		pe := f.failed(t, hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`))
 		if pe.Code != tc.code || !strings.Contains(pe.Message, "App unavailable") {
 			t.Errorf("%d: %s %q", tc.status, pe.Code, pe.Message)
 		}
@@ -418,7 +418,7 @@ func TestReads(t *testing.T) {
 	f := newFixture(t, nil)
 	var out map[string]any
 
-	f.completed(t, action(AppCapability("etl", SuffixParameters), `{}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("etl", SuffixParameters), `{}`), &out)
 	if out["opening_statement"] != "Hello! How can I help you today?" {
 		t.Errorf("parameters %v", out)
 	}
@@ -426,7 +426,7 @@ func TestReads(t *testing.T) {
 		t.Errorf("parameters requests %+v", r)
 	}
 
-	f.completed(t, action(AppCapability("support", SuffixConversations), `{"user":"u-1","last_id":"c-9","limit":5,"sort_by":"-created_at"}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("support", SuffixConversations), `{"user":"u-1","last_id":"c-9","limit":5,"sort_by":"-created_at"}`), &out)
 	if out["has_more"] != false || len(out["data"].([]any)) != 1 {
 		t.Errorf("conversations %v", out)
 	}
@@ -435,7 +435,7 @@ func TestReads(t *testing.T) {
 		t.Errorf("conversations requests %+v", r)
 	}
 
-	f.completed(t, action(AppCapability("flow", SuffixMessages), `{"conversation_id":"`+testConv+`","user":"u-1","first_id":"m-1","limit":100}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("flow", SuffixMessages), `{"conversation_id":"`+testConv+`","user":"u-1","first_id":"m-1","limit":100}`), &out)
 	if len(out["data"].([]any)) == 0 {
 		t.Errorf("messages %v", out)
 	}
@@ -445,11 +445,11 @@ func TestReads(t *testing.T) {
 		t.Errorf("messages requests %+v", r)
 	}
 
-	f.completed(t, action(AppCapability("writer", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u-1","rating":"like","content":"great"}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("writer", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u-1","rating":"like","content":"great"}`), &out)
 	if out["result"] != "success" {
 		t.Errorf("feedback %v", out)
 	}
-	f.completed(t, action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u-1","rating":null}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u-1","rating":null}`), &out)
 	r = f.mock.requests(http.MethodPost, "/messages/"+testMessageID+"/feedbacks")
 	if len(r) != 2 || r[0].Auth != "Bearer app-completion-key" || r[1].Auth != "Bearer app-chat-key" {
 		t.Fatalf("feedback requests %+v", r)
@@ -461,11 +461,11 @@ func TestReads(t *testing.T) {
 		t.Errorf("withdrawn feedback body (-want +got):\n%s", diff)
 	}
 
-	f.completed(t, action(RetrieveCapability(testDataset), `{"query":"What is Dify?","retrieval_model":{"search_method":"semantic_search","top_k":3,"score_threshold":0.5}}`), &out)
+	f.completed(t, hostsdktest.NewAction(RetrieveCapability(testDataset), `{"query":"What is Dify?","retrieval_model":{"search_method":"semantic_search","top_k":3,"score_threshold":0.5}}`), &out)
 	if len(out["records"].([]any)) == 0 {
 		t.Errorf("retrieve %v", out)
 	}
-	f.completed(t, action(RetrieveCapability(testDataset), `{"query":"plain"}`), &out)
+	f.completed(t, hostsdktest.NewAction(RetrieveCapability(testDataset), `{"query":"plain"}`), &out)
 	r = f.mock.requests(http.MethodPost, "/datasets/"+testDataset+"/retrieve")
 	if len(r) != 2 || r[0].Auth != "Bearer "+testDatasetKey {
 		t.Fatalf("retrieve requests %+v", r)
@@ -486,14 +486,14 @@ func TestReadErrors(t *testing.T) {
 	f.mock.handle("POST /datasets/"+testDataset+"/retrieve", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": 503, "code": "unavailable", "message": "try later"})
 	})
-	pe := f.failed(t, action(RetrieveCapability(testDataset), `{"query":"q"}`))
+	pe := f.failed(t, hostsdktest.NewAction(RetrieveCapability(testDataset), `{"query":"q"}`))
 	if pe.Code != provider.CodeUnavailable || pe.Retryable == nil || !*pe.Retryable || !strings.Contains(pe.Message, "try later") {
 		t.Errorf("retrieve 503: %+v", pe)
 	}
 	f.mock.handle("GET /messages", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"status": 404, "code": "not_found", "message": "Conversation Not Exists."})
 	})
-	pe = f.failed(t, action(AppCapability("support", SuffixMessages), `{"conversation_id":"nope","user":"u"}`))
+	pe = f.failed(t, hostsdktest.NewAction(AppCapability("support", SuffixMessages), `{"conversation_id":"nope","user":"u"}`))
 	if pe.Code != provider.CodeNotFound || (pe.Retryable != nil && *pe.Retryable) || !strings.Contains(pe.Message, "Conversation Not Exists.") {
 		t.Errorf("messages 404: %+v", pe)
 	}
@@ -501,12 +501,12 @@ func TestReadErrors(t *testing.T) {
 	f.mock.handle("POST /messages/"+testMessageID+"/feedbacks", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"message": "bad gateway"})
 	})
-	a := action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"dislike"}`)
-	f.act(t, a)
+	a := hostsdktest.NewAction(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"dislike"}`)
+	f.Act(t, a)
 	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 		t.Fatalf("feedback 502: state %s", st)
 	}
-	f.act(t, a)
+	f.Act(t, a)
 	if n := len(f.mock.requests(http.MethodPost, "/messages/"+testMessageID+"/feedbacks")); n != 1 {
 		t.Errorf("feedback sent %d times", n)
 	}
@@ -514,7 +514,7 @@ func TestReadErrors(t *testing.T) {
 	f.mock.handle("POST /messages/"+testMessageID+"/feedbacks", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "forbidden", "message": "not yours"})
 	})
-	pe = f.failed(t, action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like"}`))
+	pe = f.failed(t, hostsdktest.NewAction(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like"}`))
 	if pe.Code != provider.CodeForbidden {
 		t.Errorf("feedback 403: %+v", pe)
 	}
@@ -523,20 +523,20 @@ func TestReadErrors(t *testing.T) {
 func TestInputRejected(t *testing.T) {
 	f := newFixture(t, nil)
 	cases := []*aip.Action{
-		action(AppCapability("support", ""), `{"user":"u"}`),                                                       // no query
-		action(AppCapability("support", ""), `{"query":"q"}`),                                                      // no user
-		action(AppCapability("support", ""), `{"query":"q","user":"u","extra":1}`),                                 // unknown field
-		action(AppCapability("etl", ""), `{"query":"q","user":"u"}`),                                               // workflows take no query
-		action(AppCapability("etl", ""), `{"user":"u","files":[{"type":"image","transfer_method":"local_file"}]}`), // no upload_file_id
-		action(AppCapability("support", SuffixConversations), `{"user":"u","limit":101}`),
-		action(AppCapability("support", SuffixMessages), `{"user":"u"}`),
-		action(AppCapability("support", SuffixFeedback), `{"message_id":"m","user":"u","rating":"meh"}`),
-		action(RetrieveCapability(testDataset), `{"query":"`+strings.Repeat("x", 251)+`"}`),
-		action(RetrieveCapability(testDataset), `{"query":"q","retrieval_model":{"top_k":3}}`),
-		action(AppCapability("etl", SuffixParameters), `{"x":1}`),
+		hostsdktest.NewAction(AppCapability("support", ""), `{"user":"u"}`),                                                       // no query
+		hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q"}`),                                                      // no user
+		hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u","extra":1}`),                                 // unknown field
+		hostsdktest.NewAction(AppCapability("etl", ""), `{"query":"q","user":"u"}`),                                               // workflows take no query
+		hostsdktest.NewAction(AppCapability("etl", ""), `{"user":"u","files":[{"type":"image","transfer_method":"local_file"}]}`), // no upload_file_id
+		hostsdktest.NewAction(AppCapability("support", SuffixConversations), `{"user":"u","limit":101}`),
+		hostsdktest.NewAction(AppCapability("support", SuffixMessages), `{"user":"u"}`),
+		hostsdktest.NewAction(AppCapability("support", SuffixFeedback), `{"message_id":"m","user":"u","rating":"meh"}`),
+		hostsdktest.NewAction(RetrieveCapability(testDataset), `{"query":"`+strings.Repeat("x", 251)+`"}`),
+		hostsdktest.NewAction(RetrieveCapability(testDataset), `{"query":"q","retrieval_model":{"top_k":3}}`),
+		hostsdktest.NewAction(AppCapability("etl", SuffixParameters), `{"x":1}`),
 	}
 	for _, a := range cases {
-		resp := f.act(t, a)
+		resp := f.Act(t, a)
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("%s %s: HTTP %d %s", a.CapabilityID, a.Input, resp.Status, resp.Raw)
 		}
@@ -550,7 +550,7 @@ func TestInputRejected(t *testing.T) {
 
 func TestManifest(t *testing.T) {
 	f := newFixture(t, nil)
-	m, err := f.conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	m, err := f.conn.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,7 +625,7 @@ func mustJSON(v any) []byte {
 
 func TestCheckHealth(t *testing.T) {
 	f := newFixture(t, nil)
-	if err := f.conn.CheckHealth(ctxT(t)); err != nil {
+	if err := f.conn.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if r := f.mock.requests(http.MethodGet, "/info"); len(r) == 0 || r[len(r)-1].Auth != "Bearer app-chat-key" {
@@ -635,13 +635,13 @@ func TestCheckHealth(t *testing.T) {
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": 401, "code": "unauthorized", "message": "Access token is invalid"})
 	})
 	var pe *provider.Error
-	if err := f.conn.CheckHealth(ctxT(t)); !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized || strings.Contains(err.Error(), "app-chat-key") {
+	if err := f.conn.CheckHealth(hostsdktest.Context(t)); !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized || strings.Contains(err.Error(), "app-chat-key") {
 		t.Errorf("health with a bad key: %v", err)
 	}
 
 	// Knowledge bases only: the dataset list.
 	g := newFixture(t, func(c *Config) { c.AppsFile = "" })
-	if err := g.conn.CheckHealth(ctxT(t)); err != nil {
+	if err := g.conn.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if r := g.mock.requests(http.MethodGet, "/datasets"); len(r) == 0 || r[0].Auth != "Bearer "+testDatasetKey || r[0].Query.Get("limit") != "1" {
@@ -660,9 +660,9 @@ func TestStreamBound(t *testing.T) {
 		}
 		writeEvents(w, append(evs, messageEnd()))
 	})
-	a := action(AppCapability("support", ""), `{"query":"q","user":"u"}`)
-	f.act(t, a)
-	st, _, err := f.d.Status(ctxT(t), f.target, a.ID, a.CapabilityID)
+	a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`)
+	f.Act(t, a)
+	st, _, err := f.Dispatcher.Status(hostsdktest.Context(t), f.Target, a.ID, a.CapabilityID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -680,13 +680,13 @@ func TestUnreadableAnswer(t *testing.T) {
 		w.Write([]byte("<html>proxy</html>"))
 	}
 	f.mock.handle("POST /messages/"+testMessageID+"/feedbacks", garbage)
-	a := action(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like"}`)
-	f.act(t, a)
+	a := hostsdktest.NewAction(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like"}`)
+	f.Act(t, a)
 	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 		t.Errorf("feedback: state %s", st)
 	}
 	f.mock.handle("GET /parameters", garbage)
-	if pe := f.failed(t, action(AppCapability("support", SuffixParameters), `{}`)); pe.Code != provider.CodeBadResponse {
+	if pe := f.failed(t, hostsdktest.NewAction(AppCapability("support", SuffixParameters), `{}`)); pe.Code != provider.CodeBadResponse {
 		t.Errorf("parameters: %+v", pe)
 	}
 }

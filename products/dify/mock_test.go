@@ -1,7 +1,6 @@
 package dify
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,9 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
@@ -277,9 +276,8 @@ type fixture struct {
 	srv     *httptest.Server
 	cfg     Config
 	conn    *Connector
-	d       *hostsdktest.Dispatcher
-	target  hostsdktest.Target
 	journal journal.Journal
+	*hostsdktest.Fixture
 }
 
 // writeFile writes a file with the given mode in dir.
@@ -337,45 +335,23 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := sqliteruntime.Open(ctxT(t), sqliteruntime.Config{Dir: t.TempDir(), Sync: sqliteruntime.SyncNormal})
+	j, err := sqliteruntime.Open(hostsdktest.Context(t), sqliteruntime.Config{Dir: t.TempDir(), Sync: sqliteruntime.SyncNormal})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
 	f.journal = j
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	f.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	hc := hostsdktest.HostConfig(t, cp, f.d, nil)
-	hc.Journal = j
-	hc.StateDir = ""
-	h := hostsdktest.StartHost(t, hc, f.conn)
-	f.target = hostsdktest.TargetOf(h, hc)
+	f.Fixture = hostsdktest.Start(t, f.conn, func(hc *hostsdk.Config) {
+		hc.Journal = j
+		hc.StateDir = ""
+	})
 	return f
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func action(capID, input string) *aip.Action {
-	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capID, Input: json.RawMessage(input)}
-}
-
-func (f *fixture) act(t *testing.T, a *aip.Action) *hostsdktest.Response {
-	t.Helper()
-	resp, err := f.d.Act(ctxT(t), f.target, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
 }
 
 // completed runs an action that must complete and decodes its output.
 func (f *fixture) completed(t *testing.T, a *aip.Action, out any) *hostsdktest.Response {
 	t.Helper()
-	resp := f.act(t, a)
+	resp := f.Act(t, a)
 	res, err := resp.Result()
 	if err != nil {
 		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
@@ -392,11 +368,7 @@ func (f *fixture) completed(t *testing.T, a *aip.Action, out any) *hostsdktest.R
 // failed runs an action that must fail and returns its error.
 func (f *fixture) failed(t *testing.T, a *aip.Action) *aip.ProtocolError {
 	t.Helper()
-	resp := f.act(t, a)
-	res, err := resp.Result()
-	if err != nil {
-		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
-	}
+	res := f.Result(t, a)
 	if res.Status != aip.ResultFailed || res.Error == nil {
 		t.Fatalf("%s: %s, want failed: %s", a.CapabilityID, res.Status, res.Output)
 	}
@@ -406,7 +378,7 @@ func (f *fixture) failed(t *testing.T, a *aip.Action) *aip.ProtocolError {
 // state returns the journal state of an action.
 func (f *fixture) state(t *testing.T, a *aip.Action) aip.ActionState {
 	t.Helper()
-	st, _, err := f.d.Status(ctxT(t), f.target, a.ID, a.CapabilityID)
+	st, _, err := f.Dispatcher.Status(hostsdktest.Context(t), f.Target, a.ID, a.CapabilityID)
 	if err != nil {
 		t.Fatal(err)
 	}

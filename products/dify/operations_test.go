@@ -12,6 +12,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
@@ -81,7 +82,7 @@ func TestOperations(t *testing.T) {
 			"GET", docs + "/" + testDocument + "/segments", "keyword=dify&limit=5&page=3&status=completed&status=error", nil,
 			"Bearer " + testDatasetKey, `"doc_form"`, false, false},
 	}
-	m, err := f.conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	m, err := f.conn.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestOperations(t *testing.T) {
 		t.Run(strings.TrimPrefix(tc.capID, "cap:dify:"), func(t *testing.T) {
 			before := len(f.mock.requests(tc.method, tc.path))
 			var out map[string]any
-			f.completed(t, action(tc.capID, tc.input), &out)
+			f.completed(t, hostsdktest.NewAction(tc.capID, tc.input), &out)
 			raw, _ := json.Marshal(out)
 			if !strings.Contains(string(raw), tc.output) {
 				t.Errorf("output %s does not contain %s", raw, tc.output)
@@ -176,12 +177,12 @@ func TestOperationErrors(t *testing.T) {
 		t.Run("unknown "+tc.capID, func(t *testing.T) {
 			f.mock.handle(tc.method+" "+tc.path, tc.h)
 			before := len(f.mock.requests(tc.method, tc.path))
-			a := action(tc.capID, tc.input)
-			f.act(t, a)
+			a := hostsdktest.NewAction(tc.capID, tc.input)
+			f.Act(t, a)
 			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 				t.Fatalf("state %s, want outcome_unknown", st)
 			}
-			f.act(t, a)
+			f.Act(t, a)
 			if n := len(f.mock.requests(tc.method, tc.path)) - before; n != 1 {
 				t.Errorf("Dify got %d requests for one action", n)
 			}
@@ -192,21 +193,21 @@ func TestOperationErrors(t *testing.T) {
 	f.mock.handle("DELETE "+docPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "archived_document_immutable", "message": "The archived document is not editable."})
 	})
-	pe := f.failed(t, action(KnowledgeCapability(testDataset, SuffixDocumentDelete), `{"document_id":"`+testDocument+`"}`))
+	pe := f.failed(t, hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentDelete), `{"document_id":"`+testDocument+`"}`))
 	if pe.Code != provider.CodeForbidden || !strings.Contains(pe.Message, "not editable") {
 		t.Errorf("delete 403: %+v", pe)
 	}
 	f.mock.handle("POST /conversations/"+testConv+"/name", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"status": 404, "code": "not_found", "message": "Conversation Not Exists."})
 	})
-	pe = f.failed(t, action(AppCapability("support", SuffixConversationRename), `{"conversation_id":"`+testConv+`","user":"u","name":"x"}`))
+	pe = f.failed(t, hostsdktest.NewAction(AppCapability("support", SuffixConversationRename), `{"conversation_id":"`+testConv+`","user":"u","name":"x"}`))
 	if pe.Code != provider.CodeNotFound {
 		t.Errorf("rename 404: %+v", pe)
 	}
 	f.mock.handle("GET /workflows/run/"+testRun, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"status": 400, "code": "not_workflow_app", "message": "Please check if your app mode matches the right API route."})
 	})
-	pe = f.failed(t, action(AppCapability("etl", SuffixWorkflowRun), `{"workflow_run_id":"`+testRun+`"}`))
+	pe = f.failed(t, hostsdktest.NewAction(AppCapability("etl", SuffixWorkflowRun), `{"workflow_run_id":"`+testRun+`"}`))
 	if pe.Code != provider.CodeInvalidRequest || !strings.Contains(pe.Message, "app mode") {
 		t.Errorf("workflow run 400: %+v", pe)
 	}
@@ -215,7 +216,7 @@ func TestOperationErrors(t *testing.T) {
 	f.mock.handle("GET /datasets/"+testDataset+"/documents", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": 503, "code": "unavailable", "message": "try later"})
 	})
-	pe = f.failed(t, action(KnowledgeCapability(testDataset, SuffixDocuments), `{}`))
+	pe = f.failed(t, hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocuments), `{}`))
 	if pe.Code != provider.CodeUnavailable || pe.Retryable == nil || !*pe.Retryable {
 		t.Errorf("documents 503: %+v", pe)
 	}
@@ -225,7 +226,7 @@ func TestOperationErrors(t *testing.T) {
 		writeJSON(w, http.StatusOK, map[string]any{"result": "success"})
 	})
 	var out map[string]any
-	f.completed(t, action(AppCapability("agent", SuffixConversationDelete), `{"conversation_id":"`+testConv+`","user":"u"}`), &out)
+	f.completed(t, hostsdktest.NewAction(AppCapability("agent", SuffixConversationDelete), `{"conversation_id":"`+testConv+`","user":"u"}`), &out)
 	if diff := cmp.Diff(map[string]any{"deleted": true, "conversation_id": testConv}, out); diff != "" {
 		t.Errorf("delete output (-want +got):\n%s", diff)
 	}
@@ -237,29 +238,29 @@ func TestOperationInputRejected(t *testing.T) {
 	f := newFixture(t, nil)
 	doc := `"document_id":"` + testDocument + `"`
 	cases := []*aip.Action{
-		action(AppCapability("support", SuffixInfo), `{"user":"u"}`),
-		action(AppCapability("support", SuffixConversationRename), `{"conversation_id":"c","user":"u"}`),                       // neither name nor auto_generate
-		action(AppCapability("support", SuffixConversationRename), `{"conversation_id":"c","user":"u","auto_generate":false}`), // auto_generate false without a name
-		action(AppCapability("support", SuffixConversationRename), `{"conversation_id":"c/../x","user":"u","name":"n"}`),
-		action(AppCapability("support", SuffixConversationDelete), `{"conversation_id":"c"}`), // no user
-		action(AppCapability("support", SuffixConversationVariables), `{"conversation_id":"c","user":"u","limit":0}`),
-		action(AppCapability("support", SuffixSuggested), `{"message_id":"m"}`),
-		action(AppCapability("writer", SuffixFeedbacks), `{"page":0}`),
-		action(AppCapability("etl", SuffixWorkflowRun), `{}`),
-		action(AppCapability("etl", SuffixWorkflowLogs), `{"status":"running"}`),
-		action(KnowledgeCapability(testDataset, SuffixDocuments), `{"limit":101}`),
-		action(KnowledgeCapability(testDataset, SuffixDocument), `{"document_id":"not-a-uuid"}`),
-		action(KnowledgeCapability(testDataset, SuffixDocument), `{`+doc+`,"metadata":"some"}`),
-		action(KnowledgeCapability(testDataset, SuffixDocumentCreate), `{"name":"n"}`), // no text
-		action(KnowledgeCapability(testDataset, SuffixDocumentCreate), `{"name":"n","text":"t","process_rule":{"rules":{}}}`),
-		action(KnowledgeCapability(testDataset, SuffixDocumentCreate), `{"name":"n","text":"t","retrieval_model":{}}`),
-		action(KnowledgeCapability(testDataset, SuffixDocumentUpdate), `{`+doc+`}`),            // nothing to change
-		action(KnowledgeCapability(testDataset, SuffixDocumentUpdate), `{`+doc+`,"text":"t"}`), // text without a name
-		action(KnowledgeCapability(testDataset, SuffixDocumentDelete), `{}`),
-		action(KnowledgeCapability(testDataset, SuffixSegments), `{`+doc+`,"status":[1]}`),
+		hostsdktest.NewAction(AppCapability("support", SuffixInfo), `{"user":"u"}`),
+		hostsdktest.NewAction(AppCapability("support", SuffixConversationRename), `{"conversation_id":"c","user":"u"}`),                       // neither name nor auto_generate
+		hostsdktest.NewAction(AppCapability("support", SuffixConversationRename), `{"conversation_id":"c","user":"u","auto_generate":false}`), // auto_generate false without a name
+		hostsdktest.NewAction(AppCapability("support", SuffixConversationRename), `{"conversation_id":"c/../x","user":"u","name":"n"}`),
+		hostsdktest.NewAction(AppCapability("support", SuffixConversationDelete), `{"conversation_id":"c"}`), // no user
+		hostsdktest.NewAction(AppCapability("support", SuffixConversationVariables), `{"conversation_id":"c","user":"u","limit":0}`),
+		hostsdktest.NewAction(AppCapability("support", SuffixSuggested), `{"message_id":"m"}`),
+		hostsdktest.NewAction(AppCapability("writer", SuffixFeedbacks), `{"page":0}`),
+		hostsdktest.NewAction(AppCapability("etl", SuffixWorkflowRun), `{}`),
+		hostsdktest.NewAction(AppCapability("etl", SuffixWorkflowLogs), `{"status":"running"}`),
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocuments), `{"limit":101}`),
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocument), `{"document_id":"not-a-uuid"}`),
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocument), `{`+doc+`,"metadata":"some"}`),
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentCreate), `{"name":"n"}`), // no text
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentCreate), `{"name":"n","text":"t","process_rule":{"rules":{}}}`),
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentCreate), `{"name":"n","text":"t","retrieval_model":{}}`),
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentUpdate), `{`+doc+`}`),            // nothing to change
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentUpdate), `{`+doc+`,"text":"t"}`), // text without a name
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentDelete), `{}`),
+		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixSegments), `{`+doc+`,"status":[1]}`),
 	}
 	for _, a := range cases {
-		resp := f.act(t, a)
+		resp := f.Act(t, a)
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("%s %s: HTTP %d %s", a.CapabilityID, a.Input, resp.Status, resp.Raw)
 		}
@@ -309,7 +310,7 @@ func TestCapabilityLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := c.Manifest(ctxT(t), hostsdk.TenantContext{})
+			m, err := c.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 			if err != nil {
 				t.Fatal(err)
 			}
