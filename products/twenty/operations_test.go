@@ -13,6 +13,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
@@ -151,7 +152,7 @@ func TestBatchAndRestoreOperations(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := action(tc.op, tc.input)
-			res := e.act(t, a)
+			res := e.Result(t, a)
 			if res.Status != aip.ResultCompleted {
 				t.Fatalf("%s %+v", res.Status, res.Error)
 			}
@@ -228,7 +229,7 @@ func TestReadOperations(t *testing.T) {
 			`{"document":{"openapi":"3.1.1","info":{"title":"Twenty Api","version":"metadata"},"servers":[{"url":"` + e.mock.srv.URL + `/rest"}],"paths":{"/people":{}}}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := e.act(t, action(tc.op, tc.input))
+			res := e.Result(t, action(tc.op, tc.input))
 			if res.Status != aip.ResultCompleted {
 				t.Fatalf("%s %+v", res.Status, res.Error)
 			}
@@ -267,27 +268,27 @@ func TestNewOperationErrors(t *testing.T) {
 	e.mock.setFail(func(r *http.Request) (int, string, bool) {
 		return 503, `{"statusCode":503,"error":"ServiceUnavailableException","messages":["down"]}`, true
 	})
-	pe := failedCode(t, e.act(t, action(OpFindDuplicates, `{"object":"people","ids":["11111111-1111-4111-8111-111111111111"]}`)))
+	pe := failedCode(t, e.Result(t, action(OpFindDuplicates, `{"object":"people","ids":["11111111-1111-4111-8111-111111111111"]}`)))
 	if pe.Code != provider.CodeUnavailable || !retryable(pe) {
 		t.Errorf("503 on find_duplicates: %+v", pe)
 	}
 	e.mock.setFail(func(r *http.Request) (int, string, bool) { return 200, `<html>Twenty</html>`, true })
-	if pe = failedCode(t, e.act(t, action(OpOpenAPICore, `{}`))); pe.Code != provider.CodeBadResponse {
+	if pe = failedCode(t, e.Result(t, action(OpOpenAPICore, `{}`))); pe.Code != provider.CodeBadResponse {
 		t.Errorf("HTML for the OpenAPI document: %+v", pe)
 	}
 	e.mock.setFail(func(r *http.Request) (int, string, bool) { return 200, `{"data":{}}`, true })
-	if pe = failedCode(t, e.act(t, action(OpOpenAPIMeta, `{}`))); pe.Code != provider.CodeBadResponse {
+	if pe = failedCode(t, e.Result(t, action(OpOpenAPIMeta, `{}`))); pe.Code != provider.CodeBadResponse {
 		t.Errorf("a data envelope for the OpenAPI document: %+v", pe)
 	}
-	if pe = failedCode(t, e.act(t, action(OpGroupBy, `{"object":"people","group_by":[{"city":true}]}`))); pe.Code != provider.CodeBadResponse {
+	if pe = failedCode(t, e.Result(t, action(OpGroupBy, `{"object":"people","group_by":[{"city":true}]}`))); pe.Code != provider.CodeBadResponse {
 		t.Errorf("group_by answer without groups: %+v", pe)
 	}
 	e.mock.setFail(nil)
-	if pe = failedCode(t, e.act(t, action(OpMetadataGet, `{"resource":"objects","id":"11111111-1111-4111-8111-111111111111"}`))); pe.Code != provider.CodeNotFound {
+	if pe = failedCode(t, e.Result(t, action(OpMetadataGet, `{"resource":"objects","id":"11111111-1111-4111-8111-111111111111"}`))); pe.Code != provider.CodeNotFound {
 		t.Errorf("unknown object metadata: %+v", pe)
 	}
 	// Twenty refusing a filter: 400 on a mutation is failed, not unknown.
-	if pe = failedCode(t, e.act(t, action(OpSoftDeleteMany, `{"object":"people","filter":"or(a[eq]:1,b[eq]:2)"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
+	if pe = failedCode(t, e.Result(t, action(OpSoftDeleteMany, `{"object":"people","filter":"or(a[eq]:1,b[eq]:2)"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
 		t.Errorf("400 on soft_delete_many: %+v", pe)
 	}
 
@@ -314,11 +315,11 @@ func TestNewOperationErrors(t *testing.T) {
 				}
 				return tc.status, `{"statusCode":500,"error":"InternalServerErrorException","messages":["boom"]}`, true
 			})
-			ctx := ctxT(t)
-			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+			ctx := hostsdktest.Context(t)
+			if _, err := e.Dispatcher.Act(ctx, e.Target, tc.a); err != nil {
 				t.Fatal(err)
 			}
-			st, _, err := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID)
+			st, _, err := e.Dispatcher.Status(ctx, e.Target, tc.a.ID, tc.a.CapabilityID)
 			if err != nil || st.State != aip.StateOutcomeUnknown {
 				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
 			}
@@ -326,7 +327,7 @@ func TestNewOperationErrors(t *testing.T) {
 				t.Fatalf("the mock got %d mutations, want 1", n)
 			}
 			e.mock.setFail(nil)
-			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+			if _, err := e.Dispatcher.Act(ctx, e.Target, tc.a); err != nil {
 				t.Fatal(err)
 			}
 			if n := e.mock.writes(); n != 1 {
@@ -353,7 +354,7 @@ func TestFilterMatchesBounded(t *testing.T) {
 		action(OpSoftDeleteMany, `{"object":"people","filter":"city[eq]:Paris"}`),
 		action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`),
 	} {
-		pe := failedCode(t, e.act(t, a))
+		pe := failedCode(t, e.Result(t, a))
 		if pe.Code != CodeTooManyMatches || retryable(pe) || !strings.Contains(pe.Message, "matches 61 people") {
 			t.Errorf("%s over the bound: %+v", a.CapabilityID, pe)
 		}
@@ -382,7 +383,7 @@ func TestFilterMatchesBounded(t *testing.T) {
 		return 503, `{"statusCode":503,"error":"ServiceUnavailableException","messages":["down"]}`, true
 	})
 	before := e2.mock.writes()
-	pe := failedCode(t, e2.act(t, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Lyon"}`)))
+	pe := failedCode(t, e2.Result(t, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Lyon"}`)))
 	if pe.Code != provider.CodeUnavailable || !retryable(pe) {
 		t.Errorf("count 503: %+v", pe)
 	}
@@ -423,10 +424,7 @@ func TestOperationsAllowlist(t *testing.T) {
 		action(OpDestroyMany, `{"object":"people","filter":"city[eq]:x"}`),
 		action(OpMerge, `{"object":"companies","ids":["`+id+`","22222222-2222-4222-8222-222222222222"],"conflict_priority_index":0}`),
 	} {
-		resp, err := e.d.Act(ctxT(t), e.target, a)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, a)
 		if res, err := resp.Result(); err == nil && res.Status == aip.ResultCompleted {
 			t.Errorf("%s ran without being listed: %s", a.CapabilityID, resp.Raw)
 		}
@@ -447,10 +445,7 @@ func TestOperationsAllowlist(t *testing.T) {
 	if d := cmp.Diff([]string{OpList, OpDestroy}, ids(e.conn)); d != "" {
 		t.Errorf("listed operations (-want +got):\n%s", d)
 	}
-	resp, err := e.d.Act(ctxT(t), e.target, action(OpGet, `{"object":"people","id":"`+id+`"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.Act(t, action(OpGet, `{"object":"people","id":"`+id+`"}`))
 	if res, err := resp.Result(); err == nil && res.Status == aip.ResultCompleted {
 		t.Errorf("record.get ran without being listed")
 	}
@@ -509,10 +504,7 @@ func TestNewOperationInputsRejected(t *testing.T) {
 		"openapi.core with input":       action(OpOpenAPICore, `{"object":"people"}`),
 		"metadata.fields limit 0":       action(OpMetadataFields, `{"limit":0}`),
 	} {
-		resp, err := e.d.Act(ctxT(t), e.target, a)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, a)
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("%s: HTTP %d %s", name, resp.Status, resp.Raw)
 		}
@@ -523,7 +515,7 @@ func TestNewOperationInputsRejected(t *testing.T) {
 		"merge index past ids": action(OpMerge, `{"object":"people","ids":[`+id+`,`+id2+`],"conflict_priority_index":2}`),
 		"group_by too large":   action(OpGroupBy, `{"object":"people","group_by":[{"a":{"x":"`+strings.Repeat("y", MaxGroupByBytes)+`"}}]}`),
 	} {
-		if pe := failedCode(t, e.act(t, a)); pe.Code != hostsdk.CodeInputInvalid || retryable(pe) {
+		if pe := failedCode(t, e.Result(t, a)); pe.Code != hostsdk.CodeInputInvalid || retryable(pe) {
 			t.Errorf("%s: %+v", name, pe)
 		}
 	}
@@ -587,16 +579,13 @@ func TestIngest(t *testing.T) {
 		if strings.HasPrefix(name, "many") {
 			op = OpIngestMany
 		}
-		resp, err := e.d.Act(ctxT(t), e.target, action(op, in))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, action(op, in))
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("%s: HTTP %d %s", name, resp.Status, resp.Raw)
 		}
 	}
 	// The same id twice in one batch: the connector refuses it.
-	if pe := failedCode(t, e.act(t, action(OpIngestMany, `{"object":"people","records":[{"id":"`+id1+`","city":"x"},{"id":"`+strings.ToUpper(id1)+`","city":"y"}]}`))); pe.Code != hostsdk.CodeInputInvalid {
+	if pe := failedCode(t, e.Result(t, action(OpIngestMany, `{"object":"people","records":[{"id":"`+id1+`","city":"x"},{"id":"`+strings.ToUpper(id1)+`","city":"y"}]}`))); pe.Code != hostsdk.CodeInputInvalid {
 		t.Errorf("repeated id: %+v", pe)
 	}
 	// Called without a host, the connector enforces the policy itself.

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -29,12 +28,9 @@ const workspace = "3f2b8c1e-9d4a-4b7e-8c21-5a6f7e8d9c0b"
 
 // env is one test host serving a Twenty connector in front of a mock.
 type env struct {
+	*hostsdktest.Fixture
 	mock    *mockTwenty
 	conn    *Connector
-	d       *hostsdktest.Dispatcher
-	target  hostsdktest.Target
-	host    *hostsdk.Host
-	cfg     hostsdk.Config
 	journal *sqliteruntime.Journal
 	secret  string
 }
@@ -85,50 +81,26 @@ func newEnvWith(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(
 		b, _ := os.ReadFile(f)
 		e.secret = strings.TrimSpace(string(b))
 	}
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	e.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	e.cfg = hostsdktest.HostConfig(t, cp, e.d, nil)
-	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: e.cfg.StateDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered before StartHost, so it runs after the host stops.
-	t.Cleanup(func() { j.Close() })
-	e.journal = j
-	e.cfg.Journal = j
-	e.host = hostsdktest.StartHost(t, e.cfg, e.conn)
-	e.target = hostsdktest.TargetOf(e.host, e.cfg)
+	e.Fixture = hostsdktest.Start(t, e.conn, func(cfg *hostsdk.Config) {
+		j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: cfg.StateDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Registered before the host starts, so it runs after the host stops.
+		t.Cleanup(func() { j.Close() })
+		e.journal = j
+		cfg.Journal = j
+	})
 	return e
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func action(op, input string) *aip.Action {
-	return &aip.Action{ID: aip.NewActionID(), CapabilityID: CapabilityID(op), Input: json.RawMessage(input)}
-}
-
-// act runs an action and returns its result.
-func (e *env) act(t *testing.T, a *aip.Action) *aip.ActionResult {
-	t.Helper()
-	resp, err := e.d.Act(ctxT(t), e.target, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := resp.Result()
-	if err != nil {
-		t.Fatalf("HTTP %d: %v: %s", resp.Status, err, resp.Raw)
-	}
-	return res
-}
+// action is an action for the Twenty operation op.
+func action(op, input string) *aip.Action { return hostsdktest.NewAction(CapabilityID(op), input) }
 
 // complete runs an action that must complete and decodes its output.
 func (e *env) complete(t *testing.T, a *aip.Action, out any) {
 	t.Helper()
-	res := e.act(t, a)
+	res := e.Result(t, a)
 	if res.Status != aip.ResultCompleted {
 		t.Fatalf("%s: %s %+v", a.CapabilityID, res.Status, res.Error)
 	}
@@ -323,7 +295,7 @@ func failedCode(t *testing.T, res *aip.ActionResult) *aip.ProtocolError {
 func TestProviderErrors(t *testing.T) {
 	e := newEnv(t, func(v hostsdk.SettingValues) { v[FlagObjects] = "people,companies,ghosts" })
 	// An object the workspace does not have: Twenty answers 404.
-	pe := failedCode(t, e.act(t, action(OpList, `{"object":"ghosts"}`)))
+	pe := failedCode(t, e.Result(t, action(OpList, `{"object":"ghosts"}`)))
 	if pe.Code != provider.CodeNotFound || retryable(pe) {
 		t.Errorf("unknown object: %+v", pe)
 	}
@@ -331,7 +303,7 @@ func TestProviderErrors(t *testing.T) {
 		t.Errorf("unknown object sent %s", r.Path)
 	}
 	// A record that does not exist: 404.
-	pe = failedCode(t, e.act(t, action(OpGet, `{"object":"people","id":"11111111-1111-4111-8111-111111111111"}`)))
+	pe = failedCode(t, e.Result(t, action(OpGet, `{"object":"people","id":"11111111-1111-4111-8111-111111111111"}`)))
 	if pe.Code != provider.CodeNotFound {
 		t.Errorf("missing record: %+v", pe)
 	}
@@ -339,7 +311,7 @@ func TestProviderErrors(t *testing.T) {
 	e.mock.setFail(func(r *http.Request) (int, string, bool) {
 		return 400, `{"statusCode":400,"error":"BadRequestException","messages":["Object people doesn't have any \"nope\" field."]}`, true
 	})
-	pe = failedCode(t, e.act(t, action(OpCreate, `{"object":"people","record":{"nope":1}}`)))
+	pe = failedCode(t, e.Result(t, action(OpCreate, `{"object":"people","record":{"nope":1}}`)))
 	if pe.Code != provider.CodeInvalidRequest || retryable(pe) {
 		t.Errorf("400 on create: %+v", pe)
 	}
@@ -347,19 +319,19 @@ func TestProviderErrors(t *testing.T) {
 	e.mock.setFail(func(r *http.Request) (int, string, bool) {
 		return 429, `{"statusCode":429,"error":"TooManyRequestsException","messages":["Too many requests"]}`, true
 	})
-	if pe = failedCode(t, e.act(t, action(OpList, `{"object":"people"}`))); pe.Code != provider.CodeRateLimited || !retryable(pe) {
+	if pe = failedCode(t, e.Result(t, action(OpList, `{"object":"people"}`))); pe.Code != provider.CodeRateLimited || !retryable(pe) {
 		t.Errorf("429: %+v", pe)
 	}
 	// A read that gets a 5xx: failed, retryable.
 	e.mock.setFail(func(r *http.Request) (int, string, bool) {
 		return 503, `{"statusCode":503,"error":"ServiceUnavailableException","messages":["down"]}`, true
 	})
-	if pe = failedCode(t, e.act(t, action(OpMetadataList, `{}`))); pe.Code != provider.CodeUnavailable || !retryable(pe) {
+	if pe = failedCode(t, e.Result(t, action(OpMetadataList, `{}`))); pe.Code != provider.CodeUnavailable || !retryable(pe) {
 		t.Errorf("503 on a read: %+v", pe)
 	}
 	// A read whose 2xx answer is not Twenty's shape: bad response.
 	e.mock.setFail(func(r *http.Request) (int, string, bool) { return 200, `{"people":[]}`, true })
-	if pe = failedCode(t, e.act(t, action(OpList, `{"object":"people"}`))); pe.Code != provider.CodeBadResponse {
+	if pe = failedCode(t, e.Result(t, action(OpList, `{"object":"people"}`))); pe.Code != provider.CodeBadResponse {
 		t.Errorf("wrong shape: %+v", pe)
 	}
 }
@@ -372,7 +344,7 @@ func TestUnauthorized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.CheckHealth(ctxT(t))
+	err = c.CheckHealth(hostsdktest.Context(t))
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized {
 		t.Fatalf("CheckHealth with a wrong key: %v", err)
@@ -389,7 +361,7 @@ func TestUnauthorized(t *testing.T) {
 	e.mock.setFail(func(r *http.Request) (int, string, bool) {
 		return 401, `{"statusCode":401,"error":"UnauthorizedException","messages":["Token invalid."]}`, true
 	})
-	perr := failedCode(t, e.act(t, action(OpList, `{"object":"people"}`)))
+	perr := failedCode(t, e.Result(t, action(OpList, `{"object":"people"}`)))
 	if perr.Code != provider.CodeUnauthorized || retryable(perr) {
 		t.Errorf("401: %+v", perr)
 	}
@@ -415,11 +387,11 @@ func TestMutationOutcomeUnknown(t *testing.T) {
 			e.mock.setFail(func(r *http.Request) (int, string, bool) {
 				return tc.status, `{"statusCode":500,"error":"InternalServerErrorException","messages":["boom"]}`, true
 			})
-			ctx := ctxT(t)
-			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+			ctx := hostsdktest.Context(t)
+			if _, err := e.Dispatcher.Act(ctx, e.Target, tc.a); err != nil {
 				t.Fatal(err)
 			}
-			st, _, err := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID)
+			st, _, err := e.Dispatcher.Status(ctx, e.Target, tc.a.ID, tc.a.CapabilityID)
 			if err != nil || st.State != aip.StateOutcomeUnknown {
 				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
 			}
@@ -428,13 +400,13 @@ func TestMutationOutcomeUnknown(t *testing.T) {
 				t.Fatalf("the mock got %d requests, want 1", n)
 			}
 			e.mock.setFail(nil)
-			if _, err := e.d.Act(ctx, e.target, tc.a); err != nil {
+			if _, err := e.Dispatcher.Act(ctx, e.Target, tc.a); err != nil {
 				t.Fatal(err)
 			}
 			if got := e.mock.count(); got != n {
 				t.Fatalf("the same action was sent to Twenty again (%d requests)", got)
 			}
-			if st, _, _ := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID); st.State != aip.StateOutcomeUnknown {
+			if st, _, _ := e.Dispatcher.Status(ctx, e.Target, tc.a.ID, tc.a.CapabilityID); st.State != aip.StateOutcomeUnknown {
 				t.Fatalf("status after the resend %+v", st)
 			}
 		})
@@ -464,10 +436,7 @@ func TestInputRejected(t *testing.T) {
 		"depth 2":                 action(OpGet, `{"object":"people","id":`+id+`,"depth":2}`),
 		"field name with a comma": action(OpGet, `{"object":"people","id":`+id+`,"fields":["a,b"]}`),
 	} {
-		resp, err := e.d.Act(ctxT(t), e.target, a)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, a)
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("%s: HTTP %d %s", name, resp.Status, resp.Raw)
 		}
@@ -480,7 +449,7 @@ func TestInputRejected(t *testing.T) {
 func TestRecordTooLarge(t *testing.T) {
 	e := newEnv(t, nil)
 	big := strings.Repeat("x", MaxRecordBytes)
-	pe := failedCode(t, e.act(t, action(OpCreate, `{"object":"people","record":{"note":"`+big+`"}}`)))
+	pe := failedCode(t, e.Result(t, action(OpCreate, `{"object":"people","record":{"note":"`+big+`"}}`)))
 	if pe.Code != CodeRecordTooLarge {
 		t.Errorf("large record: %+v", pe)
 	}
@@ -494,7 +463,7 @@ func TestCheckHealth(t *testing.T) {
 	if n := len(e.mock.requests()); n == 0 {
 		t.Fatal("the host did not probe health while starting")
 	}
-	if err := e.conn.CheckHealth(ctxT(t)); err != nil {
+	if err := e.conn.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	reqs := e.mock.requests()

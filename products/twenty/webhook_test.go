@@ -16,6 +16,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
 const webhookSecret = "whsec-twenty-0123456789"
@@ -60,7 +61,7 @@ func payloadJSON(eventName, workspaceID, hookID, date string) string {
 // error code of the answer, if any.
 func (e *env) post(t *testing.T, d delivery, omit string) (int, string, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, "http://"+e.host.Addr().String()+"/webhooks/twenty", strings.NewReader(d.body))
+	req, err := http.NewRequestWithContext(hostsdktest.Context(t), http.MethodPost, "http://"+e.Host.Addr().String()+"/webhooks/twenty", strings.NewReader(d.body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func (e *env) post(t *testing.T, d delivery, omit string) (int, string, []byte) 
 // one-minute lease, the event batches the host stored.
 func (e *env) outbox(t *testing.T, later time.Duration) map[string][]aip.Event {
 	t.Helper()
-	entries, err := e.journal.ClaimEvents(ctxT(t), time.Now().Add(later), time.Minute, 100)
+	entries, err := e.journal.ClaimEvents(hostsdktest.Context(t), time.Now().Add(later), time.Minute, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestWebhookRefused(t *testing.T) {
 		t.Errorf("refused deliveries stored %d batches", n)
 	}
 	// The manifest declares the channel when the route is served.
-	m, _ := e.conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	m, _ := e.conn.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	if len(m.Channels) != 1 || !bytes.Contains(m.Channels[0], []byte(`"id":"twenty-webhooks"`)) {
 		t.Errorf("channels %s", m.Channels)
 	}
