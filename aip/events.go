@@ -36,6 +36,10 @@ const (
 	MaxEventsPerDelivery = 100
 	// MaxEventBytes bounds one event's JSON.
 	MaxEventBytes = 256 << 10
+	// MaxEventKindBytes bounds an event's kind.
+	MaxEventKindBytes = 256
+	// MaxChannelIDBytes bounds a channel ID.
+	MaxChannelIDBytes = 256
 	// MaxEventDeliveryBytes bounds a delivery envelope.
 	MaxEventDeliveryBytes = 4 << 20
 	// MaxEventAnswerBytes bounds the dispatcher's answer to a delivery: the

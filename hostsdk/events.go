@@ -11,12 +11,12 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
-// Event publication bounds.
+// Event publication bounds: the fleet's event ingress takes no more.
 const (
-	MaxEventsPerBatch   = 100
-	MaxChannelIDBytes   = 256
-	MaxEventKindBytes   = 256
-	MaxEventBytes       = 256 << 10
+	MaxEventsPerBatch   = aip.MaxEventsPerDelivery
+	MaxChannelIDBytes   = aip.MaxChannelIDBytes
+	MaxEventKindBytes   = aip.MaxEventKindBytes
+	MaxEventBytes       = aip.MaxEventBytes
 	maxPendingEventRows = 10000
 )
 

@@ -22,7 +22,7 @@ const (
 )
 
 // MaxEventKindBytes bounds an event's kind.
-const MaxEventKindBytes = 256
+const MaxEventKindBytes = aip.MaxEventKindBytes
 
 // EventProvenance is the member of an event's data the dispatcher stamps
 // with the delivery's provenance (aip_connector: instance_id, replica_id,
