@@ -11,12 +11,13 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
 func TestMessageCreate(t *testing.T) {
 	e := newEnv(t, nil)
-	a := act(CapMessageCreate, `{"conversation_id":42,"content":"Hello from AIP","private":true}`)
+	a := hostsdktest.NewAction(CapMessageCreate, `{"conversation_id":42,"content":"Hello from AIP","private":true}`)
 	out := e.completed(t, a)
 	if out["message_id"] != float64(101) || out["conversation_id"] != float64(42) || out["private"] != true {
 		t.Errorf("output %v", out)
@@ -38,7 +39,7 @@ func TestMessageCreate(t *testing.T) {
 	}
 
 	// A distinct idempotency key is recorded next to the action ID.
-	b := act(CapMessageCreate, `{"conversation_id":42,"content":"again"}`)
+	b := hostsdktest.NewAction(CapMessageCreate, `{"conversation_id":42,"content":"again"}`)
 	b.IdempotencyKey = "order-77-reply"
 	e.completed(t, b)
 	attrs := e.last(t).Body["content_attributes"].(map[string]any)
@@ -49,7 +50,7 @@ func TestMessageCreate(t *testing.T) {
 
 func TestConversationStatus(t *testing.T) {
 	e := newEnv(t, nil)
-	out := e.completed(t, act(CapConversationStatus, `{"conversation_id":5,"status":"resolved"}`))
+	out := e.completed(t, hostsdktest.NewAction(CapConversationStatus, `{"conversation_id":5,"status":"resolved"}`))
 	if out["status"] != "resolved" || out["conversation_id"] != float64(5) {
 		t.Errorf("output %v", out)
 	}
@@ -59,7 +60,7 @@ func TestConversationStatus(t *testing.T) {
 	}
 	// success false from Chatwoot is a failed result.
 	e.mock.setFault("POST /conversations/6/toggle_status", fault{200, `{"meta":{},"payload":{"success":false,"current_status":"open","conversation_id":6}}`})
-	res := e.run(t, act(CapConversationStatus, `{"conversation_id":6,"status":"pending"}`))
+	res := e.Result(t, hostsdktest.NewAction(CapConversationStatus, `{"conversation_id":6,"status":"pending"}`))
 	if res.Status != aip.ResultFailed || res.Error.Code != "chatwoot.status_not_changed" {
 		t.Errorf("success false: %s %+v", res.Status, res.Error)
 	}
@@ -67,7 +68,7 @@ func TestConversationStatus(t *testing.T) {
 
 func TestConversationHandoff(t *testing.T) {
 	e := newEnv(t, nil)
-	a := act(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"Customer asks for a refund"}`)
+	a := hostsdktest.NewAction(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"Customer asks for a refund"}`)
 	out := e.completed(t, a)
 	if out["assigned"] != true || out["assignee_id"] != float64(3) || out["note_message_id"] != float64(101) {
 		t.Errorf("output %v", out)
@@ -86,7 +87,7 @@ func TestConversationHandoff(t *testing.T) {
 	}
 
 	// A team handoff without a note makes one call.
-	out = e.completed(t, act(CapConversationHandoff, `{"conversation_id":9,"team_id":2}`))
+	out = e.completed(t, hostsdktest.NewAction(CapConversationHandoff, `{"conversation_id":9,"team_id":2}`))
 	if got := e.last(t); got.Path != accountPath+"/conversations/9/assignments" || !cmp.Equal(got.Body, map[string]any{"team_id": float64(2)}) {
 		t.Errorf("team assignment %+v", got)
 	}
@@ -98,7 +99,7 @@ func TestConversationHandoff(t *testing.T) {
 func TestHandoffNoteRefusedSaysAssignmentApplied(t *testing.T) {
 	e := newEnv(t, nil)
 	e.mock.setFault("POST /conversations/8/messages", fault{422, `{"description":"content is too long","errors":[]}`})
-	res := e.run(t, act(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"n"}`))
+	res := e.Result(t, hostsdktest.NewAction(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"n"}`))
 	if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != CodeHandoffNoteFailed {
 		t.Fatalf("result %s %+v", res.Status, res.Error)
 	}
@@ -122,17 +123,14 @@ func TestHandoffNoteRefusedSaysAssignmentApplied(t *testing.T) {
 func TestHandoffNoteUnknownIsOutcomeUnknown(t *testing.T) {
 	e := newEnv(t, nil)
 	e.mock.setFault("POST /conversations/8/messages", fault{status: 0})
-	a := act(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"n"}`)
-	resp, err := e.d.Act(ctxT(t), e.target, a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := hostsdktest.NewAction(CapConversationHandoff, `{"conversation_id":8,"assignee_id":3,"note":"n"}`)
+	resp := e.Act(t, a)
 	pe := resp.ProtocolError()
 	if resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown ||
 		!strings.Contains(pe.Message, "assigned (applied)") {
 		t.Fatalf("HTTP %d %+v", resp.Status, pe)
 	}
-	st, _, err := e.d.Status(ctxT(t), e.target, a.ID, a.CapabilityID)
+	st, _, err := e.Dispatcher.Status(hostsdktest.Context(t), e.Target, a.ID, a.CapabilityID)
 	if err != nil || st.State != aip.StateOutcomeUnknown {
 		t.Fatalf("status %+v, %v", st, err)
 	}
@@ -215,7 +213,7 @@ func TestCatalogue(t *testing.T) {
 	for _, tc := range cases {
 		seen[tc.suffix] = true
 		before := e.mock.count("GET ")
-		out := e.completed(t, act(CapabilityPrefix+tc.suffix, tc.input))
+		out := e.completed(t, hostsdktest.NewAction(CapabilityPrefix+tc.suffix, tc.input))
 		if tc.suffix == "account.get" {
 			// Health probes read the account too: check the count and the
 			// last such request.
@@ -252,7 +250,7 @@ func TestCatalogue(t *testing.T) {
 		}
 	}
 	// contact.update answered 204: status recorded.
-	out := e.completed(t, act(CapabilityPrefix+"contact.update", `{"contact_id":9,"name":"Al"}`))
+	out := e.completed(t, hostsdktest.NewAction(CapabilityPrefix+"contact.update", `{"contact_id":9,"name":"Al"}`))
 	if out["status"] != float64(204) {
 		t.Errorf("contact.update output %v", out)
 	}
@@ -260,22 +258,22 @@ func TestCatalogue(t *testing.T) {
 
 func TestProviderErrors(t *testing.T) {
 	e := newEnv(t, nil)
-	ctx := ctxT(t)
+	ctx := hostsdktest.Context(t)
 
 	// A 4xx on a read: failed with the matching code, not retryable.
-	res := e.run(t, act(CapabilityPrefix+"contact.get", `{"contact_id":404}`))
+	res := e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"contact.get", `{"contact_id":404}`))
 	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeNotFound || res.Error.IsRetryable() {
 		t.Errorf("404: %s %+v", res.Status, res.Error)
 	}
 	// A 4xx on a mutation: failed (nothing applied).
 	e.mock.setFault("POST /conversations/42/messages", fault{403, `{"description":"Access denied","errors":[]}`})
-	res = e.run(t, act(CapMessageCreate, `{"conversation_id":42,"content":"x"}`))
+	res = e.Result(t, hostsdktest.NewAction(CapMessageCreate, `{"conversation_id":42,"content":"x"}`))
 	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeForbidden || !strings.Contains(res.Error.Message, "Access denied") {
 		t.Errorf("403: %s %+v", res.Status, res.Error)
 	}
 	// A 5xx on a read: failed and retryable.
 	e.mock.setFault("GET /conversations", fault{503, `{"error":"maintenance"}`})
-	res = e.run(t, act(CapabilityPrefix+"conversation.list", `{}`))
+	res = e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"conversation.list", `{}`))
 	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeUnavailable || !res.Error.IsRetryable() {
 		t.Errorf("read 503: %s %+v", res.Status, res.Error)
 	}
@@ -292,23 +290,20 @@ func TestProviderErrors(t *testing.T) {
 		a   *aip.Action
 		key string
 	}{
-		{act(CapMessageCreate, `{"conversation_id":43,"content":"x"}`), "POST /conversations/43/messages"},
-		{act(CapConversationStatus, `{"conversation_id":44,"status":"open"}`), "POST /conversations/44/toggle_status"},
-		{act(CapabilityPrefix+"contact.update", `{"contact_id":45,"name":"x"}`), "PUT /contacts/45"},
-		{act(CapabilityPrefix+"contact.delete", `{"contact_id":46}`), "DELETE /contacts/46"},
-		{act(CapabilityPrefix+"message.delete", `{"conversation_id":42,"message_id":47}`), "DELETE /conversations/42/messages/47"},
-		{act(CapabilityPrefix+"conversation.label.update", `{"conversation_id":48,"labels":["vip"]}`), "POST /conversations/48/labels"},
+		{hostsdktest.NewAction(CapMessageCreate, `{"conversation_id":43,"content":"x"}`), "POST /conversations/43/messages"},
+		{hostsdktest.NewAction(CapConversationStatus, `{"conversation_id":44,"status":"open"}`), "POST /conversations/44/toggle_status"},
+		{hostsdktest.NewAction(CapabilityPrefix+"contact.update", `{"contact_id":45,"name":"x"}`), "PUT /contacts/45"},
+		{hostsdktest.NewAction(CapabilityPrefix+"contact.delete", `{"contact_id":46}`), "DELETE /contacts/46"},
+		{hostsdktest.NewAction(CapabilityPrefix+"message.delete", `{"conversation_id":42,"message_id":47}`), "DELETE /conversations/42/messages/47"},
+		{hostsdktest.NewAction(CapabilityPrefix+"conversation.label.update", `{"conversation_id":48,"labels":["vip"]}`), "POST /conversations/48/labels"},
 	} {
 		for range 2 {
-			resp, err := e.d.Act(ctx, e.target, tc.a)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := e.Act(t, tc.a)
 			if pe := resp.ProtocolError(); resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
 				t.Errorf("%s: HTTP %d %s", tc.key, resp.Status, resp.Raw)
 			}
 		}
-		st, _, err := e.d.Status(ctx, e.target, tc.a.ID, tc.a.CapabilityID)
+		st, _, err := e.Dispatcher.Status(ctx, e.Target, tc.a.ID, tc.a.CapabilityID)
 		if err != nil || st.State != aip.StateOutcomeUnknown {
 			t.Errorf("%s: status %+v, %v", tc.key, st, err)
 		}
@@ -318,7 +313,7 @@ func TestProviderErrors(t *testing.T) {
 	}
 
 	// A delete Chatwoot refuses (404): failed, nothing applied.
-	res = e.run(t, act(CapabilityPrefix+"contact.delete", `{"contact_id":404}`))
+	res = e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"contact.delete", `{"contact_id":404}`))
 	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeNotFound || res.Error.IsRetryable() {
 		t.Errorf("delete 404: %s %+v", res.Status, res.Error)
 	}
@@ -328,10 +323,7 @@ func TestProviderErrors(t *testing.T) {
 	e.mock.setFault("POST /conversations/filter", fault{503, `{"error":"maintenance"}`})
 	e.mock.setFault("POST /contacts/filter", fault{status: 0})
 	for _, suffix := range []string{"conversation.filter", "contact.filter"} {
-		resp, err := e.d.Act(ctx, e.target, act(CapabilityPrefix+suffix, `{"payload":[{"attribute_key":"status","filter_operator":"equal_to","values":["open"]}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, hostsdktest.NewAction(CapabilityPrefix+suffix, `{"payload":[{"attribute_key":"status","filter_operator":"equal_to","values":["open"]}]}`))
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
 			t.Errorf("%s 5xx/dropped: HTTP %d %s", suffix, resp.Status, resp.Raw)
 		}
@@ -339,7 +331,7 @@ func TestProviderErrors(t *testing.T) {
 
 	// A refused token: provider.unauthorized.
 	e.mock.setFault("GET /agents", fault{401, `{"error":"Invalid Access Token"}`})
-	res = e.run(t, act(CapabilityPrefix+"agent.list", `{}`))
+	res = e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"agent.list", `{}`))
 	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeUnauthorized {
 		t.Errorf("401: %s %+v", res.Status, res.Error)
 	}
@@ -383,10 +375,7 @@ func TestInputSchemaRejections(t *testing.T) {
 		{CapabilityPrefix + "custom_attribute_definition.list", `{"attribute_model":"contact_attribute"}`},
 		{CapabilityPrefix + "team.get", `{"team_id":0}`},
 	} {
-		resp, err := e.d.Act(ctxT(t), e.target, act(tc.capability, tc.input))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, hostsdktest.NewAction(tc.capability, tc.input))
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("%s %s: HTTP %d %s", tc.capability, tc.input, resp.Status, resp.Raw)
 		}
@@ -430,7 +419,7 @@ func TestFilterConditionOperators(t *testing.T) {
 		{`[` + cond + `,"query_operator":"AND"},` + cond + `,"query_operator":"AND"}]`, "payload[1]: leave query_operator out"},
 	} {
 		for _, suffix := range []string{"conversation.filter", "contact.filter"} {
-			res := e.run(t, act(CapabilityPrefix+suffix, `{"payload":`+tc.payload+`}`))
+			res := e.Result(t, hostsdktest.NewAction(CapabilityPrefix+suffix, `{"payload":`+tc.payload+`}`))
 			if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != "chatwoot.input_invalid" ||
 				res.Error.IsRetryable() || !strings.Contains(res.Error.Message, tc.want) {
 				t.Errorf("%s %s: %s %+v", suffix, tc.payload, res.Status, res.Error)
@@ -452,10 +441,7 @@ func TestAgentAdministrationIsOptIn(t *testing.T) {
 		{"agent.update", `{"agent_id":3,"role":"administrator"}`},
 		{"agent.delete", `{"agent_id":3}`},
 	} {
-		resp, err := e.d.Act(ctxT(t), e.target, act(CapabilityPrefix+in.suffix, in.input))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, hostsdktest.NewAction(CapabilityPrefix+in.suffix, in.input))
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeCapabilityUnknown {
 			t.Errorf("%s by default: HTTP %d %s", in.suffix, resp.Status, resp.Raw)
 		}
@@ -467,20 +453,17 @@ func TestAgentAdministrationIsOptIn(t *testing.T) {
 	// Listed, it runs; a 404 for an unknown agent is failed not_found.
 	e = newEnv(t, func(c *Config) { c.Operations = []string{"agent.list", "agent.update"} })
 	e.mock.setFault("PATCH /agents/99", fault{404, `{"description":"Agent not found","errors":[]}`})
-	res := e.run(t, act(CapabilityPrefix+"agent.update", `{"agent_id":99,"role":"agent"}`))
+	res := e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"agent.update", `{"agent_id":99,"role":"agent"}`))
 	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeNotFound {
 		t.Errorf("agent.update 404: %s %+v", res.Status, res.Error)
 	}
 	for _, input := range []string{`{"agent_id":3}`, `{"agent_id":3,"role":"owner"}`, `{"agent_id":3,"role":"agent","name":"x"}`} {
-		resp, err := e.d.Act(ctxT(t), e.target, act(CapabilityPrefix+"agent.update", input))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.Act(t, hostsdktest.NewAction(CapabilityPrefix+"agent.update", input))
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 			t.Errorf("agent.update %s: HTTP %d %s", input, resp.Status, resp.Raw)
 		}
 	}
-	out := e.completed(t, act(CapabilityPrefix+"agent.update", `{"agent_id":3,"role":"agent"}`))
+	out := e.completed(t, hostsdktest.NewAction(CapabilityPrefix+"agent.update", `{"agent_id":3,"role":"agent"}`))
 	if got := e.last(t); got.Method != "PATCH" || got.Path != accountPath+"/agents/3" || !cmp.Equal(got.Body, map[string]any{"role": "agent"}) {
 		t.Errorf("agent.update sent %+v", got)
 	}
@@ -491,7 +474,7 @@ func TestAgentAdministrationIsOptIn(t *testing.T) {
 
 func TestManifest(t *testing.T) {
 	e := newEnv(t, nil)
-	m, err := e.conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	m, err := e.conn.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,7 +550,7 @@ func TestManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ = all.Manifest(ctxT(t), hostsdk.TenantContext{})
+	m, _ = all.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	found := 0
 	for _, c := range m.Capabilities[3:] {
 		suffix := strings.TrimPrefix(c.ID, CapabilityPrefix)
@@ -591,7 +574,7 @@ func TestManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ = conn.Manifest(ctxT(t), hostsdk.TenantContext{})
+	m, _ = conn.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	ids = nil
 	for _, c := range m.Capabilities {
 		ids = append(ids, c.ID)
@@ -606,7 +589,7 @@ func TestManifest(t *testing.T) {
 func TestCheckHealth(t *testing.T) {
 	e := newEnv(t, nil)
 	n := e.mock.count("GET ")
-	if err := e.conn.CheckHealth(ctxT(t)); err != nil {
+	if err := e.conn.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if e.mock.count("GET ") != n+1 {
@@ -618,7 +601,7 @@ func TestCheckHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = wrong.CheckHealth(ctxT(t))
+	err = wrong.CheckHealth(hostsdktest.Context(t))
 	if err == nil || !strings.Contains(err.Error(), "401") || strings.Contains(err.Error(), "wrong-token-123") {
 		t.Errorf("health with a wrong token: %v", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -265,16 +264,14 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// env is a Chatwoot connector in a real host against the mock provider.
+// env is a Chatwoot connector in a real host (hostsdktest.Start, on a
+// journal the test can read) against the mock provider.
 type env struct {
+	*hostsdktest.Fixture
 	mock    *mockChatwoot
 	checked *spectest.Checked
 	conn    *Connector
-	d       *hostsdktest.Dispatcher
-	host    *hostsdk.Host
-	target  hostsdktest.Target
 	journal *sqliteruntime.Journal
-	cfg     hostsdk.Config
 }
 
 func newEnv(t *testing.T, edit func(*Config)) *env {
@@ -295,48 +292,19 @@ func newEnv(t *testing.T, edit func(*Config)) *env {
 	if e.conn, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	e.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	e.cfg = hostsdktest.HostConfig(t, cp, e.d, nil)
 	e.journal, err = sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.journal.Close() }) // after the host stops (cleanups run last first)
-	e.cfg.Journal = e.journal
-	e.host = hostsdktest.StartHost(t, e.cfg, e.conn)
-	e.target = hostsdktest.TargetOf(e.host, e.cfg)
+	e.Fixture = hostsdktest.Start(t, e.conn, func(c *hostsdk.Config) { c.Journal = e.journal })
 	return e
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func act(capability, input string) *aip.Action {
-	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capability, Input: json.RawMessage(input)}
-}
-
-// run sends an action through the host and returns its result.
-func (e *env) run(t *testing.T, a *aip.Action) *aip.ActionResult {
-	t.Helper()
-	resp, err := e.d.Act(ctxT(t), e.target, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := resp.Result()
-	if err != nil {
-		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
-	}
-	return res
 }
 
 // completed runs an action, requires completion and decodes its output.
 func (e *env) completed(t *testing.T, a *aip.Action) map[string]any {
 	t.Helper()
-	res := e.run(t, a)
+	res := e.Result(t, a)
 	if res.Status != aip.ResultCompleted {
 		t.Fatalf("%s: %s %+v", a.CapabilityID, res.Status, res.Error)
 	}

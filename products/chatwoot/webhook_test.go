@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
@@ -42,7 +43,7 @@ func (a answer) code() string {
 
 func (e *env) post(t *testing.T, d delivery) answer {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, "http://"+e.host.Addr().String()+WebhookPath, strings.NewReader(d.body))
+	req, err := http.NewRequestWithContext(hostsdktest.Context(t), http.MethodPost, "http://"+e.Host.Addr().String()+WebhookPath, strings.NewReader(d.body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func (e *env) post(t *testing.T, d delivery) answer {
 
 func (e *env) pending(t *testing.T) int {
 	t.Helper()
-	n, err := e.journal.PendingEvents(ctxT(t))
+	n, err := e.journal.PendingEvents(hostsdktest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestWebhookDelivery(t *testing.T) {
 		t.Fatalf("outbox holds %d batches, want 2", n)
 	}
 
-	batches, err := e.journal.ClaimEvents(ctxT(t), time.Now().Add(time.Hour), time.Minute, 10)
+	batches, err := e.journal.ClaimEvents(hostsdktest.Context(t), time.Now().Add(time.Hour), time.Minute, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestWebhookDelivery(t *testing.T) {
 	}
 
 	// The fence is kept where the reference says.
-	v, err := e.journal.State(ctxT(t), FenceNamespace, "instance:"+e.cfg.InstanceID)
+	v, err := e.journal.State(hostsdktest.Context(t), FenceNamespace, "instance:"+e.Config.InstanceID)
 	if err != nil || !strings.Contains(string(v.Value), `"dlv-1"`) || !strings.Contains(string(v.Value), `"dlv-own"`) {
 		t.Errorf("fence state %s, %v", v.Value, err)
 	}
@@ -227,7 +228,7 @@ func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
 	if a.status != http.StatusNotFound {
 		t.Errorf("outbound-only host answered %d %v, want 404", a.status, a.body)
 	}
-	m, err := e.conn.Manifest(ctxT(t), e.host.Tenant())
+	m, err := e.conn.Manifest(hostsdktest.Context(t), e.Host.Tenant())
 	if err != nil || len(m.Channels) != 0 {
 		t.Errorf("outbound-only manifest channels %s, %v", m.Channels, err)
 	}
