@@ -47,9 +47,9 @@ var runEventsStream = sse(
 func TestRunEventsStream(t *testing.T) {
 	f := newFixture(t)
 	f.main.setRunEvents(runEventsStream)
-	a := action("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123"}`)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123"}`)
 	a.Mode = aip.ModeStreaming
-	resp := f.act(t, a)
+	resp := f.Act(t, a)
 	want := []chunkSeen{
 		{aip.ChunkTool, `{"data":{"tool":"terminal"},"event":"tool.started"}`},
 		{aip.ChunkThought, `{"data":{"delta":"thinking"},"event":"reasoning.delta"}`},
@@ -74,7 +74,7 @@ func TestRunEventsStream(t *testing.T) {
 func TestRunEventsMaxEvents(t *testing.T) {
 	f := newFixture(t)
 	f.main.setRunEvents(runEventsStream)
-	out := completed(t, f.act(t, action("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123","max_events":2}`)))
+	out := completed(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123","max_events":2}`)))
 	jsonEqual(t, "output", string(mustJSON(t, out)), `{"run_id":"run_abc123","count":2,"max_events_reached":true,"events":[
 		{"event":"tool.started","data":{"tool":"terminal"}},{"event":"reasoning.delta","data":{"delta":"thinking"}}]}`)
 }
@@ -85,19 +85,19 @@ func TestRunEventsErrors(t *testing.T) {
 	f := newFixture(t)
 	for _, mode := range []aip.ActionMode{aip.ModeSync, aip.ModeStreaming} {
 		t.Run(string(mode), func(t *testing.T) {
-			a := action("cap:hermes_agent:main:run_events", `{"run_id":"run_other"}`)
+			a := hostsdktest.NewAction("cap:hermes_agent:main:run_events", `{"run_id":"run_other"}`)
 			a.Mode = mode
-			failedWith(t, f.act(t, a), provider.CodeNotFound, false)
+			failedWith(t, f.Act(t, a), provider.CodeNotFound, false)
 
 			f.alice.setFail("GET", "/p/alice/v1/runs/run_abc123/events", http.StatusServiceUnavailable)
-			a = action("cap:hermes_agent:alice:run_events", `{"run_id":"run_abc123"}`)
+			a = hostsdktest.NewAction("cap:hermes_agent:alice:run_events", `{"run_id":"run_abc123"}`)
 			a.Mode = mode
-			failedWith(t, f.act(t, a), provider.CodeUnavailable, true)
+			failedWith(t, f.Act(t, a), provider.CodeUnavailable, true)
 
 			f.main.setDrop("GET", "/v1/runs/run_dropped/events")
-			a = action("cap:hermes_agent:main:run_events", `{"run_id":"run_dropped"}`)
+			a = hostsdktest.NewAction("cap:hermes_agent:main:run_events", `{"run_id":"run_dropped"}`)
 			a.Mode = mode
-			failedWith(t, f.act(t, a), provider.CodeUnavailable, true)
+			failedWith(t, f.Act(t, a), provider.CodeUnavailable, true)
 		})
 	}
 }
@@ -115,10 +115,10 @@ func TestSessionChatStream(t *testing.T) {
 		"run.completed\x00"+`{"run_id":"run_9","output":"Two files."}`,
 		"assistant.delta\x00"+`{"delta":"after the end"}`,
 	))
-	a := action("cap:hermes_agent:main:session_chat", `{"session_id":"space-session","input":"what files changed in the last hour?","model":"MiniMax-M3"}`)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:session_chat", `{"session_id":"space-session","input":"what files changed in the last hour?","model":"MiniMax-M3"}`)
 	a.Mode = aip.ModeStreaming
 	a.IdempotencyKey = "turn-7"
-	resp := f.act(t, a)
+	resp := f.Act(t, a)
 	want := []chunkSeen{
 		{aip.ChunkThought, `{"data":{"delta":"look at git"},"event":"reasoning.delta"}`},
 		{aip.ChunkTool, `{"data":{"args":{"command":"git log"},"tool":"terminal"},"event":"tool.started"}`},
@@ -148,27 +148,27 @@ func TestSessionChatStreamOutcomeUnknown(t *testing.T) {
 	f := newFixture(t)
 	t.Run("no run.completed", func(t *testing.T) {
 		f.main.setSessionStream(sse("assistant.delta\x00" + `{"delta":"Two"}`))
-		a := action("cap:hermes_agent:main:session_chat", `{"session_id":"s1","input":"x"}`)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:session_chat", `{"session_id":"s1","input":"x"}`)
 		a.Mode = aip.ModeStreaming
-		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 	})
 	t.Run("cut inside run.completed", func(t *testing.T) {
 		f.main.setSessionStream(sse("assistant.delta\x00"+`{"delta":"Two"}`) + "event: run.completed\ndata: {\"run_id\"")
-		a := action("cap:hermes_agent:main:session_chat", `{"session_id":"s2","input":"x"}`)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:session_chat", `{"session_id":"s2","input":"x"}`)
 		a.Mode = aip.ModeStreaming
-		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 	})
 	t.Run("5xx", func(t *testing.T) {
 		f.alice.setFail("POST", "/p/alice/api/sessions/s3/chat/stream", http.StatusBadGateway)
-		a := action("cap:hermes_agent:alice:session_chat", `{"session_id":"s3","input":"x"}`)
+		a := hostsdktest.NewAction("cap:hermes_agent:alice:session_chat", `{"session_id":"s3","input":"x"}`)
 		a.Mode = aip.ModeStreaming
-		f.outcomeUnknown(t, f.act(t, a), a, f.alice)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.alice)
 	})
 	t.Run("4xx", func(t *testing.T) {
 		f.main.setFail("POST", "/api/sessions/s4/chat/stream", http.StatusTooManyRequests)
-		a := action("cap:hermes_agent:main:session_chat", `{"session_id":"s4","input":"x"}`)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:session_chat", `{"session_id":"s4","input":"x"}`)
 		a.Mode = aip.ModeStreaming
-		failedWith(t, f.act(t, a), provider.CodeRateLimited, true)
+		failedWith(t, f.Act(t, a), provider.CodeRateLimited, true)
 	})
 }
 
@@ -178,9 +178,9 @@ func TestRunEventsStreamBound(t *testing.T) {
 	f := newFixtureWith(t, 1024)
 	f.main.setRunEvents(strings.Repeat(sse("message.delta\x00"+`{"delta":"0123456789"}`), 60))
 	for _, mode := range []aip.ActionMode{aip.ModeSync, aip.ModeStreaming} {
-		a := action("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123"}`)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123"}`)
 		a.Mode = mode
-		resp := f.act(t, a)
+		resp := f.Act(t, a)
 		failedWith(t, resp, provider.CodeBadResponse, false)
 		if res, _ := resp.Result(); !strings.Contains(res.Error.Message, "--hermes-max-response-bytes") {
 			t.Errorf("%s: message %q", mode, res.Error.Message)

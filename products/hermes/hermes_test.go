@@ -34,8 +34,7 @@ const (
 type fixture struct {
 	main, alice *mockHermes
 	conn        *Connector
-	d           *hostsdktest.Dispatcher
-	target      hostsdktest.Target
+	*hostsdktest.Fixture
 }
 
 func writeFile(t testing.TB, dir, name, content string, mode os.FileMode) string {
@@ -76,31 +75,8 @@ func newFixtureWith(t *testing.T, maxResponseBytes int64) *fixture {
 		t.Fatal(err)
 	}
 	f.conn = conn
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	f.d = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	cfg := hostsdktest.HostConfig(t, cp, f.d, nil)
-	h := hostsdktest.StartHost(t, cfg, conn)
-	f.target = hostsdktest.TargetOf(h, cfg)
+	f.Fixture = hostsdktest.Start(t, conn, nil)
 	return f
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func action(capID, input string) *aip.Action {
-	return &aip.Action{ID: aip.NewActionID(), CapabilityID: capID, Input: json.RawMessage(input)}
-}
-
-func (f *fixture) act(t *testing.T, a *aip.Action) *hostsdktest.Response {
-	t.Helper()
-	resp, err := f.d.Act(ctxT(t), f.target, a)
-	if err != nil {
-		t.Fatalf("act %s: %v", a.CapabilityID, err)
-	}
-	return resp
 }
 
 func completed(t *testing.T, resp *hostsdktest.Response) map[string]any {
@@ -409,8 +385,8 @@ func TestOperations(t *testing.T) {
 			if tc.mock != nil {
 				m, auth = tc.mock(f), tc.wantAuth
 			}
-			a := action("cap:hermes_agent:"+tc.cap, tc.input)
-			resp := f.act(t, a)
+			a := hostsdktest.NewAction("cap:hermes_agent:"+tc.cap, tc.input)
+			resp := f.Act(t, a)
 			if tc.checkRaw != "" {
 				res, err := resp.Result()
 				if err != nil || res.Status != aip.ResultCompleted {
@@ -476,14 +452,14 @@ func wantField(t *testing.T, out map[string]any, k string, v any) {
 // as the same Idempotency-Key; Hermes' replay flag reaches the output.
 func TestRunStartReplay(t *testing.T) {
 	f := newFixture(t)
-	a1 := action("cap:hermes_agent:main:run_start", `{"input":"x"}`)
+	a1 := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x"}`)
 	a1.IdempotencyKey = "order-42"
-	a2 := action("cap:hermes_agent:main:run_start", `{"input":"x"}`)
+	a2 := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x"}`)
 	a2.IdempotencyKey = "order-42"
-	if out := completed(t, f.act(t, a1)); out["replayed"] != nil {
+	if out := completed(t, f.Act(t, a1)); out["replayed"] != nil {
 		t.Errorf("first start %v", out)
 	}
-	if out := completed(t, f.act(t, a2)); out["replayed"] != true || out["run_id"] != "run_abc123" {
+	if out := completed(t, f.Act(t, a2)); out["replayed"] != true || out["run_id"] != "run_abc123" {
 		t.Errorf("second start %v", out)
 	}
 	for _, a := range []*aip.Action{a1, a2} {
@@ -498,8 +474,8 @@ func TestRunStartWaitCompletes(t *testing.T) {
 	f.main.mu.Lock()
 	f.main.runStatus = "completed"
 	f.main.mu.Unlock()
-	a := action("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
-	out := completed(t, f.act(t, a))
+	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+	out := completed(t, f.Act(t, a))
 	run, _ := out["run"].(map[string]any)
 	if out["status"] != "completed" || run["output"] != "Done." {
 		t.Fatalf("output %v", out)
@@ -516,8 +492,8 @@ func TestRunStartWaitCompletes(t *testing.T) {
 func TestRunStartWaitStatusUnreadable(t *testing.T) {
 	f := newFixture(t)
 	f.main.setFail("GET", "/v1/runs/run_abc123", http.StatusInternalServerError)
-	a := action("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
-	out := completed(t, f.act(t, a))
+	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+	out := completed(t, f.Act(t, a))
 	if out["run_id"] != "run_abc123" || out["status"] != "started" {
 		t.Fatalf("output %v", out)
 	}
@@ -531,11 +507,11 @@ func TestRunStartWaitStatusUnreadable(t *testing.T) {
 // outcome_unknown.
 func TestRunStartCancelStopsRun(t *testing.T) {
 	f := newFixture(t)
-	ctx := ctxT(t)
-	a := action("cap:hermes_agent:main:run_start", `{"input":"long job","wait":true}`)
+	ctx := hostsdktest.Context(t)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"long job","wait":true}`)
 	done := make(chan *hostsdktest.Response, 1)
 	go func() {
-		resp, err := f.d.Act(ctx, f.target, a)
+		resp, err := f.Dispatcher.Act(ctx, f.Target, a)
 		if err != nil {
 			t.Error(err)
 		}
@@ -546,7 +522,7 @@ func TestRunStartCancelStopsRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("run_start never polled its run")
 	}
-	resp, err := f.d.Cancel(ctx, f.target, a.ID, a.CapabilityID, "operator")
+	resp, err := f.Dispatcher.Cancel(ctx, f.Target, a.ID, a.CapabilityID, "operator")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,7 +536,7 @@ func TestRunStartCancelStopsRun(t *testing.T) {
 	} else if pe := r.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, "run_abc123") {
 		t.Fatalf("action answered HTTP %d %s, want outcome_unknown naming the run", r.Status, r.Raw)
 	}
-	if st, _, err := f.d.Status(ctx, f.target, a.ID, a.CapabilityID); err != nil || st.State != aip.StateOutcomeUnknown {
+	if st, _, err := f.Dispatcher.Status(ctx, f.Target, a.ID, a.CapabilityID); err != nil || st.State != aip.StateOutcomeUnknown {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 	var stops []received
@@ -589,9 +565,9 @@ func TestChatStream(t *testing.T) {
 		`{"id":"chatcmpl-1","object":"chat.completion.chunk","model":"hermes-agent","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"total_tokens":7}}`,
 		"[DONE]",
 	))
-	a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
 	a.Mode = aip.ModeStreaming
-	resp := f.act(t, a)
+	resp := f.Act(t, a)
 	type chunk struct {
 		Kind aip.ChunkKind
 		Data string
@@ -629,12 +605,12 @@ func (f *fixture) outcomeUnknown(t *testing.T, resp *hostsdktest.Response, a *ai
 	if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" {
 		t.Fatalf("HTTP %d %s, want outcome_unknown", resp.Status, resp.Raw)
 	}
-	st, _, err := f.d.Status(ctxT(t), f.target, a.ID, a.CapabilityID)
+	st, _, err := f.Dispatcher.Status(hostsdktest.Context(t), f.Target, a.ID, a.CapabilityID)
 	if err != nil || st.State != aip.StateOutcomeUnknown {
 		t.Fatalf("status %+v, %v", st, err)
 	}
 	before := len(m.of(a.ID))
-	again := f.act(t, a)
+	again := f.Act(t, a)
 	if pe := again.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" {
 		t.Fatalf("again: HTTP %d %s", again.Status, again.Raw)
 	}
@@ -646,9 +622,9 @@ func (f *fixture) outcomeUnknown(t *testing.T, resp *hostsdktest.Response, a *ai
 func TestChatStreamCutIsOutcomeUnknown(t *testing.T) {
 	f := newFixture(t)
 	f.main.setStream(sse(chunkOf(`{"content":"Hel"}`, "null")) + "data: " + chunkOf(`{"content":"lo"}`, "null")[:20])
-	a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
 	a.Mode = aip.ModeStreaming
-	f.outcomeUnknown(t, f.act(t, a), a, f.main)
+	f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 }
 
 func failedWith(t *testing.T, resp *hostsdktest.Response, code string, retryable bool) {
@@ -668,68 +644,68 @@ func failedWith(t *testing.T, resp *hostsdktest.Response, code string, retryable
 func TestProviderErrors(t *testing.T) {
 	f := newFixture(t)
 	t.Run("read 404", func(t *testing.T) {
-		a := action("cap:hermes_agent:main:response_get", `{"response_id":"resp_missing"}`)
-		failedWith(t, f.act(t, a), provider.CodeNotFound, false)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:response_get", `{"response_id":"resp_missing"}`)
+		failedWith(t, f.Act(t, a), provider.CodeNotFound, false)
 	})
 	t.Run("mutation 400", func(t *testing.T) {
 		f.main.setFail("POST", "/api/sessions", 400)
-		failedWith(t, f.act(t, action("cap:hermes_agent:main:session_create", `{}`)), provider.CodeInvalidRequest, false)
+		failedWith(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:session_create", `{}`)), provider.CodeInvalidRequest, false)
 	})
 	t.Run("run_start 429", func(t *testing.T) {
 		f.alice.setFail("POST", "/p/alice/v1/runs", 429)
-		failedWith(t, f.act(t, action("cap:hermes_agent:alice:run_start", `{"input":"x"}`)), provider.CodeRateLimited, true)
+		failedWith(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:alice:run_start", `{"input":"x"}`)), provider.CodeRateLimited, true)
 	})
 	t.Run("read 5xx", func(t *testing.T) {
 		f.main.setFail("GET", "/v1/runs/run_x", 503)
-		failedWith(t, f.act(t, action("cap:hermes_agent:main:run_status", `{"run_id":"run_x"}`)), provider.CodeUnavailable, true)
+		failedWith(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:run_status", `{"run_id":"run_x"}`)), provider.CodeUnavailable, true)
 	})
 	t.Run("mutation 5xx", func(t *testing.T) {
 		f.main.setFail("DELETE", "/v1/responses/resp_gone", 500)
-		a := action("cap:hermes_agent:main:response_delete", `{"response_id":"resp_gone"}`)
-		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:response_delete", `{"response_id":"resp_gone"}`)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 	})
 	t.Run("chat dropped connection", func(t *testing.T) {
 		f.main.setDrop("POST", "/v1/chat/completions")
-		a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hi"}]}`)
-		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hi"}]}`)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 	})
 	t.Run("stream 5xx", func(t *testing.T) {
 		f.alice.setFail("POST", "/p/alice/v1/chat/completions", 502)
-		a := action("cap:hermes_agent:alice:chat", `{"messages":[{"role":"user","content":"Hi"}]}`)
+		a := hostsdktest.NewAction("cap:hermes_agent:alice:chat", `{"messages":[{"role":"user","content":"Hi"}]}`)
 		a.Mode = aip.ModeStreaming
-		f.outcomeUnknown(t, f.act(t, a), a, f.alice)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.alice)
 	})
 	t.Run("job read 404", func(t *testing.T) {
-		failedWith(t, f.act(t, action("cap:hermes_agent:main:job_get", `{"job_id":"job_missing"}`)), provider.CodeNotFound, false)
+		failedWith(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:job_get", `{"job_id":"job_missing"}`)), provider.CodeNotFound, false)
 	})
 	t.Run("job_delete 5xx", func(t *testing.T) {
 		f.main.setFail("DELETE", "/api/jobs/job_1", 500)
-		a := action("cap:hermes_agent:main:job_delete", `{"job_id":"job_1"}`)
-		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:job_delete", `{"job_id":"job_1"}`)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 	})
 	t.Run("job_run dropped connection", func(t *testing.T) {
 		f.alice.setDrop("POST", "/p/alice/api/jobs/job_1/run")
-		a := action("cap:hermes_agent:alice:job_run", `{"job_id":"job_1"}`)
-		f.outcomeUnknown(t, f.act(t, a), a, f.alice)
+		a := hostsdktest.NewAction("cap:hermes_agent:alice:job_run", `{"job_id":"job_1"}`)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.alice)
 	})
 	t.Run("session_chat 5xx", func(t *testing.T) {
 		f.main.setFail("POST", "/api/sessions/s5/chat", 503)
-		a := action("cap:hermes_agent:main:session_chat", `{"session_id":"s5","input":"x"}`)
-		f.outcomeUnknown(t, f.act(t, a), a, f.main)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:session_chat", `{"session_id":"s5","input":"x"}`)
+		f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 	})
 	t.Run("session_patch 400", func(t *testing.T) {
 		f.main.setFail("PATCH", "/api/sessions/s6", 400)
-		a := action("cap:hermes_agent:main:session_patch", `{"session_id":"s6","end_reason":"done"}`)
-		failedWith(t, f.act(t, a), provider.CodeInvalidRequest, false)
+		a := hostsdktest.NewAction("cap:hermes_agent:main:session_patch", `{"session_id":"s6","end_reason":"done"}`)
+		failedWith(t, f.Act(t, a), provider.CodeInvalidRequest, false)
 	})
 	t.Run("skills 5xx", func(t *testing.T) {
 		f.main.setFail("GET", "/v1/skills", 502)
-		failedWith(t, f.act(t, action("cap:hermes_agent:main:skills", `{}`)), provider.CodeUnavailable, true)
+		failedWith(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:skills", `{}`)), provider.CodeUnavailable, true)
 	})
 	t.Run("read 401", func(t *testing.T) {
 		f.alice.setFail("GET", "/p/alice/api/sessions/s", 401)
-		a := action("cap:hermes_agent:alice:session_get", `{"session_id":"s"}`)
-		failedWith(t, f.act(t, a), provider.CodeUnauthorized, false)
+		a := hostsdktest.NewAction("cap:hermes_agent:alice:session_get", `{"session_id":"s"}`)
+		failedWith(t, f.Act(t, a), provider.CodeUnauthorized, false)
 	})
 }
 
@@ -773,8 +749,8 @@ func TestInputRejected(t *testing.T) {
 		{"main:jobs_list", `{"include_disabled":true}`},
 	}
 	for _, tc := range cases {
-		a := action("cap:hermes_agent:"+tc.cap, tc.input)
-		resp := f.act(t, a)
+		a := hostsdktest.NewAction("cap:hermes_agent:"+tc.cap, tc.input)
+		resp := f.Act(t, a)
 		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != "connector_host.input_invalid" {
 			t.Errorf("%s %s: HTTP %d %s", tc.cap, tc.input, resp.Status, resp.Raw)
 		}
@@ -790,13 +766,13 @@ func TestCheckHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := conn.CheckHealth(ctxT(t)); err != nil {
+	if err := conn.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatalf("healthy: %v", err)
 	}
 	alice.mu.Lock()
 	alice.key = "rotated"
 	alice.mu.Unlock()
-	err = conn.CheckHealth(ctxT(t))
+	err = conn.CheckHealth(hostsdktest.Context(t))
 	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "alice") || strings.Contains(err.Error(), keyAlice) {
 		t.Fatalf("wrong key: %v", err)
 	}
@@ -890,9 +866,9 @@ func TestStreamEvents(t *testing.T) {
 func TestChatStreamErrorIsOutcomeUnknown(t *testing.T) {
 	f := newFixture(t)
 	f.main.setStream(sse(chunkOf(`{"content":"Hel"}`, "null"), `{"error":{"message":"agent crashed"}}`, "[DONE]"))
-	a := action("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
 	a.Mode = aip.ModeStreaming
-	f.outcomeUnknown(t, f.act(t, a), a, f.main)
+	f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 }
 
 // TestMockRefuses: the mock refuses what Hermes refuses, so the adapter's
@@ -908,7 +884,7 @@ func TestMockRefuses(t *testing.T) {
 		{"Bearer " + keyMain, "/v1/unknown", http.StatusNotFound},
 		{"Bearer " + keyMain, "/v1/models", http.StatusOK},
 	} {
-		req, _ := http.NewRequestWithContext(ctxT(t), "GET", m.srv.URL+tc.path, nil)
+		req, _ := http.NewRequestWithContext(hostsdktest.Context(t), "GET", m.srv.URL+tc.path, nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}
