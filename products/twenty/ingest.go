@@ -1,16 +1,12 @@
 package twenty
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"regexp"
 	"slices"
 
-	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
 // The idempotent ingest policy (reference §8.6,
@@ -58,18 +54,9 @@ var ingestFieldPattern = regexp.MustCompile(`^[a-zA-Z][A-Za-z0-9]{0,62}$`)
 // it) in a file not writable by group or others, at most 1 MiB.
 func ReadIngestPolicyFile(path string) (*IngestPolicy, error) {
 	what := "--" + FlagIngestPolicyFile + " (AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE)"
-	raw, err := aip.ReadPublicFile(path, MaxIngestPolicyBytes)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
 	var p IngestPolicy
-	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("%s: %s is not an ingest policy (%s): %v", what, path, IngestPolicyVersion, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %s has data after the policy; it must hold the JSON object alone", what, path)
+	if err := provider.ReadJSONFile(what, path, MaxIngestPolicyBytes, "an ingest policy ("+IngestPolicyVersion+")", &p); err != nil {
+		return nil, err
 	}
 	if err := p.check(nil); err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", what, path, err)

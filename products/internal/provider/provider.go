@@ -512,27 +512,51 @@ func ProtocolError(pe *Error) *aip.ProtocolError {
 	}
 }
 
-// ReadJSONList reads an adapter's JSON configuration file holding one
-// array of entries: a public file (a regular file, not a symlink, not
-// writable by group or others, at most maxBytes), unknown fields refused,
-// nothing after the array, 1 to maxEntries entries. what names the setting
-// and shape describes an entry ("{id, base_url, token_file}") in errors.
-func ReadJSONList[T any](what, path string, maxBytes int64, maxEntries int, shape string) ([]T, error) {
+// DecodeStrict decodes one JSON value into v, refusing unknown fields
+// and anything after the value (ErrTrailingData).
+func DecodeStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return ErrTrailingData
+	}
+	return nil
+}
+
+// ErrTrailingData is DecodeStrict's error for data after the JSON value.
+var ErrTrailingData = errors.New("data after the JSON value")
+
+// ReadJSONFile reads an adapter's JSON configuration file into v: a public
+// file (a regular file, not a symlink, not writable by group or others, at
+// most maxBytes) holding one JSON value, decoded with DecodeStrict. what
+// names the setting and shape describes the value ("an array of {id,
+// base_url}") in errors.
+func ReadJSONFile(what, path string, maxBytes int64, shape string, v any) error {
 	if path == "" {
-		return nil, fmt.Errorf("%s: no file given; name a JSON file holding an array of %s", what, shape)
+		return fmt.Errorf("%s: no file given; name a file holding %s", what, shape)
 	}
 	raw, err := aip.ReadPublicFile(path, maxBytes)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
+	if err := DecodeStrict(raw, v); errors.Is(err, ErrTrailingData) {
+		return fmt.Errorf("%s: %s has data after the JSON value; the file must hold %s alone", what, path, shape)
+	} else if err != nil {
+		return fmt.Errorf("%s: %s is not %s: %v", what, path, shape, err)
+	}
+	return nil
+}
+
+// ReadJSONList reads, with ReadJSONFile, a file holding one array of 1 to
+// maxEntries entries; shape describes an entry ("{id, base_url,
+// token_file}").
+func ReadJSONList[T any](what, path string, maxBytes int64, maxEntries int, shape string) ([]T, error) {
 	var list []T
-	if err := dec.Decode(&list); err != nil {
-		return nil, fmt.Errorf("%s: %s is not a JSON array of %s: %v", what, path, shape, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: %s has data after the JSON array; it must hold the array alone", what, path)
+	if err := ReadJSONFile(what, path, maxBytes, "a JSON array of "+shape, &list); err != nil {
+		return nil, err
 	}
 	if len(list) == 0 || len(list) > maxEntries {
 		return nil, fmt.Errorf("%s: %s lists %d entries; give 1 to %d", what, path, len(list), maxEntries)

@@ -603,10 +603,10 @@ func TestReadJSONList(t *testing.T) {
 		t.Fatalf("ReadJSONList = %+v, %v", got, err)
 	}
 	for _, tc := range []struct{ path, want string }{
-		{"", "no file given; name a JSON file holding an array of {id}"},
+		{"", "no file given; name a file holding a JSON array of {id}"},
 		{write("unknown.json", `[{"id":"a","extra":1}]`, 0o644), `is not a JSON array of {id}: json: unknown field "extra"`},
 		{write("object.json", `{"id":"a"}`, 0o644), "is not a JSON array of {id}"},
-		{write("trailing.json", `[{"id":"a"}] []`, 0o644), "has data after the JSON array"},
+		{write("trailing.json", `[{"id":"a"}] []`, 0o644), "has data after the JSON value; the file must hold a JSON array of {id} alone"},
 		{write("empty.json", `[]`, 0o644), "lists 0 entries; give 1 to 5"},
 		{write("many.json", `[{},{},{},{},{},{}]`, 0o644), "lists 6 entries; give 1 to 5"},
 		{write("writable.json", `[{"id":"a"}]`, 0o666), "chmod go-w"},
