@@ -40,7 +40,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"not JSON", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("bad.json", "{")}, []string{"--dify-apps-file", "not a JSON array"}},
 		{"unknown field", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("unknown.json", `[{"id":"a","name":"A","mode":"chat","api_key_file":"`+key+`","token":"x"}]`)},
 			[]string{"--dify-apps-file", "unknown field"}},
-		{"trailing data", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("trail.json", "["+entry("a", "chat", key)+"] []")}, []string{"--dify-apps-file", "after the JSON array"}},
+		{"trailing data", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("trail.json", "["+entry("a", "chat", key)+"] []")}, []string{"--dify-apps-file", "has data after the JSON value"}},
 		{"empty array", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("empty.json", "[]")}, []string{"--dify-apps-file", "lists 0 entries"}},
 		{"bad mode", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("mode.json", "["+entry("a", "chatbot", key)+"]")}, []string{"--dify-apps-file", `mode "chatbot"`}},
 		{"bad id", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("id.json", "["+entry("a:b", "chat", key)+"]")}, []string{"--dify-apps-file", `id "a:b"`}},

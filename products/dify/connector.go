@@ -192,7 +192,7 @@ func completeJSON(call *hostsdk.Call, req provider.Request, resp *provider.Respo
 // decodeInput decodes an action's input (the host validated it against the
 // input schema already) and refuses unknown fields.
 func decodeInput(call *hostsdk.Call, v any) error {
-	if err := strictUnmarshal(call.Action.Input, v); err != nil {
+	if err := provider.DecodeStrict(call.Action.Input, v); err != nil {
 		return aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
 			"input of "+call.Action.CapabilityID+": "+err.Error())
 	}

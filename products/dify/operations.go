@@ -229,7 +229,7 @@ var pathField = regexp.MustCompile(`\{([a-z_]+)\}`)
 // call still refuses a field the operation does not send.
 func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, cl *provider.Client, datasetID string) (*aip.ActionResult, error) {
 	var in map[string]json.RawMessage
-	if err := strictUnmarshal(call.Action.Input, &in); err != nil {
+	if err := provider.DecodeStrict(call.Action.Input, &in); err != nil {
 		return nil, inputError(call, err.Error())
 	}
 	pathVals := map[string]string{}

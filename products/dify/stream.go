@@ -428,16 +428,3 @@ func (r *run) failureDetail() (int, string) {
 	return status, msg
 }
 
-// strictUnmarshal decodes one JSON value, refusing unknown fields and
-// trailing data.
-func strictUnmarshal(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("data after the JSON value")
-	}
-	return nil
-}
