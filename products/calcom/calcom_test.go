@@ -2,7 +2,6 @@ package calcom
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -304,41 +303,30 @@ func newConnectorWith(t *testing.T, baseURL string, set func(*Config)) *Connecto
 	return c
 }
 
-// testHost runs conn in a real host; j, when not nil, is its journal.
+// testHost is a connector in a real host, with the calls its tests share.
 type testHost struct {
-	d      *hostsdktest.Dispatcher
-	target hostsdktest.Target
-	cfg    hostsdk.Config
-	host   *hostsdk.Host
+	*hostsdktest.Fixture
 }
 
+// startHost runs conn in a real host (hostsdktest.Start); j, when not nil,
+// is its journal.
 func startHost(t *testing.T, conn *Connector, j journal.Journal) *testHost {
 	t.Helper()
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	cfg := hostsdktest.HostConfig(t, cp, d, nil)
-	if j != nil {
-		cfg.Journal = j
-	}
-	h := hostsdktest.StartHost(t, cfg, conn)
-	return &testHost{d: d, target: hostsdktest.TargetOf(h, cfg), cfg: cfg, host: h}
+	return &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
+		if j != nil {
+			cfg.Journal = j
+		}
+	})}
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
+// act sends the capability CapabilityPrefix+suffix with input and the
+// idempotency key "idem-"+suffix, and returns the action and the host's
+// verified answer.
 func (h *testHost) act(t *testing.T, suffix, input string) (*aip.Action, *hostsdktest.Response) {
 	t.Helper()
-	a := &aip.Action{ID: aip.NewActionID(), CapabilityID: CapabilityPrefix + suffix, Input: json.RawMessage(input),
-		IdempotencyKey: "idem-" + suffix}
-	resp, err := h.d.Act(ctxT(t), h.target, a)
-	if err != nil {
-		t.Fatalf("%s: %v", suffix, err)
-	}
-	return a, resp
+	a := hostsdktest.NewAction(CapabilityPrefix+suffix, input)
+	a.IdempotencyKey = "idem-" + suffix
+	return a, h.Act(t, a)
 }
 
 func jsonEqual(t *testing.T, what string, got []byte, want string) {
@@ -648,19 +636,17 @@ func TestProviderErrors(t *testing.T) {
 			if calls != 1 {
 				t.Fatalf("the provider got %d requests, want 1", calls)
 			}
-			st, _, err := h.d.Status(ctxT(t), h.target, a.ID, a.CapabilityID)
+			st, _, err := h.Dispatcher.Status(hostsdktest.Context(t), h.Target, a.ID, a.CapabilityID)
 			if err != nil || st.State != aip.StateOutcomeUnknown {
 				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
 			}
 			// The same action again: journaled, never sent to the provider.
 			mock.set(tc.route, answer{201, bookingAnswer, false})
-			if _, err := h.d.Act(ctxT(t), h.target, a); err != nil {
-				t.Fatal(err)
-			}
+			h.Act(t, a)
 			if n := len(mock.requests()) - before; n != 1 {
 				t.Fatalf("after the action was sent again the provider got %d requests, want 1", n)
 			}
-			if st, _, _ := h.d.Status(ctxT(t), h.target, a.ID, a.CapabilityID); st.State != aip.StateOutcomeUnknown {
+			if st, _, _ := h.Dispatcher.Status(hostsdktest.Context(t), h.Target, a.ID, a.CapabilityID); st.State != aip.StateOutcomeUnknown {
 				t.Fatalf("status after resend %+v", st)
 			}
 		})
@@ -745,7 +731,7 @@ func TestInputRejected(t *testing.T) {
 func TestCheckHealth(t *testing.T) {
 	mock := newMockCal(t)
 	c := newConnector(t, mock.srv.URL, nil, nil)
-	if err := c.CheckHealth(ctxT(t)); err != nil {
+	if err := c.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatalf("healthy provider: %v", err)
 	}
 	r := mock.probes()
@@ -753,7 +739,7 @@ func TestCheckHealth(t *testing.T) {
 		t.Fatalf("health probe sent %+v", r)
 	}
 	mock.set("GET /v2/me", answer{401, `{"status":"error","error":{"message":"Invalid Access Token"}}`, false})
-	err := c.CheckHealth(ctxT(t))
+	err := c.CheckHealth(hostsdktest.Context(t))
 	var pe *provider.Error
 	if !errors.As(err, &pe) || pe.Status != 401 || strings.Contains(err.Error(), testToken) {
 		t.Fatalf("unauthorized provider: %v", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
@@ -159,7 +160,7 @@ var capabilityIDRE = regexp.MustCompile(`^cap:cal_diy:[a-z]+(_[a-z]+)*(\.[a-z]+(
 
 func TestManifest(t *testing.T) {
 	c := newConnector(t, "https://api.cal.com", map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}, nil)
-	m, err := c.Manifest(ctxT(t), hostsdk.TenantContext{})
+	m, err := c.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	if err != nil {
 		t.Fatal(err)
 	}

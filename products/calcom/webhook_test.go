@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
@@ -44,7 +45,7 @@ func startWebhookHost(t *testing.T) *webhookHost {
 	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)},
 		func() time.Time { return now })
 	h := startHost(t, conn, j)
-	return &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.cfg.Listener.Addr().String()}
+	return &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}
 }
 
 func sign(secret string, body []byte) string {
@@ -69,7 +70,7 @@ func (a webhookAnswer) code() string {
 
 func post(t *testing.T, url string, body []byte, headers map[string]string) webhookAnswer {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(hostsdktest.Context(t), http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func (w *webhookHost) deliver(t *testing.T, sub string, body []byte, headers map
 
 func (w *webhookHost) pending(t *testing.T) int {
 	t.Helper()
-	n, err := w.j.PendingEvents(ctxT(t))
+	n, err := w.j.PendingEvents(hostsdktest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestWebhook(t *testing.T) {
 		t.Fatalf("second delivery: %d %v", a.status, a.body)
 	}
 
-	entries, err := w.j.ClaimEvents(ctxT(t), time.Now().Add(time.Hour), time.Minute, 10)
+	entries, err := w.j.ClaimEvents(hostsdktest.Context(t), time.Now().Add(time.Hour), time.Minute, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,14 +236,14 @@ func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
 	conn := newConnector(t, mock.srv.URL, nil, nil)
 	h := startHost(t, conn, nil)
 	body := deliveryBody("BOOKING_CREATED", time.Now(), "bk_1")
-	a := post(t, "http://"+h.cfg.Listener.Addr().String()+"/webhooks/cal-diy/"+testSub, body, signed(body))
+	a := post(t, "http://"+h.Config.Listener.Addr().String()+"/webhooks/cal-diy/"+testSub, body, signed(body))
 	if a.status != http.StatusNotFound && a.status != http.StatusMethodNotAllowed {
 		t.Fatalf("webhook without a secret: %d %v, want no route", a.status, a.body)
 	}
 	if a.code() != "" {
 		t.Fatalf("the connector's webhook handler answered: %v", a.body)
 	}
-	m, _ := conn.Manifest(ctxT(t), h.host.Tenant())
+	m, _ := conn.Manifest(hostsdktest.Context(t), h.Host.Tenant())
 	if len(m.Channels) != 0 {
 		t.Fatalf("channels %s without webhook secrets", m.Channels)
 	}
@@ -298,7 +299,7 @@ func TestWebhookReplayOfFutureCreatedAt(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}, clock)
 	h := startHost(t, conn, nil)
-	url := "http://" + h.cfg.Listener.Addr().String() + "/webhooks/cal-diy/" + testSub
+	url := "http://" + h.Config.Listener.Addr().String() + "/webhooks/cal-diy/" + testSub
 	body := deliveryBody("BOOKING_CREATED", t0.Add(WebhookMaxSkew-time.Minute), "bk_f")
 	if a := post(t, url, body, signed(body)); a.status != 200 || a.body["duplicate"] != nil {
 		t.Fatalf("first delivery: %d %v", a.status, a.body)
