@@ -78,7 +78,7 @@ func TestNewFromSettings(t *testing.T) {
 		{"max response too small", with("AIP_CHATWOOT_MAX_RESPONSE_BYTES", "10"), []string{"chatwoot-max-response-bytes"}},
 		{"operations not JSON", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o1.json", `contact.get`, 0o600)), []string{"--chatwoot-operations-file", "JSON array"}},
 		{"operations object", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o2.json", `{"operations":["contact.get"]}`, 0o600)), []string{"--chatwoot-operations-file", "JSON array"}},
-		{"operations trailing data", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o3.json", `["contact.get"] ["x"]`, 0o600)), []string{"--chatwoot-operations-file", "after the JSON array"}},
+		{"operations trailing data", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o3.json", `["contact.get"] ["x"]`, 0o600)), []string{"--chatwoot-operations-file", "has data after the JSON value"}},
 		{"operations unknown", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o4.json", `["conversation.delete"]`, 0o600)),
 			[]string{"--chatwoot-operations-file", `unknown operation "conversation.delete"`, "account.get", "agent.delete", "message.list"}},
 		{"operations empty", with("AIP_CHATWOOT_OPERATIONS_FILE", writeFile(t, "o5.json", `[]`, 0o600)), []string{"--chatwoot-operations-file", "lists 0 entries"}},
