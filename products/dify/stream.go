@@ -427,4 +427,3 @@ func (r *run) failureDetail() (int, string) {
 	}
 	return status, msg
 }
-
