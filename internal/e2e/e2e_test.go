@@ -319,13 +319,20 @@ func TestKillMidAction(t *testing.T) {
 // returns its route.
 func (f *fleet) awaitRunning(t *testing.T, act string) registry.RouteAssignment {
 	t.Helper()
+	// Running means journaled as running on the replica (its signed status
+	// answer, through the dispatcher), not only admitted: the host counts
+	// an action in flight before its accept commit is durable, and a kill
+	// in between leaves nothing journaled.
+	tok := f.token(tenantID)
 	var a registry.RouteAssignment
 	waitFor(t, "the action to run on its replica", []*process{f.disp}, func() bool {
 		var err error
 		if a, err = f.reg.Assignment(f.ctx, act); err != nil {
 			return false
 		}
-		return inFlight(f.replicaByID(a.ReplicaID)) > 0
+		code, body := f.get(dispatch.PathActions+"/"+act, tok)
+		var st dispatch.ActionStatusResponse
+		return code == http.StatusOK && json.Unmarshal(body, &st) == nil && st.Replica.State == aip.StateRunning
 	})
 	return a
 }
