@@ -89,7 +89,9 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 		return fmt.Errorf("mode %q is not supported; use sync or streaming", r.Mode)
 	case len(r.IdempotencyKey) > MaxIdempotencyKeyBytes:
 		return fmt.Errorf("idempotency_key is longer than %d bytes", MaxIdempotencyKeyBytes)
-	case r.TimeoutMS != nil && (*r.TimeoutMS == 0 || time.Duration(*r.TimeoutMS)*time.Millisecond > maxTimeout):
+	case r.TimeoutMS != nil && (*r.TimeoutMS == 0 || *r.TimeoutMS > uint64(maxTimeout.Milliseconds())):
+		// Compared in milliseconds: a huge value converted to a Duration
+		// would overflow and pass.
 		return fmt.Errorf("timeout_ms must be from 1 to %d", maxTimeout.Milliseconds())
 	}
 	return nil

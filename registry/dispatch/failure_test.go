@@ -300,6 +300,11 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"bad action ID", "", `{"action_id":"act_1","capability_id":"fleet.say","input":{}}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
 		{"async mode", "", `{"capability_id":"fleet.say","input":{},"mode":"async"}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
 		{"zero timeout", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":0}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
+		{"timeout too long", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":86400000}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
+		// Milliseconds that overflow a time.Duration must not wrap round to
+		// a small or negative timeout that passes the bound.
+		{"timeout overflowing a duration", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":18446744073709551615}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
+		{"timeout overflowing to negative", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":9223372036854776}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
 		{"capability of another tenant", "tenant-other", valid(), http.StatusNotFound, dispatch.CodeBindingUnavailable},
 		{"unknown capability", "", map[string]any{"action_id": id, "capability_id": "fleet.nothing", "input": map[string]any{}}, http.StatusNotFound, dispatch.CodeBindingUnavailable},
 	}
