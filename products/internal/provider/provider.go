@@ -217,6 +217,10 @@ func (r *Response) Decode(v any) error {
 	return nil
 }
 
+// MaxRetryAfter caps a provider's Retry-After: a longer wait is reported
+// as this one.
+const MaxRetryAfter = 24 * time.Hour
+
 // Error is a call that did not end in a 2xx answer.
 type Error struct {
 	Product string
@@ -227,7 +231,8 @@ type Error struct {
 	// Message is what the provider said (its error message when the body
 	// is JSON with one, else the start of the body), or what went wrong.
 	Message string
-	// RetryAfter is the provider's Retry-After, when it sent one.
+	// RetryAfter is the provider's Retry-After (in seconds; an HTTP date
+	// is not read), when it sent one, at most MaxRetryAfter.
 	RetryAfter time.Duration
 	// MayHaveApplied is true when the request may have reached the
 	// provider and been acted on: there was no answer after the request
@@ -370,7 +375,8 @@ func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500, providerMessage(data), nil)
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
-			e.RetryAfter = time.Duration(n) * time.Second
+			// Capped in seconds: a larger wait would overflow the Duration.
+			e.RetryAfter = time.Duration(min(n, int(MaxRetryAfter/time.Second))) * time.Second
 		}
 	}
 	return e

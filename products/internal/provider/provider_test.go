@@ -164,6 +164,9 @@ func TestErrors(t *testing.T) {
 		{"not found", 404, nil, `not here`, false, CodeNotFound, false, 0, "not here"},
 		{"conflict", 409, nil, `{}`, false, CodeConflict, false, 0, ""},
 		{"rate limited", 429, map[string]string{"Retry-After": "3"}, ``, false, CodeRateLimited, true, 3000, ""},
+		// Seconds that would overflow a time.Duration are capped, not
+		// wrapped round to a negative or arbitrary wait.
+		{"rate limited for centuries", 429, map[string]string{"Retry-After": "99999999999"}, ``, false, CodeRateLimited, true, 86_400_000, ""},
 		{"server error", 502, nil, `{"detail":"upstream"}`, true, CodeUnavailable, true, 0, "upstream"},
 		{"redirect", 302, map[string]string{"Location": "https://elsewhere.example/"}, ``, false, CodeInvalidRequest, false, 0, "not followed"},
 	} {
