@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -239,6 +240,42 @@ func TestFleetEndpoints(t *testing.T) {
 		if status, _ := e.get(controlplane.PathFleetReplicas + "?limit=" + bad); status != http.StatusBadRequest {
 			t.Errorf("limit=%s: HTTP %d, want 400", bad, status)
 		}
+	}
+}
+
+// A page of the largest size that is followed by more replicas still names
+// the next page: aipfleet fleet status pages with limit=1000 and stops at
+// the first page without one.
+func TestFleetReplicasFullLargestPage(t *testing.T) {
+	e := newEnv(t, newMemBackend)
+	n := registry.MaxReplicaPage + 1
+	for i := range n {
+		e.provision(fmt.Sprintf("%05d", i))
+	}
+	var seen []string
+	after := ""
+	for range 3 {
+		status, body := e.get(controlplane.PathFleetReplicas + fmt.Sprintf("?limit=%d&after=%s", registry.MaxReplicaPage, after))
+		var page controlplane.FleetReplicaPage
+		if status != http.StatusOK || json.Unmarshal([]byte(body), &page) != nil {
+			t.Fatalf("fleet replicas after %q: HTTP %d", after, status)
+		}
+		for _, r := range page.Replicas {
+			seen = append(seen, r.ID)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if len(seen) != n || seen[0] != "crepl_00000" || seen[n-1] != fmt.Sprintf("crepl_%05d", n-1) {
+		t.Fatalf("paging with limit=%d saw %d replicas, want all %d", registry.MaxReplicaPage, len(seen), n)
+	}
+	// A page that ends exactly at the last replica names no next page.
+	status, body := e.get(controlplane.PathFleetReplicas + fmt.Sprintf("?limit=%d&after=crepl_00000", registry.MaxReplicaPage))
+	var page controlplane.FleetReplicaPage
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &page) != nil || len(page.Replicas) != registry.MaxReplicaPage || page.Next != "" {
+		t.Fatalf("last full page: HTTP %d, %d replicas, next %q", status, len(page.Replicas), page.Next)
 	}
 }
 

@@ -187,7 +187,7 @@ func (s *Service) handleFleetReplicas() http.Handler {
 			}
 			limit = n
 		}
-		reps, err := s.lister.ListReplicas(r.Context(), q.Get("after"), limit+1)
+		reps, more, err := s.listReplicas(r.Context(), q.Get("after"), limit)
 		if err != nil {
 			if errors.Is(err, registry.ErrInvalid) {
 				writeError(w, http.StatusBadRequest, "fleet.invalid", err.Error())
@@ -197,10 +197,9 @@ func (s *Service) handleFleetReplicas() http.Handler {
 			writeError(w, http.StatusServiceUnavailable, "fleet.unavailable", "the registry could not be read; retry")
 			return
 		}
-		page := FleetReplicaPage{Replicas: make([]FleetReplica, 0, min(len(reps), limit))}
-		if len(reps) > limit {
-			reps = reps[:limit]
-			page.Next = reps[limit-1].ID
+		page := FleetReplicaPage{Replicas: make([]FleetReplica, 0, len(reps))}
+		if more {
+			page.Next = reps[len(reps)-1].ID
 		}
 		now := s.cfg.Now()
 		for i := range reps {
@@ -208,6 +207,28 @@ func (s *Service) handleFleetReplicas() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, page)
 	})
+}
+
+// listReplicas returns up to limit (≤ registry.MaxReplicaPage) replicas
+// after after, and whether more follow. It asks for one replica more than
+// the page; a page of registry.MaxReplicaPage cannot (the lister clamps to
+// it), so a full one is followed by a probe for one more replica.
+func (s *Service) listReplicas(ctx context.Context, after string, limit int) ([]registry.ConnectorReplica, bool, error) {
+	reps, err := s.lister.ListReplicas(ctx, after, limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(reps) > limit {
+		return reps[:limit], true, nil
+	}
+	if len(reps) < limit || limit+1 <= registry.MaxReplicaPage {
+		return reps, false, nil
+	}
+	next, err := s.lister.ListReplicas(ctx, reps[len(reps)-1].ID, 1)
+	if err != nil {
+		return nil, false, err
+	}
+	return reps, len(next) > 0, nil
 }
 
 func fleetReplica(r *registry.ConnectorReplica, now time.Time) FleetReplica {
