@@ -210,3 +210,39 @@ func TestLifecycleFailureCommitsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayClaimsDoNotAccumulate: every lifecycle call prunes at least as
+// many expired replay claims as it stores, so the claims table stays
+// bounded with batches larger than the prune batch (the service coalesces
+// up to registry.MaxLifecycleBatch commands into one call).
+func TestReplayClaimsDoNotAccumulate(t *testing.T) {
+	ctx := t.Context()
+	r, dbURL, clock := openClock(t, pgregistry.Config{})
+	admin := connect(t, dbURL)
+	batch := func() []registry.LifecycleCommand {
+		cmds := make([]registry.LifecycleCommand, registry.MaxLifecycleBatch)
+		for i := range cmds {
+			// Commands for replicas nobody provisioned are rejected, and
+			// each claims its request ID.
+			cmds[i] = registrytest.LifecycleCommand(clock.Now(), aip.HeartbeatCommand(aip.Heartbeat{
+				ReplicaID: fmt.Sprintf("crepl_ghost%04d", i), ConnectorReady: true}))
+		}
+		return cmds
+	}
+	claims := func() (n int) {
+		must(t, admin.QueryRow(ctx, `SELECT count(*) FROM aip_registry.control_replay`).Scan(&n))
+		return n
+	}
+	for call := range 3 {
+		res, err := r.ApplyLifecycle(ctx, batch())
+		must(t, err)
+		if !errors.Is(res[0].Err, registry.ErrNotFound) {
+			t.Fatalf("a command for an unprovisioned replica: %v", res[0].Err)
+		}
+		// Only this call's claims are live; the earlier ones expired.
+		if n := claims(); n != registry.MaxLifecycleBatch {
+			t.Fatalf("after call %d the claims table holds %d claims, want the %d live ones", call+1, n, registry.MaxLifecycleBatch)
+		}
+		clock.Advance(aip.MaxMessageLifetime + registry.ReplayClaimGrace)
+	}
+}

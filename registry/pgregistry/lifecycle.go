@@ -18,7 +18,8 @@ import (
 // replicas' instances and versions, decides every command with
 // registry.LifecycleBatch, then writes all changed replicas with one
 // statement, stores the new claims with another and prunes a bounded batch
-// of expired claims. A failure commits nothing, claims included.
+// of expired claims (claimPruneBatch more than it stores). A failure commits
+// nothing, claims included.
 
 var (
 	_ registry.Lifecycle     = (*Registry)(nil)
@@ -26,7 +27,9 @@ var (
 	_ registry.Readiness     = (*Registry)(nil)
 )
 
-// claimPruneBatch bounds the expired replay claims one call deletes.
+// claimPruneBatch is how many expired replay claims one call deletes on top
+// of the number of claims it stores: a call always prunes at least as many
+// as it adds, so the claims table stays bounded whatever the batch size.
 const claimPruneBatch = 256
 
 const (
@@ -160,7 +163,7 @@ func (r *Registry) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecycle
 				return nil
 			})
 		}
-		b.Queue(pruneClaims, nowMS, claimPruneBatch)
+		b.Queue(pruneClaims, nowMS, claimPruneBatch+len(claims))
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
