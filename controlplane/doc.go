@@ -57,8 +57,9 @@
 //
 // Every Config.MaintenanceInterval (1 s) the maintenance loop expires stale
 // leases in bounded batches (up to 8 × 500), releasing their reservations,
-// and refreshes the fleet gauges; storage errors back off exponentially
-// with jitter up to Config.MaintenanceMaxBackoff (30 s).
+// and refreshes the fleet gauges; each store call is bounded by
+// Config.StoreTimeout, and storage errors and timeouts back off
+// exponentially with jitter up to Config.MaintenanceMaxBackoff (30 s).
 //
 // # Other routes
 //

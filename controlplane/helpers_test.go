@@ -31,6 +31,9 @@ type backend struct {
 	// reopen returns a new store over the same state (a control-plane
 	// restart); nil when the backend cannot.
 	reopen func(t *testing.T) controlplane.Store
+	// dbURL is the PostgreSQL database of a pgregistry backend ("" for
+	// the in-memory one).
+	dbURL string
 }
 
 // newBackendFunc builds a fresh backend on clock.

@@ -79,7 +79,10 @@ func (s *Service) runMaintenance(ctx context.Context) {
 // Maintain runs one maintenance cycle now: it expires stale leases in up
 // to ExpiryMaxBatches batches of ExpiryBatchSize (each batch releases the
 // expired replicas' reservations), then refreshes the fleet gauges from the
-// store's status. It returns how many replicas it expired.
+// store's status. Each store call is bounded by StoreTimeout, so a cycle
+// that waits on a lock another session holds fails (and counts towards
+// /ready's maintenance check) instead of hanging. It returns how many
+// replicas it expired.
 func (s *Service) Maintain(ctx context.Context) (int, error) {
 	ctx, span := s.tracer.Start(ctx, "controlplane.maintenance")
 	defer span.End()
@@ -97,7 +100,9 @@ func (s *Service) Maintain(ctx context.Context) (int, error) {
 func (s *Service) maintain(ctx context.Context) (int, error) {
 	total := 0
 	for range s.cfg.ExpiryMaxBatches {
-		n, err := s.store.ExpireStaleReplicas(ctx, s.cfg.ExpiryBatchSize)
+		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		n, err := s.store.ExpireStaleReplicas(sctx, s.cfg.ExpiryBatchSize)
+		cancel()
 		total += n
 		s.m.leasesExpired.Add(float64(n))
 		if err != nil {
@@ -110,7 +115,9 @@ func (s *Service) maintain(ctx context.Context) (int, error) {
 	if total > 0 {
 		s.log.Info("expired stale leases", "replicas", total)
 	}
-	st, err := s.store.Status(ctx)
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+	st, err := s.store.Status(sctx)
+	cancel()
 	if err != nil {
 		return total, fmt.Errorf("fleet status: %w", err)
 	}

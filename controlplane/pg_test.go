@@ -1,10 +1,16 @@
 package controlplane_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
@@ -37,6 +43,73 @@ func newPGBackend(t *testing.T, clock *registrytest.Clock) backend {
 		Store:   openData(t),
 		// A restarted control plane connects anew to the same database.
 		reopen: openData,
+		dbURL:  url,
+	}
+}
+
+// TestMaintenanceBlockedByALockIsBounded: a maintenance cycle that waits on
+// a row lock another session holds (a dispatcher stuck mid-transaction, e.g.
+// partitioned from the database, holding the admission counters the expired
+// replica's reservation must release) gives up after StoreTimeout and
+// counts as a failed cycle, so /ready stops reporting a healthy maintenance
+// loop; it does not wait for as long as the lock is held.
+func TestMaintenanceBlockedByALockIsBounded(t *testing.T) {
+	e := newEnv(t, newPGBackend, func(c *controlplane.Config) {
+		// The loop runs (for /ready) but its first cycle is an hour away:
+		// the test runs the cycles itself.
+		c.DisableMaintenance, c.MaintenanceInterval, c.MaintenanceMaxBackoff = false, time.Hour, time.Hour
+		c.StoreTimeout = 200 * time.Millisecond
+	})
+	h := e.provision("a1")
+	r, _ := h.send(h.registration())
+	r.lease(t)
+	a, err := e.b.Resolver.Resolve(e.ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: "tenant-1", CapabilityID: "alpha.read"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(leaseTTL + time.Second)
+
+	conn, err := pgx.Connect(e.ctx, e.b.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	var locked int
+	if err := tx.QueryRow(e.ctx, `WITH l AS (SELECT 1 FROM aip_registry.admission_counters WHERE active > 0 FOR UPDATE) SELECT count(*) FROM l`).Scan(&locked); err != nil || locked == 0 {
+		t.Fatalf("locking the admission counters of route %s: %d rows, %v", a.ActionID, locked, err)
+	}
+
+	for cycle := range 3 {
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.svc.Maintain(e.ctx)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatalf("cycle %d expired the replica while its route was locked", cycle+1)
+			}
+		case <-time.After(time.Minute):
+			tx.Rollback(context.Background())
+			<-done
+			t.Fatalf("cycle %d was still blocked on the lock after a minute (StoreTimeout 200ms)", cycle+1)
+		}
+	}
+	if doc := readyDoc(t, e.svc); doc.Status != "not_ready" || !contains(doc.Failing, "maintenance") {
+		t.Fatalf("/ready after three blocked cycles: %s, failing %v", doc.Status, doc.Failing)
+	}
+	// Once the lock is released the next cycle expires the replica.
+	if err := tx.Rollback(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.svc.Maintain(e.ctx); err != nil || n != 1 {
+		t.Fatalf("Maintain after the lock ended = %d, %v; want 1 replica expired", n, err)
 	}
 }
 

@@ -76,8 +76,10 @@ type Config struct {
 	// heartbeat-bench, 64 clients, fsync on: 2 workers 2 100/s, 4 workers
 	// 3 300-7 200/s).
 	BatchWorkers int
-	// StoreTimeout bounds one ApplyLifecycle call; a call that runs out is
-	// answered 503 (nothing committed). Defaults to 5s.
+	// StoreTimeout bounds one ApplyLifecycle call, and each store call of
+	// a maintenance cycle. A lifecycle call that runs out is answered 503
+	// (nothing committed); a maintenance call that runs out fails its
+	// cycle. Defaults to 5s.
 	StoreTimeout time.Duration
 	// ReplicaCacheSize bounds the cached replica keys (a replica's DID is
 	// part of its fixed identity, so it never goes stale). Defaults to
