@@ -18,7 +18,10 @@
 // jsonb beside them. The fleet is never one JSON document, and only opaque
 // secret-provider and credential-revision references are stored, never
 // credential values. Times are milliseconds from the injected clock, passed
-// to SQL as parameters; the database clock is never used for a rule.
+// to SQL as parameters; the database clock is never used for a rule. Every
+// text column has the "C" collation (migration 0006), so the database orders
+// IDs byte by byte as Go and memregistry do, whatever the database's default
+// collation: the catalog's cached views are searched in Go.
 //
 // # Pools and roles
 //

@@ -19,6 +19,7 @@ func runCatalog(t *testing.T, nb NewBackend) {
 	t.Run("ProfileFilter", func(t *testing.T) { testProfileFilter(t, nb) })
 	t.Run("Paging", func(t *testing.T) { testPaging(t, nb) })
 	t.Run("PageByteBudget", func(t *testing.T) { testPageBytes(t, nb) })
+	t.Run("PagingIsBytewise", func(t *testing.T) { testPagingBytewise(t, nb) })
 	t.Run("StaleCursor", func(t *testing.T) { testStaleCursor(t, nb) })
 	t.Run("ManifestLimits", func(t *testing.T) { testManifestLimits(t, nb) })
 	t.Run("CapabilityContractIsFleetWide", func(t *testing.T) { testContractConflict(t, nb) })
@@ -381,6 +382,40 @@ func testPaging(t *testing.T, nb NewBackend) {
 	// Oversized filters.
 	_, err = f.b.Catalog.QueryCapabilities(f.ctx, registry.CatalogQuery{Text: strings.Repeat("x", registry.MaxSearchTextBytes+1)}, rc)
 	f.wantErr(err, registry.ErrInvalid, "oversized text")
+}
+
+// testPagingBytewise pages over capability IDs whose byte order differs
+// from a linguistic collation's (upper before lower case, digits before
+// '_', '-' before digits): the order is the bytes', whatever the
+// database's default collation.
+func testPagingBytewise(t *testing.T, nb NewBackend) {
+	f := newFxLimits(t, nb, registry.Limits{MaxPageSize: 5})
+	names := []string{"cap.x_1", "cap.a", "cap.X", "cap.x1", "cap.B", "cap.x-1", "cap.x.1", "cap.A_b", "cap.Ab"}
+	ct := f.typ("order")
+	caps := make([]aip.Capability, len(names))
+	for i, n := range names {
+		caps[i] = Capability(n, "ordered")
+	}
+	v := Version("cver_order1", ct.ID, "1", ct.Owner, registry.VersionActive, Manifest("service:order", caps))
+	f.must(f.b.Admin.AdmitVersion(f.ctx, v))
+	inst := f.instance("o", v, "tenant-1")
+	for _, n := range names {
+		f.bind(inst, n, 0, "")
+	}
+	want := slices.Clone(names)
+	slices.Sort(want)
+	rc := registry.ForTenant("tenant-1")
+	for _, limit := range []int{2, 5} {
+		got, total := f.readAll(registry.CatalogQuery{Limit: limit}, rc)
+		if !slices.Equal(got, want) || total != len(names) {
+			t.Fatalf("paged read (limit %d) = %v total %d, want byte order %v", limit, got, total, want)
+		}
+	}
+	for _, n := range names {
+		if _, err := f.b.Catalog.Capability(f.ctx, n, rc); err != nil {
+			t.Fatalf("Capability(%s): %v", n, err)
+		}
+	}
 }
 
 func testPageBytes(t *testing.T, nb NewBackend) {
