@@ -74,7 +74,8 @@
 // owns it and closes it after Run returns.
 //
 // Recovery runs before registration: actions journaled but never started
-// are failed (they never ran); actions left running go to the connector's
+// are failed (they never ran), and a cancel that arrived before its action
+// is completed as cancelled; actions left running go to the connector's
 // Reconciler, or become outcome_unknown without one. The summary is shown
 // in /ready; any recovery error blocks registration.
 //

@@ -21,7 +21,8 @@ const recoveryBatch = 100
 
 // Step 6: recover durable work before registering. Actions a previous
 // process journaled but never started are failed (they never ran, and a
-// retry under the same ID returns that result). Actions left running go to
+// retry under the same ID returns that result); a record a cancel journaled
+// before its action arrived is cancelled, as the cancel would have left it. Actions left running go to
 // the connector's Reconciler when it has one, else become outcome_unknown.
 // Any recovery error blocks registration.
 func (h *Host) stepRecover(ctx context.Context) error {
@@ -66,6 +67,20 @@ func (h *Host) stepRecover(ctx context.Context) error {
 
 func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconciler, hasReconciler bool, sum *journal.RecoverySummary) error {
 	now := h.cfg.Now()
+	if a.Status == aip.StateReceived && a.InputDigest == "" {
+		// A cancel that arrived before its action journals a record with
+		// no input, then finishes it as cancelled; a stop between the two
+		// left it received. Finish what the cancel began, so the action
+		// arriving later is answered cancelled (see cancel).
+		res := &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultCancelled}
+		raw, _ := json.Marshal(res)
+		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateCancelled, raw, "cancelled before the action arrived", now); err != nil {
+			return err
+		}
+		sum.Received++
+		h.log.Warn("recovered a cancel that arrived before its action", "action_id", a.ActionID)
+		return nil
+	}
 	if a.Status == aip.StateReceived {
 		res := &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultFailed,
 			Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, false, 0,

@@ -118,3 +118,32 @@ func TestRecoveryErrorsBlockRegistration(t *testing.T) {
 		t.Errorf("control plane saw %v although recovery failed", got)
 	}
 }
+
+// A cancel that arrives before its action journals a record with no input
+// (BeginAction) and then finishes it as cancelled. A crash between the two
+// commits leaves that record received; recovery must keep the cancel's
+// meaning, so the action arriving later is answered cancelled (never run),
+// not refused as an idempotency conflict with an input nobody sent.
+func TestRecoveryOfInterruptedEarlyCancel(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	a := action(capEcho, `{"message":"cancelled first"}`)
+	if _, created, err := f.j.BeginAction(context.Background(), journal.Action{ActionID: a.ID, CapabilityID: a.CapabilityID,
+		TenantID: "tenant-test", MessageID: aip.NewID(aip.PrefixMessage), ReceivedAt: time.Now()}); err != nil || !created {
+		t.Fatal(created, err)
+	}
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	resp, _ := f.d.Act(ctx, target, a)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Errorf("action after an interrupted early cancel answered %+v, %v (body %s)", res, err, resp.Raw)
+	}
+	resp, _ = f.d.Cancel(ctx, target, a.ID, a.CapabilityID, "")
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Errorf("cancel sent again answered %+v, %v (body %s)", res, err, resp.Raw)
+	}
+	if conn.runCount(a.ID) != 0 {
+		t.Error("the cancelled action ran")
+	}
+}

@@ -123,7 +123,9 @@ type RecoverySummary struct {
 	// OutcomeUnknown counts running actions marked outcome_unknown.
 	OutcomeUnknown int
 	// Received counts actions journaled but never started (marked failed,
-	// since the caller got no result and will retry under the same ID).
+	// since the caller got no result and will retry under the same ID; a
+	// record a cancel journaled before its action arrived is marked
+	// cancelled instead).
 	Received int
 	// PendingEvents counts outbox batches still to deliver.
 	PendingEvents int
