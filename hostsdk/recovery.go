@@ -121,7 +121,10 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 	if res.ActionID == "" {
 		res.ActionID = a.ActionID
 	}
-	if err := res.Validate(); err != nil || res.ActionID != a.ActionID {
+	if res.ActionID != a.ActionID {
+		return fmt.Errorf("reconcile returned a result for another action (%s)", res.ActionID)
+	}
+	if err := res.Validate(); err != nil {
 		return fmt.Errorf("reconcile returned an invalid result: %v", err)
 	}
 	status := stateOf(res.Status)

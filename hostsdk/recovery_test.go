@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +146,26 @@ func TestRecoveryOfInterruptedEarlyCancel(t *testing.T) {
 	}
 	if conn.runCount(a.ID) != 0 {
 		t.Error("the cancelled action ran")
+	}
+}
+
+// A reconciler's result for another action blocks registration with an
+// error that says so.
+func TestRecoveryRefusesResultForAnotherAction(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	a := action(capEcho, `{"message":"x"}`)
+	leaveRunning(t, f.j, a, true)
+	other := aip.NewActionID()
+	conn.reconcile = func(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+		return &aip.ActionResult{ActionID: other, Status: aip.ResultCompleted}, nil
+	}
+	err := startErr(t, f, reconcilingConnector{conn})
+	var re *hostsdk.RecoverError
+	if !errors.As(err, &re) {
+		t.Fatalf("Start: %v, want *RecoverError", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, other) || strings.Contains(msg, "<nil>") {
+		t.Errorf("recovery error %q does not name the other action", msg)
 	}
 }
