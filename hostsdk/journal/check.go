@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -181,4 +182,12 @@ func NewReceipt(actionID string, status aip.ActionState, result json.RawMessage,
 		r.ResultDigest = d
 	}
 	return r, nil
+}
+
+// Text returns free text (Action.Detail, OutboxEntry.LastError) as every
+// backend stores it: valid UTF-8 without NUL, each run of bytes that are not
+// UTF-8 and each NUL replaced by U+FFFD. Such text often quotes a provider
+// verbatim, and PostgreSQL's text type refuses both.
+func Text(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }

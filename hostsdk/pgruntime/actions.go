@@ -186,7 +186,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	}
 
 	var seq int64
-	err = j.pool.QueryRow(ctx, finishSQL, j.ns, actionID, string(status), stored, detail, r.At,
+	err = j.pool.QueryRow(ctx, finishSQL, j.ns, actionID, string(status), stored, journal.Text(detail), r.At,
 		r.ID, head, mid, tail, r.ResultDigest).Scan(&seq, &r.PrevHash, &r.Hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return journal.Receipt{}, j.transitionError(ctx, actionID, status)

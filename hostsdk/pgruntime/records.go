@@ -69,7 +69,7 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 	_, err := j.pool.Exec(ctx, `INSERT INTO aip_runtime_outbox (journal_ns, id, channel_id, events, attempts,
 		next_attempt, lease_until, last_error, created_at) VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8)
 		ON CONFLICT (journal_ns, id) DO NOTHING`,
-		j.ns, e.ID, e.ChannelID, []byte(e.Events), e.Attempts, journal.Micro(next), e.LastError, journal.Micro(e.CreatedAt))
+		j.ns, e.ID, e.ChannelID, []byte(e.Events), e.Attempts, journal.Micro(next), journal.Text(e.LastError), journal.Micro(e.CreatedAt))
 	if err != nil {
 		return dbErr(err, "enqueue outbox batch %s", e.ID)
 	}
@@ -152,7 +152,7 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 		return err
 	}
 	tag, err := j.pool.Exec(ctx, `UPDATE aip_runtime_outbox SET attempts = attempts + 1, next_attempt = $3,
-		last_error = $4, lease_until = NULL WHERE journal_ns = $1 AND id = $2`, j.ns, id, journal.Micro(next), lastError)
+		last_error = $4, lease_until = NULL WHERE journal_ns = $1 AND id = $2`, j.ns, id, journal.Micro(next), journal.Text(lastError))
 	if err != nil {
 		return dbErr(err, "retry outbox batch %s", id)
 	}

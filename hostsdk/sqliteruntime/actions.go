@@ -158,7 +158,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	}
 
 	err = j.w.do(ctx, func(tx *wtx) error {
-		res, err := tx.finishAction.Exec(actionID, string(status), stored, detail, micros(r.At))
+		res, err := tx.finishAction.Exec(actionID, string(status), stored, journal.Text(detail), micros(r.At))
 		if err != nil {
 			return storageErr(err, "finish action %s", actionID)
 		}

@@ -78,7 +78,7 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 	}
 	return j.w.do(ctx, func(tx *wtx) error {
 		if _, err := tx.enqueue.Exec(e.ID, e.ChannelID, []byte(e.Events), e.Attempts, micros(next),
-			e.LastError, micros(e.CreatedAt)); err != nil {
+			journal.Text(e.LastError), micros(e.CreatedAt)); err != nil {
 			return storageErr(err, "enqueue outbox batch %s", e.ID)
 		}
 		return nil
@@ -178,7 +178,7 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 		return err
 	}
 	return j.w.do(ctx, func(tx *wtx) error {
-		res, err := tx.retryEvents.Exec(id, micros(next), lastError)
+		res, err := tx.retryEvents.Exec(id, micros(next), journal.Text(lastError))
 		if err != nil {
 			return storageErr(err, "retry outbox batch %s", id)
 		}

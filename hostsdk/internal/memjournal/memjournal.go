@@ -166,7 +166,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	}
 	r.Hash = h
 	j.receipts = append(j.receipts, r)
-	a.Status, a.Result, a.Detail, a.UpdatedAt, a.CompletedAt = status, slices.Clone(result), detail, r.At, r.At
+	a.Status, a.Result, a.Detail, a.UpdatedAt, a.CompletedAt = status, slices.Clone(result), journal.Text(detail), r.At, r.At
 	return r, nil
 }
 
@@ -266,6 +266,7 @@ func (j *Journal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) erro
 	}
 	// As the SQL backends: a new batch is never leased.
 	e.CreatedAt, e.LeaseUntil = journal.Micro(e.CreatedAt), time.Time{}
+	e.LastError = journal.Text(e.LastError)
 	if e.NextAttempt.IsZero() {
 		e.NextAttempt = e.CreatedAt
 	}
@@ -342,7 +343,7 @@ func (j *Journal) RetryEvents(ctx context.Context, id string, next time.Time, la
 		return journal.ErrNotFound
 	}
 	e.Attempts++
-	e.NextAttempt, e.LastError, e.LeaseUntil = next, lastError, time.Time{}
+	e.NextAttempt, e.LastError, e.LeaseUntil = next, journal.Text(lastError), time.Time{}
 	return nil
 }
 

@@ -539,3 +539,41 @@ func (s *suite) testConcurrentBeginSameAction(t *testing.T) {
 		t.Fatalf("%d of %d concurrent begins created the action (errors %v); want exactly 1", created, racers, errs)
 	}
 }
+
+// Free text (an action's Detail, an outbox batch's LastError) often quotes
+// a provider's or connector's message verbatim. It is stored as text: bytes
+// that are not UTF-8, and NUL, become U+FFFD on every backend, so a message
+// PostgreSQL's text type would refuse never fails the write that records an
+// outcome.
+func (s *suite) testFreeText(t *testing.T) {
+	ctx := context.Background()
+	j := s.open(t)
+	const raw, want = "provider said \xff\xfe, then \x00 and \xe2\x82", "provider said \uFFFD, then \uFFFD and \uFFFD"
+
+	a := newAction(at(0))
+	begin(t, j, a)
+	if _, err := j.FinishAction(ctx, a.ActionID, aip.StateFailed, json.RawMessage(`{}`), raw, at(time.Second)); err != nil {
+		t.Fatalf("FinishAction with a detail that is not UTF-8 text: %v", err)
+	}
+	if got := getAction(t, j, a.ActionID).Detail; got != want {
+		t.Errorf("stored detail %q, want %q", got, want)
+	}
+	if got := verifyAll(t, j); len(got) != 1 {
+		t.Fatalf("%d receipts, want 1", len(got))
+	}
+
+	e := newEntry(t, "chan", 1, at(0))
+	e.LastError = raw
+	enqueue(t, j, e)
+	got := claimEvents(t, j, at(time.Second), 30*time.Second, 1)
+	if len(got) != 1 || got[0].LastError != want {
+		t.Fatalf("enqueued batch claimed as %+v, want last error %q", got, want)
+	}
+	if err := j.RetryEvents(ctx, e.ID, at(time.Minute), raw+"!"); err != nil {
+		t.Fatalf("RetryEvents with an error text that is not UTF-8: %v", err)
+	}
+	got = claimEvents(t, j, at(time.Minute), 30*time.Second, 1)
+	if len(got) != 1 || got[0].LastError != want+"!" {
+		t.Fatalf("retried batch claimed as %+v, want last error %q", got, want+"!")
+	}
+}

@@ -61,6 +61,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("FinishAction", s.testFinishAction)
 	t.Run("FinishFromReceived", s.testFinishFromReceived)
 	t.Run("FinishInvalid", s.testFinishInvalid)
+	t.Run("FreeText", s.testFreeText)
 	t.Run("ReceiptChain", s.testReceiptChain)
 	t.Run("ActionsByStatus", s.testActionsByStatus)
 	t.Run("ConcurrentLifecycles", s.testConcurrentLifecycles)
