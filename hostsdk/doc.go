@@ -139,7 +139,8 @@
 // health; an unhealthy host reports connector_ready=false, which takes it
 // offline. After the local lease expires, a healthy host re-registers,
 // reusing the exact request after an ambiguous failure and a fresh request
-// ID after a rejection.
+// ID after a rejection (or after a replay answering a lease that has
+// expired since, which is not counted as a recovery).
 //
 // # Drain
 //

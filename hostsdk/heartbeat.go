@@ -125,8 +125,9 @@ func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
 // recoverLease re-registers after the local lease expired. After an
 // ambiguous failure the same request (ID and payload) is sent again on the
 // next attempt, so a registration whose answer was lost is replayed
-// idempotently; after a definitive rejection the pending request is dropped
-// and the next attempt uses a fresh request ID.
+// idempotently; after a definitive rejection, or a replay answering a lease
+// that has expired since, the pending request is dropped and the next
+// attempt uses a fresh request ID.
 func (h *Host) recoverLease(ctx context.Context) error {
 	h.m.recoveryAttempts.Inc()
 	var err error
@@ -153,6 +154,13 @@ func (h *Host) recoverLease(ctx context.Context) error {
 		return fmt.Errorf("register answered %s without a lease", out.Status)
 	}
 	h.lease.apply(out.Lease)
+	if now := h.cfg.Now(); !out.Lease.ExpiresAt.After(now) {
+		// The replay of a registration committed earlier, whose lease ran
+		// out while its answers were lost: no recovery (its sequence is
+		// kept for the fence). The replica is eligible again, and the next
+		// attempt registers afresh.
+		return fmt.Errorf("lease recovery (request %s): the control plane answered the lease committed earlier at sequence %d, which expired at %s", sr.req.RequestID, out.Lease.Sequence, out.Lease.ExpiresAt)
+	}
 	h.m.recoveries.Inc()
 	h.log.Info("lease recovered", "sequence", out.Lease.Sequence, "expires_at", out.Lease.ExpiresAt.String())
 	return nil

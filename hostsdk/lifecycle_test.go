@@ -240,3 +240,53 @@ func TestDrainInBubbleSendsOfflineLast(t *testing.T) {
 		}
 	})
 }
+
+// A lease recovery whose registration committed but whose answers were all
+// lost is replayed later with the same request ID. If the control plane was
+// unreachable for longer than the lease, the replay answers the committed
+// lease, which has expired by then: that is no recovery. The host must not
+// count or log it as one, and registers afresh (the replica is eligible: its
+// lease expired).
+func TestReplayedRecoveryWithExpiredLeaseIsNoRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		ctx := context.Background()
+		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		// t1: the first heartbeat renewed the lease to t1+30.
+		b.cp.SetUnavailable(true)
+		time.Sleep(25 * time.Second) // beats at +10, +20 failed
+		b.cp.SetUnavailable(false)
+		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
+		time.Sleep(10 * time.Second) // +30: recovery commits, both answers lost
+		regs := opsOf(b.cp, aip.OpRegister)
+		if len(regs) != 3 || regs[1].RequestID != regs[2].RequestID || regs[2].Fault != hostsdktest.FaultDropResponse {
+			t.Fatalf("register attempts %+v: want one committed recovery whose answers were dropped", regs)
+		}
+		b.cp.SetUnavailable(true)
+		time.Sleep(40 * time.Second) // +70: the committed lease (to +60) expired meanwhile
+		b.cp.SetUnavailable(false)
+		time.Sleep(10 * time.Second) // +80: the pending request is replayed
+		regs = opsOf(b.cp, aip.OpRegister)
+		var replayed bool
+		for _, r := range regs {
+			replayed = replayed || r.Replayed
+		}
+		if !replayed {
+			t.Fatalf("register attempts %+v: want the committed recovery replayed", regs)
+		}
+		if !b.h.Ready() {
+			if got := b.metric(t, hostsdk.MetricLeaseRecoveries); got != 0 {
+				t.Errorf("lease recoveries %v while the host holds no valid lease", got)
+			}
+		}
+		time.Sleep(10 * time.Second) // +90
+		if !b.h.Ready() {
+			t.Fatalf("host not ready after the control plane returned: %+v", opsOf(b.cp, aip.OpRegister))
+		}
+		if got := b.metric(t, hostsdk.MetricLeaseRecoveries); got != 1 {
+			t.Errorf("lease recoveries %v, want 1", got)
+		}
+	})
+}
