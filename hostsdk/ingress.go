@@ -547,7 +547,10 @@ func (x *exchange) journaled(actionID, digest string) bool {
 // the journaled result, never a second run. digest "" skips the input
 // comparison (cancel and status paths).
 func (x *exchange) answerJournaled(a journal.Action, digest string) bool {
-	tombstone := a.InputDigest == "" && a.Status == aip.StateCancelled
+	// A record without an input digest is a cancel's that arrived before its
+	// action (see cancel): there is no input to compare; while the cancel is
+	// being journaled it is in progress, then cancelled.
+	tombstone := a.InputDigest == ""
 	if digest != "" && !tombstone && a.InputDigest != digest {
 		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeIdempotencyConflict, aip.CategoryPolicy, false, 0,
 			"action "+a.ActionID+" was already received with a different input; use a new action ID"))

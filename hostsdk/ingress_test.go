@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -388,5 +389,39 @@ func TestDuplicateWithoutReceiptIsAStorageError(t *testing.T) {
 	wantCode(t, second, http.StatusServiceUnavailable, hostsdk.CodeStorageUnavailable)
 	if n := conn.runCount(a.ID); n != 1 {
 		t.Errorf("connector ran %d times, want 1", n)
+	}
+}
+
+// An action arriving while an early cancel is being journaled (its record
+// begun, not yet finished as cancelled) is told to come back, not refused
+// as an idempotency conflict: nobody sent it another input, and once the
+// cancel commits it is answered cancelled.
+func TestActionDuringEarlyCancel(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capEcho, `{"message":"racing its cancel"}`)
+	// What the cancel path has written between its two commits.
+	if _, created, err := f.j.BeginAction(ctx, journal.Action{ActionID: a.ID, CapabilityID: a.CapabilityID,
+		TenantID: hostsdktest.TenantID, MessageID: aip.NewMessageID(), ReceivedAt: time.Now()}); err != nil || !created {
+		t.Fatal(created, err)
+	}
+	resp, _ := f.d.Act(ctx, target, a)
+	if pe := wantCode(t, resp, http.StatusConflict, hostsdk.CodeActionInProgress); !pe.IsRetryable() {
+		t.Errorf("in-progress answer %+v is not retryable", pe)
+	}
+	res := &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCancelled}
+	raw, _ := json.Marshal(res)
+	if _, err := f.j.FinishAction(ctx, a.ID, aip.StateCancelled, raw, "cancelled before the action arrived", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = f.d.Act(ctx, target, a)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Errorf("action after its cancel committed answered %+v, %v", res, err)
+	}
+	if n := conn.runCount(a.ID); n != 0 {
+		t.Errorf("cancelled action ran %d times", n)
 	}
 }
