@@ -10,7 +10,9 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 )
 
-// replayPruneBatch bounds the expired message IDs deleted per heartbeat.
+// replayPruneBatch bounds the expired message IDs deleted per journal
+// call; a heartbeat tick deletes batches until none is left (see
+// pruneMessages).
 const replayPruneBatch = 256
 
 // firstBeatDelay returns floor(3I/4) + r milliseconds with r uniform in
@@ -51,17 +53,13 @@ func (h *Host) runHeartbeats(ctx context.Context) {
 	}
 }
 
-// heartbeatTick probes health and renews or recovers the lease. Any failure
-// counts in aip_connector_host_heartbeat_failures_total; the lease is kept
-// until its recorded expiry.
+// heartbeatTick probes health and renews or recovers the lease, then prunes
+// the replay registry. Any renewal failure counts in
+// aip_connector_host_heartbeat_failures_total; the lease is kept until its
+// recorded expiry.
 func (h *Host) heartbeatTick(ctx context.Context) {
 	if h.draining.Load() {
 		return
-	}
-	if n, err := h.journal.PruneMessages(ctx, h.cfg.Now(), replayPruneBatch); err != nil {
-		h.log.Warn("prune the replay registry", "error", err)
-	} else if n > 0 {
-		h.log.Debug("pruned expired message IDs", "count", n)
 	}
 	storageErr, connErr := h.probe(ctx)
 	ready := storageErr == nil && connErr == nil
@@ -74,6 +72,32 @@ func (h *Host) heartbeatTick(ctx context.Context) {
 		}
 		h.m.heartbeatFailures.Inc()
 		h.log.Warn("heartbeat failed", "error", err)
+	}
+	h.pruneMessages(ctx)
+}
+
+// pruneMessages deletes the message IDs expired in the replay registry, in
+// batches, until none is left or half a heartbeat interval has passed (the
+// rest waits for the next tick), so the registry stays bounded however many
+// messages an interval brings.
+func (h *Host) pruneMessages(ctx context.Context) {
+	deadline := time.Now().Add(h.cfg.HeartbeatInterval / 2)
+	total := 0
+	for {
+		n, err := h.journal.PruneMessages(ctx, h.cfg.Now(), replayPruneBatch)
+		total += n
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("prune the replay registry", "error", err)
+			}
+			break
+		}
+		if n < replayPruneBatch || !time.Now().Before(deadline) {
+			break
+		}
+	}
+	if total > 0 {
+		h.log.Debug("pruned expired message IDs", "count", total)
 	}
 }
 

@@ -290,3 +290,31 @@ func TestReplayedRecoveryWithExpiredLeaseIsNoRecovery(t *testing.T) {
 		}
 	})
 }
+
+// The heartbeat prunes the replay registry of every expired message ID, not
+// only a first batch: a replica receiving more messages per heartbeat
+// interval than one batch holds would otherwise grow it without bound.
+func TestHeartbeatPrunesAllExpiredMessageIDs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		ctx := context.Background()
+		const n = 1000
+		past := time.Now().Add(-time.Hour)
+		for range n {
+			if ok, err := b.cfg.Journal.ClaimMessage(ctx, aip.NewMessageID(), past.Add(time.Minute), past); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+		}
+		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the first heartbeat tick has finished
+		left, err := b.cfg.Journal.PruneMessages(ctx, time.Now(), 10*n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left != 0 {
+			t.Errorf("%d of %d expired message IDs left after a heartbeat", left, n)
+		}
+	})
+}
