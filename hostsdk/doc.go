@@ -145,7 +145,8 @@
 // # Drain
 //
 // On SIGTERM or Ctrl-C (ctx cancelled in Run) or Stop, the host performs the
-// nine steps documented on its shutdown: draining flag, signed drain,
+// nine steps documented on its shutdown: draining flag, signed drain (skipped
+// without a valid lease, when the registry routes nothing here anyway),
 // heartbeats stop, new actions refused and event publication stopped, the
 // listener kept while in-flight actions finish (at most DrainTimeout) and
 // for at least DrainLinger, so actions routed just before the drain get a

@@ -17,7 +17,9 @@ import (
 //
 //  1. set the local draining flag before contacting the lifecycle service;
 //  2. send the signed drain transition with the current lease sequence (a
-//     failure is recorded and the local drain stays in force);
+//     failure is recorded and the local drain stays in force); without a
+//     valid lease (expired, or offline after an unhealthy heartbeat) the
+//     registry routes nothing here and refuses a drain, so it is skipped;
 //  3. heartbeat renewals stop (the worker skips its ticks while draining);
 //  4. new actions are refused with a signed connector_host.not_ready, and
 //     provider-event publication stops (the event source is cancelled and
@@ -57,7 +59,9 @@ func (h *Host) shutdown() error {
 	// 2. Taking controlMu waits for a heartbeat already on the wire, so the
 	// drain carries the newest sequence.
 	h.controlMu.Lock()
-	if err := h.transition(ctx, aip.OpDrain); err != nil {
+	if seq, exp := h.lease.get(); !exp.After(h.cfg.Now()) {
+		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
+	} else if err := h.transition(ctx, aip.OpDrain); err != nil {
 		fail("registry drain", err)
 	}
 	h.controlMu.Unlock()

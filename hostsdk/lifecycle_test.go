@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -315,6 +316,27 @@ func TestHeartbeatPrunesAllExpiredMessageIDs(t *testing.T) {
 		}
 		if left != 0 {
 			t.Errorf("%d of %d expired message IDs left after a heartbeat", left, n)
+		}
+	})
+}
+
+// A replica its own unhealthy heartbeat took offline holds no lease: on
+// SIGTERM there is no routing left to drain, and the control plane refuses
+// a drain of an offline replica. The host goes straight to the offline
+// transition, and the shutdown is clean.
+func TestStopWhileOfflineSkipsTheDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		b.conn.setHealth(errUnhealthy)
+		time.Sleep(15 * time.Second) // the first heartbeat reports connector_ready=false
+		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+			t.Fatalf("replica is %s after an unhealthy heartbeat", st.Status)
+		}
+		if err := b.h.Stop(context.Background()); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if got, want := ops(b.cp), []aip.Operation{aip.OpRegister, aip.OpHeartbeat, aip.OpOffline}; !slices.Equal(got, want) {
+			t.Errorf("operations %v, want %v", got, want)
 		}
 	})
 }
