@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 )
@@ -113,13 +114,20 @@ func CheckOutboxEntry(e OutboxEntry) error {
 	return nil
 }
 
-// CheckStateKey refuses an empty state namespace or key.
+// CheckStateKey refuses an empty state namespace or key, and one that is
+// not text: not UTF-8, or holding NUL (PostgreSQL's text type refuses
+// both, so every backend does).
 func CheckStateKey(namespace, key string) error {
 	if namespace == "" || key == "" {
 		return Invalid("state namespace and key must not be empty (got %q, %q)", namespace, key)
 	}
+	if !isText(namespace) || !isText(key) {
+		return Invalid("state namespace and key must be UTF-8 text without NUL (got %q, %q)", namespace, key)
+	}
 	return nil
 }
+
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // CheckClaim applies ClaimMessage's (and AcceptAction's) rules to a message
 // claim: a message ID and an expiry after now.

@@ -202,7 +202,9 @@ type Journal interface {
 	// Receipts returns up to limit receipts with Seq > after, in order.
 	Receipts(ctx context.Context, after uint64, limit int) ([]Receipt, error)
 
-	// State returns a connector-owned value or ErrNotFound.
+	// State returns a connector-owned value or ErrNotFound. Namespace and
+	// key are non-empty UTF-8 text without NUL (ErrInvalid otherwise), in
+	// PutState too.
 	State(ctx context.Context, namespace, key string) (StateValue, error)
 	// PutState writes a value if the stored revision equals
 	// expectedRevision (0 = must be absent) and returns the new revision;
