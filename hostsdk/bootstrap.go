@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -351,17 +352,18 @@ func (h *Host) stepServe(ctx context.Context) error {
 }
 
 // probe checks storage and connector health with the probe timeout and
-// records the results.
+// records the results. The timeout holds even for a check that ignores its
+// context (see boundedCheck).
 func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 	pctx, cancel := context.WithTimeout(ctx, h.cfg.HealthProbeTimeout)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		storageErr = h.journal.Probe(pctx)
+		storageErr = h.storageCheck.do(pctx, h.cfg.HealthProbeTimeout, h.journal.Probe)
 	}()
 	if hc, ok := h.conn.(HealthChecker); ok {
-		connErr = hc.CheckHealth(pctx)
+		connErr = h.connectorCheck.do(pctx, h.cfg.HealthProbeTimeout, hc.CheckHealth)
 	}
 	<-done
 	if storageErr != nil {
@@ -391,4 +393,48 @@ func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 	h.storageDetail.Store(&sd)
 	h.connectorDetail.Store(&cd)
 	return storageErr, connErr
+}
+
+// boundedCheck runs a health check for concurrent callers (heartbeat,
+// /ready), one run at a time: a caller joins the run in flight or starts
+// one, with a timeout of its own that no caller cancels, and waits for it
+// at most until the caller's ctx is done. So a check that ignores its
+// context holds no caller past the probe timeout, and one stuck for good
+// is not started again at every probe.
+type boundedCheck struct {
+	mu  sync.Mutex
+	cur *checkRun
+}
+
+type checkRun struct {
+	done chan struct{}
+	err  error
+}
+
+func (b *boundedCheck) do(ctx context.Context, timeout time.Duration, check func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	r := b.cur
+	if r == nil {
+		r = &checkRun{done: make(chan struct{})}
+		b.cur = r
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		go func() {
+			defer cancel()
+			err := check(cctx)
+			b.mu.Lock()
+			r.err, b.cur = err, nil
+			b.mu.Unlock()
+			close(r.done)
+		}()
+	}
+	b.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

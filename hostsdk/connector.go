@@ -53,7 +53,9 @@ type Connector interface {
 // HealthChecker reports whether the connector can serve (provider reachable,
 // credentials valid). The host probes it before registering, on every
 // heartbeat tick and on /ready, each bounded by the health probe timeout; an
-// unhealthy connector makes the replica not ready.
+// unhealthy connector makes the replica not ready. A check that outlives the
+// timeout (one that ignores ctx) counts as not ready, and concurrent probes
+// share one run of CheckHealth rather than start another while it is busy.
 type HealthChecker interface {
 	CheckHealth(ctx context.Context) error
 }

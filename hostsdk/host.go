@@ -71,6 +71,8 @@ type Host struct {
 	connectorReady  atomic.Bool
 	storageDetail   atomic.Pointer[string]
 	connectorDetail atomic.Pointer[string]
+	storageCheck    boundedCheck // Journal.Probe runs
+	connectorCheck  boundedCheck // HealthChecker.CheckHealth runs
 	lease           leaseState
 	controlMu       sync.Mutex     // serializes lifecycle calls (one sequence fence)
 	pendingRegister *sealedRequest // guarded by controlMu

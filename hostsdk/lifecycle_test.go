@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -337,6 +338,48 @@ func TestStopWhileOfflineSkipsTheDrain(t *testing.T) {
 		}
 		if got, want := ops(b.cp), []aip.Operation{aip.OpRegister, aip.OpHeartbeat, aip.OpOffline}; !slices.Equal(got, want) {
 			t.Errorf("operations %v, want %v", got, want)
+		}
+	})
+}
+
+// stuckHealth is a connector whose health check, once stuck, ignores its
+// context until released.
+type stuckHealth struct {
+	*testConnector
+	stuck   atomic.Bool
+	release chan struct{}
+}
+
+func (c *stuckHealth) CheckHealth(ctx context.Context) error {
+	if c.stuck.Load() {
+		<-c.release
+		return errUnhealthy
+	}
+	return nil
+}
+
+// The probe timeout bounds the health check even when the connector ignores
+// its context: the heartbeat goes on (reporting connector_ready=false)
+// instead of waiting for the check, and the lease is not lost silently.
+func TestHealthProbeTimeoutBoundsAStuckCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{InMemory: true})
+		ml := hostsdktest.NewMemListener()
+		d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain, Client: ml.Client()})
+		cfg := hostsdktest.HostConfig(t, cp, d, ml)
+		cfg.Journal = memjournal.New()
+		conn := &stuckHealth{testConnector: newTestConnector(), release: make(chan struct{})}
+		hostsdktest.StartHost(t, cfg, conn)
+		defer close(conn.release) // the check returns at last, before the host stops
+
+		conn.stuck.Store(true)
+		time.Sleep(20 * time.Second) // the first heartbeat is due within 12.5s; the probe times out after 2s
+		hbs := opsOf(cp, aip.OpHeartbeat)
+		if len(hbs) == 0 {
+			t.Fatal("no heartbeat: the stuck health check held the heartbeat worker")
+		}
+		if hbs[0].ConnectorReady {
+			t.Errorf("heartbeat %+v reports a connector whose check timed out as ready", hbs[0])
 		}
 	})
 }
