@@ -347,6 +347,14 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	})
 	endSpan(jspan, err)
 	switch {
+	case errors.Is(err, journal.ErrInvalid):
+		// A string of the action no journal can hold (not UTF-8 text, or
+		// with NUL): nothing was written; refuse the message for good.
+		if !x.claim() {
+			return false
+		}
+		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeInputInvalid, aip.CategoryPermanent, false, 0,
+			"the action cannot be journaled: "+err.Error()))
 	case err != nil:
 		return x.storageUnavailable(err)
 	case !acc.Claimed:

@@ -32,13 +32,26 @@ func CheckNewAction(a Action) error {
 	case len(a.Result) != 0:
 		return Invalid("action %s begins with a result; results come with FinishAction", a.ActionID)
 	}
+	for _, f := range []struct{ name, v string }{
+		{"action ID", a.ActionID}, {"capability ID", a.CapabilityID}, {"tenant ID", a.TenantID},
+		{"idempotency key", a.IdempotencyKey}, {"input digest", a.InputDigest},
+		{"fence token", a.FenceToken}, {"message ID", a.MessageID},
+	} {
+		if !isText(f.v) {
+			return Invalid("action %q: the %s %q is not UTF-8 text without NUL", a.ActionID, f.name, f.v)
+		}
+	}
 	return nil
 }
 
-// CheckID refuses an empty identifier; what names it in the error.
+// CheckID refuses an empty identifier, and one that is not UTF-8 text
+// without NUL; what names it in the error.
 func CheckID(what, id string) error {
 	if id == "" {
 		return Invalid("%s is empty", what)
+	}
+	if !isText(id) {
+		return Invalid("%s %q is not UTF-8 text without NUL", what, id)
 	}
 	return nil
 }

@@ -11,7 +11,9 @@
 //   - Times are kept to the microsecond and returned in UTC; a zero time.Time
 //     means "not set".
 //   - Free text (Action.Detail, OutboxEntry.LastError) is stored as Text
-//     makes it: bytes that are not UTF-8, and NUL, become U+FFFD.
+//     makes it: bytes that are not UTF-8, and NUL, become U+FFFD. Every
+//     other string (identifiers, keys, digests) must be UTF-8 text without
+//     NUL, which PostgreSQL's text type requires: ErrInvalid otherwise.
 //   - Limits passed to listing and claiming methods must be positive; a
 //     malformed argument is ErrInvalid, never a silent default.
 //   - A context that is already done fails the call with its error.

@@ -81,7 +81,13 @@ func (s *suite) testAcceptActionInvalid(t *testing.T) {
 	a := newAction(at(0))
 	noID := a
 	noID.ActionID = ""
+	nulKey := a
+	nulKey.IdempotencyKey = "key\x00"
 	cases := map[string]func() error{
+		"idempotency key with NUL": func() error {
+			_, err := j.AcceptAction(ctx, a.MessageID, at(time.Hour), at(0), nulKey)
+			return err
+		},
 		"empty message ID": func() error { _, err := j.AcceptAction(ctx, "", at(time.Hour), at(0), a); return err },
 		"expiry not after now": func() error {
 			_, err := j.AcceptAction(ctx, a.MessageID, at(0), at(0), a)
