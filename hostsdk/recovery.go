@@ -22,9 +22,9 @@ const recoveryBatch = 100
 // Step 6: recover durable work before registering. Actions a previous
 // process journaled but never started are failed (they never ran, and a
 // retry under the same ID returns that result); a record a cancel journaled
-// before its action arrived is cancelled, as the cancel would have left it. Actions left running go to
-// the connector's Reconciler when it has one, else become outcome_unknown.
-// Any recovery error blocks registration.
+// before its action arrived is cancelled, as the cancel would have left it.
+// Actions left running go to the connector's Reconciler when it has one,
+// else become outcome_unknown. Any recovery error blocks registration.
 func (h *Host) stepRecover(ctx context.Context) error {
 	sum := journal.RecoverySummary{RecoveredAt: h.cfg.Now()}
 	rec, hasReconciler := h.conn.(Reconciler)
