@@ -21,6 +21,8 @@ const maxStateUpdateAttempts = 32
 // bookkeeping (mutation ledgers, cursors, side-effect counters). Every write
 // is a compare-and-set on the value's revision, so concurrent writers never
 // lose updates. Values live in the same durable journal as the actions.
+// Namespaces and keys are non-empty UTF-8 text without NUL on every journal
+// (an error matching journal.ErrInvalid otherwise); values are JSON.
 type State struct {
 	j journal.Journal
 }
