@@ -423,7 +423,7 @@ func (b *boundedCheck) do(ctx context.Context, timeout time.Duration, check func
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		go func() {
 			defer cancel()
-			err := check(cctx)
+			err := runCheck(cctx, check)
 			b.mu.Lock()
 			r.err, b.cur = err, nil
 			b.mu.Unlock()
@@ -437,4 +437,15 @@ func (b *boundedCheck) do(ctx context.Context, timeout time.Duration, check func
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// runCheck runs check, turning a panic into an error: the check runs on a
+// goroutine of its own, where a panic would end the process.
+func runCheck(ctx context.Context, check func(context.Context) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the check panicked: %v", p)
+		}
+	}()
+	return check(ctx)
 }

@@ -2,6 +2,7 @@ package hostsdk_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -382,4 +383,19 @@ func TestHealthProbeTimeoutBoundsAStuckCheck(t *testing.T) {
 			t.Errorf("heartbeat %+v reports a connector whose check timed out as ready", hbs[0])
 		}
 	})
+}
+
+type panickyHealth struct{ *testConnector }
+
+func (panickyHealth) CheckHealth(ctx context.Context) error { panic("health check bug") }
+
+// A health check that panics makes the replica not ready; it does not end
+// the process (the check runs on a goroutine of the host's).
+func TestPanickingHealthCheckIsNotReady(t *testing.T) {
+	f := newFleet(t)
+	err := startErr(t, f, panickyHealth{newTestConnector()})
+	var pe *hostsdk.ProbeError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "health check bug") {
+		t.Fatalf("Start: %v, want a *ProbeError naming the panic", err)
+	}
 }
