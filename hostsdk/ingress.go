@@ -454,11 +454,9 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		}
 	}
 	fctx, fspan := x.journalSpan("finish", a.ID)
-	receipt, err := h.journal.FinishAction(fctx, a.ID, status, raw, detail, h.cfg.Now())
+	receipt, err := h.finishAction(fctx, a.ID, status, raw, detail, h.cfg.Now())
 	endSpan(fspan, err)
 	if err != nil {
-		h.storageReady.Store(false)
-		h.log.Error("journal the action outcome", "action_id", a.ID, "status", status, "error", err)
 		return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeExecution, aip.CategoryConnector, false, 0,
 			"the action ran but its outcome could not be journaled; it will be reconciled when the replica restarts"))
 	}
@@ -468,6 +466,53 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 	}
 	result.Receipt = &aip.Receipt{ID: receipt.ID, Hash: receipt.Hash}
 	return x.result(result)
+}
+
+// Retries of an outcome the journal did not take: finishBackoffMin doubling
+// to finishBackoffMax.
+const (
+	finishBackoffMin = 50 * time.Millisecond
+	finishBackoffMax = 2 * time.Second
+)
+
+// finishAction journals an action's outcome. A write that fails for a
+// reason other than the record itself (the journal's storage is down, a
+// PostgreSQL failover) is retried with backoff until it is stored or the
+// host stops running actions (after the drain timeout): the action stays
+// registered as in progress meanwhile, so a retry of it waits for, or is
+// told to come back for, the journaled outcome, and the replica is not
+// ready until the write (or the next storage probe) succeeds. Given up, the
+// record stays running and recovery reconciles it at the next start.
+func (h *Host) finishAction(ctx context.Context, actionID string, status aip.ActionState, raw json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
+	wait := finishBackoffMin
+	for attempt := 1; ; attempt++ {
+		receipt, err := h.journal.FinishAction(ctx, actionID, status, raw, detail, at)
+		if err == nil {
+			if attempt > 1 {
+				// The journal took a durable write: storage is back.
+				h.storageReady.Store(true)
+				h.log.Info("journaled the action outcome after a retry", "action_id", actionID, "status", status, "attempts", attempt)
+			}
+			return receipt, nil
+		}
+		h.storageReady.Store(false)
+		permanent := errors.Is(err, journal.ErrInvalid) || errors.Is(err, journal.ErrConflict) ||
+			errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrClosed)
+		if permanent || h.actionBase.Err() != nil {
+			h.log.Error("journal the action outcome", "action_id", actionID, "status", status, "attempts", attempt, "error", err)
+			return receipt, err
+		}
+		if attempt == 1 {
+			h.log.Warn("journal the action outcome; retrying until it is stored", "action_id", actionID, "status", status, "error", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-h.actionBase.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, finishBackoffMax)
+	}
 }
 
 // invoke calls the connector, turning a panic into a value.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -423,5 +424,99 @@ func TestActionDuringEarlyCancel(t *testing.T) {
 	}
 	if n := conn.runCount(a.ID); n != 0 {
 		t.Errorf("cancelled action ran %d times", n)
+	}
+}
+
+// flakyFinishJournal fails FinishAction while failures remain, the way a
+// PostgreSQL journal does during a failover.
+type flakyFinishJournal struct {
+	*memjournal.Journal
+	failures atomic.Int32
+	attempts atomic.Int32
+}
+
+func (j *flakyFinishJournal) FinishAction(ctx context.Context, actionID string, state aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
+	j.attempts.Add(1)
+	if j.failures.Add(-1) >= 0 {
+		return journal.Receipt{}, errors.New("storage: connection refused")
+	}
+	return j.Journal.FinishAction(ctx, actionID, state, result, detail, at)
+}
+
+// TestOutcomeWriteRetriedUntilJournaled: an outcome the journal could not
+// store at first is written again until it is; the action is answered with
+// its result (and receipt), and a retry of it is answered from the
+// journal, not left running until the replica restarts.
+func TestOutcomeWriteRetriedUntilJournaled(t *testing.T) {
+	f := newFleet(t)
+	j := &flakyFinishJournal{Journal: f.j}
+	f.cfg.Journal = j
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	j.failures.Store(3)
+	a := action(capEcho, `{"message":"after a failover"}`)
+	resp, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := resp.Result()
+	if err != nil || r.Status != aip.ResultCompleted || r.Receipt == nil {
+		t.Fatalf("answer %+v, %v (body %s); want the completed result with its receipt", r, err, resp.Raw)
+	}
+	if n := j.attempts.Load(); n != 4 {
+		t.Errorf("%d outcome writes, want 4 (3 failed, then stored)", n)
+	}
+	st, _, err := f.d.Status(ctx, target, a.ID, a.CapabilityID)
+	if err != nil || st.State != aip.StateCompleted {
+		t.Fatalf("journaled state %+v, %v; want completed", st, err)
+	}
+	again, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2, err := again.Result(); err != nil || r2.Status != aip.ResultCompleted || r2.Receipt == nil || r2.Receipt.ID != r.Receipt.ID {
+		t.Fatalf("retry answered %+v, %v; want the journaled result", r2, err)
+	}
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Errorf("connector ran %d times, want 1", n)
+	}
+}
+
+// TestOutcomeWriteStopsAtShutdown: an outcome the journal never takes is
+// retried only until the host stops; the host still stops, and the action
+// stays running in the journal for recovery to reconcile at the next start.
+func TestOutcomeWriteStopsAtShutdown(t *testing.T) {
+	f := newFleet(t)
+	j := &flakyFinishJournal{Journal: f.j}
+	f.cfg.Journal = j
+	f.cfg.DrainTimeout = 200 * time.Millisecond
+	conn := newTestConnector()
+	h, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	j.failures.Store(1 << 30)
+	a := action(capEcho, `{"message":"storage gone"}`)
+	answered := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, _ := f.d.Act(ctx, target, a)
+		answered <- resp
+	}()
+	for j.attempts.Load() < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the outcome write was not retried")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	h.Stop(ctx)
+	resp := <-answered
+	if resp != nil && resp.Status == http.StatusOK {
+		t.Fatalf("answered %s; want an error: the outcome was never journaled", resp.Raw)
+	}
+	rec, err := f.j.Action(ctx, a.ID)
+	if err != nil || rec.Status != aip.StateRunning {
+		t.Fatalf("journal record %+v, %v; want running, for recovery", rec, err)
 	}
 }
