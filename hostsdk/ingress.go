@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -434,7 +435,10 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		ctx := trace.ContextWithSpan(ra.ctx, x.span)
 		if a.TimeoutMS != nil && *a.TimeoutMS > 0 {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(*a.TimeoutMS)*time.Millisecond, errActionTimeout)
+			// Capped in milliseconds: a larger value would overflow the
+			// Duration into a deadline already past.
+			ms := min(*a.TimeoutMS, uint64(math.MaxInt64/int64(time.Millisecond)))
+			ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(ms)*time.Millisecond, errActionTimeout)
 			defer cancel()
 		}
 		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,

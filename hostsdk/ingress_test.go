@@ -520,3 +520,34 @@ func TestOutcomeWriteStopsAtShutdown(t *testing.T) {
 		t.Fatalf("journal record %+v, %v; want running, for recovery", rec, err)
 	}
 }
+
+// TestHugeActionTimeoutDoesNotExpireAtOnce: a timeout_ms too large for a
+// time.Duration bounds nothing; it must not wrap round to a deadline that
+// has already passed.
+func TestHugeActionTimeoutDoesNotExpireAtOnce(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	for _, ms := range []uint64{9_223_372_036_855, 1 << 53} {
+		a := action(capBlock, `{"message":"no hurry"}`)
+		a.TimeoutMS = &ms
+		answered := make(chan *hostsdktest.Response, 1)
+		go func() {
+			resp, _ := f.d.Act(ctxT(t), target, a)
+			answered <- resp
+		}()
+		var resp *hostsdktest.Response
+		select {
+		case <-conn.started:
+			select {
+			case conn.release <- struct{}{}:
+				resp = <-answered
+			case resp = <-answered: // the action ended without being released
+			}
+		case resp = <-answered: // the action never started
+		}
+		if r, err := resp.Result(); err != nil || r.Status != aip.ResultCompleted {
+			t.Fatalf("timeout_ms %d: answer %+v, %v (body %s); want completed", ms, r, err, resp.Raw)
+		}
+	}
+}
