@@ -27,6 +27,7 @@ import (
 //	echo.slow    {"delay_ms","ignore_cancel"} waits; a cancel ends it as cancelled
 //	echo.crash   the connection is closed without an answer
 //	echo.status  {"status","body"} answers that HTTP status and raw body
+//	             (or {"status","raw"}: the string raw as the body)
 type fakeConnector struct {
 	token    string
 	manifest atomic.Pointer[aip.Manifest]
@@ -165,6 +166,7 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 		IgnoreCancel bool            `json:"ignore_cancel"`
 		Status       int             `json:"status"`
 		Body         json.RawMessage `json:"body"`
+		Raw          string          `json:"raw"`
 	}
 	json.Unmarshal(a.Input, &in)
 	switch a.CapabilityID {
@@ -214,6 +216,10 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 	case "echo.status":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(in.Status)
+		if in.Raw != "" {
+			w.Write([]byte(in.Raw))
+			return
+		}
 		w.Write(in.Body)
 	default:
 		f.writeJSON(w, http.StatusNotFound, map[string]any{"error": aip.NewProtocolError("fake.unknown", aip.CategoryPermanent, false, 0, a.CapabilityID)})

@@ -730,7 +730,8 @@ func decodeStrict(raw []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	// dec.More would miss a stray "}" or "]": only EOF may follow.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("trailing data after the JSON value")
 	}
 	return nil

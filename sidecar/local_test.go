@@ -372,3 +372,37 @@ func TestDescribeBindsLikeTheHost(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalTrailingDataIsRefused: results and the manifest are decoded
+// strictly, and data after the JSON value — including a stray closing
+// brace or bracket — makes the answer invalid.
+func TestLocalTrailingDataIsRefused(t *testing.T) {
+	r, _ := localReplica(t, nil)
+	ctx := ctxT(t)
+	for _, raw := range []string{
+		`{"status":"completed","output":{"a":1}}}`,
+		`{"status":"completed","output":{"a":1}}]`,
+		`{"status":"completed","output":{"a":1}} {}`,
+	} {
+		in, _ := json.Marshal(map[string]any{"status": 200, "raw": raw})
+		resp := must(r.d.Act(ctx, r.target, act("echo.status", string(in))))
+		if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+			t.Errorf("answer %s: HTTP %d %s; want outcome_unknown", raw, resp.Status, resp.Raw)
+		}
+	}
+
+	// The manifest: start-up (here --print-manifest) fails.
+	sock := socketPath(t)
+	serveAt(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == PathLocalManifest {
+			raw, _ := json.Marshal(fakeManifest(""))
+			w.Write(append(raw, '}'))
+			return
+		}
+		w.Write([]byte(`{"status":"ok"}`))
+	}), sock)
+	if _, _, err := Describe(ctx, Config{Host: hostsdk.Config{TrustDomain: "example.org"}, Local: LocalConfig{Socket: sock}}); err == nil ||
+		!strings.Contains(err.Error(), "not an AIP manifest") {
+		t.Errorf("Describe = %v; want the manifest refused for its trailing data", err)
+	}
+}
