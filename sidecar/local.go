@@ -54,8 +54,8 @@ type LocalConfig struct {
 	// after cancelling an action (a cancel, the action's timeout or the
 	// host's shutdown) before it records outcome_unknown. Defaults to 5s.
 	CancelGrace time.Duration
-	// MaxActionDuration bounds an action whose timeout_ms is not set.
-	// Defaults to 1h.
+	// MaxActionDuration bounds an action whose timeout_ms is not set (or
+	// 0). Defaults to 1h.
 	MaxActionDuration time.Duration
 	// MaxResultBytes bounds an action's result. Defaults to 4 MiB.
 	MaxResultBytes int64
@@ -420,7 +420,8 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 			return nil, notDelivered(err)
 		}
 	}
-	if a.TimeoutMS == nil {
+	if a.TimeoutMS == nil || *a.TimeoutMS == 0 {
+		// timeout_ms 0 sets no deadline in the host either.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.cfg.MaxActionDuration)
 		defer cancel()

@@ -406,3 +406,20 @@ func TestLocalTrailingDataIsRefused(t *testing.T) {
 		t.Errorf("Describe = %v; want the manifest refused for its trailing data", err)
 	}
 }
+
+// TestLocalZeroTimeoutIsBoundedByMaxActionDuration: timeout_ms 0 sets no
+// deadline in the host, so the action is bounded by MaxActionDuration
+// like one without timeout_ms.
+func TestLocalZeroTimeoutIsBoundedByMaxActionDuration(t *testing.T) {
+	r, f := localReplica(t, func(c *Config) { c.Local.MaxActionDuration = 50 * time.Millisecond })
+	a := act("echo.slow", `{"delay_ms":20000}`)
+	zero := uint64(0)
+	a.TimeoutMS = &zero
+	resp := must(r.d.Act(ctxT(t), r.target, a))
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("HTTP %d %s; want the action cancelled at MaxActionDuration", resp.Status, resp.Raw)
+	}
+	if c := f.cancelled(); len(c) == 0 || c[0].ActionID != a.ID {
+		t.Errorf("cancels %+v", c)
+	}
+}

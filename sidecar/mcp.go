@@ -81,8 +81,8 @@ type MCPConfig struct {
 	// StopTimeout is how long Close waits for a stdio server to exit
 	// after closing its input, and again after SIGTERM. Defaults to 10s.
 	StopTimeout time.Duration
-	// MaxActionDuration bounds a tool call without timeout_ms. Defaults
-	// to 1h.
+	// MaxActionDuration bounds a tool call without timeout_ms (or with
+	// 0). Defaults to 1h.
 	MaxActionDuration time.Duration
 	// RestartBackoff and MaxBackoff shape the reconnect (and restart)
 	// backoff after the session breaks. Default to 250ms and 30s.
@@ -507,7 +507,8 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 	if sess == nil {
 		return nil, notDelivered(ErrNotConnected)
 	}
-	if a.TimeoutMS == nil {
+	if a.TimeoutMS == nil || *a.TimeoutMS == 0 {
+		// timeout_ms 0 sets no deadline in the host either.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, m.cfg.MaxActionDuration)
 		defer cancel()

@@ -422,3 +422,31 @@ func TestMCPConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPZeroTimeoutIsBoundedByMaxActionDuration: timeout_ms 0 sets no
+// deadline in the host, so the tool call is bounded by MaxActionDuration
+// like one without timeout_ms.
+func TestMCPZeroTimeoutIsBoundedByMaxActionDuration(t *testing.T) {
+	r, ts := mcpReplica(t, func(c *Config) { c.MCP.MaxActionDuration = 50 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // fail-safe only
+	defer cancel()
+	a := act("mcp.slow", `{}`)
+	zero := uint64(0)
+	a.TimeoutMS = &zero
+	done := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, _ := r.d.Act(ctx, r.target, a)
+		done <- resp
+	}()
+	select {
+	case got := <-ts.cancelled:
+		if got != "slow" {
+			t.Errorf("the server saw %s cancelled", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the tool call was never cancelled: timeout_ms 0 left it unbounded")
+	}
+	if resp := <-done; resp == nil || resp.ProtocolError() == nil || resp.ProtocolError().Code != hostsdk.CodeOutcomeUnknown {
+		t.Errorf("answer %+v", resp)
+	}
+}

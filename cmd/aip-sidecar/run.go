@@ -48,7 +48,7 @@ func newSettings() []hostsdk.Setting {
 		ms("start-timeout-ms", "START_TIMEOUT_MS", 3_600_000, "wait for the connector's health before registering, in ms (default 30000)"),
 		ms("stop-timeout-ms", "STOP_TIMEOUT_MS", 3_600_000, "time the child has after SIGTERM before SIGKILL, in ms (default 10000)"),
 		ms("cancel-grace-ms", "CANCEL_GRACE_MS", 3_600_000, "wait for a cancelled action's answer before outcome_unknown, in ms (default 5000)"),
-		ms("max-action-ms", "MAX_ACTION_MS", 86_400_000, "bound on an action without timeout_ms, in ms (default 3600000)"),
+		ms("max-action-ms", "MAX_ACTION_MS", 86_400_000, "bound on an action without timeout_ms (or with 0), in ms (default 3600000)"),
 		ms("restart-backoff-ms", "RESTART_BACKOFF_MS", 3_600_000, "first delay before restarting a crashed child, in ms (default 250)"),
 		ms("max-backoff-ms", "MAX_BACKOFF_MS", 3_600_000, "longest delay between restarts, in ms (default 30000)"),
 		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest and digest as JSON, and exit"},
