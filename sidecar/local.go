@@ -399,8 +399,9 @@ func (l *Local) sendCancel(ctx context.Context, actionID, key, reason string) er
 
 // forward sends one action and turns the answer into a result. The request
 // is not tied to ctx: when ctx ends (cancel, timeout, shutdown) the
-// connector is told to cancel and has CancelGrace to answer; only then is
-// the request abandoned and the outcome recorded as unknown.
+// connector is told to cancel and has CancelGrace from then to answer
+// (whether or not it answers the cancel); only then is the request
+// abandoned and the outcome recorded as unknown.
 func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	a := call.Action
 	body := localAction{
@@ -435,15 +436,16 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 		if cause := context.Cause(ctx); cause != nil {
 			reason = cause.Error()
 		}
-		if err := l.sendCancel(reqCtx, a.ID, call.IdempotencyKey, reason); err != nil && reqCtx.Err() == nil {
+		// The grace runs from the cancellation, also while the cancel
+		// itself is unanswered (a wedged connector answers neither).
+		graceCtx, cancelGrace := context.WithTimeoutCause(reqCtx, l.cfg.CancelGrace, errCancelGrace)
+		defer cancelGrace()
+		if err := l.sendCancel(graceCtx, a.ID, call.IdempotencyKey, reason); err != nil && graceCtx.Err() == nil {
 			call.Logger.Warn("cancel the local action", "error", err)
 		}
-		t := time.NewTimer(l.cfg.CancelGrace)
-		defer t.Stop()
-		select {
-		case <-t.C:
+		<-graceCtx.Done()
+		if errors.Is(context.Cause(graceCtx), errCancelGrace) {
 			abort(errCancelGrace)
-		case <-reqCtx.Done():
 		}
 	})
 	defer func() {

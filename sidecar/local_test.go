@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -421,5 +422,40 @@ func TestLocalZeroTimeoutIsBoundedByMaxActionDuration(t *testing.T) {
 	}
 	if c := f.cancelled(); len(c) == 0 || c[0].ActionID != a.ID {
 		t.Errorf("cancels %+v", c)
+	}
+}
+
+// TestLocalCancelGraceRunsWhileTheCancelIsUnanswered: a connector that
+// answers neither the action nor its cancel (a wedged single-threaded
+// server) has CancelGrace from the cancellation, not from the cancel's
+// answer, before the action is recorded outcome_unknown.
+func TestLocalCancelGraceRunsWhileTheCancelIsUnanswered(t *testing.T) {
+	f := newFakeConnector()
+	release := make(chan struct{})
+	sock := socketPath(t)
+	serveAt(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == PathLocalActions, strings.HasSuffix(r.URL.Path, "/cancel"):
+			<-release // never answers while the test runs
+		default:
+			f.ServeHTTP(w, r)
+		}
+	}), sock)
+	defer close(release) // before the replica stops
+	r := startReplica(t, func(c *Config) {
+		// A cancel request may take as long as it likes; the grace is short.
+		c.Local = LocalConfig{Socket: sock, CancelGrace: 50 * time.Millisecond, RequestTimeout: time.Hour}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // fail-safe only
+	defer cancel()
+	a := act("echo.slow", `{}`)
+	ms := uint64(50)
+	a.TimeoutMS = &ms
+	resp, err := r.d.Act(ctx, r.target, a)
+	if err != nil {
+		t.Fatalf("no answer while the cancel was unanswered: %v", err)
+	}
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "cancel") {
+		t.Fatalf("HTTP %d %s; want outcome_unknown after the cancel grace", resp.Status, resp.Raw)
 	}
 }
