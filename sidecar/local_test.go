@@ -459,3 +459,29 @@ func TestLocalCancelGraceRunsWhileTheCancelIsUnanswered(t *testing.T) {
 		t.Fatalf("HTTP %d %s; want outcome_unknown after the cancel grace", resp.Status, resp.Raw)
 	}
 }
+
+// TestLocalManifestChangeEndsWithoutAnOutage: under ManifestChangeUnready
+// the replica stays unready only until the connector describes the
+// admitted manifest again, also when the connector is rolled back without
+// a health check seeing it down.
+func TestLocalManifestChangeEndsWithoutAnOutage(t *testing.T) {
+	r, f := localReplica(t, func(c *Config) { c.Local.OnManifestChange = ManifestChangeUnready })
+	hc := r.s.Connector().(hostsdk.HealthChecker)
+	ctx := ctxT(t)
+	f.healthy.Store(false)
+	if err := hc.CheckHealth(ctx); err == nil {
+		t.Fatal("CheckHealth = nil for an unhealthy connector")
+	}
+	f.manifest.Store(fakeManifest(" v2"))
+	f.healthy.Store(true)
+	if err := hc.CheckHealth(ctx); !errors.Is(err, ErrManifestChanged) {
+		t.Fatalf("CheckHealth = %v; want ErrManifestChanged", err)
+	}
+	f.manifest.Store(fakeManifest("")) // rolled back between two health checks
+	if err := hc.CheckHealth(ctx); err != nil {
+		t.Fatalf("CheckHealth = %v after the admitted manifest is back", err)
+	}
+	if st := r.status(t); st.ManifestChange != nil || !st.Healthy {
+		t.Errorf("status %+v", st)
+	}
+}
