@@ -45,7 +45,7 @@ type ManifestChange struct {
 	Added      []string  `json:"added"`
 	Removed    []string  `json:"removed"`
 	Changed    []string  `json:"changed"`
-	Other      bool      `json:"other"` // fields outside the capabilities changed
+	Other      bool      `json:"other"` // fields outside the capabilities (or only their order) changed
 	DetectedAt time.Time `json:"detected_at"`
 }
 
@@ -74,6 +74,7 @@ type drift struct {
 	admitted *aip.Manifest
 	digest   string
 	caps     map[string]string // capability ID -> digest
+	rest     string            // digest of everything but the capabilities
 	change   *ManifestChange
 }
 
@@ -84,10 +85,10 @@ func newDrift(policy ManifestChangePolicy, log *slog.Logger) *drift {
 // admit records the manifest the host admits (the first discovery). Later
 // calls (a second bootstrap of the same process) replace it.
 func (d *drift) admit(m *aip.Manifest) {
-	digest, caps := fingerprint(m)
+	digest, caps, rest := fingerprint(m)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.admitted, d.digest, d.caps, d.change = m, digest, caps, nil
+	d.admitted, d.digest, d.caps, d.rest, d.change = m, digest, caps, rest, nil
 }
 
 func (d *drift) hasAdmitted() bool {
@@ -99,7 +100,7 @@ func (d *drift) hasAdmitted() bool {
 // observe compares m with the admitted manifest and reports a new change
 // (or its end) once.
 func (d *drift) observe(m *aip.Manifest) {
-	digest, caps := fingerprint(m)
+	digest, caps, rest := fingerprint(m)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.admitted == nil {
@@ -129,7 +130,8 @@ func (d *drift) observe(m *aip.Manifest) {
 	slices.Sort(c.Added)
 	slices.Sort(c.Removed)
 	slices.Sort(c.Changed)
-	c.Other = len(c.Added)+len(c.Removed)+len(c.Changed) == 0
+	// Other also covers a change that is only the capabilities' order.
+	c.Other = rest != d.rest || len(c.Added)+len(c.Removed)+len(c.Changed) == 0
 	if d.change != nil && d.change.String() == c.String() {
 		return // already reported
 	}
@@ -161,13 +163,19 @@ func (d *drift) err() error {
 	return nil
 }
 
-// fingerprint returns the manifest's digest and each capability's digest.
-func fingerprint(m *aip.Manifest) (string, map[string]string) {
+// fingerprint returns the manifest's digest, each capability's digest and
+// the digest of the manifest without its capabilities.
+func fingerprint(m *aip.Manifest) (string, map[string]string, string) {
 	bound := *m
 	bound.Agent.TrustDomain, bound.Agent.DID = "", ""
 	digest, err := aip.Digest(&bound)
 	if err != nil {
 		digest = "invalid:" + err.Error()
+	}
+	bound.Capabilities = nil
+	rest, err := aip.Digest(&bound)
+	if err != nil {
+		rest = "invalid:" + err.Error()
 	}
 	caps := make(map[string]string, len(m.Capabilities))
 	for i := range m.Capabilities {
@@ -178,5 +186,5 @@ func fingerprint(m *aip.Manifest) (string, map[string]string) {
 		}
 		caps[c.ID] = dg
 	}
-	return digest, caps
+	return digest, caps, rest
 }

@@ -485,3 +485,27 @@ func TestLocalManifestChangeEndsWithoutAnOutage(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 }
+
+// TestLocalManifestChangeReportsEveryPart: a change of capabilities and of
+// fields outside them reports both.
+func TestLocalManifestChangeReportsEveryPart(t *testing.T) {
+	r, f := localReplica(t, nil)
+	hc := r.s.Connector().(hostsdk.HealthChecker)
+	ctx := ctxT(t)
+	f.healthy.Store(false)
+	hc.CheckHealth(ctx)
+	m := fakeManifest(" v2")
+	m.Agent.DisplayName = "Renamed"
+	f.manifest.Store(m)
+	f.healthy.Store(true)
+	if err := hc.CheckHealth(ctx); err != nil {
+		t.Fatalf("CheckHealth = %v under ManifestChangeReport", err)
+	}
+	c := r.status(t).ManifestChange
+	if c == nil || len(c.Changed) != 5 || !c.Other {
+		t.Fatalf("change %+v; want 5 changed capabilities and other fields", c)
+	}
+	if s := c.String(); !strings.Contains(s, "changed echo.crash") || !strings.Contains(s, "outside the capabilities") {
+		t.Errorf("change %q", s)
+	}
+}
