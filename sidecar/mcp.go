@@ -279,10 +279,10 @@ func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error
 // Connect connects to the MCP server (starting a stdio server), lists its
 // tools and starts the loop that reconnects after the session breaks and
 // reports tools/list changes. Call it once, before starting the host.
-func (m *MCP) Connect(ctx context.Context) error {
+func (m *MCP) Connect(parent context.Context) error {
 	// The server may still be starting (a URL server in another
 	// container): retry with backoff for at most ConnectTimeout.
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
+	ctx, cancel := context.WithTimeout(parent, m.cfg.ConnectTimeout)
 	defer cancel()
 	bo := newBackoff(m.cfg.RestartBackoff, m.cfg.MaxBackoff)
 	var (
@@ -299,6 +299,9 @@ func (m *MCP) Connect(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if perr := parent.Err(); perr != nil {
+				return fmt.Errorf("sidecar: connecting to the MCP server %s was interrupted: %w (last: %v)", m.Target(), perr, err)
+			}
 			return fmt.Errorf("%w within %s: %v", ErrStartTimeout, m.cfg.ConnectTimeout, err)
 		case <-t.C:
 		}

@@ -275,9 +275,12 @@ func (s *Sidecar) startLocal(ctx context.Context) error {
 
 // awaitAttached polls an attached connector's health until it answers.
 func (s *Sidecar) awaitAttached(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
-	if last, err := pollReady(ctx, s.probeTimeout, s.local.probe, nil); err != nil {
+	if last, err := pollReady(wctx, s.probeTimeout, s.local.probe, nil); err != nil {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("sidecar: the wait for the connector at %s was interrupted: %w", s.local.Target(), err)
+		}
 		return fmt.Errorf("%w within %s at %s: %v", ErrStartTimeout, s.cfg.StartTimeout, s.local.Target(), last)
 	}
 	return nil

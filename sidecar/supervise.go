@@ -156,6 +156,9 @@ func (s *supervisor) start(parent context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if err := parent.Err(); err != nil {
+				return fmt.Errorf("sidecar: start of the connector interrupted: %w", err)
+			}
 			return fmt.Errorf("%w within %s: the process keeps exiting (last: %s)", ErrStartTimeout, s.cfg.StartTimeout, s.lastExitText())
 		case <-t.C:
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
@@ -312,6 +314,50 @@ func TestExecStartInterrupted(t *testing.T) {
 	}
 	if st := s.local.proc.snapshot(); st.Running || st.Starts != 1 {
 		t.Errorf("process %+v", st)
+	}
+	if len(cp.Operations()) != 0 {
+		t.Errorf("operations %+v", cp.Operations())
+	}
+}
+
+// TestStartInterruptedIsNotATimeout: a SIGTERM during start-up is reported
+// as an interrupted start, not as a connector that did not become healthy
+// in time, in every mode.
+func TestStartInterruptedIsNotATimeout(t *testing.T) {
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	for name, cfg := range map[string]Config{
+		"attached": {Local: LocalConfig{Socket: socketPath(t)}},
+		"mcp":      {MCP: MCPConfig{Transport: func() mcp.Transport { return refusedTransport{} }}},
+	} {
+		cfg.Host = hostsdktest.HostConfig(t, cp, d, nil)
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := s.Run(ctx); err == nil || errors.Is(err, ErrStartTimeout) || !strings.Contains(err.Error(), "interrupted") {
+			t.Errorf("%s: Run = %v; want an interrupted start", name, err)
+		}
+	}
+	// A child that keeps exiting: interrupted in the backoff before its
+	// restart.
+	s, err := New(Config{Host: hostsdktest.HostConfig(t, cp, d, nil), Local: LocalConfig{Socket: socketPath(t)},
+		Exec: []string{"/bin/sh", "-c", "exit 3"}, RestartBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	for s.local.proc.snapshot().LastExit == "" {
+		time.Sleep(5 * time.Millisecond) // polling for the child's exit
+	}
+	cancel()
+	if err := <-errc; err == nil || errors.Is(err, ErrStartTimeout) || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("exec: Run = %v; want an interrupted start", err)
 	}
 	if len(cp.Operations()) != 0 {
 		t.Errorf("operations %+v", cp.Operations())
