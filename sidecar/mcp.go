@@ -88,6 +88,10 @@ type MCPConfig struct {
 	// backoff after the session breaks. Default to 250ms and 30s.
 	RestartBackoff time.Duration
 	MaxBackoff     time.Duration
+	// StableAfter: a session that lasted this long before it broke is
+	// re-established after RestartBackoff again; shorter ones continue
+	// the backoff. Defaults to 1m.
+	StableAfter time.Duration
 	// OnManifestChange says what a tools/list change after registration
 	// does. Defaults to ManifestChangeReport.
 	OnManifestChange ManifestChangePolicy
@@ -168,6 +172,7 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		{"MCP.ConnectTimeout", &cfg.ConnectTimeout, DefaultConnectTimeout}, {"MCP.StopTimeout", &cfg.StopTimeout, DefaultStopTimeout},
 		{"MCP.MaxActionDuration", &cfg.MaxActionDuration, DefaultMaxActionDuration},
 		{"MCP.RestartBackoff", &cfg.RestartBackoff, DefaultRestartBackoff}, {"MCP.MaxBackoff", &cfg.MaxBackoff, DefaultMaxBackoff},
+		{"MCP.StableAfter", &cfg.StableAfter, DefaultStableAfter},
 	} {
 		if *d.p < 0 {
 			return nil, &ConfigError{Field: d.field, Reason: fmt.Sprintf("is %s; it must not be negative", *d.p)}
@@ -343,7 +348,9 @@ func (m *MCP) loop() {
 	defer close(m.loopDone)
 	bo := newBackoff(m.cfg.RestartBackoff, m.cfg.MaxBackoff)
 	for {
-		sess, done := m.session()
+		m.mu.Lock()
+		sess, done, up := m.sess, m.sessDone, m.since
+		m.mu.Unlock()
 		select {
 		case <-m.ctx.Done():
 			return
@@ -355,8 +362,15 @@ func (m *MCP) loop() {
 		case <-m.reconnect:
 			m.down(sess, "the MCP server does not answer on its session")
 		}
+		// As for a crashed --exec child: only a session that lasted
+		// starts the backoff again, so a server that keeps crashing soon
+		// after connecting is not restarted at the initial rate forever.
+		if time.Since(up) >= m.cfg.StableAfter {
+			bo.Reset()
+		}
 		for {
 			wait := bo.NextBackOff()
+			m.log.Warn("reconnecting to the MCP server", "after_ms", wait.Milliseconds())
 			t := time.NewTimer(wait)
 			select {
 			case <-m.ctx.Done():
@@ -381,7 +395,6 @@ func (m *MCP) loop() {
 			}
 			m.setSession(next, cmd)
 			m.observe(tools, next.InitializeResult())
-			bo.Reset()
 			break
 		}
 	}

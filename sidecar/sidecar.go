@@ -52,8 +52,9 @@ type Config struct {
 	// restarts of a crashed child. Default to 250ms and 30s.
 	RestartBackoff time.Duration
 	MaxBackoff     time.Duration
-	// StableAfter: a child that ran this long before crashing restarts
-	// after RestartBackoff again. Defaults to 1m.
+	// StableAfter: a child that ran this long before crashing (or an MCP
+	// session that lasted this long) restarts after RestartBackoff again.
+	// Defaults to 1m.
 	StableAfter time.Duration
 	// Logger defaults to Host.Logger, then to discarding.
 	Logger *slog.Logger
@@ -137,6 +138,9 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		}
 		if mc.MaxBackoff == 0 {
 			mc.MaxBackoff = cfg.MaxBackoff
+		}
+		if mc.StableAfter == 0 {
+			mc.StableAfter = cfg.StableAfter
 		}
 		if mc.StopTimeout == 0 {
 			mc.StopTimeout = cfg.StopTimeout
