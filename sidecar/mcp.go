@@ -211,10 +211,20 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 			if !ok {
 				return
 			}
-			if ch, ok := m.progress.Load(tok); ok {
-				select {
-				case ch.(chan *mcp.ProgressNotificationParams) <- req.Params:
-				default: // the receiver is slow: drop this one, a later one supersedes it
+			if v, ok := m.progress.Load(tok); ok {
+				ch := v.(chan *mcp.ProgressNotificationParams)
+				for {
+					select {
+					case ch <- req.Params:
+						return
+					default:
+					}
+					// The receiver is slow: drop the oldest pending one;
+					// this later one supersedes it.
+					select {
+					case <-ch:
+					default:
+					}
 				}
 			}
 		},

@@ -1,10 +1,13 @@
 package sidecar
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -509,4 +512,71 @@ func (l *syncLog) lines() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
+}
+
+// TestMCPProgressKeepsTheLatest: when the dispatcher reads a streaming
+// action more slowly than the server reports progress, the sidecar drops
+// the oldest pending notifications, not the newest: the last chunk is the
+// server's last progress.
+func TestMCPProgressKeepsTheLatest(t *testing.T) {
+	// Enough chunks to fill the loopback connection's buffers while the
+	// reader pauses (a few MB), so that notifications queue up.
+	const n = 20000
+	ts := newTestMCPServer(t)
+	sent := make(chan struct{})
+	ts.server.AddTool(&mcp.Tool{Name: "burst", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			tok := req.Params.GetProgressToken()
+			for i := 1; i <= n; i++ {
+				req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: tok, Progress: float64(i), Total: n})
+			}
+			close(sent)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+		})
+	r := startReplica(t, func(c *Config) { c.MCP = MCPConfig{Transport: ts.transport(t)} })
+	t.Cleanup(ts.dropSessions)
+	a := act("mcp.burst", `{}`)
+	a.Mode = aip.ModeStreaming
+	env, err := r.d.Envelope(r.target, aip.Body{Action: a}, r.d.Route(r.target, a.ID, a.CapabilityID, a.Mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := r.d.Sign(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctxT(t), http.MethodPost, r.target.Endpoint, bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := noKeepAlive.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	<-sent // a slow reader: nothing is read until the server sent everything
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, aip.MaxMessageBytes)
+	var last *aip.StreamChunk
+	var final *aip.ActionResult
+	for sc.Scan() {
+		var e aip.Envelope
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Body.StreamChunk != nil {
+			last = e.Body.StreamChunk
+		}
+		if e.Body.ActionResult != nil {
+			final = e.Body.ActionResult
+		}
+	}
+	if final == nil || final.Status != aip.ResultCompleted {
+		t.Fatalf("final result %+v", final)
+	}
+	var p struct{ Progress, Total float64 }
+	if last == nil || json.Unmarshal(last.Data, &p) != nil || p.Progress != n || p.Total != n {
+		t.Errorf("last progress chunk %s; want the last progress %d/%d", last.Data, n, n)
+	}
 }
