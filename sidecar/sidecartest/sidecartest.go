@@ -94,12 +94,15 @@ func RemoveBuilds() {
 type Process struct {
 	Cmd     *exec.Cmd
 	name    string
-	lines   chan map[string]any
 	done    chan struct{}
 	err     error
 	mu      sync.Mutex
 	log     strings.Builder
 	records []map[string]any
+	// awaited is how many records Await has consumed; changed is closed
+	// (and replaced) when a record is added.
+	awaited int
+	changed chan struct{}
 	stdout  lockedBuffer
 }
 
@@ -173,7 +176,7 @@ func StartWith(t testing.TB, bin string, opts StartOptions, args ...string) *Pro
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{Cmd: cmd, name: name, lines: make(chan map[string]any, 4096), done: make(chan struct{})}
+	p := &Process{Cmd: cmd, name: name, done: make(chan struct{}), changed: make(chan struct{})}
 	cmd.Stdout = &p.stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -189,15 +192,12 @@ func StartWith(t testing.TB, bin string, opts StartOptions, args ...string) *Pro
 			if json.Unmarshal(sc.Bytes(), &m) == nil {
 				p.mu.Lock()
 				p.records = append(p.records, m)
+				close(p.changed)
+				p.changed = make(chan struct{})
 				p.mu.Unlock()
-				select {
-				case p.lines <- m:
-				default:
-				}
 			}
 		}
 		io.Copy(io.Discard, stderr) // past an overlong line: never block the process
-		close(p.lines)
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
@@ -290,29 +290,42 @@ func (p *Process) Log() string {
 }
 
 // Await reads log lines until one has msg and every attr=value pair given
-// (as alternating strings), and returns it.
+// (as alternating strings), and returns it. Each call continues after the
+// line the previous one returned (or the last line it read).
 func (p *Process) Await(t testing.TB, msg string, attrs ...string) map[string]any {
 	t.Helper()
 	timeout := time.NewTimer(2 * time.Minute)
 	defer timeout.Stop()
+	matches := func(m map[string]any) bool {
+		if m["msg"] != msg {
+			return false
+		}
+		for i := 0; i+1 < len(attrs); i += 2 {
+			if fmt.Sprint(m[attrs[i]]) != attrs[i+1] {
+				return false
+			}
+		}
+		return true
+	}
 	for {
-		select {
-		case m, ok := <-p.lines:
-			if !ok {
-				t.Fatalf("the process exited before logging %q", msg)
-			}
-			if m["msg"] != msg {
-				continue
-			}
-			match := true
-			for i := 0; i+1 < len(attrs); i += 2 {
-				if fmt.Sprint(m[attrs[i]]) != attrs[i+1] {
-					match = false
-				}
-			}
-			if match {
+		exited := p.Exited() // every record is in before done closes
+		p.mu.Lock()
+		for p.awaited < len(p.records) {
+			m := p.records[p.awaited]
+			p.awaited++
+			if matches(m) {
+				p.mu.Unlock()
 				return m
 			}
+		}
+		changed := p.changed
+		p.mu.Unlock()
+		if exited {
+			t.Fatalf("the process exited before logging %q", msg)
+		}
+		select {
+		case <-changed:
+		case <-p.done:
 		case <-timeout.C:
 			t.Fatalf("the process did not log %q", msg)
 		}
