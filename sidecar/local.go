@@ -345,7 +345,7 @@ func (l *Local) probe(ctx context.Context) error {
 		return &LocalError{Op: "GET " + PathLocalHealth, Target: l.Target(), Err: err}
 	}
 	defer resp.Body.Close()
-	body, _ := readLimited(resp.Body, maxSmallBody)
+	body := readPrefix(resp.Body, maxSmallBody)
 	var h localHealth
 	_ = json.Unmarshal(body, &h)
 	if resp.StatusCode != http.StatusOK || h.Status != "ok" {
@@ -392,7 +392,7 @@ func (l *Local) sendCancel(ctx context.Context, actionID, key, reason string) er
 		return &LocalError{Op: "POST " + path, Target: l.Target(), Err: err}
 	}
 	defer resp.Body.Close()
-	body, _ := readLimited(resp.Body, maxSmallBody)
+	body := readPrefix(resp.Body, maxSmallBody)
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusAccepted, http.StatusNoContent, http.StatusNotFound, http.StatusConflict:
 		return nil
@@ -513,10 +513,7 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		}
 		return l.result(id, &r)
 	}
-	raw, err := readLimited(resp.Body, maxSmallBody)
-	if err != nil {
-		raw = nil
-	}
+	raw := readPrefix(resp.Body, maxSmallBody)
 	var le localError
 	_ = json.Unmarshal(raw, &le)
 	text := errorText(raw)
@@ -726,6 +723,13 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("the body exceeds %d bytes", limit)
 	}
 	return raw, nil
+}
+
+// readPrefix reads at most limit bytes (what arrived before an error): a
+// body that is only quoted in a message.
+func readPrefix(r io.Reader, limit int64) []byte {
+	raw, _ := io.ReadAll(io.LimitReader(r, limit))
+	return raw
 }
 
 // decodeStrict decodes one JSON value, refusing unknown fields and

@@ -509,3 +509,18 @@ func TestLocalManifestChangeReportsEveryPart(t *testing.T) {
 		t.Errorf("change %q", s)
 	}
 }
+
+// TestLocalLargeErrorBodyIsQuoted: an error body beyond 64 KiB is read up
+// to 64 KiB; its start is quoted, not reported as empty.
+func TestLocalLargeErrorBodyIsQuoted(t *testing.T) {
+	r, _ := localReplica(t, nil)
+	body := "proxy error: upstream refused " + strings.Repeat("x", 70<<10)
+	in, _ := json.Marshal(map[string]any{"status": 400, "raw": body})
+	res, err := must(r.d.Act(ctxT(t), r.target, act("echo.status", string(in)))).Result()
+	if err != nil || res.Status != aip.ResultFailed || res.Error.Code != CodeConnectorRejected {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	if !strings.Contains(res.Error.Message, "proxy error: upstream refused") {
+		t.Errorf("message %q; want the body's start", res.Error.Message)
+	}
+}
