@@ -76,7 +76,7 @@ type MCPConfig struct {
 	AgentID string
 
 	// ConnectTimeout bounds connecting and initializing (and the first
-	// tools/list). Defaults to 30s.
+	// tools/list), and each later tools/list. Defaults to 30s.
 	ConnectTimeout time.Duration
 	// StopTimeout is how long Close waits for a stdio server to exit
 	// after closing its input, and again after SIGTERM. Defaults to 10s.
@@ -460,6 +460,8 @@ func (m *MCP) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.
 	if sess == nil {
 		return nil, fmt.Errorf("%w: call Connect before starting the host", ErrNotConnected)
 	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
+	defer cancel()
 	tools, err := listTools(ctx, sess)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), err)

@@ -580,3 +580,47 @@ func TestMCPProgressKeepsTheLatest(t *testing.T) {
 		t.Errorf("last progress chunk %s; want the last progress %d/%d", last.Data, n, n)
 	}
 }
+
+// TestMCPManifestIsBounded: discovery's tools/list is bounded by
+// ConnectTimeout like the first one, so a server that stops answering
+// after connecting fails the start instead of hanging it.
+func TestMCPManifestIsBounded(t *testing.T) {
+	ts := newTestMCPServer(t)
+	var lists atomic.Int32
+	release := make(chan struct{})
+	defer close(release)
+	ts.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" && lists.Add(1) > 1 {
+				select { // hangs from the second tools/list on
+				case <-ctx.Done():
+				case <-release:
+				}
+				return nil, ctx.Err()
+			}
+			return next(ctx, method, req)
+		}
+	})
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	s, err := New(Config{Host: hostsdktest.HostConfig(t, cp, d, nil),
+		MCP: MCPConfig{Transport: ts.transport(t), ConnectTimeout: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.dropSessions()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "tools/list") {
+			t.Errorf("Run = %v; want the discovery's tools/list to fail", err)
+		}
+	case <-time.After(20 * time.Second): // fail-safe only
+		cancel()
+		<-errc
+		t.Fatal("the start hung on an unanswered tools/list")
+	}
+}
