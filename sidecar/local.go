@@ -299,9 +299,9 @@ func (l *Local) fetchManifest(ctx context.Context) (*aip.Manifest, error) {
 // CheckHealth implements hostsdk.HealthChecker: the supervised process must
 // be running, GET /aip/health must answer 200 {"status":"ok"}, and (with
 // ManifestChangeUnready) the connector's manifest must still be the
-// admitted one. After the connector comes back from being unhealthy, and
-// on every check while a change is in force, its manifest is fetched
-// again and compared with the admitted one.
+// admitted one. After the connector comes back from being unhealthy (and,
+// under ManifestChangeUnready, on every check while a change is in force),
+// its manifest is fetched again and compared with the admitted one.
 func (l *Local) CheckHealth(ctx context.Context) error {
 	gen := int64(0)
 	if l.proc != nil {
@@ -319,11 +319,11 @@ func (l *Local) CheckHealth(ctx context.Context) error {
 	if l.checkedGen.Swap(gen) != gen {
 		recovered = true // a new process since the last check
 	}
-	if (recovered || l.drift.current() != nil) && l.drift.hasAdmitted() {
+	if (recovered || l.drift.err() != nil) && l.drift.hasAdmitted() {
 		// Back after being unhealthy (a restart, or an attached connector
 		// that was down): is it still the admitted connector? And while
-		// it differs, is it the admitted one again (a roll-back need not
-		// fail a health check)?
+		// a change keeps the replica unready, is it the admitted one
+		// again (a roll-back need not fail a health check)?
 		m, err := l.fetchManifest(ctx)
 		if err != nil {
 			l.status.setHealthy(false)
