@@ -29,6 +29,7 @@ func runLifecycle(t *testing.T, nb NewBackend) {
 	t.Run("DrainAndOffline", func(t *testing.T) { testLifecycleDrainOffline(t, nb) })
 	t.Run("LeaseExpiry", func(t *testing.T) { testLifecycleLeaseExpiry(t, nb) })
 	t.Run("Batch", func(t *testing.T) { testLifecycleBatch(t, nb) })
+	t.Run("BatchRegistersSeveralVersions", func(t *testing.T) { testLifecycleBatchVersions(t, nb) })
 	t.Run("ConcurrentHeartbeats", func(t *testing.T) { testLifecycleConcurrent(t, nb) })
 	t.Run("ClaimsExpire", func(t *testing.T) { testLifecycleClaimsExpire(t, nb) })
 	t.Run("ListReplicas", func(t *testing.T) { testLifecycleList(t, nb) })
@@ -645,6 +646,77 @@ func testLifecycleBatch(t *testing.T, nb NewBackend) {
 	wantRejection(t, res[4], registry.RuleSequence, registry.ErrConflict)
 	f.wantState(a.ID, aip.ReplicaReady, 3, f.clock.Now().Add(LeaseTTL))
 	f.wantState(b.ID, aip.ReplicaReady, 2, f.clock.Now().Add(LeaseTTL))
+}
+
+// testLifecycleBatchVersions registers, in one call, replicas of two
+// instances of two versions (and one of a third instance that moved to the
+// other version), interleaved: a backend loads each instance and version
+// once per call, and every command must still be decided against its own
+// replica's instance and version.
+func testLifecycleBatchVersions(t *testing.T, nb NewBackend) {
+	f := newLfx(t, nb)
+	v2 := Version("cver_alpha2", f.w.Type.ID, "2.0.0", f.w.Type.Owner, registry.VersionActive,
+		Manifest("service:alpha2", []aip.Capability{Capability("alpha.read", "reads alpha")}))
+	f.must(f.b.Admin.AdmitVersion(f.ctx, v2))
+	w2 := &LifecycleWorld{Type: f.w.Type, Version: v2, Instance: registry.ConnectorInstance{
+		ID: "cinst_b", ConnectorTypeID: f.w.Type.ID, VersionID: v2.ID, TenantID: "tenant-2",
+		ConfigRevision: 7, SecretProviderRef: "secret://alpha/b", Status: registry.InstanceEnabled,
+	}}
+	f.must(f.b.Admin.PutInstance(f.ctx, w2.Instance))
+	provision := func(w *LifecycleWorld, id string) registry.ConnectorReplica {
+		r := w.ProvisionedReplica(id, f.clock.Now())
+		f.must(f.b.Admin.PutReplica(f.ctx, r))
+		return f.getReplica(r.ID)
+	}
+	register := func(w *LifecycleWorld, rep registry.ConnectorReplica, mods ...func(*aip.Registration)) registry.LifecycleCommand {
+		reg := w.Registration(&rep)
+		for _, m := range mods {
+			m(&reg)
+		}
+		return f.cmd(aip.RegisterCommand(reg))
+	}
+	// Instance c runs version 1 when its replica is provisioned, then moves
+	// to version 2: its replica (of version 1) may no longer register.
+	w3 := &LifecycleWorld{Type: f.w.Type, Version: f.w.Version, Instance: registry.ConnectorInstance{
+		ID: "cinst_c", ConnectorTypeID: f.w.Type.ID, VersionID: f.w.Version.ID, TenantID: "tenant-3",
+		ConfigRevision: 1, SecretProviderRef: "secret://alpha/c", Status: registry.InstanceEnabled,
+	}}
+	f.must(f.b.Admin.PutInstance(f.ctx, w3.Instance))
+	c1 := provision(w3, "crepl_c1")
+	moved := w3.Instance
+	moved.VersionID, moved.ConfigRevision = v2.ID, moved.ConfigRevision+1
+	f.must(f.b.Admin.PutInstance(f.ctx, moved))
+
+	a1, a2, a3 := provision(f.w, "crepl_a1"), provision(f.w, "crepl_a2"), provision(f.w, "crepl_a3")
+	b1, b2, b3, b4 := provision(w2, "crepl_b1"), provision(w2, "crepl_b2"), provision(w2, "crepl_b3"), provision(w2, "crepl_b4")
+	cmds := []registry.LifecycleCommand{
+		register(f.w, a1),
+		register(w2, b1),
+		register(f.w, a2),
+		// Version 1's manifest digest for a replica of version 2.
+		register(w2, b2, func(r *aip.Registration) { r.ManifestDigest = f.w.Version.ManifestDigest }),
+		register(w2, b3),
+		// Version 2's capability count for a replica of version 1.
+		register(f.w, a3, func(r *aip.Registration) { r.CapabilityCount = uint32(len(v2.Manifest.Capabilities)) }),
+		// Instance a's tenant for a replica of instance b.
+		register(w2, b4, func(r *aip.Registration) { r.TenantID = f.w.Instance.TenantID }),
+		register(w3, c1),
+	}
+	res := f.apply(cmds...)
+	lease := f.clock.Now().Add(LeaseTTL)
+	for _, i := range []int{0, 1, 2, 4} {
+		f.wantLease(res[i], 1, lease)
+	}
+	wantRejection(t, res[3], registry.RuleDigest, registry.ErrAdmission)
+	wantRejection(t, res[5], registry.RuleCapabilityCount, registry.ErrAdmission)
+	wantRejection(t, res[6], registry.RuleInstance, registry.ErrAdmission)
+	wantRejection(t, res[7], registry.RuleVersion, registry.ErrAdmission)
+	for _, rep := range []registry.ConnectorReplica{a1, a2, b1, b3} {
+		f.wantState(rep.ID, aip.ReplicaReady, 1, lease)
+	}
+	for _, rep := range []registry.ConnectorReplica{b2, a3, b4, c1} {
+		f.wantState(rep.ID, aip.ReplicaOffline, 0, rep.LeaseExpiresAt)
+	}
 }
 
 func testLifecycleConcurrent(t *testing.T, nb NewBackend) {
