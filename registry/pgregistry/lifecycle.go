@@ -15,7 +15,7 @@ import (
 // One ApplyLifecycle call is one transaction: it locks the named replicas
 // FOR UPDATE in ascending ID order (so concurrent calls cannot deadlock),
 // loads the replay claims of the request IDs and, for registrations, the
-// replicas' instances and versions, decides every command with
+// replicas' distinct instances and versions (each once per call), decides every command with
 // registry.LifecycleBatch, then writes all changed replicas with one
 // statement, stores the new claims with another and prunes a bounded batch
 // of expired claims (claimPruneBatch more than it stores). A failure commits
@@ -36,14 +36,17 @@ const (
 	lockLifecycleReplicas = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas
 WHERE replica_id = ANY($1) ORDER BY replica_id FOR UPDATE`
 	selectClaims = `SELECT request_id, digest, replica_id, expires_at_ms FROM aip_registry.control_replay WHERE request_id = ANY($1)`
-	// registrationState loads the instance and version of registering
-	// replicas (the foreign keys guarantee both exist).
-	registrationState = `SELECT i.instance_id, i.type_id, i.version_id, i.tenant_id, i.config_revision, i.secret_provider_ref, i.status,
-	v.version_id, v.type_id, v.version, v.status, v.manifest, v.manifest_digest, v.attestation, v.implementation_support, v.admitted_at_ms
-FROM aip_registry.connector_replicas r
-JOIN aip_registry.connector_instances i ON i.instance_id = r.instance_id
-JOIN aip_registry.connector_versions v ON v.version_id = r.version_id
-WHERE r.replica_id = ANY($1)`
+	// registrationInstances and registrationVersions load the distinct
+	// instances and versions of registering replicas, each row once however
+	// many of its replicas register in the call: a version's manifest (up
+	// to MaxManifestBytes) is fetched, decoded and qualified once per call,
+	// not once per replica (re-registration after an outage sends a batch
+	// of replicas of the same version). The foreign keys guarantee both
+	// exist.
+	registrationInstances = `SELECT ` + instanceColumns + ` FROM aip_registry.connector_instances
+WHERE instance_id IN (SELECT instance_id FROM aip_registry.connector_replicas WHERE replica_id = ANY($1))`
+	registrationVersions = `SELECT ` + versionColumns + ` FROM aip_registry.connector_versions
+WHERE version_id IN (SELECT version_id FROM aip_registry.connector_replicas WHERE replica_id = ANY($1))`
 	writeLifecycleReplicas = `UPDATE aip_registry.connector_replicas r SET status = u.status, lease_expires_at_ms = u.lease,
 	capacity = u.capacity, health_revision = u.health, last_control_request_id = u.request_id,
 	last_control_request_digest = u.digest, updated_at_ms = $8
@@ -116,21 +119,24 @@ func (r *Registry) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecycle
 			return rows.Err()
 		})
 		if len(registering) > 0 {
-			b.Queue(registrationState, registering).Query(func(rows pgx.Rows) error {
+			b.Queue(registrationInstances, registering).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					var (
-						inst    registry.ConnectorInstance
-						iRev    int64
-						iStatus string
-					)
-					v, err := scanVersionRow(rows, []any{&inst.ID, &inst.ConnectorTypeID, &inst.VersionID, &inst.TenantID, &iRev,
-						&inst.SecretProviderRef, &iStatus})
+					inst, err := scanInstance(rows)
 					if err != nil {
 						return err
 					}
-					inst.ConfigRevision, inst.Status = uint64(iRev), registry.InstanceStatus(iStatus)
+					lb.Instances[inst.ID] = &inst
+				}
+				return rows.Err()
+			})
+			b.Queue(registrationVersions, registering).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					v, err := scanVersion(rows)
+					if err != nil {
+						return err
+					}
 					lv := registry.NewLifecycleVersion(&v)
-					lb.Instances[inst.ID], lb.Versions[v.ID] = &inst, &lv
+					lb.Versions[v.ID] = &lv
 				}
 				return rows.Err()
 			})
