@@ -7,7 +7,7 @@
 #   scripts/bench.sh e2e host     only the named ones
 #
 # Names: aip memregistry controlplane host rss sidecar registry heartbeat hot
-# e2e. The server (scripts/pg.sh, mode bench) keeps fsync and
+# register e2e. The server (scripts/pg.sh, mode bench) keeps fsync and
 # synchronous_commit on and spaces checkpoints as docs/operator-guide.md
 # recommends; it is stopped and removed at the end. Run it on a quiet machine:
 # the figures are throughput and latency, and anything else running takes
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/pg.sh
 . scripts/pg.sh
 
-all=(aip memregistry controlplane host rss sidecar registry heartbeat hot e2e)
+all=(aip memregistry controlplane host rss sidecar registry heartbeat hot register e2e)
 if [ $# -eq 0 ]; then
 	set -- "${all[@]}"
 fi
@@ -34,7 +34,7 @@ done
 
 needs_pg=""
 for name in "$@"; do
-	case "$name" in registry | heartbeat | hot | e2e) needs_pg=1 ;; esac
+	case "$name" in registry | heartbeat | hot | register | e2e) needs_pg=1 ;; esac
 done
 if [ -n "$needs_pg" ]; then
 	start_throwaway_pg bench
@@ -91,6 +91,10 @@ for name in "$@"; do
 	hot)
 		section "pgregistry, one hot tenant (the end-to-end shape)" "none (a locator for e2e)"
 		AIP_TEST_DATABASE_URL="$PG_URL" go test -run '^$' -bench 'HotTenant' ./registry/pgregistry | figures
+		;;
+	register)
+		section "pgregistry, 256 re-registrations in one lifecycle call (after an outage)" "well within the 5 s store timeout"
+		AIP_TEST_DATABASE_URL="$PG_URL" go test -run '^$' -bench 'RegisterBatch' ./registry/pgregistry | figures
 		;;
 	e2e)
 		section "end to end: client → dispatcher → 3 echo hosts → back, pgregistry, 32 clients" "≥ 500 actions/s, p99 ≤ 50 ms"
