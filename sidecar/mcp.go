@@ -152,10 +152,10 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 	if cfg.URL != "" {
 		u, err := url.Parse(cfg.URL)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; want the absolute URL of a Streamable HTTP MCP endpoint", cfg.URL)}
+			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; want the absolute URL of a Streamable HTTP MCP endpoint", redactURL(cfg.URL))}
 		}
 		if u.Scheme == "http" && !netutil.IsLoopbackHost(u.Hostname()) {
-			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; http is accepted only on a loopback address; use https", cfg.URL)}
+			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; http is accepted only on a loopback address; use https", redactURL(cfg.URL))}
 		}
 		if u.User != nil {
 			return nil, &ConfigError{Field: "MCP.URL", Reason: "must not carry credentials"}
@@ -232,15 +232,41 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 	return m, nil
 }
 
-// Target names the MCP server (for logs and status).
+// Target names the MCP server (for logs, errors and GET /sidecar/status,
+// which any client of the replica's listener can read): a stdio server by
+// its program alone, since its arguments may carry credentials, and a URL
+// without its user information and query.
 func (m *MCP) Target() string {
 	switch {
 	case len(m.cfg.Command) > 0:
-		return "mcp+stdio:" + strings.Join(m.cfg.Command, " ")
+		t := "mcp+stdio:" + m.cfg.Command[0]
+		if n := len(m.cfg.Command) - 1; n > 0 {
+			t += fmt.Sprintf(" (%d arguments not shown)", n)
+		}
+		return t
 	case m.cfg.URL != "":
-		return m.cfg.URL
+		return redactURL(m.cfg.URL)
 	}
 	return "mcp+transport"
+}
+
+// redactURL returns raw without the user information, query and fragment
+// that may carry credentials (marked as left out), or a placeholder when
+// it does not parse.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	out := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
+	s := out.String()
+	if u.User != nil {
+		s = strings.Replace(s, "://", "://(user info not shown)@", 1)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		s += "?(query not shown)"
+	}
+	return s
 }
 
 // transport returns a fresh transport (and the command of a stdio one).

@@ -624,3 +624,30 @@ func TestMCPManifestIsBounded(t *testing.T) {
 		t.Fatal("the start hung on an unanswered tools/list")
 	}
 }
+
+// TestMCPTargetShowsNoCredentials: the target appears in logs, errors and
+// the unauthenticated GET /sidecar/status, so a stdio server's arguments
+// and a URL's query are left out.
+func TestMCPTargetShowsNoCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  MCPConfig
+		want string
+	}{
+		{MCPConfig{Command: []string{"npx", "mcp-server", "--api-key", "s3cret"}}, "mcp+stdio:npx (3 arguments not shown)"},
+		{MCPConfig{Command: []string{"/usr/local/bin/server"}}, "mcp+stdio:/usr/local/bin/server"},
+		{MCPConfig{URL: "https://mcp.example.com/mcp?token=s3cret#frag"}, "https://mcp.example.com/mcp?(query not shown)"},
+		{MCPConfig{URL: "http://127.0.0.1:9000/mcp"}, "http://127.0.0.1:9000/mcp"},
+	} {
+		m, err := NewMCP(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Target(); got != tc.want || strings.Contains(got, "s3cret") {
+			t.Errorf("Target() = %q, want %q", got, tc.want)
+		}
+	}
+	_, err := NewMCP(MCPConfig{URL: "http://mcp.example.com/mcp?token=s3cret"})
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("config error %v; want the loopback rule without the query", err)
+	}
+}

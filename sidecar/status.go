@@ -16,7 +16,8 @@ type Status struct {
 	// Mode is "local" or "mcp".
 	Mode string `json:"mode"`
 	// Target is where the connector is reached: a loopback URL,
-	// "unix:<path>", "mcp+stdio:<command>" or an MCP URL.
+	// "unix:<path>", "mcp+stdio:<program>" (its arguments left out) or an
+	// MCP URL (its query left out).
 	Target string `json:"target"`
 	// Healthy is the last health check's result.
 	Healthy bool `json:"healthy"`
