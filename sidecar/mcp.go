@@ -668,6 +668,12 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryConnector, false, 0, aip.TruncateUTF8(we.Message, aip.MaxErrorMessageBytes))
 			pe.Details, _ = json.Marshal(map[string]any{"jsonrpc_code": we.Code})
 			return nil, pe
+		case info.readOnly:
+			// The session broke (the server crashed or the connection
+			// dropped) during a read-only call: it had no effect, as after
+			// a sidecar restart (Reconcile).
+			return nil, aip.NewProtocolError(CodeNotExecuted, aip.CategoryConnector, false, 0,
+				aip.TruncateUTF8(fmt.Sprintf("the MCP session broke while read-only tool %s ran (%v); it had no effect; send a new action", info.name, err), aip.MaxErrorMessageBytes))
 		}
 		return nil, fmt.Errorf("%w: tools/call %s: %v", hostsdk.ErrOutcomeUnknown, info.name, err)
 	}

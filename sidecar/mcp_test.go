@@ -651,3 +651,37 @@ func TestMCPTargetShowsNoCredentials(t *testing.T) {
 		t.Errorf("config error %v; want the loopback rule without the query", err)
 	}
 }
+
+// TestMCPServerCrashDuringACall: a read-only tool call the server dropped
+// (its session broke) had no effect and fails, as after a sidecar
+// restart; any other tool's outcome is unknown.
+func TestMCPServerCrashDuringACall(t *testing.T) {
+	ctx := ctxT(t)
+	for _, tool := range []string{"slow_ro", "slow"} {
+		r, ts := mcpReplica(t, nil)
+		a := act("mcp."+tool, `{}`)
+		done := make(chan *hostsdktest.Response, 1)
+		go func() { done <- must(r.d.Act(ctx, r.target, a)) }()
+		select {
+		case got := <-ts.started:
+			if got != tool {
+				t.Fatalf("started %s", got)
+			}
+		case resp := <-done:
+			t.Fatalf("%s did not start: HTTP %d %s", tool, resp.Status, resp.Raw)
+		}
+		ts.dropSessions()
+		resp := <-done
+		pe := resp.ProtocolError()
+		if tool == "slow_ro" {
+			res, err := resp.Result()
+			if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != CodeNotExecuted {
+				t.Errorf("%s: HTTP %d %s; want failed %s", tool, resp.Status, resp.Raw, CodeNotExecuted)
+			}
+			continue
+		}
+		if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+			t.Errorf("%s: HTTP %d %s; want outcome_unknown", tool, resp.Status, resp.Raw)
+		}
+	}
+}
