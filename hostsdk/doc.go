@@ -137,7 +137,10 @@
 // uniformly in [0.75·I, 1.25·I], then every I on a fixed grid, skipping
 // ticks missed while a beat ran long. Each tick probes storage and connector
 // health; an unhealthy host reports connector_ready=false, which takes it
-// offline. After the local lease expires, a healthy host re-registers,
+// offline. A heartbeat whose answers were all lost may have been applied
+// and moved the lease sequence on, so the next beat (or a drain) replays
+// that same request first to learn its outcome, instead of losing the
+// fence with a fresh one. After the local lease expires, a healthy host re-registers,
 // reusing the exact request after an ambiguous failure and a fresh request
 // ID after a rejection (or after a replay answering a lease that has
 // expired since, which is not counted as a recovery).

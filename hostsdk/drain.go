@@ -152,6 +152,14 @@ func (h *Host) shutdown() error {
 // Callers hold controlMu.
 func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 	seq, _ := h.lease.get()
+	if p := h.pendingHeartbeat; p != nil && p.req.Command.Heartbeat.PreviousSequence == seq {
+		// A beat whose answers were lost may have moved the sequence on:
+		// learn its outcome first, or the transition loses the fence.
+		if err := h.heartbeat(ctx, p); err != nil {
+			h.log.Warn("replay the heartbeat whose outcome is unknown before "+string(op), "error", err)
+		}
+		seq, _ = h.lease.get()
+	}
 	sr, err := h.control.seal(aip.TransitionCommand(op, aip.Transition{ReplicaID: h.cfg.ReplicaID, PreviousSequence: seq}))
 	if err != nil {
 		return err

@@ -125,6 +125,20 @@ func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
 		return h.recoverLease(ctx)
 	}
 	seq, _ := h.lease.get()
+	if p := h.pendingHeartbeat; p != nil && p.req.Command.Heartbeat.PreviousSequence == seq {
+		// The last beat failed ambiguously: the control plane may have
+		// applied it and moved the sequence on, so a fresh request from
+		// seq would lose the fence. Replay it (same request ID and
+		// payload) to learn its outcome first.
+		if err := h.heartbeat(ctx, p); err != nil {
+			return err
+		}
+		if p.req.Command.Heartbeat.ConnectorReady == ready {
+			return nil
+		}
+		seq, _ = h.lease.get() // readiness changed: report it now
+	}
+	h.pendingHeartbeat = nil
 	sr, err := h.control.seal(aip.HeartbeatCommand(aip.Heartbeat{
 		ReplicaID: h.cfg.ReplicaID, PreviousSequence: seq,
 		InFlight: uint32(h.inflight.count()), ConnectorReady: ready,
@@ -132,17 +146,40 @@ func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
 	if err != nil {
 		return err
 	}
+	if err := h.heartbeat(ctx, sr); err != nil {
+		return err
+	}
+	if !ready {
+		seq, _ := h.lease.get()
+		h.log.Warn("reported connector_ready=false; the control plane takes the replica offline until it recovers", "sequence", seq)
+	}
+	return nil
+}
+
+// heartbeat sends sr (refreshed if its signed window is running out) and
+// applies the lease it answers. After an ambiguous failure sr stays
+// pending, to be replayed by the next beat; an answer or a definitive
+// rejection clears it.
+func (h *Host) heartbeat(ctx context.Context, sr *sealedRequest) error {
+	hb := sr.req.Command.Heartbeat
+	sr, err := h.control.refresh(sr)
+	if err != nil {
+		return err
+	}
+	h.pendingHeartbeat = sr
 	out, err := h.control.do(ctx, sr)
 	if err != nil {
-		return fmt.Errorf("heartbeat at sequence %d: %w", seq, err)
+		var rej *ControlRejectedError
+		if errors.As(err, &rej) {
+			h.pendingHeartbeat = nil
+		}
+		return fmt.Errorf("heartbeat at sequence %d (request %s): %w", hb.PreviousSequence, sr.req.RequestID, err)
 	}
+	h.pendingHeartbeat = nil
 	if out.Lease == nil {
 		return fmt.Errorf("heartbeat answered %s without a lease", out.Status)
 	}
 	h.lease.apply(out.Lease)
-	if !ready {
-		h.log.Warn("reported connector_ready=false; the control plane takes the replica offline until it recovers", "sequence", out.Lease.Sequence)
-	}
 	return nil
 }
 

@@ -76,9 +76,12 @@ type Host struct {
 	lease           leaseState
 	controlMu       sync.Mutex     // serializes lifecycle calls (one sequence fence)
 	pendingRegister *sealedRequest // guarded by controlMu
-	inflight        inflight
-	runMu           sync.Mutex
-	running         map[string]*runningAction
+	// pendingHeartbeat is the beat whose outcome is unknown (guarded by
+	// controlMu): the next beat replays it while the lease is unchanged.
+	pendingHeartbeat *sealedRequest
+	inflight         inflight
+	runMu            sync.Mutex
+	running          map[string]*runningAction
 
 	// Goroutines the host owns.
 	hardStop   context.CancelFunc // cancels every running action

@@ -399,3 +399,63 @@ func TestPanickingHealthCheckIsNotReady(t *testing.T) {
 		t.Fatalf("Start: %v, want a *ProbeError naming the panic", err)
 	}
 }
+
+// A heartbeat the control plane applied but whose answers (the send and its
+// resend) were both lost has moved the lease sequence on. The next beat
+// replays that same request and learns the sequence, so the replica stays
+// ready; a fresh request with the old previous_sequence would be refused
+// (the fence) and leave the replica unable to act until its lease ran out.
+func TestLostHeartbeatAnswerIsReplayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		ctx := context.Background()
+		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
+		time.Sleep(11 * time.Second) // the beat commits; both answers are lost
+		hbs := opsOf(b.cp, aip.OpHeartbeat)
+		lost := hbs[len(hbs)-1]
+		if lost.Fault != hostsdktest.FaultDropResponse || hbs[len(hbs)-2].RequestID != lost.RequestID {
+			t.Fatalf("heartbeats %+v: want one committed beat whose answers were dropped", hbs)
+		}
+		time.Sleep(10 * time.Second) // the next beat
+		hbs = opsOf(b.cp, aip.OpHeartbeat)
+		next := hbs[len(hbs)-1]
+		if next.RequestID != lost.RequestID || !next.Replayed || next.Outcome != aip.OutcomeLease {
+			t.Fatalf("the beat after the lost answers %+v; want the same request replayed", next)
+		}
+		time.Sleep(10 * time.Second) // and a fresh one after it
+		hbs = opsOf(b.cp, aip.OpHeartbeat)
+		if last := hbs[len(hbs)-1]; last.RequestID == lost.RequestID || last.Outcome != aip.OutcomeLease {
+			t.Fatalf("the following beat %+v; want a fresh request renewing the lease", last)
+		}
+		if !b.h.Ready() {
+			t.Fatal("host is not ready")
+		}
+		if regs := opsOf(b.cp, aip.OpRegister); len(regs) != 1 {
+			t.Errorf("register attempts %d, want only the first", len(regs))
+		}
+	})
+}
+
+// A drain right after a heartbeat whose answers were lost replays that beat
+// first, so the drain and offline transitions carry the sequence it moved
+// to and the shutdown is clean.
+func TestDrainAfterALostHeartbeatAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		ctx := context.Background()
+		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
+		time.Sleep(11 * time.Second) // the beat commits; both answers are lost
+		if err := b.h.Stop(ctx); err != nil {
+			t.Fatalf("shutdown after a lost heartbeat answer: %v", err)
+		}
+		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+			t.Errorf("replica is %s after shutdown", st.Status)
+		}
+	})
+}
