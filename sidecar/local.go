@@ -92,6 +92,11 @@ type Local struct {
 	status *statusSource
 	// proc is the supervised child (nil when attached).
 	proc processView
+	// restartUnresponsiveAfter and unresponsive: see
+	// Config.RestartUnresponsiveAfter; unresponsive counts the health
+	// checks in a row the running child did not answer.
+	restartUnresponsiveAfter int
+	unresponsive             atomic.Int64
 	// checkedGen is the process generation whose manifest was compared
 	// with the admitted one.
 	checkedGen atomic.Int64
@@ -313,8 +318,10 @@ func (l *Local) CheckHealth(ctx context.Context) error {
 	}
 	if err := l.probe(ctx); err != nil {
 		l.status.setHealthy(false)
+		l.noteUnanswered(err)
 		return err
 	}
+	l.unresponsive.Store(0)
 	recovered := l.status.setHealthy(true)
 	if l.checkedGen.Swap(gen) != gen {
 		recovered = true // a new process since the last check
@@ -332,6 +339,22 @@ func (l *Local) CheckHealth(ctx context.Context) error {
 		l.drift.observe(m)
 	}
 	return l.drift.err()
+}
+
+// noteUnanswered counts a health check the running child did not answer at
+// all (no HTTP answer: the probe timed out or the connection failed; an
+// answer saying it is not ready does not count) and, at the configured
+// limit, has the supervisor restart it as hung.
+func (l *Local) noteUnanswered(err error) {
+	var le *LocalError
+	if l.proc == nil || l.restartUnresponsiveAfter <= 0 || !errors.As(err, &le) || le.Status != 0 {
+		l.unresponsive.Store(0)
+		return
+	}
+	if n := l.unresponsive.Add(1); n >= int64(l.restartUnresponsiveAfter) {
+		l.unresponsive.Store(0)
+		l.proc.restartHung(fmt.Sprintf("no answer to %d health checks in a row; the last: %v", n, err))
+	}
 }
 
 // probe asks GET /aip/health.

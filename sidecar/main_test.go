@@ -33,6 +33,9 @@ const (
 	envChildManifest = "SIDECAR_TEST_MANIFEST_FILE"
 	// envChildIgnoreTerm makes the child ignore SIGTERM.
 	envChildIgnoreTerm = "SIDECAR_TEST_IGNORE_TERM"
+	// envChildHang names a file: while it exists, the child's
+	// GET /aip/health never answers (a hung connector).
+	envChildHang = "SIDECAR_TEST_HANG_FILE"
 )
 
 func TestMain(m *testing.M) {
@@ -78,6 +81,16 @@ func runChild() int {
 			_, err := os.Stat(gate)
 			f.healthy.Store(err == nil)
 			f.ServeHTTP(w, r)
+		})
+	}
+	if hang := os.Getenv(envChildHang); hang != "" {
+		next := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := os.Stat(hang); err == nil && r.URL.Path == PathLocalHealth {
+				<-r.Context().Done()
+				return
+			}
+			next.ServeHTTP(w, r)
 		})
 	}
 	srv := &http.Server{Handler: h}

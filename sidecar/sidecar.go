@@ -56,6 +56,14 @@ type Config struct {
 	// session that lasted this long) restarts after RestartBackoff again.
 	// Defaults to 1m.
 	StableAfter time.Duration
+	// RestartUnresponsiveAfter, with Exec: after this many health checks
+	// in a row (one per heartbeat) that the running child did not answer
+	// at all — the probe timed out or the connection failed; an answer
+	// saying it is not ready does not count — the child is taken as hung
+	// and restarted: SIGTERM, SIGKILL after StopTimeout, then a restart
+	// with backoff as after a crash (its in-flight actions become
+	// outcome_unknown). 0, the default, never restarts a running child.
+	RestartUnresponsiveAfter int
 	// Logger defaults to Host.Logger, then to discarding.
 	Logger *slog.Logger
 }
@@ -116,6 +124,12 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		if *d.p == 0 {
 			*d.p = d.def
 		}
+	}
+	if cfg.RestartUnresponsiveAfter < 0 {
+		return nil, &ConfigError{Field: "RestartUnresponsiveAfter", Reason: fmt.Sprintf("is %d; it must not be negative (0 never restarts a running child)", cfg.RestartUnresponsiveAfter)}
+	}
+	if cfg.RestartUnresponsiveAfter > 0 && len(cfg.Exec) == 0 {
+		return nil, &ConfigError{Field: "RestartUnresponsiveAfter", Reason: "restarts a child the sidecar started; it needs --exec (an attached connector or an MCP server is not the sidecar's to restart)"}
 	}
 	probe := cfg.Host.HealthProbeTimeout
 	if probe == 0 {
@@ -187,6 +201,7 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 				Logger: log,
 			})
 			l.proc = s.sup
+			l.restartUnresponsiveAfter = cfg.RestartUnresponsiveAfter
 			l.status.setProcess(s.sup)
 		}
 	}

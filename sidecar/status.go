@@ -56,6 +56,9 @@ type processView interface {
 	check() error
 	// generation increases with every start.
 	generation() int
+	// restartHung terminates the running process, which is then
+	// restarted as after a crash; reason is logged.
+	restartHung(reason string)
 }
 
 // statusSource collects what GET /sidecar/status reports.

@@ -348,6 +348,22 @@ func (s *supervisor) check() error {
 	return &ProcessError{LastExit: s.lastExit, Restarts: s.restarts}
 }
 
+// restartHung implements processView: the running child is taken as hung
+// and terminated (SIGTERM to its process group, SIGKILL after
+// StopTimeout); the monitor sees it exit and restarts it with backoff, as
+// after a crash.
+func (s *supervisor) restartHung(reason string) {
+	s.mu.Lock()
+	c := s.cur
+	if s.stopping || c == nil {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.log.Error("the connector process does not answer; restarting it", "pid", c.cmd.Process.Pid, "reason", reason)
+	go s.terminate(c)
+}
+
 // generation implements processView.
 func (s *supervisor) generation() int {
 	s.mu.Lock()

@@ -363,3 +363,90 @@ func TestStartInterruptedIsNotATimeout(t *testing.T) {
 		t.Errorf("operations %+v", cp.Operations())
 	}
 }
+
+// TestHungChildIsRestarted: a child that stops answering its health checks
+// (it still runs) is restarted after RestartUnresponsiveAfter unanswered
+// checks in a row, and the replica is ready again with the new child.
+func TestHungChildIsRestarted(t *testing.T) {
+	hang := filepath.Join(t.TempDir(), "hang")
+	r := execReplica(t, []string{envChildHang + "=" + hang}, func(c *Config) {
+		c.RestartUnresponsiveAfter = 2
+		c.Host.HealthProbeTimeout = 50 * time.Millisecond
+	})
+	ctx := ctxT(t)
+	first := r.status(t).Process.PID
+	if err := os.WriteFile(hang, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st := r.status(t)
+		if st.Process.Restarts >= 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the hung child was not restarted: %+v", st.Process)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a child process for a restart
+	}
+	os.Remove(hang)
+	awaitReady(t, r)
+	st := r.status(t)
+	if !st.Process.Running || st.Process.PID == first || st.Process.Starts < 2 {
+		t.Fatalf("after the restart: %+v", st.Process)
+	}
+	res, err := must(r.d.Act(ctx, r.target, act("echo.say", `{"message":"back"}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("after the restart: %+v %v", res, err)
+	}
+}
+
+// hungView is a processView that records restartHung calls.
+type hungView struct {
+	processView
+	restarts []string
+}
+
+func (v *hungView) restartHung(reason string) { v.restarts = append(v.restarts, reason) }
+
+// TestOnlyUnansweredChecksCountAsHung: an answer saying not ready is no
+// hang and ends a run of unanswered checks; the limit restarts once and
+// starts counting again.
+func TestOnlyUnansweredChecksCountAsHung(t *testing.T) {
+	v := &hungView{}
+	l := &Local{proc: v, restartUnresponsiveAfter: 2}
+	noAnswer := &LocalError{Op: "GET /aip/health", Err: context.DeadlineExceeded}
+	notReady := &LocalError{Op: "GET /aip/health", Status: 503, Err: errors.New("not ready")}
+	for _, err := range []error{noAnswer, notReady, noAnswer, notReady, notReady, noAnswer} {
+		l.noteUnanswered(err)
+	}
+	if len(v.restarts) != 0 {
+		t.Fatalf("restarted after interleaved answers: %v", v.restarts)
+	}
+	l.noteUnanswered(noAnswer) // the second in a row
+	if len(v.restarts) != 1 || !strings.Contains(v.restarts[0], "no answer to 2 health checks") {
+		t.Fatalf("restarts %v, want one after two unanswered checks", v.restarts)
+	}
+	l.noteUnanswered(noAnswer)
+	if len(v.restarts) != 1 {
+		t.Fatalf("the count did not start again: %v", v.restarts)
+	}
+	off := &Local{proc: v}
+	for range 5 {
+		off.noteUnanswered(noAnswer)
+	}
+	if len(v.restarts) != 1 {
+		t.Fatal("restarted with RestartUnresponsiveAfter 0")
+	}
+}
+
+func TestRestartUnresponsiveNeedsExec(t *testing.T) {
+	_, err := New(Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, RestartUnresponsiveAfter: 3})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "RestartUnresponsiveAfter" {
+		t.Fatalf("New without Exec: %v", err)
+	}
+	_, err = New(Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, Exec: []string{"x"}, RestartUnresponsiveAfter: -1})
+	if !errors.As(err, &ce) || ce.Field != "RestartUnresponsiveAfter" {
+		t.Fatalf("negative: %v", err)
+	}
+}

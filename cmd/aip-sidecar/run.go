@@ -51,6 +51,8 @@ func newSettings() []hostsdk.Setting {
 		ms("max-action-ms", "MAX_ACTION_MS", 86_400_000, "bound on an action without timeout_ms (or with 0), in ms (default 3600000)"),
 		ms("restart-backoff-ms", "RESTART_BACKOFF_MS", 3_600_000, "first delay before restarting a crashed child, in ms (default 250)"),
 		ms("max-backoff-ms", "MAX_BACKOFF_MS", 3_600_000, "longest delay between restarts, in ms (default 30000)"),
+		{Flag: "restart-unresponsive-after", Env: envPrefix + "RESTART_UNRESPONSIVE_AFTER", Kind: hostsdk.SettingInt, Min: 0, Max: 1000,
+			Usage: "with --exec: restart the child after this many health checks in a row it did not answer at all (a hung process); 0 (default) never restarts a running child"},
 		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest and digest as JSON, and exit"},
 		str("log-level", "LOG_LEVEL", "debug, info (default), warn or error"),
 	}
@@ -176,6 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Local.CancelGrace = val.Millis("cancel-grace-ms")
 	cfg.Local.MaxActionDuration, cfg.MCP.MaxActionDuration = val.Millis("max-action-ms"), val.Millis("max-action-ms")
 	cfg.RestartBackoff, cfg.MaxBackoff = val.Millis("restart-backoff-ms"), val.Millis("max-backoff-ms")
+	cfg.RestartUnresponsiveAfter = int(val.Int("restart-unresponsive-after"))
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -181,6 +181,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"no connector", nil, nil, "--local-url"},
 		{"non-loopback url", nil, map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://192.0.2.1:80"}, "loopback"},
 		{"log level", []string{"--log-level", "loud"}, nil, "--log-level"},
+		{"negative restart count", []string{"--restart-unresponsive-after", "-1"}, nil, "AIP_SIDECAR_RESTART_UNRESPONSIVE_AFTER"},
+		{"restart without exec", []string{"--restart-unresponsive-after", "3"}, map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://127.0.0.1:9"}, "needs --exec"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
