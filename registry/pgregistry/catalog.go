@@ -3,6 +3,7 @@ package pgregistry
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -415,12 +416,16 @@ func (c *catalogCache) view(ctx context.Context, r *Registry, rc registry.ReadCo
 	}
 	// Build the view under the shared lock, together with the revision it
 	// belongs to (which may be newer than rev by now). Concurrent readers of
-	// the same view wait for one build.
+	// the same view wait for one build, which runs on the connection and
+	// under the context of the reader that started it: when that reader's
+	// context ends the build fails for every reader waiting for it, and a
+	// reader whose own context is live builds the view again.
 	type built struct {
 		rev  uint64
 		view []string
 	}
-	res, err, _ := c.build.Do(fmt.Sprintf("%d\x00%t\x00%s\x00%s", rev, key.internal, key.tenant, key.profile), func() (any, error) {
+again:
+	res, err, shared := c.build.Do(fmt.Sprintf("%d\x00%t\x00%s\x00%s", rev, key.internal, key.tenant, key.profile), func() (any, error) {
 		var out built
 		sql := tenantView
 		if key.internal {
@@ -448,6 +453,9 @@ func (c *catalogCache) view(ctx context.Context, r *Registry, rc registry.ReadCo
 		return out, nil
 	})
 	if err != nil {
+		if shared && ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			goto again // another reader's build, ended by that reader's context
+		}
 		return 0, nil, err
 	}
 	bv := res.(built)
