@@ -318,7 +318,8 @@ func (d *Dispatcher) lookup(ctx context.Context, tenant, actionID string) (regis
 // settles the route cancelled. The answer is the replica's journaled
 // result of the action (cancelled, or the result it reached first). If the
 // action was rerouted while the cancel was in flight, the cancel follows
-// it to the new replica.
+// it to the new replica. A settlement the registry did not confirm is
+// retried in the background, as an action's is.
 func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string) (ActionResponse, int) {
 	ctx, span := d.tracer.Start(ctx, SpanCancel, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrAction, actionID)))
@@ -365,7 +366,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 			continue
 		}
 		if err := d.settle(wctx, &a, registry.SettlementCancelled); err != nil {
-			d.log.Error("settle a cancel", "action_id", actionID, "error", err)
+			d.retrySettle(a, registry.SettlementCancelled, err)
 		} else {
 			resp.Settlement = registry.SettlementCancelled
 		}

@@ -136,3 +136,30 @@ func TestCloseGivesUpOnSettlementRetries(t *testing.T) {
 		t.Fatalf("reservation %+v, %v: want it still held", res, err)
 	}
 }
+
+// TestFailedCancelSettlementIsRetried: a cancel whose settlement the
+// registry did not confirm releases the route once the registry answers,
+// like an action's; it was only logged, leaving the reservation held.
+func TestFailedCancelSettlementIsRetried(t *testing.T) {
+	// The action's own settlement is refused for good, so the route is
+	// still reserved when the cancel settles it.
+	w, flaky := flakyWorld(t, 1, fmt.Errorf("%w: moved", registry.ErrFenceLost), nil)
+	id := aip.NewActionID()
+	if status, resp := w.act(dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: say("hello", "")}); status != http.StatusOK || resp.Settlement != "" {
+		t.Fatalf("action answered %d: %+v", status, resp)
+	}
+	if res, err := w.reg.Reservation(w.ctx, id); err != nil || !res.Reserved {
+		t.Fatalf("reservation %+v, %v: want it held", res, err)
+	}
+	flaky.mu.Lock()
+	flaky.fails, flaky.err = 2, registryDown
+	flaky.mu.Unlock()
+	status, body, _ := w.call(http.MethodPost, dispatch.PathActions+"/"+id+"/cancel", tenant, nil)
+	if status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, body)
+	}
+	eventually(t, "the cancel's settlement retried in the background", func() bool {
+		res, err := w.reg.Reservation(w.ctx, id)
+		return err == nil && !res.Reserved && res.LastSettlement == registry.SettlementCancelled
+	})
+}
