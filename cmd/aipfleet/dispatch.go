@@ -159,6 +159,17 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	return f, nil
 }
 
+// tokenVerifier returns the verifier of the callers' tokens: the trusted
+// issuers, the audience and the clock skew (--clock-skew 0s tolerates
+// none).
+func (f *dispatchFlags) tokenVerifier() (*tenanttoken.Verifier, error) {
+	skew := f.clockSkew
+	if skew == 0 {
+		skew = -1 // the library's zero means its default
+	}
+	return tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: f.issuers, Audience: f.audience, ClockSkew: skew})
+}
+
 // parseIssuers reads NAME=DID[,NAME=DID...]; entries with the same name
 // are one issuer with several keys.
 func parseIssuers(s string) ([]tenanttoken.Issuer, error) {
@@ -202,7 +213,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	defer client.CloseIdleConnections()
-	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: f.issuers, Audience: f.audience, ClockSkew: f.clockSkew})
+	verifier, err := f.tokenVerifier()
 	if err != nil {
 		return fmt.Errorf("--issuer: %w", err)
 	}

@@ -214,3 +214,39 @@ func TestActionClient(t *testing.T) {
 		}
 	}
 }
+
+// TestDispatchClockSkewZeroToleratesNone: --clock-skew 0s (allowed, "0s to
+// 5m") tolerates no skew; it was the verifier's 30s default, so a token
+// expired 10s ago passed.
+func TestDispatchClockSkewZeroToleratesNone(t *testing.T) {
+	k, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "gw.key")
+	if err := aip.WriteSeedFile(keyFile, k); err != nil {
+		t.Fatal(err)
+	}
+	db := writeSecret(t, t.TempDir(), "db.url", "postgres://127.0.0.1:1/none")
+	now := time.Now()
+	expired, err := tenanttoken.Mint(k, tenanttoken.Claims{Issuer: "dev", Audience: tenanttoken.DefaultAudience, TenantID: "acme",
+		IssuedAt: now.Add(-time.Hour), Expiry: now.Add(-10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		skew string
+		ok   bool
+	}{{"0s", false}, {"1m", true}} {
+		e := &env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard}
+		f, err := parseDispatchFlags(dispatchCommand(), e, []string{"--database-url-file", db, "--signing-key-file", keyFile,
+			"--issuer", "dev=" + k.DID(), "--allow-insecure-loopback-http", "--clock-skew", c.skew})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := f.tokenVerifier()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(expired); (err == nil) != c.ok {
+			t.Errorf("--clock-skew %s: a token expired 10s ago: err = %v", c.skew, err)
+		}
+	}
+}

@@ -94,7 +94,8 @@ type VerifierConfig struct {
 	Issuers []Issuer
 	// Audience the token must name. Defaults to DefaultAudience.
 	Audience string
-	// ClockSkew tolerated on exp, nbf and iat. Defaults to 30s.
+	// ClockSkew tolerated on exp, nbf and iat, at most 5m. Defaults to
+	// 30s; negative tolerates none.
 	ClockSkew time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
@@ -126,8 +127,11 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	if v.skew == 0 {
 		v.skew = 30 * time.Second
 	}
-	if v.skew < 0 || v.skew > 5*time.Minute {
-		return nil, fmt.Errorf("tenanttoken: clock skew %s is outside 0..5m", v.skew)
+	if v.skew < 0 {
+		v.skew = 0
+	}
+	if v.skew > 5*time.Minute {
+		return nil, fmt.Errorf("tenanttoken: clock skew %s is more than 5m", v.skew)
 	}
 	if v.now == nil {
 		v.now = time.Now

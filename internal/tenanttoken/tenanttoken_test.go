@@ -89,3 +89,22 @@ func TestFromAuthorization(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeClockSkewToleratesNone: a negative ClockSkew is no skew (zero
+// is the 30s default): a token expired a second ago is refused.
+func TestNegativeClockSkewToleratesNone(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	key, _ := aip.GenerateSigningKey()
+	v, err := NewVerifier(VerifierConfig{Issuers: []Issuer{{Name: "idp", DIDs: []string{key.DID()}}}, ClockSkew: -1,
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Mint(key, Claims{Issuer: "idp", Audience: DefaultAudience, TenantID: "t", IssuedAt: now.Add(-time.Hour), Expiry: now.Add(-time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(tok); !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("token expired 1s ago without skew: err = %v", err)
+	}
+}
