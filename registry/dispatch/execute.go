@@ -127,8 +127,6 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		timeout = time.Duration(*req.TimeoutMS) * time.Millisecond
 	}
 	wctx := context.WithoutCancel(ctx)
-	hopCtx, cancelHop := context.WithTimeout(wctx, timeout+d.cfg.HopSlack)
-	defer cancelHop()
 
 	a, err := d.resolve(wctx, tenant, req)
 	if err != nil {
@@ -147,8 +145,14 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	var h *hop
 	var reroutes []RerouteFact
 	for {
+		// Each hop waits for the replica's answer the action's timeout plus
+		// the slack from when its envelope leaves, the bound the envelope
+		// gives the replica: the registry calls before it (resolve,
+		// reroute) take none of it.
 		hopStart := time.Now()
+		hopCtx, cancelHop := context.WithTimeout(wctx, timeout+d.cfg.HopSlack)
 		h = d.exchange(hopCtx, &a, aip.Body{Action: action}, pmode, onChunk)
+		cancelHop()
 		d.m.stage("hop", hopStart)
 		pe := h.refusal()
 		if pe == nil || d.deps.Rerouter == nil || len(reroutes) >= d.cfg.MaxReroutes {
