@@ -366,7 +366,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		Handler:           d.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
-		WriteTimeout:      d.cfg.MaxTimeout + d.cfg.HopSlack + 2*d.cfg.RegistryTimeout + 10*time.Second,
+		WriteTimeout:      d.longestAction() + 10*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
@@ -414,6 +414,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	d.log.Info("stopped")
 	return nil
+}
+
+// longestAction bounds how long an action request can take before its
+// answer: the wait for admission, the resolve, every hop (the first and
+// MaxReroutes more, each with its reroute) and the settlement.
+func (d *Dispatcher) longestAction() time.Duration {
+	hops := 1 + max(d.cfg.MaxReroutes, 0)
+	return d.sched.l.MaxQueueAge + time.Duration(hops)*(d.cfg.MaxTimeout+d.cfg.HopSlack) + time.Duration(hops+1)*d.cfg.RegistryTimeout
 }
 
 // Close gives up on the pending settlement retries and releases the
