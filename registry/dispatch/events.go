@@ -281,6 +281,8 @@ func (d *Dispatcher) verifyDelivery(ctx context.Context, raw []byte, dl *deliver
 		return unauthorizedEvent("the delivery is signed by %s, not by replica %s's registered key", v.SignerDID, rep.ID)
 	case env.From == nil || env.From.ID != rep.PeerPrincipalID || (env.From.Kind != "" && env.From.Kind != rep.PeerPrincipalKind):
 		return unauthorizedEvent("the delivery is not from replica %s's principal %s", rep.ID, rep.PeerPrincipalID)
+	case env.From.TrustDomain != rep.TrustDomain:
+		return unauthorizedEvent("the delivery is from trust domain %q, not replica %s's %q", env.From.TrustDomain, rep.ID, rep.TrustDomain)
 	}
 	dl.trustDomain = rep.TrustDomain
 	if rep.InstanceID != ce.InstanceID || rep.VersionID != ce.VersionID {

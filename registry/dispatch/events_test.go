@@ -378,6 +378,8 @@ func TestConnectorEventsRefused(t *testing.T) {
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "wrong from", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.From.ID = "agent:someone-else" },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "wrong from trust domain", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.From.TrustDomain = "other.example" },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "unknown replica", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.ReplicaID = aip.NewID(aip.PrefixReplica) },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "another instance", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.InstanceID = aip.NewID(aip.PrefixInstance) },
