@@ -240,12 +240,12 @@ func (d *Dispatcher) verifyDelivery(ctx context.Context, raw []byte, dl *deliver
 	if env.Body.EventStream.NextCursor != nil {
 		return invalidEvent("an event delivery carries no next_cursor")
 	}
-	if env.To == nil || env.To.ID != d.principal.ID {
+	if env.To == nil || env.To.ID != d.principal.ID || env.To.Kind != d.principal.Kind {
 		to := "nobody"
 		if env.To != nil {
-			to = env.To.ID
+			to = env.To.ID + " (" + string(env.To.Kind) + ")"
 		}
-		return unauthorizedEvent("the delivery is addressed to %s, not to this dispatcher (%s); set the host's gateway principal", to, d.principal.ID)
+		return unauthorizedEvent("the delivery is addressed to %s, not to this dispatcher (%s (%s)); set the host's gateway principal", to, d.principal.ID, d.principal.Kind)
 	}
 	now := d.cfg.Now()
 	sent := env.SentAt.Time

@@ -374,6 +374,8 @@ func TestConnectorEventsRefused(t *testing.T) {
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "wrong to", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To.ID = "service:another-dispatcher" },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+		{name: "wrong to kind", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To.Kind = aip.PrincipalAgent },
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "no to", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To = nil },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "wrong from", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.From.ID = "agent:someone-else" },
