@@ -191,6 +191,11 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 		return registry.SettlementOutcomeUnknown, status
 	}
 	switch {
+	case h.env == nil && h.notSent && errors.Is(h.err, errEnvelopeTooLarge):
+		e := newAPIError(http.StatusRequestEntityTooLarge, CodeRequestRejected, aip.CategoryPermanent, false, 0,
+			fmt.Sprintf("the action was not sent: %v; send a smaller input", h.err))
+		resp.Error = e.pe
+		return registry.SettlementCancelled, e.status
 	case h.env == nil && h.notSent:
 		e := newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryConnector, false, 0,
 			fmt.Sprintf("the action was not sent to replica %s: %v", a.ReplicaID, h.err))

@@ -24,6 +24,10 @@ import (
 // pinned replica answering our message: its content proves nothing.
 var errUnverified = errors.New("dispatch: unverified answer")
 
+// errEnvelopeTooLarge marks an envelope larger than a replica reads
+// (aip.MaxMessageBytes): it is never sent.
+var errEnvelopeTooLarge = errors.New("dispatch: envelope too large")
+
 // hop is one native request to a replica and what came back.
 type hop struct {
 	// request is the signed envelope as posted; messageID its ID.
@@ -109,6 +113,10 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 	raw, err := aip.SignEnvelope(d.key, env)
 	if err != nil {
 		h.err, h.notSent = fmt.Errorf("dispatch: sign: %w", err), true
+		return h
+	}
+	if len(raw) > aip.MaxMessageBytes {
+		h.err, h.notSent = fmt.Errorf("%w: the signed envelope is %d bytes; a replica reads at most %d", errEnvelopeTooLarge, len(raw), aip.MaxMessageBytes), true
 		return h
 	}
 	h.request = raw
