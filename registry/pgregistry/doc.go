@@ -73,7 +73,12 @@
 // first L%8 stripes, so the stripes never admit more than L together; a
 // route that finds its stripe full tries the other stripes with a share,
 // each in a transaction of its own, and reports the scope full only when
-// every one was. A counter row stays locked until its transaction's commit
+// every one was. Reservations of one scope need not share a limit (two
+// policies naming the same tenant, or a policy whose limit was lowered),
+// so a reservation is also refused while the scope's stripes together
+// hold its whole limit; that sum is read without locking the other
+// stripes, so reservations of different limits made at the same moment in
+// different stripes can still pass the lower limit by the ones in flight. A counter row stays locked until its transaction's commit
 // has flushed the WAL, so with one row per scope a busy tenant's routing
 // transactions took turns, one WAL flush each; the transactions a registry
 // runs for a tenant at once start at different stripes (the lane of the

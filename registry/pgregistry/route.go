@@ -101,14 +101,21 @@ ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignme
 	// reserveScopes is the guarded reservation of a route's admission
 	// counters in stripe $5, taken in lock order ($1..$4 are the scopes'
 	// kinds, keys, the stripe's shares of their limits and their indexes in
-	// the reservation, in lock order): each counter is created at 1 or
-	// raised only while active < the share. When a scope's stripe is full,
-	// scope_full aborts the transaction naming the first full scope.
+	// the reservation, $6 the scopes' whole limits, in lock order): each
+	// counter is created at 1 or raised only while active < the share, and
+	// only while the scope's stripes together hold fewer than its whole
+	// limit (stripes filled under a higher limit of the same scope: another
+	// policy sharing it, or this one before its limit was lowered). When a
+	// scope is full, scope_full aborts the transaction naming the first
+	// full scope.
 	reserveScopes = `WITH scope AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[]) WITH ORDINALITY AS s (kind, key, lim, idx, n)),
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $6::bigint[]) WITH ORDINALITY AS s (kind, key, lim, idx, total, n)),
 reserved AS (
 	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, stripe, active, reserve_limit)
-	SELECT kind, key, $5::smallint, 1, lim FROM scope ORDER BY n
+	SELECT kind, key, $5::smallint, 1, lim FROM scope s
+	WHERE (SELECT COALESCE(sum(x.active), 0) FROM aip_registry.admission_counters x
+		WHERE x.scope_kind = s.kind AND x.scope_key = s.key) < s.total
+	ORDER BY n
 	ON CONFLICT (scope_kind, scope_key, stripe) DO UPDATE SET active = c.active + 1, reserve_limit = excluded.reserve_limit
 	WHERE c.active < excluded.reserve_limit
 	RETURNING c.scope_kind, c.scope_key)
@@ -732,11 +739,11 @@ func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope, stripe int16) 
 		return
 	}
 	order := scopeOrder(scopes)
-	kinds, keys, limits, idx := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int32, len(order))
+	kinds, keys, limits, idx, totals := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int32, len(order)), make([]int64, len(order))
 	for n, i := range order {
-		kinds[n], keys[n], limits[n], idx[n] = string(scopes[i].Kind), scopes[i].Key, stripeLimit(int64(scopes[i].Limit), stripe), int32(i)
+		kinds[n], keys[n], limits[n], idx[n], totals[n] = string(scopes[i].Kind), scopes[i].Key, stripeLimit(int64(scopes[i].Limit), stripe), int32(i), int64(scopes[i].Limit)
 	}
-	b.Queue(reserveScopes, kinds, keys, limits, idx, stripe)
+	b.Queue(reserveScopes, kinds, keys, limits, idx, stripe, totals)
 }
 
 // scopeFull translates the abort of a full scope into

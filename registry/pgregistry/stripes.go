@@ -12,7 +12,11 @@ import (
 // column, and its settlement, reroute or lease expiry releases that stripe.
 // Stripe s of a scope with limit L admits stripeLimit(L, s), and those
 // shares add up to L, so the stripes of a scope never admit more than L
-// together. A reservation that finds its stripe full tries the scope's
+// together. The reservations of one scope may carry different limits
+// (policies sharing a tenant, type or the global scope; a lowered limit),
+// and the shares of a higher one can fill stripes a lower one has no share
+// in, so a reservation also requires the scope's stripes together to hold
+// less than its own limit (reserveScopes). A reservation that finds its stripe full tries the scope's
 // other usable stripes, each in a transaction of its own, before it reports
 // the scope full.
 //

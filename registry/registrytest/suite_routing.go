@@ -2,6 +2,7 @@ package registrytest
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func runRouting(t *testing.T, nb NewBackend) {
 	t.Run("PinnedReplicaUnavailable", func(t *testing.T) { testPinnedUnavailable(t, nb) })
 	t.Run("AdmissionScopes", func(t *testing.T) { testAdmissionScopes(t, nb) })
 	t.Run("AdmissionLimits", func(t *testing.T) { testAdmissionLimits(t, nb) })
+	t.Run("AdmissionLimitsDifferOnOneScope", func(t *testing.T) { testMixedLimits(t, nb) })
 	t.Run("RetryScope", func(t *testing.T) { testRetryScope(t, nb) })
 	t.Run("InvalidRequests", func(t *testing.T) { testInvalidRequests(t, nb) })
 }
@@ -603,6 +605,75 @@ func testAdmissionLimits(t *testing.T, nb NewBackend) {
 			f.settle(first, registry.SettlementCompleted)
 			f.resolve(req)
 			f.checkLedger(r.ID)
+		})
+	}
+}
+
+// testMixedLimits: a scope's in-flight count is checked against the limit
+// of the reservation being made, however many of the scope's reservations
+// were made under a higher limit (another policy sharing the scope, or the
+// same policy before its limit was lowered). Each tenant holds eight
+// reservations under limit 8 and releases all but one of them (a different
+// one per tenant); then one reservation under limit 1 is refused.
+func testMixedLimits(t *testing.T, nb NewBackend) {
+	for _, lowered := range []bool{false, true} {
+		name := "SecondPolicy"
+		if lowered {
+			name = "LoweredLimit"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFx(t, nb)
+			wide := registry.FleetPolicy("quota:wide")
+			wide.MaxTenantInFlight, wide.MaxInstanceInFlight, wide.MaxBindingInFlight = 8, registry.Unlimited, registry.Unlimited
+			wide.MaxTenantRetryInFlight = registry.Unlimited
+			narrow := wide
+			narrow.PolicyRef, narrow.MaxTenantInFlight = "quota:narrow", 1
+			f.must(f.b.Admin.PutAdmissionPolicy(f.ctx, wide))
+			f.must(f.b.Admin.PutAdmissionPolicy(f.ctx, narrow))
+			ct := f.typ("alpha")
+			v := f.version(ct, "alpha1", registry.VersionActive, "alpha.read", "alpha.write")
+			const tenants = 8
+			held := make([]registry.RouteAssignment, tenants)
+			var released []registry.RouteAssignment
+			for j := range tenants {
+				tenant := fmt.Sprintf("tenant-%d", j)
+				i := f.instance(fmt.Sprintf("a%d", j), v, tenant)
+				f.bind(i, "alpha.read", 0, wide.PolicyRef)
+				f.bind(i, "alpha.write", 0, narrow.PolicyRef)
+				f.replica(fmt.Sprintf("a%d", j), i, func(r *registry.ConnectorReplica) { r.Capacity = 100 })
+				for k := range 8 {
+					a := f.resolve(request(tenant, "alpha.read"))
+					if k == j {
+						held[j] = a
+					} else {
+						released = append(released, a)
+					}
+				}
+				if _, err := f.b.Resolver.Resolve(f.ctx, request(tenant, "alpha.read")); !errors.Is(err, registry.ErrCapacityExceeded) {
+					t.Fatalf("%s: ninth resolve under limit 8: %v, want ErrCapacityExceeded", tenant, err)
+				}
+			}
+			for _, a := range released {
+				f.settle(a, registry.SettlementCompleted)
+			}
+			capability := "alpha.write"
+			if lowered {
+				wide.Revision, wide.MaxTenantInFlight = 2, 1
+				f.must(f.b.Admin.PutAdmissionPolicy(f.ctx, wide))
+				capability = "alpha.read"
+			}
+			for j := range tenants {
+				tenant := fmt.Sprintf("tenant-%d", j)
+				req := request(tenant, capability)
+				_, err := f.b.Resolver.Resolve(f.ctx, req)
+				var ce *registry.CapacityExceededError
+				if !errors.As(err, &ce) || ce.Scope != registry.ScopeTenant || ce.Limit != 1 {
+					t.Fatalf("%s: resolve under tenant limit 1 with one reservation in flight: %v, want the tenant scope full", tenant, err)
+				}
+				f.settle(held[j], registry.SettlementCompleted)
+				f.resolve(req)
+			}
+			f.checkLedger()
 		})
 	}
 }
