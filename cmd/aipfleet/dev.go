@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,7 +70,8 @@ fleet.yaml (the fleet file dev applies at every start), registry.json (the
 registry, written atomically: every route is on disk before its action is
 sent), each replica's journal (replica-N/) and pid (replica-N.pid), and
 dev-token, a bearer token for tenant tenant-dev that aipfleet action uses
-by default.
+by default. A running dev holds dev.lock: a second dev on the same
+directory (even with --reset) stops before it changes anything.
 
 A replica that exits is reported (clean drain or crash) and restarted
 after a pause, so you can SIGTERM one and watch it drain, go offline and
@@ -172,6 +174,16 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	log := &devLog{w: e.stderr, json: *logFormat == "json", debug: level <= slog.LevelDebug}
 	if *reset {
+		if err := checkResettable(*stateDir); err != nil {
+			return err
+		}
+	}
+	unlock, err := lockStateDir(*stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if *reset {
 		if err := resetStateDir(*stateDir); err != nil {
 			return err
 		}
@@ -184,9 +196,15 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 	return f.run(ctx, e, log, level, exe)
 }
 
-// resetStateDir removes a dev state directory, refusing anything that does
-// not look like one.
-func resetStateDir(dir string) error {
+// devLockFile is the lock file in the state directory that a running dev
+// holds (see lockStateDir); --reset keeps it.
+const devLockFile = "dev.lock"
+
+func devLockPath(dir string) string { return filepath.Join(dir, devLockFile) }
+
+// checkResettable refuses to reset anything that does not look like a dev
+// state directory.
+func checkResettable(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -194,10 +212,31 @@ func resetStateDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(dir, "dev.json")); err != nil && len(entries) > 0 {
+	if _, err := os.Stat(filepath.Join(dir, "dev.json")); err != nil && slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != devLockFile }) {
 		return fmt.Errorf("--reset: %s does not look like an aipfleet dev state directory (it has no dev.json); remove it yourself if you mean it", dir)
 	}
-	return os.RemoveAll(dir)
+	return nil
+}
+
+// resetStateDir empties a dev state directory this dev holds the lock of
+// (checkResettable passed), keeping the lock file.
+func resetStateDir(dir string) error {
+	if err := checkResettable(dir); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == devLockFile {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // prepare creates or loads the state directory: identities, keys, the

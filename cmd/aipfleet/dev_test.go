@@ -118,15 +118,17 @@ func TestDevStateSurvivesARestart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "issuer.key") {
 		t.Fatalf("group-readable key: %v", err)
 	}
-	// --reset removes a dev state directory.
+	// --reset empties a dev state directory, but for the lock file the
+	// resetting dev holds.
 	if _, _, err := runCLI(t, nil, "dev", "--state-dir", dir, "--reset", "--port-base", "0", "--replicas", "99"); err == nil {
 		t.Fatal("bad flags after --reset were accepted")
 	}
+	os.WriteFile(devLockPath(dir), nil, 0o600)
 	if err := resetStateDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("after reset: %v", err)
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 1 || entries[0].Name() != devLockFile {
+		t.Fatalf("after reset: %v %v", entries, err)
 	}
 }
 

@@ -456,3 +456,51 @@ func TestDevRestartsAfterAKill(t *testing.T) {
 	}
 	again.stop(t, stateDir, 1)
 }
+
+// TestDevRefusesAStateDirInUse starts a second dev, with --reset and
+// other ports, on the state directory a running dev uses: it must stop
+// before it changes anything, and the first dev must go on and stop
+// cleanly with its state intact.
+func TestDevRefusesAStateDirInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aipfleet dev twice")
+	}
+	bin := filepath.Join(t.TempDir(), "aipfleet")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	work := t.TempDir()
+	stateDir := filepath.Join(work, DefaultDevStateDir)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIP_") {
+			env = append(env, kv)
+		}
+	}
+	first := startDev(t, bin, work, env, []string{"dev", "--replicas", "1", "--port-base", strconv.Itoa(freePortBase(t, 1))})
+	first.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(first.stdout.String(), "aipfleet dev is ready") })
+	devJSON, err := os.ReadFile(filepath.Join(stateDir, "dev.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	second := startDev(t, bin, work, env, []string{"dev", "--reset", "--replicas", "1", "--port-base", strconv.Itoa(freePortBase(t, 1))})
+	pollUntil(t, "the second dev to exit", func() bool {
+		select {
+		case <-second.done:
+			return true
+		default:
+		}
+		if strings.Contains(second.stdout.String(), "aipfleet dev is ready") {
+			t.Fatalf("a second dev --reset started on the state directory of a running dev:\n%s", lastLines(second.stderr.String(), 10))
+		}
+		return false
+	})
+	if second.err == nil || !strings.Contains(second.stderr.String(), "is in use by another aipfleet dev") {
+		t.Fatalf("second dev: %v\n%s", second.err, second.stderr.String())
+	}
+	if now, err := os.ReadFile(filepath.Join(stateDir, "dev.json")); err != nil || !bytes.Equal(now, devJSON) {
+		t.Fatalf("the second dev changed the running dev's dev.json (%v):\n%s", err, now)
+	}
+	first.stop(t, stateDir, 1)
+}
