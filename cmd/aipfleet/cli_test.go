@@ -73,6 +73,11 @@ func TestKeygenAndTokenRoundTrip(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "keygen", "--out", keyFile); err == nil || !strings.Contains(err.Error(), "another --out") {
 		t.Fatalf("overwrite: err = %v", err)
 	}
+	// Any other failure says what it is, not that a file exists.
+	_, _, err = runCLI(t, nil, "keygen", "--out", filepath.Join(dir, "missing", "x.key"))
+	if err == nil || !strings.Contains(err.Error(), "no such file or directory") || strings.Contains(err.Error(), "delete the old file") {
+		t.Fatalf("keygen into a missing directory: err = %v", err)
+	}
 
 	// Flags come from the environment when not given.
 	out, _, err = runCLI(t, map[string]string{"AIP_TOKEN_ISSUER_KEY": keyFile, "AIP_TOKEN_TENANT": "tenant-env"}, "token", "--ttl", "10m")

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/aipfleet/aipfleet/aip"
 )
@@ -39,7 +41,10 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	if err := aip.WriteSeedFile(*out, key); err != nil {
-		return fmt.Errorf("%w (choose another --out, or delete the old file if you really mean to replace that identity)", err)
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("--out: %w (choose another --out, or delete the old file if you really mean to replace that identity)", err)
+		}
+		return fmt.Errorf("--out: %w", err)
 	}
 	if *asJSON {
 		return writeJSON(e.stdout, map[string]string{"did": key.DID(), "file": *out})
