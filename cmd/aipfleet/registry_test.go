@@ -154,6 +154,21 @@ func TestRegistryFlagErrors(t *testing.T) {
 			t.Errorf("%v: err = %v, want a usage error containing %q", c.args, err, c.want)
 		}
 	}
+	// A database URL the driver cannot parse is reported without its
+	// password, whatever its form.
+	for _, bad := range []string{
+		"postgres://u:SECRETPW@127.0.0.1:1/db?sslmode=bogus",
+		"postgres://u@127.0.0.1:1/db?password=SECRETPW&sslmode=bogus",
+		"host=127.0.0.1 password=SECRETPW sslmode=bogus",
+		"u:SECRETPW@127.0.0.1:x",
+	} {
+		for _, sub := range []string{"status", "migrate"} {
+			_, _, err := runCLI(t, nil, "registry", sub, "--database-url-file", writeSecret(t, t.TempDir(), "db.url", bad))
+			if err == nil || strings.Contains(err.Error(), "SECRETPW") {
+				t.Errorf("registry %s with database URL %q: err = %v, want an error without the password", sub, bad, err)
+			}
+		}
+	}
 	loose := filepath.Join(t.TempDir(), "loose.url")
 	os.WriteFile(loose, []byte("postgres://x"), 0o644)
 	if _, _, err := runCLI(t, nil, "registry", "migrate", "--database-url-file", loose); err == nil || !strings.Contains(err.Error(), "chmod 600") {

@@ -601,16 +601,26 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// redact hides a URL's password.
+// redact hides a URL's password, in its user information or its query.
+// Anything that is not a postgres:// or postgresql:// URL (a keyword/value
+// string, a URL without its scheme) may carry a password anywhere and is
+// not shown.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
 	}
+	if (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Opaque != "" {
+		return "(not a postgres:// URL; not shown)"
+	}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
 		}
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.String()
 }
