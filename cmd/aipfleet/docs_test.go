@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -98,5 +99,46 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 		if !strings.Contains(help, "\nFlags:\n") {
 			t.Errorf("%s --help lists no flags:\n%s", c.name, help)
 		}
+	}
+}
+
+// TestDocsInlineCommandsMatchHelp: a command the docs spell inline with a
+// placeholder (`aipfleet registry apply -f FILE`) is written as the
+// command's help writes it, so it works when filled in.
+func TestDocsInlineCommandsMatchHelp(t *testing.T) {
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	span := regexp.MustCompile("`(?:go run \\./cmd/)?(aipfleet [^`]+)`")
+	placeholder := regexp.MustCompile(`^[A-Z][A-Z_]+$`)
+	checked := 0
+	for _, doc := range append(docs, filepath.Join("..", "..", "README.md")) {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range span.FindAllStringSubmatch(string(raw), -1) {
+			fields := strings.Fields(m[1])
+			if len(fields) < 2 || !slices.ContainsFunc(fields, placeholder.MatchString) {
+				continue
+			}
+			var pattern []string
+			for _, f := range fields {
+				if placeholder.MatchString(f) {
+					pattern = append(pattern, `[A-Z][A-Z_]+`)
+				} else {
+					pattern = append(pattern, regexp.QuoteMeta(f))
+				}
+			}
+			help, _, _ := runCLI(t, nil, fields[1], "--help")
+			if !regexp.MustCompile(strings.Join(pattern, `\s+`)).MatchString(help) {
+				t.Errorf("%s: `%s` is not how `aipfleet %s --help` writes the command", filepath.Base(doc), m[1], fields[1])
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no inline command with a placeholder found in the docs")
 	}
 }
