@@ -258,6 +258,10 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 			TypeID: aip.NewID(aip.PrefixType), VersionID: aip.NewID(aip.PrefixVersion), InstanceID: aip.NewID(aip.PrefixInstance)}
 	case st.Connector != f.connector:
 		return fmt.Errorf("%s was created for connector %s, not %s; use another --state-dir, or pass --reset to start from scratch", f.dir, st.Connector, f.connector)
+	case portBase != 0 && portBase != st.PortBase && !f.ranBefore():
+		// No fleet ever ran on this state (the first start failed, e.g. on
+		// a taken port): no replica endpoint is registered yet.
+		st.PortBase = portBase
 	case portBase != 0 && portBase != st.PortBase:
 		return fmt.Errorf("%s was created with --port-base %d and its replicas' endpoints are part of their registered identity; run with --port-base %d, use another --state-dir, or pass --reset", f.dir, st.PortBase, st.PortBase)
 	}
@@ -306,6 +310,13 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 		f.keys.replicaDIDs = append(f.keys.replicaDIDs, k.DID())
 	}
 	return nil
+}
+
+// ranBefore reports whether a fleet ran on the state directory: its
+// registry, which holds the replicas' registered endpoints, was written.
+func (f *devFleet) ranBefore() bool {
+	_, err := os.Lstat(f.path("registry.json"))
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 func loadDevState(path string) (devState, bool, error) {
@@ -413,7 +424,7 @@ func (f *devFleet) listen(ctx context.Context, what, addr string) (net.Listener,
 		_, port, _ := net.SplitHostPort(addr)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			hint := "pass --port-base to use other ports, e.g. --port-base 9000"
-			if !f.fresh {
+			if f.ranBefore() {
 				hint = fmt.Sprintf("%s was created with --port-base %d, so pass --reset with another --port-base, or use another --state-dir", f.dir, f.state.PortBase)
 			}
 			return nil, fmt.Errorf("port %s (%s) is in use, perhaps by another aipfleet dev: stop it, or %s", port, what, hint)

@@ -95,7 +95,9 @@ func TestDevStateSurvivesARestart(t *testing.T) {
 		t.Fatalf("replica IDs after --replicas 1: %v", h.state.ReplicaIDs)
 	}
 
-	// Another port base would change the replicas' registered endpoints.
+	// Once a fleet ran (its registry was written), another port base would
+	// change the replicas' registered endpoints.
+	os.WriteFile(filepath.Join(dir, "registry.json"), []byte("{}"), 0o600)
 	err := (&devFleet{dir: dir, replicas: 1, connector: "echo"}).prepare(context.Background(), 9000)
 	if err == nil || !strings.Contains(err.Error(), "--port-base 8080") || !strings.Contains(err.Error(), "--reset") {
 		t.Fatalf("port base change: %v", err)
@@ -214,9 +216,16 @@ func TestDevPortInUse(t *testing.T) {
 	if port > 65535-firstReplicaOffset-maxDevReplicas {
 		t.Skip("the free port is too high to be a port base")
 	}
-	_, _, err = runCLI(t, nil, "dev", "--state-dir", filepath.Join(t.TempDir(), "s"), "--port-base", strconv.Itoa(port))
+	dir := filepath.Join(t.TempDir(), "s")
+	_, _, err = runCLI(t, nil, "dev", "--state-dir", dir, "--port-base", strconv.Itoa(port))
 	if err == nil || !strings.Contains(err.Error(), "port "+strconv.Itoa(port)+" (dispatcher) is in use") || !strings.Contains(err.Error(), "--port-base") {
 		t.Fatalf("err = %v", err)
+	}
+	// Following the advice works: no fleet ran on that state, so another
+	// --port-base is taken.
+	f := &devFleet{dir: dir, replicas: DefaultDevReplicas, connector: "echo"}
+	if err := f.prepare(context.Background(), port+100); err != nil || f.state.PortBase != port+100 {
+		t.Fatalf("another --port-base after the failed start: port base %d, err %v", f.state.PortBase, err)
 	}
 }
 
