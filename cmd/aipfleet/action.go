@@ -281,7 +281,7 @@ func (f *actionFlags) readStream(body io.Reader, e *env) error {
 		}
 		switch {
 		case l.Chunk != nil && !f.jsonOut:
-			fmt.Fprintf(e.stdout, "chunk %d %s %s\n", l.Chunk.Sequence, l.Chunk.Kind, compact(l.Chunk.Data))
+			fmt.Fprintf(e.stdout, "chunk %d %s %s\n", l.Chunk.Sequence, printable(string(l.Chunk.Kind)), printable(compact(l.Chunk.Data)))
 		case l.ActionResponse != nil:
 			final = l.ActionResponse
 		}
@@ -305,7 +305,7 @@ func (f *actionFlags) printAction(resp *http.Response, e *env) error {
 	}
 	var ar dispatch.ActionResponse
 	if err := json.Unmarshal(raw, &ar); err != nil || (ar.ActionID == "" && ar.Error == nil) {
-		return fmt.Errorf("HTTP %d from the dispatcher: %s", resp.StatusCode, aip.TruncateUTF8(string(raw), 500))
+		return fmt.Errorf("HTTP %d from the dispatcher: %s", resp.StatusCode, printable(aip.TruncateUTF8(string(raw), 500)))
 	}
 	if f.jsonOut {
 		e.stdout.Write(raw)
@@ -349,14 +349,14 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 	if !st.Replica.Reachable {
 		msg := "no answer"
 		if st.Replica.Error != nil {
-			msg = st.Replica.Error.Code + ": " + st.Replica.Error.Message
+			msg = printable(st.Replica.Error.Code + ": " + st.Replica.Error.Message)
 		}
 		fmt.Fprintf(e.stdout, "replica: unreachable (%s); its journal was not read, nothing is assumed\n", msg)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "replica: journal state %s\n", st.Replica.State)
+	fmt.Fprintf(e.stdout, "replica: journal state %s\n", printable(string(st.Replica.State)))
 	if st.Replica.Result != nil {
-		fmt.Fprintf(e.stdout, "result:  %s %s\n", st.Replica.Result.Status, compact(st.Replica.Result.Output))
+		fmt.Fprintf(e.stdout, "result:  %s %s\n", printable(string(st.Replica.Result.Status)), printable(compact(st.Replica.Result.Output)))
 	}
 	return nil
 }
@@ -404,14 +404,14 @@ func printSummary(w io.Writer, r *dispatch.ActionResponse) {
 	case r.Result != nil:
 		fmt.Fprintf(w, "action %s %s%s, settlement %s\n", r.ActionID, r.Result.Status, where, orNone(string(r.Settlement)))
 		if len(r.Result.Output) > 0 {
-			fmt.Fprintf(w, "output: %s\n", compact(r.Result.Output))
+			fmt.Fprintf(w, "output: %s\n", printable(compact(r.Result.Output)))
 		}
 		if r.Result.Error != nil {
-			fmt.Fprintf(w, "error: %s: %s\n", r.Result.Error.Code, r.Result.Error.Message)
+			fmt.Fprintf(w, "error: %s: %s\n", printable(r.Result.Error.Code), printable(r.Result.Error.Message))
 		}
 	case r.Error != nil:
 		fmt.Fprintf(w, "action %s not completed%s, settlement %s\n", r.ActionID, where, orNone(string(r.Settlement)))
-		fmt.Fprintf(w, "error: %s: %s\n", r.Error.Code, r.Error.Message)
+		fmt.Fprintf(w, "error: %s: %s\n", printable(r.Error.Code), printable(r.Error.Message))
 	}
 }
 
@@ -420,7 +420,7 @@ func printSummary(w io.Writer, r *dispatch.ActionResponse) {
 func actionErr(r *dispatch.ActionResponse) error {
 	switch {
 	case r.Error != nil:
-		return fmt.Errorf("action %s: %s", r.ActionID, r.Error.Code)
+		return fmt.Errorf("action %s: %s", r.ActionID, printable(r.Error.Code))
 	case r.Result != nil && r.Result.Status != aip.ResultCompleted:
 		return fmt.Errorf("action %s: %s", r.ActionID, r.Result.Status)
 	}
@@ -430,9 +430,9 @@ func actionErr(r *dispatch.ActionResponse) error {
 func apiFailure(status int, raw []byte) error {
 	var e dispatch.ErrorResponse
 	if json.Unmarshal(raw, &e) == nil && e.Error != nil {
-		return fmt.Errorf("HTTP %d: %s: %s", status, e.Error.Code, e.Error.Message)
+		return fmt.Errorf("HTTP %d: %s: %s", status, printable(e.Error.Code), printable(e.Error.Message))
 	}
-	return fmt.Errorf("HTTP %d: %s", status, aip.TruncateUTF8(string(raw), 500))
+	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(raw), 500)))
 }
 
 func compact(raw json.RawMessage) string {

@@ -250,3 +250,47 @@ func TestDispatchClockSkewZeroToleratesNone(t *testing.T) {
 		}
 	}
 }
+
+// TestActionOutputEscapesControlCharacters: an action's output and error
+// text come from a connector and its provider (a customer's message, a
+// provider's error) and must not send terminal escape sequences or forge
+// lines of the summary, as in events list.
+func TestActionOutputEscapesControlCharacters(t *testing.T) {
+	const evilText = "evil\x1b]0;pwned\x07\nforged"
+	evilOutput := json.RawMessage("{\"t\":\"a\u009b2J\u202eb\"}")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		id := aip.NewActionID()
+		switch {
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel"):
+			json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: id, Settlement: "failed",
+				Error: aip.NewProtocolError("connector.failed", aip.CategoryConnector, false, 0, evilText)})
+		case r.Method == http.MethodPost:
+			json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: id, Settlement: "completed",
+				Route: &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+				Result: &aip.ActionResult{ActionID: id, Status: aip.ResultFailed, Output: evilOutput,
+					Error: aip.NewProtocolError("provider.error", aip.CategoryConnector, false, 0, evilText)}})
+		default:
+			json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, Route: &dispatch.RouteFacts{ReplicaID: "crepl_x"},
+				Replica: dispatch.ReplicaFacts{Reachable: true, State: "completed",
+					Result: &aip.ActionResult{ActionID: id, Status: aip.ResultCompleted, Output: evilOutput}}})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_TOKEN": "t"}
+	id := aip.NewActionID()
+	for _, args := range [][]string{
+		{"action", "send", "--capability", "c", "--input", "{}"},
+		{"action", "get", id},
+		{"action", "cancel", id},
+	} {
+		out, _, err := runCLI(t, env, args...)
+		text := out
+		if err != nil {
+			text += err.Error()
+		}
+		if strings.ContainsAny(text, "\x1b\x07\u009b\u202e") || strings.Contains(text, "\nforged") {
+			t.Errorf("%v passes control characters through:\n%q", args, text)
+		}
+	}
+}
