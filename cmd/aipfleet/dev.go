@@ -74,7 +74,7 @@ by default. A running dev holds dev.lock: a second dev on the same
 directory (even with --reset) stops before it changes anything.
 
 A replica that exits is reported (clean drain or crash) and restarted
-after a pause, so you can SIGTERM one and watch it drain, go offline and
+after a pause (after a crash, once the lease it left has expired), so you can SIGTERM one and watch it drain, go offline and
 register again while the others keep serving. Ctrl-C (or SIGTERM) stops
 the dispatcher, drains every replica, then stops the control plane; the
 exit status is 0 only if every replica drained cleanly.`,
@@ -542,12 +542,18 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 			return err
 		}
 		startRevisions[i] = rec.HealthRevision
-		if rec.Status != aip.ReplicaOffline && rec.LeaseValid(time.Now()) {
-			procs[i].before = func(ctx context.Context) error {
-				log.event("dev", fmt.Sprintf("%s is still registered from a run that did not stop cleanly; it starts once its lease expires at %s",
-					replicaName(i), rec.LeaseExpiresAt.Local().Format("15:04:05")))
-				return waitOffline(ctx, reg, rec.ID)
+		procs[i].before = func(ctx context.Context, first bool) error {
+			rec, err := reg.ConnectorReplica(ctx, f.state.ReplicaIDs[i])
+			if err != nil || rec.Status == aip.ReplicaOffline || !rec.LeaseValid(time.Now()) {
+				return nil
 			}
+			why := "is still registered from a run that did not stop cleanly"
+			if !first {
+				why = "is still registered with the lease of the process that failed"
+			}
+			log.event("dev", fmt.Sprintf("%s %s; it starts once its lease expires at %s",
+				replicaName(i), why, rec.LeaseExpiresAt.Local().Format("15:04:05")))
+			return waitOffline(ctx, reg, rec.ID)
 		}
 		go func(p *replicaProcess) {
 			err := p.run(repCtx)

@@ -40,9 +40,11 @@ type replicaProcess struct {
 	// stopGrace bounds the wait for a drain after dev's SIGTERM before the
 	// process is killed.
 	stopGrace time.Duration
-	// before, when set, runs once before the first start; the replica is
-	// not started if it fails (dev is stopping).
-	before func(ctx context.Context) error
+	// before, when set, runs before the first start (first true) and
+	// before each restart after a failed exit; the replica is not started
+	// if it fails (dev is stopping). dev's waits there until a lease the
+	// replica's previous process left has run out.
+	before func(ctx context.Context, first bool) error
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -53,7 +55,7 @@ type replicaProcess struct {
 // It returns nil only when that last exit was clean (status 0).
 func (p *replicaProcess) run(ctx context.Context) error {
 	if p.before != nil {
-		if err := p.before(ctx); err != nil {
+		if err := p.before(ctx, true); err != nil {
 			return nil // stopped before anything ran
 		}
 	}
@@ -83,6 +85,11 @@ func (p *replicaProcess) run(ctx context.Context) error {
 		}
 		if err != nil {
 			pause = min(2*pause, restartMax)
+			if p.before != nil {
+				if berr := p.before(ctx, false); berr != nil {
+					return err // dev stopped while the old lease ran; the failed exit stands
+				}
+			}
 		}
 	}
 }
