@@ -307,6 +307,14 @@ func (f *actionFlags) printAction(resp *http.Response, e *env) error {
 	if err := json.Unmarshal(raw, &ar); err != nil || (ar.ActionID == "" && ar.Error == nil) {
 		return fmt.Errorf("HTTP %d from the dispatcher: %s", resp.StatusCode, printable(aip.TruncateUTF8(string(raw), 500)))
 	}
+	if ar.ActionID == "" {
+		// Refused before it became an action (a bad token, an invalid
+		// request, an overload): there is no action to summarize.
+		if f.jsonOut {
+			e.stdout.Write(raw)
+		}
+		return apiFailure(resp.StatusCode, raw)
+	}
 	if f.jsonOut {
 		e.stdout.Write(raw)
 	} else {

@@ -188,6 +188,17 @@ func TestActionClient(t *testing.T) {
 	if len(*reqs) != 5 {
 		t.Fatalf("%d requests", len(*reqs))
 	}
+	// A send or cancel refused before it became an action is the
+	// dispatcher's HTTP error, not an action without an ID.
+	for _, args := range [][]string{
+		{"action", "send", "--token", "nope", "--capability", "echo.say", "--input", "{}"},
+		{"action", "cancel", id, "--token", "nope"},
+	} {
+		out, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": srv.URL}, args...)
+		if err == nil || !strings.Contains(err.Error(), "HTTP 401: "+dispatch.CodeUnauthorized) || strings.Contains(out, "action  ") {
+			t.Errorf("%v with a bad token: err = %v, output:\n%s", args[:2], err, out)
+		}
+	}
 	// Usage errors.
 	for _, c := range []struct {
 		args []string
