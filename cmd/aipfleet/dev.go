@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,7 +142,7 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 	portBase := fs.Int("port-base", 0, "first port: dispatcher on it, control plane on +10, replicas on +11... (default 8080, or the one the state directory was created with)")
 	stateDir := fs.String("state-dir", DefaultDevStateDir, "directory of the fleet's keys, registry and journals")
 	connector := fs.String("connector", "echo", "the built-in connector the replicas run: "+strings.Join(connectorNames(), ", "))
-	reset := fs.Bool("reset", false, "delete the state directory first and start from scratch")
+	reset := fs.Bool("reset", false, "delete dev's state (keys, registry, journals) first and start from scratch; other files in --state-dir stay")
 	logLevel := fs.String("log-level", "info", "log level of dev and its replicas: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text (one readable line per event) or json")
 	fs.NoEnv("reset")
@@ -218,8 +219,15 @@ func checkResettable(dir string) error {
 	return nil
 }
 
-// resetStateDir empties a dev state directory this dev holds the lock of
-// (checkResettable passed), keeping the lock file.
+// devStateEntry matches what dev keeps in its state directory (and the
+// temporary files of writeFileAtomic), the lock file aside.
+var devStateEntry = regexp.MustCompile(`^\.?(dev\.json|keys|fleet\.yaml|registry\.json|dev-token|replica-[0-9]+|replica-[0-9]+\.pid)(\..*\.tmp)?$`)
+
+// resetStateDir removes dev's state from a directory this dev holds the
+// lock of (checkResettable passed): only what dev keeps there, so the
+// lock file, and anything else, stays. The directory is also the default
+// root of a standalone host's journal (.aipfleet/host-<replica ID>),
+// which is not dev's to delete.
 func resetStateDir(dir string) error {
 	if err := checkResettable(dir); err != nil {
 		return err
@@ -229,7 +237,7 @@ func resetStateDir(dir string) error {
 		return err
 	}
 	for _, e := range entries {
-		if e.Name() == devLockFile {
+		if !devStateEntry.MatchString(e.Name()) {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {

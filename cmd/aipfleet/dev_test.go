@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,12 +126,24 @@ func TestDevStateSurvivesARestart(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "dev", "--state-dir", dir, "--reset", "--port-base", "0", "--replicas", "99"); err == nil {
 		t.Fatal("bad flags after --reset were accepted")
 	}
+	// It keeps what is not dev's: a standalone host's journal in its
+	// default directory .aipfleet/host-<replica ID>.
 	os.WriteFile(devLockPath(dir), nil, 0o600)
+	hostJournal := filepath.Join(dir, "host-crepl_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d")
+	os.Mkdir(hostJournal, 0o700)
+	os.WriteFile(filepath.Join(hostJournal, "journal.db"), []byte("x"), 0o600)
+	os.WriteFile(filepath.Join(dir, "replica-1.pid"), []byte("1\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".registry.json.123.tmp"), nil, 0o600)
 	if err := resetStateDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 1 || entries[0].Name() != devLockFile {
-		t.Fatalf("after reset: %v %v", entries, err)
+	var left []string
+	entries, err := os.ReadDir(dir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if err != nil || !slices.Equal(left, []string{devLockFile, filepath.Base(hostJournal)}) {
+		t.Fatalf("after reset: %v %v", left, err)
 	}
 }
 
