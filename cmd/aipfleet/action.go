@@ -228,6 +228,9 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 		if raw, err = io.ReadAll(io.LimitReader(os.Stdin, dispatch.DefaultMaxBodyBytes+1)); err != nil {
 			return fmt.Errorf("read the input from stdin: %w", err)
 		}
+		if len(raw) > dispatch.DefaultMaxBodyBytes {
+			return usagef("action send: the input on stdin is more than the %d bytes allowed", dispatch.DefaultMaxBodyBytes)
+		}
 	case f.inputFile != "":
 		var err error
 		if raw, err = aip.ReadPublicFile(f.inputFile, dispatch.DefaultMaxBodyBytes); err != nil {

@@ -305,3 +305,24 @@ func TestActionOutputEscapesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestActionInputFromStdinTooLarge: an input on stdin over the limit is
+// reported as too large, not as invalid JSON (it was cut at the limit).
+func TestActionInputFromStdinTooLarge(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(big, []byte(`{"message":"`+strings.Repeat("x", dispatch.DefaultMaxBodyBytes)+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stdin := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = stdin }()
+	_, _, err = runCLI(t, nil, "action", "send", "--url", "http://127.0.0.1:1", "--token", "t", "--capability", "echo.say", "--input-file", "-")
+	if err == nil || !strings.Contains(err.Error(), "more than the 4194304 bytes allowed") {
+		t.Fatalf("err = %v, want the input called too large", err)
+	}
+}
