@@ -804,15 +804,27 @@ func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, ex
 		fleetFlags += " --control-url http://" + f.controlAddr()
 	}
 	if filepath.Clean(f.dir) != DefaultDevStateDir {
-		clientFlags += " --dev-state-dir " + f.dir
+		clientFlags += " --dev-state-dir " + shellQuote(f.dir)
 	}
 	fmt.Fprintf(w, "\nTry, in another terminal:\n")
 	fmt.Fprintf(w, "  %s action send%s --capability echo.say --input '{\"message\":\"hello\"}'\n", cli, clientFlags)
 	fmt.Fprintf(w, "  %s fleet status%s --watch\n", cli, fleetFlags)
 	fmt.Fprintf(w, "  %s events list%s --follow   # provider events of connectors that declare channels\n", cli, clientFlags)
 	victim := replicaName(min(1, f.replicas-1))
-	fmt.Fprintf(w, "  kill -TERM \"$(cat %s)\"   # %s drains, goes offline, comes back\n", f.path(victim+".pid"), victim)
+	fmt.Fprintf(w, "  kill -TERM \"$(cat %s)\"   # %s drains, goes offline, comes back\n", shellQuote(f.path(victim+".pid")), victim)
 	fmt.Fprintf(w, "\nCtrl-C drains every replica and stops the fleet.\n\n")
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but
+// letters, digits and _ . / - (a state directory with a space in its
+// path), so the commands the banner prints run as printed.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./-", r))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // slogFor returns a logger writing source's lines to the dev log.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -405,5 +406,44 @@ func TestDevImplementationClaims(t *testing.T) {
 	}
 	if got := implementationClaims(&c, false); !got.Approval || !got.Credentials || !got.Compensation || !got.Transaction || !got.Streaming || !got.Retry || !got.Cancellation || !got.Invocation {
 		t.Errorf("x.rich claims %+v", got)
+	}
+}
+
+// TestDevBannerCommandsRunAsPrinted: the commands the ready banner prints
+// work when pasted into a shell, even with a state directory whose path
+// has a space in it.
+func TestDevBannerCommandsRunAsPrinted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "my fleet", "state")
+	f := prepared(t, dir, 2, 0)
+	procs := []*replicaProcess{{name: "replica-1", pidFile: f.path("replica-1.pid")}, {name: "replica-2", pidFile: f.path("replica-2.pid")}}
+	os.WriteFile(f.path("replica-2.pid"), []byte("4242\n"), 0o644)
+	var b bytes.Buffer
+	f.banner(&b, procs, "tok", time.Now())
+	checked := 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		line, _, _ = strings.Cut(strings.TrimSpace(line), "   #")
+		var script string
+		switch {
+		case strings.HasPrefix(line, "kill -TERM "):
+			// The pid the replica's file holds.
+			script = "printf '%s\\n' " + strings.TrimPrefix(line, "kill -TERM ")
+		case strings.Contains(line, " action send "):
+			// One argument per line.
+			_, args, _ := strings.Cut(line, " action send ")
+			script = "printf '%s\\n' " + args
+		default:
+			continue
+		}
+		out, err := exec.Command("sh", "-c", script).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out)
+		}
+		if !slices.Contains(strings.Split(string(out), "\n"), "4242") && !slices.Contains(strings.Split(string(out), "\n"), dir) {
+			t.Errorf("the banner's %q does not run as printed: the shell gave\n%s", line, out)
+		}
+		checked++
+	}
+	if checked != 2 {
+		t.Fatalf("found %d of the banner's commands in:\n%s", checked, b.String())
 	}
 }
