@@ -344,8 +344,8 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		return nil
 	}
 	var st dispatch.ActionStatusResponse
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return fmt.Errorf("the dispatcher's answer is not an action status: %v", err)
+	if err := json.Unmarshal(raw, &st); err != nil || st.Route == nil {
+		return fmt.Errorf("the answer from %s is not an action status (is --url the dispatcher?): %s", f.url, printable(aip.TruncateUTF8(string(raw), 200)))
 	}
 	fmt.Fprintf(e.stdout, "action %s (%s)\n", st.ActionID, st.CapabilityID)
 	fmt.Fprintf(e.stdout, "route:   replica %s, fence %s, assigned %s\n", st.Route.ReplicaID, st.Route.FenceToken, st.Route.AssignedAt.Format(time.RFC3339))

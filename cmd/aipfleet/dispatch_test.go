@@ -326,3 +326,18 @@ func TestActionInputFromStdinTooLarge(t *testing.T) {
 		t.Fatalf("err = %v, want the input called too large", err)
 	}
 }
+
+// TestActionGetFromSomethingElse: a server that answers 200 with JSON that
+// is not an action status (--url pointing elsewhere) is an error, not a
+// crash.
+func TestActionGetFromSomethingElse(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"status":"ok"}`))
+	}))
+	t.Cleanup(srv.Close)
+	_, _, err := runCLI(t, nil, "action", "get", aip.NewActionID(), "--url", srv.URL, "--token", "t")
+	if err == nil || !strings.Contains(err.Error(), "not an action status") {
+		t.Fatalf("err = %v", err)
+	}
+}
