@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,7 +36,9 @@ Each line is: sequence, occurred_at, channel, kind, event ID, data (--json:
 one JSON object per line, as the dispatcher answers it). Without --follow
 one page is printed; when more events exist the last line says which
 --after reads on. --follow pages through to the end, then asks again every
---interval until interrupted. The dispatcher and the token are chosen as
+--interval until interrupted; a request that gets no answer, a 5xx or a 429
+(the dispatcher restarting or busy) is reported on stderr and asked again,
+any other refusal ends it. The dispatcher and the token are chosen as
 for aipfleet action: --url, and --token, --tenant with --issuer-key, or the
 token aipfleet dev wrote in --dev-state-dir.`,
 		examples: []string{
@@ -122,7 +125,20 @@ func (f *eventsFlags) list(ctx context.Context, client *http.Client, bearer stri
 			if f.follow && ctx.Err() != nil {
 				return nil // interrupted
 			}
-			return err
+			var te *transientError
+			if !f.follow || !errors.As(err, &te) {
+				return err
+			}
+			// The dispatcher is restarting or overloaded: keep following.
+			fmt.Fprintf(e.stderr, "events list: %v; asking again in %s\n", err, f.interval)
+			t := time.NewTimer(f.interval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
 		}
 		for _, ev := range page.Events {
 			if f.client.jsonOut {
@@ -156,6 +172,13 @@ func (f *eventsFlags) list(ctx context.Context, client *http.Client, bearer stri
 	}
 }
 
+// transientError is a failed request worth asking again (no answer, a 5xx
+// or a 429): --follow reports it and keeps following.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
 // printable returns s with every rune a terminal could act on (control
 // characters such as ESC or a newline, format characters such as bidi
 // overrides) written as a JSON \u escape: an event's kind and data come
@@ -185,15 +208,19 @@ func (f *eventsFlags) page(ctx context.Context, client *http.Client, bearer stri
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(f.limit)}}
 	resp, err := f.client.do(ctx, client, bearer, http.MethodGet, dispatch.PathEvents+"?"+q.Encode(), nil)
 	if err != nil {
-		return out, err
+		return out, &transientError{err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 512<<20))
 	if err != nil {
-		return out, fmt.Errorf("read the answer: %w", err)
+		return out, &transientError{fmt.Errorf("read the answer: %w", err)}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return out, apiFailure(resp.StatusCode, raw)
+		err := apiFailure(resp.StatusCode, raw)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			err = &transientError{err}
+		}
+		return out, err
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return out, fmt.Errorf("the dispatcher's answer is not a page of events: %v", err)

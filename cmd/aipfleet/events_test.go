@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -202,4 +205,84 @@ func TestEventsListEscapesControlCharacters(t *testing.T) {
 	if !strings.Contains(out, `evil\u001b]0;pwned\u0007\u000a2 forged`) || !strings.Contains(out, `{"t":"a\u009b2J\u202eb"}`) {
 		t.Errorf("the listing does not show the escaped kind and data:\n%q", out)
 	}
+}
+
+// TestEventsFollowOutlastsADispatcherRestart: with --follow, a request that
+// gets no answer or a 5xx (the dispatcher restarting) is reported and asked
+// again; a definitive refusal still ends the command.
+func TestEventsFollowOutlastsADispatcherRestart(t *testing.T) {
+	issuerKey, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "issuer.key")
+	if err := aip.WriteSeedFile(keyFile, issuerKey); err != nil {
+		t.Fatal(err)
+	}
+	real, reg := eventsDispatcher(t, issuerKey)
+	ids := appendEvents(t, reg, "acme", "a")
+	var mu sync.Mutex
+	failures := 2 // a 503, then a dropped connection
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n := failures
+		failures--
+		mu.Unlock()
+		switch n {
+		case 2:
+			http.Error(w, `{"error":{"code":"dispatch.unavailable","message":"restarting"}}`, http.StatusServiceUnavailable)
+			return
+		case 1:
+			hj, _ := w.(http.Hijacker)
+			c, _, _ := hj.Hijack()
+			c.Close()
+			return
+		}
+		proxy := httputil.NewSingleHostReverseProxy(mustParseURL(t, real))
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	env := map[string]string{"AIP_CLIENT_URL": front.URL, "AIP_CLIENT_ISSUER_KEY": keyFile}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	w, errw := &lineWriter{lines: make(chan string, 16)}, &lineWriter{lines: make(chan string, 16)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "list", "--tenant", "acme", "--follow", "--interval", "5ms"},
+			func(k string) string { return env[k] }, w, errw)
+	}()
+	select {
+	case l := <-w.lines:
+		if !strings.Contains(l, ids[0]) {
+			t.Errorf("--follow printed %q, want %s", l, ids[0])
+		}
+	case err := <-done:
+		cancel()
+		t.Fatalf("--follow ended at a failed request: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("no event line from --follow")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("--follow ended with %v, want nil when interrupted", err)
+	}
+	if l := <-errw.lines; !strings.Contains(l, "HTTP 503") || !strings.Contains(l, "asking again") {
+		t.Errorf("stderr %q does not report the 503", l)
+	}
+
+	// A definitive refusal (a token for no trusted issuer) ends it.
+	other, _ := aip.GenerateSigningKey()
+	otherFile := filepath.Join(t.TempDir(), "other.key")
+	aip.WriteSeedFile(otherFile, other)
+	_, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": real, "AIP_CLIENT_ISSUER_KEY": otherFile}, "events", "list", "--tenant", "acme", "--follow")
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("--follow with an untrusted token: %v, want the 401", err)
+	}
+}
+
+func mustParseURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
