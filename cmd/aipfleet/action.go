@@ -212,7 +212,12 @@ func (f *actionFlags) devToken() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the dev token: %w", err)
 	}
-	return strings.TrimSpace(string(raw)), nil
+	tok := strings.TrimSpace(string(raw))
+	if exp, ok := tenanttoken.UnverifiedExpiry(tok); ok && !exp.After(time.Now()) {
+		return "", fmt.Errorf("%s: the token aipfleet dev wrote in %s expired at %s (it lasts %s): restart aipfleet dev, which writes a fresh one, or pass --token, or --tenant with --issuer-key",
+			f.commandName(), file, exp.Local().Format("2006-01-02 15:04"), devTokenTTL)
+	}
+	return tok, nil
 }
 
 func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer string, e *env) error {

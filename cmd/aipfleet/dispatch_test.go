@@ -341,3 +341,28 @@ func TestActionGetFromSomethingElse(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestExpiredDevTokenSaysToRestartDev: dev's token lasts a day; a client
+// using it afterwards is told to restart dev, not handed a bare 401.
+func TestExpiredDevTokenSaysToRestartDev(t *testing.T) {
+	dir := t.TempDir()
+	k, _ := aip.GenerateSigningKey()
+	now := time.Now()
+	for _, c := range []struct {
+		expiry time.Time
+		want   string
+	}{{now.Add(-time.Minute), "restart aipfleet dev"}, {now.Add(time.Hour), "connection refused"}} {
+		tok, err := tenanttoken.Mint(k, tenanttoken.Claims{Issuer: "aipfleet-dev", Audience: tenanttoken.DefaultAudience, TenantID: DevTenant,
+			IssuedAt: now.Add(-25 * time.Hour), Expiry: c.expiry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, devTokenFile), []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = runCLI(t, map[string]string{"AIP_CLIENT_URL": "http://127.0.0.1:1"}, "action", "get", "--dev-state-dir", dir, aip.NewActionID())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("token expiring %s: %v; want %q", c.expiry, err, c.want)
+		}
+	}
+}

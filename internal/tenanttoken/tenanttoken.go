@@ -242,3 +242,15 @@ func FromAuthorization(header string) (string, error) {
 	}
 	return strings.TrimSpace(tok), nil
 }
+
+// UnverifiedExpiry returns the expiry a token claims, without verifying
+// anything (ok is false when it is not a JWT or names no expiry). For a
+// client deciding whether a token it holds is worth sending, never for
+// trusting one.
+func UnverifiedExpiry(token string) (exp time.Time, ok bool) {
+	t, err := jwt.ParseInsecure([]byte(token))
+	if err != nil || t.Expiration().IsZero() {
+		return time.Time{}, false
+	}
+	return t.Expiration(), true
+}
