@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
@@ -31,9 +32,11 @@ const (
 	DefaultMaxBodyBytes  = 4 << 20
 	// DefaultMaxEventDeliveries is Config.MaxEventDeliveries' default.
 	DefaultMaxEventDeliveries = 128
-	DefaultRegistryTimeout    = 5 * time.Second
-	DefaultStatusTimeout      = 5 * time.Second
-	DefaultShutdownTimeout    = 30 * time.Second
+	// DefaultMaxEventBodyBytes is Config.MaxEventBodyBytes' default.
+	DefaultMaxEventBodyBytes = 64 << 20
+	DefaultRegistryTimeout   = 5 * time.Second
+	DefaultStatusTimeout     = 5 * time.Second
+	DefaultShutdownTimeout   = 30 * time.Second
 	// DefaultHopSlack is how much longer the dispatcher waits for the
 	// replica than the action's timeout, so the replica's own answer to a
 	// connector that overran (outcome unknown, journaled) arrives first.
@@ -78,6 +81,13 @@ type Config struct {
 	// refused with a temporary connector_event.capacity, and its host
 	// retries. Defaults to 128 (reference §7.4).
 	MaxEventDeliveries int
+	// MaxEventBodyBytes bounds the bytes of connector-event deliveries
+	// read into memory at once: before its body is read (the ingress needs
+	// no token), a delivery waits for its share of this budget — its
+	// Content-Length, or the largest delivery (aip.MaxEventDeliveryBytes)
+	// when it names none — and holds it until answered. Defaults to 64
+	// MiB; at least aip.MaxEventDeliveryBytes.
+	MaxEventBodyBytes int64
 	// TokenCacheSize bounds the cache of verified bearer tokens (a token is
 	// trusted again without verification until its expiry, at most 5
 	// minutes). Defaults to 4096; negative disables the cache.
@@ -142,6 +152,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxEventDeliveries == 0 {
 		c.MaxEventDeliveries = DefaultMaxEventDeliveries
+	}
+	if c.MaxEventBodyBytes == 0 {
+		c.MaxEventBodyBytes = DefaultMaxEventBodyBytes
 	}
 	if c.TokenCacheSize == 0 {
 		c.TokenCacheSize = DefaultTokenCacheSize
@@ -242,6 +255,8 @@ type Dispatcher struct {
 	retries   *settleRetries
 	// eventSlots holds one token per connector-event delivery in work.
 	eventSlots chan struct{}
+	// eventBodies is the budget of delivery bytes read into memory.
+	eventBodies *semaphore.Weighted
 }
 
 // New validates the configuration and returns a dispatcher. It does no I/O
@@ -270,6 +285,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("MaxBodyBytes %d must be positive", cfg.MaxBodyBytes)
 	case cfg.MaxEventDeliveries < 1:
 		return bad("MaxEventDeliveries %d must be positive", cfg.MaxEventDeliveries)
+	case cfg.MaxEventBodyBytes < aip.MaxEventDeliveryBytes:
+		return bad("MaxEventBodyBytes %d must be at least %d, the largest delivery", cfg.MaxEventBodyBytes, aip.MaxEventDeliveryBytes)
 	case cfg.RegistryTimeout < 0:
 		return bad("RegistryTimeout %s must not be negative", cfg.RegistryTimeout)
 	case cfg.StatusTimeout < 0:
@@ -295,13 +312,14 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, deps: deps, key: cfg.SigningKey, sched: sched, client: deps.Client,
-		principal:  aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
-		log:        cfg.Logger.With("component", "dispatch"),
-		tracer:     cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
-		prop:       propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		jwks:       jwks,
-		retries:    newSettleRetries(),
-		eventSlots: make(chan struct{}, cfg.MaxEventDeliveries),
+		principal:   aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
+		log:         cfg.Logger.With("component", "dispatch"),
+		tracer:      cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
+		prop:        propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		jwks:        jwks,
+		retries:     newSettleRetries(),
+		eventSlots:  make(chan struct{}, cfg.MaxEventDeliveries),
+		eventBodies: semaphore.NewWeighted(cfg.MaxEventBodyBytes),
 	}
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true

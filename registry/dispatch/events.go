@@ -174,6 +174,26 @@ func (d *Dispatcher) handleConnectorEvents() http.Handler {
 
 // receiveEvents reads, verifies and appends one delivery.
 func (d *Dispatcher) receiveEvents(r *http.Request, w http.ResponseWriter, dl *delivery) ([]registry.StoredEvent, *eventRefusal) {
+	if r.ContentLength > aip.MaxEventDeliveryBytes {
+		return nil, refuseEvent(http.StatusRequestEntityTooLarge, aip.CodeEventInvalid,
+			"the delivery exceeds %d bytes; send fewer or smaller events per delivery", aip.MaxEventDeliveryBytes)
+	}
+	// The body is read only within the budget of Config.MaxEventBodyBytes:
+	// this route needs no token, so concurrent deliveries must not hold
+	// unbounded memory before their signatures are checked.
+	need := int64(aip.MaxEventDeliveryBytes)
+	if r.ContentLength >= 0 {
+		need = r.ContentLength
+	}
+	if need > 0 {
+		d.m.eventBodyWaiting.Inc()
+		err := d.eventBodies.Acquire(r.Context(), need)
+		d.m.eventBodyWaiting.Dec()
+		if err != nil {
+			return nil, invalidEvent("the delivery ended before its body could be read: %v", err)
+		}
+		defer d.eventBodies.Release(need)
+	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, aip.MaxEventDeliveryBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError

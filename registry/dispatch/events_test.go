@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -762,5 +763,87 @@ func TestConnectorEventsCapacity(t *testing.T) {
 	bl.entered = make(chan struct{}, 8)
 	if status, ans, _ := w.post(w.delivery(event("k", `{"n":3}`))); status != http.StatusOK {
 		t.Fatalf("after the slot was freed: HTTP %d %+v", status, ans.Body.Error)
+	}
+}
+
+// TestConnectorEventBodiesShareAMemoryBudget: the ingress needs no token,
+// so a delivery's body is read only within Config.MaxEventBodyBytes: with
+// the budget taken by a delivery still sending its body, the next waits
+// (aip_dispatch_event_deliveries_waiting) instead of being read, and is
+// read and accepted once the first ends. A Content-Length above the
+// largest delivery is refused unread.
+func TestConnectorEventBodiesShareAMemoryBudget(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{cfg: func(c *dispatch.Config) { c.MaxEventBodyBytes = aip.MaxEventDeliveryBytes }})
+	waiting := func() string {
+		resp, err := w.srv.Client().Get(w.srv.URL + dispatch.PathMetrics)
+		must(t, err)
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(l, "aip_dispatch_event_deliveries_waiting ") {
+				return strings.TrimPrefix(l, "aip_dispatch_event_deliveries_waiting ")
+			}
+		}
+		t.Fatal("/metrics lacks aip_dispatch_event_deliveries_waiting")
+		return ""
+	}
+
+	// A delivery announcing the largest body, of which it sends a little.
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, w.srv.URL+aip.EventsPath, pr)
+	must(t, err)
+	req.ContentLength = aip.MaxEventDeliveryBytes
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := w.srv.Client().Do(req)
+		if err != nil {
+			slow <- 0
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	_, err = pw.Write([]byte(`{"aip_version":`))
+	must(t, err)
+
+	second := make(chan int, 1)
+	go func() {
+		status, _, _ := w.post(w.delivery(event("k", `{"n":2}`)))
+		second <- status
+	}()
+	for waiting() != "1" {
+		select {
+		case s := <-second:
+			t.Fatalf("the second delivery was read while the budget was taken: HTTP %d", s)
+		case <-time.After(5 * time.Millisecond): // polling the gauge
+		}
+	}
+	pw.CloseWithError(errors.New("the host gave up")) // the first ends unfinished
+	if s := <-slow; s == http.StatusOK {
+		t.Errorf("the unfinished delivery: HTTP %d", s)
+	}
+	if s := <-second; s != http.StatusOK {
+		t.Fatalf("the second delivery: HTTP %d, want it accepted once the budget was free", s)
+	}
+	if n := len(w.stored(tenant)); n != 1 {
+		t.Errorf("%d events stored, want 1", n)
+	}
+
+	// Too large, said up front: refused without reading.
+	hr, hw := io.Pipe()
+	defer hw.Close()
+	huge, err := http.NewRequestWithContext(t.Context(), http.MethodPost, w.srv.URL+aip.EventsPath, hr)
+	must(t, err)
+	huge.ContentLength = aip.MaxEventDeliveryBytes + 1
+	resp, err := w.srv.Client().Do(huge)
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a delivery announcing %d bytes: HTTP %d, want 413", huge.ContentLength, resp.StatusCode)
+	}
+
+	key, _ := aip.GenerateSigningKey()
+	if _, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID, MaxEventBodyBytes: 1}, dispatch.Deps{}); err == nil {
+		t.Error("a budget smaller than the largest delivery was accepted")
 	}
 }

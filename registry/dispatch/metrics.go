@@ -23,6 +23,9 @@ type metrics struct {
 	// The connector-event ingress.
 	eventDeliveries *prometheus.CounterVec
 	eventsStored    prometheus.Counter
+	// eventBodyWaiting counts deliveries waiting for their share of
+	// Config.MaxEventBodyBytes before their bodies are read.
+	eventBodyWaiting prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
@@ -67,11 +70,15 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 		}, []string{"route", "status"}),
 		eventDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_events_received_total",
-			Help: "Connector-event deliveries received, by result: accepted, or the refusal (invalid, not_authorized, unavailable, idempotency_conflict).",
+			Help: "Connector-event deliveries received, by result: accepted, or the refusal (invalid, not_authorized, unavailable, idempotency_conflict, capacity).",
 		}, []string{"result"}),
 		eventsStored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "aip_dispatch_events_stored_total",
 			Help: "Events of accepted connector-event deliveries (a redelivered event counts again).",
+		}),
+		eventBodyWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aip_dispatch_event_deliveries_waiting",
+			Help: "Connector-event deliveries waiting for room in the memory budget of delivery bodies (Config.MaxEventBodyBytes) before they are read.",
 		}),
 	}
 	gauge := func(name, help string, f func(SchedulerSnapshot) float64) prometheus.Collector {
@@ -79,7 +86,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.reconciled, m.requests,
-		m.eventDeliveries, m.eventsStored,
+		m.eventDeliveries, m.eventsStored, m.eventBodyWaiting,
 		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
 		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
 		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),
