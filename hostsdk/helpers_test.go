@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,6 +115,9 @@ func (c *testConnector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Ac
 		}
 		if in.Message == "bad-output" {
 			return call.Complete(map[string]any{"nope": true})
+		}
+		if in.Message == "huge-output" {
+			return call.Complete(map[string]any{"message": strings.Repeat("x", aip.MaxMessageBytes), "runs": runs})
 		}
 	}
 	return call.Complete(map[string]any{"message": in.Message, "runs": runs, "tenant": call.Action.Identity.Tenant.ID})

@@ -54,6 +54,11 @@ const (
 const (
 	MaxMessageAge  = aip.MaxEnvelopeAge
 	MaxMessageSkew = aip.MaxEnvelopeSkew
+	// MaxResultBytes bounds an action result's JSON: the signed answer
+	// that carries it must stay within aip.MaxMessageBytes, which is what
+	// a dispatcher reads. A connector's larger result is journaled as
+	// outcome_unknown (the action ran; its result cannot be returned).
+	MaxResultBytes = aip.MaxMessageBytes - 64<<10
 	// CapacityRetryAfter is the retry hint of connector_host.capacity.
 	CapacityRetryAfter = 100 * time.Millisecond
 )
@@ -453,8 +458,14 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 	status, result, detail := h.settle(ra.ctx, a, cap, res, err, panicked)
 	var raw json.RawMessage
 	if result != nil {
-		if raw, err = json.Marshal(result); err != nil {
+		switch raw, err = json.Marshal(result); {
+		case err != nil:
 			status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result cannot be encoded: "+err.Error(), nil
+		case len(raw) > MaxResultBytes:
+			// No answer could carry it (nor a retry's, nor a status
+			// query's): the caller cannot learn what the action did.
+			status, result, detail, raw = aip.StateOutcomeUnknown, nil, fmt.Sprintf(
+				"the connector's result is %d bytes of JSON, more than the %d an answer can carry; it is not kept", len(raw), MaxResultBytes), nil
 		}
 	}
 	fctx, fspan := x.journalSpan("finish", a.ID)

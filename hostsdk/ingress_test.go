@@ -551,3 +551,35 @@ func TestHugeActionTimeoutDoesNotExpireAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestResultTooLargeToAnswerIsOutcomeUnknown: a result no signed answer
+// can carry within what a dispatcher reads is journaled outcome_unknown
+// (the action ran; the caller cannot learn its result) and answered so,
+// now and on a retry, rather than answered with a message the dispatcher
+// refuses to read every time.
+func TestResultTooLargeToAnswerIsOutcomeUnknown(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+	a := action(capEcho, `{"message":"huge-output"}`)
+	for range 2 {
+		resp, err := f.d.Act(ctx, target, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Raw) > aip.MaxMessageBytes {
+			t.Fatalf("the answer is %d bytes, more than a dispatcher reads", len(resp.Raw))
+		}
+		if pe := wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown); !strings.Contains(pe.Message, "more than the") {
+			t.Errorf("message %q does not say the result was too large", pe.Message)
+		}
+	}
+	rec, err := f.j.Action(ctx, a.ID)
+	if err != nil || rec.Status != aip.StateOutcomeUnknown || len(rec.Result) != 0 {
+		t.Fatalf("journal record %s, %d result bytes, %v; want outcome_unknown without the result", rec.Status, len(rec.Result), err)
+	}
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Errorf("connector ran %d times, want 1", n)
+	}
+}
