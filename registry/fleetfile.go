@@ -887,9 +887,11 @@ func (r *ApplyReport) Changed() bool { return r.Count(Created)+r.Count(Updated) 
 // Apply brings the registry to the state the fleet file describes, through
 // admin, and reports what it changed. It applies policies, then types
 // (created enabled), versions, instances, replicas and bindings, and
-// finally disables the types the file marks disabled, so a file can both
-// admit a type's versions and disable it. Applying the same file again
-// changes nothing.
+// finally disables the types the file marks disabled, so a file can create
+// a type, admit its versions and disable it. A type already disabled stays
+// disabled while the file is applied, so a new version of it is refused
+// (versions are admitted only into an enabled type). Applying the same file
+// again changes nothing.
 //
 // Existing records are compared with the file: equal ones are unchanged;
 // policies, instances and bindings that differ are put (their revision must
