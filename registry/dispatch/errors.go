@@ -87,7 +87,7 @@ func registryError(err error) *apiError {
 			"no replica can take the action now: "+err.Error())
 	case errors.Is(err, registry.ErrConflict):
 		return newAPIError(http.StatusConflict, CodeRouteConflict, aip.CategoryPermanent, false, 0,
-			"the action ID is already used for another capability; use a new action ID")
+			"the action ID is already taken by another action (another capability, or another tenant's); use a new action ID")
 	case errors.Is(err, registry.ErrInvalid):
 		return newAPIError(http.StatusUnprocessableEntity, CodeActionInvalid, aip.CategoryPermanent, false, 0, err.Error())
 	case errors.Is(err, registry.ErrNotFound):
