@@ -614,10 +614,14 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 		}
 	}
 	if n, err := offlineCount(reg); err == nil {
-		if n == len(f.state.ReplicaIDs) {
+		if total := len(f.state.ReplicaIDs); n == total {
 			log.event("dev", fmt.Sprintf("all %d replicas are offline", n))
 		} else {
-			log.event("dev", fmt.Sprintf("%d of %d replicas are offline", n, len(f.state.ReplicaIDs)))
+			// A replica that was still waiting for the lease of a process
+			// that failed never ran, so it could not drain: its record
+			// stays registered until that lease expires.
+			log.event("dev", fmt.Sprintf("%d of %d replicas are offline", n, total))
+			errs = append(errs, fmt.Errorf("%d of %d replicas did not go offline: still registered until their leases expire", total-n, total))
 		}
 	}
 	stopCP()

@@ -177,7 +177,7 @@ func exitText(err error) error {
 		return err
 	}
 	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return fmt.Errorf("killed by %s (a crash: it did not drain; it recovers its journal when it starts again and re-registers once its old lease expires)", ws.Signal())
+		return fmt.Errorf("killed by signal %d (%s; a crash: it did not drain; it recovers its journal when it starts again and re-registers once its old lease expires)", int(ws.Signal()), ws.Signal())
 	}
 	return fmt.Errorf("exit status %d (its log above says why)", ee.ExitCode())
 }

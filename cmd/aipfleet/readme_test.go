@@ -543,3 +543,51 @@ func TestDevRestartsAKilledReplicaAfterItsLease(t *testing.T) {
 	}
 	dev.stop(t, stateDir, 1)
 }
+
+// TestDevStoppedWhileAReplicaWaitsIsNotClean: Ctrl-C while a killed
+// replica waits for the lease its process left: that replica never drained
+// and stays registered, so dev does not report a clean stop, and says
+// which replica stayed registered and by what signal it was killed.
+func TestDevStoppedWhileAReplicaWaitsIsNotClean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aipfleet dev")
+	}
+	bin := filepath.Join(t.TempDir(), "aipfleet")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	work := t.TempDir()
+	stateDir := filepath.Join(work, DefaultDevStateDir)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIP_") {
+			env = append(env, kv)
+		}
+	}
+	dev := startDev(t, bin, work, env, []string{"dev", "--replicas", "1", "--port-base", strconv.Itoa(freePortBase(t, 1))})
+	dev.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(dev.stdout.String(), "aipfleet dev is ready") })
+	raw, _ := os.ReadFile(filepath.Join(stateDir, "replica-1.pid"))
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	dev.waitFor(t, "dev to wait for the killed replica's lease", func() bool {
+		return strings.Contains(dev.stderr.String(), "replica-1 is still registered with the lease of the process that failed")
+	})
+	if err := dev.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dev.done:
+	case <-time.After(time.Minute):
+		t.Fatal("aipfleet dev did not exit within a minute of SIGINT")
+	}
+	log := dev.stderr.String()
+	if dev.err == nil || strings.Contains(log, "stopped cleanly") || !strings.Contains(log, "did not go offline") ||
+		!strings.Contains(log, "replica-1 stopped: killed by signal 9 (killed;") {
+		t.Errorf("dev exited with %v after a stop that left a replica registered:\n%s", dev.err, lastLines(log, 20))
+	}
+}
