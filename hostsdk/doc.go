@@ -140,7 +140,8 @@
 // offline. A heartbeat whose answers were all lost may have been applied
 // and moved the lease sequence on, so the next beat (or a drain) replays
 // that same request first to learn its outcome, instead of losing the
-// fence with a fresh one. After the local lease expires, a healthy host re-registers,
+// fence with a fresh one; a drain whose answers were lost is replayed the
+// same way before the offline transition. After the local lease expires, a healthy host re-registers,
 // reusing the exact request after an ambiguous failure and a fresh request
 // ID after a rejection (or after a replay answering a lease that has
 // expired since, which is not counted as a recovery).

@@ -160,12 +160,29 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 		}
 		seq, _ = h.lease.get()
 	}
+	if p := h.pendingDrain; op == aip.OpOffline && p != nil && p.req.Command.Transition.PreviousSequence == seq {
+		// Likewise a drain whose answers were lost.
+		h.pendingDrain = nil
+		if rp, err := h.control.refresh(p); err != nil {
+			h.log.Warn("replay the drain whose outcome is unknown", "error", err)
+		} else if out, err := h.control.do(ctx, rp); err != nil {
+			h.log.Warn("replay the drain whose outcome is unknown", "error", err)
+		} else if out.Lease != nil {
+			h.lease.apply(out.Lease)
+			h.log.Info("drain transition accepted on replay", "sequence", out.Lease.Sequence)
+			seq, _ = h.lease.get()
+		}
+	}
 	sr, err := h.control.seal(aip.TransitionCommand(op, aip.Transition{ReplicaID: h.cfg.ReplicaID, PreviousSequence: seq}))
 	if err != nil {
 		return err
 	}
 	out, err := h.control.do(ctx, sr)
 	if err != nil {
+		var rej *ControlRejectedError
+		if op == aip.OpDrain && !errors.As(err, &rej) {
+			h.pendingDrain = sr // it may have been applied: offline replays it first
+		}
 		return fmt.Errorf("%s at sequence %d: %w", op, seq, err)
 	}
 	switch {

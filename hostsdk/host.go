@@ -79,9 +79,12 @@ type Host struct {
 	// pendingHeartbeat is the beat whose outcome is unknown (guarded by
 	// controlMu): the next beat replays it while the lease is unchanged.
 	pendingHeartbeat *sealedRequest
-	inflight         inflight
-	runMu            sync.Mutex
-	running          map[string]*runningAction
+	// pendingDrain is a drain whose outcome is unknown (guarded by
+	// controlMu): the offline transition replays it first.
+	pendingDrain *sealedRequest
+	inflight     inflight
+	runMu        sync.Mutex
+	running      map[string]*runningAction
 
 	// Goroutines the host owns.
 	hardStop   context.CancelFunc // cancels every running action

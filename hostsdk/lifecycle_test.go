@@ -459,3 +459,25 @@ func TestDrainAfterALostHeartbeatAnswer(t *testing.T) {
 		}
 	})
 }
+
+// A drain the control plane applied but whose answers were both lost has
+// moved the lease sequence on; the offline transition replays it first, so
+// the replica still goes offline instead of staying draining until its
+// lease runs out.
+func TestOfflineAfterALostDrainAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		ctx := context.Background()
+		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the drain and its resend
+		err := b.h.Stop(ctx)
+		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+			t.Fatalf("replica is %s after shutdown (Stop: %v); want offline", st.Status, err)
+		}
+		if err == nil || !strings.Contains(err.Error(), "drain") {
+			t.Errorf("Stop = %v; the drain's lost answers still make the shutdown unclean", err)
+		}
+	})
+}
