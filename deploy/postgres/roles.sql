@@ -52,6 +52,16 @@ BEGIN
 END
 $$;
 
+-- A session of the data or lifecycle role is never idle inside a
+-- transaction for long (each transaction is a few statements sent at
+-- once). One that is was cut off mid-transaction — a dispatcher or control
+-- plane that lost its network or froze — and its row locks (admission
+-- counters, replicas) would block routing and lease expiry until TCP gives
+-- up on it, which can take hours: PostgreSQL ends such a session after a
+-- minute, rolling its transaction back.
+ALTER ROLE aip_registry_data SET idle_in_transaction_session_timeout = '60s';
+ALTER ROLE aip_registry_lifecycle SET idle_in_transaction_session_timeout = '60s';
+
 -- The schema belongs to the admin role; the others may only look up names
 -- in it.
 CREATE SCHEMA IF NOT EXISTS aip_registry AUTHORIZATION aip_registry_admin;

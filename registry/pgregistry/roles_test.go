@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/registry"
@@ -57,6 +59,19 @@ func TestRoles(t *testing.T) {
 	adminURL := asRole(t, superURL, "aip_registry_admin")
 	dataURL := asRole(t, superURL, "aip_registry_data")
 	lifecycleURL := asRole(t, superURL, "aip_registry_lifecycle")
+
+	// A session of the data or lifecycle role cut off mid-transaction does
+	// not hold its locks for ever.
+	for _, u := range []string{dataURL, lifecycleURL} {
+		conn, err := pgx.Connect(ctx, u)
+		must(t, err)
+		var v string
+		must(t, conn.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&v))
+		conn.Close(ctx)
+		if v != "1min" {
+			t.Errorf("idle_in_transaction_session_timeout is %q for %s, want 1min", v, u)
+		}
+	}
 
 	// The data role cannot install the schema; the admin role can.
 	if err := pgregistry.Migrate(ctx, dataURL); err == nil {
