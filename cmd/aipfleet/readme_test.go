@@ -505,13 +505,10 @@ func TestDevRefusesAStateDirInUse(t *testing.T) {
 	first.stop(t, stateDir, 1)
 }
 
-// TestDevRestartsAKilledReplicaAfterItsLease kills a replica with SIGKILL
-// while dev runs: its lease stays live, so dev starts it again only once
-// the lease has expired, instead of restarting it into register refusals.
-func TestDevRestartsAKilledReplicaAfterItsLease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs aipfleet dev and waits for a lease to expire")
-	}
+// devWithAKilledReplica builds aipfleet, runs dev with one replica until
+// it is ready, and kills the replica with SIGKILL; its lease stays live.
+func devWithAKilledReplica(t *testing.T) (*devProc, string) {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "aipfleet")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -534,6 +531,17 @@ func TestDevRestartsAKilledReplicaAfterItsLease(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	return dev, stateDir
+}
+
+// TestDevRestartsAKilledReplicaAfterItsLease kills a replica with SIGKILL
+// while dev runs: its lease stays live, so dev starts it again only once
+// the lease has expired, instead of restarting it into register refusals.
+func TestDevRestartsAKilledReplicaAfterItsLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs aipfleet dev and waits for a lease to expire")
+	}
+	dev, stateDir := devWithAKilledReplica(t)
 	dev.waitFor(t, "the killed replica to serve again", func() bool {
 		return strings.Count(dev.stderr.String(), "replica-1  INFO  serving") >= 2
 	})
@@ -552,28 +560,7 @@ func TestDevStoppedWhileAReplicaWaitsIsNotClean(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aipfleet dev")
 	}
-	bin := filepath.Join(t.TempDir(), "aipfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	work := t.TempDir()
-	stateDir := filepath.Join(work, DefaultDevStateDir)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AIP_") {
-			env = append(env, kv)
-		}
-	}
-	dev := startDev(t, bin, work, env, []string{"dev", "--replicas", "1", "--port-base", strconv.Itoa(freePortBase(t, 1))})
-	dev.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(dev.stdout.String(), "aipfleet dev is ready") })
-	raw, _ := os.ReadFile(filepath.Join(stateDir, "replica-1.pid"))
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	dev, _ := devWithAKilledReplica(t)
 	dev.waitFor(t, "dev to wait for the killed replica's lease", func() bool {
 		return strings.Contains(dev.stderr.String(), "replica-1 is still registered with the lease of the process that failed")
 	})
