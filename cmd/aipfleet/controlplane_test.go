@@ -190,10 +190,7 @@ func TestControlPlaneProcess(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	f := newControlPlaneFixture(t)
-	bin := filepath.Join(t.TempDir(), "aipfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	cmd := exec.Command(bin, "control-plane", "--bind", "127.0.0.1:0", "--allow-insecure-loopback-http", "--lease-ttl", "20s")
 	cmd.Env = append(os.Environ(), "AIP_CONTROL_DATABASE_URL_FILE="+f.dbFile, "AIP_CONTROL_SIGNING_KEY_FILE="+f.keyFile)
 	stderr, err := cmd.StderrPipe()

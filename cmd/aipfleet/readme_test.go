@@ -295,10 +295,7 @@ func TestREADMETour(t *testing.T) {
 		t.Fatalf("the README's tour has %d code blocks and %d expectations; is the \"## Tour\" section there?", len(blocks), expects)
 	}
 
-	bin := filepath.Join(t.TempDir(), "aipfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	shim := t.TempDir()
 	if err := os.WriteFile(filepath.Join(shim, "go"), []byte(`#!/bin/sh
 # The README's "go run ./cmd/aipfleet ARGS" runs the binary the test built.
@@ -414,19 +411,11 @@ func TestDevRestartsAfterAKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aipfleet dev twice and waits for a lease to expire")
 	}
-	bin := filepath.Join(t.TempDir(), "aipfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	work := t.TempDir()
 	stateDir := filepath.Join(work, DefaultDevStateDir)
 	base := freePortBase(t, 1)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AIP_") {
-			env = append(env, kv)
-		}
-	}
+	env := environWithoutAIP()
 	args := []string{"dev", "--replicas", "1", "--port-base", strconv.Itoa(base)}
 	dev := startDev(t, bin, work, env, args)
 	dev.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(dev.stdout.String(), "aipfleet dev is ready") })
@@ -465,18 +454,10 @@ func TestDevRefusesAStateDirInUse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs aipfleet dev twice")
 	}
-	bin := filepath.Join(t.TempDir(), "aipfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	work := t.TempDir()
 	stateDir := filepath.Join(work, DefaultDevStateDir)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AIP_") {
-			env = append(env, kv)
-		}
-	}
+	env := environWithoutAIP()
 	first := startDev(t, bin, work, env, []string{"dev", "--replicas", "1", "--port-base", strconv.Itoa(freePortBase(t, 1))})
 	first.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(first.stdout.String(), "aipfleet dev is ready") })
 	devJSON, err := os.ReadFile(filepath.Join(stateDir, "dev.json"))
@@ -509,18 +490,10 @@ func TestDevRefusesAStateDirInUse(t *testing.T) {
 // it is ready, and kills the replica with SIGKILL; its lease stays live.
 func devWithAKilledReplica(t *testing.T) (*devProc, string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "aipfleet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 	work := t.TempDir()
 	stateDir := filepath.Join(work, DefaultDevStateDir)
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "AIP_") {
-			env = append(env, kv)
-		}
-	}
+	env := environWithoutAIP()
 	dev := startDev(t, bin, work, env, []string{"dev", "--replicas", "1", "--port-base", strconv.Itoa(freePortBase(t, 1))})
 	dev.waitFor(t, "dev's ready banner", func() bool { return strings.Contains(dev.stdout.String(), "aipfleet dev is ready") })
 	raw, _ := os.ReadFile(filepath.Join(stateDir, "replica-1.pid"))
@@ -577,4 +550,26 @@ func TestDevStoppedWhileAReplicaWaitsIsNotClean(t *testing.T) {
 		!strings.Contains(log, "replica-1 stopped: killed by signal 9 (killed;") {
 		t.Errorf("dev exited with %v after a stop that left a replica registered:\n%s", dev.err, lastLines(log, 20))
 	}
+}
+
+// buildCLI builds aipfleet into a temporary directory.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "aipfleet")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// environWithoutAIP is this process's environment without AIP_ variables,
+// so a child aipfleet sees only the flags a test gives it.
+func environWithoutAIP() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIP_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
