@@ -54,6 +54,17 @@ func newBubbleFleet(t *testing.T, edit func(*hostsdk.Config)) *bubbleFleet {
 	return &bubbleFleet{cp: cp, d: d, client: client, cfg: cfg, h: h, conn: conn}
 }
 
+// awaitFirstBeat waits for the registration and the first heartbeat and
+// returns the context the test goes on with.
+func (b *bubbleFleet) awaitFirstBeat(t *testing.T) context.Context {
+	t.Helper()
+	ctx := context.Background()
+	if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
 // metric reads one sample from the host's /metrics.
 func (b *bubbleFleet) metric(t *testing.T, name string) float64 {
 	t.Helper()
@@ -116,10 +127,7 @@ func TestMissedTicksAreSkipped(t *testing.T) {
 			c.HealthProbeTimeout = 30 * time.Second
 			c.LeaseTTL = 60 * time.Second
 		})
-		ctx := context.Background()
-		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
-			t.Fatal(err)
-		}
+		b.awaitFirstBeat(t)
 		t1 := time.Now()
 		// The next probe takes 25s: the beat due at t1+10 goes out at
 		// t1+35; the grid slots t1+20 and t1+30 are skipped, not replayed.
@@ -146,10 +154,7 @@ func TestMissedTicksAreSkipped(t *testing.T) {
 func TestLeaseExpiryAndRecovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubbleFleet(t, nil)
-		ctx := context.Background()
-		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
-			t.Fatal(err)
-		}
+		b.awaitFirstBeat(t)
 		// t1: the first heartbeat renewed the lease to t1+30.
 		b.cp.SetUnavailable(true)
 		time.Sleep(25 * time.Second) // t1+25: beats at +10, +20 failed
@@ -253,10 +258,7 @@ func TestDrainInBubbleSendsOfflineLast(t *testing.T) {
 func TestReplayedRecoveryWithExpiredLeaseIsNoRecovery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubbleFleet(t, nil)
-		ctx := context.Background()
-		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
-			t.Fatal(err)
-		}
+		b.awaitFirstBeat(t)
 		// t1: the first heartbeat renewed the lease to t1+30.
 		b.cp.SetUnavailable(true)
 		time.Sleep(25 * time.Second) // beats at +10, +20 failed
@@ -408,10 +410,7 @@ func TestPanickingHealthCheckIsNotReady(t *testing.T) {
 func TestLostHeartbeatAnswerIsReplayed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubbleFleet(t, nil)
-		ctx := context.Background()
-		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
-			t.Fatal(err)
-		}
+		b.awaitFirstBeat(t)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
 		time.Sleep(11 * time.Second) // the beat commits; both answers are lost
 		hbs := opsOf(b.cp, aip.OpHeartbeat)
@@ -445,10 +444,7 @@ func TestLostHeartbeatAnswerIsReplayed(t *testing.T) {
 func TestDrainAfterALostHeartbeatAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubbleFleet(t, nil)
-		ctx := context.Background()
-		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
-			t.Fatal(err)
-		}
+		ctx := b.awaitFirstBeat(t)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
 		time.Sleep(11 * time.Second) // the beat commits; both answers are lost
 		if err := b.h.Stop(ctx); err != nil {
@@ -467,10 +463,7 @@ func TestDrainAfterALostHeartbeatAnswer(t *testing.T) {
 func TestOfflineAfterALostDrainAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubbleFleet(t, nil)
-		ctx := context.Background()
-		if err := b.cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
-			t.Fatal(err)
-		}
+		ctx := b.awaitFirstBeat(t)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the drain and its resend
 		err := b.h.Stop(ctx)
 		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
