@@ -454,66 +454,6 @@ func TestMCPZeroTimeoutIsBoundedByMaxActionDuration(t *testing.T) {
 	}
 }
 
-// TestMCPCrashLoopBacksOff: a server that breaks its session soon after
-// every connection is reconnected with a growing backoff, as a crashing
-// --exec child is restarted: the backoff starts again only after a session
-// that lasted StableAfter.
-func TestMCPCrashLoopBacksOff(t *testing.T) {
-	ts := newTestMCPServer(t)
-	var logs syncLog
-	const initial = 20 * time.Millisecond
-	m, err := NewMCP(MCPConfig{Transport: ts.transport(t), RestartBackoff: initial, MaxBackoff: time.Minute,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ts.dropSessions()
-	defer m.Close()
-	if err := m.Connect(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	// Break every session as soon as it is up, five times.
-	for starts := 1; starts <= 5; starts++ {
-		for m.snapshot().Starts < starts || !m.snapshot().Running {
-			time.Sleep(2 * time.Millisecond) // polling for the reconnection
-		}
-		ts.dropSessions()
-	}
-	var waits []int64
-	for _, line := range logs.lines() {
-		var rec struct {
-			Msg     string `json:"msg"`
-			AfterMS int64  `json:"after_ms"`
-		}
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "reconnecting to the MCP server" {
-			waits = append(waits, rec.AfterMS)
-		}
-	}
-	// The fourth wait is at least 0.8 × 2³ × initial with a doubling
-	// backoff (20 % jitter); without one it stays within 1.2 × initial.
-	if len(waits) < 4 || waits[3] < (6*initial).Milliseconds() {
-		t.Errorf("reconnect waits %v ms; want them doubling from %s", waits, initial)
-	}
-}
-
-// syncLog collects log output safely across goroutines.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
-}
-
 // TestMCPProgressKeepsTheLatest: when the dispatcher reads a streaming
 // action more slowly than the server reports progress, the sidecar drops
 // the oldest pending notifications, not the newest: the last chunk is the
