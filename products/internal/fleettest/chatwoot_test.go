@@ -221,18 +221,7 @@ func TestChatwootHostInARealFleet(t *testing.T) {
 	if status, body := deliver(""); status != http.StatusOK || !strings.Contains(body, `"accepted_events":1`) {
 		t.Fatalf("a signed delivery: %d %s", status, body)
 	}
-	var logged dispatch.EventsResponse
-	sidecartest.WaitUntil(t, "the webhook's event in the tenant's event log", []*sidecartest.Process{host, f.Dispatcher()}, func() bool {
-		req, _ := http.NewRequest(http.MethodGet, f.APIURL()+dispatch.PathEvents, nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := client.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		logged = dispatch.EventsResponse{}
-		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&logged) == nil && len(logged.Events) > 0
-	})
+	logged := awaitEvents(t, f, host, client, tok, "the webhook's event in the tenant's event log")
 	if ev := logged.Events[0]; len(logged.Events) != 1 || ev.Sequence != 1 || ev.ChannelID != chatwoot.Channel ||
 		ev.Event.Kind != "chatwoot.message_created" || !strings.Contains(string(ev.Event.Data), `"replica_id":"`+r.ID+`"`) {
 		t.Fatalf("the tenant's event log: %+v", logged)

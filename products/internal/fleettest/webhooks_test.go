@@ -171,18 +171,7 @@ func TestWebhooksReachTheEventLog(t *testing.T) {
 			}
 
 			tok := f.Token(t, realfleet.TenantID)
-			var logged dispatch.EventsResponse
-			sidecartest.WaitUntil(t, "the delivery's event in the tenant's event log", []*sidecartest.Process{host, f.Dispatcher()}, func() bool {
-				req, _ := http.NewRequest(http.MethodGet, f.APIURL()+dispatch.PathEvents, nil)
-				req.Header.Set("Authorization", "Bearer "+tok)
-				resp, err := client.Do(req)
-				if err != nil {
-					return false
-				}
-				defer resp.Body.Close()
-				logged = dispatch.EventsResponse{}
-				return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&logged) == nil && len(logged.Events) > 0
-			})
+			logged := awaitEvents(t, f, host, client, tok, "the delivery's event in the tenant's event log")
 			if ev := logged.Events[0]; len(logged.Events) != 1 || ev.Event.Kind != p.kind || aip.ValidateID(aip.PrefixEvent, ev.Event.ID) != nil {
 				t.Fatalf("the tenant's event log: %+v", logged)
 			}
@@ -191,6 +180,25 @@ func TestWebhooksReachTheEventLog(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awaitEvents reads the tenant's event log through the dispatcher's API
+// with tok until it holds an event, and returns it.
+func awaitEvents(t *testing.T, f *realfleet.Fleet, host *sidecartest.Process, client *http.Client, tok, what string) dispatch.EventsResponse {
+	t.Helper()
+	var logged dispatch.EventsResponse
+	sidecartest.WaitUntil(t, what, []*sidecartest.Process{host, f.Dispatcher()}, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, f.APIURL()+dispatch.PathEvents, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		logged = dispatch.EventsResponse{}
+		return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&logged) == nil && len(logged.Events) > 0
+	})
+	return logged
 }
 
 func readFile(path string) string {
