@@ -1,7 +1,6 @@
 package hostsdk_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -94,24 +93,6 @@ func (j *recordingJournal) pending(t *testing.T) int {
 	return n
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // eventFleet is a host with an event endpoint inside a testing/synctest
 // bubble: control plane and ingress in memory, the host on a MemListener.
 type eventFleet struct {
@@ -122,7 +103,7 @@ type eventFleet struct {
 	h      *hostsdk.Host
 	conn   *publishingConnector
 	client *http.Client
-	logs   *syncBuffer
+	logs   *hostsdktest.LogBuffer
 }
 
 func newEventFleet(t *testing.T, deliver bool, edit ...func(*hostsdk.Config)) *eventFleet {
@@ -135,7 +116,7 @@ func newEventFleet(t *testing.T, deliver bool, edit ...func(*hostsdk.Config)) *e
 	cfg := hostsdktest.HostConfig(t, cp, d, ml)
 	j := &recordingJournal{Journal: memjournal.New()}
 	cfg.Journal = j
-	logs := &syncBuffer{}
+	logs := &hostsdktest.LogBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if deliver {
 		in.Configure(&cfg)
@@ -454,7 +435,7 @@ func TestEventDeliveryNeedsChannels(t *testing.T) {
 	in := hostsdktest.NewEventIngress(t, hostsdktest.EventIngressConfig{ControlPlane: cp, Dispatcher: d})
 	cfg := hostsdktest.HostConfig(t, cp, d, nil)
 	in.Configure(&cfg)
-	logs := &syncBuffer{}
+	logs := &hostsdktest.LogBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	hostsdktest.StartHost(t, cfg, noChannels{newTestConnector()})
 	if l := logs.String(); strings.Contains(l, "delivering events") || !strings.Contains(l, "declares no event channels") {

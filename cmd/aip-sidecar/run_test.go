@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,24 +24,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var echoManifest = aip.Manifest{
 	ManifestVersion: "aip-manifest/v1",
@@ -104,7 +85,7 @@ func TestRunAttachesServesAndDrains(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr hostsdktest.LogBuffer
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, &bytes.Buffer{}, &stderr) }()
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)

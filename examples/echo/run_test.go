@@ -5,31 +5,12 @@ import (
 	"context"
 	"flag"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the host's logger and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestRunServesAndDrainsCleanly(t *testing.T) {
 	f := sidecartest.NewFakeFleet(t)
@@ -45,7 +26,7 @@ func TestRunServesAndDrainsCleanly(t *testing.T) {
 	delete(env, "AIP_CONNECTOR_HOST_BIND")
 
 	ctx, cancel := context.WithCancel(ctxT(t))
-	var stderr syncBuffer
+	var stderr hostsdktest.LogBuffer
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, &bytes.Buffer{}, &stderr) }()
 	if err := cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) > 0 && o[0].Outcome == aip.OutcomeLease }); err != nil {

@@ -25,6 +25,7 @@
 package hostsdktest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -176,4 +177,24 @@ func (l *MemListener) DialContext(ctx context.Context, network, addr string) (ne
 // through NewDispatcher) before the test ends.
 func (l *MemListener) Client() *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: l.DialContext, MaxIdleConnsPerHost: 8}}
+}
+
+// LogBuffer is a log sink safe for concurrent writes (a host's logger and
+// the test reading it), for example slog.NewTextHandler(&buf, nil).
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
