@@ -94,10 +94,10 @@ func registryError(err error) *apiError {
 		return newAPIError(http.StatusNotFound, CodeNotFound, aip.CategoryPermanent, false, 0, "no such action")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return newAPIError(http.StatusServiceUnavailable, CodeRegistry, aip.CategoryTemporary, true, time.Second,
-			"the registry did not answer in time; nothing was dispatched, retry with the same action ID")
+			"the registry did not answer in time; nothing was dispatched: retry shortly (an action with the same action ID)")
 	}
 	return newAPIError(http.StatusServiceUnavailable, CodeRegistry, aip.CategoryTemporary, true, time.Second,
-		"the registry is unavailable; retry with the same action ID")
+		"the registry is unavailable: retry shortly (an action with the same action ID)")
 }
 
 // schedulerError maps an admission failure to the API (reference §7.1).
