@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -417,6 +418,7 @@ func TestMCPConfigErrors(t *testing.T) {
 		{MCPConfig{Command: []string{"x"}, MaxActionDuration: -time.Second}, "MCP.MaxActionDuration"},
 		{MCPConfig{Command: []string{"x"}, RestartBackoff: -time.Second}, "MCP.RestartBackoff"},
 		{MCPConfig{Command: []string{"x"}, MaxBackoff: -time.Second}, "MCP.MaxBackoff"},
+		{MCPConfig{Command: []string{"x"}, StableAfter: -time.Second}, "MCP.StableAfter"},
 	} {
 		_, err := NewMCP(tc.cfg)
 		var ce *ConfigError
@@ -451,6 +453,159 @@ func TestMCPZeroTimeoutIsBoundedByMaxActionDuration(t *testing.T) {
 	}
 	if resp := <-done; resp == nil || resp.ProtocolError() == nil || resp.ProtocolError().Code != hostsdk.CodeOutcomeUnknown {
 		t.Errorf("answer %+v", resp)
+	}
+}
+
+// TestMCPReconnectBackoff: as a crashing --exec child is restarted, an MCP
+// session that breaks is re-established with a backoff that doubles after
+// every session shorter than StableAfter (up to MaxBackoff) and starts again
+// from RestartBackoff only after a session that lasted StableAfter. Each
+// case runs in a testing/synctest bubble: a session "lasts" on the bubble's
+// clock, and the delay chosen is the bubble time between the break and the
+// next connection attempt, exactly (no wall-clock measurement).
+func TestMCPReconnectBackoff(t *testing.T) {
+	const (
+		initial    = 250 * time.Millisecond
+		maxBackoff = 4 * time.Second
+		stable     = time.Minute
+	)
+	for _, tc := range []struct {
+		name string
+		// lasted is how long each session lasts before it breaks; want
+		// the nominal delay (±20 % jitter) before the next connection.
+		lasted, want []time.Duration
+	}{
+		{"sessions that break at once double the delay up to MaxBackoff",
+			[]time.Duration{0, 0, 0, 0, 0, 0},
+			[]time.Duration{initial, 2 * initial, 4 * initial, 8 * initial, maxBackoff, maxBackoff}},
+		{"a session that lasted StableAfter starts the backoff again",
+			[]time.Duration{0, 0, 0, stable - time.Nanosecond, stable, 0},
+			[]time.Duration{initial, 2 * initial, 4 * initial, 8 * initial, initial, 2 * initial}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rig := &severingRig{server: newTestMCPServer(t).server, conns: make(chan *severableConn, 4)}
+				cfg := MCPConfig{Transport: rig.transport(t), RestartBackoff: initial, MaxBackoff: maxBackoff, StableAfter: stable}
+				if testing.Verbose() {
+					cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+				}
+				m, err := NewMCP(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// On t.Fatal too, stop the sidecar before the bubble ends.
+				defer rig.awaitServerSessions()
+				defer m.Close()
+				if err := m.Connect(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				conn := rig.await(t, m, 1)
+				var got []time.Duration
+				for i, lasted := range tc.lasted {
+					time.Sleep(lasted) // the session is up for this long (bubble time)
+					broke := time.Now()
+					conn.sever()
+					conn = rig.await(t, m, i+2)
+					got = append(got, conn.at.Sub(broke))
+				}
+				if err := m.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+				for i, want := range tc.want {
+					if lo, hi := want-want/5, want+want/5; got[i] < lo || got[i] > hi {
+						t.Errorf("reconnect delays %v after sessions that lasted %v; delay %d is %v, want %v ±20%% (RestartBackoff %v doubling up to MaxBackoff %v, starting again after a session of StableAfter %v)",
+							got, tc.lasted, i+1, got[i], want, initial, maxBackoff, stable)
+						break
+					}
+				}
+			})
+		})
+	}
+}
+
+// severingRig connects the sidecar to an in-process server over in-memory
+// pipes and lets the test break a session from the client side: closing
+// the client's connection fails its reads, so the session ends as when the
+// server exits. The server's session then ends on its own (its pipe is
+// closed): the test never calls ServerSession.Close, which on the
+// in-memory transport waited for its reader for ever when sessions were
+// broken as fast as they came up.
+type severingRig struct {
+	server *mcp.Server
+	// conns receives each client connection as the sidecar opens it.
+	conns chan *severableConn
+
+	mu       sync.Mutex
+	sessions []*mcp.ServerSession
+}
+
+// severableConn is the client's end of one connection.
+type severableConn struct {
+	mcp.Connection
+	at time.Time // when the sidecar connected
+}
+
+// sever breaks the session: the client's reads and writes fail from now on.
+func (c *severableConn) sever() { c.Connection.Close() }
+
+// transport returns MCPConfig.Transport.
+func (r *severingRig) transport(t *testing.T) func() mcp.Transport {
+	return func() mcp.Transport {
+		ct, st := mcp.NewInMemoryTransports()
+		ss, err := r.server.Connect(context.Background(), st, nil)
+		if err != nil {
+			t.Errorf("server connect: %v", err)
+			return refusedTransport{}
+		}
+		r.mu.Lock()
+		r.sessions = append(r.sessions, ss)
+		r.mu.Unlock()
+		return severableTransport{ct, r.conns}
+	}
+}
+
+type severableTransport struct {
+	inner mcp.Transport
+	conns chan<- *severableConn
+}
+
+func (s severableTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := s.inner.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc := &severableConn{Connection: c, at: time.Now()}
+	s.conns <- sc
+	return sc, nil
+}
+
+// await returns the client connection of the sidecar's nth connection
+// once its session is up. The bubble's clock bounds the wait: if the
+// sidecar stops reconnecting, time jumps to the limit at once.
+func (r *severingRig) await(t *testing.T, m *MCP, n int) *severableConn {
+	t.Helper()
+	select {
+	case c := <-r.conns:
+		synctest.Wait() // initialize and tools/list are over; the sidecar watches the session
+		if st := m.snapshot(); st.Starts != n || !st.Running {
+			t.Fatalf("after connection attempt %d: status %+v; want session %d up", n, st, n)
+		}
+		return c
+	case <-time.After(time.Hour):
+		t.Fatalf("the sidecar did not open connection %d within an hour (bubble time) of the last break", n)
+	}
+	return nil
+}
+
+// awaitServerSessions waits until every server session ended (their
+// client closed). In the bubble, one that never ends makes synctest fail
+// the test at once with a deadlock (every goroutine blocked), not hang.
+func (r *severingRig) awaitServerSessions() {
+	r.mu.Lock()
+	sessions := r.sessions
+	r.mu.Unlock()
+	for _, ss := range sessions {
+		ss.Wait()
 	}
 }
 
