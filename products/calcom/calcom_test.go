@@ -839,3 +839,32 @@ func TestRedactSecrets(t *testing.T) {
 		jsonEqual(t, tc.in, got, tc.want)
 	}
 }
+
+// TestDotSegmentIDsRefused: an ID that is a whole path segment of its own
+// ("." or "..") would make the request path name another resource once a
+// server or proxy resolves dot segments (DELETE
+// /v2/event-types/11/webhooks/.. is DELETE /v2/event-types/11): such an
+// input is refused and nothing is sent.
+func TestDotSegmentIDsRefused(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	cases := []struct{ suffix, input string }{
+		{"event_type.webhook.delete", `{"event_type_id":11,"webhook_id":".."}`},
+		{"event_type.private_link.delete", `{"event_type_id":11,"link_id":".."}`},
+		{"booking.cancel", `{"booking_uid":".."}`},
+		{"booking.get", `{"booking_uid":"."}`},
+		{"webhook.delete", `{"webhook_id":".."}`},
+		{"slot.reservation.delete", `{"reservation_uid":"."}`},
+		{"calendar.event.update", `{"calendar":"google","event_uid":"..","title":"x"}`},
+	}
+	for _, tc := range cases {
+		_, resp := h.act(t, tc.suffix, tc.input)
+		res, err := resp.Result()
+		if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s %s: result %+v, %v; want failed %s", tc.suffix, tc.input, res, err, hostsdk.CodeInputInvalid)
+		}
+	}
+	if reqs := mock.requests(); len(reqs) != 0 {
+		t.Fatalf("the provider got %d requests for dot-segment IDs, first %s %s", len(reqs), reqs[0].Method, reqs[0].EscapedPath)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 // CapabilityPrefix begins every capability ID: "cap:cal_diy:<suffix>".
@@ -942,6 +943,13 @@ func (o *operation) build(input json.RawMessage) (*request, error) {
 		s := scalar(v)
 		if s == "" {
 			return nil, fmt.Errorf("calcom: %s input %s is empty", o.ID(), key)
+		}
+		if s == "." || s == ".." {
+			// PathEscape keeps dots: the segment would be a dot segment,
+			// which servers and proxies resolve to another resource
+			// (DELETE .../webhooks/.. deletes the event type).
+			return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
+				fmt.Sprintf("input of %s: %s %q is not an ID; give the ID Cal.diy returned", o.ID(), key, s))
 		}
 		r.path = r.path[:i] + url.PathEscape(s) + r.path[j+1:]
 	}
