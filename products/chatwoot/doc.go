@@ -163,12 +163,14 @@
 // webhook.authentication_failed; a body that is not UTF-8 400
 // webhook.invalid_utf8; not a JSON object with an event name, or for
 // another account, 400 webhook.invalid_delivery; storage unavailable 503
-// webhook.storage_unavailable. The delivery ID is fenced in the host's
-// state store (namespace aip.connector.chatwoot.webhook_replay.v1, key
-// instance:<instance_id>, window 600 s: twice the skew, as a timestamp ahead
-// of the clock stays acceptable that long; 10 000 deliveries, oldest
-// evicted); a duplicate is answered 200 with the same accepted_events and
-// "duplicate": true. Messages whose content_attributes carry
+// webhook.storage_unavailable. The delivery ID and the signature are
+// fenced in the host's state store (namespace
+// aip.connector.chatwoot.webhook_replay.v1, key instance:<instance_id>,
+// window 600 s: twice the skew, as a timestamp ahead of the clock stays
+// acceptable that long; 10 000 entries, two a delivery, oldest evicted):
+// the delivery ID header is not signed, so a delivery sent again under
+// another delivery ID is caught by its signature. A duplicate is answered
+// 200 with the same accepted_events and "duplicate": true. Messages whose content_attributes carry
 // aip_action_id (the connector's own) are accepted with no event (loop
 // prevention). Any other delivery becomes one event of kind
 // chatwoot.<event> on chatwoot-webhooks, its ID derived from the account

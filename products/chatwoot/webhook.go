@@ -28,7 +28,8 @@ const (
 	// MaxDeliveryIDBytes bounds the delivery header.
 	MaxDeliveryIDBytes = 512
 	// FenceNamespace, FenceWindow and FenceCapacity configure the replay
-	// fence (key "instance:<instance_id>", oldest evicted when full). A
+	// fence (key "instance:<instance_id>", oldest evicted when full; each
+	// delivery takes two entries, its delivery ID and its signature). A
 	// delivery whose timestamp is up to MaxSkew ahead of this host's clock
 	// passes the timestamp check until up to twice MaxSkew after it was
 	// received, so the fence remembers it that long (the reference's 300 s
@@ -101,7 +102,14 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			return
 		}
 		ctx := r.Context()
+		// The delivery ID is not signed: the fence also holds the signed
+		// material (the signature over timestamp and body), so a captured
+		// delivery sent again under another delivery ID is a duplicate too.
+		signedKey := "sig:" + strings.ToLower(hexSig)
 		seen, err := fence.Seen(ctx, rc.State, delivery, now)
+		if err == nil && !seen {
+			seen, err = fence.Seen(ctx, rc.State, signedKey, now)
+		}
 		if err != nil {
 			rc.Logger.Warn("chatwoot webhook: replay fence unavailable", "error", err)
 			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replay fence could not be read; deliver again later")
@@ -118,7 +126,11 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 				return
 			}
 		}
-		if _, err := fence.Record(ctx, rc.State, delivery, now); err != nil {
+		_, err = fence.Record(ctx, rc.State, delivery, now)
+		if err == nil {
+			_, err = fence.Record(ctx, rc.State, signedKey, now)
+		}
+		if err != nil {
 			// The events are stored; a redelivery stores the same batch once.
 			rc.Logger.Warn("chatwoot webhook: delivery not recorded in the replay fence", "delivery", delivery, "error", err)
 			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the delivery could not be recorded; deliver again later")

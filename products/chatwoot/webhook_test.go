@@ -298,3 +298,28 @@ func TestWebhookEventID(t *testing.T) {
 		t.Error("the same delivery ID for another account maps to the same event ID")
 	}
 }
+
+// TestWebhookReplayUnderAnotherDeliveryID: the delivery ID header is not
+// signed (the signature covers the timestamp and the body), so a captured
+// delivery sent again within the timestamp window under a new
+// X-Chatwoot-Delivery must still be a duplicate, not a second event.
+func TestWebhookReplayUnderAnotherDeliveryID(t *testing.T) {
+	e := newEnv(t, nil)
+	d := signed("dlv-1", time.Now(), incoming)
+	if a := e.post(t, d); a.status != 200 || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+		t.Fatalf("delivery: %d %v", a.status, a.body)
+	}
+	replay := d
+	replay.id = "dlv-forged"
+	if a := e.post(t, replay); a.status != 200 || a.body["duplicate"] != true {
+		t.Fatalf("replay under another delivery ID: %d %v; want a duplicate", a.status, a.body)
+	}
+	// The hex of the signature in upper case is the same signature.
+	replay.id, replay.sig = "dlv-forged-2", "sha256="+strings.ToUpper(strings.TrimPrefix(d.sig, "sha256="))
+	if a := e.post(t, replay); a.status != 200 || a.body["duplicate"] != true {
+		t.Fatalf("replay with upper-case hex: %d %v; want a duplicate", a.status, a.body)
+	}
+	if n := e.pending(t); n != 1 {
+		t.Fatalf("outbox holds %d batches after replays, want 1", n)
+	}
+}
