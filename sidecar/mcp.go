@@ -419,7 +419,9 @@ func (m *MCP) loop() {
 				m.mu.Lock()
 				m.lastErr = err.Error()
 				m.mu.Unlock()
-				m.log.Error("reconnect to the MCP server", "error", err, "retry_after_ms", bo.NextBackOff().Milliseconds())
+				// The next turn draws the delay and logs it: drawing one
+				// here too would move the backoff two steps per attempt.
+				m.log.Error("reconnect to the MCP server", "error", err)
 				continue
 			}
 			m.mu.Lock()

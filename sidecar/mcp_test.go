@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -523,6 +524,56 @@ func TestMCPReconnectBackoff(t *testing.T) {
 	}
 }
 
+// A reconnect attempt that fails moves the backoff one step, like a
+// session that broke at once: the delays between attempts double once per
+// attempt (the log line of a failed attempt used to draw a backoff of its
+// own, so the delays grew fourfold and skipped steps).
+func TestMCPReconnectBackoffAfterFailedAttempts(t *testing.T) {
+	const initial, maxBackoff = 250 * time.Millisecond, 8 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		rig := &severingRig{server: newTestMCPServer(t).server, conns: make(chan *severableConn, 4)}
+		m, err := NewMCP(MCPConfig{Transport: rig.transport(t), RestartBackoff: initial, MaxBackoff: maxBackoff, StableAfter: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rig.awaitServerSessions()
+		defer m.Close()
+		if err := m.Connect(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		conn := rig.await(t, m, 1)
+		rig.refuse.Store(3)
+		broke := time.Now()
+		conn.sever()
+		select {
+		case <-rig.conns:
+		case <-time.After(time.Hour):
+			t.Fatal("the sidecar did not reconnect within an hour (bubble time)")
+		}
+		rig.mu.Lock()
+		attempts := slices.Clone(rig.attempts)
+		rig.mu.Unlock()
+		if len(attempts) != 5 {
+			t.Fatalf("%d connection attempts, want 5 (the first, 3 refused, 1 that connected)", len(attempts))
+		}
+		var got []time.Duration
+		prev := broke
+		for _, at := range attempts[1:] {
+			got = append(got, at.Sub(prev))
+			prev = at
+		}
+		for i, want := range []time.Duration{initial, 2 * initial, 4 * initial, 8 * initial} {
+			if lo, hi := want-want/5, want+want/5; got[i] < lo || got[i] > hi {
+				t.Fatalf("delays before the reconnect attempts %v; delay %d is %v, want %v ±20%% (doubling once per attempt from %v)",
+					got, i+1, got[i], want, initial)
+			}
+		}
+		if err := m.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+}
+
 // severingRig connects the sidecar to an in-process server over in-memory
 // pipes and lets the test break a session from the client side: closing
 // the client's connection fails its reads, so the session ends as when the
@@ -534,9 +585,12 @@ type severingRig struct {
 	server *mcp.Server
 	// conns receives each client connection as the sidecar opens it.
 	conns chan *severableConn
+	// refuse is how many of the next connection attempts fail.
+	refuse atomic.Int32
 
 	mu       sync.Mutex
 	sessions []*mcp.ServerSession
+	attempts []time.Time // when the sidecar tried to connect, refused or not
 }
 
 // severableConn is the client's end of one connection.
@@ -551,6 +605,13 @@ func (c *severableConn) sever() { c.Connection.Close() }
 // transport returns MCPConfig.Transport.
 func (r *severingRig) transport(t *testing.T) func() mcp.Transport {
 	return func() mcp.Transport {
+		r.mu.Lock()
+		r.attempts = append(r.attempts, time.Now())
+		r.mu.Unlock()
+		if r.refuse.Load() > 0 {
+			r.refuse.Add(-1)
+			return refusedTransport{}
+		}
 		ct, st := mcp.NewInMemoryTransports()
 		ss, err := r.server.Connect(context.Background(), st, nil)
 		if err != nil {
