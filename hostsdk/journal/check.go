@@ -166,10 +166,11 @@ func Micro(t time.Time) time.Time {
 // NewRecord returns the record a backend journals for a new action a
 // (already checked by CheckNewAction) in status received or running:
 // ReceivedAt to the microsecond, UpdatedAt = ReceivedAt, StartedAt =
-// ReceivedAt when running (zero otherwise), and no result, detail or
-// completion time.
+// ReceivedAt when running (zero otherwise), no result, detail or
+// completion time, and no AssignedAt (it is not stored).
 func NewRecord(a Action, status aip.ActionState) Action {
 	a.Status = status
+	a.AssignedAt = time.Time{}
 	a.ReceivedAt = Micro(a.ReceivedAt)
 	a.UpdatedAt = a.ReceivedAt
 	a.StartedAt, a.CompletedAt = time.Time{}, time.Time{}
@@ -211,4 +212,34 @@ func NewReceipt(actionID string, status aip.ActionState, result json.RawMessage,
 // verbatim, and PostgreSQL's text type refuses both.
 func Text(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// CheckHorizon applies the prune horizon to a record about to be created:
+// ErrPruned when the journal has pruned actions (horizon is not zero) and
+// a.AssignedAt is zero or not after the horizon.
+func CheckHorizon(a Action, horizon time.Time) error {
+	switch {
+	case horizon.IsZero():
+		return nil
+	case a.AssignedAt.IsZero():
+		return fmt.Errorf("%w: action %s carries no assignment time and this journal has pruned actions completed up to %s",
+			ErrPruned, a.ActionID, horizon.Format(time.RFC3339Nano))
+	case !a.AssignedAt.After(horizon):
+		return fmt.Errorf("%w: action %s can have been received as early as %s, and this journal has pruned actions completed up to %s",
+			ErrPruned, a.ActionID, a.AssignedAt.UTC().Format(time.RFC3339Nano), horizon.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// CheckPrune applies PruneActions' rules to its arguments.
+func CheckPrune(before time.Time, limit int, stateNamespaces []string) error {
+	if err := CheckTime("prune cutoff", before); err != nil {
+		return err
+	}
+	for _, ns := range stateNamespaces {
+		if err := CheckID("state namespace", ns); err != nil {
+			return err
+		}
+	}
+	return CheckLimit(limit)
 }

@@ -41,6 +41,11 @@ var (
 	ErrInvalid = errors.New("journal: invalid record")
 	// ErrClosed: the journal was closed.
 	ErrClosed = errors.New("journal: closed")
+	// ErrPruned: a new action's route may be older than actions the
+	// journal has pruned (its AssignedAt is not after the prune horizon,
+	// or unknown), so the action may have run here already and its record
+	// be gone; it is refused rather than risk running it twice.
+	ErrPruned = errors.New("journal: action may have been pruned")
 )
 
 // Durability says whether a journal survives a process restart.
@@ -74,6 +79,14 @@ type Action struct {
 	StartedAt   time.Time // zero until running
 	UpdatedAt   time.Time
 	CompletedAt time.Time // zero until terminal
+
+	// AssignedAt is read only when BeginAction or AcceptAction would create
+	// the record, and is not stored: the earliest time, on this journal's
+	// clock, at which the action can first have been received (the host
+	// passes its route's assignment time less the allowed clock skew), or
+	// zero when unknown. Once the journal has pruned actions, creating one
+	// whose AssignedAt is zero or not after the prune horizon is ErrPruned.
+	AssignedAt time.Time
 }
 
 // Accepted is the result of AcceptAction.
@@ -148,7 +161,9 @@ type Journal interface {
 	// created=false without writing; the caller compares InputDigest.
 	// ActionID and ReceivedAt are required and Status must be empty or
 	// received (ErrInvalid otherwise); the stored record has UpdatedAt =
-	// ReceivedAt and no result.
+	// ReceivedAt and no result. Creating the record is ErrPruned (nothing
+	// written) when a.AssignedAt is not after the prune horizon (see
+	// Action.AssignedAt).
 	BeginAction(ctx context.Context, a Action) (existing Action, created bool, err error)
 	// AcceptAction is the host's hot path for a new action message: in one
 	// transaction it claims messageID until messageExpiresAt (as
@@ -160,7 +175,8 @@ type Journal interface {
 	// If the message ID is an unexpired replay, nothing is written and
 	// Claimed is false. If the action ID is already journaled, the claim
 	// commits and Existing holds the record (Created is false). a follows
-	// BeginAction's rules.
+	// BeginAction's rules; when creating it is ErrPruned, nothing is
+	// written (not even the claim).
 	AcceptAction(ctx context.Context, messageID string, messageExpiresAt, now time.Time, a Action) (Accepted, error)
 	// StartAction moves a received action to running.
 	StartAction(ctx context.Context, actionID string, at time.Time) error
@@ -174,6 +190,20 @@ type Journal interface {
 	// ActionsByStatus returns up to limit actions in the given statuses,
 	// oldest received first.
 	ActionsByStatus(ctx context.Context, limit int, statuses ...aip.ActionState) ([]Action, error)
+	// PruneActions deletes up to limit terminal actions completed before
+	// before, oldest completed first, and returns how many it deleted. An
+	// action that is not terminal is never deleted. In the same
+	// transaction it raises the prune horizon to the latest CompletedAt it
+	// deleted (the horizon never goes down), and deletes the receipts at
+	// the front of the chain whose actions are gone: the chain stays
+	// contiguous from its oldest kept receipt (whose PrevHash anchors it),
+	// and the newest receipt is always kept so the chain goes on. It also
+	// deletes the state value keyed by each deleted action's ID in each of
+	// stateNamespaces (a connector's per-action records).
+	PruneActions(ctx context.Context, before time.Time, limit int, stateNamespaces []string) (int, error)
+	// PruneHorizon returns the latest CompletedAt of any action pruned so
+	// far, zero if none was: every action received before it may be gone.
+	PruneHorizon(ctx context.Context) (time.Time, error)
 
 	// ClaimMessage records a native message ID until expiresAt. It reports
 	// false when the ID is already recorded and unexpired (a replay). An ID

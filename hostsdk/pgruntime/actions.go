@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -27,17 +28,11 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 		return journal.Action{}, false, err
 	}
 	rec := journal.NewRecord(a, aip.StateReceived)
-	tag, err := j.pool.Exec(ctx, `INSERT INTO aip_runtime_actions (journal_ns, action_id, capability_id,
-		tenant_id, idempotency_key, input_digest, fence_token, message_id, status, result, detail,
-		received_at, started_at, updated_at, completed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'received', NULL, '', $9, NULL, $9, NULL)
-		ON CONFLICT (journal_ns, action_id) DO NOTHING`,
-		j.ns, a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey, a.InputDigest, a.FenceToken,
-		a.MessageID, rec.ReceivedAt)
+	_, created, err := j.createAction(ctx, nil, time.Time{}, time.Time{}, a, aip.StateReceived)
 	if err != nil {
-		return journal.Action{}, false, dbErr(err, "begin action %s", a.ActionID)
+		return journal.Action{}, false, err
 	}
-	if tag.RowsAffected() == 1 {
+	if created {
 		return rec, true, nil
 	}
 	// Journaled before (a concurrent insert has committed by now: ON
@@ -47,6 +42,40 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 		return journal.Action{}, false, err
 	}
 	return existing, false, nil
+}
+
+// createSQL calls the function of migration 0002 that claims the message
+// (when one is given) and journals a new action in one statement, so in
+// one transaction and one round trip, and applies the prune horizon.
+const createSQL = `SELECT claimed, created FROM aip_runtime_create_action(
+	$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+
+// prunedState is the SQLSTATE aip_runtime_create_action raises for an
+// action refused by the prune horizon.
+const prunedState = "AJ001"
+
+// createAction runs createSQL; messageID nil claims nothing.
+func (j *Journal) createAction(ctx context.Context, messageID *string, messageExpiresAt, now time.Time, a journal.Action, status aip.ActionState) (claimed, created bool, err error) {
+	var expires, at, assigned *time.Time
+	if messageID != nil {
+		e, n := journal.Micro(messageExpiresAt), journal.Micro(now)
+		expires, at = &e, &n
+	}
+	if !a.AssignedAt.IsZero() {
+		t := a.AssignedAt
+		assigned = &t
+	}
+	err = j.pool.QueryRow(ctx, createSQL, j.ns, messageID, expires, at,
+		a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey, a.InputDigest, a.FenceToken,
+		a.MessageID, journal.Micro(a.ReceivedAt), string(status), assigned).Scan(&claimed, &created)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == prunedState {
+		return false, false, fmt.Errorf("%w: %s", journal.ErrPruned, pe.Message)
+	}
+	if err != nil {
+		return false, false, dbErr(err, "journal action %s", a.ActionID)
+	}
+	return claimed, created, nil
 }
 
 // AcceptAction claims the message and journals the action as running in
@@ -63,28 +92,9 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
 	}
-	received := journal.Micro(a.ReceivedAt)
-	var claimed, created bool
-	err := j.pool.QueryRow(ctx, `WITH claim AS (
-			INSERT INTO aip_runtime_messages (journal_ns, message_id, expires_at) VALUES ($1, $2, $3)
-			ON CONFLICT (journal_ns, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
-			WHERE aip_runtime_messages.expires_at <= $4
-			RETURNING 1
-		), ins AS (
-			INSERT INTO aip_runtime_actions (journal_ns, action_id, capability_id, tenant_id,
-				idempotency_key, input_digest, fence_token, message_id, status, result, detail,
-				received_at, started_at, updated_at, completed_at)
-			SELECT $1, $5, $6, $7, $8, $9, $10, $11, 'running', NULL, '', $12, $12, $12, NULL
-			WHERE EXISTS (SELECT 1 FROM claim)
-			ON CONFLICT (journal_ns, action_id) DO NOTHING
-			RETURNING 1
-		)
-		SELECT EXISTS (SELECT 1 FROM claim), EXISTS (SELECT 1 FROM ins)`,
-		j.ns, messageID, journal.Micro(messageExpiresAt), journal.Micro(now),
-		a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey, a.InputDigest, a.FenceToken,
-		a.MessageID, received).Scan(&claimed, &created)
+	claimed, created, err := j.createAction(ctx, &messageID, messageExpiresAt, now, a, aip.StateRunning)
 	if err != nil {
-		return journal.Accepted{}, dbErr(err, "accept action %s", a.ActionID)
+		return journal.Accepted{}, err
 	}
 	out := journal.Accepted{Claimed: claimed, Created: created}
 	if claimed && !created {
@@ -95,6 +105,93 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 		}
 	}
 	return out, nil
+}
+
+// pruneSQL deletes the oldest terminal actions completed before $2 (at
+// most $3) with their values in the state namespaces $4, and raises the
+// namespace's prune horizon to the latest completion time it deleted, in
+// one statement.
+const pruneSQL = `WITH victims AS (
+	SELECT action_id FROM aip_runtime_actions
+	WHERE journal_ns = $1 AND completed_at IS NOT NULL AND completed_at < $2
+	ORDER BY completed_at, seq LIMIT $3
+), deleted AS (
+	DELETE FROM aip_runtime_actions a USING victims v
+	WHERE a.journal_ns = $1 AND a.action_id = v.action_id
+	RETURNING a.action_id, a.completed_at
+), state AS (
+	DELETE FROM aip_runtime_state s USING deleted d
+	WHERE s.journal_ns = $1 AND s.namespace = ANY($4::text[]) AND s.key = d.action_id
+), raised AS (
+	INSERT INTO aip_runtime_prune_horizons (journal_ns, completed_at)
+	SELECT $1, max(completed_at) FROM deleted HAVING count(*) > 0
+	ON CONFLICT (journal_ns) DO UPDATE
+	SET completed_at = GREATEST(aip_runtime_prune_horizons.completed_at, EXCLUDED.completed_at)
+	RETURNING 1
+)
+SELECT count(*) FROM deleted`
+
+// pruneReceiptsSQL deletes the receipts before the oldest one whose action
+// is still journaled, never the newest (the chain head).
+const pruneReceiptsSQL = `DELETE FROM aip_runtime_receipts WHERE journal_ns = $1 AND seq < LEAST(
+	(SELECT seq FROM aip_runtime_receipt_heads WHERE journal_ns = $1),
+	COALESCE((SELECT r.seq FROM aip_runtime_receipts r
+		WHERE r.journal_ns = $1 AND EXISTS (SELECT 1 FROM aip_runtime_actions a
+			WHERE a.journal_ns = $1 AND a.action_id = r.action_id)
+		ORDER BY r.seq LIMIT 1), 9223372036854775807))`
+
+// PruneActions deletes up to limit terminal actions completed before
+// before with their values in stateNamespaces, raises the prune horizon,
+// and deletes the receipts at the front of the chain whose actions are
+// gone, in one transaction (see journal.Journal).
+func (j *Journal) PruneActions(ctx context.Context, before time.Time, limit int, stateNamespaces []string) (int, error) {
+	if err := j.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer j.leave()
+	if err := journal.CheckPrune(before, limit, stateNamespaces); err != nil {
+		return 0, err
+	}
+	tx, err := j.pool.Begin(ctx)
+	if err != nil {
+		return 0, dbErr(err, "prune actions")
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
+	var n int
+	if stateNamespaces == nil {
+		stateNamespaces = []string{}
+	}
+	if err := tx.QueryRow(ctx, pruneSQL, j.ns, journal.Micro(before), limit, stateNamespaces).Scan(&n); err != nil {
+		return 0, dbErr(err, "prune actions")
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	// A statement of its own: it must see the deletions.
+	if _, err := tx.Exec(ctx, pruneReceiptsSQL, j.ns); err != nil {
+		return 0, dbErr(err, "prune receipts")
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, dbErr(err, "prune actions")
+	}
+	return n, nil
+}
+
+// PruneHorizon returns the prune horizon (zero if nothing was pruned).
+func (j *Journal) PruneHorizon(ctx context.Context) (time.Time, error) {
+	if err := j.enter(ctx); err != nil {
+		return time.Time{}, err
+	}
+	defer j.leave()
+	var h time.Time
+	err := j.pool.QueryRow(ctx, `SELECT completed_at FROM aip_runtime_prune_horizons WHERE journal_ns = $1`, j.ns).Scan(&h)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, dbErr(err, "read the prune horizon")
+	}
+	return h.UTC(), nil
 }
 
 // StartAction moves a received action to running.

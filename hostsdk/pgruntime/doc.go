@@ -27,7 +27,14 @@
 // # Concurrency and durability
 //
 // Every method is one SQL statement, so one round trip and one implicit
-// transaction. FinishAction too: a statement with data-modifying common
+// transaction, except PruneActions (two statements in one transaction: the
+// receipt pruning must see the deleted actions). BeginAction and
+// AcceptAction call the function aip_runtime_create_action (migration
+// 0002), which claims the message, inserts the action and only then reads
+// the prune horizon with a statement of its own: an insert that waited for
+// a concurrent prune deleting the same action ID sees that prune's horizon
+// and fails (SQLSTATE AJ001, journal.ErrPruned), rolling the claim back.
+// FinishAction too is one statement: a statement with data-modifying common
 // table expressions moves the action to its terminal status, advances the
 // namespace's receipt head and inserts the receipt. The head row's lock
 // serialises appends, so the sequence has no gaps, and it is held only

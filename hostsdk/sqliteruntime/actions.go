@@ -27,6 +27,9 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 		created bool
 	)
 	err := j.w.do(ctx, func(tx *wtx) error {
+		if err := tx.checkHorizon(a); err != nil {
+			return err
+		}
 		rec := journal.NewRecord(a, aip.StateReceived)
 		res, err := tx.insertAction.Exec(a.ActionID, a.CapabilityID, a.TenantID, a.IdempotencyKey,
 			a.InputDigest, a.FenceToken, a.MessageID, micros(rec.ReceivedAt))
@@ -69,6 +72,18 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 	var out journal.Accepted
 	err := j.w.do(ctx, func(tx *wtx) error {
 		out = journal.Accepted{}
+		if err := tx.checkHorizon(a); err != nil {
+			// Refused unless the message is a replay (which writes
+			// nothing either).
+			var exp int64
+			switch rerr := tx.messageExpiry.QueryRow(messageID).Scan(&exp); {
+			case rerr == nil && exp > micros(now):
+				return nil
+			case rerr != nil && !errors.Is(rerr, sql.ErrNoRows):
+				return storageErr(rerr, "read message %s", messageID)
+			}
+			return err
+		}
 		res, err := tx.claimMessage.Exec(messageID, micros(messageExpiresAt), micros(now))
 		if err != nil {
 			return storageErr(err, "claim message %s", messageID)
@@ -100,6 +115,114 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 		return journal.Accepted{}, err
 	}
 	return out, nil
+}
+
+// checkHorizon applies the prune horizon before a would be created: nil
+// when a is journaled already (it is answered from its record) or may be
+// created; journal.ErrPruned otherwise. It writes nothing.
+func (tx *wtx) checkHorizon(a journal.Action) error {
+	err := journal.CheckHorizon(a, tx.horizon)
+	if err == nil {
+		return nil
+	}
+	var status string
+	switch rerr := tx.actionStatus.QueryRow(a.ActionID).Scan(&status); {
+	case rerr == nil:
+		return nil
+	case !errors.Is(rerr, sql.ErrNoRows):
+		return storageErr(rerr, "read status of action %s", a.ActionID)
+	}
+	return err
+}
+
+// PruneActions deletes up to limit terminal actions completed before
+// before, the receipts at the front of the chain whose actions are gone and
+// the actions' values in stateNamespaces, and raises the prune horizon (see
+// journal.Journal).
+func (j *Journal) PruneActions(ctx context.Context, before time.Time, limit int, stateNamespaces []string) (int, error) {
+	if err := j.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer j.leave()
+	if err := journal.CheckPrune(before, limit, stateNamespaces); err != nil {
+		return 0, err
+	}
+	var pruned int
+	err := j.w.do(ctx, func(tx *wtx) error {
+		pruned = 0
+		rows, err := tx.pruneActions.Query(micros(before), limit)
+		if err != nil {
+			return storageErr(err, "prune actions")
+		}
+		var (
+			latest int64
+			ids    []string
+		)
+		for rows.Next() {
+			var (
+				id        string
+				completed int64
+			)
+			if err := rows.Scan(&id, &completed); err != nil {
+				rows.Close()
+				return storageErr(err, "prune actions")
+			}
+			latest = max(latest, completed)
+			ids = append(ids, id)
+			pruned++
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return storageErr(err, "prune actions")
+		}
+		if pruned == 0 {
+			return nil
+		}
+		if _, err := tx.raiseHorizon.Exec(latest); err != nil {
+			return storageErr(err, "raise the prune horizon")
+		}
+		if h := fromMicros(latest); h.After(tx.horizon) {
+			tx.horizon = h
+		}
+		keep := int64(tx.head.Seq) // the newest receipt always stays
+		var first int64
+		switch err := tx.firstLive.QueryRow().Scan(&first); {
+		case err == nil:
+			keep = min(keep, first)
+		case !errors.Is(err, sql.ErrNoRows):
+			return storageErr(err, "find the oldest receipt to keep")
+		}
+		if _, err := tx.pruneReceipts.Exec(keep); err != nil {
+			return storageErr(err, "prune receipts")
+		}
+		for _, ns := range stateNamespaces {
+			for _, id := range ids {
+				if _, err := tx.deleteState.Exec(ns, id); err != nil {
+					return storageErr(err, "delete state %s/%s of a pruned action", ns, id)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return pruned, nil
+}
+
+// PruneHorizon returns the prune horizon (zero if nothing was pruned).
+func (j *Journal) PruneHorizon(ctx context.Context) (time.Time, error) {
+	if err := j.enter(ctx); err != nil {
+		return time.Time{}, err
+	}
+	defer j.leave()
+	var v int64
+	switch err := j.rs.horizon.QueryRowContext(ctx).Scan(&v); {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, j.readErr(ctx, err, "read the prune horizon")
+	}
+	return fromMicros(v), nil
 }
 
 // StartAction moves a received action to running.

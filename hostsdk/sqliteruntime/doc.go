@@ -18,7 +18,8 @@
 // holder dies, even by SIGKILL, so a crashed host never leaves a stale lock.
 //
 // The schema version is kept in the database header. Open installs the
-// schema into an empty file, opens a file of its own version, and refuses a
+// schema into an empty file, opens a file of its own version, upgrades a
+// file of an older version in place (in one transaction), and refuses a
 // file of a newer version (ErrSchemaTooNew, with both versions in the
 // message) or a database of another application.
 //
@@ -78,7 +79,11 @@
 //
 // # Growth
 //
-// Terminal actions and receipts are kept: the journal is the replica's
-// record of what it did. Expired message IDs are removed by PruneMessages
-// and delivered outbox batches by AckEvents.
+// Terminal actions are kept until PruneActions deletes them (the host does
+// after its action retention), with the receipts at the front of the chain
+// and the actions' values in the namespaces it names; the prune horizon
+// (schema version 2: table prune_horizon, upgraded in place from version
+// 1) then refuses the actions that may have been deleted. Expired message
+// IDs are removed by PruneMessages and delivered outbox batches by
+// AckEvents.
 package sqliteruntime

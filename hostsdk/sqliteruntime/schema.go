@@ -9,7 +9,7 @@ import (
 // SchemaVersion is the schema version this build installs and reads. It is
 // kept in the database header (PRAGMA user_version); a database with a newer
 // version is refused rather than misread.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // applicationID marks the file as an aipfleet runtime journal (PRAGMA
 // application_id, "AIPJ").
@@ -83,8 +83,23 @@ CREATE TABLE probe (
 );
 `
 
-// installSchema checks the file's identity and schema version and installs
-// the schema into an empty database, in one transaction.
+// schemaV2 adds what pruning old actions needs: an index of terminal
+// actions by completion and the prune horizon (journal.Journal.PruneHorizon).
+const schemaV2 = `
+CREATE INDEX actions_by_completion ON actions (completed_at, seq) WHERE completed_at IS NOT NULL;
+
+CREATE TABLE prune_horizon (
+	id           INTEGER PRIMARY KEY CHECK (id = 1),
+	completed_at INTEGER NOT NULL
+);
+`
+
+// upgrades[v] takes a database from schema version v to v+1.
+var upgrades = []string{schemaV1, schemaV2}
+
+// installSchema checks the file's identity and schema version, installs
+// the schema into an empty database and upgrades an older one, in one
+// transaction.
 func installSchema(ctx context.Context, conn *sql.Conn, path string) error {
 	var appID, version int64
 	if err := conn.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
@@ -99,27 +114,33 @@ func installSchema(ctx context.Context, conn *sql.Conn, path string) error {
 	if version > SchemaVersion {
 		return fmt.Errorf("%w: %s has schema version %d but this build supports up to %d; run a newer aipfleet build on this state directory", ErrSchemaTooNew, path, version, SchemaVersion)
 	}
+	if version > 0 && appID != applicationID {
+		return fmt.Errorf("sqliteruntime: %s is not an aipfleet runtime journal (application_id %#x); give the host its own state directory", path, appID)
+	}
 	if version == SchemaVersion {
-		if appID != applicationID {
-			return fmt.Errorf("sqliteruntime: %s is not an aipfleet runtime journal (application_id %#x); give the host its own state directory", path, appID)
-		}
 		return nil
 	}
-	// version 0: the file must be empty.
-	var tables int
-	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
-		return fmt.Errorf("sqliteruntime: inspect %s: %w", path, err)
-	}
-	if tables != 0 {
-		return fmt.Errorf("sqliteruntime: %s already holds %d schema objects but no aipfleet schema version; it is not a runtime journal: give the host its own state directory", path, tables)
+	if version == 0 {
+		// The file must be empty.
+		var tables int
+		if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&tables); err != nil {
+			return fmt.Errorf("sqliteruntime: inspect %s: %w", path, err)
+		}
+		if tables != 0 {
+			return fmt.Errorf("sqliteruntime: %s already holds %d schema objects but no aipfleet schema version; it is not a runtime journal: give the host its own state directory", path, tables)
+		}
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqliteruntime: install schema in %s: %w", path, err)
 	}
-	install := schemaV1 + fmt.Sprintf("PRAGMA application_id = %d;\nPRAGMA user_version = %d;\n", applicationID, SchemaVersion)
+	var install string
+	for _, u := range upgrades[version:] {
+		install += u
+	}
+	install += fmt.Sprintf("PRAGMA application_id = %d;\nPRAGMA user_version = %d;\n", applicationID, SchemaVersion)
 	if _, err := conn.ExecContext(ctx, install); err != nil {
 		_, _ = conn.ExecContext(context.Background(), "ROLLBACK")
-		return fmt.Errorf("sqliteruntime: install schema in %s: %w", path, err)
+		return fmt.Errorf("sqliteruntime: install schema version %d in %s (it has %d): %w", SchemaVersion, path, version, err)
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		_, _ = conn.ExecContext(context.Background(), "ROLLBACK")

@@ -30,6 +30,14 @@ type writeStmts struct {
 	insertReceipt *sql.Stmt
 	lastReceipt   *sql.Stmt
 
+	pruneActions  *sql.Stmt
+	firstLive     *sql.Stmt
+	pruneReceipts *sql.Stmt
+	horizon       *sql.Stmt
+	raiseHorizon  *sql.Stmt
+	messageExpiry *sql.Stmt
+	deleteState   *sql.Stmt
+
 	claimMessage  *sql.Stmt
 	pruneMessages *sql.Stmt
 
@@ -71,6 +79,22 @@ func (s *writeStmts) prepare(ctx context.Context, conn *sql.Conn) error {
 			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`},
 		{&s.lastReceipt, `SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1`},
 
+		{&s.pruneActions, `DELETE FROM actions WHERE seq IN (
+			SELECT seq FROM actions WHERE completed_at IS NOT NULL AND completed_at < ?1
+			ORDER BY completed_at, seq LIMIT ?2)
+			RETURNING action_id, completed_at`},
+		// The oldest receipt whose action is still journaled: receipts
+		// before it belong to pruned actions.
+		{&s.firstLive, `SELECT r.seq FROM receipts r
+			WHERE EXISTS (SELECT 1 FROM actions a WHERE a.action_id = r.action_id)
+			ORDER BY r.seq LIMIT 1`},
+		{&s.pruneReceipts, `DELETE FROM receipts WHERE seq < ?1`},
+		{&s.horizon, `SELECT completed_at FROM prune_horizon WHERE id = 1`},
+		{&s.raiseHorizon, `INSERT INTO prune_horizon (id, completed_at) VALUES (1, ?1)
+			ON CONFLICT (id) DO UPDATE SET completed_at = max(completed_at, excluded.completed_at)`},
+		{&s.messageExpiry, `SELECT expires_at FROM messages WHERE message_id = ?1`},
+		{&s.deleteState, `DELETE FROM state WHERE namespace = ?1 AND key = ?2`},
+
 		{&s.claimMessage, `INSERT INTO messages (message_id, expires_at) VALUES (?1, ?2)
 			ON CONFLICT (message_id) DO UPDATE SET expires_at = excluded.expires_at
 			WHERE messages.expires_at <= ?3`},
@@ -99,7 +123,8 @@ func (s *writeStmts) prepare(ctx context.Context, conn *sql.Conn) error {
 
 func (s *writeStmts) close() error {
 	return closeAll(s.begin, s.commit, s.rollback, s.insertAction, s.action, s.actionStatus,
-		s.insertRunning, s.startAction, s.finishAction, s.insertReceipt, s.lastReceipt, s.claimMessage,
+		s.insertRunning, s.startAction, s.finishAction, s.insertReceipt, s.lastReceipt,
+		s.pruneActions, s.firstLive, s.pruneReceipts, s.horizon, s.raiseHorizon, s.messageExpiry, s.deleteState, s.claimMessage,
 		s.pruneMessages, s.enqueue, s.claimEvents, s.ackEvents, s.retryEvents, s.insertState,
 		s.updateState, s.probe)
 }
@@ -112,6 +137,7 @@ type readStmts struct {
 	receiptFor    *sql.Stmt
 	state         *sql.Stmt
 	pendingEvents *sql.Stmt
+	horizon       *sql.Stmt
 	probe         *sql.Stmt
 }
 
@@ -122,12 +148,13 @@ func (s *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&s.receiptFor, `SELECT ` + receiptColumns + ` FROM receipts WHERE action_id = ?1`},
 		{&s.state, `SELECT value, revision FROM state WHERE namespace = ?1 AND key = ?2`},
 		{&s.pendingEvents, `SELECT count(*) FROM outbox`},
+		{&s.horizon, `SELECT completed_at FROM prune_horizon WHERE id = 1`},
 		{&s.probe, `SELECT at FROM probe WHERE id = 1`},
 	})
 }
 
 func (s *readStmts) close() error {
-	return closeAll(s.action, s.receipts, s.receiptFor, s.state, s.pendingEvents, s.probe)
+	return closeAll(s.action, s.receipts, s.receiptFor, s.state, s.pendingEvents, s.horizon, s.probe)
 }
 
 type stmtDef struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The writer owns the one connection that writes and runs every write
@@ -40,11 +41,12 @@ type writeOp struct {
 	done  chan error // buffered: the writer never blocks on a caller
 }
 
-// wtx is what a request sees: the writer's prepared statements and the
-// receipt chain head as of this point in the batch.
+// wtx is what a request sees: the writer's prepared statements, and the
+// receipt chain head and prune horizon as of this point in the batch.
 type wtx struct {
 	*writeStmts
-	head chainHead
+	head    chainHead
+	horizon time.Time
 }
 
 // chainHead is the last receipt: the next one has Seq+1 and links to Hash.
@@ -68,6 +70,7 @@ type writer struct {
 	conn     *sql.Conn
 	stmts    writeStmts
 	head     chainHead
+	horizon  time.Time // the prune horizon as committed
 	maxBatch int
 
 	ops      chan *writeOp
@@ -93,6 +96,15 @@ func newWriter(ctx context.Context, conn *sql.Conn, maxBatch int) (*writer, erro
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		_ = w.stmts.close()
 		return nil, fmt.Errorf("read the receipt chain head: %w", err)
+	}
+	var horizon int64
+	err = w.stmts.horizon.QueryRowContext(ctx).Scan(&horizon)
+	switch {
+	case err == nil:
+		w.horizon = fromMicros(horizon)
+	case !errors.Is(err, sql.ErrNoRows):
+		_ = w.stmts.close()
+		return nil, fmt.Errorf("read the prune horizon: %w", err)
 	}
 	return w, nil
 }
@@ -192,7 +204,7 @@ func (w *writer) runTx(ops []*writeOp) ([]error, error) {
 	if _, err := w.stmts.begin.ExecContext(ctx); err != nil {
 		return nil, fmt.Errorf("sqliteruntime: begin transaction: %w", err)
 	}
-	tx := &wtx{writeStmts: &w.stmts, head: w.head}
+	tx := &wtx{writeStmts: &w.stmts, head: w.head, horizon: w.horizon}
 	errs := make([]error, len(ops))
 	for i, op := range ops {
 		err := op.fn(tx)
@@ -207,7 +219,7 @@ func (w *writer) runTx(ops []*writeOp) ([]error, error) {
 		w.rollback()
 		return nil, fmt.Errorf("sqliteruntime: commit: %w", err)
 	}
-	w.head = tx.head
+	w.head, w.horizon = tx.head, tx.horizon
 	return errs, nil
 }
 

@@ -27,6 +27,8 @@ type Journal struct {
 	messages map[string]time.Time
 	outbox   map[string]*journal.OutboxEntry
 	receipts []journal.Receipt
+	lastSeq  uint64    // the newest receipt's Seq, kept when receipts are pruned
+	horizon  time.Time // the prune horizon
 	state    map[[2]string]journal.StateValue
 	probeErr error
 }
@@ -74,12 +76,18 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Action{}, false, err
 	}
+	if _, ok := j.actions[a.ActionID]; !ok {
+		if err := journal.CheckHorizon(a, j.horizon); err != nil {
+			return journal.Action{}, false, err
+		}
+	}
 	existing, created := j.beginLocked(a, aip.StateReceived)
 	return existing, created, nil
 }
 
 // beginLocked journals a in status (received or running) unless its ID is
-// known, and returns the stored record. j.mu is held.
+// known, and returns the stored record. j.mu is held; the caller has
+// applied the prune horizon.
 func (j *Journal) beginLocked(a journal.Action, status aip.ActionState) (journal.Action, bool) {
 	if existing, ok := j.actions[a.ActionID]; ok {
 		return clone(*existing), false
@@ -105,6 +113,11 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 	}
 	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
 		return journal.Accepted{}, nil
+	}
+	if _, ok := j.actions[a.ActionID]; !ok {
+		if err := journal.CheckHorizon(a, j.horizon); err != nil {
+			return journal.Accepted{}, err
+		}
 	}
 	j.messages[messageID] = messageExpiresAt
 	rec, created := j.beginLocked(a, aip.StateRunning)
@@ -156,7 +169,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	if a.Status.Terminal() {
 		return journal.Receipt{}, fmt.Errorf("%w: action %s is already %s", journal.ErrConflict, actionID, a.Status)
 	}
-	r.Seq = uint64(len(j.receipts)) + 1
+	r.Seq = j.lastSeq + 1
 	if n := len(j.receipts); n > 0 {
 		r.PrevHash = j.receipts[n-1].Hash
 	}
@@ -166,6 +179,7 @@ func (j *Journal) FinishAction(ctx context.Context, actionID string, status aip.
 	}
 	r.Hash = h
 	j.receipts = append(j.receipts, r)
+	j.lastSeq = r.Seq
 	a.Status, a.Result, a.Detail, a.UpdatedAt, a.CompletedAt = status, slices.Clone(result), journal.Text(detail), r.At, r.At
 	return r, nil
 }
@@ -215,6 +229,58 @@ func (j *Journal) ActionsByStatus(ctx context.Context, limit int, statuses ...ai
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// PruneActions implements journal.Journal.
+func (j *Journal) PruneActions(ctx context.Context, before time.Time, limit int, stateNamespaces []string) (int, error) {
+	if err := j.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer j.mu.Unlock()
+	if err := journal.CheckPrune(before, limit, stateNamespaces); err != nil {
+		return 0, err
+	}
+	var old []*journal.Action
+	for _, a := range j.actions {
+		if a.Status.Terminal() && a.CompletedAt.Before(before) {
+			old = append(old, a)
+		}
+	}
+	sort.Slice(old, func(x, y int) bool { return old[x].CompletedAt.Before(old[y].CompletedAt) })
+	if len(old) > limit {
+		old = old[:limit]
+	}
+	if len(old) == 0 {
+		return 0, nil
+	}
+	for _, a := range old {
+		delete(j.actions, a.ActionID)
+		for _, ns := range stateNamespaces {
+			delete(j.state, [2]string{ns, a.ActionID})
+		}
+		if a.CompletedAt.After(j.horizon) {
+			j.horizon = a.CompletedAt
+		}
+	}
+	j.order = slices.DeleteFunc(j.order, func(id string) bool { _, ok := j.actions[id]; return !ok })
+	n := 0
+	for n < len(j.receipts)-1 {
+		if _, ok := j.actions[j.receipts[n].ActionID]; ok {
+			break
+		}
+		n++
+	}
+	j.receipts = slices.Delete(j.receipts, 0, n)
+	return len(old), nil
+}
+
+// PruneHorizon implements journal.Journal.
+func (j *Journal) PruneHorizon(ctx context.Context) (time.Time, error) {
+	if err := j.lock(ctx); err != nil {
+		return time.Time{}, err
+	}
+	defer j.mu.Unlock()
+	return j.horizon, nil
 }
 
 // ClaimMessage implements journal.Journal.

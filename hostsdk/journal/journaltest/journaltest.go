@@ -10,7 +10,8 @@
 //
 // The suite covers every method and rule of the contract: action idempotence
 // and status transitions, receipts appended with their terminal transition in
-// one hash chain without gaps, the message replay registry with expiry, the
+// one hash chain without gaps, pruning old actions with their receipts and
+// the prune horizon that refuses to journal them again, the message replay registry with expiry, the
 // event outbox with leases and retry state, compare-and-set state, Probe,
 // ErrClosed after Close, and, for durable backends, that every kind of record
 // survives Close and a reopen on the same storage.
@@ -67,6 +68,12 @@ func Run(t *testing.T, f Factory) {
 	t.Run("ConcurrentLifecycles", s.testConcurrentLifecycles)
 	t.Run("ConcurrentFinishSameAction", s.testConcurrentFinishSameAction)
 	t.Run("ConcurrentBeginSameAction", s.testConcurrentBeginSameAction)
+	t.Run("PruneActions", s.testPruneActions)
+	t.Run("PruneKeepsTheChainContiguous", s.testPruneKeepsTheChainContiguous)
+	t.Run("PruneHorizon", s.testPruneHorizon)
+	t.Run("PruneInvalid", s.testPruneInvalid)
+	t.Run("PruneActionState", s.testPruneActionState)
+	t.Run("PruneHorizonSurvivesReopen", s.testPruneHorizonSurvivesReopen)
 	t.Run("ClaimMessage", s.testClaimMessage)
 	t.Run("ClaimMessageConcurrent", s.testClaimMessageConcurrent)
 	t.Run("PruneMessages", s.testPruneMessages)
