@@ -403,11 +403,16 @@ const (
 	StateCancelled      ActionState = "cancelled"
 	// StateNotFound means the replica's journal has no record of the action.
 	StateNotFound ActionState = "not_found"
+	// StatePruned means the replica's journal has no record of the action
+	// and the action may be older than records it pruned after its
+	// retention: it may have finished there long ago, and it will never run
+	// there now.
+	StatePruned ActionState = "pruned"
 )
 
 // Valid reports whether s is a known state.
 func (s ActionState) Valid() bool {
-	return oneOf(s, StateReceived, StateRunning, StateCompleted, StateFailed, StateOutcomeUnknown, StateCancelled, StateNotFound)
+	return oneOf(s, StateReceived, StateRunning, StateCompleted, StateFailed, StateOutcomeUnknown, StateCancelled, StateNotFound, StatePruned)
 }
 
 // Terminal reports whether no further transition will happen on its own.

@@ -46,6 +46,13 @@ const (
 	MaxCACertificateBytes = 1 << 20
 	// MaxDIDBytes bounds a DID given inline or in a file.
 	MaxDIDBytes = 512
+	// DefaultActionRetention is how long a finished action's journal record
+	// is kept by default (as long as upstream keeps runtime events).
+	DefaultActionRetention = 30 * 24 * time.Hour
+	// MinActionRetention is the shortest action retention accepted.
+	MinActionRetention = time.Hour
+	// KeepActionsForever, as Config.ActionRetention, never prunes actions.
+	KeepActionsForever time.Duration = -1
 )
 
 // Config configures a Host. Required fields have no default; every other
@@ -162,6 +169,15 @@ type Config struct {
 	// StateDir is the embedded journal's directory. Defaults to
 	// .aipfleet/host-<ReplicaID> under the working directory.
 	StateDir string
+	// ActionRetention is how long the journal keeps a finished action's
+	// record (its result, answered to every retry of the action ID) after
+	// the action finished; older records are pruned in the background with
+	// their receipts. A delivery of an action that may be older than what
+	// was pruned is refused with connector_host.action_expired, never run
+	// again (docs/connector-guide.md, "Journal retention"). Defaults to 30
+	// days; at least MinActionRetention; KeepActionsForever disables
+	// pruning.
+	ActionRetention time.Duration
 	// DatabaseURLFile names an owner-only file with a PostgreSQL URL for the
 	// runtime journal. The host itself does not open PostgreSQL: a main
 	// that supports it opens pgruntime with this file and passes the result
@@ -243,6 +259,9 @@ func (c Config) withDefaults() Config {
 	if c.ControlTimeout == 0 {
 		c.ControlTimeout = DefaultControlTimeout
 	}
+	if c.ActionRetention == 0 {
+		c.ActionRetention = DefaultActionRetention
+	}
 	if c.StateDir == "" && c.Journal == nil && c.ReplicaID != "" {
 		c.StateDir = filepath.Join(DefaultStateDirRoot, "host-"+c.ReplicaID)
 	}
@@ -323,6 +342,10 @@ func (c *Config) validate() error {
 	}
 	if err := durationIn("ControlTimeout", c.ControlTimeout, time.Millisecond, MaxControlTimeout); err != nil {
 		return err
+	}
+	if c.ActionRetention != KeepActionsForever && c.ActionRetention < MinActionRetention {
+		return cfgErr("ActionRetention", "is %d ms; must be at least %d ms (%s), or 0 on the command line (KeepActionsForever in Config) to keep finished actions for ever",
+			c.ActionRetention.Milliseconds(), MinActionRetention.Milliseconds(), MinActionRetention)
 	}
 	if c.Journal == nil && c.DatabaseURLFile != "" {
 		return cfgErr("DatabaseURLFile", "is set but the host opens only the embedded SQLite journal itself; open pgruntime with this file in your main and pass it as Config.Journal, or unset it")

@@ -83,6 +83,17 @@ type Reconciler interface {
 	Reconcile(ctx context.Context, action *UncertainAction) (*aip.ActionResult, error)
 }
 
+// ActionStateKeeper is implemented by a connector that keeps values keyed
+// by action ID in its state store (a provider's run ID to cancel by, a
+// side-effect ledger): when the host prunes a finished action's journal
+// record after Config.ActionRetention, it deletes the action's value in
+// each of these namespaces in the same transaction, so they do not outlive
+// the action. A namespace follows the state store's rules (non-empty UTF-8
+// text without NUL, not under ReservedStatePrefix); New refuses others.
+type ActionStateKeeper interface {
+	ActionStateNamespaces() []string
+}
+
 // RouteProvider mounts product-owned HTTP routes (webhooks, OAuth callbacks)
 // on the host's listener. Patterns use net/http.ServeMux syntax and must not
 // overlap the host's own routes.

@@ -73,6 +73,14 @@
 // Config.DatabaseURLFile) and pass it as Config.Journal; the caller then
 // owns it and closes it after Run returns.
 //
+// Finished actions are kept for Config.ActionRetention (30 days by
+// default; KeepActionsForever keeps them), then pruned in the background
+// with their receipts and their values in the connector's
+// ActionStateKeeper namespaces. The journal's prune horizon then refuses
+// any action routed before it (its fence token, a UUIDv7, carries the
+// assignment time) with a signed 410 connector_host.action_expired, so a
+// pruned action is never run a second time.
+//
 // Recovery runs before registration: actions journaled but never started
 // are failed (they never ran), and a cancel that arrived before its action
 // is completed as cancelled; actions left running go to the connector's
@@ -105,8 +113,9 @@
 //     Canceler, and answers the action's journaled result; a cancel that
 //     arrives first journals a cancelled record so the action never runs;
 //   - action_status_query: answers a signed action_status from the journal
-//     (not_found when there is no record); it works while draining and
-//     without a lease.
+//     (not_found when there is no record, pruned when there is none and the
+//     action may be older than what was pruned); it works while draining
+//     and without a lease.
 //
 // Every answer is a signed envelope in response to the request, except the
 // unsigned 400 schema.envelope.invalid and envelope.decode.invalid for a body
@@ -122,9 +131,10 @@
 //
 // The host also serves GET /aip/v1/manifest (the bound manifest), /health,
 // /ready (ReadyDocument), /metrics (the eight aip_connector_host_* metrics
-// and the event delivery metrics aip_host_events_delivered_total,
-// aip_host_event_delivery_failures_total and aip_host_events_pending, on a
-// registry the host owns) and
+// the event delivery metrics aip_host_events_delivered_total,
+// aip_host_event_delivery_failures_total and aip_host_events_pending, and
+// the retention metrics aip_host_journal_actions_pruned_total and
+// aip_host_actions_expired_total, on a registry the host owns) and
 // /.well-known/jwks.json.
 // Product-owned routes (RouteProvider) share the listener.
 //

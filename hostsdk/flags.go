@@ -85,6 +85,15 @@ var options = []*option{
 	{flag: "control-timeout-ms", env: "CONTROL_TIMEOUT_MS", field: "ControlTimeout", usage: "lifecycle request timeout in ms (default 5000)", kind: SettingMillis, min: 1, max: MaxControlTimeout.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.ControlTimeout })},
 	{flag: "state-dir", env: "STATE_DIR", field: "StateDir", usage: "directory of the embedded SQLite journal (default .aipfleet/host-<replica-id>)", set: str(func(c *Config) *string { return &c.StateDir })},
+	{flag: "action-retention-ms", env: "ACTION_RETENTION_MS", field: "ActionRetention", usage: "how long a finished action's journal record is kept, in ms (default 2592000000, 30 days; at least 3600000; 0 keeps them for ever)", kind: SettingMillis, min: 0, max: math.MaxInt64 / int64(time.Millisecond),
+		set: func(c *Config, v string) error {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			c.ActionRetention = time.Duration(n) * time.Millisecond
+			if n == 0 {
+				c.ActionRetention = KeepActionsForever
+			}
+			return nil
+		}},
 	{flag: "database-url-file", env: "DATABASE_URL_FILE", field: "DatabaseURLFile", usage: "owner-only file with a PostgreSQL URL for the runtime journal (needs a main that opens pgruntime)", set: str(func(c *Config) *string { return &c.DatabaseURLFile })},
 }
 

@@ -54,7 +54,7 @@ func (h *Host) runHeartbeats(ctx context.Context) {
 }
 
 // heartbeatTick probes health and renews or recovers the lease, then prunes
-// the replay registry. Any renewal failure counts in
+// the replay registry and the finished actions past their retention. Any renewal failure counts in
 // aip_connector_host_heartbeat_failures_total; the lease is kept until its
 // recorded expiry.
 func (h *Host) heartbeatTick(ctx context.Context) {
@@ -74,6 +74,51 @@ func (h *Host) heartbeatTick(ctx context.Context) {
 		h.log.Warn("heartbeat failed", "error", err)
 	}
 	h.pruneMessages(ctx)
+	h.pruneActions(ctx)
+}
+
+// actionPruneBatch bounds the finished actions deleted per journal call,
+// and actionPruneEvery how often, at most, a heartbeat tick prunes them.
+const (
+	actionPruneBatch = 500
+	actionPruneEvery = time.Minute
+)
+
+// pruneActions deletes the finished actions older than the action
+// retention (with their receipts), in batches, until none is left or a
+// quarter of a heartbeat interval has passed; the rest waits for a later
+// tick. It runs at most once a minute, so an idle journal is not asked
+// every beat.
+func (h *Host) pruneActions(ctx context.Context) {
+	if h.cfg.ActionRetention == KeepActionsForever {
+		return
+	}
+	now := time.Now()
+	if !h.lastActionPrune.IsZero() && now.Sub(h.lastActionPrune) < actionPruneEvery {
+		return
+	}
+	h.lastActionPrune = now
+	before := h.cfg.Now().Add(-h.cfg.ActionRetention)
+	deadline := now.Add(h.cfg.HeartbeatInterval / 4)
+	total := 0
+	for {
+		n, err := h.journal.PruneActions(ctx, before, actionPruneBatch, h.actionStateNS)
+		total += n
+		h.m.actionsPruned.Add(float64(n))
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("prune finished actions from the journal", "error", err)
+			}
+			break
+		}
+		if n < actionPruneBatch || !time.Now().Before(deadline) {
+			break
+		}
+	}
+	if total > 0 {
+		h.log.Info("pruned finished actions older than the action retention", "count", total,
+			"completed_before", before.UTC().Format(time.RFC3339), "retention", h.cfg.ActionRetention.String())
+	}
 }
 
 // pruneMessages deletes the message IDs expired in the replay registry, in

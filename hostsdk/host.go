@@ -83,8 +83,13 @@ type Host struct {
 	// controlMu): the offline transition replays it first.
 	pendingDrain *sealedRequest
 	inflight     inflight
-	runMu        sync.Mutex
-	running      map[string]*runningAction
+	// lastActionPrune is when the heartbeat last pruned finished actions
+	// (heartbeat goroutine only).
+	lastActionPrune time.Time
+	// actionStateNS are the connector's ActionStateNamespaces.
+	actionStateNS []string
+	runMu         sync.Mutex
+	running       map[string]*runningAction
 
 	// Goroutines the host owns.
 	hardStop   context.CancelFunc // cancels every running action
@@ -149,6 +154,17 @@ func New(cfg Config, conn Connector) (*Host, error) {
 			InstanceID: cfg.InstanceID, ReplicaID: cfg.ReplicaID, ConfigRevision: cfg.ConfigRevision,
 			SecretProviderRef: cfg.SecretProviderRef, TrustDomain: cfg.TrustDomain,
 		},
+	}
+	if k, ok := conn.(ActionStateKeeper); ok {
+		for _, ns := range k.ActionStateNamespaces() {
+			if err := checkNamespace(ns, "key"); err != nil {
+				return nil, &ValidateError{fmt.Errorf("ActionStateNamespaces: %w", err)}
+			}
+			if err := journal.CheckID("state namespace", ns); err != nil {
+				return nil, &ValidateError{fmt.Errorf("ActionStateNamespaces: %w", err)}
+			}
+			h.actionStateNS = append(h.actionStateNS, ns)
+		}
 	}
 	h.inflight.init(cfg.MaxInFlight)
 	h.m = newMetrics(h)

@@ -43,6 +43,10 @@ const (
 	CodeOutputInvalid       = "connector_host.output_invalid"
 	CodeCapabilityUnknown   = "connector_host.capability_unknown"
 	CodeUnsupportedMessage  = "connector_host.unsupported_message"
+	// CodeActionExpired refuses an action (or its cancel) this replica may
+	// have run and then pruned from its journal after Config.ActionRetention:
+	// it is never run again; send a new action ID.
+	CodeActionExpired = "connector_host.action_expired"
 )
 
 // Freshness of native messages: a message older than MaxMessageAge or sent
@@ -349,10 +353,12 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	acc, err := h.journal.AcceptAction(jctx, x.req.MessageID, x.msgExpiry, now, journal.Action{
 		ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: h.cfg.TenantID,
 		IdempotencyKey: idempotencyKey(x.req, a), InputDigest: digest, FenceToken: route.FenceToken,
-		MessageID: x.req.MessageID, ReceivedAt: now,
+		MessageID: x.req.MessageID, ReceivedAt: now, AssignedAt: assignedAt(route),
 	})
 	endSpan(jspan, err)
 	switch {
+	case errors.Is(err, journal.ErrPruned):
+		return x.expired(a.ID, err)
 	case errors.Is(err, journal.ErrInvalid):
 		// A string of the action no journal can hold (not UTF-8 text, or
 		// with NUL): nothing was written; refuse the message for good.
@@ -690,7 +696,11 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 		_, created, err := h.journal.BeginAction(jctx, journal.Action{
 			ActionID: id, CapabilityID: route.CapabilityID, TenantID: h.cfg.TenantID,
 			FenceToken: route.FenceToken, MessageID: x.req.MessageID, ReceivedAt: now,
+			AssignedAt: assignedAt(route),
 		})
+		if errors.Is(err, journal.ErrPruned) {
+			return x.expired(id, err)
+		}
 		if err != nil {
 			return x.storageUnavailable(err)
 		}
@@ -710,12 +720,22 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 		"action "+id+" changed while the cancel was handled; send the cancel again"))
 }
 
-// statusQuery answers what the journal holds for an action.
+// statusQuery answers what the journal holds for an action: not_found for
+// an action it has no record of, pruned when that action may be older than
+// what the journal pruned.
 func (x *exchange) statusQuery(actionID string) bool {
-	a, err := x.h.journal.Action(context.WithoutCancel(x.ctx), actionID)
+	jctx := context.WithoutCancel(x.ctx)
+	a, err := x.h.journal.Action(jctx, actionID)
 	st := &aip.ActionStatus{ActionID: actionID, State: aip.StateNotFound}
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
+		horizon, herr := x.h.journal.PruneHorizon(jctx)
+		if herr != nil {
+			return x.storageUnavailable(herr)
+		}
+		if journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: assignedAt(x.route)}, horizon) != nil {
+			st.State = aip.StatePruned
+		}
 	case err != nil:
 		return x.storageUnavailable(err)
 	default:
@@ -729,6 +749,45 @@ func (x *exchange) statusQuery(actionID string) bool {
 	}
 	x.stream = false
 	return x.reply(http.StatusOK, aip.Body{ActionStatus: st})
+}
+
+// assignedAt is the earliest time, on this host's clock, at which the
+// routed action can first have arrived here: its route's assignment time,
+// which the registry's fence token (a UUIDv7) carries, less the clock skew
+// the host allows a dispatcher. Zero when the fence token carries no time.
+func assignedAt(route *aip.ConnectorRoute) time.Time {
+	if route == nil {
+		return time.Time{}
+	}
+	t, err := aip.IDTime(aip.PrefixRoute, route.FenceToken)
+	if err != nil {
+		return time.Time{}
+	}
+	return t.Add(-MaxMessageSkew)
+}
+
+// expired refuses an action (or its cancel) the journal may have pruned:
+// it may have run here already, and its record is gone, so it never runs.
+// The message is claimed, so the envelope cannot be replayed either.
+func (x *exchange) expired(actionID string, err error) bool {
+	x.h.m.actionsExpired.Inc()
+	x.h.log.Warn("refused an action older than the journal's prune horizon", "action_id", actionID, "error", err)
+	if !x.claim() {
+		return false
+	}
+	return x.fail(http.StatusGone, aip.NewProtocolError(CodeActionExpired, aip.CategoryPermanent, false, 0,
+		aip.TruncateUTF8(fmt.Sprintf("action %s was routed before this replica's journal retention (%s) and may have run here already; its record has been pruned, so it is not run again: send a new action ID (%v)",
+			actionID, retentionText(x.h.cfg.ActionRetention), err), aip.MaxErrorMessageBytes)))
+}
+
+func retentionText(d time.Duration) string {
+	if d == KeepActionsForever {
+		return "now unlimited, but records were pruned under an earlier setting"
+	}
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
 }
 
 func (x *exchange) notReady() bool {

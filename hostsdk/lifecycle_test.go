@@ -32,6 +32,13 @@ type bubbleFleet struct {
 
 func newBubbleFleet(t *testing.T, edit func(*hostsdk.Config)) *bubbleFleet {
 	t.Helper()
+	return newWrappedBubbleFleet(t, edit, nil)
+}
+
+// newWrappedBubbleFleet is newBubbleFleet with the test connector wrapped
+// by wrap (nil: not wrapped) before the host gets it.
+func newWrappedBubbleFleet(t *testing.T, edit func(*hostsdk.Config), wrap func(*testConnector) hostsdk.Connector) *bubbleFleet {
+	t.Helper()
 	ttl := 30 * time.Second
 	if edit != nil {
 		var c hostsdk.Config
@@ -50,7 +57,11 @@ func newBubbleFleet(t *testing.T, edit func(*hostsdk.Config)) *bubbleFleet {
 		edit(&cfg)
 	}
 	conn := newTestConnector()
-	h := hostsdktest.StartHost(t, cfg, conn)
+	var hc hostsdk.Connector = conn
+	if wrap != nil {
+		hc = wrap(conn)
+	}
+	h := hostsdktest.StartHost(t, cfg, hc)
 	return &bubbleFleet{cp: cp, d: d, client: client, cfg: cfg, h: h, conn: conn}
 }
 

@@ -21,6 +21,13 @@ const (
 	MetricEventsDelivered = "aip_host_events_delivered_total"
 	// MetricEventDeliveryFailures counts failed batch deliveries by code.
 	MetricEventDeliveryFailures = "aip_host_event_delivery_failures_total"
+	// MetricActionsPruned counts finished actions deleted from the journal
+	// after Config.ActionRetention.
+	MetricActionsPruned = "aip_host_journal_actions_pruned_total"
+	// MetricActionsExpired counts deliveries refused because their action
+	// may be older than the journal's prune horizon
+	// (connector_host.action_expired).
+	MetricActionsExpired = "aip_host_actions_expired_total"
 )
 
 // metrics are the host's collectors, on a registry the host owns (no
@@ -34,6 +41,8 @@ type metrics struct {
 	recoveries        prometheus.Counter
 	eventsDelivered   prometheus.Counter
 	eventFailures     *prometheus.CounterVec
+	actionsPruned     prometheus.Counter
+	actionsExpired    prometheus.Counter
 }
 
 func newMetrics(h *Host) *metrics {
@@ -59,6 +68,10 @@ func newMetrics(h *Host) *metrics {
 			Help: "Event outbox batches delivered to the dispatcher and acknowledged."}),
 		eventFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEventDeliveryFailures,
 			Help: "Failed event outbox batch deliveries, by the dispatcher's error code or the host's failure code."}, []string{"code"}),
+		actionsPruned: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsPruned,
+			Help: "Finished actions deleted from the runtime journal after the action retention."}),
+		actionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsExpired,
+			Help: "Action and cancel deliveries refused because the action may be older than the journal's prune horizon."}),
 	}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricReady,
@@ -71,7 +84,7 @@ func newMetrics(h *Host) *metrics {
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),
 		m.requests, m.rejected, m.heartbeatFailures, m.recoveryAttempts, m.recoveries,
-		m.eventsDelivered, m.eventFailures,
+		m.eventsDelivered, m.eventFailures, m.actionsPruned, m.actionsExpired,
 	)
 	return m
 }

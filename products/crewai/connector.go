@@ -134,6 +134,10 @@ func contract(mutation bool, sensitivity aip.Sensitivity) *aip.CapabilityContrac
 }
 
 // Manifest implements hostsdk.Connector: four capabilities per crew.
+// ActionStateNamespaces implements hostsdk.ActionStateKeeper: a run's
+// kickoff record goes when the host prunes the action that started it.
+func (c *Connector) ActionStateNamespaces() []string { return []string{KickoffsNamespace} }
+
 func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
 	ns := tenant.TenantID
 	if ns == "" {

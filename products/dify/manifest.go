@@ -296,6 +296,10 @@ func contract(effects []aip.SideEffect, safety aip.RetrySafety, streaming, cance
 }
 
 // Manifest implements hostsdk.Connector.
+// ActionStateNamespaces implements hostsdk.ActionStateKeeper: an action's
+// task record (for a later cancel) goes when the host prunes the action.
+func (c *Connector) ActionStateNamespaces() []string { return []string{TasksNamespace} }
+
 func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
 	m := &aip.Manifest{
 		ManifestVersion: "aip-manifest/v1",

@@ -49,6 +49,11 @@ var (
 
 // Manifest implements hostsdk.Connector: every operation for every
 // endpoint.
+// ActionStateNamespaces implements hostsdk.ActionStateKeeper: a run's
+// record (its run ID, for cancel and status) goes when the host prunes the
+// action that started it.
+func (c *Connector) ActionStateNamespaces() []string { return []string{RunsNamespace} }
+
 func (c *Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
 	caps := make([]aip.Capability, 0, len(c.endpoints)*len(operations))
 	for _, ep := range c.endpoints {

@@ -125,6 +125,10 @@ func contract(streaming bool) *aip.CapabilityContract {
 }
 
 // Manifest implements hostsdk.Connector.
+// ActionStateNamespaces implements hostsdk.ActionStateKeeper: an action's
+// side-effect count goes when the host prunes the action.
+func (Connector) ActionStateNamespaces() []string { return []string{SideEffectsNamespace} }
+
 func (Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
 	return &aip.Manifest{
 		ManifestVersion: "aip-manifest/v1",

@@ -1,0 +1,237 @@
+package hostsdk_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// fenceAt returns a registry fence token (route_ + UUIDv7) carrying t, as
+// the registry issues it when it assigns a route at t. (aip.NewID would
+// carry the process's latest clock reading, which outside a synctest
+// bubble is years after the bubble's clock.)
+func fenceAt(t time.Time) string {
+	var u [16]byte
+	_, _ = rand.Read(u[6:])
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+	copy(u[:6], ms[2:])
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return aip.PrefixRoute + hex.EncodeToString(u[:])
+}
+
+// routed is an action with the route the registry assigned it, so it can be
+// delivered again under the same route, as the dispatcher does for a retry.
+type routed struct {
+	a     *aip.Action
+	route aip.ConnectorRoute
+}
+
+func (b *bubbleFleet) routeNow(a *aip.Action) routed {
+	r := b.d.Route(hostsdktest.TargetOf(b.h, b.cfg), a.ID, a.CapabilityID, "")
+	r.FenceToken = fenceAt(time.Now())
+	return routed{a: a, route: r}
+}
+
+func (b *bubbleFleet) deliver(t *testing.T, r routed, body aip.Body) *hostsdktest.Response {
+	t.Helper()
+	target := hostsdktest.TargetOf(b.h, b.cfg)
+	env, err := b.d.Envelope(target, body, r.route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.d.Send(context.Background(), target, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func (b *bubbleFleet) status(t *testing.T, r routed) aip.ActionState {
+	t.Helper()
+	resp := b.deliver(t, r, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: r.a.ID}})
+	if resp.Status != http.StatusOK || resp.Envelope.Body.ActionStatus == nil {
+		t.Fatalf("status query: HTTP %d %s", resp.Status, resp.Raw)
+	}
+	return resp.Envelope.Body.ActionStatus.State
+}
+
+// A finished action's record is pruned once it is older than the action
+// retention; a delivery of that action afterwards (a late retry under its
+// old route) is refused with connector_host.action_expired and never runs a
+// second time, and a cancel of it journals nothing. Newer actions are kept
+// and answered from the journal as before.
+func TestFinishedActionsArePrunedAndNeverRunAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, func(c *hostsdk.Config) { c.ActionRetention = time.Hour })
+		ctx := b.awaitFirstBeat(t)
+		j := b.cfg.Journal
+
+		old := b.routeNow(action(capEcho, `{"message":"once"}`))
+		if resp := b.deliver(t, old, aip.Body{Action: old.a}); resp.Status != http.StatusOK {
+			t.Fatalf("first delivery: HTTP %d %s", resp.Status, resp.Raw)
+		}
+		running := b.routeNow(action(capBlock, `{"message":"hold"}`))
+		blocked := make(chan *hostsdktest.Response)
+		go func() { blocked <- b.deliver(t, running, aip.Body{Action: running.a}) }()
+		<-b.conn.started
+
+		time.Sleep(50 * time.Minute)
+		recent := b.routeNow(action(capEcho, `{"message":"recent"}`))
+		if resp := b.deliver(t, recent, aip.Body{Action: recent.a}); resp.Status != http.StatusOK {
+			t.Fatalf("recent action: HTTP %d %s", resp.Status, resp.Raw)
+		}
+		time.Sleep(20 * time.Minute) // old finished 70 minutes ago, recent 20
+		synctest.Wait()
+
+		if _, err := j.Action(ctx, old.a.ID); !errors.Is(err, journal.ErrNotFound) {
+			t.Fatalf("the action finished 70 minutes ago under a 1 h retention is still journaled (%v)", err)
+		}
+		if got := b.metric(t, hostsdk.MetricActionsPruned); got != 1 {
+			t.Errorf("%s = %v, want 1", hostsdk.MetricActionsPruned, got)
+		}
+		// Neither the newer action nor the one still running is pruned.
+		if a, err := j.Action(ctx, recent.a.ID); err != nil || a.Status != aip.StateCompleted {
+			t.Fatalf("recent action: %+v, %v", a, err)
+		}
+		if a, err := j.Action(ctx, running.a.ID); err != nil || a.Status != aip.StateRunning {
+			t.Fatalf("running action (70 minutes old): %+v, %v", a, err)
+		}
+
+		// A late retry of the pruned action under its old route.
+		wantCode(t, b.deliver(t, old, aip.Body{Action: old.a}), http.StatusGone, hostsdk.CodeActionExpired)
+		if n := b.conn.runCount(old.a.ID); n != 1 {
+			t.Fatalf("the pruned action ran %d times, want 1", n)
+		}
+		if st := b.status(t, old); st != aip.StatePruned {
+			t.Errorf("status of the pruned action: %s, want %s", st, aip.StatePruned)
+		}
+		cancel := aip.Body{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: old.a.ID}, Reason: "late"}}
+		wantCode(t, b.deliver(t, old, cancel), http.StatusGone, hostsdk.CodeActionExpired)
+		if _, err := j.Action(ctx, old.a.ID); !errors.Is(err, journal.ErrNotFound) {
+			t.Fatalf("a cancel of the pruned action journaled a record (%v)", err)
+		}
+		if got := b.metric(t, hostsdk.MetricActionsExpired); got != 2 {
+			t.Errorf("%s = %v, want 2", hostsdk.MetricActionsExpired, got)
+		}
+
+		// The kept action is answered from its record, without a second run.
+		resp := b.deliver(t, recent, aip.Body{Action: recent.a})
+		if resp.Status != http.StatusOK || b.conn.runCount(recent.a.ID) != 1 {
+			t.Fatalf("retry of the kept action: HTTP %d, %d runs", resp.Status, b.conn.runCount(recent.a.ID))
+		}
+		// So is the old action still running: the retry waits for it.
+		close(b.conn.release)
+		if resp := <-blocked; resp.Status != http.StatusOK {
+			t.Fatalf("blocked action: HTTP %d %s", resp.Status, resp.Raw)
+		}
+		if resp := b.deliver(t, running, aip.Body{Action: running.a}); resp.Status != http.StatusOK || b.conn.runCount(running.a.ID) != 1 {
+			t.Fatalf("retry of the long-running action: HTTP %d %s, %d runs", resp.Status, resp.Raw, b.conn.runCount(running.a.ID))
+		}
+		// A new action runs; a new unknown one is not_found, not pruned.
+		fresh := b.routeNow(action(capEcho, `{"message":"fresh"}`))
+		if st := b.status(t, fresh); st != aip.StateNotFound {
+			t.Errorf("status of an action never sent: %s, want %s", st, aip.StateNotFound)
+		}
+		if resp := b.deliver(t, fresh, aip.Body{Action: fresh.a}); resp.Status != http.StatusOK {
+			t.Fatalf("fresh action: HTTP %d %s", resp.Status, resp.Raw)
+		}
+	})
+}
+
+// With KeepActionsForever nothing is pruned, however old.
+func TestKeepActionsForever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, func(c *hostsdk.Config) { c.ActionRetention = hostsdk.KeepActionsForever })
+		ctx := b.awaitFirstBeat(t)
+		old := b.routeNow(action(capEcho, `{"message":"kept"}`))
+		if resp := b.deliver(t, old, aip.Body{Action: old.a}); resp.Status != http.StatusOK {
+			t.Fatalf("HTTP %d %s", resp.Status, resp.Raw)
+		}
+		time.Sleep(3 * time.Hour)
+		synctest.Wait()
+		if _, err := b.cfg.Journal.Action(ctx, old.a.ID); err != nil {
+			t.Fatalf("action pruned although retention is unlimited: %v", err)
+		}
+		if resp := b.deliver(t, old, aip.Body{Action: old.a}); resp.Status != http.StatusOK || b.conn.runCount(old.a.ID) != 1 {
+			t.Fatalf("retry: HTTP %d %s, %d runs", resp.Status, resp.Raw, b.conn.runCount(old.a.ID))
+		}
+	})
+}
+
+// runsKeeper keeps a per-action record in its state store, as the product
+// adapters keep a provider's run ID, and declares the namespace.
+type runsKeeper struct{ *testConnector }
+
+const runsNamespace = "test.runs"
+
+func (runsKeeper) ActionStateNamespaces() []string { return []string{runsNamespace} }
+
+func (k runsKeeper) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	if _, err := call.State().Put(ctx, runsNamespace, call.Action.ID, map[string]string{"run": "r-" + call.Action.ID}, 0); err != nil {
+		return nil, err
+	}
+	return k.testConnector.Handle(ctx, call)
+}
+
+// A connector's per-action state values go with the action's record.
+func TestPruningDeletesTheActionsState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newWrappedBubbleFleet(t, func(c *hostsdk.Config) { c.ActionRetention = time.Hour },
+			func(c *testConnector) hostsdk.Connector { return runsKeeper{c} })
+		ctx := b.awaitFirstBeat(t)
+		old := b.routeNow(action(capEcho, `{"message":"old"}`))
+		if resp := b.deliver(t, old, aip.Body{Action: old.a}); resp.Status != http.StatusOK {
+			t.Fatalf("HTTP %d %s", resp.Status, resp.Raw)
+		}
+		time.Sleep(40 * time.Minute)
+		kept := b.routeNow(action(capEcho, `{"message":"kept"}`))
+		if resp := b.deliver(t, kept, aip.Body{Action: kept.a}); resp.Status != http.StatusOK {
+			t.Fatalf("HTTP %d %s", resp.Status, resp.Raw)
+		}
+		if _, err := b.cfg.Journal.State(ctx, runsNamespace, old.a.ID); err != nil {
+			t.Fatalf("the connector's record was not written: %v", err)
+		}
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		if _, err := b.cfg.Journal.State(ctx, runsNamespace, old.a.ID); !errors.Is(err, journal.ErrNotFound) {
+			t.Fatalf("the pruned action's state value is still there (%v)", err)
+		}
+		if _, err := b.cfg.Journal.State(ctx, runsNamespace, kept.a.ID); err != nil {
+			t.Fatalf("the kept action's state value: %v", err)
+		}
+	})
+}
+
+// New refuses ActionStateNamespaces the state store would refuse.
+func TestActionStateNamespacesAreChecked(t *testing.T) {
+	for _, ns := range []string{"", hostsdk.ReservedStatePrefix + "journal", "bad\x00"} {
+		cfg := hostsdktest.HostConfig(t, hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{InMemory: true}),
+			hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain}), hostsdktest.NewMemListener())
+		_, err := hostsdk.New(cfg, badKeeper{newTestConnector(), ns})
+		var ve *hostsdk.ValidateError
+		if !errors.As(err, &ve) || !strings.Contains(err.Error(), "ActionStateNamespaces") {
+			t.Errorf("New with action state namespace %q: %v, want a *ValidateError naming ActionStateNamespaces", ns, err)
+		}
+	}
+}
+
+type badKeeper struct {
+	*testConnector
+	ns string
+}
+
+func (k badKeeper) ActionStateNamespaces() []string { return []string{"ok", k.ns} }
