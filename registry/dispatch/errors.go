@@ -48,6 +48,7 @@ const (
 	hostIdempotencyConflict = "connector_host.idempotency_conflict"
 	hostActionInProgress    = "connector_host.action_in_progress"
 	hostCapabilityUnknown   = "connector_host.capability_unknown"
+	hostActionExpired       = "connector_host.action_expired"
 )
 
 var errorSource = json.RawMessage(`{"component":"aipfleet-dispatch"}`)
@@ -130,6 +131,8 @@ func hostStatus(code string) int {
 		return http.StatusConflict
 	case hostCapabilityUnknown:
 		return http.StatusNotFound
+	case hostActionExpired:
+		return http.StatusGone
 	}
 	return http.StatusBadGateway
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
@@ -157,6 +158,40 @@ func TestSignedAnswersSettle(t *testing.T) {
 	status, resp = w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: say("slow", `,"delay_ms":5000`), TimeoutMS: &timeout})
 	if status != http.StatusBadGateway || resp.Error.Code != hostsdk.CodeOutcomeUnknown || resp.Settlement != registry.SettlementOutcomeUnknown {
 		t.Fatalf("connector timeout: %d %+v %q", status, resp.Error, resp.Settlement)
+	}
+	w.idle()
+}
+
+// TestPrunedActionExpires: once the pinned replica pruned a finished action
+// after its retention, a retry of the action ID is answered 410
+// connector_host.action_expired (settled cancelled) and runs nothing, and
+// GET shows the replica's state pruned.
+func TestPrunedActionExpires(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	j, err := sqliteruntime.Open(w.ctx, sqliteruntime.Config{Dir: t.TempDir()})
+	must(t, err)
+	t.Cleanup(func() { j.Close() })
+	w.startHostWith(8, 8, func(c *hostsdk.Config) { c.Journal = j })
+	req := dispatch.ActionRequest{ActionID: aip.NewActionID(), CapabilityID: capSay, Input: say("once", "")}
+	if status, resp := w.act(req); status != http.StatusOK {
+		t.Fatalf("first run: %d %+v", status, resp.Error)
+	}
+	// What the host's retention does, a minute ahead.
+	if n, err := j.PruneActions(w.ctx, time.Now().Add(time.Minute), 10, nil); err != nil || n != 1 {
+		t.Fatalf("PruneActions = %d, %v", n, err)
+	}
+	status, resp := w.act(req)
+	if status != http.StatusGone || resp.Error == nil || resp.Error.Code != hostsdk.CodeActionExpired || resp.Settlement != registry.SettlementCancelled {
+		t.Fatalf("retry after pruning: %d %+v %q", status, resp.Error, resp.Settlement)
+	}
+	if runs := w.counter.runs(req.ActionID); len(runs) != 1 {
+		t.Fatalf("the action ran %d times", len(runs))
+	}
+	code, body, _ := w.call(http.MethodGet, dispatch.PathActions+"/"+req.ActionID, tenant, nil)
+	var st dispatch.ActionStatusResponse
+	must(t, json.Unmarshal(body, &st))
+	if code != http.StatusOK || !st.Replica.Reachable || st.Replica.State != aip.StatePruned || st.Reservation.Reserved {
+		t.Fatalf("status %d: %s", code, body)
 	}
 	w.idle()
 }

@@ -231,6 +231,13 @@ func (w *world) catalog() {
 // startHost starts a replica of the test connector and records it ready in
 // the registry with capacity regCapacity.
 func (w *world) startHost(maxInFlight int, regCapacity uint32) *replicaHost {
+	w.t.Helper()
+	return w.startHostWith(maxInFlight, regCapacity, nil)
+}
+
+// startHostWith is startHost with edit applied to the host's configuration
+// (nil: none).
+func (w *world) startHostWith(maxInFlight int, regCapacity uint32, edit func(*hostsdk.Config)) *replicaHost {
 	t := w.t
 	t.Helper()
 	cfg := hostsdktest.HostConfig(t, w.cp, w.fake, nil)
@@ -238,6 +245,9 @@ func (w *world) startHost(maxInFlight int, regCapacity uint32) *replicaHost {
 	cfg.MaxInFlight = maxInFlight
 	cfg.DrainTimeout = 30 * time.Second
 	cfg.TracerProvider = w.tp
+	if edit != nil {
+		edit(&cfg)
+	}
 	w.cp.Provision(hostsdktest.ReplicaSpec{ID: cfg.ReplicaID, DID: cfg.SigningKey.DID(), InstanceID: cfg.InstanceID,
 		VersionID: cfg.VersionID, Endpoint: cfg.PublicEndpoint, TenantID: cfg.TenantID, ArtifactDigest: cfg.ArtifactDigest})
 	h := hostsdktest.StartHost(t, cfg, replicaConnector{c: w.counter, replica: cfg.ReplicaID})

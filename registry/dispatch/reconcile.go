@@ -160,14 +160,16 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, r *registry.RouteReservat
 }
 
 // settlementOfState is the settlement a journaled state stands for; false
-// while the action is still under way.
+// while the action is still under way. pruned (the replica's journal no
+// longer holds an action that old, and never runs it now) settles
+// cancelled: the reservation is released and the circuit left as it is.
 func settlementOfState(s aip.ActionState) (registry.RouteSettlement, bool) {
 	switch s {
 	case aip.StateCompleted, aip.StateFailed:
 		return registry.SettlementCompleted, true
 	case aip.StateOutcomeUnknown:
 		return registry.SettlementOutcomeUnknown, true
-	case aip.StateCancelled, aip.StateNotFound:
+	case aip.StateCancelled, aip.StateNotFound, aip.StatePruned:
 		return registry.SettlementCancelled, true
 	}
 	return "", false
