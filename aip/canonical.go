@@ -531,7 +531,6 @@ func (c *canonicalizer) number() error {
 	default:
 		return c.errorf("invalid number")
 	}
-	intDigits := c.pos - intStart
 	simple := true
 	if c.pos < len(c.data) && c.data[c.pos] == '.' {
 		simple = false
@@ -559,12 +558,9 @@ func (c *canonicalizer) number() error {
 		}
 	}
 	tok := c.data[start:c.pos]
-	// Integers of up to 15 digits are exact doubles and print as themselves.
-	if simple && intDigits <= 15 {
-		if len(tok) == 2 && tok[0] == '-' && tok[1] == '0' {
-			c.out = append(c.out, '0')
-			return nil
-		}
+	// serde_json keeps an integer exactly when it fits a u64 (or, negative,
+	// an i64) and prints it as itself; only other numbers become doubles.
+	if simple && exactInteger(tok[intStart-start:], intStart > start) {
 		c.out = append(c.out, tok...)
 		return nil
 	}
@@ -574,6 +570,27 @@ func (c *canonicalizer) number() error {
 	}
 	c.out = AppendNumber(c.out, f)
 	return nil
+}
+
+// exactInteger reports whether the decimal digits (no sign, no leading
+// zero) name an integer serde_json keeps as a u64, or, when negative, as an
+// i64. Negative zero is not one: serde_json reads "-0" as the double -0.0.
+func exactInteger(digits []byte, negative bool) bool {
+	if len(digits) > 20 {
+		return false
+	}
+	var v uint64
+	for _, d := range digits {
+		x := uint64(d - '0')
+		if v > (math.MaxUint64-x)/10 {
+			return false // beyond u64
+		}
+		v = v*10 + x
+	}
+	if negative {
+		return v != 0 && v <= 1<<63
+	}
+	return true
 }
 
 // AppendNumber appends f formatted as ECMAScript's Number.prototype.toString

@@ -186,3 +186,44 @@ func TestDigest(t *testing.T) {
 		}
 	}
 }
+
+// Integers that fit serde_json's u64 (or, negative, i64) travel exactly:
+// canonicalization must not round them through a double, and Seal and
+// SignEnvelope send the canonical bytes, so rounding would change the data.
+func TestCanonicalizeKeepsIntegersExact(t *testing.T) {
+	for _, in := range []string{
+		`9007199254740993`,     // 2^53 + 1: not a double
+		`1234567890123456789`,  // a snowflake-style ID
+		`18446744073709551615`, // u64 max
+		`-9223372036854775808`, // i64 min
+		`-9007199254740993`,
+		`{"sequence":9223372036854775809}`,
+	} {
+		got, err := Canonicalize([]byte(in))
+		if err != nil {
+			t.Errorf("Canonicalize(%s): %v", in, err)
+			continue
+		}
+		if string(got) != in {
+			t.Errorf("Canonicalize(%s) = %s, want it unchanged", in, got)
+		}
+	}
+
+	key := hostKey(t)
+	hb := Heartbeat{ReplicaID: "crepl_0194a3b2c1d07e3f8a9b0c1d2e3f4a01", PreviousSequence: 1<<63 + 1}
+	sealed, err := Seal(key, SignedRequestField, hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(sealed, SignedRequestField)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Heartbeat
+	if err := s.Decode(&back); err != nil {
+		t.Fatalf("decode the sealed heartbeat: %v", err)
+	}
+	if back.PreviousSequence != hb.PreviousSequence {
+		t.Fatalf("previous_sequence sealed as %d, want %d", back.PreviousSequence, hb.PreviousSequence)
+	}
+}
