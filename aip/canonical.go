@@ -21,10 +21,11 @@ var ErrInvalidJSON = errors.New("aip: invalid JSON")
 // maxCanonicalDepth bounds nesting so hostile input cannot exhaust the stack.
 const maxCanonicalDepth = 256
 
-// Canonicalize returns the RFC 8785 (JSON Canonicalization Scheme) form of the
-// JSON text data: object members sorted by the UTF-16 code units of their
-// names, no insignificant whitespace, ECMAScript number formatting and minimal
-// string escaping (no HTML escaping).
+// Canonicalize returns the canonical form of the JSON text data: object
+// members sorted by the UTF-16 code units of their names, no insignificant
+// whitespace, numbers as serde_json prints them (integers within u64/i64
+// unchanged, other numbers as the shortest round-tripping double, see
+// AppendNumber) and minimal string escaping (no HTML escaping).
 func Canonicalize(data []byte) ([]byte, error) {
 	return AppendCanonical(nil, data)
 }
@@ -593,15 +594,18 @@ func exactInteger(digits []byte, negative bool) bool {
 	return true
 }
 
-// AppendNumber appends f formatted as ECMAScript's Number.prototype.toString
-// does (RFC 8785 section 3.2.2.3). f must be finite.
+// AppendNumber appends the finite double f as serde_json prints an f64
+// (the ryu crate's shortest round-trip form): always with a fraction or an
+// exponent ("1.0", "-0.0", "0.001"), in exponent form "1e16", "1.5e-7"
+// (no '+', no padding) when the decimal point would fall more than 16
+// digits to the right or more than 4 zeros to the left of the digits.
 func AppendNumber(dst []byte, f float64) []byte {
-	if f == 0 {
-		return append(dst, '0') // also for -0
-	}
-	if f < 0 {
+	if math.Signbit(f) {
 		dst = append(dst, '-')
 		f = -f
+	}
+	if f == 0 {
+		return append(dst, '0', '.', '0')
 	}
 	var buf [32]byte
 	// Shortest round-tripping digits in exponent form: d.ddddde±x.
@@ -610,8 +614,7 @@ func AppendNumber(dst []byte, f float64) []byte {
 	for i, ch := range e {
 		if ch == 'e' {
 			mant = e[:i]
-			x, _ := strconv.Atoi(string(e[i+1:]))
-			exp = x
+			exp, _ = strconv.Atoi(string(e[i+1:]))
 			break
 		}
 	}
@@ -624,33 +627,31 @@ func AppendNumber(dst []byte, f float64) []byte {
 		}
 	}
 	ds := digits[:k]
-	n := exp + 1 // the decimal point sits after n digits
+	n := exp + 1 // 10^(n-1) <= f < 10^n: the point sits after n digits
 	switch {
-	case k <= n && n <= 21:
+	case k <= n && n <= 16: // 1234e7 -> 12340000000.0
 		dst = append(dst, ds...)
-		for i := 0; i < n-k; i++ {
+		for i := k; i < n; i++ {
 			dst = append(dst, '0')
 		}
-	case 0 < n && n <= 21:
+		dst = append(dst, '.', '0')
+	case 0 < n && n <= 16: // 1234e-2 -> 12.34
 		dst = append(dst, ds[:n]...)
 		dst = append(dst, '.')
 		dst = append(dst, ds[n:]...)
-	case -6 < n && n <= 0:
+	case -5 < n && n <= 0: // 1234e-6 -> 0.001234
 		dst = append(dst, '0', '.')
 		for i := 0; i < -n; i++ {
 			dst = append(dst, '0')
 		}
 		dst = append(dst, ds...)
-	default:
+	default: // 1e30, 1234e30 -> 1.234e33
 		dst = append(dst, ds[0])
 		if k > 1 {
 			dst = append(dst, '.')
 			dst = append(dst, ds[1:]...)
 		}
 		dst = append(dst, 'e')
-		if n-1 >= 0 {
-			dst = append(dst, '+')
-		}
 		dst = strconv.AppendInt(dst, int64(n-1), 10)
 	}
 	return dst

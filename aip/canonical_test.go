@@ -1,14 +1,15 @@
 package aip
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// RFC 8785 section 3.2.2: the example input and its canonical form.
+// The input of RFC 8785 section 3.2.2, canonicalized as serde_json prints
+// it (the numbers differ from RFC 8785's: 1e30, not 1e+30).
 func TestCanonicalizeRFC8785Example(t *testing.T) {
 	in := `{
   "numbers": [333333333.33333329, 1E30, 4.50,
@@ -16,7 +17,7 @@ func TestCanonicalizeRFC8785Example(t *testing.T) {
   "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
   "literals": [null, true, false]
 }`
-	want := `{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`
+	want := `{"literals":[null,true,false],"numbers":[333333333.3333333,1e30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`
 	got, err := Canonicalize([]byte(in))
 	if err != nil {
 		t.Fatalf("Canonicalize: %v", err)
@@ -47,35 +48,30 @@ func TestCanonicalizeRFC8785Sorting(t *testing.T) {
 	}
 }
 
-// RFC 8785 appendix B: IEEE 754 bit patterns and their ECMAScript forms.
-func TestAppendNumberRFC8785Vectors(t *testing.T) {
+// Doubles print as serde_json prints an f64 (the ryu crate's format). The
+// bit patterns are RFC 8785 appendix B's; the expected forms are ryu's.
+func TestAppendNumberSerdeJSONVectors(t *testing.T) {
 	tests := []struct {
 		bits uint64
 		want string
 	}{
-		{0x0000000000000000, "0"},
-		{0x8000000000000000, "0"},
+		{0x0000000000000000, "0.0"},
+		{0x8000000000000000, "-0.0"},
 		{0x0000000000000001, "5e-324"},
 		{0x8000000000000001, "-5e-324"},
-		{0x7fefffffffffffff, "1.7976931348623157e+308"},
-		{0xffefffffffffffff, "-1.7976931348623157e+308"},
-		{0x4340000000000000, "9007199254740992"},
-		{0xc340000000000000, "-9007199254740992"},
-		{0x4430000000000000, "295147905179352830000"},
-		{0x44b52d02c7e14af5, "9.999999999999997e+22"},
-		{0x44b52d02c7e14af6, "1e+23"},
-		{0x44b52d02c7e14af7, "1.0000000000000001e+23"},
-		{0x444b1ae4d6e2ef4e, "999999999999999700000"},
-		{0x444b1ae4d6e2ef4f, "999999999999999900000"},
-		{0x444b1ae4d6e2ef50, "1e+21"},
+		{0x7fefffffffffffff, "1.7976931348623157e308"},
+		{0xffefffffffffffff, "-1.7976931348623157e308"},
+		{0x4340000000000000, "9007199254740992.0"},
+		{0xc340000000000000, "-9007199254740992.0"},
+		{0x4430000000000000, "2.9514790517935283e20"},
+		{0x44b52d02c7e14af5, "9.999999999999997e22"},
+		{0x44b52d02c7e14af6, "1e23"},
+		{0x44b52d02c7e14af7, "1.0000000000000001e23"},
+		{0x444b1ae4d6e2ef50, "1e21"},
 		{0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"},
-		{0x3eb0c6f7a0b5ed8d, "0.000001"},
-		{0x41b3de4355555553, "333333333.3333332"},
-		{0x41b3de4355555554, "333333333.33333325"},
+		{0x3eb0c6f7a0b5ed8d, "1e-6"},
 		{0x41b3de4355555555, "333333333.3333333"},
-		{0x41b3de4355555556, "333333333.3333334"},
-		{0x41b3de4355555557, "333333333.33333343"},
-		{0xbecbf647612f3696, "-0.0000033333333333333333"},
+		{0xbecbf647612f3696, "-3.3333333333333333e-6"},
 		{0x43143ff3c1cb0959, "1424953923781206.2"},
 	}
 	for _, tt := range tests {
@@ -83,9 +79,11 @@ func TestAppendNumberRFC8785Vectors(t *testing.T) {
 		if got := string(AppendNumber(nil, f)); got != tt.want {
 			t.Errorf("AppendNumber(%#016x) = %s, want %s", tt.bits, got, tt.want)
 		}
-		// The same value written as JSON text canonicalizes identically.
-		lit, _ := json.Marshal(f)
-		got, err := Canonicalize(lit)
+		// The same value written as JSON text with a fraction or an
+		// exponent (so it is a double, not an integer) canonicalizes
+		// identically.
+		lit := strconv.FormatFloat(f, 'e', -1, 64)
+		got, err := Canonicalize([]byte(lit))
 		if err != nil {
 			t.Errorf("Canonicalize(%s): %v", lit, err)
 			continue
@@ -94,16 +92,33 @@ func TestAppendNumberRFC8785Vectors(t *testing.T) {
 			t.Errorf("Canonicalize(%s) = %s, want %s", lit, got, tt.want)
 		}
 	}
+	// ryu's own test vectors (value, pretty form).
+	for f, want := range map[float64]string{
+		0.3: "0.3", 1.234e15: "1234000000000000.0", 1.234e16: "1.234e16",
+		2.71828: "2.71828", 1.1e128: "1.1e128", 1.1e-64: "1.1e-64", 1: "1.0", -1: "-1.0",
+		-2.109808898695963e16: "-2.109808898695963e16", 9.0608011534336e15: "9060801153433600.0",
+		4.708356024711512e18: "4.708356024711512e18", 2.9802322387695312e-8: "2.9802322387695312e-8",
+		0.0001: "0.0001", 0.00001: "0.00001", 0.000001: "1e-6", 123.456: "123.456",
+	} {
+		if got := string(AppendNumber(nil, f)); got != want {
+			t.Errorf("AppendNumber(%v) = %s, want %s", f, got, want)
+		}
+	}
 }
 
 func TestCanonicalizeForms(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{`  {"b" : 1 , "a" : [ 1 , 2 ] }  `, `{"a":[1,2],"b":1}`},
-		{`-0`, `0`},
-		{`-0.0`, `0`},
-		{`1.0`, `1`},
-		{`1E2`, `100`},
-		{`123456789012345678901234`, `1.2345678901234569e+23`},
+		{`-0`, `-0.0`}, // serde_json reads -0 as the double -0.0
+		{`-0.0`, `-0.0`},
+		{`0`, `0`},
+		{`1.0`, `1.0`},
+		{`1.50`, `1.5`},
+		{`1E2`, `100.0`},
+		{`1e-400`, `0.0`}, // underflows to zero, as in serde_json
+		{`123456789012345678901234`, `1.2345678901234569e23`},
+		{`18446744073709551616`, `1.8446744073709552e19`},    // u64 max + 1
+		{`-9223372036854775809`, `-9.223372036854776e18`},    // i64 min - 1
 		{`"<>&\u2028\u2029"`, "\"<>&\u2028\u2029\""},         // no HTML or JS escaping
 		{`"\u0000\u001f\u007f"`, "\"\\u0000\\u001f\u007f\""}, // control characters only
 		{`"\/"`, `"/"`}, // solidus unescaped
