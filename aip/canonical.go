@@ -1,6 +1,7 @@
 package aip
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,9 +22,10 @@ var ErrInvalidJSON = errors.New("aip: invalid JSON")
 // maxCanonicalDepth bounds nesting so hostile input cannot exhaust the stack.
 const maxCanonicalDepth = 256
 
-// Canonicalize returns the canonical form of the JSON text data: object
-// members sorted by the UTF-16 code units of their names, no insignificant
-// whitespace, numbers as serde_json prints them (integers within u64/i64
+// Canonicalize returns the canonical form of the JSON text data, as the
+// reference computes it with serde_json (sorted keys, compact output; not
+// RFC 8785): object members sorted by the UTF-8 bytes of their names (Rust's
+// String order), no insignificant whitespace, numbers as serde_json prints them (integers within u64/i64
 // unchanged, other numbers as the shortest round-tripping double, see
 // AppendNumber) and minimal string escaping (no HTML escaping).
 func Canonicalize(data []byte) ([]byte, error) {
@@ -294,10 +296,10 @@ func (c *canonicalizer) object(depth int, skip []string) error {
 	}
 	keys := c.keys
 	slices.SortFunc(ms, func(a, b canonMember) int {
-		return compareUTF16(keys[a.keyStart:a.keyEnd], keys[b.keyStart:b.keyEnd])
+		return bytes.Compare(keys[a.keyStart:a.keyEnd], keys[b.keyStart:b.keyEnd])
 	})
 	for i := 1; i < len(ms); i++ {
-		if compareUTF16(keys[ms[i-1].keyStart:ms[i-1].keyEnd], keys[ms[i].keyStart:ms[i].keyEnd]) == 0 {
+		if bytes.Equal(keys[ms[i-1].keyStart:ms[i-1].keyEnd], keys[ms[i].keyStart:ms[i].keyEnd]) {
 			return fmt.Errorf("%w: duplicate member name %q", ErrInvalidJSON, keys[ms[i].keyStart:ms[i].keyEnd])
 		}
 	}
@@ -319,40 +321,6 @@ func (c *canonicalizer) object(depth int, skip []string) error {
 	}
 	c.out = append(c.out, '}')
 	return nil
-}
-
-// compareUTF16 orders two UTF-8 strings by their UTF-16 code units, as RFC
-// 8785 section 3.2.3 requires.
-func compareUTF16(a, b []byte) int {
-	for len(a) > 0 && len(b) > 0 {
-		if a[0] < utf8.RuneSelf && b[0] < utf8.RuneSelf {
-			if a[0] != b[0] {
-				return int(a[0]) - int(b[0])
-			}
-			a, b = a[1:], b[1:]
-			continue
-		}
-		ra, na := utf8.DecodeRune(a)
-		rb, nb := utf8.DecodeRune(b)
-		if ra != rb {
-			ua1, ua2 := utf16Units(ra)
-			ub1, ub2 := utf16Units(rb)
-			if ua1 != ub1 {
-				return int(ua1) - int(ub1)
-			}
-			return int(ua2) - int(ub2)
-		}
-		a, b = a[na:], b[nb:]
-	}
-	return len(a) - len(b)
-}
-
-func utf16Units(r rune) (uint16, uint16) {
-	if r < 0x10000 {
-		return uint16(r), 0
-	}
-	r1, r2 := utf16.EncodeRune(r)
-	return uint16(r1), uint16(r2)
 }
 
 const hexDigits = "0123456789abcdef"

@@ -27,8 +27,10 @@ func TestCanonicalizeRFC8785Example(t *testing.T) {
 	}
 }
 
-// RFC 8785 section 3.2.3: member names sort by UTF-16 code units.
-func TestCanonicalizeRFC8785Sorting(t *testing.T) {
+// Member names sort by their UTF-8 bytes, as Rust orders Strings (the
+// input is RFC 8785 section 3.2.3's, whose UTF-16 order puts the emoji
+// before U+FB33; byte order puts it after).
+func TestCanonicalizeSortsNamesByBytes(t *testing.T) {
 	in := `{
   "\u20ac": "Euro Sign",
   "\r": "Carriage Return",
@@ -38,13 +40,21 @@ func TestCanonicalizeRFC8785Sorting(t *testing.T) {
   "\u0080": "Control",
   "\u00f6": "Latin Small Letter O With Diaeresis"
 }`
-	want := "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u0080\":\"Control\",\"ö\":\"Latin Small Letter O With Diaeresis\",\"€\":\"Euro Sign\",\"😀\":\"Emoji: Grinning Face\",\"\ufb33\":\"Hebrew Letter Dalet With Dagesh\"}"
+	want := "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\u0080\":\"Control\",\"ö\":\"Latin Small Letter O With Diaeresis\",\"€\":\"Euro Sign\",\"\ufb33\":\"Hebrew Letter Dalet With Dagesh\",\"😀\":\"Emoji: Grinning Face\"}"
 	got, err := Canonicalize([]byte(in))
 	if err != nil {
 		t.Fatalf("Canonicalize: %v", err)
 	}
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	// U+FFFF (EF BF BF) sorts before U+10000 (F0 90 80 80) by bytes.
+	got, err = Canonicalize([]byte("{\"\U00010000\":1,\"\uffff\":2}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\"\uffff\":2,\"\U00010000\":1}"; string(got) != want {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }
 
