@@ -7,11 +7,16 @@ import (
 )
 
 // TimestampLayout is the wire form of every AIP timestamp: RFC 3339 in UTC
-// with exactly millisecond precision.
-const TimestampLayout = "2006-01-02T15:04:05.000Z07:00"
+// with millisecond precision, written as the Rust time crate writes it
+// (reference 12.5): the fraction without trailing zeros, and none at all on
+// a whole second ("…:05Z", "…:05.69Z", "…:05.678Z"). Upstream verifies a
+// signature over its own re-serialization of the parsed message, so any
+// other spelling ("…:05.690Z") breaks signatures and digests there.
+const TimestampLayout = "2006-01-02T15:04:05.999Z07:00"
 
 // Timestamp is a point in time that travels as an RFC 3339 UTC string with
-// millisecond precision. Any RFC 3339 form is accepted when decoding.
+// millisecond precision (see TimestampLayout). Any RFC 3339 form is
+// accepted when decoding.
 // The zero Timestamp is omitted by fields tagged omitzero.
 type Timestamp struct{ time.Time }
 
