@@ -253,13 +253,16 @@ func EncodeSignature(sig []byte) string { return base64.StdEncoding.EncodeToStri
 // ErrBadSignature is returned (wrapped) when a signature does not verify.
 var ErrBadSignature = errors.New("aip: signature does not verify")
 
-// VerifySignature checks a standard-base64 Ed25519 signature of msg.
+// VerifySignature checks a standard-base64 Ed25519 signature of msg. The
+// base64 must be canonical: padded, with zero padding bits.
 func VerifySignature(pub ed25519.PublicKey, msg []byte, sigB64 string) error {
 	if len(sigB64) != base64.StdEncoding.EncodedLen(ed25519.SignatureSize) {
 		return fmt.Errorf("%w: signature must be %d bytes in standard base64", ErrBadSignature, ed25519.SignatureSize)
 	}
 	var sig [ed25519.SignatureSize + 2]byte // DecodedLen of 88 characters
-	n, err := base64.StdEncoding.Decode(sig[:], []byte(sigB64))
+	// Strict: the padding bits must be zero, so a signature has exactly one
+	// spelling (Rust's base64 STANDARD engine refuses the others too).
+	n, err := base64.StdEncoding.Strict().Decode(sig[:], []byte(sigB64))
 	if err != nil || n != ed25519.SignatureSize {
 		return fmt.Errorf("%w: signature is not standard base64", ErrBadSignature)
 	}

@@ -201,3 +201,54 @@ func TestVerifySignatureRejects(t *testing.T) {
 		}
 	}
 }
+
+// A signature has one spelling: standard base64 with zero padding bits, as
+// Rust's base64 STANDARD engine requires. Otherwise one signed message
+// travels under up to 16 signature strings, which defeats any dedupe or
+// replay key that includes the body.
+func TestVerifySignatureRejectsNonCanonicalBase64(t *testing.T) {
+	k := hostKey(t)
+	msg := []byte("hello")
+	sig := EncodeSignature(k.Sign(msg))
+	if !strings.HasSuffix(sig, "==") {
+		t.Fatalf("a 64-byte signature ends in ==: %s", sig)
+	}
+	// The last data character carries 2 signature bits and 4 padding bits.
+	last := strings.IndexByte(base64Alphabet, sig[85])
+	variants := 0
+	for pad := 1; pad < 16; pad++ {
+		alt := sig[:85] + string(base64Alphabet[last|pad]) + "=="
+		if alt == sig {
+			continue
+		}
+		variants++
+		if err := VerifySignature(k.PublicKey(), msg, alt); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("signature %s (non-zero padding bits) verifies: err = %v", alt, err)
+		}
+	}
+	if variants != 15 {
+		t.Fatalf("tried %d variants, want 15", variants)
+	}
+
+	// The same through a signed envelope: only security.signature changes.
+	signed, err := SignEnvelope(k, fixedActionEnvelope(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env Envelope
+	if err := json.Unmarshal(signed, &env); err != nil {
+		t.Fatal(err)
+	}
+	var good string
+	if _, err := env.SecurityValue(SecuritySignature, &good); err != nil {
+		t.Fatal(err)
+	}
+	i := strings.IndexByte(base64Alphabet, good[85])
+	bad := good[:85] + string(base64Alphabet[i^1]) + "=="
+	body := []byte(strings.Replace(string(signed), good, bad, 1))
+	if _, err := VerifyEnvelope(body, k.DID()); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("envelope with a respelled signature: err = %v, want ErrBadSignature", err)
+	}
+}
+
+const base64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
