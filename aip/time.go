@@ -23,8 +23,12 @@ type Timestamp struct{ time.Time }
 // At returns t truncated to milliseconds, in UTC.
 func At(t time.Time) Timestamp { return Timestamp{t.UTC().Truncate(time.Millisecond)} }
 
-// MarshalJSON implements json.Marshaler.
+// MarshalJSON implements json.Marshaler. A time whose UTC year is outside
+// 0000..9999 has no RFC 3339 form and is an error.
 func (t Timestamp) MarshalJSON() ([]byte, error) {
+	if y := t.UTC().Year(); y < 0 || y > 9999 {
+		return nil, fmt.Errorf("aip: timestamp %s: year %d is outside RFC 3339's 0000..9999", t.Time, y)
+	}
 	b := make([]byte, 0, len(TimestampLayout)+2)
 	b = append(b, '"')
 	b = t.UTC().AppendFormat(b, TimestampLayout)
@@ -43,6 +47,9 @@ func (t *Timestamp) UnmarshalJSON(data []byte) error {
 	parsed, err := time.Parse(time.RFC3339Nano, string(data[1:len(data)-1]))
 	if err != nil {
 		return fmt.Errorf("aip: timestamp %s is not RFC 3339: %w", data, err)
+	}
+	if y := parsed.UTC().Year(); y < 0 || y > 9999 {
+		return fmt.Errorf("aip: timestamp %s is year %d in UTC, outside RFC 3339's 0000..9999", data, y)
 	}
 	t.Time = parsed.UTC()
 	return nil

@@ -36,3 +36,32 @@ func TestTimestampWireFormMatchesRustTime(t *testing.T) {
 		}
 	}
 }
+
+// A timestamp is decoded only if it can be written back as RFC 3339 in UTC:
+// an offset can push a four-digit year out of 0000..9999, and writing
+// "10000-01-01T00:59:59Z" would produce JSON that no RFC 3339 parser,
+// this package's included, accepts.
+func TestTimestampRefusesYearsOutsideRFC3339(t *testing.T) {
+	for _, in := range []string{
+		`"9999-12-31T23:59:59-01:00"`, // 10000-01-01T00:59:59Z
+		`"0000-01-01T00:00:00+01:00"`, // -0001-12-31T23:00:00Z
+	} {
+		var ts Timestamp
+		if err := json.Unmarshal([]byte(in), &ts); err == nil {
+			out, merr := json.Marshal(ts)
+			t.Errorf("%s decodes (as %s, %v); want an error", in, out, merr)
+		}
+	}
+	for _, in := range []string{`"9999-12-31T23:59:59Z"`, `"0000-01-01T00:00:00Z"`, `"9999-12-31T23:59:59+01:00"`} {
+		var ts Timestamp
+		if err := json.Unmarshal([]byte(in), &ts); err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
+	if out, err := json.Marshal(At(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))); err == nil {
+		t.Errorf("year 10000 marshals as %s; want an error", out)
+	}
+	if out, err := json.Marshal(At(time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC))); err == nil {
+		t.Errorf("year -1 marshals as %s; want an error", out)
+	}
+}
