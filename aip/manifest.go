@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Manifest describes what a connector (an agent) offers.
@@ -130,6 +131,24 @@ type SLAContract struct {
 	AsyncExpected      bool     `json:"async_expected"`
 	MaxQueueDelayMS    *uint64  `json:"max_queue_delay_ms,omitempty"`
 	AvailabilityTarget *float64 `json:"availability_target,omitempty"`
+}
+
+// MarshalJSON implements json.Marshaler: availability_target is written as
+// serde_json writes the upstream f64 (1.0, not 1), so signatures and
+// digests over a contract match the reference's.
+func (s SLAContract) MarshalJSON() ([]byte, error) {
+	type plain SLAContract
+	w := struct {
+		plain
+		AvailabilityTarget json.RawMessage `json:"availability_target,omitempty"`
+	}{plain: plain(s)}
+	if t := s.AvailabilityTarget; t != nil {
+		if math.IsInf(*t, 0) || math.IsNaN(*t) {
+			return nil, fmt.Errorf("aip: sla availability_target %v is not a finite number", *t)
+		}
+		w.AvailabilityTarget = AppendNumber(nil, *t)
+	}
+	return json.Marshal(w)
 }
 
 // TransactionContract states transactional support.
