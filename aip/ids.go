@@ -99,16 +99,16 @@ func NewActionID() string { return NewID(PrefixAction) }
 // hexadecimal digits.
 func ValidateID(prefix, id string) error {
 	if !strings.HasPrefix(id, prefix) {
-		return fmt.Errorf("%w: %q must start with %q", ErrInvalidID, id, prefix)
+		return fmt.Errorf("%w: %q must start with %q", ErrInvalidID, truncateForError(id), prefix)
 	}
 	rest := id[len(prefix):]
 	if len(rest) != 32 {
-		return fmt.Errorf("%w: %q must be %q followed by 32 lowercase hex digits", ErrInvalidID, id, prefix)
+		return fmt.Errorf("%w: %q must be %q followed by 32 lowercase hex digits", ErrInvalidID, truncateForError(id), prefix)
 	}
 	for i := 0; i < len(rest); i++ {
 		ch := rest[i]
 		if !(ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'f') {
-			return fmt.Errorf("%w: %q must be %q followed by 32 lowercase hex digits", ErrInvalidID, id, prefix)
+			return fmt.Errorf("%w: %q must be %q followed by 32 lowercase hex digits", ErrInvalidID, truncateForError(id), prefix)
 		}
 	}
 	if rest[12] != '7' {

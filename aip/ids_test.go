@@ -64,3 +64,21 @@ func TestValidateIDRejects(t *testing.T) {
 		}
 	}
 }
+
+// Errors quote a bad identifier, but only its start: a hostile message ID
+// of megabytes must not become a megabyte error (answered and logged).
+func TestValidateIDErrorIsBounded(t *testing.T) {
+	for _, id := range []string{
+		strings.Repeat("x", 1<<20),
+		PrefixMessage + strings.Repeat("0", 1<<20),
+		PrefixMessage + strings.Repeat("g", 32),
+	} {
+		err := ValidateID(PrefixMessage, id)
+		if !errors.Is(err, ErrInvalidID) {
+			t.Fatalf("ValidateID: %v, want ErrInvalidID", err)
+		}
+		if n := len(err.Error()); n > 300 {
+			t.Errorf("error for a %d-byte id is %d bytes", len(id), n)
+		}
+	}
+}
