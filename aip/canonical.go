@@ -455,7 +455,8 @@ func (c *canonicalizer) hex4() (rune, error) {
 	return r, nil
 }
 
-// writeRune writes r with RFC 8785 minimal escaping.
+// writeRune writes r with minimal escaping, as serde_json does: only the
+// quote, the backslash and control characters are escaped.
 func (c *canonicalizer) writeRune(r rune) {
 	switch r {
 	case '"':

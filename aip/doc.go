@@ -11,8 +11,10 @@
 //
 // The trust primitives are:
 //
-//   - RFC 8785 canonical JSON (Canonicalize) and digests ("sha256:" + hex,
-//     Digest);
+//   - canonical JSON as the reference computes it (Canonicalize): serde_json's
+//     compact output with object members sorted by the bytes of their names,
+//     integers kept exactly and doubles in serde_json's form (not RFC 8785);
+//     and digests ("sha256:" + hex, Digest);
 //   - Ed25519 keys (SigningKey) identified by did:key (DIDKey, ParseDIDKey),
 //     loaded from owner-only files holding a 64-hex seed or an Ed25519 JWK
 //     (LoadSigningKey), and published as a JWKS (JWKS);
@@ -26,8 +28,8 @@
 //     verifier's clock passed in.
 //
 // IDs are a prefix and a UUIDv7 in 32 lowercase hex digits (NewID,
-// ValidateID). Timestamps are RFC 3339 UTC with millisecond precision
-// (Timestamp).
+// ValidateID). Timestamps are RFC 3339 UTC with millisecond precision,
+// written as Rust's time crate writes them (Timestamp).
 //
 // Package aip does no I/O beyond reading key files, and imports nothing else
 // from this module.

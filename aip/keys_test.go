@@ -203,9 +203,8 @@ func TestVerifySignatureRejects(t *testing.T) {
 }
 
 // A signature has one spelling: standard base64 with zero padding bits, as
-// Rust's base64 STANDARD engine requires. Otherwise one signed message
-// travels under up to 16 signature strings, which defeats any dedupe or
-// replay key that includes the body.
+// Rust's base64 STANDARD engine requires; the other 15 spellings of the
+// last character must not verify.
 func TestVerifySignatureRejectsNonCanonicalBase64(t *testing.T) {
 	k := hostKey(t)
 	msg := []byte("hello")

@@ -19,8 +19,8 @@ const (
 // wrapper: {"request"|"response": {...}, "signature": "..."}.
 var ErrMalformedSigned = errors.New("aip: malformed signed message")
 
-// Signed is a parsed signed wrapper. Canonical is the RFC 8785 form of the
-// inner object exactly as received, members this version does not know
+// Signed is a parsed signed wrapper. Canonical is the canonical form (see
+// Canonicalize) of the inner object exactly as received, members this version does not know
 // included: the signature covers them, so nothing is silently dropped.
 type Signed struct {
 	Field     string
