@@ -2,6 +2,7 @@ package aip
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -44,8 +45,12 @@ func (t *Timestamp) UnmarshalJSON(data []byte) error {
 	if len(data) < 2 || data[0] != '"' || data[len(data)-1] != '"' {
 		return fmt.Errorf("aip: timestamp must be an RFC 3339 string, got %s", data)
 	}
-	parsed, err := time.Parse(time.RFC3339Nano, string(data[1:len(data)-1]))
+	text := string(data[1 : len(data)-1])
+	parsed, err := time.Parse(time.RFC3339Nano, text)
 	if err != nil {
+		return fmt.Errorf("aip: timestamp %s is not RFC 3339: %w", data, err)
+	}
+	if err := checkRFC3339Extras(text); err != nil {
 		return fmt.Errorf("aip: timestamp %s is not RFC 3339: %w", data, err)
 	}
 	if y := parsed.UTC().Year(); y < 0 || y > 9999 {
@@ -57,3 +62,20 @@ func (t *Timestamp) UnmarshalJSON(data []byte) error {
 
 // String returns the wire form.
 func (t Timestamp) String() string { return t.UTC().Format(TimestampLayout) }
+
+// checkRFC3339Extras refuses what time.Parse accepts beyond RFC 3339 in a
+// text it parsed with time.RFC3339Nano: a comma before the fraction, and
+// an offset hour above 23 or minute above 59.
+func checkRFC3339Extras(text string) error {
+	if len(text) > 19 && text[19] == ',' {
+		return errors.New("the fraction must follow a '.', not a ','")
+	}
+	if n := len(text); n >= 6 && (text[n-6] == '+' || text[n-6] == '-') {
+		h := int(text[n-5]-'0')*10 + int(text[n-4]-'0')
+		m := int(text[n-2]-'0')*10 + int(text[n-1]-'0')
+		if h > 23 || m > 59 {
+			return fmt.Errorf("offset %s is outside -23:59..+23:59", text[n-6:])
+		}
+	}
+	return nil
+}

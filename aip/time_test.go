@@ -65,3 +65,29 @@ func TestTimestampRefusesYearsOutsideRFC3339(t *testing.T) {
 		t.Errorf("year -1 marshals as %s; want an error", out)
 	}
 }
+
+// Decoding accepts RFC 3339 only: Go's parser also takes a comma before
+// the fraction and offsets such as +24:00 or +00:60, which RFC 3339 (and
+// Rust's time crate, upstream) refuse.
+func TestTimestampRefusesNonRFC3339Spellings(t *testing.T) {
+	for _, in := range []string{
+		`"2026-01-02T03:04:05,5Z"`,
+		`"2026-01-02T03:04:05+24:00"`,
+		`"2026-01-02T03:04:05+00:60"`,
+		`"2026-01-02T03:04:05.5-24:00"`,
+	} {
+		var ts Timestamp
+		if err := json.Unmarshal([]byte(in), &ts); err == nil {
+			t.Errorf("%s decodes as %v; want an error", in, ts)
+		}
+	}
+	for _, in := range []string{
+		`"2026-01-02T03:04:05Z"`, `"2026-01-02T03:04:05.123456789Z"`,
+		`"2026-01-02T03:04:05+23:59"`, `"2026-01-02T03:04:05.5-00:00"`,
+	} {
+		var ts Timestamp
+		if err := json.Unmarshal([]byte(in), &ts); err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
+}
