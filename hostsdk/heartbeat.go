@@ -54,9 +54,9 @@ func (h *Host) runHeartbeats(ctx context.Context) {
 }
 
 // heartbeatTick probes health and renews or recovers the lease, then prunes
-// the replay registry and the finished actions past their retention. Any renewal failure counts in
-// aip_connector_host_heartbeat_failures_total; the lease is kept until its
-// recorded expiry.
+// the replay registry and the finished actions past their retention. Any
+// renewal failure counts in aip_connector_host_heartbeat_failures_total;
+// the lease is kept until its recorded expiry.
 func (h *Host) heartbeatTick(ctx context.Context) {
 	if h.draining.Load() {
 		return
