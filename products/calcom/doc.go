@@ -192,7 +192,10 @@
 //
 // Platform OAuth client credentials (x-cal-client-id and x-cal-secret-key)
 // and managed-user tokens are out of scope: the adapter authenticates with
-// one API key. Nor are tenant credential routing or a dispatch ledger for
+// one API key. (In the published document only POST /v2/bookings, GET
+// /v2/event-types and POST /v2/slots/reservations accept client
+// credentials; every other endpoint the adapter serves requires
+// Authorization.) Nor are tenant credential routing or a dispatch ledger for
 // reconciliation offered. booking.create does not take a location,
 // instant or routing, and cancel and reschedule do not take a seat UID:
 // the published document's oneOf alternatives for those bodies overlap
