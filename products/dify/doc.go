@@ -23,10 +23,10 @@
 //     risk medium, no human approval required.
 //
 // The other capabilities are declared in one operations table
-// (operations.go: suffix, app modes, method, path, query and body fields,
-// input schema, risk, contract) and run by one handler. Per app
-// (capability IDs cap:dify:<app_id>:<suffix>), where
-// the document's "Available for" lists the app's mode (chat = Chatbot,
+// (operations.go: suffix, app modes, method, path, query, body and
+// multipart fields, input schema, risk, contract) and run by one handler.
+// Per app (capability IDs cap:dify:<app_id>:<suffix>), where the
+// document's "Available for" lists the app's mode (chat = Chatbot,
 // advanced-chat = Chatflow, agent-chat = Agent, completion = Text
 // Generator):
 //
@@ -60,6 +60,15 @@
 //   - :workflow.logs: GET /workflows/logs (advanced-chat and workflow
 //     apps; keyword, status, page, limit, created_at__before/__after,
 //     created_by_end_user_session_id, created_by_account; read).
+//   - :files.upload: POST /files/upload as multipart/form-data (every
+//     mode): the part "file" from filename (no / \ " or control
+//     characters), content_base64 (standard base64, 1 byte to
+//     MaxUploadBytes, 2.5 MiB, decoded: the base64 must fit with the rest
+//     of the action in the 4 MiB a replica reads) and mime_type (default
+//     application/octet-stream), and the field user; a mutation (it
+//     creates a file), risk medium. The output is Dify's file record:
+//     pass its id as upload_file_id (transfer_method local_file) when
+//     invoking the app as the same user.
 //
 // Per knowledge base listed in the knowledge file
 // (cap:dify:knowledge:<id>:<suffix>):
@@ -152,11 +161,11 @@
 //     of every answer and event stream (default 8 MiB, at most 64 MiB).
 //
 // At least one app or knowledge base is required, and the manifest holds
-// at most hostsdk.MaxCapabilities (512) capabilities: 15 per
-// advanced-chat app, 13 per chat or agent-chat app, 7 per completion or
+// at most hostsdk.MaxCapabilities (512) capabilities: 16 per
+// advanced-chat app, 14 per chat or agent-chat app, 8 per completion or
 // workflow app, 7 per knowledge base. New refuses a configuration over
-// the limit, naming its count: a host serves at most 34 advanced-chat, 39
-// chat or agent-chat, or 73 completion or workflow apps (fewer with
+// the limit, naming its count: a host serves at most 32 advanced-chat, 36
+// chat or agent-chat, or 64 completion or workflow apps (fewer with
 // knowledge bases or a mix); split larger fleets over several hosts. The
 // files' own bound (1000 entries, the reference's) is therefore never
 // reached by apps alone.
@@ -166,11 +175,10 @@
 //
 // # Not covered
 //
-// The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Multipart
-// uploads stay out because provider.Client sends only JSON or raw bodies,
-// not multipart/form-data: file upload (POST /files/upload), document
-// create-by-file and update-by-file, audio-to-text, and the knowledge
-// pipeline's file upload. Binary answers (file preview, text-to-audio,
+// The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Of the
+// multipart uploads only the app file upload is built (files.upload); not
+// document create-by-file and update-by-file, audio-to-text, and the
+// knowledge pipeline's file upload. Binary answers (file preview, text-to-audio,
 // document download and ZIP download) are left out too. Also not covered:
 // conversation variable update (PUT .../variables/{variable_id}), runs of
 // a workflow by ID and the workflow event stream, end-user lookup, human

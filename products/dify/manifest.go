@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -140,6 +141,17 @@ var (
       "description": "overrides the knowledge base's retrieval settings; omit to use them"}
   },
   "required": ["query"],
+  "additionalProperties": false}`)
+	uploadSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "filename": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^/\\\\\"\\x00-\\x1f\\x7f]+$",
+      "description": "the file's name with its extension (Dify checks the extension against the deployment's blacklist); no / \\ \" or control characters"},
+    "content_base64": {"type": "string", "minLength": 4, "maxLength": ` + strconv.Itoa(4*((MaxUploadBytes+2)/3)) + `,
+      "contentEncoding": "base64", "description": "the file's bytes in standard base64 with padding, at most 2.5 MiB decoded"},
+    "mime_type": {"type": "string", "minLength": 3, "maxLength": 255, "description": "the file's media type, e.g. image/png; default application/octet-stream"},
+    "user": ` + userSchema + `
+  },
+  "required": ["filename", "content_base64"],
   "additionalProperties": false}`)
 	objectOutput  = json.RawMessage(`{"type": "object"}`)
 	deletedOutput = json.RawMessage(`{"type": "object", "properties": {"deleted": {"type": "boolean"}}, "required": ["deleted"]}`)

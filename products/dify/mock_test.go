@@ -1,7 +1,11 @@
 package dify
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -55,6 +59,14 @@ type recorded struct {
 	Query        url.Values
 	Auth         string
 	Body         map[string]any
+	// Upload is a POST /files/upload the mock accepted.
+	Upload *upload
+}
+
+// upload is what a POST /files/upload carried.
+type upload struct {
+	Filename, ContentType, User string
+	Data                        []byte
 }
 
 // mockDify is a Dify Service API.
@@ -97,8 +109,15 @@ func modeOfKey(key string) (Mode, bool) {
 func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimPrefix(r.URL.Path, "/v1")
 	rec := recorded{Method: r.Method, Path: path, Query: r.URL.Query(), Auth: r.Header.Get("Authorization")}
+	var raw []byte
 	if r.Body != nil {
-		json.NewDecoder(r.Body).Decode(&rec.Body)
+		raw, _ = io.ReadAll(r.Body)
+		json.Unmarshal(raw, &rec.Body)
+		r.Body = io.NopCloser(bytes.NewReader(raw))
+	}
+	var uploadErr map[string]any
+	if r.Method == http.MethodPost && path == "/files/upload" {
+		rec.Upload, uploadErr = parseUpload(r)
 	}
 	m.mu.Lock()
 	m.reqs = append(m.reqs, rec)
@@ -136,6 +155,21 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeEvents(w, defaultEvents(mode))
+	case r.Method == http.MethodPost && path == "/files/upload":
+		if !isApp {
+			writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "forbidden", "message": "not an app key"})
+			return
+		}
+		if uploadErr != nil {
+			writeJSON(w, http.StatusBadRequest, uploadErr)
+			return
+		}
+		// The document's 201 example, describing the file received.
+		ans := docExample(m.t, m.doc, "/files/upload", "post", "201").(map[string]any)
+		u := rec.Upload
+		ans["name"], ans["size"], ans["mime_type"] = u.Filename, len(u.Data), u.ContentType
+		ans["extension"] = strings.TrimPrefix(filepath.Ext(u.Filename), ".")
+		writeJSON(w, http.StatusCreated, ans)
 	case strings.HasPrefix(path, "/datasets"):
 		if key != testDatasetKey {
 			writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "forbidden", "message": "not a knowledge key"})
@@ -149,6 +183,56 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		m.example(w, r, path)
 	}
+}
+
+// parseUpload reads a POST /files/upload as the document describes it: a
+// multipart/form-data body with exactly one part "file" that has a
+// filename without / or \, and an optional field "user". A body the
+// document refuses gets its documented 400 answer.
+func parseUpload(r *http.Request) (*upload, map[string]any) {
+	refuse := func(code, msg string) (*upload, map[string]any) {
+		return nil, map[string]any{"status": 400, "code": code, "message": msg}
+	}
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/form-data" {
+		return refuse("no_file_uploaded", "Please upload your file.")
+	}
+	mr := multipart.NewReader(r.Body, params["boundary"])
+	u := &upload{}
+	files := 0
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return refuse("invalid_param", "malformed multipart body: "+err.Error())
+		}
+		data, _ := io.ReadAll(p)
+		switch p.FormName() {
+		case "file":
+			files++
+			// The raw parameter: Part.FileName would strip a directory.
+			_, disp, _ := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+			name := disp["filename"]
+			if name == "" {
+				return refuse("filename_not_exists_error", "The specified filename does not exist.")
+			}
+			if strings.ContainsAny(name, `/\`) {
+				return refuse("invalid_param", "invalid filename")
+			}
+			u.Filename, u.ContentType, u.Data = name, p.Header.Get("Content-Type"), data
+		case "user":
+			u.User = string(data)
+		}
+	}
+	switch {
+	case files == 0:
+		return refuse("no_file_uploaded", "Please upload your file.")
+	case files > 1:
+		return refuse("too_many_files", "Only one file is allowed.")
+	}
+	return u, nil
 }
 
 // example answers with the first example of the operation's 200 answer in

@@ -1,14 +1,21 @@
 package dify
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"mime"
+	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -37,6 +44,11 @@ type operation struct {
 	// emptyBody sends {} when no body field is given (the document
 	// requires a body).
 	emptyBody bool
+	// upload sends a multipart/form-data body instead: the part "file"
+	// made of the input's filename, content_base64 and mime_type, and a
+	// plain part for each of form.
+	upload bool
+	form   []string
 	// mutation: the call may change Dify's state (provider.Result with
 	// mutation=true, a 5xx or lost connection is outcome_unknown).
 	mutation bool
@@ -70,7 +82,16 @@ const (
 	SuffixFeedbacks             = "feedbacks"
 	SuffixWorkflowRun           = "workflow.run.get"
 	SuffixWorkflowLogs          = "workflow.logs"
+	SuffixFileUpload            = "files.upload"
 )
+
+// MaxUploadBytes bounds a file uploaded by files.upload: its base64 form
+// must fit, with the rest of the action, in the 4 MiB a replica reads.
+const MaxUploadBytes = 5 << 19 // 2.5 MiB
+
+// uploadFileFields are the input fields of files.upload that make the
+// multipart "file" part.
+var uploadFileFields = []string{"filename", "content_base64", "mime_type"}
 
 // Capability ID suffixes of a knowledge base's operations.
 const (
@@ -160,6 +181,10 @@ var appOperations = []operation{
 			"created_by_end_user_session_id", "created_by_account"},
 		schema: workflowLogsSchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
 		describe: "Lists past workflow runs of the Dify app %[1]s (one summary per run), newest first, with optional filters."},
+	{suffix: SuffixFileUpload, name: "upload a file", modes: allModes, method: http.MethodPost, path: "/files/upload",
+		upload: true, form: []string{"user"}, schema: uploadSchema, output: objectOutput, risk: aip.RiskMedium,
+		contract: createContract, mutation: true,
+		describe: "Uploads one file (at most 2.5 MiB, given in base64) to the Dify app %[1]s for the end user and returns its id: pass it as a files entry with transfer_method local_file and upload_file_id when invoking the app as the same user (only that user can reference it). Which file types the app consumes is in its parameters' file upload settings."},
 }
 
 // knowledgeOperations are the knowledge base operations besides
@@ -250,11 +275,19 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 		return nil, inputError(call, bad.Error())
 	}
 	for k := range in {
-		if _, ok := pathVals[k]; !ok && !slices.Contains(o.query, k) && !slices.Contains(o.body, k) {
+		if _, ok := pathVals[k]; !ok && !slices.Contains(o.query, k) && !slices.Contains(o.body, k) &&
+			!slices.Contains(o.form, k) && !(o.upload && slices.Contains(uploadFileFields, k)) {
 			return nil, inputError(call, fmt.Sprintf("unknown field %q", k))
 		}
 	}
 	req := provider.Request{Method: o.method, Path: path}
+	if o.upload {
+		body, ctype, err := uploadBody(in, o.form)
+		if err != nil {
+			return nil, inputError(call, err.Error())
+		}
+		req.Body, req.ContentType = body, ctype
+	}
 	for _, k := range o.query {
 		raw, ok := in[k]
 		if !ok {
@@ -294,6 +327,73 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 		return call.Complete(out)
 	}
 	return completeJSON(call, req, resp, o.mutation)
+}
+
+// uploadBody builds the multipart/form-data body of an upload: the part
+// "file" with the input's filename, its content (content_base64, decoded)
+// and its Content-Type (mime_type, default application/octet-stream), then
+// each of form given as a plain part.
+func uploadBody(in map[string]json.RawMessage, form []string) ([]byte, string, error) {
+	var filename, content, mimeType string
+	for _, f := range []struct {
+		name     string
+		dst      *string
+		required bool
+	}{{"filename", &filename, true}, {"content_base64", &content, true}, {"mime_type", &mimeType, false}} {
+		raw, ok := in[f.name]
+		if !ok {
+			if f.required {
+				return nil, "", fmt.Errorf("%s is required", f.name)
+			}
+			continue
+		}
+		if err := json.Unmarshal(raw, f.dst); err != nil || *f.dst == "" {
+			return nil, "", fmt.Errorf("%s must be a non-empty string", f.name)
+		}
+	}
+	if strings.ContainsAny(filename, `/\"`) || strings.IndexFunc(filename, unicode.IsControl) >= 0 {
+		return nil, "", fmt.Errorf("filename %q must not contain / \\ \" or control characters", filename)
+	}
+	data, err := base64.StdEncoding.DecodeString(content)
+	if err != nil {
+		return nil, "", fmt.Errorf("content_base64 is not standard base64 with padding: %v", err)
+	}
+	if len(data) == 0 || len(data) > MaxUploadBytes {
+		return nil, "", fmt.Errorf("content_base64 decodes to %d bytes; a file must be 1 to %d bytes (2.5 MiB)", len(data), MaxUploadBytes)
+	}
+	if mimeType == "" {
+		mimeType = "application/octet-stream"
+	}
+	if mt, _, err := mime.ParseMediaType(mimeType); err != nil || !strings.Contains(mt, "/") {
+		return nil, "", fmt.Errorf("mime_type %q is not a media type such as image/png", mimeType)
+	}
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Disposition", mime.FormatMediaType("form-data", map[string]string{"name": "file", "filename": filename}))
+	h.Set("Content-Type", mimeType)
+	part, err := mw.CreatePart(h)
+	if err != nil {
+		return nil, "", err
+	}
+	part.Write(data)
+	for _, k := range form {
+		raw, ok := in[k]
+		if !ok {
+			continue
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, "", fmt.Errorf("%s must be a string", k)
+		}
+		if err := mw.WriteField(k, v); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := mw.Close(); err != nil {
+		return nil, "", err
+	}
+	return buf.Bytes(), mw.FormDataContentType(), nil
 }
 
 // queryValues turns a JSON string, number, boolean or array of strings

@@ -1,10 +1,13 @@
 package dify
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -296,11 +299,11 @@ func TestCapabilityLimit(t *testing.T) {
 		tooMany  int
 		wantCaps string
 	}{
-		{ModeAdvancedChat, 15, 34, true, 34, "517 capabilities"},
-		{ModeChat, 13, 39, true, 39, "514 capabilities"},
-		{ModeAgentChat, 13, 39, false, 40, "520 capabilities"},
-		{ModeCompletion, 7, 73, false, 74, "518 capabilities"},
-		{ModeWorkflow, 7, 73, true, 73, "518 capabilities"},
+		{ModeAdvancedChat, 16, 32, true, 32, "519 capabilities"},
+		{ModeChat, 14, 36, true, 37, "525 capabilities"},
+		{ModeAgentChat, 14, 36, false, 37, "518 capabilities"},
+		{ModeCompletion, 8, 64, false, 65, "520 capabilities"},
+		{ModeWorkflow, 8, 64, true, 64, "519 capabilities"},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			if got := tc.mode.capabilities(); got != tc.perApp {
@@ -360,7 +363,10 @@ func TestOperationTables(t *testing.T) {
 				sent = append(sent, m[1])
 			}
 		}
-		sent = append(append(sent, o.query...), o.body...)
+		sent = append(append(append(sent, o.query...), o.body...), o.form...)
+		if o.upload {
+			sent = append(sent, uploadFileFields...)
+		}
 		var allowed []string
 		for k := range s.Properties {
 			allowed = append(allowed, k)
@@ -373,5 +379,75 @@ func TestOperationTables(t *testing.T) {
 		if (o.contract.Idempotency.Requirement == aip.IdempotencyRequired) != o.mutation || (o.deletes && o.risk != aip.RiskHigh) {
 			t.Errorf("%s: mutation %v deletes %v, contract %+v risk %s", o.suffix, o.mutation, o.deletes, o.contract.Idempotency, o.risk)
 		}
+	}
+}
+
+// TestFileUpload: files.upload sends the document's multipart/form-data
+// body (one "file" part with the filename, media type and bytes, and the
+// end user), returns Dify's file record, and is a mutation: a 5xx leaves
+// its outcome unknown. Bad input is refused before anything is sent.
+func TestFileUpload(t *testing.T) {
+	f := newFixture(t, nil)
+	capID := AppCapability("support", SuffixFileUpload)
+	data := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{0, 1, 2, 0xff}, 1000)...)
+	input := func(filename, content, extra string) string {
+		return `{"filename":` + strconv.Quote(filename) + `,"content_base64":"` + content + `"` + extra + `}`
+	}
+	enc := base64.StdEncoding.EncodeToString(data)
+	var out map[string]any
+	f.completed(t, hostsdktest.NewAction(capID, input("product photo é.png", enc, `,"mime_type":"image/png","user":"u-1"`)), &out)
+	reqs := f.mock.requests(http.MethodPost, "/files/upload")
+	if len(reqs) != 1 || reqs[0].Upload == nil {
+		t.Fatalf("uploads received: %+v", reqs)
+	}
+	u := reqs[0].Upload
+	if u.Filename != "product photo é.png" || u.ContentType != "image/png" || u.User != "u-1" || !bytes.Equal(u.Data, data) || reqs[0].Auth != "Bearer app-chat-key" {
+		t.Fatalf("upload received: %q %q %q %d bytes (want %d), auth %q", u.Filename, u.ContentType, u.User, len(u.Data), len(data), reqs[0].Auth)
+	}
+	if out["id"] == "" || out["name"] != "product photo é.png" || out["size"] != float64(len(data)) || out["extension"] != "png" {
+		t.Fatalf("output %v", out)
+	}
+	// Without mime_type and user: application/octet-stream, no user part.
+	f.completed(t, hostsdktest.NewAction(AppCapability("etl", SuffixFileUpload), input("notes.txt", base64.StdEncoding.EncodeToString([]byte("hello")), "")), &out)
+	if u := f.mock.requests(http.MethodPost, "/files/upload")[1].Upload; u.ContentType != "application/octet-stream" || u.User != "" {
+		t.Fatalf("upload without mime_type and user: %+v", u)
+	}
+
+	// Refused before anything is sent, with what to fix.
+	for name, tc := range map[string]struct{ input, want string }{
+		"a slash in the filename":   {input("a/b.png", enc, ""), "filename"},
+		"a quote in the filename":   {input(`a"b.png`, enc, ""), "filename"},
+		"a newline in the filename": {input("a\nb.png", enc, ""), "filename"},
+		"content not base64":        {input("a.png", "not base64!", ""), "content_base64"},
+		"content too large":         {input("a.png", base64.StdEncoding.EncodeToString(make([]byte, MaxUploadBytes+1)), ""), "content_base64"},
+		"an unknown field":          {input("a.png", enc, `,"purpose":"x"`), "purpose"},
+		"a bad media type":          {input("a.png", enc, `,"mime_type":"png"`), "mime_type"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := len(f.mock.requests(http.MethodPost, "/files/upload"))
+			// The host's schema check refuses the message; the
+			// connector's own checks fail the action.
+			resp := f.Act(t, hostsdktest.NewAction(capID, tc.input))
+			pe := resp.ProtocolError()
+			if res, err := resp.Result(); err == nil {
+				pe = res.Error
+			}
+			if pe == nil || pe.Code != hostsdk.CodeInputInvalid || !strings.Contains(pe.Message, tc.want) {
+				t.Fatalf("HTTP %d: %+v, want %s naming %s", resp.Status, pe, hostsdk.CodeInputInvalid, tc.want)
+			}
+			if n := len(f.mock.requests(http.MethodPost, "/files/upload")); n != before {
+				t.Fatalf("%d requests sent for a refused upload", n-before)
+			}
+		})
+	}
+
+	// A 5xx after the body was sent: the file may exist.
+	f.mock.handle("POST /files/upload", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"status": 500, "code": "internal_server_error", "message": "boom"})
+	})
+	a := hostsdktest.NewAction(capID, input("c.png", enc, ""))
+	f.Act(t, a)
+	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+		t.Fatalf("upload answered 500: %s, want outcome_unknown", st)
 	}
 }

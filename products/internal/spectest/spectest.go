@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"regexp"
 	"slices"
@@ -405,6 +406,9 @@ func (s *Spec) checkBody(op *operation, r *http.Request, body []byte) error {
 		slices.Sort(have)
 		return fmt.Errorf("%s: %s %s: content type %q, the document accepts %s", s.name, op.method, op.template, mt, strings.Join(have, ", "))
 	}
+	if mt == "multipart/form-data" {
+		return s.checkMultipart(op, content[mt], r, body)
+	}
 	if mt != "application/json" {
 		return nil
 	}
@@ -432,6 +436,58 @@ func (s *Spec) checkBody(op *operation, r *http.Request, body []byte) error {
 	}
 	if err := sch.Validate(v); err != nil {
 		return fmt.Errorf("%s: %s %s: the body does not match the document's schema: %v", s.name, op.method, op.template, err)
+	}
+	return nil
+}
+
+// checkMultipart checks a multipart/form-data body against the media
+// type's object schema: every required property is a part, every part is
+// a property, a property of format binary is a file part (with a
+// filename) and any other a plain field; a part given twice is refused.
+func (s *Spec) checkMultipart(op *operation, media any, r *http.Request, body []byte) error {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%s: %s %s: multipart body: "+format, append([]any{s.name, op.method, op.template}, args...)...)
+	}
+	_, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || params["boundary"] == "" {
+		return fail("the Content-Type has no boundary")
+	}
+	m, _ := media.(map[string]any)
+	schema := s.deref(m["schema"])
+	props, _ := schema["properties"].(map[string]any)
+	seen := map[string]bool{}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fail("%v", err)
+		}
+		name := p.FormName()
+		prop := s.deref(props[name])
+		if prop == nil {
+			return fail("part %q is not a property of the document's schema", name)
+		}
+		if seen[name] {
+			return fail("part %q is given twice", name)
+		}
+		seen[name] = true
+		_, disp, _ := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+		_, isFile := disp["filename"]
+		if binary := prop["format"] == "binary"; binary != isFile {
+			if binary {
+				return fail("part %q must be a file (with a filename)", name)
+			}
+			return fail("part %q must be a plain field, not a file", name)
+		}
+	}
+	required, _ := schema["required"].([]any)
+	for _, req := range required {
+		if name, _ := req.(string); !seen[name] {
+			return fail("the required part %q is missing", name)
+		}
 	}
 	return nil
 }

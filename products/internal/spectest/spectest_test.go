@@ -50,10 +50,22 @@ func TestCheck(t *testing.T) {
 			map[string]string{"Authorization": "Bearer k", "cal-api-version": "2024-08-13"},
 			`{"start":"2030-01-01T10:00:00Z","eventTypeId":1}`, "", "does not match"},
 		{"cal bookings", cal, "GET", "/v2/bookings", map[string]string{"Authorization": "Bearer k", "cal-api-version": "2024-08-13"}, "", "/v2/bookings", ""},
+		{"dify upload", dify, "POST", "/v1/files/upload", map[string]string{"Authorization": "Bearer k", "Content-Type": multipartType},
+			multipartBody(`name="file"; filename="a.png"`, `name="user"`), "/files/upload", ""},
+		{"dify upload without user", dify, "POST", "/v1/files/upload", map[string]string{"Authorization": "Bearer k", "Content-Type": multipartType},
+			multipartBody(`name="file"; filename="a.png"`), "/files/upload", ""},
+		{"dify upload without the file", dify, "POST", "/v1/files/upload", map[string]string{"Authorization": "Bearer k", "Content-Type": multipartType},
+			multipartBody(`name="user"`), "", `required part "file"`},
+		{"dify upload with the file as a field", dify, "POST", "/v1/files/upload", map[string]string{"Authorization": "Bearer k", "Content-Type": multipartType},
+			multipartBody(`name="file"`), "", "must be a file"},
+		{"dify upload with an unknown part", dify, "POST", "/v1/files/upload", map[string]string{"Authorization": "Bearer k", "Content-Type": multipartType},
+			multipartBody(`name="file"; filename="a.png"`, `name="purpose"`), "", `"purpose" is not a property`},
+		{"dify upload as JSON", dify, "POST", "/v1/files/upload", map[string]string{"Authorization": "Bearer k"},
+			`{"file":"x"}`, "", "the document accepts multipart/form-data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
-			if tc.body != "" {
+			if tc.body != "" && tc.header["Content-Type"] == "" {
 				r.Header.Set("Content-Type", "application/json")
 			}
 			for k, v := range tc.header {
@@ -71,6 +83,19 @@ func TestCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+const multipartType = "multipart/form-data; boundary=XyZ"
+
+// multipartBody is a multipart/form-data body (boundary XyZ) with one part
+// per Content-Disposition parameter list.
+func multipartBody(dispositions ...string) string {
+	var b strings.Builder
+	for _, d := range dispositions {
+		b.WriteString("--XyZ\r\nContent-Disposition: form-data; " + d + "\r\n\r\nvalue\r\n")
+	}
+	b.WriteString("--XyZ--\r\n")
+	return b.String()
 }
 
 type recorder struct {
