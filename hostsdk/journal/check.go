@@ -222,10 +222,10 @@ func CheckHorizon(a Action, horizon time.Time) error {
 	case horizon.IsZero():
 		return nil
 	case a.AssignedAt.IsZero():
-		return fmt.Errorf("%w: action %s carries no assignment time and this journal has pruned actions completed up to %s",
+		return fmt.Errorf("%w: action %s carries no assignment time and this journal has pruned actions received and completed up to %s",
 			ErrPruned, a.ActionID, horizon.Format(time.RFC3339Nano))
 	case !a.AssignedAt.After(horizon):
-		return fmt.Errorf("%w: action %s can have been received as early as %s, and this journal has pruned actions completed up to %s",
+		return fmt.Errorf("%w: action %s can have been received as early as %s, and this journal has pruned actions received and completed up to %s",
 			ErrPruned, a.ActionID, a.AssignedAt.UTC().Format(time.RFC3339Nano), horizon.Format(time.RFC3339Nano))
 	}
 	return nil

@@ -193,16 +193,19 @@ type Journal interface {
 	// PruneActions deletes up to limit terminal actions completed before
 	// before, oldest completed first, and returns how many it deleted. An
 	// action that is not terminal is never deleted. In the same
-	// transaction it raises the prune horizon to the latest CompletedAt it
-	// deleted (the horizon never goes down), and deletes the receipts at
+	// transaction it raises the prune horizon to the latest ReceivedAt or
+	// CompletedAt it deleted (a record completes before it was received
+	// when the clock went back meanwhile; the horizon never goes down), and
+	// deletes the receipts at
 	// the front of the chain whose actions are gone: the chain stays
 	// contiguous from its oldest kept receipt (whose PrevHash anchors it),
 	// and the newest receipt is always kept so the chain goes on. It also
 	// deletes the state value keyed by each deleted action's ID in each of
 	// stateNamespaces (a connector's per-action records).
 	PruneActions(ctx context.Context, before time.Time, limit int, stateNamespaces []string) (int, error)
-	// PruneHorizon returns the latest CompletedAt of any action pruned so
-	// far, zero if none was: every action received before it may be gone.
+	// PruneHorizon returns the latest ReceivedAt or CompletedAt of any
+	// action pruned so far, zero if none was: every action received before
+	// it may be gone, and none received after it is.
 	PruneHorizon(ctx context.Context) (time.Time, error)
 
 	// ClaimMessage records a native message ID until expiresAt. It reports

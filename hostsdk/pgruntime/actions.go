@@ -109,8 +109,8 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 
 // pruneSQL deletes the oldest terminal actions completed before $2 (at
 // most $3) with their values in the state namespaces $4, and raises the
-// namespace's prune horizon to the latest completion time it deleted, in
-// one statement.
+// namespace's prune horizon to the latest receipt or completion time it
+// deleted, in one statement.
 const pruneSQL = `WITH victims AS (
 	SELECT action_id FROM aip_runtime_actions
 	WHERE journal_ns = $1 AND completed_at IS NOT NULL AND completed_at < $2
@@ -118,13 +118,13 @@ const pruneSQL = `WITH victims AS (
 ), deleted AS (
 	DELETE FROM aip_runtime_actions a USING victims v
 	WHERE a.journal_ns = $1 AND a.action_id = v.action_id
-	RETURNING a.action_id, a.completed_at
+	RETURNING a.action_id, GREATEST(a.received_at, a.completed_at) AS latest
 ), state AS (
 	DELETE FROM aip_runtime_state s USING deleted d
 	WHERE s.journal_ns = $1 AND s.namespace = ANY($4::text[]) AND s.key = d.action_id
 ), raised AS (
 	INSERT INTO aip_runtime_prune_horizons (journal_ns, completed_at)
-	SELECT $1, max(completed_at) FROM deleted HAVING count(*) > 0
+	SELECT $1, max(latest) FROM deleted HAVING count(*) > 0
 	ON CONFLICT (journal_ns) DO UPDATE
 	SET completed_at = GREATEST(aip_runtime_prune_horizons.completed_at, EXCLUDED.completed_at)
 	RETURNING 1

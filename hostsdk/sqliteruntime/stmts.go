@@ -82,7 +82,7 @@ func (s *writeStmts) prepare(ctx context.Context, conn *sql.Conn) error {
 		{&s.pruneActions, `DELETE FROM actions WHERE seq IN (
 			SELECT seq FROM actions WHERE completed_at IS NOT NULL AND completed_at < ?1
 			ORDER BY completed_at, seq LIMIT ?2)
-			RETURNING action_id, completed_at`},
+			RETURNING action_id, max(received_at, completed_at)`},
 		// The oldest receipt whose action is still journaled: receipts
 		// before it belong to pruned actions.
 		{&s.firstLive, `SELECT r.seq FROM receipts r

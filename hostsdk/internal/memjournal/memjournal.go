@@ -258,8 +258,12 @@ func (j *Journal) PruneActions(ctx context.Context, before time.Time, limit int,
 		for _, ns := range stateNamespaces {
 			delete(j.state, [2]string{ns, a.ActionID})
 		}
-		if a.CompletedAt.After(j.horizon) {
-			j.horizon = a.CompletedAt
+		// The horizon covers the receipt time too: a record can complete
+		// before it was received when the clock went back meanwhile.
+		for _, t := range []time.Time{a.ReceivedAt, a.CompletedAt} {
+			if t.After(j.horizon) {
+				j.horizon = t
+			}
 		}
 	}
 	j.order = slices.DeleteFunc(j.order, func(id string) bool { _, ok := j.actions[id]; return !ok })

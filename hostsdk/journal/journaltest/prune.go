@@ -312,3 +312,30 @@ func (s *suite) testPruneActionState(t *testing.T) {
 		}
 	}
 }
+
+// A record can complete at an earlier time than it was received (the host's
+// clock was stepped back while it ran, or a host restarted with a clock
+// behind recovers it): the horizon must still cover its receipt time, since
+// a delivery of it can have been assigned up to that time.
+func (s *suite) testPruneHorizonCoversReceipt(t *testing.T) {
+	ctx := context.Background()
+	j := s.open(t)
+	a := newAction(at(10 * time.Minute))
+	a.AssignedAt = at(9 * time.Minute)
+	begin(t, j, a)
+	finish(t, j, a.ActionID, aip.StateCompleted, `{"n":1}`, at(time.Minute)) // the clock went back
+	prune(t, j, at(time.Hour), 10, 1)
+	wantHorizon(t, j, at(10*time.Minute))
+
+	// The same delivery again, under the same route: refused.
+	again := a
+	again.MessageID = aip.NewMessageID()
+	again.ReceivedAt = at(2 * time.Hour)
+	acc, err := j.AcceptAction(ctx, again.MessageID, at(3*time.Hour), at(2*time.Hour), again)
+	wantErr(t, "AcceptAction(pruned action received after it completed)", err, journal.ErrPruned)
+	if acc.Created {
+		t.Fatalf("the pruned action was journaled again (%+v): it would run a second time", acc)
+	}
+	_, _, err = j.BeginAction(ctx, again)
+	wantErr(t, "BeginAction(pruned action received after it completed)", err, journal.ErrPruned)
+}
