@@ -271,7 +271,13 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 		if a.Callback != nil {
 			return mismatch("action callbacks are not accepted: a streaming action's chunks are returned in the response as NDJSON")
 		}
+		if pe := h.checkAssignedAt(&route); pe != nil {
+			return nil, pe
+		}
 	case b.Cancel != nil:
+		if pe := h.checkAssignedAt(&route); pe != nil {
+			return nil, pe
+		}
 		if b.Cancel.Target.Session != "" {
 			return mismatch("only action-scoped cancel is accepted")
 		}
@@ -284,6 +290,22 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 		}
 	}
 	return &route, nil
+}
+
+// checkAssignedAt refuses a route whose assignment time, less the allowed
+// skew, is after this replica's clock: the registry's clock is ahead of it.
+// The prune horizon relies on every journaled action having arrived no
+// earlier than assignedAt(route); an action journaled before that time
+// could, once pruned, be delivered again under its route and look newer
+// than the horizon, and run a second time.
+func (h *Host) checkAssignedAt(route *aip.ConnectorRoute) *aip.ProtocolError {
+	now := h.cfg.Now()
+	if at := assignedAt(route); at.After(now) {
+		return aip.NewProtocolError(CodeRouteMismatch, aip.CategoryAuth, false, 0, fmt.Sprintf(
+			"the route's fence token was issued at %s, more than %s after this replica's clock (%s): synchronise the registry's and the replica's clocks",
+			at.Add(MaxMessageSkew).UTC().Format(time.RFC3339Nano), MaxMessageSkew, now.UTC().Format(time.RFC3339Nano)))
+	}
+	return nil
 }
 
 // action handles an Action body.

@@ -2,9 +2,6 @@ package hostsdk_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
@@ -18,20 +15,9 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
-// fenceAt returns a registry fence token (route_ + UUIDv7) carrying t, as
-// the registry issues it when it assigns a route at t. (aip.NewID would
-// carry the process's latest clock reading, which outside a synctest
-// bubble is years after the bubble's clock.)
-func fenceAt(t time.Time) string {
-	var u [16]byte
-	_, _ = rand.Read(u[6:])
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
-	copy(u[:6], ms[2:])
-	u[6] = 0x70 | u[6]&0x0f
-	u[8] = 0x80 | u[8]&0x3f
-	return aip.PrefixRoute + hex.EncodeToString(u[:])
-}
+// fenceAt returns a registry fence token carrying t, as the registry
+// issues it when it assigns a route at t.
+func fenceAt(t time.Time) string { return hostsdktest.FenceToken(t) }
 
 // routed is an action with the route the registry assigned it, so it can be
 // delivered again under the same route, as the dispatcher does for a retry.
@@ -235,3 +221,39 @@ type badKeeper struct {
 }
 
 func (k badKeeper) ActionStateNamespaces() []string { return []string{"ok", k.ns} }
+
+// A registry whose clock is ahead of the replica's by more than the skew
+// the host allows issues fence tokens from the replica's future: an action
+// routed that way is refused, not journaled, since once its record was
+// pruned its old route would look newer than the prune horizon and a retry
+// under it would run the action a second time.
+func TestARouteFromTheFutureIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, func(c *hostsdk.Config) { c.ActionRetention = time.Hour })
+		ctx := b.awaitFirstBeat(t)
+		ahead := b.routeNow(action(capEcho, `{"message":"skewed"}`))
+		ahead.route.FenceToken = fenceAt(time.Now().Add(hostsdk.MaxMessageSkew + time.Minute))
+		resp := b.deliver(t, ahead, aip.Body{Action: ahead.a})
+		if resp.Status == http.StatusOK {
+			// Then it must never run again once pruned.
+			time.Sleep(70 * time.Minute)
+			synctest.Wait()
+			if _, err := b.cfg.Journal.Action(ctx, ahead.a.ID); !errors.Is(err, journal.ErrNotFound) {
+				t.Fatalf("not pruned after 70 minutes (%v)", err)
+			}
+			resp := b.deliver(t, ahead, aip.Body{Action: ahead.a})
+			t.Fatalf("an action whose fence token is %s ahead of the replica's clock was run; pruned and delivered again under its route: HTTP %d, ran %d times",
+				hostsdk.MaxMessageSkew+time.Minute, resp.Status, b.conn.runCount(ahead.a.ID))
+		}
+		wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+		if n := b.conn.runCount(ahead.a.ID); n != 0 {
+			t.Fatalf("the refused action ran %d times", n)
+		}
+		// Within the skew, it runs.
+		near := b.routeNow(action(capEcho, `{"message":"near"}`))
+		near.route.FenceToken = fenceAt(time.Now().Add(hostsdk.MaxMessageSkew))
+		if resp := b.deliver(t, near, aip.Body{Action: near.a}); resp.Status != http.StatusOK {
+			t.Fatalf("a fence token within the skew: HTTP %d %s", resp.Status, resp.Raw)
+		}
+	})
+}

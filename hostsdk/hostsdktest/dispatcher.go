@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,7 +143,7 @@ func (d *Dispatcher) Route(t Target, actionID, capabilityID string, mode aip.Act
 	r := aip.ConnectorRoute{
 		ActionID: actionID, CapabilityID: capabilityID, TenantID: t.TenantID, InstanceID: t.InstanceID,
 		ReplicaID: t.ReplicaID, VersionID: t.VersionID, ManifestDigest: t.ManifestDigest,
-		CatalogRevision: 1, BindingPolicyRevision: 1, FenceToken: aip.NewID(aip.PrefixRoute),
+		CatalogRevision: 1, BindingPolicyRevision: 1, FenceToken: FenceToken(d.now()),
 	}
 	if mode != "" {
 		m := mode
@@ -305,4 +308,23 @@ func (d *Dispatcher) verify(raw []byte, t Target, messageID string) (*aip.Envelo
 		return nil, errors.New("hostsdktest: answer is not from the target replica")
 	}
 	return env, nil
+}
+
+// FenceToken returns a fence token (route_ and a UUIDv7) carrying the
+// assignment time at, as the registry issues one when it assigns a route at
+// at on its clock. Route uses the dispatcher's clock (DispatcherConfig.Now),
+// so a host on the same fake clock, or in a synctest bubble, sees its routes
+// assigned now and not in its future (aip.NewID carries the process's latest
+// reading of the real clock).
+func FenceToken(at time.Time) string {
+	var u [16]byte
+	if _, err := rand.Read(u[6:]); err != nil {
+		panic("hostsdktest: crypto/rand failed: " + err.Error())
+	}
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(at.UnixMilli()))
+	copy(u[:6], ms[2:])
+	u[6] = 0x70 | u[6]&0x0f
+	u[8] = 0x80 | u[8]&0x3f
+	return aip.PrefixRoute + hex.EncodeToString(u[:])
 }
