@@ -557,7 +557,7 @@ func TestManifest(t *testing.T) {
 	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
 		t.Fatal(err)
 	}
-	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:(retrieve|documents|document\.(get|create_by_text|update_by_text|delete)|segments)|` +
+	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:(retrieve|documents|document\.(get|create_by_(text|file)|update_by_(text|file)|delete)|segments)|` +
 		`[A-Za-z0-9_-]+(:(parameters|info|meta|site|conversations|conversation\.(rename|delete|variables)|messages|messages\.suggested|feedbacks?|workflow\.(run\.get|logs)|files\.upload))?)$`)
 	var ids []string
 	for _, c := range m.Capabilities {
@@ -604,7 +604,7 @@ func TestManifest(t *testing.T) {
 		"cap:dify:etl", "cap:dify:etl:parameters", "cap:dify:etl:info", "cap:dify:etl:meta", "cap:dify:etl:site",
 		"cap:dify:etl:workflow.run.get", "cap:dify:etl:workflow.logs", "cap:dify:etl:files.upload",
 		kb+":retrieve", kb+":documents", kb+":document.get", kb+":document.create_by_text", kb+":document.update_by_text",
-		kb+":document.delete", kb+":segments",
+		kb+":document.create_by_file", kb+":document.update_by_file", kb+":document.delete", kb+":segments",
 	)
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("capabilities (-want +got):\n%s", diff)

@@ -90,6 +90,17 @@
 //     /datasets/{id}/documents/{document_id}/update-by-text (name, text —
 //     text needs name —, process_rule, doc_form, doc_language; a
 //     mutation, risk high: the previous text is not kept).
+//   - :document.create_by_file: POST
+//     /datasets/{id}/document/create-by-file as multipart/form-data: the
+//     part "file" (filename, content_base64, mime_type, as files.upload)
+//     and the part "data", the JSON of the settings given
+//     (indexing_technique, doc_form, doc_language, process_rule,
+//     embedding_model, embedding_model_provider); a mutation, risk medium,
+//     unsafe to repeat as a new action.
+//   - :document.update_by_file: POST
+//     /datasets/{id}/documents/{document_id}/update-by-file, likewise
+//     (doc_form, doc_language, process_rule in "data"); a mutation, risk
+//     high: the previous content is not kept.
 //   - :document.delete: DELETE /datasets/{id}/documents/{document_id} (a
 //     deletion, risk high; 204, output {"deleted": true, "document_id"}).
 //   - :segments: GET /datasets/{id}/documents/{document_id}/segments
@@ -163,7 +174,7 @@
 // At least one app or knowledge base is required, and the manifest holds
 // at most hostsdk.MaxCapabilities (512) capabilities: 16 per
 // advanced-chat app, 14 per chat or agent-chat app, 8 per completion or
-// workflow app, 7 per knowledge base. New refuses a configuration over
+// workflow app, 9 per knowledge base. New refuses a configuration over
 // the limit, naming its count: a host serves at most 32 advanced-chat, 36
 // chat or agent-chat, or 64 completion or workflow apps (fewer with
 // knowledge bases or a mix); split larger fleets over several hosts. The
@@ -176,10 +187,10 @@
 // # Not covered
 //
 // The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Of the
-// multipart uploads only the app file upload is built (files.upload); not
-// document create-by-file and update-by-file, audio-to-text, and the
-// knowledge pipeline's file upload. Binary answers (file preview, text-to-audio,
-// document download and ZIP download) are left out too. Also not covered:
+// multipart uploads, audio-to-text, the knowledge pipeline's file upload
+// and PATCH of a document (the newer form of update by file) are not
+// built. Binary answers (file preview, text-to-audio, document download
+// and ZIP download) are left out too. Also not covered:
 // conversation variable update (PUT .../variables/{variable_id}), runs of
 // a workflow by ID and the workflow event stream, end-user lookup, human
 // input forms, annotations and annotation reply, document indexing status

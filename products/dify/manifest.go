@@ -144,11 +144,7 @@ var (
   "additionalProperties": false}`)
 	uploadSchema = json.RawMessage(`{"type": "object",
   "properties": {
-    "filename": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^/\\\\\"\\x00-\\x1f\\x7f]+$",
-      "description": "the file's name with its extension (Dify checks the extension against the deployment's blacklist); no / \\ \" or control characters"},
-    "content_base64": {"type": "string", "minLength": 4, "maxLength": ` + strconv.Itoa(4*((MaxUploadBytes+2)/3)) + `,
-      "contentEncoding": "base64", "description": "the file's bytes in standard base64 with padding, at most 2.5 MiB decoded"},
-    "mime_type": {"type": "string", "minLength": 3, "maxLength": 255, "description": "the file's media type, e.g. image/png; default application/octet-stream"},
+    ` + fileFields + `,
     "user": ` + userSchema + `
   },
   "required": ["filename", "content_base64"],
@@ -257,6 +253,35 @@ var (
   "required": ["document_id"],
   "minProperties": 2,
   "dependentRequired": {"text": ["name"]},
+  "additionalProperties": false}`)
+	// fileFields are the file of an upload (filename, content_base64,
+	// mime_type).
+	fileFields = `"filename": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^/\\\\\"\\x00-\\x1f\\x7f]+$",
+      "description": "the file's name with its extension (Dify checks the extension against the deployment's blacklist); no / \\ \" or control characters"},
+    "content_base64": {"type": "string", "minLength": 4, "maxLength": ` + strconv.Itoa(4*((MaxUploadBytes+2)/3)) + `,
+      "contentEncoding": "base64", "description": "the file's bytes in standard base64 with padding, at most 2.5 MiB decoded"},
+    "mime_type": {"type": "string", "minLength": 3, "maxLength": 255, "description": "the file's media type, e.g. image/png or application/pdf; default application/octet-stream"}`
+	documentCreateByFileSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    ` + fileFields + `,
+    "indexing_technique": {"type": "string", "enum": ["high_quality", "economy"], "description": "required for the knowledge base's first document; later ones inherit it"},
+    "doc_form": ` + docFormSchema + `,
+    "doc_language": ` + docLanguageSchema + `,
+    "process_rule": ` + processRuleSchema + `,
+    "embedding_model": {"type": "string", "minLength": 1, "maxLength": 255},
+    "embedding_model_provider": {"type": "string", "minLength": 1, "maxLength": 255}
+  },
+  "required": ["filename", "content_base64"],
+  "additionalProperties": false}`)
+	documentUpdateByFileSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "document_id": ` + uuidSchema + `,
+    ` + fileFields + `,
+    "doc_form": ` + docFormSchema + `,
+    "doc_language": ` + docLanguageSchema + `,
+    "process_rule": ` + processRuleSchema + `
+  },
+  "required": ["document_id", "filename", "content_base64"],
   "additionalProperties": false}`)
 	segmentsSchema = json.RawMessage(`{"type": "object",
   "properties": {

@@ -63,10 +63,12 @@ type recorded struct {
 	Upload *upload
 }
 
-// upload is what a POST /files/upload carried.
+// upload is what a multipart/form-data request carried.
 type upload struct {
 	Filename, ContentType, User string
 	Data                        []byte
+	// Settings is the part "data" (document create and update by file).
+	Settings string
 }
 
 // mockDify is a Dify Service API.
@@ -116,7 +118,7 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(raw))
 	}
 	var uploadErr map[string]any
-	if r.Method == http.MethodPost && path == "/files/upload" {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" || path == "/files/upload" {
 		rec.Upload, uploadErr = parseUpload(r)
 	}
 	m.mu.Lock()
@@ -175,6 +177,10 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusForbidden, map[string]any{"status": 403, "code": "forbidden", "message": "not a knowledge key"})
 			return
 		}
+		if uploadErr != nil {
+			writeJSON(w, http.StatusBadRequest, uploadErr)
+			return
+		}
 		m.example(w, r, path)
 	default:
 		if !isApp {
@@ -185,10 +191,11 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// parseUpload reads a POST /files/upload as the document describes it: a
+// parseUpload reads an upload as the document describes it: a
 // multipart/form-data body with exactly one part "file" that has a
-// filename without / or \, and an optional field "user". A body the
-// document refuses gets its documented 400 answer.
+// filename without / or \, and the optional field "user" (file upload)
+// or "data" (documents by file). A body the document refuses gets its
+// documented 400 answer.
 func parseUpload(r *http.Request) (*upload, map[string]any) {
 	refuse := func(code, msg string) (*upload, map[string]any) {
 		return nil, map[string]any{"status": 400, "code": code, "message": msg}
@@ -224,6 +231,8 @@ func parseUpload(r *http.Request) (*upload, map[string]any) {
 			u.Filename, u.ContentType, u.Data = name, p.Header.Get("Content-Type"), data
 		case "user":
 			u.User = string(data)
+		case "data":
+			u.Settings = string(data)
 		}
 	}
 	switch {

@@ -45,10 +45,12 @@ type operation struct {
 	// requires a body).
 	emptyBody bool
 	// upload sends a multipart/form-data body instead: the part "file"
-	// made of the input's filename, content_base64 and mime_type, and a
-	// plain part for each of form.
+	// made of the input's filename, content_base64 and mime_type, a plain
+	// part for each of form, and the part "data" holding the JSON object
+	// of the data fields given (none when no data field is given).
 	upload bool
 	form   []string
+	data   []string
 	// mutation: the call may change Dify's state (provider.Result with
 	// mutation=true, a 5xx or lost connection is outcome_unknown).
 	mutation bool
@@ -95,13 +97,15 @@ var uploadFileFields = []string{"filename", "content_base64", "mime_type"}
 
 // Capability ID suffixes of a knowledge base's operations.
 const (
-	SuffixRetrieve       = "retrieve"
-	SuffixDocuments      = "documents"
-	SuffixDocument       = "document.get"
-	SuffixDocumentCreate = "document.create_by_text"
-	SuffixDocumentUpdate = "document.update_by_text"
-	SuffixDocumentDelete = "document.delete"
-	SuffixSegments       = "segments"
+	SuffixRetrieve             = "retrieve"
+	SuffixDocuments            = "documents"
+	SuffixDocument             = "document.get"
+	SuffixDocumentCreate       = "document.create_by_text"
+	SuffixDocumentUpdate       = "document.update_by_text"
+	SuffixDocumentCreateByFile = "document.create_by_file"
+	SuffixDocumentUpdateByFile = "document.update_by_file"
+	SuffixDocumentDelete       = "document.delete"
+	SuffixSegments             = "segments"
 )
 
 var (
@@ -208,6 +212,16 @@ var knowledgeOperations = []operation{
 		body:   []string{"name", "text", "process_rule", "doc_form", "doc_language"},
 		schema: documentUpdateSchema, output: objectOutput, risk: aip.RiskHigh, contract: writeContract, mutation: true,
 		describe: "Replaces the text, name or chunking of a document of the Dify knowledge base %[1]s (%[2]s) and re-indexes it; the previous text is not kept."},
+	{suffix: SuffixDocumentCreateByFile, name: "create a document from a file", method: http.MethodPost,
+		path: "/datasets/{dataset_id}/document/create-by-file", upload: true,
+		data:   []string{"indexing_technique", "doc_form", "doc_language", "process_rule", "embedding_model", "embedding_model_provider"},
+		schema: documentCreateByFileSchema, output: objectOutput, risk: aip.RiskMedium, contract: createContract, mutation: true,
+		describe: "Adds a document made from an uploaded file (PDF, TXT, DOCX and other common formats; at most 2.5 MiB, given in base64) to the Dify knowledge base %[1]s (%[2]s); indexing runs afterwards (see the document's indexing_status). Returns the document and its batch."},
+	{suffix: SuffixDocumentUpdateByFile, name: "replace a document's file", method: http.MethodPost,
+		path: "/datasets/{dataset_id}/documents/{document_id}/update-by-file", upload: true,
+		data:   []string{"doc_form", "doc_language", "process_rule"},
+		schema: documentUpdateByFileSchema, output: objectOutput, risk: aip.RiskHigh, contract: writeContract, mutation: true,
+		describe: "Replaces the file (at most 2.5 MiB, given in base64) and optionally the chunking of a document of the Dify knowledge base %[1]s (%[2]s) and re-indexes it; the previous content is not kept."},
 	{suffix: SuffixDocumentDelete, name: "delete a document", method: http.MethodDelete,
 		path: "/datasets/{dataset_id}/documents/{document_id}", deletes: true,
 		schema: documentIDSchema, output: deletedOutput, risk: aip.RiskHigh, contract: deleteContract, mutation: true,
@@ -276,13 +290,13 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 	}
 	for k := range in {
 		if _, ok := pathVals[k]; !ok && !slices.Contains(o.query, k) && !slices.Contains(o.body, k) &&
-			!slices.Contains(o.form, k) && !(o.upload && slices.Contains(uploadFileFields, k)) {
+			!slices.Contains(o.form, k) && !slices.Contains(o.data, k) && !(o.upload && slices.Contains(uploadFileFields, k)) {
 			return nil, inputError(call, fmt.Sprintf("unknown field %q", k))
 		}
 	}
 	req := provider.Request{Method: o.method, Path: path}
 	if o.upload {
-		body, ctype, err := uploadBody(in, o.form)
+		body, ctype, err := uploadBody(in, o.form, o.data)
 		if err != nil {
 			return nil, inputError(call, err.Error())
 		}
@@ -332,8 +346,9 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 // uploadBody builds the multipart/form-data body of an upload: the part
 // "file" with the input's filename, its content (content_base64, decoded)
 // and its Content-Type (mime_type, default application/octet-stream), then
-// each of form given as a plain part.
-func uploadBody(in map[string]json.RawMessage, form []string) ([]byte, string, error) {
+// each of form given as a plain part, then the part "data": the JSON
+// object of the data fields given (none when none is).
+func uploadBody(in map[string]json.RawMessage, form, dataFields []string) ([]byte, string, error) {
 	var filename, content, mimeType string
 	for _, f := range []struct {
 		name     string
@@ -387,6 +402,21 @@ func uploadBody(in map[string]json.RawMessage, form []string) ([]byte, string, e
 			return nil, "", fmt.Errorf("%s must be a string", k)
 		}
 		if err := mw.WriteField(k, v); err != nil {
+			return nil, "", err
+		}
+	}
+	settings := map[string]json.RawMessage{}
+	for _, k := range dataFields {
+		if raw, ok := in[k]; ok {
+			settings[k] = raw
+		}
+	}
+	if len(settings) > 0 {
+		b, err := json.Marshal(settings)
+		if err != nil {
+			return nil, "", err
+		}
+		if err := mw.WriteField("data", string(b)); err != nil {
 			return nil, "", err
 		}
 	}

@@ -299,11 +299,11 @@ func TestCapabilityLimit(t *testing.T) {
 		tooMany  int
 		wantCaps string
 	}{
-		{ModeAdvancedChat, 16, 32, true, 32, "519 capabilities"},
-		{ModeChat, 14, 36, true, 37, "525 capabilities"},
+		{ModeAdvancedChat, 16, 32, true, 32, "521 capabilities"},
+		{ModeChat, 14, 36, true, 37, "527 capabilities"},
 		{ModeAgentChat, 14, 36, false, 37, "518 capabilities"},
 		{ModeCompletion, 8, 64, false, 65, "520 capabilities"},
-		{ModeWorkflow, 8, 64, true, 64, "519 capabilities"},
+		{ModeWorkflow, 8, 64, true, 64, "521 capabilities"},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			if got := tc.mode.capabilities(); got != tc.perApp {
@@ -334,8 +334,8 @@ func TestCapabilityLimit(t *testing.T) {
 			}
 		})
 	}
-	if knowledgeCapabilities != 7 {
-		t.Errorf("%d capabilities per knowledge base, want 7", knowledgeCapabilities)
+	if knowledgeCapabilities != 9 {
+		t.Errorf("%d capabilities per knowledge base, want 9", knowledgeCapabilities)
 	}
 }
 
@@ -363,7 +363,7 @@ func TestOperationTables(t *testing.T) {
 				sent = append(sent, m[1])
 			}
 		}
-		sent = append(append(append(sent, o.query...), o.body...), o.form...)
+		sent = append(append(append(append(sent, o.query...), o.body...), o.form...), o.data...)
 		if o.upload {
 			sent = append(sent, uploadFileFields...)
 		}
@@ -449,5 +449,52 @@ func TestFileUpload(t *testing.T) {
 	f.Act(t, a)
 	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 		t.Fatalf("upload answered 500: %s, want outcome_unknown", st)
+	}
+}
+
+// TestDocumentByFile: a knowledge base's documents are created and replaced
+// from a file: the multipart body carries the file and, in the part "data",
+// the JSON of the settings given (none when none is).
+func TestDocumentByFile(t *testing.T) {
+	f := newFixture(t, nil)
+	pdf := []byte("%PDF-1.7\n" + strings.Repeat("x", 3000))
+	enc := base64.StdEncoding.EncodeToString(pdf)
+	create := "/datasets/" + testDataset + "/document/create-by-file"
+	var out map[string]any
+	f.completed(t, hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentCreateByFile),
+		`{"filename":"guide.pdf","mime_type":"application/pdf","content_base64":"`+enc+`","indexing_technique":"high_quality","doc_form":"text_model","process_rule":{"mode":"automatic"}}`), &out)
+	reqs := f.mock.requests(http.MethodPost, create)
+	if len(reqs) != 1 || reqs[0].Upload == nil || reqs[0].Auth != "Bearer "+testDatasetKey {
+		t.Fatalf("requests: %+v", reqs)
+	}
+	u := reqs[0].Upload
+	var settings map[string]any
+	if err := json.Unmarshal([]byte(u.Settings), &settings); err != nil {
+		t.Fatalf("data part %q: %v", u.Settings, err)
+	}
+	want := map[string]any{"indexing_technique": "high_quality", "doc_form": "text_model", "process_rule": map[string]any{"mode": "automatic"}}
+	if u.Filename != "guide.pdf" || u.ContentType != "application/pdf" || !bytes.Equal(u.Data, pdf) || !cmp.Equal(settings, want) {
+		t.Fatalf("upload %q %q %d bytes, data %s", u.Filename, u.ContentType, len(u.Data), u.Settings)
+	}
+	if _, ok := out["document"]; !ok {
+		t.Fatalf("output %v", out)
+	}
+
+	update := "/datasets/" + testDataset + "/documents/" + testDocument + "/update-by-file"
+	f.completed(t, hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentUpdateByFile),
+		`{"document_id":"`+testDocument+`","filename":"guide-v2.pdf","content_base64":"`+enc+`"}`), &out)
+	reqs = f.mock.requests(http.MethodPost, update)
+	if len(reqs) != 1 || reqs[0].Upload == nil || reqs[0].Upload.Filename != "guide-v2.pdf" || reqs[0].Upload.Settings != "" {
+		t.Fatalf("update requests: %+v", reqs)
+	}
+	// Replacing a document is a high-risk mutation; a lost answer leaves it unknown.
+	f.mock.handle("POST "+update, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"status": 502, "code": "bad_gateway", "message": "upstream"})
+	})
+	a := hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentUpdateByFile),
+		`{"document_id":"`+testDocument+`","filename":"guide-v3.pdf","content_base64":"`+enc+`"}`)
+	f.Act(t, a)
+	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+		t.Fatalf("update answered 502: %s, want outcome_unknown", st)
 	}
 }
