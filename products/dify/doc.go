@@ -97,10 +97,10 @@
 //     (indexing_technique, doc_form, doc_language, process_rule,
 //     embedding_model, embedding_model_provider); a mutation, risk medium,
 //     unsafe to repeat as a new action.
-//   - :document.update_by_file: POST
-//     /datasets/{id}/documents/{document_id}/update-by-file, likewise
-//     (doc_form, doc_language, process_rule in "data"); a mutation, risk
-//     high: the previous content is not kept.
+//   - :document.update_by_file: PATCH /datasets/{id}/documents/{document_id}
+//     (the document's canonical file update; POST .../update-by-file is
+//     deprecated), likewise (doc_form, doc_language, process_rule in
+//     "data"); a mutation, risk high: the previous content is not kept.
 //   - :document.delete: DELETE /datasets/{id}/documents/{document_id} (a
 //     deletion, risk high; 204, output {"deleted": true, "document_id"}).
 //   - :segments: GET /datasets/{id}/documents/{document_id}/segments
@@ -187,9 +187,8 @@
 // # Not covered
 //
 // The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Of the
-// multipart uploads, audio-to-text, the knowledge pipeline's file upload
-// and PATCH of a document (the newer form of update by file) are not
-// built. Binary answers (file preview, text-to-audio, document download
+// multipart uploads, audio-to-text and the knowledge pipeline's file
+// upload are not built. Binary answers (file preview, text-to-audio, document download
 // and ZIP download) are left out too. Also not covered:
 // conversation variable update (PUT .../variables/{variable_id}), runs of
 // a workflow by ID and the workflow event stream, end-user lookup, human

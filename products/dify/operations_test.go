@@ -480,15 +480,15 @@ func TestDocumentByFile(t *testing.T) {
 		t.Fatalf("output %v", out)
 	}
 
-	update := "/datasets/" + testDataset + "/documents/" + testDocument + "/update-by-file"
+	update := "/datasets/" + testDataset + "/documents/" + testDocument
 	f.completed(t, hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentUpdateByFile),
 		`{"document_id":"`+testDocument+`","filename":"guide-v2.pdf","content_base64":"`+enc+`"}`), &out)
-	reqs = f.mock.requests(http.MethodPost, update)
+	reqs = f.mock.requests(http.MethodPatch, update)
 	if len(reqs) != 1 || reqs[0].Upload == nil || reqs[0].Upload.Filename != "guide-v2.pdf" || reqs[0].Upload.Settings != "" {
 		t.Fatalf("update requests: %+v", reqs)
 	}
 	// Replacing a document is a high-risk mutation; a lost answer leaves it unknown.
-	f.mock.handle("POST "+update, func(w http.ResponseWriter, r *http.Request) {
+	f.mock.handle("PATCH "+update, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"status": 502, "code": "bad_gateway", "message": "upstream"})
 	})
 	a := hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixDocumentUpdateByFile),
