@@ -57,7 +57,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"bad knowledge entry", Config{BaseURL: "https://api.dify.ai/v1", KnowledgeFile: apps("k.json", `[{"id":"d","name":"D","mode":"chat","api_key_file":"`+key+`"}]`)},
 			[]string{"--dify-knowledge-file", "unknown field"}},
 		{"too many capabilities", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: apps("many.json", "["+strings.Join(many, ",")+"]")},
-			[]string{"2800 capabilities", "at most 512"}},
+			[]string{"3000 capabilities", "at most 512"}},
 		{"response bound", Config{BaseURL: "https://api.dify.ai/v1", AppsFile: good, MaxResponseBytes: MaxResponseBytesLimit + 1}, []string{"--dify-max-response-bytes"}},
 	}
 	for _, tc := range cases {

@@ -558,7 +558,7 @@ func TestManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:(retrieve|documents|document\.(get|create_by_(text|file)|update_by_(text|file)|delete)|segments)|` +
-		`[A-Za-z0-9_-]+(:(parameters|info|meta|site|conversations|conversation\.(rename|delete|variables)|messages|messages\.suggested|feedbacks?|workflow\.(run\.get|logs)|files\.upload))?)$`)
+		`[A-Za-z0-9_-]+(:(parameters|info|meta|site|conversations|conversation\.(rename|delete|variables)|messages|messages\.suggested|feedbacks?|workflow\.(run\.get|logs)|files\.upload|audio\.to_text))?)$`)
 	var ids []string
 	for _, c := range m.Capabilities {
 		ids = append(ids, c.ID)
@@ -593,16 +593,16 @@ func TestManifest(t *testing.T) {
 	kb := "cap:dify:knowledge:" + testDataset
 	var want []string
 	want = append(want, chat("support")...)
-	want = append(want, "cap:dify:support:files.upload")
+	want = append(want, "cap:dify:support:files.upload", "cap:dify:support:audio.to_text")
 	want = append(want, chat("flow")...)
-	want = append(want, "cap:dify:flow:workflow.run.get", "cap:dify:flow:workflow.logs", "cap:dify:flow:files.upload")
+	want = append(want, "cap:dify:flow:workflow.run.get", "cap:dify:flow:workflow.logs", "cap:dify:flow:files.upload", "cap:dify:flow:audio.to_text")
 	want = append(want, chat("agent")...)
-	want = append(want, "cap:dify:agent:files.upload")
+	want = append(want, "cap:dify:agent:files.upload", "cap:dify:agent:audio.to_text")
 	want = append(want,
 		"cap:dify:writer", "cap:dify:writer:parameters", "cap:dify:writer:info", "cap:dify:writer:meta", "cap:dify:writer:site",
-		"cap:dify:writer:feedback", "cap:dify:writer:feedbacks", "cap:dify:writer:files.upload",
+		"cap:dify:writer:feedback", "cap:dify:writer:feedbacks", "cap:dify:writer:files.upload", "cap:dify:writer:audio.to_text",
 		"cap:dify:etl", "cap:dify:etl:parameters", "cap:dify:etl:info", "cap:dify:etl:meta", "cap:dify:etl:site",
-		"cap:dify:etl:workflow.run.get", "cap:dify:etl:workflow.logs", "cap:dify:etl:files.upload",
+		"cap:dify:etl:workflow.run.get", "cap:dify:etl:workflow.logs", "cap:dify:etl:files.upload", "cap:dify:etl:audio.to_text",
 		kb+":retrieve", kb+":documents", kb+":document.get", kb+":document.create_by_text", kb+":document.update_by_text",
 		kb+":document.create_by_file", kb+":document.update_by_file", kb+":document.delete", kb+":segments",
 	)

@@ -69,6 +69,10 @@
 //     creates a file), risk medium. The output is Dify's file record:
 //     pass its id as upload_file_id (transfer_method local_file) when
 //     invoking the app as the same user.
+//   - :audio.to_text: POST /audio-to-text as multipart/form-data (every
+//     mode): the audio as the part "file" (filename, content_base64 and a
+//     mime_type Dify accepts: audio/mp3, m4a, wav, amr or mpga) and the
+//     field user; a read (it changes nothing in Dify), returns {"text"}.
 //
 // Per knowledge base listed in the knowledge file
 // (cap:dify:knowledge:<id>:<suffix>):
@@ -172,11 +176,11 @@
 //     of every answer and event stream (default 8 MiB, at most 64 MiB).
 //
 // At least one app or knowledge base is required, and the manifest holds
-// at most hostsdk.MaxCapabilities (512) capabilities: 16 per
-// advanced-chat app, 14 per chat or agent-chat app, 8 per completion or
+// at most hostsdk.MaxCapabilities (512) capabilities: 17 per
+// advanced-chat app, 15 per chat or agent-chat app, 9 per completion or
 // workflow app, 9 per knowledge base. New refuses a configuration over
-// the limit, naming its count: a host serves at most 32 advanced-chat, 36
-// chat or agent-chat, or 64 completion or workflow apps (fewer with
+// the limit, naming its count: a host serves at most 30 advanced-chat, 34
+// chat or agent-chat, or 56 completion or workflow apps (fewer with
 // knowledge bases or a mix); split larger fleets over several hosts. The
 // files' own bound (1000 entries, the reference's) is therefore never
 // reached by apps alone.
@@ -187,8 +191,7 @@
 // # Not covered
 //
 // The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Of the
-// multipart uploads, audio-to-text and the knowledge pipeline's file
-// upload are not built. Binary answers (file preview, text-to-audio, document download
+// multipart uploads, the knowledge pipeline's file upload is not built. Binary answers (file preview, text-to-audio, document download
 // and ZIP download) are left out too. Also not covered:
 // conversation variable update (PUT .../variables/{variable_id}), runs of
 // a workflow by ID and the workflow event stream, end-user lookup, human

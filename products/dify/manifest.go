@@ -256,11 +256,23 @@ var (
   "additionalProperties": false}`)
 	// fileFields are the file of an upload (filename, content_base64,
 	// mime_type).
-	fileFields = `"filename": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^/\\\\\"\\x00-\\x1f\\x7f]+$",
+	// fileContentFields are the file of an upload: its name and bytes.
+	fileContentFields = `"filename": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^/\\\\\"\\x00-\\x1f\\x7f]+$",
       "description": "the file's name with its extension (Dify checks the extension against the deployment's blacklist); no / \\ \" or control characters"},
     "content_base64": {"type": "string", "minLength": 4, "maxLength": ` + strconv.Itoa(4*((MaxUploadBytes+2)/3)) + `,
-      "contentEncoding": "base64", "description": "the file's bytes in standard base64 with padding, at most 2.5 MiB decoded"},
+      "contentEncoding": "base64", "description": "the file's bytes in standard base64 with padding, at most 2.5 MiB decoded"}`
+	// fileFields add the file's media type.
+	fileFields = fileContentFields + `,
     "mime_type": {"type": "string", "minLength": 3, "maxLength": 255, "description": "the file's media type, e.g. image/png or application/pdf; default application/octet-stream"}`
+	audioSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    ` + fileContentFields + `,
+    "mime_type": {"type": "string", "enum": ["audio/mp3", "audio/m4a", "audio/wav", "audio/amr", "audio/mpga"],
+      "description": "the types Dify accepts (it refuses others, audio/mpeg included)"},
+    "user": ` + userSchema + `
+  },
+  "required": ["filename", "content_base64", "mime_type"],
+  "additionalProperties": false}`)
 	documentCreateByFileSchema = json.RawMessage(`{"type": "object",
   "properties": {
     ` + fileFields + `,

@@ -85,6 +85,7 @@ const (
 	SuffixWorkflowRun           = "workflow.run.get"
 	SuffixWorkflowLogs          = "workflow.logs"
 	SuffixFileUpload            = "files.upload"
+	SuffixAudioToText           = "audio.to_text"
 )
 
 // MaxUploadBytes bounds a file uploaded by files.upload: its base64 form
@@ -189,6 +190,9 @@ var appOperations = []operation{
 		upload: true, form: []string{"user"}, schema: uploadSchema, output: objectOutput, risk: aip.RiskMedium,
 		contract: createContract, mutation: true,
 		describe: "Uploads one file (at most 2.5 MiB, given in base64) to the Dify app %[1]s for the end user and returns its id: pass it as a files entry with transfer_method local_file and upload_file_id when invoking the app as the same user (only that user can reference it). Which file types the app consumes is in its parameters' file upload settings."},
+	{suffix: SuffixAudioToText, name: "transcribe audio", modes: allModes, method: http.MethodPost, path: "/audio-to-text",
+		upload: true, form: []string{"user"}, schema: audioSchema, output: objectOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Transcribes an audio file (mp3, m4a, wav, amr or mpga; at most 2.5 MiB, given in base64) to text with the speech-to-text model of the Dify app %[1]s; returns {\"text\"}."},
 }
 
 // knowledgeOperations are the knowledge base operations besides

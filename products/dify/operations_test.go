@@ -299,11 +299,11 @@ func TestCapabilityLimit(t *testing.T) {
 		tooMany  int
 		wantCaps string
 	}{
-		{ModeAdvancedChat, 16, 32, true, 32, "521 capabilities"},
-		{ModeChat, 14, 36, true, 37, "527 capabilities"},
-		{ModeAgentChat, 14, 36, false, 37, "518 capabilities"},
-		{ModeCompletion, 8, 64, false, 65, "520 capabilities"},
-		{ModeWorkflow, 8, 64, true, 64, "521 capabilities"},
+		{ModeAdvancedChat, 17, 30, true, 30, "519 capabilities"},
+		{ModeChat, 15, 34, true, 34, "519 capabilities"},
+		{ModeAgentChat, 15, 34, false, 35, "525 capabilities"},
+		{ModeCompletion, 9, 56, false, 57, "513 capabilities"},
+		{ModeWorkflow, 9, 56, true, 56, "513 capabilities"},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			if got := tc.mode.capabilities(); got != tc.perApp {
@@ -496,5 +496,42 @@ func TestDocumentByFile(t *testing.T) {
 	f.Act(t, a)
 	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 		t.Fatalf("update answered 502: %s, want outcome_unknown", st)
+	}
+}
+
+// TestAudioToText: audio.to_text sends the audio as the document's
+// multipart body and returns the transcript; a media type Dify refuses is
+// refused before anything is sent, and a failure is a plain failure (it
+// changes nothing in Dify).
+func TestAudioToText(t *testing.T) {
+	f := newFixture(t, nil)
+	capID := AppCapability("writer", SuffixAudioToText)
+	wav := append([]byte("RIFF\x24\x00\x00\x00WAVEfmt "), make([]byte, 2048)...)
+	enc := base64.StdEncoding.EncodeToString(wav)
+	var out map[string]any
+	f.completed(t, hostsdktest.NewAction(capID, `{"filename":"question.wav","mime_type":"audio/wav","content_base64":"`+enc+`","user":"u-9"}`), &out)
+	reqs := f.mock.requests(http.MethodPost, "/audio-to-text")
+	if len(reqs) != 1 || reqs[0].Upload == nil {
+		t.Fatalf("requests: %+v", reqs)
+	}
+	if u := reqs[0].Upload; u.Filename != "question.wav" || u.ContentType != "audio/wav" || u.User != "u-9" || !bytes.Equal(u.Data, wav) {
+		t.Fatalf("upload %q %q %q %d bytes", u.Filename, u.ContentType, u.User, len(u.Data))
+	}
+	if _, ok := out["text"].(string); !ok {
+		t.Fatalf("output %v", out)
+	}
+	resp := f.Act(t, hostsdktest.NewAction(capID, `{"filename":"q.mp3","mime_type":"audio/mpeg","content_base64":"`+enc+`"}`))
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeInputInvalid || !strings.Contains(pe.Message, "mime_type") {
+		t.Fatalf("audio/mpeg: HTTP %d %s", resp.Status, resp.Raw)
+	}
+	if n := len(f.mock.requests(http.MethodPost, "/audio-to-text")); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+	f.mock.handle("POST /audio-to-text", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"status": 500, "code": "internal_server_error", "message": "stt down"})
+	})
+	a := hostsdktest.NewAction(capID, `{"filename":"q.wav","mime_type":"audio/wav","content_base64":"`+enc+`"}`)
+	if pe := f.failed(t, a); pe.Code == hostsdk.CodeOutcomeUnknown {
+		t.Fatalf("a failed transcription is %s", pe.Code)
 	}
 }
