@@ -38,8 +38,11 @@ type EventPublisher struct {
 // Publish validates a batch of events for a channel the manifest declares
 // and stores it in the outbox. Events without an ID get a fresh evt_ ID and
 // events without occurred_at get the current time; a provider-supplied actor
-// moves to data.upstream_actor. Identical batches are stored once. It
-// returns the outbox entry ID.
+// moves to data.upstream_actor. Identical batches are stored once. A batch
+// the fleet's event ingress would refuse (an event ID twice, data that sets
+// aip_connector, which the dispatcher stamps, a NUL in an event's kind, IDs
+// or data, ...) is refused here, not left in the outbox. It returns the
+// outbox entry ID.
 func (p *EventPublisher) Publish(ctx context.Context, channelID string, events ...aip.Event) (string, error) {
 	h := p.h
 	if !h.ready() {
@@ -56,6 +59,7 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 	}
 	now := h.cfg.Now()
 	batch := make([]aip.Event, len(events))
+	seen := make(map[string]int, len(events))
 	for i, e := range events {
 		// What the fleet's event ingress would refuse is refused here, so
 		// a connector learns it now rather than leave a batch in the
@@ -65,8 +69,19 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 		} else if err := aip.ValidateID(aip.PrefixEvent, e.ID); err != nil {
 			return "", fmt.Errorf("hostsdk: event ID %q: %v; leave it empty for a fresh one, or derive a UUIDv7-shaped one", e.ID, err)
 		}
+		if j, dup := seen[e.ID]; dup {
+			return "", fmt.Errorf("hostsdk: event %s appears twice in the batch (events %d and %d); publish each event once", e.ID, j, i)
+		}
+		seen[e.ID] = i
 		if e.Kind == "" || len(e.Kind) > MaxEventKindBytes || !utf8.ValidString(e.Kind) || strings.ContainsRune(e.Kind, 0) {
 			return "", fmt.Errorf("hostsdk: event %s: kind must be 1 to %d bytes of UTF-8 without NUL", e.ID, MaxEventKindBytes)
+		}
+		for _, f := range []struct{ name, v string }{
+			{"session_id", e.SessionID}, {"action_id", e.ActionID}, {"correlation_id", e.CorrelationID},
+		} {
+			if strings.ContainsRune(f.v, 0) {
+				return "", fmt.Errorf("hostsdk: event %s: %s holds a NUL character, which the fleet's event log cannot store", e.ID, f.name)
+			}
 		}
 		if e.OccurredAt.IsZero() {
 			e.OccurredAt = aip.At(now)
@@ -80,6 +95,9 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 			}
 			if hasNUL(obj) {
 				return "", fmt.Errorf("hostsdk: event %s: data holds a NUL character (\\u0000), which the fleet's event log cannot store", e.ID)
+			}
+			if _, taken := obj[eventProvenance]; taken {
+				return "", fmt.Errorf("hostsdk: event %s: data.%s is set; leave it out, the dispatcher stamps it with the delivering replica", e.ID, eventProvenance)
 			}
 		}
 		if e.Actor != nil {
@@ -131,6 +149,10 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 	h.notifyEvents()
 	return id, nil
 }
+
+// eventProvenance is the member of an event's data the dispatcher stamps
+// with the delivering replica (registry.EventProvenance).
+const eventProvenance = "aip_connector"
 
 // manifestChannels returns the channel IDs a manifest declares: strings, or
 // objects with "id" or "channel_id".

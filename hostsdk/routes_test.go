@@ -138,10 +138,21 @@ func TestPublishRefusesWhatTheFleetRefuses(t *testing.T) {
 		{"data an array", aip.Event{Kind: "k", Data: json.RawMessage(`[1]`)}, "data must be a JSON object"},
 		{"data null", aip.Event{Kind: "k", Data: json.RawMessage(`null`)}, "data must be a JSON object"},
 		{"NUL in data", aip.Event{Kind: "k", Data: json.RawMessage(`{"a":["x\u0000"]}`)}, "NUL"},
+		// The dispatcher stamps data.aip_connector itself; the event
+		// log takes no NUL in an event's IDs and no event twice in a
+		// delivery.
+		{"aip_connector in data", aip.Event{Kind: "k", Data: json.RawMessage(`{"aip_connector":{"replica_id":"r"}}`)}, "aip_connector"},
+		{"NUL in session", aip.Event{Kind: "k", SessionID: "s\x00"}, "session_id"},
+		{"NUL in action", aip.Event{Kind: "k", ActionID: "a\x00"}, "action_id"},
+		{"NUL in correlation", aip.Event{Kind: "k", CorrelationID: "c\x00"}, "correlation_id"},
 	} {
 		if _, err := pub.Publish(ctx, "test.events", tc.ev); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Publish = %v, want an error about %q", tc.name, err, tc.want)
 		}
+	}
+	same := aip.Event{ID: aip.NewID(aip.PrefixEvent), Kind: "k"}
+	if _, err := pub.Publish(ctx, "test.events", same, aip.Event{Kind: "k"}, same); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("an event twice in one batch: Publish = %v, want an error about the event appearing twice", err)
 	}
 	// A backslash followed by u0000 as text is not a NUL.
 	if _, err := pub.Publish(ctx, "test.events", aip.Event{Kind: "k", Data: json.RawMessage(`{"a":"\\u0000"}`)}); err != nil {
