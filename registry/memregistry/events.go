@@ -88,7 +88,9 @@ func (r *Registry) Events(ctx context.Context, tenantID string, after uint64, li
 	defer r.mu.Unlock()
 	l := r.events[tenantID]
 	page := registry.EventPage{Events: []registry.StoredEvent{}}
-	if l == nil {
+	if l == nil || after >= l.last() {
+		// No event follows (and after+1 below would wrap at the
+		// largest uint64).
 		return page, nil
 	}
 	from, _ := slices.BinarySearchFunc(l.events, after+1, func(e registry.StoredEvent, seq uint64) int {

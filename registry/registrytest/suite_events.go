@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"sync"
@@ -354,6 +355,9 @@ func testEventPaging(t *testing.T, nb NewBackend) {
 		{total - 6, 5, total - 5, 5, true, "tenant-1"},
 		{total, 10, 0, 0, false, "tenant-1"},
 		{total + 100, 10, 0, 0, false, "tenant-1"},
+		{math.MaxInt64, 10, 0, 0, false, "tenant-1"},
+		{math.MaxInt64 + 1, 10, 0, 0, false, "tenant-1"},
+		{math.MaxUint64, 10, 0, 0, false, "tenant-1"},
 		{0, 0, 1, 1, true, "tenant-1"},
 		{3, -7, 4, 1, true, "tenant-1"},
 		{0, registry.MaxEventPage * 10, 1, registry.MaxEventPage, true, "tenant-1"},
