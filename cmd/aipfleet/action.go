@@ -66,6 +66,17 @@ type actionFlags struct {
 	jsonOut                                         bool
 	// command names the command in usage errors; "" is action.
 	command string
+	// now is the clock tokens are minted and checked by; nil is
+	// time.Now.
+	now func() time.Time
+}
+
+// clock returns the time now.
+func (f *actionFlags) clock() time.Time {
+	if f.now != nil {
+		return f.now()
+	}
+	return time.Now()
 }
 
 // commandName is the command the flags belong to, for usage errors.
@@ -197,10 +208,13 @@ func (f *actionFlags) bearer() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--issuer-key: %w", err)
 	}
-	now := time.Now()
+	now := f.clock()
 	return tenanttoken.Mint(key, tenanttoken.Claims{Issuer: f.issuer, Audience: f.audience, TenantID: f.tenant,
-		Subject: "aipfleet-" + f.commandName(), IssuedAt: now, Expiry: now.Add(15 * time.Minute)})
+		Subject: "aipfleet-" + f.commandName(), IssuedAt: now, Expiry: now.Add(mintedTokenTTL)})
 }
+
+// mintedTokenTTL is how long a token minted with --issuer-key lasts.
+const mintedTokenTTL = 15 * time.Minute
 
 // devToken returns the token aipfleet dev wrote for its tenant.
 func (f *actionFlags) devToken() (string, error) {
@@ -213,7 +227,7 @@ func (f *actionFlags) devToken() (string, error) {
 		return "", fmt.Errorf("the dev token: %w", err)
 	}
 	tok := strings.TrimSpace(string(raw))
-	if exp, ok := tenanttoken.UnverifiedExpiry(tok); ok && !exp.After(time.Now()) {
+	if exp, ok := tenanttoken.UnverifiedExpiry(tok); ok && !exp.After(f.clock()) {
 		return "", fmt.Errorf("%s: the token aipfleet dev wrote in %s expired at %s (it lasts %s): restart aipfleet dev, which writes a fresh one, or pass --token, or --tenant with --issuer-key",
 			f.commandName(), file, exp.Local().Format("2006-01-02 15:04"), devTokenTTL)
 	}

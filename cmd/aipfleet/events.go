@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf16"
 
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
@@ -40,7 +41,10 @@ one page is printed; when more events exist the last line says which
 (the dispatcher restarting or busy) is reported on stderr and asked again,
 any other refusal ends it. The dispatcher and the token are chosen as
 for aipfleet action: --url, and --token, --tenant with --issuer-key, or the
-token aipfleet dev wrote in --dev-state-dir.`,
+token aipfleet dev wrote in --dev-state-dir. --follow outlasts its token:
+one minted with --issuer-key (it lasts 15 minutes) is minted again, and
+aipfleet dev's is read again, shortly before it expires; a --token is used
+as given.`,
 		examples: []string{
 			`aipfleet events list   # against aipfleet dev`,
 			`aipfleet events list --after 120 --limit 50 --token "$TOKEN"`,
@@ -106,20 +110,34 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	if f.client.url, err = baseURL("--url", f.client.url, DefaultDispatchURL); err != nil {
 		return usagef("events: %v", err)
 	}
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	return f.list(ctx, client, e)
+}
+
+// tokenRenewBefore: a token of --follow that expires within this is
+// replaced before the next request.
+const tokenRenewBefore = time.Minute
+
+// list prints pages from --after on: one page, or with --follow every page
+// and then new events until ctx ends. --follow outlasts its token: one
+// minted with --issuer-key (it lasts mintedTokenTTL) is minted again, and
+// aipfleet dev's is read again, before it expires; a --token is the
+// caller's to renew.
+func (f *eventsFlags) list(ctx context.Context, client *http.Client, e *env) error {
 	bearer, err := f.client.bearer()
 	if err != nil {
 		return err
 	}
-	client := &http.Client{}
-	defer client.CloseIdleConnections()
-	return f.list(ctx, client, bearer, e)
-}
-
-// list prints pages from --after on: one page, or with --follow every page
-// and then new events until ctx ends.
-func (f *eventsFlags) list(ctx context.Context, client *http.Client, bearer string, e *env) error {
 	after := f.after
 	for {
+		if f.follow && f.client.token == "" {
+			if exp, ok := tenanttoken.UnverifiedExpiry(bearer); ok && !exp.After(f.client.clock().Add(tokenRenewBefore)) {
+				if bearer, err = f.client.bearer(); err != nil {
+					return err
+				}
+			}
+		}
 		page, err := f.page(ctx, client, bearer, after)
 		if err != nil {
 			if f.follow && ctx.Err() != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -25,16 +26,24 @@ import (
 // log that trusts issuerKey, and returns its URL and the log.
 func eventsDispatcher(t *testing.T, issuerKey *aip.SigningKey) (string, *memregistry.Registry) {
 	t.Helper()
+	return eventsDispatcherAt(t, issuerKey, nil)
+}
+
+// eventsDispatcherAt is eventsDispatcher checking tokens by clock (nil:
+// time.Now).
+func eventsDispatcherAt(t *testing.T, issuerKey *aip.SigningKey, clock func() time.Time) (string, *memregistry.Registry) {
+	t.Helper()
 	reg, err := memregistry.New(memregistry.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: "aipfleet-dev", DIDs: []string{issuerKey.DID()}}}})
+	v, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: "aipfleet-dev", DIDs: []string{issuerKey.DID()}}},
+		Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	key, _ := aip.GenerateSigningKey()
-	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: DefaultGatewayPrincipal},
+	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: DefaultGatewayPrincipal, Now: clock},
 		dispatch.Deps{Resolver: reg, Catalog: reg, Tokens: v, Events: reg, Records: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -285,4 +294,55 @@ func mustParseURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestEventsFollowOutlastsItsToken: --follow with --tenant and --issuer-key
+// runs past the 15 minutes a minted token lasts (it mints a new one before
+// the old one expires) instead of ending at the dispatcher's 401.
+func TestEventsFollowOutlastsItsToken(t *testing.T) {
+	issuerKey, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "issuer.key")
+	if err := aip.WriteSeedFile(keyFile, issuerKey); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	url, reg := eventsDispatcherAt(t, issuerKey, clock)
+
+	f := &eventsFlags{limit: 10, follow: true, interval: time.Millisecond, client: actionFlags{
+		url: url, tenant: "acme", issuerKey: keyFile, issuer: "aipfleet-dev", audience: tenanttoken.DefaultAudience,
+		requestTimeout: 10 * time.Second, command: "events", now: clock}}
+	w := &lineWriter{lines: make(chan string, 16)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.list(ctx, &http.Client{}, &env{stdout: w, stderr: &lineWriter{}}) }()
+
+	// Each step moves the clock less than a token's lifetime, so the
+	// token of a request in flight stays valid; three steps outlast the
+	// first token by far.
+	for step := range 4 {
+		if step > 0 {
+			mu.Lock()
+			now = now.Add(mintedTokenTTL - 30*time.Second)
+			mu.Unlock()
+		}
+		ids := appendEvents(t, reg, "acme", fmt.Sprint("step-", step))
+		select {
+		case l := <-w.lines:
+			if !strings.Contains(l, ids[0]) {
+				t.Fatalf("step %d: --follow printed %q, want %s", step, l, ids[0])
+			}
+		case err := <-done:
+			t.Fatalf("step %d (%s after the first token was minted): --follow ended with %v", step,
+				time.Duration(step)*(mintedTokenTTL-30*time.Second), err)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("step %d: no event line from --follow", step)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("--follow ended with %v, want nil when interrupted", err)
+	}
 }
