@@ -115,6 +115,16 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 			e.Data, _ = json.Marshal(data)
 			e.Actor = nil
 		}
+		if len(e.Data) > 0 {
+			// A delivery carries data in canonical JSON, and the
+			// dispatcher measures the event in that form, which can be
+			// longer than data as given (1e15 is 1000000000000000.0).
+			canon, err := aip.Canonicalize(e.Data)
+			if err != nil {
+				return "", fmt.Errorf("hostsdk: event %s: data: %v", e.ID, err)
+			}
+			e.Data = canon
+		}
 		raw, err := json.Marshal(e)
 		if err != nil {
 			return "", fmt.Errorf("hostsdk: event %s: %w", e.ID, err)

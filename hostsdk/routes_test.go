@@ -145,6 +145,9 @@ func TestPublishRefusesWhatTheFleetRefuses(t *testing.T) {
 		{"NUL in session", aip.Event{Kind: "k", SessionID: "s\x00"}, "session_id"},
 		{"NUL in action", aip.Event{Kind: "k", ActionID: "a\x00"}, "action_id"},
 		{"NUL in correlation", aip.Event{Kind: "k", CorrelationID: "c\x00"}, "correlation_id"},
+		// 70 kB as given, 266 kB in the canonical form a delivery carries.
+		{"data too large in canonical form", aip.Event{Kind: "k",
+			Data: json.RawMessage(`{"n":[` + strings.TrimSuffix(strings.Repeat("1e15,", 14000), ",") + `]}`)}, "at most"},
 	} {
 		if _, err := pub.Publish(ctx, "test.events", tc.ev); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Publish = %v, want an error about %q", tc.name, err, tc.want)
