@@ -60,6 +60,12 @@
 // and refreshes the fleet gauges; each store call is bounded by
 // Config.StoreTimeout, and storage errors and timeouts back off
 // exponentially with jitter up to Config.MaintenanceMaxBackoff (30 s).
+// When the store implements registry.EventPruner, a cycle also deletes,
+// at most once a minute, the event log's events received longer than
+// Config.EventRetention ago (30 days; KeepEventsForever keeps them), in
+// batches of 1000 up to 10; a failure is logged and counted
+// (aip_connector_control_event_prune_failures_total) without failing the
+// cycle.
 //
 // # Other routes
 //

@@ -122,7 +122,49 @@ func (s *Service) maintain(ctx context.Context) (int, error) {
 		return total, fmt.Errorf("fleet status: %w", err)
 	}
 	s.observeFleet(&st)
+	s.pruneEvents(ctx)
 	return total, nil
+}
+
+// pruneEvents deletes the events received longer than EventRetention ago,
+// at most once a minute, in batches, each bounded by StoreTimeout; what is
+// left waits for the next time. A failure is logged and counted but does
+// not fail the cycle: leases matter more than old events.
+func (s *Service) pruneEvents(ctx context.Context) {
+	if s.pruner == nil {
+		return
+	}
+	now := s.cfg.Now()
+	s.pruneMu.Lock()
+	if !s.lastEventPrune.IsZero() && now.Sub(s.lastEventPrune) < eventPruneEvery && now.After(s.lastEventPrune) {
+		s.pruneMu.Unlock()
+		return
+	}
+	s.lastEventPrune = now
+	s.pruneMu.Unlock()
+	before := now.Add(-s.cfg.EventRetention)
+	total := 0
+	for range eventPruneMaxBatches {
+		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		n, err := s.pruner.PruneEvents(sctx, before, eventPruneBatch)
+		cancel()
+		total += n
+		s.m.eventsPruned.Add(float64(n))
+		if err != nil {
+			if ctx.Err() == nil {
+				s.m.eventPruneErrors.Inc()
+				s.log.Warn("prune the event log", "error", err, "received_before", before.UTC().Format(time.RFC3339))
+			}
+			break
+		}
+		if n < eventPruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.log.Info("pruned events older than the event retention", "events", total,
+			"received_before", before.UTC().Format(time.RFC3339), "retention", s.cfg.EventRetention.String())
+	}
 }
 
 func (s *Service) observeFleet(st *registry.FleetStatusSummary) {

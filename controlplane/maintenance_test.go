@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -168,5 +170,101 @@ func TestMaintenanceFailuresMakeNotReady(t *testing.T) {
 	doc := readyDoc(t, svc)
 	if !contains(doc.Failing, "maintenance") {
 		t.Fatalf("after 3 failed cycles: %+v", doc)
+	}
+}
+
+// failingPruner is a store whose event pruning fails.
+type failingPruner struct{ controlplane.Store }
+
+func (failingPruner) PruneEvents(context.Context, time.Time, int) (int, error) {
+	return 0, errors.Join(registry.ErrStorage, errors.New("permission denied for table events"))
+}
+
+// TestMaintenancePrunesEvents: maintenance deletes the events received
+// longer than EventRetention ago, at most once a minute; a failed pruning
+// is counted but does not fail the cycle; KeepEventsForever keeps them.
+func TestMaintenancePrunesEvents(t *testing.T) {
+	e := newEnv(t, newMemBackend, func(c *controlplane.Config) { c.EventRetention = time.Hour })
+	log := e.b.Store.(registry.EventLog)
+	appendAt := func(at time.Time, ids ...string) {
+		t.Helper()
+		b := registrytest.EventBatch("tenant-p", "r1", ids...)
+		b.ReceivedAt = at
+		if _, err := log.AppendEvents(e.ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func() []string {
+		t.Helper()
+		p, err := log.Events(e.ctx, "tenant-p", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ev := range p.Events {
+			out = append(out, ev.Event.ID)
+		}
+		return out
+	}
+	appendAt(e.clock.Now(), "old1", "old2")
+	e.clock.Advance(30 * time.Minute)
+	appendAt(e.clock.Now(), "mid")
+	e.clock.Advance(45 * time.Minute) // old ones 75 min old, mid 45
+	if _, err := e.svc.Maintain(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); !slices.Equal(got, []string{"mid"}) {
+		t.Fatalf("after maintenance with a 1 h retention: %v, want [mid]", got)
+	}
+	if v := metricValue(t, e, controlplane.MetricEventsPruned, ""); v != 2 {
+		t.Fatalf("%s = %v, want 2", controlplane.MetricEventsPruned, v)
+	}
+	// At most once a minute: an event received long ago (a batch that
+	// waited in a host's outbox) waits for the next pruning.
+	appendAt(e.clock.Now().Add(-2*time.Hour), "late")
+	e.clock.Advance(30 * time.Second)
+	if _, err := e.svc.Maintain(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); !slices.Equal(got, []string{"mid", "late"}) {
+		t.Fatalf("30 s after a pruning: %v, want [mid late] (no pruning yet)", got)
+	}
+	e.clock.Advance(31 * time.Second)
+	if _, err := e.svc.Maintain(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); !slices.Equal(got, []string{"mid"}) {
+		t.Fatalf("61 s after a pruning: %v, want [mid]", got)
+	}
+
+	// A pruning that fails is counted; the cycle succeeds.
+	svc, err := controlplane.New(controlKey, failingPruner{e.b.Store}, controlplane.Config{Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Maintain(e.ctx); err != nil {
+		t.Fatalf("a failed event pruning failed the cycle: %v", err)
+	}
+	rec := httptestGet(svc, controlplane.PathMetrics)
+	if !strings.Contains(rec.Body.String(), controlplane.MetricEventPruneFailures+" 1") {
+		t.Fatalf("%s not counted:\n%s", controlplane.MetricEventPruneFailures, rec.Body.String())
+	}
+
+	// KeepEventsForever prunes nothing.
+	keep := newEnv(t, newMemBackend, func(c *controlplane.Config) { c.EventRetention = controlplane.KeepEventsForever })
+	klog := keep.b.Store.(registry.EventLog)
+	b := registrytest.EventBatch("tenant-k", "r1", "kept")
+	b.ReceivedAt = keep.clock.Now()
+	if _, err := klog.AppendEvents(keep.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	keep.clock.Advance(365 * 24 * time.Hour)
+	keep.svc.Maintain(keep.ctx)
+	if p, err := klog.Events(keep.ctx, "tenant-k", 0, 10); err != nil || len(p.Events) != 1 {
+		t.Fatalf("KeepEventsForever: %+v, %v", p, err)
+	}
+	// And a retention below an hour is refused.
+	if err := (controlplane.Config{EventRetention: time.Minute}).Validate(); err == nil || !strings.Contains(err.Error(), "EventRetention") {
+		t.Fatalf("Validate(EventRetention 1m) = %v", err)
 	}
 }

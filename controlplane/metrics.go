@@ -28,6 +28,10 @@ const (
 	MetricReadyCapacity     = "aip_connector_control_ready_capacity"
 	MetricActiveAssignments = "aip_connector_control_active_assignments"
 	MetricRunning           = "aip_connector_control_running"
+	// MetricEventsPruned counts events the event retention deleted.
+	MetricEventsPruned = "aip_connector_control_events_pruned_total"
+	// MetricEventPruneFailures counts event prunings that failed.
+	MetricEventPruneFailures = "aip_connector_control_event_prune_failures_total"
 )
 
 type metrics struct {
@@ -45,6 +49,8 @@ type metrics struct {
 	replicas          *prometheus.GaugeVec
 	readyCapacity     prometheus.Gauge
 	activeAssignments prometheus.Gauge
+	eventsPruned      prometheus.Counter
+	eventPruneErrors  prometheus.Counter
 }
 
 // Replica states of the aip_connector_control_replicas gauge.
@@ -87,6 +93,10 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Summed capacity of ready replicas with a live lease at the last maintenance cycle."}),
 		activeAssignments: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricActiveAssignments,
 			Help: "Summed active assignments of all replicas at the last maintenance cycle."}),
+		eventsPruned: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricEventsPruned,
+			Help: "Events of the fleet's event log deleted after the event retention."}),
+		eventPruneErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricEventPruneFailures,
+			Help: "Event log prunings that failed (the lease maintenance goes on)."}),
 	}
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricRunning,
 		Help: "1 while the service's batch workers run."}, func() float64 {
@@ -101,6 +111,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.requests, m.rejections, m.replays, m.duration, m.batchCommands, m.batchDuration, m.batchFailures,
 		m.leasesExpired, m.maintenanceErrors, m.maintenanceLast, m.replicas, m.readyCapacity, m.activeAssignments, running,
+		m.eventsPruned, m.eventPruneErrors,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

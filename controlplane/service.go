@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,18 @@ const (
 	DefaultExpiryMaxBatches      = 8
 	DefaultMaintenanceMaxBackoff = 30 * time.Second
 	DefaultReplicaCacheSize      = 100_000
+	// DefaultEventRetention is how long the event log keeps an event by
+	// default (as upstream keeps runtime events).
+	DefaultEventRetention = 30 * 24 * time.Hour
+	// MinEventRetention is the shortest event retention accepted.
+	MinEventRetention = time.Hour
+	// KeepEventsForever, as Config.EventRetention, never prunes events.
+	KeepEventsForever time.Duration = -1
+	// eventPruneEvery is how often, at most, maintenance prunes events,
+	// and eventPruneBatch and eventPruneMaxBatches bound one pruning.
+	eventPruneEvery      = time.Minute
+	eventPruneBatch      = 1000
+	eventPruneMaxBatches = 10
 )
 
 // Config configures a Service. The zero value is usable: every zero field
@@ -100,6 +113,12 @@ type Config struct {
 	// DisableMaintenance turns the maintenance loop off (for processes
 	// where another component maintains leases).
 	DisableMaintenance bool
+	// EventRetention is how long the fleet's event log keeps an event
+	// after the dispatcher received it: when the store implements
+	// registry.EventPruner, maintenance deletes older events, at most once
+	// a minute. Defaults to 30 days; at least MinEventRetention;
+	// KeepEventsForever keeps them all.
+	EventRetention time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -141,6 +160,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaintenanceMaxBackoff == 0 {
 		c.MaintenanceMaxBackoff = DefaultMaintenanceMaxBackoff
+	}
+	if c.EventRetention == 0 {
+		c.EventRetention = DefaultEventRetention
 	}
 	return c
 }
@@ -193,6 +215,8 @@ func (c *Config) validate() error {
 		return bad("ExpiryMaxBatches", c.ExpiryMaxBatches, "must be positive")
 	case c.MaintenanceMaxBackoff < c.MaintenanceInterval:
 		return bad("MaintenanceMaxBackoff", c.MaintenanceMaxBackoff, "is below MaintenanceInterval %s", c.MaintenanceInterval)
+	case c.EventRetention != KeepEventsForever && c.EventRetention < MinEventRetention:
+		return bad("EventRetention", c.EventRetention, "is below %s (KeepEventsForever keeps every event)", MinEventRetention)
 	}
 	return nil
 }
@@ -222,6 +246,11 @@ type Service struct {
 	state   atomic.Int32  // stateNew, stateRunning, stateStopped
 	started chan struct{} // closed when Run has started
 	maint   maintenanceState
+	// pruner is the store's event retention (nil: none); lastEventPrune
+	// is when maintenance last ran it (guarded by pruneMu).
+	pruner         registry.EventPruner
+	pruneMu        sync.Mutex
+	lastEventPrune time.Time
 }
 
 const (
@@ -261,6 +290,9 @@ func New(key *aip.SigningKey, store Store, cfg Config) (*Service, error) {
 	}
 	s.lister, _ = store.(registry.ReplicaLister)
 	s.probe, _ = store.(registry.Readiness)
+	if cfg.EventRetention != KeepEventsForever {
+		s.pruner, _ = store.(registry.EventPruner)
+	}
 	if s.m, err = newMetrics(cfg.Metrics, s); err != nil {
 		return nil, err
 	}

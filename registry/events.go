@@ -67,5 +67,20 @@ type EventLog interface {
 	Events(ctx context.Context, tenantID string, after uint64, limit int) (EventPage, error)
 }
 
+// EventPruner deletes old events: the event log's retention. The control
+// plane's maintenance runs it (on PostgreSQL the lifecycle role may delete
+// events, and read only their keys and receipt times; the data role may
+// not delete them).
+type EventPruner interface {
+	// PruneEvents deletes up to limit events, of every tenant, received
+	// before receivedBefore, oldest received first, and returns how many
+	// it deleted. limit must be positive (ErrInvalid otherwise). A
+	// tenant's sequences go on after its pruned events (a reader paging by
+	// sequence goes on from the first event kept), and an event ID that
+	// was pruned is no longer known: the same event delivered again is
+	// stored as a new event.
+	PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error)
+}
+
 // MaxEventPage bounds EventLog.Events' limit.
 const MaxEventPage = 1000

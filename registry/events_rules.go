@@ -251,3 +251,14 @@ type number string
 
 // ClampEventPage clamps an Events limit to 1..MaxEventPage.
 func ClampEventPage(limit int) int { return min(max(limit, 1), MaxEventPage) }
+
+// CheckPruneEvents applies PruneEvents' rules to its arguments.
+func CheckPruneEvents(receivedBefore time.Time, limit int) error {
+	if receivedBefore.IsZero() {
+		return invalid("event prune", "", "received_before", "is the zero time")
+	}
+	if limit <= 0 {
+		return invalid("event prune", "", "limit", "is %d; must be positive", limit)
+	}
+	return nil
+}

@@ -47,10 +47,11 @@ then the lease maintenance stops and the database pool closes.`,
 
 // controlPlaneFlags are the parsed flags of control-plane.
 type controlPlaneFlags struct {
-	server       *serverFlags
-	leaseTTL     time.Duration
-	maxBatch     int
-	batchWorkers int
+	server         *serverFlags
+	leaseTTL       time.Duration
+	maxBatch       int
+	batchWorkers   int
+	eventRetention time.Duration
 }
 
 func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFlags, error) {
@@ -65,6 +66,7 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", registry.DefaultLeaseTTL, "lease granted by register, heartbeat and drain (1s to 300s)")
 	fs.IntVar(&f.maxBatch, "max-batch", controlplane.DefaultMaxBatch, "most lifecycle requests coalesced into one transaction (1 disables coalescing)")
 	fs.IntVar(&f.batchWorkers, "batch-workers", controlplane.DefaultBatchWorkers, "lifecycle transactions in flight at once")
+	fs.DurationVar(&f.eventRetention, "event-retention", controlplane.DefaultEventRetention, "how long the fleet's event log keeps an event; older ones are deleted (at least 1h; 0 keeps every event)")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return nil, err
 	}
@@ -81,6 +83,9 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 			return nil, usagef("control-plane: %s 0 is not allowed; leave the flag out for its default", z.flag)
 		}
 	}
+	if f.eventRetention != 0 && f.eventRetention < controlplane.MinEventRetention {
+		return nil, usagef("control-plane: --event-retention %s is below %s; give 0 to keep every event", f.eventRetention, controlplane.MinEventRetention)
+	}
 	if err := f.serviceConfig().Validate(); err != nil {
 		return nil, controlPlaneConfigError(err)
 	}
@@ -93,12 +98,17 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 // serviceConfig is the controlplane.Config the flags ask for (the logger
 // is added by runControlPlane).
 func (f *controlPlaneFlags) serviceConfig() controlplane.Config {
-	return controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers}
+	retention := f.eventRetention
+	if retention == 0 {
+		retention = controlplane.KeepEventsForever
+	}
+	return controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers, EventRetention: retention}
 }
 
 // controlPlaneConfigFlags maps the controlplane.Config fields the flags set
 // to their flags.
-var controlPlaneConfigFlags = map[string]string{"LeaseTTL": "--lease-ttl", "MaxBatch": "--max-batch", "BatchWorkers": "--batch-workers"}
+var controlPlaneConfigFlags = map[string]string{"LeaseTTL": "--lease-ttl", "MaxBatch": "--max-batch", "BatchWorkers": "--batch-workers",
+	"EventRetention": "--event-retention"}
 
 // controlPlaneConfigError turns a controlplane.Config.Validate error into a
 // usage error naming the flag.

@@ -59,6 +59,8 @@ func TestControlPlaneFlagErrors(t *testing.T) {
 		{args: append(base, "--allow-insecure-loopback-http", "--max-batch", "100000"), want: "--max-batch 100000 is outside 1.."},
 		{args: append(base, "--allow-insecure-loopback-http", "--batch-workers", "65"), want: "--batch-workers 65 is outside 1..64"},
 		{args: append(base, "--allow-insecure-loopback-http", "--batch-workers", "-1"), want: "--batch-workers -1 is outside 1..64"},
+		{args: append(base, "--allow-insecure-loopback-http", "--event-retention", "30m"), want: "--event-retention 30m0s is below 1h0m0s; give 0 to keep every event"},
+		{args: append(base, "--allow-insecure-loopback-http", "--event-retention", "-1ns"), want: "--event-retention -1ns is below"},
 		{args: base, want: "--allow-insecure-loopback-http"},
 		{args: append(base, "--allow-insecure-loopback-http", "--bind", "0.0.0.0:8090"), want: "not a loopback address, so TLS is required"},
 		{args: append(base, "--bind", "10.1.2.3:8090"), want: "TLS is required"},
@@ -339,4 +341,36 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return strings.Join(b.lines, "\n")
+}
+
+// --event-retention: 30 days when left out, KeepEventsForever for 0.
+func TestControlPlaneEventRetention(t *testing.T) {
+	dir := t.TempDir()
+	db := writeSecret(t, dir, "db.url", "postgres://127.0.0.1:1/none")
+	key := filepath.Join(dir, "control.key")
+	k, err := aip.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := aip.WriteSeedFile(key, k); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, controlplane.DefaultEventRetention},
+		{[]string{"--event-retention", "0"}, controlplane.KeepEventsForever},
+		{[]string{"--event-retention", "48h"}, 48 * time.Hour},
+	} {
+		e := &env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard}
+		f, err := parseControlPlaneFlags(controlPlaneCommand(), e, append([]string{"--database-url-file", db, "--signing-key-file", key,
+			"--allow-insecure-loopback-http"}, c.args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.serviceConfig().EventRetention; got != c.want {
+			t.Errorf("%v: EventRetention %v, want %v", c.args, got, c.want)
+		}
+	}
 }

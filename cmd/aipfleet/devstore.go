@@ -70,6 +70,7 @@ var (
 	_ registry.Catalog       = (*devRegistry)(nil)
 	_ registry.OrphanSettler = (*devRegistry)(nil)
 	_ registry.EventLog      = (*devRegistry)(nil)
+	_ registry.EventPruner   = (*devRegistry)(nil)
 )
 
 // AppendEvents implements registry.EventLog; the events are on disk when it
@@ -84,6 +85,16 @@ func (d *devRegistry) AppendEvents(ctx context.Context, b registry.EventBatch) (
 		return nil, fmt.Errorf("%w: the events could not be persisted: %v", registry.ErrStorage, err)
 	}
 	return stored, nil
+}
+
+// PruneEvents implements registry.EventPruner (the control plane's event
+// retention); written within flushInterval.
+func (d *devRegistry) PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
+	n, err := d.mem.PruneEvents(ctx, receivedBefore, limit)
+	if n > 0 {
+		d.store.changed()
+	}
+	return n, err
 }
 
 // Events implements registry.EventLog.

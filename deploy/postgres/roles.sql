@@ -31,9 +31,11 @@
 --                           releases their reservations (updates routes and
 --                           admission counters, never creates them); its
 --                           fleet status counts types, versions, instances
---                           and replicas. It cannot route, reserve, read
---                           bindings, read or append events, or change the
---                           catalog.
+--                           and replicas; its event retention deletes old
+--                           events (it reads only their keys and receipt
+--                           times). It cannot route, reserve, read
+--                           bindings, read an event's content or append
+--                           events, or change the catalog.
 
 DO $$
 DECLARE
@@ -96,7 +98,7 @@ BEGIN
             ('admission_counters',        'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
             ('control_replay',            '',                                 'SELECT, INSERT, UPDATE, DELETE'),
             ('event_log_heads',           'SELECT, INSERT, UPDATE',           ''),
-            ('events',                    'SELECT, INSERT',                   '')
+            ('events',                    'SELECT, INSERT',                   'SELECT (tenant_id, sequence, received_at_ms), DELETE')
         ) AS t (tbl, data_privs, lifecycle_privs)
     LOOP
         IF to_regclass(format('aip_registry.%I', g.tbl)) IS NULL THEN

@@ -5,26 +5,41 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
 // eventLog is one tenant's event log: its events in sequence order (the
-// sequences are 1, 2, 3, … without gaps) and their positions by event ID.
+// sequences are 1, 2, 3, … without gaps, less the pruned ones), their
+// positions by event ID, and the last sequence given out (which pruning
+// never lowers).
 type eventLog struct {
-	events []registry.StoredEvent
-	byID   map[string]int
+	events  []registry.StoredEvent
+	byID    map[string]int
+	lastSeq uint64
 }
 
 func newEventLog() *eventLog { return &eventLog{byID: make(map[string]int)} }
 
-// last returns the log's last sequence, 0 when it is empty.
-func (l *eventLog) last() uint64 {
-	if len(l.events) == 0 {
-		return 0
+// last returns the log's last sequence given out, 0 for a new log.
+func (l *eventLog) last() uint64 { return l.lastSeq }
+
+// drop deletes the events whose IDs are in ids.
+func (l *eventLog) drop(ids map[string]bool) {
+	kept := l.events[:0:0]
+	for _, e := range l.events {
+		if ids[e.Event.ID] {
+			delete(l.byID, e.Event.ID)
+			continue
+		}
+		kept = append(kept, e)
 	}
-	return l.events[len(l.events)-1].Sequence
+	l.events = kept
+	for i, e := range l.events {
+		l.byID[e.Event.ID] = i
+	}
 }
 
 // AppendEvents implements registry.EventLog.
@@ -73,9 +88,58 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 		})
 		l.byID[e.ID] = len(l.events)
 		l.events = append(l.events, s)
+		l.lastSeq = seq
 		out[i] = cloneStoredEvent(s)
 	}
 	return out, nil
+}
+
+// PruneEvents implements registry.EventPruner.
+func (r *Registry) PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := registry.CheckPruneEvents(receivedBefore, limit); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	type candidate struct {
+		tenant   string
+		id       string
+		seq      uint64
+		received time.Time
+	}
+	var old []candidate
+	for tenant, l := range r.events {
+		for _, e := range l.events {
+			if e.ReceivedAt.Before(receivedBefore) {
+				old = append(old, candidate{tenant, e.Event.ID, e.Sequence, e.ReceivedAt})
+			}
+		}
+	}
+	// Oldest received first, as PostgreSQL's (received, tenant, sequence).
+	slices.SortFunc(old, func(a, b candidate) int {
+		if c := a.received.Compare(b.received); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.tenant, b.tenant); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	old = old[:min(len(old), limit)]
+	drop := map[string]map[string]bool{}
+	for _, c := range old {
+		if drop[c.tenant] == nil {
+			drop[c.tenant] = map[string]bool{}
+		}
+		drop[c.tenant][c.id] = true
+	}
+	for tenant, ids := range drop {
+		r.events[tenant].drop(ids)
+	}
+	return len(old), nil
 }
 
 // Events implements registry.EventLog.

@@ -19,7 +19,7 @@ func newBackend(t *testing.T, opts registrytest.Options) registrytest.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r}
+	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r, EventPruner: r}
 }
 
 func TestConformance(t *testing.T) { registrytest.Run(t, newBackend) }

@@ -49,6 +49,10 @@ type snapshot struct {
 type snapshotEventLog struct {
 	TenantID string          `json:"tenant_id"`
 	Events   []snapshotEvent `json:"events"`
+	// LastSequence is the last sequence given out, which outlives pruned
+	// events (absent in snapshots written before events were pruned: the
+	// last event's).
+	LastSequence uint64 `json:"last_sequence,omitempty"`
 }
 
 type snapshotEvent struct {
@@ -170,7 +174,7 @@ func (r *Registry) snapshot() *snapshot {
 		}
 	}
 	for tenant, l := range r.events {
-		sl := snapshotEventLog{TenantID: tenant, Events: make([]snapshotEvent, len(l.events))}
+		sl := snapshotEventLog{TenantID: tenant, Events: make([]snapshotEvent, len(l.events)), LastSequence: l.last()}
 		for i, e := range l.events {
 			e = cloneStoredEvent(e)
 			sl.Events[i] = snapshotEvent{Sequence: e.Sequence, InstanceID: e.InstanceID, ReplicaID: e.ReplicaID, VersionID: e.VersionID,
@@ -381,15 +385,16 @@ func (r *Registry) load(s *snapshot) error {
 }
 
 // loadEvents rebuilds the tenants' event logs: each tenant once, its
-// events with strictly increasing sequences from 1 and distinct IDs, each
-// as AppendEvents would have stored it.
+// events with strictly increasing sequences and distinct IDs, each as
+// AppendEvents would have stored it, and its last sequence given out (at
+// least its last event's).
 func (r *Registry) loadEvents(logs []snapshotEventLog) error {
 	for _, sl := range logs {
 		if _, dup := r.events[sl.TenantID]; dup {
 			return fmt.Errorf("the event log of tenant %s appears twice", sl.TenantID)
 		}
-		if len(sl.Events) == 0 {
-			return fmt.Errorf("the event log of tenant %s is empty; empty logs are not kept", sl.TenantID)
+		if len(sl.Events) == 0 && sl.LastSequence == 0 {
+			return fmt.Errorf("the event log of tenant %s is empty and has no last sequence; such logs are not kept", sl.TenantID)
 		}
 		l := newEventLog()
 		for _, se := range sl.Events {
@@ -407,6 +412,13 @@ func (r *Registry) loadEvents(logs []snapshotEventLog) error {
 			l.byID[se.Event.ID] = len(l.events)
 			l.events = append(l.events, registry.StoredEvent{Sequence: se.Sequence, TenantID: sl.TenantID, InstanceID: se.InstanceID,
 				ReplicaID: se.ReplicaID, VersionID: se.VersionID, ChannelID: se.ChannelID, Event: se.Event, ReceivedAt: se.ReceivedAt})
+			l.lastSeq = se.Sequence
+		}
+		if sl.LastSequence != 0 {
+			if sl.LastSequence < l.lastSeq {
+				return fmt.Errorf("tenant %s: last_sequence %d is below its last event's sequence %d", sl.TenantID, sl.LastSequence, l.lastSeq)
+			}
+			l.lastSeq = sl.LastSequence
 		}
 		r.events[sl.TenantID] = l
 	}

@@ -534,3 +534,39 @@ func TestSnapshotWithoutHandoutTimes(t *testing.T) {
 		t.Fatal("the fixture hands no reservation out after its assignment, so a restore that kept only assignment times would pass")
 	}
 }
+
+// TestSnapshotKeepsPrunedSequences: a tenant whose events were all pruned
+// keeps its last sequence through a snapshot, so its next event does not
+// reuse a sequence a reader has already passed.
+func TestSnapshotKeepsPrunedSequences(t *testing.T) {
+	ctx := context.Background()
+	clock := registrytest.NewClock(registrytest.Epoch)
+	r, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	_, err = r.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a1", "evt_1", "evt_2", "evt_3"))
+	must(t, err)
+	if n, err := r.PruneEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); err != nil || n != 3 {
+		t.Fatalf("PruneEvents = %d, %v", n, err)
+	}
+	back := restored(t, snapshotOf(t, r), clock)
+	got, err := back.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a1", "evt_4"))
+	must(t, err)
+	if got[0].Sequence != 4 {
+		t.Fatalf("the first event after a restored, fully pruned log got sequence %d, want 4", got[0].Sequence)
+	}
+	// A snapshot whose last_sequence is below its events' is refused.
+	var doc map[string]json.RawMessage
+	must(t, json.Unmarshal(snapshotOf(t, back), &doc))
+	bad := strings.Replace(string(doc["events"]), `"last_sequence":4`, `"last_sequence":2`, 1)
+	if bad == string(doc["events"]) {
+		t.Fatalf("the snapshot's event log has no last_sequence 4: %s", doc["events"])
+	}
+	doc["events"] = json.RawMessage(bad)
+	raw, err := json.Marshal(doc)
+	must(t, err)
+	fresh, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	if err := fresh.Restore(bytes.NewReader(raw)); err == nil || !strings.Contains(err.Error(), "last_sequence") {
+		t.Fatalf("Restore with last_sequence below the last event: %v", err)
+	}
+}

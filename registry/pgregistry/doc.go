@@ -161,6 +161,13 @@
 // the primary key's range (tenant_id, sequence > after) in order, without
 // locks.
 //
+// PruneEvents (the event retention, run by the control plane's maintenance
+// on its lifecycle role; the data role may not delete events) deletes the
+// events received before its cutoff, oldest first across tenants, by the
+// index of migration 0007 on (received_at_ms, tenant_id, sequence). The
+// head rows stay, so sequences go on after the deleted events (with a gap
+// where they were).
+//
 // # Errors
 //
 // SQLSTATEs are translated here and nowhere else: serialization failures,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -163,4 +164,28 @@ func scanEvent(row pgx.CollectableRow, tenantID string) (registry.StoredEvent, e
 	}
 	e.Sequence, e.ReceivedAt = uint64(seq), fromMS(receivedMS)
 	return e, nil
+}
+
+// pruneEvents deletes the events received before $1, oldest first, at most
+// $2, of every tenant.
+const pruneEvents = `DELETE FROM aip_registry.events e
+	USING (SELECT tenant_id, sequence FROM aip_registry.events
+		WHERE received_at_ms < $1 ORDER BY received_at_ms, tenant_id, sequence LIMIT $2) old
+	WHERE e.tenant_id = old.tenant_id AND e.sequence = old.sequence`
+
+// PruneEvents implements registry.EventPruner, on the data pool: the
+// lifecycle role may delete events (deploy/postgres/roles.sql), the data
+// role may not.
+func (r *Registry) PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := registry.CheckPruneEvents(receivedBefore, limit); err != nil {
+		return 0, err
+	}
+	tag, err := r.data.Exec(ctx, pruneEvents, toMS(receivedBefore), limit)
+	if err != nil {
+		return 0, classify("prune the event log", err)
+	}
+	return int(tag.RowsAffected()), nil
 }

@@ -38,7 +38,7 @@ func openWith(t testing.TB, opts registrytest.Options, cfg pgregistry.Config) (*
 func newBackend(t *testing.T, opts registrytest.Options) registrytest.Backend {
 	t.Helper()
 	r, _ := open(t, opts)
-	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r}
+	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r, EventPruner: r}
 }
 
 // TestConformance runs the registry conformance suite against PostgreSQL.
@@ -53,6 +53,6 @@ func TestConformanceSQLCatalog(t *testing.T) {
 	t.Parallel()
 	registrytest.Run(t, func(t *testing.T, opts registrytest.Options) registrytest.Backend {
 		r, _ := openWith(t, opts, pgregistry.Config{DisableCatalogCache: true})
-		return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r}
+		return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r, EventPruner: r}
 	})
 }

@@ -157,7 +157,14 @@ func TestRoles(t *testing.T) {
 	if res, err := full.Reservation(ctx, held.ActionID); err != nil || res.Reserved {
 		t.Fatalf("reservation after expiry through the lifecycle role: %+v, %v", res, err)
 	}
-	// But it cannot route, reserve or touch the event log.
+	// Its maintenance prunes old events (the data role may not)...
+	if _, err := full.PruneEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
+		t.Fatalf("PruneEvents through the data role: %v, want a privilege failure", err)
+	}
+	if n, err := lc.PruneEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); err != nil || n != 2 {
+		t.Fatalf("PruneEvents through the lifecycle role: %d, %v; want 2", n, err)
+	}
+	// ...but it cannot route, reserve or read or append events.
 	if _, err := lc.Events(ctx, lw.Instance.TenantID, 0, 10); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
 		t.Fatalf("Events through the lifecycle role: %v, want a privilege failure", err)
 	}
@@ -214,7 +221,10 @@ func TestRoles(t *testing.T) {
 			`SELECT aip_registry.scope_full(0)`,
 			`SELECT aip_registry.replica_taken()`,
 			`SELECT * FROM aip_registry.events`,
+			`SELECT event FROM aip_registry.events`,
 			`INSERT INTO aip_registry.events (tenant_id, sequence) VALUES ('t', 1)`,
+			`UPDATE aip_registry.events SET event = '{}'`,
+			`DELETE FROM aip_registry.events WHERE event->>'id' = 'x'`,
 			`SELECT * FROM aip_registry.event_log_heads`,
 			`UPDATE aip_registry.event_log_heads SET last_sequence = 0`,
 		},

@@ -74,6 +74,8 @@ type Backend struct {
 	Readiness registry.Readiness
 	// Events is the backend's event log (suite_events.go).
 	Events registry.EventLog
+	// EventPruner is the event log's retention (suite_events.go).
+	EventPruner registry.EventPruner
 }
 
 // Key returns a deterministic replica signing key derived from name, so

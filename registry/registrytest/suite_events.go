@@ -24,6 +24,98 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("Paging", func(t *testing.T) { testEventPaging(t, nb) })
 	t.Run("ConcurrentAppends", func(t *testing.T) { testEventConcurrency(t, nb) })
 	t.Run("ConcurrentRedelivery", func(t *testing.T) { testEventConcurrentRedelivery(t, nb) })
+	t.Run("Prune", func(t *testing.T) { testEventPrune(t, nb) })
+}
+
+// testEventPrune: PruneEvents deletes the events received before the
+// cutoff, oldest first across tenants and at most limit; a tenant's
+// sequences go on after them, paging starts at the first event kept, and
+// a pruned event ID delivered again is a new event.
+func testEventPrune(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	if f.b.EventPruner == nil {
+		t.Fatal("registrytest.Backend.EventPruner is nil: the backend must set every contract of Backend")
+	}
+	p := f.b.EventPruner
+	at := func(b registry.EventBatch, d time.Duration) registry.EventBatch {
+		b.ReceivedAt = Epoch.Add(d)
+		return b
+	}
+	f.appendEvents(at(EventBatch("ta", "r1", "a1", "a2"), time.Minute))
+	f.appendEvents(at(EventBatch("tb", "r2", "b1"), 2*time.Minute))
+	f.appendEvents(at(EventBatch("ta", "r1", "a3"), 3*time.Minute))
+	f.appendEvents(at(EventBatch("tb", "r2", "b2", "b3"), 10*time.Minute))
+
+	for _, lim := range []int{0, -1} {
+		_, err := p.PruneEvents(f.ctx, Epoch.Add(time.Hour), lim)
+		if !errors.Is(err, registry.ErrInvalid) {
+			f.t.Fatalf("PruneEvents(limit %d) = %v, want ErrInvalid", lim, err)
+		}
+	}
+	if _, err := p.PruneEvents(f.ctx, time.Time{}, 10); !errors.Is(err, registry.ErrInvalid) {
+		f.t.Fatalf("PruneEvents(zero cutoff) = %v, want ErrInvalid", err)
+	}
+	prune := func(before time.Duration, limit, want int) {
+		f.t.Helper()
+		n, err := p.PruneEvents(f.ctx, Epoch.Add(before), limit)
+		f.must(err)
+		if n != want {
+			f.t.Fatalf("PruneEvents(Epoch+%s, %d) = %d, want %d", before, limit, n, want)
+		}
+	}
+	kept := func(tenant string, want ...string) {
+		f.t.Helper()
+		var got []string
+		var after uint64
+		for {
+			pg, err := f.events().Events(f.ctx, tenant, after, 2)
+			f.must(err)
+			for _, e := range pg.Events {
+				got = append(got, e.Event.ID)
+				after = e.Sequence
+			}
+			if !pg.More {
+				break
+			}
+		}
+		if !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
+			f.t.Fatalf("tenant %s keeps %v, want %v", tenant, got, want)
+		}
+	}
+	// Oldest received first, across tenants: a1 and a2 (1 min), then b1.
+	prune(5*time.Minute, 3, 3)
+	kept("ta", "a3")
+	kept("tb", "b2", "b3")
+	prune(5*time.Minute, 10, 1) // a3 (3 min); b2 and b3 are newer
+	kept("ta")
+	prune(5*time.Minute, 10, 0)
+
+	// Sequences go on after the pruned events.
+	got := f.appendEvents(at(EventBatch("ta", "r1", "a4"), 20*time.Minute))
+	if got[0].Sequence != 4 {
+		f.t.Fatalf("the event after three pruned ones has sequence %d, want 4", got[0].Sequence)
+	}
+	pg, err := f.events().Events(f.ctx, "ta", 0, 10)
+	f.must(err)
+	if len(pg.Events) != 1 || pg.Events[0].Sequence != 4 || pg.More {
+		f.t.Fatalf("tenant ta from the start: %+v", pg)
+	}
+	// A pruned event delivered again is stored as a new event.
+	again := f.appendEvents(at(EventBatch("ta", "r1", "a1"), 21*time.Minute))
+	if again[0].Sequence != 5 {
+		f.t.Fatalf("pruned event a1 delivered again has sequence %d, want 5", again[0].Sequence)
+	}
+	kept("ta", "a4", "a1")
+	kept("tb", "b2", "b3")
+
+	// By receipt time, not by sequence: a batch received earlier may be
+	// appended later (it waited in a dispatcher).
+	f.appendEvents(at(EventBatch("tc", "r3", "c1"), 50*time.Minute))
+	f.appendEvents(at(EventBatch("tc", "r3", "c2"), 40*time.Minute))
+	prune(45*time.Minute, 10, 5) // b2, b3 (10 min), a4 (20), a1 (21), c2 (40)
+	kept("tc", "c1")
+	kept("ta")
+	kept("tb")
 }
 
 // EventBatch returns a valid batch for tenant from instance cinst_<tenant>,
