@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -99,22 +100,12 @@ func (h *Host) pruneActions(ctx context.Context) {
 	}
 	h.lastActionPrune = now
 	before := h.cfg.Now().Add(-h.cfg.ActionRetention)
-	deadline := now.Add(h.cfg.HeartbeatInterval / 4)
-	total := 0
-	for {
-		n, err := h.journal.PruneActions(ctx, before, actionPruneBatch, h.actionStateNS)
-		total += n
-		h.m.actionsPruned.Add(float64(n))
-		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("prune finished actions from the journal", "error", err)
-			}
-			break
-		}
-		if n < actionPruneBatch || !time.Now().Before(deadline) {
-			break
-		}
-	}
+	total := pruneInBatches(ctx, h.log, "prune finished actions from the journal", actionPruneBatch, now.Add(h.cfg.HeartbeatInterval/4),
+		func(ctx context.Context) (int, error) {
+			n, err := h.journal.PruneActions(ctx, before, actionPruneBatch, h.actionStateNS)
+			h.m.actionsPruned.Add(float64(n))
+			return n, err
+		})
 	if total > 0 {
 		h.log.Info("pruned finished actions older than the action retention", "count", total,
 			"completed_before", before.UTC().Format(time.RFC3339), "retention", h.cfg.ActionRetention.String())
@@ -126,23 +117,32 @@ func (h *Host) pruneActions(ctx context.Context) {
 // rest waits for the next tick), so the registry stays bounded however many
 // messages an interval brings.
 func (h *Host) pruneMessages(ctx context.Context) {
-	deadline := time.Now().Add(h.cfg.HeartbeatInterval / 2)
+	total := pruneInBatches(ctx, h.log, "prune the replay registry", replayPruneBatch, time.Now().Add(h.cfg.HeartbeatInterval/2),
+		func(ctx context.Context) (int, error) {
+			return h.journal.PruneMessages(ctx, h.cfg.Now(), replayPruneBatch)
+		})
+	if total > 0 {
+		h.log.Debug("pruned expired message IDs", "count", total)
+	}
+}
+
+// pruneInBatches calls prune, which deletes up to batch records, until it
+// deletes fewer, fails (logged as what, unless ctx ended) or deadline has
+// passed, and returns how many it deleted.
+func pruneInBatches(ctx context.Context, log *slog.Logger, what string, batch int, deadline time.Time, prune func(context.Context) (int, error)) int {
 	total := 0
 	for {
-		n, err := h.journal.PruneMessages(ctx, h.cfg.Now(), replayPruneBatch)
+		n, err := prune(ctx)
 		total += n
 		if err != nil {
 			if ctx.Err() == nil {
-				h.log.Warn("prune the replay registry", "error", err)
+				log.Warn(what, "error", err)
 			}
-			break
+			return total
 		}
-		if n < replayPruneBatch || !time.Now().Before(deadline) {
-			break
+		if n < batch || !time.Now().Before(deadline) {
+			return total
 		}
-	}
-	if total > 0 {
-		h.log.Debug("pruned expired message IDs", "count", total)
 	}
 }
 

@@ -33,10 +33,12 @@ import (
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
-func TestControlPlaneFlagErrors(t *testing.T) {
-	dir := t.TempDir()
-	db := writeSecret(t, dir, "db.url", "postgres://127.0.0.1:1/none")
-	key := filepath.Join(dir, "control.key")
+// controlPlaneFiles writes a database URL file (of a server that does not
+// listen) and a signing key file into dir.
+func controlPlaneFiles(t *testing.T, dir string) (db, key string) {
+	t.Helper()
+	db = writeSecret(t, dir, "db.url", "postgres://127.0.0.1:1/none")
+	key = filepath.Join(dir, "control.key")
 	k, err := aip.GenerateSigningKey()
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +46,12 @@ func TestControlPlaneFlagErrors(t *testing.T) {
 	if err := aip.WriteSeedFile(key, k); err != nil {
 		t.Fatal(err)
 	}
+	return db, key
+}
+
+func TestControlPlaneFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	db, key := controlPlaneFiles(t, dir)
 	base := []string{"--database-url-file", db, "--signing-key-file", key}
 	for _, c := range []struct {
 		args []string
@@ -81,7 +89,7 @@ func TestControlPlaneFlagErrors(t *testing.T) {
 	if err := os.WriteFile(loose, []byte("postgres://x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = runCLI(t, nil, "control-plane", "--database-url-file", loose, "--signing-key-file", key, "--allow-insecure-loopback-http")
+	_, _, err := runCLI(t, nil, "control-plane", "--database-url-file", loose, "--signing-key-file", key, "--allow-insecure-loopback-http")
 	if err == nil || !strings.Contains(err.Error(), "--database-url-file") {
 		t.Fatalf("group-readable database URL file: %v", err)
 	}
@@ -345,16 +353,7 @@ func (b *syncBuffer) String() string {
 
 // --event-retention: 30 days when left out, KeepEventsForever for 0.
 func TestControlPlaneEventRetention(t *testing.T) {
-	dir := t.TempDir()
-	db := writeSecret(t, dir, "db.url", "postgres://127.0.0.1:1/none")
-	key := filepath.Join(dir, "control.key")
-	k, err := aip.GenerateSigningKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := aip.WriteSeedFile(key, k); err != nil {
-		t.Fatal(err)
-	}
+	db, key := controlPlaneFiles(t, t.TempDir())
 	for _, c := range []struct {
 		args []string
 		want time.Duration
