@@ -142,8 +142,14 @@ func TestWebhookDelivery(t *testing.T) {
 	if err := json.Unmarshal(msg.Data, &data); err != nil {
 		t.Fatal(err)
 	}
+	// The host stores event data in canonical JSON (as the dispatcher
+	// measures and signs it): the payload is the webhook's, canonicalised.
+	wantPayload, err := aip.Canonicalize([]byte(incoming))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if data.DeliveryID != "dlv-1" || data.Event != "message_created" || data.AccountID != testAccount || data.ConversationID != 42 ||
-		string(data.Payload) != incoming {
+		string(data.Payload) != string(wantPayload) {
 		t.Errorf("event data %s", msg.Data)
 	}
 	if !strings.HasPrefix(msg.ID, aip.PrefixEvent) || msg.OccurredAt.Unix() != now.Unix() {
