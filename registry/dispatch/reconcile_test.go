@@ -38,7 +38,7 @@ func TestReconcileSettlesOrphanedReservations(t *testing.T) {
 			c.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 		},
 		resolver: func(r *memregistry.Registry) registry.Resolver {
-			flaky = &flakySettle{Registry: r, fails: 1 << 30, err: registryDown}
+			flaky = &flakySettle{Registry: r, fails: 1 << 30, err: errRegistryDown}
 			return flaky
 		},
 		orphans: func(r *memregistry.Registry) dispatch.Orphans {

@@ -43,8 +43,8 @@ func (f *flakySettle) heal() {
 	f.fails = 0
 }
 
-// registryDown is the storage failure of a registry that is down.
-var registryDown = fmt.Errorf("%w: connection refused", registry.ErrStorage)
+// errRegistryDown is the storage failure of a registry that is down.
+var errRegistryDown = fmt.Errorf("%w: connection refused", registry.ErrStorage)
 
 func (f *flakySettle) settleCalls() int {
 	f.mu.Lock()
@@ -152,7 +152,7 @@ func TestFailedCancelSettlementIsRetried(t *testing.T) {
 		t.Fatalf("reservation %+v, %v: want it held", res, err)
 	}
 	flaky.mu.Lock()
-	flaky.fails, flaky.err = 2, registryDown
+	flaky.fails, flaky.err = 2, errRegistryDown
 	flaky.mu.Unlock()
 	status, body, _ := w.call(http.MethodPost, dispatch.PathActions+"/"+id+"/cancel", tenant, nil)
 	if status != http.StatusOK {

@@ -138,7 +138,7 @@ func (s *suite) testAcceptActionConcurrent(t *testing.T) {
 			if got.Created {
 				created++
 			} else if got.Existing.ActionID != a.ActionID {
-				errs = append(errs, errors.New("Existing is not the action"))
+				errs = append(errs, errors.New("the Existing record is not the action"))
 			}
 		}()
 	}
