@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aipfleet/aipfleet/registry"
@@ -31,6 +32,9 @@ type devRegistry struct {
 	devReads                       // reads pass through to mem
 	mem      *memregistry.Registry // writes go through the persisting methods below
 	store    *snapshotStore
+	// appending counts the AppendEvents calls whose events may be in
+	// memory but not yet on disk (see Events).
+	appending atomic.Int64
 }
 
 // devReads are the registry methods that change nothing: the only ones
@@ -77,6 +81,8 @@ var (
 // returns (a host drops its batch once the dispatcher's answer says they
 // are stored).
 func (d *devRegistry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]registry.StoredEvent, error) {
+	d.appending.Add(1)
+	defer d.appending.Add(-1)
 	stored, err := d.mem.AppendEvents(ctx, b)
 	if err != nil {
 		return stored, err
@@ -97,9 +103,21 @@ func (d *devRegistry) PruneEvents(ctx context.Context, receivedBefore time.Time,
 	return n, err
 }
 
-// Events implements registry.EventLog.
+// Events implements registry.EventLog. It returns only events on disk: an
+// event appended in memory whose snapshot a crash could still lose would
+// give its sequence to another event after the restart, and a reader that
+// saw it would skip that one. When an append may be under way, the page
+// read waits for a snapshot taken after the read (which holds every event
+// the page does).
 func (d *devRegistry) Events(ctx context.Context, tenantID string, after uint64, limit int) (registry.EventPage, error) {
-	return d.mem.Events(ctx, tenantID, after, limit)
+	page, err := d.mem.Events(ctx, tenantID, after, limit)
+	if err != nil || d.appending.Load() == 0 {
+		return page, err
+	}
+	if err := d.store.sync(ctx); err != nil {
+		return registry.EventPage{}, fmt.Errorf("%w: the events read could not be persisted: %v", registry.ErrStorage, err)
+	}
+	return page, nil
 }
 
 // Resolve implements registry.Resolver; the route is on disk when it

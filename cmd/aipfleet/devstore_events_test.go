@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/memregistry"
@@ -70,5 +72,54 @@ func TestDevRegistryPersistsEvents(t *testing.T) {
 	p, err := reg.Events(ctx, "tenant-1", 0, registry.MaxEventPage)
 	if err != nil || len(p.Events) != 3 || p.More {
 		t.Fatalf("the log after a restart: %+v, %v", p, err)
+	}
+}
+
+// TestDevRegistryReadsOnlyDurableEvents: while an append waits for its
+// snapshot, a read does not return its events before they are on disk (a
+// crash then would give their sequences to other events, and a reader that
+// had seen them would skip those).
+func TestDevRegistryReadsOnlyDurableEvents(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "registry.json")
+	mem, err := memregistry.New(memregistry.Config{Now: registrytest.NewClock(registrytest.Epoch).Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
+	reg := newDevRegistry(mem, store)
+	// The store's writer is not running yet: the append waits for its
+	// snapshot.
+	appended := goTask(func() error {
+		_, err := reg.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a", "evt_1"))
+		return err
+	})
+	for reg.appending.Load() == 0 {
+		runtime.Gosched()
+	}
+	for {
+		if p, _ := mem.Events(ctx, "tenant-1", 0, 10); len(p.Events) == 1 {
+			break // in memory, not on disk
+		}
+		runtime.Gosched()
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	p, err := reg.Events(short, "tenant-1", 0, 10)
+	cancel()
+	if err == nil {
+		t.Fatalf("read an event not yet on disk: %+v", p)
+	}
+	// Once the writer runs, both the append and the read complete.
+	storeCtx, stop := context.WithCancel(ctx)
+	done := goTask(func() error { return store.run(storeCtx) })
+	if err := appended.wait("append"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := reg.Events(ctx, "tenant-1", 0, 10); err != nil || len(p.Events) != 1 {
+		t.Fatalf("after the snapshot: %+v, %v", p, err)
+	}
+	stop()
+	if err := done.wait("store"); err != nil {
+		t.Fatal(err)
 	}
 }
