@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -53,6 +54,12 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 	}
 	if !h.channels[channelID] {
 		return "", fmt.Errorf("hostsdk: channel %q is not declared in the manifest's channels", channelID)
+	}
+	// The fleet's event log takes channel IDs of printable UTF-8 without
+	// leading or trailing spaces: a batch on another channel could never
+	// be delivered.
+	if !utf8.ValidString(channelID) || strings.TrimSpace(channelID) != channelID || strings.IndexFunc(channelID, unicode.IsControl) >= 0 {
+		return "", fmt.Errorf("hostsdk: channel %q cannot be delivered: the fleet's event log takes channel IDs of UTF-8 text without control characters or leading or trailing spaces; rename it in the manifest", channelID)
 	}
 	if len(events) == 0 || len(events) > MaxEventsPerBatch {
 		return "", fmt.Errorf("hostsdk: a batch holds 1 to %d events, got %d", MaxEventsPerBatch, len(events))

@@ -115,6 +115,36 @@ func (c *publisherConnector) Routes(_ context.Context, rc *hostsdk.RouteContext)
 	return nil, nil
 }
 
+// oddChannels declares channels the fleet's event log cannot take.
+type oddChannels struct{ *publisherConnector }
+
+func (c oddChannels) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+	m, err := c.publisherConnector.Manifest(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	m.Channels = append(m.Channels, json.RawMessage(`" padded "`), json.RawMessage(`"tab\tname"`))
+	return m, nil
+}
+
+// A channel the manifest declares but the fleet's event log cannot take
+// (spaces around it, a control character) is refused at Publish: its
+// batches could never be delivered.
+func TestPublishRefusesUndeliverableChannels(t *testing.T) {
+	f := newFleet(t)
+	c := oddChannels{&publisherConnector{newTestConnector(), make(chan *hostsdk.EventPublisher, 1)}}
+	f.start(t, c)
+	pub := <-c.pub
+	for _, ch := range []string{" padded ", "tab\tname"} {
+		if _, err := pub.Publish(context.Background(), ch, aip.Event{Kind: "k"}); err == nil || !strings.Contains(err.Error(), "cannot be delivered") {
+			t.Errorf("Publish on %q = %v, want a refusal saying it cannot be delivered", ch, err)
+		}
+	}
+	if _, err := pub.Publish(context.Background(), "test.events", aip.Event{Kind: "k"}); err != nil {
+		t.Fatalf("Publish on a good channel: %v", err)
+	}
+}
+
 // TestPublishRefusesWhatTheFleetRefuses: an event the dispatcher's event
 // ingress would refuse is refused at Publish, with nothing stored, so no
 // batch waits in the outbox that can never be delivered.
