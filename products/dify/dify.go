@@ -105,6 +105,13 @@ func (m Mode) valid() bool {
 // chat reports whether the app has conversations.
 func (m Mode) chat() bool { return m == ModeChat || m == ModeAdvancedChat || m == ModeAgentChat }
 
+// usesTools reports whether an app of mode m can act outside Dify while it
+// runs: an agent calls tools, a chatflow or workflow runs tool and HTTP
+// nodes; a chatbot or text generator only answers.
+func (m Mode) usesTools() bool {
+	return m == ModeAgentChat || m == ModeAdvancedChat || m == ModeWorkflow
+}
+
 // appEntry is one element of the apps file.
 type appEntry struct {
 	ID          string `json:"id"`

@@ -285,6 +285,27 @@ func TestStreamErrors(t *testing.T) {
 	}
 }
 
+// TestErrorEvent4xxAfterToolsIsOutcomeUnknown: a 4xx error event (a model
+// quota running out, a refused request) after an app with tools was at work
+// leaves unknown what its tools did: outcome_unknown. The same error as the
+// stream's first event, before anything ran, is a failure.
+func TestErrorEvent4xxAfterToolsIsOutcomeUnknown(t *testing.T) {
+	f := newFixture(t, nil)
+	quota := map[string]any{"event": "error", "message_id": testMessageID, "status": 400, "code": "provider_quota_exceeded", "message": "quota exceeded"}
+	f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, []any{chatEvent("agent_message", "Let me book that. "), quota})
+	})
+	a := hostsdktest.NewAction(AppCapability("agent", ""), `{"query":"book it","user":"u"}`)
+	f.Act(t, a)
+	if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+		t.Fatalf("agent app, 400 error event after it was at work: %s, want outcome_unknown", st)
+	}
+	f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) { writeEvents(w, []any{quota}) })
+	if pe := f.failed(t, hostsdktest.NewAction(AppCapability("agent", ""), `{"query":"book it","user":"u"}`)); !strings.Contains(pe.Message, "quota exceeded") {
+		t.Fatalf("agent app, 400 error event first: %+v", pe)
+	}
+}
+
 // TestErrorEvent5xxIsOutcomeUnknown: an error event with a 5xx status (or
 // none) is Dify failing unexpectedly mid-run, after the app may have used
 // its tools: outcome_unknown, as after a 5xx answer, not a retryable

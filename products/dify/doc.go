@@ -140,9 +140,12 @@
 // status "paused" and the pause data) or error. An error event is
 // classified by its status like an HTTP error to a mutation: a 4xx is a
 // failed result carrying Dify's code and message (a 400 is
-// provider.invalid_request); a 5xx, or no status, is outcome_unknown (Dify
-// failed unexpectedly mid-run, after the app may have acted), except after
-// a chatflow's workflow_finished with status failed. A workflow_finished
+// provider.invalid_request) when it is the stream's first event or the app
+// has no tools (chat, completion); a 4xx after an agent, chatflow or
+// workflow was at work (a model quota running out between two tool calls),
+// a 5xx, or no status, is outcome_unknown (Dify failed mid-run, after the
+// app may have acted), except after a chatflow's workflow_finished with
+// status failed. A workflow_finished
 // with status failed or stopped is a failed result
 // (dify.workflow_failed, dify.workflow_stopped). A stream that ends, is
 // dropped or stays silent for two minutes (waiting for the answer or for

@@ -199,6 +199,10 @@ type run struct {
 	paused      bool
 	failure     *event
 	closed      bool // the closing event arrived: read no further
+	// progressed: an event before the error event showed the app at work
+	// (an answer chunk, an agent thought, a workflow or node event), so an
+	// app with tools may have called them.
+	progressed bool
 }
 
 func (r *run) apply(ctx context.Context, ev *event) {
@@ -211,6 +215,9 @@ func (r *run) apply(ctx context.Context, ev *event) {
 	}
 	if ev.WorkflowRunID != "" {
 		r.out.WorkflowRunID = ev.WorkflowRunID
+	}
+	if ev.Event != "error" {
+		r.progressed = true
 	}
 	switch ev.Event {
 	case "message":
@@ -341,11 +348,16 @@ func (r *run) result() (*aip.ActionResult, bool) {
 	if r.failure != nil {
 		status, msg := r.failureDetail()
 		switch {
-		case status < 500:
+		case status < 500 && !(r.progressed && r.app.Mode.usesTools()):
+			// Refused before the app did anything (a bad input, a quota
+			// already used up), or by an app that has no tools (a
+			// chatbot, a text generator): nothing was done outside Dify.
 			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
 				Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: http.MethodPost, Path: path,
 					Status: status, Message: "error event: " + msg})}, true
 		case r.finished == nil || r.finished.Status != "failed":
+			// A 4xx error event after the app was at work (a model quota
+			// running out between two tool calls) is no safer.
 			// Dify failed unexpectedly mid-run: what the app did first
 			// (tools, nodes) is unknown, as after a 5xx answer to a
 			// mutation. Not a retryable failure.
