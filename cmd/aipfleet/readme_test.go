@@ -378,7 +378,51 @@ exit 127
 	if len(routes) < 5 {
 		t.Errorf("the tour printed routes for %d actions; want at least 5", len(routes))
 	}
+	checkDocsDevPaths(t, stateDir)
 	dev.stop(t, stateDir, replicas)
+}
+
+// devPath is a file of dev's state directory as the docs and the commands'
+// help name it: .aipfleet/keys/issuer.key, .aipfleet/replica-2.pid.
+var devPath = regexp.MustCompile(`(?:^|[\s"'(\x60])\.aipfleet/([A-Za-z0-9_.\-/]*[A-Za-z0-9_-])`)
+
+// checkDocsDevPaths checks that every file of dev's state directory the
+// README, the guides and the commands' help name exists in the state
+// directory of a running dev (replica-N stands for replica-1).
+func checkDocsDevPaths(t *testing.T, stateDir string) {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := map[string]string{}
+	for _, doc := range append(docs, filepath.Join("..", "..", "README.md")) {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[filepath.Base(doc)] = string(raw)
+	}
+	for _, c := range commandList() {
+		help, _, _ := runCLI(t, nil, c.name, "--help")
+		texts["aipfleet "+c.name+" --help"] = help
+	}
+	checked := 0
+	for source, text := range texts {
+		for _, m := range devPath.FindAllStringSubmatchIndex(text, -1) {
+			if strings.HasPrefix(text[m[1]:], "<") { // .aipfleet/host-<replica-id>: aipfleet host's default, not dev's
+				continue
+			}
+			name := text[m[2]:m[3]]
+			if _, err := os.Stat(filepath.Join(stateDir, filepath.FromSlash(strings.ReplaceAll(name, "replica-N", "replica-1")))); err != nil {
+				t.Errorf("%s names .aipfleet/%s, which a running aipfleet dev does not have: %v", source, name, err)
+			}
+			checked++
+		}
+	}
+	if checked < 3 {
+		t.Errorf("found %d names of dev's files in the docs and help texts; is the pattern right?", checked)
+	}
 }
 
 func timesText(n int) string {
