@@ -37,7 +37,7 @@ const (
 // Product is Dify's Service API as an aip-host product.
 var Product = products.Product{
 	Name:    "dify",
-	Summary: "Dify Service API: run chat, agent, completion and workflow apps; app info, conversations, messages, feedback, workflow runs and logs; knowledge retrieval and text documents",
+	Summary: "Dify Service API: run chat, agent, completion and workflow apps; app info, conversations, messages, feedback, workflow runs and logs, file upload, speech to text; knowledge retrieval and documents (by text or by file)",
 	Settings: []hostsdk.Setting{
 		{Flag: FlagBaseURL, Env: "AIP_DIFY_BASE_URL", Kind: hostsdk.SettingString,
 			Usage: "Dify Service API base URL, with its path (https://api.dify.ai/v1); plain http only to loopback"},
