@@ -75,8 +75,9 @@ by default. A running dev holds dev.lock: a second dev on the same
 directory (even with --reset) stops before it changes anything.
 
 A replica that exits is reported (clean drain or crash) and restarted
-after a pause (after a crash, once the lease it left has expired), so you can SIGTERM one and watch it drain, go offline and
-register again while the others keep serving. Ctrl-C (or SIGTERM) stops
+after a pause (after a crash, once the lease it left has expired), so you
+can SIGTERM one and watch it drain, go offline and register again while
+the others keep serving. Ctrl-C (or SIGTERM) stops
 the dispatcher, drains every replica, then stops the control plane; the
 exit status is 0 only if every replica drained cleanly.`,
 		examples: []string{

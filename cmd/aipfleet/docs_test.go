@@ -99,6 +99,11 @@ func TestEveryCommandExplainsItself(t *testing.T) {
 				t.Errorf("%s: example %q does not run it", c.name, ex)
 			}
 		}
+		for _, line := range strings.Split(c.long, "\n") {
+			if len(line) > 90 { // the explanation is wrapped for a terminal (aligned tables may run a little longer)
+				t.Errorf("%s: a line of the explanation is %d bytes long, want at most 90: %q", c.name, len(line), line)
+			}
+		}
 		help, _, _ := runCLI(t, nil, c.name, "--help")
 		if !strings.Contains(help, "\nFlags:\n") {
 			t.Errorf("%s --help lists no flags:\n%s", c.name, help)
