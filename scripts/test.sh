@@ -22,16 +22,36 @@ start_throwaway_pg test
 export AIP_TEST_DATABASE_URL="$PG_URL"
 export AIP_TEST_REQUIRE_DATABASE=1
 
+# Ctrl-C (or SIGTERM) stops the run at once. bash waits for a foreground
+# command before it handles a signal, and go test catches SIGINT and goes on
+# with the next packages, so each long step runs in the background and the
+# trap stops it; the EXIT trap of scripts/pg.sh then stops the server.
+child=0
+stop_child() {
+	if [ "$child" -ne 0 ]; then
+		kill -TERM "$child" 2>/dev/null || true
+		wait "$child" 2>/dev/null || true
+	fi
+}
+trap 'stop_child; exit 130' INT
+trap 'stop_child; exit 143' TERM
+step() {
+	"$@" &
+	child=$!
+	local status=0
+	wait "$child" || status=$?
+	child=0
+	return "$status"
+}
+
 # Prove the database tests will really run (not skip) before the long run.
 log "PostgreSQL smoke test"
-go test -count=1 -run '^TestSmoke$' -v ./internal/pgtest
+step go test -count=1 -run '^TestSmoke$' -v ./internal/pgtest
 
 log "go vet ./..."
-go vet ./...
+step go vet ./...
 
 log "go test -race -count=1 ./... $*"
-set +e
-go test -race -count=1 -timeout 19m "$@" ./...
-status=$?
-set -e
-exit $status
+status=0
+step go test -race -count=1 -timeout 19m "$@" ./... || status=$?
+exit "$status"
