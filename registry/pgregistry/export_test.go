@@ -1,0 +1,63 @@
+package pgregistry
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file lets the external upgrade tests act as an older build: one
+// whose last embedded migration is version, with this build's code.
+
+// MigrateBuild is Migrate as the build of schema version did it.
+func MigrateBuild(ctx context.Context, url string, version int) error {
+	ms, err := embeddedMigrations()
+	if err != nil {
+		return err
+	}
+	if version < 1 || version > len(ms) {
+		return fmt.Errorf("MigrateBuild: no schema version %d (this build has 1..%d)", version, len(ms))
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return applyMigrations(ctx, conn, ms[:version], nowMillisFunc(nil))
+}
+
+// OpenBuild opens a registry as the build of schema version did: Open
+// when cfg.ControlURL is set, OpenDataPlane otherwise, verifying that the
+// database holds exactly the first version migrations.
+func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) {
+	if cfg.ControlURL != "" {
+		if err := MigrateBuild(ctx, cfg.ControlURL, version); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.DataURL == "" {
+		cfg.DataURL = cfg.ControlURL
+	}
+	control := cfg.ControlURL
+	cfg.ControlURL = ""
+	r, err := newRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.migrations = r.migrations[:version]
+	if control != "" {
+		if r.control, err = newPool(ctx, "control", control, r.controlMax(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	if r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg)); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if err := r.VerifySchema(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}

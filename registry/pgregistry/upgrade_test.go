@@ -1,0 +1,556 @@
+package pgregistry_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// oldRolesSQL returns deploy/postgres/roles.sql as it shipped with schema
+// versions 5 and 6: the lifecycle role had no privilege on events.
+func oldRolesSQL(t *testing.T) string {
+	t.Helper()
+	const now = `('events',                    'SELECT, INSERT',                   'SELECT (tenant_id, sequence, received_at_ms), DELETE')`
+	const then = `('events',                    'SELECT, INSERT',                   '')`
+	sql := rolesSQL(t)
+	if !strings.Contains(sql, now) {
+		t.Fatalf("roles.sql no longer grants events as %s; update oldRolesSQL", now)
+	}
+	return strings.Replace(sql, now, then, 1)
+}
+
+// TestUpgradeKeepsData upgrades a database that the builds of schema
+// versions 5 and 6 populated, the documented way (deploy/postgres/roles.sql
+// of that build, `registry migrate` as the admin role, the data role
+// serving dispatch), to this build: two migrations at once and then one
+// more change nothing but the schema, every row and every record read back
+// is the one written, roles.sql run again gives the roles exactly what it
+// documents (as on a fresh install), and the new behaviour works on the
+// old data: old events are pruned by the lifecycle role, sequences go on,
+// reservations made before the upgrade settle, the catalog pages in byte
+// order.
+func TestUpgradeKeepsData(t *testing.T) {
+	t.Parallel()
+	for _, from := range []int{5, 6} {
+		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
+			t.Parallel()
+			testUpgrade(t, from)
+		})
+	}
+}
+
+// upgradeWorld is what populate wrote.
+type upgradeWorld struct {
+	types, versions, instances, replicas, policies []string
+	bindings                                       []registry.BindingKey
+	// routes are the assignments made; settled[i] says whether routes[i]
+	// was settled.
+	routes  []registry.RouteAssignment
+	settled []bool
+	// events are the events each tenant's log holds, as AppendEvents
+	// returned them.
+	events map[string][]registry.StoredEvent
+	// catalog is the capability IDs each tenant sees, in byte order.
+	catalog map[string][]string
+}
+
+const (
+	tenantA = "tenant-aa"
+	tenantB = "tenant-ab"
+)
+
+// populate writes a fleet through r (an older build): the catalog (two
+// types, one with capability IDs a linguistic collation orders unlike
+// bytes), replicas, routes (some settled, the others still reserved) and
+// events of two tenants received at different times.
+func populate(t *testing.T, r *pgregistry.Registry, clock *registrytest.Clock) *upgradeWorld {
+	t.Helper()
+	ctx := t.Context()
+	pol := registry.ConservativePolicy("quota:c")
+	sw := seedWorld(t, r, clock, pol, 2, 1, 2, 4)
+	w := &upgradeWorld{
+		types: []string{"ctype_alpha", "ctype_beta"}, versions: []string{sw.version.ID, "cver_beta1"},
+		instances: []string{"cinst_tenant-aa-a", "cinst_tenant-ab-a", "cinst_beta"}, policies: []string{pol.PolicyRef},
+		events: map[string][]registry.StoredEvent{},
+	}
+	for _, rep := range sw.replicas {
+		w.replicas = append(w.replicas, rep.ID)
+	}
+	for _, tn := range []string{tenantA, tenantB} {
+		for _, c := range []string{"alpha.read", "alpha.write"} {
+			w.bindings = append(w.bindings, registry.BindingKey{TenantID: tn, CapabilityID: c, InstanceID: "cinst_" + tn + "-a"})
+		}
+	}
+
+	beta := registry.ConnectorType{ID: "ctype_beta", Name: "beta", Owner: "owner-beta", Enabled: true}
+	must(t, r.PutConnectorType(ctx, beta))
+	betaCaps := []string{"beta.x_1", "beta.B", "beta.x1", "beta.a", "beta.Z"}
+	var caps []aip.Capability
+	for _, c := range betaCaps {
+		caps = append(caps, registrytest.Capability(c, "does "+c))
+	}
+	must(t, r.AdmitVersion(ctx, registrytest.Version("cver_beta1", beta.ID, "1.0.0", beta.Owner, registry.VersionActive, registrytest.Manifest("service:beta", caps))))
+	must(t, r.PutInstance(ctx, registry.ConnectorInstance{ID: "cinst_beta", ConnectorTypeID: beta.ID, VersionID: "cver_beta1", TenantID: tenantA,
+		ConfigRevision: 2, SecretProviderRef: "secret://beta", Status: registry.InstanceEnabled}))
+	for i, c := range betaCaps {
+		b := registry.CapabilityBinding{TenantID: tenantA, CapabilityID: c, InstanceID: "cinst_beta", Priority: uint32(i), PolicyRevision: 1, QuotaPolicyRef: pol.PolicyRef, Enabled: true}
+		must(t, r.PutBinding(ctx, b))
+		w.bindings = append(w.bindings, b.Key())
+	}
+	rep := registrytest.Replica("crepl_beta-0", "cinst_beta", "cver_beta1", clock.Now().Add(time.Hour))
+	must(t, r.PutReplica(ctx, rep))
+	w.replicas = append(w.replicas, rep.ID)
+	w.catalog = map[string][]string{
+		tenantA: append([]string{"alpha.read", "alpha.write"}, betaCaps...),
+		tenantB: {"alpha.read", "alpha.write"},
+	}
+	for _, ids := range w.catalog {
+		slices.Sort(ids) // Go compares bytes
+	}
+
+	// Three routes per tenant; the first is settled, the others stay
+	// reserved across the upgrade.
+	for _, tn := range []string{tenantA, tenantB} {
+		for i, c := range []string{"alpha.read", "alpha.write", "alpha.read"} {
+			clock.Advance(time.Second)
+			a, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tn, CapabilityID: c})
+			must(t, err)
+			if i == 0 {
+				must(t, r.Settle(ctx, a, registry.SettlementCompleted))
+			}
+			w.routes, w.settled = append(w.routes, a), append(w.settled, i == 0)
+		}
+	}
+
+	// Events, received at different times.
+	for _, b := range []struct {
+		tenant string
+		at     time.Duration
+		ids    []string
+	}{
+		{tenantA, time.Minute, []string{"evt_a1", "evt_a2"}},
+		{tenantB, 2 * time.Minute, []string{"evt_b1"}},
+		{tenantA, 3 * time.Minute, []string{"evt_a3"}},
+		{tenantA, 20 * time.Minute, []string{"evt_a4"}},
+		{tenantB, 30 * time.Minute, []string{"evt_b2", "evt_b3"}},
+	} {
+		batch := registrytest.EventBatch(b.tenant, "r", b.ids...)
+		batch.ReceivedAt = registrytest.Epoch.Add(b.at)
+		stored, err := r.AppendEvents(ctx, batch)
+		must(t, err)
+		w.events[b.tenant] = append(w.events[b.tenant], stored...)
+	}
+	return w
+}
+
+// readBack is every record of w as r reads it.
+type readBack struct {
+	Types        []registry.ConnectorType
+	Versions     []registry.ConnectorVersion
+	Instances    []registry.ConnectorInstance
+	Replicas     []registry.ConnectorReplica
+	Bindings     []registry.CapabilityBinding
+	Policies     []registry.AdmissionPolicy
+	Assignments  []registry.RouteAssignment
+	Reservations []registry.RouteReservation
+	Events       map[string][]registry.StoredEvent
+	Revision     uint64
+	Ledger       registry.Ledger
+	Status       registry.FleetStatusSummary
+}
+
+func readAllRecords(t *testing.T, r *pgregistry.Registry, w *upgradeWorld) readBack {
+	t.Helper()
+	ctx := t.Context()
+	var rb readBack
+	get := func(err error, what string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("read %s: %v", what, err)
+		}
+	}
+	for _, id := range w.types {
+		v, err := r.ConnectorType(ctx, id)
+		get(err, id)
+		rb.Types = append(rb.Types, v)
+	}
+	for _, id := range w.versions {
+		v, err := r.ConnectorVersion(ctx, id)
+		get(err, id)
+		rb.Versions = append(rb.Versions, v)
+	}
+	for _, id := range w.instances {
+		v, err := r.ConnectorInstance(ctx, id)
+		get(err, id)
+		rb.Instances = append(rb.Instances, v)
+	}
+	for _, id := range w.replicas {
+		v, err := r.ConnectorReplica(ctx, id)
+		get(err, id)
+		rb.Replicas = append(rb.Replicas, v)
+	}
+	for _, k := range w.bindings {
+		v, err := r.CapabilityBinding(ctx, k)
+		get(err, k.String())
+		rb.Bindings = append(rb.Bindings, v)
+	}
+	for _, id := range w.policies {
+		v, err := r.AdmissionPolicy(ctx, id)
+		get(err, id)
+		rb.Policies = append(rb.Policies, v)
+	}
+	for _, a := range w.routes {
+		v, err := r.Assignment(ctx, a.ActionID)
+		get(err, "assignment "+a.ActionID)
+		rb.Assignments = append(rb.Assignments, v)
+		res, err := r.Reservation(ctx, a.ActionID)
+		get(err, "reservation "+a.ActionID)
+		rb.Reservations = append(rb.Reservations, res)
+	}
+	rb.Events = map[string][]registry.StoredEvent{}
+	for tn := range w.events {
+		rb.Events[tn] = tenantEvents(t, r, tn)
+	}
+	var err error
+	rb.Revision, err = r.CatalogRevision(ctx)
+	get(err, "catalog revision")
+	rb.Ledger, err = r.Ledger(ctx)
+	get(err, "ledger")
+	rb.Status, err = r.Status(ctx)
+	get(err, "fleet status")
+	return rb
+}
+
+// tenantEvents reads a tenant's whole log, two events a page.
+func tenantEvents(t *testing.T, r registry.EventLog, tenant string) []registry.StoredEvent {
+	t.Helper()
+	var out []registry.StoredEvent
+	var after uint64
+	for range 100 {
+		p, err := r.Events(t.Context(), tenant, after, 2)
+		must(t, err)
+		out = append(out, p.Events...)
+		if !p.More {
+			return out
+		}
+		after = p.Events[len(p.Events)-1].Sequence
+	}
+	t.Fatalf("the event log of %s does not end", tenant)
+	return nil
+}
+
+// catalogIDs pages through a tenant's catalog, two capabilities a page.
+func catalogIDs(t *testing.T, r registry.Catalog, tenant string) []string {
+	t.Helper()
+	var out []string
+	q := registry.CatalogQuery{Limit: 2}
+	for range 100 {
+		p, err := r.QueryCapabilities(t.Context(), q, registry.ForTenant(tenant))
+		must(t, err)
+		for _, d := range p.Capabilities {
+			out = append(out, d.Capability.ID)
+		}
+		if p.NextCursor == "" {
+			return out
+		}
+		q.Cursor = p.NextCursor
+	}
+	t.Fatalf("the catalog of %s pages for ever: %v...", tenant, out[:10])
+	return nil
+}
+
+// sameJSON compares JSON documents by value: jsonb keeps neither key order
+// nor spacing.
+var sameJSON = cmp.Comparer(func(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return cmp.Equal(x, y)
+})
+
+// tableRows returns every row of every table of schema aip_registry but
+// the migrations table, as JSON text, sorted per table.
+func tableRows(t *testing.T, dbURL string) map[string][]string {
+	t.Helper()
+	ctx := t.Context()
+	c := connect(t, dbURL)
+	rows, err := c.Query(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = 'aip_registry' AND table_type = 'BASE TABLE' AND table_name <> 'schema_migrations'`)
+	must(t, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	must(t, err)
+	out := map[string][]string{}
+	for _, tbl := range tables {
+		rows, err := c.Query(ctx, `SELECT row_to_json(t)::text FROM aip_registry.`+pgx.Identifier{tbl}.Sanitize()+` t`)
+		must(t, err)
+		out[tbl], err = pgx.CollectRows(rows, pgx.RowTo[string])
+		must(t, err)
+		slices.Sort(out[tbl])
+	}
+	return out
+}
+
+// migrationRows returns the migrations table, one "version name checksum
+// applied_at_ms" line per row.
+func migrationRows(t *testing.T, dbURL string) []string {
+	t.Helper()
+	rows, err := connect(t, dbURL).Query(t.Context(), `SELECT format('%s %s %s %s', version, name, checksum, applied_at_ms)
+		FROM aip_registry.schema_migrations ORDER BY version`)
+	must(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	must(t, err)
+	return out
+}
+
+func testUpgrade(t *testing.T, from int) {
+	ctx := t.Context()
+	superURL := pgtest.NewDatabase(t)
+	adminURL := asRole(t, superURL, "aip_registry_admin")
+	dataURL := asRole(t, superURL, "aip_registry_data")
+	lifecycleURL := asRole(t, superURL, "aip_registry_lifecycle")
+
+	// The older build, installed the documented way.
+	oldRoles := oldRolesSQL(t)
+	applyRoles(t, superURL, oldRoles)
+	must(t, pgregistry.MigrateBuild(ctx, adminURL, from))
+	applyRoles(t, superURL, oldRoles)
+	clock := registrytest.NewClock(registrytest.Epoch)
+	old, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now}, from)
+	must(t, err)
+	defer old.Close()
+	w := populate(t, old, clock)
+	wantRows := tableRows(t, superURL)
+	wantRecords := readAllRecords(t, old, w)
+	if diff := cmp.Diff(w.events, wantRecords.Events, sameJSON); diff != "" {
+		t.Fatalf("the older build reads back other events than it wrote (-written +read):\n%s", diff)
+	}
+	oldLedger := migrationRows(t, superURL)
+	if len(oldLedger) != from {
+		t.Fatalf("the older build recorded %d migrations, want %d", len(oldLedger), from)
+	}
+	old.Close()
+
+	// The upgrade: two processes migrate at once, then an operator runs
+	// the migration again.
+	var g errgroup.Group
+	for range 2 {
+		g.Go(func() error { return pgregistry.Migrate(ctx, adminURL) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("concurrent migrations of the populated version-%d database: %v", from, err)
+	}
+	must(t, pgregistry.Migrate(ctx, adminURL))
+	gotLedger := migrationRows(t, superURL)
+	if len(gotLedger) != pgregistry.SchemaVersion || !slices.Equal(gotLedger[:from], oldLedger) {
+		t.Fatalf("migrations recorded after the upgrade:\n%s\nwant the %d of the older build unchanged, then up to %d:\n%s",
+			strings.Join(gotLedger, "\n"), from, pgregistry.SchemaVersion, strings.Join(oldLedger, "\n"))
+	}
+
+	// Until roles.sql runs again the lifecycle role may not prune (the
+	// operator guide says so: pruning fails, the events are kept).
+	lc, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: lifecycleURL, Now: clock.Now})
+	must(t, err)
+	defer lc.Close()
+	if _, err := lc.PruneEvents(ctx, registrytest.Epoch.Add(5*time.Minute), 100); !privilegeFailure(err) {
+		t.Fatalf("PruneEvents through the lifecycle role before roles.sql ran again: %v, want a privilege failure", err)
+	}
+	applyRoles(t, superURL, rolesSQL(t))
+
+	// Every row is unchanged and every record reads back the same.
+	if diff := cmp.Diff(wantRows, tableRows(t, superURL)); diff != "" {
+		t.Fatalf("rows changed by the upgrade (-before +after):\n%s", diff)
+	}
+	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now})
+	must(t, err)
+	defer r.Close()
+	if diff := cmp.Diff(wantRecords, readAllRecords(t, r, w), sameJSON); diff != "" {
+		t.Fatalf("records read back differently after the upgrade (-before +after):\n%s", diff)
+	}
+	for tn, want := range w.catalog {
+		if got := catalogIDs(t, r, tn); !slices.Equal(got, want) {
+			t.Errorf("catalog of %s after the upgrade: %v, want %v (byte order)", tn, got, want)
+		}
+		for _, id := range want {
+			if _, err := r.Capability(ctx, id, registry.ForTenant(tn)); err != nil {
+				t.Errorf("capability %s of %s after the upgrade: %v", id, tn, err)
+			}
+		}
+	}
+
+	checkRolePrivileges(t, superURL)
+
+	// Event retention on the old events: the data role may not prune, the
+	// lifecycle role deletes those received before the cutoff, oldest
+	// first, and each tenant's sequences go on.
+	cutoff := registrytest.Epoch.Add(5 * time.Minute)
+	if _, err := r.PruneEvents(ctx, cutoff, 100); !privilegeFailure(err) {
+		t.Fatalf("PruneEvents through the data role: %v, want a privilege failure", err)
+	}
+	if n, err := lc.PruneEvents(ctx, cutoff, 3); err != nil || n != 3 { // a1, a2 (1 min), b1 (2 min)
+		t.Fatalf("PruneEvents(limit 3) of the events stored before the upgrade: %d, %v; want 3", n, err)
+	}
+	if n, err := lc.PruneEvents(ctx, cutoff, 100); err != nil || n != 1 { // a3 (3 min)
+		t.Fatalf("PruneEvents of the rest stored before the cutoff: %d, %v; want 1", n, err)
+	}
+	if diff := cmp.Diff(w.events[tenantA][3:], tenantEvents(t, r, tenantA), sameJSON); diff != "" {
+		t.Fatalf("%s's events after pruning (-want +got):\n%s", tenantA, diff)
+	}
+	if diff := cmp.Diff(w.events[tenantB][1:], tenantEvents(t, r, tenantB), sameJSON); diff != "" {
+		t.Fatalf("%s's events after pruning (-want +got):\n%s", tenantB, diff)
+	}
+	for tn, want := range map[string]uint64{tenantA: 5, tenantB: 4} {
+		b := registrytest.EventBatch(tn, "r", "evt_after", "evt_a1") // evt_a1: pruned, so new
+		b.ReceivedAt = registrytest.Epoch.Add(time.Hour)
+		stored, err := r.AppendEvents(ctx, b)
+		must(t, err)
+		if stored[0].Sequence != want || stored[1].Sequence != want+1 {
+			t.Errorf("%s's events appended after the upgrade and pruning have sequences %d, %d; want %d, %d",
+				tn, stored[0].Sequence, stored[1].Sequence, want, want+1)
+		}
+	}
+
+	// Reservations made before the upgrade settle; new routes reserve.
+	for i, a := range w.routes {
+		if w.settled[i] {
+			continue
+		}
+		must(t, r.Settle(ctx, a, registry.SettlementCompleted))
+		if res, err := r.Reservation(ctx, a.ActionID); err != nil || res.Reserved {
+			t.Fatalf("reservation %s after settling it: %+v, %v", a.ActionID, res, err)
+		}
+	}
+	a, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantA, CapabilityID: "beta.x_1"})
+	must(t, err)
+	if a.InstanceID != "cinst_beta" {
+		t.Fatalf("beta.x_1 routed to %s, want cinst_beta", a.InstanceID)
+	}
+	l, err := r.Ledger(ctx)
+	must(t, err)
+	registrytest.CheckLedger(t, l)
+}
+
+// privilegeFailure reports whether err is a registry storage failure for
+// lack of a privilege.
+func privilegeFailure(err error) bool {
+	return errors.Is(err, registry.ErrStorage) && strings.Contains(err.Error(), "permission denied")
+}
+
+// rolesTable matches a row of roles.sql's table of grants; columnGrant a
+// grant of some columns.
+var (
+	rolesTable  = regexp.MustCompile(`\('(\w+)',\s+'([^']*)',\s+'([^']*)'\)`)
+	columnGrant = regexp.MustCompile(`SELECT \(([^)]*)\)`)
+)
+
+// checkRolePrivileges proves, on the database at superURL (roles.sql run
+// after its last migration), that the data and lifecycle roles hold
+// exactly the privileges roles.sql's table lists, on every table of the
+// schema, and that the schema's privileges and owners are those of a
+// fresh install of this build.
+func checkRolePrivileges(t *testing.T, superURL string) {
+	t.Helper()
+	ctx := t.Context()
+	c := connect(t, superURL)
+	rows, err := c.Query(ctx, `SELECT table_name FROM information_schema.tables WHERE table_schema = 'aip_registry' AND table_type = 'BASE TABLE'`)
+	must(t, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	must(t, err)
+	documented := map[string][2]string{}
+	for _, m := range rolesTable.FindAllStringSubmatch(rolesSQL(t), -1) {
+		documented[m[1]] = [2]string{m[2], m[3]}
+	}
+	for _, tbl := range tables {
+		doc, ok := documented[tbl]
+		if !ok {
+			t.Errorf("roles.sql does not list table %s", tbl)
+			continue
+		}
+		for i, role := range []string{"aip_registry_data", "aip_registry_lifecycle"} {
+			// "SELECT (a, b)" grants reading those columns only.
+			privs, cols := doc[i], []string(nil)
+			if m := columnGrant.FindStringSubmatch(privs); m != nil {
+				privs = strings.Replace(privs, m[0], "", 1)
+				for _, col := range strings.Split(m[1], ",") {
+					cols = append(cols, strings.TrimSpace(col))
+				}
+			}
+			want := map[string]bool{}
+			for _, p := range strings.Split(privs, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					want[p] = true
+				}
+			}
+			for _, p := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER"} {
+				var has bool
+				must(t, c.QueryRow(ctx, `SELECT has_table_privilege($1, 'aip_registry.'||quote_ident($2), $3)`, role, tbl, p).Scan(&has))
+				if has != want[p] {
+					t.Errorf("%s has %s on %s: %v, roles.sql says %v", role, p, tbl, has, want[p])
+				}
+			}
+			rows, err := c.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = ('aip_registry.'||quote_ident($1))::regclass AND attnum > 0 AND NOT attisdropped`, tbl)
+			must(t, err)
+			all, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			must(t, err)
+			for _, col := range all {
+				var has bool
+				must(t, c.QueryRow(ctx, `SELECT has_column_privilege($1, 'aip_registry.'||quote_ident($2), $3, 'SELECT')`, role, tbl, col).Scan(&has))
+				if want := want["SELECT"] || slices.Contains(cols, col); has != want {
+					t.Errorf("%s may read %s.%s: %v, roles.sql says %v", role, tbl, col, has, want)
+				}
+			}
+		}
+	}
+
+	// The same owners and grants, on every object of the schema, as a
+	// fresh install of this build.
+	fresh := pgtest.NewDatabase(t)
+	sql := rolesSQL(t)
+	applyRoles(t, fresh, sql)
+	must(t, pgregistry.Migrate(ctx, asRole(t, fresh, "aip_registry_admin")))
+	applyRoles(t, fresh, sql)
+	if diff := cmp.Diff(schemaACL(t, fresh), schemaACL(t, superURL)); diff != "" {
+		t.Errorf("privileges after the upgrade differ from a fresh install (-fresh +upgraded):\n%s", diff)
+	}
+}
+
+// schemaACL lists the owner and privileges of schema aip_registry and of
+// every relation, column and function in it.
+func schemaACL(t *testing.T, dbURL string) []string {
+	t.Helper()
+	const q = `
+SELECT format('schema owner=%s acl=%s', pg_get_userbyid(nspowner), array(SELECT x::text FROM unnest(nspacl) x ORDER BY 1))
+FROM pg_namespace WHERE nspname = 'aip_registry'
+UNION ALL
+SELECT format('%s %s owner=%s acl=%s', relkind, relname, pg_get_userbyid(relowner), array(SELECT x::text FROM unnest(relacl) x ORDER BY 1))
+FROM pg_class WHERE relnamespace = 'aip_registry'::regnamespace
+UNION ALL
+SELECT format('column %s.%s acl=%s', c.relname, a.attname, array(SELECT x::text FROM unnest(a.attacl) x ORDER BY 1))
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+WHERE c.relnamespace = 'aip_registry'::regnamespace AND a.attacl IS NOT NULL
+UNION ALL
+SELECT format('function %s owner=%s acl=%s', oid::regprocedure, pg_get_userbyid(proowner), array(SELECT x::text FROM unnest(proacl) x ORDER BY 1))
+FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
+	rows, err := connect(t, dbURL).Query(t.Context(), q)
+	must(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	must(t, err)
+	slices.Sort(out)
+	return out
+}
