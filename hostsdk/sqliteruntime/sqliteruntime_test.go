@@ -10,11 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/journal/journaltest"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
@@ -168,51 +166,6 @@ func TestRefusesNewerSchema(t *testing.T) {
 	}
 	db.Close()
 	open(t, sqliteruntime.Config{Dir: dir})
-}
-
-// A journal of schema version 1 (before pruning) is upgraded in place when
-// opened: its records stay, and pruning works on them.
-func TestUpgradesSchemaVersion1(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	j := open(t, sqliteruntime.Config{Dir: dir})
-	a := journal.Action{ActionID: aip.NewActionID(), CapabilityID: "echo.say", TenantID: "t",
-		IdempotencyKey: "k", InputDigest: aip.DigestBytes([]byte("{}")), FenceToken: "f",
-		MessageID: aip.NewMessageID(), ReceivedAt: time.Unix(1000, 0)}
-	if _, _, err := j.BeginAction(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := j.FinishAction(ctx, a.ActionID, aip.StateCompleted, nil, "", time.Unix(1001, 0)); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// Make it a version 1 file: without what version 2 added.
-	db := rawDB(t, dir)
-	for _, q := range []string{"DROP INDEX actions_by_completion", "DROP TABLE prune_horizon", "PRAGMA user_version = 1"} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-
-	j = open(t, sqliteruntime.Config{Dir: dir})
-	if got, err := j.Action(ctx, a.ActionID); err != nil || got.Status != aip.StateCompleted {
-		t.Fatalf("action after the upgrade: %+v, %v", got, err)
-	}
-	if n, err := j.PruneActions(ctx, time.Unix(2000, 0), 10, nil); err != nil || n != 1 {
-		t.Fatalf("PruneActions after the upgrade = %d, %v; want 1", n, err)
-	}
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db = rawDB(t, dir)
-	defer db.Close()
-	var v int
-	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil || v != sqliteruntime.SchemaVersion {
-		t.Fatalf("user_version after the upgrade = %d, %v; want %d", v, err, sqliteruntime.SchemaVersion)
-	}
 }
 
 func TestRefusesForeignDatabase(t *testing.T) {
