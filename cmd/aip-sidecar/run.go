@@ -14,6 +14,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/sidecar"
 )
 
@@ -195,6 +196,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_, err = fmt.Fprintf(stdout, "%s\n", out)
 		return err
 	}
+	// As aip-host: --database-url-file names a PostgreSQL journal (each
+	// replica keeps its own namespace), and spans go over OTLP/HTTP when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set.
+	tp, shutdownTracing, err := hostrun.TracerProvider(ctx, getenv, "aip-sidecar")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing()
+	cfg.Host.TracerProvider = tp
+	j, closeJournal, err := hostrun.OpenJournal(ctx, cfg.Host)
+	if err != nil {
+		return err
+	}
+	defer closeJournal()
+	cfg.Host.Journal = j
 	s, err := sidecar.New(cfg)
 	if err != nil {
 		return err

@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/sidecar"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
 )
@@ -72,6 +74,35 @@ func envOf(lines []string) map[string]string {
 }
 
 func TestRunAttachesServesAndDrains(t *testing.T) {
+	attachServeDrain(t, nil)
+}
+
+// With --database-url-file the sidecar's host journals in PostgreSQL, as
+// aip-host's does, in the namespace of its replica ID.
+func TestRunWithAPostgreSQLJournal(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	file := filepath.Join(t.TempDir(), "journal-db.url")
+	if err := os.WriteFile(file, []byte(url), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	replica, action := attachServeDrain(t, func(env map[string]string) { env["AIP_CONNECTOR_HOST_DATABASE_URL_FILE"] = file })
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var status string
+	if err := conn.QueryRow(t.Context(), `SELECT status FROM aip_runtime_actions WHERE journal_ns = $1 AND action_id = $2`,
+		replica, action).Scan(&status); err != nil || status != string(aip.StateCompleted) {
+		t.Fatalf("the action in the PostgreSQL journal: %q, %v", status, err)
+	}
+}
+
+// attachServeDrain runs the sidecar (its environment edited by edit, when
+// given) for a connector serving the local contract, sends it an action,
+// stops it, and returns the replica ID and the action ID.
+func attachServeDrain(t *testing.T, edit func(env map[string]string)) (replicaID, actionID string) {
+	t.Helper()
 	fleet := sidecartest.NewFakeFleet(t)
 	bound := echoManifest
 	bound.Agent.TrustDomain = fleet.TrustDomain()
@@ -79,6 +110,9 @@ func TestRunAttachesServesAndDrains(t *testing.T) {
 	r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
 	env := envOf(r.Env)
 	env["AIP_SIDECAR_LOCAL_SOCKET"] = tinyConnector(t)
+	if edit != nil {
+		edit(env)
+	}
 	// The bind address comes as a flag, the rest from the environment.
 	args := []string{"--bind", env["AIP_CONNECTOR_HOST_BIND"], "--log-level", "info"}
 	delete(env, "AIP_CONNECTOR_HOST_BIND")
@@ -94,7 +128,8 @@ func TestRunAttachesServesAndDrains(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	r.AwaitReady(t)
-	res := fleet.Act(t, r, &aip.Action{ID: aip.NewActionID(), CapabilityID: "tiny.echo", Input: json.RawMessage(`{"x":1}`)}).Must(t, aip.ResultCompleted)
+	actionID = aip.NewActionID()
+	res := fleet.Act(t, r, &aip.Action{ID: actionID, CapabilityID: "tiny.echo", Input: json.RawMessage(`{"x":1}`)}).Must(t, aip.ResultCompleted)
 	if string(res.Output) != `{"x":1}` {
 		t.Fatalf("%+v", res)
 	}
@@ -114,6 +149,7 @@ func TestRunAttachesServesAndDrains(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"component":"aip-sidecar"`) {
 		t.Errorf("log:\n%s", stderr.String())
 	}
+	return env["AIP_CONNECTOR_HOST_REPLICA_ID"], actionID
 }
 
 func TestRunPrintManifest(t *testing.T) {
