@@ -1,9 +1,9 @@
 // Package hostrun holds what the programs that run connector hosts share
 // beyond hostsdk itself: opening the journal a host's settings name, and
 // the OpenTelemetry tracer provider every aipfleet process uses.
-// cmd/aipfleet (its host command and its servers) and cmd/aip-host (the
-// product adapters) both use it, so a product replica and an echo replica
-// accept the same settings and behave alike.
+// cmd/aipfleet (its host command and its servers), cmd/aip-host (the
+// product adapters) and cmd/aip-sidecar use it, so a product replica, an
+// echo replica and a sidecar accept the same settings and behave alike.
 package hostrun
 
 import (
