@@ -668,8 +668,16 @@ func TestConnectorEventsLargestDelivery(t *testing.T) {
 // pass dispatch.MaxEventPageBytes (with more set), and paging on returns
 // every event once, in order.
 func TestEventsReadIsBoundedInBytes(t *testing.T) {
+	// Text of HTML-sensitive characters: an answer that escaped them
+	// (\u003c, six bytes for one) would be six times the data it counted.
+	for _, c := range []string{"x", "<"} {
+		t.Run(c, func(t *testing.T) { eventsReadIsBoundedInBytes(t, c) })
+	}
+}
+
+func eventsReadIsBoundedInBytes(t *testing.T, c string) {
 	w := newEventWorld(t, eventWorldOptions{})
-	blob := strings.Repeat("x", 200<<10)
+	blob := strings.Repeat(c, 200<<10)
 	const n = 50 // 10 MB of data
 	for i := range n / 10 {
 		es := make([]aip.Event, 10)

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -324,12 +325,20 @@ func setRetryAfter(w http.ResponseWriter, pe *aip.ProtocolError) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		status, raw = http.StatusInternalServerError, []byte(`{"error":{"code":"dispatch.encoding","message":"the answer could not be encoded","category":"permanent"}}`)
+	// Without HTML escaping: an answer is JSON, never HTML, and escaping
+	// writes each <, > and & as six bytes, so a page of event data bounded
+	// in bytes (MaxEventPageBytes) could be six times that on the wire.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":"dispatch.encoding","message":"the answer could not be encoded","category":"permanent"}}` + "\n")
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(raw)+1))
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
-	w.Write(append(raw, '\n'))
+	w.Write(buf.Bytes())
 }
