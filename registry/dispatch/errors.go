@@ -49,6 +49,15 @@ const (
 	hostActionInProgress    = "connector_host.action_in_progress"
 	hostCapabilityUnknown   = "connector_host.capability_unknown"
 	hostActionExpired       = "connector_host.action_expired"
+	// Codes the dispatcher only counts (errorLabel).
+	hostAuthentication     = "connector_host.authentication"
+	hostRouteMismatch      = "connector_host.route_mismatch"
+	hostUnsupportedMessage = "connector_host.unsupported_message"
+	hostOutputInvalid      = "connector_host.output_invalid"
+	hostResponseSigning    = "connector_host.response_signing"
+	hostDecodeInvalid      = "envelope.decode.invalid"
+	hostSchemaInvalid      = "schema.envelope.invalid"
+	hostTooLarge           = "envelope.too_large"
 )
 
 var errorSource = json.RawMessage(`{"component":"aipfleet-dispatch"}`)

@@ -36,7 +36,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 		}, []string{"outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_action_errors_total",
-			Help: "Actions answered with an error, by error code.",
+			Help: "Actions answered with an error, by error code (codes neither the dispatcher nor hostsdk defines count as other).",
 		}, []string{"code"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "aip_dispatch_action_duration_seconds",
@@ -101,9 +101,39 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 func (m *metrics) observe(outcome string, pe *aip.ProtocolError, d time.Duration) {
 	m.actions.WithLabelValues(outcome).Inc()
 	if pe != nil {
-		m.errors.WithLabelValues(pe.Code).Inc()
+		m.errors.WithLabelValues(errorLabel(pe.Code)).Inc()
 	}
 	m.duration.Observe(d.Seconds())
+}
+
+// metricCodes are the error codes aip_dispatch_action_errors_total names:
+// the dispatcher's own and the codes hostsdk's replicas answer with. Any
+// other code a replica sends (it may be a connector host of another
+// implementation) counts as "other", so a replica that puts an ID in its
+// codes does not add a series per action.
+var metricCodes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, c := range []string{
+		CodeUnauthorized, CodeRequestInvalid, CodeActionInvalid, CodeRequestTooLarge, CodeNotFound, CodeStaleCursor,
+		CodeShuttingDown, CodeOutcomeUnknown, CodeTimeout, CodeReplicaUnreachable, CodeAdmissionCapacity,
+		CodeSchedulerOverloaded, CodeRequestRejected, CodeBindingUnavailable, CodeReplicaUnavailable, CodeRouteConflict,
+		CodeRegistry,
+		hostNotReady, hostCapacity, hostOutcomeUnknown, hostExecution, hostStorageUnavailable, hostReplay,
+		hostInputInvalid, hostIdempotencyConflict, hostActionInProgress, hostCapabilityUnknown, hostActionExpired,
+		hostAuthentication, hostRouteMismatch, hostUnsupportedMessage, hostOutputInvalid, hostResponseSigning,
+		hostDecodeInvalid, hostSchemaInvalid, hostTooLarge,
+	} {
+		m[c] = true
+	}
+	return m
+}()
+
+// errorLabel bounds the code label of aip_dispatch_action_errors_total.
+func errorLabel(code string) string {
+	if metricCodes[code] {
+		return code
+	}
+	return "other"
 }
 
 // stage observes the wall time of one stage that started at start (defer
