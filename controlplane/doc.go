@@ -63,7 +63,9 @@
 // When the store implements registry.EventPruner, a cycle also deletes,
 // at most once a minute, the event log's events received longer than
 // Config.EventRetention ago (30 days; KeepEventsForever keeps them), in
-// batches of 1000 up to 10; a failure is logged and counted
+// batches of 1000 up to 10 (when those leave events behind, the next
+// cycle prunes again, so pruning keeps up with any rate of events that
+// fits in the cycles' batches); a failure is logged and counted
 // (aip_connector_control_event_prune_failures_total) without failing the
 // cycle.
 //

@@ -127,23 +127,27 @@ func (s *Service) maintain(ctx context.Context) (int, error) {
 }
 
 // pruneEvents deletes the events received longer than EventRetention ago,
-// at most once a minute, in batches, each bounded by StoreTimeout; what is
-// left waits for the next time. A failure is logged and counted but does
-// not fail the cycle: leases matter more than old events.
+// at most once a minute, in batches, each bounded by StoreTimeout. A
+// pruning bounds its batches so that it holds up the cycle's lease work
+// little; when it stops at that bound with events left, the next cycle
+// prunes again rather than waiting a minute, so a fleet that stores more
+// events a minute than one pruning deletes does not keep ever more of them
+// than its retention says. A failure is logged and counted but does not
+// fail the cycle: leases matter more than old events.
 func (s *Service) pruneEvents(ctx context.Context) {
 	if s.pruner == nil {
 		return
 	}
 	now := s.cfg.Now()
 	s.pruneMu.Lock()
-	if !s.lastEventPrune.IsZero() && now.Sub(s.lastEventPrune) < eventPruneEvery && now.After(s.lastEventPrune) {
+	if !s.eventBacklog && !s.lastEventPrune.IsZero() && now.Sub(s.lastEventPrune) < eventPruneEvery && now.After(s.lastEventPrune) {
 		s.pruneMu.Unlock()
 		return
 	}
 	s.lastEventPrune = now
 	s.pruneMu.Unlock()
 	before := now.Add(-s.cfg.EventRetention)
-	total := 0
+	total, backlog := 0, true
 	for range eventPruneMaxBatches {
 		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 		n, err := s.pruner.PruneEvents(sctx, before, eventPruneBatch)
@@ -155,12 +159,17 @@ func (s *Service) pruneEvents(ctx context.Context) {
 				s.m.eventPruneErrors.Inc()
 				s.log.Warn("prune the event log", "error", err, "received_before", before.UTC().Format(time.RFC3339))
 			}
+			backlog = false // a failing store is asked again in a minute
 			break
 		}
 		if n < eventPruneBatch {
+			backlog = false
 			break
 		}
 	}
+	s.pruneMu.Lock()
+	s.eventBacklog = backlog
+	s.pruneMu.Unlock()
 	if total > 0 {
 		s.log.Info("pruned events older than the event retention", "events", total,
 			"received_before", before.UTC().Format(time.RFC3339), "retention", s.cfg.EventRetention.String())

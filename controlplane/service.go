@@ -51,8 +51,10 @@ const (
 	MinEventRetention = time.Hour
 	// KeepEventsForever, as Config.EventRetention, never prunes events.
 	KeepEventsForever time.Duration = -1
-	// eventPruneEvery is how often, at most, maintenance prunes events,
-	// and eventPruneBatch and eventPruneMaxBatches bound one pruning.
+	// eventPruneEvery is how often, at most, maintenance prunes events
+	// (unless the last pruning stopped at its bound with events left: then
+	// the next cycle goes on), and eventPruneBatch and
+	// eventPruneMaxBatches bound one pruning.
 	eventPruneEvery      = time.Minute
 	eventPruneBatch      = 1000
 	eventPruneMaxBatches = 10
@@ -247,10 +249,12 @@ type Service struct {
 	started chan struct{} // closed when Run has started
 	maint   maintenanceState
 	// pruner is the store's event retention (nil: none); lastEventPrune
-	// is when maintenance last ran it (guarded by pruneMu).
+	// is when maintenance last ran it and eventBacklog whether that run
+	// stopped at its batch bound with events left (guarded by pruneMu).
 	pruner         registry.EventPruner
 	pruneMu        sync.Mutex
 	lastEventPrune time.Time
+	eventBacklog   bool
 }
 
 const (
