@@ -87,9 +87,10 @@ const (
 
 // pruneActions deletes the finished actions older than the action
 // retention (with their receipts), in batches, until none is left or a
-// quarter of a heartbeat interval has passed; the rest waits for a later
-// tick. It runs at most once a minute, so an idle journal is not asked
-// every beat.
+// quarter of a heartbeat interval has passed. It runs at most once a
+// minute, so an idle journal is not asked every beat — unless the last
+// run stopped with old actions left: then the next tick goes on, so
+// pruning keeps up however many actions a minute brings.
 func (h *Host) pruneActions(ctx context.Context) {
 	if h.cfg.ActionRetention == KeepActionsForever {
 		return
@@ -100,12 +101,15 @@ func (h *Host) pruneActions(ctx context.Context) {
 	}
 	h.lastActionPrune = now
 	before := h.cfg.Now().Add(-h.cfg.ActionRetention)
-	total := pruneInBatches(ctx, h.log, "prune finished actions from the journal", actionPruneBatch, now.Add(h.cfg.HeartbeatInterval/4),
+	total, more := pruneInBatches(ctx, h.log, "prune finished actions from the journal", actionPruneBatch, now.Add(h.cfg.HeartbeatInterval/4),
 		func(ctx context.Context) (int, error) {
 			n, err := h.journal.PruneActions(ctx, before, actionPruneBatch, h.actionStateNS)
 			h.m.actionsPruned.Add(float64(n))
 			return n, err
 		})
+	if more {
+		h.lastActionPrune = time.Time{} // the next tick goes on
+	}
 	if total > 0 {
 		h.log.Info("pruned finished actions older than the action retention", "count", total,
 			"completed_before", before.UTC().Format(time.RFC3339), "retention", h.cfg.ActionRetention.String())
@@ -117,7 +121,7 @@ func (h *Host) pruneActions(ctx context.Context) {
 // rest waits for the next tick), so the registry stays bounded however many
 // messages an interval brings.
 func (h *Host) pruneMessages(ctx context.Context) {
-	total := pruneInBatches(ctx, h.log, "prune the replay registry", replayPruneBatch, time.Now().Add(h.cfg.HeartbeatInterval/2),
+	total, _ := pruneInBatches(ctx, h.log, "prune the replay registry", replayPruneBatch, time.Now().Add(h.cfg.HeartbeatInterval/2),
 		func(ctx context.Context) (int, error) {
 			return h.journal.PruneMessages(ctx, h.cfg.Now(), replayPruneBatch)
 		})
@@ -128,9 +132,9 @@ func (h *Host) pruneMessages(ctx context.Context) {
 
 // pruneInBatches calls prune, which deletes up to batch records, until it
 // deletes fewer, fails (logged as what, unless ctx ended) or deadline has
-// passed, and returns how many it deleted.
-func pruneInBatches(ctx context.Context, log *slog.Logger, what string, batch int, deadline time.Time, prune func(context.Context) (int, error)) int {
-	total := 0
+// passed, and returns how many it deleted and whether it stopped at the
+// deadline with a full batch just deleted (more may be left).
+func pruneInBatches(ctx context.Context, log *slog.Logger, what string, batch int, deadline time.Time, prune func(context.Context) (int, error)) (total int, more bool) {
 	for {
 		n, err := prune(ctx)
 		total += n
@@ -138,10 +142,13 @@ func pruneInBatches(ctx context.Context, log *slog.Logger, what string, batch in
 			if ctx.Err() == nil {
 				log.Warn(what, "error", err)
 			}
-			return total
+			return total, false
 		}
-		if n < batch || !time.Now().Before(deadline) {
-			return total
+		if n < batch {
+			return total, false
+		}
+		if !time.Now().Before(deadline) {
+			return total, true
 		}
 	}
 }

@@ -2,7 +2,9 @@ package hostsdk_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
@@ -254,6 +257,48 @@ func TestARouteFromTheFutureIsRefused(t *testing.T) {
 		near.route.FenceToken = fenceAt(time.Now().Add(hostsdk.MaxMessageSkew))
 		if resp := b.deliver(t, near, aip.Body{Action: near.a}); resp.Status != http.StatusOK {
 			t.Fatalf("a fence token within the skew: HTTP %d %s", resp.Status, resp.Raw)
+		}
+	})
+}
+
+// slowPruner takes a second (of bubble time) for each batch it prunes.
+type slowPruner struct{ *memjournal.Journal }
+
+func (s slowPruner) PruneActions(ctx context.Context, before time.Time, limit int, ns []string) (int, error) {
+	time.Sleep(time.Second)
+	return s.Journal.PruneActions(ctx, before, limit, ns)
+}
+
+// Pruning keeps up with a journal that holds more old actions than one run
+// deletes in its time: a run that stops with old actions left goes on at
+// the next heartbeat, not a minute later.
+func TestPruningKeepsUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mj := memjournal.New()
+		ctx := context.Background()
+		old := time.Now().Add(-2 * time.Hour)
+		const n = 1500 // three batches; each run has time for one
+		for i := range n {
+			id := aip.NewActionID()
+			if _, _, err := mj.BeginAction(ctx, journal.Action{ActionID: id, CapabilityID: capEcho, TenantID: "t", MessageID: fmt.Sprint("m", i), ReceivedAt: old}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := mj.FinishAction(ctx, id, aip.StateCompleted, json.RawMessage(`{}`), "", old); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b := newBubbleFleet(t, func(c *hostsdk.Config) {
+			c.ActionRetention, c.HeartbeatInterval, c.Journal = time.Hour, 4*time.Second, slowPruner{mj}
+		})
+		b.awaitFirstBeat(t)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		left, err := mj.ActionsByStatus(ctx, 10*n, aip.StateCompleted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 0 {
+			t.Fatalf("%d of %d old actions left 20 s after the first beat (heartbeats every 4 s, one batch of 500 a run)", len(left), n)
 		}
 	})
 }
