@@ -215,6 +215,8 @@ type Deps struct {
 	Rerouter registry.Rerouter
 	// Client posts native envelopes to replicas. Optional: defaults to a
 	// client of the dispatcher's own with pooled keep-alive connections.
+	// Its CheckRedirect is not used: the dispatcher never follows a
+	// replica's redirect.
 	Client *http.Client
 	// Ready probes the registry for /ready. Optional.
 	Ready func(ctx context.Context) error
@@ -324,6 +326,13 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true
 	}
+	// A hop's answer is the one at the replica's registered endpoint:
+	// redirects are never followed, whatever client Deps gave, or any
+	// replica could send the dispatcher's requests to any address it can
+	// reach. A redirect is an unverified answer (outcome unknown).
+	noRedirects := *d.client
+	noRedirects.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	d.client = &noRedirects
 	if cfg.TokenCacheSize > 0 {
 		d.deps.Tokens = newTokenCache(deps.Tokens, cfg.Now, cfg.TokenCacheSize)
 	}

@@ -162,6 +162,8 @@ type worldOptions struct {
 	orphans func(*memregistry.Registry) dispatch.Orphans
 	// regNow, when set, is the registry's clock.
 	regNow func() time.Time
+	// client, when set, is the dispatcher's Deps.Client.
+	client *http.Client
 }
 
 func newWorld(t testing.TB, opts worldOptions) *world {
@@ -197,7 +199,7 @@ func newWorld(t testing.TB, opts worldOptions) *world {
 	if opts.orphans != nil {
 		orphans = opts.orphans(reg)
 	}
-	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier, Reservations: orphans})
+	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier, Reservations: orphans, Client: opts.client})
 	if err != nil {
 		t.Fatal(err)
 	}
