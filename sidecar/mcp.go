@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -111,6 +112,9 @@ type MCP struct {
 	client *mcp.Client
 	drift  *drift
 	status *statusSource
+	// query is "?" + the URL's query ("" without one): errors never
+	// show it (redact).
+	query string
 
 	mu       sync.Mutex
 	sess     *mcp.ClientSession
@@ -149,6 +153,7 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 	if len(cfg.Command) > 0 && cfg.Command[0] == "" {
 		return nil, &ConfigError{Field: "MCP.Command", Reason: "has an empty program name"}
 	}
+	var query string // "?" + the URL's query, which errors must not show
 	if cfg.URL != "" {
 		u, err := url.Parse(cfg.URL)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
@@ -159,6 +164,9 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		}
 		if u.User != nil {
 			return nil, &ConfigError{Field: "MCP.URL", Reason: "must not carry credentials"}
+		}
+		if u.RawQuery != "" {
+			query = "?" + u.RawQuery
 		}
 	}
 	if cfg.CapabilityPrefix == "" {
@@ -188,7 +196,7 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	m := &MCP{
-		cfg: cfg, log: cfg.Logger,
+		cfg: cfg, log: cfg.Logger, query: query,
 		reconnect: make(chan struct{}, 1), changed: make(chan struct{}, 1),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -250,6 +258,35 @@ func (m *MCP) Target() string {
 	return "mcp+transport"
 }
 
+// redact returns err with the MCP URL's query (which may carry the
+// server's credentials) left out of its message: net/http quotes the
+// request URL in transport errors, and these messages reach action
+// results, GET /ready, GET /sidecar/status and the logs. errors.Is and
+// errors.As still see err.
+func (m *MCP) redact(err error) error {
+	if err == nil || m.query == "" {
+		return err
+	}
+	msg := err.Error()
+	clean := strings.ReplaceAll(msg, m.query, "?(query not shown)")
+	if quoted := strconv.Quote(m.query); len(quoted) > 2 {
+		clean = strings.ReplaceAll(clean, quoted[1:len(quoted)-1], "?(query not shown)")
+	}
+	if clean == msg {
+		return err
+	}
+	return &redactedError{msg: clean, err: err}
+}
+
+// redactedError is an error with a redacted message.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
 // redactURL returns raw without the user information, query and fragment
 // that may carry credentials (marked as left out), or a placeholder when
 // it does not parse.
@@ -296,12 +333,12 @@ func (m *MCP) dial(ctx context.Context) (*mcp.ClientSession, *exec.Cmd, []*mcp.T
 	t, cmd := m.transport()
 	sess, err := m.client.Connect(ctx, t, nil)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("sidecar: connect to the MCP server %s: %w", m.Target(), err)
+		return nil, nil, nil, fmt.Errorf("sidecar: connect to the MCP server %s: %w", m.Target(), m.redact(err))
 	}
 	tools, err := listTools(ctx, sess)
 	if err != nil {
 		sess.Close()
-		return nil, nil, nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), err)
+		return nil, nil, nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), m.redact(err))
 	}
 	return sess, cmd, tools, nil
 }
@@ -465,7 +502,7 @@ func (m *MCP) checkTools(sess *mcp.ClientSession) {
 	defer cancel()
 	tools, err := listTools(ctx, sess)
 	if err != nil {
-		m.log.Warn("tools/list after a list_changed notification", "error", err)
+		m.log.Warn("tools/list after a list_changed notification", "error", m.redact(err))
 		return
 	}
 	m.observe(tools, sess.InitializeResult())
@@ -492,7 +529,7 @@ func (m *MCP) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.
 	defer cancel()
 	tools, err := listTools(ctx, sess)
 	if err != nil {
-		return nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), err)
+		return nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), m.redact(err))
 	}
 	man, infos, skipped := toolManifest(agentFor(m.cfg.AgentID, sess.InitializeResult()), m.cfg.CapabilityPrefix, m.cfg.Tools, tools)
 	for _, s := range skipped {
@@ -533,7 +570,7 @@ func (m *MCP) CheckHealth(ctx context.Context) error {
 			default:
 			}
 		}
-		return fmt.Errorf("sidecar: MCP ping: %w", err)
+		return fmt.Errorf("sidecar: MCP ping: %w", m.redact(err))
 	}
 	m.status.setHealthy(true)
 	return m.drift.err()
@@ -653,6 +690,7 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res *mcp.CallToolResult, err error) (*aip.ActionResult, error) {
 	a := call.Action
 	if err != nil {
+		err = m.redact(err)
 		var we *jsonrpc.Error
 		switch {
 		case ctx.Err() != nil && info.readOnly:
