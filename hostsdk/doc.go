@@ -89,7 +89,11 @@
 //
 // # Native ingress
 //
-// POST /aip/v1/messages accepts a signed native envelope of at most 4 MiB.
+// POST /aip/v1/messages accepts a signed native envelope of at most 4 MiB
+// (a larger Content-Length is refused unread). The bodies being read before
+// their signature is checked hold at most MaxIngressReadBytes (64 MiB)
+// together; a message beyond it waits (aip_host_ingress_reads_waiting), so
+// unauthenticated senders cannot grow the host's memory.
 // The host verifies the dispatcher's signature and identity against the
 // pinned gateway DID and principal, then the pinned security.connector_route
 // against this replica, and claims the message ID in the replay registry
@@ -134,7 +138,8 @@
 // the event delivery metrics aip_host_events_delivered_total,
 // aip_host_event_delivery_failures_total and aip_host_events_pending, and
 // the retention metrics aip_host_journal_actions_pruned_total and
-// aip_host_actions_expired_total, on a registry the host owns) and
+// aip_host_actions_expired_total, and aip_host_ingress_reads_waiting, on a
+// registry the host owns) and
 // /.well-known/jwks.json.
 // Product-owned routes (RouteProvider) share the listener.
 //

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -83,6 +84,11 @@ type Host struct {
 	// controlMu): the offline transition replays it first.
 	pendingDrain *sealedRequest
 	inflight     inflight
+	// ingressBudget bounds the bodies of native messages being read
+	// before their signature is checked (MaxIngressReadBytes);
+	// ingressWaiting counts the messages waiting for it.
+	ingressBudget  *semaphore.Weighted
+	ingressWaiting atomic.Int64
 	// lastActionPrune is when the heartbeat last pruned finished actions
 	// (heartbeat goroutine only).
 	lastActionPrune time.Time
@@ -167,6 +173,7 @@ func New(cfg Config, conn Connector) (*Host, error) {
 		}
 	}
 	h.inflight.init(cfg.MaxInFlight)
+	h.ingressBudget = semaphore.NewWeighted(MaxIngressReadBytes)
 	h.m = newMetrics(h)
 	empty := ""
 	h.storageDetail.Store(&empty)

@@ -125,9 +125,37 @@ func (h *Host) handleMessages() http.Handler {
 	})
 }
 
+// MaxIngressReadBytes bounds the memory the bodies of native messages take
+// while they are read, before their signature is checked: anyone who can
+// reach the listener can send them. A message reserves its Content-Length
+// (aip.MaxMessageBytes when it sends none) and waits while the budget is
+// spent; it gives it back once its signature is checked. The dispatcher's
+// messages are read in milliseconds, so only slow or hostile senders wait.
+const MaxIngressReadBytes = 64 << 20
+
 // serve handles the request and reports whether it succeeded.
 func (x *exchange) serve() bool {
 	h := x.h
+	reserve := int64(aip.MaxMessageBytes)
+	if cl := x.r.ContentLength; cl > aip.MaxMessageBytes {
+		return x.unsigned(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("the message exceeds %d bytes", aip.MaxMessageBytes))
+	} else if cl >= 0 {
+		reserve = cl
+	}
+	h.ingressWaiting.Add(1)
+	err := h.ingressBudget.Acquire(x.ctx, reserve)
+	h.ingressWaiting.Add(-1)
+	if err != nil {
+		return false // the client went away while it waited
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			h.ingressBudget.Release(reserve)
+		}
+	}
+	defer release()
 	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, aip.MaxMessageBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -140,6 +168,7 @@ func (x *exchange) serve() bool {
 	// signature, decodes and validates. Only a failure re-reads the body to
 	// answer the reference's error in its order: schema, decode, signature.
 	verified, verr := aip.VerifyEnvelope(body, "")
+	release() // verified (a pinned dispatcher's message is bounded by its in-flight limit) or about to be refused
 	if verr != nil {
 		var env aip.Envelope
 		if err := json.Unmarshal(body, &env); err != nil {

@@ -28,6 +28,9 @@ const (
 	// may be older than the journal's prune horizon
 	// (connector_host.action_expired).
 	MetricActionsExpired = "aip_host_actions_expired_total"
+	// MetricIngressWaiting is the number of native messages waiting for
+	// the ingress read budget (MaxIngressReadBytes).
+	MetricIngressWaiting = "aip_host_ingress_reads_waiting"
 )
 
 // metrics are the host's collectors, on a registry the host owns (no
@@ -80,6 +83,9 @@ func newMetrics(h *Host) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricStorageReady,
 			Help: "1 when the last durable runtime storage probe succeeded."},
 			func() float64 { return b2f(h.storageReady.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricIngressWaiting,
+			Help: "Native messages waiting to be read: the bodies being read before their signature is checked hold their whole budget."},
+			func() float64 { return float64(h.ingressWaiting.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight,
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),
