@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +37,10 @@ const (
 	DefaultMaxEventBodyBytes = 64 << 20
 	DefaultRegistryTimeout   = 5 * time.Second
 	DefaultStatusTimeout     = 5 * time.Second
-	DefaultShutdownTimeout   = 30 * time.Second
+	// DefaultMaxTenantReplicaCalls is the default of
+	// Config.MaxTenantReplicaCalls.
+	DefaultMaxTenantReplicaCalls = 32
+	DefaultShutdownTimeout       = 30 * time.Second
 	// DefaultHopSlack is how much longer the dispatcher waits for the
 	// replica than the action's timeout, so the replica's own answer to a
 	// connector that overran (outcome unknown, journaled) arrives first.
@@ -97,6 +101,12 @@ type Config struct {
 	RegistryTimeout time.Duration
 	// StatusTimeout bounds the status query to a replica. Defaults to 5s.
 	StatusTimeout time.Duration
+	// MaxTenantReplicaCalls bounds a tenant's status reads and cancels in
+	// flight at once (each sends a signed message to a replica outside the
+	// fair admission of actions, so that a cancel or a status read never
+	// waits behind the tenant's running actions); one more is answered 429
+	// connector.scheduler_overloaded. Defaults to 32.
+	MaxTenantReplicaCalls int
 	// ShutdownTimeout bounds Run's wait for in-flight requests and for the
 	// pending settlement retries. Defaults to 30s.
 	ShutdownTimeout time.Duration
@@ -164,6 +174,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatusTimeout == 0 {
 		c.StatusTimeout = DefaultStatusTimeout
+	}
+	if c.MaxTenantReplicaCalls == 0 {
+		c.MaxTenantReplicaCalls = DefaultMaxTenantReplicaCalls
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
@@ -259,6 +272,33 @@ type Dispatcher struct {
 	eventSlots chan struct{}
 	// eventBodies is the budget of delivery bytes read into memory.
 	eventBodies *semaphore.Weighted
+	// replicaCalls counts each tenant's status reads and cancels in flight
+	// (MaxTenantReplicaCalls), guarded by replicaCallsMu.
+	replicaCallsMu sync.Mutex
+	replicaCalls   map[string]int
+}
+
+// replicaCall takes one of the tenant's MaxTenantReplicaCalls (a status
+// read or a cancel sent to a replica) and returns its release, or the 429
+// to answer when the tenant has them all in flight.
+func (d *Dispatcher) replicaCall(tenant string) (func(), *apiError) {
+	d.replicaCallsMu.Lock()
+	defer d.replicaCallsMu.Unlock()
+	if d.replicaCalls[tenant] >= d.cfg.MaxTenantReplicaCalls {
+		return nil, newAPIError(http.StatusTooManyRequests, CodeSchedulerOverloaded, aip.CategoryTemporary, true, time.Second,
+			fmt.Sprintf("the tenant has %d status reads and cancels in flight, the most the dispatcher runs at once; retry when one has answered", d.cfg.MaxTenantReplicaCalls))
+	}
+	d.replicaCalls[tenant]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.replicaCallsMu.Lock()
+			defer d.replicaCallsMu.Unlock()
+			if d.replicaCalls[tenant]--; d.replicaCalls[tenant] <= 0 {
+				delete(d.replicaCalls, tenant)
+			}
+		})
+	}, nil
 }
 
 // New validates the configuration and returns a dispatcher. It does no I/O
@@ -287,6 +327,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("MaxBodyBytes %d must be positive", cfg.MaxBodyBytes)
 	case cfg.MaxEventDeliveries < 1:
 		return bad("MaxEventDeliveries %d must be positive", cfg.MaxEventDeliveries)
+	case cfg.MaxTenantReplicaCalls < 1:
+		return bad("MaxTenantReplicaCalls %d must be positive", cfg.MaxTenantReplicaCalls)
 	case cfg.MaxEventBodyBytes < aip.MaxEventDeliveryBytes:
 		return bad("MaxEventBodyBytes %d must be at least %d, the largest delivery", cfg.MaxEventBodyBytes, aip.MaxEventDeliveryBytes)
 	case cfg.RegistryTimeout < 0:
@@ -314,14 +356,15 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, deps: deps, key: cfg.SigningKey, sched: sched, client: deps.Client,
-		principal:   aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
-		log:         cfg.Logger.With("component", "dispatch"),
-		tracer:      cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
-		prop:        propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		jwks:        jwks,
-		retries:     newSettleRetries(),
-		eventSlots:  make(chan struct{}, cfg.MaxEventDeliveries),
-		eventBodies: semaphore.NewWeighted(cfg.MaxEventBodyBytes),
+		principal:    aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
+		log:          cfg.Logger.With("component", "dispatch"),
+		tracer:       cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
+		prop:         propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		jwks:         jwks,
+		retries:      newSettleRetries(),
+		eventSlots:   make(chan struct{}, cfg.MaxEventDeliveries),
+		eventBodies:  semaphore.NewWeighted(cfg.MaxEventBodyBytes),
+		replicaCalls: map[string]int{},
 	}
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true

@@ -343,6 +343,13 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 	if reason == "" {
 		reason = "cancelled by the caller through the aipfleet dispatcher"
 	}
+	release, e := d.replicaCall(tenant)
+	if e != nil {
+		resp.Error = e.pe
+		span.SetStatus(codes.Error, e.pe.Code)
+		return resp, e.status
+	}
+	defer release()
 	wctx := context.WithoutCancel(ctx)
 	for attempt := 0; ; attempt++ {
 		resp.Route = factsOf(&a)
@@ -414,6 +421,11 @@ func (d *Dispatcher) Status(ctx context.Context, tenant, actionID string) (Actio
 			out.History = append(out.History, *factsOf(&hist[i]))
 		}
 	}
+	release, e := d.replicaCall(tenant)
+	if e != nil {
+		return ActionStatusResponse{}, e
+	}
+	defer release()
 	st, pe := d.queryStatus(ctx, &a)
 	if pe != nil {
 		out.Replica.Error = pe

@@ -2,10 +2,12 @@ package dispatch_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
@@ -56,5 +58,88 @@ func TestErrorMetricCardinalityIsBounded(t *testing.T) {
 	if len(series) != 1 || !strings.Contains(series[0], `code="other"`) || !strings.HasSuffix(series[0], fmt.Sprintf(" %d", actions)) {
 		t.Fatalf("aip_dispatch_action_errors_total has %d series, want the %d errors under code=\"other\":\n%s",
 			len(series), actions, strings.Join(series, "\n"))
+	}
+}
+
+// TestReplicaCallsAreBoundedPerTenant: a tenant's status reads and cancels
+// each send a signed message to a replica outside the fair admission of
+// actions; at most MaxTenantReplicaCalls of them run at once, and one more
+// is answered 429 at once (not queued behind the tenant's actions).
+func TestReplicaCallsAreBoundedPerTenant(t *testing.T) {
+	w := newWorld(t, worldOptions{cfg: func(c *dispatch.Config) { c.MaxTenantReplicaCalls = 2 }})
+	replicaKey, _ := aip.GenerateSigningKey()
+	held := make(chan struct{}, 8)
+	release := make(chan struct{})
+	w.fakeReplica(aip.NewID(aip.PrefixReplica), replicaKey, fakeHandler(func(rw http.ResponseWriter, r *http.Request, req *aip.Envelope) {
+		switch {
+		case req.Body.Action != nil:
+			signedReply(replicaKey, http.StatusOK, aip.Body{ActionResult: &aip.ActionResult{ActionID: req.Body.Action.ID,
+				Status: aip.ResultCompleted, Output: json.RawMessage(`{}`)}})(rw, r, req)
+		case req.Body.ActionStatusQuery != nil:
+			held <- struct{}{}
+			<-release
+			signedReply(replicaKey, http.StatusOK, aip.Body{ActionStatus: &aip.ActionStatus{ActionID: req.Body.ActionStatusQuery.ActionID,
+				State: aip.StateCompleted}})(rw, r, req)
+		default:
+			http.Error(rw, "unexpected", http.StatusBadRequest)
+		}
+	}))
+	act := aip.NewActionID()
+	if status, resp := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("x", "")}); status != http.StatusOK {
+		t.Fatalf("action: %d %+v", status, resp.Error)
+	}
+	path := dispatch.PathActions + "/" + act
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() {
+			code, _, _ := w.call(http.MethodGet, path, tenant, nil)
+			codes <- code
+		}()
+	}
+	released := false
+	unblock := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	defer unblock() // a failing check below must not leave handlers waiting
+	<-held
+	<-held // two status queries wait at the replica
+	// One more of either is refused at once; if it were sent, it would wait
+	// at the replica too: give up on it after a while rather than hang.
+	third := func(method, p string, body any) (int, []byte) {
+		t.Helper()
+		type answer struct {
+			code int
+			body []byte
+		}
+		got := make(chan answer, 1)
+		go func() {
+			code, b, _ := w.call(method, p, tenant, body)
+			got <- answer{code, b}
+		}()
+		select {
+		case a := <-got:
+			return a.code, a.body
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s %s beside two held calls was not answered: it waits at the replica, unbounded", method, p)
+		}
+		return 0, nil
+	}
+	if code, body := third(http.MethodGet, path, nil); code != http.StatusTooManyRequests || !strings.Contains(string(body), "connector.scheduler_overloaded") {
+		t.Fatalf("a third status read: %d %s; want 429", code, body)
+	}
+	if code, body := third(http.MethodPost, path+"/cancel", map[string]string{}); code != http.StatusTooManyRequests {
+		t.Fatalf("a cancel beside them: %d %s; want 429", code, body)
+	}
+	unblock()
+	for range 2 {
+		if code := <-codes; code != http.StatusOK {
+			t.Fatalf("a held status read ended %d", code)
+		}
+	}
+	if code, body, _ := w.call(http.MethodGet, path, tenant, nil); code != http.StatusOK {
+		t.Fatalf("a status read after they answered: %d %s", code, body)
 	}
 }
