@@ -8,12 +8,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/flock"
 )
 
 // File names inside the state directory.
@@ -50,6 +52,21 @@ func (e *LockedError) Error() string {
 // Unwrap returns ErrLocked.
 func (e *LockedError) Unwrap() error { return ErrLocked }
 
+// lockDir takes the state directory's lock (see package flock).
+func lockDir(dir string) (*flock.Lock, error) {
+	lock, err := flock.Acquire(lockPath(dir))
+	var held *flock.HeldError
+	switch {
+	case errors.As(err, &held):
+		return nil, &LockedError{Dir: dir, PID: held.PID}
+	case errors.Is(err, flock.ErrUnsupported):
+		return nil, fmt.Errorf("sqliteruntime: state directory %s: exclusive locking is not implemented on %s; run the host on Linux or macOS, or use pgruntime", dir, runtime.GOOS)
+	case err != nil:
+		return nil, fmt.Errorf("sqliteruntime: %w", err)
+	}
+	return lock, nil
+}
+
 // SyncMode says when a commit is forced to stable storage.
 type SyncMode string
 
@@ -84,7 +101,7 @@ type Config struct {
 type Journal struct {
 	dir  string
 	path string
-	lock *dirLock
+	lock *flock.Lock
 
 	wdb *sql.DB // one connection, owned by the writer goroutine
 	rdb *sql.DB // the read pool
@@ -258,7 +275,7 @@ func (j *Journal) release() error {
 		errs = append(errs, j.wdb.Close())
 	}
 	if j.lock != nil {
-		errs = append(errs, j.lock.release())
+		errs = append(errs, j.lock.Release())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sqliteruntime: close %s: %w", j.path, err)
