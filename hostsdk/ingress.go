@@ -109,6 +109,9 @@ type exchange struct {
 	// makes the response carry it (refusals do: see refuse).
 	route     *aip.ConnectorRoute
 	echoRoute bool
+	// assigned is assignedAt(route), the earliest time the routed action
+	// can have arrived here.
+	assigned time.Time
 }
 
 // handleMessages serves POST /aip/v1/messages.
@@ -148,13 +151,7 @@ func (x *exchange) serve() bool {
 	if err != nil {
 		return false // the client went away while it waited
 	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			h.ingressBudget.Release(reserve)
-		}
-	}
+	release := sync.OnceFunc(func() { h.ingressBudget.Release(reserve) })
 	defer release()
 	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, aip.MaxMessageBytes))
 	if err != nil {
@@ -202,8 +199,13 @@ func (x *exchange) serve() bool {
 	if pe != nil {
 		return x.fail(http.StatusForbidden, pe)
 	}
-	x.route = route
+	x.route, x.assigned = route, assignedAt(route)
 	now := h.cfg.Now()
+	if b := &env.Body; b.Action != nil || b.Cancel != nil {
+		if pe := x.checkAssignedAt(now); pe != nil {
+			return x.fail(http.StatusForbidden, pe)
+		}
+	}
 	sent := env.SentAt.Time
 	if sent.Before(now.Add(-MaxMessageAge)) || sent.After(now.Add(MaxMessageSkew)) {
 		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
@@ -300,13 +302,7 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 		if a.Callback != nil {
 			return mismatch("action callbacks are not accepted: a streaming action's chunks are returned in the response as NDJSON")
 		}
-		if pe := h.checkAssignedAt(&route); pe != nil {
-			return nil, pe
-		}
 	case b.Cancel != nil:
-		if pe := h.checkAssignedAt(&route); pe != nil {
-			return nil, pe
-		}
 		if b.Cancel.Target.Session != "" {
 			return mismatch("only action-scoped cancel is accepted")
 		}
@@ -321,18 +317,17 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 	return &route, nil
 }
 
-// checkAssignedAt refuses a route whose assignment time, less the allowed
-// skew, is after this replica's clock: the registry's clock is ahead of it.
-// The prune horizon relies on every journaled action having arrived no
-// earlier than assignedAt(route); an action journaled before that time
-// could, once pruned, be delivered again under its route and look newer
-// than the horizon, and run a second time.
-func (h *Host) checkAssignedAt(route *aip.ConnectorRoute) *aip.ProtocolError {
-	now := h.cfg.Now()
-	if at := assignedAt(route); at.After(now) {
+// checkAssignedAt refuses an action or cancel whose route's assignment
+// time, less the allowed skew (x.assigned), is after this replica's clock:
+// the registry's clock is ahead of it. The prune horizon relies on every
+// journaled action having arrived no earlier than x.assigned; an action
+// journaled before that time could, once pruned, be delivered again under
+// its route and look newer than the horizon, and run a second time.
+func (x *exchange) checkAssignedAt(now time.Time) *aip.ProtocolError {
+	if x.assigned.After(now) {
 		return aip.NewProtocolError(CodeRouteMismatch, aip.CategoryAuth, false, 0, fmt.Sprintf(
 			"the route's fence token was issued at %s, more than %s after this replica's clock (%s): synchronise the registry's and the replica's clocks",
-			at.Add(MaxMessageSkew).UTC().Format(time.RFC3339Nano), MaxMessageSkew, now.UTC().Format(time.RFC3339Nano)))
+			x.assigned.Add(MaxMessageSkew).UTC().Format(time.RFC3339Nano), MaxMessageSkew, now.UTC().Format(time.RFC3339Nano)))
 	}
 	return nil
 }
@@ -404,7 +399,7 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	acc, err := h.journal.AcceptAction(jctx, x.req.MessageID, x.msgExpiry, now, journal.Action{
 		ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: h.cfg.TenantID,
 		IdempotencyKey: idempotencyKey(x.req, a), InputDigest: digest, FenceToken: route.FenceToken,
-		MessageID: x.req.MessageID, ReceivedAt: now, AssignedAt: assignedAt(route),
+		MessageID: x.req.MessageID, ReceivedAt: now, AssignedAt: x.assigned,
 	})
 	endSpan(jspan, err)
 	switch {
@@ -747,7 +742,7 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 		_, created, err := h.journal.BeginAction(jctx, journal.Action{
 			ActionID: id, CapabilityID: route.CapabilityID, TenantID: h.cfg.TenantID,
 			FenceToken: route.FenceToken, MessageID: x.req.MessageID, ReceivedAt: now,
-			AssignedAt: assignedAt(route),
+			AssignedAt: x.assigned,
 		})
 		if errors.Is(err, journal.ErrPruned) {
 			return x.expired(id, err)
@@ -784,7 +779,7 @@ func (x *exchange) statusQuery(actionID string) bool {
 		if herr != nil {
 			return x.storageUnavailable(herr)
 		}
-		if journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: assignedAt(x.route)}, horizon) != nil {
+		if journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon) != nil {
 			st.State = aip.StatePruned
 		}
 	case err != nil:

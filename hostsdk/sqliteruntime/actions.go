@@ -155,19 +155,19 @@ func (j *Journal) PruneActions(ctx context.Context, before time.Time, limit int,
 			return storageErr(err, "prune actions")
 		}
 		var (
-			latest int64
+			latest int64 // the horizon: the latest receipt or completion time deleted
 			ids    []string
 		)
 		for rows.Next() {
 			var (
-				id        string
-				completed int64
+				id string
+				at int64 // max(received_at, completed_at)
 			)
-			if err := rows.Scan(&id, &completed); err != nil {
+			if err := rows.Scan(&id, &at); err != nil {
 				rows.Close()
 				return storageErr(err, "prune actions")
 			}
-			latest = max(latest, completed)
+			latest = max(latest, at)
 			ids = append(ids, id)
 			pruned++
 		}
