@@ -140,7 +140,7 @@ func (s *Service) pruneEvents(ctx context.Context) {
 	}
 	now := s.cfg.Now()
 	s.pruneMu.Lock()
-	if !s.eventBacklog && !s.lastEventPrune.IsZero() && now.Sub(s.lastEventPrune) < eventPruneEvery && now.After(s.lastEventPrune) {
+	if !s.lastEventPrune.IsZero() && now.Sub(s.lastEventPrune) < eventPruneEvery && now.After(s.lastEventPrune) {
 		s.pruneMu.Unlock()
 		return
 	}
@@ -167,9 +167,11 @@ func (s *Service) pruneEvents(ctx context.Context) {
 			break
 		}
 	}
-	s.pruneMu.Lock()
-	s.eventBacklog = backlog
-	s.pruneMu.Unlock()
+	if backlog {
+		s.pruneMu.Lock()
+		s.lastEventPrune = time.Time{} // the next cycle goes on
+		s.pruneMu.Unlock()
+	}
 	if total > 0 {
 		s.log.Info("pruned events older than the event retention", "events", total,
 			"received_before", before.UTC().Format(time.RFC3339), "retention", s.cfg.EventRetention.String())

@@ -249,12 +249,11 @@ type Service struct {
 	started chan struct{} // closed when Run has started
 	maint   maintenanceState
 	// pruner is the store's event retention (nil: none); lastEventPrune
-	// is when maintenance last ran it and eventBacklog whether that run
-	// stopped at its batch bound with events left (guarded by pruneMu).
+	// is when maintenance last ran it, zero when that run stopped at its
+	// batch bound with events left (guarded by pruneMu).
 	pruner         registry.EventPruner
 	pruneMu        sync.Mutex
 	lastEventPrune time.Time
-	eventBacklog   bool
 }
 
 const (
