@@ -15,6 +15,18 @@
 // event outbox with leases and retry state, compare-and-set state, Probe,
 // ErrClosed after Close, and, for durable backends, that every kind of record
 // survives Close and a reopen on the same storage.
+//
+// A backend's schema-upgrade test shares its fixture and checks: UpgradeData
+// writes the records of an older build (through that build's statements
+// where they changed), and after the backend has upgraded the storage its
+// own way, CheckUnchanged and CheckPruned check that every record reads
+// back the same and that pruning and the prune horizon work on the old
+// actions:
+//
+//	f := journaltest.UpgradeData(t, old, journaltest.UpgradeWriter{Begin: ..., Accept: ...})
+//	... close old, upgrade the storage, open j on it ...
+//	f.CheckUnchanged(t, j)
+//	j = f.CheckPruned(t, j, nil)
 package journaltest
 
 import (
