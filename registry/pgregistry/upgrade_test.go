@@ -2,6 +2,7 @@ package pgregistry_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -179,54 +180,29 @@ type readBack struct {
 func readAllRecords(t *testing.T, r *pgregistry.Registry, w *upgradeWorld) readBack {
 	t.Helper()
 	ctx := t.Context()
-	var rb readBack
+	var actionIDs []string
+	for _, a := range w.routes {
+		actionIDs = append(actionIDs, a.ActionID)
+	}
+	rb := readBack{
+		Types:        readEach(t, "", w.types, r.ConnectorType),
+		Versions:     readEach(t, "", w.versions, r.ConnectorVersion),
+		Instances:    readEach(t, "", w.instances, r.ConnectorInstance),
+		Replicas:     readEach(t, "", w.replicas, r.ConnectorReplica),
+		Bindings:     readEach(t, "", w.bindings, r.CapabilityBinding),
+		Policies:     readEach(t, "", w.policies, r.AdmissionPolicy),
+		Assignments:  readEach(t, "assignment ", actionIDs, r.Assignment),
+		Reservations: readEach(t, "reservation ", actionIDs, r.Reservation),
+		Events:       map[string][]registry.StoredEvent{},
+	}
+	for tn := range w.events {
+		rb.Events[tn] = tenantEvents(t, r, tn)
+	}
 	get := func(err error, what string) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("read %s: %v", what, err)
 		}
-	}
-	for _, id := range w.types {
-		v, err := r.ConnectorType(ctx, id)
-		get(err, id)
-		rb.Types = append(rb.Types, v)
-	}
-	for _, id := range w.versions {
-		v, err := r.ConnectorVersion(ctx, id)
-		get(err, id)
-		rb.Versions = append(rb.Versions, v)
-	}
-	for _, id := range w.instances {
-		v, err := r.ConnectorInstance(ctx, id)
-		get(err, id)
-		rb.Instances = append(rb.Instances, v)
-	}
-	for _, id := range w.replicas {
-		v, err := r.ConnectorReplica(ctx, id)
-		get(err, id)
-		rb.Replicas = append(rb.Replicas, v)
-	}
-	for _, k := range w.bindings {
-		v, err := r.CapabilityBinding(ctx, k)
-		get(err, k.String())
-		rb.Bindings = append(rb.Bindings, v)
-	}
-	for _, id := range w.policies {
-		v, err := r.AdmissionPolicy(ctx, id)
-		get(err, id)
-		rb.Policies = append(rb.Policies, v)
-	}
-	for _, a := range w.routes {
-		v, err := r.Assignment(ctx, a.ActionID)
-		get(err, "assignment "+a.ActionID)
-		rb.Assignments = append(rb.Assignments, v)
-		res, err := r.Reservation(ctx, a.ActionID)
-		get(err, "reservation "+a.ActionID)
-		rb.Reservations = append(rb.Reservations, res)
-	}
-	rb.Events = map[string][]registry.StoredEvent{}
-	for tn := range w.events {
-		rb.Events[tn] = tenantEvents(t, r, tn)
 	}
 	var err error
 	rb.Revision, err = r.CatalogRevision(ctx)
@@ -236,6 +212,21 @@ func readAllRecords(t *testing.T, r *pgregistry.Registry, w *upgradeWorld) readB
 	rb.Status, err = r.Status(ctx)
 	get(err, "fleet status")
 	return rb
+}
+
+// readEach reads the record of every key through read, in order; a
+// failure names the key after what.
+func readEach[K, V any](t *testing.T, what string, keys []K, read func(context.Context, K) (V, error)) []V {
+	t.Helper()
+	var out []V
+	for _, k := range keys {
+		v, err := read(t.Context(), k)
+		if err != nil {
+			t.Fatalf("read %s%v: %v", what, k, err)
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // tenantEvents reads a tenant's whole log, two events a page.
