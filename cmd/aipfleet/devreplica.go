@@ -76,12 +76,8 @@ func (p *replicaProcess) run(ctx context.Context) error {
 			}
 			p.log.event("dev", p.name+" stopped: "+err.Error()+"; restarting it", "in", pause.String())
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepCtx(ctx, pause) {
 			return err // nothing runs; its last exit stands (nil after a clean drain)
-		case <-t.C:
 		}
 		if err != nil {
 			pause = min(2*pause, restartMax)

@@ -149,12 +149,8 @@ func (f *eventsFlags) list(ctx context.Context, client *http.Client, e *env) err
 			}
 			// The dispatcher is restarting or overloaded: keep following.
 			fmt.Fprintf(e.stderr, "events list: %v; asking again in %s\n", err, f.interval)
-			t := time.NewTimer(f.interval)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !sleepCtx(ctx, f.interval) {
 				return nil
-			case <-t.C:
 			}
 			continue
 		}
@@ -180,13 +176,22 @@ func (f *eventsFlags) list(ctx context.Context, client *http.Client, e *env) err
 		case !f.follow:
 			return nil
 		}
-		t := time.NewTimer(f.interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepCtx(ctx, f.interval) {
 			return nil
-		case <-t.C:
 		}
+	}
+}
+
+// sleepCtx waits d, or less when ctx ends first; it reports whether the
+// whole wait passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
