@@ -76,4 +76,11 @@
 // (Prometheus text), GET /.well-known/jwks.json (the signing key, kid = its
 // did:key), and the operator reads GET /aip/v1/fleet/status and
 // GET /aip/v1/fleet/replicas.
+//
+// The fleet views (every replica's endpoint, identity and load) answer only
+// requests Config.OperatorAuth admits — in aipfleet control-plane, those
+// with an operator token of a trusted issuer — and 401 with the reason to
+// the rest; without OperatorAuth they answer no one. The messages of
+// failing /ready checks go to operators, to loopback peers and to the log
+// (when they change); other peers read which checks fail.
 package controlplane

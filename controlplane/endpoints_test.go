@@ -201,8 +201,11 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// openFleetViews configures a service whose fleet views every peer reads.
+func openFleetViews(c *controlplane.Config) { c.OperatorAuth = controlplane.AllowEveryone }
+
 func TestFleetEndpoints(t *testing.T) {
-	e := newEnv(t, newMemBackend)
+	e := newEnv(t, newMemBackend, openFleetViews)
 	var hosts []*host
 	for _, n := range []string{"c", "a", "b"} {
 		hosts = append(hosts, e.provision(n))
@@ -247,7 +250,7 @@ func TestFleetEndpoints(t *testing.T) {
 // the next page: aipfleet fleet status pages with limit=1000 and stops at
 // the first page without one.
 func TestFleetReplicasFullLargestPage(t *testing.T) {
-	e := newEnv(t, newMemBackend)
+	e := newEnv(t, newMemBackend, openFleetViews)
 	n := registry.MaxReplicaPage + 1
 	for i := range n {
 		e.provision(fmt.Sprintf("%05d", i))
@@ -282,7 +285,7 @@ func TestFleetReplicasFullLargestPage(t *testing.T) {
 func TestFleetReplicasWithoutLister(t *testing.T) {
 	clock := registrytest.NewClock(registrytest.Epoch)
 	b := newMemBackend(t, clock)
-	svc, err := controlplane.New(controlKey, brokenStore{b.Store}, controlplane.Config{Now: clock.Now})
+	svc, err := controlplane.New(controlKey, brokenStore{b.Store}, controlplane.Config{Now: clock.Now, OperatorAuth: controlplane.AllowEveryone})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,9 @@ const (
 	MetricEventsPruned = "aip_connector_control_events_pruned_total"
 	// MetricEventPruneFailures counts event prunings that failed.
 	MetricEventPruneFailures = "aip_connector_control_event_prune_failures_total"
+	// MetricFleetViewRefusals counts fleet view requests refused 401 (not
+	// an operator's).
+	MetricFleetViewRefusals = "aip_connector_control_fleet_view_refusals_total"
 )
 
 type metrics struct {
@@ -51,6 +54,7 @@ type metrics struct {
 	activeAssignments prometheus.Gauge
 	eventsPruned      prometheus.Counter
 	eventPruneErrors  prometheus.Counter
+	fleetViewRefusals prometheus.Counter
 }
 
 // Replica states of the aip_connector_control_replicas gauge.
@@ -97,6 +101,8 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Events of the fleet's event log deleted after the event retention."}),
 		eventPruneErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricEventPruneFailures,
 			Help: "Event log prunings that failed (the lease maintenance goes on)."}),
+		fleetViewRefusals: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricFleetViewRefusals,
+			Help: "Fleet view requests refused 401 because they were not an operator's (Config.OperatorAuth)."}),
 	}
 	running := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricRunning,
 		Help: "1 while the service's batch workers run."}, func() float64 {
@@ -111,7 +117,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.requests, m.rejections, m.replays, m.duration, m.batchCommands, m.batchDuration, m.batchFailures,
 		m.leasesExpired, m.maintenanceErrors, m.maintenanceLast, m.replicas, m.readyCapacity, m.activeAssignments, running,
-		m.eventsPruned, m.eventPruneErrors,
+		m.eventsPruned, m.eventPruneErrors, m.fleetViewRefusals,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

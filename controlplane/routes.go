@@ -26,8 +26,8 @@ func (s *Service) routes() http.Handler {
 	r.Method(http.MethodGet, PathReady, s.handleReady())
 	r.Method(http.MethodGet, PathMetrics, s.m.handler())
 	r.Method(http.MethodGet, PathJWKS, s.handleJWKS())
-	r.Method(http.MethodGet, PathFleetStatus, s.handleFleetStatus())
-	r.Method(http.MethodGet, PathFleetReplicas, s.handleFleetReplicas())
+	r.Method(http.MethodGet, PathFleetStatus, s.operatorsOnly(s.handleFleetStatus()))
+	r.Method(http.MethodGet, PathFleetReplicas, s.operatorsOnly(s.handleFleetReplicas()))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such route: "+r.URL.Path)
 	})

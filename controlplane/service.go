@@ -121,7 +121,20 @@ type Config struct {
 	// a minute. Defaults to 30 days; at least MinEventRetention;
 	// KeepEventsForever keeps them all.
 	EventRetention time.Duration
+
+	// OperatorAuth decides whether a request is an operator's: nil admits
+	// it; an error refuses it, and its text is the reason of the 401
+	// answer (say what to send). Operators read the fleet views
+	// (PathFleetStatus, PathFleetReplicas) and the detail of failing
+	// /ready checks. Nil admits no one: the fleet views answer 401, and
+	// the detail of /ready goes only to loopback peers (every peer still
+	// sees which checks fail). AllowEveryone opens both to every peer.
+	OperatorAuth func(r *http.Request) error
 }
+
+// AllowEveryone is an OperatorAuth that admits every request: for a
+// control plane reachable only from a trusted network.
+func AllowEveryone(*http.Request) error { return nil }
 
 func (c Config) withDefaults() Config {
 	if c.LeaseTTL == 0 {
@@ -254,6 +267,10 @@ type Service struct {
 	pruner         registry.EventPruner
 	pruneMu        sync.Mutex
 	lastEventPrune time.Time
+	// notReady is the detail of the failing /ready checks last logged
+	// ("" while ready), so a failure is logged when it changes, not at
+	// every probe.
+	notReady atomic.Pointer[string]
 }
 
 const (

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/netutil"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -50,14 +52,82 @@ func (s *Service) handleHealth() http.Handler {
 // handleReady answers GET /ready: the service's workers run, the store's
 // checks pass (schema version, catalog revision, pool state), and lease
 // maintenance is not failing repeatedly.
+//
+// The messages of failing checks (storage errors name hosts, roles and
+// databases) go to the log when they change, and into the answer only for
+// an operator or a loopback peer; every other peer reads
+// redactedCheckMessage in their place.
 func (s *Service) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		doc := s.readiness(r.Context())
+		s.logReadiness(&doc)
 		status := http.StatusOK
 		if doc.Status != "ready" {
 			status = http.StatusServiceUnavailable
+			if !netutil.IsLoopbackPeer(r.RemoteAddr) && s.operatorError(r) != nil {
+				for i := range doc.Checks {
+					if !doc.Checks[i].OK {
+						doc.Checks[i].Message = redactedCheckMessage
+					}
+				}
+			}
 		}
 		writeJSON(w, status, doc)
+	})
+}
+
+// redactedCheckMessage replaces a failing /ready check's message for a
+// peer that is neither an operator nor on this machine.
+const redactedCheckMessage = "failing; the detail is in the control plane's log, and in this answer for an operator or on this machine"
+
+// logReadiness logs the failing checks of doc when they differ from the
+// last ones logged, and a return to ready once.
+func (s *Service) logReadiness(doc *ReadyDocument) {
+	var b strings.Builder
+	for _, c := range doc.Checks {
+		if !c.OK {
+			fmt.Fprintf(&b, "%s: %s; ", c.Name, c.Message)
+		}
+	}
+	now := strings.TrimSuffix(b.String(), "; ")
+	last := s.notReady.Load()
+	if (last == nil && now == "") || (last != nil && *last == now) {
+		return
+	}
+	if !s.notReady.CompareAndSwap(last, &now) {
+		return // another probe logged at the same moment
+	}
+	if now == "" {
+		s.log.Info("ready again", "component", Component)
+		return
+	}
+	s.log.Warn("not ready", "component", Component, "failing", strings.Join(doc.Failing, ","), "detail", now)
+}
+
+// operatorError is nil when r is an operator's (Config.OperatorAuth), else
+// why not.
+func (s *Service) operatorError(r *http.Request) error {
+	if s.cfg.OperatorAuth == nil {
+		return errNoOperators
+	}
+	return s.cfg.OperatorAuth(r)
+}
+
+// errNoOperators is the reason of the fleet views' 401 when no operator is
+// configured.
+var errNoOperators = errors.New("the fleet views are for operators and this control plane trusts none: start it with --operator-issuer NAME=DID and send an operator token (aipfleet token --operator), or with --open-fleet-views on a trusted network")
+
+// operatorsOnly wraps a fleet view: a request that is not an operator's is
+// answered 401 with the reason.
+func (s *Service) operatorsOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.operatorError(r); err != nil {
+			s.m.fleetViewRefusals.Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="aipfleet-control"`)
+			writeError(w, http.StatusUnauthorized, "unauthorized", aip.TruncateUTF8(err.Error(), aip.MaxErrorMessageBytes))
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -259,8 +329,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // retryable, any other status permanent.
 func writeError(w http.ResponseWriter, status int, code, message string) {
 	category, retryable := aip.CategoryPermanent, false
-	if status == http.StatusServiceUnavailable {
+	switch status {
+	case http.StatusServiceUnavailable:
 		category, retryable = aip.CategoryTemporary, true
+	case http.StatusUnauthorized:
+		category = aip.CategoryAuth
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

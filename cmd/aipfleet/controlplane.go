@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
 )
@@ -22,6 +24,14 @@ func controlPlaneCommand() *command {
 (signed register, heartbeat, drain and offline), GET /health, /ready,
 /metrics, /.well-known/jwks.json and the read-only fleet views
 /aip/v1/fleet/status and /aip/v1/fleet/replicas.
+
+The fleet views (every replica's endpoint, identity and load) are for
+operators: requests need an operator token (Authorization: Bearer) of an
+issuer in --operator-issuer, for --operator-audience; mint one with
+aipfleet token --operator. Without --operator-issuer they answer 401,
+unless --open-fleet-views opens them to every peer (a trusted network
+only). The detail of a failing /ready check goes to operators and to peers
+on this machine; others see which checks fail.
 
 It connects to the registry with the data pool only (no catalog-admin
 rights): the database URL should name the restricted lifecycle role, and
@@ -39,6 +49,7 @@ then the lease maintenance stops and the database pool closes.`,
 		examples: []string{
 			"aipfleet control-plane --database-url-file /run/secrets/lifecycle-db-url --signing-key-file /run/secrets/control.key --bind 0.0.0.0:8090 --tls-cert-file tls.crt --tls-key-file tls.key",
 			"aipfleet control-plane --database-url-file db.url --signing-key-file control.key --allow-insecure-loopback-http",
+			"aipfleet control-plane --database-url-file db.url --signing-key-file control.key --operator-issuer ops=did:key:z6Mk... --allow-insecure-loopback-http",
 			"AIP_CONTROL_DATABASE_URL_FILE=db.url AIP_CONTROL_SIGNING_KEY_FILE=control.key AIP_CONTROL_LEASE_TTL=15s aipfleet control-plane --allow-insecure-loopback-http",
 		},
 		run: runControlPlane,
@@ -52,6 +63,10 @@ type controlPlaneFlags struct {
 	maxBatch       int
 	batchWorkers   int
 	eventRetention time.Duration
+	// operators verifies operator tokens (nil: none trusted);
+	// openFleetViews admits every peer instead.
+	operators      *tenanttoken.Verifier
+	openFleetViews bool
 }
 
 func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFlags, error) {
@@ -67,11 +82,26 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 	fs.IntVar(&f.maxBatch, "max-batch", controlplane.DefaultMaxBatch, "most lifecycle requests coalesced into one transaction (1 disables coalescing)")
 	fs.IntVar(&f.batchWorkers, "batch-workers", controlplane.DefaultBatchWorkers, "lifecycle transactions in flight at once")
 	fs.DurationVar(&f.eventRetention, "event-retention", controlplane.DefaultEventRetention, "how long the fleet's event log keeps an event; older ones are deleted (at least 1h; 0 keeps every event)")
+	operatorIssuers := fs.String("operator-issuer", "", "trusted issuers of operator tokens for the fleet views: NAME=DID[,NAME=DID...]")
+	operatorAudience := fs.String("operator-audience", tenanttoken.OperatorAudience, "audience operator tokens must name")
+	fs.BoolVar(&f.openFleetViews, "open-fleet-views", false, "serve the fleet views to every peer, without a token (a trusted network only)")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return nil, err
 	}
 	if len(fs.args()) > 0 {
 		return nil, usagef("control-plane: unexpected argument %q; every setting is a flag", fs.args()[0])
+	}
+	if *operatorIssuers != "" {
+		if f.openFleetViews {
+			return nil, usagef("control-plane: give either --operator-issuer (fleet views for operator tokens) or --open-fleet-views (for everyone), not both")
+		}
+		issuers, err := parseIssuers(*operatorIssuers)
+		if err != nil {
+			return nil, usagef("control-plane: --operator-issuer: %v", err)
+		}
+		if f.operators, err = tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: issuers, Operator: true, Audience: *operatorAudience}); err != nil {
+			return nil, usagef("control-plane: --operator-issuer: %v", err)
+		}
 	}
 	// In controlplane.Config 0 means the default; on the command line the
 	// default is the flag left out, so 0 is refused.
@@ -102,7 +132,22 @@ func (f *controlPlaneFlags) serviceConfig() controlplane.Config {
 	if retention == 0 {
 		retention = controlplane.KeepEventsForever
 	}
-	return controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers, EventRetention: retention}
+	cfg := controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers, EventRetention: retention}
+	switch {
+	case f.openFleetViews:
+		cfg.OperatorAuth = controlplane.AllowEveryone
+	case f.operators != nil:
+		cfg.OperatorAuth = operatorAuth(f.operators)
+	}
+	return cfg
+}
+
+// operatorAuth admits the requests that carry an operator token v verifies.
+func operatorAuth(v *tenanttoken.Verifier) func(*http.Request) error {
+	return func(r *http.Request) error {
+		_, err := v.VerifyRequest(r)
+		return err
+	}
 }
 
 // controlPlaneConfigFlags maps the controlplane.Config fields the flags set
@@ -120,6 +165,17 @@ func controlPlaneConfigError(err error) error {
 		}
 	}
 	return usagef("control-plane: %v", err)
+}
+
+// fleetViews says who may read the fleet views, for the startup log line.
+func (f *controlPlaneFlags) fleetViews() string {
+	switch {
+	case f.openFleetViews:
+		return "every peer (--open-fleet-views)"
+	case f.operators != nil:
+		return "operator tokens (--operator-issuer)"
+	}
+	return "no one: set --operator-issuer or --open-fleet-views"
 }
 
 func parseLogLevel(s string) (slog.Level, error) {
@@ -151,7 +207,7 @@ func runControlPlane(ctx context.Context, c *command, e *env, args []string) err
 	stats := srv.reg.PoolStats()
 	srv.logger.Info("starting", "component", controlplane.Component, "status", "starting",
 		"did", svc.DID(), "bind", srv.ln.Addr().String(), "scheme", srv.scheme(),
-		"schema_version", pgregistry.SchemaVersion, "lease_ttl", f.leaseTTL.String(),
+		"schema_version", pgregistry.SchemaVersion, "lease_ttl", f.leaseTTL.String(), "fleet_views", f.fleetViews(),
 		"control_pool_max", stats.ControlMax, "data_pool_max", stats.DataMax)
 	// Serve returns after ctx ends (SIGTERM, Ctrl-C): the HTTP server drains,
 	// then the batch workers and maintenance stop; the deferred close then

@@ -506,11 +506,19 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	}
 
 	// The control plane and the dispatcher, in process.
-	svc, err := controlplane.New(f.keys.control, reg, controlplane.Config{LeaseTTL: devLeaseTTL, Logger: slogFor(log, "control", level)})
+	// The dev issuer's key signs the dev tenant's tokens and, for aipfleet
+	// fleet status, operator tokens.
+	devIssuers := []tenanttoken.Issuer{{Name: devIssuer, DIDs: []string{f.keys.issuer.DID()}}}
+	operators, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: devIssuers, Operator: true})
 	if err != nil {
 		return err
 	}
-	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: devIssuer, DIDs: []string{f.keys.issuer.DID()}}}})
+	svc, err := controlplane.New(f.keys.control, reg, controlplane.Config{LeaseTTL: devLeaseTTL, Logger: slogFor(log, "control", level),
+		OperatorAuth: operatorAuth(operators)})
+	if err != nil {
+		return err
+	}
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: devIssuers})
 	if err != nil {
 		return err
 	}
@@ -796,7 +804,7 @@ func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, ex
 	cli := cliName()
 	fmt.Fprintf(w, "\naipfleet dev is ready: %d %s replicas serving tenant %s\n\n", f.replicas, f.connector, DevTenant)
 	fmt.Fprintf(w, "  dispatcher     http://%s   POST /aip/v1/actions\n", f.dispatchAddr())
-	fmt.Fprintf(w, "  control plane  http://%s   GET /aip/v1/fleet/replicas\n", f.controlAddr())
+	fmt.Fprintf(w, "  control plane  http://%s   GET /aip/v1/fleet/replicas (operator token: aipfleet fleet status)\n", f.controlAddr())
 	for i, p := range procs {
 		fmt.Fprintf(w, "  %-13s  http://%s   %s  pid %d (%s)\n", p.name, f.replicaAddr(i), f.state.ReplicaIDs[i], p.pid(), p.pidFile)
 	}
@@ -810,6 +818,7 @@ func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, ex
 	}
 	if filepath.Clean(f.dir) != DefaultDevStateDir {
 		clientFlags += " --dev-state-dir " + shellQuote(f.dir)
+		fleetFlags += " --dev-state-dir " + shellQuote(f.dir)
 	}
 	fmt.Fprintf(w, "\nTry, in another terminal:\n")
 	fmt.Fprintf(w, "  %s action send%s --capability echo.say --input '{\"message\":\"hello\"}'\n", cli, clientFlags)

@@ -8,12 +8,16 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -39,12 +43,20 @@ follows.
 --watch redraws the table in place every --interval until Ctrl-C;
 --json prints the two views as one JSON document (one per interval with
 --watch). The control plane is --control-url: by default the one that
-aipfleet dev and aipfleet control-plane listen on.`,
+aipfleet dev and aipfleet control-plane listen on.
+
+The fleet views are for operators: the request carries --token (an
+operator token, see aipfleet token --operator), or one minted for 15
+minutes with --issuer-key (an issuer the control plane trusts with
+--operator-issuer NAME=DID, NAME = --issuer). With neither, it mints one
+with the issuer key of aipfleet dev's state directory, which the dev
+control plane trusts.`,
 		examples: []string{
 			"aipfleet fleet status",
 			"aipfleet fleet status --watch",
 			"aipfleet fleet status --json | jq '.replicas[] | select(.status != \"ready\")'",
-			"AIP_FLEET_CONTROL_URL=https://control.example.net:8090 aipfleet fleet status --wide",
+			"AIP_FLEET_CONTROL_URL=https://control.example.net:8090 AIP_FLEET_TOKEN=$(cat ops.token) aipfleet fleet status --wide",
+			"aipfleet fleet status --control-url https://control.example.net:8090 --issuer-key ops.key --issuer ops",
 		},
 		run: runFleet,
 	}
@@ -65,6 +77,10 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	wide := fs.Bool("wide", false, "add each replica's endpoint, topology and health revision")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on each read of the control plane")
 	caFile := fs.String("ca-file", "", "extra PEM root CA for an https control plane")
+	token := fs.String("token", "", "operator bearer token (see aipfleet token --operator)")
+	issuerKey := fs.String("issuer-key", "", "mint a 15-minute operator token with this issuer key file (mode 0600)")
+	issuer := fs.String("issuer", devIssuer, "issuer name (iss claim) of minted tokens")
+	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --issuer-key, mint with aipfleet dev's issuer key in this directory (keys/issuer.key)")
 	fs.NoEnv("watch")
 	fs.NoEnv("json")
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -93,6 +109,10 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	if *timeout <= 0 {
 		return usagef("fleet status: --timeout must be positive")
 	}
+	bearer, err := operatorBearer(*token, *issuerKey, *issuer, *devStateDir)
+	if err != nil {
+		return err
+	}
 	// One control plane, one request at a time.
 	client, err := tlsClient("--ca-file", *caFile, 2, 2)
 	if err != nil {
@@ -108,7 +128,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 		return nil
 	}
 	if !*watch {
-		v, err := readFleet(ctx, client, base)
+		v, err := readFleet(ctx, client, base, bearer)
 		if err != nil {
 			return err
 		}
@@ -117,7 +137,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for {
-		v, err := readFleet(ctx, client, base)
+		v, err := readFleet(ctx, client, base, bearer)
 		if ctx.Err() != nil {
 			return nil // Ctrl-C ends the watch
 		}
@@ -148,8 +168,41 @@ func baseURL(flagName, raw, example string) (string, error) {
 	return strings.TrimRight(raw, "/"), nil
 }
 
-// readFleet reads every page of the replicas view and the status summary.
-func readFleet(ctx context.Context, client *http.Client, base string) (*fleetView, error) {
+// operatorBearer returns what gives the fleet views' requests their token:
+// --token; or a token minted for each read with --issuer-key; or, with
+// neither, one minted with aipfleet dev's issuer key when devStateDir has
+// one; else none (the control plane's 401 then says what it needs).
+func operatorBearer(token, issuerKey, issuer, devStateDir string) (func() (string, error), error) {
+	switch {
+	case token != "" && issuerKey != "":
+		return nil, usagef("fleet status: give either --token or --issuer-key, not both")
+	case token != "":
+		return func() (string, error) { return token, nil }, nil
+	case issuerKey == "":
+		dev := filepath.Join(devStateDir, "keys", "issuer.key")
+		if _, err := os.Stat(dev); err != nil {
+			return func() (string, error) { return "", nil }, nil
+		}
+		issuerKey, issuer = dev, devIssuer
+	}
+	key, err := aip.LoadSigningKey(issuerKey)
+	if err != nil {
+		return nil, fmt.Errorf("--issuer-key: %w", err)
+	}
+	return func() (string, error) {
+		now := time.Now()
+		return tenanttoken.MintOperator(key, tenanttoken.Claims{Issuer: issuer, Audience: tenanttoken.OperatorAudience,
+			Subject: "aipfleet-fleet-status", IssuedAt: now, Expiry: now.Add(mintedTokenTTL)})
+	}, nil
+}
+
+// readFleet reads every page of the replicas view and the status summary,
+// each request with a token from bearer.
+func readFleet(ctx context.Context, client *http.Client, base string, bearer func() (string, error)) (*fleetView, error) {
+	tok, err := bearer()
+	if err != nil {
+		return nil, err
+	}
 	v := &fleetView{Replicas: []controlplane.FleetReplica{}}
 	after := ""
 	for {
@@ -158,7 +211,7 @@ func readFleet(ctx context.Context, client *http.Client, base string) (*fleetVie
 			q.Set("after", after)
 		}
 		var page controlplane.FleetReplicaPage
-		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), &page); err != nil {
+		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), tok, &page); err != nil {
 			return nil, err
 		}
 		v.Replicas = append(v.Replicas, page.Replicas...)
@@ -167,16 +220,19 @@ func readFleet(ctx context.Context, client *http.Client, base string) (*fleetVie
 		}
 		after = page.Next
 	}
-	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, &v.Status); err != nil {
+	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, tok, &v.Status); err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-func getJSON(ctx context.Context, client *http.Client, u string, into any) error {
+func getJSON(ctx context.Context, client *http.Client, u, token string, into any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -189,6 +245,13 @@ func getJSON(ctx context.Context, client *http.Client, u string, into any) error
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		how := "give --token (aipfleet token --operator) or --issuer-key FILE of an issuer it trusts (aipfleet control-plane --operator-issuer)"
+		if token != "" {
+			how = "check that the control plane trusts the token's issuer and key (--operator-issuer NAME=DID) and that the token has not expired"
+		}
+		return fmt.Errorf("GET %s: %w; %s", u, apiFailure(resp.StatusCode, raw), how)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %w", u, apiFailure(resp.StatusCode, raw))

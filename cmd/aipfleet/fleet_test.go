@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/memregistry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
@@ -23,8 +25,9 @@ import (
 // fleetServer serves the fleet views of a control plane over a registry
 // holding four replicas: crepl_r1 ready with one active assignment and an
 // open circuit, crepl_r2 draining, crepl_r3 offline, crepl_r4 ready with an
-// expired lease.
-func fleetServer(t *testing.T) string {
+// expired lease. The views need an operator token of issuer "ops", whose
+// key is in the file it returns.
+func fleetServer(t *testing.T) (url, opsKeyFile string) {
 	t.Helper()
 	ctx := context.Background()
 	reg, err := memregistry.New(memregistry.Config{})
@@ -64,11 +67,17 @@ func fleetServer(t *testing.T) string {
 		routes = append(routes, a)
 	}
 	noErr(t, reg.Settle(ctx, routes[0], registry.SettlementOutcomeUnknown))
-	svc, err := controlplane.New(registrytest.Key("control"), reg, controlplane.Config{DisableMaintenance: true})
+	ops, err := aip.GenerateSigningKey()
+	noErr(t, err)
+	opsKeyFile = filepath.Join(t.TempDir(), "ops.key")
+	noErr(t, os.WriteFile(opsKeyFile, []byte(hex.EncodeToString(ops.Seed())), 0o600))
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Operator: true, Issuers: []tenanttoken.Issuer{{Name: "ops", DIDs: []string{ops.DID()}}}})
+	noErr(t, err)
+	svc, err := controlplane.New(registrytest.Key("control"), reg, controlplane.Config{DisableMaintenance: true, OperatorAuth: operatorAuth(verifier)})
 	noErr(t, err)
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, opsKeyFile
 }
 
 func noErr(t *testing.T, err error) {
@@ -79,8 +88,8 @@ func noErr(t *testing.T, err error) {
 }
 
 func TestFleetStatus(t *testing.T) {
-	url := fleetServer(t)
-	out, _, err := runCLI(t, map[string]string{"AIP_FLEET_CONTROL_URL": url}, "fleet", "status")
+	url, keyFile := fleetServer(t)
+	out, _, err := runCLI(t, map[string]string{"AIP_FLEET_CONTROL_URL": url, "AIP_FLEET_ISSUER_KEY": keyFile, "AIP_FLEET_ISSUER": "ops"}, "fleet", "status")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +105,14 @@ func TestFleetStatus(t *testing.T) {
 			t.Errorf("output does not match %s:\n%s", want, out)
 		}
 	}
-	wide, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url+"/", "--wide")
+	token, _, err := runCLI(t, nil, "token", "--issuer-key", keyFile, "--issuer", "ops", "--operator")
+	noErr(t, err)
+	wide, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url+"/", "--wide", "--token", strings.TrimSpace(token))
 	if err != nil || !strings.Contains(wide, "https://crepl_r2.replicas.test:8443") || !strings.Contains(wide, "global/default/standard") {
 		t.Fatalf("--wide: %v\n%s", err, wide)
 	}
 
-	raw, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url, "--json")
+	raw, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url, "--json", "--issuer-key", keyFile, "--issuer", "ops")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +126,13 @@ func TestFleetStatus(t *testing.T) {
 }
 
 func TestFleetStatusWatch(t *testing.T) {
-	url := fleetServer(t)
+	url, keyFile := fleetServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out lockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"fleet", "status", "--watch", "--interval", "100ms", "--control-url", url}, func(string) string { return "" }, &out, &out)
+		done <- run(ctx, []string{"fleet", "status", "--watch", "--interval", "100ms", "--control-url", url, "--issuer-key", keyFile, "--issuer", "ops"}, func(string) string { return "" }, &out, &out)
 	}()
 	deadline := time.Now().Add(time.Minute)
 	for strings.Count(out.String(), "\x1b[H\x1b[2J") < 3 {
@@ -136,6 +147,34 @@ func TestFleetStatusWatch(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "4 replicas: 1 ready"); n < 3 {
 		t.Fatalf("%d tables in three redraws", n)
+	}
+}
+
+// TestFleetStatusNeedsAnOperatorToken: without a token, or with one the
+// control plane does not take, fleet status fails with the control plane's
+// reason and what to give it.
+func TestFleetStatusNeedsAnOperatorToken(t *testing.T) {
+	url, keyFile := fleetServer(t)
+	_, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url, "--dev-state-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "missing Authorization header") || !strings.Contains(err.Error(), "--token") {
+		t.Errorf("without a token: %v", err)
+	}
+	tenant, _, err := runCLI(t, nil, "token", "--issuer-key", keyFile, "--issuer", "ops", "--tenant", "acme", "--audience", tenanttoken.OperatorAudience)
+	noErr(t, err)
+	_, _, err = runCLI(t, nil, "fleet", "status", "--control-url", url, "--token", strings.TrimSpace(tenant))
+	if err == nil || !strings.Contains(err.Error(), "not an operator token") || !strings.Contains(err.Error(), "--operator-issuer") {
+		t.Errorf("with a tenant token: %v", err)
+	}
+	other, err := aip.GenerateSigningKey()
+	noErr(t, err)
+	otherFile := filepath.Join(t.TempDir(), "other.key")
+	noErr(t, os.WriteFile(otherFile, []byte(hex.EncodeToString(other.Seed())), 0o600))
+	_, _, err = runCLI(t, nil, "fleet", "status", "--control-url", url, "--issuer-key", otherFile, "--issuer", "ops")
+	if err == nil || !strings.Contains(err.Error(), "not signed by a trusted issuer key") {
+		t.Errorf("with an untrusted issuer key: %v", err)
+	}
+	if _, _, err = runCLI(t, nil, "fleet", "status", "--control-url", url, "--issuer-key", keyFile, "--token", "x"); err == nil || !strings.Contains(err.Error(), "either --token or --issuer-key") {
+		t.Errorf("--token and --issuer-key: %v", err)
 	}
 }
 

@@ -368,7 +368,7 @@ exit 127
 			})
 			dev.waitFor(t, m[1]+" to register again", func() bool {
 				var st registry.FleetStatusSummary
-				return fetchJSON(controlURL+controlplane.PathFleetStatus, &st) == nil && st.ReadyReplicas == replicas
+				return fetchJSON(controlURL+controlplane.PathFleetStatus, devOperatorToken(t, stateDir), &st) == nil && st.ReadyReplicas == replicas
 			})
 		}
 	}
@@ -432,10 +432,27 @@ func timesText(n int) string {
 	return "exactly " + strconv.Itoa(n)
 }
 
-func fetchJSON(url string, into any) error {
+// devOperatorToken mints an operator token with the issuer key of the dev
+// state in stateDir, as aipfleet fleet status does.
+func devOperatorToken(t *testing.T, stateDir string) string {
+	t.Helper()
+	bearer, err := operatorBearer("", "", "", stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := bearer()
+	if err != nil || tok == "" {
+		t.Fatalf("no operator token from %s: %v", stateDir, err)
+	}
+	return tok
+}
+
+// fetchJSON GETs url with the bearer token and decodes its 200 answer.
+func fetchJSON(url, token string, into any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -12,17 +12,23 @@ import (
 func tokenCommand() *command {
 	return &command{
 		name:      "token",
-		summary:   "mint a tenant bearer token (EdDSA JWT) from an issuer key",
+		summary:   "mint a tenant or operator bearer token (EdDSA JWT) from an issuer key",
 		usage:     "--issuer-key FILE --tenant TENANT [flags]",
 		envPrefix: "AIP_TOKEN_",
 		long: `Mints a JWT that the dispatcher accepts as "Authorization: Bearer <token>".
 The token names the tenant (claim tenant_id), the issuer (iss), the audience
 (aud) and an expiry; it is signed with the issuer key, whose did:key the
-dispatcher trusts (aipfleet dispatch --issuer NAME=DID). Meant for development
-and tests; production tokens come from your identity provider.`,
+dispatcher trusts (aipfleet dispatch --issuer NAME=DID).
+
+With --operator it mints an operator token instead (claim aip_role =
+"operator", no tenant, audience aipfleet-control): the one the control
+plane's fleet views need (aipfleet control-plane --operator-issuer NAME=DID;
+aipfleet fleet status --token). Meant for development and tests; production
+tokens come from your identity provider.`,
 		examples: []string{
 			"aipfleet token --issuer-key .aipfleet/keys/issuer.key --tenant tenant-dev   # the issuer aipfleet dev trusts",
 			"aipfleet token --issuer-key issuer.key --tenant acme --ttl 15m --subject alice",
+			"aipfleet token --issuer-key ops.key --issuer ops --operator --subject alice   # for aipfleet fleet status --token",
 		},
 		run: runToken,
 	}
@@ -32,15 +38,21 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 	fs := newFlagSet(c, e.getenv)
 	keyFile := fs.String("issuer-key", "", "issuer signing key file (64-hex seed or Ed25519 JWK, mode 0600)")
 	tenant := fs.String("tenant", "", "tenant the token speaks for")
+	operator := fs.Bool("operator", false, "mint an operator token (for the control plane's fleet views) instead of a tenant's")
 	issuer := fs.String("issuer", "aipfleet-dev", "issuer name (iss claim)")
-	audience := fs.String("audience", tenanttoken.DefaultAudience, "audience (aud claim)")
+	audience := fs.String("audience", "", "audience (aud claim); default "+tenanttoken.DefaultAudience+", or "+tenanttoken.OperatorAudience+" with --operator")
 	subject := fs.String("subject", "", "subject (sub claim), e.g. a user or service name")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime of the token (1s to 720h)")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
 	}
-	if *keyFile == "" || *tenant == "" {
-		return usagef("token: --issuer-key FILE and --tenant TENANT are required")
+	switch {
+	case *keyFile == "":
+		return usagef("token: --issuer-key FILE is required")
+	case *operator && *tenant != "":
+		return usagef("token: an operator token names no tenant: give --tenant or --operator, not both")
+	case !*operator && *tenant == "":
+		return usagef("token: --tenant TENANT is required (or --operator for an operator token)")
 	}
 	if *ttl < time.Second || *ttl > 720*time.Hour {
 		return usagef("token: --ttl %s is outside 1s..720h", *ttl)
@@ -50,10 +62,20 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	now := time.Now()
-	tok, err := tenanttoken.Mint(key, tenanttoken.Claims{
-		Issuer: *issuer, Audience: *audience, Subject: *subject, TenantID: *tenant,
-		IssuedAt: now, Expiry: now.Add(*ttl),
-	})
+	claims := tenanttoken.Claims{Issuer: *issuer, Audience: *audience, Subject: *subject, TenantID: *tenant,
+		IssuedAt: now, Expiry: now.Add(*ttl)}
+	var tok string
+	if *operator {
+		if claims.Audience == "" {
+			claims.Audience = tenanttoken.OperatorAudience
+		}
+		tok, err = tenanttoken.MintOperator(key, claims)
+	} else {
+		if claims.Audience == "" {
+			claims.Audience = tenanttoken.DefaultAudience
+		}
+		tok, err = tenanttoken.Mint(key, claims)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
-// Package netutil holds small network helpers shared by the host SDK and the
-// sidecar.
+// Package netutil holds small network helpers shared by the fleet's servers
+// and clients.
 package netutil
 
 import (
@@ -17,4 +17,13 @@ func IsLoopbackHost(host string) bool {
 	}
 	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
 	return err == nil && ip.IsLoopback()
+}
+
+// IsLoopbackPeer reports whether an HTTP request's RemoteAddr ("ip:port")
+// is a loopback address: the request was made on this machine (or through
+// a proxy on it). Servers show the detail of their failing readiness
+// checks only to such peers.
+func IsLoopbackPeer(remoteAddr string) bool {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }

@@ -34,3 +34,21 @@ func TestIsLoopbackHost(t *testing.T) {
 		}
 	}
 }
+
+func TestIsLoopbackPeer(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:5000":        true,
+		"127.8.9.1:1":           true,
+		"[::1]:443":             true,
+		"[::ffff:127.0.0.1]:80": true,
+		"10.0.0.5:5000":         false,
+		"[fe80::1]:80":          false,
+		"127.0.0.1":             false, // not ip:port
+		"localhost:80":          false, // a name, never resolved
+		"":                      false,
+	} {
+		if got := IsLoopbackPeer(addr); got != want {
+			t.Errorf("IsLoopbackPeer(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -1,13 +1,20 @@
-// Package tenanttoken mints and verifies the bearer tokens that carry a
-// caller's tenant to the dispatcher: EdDSA (Ed25519) JWTs signed by an
-// issuer key, with audience, expiry and a tenant_id claim. The dispatcher
-// derives the tenant only from a verified token, never from a payload.
+// Package tenanttoken mints and verifies the bearer tokens of the fleet's
+// HTTP services: EdDSA (Ed25519) JWTs signed by an issuer key, with
+// audience and expiry.
+//
+// A tenant token carries a caller's tenant to the dispatcher (claim
+// tenant_id, audience aipfleet-dispatch); the dispatcher derives the tenant
+// only from a verified token, never from a payload. An operator token
+// (claim aip_role = "operator", no tenant, audience aipfleet-control) lets
+// an operator read the control plane's fleet views. A verifier accepts one
+// kind only: a tenant token is never an operator's, nor the reverse.
 package tenanttoken
 
 import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -24,6 +31,17 @@ const TenantClaim = "tenant_id"
 // DefaultAudience is the audience the dispatcher expects by default.
 const DefaultAudience = "aipfleet-dispatch"
 
+// OperatorAudience is the audience the control plane expects of operator
+// tokens by default.
+const OperatorAudience = "aipfleet-control"
+
+// RoleClaim is the private claim that marks an operator token; its value
+// is RoleOperator.
+const (
+	RoleClaim    = "aip_role"
+	RoleOperator = "operator"
+)
+
 // MaxTokenBytes bounds an Authorization header's token.
 const MaxTokenBytes = 8 << 10
 
@@ -32,17 +50,37 @@ type Claims struct {
 	Issuer   string
 	Subject  string
 	Audience string
+	// TenantID is a tenant token's tenant; empty in an operator token.
 	TenantID string
+	// Operator is set in an operator token's claims.
+	Operator bool
 	IssuedAt time.Time
 	Expiry   time.Time
 }
 
-// Mint signs a token for claims with the issuer key. The header carries
-// kid = the key's did:key and alg EdDSA.
+// Mint signs a tenant token for claims with the issuer key. The header
+// carries kid = the key's did:key and alg EdDSA.
 func Mint(key *aip.SigningKey, c Claims) (string, error) {
 	if c.TenantID == "" {
 		return "", errors.New("tenanttoken: tenant is empty")
 	}
+	if c.Operator {
+		return "", errors.New("tenanttoken: a tenant token cannot be an operator token (use MintOperator)")
+	}
+	return mint(key, c, TenantClaim, c.TenantID)
+}
+
+// MintOperator signs an operator token for claims (TenantID must be empty;
+// Operator is implied) with the issuer key.
+func MintOperator(key *aip.SigningKey, c Claims) (string, error) {
+	if c.TenantID != "" {
+		return "", errors.New("tenanttoken: an operator token names no tenant")
+	}
+	return mint(key, c, RoleClaim, RoleOperator)
+}
+
+// mint signs the registered claims of c plus one private claim.
+func mint(key *aip.SigningKey, c Claims, claim, value string) (string, error) {
 	if c.Issuer == "" || c.Audience == "" {
 		return "", errors.New("tenanttoken: issuer and audience are required")
 	}
@@ -56,7 +94,7 @@ func Mint(key *aip.SigningKey, c Claims) (string, error) {
 		NotBefore(c.IssuedAt).
 		Expiration(c.Expiry).
 		JwtID(aip.NewID("jti_")).
-		Claim(TenantClaim, c.TenantID)
+		Claim(claim, value)
 	if c.Subject != "" {
 		b = b.Subject(c.Subject)
 	}
@@ -92,7 +130,11 @@ type Issuer struct {
 type VerifierConfig struct {
 	// Issuers are the trusted issuers. Required.
 	Issuers []Issuer
-	// Audience the token must name. Defaults to DefaultAudience.
+	// Operator makes the verifier accept operator tokens (claim aip_role
+	// = "operator", no tenant_id) instead of tenant tokens.
+	Operator bool
+	// Audience the token must name. Defaults to DefaultAudience, or
+	// OperatorAudience with Operator.
 	Audience string
 	// ClockSkew tolerated on exp, nbf and iat, at most 5m. Defaults to
 	// 30s; negative tolerates none.
@@ -105,6 +147,7 @@ type VerifierConfig struct {
 type Verifier struct {
 	keys     jwk.Set
 	issuers  map[string]map[string]bool // issuer name -> trusted kids
+	operator bool
 	audience string
 	skew     time.Duration
 	now      func() time.Time
@@ -112,7 +155,9 @@ type Verifier struct {
 
 // ErrUnauthorized is returned (wrapped, with the reason) for every token
 // that is missing, malformed, unsigned by a trusted key, for another
-// audience, expired or without a tenant.
+// audience, expired, or not of the verifier's kind (a tenant token without
+// a tenant, an operator token without the operator role, or one with a
+// tenant).
 var ErrUnauthorized = errors.New("unauthorized")
 
 // NewVerifier validates the configuration.
@@ -120,9 +165,12 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	if len(cfg.Issuers) == 0 {
 		return nil, errors.New("tenanttoken: at least one trusted issuer is required")
 	}
-	v := &Verifier{keys: jwk.NewSet(), issuers: map[string]map[string]bool{}, audience: cfg.Audience, skew: cfg.ClockSkew, now: cfg.Now}
+	v := &Verifier{keys: jwk.NewSet(), issuers: map[string]map[string]bool{}, operator: cfg.Operator, audience: cfg.Audience, skew: cfg.ClockSkew, now: cfg.Now}
 	if v.audience == "" {
 		v.audience = DefaultAudience
+		if v.operator {
+			v.audience = OperatorAudience
+		}
 	}
 	if v.skew == 0 {
 		v.skew = 30 * time.Second
@@ -198,12 +246,22 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if kids := v.issuers[tok.Issuer()]; !kids[kid] {
 		return Claims{}, fmt.Errorf("%w: issuer %q is not trusted with key %s", ErrUnauthorized, tok.Issuer(), kid)
 	}
-	raw, ok := tok.Get(TenantClaim)
+	raw, hasTenant := tok.Get(TenantClaim)
 	tenant, _ := raw.(string)
-	if !ok || strings.TrimSpace(tenant) == "" {
+	rawRole, _ := tok.Get(RoleClaim)
+	role, _ := rawRole.(string)
+	if v.operator {
+		if role != RoleOperator {
+			return Claims{}, fmt.Errorf("%w: not an operator token (claim %s is not %q)", ErrUnauthorized, RoleClaim, RoleOperator)
+		}
+		if hasTenant {
+			return Claims{}, fmt.Errorf("%w: an operator token names no tenant, this one has a %s claim", ErrUnauthorized, TenantClaim)
+		}
+		tenant = ""
+	} else if !hasTenant || strings.TrimSpace(tenant) == "" {
 		return Claims{}, fmt.Errorf("%w: token has no %s claim", ErrUnauthorized, TenantClaim)
 	}
-	c := Claims{Issuer: tok.Issuer(), Subject: tok.Subject(), TenantID: tenant, IssuedAt: tok.IssuedAt(), Expiry: tok.Expiration()}
+	c := Claims{Issuer: tok.Issuer(), Subject: tok.Subject(), TenantID: tenant, Operator: v.operator, IssuedAt: tok.IssuedAt(), Expiry: tok.Expiration()}
 	if aud := tok.Audience(); len(aud) > 0 {
 		c.Audience = aud[0]
 	}
@@ -241,6 +299,15 @@ func FromAuthorization(header string) (string, error) {
 		return "", fmt.Errorf("%w: Authorization header is not \"Bearer <token>\"", ErrUnauthorized)
 	}
 	return strings.TrimSpace(tok), nil
+}
+
+// VerifyRequest verifies the bearer token of r's Authorization header.
+func (v *Verifier) VerifyRequest(r *http.Request) (Claims, error) {
+	tok, err := FromAuthorization(r.Header.Get("Authorization"))
+	if err != nil {
+		return Claims{}, err
+	}
+	return v.Verify(tok)
 }
 
 // UnverifiedExpiry returns the expiry a token claims, without verifying

@@ -108,3 +108,57 @@ func TestNegativeClockSkewToleratesNone(t *testing.T) {
 		t.Fatalf("token expired 1s ago without skew: err = %v", err)
 	}
 }
+
+// TestOperatorTokens: an operator verifier accepts operator tokens of its
+// issuers for the control plane's audience, and no tenant token; a tenant
+// verifier accepts no operator token.
+func TestOperatorTokens(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	key, _ := aip.GenerateSigningKey()
+	issuers := []Issuer{{Name: "ops-idp", DIDs: []string{key.DID()}}}
+	ops, err := NewVerifier(VerifierConfig{Issuers: issuers, Operator: true, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tenant verifier for the same audience: only the claims tell the kinds apart.
+	tenants, err := NewVerifier(VerifierConfig{Issuers: issuers, Audience: OperatorAudience, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Claims{Issuer: "ops-idp", Audience: OperatorAudience, Subject: "alice", IssuedAt: now.Add(-time.Minute), Expiry: now.Add(time.Hour)}
+	tok, err := MintOperator(key, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ops.Verify(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Operator || got.TenantID != "" || got.Subject != "alice" || got.Audience != OperatorAudience {
+		t.Fatalf("claims = %+v", got)
+	}
+	if _, err := tenants.Verify(tok); !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "tenant_id") {
+		t.Errorf("tenant verifier took an operator token: %v", err)
+	}
+	tenantTok, err := Mint(key, Claims{Issuer: "ops-idp", Audience: OperatorAudience, TenantID: "acme", IssuedAt: now, Expiry: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ops.Verify(tenantTok); !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "not an operator token") {
+		t.Errorf("operator verifier took a tenant token: %v", err)
+	}
+	dispatchAud := base
+	dispatchAud.Audience = DefaultAudience
+	if other, err := MintOperator(key, dispatchAud); err != nil {
+		t.Fatal(err)
+	} else if _, err := ops.Verify(other); !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "audience") {
+		t.Errorf("operator token for the dispatcher's audience: %v", err)
+	}
+	if _, err := MintOperator(key, Claims{Issuer: "i", Audience: "a", TenantID: "t", IssuedAt: now, Expiry: now.Add(time.Hour)}); err == nil {
+		t.Error("MintOperator minted a token with a tenant")
+	}
+	if _, err := Mint(key, Claims{Issuer: "i", Audience: "a", TenantID: "t", Operator: true, IssuedAt: now, Expiry: now.Add(time.Hour)}); err == nil {
+		t.Error("Mint minted an operator token")
+	}
+}
