@@ -29,6 +29,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
@@ -77,6 +78,10 @@ func TestControlPlaneFlagErrors(t *testing.T) {
 		{args: append(base, "--allow-insecure-loopback-http", "--max-connections", "0"), want: "--max-connections 0"},
 		{args: append(base, "--allow-insecure-loopback-http", "--bind", "nohost"), want: "--bind"},
 		{args: append(base, "--allow-insecure-loopback-http", "extra"), want: "unexpected argument"},
+		{args: append(base, "--allow-insecure-loopback-http", "--operator-issuer", "ops"), want: "--operator-issuer: \"ops\" is not NAME=DID"},
+		{args: append(base, "--allow-insecure-loopback-http", "--operator-issuer", "ops=did:key:zNope"), want: "--operator-issuer: issuer ops"},
+		{args: append(base, "--allow-insecure-loopback-http", "--operator-issuer", "ops="+registrytest.Key("ops").DID(), "--open-fleet-views"),
+			want: "either --operator-issuer"},
 	} {
 		_, _, err := runCLI(t, c.env, append([]string{"control-plane"}, c.args...)...)
 		var u *usageError
@@ -201,7 +206,9 @@ func TestControlPlaneProcess(t *testing.T) {
 	}
 	f := newControlPlaneFixture(t)
 	bin := buildCLI(t)
-	cmd := exec.Command(bin, "control-plane", "--bind", "127.0.0.1:0", "--allow-insecure-loopback-http", "--lease-ttl", "20s")
+	ops := registrytest.Key("ops")
+	cmd := exec.Command(bin, "control-plane", "--bind", "127.0.0.1:0", "--allow-insecure-loopback-http", "--lease-ttl", "20s",
+		"--operator-issuer", "ops="+ops.DID())
 	cmd.Env = append(os.Environ(), "AIP_CONTROL_DATABASE_URL_FILE="+f.dbFile, "AIP_CONTROL_SIGNING_KEY_FILE="+f.keyFile)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -213,11 +220,32 @@ func TestControlPlaneProcess(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	var rest syncBuffer
 	line := startupLine(t, stderr, &rest)
-	if line["did"] != f.key.DID() || line["schema_version"] != float64(pgregistry.SchemaVersion) || line["control_pool_max"] != float64(0) {
-		t.Fatalf("startup line %v: want the DID, the schema version and no control pool", line)
+	if line["did"] != f.key.DID() || line["schema_version"] != float64(pgregistry.SchemaVersion) || line["control_pool_max"] != float64(0) ||
+		line["fleet_views"] != "operator tokens (--operator-issuer)" {
+		t.Fatalf("startup line %v: want the DID, the schema version, no control pool and the fleet views for operators", line)
 	}
 	base := "http://" + line["bind"].(string)
 	client := &http.Client{Timeout: 10 * time.Second}
+	// The fleet views answer an operator token of the trusted issuer only.
+	opTok, err := tenanttoken.MintOperator(ops, tenanttoken.Claims{Issuer: "ops", Audience: tenanttoken.OperatorAudience,
+		IssuedAt: time.Now(), Expiry: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]int{"": http.StatusUnauthorized, opTok: http.StatusOK} {
+		req, _ := http.NewRequest(http.MethodGet, base+controlplane.PathFleetStatus, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("fleet status with token %q: HTTP %d, want %d", tok, resp.StatusCode, want)
+		}
+	}
 	resp, err := client.Get(base + controlplane.PathReady)
 	if err != nil {
 		t.Fatal(err)
