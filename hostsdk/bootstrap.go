@@ -368,7 +368,7 @@ func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 	<-done
 	if storageErr != nil {
 		if errors.Is(storageErr, context.DeadlineExceeded) {
-			storageErr = fmt.Errorf("durable runtime storage readiness check timed out after %s", h.cfg.HealthProbeTimeout)
+			storageErr = fmt.Errorf("%w after %s", errStorageProbeTimeout, h.cfg.HealthProbeTimeout)
 		} else {
 			storageErr = fmt.Errorf("durable runtime storage readiness check failed: %w", storageErr)
 		}
@@ -378,21 +378,42 @@ func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 	}
 	h.storageReady.Store(storageErr == nil)
 	h.connectorReady.Store(connErr == nil)
-	sd := "durable runtime storage is readable and writable"
+	sd := probeDetail{full: "durable runtime storage is readable and writable"}
 	if h.journal.Durability() != journal.Durable {
-		sd = "runtime storage is readable and writable (ephemeral)"
+		sd.full = "runtime storage is readable and writable (ephemeral)"
 	}
+	sd.public = sd.full
 	if storageErr != nil {
-		sd = storageErr.Error()
+		sd.full, sd.public = storageErr.Error(), "durable runtime storage readiness check failed"
+		if errors.Is(storageErr, errStorageProbeTimeout) {
+			sd.public = sd.full // the timeout is all it says
+		}
 	}
-	cd := "connector is ready"
+	cd := probeDetail{full: "connector is ready", public: "connector is ready"}
 	if connErr != nil {
-		cd = connErr.Error()
+		cd.full, cd.public = connErr.Error(), "connector is not ready"
 	}
-	sd, cd = aip.TruncateUTF8(sd, aip.MaxErrorMessageBytes), aip.TruncateUTF8(cd, aip.MaxErrorMessageBytes)
+	sd.full, cd.full = aip.TruncateUTF8(sd.full, aip.MaxErrorMessageBytes), aip.TruncateUTF8(cd.full, aip.MaxErrorMessageBytes)
 	h.storageDetail.Store(&sd)
 	h.connectorDetail.Store(&cd)
 	return storageErr, connErr
+}
+
+// errStorageProbeTimeout is the storage probe's error when it runs out of
+// time.
+var errStorageProbeTimeout = errors.New("durable runtime storage readiness check timed out")
+
+// probeDetail is a probe's outcome as /ready shows it: full to peers on
+// this machine (its error text names hosts, files, product URLs), public
+// (a fixed text) to the others. The host logs the full text.
+type probeDetail struct{ full, public string }
+
+// forPeer is the text for a peer: full when local.
+func (d *probeDetail) forPeer(local bool) string {
+	if local {
+		return d.full
+	}
+	return d.public
 }
 
 // boundedCheck runs a health check for concurrent callers (heartbeat,

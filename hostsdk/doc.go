@@ -134,7 +134,8 @@
 // callback endpoint; actions carrying a callback are refused.
 //
 // The host also serves GET /aip/v1/manifest (the bound manifest), /health,
-// /ready (ReadyDocument), /metrics (the eight aip_connector_host_* metrics
+// /ready (ReadyDocument; the error texts of failing probes and of recovery
+// only to loopback peers, fixed texts to others), /metrics (the eight aip_connector_host_* metrics
 // the event delivery metrics aip_host_events_delivered_total,
 // aip_host_event_delivery_failures_total and aip_host_events_pending, and
 // the retention metrics aip_host_journal_actions_pruned_total and

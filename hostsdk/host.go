@@ -70,8 +70,8 @@ type Host struct {
 	draining        atomic.Bool
 	storageReady    atomic.Bool
 	connectorReady  atomic.Bool
-	storageDetail   atomic.Pointer[string]
-	connectorDetail atomic.Pointer[string]
+	storageDetail   atomic.Pointer[probeDetail]
+	connectorDetail atomic.Pointer[probeDetail]
 	storageCheck    boundedCheck // Journal.Probe runs
 	connectorCheck  boundedCheck // HealthChecker.CheckHealth runs
 	lease           leaseState
@@ -175,9 +175,8 @@ func New(cfg Config, conn Connector) (*Host, error) {
 	h.inflight.init(cfg.MaxInFlight)
 	h.ingressBudget = semaphore.NewWeighted(MaxIngressReadBytes)
 	h.m = newMetrics(h)
-	empty := ""
-	h.storageDetail.Store(&empty)
-	h.connectorDetail.Store(&empty)
+	h.storageDetail.Store(&probeDetail{})
+	h.connectorDetail.Store(&probeDetail{})
 	return h, nil
 }
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -168,4 +170,33 @@ func startErr(t *testing.T, f *fleet, conn hostsdk.Connector) error {
 		t.Errorf("Stop after a failed Start: %v", err)
 	}
 	return err
+}
+
+// TestReadyDetailOnlyForLocalPeers: a failing probe's error text (it names
+// product URLs, hosts, files) is in /ready for a peer on this machine; a
+// remote peer reads that the connector is not ready, and a fixed text.
+func TestReadyDetailOnlyForLocalPeers(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	h, _ := f.start(t, conn)
+	conn.setHealth(fmt.Errorf("GET https://chatwoot.internal.example:3000/api: %w", errUnhealthy))
+	for remote, wantDetail := range map[string]bool{
+		"127.0.0.1:40000":   true,
+		"[::1]:40000":       true,
+		"203.0.113.7:40000": false,
+		"10.0.0.9:40000":    false,
+	} {
+		rec := h.ServeReadyFrom(remote)
+		var doc hostsdk.ReadyDocument
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || rec.Code != http.StatusServiceUnavailable || doc.Connector.Ready {
+			t.Fatalf("from %s: HTTP %d %s", remote, rec.Code, rec.Body)
+		}
+		shown := strings.Contains(rec.Body.String(), "chatwoot.internal.example")
+		if shown != wantDetail {
+			t.Errorf("from %s: detail shown = %v, want %v: %s", remote, shown, wantDetail, rec.Body)
+		}
+		if !strings.HasPrefix(doc.Connector.Detail, "connector is not ready") {
+			t.Errorf("from %s: connector detail %q", remote, doc.Connector.Detail)
+		}
+	}
 }

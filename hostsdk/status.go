@@ -2,10 +2,12 @@ package hostsdk
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/netutil"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -70,16 +72,23 @@ type ReadyComponent struct {
 
 // handleReady answers GET /ready: 200 when the lease is valid, the host is
 // not draining and the storage and connector probes (re-run on every call,
-// bounded by the probe timeout) succeed; 503 otherwise.
+// bounded by the probe timeout) succeed; 503 otherwise. The error texts of
+// failing probes and of recovery (they name hosts, files, product URLs) go
+// only to peers on this machine (a loopback address) and to the log (each
+// heartbeat of an unhealthy replica); other peers read fixed texts.
 func (h *Host) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.probe(r.Context())
 		now := h.cfg.Now()
 		seq, exp := h.lease.get()
 		rec := h.recovery
+		local := netutil.IsLoopbackPeer(r.RemoteAddr)
 		errs := rec.Errors
-		if errs == nil {
+		switch {
+		case errs == nil:
 			errs = []string{}
+		case !local:
+			errs = []string{fmt.Sprintf("%d recovery error(s); the detail is in the host's log", len(errs))}
 		}
 		doc := ReadyDocument{
 			LeaseValid: h.lease.valid(now),
@@ -87,14 +96,14 @@ func (h *Host) handleReady() http.Handler {
 			Runtime: ReadyRuntime{
 				Durability: string(h.journal.Durability()),
 				Ready:      h.storageReady.Load(),
-				Detail:     *h.storageDetail.Load(),
+				Detail:     h.storageDetail.Load().forPeer(local),
 				Recovery: ReadyRecovery{
 					RecoveredAt: aip.At(rec.RecoveredAt), Reconciled: rec.Reconciled,
 					OutcomeUnknown: rec.OutcomeUnknown, ReceivedNotStarted: rec.Received,
 					PendingEvents: rec.PendingEvents, Errors: errs,
 				},
 			},
-			Connector: ReadyComponent{Ready: h.connectorReady.Load(), Detail: *h.connectorDetail.Load()},
+			Connector: ReadyComponent{Ready: h.connectorReady.Load(), Detail: h.connectorDetail.Load().forPeer(local)},
 			InFlight:  h.inflight.count(),
 		}
 		if !exp.IsZero() {

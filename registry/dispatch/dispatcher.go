@@ -267,7 +267,10 @@ type Dispatcher struct {
 	jwks      []byte
 	handler   http.Handler
 	stopping  atomic.Bool
-	retries   *settleRetries
+	// notReady is the registry readiness error last logged ("" when
+	// ready), so /ready logs a failure when it changes.
+	notReady atomic.Pointer[string]
+	retries  *settleRetries
 	// eventSlots holds one token per connector-event delivery in work.
 	eventSlots chan struct{}
 	// eventBodies is the budget of delivery bytes read into memory.

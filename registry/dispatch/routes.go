@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/netutil"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 )
@@ -123,6 +124,9 @@ func (d *Dispatcher) handleHealth() http.Handler {
 	})
 }
 
+// handleReady answers GET /ready. The registry's error text (it names
+// database hosts and roles) goes only to peers on this machine and to the
+// log (when it changes); other peers read that the registry is unavailable.
 func (d *Dispatcher) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		checks := map[string]string{"dispatcher": "ok", "registry": "ok"}
@@ -134,8 +138,13 @@ func (d *Dispatcher) handleReady() http.Handler {
 			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 			err := d.deps.Ready(ctx)
 			cancel()
+			d.logReadiness(err)
 			if err != nil {
-				checks["registry"], ready = err.Error(), false
+				ready = false
+				checks["registry"] = "unavailable; the detail is in the dispatcher's log"
+				if netutil.IsLoopbackPeer(r.RemoteAddr) {
+					checks["registry"] = err.Error()
+				}
 			}
 		}
 		status := http.StatusOK
@@ -144,6 +153,24 @@ func (d *Dispatcher) handleReady() http.Handler {
 		}
 		writeJSON(w, status, map[string]any{"ready": ready, "checks": checks, "admission": d.sched.Snapshot()})
 	})
+}
+
+// logReadiness logs a registry readiness failure when its text differs from
+// the last one logged, and the return to ready once.
+func (d *Dispatcher) logReadiness(err error) {
+	now := ""
+	if err != nil {
+		now = err.Error()
+	}
+	last := d.notReady.Load()
+	if (last == nil && now == "") || (last != nil && *last == now) || !d.notReady.CompareAndSwap(last, &now) {
+		return
+	}
+	if now == "" {
+		d.log.Info("registry ready again")
+		return
+	}
+	d.log.Warn("registry not ready", "error", now)
 }
 
 func (d *Dispatcher) handleJWKS() http.Handler {

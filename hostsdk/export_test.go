@@ -1,0 +1,16 @@
+package hostsdk
+
+import (
+	"net/http"
+	"net/http/httptest"
+)
+
+// ServeReadyFrom answers GET /ready as the host does for a peer at
+// remoteAddr ("ip:port"): for tests of what a remote peer reads.
+func (h *Host) ServeReadyFrom(remoteAddr string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, PathReady, nil)
+	req.RemoteAddr = remoteAddr
+	h.handleReady().ServeHTTP(rec, req)
+	return rec
+}
