@@ -168,38 +168,51 @@ func baseURL(flagName, raw, example string) (string, error) {
 	return strings.TrimRight(raw, "/"), nil
 }
 
-// operatorBearer returns what gives the fleet views' requests their token:
-// --token; or a token minted for each read with --issuer-key; or, with
-// neither, one minted with aipfleet dev's issuer key when devStateDir has
-// one; else none (the control plane's 401 then says what it needs).
-func operatorBearer(token, issuerKey, issuer, devStateDir string) (func() (string, error), error) {
+// fleetBearer gives the fleet views' requests their operator token.
+type fleetBearer struct {
+	// token returns the token to send ("" for none).
+	token func() (string, error)
+	// refused says what to do when the control plane refuses it (401).
+	refused string
+}
+
+// operatorBearer returns where the fleet views' token comes from: --token;
+// or a token minted for each read with --issuer-key; or, with neither, one
+// minted with aipfleet dev's issuer key when devStateDir has one; else
+// none (the control plane's 401 then says what it needs).
+func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, error) {
+	const give = "give --token (aipfleet token --operator) or --issuer-key FILE of an issuer the control plane trusts (aipfleet control-plane --operator-issuer NAME=DID)"
 	switch {
 	case token != "" && issuerKey != "":
-		return nil, usagef("fleet status: give either --token or --issuer-key, not both")
+		return fleetBearer{}, usagef("fleet status: give either --token or --issuer-key, not both")
 	case token != "":
-		return func() (string, error) { return token, nil }, nil
-	case issuerKey == "":
+		return fleetBearer{token: func() (string, error) { return token, nil },
+			refused: "check that the control plane trusts the token's issuer and key (--operator-issuer NAME=DID) and that the token has not expired"}, nil
+	}
+	refused := "check that the control plane trusts --issuer " + issuer + " with this key (--operator-issuer " + issuer + "=DID, the key's did:key)"
+	if issuerKey == "" {
 		dev := filepath.Join(devStateDir, "keys", "issuer.key")
 		if _, err := os.Stat(dev); err != nil {
-			return func() (string, error) { return "", nil }, nil
+			return fleetBearer{token: func() (string, error) { return "", nil }, refused: give}, nil
 		}
 		issuerKey, issuer = dev, devIssuer
+		refused = "the token was minted with aipfleet dev's issuer key (" + dev + "), which only aipfleet dev trusts; " + give
 	}
 	key, err := aip.LoadSigningKey(issuerKey)
 	if err != nil {
-		return nil, fmt.Errorf("--issuer-key: %w", err)
+		return fleetBearer{}, fmt.Errorf("--issuer-key: %w", err)
 	}
-	return func() (string, error) {
+	return fleetBearer{token: func() (string, error) {
 		now := time.Now()
 		return tenanttoken.MintOperator(key, tenanttoken.Claims{Issuer: issuer, Audience: tenanttoken.OperatorAudience,
 			Subject: "aipfleet-fleet-status", IssuedAt: now, Expiry: now.Add(mintedTokenTTL)})
-	}, nil
+	}, refused: refused}, nil
 }
 
 // readFleet reads every page of the replicas view and the status summary,
 // each request with a token from bearer.
-func readFleet(ctx context.Context, client *http.Client, base string, bearer func() (string, error)) (*fleetView, error) {
-	tok, err := bearer()
+func readFleet(ctx context.Context, client *http.Client, base string, bearer fleetBearer) (*fleetView, error) {
+	tok, err := bearer.token()
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +224,7 @@ func readFleet(ctx context.Context, client *http.Client, base string, bearer fun
 			q.Set("after", after)
 		}
 		var page controlplane.FleetReplicaPage
-		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), tok, &page); err != nil {
+		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), tok, bearer.refused, &page); err != nil {
 			return nil, err
 		}
 		v.Replicas = append(v.Replicas, page.Replicas...)
@@ -220,13 +233,15 @@ func readFleet(ctx context.Context, client *http.Client, base string, bearer fun
 		}
 		after = page.Next
 	}
-	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, tok, &v.Status); err != nil {
+	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, tok, bearer.refused, &v.Status); err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-func getJSON(ctx context.Context, client *http.Client, u, token string, into any) error {
+// getJSON GETs u with the bearer token (none when empty) into into; a 401
+// error adds refused, what to do about it.
+func getJSON(ctx context.Context, client *http.Client, u, token, refused string, into any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -247,11 +262,7 @@ func getJSON(ctx context.Context, client *http.Client, u, token string, into any
 		return fmt.Errorf("GET %s: %w", u, err)
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
-		how := "give --token (aipfleet token --operator) or --issuer-key FILE of an issuer it trusts (aipfleet control-plane --operator-issuer)"
-		if token != "" {
-			how = "check that the control plane trusts the token's issuer and key (--operator-issuer NAME=DID) and that the token has not expired"
-		}
-		return fmt.Errorf("GET %s: %w; %s", u, apiFailure(resp.StatusCode, raw), how)
+		return fmt.Errorf("GET %s: %w; %s", u, apiFailure(resp.StatusCode, raw), refused)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %w", u, apiFailure(resp.StatusCode, raw))

@@ -173,6 +173,15 @@ func TestFleetStatusNeedsAnOperatorToken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not signed by a trusted issuer key") {
 		t.Errorf("with an untrusted issuer key: %v", err)
 	}
+	// aipfleet dev's issuer key, found in the state directory, is not one
+	// this control plane trusts: the error says so.
+	devDir := t.TempDir()
+	noErr(t, os.MkdirAll(filepath.Join(devDir, "keys"), 0o700))
+	noErr(t, os.WriteFile(filepath.Join(devDir, "keys", "issuer.key"), []byte(hex.EncodeToString(other.Seed())), 0o600))
+	_, _, err = runCLI(t, nil, "fleet", "status", "--control-url", url, "--dev-state-dir", devDir)
+	if err == nil || !strings.Contains(err.Error(), "minted with aipfleet dev's issuer key") || !strings.Contains(err.Error(), "--token") {
+		t.Errorf("with dev's issuer key: %v", err)
+	}
 	if _, _, err = runCLI(t, nil, "fleet", "status", "--control-url", url, "--issuer-key", keyFile, "--token", "x"); err == nil || !strings.Contains(err.Error(), "either --token or --issuer-key") {
 		t.Errorf("--token and --issuer-key: %v", err)
 	}

@@ -440,7 +440,7 @@ func devOperatorToken(t *testing.T, stateDir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := bearer()
+	tok, err := bearer.token()
 	if err != nil || tok == "" {
 		t.Fatalf("no operator token from %s: %v", stateDir, err)
 	}
