@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 )
 
 // Component names the host in logs, health documents and error sources.
@@ -85,10 +85,10 @@ type Host struct {
 	pendingDrain *sealedRequest
 	inflight     inflight
 	// ingressBudget bounds the bodies of native messages being read
-	// before their signature is checked (MaxIngressReadBytes);
-	// ingressWaiting counts the messages waiting for it.
-	ingressBudget  *semaphore.Weighted
-	ingressWaiting atomic.Int64
+	// before their signature is checked (MaxIngressReadBytes, a share of
+	// MaxIngressReadBytesPerPeer per remote address) and counts the
+	// messages waiting for it.
+	ingressBudget *readbudget.Budget
 	// lastActionPrune is when the heartbeat last pruned finished actions
 	// (heartbeat goroutine only).
 	lastActionPrune time.Time
@@ -173,7 +173,11 @@ func New(cfg Config, conn Connector) (*Host, error) {
 		}
 	}
 	h.inflight.init(cfg.MaxInFlight)
-	h.ingressBudget = semaphore.NewWeighted(MaxIngressReadBytes)
+	budget, err := readbudget.New(readbudget.Config{Total: MaxIngressReadBytes, PeerShare: MaxIngressReadBytesPerPeer})
+	if err != nil {
+		return nil, err
+	}
+	h.ingressBudget = budget
 	h.m = newMetrics(h)
 	h.storageDetail.Store(&probeDetail{})
 	h.connectorDetail.Store(&probeDetail{})

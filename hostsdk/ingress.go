@@ -19,6 +19,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 )
 
 // Error codes of the native ingress.
@@ -131,10 +132,32 @@ func (h *Host) handleMessages() http.Handler {
 // MaxIngressReadBytes bounds the memory the bodies of native messages take
 // while they are read, before their signature is checked: anyone who can
 // reach the listener can send them. A message reserves its Content-Length
-// (aip.MaxMessageBytes when it sends none) and waits while the budget is
-// spent; it gives it back once its signature is checked. The dispatcher's
-// messages are read in milliseconds, so only slow or hostile senders wait.
-const MaxIngressReadBytes = 64 << 20
+// (aip.MaxMessageBytes when it sends none) and gives it back once its
+// signature is checked; while the budget is spent it waits. One remote
+// address (an IPv6 /64) holds at most MaxIngressReadBytesPerPeer of it: a
+// message over its sender's share waits for that sender's own reads only,
+// so a sender that opens many connections and trickles its bodies cannot
+// hold the whole budget, and the dispatcher's messages, from their own
+// addresses, keep being read. The dispatcher's messages are read in
+// milliseconds, so only slow or hostile senders wait. A message over its
+// share is never refused: the refusal could not be signed (the message is
+// not read yet), and the dispatcher settles an unsigned answer
+// outcome_unknown; a wait costs the dispatcher only the time its own reads
+// take.
+//
+// Once its reservation is granted, a body must arrive at 256 KiB/s after a
+// grace of 5 s: a 4 MiB message has 21 s, a small one 5 s, instead of the
+// server's 60 s ReadTimeout; a slower one is refused unsigned (400) and
+// gives its reservation back.
+const (
+	MaxIngressReadBytes = 64 << 20
+	// MaxIngressReadBytesPerPeer is a quarter of the budget: four of the
+	// largest messages at once from one address.
+	MaxIngressReadBytesPerPeer = MaxIngressReadBytes / readbudget.DefaultPeerShareDivisor
+)
+
+// ingressWaitingHelp is the help of MetricIngressWaiting.
+const ingressWaitingHelp = "Native messages waiting to be read, by reason: budget (the bodies being read before their signature is checked hold the whole budget) or peer_share (their sender's other messages hold its share of it)."
 
 // serve handles the request and reports whether it succeeded.
 func (x *exchange) serve() bool {
@@ -145,14 +168,14 @@ func (x *exchange) serve() bool {
 	} else if cl >= 0 {
 		reserve = cl
 	}
-	h.ingressWaiting.Add(1)
-	err := h.ingressBudget.Acquire(x.ctx, reserve)
-	h.ingressWaiting.Add(-1)
+	release, err := h.ingressBudget.Acquire(x.ctx, x.r.RemoteAddr, reserve)
 	if err != nil {
 		return false // the client went away while it waited
 	}
-	release := sync.OnceFunc(func() { h.ingressBudget.Release(reserve) })
 	defer release()
+	// Without a read deadline on the connection (a wrapped writer), the
+	// server's ReadTimeout still bounds the read.
+	_ = h.ingressBudget.SetReadDeadline(x.w, x.r, reserve)
 	body, err := io.ReadAll(http.MaxBytesReader(x.w, x.r.Body, aip.MaxMessageBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError

@@ -29,7 +29,8 @@ const (
 	// (connector_host.action_expired).
 	MetricActionsExpired = "aip_host_actions_expired_total"
 	// MetricIngressWaiting is the number of native messages waiting for
-	// the ingress read budget (MaxIngressReadBytes).
+	// the ingress read budget, by reason: budget (MaxIngressReadBytes is
+	// spent) or peer_share (their sender holds MaxIngressReadBytesPerPeer).
 	MetricIngressWaiting = "aip_host_ingress_reads_waiting"
 )
 
@@ -83,9 +84,12 @@ func newMetrics(h *Host) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricStorageReady,
 			Help: "1 when the last durable runtime storage probe succeeded."},
 			func() float64 { return b2f(h.storageReady.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricIngressWaiting,
-			Help: "Native messages waiting to be read: the bodies being read before their signature is checked hold their whole budget."},
-			func() float64 { return float64(h.ingressWaiting.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricIngressWaiting, Help: ingressWaitingHelp,
+			ConstLabels: prometheus.Labels{"reason": "budget"}},
+			func() float64 { return float64(h.ingressBudget.Stats().WaitingBudget) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricIngressWaiting, Help: ingressWaitingHelp,
+			ConstLabels: prometheus.Labels{"reason": "peer_share"}},
+			func() float64 { return float64(h.ingressBudget.Stats().WaitingShare) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight,
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),
