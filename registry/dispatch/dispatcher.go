@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 )
@@ -89,8 +89,11 @@ type Config struct {
 	// read into memory at once: before its body is read (the ingress needs
 	// no token), a delivery waits for its share of this budget — its
 	// Content-Length, or the largest delivery (aip.MaxEventDeliveryBytes)
-	// when it names none — and holds it until answered. Defaults to 64
-	// MiB; at least aip.MaxEventDeliveryBytes.
+	// when it names none — and holds it until answered. One sender address
+	// (an IPv6 /64) holds at most a quarter of it (at least the largest
+	// delivery), so a sender that trickles many bodies cannot starve the
+	// other hosts; see docs/dispatch-api.md. Defaults to 64 MiB; at least
+	// aip.MaxEventDeliveryBytes.
 	MaxEventBodyBytes int64
 	// TokenCacheSize bounds the cache of verified bearer tokens (a token is
 	// trusted again without verification until its expiry, at most 5
@@ -273,8 +276,9 @@ type Dispatcher struct {
 	retries  *settleRetries
 	// eventSlots holds one token per connector-event delivery in work.
 	eventSlots chan struct{}
-	// eventBodies is the budget of delivery bytes read into memory.
-	eventBodies *semaphore.Weighted
+	// eventBodies is the budget of delivery bytes read into memory, with
+	// a share per sender address (see receiveEvents).
+	eventBodies *readbudget.Budget
 	// replicaCalls counts each tenant's status reads and cancels in flight
 	// (MaxTenantReplicaCalls), guarded by replicaCallsMu.
 	replicaCallsMu sync.Mutex
@@ -366,8 +370,10 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		jwks:         jwks,
 		retries:      newSettleRetries(),
 		eventSlots:   make(chan struct{}, cfg.MaxEventDeliveries),
-		eventBodies:  semaphore.NewWeighted(cfg.MaxEventBodyBytes),
 		replicaCalls: map[string]int{},
+	}
+	if d.eventBodies, err = newEventBodies(cfg.MaxEventBodyBytes); err != nil {
+		return nil, err
 	}
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true
@@ -382,7 +388,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if cfg.TokenCacheSize > 0 {
 		d.deps.Tokens = newTokenCache(deps.Tokens, cfg.Now, cfg.TokenCacheSize)
 	}
-	if d.m, err = newMetrics(cfg.Metrics, sched); err != nil {
+	if d.m, err = newMetrics(cfg.Metrics, sched, d.eventBodies); err != nil {
 		return nil, err
 	}
 	d.handler = d.routes()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -69,19 +70,46 @@ type EventRecord struct {
 // envelope, principals, signature).
 const answerOverhead = 4 << 10
 
-// eventsRetryAfter is the retry_after of a temporary refusal;
-// eventsCapacityRetryAfter of a refusal for capacity (reference §7.4).
+// eventsRetryAfter is the retry_after of a temporary refusal (and of a
+// refusal because the sender's address holds its share of the read
+// budget); eventsCapacityRetryAfter of a refusal for capacity (reference
+// §7.4).
 const (
 	eventsRetryAfter         = time.Second
 	eventsCapacityRetryAfter = 100 * time.Millisecond
 )
 
+// The read budget of deliveries (Config.MaxEventBodyBytes) gives one
+// sender address at most eventsPeerShareDivisor-th of it, and never less
+// than the largest delivery. A delivery over its address's share waits for
+// that address's own deliveries at most eventsPeerWait, then is refused
+// with a signed, retryable connector_event.capacity (retry after
+// eventsRetryAfter): a host's deliveries are read in milliseconds, so a
+// delivery that waited that long is behind slow or hostile senders at its
+// address; its host keeps the batch and delivers again, and the refusal
+// frees the connection instead of parking it for the server's ReadTimeout.
+const (
+	eventsPeerShareDivisor = readbudget.DefaultPeerShareDivisor
+	eventsPeerWait         = 2 * time.Second
+)
+
+// newEventBodies returns the read budget of deliveries.
+func newEventBodies(total int64) (*readbudget.Budget, error) {
+	return readbudget.New(readbudget.Config{
+		Total:       total,
+		PeerShare:   max(total/eventsPeerShareDivisor, aip.MaxEventDeliveryBytes),
+		MaxPeerWait: eventsPeerWait,
+	})
+}
+
 // eventRefusal is a refusal of a delivery: the HTTP status, the
-// connector_event code and what to fix.
+// connector_event code and what to fix. peerBusy marks a refusal because
+// the sender's address holds its share of the read budget.
 type eventRefusal struct {
-	status int
-	code   string
-	msg    string
+	status   int
+	code     string
+	msg      string
+	peerBusy bool
 }
 
 func refuseEvent(status int, code, format string, args ...any) *eventRefusal {
@@ -107,7 +135,11 @@ func (r *eventRefusal) protocolError() *aip.ProtocolError {
 	case aip.CodeEventUnavailable:
 		pe = aip.NewProtocolError(r.code, aip.CategoryTemporary, true, uint64(eventsRetryAfter.Milliseconds()), aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
 	case aip.CodeEventCapacity:
-		pe = aip.NewProtocolError(r.code, aip.CategoryTemporary, true, uint64(eventsCapacityRetryAfter.Milliseconds()), aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
+		after := eventsCapacityRetryAfter
+		if r.peerBusy {
+			after = eventsRetryAfter
+		}
+		pe = aip.NewProtocolError(r.code, aip.CategoryTemporary, true, uint64(after.Milliseconds()), aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
 	case aip.CodeEventNotAuthorized:
 		pe = aip.NewProtocolError(r.code, aip.CategoryAuth, false, 0, aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
 	default:
@@ -127,6 +159,9 @@ func (r *eventRefusal) result() string {
 	case aip.CodeEventIdempotencyConflict:
 		return "idempotency_conflict"
 	case aip.CodeEventCapacity:
+		if r.peerBusy {
+			return "peer_capacity"
+		}
 		return "capacity"
 	}
 	return "unavailable"
@@ -180,20 +215,27 @@ func (d *Dispatcher) receiveEvents(r *http.Request, w http.ResponseWriter, dl *d
 	}
 	// The body is read only within the budget of Config.MaxEventBodyBytes:
 	// this route needs no token, so concurrent deliveries must not hold
-	// unbounded memory before their signatures are checked.
+	// unbounded memory before their signatures are checked, and one
+	// sender address holds at most its share (see newEventBodies). Once
+	// granted, the body must arrive at the budget's minimum rate.
 	need := int64(aip.MaxEventDeliveryBytes)
 	if r.ContentLength >= 0 {
 		need = r.ContentLength
 	}
-	if need > 0 {
-		d.m.eventBodyWaiting.Inc()
-		err := d.eventBodies.Acquire(r.Context(), need)
-		d.m.eventBodyWaiting.Dec()
-		if err != nil {
-			return nil, invalidEvent("the delivery ended before its body could be read: %v", err)
-		}
-		defer d.eventBodies.Release(need)
+	release, err := d.eventBodies.Acquire(r.Context(), r.RemoteAddr, need)
+	if errors.Is(err, readbudget.ErrPeerBusy) {
+		ref := refuseEvent(http.StatusServiceUnavailable, aip.CodeEventCapacity,
+			"this sender's address holds its share of the dispatcher's read budget with other deliveries still being read (%v); deliver again shortly", err)
+		ref.peerBusy = true
+		return nil, ref
 	}
+	if err != nil {
+		return nil, invalidEvent("the delivery ended before its body could be read: %v", err)
+	}
+	defer release()
+	// Without a read deadline on the connection, the server's ReadTimeout
+	// still bounds the read.
+	_ = d.eventBodies.SetReadDeadline(w, r, need)
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, aip.MaxEventDeliveryBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError

@@ -160,7 +160,13 @@ func (dl *eventDelivery) sign(t *testing.T) []byte {
 // pins, from the gateway principal, to the host, answering the delivery.
 func (w *eventWorld) post(dl *eventDelivery) (int, *aip.Envelope, http.Header) {
 	w.t.Helper()
-	status, ans, h := w.postRaw(dl.sign(w.t))
+	return w.postVia(w.srv.Client(), dl)
+}
+
+// postVia is post through client (one that dials from another address).
+func (w *eventWorld) postVia(client *http.Client, dl *eventDelivery) (int, *aip.Envelope, http.Header) {
+	w.t.Helper()
+	status, ans, h := w.postRawVia(client, dl.sign(w.t))
 	switch {
 	case ans.InResponseTo == nil || ans.InResponseTo.Message != dl.env.MessageID:
 		w.t.Fatalf("the answer does not answer %s: %+v", dl.env.MessageID, ans.InResponseTo)
@@ -174,11 +180,23 @@ func (w *eventWorld) post(dl *eventDelivery) (int, *aip.Envelope, http.Header) {
 
 func (w *eventWorld) postRaw(raw []byte) (int, *aip.Envelope, http.Header) {
 	w.t.Helper()
-	resp, err := w.srv.Client().Post(w.srv.URL+aip.EventsPath, "application/json", bytes.NewReader(raw))
+	return w.postRawVia(w.srv.Client(), raw)
+}
+
+func (w *eventWorld) postRawVia(client *http.Client, raw []byte) (int, *aip.Envelope, http.Header) {
+	w.t.Helper()
+	resp, err := client.Post(w.srv.URL+aip.EventsPath, "application/json", bytes.NewReader(raw))
 	must(w.t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	must(w.t, err)
+	return w.verifyAnswer(resp, body)
+}
+
+// verifyAnswer verifies an answer as the host does: signed by the
+// dispatcher's DID, from the gateway principal.
+func (w *eventWorld) verifyAnswer(resp *http.Response, body []byte) (int, *aip.Envelope, http.Header) {
+	w.t.Helper()
 	v, err := aip.VerifyEnvelope(body, w.d.DID())
 	if err != nil {
 		w.t.Fatalf("HTTP %d: the answer does not verify with the dispatcher's DID: %v\n%s", resp.StatusCode, err, body)
@@ -776,24 +794,15 @@ func TestConnectorEventsCapacity(t *testing.T) {
 
 // TestConnectorEventBodiesShareAMemoryBudget: the ingress needs no token,
 // so a delivery's body is read only within Config.MaxEventBodyBytes: with
-// the budget taken by a delivery still sending its body, the next waits
-// (aip_dispatch_event_deliveries_waiting) instead of being read, and is
-// read and accepted once the first ends. A Content-Length above the
-// largest delivery is refused unread.
+// the budget taken by a delivery still sending its body, the next, from
+// another address, waits (aip_dispatch_event_deliveries_waiting{reason=
+// "budget"}) instead of being read, and is read and accepted once the
+// first ends. A Content-Length above the largest delivery is refused
+// unread.
 func TestConnectorEventBodiesShareAMemoryBudget(t *testing.T) {
 	w := newEventWorld(t, eventWorldOptions{cfg: func(c *dispatch.Config) { c.MaxEventBodyBytes = aip.MaxEventDeliveryBytes }})
 	waiting := func() string {
-		resp, err := w.srv.Client().Get(w.srv.URL + dispatch.PathMetrics)
-		must(t, err)
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		for _, l := range strings.Split(string(raw), "\n") {
-			if strings.HasPrefix(l, "aip_dispatch_event_deliveries_waiting ") {
-				return strings.TrimPrefix(l, "aip_dispatch_event_deliveries_waiting ")
-			}
-		}
-		t.Fatal("/metrics lacks aip_dispatch_event_deliveries_waiting")
-		return ""
+		return w.metric(`aip_dispatch_event_deliveries_waiting{reason="budget"}`)
 	}
 
 	// A delivery announcing the largest body, of which it sends a little.
@@ -816,7 +825,7 @@ func TestConnectorEventBodiesShareAMemoryBudget(t *testing.T) {
 
 	second := make(chan int, 1)
 	go func() {
-		status, _, _ := w.post(w.delivery(event("k", `{"n":2}`)))
+		status, _, _ := w.postVia(clientFrom("127.0.0.2"), w.delivery(event("k", `{"n":2}`)))
 		second <- status
 	}()
 	for waiting() != "1" {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 )
 
 // metrics are the dispatcher's Prometheus collectors, registered on the
@@ -23,12 +24,12 @@ type metrics struct {
 	// The connector-event ingress.
 	eventDeliveries *prometheus.CounterVec
 	eventsStored    prometheus.Counter
-	// eventBodyWaiting counts deliveries waiting for their share of
-	// Config.MaxEventBodyBytes before their bodies are read.
-	eventBodyWaiting prometheus.Gauge
 }
 
-func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
+// newMetrics registers the dispatcher's collectors; bodies is the read
+// budget of connector-event deliveries, whose waiting deliveries
+// aip_dispatch_event_deliveries_waiting counts by reason.
+func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budget) (*metrics, error) {
 	m := &metrics{
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_actions_total",
@@ -70,23 +71,28 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler) (*metrics, error) {
 		}, []string{"route", "status"}),
 		eventDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_events_received_total",
-			Help: "Connector-event deliveries received, by result: accepted, or the refusal (invalid, not_authorized, unavailable, idempotency_conflict, capacity).",
+			Help: "Connector-event deliveries received, by result: accepted, or the refusal (invalid, not_authorized, unavailable, idempotency_conflict, capacity; peer_capacity: the sender's address held its share of the read budget).",
 		}, []string{"result"}),
 		eventsStored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "aip_dispatch_events_stored_total",
 			Help: "Events of accepted connector-event deliveries (a redelivered event counts again).",
 		}),
-		eventBodyWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "aip_dispatch_event_deliveries_waiting",
-			Help: "Connector-event deliveries waiting for room in the memory budget of delivery bodies (Config.MaxEventBodyBytes) before they are read.",
-		}),
+	}
+	waiting := func(reason string, f func(readbudget.Stats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "aip_dispatch_event_deliveries_waiting",
+			Help:        "Connector-event deliveries waiting before they are read, by reason: budget (the memory budget of delivery bodies, Config.MaxEventBodyBytes, is spent) or peer_share (their sender's address holds its share of it).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(f(bodies.Stats())) })
 	}
 	gauge := func(name, help string, f func(SchedulerSnapshot) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
 	}
 	for _, c := range []prometheus.Collector{
 		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.reconciled, m.requests,
-		m.eventDeliveries, m.eventsStored, m.eventBodyWaiting,
+		m.eventDeliveries, m.eventsStored,
+		waiting("budget", func(s readbudget.Stats) int { return s.WaitingBudget }),
+		waiting("peer_share", func(s readbudget.Stats) int { return s.WaitingShare }),
 		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
 		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
 		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),
