@@ -92,8 +92,16 @@
 // POST /aip/v1/messages accepts a signed native envelope of at most 4 MiB
 // (a larger Content-Length is refused unread). The bodies being read before
 // their signature is checked hold at most MaxIngressReadBytes (64 MiB)
-// together; a message beyond it waits (aip_host_ingress_reads_waiting), so
-// unauthenticated senders cannot grow the host's memory.
+// together, so unauthenticated senders cannot grow the host's memory, and
+// one remote address (IPv4, or an IPv6 /64) at most
+// MaxIngressReadBytesPerPeer (a quarter), so one sender that opens many
+// connections and trickles its bodies cannot keep the dispatcher's
+// messages waiting. A message beyond the budget waits for it, and one over
+// its sender's share waits for that sender's own reads only (both counted
+// in aip_host_ingress_reads_waiting, by reason budget or peer_share); it is
+// never refused, since the refusal of an unread message could not be
+// signed. Once its reservation is granted, a body must arrive at 256 KiB/s
+// after a 5 s grace (21 s for 4 MiB) or is refused unsigned.
 // The host verifies the dispatcher's signature and identity against the
 // pinned gateway DID and principal, then the pinned security.connector_route
 // against this replica, and claims the message ID in the replay registry

@@ -206,6 +206,7 @@ func TestIngressSenderAtItsShareDoesNotBlockTheDispatcher(t *testing.T) {
 // after its grace (5 s for a small message), not after the server's 60 s
 // ReadTimeout, and its reservation is given back.
 func TestIngressSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	p := newIngressProbe(t, f)
 	c := p.trickle("127.0.0.2", 100)
