@@ -326,7 +326,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeError writes an unsigned error answer: a 503 is temporary and
-// retryable, any other status permanent.
+// retryable, a 401 an auth error, any other status permanent.
 func writeError(w http.ResponseWriter, status int, code, message string) {
 	category, retryable := aip.CategoryPermanent, false
 	switch status {
