@@ -21,7 +21,11 @@ import (
 // Event delivery (Config.EventEndpoint): a loop claims due outbox batches,
 // sends each as a signed aip.discovery.v1.event_stream_response envelope to
 // the dispatcher's connector-event ingress, acks it once the dispatcher's
-// signed answer verifies, and reschedules it with backoff otherwise.
+// signed answer verifies, and reschedules it with backoff otherwise. A batch
+// of several events the dispatcher refuses for its content is split in two
+// (splitBatch) so one bad event does not hold its batch-mates back; a batch
+// of one event refused for its content stays in the outbox, retried every
+// eventRefusedRetry.
 const (
 	// eventClaimBatch bounds the batches claimed at once.
 	eventClaimBatch = 16
@@ -34,10 +38,18 @@ const (
 	eventPollJitter = 500 * time.Millisecond
 	// eventBackoffBase, eventBackoffMax and eventBackoffJitter: a failed
 	// batch is retried after min(1000·2^min(attempts,6), 60000) +
-	// rand(0..1000) ms; a permanent refusal after the maximum.
+	// rand(0..1000) ms; a permanent refusal of the sender
+	// (connector_event.not_authorized) after the maximum.
 	eventBackoffBase   = time.Second
 	eventBackoffMax    = 60 * time.Second
 	eventBackoffJitter = time.Second
+	// eventRefusedRetry and eventRefusedJitter: a batch of one event the
+	// dispatcher refuses permanently for its content is never dropped (an
+	// operator may fix the cause, a dispatcher's limit for example) but is
+	// retried only after eventRefusedRetry + rand(0..eventRefusedJitter),
+	// each refusal counted in MetricEventsRefused and logged at error level.
+	eventRefusedRetry  = time.Hour
+	eventRefusedJitter = 5 * time.Minute
 	// eventEnvelopeOverhead is reserved for the envelope around the events
 	// when a batch is split to fit aip.MaxEventDeliveryBytes.
 	eventEnvelopeOverhead = 16 << 10
@@ -94,6 +106,12 @@ func eventBackoff(attempts int, permanent bool, randN func(n int64) int64) time.
 	return d + time.Duration(randN(int64(eventBackoffJitter/time.Millisecond)+1))*time.Millisecond
 }
 
+// refusedBackoff returns the delay before the next attempt of a batch of
+// one event the dispatcher refused permanently.
+func refusedBackoff(randN func(n int64) int64) time.Duration {
+	return eventRefusedRetry + time.Duration(randN(int64(eventRefusedJitter/time.Millisecond)+1))*time.Millisecond
+}
+
 // permanentEventCode reports whether a dispatcher refusal will not go away
 // by retrying (an operator must fix the registry or the connector).
 func permanentEventCode(code string) bool {
@@ -126,15 +144,30 @@ type eventDelivery struct {
 }
 
 // deliveryFailure is a failed delivery: its code, whether it is permanent,
-// and the retry hint of the dispatcher's answer.
+// and the category, message and retry hint of the dispatcher's answer.
 type deliveryFailure struct {
 	code       string
 	permanent  bool
+	category   aip.ErrorCategory
+	message    string
 	retryAfter time.Duration
 	err        error
 }
 
 func (f *deliveryFailure) Error() string { return f.code + ": " + f.err.Error() }
+
+// refusesContent reports whether the failure is a permanent refusal of
+// what a batch holds rather than of its sender: connector_event.invalid,
+// connector_event.idempotency_conflict, a batch the host cannot send, or a
+// permanent code this version does not know. Such a refusal may concern one
+// event only, so a batch of several is split. A refusal of the sender
+// (connector_event.not_authorized, or any auth-category error: a disabled
+// instance, a retired version) is the same for every part of every batch:
+// splitting would only multiply the outbox rows, and fixing the registry
+// clears it for all of them at once.
+func (f *deliveryFailure) refusesContent() bool {
+	return f.permanent && f.code != aip.CodeEventNotAuthorized && f.category != aip.CategoryAuth
+}
 
 // startEventDelivery starts the loop (step 10) when an event endpoint is
 // configured and the manifest declares channels; with channels but no
@@ -235,17 +268,21 @@ func (d *eventDelivery) pass(ctx context.Context) {
 			}
 			return
 		}
+		split := false
 		for _, e := range batch {
-			d.deliver(ctx, e)
+			split = d.deliver(ctx, e) || split
 		}
-		if len(batch) < eventClaimBatch {
+		// The parts of a split batch are due now: deliver them in this
+		// pass rather than at the next poll.
+		if len(batch) < eventClaimBatch && !split {
 			return
 		}
 	}
 }
 
-// deliver sends one batch and records the result in the journal.
-func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) {
+// deliver sends one batch and records the result in the journal. It
+// reports whether it split the batch into parts that are due now.
+func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) bool {
 	h := d.h
 	err := d.send(ctx, e)
 	jctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ControlTimeout)
@@ -258,13 +295,24 @@ func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) {
 		}
 		h.m.eventsDelivered.Inc()
 		h.log.Debug("event batch delivered", "batch", e.ID, "channel_id", e.ChannelID)
-		return
+		return false
 	}
 	var f *deliveryFailure
 	if !errors.As(err, &f) {
 		f = &deliveryFailure{code: CodeEventTransport, err: err}
 	}
 	h.m.eventFailures.WithLabelValues(metricCode(f.code)).Inc()
+	if f.refusesContent() {
+		var events []json.RawMessage
+		if json.Unmarshal(e.Events, &events) == nil && len(events) > 1 {
+			if d.splitBatch(jctx, e, events, f) {
+				return true
+			}
+		} else {
+			d.refused(jctx, e, events, f)
+			return false
+		}
+	}
 	delay := max(eventBackoff(e.Attempts, f.permanent, rand.Int64N), min(f.retryAfter, eventBackoffMax))
 	next := h.cfg.Now().Add(delay)
 	msg := aip.TruncateUTF8(f.Error(), aip.MaxErrorMessageBytes)
@@ -278,6 +326,82 @@ func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) {
 	} else {
 		h.log.Warn("event delivery failed; retrying with backoff", attrs...)
 	}
+	return false
+}
+
+// splitBatch replaces a batch of several events that the dispatcher
+// refused for its content with its two halves, so the events it accepts
+// get through and the refused ones end up alone (refused). Bisection finds
+// one bad event among n in 2·log2(n) further deliveries (14 for a batch of
+// 100) and leaves 2·log2(n) rows behind at most, where a batch per event
+// would take n deliveries and n rows; k bad events take about 2·k·log2(n/k).
+//
+// The parts' IDs are the batch's ID with ".0" and ".1" appended, and their
+// content is the batch's events as stored, so a split that is repeated (the
+// host stopped after enqueuing the parts and before removing the batch,
+// which is then delivered, refused and split again) enqueues the same parts
+// again, which EnqueueEvents ignores, or enqueues a part that was delivered
+// meanwhile again, which the dispatcher stores once (its event log is
+// idempotent on event IDs). The parts are enqueued before the batch is
+// removed, so no crash loses an event. It reports false, having changed
+// nothing the retry below does not repair, when a part could not be
+// enqueued: the caller reschedules the batch and it is split again then.
+func (d *eventDelivery) splitBatch(ctx context.Context, e journal.OutboxEntry, events []json.RawMessage, f *deliveryFailure) bool {
+	h := d.h
+	now := h.cfg.Now()
+	half := len(events) / 2
+	parts := [2][]json.RawMessage{events[:half], events[half:]}
+	ids := [2]string{e.ID + ".0", e.ID + ".1"}
+	note := aip.TruncateUTF8("split from "+e.ID+" after "+f.Error(), aip.MaxErrorMessageBytes)
+	for i, part := range parts {
+		raw, err := json.Marshal(part)
+		if err == nil {
+			err = h.journal.EnqueueEvents(ctx, journal.OutboxEntry{ID: ids[i], ChannelID: e.ChannelID, Events: raw,
+				NextAttempt: now, LastError: note, CreatedAt: e.CreatedAt})
+		}
+		if err != nil {
+			h.log.Warn("split a refused outbox batch: enqueue a part; the batch is split again at its next attempt",
+				"batch", e.ID, "part", ids[i], "error", err)
+			return false
+		}
+	}
+	if err := h.journal.AckEvents(ctx, e.ID); err != nil && !errors.Is(err, journal.ErrNotFound) {
+		// The batch is claimed again when its claim expires, refused
+		// and split into the same parts again.
+		h.log.Warn("split a refused outbox batch: remove the batch; it is split again when its claim expires",
+			"batch", e.ID, "error", err)
+	}
+	h.log.Warn("the dispatcher refused an event batch for its content; split in two to deliver the events it accepts",
+		"batch", e.ID, "channel_id", e.ChannelID, "events", len(events), "parts", ids[0]+" "+ids[1],
+		"code", f.code, "error", f.err)
+	return true
+}
+
+// refused keeps a batch the dispatcher refused for its content that
+// cannot be split (one event, or not a JSON array) in the outbox, to be
+// retried after refusedBackoff, counts it in MetricEventsRefused and logs
+// it with the event and the dispatcher's code and message.
+func (d *eventDelivery) refused(ctx context.Context, e journal.OutboxEntry, events []json.RawMessage, f *deliveryFailure) {
+	h := d.h
+	h.m.eventsRefused.Inc()
+	next := h.cfg.Now().Add(refusedBackoff(rand.Int64N))
+	msg := aip.TruncateUTF8(f.Error(), aip.MaxErrorMessageBytes)
+	if err := h.journal.RetryEvents(ctx, e.ID, next, msg); err != nil && !errors.Is(err, journal.ErrNotFound) {
+		h.log.Warn("reschedule a refused outbox batch", "batch", e.ID, "error", err)
+	}
+	var ev struct {
+		ID string `json:"id"`
+	}
+	if len(events) == 1 {
+		_ = json.Unmarshal(events[0], &ev)
+	}
+	message := f.message
+	if message == "" {
+		message = f.err.Error()
+	}
+	h.log.Error("the dispatcher refused an event; it stays in the outbox and is retried hourly until the cause is fixed",
+		"batch", e.ID, "event_id", ev.ID, "channel_id", e.ChannelID, "code", f.code, "message", message,
+		"attempts", e.Attempts+1, "next_attempt", aip.At(next).String())
 }
 
 // send delivers a batch, split into envelopes that fit
@@ -373,7 +497,8 @@ func (d *eventDelivery) sendPart(ctx context.Context, channelID string, events [
 		return invalid("the answer is not in response to delivery %s", env.MessageID)
 	}
 	if pe := ans.Body.Error; pe != nil {
-		f := &deliveryFailure{code: pe.Error.Code, err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, pe.Error.Message)}
+		f := &deliveryFailure{code: pe.Error.Code, category: pe.Error.Category, message: pe.Error.Message,
+			err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, pe.Error.Message)}
 		f.permanent = permanentEventCode(pe.Error.Code) || (pe.Error.Retryable != nil && !*pe.Error.Retryable && pe.Error.Category != aip.CategoryTemporary)
 		if pe.Error.RetryAfterMS != nil {
 			f.retryAfter = time.Duration(*pe.Error.RetryAfterMS) * time.Millisecond

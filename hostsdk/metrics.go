@@ -21,6 +21,13 @@ const (
 	MetricEventsDelivered = "aip_host_events_delivered_total"
 	// MetricEventDeliveryFailures counts failed batch deliveries by code.
 	MetricEventDeliveryFailures = "aip_host_event_delivery_failures_total"
+	// MetricEventsRefused counts deliveries of a single event the
+	// dispatcher refused for its content (or of a batch the host cannot
+	// send at all). The event stays in the outbox and is tried again
+	// hourly, so while one waits there this grows at least once every 65
+	// minutes: alert on increase(aip_host_events_refused_total[2h]) > 0
+	// and read the host's error log for the event, code and message.
+	MetricEventsRefused = "aip_host_events_refused_total"
 	// MetricActionsPruned counts finished actions deleted from the journal
 	// after Config.ActionRetention.
 	MetricActionsPruned = "aip_host_journal_actions_pruned_total"
@@ -45,6 +52,7 @@ type metrics struct {
 	recoveries        prometheus.Counter
 	eventsDelivered   prometheus.Counter
 	eventFailures     *prometheus.CounterVec
+	eventsRefused     prometheus.Counter
 	actionsPruned     prometheus.Counter
 	actionsExpired    prometheus.Counter
 }
@@ -72,6 +80,8 @@ func newMetrics(h *Host) *metrics {
 			Help: "Event outbox batches delivered to the dispatcher and acknowledged."}),
 		eventFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEventDeliveryFailures,
 			Help: "Failed event outbox batch deliveries, by the dispatcher's error code or the host's failure code."}, []string{"code"}),
+		eventsRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricEventsRefused,
+			Help: "Deliveries of a single outbox event the dispatcher refused for its content; the event stays in the outbox and is retried hourly."}),
 		actionsPruned: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsPruned,
 			Help: "Finished actions deleted from the runtime journal after the action retention."}),
 		actionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsExpired,
@@ -94,7 +104,7 @@ func newMetrics(h *Host) *metrics {
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),
 		m.requests, m.rejected, m.heartbeatFailures, m.recoveryAttempts, m.recoveries,
-		m.eventsDelivered, m.eventFailures, m.actionsPruned, m.actionsExpired,
+		m.eventsDelivered, m.eventFailures, m.eventsRefused, m.actionsPruned, m.actionsExpired,
 	)
 	return m
 }
