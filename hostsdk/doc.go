@@ -145,7 +145,8 @@
 // /ready (ReadyDocument; the error texts of failing probes and of recovery
 // only to loopback peers, fixed texts to others), /metrics (the eight aip_connector_host_* metrics
 // the event delivery metrics aip_host_events_delivered_total,
-// aip_host_event_delivery_failures_total and aip_host_events_pending, and
+// aip_host_event_delivery_failures_total, aip_host_events_refused_total and
+// aip_host_events_pending, and
 // the retention metrics aip_host_journal_actions_pruned_total and
 // aip_host_actions_expired_total, and aip_host_ingress_reads_waiting, on a
 // registry the host owns) and
@@ -196,11 +197,25 @@
 // security.connector_event with the replica's identity, current lease
 // sequence and the batch's channel), and removes the batch once the
 // dispatcher's answer verifies against the pinned gateway DID and answers
-// the delivery. A failed batch is retried after
-// min(1000·2^min(attempts,6), 60000) + rand(0..1000) ms; a permanent
-// refusal (connector_event.invalid, not_authorized, idempotency_conflict)
-// after the maximum, logged at error level with its code. The metrics
-// aip_host_events_delivered_total and
+// the delivery. A batch that fails for a transient reason (no answer,
+// connector_event.unavailable or capacity, an answer that does not verify)
+// is retried whole after min(1000·2^min(attempts,6), 60000) +
+// rand(0..1000) ms; one whose sender the dispatcher refuses
+// (connector_event.not_authorized) is retried whole after the maximum,
+// logged at error level with its code. A batch of several events the
+// dispatcher refuses permanently for its content
+// (connector_event.invalid, idempotency_conflict, or a permanent code the
+// host does not know) is split in two, so one bad event does not hold
+// back its batch-mates: the halves, with the batch's ID plus ".0" and
+// ".1", are enqueued before the batch is removed, and are due at once;
+// bisecting again isolates a bad event of 100 in 14 more deliveries. A
+// crash in the middle of a split loses nothing: the batch is refused and
+// split into the same parts again, and an event delivered twice is stored
+// once. A batch of one event refused so is never dropped (the cause may be
+// fixed, a dispatcher's limit for example) but retried every hour plus up
+// to 5 minutes, each refusal counted in aip_host_events_refused_total and
+// logged at error level with the batch, the event ID and the dispatcher's
+// code and message. The metrics aip_host_events_delivered_total and
 // aip_host_event_delivery_failures_total{code} count the outcomes, and the
 // gauge aip_host_events_pending is the outbox's batches. Without
 // an event endpoint, batches stay in the outbox (counted in /ready), a

@@ -332,9 +332,10 @@ func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) bool
 // splitBatch replaces a batch of several events that the dispatcher
 // refused for its content with its two halves, so the events it accepts
 // get through and the refused ones end up alone (refused). Bisection finds
-// one bad event among n in 2·log2(n) further deliveries (14 for a batch of
-// 100) and leaves 2·log2(n) rows behind at most, where a batch per event
-// would take n deliveries and n rows; k bad events take about 2·k·log2(n/k).
+// one bad event among n in 2·⌈log2(n)⌉ further deliveries (14 for a batch
+// of 100), adding at most one outbox row per level meanwhile, where a batch
+// per event would take n deliveries and n rows at once; k bad events take
+// about 2·k·log2(n/k).
 //
 // The parts' IDs are the batch's ID with ".0" and ".1" appended, and their
 // content is the batch's events as stored, so a split that is repeated (the
