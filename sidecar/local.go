@@ -717,6 +717,19 @@ func (l *Local) reconcileOnce(ctx context.Context, body *localReconcile) (res *a
 		return nil, false, &LocalError{Op: "POST " + PathLocalReconcile, Target: l.Target(), Status: resp.StatusCode, Err: fmt.Errorf("the answer is not a reconcile result: %w", err)}
 	}
 	switch r.Status {
+	case localRunning, localNotFound:
+		// These answers carry only status and detail (and, optionally,
+		// this action's ID): "no record" of another action, or a body
+		// with a result's members, says nothing about this one, and
+		// not_found would invite a second run.
+		if r.ActionID != "" && r.ActionID != body.ActionID {
+			return nil, false, fmt.Errorf("%w: the connector answered %s for action %s, not %s", hostsdk.ErrOutcomeUnknown, r.Status, r.ActionID, body.ActionID)
+		}
+		if r.Output != nil || r.Message != nil || r.Usage != nil || r.Error != nil {
+			return nil, false, fmt.Errorf("%w: the connector's %s answer carries a result's members (output, message, usage or error)", hostsdk.ErrOutcomeUnknown, r.Status)
+		}
+	}
+	switch r.Status {
 	case localRunning:
 		return nil, true, nil
 	case localNotFound:

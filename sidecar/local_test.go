@@ -267,6 +267,20 @@ func TestLocalReconcile(t *testing.T) {
 			return 200, map[string]any{"status": "outcome_unknown", "detail": "provider cannot tell"}
 		}}, unknown: true},
 		{name: "no endpoint", answers: nil, unknown: true},
+		// "no record" of another action says nothing about this one: it
+		// must not become not_executed (which invites a second run).
+		{name: "not found for another action", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "not_found", "action_id": "act_other"}
+		}}, unknown: true},
+		{name: "running for another action", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "running", "action_id": "act_other"}
+		}}, unknown: true},
+		{name: "not found with a result's members", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "not_found", "output": map[string]bool{"done": true}}
+		}}, unknown: true},
+		{name: "not found naming this action", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "not_found", "action_id": "act_01"}
+		}}, status: aip.ResultFailed, code: CodeNotExecuted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeConnector()
