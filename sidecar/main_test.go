@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,6 +37,9 @@ const (
 	// envChildHang names a file: while it exists, the child's
 	// GET /aip/health never answers (a hung connector).
 	envChildHang = "SIDECAR_TEST_HANG_FILE"
+	// envChildExitCode is the status the child exits with after SIGTERM
+	// (0 when unset).
+	envChildExitCode = "SIDECAR_TEST_EXIT_CODE"
 )
 
 func TestMain(m *testing.M) {
@@ -103,6 +107,10 @@ func runChild() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(ctx)
+	if code, err := strconv.Atoi(os.Getenv(envChildExitCode)); err == nil {
+		fmt.Fprintf(os.Stderr, "child: exiting with status %d after %s\n", code, sig)
+		return code
+	}
 	return 0
 }
 

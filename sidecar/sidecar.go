@@ -266,7 +266,8 @@ func (s *Sidecar) Connector() hostsdk.Connector {
 //     process group, SIGKILL after StopTimeout) or the MCP session closed.
 //
 // The result is nil only when the host's shutdown was clean and the local
-// side stopped in time.
+// side stopped cleanly in time (a child that exits with a failure status
+// after SIGTERM, or has to be killed, makes it an error).
 func (s *Sidecar) Run(ctx context.Context) error {
 	if err := s.startLocal(ctx); err != nil {
 		return errors.Join(err, s.stopLocal())

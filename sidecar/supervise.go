@@ -301,7 +301,8 @@ func (s *supervisor) stop() error {
 	return err
 }
 
-// terminate signals c to stop and waits for it.
+// terminate signals c to stop and waits for it. It fails when c had to be
+// killed or exited with a failure status.
 func (s *supervisor) terminate(c *child) error {
 	select {
 	case <-c.exited:
@@ -317,6 +318,13 @@ func (s *supervisor) terminate(c *child) error {
 	defer t.Stop()
 	select {
 	case <-c.exited:
+		// Exiting on SIGTERM, or with status 0, is a clean stop; a
+		// failure status (the child could not finish its own shutdown)
+		// is reported, as for an MCP server.
+		if ps := c.cmd.ProcessState; ps != nil && !stoppedCleanly(ps) {
+			s.log.Error("the connector process did not stop cleanly", "pid", pid, "exit", ps.String())
+			return fmt.Errorf("sidecar: the connector process %d did not stop cleanly after SIGTERM: %s", pid, ps)
+		}
 		s.log.Info("connector process stopped", "pid", pid, "exit", exitText(c))
 		return nil
 	case <-t.C:

@@ -276,6 +276,25 @@ func TestExecStubbornChildIsKilled(t *testing.T) {
 	}
 }
 
+// TestExecChildFailingItsStopIsReported: a child that exits with a
+// failure status after SIGTERM (it could not flush its own journal, say)
+// did not stop cleanly; Run says so (with the exit status) instead of
+// reporting a clean shutdown.
+func TestExecChildFailingItsStopIsReported(t *testing.T) {
+	r := execReplica(t, []string{envChildExitCode + "=3"}, nil)
+	awaitReady(t, r)
+	err := r.stop(t)
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("Run = %v; want an error naming the child's exit status 3", err)
+	}
+	if st := r.s.sup.snapshot(); st.LastExit != "exit status 3" {
+		t.Errorf("last exit %q", st.LastExit)
+	}
+	if o := r.cp.Operations(); o[len(o)-1].Op != aip.OpOffline {
+		t.Errorf("last operation %+v", o[len(o)-1])
+	}
+}
+
 func TestExecGetsTokenAndAddress(t *testing.T) {
 	r := execReplica(t, nil, nil)
 	if r.s.local.cfg.Token == "" || len(r.s.local.cfg.Token) != 64 {
