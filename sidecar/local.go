@@ -153,8 +153,14 @@ func (c *LocalConfig) withDefaults() error {
 			return &ConfigError{Field: "Local.Socket", Reason: fmt.Sprintf("is %d bytes; a unix socket path is at most %d bytes", len(c.Socket), maxSocketPath)}
 		}
 	}
-	if strings.ContainsAny(c.Token, " \t\r\n") {
-		return &ConfigError{Field: "Local.Token", Reason: "contains whitespace; a bearer token is one word"}
+	// The token goes into an Authorization header (and, with Exec, the
+	// child's environment): a byte net/http refuses there would fail
+	// every request, start-up only after StartTimeout, with no word of
+	// the token.
+	for i := 0; i < len(c.Token); i++ {
+		if b := c.Token[i]; b <= ' ' || b >= 0x7f {
+			return &ConfigError{Field: "Local.Token", Reason: fmt.Sprintf("has byte %#02x at offset %d; a bearer token is one word of visible ASCII (no whitespace, control or non-ASCII characters)", b, i)}
+		}
 	}
 	for _, d := range []struct {
 		field string

@@ -335,6 +335,10 @@ func TestLocalConfigErrors(t *testing.T) {
 		{LocalConfig{URL: "http://[::1]:8", MaxResultBytes: -1}, "Local.MaxResultBytes"},
 		{LocalConfig{URL: "http://[::1]:8", MaxChunkBytes: -1}, "Local.MaxChunkBytes"},
 		{LocalConfig{URL: "http://[::1]:8", MaxChunks: -1}, "Local.MaxChunks"},
+		{LocalConfig{URL: "http://[::1]:8", Token: "a b"}, "Local.Token"},
+		{LocalConfig{URL: "http://[::1]:8", Token: "tok\x00en"}, "Local.Token"},
+		{LocalConfig{URL: "http://[::1]:8", Token: "tok\x7fen"}, "Local.Token"},
+		{LocalConfig{URL: "http://[::1]:8", Token: "jeton-é"}, "Local.Token"},
 	} {
 		_, err := NewLocal(tc.cfg)
 		var ce *ConfigError
