@@ -132,3 +132,79 @@ func TestSidecarRequestsMatchSchemas(t *testing.T) {
 	res, _ := json.Marshal(localLine{Result: &localResult{Status: localCompleted, Output: json.RawMessage(`{}`)}})
 	validate(t, schemas, "stream-line", res)
 }
+
+// TestManifestSchemaRefusesWhatTheSidecarRefuses: a connector author who
+// checks a manifest against manifest.schema.json must not learn only at
+// start-up that the sidecar refuses it. Each case is a manifest the
+// sidecar's strict decoding (or validation) refuses; the schema must
+// refuse it too.
+func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
+	schemas := compileSchemas(t)
+	base, _ := json.Marshal(fakeManifest(""))
+	edit := func(f func(m map[string]any)) []byte {
+		var m map[string]any
+		json.Unmarshal(base, &m)
+		f(m)
+		raw, _ := json.Marshal(m)
+		return raw
+	}
+	contract := func(m map[string]any) map[string]any {
+		return m["capabilities"].([]any)[0].(map[string]any)["contract"].(map[string]any)
+	}
+	for name, raw := range map[string][]byte{
+		"external ref with an unknown member": edit(func(m map[string]any) {
+			m["agent"].(map[string]any)["external_refs"] = []any{map[string]any{"system": "crm", "type": "account", "id": "1", "url": "https://x"}}
+		}),
+		"external ref that is not an object": edit(func(m map[string]any) { m["agent"].(map[string]any)["external_refs"] = []any{"crm:1"} }),
+		"delegated authority with an unknown member": edit(func(m map[string]any) {
+			m["agent"].(map[string]any)["delegated_authority"] = []any{map[string]any{"principal_id": "p", "scopes": []string{"a"}, "until": "x"}}
+		}),
+		"credentials with an unknown member": edit(func(m map[string]any) {
+			contract(m)["credentials"] = map[string]any{"required": true, "accepted_issuers": []string{}, "required_scopes": []string{}, "allow_oauth_refresh": false, "vault": "x"}
+		}),
+		"sla with an unknown member": edit(func(m map[string]any) { contract(m)["sla"] = map[string]any{"async_expected": false, "p99_ms": 5} }),
+		"sla timeout as a string": edit(func(m map[string]any) {
+			contract(m)["sla"] = map[string]any{"async_expected": false, "timeout_ms": "5"}
+		}),
+		"transaction with an unknown mode": edit(func(m map[string]any) {
+			contract(m)["transaction"] = map[string]any{"supported_modes": []string{"teleport"}, "requires_plan_before_commit": false, "dry_run_fidelity": ""}
+		}),
+		"compensation with an unknown member": edit(func(m map[string]any) {
+			contract(m)["compensation"] = map[string]any{"mode": "supported", "requires_approval": false, "undo": "x"}
+		}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var m aip.Manifest
+			if err := decodeStrict(raw, &m); err == nil {
+				if err := m.Validate(); err == nil {
+					t.Fatalf("the sidecar accepts this manifest; the case is wrong:\n%s", raw)
+				}
+			}
+			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := schemas["manifest"].Validate(doc); err == nil {
+				t.Errorf("manifest.schema.json accepts a manifest the sidecar refuses:\n%s", raw)
+			}
+		})
+	}
+	// And the full contract the Go types describe stays valid.
+	full := edit(func(m map[string]any) {
+		m["agent"].(map[string]any)["external_refs"] = []any{map[string]any{"system": "crm", "type": "account", "id": "1"}}
+		m["agent"].(map[string]any)["delegated_authority"] = []any{map[string]any{"principal_id": "p", "scopes": []string{"a"}, "expires_at": "2030-01-01T00:00:00Z", "reason": "r"}}
+		c := contract(m)
+		c["credentials"] = map[string]any{"required": true, "accepted_issuers": []string{"i"}, "required_scopes": []string{"s"}, "allow_oauth_refresh": true}
+		c["sla"] = map[string]any{"expected_latency_ms": 5, "timeout_ms": 10, "async_expected": false, "max_queue_delay_ms": 1, "availability_target": 0.999}
+		c["transaction"] = map[string]any{"supported_modes": []string{"execute", "dry_run"}, "requires_plan_before_commit": false, "dry_run_fidelity": "exact"}
+		c["compensation"] = map[string]any{"mode": "supported", "compensation_capability_id": "echo.undo", "compensation_window_ms": 60000, "requires_approval": true}
+	})
+	var m aip.Manifest
+	if err := decodeStrict(full, &m); err != nil {
+		t.Fatalf("the sidecar refuses the full manifest: %v", err)
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatalf("the full manifest is invalid: %v", err)
+	}
+	validate(t, schemas, "manifest", full)
+}
