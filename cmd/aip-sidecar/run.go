@@ -152,6 +152,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(cfg.Exec) > 0 && len(cfg.MCP.Command) > 0 {
 		return errors.New("--exec and --mcp-command are both given; a sidecar runs one connector")
 	}
+	if err := checkModeSettings(val, len(cfg.Exec) > 0, len(cfg.MCP.Command) > 0); err != nil {
+		return err
+	}
 	cfg.ExecDir = val["exec-dir"]
 	cfg.MCP.Dir = val["exec-dir"]
 	cfg.MCP.Stderr = stderr
@@ -216,6 +219,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	return s.Run(ctx)
+}
+
+// checkModeSettings refuses a setting that the chosen mode would ignore:
+// silently dropped, a token file would leave an MCP server believed to be
+// authenticated unauthenticated, and an MCP allow-list would leave a local
+// connector's capabilities believed to be restricted all exposed.
+func checkModeSettings(val hostsdk.SettingValues, exec, mcpCommand bool) error {
+	mcpMode := mcpCommand || val["mcp-url"] != ""
+	only := func(flags []string, what string) error {
+		for _, f := range flags {
+			if val[f] != "" {
+				env := envPrefix + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
+				return fmt.Errorf("--%s (%s) applies only to %s; remove it", f, env, what)
+			}
+		}
+		return nil
+	}
+	if mcpMode {
+		if err := only([]string{"local-token-file", "cancel-grace-ms"}, "a local-contract connector (--local-url, --local-socket), not to an MCP server"); err != nil {
+			return err
+		}
+	} else if err := only([]string{"mcp-tools", "capability-prefix", "agent-id"}, "an MCP server (--mcp-command, --mcp-url), not to a local-contract connector"); err != nil {
+		return err
+	}
+	if !exec && !mcpCommand {
+		return only([]string{"exec-dir"}, "a child the sidecar starts (--exec, --mcp-command)")
+	}
+	return nil
 }
 
 // argvFlag documents --exec and --mcp-command in the usage; splitArgv

@@ -181,6 +181,10 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 	dir := t.TempDir()
 	loose := filepath.Join(dir, "token")
 	os.WriteFile(loose, []byte("t"), 0o644)
+	token := filepath.Join(dir, "token-600")
+	os.WriteFile(token, []byte("t"), 0o600)
+	mcpURL := map[string]string{"AIP_SIDECAR_MCP_URL": "https://mcp.example/mcp"}
+	localURL := map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://127.0.0.1:9"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -198,6 +202,17 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"no connector", nil, nil, "--local-url"},
 		{"non-loopback url", nil, map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://192.0.2.1:80"}, "loopback"},
 		{"log level", []string{"--log-level", "loud"}, nil, "--log-level"},
+		// A setting of the other mode would be silently ignored: a token
+		// the operator believes protects the MCP server, an allow-list
+		// believed to restrict a local connector's capabilities.
+		{"token file for an MCP server", []string{"--local-token-file", token}, mcpURL, "--local-token-file (AIP_SIDECAR_LOCAL_TOKEN_FILE) applies only to a local-contract connector"},
+		{"cancel grace for an MCP server", []string{"--cancel-grace-ms", "100"}, mcpURL, "--cancel-grace-ms (AIP_SIDECAR_CANCEL_GRACE_MS) applies only to a local-contract connector"},
+		{"MCP tools for a local connector", []string{"--mcp-tools", "echo"}, localURL, "--mcp-tools (AIP_SIDECAR_MCP_TOOLS) applies only to an MCP server"},
+		{"capability prefix from the environment for a local connector", nil,
+			map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://127.0.0.1:9", "AIP_SIDECAR_CAPABILITY_PREFIX": "x."}, "AIP_SIDECAR_CAPABILITY_PREFIX"},
+		{"agent ID for a local connector", []string{"--agent-id", "agent:x"}, localURL, "--agent-id (AIP_SIDECAR_AGENT_ID) applies only to an MCP server"},
+		{"exec dir without a child", []string{"--exec-dir", dir}, localURL, "--exec-dir (AIP_SIDECAR_EXEC_DIR) applies only to a child the sidecar starts"},
+		{"exec dir for an MCP URL", []string{"--exec-dir", dir}, mcpURL, "--exec-dir (AIP_SIDECAR_EXEC_DIR) applies only to a child the sidecar starts"},
 		{"negative restart count", []string{"--restart-unresponsive-after", "-1"}, nil, "AIP_SIDECAR_RESTART_UNRESPONSIVE_AFTER"},
 		{"restart without exec", []string{"--restart-unresponsive-after", "3"}, map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://127.0.0.1:9"}, "needs --exec"},
 	} {
