@@ -2,7 +2,6 @@ package hostsdk_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -133,22 +132,8 @@ func newEventFleet(t *testing.T, deliver bool, edit ...func(*hostsdk.Config)) *e
 // when absent.
 func (f *eventFleet) metric(t *testing.T, sample string) float64 {
 	t.Helper()
-	resp, err := f.client.Get("http://127.0.0.1:9/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(page), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	return 0
+	v, _ := scrapeMetric(t, f.client, sample)
+	return v
 }
 
 func (f *eventFleet) sequence(t *testing.T) uint64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -345,22 +344,8 @@ func (f *splitFleet) eventLog(t *testing.T) (map[string]int, int) {
 
 func (f *splitFleet) metric(t *testing.T, sample string) float64 {
 	t.Helper()
-	resp, err := f.ml.Client().Get("http://127.0.0.1:9/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(page), "\n") {
-		if v, ok := strings.CutPrefix(line, sample+" "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	return 0
+	v, _ := scrapeMetric(t, f.ml.Client(), sample)
+	return v
 }
 
 func pendingIn(t *testing.T, j journal.Journal) int {

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,3 +231,26 @@ func ops(cp *hostsdktest.ControlPlane) []aip.Operation {
 }
 
 var errUnhealthy = errors.New("provider unreachable")
+
+// scrapeMetric reads one sample ("name" or `name{label="v"}`) from the
+// /metrics of the host behind client (a hostsdktest.MemListener's); ok is
+// false when it is absent.
+func scrapeMetric(t *testing.T, client *http.Client, sample string) (v float64, ok bool) {
+	t.Helper()
+	resp, err := client.Get("http://127.0.0.1:9/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(page), "\n") {
+		if s, found := strings.CutPrefix(line, sample+" "); found {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}

@@ -3,10 +3,8 @@ package hostsdk_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -79,23 +77,11 @@ func (b *bubbleFleet) awaitFirstBeat(t *testing.T) context.Context {
 // metric reads one sample from the host's /metrics.
 func (b *bubbleFleet) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	resp, err := b.client.Get("http://127.0.0.1:9/metrics")
-	if err != nil {
-		t.Fatal(err)
+	v, ok := scrapeMetric(t, b.client, name)
+	if !ok {
+		t.Fatalf("metric %s not found", name)
 	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(page), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("metric %s not found in\n%s", name, page)
-	return 0
+	return v
 }
 
 func opsOf(cp *hostsdktest.ControlPlane, op aip.Operation) []hostsdktest.Operation {
