@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -190,6 +191,11 @@ type Config struct {
 	// TracerProvider provides the tracer for bootstrap, lifecycle and action
 	// spans. Defaults to otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// Collectors are registered on the host's metrics registry and served
+	// on its /metrics next to the host's own (a wrapper's counters, such as
+	// the sidecar's). Their metric names must not collide with the host's;
+	// New refuses a collector the registry refuses.
+	Collectors []prometheus.Collector
 	// Now is the clock for timestamps, signing windows and lease validity.
 	// Defaults to time.Now. Timers use the time package (tests run them
 	// under testing/synctest).

@@ -3,6 +3,7 @@ package hostsdk
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -43,26 +44,27 @@ type EventPublisher struct {
 // the fleet's event ingress would refuse (an event ID twice, data that sets
 // aip_connector, which the dispatcher stamps, a NUL in an event's kind, IDs
 // or data, ...) is refused here, not left in the outbox. It returns the
-// outbox entry ID.
+// outbox entry ID. Refusals match ErrInvalidEvents (the batch's content),
+// ErrNotServing or ErrEventOutboxFull (try again later) with errors.Is.
 func (p *EventPublisher) Publish(ctx context.Context, channelID string, events ...aip.Event) (string, error) {
 	h := p.h
 	if !h.ready() {
 		return "", fmt.Errorf("%w: events on %s are not accepted now", ErrNotServing, channelID)
 	}
 	if channelID == "" || len(channelID) > MaxChannelIDBytes {
-		return "", fmt.Errorf("hostsdk: channel ID must be 1 to %d bytes", MaxChannelIDBytes)
+		return "", invalidEvents("hostsdk: channel ID must be 1 to %d bytes", MaxChannelIDBytes)
 	}
 	if !h.channels[channelID] {
-		return "", fmt.Errorf("hostsdk: channel %q is not declared in the manifest's channels", channelID)
+		return "", invalidEvents("hostsdk: channel %q is not declared in the manifest's channels", channelID)
 	}
 	// The fleet's event log takes channel IDs of printable UTF-8 without
 	// leading or trailing spaces: a batch on another channel could never
 	// be delivered.
 	if !utf8.ValidString(channelID) || strings.TrimSpace(channelID) != channelID || strings.IndexFunc(channelID, unicode.IsControl) >= 0 {
-		return "", fmt.Errorf("hostsdk: channel %q cannot be delivered: the fleet's event log takes channel IDs of UTF-8 text without control characters or leading or trailing spaces; rename it in the manifest", channelID)
+		return "", invalidEvents("hostsdk: channel %q cannot be delivered: the fleet's event log takes channel IDs of UTF-8 text without control characters or leading or trailing spaces; rename it in the manifest", channelID)
 	}
 	if len(events) == 0 || len(events) > MaxEventsPerBatch {
-		return "", fmt.Errorf("hostsdk: a batch holds 1 to %d events, got %d", MaxEventsPerBatch, len(events))
+		return "", invalidEvents("hostsdk: a batch holds 1 to %d events, got %d", MaxEventsPerBatch, len(events))
 	}
 	now := h.cfg.Now()
 	batch := make([]aip.Event, len(events))
@@ -74,48 +76,48 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 		if e.ID == "" {
 			e.ID = aip.NewID(aip.PrefixEvent)
 		} else if err := aip.ValidateID(aip.PrefixEvent, e.ID); err != nil {
-			return "", fmt.Errorf("hostsdk: event ID %q: %v; leave it empty for a fresh one, or derive a UUIDv7-shaped one", e.ID, err)
+			return "", invalidEvents("hostsdk: event ID %q: %v; leave it empty for a fresh one, or derive a UUIDv7-shaped one", e.ID, err)
 		}
 		if j, dup := seen[e.ID]; dup {
-			return "", fmt.Errorf("hostsdk: event %s appears twice in the batch (events %d and %d); publish each event once", e.ID, j, i)
+			return "", invalidEvents("hostsdk: event %s appears twice in the batch (events %d and %d); publish each event once", e.ID, j, i)
 		}
 		seen[e.ID] = i
 		if e.Kind == "" || len(e.Kind) > MaxEventKindBytes || !utf8.ValidString(e.Kind) || strings.ContainsRune(e.Kind, 0) {
-			return "", fmt.Errorf("hostsdk: event %s: kind must be 1 to %d bytes of UTF-8 without NUL", e.ID, MaxEventKindBytes)
+			return "", invalidEvents("hostsdk: event %s: kind must be 1 to %d bytes of UTF-8 without NUL", e.ID, MaxEventKindBytes)
 		}
 		for _, f := range []struct{ name, v string }{
 			{"session_id", e.SessionID}, {"action_id", e.ActionID}, {"correlation_id", e.CorrelationID},
 		} {
 			if strings.ContainsRune(f.v, 0) {
-				return "", fmt.Errorf("hostsdk: event %s: %s holds a NUL character, which the fleet's event log cannot store", e.ID, f.name)
+				return "", invalidEvents("hostsdk: event %s: %s holds a NUL character, which the fleet's event log cannot store", e.ID, f.name)
 			}
 		}
 		if e.OccurredAt.IsZero() {
 			e.OccurredAt = aip.At(now)
 		} else if e.OccurredAt.Time.After(now.Add(aip.MaxEnvelopeSkew)) {
-			return "", fmt.Errorf("hostsdk: event %s: occurred_at %s is more than %s ahead of this host's clock", e.ID, e.OccurredAt, aip.MaxEnvelopeSkew)
+			return "", invalidEvents("hostsdk: event %s: occurred_at %s is more than %s ahead of this host's clock", e.ID, e.OccurredAt, aip.MaxEnvelopeSkew)
 		}
 		if len(e.Data) > 0 {
 			var obj map[string]any
 			if err := json.Unmarshal(e.Data, &obj); err != nil || obj == nil {
-				return "", fmt.Errorf("hostsdk: event %s: data must be a JSON object", e.ID)
+				return "", invalidEvents("hostsdk: event %s: data must be a JSON object", e.ID)
 			}
 			if hasNUL(obj) {
-				return "", fmt.Errorf("hostsdk: event %s: data holds a NUL character (\\u0000), which the fleet's event log cannot store", e.ID)
+				return "", invalidEvents("hostsdk: event %s: data holds a NUL character (\\u0000), which the fleet's event log cannot store", e.ID)
 			}
 			if _, taken := obj[eventProvenance]; taken {
-				return "", fmt.Errorf("hostsdk: event %s: data.%s is set; leave it out, the dispatcher stamps it with the delivering replica", e.ID, eventProvenance)
+				return "", invalidEvents("hostsdk: event %s: data.%s is set; leave it out, the dispatcher stamps it with the delivering replica", e.ID, eventProvenance)
 			}
 		}
 		if e.Actor != nil {
 			data := map[string]json.RawMessage{}
 			if len(e.Data) > 0 {
 				if err := json.Unmarshal(e.Data, &data); err != nil {
-					return "", fmt.Errorf("hostsdk: event %s: data must be a JSON object when the event has an actor", e.ID)
+					return "", invalidEvents("hostsdk: event %s: data must be a JSON object when the event has an actor", e.ID)
 				}
 			}
 			if _, taken := data["upstream_actor"]; taken {
-				return "", fmt.Errorf("hostsdk: event %s: data.upstream_actor is already set and the event has an actor", e.ID)
+				return "", invalidEvents("hostsdk: event %s: data.upstream_actor is already set and the event has an actor", e.ID)
 			}
 			actor, _ := json.Marshal(e.Actor)
 			data["upstream_actor"] = actor
@@ -128,16 +130,16 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 			// longer than data as given (1e15 is 1000000000000000.0).
 			canon, err := aip.Canonicalize(e.Data)
 			if err != nil {
-				return "", fmt.Errorf("hostsdk: event %s: data: %v", e.ID, err)
+				return "", invalidEvents("hostsdk: event %s: data: %v", e.ID, err)
 			}
 			e.Data = canon
 		}
 		raw, err := json.Marshal(e)
 		if err != nil {
-			return "", fmt.Errorf("hostsdk: event %s: %w", e.ID, err)
+			return "", invalidEvents("hostsdk: event %s: %w", e.ID, err)
 		}
 		if len(raw) > MaxEventBytes {
-			return "", fmt.Errorf("hostsdk: event %s is %d bytes; at most %d", e.ID, len(raw), MaxEventBytes)
+			return "", invalidEvents("hostsdk: event %s is %d bytes; at most %d", e.ID, len(raw), MaxEventBytes)
 		}
 		batch[i] = e
 	}
@@ -154,7 +156,7 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 		return "", fmt.Errorf("hostsdk: event outbox: %w", err)
 	}
 	if pending >= maxPendingEventRows {
-		return "", fmt.Errorf("hostsdk: event outbox holds %d batches, the most allowed; events are not being delivered", pending)
+		return "", markErr(ErrEventOutboxFull, fmt.Errorf("hostsdk: event outbox holds %d batches, the most allowed; events are not being delivered", pending))
 	}
 	id := strings.ReplaceAll(digest, ":", "_")
 	err = h.journal.EnqueueEvents(ctx, journal.OutboxEntry{
@@ -165,6 +167,39 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 	}
 	h.notifyEvents()
 	return id, nil
+}
+
+// Errors of EventPublisher.Publish that a caller handling events for
+// someone else (an HTTP route, a queue consumer) tells apart with
+// errors.Is: ErrInvalidEvents — fix the batch, a retry gets the same
+// refusal; ErrNotServing and ErrEventOutboxFull — try again later.
+var (
+	// ErrInvalidEvents marks a batch Publish refuses for its content: an
+	// undeclared or undeliverable channel, a batch of 0 or more than
+	// MaxEventsPerBatch events, or an invalid event. The error's text says
+	// what to fix.
+	ErrInvalidEvents = errors.New("hostsdk: invalid event batch")
+	// ErrEventOutboxFull marks a batch refused because the outbox holds
+	// its maximum of pending batches (events are not being delivered).
+	ErrEventOutboxFull = errors.New("hostsdk: event outbox is full")
+)
+
+// markedError is err, matched by errors.Is as mark too; its text is err's.
+type markedError struct {
+	mark error
+	err  error
+}
+
+func (e *markedError) Error() string        { return e.err.Error() }
+func (e *markedError) Unwrap() error        { return e.err }
+func (e *markedError) Is(target error) bool { return target == e.mark }
+
+func markErr(mark, err error) error { return &markedError{mark: mark, err: err} }
+
+// invalidEvents is a Publish refusal for the batch's content
+// (ErrInvalidEvents).
+func invalidEvents(format string, args ...any) error {
+	return markErr(ErrInvalidEvents, fmt.Errorf(format, args...))
 }
 
 // eventProvenance is the member of an event's data the dispatcher stamps

@@ -179,6 +179,11 @@ func New(cfg Config, conn Connector) (*Host, error) {
 	}
 	h.ingressBudget = budget
 	h.m = newMetrics(h)
+	for i, c := range cfg.Collectors {
+		if err := h.m.reg.Register(c); err != nil {
+			return nil, &ValidateError{fmt.Errorf("Collectors[%d]: %w", i, err)}
+		}
+	}
 	h.storageDetail.Store(&probeDetail{})
 	h.connectorDetail.Store(&probeDetail{})
 	return h, nil
