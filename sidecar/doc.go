@@ -40,6 +40,18 @@
 // before the exchange is abandoned as outcome_unknown. Responses are
 // bounded (MaxResultBytes, MaxChunkBytes, MaxChunks) and decoded strictly.
 //
+// # Publishing events
+//
+// A local connector publishes provider events with POST /sidecar/events on
+// the replica's listener (PathEvents): a batch on a declared channel, each
+// event with a stable ID and occurred_at, answered 200 once
+// hostsdk.EventPublisher.Publish stored it in the journal's outbox, 400
+// when Publish refuses it as invalid, 503 with Retry-After when the
+// replica does not take events now. The route takes its own bearer token
+// (Config.EventsToken; generated per run with Exec and handed to the child
+// in AIP_SIDECAR_EVENTS_TOKEN with AIP_SIDECAR_EVENTS_URL) from peers on
+// this machine only, and is not mounted without a token or in MCP mode.
+//
 // # MCP
 //
 // MCP wraps an MCP server (a stdio command or a Streamable HTTP URL) with

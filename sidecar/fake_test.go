@@ -1,10 +1,12 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,10 +30,18 @@ import (
 //	echo.crash   the connection is closed without an answer
 //	echo.status  {"status","body"} answers that HTTP status and raw body
 //	             (or {"status","raw"}: the string raw as the body)
+//	echo.publish {"body","times","token"} POSTs body to the sidecar's
+//	             events route times times (default once) with the events
+//	             token (or token when set, "-" for none) -> {"answers":[eventsReply]}
+//
+// The manifest declares the event channel fakeChannel.
 type fakeConnector struct {
-	token    string
-	manifest atomic.Pointer[aip.Manifest]
-	healthy  atomic.Bool
+	token string
+	// eventsURL and eventsToken are the sidecar's events route
+	// (AIP_SIDECAR_EVENTS_URL, AIP_SIDECAR_EVENTS_TOKEN).
+	eventsURL, eventsToken string
+	manifest               atomic.Pointer[aip.Manifest]
+	healthy                atomic.Bool
 
 	mu        sync.Mutex
 	actions   []localAction
@@ -49,6 +59,17 @@ func newFakeConnector() *fakeConnector {
 	f.healthy.Store(true)
 	f.manifest.Store(fakeManifest(""))
 	return f
+}
+
+// fakeChannel is the event channel the fake manifest declares.
+const fakeChannel = "echo.changes"
+
+// eventsReply is one answer of POST /sidecar/events as the child saw it.
+type eventsReply struct {
+	Status          int             `json:"status"`
+	Body            json.RawMessage `json:"body"`
+	RetryAfter      string          `json:"retry_after,omitempty"`
+	WWWAuthenticate string          `json:"www_authenticate,omitempty"`
 }
 
 var sayInput = json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"]}`)
@@ -71,7 +92,8 @@ func fakeManifest(extra string) *aip.Manifest {
 		Agent:           aip.Principal{ID: "agent:fake-local", Kind: aip.PrincipalAgent},
 		Profiles:        []string{aip.NativeHTTPProfile},
 		Capabilities: []aip.Capability{say, cap("echo.stream", true), cap("echo.slow", false),
-			cap("echo.crash", false), cap("echo.status", false)},
+			cap("echo.crash", false), cap("echo.status", false), cap("echo.publish", false)},
+		Channels: []json.RawMessage{json.RawMessage(`{"id":"` + fakeChannel + `"}`)},
 	}
 }
 
@@ -167,6 +189,8 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 		Status       int             `json:"status"`
 		Body         json.RawMessage `json:"body"`
 		Raw          string          `json:"raw"`
+		Times        int             `json:"times"`
+		Token        string          `json:"token"`
 	}
 	json.Unmarshal(a.Input, &in)
 	switch a.CapabilityID {
@@ -208,6 +232,14 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	case "echo.publish":
+		answers, err := f.publish(r.Context(), in.Body, max(in.Times, 1), in.Token)
+		if err != nil {
+			f.writeJSON(w, http.StatusOK, localResult{Status: localFailed, Detail: err.Error()})
+			return
+		}
+		out, _ := json.Marshal(map[string]any{"answers": answers})
+		f.writeJSON(w, http.StatusOK, localResult{Status: localCompleted, Output: out})
 	case "echo.crash":
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
@@ -224,6 +256,43 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 	default:
 		f.writeJSON(w, http.StatusNotFound, map[string]any{"error": aip.NewProtocolError("fake.unknown", aip.CategoryPermanent, false, 0, a.CapabilityID)})
 	}
+}
+
+// publish POSTs body to the sidecar's events route times times.
+func (f *fakeConnector) publish(ctx context.Context, body json.RawMessage, times int, token string) ([]eventsReply, error) {
+	if f.eventsURL == "" {
+		return nil, errors.New("no " + EnvEventsURL + " in the environment")
+	}
+	switch token {
+	case "":
+		token = f.eventsToken
+	case "-":
+		token = ""
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	var out []eventsReply
+	for range times {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.eventsURL, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !json.Valid(raw) {
+			raw, _ = json.Marshal(string(raw))
+		}
+		out = append(out, eventsReply{Status: resp.StatusCode, Body: raw, RetryAfter: resp.Header.Get("Retry-After"),
+			WWWAuthenticate: resp.Header.Get("WWW-Authenticate")})
+	}
+	return out, nil
 }
 
 func (f *fakeConnector) received() []localAction {

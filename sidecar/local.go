@@ -97,6 +97,8 @@ type Local struct {
 	// checks in a row the running child did not answer.
 	restartUnresponsiveAfter int
 	unresponsive             atomic.Int64
+	// events is POST /sidecar/events (nil: not mounted).
+	events *eventsRoute
 	// checkedGen is the process generation whose manifest was compared
 	// with the admitted one.
 	checkedGen atomic.Int64
@@ -157,10 +159,8 @@ func (c *LocalConfig) withDefaults() error {
 	// child's environment): a byte net/http refuses there would fail
 	// every request, start-up only after StartTimeout, with no word of
 	// the token.
-	for i := 0; i < len(c.Token); i++ {
-		if b := c.Token[i]; b <= ' ' || b >= 0x7f {
-			return &ConfigError{Field: "Local.Token", Reason: fmt.Sprintf("has byte %#02x at offset %d; a bearer token is one word of visible ASCII (no whitespace, control or non-ASCII characters)", b, i)}
-		}
+	if err := checkToken(c.Token); err != nil {
+		return &ConfigError{Field: "Local.Token", Reason: err.Error()}
 	}
 	for _, d := range []struct {
 		field string
@@ -205,6 +205,17 @@ func (c *LocalConfig) withDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// checkToken accepts a bearer token that can be sent in an Authorization
+// header (and put in a child's environment).
+func checkToken(token string) error {
+	for i := 0; i < len(token); i++ {
+		if b := token[i]; b <= ' ' || b >= 0x7f {
+			return fmt.Errorf("has byte %#02x at offset %d; a bearer token is one word of visible ASCII (no whitespace, control or non-ASCII characters)", b, i)
+		}
 	}
 	return nil
 }
@@ -750,9 +761,15 @@ func (l *Local) reconcileOnce(ctx context.Context, body *localReconcile) (res *a
 	return res, false, err
 }
 
-// Routes implements hostsdk.RouteProvider: GET /sidecar/status.
+// Routes implements hostsdk.RouteProvider: GET /sidecar/status, and POST
+// /sidecar/events when an events token is configured.
 func (l *Local) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
-	return []hostsdk.Route{{Pattern: "GET " + PathStatus, Handler: l.status.handler()}}, nil
+	routes := []hostsdk.Route{{Pattern: "GET " + PathStatus, Handler: l.status.handler()}}
+	if l.events != nil {
+		routes = append(routes, hostsdk.Route{Pattern: "POST " + PathEvents,
+			Handler: eventsHandler(l.events.token, rc.Events.Publish, l.events.m, l.log)})
+	}
+	return routes, nil
 }
 
 // readLimited reads at most limit bytes and fails beyond.

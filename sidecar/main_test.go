@@ -74,6 +74,7 @@ func runChild() int {
 	}
 	f := newFakeConnector()
 	f.token = os.Getenv(EnvLocalToken)
+	f.eventsURL, f.eventsToken = os.Getenv(EnvEventsURL), os.Getenv(EnvEventsToken)
 	if p := os.Getenv(envChildManifest); p != "" {
 		if suffix, err := os.ReadFile(p); err == nil {
 			f.manifest.Store(fakeManifest(string(suffix)))
@@ -134,6 +135,13 @@ func startReplica(t testing.TB, edit func(*Config)) *replica {
 	t.Helper()
 	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
 	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	return startReplicaIn(t, cp, d, edit)
+}
+
+// startReplicaIn is startReplica with the given control plane and
+// dispatcher.
+func startReplicaIn(t testing.TB, cp *hostsdktest.ControlPlane, d *hostsdktest.Dispatcher, edit func(*Config)) *replica {
+	t.Helper()
 	r := &replica{cp: cp, d: d, host: hostsdktest.HostConfig(t, cp, d, nil), errc: make(chan error, 1)}
 	cfg := Config{Host: r.host}
 	if edit != nil {

@@ -3,12 +3,15 @@ package sidecar
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -31,12 +34,22 @@ type Config struct {
 	// MCP.Command, MCP.URL or MCP.Transport is set.
 	MCP MCPConfig
 
+	// EventsToken, in local mode, enables POST /sidecar/events on the
+	// replica's listener, where the connector publishes provider events
+	// with this bearer token (docs/sidecar-protocol.md). With Exec and no
+	// EventsToken a fresh one is generated per run. It must differ from
+	// Local.Token: a leak of one must not grant the other direction.
+	// Without it (and without Exec) the route is not mounted.
+	EventsToken string
+
 	// Exec, in local mode, starts the connector as a child process (the
 	// program and its arguments). Without it the sidecar attaches to a
 	// connector that is already running. The child gets
-	// AIP_SIDECAR_LOCAL_URL or AIP_SIDECAR_LOCAL_SOCKET (where to listen)
-	// and AIP_SIDECAR_LOCAL_TOKEN (the bearer token the sidecar sends) on
-	// top of the inherited environment and ExecEnv.
+	// AIP_SIDECAR_LOCAL_URL or AIP_SIDECAR_LOCAL_SOCKET (where to listen),
+	// AIP_SIDECAR_LOCAL_TOKEN (the bearer token the sidecar sends),
+	// AIP_SIDECAR_EVENTS_URL and AIP_SIDECAR_EVENTS_TOKEN (where and with
+	// which token it publishes events) on top of the inherited
+	// environment and ExecEnv.
 	Exec    []string
 	ExecDir string
 	ExecEnv []string
@@ -90,12 +103,23 @@ func New(cfg Config) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.local != nil && s.local.events != nil {
+		s.cfg.Host.Collectors = append(append([]prometheus.Collector(nil), s.cfg.Host.Collectors...), s.local.events.m.collectors()...)
+	}
 	h, err := hostsdk.New(s.cfg.Host, s.Connector())
 	if err != nil {
 		return nil, err
 	}
 	s.host = h
 	return s, nil
+}
+
+// newToken returns 32 random bytes in hex: a token only the sidecar and its
+// child know.
+func newToken() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // newLocalSide validates the sidecar's own settings and builds the
@@ -143,6 +167,9 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		if cfg.Local.URL != "" || cfg.Local.Socket != "" {
 			return nil, &ConfigError{Field: "Local.URL", Reason: "is set together with an MCP server; choose the local contract (--local-url/--local-socket) or MCP (--mcp-command/--mcp-url)"}
 		}
+		if cfg.EventsToken != "" {
+			return nil, &ConfigError{Field: "EventsToken", Reason: "is set together with an MCP server; MCP servers do not publish AIP events, so the sidecar serves no " + PathEvents + " in MCP mode"}
+		}
 		mc := cfg.MCP
 		if mc.Logger == nil {
 			mc.Logger = log
@@ -177,15 +204,40 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		}
 		if len(cfg.Exec) > 0 && lc.Token == "" {
 			// Only the sidecar and its child know the token.
-			var b [32]byte
-			rand.Read(b[:])
-			lc.Token = hex.EncodeToString(b[:])
+			lc.Token = newToken()
 		}
 		l, err := NewLocal(lc)
 		if err != nil {
 			return nil, err
 		}
 		s.local = l
+		eventsToken := cfg.EventsToken
+		if len(cfg.Exec) > 0 && eventsToken == "" {
+			eventsToken = newToken()
+		}
+		var eventsURL string
+		if eventsToken != "" {
+			if err := checkToken(eventsToken); err != nil {
+				return nil, &ConfigError{Field: "EventsToken", Reason: err.Error()}
+			}
+			if subtle.ConstantTimeCompare([]byte(eventsToken), []byte(lc.Token)) == 1 {
+				return nil, &ConfigError{Field: "EventsToken", Reason: "is the local connector's token; use another token for the events route (--events-token-file), so that a leak of one does not grant the other direction"}
+			}
+			l.events = &eventsRoute{token: eventsToken, m: newEventsMetrics()}
+			if len(cfg.Exec) > 0 {
+				listen := cfg.Host.Bind
+				if cfg.Host.Listener != nil {
+					listen = cfg.Host.Listener.Addr().String()
+				} else if listen == "" {
+					listen = hostsdk.DefaultBind
+				}
+				u, err := eventsURLFor(listen)
+				if err != nil {
+					return nil, &ConfigError{Field: "Host.Bind", Reason: err.Error()}
+				}
+				eventsURL = u
+			}
+		}
 		if len(cfg.Exec) > 0 {
 			env := append([]string{}, cfg.ExecEnv...)
 			if lc.Socket != "" {
@@ -193,7 +245,7 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 			} else {
 				env = append(env, EnvLocalURL+"="+lc.URL)
 			}
-			env = append(env, EnvLocalToken+"="+lc.Token)
+			env = append(env, EnvLocalToken+"="+lc.Token, EnvEventsURL+"="+eventsURL, EnvEventsToken+"="+eventsToken)
 			s.sup = newSupervisor(superviseConfig{
 				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
 				Ready: l.probe, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,

@@ -40,6 +40,7 @@ func newSettings() []hostsdk.Setting {
 		str("local-url", "LOCAL_URL", "loopback origin of the local connector, e.g. http://127.0.0.1:8700"),
 		str("local-socket", "LOCAL_SOCKET", "unix socket of the local connector"),
 		str("local-token-file", "LOCAL_TOKEN_FILE", "owner-only file with the bearer token for the local connector (with --exec a fresh token is generated when unset)"),
+		str("events-token-file", "EVENTS_TOKEN_FILE", "owner-only file with the bearer token the local connector publishes events with on POST "+sidecar.PathEvents+" (with --exec a fresh token is generated when unset and handed to the child in "+sidecar.EnvEventsToken+"; without either the route is not served)"),
 		str("exec-dir", "EXEC_DIR", "working directory of the --exec child"),
 		str("mcp-url", "MCP_URL", "wrap a Streamable HTTP MCP server at this URL (https, or http on loopback)"),
 		str("mcp-tools", "MCP_TOOLS", "comma-separated MCP tool names to expose (default: all)"),
@@ -166,6 +167,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		cfg.Local.Token = strings.TrimSpace(string(raw))
 	}
+	if f := val["events-token-file"]; f != "" {
+		raw, err := aip.ReadSecretFile(f, aip.MaxSecretFileBytes)
+		if err != nil {
+			return fmt.Errorf("--events-token-file: %w", err)
+		}
+		cfg.EventsToken = strings.TrimSpace(string(raw))
+	}
 	cfg.MCP.URL = val["mcp-url"]
 	if t := val["mcp-tools"]; t != "" {
 		for _, name := range strings.Split(t, ",") {
@@ -237,7 +245,7 @@ func checkModeSettings(val hostsdk.SettingValues, exec, mcpCommand bool) error {
 		return nil
 	}
 	if mcpMode {
-		if err := only([]string{"local-token-file", "cancel-grace-ms"}, "a local-contract connector (--local-url, --local-socket), not to an MCP server"); err != nil {
+		if err := only([]string{"local-token-file", "events-token-file", "cancel-grace-ms"}, "a local-contract connector (--local-url, --local-socket), not to an MCP server"); err != nil {
 			return err
 		}
 	} else if err := only([]string{"mcp-tools", "capability-prefix", "agent-id"}, "an MCP server (--mcp-command, --mcp-url), not to a local-contract connector"); err != nil {

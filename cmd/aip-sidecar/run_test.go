@@ -183,6 +183,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 	os.WriteFile(loose, []byte("t"), 0o644)
 	token := filepath.Join(dir, "token-600")
 	os.WriteFile(token, []byte("t"), 0o600)
+	empty := filepath.Join(dir, "empty-600")
+	os.WriteFile(empty, []byte("\n"), 0o600)
 	mcpURL := map[string]string{"AIP_SIDECAR_MCP_URL": "https://mcp.example/mcp"}
 	localURL := map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://127.0.0.1:9"}
 	for _, tc := range []struct {
@@ -198,6 +200,9 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"exec and mcp", nil, map[string]string{"AIP_SIDECAR_EXEC": `["a"]`, "AIP_SIDECAR_MCP_COMMAND": `["b"]`}, "both given"},
 		{"stray argument", []string{"python3"}, nil, "after --exec"},
 		{"token file readable by others", []string{"--local-token-file", loose}, nil, "--local-token-file"},
+		{"events token file readable by others", []string{"--events-token-file", loose}, localURL, "--events-token-file"},
+		{"empty events token file", []string{"--events-token-file", empty}, localURL, "holds only whitespace"},
+		{"events token file for an MCP server", []string{"--events-token-file", token}, mcpURL, "--events-token-file (AIP_SIDECAR_EVENTS_TOKEN_FILE) applies only to a local-contract connector"},
 		{"host config", []string{"--max-in-flight", "0"}, nil, "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT"},
 		{"no connector", nil, nil, "--local-url"},
 		{"non-loopback url", nil, map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://192.0.2.1:80"}, "loopback"},
@@ -229,7 +234,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &stderr, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("run -h: %v", err)
 	}
-	for _, want := range []string{"--exec CMD ARGS", "-signing-seed-file", "-mcp-url", "AIP_SIDECAR_LOCAL_SOCKET"} {
+	for _, want := range []string{"--exec CMD ARGS", "-signing-seed-file", "-mcp-url", "AIP_SIDECAR_LOCAL_SOCKET", "AIP_SIDECAR_EVENTS_TOKEN_FILE"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("help does not mention %q", want)
 		}
