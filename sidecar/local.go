@@ -731,7 +731,12 @@ func (l *Local) reconcileOnce(ctx context.Context, body *localReconcile) (res *a
 	}
 	var r localResult
 	if err := decodeStrict(raw, &r); err != nil {
-		return nil, false, &LocalError{Op: "POST " + PathLocalReconcile, Target: l.Target(), Status: resp.StatusCode, Err: fmt.Errorf("the answer is not a reconcile result: %w", err)}
+		// The same answer would come after every restart: retrying would
+		// keep the replica from registering for ever. Never re-run, never
+		// claim a result.
+		l.log.Warn("the connector's 200 answer to "+PathLocalReconcile+" is not a reconcile answer; the action is outcome_unknown",
+			"action_id", body.ActionID, "error", err)
+		return nil, false, fmt.Errorf("%w: the connector answered %s with HTTP 200 and a body that is not a reconcile answer: %v", hostsdk.ErrOutcomeUnknown, PathLocalReconcile, err)
 	}
 	switch r.Status {
 	case localRunning, localNotFound:

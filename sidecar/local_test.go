@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -253,6 +254,10 @@ func TestLocalReconcile(t *testing.T) {
 		status  aip.ResultStatus
 		code    string
 		unknown bool
+		// retry: a failure recovery retries (not an outcome).
+		retry bool
+		// logged: the sidecar logs the action ID and this.
+		logged string
 	}{
 		{name: "completed", answers: []func() (int, any){func() (int, any) {
 			return 200, map[string]any{"status": "completed", "output": map[string]bool{"reconciled": true}}
@@ -281,6 +286,18 @@ func TestLocalReconcile(t *testing.T) {
 		{name: "not found naming this action", answers: []func() (int, any){func() (int, any) {
 			return 200, map[string]any{"status": "not_found", "action_id": "act_01"}
 		}}, status: aip.ResultFailed, code: CodeNotExecuted},
+		// A 200 whose body is not a reconcile answer would fail every
+		// restart's recovery the same way: the action is outcome_unknown.
+		{name: "200 that is not an object", answers: []func() (int, any){func() (int, any) { return 200, "done" }},
+			unknown: true, logged: "is not a reconcile answer"},
+		{name: "200 with an unknown member", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "completed", "result": "done"}
+		}}, unknown: true, logged: `unknown field \"result\"`},
+		{name: "200 with an invalid result", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"status": "finished"}
+		}}, unknown: true},
+		// A 5xx may pass: recovery tries again.
+		{name: "server error", answers: []func() (int, any){func() (int, any) { return 500, map[string]any{} }}, retry: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeConnector()
@@ -293,16 +310,27 @@ func TestLocalReconcile(t *testing.T) {
 					return a()
 				}
 			}
-			l, err := NewLocal(LocalConfig{Socket: sock})
+			var logs hostsdktest.LogBuffer
+			l, err := NewLocal(LocalConfig{Socket: sock, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
 			started := time.Now().Add(-time.Second)
 			res, err := l.Reconcile(ctxT(t), &hostsdk.UncertainAction{Action: journalAction("act_01", started)})
+			if tc.retry {
+				var le *LocalError
+				if errors.Is(err, hostsdk.ErrOutcomeUnknown) || !errors.As(err, &le) || le.Status != 500 {
+					t.Fatalf("got %+v, %v; want a *LocalError with HTTP 500", res, err)
+				}
+				return
+			}
 			if tc.unknown {
 				if !errors.Is(err, hostsdk.ErrOutcomeUnknown) {
 					t.Fatalf("got %+v, %v; want outcome unknown", res, err)
+				}
+				if tc.logged != "" && (!strings.Contains(logs.String(), `"action_id":"act_01"`) || !strings.Contains(logs.String(), tc.logged)) {
+					t.Errorf("log %s; want the action ID and %q", logs.String(), tc.logged)
 				}
 				return
 			}
