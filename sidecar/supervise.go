@@ -64,6 +64,10 @@ type supervisor struct {
 	stopping bool
 	stopCh   chan struct{}
 	monDone  chan struct{}
+	// hung tracks the terminations restartHung starts; stop waits for
+	// them. Add is called under mu while not stopping, so none is added
+	// once stop waits.
+	hung sync.WaitGroup
 }
 
 // child is one run of the connector process.
@@ -272,7 +276,8 @@ func (s *supervisor) lastExitText() string {
 }
 
 // stop stops restarting and terminates the running child: SIGTERM to its
-// process group, SIGKILL after StopTimeout. It is idempotent.
+// process group, SIGKILL after StopTimeout. It returns after the monitor
+// and any termination restartHung started have finished. It is idempotent.
 func (s *supervisor) stop() error {
 	s.mu.Lock()
 	if s.stopping {
@@ -283,6 +288,7 @@ func (s *supervisor) stop() error {
 	close(s.stopCh)
 	c := s.cur
 	s.mu.Unlock()
+	defer s.hung.Wait()
 	if s.monDone != nil {
 		<-s.monDone
 	}
@@ -367,9 +373,13 @@ func (s *supervisor) restartHung(reason string) {
 		s.mu.Unlock()
 		return
 	}
+	s.hung.Add(1)
 	s.mu.Unlock()
 	s.log.Error("the connector process does not answer; restarting it", "pid", c.cmd.Process.Pid, "reason", reason)
-	go s.terminate(c)
+	go func() {
+		defer s.hung.Done()
+		s.terminate(c)
+	}()
 }
 
 // generation implements processView.

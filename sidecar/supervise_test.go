@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -467,5 +470,99 @@ func TestRestartUnresponsiveNeedsExec(t *testing.T) {
 	_, err = New(Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, Exec: []string{"x"}, RestartUnresponsiveAfter: -1})
 	if !errors.As(err, &ce) || ce.Field != "RestartUnresponsiveAfter" {
 		t.Fatalf("negative: %v", err)
+	}
+}
+
+// orderHandler is a slog handler that records the messages it is given,
+// in order, and holds the first record with message hold until release is
+// closed (signalling held when it starts holding).
+type orderHandler struct {
+	hold    string
+	held    chan struct{}
+	release chan struct{}
+
+	mu   sync.Mutex
+	seen []string
+	once sync.Once
+}
+
+func (h *orderHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *orderHandler) WithAttrs([]slog.Attr) slog.Handler        { return h }
+func (h *orderHandler) WithGroup(string) slog.Handler             { return h }
+func (h *orderHandler) Handle(_ context.Context, r slog.Record) error {
+	first := false
+	if r.Message == h.hold {
+		h.once.Do(func() { first = true })
+	}
+	if first {
+		close(h.held)
+		<-h.release
+	}
+	h.note(r.Message)
+	return nil
+}
+
+func (h *orderHandler) note(msg string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen = append(h.seen, msg)
+}
+
+func (h *orderHandler) messages() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.seen...)
+}
+
+// TestStopWaitsForTheHungTermination: the termination restartHung starts
+// is owned by the supervisor; stop returns only after it finished, so
+// nothing of the supervisor outlives Run.
+func TestStopWaitsForTheHungTermination(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	h := &orderHandler{hold: "stopping the connector process", held: make(chan struct{}), release: make(chan struct{})}
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", "exec sleep 60"}, Ready: func(context.Context) error { return nil },
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: time.Minute,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(h),
+	})
+	if err := s.start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	s.restartHung("the test says so")
+	<-h.held // the hung termination is under way (held before it signals)
+
+	stopped := make(chan error, 1)
+	go func() {
+		err := s.stop()
+		h.note("stop returned")
+		stopped <- err
+	}()
+	// Release the hung termination once stop returned; a stop that waits
+	// for it returns only after the release, which a timer provides.
+	t0 := time.NewTimer(200 * time.Millisecond)
+	defer t0.Stop()
+	var err error
+	select {
+	case err = <-stopped:
+		close(h.release)
+	case <-t0.C:
+		close(h.release)
+		err = <-stopped
+	}
+	if err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	got := h.messages()
+	last := -1
+	for i, m := range got {
+		if m == "connector process stopped" {
+			last = i
+		}
+	}
+	if n := len(got); n == 0 || got[n-1] != "stop returned" || last < 0 || strings.Count(strings.Join(got, "|"), "connector process stopped") != 2 {
+		t.Fatalf("log %q: want both terminations' \"connector process stopped\" before stop returned", got)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Fatal(err)
 	}
 }
