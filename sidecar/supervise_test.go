@@ -487,8 +487,8 @@ type orderHandler struct {
 }
 
 func (h *orderHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *orderHandler) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *orderHandler) WithGroup(string) slog.Handler             { return h }
+func (h *orderHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *orderHandler) WithGroup(string) slog.Handler            { return h }
 func (h *orderHandler) Handle(_ context.Context, r slog.Record) error {
 	first := false
 	if r.Message == h.hold {
