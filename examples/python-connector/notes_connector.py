@@ -16,6 +16,14 @@ Capabilities:
   notes.export  streaming: one data chunk per note, then the count;
                 optional delay_ms between chunks (cancellable)
 
+Events: each created note is published as a note.created event on the
+channel notes.changes through the sidecar (publish_events, POST
+/sidecar/events with AIP_SIDECAR_EVENTS_URL and AIP_SIDECAR_EVENTS_TOKEN,
+which aip-sidecar --exec sets). The event ID is derived from the action ID,
+so a retried publication is stored once. The example publishes after the
+note's write and gives up after a few attempts; a production service would
+keep unpublished events in its journal and publish them again.
+
 Everything the service knows lives in one JSON journal file written
 atomically (temporary file, fsync, rename, fsync of the directory): the
 notes, every action's record, and the idempotency keys. A note and the
@@ -43,6 +51,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
@@ -83,10 +93,13 @@ def _contract(effects, retry, streaming=False, cancel=False, idempotency="option
     }
 
 
+CHANNEL = "notes.changes"
+
 MANIFEST = {
     "manifest_version": "aip-manifest/v1",
     "agent": {"id": "agent:notes-example", "kind": "agent", "display_name": "Notes (Python example)"},
     "profiles": ["aip.native.http.v1"],
+    "channels": [{"id": CHANNEL}],
     "capabilities": [
         {
             "id": "notes.create",
@@ -163,6 +176,36 @@ MANIFEST = {
         },
     ],
 }
+
+
+def publish_events(channel_id, events, attempts=3, url=None, token=None):
+    """Posts a batch of events to the sidecar (POST /sidecar/events) and
+    returns its batch ID. Each event needs a stable "id" (evt_ + a UUIDv7 in
+    32 hex digits) and "occurred_at", the same on every retry: the sidecar
+    answers a retried batch with the same batch ID and the fleet's event log
+    stores an event ID once. A 503 (the replica does not take events now)
+    is retried after its Retry-After; a 4xx raises at once (its message
+    says what to fix)."""
+    url = url or os.environ.get("AIP_SIDECAR_EVENTS_URL", "")
+    token = token or os.environ.get("AIP_SIDECAR_EVENTS_TOKEN", "")
+    if not url or not token:
+        raise RuntimeError("no AIP_SIDECAR_EVENTS_URL/AIP_SIDECAR_EVENTS_TOKEN: run under aip-sidecar --exec")
+    body = json.dumps({"channel_id": channel_id, "events": events}).encode("utf-8")
+    for attempt in range(attempts):
+        req = urllib.request.Request(url, data=body, method="POST", headers={
+            "Content-Type": "application/json", "Authorization": "Bearer " + token})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.loads(resp.read())["batch_id"]
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", "replace")
+            if e.code != 503 or attempt == attempts - 1:
+                raise RuntimeError("POST %s: HTTP %d %s" % (url, e.code, detail))
+            time.sleep(min(float(e.headers.get("Retry-After") or 1), 5))
+        except OSError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1)
 
 
 def now():
@@ -295,6 +338,14 @@ class Service:
             j.data["actions"][aid].update(status="completed", result=result)
             j.save()
         log("created", note["id"], "action", aid)
+        if os.environ.get("AIP_SIDECAR_EVENTS_URL"):
+            # The event ID is the action's UUIDv7: the same on every retry.
+            event = {"id": "evt_" + aid[len("act_"):], "kind": "note.created", "occurred_at": note["created_at"],
+                     "action_id": aid, "data": {"note_id": note["id"], "title": note["title"]}}
+            try:
+                log("published", event["id"], "batch", publish_events(CHANNEL, [event]))
+            except Exception as e:  # the note exists; the event is lost (see the module's doc)
+                log("event", event["id"], "not published:", e)
         hold = inp.get("hold_ms", 0)
         if hold:
             time.sleep(hold / 1000.0)  # a slow answer after the effect

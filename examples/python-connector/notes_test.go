@@ -230,6 +230,18 @@ func TestNotesActions(t *testing.T) {
 	if l := n.list(t); len(l) != 2 {
 		t.Errorf("notes %+v", l)
 	}
+	// Each created note was published as an event through the sidecar
+	// (the idempotent repeat created nothing and published nothing).
+	resp2, err := http.Get(n.r.Base + hostsdk.PathMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	var metrics bytes.Buffer
+	metrics.ReadFrom(resp2.Body)
+	if want := sidecar.MetricEventBatchesPublished + " 2\n"; !strings.Contains(metrics.String(), want) {
+		t.Errorf("metrics do not show %q:\n%s", want, metrics.String())
+	}
 }
 
 // TestNotesSpeaksTheContract checks the service's answers against the
