@@ -242,6 +242,31 @@ func TestNotesActions(t *testing.T) {
 	if want := sidecar.MetricEventBatchesPublished + " 2\n"; !strings.Contains(metrics.String(), want) {
 		t.Errorf("metrics do not show %q:\n%s", want, metrics.String())
 	}
+	// The replica's event outbox delivers them to the fleet's event log,
+	// where the tenant reads them (the real dispatcher's GET
+	// /aip/v1/events, or the fake fleet's ingress), once each.
+	var events []aip.Event
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if events = n.fleet.Events(t); len(events) >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling the event log the outbox delivers to
+	}
+	var titles []string
+	for _, e := range events {
+		var data struct {
+			NoteID string `json:"note_id"`
+			Title  string `json:"title"`
+		}
+		if e.Kind != "note.created" || json.Unmarshal(e.Data, &data) != nil || data.NoteID == "" {
+			t.Errorf("event %+v, want a note.created with the note", e)
+		}
+		titles = append(titles, data.Title)
+	}
+	if len(events) != 2 || titles[0] != "groceries" || titles[1] != "second" {
+		t.Errorf("the event log holds %d events (titles %q), want the two notes' note.created", len(events), titles)
+	}
 }
 
 // TestNotesSpeaksTheContract checks the service's answers against the

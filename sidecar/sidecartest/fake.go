@@ -16,6 +16,9 @@ import (
 type FakeFleet struct {
 	ControlPlane *hostsdktest.ControlPlane
 	Dispatcher   *hostsdktest.Dispatcher
+	// EventIngress is the dispatcher's connector-event ingress replicas
+	// deliver their events to.
+	EventIngress *hostsdktest.EventIngress
 	digest       string
 	agent        aip.Principal
 	typeID       string
@@ -27,13 +30,18 @@ type FakeFleet struct {
 // NewFakeFleet starts a fake fleet for the test.
 func NewFakeFleet(t testing.TB) *FakeFleet {
 	t.Helper()
-	return &FakeFleet{
+	f := &FakeFleet{
 		ControlPlane: hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{}),
 		Dispatcher:   hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain}),
 		typeID:       aip.NewID(aip.PrefixType), versionID: aip.NewID(aip.PrefixVersion), instanceID: aip.NewID(aip.PrefixInstance),
 		artifact: aip.DigestBytes([]byte("aip-sidecar")),
 	}
+	f.EventIngress = hostsdktest.NewEventIngress(t, hostsdktest.EventIngressConfig{ControlPlane: f.ControlPlane, Dispatcher: f.Dispatcher})
+	return f
 }
+
+// Events implements Fleet.
+func (f *FakeFleet) Events(t testing.TB) []aip.Event { return f.EventIngress.Events() }
 
 // Kind implements Fleet.
 func (f *FakeFleet) Kind() string { return "fake" }
@@ -59,6 +67,7 @@ func (f *FakeFleet) NewReplica(t testing.TB, opts ReplicaOptions) *Replica {
 		GatewayPrincipalID: f.Dispatcher.PrincipalID(), GatewayDID: f.Dispatcher.DID(),
 		TypeID: f.typeID, VersionID: f.versionID, InstanceID: f.instanceID, TenantID: hostsdktest.TenantID,
 		TrustDomain: hostsdktest.TrustDomain, ArtifactDigest: f.artifact, SecretProviderRef: "secret://sidecartest",
+		EventEndpoint: f.EventIngress.Endpoint(),
 	}, opts)
 	r.ManifestDigest, r.AgentID, r.AgentKind = f.digest, f.agent.ID, f.agent.Kind
 	f.ControlPlane.Provision(hostsdktest.ReplicaSpec{ID: r.ID, DID: r.Key.DID(), InstanceID: r.InstanceID, VersionID: r.VersionID,

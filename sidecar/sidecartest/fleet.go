@@ -46,6 +46,9 @@ type Fleet interface {
 	// AwaitRestartable waits until a killed replica may register again
 	// (its lease expired).
 	AwaitRestartable(t testing.TB, r *Replica)
+	// Events returns the provider events the replicas delivered to the
+	// fleet's event log, in the order it stored them.
+	Events(t testing.TB) []aip.Event
 }
 
 // Transition is one lifecycle request the control plane accepted.
@@ -128,6 +131,9 @@ type HostEnv struct {
 	ArtifactDigest     string
 	SecretProviderRef  string
 	MaxInFlight        int
+	// EventEndpoint is the dispatcher's connector-event ingress the
+	// replica delivers its event outbox to (none when empty).
+	EventEndpoint string
 }
 
 // NewReplicaEnv writes a replica's key and returns the replica with its
@@ -167,6 +173,9 @@ func NewReplicaEnv(t testing.TB, h HostEnv, opts ReplicaOptions) *Replica {
 		"AIP_CONNECTOR_HOST_ALLOW_LOOPBACK_HTTP=true",
 		"AIP_CONNECTOR_HOST_STATE_DIR=" + filepath.Join(dir, "state"),
 		"AIP_SIDECAR_LOG_LEVEL=debug",
+	}
+	if h.EventEndpoint != "" {
+		r.Env = append(r.Env, "AIP_CONNECTOR_HOST_EVENT_ENDPOINT="+h.EventEndpoint)
 	}
 	if h.MaxInFlight > 0 {
 		r.Env = append(r.Env, fmt.Sprintf("AIP_CONNECTOR_HOST_MAX_IN_FLIGHT=%d", h.MaxInFlight))

@@ -301,6 +301,7 @@ func (f *Fleet) NewReplica(t testing.TB, opts sidecartest.ReplicaOptions) *sidec
 		GatewayPrincipalID: GatewayPrincipalID, GatewayDID: f.gatewayKey.DID(),
 		TypeID: f.typeID, VersionID: f.version.ID, InstanceID: f.instanceID, TenantID: TenantID, TrustDomain: TrustDomain,
 		ArtifactDigest: f.version.Attestation.ArtifactDigest, SecretProviderRef: secretRef, MaxInFlight: f.opt.MaxInFlight,
+		EventEndpoint: f.apiURL + aip.EventsPath,
 	}, opts)
 	m := f.version.Manifest
 	r.ManifestDigest, r.AgentID, r.AgentKind = f.version.ManifestDigest, m.Agent.ID, m.Agent.Kind
@@ -311,6 +312,30 @@ func (f *Fleet) NewReplica(t testing.TB, opts sidecartest.ReplicaOptions) *sidec
 		Status: aip.ReplicaOffline, Capacity: uint32(f.opt.MaxInFlight),
 	}))
 	return r
+}
+
+// Events implements sidecartest.Fleet: it pages through the tenant's event
+// log with the dispatcher's GET /aip/v1/events.
+func (f *Fleet) Events(t testing.TB) []aip.Event {
+	t.Helper()
+	var out []aip.Event
+	for after := uint64(0); ; {
+		var page dispatch.EventsResponse
+		must(t, f.exchange(http.MethodGet, fmt.Sprintf("%s?after=%d", dispatch.PathEvents, after), nil, func(resp *http.Response) error {
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				return fmt.Errorf("GET %s: HTTP %d %s", dispatch.PathEvents, resp.StatusCode, b)
+			}
+			return json.NewDecoder(resp.Body).Decode(&page)
+		}))
+		for _, e := range page.Events {
+			out = append(out, e.Event)
+		}
+		if !page.More {
+			return out
+		}
+		after = page.NextAfter
+	}
 }
 
 func (f *Fleet) token() (string, error) { return f.tokenFor(TenantID) }
