@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -136,8 +137,9 @@ func TestPublishRefusesUndeliverableChannels(t *testing.T) {
 	f.start(t, c)
 	pub := <-c.pub
 	for _, ch := range []string{" padded ", "tab\tname"} {
-		if _, err := pub.Publish(context.Background(), ch, aip.Event{Kind: "k"}); err == nil || !strings.Contains(err.Error(), "cannot be delivered") {
-			t.Errorf("Publish on %q = %v, want a refusal saying it cannot be delivered", ch, err)
+		if _, err := pub.Publish(context.Background(), ch, aip.Event{Kind: "k"}); err == nil || !strings.Contains(err.Error(), "cannot be delivered") ||
+			!errors.Is(err, hostsdk.ErrInvalidEvents) {
+			t.Errorf("Publish on %q = %v, want an ErrInvalidEvents refusal saying it cannot be delivered", ch, err)
 		}
 	}
 	if _, err := pub.Publish(context.Background(), "test.events", aip.Event{Kind: "k"}); err != nil {
@@ -181,6 +183,8 @@ func TestPublishRefusesWhatTheFleetRefuses(t *testing.T) {
 	} {
 		if _, err := pub.Publish(ctx, "test.events", tc.ev); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Publish = %v, want an error about %q", tc.name, err, tc.want)
+		} else if !errors.Is(err, hostsdk.ErrInvalidEvents) || errors.Is(err, hostsdk.ErrEventOutboxFull) || errors.Is(err, hostsdk.ErrNotServing) {
+			t.Errorf("%s: Publish = %v, want it to match ErrInvalidEvents only", tc.name, err)
 		}
 	}
 	same := aip.Event{ID: aip.NewID(aip.PrefixEvent), Kind: "k"}
@@ -193,5 +197,58 @@ func TestPublishRefusesWhatTheFleetRefuses(t *testing.T) {
 	}
 	if n, _ := f.j.PendingEvents(ctx); n != 1 {
 		t.Errorf("the outbox holds %d batches, want only the valid one", n)
+	}
+}
+
+// TestPublishRefusesWhenTheOutboxIsFull: with 10000 batches waiting (no
+// event endpoint delivers them), Publish refuses the next with
+// ErrEventOutboxFull — try again later — and stores nothing.
+func TestPublishRefusesWhenTheOutboxIsFull(t *testing.T) {
+	f := newFleet(t)
+	c := &publisherConnector{newTestConnector(), make(chan *hostsdk.EventPublisher, 1)}
+	f.start(t, c)
+	pub := <-c.pub
+	ctx := context.Background()
+	for i := range 10000 {
+		if _, err := pub.Publish(ctx, "test.events", aip.Event{Kind: "k"}); err != nil {
+			t.Fatalf("Publish %d: %v", i, err)
+		}
+	}
+	_, err := pub.Publish(ctx, "test.events", aip.Event{Kind: "k"})
+	if !errors.Is(err, hostsdk.ErrEventOutboxFull) || errors.Is(err, hostsdk.ErrInvalidEvents) || !strings.Contains(err.Error(), "10000 batches") {
+		t.Fatalf("Publish with a full outbox = %v, want ErrEventOutboxFull (and not ErrInvalidEvents) naming the 10000 batches", err)
+	}
+}
+
+// countingCollector is a prometheus.Collector of one constant counter.
+type countingCollector struct{ desc *prometheus.Desc }
+
+func (c countingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c countingCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, 7)
+}
+
+// TestConfigCollectorsAreServed: Config.Collectors appear on the host's
+// /metrics; one that collides with the host's own metrics is refused by New.
+func TestConfigCollectorsAreServed(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.Collectors = []prometheus.Collector{countingCollector{prometheus.NewDesc("wrapper_things_total", "Things the wrapper did.", nil, nil)}}
+	h, _ := f.start(t, newTestConnector())
+	resp, err := http.Get("http://" + h.Addr().String() + hostsdk.PathMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "\nwrapper_things_total 7\n") {
+		t.Fatalf("/metrics lacks the collector's sample:\n%s", page)
+	}
+
+	g := newFleet(t)
+	g.cfg.Collectors = []prometheus.Collector{countingCollector{prometheus.NewDesc("aip_connector_host_ready", "A clash.", nil, nil)}}
+	_, err = hostsdk.New(g.cfg, newTestConnector())
+	var ve *hostsdk.ValidateError
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "Collectors[0]") {
+		t.Fatalf("New with a colliding collector = %v, want a *ValidateError naming Collectors[0]", err)
 	}
 }
