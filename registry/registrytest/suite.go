@@ -18,7 +18,8 @@ type NewBackend func(t *testing.T, opts Options) Backend
 // Run runs the conformance suite: every contract rule of package registry,
 // every row of the seed's failure-boundary table, and the concurrency
 // properties (converging duplicate resolves, no overbooking under load,
-// paging during catalog writes, a consistent ledger after a mixed workload).
+// paging during catalog writes, a consistent ledger after a mixed workload),
+// and a seeded random workload checked against a simple model (model.go).
 // It uses only the contracts, so any backend can run it.
 func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Catalog", func(t *testing.T) { runCatalog(t, newBackend) })
@@ -33,6 +34,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Reroute", func(t *testing.T) { runReroute(t, newBackend) })
 	t.Run("Orphans", func(t *testing.T) { runOrphans(t, newBackend) })
 	t.Run("Events", func(t *testing.T) { runEvents(t, newBackend) })
+	t.Run("Model", func(t *testing.T) { runModel(t, newBackend) })
 }
 
 // fx is one test's fixture: a fresh backend and helpers that fail the test

@@ -1,0 +1,259 @@
+package registrytest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// RandomWorkload drives a fresh backend through a seeded random sequence of
+// steps operations — new routes and retries with assorted topology
+// preferences, settlements with every outcome (of current and of superseded
+// assignments), orphan settlements, reroutes on valid evidence, replica
+// drains, re-registrations and lease expiry as the clock moves — on a small
+// fleet whose limits bind. After every operation it checks the rules a
+// simple model of the registry gives:
+//
+//   - every admission counter equals the live reservations holding its
+//     scope, and every replica's active assignments equal the live
+//     reservations on it (no leak, no double release, nothing negative);
+//   - an action's assignment changes only through a successful Reroute, to
+//     another replica: a Resolve of a routed action returns its current
+//     assignment or fails, never a new one;
+//   - a settlement or reroute presenting a superseded assignment is
+//     ErrFenceLost and changes nothing.
+//
+// It returns the trace of the run: one line per operation with its result
+// class and the replica it chose, without fence tokens or times, so two
+// backends given the same seed can be compared line by line. Only the
+// stripe-independent limits are used (every finite admission limit equal),
+// so the trace does not depend on pgregistry's counter stripes.
+func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []string {
+	t.Helper()
+	f := newFx(t, nb)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	pol := registry.AdmissionPolicy{
+		PolicyRef: "quota:model", Revision: 1, Enabled: true,
+		MaxGlobalInFlight: registry.Unlimited, MaxTenantInFlight: 4, MaxConnectorTypeInFlight: registry.Unlimited,
+		MaxInstanceInFlight: 4, MaxBindingInFlight: 4, MaxTenantRetryInFlight: 4,
+		CircuitFailureThreshold: 2, CircuitOpenMS: 3_000,
+	}
+	f.must(f.b.Admin.PutAdmissionPolicy(f.ctx, pol))
+	ct := f.typ("alpha")
+	v := f.version(ct, "alpha1", registry.VersionActive, "alpha.read")
+	ia := f.instance("a", v, "tenant-1")
+	ib := f.instance("b", v, "tenant-1")
+	f.bind(ia, "alpha.read", 0, pol.PolicyRef)
+	f.bind(ib, "alpha.read", 1, pol.PolicyRef)
+	type replicaSpec struct {
+		name string
+		inst registry.ConnectorInstance
+		topo aip.Topology
+		cap  uint32
+	}
+	specs := []replicaSpec{
+		{"a1", ia, aip.Topology{Region: "eu", Zone: "eu-1", CapacityClass: "std"}, 2},
+		{"a2", ia, aip.Topology{Region: "us", Zone: "us-1", CapacityClass: "std"}, 2},
+		{"a3", ia, aip.Topology{Region: "eu", Zone: "eu-2", CapacityClass: "big"}, 1},
+		{"b1", ib, aip.Topology{Region: "us", Zone: "us-2", CapacityClass: "std"}, 3},
+	}
+	replicaIDs := make([]string, len(specs))
+	for i, s := range specs {
+		r := f.replica(s.name, s.inst, func(r *registry.ConnectorReplica) {
+			r.Topology, r.Capacity = s.topo, s.cap
+			r.LeaseExpiresAt = f.clock.Now().Add(time.Duration(20+rng.IntN(40)) * time.Second)
+		})
+		replicaIDs[i] = r.ID
+	}
+	actions := make([]string, 14)
+	for i := range actions {
+		actions[i] = modelActionID(rng)
+	}
+	prefs := []registry.RouteTopologyPreference{
+		{}, {Region: "eu"}, {Region: "us", Zone: "us-2"}, {Region: "eu", ForbidCrossRegion: true}, {CapacityClass: "big"},
+	}
+	current := map[string]registry.RouteAssignment{}
+	superseded := map[string][]registry.RouteAssignment{}
+	var trace []string
+	step := 0
+	logf := func(format string, args ...any) {
+		trace = append(trace, fmt.Sprintf("%03d ", step)+fmt.Sprintf(format, args...))
+	}
+	outcomes := []registry.RouteSettlement{registry.SettlementCompleted, registry.SettlementOutcomeUnknown, registry.SettlementCancelled}
+	// unchanged fails unless the action's stored assignment is still the
+	// model's current one.
+	unchanged := func(id, what string) {
+		t.Helper()
+		cur, ok := current[id]
+		got, err := f.b.Resolver.Assignment(f.ctx, id)
+		switch {
+		case !ok && !errors.Is(err, registry.ErrNotFound):
+			t.Fatalf("step %d %s: unrouted action %s has assignment %+v (%v)", step, what, id, got, err)
+		case ok && (err != nil || !got.Equal(&cur)):
+			t.Fatalf("step %d %s: action %s's assignment moved from replica %s to %s (%v)", step, what, id, cur.ReplicaID, got.ReplicaID, err)
+		}
+	}
+	for step = range steps {
+		id := actions[rng.IntN(len(actions))]
+		switch op := rng.IntN(100); {
+		case op < 35: // resolve: a new route or a retry
+			req := registry.RouteRequest{ActionID: id, TenantID: "tenant-1", CapabilityID: "alpha.read", Topology: prefs[rng.IntN(len(prefs))]}
+			a, err := f.b.Resolver.Resolve(f.ctx, req)
+			cur, routed := current[id]
+			switch {
+			case err != nil:
+				unchanged(id, "failed resolve")
+			case routed && !a.Equal(&cur):
+				t.Fatalf("step %d: a resolve of routed action %s returned a new assignment (replica %s, was %s)", step, id, a.ReplicaID, cur.ReplicaID)
+			default:
+				current[id] = a
+			}
+			logf("resolve %s routed=%t: %s %s", id, routed, errClass(err), a.ReplicaID)
+		case op < 60: // settle the current assignment
+			cur, ok := current[id]
+			if !ok {
+				continue
+			}
+			outcome := outcomes[rng.IntN(len(outcomes))]
+			err := f.b.Resolver.Settle(f.ctx, cur, outcome)
+			if err != nil {
+				t.Fatalf("step %d: settling the current assignment of %s: %v", step, id, err)
+			}
+			logf("settle %s %s: %s", id, outcome, errClass(err))
+		case op < 65: // settle a superseded assignment
+			old := superseded[id]
+			if len(old) == 0 {
+				continue
+			}
+			err := f.b.Resolver.Settle(f.ctx, old[rng.IntN(len(old))], outcomes[rng.IntN(len(outcomes))])
+			if !errors.Is(err, registry.ErrFenceLost) {
+				t.Fatalf("step %d: settling a superseded assignment of %s: got %v, want ErrFenceLost", step, id, err)
+			}
+			unchanged(id, "stale settle")
+			logf("settle-stale %s: %s", id, errClass(err))
+		case op < 70: // orphan settlement of what the reservation says now, or before
+			cur, ok := current[id]
+			if !ok {
+				continue
+			}
+			res := f.reservation(id)
+			seen := res.HandedOutAt
+			if rng.IntN(3) == 0 {
+				seen = seen.Add(-time.Millisecond)
+			}
+			err := f.b.Orphans.SettleOrphan(f.ctx, cur, registry.SettlementCancelled, seen)
+			logf("orphan %s reserved=%t: %s", id, res.Reserved, errClass(err))
+		case op < 80: // reroute on valid evidence, or on a superseded assignment
+			cur, ok := current[id]
+			if !ok {
+				continue
+			}
+			stale := false
+			if old := superseded[id]; len(old) > 0 && rng.IntN(4) == 0 {
+				cur, stale = old[rng.IntN(len(old))], true
+			}
+			code := registry.RefusalNotReady
+			if rng.IntN(2) == 0 {
+				code = registry.RefusalCapacity
+			}
+			req := registry.RerouteRequest{Current: cur, Evidence: RefusalEvidence(cur, code), Topology: prefs[rng.IntN(len(prefs))]}
+			a, err := f.b.Rerouter.Reroute(f.ctx, req)
+			switch {
+			case stale && !errors.Is(err, registry.ErrFenceLost):
+				t.Fatalf("step %d: rerouting a superseded assignment of %s: got %v, want ErrFenceLost", step, id, err)
+			case err != nil:
+				unchanged(id, "failed reroute")
+			case a.ReplicaID == cur.ReplicaID:
+				t.Fatalf("step %d: reroute of %s stayed on the refusing replica %s", step, id, a.ReplicaID)
+			default:
+				superseded[id] = append(superseded[id], cur)
+				current[id] = a
+				unchanged(id, "reroute")
+			}
+			logf("reroute %s stale=%t: %s %s", id, stale, errClass(err), a.ReplicaID)
+		case op < 88: // the clock moves; lease maintenance runs
+			f.clock.Advance(time.Duration(rng.IntN(8000)) * time.Millisecond)
+			n, err := f.b.Fleet.ExpireStaleReplicas(f.ctx, 1+rng.IntN(3))
+			f.must(err)
+			logf("expire: %d", n)
+		default: // a replica heartbeats, drains, or re-registers
+			rid := replicaIDs[rng.IntN(len(replicaIDs))]
+			status := aip.ReplicaReady
+			if rng.IntN(4) == 0 {
+				status = aip.ReplicaDraining
+			}
+			lease := time.Duration(5+rng.IntN(30)) * time.Second
+			f.update(rid, func(r *registry.ConnectorReplica) {
+				r.Status, r.LeaseExpiresAt = status, f.clock.Now().Add(lease)
+			})
+			logf("replica %s %s", rid, status)
+		}
+		f.checkLedger(replicaIDs...)
+	}
+	// Every route's history is what the model saw moved.
+	for _, id := range actions {
+		if _, ok := current[id]; !ok {
+			continue
+		}
+		h := f.history(id)
+		if len(h) != len(superseded[id]) {
+			t.Fatalf("action %s has %d superseded assignments, the model %d", id, len(h), len(superseded[id]))
+		}
+		for i := range h {
+			if !h[i].Equal(&superseded[id][i]) {
+				t.Fatalf("action %s history[%d] is replica %s, the model's %s", id, i, h[i].ReplicaID, superseded[id][i].ReplicaID)
+			}
+		}
+		unchanged(id, "end")
+	}
+	return trace
+}
+
+// modelActionID returns an action ID drawn from rng, so two runs with one
+// seed route the same actions (the route hash depends on the ID).
+func modelActionID(rng *rand.Rand) string {
+	b := make([]byte, 16)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	b[6] = b[6]&0x0f | 0x70
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%s%x", aip.PrefixAction, b)
+}
+
+// errClass names the contract error err matches ("ok" for nil), with the
+// scope of a capacity refusal.
+func errClass(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var ce *registry.CapacityExceededError
+	if errors.As(err, &ce) {
+		return "capacity:" + string(ce.Scope)
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"invalid", registry.ErrInvalid}, {"not_found", registry.ErrNotFound}, {"conflict", registry.ErrConflict},
+		{"fence_lost", registry.ErrFenceLost}, {"binding_unavailable", registry.ErrBindingUnavailable},
+		{"replica_unavailable", registry.ErrReplicaUnavailable}, {"reroute_unsafe", registry.ErrRerouteUnsafe},
+		{"evidence", registry.ErrEvidence}, {"storage", registry.ErrStorage},
+	} {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return "other:" + err.Error()
+}
+
+func runModel(t *testing.T, nb NewBackend) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprintf("Seed%d", seed), func(t *testing.T) { RandomWorkload(t, nb, seed, 150) })
+	}
+}
