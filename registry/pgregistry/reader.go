@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -154,12 +156,34 @@ func nullable(s string) *string {
 	return &s
 }
 
+// storable reports whether PostgreSQL can hold s in a text column: valid
+// UTF-8 without NUL characters. Every stored identity is such a string (the
+// records' validation admits nothing else), so a key that is not names no
+// record: a lookup by it is ErrNotFound, as in memregistry, never the
+// storage failure PostgreSQL's encoding error would otherwise become (a
+// caller retries those).
+func storable(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
+// storableArgs reports whether every string among a query's arguments is
+// storable.
+func storableArgs(args []any) bool {
+	for _, a := range args {
+		if s, ok := a.(string); ok && !storable(s) {
+			return false
+		}
+	}
+	return true
+}
+
 // readOne runs one read on the data pool and turns no row into ErrNotFound
-// naming what.
+// naming what; so is a key PostgreSQL cannot hold (storable).
 func readOne[T any](ctx context.Context, r *Registry, what string, scan func(pgx.Row) (T, error), sql string, args ...any) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, err
+	}
+	if !storableArgs(args) {
+		return zero, fmt.Errorf("%s: %w", what, registry.ErrNotFound)
 	}
 	v, err := scan(r.data.QueryRow(ctx, sql, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -188,6 +212,9 @@ type recordReads struct {
 // readRecord reads one record through rr.
 func readRecord[T any](ctx context.Context, rr recordReads, what string, scan func(pgx.Row) (T, error), sql string, args ...any) (T, error) {
 	var v T
+	if !storableArgs(args) {
+		return v, fmt.Errorf("%s: %w", what, registry.ErrNotFound)
+	}
 	err := rr.row(ctx, what, func(row pgx.Row) error {
 		var err error
 		v, err = scan(row)

@@ -61,6 +61,9 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	if _, err := registry.CheckRefusal(cur, &req.Evidence); err != nil {
 		return registry.RouteAssignment{}, err
 	}
+	if !assignmentStorable(cur) {
+		return registry.RouteAssignment{}, unstorableAssignment(ctx, r, cur, registry.RerouteFenceLost)
+	}
 	_, leave, err := r.tenants.enter(ctx, rreq.TenantID, "reroute action "+cur.ActionID)
 	if err != nil {
 		return registry.RouteAssignment{}, err
@@ -229,6 +232,9 @@ func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.Rou
 func (r *Registry) RouteHistory(ctx context.Context, actionID string) ([]registry.RouteAssignment, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if !storable(actionID) {
+		return nil, registry.RouteNotFound(actionID)
 	}
 	var (
 		exists bool

@@ -877,6 +877,9 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	if err := outcome.Check(); err != nil {
 		return err
 	}
+	if !assignmentStorable(&a) {
+		return unstorableAssignment(ctx, r, &a, registry.SettleFenceLost)
+	}
 	adm := a.Admission
 	if adm.BaseScopes == nil {
 		adm.BaseScopes = []registry.AdmissionScope{} // stored as [], and equal to it
@@ -927,6 +930,35 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 
 var _ registry.OrphanSettler = (*Registry)(nil)
 
+// assignmentStorable reports whether every string of a presented
+// assignment is storable: only such an assignment can equal a stored one.
+func assignmentStorable(a *registry.RouteAssignment) bool {
+	for _, s := range []string{a.ActionID, a.CapabilityID, a.TenantID, a.InstanceID, a.VersionID, a.ManifestDigest,
+		a.ReplicaID, a.Endpoint, a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
+		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, a.CredentialRevisionRef, a.QuotaPolicyRef,
+		a.FenceToken, a.Admission.PolicyRef} {
+		if !storable(s) {
+			return false
+		}
+	}
+	for _, sc := range a.Admission.Scopes(true) {
+		if !storable(string(sc.Kind)) || !storable(sc.Key) {
+			return false
+		}
+	}
+	return true
+}
+
+// unstorableAssignment answers a settlement or reroute presenting an
+// assignment that is not storable, so equals no stored one, as memregistry
+// does: ErrNotFound when the action has no route, else fenceLost's error.
+func unstorableAssignment(ctx context.Context, r *Registry, a *registry.RouteAssignment, fenceLost func(*registry.RouteAssignment) error) error {
+	if _, err := r.Assignment(ctx, a.ActionID); err != nil {
+		return err
+	}
+	return fenceLost(a)
+}
+
 // SettleOrphan implements registry.OrphanSettler. It is rare (dispatch's
 // reconciliation), so it takes settleRead's path: the action and replica
 // locks, a read of the route, the comparisons in Go, then the release.
@@ -938,6 +970,9 @@ func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment,
 	}
 	if err := outcome.Check(); err != nil {
 		return err
+	}
+	if !storable(a.ActionID) {
+		return registry.RouteNotFound(a.ActionID)
 	}
 	_, leave, err := r.tenants.enter(ctx, a.TenantID, "settle orphaned action "+a.ActionID)
 	if err != nil {

@@ -14,6 +14,7 @@ func runSettlement(t *testing.T, nb NewBackend) {
 	t.Run("ExactAssignmentOrFenceLost", func(t *testing.T) { testFenceLost(t, nb) })
 	t.Run("Idempotent", func(t *testing.T) { testSettleIdempotent(t, nb) })
 	t.Run("Circuit", func(t *testing.T) { testCircuit(t, nb) })
+	t.Run("UnstorableKeys", func(t *testing.T) { testUnstorableKeys(t, nb) })
 }
 
 func testOutcomesRelease(t *testing.T, nb NewBackend) {
