@@ -14,8 +14,10 @@ import (
 // RandomWorkload drives a fresh backend through a seeded random sequence of
 // steps operations — new routes and retries with assorted topology
 // preferences, settlements with every outcome (of current and of superseded
-// assignments), orphan settlements, reroutes on valid evidence, replica
-// drains, re-registrations and lease expiry as the clock moves — on a small
+// assignments), orphan settlements, reroutes on valid evidence, bindings,
+// instances and the policy disabled and enabled again, replica drains,
+// offline transitions, re-registrations and lease expiry as the clock moves
+// — on a small
 // fleet whose limits bind. After every operation it checks the rules a
 // simple model of the registry gives:
 //
@@ -49,7 +51,7 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 	ia := f.instance("a", v, "tenant-1")
 	ib := f.instance("b", v, "tenant-1")
 	f.bind(ia, "alpha.read", 0, pol.PolicyRef)
-	f.bind(ib, "alpha.read", 1, pol.PolicyRef)
+	bindB := f.bind(ib, "alpha.read", 1, pol.PolicyRef)
 	type replicaSpec struct {
 		name string
 		inst registry.ConnectorInstance
@@ -181,11 +183,32 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 			n, err := f.b.Fleet.ExpireStaleReplicas(f.ctx, 1+rng.IntN(3))
 			f.must(err)
 			logf("expire: %d", n)
-		default: // a replica heartbeats, drains, or re-registers
+		case op < 92: // the catalog changes: a binding, an instance or the policy toggles
+			switch rng.IntN(3) {
+			case 0:
+				bindB.Enabled, bindB.PolicyRevision = !bindB.Enabled, bindB.PolicyRevision+1
+				f.must(f.b.Admin.PutBinding(f.ctx, bindB))
+				logf("binding b enabled=%t", bindB.Enabled)
+			case 1:
+				ia.Status, ia.ConfigRevision = registry.InstanceDisabled, ia.ConfigRevision+1
+				if rng.IntN(2) == 0 {
+					ia.Status = registry.InstanceEnabled
+				}
+				f.must(f.b.Admin.PutInstance(f.ctx, ia))
+				logf("instance a %s", ia.Status)
+			default:
+				pol.Enabled, pol.Revision = !pol.Enabled, pol.Revision+1
+				f.must(f.b.Admin.PutAdmissionPolicy(f.ctx, pol))
+				logf("policy enabled=%t", pol.Enabled)
+			}
+		default: // a replica heartbeats, drains, goes offline, or re-registers
 			rid := replicaIDs[rng.IntN(len(replicaIDs))]
 			status := aip.ReplicaReady
-			if rng.IntN(4) == 0 {
+			switch rng.IntN(6) {
+			case 0, 1:
 				status = aip.ReplicaDraining
+			case 2:
+				status = aip.ReplicaOffline
 			}
 			lease := time.Duration(5+rng.IntN(30)) * time.Second
 			f.update(rid, func(r *registry.ConnectorReplica) {
