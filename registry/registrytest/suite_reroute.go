@@ -1,6 +1,7 @@
 package registrytest
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -292,6 +293,37 @@ func testRerouteEvidence(t *testing.T, nb NewBackend) {
 			a.FenceToken = aip.NewID(aip.PrefixRoute)
 			p.Response.SetSecurity(aip.SecurityConnectorRoute, a.Route(nil))
 		}},
+		{"response echoes another action", func(p *EvidenceParts, a registry.RouteAssignment) {
+			a.ActionID = aip.NewActionID()
+			p.Response.SetSecurity(aip.SecurityConnectorRoute, a.Route(nil))
+		}},
+		{"response from another principal", func(p *EvidenceParts, _ registry.RouteAssignment) {
+			p.Response.From = &aip.Principal{ID: "service:someone-else", Kind: aip.PrincipalService}
+		}},
+		{"response is a result, not an error", func(p *EvidenceParts, a registry.RouteAssignment) {
+			p.Response.Body = aip.Body{ActionResult: &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultFailed,
+				Error: aip.NewProtocolError(registry.RefusalNotReady, aip.CategoryTemporary, true, 100, "refused")}}
+			p.Response.MessageType = aip.TypeActionResult
+		}},
+		{"a refusal code in another namespace", func(p *EvidenceParts, _ registry.RouteAssignment) {
+			p.Response.Body.Error.Error.Code = "dispatch.not_ready"
+		}},
+		{"another tenant in the route", func(p *EvidenceParts, a registry.RouteAssignment) {
+			a.TenantID = "tenant-2"
+			p.Request.SetSecurity(aip.SecurityConnectorRoute, a.Route(nil))
+		}},
+		{"another version in the route", func(p *EvidenceParts, a registry.RouteAssignment) {
+			a.VersionID, a.ManifestDigest = "cver_other", Digest("other manifest")
+			p.Request.SetSecurity(aip.SecurityConnectorRoute, a.Route(nil))
+		}},
+		{"another capability", func(p *EvidenceParts, a registry.RouteAssignment) {
+			a.CapabilityID = "alpha.write"
+			p.Request.Body.Action.CapabilityID = a.CapabilityID
+			p.Request.SetSecurity(aip.SecurityConnectorRoute, a.Route(nil))
+		}},
+		{"no route in the request", func(p *EvidenceParts, _ registry.RouteAssignment) {
+			delete(p.Request.Security, aip.SecurityConnectorRoute)
+		}},
 	}
 	f := newFx(t, nb)
 	_, r1, r2 := twoReplicas(f, nil)
@@ -315,6 +347,8 @@ func testRerouteEvidence(t *testing.T, nb NewBackend) {
 		"no request":         {Response: good.Response},
 		"unsigned response":  {Request: good.Request, Response: []byte(`{"error":{"code":"connector_host.not_ready","message":"x","category":"temporary"}}`)},
 		"truncated response": {Request: good.Request, Response: good.Response[:len(good.Response)-2]},
+		"unsigned request":   {Request: unsigned(good.Request), Response: good.Response},
+		"swapped":            {Request: good.Response, Response: good.Request},
 	} {
 		_, err := f.rerouter().Reroute(f.ctx, registry.RerouteRequest{Current: a, Evidence: ev})
 		f.wantErr(err, registry.ErrEvidence, name)
@@ -326,6 +360,20 @@ func testRerouteEvidence(t *testing.T, nb NewBackend) {
 	_, err := f.rerouter().Reroute(f.ctx, registry.RerouteRequest{Current: a, Evidence: p.Sign()})
 	f.must(err)
 	f.checkLedger(r1.ID, r2.ID)
+}
+
+// unsigned returns a signed envelope without its security.signature.
+func unsigned(raw []byte) []byte {
+	var env map[string]any
+	if err := json.Unmarshal(raw, &env); err != nil {
+		panic("registrytest: " + err.Error())
+	}
+	delete(env["security"].(map[string]any), aip.SecuritySignature)
+	out, err := json.Marshal(env)
+	if err != nil {
+		panic("registrytest: " + err.Error())
+	}
+	return out
 }
 
 func testRerouteUnsafe(t *testing.T, nb NewBackend) {
