@@ -175,4 +175,8 @@
 // times, then fail with registry.ErrStorage; a missing privilege is
 // registry.ErrStorage naming roles.sql; every other database failure is
 // registry.ErrStorage, after which nothing may be inferred about a commit.
+// A key PostgreSQL cannot hold in a text column (a NUL character, bytes that
+// are not UTF-8) names no stored record: lookups, settlements and reroutes
+// naming one are answered without a query, ErrNotFound or ErrFenceLost as
+// in memregistry, never a storage failure a caller would retry.
 package pgregistry
