@@ -237,6 +237,9 @@ func (w *writer) putType(ctx context.Context, t registry.ConnectorType) (bool, e
 }
 
 func (w *writer) setTypeEnabled(ctx context.Context, id string, enabled bool) (bool, error) {
+	if !storable(id) {
+		return false, fmt.Errorf("connector type %s: %w", id, registry.ErrNotFound)
+	}
 	stored, err := scanType(w.tx.QueryRow(ctx, selectType, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("connector type %s: %w", id, registry.ErrNotFound)
@@ -338,6 +341,9 @@ func (w *writer) admitVersion(ctx context.Context, p registry.PreparedVersion) (
 }
 
 func (w *writer) setVersionStatus(ctx context.Context, id string, status registry.VersionStatus) (bool, error) {
+	if !storable(id) {
+		return false, fmt.Errorf("connector version %s: %w", id, registry.ErrNotFound)
+	}
 	v, err := scanVersion(w.tx.QueryRow(ctx, selectVersion, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("connector version %s: %w", id, registry.ErrNotFound)

@@ -39,6 +39,8 @@ func testUnstorableKeys(t *testing.T, nb NewBackend) {
 		f.wantErr(errOf2(f.b.Admin.ConnectorVersion(f.ctx, k.key)), registry.ErrNotFound, what("ConnectorVersion"))
 		f.wantErr(errOf2(f.b.Admin.ConnectorInstance(f.ctx, k.key)), registry.ErrNotFound, what("ConnectorInstance"))
 		f.wantErr(errOf2(f.b.Admin.AdmissionPolicy(f.ctx, k.key)), registry.ErrNotFound, what("AdmissionPolicy"))
+		f.wantErr(f.b.Admin.SetConnectorTypeEnabled(f.ctx, k.key, false), registry.ErrNotFound, what("SetConnectorTypeEnabled"))
+		f.wantErr(f.b.Admin.SetVersionStatus(f.ctx, k.key, registry.VersionRevoked), registry.ErrNotFound, what("SetVersionStatus"))
 		f.wantErr(errOf2(f.b.Admin.CapabilityBinding(f.ctx, registry.BindingKey{TenantID: "tenant-1", CapabilityID: "alpha.read", InstanceID: k.key})),
 			registry.ErrNotFound, what("CapabilityBinding"))
 
