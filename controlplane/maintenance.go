@@ -78,16 +78,17 @@ func (s *Service) runMaintenance(ctx context.Context) {
 
 // Maintain runs one maintenance cycle now: it expires stale leases in up
 // to ExpiryMaxBatches batches of ExpiryBatchSize (each batch releases the
-// expired replicas' reservations), then refreshes the fleet gauges from the
-// store's status. Each store call is bounded by StoreTimeout, so a cycle
+// expired replicas' reservations), releases the reservations stranded on
+// replicas offline for longer than registry.StrandedReservationGrace in as
+// many batches, then refreshes the fleet gauges from the store's status. Each store call is bounded by StoreTimeout, so a cycle
 // that waits on a lock another session holds fails (and counts towards
 // /ready's maintenance check) instead of hanging. It returns how many
 // replicas it expired.
 func (s *Service) Maintain(ctx context.Context) (int, error) {
 	ctx, span := s.tracer.Start(ctx, "controlplane.maintenance")
 	defer span.End()
-	n, err := s.maintain(ctx)
-	span.SetAttributes(attribute.Int("aip.control.expired", n))
+	n, released, err := s.maintain(ctx)
+	span.SetAttributes(attribute.Int("aip.control.expired", n), attribute.Int("aip.control.stranded_released", released))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -97,7 +98,7 @@ func (s *Service) Maintain(ctx context.Context) (int, error) {
 	return n, err
 }
 
-func (s *Service) maintain(ctx context.Context) (int, error) {
+func (s *Service) maintain(ctx context.Context) (expired, released int, err error) {
 	total := 0
 	for range s.cfg.ExpiryMaxBatches {
 		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
@@ -106,7 +107,7 @@ func (s *Service) maintain(ctx context.Context) (int, error) {
 		total += n
 		s.m.leasesExpired.Add(float64(n))
 		if err != nil {
-			return total, fmt.Errorf("expire stale leases: %w", err)
+			return total, 0, fmt.Errorf("expire stale leases: %w", err)
 		}
 		if n < s.cfg.ExpiryBatchSize {
 			break
@@ -115,15 +116,48 @@ func (s *Service) maintain(ctx context.Context) (int, error) {
 	if total > 0 {
 		s.log.Info("expired stale leases", "replicas", total)
 	}
+	released, err = s.releaseStranded(ctx)
+	if err != nil {
+		return total, released, err
+	}
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
 	st, err := s.store.Status(sctx)
 	cancel()
 	if err != nil {
-		return total, fmt.Errorf("fleet status: %w", err)
+		return total, released, fmt.Errorf("fleet status: %w", err)
 	}
 	s.observeFleet(&st)
 	s.pruneEvents(ctx)
-	return total, nil
+	return total, released, nil
+}
+
+// releaseStranded releases the reservations stranded on offline replicas
+// (registry.FleetStatus.ReleaseStrandedReservations with
+// registry.StrandedReservationGrace), in up to ExpiryMaxBatches batches of
+// ExpiryBatchSize replicas, as expiry is bounded. A failure fails the cycle:
+// it is the same lease maintenance, on the same store.
+// It returns how many reservations it released.
+func (s *Service) releaseStranded(ctx context.Context) (int, error) {
+	var total registry.StrandedRelease
+	for range s.cfg.ExpiryMaxBatches {
+		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		rel, err := s.store.ReleaseStrandedReservations(sctx, registry.StrandedReservationGrace, s.cfg.ExpiryBatchSize)
+		cancel()
+		total.Replicas += rel.Replicas
+		total.Reservations += rel.Reservations
+		s.m.strandedReleased.Add(float64(rel.Reservations))
+		if err != nil {
+			return total.Reservations, fmt.Errorf("release stranded reservations: %w", err)
+		}
+		if rel.Replicas < s.cfg.ExpiryBatchSize {
+			break
+		}
+	}
+	if total.Reservations > 0 {
+		s.log.Info("released reservations stranded on offline replicas", "replicas", total.Replicas,
+			"reservations", total.Reservations, "grace", registry.StrandedReservationGrace.String())
+	}
+	return total.Reservations, nil
 }
 
 // pruneEvents deletes the events received longer than EventRetention ago,

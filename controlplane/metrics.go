@@ -14,14 +14,18 @@ import (
 
 // Metric names of the service.
 const (
-	MetricRequests          = "aip_connector_control_requests_total"
-	MetricRejections        = "aip_connector_control_rejections_total"
-	MetricReplays           = "aip_connector_control_replays_total"
-	MetricRequestDuration   = "aip_connector_control_request_duration_seconds"
-	MetricBatchCommands     = "aip_connector_control_batch_commands"
-	MetricBatchDuration     = "aip_connector_control_batch_duration_seconds"
-	MetricBatchFailures     = "aip_connector_control_batch_failures_total"
-	MetricLeasesExpired     = "aip_connector_control_leases_expired_total"
+	MetricRequests        = "aip_connector_control_requests_total"
+	MetricRejections      = "aip_connector_control_rejections_total"
+	MetricReplays         = "aip_connector_control_replays_total"
+	MetricRequestDuration = "aip_connector_control_request_duration_seconds"
+	MetricBatchCommands   = "aip_connector_control_batch_commands"
+	MetricBatchDuration   = "aip_connector_control_batch_duration_seconds"
+	MetricBatchFailures   = "aip_connector_control_batch_failures_total"
+	MetricLeasesExpired   = "aip_connector_control_leases_expired_total"
+	// MetricStrandedReleased counts reservations maintenance released on
+	// replicas offline for longer than registry.StrandedReservationGrace
+	// (no dispatcher settled them).
+	MetricStrandedReleased  = "aip_connector_control_stranded_reservations_released_total"
 	MetricMaintenanceErrors = "aip_connector_control_maintenance_failures_total"
 	MetricMaintenanceLast   = "aip_connector_control_maintenance_last_success_timestamp_seconds"
 	MetricReplicas          = "aip_connector_control_replicas"
@@ -47,6 +51,7 @@ type metrics struct {
 	batchDuration     prometheus.Histogram
 	batchFailures     prometheus.Counter
 	leasesExpired     prometheus.Counter
+	strandedReleased  prometheus.Counter
 	maintenanceErrors prometheus.Counter
 	maintenanceLast   prometheus.Gauge
 	replicas          *prometheus.GaugeVec
@@ -86,6 +91,8 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Registry lifecycle calls that failed as a whole (every command answered unavailable, nothing committed)."}),
 		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLeasesExpired,
 			Help: "Replicas whose stale lease the maintenance loop expired (reservations released)."}),
+		strandedReleased: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricStrandedReleased,
+			Help: "Reservations the maintenance loop released on replicas offline past the stranded-reservation grace (their dispatcher never settled them)."}),
 		maintenanceErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricMaintenanceErrors,
 			Help: "Maintenance cycles that failed."}),
 		maintenanceLast: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricMaintenanceLast,
@@ -116,7 +123,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.rejections, m.replays, m.duration, m.batchCommands, m.batchDuration, m.batchFailures,
-		m.leasesExpired, m.maintenanceErrors, m.maintenanceLast, m.replicas, m.readyCapacity, m.activeAssignments, running,
+		m.leasesExpired, m.strandedReleased, m.maintenanceErrors, m.maintenanceLast, m.replicas, m.readyCapacity, m.activeAssignments, running,
 		m.eventsPruned, m.eventPruneErrors, m.fleetViewRefusals,
 	} {
 		if err := reg.Register(c); err != nil {

@@ -1,6 +1,9 @@
 package registry
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The five contracts below are the registry's one seam: memregistry and
 // pgregistry implement all of them, and registrytest holds both to the same
@@ -105,7 +108,11 @@ type Administrator interface {
 	PutReplica(ctx context.Context, r ConnectorReplica) error
 }
 
-// FleetStatus maintains leases and reports aggregate state.
+// FleetStatus maintains leases and reports aggregate state. The control
+// plane's maintenance calls ExpireStaleReplicas and then
+// ReleaseStrandedReservations every cycle, so every reservation is
+// eventually released: by its dispatcher, by reconciliation, by lease
+// expiry with its replica, or as stranded on an offline replica.
 type FleetStatus interface {
 	// ExpireStaleReplicas takes at most limit (≥ 1) ready or draining
 	// replicas whose lease expired, oldest lease first: each goes offline
@@ -114,6 +121,20 @@ type FleetStatus interface {
 	// reservation on it released as lease_expired. Assignments keep their
 	// destinations. It returns how many replicas it expired.
 	ExpireStaleReplicas(ctx context.Context, limit int) (int, error)
+	// ReleaseStrandedReservations releases the reservations no dispatcher
+	// will settle on replicas that went offline some other way (a
+	// lifecycle offline, an unhealthy heartbeat, an administrator's
+	// PutReplica): it takes at most limit (≥ 1) offline replicas whose
+	// lease ended at least grace (≥ 0; StrandedReservationGrace in
+	// production) ago and that hold a live reservation last handed out at
+	// least grace ago, oldest lease first, and releases each such
+	// reservation as lease_expired, lowering the replica's active
+	// assignments by one each. Reservations handed out more recently stay
+	// (whoever received them may still settle them); the replica record is
+	// otherwise unchanged. Assignments keep their destinations, and a later
+	// Settle or SettleOrphan of a released route changes nothing. Replicas
+	// another transaction holds may be left for a later call.
+	ReleaseStrandedReservations(ctx context.Context, grace time.Duration, limit int) (StrandedRelease, error)
 	// Status returns the aggregate fleet state now.
 	Status(ctx context.Context) (FleetStatusSummary, error)
 	// Ledger returns every admission counter above zero and every live

@@ -173,6 +173,15 @@ func (d *devRegistry) ExpireStaleReplicas(ctx context.Context, limit int) (int, 
 	return n, err
 }
 
+// ReleaseStrandedReservations implements registry.FleetStatus.
+func (d *devRegistry) ReleaseStrandedReservations(ctx context.Context, grace time.Duration, limit int) (registry.StrandedRelease, error) {
+	rel, err := d.mem.ReleaseStrandedReservations(ctx, grace, limit)
+	if rel.Reservations > 0 {
+		d.store.changed()
+	}
+	return rel, err
+}
+
 // PutAdmissionPolicy implements registry.Administrator.
 func (d *devRegistry) PutAdmissionPolicy(ctx context.Context, p registry.AdmissionPolicy) error {
 	defer d.store.changed()

@@ -1156,6 +1156,47 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 	return len(stale), nil
 }
 
+// ReleaseStrandedReservations implements registry.FleetStatus. It looks at
+// every replica (offline ones are not indexed), which is cheap in memory.
+func (r *Registry) ReleaseStrandedReservations(ctx context.Context, grace time.Duration, limit int) (registry.StrandedRelease, error) {
+	var out registry.StrandedRelease
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	if err := registry.CheckStrandedRelease(grace, limit); err != nil {
+		return out, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cutoff := registry.StrandedCutoff(r.clock(), grace)
+	var stranded []*replicaEntry
+	for _, e := range r.replicas {
+		if e.rec.Status != aip.ReplicaOffline || e.rec.LeaseExpiresAt.After(cutoff) {
+			continue
+		}
+		for _, rt := range e.reserved {
+			if registry.Stranded(&e.rec, rt.handedOut, cutoff) {
+				stranded = append(stranded, e)
+				break
+			}
+		}
+	}
+	slices.SortFunc(stranded, func(a, b *replicaEntry) int {
+		return cmp.Or(a.rec.LeaseExpiresAt.Compare(b.rec.LeaseExpiresAt), strings.Compare(a.rec.ID, b.rec.ID))
+	})
+	stranded = stranded[:min(limit, len(stranded))]
+	for _, e := range stranded {
+		for _, rt := range e.reserved {
+			if registry.Stranded(&e.rec, rt.handedOut, cutoff) {
+				r.unreserve(rt, registry.SettlementLeaseExpired)
+				out.Reservations++
+			}
+		}
+	}
+	out.Replicas = len(stranded)
+	return out, nil
+}
+
 // Status implements registry.FleetStatus.
 func (r *Registry) Status(ctx context.Context) (registry.FleetStatusSummary, error) {
 	if err := ctx.Err(); err != nil {

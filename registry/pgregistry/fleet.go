@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,7 +26,31 @@ LIMIT $2
 FOR UPDATE SKIP LOCKED`
 	releaseExpiredRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $2
 WHERE replica_id = ANY($1) AND reserved
-RETURNING admission, retry, counter_stripe`
+RETURNING replica_id, admission, retry, counter_stripe`
+
+	// strandedReplicas takes the offline replicas, oldest lease end first,
+	// that hold a reservation handed out at or before the cutoff $1 and
+	// that no other transaction holds. It starts from the live
+	// reservations (route_assignments_reserved: as many rows as actions in
+	// flight) and looks their replicas up by key, so it never reads the
+	// offline replicas a fleet accumulates as it replaces replicas.
+	strandedReplicas = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas
+WHERE replica_id IN (SELECT replica_id FROM aip_registry.route_assignments WHERE reserved AND updated_at_ms <= $1)
+AND status = 'offline' AND lease_expires_at_ms <= $1
+ORDER BY lease_expires_at_ms, replica_id
+LIMIT $2
+FOR UPDATE SKIP LOCKED`
+	// releaseStrandedRoutes releases the reservations on the taken
+	// replicas handed out at or before the cutoff $2 (updated_at_ms is a
+	// reserved route's last handout).
+	releaseStrandedRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $3
+WHERE replica_id = ANY($1) AND reserved AND updated_at_ms <= $2
+RETURNING replica_id, admission, retry, counter_stripe`
+	// unassignReplicas lowers each replica's active assignments by the
+	// reservations released on it.
+	unassignReplicas = `UPDATE aip_registry.connector_replicas r SET active_assignments = GREATEST(r.active_assignments - u.n, 0), updated_at_ms = $3
+FROM unnest($1::text[], $2::bigint[]) AS u (id, n)
+WHERE r.replica_id = u.id`
 	expireReplicas = `UPDATE aip_registry.connector_replicas r SET status = 'offline', lease_expires_at_ms = u.lease,
 	active_assignments = 0, health_revision = u.health, last_control_request_id = NULL, last_control_request_digest = NULL,
 	updated_at_ms = $4
@@ -86,45 +111,12 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 		if err != nil {
 			return err
 		}
-		type scope struct {
-			kind   registry.AdmissionScopeKind
-			key    string
-			stripe int16
-		}
-		held := map[scope]int64{}
-		var (
-			doc    []byte
-			retry  bool
-			stripe int16
-		)
-		_, err = pgx.ForEachRow(rows, []any{&doc, &retry, &stripe}, func() error {
-			var a registry.AdmissionReservation
-			if err := json.Unmarshal(doc, &a); err != nil {
-				return err
-			}
-			for _, s := range a.Scopes(retry) {
-				held[scope{s.Kind, s.Key, stripe}]++
-			}
-			return nil
-		})
+		rel, err := collectReleased(rows)
 		if err != nil {
 			return err
 		}
-		order := make([]scope, 0, len(held))
-		for s := range held {
-			order = append(order, s)
-		}
-		slices.SortFunc(order, func(a, b scope) int {
-			return cmp.Or(compareScopes(a.kind, a.key, b.kind, b.key), cmp.Compare(a.stripe, b.stripe))
-		})
 		b := &pgx.Batch{}
-		if len(order) > 0 {
-			kinds, keys, amounts, stripes := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int16, len(order))
-			for n, s := range order {
-				kinds[n], keys[n], amounts[n], stripes[n] = string(s.kind), s.key, held[s], s.stripe
-			}
-			b.Queue(releaseScopes, kinds, keys, amounts, stripes)
-		}
+		rel.queueCounters(b)
 		b.Queue(expireReplicas, ids, leases, healths, nowMS)
 		return tx.SendBatch(ctx, b).Close()
 	})
@@ -132,6 +124,121 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 		return 0, err
 	}
 	return n, nil
+}
+
+// ReleaseStrandedReservations implements registry.FleetStatus. Locks are
+// taken in the global order of the package comment, as lease expiry takes
+// them: the offline replicas (FOR UPDATE SKIP LOCKED, so another
+// transaction's replica is left for a later call rather than waited for),
+// then their route rows, then the counters by scope kind, key and stripe.
+// A Resolve that hands one of the routes out again meanwhile waits for the
+// replica lock, or has committed before the route update re-reads the row,
+// which then no longer matches the cutoff and stays reserved.
+func (r *Registry) ReleaseStrandedReservations(ctx context.Context, grace time.Duration, limit int) (registry.StrandedRelease, error) {
+	var out registry.StrandedRelease
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	if err := registry.CheckStrandedRelease(grace, limit); err != nil {
+		return out, err
+	}
+	err := r.inTx(ctx, r.data, "release stranded reservations", func(tx pgx.Tx) error {
+		out = registry.StrandedRelease{}
+		now := r.clock()
+		nowMS, cutoffMS := toMS(now), toMS(registry.StrandedCutoff(now, grace))
+		rows, err := tx.Query(ctx, strandedReplicas, cutoffMS, limit)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+			rep, err := scanReplica(row)
+			return rep.ID, err
+		})
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		rows, err = tx.Query(ctx, releaseStrandedRoutes, ids, cutoffMS, nowMS)
+		if err != nil {
+			return err
+		}
+		rel, err := collectReleased(rows)
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		rel.queueCounters(b)
+		reps, counts := make([]string, 0, len(rel.perReplica)), make([]int64, 0, len(rel.perReplica))
+		for _, id := range ids {
+			if n := rel.perReplica[id]; n > 0 {
+				reps, counts = append(reps, id), append(counts, n)
+				out.Reservations += int(n)
+			}
+		}
+		b.Queue(unassignReplicas, reps, counts, nowMS)
+		out.Replicas = len(ids)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return registry.StrandedRelease{}, err
+	}
+	return out, nil
+}
+
+// released adds up what a release of routes (lease expiry, stranded
+// reservations) freed: per counter stripe, and per replica.
+type released struct {
+	held       map[heldScope]int64
+	perReplica map[string]int64
+}
+
+type heldScope struct {
+	kind   registry.AdmissionScopeKind
+	key    string
+	stripe int16
+}
+
+// collectReleased reads the rows (replica_id, admission, retry,
+// counter_stripe) of released routes.
+func collectReleased(rows pgx.Rows) (released, error) {
+	rel := released{held: map[heldScope]int64{}, perReplica: map[string]int64{}}
+	var (
+		replica string
+		doc     []byte
+		retry   bool
+		stripe  int16
+	)
+	_, err := pgx.ForEachRow(rows, []any{&replica, &doc, &retry, &stripe}, func() error {
+		var a registry.AdmissionReservation
+		if err := json.Unmarshal(doc, &a); err != nil {
+			return err
+		}
+		for _, s := range a.Scopes(retry) {
+			rel.held[heldScope{s.Kind, s.Key, stripe}]++
+		}
+		rel.perReplica[replica]++
+		return nil
+	})
+	return rel, err
+}
+
+// queueCounters queues the release of the held counters, locked in scope
+// kind, key and stripe order.
+func (rel *released) queueCounters(b *pgx.Batch) {
+	if len(rel.held) == 0 {
+		return
+	}
+	order := make([]heldScope, 0, len(rel.held))
+	for s := range rel.held {
+		order = append(order, s)
+	}
+	slices.SortFunc(order, func(a, b heldScope) int {
+		return cmp.Or(compareScopes(a.kind, a.key, b.kind, b.key), cmp.Compare(a.stripe, b.stripe))
+	})
+	kinds, keys, amounts, stripes := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int16, len(order))
+	for n, s := range order {
+		kinds[n], keys[n], amounts[n], stripes[n] = string(s.kind), s.key, rel.held[s], s.stripe
+	}
+	b.Queue(releaseScopes, kinds, keys, amounts, stripes)
 }
 
 // Status implements registry.FleetStatus.

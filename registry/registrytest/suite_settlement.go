@@ -173,6 +173,7 @@ func testCircuit(t *testing.T, nb NewBackend) {
 func runFleet(t *testing.T, nb NewBackend) {
 	t.Run("ExpireStaleReplicas", func(t *testing.T) { testExpiry(t, nb) })
 	t.Run("Status", func(t *testing.T) { testStatus(t, nb) })
+	t.Run("ReleaseStrandedReservations", func(t *testing.T) { runStranded(t, nb) })
 }
 
 func testExpiry(t *testing.T, nb NewBackend) {
