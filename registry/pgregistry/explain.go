@@ -29,7 +29,8 @@ type QueryPlan struct {
 // candidates, the lock of the first free one, and the one-statement
 // selection among a cached binding's replicas), the binding check, the tenant and internal
 // catalog views, the tenant catalog page query, the route lookup, lease
-// expiry's selection and the lifecycle replica lock. With analyze the
+// expiry's selection, the stranded-reservation selection and the lifecycle
+// replica lock. With analyze the
 // queries run (EXPLAIN ANALYZE) inside a transaction that is rolled back,
 // so nothing changes. It is a diagnostic for operators and for the scale
 // tests; it runs on the data pool.
@@ -52,6 +53,7 @@ func (r *Registry) ExplainQueries(ctx context.Context, tenantID, capabilityID st
 		{"tenant catalog page (SQL path)", tenantPage, []any{tenantID, "", "", "", "", 51, 50, r.limits.MaxPageBytes}},
 		{"internal catalog view", internalView, []any{"", "", ""}},
 		{"lease expiry selection", staleReplicas, []any{now, 500}},
+		{"stranded reservation selection", strandedReplicas, []any{now, 500}},
 		{"lifecycle replica lock", lockLifecycleReplicas, []any{[]string{"crepl_a", "crepl_b"}}},
 	}
 	var out []QueryPlan

@@ -33,9 +33,12 @@ RETURNING replica_id, admission, retry, counter_stripe`
 	// that no other transaction holds. It starts from the live
 	// reservations (route_assignments_reserved: as many rows as actions in
 	// flight) and looks their replicas up by key, so it never reads the
-	// offline replicas a fleet accumulates as it replaces replicas.
+	// offline replicas a fleet accumulates as it replaces replicas. The
+	// replica IDs are collected into an array first (an init plan) so that
+	// the planner cannot turn the lookup into a scan of every replica
+	// joined to the reservations.
 	strandedReplicas = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas
-WHERE replica_id IN (SELECT replica_id FROM aip_registry.route_assignments WHERE reserved AND updated_at_ms <= $1)
+WHERE replica_id = ANY (ARRAY(SELECT DISTINCT replica_id FROM aip_registry.route_assignments WHERE reserved AND updated_at_ms <= $1))
 AND status = 'offline' AND lease_expires_at_ms <= $1
 ORDER BY lease_expires_at_ms, replica_id
 LIMIT $2

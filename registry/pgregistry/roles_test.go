@@ -157,6 +157,29 @@ func TestRoles(t *testing.T) {
 	if res, err := full.Reservation(ctx, held.ActionID); err != nil || res.Reserved {
 		t.Fatalf("reservation after expiry through the lifecycle role: %+v, %v", res, err)
 	}
+	// It releases the reservations stranded on a replica that went
+	// offline cleanly.
+	rep, err := full.ConnectorReplica(ctx, prov.ID)
+	must(t, err)
+	res, err = lc.ApplyLifecycle(ctx, []registry.LifecycleCommand{registrytest.LifecycleCommand(clock.Now(), aip.RegisterCommand(lw.Registration(&rep)))})
+	must(t, err)
+	if res[0].Err != nil {
+		t.Fatalf("registration again through the lifecycle role: %v", res[0].Err)
+	}
+	stranded, err := full.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: lw.Instance.TenantID, CapabilityID: "alpha.read"})
+	must(t, err)
+	res, err = lc.ApplyLifecycle(ctx, []registry.LifecycleCommand{registrytest.LifecycleCommand(clock.Now(),
+		aip.TransitionCommand(aip.OpOffline, aip.Transition{ReplicaID: prov.ID, PreviousSequence: res[0].Replica.HealthRevision}))})
+	must(t, err)
+	if res[0].Err != nil {
+		t.Fatalf("offline through the lifecycle role: %v", res[0].Err)
+	}
+	if rel, err := lc.ReleaseStrandedReservations(ctx, 0, 10); err != nil || rel != (registry.StrandedRelease{Replicas: 1, Reservations: 1}) {
+		t.Fatalf("stranded release through the lifecycle role: %+v, %v; want 1 replica, 1 reservation", rel, err)
+	}
+	if res, err := full.Reservation(ctx, stranded.ActionID); err != nil || res.Reserved {
+		t.Fatalf("stranded reservation after the release through the lifecycle role: %+v, %v", res, err)
+	}
 	// Its maintenance prunes old events (the data role may not)...
 	if _, err := full.PruneEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
 		t.Fatalf("PruneEvents through the data role: %v, want a privilege failure", err)

@@ -16,8 +16,8 @@ import (
 // preferences, settlements with every outcome (of current and of superseded
 // assignments), orphan settlements, reroutes on valid evidence, bindings,
 // instances and the policy disabled and enabled again, replica drains,
-// offline transitions, re-registrations and lease expiry as the clock moves
-// — on a small
+// offline transitions, re-registrations, lease expiry and the release of
+// reservations stranded on offline replicas as the clock moves — on a small
 // fleet whose limits bind. After every operation it checks the rules a
 // simple model of the registry gives:
 //
@@ -28,7 +28,9 @@ import (
 //     another replica: a Resolve of a routed action returns its current
 //     assignment or fails, never a new one;
 //   - a settlement or reroute presenting a superseded assignment is
-//     ErrFenceLost and changes nothing.
+//     ErrFenceLost and changes nothing;
+//   - after a stranded-reservation release that took fewer replicas than
+//     its limit, no live reservation is stranded (registry.Stranded).
 //
 // It returns the trace of the run: one line per operation with its result
 // class and the replica it chose, without fence tokens or times, so two
@@ -182,7 +184,14 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 			f.clock.Advance(time.Duration(rng.IntN(8000)) * time.Millisecond)
 			n, err := f.b.Fleet.ExpireStaleReplicas(f.ctx, 1+rng.IntN(3))
 			f.must(err)
-			logf("expire: %d", n)
+			// The model's clock moves seconds a step, so its grace is
+			// seconds too.
+			rel, err := f.b.Fleet.ReleaseStrandedReservations(f.ctx, modelStrandedGrace, modelStrandedLimit)
+			f.must(err)
+			if rel.Replicas < modelStrandedLimit {
+				noneStranded(t, f, step, replicaIDs)
+			}
+			logf("expire: %d; stranded: %d replicas, %d reservations", n, rel.Replicas, rel.Reservations)
 		case op < 92: // the catalog changes: a binding, an instance or the policy toggles
 			switch rng.IntN(3) {
 			case 0:
@@ -210,9 +219,12 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 			case 2:
 				status = aip.ReplicaOffline
 			}
-			lease := time.Duration(5+rng.IntN(30)) * time.Second
+			until := f.clock.Now().Add(time.Duration(5+rng.IntN(30)) * time.Second)
+			if status == aip.ReplicaOffline {
+				until = f.clock.Now() // going offline ends the lease, as the lifecycle does
+			}
 			f.update(rid, func(r *registry.ConnectorReplica) {
-				r.Status, r.LeaseExpiresAt = status, f.clock.Now().Add(lease)
+				r.Status, r.LeaseExpiresAt = status, until
 			})
 			logf("replica %s %s", rid, status)
 		}
@@ -235,6 +247,31 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 		unchanged(id, "end")
 	}
 	return trace
+}
+
+// The model workload's stranded-reservation release.
+const (
+	modelStrandedGrace = 2 * time.Second
+	modelStrandedLimit = 2
+)
+
+// noneStranded fails unless no live reservation is stranded (after a
+// release that took fewer replicas than its limit).
+func noneStranded(t *testing.T, f *fx, step int, replicaIDs []string) {
+	t.Helper()
+	l, err := f.b.Fleet.Ledger(f.ctx)
+	f.must(err)
+	cutoff := registry.StrandedCutoff(f.clock.Now(), modelStrandedGrace)
+	replicas := map[string]registry.ConnectorReplica{}
+	for _, id := range replicaIDs {
+		replicas[id] = f.getReplica(id)
+	}
+	for _, res := range l.Reservations {
+		if rep := replicas[res.ReplicaID]; registry.Stranded(&rep, res.HandedOutAt, cutoff) {
+			t.Fatalf("step %d: the reservation of %s on offline replica %s (lease ended %s, handed out %s) is still held after a release that took fewer replicas than its limit",
+				step, res.ActionID, rep.ID, rep.LeaseExpiresAt, res.HandedOutAt)
+		}
+	}
 }
 
 // modelActionID returns an action ID drawn from rng, so two runs with one
