@@ -268,3 +268,95 @@ func TestMaintenancePrunesEvents(t *testing.T) {
 		t.Fatalf("Validate(EventRetention 1m) = %v", err)
 	}
 }
+
+// TestMaintenanceReleasesStrandedReservations: reservations left on
+// replicas that went offline cleanly are released by maintenance once
+// registry.StrandedReservationGrace has passed, in bounded batches, and
+// counted; a store that fails the release fails the cycle.
+func TestMaintenanceReleasesStrandedReservations(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, nb newBackendFunc) {
+		e := newEnv(t, nb, func(c *controlplane.Config) { c.ExpiryBatchSize, c.ExpiryMaxBatches = 1, 2 })
+		var hosts []*host
+		for _, n := range []string{"a", "b", "c"} {
+			h := e.provision(n)
+			r, _ := h.send(h.registration())
+			r.lease(t)
+			hosts = append(hosts, h)
+		}
+		var held []registry.RouteAssignment
+		for range hosts {
+			a, err := e.b.Resolver.Resolve(e.ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: e.w.Instance.TenantID, CapabilityID: "alpha.read"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, a)
+		}
+		for _, h := range hosts {
+			if r, _ := h.send(h.transition(aip.OpOffline, 1)); r.status != http.StatusOK || r.outcome.Status != aip.OutcomeOffline {
+				t.Fatalf("offline: HTTP %d %+v", r.status, r.outcome)
+			}
+			if r := e.replica(h.rep.ID); r.Status != aip.ReplicaOffline || r.ActiveAssignments != 1 {
+				t.Fatalf("replica %s after a clean offline: %s with %d active assignments, want offline with 1", r.ID, r.Status, r.ActiveAssignments)
+			}
+		}
+		live := func() int {
+			t.Helper()
+			l, err := e.b.Fleet.Ledger(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(l.Reservations)
+		}
+		e.clock.Advance(registry.StrandedReservationGrace - time.Millisecond)
+		if _, err := e.svc.Maintain(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := live(); n != 3 || metricValue(t, e, controlplane.MetricStrandedReleased, "") != 0 {
+			t.Fatalf("within the grace: %d live reservations, want 3 and nothing released", n)
+		}
+		e.clock.Advance(time.Millisecond)
+		if _, err := e.svc.Maintain(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, v := live(), metricValue(t, e, controlplane.MetricStrandedReleased, ""); n != 1 || v != 2 {
+			t.Fatalf("after the grace, one cycle of 2 batches of 1: %d live reservations and %s = %v, want 1 and 2", n, controlplane.MetricStrandedReleased, v)
+		}
+		if _, err := e.svc.Maintain(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, v := live(), metricValue(t, e, controlplane.MetricStrandedReleased, ""); n != 0 || v != 3 {
+			t.Fatalf("after the second cycle: %d live reservations and %s = %v, want 0 and 3", n, controlplane.MetricStrandedReleased, v)
+		}
+		for _, a := range held {
+			res, err := e.b.Resolver.Reservation(e.ctx, a.ActionID)
+			if err != nil || res.Reserved || res.LastSettlement != registry.SettlementLeaseExpired {
+				t.Fatalf("reservation %+v (%v), want released as lease_expired", res, err)
+			}
+		}
+		for _, h := range hosts {
+			if r := e.replica(h.rep.ID); r.ActiveAssignments != 0 {
+				t.Fatalf("replica %s keeps %d active assignments", r.ID, r.ActiveAssignments)
+			}
+		}
+
+		svc, err := controlplane.New(controlKey, failingRelease{e.b.Store}, controlplane.Config{Now: e.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if _, err := svc.Maintain(e.ctx); !errors.Is(err, registry.ErrStorage) {
+				t.Fatalf("cycle %d with a failing release: %v", i+1, err)
+			}
+		}
+		if doc := readyDoc(t, svc); !contains(doc.Failing, "maintenance") {
+			t.Fatalf("after 3 failed releases: %+v", doc)
+		}
+	})
+}
+
+// failingRelease is a store whose stranded-reservation release fails.
+type failingRelease struct{ controlplane.Store }
+
+func (failingRelease) ReleaseStrandedReservations(context.Context, time.Duration, int) (registry.StrandedRelease, error) {
+	return registry.StrandedRelease{}, errors.Join(registry.ErrStorage, errors.New("injected: connection refused"))
+}
