@@ -57,7 +57,10 @@
 //
 // Every Config.MaintenanceInterval (1 s) the maintenance loop expires stale
 // leases in bounded batches (up to 8 × 500), releasing their reservations,
-// and refreshes the fleet gauges; each store call is bounded by
+// releases in as many batches the reservations stranded on replicas offline
+// for longer than registry.StrandedReservationGrace (15 min; counted in
+// aip_connector_control_stranded_reservations_released_total), and
+// refreshes the fleet gauges; each store call is bounded by
 // Config.StoreTimeout, and storage errors and timeouts back off
 // exponentially with jitter up to Config.MaintenanceMaxBackoff (30 s).
 // When the store implements registry.EventPruner, a cycle also deletes,

@@ -135,8 +135,8 @@ func (s *Service) maintain(ctx context.Context) (expired, released int, err erro
 // (registry.FleetStatus.ReleaseStrandedReservations with
 // registry.StrandedReservationGrace), in up to ExpiryMaxBatches batches of
 // ExpiryBatchSize replicas, as expiry is bounded. A failure fails the cycle:
-// it is the same lease maintenance, on the same store.
-// It returns how many reservations it released.
+// it is the same lease maintenance, on the same store. It returns how many
+// reservations it released.
 func (s *Service) releaseStranded(ctx context.Context) (int, error) {
 	var total registry.StrandedRelease
 	for range s.cfg.ExpiryMaxBatches {

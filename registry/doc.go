@@ -33,7 +33,8 @@
 //
 // Catalog (revision-consistent, tenant-scoped pages), Resolver (resolve, read
 // and settle routes), Reader, Administrator and FleetStatus (lease expiry,
-// aggregate status and the reservation ledger). Beside them: Lifecycle (the
+// the release of reservations stranded on offline replicas after
+// StrandedReservationGrace, aggregate status and the reservation ledger). Beside them: Lifecycle (the
 // control plane's signed transitions), Rerouter (the provably-not-started
 // reroute, reroute.go), OrphanSettler (settling a reservation no
 // dispatcher will settle, unless it was handed out again meanwhile) and
