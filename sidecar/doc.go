@@ -63,7 +63,11 @@
 // admitted manifest is immutable: a tools/list change after registration is
 // reported (a log line and GET /sidecar/status) and never applied; with
 // ManifestChangeUnready it also takes the replica offline. A broken session
-// is re-established with backoff while the replica reports unhealthy.
+// (it ended, or a ping or tools/call found it gone) is re-established with
+// backoff while the replica reports unhealthy; with
+// RestartUnresponsiveAfter, so is a hung one (that many pings in a row
+// without an answer): a stdio server is restarted, a URL server's session
+// re-opened.
 //
 // # Supervision and the shutdown order
 //

@@ -79,8 +79,8 @@ type MCPConfig struct {
 	// ConnectTimeout bounds connecting and initializing (and the first
 	// tools/list), and each later tools/list. Defaults to 30s.
 	ConnectTimeout time.Duration
-	// StopTimeout is how long Close waits for a stdio server to exit
-	// after closing its input, and again after SIGTERM. Defaults to 10s.
+	// StopTimeout is how long a stdio server has to exit after SIGTERM
+	// (and its input closed) before SIGKILL. Defaults to 10s.
 	StopTimeout time.Duration
 	// MaxActionDuration bounds a tool call without timeout_ms (or with
 	// 0). Defaults to 1h.
@@ -93,6 +93,19 @@ type MCPConfig struct {
 	// re-established after RestartBackoff again; shorter ones continue
 	// the backoff. Defaults to 1m.
 	StableAfter time.Duration
+	// RestartUnresponsiveAfter: after this many health checks in a row
+	// (one per heartbeat) whose MCP ping got no answer at all — it timed
+	// out or failed; an MCP error answer is an answer — the session is
+	// taken as hung and taken down, and the session is re-established
+	// with the reconnect backoff as after a crash. A stdio server, which
+	// the sidecar owns, is stopped (SIGTERM to its process group, SIGKILL
+	// after StopTimeout) and started again; its calls in flight end as
+	// when it crashes. A server the sidecar did not start (URL, Transport)
+	// cannot be restarted: its session is closed and a new one opened
+	// (calls in flight on the old session keep waiting for their answers,
+	// bounded by their deadlines; the new session serves new calls). 0,
+	// the default, never takes a session down for unanswered pings.
+	RestartUnresponsiveAfter int
 	// OnManifestChange says what a tools/list change after registration
 	// does. Defaults to ManifestChangeReport.
 	OnManifestChange ManifestChangePolicy
@@ -127,14 +140,21 @@ type MCP struct {
 	since    time.Time
 	tools    map[string]toolInfo // admitted: capability ID -> tool
 	stopped  bool
+	// unanswered counts the pings in a row on sess that got no answer
+	// (see MCPConfig.RestartUnresponsiveAfter).
+	unanswered int
+	// downSess and downWhy ask the loop to take sess down (requestDown).
+	downSess *mcp.ClientSession
+	downWhy  string
 
 	progress sync.Map // progress token (string) -> chan *mcp.ProgressNotificationParams
 
 	// ctx is the connector's own lifecycle context, cancelled by Close.
-	ctx       context.Context
-	cancel    context.CancelFunc
-	closing   sync.WaitGroup // broken sessions being closed
-	loopDone  chan struct{}
+	ctx      context.Context
+	cancel   context.CancelFunc
+	closing  sync.WaitGroup // broken sessions being closed
+	loopDone chan struct{}
+	// reconnect wakes the loop to read downSess.
 	reconnect chan struct{}
 	changed   chan struct{}
 }
@@ -188,6 +208,9 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		if *d.p == 0 {
 			*d.p = d.def
 		}
+	}
+	if cfg.RestartUnresponsiveAfter < 0 {
+		return nil, &ConfigError{Field: "MCP.RestartUnresponsiveAfter", Reason: fmt.Sprintf("is %d; it must not be negative (0 never takes a session down for unanswered pings)", cfg.RestartUnresponsiveAfter)}
 	}
 	if err := cfg.OnManifestChange.validate(); err != nil {
 		return nil, err
@@ -399,6 +422,7 @@ func (m *MCP) setSession(sess *mcp.ClientSession, cmd *exec.Cmd) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sess, m.sessDone, m.cmd, m.init = sess, done, cmd, sess.InitializeResult()
+	m.unanswered, m.downSess, m.downWhy = 0, nil, ""
 	m.starts++
 	m.since = time.Now()
 	attrs := []any{"target", m.Target(), "connection", m.starts}
@@ -414,9 +438,10 @@ func (m *MCP) session() (*mcp.ClientSession, chan struct{}) {
 	return m.sess, m.sessDone
 }
 
-// loop watches the session: when it ends (the server exited, or a health
-// check found it broken) it reconnects with backoff; when the server says
-// its tool list changed, the new list is compared with the admitted one.
+// loop watches the session: when it ends (the server exited), or a health
+// check or tools/call found it broken or hung (requestDown), it takes it
+// down and reconnects with backoff; when the server says its tool list
+// changed, the new list is compared with the admitted one.
 func (m *MCP) loop() {
 	defer close(m.loopDone)
 	bo := newBackoff(m.cfg.RestartBackoff, m.cfg.MaxBackoff)
@@ -433,7 +458,14 @@ func (m *MCP) loop() {
 		case <-done:
 			m.down(sess, "the MCP session ended (did the server exit?)")
 		case <-m.reconnect:
-			m.down(sess, "the MCP server does not answer on its session")
+			m.mu.Lock()
+			req, why := m.downSess, m.downWhy
+			m.downSess, m.downWhy = nil, ""
+			m.mu.Unlock()
+			if req == nil || req != sess {
+				continue // a request about a session already replaced
+			}
+			m.down(sess, why)
 		}
 		// As for a crashed --exec child: only a session that lasted
 		// starts the backoff again, so a server that keeps crashing soon
@@ -475,11 +507,28 @@ func (m *MCP) loop() {
 	}
 }
 
+// requestDown asks the loop to take sess down (when it is still the
+// current session) and says why; it does not block.
+func (m *MCP) requestDown(sess *mcp.ClientSession, why string) {
+	m.mu.Lock()
+	if sess == nil || m.sess != sess || m.downSess != nil {
+		m.mu.Unlock()
+		return // replaced already, or a request is pending
+	}
+	m.downSess, m.downWhy = sess, why
+	m.mu.Unlock()
+	select {
+	case m.reconnect <- struct{}{}:
+	default: // the loop is woken already and reads downSess
+	}
+}
+
 // down closes a broken session and records why.
 func (m *MCP) down(sess *mcp.ClientSession, why string) {
 	m.mu.Lock()
-	cmd := m.cmd
+	var cmd *exec.Cmd
 	if m.sess == sess {
+		cmd = m.cmd
 		m.sess, m.sessDone, m.cmd = nil, nil, nil
 		m.restarts++
 		m.lastErr = why
@@ -552,7 +601,9 @@ func (m *MCP) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.
 
 // CheckHealth implements hostsdk.HealthChecker: the session must be up and
 // answer an MCP ping (and, with ManifestChangeUnready, the tool list must
-// be the admitted one).
+// be the admitted one). A session the ping finds gone is taken down at
+// once; with RestartUnresponsiveAfter, so is one whose pings went
+// unanswered that many times in a row.
 func (m *MCP) CheckHealth(ctx context.Context) error {
 	sess, _ := m.session()
 	if sess == nil {
@@ -564,16 +615,71 @@ func (m *MCP) CheckHealth(ctx context.Context) error {
 	}
 	if err := sess.Ping(ctx, nil); err != nil {
 		m.status.setHealthy(false)
-		if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
-			select {
-			case m.reconnect <- struct{}{}:
-			default:
-			}
+		err = m.redact(err)
+		if sessionGone(err) {
+			m.requestDown(sess, fmt.Sprintf("the MCP session is gone (ping: %v)", err))
+		} else {
+			m.noteUnanswered(ctx, sess, err)
 		}
-		return fmt.Errorf("sidecar: MCP ping: %w", m.redact(err))
+		return fmt.Errorf("sidecar: MCP ping: %w", err)
 	}
+	m.noteAnswered(sess)
 	m.status.setHealthy(true)
 	return m.drift.err()
+}
+
+// sessionGone reports the errors that say the session is over: the
+// connection closed, or an HTTP server no longer knows the session (it
+// restarted, or ended the session).
+func sessionGone(err error) bool {
+	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing)
+}
+
+// noteUnanswered counts a ping on sess that got no answer at all (it timed
+// out or failed; an MCP error answer is an answer, and resets the count)
+// and, at RestartUnresponsiveAfter in a row, has the loop take the session
+// down as hung. A ping cut short by the caller's cancellation (not its
+// deadline) says nothing about the server and is not counted.
+func (m *MCP) noteUnanswered(ctx context.Context, sess *mcp.ClientSession, err error) {
+	var we *jsonrpc.Error
+	if errors.As(err, &we) {
+		m.noteAnswered(sess)
+		return
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return
+	}
+	limit := m.cfg.RestartUnresponsiveAfter
+	m.mu.Lock()
+	if limit <= 0 || m.sess != sess {
+		m.mu.Unlock()
+		return
+	}
+	m.unanswered++
+	n := m.unanswered
+	if n >= limit {
+		m.unanswered = 0
+	}
+	cmd := m.cmd
+	m.mu.Unlock()
+	if n < limit {
+		m.log.Warn("the MCP server did not answer a ping", "in_a_row", n, "restart_after", limit, "error", err)
+		return
+	}
+	what := "opening a new session (the sidecar did not start this server and cannot restart it)"
+	if cmd != nil {
+		what = "stopping the server and starting it again"
+	}
+	m.requestDown(sess, fmt.Sprintf("the MCP server did not answer %d pings in a row (the last: %v); taken as hung, %s", n, err, what))
+}
+
+// noteAnswered resets the count of unanswered pings on sess.
+func (m *MCP) noteAnswered(sess *mcp.ClientSession) {
+	m.mu.Lock()
+	if m.sess == sess {
+		m.unanswered = 0
+	}
+	m.mu.Unlock()
 }
 
 // Handle implements hostsdk.Connector: tools/call.
@@ -651,6 +757,19 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 		case p := <-progress:
 			send(p)
 		case o := <-done:
+			if o.err != nil && sessionGone(o.err) {
+				// Reconnect now, not at the next health check: calls on
+				// this session fail until then. The SDK usually ends such
+				// a session itself, but does not promise to (a session
+				// whose write side broke stays up while its other calls
+				// wait for their answers). This call's own outcome is
+				// settled as any broken session's: ErrSessionMissing does
+				// not prove the call was not delivered (the SDK also
+				// returns it for calls whose request the server had
+				// accepted, when their resumed stream finds the session
+				// gone).
+				m.requestDown(sess, fmt.Sprintf("a tools/call found the MCP session gone (%v)", m.redact(o.err)))
+			}
 			// The SDK hands notifications to their handler on another
 			// goroutine than responses, so the last progress notifications
 			// (sent before the result) can still be on their way.
@@ -788,8 +907,8 @@ func (m *MCP) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.R
 	return []hostsdk.Route{{Pattern: "GET " + PathStatus, Handler: m.status.handler()}}, nil
 }
 
-// Close stops reconnecting and closes the session; a stdio server has its
-// input closed, then SIGTERM, then SIGKILL, each after StopTimeout.
+// Close stops reconnecting and closes the session; a stdio server gets
+// SIGTERM and its input closed, then SIGKILL after StopTimeout.
 func (m *MCP) Close() error {
 	m.mu.Lock()
 	if m.stopped {
@@ -816,7 +935,10 @@ func (m *MCP) Close() error {
 
 // closeSession ends a session. A stdio server gets SIGTERM (to its process
 // group, as an --exec child does) and its input closed; it has StopTimeout
-// to exit before SIGKILL. Exiting on SIGTERM is a clean stop.
+// to exit before SIGKILL (to its process group). Exiting on SIGTERM is a
+// clean stop. The SDK closes the server's input only once no call is in
+// flight, so a hung server that ignores SIGTERM with calls in flight is
+// killed here rather than left until their deadlines.
 func (m *MCP) closeSession(sess *mcp.ClientSession, cmd *exec.Cmd) error {
 	if cmd == nil || cmd.Process == nil {
 		err := sess.Close()
@@ -829,7 +951,18 @@ func (m *MCP) closeSession(sess *mcp.ClientSession, cmd *exec.Cmd) error {
 	if err := signalTerm(cmd); err != nil {
 		m.log.Warn("signal the MCP server", "pid", pid, "error", err)
 	}
-	err := sess.Close()
+	closed := make(chan error, 1)
+	go func() { closed <- sess.Close() }()
+	var err error
+	kill := time.NewTimer(m.cfg.StopTimeout)
+	select {
+	case err = <-closed:
+	case <-kill.C:
+		m.log.Warn("the MCP server did not stop after SIGTERM; sending SIGKILL", "pid", pid, "after_ms", m.cfg.StopTimeout.Milliseconds())
+		signalKill(cmd)
+		err = <-closed
+	}
+	kill.Stop()
 	if ps := cmd.ProcessState; ps != nil {
 		if stoppedCleanly(ps) {
 			m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())

@@ -75,7 +75,12 @@ type Config struct {
 	// saying it is not ready does not count — the child is taken as hung
 	// and restarted: SIGTERM, SIGKILL after StopTimeout, then a restart
 	// with backoff as after a crash (its in-flight actions become
-	// outcome_unknown). 0, the default, never restarts a running child.
+	// outcome_unknown). In MCP mode it is MCP.RestartUnresponsiveAfter
+	// when that is 0: the health check is an MCP ping (an MCP error answer
+	// is an answer); a stdio server is restarted the same way, and a URL
+	// server's session is re-opened. 0, the default, never restarts a
+	// running child. An attached connector is not the sidecar's to
+	// restart: it is refused without Exec or an MCP server.
 	RestartUnresponsiveAfter int
 	// Logger defaults to Host.Logger, then to discarding.
 	Logger *slog.Logger
@@ -152,15 +157,16 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 	if cfg.RestartUnresponsiveAfter < 0 {
 		return nil, &ConfigError{Field: "RestartUnresponsiveAfter", Reason: fmt.Sprintf("is %d; it must not be negative (0 never restarts a running child)", cfg.RestartUnresponsiveAfter)}
 	}
-	if cfg.RestartUnresponsiveAfter > 0 && len(cfg.Exec) == 0 {
-		return nil, &ConfigError{Field: "RestartUnresponsiveAfter", Reason: "restarts a child the sidecar started; it needs --exec (an attached connector or an MCP server is not the sidecar's to restart)"}
+	mcpMode := len(cfg.MCP.Command) > 0 || cfg.MCP.URL != "" || cfg.MCP.Transport != nil
+	if cfg.RestartUnresponsiveAfter > 0 && len(cfg.Exec) == 0 && !mcpMode {
+		return nil, &ConfigError{Field: "RestartUnresponsiveAfter", Reason: "restarts a child the sidecar started or re-opens an MCP session; it needs --exec, --mcp-command or --mcp-url (an attached connector is not the sidecar's to restart)"}
 	}
 	probe := cfg.Host.HealthProbeTimeout
 	if probe == 0 {
 		probe = hostsdk.DefaultHealthProbeTimeout
 	}
 	s := &Sidecar{cfg: cfg, log: log, probeTimeout: probe}
-	if len(cfg.MCP.Command) > 0 || cfg.MCP.URL != "" || cfg.MCP.Transport != nil {
+	if mcpMode {
 		if len(cfg.Exec) > 0 {
 			return nil, &ConfigError{Field: "Exec", Reason: "is for a local-contract connector; in MCP mode give the server's command with --mcp-command"}
 		}
@@ -188,6 +194,9 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		}
 		if mc.ConnectTimeout == 0 {
 			mc.ConnectTimeout = cfg.StartTimeout
+		}
+		if mc.RestartUnresponsiveAfter == 0 {
+			mc.RestartUnresponsiveAfter = cfg.RestartUnresponsiveAfter
 		}
 		m, err := NewMCP(mc)
 		if err != nil {

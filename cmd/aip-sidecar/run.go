@@ -54,7 +54,7 @@ func newSettings() []hostsdk.Setting {
 		ms("restart-backoff-ms", "RESTART_BACKOFF_MS", 3_600_000, "first delay before restarting a crashed child, in ms (default 250)"),
 		ms("max-backoff-ms", "MAX_BACKOFF_MS", 3_600_000, "longest delay between restarts, in ms (default 30000)"),
 		{Flag: "restart-unresponsive-after", Env: envPrefix + "RESTART_UNRESPONSIVE_AFTER", Kind: hostsdk.SettingInt, Min: 0, Max: 1000,
-			Usage: "with --exec: restart the child after this many health checks in a row it did not answer at all (a hung process); 0 (default) never restarts a running child"},
+			Usage: "after this many health checks in a row without any answer (a hung process): with --exec or --mcp-command, restart the child; with --mcp-url, open a new MCP session (an MCP error answer to the ping is an answer); 0 (default) never does"},
 		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest and digest as JSON, and exit"},
 		str("log-level", "LOG_LEVEL", "debug, info (default), warn or error"),
 	}
