@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
 		os.Exit(runChild())
 	}
+	if os.Getenv(envMCPChild) == "1" {
+		os.Exit(runMCPChild())
+	}
 	goleak.VerifyTestMain(m)
 }
 

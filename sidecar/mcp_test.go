@@ -587,6 +587,8 @@ type severingRig struct {
 	conns chan *severableConn
 	// refuse is how many of the next connection attempts fail.
 	refuse atomic.Int32
+	// wrap, when set, wraps each client connection.
+	wrap func(mcp.Connection) mcp.Connection
 
 	mu       sync.Mutex
 	sessions []*mcp.ServerSession
@@ -621,19 +623,23 @@ func (r *severingRig) transport(t *testing.T) func() mcp.Transport {
 		r.mu.Lock()
 		r.sessions = append(r.sessions, ss)
 		r.mu.Unlock()
-		return severableTransport{ct, r.conns}
+		return severableTransport{ct, r.conns, r.wrap}
 	}
 }
 
 type severableTransport struct {
 	inner mcp.Transport
 	conns chan<- *severableConn
+	wrap  func(mcp.Connection) mcp.Connection
 }
 
 func (s severableTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c, err := s.inner.Connect(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if s.wrap != nil {
+		c = s.wrap(c)
 	}
 	sc := &severableConn{Connection: c, at: time.Now()}
 	s.conns <- sc

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -174,6 +176,33 @@ func TestRunPrintManifest(t *testing.T) {
 	want, _ := aip.ManifestDigest(&bound)
 	if out.ManifestDigest != want || out.CapabilityCount != 1 || out.Manifest.Agent.TrustDomain != "example.org" {
 		t.Errorf("printed %+v; want digest %s", out, want)
+	}
+}
+
+// TestRunRestartUnresponsiveWithAnMCPServer: --restart-unresponsive-after
+// is accepted with an MCP server (it re-opens an HTTP session, restarts a
+// stdio server), not only with --exec.
+func TestRunRestartUnresponsiveWithAnMCPServer(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "tiny-mcp", Version: "1.0"}, nil)
+	server.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	t.Cleanup(func() {
+		for s := range server.Sessions() {
+			s.Close()
+		}
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{"AIP_SIDECAR_MCP_URL": srv.URL, "AIP_CONNECTOR_HOST_TRUST_DOMAIN": "example.org", "AIP_SIDECAR_RESTART_UNRESPONSIVE_AFTER": "3"}
+	if err := run(context.Background(), []string{"--print-manifest"}, func(k string) string { return env[k] }, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `"mcp.echo"`) {
+		t.Errorf("printed %s", stdout.String())
 	}
 }
 

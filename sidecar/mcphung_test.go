@@ -1,0 +1,470 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// How the test server answers a ping.
+const (
+	pingAnswer = iota
+	pingHang   // no answer until the client gives up
+	pingError  // an MCP error answer
+)
+
+// answerPings makes the server answer pings as *mode says.
+func answerPings(server *mcp.Server, mode *atomic.Int32) {
+	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "ping" {
+				switch mode.Load() {
+				case pingHang:
+					<-ctx.Done() // the client's notifications/cancelled
+					return nil, ctx.Err()
+				case pingError:
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "test: busy, but answering"}
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
+}
+
+// TestMCPUnansweredPingsTakeTheSessionDown: with RestartUnresponsiveAfter
+// N, N health checks in a row whose ping got no answer take the session
+// down as hung and a new one comes up with the reconnect backoff; an MCP
+// error answer is an answer (it neither counts nor lets the count go on),
+// an answered ping resets the count, and 0 never takes a session down.
+// Each case runs in a synctest bubble: an unanswered ping times out at
+// once on the bubble's clock.
+func TestMCPUnansweredPingsTakeTheSessionDown(t *testing.T) {
+	type step struct {
+		mode     int32
+		restarts int // the session restarts after this health check
+	}
+	for _, tc := range []struct {
+		name  string
+		n     int
+		steps []step
+	}{
+		{"N unanswered pings in a row take the session down", 3,
+			[]step{{pingHang, 0}, {pingHang, 0}, {pingHang, 1}}},
+		{"an MCP error answer is an answer", 2,
+			[]step{{pingError, 0}, {pingError, 0}, {pingError, 0}, {pingHang, 0}, {pingError, 0}, {pingHang, 0}, {pingHang, 1}}},
+		{"an answered ping resets the count", 2,
+			[]step{{pingHang, 0}, {pingAnswer, 0}, {pingHang, 0}, {pingAnswer, 0}, {pingHang, 0}, {pingHang, 1}}},
+		{"0 never takes the session down", 0,
+			[]step{{pingHang, 0}, {pingHang, 0}, {pingHang, 0}, {pingHang, 0}, {pingHang, 0}, {pingHang, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ts := newTestMCPServer(t)
+				var mode atomic.Int32
+				answerPings(ts.server, &mode)
+				rig := &severingRig{server: ts.server, conns: make(chan *severableConn, 4)}
+				m, err := NewMCP(MCPConfig{Transport: rig.transport(t), RestartUnresponsiveAfter: tc.n, RestartBackoff: 250 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rig.awaitServerSessions()
+				defer m.Close()
+				if err := m.Connect(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				rig.await(t, m, 1)
+				check := func() error {
+					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+					defer cancel()
+					return m.CheckHealth(ctx)
+				}
+				for i, s := range tc.steps {
+					mode.Store(s.mode)
+					err := check()
+					if (err == nil) != (s.mode == pingAnswer) {
+						t.Fatalf("health check %d (ping mode %d): %v", i+1, s.mode, err)
+					}
+					synctest.Wait() // the loop acted on a request to take the session down
+					if st := m.snapshot(); st.Restarts != s.restarts {
+						t.Fatalf("after health check %d of %v (RestartUnresponsiveAfter %d): %d restarts, want %d (status %+v)",
+							i+1, tc.steps, tc.n, st.Restarts, s.restarts, st)
+					}
+				}
+				if tc.steps[len(tc.steps)-1].restarts == 0 {
+					return
+				}
+				if st := m.snapshot(); st.Running || !strings.Contains(st.LastExit, "did not answer") {
+					t.Errorf("status after the session was taken down as hung: %+v", st)
+				}
+				mode.Store(pingAnswer)
+				rig.await(t, m, 2)
+				if err := check(); err != nil {
+					t.Errorf("the new session does not answer: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// missingSessionConn fails the writes of tools/call requests for a tool
+// as an HTTP client does when the server no longer knows the session,
+// while the connection's other traffic goes on: the SDK does not end such
+// a session while another call on it still waits for its answer.
+type missingSessionConn struct {
+	mcp.Connection
+	tool string
+}
+
+func (c missingSessionConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/call" && bytes.Contains(req.Params, []byte(`"name":"`+c.tool+`"`)) {
+		return fmt.Errorf("test: POST answered 404: %w", mcp.ErrSessionMissing)
+	}
+	return c.Connection.Write(ctx, msg)
+}
+
+// TestMCPCallFindingTheSessionGoneReconnects: a tools/call that fails
+// with ErrSessionMissing has the session re-established at once, without
+// waiting for the next health check (none runs here), even while another
+// call keeps the old session open.
+func TestMCPCallFindingTheSessionGoneReconnects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := newTestMCPServer(t)
+		rig := &severingRig{server: ts.server, conns: make(chan *severableConn, 4)}
+		var first atomic.Bool
+		first.Store(true)
+		rig.wrap = func(c mcp.Connection) mcp.Connection {
+			if first.Swap(false) {
+				return missingSessionConn{c, "lookup"}
+			}
+			return c
+		}
+		m, err := NewMCP(MCPConfig{Transport: rig.transport(t), RestartBackoff: 250 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rig.awaitServerSessions()
+		defer m.Close()
+		if err := m.Connect(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		rig.await(t, m, 1)
+		if _, err := m.Manifest(t.Context(), hostsdk.TenantContext{}); err != nil {
+			t.Fatal(err)
+		}
+		call := func(ctx context.Context, tool, input string) (*aip.ActionResult, error) {
+			return m.Handle(ctx, &hostsdk.Call{Action: act("mcp."+tool, input), Logger: slog.New(slog.DiscardHandler)})
+		}
+		// A call that keeps the session open.
+		slowCtx, stopSlow := context.WithCancel(t.Context())
+		defer stopSlow()
+		slowDone := make(chan error, 1)
+		go func() {
+			_, err := call(slowCtx, "slow_ro", `{}`)
+			slowDone <- err
+		}()
+		<-ts.started
+		res, err := call(t.Context(), "lookup", `{"word":"x"}`)
+		var pe *aip.ProtocolError
+		if !errors.As(err, &pe) || pe.Code != CodeNotExecuted || !strings.Contains(pe.Message, "session not found") {
+			t.Fatalf("a read-only call on a missing session: %+v %v; want %s", res, err, CodeNotExecuted)
+		}
+		synctest.Wait()
+		if st := m.snapshot(); st.Restarts != 1 || st.Running {
+			t.Fatalf("after a call found the session missing: status %+v; want the session taken down", st)
+		}
+		rig.await(t, m, 2)
+		if res, err := call(t.Context(), "lookup", `{"word":"y"}`); err != nil || res.Status != aip.ResultCompleted {
+			t.Errorf("a call on the new session: %+v %v", res, err)
+		}
+		stopSlow()
+		if err := <-slowDone; !errors.Is(err, context.Canceled) {
+			t.Errorf("the slow read-only call: %v", err)
+		}
+	})
+}
+
+// TestMCPHTTPServerRestartReconnects: after a Streamable HTTP server
+// restarts (it no longer knows the session), the first call fails and the
+// session is re-established without a health check; the next call works.
+// (With go-sdk v1.8.0 the SDK itself ends a session whose POST got 404,
+// so this passes without the sidecar's own reconnect request too; it
+// guards the end-to-end behaviour, TestMCPCallFindingTheSessionGoneReconnects
+// the sidecar's part.)
+func TestMCPHTTPServerRestartReconnects(t *testing.T) {
+	ts := newTestMCPServer(t)
+	var handler atomic.Pointer[http.Handler]
+	restart := func() {
+		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ts.server }, nil)
+		var hh http.Handler = h
+		handler.Store(&hh)
+	}
+	restart()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
+	logs := newLogWatch()
+	m, err := NewMCP(MCPConfig{URL: srv.URL + "/mcp", RestartBackoff: time.Millisecond, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		for s := range ts.server.Sessions() {
+			s.Close()
+		}
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	ctx := ctxT(t)
+	if err := m.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Manifest(ctx, hostsdk.TenantContext{}); err != nil {
+		t.Fatal(err)
+	}
+	restart()
+	call := func(tool string) (*aip.ActionResult, error) {
+		return m.Handle(ctx, &hostsdk.Call{Action: act("mcp."+tool, `{"word":"x"}`), Logger: slog.New(slog.DiscardHandler)})
+	}
+	if _, err := call("lookup"); err == nil {
+		t.Fatal("a call on a session the server no longer knows succeeded")
+	}
+	logs.await(t, func(r slog.Record) bool {
+		return r.Message == "connected to the MCP server" && attr(r, "connection") == "2"
+	})
+	if res, err := call("lookup"); err != nil || res.Status != aip.ResultCompleted {
+		t.Errorf("a call after the reconnect: %+v %v", res, err)
+	}
+}
+
+// TestMCPHungStdioServerIsRestarted: a stdio server that stops answering
+// (pings and tool calls) and ignores SIGTERM is stopped after
+// RestartUnresponsiveAfter unanswered pings — SIGKILL after StopTimeout,
+// although calls are in flight — and a new server is started; the calls
+// in flight end as in a crash: a read-only tool's not executed, another's
+// outcome unknown.
+func TestMCPHungStdioServerIsRestarted(t *testing.T) {
+	hang := filepath.Join(t.TempDir(), "hang")
+	logs := newLogWatch()
+	m, err := NewMCP(MCPConfig{
+		Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{envMCPChild + "=1", envChildHang + "=" + hang,
+			"GORACE=atexit_sleep_ms=0"}, // with -race, exiting would take a second: more than StopTimeout
+		RestartUnresponsiveAfter: 2, StopTimeout: 200 * time.Millisecond, RestartBackoff: 10 * time.Millisecond,
+		Logger: logs.logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := ctxT(t)
+	if err := m.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Manifest(ctx, hostsdk.TenantContext{}); err != nil {
+		t.Fatal(err)
+	}
+	first := m.snapshot()
+	if err := os.WriteFile(hang, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		tool string
+		err  error
+	}
+	calls := make(chan outcome, 2)
+	// Their deadline is a fail-safe: a hung server killed ends them sooner.
+	callCtx, cancelCalls := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelCalls()
+	for _, tool := range []string{"stuck", "stuck_ro"} {
+		go func() {
+			_, err := m.Handle(callCtx, &hostsdk.Call{Action: act("mcp."+tool, `{}`), Logger: slog.New(slog.DiscardHandler)})
+			calls <- outcome{tool, err}
+		}()
+	}
+	for i := range 2 {
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := m.CheckHealth(pctx)
+		cancel()
+		if err == nil {
+			t.Fatalf("health check %d: the hung server answered", i+1)
+		}
+	}
+	for range 2 {
+		o := <-calls
+		var pe *aip.ProtocolError
+		switch {
+		case o.tool == "stuck_ro" && (!errors.As(o.err, &pe) || pe.Code != CodeNotExecuted):
+			t.Errorf("%s: %v; want %s", o.tool, o.err, CodeNotExecuted)
+		case o.tool == "stuck" && !errors.Is(o.err, hostsdk.ErrOutcomeUnknown):
+			t.Errorf("%s: %v; want outcome unknown", o.tool, o.err)
+		}
+	}
+	os.Remove(hang)
+	logs.await(t, func(r slog.Record) bool { return strings.Contains(r.Message, "sending SIGKILL") })
+	logs.await(t, func(r slog.Record) bool {
+		return r.Message == "connected to the MCP server" && attr(r, "connection") == "2"
+	})
+	st := m.snapshot()
+	if st.Restarts != 1 || st.PID == 0 || st.PID == first.PID || !strings.Contains(st.LastExit, "did not answer 2 pings") {
+		t.Errorf("status %+v after the hung server %d was replaced", st, first.PID)
+	}
+	if err := m.CheckHealth(ctx); err != nil {
+		t.Errorf("the new server: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// envMCPChild makes the test binary run as a stdio MCP server: tools
+// lookup (read-only), stuck and stuck_ro (which never answer). While the
+// file named by envChildHang exists it answers no ping and ignores
+// SIGTERM (a hung server).
+const envMCPChild = "SIDECAR_TEST_MCP_CHILD"
+
+func runMCPChild() int {
+	hang := os.Getenv(envChildHang)
+	hung := func() bool { _, err := os.Stat(hang); return hang != "" && err == nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	go func() {
+		for range sigs {
+			if !hung() {
+				os.Exit(0)
+			}
+		}
+	}()
+	server := mcp.NewServer(&mcp.Implementation{Name: "test-stdio-server", Version: "1.0"}, nil)
+	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "ping" && hung() {
+				select {} // hung: no answer, not even to a cancel
+			}
+			return next(ctx, method, req)
+		}
+	})
+	server.AddTool(&mcp.Tool{Name: "lookup", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+		})
+	stuck := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { select {} }
+	server.AddTool(&mcp.Tool{Name: "stuck", InputSchema: objectSchema}, stuck)
+	server.AddTool(&mcp.Tool{Name: "stuck_ro", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, stuck)
+	if err := server.Run(ctx, &mcp.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, "mcp child:", err)
+		return 1
+	}
+	return 0
+}
+
+// logWatch records log records for a test to wait on.
+type logWatch struct {
+	mu      sync.Mutex
+	records []slog.Record
+	changed chan struct{} // closed and replaced on each record
+}
+
+func newLogWatch() *logWatch { return &logWatch{changed: make(chan struct{})} }
+
+func (w *logWatch) logger() *slog.Logger {
+	var h slog.Handler = logWatchHandler{w}
+	if testing.Verbose() {
+		h = slog.NewMultiHandler(h, slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(h)
+}
+
+// await returns once a record matching ok was logged (at most a minute,
+// a fail-safe).
+func (w *logWatch) await(t *testing.T, ok func(slog.Record) bool) {
+	t.Helper()
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for seen := 0; ; {
+		w.mu.Lock()
+		recs, changed := w.records[seen:], w.changed
+		seen = len(w.records)
+		w.mu.Unlock()
+		for _, r := range recs {
+			if ok(r) {
+				return
+			}
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatal("the awaited log record did not come within a minute")
+		}
+	}
+}
+
+type logWatchHandler struct{ w *logWatch }
+
+func (h logWatchHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h logWatchHandler) Handle(_ context.Context, r slog.Record) error {
+	h.w.mu.Lock()
+	defer h.w.mu.Unlock()
+	h.w.records = append(h.w.records, r.Clone())
+	close(h.w.changed)
+	h.w.changed = make(chan struct{})
+	return nil
+}
+func (h logWatchHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logWatchHandler) WithGroup(string) slog.Handler      { return h }
+
+// attr returns the value of a record's attribute as text.
+func attr(r slog.Record, key string) string {
+	var v string
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return v
+}
+
+// TestMCPRestartUnresponsiveConfig: RestartUnresponsiveAfter must not be
+// negative; the sidecar's setting reaches an MCP server (stdio or URL),
+// and an attached local connector still refuses it.
+func TestMCPRestartUnresponsiveConfig(t *testing.T) {
+	var ce *ConfigError
+	if _, err := NewMCP(MCPConfig{Command: []string{"x"}, RestartUnresponsiveAfter: -1}); !errors.As(err, &ce) || ce.Field != "MCP.RestartUnresponsiveAfter" {
+		t.Errorf("negative: %v", err)
+	}
+	for _, mc := range []MCPConfig{{Command: []string{"x"}}, {URL: "https://mcp.example.com/mcp"}} {
+		s, err := newLocalSide(Config{MCP: mc, RestartUnresponsiveAfter: 3})
+		if err != nil {
+			t.Fatalf("%s: %v", mc.Command, err)
+		}
+		if got := s.mcp.cfg.RestartUnresponsiveAfter; got != 3 {
+			t.Errorf("%s: MCP.RestartUnresponsiveAfter %d, want the sidecar's 3", s.mcp.Target(), got)
+		}
+		s.mcp.Close()
+	}
+	_, err := newLocalSide(Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, RestartUnresponsiveAfter: 3})
+	if !errors.As(err, &ce) || ce.Field != "RestartUnresponsiveAfter" {
+		t.Errorf("attached: %v", err)
+	}
+}
