@@ -634,30 +634,43 @@ func (e *FieldError) withID(id string) *FieldError { e.ID = id; return e }
 
 // yamlToJSON converts a YAML node to JSON text: mappings with string keys
 // become objects, sequences arrays, and scalars strings, numbers, booleans
-// or null by their resolved tag.
+// or null by their resolved tag. Aliases are expanded, within a budget of
+// DefaultMaxManifestBytes (a manifest's bound under the default Limits), so
+// that nested aliases (a "billion laughs" file) cannot expand a small file
+// into gigabytes.
 func yamlToJSON(n *yaml.Node, path string) ([]byte, error) {
-	v, err := yamlValue(n, path, 0)
+	c := yamlConverter{budget: DefaultMaxManifestBytes}
+	v, err := c.value(n, path, 0)
 	if err != nil {
 		return nil, err
 	}
 	return json.Marshal(v)
 }
 
-func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
+// yamlConverter converts YAML nodes to JSON values within a budget: each
+// node costs at least a byte, a scalar or key its length.
+type yamlConverter struct {
+	budget int
+}
+
+func (c *yamlConverter) value(n *yaml.Node, path string, depth int) (any, error) {
 	bad := func(format string, args ...any) error {
 		return &FieldError{Err: ErrInvalid, Record: RecordConnectorVersion, Field: path, Reason: fmt.Sprintf("line %d: ", n.Line) + fmt.Sprintf(format, args...)}
 	}
 	if depth > 128 {
 		return nil, bad("is nested too deeply")
 	}
+	if c.budget -= 1 + len(n.Value); c.budget < 0 {
+		return nil, bad("expands to more than %d bytes (a manifest's limit); aliases (*name) repeat what they refer to, so nested aliases multiply", DefaultMaxManifestBytes)
+	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) != 1 {
 			return nil, bad("is empty")
 		}
-		return yamlValue(n.Content[0], path, depth+1)
+		return c.value(n.Content[0], path, depth+1)
 	case yaml.AliasNode:
-		return yamlValue(n.Alias, path, depth+1)
+		return c.value(n.Alias, path, depth+1)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for k := 0; k+1 < len(n.Content); k += 2 {
@@ -668,7 +681,8 @@ func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
 				}
 				return nil, bad("key %q is not a string; quote it", key.Value)
 			}
-			v, err := yamlValue(n.Content[k+1], path+"."+key.Value, depth+1)
+			c.budget -= len(key.Value)
+			v, err := c.value(n.Content[k+1], path+"."+key.Value, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -677,8 +691,8 @@ func yamlValue(n *yaml.Node, path string, depth int) (any, error) {
 		return m, nil
 	case yaml.SequenceNode:
 		s := make([]any, len(n.Content))
-		for i, c := range n.Content {
-			v, err := yamlValue(c, path+"["+strconv.Itoa(i)+"]", depth+1)
+		for i, e := range n.Content {
+			v, err := c.value(e, path+"["+strconv.Itoa(i)+"]", depth+1)
 			if err != nil {
 				return nil, err
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -397,5 +398,48 @@ func TestMarshalFleetFileRoundTrip(t *testing.T) {
 	// An empty file is just its format.
 	if out, err := registry.MarshalFleetFile(&registry.FleetFile{}); err != nil || string(out) != "format: "+registry.FleetFileFormat+"\n" {
 		t.Fatalf("empty file: %q, %v", out, err)
+	}
+}
+
+func TestParseBoundsAliasExpansion(t *testing.T) {
+	// Nested aliases in a manifest ("billion laughs"): each level repeats the
+	// one before ten times, so 1 KiB of YAML names 10^7 strings. The parser
+	// refuses it once the expansion passes a manifest's limit instead of
+	// building it.
+	var b strings.Builder
+	b.WriteString("            examples:\n              - &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n")
+	for i := 1; i <= 7; i++ {
+		fmt.Fprintf(&b, "              - &l%d [", i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*l%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	const at = "            required: [text]\n    implementation_support:"
+	base := string(docExample(t))
+	if !strings.Contains(base, at) {
+		t.Fatal("the example has no input schema to extend")
+	}
+	s := strings.Replace(base, at, "            required: [text]\n"+b.String()+"    implementation_support:", 1)
+	_, err := registry.ParseFleetFile([]byte(s))
+	var fe *registry.FleetFileError
+	if !errors.As(err, &fe) || !errors.Is(err, registry.ErrInvalid) || fe.Section != registry.SectionVersions || !strings.HasPrefix(fe.Field, "manifest.") ||
+		!strings.Contains(err.Error(), "aliases") {
+		t.Fatalf("parse: %v, want an invalid manifest field that expands too far through aliases", err)
+	}
+	// Aliases within the budget are expanded.
+	s = strings.Replace(base, "      echo.say: [invocation, cancellation, retry]", "      echo.say: &all [invocation, cancellation, retry]", 1)
+	const props = "            properties:\n              text: {type: string}\n"
+	s = strings.Replace(s, props, "            properties: &props\n              text: {type: string}\n", 1)
+	s = strings.Replace(s, props, "            properties: *props\n", 1)
+	got, err := registry.ParseFleetFile([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(parse(t, docExample(t)), got); diff != "" {
+		t.Fatalf("aliased file differs (-want +got):\n%s", diff)
 	}
 }
