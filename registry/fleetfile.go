@@ -411,6 +411,7 @@ type parser struct {
 // returns a *FleetFileError on failure.
 func entry[T any](p *parser, section string, i int, n *yaml.Node, y *T, id func(*T) string) *FleetFileError {
 	p.section, p.index, p.id, p.line = section, i, "", n.Line
+	n = resolveAlias(n)
 	if n.Kind != yaml.MappingNode {
 		return p.errorf("", n.Line, "each entry is a mapping of field: value")
 	}
@@ -474,16 +475,33 @@ func (p *parser) knownFields(n *yaml.Node, t reflect.Type, prefix string) *Fleet
 	return nil
 }
 
+// resolveAlias returns the node an alias (*name) refers to, or n itself.
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
 // decodeFields decodes mapping n into struct v one field at a time,
-// recursing into nested structs, and rejects unknown fields.
+// recursing into nested structs, and rejects unknown, repeated and merged
+// (<<) fields.
 func (p *parser) decodeFields(n *yaml.Node, v reflect.Value, prefix string) *FleetFileError {
 	fields := yamlFields(v.Type())
+	seen := map[string]int{}
 	for k := 0; k+1 < len(n.Content); k += 2 {
-		key, val := n.Content[k], n.Content[k+1]
+		key, val := n.Content[k], resolveAlias(n.Content[k+1])
+		if key.Tag == "!!merge" {
+			return p.errorf(prefix+key.Value, key.Line, "merge keys (<<) are not supported; write the fields out")
+		}
 		j, ok := fields[key.Value]
 		if !ok {
 			return unknownField(p, fields, key, prefix)
 		}
+		if first, dup := seen[key.Value]; dup {
+			return p.errorf(prefix+key.Value, key.Line, "is set twice (first on line %d); keep one", first)
+		}
+		seen[key.Value] = key.Line
 		fv := v.Field(j)
 		if fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeFor[yaml.Node]() && fv.Type() != reflect.TypeFor[yamlLimit]() {
 			if val.Kind != yaml.MappingNode {
@@ -673,6 +691,7 @@ func (c *yamlConverter) value(n *yaml.Node, path string, depth int) (any, error)
 		return c.value(n.Alias, path, depth+1)
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
+		lines := make(map[string]int, len(n.Content)/2)
 		for k := 0; k+1 < len(n.Content); k += 2 {
 			key := n.Content[k]
 			if key.Kind != yaml.ScalarNode || key.Tag != "!!str" {
@@ -681,6 +700,10 @@ func (c *yamlConverter) value(n *yaml.Node, path string, depth int) (any, error)
 				}
 				return nil, bad("key %q is not a string; quote it", key.Value)
 			}
+			if first, dup := lines[key.Value]; dup {
+				return nil, bad("key %q is set twice (first on line %d); keep one", key.Value, first)
+			}
+			lines[key.Value] = key.Line
 			c.budget -= len(key.Value)
 			v, err := c.value(n.Content[k+1], path+"."+key.Value, depth+1)
 			if err != nil {

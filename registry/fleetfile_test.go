@@ -291,6 +291,22 @@ func TestParseErrors(t *testing.T) {
 		}, registry.SectionReplicas, 2, "peer_did", "did:key"},
 		{"entry is not a mapping", func(s string) string { return strings.Replace(s, "types:\n", "types:\n  - just-a-string\n", 1) },
 			registry.SectionTypes, 0, "", "mapping"},
+		{"field set twice", func(s string) string {
+			return strings.Replace(s, "    capacity: 8", "    capacity: 8\n    capacity: 80", 1)
+		},
+			registry.SectionReplicas, 2, "capacity", "set twice"},
+		{"nested field set twice", func(s string) string {
+			return strings.Replace(s, "topology: {region: us-east,", "topology: {region: eu-west, region: us-east,", 1)
+		}, registry.SectionReplicas, 2, "topology.region", "set twice"},
+		{"attestation field set twice", func(s string) string {
+			return strings.Replace(s, "      owner: team-echo\n", "      owner: team-echo\n      owner: team-other\n", 1)
+		}, registry.SectionVersions, 0, "attestation.owner", "set twice"},
+		{"manifest key set twice", func(s string) string {
+			return strings.Replace(s, "          name: Reverse\n", "          name: Reverse\n          name: Forward\n", 1)
+		}, registry.SectionVersions, 0, "manifest.capabilities[1]", `key "name" is set twice`},
+		{"merge key", func(s string) string {
+			return strings.Replace(s, "  - id: ctype_echo\n    name: echo\n", "  - &echo\n    id: ctype_echo\n    name: echo\n    owner: team-echo\n  - <<: *echo\n    id: ctype_echo2\n    name: echo\n", 1)
+		}, registry.SectionTypes, 1, "<<", "merge keys"},
 		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
