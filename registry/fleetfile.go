@@ -110,7 +110,7 @@ func (l *yamlLimit) UnmarshalYAML(n *yaml.Node) error {
 		return nil
 	}
 	var v uint64
-	if err := n.Decode(&v); err != nil || v == 0 || v >= uint64(Unlimited) {
+	if err := n.Decode(&v); err != nil || n.Tag == "!!float" || v == 0 || v >= uint64(Unlimited) {
 		return fmt.Errorf("%q must be an integer from 1 to %d, or unlimited", n.Value, Unlimited-1)
 	}
 	*l = yamlLimit{set: true, v: uint32(v)}
@@ -512,11 +512,28 @@ func (p *parser) decodeFields(n *yaml.Node, v reflect.Value, prefix string) *Fle
 			}
 			continue
 		}
+		if isInteger(fv.Type()) && val.Kind == yaml.ScalarNode && val.Tag == "!!float" {
+			// yaml.v3 would truncate 8.5 to 8.
+			return p.errorf(prefix+key.Value, val.Line, "%q is not a whole number; write an integer", val.Value)
+		}
 		if err := val.Decode(fv.Addr().Interface()); err != nil {
 			return p.errorf(prefix+key.Value, val.Line, "%s", cleanYAMLError(err))
 		}
 	}
 	return nil
+}
+
+// isInteger reports whether t, or what it points to, is an integer type.
+func isInteger(t reflect.Type) bool {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
 }
 
 // cleanYAMLError turns a yaml.v3 error into one line without the package

@@ -307,6 +307,18 @@ func TestParseErrors(t *testing.T) {
 		{"merge key", func(s string) string {
 			return strings.Replace(s, "  - id: ctype_echo\n    name: echo\n", "  - &echo\n    id: ctype_echo\n    name: echo\n    owner: team-echo\n  - <<: *echo\n    id: ctype_echo2\n    name: echo\n", 1)
 		}, registry.SectionTypes, 1, "<<", "merge keys"},
+		{"fractional capacity", func(s string) string { return strings.Replace(s, "capacity: 8", "capacity: 8.5", 1) },
+			registry.SectionReplicas, 2, "capacity", "not a whole number"},
+		{"fractional revision", func(s string) string {
+			return strings.Replace(s, "    priority: 0\n    policy_revision: 1\n", "    priority: 0\n    policy_revision: 1.9\n", 1)
+		}, registry.SectionBindings, 2, "policy_revision", "not a whole number"},
+		{"fractional circuit open", func(s string) string {
+			return strings.Replace(s, "circuit_open_ms: 15000", "circuit_open_ms: 15000.7", 1)
+		},
+			registry.SectionPolicies, 0, "circuit_open_ms", "not a whole number"},
+		{"fractional limit", func(s string) string {
+			return strings.Replace(s, "max_binding_in_flight: 250", "max_binding_in_flight: 250.5", 1)
+		}, registry.SectionPolicies, 1, "max_binding_in_flight", "integer"},
 		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
