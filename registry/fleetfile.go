@@ -184,13 +184,13 @@ func (f yamlFeatures) MarshalYAML() (any, error) {
 }
 
 type yamlInstance struct {
-	ID                string `yaml:"id"`
-	ConnectorTypeID   string `yaml:"connector_type_id"`
-	VersionID         string `yaml:"version_id"`
-	TenantID          string `yaml:"tenant_id"`
-	ConfigRevision    uint64 `yaml:"config_revision"`
-	SecretProviderRef string `yaml:"secret_provider_ref"`
-	Status            string `yaml:"status,omitempty"`
+	ID                string  `yaml:"id"`
+	ConnectorTypeID   string  `yaml:"connector_type_id"`
+	VersionID         string  `yaml:"version_id"`
+	TenantID          string  `yaml:"tenant_id"`
+	ConfigRevision    *uint64 `yaml:"config_revision"`
+	SecretProviderRef string  `yaml:"secret_provider_ref"`
+	Status            string  `yaml:"status,omitempty"`
 }
 
 type yamlBinding struct {
@@ -337,9 +337,12 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 		if e := entry(&p, SectionInstances, i, &raw.Instances[i], &y, func(y *yamlInstance) string { return y.ID }); e != nil {
 			return nil, e
 		}
+		if y.ConfigRevision == nil {
+			return nil, p.fail(invalid(RecordConnectorInstance, y.ID, "config_revision", "is required; raise it with every change to the instance"))
+		}
 		inst := ConnectorInstance{
 			ID: y.ID, ConnectorTypeID: y.ConnectorTypeID, VersionID: y.VersionID, TenantID: y.TenantID,
-			ConfigRevision: y.ConfigRevision, SecretProviderRef: y.SecretProviderRef, Status: InstanceStatus(orDefault(y.Status, string(InstanceEnabled))),
+			ConfigRevision: *y.ConfigRevision, SecretProviderRef: y.SecretProviderRef, Status: InstanceStatus(orDefault(y.Status, string(InstanceEnabled))),
 		}
 		if err := inst.Validate(); err != nil {
 			return nil, p.fail(err)
@@ -830,9 +833,10 @@ func MarshalFleetFile(f *FleetFile) ([]byte, error) {
 		out.Versions = append(out.Versions, y)
 	}
 	for _, inst := range f.Instances {
+		rev := inst.ConfigRevision
 		out.Instances = append(out.Instances, yamlInstance{
 			ID: inst.ID, ConnectorTypeID: inst.ConnectorTypeID, VersionID: inst.VersionID, TenantID: inst.TenantID,
-			ConfigRevision: inst.ConfigRevision, SecretProviderRef: inst.SecretProviderRef, Status: string(inst.Status),
+			ConfigRevision: &rev, SecretProviderRef: inst.SecretProviderRef, Status: string(inst.Status),
 		})
 	}
 	for _, b := range f.Bindings {

@@ -319,6 +319,9 @@ func TestParseErrors(t *testing.T) {
 		{"fractional limit", func(s string) string {
 			return strings.Replace(s, "max_binding_in_flight: 250", "max_binding_in_flight: 250.5", 1)
 		}, registry.SectionPolicies, 1, "max_binding_in_flight", "integer"},
+		{"instance without revision", func(s string) string {
+			return strings.Replace(s, "    config_revision: 1\n    secret_provider_ref: vault://globex/echo\n", "    secret_provider_ref: vault://globex/echo\n", 1)
+		}, registry.SectionInstances, 1, "config_revision", "required"},
 		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
