@@ -322,6 +322,9 @@ func TestParseErrors(t *testing.T) {
 		{"instance without revision", func(s string) string {
 			return strings.Replace(s, "    config_revision: 1\n    secret_provider_ref: vault://globex/echo\n", "    secret_provider_ref: vault://globex/echo\n", 1)
 		}, registry.SectionInstances, 1, "config_revision", "required"},
+		{"revision over a bigint", func(s string) string {
+			return strings.Replace(s, "    config_revision: 1\n    secret_provider_ref: vault://globex/echo\n", "    config_revision: 9223372036854775808\n    secret_provider_ref: vault://globex/echo\n", 1)
+		}, registry.SectionInstances, 1, "config_revision", "over the largest revision"},
 		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)

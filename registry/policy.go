@@ -96,6 +96,9 @@ func (p *AdmissionPolicy) Validate() error {
 	if p.Revision == 0 {
 		return invalid(r, p.PolicyRef, "revision", "must be at least 1")
 	}
+	if err := checkRevision(r, p.PolicyRef, "revision", p.Revision); err != nil {
+		return err
+	}
 	for _, l := range []struct {
 		field string
 		v     uint32

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -134,6 +135,9 @@ func (i *ConnectorInstance) Validate() error {
 	if err := checkIdent(r, i.ID, "secret_provider_ref", i.SecretProviderRef); err != nil {
 		return err
 	}
+	if err := checkRevision(r, i.ID, "config_revision", i.ConfigRevision); err != nil {
+		return err
+	}
 	if !i.Status.Valid() {
 		return invalid(r, i.ID, "status", "unknown status %q (want enabled or disabled)", i.Status)
 	}
@@ -213,7 +217,7 @@ func (b *CapabilityBinding) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return checkRevision(r, id, "policy_revision", b.PolicyRevision)
 }
 
 // CheckBindingUpdate applies the mutability rule of a binding: any change
@@ -482,6 +486,18 @@ func checkPrefixedID(record, id, field, v, prefix string) error {
 
 // checkIdent checks a free-form identifier: 1..MaxIdentifierBytes of UTF-8
 // without control characters or surrounding spaces.
+// MaxRevision bounds the revisions an operator sets (a policy's revision,
+// an instance's config revision, a binding's policy revision): PostgreSQL
+// stores them as bigint, and both backends accept the same records.
+const MaxRevision = math.MaxInt64
+
+func checkRevision(record, id, field string, v uint64) error {
+	if v > MaxRevision {
+		return invalid(record, id, field, "%d is over the largest revision, %d", v, uint64(MaxRevision))
+	}
+	return nil
+}
+
 func checkIdent(record, id, field, v string) error {
 	if v == "" {
 		return invalid(record, id, field, "is empty")

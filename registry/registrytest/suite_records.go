@@ -2,6 +2,7 @@ package registrytest
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -206,6 +207,8 @@ func testInstanceRules(t *testing.T, nb NewBackend) {
 	f.wantField(f.b.Admin.PutInstance(f.ctx, mod(func(c *registry.ConnectorInstance) { c.VersionID = "cver_missing"; c.ConfigRevision = 2 })), registry.ErrNotFound, "version_id", "a missing version")
 	f.wantField(f.b.Admin.PutInstance(f.ctx, mod(func(c *registry.ConnectorInstance) { c.Status = "paused"; c.ConfigRevision = 2 })), registry.ErrInvalid, "status", "an unknown status")
 	f.wantField(f.b.Admin.PutInstance(f.ctx, mod(func(c *registry.ConnectorInstance) { c.ID = "cinst_new"; c.ConnectorTypeID = "ctype_missing" })), registry.ErrNotFound, "connector_type_id", "a missing type")
+	f.wantField(f.b.Admin.PutInstance(f.ctx, mod(func(c *registry.ConnectorInstance) { c.ConfigRevision = registry.MaxRevision + 1 })), registry.ErrInvalid, "config_revision", "a config revision over MaxRevision")
+	f.must(f.b.Admin.PutInstance(f.ctx, mod(func(c *registry.ConnectorInstance) { c.ID = "cinst_maxrev"; c.ConfigRevision = registry.MaxRevision })))
 
 	// Switching versions is refused while an enabled binding needs a
 	// capability the new version lacks.
@@ -258,6 +261,11 @@ func testBindingRules(t *testing.T, nb NewBackend) {
 	f.wantField(f.b.Admin.PutBinding(f.ctx, noinst), registry.ErrNotFound, "instance_id", "a missing instance")
 	empty := registry.CapabilityBinding{TenantID: "", CapabilityID: "alpha.read", InstanceID: i.ID, PolicyRevision: 1, Enabled: true}
 	f.wantField(f.b.Admin.PutBinding(f.ctx, empty), registry.ErrInvalid, "tenant_id", "a binding without a tenant")
+	overRev := changed
+	overRev.Priority, overRev.PolicyRevision = 2, registry.MaxRevision+1
+	f.wantField(f.b.Admin.PutBinding(f.ctx, overRev), registry.ErrInvalid, "policy_revision", "a policy revision over MaxRevision")
+	overRev.PolicyRevision = registry.MaxRevision
+	f.must(f.b.Admin.PutBinding(f.ctx, overRev))
 	_, err = f.b.Admin.CapabilityBinding(f.ctx, registry.BindingKey{TenantID: "tenant-2", CapabilityID: "alpha.read", InstanceID: i.ID})
 	f.wantErr(err, registry.ErrNotFound, "reading a missing binding")
 }
@@ -292,6 +300,8 @@ func testPolicyRules(t *testing.T, nb NewBackend) {
 		mod   func(*registry.AdmissionPolicy)
 	}{
 		{"revision", func(p *registry.AdmissionPolicy) { p.Revision = 0 }},
+		{"revision", func(p *registry.AdmissionPolicy) { p.Revision = registry.MaxRevision + 1 }},
+		{"revision", func(p *registry.AdmissionPolicy) { p.Revision = math.MaxUint64 }},
 		{"max_binding_in_flight", func(p *registry.AdmissionPolicy) { p.MaxBindingInFlight = 0 }},
 		{"circuit_failure_threshold", func(p *registry.AdmissionPolicy) { p.CircuitFailureThreshold = 0 }},
 		{"circuit_open_ms", func(p *registry.AdmissionPolicy) { p.CircuitOpenMS = 99 }},
