@@ -325,6 +325,9 @@ func TestParseErrors(t *testing.T) {
 		{"revision over a bigint", func(s string) string {
 			return strings.Replace(s, "    config_revision: 1\n    secret_provider_ref: vault://globex/echo\n", "    config_revision: 9223372036854775808\n    secret_provider_ref: vault://globex/echo\n", 1)
 		}, registry.SectionInstances, 1, "config_revision", "over the largest revision"},
+		{"NUL in the manifest", func(s string) string {
+			return strings.Replace(s, "description: Returns the text reversed.", `description: "Returns the text\0 reversed."`, 1)
+		}, registry.SectionVersions, 0, "manifest.capabilities[1]", "NUL"},
 		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -259,6 +260,16 @@ func PrepareVersion(v ConnectorVersion, l Limits) (PreparedVersion, error) {
 	if len(canonical) > l.MaxManifestBytes {
 		return PreparedVersion{}, invalid(r, id, "manifest", "%d bytes of canonical JSON exceed the limit of %d", len(canonical), l.MaxManifestBytes)
 	}
+	if jsonHasNUL(canonical) {
+		field := "manifest"
+		for i := range m.Capabilities {
+			if b, err := aip.CanonicalJSON(&m.Capabilities[i]); err == nil && jsonHasNUL(b) {
+				field = "manifest.capabilities[" + strconv.Itoa(i) + "]"
+				break
+			}
+		}
+		return PreparedVersion{}, invalid(r, id, field, "holds a NUL character (\\u0000), which the registry cannot store; remove it")
+	}
 	digest := aip.DigestBytes(canonical)
 	if v.ManifestDigest != digest {
 		return PreparedVersion{}, invalid(r, id, "manifest_digest", "%q does not match the manifest (%s)", truncate(v.ManifestDigest), digest)
@@ -486,4 +497,24 @@ func versionRange(op string, c semver, parts int) (lo semver, hi *semver) {
 		return zero, bump(parts - 1)
 	}
 	return c, nil
+}
+
+// jsonHasNUL reports whether JSON text b holds the escape \u0000 (a NUL in
+// a string or key), which PostgreSQL's jsonb and text refuse: a backslash
+// that starts an escape is preceded by an even number of backslashes.
+func jsonHasNUL(b []byte) bool {
+	for i := 0; ; i++ {
+		j := bytes.Index(b[i:], []byte(`\u0000`))
+		if j < 0 {
+			return false
+		}
+		i += j
+		n := 0
+		for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
+			n++
+		}
+		if n%2 == 0 {
+			return true
+		}
+	}
 }

@@ -3,6 +3,7 @@ package registrytest
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -135,6 +136,21 @@ func testVersionAdmission(t *testing.T, nb NewBackend) {
 		c.mod(&v)
 		f.wantField(f.b.Admin.AdmitVersion(f.ctx, v), c.target, c.field, c.name)
 	}
+	// PostgreSQL stores no NUL (jsonb refuses \u0000): a manifest holding
+	// one is invalid on every backend. The six characters \u0000 (an escaped
+	// backslash, not a NUL) are text like any other.
+	nulDesc := Capability("alpha.nul", "reads\x00alpha")
+	nulKey := Capability("alpha.nulkey", "reads alpha")
+	nulKey.InputSchema = json.RawMessage(`{"type":"object","properties":{"a\u0000b":{"type":"string"}}}`)
+	for i, c := range []aip.Capability{nulDesc, nulKey} {
+		nul := Version("cver_nul"+strconv.Itoa(i), ct.ID, "nul"+strconv.Itoa(i), ct.Owner, registry.VersionActive, Manifest("service:alpha", []aip.Capability{c}))
+		f.wantField(f.b.Admin.AdmitVersion(f.ctx, nul), registry.ErrInvalid, "manifest.capabilities[0]", "a NUL in capability "+c.ID)
+	}
+	// The six characters \u0000 (an escaped backslash, not a NUL) are text
+	// like any other.
+	literal := Version("cver_literal", ct.ID, "literal", ct.Owner, registry.VersionActive,
+		Manifest("service:alpha", []aip.Capability{Capability("alpha.literal", `matches \u0000 literally`)}))
+	f.must(f.b.Admin.AdmitVersion(f.ctx, literal))
 	rev := f.revision()
 	f.must(f.b.Admin.SetConnectorTypeEnabled(f.ctx, ct.ID, false))
 	f.wantField(f.b.Admin.AdmitVersion(f.ctx, fresh("cver_late", "late")), registry.ErrAdmission, "connector_type_id", "a version of a disabled type")
