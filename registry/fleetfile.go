@@ -959,17 +959,53 @@ func (r *ApplyReport) Changed() bool { return r.Count(Created)+r.Count(Updated) 
 // status, lease or capacity, and one with a different identity is an error.
 //
 // Apply stops at the first error, which is a *FleetFileError naming the
-// entry; the report lists what was done before it.
+// entry; the report lists what was done before it. The types the file
+// disables are disabled before Apply returns, error or not, so a failed
+// apply does not leave routable a type the file disables.
 func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport, error) {
 	var rep ApplyReport
 	record := func(section, id string, c Change) {
 		rep.Entries = append(rep.Entries, AppliedEntry{Section: section, ID: id, Change: c})
 	}
-	fail := func(section string, i int, id string, err error) (ApplyReport, error) {
+	wrap := func(section string, i int, id string, err error) *FleetFileError {
 		e := &FleetFileError{Section: section, Index: i, ID: id, Err: err}
 		var fe *FieldError
 		if errors.As(err, &fe) {
 			e.Field = fe.Field
+		}
+		return e
+	}
+	// disableTypes disables the first n types of the file that it marks
+	// disabled and the registry holds enabled.
+	typeIndex := map[string]int{}
+	disableTypes := func(n int) error {
+		for i, t := range f.Types[:n] {
+			if t.Enabled {
+				continue
+			}
+			stored, err := admin.ConnectorType(ctx, t.ID)
+			if err != nil {
+				return wrap(SectionTypes, i, t.ID, err)
+			}
+			if stored.Enabled {
+				if err := admin.SetConnectorTypeEnabled(ctx, t.ID, false); err != nil {
+					return wrap(SectionTypes, i, t.ID, err)
+				}
+				if e := &rep.Entries[typeIndex[t.ID]]; e.Change == Unchanged {
+					e.Change = Updated
+				}
+			}
+		}
+		return nil
+	}
+	typesDone := 0
+	fail := func(section string, i int, id string, err error) (ApplyReport, error) {
+		// A type the file disables was created (or left) enabled so that its
+		// versions could be admitted; a failed apply must not leave it
+		// routable.
+		e := wrap(section, i, id, err)
+		if derr := disableTypes(typesDone); derr != nil {
+			return rep, errors.Join(e, derr)
 		}
 		return rep, e
 	}
@@ -980,7 +1016,6 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 		}
 		record(SectionPolicies, p.PolicyRef, c)
 	}
-	typeIndex := map[string]int{}
 	for i, t := range f.Types {
 		c, err := applyType(ctx, admin, t)
 		if err != nil {
@@ -988,6 +1023,7 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 		}
 		typeIndex[t.ID] = len(rep.Entries)
 		record(SectionTypes, t.ID, c)
+		typesDone = i + 1
 	}
 	for i, v := range f.Versions {
 		c, err := applyVersion(ctx, admin, v)
@@ -1017,22 +1053,8 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 		}
 		record(SectionBindings, b.Key().String(), c)
 	}
-	for i, t := range f.Types {
-		if t.Enabled {
-			continue
-		}
-		stored, err := admin.ConnectorType(ctx, t.ID)
-		if err != nil {
-			return fail(SectionTypes, i, t.ID, err)
-		}
-		if stored.Enabled {
-			if err := admin.SetConnectorTypeEnabled(ctx, t.ID, false); err != nil {
-				return fail(SectionTypes, i, t.ID, err)
-			}
-			if e := &rep.Entries[typeIndex[t.ID]]; e.Change == Unchanged {
-				e.Change = Updated
-			}
-		}
+	if err := disableTypes(len(f.Types)); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }

@@ -14,8 +14,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/memregistry"
+	"github.com/aipfleet/aipfleet/registry/pgregistry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
@@ -478,5 +480,64 @@ func TestParseBoundsAliasExpansion(t *testing.T) {
 	}
 	if diff := cmp.Diff(parse(t, docExample(t)), got); diff != "" {
 		t.Fatalf("aliased file differs (-want +got):\n%s", diff)
+	}
+}
+
+// backends returns the in-memory registry and, when the test database is
+// configured, a PostgreSQL registry, each empty, for rules both must keep.
+func backends(t *testing.T) map[string]registry.Administrator {
+	t.Helper()
+	mem, _ := newMem(t)
+	out := map[string]registry.Administrator{"memregistry": mem}
+	if os.Getenv(pgtest.EnvDatabaseURL) != "" || pgtest.Required() {
+		u := pgtest.NewDatabase(t)
+		pg, err := pgregistry.Open(t.Context(), pgregistry.Config{ControlURL: u, DataURL: u, ControlMaxConns: 2, DataMaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pg.Close)
+		out["pgregistry"] = pg
+	}
+	return out
+}
+
+func TestApplyFailureKeepsDisabledTypesDisabled(t *testing.T) {
+	// The file disables its type, so Apply creates it enabled (to admit the
+	// version) and disables it at the end. When a later entry fails, the
+	// type must not be left enabled: its instances would be routable.
+	s := strings.Replace(string(docExample(t)), "    owner: team-echo\n\nversions:", "    owner: team-echo\n    enabled: false\n\nversions:", 1)
+	s = strings.Replace(s, "    instance_id: cinst_globex_echo\n    priority: 0\n", "    instance_id: cinst_missing\n    priority: 0\n", 1)
+	for name, admin := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			rep, err := registry.Apply(ctx, admin, parse(t, []byte(s)))
+			var fe *registry.FleetFileError
+			if !errors.As(err, &fe) || fe.Section != registry.SectionBindings || fe.Index != 2 || !errors.Is(err, registry.ErrNotFound) {
+				t.Fatalf("apply: %v, want the missing instance of bindings[2]", err)
+			}
+			ct, err := admin.ConnectorType(ctx, "ctype_echo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct.Enabled {
+				t.Fatal("the failed apply left enabled the type the file disables")
+			}
+			if i := slices.IndexFunc(rep.Entries, func(e registry.AppliedEntry) bool { return e.Section == registry.SectionTypes }); i < 0 || rep.Entries[i].Change != registry.Created {
+				t.Fatalf("report %+v, want the type created", rep.Entries)
+			}
+			// Fixed and applied again, the file completes and the type stays
+			// disabled.
+			fixed := strings.Replace(s, "cinst_missing", "cinst_globex_echo", 1)
+			rep, err = registry.Apply(ctx, admin, parse(t, []byte(fixed)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Count(registry.Created) != 1 || rep.Count(registry.Updated) != 0 {
+				t.Fatalf("second apply %+v, want only the missing binding created", rep.Entries)
+			}
+			if ct, _ := admin.ConnectorType(ctx, "ctype_echo"); ct.Enabled {
+				t.Fatal("type enabled after the second apply")
+			}
+		})
 	}
 }
