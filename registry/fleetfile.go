@@ -286,6 +286,8 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 		return nil, &FleetFileError{Line: root.Line, Err: fmt.Errorf("%w: a fleet file is a mapping of sections", ErrInvalid)}
 	} else if e := p.knownFields(root, reflect.TypeFor[yamlFile](), ""); e != nil {
 		return nil, e
+	} else if e := checkSections(root); e != nil {
+		return nil, e
 	}
 	// Second pass: the sections, strictly.
 	dec = yaml.NewDecoder(bytes.NewReader(data))
@@ -398,6 +400,23 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 		f.Replicas = append(f.Replicas, r)
 	}
 	return f, nil
+}
+
+// checkSections checks that every section of the file's root mapping is a
+// list (or empty) and the format a scalar, so a mistyped section gets an
+// error naming it and its line.
+func checkSections(root *yaml.Node) *FleetFileError {
+	for k := 0; k+1 < len(root.Content); k += 2 {
+		key, val := root.Content[k], resolveAlias(root.Content[k+1])
+		switch {
+		case key.Value == "format" && val.Kind != yaml.ScalarNode:
+			return &FleetFileError{Field: "format", Line: val.Line, Err: fmt.Errorf("%w: must be %s", ErrInvalid, FleetFileFormat)}
+		case key.Value != "format" && val.Kind != yaml.SequenceNode && val.Tag != "!!null":
+			return &FleetFileError{Field: key.Value, Line: val.Line,
+				Err: fmt.Errorf("%w: must be a list of entries, each starting with \"- \" (or [] for none)", ErrInvalid)}
+		}
+	}
+	return nil
 }
 
 // parser tracks the entry being parsed, for errors.

@@ -330,6 +330,11 @@ func TestParseErrors(t *testing.T) {
 		{"NUL in the manifest", func(s string) string {
 			return strings.Replace(s, "description: Returns the text reversed.", `description: "Returns the text\0 reversed."`, 1)
 		}, registry.SectionVersions, 0, "manifest.capabilities[1]", "NUL"},
+		{"section is a mapping", func(s string) string {
+			return strings.Replace(s, "types:\n  - id: ctype_echo\n    name: echo\n", "types:\n  ctype_echo:\n    name: echo\n", 1)
+		}, "", 0, "types", "must be a list of entries"},
+		{"section is a scalar", func(string) string { return "format: aipfleet.fleet/v1\npolicies: none\n" },
+			"", 0, "policies", "must be a list of entries"},
 		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
@@ -350,7 +355,7 @@ func TestParseErrors(t *testing.T) {
 			if fe.Section != c.section || fe.Index != c.index || fe.Field != c.field || !strings.Contains(err.Error(), c.msg) {
 				t.Fatalf("error %q names %s[%d] field %q, want %s[%d] field %q mentioning %q", err, fe.Section, fe.Index, fe.Field, c.section, c.index, c.field, c.msg)
 			}
-			if c.section != "" && fe.Line == 0 {
+			if (c.section != "" || c.field != "" && c.field != "format") && fe.Line == 0 {
 				t.Fatalf("error %q has no line", err)
 			}
 		})
