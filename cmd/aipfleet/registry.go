@@ -166,6 +166,15 @@ func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) err
 }
 
 func registryApply(ctx context.Context, e *env, dbURL, name string, fleet *registry.FleetFile, asJSON bool) error {
+	// One apply at a time: another operator's apply of another file would
+	// interleave with this one entry by entry.
+	unlock, err := pgregistry.LockApply(ctx, dbURL, func() {
+		fmt.Fprintf(e.stderr, "waiting for another registry apply to finish (Ctrl-C to give up)\n")
+	})
+	if err != nil {
+		return fmt.Errorf("open the registry (control pool): %w", err)
+	}
+	defer unlock()
 	reg, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL, ControlMaxConns: 1, DataMaxConns: 1})
 	if err != nil {
 		return fmt.Errorf("open the registry (control pool): %w", err)

@@ -123,6 +123,7 @@ const (
 	lockClass     int32 = 0x41495046 // "AIPF"
 	lockCatalog   int32 = 1          // catalog publication: exclusive for writers, shared for readers
 	lockMigration int32 = 2          // schema migration
+	lockApply     int32 = 3          // a fleet file's apply (LockApply), held for the whole apply
 )
 
 // Open connects both pools, installs or upgrades the schema with the
