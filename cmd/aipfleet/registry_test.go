@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -206,5 +207,53 @@ func TestRegistryStatusFailsOnAFailingCheck(t *testing.T) {
 		if err := reportRegistryStatus(io.Discard, doc, asJSON); err != nil {
 			t.Errorf("json=%v: all checks pass, err = %v", asJSON, err)
 		}
+	}
+}
+
+// TestRegistryApplyWaitsForAnotherApply: while another apply holds the
+// registry's apply lock, registry apply says it waits and applies nothing
+// until the lock is released.
+func TestRegistryApplyWaitsForAnotherApply(t *testing.T) {
+	dir := t.TempDir()
+	dbURL := pgtest.NewDatabase(t)
+	dbFile := writeSecret(t, dir, "admin.url", dbURL+"\n")
+	fleet := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(fleet, fleetFileExample(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": dbFile}
+	if _, _, err := runCLI(t, env, "registry", "migrate"); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := pgregistry.LockApply(context.Background(), dbURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), []string{"registry", "apply", "-f", fleet}, func(k string) string { return env[k] }, io.Discard, &stderr)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), "waiting for another registry apply to finish") {
+		if time.Now().After(deadline) {
+			t.Fatalf("registry apply did not say it waits: %q", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the command's output
+	}
+	reg, err := pgregistry.Open(context.Background(), pgregistry.Config{ControlURL: dbURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	if rev, err := reg.CatalogRevision(context.Background()); err != nil || rev != 0 {
+		t.Fatalf("while waiting, the catalog is at revision %d (%v), want 0: nothing applied", rev, err)
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("registry apply after the lock was released: %v", err)
+	}
+	if rev, err := reg.CatalogRevision(context.Background()); err != nil || rev == 0 {
+		t.Fatalf("after the apply, catalog revision %d (%v)", rev, err)
 	}
 }
