@@ -172,6 +172,11 @@ func TestRejections(t *testing.T) {
 			r, _ := h.send(h.heartbeat(1, 5, true))
 			return r
 		}},
+		{name: "request ID with a NUL", status: 403, want: "without NUL characters", send: func(e *env, h *host) reply {
+			// PostgreSQL cannot store it: it must be this request's
+			// rejection, not a storage failure of its whole batch (503).
+			return sendReq(e, h, func(r *aip.ControlRequest) { r.RequestID = "msg_\x00" + r.RequestID })
+		}},
 		{name: "malformed body", status: 403, want: "malformed", send: func(e *env, h *host) reply {
 			return e.post([]byte(`{"request":{"request_id":"x"}}`), "")
 		}},

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 )
@@ -193,11 +194,14 @@ type LifecycleCommand struct {
 func (c *LifecycleCommand) ReplicaID() string { return c.Command.ReplicaID() }
 
 // Validate checks the command's shape: request ID, digest, lease TTL, an
-// operation with its payload, and a replica ID.
+// operation with its payload, and a replica ID; the request and replica
+// IDs must be UTF-8 without NUL characters (what a database can store).
 func (c *LifecycleCommand) Validate() error {
 	switch {
 	case c.RequestID == "" || len(c.RequestID) > aip.MaxRequestIDBytes:
 		return fmt.Errorf("%w: lifecycle request_id must be 1 to %d bytes", ErrInvalid, aip.MaxRequestIDBytes)
+	case !storableText(c.RequestID):
+		return fmt.Errorf("%w: lifecycle request_id %q must be UTF-8 without NUL characters", ErrInvalid, truncate(c.RequestID))
 	case aip.ValidateDigest(c.Digest) != nil:
 		return fmt.Errorf("%w: lifecycle request %s: digest %q is not a sha256 digest", ErrInvalid, c.RequestID, truncate(c.Digest))
 	case c.ExpiresAt.IsZero():
@@ -223,7 +227,18 @@ func (c *LifecycleCommand) Validate() error {
 	if c.ReplicaID() == "" {
 		return fmt.Errorf("%w: lifecycle request %s names no replica", ErrInvalid, c.RequestID)
 	}
+	if !storableText(c.ReplicaID()) {
+		return fmt.Errorf("%w: lifecycle request %s: replica ID %q must be UTF-8 without NUL characters", ErrInvalid, c.RequestID, truncate(c.ReplicaID()))
+	}
 	return nil
+}
+
+// storableText reports whether every backend can store and look up s: a
+// database text column holds neither NUL nor invalid UTF-8, and a key it
+// cannot hold must be a rejection of its command, not a failure of the
+// whole call (which would answer every command batched with it 503).
+func storableText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // LifecycleResult is the result of one command.

@@ -311,6 +311,16 @@ func testLifecycleMalformed(t *testing.T, nb NewBackend) {
 		},
 		"payload mismatch": func(c *registry.LifecycleCommand) { c.Command.Operation = aip.OpHeartbeat },
 		"no expiry":        func(c *registry.LifecycleCommand) { c.ExpiresAt = time.Time{} },
+		// A database cannot store or look up these keys: they must be the
+		// command's rejection, not a failure of the whole call.
+		"request ID with NUL":  func(c *registry.LifecycleCommand) { c.RequestID = "msg_\x00a" },
+		"request ID not UTF-8": func(c *registry.LifecycleCommand) { c.RequestID = "msg_\xffa" },
+		"replica ID with NUL": func(c *registry.LifecycleCommand) {
+			reg := *c.Command.Register
+			reg.Replica.ID = rep.ID + "\x00"
+			c.Command = aip.RegisterCommand(reg)
+		},
+		"heartbeat replica not UTF-8": func(c *registry.LifecycleCommand) { *c = f.heartbeatCmd("crepl_\xff", 1) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := good
