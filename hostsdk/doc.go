@@ -169,7 +169,9 @@
 // same way before the offline transition. After the local lease expires, a healthy host re-registers,
 // reusing the exact request after an ambiguous failure and a fresh request
 // ID after a rejection (or after a replay answering a lease that has
-// expired since, which is not counted as a recovery).
+// expired since, which is not counted as a recovery). A registration whose
+// answers were lost is also replayed before the drain and offline
+// transitions, so a shutdown learns the sequence it may have committed.
 //
 // # Drain
 //

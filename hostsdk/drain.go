@@ -16,7 +16,9 @@ import (
 // lifecycle guide's:
 //
 //  1. set the local draining flag before contacting the lifecycle service;
-//  2. send the signed drain transition with the current lease sequence (a
+//  2. replay a lease recovery whose answers were lost (the registry may
+//     hold it as ready at a sequence this host has not seen), then send
+//     the signed drain transition with the current lease sequence (a
 //     failure is recorded and the local drain stays in force); without a
 //     valid lease (expired, or offline after an unhealthy heartbeat) the
 //     registry routes nothing here and refuses a drain, so it is skipped;
@@ -59,6 +61,7 @@ func (h *Host) shutdown() error {
 	// 2. Taking controlMu waits for a heartbeat already on the wire, so the
 	// drain carries the newest sequence.
 	h.controlMu.Lock()
+	h.settlePendingRegister(ctx)
 	if seq, exp := h.lease.get(); !exp.After(h.cfg.Now()) {
 		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
 	} else if err := h.transition(ctx, aip.OpDrain); err != nil {
@@ -148,9 +151,46 @@ func (h *Host) shutdown() error {
 	return nil
 }
 
+// settlePendingRegister replays a registration whose answers were lost
+// (same request ID and payload) before a drain or offline transition and
+// applies the lease it answers. The registry may have committed it: the
+// replica is then ready there, at a sequence one above the one this host
+// holds, and a transition from the old sequence would lose the fence and
+// leave the replica routable until its lease ran out. A definitive answer
+// clears the pending registration; after another ambiguous failure it
+// stays pending, for the offline transition to try again. Callers hold
+// controlMu.
+func (h *Host) settlePendingRegister(ctx context.Context) {
+	sr := h.pendingRegister
+	if sr == nil {
+		return
+	}
+	sr, err := h.control.refresh(sr)
+	if err != nil {
+		h.log.Warn("replay the registration whose outcome is unknown", "error", err)
+		return
+	}
+	out, err := h.control.do(ctx, sr)
+	if err != nil {
+		var rej *ControlRejectedError
+		if errors.As(err, &rej) {
+			h.pendingRegister = nil
+		}
+		h.log.Warn("replay the registration whose outcome is unknown", "request_id", sr.req.RequestID, "error", err)
+		return
+	}
+	h.pendingRegister = nil
+	if out.Lease != nil {
+		h.lease.apply(out.Lease)
+		h.log.Info("registration whose answers were lost was committed", "request_id", sr.req.RequestID,
+			"sequence", out.Lease.Sequence, "expires_at", out.Lease.ExpiresAt.String())
+	}
+}
+
 // transition sends drain or offline with the current lease sequence.
 // Callers hold controlMu.
 func (h *Host) transition(ctx context.Context, op aip.Operation) error {
+	h.settlePendingRegister(ctx)
 	seq, _ := h.lease.get()
 	if p := h.pendingHeartbeat; p != nil && p.req.Command.Heartbeat.PreviousSequence == seq {
 		// A beat whose answers were lost may have moved the sequence on:

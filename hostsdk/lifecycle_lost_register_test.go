@@ -1,0 +1,49 @@
+package hostsdk_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+// A lease recovery the control plane committed but whose answers (the send
+// and its resend) were both lost left the replica ready in the registry at
+// a sequence the host never saw. A shutdown then skipped the drain (the
+// local lease had expired) and sent offline from the old sequence, which
+// lost the fence: the replica stayed ready and routable, with nobody
+// serving it, until its lease ran out. The shutdown replays the pending
+// registration first, then drains and goes offline from its sequence.
+func TestStopAfterALostRecoveryAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		ctx := b.awaitFirstBeat(t)
+		// t1: the first heartbeat renewed the lease to t1+30.
+		b.cp.SetUnavailable(true)
+		time.Sleep(25 * time.Second) // beats at +10, +20 failed
+		b.cp.SetUnavailable(false)
+		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
+		time.Sleep(10 * time.Second) // +30: the recovery commits; both answers are lost
+		regs := opsOf(b.cp, aip.OpRegister)
+		if len(regs) != 3 || regs[2].Fault != hostsdktest.FaultDropResponse {
+			t.Fatalf("register attempts %+v: want one committed recovery whose answers were dropped", regs)
+		}
+		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.Status != aip.ReplicaReady {
+			t.Fatalf("replica is %s after the committed recovery", st.Status)
+		}
+		if err := b.h.Stop(ctx); err != nil {
+			t.Errorf("Stop = %v, want a clean shutdown", err)
+		}
+		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+			t.Fatalf("replica is %s after shutdown, want offline", st.Status)
+		}
+		o := b.cp.Operations()
+		last := o[len(o)-3:]
+		if last[0].Op != aip.OpRegister || last[0].RequestID != regs[2].RequestID || !last[0].Replayed ||
+			last[1].Op != aip.OpDrain || last[2].Op != aip.OpOffline || last[2].Outcome != aip.OutcomeOffline {
+			t.Fatalf("shutdown operations %+v: want the lost registration replayed, then drain and offline", last)
+		}
+	})
+}
