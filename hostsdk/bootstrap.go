@@ -275,6 +275,14 @@ func (h *Host) stepRegister(ctx context.Context) error {
 	}
 	out, err := h.control.do(ctx, sr)
 	if err != nil {
+		var rej *ControlRejectedError
+		if !errors.As(err, &rej) {
+			// It may have been committed: a failed start replays it to
+			// learn that and takes the replica offline.
+			h.controlMu.Lock()
+			h.pendingRegister = sr
+			h.controlMu.Unlock()
+		}
 		return err
 	}
 	if out.Lease == nil {

@@ -364,7 +364,9 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 
 // releaseAfterFailedStart undoes what the completed steps opened. A replica
 // that already registered is taken offline (best effort, bounded by the
-// control timeout) rather than left ready until its lease expires.
+// control timeout) rather than left ready until its lease expires; so is
+// one whose registration answers were lost, once a replay of it shows it
+// was committed.
 func (h *Host) releaseAfterFailedStart() {
 	if err := h.stopEventDelivery(h.cfg.ControlTimeout); err != nil {
 		h.log.Warn("stop event delivery after a failed start", "error", err)
@@ -373,15 +375,20 @@ func (h *Host) releaseAfterFailedStart() {
 		h.hbCancel()
 		<-h.hbDone
 	}
+	h.controlMu.Lock()
+	if h.pendingRegister != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ControlTimeout)
+		h.settlePendingRegister(ctx)
+		cancel()
+	}
 	if h.lease.registered() {
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ControlTimeout)
-		h.controlMu.Lock()
 		if err := h.transition(ctx, aip.OpOffline); err != nil {
 			h.log.Warn("offline after a failed start", "error", err)
 		}
-		h.controlMu.Unlock()
 		cancel()
 	}
+	h.controlMu.Unlock()
 	if h.listener != nil {
 		h.listener.Close()
 	} else if h.cfg.Listener != nil {

@@ -1,11 +1,15 @@
 package hostsdk_test
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
@@ -46,4 +50,34 @@ func TestStopAfterALostRecoveryAnswer(t *testing.T) {
 			t.Fatalf("shutdown operations %+v: want the lost registration replayed, then drain and offline", last)
 		}
 	})
+}
+
+// A start whose registration the control plane committed but whose answers
+// were both lost failed at step 8 and left the replica ready in the
+// registry, routable with nobody serving it, until its lease ran out (and
+// a restarted host could not register before then: the lease was live).
+// The failed start replays the registration to learn its outcome and takes
+// the replica offline.
+func TestFailedStartAfterALostRegisterAnswerGoesOffline(t *testing.T) {
+	f := newFleet(t)
+	f.cp.FailNext(2, hostsdktest.FaultDropResponse)
+	h, err := hostsdk.New(f.cfg, newTestConnector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Start(ctxT(t))
+	var stepErr hostsdk.StepError
+	if !errors.As(err, &stepErr) || stepErr.Step() != hostsdk.StepRegister {
+		t.Fatalf("Start = %v, want a failure at the register step", err)
+	}
+	if st, _ := f.cp.Replica(f.cfg.ReplicaID); st.Status != aip.ReplicaOffline {
+		t.Errorf("replica is %s after a failed start, want offline", st.Status)
+	}
+	regs := opsOf(f.cp, aip.OpRegister)
+	if len(regs) != 3 || !regs[2].Replayed || regs[2].RequestID != regs[0].RequestID {
+		t.Errorf("register attempts %+v: want the lost registration replayed", regs)
+	}
+	if diff := cmp.Diff([]aip.Operation{aip.OpRegister, aip.OpRegister, aip.OpRegister, aip.OpOffline}, ops(f.cp)); diff != "" {
+		t.Errorf("lifecycle operations (-want +got):\n%s", diff)
+	}
 }
