@@ -34,8 +34,10 @@ import (
 // replica change. A request ID that is already claimed, or that is the
 // replica's last committed request, is a replay:
 //
-//   - the exact committed request (same ID, same digest, and still the
-//     replica's last request) is answered with the identical outcome again:
+//   - the exact committed request (same ID, same digest, still the
+//     replica's last request, and the replica still in the state it
+//     committed: its status and, for heartbeat, drain and offline,
+//     previous_sequence + 1) is answered with the identical outcome again:
 //     the stored sequence and lease expiry, nothing written;
 //   - any other reuse of the ID is rejected (RuleReplay).
 //
@@ -448,6 +450,10 @@ func DecideLifecycle(cmd *LifecycleCommand, in LifecycleInput) LifecycleDecision
 			return d.reject(RuleReplay, "request %s was committed with digest %s, not %s; the same request ID with another payload is refused, send a new request ID",
 				cmd.RequestID, rep.LastControlRequestDigest, cmd.Digest)
 		}
+		if !d.stillCommitted() {
+			return d.reject(RuleReplay, "request %s was committed, but replica %s has changed since (now %s at health revision %d); send a new request ID",
+				cmd.RequestID, rep.ID, rep.Status, rep.HealthRevision)
+		}
 		d.dec.Result.Replayed = true
 		if d.op == aip.OpOffline {
 			return d.done(aip.OfflineOutcome())
@@ -517,6 +523,31 @@ func (d *decider) reject(rule LifecycleRule, format string, args ...any) Lifecyc
 	}
 	d.dec.Claim = d.claim
 	return d.result()
+}
+
+// stillCommitted reports whether the replica is still in the state its
+// last request committed, so a replay of that request may answer the
+// stored lease as its outcome: the status the operation set and, for
+// heartbeat, drain and offline, the sequence one above previous_sequence
+// (the reference's replay rule). Lease expiry clears the last request;
+// this also catches any other write that moved the replica on without
+// clearing it.
+func (d *decider) stillCommitted() bool {
+	rep, c := d.rep, &d.cmd.Command
+	switch d.op {
+	case aip.OpRegister:
+		return rep.Status == aip.ReplicaReady
+	case aip.OpHeartbeat:
+		want := aip.ReplicaReady
+		if !c.Heartbeat.ConnectorReady {
+			want = aip.ReplicaOffline
+		}
+		return rep.Status == want && rep.HealthRevision == c.Heartbeat.PreviousSequence+1
+	case aip.OpDrain:
+		return rep.Status == aip.ReplicaDraining && rep.HealthRevision == c.Transition.PreviousSequence+1
+	default: // aip.OpOffline
+		return rep.Status == aip.ReplicaOffline && rep.HealthRevision == c.Transition.PreviousSequence+1
+	}
 }
 
 // fence checks that the replica may take a heartbeat or drain (live) or an

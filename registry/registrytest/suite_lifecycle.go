@@ -368,6 +368,25 @@ func testLifecycleReplay(t *testing.T, nb NewBackend) {
 		t.Fatalf("offline replay %+v", r)
 	}
 	f.wantState(rep.ID, aip.ReplicaOffline, 3, f.clock.Now())
+
+	// A replay answers the committed outcome only while the replica is
+	// still in the state that request committed (the reference's rule):
+	// a write that moved it on without clearing the last request (an
+	// administrator's read-modify-write taking it offline) must not turn
+	// the old heartbeat into a lease at the new sequence, from which the
+	// host's next beat would pass the fence and undo that write.
+	b := f.provision("b1")
+	f.ok(f.registerCmd(b))
+	bhb := f.heartbeatCmd(b.ID, 1)
+	f.ok(bhb)
+	moved := f.getReplica(b.ID)
+	moved.Status, moved.LeaseExpiresAt, moved.HealthRevision = aip.ReplicaOffline, f.clock.Now(), moved.HealthRevision+1
+	f.must(f.b.Admin.PutReplica(f.ctx, moved))
+	if got := f.getReplica(b.ID); got.LastControlRequestID != bhb.RequestID {
+		t.Fatalf("the administrator's write kept last request %q, want %q", got.LastControlRequestID, bhb.RequestID)
+	}
+	f.rejected(bhb, registry.RuleReplay, registry.ErrConflict)
+	f.wantState(b.ID, aip.ReplicaOffline, 3, f.clock.Now())
 }
 
 func digestOf(requestID string, cmd aip.ControlCommand) string {
