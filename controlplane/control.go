@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -27,7 +28,17 @@ const (
 	reasonNotProvisioned = "not_provisioned"
 	reasonSigner         = "signer"
 	reasonSignature      = "signature"
+	reasonReplicaBusy    = "replica_busy"
 )
+
+// MaxRequestsPerReplica bounds the lifecycle requests of one replica being
+// decided at once (queued for a batch or in one). A host sends one request
+// at a time, and at most resends it while the first is still queued, so
+// only a broken or compromised host reaches the bound; its further
+// requests are answered 503 at once (nothing decided, the request ID not
+// consumed) instead of queueing, so one replica flooding the service
+// cannot push every other replica's heartbeats past their timeouts.
+const MaxRequestsPerReplica = 4
 
 // Outcomes (the "outcome" label of aip_connector_control_requests_total).
 const (
@@ -150,6 +161,11 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if !s.running() {
 		return a.unavailable("not_running", ErrNotRunning, "the lifecycle service is not running; resend the same request")
 	}
+	if !s.busy.acquire(a.replicaID) {
+		return a.unavailable(reasonReplicaBusy, nil, fmt.Sprintf(
+			"replica %s already has %d lifecycle requests being decided; wait for their answers, then resend", a.replicaID, MaxRequestsPerReplica))
+	}
+	defer s.busy.release(a.replicaID)
 	res, err := s.batch.submit(ctx, registry.LifecycleCommand{
 		RequestID: req.RequestID, Digest: digest, ExpiresAt: req.ExpiresAt.Time,
 		Command: req.Command, LeaseTTL: s.cfg.LeaseTTL,
@@ -236,4 +252,32 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// replicaSlots counts each replica's requests being decided, up to
+// MaxRequestsPerReplica.
+type replicaSlots struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *replicaSlots) acquire(replicaID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n[replicaID] >= MaxRequestsPerReplica {
+		return false
+	}
+	if r.n == nil {
+		r.n = make(map[string]int)
+	}
+	r.n[replicaID]++
+	return true
+}
+
+func (r *replicaSlots) release(replicaID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n[replicaID]--; r.n[replicaID] <= 0 {
+		delete(r.n, replicaID)
+	}
 }

@@ -35,8 +35,10 @@
 //	          signature, replay, or a lifecycle rule)
 //	HTTP 413  connector_control.rejected, retryable false: body over 64 KiB
 //	HTTP 503  connector_control.unavailable, retryable true: the registry
-//	          could not decide (storage failure, timeout, shutting down);
-//	          nothing was committed, resend the same bytes
+//	          could not decide (storage failure, timeout, shutting down),
+//	          or MaxRequestsPerReplica (4) of the replica's requests are
+//	          already being decided; nothing was committed, resend the
+//	          same bytes
 //	HTTP 500  unsigned {"error":{"code":"connector_control.response_signing",
 //	          ...}} when the service cannot sign its answer
 //
@@ -51,7 +53,9 @@
 // whatever requests are queued (up to Config.MaxBatch) and applies them
 // with one registry.Lifecycle.ApplyLifecycle call, group-commit style, so a
 // PostgreSQL backend commits many heartbeats per transaction while every
-// request keeps its own replay and sequence semantics.
+// request keeps its own replay and sequence semantics. A replica has at
+// most MaxRequestsPerReplica requests queued or in a batch, so one
+// replica flooding the service cannot delay the others' heartbeats.
 //
 // # Maintenance
 //

@@ -371,6 +371,11 @@ func TestConcurrentHeartbeats(t *testing.T) {
 				replies[i].wantLease(t, 2, e.clock.Now().Add(leaseTTL))
 				continue
 			}
+			if replies[i].status == http.StatusServiceUnavailable {
+				// Beyond MaxRequestsPerReplica being decided: not decided.
+				replies[i].rejected(t, http.StatusServiceUnavailable, "lifecycle requests being decided")
+				continue
+			}
 			replies[i].rejected(t, http.StatusForbidden, "sequence")
 		}
 		if wins != 1 {

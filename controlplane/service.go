@@ -253,6 +253,7 @@ type Service struct {
 	m       *metrics
 	keys    *replicaKeys
 	batch   *batcher
+	busy    replicaSlots // each replica's requests being decided
 	jwks    []byte
 	handler http.Handler
 	// seal signs answers; tests replace it to exercise the unsigned 500.
