@@ -83,6 +83,38 @@ func TestMaintenanceBlockedByALockIsBounded(t *testing.T) {
 	if err := tx.QueryRow(e.ctx, `WITH l AS (SELECT 1 FROM aip_registry.admission_counters WHERE active > 0 FOR UPDATE) SELECT count(*) FROM l`).Scan(&locked); err != nil || locked == 0 {
 		t.Fatalf("locking the admission counters of route %s: %d rows, %v", a.ActionID, locked, err)
 	}
+	var holder int32
+	if err := tx.QueryRow(e.ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	// settled waits until the cycle that gave up left no session behind in
+	// a transaction (still waiting for the lock, or aborted and not yet
+	// rolled back): it would hold the replica's row, which the next cycle
+	// skips (FOR UPDATE SKIP LOCKED). The server ends it by itself: the
+	// maintenance transactions bound their lock waits (lock_timeout).
+	settled := func() {
+		t.Helper()
+		probe, err := pgx.Connect(e.ctx, e.b.dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer probe.Close(context.Background())
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var busy int
+			if err := probe.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+				AND pid NOT IN (pg_backend_pid(), $1) AND state <> 'idle'`, holder).Scan(&busy); err != nil {
+				t.Fatal(err)
+			}
+			if busy == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sessions of a cycle that gave up were still in a transaction after 30s", busy)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the server's sessions
+		}
+	}
 
 	for cycle := range 3 {
 		done := make(chan error, 1)
@@ -95,6 +127,7 @@ func TestMaintenanceBlockedByALockIsBounded(t *testing.T) {
 			if err == nil {
 				t.Fatalf("cycle %d expired the replica while its route was locked", cycle+1)
 			}
+			settled()
 		case <-time.After(time.Minute):
 			tx.Rollback(context.Background())
 			<-done

@@ -91,6 +91,9 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 	}
 	var n int
 	err := r.inTx(ctx, r.data, "expire stale replicas", func(tx pgx.Tx) error {
+		if err := boundLockWait(ctx, tx); err != nil {
+			return err
+		}
 		now := r.clock()
 		nowMS := toMS(now)
 		rows, err := tx.Query(ctx, staleReplicas, nowMS, limit)
@@ -129,6 +132,24 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 	return n, nil
 }
 
+// boundLockWait bounds the lock waits of a maintenance transaction on the
+// server: when ctx has a deadline, lock_timeout is three quarters of the
+// time left. So a row lock held by a stuck session (a dispatcher partitioned
+// mid-transaction) fails the statement on the server before the caller
+// gives up, and the transaction's own locks — the replica rows it took FOR
+// UPDATE — are released when the call returns, not whenever the server
+// notices the caller left (a cancel request can be delayed or lost).
+// Without a deadline it leaves the server's setting.
+func boundLockWait(ctx context.Context, tx pgx.Tx) error {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
+	ms := max(time.Until(dl)*3/4/time.Millisecond, 1)
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ms))
+	return err
+}
+
 // ReleaseStrandedReservations implements registry.FleetStatus. Locks are
 // taken in the global order of the package comment, as lease expiry takes
 // them: the offline replicas (FOR UPDATE SKIP LOCKED, so another
@@ -146,6 +167,9 @@ func (r *Registry) ReleaseStrandedReservations(ctx context.Context, grace time.D
 		return out, err
 	}
 	err := r.inTx(ctx, r.data, "release stranded reservations", func(tx pgx.Tx) error {
+		if err := boundLockWait(ctx, tx); err != nil {
+			return err
+		}
 		out = registry.StrandedRelease{}
 		now := r.clock()
 		nowMS, cutoffMS := toMS(now), toMS(registry.StrandedCutoff(now, grace))
