@@ -108,6 +108,21 @@ func (c *controlClient) do(ctx context.Context, sr *sealedRequest) (aip.ControlO
 	return out, err
 }
 
+// localLease returns lease with its expiry on this host's clock: the time
+// the request was sent here plus what was left of the lease when the
+// control plane signed its answer (lease expiry less the answer's
+// issued_at, both on the control plane's clock). The lease is then
+// independent of the two clocks' offset and ends here no later than the
+// control plane ends it — the request was sent before the answer was
+// issued — so a host whose clock is behind does not take actions after
+// lease maintenance released its reservations. (Comparing the control
+// plane's absolute expiry with this host's clock would, with the 5 s of
+// skew the window allows.)
+func localLease(lease aip.Lease, issuedAt, sent time.Time) aip.Lease {
+	lease.ExpiresAt = aip.At(sent.Add(lease.ExpiresAt.Sub(issuedAt)))
+	return lease
+}
+
 func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.ControlOutcome, error) {
 	op := string(sr.req.Command.Operation)
 	unavailable := func(format string, args ...any) (aip.ControlOutcome, error) {
@@ -120,6 +135,7 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 		return aip.ControlOutcome{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	sent := c.now()
 	resp, err := c.http.Do(hreq)
 	if err != nil {
 		return unavailable("%v", err)
@@ -149,6 +165,10 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 	case aip.OutcomeLease:
 		if sr.req.Command.Operation == aip.OpOffline {
 			return unavailable("answered offline with a lease")
+		}
+		if o.Lease != nil {
+			l := localLease(*o.Lease, cr.IssuedAt.Time, sent)
+			o.Lease = &l
 		}
 	case aip.OutcomeOffline:
 		if sr.req.Command.Operation != aip.OpOffline {

@@ -166,7 +166,12 @@
 // and moved the lease sequence on, so the next beat (or a drain) replays
 // that same request first to learn its outcome, instead of losing the
 // fence with a fresh one; a drain whose answers were lost is replayed the
-// same way before the offline transition. After the local lease expires, a healthy host re-registers,
+// same way before the offline transition. The local lease runs on this
+// host's clock: from the moment the request was sent, for what was left of
+// the lease when the control plane signed its answer (its expires_at less
+// its issued_at), so it ends here no later than the control plane ends it
+// whatever the two clocks' offset (the lease /ready shows is this one).
+// After the local lease expires, a healthy host re-registers,
 // reusing the exact request after an ambiguous failure and a fresh request
 // ID after a rejection (or after a replay answering a lease that has
 // expired since, which is not counted as a recovery). A registration whose

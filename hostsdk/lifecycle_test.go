@@ -471,3 +471,36 @@ func TestOfflineAfterALostDrainAnswer(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseEndsOnTheHostsClock: a control plane whose clock is 4 s ahead of
+// the host's (within the 5 s the lifecycle window allows) grants a 30 s
+// lease; the host holds it for 30 s from sending the heartbeat on its own
+// clock, not until the control plane's absolute expiry read on the host's
+// clock (4 s longer: 4 s of actions after lease maintenance released the
+// replica's reservations).
+func TestLeaseEndsOnTheHostsClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ahead = 4 * time.Second
+		cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{InMemory: true, LeaseTTL: 30 * time.Second,
+			Now: func() time.Time { return time.Now().Add(ahead) }})
+		ml := hostsdktest.NewMemListener()
+		d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain, Client: ml.Client()})
+		cfg := hostsdktest.HostConfig(t, cp, d, ml)
+		cfg.Journal = memjournal.New()
+		h := hostsdktest.StartHost(t, cfg, newTestConnector())
+		if err := cp.Await(context.Background(), func(o []hostsdktest.Operation) bool { return len(o) >= 2 }); err != nil {
+			t.Fatal(err)
+		}
+		cp.SetUnavailable(true)
+		beats := opsOf(cp, aip.OpHeartbeat)
+		sentHere := beats[len(beats)-1].At.Add(-ahead) // the beat, on the host's clock
+		time.Sleep(time.Until(sentHere.Add(29 * time.Second)))
+		if !h.Ready() {
+			t.Fatal("the host dropped its lease before 30 s")
+		}
+		time.Sleep(2 * time.Second) // 31 s after the beat
+		if h.Ready() {
+			t.Fatal("the host still holds its lease 31 s after the beat that renewed it for 30 s (it read the control plane's expiry on its own, slower clock)")
+		}
+	})
+}
