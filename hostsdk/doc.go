@@ -190,6 +190,10 @@
 // shutdown, heartbeat worker stopped (and the event delivery loop, after a
 // last pass over the due outbox batches), signed offline, and a
 // nil result only when all of it was clean (otherwise a *ShutdownError).
+// From the drain to the offline the draining lease is renewed each
+// heartbeat interval with another signed drain, so a drain longer than the
+// lease keeps the replica draining in the registry (and its running
+// actions' reservations held) until it goes offline.
 //
 // # Provider events
 //

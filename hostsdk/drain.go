@@ -29,7 +29,9 @@ import (
 //  5. the listener stays up while the in-flight action count falls, and
 //     for at least DrainLinger after the drain began, so an action routed
 //     just before the registry recorded the drain is refused with the
-//     signed not_ready rather than a closed socket;
+//     signed not_ready rather than a closed socket; from here until the
+//     offline transition the draining lease is renewed each heartbeat
+//     interval (renewDrain);
 //  6. after zero in-flight actions (or DrainTimeout) and the linger, the
 //     HTTP server shuts down gracefully: connections that never carried a
 //     request are closed at once, busy ones are awaited (bounded by
@@ -62,10 +64,13 @@ func (h *Host) shutdown() error {
 	// drain carries the newest sequence.
 	h.controlMu.Lock()
 	h.settlePendingRegister(ctx)
+	drained := false
 	if seq, exp := h.lease.get(); !exp.After(h.cfg.Now()) {
 		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
 	} else if err := h.transition(ctx, aip.OpDrain); err != nil {
 		fail("registry drain", err)
+	} else {
+		drained = true
 	}
 	h.controlMu.Unlock()
 	// 3. The worker sees the draining flag on its next tick.
@@ -73,7 +78,15 @@ func (h *Host) shutdown() error {
 	if h.evCancel != nil {
 		h.evCancel()
 	}
-	// 5.
+	// 5. Until the offline transition, the draining lease is renewed each
+	// heartbeat interval (renewDrain).
+	rctx, stopRenewing := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	if drained {
+		go func() { defer close(renewed); h.renewDrain(rctx) }()
+	} else {
+		close(renewed)
+	}
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
 	if err := h.inflight.wait(wctx); err != nil {
 		h.log.Warn("drain timeout passed with actions in flight", "error", err)
@@ -123,6 +136,8 @@ func (h *Host) shutdown() error {
 		fail("event delivery", err)
 	}
 	// 8.
+	stopRenewing()
+	<-renewed
 	h.controlMu.Lock()
 	if err := h.transition(ctx, aip.OpOffline); err != nil {
 		fail("registry offline transition", err)
@@ -149,6 +164,36 @@ func (h *Host) shutdown() error {
 	}
 	h.log.Info("offline; shutdown was clean")
 	return nil
+}
+
+// renewDrain renews the draining lease every heartbeat interval until ctx
+// ends (just before the offline transition). The heartbeat worker stops at
+// the drain, and a drain can outlast the lease it was granted (waiting for
+// the actions, then for their connections, each up to DrainTimeout, which
+// is the lease's 30 s by default): lease maintenance would then take the
+// replica offline and release the reservations of the actions still
+// running here, and the offline transition would lose its fence. A drain of a draining replica at the
+// current sequence is a transition the lifecycle rules admit (status
+// draining, sequence one up, a fresh lease), so each renewal is another
+// signed drain. A failed renewal is logged; the next tick tries again (an
+// ambiguous one is replayed first, like any lost drain).
+func (h *Host) renewDrain(ctx context.Context) {
+	t := time.NewTicker(h.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		h.controlMu.Lock()
+		if _, exp := h.lease.get(); exp.After(h.cfg.Now()) {
+			if err := h.transition(context.WithoutCancel(ctx), aip.OpDrain); err != nil {
+				h.log.Warn("renew the draining lease", "in_flight", h.inflight.count(), "error", err)
+			}
+		}
+		h.controlMu.Unlock()
+	}
 }
 
 // settlePendingRegister replays a registration whose answers were lost
@@ -200,8 +245,9 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 		}
 		seq, _ = h.lease.get()
 	}
-	if p := h.pendingDrain; op == aip.OpOffline && p != nil && p.req.Command.Transition.PreviousSequence == seq {
-		// Likewise a drain whose answers were lost.
+	if p := h.pendingDrain; p != nil && p.req.Command.Transition.PreviousSequence == seq {
+		// Likewise a drain whose answers were lost (before the offline
+		// transition, or before a renewal of the draining lease).
 		h.pendingDrain = nil
 		if rp, err := h.control.refresh(p); err != nil {
 			h.log.Warn("replay the drain whose outcome is unknown", "error", err)

@@ -504,3 +504,57 @@ func TestLeaseEndsOnTheHostsClock(t *testing.T) {
 		}
 	})
 }
+
+// TestDrainRenewsItsLeaseWhileActionsRun: a drain that outlasts the lease it
+// was granted (actions still running) renews the draining lease each
+// heartbeat interval, so the registry keeps the replica draining — lease
+// maintenance would take it offline and release the reservations of the
+// actions still running — and the offline transition comes from the
+// current sequence once they finished.
+func TestDrainRenewsItsLeaseWhileActionsRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, func(c *hostsdk.Config) {
+			c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = 10*time.Second, 3*time.Second, time.Minute
+		})
+		ctx := b.awaitFirstBeat(t)
+		target := hostsdktest.TargetOf(b.h, b.cfg)
+		done := make(chan *hostsdktest.Response, 1)
+		go func() {
+			resp, err := b.d.Act(ctx, target, action(capBlock, `{"message":"slow"}`))
+			if err != nil {
+				t.Error(err)
+			}
+			done <- resp
+		}()
+		<-b.conn.started
+		stopped := make(chan error, 1)
+		go func() { stopped <- b.h.Stop(ctx) }()
+		time.Sleep(25 * time.Second) // 2.5 leases into the drain
+		st, ok := b.cp.Replica(b.cfg.ReplicaID)
+		if !ok || st.Status != aip.ReplicaDraining || !st.LeaseExpiresAt.After(time.Now()) {
+			t.Fatalf("25 s into a drain with an action running, the control plane holds %+v; want draining with a live lease", st)
+		}
+		if n := len(opsOf(b.cp, aip.OpDrain)); n < 5 {
+			t.Errorf("%d drain transitions in 25 s at a 3 s interval, want the drain and its renewals", n)
+		}
+		close(b.conn.release)
+		if resp := <-done; resp == nil {
+			t.Error("the running action got no answer")
+		} else if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+			t.Errorf("the running action: %+v, %v", res, err)
+		}
+		if err := <-stopped; err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		o := b.cp.Operations()
+		if last := o[len(o)-1]; last.Op != aip.OpOffline || last.Outcome != aip.OutcomeOffline {
+			t.Fatalf("last operation %+v, want an accepted offline", last)
+		}
+		// The renewals stopped with the drain.
+		n := len(b.cp.Operations())
+		time.Sleep(time.Minute)
+		if len(b.cp.Operations()) != n {
+			t.Error("lifecycle requests after the shutdown")
+		}
+	})
+}
