@@ -486,21 +486,11 @@ func TestMCPReconnectBackoff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rig := &severingRig{server: newTestMCPServer(t).server, conns: make(chan *severableConn, 4)}
-				cfg := MCPConfig{Transport: rig.transport(t), RestartBackoff: initial, MaxBackoff: maxBackoff, StableAfter: stable}
+				cfg := MCPConfig{RestartBackoff: initial, MaxBackoff: maxBackoff, StableAfter: stable}
 				if testing.Verbose() {
 					cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 				}
-				m, err := NewMCP(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// On t.Fatal too, stop the sidecar before the bubble ends.
-				defer rig.awaitServerSessions()
-				defer m.Close()
-				if err := m.Connect(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				conn := rig.await(t, m, 1)
+				m, conn := rig.start(t, cfg)
 				var got []time.Duration
 				for i, lasted := range tc.lasted {
 					time.Sleep(lasted) // the session is up for this long (bubble time)
@@ -532,16 +522,7 @@ func TestMCPReconnectBackoffAfterFailedAttempts(t *testing.T) {
 	const initial, maxBackoff = 250 * time.Millisecond, 8 * time.Second
 	synctest.Test(t, func(t *testing.T) {
 		rig := &severingRig{server: newTestMCPServer(t).server, conns: make(chan *severableConn, 4)}
-		m, err := NewMCP(MCPConfig{Transport: rig.transport(t), RestartBackoff: initial, MaxBackoff: maxBackoff, StableAfter: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rig.awaitServerSessions()
-		defer m.Close()
-		if err := m.Connect(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		conn := rig.await(t, m, 1)
+		m, conn := rig.start(t, MCPConfig{RestartBackoff: initial, MaxBackoff: maxBackoff, StableAfter: time.Minute})
 		rig.refuse.Store(3)
 		broke := time.Now()
 		conn.sever()
@@ -649,6 +630,25 @@ func (s severableTransport) Connect(ctx context.Context) (mcp.Connection, error)
 // await returns the client connection of the sidecar's nth connection
 // once its session is up. The bubble's clock bounds the wait: if the
 // sidecar stops reconnecting, time jumps to the limit at once.
+// start connects an MCP connector with cfg (its Transport set to the
+// rig's) and returns it with the rig's first connection. The connector is
+// closed, and the rig's server sessions awaited, when the test (or its
+// testing/synctest bubble) ends, on t.Fatal too.
+func (r *severingRig) start(t *testing.T, cfg MCPConfig) (*MCP, *severableConn) {
+	t.Helper()
+	cfg.Transport = r.transport(t)
+	m, err := NewMCP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.awaitServerSessions)
+	t.Cleanup(func() { m.Close() })
+	if err := m.Connect(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return m, r.await(t, m, 1)
+}
+
 func (r *severingRig) await(t *testing.T, m *MCP, n int) *severableConn {
 	t.Helper()
 	select {

@@ -83,16 +83,7 @@ func TestMCPUnansweredPingsTakeTheSessionDown(t *testing.T) {
 				var mode atomic.Int32
 				answerPings(ts.server, &mode)
 				rig := &severingRig{server: ts.server, conns: make(chan *severableConn, 4)}
-				m, err := NewMCP(MCPConfig{Transport: rig.transport(t), RestartUnresponsiveAfter: tc.n, RestartBackoff: 250 * time.Millisecond})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer rig.awaitServerSessions()
-				defer m.Close()
-				if err := m.Connect(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				rig.await(t, m, 1)
+				m, _ := rig.start(t, MCPConfig{RestartUnresponsiveAfter: tc.n, RestartBackoff: 250 * time.Millisecond})
 				check := func() error {
 					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 					defer cancel()
@@ -158,16 +149,7 @@ func TestMCPCallFindingTheSessionGoneReconnects(t *testing.T) {
 			}
 			return c
 		}
-		m, err := NewMCP(MCPConfig{Transport: rig.transport(t), RestartBackoff: 250 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rig.awaitServerSessions()
-		defer m.Close()
-		if err := m.Connect(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		rig.await(t, m, 1)
+		m, _ := rig.start(t, MCPConfig{RestartBackoff: 250 * time.Millisecond})
 		if _, err := m.Manifest(t.Context(), hostsdk.TenantContext{}); err != nil {
 			t.Fatal(err)
 		}

@@ -41,15 +41,24 @@ func fleetFileExample(t *testing.T) []byte {
 	return block
 }
 
-func TestRegistryCommands(t *testing.T) {
+// registryFixture makes a fresh database, its URL file and the example
+// fleet file, and returns the registry commands' environment, the
+// database's URL and the fleet file's path.
+func registryFixture(t *testing.T) (env map[string]string, dbURL, fleet string) {
+	t.Helper()
 	dir := t.TempDir()
-	dbURL := pgtest.NewDatabase(t)
+	dbURL = pgtest.NewDatabase(t)
 	dbFile := writeSecret(t, dir, "admin.url", dbURL+"\n")
-	fleet := filepath.Join(dir, "fleet.yaml")
+	fleet = filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(fleet, fleetFileExample(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": dbFile}
+	return map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": dbFile}, dbURL, fleet
+}
+
+func TestRegistryCommands(t *testing.T) {
+	env, dbURL, fleet := registryFixture(t)
+	dir := filepath.Dir(fleet)
 
 	// Before the migration, status says what to run.
 	_, _, err := runCLI(t, env, "registry", "status")
@@ -214,14 +223,7 @@ func TestRegistryStatusFailsOnAFailingCheck(t *testing.T) {
 // registry's apply lock, registry apply says it waits and applies nothing
 // until the lock is released.
 func TestRegistryApplyWaitsForAnotherApply(t *testing.T) {
-	dir := t.TempDir()
-	dbURL := pgtest.NewDatabase(t)
-	dbFile := writeSecret(t, dir, "admin.url", dbURL+"\n")
-	fleet := filepath.Join(dir, "fleet.yaml")
-	if err := os.WriteFile(fleet, fleetFileExample(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": dbFile}
+	env, dbURL, fleet := registryFixture(t)
 	if _, _, err := runCLI(t, env, "registry", "migrate"); err != nil {
 		t.Fatal(err)
 	}
