@@ -181,7 +181,7 @@ func New(cfg Config, conn Connector) (*Host, error) {
 	h.m = newMetrics(h)
 	for i, c := range cfg.Collectors {
 		if err := h.m.reg.Register(c); err != nil {
-			return nil, &ValidateError{fmt.Errorf("Collectors[%d]: %w", i, err)}
+			return nil, &ValidateError{fmt.Errorf("collector %d of Config.Collectors: %w", i, err)}
 		}
 	}
 	h.storageDetail.Store(&probeDetail{})

@@ -248,7 +248,7 @@ func TestConfigCollectorsAreServed(t *testing.T) {
 	g.cfg.Collectors = []prometheus.Collector{countingCollector{prometheus.NewDesc("aip_connector_host_ready", "A clash.", nil, nil)}}
 	_, err = hostsdk.New(g.cfg, newTestConnector())
 	var ve *hostsdk.ValidateError
-	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "Collectors[0]") {
-		t.Fatalf("New with a colliding collector = %v, want a *ValidateError naming Collectors[0]", err)
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "collector 0 of Config.Collectors") {
+		t.Fatalf("New with a colliding collector = %v, want a *ValidateError naming collector 0 of Config.Collectors", err)
 	}
 }
