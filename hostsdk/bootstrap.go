@@ -289,6 +289,13 @@ func (h *Host) stepRegister(ctx context.Context) error {
 		return fmt.Errorf("register answered %s without a lease", out.Status)
 	}
 	h.lease.apply(out.Lease)
+	// The control plane's lease TTL is authoritative; a host whose
+	// heartbeats come less often than half of it loses its lease between
+	// them and flaps between not ready and re-registering.
+	if granted := out.Lease.ExpiresAt.Sub(h.cfg.Now()); granted < 2*h.cfg.HeartbeatInterval {
+		h.log.Warn("the control plane grants a lease shorter than two heartbeat intervals: the lease will lapse between heartbeats; set --heartbeat-interval-ms to at most half the control plane's --lease-ttl",
+			"lease", granted.Round(time.Millisecond).String(), "heartbeat_interval", h.cfg.HeartbeatInterval.String())
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package hostsdk_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -555,6 +556,35 @@ func TestDrainRenewsItsLeaseWhileActionsRun(t *testing.T) {
 		time.Sleep(time.Minute)
 		if len(b.cp.Operations()) != n {
 			t.Error("lifecycle requests after the shutdown")
+		}
+	})
+}
+
+// TestShortGrantedLeaseIsReported: a control plane granting 10 s leases to
+// a host that beats every 6 s (its own --lease-ttl-ms allows that) makes
+// the lease lapse between beats; the host says so at registration, with
+// what to change.
+func TestShortGrantedLeaseIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, c := range []struct {
+			ttl  time.Duration
+			warn bool
+		}{{10 * time.Second, true}, {12 * time.Second, false}} {
+			cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{InMemory: true, LeaseTTL: c.ttl})
+			ml := hostsdktest.NewMemListener()
+			d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain, Client: ml.Client()})
+			cfg := hostsdktest.HostConfig(t, cp, d, ml)
+			cfg.Journal = memjournal.New()
+			cfg.HeartbeatInterval = 6 * time.Second
+			var logs syncBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			h := hostsdktest.StartHost(t, cfg, newTestConnector())
+			if got := strings.Contains(logs.String(), "lease shorter than two heartbeat intervals"); got != c.warn {
+				t.Errorf("granted lease %s, heartbeat 6s: warned %v, want %v\n%s", c.ttl, got, c.warn, logs.String())
+			}
+			if err := h.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
