@@ -234,6 +234,10 @@ func writeError(w http.ResponseWriter, status int, pe *aip.ProtocolError) {
 	w.Write(raw)
 }
 
+// errEventsPortUnknown: the replica binds port 0, known only once its
+// listener is bound, after the child was given its environment.
+var errEventsPortUnknown = errors.New("the replica's listen address has no fixed port")
+
 // eventsURL is the URL a child on this machine reaches PathEvents at, for
 // the replica's listen address: loopback for a wildcard address, else the
 // address itself. A port of 0 cannot be named before the listener is
@@ -244,7 +248,7 @@ func eventsURLFor(listen string) (string, error) {
 		return "", fmt.Errorf("is %q; want host:port", listen)
 	}
 	if port == "0" || port == "" {
-		return "", fmt.Errorf("is %q; the events URL handed to the --exec child (%s) needs the replica's port: bind a fixed port", listen, EnvEventsURL)
+		return "", fmt.Errorf("%w: %q", errEventsPortUnknown, listen)
 	}
 	switch ip, err := netip.ParseAddr(host); {
 	case host == "":

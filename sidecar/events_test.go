@@ -375,7 +375,6 @@ func TestEventsConfig(t *testing.T) {
 		{"same token both ways", Config{Local: LocalConfig{Socket: "/tmp/x.sock", Token: "same"}, EventsToken: "same"}, "is the local connector's token"},
 		{"token with a space", Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, EventsToken: "a b"}, "EventsToken has byte 0x20"},
 		{"MCP", Config{MCP: MCPConfig{URL: "http://127.0.0.1:9/mcp"}, EventsToken: "t"}, "MCP servers do not publish AIP events"},
-		{"exec with port 0", Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, Exec: []string{"x"}, Host: hostsdk.Config{Bind: "127.0.0.1:0"}}, "bind a fixed port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := newLocalSide(tc.cfg)
@@ -383,6 +382,25 @@ func TestEventsConfig(t *testing.T) {
 				t.Fatalf("got %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestEventsWithPortZero: a replica binding port 0 cannot tell its --exec
+// child the events URL before the listener binds: the sidecar still starts
+// (as before the events route existed), without the route and without the
+// child's events variables.
+func TestEventsWithPortZero(t *testing.T) {
+	s, err := newLocalSide(Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, Exec: []string{"x"}, Host: hostsdk.Config{Bind: "127.0.0.1:0"}})
+	if err != nil {
+		t.Fatalf("--exec with port 0: %v", err)
+	}
+	if s.local.events != nil {
+		t.Error("the events route is served though the child cannot know its URL")
+	}
+	for _, kv := range s.sup.cfg.Env {
+		if strings.HasPrefix(kv, EnvEventsURL+"=") || strings.HasPrefix(kv, EnvEventsToken+"=") {
+			t.Errorf("the child's environment has %s", kv)
+		}
 	}
 }
 

@@ -241,10 +241,17 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 					listen = hostsdk.DefaultBind
 				}
 				u, err := eventsURLFor(listen)
-				if err != nil {
+				switch {
+				case errors.Is(err, errEventsPortUnknown):
+					// The child cannot be told where to publish: no route.
+					log.Warn("the replica binds port 0, so the --exec child cannot be told the events URL before the listener binds; it gets no "+
+						EnvEventsURL+" and POST "+PathEvents+" is not served: bind a fixed port (--bind) to publish events", "bind", listen)
+					l.events, eventsToken = nil, ""
+				case err != nil:
 					return nil, &ConfigError{Field: "Host.Bind", Reason: err.Error()}
+				default:
+					eventsURL = u
 				}
-				eventsURL = u
 			}
 		}
 		if len(cfg.Exec) > 0 {
@@ -254,7 +261,10 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 			} else {
 				env = append(env, EnvLocalURL+"="+lc.URL)
 			}
-			env = append(env, EnvLocalToken+"="+lc.Token, EnvEventsURL+"="+eventsURL, EnvEventsToken+"="+eventsToken)
+			env = append(env, EnvLocalToken+"="+lc.Token)
+			if eventsURL != "" {
+				env = append(env, EnvEventsURL+"="+eventsURL, EnvEventsToken+"="+eventsToken)
+			}
 			s.sup = newSupervisor(superviseConfig{
 				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
 				Ready: l.probe, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
