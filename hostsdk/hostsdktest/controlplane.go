@@ -1,8 +1,8 @@
 package hostsdktest
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,9 +13,14 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
 )
 
 // Fault is a failure the fake control plane injects into the next requests.
+// A fault applies to the next request whatever it is (even a malformed
+// one): FaultUnavailable, FaultReject and FaultUnsigned replace its answer
+// without deciding it, FaultDropResponse decides it and then drops the
+// answer.
 type Fault int
 
 // Faults.
@@ -52,7 +57,9 @@ func (f Fault) String() string {
 // ControlPlaneConfig configures a fake control plane. The zero value is
 // usable.
 type ControlPlaneConfig struct {
-	// LeaseTTL is the lease the control plane grants. Defaults to 30s.
+	// LeaseTTL is the lease the control plane grants, in
+	// [registry.MinLeaseTTL, registry.MaxLeaseTTL] as for the real one.
+	// Defaults to 30s.
 	LeaseTTL time.Duration
 	// Now is its clock. Defaults to time.Now (which testing/synctest fakes).
 	Now func() time.Time
@@ -113,17 +120,37 @@ type ReplicaState struct {
 }
 
 type replica struct {
-	spec  ReplicaSpec
+	spec ReplicaSpec
+	// rec is the replica as the registry stores it: the lifecycle rules
+	// decide on it.
+	rec registry.ConnectorReplica
+	// state is rec's registry view, refreshed by sync.
 	state ReplicaState
 }
 
-// ControlPlane is an in-process fake of the lifecycle service that speaks
-// the real signed protocol: signed responses with its own key, the
-// pre-provisioned replica and DID check, the freshness window, the sequence
-// fence, lease TTL, replay of the exact committed request (the replay claim
-// commits with the state change, so a request that failed retryably can be
-// sent again), rejection of stale sequences and of consumed request IDs, and
-// fault injection. It records every operation.
+func (r *replica) sync() {
+	r.state = ReplicaState{
+		Status: r.rec.Status, HealthRevision: r.rec.HealthRevision, LeaseExpiresAt: r.rec.LeaseExpiresAt,
+		LastRequestID: r.rec.LastControlRequestID, LastRequestDigest: r.rec.LastControlRequestDigest,
+		Capacity: r.rec.Capacity, ActiveAssignments: r.rec.ActiveAssignments,
+	}
+}
+
+// ControlPlane is an in-process fake of the lifecycle service
+// (controlplane.Service) that answers as the real one does: the same
+// processing order (body size and shape, freshness window, pre-provisioned
+// replica, signer DID, signature, digest), the same signed answers (200
+// lease or offline, 403 rejected, 413 too large, 503 unavailable; a
+// malformed request gets a signed 403 too), and the registry's own
+// lifecycle rules (registry.DecideLifecycle): replay of the exact committed
+// request only while the replica is still in the state it set, request IDs
+// consumed by rejections as well as by changes, the sequence fence, lease
+// expiry (a heartbeat or drain on an expired lease is refused), in_flight
+// bounded by capacity, an unready heartbeat taking the replica offline with
+// its lease ended. What it does not model is the catalog: a registration is
+// checked against the ReplicaSpec's claims where set, and whatever the spec
+// leaves empty matches. On top of that it injects faults and records every
+// operation.
 type ControlPlane struct {
 	t        testing.TB
 	key      *aip.SigningKey
@@ -132,7 +159,7 @@ type ControlPlane struct {
 	server   *httptest.Server
 	mu       sync.Mutex
 	replicas map[string]*replica
-	claims   map[string]string // committed request ID -> digest
+	claims   map[string]*registry.ReplayClaim // by request ID
 	ops      []Operation
 	faults   []Fault
 	down     bool
@@ -152,10 +179,13 @@ func NewControlPlane(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 	}
 	cp := &ControlPlane{
 		t: t, key: key, ttl: cfg.LeaseTTL, now: cfg.Now,
-		replicas: map[string]*replica{}, claims: map[string]string{}, changed: make(chan struct{}),
+		replicas: map[string]*replica{}, claims: map[string]*registry.ReplayClaim{}, changed: make(chan struct{}),
 	}
 	if cp.ttl == 0 {
-		cp.ttl = 30 * time.Second
+		cp.ttl = registry.DefaultLeaseTTL
+	}
+	if cp.ttl < registry.MinLeaseTTL || cp.ttl > registry.MaxLeaseTTL {
+		t.Fatalf("hostsdktest: ControlPlaneConfig.LeaseTTL %s is outside %s..%s, the bounds of the real control plane", cp.ttl, registry.MinLeaseTTL, registry.MaxLeaseTTL)
 	}
 	if cp.now == nil {
 		cp.now = time.Now
@@ -197,10 +227,15 @@ func (cp *ControlPlane) Provision(spec ReplicaSpec) {
 	if spec.Capacity == 0 {
 		spec.Capacity = 1 << 16
 	}
-	cp.replicas[spec.ID] = &replica{spec: spec, state: ReplicaState{Status: aip.ReplicaOffline, Capacity: spec.Capacity}}
+	r := &replica{spec: spec, rec: registry.ConnectorReplica{
+		ID: spec.ID, InstanceID: spec.InstanceID, VersionID: spec.VersionID, Endpoint: spec.Endpoint,
+		PeerDID: spec.DID, Status: aip.ReplicaOffline, Capacity: spec.Capacity,
+	}}
+	r.sync()
+	cp.replicas[spec.ID] = r
 }
 
-// FailNext injects fault into the next n requests.
+// FailNext injects fault into the next n requests, in arrival order.
 func (cp *ControlPlane) FailNext(n int, fault Fault) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -235,14 +270,17 @@ func (cp *ControlPlane) Replica(id string) (ReplicaState, bool) {
 	return r.state, true
 }
 
-// ExpireLease expires a replica's lease now, as the maintenance loop would
-// (status offline, request identity cleared).
+// ExpireLease expires a live (ready or draining) replica's lease now, as
+// the real maintenance loop does once a lease runs out
+// (registry.ExpireReplica: status offline, lease ended, health revision
+// raised by one, no active assignments, last request cleared). An offline
+// replica is left as it is.
 func (cp *ControlPlane) ExpireLease(id string) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	if r, ok := cp.replicas[id]; ok {
-		r.state.Status, r.state.LeaseExpiresAt = aip.ReplicaOffline, cp.now()
-		r.state.LastRequestID, r.state.LastRequestDigest = "", ""
+	if r, ok := cp.replicas[id]; ok && r.rec.Status != aip.ReplicaOffline {
+		registry.ExpireReplica(&r.rec, cp.now())
+		r.sync()
 	}
 }
 
@@ -269,30 +307,34 @@ func (cp *ControlPlane) record(op Operation) {
 	cp.changed = make(chan struct{})
 }
 
-func (cp *ControlPlane) serve(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, aip.MaxControlBytes))
-	if err != nil {
-		http.Error(w, `{"error":{"code":"connector_control.too_large"}}`, http.StatusRequestEntityTooLarge)
-		return
-	}
-	recv, err := aip.OpenControlRequest(body)
-	if err != nil {
-		http.Error(w, `{"error":{"code":"connector_control.malformed","message":"`+escape(err.Error())+`"}}`, http.StatusBadRequest)
-		return
-	}
-	req := &recv.Request
-	now := cp.now()
-	op := Operation{At: now, Op: req.Command.Operation, RequestID: req.RequestID, ReplicaID: req.Command.ReplicaID()}
-	if hb := req.Command.Heartbeat; hb != nil {
-		op.PreviousSequence, op.InFlight, op.ConnectorReady = hb.PreviousSequence, hb.InFlight, hb.ConnectorReady
-	}
-	if tr := req.Command.Transition; tr != nil {
-		op.PreviousSequence = tr.PreviousSequence
-	}
-	op.Digest, _ = aip.ControlRequestDigest(req)
+// answer is what the fake tells one lifecycle request.
+type answer struct {
+	status    int
+	requestID string
+	outcome   aip.ControlOutcome
+}
 
+func rejection(status int, format string, args ...any) *answer {
+	return &answer{status: status, outcome: aip.RejectedOutcome(aip.CodeControlRejected, fmt.Sprintf(format, args...), false)}
+}
+
+func unavailable(message string) *answer {
+	return &answer{status: http.StatusServiceUnavailable, outcome: aip.RejectedOutcome(aip.CodeControlUnavailable, message, true)}
+}
+
+// serve answers one lifecycle request as controlplane.Service does (its
+// process order, the registry's lifecycle rules, its signed answers), with
+// the next queued fault applied.
+func (cp *ControlPlane) serve(w http.ResponseWriter, r *http.Request) {
+	var body []byte
+	var readErr error
+	if r.ContentLength <= aip.MaxControlBytes {
+		body, readErr = io.ReadAll(http.MaxBytesReader(w, r.Body, aip.MaxControlBytes))
+	}
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
+	now := cp.now()
+	op := Operation{At: now}
 	var fault Fault
 	if len(cp.faults) > 0 {
 		fault, cp.faults = cp.faults[0], cp.faults[1:]
@@ -300,165 +342,181 @@ func (cp *ControlPlane) serve(w http.ResponseWriter, r *http.Request) {
 		fault = FaultUnavailable
 	}
 	op.Fault = fault
-	outcome, apply := cp.decide(recv, &op, now, fault)
+	// 1. The body.
+	var a *answer
+	var recv *aip.ReceivedControlRequest
+	switch {
+	case r.ContentLength > aip.MaxControlBytes:
+		a = rejection(http.StatusRequestEntityTooLarge, "the request body is %d bytes; a lifecycle request is at most %d", r.ContentLength, aip.MaxControlBytes)
+	case readErr != nil:
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(readErr, &tooLarge) {
+			a = rejection(http.StatusRequestEntityTooLarge, "the request body exceeds %d bytes, the limit of a lifecycle request", aip.MaxControlBytes)
+		} else {
+			a = unavailable("the request body could not be read; resend the same request")
+		}
+	default:
+		var err error
+		if recv, err = aip.OpenControlRequest(body); err != nil {
+			a = rejection(http.StatusForbidden, "malformed lifecycle request: %v", err)
+		}
+	}
+	if recv != nil {
+		req := &recv.Request
+		op.Op, op.RequestID, op.ReplicaID = req.Command.Operation, req.RequestID, req.Command.ReplicaID()
+		if hb := req.Command.Heartbeat; hb != nil {
+			op.PreviousSequence, op.InFlight, op.ConnectorReady = hb.PreviousSequence, hb.InFlight, hb.ConnectorReady
+		}
+		if tr := req.Command.Transition; tr != nil {
+			op.PreviousSequence = tr.PreviousSequence
+		}
+		op.Digest, _ = aip.ControlRequestDigest(req)
+	}
 	switch fault {
 	case FaultUnavailable:
-		outcome, apply = aip.RejectedOutcome(aip.CodeControlUnavailable, "injected: the lifecycle service is unavailable", true), nil
+		a = unavailable("injected: the lifecycle service is unavailable")
 	case FaultReject:
-		outcome, apply = aip.RejectedOutcome(aip.CodeControlRejected, "injected: the request is rejected", false), nil
+		a = rejection(http.StatusForbidden, "injected: the request is rejected")
 	case FaultUnsigned:
 		cp.record(op)
 		http.Error(w, "bad gateway", http.StatusBadGateway)
 		return
+	default:
+		if a == nil {
+			a = cp.decide(recv, &op, now)
+		}
 	}
-	if apply != nil {
-		apply()
-	}
+	a.requestID = op.RequestID
 	if fault == FaultDropResponse {
 		cp.record(op)
 		panic(http.ErrAbortHandler)
 	}
-	op.Outcome, op.Code, op.Message = outcome.Status, outcome.Code, outcome.Message
-	if outcome.Lease != nil {
-		op.Sequence = outcome.Lease.Sequence
+	op.Outcome, op.Code, op.Message = a.outcome.Status, a.outcome.Code, a.outcome.Message
+	if a.outcome.Lease != nil {
+		op.Sequence = a.outcome.Lease.Sequence
 	}
 	cp.record(op)
 	resp := aip.ControlResponse{
-		RequestID: req.RequestID, IssuedAt: aip.At(now), ExpiresAt: aip.At(now.Add(aip.MaxMessageLifetime)),
-		SignerDID: cp.key.DID(), Outcome: outcome,
+		RequestID: a.requestID, IssuedAt: aip.At(now), ExpiresAt: aip.At(now.Add(aip.MaxMessageLifetime)),
+		SignerDID: cp.key.DID(), Outcome: a.outcome,
 	}
 	raw, err := aip.Seal(cp.key, aip.SignedResponseField, &resp)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	if err != nil {
-		http.Error(w, `{"error":{"code":"connector_control.response_signing"}}`, http.StatusInternalServerError)
+		w.WriteHeader(http.StatusInternalServerError)
+		raw, _ = json.Marshal(aip.ErrorBody{Error: *aip.NewProtocolError(aip.CodeControlResponseSigning, aip.CategoryPermanent, false, 0, "the control plane could not sign its response")})
+		w.Write(raw)
 		return
 	}
-	status := http.StatusOK
-	if outcome.Status == aip.OutcomeRejected {
-		status = http.StatusForbidden
-		if outcome.Retryable {
-			status = http.StatusServiceUnavailable
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
+	w.WriteHeader(a.status)
 	w.Write(raw)
 }
 
-// decide checks a request and returns its outcome and the state change to
-// apply (nil for rejections and replays). Callers hold cp.mu.
-func (cp *ControlPlane) decide(recv *aip.ReceivedControlRequest, op *Operation, now time.Time, fault Fault) (aip.ControlOutcome, func()) {
+// decide runs the checks after the body, in controlplane.Service's order
+// (window, replica named, pre-provisioned, signer, signature, digest), then
+// decides the command with registry.DecideLifecycle, the rules every
+// registry backend applies, and commits its change and replay claim.
+// Callers hold cp.mu.
+func (cp *ControlPlane) decide(recv *aip.ReceivedControlRequest, op *Operation, now time.Time) *answer {
 	req := &recv.Request
-	reject := func(format string, args ...any) (aip.ControlOutcome, func()) {
-		return aip.RejectedOutcome(aip.CodeControlRejected, fmt.Sprintf(format, args...), false), nil
-	}
+	// 2. The freshness window.
 	if err := aip.CheckWindow(now, req.IssuedAt.Time, req.ExpiresAt.Time); err != nil {
-		return reject("%v", err)
+		return rejection(http.StatusForbidden, "%v", err)
 	}
-	r, ok := cp.replicas[op.ReplicaID]
+	if op.ReplicaID == "" {
+		return rejection(http.StatusForbidden, "the %s command names no replica", op.Op)
+	}
+	// 3. The replica is pre-provisioned.
+	rp, ok := cp.replicas[op.ReplicaID]
 	if !ok {
-		return reject("replica %s is not pre-provisioned", op.ReplicaID)
+		return rejection(http.StatusForbidden,
+			"replica %s is not pre-provisioned; an operator must create it (offline, with this host's DID) before the host registers", op.ReplicaID)
 	}
-	if err := recv.VerifyFrom(r.spec.DID); err != nil {
-		return reject("signature: %v", err)
+	// 4. The signer is the replica.
+	if req.SignerDID != rp.spec.DID {
+		return rejection(http.StatusForbidden, "signer_did %s is not the DID pre-provisioned for replica %s", req.SignerDID, op.ReplicaID)
 	}
-	st := &r.state
-	if committed, seen := cp.claims[req.RequestID]; seen {
-		if st.LastRequestID == req.RequestID && st.LastRequestDigest == op.Digest && committed == op.Digest {
-			op.Replayed = true
-			if req.Command.Operation == aip.OpOffline {
-				return aip.OfflineOutcome(), nil
-			}
-			return aip.LeaseOutcome(aip.Lease{Sequence: st.HealthRevision, ExpiresAt: aip.At(st.LeaseExpiresAt)}), nil
-		}
-		return reject("request %s was already consumed by another lifecycle state", req.RequestID)
+	// 5. The signature.
+	pub, err := aip.ParseDIDKey(rp.spec.DID)
+	if err != nil {
+		return rejection(http.StatusForbidden, "replica %s is provisioned with DID %s: %v", op.ReplicaID, rp.spec.DID, err)
 	}
-	if fault == FaultUnavailable || fault == FaultReject || fault == FaultUnsigned {
-		return aip.ControlOutcome{}, nil
+	if err := recv.Signed.Verify(pub); err != nil {
+		return rejection(http.StatusForbidden, "%v", err)
 	}
-	commit := func(status aip.ReplicaStatus, leaseUntil time.Time) func() {
-		return func() {
-			st.Status, st.LeaseExpiresAt = status, aip.At(leaseUntil).Time
-			st.HealthRevision++
-			st.LastRequestID, st.LastRequestDigest = req.RequestID, op.Digest
-			cp.claims[req.RequestID] = op.Digest
-		}
+	// 6. The digest.
+	digest, err := aip.ControlRequestDigest(req)
+	if err != nil {
+		return rejection(http.StatusForbidden, "malformed lifecycle request: %v", err)
 	}
-	leaseUntil := now.Add(cp.ttl)
-	switch c := &req.Command; c.Operation {
-	case aip.OpRegister:
-		reg := c.Register
-		rp := &reg.Replica
-		if rp.Status != aip.ReplicaReady || rp.ActiveAssignments != 0 || rp.HealthRevision != 0 || rp.LastControlRequestID != "" {
-			return reject("a registration must propose status ready, zero assignments, health revision zero and no previous request")
-		}
-		if rp.PeerDID != r.spec.DID {
-			return reject("peer_did %s is not the provisioned DID", rp.PeerDID)
-		}
-		for _, f := range []struct{ name, got, want string }{
-			{"instance_id", rp.InstanceID, r.spec.InstanceID},
-			{"version_id", rp.VersionID, r.spec.VersionID},
-			{"endpoint", rp.Endpoint, r.spec.Endpoint},
-			{"tenant_id", reg.TenantID, r.spec.TenantID},
-			{"manifest_digest", reg.ManifestDigest, r.spec.ManifestDigest},
-			{"artifact_digest", reg.ArtifactDigest, r.spec.ArtifactDigest},
-		} {
-			if f.want != "" && f.got != f.want {
-				return reject("registration %s %q does not match the registry (%q)", f.name, f.got, f.want)
-			}
-		}
-		if r.spec.ConfigRevision != 0 && reg.ConfigRevision != r.spec.ConfigRevision {
-			return reject("config_revision %d does not match the registry (%d)", reg.ConfigRevision, r.spec.ConfigRevision)
-		}
-		leaseLive := st.Status != aip.ReplicaOffline && st.LeaseExpiresAt.After(now)
-		if leaseLive || (st.Status == aip.ReplicaOffline && st.ActiveAssignments > 0 && st.LeaseExpiresAt.After(now)) {
-			return reject("replica %s may re-register only after a clean offline transition or lease expiry", r.spec.ID)
-		}
-		if st.ActiveAssignments > rp.Capacity {
-			return reject("capacity %d is below the %d retained assignments", rp.Capacity, st.ActiveAssignments)
-		}
-		st.Capacity = rp.Capacity
-		return aip.LeaseOutcome(aip.Lease{Sequence: st.HealthRevision + 1, ExpiresAt: aip.At(leaseUntil)}), commit(aip.ReplicaReady, leaseUntil)
-	case aip.OpHeartbeat:
-		hb := c.Heartbeat
-		if hb.InFlight > st.Capacity {
-			return reject("in_flight %d exceeds the capacity %d", hb.InFlight, st.Capacity)
-		}
-		if st.Status == aip.ReplicaOffline {
-			return reject("replica %s is offline; register again", r.spec.ID)
-		}
-		if hb.PreviousSequence != st.HealthRevision {
-			return reject("replica %s lost its lease-sequence fence (previous_sequence %d, registry %d)", r.spec.ID, hb.PreviousSequence, st.HealthRevision)
-		}
-		if !hb.ConnectorReady {
-			return aip.LeaseOutcome(aip.Lease{Sequence: st.HealthRevision + 1, ExpiresAt: aip.At(now)}), commit(aip.ReplicaOffline, now)
-		}
-		return aip.LeaseOutcome(aip.Lease{Sequence: st.HealthRevision + 1, ExpiresAt: aip.At(leaseUntil)}), commit(aip.ReplicaReady, leaseUntil)
-	case aip.OpDrain, aip.OpOffline:
-		tr := c.Transition
-		if tr.PreviousSequence != st.HealthRevision {
-			return reject("replica %s lost its lease-sequence fence (previous_sequence %d, registry %d)", r.spec.ID, tr.PreviousSequence, st.HealthRevision)
-		}
-		if c.Operation == aip.OpOffline {
-			return aip.OfflineOutcome(), commit(aip.ReplicaOffline, now)
-		}
-		if st.Status == aip.ReplicaOffline {
-			return reject("replica %s is offline", r.spec.ID)
-		}
-		return aip.LeaseOutcome(aip.Lease{Sequence: st.HealthRevision + 1, ExpiresAt: aip.At(leaseUntil)}), commit(aip.ReplicaDraining, leaseUntil)
+	// 7. Replay and the operation's rules.
+	cmd := registry.LifecycleCommand{
+		RequestID: req.RequestID, Digest: digest, ExpiresAt: req.ExpiresAt.Time,
+		Command: req.Command, LeaseTTL: cp.ttl,
 	}
-	return reject("unknown operation %q", req.Command.Operation)
+	stored := rp.rec
+	in := registry.LifecycleInput{Now: now, Replica: &stored, Claim: cp.claims[req.RequestID]}
+	if reg := req.Command.Register; req.Command.Operation == aip.OpRegister && reg != nil {
+		in.Instance, in.Version = rp.admitted(&stored, reg)
+	}
+	dec := registry.DecideLifecycle(&cmd, in)
+	if dec.Write {
+		rp.rec = dec.Result.Replica
+		rp.sync()
+	}
+	if dec.Claim != nil {
+		claim := *dec.Claim
+		cp.claims[claim.RequestID] = &claim
+	}
+	if err := dec.Result.Err; err != nil {
+		var rej *registry.LifecycleRejection
+		if errors.As(err, &rej) {
+			return rejection(http.StatusForbidden, "%s: %s", rej.Rule, rej.Reason)
+		}
+		return rejection(http.StatusForbidden, "%v", err)
+	}
+	op.Replayed = dec.Result.Replayed
+	return &answer{status: http.StatusOK, outcome: dec.Result.Outcome}
 }
 
-func escape(s string) string {
-	var b bytes.Buffer
-	for _, r := range s {
-		if r == '"' || r == '\\' || r < 0x20 {
-			continue
+// admitted completes a registering replica's stored identity and returns
+// the instance and version the registry would hold for it: what the spec
+// sets is fixed, what it leaves empty is taken from the registration (so it
+// always matches). The registry's rules then compare the registration with
+// them.
+func (r *replica) admitted(stored *registry.ConnectorReplica, reg *aip.Registration) (*registry.ConnectorInstance, *registry.LifecycleVersion) {
+	p := &reg.Replica
+	or := func(set, proposed string) string {
+		if set != "" {
+			return set
 		}
-		b.WriteRune(r)
+		return proposed
 	}
-	return b.String()
+	stored.InstanceID = or(r.spec.InstanceID, p.InstanceID)
+	stored.VersionID = or(r.spec.VersionID, p.VersionID)
+	stored.Endpoint = or(r.spec.Endpoint, p.Endpoint)
+	stored.PeerPrincipalID, stored.PeerPrincipalKind = p.PeerPrincipalID, p.PeerPrincipalKind
+	stored.TrustDomain, stored.TransportProfile, stored.Topology = p.TrustDomain, p.TransportProfile, p.Topology
+	configRevision := reg.ConfigRevision
+	if r.spec.ConfigRevision != 0 {
+		configRevision = r.spec.ConfigRevision
+	}
+	inst := &registry.ConnectorInstance{
+		ID: stored.InstanceID, ConnectorTypeID: fakeConnectorType, VersionID: stored.VersionID,
+		TenantID: or(r.spec.TenantID, reg.TenantID), ConfigRevision: configRevision,
+		SecretProviderRef: reg.SecretProviderRef, Status: registry.InstanceEnabled,
+	}
+	v := &registry.LifecycleVersion{
+		ID: stored.VersionID, ConnectorTypeID: fakeConnectorType, Status: registry.VersionActive, Qualified: true,
+		ManifestDigest: or(r.spec.ManifestDigest, reg.ManifestDigest), ArtifactDigest: or(r.spec.ArtifactDigest, reg.ArtifactDigest),
+		CapabilityCount: int(reg.CapabilityCount), AgentID: p.PeerPrincipalID, AgentKind: p.PeerPrincipalKind,
+	}
+	return inst, v
 }
+
+// fakeConnectorType is the connector type of the instance and version the
+// fake admits for a registration.
+const fakeConnectorType = "ctype_hostsdktest"
 
 // handlerTransport serves requests with an http.Handler in process.
 type handlerTransport struct{ h http.Handler }
