@@ -52,6 +52,21 @@ var hostsdkForbidden = []string{
 	module + "/controlplane",
 }
 
+// hostsdktestForbidden is hostsdkForbidden for hostsdk/hostsdktest, the
+// test kit: its fake control plane decides lifecycle requests with the
+// registry package's own rule functions (registry.DecideLifecycle), so that
+// it cannot drift from the real control plane — the registry's contracts
+// and rules, which import only aip, never a registry backend, the
+// dispatcher or the control plane.
+var hostsdktestForbidden = []string{
+	"github.com/jackc/pgx/v5",
+	"github.com/go-chi/chi/v5",
+	module + "/registry/memregistry",
+	module + "/registry/pgregistry",
+	module + "/registry/dispatch",
+	module + "/controlplane",
+}
+
 func TestHostSDKImportDirection(t *testing.T) {
 	pkgs := goList(t, module+"/hostsdk/...")
 	checked := 0
@@ -60,7 +75,18 @@ func TestHostSDKImportDirection(t *testing.T) {
 			continue // the optional PostgreSQL journal is the one place pgx may appear
 		}
 		checked++
-		for _, dep := range violations(t, pkg, hostsdkForbidden) {
+		forbidden := hostsdkForbidden
+		if pkg == module+"/hostsdk/hostsdktest" {
+			forbidden = hostsdktestForbidden
+			// The registry package it may use imports nothing of this
+			// module but aip.
+			for _, dep := range goList(t, "-deps", "-f", "{{.ImportPath}}", module+"/registry") {
+				if strings.HasPrefix(dep, module+"/") && dep != module+"/registry" && dep != module+"/aip" {
+					t.Errorf("registry depends on %s, which hostsdktest would then import", dep)
+				}
+			}
+		}
+		for _, dep := range violations(t, pkg, forbidden) {
 			t.Errorf("%s depends on %s; hostsdk must not import pgx, chi, the registry, the dispatcher or the control plane (see ARCHITECTURE.md)", pkg, dep)
 		}
 	}
