@@ -1,6 +1,9 @@
 // Package hostsdktest lets connector authors test a connector built with
 // hostsdk over the real transport: an in-process fake control plane that
-// speaks the signed lifecycle protocol (ControlPlane), a fake dispatcher that
+// speaks the signed lifecycle protocol and decides each request with the
+// registry's own lifecycle rules, as the real control plane does
+// (ControlPlane; a parity test holds the two to the same answers), a fake
+// dispatcher that
 // signs real native envelopes with the pinned route and verifies the host's
 // signed answers (Dispatcher), a fake connector-event ingress that checks
 // the host's signed event deliveries against the control plane's registry
