@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
@@ -143,9 +143,9 @@ func TestReadyDetailOnlyForOperatorsAndLocalPeers(t *testing.T) {
 func TestReadyFailureIsLogged(t *testing.T) {
 	clock := registrytest.NewClock(registrytest.Epoch)
 	b := newMemBackend(t, clock)
-	var logs strings.Builder
+	var logs hostsdktest.LogBuffer
 	svc, err := controlplane.New(controlKey, failingProbe{b.Store}, controlplane.Config{Now: clock.Now, DisableMaintenance: true,
-		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,16 +156,4 @@ func TestReadyFailureIsLogged(t *testing.T) {
 	if n := strings.Count(logs.String(), "installed schema 6, this build needs 7"); n != 1 {
 		t.Fatalf("the failing check was logged %d times, want once:\n%s", n, logs.String())
 	}
-}
-
-// syncWriter serialises writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

@@ -576,7 +576,7 @@ func TestShortGrantedLeaseIsReported(t *testing.T) {
 			cfg := hostsdktest.HostConfig(t, cp, d, ml)
 			cfg.Journal = memjournal.New()
 			cfg.HeartbeatInterval = 6 * time.Second
-			var logs syncBuffer
+			var logs hostsdktest.LogBuffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			h := hostsdktest.StartHost(t, cfg, newTestConnector())
 			if got := strings.Contains(logs.String(), "lease shorter than two heartbeat intervals"); got != c.warn {
