@@ -86,6 +86,29 @@
 // do not wait for each other there and can share their WAL flushes. The
 // ledger adds a scope's stripes up.
 //
+// # Lease maintenance
+//
+// ExpireStaleReplicas (run by the control plane's maintenance every
+// cycle) takes up to its limit of stale replicas, oldest lease first, that
+// no other transaction holds (FOR UPDATE SKIP LOCKED), releases their
+// reservations (the route rows, then the counters by scope kind, key and
+// stripe, in the lock order above) and takes them offline, all in one
+// transaction. Maintenance transactions bound their lock waits on the
+// server: with a deadline, lock_timeout is three quarters of the time
+// left, so a row another session holds (a dispatcher stuck mid-transaction
+// on a tenant's admission counter) fails the statement before the caller
+// gives up, and the replica rows taken are released when the call returns.
+// The stuck replica has the oldest lease, so every batch would take it
+// first and fail; when the batch fails on a lock timeout, the replicas it
+// took are expired again one per transaction, each re-taken only if still
+// stale and free, with an equal share of the time left (its lock wait
+// three quarters of that share), so the call still ends within the
+// caller's deadline. Those that time out stay online for a later pass; the
+// call fails only when it could expire none of them, so a lone stuck
+// replica still fails the maintenance cycle (and the control plane's
+// readiness reports it), while the other tenants' stale replicas are
+// expired. ReleaseStrandedReservations takes its locks in the same order.
+//
 // # Round trips
 //
 // The hot paths are pipelined. A new route is two round trips (the

@@ -24,6 +24,11 @@ WHERE status <> 'offline' AND lease_expires_at_ms <= $1
 ORDER BY lease_expires_at_ms, replica_id
 LIMIT $2
 FOR UPDATE SKIP LOCKED`
+	// staleReplica takes the replica $2 if its lease is still expired at
+	// $1 and no other transaction holds it.
+	staleReplica = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas
+WHERE replica_id = $2 AND status <> 'offline' AND lease_expires_at_ms <= $1
+FOR UPDATE SKIP LOCKED`
 	releaseExpiredRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $2
 WHERE replica_id = ANY($1) AND reserved
 RETURNING replica_id, admission, retry, counter_stripe`
@@ -81,7 +86,11 @@ GROUP BY scope_kind, scope_key HAVING sum(active) > 0 ORDER BY scope_kind, scope
 
 // ExpireStaleReplicas implements registry.FleetStatus. Replicas another
 // transaction holds are skipped (FOR UPDATE SKIP LOCKED) and taken by a
-// later pass.
+// later pass. It expires the batch in one transaction; when that one fails
+// on a lock another session holds past its bounded wait (a route or counter
+// row of a dispatcher stuck mid-transaction), it expires the replicas it
+// had taken one per transaction instead (expireOneByOne), so one stuck
+// lock does not keep every other stale replica online.
 func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -89,47 +98,114 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 	if limit < 1 {
 		return 0, fmt.Errorf("%w: expiry limit %d must be at least 1", registry.ErrInvalid, limit)
 	}
-	var n int
+	var taken []string
 	err := r.inTx(ctx, r.data, "expire stale replicas", func(tx pgx.Tx) error {
 		if err := boundLockWait(ctx, tx); err != nil {
 			return err
 		}
-		now := r.clock()
-		nowMS := toMS(now)
-		rows, err := tx.Query(ctx, staleReplicas, nowMS, limit)
-		if err != nil {
-			return err
-		}
-		stale, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (registry.ConnectorReplica, error) { return scanReplica(row) })
-		if err != nil {
-			return err
-		}
-		n = len(stale)
-		if n == 0 {
-			return nil
-		}
-		ids, leases, healths := make([]string, n), make([]int64, n), make([]int64, n)
-		for i := range stale {
-			registry.ExpireReplica(&stale[i], now)
-			ids[i], leases[i], healths[i] = stale[i].ID, toMS(stale[i].LeaseExpiresAt), int64(stale[i].HealthRevision)
-		}
-		rows, err = tx.Query(ctx, releaseExpiredRoutes, ids, nowMS)
-		if err != nil {
-			return err
-		}
-		rel, err := collectReleased(rows)
-		if err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		rel.queueCounters(b)
-		b.Queue(expireReplicas, ids, leases, healths, nowMS)
-		return tx.SendBatch(ctx, b).Close()
+		var err error
+		taken, err = expireTaken(ctx, tx, r.clock(), staleReplicas, limit)
+		return err
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		return len(taken), nil
+	case isLockTimeout(err) && len(taken) > 0:
+		return r.expireOneByOne(ctx, taken, err)
+	default:
 		return 0, err
 	}
+}
+
+// expireOneByOne expires the replicas ids, which a batch that failed on a
+// lock timeout (batchErr) had taken, each in a transaction of its own that
+// re-takes it only if it is still stale and no other transaction holds it.
+// Each transaction gets an equal share of the time left before ctx's
+// deadline (the lock wait three quarters of it, boundLockWait), so the call
+// ends within the caller's deadline however many of them wait; what a
+// transaction does not use goes to the ones after it. A replica whose
+// transaction times out on a lock stays online for a later pass. It fails
+// only when it expired none and one of them timed out (with that error), or
+// on any other failure (with the count expired before it).
+func (r *Registry) expireOneByOne(ctx context.Context, ids []string, batchErr error) (int, error) {
+	n, lastErr := 0, batchErr
+	for i, id := range ids {
+		if ctx.Err() != nil {
+			break
+		}
+		one, cancel := shareOfTimeLeft(ctx, len(ids)-i)
+		var got []string
+		err := r.inTx(one, r.data, "expire stale replica", func(tx pgx.Tx) error {
+			if err := boundLockWait(one, tx); err != nil {
+				return err
+			}
+			var err error
+			got, err = expireTaken(one, tx, r.clock(), staleReplica, id)
+			return err
+		})
+		timedOut := one.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			n += len(got)
+		case isLockTimeout(err) || timedOut:
+			lastErr = err
+		default:
+			return n, err
+		}
+	}
+	if n == 0 {
+		if err := ctx.Err(); err != nil {
+			return 0, storageErr("expire stale replicas", err)
+		}
+		return 0, lastErr
+	}
 	return n, nil
+}
+
+// shareOfTimeLeft returns ctx bounded to one k-th of the time left before
+// its deadline, or ctx itself when it has none.
+func shareOfTimeLeft(ctx context.Context, k int) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, time.Until(dl)/time.Duration(k))
+}
+
+// expireTaken expires, in tx at now, the replicas the query stale ($1 the
+// time, $2 arg) takes FOR UPDATE: it releases their reservations (the
+// route rows, then the counters in scope kind, key and stripe order, as the
+// package comment's lock order has them) and takes them offline. It
+// returns the IDs taken, also when a later statement failed.
+func expireTaken(ctx context.Context, tx pgx.Tx, now time.Time, stale string, arg any) ([]string, error) {
+	nowMS := toMS(now)
+	rows, err := tx.Query(ctx, stale, nowMS, arg)
+	if err != nil {
+		return nil, err
+	}
+	reps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (registry.ConnectorReplica, error) { return scanReplica(row) })
+	if err != nil || len(reps) == 0 {
+		return nil, err
+	}
+	n := len(reps)
+	ids, leases, healths := make([]string, n), make([]int64, n), make([]int64, n)
+	for i := range reps {
+		registry.ExpireReplica(&reps[i], now)
+		ids[i], leases[i], healths[i] = reps[i].ID, toMS(reps[i].LeaseExpiresAt), int64(reps[i].HealthRevision)
+	}
+	rows, err = tx.Query(ctx, releaseExpiredRoutes, ids, nowMS)
+	if err != nil {
+		return ids, err
+	}
+	rel, err := collectReleased(rows)
+	if err != nil {
+		return ids, err
+	}
+	b := &pgx.Batch{}
+	rel.queueCounters(b)
+	b.Queue(expireReplicas, ids, leases, healths, nowMS)
+	return ids, tx.SendBatch(ctx, b).Close()
 }
 
 // boundLockWait bounds the lock waits of a maintenance transaction on the
