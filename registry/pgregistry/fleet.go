@@ -111,14 +111,14 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 	case err == nil:
 		return len(taken), nil
 	case isLockTimeout(err) && len(taken) > 0:
-		return r.expireOneByOne(ctx, taken, err)
+		return r.expireOneByOne(ctx, taken)
 	default:
 		return 0, err
 	}
 }
 
 // expireOneByOne expires the replicas ids, which a batch that failed on a
-// lock timeout (batchErr) had taken, each in a transaction of its own that
+// lock timeout had taken, each in a transaction of its own that
 // re-takes it only if it is still stale and no other transaction holds it.
 // Each transaction gets an equal share of the time left before ctx's
 // deadline (the lock wait three quarters of it, boundLockWait), so the call
@@ -127,8 +127,11 @@ func (r *Registry) ExpireStaleReplicas(ctx context.Context, limit int) (int, err
 // transaction times out on a lock stays online for a later pass. It fails
 // only when it expired none and one of them timed out (with that error), or
 // on any other failure (with the count expired before it).
-func (r *Registry) expireOneByOne(ctx context.Context, ids []string, batchErr error) (int, error) {
-	n, lastErr := 0, batchErr
+func (r *Registry) expireOneByOne(ctx context.Context, ids []string) (int, error) {
+	var (
+		n       int
+		lastErr error
+	)
 	for i, id := range ids {
 		if ctx.Err() != nil {
 			break
@@ -154,13 +157,14 @@ func (r *Registry) expireOneByOne(ctx context.Context, ids []string, batchErr er
 			return n, err
 		}
 	}
-	if n == 0 {
-		if err := ctx.Err(); err != nil {
-			return 0, storageErr("expire stale replicas", err)
-		}
-		return 0, lastErr
+	switch {
+	case n > 0:
+		return n, nil
+	case ctx.Err() != nil:
+		return 0, storageErr("expire stale replicas", ctx.Err())
+	default:
+		return 0, lastErr // nil when none was still stale and free
 	}
-	return n, nil
 }
 
 // shareOfTimeLeft returns ctx bounded to one k-th of the time left before
