@@ -172,7 +172,7 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, fleet *regis
 		fmt.Fprintf(e.stderr, "waiting for another registry apply to finish (Ctrl-C to give up)\n")
 	})
 	if err != nil {
-		return fmt.Errorf("open the registry (control pool): %w", err)
+		return fmt.Errorf("take the registry apply lock (check --database-url-file and that the database is reachable): %w", err)
 	}
 	defer unlock()
 	reg, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL, ControlMaxConns: 1, DataMaxConns: 1})
