@@ -551,7 +551,9 @@ func (m *MCP) checkTools(sess *mcp.ClientSession) {
 	defer cancel()
 	tools, err := listTools(ctx, sess)
 	if err != nil {
-		m.log.Warn("tools/list after a list_changed notification", "error", m.redact(err))
+		err = m.redact(err)
+		m.log.Warn("tools/list after a list_changed notification", "error", err)
+		m.downIfGone(sess, "tools/list", err)
 		return
 	}
 	m.observe(tools, sess.InitializeResult())
@@ -578,7 +580,9 @@ func (m *MCP) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.
 	defer cancel()
 	tools, err := listTools(ctx, sess)
 	if err != nil {
-		return nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), m.redact(err))
+		err = m.redact(err)
+		m.downIfGone(sess, "tools/list", err)
+		return nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), err)
 	}
 	man, infos, skipped := toolManifest(agentFor(m.cfg.AgentID, sess.InitializeResult()), m.cfg.CapabilityPrefix, m.cfg.Tools, tools)
 	for _, s := range skipped {
@@ -617,7 +621,7 @@ func (m *MCP) CheckHealth(ctx context.Context) error {
 		m.status.setHealthy(false)
 		err = m.redact(err)
 		if sessionGone(err) {
-			m.requestDown(sess, fmt.Sprintf("the MCP session is gone (ping: %v)", err))
+			m.downIfGone(sess, "ping", err)
 		} else {
 			m.noteUnanswered(ctx, sess, err)
 		}
@@ -626,6 +630,15 @@ func (m *MCP) CheckHealth(ctx context.Context) error {
 	m.noteAnswered(sess)
 	m.status.setHealthy(true)
 	return m.drift.err()
+}
+
+// downIfGone has the loop take sess down at once when err, from a request
+// of method on it, says the session is over, rather than waiting for the
+// next health check's ping to find out.
+func (m *MCP) downIfGone(sess *mcp.ClientSession, method string, err error) {
+	if sessionGone(err) {
+		m.requestDown(sess, fmt.Sprintf("the MCP session is gone (%s: %v)", method, err))
+	}
 }
 
 // sessionGone reports the errors that say the session is over: the

@@ -450,3 +450,66 @@ func TestMCPRestartUnresponsiveConfig(t *testing.T) {
 		t.Errorf("attached: %v", err)
 	}
 }
+
+// missingListConn fails the writes of tools/list requests, once armed, as
+// an HTTP client does when the server no longer knows the session.
+type missingListConn struct {
+	mcp.Connection
+	armed *atomic.Bool
+}
+
+func (c missingListConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/list" && c.armed.Load() {
+		return fmt.Errorf("test: POST answered 404: %w", mcp.ErrSessionMissing)
+	}
+	return c.Connection.Write(ctx, msg)
+}
+
+// TestMCPToolListFindingTheSessionGoneReconnects: a tools/list that finds
+// the session gone — the host asking for the manifest, or the sidecar
+// checking the list after a list_changed notification — has the session
+// re-established at once, as a call or a ping that finds it gone does,
+// without waiting for the next health check (none runs here).
+func TestMCPToolListFindingTheSessionGoneReconnects(t *testing.T) {
+	for _, via := range []string{"manifest", "list_changed"} {
+		t.Run(via, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ts := newTestMCPServer(t)
+				rig := &severingRig{server: ts.server, conns: make(chan *severableConn, 4)}
+				var armed atomic.Bool
+				var first atomic.Bool
+				first.Store(true)
+				rig.wrap = func(c mcp.Connection) mcp.Connection {
+					if first.Swap(false) {
+						return missingListConn{c, &armed}
+					}
+					return c
+				}
+				m, _ := rig.start(t, MCPConfig{RestartBackoff: 250 * time.Millisecond})
+				if _, err := m.Manifest(t.Context(), hostsdk.TenantContext{}); err != nil {
+					t.Fatal(err)
+				}
+				armed.Store(true)
+				switch via {
+				case "manifest":
+					if _, err := m.Manifest(t.Context(), hostsdk.TenantContext{}); !errors.Is(err, mcp.ErrSessionMissing) {
+						t.Fatalf("Manifest on a missing session: %v; want ErrSessionMissing", err)
+					}
+				case "list_changed":
+					ts.server.AddTool(&mcp.Tool{Name: "late", InputSchema: objectSchema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+						return &mcp.CallToolResult{}, nil
+					})
+					time.Sleep(50 * time.Millisecond) // the server sends the notification 10 ms after the change
+				}
+				synctest.Wait()
+				if st := m.snapshot(); st.Restarts != 1 || st.Running || !strings.Contains(st.LastExit, "tools/list") {
+					t.Fatalf("after tools/list found the session missing: status %+v; want the session taken down, saying why", st)
+				}
+				rig.await(t, m, 2)
+				if _, err := m.Manifest(t.Context(), hostsdk.TenantContext{}); err != nil {
+					t.Errorf("Manifest on the new session: %v", err)
+				}
+			})
+		})
+	}
+}
