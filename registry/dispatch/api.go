@@ -48,18 +48,36 @@ type ActionRequest struct {
 	// TimeoutMS bounds the wait for the replica's answer (and the
 	// connector's run); defaults to the dispatcher's default timeout.
 	TimeoutMS *uint64 `json:"timeout_ms,omitempty"`
+
+	// inputChecked records that DecodeActionRequest already found the
+	// whole body (Input included) to be I-JSON, so Validate need not
+	// canonicalize Input a second time.
+	inputChecked bool
 }
 
 // Bounds of an ActionRequest.
 const (
 	MaxIdempotencyKeyBytes = 256
 	MaxCapabilityIDBytes   = registry.MaxIdentifierBytes
+	// MaxInputDepth bounds how deeply the input nests (objects and arrays,
+	// the input's own outermost one included): the signed envelope holds it
+	// three levels down (envelope, body, action), and a replica reads no
+	// envelope nested deeper than the canonical JSON limit of 256 levels.
+	MaxInputDepth = 253
 )
 
 // DecodeActionRequest decodes a request body strictly: unknown fields and
-// trailing data are refused.
+// trailing data are refused, and so is a body that is not I-JSON (RFC
+// 7493: a member name twice in one object — anywhere, the action's own
+// fields included —, a number outside the double range, a lone UTF-16
+// surrogate), which could not be signed and would mean different things
+// to different readers.
 func DecodeActionRequest(body []byte) (ActionRequest, error) {
 	var r ActionRequest
+	if _, err := aip.Canonicalize(body); err != nil {
+		return r, fmt.Errorf("the body is not an action request: %v", err)
+	}
+	r.inputChecked = true
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
@@ -94,7 +112,44 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 		// would overflow and pass.
 		return fmt.Errorf("timeout_ms must be from 1 to %d", maxTimeout.Milliseconds())
 	}
+	if !r.inputChecked {
+		if _, err := aip.Canonicalize(r.Input); err != nil {
+			return fmt.Errorf("input: %v", err)
+		}
+	}
+	if depth := jsonDepth(r.Input); depth > MaxInputDepth {
+		return fmt.Errorf("input nests %d levels deep; at most %d are accepted", depth, MaxInputDepth)
+	}
 	return nil
+}
+
+// jsonDepth returns how deeply the valid JSON text b nests: 0 for a
+// scalar, 1 for an object or array of scalars, and so on.
+func jsonDepth(b []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped character, never a closing quote
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > deepest {
+				deepest = depth
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
 }
 
 // Settlement values an answer reports beside the registry's outcomes.

@@ -1,0 +1,96 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+)
+
+// notRouted fails the test when the action has a route: a refused request
+// must change nothing.
+func (w *world) notRouted(id string) {
+	w.t.Helper()
+	if _, err := w.reg.Assignment(w.ctx, id); !errors.Is(err, registry.ErrNotFound) {
+		w.t.Fatalf("refused action %s was routed (%v)", id, err)
+	}
+	if n := len(w.counter.runs(id)); n != 0 {
+		w.t.Fatalf("refused action %s ran %d times", id, n)
+	}
+}
+
+func errorCode(t *testing.T, body []byte) string {
+	t.Helper()
+	var e struct {
+		Error *aip.ProtocolError `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
+		t.Fatalf("not an error answer: %s", body)
+	}
+	return e.Error.Code
+}
+
+// TestBodiesThatAreNotIJSONAreRefused: a body a signed envelope cannot
+// carry (I-JSON, RFC 7493) is refused before admission with 400
+// dispatch.request_invalid. Duplicate names were read last-wins (a proxy
+// reading the first capability_id saw another action than the one run),
+// and an input with a duplicate name, a number out of the double range or
+// a lone surrogate was routed, reserved and then answered 502
+// dispatch.replica_unreachable ("not sent"), as if the replica were down.
+func TestBodiesThatAreNotIJSONAreRefused(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	for name, body := range map[string]string{
+		"capability_id twice": `{"action_id":%q,"capability_id":"no.such","capability_id":"fleet.say","input":{"text":"x"}}`,
+		"input member twice":  `{"action_id":%q,"capability_id":"fleet.say","input":{"text":"x","text":"y"}}`,
+		"number too large":    `{"action_id":%q,"capability_id":"fleet.say","input":{"text":"x","n":1e400}}`,
+		"lone surrogate":      `{"action_id":%q,"capability_id":"fleet.say","input":{"text":"\ud800"}}`,
+	} {
+		id := aip.NewActionID()
+		status, out, _ := w.call(http.MethodPost, dispatch.PathActions, tenant, fmt.Sprintf(body, id))
+		if status != http.StatusBadRequest || errorCode(t, out) != dispatch.CodeRequestInvalid {
+			t.Errorf("%s: answer %d %s, want 400 %s", name, status, out, dispatch.CodeRequestInvalid)
+		}
+		w.notRouted(id)
+	}
+	w.idle()
+}
+
+// TestInputDepthIsBoundedBeforeRouting: an input nested up to
+// MaxInputDepth levels reaches the replica and completes; one level more
+// could not be signed (the envelope would pass the canonical JSON depth
+// limit) and is refused with 422 dispatch.action_invalid before it is
+// routed. It was routed, reserved and answered 502
+// dispatch.replica_unreachable.
+func TestInputDepthIsBoundedBeforeRouting(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	nested := func(depth int) json.RawMessage { // an object holding depth-1 nested arrays
+		return json.RawMessage(`{"text":"deep","d":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`)
+	}
+	status, resp := w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: nested(dispatch.MaxInputDepth)})
+	if status != http.StatusOK || resp.Result == nil || resp.Result.Status != aip.ResultCompleted {
+		t.Fatalf("input %d levels deep: answer %d %+v", dispatch.MaxInputDepth, status, resp.Error)
+	}
+	id := aip.NewActionID()
+	status, out, _ := w.call(http.MethodPost, dispatch.PathActions, tenant,
+		dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: nested(dispatch.MaxInputDepth + 1)})
+	if status != http.StatusUnprocessableEntity || errorCode(t, out) != dispatch.CodeActionInvalid {
+		t.Fatalf("input %d levels deep: answer %d %s, want 422 %s", dispatch.MaxInputDepth+1, status, out, dispatch.CodeActionInvalid)
+	}
+	w.notRouted(id)
+	// Execute (the embedding entry point) checks the input the same way.
+	id = aip.NewActionID()
+	resp, status = w.d.Execute(w.ctx, tenant, dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: json.RawMessage(`{"text":"a","text":"b"}`)}, nil)
+	if status != http.StatusUnprocessableEntity || resp.Error == nil || resp.Error.Code != dispatch.CodeActionInvalid {
+		t.Fatalf("Execute with a duplicate input member: %d %+v", status, resp.Error)
+	}
+	w.notRouted(id)
+	w.idle()
+}
