@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
@@ -101,12 +104,17 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 		return errors.New("capability_id is required")
 	case len(r.CapabilityID) > MaxCapabilityIDBytes:
 		return fmt.Errorf("capability_id is longer than %d bytes", MaxCapabilityIDBytes)
+	case !utf8.ValidString(r.CapabilityID) || strings.TrimSpace(r.CapabilityID) != r.CapabilityID || strings.IndexFunc(r.CapabilityID, unicode.IsControl) >= 0:
+		return fmt.Errorf("capability_id %q must be UTF-8 text without control characters or leading or trailing spaces", aip.TruncateUTF8(r.CapabilityID, 64))
 	case len(bytes.TrimSpace(r.Input)) == 0 || bytes.Equal(bytes.TrimSpace(r.Input), []byte("null")):
 		return errors.New("input is required (the capability's input object)")
 	case r.Mode != "" && r.Mode != aip.ModeSync && r.Mode != aip.ModeStreaming:
 		return fmt.Errorf("mode %q is not supported; use sync or streaming", r.Mode)
 	case len(r.IdempotencyKey) > MaxIdempotencyKeyBytes:
 		return fmt.Errorf("idempotency_key is longer than %d bytes", MaxIdempotencyKeyBytes)
+	case !utf8.ValidString(r.IdempotencyKey) || strings.ContainsRune(r.IdempotencyKey, 0):
+		// A replica journals the key: it refuses one it cannot store.
+		return errors.New("idempotency_key must be UTF-8 text without NUL")
 	case r.TimeoutMS != nil && (*r.TimeoutMS == 0 || *r.TimeoutMS > uint64(maxTimeout.Milliseconds())):
 		// Compared in milliseconds: a huge value converted to a Duration
 		// would overflow and pass.

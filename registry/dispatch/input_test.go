@@ -94,3 +94,34 @@ func TestInputDepthIsBoundedBeforeRouting(t *testing.T) {
 	w.notRouted(id)
 	w.idle()
 }
+
+// TestActionTextFieldsAreCheckedBeforeRouting: a capability ID or an
+// idempotency key a replica or the registry cannot take is refused by the
+// dispatcher, before admission, with a message naming the field. An
+// idempotency key with a NUL was routed, sent and refused by the replica's
+// journal (connector_host.input_invalid), and a capability ID with a
+// control character or surrounding spaces was refused by the registry in a
+// route_request message after admission.
+func TestActionTextFieldsAreCheckedBeforeRouting(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	for _, c := range []struct {
+		body  string
+		field string
+	}{
+		{`{"action_id":%q,"capability_id":"fleet.say","input":{"text":"x"},"idempotency_key":"a\u0000b"}`, "idempotency_key"},
+		{`{"action_id":%q,"capability_id":"fleet.say\u0000","input":{"text":"x"}}`, "capability_id"},
+		{`{"action_id":%q,"capability_id":" fleet.say","input":{"text":"x"}}`, "capability_id"},
+		{`{"action_id":%q,"capability_id":"fleet.say\n","input":{"text":"x"}}`, "capability_id"},
+	} {
+		id := aip.NewActionID()
+		status, out, _ := w.call(http.MethodPost, dispatch.PathActions, tenant, fmt.Sprintf(c.body, id))
+		var e dispatch.ErrorResponse
+		must(t, json.Unmarshal(out, &e))
+		if status != http.StatusUnprocessableEntity || e.Error == nil || e.Error.Code != dispatch.CodeActionInvalid || !strings.HasPrefix(e.Error.Message, c.field) {
+			t.Errorf("%s: answer %d %s, want 422 %s naming %s", c.body, status, out, dispatch.CodeActionInvalid, c.field)
+		}
+		w.notRouted(id)
+	}
+	w.idle()
+}
