@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -60,24 +63,81 @@ func tenantOf(ctx context.Context) string {
 
 // authenticate verifies the bearer token and puts its tenant in the
 // request context; anything else is a 401 that says why.
+//
+// What a 401 says: a request without credentials is told how to send them;
+// a token that does not parse, is not EdDSA or is not signed by a trusted
+// issuer key is told only that; the claim checks (issuer, audience, times,
+// tenant) are reported by name, which tells nothing to anyone but a holder
+// of a token a trusted issuer signed, and tells that caller what to fix.
 func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, err := tenanttoken.FromAuthorization(r.Header.Get("Authorization"))
 		var claims tenanttoken.Claims
-		if err == nil {
-			claims, err = d.deps.Tokens.Verify(tok)
+		var err error
+		values := r.Header.Values("Authorization")
+		switch {
+		case len(values) > 1:
+			// Which one counts is anybody's guess (a proxy may read the
+			// other): refuse rather than pick.
+			err = fmt.Errorf("%w: %d Authorization headers; send exactly one", tenanttoken.ErrUnauthorized, len(values))
+		case len(values) == 0:
+			writeUnauthorized(w, false, "unauthorized: missing Authorization header; send \"Authorization: Bearer <token>\" (mint one with `aipfleet token`)")
+			return
+		default:
+			var tok string
+			if tok, err = tenanttoken.FromAuthorization(values[0]); err == nil {
+				claims, err = d.deps.Tokens.Verify(tok)
+			}
+			if err == nil {
+				err = checkTenantClaim(claims.TenantID)
+			}
 		}
 		if err != nil {
 			msg := err.Error()
 			if !errors.Is(err, tenanttoken.ErrUnauthorized) {
 				msg = "unauthorized: " + msg
 			}
-			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(aip.TruncateUTF8(msg, 200)))
-			writeError(w, newAPIError(http.StatusUnauthorized, CodeUnauthorized, aip.CategoryAuth, false, 0, msg))
+			writeUnauthorized(w, true, msg)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, claims.TenantID)))
 	})
+}
+
+// checkTenantClaim refuses a verified token whose tenant is no tenant ID
+// the registry could hold (registry identifiers: at most 256 bytes of
+// UTF-8 text without control characters or surrounding spaces), before it
+// keys the scheduler's queues, the metrics of the tenant's calls or a
+// registry query.
+func checkTenantClaim(t string) error {
+	switch {
+	case len(t) > registry.MaxIdentifierBytes:
+		return fmt.Errorf("%w: the token's %s claim is longer than %d bytes", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim, registry.MaxIdentifierBytes)
+	case t == "" || !utf8.ValidString(t) || strings.TrimSpace(t) != t || strings.IndexFunc(t, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: the token's %s claim is not a tenant ID (UTF-8 text without control characters or surrounding spaces)", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim)
+	}
+	return nil
+}
+
+// writeUnauthorized answers 401 dispatch.unauthorized with msg and a
+// WWW-Authenticate challenge (RFC 6750 §3): error="invalid_token" only when
+// credentials were sent, and an error_description of the characters that
+// RFC allows there.
+func writeUnauthorized(w http.ResponseWriter, invalidToken bool, msg string) {
+	challenge := `Bearer realm="aipfleet-dispatch"`
+	if invalidToken {
+		desc := strings.Map(func(r rune) rune {
+			switch {
+			case r == '"' || r == '\\':
+				return '\''
+			case r < 0x20 || r > 0x7e:
+				return '?'
+			}
+			return r
+		}, aip.TruncateUTF8(msg, 200))
+		challenge += `, error="invalid_token", error_description="` + desc + `"`
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	writeError(w, newAPIError(http.StatusUnauthorized, CodeUnauthorized, aip.CategoryAuth, false, 0, msg))
 }
 
 // statusRecorder remembers the status written.
