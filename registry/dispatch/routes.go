@@ -47,10 +47,25 @@ func (d *Dispatcher) routes() http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newAPIError(http.StatusNotFound, CodeNotFound, aip.CategoryPermanent, false, 0, "no such route: "+r.Method+" "+r.URL.Path))
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newAPIError(http.StatusMethodNotAllowed, CodeRequestInvalid, aip.CategoryPermanent, false, 0, r.Method+" is not allowed on "+r.URL.Path))
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allowed := allowedMethods(r, req.URL.Path)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, newAPIError(http.StatusMethodNotAllowed, CodeRequestInvalid, aip.CategoryPermanent, false, 0,
+			req.Method+" is not allowed on "+req.URL.Path+"; use "+strings.Join(allowed, " or ")))
 	})
 	return r
+}
+
+// allowedMethods lists the methods routes has for path, for the Allow
+// header a 405 must carry (RFC 9110 §15.5.6).
+func allowedMethods(routes chi.Routes, path string) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 type tenantKey struct{}
