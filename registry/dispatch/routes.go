@@ -312,6 +312,7 @@ func (s *streamWriter) chunk(c *aip.StreamChunk) {
 		s.started = true
 		s.w.Header().Set("Content-Type", ContentTypeNDJSON)
 		s.w.Header().Set("X-Content-Type-Options", "nosniff")
+		s.w.Header().Set("Cache-Control", "no-store")
 		s.w.WriteHeader(http.StatusOK)
 	}
 	if err := writeLine(s.w, StreamLine{Chunk: c}); err != nil {
@@ -440,6 +441,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// Answers are per caller (a tenant's actions, catalog and events) or
+	// of the moment (health, readiness): no cache may keep or reuse them.
+	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
