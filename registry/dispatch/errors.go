@@ -22,6 +22,9 @@ const (
 	CodeNotFound        = "dispatch.not_found"
 	CodeStaleCursor     = "dispatch.stale_cursor"
 	CodeShuttingDown    = "dispatch.shutting_down"
+	// CodeInternal answers a request the dispatcher failed on (a recovered
+	// panic); the details are only in its log.
+	CodeInternal = "dispatch.internal"
 	// Outcome of the hop to the replica.
 	CodeOutcomeUnknown     = "dispatch.outcome_unknown"
 	CodeTimeout            = "dispatch.timeout"

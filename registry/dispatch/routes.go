@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,18 +179,35 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the Flusher.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// observe continues the caller's trace (W3C traceparent headers) and
-// counts requests by route and status.
+// observe continues the caller's trace (W3C traceparent headers), counts
+// requests by route and status, and recovers a handler's panic: it is
+// logged with its stack, and the caller gets 500 dispatch.internal without
+// its details (or, when the answer had begun, a cut connection, so that a
+// partial answer never looks complete).
 func (d *Dispatcher) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w}
 		r = r.WithContext(d.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+		defer func() {
+			p := recover()
+			cut := p == http.ErrAbortHandler //nolint:errorlint // the sentinel is panicked as is
+			if p != nil && !cut {
+				d.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				if cut = rec.status != 0; !cut {
+					writeError(rec, newAPIError(http.StatusInternalServerError, CodeInternal, aip.CategoryPermanent, false, 0,
+						"the dispatcher failed on this request; the failure is in its log"))
+				}
+			}
+			route := chi.RouteContext(r.Context()).RoutePattern()
+			if route == "" {
+				route = "unmatched"
+			}
+			d.m.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
+			if cut {
+				panic(http.ErrAbortHandler) // the answer had begun: cut it off (net/http logs nothing for this one)
+			}
+		}()
 		next.ServeHTTP(rec, r)
-		route := chi.RouteContext(r.Context()).RoutePattern()
-		if route == "" {
-			route = "unmatched"
-		}
-		d.m.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
 	})
 }
 
