@@ -125,3 +125,33 @@ func TestActionTextFieldsAreCheckedBeforeRouting(t *testing.T) {
 	}
 	w.idle()
 }
+
+// TestCancelBodiesAreStrict: a cancel body is empty or one I-JSON
+// {"reason": ...} object and nothing else, like an action's; anything else
+// is 400 and sends no cancel. A closing brace or bracket after the object
+// was taken as the end of it, and the action was cancelled.
+func TestCancelBodiesAreStrict(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	id := aip.NewActionID()
+	if status, resp := w.act(dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: say("x", "")}); status != http.StatusOK {
+		t.Fatalf("action: %d %+v", status, resp.Error)
+	}
+	path := dispatch.PathActions + "/" + id + "/cancel"
+	for _, body := range []string{`{"reason":"x"}}`, `{"reason":"x"}]`, `{"reason":"x"} {}`, `{"reason":"x","reason":"y"}`, `{"why":"x"}`, `[]`} {
+		status, out, _ := w.call(http.MethodPost, path, tenant, body)
+		if status != http.StatusBadRequest || errorCode(t, out) != dispatch.CodeRequestInvalid {
+			t.Errorf("cancel body %s: %d %s, want 400", body, status, out)
+		}
+	}
+	res, err := w.reg.Reservation(w.ctx, id)
+	must(t, err)
+	if res.LastSettlement != registry.SettlementCompleted {
+		t.Fatalf("a refused cancel settled the route: %+v", res)
+	}
+	for _, body := range []any{nil, "", `{}`, `{"reason":"done"}` + "\n"} {
+		if status, out, _ := w.call(http.MethodPost, path, tenant, body); status != http.StatusOK {
+			t.Errorf("cancel body %v: %d %s", body, status, out)
+		}
+	}
+}

@@ -376,15 +376,32 @@ func (d *Dispatcher) handleCancel() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
 		if err != nil {
-			writeError(w, newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0, "a cancel body is at most 64 KiB"))
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeError(w, newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0, "a cancel body is at most 64 KiB"))
+				return
+			}
+			writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, "read the body: "+err.Error()))
 			return
 		}
 		var c CancelRequest
-		if len(strings.TrimSpace(string(body))) > 0 {
-			dec := json.NewDecoder(strings.NewReader(string(body)))
+		if len(bytes.TrimSpace(body)) > 0 {
+			// As strict as an action's body: one I-JSON object, no unknown
+			// member, nothing after it.
+			_, err := aip.Canonicalize(body)
+			dec := json.NewDecoder(bytes.NewReader(body))
 			dec.DisallowUnknownFields()
-			if err := dec.Decode(&c); err != nil || dec.More() {
-				writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, `the body must be empty or {"reason": "..."}`))
+			if err == nil {
+				err = dec.Decode(&c)
+			}
+			if err == nil {
+				if _, end := dec.Token(); !errors.Is(end, io.EOF) {
+					err = errors.New("data after the object")
+				}
+			}
+			if err != nil {
+				writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0,
+					`the body must be empty or {"reason": "..."}: `+err.Error()))
 				return
 			}
 		}
