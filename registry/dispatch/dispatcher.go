@@ -37,6 +37,8 @@ const (
 	DefaultMaxEventBodyBytes = 64 << 20
 	DefaultRegistryTimeout   = 5 * time.Second
 	DefaultStatusTimeout     = 5 * time.Second
+	// DefaultStreamWriteTimeout is Config.StreamWriteTimeout's default.
+	DefaultStreamWriteTimeout = 10 * time.Second
 	// DefaultMaxTenantReplicaCalls is the default of
 	// Config.MaxTenantReplicaCalls.
 	DefaultMaxTenantReplicaCalls = 32
@@ -104,6 +106,14 @@ type Config struct {
 	RegistryTimeout time.Duration
 	// StatusTimeout bounds the status query to a replica. Defaults to 5s.
 	StatusTimeout time.Duration
+	// StreamWriteTimeout bounds the write of each line of a streaming
+	// answer to its client. A client that reads none of a line for this
+	// long is taken as gone: the dispatcher stops writing to it and goes
+	// on reading the replica's stream, so the action still settles by its
+	// own outcome (a client that stops reading would otherwise hold up the
+	// replica's stream until the hop's deadline, and a completed action
+	// would settle outcome_unknown). Defaults to 10s.
+	StreamWriteTimeout time.Duration
 	// MaxTenantReplicaCalls bounds a tenant's status reads and cancels in
 	// flight at once (each sends a signed message to a replica outside the
 	// fair admission of actions, so that a cancel or a status read never
@@ -177,6 +187,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatusTimeout == 0 {
 		c.StatusTimeout = DefaultStatusTimeout
+	}
+	if c.StreamWriteTimeout == 0 {
+		c.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
 	if c.MaxTenantReplicaCalls == 0 {
 		c.MaxTenantReplicaCalls = DefaultMaxTenantReplicaCalls
@@ -342,6 +355,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("RegistryTimeout %s must not be negative", cfg.RegistryTimeout)
 	case cfg.StatusTimeout < 0:
 		return bad("StatusTimeout %s must not be negative", cfg.StatusTimeout)
+	case cfg.StreamWriteTimeout < 0:
+		return bad("StreamWriteTimeout %s must not be negative", cfg.StreamWriteTimeout)
 	case cfg.ShutdownTimeout < 0:
 		return bad("ShutdownTimeout %s must not be negative", cfg.ShutdownTimeout)
 	case cfg.ReconcileAfter <= cfg.MaxTimeout+cfg.HopSlack+cfg.RegistryTimeout:

@@ -65,6 +65,8 @@ type testInput struct {
 	DelayMS int64  `json:"delay_ms"`
 	HoldMS  int64  `json:"hold_ms"`
 	Chunks  int    `json:"chunks"`
+	// ChunkPad is the size of a padding string each chunk carries.
+	ChunkPad int `json:"chunk_pad"`
 }
 
 func testManifest() *aip.Manifest {
@@ -101,7 +103,11 @@ func (rc replicaConnector) run(ctx context.Context, call *hostsdk.Call, w *hosts
 		if w == nil {
 			break
 		}
-		if err := w.Send(aip.ChunkProgress, map[string]any{"index": i}); err != nil {
+		data := map[string]any{"index": i}
+		if in.ChunkPad > 0 {
+			data["pad"] = strings.Repeat("p", in.ChunkPad)
+		}
+		if err := w.Send(aip.ChunkProgress, data); err != nil {
 			return nil, err
 		}
 	}

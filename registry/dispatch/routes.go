@@ -306,16 +306,20 @@ func (d *Dispatcher) handleAction() http.Handler {
 			writeAction(w, status, &resp)
 			return
 		}
-		s := &streamWriter{w: w}
+		s := &streamWriter{w: w, timeout: d.cfg.StreamWriteTimeout}
 		resp, status := d.executeAction(r.Context(), tenantOf(r.Context()), req, s.chunk, true)
 		s.finish(status, &resp)
 	})
 }
 
-// streamWriter relays a streaming action's chunks as NDJSON lines.
+// streamWriter relays a streaming action's chunks as NDJSON lines. Each
+// line must be written within timeout (Config.StreamWriteTimeout); after a
+// failed or timed-out write the client is taken as gone and the rest of
+// the stream is read from the replica but not written.
 type streamWriter struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
+	timeout time.Duration
 	started bool
 	broken  bool
 }
@@ -333,9 +337,19 @@ func (s *streamWriter) chunk(c *aip.StreamChunk) {
 		s.w.Header().Set("Cache-Control", "no-store")
 		s.w.WriteHeader(http.StatusOK)
 	}
-	if err := writeLine(s.w, StreamLine{Chunk: c}); err != nil {
+	if err := s.line(StreamLine{Chunk: c}); err != nil {
 		s.broken = true
 	}
+}
+
+// line writes one line within the write timeout.
+func (s *streamWriter) line(v any) error {
+	// A ResponseWriter that cannot take a deadline (an embedder's) is
+	// written without one.
+	if err := http.NewResponseController(s.w).SetWriteDeadline(time.Now().Add(s.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return writeLine(s.w, v)
 }
 
 func (s *streamWriter) finish(status int, resp *ActionResponse) {
@@ -346,7 +360,7 @@ func (s *streamWriter) finish(status int, resp *ActionResponse) {
 		return
 	}
 	if !s.broken {
-		writeLine(s.w, StreamLine{ActionResponse: resp})
+		s.line(StreamLine{ActionResponse: resp})
 	}
 }
 
