@@ -546,6 +546,14 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 	fctx, fspan := x.journalSpan("finish", a.ID)
 	receipt, err := h.finishAction(fctx, a.ID, status, raw, detail, h.cfg.Now())
 	endSpan(fspan, err)
+	if errors.Is(err, journal.ErrConflict) {
+		// The action is finished already: an earlier attempt whose answer
+		// was lost committed (a connection that dropped after the
+		// server's commit), or another writer finished it. Answer what the
+		// journal holds, as every retry and status query will.
+		h.log.Warn("the action's outcome was journaled already; answering the journaled one", "action_id", a.ID, "status", status, "error", err)
+		return x.journaled(a.ID, "")
+	}
 	if err != nil {
 		return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeExecution, aip.CategoryConnector, false, 0,
 			"the action ran but its outcome could not be journaled; it will be reconciled when the replica restarts"))
@@ -572,7 +580,10 @@ const (
 // registered as in progress meanwhile, so a retry of it waits for, or is
 // told to come back for, the journaled outcome, and the replica is not
 // ready until the write (or the next storage probe) succeeds. Given up, the
-// record stays running and recovery reconciles it at the next start.
+// record stays running and recovery reconciles it at the next start. A
+// write that finds the action finished already (ErrConflict: typically a
+// retry after an attempt that committed but whose answer was lost) is
+// returned at once; the caller answers what the journal holds.
 func (h *Host) finishAction(ctx context.Context, actionID string, status aip.ActionState, raw json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
 	wait := finishBackoffMin
 	for attempt := 1; ; attempt++ {
@@ -585,8 +596,16 @@ func (h *Host) finishAction(ctx context.Context, actionID string, status aip.Act
 			}
 			return receipt, nil
 		}
+		if errors.Is(err, journal.ErrConflict) {
+			// The journal answered: storage is up. The action is
+			// finished already (see execute).
+			if attempt > 1 {
+				h.storageReady.Store(true)
+			}
+			return receipt, err
+		}
 		h.storageReady.Store(false)
-		permanent := errors.Is(err, journal.ErrInvalid) || errors.Is(err, journal.ErrConflict) ||
+		permanent := errors.Is(err, journal.ErrInvalid) ||
 			errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrClosed)
 		if permanent || h.actionBase.Err() != nil {
 			h.log.Error("journal the action outcome", "action_id", actionID, "status", status, "attempts", attempt, "error", err)
