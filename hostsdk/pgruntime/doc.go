@@ -24,6 +24,23 @@
 // other's actions, receipts, messages, outbox batches or state, and each
 // namespace has its own receipt chain.
 //
+// A namespace is one journal's at a time. Open takes a session-level
+// advisory lock on it (a key derived from the namespace), held by a
+// connection of its own outside the pool for as long as the journal is
+// open; a second Open of the namespace, from this process or another,
+// fails with a *LockedError (ErrLocked) naming the holding session. Without
+// it, two hosts given the same replica ID would both run recovery on the
+// namespace and settle each other's running actions. PostgreSQL ends the
+// lock with its session, so a host that dies, even by SIGKILL, leaves no
+// stale lock. The lock needs a real session: a pooler in transaction mode
+// between the host and the database cannot hold it. Probe (every
+// heartbeat) checks that the session still holds the lock; after a
+// dropped connection it takes the lock again, and if another journal took
+// it meanwhile, Probe and every later call fail with a *LockedError whose
+// Lost is set (the host goes not ready): writes between the loss and that
+// Probe are the only ones two journals can make to one namespace. Each
+// journal therefore uses one connection more than Config.MaxConns.
+//
 // # Concurrency and durability
 //
 // Every method is one SQL statement, so one round trip and one implicit

@@ -48,6 +48,7 @@ type Config struct {
 type Journal struct {
 	pool *pgxpool.Pool
 	ns   string
+	lock *nsLock
 
 	// closeMu is held shared by every call and exclusively by Close.
 	closeMu   sync.RWMutex
@@ -58,8 +59,9 @@ type Journal struct {
 var _ journal.Journal = (*Journal)(nil)
 
 // Open connects to the database, applies the embedded migrations (once,
-// under an advisory lock) and returns the journal of cfg.Namespace. The
-// caller must Close it.
+// under an advisory lock), takes the namespace's exclusive lock (a
+// *LockedError when another journal holds it) and returns the journal of
+// cfg.Namespace. The caller must Close it.
 func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("pgruntime: Config.DatabaseURL is required")
@@ -94,12 +96,21 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 		pool.Close()
 		return nil, err
 	}
+	// The namespace is this journal's alone, before anything is written
+	// to it: a second host would recover (and settle) this one's running
+	// actions as its own.
+	lock, err := lockNamespace(ctx, pc.ConnConfig, cfg.Namespace)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if _, err := pool.Exec(ctx, `INSERT INTO aip_runtime_receipt_heads (journal_ns, seq, hash, prev_hash) VALUES ($1, 0, '', '')
 		ON CONFLICT (journal_ns) DO NOTHING`, cfg.Namespace); err != nil {
 		pool.Close()
+		lock.release()
 		return nil, fmt.Errorf("pgruntime: initialise namespace %s: %w", cfg.Namespace, err)
 	}
-	return &Journal{pool: pool, ns: cfg.Namespace}, nil
+	return &Journal{pool: pool, ns: cfg.Namespace, lock: lock}, nil
 }
 
 // MaxURLFileBytes bounds the file OpenURLFile reads.
@@ -134,13 +145,15 @@ func (j *Journal) Namespace() string { return j.ns }
 // Durability reports journal.Durable.
 func (j *Journal) Durability() journal.Durability { return journal.Durable }
 
-// Close waits for calls in progress, then closes the pool. It is idempotent.
+// Close waits for calls in progress, closes the pool, then releases the
+// namespace. It is idempotent.
 func (j *Journal) Close() error {
 	j.closeOnce.Do(func() {
 		j.closed.Store(true)
 		j.closeMu.Lock()
 		defer j.closeMu.Unlock()
 		j.pool.Close()
+		j.lock.release()
 	})
 	return nil
 }
@@ -154,6 +167,10 @@ func (j *Journal) enter(ctx context.Context) error {
 	if j.closed.Load() {
 		j.closeMu.RUnlock()
 		return journal.ErrClosed
+	}
+	if err := j.lock.lostErr(); err != nil {
+		j.closeMu.RUnlock()
+		return err
 	}
 	return nil
 }

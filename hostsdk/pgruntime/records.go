@@ -236,13 +236,17 @@ func (j *Journal) PutState(ctx context.Context, namespace, key string, value jso
 	return expectedRevision + 1, nil
 }
 
-// Probe writes the namespace's probe row and reads it back in one
-// statement.
+// Probe checks that this journal still holds its namespace (see
+// LockedError), then writes the namespace's probe row and reads it back in
+// one statement.
 func (j *Journal) Probe(ctx context.Context) error {
 	if err := j.enter(ctx); err != nil {
 		return err
 	}
 	defer j.leave()
+	if err := j.lock.check(ctx); err != nil {
+		return err
+	}
 	var at time.Time
 	err := j.pool.QueryRow(ctx, `INSERT INTO aip_runtime_probe (journal_ns, at) VALUES ($1, now())
 		ON CONFLICT (journal_ns) DO UPDATE SET at = EXCLUDED.at RETURNING at`, j.ns).Scan(&at)

@@ -1,0 +1,101 @@
+package pgruntime_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
+	"github.com/aipfleet/aipfleet/internal/pgtest"
+)
+
+// TestNamespaceIsExclusive: a second journal of a namespace that is open
+// is refused with a *LockedError naming the namespace and its holder, so
+// two hosts given the same replica ID cannot both run on it (the second
+// would recover the first's running actions as its own and settle them
+// while they run); other namespaces open, and the namespace opens again
+// once its journal is closed.
+func TestNamespaceIsExclusive(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	first := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_same"})
+
+	second, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_same"})
+	var le *pgruntime.LockedError
+	if !errors.As(err, &le) || !errors.Is(err, pgruntime.ErrLocked) {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("second Open of an open namespace: %v, want a LockedError", err)
+	}
+	if le.Namespace != "crepl_same" || le.Lost || !strings.Contains(le.Holder, "pid") ||
+		!strings.Contains(err.Error(), "crepl_same") || !strings.Contains(err.Error(), "own namespace") {
+		t.Fatalf("LockedError %+v (%q) does not name the namespace, its holder and what to do", le, err)
+	}
+	open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_other"})
+
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_same"})
+	if err := again.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killLockSession terminates the PostgreSQL session holding ns's lock, as a
+// dropped connection would end it.
+func killLockSession(t *testing.T, dbURL string) {
+	t.Helper()
+	conn := connect(t, dbURL)
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("terminated %d lock sessions, want 1", n)
+	}
+}
+
+// TestLostNamespaceLock: a journal whose lock session dropped takes the
+// lock again at its next Probe when it is free; when another journal took
+// it meanwhile, the Probe fails (the host is not ready) and so does every
+// later call: two journals never go on writing one namespace.
+func TestLostNamespaceLock(t *testing.T) {
+	ctx := context.Background()
+	t.Run("retaken", func(t *testing.T) {
+		dbURL := pgtest.NewDatabase(t)
+		j := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_l"})
+		killLockSession(t, dbURL)
+		if err := j.Probe(ctx); err != nil {
+			t.Fatalf("Probe after the lock session dropped: %v, want the lock taken again", err)
+		}
+		if other, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_l"}); !errors.Is(err, pgruntime.ErrLocked) {
+			if other != nil {
+				other.Close()
+			}
+			t.Fatalf("Open after the lock was taken again: %v, want ErrLocked", err)
+		}
+	})
+	t.Run("taken by another", func(t *testing.T) {
+		dbURL := pgtest.NewDatabase(t)
+		j := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_l"})
+		killLockSession(t, dbURL)
+		open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_l"})
+		err := j.Probe(ctx)
+		var le *pgruntime.LockedError
+		if !errors.As(err, &le) || !le.Lost || !strings.Contains(err.Error(), "lost") {
+			t.Fatalf("Probe after another journal took the namespace: %v, want a LockedError with Lost", err)
+		}
+		_, _, err = j.BeginAction(ctx, journal.Action{ActionID: aip.NewActionID(), ReceivedAt: time.Now()})
+		if !errors.Is(err, pgruntime.ErrLocked) {
+			t.Fatalf("BeginAction on a journal that lost its namespace: %v, want ErrLocked", err)
+		}
+	})
+}
