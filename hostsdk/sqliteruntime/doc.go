@@ -21,7 +21,12 @@
 // schema into an empty file, opens a file of its own version, upgrades a
 // file of an older version in place (in one transaction), and refuses a
 // file of a newer version (ErrSchemaTooNew, with both versions in the
-// message) or a database of another application.
+// message) or a database of another application. Before that it runs
+// SQLite's quick_check over the whole file and refuses a damaged one, or a
+// file that is not an SQLite database, with ErrCorrupt: the error names the
+// file and says what to do (restore the state directory from a backup, or
+// start the replica under a new replica ID). The check reads the whole
+// file, about 130 ms for 140 MB on the development VM.
 //
 // # Writes: one writer, group commit
 //

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -34,6 +35,8 @@ var (
 	ErrLocked = errors.New("sqliteruntime: state directory is in use")
 	// ErrSchemaTooNew: the database was written by a newer build.
 	ErrSchemaTooNew = errors.New("sqliteruntime: database schema is newer than this build")
+	// ErrCorrupt: the database file is damaged or not an SQLite database.
+	ErrCorrupt = errors.New("sqliteruntime: the journal is corrupt")
 )
 
 // LockedError says which directory is locked and, when known, by whom.
@@ -186,16 +189,26 @@ func (j *Journal) open(ctx context.Context, cfg Config) error {
 	j.wdb.SetConnMaxLifetime(0)
 	conn, err := j.wdb.Conn(ctx)
 	if err != nil {
+		if isCorrupt(err) {
+			return corruptError(j.path, err.Error())
+		}
 		return fmt.Errorf("sqliteruntime: open %s: %w", j.path, err)
 	}
 	var mode string
 	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		conn.Close()
+		if isCorrupt(err) {
+			return corruptError(j.path, err.Error())
+		}
 		return fmt.Errorf("sqliteruntime: open %s: %w", j.path, err)
 	}
 	if mode != "wal" {
 		conn.Close()
 		return fmt.Errorf("sqliteruntime: %s is in journal mode %q and could not be switched to WAL; check that its directory is on a local file system", j.path, mode)
+	}
+	if err := checkIntact(ctx, conn, j.path); err != nil {
+		conn.Close()
+		return err
 	}
 	if err := installSchema(ctx, conn, j.path); err != nil {
 		conn.Close()
@@ -221,6 +234,65 @@ func (j *Journal) open(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("sqliteruntime: open %s: %w", j.path, err)
 	}
 	j.w.start()
+	return nil
+}
+
+// SQLite's primary result codes for a damaged file.
+const (
+	sqliteCorrupt = 11 // SQLITE_CORRUPT
+	sqliteNotADB  = 26 // SQLITE_NOTADB
+)
+
+// isCorrupt reports whether err is SQLite's verdict that the file is
+// damaged or not a database.
+func isCorrupt(err error) bool {
+	var se interface{ Code() int }
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code() & 0xff
+	return c == sqliteCorrupt || c == sqliteNotADB
+}
+
+// corruptError is the ErrCorrupt of the database at path, saying what to do.
+func corruptError(path, detail string) error {
+	return fmt.Errorf("%w: %s: %s; restore the state directory from a backup taken while its host was stopped, or move it away and start this replica under a new replica ID (the actions this journal recorded cannot be answered any more, and only a new ID keeps them from being routed here and run a second time)",
+		ErrCorrupt, path, detail)
+}
+
+// checkIntact runs SQLite's quick_check (every page's structure, every
+// record's format; not index contents) before anything is read or
+// written: a damaged journal is refused at start rather than misread or
+// failing action by action. It reads the whole file: about 130 ms for
+// 140 MB on the development VM.
+func checkIntact(ctx context.Context, conn *sql.Conn, path string) error {
+	rows, err := conn.QueryContext(ctx, "PRAGMA quick_check(5)")
+	if err != nil {
+		if isCorrupt(err) {
+			return corruptError(path, err.Error())
+		}
+		return fmt.Errorf("sqliteruntime: check %s: %w", path, err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("sqliteruntime: check %s: %w", path, err)
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		if isCorrupt(err) {
+			return corruptError(path, err.Error())
+		}
+		return fmt.Errorf("sqliteruntime: check %s: %w", path, err)
+	}
+	if len(problems) > 0 {
+		return corruptError(path, "quick_check found: "+strings.Join(problems, "; "))
+	}
 	return nil
 }
 
