@@ -118,7 +118,8 @@
 //     is a signed 409 connector_host.idempotency_conflict); that answer
 //     carries the same receipt as the first (the journal's ReceiptFor
 //     finds it by action ID). An action whose outcome is unknown (the
-//     connector said so, panicked, timed out, or a crash interrupted it) is
+//     connector said so, panicked, timed out, gave up when its stream's
+//     receiver went away, or a crash interrupted it) is
 //     answered with a signed 502 connector_host.outcome_unknown, then and
 //     on every delivery;
 //   - cancel (action-scoped): cancels the running Handle's context, tells a

@@ -667,6 +667,12 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			return aip.StateOutcomeUnknown, nil, "the action was interrupted by the host's shutdown: " + err.Error()
 		case errors.Is(err, context.DeadlineExceeded):
 			return aip.StateOutcomeUnknown, nil, "the action timed out; the connector did not say whether its effect happened: " + err.Error()
+		case errors.Is(err, ErrStreamClosed):
+			// The receiver went away mid-stream and the connector gave
+			// up with the ChunkWriter's error: its effect may have
+			// happened (a connector that knows it did not returns a
+			// *aip.ProtocolError).
+			return aip.StateOutcomeUnknown, nil, "the stream's receiver went away and the connector stopped; it did not say whether its effect happened: " + err.Error()
 		}
 		return failed(CodeConnectorFailed, aip.CategoryConnector, err.Error())
 	}

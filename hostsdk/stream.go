@@ -11,7 +11,9 @@ import (
 )
 
 // ErrStreamClosed is returned by ChunkWriter.Send after the action returned
-// or the receiver went away.
+// or the receiver went away. A streaming action whose Handle returns an
+// error matching it (other than a *aip.ProtocolError) is journaled
+// outcome_unknown: the host cannot tell whether its effect happened.
 var ErrStreamClosed = errors.New("hostsdk: stream closed")
 
 // ChunkWriter sends a streaming action's chunks to the dispatcher, in
