@@ -106,6 +106,9 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 	if d := h.journal.Durability(); d != journal.Durable {
 		h.log.Warn("the runtime journal is not durable; actions will not survive a restart", "durability", d)
 	}
+	if err := h.claimJournal(ctx); err != nil {
+		return err
+	}
 	h.state = &State{j: h.journal}
 	h.events = &EventPublisher{h: h}
 	return nil

@@ -71,7 +71,9 @@
 // (default .aipfleet/host-<replica ID>) and closes it when it stops. A main
 // may instead open another journal.Journal (for example pgruntime with
 // Config.DatabaseURLFile) and pass it as Config.Journal; the caller then
-// owns it and closes it after Run returns.
+// owns it and closes it after Run returns. A journal belongs to one tenant
+// and one connector type: step 2 records the host's in a journal that names
+// none and refuses a journal that names others (ErrJournalOwner).
 //
 // Finished actions are kept for Config.ActionRetention (30 days by
 // default; KeepActionsForever keeps them), then pruned in the background
