@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/onchange"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -271,7 +272,7 @@ type Service struct {
 	// notReady is the detail of the failing /ready checks last logged
 	// ("" while ready), so a failure is logged when it changes, not at
 	// every probe.
-	notReady atomic.Pointer[string]
+	notReady onchange.Text
 }
 
 const (

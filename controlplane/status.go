@@ -90,12 +90,8 @@ func (s *Service) logReadiness(doc *ReadyDocument) {
 		}
 	}
 	now := strings.TrimSuffix(b.String(), "; ")
-	last := s.notReady.Load()
-	if (last == nil && now == "") || (last != nil && *last == now) {
-		return
-	}
-	if !s.notReady.CompareAndSwap(last, &now) {
-		return // another probe logged at the same moment
+	if !s.notReady.Changed(now) {
+		return // unchanged, or another probe logged it at the same moment
 	}
 	if now == "" {
 		s.log.Info("ready again", "component", Component)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/onchange"
 	"github.com/aipfleet/aipfleet/internal/readbudget"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
@@ -285,7 +286,7 @@ type Dispatcher struct {
 	stopping  atomic.Bool
 	// notReady is the registry readiness error last logged ("" when
 	// ready), so /ready logs a failure when it changes.
-	notReady atomic.Pointer[string]
+	notReady onchange.Text
 	retries  *settleRetries
 	// eventSlots holds one token per connector-event delivery in work.
 	eventSlots chan struct{}

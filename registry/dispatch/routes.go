@@ -255,8 +255,7 @@ func (d *Dispatcher) logReadiness(err error) {
 	if err != nil {
 		now = err.Error()
 	}
-	last := d.notReady.Load()
-	if (last == nil && now == "") || (last != nil && *last == now) || !d.notReady.CompareAndSwap(last, &now) {
+	if !d.notReady.Changed(now) {
 		return
 	}
 	if now == "" {
