@@ -33,8 +33,10 @@ type Catalog interface {
 
 // Resolver creates, reads and settles durable route assignments.
 type Resolver interface {
-	// Resolve returns the action's route. An existing assignment is returned
-	// as it is (ErrConflict when the request's tenant or capability differ);
+	// Resolve returns the action's route, as its next hand-out
+	// (RouteAssignment.HandOut). An existing assignment is returned as it
+	// is but for the hand-out (ErrConflict when the request's tenant or
+	// capability differ);
 	// if its reservation was released, the pinned scopes plus the retry scope
 	// and the pinned replica are reserved again, or the call fails with
 	// ErrReplicaUnavailable — never a replacement route. A new route picks
@@ -49,10 +51,18 @@ type Resolver interface {
 	// Reservation returns the bookkeeping of the action's route, or
 	// ErrNotFound.
 	Reservation(ctx context.Context, actionID string) (RouteReservation, error)
-	// Settle releases the route's reservation with an outcome. The presented
-	// assignment must equal the stored one exactly (else ErrFenceLost); an
-	// unknown action is ErrNotFound. Settling a released route succeeds and
-	// changes nothing.
+	// Settle releases the route's reservation with an outcome and applies
+	// the outcome to the replica's circuit. The presented assignment must
+	// equal the stored one (RouteAssignment.Equal; else ErrFenceLost); an
+	// unknown action is ErrNotFound. Only the hand-outs of the current
+	// reservation settle it (SettlesReservation): a.HandOut at or after
+	// the hand-out that made it, or zero (an assignment that predates
+	// hand-out numbers: it settles whatever is reserved, as before).
+	// Settling a released route, or presenting an earlier hand-out whose
+	// reservation was released and made again since for someone else,
+	// succeeds and changes nothing: not the reservation, not the counters,
+	// not the circuit. Of several callers handed the same reservation, the
+	// first settlement releases it and the others change nothing.
 	Settle(ctx context.Context, a RouteAssignment, outcome RouteSettlement) error
 }
 

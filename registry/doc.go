@@ -43,6 +43,21 @@
 // Backends: memregistry (deterministic, in memory) and pgregistry
 // (PostgreSQL); both pass registrytest.Run.
 //
+// # Hand-outs
+//
+// Every Resolve or Reroute that hands a route out numbers the hand-out
+// (RouteAssignment.HandOut): made with the route, returned while held
+// (sharing the reservation), or reserved again after a settlement. A
+// settlement releases the reservation only for the hand-out that made it
+// or a later one sharing it (SettlesReservation), so a dispatcher whose
+// reservation lease maintenance released while it was still sending
+// cannot, settling late, release the reservation a retry made since; such
+// a settlement changes nothing, the circuit included (each hand-out's
+// outcome counts once, with its reservation's release). The orphan
+// settlement compares the hand-out its caller read with the route's last
+// one. Hand-out 0 (an assignment that predates the numbers) settles
+// whatever is reserved. Equal and Route ignore the number.
+//
 // # Routing
 //
 // A new route filters replicas on the whole chain (enabled binding and

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -81,7 +82,9 @@ func sampleAssignment() registry.RouteAssignment {
 
 // TestRouteAssignmentEqualCoversEveryField changes each field (and each
 // member of nested structs) in turn; Equal must notice every change, so a
-// field added later cannot escape settlement's exact comparison.
+// field added later cannot escape settlement's exact comparison — every
+// field but HandOut, which says which hand-out of the same route a copy is
+// (TestHandOutIsBookkeeping).
 func TestRouteAssignmentEqualCoversEveryField(t *testing.T) {
 	base := sampleAssignment()
 	var visit func(v reflect.Value, path string)
@@ -89,6 +92,9 @@ func TestRouteAssignmentEqualCoversEveryField(t *testing.T) {
 	visit = func(v reflect.Value, path string) {
 		for i := range v.NumField() {
 			f, name := v.Field(i), path+v.Type().Field(i).Name
+			if name == "HandOut" {
+				continue
+			}
 			switch f.Kind() {
 			case reflect.String:
 				old := f.String()
@@ -376,5 +382,50 @@ func TestFieldError(t *testing.T) {
 	}
 	if got := err.Error(); got != "registry: invalid: connector_type ctype_x: name: is empty" {
 		t.Fatalf("message %q", got)
+	}
+}
+
+// TestHandOutIsBookkeeping: an assignment's hand-out is not part of the
+// route: Equal (settlement's fence comparison) ignores it, the
+// security.connector_route a replica receives does not carry it, and a
+// JSON written without it decodes as hand-out 0.
+func TestHandOutIsBookkeeping(t *testing.T) {
+	a := sampleAssignment()
+	a.HandOut = 3
+	b := a.Clone()
+	b.HandOut = 4
+	if !a.Equal(&b) || !b.Equal(&a) {
+		t.Fatal("Equal compares hand-outs")
+	}
+	if b.HandOut != 4 {
+		t.Fatal("Clone dropped the hand-out")
+	}
+	ra, rb := a.Route(nil), b.Route(nil)
+	wa, err := json.Marshal(ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := json.Marshal(rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(wa, wb) || bytes.Contains(wa, []byte("hand_out")) {
+		t.Fatalf("the connector_route depends on the hand-out: %s / %s", wa, wb)
+	}
+	doc, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back registry.RouteAssignment
+	if err := json.Unmarshal(doc, &back); err != nil || back.HandOut != 3 {
+		t.Fatalf("the hand-out does not survive JSON: %d, %v", back.HandOut, err)
+	}
+	old := bytes.Replace(doc, []byte(`,"hand_out":3`), nil, 1)
+	if bytes.Equal(old, doc) {
+		t.Fatalf("no hand_out member in %s", doc)
+	}
+	back = registry.RouteAssignment{}
+	if err := json.Unmarshal(old, &back); err != nil || back.HandOut != 0 || !back.Equal(&a) {
+		t.Fatalf("an assignment written before hand-outs decodes as hand-out %d (%v), want 0 and the same route", back.HandOut, err)
 	}
 }

@@ -177,10 +177,24 @@ type RouteAssignment struct {
 	Admission             AdmissionReservation `json:"admission"`
 	// Evidence time, in milliseconds.
 	AssignedAt time.Time `json:"assigned_at"`
+	// HandOut is which hand-out of the route this copy is: the route's
+	// hand-outs are numbered from 1, and every Resolve or Reroute that
+	// hands the route out (makes its reservation, makes it again after a
+	// settlement, or returns it while it is held) takes the next number.
+	// Settle releases the reservation only for a hand-out at or after the
+	// one that made it (see Resolver.Settle); Assignment reports the last
+	// hand-out. It is bookkeeping, not part of the route: Equal ignores
+	// it and Route does not send it to the replica. Zero is an assignment
+	// that does not know its hand-out (decoded from a JSON written before
+	// hand-outs were numbered): its settlement releases whatever
+	// reservation the route holds, as it always did.
+	HandOut uint64 `json:"hand_out,omitempty"`
 }
 
-// Equal reports whether two assignments are identical in every field.
-// Settlement compares the presented assignment with the stored one this way.
+// Equal reports whether two assignments are the same route: identical in
+// every field but HandOut. Settlement compares the presented assignment
+// with the stored one this way (the fence); which hand-out it is decides
+// only what the settlement releases.
 func (a *RouteAssignment) Equal(b *RouteAssignment) bool {
 	return a.AssignedAt.Equal(b.AssignedAt) && a.Admission.equal(&b.Admission) && a.fixed() == b.fixed()
 }
@@ -289,8 +303,13 @@ type RouteReservation struct {
 	// out: made with the assignment (by Resolve or Reroute), made again by
 	// a Resolve after a settlement, or returned again by a Resolve while it
 	// was held. Whoever it was handed to may still be sending the action.
-	// It is zero when the route is not reserved.
-	HandedOutAt    time.Time        `json:"handed_out_at,omitzero"`
+	// It is zero when the route is not reserved. It is for display and for
+	// judging age; which hand-out it was is HandOut.
+	HandedOutAt time.Time `json:"handed_out_at,omitzero"`
+	// HandOut is the number of the route's last hand-out
+	// (RouteAssignment.HandOut), kept after its release; zero only for a
+	// route no hand-out was numbered for.
+	HandOut        uint64           `json:"hand_out,omitempty"`
 	Reserved       bool             `json:"reserved"`
 	Retry          bool             `json:"retry"`
 	Scopes         []AdmissionScope `json:"scopes"`
@@ -303,21 +322,46 @@ type RouteReservation struct {
 // holds them to the same behaviour.
 type OrphanSettler interface {
 	// SettleOrphan is Settle for a reservation the caller found idle, with
-	// handedOutAt its RouteReservation.HandedOutAt then. In one atomic step
-	// it requires a to equal the stored assignment (ErrFenceLost; an
-	// unknown action is ErrNotFound), succeeds changing nothing when the
-	// route is no longer reserved, and changes nothing and returns
-	// ErrConflict when the reservation was handed out after handedOutAt:
-	// whoever received it may be sending the action now, so what the caller
-	// learned about the action before may no longer hold.
-	SettleOrphan(ctx context.Context, a RouteAssignment, outcome RouteSettlement, handedOutAt time.Time) error
+	// handOut its RouteReservation.HandOut then (≥ 1, else ErrInvalid;
+	// a.HandOut is not consulted). In one atomic step it requires a to
+	// equal the stored assignment (ErrFenceLost; an unknown action is
+	// ErrNotFound), succeeds changing nothing when the route is no longer
+	// reserved, and changes nothing and returns ErrConflict when the route
+	// was handed out at all after handOut — its reservation made again, or
+	// returned again while held: whoever received it may be sending the
+	// action now, so what the caller learned about the action before may
+	// no longer hold. The comparison is of hand-out numbers, exact
+	// whatever the clocks.
+	SettleOrphan(ctx context.Context, a RouteAssignment, outcome RouteSettlement, handOut uint64) error
+}
+
+// CheckOrphanHandOut is the ErrInvalid of an orphan settlement presenting
+// no hand-out.
+func CheckOrphanHandOut(actionID string, handOut uint64) error {
+	if handOut == 0 {
+		return fmt.Errorf("%w: orphan settlement of action %s names hand-out 0; pass the RouteReservation.HandOut the caller read", ErrInvalid, actionID)
+	}
+	return nil
 }
 
 // HandedOutAgain rejects an orphan settlement of a reservation that was
-// handed out after the caller looked at it.
-func HandedOutAgain(actionID string, seen, now time.Time) error {
-	return fmt.Errorf("%w: the reservation of action %s was handed out again at %s, after %s: it is in use, not orphaned",
-		ErrConflict, actionID, now.UTC().Format(time.RFC3339Nano), seen.UTC().Format(time.RFC3339Nano))
+// handed out after the caller looked at it (hand-out seen; last is the
+// route's last hand-out now).
+func HandedOutAgain(actionID string, seen, last uint64) error {
+	return fmt.Errorf("%w: the reservation of action %s was handed out again (hand-out %d, after %d): it is in use, not orphaned",
+		ErrConflict, actionID, last, seen)
+}
+
+// SettlesReservation reports whether a settlement presenting hand-out
+// presented releases a reservation made by hand-out reservedBy: a zero
+// hand-out (an assignment that does not know it) always does, as
+// settlements did before hand-outs were numbered; otherwise only a
+// hand-out at or after the one that made the reservation. An earlier one
+// is a late settlement of a reservation released already (by lease
+// maintenance, reconciliation, or whoever shared it), made again since
+// for someone else.
+func SettlesReservation(presented, reservedBy uint64) bool {
+	return presented == 0 || presented >= reservedBy
 }
 
 // AdmissionCounter is one admission counter's in-flight count.

@@ -164,7 +164,8 @@ func RouteConflict(a *RouteAssignment, req *RouteRequest) error {
 		ErrConflict, a.ActionID, a.TenantID, a.CapabilityID, req.TenantID, req.CapabilityID)
 }
 
-// NewAssignment builds the assignment of a new route.
+// NewAssignment builds the assignment of a new route: its first hand-out
+// (a reroute's backend numbers it after the action's last one).
 func NewAssignment(req *RouteRequest, b *CapabilityBinding, v *ConnectorVersion, rep *ConnectorReplica, catalogRevision uint64, admission AdmissionReservation, fenceToken string, now time.Time) RouteAssignment {
 	return RouteAssignment{
 		ActionID:              req.ActionID,
@@ -189,6 +190,7 @@ func NewAssignment(req *RouteRequest, b *CapabilityBinding, v *ConnectorVersion,
 		FenceToken:            fenceToken,
 		Admission:             admission,
 		AssignedAt:            Millis(now),
+		HandOut:               1,
 	}
 }
 

@@ -153,9 +153,9 @@ func (d *devRegistry) Settle(ctx context.Context, a registry.RouteAssignment, ou
 }
 
 // SettleOrphan implements registry.OrphanSettler.
-func (d *devRegistry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt time.Time) error {
+func (d *devRegistry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handOut uint64) error {
 	defer d.store.changed()
-	return d.mem.SettleOrphan(ctx, a, outcome, handedOutAt)
+	return d.mem.SettleOrphan(ctx, a, outcome, handOut)
 }
 
 // ApplyLifecycle implements registry.Lifecycle.

@@ -43,7 +43,13 @@
 // Reconcile, which Run calls every Config.ReconcileInterval, once the
 // reservation was last handed out Config.ReconcileAfter ago, through
 // registry.OrphanSettler (Deps.Reservations), which refuses a
-// reservation a client's retry picked up meanwhile.
+// reservation a client's retry picked up meanwhile (it compares the
+// hand-out number the pass read). Every settlement presents the hand-out
+// it holds (registry.RouteAssignment.HandOut): the execution's and its
+// background retries' the one its Resolve or Reroute returned, a cancel's
+// the one it looked up before sending the cancel; a settlement of a
+// hand-out whose reservation was released and made again since for a
+// retry changes nothing (docs/routing.md, "Hand-outs").
 //
 // # Provably-not-started reroute
 //

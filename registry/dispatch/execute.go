@@ -327,8 +327,12 @@ func (d *Dispatcher) lookup(ctx context.Context, tenant, actionID string) (regis
 // settles the route cancelled. The answer is the replica's journaled
 // result of the action (cancelled, or the result it reached first). If the
 // action was rerouted while the cancel was in flight, the cancel follows
-// it to the new replica. A settlement the registry did not confirm is
-// retried in the background, as an action's is.
+// it to the new replica. The settlement presents the hand-out the cancel
+// looked up before sending (the route's last then): it releases the
+// reservation in use when the cancel was sent, whose hop the replica's
+// answer ends, but never one a Resolve made after the lookup, which its
+// holder settles (docs/routing.md, "Hand-outs"). A settlement the registry
+// did not confirm is retried in the background, as an action's is.
 func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string) (ActionResponse, int) {
 	ctx, span := d.tracer.Start(ctx, SpanCancel, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrAction, actionID)))

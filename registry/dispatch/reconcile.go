@@ -55,10 +55,12 @@ type ReconcileReport struct {
 // once no envelope sent at the last handout can still be accepted
 // (aip.MaxEnvelopeAge + aip.MaxEnvelopeSkew later; a later retry of the
 // action ID reserves the route again). The settlement is
-// registry.OrphanSettler.SettleOrphan: if a Resolve handed the reservation
-// out again while the pass looked (a client retrying the action ID), it
-// changes nothing, so what the replica said is never applied to a
-// reservation someone else is using. An action still received or running,
+// registry.OrphanSettler.SettleOrphan with the hand-out the pass read
+// (registry.RouteReservation.HandOut): if a Resolve handed the route out
+// again while the pass looked (a client retrying the action ID, sharing
+// the reservation or reserving it again), it changes nothing, so what the
+// replica said is never applied to a reservation someone else is using.
+// The comparison is of hand-out numbers, so it does not depend on clocks. An action still received or running,
 // and a replica that does not answer verifiably, are left for a later pass
 // (lease maintenance releases the reservations of a replica whose lease
 // ends). Settlement is idempotent and checks the fence, so dispatchers may
@@ -141,7 +143,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, r *registry.RouteReservat
 		return reconcileInProgress
 	}
 	sctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
-	err = d.deps.Reservations.SettleOrphan(sctx, a, s, r.HandedOutAt)
+	err = d.deps.Reservations.SettleOrphan(sctx, a, s, r.HandOut)
 	cancel()
 	switch {
 	case errors.Is(err, registry.ErrConflict):

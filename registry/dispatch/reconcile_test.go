@@ -196,7 +196,7 @@ type interferingOrphans struct {
 	before func(registry.RouteAssignment)
 }
 
-func (o *interferingOrphans) SettleOrphan(ctx context.Context, a registry.RouteAssignment, s registry.RouteSettlement, handedOutAt time.Time) error {
+func (o *interferingOrphans) SettleOrphan(ctx context.Context, a registry.RouteAssignment, s registry.RouteSettlement, handOut uint64) error {
 	o.before(a)
-	return o.Registry.SettleOrphan(ctx, a, s, handedOutAt)
+	return o.Registry.SettleOrphan(ctx, a, s, handOut)
 }

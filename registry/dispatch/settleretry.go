@@ -61,6 +61,10 @@ func retryableSettle(err error) bool {
 // retrySettle settles a in the background after the settlement failed with
 // first, with exponential backoff (100 ms growing to 5 s, jittered) for at
 // most SettleRetryTimeout, unless first cannot pass or retries are disabled.
+// a is the hand-out the execution holds: if the first attempt committed
+// unseen and a retry of the action reserved the route again meanwhile, the
+// registry takes the repeat as a settlement of an earlier hand-out and
+// changes nothing (the outcome is not counted twice).
 func (d *Dispatcher) retrySettle(a registry.RouteAssignment, s registry.RouteSettlement, first error) {
 	log := d.log.With("action_id", a.ActionID, "replica_id", a.ReplicaID, "settlement", s)
 	if d.cfg.SettleRetryTimeout < 0 || !retryableSettle(first) {

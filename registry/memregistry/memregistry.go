@@ -168,6 +168,7 @@ type replicaEntry struct {
 }
 
 type routeEntry struct {
+	// a is the assignment; a.HandOut is the route's last hand-out.
 	a        registry.RouteAssignment
 	replica  *replicaEntry
 	reserved bool
@@ -179,6 +180,10 @@ type routeEntry struct {
 	// handedOut is when the reservation was last handed out (see
 	// registry.RouteReservation.HandedOutAt); meaningful while reserved.
 	handedOut time.Time
+	// reservedBy is the hand-out that made the current reservation:
+	// settlements of hand-outs before it change nothing
+	// (registry.SettlesReservation); meaningful while reserved.
+	reservedBy uint64
 }
 
 func (rt *routeEntry) scopes() []registry.AdmissionScope { return rt.a.Admission.Scopes(rt.retry) }
@@ -870,39 +875,42 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 	defer r.mu.Unlock()
 	now := r.clock()
 	if rt, ok := r.routes[req.ActionID]; ok {
-		a, err := r.resume(rt, &req, now)
-		if err == nil {
-			rt.resolvedAgain = true
-			rt.handedOut = registry.Millis(now)
+		if err := r.resume(rt, &req, now); err != nil {
+			return registry.RouteAssignment{}, err
 		}
-		return a, err
+		rt.resolvedAgain = true
+		rt.handedOut = registry.Millis(now)
+		return rt.a.Clone(), nil
 	}
 	return r.assign(&req, now)
 }
 
-// resume returns an existing route, reserving its pinned scopes and replica
-// again if they were released.
-func (r *Registry) resume(rt *routeEntry, req *registry.RouteRequest, now time.Time) (registry.RouteAssignment, error) {
+// resume hands an existing route out again: it takes the next hand-out
+// number, and reserves the pinned scopes and replica again (made by that
+// hand-out) if they were released.
+func (r *Registry) resume(rt *routeEntry, req *registry.RouteRequest, now time.Time) error {
 	a := &rt.a
 	if a.TenantID != req.TenantID || a.CapabilityID != req.CapabilityID {
-		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
+		return registry.RouteConflict(a, req)
 	}
 	if rt.reserved {
-		return a.Clone(), nil
+		a.HandOut++
+		return nil
 	}
 	rep := rt.replica
 	v := r.versions[a.VersionID]
 	if !registry.PinnedReplicaUsable(&rep.rec, &rep.inst.rec, &v.rec, v.typ.rec.Enabled, now) {
-		return registry.RouteAssignment{}, fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
+		return fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
 			registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
 	}
 	if err := r.reserve(a.Admission.Scopes(true)); err != nil {
-		return registry.RouteAssignment{}, err
+		return err
 	}
 	rep.rec.ActiveAssignments++
 	rep.reserved[a.ActionID] = rt
-	rt.reserved, rt.retry, rt.last = true, true, ""
-	return a.Clone(), nil
+	a.HandOut++
+	rt.reserved, rt.retry, rt.last, rt.reservedBy = true, true, "", a.HandOut
+	return nil
 }
 
 // assign selects, reserves and records a new route.
@@ -936,12 +944,18 @@ func (r *Registry) place(req *registry.RouteRequest, b *bindingEntry, rep *repli
 		return nil, err
 	}
 	rep.rec.ActiveAssignments++
-	rt := &routeEntry{
-		a:         registry.NewAssignment(req, &b.rec, &inst.version.rec, &rep.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
-		replica:   rep,
-		reserved:  true,
-		handedOut: registry.Millis(now),
+	handOut := uint64(1) // a reroute's assignment goes on with the action's numbers
+	if old != nil {
+		handOut = old.a.HandOut + 1
 	}
+	rt := &routeEntry{
+		a:          registry.NewAssignment(req, &b.rec, &inst.version.rec, &rep.rec, r.revision, admission, aip.NewID(aip.PrefixRoute), now),
+		replica:    rep,
+		reserved:   true,
+		handedOut:  registry.Millis(now),
+		reservedBy: handOut,
+	}
+	rt.a.HandOut = handOut // NewAssignment's 1 for a new route
 	r.routes[req.ActionID] = rt
 	rep.reserved[req.ActionID] = rt
 	return rt, nil
@@ -1074,7 +1088,7 @@ func (r *Registry) Reservation(ctx context.Context, actionID string) (registry.R
 
 func reservationOf(rt *routeEntry) registry.RouteReservation {
 	res := registry.RouteReservation{ActionID: rt.a.ActionID, ReplicaID: rt.a.ReplicaID, AssignedAt: rt.a.AssignedAt, Reserved: rt.reserved,
-		LastSettlement: rt.last, Scopes: []registry.AdmissionScope{}}
+		LastSettlement: rt.last, Scopes: []registry.AdmissionScope{}, HandOut: rt.a.HandOut}
 	if rt.reserved {
 		res.HandedOutAt = rt.handedOut
 		res.Retry = rt.retry
@@ -1085,17 +1099,24 @@ func reservationOf(rt *routeEntry) registry.RouteReservation {
 
 // Settle implements registry.Resolver.
 func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
-	return r.settle(ctx, a, outcome, nil)
+	return r.settle(ctx, a, outcome, 0)
 }
 
 // SettleOrphan implements registry.OrphanSettler.
-func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt time.Time) error {
-	return r.settle(ctx, a, outcome, &handedOutAt)
+func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handOut uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := registry.CheckOrphanHandOut(a.ActionID, handOut); err != nil {
+		return err
+	}
+	return r.settle(ctx, a, outcome, handOut)
 }
 
-// settle releases a's reservation with outcome; with handedOutAt, only if
-// it was not handed out after that.
-func (r *Registry) settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt *time.Time) error {
+// settle releases a's reservation with outcome: when orphanSeen is zero,
+// only if a's hand-out settles it (registry.SettlesReservation); else only
+// if the route's last hand-out is orphanSeen.
+func (r *Registry) settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, orphanSeen uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -1114,8 +1135,11 @@ func (r *Registry) settle(ctx context.Context, a registry.RouteAssignment, outco
 	if !rt.reserved {
 		return nil
 	}
-	if handedOutAt != nil && rt.handedOut.After(*handedOutAt) {
-		return registry.HandedOutAgain(a.ActionID, *handedOutAt, rt.handedOut)
+	switch {
+	case orphanSeen != 0 && rt.a.HandOut != orphanSeen:
+		return registry.HandedOutAgain(a.ActionID, orphanSeen, rt.a.HandOut)
+	case orphanSeen == 0 && !registry.SettlesReservation(a.HandOut, rt.reservedBy):
+		return nil // a late settlement of an earlier hand-out: not this reservation's
 	}
 	r.unreserve(rt, outcome)
 	rep := rt.replica

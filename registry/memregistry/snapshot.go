@@ -83,6 +83,11 @@ type snapshotRoute struct {
 	// the latest it can have been, so reconciliation never takes a
 	// reservation for older than it is.
 	HandedOutAt time.Time `json:"handed_out_at,omitzero"`
+	// ReservedHandOut is the hand-out that made the reservation (the last
+	// hand-out is Assignment.HandOut). Both are absent in snapshots
+	// written before hand-outs were numbered: such a route's reservation
+	// is settled by any hand-out, as it was then.
+	ReservedHandOut uint64 `json:"reserved_hand_out,omitempty"`
 }
 
 type snapshotHistory struct {
@@ -153,7 +158,7 @@ func (r *Registry) snapshot() *snapshot {
 	}
 	for _, rt := range r.routes {
 		s.Routes = append(s.Routes, snapshotRoute{Assignment: rt.a.Clone(), Reserved: rt.reserved, Retry: rt.retry,
-			LastSettlement: rt.last, ResolvedAgain: rt.resolvedAgain, HandedOutAt: rt.handedOut})
+			LastSettlement: rt.last, ResolvedAgain: rt.resolvedAgain, HandedOutAt: rt.handedOut, ReservedHandOut: rt.reservedBy})
 	}
 	for id, n := range r.counters {
 		s.Counters = append(s.Counters, registry.AdmissionCounter{Kind: id.kind, Key: id.key, Active: n})
@@ -345,7 +350,7 @@ func (r *Registry) load(s *snapshot) error {
 			return fmt.Errorf("route of action %s appears twice", a.ActionID)
 		}
 		rt := &routeEntry{a: a, replica: rep, reserved: sr.Reserved, retry: sr.Retry, last: sr.LastSettlement, resolvedAgain: sr.ResolvedAgain,
-			handedOut: sr.HandedOutAt}
+			handedOut: sr.HandedOutAt, reservedBy: sr.ReservedHandOut}
 		if rt.handedOut.IsZero() {
 			rt.handedOut = r.clock()
 		}

@@ -125,8 +125,11 @@
 // nothing it aborts the transaction and the route is made the
 // two-round-trip way. A settlement is one round trip: one statement takes
 // the action and replica locks and releases the route only if it equals
-// the presented assignment column by column, with its replica's count and
-// circuit and its counters. A transaction of one batch needs no BEGIN or
+// the presented assignment column by column and the presented hand-out is
+// at or after reserved_hand_out (the hand-out that made the reservation;
+// migration 0008), with its replica's count and circuit and its counters.
+// Every write that hands a route out raises hand_out in the statement it
+// already sends, so numbering hand-outs costs no round trip. A transaction of one batch needs no BEGIN or
 // COMMIT: the statements of a pipelined batch, up to its Sync, run as one
 // implicit transaction that commits at the Sync only if all of them
 // succeeded.

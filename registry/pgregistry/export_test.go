@@ -3,6 +3,7 @@ package pgregistry
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -60,4 +61,17 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 		return nil, err
 	}
 	return r, nil
+}
+
+// RouteStatementsOfBuild7 are this build's read of a route and its update
+// when a Resolve returns a held route again, as the build of schema
+// version 7 sent them: without the hand-out columns of migration 0008.
+func RouteStatementsOfBuild7() (read, again string) {
+	cut := func(sql, part string) string {
+		if !strings.Contains(sql, part) {
+			panic("RouteStatementsOfBuild7: " + part + " is no longer in " + sql)
+		}
+		return strings.Replace(sql, part, "", 1)
+	}
+	return cut(selectRoute, ", hand_out, reserved_hand_out"), cut(markResolvedAgain, ", hand_out = hand_out + 1")
 }

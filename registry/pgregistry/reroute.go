@@ -36,13 +36,14 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 	releaseReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = GREATEST(active_assignments - 1, 0) WHERE replica_id = $1`
 	lockReplicas   = `SELECT replica_id FROM aip_registry.connector_replicas WHERE replica_id = ANY($1) ORDER BY replica_id FOR UPDATE`
 	// replaceRoute makes the new assignment the action's current one,
-	// reserved (not as a retry), handed out once.
+	// reserved (not as a retry), handed out once: its hand-out is the
+	// action's next, and made the reservation.
 	replaceRoute = `UPDATE aip_registry.route_assignments SET instance_id = $2, version_id = $3, manifest_digest = $4,
 	replica_id = $5, endpoint = $6, peer_principal_id = $7, peer_principal_kind = $8, peer_did = $9, trust_domain = $10,
 	transport_profile = $11, region = $12, zone = $13, capacity_class = $14, catalog_revision = $15,
 	binding_policy_revision = $16, credential_revision_ref = $17, quota_policy_ref = $18, replica_health_revision = $19,
 	fence_token = $20, admission = $21, assigned_at_ms = $22, reserved = true, retry = false, last_settlement = NULL,
-	resolved_again = false, updated_at_ms = $22, counter_stripe = $23
+	resolved_again = false, updated_at_ms = $22, counter_stripe = $23, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1
 WHERE action_id = $1`
 	selectHistory = `SELECT assignment FROM aip_registry.route_history WHERE action_id = $1 ORDER BY seq`
 	routeExists   = `SELECT EXISTS (SELECT 1 FROM aip_registry.route_assignments WHERE action_id = $1)`
@@ -198,6 +199,7 @@ func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.Rou
 	stripe := st.stripe(admission.BaseScopes)
 	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
 	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, c.revision, admission, aip.NewID(aip.PrefixRoute), now)
+	a.HandOut = s.a.HandOut + 1 // replaceRoute's; the route row was read under the action lock
 	doc, err := encodeAdmission(a.ActionID, &a.Admission)
 	if err != nil {
 		return registry.RouteAssignment{}, err

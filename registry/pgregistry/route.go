@@ -51,11 +51,13 @@ const (
 	peer_principal_id, peer_principal_kind, peer_did, trust_domain, transport_profile, region, zone, capacity_class,
 	catalog_revision, binding_policy_revision, credential_revision_ref, quota_policy_ref, replica_health_revision,
 	fence_token, admission, assigned_at_ms, reserved, retry, last_settlement`
-	// routeReadColumns are routeColumns, the route's counter stripe and its
-	// updated_at_ms: every write to a reserved route hands it out (the
+	// routeReadColumns are routeColumns, the route's counter stripe, its
+	// updated_at_ms (every write to a reserved route hands it out: the
 	// insert, a reservation again, a Resolve that returns it again, a
-	// reroute), so while reserved that is when it was last handed out.
-	routeReadColumns = routeColumns + `, counter_stripe, updated_at_ms`
+	// reroute; so while reserved that is when it was last handed out), its
+	// last hand-out and the hand-out that made its reservation. Inserts
+	// leave the hand-outs to their defaults (1: the first hand-out).
+	routeReadColumns = routeColumns + `, counter_stripe, updated_at_ms, hand_out, reserved_hand_out`
 	selectRoute      = `SELECT ` + routeReadColumns + ` FROM aip_registry.route_assignments WHERE action_id = $1`
 
 	// chainJoins and chainValid express the tenant chain of a binding: the
@@ -134,14 +136,15 @@ UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked
 FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key AND c.stripe = locked.stripe`
 
 	// reserveRoute re-reserves a released route for a retry, in counter
-	// stripe $3; the route was handed out again, so it can no longer be
-	// rerouted.
+	// stripe $3, as its next hand-out (which made the reservation); the
+	// route was handed out again, so it can no longer be rerouted.
 	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL,
-	resolved_again = true, updated_at_ms = $2, counter_stripe = $3
+	resolved_again = true, updated_at_ms = $2, counter_stripe = $3, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1
 WHERE action_id = $1 AND NOT reserved`
 	// markResolvedAgain records that a Resolve returned a reserved route
-	// again, at $2.
-	markResolvedAgain = `UPDATE aip_registry.route_assignments SET resolved_again = true, updated_at_ms = $2 WHERE action_id = $1`
+	// again, at $2, as its next hand-out (sharing the reservation).
+	markResolvedAgain = `UPDATE aip_registry.route_assignments SET resolved_again = true, updated_at_ms = $2, hand_out = hand_out + 1
+WHERE action_id = $1`
 
 	// lockRouteReplica takes the action lock, then locks the replica of the
 	// action's route (the lateral subquery depends on the lock's, so it runs
@@ -180,8 +183,11 @@ SELECT count(*) FROM route`
 	// settleMatching is a settlement in one statement, in lock order: it
 	// takes the action lock, locks the replica of the action's route, then
 	// releases the route of action $1 as settlement $2 at $3 only if it is
-	// reserved and every column of the assignment equals the presented one
-	// ($4..$26, in routeColumns order after the action ID); if it did, it
+	// reserved, every column of the assignment equals the presented one
+	// ($4..$26, in routeColumns order after the action ID) and the
+	// presented hand-out $34 settles the reservation
+	// (registry.SettlesReservation: zero, or at or after
+	// reserved_hand_out); if it did, it
 	// decrements the replica's count and applies the circuit rule to it
 	// ($31 circuit change, $32 threshold, $33 open until; see
 	// circuitChange), then releases the route's counters ($27..$30: kinds,
@@ -209,6 +215,7 @@ route AS (
 		AND catalog_revision = $19 AND binding_policy_revision = $20
 		AND credential_revision_ref IS NOT DISTINCT FROM $21::text AND quota_policy_ref IS NOT DISTINCT FROM $22::text
 		AND replica_health_revision = $23 AND fence_token = $24 AND admission = $25::jsonb AND assigned_at_ms = $26
+		AND ($34::bigint = 0 OR $34::bigint >= reserved_hand_out)
 	RETURNING retry, counter_stripe),
 replica AS (
 	UPDATE aip_registry.connector_replicas
@@ -390,6 +397,9 @@ type storedRoute struct {
 	last     registry.RouteSettlement
 	stripe   int16     // the counter stripe of its reservation
 	updated  time.Time // while reserved: when it was last handed out
+	// reservedBy is the hand-out that made the reservation (a.HandOut is
+	// the last one).
+	reservedBy uint64
 }
 
 func scanRoute(row pgx.Row) (storedRoute, error) {
@@ -398,13 +408,14 @@ func scanRoute(row pgx.Row) (storedRoute, error) {
 		a                                            = &s.a
 		kind                                         string
 		catRev, polRev, healthRev, assigned, updated int64
+		handOut, reservedBy                          int64
 		cred, quota, last                            *string
 		admission                                    []byte
 	)
 	err := row.Scan(&a.ActionID, &a.CapabilityID, &a.TenantID, &a.InstanceID, &a.VersionID, &a.ManifestDigest, &a.ReplicaID,
 		&a.Endpoint, &a.PeerPrincipalID, &kind, &a.PeerDID, &a.TrustDomain, &a.TransportProfile,
 		&a.Topology.Region, &a.Topology.Zone, &a.Topology.CapacityClass, &catRev, &polRev, &cred, &quota, &healthRev,
-		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last, &s.stripe, &updated)
+		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last, &s.stripe, &updated, &handOut, &reservedBy)
 	if err != nil {
 		return s, err
 	}
@@ -412,6 +423,7 @@ func scanRoute(row pgx.Row) (storedRoute, error) {
 	a.CatalogRevision, a.BindingPolicyRevision, a.ReplicaHealthRevision = uint64(catRev), uint64(polRev), uint64(healthRev)
 	a.CredentialRevisionRef, a.QuotaPolicyRef = deref(cred), deref(quota)
 	a.AssignedAt, s.updated = fromMS(assigned), fromMS(updated)
+	a.HandOut, s.reservedBy = uint64(handOut), uint64(reservedBy)
 	s.last = registry.RouteSettlement(deref(last))
 	if err := json.Unmarshal(admission, &a.Admission); err != nil {
 		return s, fmt.Errorf("decode the admission of route %s: %w", a.ActionID, err)
@@ -574,13 +586,17 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 	if a.TenantID != req.TenantID || a.CapabilityID != req.CapabilityID {
 		return registry.RouteAssignment{}, registry.RouteConflict(a, req)
 	}
+	// Under the action lock the route read is current: this is its next
+	// hand-out.
+	next := *a
+	next.HandOut++
 	if s.reserved {
 		b := &pgx.Batch{}
 		b.Queue(markResolvedAgain, a.ActionID, toMS(now))
 		if err := p.commit(ctx, b); err != nil {
 			return registry.RouteAssignment{}, err
 		}
-		return *a, nil
+		return next, nil
 	}
 	unavailable := fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
 		registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
@@ -599,7 +615,7 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 		}
 		return registry.RouteAssignment{}, scopeFull(err, scopes)
 	}
-	return *a, nil
+	return next, nil
 }
 
 // fallback runs when the candidate read returned nothing: the action
@@ -854,7 +870,7 @@ func (r *Registry) Reservation(ctx context.Context, actionID string) (registry.R
 
 func reservationOf(s *storedRoute) registry.RouteReservation {
 	res := registry.RouteReservation{ActionID: s.a.ActionID, ReplicaID: s.a.ReplicaID, AssignedAt: s.a.AssignedAt, Reserved: s.reserved,
-		LastSettlement: s.last, Scopes: []registry.AdmissionScope{}}
+		LastSettlement: s.last, Scopes: []registry.AdmissionScope{}, HandOut: s.a.HandOut}
 	if s.reserved {
 		res.HandedOutAt = s.updated
 		res.Retry = s.retry
@@ -865,11 +881,13 @@ func reservationOf(s *storedRoute) registry.RouteReservation {
 
 // Settle implements registry.Resolver. It costs one round trip: one
 // statement, run as its own transaction, that takes the action and replica
-// locks and releases the route only if it is still reserved and equal,
-// column by column, to the presented assignment (with its replica's count,
-// the circuit rule applied to the stored circuit, and its counters). When
+// locks and releases the route only if it is still reserved, equal, column
+// by column, to the presented assignment, and reserved by the presented
+// hand-out or an earlier one it shares (with its replica's count, the
+// circuit rule applied to the stored circuit, and its counters). When
 // nothing was released, a read of the route tells a missing route, a lost
-// fence and a repeated settlement apart.
+// fence, a repeated settlement and a late one of an earlier hand-out
+// apart.
 func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -908,7 +926,7 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 			a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
 			a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 			nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc, assigned,
-			kinds, keys, limits, retryOnly, mode, threshold, until).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
+			kinds, keys, limits, retryOnly, mode, threshold, until, int64(a.HandOut)).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
 		return p.once(ctx, b)
 	})
 	if err != nil || released == 1 {
@@ -922,10 +940,12 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 		return registry.SettleFenceLost(&a)
 	case !s.reserved:
 		return nil // released before (settled, or its lease expired): nothing to do
+	case !registry.SettlesReservation(a.HandOut, s.reservedBy):
+		return nil // a late settlement of an earlier hand-out: not this reservation's
 	}
 	// Reserved and equal, yet the statement's comparison did not match:
 	// settle with the comparison in Go.
-	return r.settleRead(ctx, a, outcome, nil)
+	return r.settleRead(ctx, a, outcome, 0)
 }
 
 var _ registry.OrphanSettler = (*Registry)(nil)
@@ -964,11 +984,14 @@ func unstorableAssignment(ctx context.Context, r *Registry, a *registry.RouteAss
 // locks, a read of the route, the comparisons in Go, then the release.
 // The action lock orders it with every Resolve of the action, so a
 // handout either happened before its read or waits for its commit.
-func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt time.Time) error {
+func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handOut uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := outcome.Check(); err != nil {
+		return err
+	}
+	if err := registry.CheckOrphanHandOut(a.ActionID, handOut); err != nil {
 		return err
 	}
 	if !storable(a.ActionID) {
@@ -979,7 +1002,7 @@ func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment,
 		return err
 	}
 	defer leave()
-	return r.settleRead(ctx, a, outcome, &handedOutAt)
+	return r.settleRead(ctx, a, outcome, handOut)
 }
 
 // settleScopes returns every scope a's admission may hold, in lock order:
@@ -1020,10 +1043,11 @@ func circuitChange(outcome registry.RouteSettlement, a *registry.AdmissionReserv
 // settleRead is the settlement that reads the route under its locks and
 // compares it in Go before releasing it: two round trips, the second
 // holding the replica lock taken in the first. Settle falls back to it only
-// if its statement's comparison and Go's disagree; SettleOrphan uses it
-// with handedOutAt, releasing nothing if the route was handed out after
-// that.
-func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handedOutAt *time.Time) error {
+// if its statement's comparison and Go's disagree (orphanSeen zero: a's
+// hand-out must settle the reservation); SettleOrphan uses it with the
+// hand-out its caller read as orphanSeen, releasing nothing if the route
+// was handed out after that.
+func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, orphanSeen uint64) error {
 	return r.inPipe(ctx, r.data, "settle action "+a.ActionID, func(p *pipe) error {
 		var (
 			s                storedRoute
@@ -1051,8 +1075,11 @@ func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, o
 		if !s.reserved {
 			return nil // released before (settled, or its lease expired): nothing to do
 		}
-		if handedOutAt != nil && s.updated.After(*handedOutAt) {
-			return registry.HandedOutAgain(a.ActionID, *handedOutAt, s.updated)
+		switch {
+		case orphanSeen != 0 && s.a.HandOut != orphanSeen:
+			return registry.HandedOutAgain(a.ActionID, orphanSeen, s.a.HandOut)
+		case orphanSeen == 0 && !registry.SettlesReservation(a.HandOut, s.reservedBy):
+			return nil // a late settlement of an earlier hand-out: not this reservation's
 		}
 		now := r.clock()
 		circuit := registry.ApplySettlementToCircuit(registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)},

@@ -168,7 +168,7 @@ func TestStripedLimitIsExact(t *testing.T) {
 				if i%2 == 0 {
 					// The settlement that compares in Go releases the
 					// route's stripe too.
-					must(t, r.settleRead(ctx, a, registry.SettlementCompleted, nil))
+					must(t, r.settleRead(ctx, a, registry.SettlementCompleted, 0))
 				} else {
 					must(t, r.Settle(ctx, a, registry.SettlementCompleted))
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -38,18 +39,26 @@ func oldRolesSQL(t *testing.T) string {
 }
 
 // TestUpgradeKeepsData upgrades a database that the builds of schema
-// versions 5 and 6 populated, the documented way (deploy/postgres/roles.sql
+// versions 5, 6 and 7 populated, the documented way (deploy/postgres/roles.sql
 // of that build, `registry migrate` as the admin role, the data role
 // serving dispatch), to this build: two migrations at once and then one
-// more change nothing but the schema, every row and every record read back
-// is the one written, roles.sql run again gives the roles exactly what it
-// documents (as on a fresh install), and the new behaviour works on the
-// old data: old events are pruned by the lifecycle role, sequences go on,
-// reservations made before the upgrade settle, the catalog pages in byte
-// order.
+// more change nothing but the schema (the columns migration 0008 adds hold
+// their defaults), every row and every record read back is the one
+// written, roles.sql run again gives the roles exactly what it documents
+// (as on a fresh install), and the new behaviour works on the old data:
+// old events are pruned by the lifecycle role, sequences go on,
+// reservations made before the upgrade settle (handed out by the older
+// build, they carry no hand-out) and are handed out again as hand-out 2,
+// the catalog pages in byte order.
+//
+// This build routes only on a schema with 0008's columns, so it cannot
+// act as an older build that routes: the older build's database is made
+// by populating one of this build's schema and undoing the later
+// migrations (olderSchema), and checked to have exactly the schema a
+// fresh install of the older version has.
 func TestUpgradeKeepsData(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{5, 6} {
+	for _, from := range []int{5, 6, 7} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testUpgrade(t, from)
@@ -281,8 +290,9 @@ var sameJSON = cmp.Comparer(func(a, b json.RawMessage) bool {
 })
 
 // tableRows returns every row of every table of schema aip_registry but
-// the migrations table, as JSON text, sorted per table.
-func tableRows(t *testing.T, dbURL string) map[string][]string {
+// the migrations table, as JSON text without the columns omit names per
+// table, sorted per table.
+func tableRows(t *testing.T, dbURL string, omit map[string][]string) map[string][]string {
 	t.Helper()
 	ctx := t.Context()
 	c := connect(t, dbURL)
@@ -293,7 +303,7 @@ func tableRows(t *testing.T, dbURL string) map[string][]string {
 	must(t, err)
 	out := map[string][]string{}
 	for _, tbl := range tables {
-		rows, err := c.Query(ctx, `SELECT row_to_json(t)::text FROM aip_registry.`+pgx.Identifier{tbl}.Sanitize()+` t`)
+		rows, err := c.Query(ctx, `SELECT (to_jsonb(t) - $1::text[])::text FROM aip_registry.`+pgx.Identifier{tbl}.Sanitize()+` t`, append([]string{}, omit[tbl]...))
 		must(t, err)
 		out[tbl], err = pgx.CollectRows(rows, pgx.RowTo[string])
 		must(t, err)
@@ -321,26 +331,31 @@ func testUpgrade(t *testing.T, from int) {
 	dataURL := asRole(t, superURL, "aip_registry_data")
 	lifecycleURL := asRole(t, superURL, "aip_registry_lifecycle")
 
-	// The older build, installed the documented way.
+	// The older build, installed the documented way (roles.sql of that
+	// build) and populated; its schema is then the older version's.
 	oldRoles := oldRolesSQL(t)
+	if from == 7 {
+		oldRoles = rolesSQL(t) // the lifecycle role's event grants came with 0007
+	}
 	applyRoles(t, superURL, oldRoles)
-	must(t, pgregistry.MigrateBuild(ctx, adminURL, from))
+	must(t, pgregistry.MigrateBuild(ctx, adminURL, pgregistry.SchemaVersion))
 	applyRoles(t, superURL, oldRoles)
 	clock := registrytest.NewClock(registrytest.Epoch)
-	old, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now}, from)
+	old, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now}, pgregistry.SchemaVersion)
 	must(t, err)
 	defer old.Close()
 	w := populate(t, old, clock)
-	wantRows := tableRows(t, superURL)
 	wantRecords := readAllRecords(t, old, w)
 	if diff := cmp.Diff(w.events, wantRecords.Events, sameJSON); diff != "" {
 		t.Fatalf("the older build reads back other events than it wrote (-written +read):\n%s", diff)
 	}
+	old.Close()
+	olderSchema(t, superURL, from)
+	wantRows := tableRows(t, superURL, nil)
 	oldLedger := migrationRows(t, superURL)
 	if len(oldLedger) != from {
 		t.Fatalf("the older build recorded %d migrations, want %d", len(oldLedger), from)
 	}
-	old.Close()
 
 	// The upgrade: two processes migrate at once, then an operator runs
 	// the migration again.
@@ -363,14 +378,23 @@ func testUpgrade(t *testing.T, from int) {
 	lc, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: lifecycleURL, Now: clock.Now})
 	must(t, err)
 	defer lc.Close()
-	if _, err := lc.PruneEvents(ctx, registrytest.Epoch.Add(5*time.Minute), 100); !privilegeFailure(err) {
-		t.Fatalf("PruneEvents through the lifecycle role before roles.sql ran again: %v, want a privilege failure", err)
+	if from < 7 {
+		if _, err := lc.PruneEvents(ctx, registrytest.Epoch.Add(5*time.Minute), 100); !privilegeFailure(err) {
+			t.Fatalf("PruneEvents through the lifecycle role before roles.sql ran again: %v, want a privilege failure", err)
+		}
 	}
 	applyRoles(t, superURL, rolesSQL(t))
 
-	// Every row is unchanged and every record reads back the same.
-	if diff := cmp.Diff(wantRows, tableRows(t, superURL)); diff != "" {
+	// Every row is unchanged but for 0008's new columns, which hold their
+	// defaults (every route handed out once), and every record reads back
+	// the same.
+	if diff := cmp.Diff(wantRows, tableRows(t, superURL, handOutColumns)); diff != "" {
 		t.Fatalf("rows changed by the upgrade (-before +after):\n%s", diff)
+	}
+	var odd int
+	must(t, connect(t, superURL).QueryRow(ctx, `SELECT count(*) FROM aip_registry.route_assignments WHERE hand_out <> 1 OR reserved_hand_out <> 1`).Scan(&odd))
+	if odd != 0 {
+		t.Fatalf("%d routes made before the upgrade do not count as handed out once", odd)
 	}
 	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now})
 	must(t, err)
@@ -421,11 +445,23 @@ func testUpgrade(t *testing.T, from int) {
 		}
 	}
 
-	// Reservations made before the upgrade settle; new routes reserve.
+	// Reservations made before the upgrade are handed out again as
+	// hand-out 2 and settle, by the older build's assignments too (which
+	// carry no hand-out); new routes reserve.
+	again := 0
 	for i, a := range w.routes {
 		if w.settled[i] {
 			continue
 		}
+		if again == 0 {
+			b, err := r.Resolve(ctx, registry.RouteRequest{ActionID: a.ActionID, TenantID: a.TenantID, CapabilityID: a.CapabilityID})
+			must(t, err)
+			if b.HandOut != 2 || !b.Equal(&a) {
+				t.Fatalf("a route reserved before the upgrade, handed out again: hand-out %d (equal %t), want 2", b.HandOut, b.Equal(&a))
+			}
+			again++
+		}
+		a.HandOut = 0 // handed out by the older build
 		must(t, r.Settle(ctx, a, registry.SettlementCompleted))
 		if res, err := r.Reservation(ctx, a.ActionID); err != nil || res.Reserved {
 			t.Fatalf("reservation %s after settling it: %+v, %v", a.ActionID, res, err)
@@ -439,6 +475,76 @@ func testUpgrade(t *testing.T, from int) {
 	l, err := r.Ledger(ctx)
 	must(t, err)
 	registrytest.CheckLedger(t, l)
+}
+
+// handOutColumns are the columns migration 0008 adds, by table.
+var handOutColumns = map[string][]string{"route_assignments": {"hand_out", "reserved_hand_out"}}
+
+// downgrades undo each migration from 0006 on, so that olderSchema can
+// turn a database this build populated into the one an older build left.
+var downgrades = map[int]string{
+	8: `ALTER TABLE aip_registry.route_assignments DROP COLUMN hand_out, DROP COLUMN reserved_hand_out`,
+	7: `DROP INDEX aip_registry.events_by_received`,
+	6: `DO $$
+DECLARE
+    col record;
+BEGIN
+    FOR col IN
+        SELECT c.table_name, c.column_name
+        FROM information_schema.columns c
+        JOIN information_schema.tables t USING (table_schema, table_name)
+        WHERE c.table_schema = 'aip_registry' AND t.table_type = 'BASE TABLE' AND c.data_type = 'text'
+        ORDER BY c.table_name, c.ordinal_position
+    LOOP
+        EXECUTE format('ALTER TABLE aip_registry.%I ALTER COLUMN %I TYPE text COLLATE "default"', col.table_name, col.column_name);
+    END LOOP;
+END
+$$`,
+}
+
+// olderSchema undoes the migrations after version on the database at
+// superURL (rows kept, the columns undone dropped) and forgets them, then
+// checks that the schema is exactly what a fresh install of version has.
+func olderSchema(t *testing.T, superURL string, version int) {
+	t.Helper()
+	ctx := t.Context()
+	c := connect(t, superURL)
+	for v := pgregistry.SchemaVersion; v > version; v-- {
+		sql, ok := downgrades[v]
+		if !ok {
+			t.Fatalf("no downgrade of migration %d", v)
+		}
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("undo migration %d: %v", v, err)
+		}
+	}
+	if _, err := c.Exec(ctx, `DELETE FROM aip_registry.schema_migrations WHERE version > $1`, version); err != nil {
+		t.Fatal(err)
+	}
+	fresh := pgtest.NewDatabase(t)
+	must(t, pgregistry.MigrateBuild(ctx, fresh, version))
+	if diff := cmp.Diff(schemaShape(t, fresh), schemaShape(t, superURL)); diff != "" {
+		t.Fatalf("the emulated schema of version %d differs from a fresh install of it (-fresh +emulated):\n%s", version, diff)
+	}
+}
+
+// schemaShape lists the columns (type, collation, default, nullability),
+// indexes and constraints of schema aip_registry.
+func schemaShape(t *testing.T, dbURL string) []string {
+	t.Helper()
+	const q = `
+SELECT format('column %s.%s %s collate=%s default=%s null=%s', table_name, column_name, data_type, collation_name, column_default, is_nullable)
+FROM information_schema.columns WHERE table_schema = 'aip_registry'
+UNION ALL
+SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = 'aip_registry'
+UNION ALL
+SELECT format('constraint %s %s', conrelid::regclass, pg_get_constraintdef(oid)) FROM pg_constraint WHERE connamespace = 'aip_registry'::regnamespace`
+	rows, err := connect(t, dbURL).Query(t.Context(), q)
+	must(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	must(t, err)
+	slices.Sort(out)
+	return out
 }
 
 // privilegeFailure reports whether err is a registry storage failure for
@@ -550,30 +656,56 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 	return out
 }
 
-// TestMigrateUnderOlderBuildTraffic: the build of schema version 6 keeps
-// routing, settling, appending and reading events and paging the catalog
-// while this build migrates its database (migration 0007 builds an index
-// on events): no call fails, and every tenant's event sequences stay
-// gapless.
+// TestMigrateUnderOlderBuildTraffic: the build of schema version 7 keeps
+// reading and handing out routes, appending and reading events and paging
+// the catalog while this build migrates its database (migration 0008 adds
+// route_assignments' hand-out columns): no call fails, and every tenant's
+// event sequences stay gapless. This build routes only on a schema with
+// those columns, so the older build's route traffic is its statements
+// (RouteStatementsOfBuild7) on a pool of its own, prepared and cached per
+// connection as pgx does, on routes made before the migration.
 func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dbURL := pgtest.NewDatabase(t)
 	clock := registrytest.NewClock(registrytest.Epoch)
-	old, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: dbURL, Now: clock.Now}, 6)
+	cur, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: dbURL, Now: clock.Now}, pgregistry.SchemaVersion)
+	must(t, err)
+	w := populate(t, cur, clock)
+	cur.Close()
+	olderSchema(t, dbURL, 7)
+	old, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: dbURL, Now: clock.Now}, 7)
 	must(t, err)
 	defer old.Close()
-	populate(t, old, clock)
+	oldPool, err := pgxpool.New(ctx, dbURL)
+	must(t, err)
+	defer oldPool.Close()
+	readRoute, resolvedAgain := pgregistry.RouteStatementsOfBuild7()
+	var reserved []string
+	for i, a := range w.routes {
+		if !w.settled[i] {
+			reserved = append(reserved, a.ActionID)
+		}
+	}
 
+	var turn atomic.Int64
 	const workers, cyclesAfter = 4, 3
 	started := make(chan struct{}, workers)
 	var migrated atomic.Bool
 	cycle := func() error {
-		a, err := old.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantB, CapabilityID: "alpha.read"})
+		id := reserved[int(turn.Add(1))%len(reserved)]
+		rows, err := oldPool.Query(ctx, readRoute, id)
 		if err != nil {
 			return err
 		}
-		if err := old.Settle(ctx, a, registry.SettlementCompleted); err != nil {
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if rows.Close(); rows.Err() != nil || n != 1 {
+			return fmt.Errorf("read route %s: %d rows, %v", id, n, rows.Err())
+		}
+		if _, err := oldPool.Exec(ctx, resolvedAgain, id, int64(1)); err != nil {
 			return err
 		}
 		if _, err := old.AppendEvents(ctx, registrytest.EventBatch(tenantA, "r", aip.NewID("evt"), aip.NewID("evt"))); err != nil {

@@ -4,7 +4,9 @@
 // Run(t, newBackend) holds a backend (memregistry, pgregistry) to every rule
 // of package registry through its contracts only: the catalog's visibility,
 // paging and revisions; record validation and mutability; route resolution,
-// pinning and admission; settlement and the circuit; lease maintenance; the
+// pinning and admission; settlement and the circuit; hand-outs (a late
+// settlement releases only its own reservation; orphan settlement compares
+// hand-out numbers); lease maintenance; the
 // seed's failure boundaries; the lifecycle contract of the control plane;
 // the provably-not-started reroute; the event log (per-tenant sequences,
 // all-or-nothing batches, redeliveries and conflicts, paging); and the

@@ -7,14 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
 // RandomWorkload drives a fresh backend through a seeded random sequence of
 // steps operations — new routes and retries with assorted topology
-// preferences, settlements with every outcome (of current and of superseded
-// assignments), orphan settlements, reroutes on valid evidence, bindings,
+// preferences, settlements with every outcome (of the last hand-out, of
+// earlier hand-outs of the current assignment, and of superseded
+// assignments), orphan settlements of the hand-out read or an earlier one,
+// reroutes on valid evidence, bindings,
 // instances and the policy disabled and enabled again, replica drains,
 // offline transitions, re-registrations, lease expiry and the release of
 // reservations stranded on offline replicas as the clock moves — on a small
@@ -27,8 +31,19 @@ import (
 //   - an action's assignment changes only through a successful Reroute, to
 //     another replica: a Resolve of a routed action returns its current
 //     assignment or fails, never a new one;
+//   - hand-outs are numbered: a new route is hand-out 1, every successful
+//     Resolve of a routed action and every Reroute takes the next number,
+//     and nothing else does;
 //   - a settlement or reroute presenting a superseded assignment is
 //     ErrFenceLost and changes nothing;
+//   - a settlement presenting a hand-out earlier than the one that made
+//     the current reservation (the model knows which did: a Resolve that
+//     found the route released, or a Reroute) succeeds and changes
+//     nothing — not the reservation, the ledger or any replica; one at or
+//     after it releases the reservation;
+//   - an orphan settlement releases the reservation exactly when the
+//     hand-out it presents is the route's last one, and is ErrConflict
+//     otherwise while the route is reserved;
 //   - after a stranded-reservation release that took fewer replicas than
 //     its limit, no live reservation is stranded (registry.Stranded).
 //
@@ -81,10 +96,45 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 	prefs := []registry.RouteTopologyPreference{
 		{}, {Region: "eu"}, {Region: "us", Zone: "us-2"}, {Region: "eu", ForbidCrossRegion: true}, {CapacityClass: "big"},
 	}
-	current := map[string]registry.RouteAssignment{}
-	superseded := map[string][]registry.RouteAssignment{}
 	var trace []string
 	step := 0
+	current := map[string]registry.RouteAssignment{}
+	superseded := map[string][]registry.RouteAssignment{}
+	// handOuts are the hand-outs of each action's current assignment, in
+	// order; reservedBy the one that made its latest reservation.
+	handOuts := map[string][]registry.RouteAssignment{}
+	reservedBy := map[string]uint64{}
+	// snapshot is what a settlement that changes nothing must leave.
+	type snapshot struct {
+		ledger   registry.Ledger
+		res      registry.RouteReservation
+		replicas []registry.ConnectorReplica
+	}
+	snap := func(id string) snapshot {
+		t.Helper()
+		l, err := f.b.Fleet.Ledger(f.ctx)
+		f.must(err)
+		s := snapshot{ledger: l, res: f.reservation(id)}
+		for _, rid := range replicaIDs {
+			s.replicas = append(s.replicas, f.getReplica(rid))
+		}
+		return s
+	}
+	sameSnap := func(before snapshot, id, what string) {
+		t.Helper()
+		after := snap(id)
+		if diff := cmp.Diff(before.ledger, after.ledger); diff != "" {
+			t.Fatalf("step %d %s: the ledger changed (-before +after):\n%s", step, what, diff)
+		}
+		if diff := cmp.Diff(before.res, after.res); diff != "" {
+			t.Fatalf("step %d %s: the reservation of %s changed (-before +after):\n%s", step, what, id, diff)
+		}
+		for i := range before.replicas {
+			if !registry.ReplicaEqual(&before.replicas[i], &after.replicas[i]) {
+				t.Fatalf("step %d %s: replica %s changed: %+v, was %+v", step, what, replicaIDs[i], after.replicas[i], before.replicas[i])
+			}
+		}
+	}
 	logf := func(format string, args ...any) {
 		trace = append(trace, fmt.Sprintf("%03d ", step)+fmt.Sprintf(format, args...))
 	}
@@ -105,20 +155,30 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 	for step = range steps {
 		id := actions[rng.IntN(len(actions))]
 		switch op := rng.IntN(100); {
-		case op < 35: // resolve: a new route or a retry
+		case op < 33: // resolve: a new route or a retry
 			req := registry.RouteRequest{ActionID: id, TenantID: "tenant-1", CapabilityID: "alpha.read", Topology: prefs[rng.IntN(len(prefs))]}
-			a, err := f.b.Resolver.Resolve(f.ctx, req)
 			cur, routed := current[id]
+			wasReserved := routed && f.reservation(id).Reserved
+			a, err := f.b.Resolver.Resolve(f.ctx, req)
 			switch {
 			case err != nil:
 				unchanged(id, "failed resolve")
+				if routed && f.reservation(id).HandOut != cur.HandOut {
+					t.Fatalf("step %d: a failed resolve of %s moved its hand-out from %d to %d", step, id, cur.HandOut, f.reservation(id).HandOut)
+				}
 			case routed && !a.Equal(&cur):
 				t.Fatalf("step %d: a resolve of routed action %s returned a new assignment (replica %s, was %s)", step, id, a.ReplicaID, cur.ReplicaID)
+			case routed && a.HandOut != cur.HandOut+1, !routed && a.HandOut != 1:
+				t.Fatalf("step %d: a resolve of %s (routed %t, last hand-out %d) was handed out as %d", step, id, routed, cur.HandOut, a.HandOut)
 			default:
 				current[id] = a
+				handOuts[id] = append(handOuts[id], a)
+				if !wasReserved {
+					reservedBy[id] = a.HandOut
+				}
 			}
-			logf("resolve %s routed=%t: %s %s", id, routed, errClass(err), a.ReplicaID)
-		case op < 60: // settle the current assignment
+			logf("resolve %s routed=%t: %s %s #%d", id, routed, errClass(err), a.ReplicaID, a.HandOut)
+		case op < 48: // settle the last hand-out of the current assignment
 			cur, ok := current[id]
 			if !ok {
 				continue
@@ -128,7 +188,45 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 			if err != nil {
 				t.Fatalf("step %d: settling the current assignment of %s: %v", step, id, err)
 			}
+			if f.reservation(id).Reserved {
+				t.Fatalf("step %d: settling the last hand-out of %s left it reserved", step, id)
+			}
 			logf("settle %s %s: %s", id, outcome, errClass(err))
+		case op < 60: // settle an earlier hand-out of the current assignment
+			// Of the actions handed out more than once (not only the one
+			// drawn), mostly one whose earlier hand-outs lost their
+			// reservation.
+			var withEarlier, withStale []string
+			for _, a := range actions {
+				if hs := handOuts[a]; len(hs) > 1 {
+					withEarlier = append(withEarlier, a)
+					if hs[0].HandOut < reservedBy[a] {
+						withStale = append(withStale, a)
+					}
+				}
+			}
+			if len(withEarlier) == 0 {
+				continue
+			}
+			id = withEarlier[rng.IntN(len(withEarlier))]
+			if len(withStale) > 0 && rng.IntN(3) > 0 {
+				id = withStale[rng.IntN(len(withStale))]
+			}
+			hs := handOuts[id]
+			h := hs[rng.IntN(len(hs)-1)]
+			outcome := outcomes[rng.IntN(len(outcomes))]
+			before := snap(id)
+			if err := f.b.Resolver.Settle(f.ctx, h, outcome); err != nil {
+				t.Fatalf("step %d: settling hand-out %d of %s: %v", step, h.HandOut, id, err)
+			}
+			stale := h.HandOut < reservedBy[id]
+			switch {
+			case stale:
+				sameSnap(before, id, fmt.Sprintf("a settlement of hand-out %d of %s (reserved by %d)", h.HandOut, id, reservedBy[id]))
+			case f.reservation(id).Reserved:
+				t.Fatalf("step %d: settling hand-out %d of %s, which shares its reservation (made by %d), left it reserved", step, h.HandOut, id, reservedBy[id])
+			}
+			logf("settle-earlier %s #%d %s: stale=%t", id, h.HandOut, outcome, stale)
 		case op < 65: // settle a superseded assignment
 			old := superseded[id]
 			if len(old) == 0 {
@@ -146,12 +244,20 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 				continue
 			}
 			res := f.reservation(id)
-			seen := res.HandedOutAt
-			if rng.IntN(3) == 0 {
-				seen = seen.Add(-time.Millisecond)
+			seen := res.HandOut
+			if rng.IntN(3) == 0 && seen > 1 {
+				seen -= 1 + uint64(rng.IntN(int(seen-1)))
 			}
 			err := f.b.Orphans.SettleOrphan(f.ctx, cur, registry.SettlementCancelled, seen)
-			logf("orphan %s reserved=%t: %s", id, res.Reserved, errClass(err))
+			switch released := !f.reservation(id).Reserved; {
+			case res.Reserved && seen == res.HandOut && (err != nil || !released):
+				t.Fatalf("step %d: an orphan settlement of %s's last hand-out %d: %v, released %t", step, id, seen, err, released)
+			case res.Reserved && seen != res.HandOut && (!errors.Is(err, registry.ErrConflict) || released):
+				t.Fatalf("step %d: an orphan settlement of %s's hand-out %d (last %d): %v, released %t; want ErrConflict, kept", step, id, seen, res.HandOut, err, released)
+			case !res.Reserved && err != nil:
+				t.Fatalf("step %d: an orphan settlement of %s's released route: %v", step, id, err)
+			}
+			logf("orphan %s reserved=%t #%d/%d: %s", id, res.Reserved, seen, res.HandOut, errClass(err))
 		case op < 80: // reroute on valid evidence, or on a superseded assignment
 			cur, ok := current[id]
 			if !ok {
@@ -174,9 +280,13 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 				unchanged(id, "failed reroute")
 			case a.ReplicaID == cur.ReplicaID:
 				t.Fatalf("step %d: reroute of %s stayed on the refusing replica %s", step, id, a.ReplicaID)
+			case a.HandOut != current[id].HandOut+1:
+				t.Fatalf("step %d: reroute of %s (last hand-out %d) was handed out as %d", step, id, current[id].HandOut, a.HandOut)
 			default:
 				superseded[id] = append(superseded[id], cur)
 				current[id] = a
+				handOuts[id] = []registry.RouteAssignment{a}
+				reservedBy[id] = a.HandOut
 				unchanged(id, "reroute")
 			}
 			logf("reroute %s stale=%t: %s %s", id, stale, errClass(err), a.ReplicaID)

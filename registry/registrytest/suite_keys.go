@@ -3,7 +3,6 @@ package registrytest
 import (
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/registry"
@@ -47,7 +46,7 @@ func testUnstorableKeys(t *testing.T, nb NewBackend) {
 		other := a
 		other.ActionID = k.key
 		f.wantErr(f.b.Resolver.Settle(f.ctx, other, registry.SettlementCompleted), registry.ErrNotFound, what("Settle of an action"))
-		f.wantErr(f.b.Orphans.SettleOrphan(f.ctx, other, registry.SettlementCompleted, time.Now()), registry.ErrNotFound, what("SettleOrphan of an action"))
+		f.wantErr(f.b.Orphans.SettleOrphan(f.ctx, other, registry.SettlementCompleted, 1), registry.ErrNotFound, what("SettleOrphan of an action"))
 		for _, field := range []struct {
 			name string
 			set  func(*registry.RouteAssignment)
@@ -64,7 +63,7 @@ func testUnstorableKeys(t *testing.T, nb NewBackend) {
 			x := a.Clone()
 			field.set(&x)
 			f.wantErr(f.b.Resolver.Settle(f.ctx, x, registry.SettlementCompleted), registry.ErrFenceLost, what("Settle with "+field.name))
-			f.wantErr(f.b.Orphans.SettleOrphan(f.ctx, x, registry.SettlementCompleted, time.Now()), registry.ErrFenceLost, what("SettleOrphan with "+field.name))
+			f.wantErr(f.b.Orphans.SettleOrphan(f.ctx, x, registry.SettlementCompleted, 1), registry.ErrFenceLost, what("SettleOrphan with "+field.name))
 		}
 		// Evidence that names the same fence token with a NUL (JSON carries
 		// it; not bytes that are not UTF-8, nor a megabyte) passes the

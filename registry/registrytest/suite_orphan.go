@@ -10,7 +10,7 @@ import (
 )
 
 // runOrphans holds backends to registry.OrphanSettler and to
-// RouteReservation.HandedOutAt, which it relies on.
+// RouteReservation.HandedOutAt and HandOut, which it relies on.
 func runOrphans(t *testing.T, nb NewBackend) {
 	t.Run("HandedOutAt", func(t *testing.T) { testHandedOutAt(t, nb) })
 	t.Run("SettlesOnlyWhatWasNotHandedOutAgain", func(t *testing.T) { testSettleOrphan(t, nb) })
@@ -85,38 +85,44 @@ func testSettleOrphan(t *testing.T, nb NewBackend) {
 	pol := registry.FleetPolicy("quota:f")
 	pol.CircuitFailureThreshold, pol.CircuitOpenMS = 1, 5000
 	w := newRouteWorld(f, &pol)
-	r := f.replica("a1", w.i, func(r *registry.ConnectorReplica) { r.LeaseExpiresAt = f.clock.Now().Add(time.Hour) })
+	r := f.replica("a1", w.i, func(r *registry.ConnectorReplica) { r.LeaseExpiresAt = f.clock.Now().Add(time.Minute) })
 	req := request("tenant-1", "alpha.read")
 	a := f.resolve(req)
-	seen := f.handedOut(a.ActionID)
+	seen := f.reservation(a.ActionID).HandOut
 	orphans := f.b.Orphans
 
-	// Handed out again after the caller looked: in use, not orphaned.
-	f.clock.Advance(time.Second)
+	// Handed out again after the caller looked, in the same millisecond:
+	// in use, not orphaned. Hand-outs are compared, not their times.
 	f.resolve(req)
 	before := f.reservation(a.ActionID)
-	f.wantErr(orphans.SettleOrphan(f.ctx, a, registry.SettlementCancelled, seen), registry.ErrConflict, "settling a route handed out again")
-	if got := f.reservation(a.ActionID); !got.Reserved || !got.HandedOutAt.Equal(before.HandedOutAt) {
+	if !before.HandedOutAt.Equal(f.clock.Now()) || before.HandOut != seen+1 {
+		t.Fatalf("handed out again at %s: %+v", f.clock.Now(), before)
+	}
+	f.wantErr(orphans.SettleOrphan(f.ctx, a, registry.SettlementCancelled, seen), registry.ErrConflict, "settling a route handed out again in the same millisecond")
+	if got := f.reservation(a.ActionID); !got.Reserved || !got.HandedOutAt.Equal(before.HandedOutAt) || got.HandOut != before.HandOut {
 		t.Fatalf("a refused orphan settlement changed the reservation to %+v", got)
 	}
 	if l := f.checkLedger(r.ID); len(l.Reservations) != 1 || len(l.Counters) == 0 {
 		t.Fatalf("a refused orphan settlement released capacity: %+v", l)
 	}
 
-	// The contract's other answers, as Settle gives them.
+	// The contract's other answers, as Settle gives them, and hand-out 0.
 	forged := a.Clone()
 	forged.FenceToken = aip.NewID(aip.PrefixRoute)
-	f.wantErr(orphans.SettleOrphan(f.ctx, forged, registry.SettlementCompleted, before.HandedOutAt), registry.ErrFenceLost, "settling a forged assignment")
+	f.wantErr(orphans.SettleOrphan(f.ctx, forged, registry.SettlementCompleted, before.HandOut), registry.ErrFenceLost, "settling a forged assignment")
 	unknown := a.Clone()
 	unknown.ActionID = aip.NewActionID()
-	f.wantErr(orphans.SettleOrphan(f.ctx, unknown, registry.SettlementCompleted, before.HandedOutAt), registry.ErrNotFound, "settling an unknown action")
-	f.wantErr(orphans.SettleOrphan(f.ctx, a, "done", before.HandedOutAt), registry.ErrInvalid, "an unknown outcome")
+	f.wantErr(orphans.SettleOrphan(f.ctx, unknown, registry.SettlementCompleted, before.HandOut), registry.ErrNotFound, "settling an unknown action")
+	f.wantErr(orphans.SettleOrphan(f.ctx, a, "done", before.HandOut), registry.ErrInvalid, "an unknown outcome")
+	f.wantErr(orphans.SettleOrphan(f.ctx, a, registry.SettlementCompleted, 0), registry.ErrInvalid, "hand-out 0")
+	f.wantErr(orphans.SettleOrphan(f.ctx, a, registry.SettlementCompleted, before.HandOut+1), registry.ErrConflict, "a hand-out not made yet")
 	if got := f.reservation(a.ActionID); !got.Reserved {
 		t.Fatal("a rejected orphan settlement released the reservation")
 	}
 
 	// Not handed out since: released like Settle, circuit rule included.
-	f.must(orphans.SettleOrphan(f.ctx, a, registry.SettlementOutcomeUnknown, before.HandedOutAt))
+	// a is hand-out 1: SettleOrphan goes by the hand-out the caller read.
+	f.must(orphans.SettleOrphan(f.ctx, a, registry.SettlementOutcomeUnknown, before.HandOut))
 	res := f.reservation(a.ActionID)
 	if res.Reserved || res.LastSettlement != registry.SettlementOutcomeUnknown {
 		t.Fatalf("after the orphan settlement: %+v", res)
@@ -128,10 +134,23 @@ func testSettleOrphan(t *testing.T, nb NewBackend) {
 		t.Fatalf("outcome_unknown settled as an orphan did not count toward the circuit: %+v", rep.Circuit)
 	}
 	// Released already: succeeds and changes nothing.
-	f.must(orphans.SettleOrphan(f.ctx, a, registry.SettlementCompleted, before.HandedOutAt))
+	f.must(orphans.SettleOrphan(f.ctx, a, registry.SettlementCompleted, before.HandOut))
 	if got := f.reservation(a.ActionID); got.LastSettlement != registry.SettlementOutcomeUnknown {
 		t.Fatalf("a repeated orphan settlement replaced the recorded outcome: %+v", got)
 	}
+
+	// Released by lease expiry and reserved again (in the same
+	// millisecond) after the caller looked: the new hand-out is in use.
+	f.clock.Advance(6 * time.Second) // the circuit closes
+	b := f.resolve(req)
+	seen = f.reservation(a.ActionID).HandOut
+	f.expireAndRecover(r.ID)
+	f.resolve(req)
+	f.wantErr(orphans.SettleOrphan(f.ctx, b, registry.SettlementCancelled, seen), registry.ErrConflict, "settling a route reserved again")
+	if got := f.reservation(a.ActionID); !got.Reserved || got.HandOut != seen+1 {
+		t.Fatalf("an orphan settlement of an earlier hand-out changed the reservation to %+v", got)
+	}
+	f.checkLedger(r.ID)
 }
 
 // testSettleOrphanRace: an orphan settlement and a Resolve of the same
@@ -150,15 +169,15 @@ func testSettleOrphanRace(t *testing.T, nb NewBackend) {
 	for range 20 {
 		req := request("tenant-1", "alpha.read")
 		a := f.resolve(req)
-		seen := f.handedOut(a.ActionID)
-		f.clock.Advance(time.Millisecond)
+		seen := f.reservation(a.ActionID).HandOut
 		var (
 			wg         sync.WaitGroup
 			settleErr  error
 			resolveErr error
+			resolved   registry.RouteAssignment
 		)
 		wg.Go(func() { settleErr = f.b.Orphans.SettleOrphan(f.ctx, a, registry.SettlementCancelled, seen) })
-		wg.Go(func() { _, resolveErr = f.b.Resolver.Resolve(f.ctx, req) })
+		wg.Go(func() { resolved, resolveErr = f.b.Resolver.Resolve(f.ctx, req) })
 		wg.Wait()
 		f.must(resolveErr)
 		res := f.reservation(a.ActionID)
@@ -178,7 +197,7 @@ func testSettleOrphanRace(t *testing.T, nb NewBackend) {
 				t.Fatalf("the orphan settlement was refused, yet the route was reserved again: %+v", res)
 			}
 		}
-		f.settle(a, registry.SettlementCompleted)
+		f.settle(resolved, registry.SettlementCompleted) // the last hand-out settles either way
 	}
 	t.Logf("settled first %d times, resolved first %d times", settledFirst, resolvedFirst)
 	if l := f.checkLedger(r.ID); len(l.Reservations) != 0 || len(l.Counters) != 0 {

@@ -688,7 +688,7 @@ func testRetryScope(t *testing.T, nb NewBackend) {
 	ax, ay := f.resolve(x), f.resolve(y)
 	f.settle(ax, registry.SettlementOutcomeUnknown)
 	f.settle(ay, registry.SettlementOutcomeUnknown)
-	f.resolve(x) // the one retry slot
+	rx := f.resolve(x) // the one retry slot
 	_, err := f.b.Resolver.Resolve(f.ctx, y)
 	var ce *registry.CapacityExceededError
 	if !errors.As(err, &ce) || ce.Scope != registry.ScopeTenantRetry {
@@ -696,7 +696,7 @@ func testRetryScope(t *testing.T, nb NewBackend) {
 	}
 	// New work is not limited by the retry scope.
 	f.resolve(request("tenant-1", "alpha.read"))
-	f.settle(ax, registry.SettlementCompleted)
+	f.settle(rx, registry.SettlementCompleted) // the retry's hand-out (ax's reservation is gone)
 	f.resolve(y)
 	f.checkLedger(r.ID)
 }

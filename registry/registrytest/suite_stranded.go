@@ -127,7 +127,7 @@ func testStrandedRelease(t *testing.T, nb NewBackend) {
 	// Late settlements of released routes change nothing: not the
 	// replica's count, not its circuit, not the counters.
 	f.settle(a1, registry.SettlementOutcomeUnknown)
-	f.must(f.b.Orphans.SettleOrphan(f.ctx, a2, registry.SettlementOutcomeUnknown, a2.AssignedAt))
+	f.must(f.b.Orphans.SettleOrphan(f.ctx, a2, registry.SettlementOutcomeUnknown, a2.HandOut))
 	if got := f.getReplica(gone.ID); !registry.ReplicaEqual(&got, &want) {
 		t.Fatalf("a late settlement changed the replica: %+v", got)
 	}
