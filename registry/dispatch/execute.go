@@ -385,6 +385,16 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 			a = cur
 			continue
 		}
+		// A cancel of an action that finished before it (its own
+		// settlement released the route) settles nothing, and says so by
+		// leaving Settlement out; a reservation still held — the action
+		// running, or orphaned by a dispatcher that died — is released.
+		rctx, cancelRead := context.WithTimeout(wctx, d.cfg.RegistryTimeout)
+		res, err := d.deps.Resolver.Reservation(rctx, actionID)
+		cancelRead()
+		if err == nil && !res.Reserved {
+			return resp, http.StatusOK
+		}
 		if err := d.settle(wctx, &a, registry.SettlementCancelled); err != nil {
 			d.retrySettle(a, registry.SettlementCancelled, err)
 		} else {

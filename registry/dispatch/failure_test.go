@@ -423,3 +423,39 @@ func TestUnsendableActionSettlesCancelled(t *testing.T) {
 	}
 	w.idle()
 }
+
+// TestCancelSaysWhatItSettled: a cancel settles the reservation it finds
+// held — here one a dispatcher made and never sent — and says so; a cancel
+// of an action that finished before it settles nothing (the action's own
+// settlement released the route) and its answer has no settlement, the
+// route's last settlement staying the action's own.
+func TestCancelSaysWhatItSettled(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	cancel := func(id string) dispatch.ActionResponse {
+		t.Helper()
+		status, body, _ := w.call(http.MethodPost, dispatch.PathActions+"/"+id+"/cancel", tenant, nil)
+		var resp dispatch.ActionResponse
+		must(t, json.Unmarshal(body, &resp))
+		if status != http.StatusOK || resp.Result == nil {
+			t.Fatalf("cancel of %s: %d %s", id, status, body)
+		}
+		return resp
+	}
+
+	_, done := w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: say("finished", "")})
+	if resp := cancel(done.ActionID); resp.Result.Status != aip.ResultCompleted || resp.Settlement != "" {
+		t.Fatalf("cancel of a finished action: result %s, settlement %q; want its completed result and no settlement", resp.Result.Status, resp.Settlement)
+	}
+	if res, err := w.reg.Reservation(w.ctx, done.ActionID); err != nil || res.Reserved || res.LastSettlement != registry.SettlementCompleted {
+		t.Fatalf("after a cancel of a finished action: %+v %v; want its own settlement kept", res, err)
+	}
+
+	held := aip.NewActionID()
+	_, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: held, CapabilityID: capSay, TenantID: tenant})
+	must(t, err)
+	if resp := cancel(held); resp.Result.Status != aip.ResultCancelled || resp.Settlement != registry.SettlementCancelled {
+		t.Fatalf("cancel of a held, unsent action: result %s, settlement %q; want cancelled, settled cancelled", resp.Result.Status, resp.Settlement)
+	}
+	w.idle()
+}
