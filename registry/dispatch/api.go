@@ -236,7 +236,12 @@ type ReservationFacts struct {
 	Retry    bool `json:"retry"`
 	// HandedOutAt is, while reserved, when a resolve last handed the
 	// reservation out (reconciliation counts its age from then).
-	HandedOutAt    *time.Time               `json:"handed_out_at,omitempty"`
+	HandedOutAt *time.Time `json:"handed_out_at,omitempty"`
+	// HandOut is the number of the route's last hand-out (1 for the
+	// assignment, then one more for each retry or reroute that received
+	// it; registry.RouteReservation.HandOut). A settlement releases only
+	// the reservation of its own hand-out or a later one.
+	HandOut        uint64                   `json:"hand_out,omitempty"`
 	LastSettlement registry.RouteSettlement `json:"last_settlement,omitempty"`
 }
 

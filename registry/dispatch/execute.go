@@ -422,7 +422,7 @@ func (d *Dispatcher) Status(ctx context.Context, tenant, actionID string) (Actio
 	if err != nil {
 		return ActionStatusResponse{}, registryError(err)
 	}
-	out.Reservation = ReservationFacts{Reserved: res.Reserved, Retry: res.Retry, LastSettlement: res.LastSettlement}
+	out.Reservation = ReservationFacts{Reserved: res.Reserved, Retry: res.Retry, HandOut: res.HandOut, LastSettlement: res.LastSettlement}
 	if res.Reserved {
 		out.Reservation.HandedOutAt = &res.HandedOutAt
 	}

@@ -244,7 +244,7 @@ func TestStatusOfAnUnreachableReplica(t *testing.T) {
 	var st dispatch.ActionStatusResponse
 	must(t, json.Unmarshal(body, &st))
 	if status != http.StatusOK || st.Replica.Reachable || st.Replica.Error == nil || st.Replica.Error.Code != dispatch.CodeReplicaUnreachable ||
-		st.Replica.State != "" || st.Route.FenceToken != resp.Route.FenceToken || st.Reservation.LastSettlement != registry.SettlementCompleted {
+		st.Replica.State != "" || st.Route.FenceToken != resp.Route.FenceToken || st.Reservation.LastSettlement != registry.SettlementCompleted || st.Reservation.HandOut != 1 {
 		t.Fatalf("status %d: %s", status, body)
 	}
 	if status, _, _ := w.call(http.MethodGet, dispatch.PathActions+"/"+resp.ActionID, "tenant-other", nil); status != http.StatusNotFound {
