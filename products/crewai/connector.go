@@ -291,8 +291,9 @@ func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoff
 			var pe *provider.Error
 			if errors.As(err, &pe) && transient(pe) && failures+1 < maxPollFailures {
 				failures++
-				logger.Warn("status read failed; trying again", "error", err, "failures", failures)
-				timer.Reset(c.poll)
+				delay := retryDelay(c.poll, pe)
+				logger.Warn("status read failed; trying again", "error", err, "failures", failures, "after", delay)
+				timer.Reset(delay)
 				continue
 			}
 			return nil, fmt.Errorf("%w: crew %s was kicked off as %s but its status could not be read (read it with %s%s:%s): %v",
@@ -304,6 +305,18 @@ func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoff
 		}
 		timer.Reset(c.poll)
 	}
+}
+
+// retryDelay is the wait before the status read that follows the failed
+// one pe: the poll interval, or the provider's Retry-After (a 429 or 503
+// asking the client to slow down) when that is longer, at most
+// MaxPollInterval. Reading again sooner would spend the failures a run
+// may have on answers the provider said it would refuse.
+func retryDelay(poll time.Duration, pe *provider.Error) time.Duration {
+	if pe.RetryAfter > poll {
+		return min(pe.RetryAfter, max(poll, MaxPollInterval))
+	}
+	return poll
 }
 
 // transient reports whether a failed status read is worth repeating.

@@ -49,9 +49,12 @@
 // crewai.execution_failed; any other status ("running", or one the
 // document does not list, such as a run paused for human input) is polled
 // on. Up to four status reads in a row may fail transiently (no answer,
-// 5xx, 429, 408); the fifth failure, or any other failure (a 4xx, an
-// answer without a status), ends the wait as outcome_unknown, with the
-// kickoff id in the message so the status capability can read it later.
+// 5xx, 429, 408); the read after a failure waits the poll interval, or
+// the answer's Retry-After (in seconds or an HTTP date) when that is
+// longer, at most 10 minutes. The fifth failure, or any other failure (a
+// 4xx, an answer without a status), ends the wait as outcome_unknown,
+// with the kickoff id in the message so the status capability can read
+// it later.
 //
 // When the action is cancelled or times out after the kickoff, polling
 // stops and the action is outcome_unknown, with the kickoff id in the
