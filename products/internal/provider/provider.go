@@ -231,8 +231,9 @@ type Error struct {
 	// Message is what the provider said (its error message when the body
 	// is JSON with one, else the start of the body), or what went wrong.
 	Message string
-	// RetryAfter is the provider's Retry-After (in seconds; an HTTP date
-	// is not read), when it sent one, at most MaxRetryAfter.
+	// RetryAfter is the provider's Retry-After (seconds, or an HTTP date
+	// taken relative to this host's clock), when it sent one, at most
+	// MaxRetryAfter.
 	RetryAfter time.Duration
 	// MayHaveApplied is true when the request may have reached the
 	// provider and been acted on: there was no answer after the request
@@ -374,12 +375,29 @@ func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 	}
 	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500, providerMessage(data), nil)
 	if s := resp.Header.Get("Retry-After"); s != "" {
-		if n, err := strconv.Atoi(strings.TrimSpace(s)); err == nil && n >= 0 {
-			// Capped in seconds: a larger wait would overflow the Duration.
-			e.RetryAfter = time.Duration(min(n, int(MaxRetryAfter/time.Second))) * time.Second
-		}
+		e.RetryAfter = ParseRetryAfter(s, time.Now())
 	}
 	return e
+}
+
+// ParseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3): delay
+// seconds, or an HTTP date, taken relative to now. It returns 0 for a
+// value it cannot read or a date not after now, and at most
+// MaxRetryAfter.
+func ParseRetryAfter(s string, now time.Time) time.Duration {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 {
+			return 0
+		}
+		// Capped in seconds: a larger wait would overflow the Duration.
+		return time.Duration(min(n, int64(MaxRetryAfter/time.Second))) * time.Second
+	}
+	at, err := http.ParseTime(s)
+	if err != nil || !at.After(now) {
+		return 0
+	}
+	return min(at.Sub(now), MaxRetryAfter)
 }
 
 // JSON sends req and decodes a 2xx answer into out (nil: ignore the body).
