@@ -96,7 +96,9 @@
 // Inputs are snake_case (event_type_id, booking_uid, time_zone, ...) and
 // strict (additionalProperties false, bounded strings and numbers); the
 // adapter renames them to the provider's query parameters and body fields
-// and sends list filters comma-separated. The output is the provider's
+// and sends list filters comma-separated (so a list item holding a comma,
+// which Cal.diy would read as two, is refused as input_invalid and
+// nothing is sent). The output is the provider's
 // JSON answer as sent ({"status":"success","data":...}, with pagination on
 // lists), except that webhook signing secrets are left out (see Webhook
 // subscriptions). Upstream marks Cal.diy's mutations requires_human_approval; this

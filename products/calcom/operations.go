@@ -76,6 +76,14 @@ func enum(desc string, values ...string) map[string]any {
 	return map[string]any{"type": "string", "enum": values, "description": desc}
 }
 
+// listItem is a string item of a list sent as one comma-separated query
+// parameter: it may not hold a comma.
+func listItem(maxLen int) map[string]any {
+	m := str(maxLen, "")
+	m["pattern"] = "^[^,]+$"
+	return m
+}
+
 func list(items map[string]any, maxItems int, desc string) map[string]any {
 	return map[string]any{"type": "array", "items": items, "minItems": 1, "maxItems": maxItems, "uniqueItems": true, "description": desc}
 }
@@ -112,7 +120,7 @@ var operations = []*operation{
 		Props: map[string]any{
 			"username":        str(maxID, "username whose event types to list"),
 			"event_slug":      str(maxID, "slug of one event type (needs username)"),
-			"usernames":       list(str(maxID, ""), 50, "usernames of a dynamic event type"),
+			"usernames":       list(listItem(maxID), 50, "usernames of a dynamic event type"),
 			"org_slug":        str(maxID, "slug of the user's organization"),
 			"org_id":          integer(1, maxIntID, "ID of the user's organization"),
 			"sort_created_at": sortOrder("order by creation date"),
@@ -140,7 +148,7 @@ var operations = []*operation{
 			"username":                  str(maxID, "owner of the event type"),
 			"team_slug":                 str(maxID, "team owning the event type"),
 			"organization_slug":         str(maxID, "organization of the user or team"),
-			"usernames":                 list(str(maxID, ""), 50, "usernames of a dynamic event"),
+			"usernames":                 list(listItem(maxID), 50, "usernames of a dynamic event"),
 			"format":                    enum("range: start and end of each slot; time: start only", "range", "time"),
 			"duration":                  integer(1, 1440, "slot length in minutes, for event types with several lengths"),
 			"time_zone":                 str(maxTime, "time zone of the returned slots (default UTC)"),
@@ -965,6 +973,13 @@ func (o *operation) build(input json.RawMessage) (*request, error) {
 			parts := make([]string, len(items))
 			for i, it := range items {
 				parts[i] = scalar(it)
+				if strings.Contains(parts[i], ",") {
+					// The list is sent comma-separated: an item holding a
+					// comma would be read as two (usernames
+					// ["alice,mallory"] would ask for mallory's slots too).
+					return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
+						fmt.Sprintf("input of %s: an item of %s holds a comma (%q); give each value as its own item", o.ID(), key, parts[i]))
+				}
 			}
 			r.query.Set(name, strings.Join(parts, ","))
 		} else {
