@@ -168,7 +168,9 @@ func parseDelivery(body []byte) (d delivery, createdAt time.Time, msg string) {
 	if err := dec.Decode(&d); err != nil {
 		return d, createdAt, "the body is not a JSON object with triggerEvent, createdAt and payload"
 	}
-	if dec.More() {
+	// Token, not More: More reports no further element at a stray "}"
+	// or "]", which would let `{...}}` through.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return d, createdAt, "the body has data after its JSON object"
 	}
 	if !triggerRE.MatchString(d.TriggerEvent) {
