@@ -109,7 +109,9 @@
 //
 // Every request carries Authorization: Bearer <API key>, Accept:
 // application/json, x-aip-action-id and x-aip-tenant-id; mutations also
-// carry idempotency-key (the action's idempotency key). Cal.diy does not
+// carry idempotency-key: the action's idempotency key when it is 1 to 255
+// visible ASCII characters, else "sha256-" and its hex digest (a control
+// character cannot go in a header). Cal.diy does not
 // document an idempotency key of its own, so the header is informational:
 // the host's journal is what keeps an action from running twice.
 //
