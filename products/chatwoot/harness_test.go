@@ -62,6 +62,8 @@ type mockChatwoot struct {
 	mu     sync.Mutex
 	reqs   []request
 	faults map[string]fault
+	// faultHeaders are set on the answer of a fault.
+	faultHeaders map[string]map[string]string
 }
 
 func (m *mockChatwoot) setFault(key string, f fault) {
@@ -71,6 +73,16 @@ func (m *mockChatwoot) setFault(key string, f fault) {
 		m.faults = map[string]fault{}
 	}
 	m.faults[key] = f
+}
+
+// setFaultHeaders sets headers on the answer of the fault of key.
+func (m *mockChatwoot) setFaultHeaders(key string, h map[string]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.faultHeaders == nil {
+		m.faultHeaders = map[string]map[string]string{}
+	}
+	m.faultHeaders[key] = h
 }
 
 // requests returns the requests received, without reads of the account
@@ -130,6 +142,7 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.reqs = append(m.reqs, rec)
 	f, faulty := m.faults[key]
+	fh := m.faultHeaders[key]
 	m.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	if !ok {
@@ -149,6 +162,9 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				conn.Close()
 			}
 			return
+		}
+		for k, v := range fh {
+			w.Header().Set(k, v)
 		}
 		w.WriteHeader(f.status)
 		io.WriteString(w, f.body)

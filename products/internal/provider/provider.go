@@ -34,7 +34,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -157,6 +156,9 @@ type Config struct {
 type Client struct {
 	cfg  Config
 	http *http.Client
+	// creds are the values Auth sends, redacted from error messages (a
+	// provider or a proxy may echo them in an error body).
+	creds []string
 }
 
 // New returns a client for cfg.
@@ -174,7 +176,7 @@ func New(cfg Config) (*Client, error) {
 	if rt == nil {
 		rt = http.DefaultTransport.(*http.Transport).Clone()
 	}
-	return &Client{cfg: cfg, http: &http.Client{
+	return &Client{cfg: cfg, creds: credentials(cfg.Auth), http: &http.Client{
 		Transport: rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
@@ -290,7 +292,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 // fail builds the *Error of req.
 func (c *Client) fail(req Request, status int, may bool, msg string, err error) *Error {
 	return &Error{Product: c.cfg.Product, Method: req.Method, Path: req.Path, Status: status,
-		Message: msg, MayHaveApplied: may, Err: err}
+		Message: c.redact(msg), MayHaveApplied: may, Err: err}
 }
 
 // newRequest builds the HTTP request of req: the path appended to the
@@ -386,12 +388,17 @@ func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 // MaxRetryAfter.
 func ParseRetryAfter(s string, now time.Time) time.Duration {
 	s = strings.TrimSpace(s)
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if n < 0 {
-			return 0
+	if s != "" && s[0] >= '0' && s[0] <= '9' {
+		n := int64(0)
+		for _, ch := range s {
+			if ch < '0' || ch > '9' {
+				return 0
+			}
+			// Capped in seconds as it is read: a larger wait (or one of
+			// more digits than an int64 holds) would overflow.
+			n = min(n*10+int64(ch-'0'), int64(MaxRetryAfter/time.Second))
 		}
-		// Capped in seconds: a larger wait would overflow the Duration.
-		return time.Duration(min(n, int64(MaxRetryAfter/time.Second))) * time.Second
+		return time.Duration(n) * time.Second
 	}
 	at, err := http.ParseTime(s)
 	if err != nil || !at.After(now) {

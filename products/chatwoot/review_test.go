@@ -1,0 +1,43 @@
+package chatwoot
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// A provider (or a proxy in front of it) that echoes the credential in its
+// error body must not get it into the action's error.
+func TestEchoedCredentialIsRedacted(t *testing.T) {
+	e := newEnv(t, nil)
+	e.mock.setFault("GET /agents", fault{status: 401, body: `{"error":"api_access_token ` + testToken + ` is not valid"}`})
+	res := e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"agent.list", `{}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeUnauthorized {
+		t.Fatalf("401: %s %+v", res.Status, res.Error)
+	}
+	if strings.Contains(res.Error.Message, testToken) || !strings.Contains(res.Error.Message, "is not valid") {
+		t.Errorf("error message %q: want the provider's message without the credential", res.Error.Message)
+	}
+}
+
+// Retry-After is seconds or an HTTP date (RFC 9110 §10.2.3); both become
+// the result's retry hint.
+func TestRetryAfterHTTPDate(t *testing.T) {
+	e := newEnv(t, nil)
+	at := time.Now().Add(90 * time.Second).UTC().Format(http1123)
+	e.mock.setFault("GET /agents", fault{status: 429, body: `{"error":"slow down"}`})
+	e.mock.setFaultHeaders("GET /agents", map[string]string{"Retry-After": at})
+	res := e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"agent.list", `{}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeRateLimited || !res.Error.IsRetryable() {
+		t.Fatalf("429: %s %+v", res.Status, res.Error)
+	}
+	if ms := res.Error.RetryAfterMS; ms == nil || *ms < 60_000 || *ms > 90_000 {
+		t.Errorf("retry_after_ms %v; want about 90 s from the HTTP date", ms)
+	}
+}
+
+const http1123 = "Mon, 02 Jan 2006 15:04:05 GMT"

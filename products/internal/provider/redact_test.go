@@ -1,0 +1,72 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRetryAfterForms(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"3", 3 * time.Second},
+		{" 0 ", 0},
+		{"99999999999999999999999", MaxRetryAfter},
+		{"Fri, 01 May 2026 12:01:30 GMT", 90 * time.Second},
+		{"Friday, 01-May-26 12:00:10 GMT", 10 * time.Second},
+		{"Fri May  1 12:00:05 2026", 5 * time.Second},
+		{"Sat, 01 May 2027 12:00:00 GMT", MaxRetryAfter},
+		{"Fri, 01 May 2026 11:59:00 GMT", 0}, // already past
+		{"-3", 0},
+		{"3s", 0},
+		{"soon", 0},
+		{"", 0},
+	} {
+		if got := ParseRetryAfter(tc.in, now); got != tc.want {
+			t.Errorf("ParseRetryAfter(%q) = %s; want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// The values Auth sends never appear in an error, whether the provider
+// echoes the header value or the token alone, in a Do or a Stream answer
+// or in a redirect's Location.
+func TestEchoedCredentialsAreRedacted(t *testing.T) {
+	const key = "sk-live-0123456789abcdef"
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/redirect"):
+			w.Header().Set("Location", "https://login.example/?key="+key)
+			w.WriteHeader(http.StatusFound)
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, `{"message":"header %q refused; key %s unknown"}`, r.Header.Get("Authorization"), key)
+		}
+	}, func(cfg *Config) {
+		cfg.Auth = func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+key) }
+	})
+	check := func(what string, err error) {
+		t.Helper()
+		var pe *Error
+		if !errors.As(err, &pe) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if msg := pe.Error() + ProtocolError(pe).Message; strings.Contains(msg, key) || strings.Contains(msg, "0123456789abcdef") {
+			t.Errorf("%s: the credential leaked: %s", what, msg)
+		} else if !strings.Contains(msg, "[redacted]") {
+			t.Errorf("%s: %s; want the echoed credential as [redacted]", what, msg)
+		}
+	}
+	_, err := c.Do(t.Context(), Request{Method: "GET", Path: "/x"})
+	check("Do", err)
+	_, err = c.Stream(t.Context(), Request{Method: "POST", Path: "/x"}, time.Minute)
+	check("Stream", err)
+	_, err = c.Do(t.Context(), Request{Method: "GET", Path: "/redirect"})
+	check("redirect", err)
+}
