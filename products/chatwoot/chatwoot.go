@@ -310,9 +310,12 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		fmt.Sprintf("capability %q is not offered by this connector", id))
 }
 
-// decodeInput decodes an action's input strictly into v.
+// decodeInput decodes an action's input strictly into v, integers
+// spelled as other numbers (42.0, 4.2e1: the schema's "integer" accepts
+// them) read as the integers they are (provider.IntegralNumbers), so that
+// an ID is never sent as "42.0" nor read by Chatwoot as another number.
 func decodeInput(call *hostsdk.Call, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(call.Action.Input))
+	dec := json.NewDecoder(bytes.NewReader(provider.IntegralNumbers(call.Action.Input)))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {

@@ -190,9 +190,11 @@ func completeJSON(call *hostsdk.Call, req provider.Request, resp *provider.Respo
 }
 
 // decodeInput decodes an action's input (the host validated it against the
-// input schema already) and refuses unknown fields.
+// input schema already) and refuses unknown fields. Integers spelled as
+// other numbers (3.0, 3e0), which the schema's "integer" accepts, are read
+// as the integers they are (provider.IntegralNumbers).
 func decodeInput(call *hostsdk.Call, v any) error {
-	if err := provider.DecodeStrict(call.Action.Input, v); err != nil {
+	if err := provider.DecodeStrict(provider.IntegralNumbers(call.Action.Input), v); err != nil {
 		return aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
 			"input of "+call.Action.CapabilityID+": "+err.Error())
 	}

@@ -272,8 +272,8 @@ var pathField = regexp.MustCompile(`\{([a-z_]+)\}`)
 // call still refuses a field the operation does not send.
 func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, cl *provider.Client, datasetID string) (*aip.ActionResult, error) {
 	var in map[string]json.RawMessage
-	if err := provider.DecodeStrict(call.Action.Input, &in); err != nil {
-		return nil, inputError(call, err.Error())
+	if err := decodeInput(call, &in); err != nil {
+		return nil, err
 	}
 	pathVals := map[string]string{}
 	var bad error

@@ -256,7 +256,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 			fmt.Sprintf("capability %s is not offered by this connector (operations: %s)", call.Action.CapabilityID, strings.Join(c.offered(), ", ")))
 	}
 	var in input
-	if err := json.Unmarshal(call.Action.Input, &in); err != nil {
+	// Integers spelled as other numbers (5.0, 1e0), which the schema's
+	// "integer" accepts, are read as the integers they are.
+	if err := json.Unmarshal(provider.IntegralNumbers(call.Action.Input), &in); err != nil {
 		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, "input: "+err.Error())
 	}
 	if !o.objectless && !slices.Contains(c.cfg.Objects, in.Object) {
