@@ -41,3 +41,20 @@ func TestRetryAfterHTTPDate(t *testing.T) {
 }
 
 const http1123 = "Mon, 02 Jan 2006 15:04:05 GMT"
+
+// A 4xx answer whose body is cut short still says the request was refused:
+// a mutation so answered is failed (here rate limited, retryable), not
+// outcome_unknown.
+func TestRefusalWithCutBodyIsNotOutcomeUnknown(t *testing.T) {
+	e := newEnv(t, nil)
+	key := "POST /conversations/42/messages"
+	e.mock.setFault(key, fault{status: 429, body: `{"error":"Too many req`})
+	e.mock.setFaultHeaders(key, map[string]string{"Content-Length": "4096", "Retry-After": "7"})
+	res := e.Result(t, hostsdktest.NewAction(CapMessageCreate, `{"conversation_id":42,"content":"x"}`))
+	if res.Status != aip.ResultFailed || res.Error.Code != provider.CodeRateLimited || !res.Error.IsRetryable() {
+		t.Fatalf("cut 429 on a mutation: %s %+v", res.Status, res.Error)
+	}
+	if ms := res.Error.RetryAfterMS; ms == nil || *ms != 7000 {
+		t.Errorf("retry_after_ms %v, want 7000", ms)
+	}
+}

@@ -239,7 +239,9 @@ type Error struct {
 	RetryAfter time.Duration
 	// MayHaveApplied is true when the request may have reached the
 	// provider and been acted on: there was no answer after the request
-	// began to be sent, or the answer was a 5xx, or it could not be read.
+	// began to be sent, or the answer was a 5xx, or a 2xx or 5xx answer
+	// could not be read (a redirect or a 4xx is a refusal even when its
+	// body is cut short).
 	MayHaveApplied bool
 	Err            error
 }
@@ -277,6 +279,9 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1))
 	if err != nil {
+		if refusal(resp.StatusCode) {
+			return nil, c.refused(req, resp, data)
+		}
 		return nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
 	}
 	if int64(len(data)) > c.cfg.MaxResponseBytes {
@@ -406,6 +411,11 @@ func ParseRetryAfter(s string, now time.Time) time.Duration {
 	}
 	return min(at.Sub(now), MaxRetryAfter)
 }
+
+// refusal reports whether status says the request was not acted on (a
+// redirect or a 4xx), whatever its body: an answer whose body is cut short
+// is still that refusal.
+func refusal(status int) bool { return status >= 300 && status < 500 }
 
 // JSON sends req and decodes a 2xx answer into out (nil: ignore the body).
 func (c *Client) JSON(ctx context.Context, req Request, out any) error {

@@ -76,7 +76,7 @@ func (c *Client) Stream(ctx context.Context, req Request, idle time.Duration) (*
 		defer s.stop()
 		defer resp.Body.Close()
 		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBodyBytes))
-		if err != nil {
+		if err != nil && !refusal(resp.StatusCode) {
 			return nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
 		}
 		return nil, c.refused(req, resp, data)
