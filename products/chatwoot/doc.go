@@ -162,7 +162,9 @@
 // now, 400 webhook.invalid_timestamp; a wrong signature 401
 // webhook.authentication_failed; a body that is not UTF-8 400
 // webhook.invalid_utf8; not a JSON object with an event name, or for
-// another account, 400 webhook.invalid_delivery; storage unavailable 503
+// another account (account.id and account_id are both checked when
+// present, and one that is not an integer is refused too), 400
+// webhook.invalid_delivery; storage unavailable 503
 // webhook.storage_unavailable. The delivery ID and the signature are
 // fenced in the host's state store (namespace
 // aip.connector.chatwoot.webhook_replay.v1, key instance:<instance_id>,

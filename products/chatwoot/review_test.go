@@ -1,6 +1,7 @@
 package chatwoot
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
+	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
 // A provider (or a proxy in front of it) that echoes the credential in its
@@ -56,5 +58,35 @@ func TestRefusalWithCutBodyIsNotOutcomeUnknown(t *testing.T) {
 	}
 	if ms := res.Error.RetryAfterMS; ms == nil || *ms != 7000 {
 		t.Errorf("retry_after_ms %v, want 7000", ms)
+	}
+}
+
+// A delivery whose account it cannot read, or that names another account
+// in any of the places Chatwoot puts it, is refused, not taken for this
+// account's.
+func TestWebhookAccountMustBeThisOne(t *testing.T) {
+	e := newEnv(t, nil)
+	now := time.Now()
+	for i, body := range []string{
+		strings.Replace(incoming, `"account":{"id":7`, `"account":{"id":"8"`, 1),
+		strings.Replace(incoming, `"account":{"id":7`, `"account":{"id":7.5`, 1),
+		strings.Replace(incoming, `"account":{"id":7,"name":"Acme"}`, `"account":{"name":"Acme"},"account_id":8`, 1),
+		strings.Replace(incoming, `"account":{"id":7,"name":"Acme"}`, `"account":{"id":7},"account_id":8`, 1),
+		strings.Replace(incoming, `"account":{"id":7,"name":"Acme"}`, `"account":"Acme","account_id":"8"`, 1),
+	} {
+		a := e.post(t, signed("dlv-acct-"+strconv.Itoa(i), now, body))
+		if a.status != 400 || a.code() != webhook.CodeInvalidDelivery {
+			t.Errorf("%s: %d %v; want 400 %s", body, a.status, a.body, webhook.CodeInvalidDelivery)
+		}
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("refused deliveries stored %d batches", n)
+	}
+	// This account by either member: accepted.
+	for i, body := range []string{incoming,
+		strings.Replace(incoming, `"account":{"id":7,"name":"Acme"}`, `"account_id":7`, 1)} {
+		if a := e.post(t, signed("dlv-ok-"+strconv.Itoa(i), now, body)); a.status != 200 {
+			t.Errorf("%s: %d %v", body, a.status, a.body)
+		}
 	}
 }

@@ -153,8 +153,8 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 	if err := json.Unmarshal(p["event"], &event); err != nil || !eventName.MatchString(event) {
 		return nil, fmt.Errorf("the body has no event name (a lowercase word like message_created)")
 	}
-	if acct, ok := accountOf(p); ok && acct != c.cfg.AccountID {
-		return nil, fmt.Errorf("the delivery is for account %d; this connector serves account %d", acct, c.cfg.AccountID)
+	if err := c.checkAccount(p); err != nil {
+		return nil, err
 	}
 	var attrs map[string]any
 	if raw, ok := p["content_attributes"]; ok && json.Unmarshal(raw, &attrs) == nil {
@@ -193,19 +193,43 @@ func eventID(accountID int64, delivery string) string {
 	return webhook.EventID(time.Time{}, []byte("chatwoot"), []byte(strconv.FormatInt(accountID, 10)), []byte(delivery))
 }
 
-// accountOf reads account.id or account_id from a payload.
-func accountOf(p map[string]json.RawMessage) (int64, bool) {
-	var acct struct {
-		ID *int64 `json:"id"`
+// checkAccount refuses a payload that names another account, or names
+// one it cannot read, in account.id or account_id (either may be absent,
+// both are checked when present).
+func (c *Connector) checkAccount(p map[string]json.RawMessage) error {
+	check := func(where string, raw json.RawMessage) error {
+		var id int64
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return fmt.Errorf("the delivery's %s is %s, not an account ID; this connector serves account %d", where, clipRaw(raw), c.cfg.AccountID)
+		}
+		if id != c.cfg.AccountID {
+			return fmt.Errorf("the delivery is for account %d; this connector serves account %d", id, c.cfg.AccountID)
+		}
+		return nil
 	}
-	if raw, ok := p["account"]; ok && json.Unmarshal(raw, &acct) == nil && acct.ID != nil {
-		return *acct.ID, true
+	if raw, ok := p["account"]; ok && string(raw) != "null" {
+		var acct map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &acct); err != nil {
+			return fmt.Errorf("the delivery's account is %s, not an object; this connector serves account %d", clipRaw(raw), c.cfg.AccountID)
+		}
+		if id, ok := acct["id"]; ok && string(id) != "null" {
+			if err := check("account.id", id); err != nil {
+				return err
+			}
+		}
 	}
-	var id int64
-	if raw, ok := p["account_id"]; ok && json.Unmarshal(raw, &id) == nil {
-		return id, true
+	if raw, ok := p["account_id"]; ok && string(raw) != "null" {
+		return check("account_id", raw)
 	}
-	return 0, false
+	return nil
+}
+
+// clipRaw is the start of a JSON value, for error messages.
+func clipRaw(raw json.RawMessage) string {
+	if len(raw) > 64 {
+		return string(raw[:64]) + "…"
+	}
+	return string(raw)
 }
 
 // conversationOf reads the conversation's display ID (the ID the API's
