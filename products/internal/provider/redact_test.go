@@ -9,31 +9,6 @@ import (
 	"time"
 )
 
-func TestRetryAfterForms(t *testing.T) {
-	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-	}{
-		{"3", 3 * time.Second},
-		{" 0 ", 0},
-		{"99999999999999999999999", MaxRetryAfter},
-		{"Fri, 01 May 2026 12:01:30 GMT", 90 * time.Second},
-		{"Friday, 01-May-26 12:00:10 GMT", 10 * time.Second},
-		{"Fri May  1 12:00:05 2026", 5 * time.Second},
-		{"Sat, 01 May 2027 12:00:00 GMT", MaxRetryAfter},
-		{"Fri, 01 May 2026 11:59:00 GMT", 0}, // already past
-		{"-3", 0},
-		{"3s", 0},
-		{"soon", 0},
-		{"", 0},
-	} {
-		if got := ParseRetryAfter(tc.in, now); got != tc.want {
-			t.Errorf("ParseRetryAfter(%q) = %s; want %s", tc.in, got, tc.want)
-		}
-	}
-}
-
 // The values Auth sends never appear in an error, whether the provider
 // echoes the header value or the token alone, in a Do or a Stream answer
 // or in a redirect's Location.

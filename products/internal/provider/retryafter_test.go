@@ -17,7 +17,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{" 7 ", 7 * time.Second},
 		{"-3", 0},
 		{"99999999999", MaxRetryAfter},
-		{"999999999999999999999999", 0},
+		{"999999999999999999999999", MaxRetryAfter}, // more digits than an int64 holds: still a long wait
+		{"3s", 0},
 		{"soon", 0},
 		{"", 0},
 		// An HTTP date (IMF-fixdate and the two obsolete forms).
