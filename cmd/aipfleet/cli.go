@@ -152,6 +152,53 @@ type flagSet struct {
 	fs     *flag.FlagSet
 	getenv func(string) string
 	envOf  map[string]string // flag name -> env name ("" for none)
+	// given counts how often each flag appeared on the command line, over
+	// every parse; a flag given twice is refused (the flag package would
+	// silently keep the last value, dropping e.g. the first of two
+	// --issuer flags).
+	given   map[string]int
+	dup     string // the first flag given twice
+	parsing bool
+}
+
+// countedValue counts the command-line settings of its flag.
+type countedValue struct {
+	flag.Value
+	name string
+	set  *flagSet
+}
+
+func (v *countedValue) Set(s string) error {
+	if v.set.parsing {
+		v.set.given[v.name]++
+		if v.set.given[v.name] > 1 {
+			v.set.dup = v.name
+			return errors.New("given more than once")
+		}
+	}
+	return v.Value.Set(s)
+}
+
+// IsBoolFlag keeps boolean flags usable without a value.
+func (v *countedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// Get keeps the value readable through flag.Getter.
+func (v *countedValue) Get() any {
+	if g, ok := v.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return v.Value.String()
+}
+
+// listHint tells how to give several values to a flag that takes a list.
+func (f *flagSet) listHint(name string) string {
+	if fl := f.fs.Lookup(name); fl != nil && strings.Contains(fl.Usage, "[,") {
+		return " (several values go in one comma-separated list)"
+	}
+	return ""
 }
 
 func newFlagSet(c *command, getenv func(string) string) *flagSet {
@@ -217,12 +264,24 @@ func (f *flagSet) NoEnv(name string) { f.envOf[name] = "" }
 // environment variable when it is set. --help prints the command's help
 // and returns errHelpShown.
 func (f *flagSet) parse(args []string, stdout io.Writer) error {
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	if f.given == nil {
+		f.given = map[string]int{}
+		f.fs.VisitAll(func(fl *flag.Flag) {
+			fl.Value = &countedValue{Value: fl.Value, name: fl.Name, set: f}
+		})
+	}
+	f.parsing = true
+	parseErr := f.fs.Parse(args)
+	f.parsing = false
+	if f.dup != "" {
+		return usagef("%s: --%s is given more than once; give it once%s (run `aipfleet %s --help`)", f.cmd.name, f.dup, f.listHint(f.dup), f.cmd.name)
+	}
+	if parseErr != nil {
+		if errors.Is(parseErr, flag.ErrHelp) {
 			printCommandHelp(stdout, f.cmd, f)
 			return errHelpShown
 		}
-		return usagef("%s: %v (run `aipfleet %s --help`)", f.cmd.name, err, f.cmd.name)
+		return usagef("%s: %v (run `aipfleet %s --help`)", f.cmd.name, parseErr, f.cmd.name)
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })

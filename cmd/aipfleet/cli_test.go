@@ -106,3 +106,45 @@ func TestKeygenAndTokenRoundTrip(t *testing.T) {
 		t.Fatalf("bad env: err = %v", err)
 	}
 }
+
+// TestFlagGivenTwiceIsAUsageError: the flag package keeps the last of two
+// values silently, so `dispatch --issuer a=DID1 --issuer b=DID2` trusted
+// only b. Every command refuses a flag given twice, naming it, also across
+// the positional arguments of action, and for the host flags of hostsdk;
+// a flag given once still wins over its environment variable.
+func TestFlagGivenTwiceIsAUsageError(t *testing.T) {
+	a, err := aip.GenerateSigningKey()
+	noErr(t, err)
+	b, err := aip.GenerateSigningKey()
+	noErr(t, err)
+	var u *usageError
+	for _, tc := range []struct {
+		args []string
+		flag string
+		list bool
+	}{
+		{[]string{"dispatch", "--issuer", "a=" + a.DID(), "--issuer", "b=" + b.DID()}, "--issuer", true},
+		{[]string{"control-plane", "--operator-issuer", "a=" + a.DID(), "--operator-issuer=b=" + b.DID()}, "--operator-issuer", true},
+		{[]string{"action", "get", "--json", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--json"}, "--json", false},
+		{[]string{"action", "send", "--capability", "echo.say", "--capability", "echo.nope", "--input", "{}"}, "--capability", false},
+		{[]string{"host", "--connector", "echo", "--replica-id", "crepl_1", "--replica-id", "crepl_2"}, "--replica-id", false},
+		{[]string{"token", "--tenant", "a", "--tenant", "b"}, "--tenant", false},
+	} {
+		_, _, err := runCLI(t, nil, tc.args...)
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.flag+" is given more than once") ||
+			strings.Contains(err.Error(), "comma-separated") != tc.list {
+			t.Errorf("%q: err = %v, want a usage error naming %s", tc.args, err, tc.flag)
+		}
+	}
+	// Once on the command line and once in the environment is not twice.
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "issuer.key")
+	if _, _, err := runCLI(t, nil, "keygen", "--out", keyFile); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, map[string]string{"AIP_TOKEN_TENANT": "tenant-env", "AIP_TOKEN_OPERATOR": "false"},
+		"token", "--issuer-key", keyFile, "--tenant", "tenant-flag")
+	if err != nil || strings.Count(strings.TrimSpace(out), ".") != 2 {
+		t.Fatalf("token: %q, %v", out, err)
+	}
+}

@@ -40,7 +40,11 @@ func TestDevFlagErrors(t *testing.T) {
 		{args: []string{"--state-dir", ""}, want: "--state-dir is empty"},
 		{args: []string{"now"}, want: "unexpected argument"},
 	} {
-		_, _, err := runCLI(t, c.env, append([]string{"dev", "--state-dir", dir}, c.args...)...)
+		args := append([]string{"dev"}, c.args...)
+		if !slices.Contains(c.args, "--state-dir") {
+			args = append(args, "--state-dir", dir)
+		}
+		_, _, err := runCLI(t, c.env, args...)
 		var u *usageError
 		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("dev %v %v: err = %v, want a usage error containing %q", c.args, c.env, err, c.want)

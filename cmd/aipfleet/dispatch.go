@@ -39,7 +39,7 @@ func dispatchCommand() *command {
 and GET /health, /ready, /metrics, /.well-known/jwks.json.
 
 Callers authenticate with "Authorization: Bearer <token>": an EdDSA JWT from
-a trusted issuer (--issuer NAME=DID, repeatable as a comma-separated list)
+a trusted issuer (--issuer NAME=DID; several as one comma-separated list)
 for the audience --audience; its tenant_id claim is the only tenant a
 request acts for. Mint development tokens with aipfleet token.
 
