@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -152,7 +154,8 @@ func TestActionClient(t *testing.T) {
 	}
 	var sent dispatch.ActionRequest
 	json.Unmarshal((*bodies)[0], &sent)
-	if sent.CapabilityID != "echo.say" || string(sent.Input) != `{"message":"hi"}` || sent.ActionID != "" {
+	if sent.CapabilityID != "echo.say" || string(sent.Input) != `{"message":"hi"}` || aip.ValidateID(aip.PrefixAction, sent.ActionID) != nil ||
+		!strings.Contains(out, "action "+sent.ActionID+" completed") {
 		t.Fatalf("sent %+v", sent)
 	}
 	// --json prints the dispatcher's answer; --action-id is sent.
@@ -364,5 +367,69 @@ func TestExpiredDevTokenSaysToRestartDev(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("token expiring %s: %v; want %q", c.expiry, err, c.want)
 		}
+	}
+}
+
+// TestActionSendWhoseAnswerIsLostNamesTheAction: without --action-id the
+// dispatcher chose the ID, so a send whose answer was lost (a broken
+// connection, Ctrl-C) left the user unable to ask about the action or
+// retry it safely; a retry without the ID could run it twice. The client
+// chooses the ID and names it in the error. A dispatcher that is not
+// there is said so, with what to do, and no action is named.
+func TestActionSendWhoseAnswerIsLostNamesTheAction(t *testing.T) {
+	var bodies = make(chan []byte, 4)
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		bodies <- body
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(broken.Close)
+	sentID := func() string {
+		var req dispatch.ActionRequest
+		json.Unmarshal(<-bodies, &req)
+		return req.ActionID
+	}
+	_, _, err := runCLI(t, nil, "action", "send", "--url", broken.URL, "--token", "t", "--capability", "echo.say", "--input", "{}")
+	id := sentID()
+	if aip.ValidateID(aip.PrefixAction, id) != nil || err == nil ||
+		!strings.Contains(err.Error(), "action "+id+" may or may not have run") || !strings.Contains(err.Error(), "aipfleet action get "+id) ||
+		!strings.Contains(err.Error(), "--action-id "+id) {
+		t.Fatalf("broken connection: sent ID %q, err = %v", id, err)
+	}
+
+	// Ctrl-C while the dispatcher works on it.
+	waiting := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		bodies <- body
+		close(waiting)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(slow.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-waiting; cancel() }()
+	var out, errOut bytes.Buffer
+	err = run(ctx, []string{"action", "send", "--url", slow.URL, "--token", "t", "--capability", "echo.say", "--input", "{}",
+		"--action-id", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"}, func(string) string { return "" }, &out, &errOut)
+	if id := sentID(); id != "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d" || err == nil || !strings.Contains(err.Error(), "stopped waiting") ||
+		!strings.Contains(err.Error(), "action "+id+" may or may not have run") {
+		t.Fatalf("interrupted: err = %v", err)
+	}
+
+	// Nothing listens: the action was never sent.
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	_, _, err = runCLI(t, nil, "action", "send", "--url", closed.URL, "--token", "t", "--capability", "echo.say", "--input", "{}")
+	if err == nil || !strings.Contains(err.Error(), "no dispatcher answers at "+closed.URL) || !strings.Contains(err.Error(), "--url") ||
+		strings.Contains(err.Error(), "may or may not") || strings.Count(err.Error(), closed.URL) != 1 {
+		t.Fatalf("no dispatcher: err = %v", err)
+	}
+	// A malformed --action-id is refused before anything is sent.
+	var u *usageError
+	if _, _, err := runCLI(t, nil, "action", "send", "--url", closed.URL, "--token", "t", "--capability", "echo.say", "--input", "{}", "--action-id", "42"); !errors.As(err, &u) {
+		t.Fatalf("--action-id 42: err = %v, want a usage error", err)
 	}
 }
