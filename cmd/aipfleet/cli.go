@@ -322,5 +322,15 @@ func (f *flagSet) printDefaults(w io.Writer) {
 	tw.Flush()
 }
 
+// noArgs refuses positional arguments, for commands that take none: a
+// stray word (a value with a space in it, a file name without its flag)
+// must not be dropped silently.
+func (f *flagSet) noArgs() error {
+	if a := f.args(); len(a) > 0 {
+		return usagef("%s: unexpected argument %q; every setting is a flag (run `aipfleet %s --help`)", f.cmd.name, a[0], f.cmd.name)
+	}
+	return nil
+}
+
 // args returns the positional arguments after the flags.
 func (f *flagSet) args() []string { return f.fs.Args() }

@@ -148,3 +148,28 @@ func TestFlagGivenTwiceIsAUsageError(t *testing.T) {
 		t.Fatalf("token: %q, %v", out, err)
 	}
 }
+
+// TestCommandsWithoutArgumentsRefuseThem: keygen, token and version took
+// no positional argument but ignored one, so `token --tenant acme corp`
+// minted a token for acme and `keygen --out a.key b.key` wrote only a.key.
+func TestCommandsWithoutArgumentsRefuseThem(t *testing.T) {
+	dir := t.TempDir()
+	keyFile, tokenKey := filepath.Join(dir, "new.key"), filepath.Join(dir, "issuer.key")
+	if _, _, err := runCLI(t, nil, "keygen", "--out", tokenKey); err != nil {
+		t.Fatal(err)
+	}
+	var u *usageError
+	for _, args := range [][]string{
+		{"keygen", "--out", keyFile, filepath.Join(dir, "other.key")},
+		{"token", "--issuer-key", tokenKey, "--tenant", "acme", "corp"},
+		{"version", "now"},
+	} {
+		out, _, err := runCLI(t, nil, args...)
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), "unexpected argument") || out != "" {
+			t.Errorf("%q: out %q, err = %v, want a usage error naming the argument", args, out, err)
+		}
+	}
+	if _, err := os.Stat(keyFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("keygen with a stray argument wrote its key: %v", err)
+	}
+}

@@ -33,6 +33,9 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
 	}
+	if err := fs.noArgs(); err != nil {
+		return err
+	}
 	if *out == "" {
 		return usagef("keygen: --out FILE is required (the file the new key is written to)")
 	}

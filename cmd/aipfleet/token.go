@@ -46,6 +46,9 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
 	}
+	if err := fs.noArgs(); err != nil {
+		return err
+	}
 	switch {
 	case *keyFile == "":
 		return usagef("token: --issuer-key FILE is required")

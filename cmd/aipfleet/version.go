@@ -46,6 +46,9 @@ func runVersion(ctx context.Context, c *command, e *env, args []string) error {
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
 	}
+	if err := fs.noArgs(); err != nil {
+		return err
+	}
 	v, rev := buildVersion()
 	if *asJSON {
 		return writeJSON(e.stdout, map[string]string{"version": v, "revision": rev, "aip": aip.Version, "go": runtime.Version()})
