@@ -3,11 +3,13 @@ package hostsdk_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,5 +325,59 @@ func TestShutdownClosesUnusedConnections(t *testing.T) {
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := conn.Read(make([]byte, 1)); err == nil {
 		t.Fatal("the unused connection is still open after shutdown")
+	}
+}
+
+// failAfterFirst passes the first lifecycle request on and fails the
+// others without sending them.
+type failAfterFirst struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (f *failAfterFirst) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f.n.Add(1) > 1 {
+		return nil, errors.New("test: control plane unreachable")
+	}
+	return f.next.RoundTrip(r)
+}
+
+// TestShutdownWhileStartingIsClean: Run whose context is cancelled while
+// the host starts (SIGTERM during bootstrap) returns nil when the start
+// left nothing behind — the replica registered and went offline again —
+// so a supervisor sees a clean stop; when the offline fails, and the
+// replica stays registered until its lease ends, Run says so.
+func TestShutdownWhileStartingIsClean(t *testing.T) {
+	for _, offlineFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("offline fails %v", offlineFails), func(t *testing.T) {
+			f := newFleet(t)
+			ctx, cancel := context.WithCancel(ctxT(t))
+			rt := f.cfg.ControlPlaneTransport
+			if rt == nil {
+				rt = http.DefaultTransport
+			}
+			if offlineFails {
+				rt = &failAfterFirst{next: rt}
+			}
+			f.cfg.ControlPlaneTransport = &cancelAfterRegister{next: rt, cancel: cancel}
+			h, err := hostsdk.New(f.cfg, newTestConnector())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = h.Run(ctx)
+			switch {
+			case !offlineFails && err != nil:
+				t.Fatalf("Run cancelled while starting, offline confirmed: %v; want nil", err)
+			case offlineFails && (err == nil || !errors.Is(err, context.Canceled)):
+				t.Fatalf("Run cancelled while starting, offline failed: %v; want the start's error", err)
+			}
+			want := []aip.Operation{aip.OpRegister, aip.OpOffline}
+			if offlineFails {
+				want = want[:1]
+			}
+			if diff := cmp.Diff(want, ops(f.cp)); diff != "" {
+				t.Errorf("lifecycle operations (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -42,6 +42,9 @@ type Host struct {
 	phase     phase
 	startDone chan struct{}
 	startErr  error
+	// releaseErr is what releaseAfterFailedStart could not release (nil:
+	// everything) after a failed start.
+	releaseErr error
 	stopDone  chan struct{}
 	stopErr   error
 
@@ -191,11 +194,21 @@ func New(cfg Config, conn Connector) (*Host, error) {
 
 // Run starts the host and serves until ctx is cancelled (SIGTERM, Ctrl-C)
 // or the HTTP server fails, then drains and goes offline. It returns nil
-// only when bootstrap succeeded and the server, heartbeat, drain and offline
-// steps were all clean; otherwise a bootstrap StepError or a
-// *ShutdownError joining every failure.
+// when bootstrap succeeded and the server, heartbeat, drain and offline
+// steps were all clean, or when ctx was cancelled during the bootstrap and
+// the start left nothing behind (no registration, the journal closed);
+// otherwise a bootstrap StepError or a *ShutdownError joining every
+// failure.
 func (h *Host) Run(ctx context.Context) error {
 	if err := h.Start(ctx); err != nil {
+		// A shutdown requested while the host was still starting (ctx
+		// cancelled, SIGTERM in a main) is a clean stop when the start
+		// left nothing behind: nothing was served, so nothing needed a
+		// drain, and no registration is left.
+		if errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) && h.releaseErr == nil {
+			h.log.Info("shutdown requested while starting; stopped cleanly (nothing was served, no registration left)", "cause", context.Cause(ctx))
+			return nil
+		}
 		return err
 	}
 	var fatal error
@@ -313,7 +326,7 @@ func (h *Host) bootstrap(ctx context.Context) (err error) {
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
-			h.releaseAfterFailedStart()
+			h.releaseErr = h.releaseAfterFailedStart()
 		}
 		span.End()
 	}()
@@ -355,7 +368,11 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 		err = wrapStep(step, err)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		h.log.Error("bootstrap step failed", "step", int(step), "name", step.String(), "error", err)
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			h.log.Info("bootstrap stopped: shutdown requested", "step", int(step), "name", step.String())
+		} else {
+			h.log.Error("bootstrap step failed", "step", int(step), "name", step.String(), "error", err)
+		}
 		return err
 	}
 	h.log.Info("bootstrap step", "step", int(step), "name", step.String(), "duration_ms", time.Since(start).Milliseconds())
@@ -366,10 +383,13 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 // that already registered is taken offline (best effort, bounded by the
 // control timeout) rather than left ready until its lease expires; so is
 // one whose registration answers were lost, once a replay of it shows it
-// was committed.
-func (h *Host) releaseAfterFailedStart() {
+// was committed. It returns nil when everything was released: no
+// registration is left behind and the journal closed.
+func (h *Host) releaseAfterFailedStart() error {
+	var errs []error
 	if err := h.stopEventDelivery(h.cfg.ControlTimeout); err != nil {
 		h.log.Warn("stop event delivery after a failed start", "error", err)
+		errs = append(errs, fmt.Errorf("stop event delivery: %w", err))
 	}
 	if h.hbCancel != nil {
 		h.hbCancel()
@@ -380,11 +400,15 @@ func (h *Host) releaseAfterFailedStart() {
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ControlTimeout)
 		h.settlePendingRegister(ctx)
 		cancel()
+		if h.pendingRegister != nil {
+			errs = append(errs, errors.New("the outcome of the registration is unknown: the replica may stay registered until its lease expires"))
+		}
 	}
 	if h.lease.registered() {
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.ControlTimeout)
 		if err := h.transition(ctx, aip.OpOffline); err != nil {
 			h.log.Warn("offline after a failed start", "error", err)
+			errs = append(errs, fmt.Errorf("offline: %w", err))
 		}
 		cancel()
 	}
@@ -400,8 +424,10 @@ func (h *Host) releaseAfterFailedStart() {
 	if h.ownsJournal && h.journal != nil {
 		if err := h.journal.Close(); err != nil {
 			h.log.Warn("close journal", "error", err)
+			errs = append(errs, fmt.Errorf("close the journal: %w", err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // leaseState is the last lease the control plane granted.
