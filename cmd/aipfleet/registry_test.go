@@ -170,6 +170,8 @@ func TestRegistryFlagErrors(t *testing.T) {
 		"postgres://u:SECRETPW@127.0.0.1:1/db?sslmode=bogus",
 		"postgres://u@127.0.0.1:1/db?password=SECRETPW&sslmode=bogus",
 		"host=127.0.0.1 password=SECRETPW sslmode=bogus",
+		"host=127.0.0.1 password = SECRETPW sslmode=bogus",
+		"host=127.0.0.1 password= SECRETPW sslmode=bogus",
 		"u:SECRETPW@127.0.0.1:x",
 	} {
 		for _, sub := range []string{"status", "migrate"} {

@@ -18,7 +18,11 @@ import (
 // also ends when the process dies. When another apply holds it, waiting is
 // called once and LockApply waits until that apply ends or ctx does.
 func LockApply(ctx context.Context, controlURL string, waiting func()) (unlock func(), err error) {
-	conn, err := pgx.Connect(ctx, controlURL)
+	cc, err := parseConnConfig("control URL", controlURL)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("pgregistry: connect for the apply lock: %w", err)
 	}

@@ -104,7 +104,11 @@ func ledger(nowMS func() int64) pgmigrate.Ledger {
 // this build does not know (ErrUnknownMigration). The role of url needs
 // CREATE on the database or on schema aip_registry (the admin role).
 func Migrate(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
+	cc, err := parseConnConfig("migration URL", url)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("%w: migrate: connect to %s: %w", registry.ErrStorage, redact(url), err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,7 +252,7 @@ func (r *Registry) dataMax(cfg Config) int32 {
 func newPool(ctx context.Context, name, rawURL string, maxConns int32) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: pgregistry: %s pool URL %s: %v", registry.ErrInvalid, name, redact(rawURL), err)
+		return nil, parseError(name+" pool URL", rawURL, err)
 	}
 	pc.MaxConns = maxConns
 	pc.MinConns = 0
@@ -600,6 +602,37 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// parseError is the error for a connection string pgx cannot parse: what
+// pgx found wrong, without the string itself. pgx quotes the string in its
+// parse errors with the password masked only as far as it recognises it
+// (a keyword/value "password = x" or "password= x" keeps it in clear), so
+// its text is cut after the quoted string, and any value it quotes in the
+// reason is left out too.
+func parseError(what, raw string, err error) error {
+	reason := "it is not a valid PostgreSQL connection string"
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		msg := pe.Error()
+		if i := strings.LastIndex(msg, "`: "); i >= 0 && strings.HasPrefix(msg, "cannot parse `") {
+			reason = quoted.ReplaceAllString(msg[i+len("`: "):], `"(not shown)"`)
+		}
+	}
+	return fmt.Errorf("%w: pgregistry: %s %s does not parse: %s", registry.ErrInvalid, what, redact(raw), reason)
+}
+
+// quoted matches a double-quoted value in a pgx parse error's reason.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// parseConnConfig parses a connection string for a single connection;
+// its error hides the string's password (parseError).
+func parseConnConfig(what, raw string) (*pgx.ConnConfig, error) {
+	cc, err := pgx.ParseConfig(raw)
+	if err != nil {
+		return nil, parseError(what, raw, err)
+	}
+	return cc, nil
 }
 
 // redact hides a URL's password, in its user information or its query.
