@@ -3,6 +3,8 @@ package hostsdk
 import (
 	"net/http"
 	"net/http/httptest"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ServeReadyFrom answers GET /ready as the host does for a peer at
@@ -14,3 +16,6 @@ func (h *Host) ServeReadyFrom(remoteAddr string) *httptest.ResponseRecorder {
 	h.handleReady().ServeHTTP(rec, req)
 	return rec
 }
+
+// MetricsRegistry is the registry the host serves at /metrics.
+func (h *Host) MetricsRegistry() *prometheus.Registry { return h.m.reg }

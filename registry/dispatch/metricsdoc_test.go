@@ -1,0 +1,39 @@
+package dispatch_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/metricsdoc"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
+)
+
+// TestMetricsAreDocumented compares the dispatcher's metrics with the
+// operator guide's metrics reference.
+func TestMetricsAreDocumented(t *testing.T) {
+	key, _ := aip.GenerateSigningKey()
+	store, err := memregistry.New(memregistry.Config{})
+	must(t, err)
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: issuer, DIDs: []string{key.DID()}}}})
+	must(t, err)
+	reg := prometheus.NewRegistry()
+	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID, Metrics: reg},
+		dispatch.Deps{Resolver: store, Catalog: store, Tokens: verifier})
+	must(t, err)
+	// A request, so that the vector of requests has a sample.
+	d.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/health", nil))
+	doc, err := metricsdoc.Read(filepath.Join("..", "..", "docs", "operator-guide.md"), "dispatcher")
+	must(t, err)
+	diffs, err := metricsdoc.Compare(doc, reg)
+	must(t, err)
+	for _, diff := range diffs {
+		t.Error(diff)
+	}
+}
