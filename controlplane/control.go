@@ -29,6 +29,11 @@ const (
 	reasonSigner         = "signer"
 	reasonSignature      = "signature"
 	reasonReplicaBusy    = "replica_busy"
+	// Unavailable (503) reasons: the body could not be read, the registry
+	// failed, the service is not running.
+	reasonRead       = "read"
+	reasonStore      = "store"
+	reasonNotRunning = "not_running"
 )
 
 // MaxRequestsPerReplica bounds the lifecycle requests of one replica being
@@ -117,7 +122,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return a.reject(http.StatusRequestEntityTooLarge, reasonTooLarge, err,
 				"the request body exceeds %d bytes, the limit of a lifecycle request", aip.MaxControlBytes)
 		}
-		return a.unavailable("read", err, "the request body could not be read; resend the same request")
+		return a.unavailable(reasonRead, err, "the request body could not be read; resend the same request")
 	}
 	recv, err := aip.OpenControlRequest(body)
 	if err != nil {
@@ -141,7 +146,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return a.reject(http.StatusForbidden, reasonNotProvisioned, err,
 			"replica %s is not pre-provisioned; an operator must create it (offline, with this host's DID) before the host registers", a.replicaID)
 	case err != nil:
-		return a.unavailable("store", err, "the registry could not be read; resend the same request")
+		return a.unavailable(reasonStore, err, "the registry could not be read; resend the same request")
 	}
 	// 4. The signer is the replica.
 	if req.SignerDID != key.did {
@@ -159,7 +164,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	// 7. Replay and the operation's rules, atomically with the change.
 	if !s.running() {
-		return a.unavailable("not_running", ErrNotRunning, "the lifecycle service is not running; resend the same request")
+		return a.unavailable(reasonNotRunning, ErrNotRunning, "the lifecycle service is not running; resend the same request")
 	}
 	if !s.busy.acquire(a.replicaID) {
 		return a.unavailable(reasonReplicaBusy, nil, fmt.Sprintf(
@@ -171,7 +176,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 		Command: req.Command, LeaseTTL: s.cfg.LeaseTTL,
 	})
 	if err != nil {
-		return a.unavailable("store", err, "the registry could not decide the request; resend the same request")
+		return a.unavailable(reasonStore, err, "the registry could not decide the request; resend the same request")
 	}
 	if res.Err != nil {
 		var rej *registry.LifecycleRejection

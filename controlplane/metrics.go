@@ -118,8 +118,21 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		}
 		return 0
 	})
+	// Every series of a fixed label set exists from the start (at 0), so
+	// that rate() and absence alerts see it before its first event.
 	for _, st := range replicaStates {
 		m.replicas.WithLabelValues(st)
+	}
+	for _, op := range []string{string(aip.OpRegister), string(aip.OpHeartbeat), string(aip.OpDrain), string(aip.OpOffline), "unknown"} {
+		for _, o := range []string{outcomeLease, outcomeOffline, outcomeRejected, outcomeUnavailable} {
+			m.requests.WithLabelValues(op, o)
+		}
+		m.replays.WithLabelValues(op)
+		m.duration.WithLabelValues(op)
+	}
+	for _, r := range []string{reasonTooLarge, reasonMalformed, reasonWindow, reasonNotProvisioned, reasonSigner, reasonSignature,
+		reasonReplicaBusy, reasonRead, reasonStore, reasonNotRunning} {
+		m.rejections.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{
 		m.requests, m.rejections, m.replays, m.duration, m.batchCommands, m.batchDuration, m.batchFailures,

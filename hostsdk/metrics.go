@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aipfleet/aipfleet/aip"
 )
 
 // Metric names, fixed by the lifecycle guide.
@@ -86,6 +88,12 @@ func newMetrics(h *Host) *metrics {
 			Help: "Finished actions deleted from the runtime journal after the action retention."}),
 		actionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsExpired,
 			Help: "Action and cancel deliveries refused because the action may be older than the journal's prune horizon."}),
+	}
+	// Every code is a series from the start (at 0), so that rate() and
+	// absence alerts see it before its first failure.
+	for _, c := range []string{aip.CodeEventInvalid, aip.CodeEventNotAuthorized, aip.CodeEventUnavailable, aip.CodeEventCapacity,
+		aip.CodeEventIdempotencyConflict, CodeEventTransport, CodeEventAnswerInvalid, CodeEventBatchInvalid, "other"} {
+		m.eventFailures.WithLabelValues(metricCode(c))
 	}
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricReady,

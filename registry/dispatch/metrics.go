@@ -7,6 +7,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/readbudget"
+	"github.com/aipfleet/aipfleet/registry"
 )
 
 // metrics are the dispatcher's Prometheus collectors, registered on the
@@ -87,6 +88,28 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 	}
 	gauge := func(name, help string, f func(SchedulerSnapshot) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
+	}
+	// Every series of a fixed label set exists from the start (at 0), so
+	// that rate() and absence alerts see it before its first event.
+	for _, o := range []string{string(registry.SettlementCompleted), string(registry.SettlementOutcomeUnknown),
+		string(registry.SettlementCancelled), string(registry.SettlementLeaseExpired), "not_routed"} {
+		m.actions.WithLabelValues(o)
+	}
+	for c := range metricCodes {
+		m.errors.WithLabelValues(c)
+	}
+	m.errors.WithLabelValues("other")
+	for _, st := range []string{"admission", "resolve", "hop", "reroute", "settle"} {
+		m.stages.WithLabelValues(st)
+	}
+	for _, r := range []string{"rerouted", "unsafe", "no_replica", "capacity", "evidence_rejected", "fence_lost", "error"} {
+		m.reroutes.WithLabelValues(r)
+	}
+	for _, r := range []string{"settled", "in_progress", "unanswered"} {
+		m.reconciled.WithLabelValues(r)
+	}
+	for _, r := range []string{"accepted", "invalid", "not_authorized", "unavailable", "idempotency_conflict", "capacity", "peer_capacity"} {
+		m.eventDeliveries.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{
 		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.reconciled, m.requests,
