@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -88,7 +89,9 @@ func (a *answer) unavailable(reason string, err error, message string) *answer {
 func (s *Service) handleControl() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ctx, span := s.tracer.Start(r.Context(), "controlplane.lifecycle", trace.WithSpanKind(trace.SpanKindServer))
+		// The span continues the host's trace (its W3C traceparent header).
+		ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := s.tracer.Start(ctx, "controlplane.lifecycle", trace.WithSpanKind(trace.SpanKindServer))
 		a := s.process(ctx, w, r)
 		s.respond(w, a)
 		s.m.observeRequest(a, time.Since(start))

@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -135,6 +136,8 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 		return aip.ControlOutcome{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	// The control plane's span joins this one's trace (W3C traceparent).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hreq.Header))
 	sent := c.now()
 	resp, err := c.http.Do(hreq)
 	if err != nil {
