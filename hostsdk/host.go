@@ -45,8 +45,8 @@ type Host struct {
 	// releaseErr is what releaseAfterFailedStart could not release (nil:
 	// everything) after a failed start.
 	releaseErr error
-	stopDone  chan struct{}
-	stopErr   error
+	stopDone   chan struct{}
+	stopErr    error
 
 	// Set during bootstrap, read-only afterwards.
 	key            *aip.SigningKey
