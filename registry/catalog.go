@@ -22,8 +22,21 @@ func ForTenant(tenantID string) ReadContext { return ReadContext{TenantID: tenan
 // InternalRead returns the read context of an internal administrative read.
 func InternalRead() ReadContext { return ReadContext{Internal: true} }
 
-// Empty reports whether the context may see nothing at all.
-func (rc ReadContext) Empty() bool { return !rc.Internal && rc.TenantID == "" }
+// Empty reports whether the context may see nothing at all: it is neither
+// internal nor a tenant's, or its tenant ID is one no record can hold
+// (longer than MaxIdentifierBytes, or not UTF-8 without NUL), which a
+// backend must not send to its store.
+func (rc ReadContext) Empty() bool {
+	return !rc.Internal && (rc.TenantID == "" || len(rc.TenantID) > MaxIdentifierBytes || !storableText(rc.TenantID))
+}
+
+// PossibleCapabilityID reports whether id could name a published
+// capability: not empty, at most MaxIdentifierBytes, UTF-8 without NUL. A
+// lookup of any other ID finds nothing, and a backend need not ask its
+// store (which might refuse the bytes).
+func PossibleCapabilityID(id string) bool {
+	return id != "" && len(id) <= MaxIdentifierBytes && storableText(id)
+}
 
 // CatalogQuery selects catalog definitions. Every filter is optional.
 type CatalogQuery struct {
@@ -40,17 +53,26 @@ type CatalogQuery struct {
 	Limit int
 }
 
-// Validate checks the filters' bounds.
+// Validate checks the filters' bounds. Every filter must be UTF-8 without
+// NUL characters: no stored record holds other bytes, and a database
+// refuses them, so such a filter is the caller's error, not a failure of
+// the store.
 func (q *CatalogQuery) Validate() error {
 	const r = RecordCatalogQuery
-	if q.CapabilityID != "" && len(q.CapabilityID) > MaxIdentifierBytes {
-		return invalid(r, "", "capability_id", "is longer than %d bytes", MaxIdentifierBytes)
-	}
-	if len(q.Text) > MaxSearchTextBytes {
-		return invalid(r, "", "text", "is longer than %d bytes", MaxSearchTextBytes)
-	}
-	if q.Profile != "" && len(q.Profile) > MaxIdentifierBytes {
-		return invalid(r, "", "profile", "is longer than %d bytes", MaxIdentifierBytes)
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"capability_id", q.CapabilityID, MaxIdentifierBytes},
+		{"text", q.Text, MaxSearchTextBytes},
+		{"profile", q.Profile, MaxIdentifierBytes},
+	} {
+		if len(f.v) > f.max {
+			return invalid(r, "", f.name, "is longer than %d bytes", f.max)
+		}
+		if !storableText(f.v) {
+			return invalid(r, "", f.name, "must be UTF-8 without NUL characters")
+		}
 	}
 	if q.Cursor != "" {
 		if _, _, err := ParseCursor(q.Cursor); err != nil {
@@ -121,7 +143,7 @@ func ParseCursor(c string) (revision uint64, lastCapabilityID string, err error)
 	if ok {
 		revision, err = strconv.ParseUint(rev, 10, 64)
 	}
-	if !ok || err != nil || last == "" || len(last) > MaxIdentifierBytes {
+	if !ok || err != nil || !PossibleCapabilityID(last) {
 		return 0, "", invalid(RecordCatalogQuery, "", "cursor", "%q is not a cursor this registry issued; restart from the first page", truncate(c))
 	}
 	return revision, last, nil

@@ -202,7 +202,7 @@ func (r *Registry) capabilitySQL(ctx context.Context, capabilityID string, rc re
 		return registry.ResolvedCapability{}, err
 	}
 	notFound := fmt.Errorf("capability %s: %w", capabilityID, registry.ErrNotFound)
-	if rc.Empty() || capabilityID == "" || len(capabilityID) > registry.MaxIdentifierBytes {
+	if rc.Empty() || !registry.PossibleCapabilityID(capabilityID) {
 		return registry.ResolvedCapability{}, notFound
 	}
 	res, err := r.readPage(ctx, catalogQuery{rc: rc, capabilityID: capabilityID, limit: 1, maxBytes: math.MaxInt32})
@@ -264,7 +264,7 @@ func (r *Registry) Capability(ctx context.Context, capabilityID string, rc regis
 		return registry.ResolvedCapability{}, err
 	}
 	notFound := fmt.Errorf("capability %s: %w", capabilityID, registry.ErrNotFound)
-	if rc.Empty() || capabilityID == "" || len(capabilityID) > registry.MaxIdentifierBytes {
+	if rc.Empty() || !registry.PossibleCapabilityID(capabilityID) {
 		return registry.ResolvedCapability{}, notFound
 	}
 	rev, view, err := r.views.view(ctx, r, rc, "")

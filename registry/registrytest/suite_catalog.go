@@ -23,6 +23,7 @@ func runCatalog(t *testing.T, nb NewBackend) {
 	t.Run("StaleCursor", func(t *testing.T) { testStaleCursor(t, nb) })
 	t.Run("ManifestLimits", func(t *testing.T) { testManifestLimits(t, nb) })
 	t.Run("CapabilityContractIsFleetWide", func(t *testing.T) { testContractConflict(t, nb) })
+	t.Run("HostileQueries", func(t *testing.T) { testHostileQueries(t, nb) })
 }
 
 // ids returns the capability IDs of a page.
@@ -546,5 +547,83 @@ func testContractConflict(t *testing.T, nb NewBackend) {
 	want, _ := registry.NewCapabilityDefinition(Capability("shared.op", "does shared.op"))
 	if r.Definition.ContractDigest != want.ContractDigest || r.Definition.SchemaDigest != want.SchemaDigest {
 		t.Fatalf("definition digests %s %s, want %s %s", r.Definition.ContractDigest, r.Definition.SchemaDigest, want.ContractDigest, want.SchemaDigest)
+	}
+}
+
+// testHostileQueries sends the filters and read contexts an adversarial
+// tenant can put in a URL: bytes no database text column holds (NUL,
+// invalid UTF-8) are the caller's error (ErrInvalid, naming the field), in
+// a filter or a cursor, never a storage failure the caller would retry; a
+// Capability lookup of such an ID and a tenant no record can name find
+// nothing. LIKE metacharacters are plain text.
+func testHostileQueries(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	ct := f.typ("hostile")
+	names := []string{"cap.100%", "cap.a_b", `cap.back\slash`, "cap.axb", "cap.plain"}
+	caps := make([]aip.Capability, len(names))
+	for i, n := range names {
+		caps[i] = Capability(n, "hostile")
+	}
+	v := Version("cver_hostile1", ct.ID, "1", ct.Owner, registry.VersionActive, Manifest("service:hostile", caps))
+	f.must(f.b.Admin.AdmitVersion(f.ctx, v))
+	inst := f.instance("h", v, "tenant-1")
+	for _, n := range names {
+		f.bind(inst, n, 0, "")
+	}
+	rc := registry.ForTenant("tenant-1")
+	rev := f.revision()
+	for _, c := range []struct {
+		field string
+		q     registry.CatalogQuery
+	}{
+		{"text", registry.CatalogQuery{Text: "cap\x00"}},
+		{"text", registry.CatalogQuery{Text: "cap\xff"}},
+		{"profile", registry.CatalogQuery{Profile: "aip.core\x00"}},
+		{"profile", registry.CatalogQuery{Profile: "aip.core\xc3"}},
+		{"capability_id", registry.CatalogQuery{CapabilityID: "cap.plain\x00"}},
+		{"capability_id", registry.CatalogQuery{CapabilityID: "cap.\xff"}},
+		{"cursor", registry.CatalogQuery{Cursor: registry.Cursor(rev, "cap.a\x00")}},
+		{"cursor", registry.CatalogQuery{Cursor: registry.Cursor(rev, "cap.a\xff")}},
+	} {
+		for _, rc := range []registry.ReadContext{rc, registry.InternalRead(), {}} {
+			_, err := f.b.Catalog.QueryCapabilities(f.ctx, c.q, rc)
+			f.wantField(err, registry.ErrInvalid, c.field, fmt.Sprintf("query %+q as %+v", c.q, rc))
+		}
+	}
+	for _, id := range []string{"cap.plain\x00", "cap.\xff", strings.Repeat("c", registry.MaxIdentifierBytes+1)} {
+		for _, rc := range []registry.ReadContext{rc, registry.InternalRead()} {
+			_, err := f.b.Catalog.Capability(f.ctx, id, rc)
+			f.wantErr(err, registry.ErrNotFound, fmt.Sprintf("Capability(%+q) as %+v", id, rc))
+		}
+	}
+	// A tenant no record can name sees nothing; its cursors are still
+	// checked against the revision.
+	for _, tenant := range []string{"tenant-1\x00", "tenant-\xff", strings.Repeat("t", registry.MaxIdentifierBytes+1)} {
+		rc := registry.ForTenant(tenant)
+		p, err := f.b.Catalog.QueryCapabilities(f.ctx, registry.CatalogQuery{}, rc)
+		f.must(err)
+		if len(p.Capabilities) != 0 || p.Total != 0 || p.CatalogRevision != rev {
+			t.Fatalf("tenant %+q: page %v total %d at revision %d, want nothing at revision %d", tenant, ids(p), p.Total, p.CatalogRevision, rev)
+		}
+		_, err = f.b.Catalog.QueryCapabilities(f.ctx, registry.CatalogQuery{Cursor: registry.Cursor(rev+1, "cap.a")}, rc)
+		f.wantErr(err, registry.ErrStaleCursor, fmt.Sprintf("tenant %+q with a cursor of another revision", tenant))
+		_, err = f.b.Catalog.Capability(f.ctx, "cap.plain", rc)
+		f.wantErr(err, registry.ErrNotFound, fmt.Sprintf("tenant %+q: Capability", tenant))
+	}
+	// LIKE metacharacters match themselves only.
+	for _, c := range []struct {
+		text string
+		want []string
+	}{
+		{"%", []string{"cap.100%"}},
+		{"_", []string{"cap.a_b"}},
+		{`\`, []string{`cap.back\slash`}},
+		{"a_b", []string{"cap.a_b"}},
+		{"CAP.A", []string{"cap.a_b", "cap.axb"}},
+	} {
+		got, total := f.readAll(registry.CatalogQuery{Text: c.text, Limit: 1}, rc)
+		if !slices.Equal(got, c.want) || total != len(c.want) {
+			t.Fatalf("text %q: %v total %d, want %v", c.text, got, total, c.want)
+		}
 	}
 }
