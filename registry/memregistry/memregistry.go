@@ -69,8 +69,11 @@ type state struct {
 	counters  map[scopeID]uint32
 	// Catalog views, ordered by capability ID: per tenant and profile, and
 	// internal per profile. A write drops exactly the views it can change.
+	// views counts them all: the profile is a caller's query parameter,
+	// so the cache is bounded by views, not by tenants (maxViews).
 	tenantViews   map[string]map[string][]*defEntry
 	internalViews map[string][]*defEntry
+	views         int
 	// Lifecycle replay claims (lifecycle.go), created on first use.
 	lc *lifecycleState
 	// Superseded assignments by action ID (reroute.go), created on first
@@ -205,7 +208,8 @@ type scopeID struct {
 	key  string
 }
 
-// maxViews bounds the cached tenant views; the cache is dropped when full.
+// maxViews bounds the cached catalog views, tenant and internal, of every
+// profile; the cache is dropped when full.
 const maxViews = 4096
 
 // New returns an empty registry at catalog revision 0.
@@ -240,14 +244,27 @@ func (r *Registry) dropViews(scope int) {
 	case viewsAll:
 		clear(r.tenantViews)
 		clear(r.internalViews)
+		r.views = 0
 	case viewsInternal:
+		r.views -= len(r.internalViews)
 		clear(r.internalViews)
 	}
 }
 
 // dropTenantViews forgets one tenant's views after a write to its
 // instances or bindings.
-func (r *Registry) dropTenantViews(tenant string) { delete(r.tenantViews, tenant) }
+func (r *Registry) dropTenantViews(tenant string) {
+	r.views -= len(r.tenantViews[tenant])
+	delete(r.tenantViews, tenant)
+}
+
+// makeRoomForView drops every cached view when the cache holds maxViews.
+func (r *Registry) makeRoomForView() {
+	if r.views >= maxViews {
+		r.dropViews(viewsAll)
+	}
+	r.views++
+}
 
 func (r *Registry) clock() time.Time { return registry.Millis(r.now()) }
 
@@ -429,6 +446,7 @@ func (r *Registry) view(rc registry.ReadContext, profile string) []*defEntry {
 			}
 		}
 		slices.SortFunc(list, func(a, b *defEntry) int { return strings.Compare(a.def.Capability.ID, b.def.Capability.ID) })
+		r.makeRoomForView()
 		r.internalViews[profile] = list
 		return list
 	case rc.TenantID != "":
@@ -446,10 +464,8 @@ func (r *Registry) view(rc registry.ReadContext, profile string) []*defEntry {
 				list = append(list, tc.def)
 			}
 		}
-		if byProfile == nil {
-			if len(r.tenantViews) >= maxViews {
-				clear(r.tenantViews)
-			}
+		r.makeRoomForView()
+		if byProfile = r.tenantViews[rc.TenantID]; byProfile == nil {
 			byProfile = make(map[string][]*defEntry, 1)
 			r.tenantViews[rc.TenantID] = byProfile
 		}
