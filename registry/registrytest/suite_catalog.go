@@ -587,7 +587,7 @@ func testHostileQueries(t *testing.T, nb NewBackend) {
 	} {
 		for _, rc := range []registry.ReadContext{rc, registry.InternalRead(), {}} {
 			_, err := f.b.Catalog.QueryCapabilities(f.ctx, c.q, rc)
-			f.wantField(err, registry.ErrInvalid, c.field, fmt.Sprintf("query %+q as %+v", c.q, rc))
+			f.wantField(err, registry.ErrInvalid, c.field, fmt.Sprintf("query %#v as %+v", c.q, rc))
 		}
 	}
 	for _, id := range []string{"cap.plain\x00", "cap.\xff", strings.Repeat("c", registry.MaxIdentifierBytes+1)} {
