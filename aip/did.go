@@ -19,6 +19,10 @@ var (
 	ErrDIDBase58     = errors.New("aip: did:key value is not valid base58btc")
 	ErrDIDMulticodec = errors.New("aip: did:key multicodec is not ed25519-pub (0xed01)")
 	ErrDIDKeyLength  = errors.New("aip: did:key public key has the wrong length")
+	// ErrWeakKey: the key is a non-canonical encoding, or a point of small
+	// order. Such a key is never the public half of a real key pair, and a
+	// small-order key "verifies" forged signatures over any message.
+	ErrWeakKey = errors.New("aip: Ed25519 public key is a small-order point or not canonically encoded")
 )
 
 // multicodec varint of ed25519-pub (0xed).
@@ -58,7 +62,68 @@ func ParseDIDKey(did string) (ed25519.PublicKey, error) {
 	if len(raw)-2 != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("%w: %d bytes, want %d", ErrDIDKeyLength, len(raw)-2, ed25519.PublicKeySize)
 	}
-	return ed25519.PublicKey(raw[2:]), nil
+	pub := ed25519.PublicKey(raw[2:])
+	if err := CheckPublicKey(pub); err != nil {
+		return nil, fmt.Errorf("%w: %q", err, truncateForError(did))
+	}
+	return pub, nil
+}
+
+// CheckPublicKey refuses an Ed25519 public key that no honest key pair has:
+// one of the wrong length, a non-canonical encoding (y not below the field
+// prime 2^255-19), or a point of small order. crypto/ed25519.Verify (like
+// ed25519-dalek's verify) accepts a small-order key: with the identity point
+// as the key, the signature R = identity, S = 0 verifies for every message,
+// so whoever could get such a DID pinned or provisioned could sign anything
+// as it.
+func CheckPublicKey(pub ed25519.PublicKey) error {
+	if len(pub) != ed25519.PublicKeySize {
+		return fmt.Errorf("%w: %d bytes, want %d", ErrDIDKeyLength, len(pub), ed25519.PublicKeySize)
+	}
+	var y [32]byte
+	copy(y[:], pub)
+	y[31] &= 0x7f // the sign of x
+	// y must be below p = 2^255 - 19: compare from the most significant byte.
+	canonical := false
+	for i := 31; i >= 0; i-- {
+		if y[i] != fieldPrime[i] {
+			canonical = y[i] < fieldPrime[i]
+			break
+		}
+	}
+	if !canonical {
+		return ErrWeakKey
+	}
+	for _, w := range smallOrderY {
+		if y == w {
+			return ErrWeakKey
+		}
+	}
+	return nil
+}
+
+// fieldPrime is p = 2^255 - 19, little-endian.
+var fieldPrime = func() (p [32]byte) {
+	for i := range p {
+		p[i] = 0xff
+	}
+	p[0], p[31] = 0xed, 0x7f
+	return p
+}()
+
+// smallOrderY are the canonical y coordinates (little-endian, sign bit
+// clear) of the eight points of order dividing 8: y = 1 (the identity),
+// y = p-1 (order 2), y = 0 (the two points of order 4) and the two y of the
+// four points of order 8 (which add up to p). TestSmallOrderPoints checks
+// each by multiplying by 8.
+var smallOrderY = [...][32]byte{
+	{0x01},
+	func() (y [32]byte) { y = fieldPrime; y[0]--; return y }(),
+	{},
+	{0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98, 0xf0,
+		0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05},
+	{0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67, 0x0f,
+		0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a},
 }
 
 func truncateForError(s string) string {

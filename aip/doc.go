@@ -15,7 +15,9 @@
 //     compact output with object members sorted by the bytes of their names,
 //     integers kept exactly and doubles in serde_json's form (not RFC 8785);
 //     and digests ("sha256:" + hex, Digest);
-//   - Ed25519 keys (SigningKey) identified by did:key (DIDKey, ParseDIDKey),
+//   - Ed25519 keys (SigningKey) identified by did:key (DIDKey, ParseDIDKey;
+//     a public key that is a small-order point or not canonically encoded is
+//     refused there and by VerifySignature, see CheckPublicKey),
 //     loaded from owner-only files holding a 64-hex seed or an Ed25519 JWK
 //     (LoadSigningKey), and published as a JWKS (JWKS);
 //   - signed lifecycle wrappers {"request"|"response": {...}, "signature": ...}

@@ -266,7 +266,10 @@ func VerifySignature(pub ed25519.PublicKey, msg []byte, sigB64 string) error {
 	if err != nil || n != ed25519.SignatureSize {
 		return fmt.Errorf("%w: signature is not standard base64", ErrBadSignature)
 	}
-	if len(pub) != ed25519.PublicKeySize || !ed25519.Verify(pub, msg, sig[:ed25519.SignatureSize]) {
+	if err := CheckPublicKey(pub); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSignature, err)
+	}
+	if !ed25519.Verify(pub, msg, sig[:ed25519.SignatureSize]) {
 		return ErrBadSignature
 	}
 	return nil
