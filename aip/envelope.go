@@ -1,7 +1,6 @@
 package aip
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -328,7 +327,9 @@ type VerifiedEnvelope struct {
 // Ed25519 signature in security.signature must verify, with the key of the
 // did:key in security.did, over the canonical form of the received JSON
 // without security.signature (so members this version does not know are
-// covered too). It then decodes and validates the envelope. When expectedDID
+// covered too). It then decodes that canonical form (so the envelope returned
+// is exactly what was verified, whatever spelling of it came over the wire)
+// and validates it. When expectedDID
 // is not empty, the signer must be that DID.
 func VerifyEnvelope(raw []byte, expectedDID string) (*VerifiedEnvelope, error) {
 	r, err := canonicalizeWithout(raw, "security", SecuritySignature)
@@ -342,11 +343,19 @@ func VerifyEnvelope(raw []byte, expectedDID string) (*VerifiedEnvelope, error) {
 	if err := json.Unmarshal(r.removed, &sig); err != nil {
 		return nil, fmt.Errorf("%w: security.signature must be a string", ErrBadSignature)
 	}
+	// Decode what the signature covers, not the wire bytes: canonical form
+	// maps several spellings to one (an integer beyond u64 and a long
+	// decimal become the nearest double, escapes are resolved), and the
+	// caller must see the message that was verified, not another spelling
+	// of it that a big-number parser downstream would read differently.
 	var env Envelope
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&env); err != nil {
+	if err := json.Unmarshal(r.canonical, &env); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformedEnvelope, err)
 	}
+	if env.Security == nil {
+		env.Security = make(map[string]json.RawMessage)
+	}
+	env.Security[SecuritySignature] = json.RawMessage(r.removed)
 	var did string
 	if ok, err := env.SecurityValue(SecurityDID, &did); err != nil || !ok || did == "" {
 		return nil, fmt.Errorf("%w: security.did is missing", ErrBadSignature)
