@@ -56,6 +56,11 @@ type canonicalized struct {
 	canonical []byte
 	removed   []byte // canonical value of the member left out; nil if absent
 	members   int    // members of the top-level object, the removed one included
+	// foldable reports a member name (anywhere) with a character
+	// encoding/json folds when it matches names to fields: an ASCII upper
+	// case letter, U+212A or U+017F. Without one, no member can bind to a
+	// lower case field name other than its own (see checkMemberNames).
+	foldable bool
 }
 
 // canonicalizeWithout canonicalizes data while leaving out the member named by
@@ -67,7 +72,7 @@ func canonicalizeWithout(data []byte, path ...string) (canonicalized, error) {
 	if err := c.document(path); err != nil {
 		return canonicalized{}, err
 	}
-	r := canonicalized{canonical: c.out, members: c.topMembers}
+	r := canonicalized{canonical: c.out, members: c.topMembers, foldable: c.foldable}
 	if c.removedSet {
 		r.removed = append([]byte(nil), c.removed...)
 	}
@@ -91,6 +96,7 @@ type canonicalizer struct {
 	removed    []byte
 	removedSet bool
 	topMembers int
+	foldable   bool
 }
 
 var canonPool = sync.Pool{New: func() any { return new(canonicalizer) }}
@@ -103,7 +109,7 @@ func getCanonicalizer(data, dst []byte) *canonicalizer {
 	}
 	c.out = dst
 	c.keys, c.members, c.scratch = c.keys[:0], c.members[:0], c.scratch[:0]
-	c.removed, c.removedSet, c.topMembers = nil, false, 0
+	c.removed, c.removedSet, c.topMembers, c.foldable = nil, false, 0, false
 	return c
 }
 
@@ -243,6 +249,9 @@ func (c *canonicalizer) object(depth int, skip []string) error {
 			return err
 		}
 		keyEnd := len(c.keys)
+		if !c.foldable {
+			c.foldable = hasFoldable(c.keys[keyStart:keyEnd])
+		}
 		c.skipSpace()
 		if c.pos >= len(c.data) || c.data[c.pos] != ':' {
 			return c.errorf("expected ':' after a member name")
@@ -321,6 +330,23 @@ func (c *canonicalizer) object(depth int, skip []string) error {
 	}
 	c.out = append(c.out, '}')
 	return nil
+}
+
+// hasFoldable reports whether name holds an ASCII upper case letter,
+// U+212A KELVIN SIGN or U+017F LATIN SMALL LETTER LONG S: the characters
+// encoding/json's case-insensitive matching folds onto lower case ASCII.
+func hasFoldable(name []byte) bool {
+	for i, b := range name {
+		switch {
+		case b >= 'A' && b <= 'Z':
+			return true
+		case b == 0xe2 && i+2 < len(name) && name[i+1] == 0x84 && name[i+2] == 0xaa: // U+212A
+			return true
+		case b == 0xc5 && i+1 < len(name) && name[i+1] == 0xbf: // U+017F
+			return true
+		}
+	}
+	return false
 }
 
 const hexDigits = "0123456789abcdef"

@@ -25,7 +25,12 @@
 //     as received, so a member unknown to this version is covered by the
 //     signature rather than dropped;
 //   - native envelope signatures in security.did and security.signature
-//     (SignEnvelope, VerifyEnvelope);
+//     (SignEnvelope, VerifyEnvelope; the envelope returned is decoded from
+//     the canonical form that was verified);
+//   - member names are case-sensitive on the wire, as in serde_json: a
+//     verified document (VerifyEnvelope, Signed.Decode, SecurityValue) with
+//     a member that encoding/json would bind to a field only by ignoring
+//     case ("Tenant_ID" for "tenant_id") is refused (ErrCaseVariantMember);
 //   - the freshness window of lifecycle messages (CheckWindow) with the
 //     verifier's clock passed in.
 //

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -263,11 +264,15 @@ func (e *Envelope) SetSecurity(name string, v any) error {
 }
 
 // SecurityValue decodes security.<name> into v and reports whether it was
-// present.
+// present. A member whose name matches a field of v only when case is
+// ignored is refused (ErrCaseVariantMember), as in VerifyEnvelope.
 func (e *Envelope) SecurityValue(name string, v any) (bool, error) {
 	raw, ok := e.Security[name]
 	if !ok {
 		return false, nil
+	}
+	if err := checkMemberNames(raw, reflect.TypeOf(v)); err != nil {
+		return true, fmt.Errorf("aip: security.%s: %w", name, err)
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		return true, fmt.Errorf("aip: security.%s: %w", name, err)
@@ -356,6 +361,11 @@ func VerifyEnvelope(raw []byte, expectedDID string) (*VerifiedEnvelope, error) {
 		env.Security = make(map[string]json.RawMessage)
 	}
 	env.Security[SecuritySignature] = json.RawMessage(r.removed)
+	if r.foldable {
+		if err := checkMemberNames(r.canonical, reflect.TypeFor[Envelope]()); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMalformedEnvelope, err)
+		}
+	}
 	var did string
 	if ok, err := env.SecurityValue(SecurityDID, &did); err != nil || !ok || did == "" {
 		return nil, fmt.Errorf("%w: security.did is missing", ErrBadSignature)

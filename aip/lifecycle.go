@@ -305,15 +305,18 @@ func (o ControlOutcome) MarshalJSON() ([]byte, error) {
 	return nil, fmt.Errorf("aip: unknown outcome status %q", o.Status)
 }
 
+// controlOutcomeWire is the members a ControlOutcome is read from.
+type controlOutcomeWire struct {
+	Status    OutcomeStatus `json:"status"`
+	Lease     *Lease        `json:"lease"`
+	Code      string        `json:"code"`
+	Message   string        `json:"message"`
+	Retryable bool          `json:"retryable"`
+}
+
 // UnmarshalJSON implements json.Unmarshaler.
 func (o *ControlOutcome) UnmarshalJSON(data []byte) error {
-	var w struct {
-		Status    OutcomeStatus `json:"status"`
-		Lease     *Lease        `json:"lease"`
-		Code      string        `json:"code"`
-		Message   string        `json:"message"`
-		Retryable bool          `json:"retryable"`
-	}
+	var w controlOutcomeWire
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -26,6 +27,10 @@ type Signed struct {
 	Field     string
 	Canonical []byte
 	Signature string
+
+	// plainNames: Open found no member name that encoding/json could match
+	// to a field case-insensitively, so Decode need not check.
+	plainNames bool
 }
 
 // Seal canonicalizes inner, signs it with key and returns the wrapper
@@ -85,7 +90,7 @@ func Open(data []byte, field string) (*Signed, error) {
 	if err := json.Unmarshal(r.removed, &sig); err != nil {
 		return nil, fmt.Errorf("%w: signature must be a string", ErrMalformedSigned)
 	}
-	return &Signed{Field: field, Canonical: inner, Signature: sig}, nil
+	return &Signed{Field: field, Canonical: inner, Signature: sig, plainNames: !r.foldable}, nil
 }
 
 // Verify checks the signature with pub.
@@ -93,8 +98,15 @@ func (s *Signed) Verify(pub ed25519.PublicKey) error {
 	return VerifySignature(pub, s.Canonical, s.Signature)
 }
 
-// Decode unmarshals the inner object into v.
+// Decode unmarshals the inner object into v. A member whose name matches a
+// field of v only when case is ignored is refused (ErrCaseVariantMember):
+// encoding/json would bind it to that field, the reference would not.
 func (s *Signed) Decode(v any) error {
+	if !s.plainNames && v != nil {
+		if err := checkMemberNames(s.Canonical, reflect.TypeOf(v)); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrMalformedSigned, s.Field, err)
+		}
+	}
 	if err := json.Unmarshal(s.Canonical, v); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrMalformedSigned, s.Field, err)
 	}

@@ -1,0 +1,193 @@
+package aip
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// signRawEnvelope signs an envelope given as JSON text the way SignEnvelope
+// does (security.did set, signature over the canonical form without
+// security.signature), so a test can sign members no Envelope can hold.
+func signRawEnvelope(t *testing.T, k *SigningKey, raw string) []byte {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatal(err)
+	}
+	sec := map[string]json.RawMessage{}
+	if s, ok := m["security"]; ok {
+		if err := json.Unmarshal(s, &sec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	did, _ := json.Marshal(k.DID())
+	sec[SecurityDID] = did
+	m["security"], _ = json.Marshal(sec)
+	unsigned, _ := json.Marshal(m)
+	canonical, err := Canonicalize(unsigned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, _ := json.Marshal(EncodeSignature(k.Sign(canonical)))
+	sec[SecuritySignature] = sig
+	m["security"], _ = json.Marshal(sec)
+	out, _ := json.Marshal(m)
+	return out
+}
+
+// TestCaseVariantMembersAreRefused: encoding/json binds "From", "FROM" or
+// "\u212aind" (KELVIN SIGN) to the fields from and kind; serde_json does not.
+// A signed document carrying such a member means one thing to this package
+// and another to the reference (or, with both spellings present, whichever
+// comes last): it is refused, in envelopes, in lifecycle wrappers and in
+// security members.
+func TestCaseVariantMembersAreRefused(t *testing.T) {
+	k := hostKey(t)
+	honest, err := SignEnvelope(k, fixedActionEnvelope(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base map[string]any
+	if err := json.Unmarshal(honest, &base); err != nil {
+		t.Fatal(err)
+	}
+	delete(base["security"].(map[string]any), SecuritySignature)
+	mutate := func(f func(m map[string]any)) string {
+		b, _ := json.Marshal(base)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		f(m)
+		out, _ := json.Marshal(m)
+		return string(out)
+	}
+	intruder := map[string]any{"id": "service:intruder", "kind": "service", "trust_domain": "evil.example"}
+	for name, raw := range map[string]string{
+		"both spellings of from": mutate(func(m map[string]any) { m["From"] = intruder }),
+		"only From":              mutate(func(m map[string]any) { m["From"] = intruder; delete(m, "from") }),
+		"upper case sent_at":     mutate(func(m map[string]any) { m["SENT_AT"] = "2030-01-01T00:00:00Z" }),
+		"kelvin sign in kind": mutate(func(m map[string]any) {
+			from := m["from"].(map[string]any)
+			from["\u212aind"] = "agent"
+			delete(from, "kind")
+		}),
+		"long s in session_id": mutate(func(m map[string]any) { m["\u017fession_id"] = "sess_0194a3b2c1d07e3f8a9b0c1d2e3f4a99" }),
+		"in the action": mutate(func(m map[string]any) {
+			m["body"].(map[string]any)["action"].(map[string]any)["Capability_ID"] = "admin.delete_everything"
+		}),
+		"deep in the identity": mutate(func(m map[string]any) {
+			tenant := m["body"].(map[string]any)["action"].(map[string]any)["identity"].(map[string]any)["tenant"].(map[string]any)
+			tenant["ID"] = "tenant-victim"
+		}),
+	} {
+		signed := signRawEnvelope(t, k, raw)
+		if _, err := VerifyEnvelope(signed, k.DID()); !errors.Is(err, ErrMalformedEnvelope) || !errors.Is(err, ErrCaseVariantMember) {
+			t.Errorf("%s: VerifyEnvelope = %v, want ErrMalformedEnvelope and ErrCaseVariantMember", name, err)
+		}
+	}
+
+	// A signed route with a second spelling of tenant_id.
+	routed := mutate(func(m map[string]any) {
+		m["security"].(map[string]any)[SecurityConnectorRoute].(map[string]any)["Tenant_ID"] = "tenant-victim"
+	})
+	v, err := VerifyEnvelope(signRawEnvelope(t, k, routed), k.DID())
+	if err != nil {
+		t.Fatalf("free-form security members verify: %v", err)
+	}
+	var route ConnectorRoute
+	if _, err := v.Envelope.SecurityValue(SecurityConnectorRoute, &route); !errors.Is(err, ErrCaseVariantMember) {
+		t.Errorf("SecurityValue(connector_route with Tenant_ID) = %v (tenant %q), want ErrCaseVariantMember", err, route.TenantID)
+	}
+
+	// Free-form JSON keeps any names: input, extensions, trace.
+	free := mutate(func(m map[string]any) {
+		m["body"].(map[string]any)["action"].(map[string]any)["input"] = map[string]any{"Name": 1, "name": 2, "\u212a": 3}
+		m["extensions"] = map[string]any{"X-Vendor": map[string]any{"From": "x"}}
+		m["trace"] = map[string]any{"Traceparent": "x"}
+	})
+	if _, err := VerifyEnvelope(signRawEnvelope(t, k, free), k.DID()); err != nil {
+		t.Errorf("case variants in free-form members: %v", err)
+	}
+
+	// Lifecycle wrappers: a second spelling of signer_did, and one in the
+	// adjacently tagged command.
+	req := fixedRegisterRequest(t)
+	inner, _ := json.Marshal(req)
+	for name, edit := range map[string]func(string) string{
+		"Signer_DID": func(s string) string {
+			return strings.Replace(s, `"signer_did"`, `"Signer_DID":"did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK","signer_did"`, 1)
+		},
+		"Operation": func(s string) string {
+			return strings.Replace(s, `"operation"`, `"Operation":"heartbeat","operation"`, 1)
+		},
+		"payload Tenant_ID": func(s string) string {
+			return strings.Replace(s, `"tenant_id"`, `"Tenant_ID":"tenant-victim","tenant_id"`, 1)
+		},
+	} {
+		edited := edit(string(inner))
+		if edited == string(inner) {
+			t.Fatalf("%s: edit changed nothing", name)
+		}
+		body, err := SealJSON(k, SignedRequestField, []byte(edited))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenControlRequest(body); !errors.Is(err, ErrMalformedSigned) || !errors.Is(err, ErrCaseVariantMember) {
+			t.Errorf("%s: OpenControlRequest = %v, want ErrMalformedSigned and ErrCaseVariantMember", name, err)
+		}
+	}
+	// Unknown lower case members still decode (and are covered).
+	body, err := SealJSON(k, SignedRequestField, []byte(strings.Replace(string(inner), `"signer_did"`, `"future_member":1,"signer_did"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenControlRequest(body); err != nil {
+		t.Errorf("an unknown member: %v", err)
+	}
+}
+
+// TestEveryUnmarshalerIsChecked: a type of this package with its own
+// UnmarshalJSON hides its members from checkMemberNames unless it
+// implements memberNamesChecker or reads members by exact name. A new such
+// type must be added to one of the two.
+func TestEveryUnmarshalerIsChecked(t *testing.T) {
+	exact := map[reflect.Type]bool{ // read by exact name, or no members at all
+		reflect.TypeFor[Timestamp]():       true,
+		reflect.TypeFor[MessagePart]():     true,
+		reflect.TypeFor[ProfileBinding]():  true,
+		reflect.TypeFor[json.RawMessage](): true,
+	}
+	seen := map[reflect.Type]bool{}
+	var visit func(reflect.Type)
+	visit = func(typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Array || typ.Kind() == reflect.Map {
+			typ = typ.Elem()
+		}
+		if seen[typ] {
+			return
+		}
+		seen[typ] = true
+		if exact[typ] {
+			return
+		}
+		pt := reflect.PointerTo(typ)
+		if pt.Implements(unmarshalerType) && !pt.Implements(namesCheckerType) {
+			t.Errorf("%s has an UnmarshalJSON but no checkMemberNames", typ)
+		}
+		if typ.Kind() == reflect.Struct && typ.PkgPath() == reflect.TypeFor[Envelope]().PkgPath() {
+			for i := range typ.NumField() {
+				visit(typ.Field(i).Type)
+			}
+		}
+	}
+	for _, root := range []reflect.Type{reflect.TypeFor[Envelope](), reflect.TypeFor[ControlRequest](), reflect.TypeFor[ControlResponse](),
+		reflect.TypeFor[Manifest](), reflect.TypeFor[ConnectorRoute](), reflect.TypeFor[Registration](), reflect.TypeFor[Heartbeat](),
+		reflect.TypeFor[Transition](), reflect.TypeFor[Lease](), reflect.TypeFor[Event]()} {
+		visit(root)
+	}
+	if len(seen) < 20 {
+		t.Fatalf("visited only %d types", len(seen))
+	}
+}
