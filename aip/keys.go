@@ -26,7 +26,8 @@ const (
 )
 
 // ErrUnsafeFile is returned (wrapped) when a secret file is a symlink, not a
-// regular file, readable or writable by group or others, empty or too large.
+// regular file, readable or writable by group or others, owned by a user
+// other than this process's or root, empty or too large.
 var ErrUnsafeFile = errors.New("aip: unsafe file")
 
 // ErrInvalidKey is returned (wrapped) when key material cannot be parsed.
@@ -154,8 +155,10 @@ func WriteSeedFile(path string, k *SigningKey) error {
 }
 
 // ReadSecretFile reads a secret file after checking that it is a regular
-// file (not a symlink), has no group or other permission bits, and holds 1 to
-// maxBytes bytes. The file opened must be the file checked (no swap between
+// file (not a symlink), has no group or other permission bits, is owned by
+// the process's effective user or by root (a process running as root must
+// not take a key that another user planted: mode 0600 keeps nobody but
+// root out), and holds 1 to maxBytes bytes. The file opened must be the file checked (no swap between
 // the check and the read). The content is returned with surrounding ASCII
 // whitespace removed.
 func ReadSecretFile(path string, maxBytes int64) ([]byte, error) {
@@ -187,6 +190,9 @@ func readCheckedFile(path string, maxBytes int64, secret bool) ([]byte, error) {
 	perm := info.Mode().Perm()
 	if secret && perm&0o077 != 0 {
 		return nil, fmt.Errorf("%w: %s %s is accessible by group or others (mode %04o); chmod 600 it", ErrUnsafeFile, kind, path, perm)
+	}
+	if owner, ok := fileOwnerOK(info); secret && !ok {
+		return nil, fmt.Errorf("%w: %s %s is owned by uid %d, not by this process's user (uid %d) or root; chown it", ErrUnsafeFile, kind, path, owner, os.Geteuid())
 	}
 	if !secret && perm&0o022 != 0 {
 		return nil, fmt.Errorf("%w: %s %s is writable by group or others (mode %04o); chmod go-w it", ErrUnsafeFile, kind, path, perm)
