@@ -822,6 +822,15 @@ func TestConnectorEventBodiesShareAMemoryBudget(t *testing.T) {
 	}()
 	_, err = pw.Write([]byte(`{"aip_version":`))
 	must(t, err)
+	// The second is sent once the first holds the whole budget (it is
+	// being read): sent earlier, it could take the budget first.
+	for dispatch.EventBodyBytesReserved(w.d) != aip.MaxEventDeliveryBytes {
+		select {
+		case s := <-slow:
+			t.Fatalf("the first delivery ended before it was read: HTTP %d", s)
+		case <-time.After(5 * time.Millisecond): // polling the budget
+		}
+	}
 
 	second := make(chan int, 1)
 	go func() {

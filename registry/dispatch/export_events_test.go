@@ -3,3 +3,7 @@ package dispatch
 // EventBodyPeers is the number of sender addresses that hold or wait for
 // part of d's read budget of connector-event deliveries.
 func EventBodyPeers(d *Dispatcher) int { return d.eventBodies.Stats().Peers }
+
+// EventBodyBytesReserved is the part of d's read budget of connector-event
+// deliveries reserved by deliveries being read.
+func EventBodyBytesReserved(d *Dispatcher) int64 { return d.eventBodies.Stats().Reserved }
