@@ -134,8 +134,13 @@
 //
 // Every answer is a signed envelope in response to the request, except the
 // unsigned 400 schema.envelope.invalid and envelope.decode.invalid for a body
-// that is not a usable envelope, 413 for an oversized one, and the unsigned
-// 500 connector_host.response_signing.
+// that is not a usable envelope, 413 for an oversized one, the unsigned 401
+// connector_host.authentication for a message not signed by the pinned
+// dispatcher, and the unsigned 500 connector_host.response_signing. The
+// 401 is unsigned on purpose: the replica signs nothing in response to a
+// message it could not authenticate, so no one can obtain its signed
+// refusal of a message ID of their choosing (the dispatcher's own, copied
+// with a broken signature) and pass it off as its answer to the real one.
 //
 // A streaming action (mode streaming) of a Streamer is answered with 200 and
 // Content-Type application/x-ndjson: one signed stream_chunk envelope per

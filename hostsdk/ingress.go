@@ -29,8 +29,10 @@ const (
 	CodeDecodeInvalid   = "envelope.decode.invalid"
 	CodeTooLarge        = "envelope.too_large"
 	CodeResponseSigning = "connector_host.response_signing"
+	// CodeAuthentication is unsigned too: the message is not signed by the
+	// pinned dispatcher (see unauthenticated).
+	CodeAuthentication = "connector_host.authentication"
 	// Signed.
-	CodeAuthentication      = "connector_host.authentication"
 	CodeRouteMismatch       = "connector_host.route_mismatch"
 	CodeNotReady            = "connector_host.not_ready"
 	CodeCapacity            = "connector_host.capacity"
@@ -204,15 +206,13 @@ func (x *exchange) serve() bool {
 			return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, verr.Error())
 		}
 		x.begin(&env)
-		return x.fail(http.StatusUnauthorized, aip.NewProtocolError(CodeAuthentication, aip.CategoryAuth, false, 0,
-			"the message is not signed by the pinned dispatcher: "+verr.Error()))
+		return x.unauthenticated("the message is not signed by the pinned dispatcher: " + verr.Error())
 	}
 	env := verified.Envelope
 	x.begin(&env)
 	// The dispatcher's signature and identity.
 	if verified.SignerDID != h.gatewayDID {
-		return x.fail(http.StatusUnauthorized, aip.NewProtocolError(CodeAuthentication, aip.CategoryAuth, false, 0,
-			"the message is signed by "+verified.SignerDID+", not the pinned dispatcher"))
+		return x.unauthenticated("the message is signed by " + verified.SignerDID + ", not the pinned dispatcher")
 	}
 	if pe := h.checkSender(&env); pe != nil {
 		return x.fail(http.StatusUnauthorized, pe)
@@ -1019,6 +1019,23 @@ func (x *exchange) startStream() {
 	x.w.Header().Set("Content-Type", ContentTypeNDJSON)
 	x.w.Header().Set("X-Content-Type-Options", "nosniff")
 	x.w.WriteHeader(http.StatusOK)
+}
+
+// unauthenticated refuses a message that is not signed by the pinned
+// dispatcher with an unsigned 401. The answer is deliberately not signed:
+// a signed error in response to a message nobody authenticated would let
+// anyone who can reach the listener obtain, for any message ID (say the
+// dispatcher's own, copied from the wire with its signature broken), an
+// envelope signed by this replica, addressed to the dispatcher, saying that
+// message was refused, and put it in place of the real answer; the
+// dispatcher settles a signed refusal as "did not run". Nothing is claimed
+// in the replay registry either, so such a copy cannot spend the message
+// ID of the real one.
+func (x *exchange) unauthenticated(msg string) bool {
+	if x.span != nil {
+		x.span.SetStatus(codes.Error, CodeAuthentication)
+	}
+	return x.unsigned(http.StatusUnauthorized, CodeAuthentication, msg)
 }
 
 // unsigned writes an unsigned error (the request is not a usable envelope,
