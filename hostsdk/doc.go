@@ -107,8 +107,10 @@
 // The host verifies the dispatcher's signature and identity against the
 // pinned gateway DID and principal, then the pinned security.connector_route
 // against this replica, and claims the message ID in the replay registry
-// (every message, refusals included, so a refused envelope can never execute
-// later). Then:
+// (every message signed by the dispatcher, refusals included: of a route
+// that does not match, a fence token or sent_at ahead of the replica's
+// clock, so a refused envelope can never execute later; only one older than
+// MaxMessageAge, never accepted later, is not claimed). Then:
 //
 //   - action: refused with a signed 503 connector_host.not_ready (retry
 //     after one heartbeat interval) while draining, without a valid lease or

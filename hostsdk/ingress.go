@@ -214,30 +214,38 @@ func (x *exchange) serve() bool {
 	if verified.SignerDID != h.gatewayDID {
 		return x.unauthenticated("the message is signed by " + verified.SignerDID + ", not the pinned dispatcher")
 	}
+	// The message is the dispatcher's. One too old is refused for good: it
+	// is never accepted later, so its ID is not claimed. Every other
+	// refusal from here on claims the message ID first (refuse), so the
+	// refused envelope can never execute later: not once a fence token or
+	// a sent_at ahead of this replica's clock is no longer ahead, after
+	// the dispatcher took the signed refusal for "did not run".
+	now := h.cfg.Now()
+	sent := env.SentAt.Time
+	if sent.Before(now.Add(-MaxMessageAge)) {
+		return x.fail(http.StatusConflict, outsideWindow(env.SentAt))
+	}
+	x.msgExpiry = sent.Add(MaxMessageAge + MaxMessageSkew)
 	if pe := h.checkSender(&env); pe != nil {
-		return x.fail(http.StatusUnauthorized, pe)
+		return x.refuse(http.StatusUnauthorized, pe)
 	}
 	// The pinned route.
 	route, pe := h.checkRoute(&env)
 	if pe != nil {
-		return x.fail(http.StatusForbidden, pe)
+		return x.refuse(http.StatusForbidden, pe)
 	}
 	x.route, x.assigned = route, assignedAt(route)
-	now := h.cfg.Now()
 	if b := &env.Body; b.Action != nil || b.Cancel != nil {
 		if pe := x.checkAssignedAt(now); pe != nil {
-			return x.fail(http.StatusForbidden, pe)
+			return x.refuse(http.StatusForbidden, pe)
 		}
 	}
-	sent := env.SentAt.Time
-	if sent.Before(now.Add(-MaxMessageAge)) || sent.After(now.Add(MaxMessageSkew)) {
-		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
-			fmt.Sprintf("sent_at %s is outside the accepted window (at most %s old, %s ahead)", env.SentAt, MaxMessageAge, MaxMessageSkew)))
+	if sent.After(now.Add(MaxMessageSkew)) {
+		return x.refuse(http.StatusConflict, outsideWindow(env.SentAt))
 	}
 	// Every message ID is claimed in the replay registry before it is
 	// answered, refusals included: a refused envelope can never execute
 	// later. An action's claim commits with its journal record (see action).
-	x.msgExpiry = sent.Add(MaxMessageAge + MaxMessageSkew)
 	if env.Body.Action != nil {
 		return x.action(env.Body.Action, route)
 	}
@@ -252,6 +260,13 @@ func (x *exchange) serve() bool {
 	}
 	return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeUnsupportedMessage, aip.CategoryConnector, false, 0,
 		fmt.Sprintf("a connector host does not handle %s messages", env.MessageType)))
+}
+
+// outsideWindow refuses a message whose sent_at is outside the accepted
+// window.
+func outsideWindow(sent aip.Timestamp) *aip.ProtocolError {
+	return aip.NewProtocolError(CodeReplay, aip.CategoryPolicy, false, 0,
+		fmt.Sprintf("sent_at %s is outside the accepted window (at most %s old, %s ahead)", sent, MaxMessageAge, MaxMessageSkew))
 }
 
 // begin records the request envelope and starts its span.

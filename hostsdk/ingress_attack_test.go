@@ -1,11 +1,14 @@
 package hostsdk_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -100,6 +103,62 @@ func TestUnauthenticatedRequestsGetNoSignedAnswer(t *testing.T) {
 		// the dispatcher's check refuses it; it must still be signed.
 		if _, err := aip.VerifyEnvelope(resp.Raw, target.DID); err != nil || resp.Status != http.StatusUnauthorized {
 			t.Fatalf("HTTP %d %s: %v", resp.Status, resp.Raw, err)
+		}
+	})
+}
+
+// A message the host refused after authenticating it is claimed in the
+// replay registry, so it can never execute later: not when the fence
+// token that was ahead of the replica's clock is no longer (a signed
+// route_mismatch the dispatcher settled as not run), nor when its sent_at
+// that was ahead comes into the window.
+func TestRefusedMessageNeverExecutesLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		b.awaitFirstBeat(t)
+		target := hostsdktest.TargetOf(b.h, b.cfg)
+		ctx := context.Background()
+
+		ahead := b.routeNow(action(capEcho, `{"message":"fence ahead"}`))
+		ahead.route.FenceToken = fenceAt(time.Now().Add(hostsdk.MaxMessageSkew + time.Second))
+		env, err := b.d.Envelope(target, aip.Body{Action: ahead.a}, ahead.route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := signedCopy(t, b.d, env)
+		resp, err := b.d.Post(ctx, target, raw, env.MessageID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+
+		early := action(capEcho, `{"message":"sent ahead"}`)
+		eenv, err := b.d.Envelope(target, aip.Body{Action: early}, b.routeNow(early).route)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eenv.SentAt = aip.At(time.Now().Add(hostsdk.MaxMessageSkew + time.Second))
+		eraw := signedCopy(t, b.d, eenv)
+		resp, err = b.d.Post(ctx, target, eraw, eenv.MessageID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, resp, http.StatusConflict, hostsdk.CodeReplay)
+
+		time.Sleep(2 * time.Second)
+		for _, m := range []struct {
+			raw []byte
+			id  string
+			a   *aip.Action
+		}{{raw, env.MessageID, ahead.a}, {eraw, eenv.MessageID, early}} {
+			resp, err := b.d.Post(ctx, target, m.raw, m.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Status == http.StatusOK || b.conn.runCount(m.a.ID) != 0 {
+				t.Fatalf("the refused message %s was delivered again and ran (HTTP %d, %d runs)", m.id, resp.Status, b.conn.runCount(m.a.ID))
+			}
+			wantCode(t, resp, http.StatusConflict, hostsdk.CodeReplay)
 		}
 	})
 }
