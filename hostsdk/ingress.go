@@ -326,6 +326,11 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 			return mismatch("route %s %q does not match this replica (%q)", f.name, f.got, f.want)
 		}
 	}
+	// The fence token is the registry's: route_ and a UUIDv7 carrying the
+	// assignment time, which the prune horizon relies on (assignedAt).
+	if err := aip.ValidateID(aip.PrefixRoute, route.FenceToken); err != nil {
+		return mismatch("route fence_token is not a registry fence token (%s and a UUIDv7): %v", aip.PrefixRoute, err)
+	}
 	b := &env.Body
 	switch {
 	case b.Action != nil:

@@ -163,3 +163,44 @@ func TestRefusedMessageNeverExecutesLater(t *testing.T) {
 	})
 }
 
+// A fence token that is not the registry's (route_ and a UUIDv7 carrying
+// the assignment time) is refused, for every message kind: the prune
+// horizon and the connector's provider-side idempotency rely on it.
+func TestMalformedFenceTokenIsRefused(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	v4 := aip.PrefixRoute + "0123456789ab4def8123456789abcdef"
+	for _, fence := range []string{"", "route_", "route_xyz", v4, aip.NewID(aip.PrefixAction), strings.ToUpper(aip.NewID(aip.PrefixRoute))} {
+		a := action(capEcho, `{"message":"x"}`)
+		for _, body := range []aip.Body{
+			{Action: a},
+			{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: a.ID}}},
+			{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: a.ID}},
+		} {
+			route := f.d.Route(target, a.ID, a.CapabilityID, "")
+			route.FenceToken = fence
+			env, err := f.d.Envelope(target, body, route)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := f.d.Send(ctx, target, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Status != http.StatusForbidden {
+				t.Fatalf("a %s with fence token %q: HTTP %d %s", body.Tag(), fence, resp.Status, resp.Raw)
+			}
+			pe := wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+			if !strings.Contains(pe.Message, "fence_token") {
+				t.Errorf("the refusal does not say what is wrong: %s", pe.Message)
+			}
+		}
+		if n := conn.runCount(a.ID); n != 0 {
+			t.Fatalf("ran %d times", n)
+		}
+	}
+}
+
