@@ -118,8 +118,9 @@
 //     MaxInFlight; the input is validated against the capability's
 //     input_schema; the action is journaled, run, and its result journaled
 //     with a receipt (ActionResult.Receipt). An action ID already journaled
-//     returns the journaled result and never runs twice (a different input
-//     is a signed 409 connector_host.idempotency_conflict); that answer
+//     returns the journaled result and never runs twice (a different
+//     capability, idempotency key or input is another action under the
+//     same ID: a signed 409 connector_host.idempotency_conflict); that answer
 //     carries the same receipt as the first (the journal's ReceiptFor
 //     finds it by action ID). An action whose outcome is unknown (the
 //     connector said so, panicked, timed out, gave up when its stream's

@@ -408,6 +408,9 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		}
 		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, "action input: "+err.Error())
 	}
+	// What a delivery of the same action must repeat to be answered from
+	// the journal.
+	want := &journal.Action{CapabilityID: a.CapabilityID, IdempotencyKey: idempotencyKey(x.req, a), InputDigest: digest}
 	ra, earlier := h.register(a.ID)
 	if earlier != nil {
 		if !x.claim() {
@@ -421,7 +424,7 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 			return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
 				"action "+a.ID+" is still running"))
 		}
-		return x.journaled(a.ID, digest)
+		return x.journaled(a.ID, want)
 	}
 	defer h.unregister(a.ID, ra)
 
@@ -430,7 +433,7 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 			return false
 		}
 		if _, jerr := h.journal.Action(x.ctx, a.ID); jerr == nil {
-			return x.journaled(a.ID, digest)
+			return x.journaled(a.ID, want)
 		}
 		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeInputInvalid, aip.CategoryPermanent, false, 0,
 			"input does not match the input_schema of "+a.CapabilityID+": "+err.Error()))
@@ -441,7 +444,7 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	now := h.cfg.Now()
 	acc, err := h.journal.AcceptAction(jctx, x.req.MessageID, x.msgExpiry, now, journal.Action{
 		ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: h.cfg.TenantID,
-		IdempotencyKey: idempotencyKey(x.req, a), InputDigest: digest, FenceToken: route.FenceToken,
+		IdempotencyKey: want.IdempotencyKey, InputDigest: digest, FenceToken: route.FenceToken,
 		MessageID: x.req.MessageID, ReceivedAt: now, AssignedAt: x.assigned,
 	})
 	endSpan(jspan, err)
@@ -462,7 +465,7 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		return x.replayed()
 	case !acc.Created:
 		x.claimed = true
-		return x.answerJournaled(acc.Existing, digest)
+		return x.answerJournaled(acc.Existing, want)
 	}
 	x.claimed = true
 	return x.execute(ra, a, cap, route)
@@ -572,7 +575,7 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		// server's commit), or another writer finished it. Answer what the
 		// journal holds, as every retry and status query will.
 		h.log.Warn("the action's outcome was journaled already; answering the journaled one", "action_id", a.ID, "status", status, "error", err)
-		return x.journaled(a.ID, "")
+		return x.journaled(a.ID, nil)
 	}
 	if err != nil {
 		return x.fail(http.StatusBadGateway, aip.NewProtocolError(CodeExecution, aip.CategoryConnector, false, 0,
@@ -719,7 +722,7 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 }
 
 // journaled answers from the journal record of actionID.
-func (x *exchange) journaled(actionID, digest string) bool {
+func (x *exchange) journaled(actionID string, want *journal.Action) bool {
 	a, err := x.h.journal.Action(context.WithoutCancel(x.ctx), actionID)
 	if err != nil {
 		if errors.Is(err, journal.ErrNotFound) {
@@ -728,20 +731,31 @@ func (x *exchange) journaled(actionID, digest string) bool {
 		}
 		return x.storageUnavailable(err)
 	}
-	return x.answerJournaled(a, digest)
+	return x.answerJournaled(a, want)
 }
 
 // answerJournaled answers a delivery of an action the journal already holds:
-// the journaled result, never a second run. digest "" skips the input
-// comparison (cancel and status paths).
-func (x *exchange) answerJournaled(a journal.Action, digest string) bool {
+// the journaled result, never a second run. want holds what the delivery
+// carries (capability, idempotency key, input digest); nil skips the
+// comparison (cancel and status paths, a result journaled meanwhile). A
+// delivery that differs in any of them is another action under the same ID:
+// a conflict, never the other action's result.
+func (x *exchange) answerJournaled(a journal.Action, want *journal.Action) bool {
 	// A record without an input digest is a cancel's that arrived before its
-	// action (see cancel): there is no input to compare; while the cancel is
+	// action (see cancel): there is nothing to compare; while the cancel is
 	// being journaled it is in progress, then cancelled.
 	tombstone := a.InputDigest == ""
-	if digest != "" && !tombstone && a.InputDigest != digest {
-		return x.fail(http.StatusConflict, aip.NewProtocolError(CodeIdempotencyConflict, aip.CategoryPolicy, false, 0,
-			"action "+a.ActionID+" was already received with a different input; use a new action ID"))
+	if want != nil && !tombstone {
+		for _, f := range []struct{ name, got, journaled string }{
+			{"capability", want.CapabilityID, a.CapabilityID},
+			{"idempotency key", want.IdempotencyKey, a.IdempotencyKey},
+			{"input", want.InputDigest, a.InputDigest},
+		} {
+			if f.got != f.journaled {
+				return x.fail(http.StatusConflict, aip.NewProtocolError(CodeIdempotencyConflict, aip.CategoryPolicy, false, 0,
+					"action "+a.ActionID+" was already received with a different "+f.name+"; use a new action ID"))
+			}
+		}
 	}
 	switch {
 	case a.Status == aip.StateOutcomeUnknown:
@@ -798,7 +812,7 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 			if !a.Status.Terminal() && h.lookupRunning(id) != nil {
 				continue
 			}
-			return x.answerJournaled(a, "")
+			return x.answerJournaled(a, nil)
 		}
 		if !errors.Is(err, journal.ErrNotFound) {
 			return x.storageUnavailable(err)

@@ -204,3 +204,49 @@ func TestMalformedFenceTokenIsRefused(t *testing.T) {
 	}
 }
 
+// An action ID already journaled is answered from the journal only when
+// the delivery is the same action: another capability or another
+// idempotency key under the same action ID is a conflict, not the other
+// action's result.
+func TestActionIDReusedForAnotherActionIsAConflict(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capEcho, `{"message":"first"}`)
+	a.IdempotencyKey = "key-1"
+	resp, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resp.Result(); err != nil {
+		t.Fatal(err)
+	}
+	otherCap := *a
+	otherCap.CapabilityID = capStream
+	otherKey := *a
+	otherKey.IdempotencyKey = "key-2"
+	for name, b := range map[string]*aip.Action{"capability": &otherCap, "idempotency key": &otherKey} {
+		resp, err := f.d.Act(ctx, target, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusConflict {
+			t.Fatalf("the same action ID with another %s: HTTP %d %s", name, resp.Status, resp.Raw)
+		}
+		wantCode(t, resp, http.StatusConflict, hostsdk.CodeIdempotencyConflict)
+	}
+	// The same action again is still answered from the journal.
+	resp, err = f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("the same action again: %+v, %v", res, err)
+	}
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+}
+
