@@ -106,7 +106,11 @@
 // after a 5 s grace (21 s for 4 MiB) or is refused unsigned.
 // The host verifies the dispatcher's signature and identity against the
 // pinned gateway DID and principal, then the pinned security.connector_route
-// against this replica, and claims the message ID in the replay registry
+// against this replica (it holds the members of aip.ConnectorRoute and no
+// other, a registry fence token, route_ and a UUIDv7, and
+// approval_authorization exactly when the message is an action carrying an
+// approval; the host does not import approvals, the dispatcher verified
+// it), and claims the message ID in the replay registry
 // (every message signed by the dispatcher, refusals included: of a route
 // that does not match, a fence token or sent_at ahead of the replica's
 // clock, so a refused envelope can never execute later; only one older than

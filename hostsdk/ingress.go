@@ -1,6 +1,7 @@
 package hostsdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -309,11 +310,26 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 	if to == nil || to.ID != p.ID || to.Kind != p.Kind || (to.TrustDomain != "" && to.TrustDomain != p.TrustDomain) || (to.DID != "" && to.DID != p.DID) {
 		return mismatch("the message is not addressed to this replica's principal %s (%s)", p.ID, p.Kind)
 	}
-	var route aip.ConnectorRoute
-	ok, err := env.SecurityValue(aip.SecurityConnectorRoute, &route)
-	if !ok || err != nil {
-		return mismatch("security.connector_route is missing or malformed")
+	raw, ok := env.Security[aip.SecurityConnectorRoute]
+	if !ok {
+		return mismatch("security.connector_route is missing")
 	}
+	// Every member of the route is one this host checks or hands on: a
+	// member it does not know may be a constraint it would silently not
+	// enforce.
+	var wire struct {
+		aip.ConnectorRoute
+		// ApprovalAuthorization is the approval record the dispatcher
+		// verified for an action that carries an approval (reference
+		// §7.3).
+		ApprovalAuthorization json.RawMessage `json:"approval_authorization"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&wire); err != nil {
+		return mismatch("security.connector_route is malformed: %v", err)
+	}
+	route := wire.ConnectorRoute
 	c := &h.cfg
 	for _, f := range []struct{ name, got, want string }{
 		{"tenant_id", route.TenantID, c.TenantID},
@@ -332,6 +348,14 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 		return mismatch("route fence_token is not a registry fence token (%s and a UUIDv7): %v", aip.PrefixRoute, err)
 	}
 	b := &env.Body
+	authorized := present(wire.ApprovalAuthorization)
+	switch {
+	case b.Action != nil && present(b.Action.Approval) != authorized:
+		return mismatch("the action's approval and the route's approval_authorization must be present together (approval %t, approval_authorization %t)",
+			present(b.Action.Approval), authorized)
+	case b.Action == nil && authorized:
+		return mismatch("a %s carries no approval_authorization in its route; only an action with an approval does", env.MessageType)
+	}
 	switch {
 	case b.Action != nil:
 		a := b.Action
@@ -358,6 +382,12 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 		}
 	}
 	return &route, nil
+}
+
+// present reports whether an optional JSON member is set (not absent or
+// null).
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && string(raw) != "null"
 }
 
 // checkAssignedAt refuses an action or cancel whose route's assignment

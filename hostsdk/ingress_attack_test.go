@@ -250,3 +250,84 @@ func TestActionIDReusedForAnotherActionIsAConflict(t *testing.T) {
 	}
 }
 
+// withRouteMember returns env with member set in its security.connector_route.
+func withRouteMember(t *testing.T, env *aip.Envelope, member string, value string) *aip.Envelope {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(env.Security[aip.SecurityConnectorRoute], &m); err != nil {
+		t.Fatal(err)
+	}
+	m[member] = json.RawMessage(value)
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Security[aip.SecurityConnectorRoute] = raw
+	return env
+}
+
+// Approval fields where the reference forbids them, and route members the
+// host does not know (a constraint it would silently not enforce), are
+// refused with a signed route_mismatch; the action never runs.
+func TestRouteApprovalAndUnknownMembersAreRefused(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+	approval := `{"approval_id":"appr_0190f0d4a5e17a3b8c4d5e6f708192a3","status":"approved"}`
+
+	cases := []struct {
+		name string
+		env  func(a *aip.Action) *aip.Envelope
+	}{
+		{"cancel with approval_authorization", func(a *aip.Action) *aip.Envelope {
+			env, _ := f.d.Envelope(target, aip.Body{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: a.ID}}}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+			return withRouteMember(t, env, "approval_authorization", approval)
+		}},
+		{"status query with approval_authorization", func(a *aip.Action) *aip.Envelope {
+			env, _ := f.d.Envelope(target, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: a.ID}}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+			return withRouteMember(t, env, "approval_authorization", approval)
+		}},
+		{"action approval without the route's authorization", func(a *aip.Action) *aip.Envelope {
+			a.Approval = json.RawMessage(approval)
+			env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+			return env
+		}},
+		{"route authorization without the action's approval", func(a *aip.Action) *aip.Envelope {
+			env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+			return withRouteMember(t, env, "approval_authorization", approval)
+		}},
+		{"unknown route member", func(a *aip.Action) *aip.Envelope {
+			env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+			return withRouteMember(t, env, "max_spend", `100`)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := action(capEcho, `{"message":"x"}`)
+			resp, err := f.d.Send(ctx, target, c.env(a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Status != http.StatusForbidden {
+				t.Fatalf("HTTP %d %s", resp.Status, resp.Raw)
+			}
+			wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+			if n := conn.runCount(a.ID); n != 0 {
+				t.Fatalf("ran %d times", n)
+			}
+		})
+	}
+	t.Run("null approval_authorization is absent", func(t *testing.T) {
+		a := action(capEcho, `{"message":"x"}`)
+		env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+		resp, err := f.d.Send(ctx, target, withRouteMember(t, env, "approval_authorization", `null`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+			t.Fatalf("%+v, %v", res, err)
+		}
+	})
+}
+
