@@ -119,7 +119,12 @@
 //   - action: refused with a signed 503 connector_host.not_ready (retry
 //     after one heartbeat interval) while draining, without a valid lease or
 //     when not ready, or a signed 429 connector_host.capacity above
-//     MaxInFlight; the input is validated against the capability's
+//     MaxInFlight, refusals that tell the dispatcher the action did not
+//     start here and so are given only for an action ID neither running in
+//     this process nor journaled (a delivery of one that is waits for it or
+//     is answered from the journal, whatever the replica's state, and one
+//     the journal cannot tell about gets storage_unavailable); the input is
+//     validated against the capability's
 //     input_schema; the action is journaled, run, and its result journaled
 //     with a receipt (ActionResult.Receipt). An action ID already journaled
 //     returns the journaled result and never runs twice (a different

@@ -409,19 +409,6 @@ func (x *exchange) checkAssignedAt(now time.Time) *aip.ProtocolError {
 func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	h := x.h
 	x.span.SetAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID))
-	if !h.ready() {
-		return x.notReady()
-	}
-	ok, closed := h.inflight.acquire()
-	if closed {
-		return x.notReady()
-	}
-	if !ok {
-		return x.refuse(http.StatusTooManyRequests, aip.NewProtocolError(CodeCapacity, aip.CategoryTemporary, true,
-			uint64(CapacityRetryAfter.Milliseconds()), fmt.Sprintf("the replica runs its maximum of %d actions", h.cfg.MaxInFlight)))
-	}
-	defer h.inflight.release()
-
 	cap := h.caps[a.CapabilityID]
 	if cap == nil || cap.cap.Kind == aip.KindResource {
 		return x.refuse(http.StatusBadRequest, aip.NewProtocolError(CodeCapabilityUnknown, aip.CategoryPermanent, false, 0,
@@ -457,6 +444,25 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		return x.journaled(a.ID, want)
 	}
 	defer h.unregister(a.ID, ra)
+	// No other request of this process handles the action now. The signed
+	// not_ready and capacity refusals tell the dispatcher that the action
+	// did not start here (it settles the route as not run, or moves it
+	// elsewhere): they are given only for an action the journal does not
+	// hold either (refuseUnstarted).
+	if !h.ready() {
+		return x.refuseUnstarted(a.ID, want, x.notReady)
+	}
+	ok, closed := h.inflight.acquire()
+	if closed {
+		return x.refuseUnstarted(a.ID, want, x.notReady)
+	}
+	if !ok {
+		return x.refuseUnstarted(a.ID, want, func() bool {
+			return x.refuse(http.StatusTooManyRequests, aip.NewProtocolError(CodeCapacity, aip.CategoryTemporary, true,
+				uint64(CapacityRetryAfter.Milliseconds()), fmt.Sprintf("the replica runs its maximum of %d actions", h.cfg.MaxInFlight)))
+		})
+	}
+	defer h.inflight.release()
 
 	if err := validateJSON(cap.input, a.Input); err != nil {
 		if !x.claim() {
@@ -499,6 +505,28 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	}
 	x.claimed = true
 	return x.execute(ra, a, cap, route)
+}
+
+// refuseUnstarted answers with refusal (a signed not_ready or capacity)
+// only when the journal holds no record of the action; the caller has
+// registered the action ID, so no request of this process can start it
+// meanwhile. An action the journal holds (it ran, or runs, here: a
+// dispatcher's retry after a lost answer) is answered from its record, as
+// any other delivery of it, and when the journal cannot tell, the answer is
+// storage_unavailable: a refusal would say the action did not start here
+// when it may have.
+func (x *exchange) refuseUnstarted(actionID string, want *journal.Action, refusal func() bool) bool {
+	a, err := x.h.journal.Action(context.WithoutCancel(x.ctx), actionID)
+	switch {
+	case errors.Is(err, journal.ErrNotFound):
+		return refusal()
+	case err != nil:
+		return x.storageUnavailable(err)
+	}
+	if !x.claim() {
+		return false
+	}
+	return x.answerJournaled(a, want)
 }
 
 func idempotencyKey(env *aip.Envelope, a *aip.Action) string {

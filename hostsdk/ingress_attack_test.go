@@ -13,6 +13,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
 )
 
 // signedCopy signs env with the fleet's dispatcher and returns the bytes.
@@ -331,3 +332,108 @@ func TestRouteApprovalAndUnknownMembersAreRefused(t *testing.T) {
 	})
 }
 
+// A second delivery of an action this replica is running, or has
+// journaled, is never refused with connector_host.capacity or not_ready:
+// those signed refusals tell the dispatcher the action did not start here
+// (it settles the route as not run, or moves it), and it did. The
+// delivery waits for the running action, or is answered from the journal.
+func TestDuplicateOfARunningActionIsNotRefusedAsNotStarted(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.MaxInFlight = 1
+	f.cfg.DrainLinger = 3 * time.Second
+	spy := &claimSpy{Journal: f.j, claimed: make(chan string, 16)}
+	f.cfg.Journal = spy
+	conn := newTestConnector()
+	h, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capBlock, `{"message":"hold"}`)
+	first := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := f.d.Act(ctx, target, a)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- resp
+	}()
+	<-conn.started
+	// An unrelated action is refused: the replica is full.
+	other, err := f.d.Act(ctx, target, action(capEcho, `{"message":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, other, http.StatusTooManyRequests, hostsdk.CodeCapacity)
+
+	// A new message for the running action (a retry after a lost answer).
+	env, err := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := signedCopy(t, f.d, env)
+	second := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := f.d.Post(ctx, target, raw, env.MessageID)
+		if err != nil {
+			t.Error(err)
+		}
+		second <- resp
+	}()
+	for id := range spy.claimed {
+		if id == env.MessageID {
+			break
+		}
+	}
+	select {
+	case resp := <-second:
+		t.Fatalf("the second delivery of a running action was answered before it finished: HTTP %d %s", resp.Status, resp.Raw)
+	default:
+	}
+	close(conn.release)
+	for _, ch := range []chan *hostsdktest.Response{first, second} {
+		resp := <-ch
+		if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+			t.Fatalf("HTTP %d: %+v, %v", resp.Status, res, err)
+		}
+	}
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+
+	// Draining: a journaled action is answered from the journal, a new
+	// one refused.
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.Stop(ctx) }()
+	if err := f.cp.Await(ctx, hasOp(aip.OpDrain)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("a journaled action delivered during the drain: HTTP %d %s", resp.Status, resp.Raw)
+	}
+	resp, err = f.d.Act(ctx, target, action(capEcho, `{"message":"new"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, resp, http.StatusServiceUnavailable, hostsdk.CodeNotReady)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimSpy reports the message IDs claimed in the replay registry.
+type claimSpy struct {
+	*memjournal.Journal
+	claimed chan string
+}
+
+func (s *claimSpy) ClaimMessage(ctx context.Context, id string, expires, now time.Time) (bool, error) {
+	ok, err := s.Journal.ClaimMessage(ctx, id, expires, now)
+	select {
+	case s.claimed <- id:
+	default:
+	}
+	return ok, err
+}
