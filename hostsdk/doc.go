@@ -121,9 +121,11 @@
 //     when not ready, or a signed 429 connector_host.capacity above
 //     MaxInFlight, refusals that tell the dispatcher the action did not
 //     start here and so are given only for an action ID neither running in
-//     this process nor journaled (a delivery of one that is waits for it or
-//     is answered from the journal, whatever the replica's state, and one
-//     the journal cannot tell about gets storage_unavailable); the input is
+//     this process nor journaled (a delivery of one that is waits for it —
+//     at most its own timeout_ms, then a signed 409
+//     connector_host.action_in_progress — or is answered from the journal,
+//     whatever the replica's state, and one the journal cannot tell about
+//     gets storage_unavailable); the input is
 //     validated against the capability's
 //     input_schema; the action is journaled, run, and its result journaled
 //     with a receipt (ActionResult.Receipt). An action ID already journaled

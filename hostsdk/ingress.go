@@ -434,12 +434,25 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 			return false
 		}
 		// The same action ID is being handled by another request: wait for
-		// it, then answer from the journal.
+		// it, then answer from the journal. The wait is this delivery's
+		// timeout_ms at most, so that the sender, which waits a little
+		// longer, gets the signed action_in_progress (it then leaves the
+		// reservation to the delivery that runs the action) rather than
+		// no answer (which it would take for an uncertain outcome).
+		var timeout <-chan time.Time
+		if a.TimeoutMS != nil && *a.TimeoutMS > 0 {
+			t := time.NewTimer(time.Duration(min(*a.TimeoutMS, uint64(math.MaxInt64/int64(time.Millisecond)))) * time.Millisecond)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-earlier.done:
 		case <-x.ctx.Done():
 			return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
 				"action "+a.ID+" is still running"))
+		case <-timeout:
+			return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
+				"action "+a.ID+" is still running, for an earlier delivery; ask for its status later"))
 		}
 		return x.journaled(a.ID, want)
 	}

@@ -171,6 +171,13 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID))
 	}
 	settlement, status := d.classify(&a, h, &resp)
+	if settlement == "" {
+		// The replica is running the action for another delivery: the
+		// reservation is that delivery's to settle (or, if its dispatcher
+		// is gone, reconciliation's), and this one learned nothing about
+		// the outcome.
+		return resp, status
+	}
 	if err := d.settle(wctx, &a, settlement); err != nil {
 		d.retrySettle(a, settlement, err)
 	} else {
@@ -181,7 +188,8 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 
 // classify turns the last hop into the answer and the settlement: a
 // verified result for the action is completed; a verified error settles by
-// its code (hostSettlement); anything unverified is outcome_unknown.
+// its code (hostSettlement; none for an action in progress); anything
+// unverified is outcome_unknown.
 func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionResponse) (registry.RouteSettlement, int) {
 	unknown := func(status int, code, msg string) (registry.RouteSettlement, int) {
 		e := newAPIError(status, code, aip.CategoryTransport, true, 0,

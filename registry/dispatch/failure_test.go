@@ -459,3 +459,41 @@ func TestCancelSaysWhatItSettled(t *testing.T) {
 	}
 	w.idle()
 }
+
+// TestRetryWhileTheActionRunsLeavesItsReservation: a retry of an action
+// that is still running on its replica (the first request's answer is
+// awaited elsewhere) gets the replica's signed action_in_progress once its
+// own timeout passes, and settles nothing: the reservation stays held for
+// the delivery that runs the action, which settles it completed. Settling
+// the retry released that reservation while the action ran.
+func TestRetryWhileTheActionRunsLeavesItsReservation(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	act := aip.NewActionID()
+	first := make(chan dispatch.ActionResponse, 1)
+	go func() {
+		_, resp := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("slow", `,"delay_ms":3000`)})
+		first <- resp
+	}()
+	var a registry.RouteAssignment
+	eventually(t, "the action to be running", func() bool {
+		var err error
+		a, err = w.reg.Assignment(w.ctx, act)
+		return err == nil && w.busy(w.hosts[a.ReplicaID])
+	})
+	status, retry := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("slow", `,"delay_ms":3000`), TimeoutMS: new(uint64(300))})
+	if status != http.StatusConflict || retry.Error == nil || retry.Error.Code != hostsdk.CodeActionInProgress || retry.Settlement != "" {
+		t.Fatalf("retry while the action runs: %d %+v settlement %q; want 409 action_in_progress and no settlement", status, retry.Error, retry.Settlement)
+	}
+	if res, err := w.reg.Reservation(w.ctx, act); err != nil || !res.Reserved {
+		t.Fatalf("after the retry: %+v %v; want the running action's reservation held", res, err)
+	}
+	resp := <-first
+	if resp.Result == nil || resp.Result.Status != aip.ResultCompleted || resp.Settlement != registry.SettlementCompleted {
+		t.Fatalf("the first delivery: %+v %+v settlement %q", resp.Result, resp.Error, resp.Settlement)
+	}
+	if runs := w.counter.runs(act); len(runs) != 1 {
+		t.Fatalf("ran %d times", len(runs))
+	}
+	w.idle()
+}
