@@ -320,7 +320,7 @@ func (o *ControlOutcome) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*o = ControlOutcome{Status: w.Status, Lease: w.Lease, Code: w.Code, Message: w.Message, Retryable: w.Retryable}
+	*o = ControlOutcome(w)
 	switch w.Status {
 	case OutcomeLease:
 		if w.Lease == nil {
