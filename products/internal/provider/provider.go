@@ -373,10 +373,16 @@ func neverResent(hr *http.Request) {
 }
 
 // refused builds the *Error of an answer that is not a 2xx, whose body
-// (or its start) is data: a redirect is not followed and nothing was
-// applied; a 4xx was not applied; a 5xx may have been.
+// (or its start) is data: a redirect is not followed, and was not applied
+// unless it is a 302 or 303 to a mutation (processedRedirect); a 4xx was
+// not applied; a 5xx may have been.
 func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		if processedRedirect(req.Method, resp.StatusCode) {
+			return c.fail(req, resp.StatusCode, true,
+				fmt.Sprintf("%d redirect to %q after a %s, not followed: the provider may have processed the request (a 302 or 303 is how a web application answers a request it acted on); point the base URL at the API itself",
+					resp.StatusCode, resp.Header.Get("Location"), req.Method), nil)
+		}
 		return c.fail(req, resp.StatusCode, false,
 			fmt.Sprintf("redirect to %q not followed; point the base URL at the API itself", resp.Header.Get("Location")), nil)
 	}
@@ -410,6 +416,21 @@ func ParseRetryAfter(s string, now time.Time) time.Duration {
 		return 0
 	}
 	return min(at.Sub(now), MaxRetryAfter)
+}
+
+// processedRedirect reports whether a redirect answering a request of
+// method may follow its processing: a 302 or 303 to a request that is not
+// safe (POST, PUT, PATCH, DELETE) is how a web application answers one it
+// acted on ("see other"), so a mutation answered so may have applied. A
+// 301, 307 or 308 — a proxy or server moving the whole API elsewhere, the
+// usual reason a base URL gets a redirect — sends the request on
+// unprocessed.
+func processedRedirect(method string, status int) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return status == http.StatusFound || status == http.StatusSeeOther
 }
 
 // refusal reports whether status says the request was not acted on (a

@@ -168,7 +168,13 @@ func TestErrors(t *testing.T) {
 		// wrapped round to a negative or arbitrary wait.
 		{"rate limited for centuries", 429, map[string]string{"Retry-After": "99999999999"}, ``, false, CodeRateLimited, true, 86_400_000, ""},
 		{"server error", 502, nil, `{"detail":"upstream"}`, true, CodeUnavailable, true, 0, "upstream"},
-		{"redirect", 302, map[string]string{"Location": "https://elsewhere.example/"}, ``, false, CodeInvalidRequest, false, 0, "not followed"},
+		// A 302 or 303 to a POST may answer a request the provider acted
+		// on; a 301, 307 or 308 moves it elsewhere unprocessed.
+		{"redirect after processing", 302, map[string]string{"Location": "https://elsewhere.example/"}, ``, true, CodeInvalidRequest, false, 0, "may have processed"},
+		{"see other", 303, map[string]string{"Location": "/conversations/7"}, ``, true, CodeInvalidRequest, false, 0, "may have processed"},
+		{"moved permanently", 301, map[string]string{"Location": "https://elsewhere.example/"}, ``, false, CodeInvalidRequest, false, 0, "not followed"},
+		{"temporary redirect", 307, map[string]string{"Location": "https://elsewhere.example/"}, ``, false, CodeInvalidRequest, false, 0, "not followed"},
+		{"permanent redirect", 308, map[string]string{"Location": "https://elsewhere.example/"}, ``, false, CodeInvalidRequest, false, 0, "not followed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
@@ -624,6 +630,22 @@ func TestReadJSONList(t *testing.T) {
 		}
 		if _, err := ReadJSONList[entry]("--x-file", tc.path, max, 5, "{id}"); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--x-file: ") {
 			t.Errorf("%s: %v; want an error naming the setting and %q", tc.path, err, tc.want)
+		}
+	}
+}
+
+// A 302 or 303 to a read is a refusal like any redirect: a read changes
+// nothing, whatever the provider did with it.
+func TestRedirectOfAReadIsNotApplied(t *testing.T) {
+	for _, status := range []int{http.StatusFound, http.StatusSeeOther} {
+		c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", "/login")
+			w.WriteHeader(status)
+		}, nil)
+		_, err := c.Do(t.Context(), Request{Method: "GET", Path: "/x"})
+		var pe *Error
+		if !errors.As(err, &pe) || pe.MayHaveApplied || !strings.Contains(pe.Message, "not followed") {
+			t.Fatalf("GET answered %d: %#v", status, err)
 		}
 	}
 }
