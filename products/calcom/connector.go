@@ -3,8 +3,6 @@ package calcom
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -120,7 +118,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	if o.Mutation && call.IdempotencyKey != "" {
 		// The provider client never lets net/http resend a mutation,
 		// whatever its headers (provider.neverResent).
-		h.Set("Idempotency-Key", idempotencyKey(call.IdempotencyKey))
+		h.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
 	}
 	if o.Version != "" {
 		h.Set("cal-api-version", o.Version)
@@ -181,23 +179,6 @@ func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMes
 			Message: clip(msg)}
 	}
 	return json.RawMessage(body), nil
-}
-
-// idempotencyKey is the action's idempotency key as a header value: as it
-// is when it is 1 to 255 visible ASCII characters, else "sha256-" and its
-// hex digest. net/http refuses to send a header value with a control
-// character, a refusal that would otherwise leave a mutation that was
-// never sent outcome_unknown.
-func idempotencyKey(k string) string {
-	ok := k != "" && len(k) <= 255
-	for i := 0; ok && i < len(k); i++ {
-		ok = k[i] > 0x20 && k[i] < 0x7f
-	}
-	if ok {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256-" + hex.EncodeToString(sum[:])
 }
 
 func clip(s string) string {

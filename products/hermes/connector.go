@@ -2,8 +2,6 @@ package hermes
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,20 +101,6 @@ func (c *Connector) CheckHealth(ctx context.Context) error {
 // headers are the headers of a provider request for call.
 func headers(call *hostsdk.Call) http.Header {
 	return http.Header{CorrelationHeader: {call.Action.ID}}
-}
-
-// idempotencyKey is the action's idempotency key as Hermes accepts it (1
-// to 255 visible ASCII characters), else its SHA-256.
-func idempotencyKey(k string) string {
-	ok := k != "" && len(k) <= 255
-	for i := 0; ok && i < len(k); i++ {
-		ok = k[i] > 0x20 && k[i] < 0x7f
-	}
-	if ok {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256-" + hex.EncodeToString(sum[:])
 }
 
 // Handle implements hostsdk.Connector.
@@ -242,7 +226,7 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, ep *endpoint
 			in.Model = c.defaultModel
 		}
 		req.Method, req.Path, req.JSON = http.MethodPost, "/v1/responses", in
-		req.Header.Set("Idempotency-Key", idempotencyKey(call.IdempotencyKey))
+		req.Header.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
 	case OpResponseGet, OpResponseDelete:
 		in, err := decode[idIn](call)
 		if err != nil {
@@ -329,7 +313,7 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, ep *endpoint
 		}
 		req.Method, req.Path = http.MethodPost, endpointPath("/api/sessions", in.SessionID)+"/chat"
 		req.JSON = sessionChatBody{Input: in.Input, Model: in.Model}
-		req.Header.Set("Idempotency-Key", idempotencyKey(call.IdempotencyKey))
+		req.Header.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
 	case OpJobsList:
 		req.Path = "/api/jobs"
 	case OpJobGet, OpJobDelete, OpJobPause, OpJobResume, OpJobRun:
@@ -411,7 +395,7 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 	wait := in.Wait
 	in.Wait = false
 	h := headers(call)
-	h.Set("Idempotency-Key", idempotencyKey(call.IdempotencyKey))
+	h.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
 	resp, err := ep.client.Do(ctx, provider.Request{Method: http.MethodPost, Path: "/v1/runs", Header: h, JSON: in})
 	if err != nil {
 		return provider.Result(call, err, true)

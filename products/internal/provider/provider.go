@@ -27,6 +27,8 @@ package provider
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -416,6 +418,23 @@ func ParseRetryAfter(s string, now time.Time) time.Duration {
 		return 0
 	}
 	return min(at.Sub(now), MaxRetryAfter)
+}
+
+// IdempotencyKeyHeader is an action's idempotency key as an
+// Idempotency-Key header value: the key itself when it is 1 to 255 visible
+// ASCII characters, else "sha256-" and the hex digest of its bytes.
+// net/http refuses to send a header value with a control character, a
+// refusal that would leave a mutation that was never sent outcome_unknown.
+func IdempotencyKeyHeader(k string) string {
+	ok := k != "" && len(k) <= 255
+	for i := 0; ok && i < len(k); i++ {
+		ok = k[i] > 0x20 && k[i] < 0x7f
+	}
+	if ok {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256-" + hex.EncodeToString(sum[:])
 }
 
 // processedRedirect reports whether a redirect answering a request of
