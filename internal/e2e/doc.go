@@ -15,6 +15,14 @@
 // the restarted dispatcher reconciles it from the replica's journal; bad
 // tokens, foreign capabilities, oversized bodies and
 // malformed actions get their documented errors and change nothing.
+// TestChaos injects a seeded random sequence of faults (replicas killed
+// and replaced or restarted on their own journal, drained, paused with
+// SIGSTOP; the dispatcher and the control plane killed and restarted)
+// while 16 clients send and resend actions, then checks that nothing ran
+// twice, every completed answer has its one side effect, every action's
+// status agrees with its side effects and the ledger holds nothing; the
+// seed is logged, and AIP_CHAOS_SEED (and AIP_CHAOS_DURATION) replay a
+// run.
 // BenchmarkEndToEnd measures client → dispatcher → host → echo → back
 // with 32 concurrent clients.
 //
