@@ -295,7 +295,7 @@ func TestChaos(t *testing.T) {
 	}
 	f.stopAll()
 	ran, effects := f.audit(ids)
-	violations := 0
+	violations, outcomes := 0, map[string]int{}
 	fail := func(format string, args ...any) {
 		t.Helper()
 		if violations++; violations <= 20 {
@@ -310,6 +310,14 @@ func TestChaos(t *testing.T) {
 		}
 		if a.completed != "" && (n != 1 || len(on) != 1 || on[0] != a.completed) {
 			fail("action %s: completed on %s but %d side effects on %v", a.id, a.completed, n, on)
+		}
+		switch {
+		case s.code == http.StatusNotFound:
+			outcomes["no route"]++
+		case !s.st.Replica.Reachable:
+			outcomes["replica gone"]++
+		default:
+			outcomes[string(s.st.Replica.State)]++
 		}
 		switch {
 		case s.code == http.StatusNotFound:
@@ -340,6 +348,7 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("final states: %v", outcomes)
 	if violations > 0 {
 		t.Fatalf("%d invariant violations; faults: %s", violations, strings.Join(plan, "; "))
 	}
