@@ -1,12 +1,10 @@
 package controlplane
 
 import (
-	"errors"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -144,20 +142,6 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-// registerRuntime adds the Go and process collectors to a registry the
-// service created itself.
-func registerRuntime(reg *prometheus.Registry) error {
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		if err := reg.Register(c); err != nil {
-			var already prometheus.AlreadyRegisteredError
-			if !errors.As(err, &already) {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func (m *metrics) handler() http.Handler {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/onchange"
+	"github.com/aipfleet/aipfleet/internal/promruntime"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -319,7 +320,7 @@ func New(key *aip.SigningKey, store Store, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	if ownMetrics {
-		if err := registerRuntime(cfg.Metrics); err != nil {
+		if err := promruntime.Register(cfg.Metrics); err != nil {
 			return nil, err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/promruntime"
 	"github.com/aipfleet/aipfleet/internal/readbudget"
 )
 
@@ -186,6 +187,10 @@ func New(cfg Config, conn Connector) (*Host, error) {
 		if err := h.m.reg.Register(c); err != nil {
 			return nil, &ValidateError{fmt.Errorf("collector %d of Config.Collectors: %w", i, err)}
 		}
+	}
+	// After the connector's own, which may include them already.
+	if err := promruntime.Register(h.m.reg); err != nil {
+		return nil, &ValidateError{fmt.Errorf("runtime metrics: %w", err)}
 	}
 	h.storageDetail.Store(&probeDetail{})
 	h.connectorDetail.Store(&probeDetail{})

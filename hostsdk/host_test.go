@@ -84,7 +84,21 @@ func TestHealthReadyManifestJWKSMetrics(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("/metrics %d", code)
 	}
-	names := metricNames(string(body))
+	var names []string
+	runtime := map[string]bool{}
+	for _, n := range metricNames(string(body)) {
+		if strings.HasPrefix(n, "aip_") {
+			names = append(names, n)
+		} else {
+			runtime[n] = true
+		}
+	}
+	// The Go runtime's and the process's own (memory, descriptors, CPU).
+	for _, n := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+		if !runtime[n] {
+			t.Errorf("/metrics lacks %s", n)
+		}
+	}
 	want := []string{
 		"aip_connector_host_heartbeat_failures_total", "aip_connector_host_in_flight",
 		"aip_connector_host_lease_recoveries_total", "aip_connector_host_lease_recovery_attempts_total",

@@ -20,6 +20,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/onchange"
+	"github.com/aipfleet/aipfleet/internal/promruntime"
 	"github.com/aipfleet/aipfleet/internal/readbudget"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
@@ -325,6 +326,7 @@ func (d *Dispatcher) replicaCall(tenant string) (func(), *apiError) {
 // New validates the configuration and returns a dispatcher. It does no I/O
 // and starts no goroutines.
 func New(cfg Config, deps Deps) (*Dispatcher, error) {
+	ownMetrics := cfg.Metrics == nil
 	cfg = cfg.withDefaults()
 	bad := func(format string, args ...any) (*Dispatcher, error) {
 		return nil, fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
@@ -406,6 +408,11 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}
 	if d.m, err = newMetrics(cfg.Metrics, sched, d.eventBodies); err != nil {
 		return nil, err
+	}
+	if ownMetrics {
+		if err := promruntime.Register(cfg.Metrics); err != nil {
+			return nil, err
+		}
 	}
 	d.handler = d.routes()
 	return d, nil

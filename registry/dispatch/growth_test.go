@@ -152,3 +152,14 @@ func TestReplicaCallsAreBoundedPerTenant(t *testing.T) {
 		t.Fatalf("a status read after they answered: %d %s", code, body)
 	}
 }
+
+// TestRuntimeMetrics: a dispatcher serving its own registry exposes the
+// Go runtime's and the process's metrics beside its own.
+func TestRuntimeMetrics(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+		if len(w.metricSeries(name)) == 0 {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
