@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,15 +16,5 @@ func TestMetricsAreDocumented(t *testing.T) {
 	e := newEnv(t, newMemBackend, func(c *controlplane.Config) { c.Metrics = reg })
 	// A request, so that the vectors of requests have a sample.
 	httptestRecorder(e.svc, []byte(`{}`))
-	doc, err := metricsdoc.Read(filepath.Join("..", "docs", "operator-guide.md"), "control plane")
-	if err != nil {
-		t.Fatal(err)
-	}
-	diffs, err := metricsdoc.Compare(doc, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range diffs {
-		t.Error(d)
-	}
+	metricsdoc.Check(t, "control plane", reg)
 }

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,15 +14,5 @@ import (
 func TestMetricsAreDocumented(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newEventsMetrics().collectors()...)
-	doc, err := metricsdoc.Read(filepath.Join("..", "docs", "operator-guide.md"), "sidecar")
-	if err != nil {
-		t.Fatal(err)
-	}
-	diffs, err := metricsdoc.Compare(doc, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range diffs {
-		t.Error(d)
-	}
+	metricsdoc.Check(t, "sidecar", reg)
 }

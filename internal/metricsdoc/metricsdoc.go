@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -173,4 +175,40 @@ func labelNames(f *dto.MetricFamily) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Guide is the path of the operator guide from the module root.
+const Guide = "docs/operator-guide.md"
+
+// Check is a component test's whole comparison: it reads the metrics
+// reference of the module's operator guide (found from the working
+// directory up to go.mod) for process and reports every difference from
+// what reg serves as a test error.
+func Check(t testing.TB, process string, reg *prometheus.Registry) {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("metricsdoc: no go.mod above the working directory, so no %s to compare with", Guide)
+		}
+		dir = parent
+	}
+	doc, err := Read(filepath.Join(dir, Guide), process)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := Compare(doc, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range diffs {
+		t.Error(d)
+	}
 }
