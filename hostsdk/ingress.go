@@ -440,8 +440,8 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		// reservation to the delivery that runs the action) rather than
 		// no answer (which it would take for an uncertain outcome).
 		var timeout <-chan time.Time
-		if a.TimeoutMS != nil && *a.TimeoutMS > 0 {
-			t := time.NewTimer(time.Duration(min(*a.TimeoutMS, uint64(math.MaxInt64/int64(time.Millisecond)))) * time.Millisecond)
+		if d, ok := actionTimeout(a); ok {
+			t := time.NewTimer(d)
 			defer t.Stop()
 			timeout = t.C
 		}
@@ -518,6 +518,16 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	}
 	x.claimed = true
 	return x.execute(ra, a, cap, route)
+}
+
+// actionTimeout is the action's timeout_ms as a Duration, false when it
+// names none. It is capped in milliseconds: a larger value would overflow
+// the Duration into a deadline already past.
+func actionTimeout(a *aip.Action) (time.Duration, bool) {
+	if a.TimeoutMS == nil || *a.TimeoutMS == 0 {
+		return 0, false
+	}
+	return time.Duration(min(*a.TimeoutMS, uint64(math.MaxInt64/int64(time.Millisecond)))) * time.Millisecond, true
 }
 
 // refuseUnstarted answers with refusal (a signed not_ready or capacity)
@@ -607,12 +617,9 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		err = context.Canceled // cancelled before it started: never run
 	} else {
 		ctx := trace.ContextWithSpan(ra.ctx, x.span)
-		if a.TimeoutMS != nil && *a.TimeoutMS > 0 {
+		if d, ok := actionTimeout(a); ok {
 			var cancel context.CancelFunc
-			// Capped in milliseconds: a larger value would overflow the
-			// Duration into a deadline already past.
-			ms := min(*a.TimeoutMS, uint64(math.MaxInt64/int64(time.Millisecond)))
-			ctx, cancel = context.WithTimeoutCause(ctx, time.Duration(ms)*time.Millisecond, errActionTimeout)
+			ctx, cancel = context.WithTimeoutCause(ctx, d, errActionTimeout)
 			defer cancel()
 		}
 		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,
