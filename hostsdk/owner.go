@@ -65,5 +65,5 @@ func (h *Host) claimJournal(ctx context.Context) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("record the journal's owner: the owner record kept changing")
+	return fmt.Errorf("%w: its owner record changed twice while this host read it: another host is opening the same journal; give each host its own journal (--state-dir, or another PostgreSQL namespace)", ErrJournalOwner)
 }
