@@ -201,17 +201,7 @@ func TestCancelReachesThePinnedReplica(t *testing.T) {
 	w.startHost(8, 8)
 	w.startHost(8, 8)
 	act := aip.NewActionID()
-	done := make(chan dispatch.ActionResponse, 1)
-	go func() {
-		_, resp := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("long", `,"delay_ms":60000`)})
-		done <- resp
-	}()
-	var a registry.RouteAssignment
-	eventually(t, "the action to be routed and running", func() bool {
-		var err error
-		a, err = w.reg.Assignment(w.ctx, act)
-		return err == nil && w.busy(w.hosts[a.ReplicaID])
-	})
+	done, a := w.actRunning(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("long", `,"delay_ms":60000`)})
 	status, body, _ := w.call(http.MethodPost, dispatch.PathActions+"/"+act+"/cancel", tenant, `{"reason":"changed my mind"}`)
 	var resp dispatch.ActionResponse
 	must(t, json.Unmarshal(body, &resp))
@@ -470,17 +460,7 @@ func TestRetryWhileTheActionRunsLeavesItsReservation(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	w.startHost(8, 8)
 	act := aip.NewActionID()
-	first := make(chan dispatch.ActionResponse, 1)
-	go func() {
-		_, resp := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("slow", `,"delay_ms":3000`)})
-		first <- resp
-	}()
-	var a registry.RouteAssignment
-	eventually(t, "the action to be running", func() bool {
-		var err error
-		a, err = w.reg.Assignment(w.ctx, act)
-		return err == nil && w.busy(w.hosts[a.ReplicaID])
-	})
+	first, _ := w.actRunning(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("slow", `,"delay_ms":3000`)})
 	status, retry := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("slow", `,"delay_ms":3000`), TimeoutMS: new(uint64(300))})
 	if status != http.StatusConflict || retry.Error == nil || retry.Error.Code != hostsdk.CodeActionInProgress || retry.Settlement != "" {
 		t.Fatalf("retry while the action runs: %d %+v settlement %q; want 409 action_in_progress and no settlement", status, retry.Error, retry.Settlement)
@@ -496,4 +476,22 @@ func TestRetryWhileTheActionRunsLeavesItsReservation(t *testing.T) {
 		t.Fatalf("ran %d times", len(runs))
 	}
 	w.idle()
+}
+
+// actRunning sends req in the background and returns once its action runs
+// on its replica: the channel of its answer, and its route.
+func (w *world) actRunning(req dispatch.ActionRequest) (<-chan dispatch.ActionResponse, registry.RouteAssignment) {
+	w.t.Helper()
+	done := make(chan dispatch.ActionResponse, 1)
+	go func() {
+		_, resp := w.act(req)
+		done <- resp
+	}()
+	var a registry.RouteAssignment
+	eventually(w.t, "action "+req.ActionID+" to be routed and running", func() bool {
+		var err error
+		a, err = w.reg.Assignment(w.ctx, req.ActionID)
+		return err == nil && w.busy(w.hosts[a.ReplicaID])
+	})
+	return done, a
 }
