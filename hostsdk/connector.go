@@ -43,10 +43,13 @@ type Connector interface {
 	// cancelled or its timeout passes.
 	//
 	// Returning an error: an *aip.ProtocolError (possibly wrapped) becomes
-	// a failed result carrying it; an error wrapping ErrOutcomeUnknown
-	// records outcome_unknown (use it when a provider side effect may or may
-	// not have happened); any other error becomes a failed result with code
-	// connector.failed. A panic is recorded as outcome_unknown.
+	// a failed result carrying it; an error wrapping ErrOutcomeUnknown records
+	// outcome_unknown (use it when a provider side effect may or may not
+	// have happened); any other error becomes a failed result with code
+	// connector.failed. A panic is recorded as outcome_unknown, and so is a
+	// result no signed answer can carry: larger than MaxResultBytes, or
+	// not I-JSON (a member name twice, a number beyond the double range, a
+	// lone surrogate, too deeply nested).
 	Handle(ctx context.Context, call *Call) (*aip.ActionResult, error)
 }
 

@@ -642,6 +642,14 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 			// query's): the caller cannot learn what the action did.
 			status, result, detail, raw = aip.StateOutcomeUnknown, nil, fmt.Sprintf(
 				"the connector's result is %d bytes of JSON, more than the %d an answer can carry; it is not kept", len(raw), MaxResultBytes), nil
+		default:
+			if err := signable(raw); err != nil {
+				// Nor could it be signed (nor digested for its receipt):
+				// the journal would refuse it and leave the action
+				// running, answered as in progress until a restart.
+				status, result, detail, raw = aip.StateOutcomeUnknown, nil,
+					"the connector's result cannot be carried in a signed answer: "+err.Error(), nil
+			}
 		}
 	}
 	fctx, fspan := x.journalSpan("finish", a.ID)
@@ -723,6 +731,19 @@ func (h *Host) finishAction(ctx context.Context, actionID string, status aip.Act
 		}
 		wait = min(2*wait, finishBackoffMax)
 	}
+}
+
+// signable reports why a result's JSON could not be signed in an answer:
+// a signed envelope is canonical I-JSON (no duplicate member name, no
+// number outside the double range, no lone surrogate, at most aip's
+// nesting depth), and the result sits at the third level of the envelope
+// (body.action_result), as it does here.
+func signable(raw json.RawMessage) error {
+	const head, tail = `{"body":{"action_result":`, `}}`
+	wrapped := make([]byte, 0, len(head)+len(raw)+len(tail))
+	wrapped = append(append(append(wrapped, head...), raw...), tail...)
+	_, err := aip.Canonicalize(wrapped)
+	return err
 }
 
 // invoke calls the connector, turning a panic into a value.

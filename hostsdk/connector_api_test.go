@@ -1,0 +1,82 @@
+package hostsdk_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// funcConnector is the test connector with Handle (and, when set,
+// Manifest) replaced by functions, for the cases of a connector author's
+// code misbehaving.
+type funcConnector struct {
+	*testConnector
+	handle   func(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error)
+	manifest func(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error)
+}
+
+func (c *funcConnector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+	if c.manifest != nil {
+		return c.manifest(ctx, tenant)
+	}
+	return c.testConnector.Manifest(ctx, tenant)
+}
+
+func (c *funcConnector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	if c.handle == nil {
+		return c.testConnector.Handle(ctx, call)
+	}
+	return c.handle(ctx, call)
+}
+
+// completedWith returns a Handle that answers completed with raw as output.
+func completedWith(raw string) func(context.Context, *hostsdk.Call) (*aip.ActionResult, error) {
+	return func(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultCompleted, Output: json.RawMessage(raw)}, nil
+	}
+}
+
+// TestResultThatCannotBeSignedIsOutcomeUnknown: a completed result whose
+// output is JSON but not the I-JSON a signed answer is made of (a number
+// beyond the double range, a member twice, a lone surrogate, nesting past
+// the canonical depth once inside the envelope) cannot be returned: the
+// action ran, so it is journaled outcome_unknown and every delivery is
+// answered so. It was left running (the journal refused to digest it),
+// answered as in progress until a restart, or journaled completed and
+// answered unsigned.
+func TestResultThatCannotBeSignedIsOutcomeUnknown(t *testing.T) {
+	deep := strings.Repeat("[", 254) + strings.Repeat("]", 254)
+	for name, output := range map[string]string{
+		"number out of range": `{"n":1e400}`,
+		"duplicate member":    `{"a":1,"a":2}`,
+		"lone surrogate":      `{"a":"\ud800"}`,
+		"nested too deep":     deep,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFleet(t)
+			conn := &funcConnector{testConnector: newTestConnector(), handle: completedWith(output)}
+			_, target := f.start(t, conn)
+			ctx := ctxT(t)
+			a := action(capBlock, `{"message":"x"}`)
+			for _, delivery := range []string{"first", "retry"} {
+				resp, err := f.d.Act(ctx, target, &aip.Action{ID: a.ID, CapabilityID: a.CapabilityID, Input: a.Input})
+				if err != nil {
+					t.Fatalf("%s delivery: %v", delivery, err)
+				}
+				pe := wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+				if !strings.Contains(pe.Message, "cannot be carried in a signed answer") {
+					t.Errorf("%s delivery: message %q does not say why", delivery, pe.Message)
+				}
+			}
+			rec, err := f.j.Action(ctx, a.ID)
+			if err != nil || rec.Status != aip.StateOutcomeUnknown || len(rec.Result) != 0 {
+				t.Fatalf("journal record %s %q result %s (%v), want outcome_unknown without a result", rec.Status, rec.Detail, rec.Result, err)
+			}
+		})
+	}
+}
