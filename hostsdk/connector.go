@@ -43,7 +43,9 @@ type Connector interface {
 	// cancelled or its timeout passes.
 	//
 	// Returning an error: an *aip.ProtocolError (possibly wrapped) becomes
-	// a failed result carrying it; an error wrapping ErrOutcomeUnknown records
+	// a failed result carrying it (one that is not valid, without a code or
+	// with an unknown category, becomes connector.failed naming the
+	// problem); an error wrapping ErrOutcomeUnknown records
 	// outcome_unknown (use it when a provider side effect may or may not
 	// have happened); any other error becomes a failed result with code
 	// connector.failed. A panic is recorded as outcome_unknown, and so is a

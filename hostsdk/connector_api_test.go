@@ -80,3 +80,39 @@ func TestResultThatCannotBeSignedIsOutcomeUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidProtocolErrorFromHandle: Handle failing with an
+// *aip.ProtocolError that is not valid (no code, an unknown category) is
+// a failed action with connector.failed naming the problem; carried as it
+// was, every answer was an envelope the dispatcher refuses as malformed.
+func TestInvalidProtocolErrorFromHandle(t *testing.T) {
+	for name, pe := range map[string]*aip.ProtocolError{
+		"no code":          {Message: "provider said no"},
+		"unknown category": aip.NewProtocolError("my.code", "nonsense", false, 0, "provider said no"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFleet(t)
+			conn := &funcConnector{testConnector: newTestConnector(), handle: func(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+				return nil, pe
+			}}
+			_, target := f.start(t, conn)
+			ctx := ctxT(t)
+			a := action(capBlock, `{"message":"x"}`)
+			resp, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := resp.Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeConnectorFailed ||
+				!strings.Contains(res.Error.Message, "invalid protocol error") || !strings.Contains(res.Error.Message, "provider said no") {
+				t.Fatalf("result %+v error %+v", res, res.Error)
+			}
+			if rec, err := f.j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateFailed {
+				t.Fatalf("journal record %s (%v), want failed", rec.Status, err)
+			}
+		})
+	}
+}

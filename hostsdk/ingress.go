@@ -782,6 +782,12 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			return aip.StateOutcomeUnknown, nil, err.Error()
 		case errors.As(err, &pe):
 			p := *pe
+			if verr := p.Validate(); verr != nil {
+				// Carried as it is, it would make the answer (and every
+				// retry's) a malformed envelope the dispatcher refuses.
+				return failed(CodeConnectorFailed, aip.CategoryConnector,
+					fmt.Sprintf("the connector failed with an invalid protocol error (%v): %v", verr, err))
+			}
 			return aip.StateFailed, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: &p}, p.Error()
 		case cause == errCancelRequested && errors.Is(err, context.Canceled):
 			return aip.StateCancelled, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCancelled}, "cancelled by request"
