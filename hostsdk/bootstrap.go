@@ -116,7 +116,11 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 
 // Step 3: tenant-scoped discovery.
 func (h *Host) stepDiscover(ctx context.Context) error {
-	m, err := h.conn.Manifest(ctx, h.tenant)
+	var m *aip.Manifest
+	err := guard("Manifest", func() (err error) {
+		m, err = h.conn.Manifest(ctx, h.tenant)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -227,9 +231,11 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 	h.actionBase, h.hardStop = context.WithCancel(context.WithoutCancel(ctx))
 	var product []Route
 	if rp, ok := h.conn.(RouteProvider); ok {
-		var err error
-		product, err = rp.Routes(ctx, &RouteContext{
-			Tenant: h.tenant, Events: h.events, State: h.state, Ready: h.ready, Logger: h.log,
+		err := guard("Routes", func() (err error) {
+			product, err = rp.Routes(ctx, &RouteContext{
+				Tenant: h.tenant, Events: h.events, State: h.state, Ready: h.ready, Logger: h.log,
+			})
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("product routes: %w", err)
@@ -359,7 +365,8 @@ func (h *Host) stepServe(ctx context.Context) error {
 		h.evCancel, h.evDone = cancel, make(chan struct{})
 		go func() {
 			defer close(h.evDone)
-			if err := es.RunEvents(evCtx, h.events); err != nil && !errors.Is(err, context.Canceled) {
+			err := guard("RunEvents", func() error { return es.RunEvents(evCtx, h.events) })
+			if err != nil && !errors.Is(err, context.Canceled) {
 				h.evErr = err
 				h.log.Error("event source stopped", "error", err)
 			}
@@ -476,6 +483,20 @@ func (b *boundedCheck) do(ctx context.Context, timeout time.Duration, check func
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// guard runs one of the connector's methods (named by method) and turns a
+// panic in it into an error that names the method, so that a connector's
+// bug fails the step, the cancel or the event source it was called for
+// instead of ending the process (a panic on a goroutine the connector
+// started itself still ends it).
+func guard(method string, f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the connector's %s panicked: %v", method, p)
+		}
+	}()
+	return f()
 }
 
 // runCheck runs check, turning a panic into an error: the check runs on a

@@ -27,8 +27,18 @@ type TenantContext struct {
 
 // Connector is what a connector author implements: tenant-scoped discovery
 // and the handling of one action. Optional capabilities are detected by type
-// assertion: HealthChecker, Canceler, Streamer, Reconciler, RouteProvider
-// and EventSource.
+// assertion: HealthChecker, Canceler, Streamer, Reconciler, RouteProvider,
+// EventSource and ActionStateKeeper.
+//
+// A panic in a method the host calls is caught: in Handle or HandleStream
+// it records the action outcome_unknown; in Manifest, Routes or Reconcile
+// it fails that bootstrap step, in ActionStateNamespaces New, and in
+// CheckHealth the probe, each with an error naming the method; in Cancel
+// it is logged and the cancel answered; in RunEvents it stops the event
+// source, a failure of the shutdown. A panic on a goroutine the connector
+// starts itself ends the process: the journal keeps the actions it was
+// running, and the next start settles them (Reconciler, or
+// outcome_unknown).
 type Connector interface {
 	// Manifest returns the connector's manifest for the tenant. Its agent is
 	// the host's signing principal: the host sets agent.trust_domain to the

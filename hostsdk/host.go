@@ -166,7 +166,11 @@ func New(cfg Config, conn Connector) (*Host, error) {
 		},
 	}
 	if k, ok := conn.(ActionStateKeeper); ok {
-		for _, ns := range k.ActionStateNamespaces() {
+		var namespaces []string
+		if err := guard("ActionStateNamespaces", func() error { namespaces = k.ActionStateNamespaces(); return nil }); err != nil {
+			return nil, &ValidateError{err}
+		}
+		for _, ns := range namespaces {
 			if err := checkNamespace(ns, "key"); err != nil {
 				return nil, &ValidateError{fmt.Errorf("ActionStateNamespaces: %w", err)}
 			}

@@ -102,8 +102,12 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 		h.log.Warn("running action left by a previous process is outcome_unknown", "action_id", a.ActionID, "capability_id", a.CapabilityID)
 		return nil
 	}
-	res, err := rec.Reconcile(ctx, &UncertainAction{Action: a, Tenant: h.tenant, State: h.state,
-		Logger: h.log.With("action_id", a.ActionID)})
+	var res *aip.ActionResult
+	err := guard("Reconcile", func() (err error) {
+		res, err = rec.Reconcile(ctx, &UncertainAction{Action: a, Tenant: h.tenant, State: h.state,
+			Logger: h.log.With("action_id", a.ActionID)})
+		return err
+	})
 	if errors.Is(err, ErrOutcomeUnknown) {
 		if _, ferr := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil, err.Error(), now); ferr != nil {
 			return ferr

@@ -1,0 +1,138 @@
+package hostsdk_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+type panickingRoutes struct{ *testConnector }
+
+func (panickingRoutes) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	panic("routes bug")
+}
+
+type panickingNamespaces struct{ *testConnector }
+
+func (panickingNamespaces) ActionStateNamespaces() []string { panic("namespaces bug") }
+
+type panickingEvents struct {
+	*testConnector
+	running chan struct{}
+}
+
+func (c panickingEvents) RunEvents(ctx context.Context, events *hostsdk.EventPublisher) error {
+	close(c.running)
+	<-ctx.Done()
+	panic("event loop bug")
+}
+
+type panickingCancel struct{ *testConnector }
+
+func (panickingCancel) Cancel(ctx context.Context, call *hostsdk.Call, reason string) error {
+	panic("cancel bug")
+}
+
+// TestPanickingConnectorMethodsFailTheirStep: a panic in Manifest, Routes
+// or Reconcile fails its bootstrap step with the step's error type naming
+// the method, and one in ActionStateNamespaces fails New, instead of
+// ending the process (and, in Reconcile, leaving the action running in
+// the journal for the next start: never settled by a guess).
+func TestPanickingConnectorMethodsFailTheirStep(t *testing.T) {
+	t.Run("Manifest", func(t *testing.T) {
+		f := newFleet(t)
+		conn := &funcConnector{testConnector: newTestConnector(),
+			manifest: func(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) { panic("manifest bug") }}
+		err := startErr(t, f, conn)
+		var de *hostsdk.DiscoverError
+		if !errors.As(err, &de) || !strings.Contains(err.Error(), "Manifest panicked: manifest bug") {
+			t.Fatalf("Start: %v, want a *DiscoverError naming the panic", err)
+		}
+	})
+	t.Run("Routes", func(t *testing.T) {
+		f := newFleet(t)
+		err := startErr(t, f, panickingRoutes{newTestConnector()})
+		var be *hostsdk.BuildRoutesError
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "Routes panicked: routes bug") {
+			t.Fatalf("Start: %v, want a *BuildRoutesError naming the panic", err)
+		}
+	})
+	t.Run("Reconcile", func(t *testing.T) {
+		f := newFleet(t)
+		conn := newTestConnector()
+		a := action(capEcho, `{"message":"crashed"}`)
+		leaveRunning(t, f.j, a, true)
+		conn.reconcile = func(ctx context.Context, a *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+			panic("reconcile bug")
+		}
+		err := startErr(t, f, reconcilingConnector{conn})
+		var re *hostsdk.RecoverError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "Reconcile panicked: reconcile bug") {
+			t.Fatalf("Start: %v, want a *RecoverError naming the panic", err)
+		}
+		if rec, err := f.j.Action(context.Background(), a.ID); err != nil || rec.Status != aip.StateRunning {
+			t.Fatalf("journal record %s (%v), want still running", rec.Status, err)
+		}
+	})
+	t.Run("ActionStateNamespaces", func(t *testing.T) {
+		f := newFleet(t)
+		_, err := hostsdk.New(f.cfg, panickingNamespaces{newTestConnector()})
+		var ve *hostsdk.ValidateError
+		if !errors.As(err, &ve) || !strings.Contains(err.Error(), "ActionStateNamespaces panicked: namespaces bug") {
+			t.Fatalf("New: %v, want a *ValidateError naming the panic", err)
+		}
+	})
+}
+
+// TestPanickingEventSourceIsAShutdownFailure: RunEvents runs on a
+// goroutine of the host's, where a panic ended the process; it is the
+// event source's failure in the shutdown's error instead.
+func TestPanickingEventSourceIsAShutdownFailure(t *testing.T) {
+	f := newFleet(t)
+	conn := panickingEvents{newTestConnector(), make(chan struct{})}
+	h, err := hostsdk.New(f.cfg, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	<-conn.running
+	err = h.Stop(ctxT(t))
+	var se *hostsdk.ShutdownError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "event source") || !strings.Contains(err.Error(), "RunEvents panicked: event loop bug") {
+		t.Fatalf("Stop: %v, want a *ShutdownError naming the event source's panic", err)
+	}
+}
+
+// TestPanickingCancelerStillAnswersTheCancel: a panic in Canceler.Cancel
+// is logged like its error; the cancel is still answered with the
+// action's journaled result (it lost its answer and its connection).
+func TestPanickingCancelerStillAnswersTheCancel(t *testing.T) {
+	f := newFleet(t)
+	conn := newTestConnector()
+	_, target := f.start(t, panickingCancel{conn})
+	ctx := ctxT(t)
+	a := action(capBlock, `{"message":"x"}`)
+	acted := make(chan error, 1)
+	go func() { _, err := f.d.Act(ctx, target, a); acted <- err }()
+	<-conn.started
+	resp, err := f.d.Cancel(ctx, target, a.ID, a.CapabilityID, "user asked")
+	if err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if resp.Status != http.StatusOK {
+		t.Fatalf("cancel answered %d: %s", resp.Status, resp.Raw)
+	}
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
+		t.Fatalf("cancel answered %+v, %v", res, err)
+	}
+	if err := <-acted; err != nil {
+		t.Fatal(err)
+	}
+}
