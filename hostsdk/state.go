@@ -14,6 +14,15 @@ import (
 // connectors may not use them.
 const ReservedStatePrefix = "aipfleet."
 
+// Bounds of a state namespace and key, in bytes, the same on every
+// journal: PostgreSQL indexes the pair (with the journal's namespace) in a
+// B-tree whose entries hold at most 2704 bytes, so a longer key that the
+// embedded journal takes would fail there with a storage error.
+const (
+	MaxStateNamespaceBytes = 256
+	MaxStateKeyBytes       = 1024
+)
+
 // maxStateUpdateAttempts bounds the compare-and-set retries of State.Update.
 const maxStateUpdateAttempts = 32
 
@@ -21,8 +30,10 @@ const maxStateUpdateAttempts = 32
 // bookkeeping (mutation ledgers, cursors, side-effect counters). Every write
 // is a compare-and-set on the value's revision, so concurrent writers never
 // lose updates. Values live in the same durable journal as the actions.
-// Namespaces and keys are non-empty UTF-8 text without NUL on every journal
-// (an error matching journal.ErrInvalid otherwise); values are JSON.
+// Namespaces (at most MaxStateNamespaceBytes, not under
+// ReservedStatePrefix) and keys (at most MaxStateKeyBytes) are non-empty
+// UTF-8 text without NUL on every journal (an error matching
+// journal.ErrInvalid otherwise); values are JSON.
 type State struct {
 	j journal.Journal
 }
@@ -32,14 +43,29 @@ type State struct {
 // conflicts. It matches journal.ErrConflict too.
 var ErrStateConflict = fmt.Errorf("hostsdk: state revision conflict: %w", journal.ErrConflict)
 
+// stateInvalid is a refusal of a state namespace or key, matching
+// journal.ErrInvalid.
+func stateInvalid(format string, args ...any) error {
+	return fmt.Errorf(format+" (%w)", append(args, journal.ErrInvalid)...)
+}
+
+// checkNamespace refuses, with an error matching journal.ErrInvalid, a
+// state namespace or key no journal would take (or not every journal), and
+// a namespace reserved for the host.
 func checkNamespace(namespace, key string) error {
 	if namespace == "" || key == "" {
-		return fmt.Errorf("hostsdk: state namespace and key must not be empty")
+		return stateInvalid("hostsdk: state namespace and key must not be empty")
+	}
+	if len(namespace) > MaxStateNamespaceBytes {
+		return stateInvalid("hostsdk: state namespace %.32q... is %d bytes; at most %d", namespace, len(namespace), MaxStateNamespaceBytes)
+	}
+	if len(key) > MaxStateKeyBytes {
+		return stateInvalid("hostsdk: state key %.32q... in namespace %s is %d bytes; at most %d (hash a longer key, e.g. with aip.DigestBytes)", key, namespace, len(key), MaxStateKeyBytes)
 	}
 	if strings.HasPrefix(namespace, ReservedStatePrefix) {
-		return fmt.Errorf("hostsdk: state namespace %q is reserved for the host; choose a namespace named after your connector", namespace)
+		return stateInvalid("hostsdk: state namespace %q is reserved for the host; choose a namespace named after your connector", namespace)
 	}
-	return nil
+	return journal.CheckStateKey(namespace, key)
 }
 
 // Get returns the value stored under namespace/key, or an error matching
