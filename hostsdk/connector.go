@@ -93,7 +93,9 @@ type Streamer interface {
 // host passes each one to Reconcile. Return the final result (completed,
 // failed or cancelled), or an error wrapping ErrOutcomeUnknown when the
 // provider cannot tell. Any other error is a recovery error and blocks
-// registration. Without a Reconciler such actions become outcome_unknown.
+// registration. A result no signed answer can carry (see Connector.Handle)
+// is journaled outcome_unknown. Without a Reconciler such actions become
+// outcome_unknown.
 type Reconciler interface {
 	Reconcile(ctx context.Context, action *UncertainAction) (*aip.ActionResult, error)
 }

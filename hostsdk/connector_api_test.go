@@ -116,3 +116,35 @@ func TestInvalidProtocolErrorFromHandle(t *testing.T) {
 		})
 	}
 }
+
+// TestReconciledResultThatCannotBeSignedIsOutcomeUnknown: the same holds
+// for a Reconciler's result. One that the journal could not digest (a
+// member twice) blocked registration at every start; one it could (too
+// deep once inside an envelope) was journaled and answered unsigned.
+func TestReconciledResultThatCannotBeSignedIsOutcomeUnknown(t *testing.T) {
+	for name, output := range map[string]string{
+		"duplicate member": `{"a":1,"a":2}`,
+		"nested too deep":  strings.Repeat("[", 254) + strings.Repeat("]", 254),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFleet(t)
+			conn := newTestConnector()
+			a := action(capEcho, `{"message":"crashed"}`)
+			leaveRunning(t, f.j, a, true)
+			conn.reconcile = func(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+				return &aip.ActionResult{Status: aip.ResultCompleted, Output: json.RawMessage(output)}, nil
+			}
+			_, target := f.start(t, reconcilingConnector{conn})
+			ctx := ctxT(t)
+			rec, err := f.j.Action(ctx, a.ID)
+			if err != nil || rec.Status != aip.StateOutcomeUnknown || !strings.Contains(rec.Detail, "cannot be carried in a signed answer") {
+				t.Fatalf("journal record %s %q (%v), want outcome_unknown saying why", rec.Status, rec.Detail, err)
+			}
+			resp, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+		})
+	}
+}

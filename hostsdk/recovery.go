@@ -135,7 +135,24 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 	res.Receipt = nil
 	raw, err := json.Marshal(res)
 	if err != nil {
-		return err
+		return fmt.Errorf("reconcile returned a result that cannot be encoded: %w", err)
+	}
+	// A result no signed answer can carry is what the host journals for
+	// Handle's (see execute): the action's effect is settled, but no one
+	// can be told what it was.
+	problem := ""
+	if len(raw) > MaxResultBytes {
+		problem = fmt.Sprintf("is %d bytes of JSON, more than the %d an answer can carry", len(raw), MaxResultBytes)
+	} else if err := signable(raw); err != nil {
+		problem = "cannot be carried in a signed answer: " + err.Error()
+	}
+	if problem != "" {
+		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil, "the reconciled result "+problem, now); err != nil {
+			return err
+		}
+		sum.OutcomeUnknown++
+		h.log.Warn("reconciler returned a result no answer can carry", "action_id", a.ActionID, "problem", problem)
+		return nil
 	}
 	if _, err := h.journal.FinishAction(ctx, a.ActionID, status, raw, "reconciled after restart", now); err != nil {
 		return err
