@@ -35,6 +35,8 @@ const (
 	MaxHealthProbeTimeout     = 30 * time.Second
 	DefaultControlTimeout     = 5 * time.Second
 	MaxControlTimeout         = 30 * time.Second
+	DefaultHandleGrace        = 10 * time.Second
+	MaxHandleGrace            = 300 * time.Second
 	DefaultConfigRevision     = 1
 	// DefaultStateDirRoot is where the embedded journal lives when
 	// Config.StateDir is empty: <root>/host-<replica ID>.
@@ -161,6 +163,15 @@ type Config struct {
 	// ControlTimeout bounds each lifecycle HTTP attempt. Defaults to 5s;
 	// 1ms to 30s.
 	ControlTimeout time.Duration
+	// HandleGrace is how long the host waits for the connector's Handle
+	// (or HandleStream) to return after the action's context ended (its
+	// timeout_ms passed, a cancel asked for it, or the host stopped). A
+	// call still running then is abandoned: the action is journaled
+	// outcome_unknown (its effect may still happen) and answered so, and
+	// the call keeps its in-flight slot until it returns
+	// (aip_host_abandoned_calls counts them). Defaults to 10s; 1ms to
+	// 300s.
+	HandleGrace time.Duration
 
 	// Journal, when set, is the runtime journal the host uses (for example
 	// a pgruntime journal). The caller owns it: the host never closes it.
@@ -265,6 +276,9 @@ func (c Config) withDefaults() Config {
 	if c.ControlTimeout == 0 {
 		c.ControlTimeout = DefaultControlTimeout
 	}
+	if c.HandleGrace == 0 {
+		c.HandleGrace = DefaultHandleGrace
+	}
 	if c.ActionRetention == 0 {
 		c.ActionRetention = DefaultActionRetention
 	}
@@ -347,6 +361,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := durationIn("ControlTimeout", c.ControlTimeout, time.Millisecond, MaxControlTimeout); err != nil {
+		return err
+	}
+	if err := durationIn("HandleGrace", c.HandleGrace, time.Millisecond, MaxHandleGrace); err != nil {
 		return err
 	}
 	if c.ActionRetention != KeepActionsForever && c.ActionRetention < MinActionRetention {

@@ -50,7 +50,11 @@ type Connector interface {
 	// verified the dispatcher, checked the pinned route, validated the input
 	// against the capability's input_schema and journaled the action; it
 	// journals whatever Handle returns. ctx is cancelled when the action is
-	// cancelled or its timeout passes.
+	// cancelled, its timeout passes or the host stops; Handle must return
+	// soon after. One that is still running Config.HandleGrace later is
+	// abandoned: the action is journaled and answered outcome_unknown, its
+	// late result is dropped, and the call keeps its in-flight slot until
+	// it returns.
 	//
 	// Returning an error: an *aip.ProtocolError (possibly wrapped) becomes
 	// a failed result carrying it (one that is not valid, without a code or

@@ -37,7 +37,7 @@
 // --artifact-digest, --secret-provider-ref, --config-revision,
 // --allow-insecure-loopback-http, --max-in-flight, --lease-ttl-ms,
 // --heartbeat-interval-ms, --drain-timeout-ms, --drain-linger-ms,
-// --health-probe-timeout-ms,
+// --health-probe-timeout-ms, --handle-grace-ms,
 // --control-timeout-ms, --tls-ca-certificate-file, and --state-dir and
 // --database-url-file for the journal. Every invalid value is reported as a
 // *ConfigError naming the flag, the variable and the accepted range. Secrets

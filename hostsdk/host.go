@@ -88,6 +88,9 @@ type Host struct {
 	// controlMu): the offline transition replays it first.
 	pendingDrain *sealedRequest
 	inflight     inflight
+	// abandoned counts connector calls the host stopped waiting for
+	// (Config.HandleGrace) that have not returned yet.
+	abandoned atomic.Int64
 	// ingressBudget bounds the bodies of native messages being read
 	// before their signature is checked (MaxIngressReadBytes, a share of
 	// MaxIngressReadBytesPerPeer per remote address) and counts the

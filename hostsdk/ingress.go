@@ -116,6 +116,9 @@ type exchange struct {
 	// assigned is assignedAt(route), the earliest time the routed action
 	// can have arrived here.
 	assigned time.Time
+	// slotHandedOff is set when an abandoned connector call took over the
+	// action's in-flight slot (invokeBounded).
+	slotHandedOff bool
 }
 
 // handleMessages serves POST /aip/v1/messages.
@@ -475,7 +478,11 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 				uint64(CapacityRetryAfter.Milliseconds()), fmt.Sprintf("the replica runs its maximum of %d actions", h.cfg.MaxInFlight)))
 		})
 	}
-	defer h.inflight.release()
+	defer func() {
+		if !x.slotHandedOff {
+			h.inflight.release()
+		}
+	}()
 
 	if err := validateJSON(cap.input, a.Input); err != nil {
 		if !x.claim() {
@@ -624,7 +631,12 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		}
 		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,
 			trace.WithAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID)))
-		res, panicked, err = x.invoke(ctx, call, a)
+		var abandoned bool
+		res, panicked, err, abandoned = x.invokeBounded(ctx, call, a)
+		if abandoned {
+			x.slotHandedOff = true
+			err = fmt.Errorf("%w: %w", errAbandoned, context.Cause(ctx))
+		}
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -746,17 +758,75 @@ func signable(raw json.RawMessage) error {
 	return err
 }
 
-// invoke calls the connector, turning a panic into a value.
-func (x *exchange) invoke(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, err error) {
+// errAbandoned is the error of a connector call the host stopped waiting
+// for (Config.HandleGrace).
+var errAbandoned = errors.New("the connector did not return within the handle grace after the action's context ended; its effect may still happen")
+
+// invoked is what a connector call returned.
+type invoked struct {
+	res      *aip.ActionResult
+	panicked any
+	err      error
+}
+
+// invokeBounded calls the connector on a goroutine of its own and waits
+// for it to return, or, once ctx has ended (the action's timeout, a
+// cancel, the host's shutdown), for Config.HandleGrace more. A call still
+// running then is abandoned (abandoned is true): its chunk writer is
+// closed, so it can no longer write to the response, and it keeps the
+// action's in-flight slot, which its goroutine releases when the call
+// returns (the caller must not release it).
+func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, err error, abandoned bool) {
+	var cw *ChunkWriter
+	if _, ok := x.h.conn.(Streamer); ok && x.stream {
+		cw = &ChunkWriter{x: x, actionID: a.ID}
+	}
+	done := make(chan invoked, 1)
+	go func() {
+		var r invoked
+		r.res, r.panicked, r.err = x.invoke(ctx, call, cw)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.panicked, r.err, false
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(x.h.cfg.HandleGrace)
+	defer grace.Stop()
+	select {
+	case r := <-done:
+		return r.res, r.panicked, r.err, false
+	case <-grace.C:
+	}
+	if cw != nil {
+		cw.close()
+	}
+	h := x.h
+	h.abandoned.Add(1)
+	h.log.Error("the connector did not return within the handle grace after the action's context ended; the action is journaled outcome_unknown and the call keeps its slot until it returns",
+		"action_id", a.ID, "capability_id", a.CapabilityID, "cause", context.Cause(ctx), "handle_grace", h.cfg.HandleGrace)
+	go func() {
+		r := <-done
+		h.abandoned.Add(-1)
+		h.inflight.release()
+		h.log.Warn("an abandoned connector call returned; its result is not kept (the action was journaled outcome_unknown)",
+			"action_id", a.ID, "capability_id", a.CapabilityID, "error", r.err, "panicked", r.panicked != nil)
+	}()
+	return nil, nil, nil, true
+}
+
+// invoke calls the connector, turning a panic into a value; cw, when not
+// nil, is the stream's chunk writer (the call is HandleStream's).
+func (x *exchange) invoke(ctx context.Context, call *Call, cw *ChunkWriter) (res *aip.ActionResult, panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
 		}
 	}()
-	if st, ok := x.h.conn.(Streamer); ok && x.stream {
-		cw := &ChunkWriter{x: x, actionID: a.ID}
-		res, err = st.HandleStream(ctx, call, cw)
-		cw.close()
+	if cw != nil {
+		defer cw.close()
+		res, err = x.h.conn.(Streamer).HandleStream(ctx, call, cw)
 		return res, nil, err
 	}
 	res, err = x.h.conn.Handle(ctx, call)
@@ -778,6 +848,8 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 	if err != nil {
 		var pe *aip.ProtocolError
 		switch {
+		case errors.Is(err, errAbandoned):
+			return aip.StateOutcomeUnknown, nil, err.Error()
 		case errors.Is(err, ErrOutcomeUnknown):
 			return aip.StateOutcomeUnknown, nil, err.Error()
 		case errors.As(err, &pe):

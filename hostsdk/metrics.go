@@ -41,6 +41,11 @@ const (
 	// the ingress read budget, by reason: budget (MaxIngressReadBytes is
 	// spent) or peer_share (their sender holds MaxIngressReadBytesPerPeer).
 	MetricIngressWaiting = "aip_host_ingress_reads_waiting"
+	// MetricAbandonedCalls is the number of connector calls still running
+	// that the host stopped waiting for: they outlived their action's
+	// timeout, cancel or the shutdown by Config.HandleGrace, and the
+	// action was journaled outcome_unknown. Each keeps an in-flight slot.
+	MetricAbandonedCalls = "aip_host_abandoned_calls"
 )
 
 // metrics are the host's collectors, on a registry the host owns (no
@@ -108,6 +113,9 @@ func newMetrics(h *Host) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricIngressWaiting, Help: ingressWaitingHelp,
 			ConstLabels: prometheus.Labels{"reason": "peer_share"}},
 			func() float64 { return float64(h.ingressBudget.Stats().WaitingShare) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricAbandonedCalls,
+			Help: "Connector calls still running after the host stopped waiting for them (handle grace passed); each keeps an in-flight slot."},
+			func() float64 { return float64(h.abandoned.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight,
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),

@@ -1,0 +1,173 @@
+package hostsdk_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// stuckConnector's test.block ignores its context: Handle (and
+// HandleStream, after one chunk) returns only when unstick is closed, and
+// reports what a chunk sent after that got.
+type stuckConnector struct {
+	*testConnector
+	unstick   chan struct{}
+	lateChunk chan error
+}
+
+func newStuckConnector() *stuckConnector {
+	return &stuckConnector{testConnector: newTestConnector(), unstick: make(chan struct{}), lateChunk: make(chan error, 1)}
+}
+
+func (c *stuckConnector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+	if call.Action.CapabilityID != capBlock {
+		return c.testConnector.Handle(ctx, call)
+	}
+	c.countRun(call.Action.ID)
+	c.started <- call.Action.ID
+	<-c.unstick
+	return call.Complete(map[string]any{"message": "late"})
+}
+
+func (c *stuckConnector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	c.countRun(call.Action.ID)
+	if err := chunks.Send(aip.ChunkProgress, map[string]int{"step": 0}); err != nil {
+		return nil, err
+	}
+	c.started <- call.Action.ID
+	<-c.unstick
+	c.lateChunk <- chunks.Send(aip.ChunkProgress, map[string]int{"step": 1})
+	return call.Complete(map[string]any{"message": "late"})
+}
+
+// hostMetric reads one sample from the /metrics of the host whose
+// messages endpoint is endpoint.
+func hostMetric(t *testing.T, endpoint, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(strings.TrimSuffix(endpoint, hostsdk.PathMessages) + hostsdk.PathMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(page), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("metric %s not served", name)
+	return 0
+}
+
+// TestConnectorThatIgnoresItsDeadlineIsAbandoned: a Handle that ignores
+// its context and does not return is waited for Config.HandleGrace after
+// the action's timeout_ms; then the action is journaled outcome_unknown
+// and answered so (now and to a retry), and the call keeps its in-flight
+// slot (aip_host_abandoned_calls) until it returns, when its late result
+// is dropped. The host used to wait for ever: the action stayed running in
+// the journal, and every retry waited its timeout_ms and was told the
+// action was in progress. A streaming call abandoned this way can no
+// longer write to the response.
+func TestConnectorThatIgnoresItsDeadlineIsAbandoned(t *testing.T) {
+	for _, mode := range []aip.ActionMode{aip.ModeSync, aip.ModeStreaming} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFleet(t)
+			f.cfg.HandleGrace = 50 * time.Millisecond
+			conn := newStuckConnector()
+			_, target := f.start(t, conn)
+			ctx := ctxT(t)
+			unstuck := false
+			t.Cleanup(func() {
+				if !unstuck {
+					close(conn.unstick)
+				}
+			})
+
+			a := action(capBlock, `{"message":"x"}`)
+			if mode == aip.ModeStreaming {
+				a.CapabilityID = capStream
+			}
+			a.Mode = mode
+			ms := uint64(50)
+			a.TimeoutMS = &ms
+			for _, delivery := range []string{"first", "retry"} {
+				resp, err := f.d.Act(ctx, target, a)
+				if err != nil {
+					t.Fatalf("%s delivery: %v", delivery, err)
+				}
+				var pe *aip.ProtocolError
+				if mode == aip.ModeStreaming && delivery == "first" {
+					// The stream had started: its last line is the error.
+					if pe = resp.ProtocolError(); resp.Status != http.StatusOK || len(resp.Chunks) != 1 || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+						t.Fatalf("stream answered %d, %d chunks, error %+v (body %s); want one chunk, then outcome_unknown", resp.Status, len(resp.Chunks), pe, resp.Raw)
+					}
+				} else {
+					pe = wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+				}
+				if delivery == "first" && !strings.Contains(pe.Message, "handle grace") {
+					t.Errorf("message %q does not say the connector did not return", pe.Message)
+				}
+			}
+			rec, err := f.j.Action(ctx, a.ID)
+			if err != nil || rec.Status != aip.StateOutcomeUnknown {
+				t.Fatalf("journal record %s %q (%v), want outcome_unknown", rec.Status, rec.Detail, err)
+			}
+			if v := hostMetric(t, target.Endpoint, hostsdk.MetricAbandonedCalls); v != 1 {
+				t.Errorf("%s = %v while the call runs, want 1", hostsdk.MetricAbandonedCalls, v)
+			}
+			if v := hostMetric(t, target.Endpoint, hostsdk.MetricInFlight); v != 1 {
+				t.Errorf("%s = %v while the abandoned call runs, want 1 (it keeps its slot)", hostsdk.MetricInFlight, v)
+			}
+
+			close(conn.unstick)
+			unstuck = true
+			if mode == aip.ModeStreaming {
+				if err := <-conn.lateChunk; err == nil {
+					t.Error("a chunk sent after the call was abandoned was accepted")
+				}
+			}
+			for hostMetric(t, target.Endpoint, hostsdk.MetricInFlight) != 0 || hostMetric(t, target.Endpoint, hostsdk.MetricAbandonedCalls) != 0 {
+				select {
+				case <-ctx.Done():
+					t.Fatal("the returned call did not give its slot back")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			rec, err = f.j.Action(ctx, a.ID)
+			if err != nil || rec.Status != aip.StateOutcomeUnknown {
+				t.Fatalf("journal record after the late return: %s (%v), want outcome_unknown still", rec.Status, err)
+			}
+			if n := conn.runCount(a.ID); n != 1 {
+				t.Errorf("the action ran %d times", n)
+			}
+		})
+	}
+}
+
+// TestHandleGraceIsValidated: HandleGrace out of its range is a
+// configuration error naming the field.
+func TestHandleGraceIsValidated(t *testing.T) {
+	f := newFleet(t)
+	for _, d := range []time.Duration{-time.Second, hostsdk.MaxHandleGrace + time.Millisecond} {
+		cfg := f.cfg
+		cfg.HandleGrace = d
+		_, err := hostsdk.New(cfg, newTestConnector())
+		if err == nil || !strings.Contains(err.Error(), "HandleGrace") {
+			t.Errorf("HandleGrace %v: New error %v, want one naming HandleGrace", d, err)
+		}
+	}
+}
