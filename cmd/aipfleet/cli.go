@@ -176,7 +176,27 @@ func (v *countedValue) Set(s string) error {
 			return errors.New("given more than once")
 		}
 	}
-	return v.Value.Set(s)
+	if err := v.Value.Set(s); err != nil {
+		return valueError(v.Get(), err)
+	}
+	return nil
+}
+
+// valueError replaces the flag package's bare "parse error" (also what an
+// environment variable's value gets) with the form the value must take.
+func valueError(current any, err error) error {
+	if err.Error() != "parse error" {
+		return err
+	}
+	switch current.(type) {
+	case time.Duration:
+		return errors.New("want a duration with its unit, such as 30s, 5m or 1h30m")
+	case int:
+		return errors.New("want a whole number")
+	case bool:
+		return errors.New("want true or false")
+	}
+	return err
 }
 
 // IsBoolFlag keeps boolean flags usable without a value.

@@ -173,3 +173,25 @@ func TestCommandsWithoutArgumentsRefuseThem(t *testing.T) {
 		t.Errorf("keygen with a stray argument wrote its key: %v", err)
 	}
 }
+
+// A malformed number or duration, on the command line or in a variable,
+// says what form the value takes rather than the flag package's bare
+// "parse error".
+func TestMalformedFlagValueSaysTheFormItTakes(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"control-plane", "--lease-ttl", "30"}, `invalid value "30" for flag -lease-ttl: want a duration with its unit, such as 30s`},
+		{map[string]string{"AIP_CONTROL_LEASE_TTL": "30"}, []string{"control-plane"}, `AIP_CONTROL_LEASE_TTL="30": want a duration with its unit`},
+		{nil, []string{"dev", "--replicas", "three"}, `invalid value "three" for flag -replicas: want a whole number`},
+		{nil, []string{"action", "send", "--json=maybe"}, `invalid boolean value "maybe" for -json: want true or false`},
+	} {
+		_, _, err := runCLI(t, tc.env, tc.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "parse error") {
+			t.Errorf("%v %v: err = %v, want a usage error containing %q", tc.env, tc.args, err, tc.want)
+		}
+	}
+}
