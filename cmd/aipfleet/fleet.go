@@ -165,6 +165,13 @@ func baseURL(flagName, raw, example string) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", usagef("%s %q is not an http(s) URL such as %s", flagName, raw, example)
 	}
+	// The commands add the API's paths themselves: a URL copied with one
+	// (…/aip/v1/actions) would be asked for …/aip/v1/actions/aip/v1/actions
+	// and answered with a puzzling 404.
+	if i := strings.Index(u.Path, "/aip/v1"); i >= 0 {
+		u.Path, u.RawPath, u.RawQuery = u.Path[:i], "", ""
+		return "", usagef("%s %q names an API path; give the server's base URL only: %s", flagName, raw, strings.TrimRight(u.String(), "/"))
+	}
 	return strings.TrimRight(raw, "/"), nil
 }
 

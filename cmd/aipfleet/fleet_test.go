@@ -225,3 +225,29 @@ func TestFleetStatusErrors(t *testing.T) {
 		}
 	}
 }
+
+// A --url or --control-url copied with an API path is refused with the
+// base URL to give instead, not sent to …/aip/v1/actions/aip/v1/actions.
+func TestClientURLWithAnAPIPathNamesTheBaseURL(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"action", "send", "--url", "http://127.0.0.1:8080/aip/v1/actions", "--capability", "echo.say", "--input", "{}"},
+			`--url "http://127.0.0.1:8080/aip/v1/actions" names an API path; give the server's base URL only: http://127.0.0.1:8080`},
+		{[]string{"events", "list", "--url", "https://gw.example.test/fleet/aip/v1/events?after=3"},
+			`give the server's base URL only: https://gw.example.test/fleet`},
+		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:8090/aip/v1/fleet/status"},
+			`--control-url "http://127.0.0.1:8090/aip/v1/fleet/status" names an API path; give the server's base URL only: http://127.0.0.1:8090`},
+	} {
+		_, _, err := runCLI(t, nil, tc.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+	// A path prefix before the API (a reverse proxy) is a base URL.
+	if got, err := baseURL("--url", "https://gw.example.test/fleet/", DefaultDispatchURL); err != nil || got != "https://gw.example.test/fleet" {
+		t.Errorf("baseURL with a prefix = %q, %v", got, err)
+	}
+}
