@@ -268,8 +268,8 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	case f.input == "":
 		return usagef("action send: --input JSON (or --input-file FILE) is required")
 	}
-	if !json.Valid(raw) {
-		return usagef("action send: the input is not valid JSON")
+	if err := jsonSyntax(raw); err != nil {
+		return usagef("action send: the input is not valid JSON: %v", err)
 	}
 	req := dispatch.ActionRequest{ActionID: f.actionID, CapabilityID: f.capability, Input: raw,
 		Mode: aip.ActionMode(f.mode), IdempotencyKey: f.idempotencyKey}
@@ -526,6 +526,23 @@ func apiFailure(status int, raw []byte) error {
 		return fmt.Errorf("HTTP %d: %s: %s", status, printable(e.Error.Code), printable(e.Error.Message))
 	}
 	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(raw), 500)))
+}
+
+// jsonSyntax says why raw is not one JSON value, and where (nil when it is).
+func jsonSyntax(raw []byte) error {
+	if json.Valid(raw) {
+		return nil
+	}
+	var v any
+	err := json.Unmarshal(raw, &v)
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Errorf("%v, at byte %d (a shell may have eaten quotes: put the JSON in single quotes, or use --input-file)", se, se.Offset)
+	case err != nil:
+		return err
+	}
+	return errors.New("not one JSON value")
 }
 
 func compact(raw json.RawMessage) string {

@@ -433,3 +433,12 @@ func TestActionSendWhoseAnswerIsLostNamesTheAction(t *testing.T) {
 		t.Fatalf("--action-id 42: err = %v, want a usage error", err)
 	}
 }
+
+// An --input that is not JSON says why and where before anything is sent.
+func TestActionSendInvalidInputSaysWhere(t *testing.T) {
+	_, _, err := runCLI(t, nil, "action", "send", "--token", "t", "--capability", "echo.say", "--input", `{"message":hello}`)
+	var u *usageError
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "the input is not valid JSON: invalid character 'h' looking for beginning of value, at byte 12") {
+		t.Fatalf("err = %v", err)
+	}
+}
