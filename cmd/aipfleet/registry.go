@@ -73,6 +73,9 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 			return usagef("registry %s: --file is for apply", sub)
 		}
 	case "apply":
+		if *file == "" && len(fs.args()) > 0 {
+			return usagef("registry apply: the fleet file goes in -f, before any other argument: aipfleet registry apply -f %s [flags]", fs.args()[0])
+		}
 		if *file == "" {
 			return usagef("registry apply: -f FILE is required (the fleet file to apply; docs/fleet-file.md)")
 		}

@@ -261,3 +261,13 @@ func TestRegistryApplyWaitsForAnotherApply(t *testing.T) {
 		t.Fatalf("after the apply, catalog revision %d (%v)", rev, err)
 	}
 }
+
+// A fleet file given as an argument instead of with -f is named in the
+// command to type, not answered with "-f FILE is required".
+func TestRegistryApplyFileAsArgumentShowsTheCommand(t *testing.T) {
+	_, _, err := runCLI(t, nil, "registry", "apply", "fleet.yaml", "--database-url-file", "admin-db.url")
+	var u *usageError
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "the fleet file goes in -f, before any other argument: aipfleet registry apply -f fleet.yaml") {
+		t.Fatalf("err = %v", err)
+	}
+}
