@@ -382,7 +382,7 @@ func (f *actionFlags) printAction(resp *http.Response, e *env) error {
 		if f.jsonOut {
 			e.stdout.Write(raw)
 		}
-		return apiFailure(resp.StatusCode, raw)
+		return f.failure(resp.StatusCode, raw)
 	}
 	if f.jsonOut {
 		e.stdout.Write(raw)
@@ -403,7 +403,7 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		return fmt.Errorf("read the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return apiFailure(resp.StatusCode, raw)
+		return f.failure(resp.StatusCode, raw)
 	}
 	if f.jsonOut {
 		e.stdout.Write(raw)
@@ -518,6 +518,19 @@ func actionErr(r *dispatch.ActionResponse) error {
 		return fmt.Errorf("action %s: %s", r.ActionID, r.Result.Status)
 	}
 	return nil
+}
+
+// failure is apiFailure, plus a hint when the answer is a 404 no
+// dispatcher gives: --url names some other server (the control plane, a
+// replica, a proxy's wrong route).
+func (f *actionFlags) failure(status int, raw []byte) error {
+	err := apiFailure(status, raw)
+	var e dispatch.ErrorResponse
+	if status == http.StatusNotFound && (json.Unmarshal(raw, &e) != nil || e.Error == nil ||
+		!strings.HasPrefix(e.Error.Code, "dispatch.") && !strings.HasPrefix(e.Error.Code, "connector.")) {
+		return fmt.Errorf("%w\n%s does not serve the dispatcher's API: is --url the dispatcher? (aipfleet dev prints its address; the control plane listens on another port)", err, f.url)
+	}
+	return err
 }
 
 func apiFailure(status int, raw []byte) error {

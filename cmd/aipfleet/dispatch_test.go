@@ -442,3 +442,34 @@ func TestActionSendInvalidInputSaysWhere(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A --url that names another server (here one answering 404 the way the
+// control plane does) gets a hint that --url is not the dispatcher; a
+// dispatcher's own 404 (no such action) does not.
+func TestActionAgainstAServerThatIsNotTheDispatcher(t *testing.T) {
+	notDispatcher := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"error":{"code":"not_found","message":"no such route: ` + r.URL.Path + `"}}`))
+	}))
+	defer notDispatcher.Close()
+	const hint = "does not serve the dispatcher's API: is --url the dispatcher?"
+	_, _, err := runCLI(t, nil, "action", "send", "--url", notDispatcher.URL, "--token", "t", "--capability", "echo.say", "--input", "{}")
+	if err == nil || !strings.Contains(err.Error(), hint) {
+		t.Errorf("send: err = %v, want the hint", err)
+	}
+	_, _, err = runCLI(t, nil, "action", "get", "--url", notDispatcher.URL, "--token", "t", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d")
+	if err == nil || !strings.Contains(err.Error(), hint) {
+		t.Errorf("get: err = %v, want the hint", err)
+	}
+	dispatcher := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"error":{"code":"dispatch.not_found","message":"no such action"}}`))
+	}))
+	defer dispatcher.Close()
+	_, _, err = runCLI(t, nil, "action", "get", "--url", dispatcher.URL, "--token", "t", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d")
+	if err == nil || strings.Contains(err.Error(), hint) || !strings.Contains(err.Error(), "no such action") {
+		t.Errorf("get of an unknown action: err = %v, want the dispatcher's answer without the hint", err)
+	}
+}
