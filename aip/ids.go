@@ -95,6 +95,29 @@ func NewMessageID() string { return NewID(PrefixMessage) }
 // NewActionID returns a fresh "act_" identifier.
 func NewActionID() string { return NewID(PrefixAction) }
 
+// MaxRecordIDBytes bounds a registry record ID (ValidateRecordID), its
+// prefix included.
+const MaxRecordIDBytes = 256
+
+// ValidateRecordID checks the ID of a registry record a replica runs
+// under (a connector type, version, instance or replica: PrefixType,
+// PrefixVersion, PrefixInstance, PrefixReplica): prefix followed by 1 or
+// more ASCII letters, digits, '.', '_' or '-', at most MaxRecordIDBytes in
+// all. NewID's IDs are of this form, and so are readable ones such as
+// "cinst_notes-eu.1" (upstream checks only the prefix).
+func ValidateRecordID(prefix, id string) error {
+	rest, ok := strings.CutPrefix(id, prefix)
+	if !ok || rest == "" || len(id) > MaxRecordIDBytes {
+		return fmt.Errorf("%w: %q must be %q followed by 1 to %d letters, digits, '.', '_' or '-'", ErrInvalidID, truncateForError(id), prefix, MaxRecordIDBytes-len(prefix))
+	}
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q must be %q followed by letters, digits, '.', '_' or '-'", ErrInvalidID, truncateForError(id), prefix)
+		}
+	}
+	return nil
+}
+
 // ValidateID checks that id is prefix followed by a UUIDv7 in 32 lowercase
 // hexadecimal digits.
 func ValidateID(prefix, id string) error {

@@ -82,3 +82,20 @@ func TestValidateIDErrorIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRecordID: a registry record's ID is its prefix followed by
+// letters, digits, '.', '_' or '-' — NewID's and readable ones alike —
+// within MaxRecordIDBytes.
+func TestValidateRecordID(t *testing.T) {
+	for _, id := range []string{NewID(PrefixReplica), "crepl_1", "crepl_notes-eu.1_b", "crepl_" + strings.Repeat("x", MaxRecordIDBytes-len("crepl_"))} {
+		if err := ValidateRecordID(PrefixReplica, id); err != nil {
+			t.Errorf("ValidateRecordID(%q) = %v, want nil", id, err)
+		}
+	}
+	for _, id := range []string{"", "crepl_", "replica-1", "cinst_1", "crepl_a/b", "crepl_a b", "crepl_é", "crepl_a\x00",
+		"crepl_" + strings.Repeat("x", MaxRecordIDBytes-len("crepl_")+1)} {
+		if err := ValidateRecordID(PrefixReplica, id); !errors.Is(err, ErrInvalidID) {
+			t.Errorf("ValidateRecordID(%q) = %v, want ErrInvalidID", id, err)
+		}
+	}
+}

@@ -108,8 +108,10 @@ type Config struct {
 	// SigningKey, when set, is used instead of reading SigningSeedFile.
 	SigningKey *aip.SigningKey
 
-	// Registry identity of this replica; each must be its prefix followed
-	// by a UUIDv7 (ctype_, cver_, cinst_, crepl_). Required.
+	// Registry identity of this replica: the IDs of its records, each its
+	// prefix (ctype_, cver_, cinst_, crepl_) followed by letters, digits,
+	// '.', '_' or '-' (aip.ValidateRecordID), as the registry takes them.
+	// Required.
 	ConnectorTypeID string
 	VersionID       string
 	InstanceID      string
@@ -307,10 +309,10 @@ func (c *Config) validate() error {
 		{"ReplicaID", aip.PrefixReplica, c.ReplicaID},
 	} {
 		if id.value == "" {
-			return cfgErr(id.field, "is required (%s followed by a UUIDv7 in 32 hex digits)", id.prefix)
+			return cfgErr(id.field, "is required: the registry's ID of this replica's record (%s followed by letters, digits, '.', '_' or '-')", id.prefix)
 		}
-		if err := aip.ValidateID(id.prefix, id.value); err != nil {
-			return cfgErr(id.field, "is %q; want %s followed by a UUIDv7 in 32 lowercase hex digits", id.value, id.prefix)
+		if err := aip.ValidateRecordID(id.prefix, id.value); err != nil {
+			return cfgErr(id.field, "is %q; want %s followed by 1 to %d letters, digits, '.', '_' or '-', as the registry's record ID", aip.TruncateUTF8(id.value, 64), id.prefix, aip.MaxRecordIDBytes-len(id.prefix))
 		}
 	}
 	for _, s := range []struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
 func validArgs(t *testing.T) (args []string, control, gateway *aip.SigningKey) {
@@ -126,6 +127,8 @@ func TestNewValidatesConfig(t *testing.T) {
 			[]string{"--gateway-did", "did:key"}},
 		{"replica ID", func(c *hostsdk.Config) { c.ReplicaID = "replica-1" },
 			[]string{"--replica-id", "crepl_"}},
+		{"replica ID with a slash", func(c *hostsdk.Config) { c.ReplicaID = "crepl_a/b" },
+			[]string{"--replica-id", "crepl_", "letters, digits"}},
 		{"label", func(c *hostsdk.Config) { c.Zone = "eu west" }, []string{"--zone", "[A-Za-z0-9._-]"}},
 		{"artifact digest", func(c *hostsdk.Config) { c.ArtifactDigest = "md5:abc" }, []string{"--artifact-digest", "sha256:"}},
 		{"missing tenant", func(c *hostsdk.Config) { c.TenantID = "" }, []string{"--tenant-id", "1 to 512 bytes"}},
@@ -178,5 +181,30 @@ func TestSecretFilesAreChecked(t *testing.T) {
 	err = startErr(t, f2, newTestConnector())
 	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "--control-plane-did-file") {
 		t.Fatalf("Start: %v", err)
+	}
+}
+
+// TestReadableRecordIDs: the registry takes readable record IDs
+// ("cinst_acme-notes"), and so does the host: it refused every ID but a
+// prefix and a UUIDv7, so a fleet file with readable IDs applied cleanly
+// and then no replica of it could start.
+func TestReadableRecordIDs(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.ConnectorTypeID, f.cfg.VersionID = "ctype_notes", "cver_notes.1"
+	f.cfg.InstanceID, f.cfg.ReplicaID = "cinst_acme-notes", "crepl_acme-notes_1"
+	f.cp.Provision(hostsdktest.ReplicaSpec{
+		ID: f.cfg.ReplicaID, DID: f.cfg.SigningKey.DID(), InstanceID: f.cfg.InstanceID, VersionID: f.cfg.VersionID,
+		Endpoint: f.cfg.PublicEndpoint, TenantID: f.cfg.TenantID, ArtifactDigest: f.cfg.ArtifactDigest,
+	})
+	h, target := f.start(t, newTestConnector())
+	resp, err := f.d.Act(ctxT(t), target, action(capEcho, `{"message":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := resp.Result(); err != nil || r.Status != aip.ResultCompleted {
+		t.Fatalf("answer %+v, %v (body %s); want completed", r, err, resp.Raw)
+	}
+	if got := h.Principal(); got.ID == "" {
+		t.Fatal("no principal")
 	}
 }

@@ -467,19 +467,14 @@ func (r *ConnectorReplica) Wire() aip.Replica {
 }
 
 // checkPrefixedID checks prefix + 1.. of [A-Za-z0-9._-], at most
-// MaxIdentifierBytes in all.
+// aip.MaxRecordIDBytes in all (aip.ValidateRecordID, which hosts check
+// too).
 func checkPrefixedID(record, id, field, v, prefix string) error {
 	if v == "" {
 		return invalid(record, id, field, "is empty; want %s followed by letters, digits, '.', '_' or '-'", prefix)
 	}
-	rest, ok := strings.CutPrefix(v, prefix)
-	if !ok || rest == "" || len(v) > MaxIdentifierBytes {
-		return invalid(record, id, field, "%q must be %s followed by 1 to %d letters, digits, '.', '_' or '-'", truncate(v), prefix, MaxIdentifierBytes-len(prefix))
-	}
-	for i := 0; i < len(rest); i++ {
-		if !labelByte(rest[i]) {
-			return invalid(record, id, field, "%q must be %s followed by letters, digits, '.', '_' or '-'", truncate(v), prefix)
-		}
+	if aip.ValidateRecordID(prefix, v) != nil {
+		return invalid(record, id, field, "%q must be %s followed by 1 to %d letters, digits, '.', '_' or '-'", truncate(v), prefix, aip.MaxRecordIDBytes-len(prefix))
 	}
 	return nil
 }
