@@ -99,6 +99,9 @@ type fleetOptions struct {
 	hostInFlight int
 	dispatchArgs []string
 	logLevel     string
+	// databaseURL maps the database URL each central process connects
+	// with (realfleet.Options.DatabaseURL).
+	databaseURL func(process, url string) string
 }
 
 // fleet is a running realfleet (registry owned by the test through the
@@ -142,7 +145,7 @@ func startFleet(t testing.TB, opt fleetOptions) *fleet {
 	// realfleet skips the test (before building anything) without a test
 	// database.
 	f.rf = realfleet.StartWith(t, realfleet.Options{LeaseTTL: leaseTTL, LogLevel: opt.logLevel, DispatchArgs: opt.dispatchArgs,
-		MaxInFlight: opt.hostInFlight, LogTail: logTail})
+		MaxInFlight: opt.hostInFlight, LogTail: logTail, DatabaseURL: opt.databaseURL})
 	f.echoBin = sidecartest.Build(t, echoPackage)
 	manifest := boundEchoManifest(t)
 	// The connector type, echo's version, the tenant's instance and a
@@ -215,9 +218,15 @@ func (f *fleet) token(tenant string) string {
 
 // post sends raw as POST path with the bearer token (none when "").
 func (f *fleet) post(ctx context.Context, path, token string, raw []byte) (int, []byte, error) {
+	status, _, body, err := f.postH(ctx, path, token, raw)
+	return status, body, err
+}
+
+// postH is post that also returns the answer's header.
+func (f *fleet) postH(ctx context.Context, path, token string, raw []byte) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.apiURL+path, bytes.NewReader(raw))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -225,11 +234,11 @@ func (f *fleet) post(ctx context.Context, path, token string, raw []byte) (int, 
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
+	return resp.StatusCode, resp.Header, body, err
 }
 
 func (f *fleet) get(path, token string) (int, []byte) {
@@ -245,20 +254,26 @@ func (f *fleet) get(path, token string) (int, []byte) {
 
 // send runs one echo.say action.
 func (f *fleet) send(ctx context.Context, token, actionID, message, extra string) (int, dispatch.ActionResponse, error) {
+	status, _, resp, err := f.sendH(ctx, token, actionID, message, extra)
+	return status, resp, err
+}
+
+// sendH is send that also returns the answer's header.
+func (f *fleet) sendH(ctx context.Context, token, actionID, message, extra string) (int, http.Header, dispatch.ActionResponse, error) {
 	raw := fmt.Sprintf(`{"capability_id":%q,"input":{"message":%q%s}`, capSay, message, extra)
 	if actionID != "" {
 		raw += fmt.Sprintf(`,"action_id":%q`, actionID)
 	}
 	raw += "}"
-	status, body, err := f.post(ctx, dispatch.PathActions, token, []byte(raw))
+	status, header, body, err := f.postH(ctx, dispatch.PathActions, token, []byte(raw))
 	if err != nil {
-		return 0, dispatch.ActionResponse{}, err
+		return 0, nil, dispatch.ActionResponse{}, err
 	}
 	var resp dispatch.ActionResponse
 	if err := json.Unmarshal(body, &resp); err != nil {
-		return status, resp, fmt.Errorf("answer %d is not an action response: %s", status, body)
+		return status, header, resp, fmt.Errorf("answer %d is not an action response: %s", status, body)
 	}
-	return status, resp, nil
+	return status, header, resp, nil
 }
 
 // outputOf decodes echo's output from an action response.

@@ -91,6 +91,11 @@ type Options struct {
 	// LogTail, when positive, prints only the last LogTail lines of each
 	// process's log when the test failed (default: whole logs).
 	LogTail int
+	// DatabaseURL, when set, maps the test database's URL to the one a
+	// process connects with (process is "control-plane" or "dispatch"),
+	// for example through a proxy the test can cut. The registry the test
+	// owns (Registry) always connects directly.
+	DatabaseURL func(process, url string) string
 }
 
 // Fleet is a running control plane and dispatcher on their own database.
@@ -103,8 +108,8 @@ type Fleet struct {
 	disp *sidecartest.Process
 	// dispArgs restart the dispatcher.
 	dispArgs []string
-	// dbFile, controlAddr and controlKeyFile restart the control plane.
-	dbFile, controlAddr, controlKeyFile string
+	// cpDBFile, controlAddr and controlKeyFile restart the control plane.
+	cpDBFile, controlAddr, controlKeyFile string
 
 	controlKey *aip.SigningKey
 	gatewayKey *aip.SigningKey
@@ -146,10 +151,19 @@ func StartWith(t testing.TB, opt Options) *Fleet {
 	t.Cleanup(reg.Close)
 	dir := t.TempDir()
 	f := &Fleet{opt: opt, reg: reg, typeID: aip.NewID(aip.PrefixType), instanceID: aip.NewID(aip.PrefixInstance)}
-	f.dbFile = filepath.Join(dir, "db.url")
-	if err := os.WriteFile(f.dbFile, []byte(dbURL), 0o600); err != nil {
-		t.Fatal(err)
+	dbFile := func(process string) string {
+		u := dbURL
+		if opt.DatabaseURL != nil {
+			u = opt.DatabaseURL(process, dbURL)
+		}
+		p := filepath.Join(dir, process+"-db.url")
+		if err := os.WriteFile(p, []byte(u), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
+	f.cpDBFile = dbFile("control-plane")
+	dispDBFile := dbFile("dispatch")
 	var gatewayKeyFile string
 	f.controlKey, f.controlKeyFile = WriteKey(t, dir, "control.key")
 	f.gatewayKey, gatewayKeyFile = WriteKey(t, dir, "gateway.key")
@@ -162,7 +176,7 @@ func StartWith(t testing.TB, opt Options) *Fleet {
 
 	apiAddr := sidecartest.FreeAddr(t)
 	f.apiURL = "http://" + apiAddr
-	f.dispArgs = append([]string{"dispatch", "--database-url-file", f.dbFile, "--signing-key-file", gatewayKeyFile,
+	f.dispArgs = append([]string{"dispatch", "--database-url-file", dispDBFile, "--signing-key-file", gatewayKeyFile,
 		"--issuer", IssuerName + "=" + f.issuerKey.DID(), "--bind", apiAddr, "--allow-insecure-loopback-http",
 		"--log-level", dispatchLevel}, opt.DispatchArgs...)
 	f.StartDispatcher(t)
@@ -185,7 +199,7 @@ func (f *Fleet) StartControlPlane(t testing.TB) {
 		level = f.opt.LogLevel
 	}
 	cp := sidecartest.StartWith(t, f.bin, sidecartest.StartOptions{Name: "control-plane", KillWithTest: true, LogTail: f.opt.LogTail},
-		"control-plane", "--database-url-file", f.dbFile, "--signing-key-file", f.controlKeyFile, "--bind", f.controlAddr,
+		"control-plane", "--database-url-file", f.cpDBFile, "--signing-key-file", f.controlKeyFile, "--bind", f.controlAddr,
 		"--allow-insecure-loopback-http", "--lease-ttl", f.opt.LeaseTTL.String(), "--log-level", level)
 	f.cps = append(f.cps, cp)
 	awaitOK(t, cp, f.controlURL+"/ready")
@@ -208,6 +222,9 @@ func (f *Fleet) ControlPlane() *sidecartest.Process { return f.cps[len(f.cps)-1]
 
 // Dispatcher returns the dispatcher's current process.
 func (f *Fleet) Dispatcher() *sidecartest.Process { return f.disp }
+
+// ControlURL is the control plane's origin (http://host:port).
+func (f *Fleet) ControlURL() string { return f.controlURL }
 
 // APIURL is the dispatcher's API origin (http://host:port).
 func (f *Fleet) APIURL() string { return f.apiURL }
