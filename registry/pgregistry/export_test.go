@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // This file lets the external upgrade tests act as an older build: one
@@ -48,11 +49,11 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 	}
 	r.migrations = r.migrations[:version]
 	if control != "" {
-		if r.control, err = newPool(ctx, "control", control, r.controlMax(cfg)); err != nil {
+		if r.control, err = newPool(ctx, "control", control, r.controlMax(cfg), r.acquireTimeout); err != nil {
 			return nil, err
 		}
 	}
-	if r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg)); err != nil {
+	if r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -74,4 +75,14 @@ func RouteStatementsOfBuild7() (read, again string) {
 		return strings.Replace(sql, part, "", 1)
 	}
 	return cut(selectRoute, ", hand_out, reserved_hand_out"), cut(markResolvedAgain, ", hand_out = hand_out + 1")
+}
+
+// NewDataPool is the data pool a registry with cfg opens on cfg.DataURL,
+// for tests of the pool's own settings.
+func NewDataPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	r, err := newRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
 }

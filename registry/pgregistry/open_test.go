@@ -3,6 +3,8 @@ package pgregistry_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +246,45 @@ func TestAssignmentSurvivesReopen(t *testing.T) {
 	registrytest.CheckLedger(t, l)
 	if len(l.Reservations) != 0 || len(l.Counters) != 0 {
 		t.Fatalf("ledger after settling everything: %+v", l)
+	}
+}
+
+// TestSilentServerConnectGivesUp: a server that accepts connections and
+// never answers them (a hung server, a partition that drops packets, the
+// old address after a failover). The pool builds connections in the
+// background, beyond the deadline of the acquire that asked: the attempt
+// must give up by itself (within AcquireTimeout, unless the URL sets
+// connect_timeout) and close its socket, instead of holding a pool slot
+// until TCP gives up, many minutes after the database is back.
+func TestSilentServerConnectGivesUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	url := "postgres://aip@" + ln.Addr().String() + "/aip?sslmode=disable"
+	pool, err := pgregistry.NewDataPool(t.Context(), pgregistry.Config{DataURL: url, AcquireTimeout: 200 * time.Millisecond})
+	must(t, err)
+	defer pool.Close()
+	actx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	if _, err := pool.Acquire(actx); err == nil {
+		t.Fatal("acquired a connection from a silent server")
+	}
+	cancel()
+	c := <-accepted
+	defer c.Close()
+	// The attempt must close its connection while the pool stays open; a
+	// generous bound only decides when to report that it never does.
+	must(t, c.SetReadDeadline(time.Now().Add(20*time.Second)))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("the connection attempt to a silent server was not given up: %v", err)
+	}
+	if st := pool.Stat(); st.TotalConns() != 0 {
+		t.Fatalf("the pool still counts %d connections after the attempt gave up", st.TotalConns())
 	}
 }

@@ -38,7 +38,12 @@ type Config struct {
 	DataMaxConns int32
 	// AcquireTimeout bounds the wait for a pooled connection; a call that
 	// cannot get one in time fails with registry.ErrStorage. Defaults to 5s;
-	// at most 60s.
+	// at most 60s. It also bounds each new connection's establishment
+	// (TCP, TLS and the startup exchange) unless the URL sets
+	// connect_timeout: a server that accepts but never answers (a hung
+	// server, a partition that drops packets, the old address after a
+	// failover) would otherwise hold a pool slot and a socket until TCP
+	// gives up, many minutes after the database is back.
 	AcquireTimeout time.Duration
 	// Now is the clock every time-dependent rule uses (lease validity,
 	// circuits, assignment and admission times, fleet status); its readings
@@ -141,11 +146,11 @@ func Open(ctx context.Context, cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.control, err = newPool(ctx, "control", cfg.ControlURL, r.controlMax(cfg))
+	r.control, err = newPool(ctx, "control", cfg.ControlURL, r.controlMax(cfg), r.acquireTimeout)
 	if err != nil {
 		return nil, err
 	}
-	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg))
+	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
 	if err != nil {
 		r.control.Close()
 		return nil, err
@@ -172,7 +177,7 @@ func OpenDataPlane(ctx context.Context, cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg))
+	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -249,13 +254,20 @@ func (r *Registry) dataMax(cfg Config) int32 {
 	return cfg.DataMaxConns
 }
 
-func newPool(ctx context.Context, name, rawURL string, maxConns int32) (*pgxpool.Pool, error) {
+func newPool(ctx context.Context, name, rawURL string, maxConns int32, connectTimeout time.Duration) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, parseError(name+" pool URL", rawURL, err)
 	}
 	pc.MaxConns = maxConns
 	pc.MinConns = 0
+	// The pool builds a connection in the background, under no deadline
+	// of the caller that asked for it (an acquire that times out leaves
+	// it running); without a connect timeout, a server that accepts and
+	// never answers holds the pool slot until TCP gives up.
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = connectTimeout
+	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "aipfleet-registry-" + name
 	// Every registry statement is an index-driven point or range lookup
 	// whose generic plan is as good as a custom one; planning the route
