@@ -213,9 +213,11 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 	writeBody(w, raw)
 }
 
-// logAnswer logs one answer: unavailable (warn), rejected (info), a lease
-// renewed by a heartbeat (debug: the hot path, so nothing is built unless
-// debug is on) or any other transition (info).
+// logAnswer logs one answer: unavailable (warn; a registry failure only
+// when it starts, then debug until a request is decided again, which is
+// logged at info), rejected (info), a lease renewed by a heartbeat (debug:
+// the hot path, so nothing is built unless debug is on) or any other
+// transition (info).
 func (s *Service) logAnswer(a *answer) {
 	const (
 		unavailable = iota
@@ -233,6 +235,24 @@ func (s *Service) logAnswer(a *answer) {
 		kind, level, msg = renewed, slog.LevelDebug, "lease renewed"
 	}
 	ctx := context.Background()
+	switch {
+	case kind == unavailable && a.reason == reasonStore:
+		// The registry failing fails every replica's heartbeat: a line
+		// per request would be the fleet's heartbeat rate for as long as
+		// the database is away. The first failure is logged (warn) and
+		// the others at debug, until a request is decided again.
+		if s.storeDown.CompareAndSwap(false, true) {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "lifecycle requests unavailable: the registry failed; hosts resend, and later failures are logged at debug until it answers again",
+				slog.String("operation", a.label()), slog.String("replica_id", a.replicaID), slog.String("error", errString(a.err)))
+			return
+		}
+		level = slog.LevelDebug
+	case (kind == renewed || kind == transition) && s.storeDown.Load():
+		if s.storeDown.CompareAndSwap(true, false) {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "lifecycle requests decided again: the registry answers",
+				slog.String("operation", a.label()), slog.String("replica_id", a.replicaID))
+		}
+	}
 	if !s.log.Enabled(ctx, level) {
 		return
 	}

@@ -274,6 +274,10 @@ type Service struct {
 	// ("" while ready), so a failure is logged when it changes, not at
 	// every probe.
 	notReady onchange.Text
+	// storeDown is set from the first lifecycle request answered
+	// unavailable because the registry failed until one is decided
+	// again, so an outage is logged when it starts and ends (logAnswer).
+	storeDown atomic.Bool
 }
 
 const (

@@ -1,0 +1,99 @@
+package controlplane_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/controlplane"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
+)
+
+// syncBuffer is a log sink safe for the service's handlers and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// messages returns the level and message of every JSON log line.
+func (s *syncBuffer) messages(t *testing.T) []string {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for line := range strings.Lines(s.b.String()) {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, rec.Level+" "+rec.Msg)
+	}
+	return out
+}
+
+// TestRegistryOutageLoggedOnce: while the registry fails, every heartbeat
+// is answered 503 (hosts resend), but the log says so once, when it
+// starts, and once when a request is decided again, not once per
+// request: a fleet of a thousand replicas heartbeats a thousand times a
+// second.
+func TestRegistryOutageLoggedOnce(t *testing.T) {
+	clock := registrytest.NewClock(registrytest.Epoch)
+	b := newMemBackend(t, clock)
+	faulty := &faultyStore{Store: b.Store}
+	b.Store = faulty
+	e := &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
+	w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.w = w
+	var logs syncBuffer
+	e.start(faulty, func(c *controlplane.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	h := e.provision("a1")
+	r, _ := h.send(h.registration())
+	r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))
+
+	const failing = 6
+	faulty.failNext(failing)
+	for range failing {
+		r, _ := h.send(h.heartbeat(1, 0, true))
+		r.rejected(t, http.StatusServiceUnavailable, "resend")
+	}
+	r, _ = h.send(h.heartbeat(1, 0, true))
+	r.wantLease(t, 2, e.clock.Now().Add(leaseTTL))
+	// A second outage is logged again.
+	faulty.failNext(2)
+	for range 2 {
+		r, _ := h.send(h.heartbeat(2, 0, true))
+		r.rejected(t, http.StatusServiceUnavailable, "resend")
+	}
+
+	counts := map[string]int{}
+	for _, m := range logs.messages(t) {
+		counts[m]++
+	}
+	var warns, recovered int
+	for m, n := range counts {
+		switch {
+		case strings.HasPrefix(m, "WARN "):
+			warns += n
+		case strings.Contains(m, "decided again"):
+			recovered += n
+		}
+	}
+	if warns != 2 || recovered != 1 {
+		t.Fatalf("two outages of %d and 2 failed heartbeats logged %d warnings and %d recoveries, want 2 and 1: %v", failing, warns, recovered, counts)
+	}
+}
