@@ -302,7 +302,7 @@ func (p *dbProxy) terminate(ctx context.Context, pool *pgxpool.Pool, states ...s
 	var n int
 	err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE datname = current_database() AND client_port = ANY($1) AND pid <> pg_backend_pid()
-		AND (cardinality($2::text[]) = 0 OR state = ANY($2))) t`, ports, states).Scan(&n)
+		AND ($2::text[] IS NULL OR state = ANY($2))) t`, ports, states).Scan(&n)
 	return n, err
 }
 
