@@ -23,6 +23,14 @@
 // status agrees with its side effects and the ledger holds nothing; the
 // seed is logged, and AIP_CHAOS_SEED (and AIP_CHAOS_DURATION) replay a
 // run.
+// The database outage tests put a TCP proxy (dbProxy) between each central
+// process and PostgreSQL: TestDatabaseOutage refuses the dispatcher's and
+// then the control plane's database for less than a lease, then freezes
+// both (open connections hang, new ones are never answered) for longer
+// than a lease, and checks /ready, the errors clients get, recovery
+// without restarts, connection counts and the logs; TestDatabaseSessionsKilled
+// ends the processes' sessions with pg_terminate_backend under load. Both
+// then check TestChaos's invariants.
 // BenchmarkEndToEnd measures client → dispatcher → host → echo → back
 // with 32 concurrent clients.
 //
