@@ -18,7 +18,8 @@ import (
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
 
-// carefulAttempts bounds a careful client's sends of one action ID.
+// carefulAttempts bounds a careful client's sends of one action ID
+// (startCareful's default).
 const carefulAttempts = 6
 
 // carefulAction is what one client saw for one action ID over its attempts.
@@ -37,6 +38,8 @@ type carefulAction struct {
 type carefulLoad struct {
 	f   *fleet
 	tok string
+	// attempts bounds the sends of one action ID.
+	attempts int
 
 	mu      sync.Mutex
 	actions []*carefulAction
@@ -55,9 +58,13 @@ type carefulLoad struct {
 	wg       sync.WaitGroup
 }
 
-// startCareful starts n careful clients, seeded by seed.
-func startCareful(f *fleet, seed uint64, n int) *carefulLoad {
-	l := &carefulLoad{f: f, tok: f.token(tenantID), codes: map[string]int{}, stop: make(chan struct{})}
+// startCareful starts n careful clients, seeded by seed, each sending an
+// action ID at most attempts times (0: carefulAttempts).
+func startCareful(f *fleet, seed uint64, n, attempts int) *carefulLoad {
+	if attempts == 0 {
+		attempts = carefulAttempts
+	}
+	l := &carefulLoad{f: f, tok: f.token(tenantID), attempts: attempts, codes: map[string]int{}, stop: make(chan struct{})}
 	for c := range n {
 		rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
 		l.wg.Go(func() { l.client(rng) })
@@ -85,7 +92,7 @@ func (l *carefulLoad) client(rng *rand.Rand) {
 		}
 		extra := fmt.Sprintf(`,"hold_ms":%d`, hold)
 		backoff := 100 * time.Millisecond
-		for a.attempts < carefulAttempts {
+		for a.attempts < l.attempts {
 			a.attempts++
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			patient := timeout == 10*time.Second

@@ -76,7 +76,7 @@ func TestChaos(t *testing.T) {
 	f := newFleet(t, fleetOptions{replicas: chaosReplicas, dispatchArgs: []string{
 		"--max-timeout", "3s", "--action-timeout", "3s", "--reconcile-after", "10s", "--reconcile-interval", "500ms"}})
 	tok := f.token(tenantID)
-	load := startCareful(f, seed, chaosClients)
+	load := startCareful(f, seed, chaosClients, 0)
 	defer load.halt()
 
 	// usable waits until the fleet completes more answers.

@@ -24,6 +24,13 @@ import (
 const (
 	dboutSeed    = 20260501
 	dboutClients = 8
+	// dboutAttempts: a client resends an action ID for longer than the
+	// longest outage (backoff up to 1 s), as the docs ask. One that gave
+	// up during it would leave a route whose commit it never learnt of
+	// (the answer lost with the connection) reserved until
+	// reconciliation may settle it, 10 minutes after its hand-out (the
+	// hosts' envelope window).
+	dboutAttempts = 30
 	// dispatchPoolMax and controlPoolMax are the processes' default pool
 	// sizes (--max-connections).
 	dispatchPoolMax = 32
@@ -173,7 +180,7 @@ func (d *dboutFleet) checkAfter(t *testing.T, requests int) {
 func TestDatabaseOutage(t *testing.T) {
 	d := startDBOutFleet(t)
 	central := []*process{d.disp, d.cp}
-	load := startCareful(d.fleet, dboutSeed, dboutClients)
+	load := startCareful(d.fleet, dboutSeed, dboutClients, dboutAttempts)
 	load.usable(t, "the first answers", central...)
 	var plan []string
 
@@ -238,7 +245,7 @@ func TestDatabaseOutage(t *testing.T) {
 func TestDatabaseSessionsKilled(t *testing.T) {
 	d := startDBOutFleet(t)
 	central := []*process{d.disp, d.cp}
-	load := startCareful(d.fleet, dboutSeed+1, dboutClients)
+	load := startCareful(d.fleet, dboutSeed+1, dboutClients, dboutAttempts)
 	load.usable(t, "the first answers", central...)
 
 	// A replica killed: its lease expires during the kills, so lease
