@@ -528,7 +528,7 @@ func TestCapabilities(t *testing.T) {
 				"Idempotency-Key": "",
 			}
 			if operationsByID[a.CapabilityID].Mutation {
-				wantHeaders["Idempotency-Key"] = a.IdempotencyKey
+				wantHeaders["Idempotency-Key"] = provider.ScopedIdempotencyKey(hostsdktest.TenantID, a.CapabilityID, a.IdempotencyKey)
 			}
 			for k, want := range wantHeaders {
 				if got := r.Header.Get(k); got != want {

@@ -118,7 +118,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	if o.Mutation && call.IdempotencyKey != "" {
 		// The provider client never lets net/http resend a mutation,
 		// whatever its headers (provider.neverResent).
-		h.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
+		h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	}
 	if o.Version != "" {
 		h.Set("cal-api-version", o.Version)

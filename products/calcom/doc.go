@@ -109,11 +109,14 @@
 //
 // Every request carries Authorization: Bearer <API key>, Accept:
 // application/json, x-aip-action-id and x-aip-tenant-id; mutations also
-// carry idempotency-key: the action's idempotency key when it is 1 to 255
-// visible ASCII characters, else "sha256-" and its hex digest (a control
-// character cannot go in a header). Cal.diy does not
-// document an idempotency key of its own, so the header is informational:
-// the host's journal is what keeps an action from running twice.
+// carry idempotency-key: "aip1-" and the hex SHA-256 of [tenant ID,
+// capability ID, the action's idempotency key]
+// (provider.ScopedIdempotencyKey), the same for a retry of the same
+// action, never the caller's key as it is: one Cal.diy deployment and key
+// may serve several tenants' hosts, whose equal keys must not meet, and a
+// control character cannot go in a header. Cal.diy does not document an
+// idempotency key of its own, so the header is informational: the host's
+// journal is what keeps an action from running twice.
 //
 // # Webhook subscriptions
 //

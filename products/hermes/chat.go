@@ -62,7 +62,7 @@ func (c *Connector) chatBody(in chatRequest, stream bool) chatRequest {
 // chat runs a non-streaming chat completion.
 func (c *Connector) chat(ctx context.Context, call *hostsdk.Call, ep *endpoint, in chatRequest) (*aip.ActionResult, error) {
 	h := headers(call)
-	h.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
+	h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	var cc chatCompletion
 	err := ep.client.JSON(ctx, provider.Request{Method: http.MethodPost, Path: "/v1/chat/completions",
 		Header: h, JSON: c.chatBody(in, false)}, &cc)
@@ -112,7 +112,7 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 		return nil, err
 	}
 	h := headers(call)
-	h.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
+	h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	body, err := json.Marshal(c.chatBody(in, true))
 	if err != nil {
 		return nil, err

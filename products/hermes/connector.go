@@ -226,7 +226,7 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, ep *endpoint
 			in.Model = c.defaultModel
 		}
 		req.Method, req.Path, req.JSON = http.MethodPost, "/v1/responses", in
-		req.Header.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
+		req.Header.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	case OpResponseGet, OpResponseDelete:
 		in, err := decode[idIn](call)
 		if err != nil {
@@ -313,7 +313,7 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, ep *endpoint
 		}
 		req.Method, req.Path = http.MethodPost, endpointPath("/api/sessions", in.SessionID)+"/chat"
 		req.JSON = sessionChatBody{Input: in.Input, Model: in.Model}
-		req.Header.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
+		req.Header.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	case OpJobsList:
 		req.Path = "/api/jobs"
 	case OpJobGet, OpJobDelete, OpJobPause, OpJobResume, OpJobRun:
@@ -395,7 +395,7 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 	wait := in.Wait
 	in.Wait = false
 	h := headers(call)
-	h.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
+	h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	resp, err := ep.client.Do(ctx, provider.Request{Method: http.MethodPost, Path: "/v1/runs", Header: h, JSON: in})
 	if err != nil {
 		return provider.Result(call, err, true)

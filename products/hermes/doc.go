@@ -64,9 +64,18 @@
 // conversation?, store?} (input is a string; model defaults as for chat).
 // run_start sends {input, session_id?, instructions?,
 // previous_response_id?, model?} — model only when given, because runs
-// always honour it — with an Idempotency-Key header (the action's key when
-// it is 1 to 255 visible ASCII characters, else "sha256-" and its hex
-// digest), so Hermes answers a repeated start with the original run_id. The
+// always honour it — with an Idempotency-Key header, so Hermes answers a
+// repeated start with the original run_id. The header is not the action's
+// key as it is but "aip1-" and the hex SHA-256 of [tenant ID, capability
+// ID, key] (provider.ScopedIdempotencyKey): Hermes isolates keys per API
+// credential only, and the hosts of several tenants may share one server
+// and key, so two tenants choosing the same key would otherwise be
+// answered each other's run (or a 409 idempotency_key_conflict); the
+// capability (endpoint and operation) keeps one key's chat, responses and
+// runs apart ("must not reuse them for unrelated operations"). A retry of
+// the same action (another action ID with the same key, on any replica or
+// instance of the tenant) sends the same value, 69 visible ASCII
+// characters within the page's 1–255. The
 // run ID is recorded in the host state (namespace
 // aip.connector.hermes_agent.runs.v1, key the action ID); the output is
 // {run_id, status, replayed?}. With "wait": true run_start polls GET
@@ -77,7 +86,7 @@
 // a running run_start action (hostsdk.Canceler) stops its run with POST
 // /v1/runs/{run_id}/stop; a run_start interrupted while it waits ends
 // outcome_unknown naming the run (the run may have completed or acted
-// before the stop). chat and responses send the action's key as
+// before the stop). chat and responses send the same scoped key as
 // Idempotency-Key too (the page lists it as accepted for deduplication).
 //
 // run_events reads GET /v1/runs/{run_id}/events (SSE) until the stream
@@ -95,8 +104,8 @@
 // provider.bad_response past the byte bound).
 //
 // session_chat sends {input, model?} (the page's example body, and the
-// per-request model the session-chat endpoints always honour) with an
-// Idempotency-Key as chat does. Synchronously it posts to .../chat and
+// per-request model the session-chat endpoints always honour) with the
+// scoped Idempotency-Key as chat does. Synchronously it posts to .../chat and
 // returns Hermes' answer; in streaming mode it posts to .../chat/stream,
 // forwards the events before run.completed as chunks (as run_events does)
 // and returns {events, run_completed} (run.completed's data). A stream

@@ -162,7 +162,7 @@ func (c *Connector) sessionChatStream(ctx context.Context, call *hostsdk.Call, e
 		return nil, err
 	}
 	h := headers(call)
-	h.Set("Idempotency-Key", provider.IdempotencyKeyHeader(call.IdempotencyKey))
+	h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	path := endpointPath("/api/sessions", in.SessionID) + "/chat/stream"

@@ -136,7 +136,7 @@ func TestSessionChatStream(t *testing.T) {
 	jsonEqual(t, "request body", reqs[0].Body, `{"input":"what files changed in the last hour?","model":"MiniMax-M3"}`)
 	h := reqs[0].Header
 	if h.Get("Accept") != "text/event-stream" || h.Get("Content-Type") != "application/json" ||
-		h.Get("Authorization") != "Bearer "+keyMain || h.Get("Idempotency-Key") != "turn-7" || h.Get(CorrelationHeader) != a.ID {
+		h.Get("Authorization") != "Bearer "+keyMain || h.Get("Idempotency-Key") != scopedKey(a, "turn-7") || h.Get(CorrelationHeader) != a.ID {
 		t.Errorf("headers %v", h)
 	}
 }

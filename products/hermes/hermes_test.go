@@ -420,7 +420,7 @@ func TestOperations(t *testing.T) {
 			if got := r.Header.Get("Authorization"); got != auth {
 				t.Errorf("Authorization %q, want %q", got, auth)
 			}
-			if got, want := r.Header.Get("Idempotency-Key"), map[bool]string{true: a.ID}[tc.idempotent]; got != want {
+			if got, want := r.Header.Get("Idempotency-Key"), map[bool]string{true: scopedKey(a, a.ID)}[tc.idempotent]; got != want {
 				t.Errorf("Idempotency-Key %q, want %q", got, want)
 			}
 		})
@@ -448,8 +448,15 @@ func wantField(t *testing.T, out map[string]any, k string, v any) {
 	}
 }
 
+// scopedKey is the Idempotency-Key the fixture's tenant sends for a with
+// the AIP idempotency key key.
+func scopedKey(a *aip.Action, key string) string {
+	return provider.ScopedIdempotencyKey(hostsdktest.TenantID, a.CapabilityID, key)
+}
+
 // TestRunStartReplay: the same AIP idempotency key on a new action is sent
-// as the same Idempotency-Key; Hermes' replay flag reaches the output.
+// as the same Idempotency-Key (scoped to the tenant and capability);
+// Hermes' replay flag reaches the output.
 func TestRunStartReplay(t *testing.T) {
 	f := newFixture(t)
 	a1 := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x"}`)
@@ -463,7 +470,7 @@ func TestRunStartReplay(t *testing.T) {
 		t.Errorf("second start %v", out)
 	}
 	for _, a := range []*aip.Action{a1, a2} {
-		if r := f.main.of(a.ID); len(r) != 1 || r[0].Header.Get("Idempotency-Key") != "order-42" {
+		if r := f.main.of(a.ID); len(r) != 1 || r[0].Header.Get("Idempotency-Key") != scopedKey(a, "order-42") {
 			t.Errorf("requests %+v", r)
 		}
 	}
@@ -593,7 +600,7 @@ func TestChatStream(t *testing.T) {
 		t.Fatalf("requests %+v", reqs)
 	}
 	jsonEqual(t, "stream request", reqs[0].Body, `{"model":"hermes-agent","messages":[{"role":"user","content":"Hello!"}],"stream":true}`)
-	if h := reqs[0].Header; h.Get("Accept") != "text/event-stream" || h.Get("Authorization") != "Bearer "+keyMain || h.Get("Idempotency-Key") != a.ID {
+	if h := reqs[0].Header; h.Get("Accept") != "text/event-stream" || h.Get("Authorization") != "Bearer "+keyMain || h.Get("Idempotency-Key") != scopedKey(a, a.ID) {
 		t.Errorf("stream request headers %v", h)
 	}
 }
@@ -897,4 +904,55 @@ func TestMockRefuses(t *testing.T) {
 			t.Errorf("%q %s: %d, want %d", tc.auth, tc.path, resp.StatusCode, tc.want)
 		}
 	}
+}
+
+// TestIdempotencyKeyScopedPerTenant: two tenants whose hosts share one
+// Hermes server and API key (Hermes isolates keys per credential only) and
+// choose the same idempotency key each start their own run: neither is
+// answered the other's run (nor a 409 for a different body), and each
+// tenant's own retry is still answered its original run.
+func TestIdempotencyKeyScopedPerTenant(t *testing.T) {
+	f := newFixture(t)
+	other, err := New(Config{EndpointsFile: endpointsFile(t, f.main.srv.URL, f.alice.srv.URL+"/p/alice/"), PollInterval: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startTenant(t, other, "tenant-other")
+	start := func(h *hostsdktest.Fixture, input string) map[string]any {
+		a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", input)
+		a.IdempotencyKey = "order-42"
+		return completed(t, h.Act(t, a))
+	}
+	mine := start(f.Fixture, `{"input":"x"}`)
+	theirs := start(g, `{"input":"x"}`)
+	if mine["run_id"] != "run_abc123" || theirs["run_id"] == mine["run_id"] || theirs["replayed"] != nil {
+		t.Errorf("tenant-other was answered %v after %s started %v with the same key; want a run of its own", theirs, hostsdktest.TenantID, mine)
+	}
+	// Another body under the same key in a third tenant: not a conflict.
+	third, err := New(Config{EndpointsFile: endpointsFile(t, f.main.srv.URL, f.alice.srv.URL+"/p/alice/"), PollInterval: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h3 := startTenant(t, third, "tenant-third")
+	if out := start(h3, `{"input":"y"}`); out["run_id"] == mine["run_id"] || out["run_id"] == theirs["run_id"] {
+		t.Errorf("tenant-third was answered %v", out)
+	}
+	if again := start(g, `{"input":"x"}`); again["run_id"] != theirs["run_id"] || again["replayed"] != true {
+		t.Errorf("tenant-other's retry was answered %v; want its own run %v replayed", again, theirs["run_id"])
+	}
+}
+
+// startTenant is hostsdktest.Start for a host of tenant.
+func startTenant(t *testing.T, conn hostsdk.Connector, tenant string) *hostsdktest.Fixture {
+	t.Helper()
+	f := &hostsdktest.Fixture{ControlPlane: hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})}
+	f.Dispatcher = hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	f.Config = hostsdktest.HostConfig(t, f.ControlPlane, f.Dispatcher, nil)
+	f.Config.TenantID = tenant
+	f.ControlPlane.Provision(hostsdktest.ReplicaSpec{ID: f.Config.ReplicaID, DID: f.Config.SigningKey.DID(),
+		InstanceID: f.Config.InstanceID, VersionID: f.Config.VersionID, Endpoint: f.Config.PublicEndpoint,
+		TenantID: tenant, ArtifactDigest: f.Config.ArtifactDigest})
+	f.Host = hostsdktest.StartHost(t, f.Config, conn)
+	f.Target = hostsdktest.TargetOf(f.Host, f.Config)
+	return f
 }

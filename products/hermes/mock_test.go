@@ -3,6 +3,7 @@ package hermes
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -46,7 +47,11 @@ type mockHermes struct {
 	// runStatus is what GET /v1/runs/{run_id} reports until a stop.
 	runStatus string
 	// idemKeys are the Idempotency-Keys POST /v1/runs has seen.
-	idemKeys map[string]string
+	idemKeys map[string]idemEntry
+	// runs counts the runs POST /v1/runs started.
+	runs int
+	// startAnswer, when set, is POST /v1/runs' 202 body.
+	startAnswer string
 	// polled is signalled on every GET /v1/runs/{run_id}.
 	polled chan struct{}
 	// runEvents is the SSE body of GET /v1/runs/{run_id}/events.
@@ -55,9 +60,13 @@ type mockHermes struct {
 	sessionStream string
 }
 
+// idemEntry is the run an Idempotency-Key started and the body it came
+// with.
+type idemEntry struct{ runID, body string }
+
 func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 	m := &mockHermes{t: t, key: key, prefix: prefix, fail: map[string]int{}, drop: map[string]bool{},
-		runStatus: "running", idemKeys: map[string]string{}, polled: make(chan struct{}, 1000)}
+		runStatus: "running", idemKeys: map[string]idemEntry{}, polled: make(chan struct{}, 1000)}
 	mux := http.NewServeMux()
 	// § GET /health: {"status": "ok"}.
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -107,19 +116,47 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 	mux.HandleFunc("DELETE /v1/responses/{id}", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, `{"id":"`+r.PathValue("id")+`","object":"response","deleted":true}`)
 	})
-	// § POST /v1/runs: {"run_id", "status": "started"}; a repeated
-	// Idempotency-Key returns the original run with 202 and
-	// Idempotency-Replayed: true.
+	// § POST /v1/runs: {"run_id", "status": "started"}. An
+	// Idempotency-Key (1–255 visible ASCII characters, else 400) already
+	// seen with the same body returns the original run with 202 and
+	// Idempotency-Replayed: true; with another body, 409
+	// idempotency_key_conflict. Keys are isolated per credential, and the
+	// mock has one. The first run is run_abc123, the next run_2, run_3...
 	mux.HandleFunc("POST /v1/runs", func(w http.ResponseWriter, r *http.Request) {
 		k := r.Header.Get("Idempotency-Key")
-		m.mu.Lock()
-		_, replay := m.idemKeys[k]
-		m.idemKeys[k] = "run_abc123"
-		m.mu.Unlock()
-		if replay {
-			w.Header().Set("Idempotency-Replayed", "true")
+		raw, _ := io.ReadAll(r.Body)
+		for i := 0; i < len(k); i++ {
+			if len(k) > 255 || k[i] <= 0x20 || k[i] >= 0x7f {
+				writeJSON(w, 400, `{"error":{"message":"Idempotency-Key must be 1-255 visible ASCII characters","type":"invalid_request_error"}}`)
+				return
+			}
 		}
-		writeJSON(w, 202, `{"run_id":"run_abc123","status":"started"}`)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.startAnswer != "" {
+			writeJSON(w, 202, m.startAnswer)
+			return
+		}
+		if k != "" {
+			if prev, ok := m.idemKeys[k]; ok {
+				if prev.body != string(raw) {
+					writeJSON(w, 409, `{"error":{"message":"Idempotency-Key reused with a different payload","type":"invalid_request_error","code":"idempotency_key_conflict"}}`)
+					return
+				}
+				w.Header().Set("Idempotency-Replayed", "true")
+				writeJSON(w, 202, `{"run_id":"`+prev.runID+`","status":"started"}`)
+				return
+			}
+		}
+		m.runs++
+		id := "run_abc123"
+		if m.runs > 1 {
+			id = fmt.Sprintf("run_%d", m.runs)
+		}
+		if k != "" {
+			m.idemKeys[k] = idemEntry{runID: id, body: string(raw)}
+		}
+		writeJSON(w, 202, `{"run_id":"`+id+`","status":"started"}`)
 	})
 	// § GET /v1/runs/{run_id}: the hermes.run object.
 	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {

@@ -140,8 +140,12 @@
 // Record bodies are free-form JSON objects (the workspace's schema decides
 // their fields), at most MaxRecordFields fields and MaxRecordBytes of JSON
 // each (a larger one fails with twenty.record_too_large). Record IDs are
-// UUIDs. The mutations send the action's idempotency key as
-// Idempotency-Key and its ID as X-AIP-Action-ID. None requires human
+// UUIDs. The mutations send Idempotency-Key: "aip1-" and the hex SHA-256
+// of [tenant ID, capability ID, the action's idempotency key]
+// (provider.ScopedIdempotencyKey; the same for a retry of the same action,
+// never the caller's key as it is, since one Twenty server and key may
+// serve several tenants' hosts and a control character cannot go in a
+// header), and the action's ID as X-AIP-Action-ID. None requires human
 // approval: the irreversible ones are gated by the operator's operations
 // list instead, and declare risk critical.
 //

@@ -169,7 +169,8 @@ func New(cfg Config) (*Connector, error) {
 }
 
 // contract is a capability's contract: a read is safe to retry; a
-// mutation needs an idempotency key (sent as Idempotency-Key) and is never
+// mutation needs an idempotency key (sent scoped to the tenant and the
+// capability as Idempotency-Key, provider.CallIdempotencyKey) and is never
 // retried, since api.mdx does not say Twenty deduplicates by it, so its
 // unknown outcome stays unknown. A deletion also declares the delete side
 // effect.
@@ -471,10 +472,11 @@ func selection(in input) url.Values {
 }
 
 // mutationHeaders are the headers of a mutation (reference §8.6): the
-// action's idempotency key and its ID.
+// action's idempotency key, scoped to the tenant and the capability, and
+// its ID.
 func mutationHeaders(call *hostsdk.Call) http.Header {
 	h := http.Header{}
-	h.Set("Idempotency-Key", call.IdempotencyKey)
+	h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	h.Set("X-AIP-Action-ID", call.Action.ID)
 	return h
 }

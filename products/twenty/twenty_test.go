@@ -118,9 +118,10 @@ func checkAuth(t *testing.T, r recorded, token string) {
 
 func checkMutationHeaders(t *testing.T, r recorded, a *aip.Action) {
 	t.Helper()
-	// Without an explicit key the host uses the action ID as the key.
-	if got := r.Header.Get("Idempotency-Key"); got != a.ID {
-		t.Errorf("%s %s: Idempotency-Key %q, want %q", r.Method, r.Path, got, a.ID)
+	// Without an explicit key the host uses the action ID as the key; it
+	// goes scoped to the tenant and the capability.
+	if got, want := r.Header.Get("Idempotency-Key"), provider.ScopedIdempotencyKey(hostsdktest.TenantID, a.CapabilityID, a.ID); got != want {
+		t.Errorf("%s %s: Idempotency-Key %q, want %q", r.Method, r.Path, got, want)
 	}
 	if got := r.Header.Get("X-AIP-Action-ID"); got != a.ID {
 		t.Errorf("%s %s: X-AIP-Action-ID %q, want %q", r.Method, r.Path, got, a.ID)
@@ -648,3 +649,22 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func retryable(pe *aip.ProtocolError) bool { return pe.Retryable != nil && *pe.Retryable }
+
+// TestIdempotencyKeyScoped: a mutation's AIP idempotency key goes to
+// Twenty scoped to the tenant and the capability, never as it is (a
+// Twenty server and key shared by several tenants' hosts must not see two
+// tenants' equal keys as one), and a key that is not a valid header value
+// (a control character, which net/http refuses to send, leaving a
+// mutation that was never sent outcome_unknown) still lets it run.
+func TestIdempotencyKeyScoped(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, key := range []string{"order-42", "line\nbreak"} {
+		a := action(OpCreate, `{"object":"people","record":{"jobTitle":"Engineer"}}`)
+		a.IdempotencyKey = key
+		e.complete(t, a, &recordOut{})
+		got := e.mock.last(t).Header.Get("Idempotency-Key")
+		if want := provider.ScopedIdempotencyKey(hostsdktest.TenantID, a.CapabilityID, key); got != want {
+			t.Errorf("key %q sent as %q, want %q", key, got, want)
+		}
+	}
+}

@@ -420,21 +420,40 @@ func ParseRetryAfter(s string, now time.Time) time.Duration {
 	return min(at.Sub(now), MaxRetryAfter)
 }
 
-// IdempotencyKeyHeader is an action's idempotency key as an
-// Idempotency-Key header value: the key itself when it is 1 to 255 visible
-// ASCII characters, else "sha256-" and the hex digest of its bytes.
-// net/http refuses to send a header value with a control character, a
-// refusal that would leave a mutation that was never sent outcome_unknown.
-func IdempotencyKeyHeader(k string) string {
-	ok := k != "" && len(k) <= 255
-	for i := 0; ok && i < len(k); i++ {
-		ok = k[i] > 0x20 && k[i] < 0x7f
-	}
-	if ok {
-		return k
-	}
-	sum := sha256.Sum256([]byte(k))
-	return "sha256-" + hex.EncodeToString(sum[:])
+// IdempotencyKeyPrefix starts every provider-side idempotency key
+// ScopedIdempotencyKey derives.
+const IdempotencyKeyPrefix = "aip1-"
+
+// ScopedIdempotencyKey is the Idempotency-Key header value a provider gets
+// for an action of tenantID on capabilityID whose AIP idempotency key is
+// key: IdempotencyKeyPrefix and the hex SHA-256 of the JSON array
+// [tenantID, capabilityID, key] (69 visible ASCII characters).
+//
+// The caller's key is never sent as it is. A provider deduplicates by the
+// key within its own scope — Hermes Agent per API credential — and one
+// provider deployment and credential may serve the hosts of several
+// tenants: two tenants that chose the same key would otherwise be answered
+// each other's stored result (or a conflict). The tenant and the
+// capability (which names the product's endpoint and operation) are part
+// of the digest, so keys of different tenants or different operations
+// never meet, and the same action sent again — another action ID with the
+// same key, on any replica or instance of the tenant — gets the same
+// value. The connector instance is deliberately not part of it: the AIP
+// key is the tenant's, and a retry may reach another instance. The
+// digest also keeps control characters (which net/http refuses to send,
+// leaving a mutation that was never sent outcome_unknown) and over-long
+// keys out of the header.
+func ScopedIdempotencyKey(tenantID, capabilityID, key string) string {
+	// A JSON array of strings is an unambiguous encoding of the three.
+	raw, _ := json.Marshal([]string{tenantID, capabilityID, key})
+	sum := sha256.Sum256(raw)
+	return IdempotencyKeyPrefix + hex.EncodeToString(sum[:])
+}
+
+// CallIdempotencyKey is ScopedIdempotencyKey of call: its tenant, its
+// capability and its idempotency key.
+func CallIdempotencyKey(call *hostsdk.Call) string {
+	return ScopedIdempotencyKey(call.Tenant.TenantID, call.Action.CapabilityID, call.IdempotencyKey)
 }
 
 // processedRedirect reports whether a redirect answering a request of

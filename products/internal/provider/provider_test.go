@@ -649,3 +649,39 @@ func TestRedirectOfAReadIsNotApplied(t *testing.T) {
 		}
 	}
 }
+
+// ScopedIdempotencyKey keeps the keys of different tenants and of
+// different capabilities apart, gives the same key again for the same
+// action, and is always a header value every provider accepts.
+func TestScopedIdempotencyKey(t *testing.T) {
+	base := ScopedIdempotencyKey("tenant-a", "cap:x:run", "order-42")
+	if again := ScopedIdempotencyKey("tenant-a", "cap:x:run", "order-42"); again != base {
+		t.Errorf("the same action's key changed: %q, then %q", base, again)
+	}
+	for _, other := range [][3]string{
+		{"tenant-b", "cap:x:run", "order-42"},
+		{"tenant-a", "cap:x:chat", "order-42"},
+		{"tenant-a", "cap:x:run", "order-43"},
+		// The parts are not simply joined: moving a boundary changes it.
+		{"tenant-", "acap:x:run", "order-42"},
+		{"tenant-a", "cap:x:runo", "rder-42"},
+	} {
+		if k := ScopedIdempotencyKey(other[0], other[1], other[2]); k == base {
+			t.Errorf("%q gives the key of (tenant-a, cap:x:run, order-42)", other)
+		}
+	}
+	for _, key := range []string{"order-42", "line\nbreak", "", strings.Repeat("é", 300)} {
+		k := ScopedIdempotencyKey("tenant-a", "cap:x:run", key)
+		if !strings.HasPrefix(k, IdempotencyKeyPrefix) || len(k) != len(IdempotencyKeyPrefix)+64 {
+			t.Errorf("key %q: %q is not the prefix and 64 hex digits", key, k)
+		}
+		for i := 0; i < len(k); i++ {
+			if k[i] <= 0x20 || k[i] >= 0x7f {
+				t.Fatalf("key %q: %q holds a character that is not visible ASCII", key, k)
+			}
+		}
+		if strings.Contains(k, key) && key != "" {
+			t.Errorf("key %q is sent as it is in %q", key, k)
+		}
+	}
+}
