@@ -247,6 +247,14 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 	if out.KickoffID == "" {
 		return nil, fmt.Errorf("%w: crewai POST /kickoff answered without a kickoff_id; the crew may be running", hostsdk.ErrOutcomeUnknown)
 	}
+	if !kickoffIDRegexp.MatchString(out.KickoffID) {
+		// AMP accepted the kickoff (a 2xx), so the crew may be running:
+		// outcome_unknown, not a failure that invites a second kickoff. An
+		// id that is not a UUID is never put into a status path, nor
+		// recorded for Reconcile.
+		return nil, fmt.Errorf("%w: crewai POST /kickoff answered kickoff_id %q, which is not a UUID (the document's format); the crew may be running and cannot be followed through this connector",
+			hostsdk.ErrOutcomeUnknown, clipID(out.KickoffID))
+	}
 	logger := call.Logger
 	if logger == nil {
 		logger = c.logger
@@ -519,6 +527,9 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 	if !ok || cr.id != rec.CrewID {
 		return nil, fmt.Errorf("%w: crew %s (kickoff %s) is no longer configured", hostsdk.ErrOutcomeUnknown, rec.CrewID, rec.KickoffID)
 	}
+	if !kickoffIDRegexp.MatchString(rec.KickoffID) {
+		return nil, fmt.Errorf("%w: the kickoff record of %s holds kickoff_id %q, which is not a UUID; its status was not read", hostsdk.ErrOutcomeUnknown, id, clipID(rec.KickoffID))
+	}
 	st, err := c.readStatus(ctx, cr, rec.KickoffID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: crew %s kickoff %s: status unreadable after a restart: %v", hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, err)
@@ -528,4 +539,13 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 	}
 	return nil, fmt.Errorf("%w: crew %s kickoff %s is still %s after the restart; read it with %s%s:%s",
 		hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, st.Status, CapabilityPrefix, cr.id, SuffixStatus)
+}
+
+// clipID is a provider-answered id for an error message (quoted with %q
+// by the caller): at most 64 bytes.
+func clipID(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }

@@ -646,3 +646,26 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("poll %v", c.poll)
 	}
 }
+
+// TestKickoffUnusableID: a kickoff_id AMP answers that is not a UUID (the
+// document's format) — a path separator, a dot segment, a query mark, a
+// control character, too long, not a string — is never put into a status
+// path: the run ends outcome_unknown (AMP accepted the kickoff; the crew
+// may be running) without a status read, and is not kicked off again.
+func TestKickoffUnusableID(t *testing.T) {
+	m := newMockAMP(t)
+	e := start(t, m, nil)
+	for _, id := range []string{`"abc/def"`, `".."`, `"../inputs"`, `"x?y=1"`, `"6b1f0c2e-6d43-4c0e-9a51-2f1d3b7e8a90/.."`,
+		`"6b1f0c2e-6d43-4c0e-9a51-2f1d3b7e8a9\u0001"`, `"` + strings.Repeat("a", 300) + `"`, `42`, `{"id":"x"}`} {
+		m.set(func(m *mockAMP) { m.kickoffID = json.RawMessage(id) })
+		before := m.kickoffCount()
+		a := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`)
+		wantOutcomeUnknown(t, e, a)
+		m.mu.Lock()
+		polls := len(m.polls)
+		m.mu.Unlock()
+		if polls != 0 || m.kickoffCount()-before != 1 {
+			t.Errorf("kickoff_id %s: %d status paths read, %d kickoffs; want none and 1", id, polls, m.kickoffCount()-before)
+		}
+	}
+}

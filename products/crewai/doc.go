@@ -42,7 +42,10 @@
 // # Runs, polling and recovery
 //
 // A run sends POST /kickoff and, as soon as the kickoff id is answered,
-// records {crew_id, kickoff_id} in the host state (namespace
+// checks that it is a UUID (the document's format; anything else — empty,
+// a "/", a dot segment, a control character — is never put into a status
+// path, and the run ends outcome_unknown: AMP accepted the kickoff, so the
+// crew may be running), then records {crew_id, kickoff_id} in the host state (namespace
 // aip.connector.crewai.kickoffs.v1, key: the action ID). It then reads the
 // status at once and after every poll interval. "completed" completes the
 // action with the status object as output; "error" fails it with code
@@ -65,7 +68,7 @@
 // cancelled.
 //
 // The adapter is a hostsdk.Reconciler. A run a crash left running whose
-// kickoff id is recorded is settled by one status read: completed or
+// kickoff id is recorded (and is a UUID) is settled by one status read: completed or
 // failed as AMP reports; still running or unreadable, outcome_unknown
 // naming the kickoff id. A run without a recorded kickoff id is
 // outcome_unknown (the kickoff may have reached AMP), as is an interrupted

@@ -32,10 +32,13 @@ type mockAMP struct {
 	failRuns      bool // runs end in status "error"
 	kickoffStatus int  // answer POST /kickoff with this error status
 	dropKickoff   bool // close the connection instead of answering POST /kickoff
-	statusFails   int  // answer this many GET /status with 500 first
-	inputsStatus  int  // answer GET /inputs with this error status
-	resumeStatus  int  // answer POST /resume with this error status
-	polled        chan string
+	// kickoffID, when set, is the JSON value POST /kickoff answers as its
+	// kickoff_id (an answer the document does not allow).
+	kickoffID    json.RawMessage
+	statusFails  int // answer this many GET /status with 500 first
+	inputsStatus int // answer GET /inputs with this error status
+	resumeStatus int // answer POST /resume with this error status
+	polled       chan string
 	// Records.
 	kickoffs    []json.RawMessage
 	resumes     []json.RawMessage
@@ -125,7 +128,7 @@ func (m *mockAMP) kickoff(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	m.mu.Lock()
 	m.kickoffs = append(m.kickoffs, body)
-	status, drop := m.kickoffStatus, m.dropKickoff
+	status, drop, answer := m.kickoffStatus, m.dropKickoff, m.kickoffID
 	id := newUUID()
 	if status == 0 && !drop {
 		m.runs[id] = &mockRun{remaining: m.runningPolls, fail: m.failRuns}
@@ -140,6 +143,10 @@ func (m *mockAMP) kickoff(w http.ResponseWriter, r *http.Request) {
 	}
 	if status != 0 {
 		writeJSON(w, status, errorBody(status))
+		return
+	}
+	if answer != nil {
+		writeJSON(w, http.StatusOK, map[string]any{"kickoff_id": answer})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"kickoff_id": id})

@@ -1,10 +1,18 @@
 package crewai
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"regexp"
+)
 
 // uuidPattern is the document's format: uuid, as a pattern the host's
 // input validation enforces.
 const uuidPattern = `^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$`
+
+// kickoffIDRegexp is what a kickoff id must be before it is put into a
+// path (GET /status/{kickoff_id}): a UUID, as the document's
+// "format: uuid" says, whether the caller gave it or AMP answered it.
+var kickoffIDRegexp = regexp.MustCompile(uuidPattern)
 
 // runInputSchema: POST /kickoff's body without the webhook URLs. inputs
 // are the crew's named string inputs (GET /inputs lists them).

@@ -713,3 +713,32 @@ func TestUnreadableAnswer(t *testing.T) {
 		t.Errorf("parameters: %+v", pe)
 	}
 }
+
+// TestUnusableTaskID: a task_id Dify streams that is not a UUID (the
+// document's format) — a path separator, a dot segment, a query mark, a
+// control character, too long — is never kept for Cancel nor put into a
+// stop path: the invocation ends outcome_unknown (the app runs), saying
+// why. An error event carrying one is still classified as an error.
+func TestUnusableTaskID(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, id := range []string{"abc/def", "..", "../../datasets", "x?y=1", "x#y", testTask + "/..", testTask + "\u0001", strings.Repeat("a", 300)} {
+		with := func(ev map[string]any) map[string]any { ev["task_id"] = id; return ev }
+		f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
+			writeEvents(w, []any{with(chatEvent("message", "Hello")), with(messageEnd())})
+		})
+		a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`)
+		resp := f.Act(t, a)
+		if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, "task_id") {
+			t.Errorf("task_id %q: answered HTTP %d %s, want outcome_unknown naming the task_id", id, resp.Status, resp.Raw)
+		}
+		if _, err := f.journal.State(hostsdktest.Context(t), TasksNamespace, a.ID); !errors.Is(err, journal.ErrNotFound) {
+			t.Errorf("task_id %q: a task record was kept for Cancel (%v)", id, err)
+		}
+	}
+	f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, []any{map[string]any{"event": "error", "task_id": "a/b", "status": 400, "code": "invalid_param", "message": "bad query"}})
+	})
+	if pe := f.failed(t, hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`)); pe.Code != provider.CodeInvalidRequest {
+		t.Errorf("error event with an unusable task_id: %s %q, want %s", pe.Code, pe.Message, provider.CodeInvalidRequest)
+	}
+}

@@ -122,7 +122,10 @@
 // Stream and EventReader, with the rules of every other call: no
 // redirects; the response bound counts every byte of the stream, and an
 // event is at most 1 MiB). The first event carrying a task_id is
-// recorded as {app_id, task_id, user} under the action ID in the host's
+// checked to be a UUID (the document's format: anything else is never
+// put into a stop path, and the invocation ends outcome_unknown, as the
+// app runs; an error event's is dropped and the error classified as
+// below) and recorded as {app_id, task_id, user} under the action ID in the host's
 // state store (namespace aip.connector.dify.active_tasks.v1) and in
 // memory; Cancel (hostsdk.Canceler) reads it and calls the app's stop
 // endpoint (POST /chat-messages/{task_id}/stop,

@@ -156,6 +156,19 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 			readErr = fmt.Errorf("an event is not JSON: %w", err)
 			break
 		}
+		if ev.TaskID != "" && r.out.TaskID == "" && !validTaskID(ev.TaskID) {
+			if ev.Event != "error" {
+				// The app runs (Dify answered its stream) under a task ID
+				// that cannot be put into the stop path: outcome_unknown,
+				// as for any stream that cannot be followed to its end; a
+				// cancel could not stop the task.
+				readErr = fmt.Errorf("Dify answered task_id %q, which is not a UUID (the API document's format); the app may be running and cannot be stopped through this connector", clipID(ev.TaskID))
+				break
+			}
+			// An error event is classified on its own; its task is not
+			// kept.
+			ev.TaskID = ""
+		}
 		r.apply(ctx, &ev)
 	}
 	if res, ok := r.result(); ok {

@@ -78,7 +78,12 @@
 // characters within the page's 1–255. The
 // run ID is recorded in the host state (namespace
 // aip.connector.hermes_agent.runs.v1, key the action ID); the output is
-// {run_id, status, replayed?}. With "wait": true run_start polls GET
+// {run_id, status, replayed?}. A run_id that is not an ID the adapter
+// would accept as input (1 to 256 of A-Z a-z 0-9 _ . : -, not starting
+// with a dot: never "/", "?", "#", "%", a control character or a dot
+// segment), or none, is never put into a path: run_start ends
+// outcome_unknown (Hermes accepted the run, which may be running) without
+// recording or polling it, and Cancel refuses such a record. With "wait": true run_start polls GET
 // /v1/runs/{run_id} until its status is completed, failed or cancelled and
 // returns it in "run"; when the action's timeout passes first, or a status
 // read fails, it returns the last status seen (the run goes on; follow it

@@ -956,3 +956,30 @@ func startTenant(t *testing.T, conn hostsdk.Connector, tenant string) *hostsdkte
 	f.Target = hostsdktest.TargetOf(f.Host, f.Config)
 	return f
 }
+
+// TestRunStartUnusableRunID: a run_id Hermes answers that is not a run ID
+// (empty, a path separator, a dot segment, a query or fragment mark, a
+// control character, too long, not a string) is never put into a path:
+// run_start with wait sends nothing after the POST (no status poll) and
+// ends outcome_unknown (Hermes accepted the run, which may be
+// running), saying why.
+func TestRunStartUnusableRunID(t *testing.T) {
+	f := newFixture(t)
+	f.main.mu.Lock()
+	f.main.runStatus = "completed" // a poll, were one sent, would end the wait
+	f.main.mu.Unlock()
+	for _, id := range []string{`""`, `"run/abc"`, `".."`, `"../admin"`, `".hidden"`, `"run?x=1"`, `"run#x"`,
+		`"run%2Fabc"`, `"run\u0001"`, `"run abc"`, `"` + strings.Repeat("r", 257) + `"`, `42`, `null`} {
+		f.main.mu.Lock()
+		f.main.startAnswer = `{"run_id":` + id + `,"status":"started"}`
+		f.main.mu.Unlock()
+		a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+		resp := f.Act(t, a)
+		if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, "run_id") {
+			t.Errorf("run_id %s: answered HTTP %d %s, want outcome_unknown naming the run_id", id, resp.Status, resp.Raw)
+		}
+		if reqs := f.main.of(a.ID); len(reqs) != 1 || reqs[0].Path != "/v1/runs" {
+			t.Errorf("run_id %s: requests %+v; want the POST alone", id, reqs)
+		}
+	}
+}

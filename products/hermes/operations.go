@@ -2,6 +2,7 @@ package hermes
 
 import (
 	"encoding/json"
+	"regexp"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -60,10 +61,26 @@ type operation struct {
 	retrySafety aip.RetrySafety
 }
 
+// idPattern is what a Hermes identifier (run, session, response, job) must
+// look like to be put into a request path: the page's examples (run_abc123,
+// resp_abc123, chatcmpl-abc123) and more, but never "/", "?", "#", "%",
+// a control character or a leading dot ("." and ".." segments).
+const idPattern = `^[A-Za-z0-9_][A-Za-z0-9_.:-]*$`
+
+// maxIDLength bounds an identifier.
+const maxIDLength = 256
+
+var idRegexp = regexp.MustCompile(idPattern)
+
+// validID reports whether id may be put into a request path: the same
+// rule as the input schemas' (idProperty). It applies to the IDs Hermes
+// answers too (run_start's run_id), which the caller then passes back.
+func validID(id string) bool { return len(id) <= maxIDLength && idRegexp.MatchString(id) }
+
 // idProperty is a provider identifier taken from the caller: it becomes a
 // path segment, so it may not start with a dot ("." and ".." segments).
 func idProperty(what string) string {
-	return `{"type":"string","minLength":1,"maxLength":256,"pattern":"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$","description":"` + what + `"}`
+	return `{"type":"string","minLength":1,"maxLength":256,"pattern":"` + idPattern + `","description":"` + what + `"}`
 }
 
 const emptyInput = `{"type":"object","properties":{},"required":[],"additionalProperties":false}`
