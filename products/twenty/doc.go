@@ -40,9 +40,13 @@
 // destroy_many first count its matches (GET /rest/<object>?filter=...
 // &limit=1, totalCount) and refuse more than MaxFilterMatches (60,
 // api.mdx's batch size) with twenty.too_many_matches, sending nothing; a
-// failed count is a failed read. Records created between the count and
-// the mutation are not counted. restore_many is not counted (the list
-// does not show soft-deleted records).
+// failed count is a failed read. A list leaves soft-deleted records out
+// unless its filter names deletedAt, but a permanent delete by filter
+// removes them too (Twenty applies the filter alone), so destroy_many
+// counts with and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)):
+// the same matches, soft-deleted ones included. Records created between
+// the count and the mutation are not counted. restore_many is not counted
+// (the list does not show soft-deleted records).
 //
 // Reads (retry-safe, no idempotency headers):
 //

@@ -2,6 +2,7 @@ package twenty
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -46,9 +47,13 @@ import (
 //     /rest/<plural>/groupBy?group_by=<JSON array>, GET
 //     /rest/metadata/objects/<id>, /rest/metadata/fields[/<id>] and GET
 //     /rest/open-api/core|metadata (the generated OpenAPI documents, no
-//     data envelope). The mock's filter understands one condition,
-//     field[eq]:value or id[in]:[v,...] (values optionally quoted), and
-//     refuses anything else with 400.
+//     data envelope). The mock's filter understands conditions
+//     field[eq]:value, id[in]:[v,...] (values optionally quoted) and
+//     field[is]:NULL|NOT_NULL, and(...), or(...) and top-level comma lists,
+//     and refuses anything else with 400. As Twenty's query runners do, a
+//     list (GET /rest/<plural>) leaves soft-deleted records out unless its
+//     filter names deletedAt, and the mutations by filter (update, delete,
+//     restore) apply the filter alone, soft-deleted records included.
 //   - The generated REST API's upsert parameter on POST /rest/<plural> and
 //     /rest/batch/<plural>: with upsert=true a record whose id exists is
 //     updated; without it, an id already taken is 400.
@@ -314,6 +319,11 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					recs = match
 				}
 			}
+			// Soft-deleted records are left out, unless the filter names
+			// deletedAt (Twenty's find-many: applyDeletedAtToBuilder).
+			if !namesDeletedAt(r.URL.Query().Get("filter")) {
+				recs = slices.DeleteFunc(slices.Clone(recs), func(rec map[string]any) bool { return rec["deletedAt"] != nil })
+			}
 			total := len(recs)
 			if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n < len(recs) {
 				recs = recs[:n]
@@ -507,42 +517,131 @@ func nonNil(recs []map[string]any) []map[string]any {
 }
 
 // filter returns the records of plural matching the required filter
-// query parameter: one condition, field[eq]:value or id[in]:[v,...],
-// values optionally in double quotes. Other query parameters must be in
-// allowed.
+// query parameter, soft-deleted ones included (a mutation by filter
+// applies the filter alone). Other query parameters must be in allowed.
 func (m *mockTwenty) filter(w http.ResponseWriter, r *http.Request, plural string, allowed ...string) ([]map[string]any, bool) {
 	if !m.queryOK(w, r, allowed...) {
 		return nil, false
 	}
 	f := r.URL.Query().Get("filter")
-	field, rest, ok := strings.Cut(f, "[")
-	comparator, value, ok2 := strings.Cut(rest, "]:")
-	if f == "" || !ok || !ok2 || (comparator != "eq" && comparator != "in") || !mockFieldPattern.MatchString(field) {
-		twentyError(w, http.StatusBadRequest, "BadRequestException", fmt.Sprintf("mock: unsupported filter %q", f))
+	match, err := parseMockFilter(f)
+	if f == "" || err != nil {
+		twentyError(w, http.StatusBadRequest, "BadRequestException", fmt.Sprintf("mock: unsupported filter %q: %v", f, err))
 		return nil, false
-	}
-	var values []string
-	if comparator == "in" {
-		inner, ok := strings.CutPrefix(value, "[")
-		inner, ok2 := strings.CutSuffix(inner, "]")
-		if !ok || !ok2 {
-			twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: [in] takes [v,...]")
-			return nil, false
-		}
-		values = strings.Split(inner, ",")
-	} else {
-		values = []string{value}
-	}
-	for i, v := range values {
-		values[i] = strings.Trim(v, `"`)
 	}
 	var out []map[string]any
 	for _, rec := range m.records[plural] {
-		if v, ok := rec[field]; ok && slices.Contains(values, fmt.Sprint(v)) {
+		if match(rec) {
 			out = append(out, rec)
 		}
 	}
 	return out, true
+}
+
+// parseMockFilter reads the mock's subset of Twenty's REST filter
+// language: a condition field[eq]:value, field[in]:[v,...] (values
+// optionally in double quotes) or field[is]:NULL|NOT_NULL; and(...) and
+// or(...) of comma-separated filters; and a top-level comma-separated list,
+// which Twenty reads as and(...).
+func parseMockFilter(f string) (func(map[string]any) bool, error) {
+	for _, op := range []string{"and", "or"} {
+		if inner, ok := strings.CutPrefix(f, op+"("); ok {
+			inner, ok = strings.CutSuffix(inner, ")")
+			if !ok {
+				return nil, fmt.Errorf("%s( is not closed", op)
+			}
+			return parseMockList(inner, op == "and")
+		}
+	}
+	if parts := splitTopLevel(f); len(parts) > 1 {
+		return parseMockList(f, true)
+	}
+	field, rest, ok := strings.Cut(f, "[")
+	comparator, value, ok2 := strings.Cut(rest, "]:")
+	if !ok || !ok2 || !mockFieldPattern.MatchString(field) {
+		return nil, errors.New("not a condition field[comparator]:value")
+	}
+	switch comparator {
+	case "is":
+		if value != "NULL" && value != "NOT_NULL" {
+			return nil, errors.New("[is] takes NULL or NOT_NULL")
+		}
+		return func(rec map[string]any) bool { return (rec[field] == nil) == (value == "NULL") }, nil
+	case "eq", "in":
+		values := []string{value}
+		if comparator == "in" {
+			inner, ok := strings.CutPrefix(value, "[")
+			inner, ok2 := strings.CutSuffix(inner, "]")
+			if !ok || !ok2 {
+				return nil, errors.New("[in] takes [v,...]")
+			}
+			values = strings.Split(inner, ",")
+		}
+		for i, v := range values {
+			values[i] = strings.Trim(v, `"`)
+		}
+		return func(rec map[string]any) bool {
+			v, ok := rec[field]
+			return ok && slices.Contains(values, fmt.Sprint(v))
+		}, nil
+	}
+	return nil, fmt.Errorf("comparator %q is not one of the mock's", comparator)
+}
+
+// parseMockList combines the comma-separated filters of list with and
+// (all) or or.
+func parseMockList(list string, all bool) (func(map[string]any) bool, error) {
+	var preds []func(map[string]any) bool
+	for _, part := range splitTopLevel(list) {
+		p, err := parseMockFilter(part)
+		if err != nil {
+			return nil, err
+		}
+		preds = append(preds, p)
+	}
+	return func(rec map[string]any) bool {
+		for _, p := range preds {
+			if p(rec) != all {
+				return !all
+			}
+		}
+		return all
+	}, nil
+}
+
+// splitTopLevel splits s at the commas outside parentheses, brackets and
+// double quotes.
+func splitTopLevel(s string) []string {
+	var parts []string
+	depth, quoted, start := 0, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			quoted = !quoted
+		case quoted:
+		case c == '(' || c == '[':
+			depth++
+		case c == ')' || c == ']':
+			depth--
+		case c == ',' && depth == 0:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// namesDeletedAt reports whether filter names deletedAt in a condition:
+// Twenty's query parser then reads soft-deleted records too
+// (applyDeletedAtToBuilder, which looks for deletedAt anywhere in the
+// filter); a list without it leaves them out.
+func namesDeletedAt(filter string) bool {
+	for _, part := range strings.FieldsFunc(filter, func(r rune) bool { return r == '(' || r == ',' }) {
+		if strings.HasPrefix(part, "deletedAt[") {
+			return true
+		}
+	}
+	return false
 }
 
 // metadata serves GET /rest/metadata/objects[/<id>] and

@@ -288,7 +288,7 @@ func TestNewOperationErrors(t *testing.T) {
 		t.Errorf("unknown object metadata: %+v", pe)
 	}
 	// Twenty refusing a filter: 400 on a mutation is failed, not unknown.
-	if pe = failedCode(t, e.Result(t, action(OpSoftDeleteMany, `{"object":"people","filter":"or(a[eq]:1,b[eq]:2)"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
+	if pe = failedCode(t, e.Result(t, action(OpSoftDeleteMany, `{"object":"people","filter":"or(a[eq]:1,b[eq]:2"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
 		t.Errorf("400 on soft_delete_many: %+v", pe)
 	}
 
@@ -359,7 +359,11 @@ func TestFilterMatchesBounded(t *testing.T) {
 			t.Errorf("%s over the bound: %+v", a.CapabilityID, pe)
 		}
 		r := e.mock.last(t)
-		if r.Method != http.MethodGet || r.Query.Get("filter") != "city[eq]:Paris" || r.Query.Get("limit") != "1" {
+		want := "city[eq]:Paris"
+		if a.CapabilityID == CapabilityID(OpDestroyMany) {
+			want = "and(city[eq]:Paris,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"
+		}
+		if r.Method != http.MethodGet || r.Query.Get("filter") != want || r.Query.Get("limit") != "1" {
 			t.Errorf("%s: last request %s %s %v, want the count", a.CapabilityID, r.Method, r.Path, r.Query)
 		}
 	}
@@ -661,5 +665,52 @@ func TestIngestPolicyConfig(t *testing.T) {
 	}
 	if len(m.Capabilities) != 1 || !strings.Contains(string(m.Capabilities[0].InputSchema), `"maxItems":60`) {
 		t.Errorf("ingest_many manifest %+v", m.Capabilities)
+	}
+}
+
+// TestDestroyManyCountsSoftDeleted: a permanent delete by filter removes
+// the soft-deleted matches too, which a list leaves out; destroy_many
+// counts them (its count names deletedAt, so Twenty reads them), refuses
+// when live and soft-deleted matches are more than MaxFilterMatches, and
+// runs at the bound, removing exactly what it counted.
+func TestDestroyManyCountsSoftDeleted(t *testing.T) {
+	seed := func(e *env, live, deleted int) {
+		for i := range live + deleted {
+			rec := map[string]any{"city": "Paris"}
+			if i >= live {
+				rec["deletedAt"] = "2026-11-01T10:00:00.000Z"
+			}
+			e.mock.seed("people", rec)
+		}
+		e.mock.seed("people", map[string]any{"city": "Lyon"})
+	}
+	e := newEnv(t, allOperationsFile(t))
+	seed(e, 40, 30)
+	// The list a caller sees counts the 40 live ones only.
+	var listed listOut
+	e.complete(t, action(OpList, `{"object":"people","filter":"city[eq]:Paris","limit":1}`), &listed)
+	if listed.TotalCount == nil || *listed.TotalCount != 40 {
+		t.Fatalf("the list counts %v, want the 40 live records", listed.TotalCount)
+	}
+	pe := failedCode(t, e.Result(t, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`)))
+	if pe.Code != CodeTooManyMatches || !strings.Contains(pe.Message, "matches 70 people (soft-deleted ones included") {
+		t.Errorf("40 live and 30 soft-deleted matches: %+v, want %s over 70", pe, CodeTooManyMatches)
+	}
+	if n := e.mock.writes(); n != 0 {
+		t.Fatalf("%d mutations reached Twenty", n)
+	}
+
+	e2 := newEnv(t, allOperationsFile(t))
+	seed(e2, 30, MaxFilterMatches-30)
+	var out listOut
+	e2.complete(t, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`), &out)
+	if len(out.Records) != MaxFilterMatches {
+		t.Errorf("destroy_many at the bound removed %d records, want %d", len(out.Records), MaxFilterMatches)
+	}
+	e2.mock.mu.Lock()
+	left := len(e2.mock.records["people"])
+	e2.mock.mu.Unlock()
+	if left != 1 {
+		t.Errorf("%d people left, want Lyon alone", left)
 	}
 }

@@ -305,7 +305,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	case OpUpdate:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: recordPath(in), JSON: in.Record}, true)
 	case OpUpdateMany:
-		if res, err := c.boundMatches(ctx, call, in); res != nil || err != nil {
+		if res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
 			return res, err
 		}
 		// PATCH /rest/<objectNamePlural>?filter=... with the fields to set
@@ -319,7 +319,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"true"}}}, true)
 	case OpSoftDeleteMany:
-		if res, err := c.boundMatches(ctx, call, in); res != nil || err != nil {
+		if res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
 			return res, err
 		}
 		// DELETE /rest/<objectNamePlural>?filter=...&soft_delete=true (the
@@ -341,7 +341,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"false"}}}, true)
 	case OpDestroyMany:
-		if res, err := c.boundMatches(ctx, call, in); res != nil || err != nil {
+		if res, err := c.boundMatches(ctx, call, in, true); res != nil || err != nil {
 			return res, err
 		}
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: objectPath,
@@ -408,9 +408,20 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 // action. The count is a read taken before the mutation: when it fails the
 // action fails and nothing was sent; records created between the count
 // and the mutation are not counted.
-func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
+//
+// A list leaves soft-deleted records out unless its filter names
+// deletedAt (Twenty's query parser then reads them too), but a permanent
+// delete by filter removes every match, soft-deleted or not (it applies
+// the filter alone). So destroy_many counts with the filter
+// countAllFilter makes of the caller's: the same matches, with deletedAt
+// named in a condition every record meets.
+func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input, withDeleted bool) (*aip.ActionResult, error) {
+	filter := in.Filter
+	if withDeleted {
+		filter = countAllFilter(filter)
+	}
 	req := provider.Request{Method: http.MethodGet, Path: "/rest/" + url.PathEscape(in.Object),
-		Query: url.Values{"filter": {in.Filter}, "limit": {"1"}}}
+		Query: url.Values{"filter": {filter}, "limit": {"1"}}}
 	a, err := c.do(ctx, req)
 	if err != nil {
 		return provider.Result(call, err, false)
@@ -419,11 +430,23 @@ func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in inp
 		return provider.Result(call, badAnswer(req, 200, "the answer has no totalCount to count the filter's matches"), false)
 	}
 	if n := *a.TotalCount; n > MaxFilterMatches {
+		what := in.Object
+		if withDeleted {
+			what += " (soft-deleted ones included, which a permanent delete removes too)"
+		}
 		return call.Fail(CodeTooManyMatches, aip.CategoryPermanent, false,
 			fmt.Sprintf("the filter matches %d %s; %s acts on at most %d records per action (Twenty's batch size): narrow the filter (e.g. id[in]:[...]) and split the work",
-				n, in.Object, call.Action.CapabilityID, MaxFilterMatches)), nil
+				n, what, call.Action.CapabilityID, MaxFilterMatches)), nil
 	}
 	return nil, nil
+}
+
+// countAllFilter is filter extended so that a list counts every record it
+// matches, soft-deleted ones included: and(<filter>,or(deletedAt[is]:NULL,
+// deletedAt[is]:NOT_NULL)). The added condition holds for every record;
+// naming deletedAt makes Twenty read soft-deleted records too.
+func countAllFilter(filter string) string {
+	return "and(" + filter + ",or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"
 }
 
 // offered lists the admitted operations in manifest order.
