@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -12,11 +11,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/products"
-	"github.com/aipfleet/aipfleet/registry"
 )
 
 // commonSettings are aip-host's own settings, beside the host's and the
@@ -102,7 +99,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if common.Bool("print-manifest") {
-		return printManifest(ctx, conn, cfg, stdout)
+		// The manifest bound for the configured tenant and trust domain,
+		// its digest and the implementation support every capability
+		// needs, as aipfleet host and aip-sidecar print them.
+		r, err := hostrun.DescribeConnector(ctx, conn, cfg)
+		if err != nil {
+			return err
+		}
+		return r.Print(stdout)
 	}
 	cfg.Logger = logger
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
@@ -117,36 +121,4 @@ func bindFlags(fs *flag.FlagSet, p products.Product) (
 	loadCommon, loadProduct func(func(string) string) (hostsdk.SettingValues, error),
 ) {
 	return hostsdk.BindFlags(fs), hostsdk.BindSettings(fs, commonSettings), hostsdk.BindSettings(fs, p.Settings)
-}
-
-// printManifest binds the connector's manifest for the configured tenant
-// and trust domain, as the host would, and prints it with its digest and,
-// for the fleet file's version entry, the implementation support every
-// capability needs (registry.RequiredSupport: invocation, and a feature for
-// every promise of its contract, which the adapters keep). Only those two
-// host settings are used.
-func printManifest(ctx context.Context, conn hostsdk.Connector, cfg hostsdk.Config, stdout io.Writer) error {
-	tenant := hostsdk.TenantContext{TenantID: cfg.TenantID, TrustDomain: cfg.TrustDomain}
-	m, err := conn.Manifest(ctx, tenant)
-	if err != nil {
-		return err
-	}
-	bound, digest, err := hostsdk.BindManifest(m, tenant.TrustDomain)
-	if err != nil {
-		return fmt.Errorf("the connector's manifest: %w", err)
-	}
-	support := map[string][]string{}
-	for i := range bound.Capabilities {
-		c := &bound.Capabilities[i]
-		if c.Kind != aip.KindResource {
-			support[c.ID] = registry.SupportFeatureNames(registry.RequiredSupport(c))
-		}
-	}
-	out, err := json.MarshalIndent(map[string]any{"manifest_digest": digest, "capability_count": len(bound.Capabilities),
-		"implementation_support": support, "manifest": bound}, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "%s\n", out)
-	return err
 }

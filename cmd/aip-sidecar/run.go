@@ -55,7 +55,7 @@ func newSettings() []hostsdk.Setting {
 		ms("max-backoff-ms", "MAX_BACKOFF_MS", 3_600_000, "longest delay between restarts, in ms (default 30000)"),
 		{Flag: "restart-unresponsive-after", Env: envPrefix + "RESTART_UNRESPONSIVE_AFTER", Kind: hostsdk.SettingInt, Min: 0, Max: 1000,
 			Usage: "after this many health checks in a row without any answer (a hung process): with --exec or --mcp-command, restart the child; with --mcp-url, open a new MCP session (an MCP error answer to the ping is an answer); 0 (default) never does"},
-		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest and digest as JSON, and exit"},
+		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest, digest and the implementation support its capabilities need as JSON, and exit"},
 		str("log-level", "LOG_LEVEL", "debug, info (default), warn or error"),
 	}
 }
@@ -200,12 +200,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		out, err := json.MarshalIndent(map[string]any{"manifest_digest": digest, "capability_count": len(m.Capabilities), "manifest": m}, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "%s\n", out)
-		return err
+		// Reconciliation is not claimed: only the operator knows whether
+		// the connector answers POST /aip/reconcile.
+		return hostrun.NewManifestReport(m, digest, false).Print(stdout)
 	}
 	// As aip-host: --database-url-file names a PostgreSQL journal (each
 	// replica keeps its own namespace), and spans go over OTLP/HTTP when

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,9 +165,10 @@ func TestRunPrintManifest(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
 	var out struct {
-		ManifestDigest  string       `json:"manifest_digest"`
-		CapabilityCount int          `json:"capability_count"`
-		Manifest        aip.Manifest `json:"manifest"`
+		ManifestDigest        string              `json:"manifest_digest"`
+		CapabilityCount       int                 `json:"capability_count"`
+		ImplementationSupport map[string][]string `json:"implementation_support"`
+		Manifest              aip.Manifest        `json:"manifest"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		t.Fatalf("%v: %s", err, stdout.String())
@@ -176,6 +178,11 @@ func TestRunPrintManifest(t *testing.T) {
 	want, _ := aip.ManifestDigest(&bound)
 	if out.ManifestDigest != want || out.CapabilityCount != 1 || out.Manifest.Agent.TrustDomain != "example.org" {
 		t.Errorf("printed %+v; want digest %s", out, want)
+	}
+	// What the fleet file's version entry needs besides, as aip-host and
+	// aipfleet host print it (reconciliation is the operator's to claim).
+	if got := out.ImplementationSupport["tiny.echo"]; !slices.Equal(got, []string{"invocation"}) {
+		t.Errorf("implementation support %v, want tiny.echo: [invocation]", out.ImplementationSupport)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -49,10 +50,18 @@ replicas section) with the same IDs, endpoint and did:key. Every flag below
 is the common host contract that every connector host shares, also read
 from its AIP_CONNECTOR_HOST_* variable. The journal is SQLite in
 --state-dir, or PostgreSQL with --database-url-file. aipfleet dev starts
-its replicas with this command.`,
+its replicas with this command.
+
+--print-manifest prints what a fleet file's version entry needs instead:
+the connector's manifest bound to --trust-domain (the version's manifest),
+its manifest_digest and the implementation_support of every capability.
+The version's attestation.artifact_digest, which --artifact-digest must
+repeat, names the build that runs the connector: for a built-in connector,
+the aipfleet binary (sha256: and its sha256sum).`,
 		examples: []string{
 			"aipfleet host --connector echo --bind 127.0.0.1:8091 --allow-insecure-loopback-http --public-endpoint http://127.0.0.1:8091/aip/v1/messages --control-plane-endpoint http://127.0.0.1:8090/aip/v1/connector-control --control-plane-did did:key:z6Mk... --signing-seed-file replica-1.key ...",
 			"AIP_CONNECTOR_HOST_CONNECTOR=echo AIP_CONNECTOR_HOST_REPLICA_ID=crepl_... aipfleet host   # everything else from AIP_CONNECTOR_HOST_* too",
+			"aipfleet host --connector echo --trust-domain fleet.example.com --print-manifest   # for the fleet file's version entry",
 			"aipfleet host --connector echo --help",
 		},
 		run: runHost,
@@ -63,6 +72,8 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 	fs := newFlagSet(c, e.getenv)
 	name := fs.String("connector", "", "the built-in connector to run: "+strings.Join(connectorNames(), ", "))
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	printManifest := fs.Bool("print-manifest", false, "print the connector's manifest bound to --trust-domain, its digest and the implementation support its capabilities need, as JSON for a fleet file's version entry, then exit")
+	fs.NoEnv("print-manifest")
 	load := hostsdk.BindFlags(fs.fs)
 	// The host flags read their AIP_CONNECTOR_HOST_* variables in load;
 	// list those names in the help like every other flag's.
@@ -98,6 +109,13 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 			return usagef("host: %v", err)
 		}
 		return err
+	}
+	if *printManifest {
+		r, err := hostrun.DescribeConnector(ctx, newConn(), cfg)
+		if err != nil {
+			return fmt.Errorf("host --print-manifest: %w", err)
+		}
+		return r.Print(e.stdout)
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
 	err = hostrun.Run(ctx, cfg, newConn(), e.getenv, "aipfleet-host-"+*name)

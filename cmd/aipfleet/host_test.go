@@ -1,9 +1,16 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
 )
 
 func TestHostFlagErrors(t *testing.T) {
@@ -47,5 +54,49 @@ func TestHostHelpListsTheCommonHostFlags(t *testing.T) {
 	}
 	if strings.Contains(out, "[$") {
 		t.Errorf("host --help repeats variable names in the usage text:\n%s", out)
+	}
+}
+
+// TestHostPrintManifest: --print-manifest prints what a fleet file's
+// version entry of the echo connector needs, the same as the version
+// aipfleet dev admits for it: the manifest bound to --trust-domain, its
+// digest and the implementation support of every capability.
+func TestHostPrintManifest(t *testing.T) {
+	f := prepared(t, filepath.Join(t.TempDir(), "state"), 1, 0)
+	fleet, err := f.fleet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fleet.Versions[0]
+	out, _, err := runCLI(t, map[string]string{"AIP_CONNECTOR_HOST_CONNECTOR": "echo"},
+		"host", "--trust-domain", devTrustDomain, "--print-manifest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Digest  string              `json:"manifest_digest"`
+		Count   int                 `json:"capability_count"`
+		Support map[string][]string `json:"implementation_support"`
+		M       aip.Manifest        `json:"manifest"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("the output is not the manifest JSON: %v\n%s", err, out)
+	}
+	if got.Digest != want.ManifestDigest || got.Count != len(want.Manifest.Capabilities) {
+		t.Errorf("digest %s, %d capabilities; dev admits %s, %d", got.Digest, got.Count, want.ManifestDigest, len(want.Manifest.Capabilities))
+	}
+	if d, err := aip.ManifestDigest(&got.M); err != nil || d != want.ManifestDigest {
+		t.Errorf("the printed manifest's digest is %s (%v); dev admits %s", d, err, want.ManifestDigest)
+	}
+	wantSupport := map[string][]string{}
+	for id, s := range want.ImplementationSupport {
+		wantSupport[id] = registry.SupportFeatureNames(s)
+	}
+	if diff := cmp.Diff(wantSupport, got.Support); diff != "" {
+		t.Errorf("implementation support (-dev +printed):\n%s", diff)
+	}
+
+	if _, _, err := runCLI(t, nil, "host", "--connector", "echo", "--print-manifest"); err == nil || !strings.Contains(err.Error(), "--trust-domain") {
+		t.Errorf("without a trust domain: %v, want an error naming --trust-domain", err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package hostrun holds what the programs that run connector hosts share
-// beyond hostsdk itself: opening the journal a host's settings name, and
-// the OpenTelemetry tracer provider every aipfleet process uses.
+// beyond hostsdk itself: opening the journal a host's settings name, the
+// OpenTelemetry tracer provider every aipfleet process uses, and what
+// --print-manifest prints (ManifestReport).
 // cmd/aipfleet (its host command and its servers), cmd/aip-host (the
 // product adapters) and cmd/aip-sidecar use it, so a product replica, an
 // echo replica and a sidecar accept the same settings and behave alike.
