@@ -36,7 +36,9 @@ func actionCommand() *command {
   aipfleet action get ACTION_ID                      its route and journaled state
   aipfleet action cancel ACTION_ID                   cancel it on its pinned replica
 
-The dispatcher is --url. The bearer token is --token, or — with --tenant —
+The dispatcher is --url; without it (or its variable), the dispatcher of
+the aipfleet dev fleet whose state is in --dev-state-dir, at the port dev
+recorded there, else 127.0.0.1:8080. The bearer token is --token, or — with --tenant —
 a development token minted on the spot with the local issuer key
 --issuer-key (the dispatcher must trust that key: aipfleet dispatch --issuer
 NAME=DID, with NAME = --issuer). With neither, the token aipfleet dev wrote
@@ -103,7 +105,7 @@ func bindClientFlags(fs *flagSet) clientFlags {
 		issuerKey:   fs.String("issuer-key", "", "local issuer key file used with --tenant (mode 0600)"),
 		issuer:      fs.String("issuer", "aipfleet-dev", "issuer name of minted tokens"),
 		audience:    fs.String("audience", tenanttoken.DefaultAudience, "audience of minted tokens"),
-		devStateDir: fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --tenant, use the token aipfleet dev wrote in this directory (dev-token)"),
+		devStateDir: fs.String("dev-state-dir", DefaultDevStateDir, "aipfleet dev's state directory: without --url, its dispatcher (dev.json); without --token or --tenant, its token (dev-token)"),
 	}
 }
 
@@ -158,6 +160,9 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	*f = actionFlags{capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
 		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut}
 	cf.fill(f)
+	if err := devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+		return err
+	}
 	var err error
 	if f.url, err = baseURL("--url", f.url, DefaultDispatchURL); err != nil {
 		return usagef("action: %v", err)

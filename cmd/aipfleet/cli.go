@@ -352,5 +352,15 @@ func (f *flagSet) noArgs() error {
 	return nil
 }
 
+// isSet reports whether name was given on the command line or through its
+// environment variable (after parse).
+func (f *flagSet) isSet(name string) bool {
+	if f.given[name] > 0 {
+		return true
+	}
+	env := f.envOf[name]
+	return env != "" && f.getenv(env) != ""
+}
+
 // args returns the positional arguments after the flags.
 func (f *flagSet) args() []string { return f.fs.Args() }

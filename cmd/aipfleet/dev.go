@@ -66,7 +66,8 @@ with its own SQLite journal. Everything listens on 127.0.0.1 only:
   replica N       --port-base + 10 + N  (8091, 8092, ...)
 
 State lives in --state-dir and survives a restart: the signing keys
-(keys/, created on first run with mode 0600), dev.json (the fleet's IDs),
+(keys/, created on first run with mode 0600), dev.json (the fleet's IDs
+and its port base, where aipfleet action, events and fleet find it),
 fleet.yaml (the fleet file dev applies at every start), registry.json (the
 registry, written atomically: every route is on disk before its action is
 sent), each replica's journal (replica-N/) and pid (replica-N.pid), and
@@ -811,11 +812,9 @@ func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, ex
 	fmt.Fprintf(w, "  state          %s   keys, fleet.yaml, registry.json, journals\n", f.dir)
 	fmt.Fprintf(w, "\nDev token for tenant %s (valid until %s, also in %s):\n  %s\n",
 		DevTenant, expiry.Local().Format("2006-01-02 15:04"), f.path(devTokenFile), token)
+	// The commands find the dispatcher and the control plane at the ports
+	// recorded in the state directory, on any --port-base.
 	var clientFlags, fleetFlags string
-	if f.state.PortBase != DefaultDevPortBase {
-		clientFlags += " --url http://" + f.dispatchAddr()
-		fleetFlags += " --control-url http://" + f.controlAddr()
-	}
 	if filepath.Clean(f.dir) != DefaultDevStateDir {
 		clientFlags += " --dev-state-dir " + shellQuote(f.dir)
 		fleetFlags += " --dev-state-dir " + shellQuote(f.dir)

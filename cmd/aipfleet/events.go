@@ -40,7 +40,8 @@ one page is printed; when more events exist the last line says which
 --interval until interrupted; a request that gets no answer, a 5xx or a 429
 (the dispatcher restarting or busy) is reported on stderr and asked again,
 any other refusal ends it. The dispatcher and the token are chosen as
-for aipfleet action: --url, and --token, --tenant with --issuer-key, or the
+for aipfleet action: --url (by default aipfleet dev's dispatcher, found
+through --dev-state-dir), and --token, --tenant with --issuer-key, or the
 token aipfleet dev wrote in --dev-state-dir. --follow outlasts its token:
 one minted with --issuer-key (it lasts 15 minutes) is minted again, and
 aipfleet dev's is read again, shortly before it expires; a --token is used
@@ -106,6 +107,9 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("events list: --interval must be positive")
 	case f.client.requestTimeout <= 0:
 		return usagef("events list: --request-timeout must be positive")
+	}
+	if err := devDefaultURL(fs, "url", &f.client.url, f.client.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+		return err
 	}
 	if f.client.url, err = baseURL("--url", f.client.url, DefaultDispatchURL); err != nil {
 		return usagef("events: %v", err)

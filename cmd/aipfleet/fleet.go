@@ -42,8 +42,10 @@ follows.
 
 --watch redraws the table in place every --interval until Ctrl-C;
 --json prints the two views as one JSON document (one per interval with
---watch). The control plane is --control-url: by default the one that
-aipfleet dev and aipfleet control-plane listen on.
+--watch). The control plane is --control-url; without it (or its variable), the
+control plane of the aipfleet dev fleet whose state is in --dev-state-dir,
+at the port dev recorded there, else 127.0.0.1:8090 (where aipfleet
+control-plane listens by default).
 
 The fleet views are for operators: the request carries --token (an
 operator token, see aipfleet token --operator), or one minted for 15
@@ -80,7 +82,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	token := fs.String("token", "", "operator bearer token (see aipfleet token --operator)")
 	issuerKey := fs.String("issuer-key", "", "mint a 15-minute operator token with this issuer key file (mode 0600)")
 	issuer := fs.String("issuer", devIssuer, "issuer name (iss claim) of minted tokens")
-	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "without --token or --issuer-key, mint with aipfleet dev's issuer key in this directory (keys/issuer.key)")
+	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "aipfleet dev's state directory: without --control-url, its control plane (dev.json); without --token or --issuer-key, mint with its issuer key (keys/issuer.key)")
 	fs.NoEnv("watch")
 	fs.NoEnv("json")
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -98,6 +100,9 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	if len(fs.args()) > 0 {
 		return usagef("fleet status: unexpected argument %q", fs.args()[0])
+	}
+	if err := devDefaultURL(fs, "control-url", controlURL, *devStateDir, func(u devURLs) string { return u.control }); err != nil {
+		return err
 	}
 	base, err := baseURL("--control-url", *controlURL, DefaultControlURL)
 	if err != nil {

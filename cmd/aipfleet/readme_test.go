@@ -39,8 +39,8 @@ import (
 // Two things differ from a newcomer's terminal, neither in the commands:
 // `go run ./cmd/aipfleet` runs the aipfleet binary this test builds once (a
 // `go` shim first in PATH, so the commands need no module checkout in the
-// working directory), and dev listens on free ports, which the commands find
-// through AIP_DEV_PORT_BASE, AIP_CLIENT_URL and AIP_FLEET_CONTROL_URL.
+// working directory), and dev listens on free ports (AIP_DEV_PORT_BASE),
+// which the commands find on their own, in .aipfleet/dev.json.
 
 // tourBlock is one ```sh block of the tour.
 type tourBlock struct {
@@ -319,7 +319,7 @@ exit 127
 		}
 	}
 	env = append(env, "PATH="+shim+string(os.PathListSeparator)+os.Getenv("PATH"), "AIPFLEET_README_BINARY="+bin,
-		"AIP_DEV_PORT_BASE="+strconv.Itoa(base), "AIP_CLIENT_URL=http://127.0.0.1:"+strconv.Itoa(base), "AIP_FLEET_CONTROL_URL="+controlURL)
+		"AIP_DEV_PORT_BASE="+strconv.Itoa(base))
 
 	startReady := func() *devProc {
 		t.Helper()

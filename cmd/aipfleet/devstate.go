@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// devURLs are the base URLs of a dev fleet's dispatcher and control plane.
+type devURLs struct{ dispatch, control string }
+
+// readDevURLs returns the addresses of the dev fleet whose state directory
+// is dir, from the port base dev recorded in its dev.json; ok is false when
+// dir holds no dev.json (no dev fleet was started there).
+func readDevURLs(dir string) (u devURLs, ok bool, err error) {
+	path := filepath.Join(dir, "dev.json")
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return devURLs{}, false, nil
+	}
+	if err != nil {
+		return devURLs{}, false, fmt.Errorf("the dev fleet's state: %w", err)
+	}
+	var st devState
+	if err := json.Unmarshal(raw, &st); err != nil || st.Format != devStateFormat {
+		return devURLs{}, false, fmt.Errorf("%s is not a dev state file of this build, so the dev fleet's ports are unknown", path)
+	}
+	if st.PortBase < 1 || st.PortBase+controlPortOffset > 65535 {
+		return devURLs{}, false, fmt.Errorf("%s records port base %d, which is not a port", path, st.PortBase)
+	}
+	at := func(port int) string { return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+	return devURLs{dispatch: at(st.PortBase), control: at(st.PortBase + controlPortOffset)}, true, nil
+}
+
+// devDefaultURL sets *url, the value of the URL flag flagName, to the dev
+// fleet's address (which picks from devURLs) when neither the flag nor its
+// variable was given and devStateDir holds a dev fleet's state: the client
+// commands find aipfleet dev on whatever --port-base it runs. A URL given
+// explicitly always wins; without a dev fleet the flag's default stays.
+func devDefaultURL(fs *flagSet, flagName string, url *string, devStateDir string, which func(devURLs) string) error {
+	if fs.isSet(flagName) {
+		return nil
+	}
+	u, ok, err := readDevURLs(devStateDir)
+	if err != nil {
+		return usagef("%s: %v; give --%s", fs.cmd.name, err, flagName)
+	}
+	if ok {
+		*url = which(u)
+	}
+	return nil
+}
