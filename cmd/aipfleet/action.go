@@ -431,7 +431,7 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 	if !st.Replica.Reachable {
 		msg := "no answer"
 		if st.Replica.Error != nil {
-			msg = printable(st.Replica.Error.Code + ": " + st.Replica.Error.Message)
+			msg = printable(st.Replica.Error.Code) + ": " + printableLines(st.Replica.Error.Message)
 		}
 		fmt.Fprintf(e.stdout, "replica: unreachable (%s); its journal was not read, nothing is assumed\n", msg)
 		return nil
@@ -505,11 +505,11 @@ func printSummary(w io.Writer, r *dispatch.ActionResponse) {
 			fmt.Fprintf(w, "output: %s\n", printable(compact(r.Result.Output)))
 		}
 		if r.Result.Error != nil {
-			fmt.Fprintf(w, "error: %s: %s\n", printable(r.Result.Error.Code), printable(r.Result.Error.Message))
+			fmt.Fprintf(w, "error: %s: %s\n", printable(r.Result.Error.Code), printableLines(r.Result.Error.Message))
 		}
 	case r.Error != nil:
 		fmt.Fprintf(w, "action %s not completed%s, settlement %s\n", r.ActionID, where, orNone(string(r.Settlement)))
-		fmt.Fprintf(w, "error: %s: %s\n", printable(r.Error.Code), printable(r.Error.Message))
+		fmt.Fprintf(w, "error: %s: %s\n", printable(r.Error.Code), printableLines(r.Error.Message))
 	}
 }
 
@@ -541,7 +541,7 @@ func (f *actionFlags) failure(status int, raw []byte) error {
 func apiFailure(status int, raw []byte) error {
 	var e dispatch.ErrorResponse
 	if json.Unmarshal(raw, &e) == nil && e.Error != nil {
-		return fmt.Errorf("HTTP %d: %s: %s", status, printable(e.Error.Code), printable(e.Error.Message))
+		return fmt.Errorf("HTTP %d: %s: %s", status, printable(e.Error.Code), printableLines(e.Error.Message))
 	}
 	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(raw), 500)))
 }

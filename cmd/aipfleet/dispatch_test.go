@@ -473,3 +473,48 @@ func TestActionAgainstAServerThatIsNotTheDispatcher(t *testing.T) {
 		t.Errorf("get of an unknown action: err = %v, want the dispatcher's answer without the hint", err)
 	}
 }
+
+// TestActionMultiLineErrorsAreIndented: a multi-line error message from a
+// replica or the dispatcher prints as lines, each after the first
+// indented (not as \u000a), while every other control character stays
+// escaped.
+func TestActionMultiLineErrorsAreIndented(t *testing.T) {
+	const msg = "first line\nsecond line\r\nthird \x1b[31mred\n"
+	const want = "first line\n    second line\n    third \\u001b[31mred"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		id := aip.NewActionID()
+		switch {
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel"):
+			w.WriteHeader(http.StatusConflict)
+			json.NewEncoder(w).Encode(dispatch.ErrorResponse{Error: aip.NewProtocolError("dispatch.conflict", aip.CategoryPermanent, false, 0, msg)})
+		case r.Method == http.MethodPost:
+			json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: id, Settlement: "completed",
+				Route:  &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+				Result: &aip.ActionResult{ActionID: id, Status: aip.ResultFailed, Error: aip.NewProtocolError("provider.error", aip.CategoryConnector, false, 0, msg)}})
+		default:
+			json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, Route: &dispatch.RouteFacts{ReplicaID: "crepl_x"},
+				Replica: dispatch.ReplicaFacts{Reachable: false, Error: aip.NewProtocolError("replica.down", aip.CategoryConnector, true, 0, msg)}})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_TOKEN": "t"}
+	id := aip.NewActionID()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"action", "send", "--capability", "c", "--input", "{}"}, "error: provider.error: " + want + "\n"},
+		{[]string{"action", "get", id}, "replica: unreachable (replica.down: " + want + ")"},
+		{[]string{"action", "cancel", id}, "HTTP 409: dispatch.conflict: " + want},
+	} {
+		out, _, err := runCLI(t, env, c.args...)
+		text := out
+		if err != nil {
+			text += err.Error()
+		}
+		if !strings.Contains(text, c.want) {
+			t.Errorf("%v printed\n%s\nwant it to contain\n%s", c.args, text, c.want)
+		}
+	}
+}

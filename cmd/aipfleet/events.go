@@ -227,6 +227,24 @@ func printable(s string) string {
 	return b.String()
 }
 
+// continuationIndent starts every line after the first of a multi-line
+// message printableLines prints.
+const continuationIndent = "    "
+
+// printableLines is printable for a message meant to be read as text (an
+// error message from a replica or the dispatcher): its line breaks (\n or
+// \r\n) start a new line indented by continuationIndent, so the message
+// reads as it was written and no line of it can pass for a line of this
+// output; every other control or format character is still escaped.
+// Trailing line breaks are dropped.
+func printableLines(s string) string {
+	lines := strings.Split(strings.TrimRight(strings.ReplaceAll(s, "\r\n", "\n"), "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return strings.Join(lines, "\n"+continuationIndent)
+}
+
 // page reads one page of events after after.
 func (f *eventsFlags) page(ctx context.Context, client *http.Client, bearer string, after uint64) (dispatch.EventsResponse, error) {
 	var out dispatch.EventsResponse
