@@ -28,13 +28,15 @@ const (
 	ManifestChangeUnready ManifestChangePolicy = "unready"
 )
 
-func (p *ManifestChangePolicy) validate() error {
+// validate checks the policy of field (Local.OnManifestChange or
+// MCP.OnManifestChange) and sets the default.
+func (p *ManifestChangePolicy) validate(field string) error {
 	switch *p {
 	case "":
 		*p = ManifestChangeReport
 	case ManifestChangeReport, ManifestChangeUnready:
 	default:
-		return &ConfigError{Field: "OnManifestChange", Reason: fmt.Sprintf("is %q; want report or unready", *p)}
+		return cfgErr(field, fmt.Sprintf("is %q; want report or unready", *p))
 	}
 	return nil
 }

@@ -3,16 +3,61 @@ package sidecar
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
-// ConfigError reports an invalid sidecar setting: the Config field and what
-// is accepted.
+// ConfigError reports an invalid sidecar setting: the Config field, the
+// aip-sidecar flag and environment variable that set it (empty for a field
+// only a Go program sets), and what is accepted. As hostsdk.ConfigError,
+// its message names the flag and the variable first, for a person who
+// configured the sidecar with them.
 type ConfigError struct {
 	Field  string
+	Flag   string // without the dashes
+	Env    string
 	Reason string
 }
 
-func (e *ConfigError) Error() string { return "sidecar: " + e.Field + " " + e.Reason }
+func (e *ConfigError) Error() string {
+	if e.Flag == "" {
+		return fmt.Sprintf("sidecar: Config.%s %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("sidecar: --%s (%s, Config.%s) %s", e.Flag, e.Env, e.Field, e.Reason)
+}
+
+// EnvPrefix starts the environment variable of every aip-sidecar setting
+// (AIP_SIDECAR_LOCAL_URL for --local-url); the replica's own are
+// hostsdk's AIP_CONNECTOR_HOST_*.
+const EnvPrefix = "AIP_SIDECAR_"
+
+// settingOf maps a Config field to the aip-sidecar flag that sets it.
+// Fields missing here are set by Go programs only.
+var settingOf = map[string]string{
+	"StartTimeout": "start-timeout-ms", "StopTimeout": "stop-timeout-ms",
+	"RestartBackoff": "restart-backoff-ms", "MaxBackoff": "max-backoff-ms",
+	"RestartUnresponsiveAfter": "restart-unresponsive-after",
+	"Exec":                     "exec", "EventsToken": "events-token-file",
+	"Local.URL": "local-url", "Local.Socket": "local-socket", "Local.Token": "local-token-file",
+	"Local.CancelGrace": "cancel-grace-ms", "Local.MaxActionDuration": "max-action-ms",
+	"Local.OnManifestChange": "on-manifest-change",
+	"MCP.Command":            "mcp-command", "MCP.URL": "mcp-url",
+	"MCP.ConnectTimeout": "start-timeout-ms", "MCP.StopTimeout": "stop-timeout-ms",
+	"MCP.MaxActionDuration": "max-action-ms", "MCP.RestartBackoff": "restart-backoff-ms",
+	"MCP.MaxBackoff": "max-backoff-ms", "MCP.RestartUnresponsiveAfter": "restart-unresponsive-after",
+	"MCP.OnManifestChange": "on-manifest-change",
+}
+
+// cfgErr returns the ConfigError of field, naming its flag and variable
+// when aip-sidecar has one. Host.* fields are hostsdk's settings.
+func cfgErr(field, reason string) *ConfigError {
+	e := &ConfigError{Field: field, Reason: reason}
+	if f, ok := settingOf[field]; ok {
+		e.Flag, e.Env = f, EnvPrefix+strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
+	} else if f, ok := strings.CutPrefix(field, "Host."); ok && f == "Bind" {
+		e.Flag, e.Env = "bind", "AIP_CONNECTOR_HOST_BIND"
+	}
+	return e
+}
 
 // LocalError is a failed exchange with the local connector: the request,
 // where the connector listens, the HTTP status (0 when none arrived) and the

@@ -373,7 +373,7 @@ func TestEventsConfig(t *testing.T) {
 		want string
 	}{
 		{"same token both ways", Config{Local: LocalConfig{Socket: "/tmp/x.sock", Token: "same"}, EventsToken: "same"}, "is the local connector's token"},
-		{"token with a space", Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, EventsToken: "a b"}, "EventsToken has byte 0x20"},
+		{"token with a space", Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, EventsToken: "a b"}, "Config.EventsToken) has byte 0x20"},
 		{"MCP", Config{MCP: MCPConfig{URL: "http://127.0.0.1:9/mcp"}, EventsToken: "t"}, "MCP servers do not publish AIP events"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -143,16 +143,16 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 func (c *LocalConfig) withDefaults() error {
 	switch {
 	case c.URL == "" && c.Socket == "":
-		return &ConfigError{Field: "Local.URL", Reason: "is empty: give the local connector's loopback URL (--local-url) or unix socket (--local-socket)"}
+		return cfgErr("Local.URL", "is empty: give the local connector's loopback URL, or its unix socket with --local-socket (AIP_SIDECAR_LOCAL_SOCKET)")
 	case c.URL != "" && c.Socket != "":
-		return &ConfigError{Field: "Local.URL", Reason: "and Local.Socket are both set; give exactly one of --local-url and --local-socket"}
+		return cfgErr("Local.URL", "and --local-socket (AIP_SIDECAR_LOCAL_SOCKET) are both set; give exactly one")
 	case c.URL != "":
 		if err := checkLoopbackURL(c.URL); err != nil {
-			return &ConfigError{Field: "Local.URL", Reason: err.Error()}
+			return cfgErr("Local.URL", err.Error())
 		}
 	default:
 		if len(c.Socket) > maxSocketPath {
-			return &ConfigError{Field: "Local.Socket", Reason: fmt.Sprintf("is %d bytes; a unix socket path is at most %d bytes", len(c.Socket), maxSocketPath)}
+			return cfgErr("Local.Socket", fmt.Sprintf("is %d bytes; a unix socket path is at most %d bytes", len(c.Socket), maxSocketPath))
 		}
 	}
 	// The token goes into an Authorization header (and, with Exec, the
@@ -160,7 +160,7 @@ func (c *LocalConfig) withDefaults() error {
 	// every request, start-up only after StartTimeout, with no word of
 	// the token.
 	if err := checkToken(c.Token); err != nil {
-		return &ConfigError{Field: "Local.Token", Reason: err.Error()}
+		return cfgErr("Local.Token", err.Error())
 	}
 	for _, d := range []struct {
 		field string
@@ -176,7 +176,7 @@ func (c *LocalConfig) withDefaults() error {
 			*d.p = d.def
 		}
 		if *d.p < 0 {
-			return &ConfigError{Field: d.field, Reason: "is negative"}
+			return cfgErr(d.field, "is negative")
 		}
 	}
 	if c.MaxResultBytes == 0 {
@@ -197,10 +197,10 @@ func (c *LocalConfig) withDefaults() error {
 		{"Local.MaxChunks", int64(c.MaxChunks)},
 	} {
 		if l.v < 0 {
-			return &ConfigError{Field: l.field, Reason: "is negative"}
+			return cfgErr(l.field, "is negative")
 		}
 	}
-	if err := c.OnManifestChange.validate(); err != nil {
+	if err := c.OnManifestChange.validate("Local.OnManifestChange"); err != nil {
 		return err
 	}
 	if c.Logger == nil {

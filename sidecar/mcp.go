@@ -168,22 +168,22 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		}
 	}
 	if n != 1 {
-		return nil, &ConfigError{Field: "MCP.Command", Reason: "and MCP.URL: give exactly one MCP server (--mcp-command or --mcp-url)"}
+		return nil, cfgErr("MCP.Command", "and --mcp-url (AIP_SIDECAR_MCP_URL): give exactly one MCP server")
 	}
 	if len(cfg.Command) > 0 && cfg.Command[0] == "" {
-		return nil, &ConfigError{Field: "MCP.Command", Reason: "has an empty program name"}
+		return nil, cfgErr("MCP.Command", "has an empty program name")
 	}
 	var query string // "?" + the URL's query, which errors must not show
 	if cfg.URL != "" {
 		u, err := url.Parse(cfg.URL)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; want the absolute URL of a Streamable HTTP MCP endpoint", redactURL(cfg.URL))}
+			return nil, cfgErr("MCP.URL", fmt.Sprintf("is %q; want the absolute URL of a Streamable HTTP MCP endpoint", redactURL(cfg.URL)))
 		}
 		if u.Scheme == "http" && !netutil.IsLoopbackHost(u.Hostname()) {
-			return nil, &ConfigError{Field: "MCP.URL", Reason: fmt.Sprintf("is %q; http is accepted only on a loopback address; use https", redactURL(cfg.URL))}
+			return nil, cfgErr("MCP.URL", fmt.Sprintf("is %q; http is accepted only on a loopback address; use https", redactURL(cfg.URL)))
 		}
 		if u.User != nil {
-			return nil, &ConfigError{Field: "MCP.URL", Reason: "must not carry credentials"}
+			return nil, cfgErr("MCP.URL", "must not carry credentials")
 		}
 		if u.RawQuery != "" {
 			query = "?" + u.RawQuery
@@ -203,16 +203,16 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 		{"MCP.StableAfter", &cfg.StableAfter, DefaultStableAfter},
 	} {
 		if *d.p < 0 {
-			return nil, &ConfigError{Field: d.field, Reason: fmt.Sprintf("is %s; it must not be negative", *d.p)}
+			return nil, cfgErr(d.field, fmt.Sprintf("is %s; it must not be negative", *d.p))
 		}
 		if *d.p == 0 {
 			*d.p = d.def
 		}
 	}
 	if cfg.RestartUnresponsiveAfter < 0 {
-		return nil, &ConfigError{Field: "MCP.RestartUnresponsiveAfter", Reason: fmt.Sprintf("is %d; it must not be negative (0 never takes a session down for unanswered pings)", cfg.RestartUnresponsiveAfter)}
+		return nil, cfgErr("MCP.RestartUnresponsiveAfter", fmt.Sprintf("is %d; it must not be negative (0 never takes a session down for unanswered pings)", cfg.RestartUnresponsiveAfter))
 	}
-	if err := cfg.OnManifestChange.validate(); err != nil {
+	if err := cfg.OnManifestChange.validate("MCP.OnManifestChange"); err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {

@@ -414,7 +414,7 @@ func TestMCPConfigErrors(t *testing.T) {
 		{MCPConfig{URL: "ftp://x/"}, "Streamable HTTP"},
 		{MCPConfig{Command: []string{""}}, "empty program"},
 		{MCPConfig{Command: []string{"x"}, OnManifestChange: "apply"}, "report or unready"},
-		{MCPConfig{Command: []string{"x"}, ConnectTimeout: -time.Second}, "MCP.ConnectTimeout is -1s"},
+		{MCPConfig{Command: []string{"x"}, ConnectTimeout: -time.Second}, "--start-timeout-ms (AIP_SIDECAR_START_TIMEOUT_MS, Config.MCP.ConnectTimeout) is -1s"},
 		{MCPConfig{Command: []string{"x"}, StopTimeout: -time.Second}, "MCP.StopTimeout"},
 		{MCPConfig{Command: []string{"x"}, MaxActionDuration: -time.Second}, "MCP.MaxActionDuration"},
 		{MCPConfig{Command: []string{"x"}, RestartBackoff: -time.Second}, "MCP.RestartBackoff"},

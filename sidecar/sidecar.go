@@ -148,18 +148,18 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		{"StableAfter", &cfg.StableAfter, DefaultStableAfter},
 	} {
 		if *d.p < 0 {
-			return nil, &ConfigError{Field: d.field, Reason: fmt.Sprintf("is %s; it must not be negative", *d.p)}
+			return nil, cfgErr(d.field, fmt.Sprintf("is %s; it must not be negative", *d.p))
 		}
 		if *d.p == 0 {
 			*d.p = d.def
 		}
 	}
 	if cfg.RestartUnresponsiveAfter < 0 {
-		return nil, &ConfigError{Field: "RestartUnresponsiveAfter", Reason: fmt.Sprintf("is %d; it must not be negative (0 never restarts a running child)", cfg.RestartUnresponsiveAfter)}
+		return nil, cfgErr("RestartUnresponsiveAfter", fmt.Sprintf("is %d; it must not be negative (0 never restarts a running child)", cfg.RestartUnresponsiveAfter))
 	}
 	mcpMode := len(cfg.MCP.Command) > 0 || cfg.MCP.URL != "" || cfg.MCP.Transport != nil
 	if cfg.RestartUnresponsiveAfter > 0 && len(cfg.Exec) == 0 && !mcpMode {
-		return nil, &ConfigError{Field: "RestartUnresponsiveAfter", Reason: "restarts a child the sidecar started or re-opens an MCP session; it needs --exec, --mcp-command or --mcp-url (an attached connector is not the sidecar's to restart)"}
+		return nil, cfgErr("RestartUnresponsiveAfter", "restarts a child the sidecar started or re-opens an MCP session; it needs --exec, --mcp-command or --mcp-url (an attached connector is not the sidecar's to restart)")
 	}
 	probe := cfg.Host.HealthProbeTimeout
 	if probe == 0 {
@@ -168,13 +168,17 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 	s := &Sidecar{cfg: cfg, log: log, probeTimeout: probe}
 	if mcpMode {
 		if len(cfg.Exec) > 0 {
-			return nil, &ConfigError{Field: "Exec", Reason: "is for a local-contract connector; in MCP mode give the server's command with --mcp-command"}
+			return nil, cfgErr("Exec", "is for a local-contract connector; in MCP mode give the server's command with --mcp-command")
 		}
 		if cfg.Local.URL != "" || cfg.Local.Socket != "" {
-			return nil, &ConfigError{Field: "Local.URL", Reason: "is set together with an MCP server; choose the local contract (--local-url/--local-socket) or MCP (--mcp-command/--mcp-url)"}
+			field := "Local.URL"
+			if cfg.Local.URL == "" {
+				field = "Local.Socket"
+			}
+			return nil, cfgErr(field, "is set together with an MCP server; choose the local contract (--local-url/--local-socket) or MCP (--mcp-command/--mcp-url)")
 		}
 		if cfg.EventsToken != "" {
-			return nil, &ConfigError{Field: "EventsToken", Reason: "is set together with an MCP server; MCP servers do not publish AIP events, so the sidecar serves no " + PathEvents + " in MCP mode"}
+			return nil, cfgErr("EventsToken", "is set together with an MCP server; MCP servers do not publish AIP events, so the sidecar serves no "+PathEvents+" in MCP mode")
 		}
 		mc := cfg.MCP
 		if mc.Logger == nil {
@@ -209,7 +213,7 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 			lc.Logger = log
 		}
 		if len(cfg.Exec) > 0 && cfg.Exec[0] == "" {
-			return nil, &ConfigError{Field: "Exec", Reason: "has an empty program name"}
+			return nil, cfgErr("Exec", "has an empty program name")
 		}
 		if len(cfg.Exec) > 0 && lc.Token == "" {
 			// Only the sidecar and its child know the token.
@@ -227,10 +231,10 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		var eventsURL string
 		if eventsToken != "" {
 			if err := checkToken(eventsToken); err != nil {
-				return nil, &ConfigError{Field: "EventsToken", Reason: err.Error()}
+				return nil, cfgErr("EventsToken", err.Error())
 			}
 			if subtle.ConstantTimeCompare([]byte(eventsToken), []byte(lc.Token)) == 1 {
-				return nil, &ConfigError{Field: "EventsToken", Reason: "is the local connector's token; use another token for the events route (--events-token-file), so that a leak of one does not grant the other direction"}
+				return nil, cfgErr("EventsToken", "is the local connector's token (--local-token-file); use another token for the events route, so that a leak of one does not grant the other direction")
 			}
 			l.events = &eventsRoute{token: eventsToken, m: newEventsMetrics()}
 			if len(cfg.Exec) > 0 {
@@ -248,7 +252,7 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 						EnvEventsURL+" and POST "+PathEvents+" is not served: bind a fixed port (--bind) to publish events", "bind", listen)
 					l.events, eventsToken = nil, ""
 				case err != nil:
-					return nil, &ConfigError{Field: "Host.Bind", Reason: err.Error()}
+					return nil, cfgErr("Host.Bind", err.Error())
 				default:
 					eventsURL = u
 				}

@@ -18,7 +18,7 @@ import (
 	"github.com/aipfleet/aipfleet/sidecar"
 )
 
-const envPrefix = "AIP_SIDECAR_"
+const envPrefix = sidecar.EnvPrefix
 
 // newSettings returns the AIP_SIDECAR_* settings read with
 // hostsdk.BindSettings (the flag wins over the variable).

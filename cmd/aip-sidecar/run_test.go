@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -338,5 +339,67 @@ func TestSettingsAroundSpaces(t *testing.T) {
 	if !errors.As(err, &se) || se.Flag != "start-timeout-ms" || !strings.Contains(err.Error(), "AIP_SIDECAR_START_TIMEOUT_MS") ||
 		!strings.Contains(err.Error(), "want an integer from 1 to 3600000 ms") {
 		t.Errorf("AIP_SIDECAR_START_TIMEOUT_MS=\"5000 ms\": %v; want a SettingError naming it and the range", err)
+	}
+}
+
+// TestRunConfigErrorsNameTheFlags: the sidecar's configuration errors
+// name the flag and the variable the operator set, as hostsdk's do, not
+// only a Go field (a person running aip-sidecar never wrote Local.URL),
+// and every flag they mention exists.
+func TestRunConfigErrorsNameTheFlags(t *testing.T) {
+	dir := t.TempDir()
+	badToken := filepath.Join(dir, "bad-token")
+	os.WriteFile(badToken, []byte("two words"), 0o600)
+	fs := flag.NewFlagSet("aip-sidecar", flag.ContinueOnError)
+	hostsdk.BindFlags(fs)
+	hostsdk.BindSettings(fs, newSettings())
+	for _, a := range argvSettings {
+		fs.Var(argvFlag{}, a.flag, "")
+	}
+	goField := regexp.MustCompile(`sidecar: (Local|MCP|Host)?\.?[A-Z]`)
+	mentioned := regexp.MustCompile(`--([a-z][a-z-]*)`)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no connector", nil, nil, "--local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) is empty"},
+		{"url and socket", []string{"--local-url", "http://127.0.0.1:9", "--local-socket", "/tmp/x.sock"}, nil,
+			"--local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) and --local-socket (AIP_SIDECAR_LOCAL_SOCKET) are both set"},
+		{"non-loopback url", []string{"--local-url", "http://192.0.2.1:80"}, nil, "--local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) is \"http://192.0.2.1:80\""},
+		{"socket with an MCP server", []string{"--local-socket", "/tmp/x.sock", "--mcp-url", "https://mcp.example/mcp"}, nil,
+			"--local-socket (AIP_SIDECAR_LOCAL_SOCKET, Config.Local.Socket) is set together with an MCP server"},
+		{"bad token", []string{"--local-url", "http://127.0.0.1:9", "--local-token-file", badToken}, nil,
+			"--local-token-file (AIP_SIDECAR_LOCAL_TOKEN_FILE, Config.Local.Token) has byte"},
+		{"plain http MCP URL", nil, map[string]string{"AIP_SIDECAR_MCP_URL": "http://mcp.example/mcp"},
+			"--mcp-url (AIP_SIDECAR_MCP_URL, Config.MCP.URL)"},
+		{"restart without exec", []string{"--local-url", "http://127.0.0.1:9", "--restart-unresponsive-after", "3"}, nil,
+			"--restart-unresponsive-after (AIP_SIDECAR_RESTART_UNRESPONSIVE_AFTER, Config.RestartUnresponsiveAfter)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			getenv := func(k string) string { return map[string]string{"AIP_CONNECTOR_HOST_TRUST_DOMAIN": "example.org"}[k] }
+			if tc.env != nil {
+				getenv = func(k string) string {
+					if v, ok := tc.env[k]; ok {
+						return v
+					}
+					return map[string]string{"AIP_CONNECTOR_HOST_TRUST_DOMAIN": "example.org"}[k]
+				}
+			}
+			err := run(context.Background(), append([]string{"--print-manifest"}, tc.args...), getenv, &stderr, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run = %v; want an error containing %q", err, tc.want)
+			}
+			if goField.MatchString(err.Error()) {
+				t.Errorf("the error starts with a Go field: %v", err)
+			}
+			for _, m := range mentioned.FindAllStringSubmatch(err.Error(), -1) {
+				if fs.Lookup(m[1]) == nil {
+					t.Errorf("the error names --%s, which aip-sidecar does not have: %v", m[1], err)
+				}
+			}
+		})
 	}
 }
