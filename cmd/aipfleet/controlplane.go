@@ -213,13 +213,16 @@ func runControlPlane(ctx context.Context, c *command, e *env, args []string) err
 	// then the batch workers and maintenance stop; the deferred close then
 	// closes the database pool and flushes traces.
 	err = svc.Serve(ctx, srv.ln, controlplane.ServeConfig{TLSConfig: srv.tlsConfig})
-	srv.logger.Info("stopped", "component", controlplane.Component, "error", errString(err))
+	logStopped(srv.logger, controlplane.Component, err)
 	return err
 }
 
-func errString(err error) string {
-	if err == nil {
-		return ""
+// logStopped logs a server's last line: "stopped", with the error only
+// when the stop was not clean.
+func logStopped(logger *slog.Logger, component string, err error) {
+	if err != nil {
+		logger.Info("stopped", "component", component, "error", err.Error())
+		return
 	}
-	return err.Error()
+	logger.Info("stopped", "component", component)
 }

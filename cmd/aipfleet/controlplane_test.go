@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -399,5 +400,26 @@ func TestControlPlaneEventRetention(t *testing.T) {
 		if got := f.serviceConfig().EventRetention; got != c.want {
 			t.Errorf("%v: EventRetention %v, want %v", c.args, got, c.want)
 		}
+	}
+}
+
+// TestStoppedLogLine: a clean stop of the control plane or the dispatcher
+// logs "stopped" without an error field (not "error":""); a stop that
+// failed logs the error.
+func TestStoppedLogLine(t *testing.T) {
+	var b bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&b, nil))
+	logStopped(logger, "aipfleet-dispatch", nil)
+	var clean map[string]any
+	if err := json.Unmarshal(b.Bytes(), &clean); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := clean["error"]; ok || clean["msg"] != "stopped" {
+		t.Errorf("clean stop logged %s", b.String())
+	}
+	b.Reset()
+	logStopped(logger, "aipfleet-dispatch", errors.New("drain timed out"))
+	if !strings.Contains(b.String(), `"error":"drain timed out"`) {
+		t.Errorf("failed stop logged %s", b.String())
 	}
 }

@@ -248,7 +248,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	// refused, actions in flight finish and settle; the deferred calls then
 	// close the database pool, flush traces and close replica connections.
 	err = d.Run(ctx)
-	srv.logger.Info("stopped", "component", "aipfleet-dispatch", "error", errString(err))
+	logStopped(srv.logger, "aipfleet-dispatch", err)
 	return err
 }
 
