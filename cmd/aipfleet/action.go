@@ -494,7 +494,7 @@ func printSummary(w io.Writer, r *dispatch.ActionResponse) {
 	if r.Route != nil {
 		where = fmt.Sprintf(" on replica %s (fence %s", r.Route.ReplicaID, r.Route.FenceToken)
 		if n := len(r.Route.Reroutes); n > 0 {
-			where += fmt.Sprintf(", rerouted %d time(s) after refusals", n)
+			where += fmt.Sprintf(", rerouted %s after %s", times(n), plural(n, "refusal"))
 		}
 		where += ")"
 	}

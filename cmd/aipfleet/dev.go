@@ -625,13 +625,17 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	}
 	if n, err := offlineCount(reg); err == nil {
 		if total := len(f.state.ReplicaIDs); n == total {
-			log.event("dev", fmt.Sprintf("all %d replicas are offline", n))
+			log.event("dev", fmt.Sprintf("%s offline", countIs(n, "replica")))
 		} else {
 			// A replica that was still waiting for the lease of a process
 			// that failed never ran, so it could not drain: its record
 			// stays registered until that lease expires.
-			log.event("dev", fmt.Sprintf("%d of %d replicas are offline", n, total))
-			errs = append(errs, fmt.Errorf("%d of %d replicas did not go offline: still registered until their leases expire", total-n, total))
+			verb := "are"
+			if n == 1 {
+				verb = "is"
+			}
+			log.event("dev", fmt.Sprintf("%d of %s %s offline", n, plural(total, "replica"), verb))
+			errs = append(errs, fmt.Errorf("%d of %s did not go offline: still registered until the lease expires", total-n, plural(total, "replica")))
 		}
 	}
 	stopCP()
@@ -803,7 +807,7 @@ func cliName() string {
 // banner prints where everything listens and what to try.
 func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, expiry time.Time) {
 	cli := cliName()
-	fmt.Fprintf(w, "\naipfleet dev is ready: %d %s replicas serving tenant %s\n\n", f.replicas, f.connector, DevTenant)
+	fmt.Fprintf(w, "\naipfleet dev is ready: %s serving tenant %s\n\n", plural(f.replicas, f.connector+" replica"), DevTenant)
 	fmt.Fprintf(w, "  dispatcher     http://%s   POST /aip/v1/actions\n", f.dispatchAddr())
 	fmt.Fprintf(w, "  control plane  http://%s   GET /aip/v1/fleet/replicas (operator token: aipfleet fleet status)\n", f.controlAddr())
 	for i, p := range procs {

@@ -338,6 +338,7 @@ func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool) {
 	if len(v.Replicas) == 0 {
 		fmt.Fprintln(w, "(no replicas: pre-provision some with a fleet file, aipfleet registry apply -f FILE)")
 	}
-	fmt.Fprintf(w, "\n%d replicas: %d ready, %d draining, %d offline, %d with an expired lease; ready capacity %d, %d active assignments; catalog revision %d\n",
-		s.Replicas, s.ReadyReplicas, s.DrainingReplicas, s.OfflineReplicas, s.ExpiredLeases, s.ReadyCapacity, s.ActiveAssignments, s.CatalogRevision)
+	fmt.Fprintf(w, "\n%s: %d ready, %d draining, %d offline, %d with an expired lease; ready capacity %d, %s; catalog revision %d\n",
+		plural(s.Replicas, "replica"), s.ReadyReplicas, s.DrainingReplicas, s.OfflineReplicas, s.ExpiredLeases, s.ReadyCapacity,
+		plural(s.ActiveAssignments, "active assignment"), s.CatalogRevision)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -99,7 +100,7 @@ func TestFleetStatus(t *testing.T) {
 		regexp.MustCompile(`(?m)^crepl_r2\s+cinst_a\s+draining\s+(59m|1h0m)[0-9.]+s\s+0/4\s+closed$`),
 		regexp.MustCompile(`(?m)^crepl_r3\s+cinst_a\s+offline\s+-\s+0/4\s+closed$`),
 		regexp.MustCompile(`(?m)^crepl_r4\s+cinst_a\s+expired\s+expired\s+0/4\s+closed$`),
-		regexp.MustCompile(`4 replicas: 1 ready, 1 draining, 1 offline, 1 with an expired lease; ready capacity 4, 1 active assignments; catalog revision \d+`),
+		regexp.MustCompile(`4 replicas: 1 ready, 1 draining, 1 offline, 1 with an expired lease; ready capacity 4, 1 active assignment; catalog revision \d+`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("output does not match %s:\n%s", want, out)
@@ -249,5 +250,36 @@ func TestClientURLWithAnAPIPathNamesTheBaseURL(t *testing.T) {
 	// A path prefix before the API (a reverse proxy) is a base URL.
 	if got, err := baseURL("--url", "https://gw.example.test/fleet/", DefaultDispatchURL); err != nil || got != "https://gw.example.test/fleet" {
 		t.Errorf("baseURL with a prefix = %q, %v", got, err)
+	}
+}
+
+// TestCountsArePluralisedProperly: one replica is "1 replica", not "1
+// replicas", in fleet status, registry status, dev's banner and dev's
+// stop line.
+func TestCountsArePluralisedProperly(t *testing.T) {
+	var b bytes.Buffer
+	printFleet(&b, &fleetView{Status: registry.FleetStatusSummary{Replicas: 1, ReadyReplicas: 1, ActiveAssignments: 1}}, time.Now(), false)
+	if !strings.Contains(b.String(), "\n1 replica: 1 ready") || !strings.Contains(b.String(), ", 1 active assignment;") {
+		t.Errorf("fleet status with one replica and one assignment:\n%s", b.String())
+	}
+	b.Reset()
+	printRegistryStatus(&b, registryStatusDoc{Fleet: registry.FleetStatusSummary{Replicas: 1, ActiveAssignments: 1}})
+	if !strings.Contains(b.String(), "1 active assignment\n") {
+		t.Errorf("registry status with one assignment:\n%s", b.String())
+	}
+	b.Reset()
+	f := prepared(t, filepath.Join(t.TempDir(), "state"), 1, 0)
+	f.banner(&b, []*replicaProcess{{name: "replica-1", pidFile: f.path("replica-1.pid")}}, "tok", time.Now())
+	if !strings.Contains(b.String(), "ready: 1 echo replica serving") {
+		t.Errorf("banner with one replica:\n%s", b.String())
+	}
+	for _, c := range []struct{ got, want string }{
+		{plural(0, "replica"), "0 replicas"}, {plural(1, "replica"), "1 replica"}, {plural(uint64(2), "replica"), "2 replicas"},
+		{countIs(1, "replica"), "the replica is"}, {countIs(2, "replica"), "both replicas are"}, {countIs(3, "replica"), "all 3 replicas are"},
+		{times(1), "once"}, {times(2), "twice"}, {times(3), "3 times"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
 	}
 }

@@ -292,7 +292,7 @@ func printRegistryStatus(w io.Writer, doc registryStatusDoc) {
 		plural(st.ConnectorTypes, "connector type"), plural(st.ActiveVersions, "active version"), plural(st.EnabledInstances, "enabled instance"))
 	fmt.Fprintf(w, "replicas  %d: %d ready, %d draining, %d offline, %d with an expired lease\n",
 		st.Replicas, st.ReadyReplicas, st.DrainingReplicas, st.OfflineReplicas, st.ExpiredLeases)
-	fmt.Fprintf(w, "capacity  %d ready, %d active assignments\n", st.ReadyCapacity, st.ActiveAssignments)
+	fmt.Fprintf(w, "capacity  %d ready, %s\n", st.ReadyCapacity, plural(st.ActiveAssignments, "active assignment"))
 	for _, c := range doc.Checks {
 		state := "ok"
 		if !c.OK {
@@ -305,10 +305,34 @@ func printRegistryStatus(w io.Writer, doc registryStatusDoc) {
 	}
 }
 
-// plural returns "1 thing" or "n things".
-func plural(n int, thing string) string {
+// plural is n and thing, in the plural unless n is 1 ("1 replica", "3
+// replicas"). thing is a word or phrase whose plural adds an s to its end.
+func plural[N ~int | ~int64 | ~uint64](n N, thing string) string {
 	if n == 1 {
 		return "1 " + thing
 	}
-	return strconv.Itoa(n) + " " + thing + "s"
+	return fmt.Sprint(n) + " " + thing + "s"
+}
+
+// countIs is a count of all of n things with its verb: "the replica is",
+// "both replicas are", "all 3 replicas are".
+func countIs(n int, thing string) string {
+	switch n {
+	case 1:
+		return "the " + thing + " is"
+	case 2:
+		return "both " + thing + "s are"
+	}
+	return "all " + plural(n, thing) + " are"
+}
+
+// times is "once", "twice", "3 times".
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return strconv.Itoa(n) + " times"
 }
