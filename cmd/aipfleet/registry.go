@@ -43,7 +43,7 @@ registers it.`,
 			"aipfleet registry migrate --database-url-file admin-db.url",
 			"aipfleet registry apply -f fleet.yaml --database-url-file admin-db.url",
 			"AIP_REGISTRY_DATABASE_URL_FILE=admin-db.url aipfleet registry status",
-			"aipfleet registry apply -f fleet.yaml --json | jq '.entries[] | select(.change != \"unchanged\")'",
+			"aipfleet registry apply -f fleet.yaml --database-url-file admin-db.url --json | jq '.entries[] | select(.change != \"unchanged\")'",
 		},
 		run: runRegistry,
 	}
@@ -147,6 +147,13 @@ func readFleetFile(name string) ([]byte, error) {
 }
 
 func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) error {
+	// A schema this build can already open needs no migration: then
+	// nothing changes, and there is nothing new to grant.
+	current := false
+	if reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL, DataMaxConns: 1}); err == nil {
+		reg.Close()
+		current = true
+	}
 	if err := pgregistry.Migrate(ctx, dbURL); err != nil {
 		return fmt.Errorf("migrate the registry schema: %w", err)
 	}
@@ -161,7 +168,11 @@ func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) err
 		return err
 	}
 	if asJSON {
-		return writeJSON(e.stdout, map[string]any{"schema_version": pgregistry.SchemaVersion, "catalog_revision": rev})
+		return writeJSON(e.stdout, map[string]any{"schema_version": pgregistry.SchemaVersion, "catalog_revision": rev, "changed": !current})
+	}
+	if current {
+		fmt.Fprintf(e.stdout, "registry schema aip_registry is already at version %d (catalog revision %d); nothing changed\n", pgregistry.SchemaVersion, rev)
+		return nil
 	}
 	fmt.Fprintf(e.stdout, "registry schema aip_registry is at version %d (catalog revision %d)\n", pgregistry.SchemaVersion, rev)
 	fmt.Fprintln(e.stdout, "next: grant the restricted roles their tables (psql -f deploy/postgres/roles.sql), then apply a fleet file")

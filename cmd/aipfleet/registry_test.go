@@ -66,10 +66,13 @@ func TestRegistryCommands(t *testing.T) {
 		t.Fatalf("status before migrate: %v", err)
 	}
 	out, _, err := runCLI(t, env, "registry", "migrate")
-	if err != nil || !strings.Contains(out, fmt.Sprintf("aip_registry is at version %d (catalog revision 0)", pgregistry.SchemaVersion)) {
+	if err != nil || !strings.Contains(out, fmt.Sprintf("aip_registry is at version %d (catalog revision 0)", pgregistry.SchemaVersion)) ||
+		!strings.Contains(out, "next: grant the restricted roles") {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
-	if out, _, err = runCLI(t, env, "registry", "migrate"); err != nil { // idempotent
+	// Idempotent; nothing changed, so there is nothing new to grant.
+	if out, _, err = runCLI(t, env, "registry", "migrate"); err != nil ||
+		!strings.Contains(out, fmt.Sprintf("already at version %d (catalog revision 0); nothing changed", pgregistry.SchemaVersion)) || strings.Contains(out, "next:") {
 		t.Fatalf("second migrate: %v\n%s", err, out)
 	}
 
