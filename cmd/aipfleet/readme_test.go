@@ -217,7 +217,7 @@ func (p *devProc) stop(t *testing.T, stateDir string, replicas int) {
 			t.Errorf("dev's log lacks %q", want)
 		}
 	}
-	if want := fmt.Sprintf("all %d replicas are offline", replicas); !strings.Contains(log, want) {
+	if want := countIs(replicas, "replica") + " offline"; !strings.Contains(log, want) {
 		t.Errorf("dev's log lacks %q", want)
 	}
 	// The registry dev saved last says so too.
