@@ -2,6 +2,7 @@ package hostsdk_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
 )
 
 // stuckConnector's test.block ignores its context: Handle (and
@@ -168,6 +171,100 @@ func TestHandleGraceIsValidated(t *testing.T) {
 		_, err := hostsdk.New(cfg, newTestConnector())
 		if err == nil || !strings.Contains(err.Error(), "HandleGrace") {
 			t.Errorf("HandleGrace %v: New error %v, want one naming HandleGrace", d, err)
+		}
+	}
+}
+
+// floodConnector streams large chunks, ignoring its context, until Send
+// fails; sendErr gets that error.
+type floodConnector struct {
+	*testConnector
+	sendErr chan error
+}
+
+func (c floodConnector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	c.countRun(call.Action.ID)
+	pad := strings.Repeat("x", 256<<10)
+	for i := 0; ; i++ {
+		if err := chunks.Send(aip.ChunkProgress, map[string]any{"step": i, "pad": pad}); err != nil {
+			c.sendErr <- err
+			return nil, err
+		}
+	}
+}
+
+// TestStreamBlockedOnAReceiverThatDoesNotReadIsAbandoned: a streaming
+// call blocked in ChunkWriter.Send because the receiver stopped reading
+// (TCP back-pressure; the host has no write timeout) cannot see its
+// context. After its timeout_ms and HandleGrace it is abandoned like any
+// other call: the blocked Send fails and the action is journaled
+// outcome_unknown. The abandoning request waited for ever to close the
+// chunk writer, whose lock the blocked Send held, so the action stayed
+// running in the journal.
+func TestStreamBlockedOnAReceiverThatDoesNotReadIsAbandoned(t *testing.T) {
+	// In memory: a net.Pipe has no buffer, so the first chunk the client
+	// does not read blocks the Send that writes it.
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{InMemory: true})
+	ml := hostsdktest.NewMemListener()
+	client := ml.Client()
+	defer client.CloseIdleConnections()
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain, Client: client})
+	f := &fleet{cp: cp, d: d, cfg: hostsdktest.HostConfig(t, cp, d, ml), j: memjournal.New()}
+	f.cfg.Journal = f.j
+	f.cfg.HandleGrace = 50 * time.Millisecond
+	conn := floodConnector{testConnector: newTestConnector(), sendErr: make(chan error, 1)}
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+
+	a := action(capStream, `{"message":"flood"}`)
+	a.Mode = aip.ModeStreaming
+	ms := uint64(50)
+	a.TimeoutMS = &ms
+	env, err := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, a.Mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := f.d.Sign(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.Endpoint, strings.NewReader(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The body is not read until the action settled.
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP %d, want the stream's 200", resp.StatusCode)
+	}
+	select {
+	case err := <-conn.sendErr:
+		if !errors.Is(err, hostsdk.ErrStreamClosed) {
+			t.Errorf("the blocked Send failed with %v, want ErrStreamClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the Send blocked on the receiver never returned")
+	}
+	for {
+		rec, err := f.j.Action(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status == aip.StateOutcomeUnknown {
+			break
+		}
+		if rec.Status.Terminal() {
+			t.Fatalf("journaled %s, want outcome_unknown", rec.Status)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the action stayed %s", rec.Status)
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }

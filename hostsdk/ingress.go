@@ -773,7 +773,8 @@ type invoked struct {
 // for it to return, or, once ctx has ended (the action's timeout, a
 // cancel, the host's shutdown), for Config.HandleGrace more. A call still
 // running then is abandoned (abandoned is true): its chunk writer is
-// closed, so it can no longer write to the response, and it keeps the
+// closed, so it can no longer write to the response (a Send blocked on a
+// receiver that stopped reading fails), and it keeps the
 // action's in-flight slot, which its goroutine releases when the call
 // returns (the caller must not release it).
 func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, err error, abandoned bool) {
@@ -800,7 +801,7 @@ func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action)
 	case <-grace.C:
 	}
 	if cw != nil {
-		cw.close()
+		cw.abandon()
 	}
 	h := x.h
 	h.abandoned.Add(1)

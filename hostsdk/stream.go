@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 )
@@ -83,6 +84,24 @@ func (c *ChunkWriter) send(chunk *aip.StreamChunk) error {
 	}
 	c.seq++
 	return nil
+}
+
+// abandon closes the writer of a call the host stopped waiting for. A
+// Send in progress holds the lock, and may be blocked for ever writing to
+// a receiver that stopped reading (the server has no write timeout, and
+// Send no context): the response's write deadline is set to now, so that
+// its write fails, then cleared once the writer is closed, so the host's
+// final line can still be written when no Send was blocked.
+func (c *ChunkWriter) abandon() {
+	if c.mu.TryLock() {
+		c.closed = true
+		c.mu.Unlock()
+		return
+	}
+	rc := http.NewResponseController(c.x.w)
+	_ = rc.SetWriteDeadline(time.Now())
+	c.close()
+	_ = rc.SetWriteDeadline(time.Time{})
 }
 
 func (c *ChunkWriter) close() {
