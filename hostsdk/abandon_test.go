@@ -268,3 +268,40 @@ func TestStreamBlockedOnAReceiverThatDoesNotReadIsAbandoned(t *testing.T) {
 		}
 	}
 }
+
+// TestCallStuckAtShutdownIsJournaledBeforeStopReturns: an action whose
+// call ignores the shutdown's cancellation is abandoned HandleGrace after
+// it, and Stop waits for that: the action is journaled outcome_unknown
+// before Stop returns (before a journal the host opened is closed), and
+// the ShutdownError says the call still runs. Stop waited DrainTimeout
+// after the cancellation, whatever HandleGrace was: with a longer grace it
+// returned (and closed the journal) while the request was still waiting
+// to journal the action, which stayed running, and it reported only
+// "1 actions still in flight".
+func TestCallStuckAtShutdownIsJournaledBeforeStopReturns(t *testing.T) {
+	f := newFleet(t)
+	f.cfg.DrainTimeout, f.cfg.DrainLinger = 20*time.Millisecond, time.Millisecond
+	f.cfg.HandleGrace = 300 * time.Millisecond
+	conn := newStuckConnector()
+	h, target := f.start(t, conn)
+	defer close(conn.unstick)
+	ctx := ctxT(t)
+
+	a := action(capBlock, `{"message":"x"}`) // no timeout_ms
+	acted := make(chan struct{})
+	go func() {
+		defer close(acted)
+		f.d.Act(ctx, target, a) // the host closes the connection at its shutdown
+	}()
+	<-conn.started
+	err := h.Stop(ctx)
+	var se *hostsdk.ShutdownError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "1 abandoned connector call still running") {
+		t.Errorf("Stop: %v, want a *ShutdownError saying the abandoned call still runs", err)
+	}
+	rec, jerr := f.j.Action(ctx, a.ID)
+	if jerr != nil || rec.Status != aip.StateOutcomeUnknown {
+		t.Fatalf("journal record when Stop returned: %s %q (%v), want outcome_unknown", rec.Status, rec.Detail, jerr)
+	}
+	<-acted
+}

@@ -45,8 +45,12 @@ import (
 //     the event source and delivery loop) were all clean; otherwise a
 //     *ShutdownError joins every failure.
 //
-// Afterwards actions still running are cancelled and awaited, and a journal
-// the host opened is closed.
+// Afterwards actions still running are cancelled and their requests
+// awaited (DrainTimeout, and HandleGrace more: a call that ignores the
+// cancellation is abandoned and its action journaled outcome_unknown);
+// abandoned calls still running are awaited until DrainTimeout after the
+// cancellation, then reported in the *ShutdownError; a journal the host
+// opened is closed.
 func (h *Host) shutdown() error {
 	var errs []error
 	fail := func(step string, err error) {
@@ -147,9 +151,26 @@ func (h *Host) shutdown() error {
 	// Release what is left.
 	h.inflight.close()
 	h.hardStop()
-	actx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
-	if err := h.inflight.wait(actx); err != nil {
+	// A call that ignores the cancellation is abandoned HandleGrace later,
+	// and its request then journals the action outcome_unknown: requests
+	// are awaited that much longer than DrainTimeout, so none writes to
+	// the journal after it is closed. Abandoned calls, whose results are
+	// dropped, are awaited until DrainTimeout only.
+	stopped := time.Now()
+	actx, cancel := context.WithDeadline(ctx, stopped.Add(h.cfg.DrainTimeout+h.cfg.HandleGrace))
+	if err := h.inflight.waitHandled(actx); err != nil {
 		fail("actions", err)
+	}
+	cancel()
+	actx, cancel = context.WithDeadline(ctx, stopped.Add(h.cfg.DrainTimeout))
+	if err := h.inflight.wait(actx); err != nil {
+		if n := h.inflight.abandonedRunning(); n > 0 {
+			calls := "call"
+			if n > 1 {
+				calls = "calls"
+			}
+			fail("actions", fmt.Errorf("%d abandoned connector %s still running (their actions were journaled outcome_unknown; what they return is dropped): %w", n, calls, err))
+		}
 	}
 	cancel()
 	if h.ownsJournal {

@@ -484,10 +484,13 @@ func (l *leaseState) expire(now time.Time, sequence uint64) {
 
 // inflight counts actions in progress, bounded by max.
 type inflight struct {
-	mu      sync.Mutex
-	n, max  int
-	closed  bool
-	changed chan struct{}
+	mu     sync.Mutex
+	n, max int
+	// detached counts the slots held by abandoned connector calls whose
+	// request has finished (detach): no answer waits for them.
+	detached int
+	closed   bool
+	changed  chan struct{}
 }
 
 func (f *inflight) init(max int) { f.max, f.changed = max, make(chan struct{}) }
@@ -511,6 +514,29 @@ func (f *inflight) release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n--
+	f.notify()
+}
+
+// detach hands a slot whose request has finished over to the abandoned
+// connector call still running in it; releaseDetached gives it back when
+// the call returns.
+func (f *inflight) detach() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.detached++
+	f.notify()
+}
+
+func (f *inflight) releaseDetached() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	f.detached--
+	f.notify()
+}
+
+// notify wakes the waiters; callers hold mu.
+func (f *inflight) notify() {
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
@@ -530,9 +556,20 @@ func (f *inflight) close() {
 
 // wait blocks until no slot is taken or ctx is done.
 func (f *inflight) wait(ctx context.Context) error {
+	return f.waitUntil(ctx, func() int { return f.n }, "actions still in flight")
+}
+
+// waitHandled blocks until no request is handling an action (slots held
+// only by abandoned calls remain) or ctx is done.
+func (f *inflight) waitHandled(ctx context.Context) error {
+	return f.waitUntil(ctx, func() int { return f.n - f.detached }, "actions still being handled")
+}
+
+// waitUntil blocks until pending (called with mu held) is 0 or ctx is done.
+func (f *inflight) waitUntil(ctx context.Context, pending func() int, what string) error {
 	for {
 		f.mu.Lock()
-		n, ch := f.n, f.changed
+		n, ch := pending(), f.changed
 		f.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -540,9 +577,16 @@ func (f *inflight) wait(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%d actions still in flight: %w", n, ctx.Err())
+			return fmt.Errorf("%d %s: %w", n, what, ctx.Err())
 		}
 	}
+}
+
+// abandonedRunning reports how many abandoned calls still hold a slot.
+func (f *inflight) abandonedRunning() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.detached
 }
 
 func pinnedKey(did string) (ed25519.PublicKey, error) { return aip.ParseDIDKey(did) }

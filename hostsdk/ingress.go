@@ -116,9 +116,10 @@ type exchange struct {
 	// assigned is assignedAt(route), the earliest time the routed action
 	// can have arrived here.
 	assigned time.Time
-	// slotHandedOff is set when an abandoned connector call took over the
-	// action's in-flight slot (invokeBounded).
-	slotHandedOff bool
+	// abandonedCall, set when the connector call was abandoned
+	// (invokeBounded), delivers what the call returns; the call keeps the
+	// action's in-flight slot until then.
+	abandonedCall <-chan invoked
 }
 
 // handleMessages serves POST /aip/v1/messages.
@@ -479,9 +480,14 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		})
 	}
 	defer func() {
-		if !x.slotHandedOff {
+		if x.abandonedCall == nil {
 			h.inflight.release()
+			return
 		}
+		// The request is over (the action journaled and answered): the
+		// slot is the abandoned call's until it returns.
+		h.inflight.detach()
+		go h.awaitAbandoned(a, x.abandonedCall)
 	}()
 
 	if err := validateJSON(cap.input, a.Input); err != nil {
@@ -631,10 +637,8 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		}
 		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,
 			trace.WithAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID)))
-		var abandoned bool
-		res, panicked, err, abandoned = x.invokeBounded(ctx, call, a)
-		if abandoned {
-			x.slotHandedOff = true
+		res, panicked, err, x.abandonedCall = x.invokeBounded(ctx, call, a)
+		if x.abandonedCall != nil {
 			err = fmt.Errorf("%w: %w", errAbandoned, context.Cause(ctx))
 		}
 		if err != nil {
@@ -772,12 +776,12 @@ type invoked struct {
 // invokeBounded calls the connector on a goroutine of its own and waits
 // for it to return, or, once ctx has ended (the action's timeout, a
 // cancel, the host's shutdown), for Config.HandleGrace more. A call still
-// running then is abandoned (abandoned is true): its chunk writer is
-// closed, so it can no longer write to the response (a Send blocked on a
-// receiver that stopped reading fails), and it keeps the
-// action's in-flight slot, which its goroutine releases when the call
-// returns (the caller must not release it).
-func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, err error, abandoned bool) {
+// running then is abandoned: abandoned is not nil and delivers what the
+// call returns. Its chunk writer is closed, so it can no longer write to
+// the response (a Send blocked on a receiver that stopped reading fails),
+// and it keeps the action's in-flight slot until it returns (the caller
+// hands the slot over: see action).
+func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, err error, abandoned <-chan invoked) {
 	var cw *ChunkWriter
 	if _, ok := x.h.conn.(Streamer); ok && x.stream {
 		cw = &ChunkWriter{x: x, actionID: a.ID}
@@ -790,14 +794,14 @@ func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action)
 	}()
 	select {
 	case r := <-done:
-		return r.res, r.panicked, r.err, false
+		return r.res, r.panicked, r.err, nil
 	case <-ctx.Done():
 	}
 	grace := time.NewTimer(x.h.cfg.HandleGrace)
 	defer grace.Stop()
 	select {
 	case r := <-done:
-		return r.res, r.panicked, r.err, false
+		return r.res, r.panicked, r.err, nil
 	case <-grace.C:
 	}
 	if cw != nil {
@@ -807,14 +811,18 @@ func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action)
 	h.abandoned.Add(1)
 	h.log.Error("the connector did not return within the handle grace after the action's context ended; the action is journaled outcome_unknown and the call keeps its slot until it returns",
 		"action_id", a.ID, "capability_id", a.CapabilityID, "cause", context.Cause(ctx), "handle_grace", h.cfg.HandleGrace)
-	go func() {
-		r := <-done
-		h.abandoned.Add(-1)
-		h.inflight.release()
-		h.log.Warn("an abandoned connector call returned; its result is not kept (the action was journaled outcome_unknown)",
-			"action_id", a.ID, "capability_id", a.CapabilityID, "error", r.err, "panicked", r.panicked != nil)
-	}()
-	return nil, nil, nil, true
+	return nil, nil, nil, done
+}
+
+// awaitAbandoned gives an abandoned call's in-flight slot back when the
+// call returns; what it returned is dropped (its action was journaled
+// outcome_unknown).
+func (h *Host) awaitAbandoned(a *aip.Action, done <-chan invoked) {
+	r := <-done
+	h.abandoned.Add(-1)
+	h.inflight.releaseDetached()
+	h.log.Warn("an abandoned connector call returned; its result is not kept (the action was journaled outcome_unknown)",
+		"action_id", a.ID, "capability_id", a.CapabilityID, "error", r.err, "panicked", r.panicked != nil)
 }
 
 // invoke calls the connector, turning a panic into a value; cw, when not
