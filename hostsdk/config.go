@@ -1,6 +1,8 @@
 package hostsdk
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -181,7 +183,8 @@ type Config struct {
 	// closes it when it stops.
 	Journal journal.Journal
 	// StateDir is the embedded journal's directory. Defaults to
-	// .aipfleet/host-<ReplicaID> under the working directory.
+	// .aipfleet/host-<ReplicaID> under the working directory (see
+	// defaultStateDir for a replica ID too long for a file name).
 	StateDir string
 	// ActionRetention is how long the journal keeps a finished action's
 	// record (its result, answered to every retry of the action ID) after
@@ -285,7 +288,7 @@ func (c Config) withDefaults() Config {
 		c.ActionRetention = DefaultActionRetention
 	}
 	if c.StateDir == "" && c.Journal == nil && c.ReplicaID != "" {
-		c.StateDir = filepath.Join(DefaultStateDirRoot, "host-"+c.ReplicaID)
+		c.StateDir = defaultStateDir(c.ReplicaID)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -470,4 +473,22 @@ func validLabel(s string) bool {
 		}
 	}
 	return true
+}
+
+// maxFileNameBytes is the longest file name common file systems take.
+const maxFileNameBytes = 255
+
+// defaultStateDir is DefaultStateDirRoot/host-<replica ID>. A replica ID
+// may be aip.MaxRecordIDBytes long, more than a file name holds with
+// "host-": such a name keeps its first bytes, then '~' (which no ID
+// contains, so no other ID's directory is named so) and 16 hex digits of
+// the ID's SHA-256.
+func defaultStateDir(replicaID string) string {
+	name := "host-" + replicaID
+	if len(name) > maxFileNameBytes {
+		sum := sha256.Sum256([]byte(replicaID))
+		suffix := "~" + hex.EncodeToString(sum[:8])
+		name = name[:maxFileNameBytes-len(suffix)] + suffix
+	}
+	return filepath.Join(DefaultStateDirRoot, name)
 }

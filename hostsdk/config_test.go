@@ -208,3 +208,55 @@ func TestReadableRecordIDs(t *testing.T) {
 		t.Fatal("no principal")
 	}
 }
+
+// TestLongestRecordIDs: record IDs as long as the registry takes them
+// (aip.MaxRecordIDBytes) start a host on its default embedded journal,
+// .aipfleet/host-<replica ID>, which must stay within a file system's
+// 255-byte names: "host-" and a 256-byte ID were refused by the file
+// system at step 2.
+func TestLongestRecordIDs(t *testing.T) {
+	t.Chdir(t.TempDir())
+	longest := func(prefix string) string {
+		return prefix + strings.Repeat("x", aip.MaxRecordIDBytes-len(prefix)-1) + "1"
+	}
+	f := newFleet(t)
+	f.cfg.Journal, f.cfg.StateDir = nil, ""
+	f.cfg.ConnectorTypeID, f.cfg.VersionID = longest(aip.PrefixType), longest(aip.PrefixVersion)
+	f.cfg.InstanceID, f.cfg.ReplicaID = longest(aip.PrefixInstance), longest(aip.PrefixReplica)
+	f.cp.Provision(hostsdktest.ReplicaSpec{
+		ID: f.cfg.ReplicaID, DID: f.cfg.SigningKey.DID(), InstanceID: f.cfg.InstanceID, VersionID: f.cfg.VersionID,
+		Endpoint: f.cfg.PublicEndpoint, TenantID: f.cfg.TenantID, ArtifactDigest: f.cfg.ArtifactDigest,
+	})
+	_, target := f.start(t, newTestConnector())
+	resp, err := f.d.Act(ctxT(t), target, action(capEcho, `{"message":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := resp.Result(); err != nil || r.Status != aip.ResultCompleted {
+		t.Fatalf("answer %+v, %v (body %s); want completed", r, err, resp.Raw)
+	}
+	// A shorter ID's directory is still host-<ID>; two long IDs that
+	// differ only at their end get directories of their own.
+	short := newFleet(t).cfg
+	short.Journal, short.StateDir = nil, ""
+	other := f.cfg
+	other.ReplicaID = other.ReplicaID[:len(other.ReplicaID)-1] + "2"
+	dirs := map[string]bool{}
+	for _, c := range []hostsdk.Config{short, f.cfg, other} {
+		h, err := hostsdk.New(c, newTestConnector())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := h.StateDir()
+		if base := filepath.Base(dir); len(base) > 255 || filepath.Dir(dir) != hostsdk.DefaultStateDirRoot {
+			t.Errorf("replica %.40s...: state dir %s", c.ReplicaID, dir)
+		}
+		dirs[dir] = true
+	}
+	if want := filepath.Join(hostsdk.DefaultStateDirRoot, "host-"+short.ReplicaID); !dirs[want] {
+		t.Errorf("state dirs %v, want %s among them", dirs, want)
+	}
+	if len(dirs) != 3 {
+		t.Errorf("state dirs %v, want 3", dirs)
+	}
+}

@@ -19,3 +19,7 @@ func (h *Host) ServeReadyFrom(remoteAddr string) *httptest.ResponseRecorder {
 
 // MetricsRegistry is the registry the host serves at /metrics.
 func (h *Host) MetricsRegistry() *prometheus.Registry { return h.m.reg }
+
+// StateDir is the embedded journal's directory the host uses (its
+// Config.StateDir with the default applied).
+func (h *Host) StateDir() string { return h.cfg.StateDir }

@@ -23,8 +23,9 @@ var (
 	ErrMigrationChanged = errors.New("pgruntime: applied migration was changed")
 )
 
-// MaxNamespace is the longest Config.Namespace accepted, in bytes.
-const MaxNamespace = 255
+// MaxNamespace is the longest Config.Namespace accepted, in bytes: the
+// longest replica ID (aip.MaxRecordIDBytes), which hosts use.
+const MaxNamespace = aip.MaxRecordIDBytes
 
 // Config configures Open. DatabaseURL and Namespace are required; every
 // other zero value means the documented default.
