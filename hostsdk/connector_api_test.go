@@ -148,3 +148,43 @@ func TestReconciledResultThatCannotBeSignedIsOutcomeUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestResultAtTheDepthLimitIsAnsweredToAStatusQuery: a status query's
+// answer carries the journaled result one level deeper than the action's
+// answer (body.action_status.result, not body.action_result). A result
+// nested as deep as the action's answer could just carry was journaled
+// completed, and every status query of it was answered unsigned (the
+// answer could not be signed): it is outcome_unknown, as one a level
+// deeper is.
+func TestResultAtTheDepthLimitIsAnsweredToAStatusQuery(t *testing.T) {
+	fits := func(wrapped string) bool { _, err := aip.Canonicalize([]byte(wrapped)); return err == nil }
+	output := ""
+	for n := 1; n < 300; n++ {
+		o := strings.Repeat("[", n) + strings.Repeat("]", n)
+		res := `{"action_id":"x","status":"completed","output":` + o + `}`
+		if fits(`{"body":{"action_result":`+res+`}}`) && !fits(`{"body":{"action_status":{"result":`+res+`}}}`) {
+			output = o
+			break
+		}
+	}
+	if output == "" {
+		t.Fatal("no nesting fits an action's answer and not a status query's")
+	}
+	f := newFleet(t)
+	conn := &funcConnector{testConnector: newTestConnector(), handle: completedWith(output)}
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+	a := action(capBlock, `{"message":"x"}`)
+	resp, err := f.d.Act(ctx, target, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+	st, _, err := f.d.Status(ctx, target, a.ID, a.CapabilityID)
+	if err != nil {
+		t.Fatalf("status query: %v", err)
+	}
+	if st.State != aip.StateOutcomeUnknown {
+		t.Fatalf("status %s, want outcome_unknown", st.State)
+	}
+}

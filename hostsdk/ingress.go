@@ -752,10 +752,12 @@ func (h *Host) finishAction(ctx context.Context, actionID string, status aip.Act
 // signable reports why a result's JSON could not be signed in an answer:
 // a signed envelope is canonical I-JSON (no duplicate member name, no
 // number outside the double range, no lone surrogate, at most aip's
-// nesting depth), and the result sits at the third level of the envelope
-// (body.action_result), as it does here.
+// nesting depth). The result sits deepest in a status query's answer
+// (body.action_status.result), one level below an action's
+// (body.action_result), as it does here: a result that fits only the
+// action's answer would leave every status query of it unsigned.
 func signable(raw json.RawMessage) error {
-	const head, tail = `{"body":{"action_result":`, `}}`
+	const head, tail = `{"body":{"action_status":{"result":`, `}}}`
 	wrapped := make([]byte, 0, len(head)+len(raw)+len(tail))
 	wrapped = append(append(append(wrapped, head...), raw...), tail...)
 	_, err := aip.Canonicalize(wrapped)
