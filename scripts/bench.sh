@@ -5,6 +5,9 @@
 #
 #   scripts/bench.sh              all of them (about 4 minutes on 2 cores)
 #   scripts/bench.sh e2e host     only the named ones
+#   scripts/bench.sh soak         the leak soak (internal/e2e TestSoak): 10
+#                                 minutes unless AIP_SOAK_DURATION says
+#                                 otherwise; not part of "all"
 #
 # Names: aip memregistry controlplane host rss sidecar registry heartbeat hot
 # register e2e. The server (scripts/pg.sh, mode bench) keeps fsync and
@@ -23,18 +26,23 @@ if [ $# -eq 0 ]; then
 	set -- "${all[@]}"
 fi
 for name in "$@"; do
-	case " ${all[*]} " in
+	case " ${all[*]} soak " in
 	*" $name "*) ;;
 	*)
-		log "unknown benchmark $name; the names are: ${all[*]}"
+		log "unknown benchmark $name; the names are: ${all[*]} soak"
 		exit 2
+		;;
+	soak)
+		section "soak: every process's RSS, goroutines, fds, heap, PostgreSQL sessions flat under a steady load (${AIP_SOAK_DURATION:-10m})" "no figure grows without bound (docs/performance.md, Soak)"
+		AIP_TEST_DATABASE_URL="$PG_URL" AIP_SOAK_DURATION="${AIP_SOAK_DURATION:-10m}" \
+			go test -count=1 -run '^TestSoak$' -v -timeout 2h ./internal/e2e | grep -Ev '^(=== |PASS|ok )'
 		;;
 	esac
 done
 
 needs_pg=""
 for name in "$@"; do
-	case "$name" in registry | heartbeat | hot | register | e2e) needs_pg=1 ;; esac
+	case "$name" in registry | heartbeat | hot | register | e2e | soak) needs_pg=1 ;; esac
 done
 if [ -n "$needs_pg" ]; then
 	start_throwaway_pg bench
@@ -99,6 +107,11 @@ for name in "$@"; do
 	e2e)
 		section "end to end: client → dispatcher → 3 echo hosts → back, pgregistry, 32 clients" "≥ 500 actions/s, p99 ≤ 50 ms"
 		AIP_TEST_DATABASE_URL="$PG_URL" go test -run '^$' -bench 'EndToEnd' -benchtime 15000x ./internal/e2e | figures
+		;;
+	soak)
+		section "soak: every process's RSS, goroutines, fds, heap, PostgreSQL sessions flat under a steady load (${AIP_SOAK_DURATION:-10m})" "no figure grows without bound (docs/performance.md, Soak)"
+		AIP_TEST_DATABASE_URL="$PG_URL" AIP_SOAK_DURATION="${AIP_SOAK_DURATION:-10m}" \
+			go test -count=1 -run '^TestSoak$' -v -timeout 2h ./internal/e2e | grep -Ev '^(=== |PASS|ok )'
 		;;
 	esac
 done
