@@ -32,11 +32,6 @@ for name in "$@"; do
 		log "unknown benchmark $name; the names are: ${all[*]} soak"
 		exit 2
 		;;
-	soak)
-		section "soak: every process's RSS, goroutines, fds, heap, PostgreSQL sessions flat under a steady load (${AIP_SOAK_DURATION:-10m})" "no figure grows without bound (docs/performance.md, Soak)"
-		AIP_TEST_DATABASE_URL="$PG_URL" AIP_SOAK_DURATION="${AIP_SOAK_DURATION:-10m}" \
-			go test -count=1 -run '^TestSoak$' -v -timeout 2h ./internal/e2e | grep -Ev '^(=== |PASS|ok )'
-		;;
 	esac
 done
 
