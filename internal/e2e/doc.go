@@ -33,6 +33,12 @@
 // then check TestChaos's invariants.
 // BenchmarkEndToEnd measures client → dispatcher → host → echo → back
 // with 32 concurrent clients.
+// TestSoak (only with AIP_SOAK_DURATION set; scripts/bench.sh soak) runs
+// the processes and an aip-sidecar in front of examples/python-connector
+// under a steady mixed load with replicas drained and replaced, samples
+// every process's RSS, goroutines, fds, heap and PostgreSQL sessions and
+// the journal and database sizes, and fails when a figure keeps growing;
+// docs/performance.md ("Soak") has the rule and the figures.
 //
 // The tests need AIP_TEST_DATABASE_URL (see internal/pgtest) and skip
 // without it. Side effects are audited in every replica's own journal:

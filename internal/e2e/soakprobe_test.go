@@ -65,9 +65,6 @@ var (
 	// judged.
 	metricJournal = soakMetric{"journal_mib", nil}
 	metricDB      = soakMetric{"database_mib", nil}
-	// metricChildRSS is a connector child's RSS (Python's): its own data
-	// (the notes example keeps every note in memory) grows by design.
-	metricChildRSS = soakMetric{"child_rss_mib", nil}
 )
 
 // soakTarget is one sampled process.
@@ -80,9 +77,6 @@ type soakTarget struct {
 	stateDir string
 	// pg says to count its PostgreSQL sessions.
 	pg bool
-	// child says to sample its child process's RSS (the sidecar's
-	// connector).
-	child bool
 }
 
 // soakPoint is one sample of a figure.
@@ -177,16 +171,6 @@ func (p *soakProbe) sample() {
 		if tg.stateDir != "" {
 			journal = dirBytes(tg.stateDir)
 		}
-		var childRSS float64
-		childOK := false
-		if tg.child {
-			for _, c := range procChildren(pid) {
-				if v, ok := procRSS(c); ok {
-					childRSS += v
-					childOK = true
-				}
-			}
-		}
 		out = append(out, func() {
 			if rssOK {
 				p.record(tg.name, metricRSS, at, rss/(1<<20))
@@ -207,9 +191,6 @@ func (p *soakProbe) sample() {
 			}
 			if tg.stateDir != "" {
 				p.record(tg.name, metricJournal, at, journal/(1<<20))
-			}
-			if childOK {
-				p.record(tg.name, metricChildRSS, at, childRSS/(1<<20))
 			}
 		})
 	}
@@ -336,21 +317,6 @@ func procRSS(pid int) (float64, bool) {
 func procFDs(pid int) (float64, bool) {
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	return float64(len(ents)), err == nil
-}
-
-// procChildren lists a process's children.
-func procChildren(pid int) []int {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, f := range strings.Fields(string(raw)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // pgClientPorts returns the local ports of pid's TCP sockets connected to
