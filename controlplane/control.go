@@ -63,7 +63,10 @@ type answer struct {
 	outcome   aip.ControlOutcome
 	reason    string // rejection reason or rule; "" on success
 	replayed  bool
-	err       error // the underlying error, for logs and spans
+	// decided is set when the registry decided the request (a lease, an
+	// offline state or a rejection by its rules): it answers again.
+	decided bool
+	err     error // the underlying error, for logs and spans
 }
 
 func (a *answer) label() string {
@@ -181,6 +184,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if err != nil {
 		return a.unavailable(reasonStore, err, "the registry could not decide the request; resend the same request")
 	}
+	a.decided = true
 	if res.Err != nil {
 		var rej *registry.LifecycleRejection
 		if errors.As(res.Err, &rej) {
@@ -214,9 +218,10 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 }
 
 // logAnswer logs one answer: unavailable (warn; a registry failure only
-// when it starts, then debug until a request is decided again, which is
-// logged at info), rejected (info), a lease renewed by a heartbeat (debug:
-// the hot path, so nothing is built unless debug is on) or any other
+// when it starts, then debug until the registry decides a request again —
+// a lease, an offline state or a rejection by its rules — which is logged
+// at info), rejected (info), a lease renewed by a heartbeat (debug: the
+// hot path, so nothing is built unless debug is on) or any other
 // transition (info).
 func (s *Service) logAnswer(a *answer) {
 	const (
@@ -247,7 +252,7 @@ func (s *Service) logAnswer(a *answer) {
 			return
 		}
 		level = slog.LevelDebug
-	case (kind == renewed || kind == transition) && s.storeDown.Load():
+	case a.decided && s.storeDown.Load():
 		if s.storeDown.CompareAndSwap(true, false) {
 			s.log.LogAttrs(ctx, slog.LevelInfo, "lifecycle requests decided again: the registry answers",
 				slog.String("operation", a.label()), slog.String("replica_id", a.replicaID))

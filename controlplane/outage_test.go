@@ -97,3 +97,55 @@ func TestRegistryOutageLoggedOnce(t *testing.T) {
 		t.Fatalf("two outages of %d and 2 failed heartbeats logged %d warnings and %d recoveries, want 2 and 1: %v", failing, warns, recovered, counts)
 	}
 }
+
+// TestRegistryRejectionEndsLoggedOutage: a request the registry decides is
+// the end of an outage even when the decision is a rejection (a heartbeat
+// with a stale sequence, one of a replica whose lease ran out while the
+// database was away): the recovery is logged, and the next outage is
+// logged again. Only renewals and transitions ended it, so a fleet whose
+// requests were all rejected after an outage never logged its recovery
+// nor the next outage.
+func TestRegistryRejectionEndsLoggedOutage(t *testing.T) {
+	clock := registrytest.NewClock(registrytest.Epoch)
+	b := newMemBackend(t, clock)
+	faulty := &faultyStore{Store: b.Store}
+	b.Store = faulty
+	e := &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
+	w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.w = w
+	var logs syncBuffer
+	e.start(faulty, func(c *controlplane.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	h := e.provision("a1")
+	r, _ := h.send(h.registration())
+	r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))
+
+	for outage := range 2 {
+		faulty.failNext(2)
+		for range 2 {
+			r, _ := h.send(h.heartbeat(1, 0, true))
+			r.rejected(t, http.StatusServiceUnavailable, "resend")
+		}
+		// The registry answers again, with a rejection: the sequence is
+		// not the lease's.
+		r, _ := h.send(h.heartbeat(7+uint64(outage), 0, true))
+		r.rejected(t, http.StatusForbidden, "sequence")
+	}
+
+	var warns, recovered int
+	for _, m := range logs.messages(t) {
+		switch {
+		case strings.HasPrefix(m, "WARN "):
+			warns++
+		case strings.Contains(m, "decided again"):
+			recovered++
+		}
+	}
+	if warns != 2 || recovered != 2 {
+		t.Fatalf("two outages, each ended by a rejection, logged %d warnings and %d recoveries, want 2 and 2: %q", warns, recovered, logs.messages(t))
+	}
+}
