@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -253,9 +255,10 @@ func TestAssignmentSurvivesReopen(t *testing.T) {
 // never answers them (a hung server, a partition that drops packets, the
 // old address after a failover). The pool builds connections in the
 // background, beyond the deadline of the acquire that asked: the attempt
-// must give up by itself (within AcquireTimeout, unless the URL sets
-// connect_timeout) and close its socket, instead of holding a pool slot
-// until TCP gives up, many minutes after the database is back.
+// must give up by itself (within AcquireTimeout but not below
+// MinConnectTimeout, unless the URL sets connect_timeout) and close its
+// socket, instead of holding a pool slot until TCP gives up, many minutes
+// after the database is back.
 func TestSilentServerConnectGivesUp(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
@@ -284,7 +287,103 @@ func TestSilentServerConnectGivesUp(t *testing.T) {
 	if _, err := io.Copy(io.Discard, c); err != nil {
 		t.Fatalf("the connection attempt to a silent server was not given up: %v", err)
 	}
-	if st := pool.Stat(); st.TotalConns() != 0 {
-		t.Fatalf("the pool still counts %d connections after the attempt gave up", st.TotalConns())
+	// The pool frees the slot just after the attempt closed its socket:
+	// wait for that, with the same generous bound.
+	for deadline := time.Now().Add(20 * time.Second); pool.Stat().TotalConns() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool still counts %d connections after the attempt gave up", pool.Stat().TotalConns())
+		}
+		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestSlowHandshakeConnectsDespiteShortAcquireTimeout: a database whose
+// connection handshake takes longer than a short AcquireTimeout (a remote
+// server with TLS and password authentication, a loaded one) still gets
+// connections: a call that cannot wait fails, but the connection it asked
+// for is finished in the background for the next. Bounding the
+// establishment by AcquireTimeout alone (--acquire-timeout is 1ms to 60s)
+// made every attempt give up half-way, so the registry never had a
+// connection again.
+func TestSlowHandshakeConnectsDespiteShortAcquireTimeout(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	u, err := url.Parse(dbURL)
+	must(t, err)
+	const latency = 300 * time.Millisecond
+	proxy := newLatencyProxy(t, u.Host, latency)
+	u.Host = proxy
+	pool, err := pgregistry.NewDataPool(t.Context(), pgregistry.Config{DataURL: u.String(), AcquireTimeout: 20 * time.Millisecond})
+	must(t, err)
+	defer pool.Close()
+	// The pool's own wait is not AcquireTimeout (the registry bounds its
+	// calls with it); this acquire waits as long as the handshake takes.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("no connection through a handshake of %s with AcquireTimeout 20ms: %v", latency, err)
+	}
+	c.Release()
+}
+
+// newLatencyProxy forwards connections to target, holding the server's
+// first answer on each connection for latency; it returns its address.
+func newLatencyProxy(t *testing.T, target string, latency time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	track := func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			track(client)
+			track(server)
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(server, client)
+				server.Close()
+			}()
+			go func() {
+				defer wg.Done()
+				first := make([]byte, 1)
+				if _, err := io.ReadFull(server, first); err != nil {
+					client.Close()
+					return
+				}
+				time.Sleep(latency) // the simulated network, not synchronisation
+				if _, err := client.Write(first); err == nil {
+					_, _ = io.Copy(client, server)
+				}
+				client.Close()
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
 }

@@ -39,11 +39,15 @@ type Config struct {
 	// AcquireTimeout bounds the wait for a pooled connection; a call that
 	// cannot get one in time fails with registry.ErrStorage. Defaults to 5s;
 	// at most 60s. It also bounds each new connection's establishment
-	// (TCP, TLS and the startup exchange) unless the URL sets
-	// connect_timeout: a server that accepts but never answers (a hung
-	// server, a partition that drops packets, the old address after a
-	// failover) would otherwise hold a pool slot and a socket until TCP
-	// gives up, many minutes after the database is back.
+	// (TCP, TLS and the startup exchange), but never below
+	// MinConnectTimeout, unless the URL sets connect_timeout: a server
+	// that accepts but never answers (a hung server, a partition that
+	// drops packets, the old address after a failover) would otherwise
+	// hold a pool slot and a socket until TCP gives up, many minutes after
+	// the database is back. The floor keeps a short AcquireTimeout from
+	// cutting every handshake of a slower server short: a call that cannot
+	// wait fails, and the connection it asked for is finished in the
+	// background for the next.
 	AcquireTimeout time.Duration
 	// Now is the clock every time-dependent rule uses (lease validity,
 	// circuits, assignment and admission times, fleet status); its readings
@@ -82,7 +86,11 @@ const (
 	DefaultDataMaxConns    = 32
 	DefaultAcquireTimeout  = 5 * time.Second
 	MaxAcquireTimeout      = 60 * time.Second
-	DefaultRouteLockWait   = time.Second
+	// MinConnectTimeout is the least time a new connection's establishment
+	// gets when the URL sets no connect_timeout (Config.AcquireTimeout),
+	// libpq's own minimum for connect_timeout.
+	MinConnectTimeout    = 2 * time.Second
+	DefaultRouteLockWait = time.Second
 	// DefaultTenantRouteConcurrency is the default of
 	// Config.TenantRouteConcurrency.
 	DefaultTenantRouteConcurrency = 3
@@ -264,9 +272,11 @@ func newPool(ctx context.Context, name, rawURL string, maxConns int32, connectTi
 	// The pool builds a connection in the background, under no deadline
 	// of the caller that asked for it (an acquire that times out leaves
 	// it running); without a connect timeout, a server that accepts and
-	// never answers holds the pool slot until TCP gives up.
+	// never answers holds the pool slot until TCP gives up. Not below
+	// MinConnectTimeout: a handshake longer than a short acquire timeout
+	// must still finish, for the calls after the one that gave up.
 	if pc.ConnConfig.ConnectTimeout == 0 {
-		pc.ConnConfig.ConnectTimeout = connectTimeout
+		pc.ConnConfig.ConnectTimeout = max(connectTimeout, MinConnectTimeout)
 	}
 	pc.ConnConfig.RuntimeParams["application_name"] = "aipfleet-registry-" + name
 	// Every registry statement is an index-driven point or range lookup
