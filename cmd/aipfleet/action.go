@@ -70,6 +70,9 @@ type actionFlags struct {
 	jsonOut                                         bool
 	// command names the command in usage errors; "" is action.
 	command string
+	// urlFrom is the dev.json url was read from, "" when url was given or
+	// is the default (devDefaultURL).
+	urlFrom string
 	// now is the clock tokens are minted and checked by; nil is
 	// time.Now.
 	now func() time.Time
@@ -160,10 +163,10 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	*f = actionFlags{capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
 		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut}
 	cf.fill(f)
-	if err := devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+	var err error
+	if f.urlFrom, err = devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
 		return err
 	}
-	var err error
 	if f.url, err = baseURL("--url", f.url, DefaultDispatchURL); err != nil {
 		return usagef("action: %v", err)
 	}
@@ -329,10 +332,15 @@ func (f *actionFlags) maybeRan(err error) error {
 // never received.
 type dispatcherDownError struct {
 	url string
-	err error
+	// from is the dev.json url was read from, "" when it was not.
+	from string
+	err  error
 }
 
 func (e *dispatcherDownError) Error() string {
+	if e.from != "" {
+		return fmt.Sprintf("no dispatcher answers at %s (connection refused)%s --url", e.url, devAddressNote(e.from))
+	}
 	return fmt.Sprintf("no dispatcher answers at %s (connection refused): start one (aipfleet dev, or aipfleet dispatch) or point --url at it", e.url)
 }
 func (e *dispatcherDownError) Unwrap() error { return e.err }
@@ -469,7 +477,7 @@ func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, metho
 	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, &dispatcherDownError{url: f.url, err: err}
+			return nil, &dispatcherDownError{url: f.url, from: f.urlFrom, err: err}
 		}
 		if ctx.Err() != nil {
 			// Ctrl-C or --request-timeout, not the dispatcher.

@@ -41,16 +41,29 @@ func readDevURLs(dir string) (u devURLs, ok bool, err error) {
 // variable was given and devStateDir holds a dev fleet's state: the client
 // commands find aipfleet dev on whatever --port-base it runs. A URL given
 // explicitly always wins; without a dev fleet the flag's default stays.
-func devDefaultURL(fs *flagSet, flagName string, url *string, devStateDir string, which func(devURLs) string) error {
+// from is the dev.json the address was read from ("" when it was not), for
+// the error when nothing answers there: the state of a dev fleet that is
+// no longer running still redirects the commands from their defaults.
+func devDefaultURL(fs *flagSet, flagName string, url *string, devStateDir string, which func(devURLs) string) (from string, err error) {
 	if fs.isSet(flagName) {
-		return nil
+		return "", nil
 	}
 	u, ok, err := readDevURLs(devStateDir)
 	if err != nil {
-		return usagef("%s: %v; give --%s", fs.cmd.name, err, flagName)
+		return "", usagef("%s: %v; give --%s", fs.cmd.name, err, flagName)
 	}
-	if ok {
-		*url = which(u)
+	if !ok {
+		return "", nil
 	}
-	return nil
+	*url = which(u)
+	return filepath.Join(devStateDir, "dev.json"), nil
+}
+
+// devAddressNote is what an error about nothing answering at a URL adds
+// when the URL came from from (a dev.json; "" adds nothing).
+func devAddressNote(from string) string {
+	if from == "" {
+		return ""
+	}
+	return "; that is the address the dev fleet recorded in " + from + ": start it again (aipfleet dev), or give"
 }

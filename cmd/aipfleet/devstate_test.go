@@ -82,3 +82,41 @@ func TestClientsFindTheDevFleetOnItsPortBase(t *testing.T) {
 		}
 	}
 }
+
+// TestStoppedDevFleetIsNamedWhenNothingAnswers: the state of a dev fleet
+// that no longer runs still redirects action, events and fleet from their
+// default addresses; when nothing answers there, the error says the
+// address came from that dev.json (else the user is left wondering why
+// the commands tried that port and not 8080 or 8090). An address given
+// explicitly gets the plain error.
+func TestStoppedDevFleetIsNamedWhenNothingAnswers(t *testing.T) {
+	work := t.TempDir()
+	t.Chdir(work)
+	base := freePortBase(t, 1)
+	prepared(t, filepath.Join(work, DefaultDevStateDir), 1, base)
+	state := filepath.Join(DefaultDevStateDir, "dev.json")
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t"}, "--url"},
+		{[]string{"events", "list", "--token", "t"}, "--url"},
+		{[]string{"fleet", "status", "--token", "t"}, "--control-url"},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		if err == nil || !strings.Contains(err.Error(), "recorded in "+state) || !strings.Contains(err.Error(), "give "+c.flag) {
+			t.Errorf("%v: err = %v, want it to name %s and %s", c.args, err, state, c.flag)
+		}
+	}
+	// The same dead addresses given explicitly: no word of dev.json.
+	dead := "http://127.0.0.1:" + strconv.Itoa(base)
+	for _, args := range [][]string{
+		{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t", "--url", dead},
+		{"fleet", "status", "--token", "t", "--control-url", "http://127.0.0.1:" + strconv.Itoa(base+controlPortOffset)},
+	} {
+		_, _, err := runCLI(t, nil, args...)
+		if err == nil || strings.Contains(err.Error(), "dev.json") || !strings.Contains(err.Error(), "answers at") {
+			t.Errorf("%v: err = %v, want nothing answers there, without dev.json", args, err)
+		}
+	}
+}

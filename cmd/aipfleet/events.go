@@ -108,7 +108,7 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	case f.client.requestTimeout <= 0:
 		return usagef("events list: --request-timeout must be positive")
 	}
-	if err := devDefaultURL(fs, "url", &f.client.url, f.client.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+	if f.client.urlFrom, err = devDefaultURL(fs, "url", &f.client.url, f.client.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
 		return err
 	}
 	if f.client.url, err = baseURL("--url", f.client.url, DefaultDispatchURL); err != nil {

@@ -101,7 +101,8 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	if len(fs.args()) > 0 {
 		return usagef("fleet status: unexpected argument %q", fs.args()[0])
 	}
-	if err := devDefaultURL(fs, "control-url", controlURL, *devStateDir, func(u devURLs) string { return u.control }); err != nil {
+	from, err := devDefaultURL(fs, "control-url", controlURL, *devStateDir, func(u devURLs) string { return u.control })
+	if err != nil {
 		return err
 	}
 	base, err := baseURL("--control-url", *controlURL, DefaultControlURL)
@@ -133,7 +134,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 		return nil
 	}
 	if !*watch {
-		v, err := readFleet(ctx, client, base, bearer)
+		v, err := readFleet(ctx, client, base, from, bearer)
 		if err != nil {
 			return err
 		}
@@ -142,7 +143,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for {
-		v, err := readFleet(ctx, client, base, bearer)
+		v, err := readFleet(ctx, client, base, from, bearer)
 		if ctx.Err() != nil {
 			return nil // Ctrl-C ends the watch
 		}
@@ -223,7 +224,7 @@ func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, 
 
 // readFleet reads every page of the replicas view and the status summary,
 // each request with a token from bearer.
-func readFleet(ctx context.Context, client *http.Client, base string, bearer fleetBearer) (*fleetView, error) {
+func readFleet(ctx context.Context, client *http.Client, base, from string, bearer fleetBearer) (*fleetView, error) {
 	tok, err := bearer.token()
 	if err != nil {
 		return nil, err
@@ -236,7 +237,7 @@ func readFleet(ctx context.Context, client *http.Client, base string, bearer fle
 			q.Set("after", after)
 		}
 		var page controlplane.FleetReplicaPage
-		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), tok, bearer.refused, &page); err != nil {
+		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), tok, bearer.refused, from, &page); err != nil {
 			return nil, err
 		}
 		v.Replicas = append(v.Replicas, page.Replicas...)
@@ -245,7 +246,7 @@ func readFleet(ctx context.Context, client *http.Client, base string, bearer fle
 		}
 		after = page.Next
 	}
-	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, tok, bearer.refused, &v.Status); err != nil {
+	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, tok, bearer.refused, from, &v.Status); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -253,7 +254,7 @@ func readFleet(ctx context.Context, client *http.Client, base string, bearer fle
 
 // getJSON GETs u with the bearer token (none when empty) into into; a 401
 // error adds refused, what to do about it.
-func getJSON(ctx context.Context, client *http.Client, u, token, refused string, into any) error {
+func getJSON(ctx context.Context, client *http.Client, u, token, refused, from string, into any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -264,7 +265,11 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused string,
 	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", strings.SplitN(u, "/aip/", 2)[0])
+			base := strings.SplitN(u, "/aip/", 2)[0]
+			if from != "" {
+				return fmt.Errorf("no control plane answers at %s%s --control-url", base, devAddressNote(from))
+			}
+			return fmt.Errorf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", base)
 		}
 		return fmt.Errorf("GET %s: %w", u, err)
 	}
