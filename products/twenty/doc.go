@@ -43,10 +43,19 @@
 // failed count is a failed read. A list leaves soft-deleted records out
 // unless its filter names deletedAt, but a permanent delete by filter
 // removes them too (Twenty applies the filter alone), so destroy_many
-// counts with and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)):
-// the same matches, soft-deleted ones included. Records created between
-// the count and the mutation are not counted. restore_many is not counted
-// (the list does not show soft-deleted records).
+// counts with and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)),
+// the same matches, soft-deleted ones included, and sends that same filter
+// to delete. Twenty's filter parser splits and(...) at its commas outside
+// brackets and quotes, with no escapes: a filter with an unpaired " or '
+// (an apostrophe in a value, O'Brien), an odd number of [ and ], a ) that
+// closes nothing or a ( left open, or that starts with and(, or( or not(
+// closed before its end (or(a),and(b), which Twenty alone reads as one
+// mangled condition) could put the added condition inside a value or
+// itself beside it, and be counted as matching nothing while deleting
+// everything: it is refused with connector_host.input_invalid before any
+// request. Records created between the count and the mutation are not
+// counted. restore_many is not counted (the list does not show
+// soft-deleted records).
 //
 // Reads (retry-safe, no idempotency headers):
 //

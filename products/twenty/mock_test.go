@@ -47,12 +47,16 @@ import (
 //     /rest/<plural>/groupBy?group_by=<JSON array>, GET
 //     /rest/metadata/objects/<id>, /rest/metadata/fields[/<id>] and GET
 //     /rest/open-api/core|metadata (the generated OpenAPI documents, no
-//     data envelope). The mock's filter understands conditions
-//     field[eq]:value, id[in]:[v,...] (values optionally quoted) and
-//     field[is]:NULL|NOT_NULL, and(...), or(...) and top-level comma lists,
-//     and refuses anything else with 400. As Twenty's query runners do, a
-//     list (GET /rest/<plural>) leaves soft-deleted records out unless its
-//     filter names deletedAt, and the mutations by filter (update, delete,
+//     data envelope). The mock parses the filter parameter as Twenty's
+//     REST layer does (parseTwentyFilter: unbalanced parentheses, a
+//     condition not of the form field[comparator]:value or an unknown
+//     comparator are 400, and its quirks are kept: unpaired quotes and
+//     brackets, a conjunction closed before the end) and evaluates eq,
+//     neq, in, is, like and ilike on top-level fields; a mutation or
+//     group-by whose filter it cannot evaluate is 400, a list ignores
+//     such a filter. As Twenty's query runners do, a list (GET
+//     /rest/<plural>) leaves soft-deleted records out unless its filter
+//     names deletedAt, and the mutations by filter (update, delete,
 //     restore) apply the filter alone, soft-deleted records included.
 //   - The generated REST API's upsert parameter on POST /rest/<plural> and
 //     /rest/batch/<plural>: with upsert=true a record whose id exists is
@@ -313,15 +317,23 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			recs := m.records[segs[1]]
-			// A filter of the mock's form selects; another is ignored.
+			withDeleted := false
 			if r.URL.Query().Has("filter") {
-				if match, ok := m.filter(httptest.NewRecorder(), r, segs[1], "filter", "order_by", "limit", "starting_after", "ending_before", "fields", "depth"); ok {
-					recs = match
+				// A filter Twenty refuses is 400; one it accepts selects,
+				// unless the mock cannot evaluate it (then it is ignored).
+				parsed, err := parseTwentyFilter(r.URL.Query().Get("filter"))
+				if err != nil {
+					twentyError(w, http.StatusBadRequest, "BadRequestException", err.Error())
+					return
+				}
+				withDeleted = parsed.namesDeletedAt()
+				if match, err := parsed.compile(); err == nil {
+					recs = slices.DeleteFunc(slices.Clone(recs), func(rec map[string]any) bool { return !match(rec) })
 				}
 			}
 			// Soft-deleted records are left out, unless the filter names
 			// deletedAt (Twenty's find-many: applyDeletedAtToBuilder).
-			if !namesDeletedAt(r.URL.Query().Get("filter")) {
+			if !withDeleted {
 				recs = slices.DeleteFunc(slices.Clone(recs), func(rec map[string]any) bool { return rec["deletedAt"] != nil })
 			}
 			total := len(recs)
@@ -518,15 +530,20 @@ func nonNil(recs []map[string]any) []map[string]any {
 
 // filter returns the records of plural matching the required filter
 // query parameter, soft-deleted ones included (a mutation by filter
-// applies the filter alone). Other query parameters must be in allowed.
+// applies the filter alone). Other query parameters must be in allowed. A
+// filter Twenty refuses, or one the mock cannot evaluate, is 400.
 func (m *mockTwenty) filter(w http.ResponseWriter, r *http.Request, plural string, allowed ...string) ([]map[string]any, bool) {
 	if !m.queryOK(w, r, allowed...) {
 		return nil, false
 	}
 	f := r.URL.Query().Get("filter")
-	match, err := parseMockFilter(f)
+	parsed, err := parseTwentyFilter(f)
+	var match func(map[string]any) bool
+	if err == nil {
+		match, err = parsed.compile()
+	}
 	if f == "" || err != nil {
-		twentyError(w, http.StatusBadRequest, "BadRequestException", fmt.Sprintf("mock: unsupported filter %q: %v", f, err))
+		twentyError(w, http.StatusBadRequest, "BadRequestException", fmt.Sprintf("mock: filter %q: %v", f, err))
 		return nil, false
 	}
 	var out []map[string]any
@@ -538,110 +555,257 @@ func (m *mockTwenty) filter(w http.ResponseWriter, r *http.Request, plural strin
 	return out, true
 }
 
-// parseMockFilter reads the mock's subset of Twenty's REST filter
-// language: a condition field[eq]:value, field[in]:[v,...] (values
-// optionally in double quotes) or field[is]:NULL|NOT_NULL; and(...) and
-// or(...) of comma-separated filters; and a top-level comma-separated list,
-// which Twenty reads as and(...).
-func parseMockFilter(f string) (func(map[string]any) bool, error) {
-	for _, op := range []string{"and", "or"} {
-		if inner, ok := strings.CutPrefix(f, op+"("); ok {
-			inner, ok = strings.CutSuffix(inner, ")")
-			if !ok {
-				return nil, fmt.Errorf("%s( is not closed", op)
+// twentyFilter is a filter as Twenty's REST layer parses the filter query
+// parameter (parseFilterRestRequest, engine/api/rest/input-request-parsers/
+// filter-parser-utils/parse-filter-rest-request.util.ts): a conjunction
+// (and, or, not) of sub-filters, or one condition fields[comparator]:value.
+type twentyFilter struct {
+	conj       string // "and", "or", "not"; "" for a condition
+	subs       []twentyFilter
+	fields     []string // a condition's field path (name.firstName)
+	comparator string
+	value      string   // formatted (formatFieldValue); not for in
+	values     []string // in and containsAny
+}
+
+// twentyRootConjunction is Twenty's ROOT_FILTER_CONJUNCTION_REGEX
+// (parse-filter.util.ts): a filter that starts with and(, or( or not( and
+// ends with ), whether or not that first parenthesis is the one closing
+// at the end. JavaScript's . and Go's do not match a newline alike.
+var twentyRootConjunction = regexp.MustCompile(`^(or|and|not)\((.+)\)$`)
+
+// twentyBaseFilter is the form parseBaseFilter (parse-base-filter.util.ts)
+// requires of a condition.
+var twentyBaseFilter = regexp.MustCompile(`^(.+)\[(.+)\]:(.+)$`)
+
+// twentyComparators are parseBaseFilter's FilterComparators.
+var twentyComparators = []string{"eq", "neq", "in", "containsAny", "is", "gt", "gte", "lt", "lte", "startsWith", "endsWith", "like", "ilike"}
+
+// parseTwentyFilter parses f as Twenty's parseFilterRestRequest does:
+// checkFilterQuery (as many ( as ), wherever they are, else 400),
+// addDefaultConjunctionIfMissing (and(f) unless f matches
+// twentyRootConjunction), then parseFilter. Its errors are Twenty's 400s.
+func parseTwentyFilter(f string) (twentyFilter, error) {
+	if o, c := strings.Count(f, "("), strings.Count(f, ")"); o != c {
+		return twentyFilter{}, fmt.Errorf("'filter' invalid. %d open and %d close brackets in the query", o, c)
+	}
+	if !twentyRootConjunction.MatchString(f) {
+		f = "and(" + f + ")"
+	}
+	return parseTwentyFilterPart(f)
+}
+
+// parseTwentyFilterPart is Twenty's parseFilter (parse-filter.util.ts): a
+// part matching twentyRootConjunction is that conjunction of the parts
+// twentyFilterContent splits it into; anything else is one condition
+// (parseBaseFilter).
+func parseTwentyFilterPart(f string) (twentyFilter, error) {
+	if m := twentyRootConjunction.FindStringSubmatch(f); m != nil {
+		out := twentyFilter{conj: m[1]}
+		for _, part := range twentyFilterContent(f) {
+			sub, err := parseTwentyFilterPart(part)
+			if err != nil {
+				return twentyFilter{}, err
 			}
-			return parseMockList(inner, op == "and")
+			out.subs = append(out.subs, sub)
+		}
+		if out.conj == "not" && len(out.subs) > 1 {
+			return twentyFilter{}, errors.New("'filter' invalid. 'not' conjunction should contain only 1 condition")
+		}
+		return out, nil
+	}
+	return parseTwentyCondition(f)
+}
+
+// twentyFilterContent splits a conjunction's text as Twenty's
+// parseFilterContent (parse-filter-content.util.ts) does: it keeps the
+// characters inside the outermost parentheses (any character read at
+// depth 0, such as ",or(" after a parenthesis that closed early, is
+// dropped) and splits at the commas at depth 1 outside brackets and
+// quotes. Every [ and ] toggles "within brackets", every " and every '
+// toggles its own "within quotes", whatever encloses it: an unpaired
+// quote or bracket hides every later comma.
+func twentyFilterContent(f string) []string {
+	var parts []string
+	var cur strings.Builder
+	depth := 0
+	brackets, double, single := false, false, false
+	for _, c := range f {
+		keep := depth >= 1
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			keep = depth >= 1
+		case '[', ']':
+			brackets = !brackets
+		case '"':
+			double = !double
+		case '\'':
+			single = !single
+		}
+		if c == ',' && depth == 1 && !brackets && !double && !single {
+			parts = append(parts, cur.String())
+			cur.Reset()
+			keep = false
+		}
+		if keep {
+			cur.WriteRune(c)
 		}
 	}
-	if parts := splitTopLevel(f); len(parts) > 1 {
-		return parseMockList(f, true)
+	return append(parts, cur.String())
+}
+
+// parseTwentyCondition is Twenty's parseBaseFilter and formatFieldValue
+// (format-field-values.util.ts, without the field type: the REST layer
+// leaves typing to the common layer): the field path runs to the first
+// [, the comparator to the next ], the value from the : after it to the
+// end; in and containsAny take [v,...]; a value wholly in " or ' loses
+// them, except after is.
+func parseTwentyCondition(f string) (twentyFilter, error) {
+	if !twentyBaseFilter.MatchString(f) {
+		return twentyFilter{}, fmt.Errorf("'filter' invalid for '%s'. eg: price[gte]:10", f)
 	}
-	field, rest, ok := strings.Cut(f, "[")
-	comparator, value, ok2 := strings.Cut(rest, "]:")
-	if !ok || !ok2 || !mockFieldPattern.MatchString(field) {
-		return nil, errors.New("not a condition field[comparator]:value")
+	var fields, comparator, value strings.Builder
+	inFields, inComparator, inValue := true, false, false
+	for _, c := range f {
+		if inValue {
+			value.WriteRune(c)
+		}
+		if c == ']' && !inValue {
+			inComparator = false
+		}
+		if c == ':' && !inComparator {
+			inValue = true
+		}
+		if inComparator {
+			comparator.WriteRune(c)
+		}
+		if c == '[' && inFields {
+			inFields, inComparator = false, true
+		}
+		if inFields {
+			fields.WriteRune(c)
+		}
 	}
-	switch comparator {
+	out := twentyFilter{fields: strings.Split(fields.String(), "."), comparator: comparator.String()}
+	if !slices.Contains(twentyComparators, out.comparator) {
+		return twentyFilter{}, fmt.Errorf("'filter' invalid for '%s', comparator %s not in %s", f, out.comparator, strings.Join(twentyComparators, ", "))
+	}
+	v := value.String()
+	switch out.comparator {
+	case "in", "containsAny":
+		if !strings.HasPrefix(v, "[") || !strings.HasSuffix(v, "]") {
+			return twentyFilter{}, fmt.Errorf("'filter' invalid for '%s' operator. Received '%s' but array value expected", out.comparator, v)
+		}
+		for _, x := range strings.Split(v[1:len(v)-1], ",") {
+			out.values = append(out.values, unquoteTwenty(x))
+		}
 	case "is":
-		if value != "NULL" && value != "NOT_NULL" {
-			return nil, errors.New("[is] takes NULL or NOT_NULL")
-		}
-		return func(rec map[string]any) bool { return (rec[field] == nil) == (value == "NULL") }, nil
-	case "eq", "in":
-		values := []string{value}
-		if comparator == "in" {
-			inner, ok := strings.CutPrefix(value, "[")
-			inner, ok2 := strings.CutSuffix(inner, "]")
-			if !ok || !ok2 {
-				return nil, errors.New("[in] takes [v,...]")
+		out.value = v
+	default:
+		out.value = unquoteTwenty(v)
+	}
+	return out, nil
+}
+
+// unquoteTwenty drops the quotes of a value that starts and ends with "
+// or ' (formatFieldValue: either kind at either end).
+func unquoteTwenty(v string) string {
+	if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && (v[len(v)-1] == '"' || v[len(v)-1] == '\'') {
+		return v[1 : len(v)-1]
+	}
+	if len(v) == 1 && (v == `"` || v == "'") {
+		return "" // JavaScript's substring(1, 0) of a lone quote
+	}
+	return v
+}
+
+// compile returns the predicate f is on a record, for the comparators the
+// mock evaluates: eq, neq, in, is (Twenty's SQL: IS NULL when the value
+// is NULL, IS NOT NULL for any other value), like and ilike (% and _).
+// A condition on a sub-field or with another comparator is an error (the
+// mock cannot tell what Twenty would match).
+func (f twentyFilter) compile() (func(map[string]any) bool, error) {
+	if f.conj != "" {
+		var subs []func(map[string]any) bool
+		for _, s := range f.subs {
+			p, err := s.compile()
+			if err != nil {
+				return nil, err
 			}
-			values = strings.Split(inner, ",")
-		}
-		for i, v := range values {
-			values[i] = strings.Trim(v, `"`)
+			subs = append(subs, p)
 		}
 		return func(rec map[string]any) bool {
-			v, ok := rec[field]
-			return ok && slices.Contains(values, fmt.Sprint(v))
+			switch f.conj {
+			case "not":
+				return !subs[0](rec)
+			case "or":
+				return slices.ContainsFunc(subs, func(p func(map[string]any) bool) bool { return p(rec) })
+			}
+			return !slices.ContainsFunc(subs, func(p func(map[string]any) bool) bool { return !p(rec) })
 		}, nil
 	}
-	return nil, fmt.Errorf("comparator %q is not one of the mock's", comparator)
-}
-
-// parseMockList combines the comma-separated filters of list with and
-// (all) or or.
-func parseMockList(list string, all bool) (func(map[string]any) bool, error) {
-	var preds []func(map[string]any) bool
-	for _, part := range splitTopLevel(list) {
-		p, err := parseMockFilter(part)
-		if err != nil {
-			return nil, err
-		}
-		preds = append(preds, p)
+	if len(f.fields) != 1 || !mockFieldPattern.MatchString(f.fields[0]) {
+		return nil, fmt.Errorf("mock: field %q is not one the mock evaluates", strings.Join(f.fields, "."))
 	}
-	return func(rec map[string]any) bool {
-		for _, p := range preds {
-			if p(rec) != all {
-				return !all
+	field := f.fields[0]
+	str := func(rec map[string]any) (string, bool) {
+		v, ok := rec[field]
+		if !ok || v == nil {
+			return "", false // SQL NULL: no comparison holds
+		}
+		return fmt.Sprint(v), true
+	}
+	switch f.comparator {
+	case "eq", "neq":
+		return func(rec map[string]any) bool {
+			s, ok := str(rec)
+			return ok && (s == f.value) == (f.comparator == "eq")
+		}, nil
+	case "in":
+		return func(rec map[string]any) bool {
+			s, ok := str(rec)
+			return ok && slices.Contains(f.values, s)
+		}, nil
+	case "is":
+		return func(rec map[string]any) bool {
+			_, ok := str(rec)
+			return ok == (f.value != "NULL")
+		}, nil
+	case "like", "ilike":
+		pattern := "^"
+		for _, c := range f.value {
+			switch c {
+			case '%':
+				pattern += ".*"
+			case '_':
+				pattern += "."
+			default:
+				pattern += regexp.QuoteMeta(string(c))
 			}
 		}
-		return all
-	}, nil
+		if f.comparator == "ilike" {
+			pattern = "(?i)" + pattern
+		}
+		re := regexp.MustCompile("(?s)" + pattern + "$")
+		return func(rec map[string]any) bool {
+			s, ok := str(rec)
+			return ok && re.MatchString(s)
+		}, nil
+	}
+	return nil, fmt.Errorf("mock: comparator %s is not one the mock evaluates", f.comparator)
 }
 
-// splitTopLevel splits s at the commas outside parentheses, brackets and
-// double quotes.
-func splitTopLevel(s string) []string {
-	var parts []string
-	depth, quoted, start := 0, false, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"':
-			quoted = !quoted
-		case quoted:
-		case c == '(' || c == '[':
-			depth++
-		case c == ')' || c == ']':
-			depth--
-		case c == ',' && depth == 0:
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, s[start:])
-}
-
-// namesDeletedAt reports whether filter names deletedAt in a condition:
-// Twenty's query parser then reads soft-deleted records too
-// (applyDeletedAtToBuilder, which looks for deletedAt anywhere in the
-// filter); a list without it leaves them out.
-func namesDeletedAt(filter string) bool {
-	for _, part := range strings.FieldsFunc(filter, func(r rune) bool { return r == '(' || r == ',' }) {
-		if strings.HasPrefix(part, "deletedAt[") {
-			return true
-		}
-	}
-	return false
+// namesDeletedAt reports whether f names deletedAt anywhere: Twenty's
+// find-many then reads soft-deleted records too (applyDeletedAtToBuilder,
+// whose checkForDeletedAtFilter looks for a deletedAt key at any depth of
+// the parsed filter, engine/api/graphql/graphql-query-runner/
+// graphql-query-parsers/graphql-query.parser.ts); a list without it
+// leaves them out.
+func (f twentyFilter) namesDeletedAt() bool {
+	return slices.Contains(f.fields, "deletedAt") || slices.ContainsFunc(f.subs, twentyFilter.namesDeletedAt)
 }
 
 // metadata serves GET /rest/metadata/objects[/<id>] and

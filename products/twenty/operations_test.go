@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -142,7 +143,8 @@ func TestBatchAndRestoreOperations(t *testing.T) {
 				}
 			}},
 		{"destroy_many", OpDestroyMany, `{"object":"people","filter":"name[eq]:Grace"}`,
-			check{"DELETE", "/rest/people", url.Values{"filter": {"name[eq]:Grace"}, "soft_delete": {"false"}}, ""},
+			// The count's filter, soft-deleted matches included.
+			check{"DELETE", "/rest/people", url.Values{"filter": {"and(name[eq]:Grace,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"}, "soft_delete": {"false"}}, ""},
 			func(t *testing.T, raw json.RawMessage) {
 				jsonEqual(t, "destroy_many output", string(raw), `{"object":"people","records":[{"id":"`+ids[1]+`"}]}`)
 				if e.mock.record("people", ids[1]) != nil {
@@ -712,5 +714,73 @@ func TestDestroyManyCountsSoftDeleted(t *testing.T) {
 	e2.mock.mu.Unlock()
 	if left != 1 {
 		t.Errorf("%d people left, want Lyon alone", left)
+	}
+}
+
+// TestFilterCannotLeaveTheCountWrapper: the count wraps the caller's
+// filter as and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)).
+// Twenty's filter parser (as the mock reproduces it) lets an unpaired
+// quote or bracket swallow the added condition into a value, and reads a
+// filter that starts with a conjunction closing before its end as one
+// mangled condition, so such a filter could be counted as matching
+// nothing and still act on every record. Such filters are refused before
+// any request; filters whose quotes, brackets and parentheses pair up are
+// counted and sent as the count was.
+func TestFilterCannotLeaveTheCountWrapper(t *testing.T) {
+	var recs []map[string]any
+	for range MaxFilterMatches + 1 {
+		recs = append(recs, map[string]any{"name": "O'Brien", "city": "Paris"})
+	}
+	for _, tc := range []struct{ name, filter, why string }{
+		// Alone, Twenty reads name = O'Brien; in the count, the quote
+		// left open hides the comma before the added condition.
+		{"unpaired apostrophe", `name[eq]:O'Brien`, "odd number of ' characters"},
+		// Alone, Twenty reads or(id[is]:NOT_NULLcity[eq]:Nowhere): every
+		// record (is with a value other than NULL is IS NOT NULL); in the
+		// count, or(...) and and(...) are two conditions: none.
+		{"conjunction closed early", `or(id[is]:NOT_NULL),and(city[eq]:Nowhere)`, "closes at byte 18, before the end"},
+		{"parenthesis closed and reopened", `city[eq]:Paris),or(city[eq]:Nowhere`, "closes a parenthesis it did not open at byte 14"},
+		{"parenthesis left open", `or(city[eq]:Paris`, "leaves 1 parenthesis open"},
+		{"unpaired double quote", `name[eq]:"O'Brien'`, `odd number of " characters`},
+		{"unpaired bracket", `name[eq]:a[b`, "odd number of [ and ] characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, allOperationsFile(t))
+			e.mock.seed("people", recs...)
+			pe := failedCode(t, e.Result(t, action(OpDestroyMany, `{"object":"people","filter":`+strconv.Quote(tc.filter)+`}`)))
+			if pe.Code != hostsdk.CodeInputInvalid || retryable(pe) || !strings.Contains(pe.Message, tc.why) {
+				t.Errorf("destroy_many %s: %+v, want %s saying %q", tc.filter, pe, hostsdk.CodeInputInvalid, tc.why)
+			}
+			if n := e.mock.writes(); n != 0 {
+				t.Errorf("%d mutations reached Twenty", n)
+			}
+			e.mock.mu.Lock()
+			left := len(e.mock.records["people"])
+			e.mock.mu.Unlock()
+			if left != len(recs) {
+				t.Errorf("%d people left of %d", left, len(recs))
+			}
+		})
+	}
+
+	// Filters whose quotes, brackets and parentheses pair up: counted,
+	// and the mutation sends the count's filter.
+	e := newEnv(t, allOperationsFile(t))
+	e.mock.seed("people", recs[:3]...)
+	e.mock.seed("people", map[string]any{"name": "D'Arcy", "city": "Lyon"}, map[string]any{"name": "Ada", "city": "Lyon"})
+	for _, f := range []string{`or(city[eq]:Nowhere,name[in]:["O'Brien","D'Arcy"])`, `and(city[eq]:Lyon),name[ilike]:d_arcy`} {
+		var out listOut
+		e.complete(t, action(OpDestroyMany, `{"object":"people","filter":`+strconv.Quote(f)+`}`), &out)
+		reqs := e.mock.requests()
+		count, del := reqs[len(reqs)-2], reqs[len(reqs)-1]
+		want := "and(" + f + ",or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"
+		if count.Method != http.MethodGet || count.Query.Get("filter") != want || del.Method != http.MethodDelete || del.Query.Get("filter") != want {
+			t.Errorf("%s: sent %s %v then %s %v; want the filter %s in both", f, count.Method, count.Query, del.Method, del.Query, want)
+		}
+	}
+	e.mock.mu.Lock()
+	defer e.mock.mu.Unlock()
+	if left := e.mock.records["people"]; len(left) != 1 || left[0]["name"] != "Ada" {
+		t.Errorf("left %v, want Ada alone", left)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -305,7 +306,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	case OpUpdate:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: recordPath(in), JSON: in.Record}, true)
 	case OpUpdateMany:
-		if res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
+		if _, res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
 			return res, err
 		}
 		// PATCH /rest/<objectNamePlural>?filter=... with the fields to set
@@ -319,7 +320,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"true"}}}, true)
 	case OpSoftDeleteMany:
-		if res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
+		if _, res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
 			return res, err
 		}
 		// DELETE /rest/<objectNamePlural>?filter=...&soft_delete=true (the
@@ -341,11 +342,13 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"false"}}}, true)
 	case OpDestroyMany:
-		if res, err := c.boundMatches(ctx, call, in, true); res != nil || err != nil {
+		// The count's filter: the same string parses to the same filter.
+		filter, res, err := c.boundMatches(ctx, call, in, true)
+		if res != nil || err != nil {
 			return res, err
 		}
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: objectPath,
-			Query: url.Values{"filter": {in.Filter}, "soft_delete": {"false"}}})
+			Query: url.Values{"filter": {filter}, "soft_delete": {"false"}}})
 	case OpMerge:
 		return c.merge(ctx, call, in)
 	case OpMetadataList:
@@ -407,46 +410,115 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 // whole object (id[is]:NOT_NULL) must not update or delete it in one
 // action. The count is a read taken before the mutation: when it fails the
 // action fails and nothing was sent; records created between the count
-// and the mutation are not counted.
+// and the mutation are not counted. It returns the filter the mutation
+// sends.
 //
 // A list leaves soft-deleted records out unless its filter names
 // deletedAt (Twenty's query parser then reads them too), but a permanent
 // delete by filter removes every match, soft-deleted or not (it applies
-// the filter alone). So destroy_many counts with the filter
-// countAllFilter makes of the caller's: the same matches, with deletedAt
-// named in a condition every record meets.
-func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input, withDeleted bool) (*aip.ActionResult, error) {
+// the filter alone). So destroy_many counts with, and then sends, the
+// filter countAllFilter makes of the caller's: the same matches, with
+// deletedAt named in a condition every record meets. A filter that could
+// change the meaning of that wrapper is refused first (checkWrappable).
+func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input, withDeleted bool) (string, *aip.ActionResult, error) {
 	filter := in.Filter
 	if withDeleted {
+		if err := checkWrappable(filter); err != nil {
+			return "", nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, "filter: "+err.Error())
+		}
 		filter = countAllFilter(filter)
 	}
 	req := provider.Request{Method: http.MethodGet, Path: "/rest/" + url.PathEscape(in.Object),
 		Query: url.Values{"filter": {filter}, "limit": {"1"}}}
 	a, err := c.do(ctx, req)
 	if err != nil {
-		return provider.Result(call, err, false)
+		res, err := provider.Result(call, err, false)
+		return "", res, err
 	}
 	if a.TotalCount == nil {
-		return provider.Result(call, badAnswer(req, 200, "the answer has no totalCount to count the filter's matches"), false)
+		res, err := provider.Result(call, badAnswer(req, 200, "the answer has no totalCount to count the filter's matches"), false)
+		return "", res, err
 	}
 	if n := *a.TotalCount; n > MaxFilterMatches {
 		what := in.Object
 		if withDeleted {
 			what += " (soft-deleted ones included, which a permanent delete removes too)"
 		}
-		return call.Fail(CodeTooManyMatches, aip.CategoryPermanent, false,
+		return "", call.Fail(CodeTooManyMatches, aip.CategoryPermanent, false,
 			fmt.Sprintf("the filter matches %d %s; %s acts on at most %d records per action (Twenty's batch size): narrow the filter (e.g. id[in]:[...]) and split the work",
 				n, what, call.Action.CapabilityID, MaxFilterMatches)), nil
 	}
-	return nil, nil
+	return filter, nil, nil
 }
 
 // countAllFilter is filter extended so that a list counts every record it
 // matches, soft-deleted ones included: and(<filter>,or(deletedAt[is]:NULL,
 // deletedAt[is]:NOT_NULL)). The added condition holds for every record;
-// naming deletedAt makes Twenty read soft-deleted records too.
+// naming deletedAt makes Twenty read soft-deleted records too. It means
+// "filter, and a condition every record meets" only for a filter
+// checkWrappable accepts.
 func countAllFilter(filter string) string {
 	return "and(" + filter + ",or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"
+}
+
+// rootConjunction is Twenty's ROOT_FILTER_CONJUNCTION_REGEX: a filter it
+// takes for one conjunction, which it parses as is instead of wrapping it
+// in and(...).
+var rootConjunction = regexp.MustCompile(`^(or|and|not)\((.+)\)$`)
+
+// checkWrappable says why filter cannot go inside and(<filter>,<condition>)
+// and keep its meaning, nil if it can. Twenty's REST filter parser
+// (engine/api/rest/input-request-parsers/filter-parser-utils:
+// checkFilterQuery, addDefaultConjunctionIfMissing, parseFilter and
+// parseFilterContent) splits a conjunction at its commas at parenthesis
+// depth 1 that are outside brackets and quotes, where every ( and ) counts
+// (quoted ones too) and every [ or ], " and ' toggles its own "inside"
+// state, with no escapes and no nesting. So the comma before the added
+// condition separates it from the caller's filter only if the filter's
+// parentheses never close one they did not open and all close by its end,
+// and its ", ' and brackets come in pairs; otherwise the condition would be
+// read as part of a value, or the caller's filter could end the and(...)
+// early and put itself beside it. And a filter that starts with and(, or(
+// or not( and ends with ) is parsed alone as that conjunction even when
+// its first parenthesis closes before the end (or(a),and(b) is read as
+// the single condition of or(...)), which and(...) around it would read as
+// two: it must end with the parenthesis its first one opens.
+func checkWrappable(filter string) error {
+	depth, firstClose := 0, -1
+	for i := 0; i < len(filter); i++ {
+		switch filter[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth < 0 {
+				return fmt.Errorf("it closes a parenthesis it did not open at byte %d; Twenty counts every ( and ), quoted ones included: the parentheses must pair up", i)
+			}
+			if depth == 0 && firstClose < 0 {
+				firstClose = i
+			}
+		}
+	}
+	if depth > 0 {
+		return fmt.Errorf("it leaves %d parenthesis open (Twenty counts every ( and ), quoted ones included): the parentheses must pair up", depth)
+	}
+	for _, q := range []struct{ chars, what string }{
+		{`"`, `" characters`},
+		{`'`, `' characters (an apostrophe in a value, as in O'Brien, is read as a quote: match it with [like] and _ in its place, e.g. name.lastName[like]:O_Brien)`},
+		{`[]`, `[ and ] characters (each one opens or closes a bracket for Twenty, in a value too)`},
+	} {
+		n := 0
+		for _, c := range q.chars {
+			n += strings.Count(filter, string(c))
+		}
+		if n%2 != 0 {
+			return fmt.Errorf("it has an odd number of %s; Twenty's filter parser reads everything after an unpaired one as inside it, so the condition the adapter adds to count the matches would be read as part of a value", q.what)
+		}
+	}
+	if m := rootConjunction.FindStringSubmatch(filter); m != nil && firstClose != len(filter)-1 {
+		return fmt.Errorf("it starts with %s( but that parenthesis closes at byte %d, before the end: Twenty reads such a filter as one condition made of its parts run together; put the parts in one conjunction, e.g. and(%s(...),...)", m[1], firstClose, m[1])
+	}
+	return nil
 }
 
 // offered lists the admitted operations in manifest order.

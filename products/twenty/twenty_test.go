@@ -223,12 +223,12 @@ func TestRecordLifecycle(t *testing.T) {
 
 	// record.list: GET /rest/companies with every query parameter.
 	var list listOut
-	e.complete(t, action(OpList, `{"object":"companies","filter":"name[like]:%A%","order_by":"createdAt[DescNullsLast]","limit":1,"starting_after":"c-prev","fields":["name"],"depth":1}`), &list)
+	e.complete(t, action(OpList, `{"object":"companies","filter":"name[ilike]:%E%","order_by":"createdAt[DescNullsLast]","limit":1,"starting_after":"c-prev","fields":["name"],"depth":1}`), &list)
 	r = e.mock.last(t)
 	if r.Method != "GET" || r.Path != "/rest/companies" {
 		t.Fatalf("list sent %s %s", r.Method, r.Path)
 	}
-	want := url.Values{"filter": {"name[like]:%A%"}, "order_by": {"createdAt[DescNullsLast]"}, "limit": {"1"},
+	want := url.Values{"filter": {"name[ilike]:%E%"}, "order_by": {"createdAt[DescNullsLast]"}, "limit": {"1"},
 		"starting_after": {"c-prev"}, "fields": {"name"}, "depth": {"1"}}
 	if d := cmp.Diff(want, r.Query); d != "" {
 		t.Errorf("list query (-want +got):\n%s", d)
