@@ -41,17 +41,20 @@
 // &limit=1, totalCount) and refuse more than MaxFilterMatches (60,
 // api.mdx's batch size) with twenty.too_many_matches, sending nothing; a
 // failed count is a failed read. A list leaves soft-deleted records out
-// unless its filter names deletedAt, but a permanent delete by filter
-// removes them too (Twenty applies the filter alone), so destroy_many
-// counts with and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)),
-// the same matches, soft-deleted ones included, and sends that same filter
-// to delete. Twenty's filter parser splits and(...) at its commas outside
+// unless its filter names deletedAt, but Twenty's mutations by filter
+// apply the filter alone, to soft-deleted matches too (an update sets
+// their fields, a soft delete deletes them again, a permanent delete
+// removes them), so the count is taken with
+// and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)), the same
+// matches, soft-deleted ones included, and the mutation sends that same
+// filter. To act on live records only, add deletedAt[is]:NULL to the
+// filter. Twenty's filter parser splits and(...) at its commas outside
 // brackets and quotes, with no escapes: a filter with an unpaired " or '
 // (an apostrophe in a value, O'Brien), an odd number of [ and ], a ) that
 // closes nothing or a ( left open, or that starts with and(, or( or not(
 // closed before its end (or(a),and(b), which Twenty alone reads as one
 // mangled condition) could put the added condition inside a value or
-// itself beside it, and be counted as matching nothing while deleting
+// itself beside it, and be counted as matching nothing while acting on
 // everything: it is refused with connector_host.input_invalid before any
 // request. Records created between the count and the mutation are not
 // counted. restore_many is not counted (the list does not show
@@ -102,12 +105,14 @@
 //     returns {object, records}.
 //   - record.update: PATCH /rest/<object>/<id> with the fields to change.
 //   - record.update_many (risk high): PATCH /rest/<object>?filter=... with
-//     the fields to set on every match; returns {object, records}.
+//     the fields to set on every match, soft-deleted ones included;
+//     returns {object, records}.
 //   - record.soft_delete: DELETE /rest/<object>/<id>?soft_delete=true
 //     (Twenty keeps the record as deleted; it can be restored; without
 //     soft_delete=true Twenty would delete it permanently).
 //   - record.soft_delete_many (risk high): DELETE
-//     /rest/<object>?filter=...&soft_delete=true; returns {object, records}
+//     /rest/<object>?filter=...&soft_delete=true (a soft-deleted match is
+//     deleted again: its deletedAt is set anew); returns {object, records}
 //     (the deleted records' IDs).
 //   - record.restore: PATCH /rest/restore/<object>/<id>, no body; returns
 //     {object, record}. Some Twenty versions refuse this path with 400

@@ -45,6 +45,10 @@ func (m *mockTwenty) seed(plural string, recs ...map[string]any) []string {
 	return ids
 }
 
+// allRecords is the condition the filter forms add to the caller's
+// filter: every record, soft-deleted ones included.
+const allRecords = "or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)"
+
 // TestBatchAndRestoreOperations runs the filter-form batches, restore,
 // the permanent deletes and merge through a host and checks each request
 // Twenty received and each output.
@@ -68,7 +72,9 @@ func TestBatchAndRestoreOperations(t *testing.T) {
 		out             func(t *testing.T, raw json.RawMessage)
 	}{
 		{"update_many", OpUpdateMany, `{"object":"people","filter":"city[eq]:\"London\"","record":{"jobTitle":"Analyst"}}`,
-			check{"PATCH", "/rest/people", url.Values{"filter": {`city[eq]:"London"`}}, `{"jobTitle":"Analyst"}`},
+			// The filter forms send their count's filter, soft-deleted
+			// matches included.
+			check{"PATCH", "/rest/people", url.Values{"filter": {`and(city[eq]:"London",` + allRecords + `)`}}, `{"jobTitle":"Analyst"}`},
 			func(t *testing.T, raw json.RawMessage) {
 				var out listOut
 				json.Unmarshal(raw, &out)
@@ -80,7 +86,7 @@ func TestBatchAndRestoreOperations(t *testing.T) {
 				}
 			}},
 		{"soft_delete_many", OpSoftDeleteMany, `{"object":"people","filter":"id[in]:[` + ids[0] + `,` + ids[1] + `]"}`,
-			check{"DELETE", "/rest/people", url.Values{"filter": {"id[in]:[" + ids[0] + "," + ids[1] + "]"}, "soft_delete": {"true"}}, ""},
+			check{"DELETE", "/rest/people", url.Values{"filter": {"and(id[in]:[" + ids[0] + "," + ids[1] + "]," + allRecords + ")"}, "soft_delete": {"true"}}, ""},
 			func(t *testing.T, raw json.RawMessage) {
 				jsonEqual(t, "soft_delete_many output", string(raw), `{"object":"people","records":[{"id":"`+ids[0]+`"},{"id":"`+ids[1]+`"}]}`)
 				if r := e.mock.record("people", ids[1]); r == nil || r["deletedAt"] == nil {
@@ -143,8 +149,7 @@ func TestBatchAndRestoreOperations(t *testing.T) {
 				}
 			}},
 		{"destroy_many", OpDestroyMany, `{"object":"people","filter":"name[eq]:Grace"}`,
-			// The count's filter, soft-deleted matches included.
-			check{"DELETE", "/rest/people", url.Values{"filter": {"and(name[eq]:Grace,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"}, "soft_delete": {"false"}}, ""},
+			check{"DELETE", "/rest/people", url.Values{"filter": {"and(name[eq]:Grace," + allRecords + ")"}, "soft_delete": {"false"}}, ""},
 			func(t *testing.T, raw json.RawMessage) {
 				jsonEqual(t, "destroy_many output", string(raw), `{"object":"people","records":[{"id":"`+ids[1]+`"}]}`)
 				if e.mock.record("people", ids[1]) != nil {
@@ -289,10 +294,21 @@ func TestNewOperationErrors(t *testing.T) {
 	if pe = failedCode(t, e.Result(t, action(OpMetadataGet, `{"resource":"objects","id":"11111111-1111-4111-8111-111111111111"}`))); pe.Code != provider.CodeNotFound {
 		t.Errorf("unknown object metadata: %+v", pe)
 	}
-	// Twenty refusing a filter: 400 on a mutation is failed, not unknown.
-	if pe = failedCode(t, e.Result(t, action(OpSoftDeleteMany, `{"object":"people","filter":"or(a[eq]:1,b[eq]:2"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
+	// Twenty refusing a filter: 400 on its count is a failed read, 400 on
+	// the mutation is failed, not unknown.
+	if pe = failedCode(t, e.Result(t, action(OpSoftDeleteMany, `{"object":"people","filter":"a[zz]:1"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
+		t.Errorf("400 on soft_delete_many's count: %+v", pe)
+	}
+	e.mock.setFail(func(r *http.Request) (int, string, bool) {
+		if r.Method == http.MethodGet {
+			return 0, "", false
+		}
+		return 400, `{"statusCode":400,"error":"BadRequestException","messages":["'filter' invalid"]}`, true
+	})
+	if pe = failedCode(t, e.Result(t, action(OpSoftDeleteMany, `{"object":"people","filter":"a[eq]:1"}`))); pe.Code != provider.CodeInvalidRequest || retryable(pe) {
 		t.Errorf("400 on soft_delete_many: %+v", pe)
 	}
+	e.mock.setFail(nil)
 
 	for _, tc := range []struct {
 		name   string
@@ -361,10 +377,7 @@ func TestFilterMatchesBounded(t *testing.T) {
 			t.Errorf("%s over the bound: %+v", a.CapabilityID, pe)
 		}
 		r := e.mock.last(t)
-		want := "city[eq]:Paris"
-		if a.CapabilityID == CapabilityID(OpDestroyMany) {
-			want = "and(city[eq]:Paris,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"
-		}
+		want := "and(city[eq]:Paris," + allRecords + ")"
 		if r.Method != http.MethodGet || r.Query.Get("filter") != want || r.Query.Get("limit") != "1" {
 			t.Errorf("%s: last request %s %s %v, want the count", a.CapabilityID, r.Method, r.Path, r.Query)
 		}
@@ -670,12 +683,13 @@ func TestIngestPolicyConfig(t *testing.T) {
 	}
 }
 
-// TestDestroyManyCountsSoftDeleted: a permanent delete by filter removes
-// the soft-deleted matches too, which a list leaves out; destroy_many
+// TestMutationsByFilterCountSoftDeleted: Twenty's mutations by filter
+// (update, soft delete, permanent delete) apply the filter alone, so they
+// act on the soft-deleted matches too, which a list leaves out; each
 // counts them (its count names deletedAt, so Twenty reads them), refuses
 // when live and soft-deleted matches are more than MaxFilterMatches, and
-// runs at the bound, removing exactly what it counted.
-func TestDestroyManyCountsSoftDeleted(t *testing.T) {
+// at the bound acts on exactly what it counted, with the count's filter.
+func TestMutationsByFilterCountSoftDeleted(t *testing.T) {
 	seed := func(e *env, live, deleted int) {
 		for i := range live + deleted {
 			rec := map[string]any{"city": "Paris"}
@@ -686,34 +700,73 @@ func TestDestroyManyCountsSoftDeleted(t *testing.T) {
 		}
 		e.mock.seed("people", map[string]any{"city": "Lyon"})
 	}
-	e := newEnv(t, allOperationsFile(t))
-	seed(e, 40, 30)
-	// The list a caller sees counts the 40 live ones only.
-	var listed listOut
-	e.complete(t, action(OpList, `{"object":"people","filter":"city[eq]:Paris","limit":1}`), &listed)
-	if listed.TotalCount == nil || *listed.TotalCount != 40 {
-		t.Fatalf("the list counts %v, want the 40 live records", listed.TotalCount)
-	}
-	pe := failedCode(t, e.Result(t, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`)))
-	if pe.Code != CodeTooManyMatches || !strings.Contains(pe.Message, "matches 70 people (soft-deleted ones included") {
-		t.Errorf("40 live and 30 soft-deleted matches: %+v, want %s over 70", pe, CodeTooManyMatches)
-	}
-	if n := e.mock.writes(); n != 0 {
-		t.Fatalf("%d mutations reached Twenty", n)
-	}
+	const wrapped = "and(city[eq]:Paris,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL))"
+	for _, tc := range []struct {
+		op, input string
+		// after checks the records left at the bound.
+		after func(t *testing.T, left []map[string]any)
+	}{
+		{OpUpdateMany, `{"object":"people","filter":"city[eq]:Paris","record":{"jobTitle":"x"}}`, func(t *testing.T, left []map[string]any) {
+			n := 0
+			for _, r := range left {
+				if r["jobTitle"] == "x" {
+					n++
+				}
+				if r["city"] == "Lyon" && r["jobTitle"] != nil {
+					t.Error("Lyon was updated")
+				}
+			}
+			if n != MaxFilterMatches {
+				t.Errorf("%d records updated, want %d", n, MaxFilterMatches)
+			}
+		}},
+		{OpSoftDeleteMany, `{"object":"people","filter":"city[eq]:Paris"}`, func(t *testing.T, left []map[string]any) {
+			for _, r := range left {
+				if (r["deletedAt"] == nil) != (r["city"] == "Lyon") {
+					t.Errorf("after soft_delete_many %v", r)
+				}
+			}
+		}},
+		{OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`, func(t *testing.T, left []map[string]any) {
+			if len(left) != 1 {
+				t.Errorf("%d people left, want Lyon alone", len(left))
+			}
+		}},
+	} {
+		t.Run(tc.op, func(t *testing.T) {
+			e := newEnv(t, allOperationsFile(t))
+			seed(e, 40, 30)
+			// The list a caller sees counts the 40 live ones only.
+			var listed listOut
+			e.complete(t, action(OpList, `{"object":"people","filter":"city[eq]:Paris","limit":1}`), &listed)
+			if listed.TotalCount == nil || *listed.TotalCount != 40 {
+				t.Fatalf("the list counts %v, want the 40 live records", listed.TotalCount)
+			}
+			pe := failedCode(t, e.Result(t, action(tc.op, tc.input)))
+			if pe.Code != CodeTooManyMatches || !strings.Contains(pe.Message, "matches 70 people (soft-deleted ones included") {
+				t.Errorf("40 live and 30 soft-deleted matches: %+v, want %s over 70", pe, CodeTooManyMatches)
+			}
+			if r := e.mock.last(t); r.Method != http.MethodGet || r.Query.Get("filter") != wrapped {
+				t.Errorf("the count sent %s %v, want the filter %s", r.Method, r.Query, wrapped)
+			}
+			if n := e.mock.writes(); n != 0 {
+				t.Fatalf("%d mutations reached Twenty", n)
+			}
 
-	e2 := newEnv(t, allOperationsFile(t))
-	seed(e2, 30, MaxFilterMatches-30)
-	var out listOut
-	e2.complete(t, action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`), &out)
-	if len(out.Records) != MaxFilterMatches {
-		t.Errorf("destroy_many at the bound removed %d records, want %d", len(out.Records), MaxFilterMatches)
-	}
-	e2.mock.mu.Lock()
-	left := len(e2.mock.records["people"])
-	e2.mock.mu.Unlock()
-	if left != 1 {
-		t.Errorf("%d people left, want Lyon alone", left)
+			e2 := newEnv(t, allOperationsFile(t))
+			seed(e2, 30, MaxFilterMatches-30)
+			var out listOut
+			e2.complete(t, action(tc.op, tc.input), &out)
+			if len(out.Records) != MaxFilterMatches {
+				t.Errorf("at the bound it acted on %d records, want %d", len(out.Records), MaxFilterMatches)
+			}
+			if r := e2.mock.last(t); r.Method == http.MethodGet || r.Query.Get("filter") != wrapped {
+				t.Errorf("the mutation sent %s %v, want the count's filter %s", r.Method, r.Query, wrapped)
+			}
+			e2.mock.mu.Lock()
+			defer e2.mock.mu.Unlock()
+			tc.after(t, e2.mock.records["people"])
+		})
 	}
 }
 
@@ -747,12 +800,19 @@ func TestFilterCannotLeaveTheCountWrapper(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, allOperationsFile(t))
 			e.mock.seed("people", recs...)
-			pe := failedCode(t, e.Result(t, action(OpDestroyMany, `{"object":"people","filter":`+strconv.Quote(tc.filter)+`}`)))
-			if pe.Code != hostsdk.CodeInputInvalid || retryable(pe) || !strings.Contains(pe.Message, tc.why) {
-				t.Errorf("destroy_many %s: %+v, want %s saying %q", tc.filter, pe, hostsdk.CodeInputInvalid, tc.why)
+			filter := `"filter":` + strconv.Quote(tc.filter)
+			for _, a := range []*aip.Action{
+				action(OpDestroyMany, `{"object":"people",`+filter+`}`),
+				action(OpUpdateMany, `{"object":"people",`+filter+`,"record":{"jobTitle":"x"}}`),
+				action(OpSoftDeleteMany, `{"object":"people",`+filter+`}`),
+			} {
+				pe := failedCode(t, e.Result(t, a))
+				if pe.Code != hostsdk.CodeInputInvalid || retryable(pe) || !strings.Contains(pe.Message, tc.why) {
+					t.Errorf("%s %s: %+v, want %s saying %q", a.CapabilityID, tc.filter, pe, hostsdk.CodeInputInvalid, tc.why)
+				}
 			}
-			if n := e.mock.writes(); n != 0 {
-				t.Errorf("%d mutations reached Twenty", n)
+			if n := e.mock.count(); n != 0 {
+				t.Errorf("%d requests reached Twenty", n)
 			}
 			e.mock.mu.Lock()
 			left := len(e.mock.records["people"])

@@ -91,13 +91,13 @@ var operations = []operation{
 	{op: OpIngest, name: "Ingest a record", description: "Creates or updates one record by its id (an upsert, so sending it again changes nothing more): POST /rest/<object>?upsert=true with the id and fields the ingest policy allows; returns the record. Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
 	{op: OpIngestMany, name: "Ingest records in a batch", description: "Creates or updates 1 to the policy's maxBatchRecords (at most 60) records of one object by their ids: POST /rest/batch/<object>?upsert=true; returns the records. Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
 	{op: OpUpdate, name: "Update a record", description: "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", mutation: true, risk: aip.RiskMedium},
-	{op: OpUpdateMany, name: "Update records matching a filter", description: "Sets the given fields on every record of an object that matches a filter: PATCH /rest/<object>?filter=...; returns the updated records. A filter matching more than 60 records is refused (twenty.too_many_matches) and nothing is changed.", mutation: true, risk: aip.RiskHigh},
+	{op: OpUpdateMany, name: "Update records matching a filter", description: "Sets the given fields on every record of an object that matches a filter: PATCH /rest/<object>?filter=...; returns the updated records. Soft-deleted matches are updated too (add deletedAt[is]:NULL to the filter to leave them out). A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is changed.", mutation: true, risk: aip.RiskHigh},
 	{op: OpSoftDelete, name: "Soft-delete a record", description: "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", mutation: true, risk: aip.RiskMedium, deletes: true},
-	{op: OpSoftDeleteMany, name: "Soft-delete records matching a filter", description: "Soft-deletes every record of an object that matches a filter (they can be restored): DELETE /rest/<object>?filter=...&soft_delete=true; returns the deleted records' IDs. A filter matching more than 60 records is refused (twenty.too_many_matches) and nothing is deleted.", mutation: true, risk: aip.RiskHigh, deletes: true},
+	{op: OpSoftDeleteMany, name: "Soft-delete records matching a filter", description: "Soft-deletes every record of an object that matches a filter (they can be restored): DELETE /rest/<object>?filter=...&soft_delete=true; returns the deleted records' IDs. Soft-deleted matches are deleted again (add deletedAt[is]:NULL to the filter to leave them out). A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is deleted.", mutation: true, risk: aip.RiskHigh, deletes: true},
 	{op: OpRestore, name: "Restore a record", description: "Restores one soft-deleted record: PATCH /rest/restore/<object>/<id>; returns the restored record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpRestoreMany, name: "Restore records matching a filter", description: "Restores every soft-deleted record of an object that matches a filter: PATCH /rest/restore/<object>?filter=...; returns the restored records.", mutation: true, risk: aip.RiskMedium},
 	{op: OpDestroy, name: "Permanently delete a record", description: "Deletes one record permanently; it cannot be restored: DELETE /rest/<object>/<id>?soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
-	{op: OpDestroyMany, name: "Permanently delete records matching a filter", description: "Deletes every record of an object that matches a filter permanently; they cannot be restored: DELETE /rest/<object>?filter=...&soft_delete=false. A filter matching more than 60 records is refused (twenty.too_many_matches) and nothing is deleted. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
+	{op: OpDestroyMany, name: "Permanently delete records matching a filter", description: "Deletes every record of an object that matches a filter permanently; they cannot be restored: DELETE /rest/<object>?filter=...&soft_delete=false. A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is deleted. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
 	{op: OpMerge, name: "Merge records", description: "Merges 2 to 60 records of an object into one: Twenty keeps the record at conflict_priority_index, merges the others' values and relations into it and deletes the others (soft for people, permanently for other objects in recent Twenty versions), so a merge cannot be undone; with dry_run it only previews the merged record (under a new ID). PATCH /rest/<object>/merge; returns the merged record. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
 	{op: OpMetadataList, name: "List objects", description: "Lists the workspace's objects and their fields: GET /rest/metadata/objects.", risk: aip.RiskLow, objectless: true},
 	{op: OpMetadataGet, name: "Get an object or a field", description: "Reads one object's or one field's metadata by ID: GET /rest/metadata/objects/<id> or /rest/metadata/fields/<id>.", risk: aip.RiskLow, objectless: true},
@@ -306,27 +306,29 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	case OpUpdate:
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: recordPath(in), JSON: in.Record}, true)
 	case OpUpdateMany:
-		if _, res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
+		filter, res, err := c.boundMatches(ctx, call, in)
+		if res != nil || err != nil {
 			return res, err
 		}
 		// PATCH /rest/<objectNamePlural>?filter=... with the fields to set
 		// (api.mdx, "Batch operations": update; the filter form is the
-		// generated REST API's updateMany<Objects>).
+		// generated REST API's updateMany<Objects>), the count's filter.
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: objectPath,
-			Query: url.Values{"filter": {in.Filter}}, JSON: in.Record})
+			Query: url.Values{"filter": {filter}}, JSON: in.Record})
 	case OpSoftDelete:
 		// soft_delete=true: Twenty's generated REST API deletes the record
 		// permanently when soft_delete is absent or false (its default).
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"true"}}}, true)
 	case OpSoftDeleteMany:
-		if _, res, err := c.boundMatches(ctx, call, in, false); res != nil || err != nil {
+		filter, res, err := c.boundMatches(ctx, call, in)
+		if res != nil || err != nil {
 			return res, err
 		}
 		// DELETE /rest/<objectNamePlural>?filter=...&soft_delete=true (the
-		// generated REST API's deleteMany<Objects>).
+		// generated REST API's deleteMany<Objects>), the count's filter.
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: objectPath,
-			Query: url.Values{"filter": {in.Filter}, "soft_delete": {"true"}}})
+			Query: url.Values{"filter": {filter}, "soft_delete": {"true"}}})
 	case OpRestore:
 		// PATCH /rest/restore/<objectNamePlural>/<id>, no body (the
 		// generated REST API's restoreOne<Object>).
@@ -342,8 +344,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
 			Query: url.Values{"soft_delete": {"false"}}}, true)
 	case OpDestroyMany:
-		// The count's filter: the same string parses to the same filter.
-		filter, res, err := c.boundMatches(ctx, call, in, true)
+		filter, res, err := c.boundMatches(ctx, call, in)
 		if res != nil || err != nil {
 			return res, err
 		}
@@ -411,23 +412,25 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 // action. The count is a read taken before the mutation: when it fails the
 // action fails and nothing was sent; records created between the count
 // and the mutation are not counted. It returns the filter the mutation
-// sends.
+// sends: the count's, so that the same string parses to the same filter.
 //
 // A list leaves soft-deleted records out unless its filter names
-// deletedAt (Twenty's query parser then reads them too), but a permanent
-// delete by filter removes every match, soft-deleted or not (it applies
-// the filter alone). So destroy_many counts with, and then sends, the
-// filter countAllFilter makes of the caller's: the same matches, with
-// deletedAt named in a condition every record meets. A filter that could
-// change the meaning of that wrapper is refused first (checkWrappable).
-func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input, withDeleted bool) (string, *aip.ActionResult, error) {
-	filter := in.Filter
-	if withDeleted {
-		if err := checkWrappable(filter); err != nil {
-			return "", nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, "filter: "+err.Error())
-		}
-		filter = countAllFilter(filter)
+// deletedAt (Twenty's find-many then reads them too: applyDeletedAtToBuilder),
+// but Twenty's mutations by filter apply the filter alone, to every match,
+// soft-deleted or not (the common update-many, delete-many, restore-many
+// and destroy-many query runners call applyFilterToBuilder only, and
+// TypeORM adds its "deletedAt IS NULL" to select queries only): an update
+// sets the fields of soft-deleted matches too, a soft delete deletes them
+// again, a permanent delete removes them. So the count and the mutation
+// use the filter countAllFilter makes of the caller's: the same matches,
+// with deletedAt named in a condition every record meets. A filter that
+// could change the meaning of that wrapper is refused first
+// (checkWrappable).
+func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input) (string, *aip.ActionResult, error) {
+	if err := checkWrappable(in.Filter); err != nil {
+		return "", nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0, "filter: "+err.Error())
 	}
+	filter := countAllFilter(in.Filter)
 	req := provider.Request{Method: http.MethodGet, Path: "/rest/" + url.PathEscape(in.Object),
 		Query: url.Values{"filter": {filter}, "limit": {"1"}}}
 	a, err := c.do(ctx, req)
@@ -440,13 +443,9 @@ func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in inp
 		return "", res, err
 	}
 	if n := *a.TotalCount; n > MaxFilterMatches {
-		what := in.Object
-		if withDeleted {
-			what += " (soft-deleted ones included, which a permanent delete removes too)"
-		}
 		return "", call.Fail(CodeTooManyMatches, aip.CategoryPermanent, false,
-			fmt.Sprintf("the filter matches %d %s; %s acts on at most %d records per action (Twenty's batch size): narrow the filter (e.g. id[in]:[...]) and split the work",
-				n, what, call.Action.CapabilityID, MaxFilterMatches)), nil
+			fmt.Sprintf("the filter matches %d %s (soft-deleted ones included: Twenty's mutations by filter act on them too); %s acts on at most %d records per action (Twenty's batch size): narrow the filter (e.g. id[in]:[...], or deletedAt[is]:NULL for the live records only) and split the work",
+				n, in.Object, call.Action.CapabilityID, MaxFilterMatches)), nil
 	}
 	return filter, nil, nil
 }
