@@ -36,29 +36,33 @@
 // Twenty's filter expression (e.g. id[in]:["<uuid>","<uuid>"] or
 // city[eq]:"Paris"), 1 to 8 KiB; the filter forms require one, so a batch
 // never addresses a whole object by omission. A filter can still match a
-// whole object (id[is]:NOT_NULL), so update_many, soft_delete_many and
-// destroy_many first count its matches (GET /rest/<object>?filter=...
-// &limit=1, totalCount) and refuse more than MaxFilterMatches (60,
-// api.mdx's batch size) with twenty.too_many_matches, sending nothing; a
-// failed count is a failed read. A list leaves soft-deleted records out
-// unless its filter names deletedAt, but Twenty's mutations by filter
-// apply the filter alone, to soft-deleted matches too (an update sets
-// their fields, a soft delete deletes them again, a permanent delete
-// removes them), so the count is taken with
-// and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)), the same
-// matches, soft-deleted ones included, and the mutation sends that same
-// filter. To act on live records only, add deletedAt[is]:NULL to the
-// filter. Twenty's filter parser splits and(...) at its commas outside
-// brackets and quotes, with no escapes: a filter with an unpaired " or '
-// (an apostrophe in a value, O'Brien), an odd number of [ and ], a ) that
+// whole object (id[is]:NOT_NULL), so update_many, soft_delete_many,
+// restore_many and destroy_many first count its matches (GET
+// /rest/<object>?filter=...&limit=1, totalCount) and refuse more than
+// MaxFilterMatches (60, api.mdx's batch size) with
+// twenty.too_many_matches, sending nothing; a failed count is a failed
+// read. A list leaves soft-deleted records out unless its filter names
+// deletedAt, but Twenty's mutations by filter apply the filter alone, to
+// soft-deleted matches too (an update sets their fields, a soft delete
+// deletes them again, a permanent delete removes them; a restore restores
+// every match, live ones included, and answers them all), so the count is
+// taken with and(<filter>,or(deletedAt[is]:NULL,deletedAt[is]:NOT_NULL)),
+// the same matches, soft-deleted ones included, and the mutation sends
+// that same filter. To act on live records only, add deletedAt[is]:NULL
+// to the filter (deletedAt[is]:NOT_NULL for soft-deleted ones only); a
+// soft delete or restore then answers no records, as Twenty answers with
+// what the filter selects after the change.
+//
+// Twenty's filter parser splits and(...) at its commas outside brackets
+// and quotes, with no escapes: a filter with an unpaired " or ' (an
+// apostrophe in a value, O'Brien), an odd number of [ and ], a ) that
 // closes nothing or a ( left open, or that starts with and(, or( or not(
 // closed before its end (or(a),and(b), which Twenty alone reads as one
 // mangled condition) could put the added condition inside a value or
 // itself beside it, and be counted as matching nothing while acting on
 // everything: it is refused with connector_host.input_invalid before any
-// request. Records created between the count and the mutation are not
-// counted. restore_many is not counted (the list does not show
-// soft-deleted records).
+// request. Records created or deleted between the count and the mutation
+// are not counted.
 //
 // Reads (retry-safe, no idempotency headers):
 //
@@ -120,7 +124,9 @@
 //     provider.invalid_request, and record.restore_many with
 //     id[eq]:<uuid> does the same.
 //   - record.restore_many: PATCH /rest/restore/<object>?filter=..., no
-//     body; returns {object, records}. These restore paths are the ones
+//     body; returns {object, records}: every match, live ones included
+//     (Twenty sets their deletedAt to NULL too, and announces them as
+//     restored). These restore paths are the ones
 //     the generated OpenAPI document publishes; twentyhq/twenty#24544
 //     (merged 2026-08) moves restore to suffix paths
 //     (/rest/<object>/<id>/restore, /rest/<object>/restore). Against a

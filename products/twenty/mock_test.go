@@ -272,14 +272,21 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		var out []map[string]any
+		// Twenty's restore many (CommonRestoreManyQueryRunnerService.run,
+		// engine/api/common/common-query-runners/
+		// common-restore-many-query-runner.service.ts) applies the filter
+		// alone and restores every match: TypeORM's restore sets deletedAt
+		// to NULL on the live matches too, and WorkspaceSoftDeleteQueryBuilder
+		// (engine/twenty-orm/repository/workspace-soft-delete-query-builder.ts)
+		// answers, and emits as restored, every record the filter selects.
+		// It answers what the filter selects after the change (its "after"
+		// select reuses the restore's WHERE): with deletedAt[is]:NOT_NULL
+		// in the filter, none.
 		for _, rec := range match {
-			if rec["deletedAt"] != nil {
-				delete(rec, "deletedAt")
-				out = append(out, rec)
-			}
+			delete(rec, "deletedAt")
 		}
-		reply(w, 200, map[string]any{"data": map[string]any{"restore" + upper(segs[2]): nonNil(out)}})
+		after, _ := m.filter(httptest.NewRecorder(), r, segs[2], "filter", "depth")
+		reply(w, 200, map[string]any{"data": map[string]any{"restore" + upper(segs[2]): nonNil(after)}})
 	case segs[1] == "batch":
 		// "Batch operations": POST /rest/batch/<plural>, at most 60 records.
 		if len(segs) != 3 || r.Method != http.MethodPost {
@@ -379,10 +386,25 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
+			soft := r.URL.Query().Get("soft_delete") == "true"
 			var out []map[string]any
 			for _, rec := range match {
 				out = append(out, map[string]any{"id": rec["id"]})
-				m.remove(segs[1], rec, r.URL.Query().Get("soft_delete") == "true")
+				m.remove(segs[1], rec, soft)
+			}
+			if soft {
+				// Twenty's soft delete (TypeORM's, on every match, a
+				// soft-deleted one getting a new deletedAt) answers what
+				// the filter selects after the change
+				// (WorkspaceSoftDeleteQueryBuilder.execute, engine/
+				// twenty-orm/repository/workspace-soft-delete-query-builder.ts:
+				// its "after" select reuses the WHERE): with
+				// deletedAt[is]:NULL in the filter, none.
+				after, _ := m.filter(httptest.NewRecorder(), r, segs[1], "filter", "soft_delete")
+				out = out[:0]
+				for _, rec := range after {
+					out = append(out, map[string]any{"id": rec["id"]})
+				}
 			}
 			reply(w, 200, map[string]any{"data": map[string]any{"delete" + upper(segs[1]): nonNil(out)}})
 		default:

@@ -106,12 +106,13 @@ func TestBatchAndRestoreOperations(t *testing.T) {
 				}
 			}},
 		{"restore_many", OpRestoreMany, `{"object":"people","filter":"city[eq]:London"}`,
-			check{"PATCH", "/rest/restore/people", url.Values{"filter": {"city[eq]:London"}}, ""},
+			check{"PATCH", "/rest/restore/people", url.Values{"filter": {"and(city[eq]:London," + allRecords + ")"}}, ""},
 			func(t *testing.T, raw json.RawMessage) {
 				var out listOut
 				json.Unmarshal(raw, &out)
-				// Only Grace was still deleted.
-				if out.Object != "people" || len(out.Records) != 1 || out.Records[0]["id"] != ids[1] {
+				// Only Grace was still deleted, but Twenty restores (and
+				// answers) every match: Ada too.
+				if out.Object != "people" || len(out.Records) != 2 || out.Records[0]["id"] != ids[0] || out.Records[1]["id"] != ids[1] {
 					t.Errorf("restore_many output %s", raw)
 				}
 			}},
@@ -355,8 +356,8 @@ func TestNewOperationErrors(t *testing.T) {
 	}
 }
 
-// TestFilterMatchesBounded: update_many, soft_delete_many and
-// destroy_many count their filter's matches first and refuse more than
+// TestFilterMatchesBounded: update_many, soft_delete_many, restore_many
+// and destroy_many count their filter's matches first and refuse more than
 // MaxFilterMatches without changing anything; at the bound they run; a
 // failed count is a failed read and nothing is sent.
 func TestFilterMatchesBounded(t *testing.T) {
@@ -370,6 +371,7 @@ func TestFilterMatchesBounded(t *testing.T) {
 	for _, a := range []*aip.Action{
 		action(OpUpdateMany, `{"object":"people","filter":"city[eq]:Paris","record":{"jobTitle":"x"}}`),
 		action(OpSoftDeleteMany, `{"object":"people","filter":"city[eq]:Paris"}`),
+		action(OpRestoreMany, `{"object":"people","filter":"city[eq]:Paris"}`),
 		action(OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`),
 	} {
 		pe := failedCode(t, e.Result(t, a))
@@ -684,8 +686,9 @@ func TestIngestPolicyConfig(t *testing.T) {
 }
 
 // TestMutationsByFilterCountSoftDeleted: Twenty's mutations by filter
-// (update, soft delete, permanent delete) apply the filter alone, so they
-// act on the soft-deleted matches too, which a list leaves out; each
+// (update, soft delete, restore, permanent delete) apply the filter alone,
+// so they act on the soft-deleted matches too, which a list leaves out
+// (and a restore on the live ones too); each
 // counts them (its count names deletedAt, so Twenty reads them), refuses
 // when live and soft-deleted matches are more than MaxFilterMatches, and
 // at the bound acts on exactly what it counted, with the count's filter.
@@ -730,6 +733,15 @@ func TestMutationsByFilterCountSoftDeleted(t *testing.T) {
 		{OpDestroyMany, `{"object":"people","filter":"city[eq]:Paris"}`, func(t *testing.T, left []map[string]any) {
 			if len(left) != 1 {
 				t.Errorf("%d people left, want Lyon alone", len(left))
+			}
+		}},
+		// Twenty's restore sets deletedAt to NULL on every match, and
+		// answers (and announces as restored) the live ones too.
+		{OpRestoreMany, `{"object":"people","filter":"city[eq]:Paris"}`, func(t *testing.T, left []map[string]any) {
+			for _, r := range left {
+				if r["deletedAt"] != nil {
+					t.Errorf("after restore_many %v", r)
+				}
 			}
 		}},
 	} {
@@ -805,6 +817,7 @@ func TestFilterCannotLeaveTheCountWrapper(t *testing.T) {
 				action(OpDestroyMany, `{"object":"people",`+filter+`}`),
 				action(OpUpdateMany, `{"object":"people",`+filter+`,"record":{"jobTitle":"x"}}`),
 				action(OpSoftDeleteMany, `{"object":"people",`+filter+`}`),
+				action(OpRestoreMany, `{"object":"people",`+filter+`}`),
 			} {
 				pe := failedCode(t, e.Result(t, a))
 				if pe.Code != hostsdk.CodeInputInvalid || retryable(pe) || !strings.Contains(pe.Message, tc.why) {
@@ -842,5 +855,39 @@ func TestFilterCannotLeaveTheCountWrapper(t *testing.T) {
 	defer e.mock.mu.Unlock()
 	if left := e.mock.records["people"]; len(left) != 1 || left[0]["name"] != "Ada" {
 		t.Errorf("left %v, want Ada alone", left)
+	}
+}
+
+// TestLiveOnlyFilter: deletedAt[is]:NULL in the filter counts and acts on
+// the live matches alone; the soft-deleted ones keep their deletedAt.
+// Twenty answers a soft delete with what the filter selects afterwards:
+// none here, though 40 records were deleted.
+func TestLiveOnlyFilter(t *testing.T) {
+	e := newEnv(t, allOperationsFile(t))
+	for i := range 70 {
+		rec := map[string]any{"city": "Paris"}
+		if i >= 40 {
+			rec["deletedAt"] = "2026-11-01T10:00:00.000Z"
+		}
+		e.mock.seed("people", rec)
+	}
+	var out listOut
+	e.complete(t, action(OpSoftDeleteMany, `{"object":"people","filter":"city[eq]:Paris,deletedAt[is]:NULL"}`), &out)
+	if len(out.Records) != 0 {
+		t.Errorf("answered %d records, want none (Twenty's answer)", len(out.Records))
+	}
+	e.mock.mu.Lock()
+	defer e.mock.mu.Unlock()
+	renewed, kept := 0, 0
+	for _, r := range e.mock.records["people"] {
+		switch r["deletedAt"] {
+		case "2026-11-30T10:00:00.000Z":
+			renewed++
+		case "2026-11-01T10:00:00.000Z":
+			kept++
+		}
+	}
+	if renewed != 40 || kept != 30 {
+		t.Errorf("%d records soft-deleted now and %d kept, want 40 and 30", renewed, kept)
 	}
 }

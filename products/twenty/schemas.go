@@ -12,9 +12,10 @@ const (
 	// MaxBatchRecords is the most records one batch creates (api.mdx:
 	// "Batch size | 60 records per call").
 	MaxBatchRecords = 60
-	// MaxFilterMatches is the most records update_many, soft_delete_many
-	// and destroy_many act on: their filter is counted first, and more
-	// matches are refused (twenty.too_many_matches).
+	// MaxFilterMatches is the most records update_many, soft_delete_many,
+	// restore_many and destroy_many act on: their filter is counted first,
+	// soft-deleted matches included, and more matches are refused
+	// (twenty.too_many_matches).
 	MaxFilterMatches = MaxBatchRecords
 	// MaxRecordBytes bounds one record body as JSON; MaxRecordFields its
 	// fields.

@@ -51,8 +51,9 @@ const CapabilityPrefix = "cap:twenty:"
 const CodeRecordTooLarge = "twenty.record_too_large"
 
 // CodeTooManyMatches is the failed result of a filter-form update, soft
-// delete or permanent delete whose filter matches more than
-// MaxFilterMatches records: nothing is changed.
+// delete, restore or permanent delete whose filter matches more than
+// MaxFilterMatches records, soft-deleted ones included: nothing is
+// changed.
 const CodeTooManyMatches = "twenty.too_many_matches"
 
 // CodeUnknownCapability answers an action for an operation the connector
@@ -93,9 +94,9 @@ var operations = []operation{
 	{op: OpUpdate, name: "Update a record", description: "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpUpdateMany, name: "Update records matching a filter", description: "Sets the given fields on every record of an object that matches a filter: PATCH /rest/<object>?filter=...; returns the updated records. Soft-deleted matches are updated too (add deletedAt[is]:NULL to the filter to leave them out). A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is changed.", mutation: true, risk: aip.RiskHigh},
 	{op: OpSoftDelete, name: "Soft-delete a record", description: "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", mutation: true, risk: aip.RiskMedium, deletes: true},
-	{op: OpSoftDeleteMany, name: "Soft-delete records matching a filter", description: "Soft-deletes every record of an object that matches a filter (they can be restored): DELETE /rest/<object>?filter=...&soft_delete=true; returns the deleted records' IDs. Soft-deleted matches are deleted again (add deletedAt[is]:NULL to the filter to leave them out). A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is deleted.", mutation: true, risk: aip.RiskHigh, deletes: true},
+	{op: OpSoftDeleteMany, name: "Soft-delete records matching a filter", description: "Soft-deletes every record of an object that matches a filter (they can be restored): DELETE /rest/<object>?filter=...&soft_delete=true; returns the deleted records' IDs. Soft-deleted matches are deleted again (deletedAt[is]:NULL in the filter leaves them out, though Twenty then answers no records). A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is deleted.", mutation: true, risk: aip.RiskHigh, deletes: true},
 	{op: OpRestore, name: "Restore a record", description: "Restores one soft-deleted record: PATCH /rest/restore/<object>/<id>; returns the restored record.", mutation: true, risk: aip.RiskMedium},
-	{op: OpRestoreMany, name: "Restore records matching a filter", description: "Restores every soft-deleted record of an object that matches a filter: PATCH /rest/restore/<object>?filter=...; returns the restored records.", mutation: true, risk: aip.RiskMedium},
+	{op: OpRestoreMany, name: "Restore records matching a filter", description: "Restores every soft-deleted record of an object that matches a filter: PATCH /rest/restore/<object>?filter=...; returns every match, live ones included (Twenty restores them too; deletedAt[is]:NOT_NULL in the filter leaves them out, though Twenty then answers no records). A filter matching more than 60 records, live and soft-deleted, is refused (twenty.too_many_matches) and nothing is changed.", mutation: true, risk: aip.RiskMedium},
 	{op: OpDestroy, name: "Permanently delete a record", description: "Deletes one record permanently; it cannot be restored: DELETE /rest/<object>/<id>?soft_delete=false. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
 	{op: OpDestroyMany, name: "Permanently delete records matching a filter", description: "Deletes every record of an object that matches a filter permanently; they cannot be restored: DELETE /rest/<object>?filter=...&soft_delete=false. A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is deleted. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
 	{op: OpMerge, name: "Merge records", description: "Merges 2 to 60 records of an object into one: Twenty keeps the record at conflict_priority_index, merges the others' values and relations into it and deletes the others (soft for people, permanently for other objects in recent Twenty versions), so a merge cannot be undone; with dry_run it only previews the merged record (under a new ID). PATCH /rest/<object>/merge; returns the merged record. Offered only when the operator lists it.", mutation: true, risk: aip.RiskCritical, destructive: true, deletes: true},
@@ -335,10 +336,14 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodPatch,
 			Path: "/rest/restore/" + url.PathEscape(in.Object) + "/" + url.PathEscape(in.ID)}, true)
 	case OpRestoreMany:
+		filter, res, err := c.boundMatches(ctx, call, in)
+		if res != nil || err != nil {
+			return res, err
+		}
 		// PATCH /rest/restore/<objectNamePlural>?filter=..., no body (the
-		// generated REST API's restoreMany<Objects>).
+		// generated REST API's restoreMany<Objects>), the count's filter.
 		return c.many(ctx, call, in, provider.Request{Method: http.MethodPatch, Path: "/rest/restore/" + url.PathEscape(in.Object),
-			Query: url.Values{"filter": {in.Filter}}})
+			Query: url.Values{"filter": {filter}}})
 	case OpDestroy:
 		// soft_delete=false said explicitly: a permanent delete.
 		return c.single(ctx, call, in, provider.Request{Method: http.MethodDelete, Path: recordPath(in),
@@ -405,7 +410,7 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 }
 
 // boundMatches counts the records the filter of update_many,
-// soft_delete_many or destroy_many matches (GET /rest/<object>?filter=...
+// soft_delete_many, restore_many or destroy_many matches (GET /rest/<object>?filter=...
 // &limit=1, its totalCount) and refuses the action when they are more
 // than MaxFilterMatches, api.mdx's batch size: a filter that matches a
 // whole object (id[is]:NOT_NULL) must not update or delete it in one
@@ -421,7 +426,9 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 // and destroy-many query runners call applyFilterToBuilder only, and
 // TypeORM adds its "deletedAt IS NULL" to select queries only): an update
 // sets the fields of soft-deleted matches too, a soft delete deletes them
-// again, a permanent delete removes them. So the count and the mutation
+// again, a permanent delete removes them, and a restore sets deletedAt to
+// NULL on every match, live ones included, and answers and announces them
+// all as restored. So the count and the mutation
 // use the filter countAllFilter makes of the caller's: the same matches,
 // with deletedAt named in a condition every record meets. A filter that
 // could change the meaning of that wrapper is refused first
