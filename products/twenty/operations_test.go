@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -890,4 +891,56 @@ func TestLiveOnlyFilter(t *testing.T) {
 	if renewed != 40 || kept != 30 {
 		t.Errorf("%d records soft-deleted now and %d kept, want 40 and 30", renewed, kept)
 	}
+}
+
+// FuzzWrappedFilterKeepsItsCondition: for every filter checkWrappable
+// accepts, Twenty's parser (as the mock reproduces it) either refuses the
+// count's filter (a failed read: nothing is sent) or reads it as and(...)
+// whose last part is the added condition, intact, so the count names
+// deletedAt and reads soft-deleted records too; and the caller's filter
+// then is the other parts, as Twenty reads the filter alone.
+func FuzzWrappedFilterKeepsItsCondition(f *testing.F) {
+	for _, s := range []string{
+		`city[eq]:Paris`, `name[eq]:O'Brien`, `or(id[is]:NOT_NULL),and(city[eq]:Nowhere)`,
+		`a[eq]:1),or(b[eq]:2`, `id[in]:["a","b"]`, `or(a[eq]:1,b[eq]:2),c[eq]:3`, `not(a[eq]:"x,y")`,
+		`name[in]:["O'Brien","D'Arcy"]`, `a[eq]:[1],b[eq]:2`, `and(a[eq]:1)`, `a[eq]:"(",b[eq]:")"`, "a[eq]:1\n",
+	} {
+		f.Add(s)
+	}
+	cond, err := parseTwentyFilterPart(allRecords)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, filter string) {
+		if filter == "" || checkWrappable(filter) != nil {
+			return
+		}
+		got, err := parseTwentyFilter(countAllFilter(filter))
+		if err != nil {
+			return
+		}
+		if got.conj != "and" || len(got.subs) < 2 || !reflect.DeepEqual(got.subs[len(got.subs)-1], cond) {
+			t.Fatalf("%q: the count's filter parses to %+v, without the added condition last", filter, got)
+		}
+		alone, err := parseTwentyFilter(filter)
+		if err != nil {
+			t.Fatalf("%q: Twenty refuses the filter alone (%v) but not in the count", filter, err)
+		}
+		inCount := flattenAnd(twentyFilter{conj: "and", subs: got.subs[:len(got.subs)-1]})
+		if a := flattenAnd(alone); !reflect.DeepEqual(a, inCount) {
+			t.Fatalf("%q: alone %+v, in the count %+v", filter, a, inCount)
+		}
+	})
+}
+
+// flattenAnd lists the conjuncts of f, and(...) within and(...) opened.
+func flattenAnd(f twentyFilter) []twentyFilter {
+	if f.conj != "and" {
+		return []twentyFilter{f}
+	}
+	var out []twentyFilter
+	for _, s := range f.subs {
+		out = append(out, flattenAnd(s)...)
+	}
+	return out
 }
