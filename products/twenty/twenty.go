@@ -410,8 +410,8 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 }
 
 // boundMatches counts the records the filter of update_many,
-// soft_delete_many, restore_many or destroy_many matches (GET /rest/<object>?filter=...
-// &limit=1, its totalCount) and refuses the action when they are more
+// soft_delete_many, restore_many or destroy_many matches (GET
+// /rest/<object>?filter=...&limit=1, its totalCount) and refuses the action when they are more
 // than MaxFilterMatches, api.mdx's batch size: a filter that matches a
 // whole object (id[is]:NOT_NULL) must not update or delete it in one
 // action. The count is a read taken before the mutation: when it fails the
@@ -428,9 +428,9 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 // sets the fields of soft-deleted matches too, a soft delete deletes them
 // again, a permanent delete removes them, and a restore sets deletedAt to
 // NULL on every match, live ones included, and answers and announces them
-// all as restored. So the count and the mutation
-// use the filter countAllFilter makes of the caller's: the same matches,
-// with deletedAt named in a condition every record meets. A filter that
+// all as restored. So the count and the mutation use the filter
+// countAllFilter makes of the caller's: the same matches, with deletedAt
+// named in a condition every record meets. A filter that
 // could change the meaning of that wrapper is refused first
 // (checkWrappable).
 func (c *Connector) boundMatches(ctx context.Context, call *hostsdk.Call, in input) (string, *aip.ActionResult, error) {
