@@ -47,20 +47,7 @@ func (s *syncBuffer) messages(t *testing.T) []string {
 // request: a fleet of a thousand replicas heartbeats a thousand times a
 // second.
 func TestRegistryOutageLoggedOnce(t *testing.T) {
-	clock := registrytest.NewClock(registrytest.Epoch)
-	b := newMemBackend(t, clock)
-	faulty := &faultyStore{Store: b.Store}
-	b.Store = faulty
-	e := &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
-	w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.w = w
-	var logs syncBuffer
-	e.start(faulty, func(c *controlplane.Config) {
-		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	})
+	e, faulty, logs := startFaultyLogged(t)
 	h := e.provision("a1")
 	r, _ := h.send(h.registration())
 	r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))
@@ -80,21 +67,8 @@ func TestRegistryOutageLoggedOnce(t *testing.T) {
 		r.rejected(t, http.StatusServiceUnavailable, "resend")
 	}
 
-	counts := map[string]int{}
-	for _, m := range logs.messages(t) {
-		counts[m]++
-	}
-	var warns, recovered int
-	for m, n := range counts {
-		switch {
-		case strings.HasPrefix(m, "WARN "):
-			warns += n
-		case strings.Contains(m, "decided again"):
-			recovered += n
-		}
-	}
-	if warns != 2 || recovered != 1 {
-		t.Fatalf("two outages of %d and 2 failed heartbeats logged %d warnings and %d recoveries, want 2 and 1: %v", failing, warns, recovered, counts)
+	if warns, recovered := outageLogs(t, logs); warns != 2 || recovered != 1 {
+		t.Fatalf("two outages of %d and 2 failed heartbeats logged %d warnings and %d recoveries, want 2 and 1: %q", failing, warns, recovered, logs.messages(t))
 	}
 }
 
@@ -106,20 +80,7 @@ func TestRegistryOutageLoggedOnce(t *testing.T) {
 // requests were all rejected after an outage never logged its recovery
 // nor the next outage.
 func TestRegistryRejectionEndsLoggedOutage(t *testing.T) {
-	clock := registrytest.NewClock(registrytest.Epoch)
-	b := newMemBackend(t, clock)
-	faulty := &faultyStore{Store: b.Store}
-	b.Store = faulty
-	e := &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
-	w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.w = w
-	var logs syncBuffer
-	e.start(faulty, func(c *controlplane.Config) {
-		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	})
+	e, faulty, logs := startFaultyLogged(t)
 	h := e.provision("a1")
 	r, _ := h.send(h.registration())
 	r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))
@@ -136,7 +97,35 @@ func TestRegistryRejectionEndsLoggedOutage(t *testing.T) {
 		r.rejected(t, http.StatusForbidden, "sequence")
 	}
 
-	var warns, recovered int
+	if warns, recovered := outageLogs(t, logs); warns != 2 || recovered != 2 {
+		t.Fatalf("two outages, each ended by a rejection, logged %d warnings and %d recoveries, want 2 and 2: %q", warns, recovered, logs.messages(t))
+	}
+}
+
+// startFaultyLogged starts a control plane on a memregistry whose store
+// fails when asked (faultyStore), logging at info level into logs.
+func startFaultyLogged(t *testing.T) (e *env, faulty *faultyStore, logs *syncBuffer) {
+	t.Helper()
+	clock := registrytest.NewClock(registrytest.Epoch)
+	b := newMemBackend(t, clock)
+	faulty = &faultyStore{Store: b.Store}
+	b.Store = faulty
+	e = &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
+	w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.w = w
+	logs = &syncBuffer{}
+	e.start(faulty, func(c *controlplane.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	return e, faulty, logs
+}
+
+// outageLogs counts the warnings and the "decided again" lines logged.
+func outageLogs(t *testing.T, logs *syncBuffer) (warns, recovered int) {
+	t.Helper()
 	for _, m := range logs.messages(t) {
 		switch {
 		case strings.HasPrefix(m, "WARN "):
@@ -145,7 +134,5 @@ func TestRegistryRejectionEndsLoggedOutage(t *testing.T) {
 			recovered++
 		}
 	}
-	if warns != 2 || recovered != 2 {
-		t.Fatalf("two outages, each ended by a rejection, logged %d warnings and %d recoveries, want 2 and 2: %q", warns, recovered, logs.messages(t))
-	}
+	return warns, recovered
 }
