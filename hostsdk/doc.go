@@ -257,4 +257,6 @@
 // what the fleet's event ingress would refuse (a malformed event ID, a
 // kind or data holding NUL, data that is not an object, occurred_at more
 // than aip.MaxEnvelopeSkew ahead), so no batch waits that can never go.
+// An event the provider may deliver more than once (a retried webhook)
+// takes its ID from DeriveEventID, so every copy is stored once.
 package hostsdk

@@ -38,8 +38,10 @@ type EventPublisher struct {
 }
 
 // Publish validates a batch of events for a channel the manifest declares
-// and stores it in the outbox. Events without an ID get a fresh evt_ ID and
-// events without occurred_at get the current time; a provider-supplied actor
+// and stores it in the outbox. Events without an ID get a fresh evt_ ID (give
+// an event the provider may deliver again the ID DeriveEventID derives from
+// the delivery, so the fleet stores it once) and events without occurred_at
+// get the current time; a provider-supplied actor
 // moves to data.upstream_actor. Identical batches are stored once. A batch
 // the fleet's event ingress would refuse (an event ID twice, data that sets
 // aip_connector, which the dispatcher stamps, a NUL in an event's kind, IDs
