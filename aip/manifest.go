@@ -14,12 +14,19 @@ type Manifest struct {
 	Capabilities    []Capability      `json:"capabilities"`
 	Profiles        []string          `json:"profiles"`
 	Resources       []json.RawMessage `json:"resources,omitempty"`
-	Channels        []json.RawMessage `json:"channels,omitempty"`
-	Security        json.RawMessage   `json:"security,omitempty"`
-	Governance      json.RawMessage   `json:"governance,omitempty"`
-	Limits          json.RawMessage   `json:"limits,omitempty"`
-	Compatibility   json.RawMessage   `json:"compatibility,omitempty"`
-	Extensions      json.RawMessage   `json:"extensions,omitempty"`
+	// Channels declares the event channels the connector publishes provider
+	// events on. Each entry is a channel ID as a JSON string
+	// ("tickets.changes"), or an object naming it in "id" (or "channel_id")
+	// beside descriptive members of the connector's choosing, for example
+	// {"id":"tickets.changes","direction":"inbound","description":"..."}.
+	// A host publishes only on channels declared here
+	// (hostsdk.EventPublisher.Publish).
+	Channels      []json.RawMessage `json:"channels,omitempty"`
+	Security      json.RawMessage   `json:"security,omitempty"`
+	Governance    json.RawMessage   `json:"governance,omitempty"`
+	Limits        json.RawMessage   `json:"limits,omitempty"`
+	Compatibility json.RawMessage   `json:"compatibility,omitempty"`
+	Extensions    json.RawMessage   `json:"extensions,omitempty"`
 }
 
 // Capability is one thing a connector can do.
