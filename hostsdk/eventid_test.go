@@ -1,6 +1,7 @@
 package hostsdk_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,5 +36,27 @@ func TestDeriveEventID(t *testing.T) {
 	}
 	if zero != hostsdk.DeriveEventID(time.Time{}, []byte("delivery-1")) {
 		t.Fatal("DeriveEventID without a time is not deterministic")
+	}
+	// The derivation never changes: events a replica stored before an
+	// upgrade must get the same IDs when the provider redelivers them after
+	// it (these are the IDs the product adapters derived before
+	// DeriveEventID was public).
+	for _, v := range []struct {
+		at   time.Time
+		want string
+	}{
+		{time.UnixMilli(1_900_000_000_123), "evt_01ba60d3387b7f03b00fe17e017723a7"},
+		{time.Time{}, "evt_50a650f68e7a7f03b00fe17e017723a7"},
+	} {
+		if got := hostsdk.DeriveEventID(v.at, []byte("chatwoot"), []byte("dlv-1")); got != v.want {
+			t.Errorf("DeriveEventID(%v, chatwoot, dlv-1) = %s, want %s", v.at, got, v.want)
+		}
+	}
+	// Without a time, every bit but version and variant comes from the
+	// material, and the ID is still valid, for many inputs.
+	for i := range 2000 {
+		if err := aip.ValidateID(aip.PrefixEvent, hostsdk.DeriveEventID(time.Time{}, []byte(fmt.Sprint(i)))); err != nil {
+			t.Fatalf("input %d: %v", i, err)
+		}
 	}
 }

@@ -222,8 +222,8 @@ func event(sub, fence string, d delivery, createdAt time.Time) (aip.Event, error
 	}, nil
 }
 
-// eventID is the delivery's event ID (webhook.EventID): its time is the
+// eventID is the delivery's event ID (hostsdk.DeriveEventID): its time is the
 // delivery's createdAt, its other bits derive from the fence ID.
 func eventID(fence string, at time.Time) string {
-	return webhook.EventID(at, []byte("cal-diy"), []byte(fence))
+	return hostsdk.DeriveEventID(at, []byte("cal-diy"), []byte(fence))
 }

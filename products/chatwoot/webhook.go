@@ -190,7 +190,7 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 // depends on the delivery alone (a redelivery signed at another time keeps
 // it; its time field is digest bits, not a clock).
 func eventID(accountID int64, delivery string) string {
-	return webhook.EventID(time.Time{}, []byte("chatwoot"), []byte(strconv.FormatInt(accountID, 10)), []byte(delivery))
+	return hostsdk.DeriveEventID(time.Time{}, []byte("chatwoot"), []byte(strconv.FormatInt(accountID, 10)), []byte(delivery))
 }
 
 // checkAccount refuses a payload that names another account, or names

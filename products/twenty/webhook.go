@@ -203,13 +203,13 @@ func (h *webhookHandler) event(body []byte) (*aip.Event, string) {
 	}, ""
 }
 
-// EventID is a delivery's event ID (webhook.EventID): its time is the
+// EventID is a delivery's event ID (hostsdk.DeriveEventID): its time is the
 // payload's eventDate, its other bits derive from the workspace, the
 // webhook ID and the body, so a redelivery keeps it. (The reference uses
 // the first 16 bytes of sha256(workspace ":" webhookId ":" body) as hex;
 // the fleet's event log takes only UUIDv7-shaped IDs.)
 func EventID(workspaceID, webhookID string, body []byte, at time.Time) string {
-	return webhook.EventID(at, []byte("twenty"), []byte(workspaceID), []byte(webhookID), body)
+	return hostsdk.DeriveEventID(at, []byte("twenty"), []byte(workspaceID), []byte(webhookID), body)
 }
 
 // replayKey is hex sha256(timestamp ":" signature ":" body).

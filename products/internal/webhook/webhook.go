@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -25,40 +24,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
-
-// EventID returns the ID of an event mapped from a webhook delivery: "evt_"
-// and a UUIDv7-shaped value (aip.ValidateID accepts it, and the fleet's
-// event log refuses anything else), derived from the delivery alone, so a
-// redelivery maps to the same ID and is stored once. The first 48 bits are
-// at's Unix milliseconds, or digest bits when at is zero (for products
-// whose deliveries carry no time that stays the same when they are sent
-// again); the rest are SHA-256 of the material, each part length-prefixed,
-// with the version and variant bits set.
-func EventID(at time.Time, material ...[]byte) string {
-	h := sha256.New()
-	for _, m := range material {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(m)))
-		h.Write(n[:])
-		h.Write(m)
-	}
-	sum := h.Sum(nil)
-	var u [16]byte
-	copy(u[:], sum[:16])
-	if !at.IsZero() {
-		ms := uint64(max(at.UnixMilli(), 0))
-		for i := range 6 {
-			u[i] = byte(ms >> (40 - 8*i))
-		}
-	}
-	u[6] = 0x70 | u[6]&0x0f
-	u[8] = 0x80 | u[8]&0x3f
-	return aip.PrefixEvent + hex.EncodeToString(u[:])
-}
 
 // MaxBody bounds a webhook body (4 MiB, as the reference's hosts do).
 const MaxBody = 4 << 20

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -118,36 +117,5 @@ func TestHMACAndAnswers(t *testing.T) {
 	r := httptest.NewRequest("POST", "/webhooks/x", strings.NewReader(strings.Repeat("a", MaxBody+1)))
 	if _, ok := ReadBody(w, r); ok || w.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("oversized body: ok, status %d", w.Code)
-	}
-}
-
-func TestEventID(t *testing.T) {
-	at := time.UnixMilli(1_900_000_000_123)
-	id := EventID(at, []byte("chatwoot"), []byte("dlv-1"))
-	if err := aip.ValidateID(aip.PrefixEvent, id); err != nil {
-		t.Fatalf("EventID = %s: %v", id, err)
-	}
-	if again := EventID(at, []byte("chatwoot"), []byte("dlv-1")); again != id {
-		t.Errorf("the same delivery maps to %s and %s", id, again)
-	}
-	for _, other := range []string{
-		EventID(at, []byte("chatwoot"), []byte("dlv-2")),
-		EventID(at, []byte("chatwootd"), []byte("lv-1")), // parts are length-prefixed
-		EventID(at.Add(time.Millisecond), []byte("chatwoot"), []byte("dlv-1")),
-	} {
-		if other == id {
-			t.Errorf("another delivery maps to the same ID %s", id)
-		}
-	}
-	// Its time is at's, so the log's IDs sort roughly by time.
-	if got, want := id[len(aip.PrefixEvent):len(aip.PrefixEvent)+12], fmt.Sprintf("%012x", at.UnixMilli()); got != want {
-		t.Errorf("time bits %s, want %s", got, want)
-	}
-	// Without a time, every bit but version and variant comes from the
-	// material, and the ID is still valid, for many inputs.
-	for i := range 2000 {
-		if err := aip.ValidateID(aip.PrefixEvent, EventID(time.Time{}, []byte(fmt.Sprint(i)))); err != nil {
-			t.Fatalf("input %d: %v", i, err)
-		}
 	}
 }
