@@ -637,7 +637,7 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		}
 		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,
 			trace.WithAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID)))
-		res, panicked, err, x.abandonedCall = x.invokeBounded(ctx, call, a)
+		res, panicked, x.abandonedCall, err = x.invokeBounded(ctx, call, a)
 		if x.abandonedCall != nil {
 			err = fmt.Errorf("%w: %w", errAbandoned, context.Cause(ctx))
 		}
@@ -783,7 +783,7 @@ type invoked struct {
 // the response (a Send blocked on a receiver that stopped reading fails),
 // and it keeps the action's in-flight slot until it returns (the caller
 // hands the slot over: see action).
-func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, err error, abandoned <-chan invoked) {
+func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, abandoned <-chan invoked, err error) {
 	var cw *ChunkWriter
 	if _, ok := x.h.conn.(Streamer); ok && x.stream {
 		cw = &ChunkWriter{x: x, actionID: a.ID}
@@ -796,14 +796,14 @@ func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action)
 	}()
 	select {
 	case r := <-done:
-		return r.res, r.panicked, r.err, nil
+		return r.res, r.panicked, nil, r.err
 	case <-ctx.Done():
 	}
 	grace := time.NewTimer(x.h.cfg.HandleGrace)
 	defer grace.Stop()
 	select {
 	case r := <-done:
-		return r.res, r.panicked, r.err, nil
+		return r.res, r.panicked, nil, r.err
 	case <-grace.C:
 	}
 	if cw != nil {
@@ -813,7 +813,7 @@ func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action)
 	h.abandoned.Add(1)
 	h.log.Error("the connector did not return within the handle grace after the action's context ended; the action is journaled outcome_unknown and the call keeps its slot until it returns",
 		"action_id", a.ID, "capability_id", a.CapabilityID, "cause", context.Cause(ctx), "handle_grace", h.cfg.HandleGrace)
-	return nil, nil, nil, done
+	return nil, nil, done, nil
 }
 
 // awaitAbandoned gives an abandoned call's in-flight slot back when the
