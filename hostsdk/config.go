@@ -40,6 +40,12 @@ const (
 	DefaultHandleGrace        = 10 * time.Second
 	MaxHandleGrace            = 300 * time.Second
 	DefaultConfigRevision     = 1
+	// DefaultGatewayPrincipalID is Config.GatewayPrincipalID when unset:
+	// the principal aipfleet dispatch signs as by default (its
+	// --principal-id). A host only accepts native messages from this
+	// principal signed with the pinned GatewayDID, so a dispatcher with
+	// another principal is refused, never trusted.
+	DefaultGatewayPrincipalID = "service:aipfleet-dispatch"
 	// DefaultStateDirRoot is where the embedded journal lives when
 	// Config.StateDir is empty: <root>/host-<replica ID>.
 	DefaultStateDirRoot = ".aipfleet"
@@ -121,7 +127,9 @@ type Config struct {
 	// TenantID is the tenant owning the instance (1 to 512 bytes). Required.
 	TenantID string
 	// GatewayPrincipalID is the dispatcher's principal (kind service); native
-	// messages must come from it. Required.
+	// messages must come from it. It must equal the dispatcher's principal
+	// (aipfleet dispatch --principal-id); default
+	// DefaultGatewayPrincipalID, that flag's default.
 	GatewayPrincipalID string
 	// GatewayDID (or GatewayDIDFile, exactly one) pins the did:key native
 	// messages must be signed with.
@@ -247,6 +255,9 @@ func cfgErr(field, reason string, args ...any) *ConfigError {
 func (c Config) withDefaults() Config {
 	if c.Bind == "" {
 		c.Bind = DefaultBind
+	}
+	if c.GatewayPrincipalID == "" {
+		c.GatewayPrincipalID = DefaultGatewayPrincipalID
 	}
 	if c.Region == "" {
 		c.Region = aip.DefaultRegion

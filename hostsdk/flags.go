@@ -52,7 +52,7 @@ var options = []*option{
 	{flag: "instance-id", env: "INSTANCE_ID", field: "InstanceID", usage: "connector instance ID (cinst_...)", set: str(func(c *Config) *string { return &c.InstanceID })},
 	{flag: "replica-id", env: "REPLICA_ID", field: "ReplicaID", usage: "replica ID (crepl_...)", set: str(func(c *Config) *string { return &c.ReplicaID })},
 	{flag: "tenant-id", env: "TENANT_ID", field: "TenantID", usage: "tenant owning the instance", set: str(func(c *Config) *string { return &c.TenantID })},
-	{flag: "gateway-principal-id", env: "GATEWAY_PRINCIPAL_ID", field: "GatewayPrincipalID", usage: "principal ID of the dispatcher", set: str(func(c *Config) *string { return &c.GatewayPrincipalID })},
+	{flag: "gateway-principal-id", env: "GATEWAY_PRINCIPAL_ID", field: "GatewayPrincipalID", usage: "principal ID of the dispatcher: the --principal-id aipfleet dispatch signs as (default " + DefaultGatewayPrincipalID + ", that flag's default)", set: str(func(c *Config) *string { return &c.GatewayPrincipalID })},
 	{flag: "gateway-did", env: "GATEWAY_DID", field: "GatewayDID", usage: "pinned did:key of the dispatcher", set: str(func(c *Config) *string { return &c.GatewayDID })},
 	{flag: "gateway-did-file", env: "GATEWAY_DID_FILE", field: "GatewayDIDFile", usage: "file holding the dispatcher's did:key", set: str(func(c *Config) *string { return &c.GatewayDIDFile })},
 	{flag: "tls-ca-certificate-file", env: "TLS_CA_FILE", field: "TLSCACertificateFile", usage: "extra PEM root CA for the lifecycle service and the event endpoint", set: str(func(c *Config) *string { return &c.TLSCACertificateFile })},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
@@ -20,8 +21,8 @@ import (
 
 // DefaultGatewayPrincipal is the gateway principal the dispatcher signs as
 // unless --principal-id says otherwise; hosts pin it with
-// --gateway-principal-id.
-const DefaultGatewayPrincipal = "service:aipfleet-dispatch"
+// --gateway-principal-id, whose default it is.
+const DefaultGatewayPrincipal = hostsdk.DefaultGatewayPrincipalID
 
 func dispatchCommand() *command {
 	return &command{

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -98,5 +99,44 @@ func TestHostPrintManifest(t *testing.T) {
 
 	if _, _, err := runCLI(t, nil, "host", "--connector", "echo", "--print-manifest"); err == nil || !strings.Contains(err.Error(), "--trust-domain") {
 		t.Errorf("without a trust domain: %v, want an error naming --trust-domain", err)
+	}
+}
+
+// TestHostGatewayPrincipalDefaultsToTheDispatchers: a host given no
+// --gateway-principal-id pins the principal aipfleet dispatch signs as by
+// default (its --principal-id), and its help says where the value comes
+// from.
+func TestHostGatewayPrincipalDefaultsToTheDispatchers(t *testing.T) {
+	control, _ := aip.GenerateSigningKey()
+	gateway, _ := aip.GenerateSigningKey()
+	args := []string{
+		"--bind", "127.0.0.1:0", "--allow-insecure-loopback-http",
+		"--public-endpoint", "http://127.0.0.1:8081/aip/v1/messages",
+		"--control-plane-endpoint", "http://127.0.0.1:8090/aip/v1/connector-control",
+		"--control-plane-did", control.DID(), "--gateway-did", gateway.DID(),
+		"--signing-seed-file", filepath.Join(t.TempDir(), "seed"),
+		"--connector-type-id", aip.NewID(aip.PrefixType), "--version-id", aip.NewID(aip.PrefixVersion),
+		"--instance-id", aip.NewID(aip.PrefixInstance), "--replica-id", aip.NewID(aip.PrefixReplica),
+		"--tenant-id", "acme", "--trust-domain", "example.test", "--artifact-digest", aip.DigestBytes([]byte("a")),
+		"--secret-provider-ref", "vault://acme/echo", "--state-dir", t.TempDir(),
+	}
+	cfg, err := hostsdk.LoadConfig(args, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hostsdk.New(cfg, builtinConnectors["echo"]()); err != nil {
+		t.Fatalf("a host without --gateway-principal-id: %v", err)
+	}
+	if hostsdk.DefaultGatewayPrincipalID != DefaultGatewayPrincipal {
+		t.Fatalf("the host's default gateway principal %q is not the dispatcher's %q", hostsdk.DefaultGatewayPrincipalID, DefaultGatewayPrincipal)
+	}
+	out, _, err := runCLI(t, nil, "host", "--help")
+	if !errors.Is(err, errHelpShown) {
+		t.Fatal(err)
+	}
+	_, usage, _ := strings.Cut(out, "--gateway-principal-id")
+	usage, _, _ = strings.Cut(usage, "\n  -")
+	if !strings.Contains(usage, "--principal-id") || !strings.Contains(usage, "default "+DefaultGatewayPrincipal) {
+		t.Errorf("host --help does not say where --gateway-principal-id comes from:%s", usage)
 	}
 }
