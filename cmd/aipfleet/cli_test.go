@@ -79,6 +79,29 @@ func TestKeygenAndTokenRoundTrip(t *testing.T) {
 		t.Fatalf("keygen into a missing directory: err = %v", err)
 	}
 
+	// --did-of prints an existing key's DID, checking the file as every
+	// secret file is checked, and creates nothing.
+	if out, _, err := runCLI(t, nil, "keygen", "--did-of", keyFile); err != nil || strings.TrimSpace(out) != did {
+		t.Fatalf("keygen --did-of: %q, %v; want %s", out, err, did)
+	}
+	if out, _, err := runCLI(t, nil, "keygen", "--did-of", keyFile, "--json"); err != nil || !strings.Contains(out, `"did": "`+did+`"`) || !strings.Contains(out, keyFile) {
+		t.Fatalf("keygen --did-of --json: %q, %v", out, err)
+	}
+	loose := filepath.Join(dir, "loose.key")
+	os.WriteFile(loose, []byte(strings.Repeat("ab", 32)+"\n"), 0o644)
+	if _, _, err := runCLI(t, nil, "keygen", "--did-of", loose); err == nil || !strings.Contains(err.Error(), "--did-of") || !strings.Contains(err.Error(), "loose.key") {
+		t.Fatalf("keygen --did-of a group-readable key: err = %v", err)
+	}
+	for _, args := range [][]string{{"--did-of", keyFile, "--out", filepath.Join(dir, "new.key")}, {"--json"}} {
+		var u *usageError
+		if _, _, err := runCLI(t, nil, append([]string{"keygen"}, args...)...); !errors.As(err, &u) || !strings.Contains(err.Error(), "--did-of") {
+			t.Fatalf("keygen %v: err = %v, want a usage error naming --did-of", args, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("keygen with --out and --did-of created a key: %v", err)
+	}
+
 	// Flags come from the environment when not given.
 	out, _, err = runCLI(t, map[string]string{"AIP_TOKEN_ISSUER_KEY": keyFile, "AIP_TOKEN_TENANT": "tenant-env"}, "token", "--ttl", "10m")
 	if err != nil {

@@ -12,15 +12,23 @@ import (
 func keygenCommand() *command {
 	return &command{
 		name:    "keygen",
-		summary: "create an Ed25519 signing key file and print its did:key",
-		usage:   "--out FILE",
+		summary: "create an Ed25519 signing key file and print its did:key, or print an existing key's",
+		usage:   "--out FILE | --did-of FILE",
 		long: `Writes a new Ed25519 seed as 64 hexadecimal characters to FILE with mode
 0600 (it refuses to overwrite an existing file) and prints the key's did:key
 identity. Use the file as a --signing-key-file / --signing-seed-file, and the
-did:key wherever a peer must pin this identity.`,
+did:key wherever a peer must pin this identity.
+
+aipfleet keygen --did-of FILE creates nothing: it reads an existing key
+file (a 64-hex seed or an Ed25519 JWK), checked as every secret file is (a
+regular file, readable by its owner only), and prints its did:key: the
+peer_did a fleet file needs for a replica's key, or the --control-plane-did
+/ --gateway-did of a control plane's or dispatcher's key.`,
 		examples: []string{
 			"aipfleet keygen --out control-plane.key",
 			"aipfleet keygen --out replica-1.key --json",
+			"aipfleet keygen --did-of replica-1.key   # the replica's peer_did",
+			"aipfleet keygen --did-of .aipfleet/keys/dispatcher.key   # aipfleet dev's dispatcher",
 		},
 		run: runKeygen,
 	}
@@ -29,6 +37,7 @@ did:key wherever a peer must pin this identity.`,
 func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 	fs := newFlagSet(c, e.getenv)
 	out := fs.String("out", "", "file to create (mode 0600)")
+	didOf := fs.String("did-of", "", "print the did:key of this existing key file (mode 0600) instead of creating one")
 	asJSON := fs.Bool("json", false, "print {\"did\":..., \"file\":...} instead of the bare DID")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
@@ -36,21 +45,34 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 	if err := fs.noArgs(); err != nil {
 		return err
 	}
-	if *out == "" {
-		return usagef("keygen: --out FILE is required (the file the new key is written to)")
-	}
-	key, err := aip.GenerateSigningKey()
-	if err != nil {
-		return err
-	}
-	if err := aip.WriteSeedFile(*out, key); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("--out: %w (choose another --out, or delete the old file if you really mean to replace that identity)", err)
+	var key *aip.SigningKey
+	file := *out
+	switch {
+	case *out != "" && *didOf != "":
+		return usagef("keygen: give --out FILE (create a key) or --did-of FILE (show an existing key's DID), not both")
+	case *didOf != "":
+		k, err := aip.LoadSigningKey(*didOf)
+		if err != nil {
+			return fmt.Errorf("--did-of: %w", err)
 		}
-		return fmt.Errorf("--out: %w", err)
+		key, file = k, *didOf
+	case *out == "":
+		return usagef("keygen: --out FILE is required (the file the new key is written to), or --did-of FILE to print an existing key's did:key")
+	default:
+		k, err := aip.GenerateSigningKey()
+		if err != nil {
+			return err
+		}
+		if err := aip.WriteSeedFile(*out, k); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("--out: %w (choose another --out, or delete the old file if you really mean to replace that identity; aipfleet keygen --did-of %s prints its did:key)", err, shellQuote(*out))
+			}
+			return fmt.Errorf("--out: %w", err)
+		}
+		key = k
 	}
 	if *asJSON {
-		return writeJSON(e.stdout, map[string]string{"did": key.DID(), "file": *out})
+		return writeJSON(e.stdout, map[string]string{"did": key.DID(), "file": file})
 	}
 	fmt.Fprintln(e.stdout, key.DID())
 	return nil
