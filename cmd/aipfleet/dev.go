@@ -54,7 +54,7 @@ func devCommand() *command {
 	return &command{
 		name:      "dev",
 		summary:   "run a whole fleet on this machine: registry, control plane, dispatcher, N replicas",
-		usage:     "[--replicas N] [--port-base P] [--state-dir DIR] [--connector NAME] [flags]",
+		usage:     "[--replicas N] [--port-base P] [--state-dir DIR] [--connector NAME] [--fleet-file FILE] [flags]",
 		envPrefix: "AIP_DEV_",
 		long: `Starts an embedded fleet in one command, with no database and no setup: an
 in-memory registry, the control plane, the dispatcher, and --replicas
@@ -75,6 +75,22 @@ dev-token, a bearer token for tenant tenant-dev that aipfleet action uses
 by default. A running dev holds dev.lock: a second dev on the same
 directory (even with --reset) stops before it changes anything.
 
+Your own connector: aipfleet dev --fleet-file FILE applies a fleet file of
+yours (docs/fleet-file.md) after dev's own fleet, at every start, checked as
+aipfleet registry apply checks it (an error names the file, the entry and
+its line): its types, versions, instances, bindings and replicas join dev's
+registry and catalog, and dev's dispatcher routes to them. dev does not
+start those replicas: run each one's host yourself (your hostsdk program,
+or aip-sidecar). The ready banner prints each one's command line, also in
+host-commands.txt; host.env holds the fleet's side (control plane endpoint
+and DID, dispatcher principal and DID, event endpoint) as the
+AIP_CONNECTOR_HOST_* variables every host reads. The dev token is for
+tenant-dev; the banner prints how to send as your file's tenants (a token
+of dev's issuer key, keys/issuer.key). The registry keeps what the file
+applied: the same file again changes nothing, a changed one is applied as
+registry apply would (a changed version is refused: versions are
+immutable), and entries removed from it stay until --reset.
+
 A replica that exits is reported (clean drain or crash) and restarted
 after a pause (after a crash, once the lease it left has expired), so you
 can SIGTERM one and watch it drain, go offline and register again while
@@ -86,6 +102,7 @@ exit status is 0 only if every replica drained cleanly.`,
 			"aipfleet dev --replicas 5 --port-base 9000",
 			"aipfleet dev --state-dir /tmp/fleet --log-format json",
 			"aipfleet dev --reset   # forget the previous state (keys, registry, journals)",
+			"aipfleet dev --fleet-file notes-fleet.yaml   # and your own connector's replicas, whose hosts you run",
 		},
 		run: runDev,
 	}
@@ -115,7 +132,8 @@ type devFleet struct {
 	artifact  string
 	keys      devKeys
 	logLevel  string
-	fresh     bool // the state directory was created by this run
+	fresh     bool      // the state directory was created by this run
+	own       *ownFleet // --fleet-file; nil without
 }
 
 type devKeys struct {
@@ -147,6 +165,7 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 	reset := fs.Bool("reset", false, "delete dev's state (keys, registry, journals) first and start from scratch; other files in --state-dir stay")
 	logLevel := fs.String("log-level", "info", "log level of dev and its replicas: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text (one readable line per event) or json")
+	fleetFile := fs.String("fleet-file", "", "a fleet file of yours (docs/fleet-file.md) applied after dev's own at every start: your connector's records and replicas, whose hosts you run")
 	fs.NoEnv("reset")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
@@ -171,6 +190,12 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 	if err != nil {
 		return usagef("dev: %v", err)
 	}
+	var own *ownFleet
+	if *fleetFile != "" {
+		if own, err = loadOwnFleet(*fleetFile); err != nil {
+			return err
+		}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find this program to start the replicas: %w", err)
@@ -192,7 +217,7 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		log.event("dev", "removed the previous state", "dir", *stateDir)
 	}
-	f := &devFleet{dir: *stateDir, replicas: *replicas, connector: *connector, logLevel: *logLevel}
+	f := &devFleet{dir: *stateDir, replicas: *replicas, connector: *connector, logLevel: *logLevel, own: own}
 	if err := f.prepare(ctx, *portBase); err != nil {
 		return err
 	}
@@ -223,7 +248,7 @@ func checkResettable(dir string) error {
 
 // devStateEntry matches what dev keeps in its state directory (and the
 // temporary files of writeFileAtomic), the lock file aside.
-var devStateEntry = regexp.MustCompile(`^\.?(dev\.json|keys|fleet\.yaml|registry\.json|dev-token|replica-[0-9]+|replica-[0-9]+\.pid)(\..*\.tmp)?$`)
+var devStateEntry = regexp.MustCompile(`^\.?(dev\.json|keys|fleet\.yaml|registry\.json|dev-token|host\.env|host-commands\.txt|replica-[0-9]+|replica-[0-9]+\.pid)(\..*\.tmp)?$`)
 
 // resetStateDir removes dev's state from a directory this dev holds the
 // lock of (checkResettable passed): only what dev keeps there, so the
@@ -480,6 +505,11 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	if err != nil {
 		return err
 	}
+	if f.own != nil {
+		if err := f.checkOwnFleet(f.own); err != nil {
+			return err
+		}
+	}
 	fleetYAML, err := f.fleetFile(fleet)
 	if err != nil {
 		return err
@@ -497,6 +527,23 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	}
 	log.event("dev", "fleet file applied to "+routes, "file", f.path("fleet.yaml"), "created", rep.Count(registry.Created),
 		"updated", rep.Count(registry.Updated), "unchanged", rep.Count(registry.Unchanged))
+	var ownReps []ownReplica
+	if f.own != nil {
+		rep, err := applyOwnFleet(ctx, reg, f.own)
+		if err != nil {
+			// Nothing of this run is written: registry.json keeps the
+			// registry of the last run that started.
+			return err
+		}
+		log.event("dev", "your fleet file applied", "file", f.own.name, "created", rep.Count(registry.Created),
+			"updated", rep.Count(registry.Updated), "unchanged", rep.Count(registry.Unchanged))
+		if ownReps, err = f.ownReplicas(ctx, reg, f.own); err != nil {
+			return err
+		}
+	}
+	if err := f.writeHostFiles(ownReps); err != nil {
+		return err
+	}
 	storeCtx, stopStore := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopStore()
 	storeTask := goTask(func() error { return store.run(storeCtx) })
@@ -588,6 +635,10 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 		select {
 		case <-ready:
 			f.banner(e.stdout, procs, token, expiry)
+			if f.own != nil {
+				f.ownBanner(e.stdout, f.own, ownReps)
+				fmt.Fprintln(e.stdout)
+			}
 			ready = nil
 		case <-cpTask.done:
 			fatal, waiting = fmt.Errorf("the control plane stopped: %v", cpTask.err), false
@@ -623,7 +674,7 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 			errs = append(errs, err)
 		}
 	}
-	if n, err := offlineCount(reg); err == nil {
+	if n, err := offlineCount(reg, f.state.ReplicaIDs); err == nil {
 		if total := len(f.state.ReplicaIDs); n == total {
 			log.event("dev", fmt.Sprintf("%s offline", countIs(n, "replica")))
 		} else {
@@ -682,13 +733,15 @@ func (t *task) wait(what string) error {
 	}
 }
 
-func offlineCount(reg *devRegistry) (int, error) {
-	reps, err := reg.ListReplicas(context.Background(), "", registry.MaxReplicaPage)
-	if err != nil {
-		return 0, err
-	}
+// offlineCount counts the replicas of ids (dev's own; the hosts of a
+// --fleet-file's replicas are not dev's) the registry has offline.
+func offlineCount(reg *devRegistry, ids []string) (int, error) {
 	n := 0
-	for _, r := range reps {
+	for _, id := range ids {
+		r, err := reg.ConnectorReplica(context.Background(), id)
+		if err != nil {
+			return 0, err
+		}
 		if r.Status == aip.ReplicaOffline {
 			n++
 		}

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/registry"
+)
+
+// Files dev writes for the hosts of a connector of your own (dev
+// --fleet-file): the fleet's side of the common host settings as
+// AIP_CONNECTOR_HOST_* variables, and each replica's whole command line.
+const (
+	devHostEnvFile      = "host.env"
+	devHostCommandsFile = "host-commands.txt"
+)
+
+// Placeholders of the host command lines dev prints: the program (your
+// hostsdk main, or aip-sidecar with its own flags) and the replica's key
+// file, which dev cannot know.
+const (
+	hostProgramPlaceholder = "YOUR_HOST"
+	hostKeyPlaceholder     = "KEY_FILE"
+)
+
+// ownFleet is the operator's fleet file of dev --fleet-file: applied after
+// dev's own fleet at every start; the hosts of its replicas run outside
+// dev.
+type ownFleet struct {
+	name  string // as given
+	raw   []byte
+	fleet *registry.FleetFile
+}
+
+// loadOwnFleet reads and checks the fleet file as registry apply does.
+func loadOwnFleet(name string) (*ownFleet, error) {
+	raw, err := aip.ReadPublicFile(name, registry.MaxFleetFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("--fleet-file: %w", err)
+	}
+	fleet, err := registry.ParseFleetFile(raw)
+	if err != nil {
+		return nil, fmt.Errorf("--fleet-file %s: %w", name, err)
+	}
+	return &ownFleet{name: name, raw: raw, fleet: fleet}, nil
+}
+
+// entryError is a *registry.FleetFileError about entry i of section, with
+// the entry's line in the file.
+func (o *ownFleet) entryError(section string, i int, id string, format string, args ...any) error {
+	return fmt.Errorf("--fleet-file %s: %w", o.name, &registry.FleetFileError{Section: section, Index: i, ID: id,
+		Line: entryLine(o.raw, section, i), Err: fmt.Errorf(format, args...)})
+}
+
+// entryLine returns the line of entry i of a section of a fleet file's
+// YAML, 0 when it cannot tell.
+func entryLine(raw []byte, section string, i int) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(raw, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return 0
+	}
+	for k := 0; k+1 < len(root.Content); k += 2 {
+		if root.Content[k].Value == section && root.Content[k+1].Kind == yaml.SequenceNode && i < len(root.Content[k+1].Content) {
+			return root.Content[k+1].Content[i].Line
+		}
+	}
+	return 0
+}
+
+// checkOwnFleet refuses what would break dev's own fleet: a replica
+// endpoint on one of dev's addresses, records with dev's own IDs, and
+// bindings to dev's own instance (dev applies its own records at every
+// start, so the two would take turns).
+func (f *devFleet) checkOwnFleet(o *ownFleet) error {
+	devAddrs := map[string]string{f.dispatchAddr(): "dev's dispatcher", f.controlAddr(): "dev's control plane"}
+	for i := range f.state.ReplicaIDs {
+		devAddrs[f.replicaAddr(i)] = "dev's " + replicaName(i)
+	}
+	devIDs := map[string]bool{f.state.TypeID: true, f.state.VersionID: true, f.state.InstanceID: true}
+	for _, id := range f.state.ReplicaIDs {
+		devIDs[id] = true
+	}
+	for i, t := range o.fleet.Types {
+		if devIDs[t.ID] {
+			return o.entryError(registry.SectionTypes, i, t.ID, "is the ID of dev's own %s connector type; give yours another", f.connector)
+		}
+	}
+	for i, v := range o.fleet.Versions {
+		if devIDs[v.ID] {
+			return o.entryError(registry.SectionVersions, i, v.ID, "is the ID of dev's own %s version; give yours another", f.connector)
+		}
+	}
+	for i, inst := range o.fleet.Instances {
+		if devIDs[inst.ID] {
+			return o.entryError(registry.SectionInstances, i, inst.ID, "is the ID of dev's own %s instance; give yours another", f.connector)
+		}
+	}
+	for i, r := range o.fleet.Replicas {
+		if devIDs[r.ID] {
+			return o.entryError(registry.SectionReplicas, i, r.ID, "is the ID of one of dev's own replicas; give yours another")
+		}
+		if u, err := url.Parse(r.Endpoint); err == nil {
+			if what, ok := devAddrs[u.Host]; ok {
+				return o.entryError(registry.SectionReplicas, i, r.ID, "endpoint %s is the address of %s (dev uses ports %d to %d): give your replica another port",
+					r.Endpoint, what, f.state.PortBase, f.state.PortBase+firstReplicaOffset+len(f.state.ReplicaIDs)-1)
+			}
+		}
+	}
+	for i, b := range o.fleet.Bindings {
+		if b.InstanceID == f.state.InstanceID {
+			return o.entryError(registry.SectionBindings, i, b.Key().String(),
+				"binds dev's own %s instance, whose bindings dev applies at every start; bind an instance of yours", f.connector)
+		}
+	}
+	return nil
+}
+
+// applyOwnFleet applies the file through reg after dev's fleet; an error
+// names the file, the entry and its line. Applying the same file again
+// changes nothing; records from an earlier run of a changed file are
+// compared as registry apply compares them.
+func applyOwnFleet(ctx context.Context, reg registry.Administrator, o *ownFleet) (registry.ApplyReport, error) {
+	rep, err := registry.Apply(ctx, reg, o.fleet)
+	if err == nil {
+		return rep, nil
+	}
+	var fe *registry.FleetFileError
+	if errors.As(err, &fe) && fe.Line == 0 {
+		fe.Line = entryLine(o.raw, fe.Section, fe.Index)
+	}
+	hint := "fix the file"
+	if errors.Is(err, registry.ErrConflict) {
+		hint = "the registry of this dev state (registry.json) holds what an earlier run applied, and versions are immutable: give a changed release a new version ID, raise a changed instance's config_revision or binding's policy_revision"
+	}
+	return rep, fmt.Errorf("--fleet-file %s: %w; %s, or pass --reset to start from an empty registry", o.name, err, hint)
+}
+
+// ownReplica is a replica of the operator's fleet file with what its host
+// needs, read back from the registry.
+type ownReplica struct {
+	replica  registry.ConnectorReplica
+	instance registry.ConnectorInstance
+	version  registry.ConnectorVersion
+}
+
+func (f *devFleet) ownReplicas(ctx context.Context, reg registry.Reader, o *ownFleet) ([]ownReplica, error) {
+	var out []ownReplica
+	for _, r := range o.fleet.Replicas {
+		rec, err := reg.ConnectorReplica(ctx, r.ID)
+		if err != nil {
+			return nil, err
+		}
+		inst, err := reg.ConnectorInstance(ctx, rec.InstanceID)
+		if err != nil {
+			return nil, err
+		}
+		v, err := reg.ConnectorVersion(ctx, rec.VersionID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ownReplica{replica: rec, instance: inst, version: v})
+	}
+	return out, nil
+}
+
+// hostSettings is the dev fleet's side of the common host settings: what
+// any host joining it needs, whatever its replica. Its names are hostsdk's
+// flags; the variables are AIP_CONNECTOR_HOST_<env>.
+func (f *devFleet) hostSettings() []struct{ flag, env, value string } {
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	return []struct{ flag, env, value string }{
+		{"control-plane-endpoint", "CONTROL_ENDPOINT", "http://" + f.controlAddr() + aip.ControlPath},
+		{"control-plane-did", "CONTROL_DID", f.keys.control.DID()},
+		{"gateway-principal-id", "GATEWAY_PRINCIPAL_ID", DefaultGatewayPrincipal},
+		{"gateway-did", "GATEWAY_DID", f.keys.dispatcher.DID()},
+		{"event-endpoint", "EVENT_ENDPOINT", "http://" + f.dispatchAddr() + aip.EventsPath},
+		{"lease-ttl-ms", "LEASE_TTL_MS", ms(devLeaseTTL)},
+		{"heartbeat-interval-ms", "HEARTBEAT_MS", ms(devHeartbeat)},
+		{"allow-insecure-loopback-http", "ALLOW_LOOPBACK_HTTP", "true"},
+	}
+}
+
+// hostEnv renders host.env: the fleet's side of the host settings as
+// variables a hostsdk program (and aip-sidecar) reads.
+func (f *devFleet) hostEnv() []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by aipfleet dev at every start: what a connector host of your own
+# (a hostsdk program, or aip-sidecar) needs to join this dev fleet, as the
+# variables every host reads. Load them and give the host its replica's
+# identity (the banner of aipfleet dev --fleet-file prints each replica's
+# whole command line, also in %s):
+#   set -a; . %s; set +a
+# dev's own replicas run in trust domain %s; a replica of yours runs in the
+# trust_domain of its record (--trust-domain). Tokens for any tenant:
+#   aipfleet token --issuer-key %s --tenant TENANT
+`, f.path(devHostCommandsFile), f.path(devHostEnvFile), devTrustDomain, f.path("keys", "issuer.key"))
+	for _, s := range f.hostSettings() {
+		fmt.Fprintf(&b, "AIP_CONNECTOR_HOST_%s=%s\n", s.env, s.value)
+	}
+	return []byte(b.String())
+}
+
+// hostCommand is a replica's host command line: the fleet's settings and
+// the replica's identity from the registry, the program and key file as
+// placeholders.
+func (f *devFleet) hostCommand(r ownReplica) [][]string {
+	bind := r.replica.Endpoint
+	if u, err := url.Parse(r.replica.Endpoint); err == nil {
+		bind = u.Host
+		if _, _, err := net.SplitHostPort(bind); err != nil {
+			bind = net.JoinHostPort(u.Hostname(), map[string]string{"https": "443"}[u.Scheme]+map[string]string{"http": "80"}[u.Scheme])
+		}
+	}
+	lines := [][]string{{hostProgramPlaceholder}, {"--bind", bind, "--public-endpoint", r.replica.Endpoint}}
+	settings := f.hostSettings()
+	for i := 0; i < len(settings); i += 2 {
+		var line []string
+		for _, s := range settings[i:min(i+2, len(settings))] {
+			if s.value == "true" {
+				line = append(line, "--"+s.flag)
+			} else {
+				line = append(line, "--"+s.flag, s.value)
+			}
+		}
+		lines = append(lines, line)
+	}
+	lines = append(lines,
+		[]string{"--connector-type-id", r.version.ConnectorTypeID, "--version-id", r.replica.VersionID},
+		[]string{"--instance-id", r.instance.ID, "--replica-id", r.replica.ID},
+		[]string{"--tenant-id", r.instance.TenantID, "--trust-domain", r.replica.TrustDomain},
+		[]string{"--secret-provider-ref", r.instance.SecretProviderRef, "--config-revision", strconv.FormatUint(r.instance.ConfigRevision, 10)},
+		[]string{"--artifact-digest", r.version.Attestation.ArtifactDigest},
+		[]string{"--state-dir", f.path("host-" + r.replica.ID)},
+		[]string{"--signing-seed-file", hostKeyPlaceholder},
+	)
+	return lines
+}
+
+// writeHostCommand writes a host command line, one line of flags per
+// row, shell-quoted, continued with backslashes.
+func writeHostCommand(w io.Writer, indent string, lines [][]string) {
+	for i, line := range lines {
+		quoted := make([]string, len(line))
+		for j, a := range line {
+			quoted[j] = shellQuote(a)
+		}
+		sep := " \\"
+		if i == len(lines)-1 {
+			sep = ""
+		}
+		lead := indent
+		if i > 0 {
+			lead += "  "
+		}
+		fmt.Fprintf(w, "%s%s%s\n", lead, strings.Join(quoted, " "), sep)
+	}
+}
+
+// hostCommands renders host-commands.txt: every replica's command line.
+func (f *devFleet) hostCommands(o *ownFleet, reps []ownReplica) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Written by aipfleet dev at every start: the host command line of each\n"+
+		"# replica of %s. Replace %s with your host program (or\n"+
+		"# aip-sidecar and its own flags) and %s with the replica's key file,\n"+
+		"# the one whose did:key is its peer_did (aipfleet keygen --did-of FILE).\n", o.name, hostProgramPlaceholder, hostKeyPlaceholder)
+	for _, r := range reps {
+		fmt.Fprintf(&b, "\n# %s (tenant %s, instance %s)\n", r.replica.ID, r.instance.TenantID, r.instance.ID)
+		writeHostCommand(&b, "", f.hostCommand(r))
+	}
+	return []byte(b.String())
+}
+
+// ownBanner is the part of the ready banner about the operator's fleet
+// file: its replicas, how to run their hosts, how to reach its tenants.
+func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
+	cli := cliName()
+	fmt.Fprintf(w, "\nYour fleet file %s: %s, offline until your host registers (dev does not start it):\n",
+		o.name, plural(len(reps), "replica"))
+	for _, r := range reps {
+		fmt.Fprintf(w, "  %s  tenant %s  %s\n", r.replica.ID, r.instance.TenantID, r.replica.Endpoint)
+	}
+	fmt.Fprintf(w, "\nStart each replica's host like this, %s being your host program (or\n"+
+		"aip-sidecar and its own flags) and %s the key whose did:key is the replica's\n"+
+		"peer_did (aipfleet keygen --did-of FILE prints a key's). The commands are also\n"+
+		"in %s, and the fleet's side alone, as variables, in %s.\n",
+		hostProgramPlaceholder, hostKeyPlaceholder, f.path(devHostCommandsFile), f.path(devHostEnvFile))
+	for _, r := range reps {
+		fmt.Fprintln(w)
+		writeHostCommand(w, "  ", f.hostCommand(r))
+	}
+	// One line per tenant of the file's bindings: tokens of dev's issuer.
+	var tenants []string
+	firstCap := map[string]string{}
+	for _, b := range o.fleet.Bindings {
+		if !slices.Contains(tenants, b.TenantID) {
+			tenants = append(tenants, b.TenantID)
+			firstCap[b.TenantID] = b.CapabilityID
+		}
+	}
+	if len(tenants) == 0 {
+		return
+	}
+	issuerKey := shellQuote(f.path("keys", "issuer.key"))
+	var devFlags string
+	if filepath.Clean(f.dir) != DefaultDevStateDir {
+		devFlags = " --dev-state-dir " + shellQuote(f.dir)
+	}
+	fmt.Fprintf(w, "\nYour tenants' actions go through dev's dispatcher with a token of dev's issuer\n"+
+		"(the dev token is for %s only; a token for another tenant:\n  %s token --issuer-key %s --tenant TENANT):\n", DevTenant, cli, issuerKey)
+	for _, t := range tenants {
+		fmt.Fprintf(w, "  %s action send%s --tenant %s --issuer-key %s --capability %s --input '{}'\n",
+			cli, devFlags, shellQuote(t), issuerKey, shellQuote(firstCap[t]))
+	}
+}
+
+// writeHostFiles writes host.env and, with --fleet-file, host-commands.txt
+// (removing one an earlier run with a fleet file left).
+func (f *devFleet) writeHostFiles(reps []ownReplica) error {
+	if err := writeFileAtomic(f.path(devHostEnvFile), 0o644, writeBytes(f.hostEnv())); err != nil {
+		return err
+	}
+	if f.own == nil {
+		if err := os.Remove(f.path(devHostCommandsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return writeFileAtomic(f.path(devHostCommandsFile), 0o644, writeBytes(f.hostCommands(f.own, reps)))
+}
