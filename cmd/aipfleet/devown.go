@@ -221,11 +221,16 @@ func (f *devFleet) hostEnv() []byte {
 // the replica's identity from the registry, the program and key file as
 // placeholders.
 func (f *devFleet) hostCommand(r ownReplica) [][]string {
+	// The host listens where its registered endpoint points.
 	bind := r.replica.Endpoint
 	if u, err := url.Parse(r.replica.Endpoint); err == nil {
 		bind = u.Host
-		if _, _, err := net.SplitHostPort(bind); err != nil {
-			bind = net.JoinHostPort(u.Hostname(), map[string]string{"https": "443"}[u.Scheme]+map[string]string{"http": "80"}[u.Scheme])
+		if u.Port() == "" {
+			port := "80"
+			if u.Scheme == "https" {
+				port = "443"
+			}
+			bind = net.JoinHostPort(u.Hostname(), port)
 		}
 	}
 	lines := [][]string{{hostProgramPlaceholder}, {"--bind", bind, "--public-endpoint", r.replica.Endpoint}}
