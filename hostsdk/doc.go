@@ -32,7 +32,8 @@
 // wins over its variable): --bind, --public-endpoint,
 // --control-plane-endpoint, --event-endpoint, --control-plane-did or --control-plane-did-file,
 // --signing-seed-file, --connector-type-id, --version-id, --instance-id,
-// --replica-id, --tenant-id, --gateway-principal-id, --gateway-did or
+// --replica-id, --tenant-id, --gateway-principal-id (default
+// service:aipfleet-dispatch, the dispatcher's own default), --gateway-did or
 // --gateway-did-file, --trust-domain, --region, --zone, --capacity-class,
 // --artifact-digest, --secret-provider-ref, --config-revision,
 // --allow-insecure-loopback-http, --max-in-flight, --lease-ttl-ms,
