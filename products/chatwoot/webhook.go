@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
@@ -200,7 +201,7 @@ func (c *Connector) checkAccount(p map[string]json.RawMessage) error {
 	check := func(where string, raw json.RawMessage) error {
 		var id int64
 		if err := json.Unmarshal(raw, &id); err != nil {
-			return fmt.Errorf("the delivery's %s is %s, not an account ID; this connector serves account %d", where, clipRaw(raw), c.cfg.AccountID)
+			return fmt.Errorf("the delivery's %s is %s, not an account ID; this connector serves account %d", where, provider.Excerpt(string(raw)), c.cfg.AccountID)
 		}
 		if id != c.cfg.AccountID {
 			return fmt.Errorf("the delivery is for account %d; this connector serves account %d", id, c.cfg.AccountID)
@@ -210,7 +211,7 @@ func (c *Connector) checkAccount(p map[string]json.RawMessage) error {
 	if raw, ok := p["account"]; ok && string(raw) != "null" {
 		var acct map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &acct); err != nil {
-			return fmt.Errorf("the delivery's account is %s, not an object; this connector serves account %d", clipRaw(raw), c.cfg.AccountID)
+			return fmt.Errorf("the delivery's account is %s, not an object; this connector serves account %d", provider.Excerpt(string(raw)), c.cfg.AccountID)
 		}
 		if id, ok := acct["id"]; ok && string(id) != "null" {
 			if err := check("account.id", id); err != nil {
@@ -222,14 +223,6 @@ func (c *Connector) checkAccount(p map[string]json.RawMessage) error {
 		return check("account_id", raw)
 	}
 	return nil
-}
-
-// clipRaw is the start of a JSON value, for error messages.
-func clipRaw(raw json.RawMessage) string {
-	if len(raw) > 64 {
-		return string(raw[:64]) + "…"
-	}
-	return string(raw)
 }
 
 // conversationOf reads the conversation's display ID (the ID the API's

@@ -253,7 +253,7 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 		// id that is not a UUID is never put into a status path, nor
 		// recorded for Reconcile.
 		return nil, fmt.Errorf("%w: crewai POST /kickoff answered kickoff_id %q, which is not a UUID (the document's format); the crew may be running and cannot be followed through this connector",
-			hostsdk.ErrOutcomeUnknown, clipID(out.KickoffID))
+			hostsdk.ErrOutcomeUnknown, provider.Excerpt(out.KickoffID))
 	}
 	logger := call.Logger
 	if logger == nil {
@@ -528,7 +528,7 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 		return nil, fmt.Errorf("%w: crew %s (kickoff %s) is no longer configured", hostsdk.ErrOutcomeUnknown, rec.CrewID, rec.KickoffID)
 	}
 	if !kickoffIDRegexp.MatchString(rec.KickoffID) {
-		return nil, fmt.Errorf("%w: the kickoff record of %s holds kickoff_id %q, which is not a UUID; its status was not read", hostsdk.ErrOutcomeUnknown, id, clipID(rec.KickoffID))
+		return nil, fmt.Errorf("%w: the kickoff record of %s holds kickoff_id %q, which is not a UUID; its status was not read", hostsdk.ErrOutcomeUnknown, id, provider.Excerpt(rec.KickoffID))
 	}
 	st, err := c.readStatus(ctx, cr, rec.KickoffID)
 	if err != nil {
@@ -539,13 +539,4 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 	}
 	return nil, fmt.Errorf("%w: crew %s kickoff %s is still %s after the restart; read it with %s%s:%s",
 		hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, st.Status, CapabilityPrefix, cr.id, SuffixStatus)
-}
-
-// clipID is a provider-answered id for an error message (quoted with %q
-// by the caller): at most 64 bytes.
-func clipID(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }

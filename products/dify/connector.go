@@ -251,7 +251,7 @@ func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason strin
 		return fmt.Errorf("dify: task record of %s names app %q, which is not configured", call.Action.ID, ref.AppID)
 	}
 	if !validTaskID(ref.TaskID) {
-		return fmt.Errorf("dify: task record of %s holds task_id %q, which is not a UUID; nothing was sent to stop it", call.Action.ID, clipID(ref.TaskID))
+		return fmt.Errorf("dify: task record of %s holds task_id %q, which is not a UUID; nothing was sent to stop it", call.Action.ID, provider.Excerpt(ref.TaskID))
 	}
 	req := provider.Request{Method: http.MethodPost, Path: stopPath(a.Mode, ref.TaskID), JSON: map[string]string{"user": ref.User}}
 	if _, err := a.client.Do(ctx, req); err != nil {
@@ -276,15 +276,6 @@ func invokePath(m Mode) string {
 var taskIDRegexp = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 func validTaskID(id string) bool { return taskIDRegexp.MatchString(id) }
-
-// clipID is a provider-answered ID for an error message (quoted with %q
-// by the caller): at most 64 bytes.
-func clipID(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
 
 func stopPath(m Mode, taskID string) string {
 	switch {

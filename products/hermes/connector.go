@@ -411,7 +411,7 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 		// of the status polls, run_status and the stop), so it is neither
 		// recorded nor polled.
 		return nil, fmt.Errorf("%w: %s POST /v1/runs answered %d with run_id %q, which is not a run ID (1 to %d of A-Z a-z 0-9 _ . : -, not starting with a dot); the run may have started, and cannot be followed or stopped through this connector",
-			hostsdk.ErrOutcomeUnknown, ep.client.Product(), resp.Status, clipString(started.RunID), maxIDLength)
+			hostsdk.ErrOutcomeUnknown, ep.client.Product(), resp.Status, provider.Excerpt(started.RunID), maxIDLength)
 	}
 	// Recorded even when the action is being cancelled (the Canceler reads
 	// it), but bounded: a stuck journal must not hold the action.
@@ -491,19 +491,10 @@ func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason strin
 		return fmt.Errorf("hermes: run %s was started on endpoint %q, which is no longer configured", rec.RunID, rec.Endpoint)
 	}
 	if !validID(rec.RunID) {
-		return fmt.Errorf("hermes: the run record of %s holds run_id %q, which is not a run ID; nothing was sent to stop it", call.Action.ID, clipString(rec.RunID))
+		return fmt.Errorf("hermes: the run record of %s holds run_id %q, which is not a run ID; nothing was sent to stop it", call.Action.ID, provider.Excerpt(rec.RunID))
 	}
 	return ep.client.JSON(ctx, provider.Request{Method: http.MethodPost,
 		Path: endpointPath("/v1/runs", rec.RunID) + "/stop", Header: headers(call)}, nil)
-}
-
-// clipString is s for an error message: at most 64 bytes, quoted by the
-// caller with %q (so control characters show escaped).
-func clipString(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }
 
 func clip(b []byte) string {
