@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -37,11 +39,7 @@ func credentials(auth func(*http.Request)) []string {
 		}
 	}
 	// Longest first: a header value holding a token is replaced whole.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && len(out[j]) > len(out[j-1]); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
 	return out
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,4 +45,18 @@ func TestEchoedCredentialsAreRedacted(t *testing.T) {
 	check("Stream", err)
 	_, err = c.Do(t.Context(), Request{Method: "GET", Path: "/redirect"})
 	check("redirect", err)
+}
+
+// credentials lists the longest value first, so that a value holding
+// another (a header value and its token) is redacted whole.
+func TestCredentialsLongestFirst(t *testing.T) {
+	got := credentials(func(r *http.Request) {
+		r.Header.Set("X-Api-Key", "k3y!")
+		r.URL.RawQuery = "sig=a-longer-signature"
+		r.Header.Set("Authorization", "Bearer tok-12345")
+	})
+	want := []string{"a-longer-signature", "Bearer tok-12345", "tok-12345", "k3y!"}
+	if !slices.Equal(got, want) {
+		t.Errorf("credentials = %q, want %q", got, want)
+	}
 }
