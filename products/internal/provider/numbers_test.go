@@ -3,8 +3,6 @@ package provider
 import (
 	"encoding/json"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 func TestIntegralNumbers(t *testing.T) {
@@ -16,15 +14,9 @@ func TestIntegralNumbers(t *testing.T) {
 		{`{"html":"<b>&","id":1.0}`, `{"html":"<b>&","id":1}`},
 		{`not json`, `not json`},
 	} {
-		got := IntegralNumbers(json.RawMessage(tc.in))
-		var g, w any
-		if json.Unmarshal(got, &g) != nil || json.Unmarshal([]byte(tc.want), &w) != nil {
-			if string(got) != tc.want {
-				t.Errorf("IntegralNumbers(%s) = %s; want %s", tc.in, got, tc.want)
-			}
-			continue
-		}
-		if !cmp.Equal(g, w) || len(got) != len(tc.want) {
+		// Members are written in key order when rewritten; every want
+		// here lists them so.
+		if got := IntegralNumbers(json.RawMessage(tc.in)); string(got) != tc.want {
 			t.Errorf("IntegralNumbers(%s) = %s; want %s", tc.in, got, tc.want)
 		}
 	}
