@@ -53,7 +53,7 @@ func cfgErr(field, reason string) *ConfigError {
 	e := &ConfigError{Field: field, Reason: reason}
 	if f, ok := settingOf[field]; ok {
 		e.Flag, e.Env = f, EnvPrefix+strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
-	} else if f, ok := strings.CutPrefix(field, "Host."); ok && f == "Bind" {
+	} else if field == "Host.Bind" {
 		e.Flag, e.Env = "bind", "AIP_CONNECTOR_HOST_BIND"
 	}
 	return e

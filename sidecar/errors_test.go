@@ -1,0 +1,19 @@
+package sidecar
+
+import "testing"
+
+// A ConfigError names the flag and variable that set its field: the
+// sidecar's own (AIP_SIDECAR_*), the host's bind address (hostsdk's
+// AIP_CONNECTOR_HOST_BIND), or only the Go field when no flag sets it.
+func TestConfigErrorNamesItsSetting(t *testing.T) {
+	for _, tc := range []struct{ field, want string }{
+		{"MCP.ConnectTimeout", "sidecar: --start-timeout-ms (AIP_SIDECAR_START_TIMEOUT_MS, Config.MCP.ConnectTimeout) is bad"},
+		{"Host.Bind", "sidecar: --bind (AIP_CONNECTOR_HOST_BIND, Config.Host.Bind) is bad"},
+		{"Host.HealthProbeTimeout", "sidecar: Config.Host.HealthProbeTimeout is bad"},
+		{"Local.MaxChunks", "sidecar: Config.Local.MaxChunks is bad"},
+	} {
+		if got := cfgErr(tc.field, "is bad").Error(); got != tc.want {
+			t.Errorf("cfgErr(%q) = %q, want %q", tc.field, got, tc.want)
+		}
+	}
+}
