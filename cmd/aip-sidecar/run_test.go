@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -349,7 +350,9 @@ func TestSettingsAroundSpaces(t *testing.T) {
 func TestRunConfigErrorsNameTheFlags(t *testing.T) {
 	dir := t.TempDir()
 	badToken := filepath.Join(dir, "bad-token")
-	os.WriteFile(badToken, []byte("two words"), 0o600)
+	if err := os.WriteFile(badToken, []byte("two words"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	fs := flag.NewFlagSet("aip-sidecar", flag.ContinueOnError)
 	hostsdk.BindFlags(fs)
 	hostsdk.BindSettings(fs, newSettings())
@@ -379,15 +382,9 @@ func TestRunConfigErrorsNameTheFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			getenv := func(k string) string { return map[string]string{"AIP_CONNECTOR_HOST_TRUST_DOMAIN": "example.org"}[k] }
-			if tc.env != nil {
-				getenv = func(k string) string {
-					if v, ok := tc.env[k]; ok {
-						return v
-					}
-					return map[string]string{"AIP_CONNECTOR_HOST_TRUST_DOMAIN": "example.org"}[k]
-				}
-			}
+			env := map[string]string{"AIP_CONNECTOR_HOST_TRUST_DOMAIN": "example.org"}
+			maps.Copy(env, tc.env)
+			getenv := func(k string) string { return env[k] }
 			err := run(context.Background(), append([]string{"--print-manifest"}, tc.args...), getenv, &stderr, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run = %v; want an error containing %q", err, tc.want)
