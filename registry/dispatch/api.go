@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 	"unicode"
@@ -77,19 +76,23 @@ const (
 // to different readers.
 func DecodeActionRequest(body []byte) (ActionRequest, error) {
 	var r ActionRequest
-	if _, err := aip.Canonicalize(body); err != nil {
+	if err := decodeStrict(body, &r); err != nil {
 		return r, fmt.Errorf("the body is not an action request: %v", err)
 	}
 	r.inputChecked = true
+	return r, nil
+}
+
+// decodeStrict decodes body into v: body must be one I-JSON value and
+// nothing after it (aip.Canonicalize refuses anything else), with no
+// member v does not have.
+func decodeStrict(body []byte, v any) error {
+	if _, err := aip.Canonicalize(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return r, fmt.Errorf("the body is not an action request: %v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return r, errors.New("the body has data after the action request")
-	}
-	return r, nil
+	return dec.Decode(v)
 }
 
 // Validate checks the request's fields and says what to fix.

@@ -401,18 +401,7 @@ func (d *Dispatcher) handleCancel() http.Handler {
 		if len(bytes.TrimSpace(body)) > 0 {
 			// As strict as an action's body: one I-JSON object, no unknown
 			// member, nothing after it.
-			_, err := aip.Canonicalize(body)
-			dec := json.NewDecoder(bytes.NewReader(body))
-			dec.DisallowUnknownFields()
-			if err == nil {
-				err = dec.Decode(&c)
-			}
-			if err == nil {
-				if _, end := dec.Token(); !errors.Is(end, io.EOF) {
-					err = errors.New("data after the object")
-				}
-			}
-			if err != nil {
+			if err := decodeStrict(body, &c); err != nil {
 				writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0,
 					`the body must be empty or {"reason": "..."}: `+err.Error()))
 				return
