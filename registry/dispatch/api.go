@@ -107,7 +107,7 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 		return errors.New("capability_id is required")
 	case len(r.CapabilityID) > MaxCapabilityIDBytes:
 		return fmt.Errorf("capability_id is longer than %d bytes", MaxCapabilityIDBytes)
-	case !utf8.ValidString(r.CapabilityID) || strings.TrimSpace(r.CapabilityID) != r.CapabilityID || strings.IndexFunc(r.CapabilityID, unicode.IsControl) >= 0:
+	case !printableText(r.CapabilityID):
 		return fmt.Errorf("capability_id %q must be UTF-8 text without control characters or leading or trailing spaces", aip.TruncateUTF8(r.CapabilityID, 64))
 	case len(bytes.TrimSpace(r.Input)) == 0 || bytes.Equal(bytes.TrimSpace(r.Input), []byte("null")):
 		return errors.New("input is required (the capability's input object)")
@@ -132,6 +132,13 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 		return fmt.Errorf("input nests %d levels deep; at most %d are accepted", depth, MaxInputDepth)
 	}
 	return nil
+}
+
+// printableText reports whether s is UTF-8 text without control
+// characters or leading or trailing spaces, as the registry's identifiers
+// are (a capability ID, a tenant ID).
+func printableText(s string) bool {
+	return utf8.ValidString(s) && strings.TrimSpace(s) == s && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 // jsonDepth returns how deeply the valid JSON text b nests: 0 for a

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -128,7 +126,7 @@ func checkTenantClaim(t string) error {
 	switch {
 	case len(t) > registry.MaxIdentifierBytes:
 		return fmt.Errorf("%w: the token's %s claim is longer than %d bytes", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim, registry.MaxIdentifierBytes)
-	case t == "" || !utf8.ValidString(t) || strings.TrimSpace(t) != t || strings.IndexFunc(t, unicode.IsControl) >= 0:
+	case t == "" || !printableText(t):
 		return fmt.Errorf("%w: the token's %s claim is not a tenant ID (UTF-8 text without control characters or surrounding spaces)", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim)
 	}
 	return nil
