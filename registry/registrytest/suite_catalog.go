@@ -392,13 +392,7 @@ func testPaging(t *testing.T, nb NewBackend) {
 func testPagingBytewise(t *testing.T, nb NewBackend) {
 	f := newFxLimits(t, nb, registry.Limits{MaxPageSize: 5})
 	names := []string{"cap.x_1", "cap.a", "cap.X", "cap.x1", "cap.B", "cap.x-1", "cap.x.1", "cap.A_b", "cap.Ab"}
-	ct := f.typ("order")
-	caps := make([]aip.Capability, len(names))
-	for i, n := range names {
-		caps[i] = Capability(n, "ordered")
-	}
-	v := Version("cver_order1", ct.ID, "1", ct.Owner, registry.VersionActive, Manifest("service:order", caps))
-	f.must(f.b.Admin.AdmitVersion(f.ctx, v))
+	v := f.version(f.typ("order"), "order1", registry.VersionActive, names...)
 	inst := f.instance("o", v, "tenant-1")
 	for _, n := range names {
 		f.bind(inst, n, 0, "")
@@ -558,14 +552,8 @@ func testContractConflict(t *testing.T, nb NewBackend) {
 // nothing. LIKE metacharacters are plain text.
 func testHostileQueries(t *testing.T, nb NewBackend) {
 	f := newFx(t, nb)
-	ct := f.typ("hostile")
 	names := []string{"cap.100%", "cap.a_b", `cap.back\slash`, "cap.axb", "cap.plain"}
-	caps := make([]aip.Capability, len(names))
-	for i, n := range names {
-		caps[i] = Capability(n, "hostile")
-	}
-	v := Version("cver_hostile1", ct.ID, "1", ct.Owner, registry.VersionActive, Manifest("service:hostile", caps))
-	f.must(f.b.Admin.AdmitVersion(f.ctx, v))
+	v := f.version(f.typ("hostile"), "hostile1", registry.VersionActive, names...)
 	inst := f.instance("h", v, "tenant-1")
 	for _, n := range names {
 		f.bind(inst, n, 0, "")
