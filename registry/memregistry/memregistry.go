@@ -1120,9 +1120,6 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 
 // SettleOrphan implements registry.OrphanSettler.
 func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handOut uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if err := registry.CheckOrphanHandOut(a.ActionID, handOut); err != nil {
 		return err
 	}
