@@ -339,7 +339,7 @@ type dispatcherDownError struct {
 
 func (e *dispatcherDownError) Error() string {
 	if e.from != "" {
-		return fmt.Sprintf("no dispatcher answers at %s (connection refused)%s --url", e.url, devAddressNote(e.from))
+		return fmt.Sprintf("no dispatcher answers at %s (connection refused)%s", e.url, devAddressNote(e.from, "url"))
 	}
 	return fmt.Sprintf("no dispatcher answers at %s (connection refused): start one (aipfleet dev, or aipfleet dispatch) or point --url at it", e.url)
 }

@@ -60,10 +60,8 @@ func devDefaultURL(fs *flagSet, flagName string, url *string, devStateDir string
 }
 
 // devAddressNote is what an error about nothing answering at a URL adds
-// when the URL came from from (a dev.json; "" adds nothing).
-func devAddressNote(from string) string {
-	if from == "" {
-		return ""
-	}
-	return "; that is the address the dev fleet recorded in " + from + ": start it again (aipfleet dev), or give"
+// when the URL came from from, a dev.json, instead of the URL flag
+// flagName: where the address came from and what to do.
+func devAddressNote(from, flagName string) string {
+	return "; that is the address the dev fleet recorded in " + from + ": start it again (aipfleet dev), or give --" + flagName
 }

@@ -267,7 +267,7 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from s
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			base := strings.SplitN(u, "/aip/", 2)[0]
 			if from != "" {
-				return fmt.Errorf("no control plane answers at %s%s --control-url", base, devAddressNote(from))
+				return fmt.Errorf("no control plane answers at %s%s", base, devAddressNote(from, "control-url"))
 			}
 			return fmt.Errorf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", base)
 		}
