@@ -15,8 +15,12 @@ import (
 // TestClientsFindTheDevFleetOnItsPortBase: without --url or --control-url
 // (or their variables), action, events and fleet talk to the dev fleet
 // whose state is in ./.aipfleet, at the ports it recorded in dev.json, not
-// at 8080 and 8090; a URL given explicitly wins, and a dev.json that cannot
-// be read is an error naming the flag to give instead.
+// at 8080 and 8090. When nothing answers there (a dev fleet that no longer
+// runs), the error says the address came from that dev.json and which flag
+// to give (else the user is left wondering why the commands tried that
+// port); the same dead address given explicitly gets the plain error. A
+// URL given explicitly wins, and a dev.json that cannot be read is an
+// error naming the flag to give instead.
 func TestClientsFindTheDevFleetOnItsPortBase(t *testing.T) {
 	work := t.TempDir()
 	t.Chdir(work)
@@ -24,19 +28,31 @@ func TestClientsFindTheDevFleetOnItsPortBase(t *testing.T) {
 	// and nothing answers there.
 	base := freePortBase(t, 1)
 	prepared(t, filepath.Join(work, DefaultDevStateDir), 1, base)
+	state := filepath.Join(DefaultDevStateDir, "dev.json")
 	dispatchURL := "http://127.0.0.1:" + strconv.Itoa(base)
 	controlURL := "http://127.0.0.1:" + strconv.Itoa(base+controlPortOffset)
 	for _, c := range []struct {
-		args []string
-		want string
+		args       []string
+		want, flag string
 	}{
-		{[]string{"action", "send", "--capability", "echo.say", "--input", `{"message":"hi"}`, "--token", "t"}, "no dispatcher answers at " + dispatchURL},
-		{[]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t"}, "no dispatcher answers at " + dispatchURL},
-		{[]string{"events", "list", "--token", "t"}, "no dispatcher answers at " + dispatchURL},
-		{[]string{"fleet", "status", "--token", "t"}, "no control plane answers at " + controlURL},
+		{[]string{"action", "send", "--capability", "echo.say", "--input", `{"message":"hi"}`, "--token", "t"}, "no dispatcher answers at " + dispatchURL, "--url"},
+		{[]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t"}, "no dispatcher answers at " + dispatchURL, "--url"},
+		{[]string{"events", "list", "--token", "t"}, "no dispatcher answers at " + dispatchURL, "--url"},
+		{[]string{"fleet", "status", "--token", "t"}, "no control plane answers at " + controlURL, "--control-url"},
 	} {
-		if _, _, err := runCLI(t, nil, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: err = %v, want %q", c.args, err, c.want)
+		_, _, err := runCLI(t, nil, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "recorded in "+state) || !strings.Contains(err.Error(), "give "+c.flag) {
+			t.Errorf("%v: err = %v, want %q, naming %s and %s", c.args, err, c.want, state, c.flag)
+		}
+	}
+	// The same dead addresses given explicitly: no word of dev.json.
+	for _, args := range [][]string{
+		{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t", "--url", dispatchURL},
+		{"fleet", "status", "--token", "t", "--control-url", controlURL},
+	} {
+		_, _, err := runCLI(t, nil, args...)
+		if err == nil || strings.Contains(err.Error(), "dev.json") || !strings.Contains(err.Error(), "answers at") {
+			t.Errorf("%v: err = %v, want nothing answers there, without dev.json", args, err)
 		}
 	}
 
@@ -79,44 +95,6 @@ func TestClientsFindTheDevFleetOnItsPortBase(t *testing.T) {
 		var u *usageError
 		if !errors.As(err, &u) || !strings.Contains(err.Error(), "dev.json is not a dev state file") || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v with a broken dev.json: err = %v, want a usage error saying %q", c.args, err, c.want)
-		}
-	}
-}
-
-// TestStoppedDevFleetIsNamedWhenNothingAnswers: the state of a dev fleet
-// that no longer runs still redirects action, events and fleet from their
-// default addresses; when nothing answers there, the error says the
-// address came from that dev.json (else the user is left wondering why
-// the commands tried that port and not 8080 or 8090). An address given
-// explicitly gets the plain error.
-func TestStoppedDevFleetIsNamedWhenNothingAnswers(t *testing.T) {
-	work := t.TempDir()
-	t.Chdir(work)
-	base := freePortBase(t, 1)
-	prepared(t, filepath.Join(work, DefaultDevStateDir), 1, base)
-	state := filepath.Join(DefaultDevStateDir, "dev.json")
-	for _, c := range []struct {
-		args []string
-		flag string
-	}{
-		{[]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t"}, "--url"},
-		{[]string{"events", "list", "--token", "t"}, "--url"},
-		{[]string{"fleet", "status", "--token", "t"}, "--control-url"},
-	} {
-		_, _, err := runCLI(t, nil, c.args...)
-		if err == nil || !strings.Contains(err.Error(), "recorded in "+state) || !strings.Contains(err.Error(), "give "+c.flag) {
-			t.Errorf("%v: err = %v, want it to name %s and %s", c.args, err, state, c.flag)
-		}
-	}
-	// The same dead addresses given explicitly: no word of dev.json.
-	dead := "http://127.0.0.1:" + strconv.Itoa(base)
-	for _, args := range [][]string{
-		{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t", "--url", dead},
-		{"fleet", "status", "--token", "t", "--control-url", "http://127.0.0.1:" + strconv.Itoa(base+controlPortOffset)},
-	} {
-		_, _, err := runCLI(t, nil, args...)
-		if err == nil || strings.Contains(err.Error(), "dev.json") || !strings.Contains(err.Error(), "answers at") {
-			t.Errorf("%v: err = %v, want nothing answers there, without dev.json", args, err)
 		}
 	}
 }
