@@ -184,15 +184,6 @@ func (l *carefulLoad) errorCodes() string {
 // in failure messages.
 func verifySettled(t *testing.T, f *fleet, tok string, all []*carefulAction, what string) map[string]int {
 	t.Helper()
-	running := func() []*replica {
-		var out []*replica
-		for _, r := range f.replicaList() {
-			if !r.proc.Exited() {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
 	ids := make([]string, len(all))
 	incomplete, resent := 0, 0
 	for i, a := range all {
@@ -236,7 +227,7 @@ func verifySettled(t *testing.T, f *fleet, tok string, all []*carefulAction, wha
 		statuses[a.id] = status{code: code, st: st, raw: string(body)}
 	}
 	liveAtEnd := map[string]bool{}
-	for _, r := range running() {
+	for _, r := range f.runningReplicas() {
 		liveAtEnd[r.id] = true
 	}
 

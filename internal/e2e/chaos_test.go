@@ -84,15 +84,6 @@ func TestChaos(t *testing.T) {
 		t.Helper()
 		load.usable(t, what, f.disp, f.cp)
 	}
-	running := func() []*replica {
-		var out []*replica
-		for _, r := range f.replicaList() {
-			if !r.proc.Exited() {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
 	restartable := func(r *replica) bool {
 		rep, err := f.reg.ConnectorReplica(f.ctx, r.id)
 		return err == nil && rep.Status == aip.ReplicaOffline && !rep.LeaseValid(time.Now())
@@ -121,7 +112,7 @@ func TestChaos(t *testing.T) {
 	for end := time.Now().Add(duration); time.Now().Before(end); {
 		restartPending(false)
 		fault := chaosFault(rng.IntN(int(numFaults)))
-		live := running()
+		live := f.runningReplicas()
 		if fault == faultKillRestart && (len(live) < 3 || len(pending) > 0) {
 			fault = faultKillReplace // keep two replicas serving
 		}

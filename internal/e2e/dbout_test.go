@@ -108,10 +108,7 @@ func (d *dboutFleet) awaitReady(t *testing.T, what string, procs []*process, bas
 // valid lease in the registry.
 func (d *dboutFleet) replicasRoutable(t *testing.T, what string) {
 	t.Helper()
-	for _, r := range d.replicaList() {
-		if r.proc.Exited() {
-			continue
-		}
+	for _, r := range d.runningReplicas() {
 		waitFor(t, what+": replica "+r.id+" ready again", []*process{r.proc, d.cp, d.disp}, func() bool {
 			rep, err := d.reg.ConnectorReplica(d.ctx, r.id)
 			return err == nil && rep.Status == aip.ReplicaReady && rep.LeaseValid(time.Now())

@@ -210,6 +210,17 @@ func (f *fleet) replicaList() []*replica {
 	return append([]*replica(nil), f.replicas...)
 }
 
+// runningReplicas returns the replicas whose host process has not exited.
+func (f *fleet) runningReplicas() []*replica {
+	var out []*replica
+	for _, r := range f.replicaList() {
+		if !r.proc.Exited() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // token mints a bearer token for tenant.
 func (f *fleet) token(tenant string) string {
 	f.t.Helper()
