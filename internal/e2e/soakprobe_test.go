@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/internal/procstat"
 )
 
 // The soak's probes: what TestSoak samples from every process every
@@ -157,7 +159,7 @@ func (p *soakProbe) sample() {
 			continue
 		}
 		pid := tg.proc.Cmd.Process.Pid
-		rss, rssOK := procRSS(pid)
+		rssKiB, rssErr := procstat.RSS(pid)
 		prom := p.scrape(tg.metricsURL)
 		var pgCount float64
 		if tg.pg {
@@ -172,8 +174,8 @@ func (p *soakProbe) sample() {
 			journal = dirBytes(tg.stateDir)
 		}
 		out = append(out, func() {
-			if rssOK {
-				p.record(tg.name, metricRSS, at, rss/(1<<20))
+			if rssErr == nil {
+				p.record(tg.name, metricRSS, at, float64(rssKiB)/1024)
 			}
 			if v, ok := prom["go_memstats_heap_inuse_bytes"]; ok {
 				p.record(tg.name, metricHeap, at, v/(1<<20))
@@ -293,24 +295,6 @@ func (p *soakProbe) scrape(u string) map[string]float64 {
 		}
 	}
 	return out
-}
-
-// procRSS reads a process's resident set size in bytes.
-func procRSS(pid int) (float64, bool) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, false
-	}
-	for line := range strings.Lines(string(raw)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				kb, err := strconv.ParseFloat(f[0], 64)
-				return kb * 1024, err == nil
-			}
-		}
-	}
-	return 0, false
 }
 
 // procFDs counts a process's open file descriptors.
