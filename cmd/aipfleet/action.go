@@ -559,16 +559,14 @@ func jsonSyntax(raw []byte) error {
 	if json.Valid(raw) {
 		return nil
 	}
-	var v any
-	err := json.Unmarshal(raw, &v)
+	// Unmarshal checks the syntax first, as Valid does, and says where it
+	// fails.
+	err := json.Unmarshal(raw, new(any))
 	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &se):
+	if errors.As(err, &se) {
 		return fmt.Errorf("%v, at byte %d (a shell may have eaten quotes: put the JSON in single quotes, or use --input-file)", se, se.Offset)
-	case err != nil:
-		return err
 	}
-	return errors.New("not one JSON value")
+	return err
 }
 
 func compact(raw json.RawMessage) string {
