@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 )
@@ -63,25 +61,6 @@ func loadOwnFleet(name string) (*ownFleet, error) {
 func (o *ownFleet) entryError(section string, i int, id string, format string, args ...any) error {
 	return fmt.Errorf("--fleet-file %s: %w", o.name, &registry.FleetFileError{Section: section, Index: i, ID: id,
 		Line: entryLine(o.raw, section, i), Err: fmt.Errorf(format, args...)})
-}
-
-// entryLine returns the line of entry i of a section of a fleet file's
-// YAML, 0 when it cannot tell.
-func entryLine(raw []byte, section string, i int) int {
-	var doc yaml.Node
-	if yaml.Unmarshal(raw, &doc) != nil || len(doc.Content) == 0 {
-		return 0
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return 0
-	}
-	for k := 0; k+1 < len(root.Content); k += 2 {
-		if root.Content[k].Value == section && root.Content[k+1].Kind == yaml.SequenceNode && i < len(root.Content[k+1].Content) {
-			return root.Content[k+1].Content[i].Line
-		}
-	}
-	return 0
 }
 
 // checkOwnFleet refuses what would break dev's own fleet: a replica
@@ -141,10 +120,7 @@ func applyOwnFleet(ctx context.Context, reg registry.Administrator, o *ownFleet)
 	if err == nil {
 		return rep, nil
 	}
-	var fe *registry.FleetFileError
-	if errors.As(err, &fe) && fe.Line == 0 {
-		fe.Line = entryLine(o.raw, fe.Section, fe.Index)
-	}
+	withEntryLine(err, o.raw)
 	hint := "fix the file"
 	if errors.Is(err, registry.ErrConflict) {
 		hint = "the registry of this dev state (registry.json) holds what an earlier run applied, and versions are immutable: give a changed release a new version ID, raise a changed instance's config_revision or binding's policy_revision"

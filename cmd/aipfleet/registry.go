@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
@@ -92,9 +94,10 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("registry %s: --timeout must be positive", sub)
 	}
 	var fleet *registry.FleetFile
+	var raw []byte
 	if sub == "apply" {
-		raw, err := readFleetFile(*file)
-		if err != nil {
+		var err error
+		if raw, err = readFleetFile(*file); err != nil {
 			return err
 		}
 		if fleet, err = registry.ParseFleetFile(raw); err != nil {
@@ -111,7 +114,7 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 	case "migrate":
 		return registryMigrate(ctx, e, dbURL, *asJSON)
 	case "apply":
-		return registryApply(ctx, e, dbURL, *file, fleet, *asJSON)
+		return registryApply(ctx, e, dbURL, *file, raw, fleet, *asJSON)
 	}
 	return registryStatus(ctx, e, dbURL, *asJSON)
 }
@@ -144,6 +147,35 @@ func readFleetFile(name string) ([]byte, error) {
 		return nil, fmt.Errorf("-f: %w", err)
 	}
 	return raw, nil
+}
+
+// withEntryLine adds to the *registry.FleetFileError in err (registry.Apply
+// names the entry, not its line) the entry's line in raw, the fleet file's
+// YAML, as the errors of ParseFleetFile have it.
+func withEntryLine(err error, raw []byte) {
+	var fe *registry.FleetFileError
+	if errors.As(err, &fe) && fe.Line == 0 && fe.Section != "" {
+		fe.Line = entryLine(raw, fe.Section, fe.Index)
+	}
+}
+
+// entryLine returns the line of entry i of a section of a fleet file's
+// YAML, 0 when it cannot tell.
+func entryLine(raw []byte, section string, i int) int {
+	var doc yaml.Node
+	if yaml.Unmarshal(raw, &doc) != nil || len(doc.Content) == 0 {
+		return 0
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return 0
+	}
+	for k := 0; k+1 < len(root.Content); k += 2 {
+		if root.Content[k].Value == section && root.Content[k+1].Kind == yaml.SequenceNode && i < len(root.Content[k+1].Content) {
+			return root.Content[k+1].Content[i].Line
+		}
+	}
+	return 0
 }
 
 func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) error {
@@ -179,7 +211,7 @@ func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) err
 	return nil
 }
 
-func registryApply(ctx context.Context, e *env, dbURL, name string, fleet *registry.FleetFile, asJSON bool) error {
+func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, fleet *registry.FleetFile, asJSON bool) error {
 	// One apply at a time: another operator's apply of another file would
 	// interleave with this one entry by entry.
 	unlock, err := pgregistry.LockApply(ctx, dbURL, func() {
@@ -199,6 +231,7 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, fleet *regis
 		return err
 	}
 	rep, applyErr := registry.Apply(ctx, reg, fleet)
+	withEntryLine(applyErr, raw)
 	after, err := reg.CatalogRevision(ctx)
 	if err != nil && applyErr == nil {
 		return err

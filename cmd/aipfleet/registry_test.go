@@ -137,12 +137,14 @@ WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_an
 	if err == nil || !strings.Contains(err.Error(), "crepl_globex_echo_a (line") || !strings.Contains(err.Error(), "capacty") {
 		t.Fatalf("bad file: %v", err)
 	}
-	// A change the registry refuses stops at that entry, after reporting
-	// what was applied before it.
+	// A change the registry refuses stops at that entry, named with its
+	// line, after reporting what was applied before it.
 	conflict := filepath.Join(dir, "conflict.yaml")
-	os.WriteFile(conflict, bytes.Replace(fleetFileExample(t), []byte("secret_provider_ref: vault://acme/echo"), []byte("secret_provider_ref: vault://acme/echo-2"), 1), 0o644)
+	conflicting := bytes.Replace(fleetFileExample(t), []byte("secret_provider_ref: vault://acme/echo"), []byte("secret_provider_ref: vault://acme/echo-2"), 1)
+	os.WriteFile(conflict, conflicting, 0o644)
 	out, _, err = runCLI(t, env, "registry", "apply", "-f", conflict)
 	if err == nil || !strings.Contains(err.Error(), "config_revision") || !strings.Contains(err.Error(), "fix the file and apply it again") ||
+		!strings.Contains(err.Error(), "instances[0] cinst_acme_echo (line "+lineOf(t, conflicting, "  - id: cinst_", 1)+")") ||
 		!regexp.MustCompile(`unchanged\s+versions\s+cver_echo_1_0_0\n`).MatchString(out) {
 		t.Fatalf("conflicting file: %v\n%s", err, out)
 	}
