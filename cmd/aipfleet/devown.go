@@ -68,9 +68,17 @@ func (o *ownFleet) entryError(section string, i int, id string, format string, a
 // bindings to dev's own instance (dev applies its own records at every
 // start, so the two would take turns).
 func (f *devFleet) checkOwnFleet(o *ownFleet) error {
-	devAddrs := map[string]string{f.dispatchAddr(): "dev's dispatcher", f.controlAddr(): "dev's control plane"}
+	// dev listens on 127.0.0.1, and the host command printed for a replica
+	// binds its endpoint's host and port: an endpoint at 127.0.0.1 or
+	// localhost on one of dev's ports clashes.
+	devPorts := map[string]string{}
+	for addr, what := range map[string]string{f.dispatchAddr(): "dev's dispatcher", f.controlAddr(): "dev's control plane"} {
+		_, port, _ := net.SplitHostPort(addr)
+		devPorts[port] = what
+	}
 	for i := range f.state.ReplicaIDs {
-		devAddrs[f.replicaAddr(i)] = "dev's " + replicaName(i)
+		_, port, _ := net.SplitHostPort(f.replicaAddr(i))
+		devPorts[port] = "dev's " + replicaName(i)
 	}
 	devIDs := map[string]bool{f.state.TypeID: true, f.state.VersionID: true, f.state.InstanceID: true}
 	for _, id := range f.state.ReplicaIDs {
@@ -96,7 +104,8 @@ func (f *devFleet) checkOwnFleet(o *ownFleet) error {
 			return o.entryError(registry.SectionReplicas, i, r.ID, "is the ID of one of dev's own replicas; give yours another")
 		}
 		if u, err := url.Parse(r.Endpoint); err == nil {
-			if what, ok := devAddrs[u.Host]; ok {
+			host := u.Hostname()
+			if what, ok := devPorts[u.Port()]; ok && (host == "127.0.0.1" || strings.EqualFold(host, "localhost")) {
 				return o.entryError(registry.SectionReplicas, i, r.ID, "endpoint %s is the address of %s (dev uses ports %d to %d): give your replica another port",
 					r.Endpoint, what, f.state.PortBase, f.state.PortBase+firstReplicaOffset+len(f.state.ReplicaIDs)-1)
 			}

@@ -254,6 +254,12 @@ func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 		{"replica on dev's replica-2", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("127.0.0.1:18200"), []byte("127.0.0.1:18012"), 1)
 		}, "replicas[0] crepl_0192a8f0c1d27e3f8a4b5c6d7e8f9004 (line " + lineOf(t, base, "  - id: crepl_", 1) + "): endpoint http://127.0.0.1:18012/aip/v1/messages is the address of dev's replica-2"},
+		{"replica on dev's dispatcher, as localhost", func(b []byte) []byte {
+			return bytes.Replace(b, []byte("127.0.0.1:18200"), []byte("localhost:18000"), 1)
+		}, "endpoint http://localhost:18000/aip/v1/messages is the address of dev's dispatcher"},
+		{"replica on dev's control plane, as LOCALHOST", func(b []byte) []byte {
+			return bytes.Replace(b, []byte("127.0.0.1:18200"), []byte("LOCALHOST:"+strconv.Itoa(18000+controlPortOffset)), 1)
+		}, "is the address of dev's control plane"},
 		{"a binding to dev's instance", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("capability_id: notes.list\n    instance_id: cinst_0192a8f0c1d27e3f8a4b5c6d7e8f9003"),
 				[]byte("capability_id: notes.list\n    instance_id: "+f.state.InstanceID), 1)
