@@ -1,6 +1,7 @@
 package aip
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -267,6 +268,18 @@ func (e *Envelope) SetSecurity(name string, v any) error {
 // present. A member whose name matches a field of v only when case is
 // ignored is refused (ErrCaseVariantMember), as in VerifyEnvelope.
 func (e *Envelope) SecurityValue(name string, v any) (bool, error) {
+	return e.securityValue(name, v, false)
+}
+
+// SecurityValueStrict is SecurityValue that also refuses a member matching
+// no field of v (by its exact name), for a value whose every member the
+// reader must understand: one it does not know may be a constraint it
+// would silently not enforce.
+func (e *Envelope) SecurityValueStrict(name string, v any) (bool, error) {
+	return e.securityValue(name, v, true)
+}
+
+func (e *Envelope) securityValue(name string, v any, strict bool) (bool, error) {
 	raw, ok := e.Security[name]
 	if !ok {
 		return false, nil
@@ -274,7 +287,16 @@ func (e *Envelope) SecurityValue(name string, v any) (bool, error) {
 	if err := checkMemberNames(raw, reflect.TypeOf(v)); err != nil {
 		return true, fmt.Errorf("aip: security.%s: %w", name, err)
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	var err error
+	if strict {
+		// raw is one JSON value (a member of the decoded envelope).
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
+	} else {
+		err = json.Unmarshal(raw, v)
+	}
+	if err != nil {
 		return true, fmt.Errorf("aip: security.%s: %w", name, err)
 	}
 	return true, nil

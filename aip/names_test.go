@@ -191,3 +191,30 @@ func TestEveryUnmarshalerIsChecked(t *testing.T) {
 		t.Fatalf("visited only %d types", len(seen))
 	}
 }
+
+// TestSecurityValueStrict: the strict read refuses a member that matches
+// no field of the value, as well as one that matches only when case is
+// ignored; the plain read ignores the unknown member.
+func TestSecurityValueStrict(t *testing.T) {
+	env := &Envelope{Security: map[string]json.RawMessage{
+		"known":   json.RawMessage(`{"tenant_id":"t"}`),
+		"unknown": json.RawMessage(`{"tenant_id":"t","max_spend":100}`),
+		"folded":  json.RawMessage(`{"tenant_id":"t","Tenant_ID":"u"}`),
+	}}
+	var route ConnectorRoute
+	if ok, err := env.SecurityValueStrict("known", &route); !ok || err != nil || route.TenantID != "t" {
+		t.Errorf("known members: %v, %v, %+v", ok, err, route)
+	}
+	if ok, err := env.SecurityValueStrict("unknown", &ConnectorRoute{}); !ok || err == nil || !strings.Contains(err.Error(), "max_spend") {
+		t.Errorf("unknown member: %v, %v; want an error naming max_spend", ok, err)
+	}
+	if _, err := env.SecurityValue("unknown", &ConnectorRoute{}); err != nil {
+		t.Errorf("SecurityValue with an unknown member: %v, want it ignored", err)
+	}
+	if _, err := env.SecurityValueStrict("folded", &ConnectorRoute{}); !errors.Is(err, ErrCaseVariantMember) {
+		t.Errorf("case-variant member: %v, want ErrCaseVariantMember", err)
+	}
+	if ok, err := env.SecurityValueStrict("absent", &ConnectorRoute{}); ok || err != nil {
+		t.Errorf("absent: %v, %v", ok, err)
+	}
+}

@@ -1,7 +1,6 @@
 package hostsdk
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -314,13 +313,10 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 	if to == nil || to.ID != p.ID || to.Kind != p.Kind || (to.TrustDomain != "" && to.TrustDomain != p.TrustDomain) || (to.DID != "" && to.DID != p.DID) {
 		return mismatch("the message is not addressed to this replica's principal %s (%s)", p.ID, p.Kind)
 	}
-	raw, ok := env.Security[aip.SecurityConnectorRoute]
-	if !ok {
-		return mismatch("security.connector_route is missing")
-	}
 	// Every member of the route is one this host checks or hands on: a
 	// member it does not know may be a constraint it would silently not
-	// enforce.
+	// enforce, and one that matches a field only when case is ignored is
+	// read differently by the reference (aip.ErrCaseVariantMember).
 	var wire struct {
 		aip.ConnectorRoute
 		// ApprovalAuthorization is the approval record the dispatcher
@@ -328,9 +324,11 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 		// §7.3).
 		ApprovalAuthorization json.RawMessage `json:"approval_authorization"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&wire); err != nil {
+	ok, err := env.SecurityValueStrict(aip.SecurityConnectorRoute, &wire)
+	if !ok {
+		return mismatch("security.connector_route is missing")
+	}
+	if err != nil {
 		return mismatch("security.connector_route is malformed: %v", err)
 	}
 	route := wire.ConnectorRoute

@@ -302,6 +302,16 @@ func TestRouteApprovalAndUnknownMembersAreRefused(t *testing.T) {
 			env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
 			return withRouteMember(t, env, "max_spend", `100`)
 		}},
+		// encoding/json binds these to tenant_id and fence_token, the
+		// reference's serde_json to nothing (aip.ErrCaseVariantMember).
+		{"route member that differs from a field only in case", func(a *aip.Action) *aip.Envelope {
+			env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+			return withRouteMember(t, env, "Tenant_ID", `"`+f.cfg.TenantID+`"`)
+		}},
+		{"route member with a KELVIN SIGN for k", func(a *aip.Action) *aip.Envelope {
+			env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
+			return withRouteMember(t, env, "fence_to\u212aen", `"`+aip.NewID(aip.PrefixRoute)+`"`)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
