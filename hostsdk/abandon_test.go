@@ -280,8 +280,12 @@ func TestStreamBlockedOnAReceiverThatDoesNotReadIsAbandoned(t *testing.T) {
 // "1 actions still in flight".
 func TestCallStuckAtShutdownIsJournaledBeforeStopReturns(t *testing.T) {
 	f := newFleet(t)
-	f.cfg.DrainTimeout, f.cfg.DrainLinger = 20*time.Millisecond, time.Millisecond
-	f.cfg.HandleGrace = 300 * time.Millisecond
+	// The request journals the action between the grace's end and
+	// DrainTimeout later: a margin a loaded machine running -race needs
+	// (20 ms was not always enough). The grace is twice DrainTimeout, so
+	// a Stop waiting DrainTimeout only returns before the abandonment.
+	f.cfg.DrainTimeout, f.cfg.DrainLinger = 200*time.Millisecond, time.Millisecond
+	f.cfg.HandleGrace = 400 * time.Millisecond
 	conn := newStuckConnector()
 	h, target := f.start(t, conn)
 	defer close(conn.unstick)
