@@ -651,18 +651,13 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		switch raw, err = json.Marshal(result); {
 		case err != nil:
 			status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result cannot be encoded: "+err.Error(), nil
-		case len(raw) > MaxResultBytes:
-			// No answer could carry it (nor a retry's, nor a status
-			// query's): the caller cannot learn what the action did.
-			status, result, detail, raw = aip.StateOutcomeUnknown, nil, fmt.Sprintf(
-				"the connector's result is %d bytes of JSON, more than the %d an answer can carry; it is not kept", len(raw), MaxResultBytes), nil
 		default:
-			if err := signable(raw); err != nil {
-				// Nor could it be signed (nor digested for its receipt):
-				// the journal would refuse it and leave the action
-				// running, answered as in progress until a restart.
-				status, result, detail, raw = aip.StateOutcomeUnknown, nil,
-					"the connector's result cannot be carried in a signed answer: "+err.Error(), nil
+			if err := carriable(raw); err != nil {
+				// No answer could carry it (nor a retry's, nor a status
+				// query's): the caller cannot learn what the action did,
+				// and the journal would refuse one it cannot digest,
+				// leaving the action running until a restart.
+				status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result "+err.Error(), nil
 			}
 		}
 	}
@@ -747,19 +742,25 @@ func (h *Host) finishAction(ctx context.Context, actionID string, status aip.Act
 	}
 }
 
-// signable reports why a result's JSON could not be signed in an answer:
-// a signed envelope is canonical I-JSON (no duplicate member name, no
-// number outside the double range, no lone surrogate, at most aip's
-// nesting depth). The result sits deepest in a status query's answer
-// (body.action_status.result), one level below an action's
-// (body.action_result), as it does here: a result that fits only the
-// action's answer would leave every status query of it unsigned.
-func signable(raw json.RawMessage) error {
+// carriable reports why no signed answer could carry a result's JSON (the
+// error completes "the result ..."; nil: one can, and it is kept): more
+// than MaxResultBytes, or not canonical I-JSON as a signed envelope is (a
+// duplicate member name, a number outside the double range, a lone
+// surrogate, more than aip's nesting depth). The result sits deepest in a
+// status query's answer (body.action_status.result), one level below an
+// action's (body.action_result), as it does here: a result that fits only
+// the action's answer would leave every status query of it unsigned.
+func carriable(raw json.RawMessage) error {
+	if len(raw) > MaxResultBytes {
+		return fmt.Errorf("is %d bytes of JSON, more than the %d an answer can carry; it is not kept", len(raw), MaxResultBytes)
+	}
 	const head, tail = `{"body":{"action_status":{"result":`, `}}}`
 	wrapped := make([]byte, 0, len(head)+len(raw)+len(tail))
 	wrapped = append(append(append(wrapped, head...), raw...), tail...)
-	_, err := aip.Canonicalize(wrapped)
-	return err
+	if _, err := aip.Canonicalize(wrapped); err != nil {
+		return fmt.Errorf("cannot be carried in a signed answer: %w", err)
+	}
+	return nil
 }
 
 // errAbandoned is the error of a connector call the host stopped waiting

@@ -140,14 +140,8 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 	// A result no signed answer can carry is what the host journals for
 	// Handle's (see execute): the action's effect is settled, but no one
 	// can be told what it was.
-	problem := ""
-	if len(raw) > MaxResultBytes {
-		problem = fmt.Sprintf("is %d bytes of JSON, more than the %d an answer can carry", len(raw), MaxResultBytes)
-	} else if err := signable(raw); err != nil {
-		problem = "cannot be carried in a signed answer: " + err.Error()
-	}
-	if problem != "" {
-		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil, "the reconciled result "+problem, now); err != nil {
+	if problem := carriable(raw); problem != nil {
+		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil, "the reconciled result "+problem.Error(), now); err != nil {
 			return err
 		}
 		sum.OutcomeUnknown++
