@@ -189,18 +189,12 @@ func (j *Journal) open(ctx context.Context, cfg Config) error {
 	j.wdb.SetConnMaxLifetime(0)
 	conn, err := j.wdb.Conn(ctx)
 	if err != nil {
-		if isCorrupt(err) {
-			return corruptError(j.path, err.Error())
-		}
-		return fmt.Errorf("sqliteruntime: open %s: %w", j.path, err)
+		return stepError("open", j.path, err)
 	}
 	var mode string
 	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		conn.Close()
-		if isCorrupt(err) {
-			return corruptError(j.path, err.Error())
-		}
-		return fmt.Errorf("sqliteruntime: open %s: %w", j.path, err)
+		return stepError("open", j.path, err)
 	}
 	if mode != "wal" {
 		conn.Close()
@@ -254,6 +248,16 @@ func isCorrupt(err error) bool {
 	return c == sqliteCorrupt || c == sqliteNotADB
 }
 
+// stepError is the error of an opening step (verb) that failed on the
+// database at path: ErrCorrupt, saying what to do, when SQLite found the
+// file damaged or not a database.
+func stepError(verb, path string, err error) error {
+	if isCorrupt(err) {
+		return corruptError(path, err.Error())
+	}
+	return fmt.Errorf("sqliteruntime: %s %s: %w", verb, path, err)
+}
+
 // corruptError is the ErrCorrupt of the database at path, saying what to do.
 func corruptError(path, detail string) error {
 	return fmt.Errorf("%w: %s: %s; restore the state directory from a backup taken while its host was stopped, or move it away and start this replica under a new replica ID (the actions this journal recorded cannot be answered any more, and only a new ID keeps them from being routed here and run a second time)",
@@ -268,27 +272,21 @@ func corruptError(path, detail string) error {
 func checkIntact(ctx context.Context, conn *sql.Conn, path string) error {
 	rows, err := conn.QueryContext(ctx, "PRAGMA quick_check(5)")
 	if err != nil {
-		if isCorrupt(err) {
-			return corruptError(path, err.Error())
-		}
-		return fmt.Errorf("sqliteruntime: check %s: %w", path, err)
+		return stepError("check", path, err)
 	}
 	defer rows.Close()
 	var problems []string
 	for rows.Next() {
 		var line string
 		if err := rows.Scan(&line); err != nil {
-			return fmt.Errorf("sqliteruntime: check %s: %w", path, err)
+			return stepError("check", path, err)
 		}
 		if line != "ok" {
 			problems = append(problems, line)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		if isCorrupt(err) {
-			return corruptError(path, err.Error())
-		}
-		return fmt.Errorf("sqliteruntime: check %s: %w", path, err)
+		return stepError("check", path, err)
 	}
 	if len(problems) > 0 {
 		return corruptError(path, "quick_check found: "+strings.Join(problems, "; "))
