@@ -15,12 +15,10 @@ import (
 const ReservedStatePrefix = "aipfleet."
 
 // Bounds of a state namespace and key, in bytes, the same on every
-// journal: PostgreSQL indexes the pair (with the journal's namespace) in a
-// B-tree whose entries hold at most 2704 bytes, so a longer key that the
-// embedded journal takes would fail there with a storage error.
+// journal (journal.CheckStateKey).
 const (
-	MaxStateNamespaceBytes = 256
-	MaxStateKeyBytes       = 1024
+	MaxStateNamespaceBytes = journal.MaxStateNamespaceBytes
+	MaxStateKeyBytes       = journal.MaxStateKeyBytes
 )
 
 // maxStateUpdateAttempts bounds the compare-and-set retries of State.Update.
@@ -43,29 +41,17 @@ type State struct {
 // conflicts. It matches journal.ErrConflict too.
 var ErrStateConflict = fmt.Errorf("hostsdk: state revision conflict: %w", journal.ErrConflict)
 
-// stateInvalid is a refusal of a state namespace or key, matching
-// journal.ErrInvalid.
-func stateInvalid(format string, args ...any) error {
-	return fmt.Errorf(format+" (%w)", append(args, journal.ErrInvalid)...)
-}
-
 // checkNamespace refuses, with an error matching journal.ErrInvalid, a
-// state namespace or key no journal would take (or not every journal), and
-// a namespace reserved for the host.
+// state namespace or key no journal takes (journal.CheckStateKey), and a
+// namespace reserved for the host.
 func checkNamespace(namespace, key string) error {
-	if namespace == "" || key == "" {
-		return stateInvalid("hostsdk: state namespace and key must not be empty")
-	}
-	if len(namespace) > MaxStateNamespaceBytes {
-		return stateInvalid("hostsdk: state namespace %.32q... is %d bytes; at most %d", namespace, len(namespace), MaxStateNamespaceBytes)
-	}
-	if len(key) > MaxStateKeyBytes {
-		return stateInvalid("hostsdk: state key %.32q... in namespace %s is %d bytes; at most %d (hash a longer key, e.g. with aip.DigestBytes)", key, namespace, len(key), MaxStateKeyBytes)
+	if err := journal.CheckStateKey(namespace, key); err != nil {
+		return err
 	}
 	if strings.HasPrefix(namespace, ReservedStatePrefix) {
-		return stateInvalid("hostsdk: state namespace %q is reserved for the host; choose a namespace named after your connector", namespace)
+		return journal.Invalid("state namespace %q is reserved for the host; choose a namespace named after your connector", namespace)
 	}
-	return journal.CheckStateKey(namespace, key)
+	return nil
 }
 
 // Get returns the value stored under namespace/key, or an error matching

@@ -127,12 +127,28 @@ func CheckOutboxEntry(e OutboxEntry) error {
 	return nil
 }
 
-// CheckStateKey refuses an empty state namespace or key, and one that is
+// Bounds of a state namespace and key, in bytes, the same on every
+// backend: PostgreSQL indexes the pair (with the journal's namespace) in a
+// B-tree whose entries hold at most 2704 bytes, so a longer key that
+// another backend took would fail there with a storage error.
+const (
+	MaxStateNamespaceBytes = 256
+	MaxStateKeyBytes       = 1024
+)
+
+// CheckStateKey refuses an empty state namespace or key, one longer than
+// its bound (MaxStateNamespaceBytes, MaxStateKeyBytes), and one that is
 // not text: not UTF-8, or holding NUL (PostgreSQL's text type refuses
 // both, so every backend does).
 func CheckStateKey(namespace, key string) error {
 	if namespace == "" || key == "" {
 		return Invalid("state namespace and key must not be empty (got %q, %q)", namespace, key)
+	}
+	if len(namespace) > MaxStateNamespaceBytes {
+		return Invalid("state namespace %.32q... is %d bytes; at most %d", namespace, len(namespace), MaxStateNamespaceBytes)
+	}
+	if len(key) > MaxStateKeyBytes {
+		return Invalid("state key %.32q... in namespace %s is %d bytes; at most %d (hash a longer key, e.g. with aip.DigestBytes)", key, namespace, len(key), MaxStateKeyBytes)
 	}
 	if !isText(namespace) || !isText(key) {
 		return Invalid("state namespace and key must be UTF-8 text without NUL (got %q, %q)", namespace, key)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -87,6 +88,10 @@ func (s *suite) testStateInvalid(t *testing.T) {
 		"key not UTF-8":       {"ns", "k\xc3", `1`},
 		"namespace with NUL":  {"n\x00s", "k", `1`},
 		"key with NUL":        {"ns", "k\x00", `1`},
+		// Bounded alike on every backend: PostgreSQL's index takes no
+		// more, the others would.
+		"namespace over its bound": {strings.Repeat("n", journal.MaxStateNamespaceBytes+1), "k", `1`},
+		"key over its bound":       {"ns", strings.Repeat("k", journal.MaxStateKeyBytes+1), `1`},
 	} {
 		_, err := j.PutState(ctx, c.ns, c.key, json.RawMessage(c.value), 0)
 		wantErr(t, "PutState("+name+")", err, journal.ErrInvalid)
