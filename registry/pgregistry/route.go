@@ -142,9 +142,16 @@ FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scop
 	resolved_again = true, updated_at_ms = $2, counter_stripe = $3, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1
 WHERE action_id = $1 AND NOT reserved`
 	// markResolvedAgain records that a Resolve returned a reserved route
-	// again, at $2, as its next hand-out (sharing the reservation).
-	markResolvedAgain = `UPDATE aip_registry.route_assignments SET resolved_again = true, updated_at_ms = $2, hand_out = hand_out + 1
-WHERE action_id = $1`
+	// again, at $2, as its next hand-out (sharing the reservation). Lease
+	// maintenance releases reservations under the replica and route row
+	// locks, not the action lock, so the route the Resolve read as
+	// reserved may have been released since: then replica_taken aborts
+	// the transaction and the route is read and judged again (a released
+	// route is reserved again only if its pinned replica can take it).
+	markResolvedAgain = `WITH again AS (
+	UPDATE aip_registry.route_assignments SET resolved_again = true, updated_at_ms = $2, hand_out = hand_out + 1
+	WHERE action_id = $1 AND reserved RETURNING 1)
+SELECT COALESCE((SELECT 1 FROM again), aip_registry.replica_taken())`
 
 	// lockRouteReplica takes the action lock, then locks the replica of the
 	// action's route (the lateral subquery depends on the lock's, so it runs
@@ -512,7 +519,9 @@ func (r *Registry) resolveIn(ctx context.Context, req *registry.RouteRequest, st
 }
 
 // errReplicaTaken: the last batch of a new route could take none of the
-// candidates it listed; the route is read and tried again.
+// candidates it listed, or a held route read for a Resolve was released
+// before the Resolve marked its hand-out; the route is read and tried
+// again.
 var errReplicaTaken = errors.New("pgregistry: every listed replica was taken")
 
 // isReplicaTaken reports the abort of replica_taken (SQLSTATE AIP02).
@@ -594,6 +603,9 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 		b := &pgx.Batch{}
 		b.Queue(markResolvedAgain, a.ActionID, toMS(now))
 		if err := p.commit(ctx, b); err != nil {
+			if isReplicaTaken(err) {
+				return registry.RouteAssignment{}, errReplicaTaken // released meanwhile: read it again
+			}
 			return registry.RouteAssignment{}, err
 		}
 		return next, nil
