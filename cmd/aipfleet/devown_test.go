@@ -239,9 +239,11 @@ func stopDev(t *testing.T, p *devProc) {
 	}
 }
 
-// TestDevRefusesAFleetFileThatClashes: a replica on one of dev's ports, a
-// binding to dev's own instance, or a record with one of dev's IDs is
-// refused before anything is applied, naming the entry and its line.
+// TestDevRefusesAFleetFileThatClashes: a replica on one of dev's ports
+// (replica, dispatcher, control plane), a binding to dev's own instance, or a
+// type, version, instance or replica with one of dev's IDs is refused before
+// anything is applied, naming the entry and its line. Each of checkOwnFleet's
+// checks has its case.
 func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 	f := prepared(t, t.TempDir(), 2, 18000)
 	key, _ := aip.GenerateSigningKey()
@@ -267,6 +269,15 @@ func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 		{"dev's instance ID", func(b []byte) []byte {
 			return bytes.ReplaceAll(b, []byte("cinst_0192a8f0c1d27e3f8a4b5c6d7e8f9003"), []byte(f.state.InstanceID))
 		}, "instances[0] " + f.state.InstanceID + " (line " + lineOf(t, base, "  - id: cinst_", 1) + "): is the ID of dev's own echo instance"},
+		{"dev's type ID", func(b []byte) []byte {
+			return bytes.ReplaceAll(b, []byte("ctype_0192a8f0c1d27e3f8a4b5c6d7e8f9001"), []byte(f.state.TypeID))
+		}, "types[0] " + f.state.TypeID + " (line " + lineOf(t, base, "  - id: ctype_", 1) + "): is the ID of dev's own echo connector type"},
+		{"dev's version ID", func(b []byte) []byte {
+			return bytes.ReplaceAll(b, []byte("cver_0192a8f0c1d27e3f8a4b5c6d7e8f9002"), []byte(f.state.VersionID))
+		}, "versions[0] " + f.state.VersionID + " (line " + lineOf(t, base, "  - id: cver_", 1) + "): is the ID of dev's own echo version"},
+		{"the ID of dev's replica-2", func(b []byte) []byte {
+			return bytes.Replace(b, []byte("crepl_0192a8f0c1d27e3f8a4b5c6d7e8f9004"), []byte(f.state.ReplicaIDs[1]), 1)
+		}, "replicas[0] " + f.state.ReplicaIDs[1] + " (line " + lineOf(t, base, "  - id: crepl_", 1) + "): is the ID of one of dev's own replicas"},
 	} {
 		file := filepath.Join(t.TempDir(), "fleet.yaml")
 		os.WriteFile(file, c.edit(base), 0o644)
