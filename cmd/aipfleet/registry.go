@@ -179,34 +179,23 @@ func entryLine(raw []byte, section string, i int) int {
 }
 
 func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) error {
-	// A schema this build can already open needs no migration: then
-	// nothing changes, and there is nothing new to grant.
-	current := false
-	if reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL, DataMaxConns: 1}); err == nil {
-		reg.Close()
-		current = true
-	}
-	if err := pgregistry.Migrate(ctx, dbURL); err != nil {
+	// One connection migrates, verifies and reads the revision back: a
+	// database near max_connections, a role with a connection limit or a
+	// pooler need allow no more.
+	res, err := pgregistry.MigrateSchema(ctx, dbURL)
+	if err != nil {
 		return fmt.Errorf("migrate the registry schema: %w", err)
 	}
-	// Read the schema back through a pool, as every service will.
-	reg, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL, DataMaxConns: 1})
-	if err != nil {
-		return fmt.Errorf("verify the migrated schema: %w", err)
-	}
-	defer reg.Close()
-	rev, err := reg.CatalogRevision(ctx)
-	if err != nil {
-		return err
-	}
+	changed := res.Applied > 0
 	if asJSON {
-		return writeJSON(e.stdout, map[string]any{"schema_version": pgregistry.SchemaVersion, "catalog_revision": rev, "changed": !current})
+		return writeJSON(e.stdout, map[string]any{"schema_version": pgregistry.SchemaVersion, "catalog_revision": res.CatalogRevision, "changed": changed})
 	}
-	if current {
-		fmt.Fprintf(e.stdout, "registry schema aip_registry is already at version %d (catalog revision %d); nothing changed\n", pgregistry.SchemaVersion, rev)
+	if !changed {
+		// Nothing changed, so there is nothing new to grant.
+		fmt.Fprintf(e.stdout, "registry schema aip_registry is already at version %d (catalog revision %d); nothing changed\n", pgregistry.SchemaVersion, res.CatalogRevision)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "registry schema aip_registry is at version %d (catalog revision %d)\n", pgregistry.SchemaVersion, rev)
+	fmt.Fprintf(e.stdout, "registry schema aip_registry is at version %d (catalog revision %d)\n", pgregistry.SchemaVersion, res.CatalogRevision)
 	fmt.Fprintln(e.stdout, "next: grant the restricted roles their tables (psql -f deploy/postgres/roles.sql), then apply a fleet file")
 	return nil
 }

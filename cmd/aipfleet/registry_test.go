@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,5 +277,99 @@ func TestRegistryApplyFileAsArgumentShowsTheCommand(t *testing.T) {
 	var u *usageError
 	if !errors.As(err, &u) || !strings.Contains(err.Error(), "the fleet file goes in -f, before any other argument: aipfleet registry apply -f fleet.yaml") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// countingProxy forwards TCP connections to target and counts them; while
+// one is open it refuses another (closes it at once), as a server or a
+// pooler that allows the role a single connection does.
+type countingProxy struct {
+	addr     string
+	mu       sync.Mutex
+	accepted int
+	refused  int
+	open     bool
+}
+
+func newCountingProxy(t *testing.T, target string) *countingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingProxy{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			busy := p.open
+			if busy {
+				p.refused++
+			} else {
+				p.accepted++
+				p.open = true
+			}
+			p.mu.Unlock()
+			if busy {
+				c.Close()
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { p.mu.Lock(); p.open = false; p.mu.Unlock() }()
+				defer c.Close()
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				done := make(chan struct{}, 2)
+				pipe := func(dst, src net.Conn) { io.Copy(dst, src); dst.Close(); src.Close(); done <- struct{}{} }
+				go pipe(s, c)
+				go pipe(c, s)
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *countingProxy) counts() (accepted, refused int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted, p.refused
+}
+
+// TestRegistryMigrateUsesOneConnection: registry migrate checks, migrates
+// and verifies the schema on one connection, so a migrate against a role or
+// a pooler that allows one connection works (it opened a pool for its
+// pre-check and another to verify, three connections in all).
+func TestRegistryMigrateUsesOneConnection(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"is at version", "already at version"} {
+		p := newCountingProxy(t, u.Host)
+		through := *u
+		through.Host = p.addr
+		env := map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": writeSecret(t, t.TempDir(), "admin.url", through.String()+"\n")}
+		out, _, err := runCLI(t, env, "registry", "migrate")
+		if err != nil || !strings.Contains(out, want) {
+			t.Fatalf("migrate through a one-connection proxy: %v\n%s", err, out)
+		}
+		if accepted, refused := p.counts(); accepted != 1 || refused != 0 {
+			t.Fatalf("migrate (%s) opened %d connections (and was refused %d), want 1", want, accepted, refused)
+		}
 	}
 }

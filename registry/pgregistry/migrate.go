@@ -104,36 +104,82 @@ func ledger(nowMS func() int64) pgmigrate.Ledger {
 // this build does not know (ErrUnknownMigration). The role of url needs
 // CREATE on the database or on schema aip_registry (the admin role).
 func Migrate(ctx context.Context, url string) error {
+	_, err := MigrateSchema(ctx, url)
+	return err
+}
+
+// MigrateResult is what MigrateSchema did.
+type MigrateResult struct {
+	// Applied is the number of migrations applied; 0 when the schema was
+	// already this build's.
+	Applied int
+	// CatalogRevision is the catalog revision after the migration.
+	CatalogRevision uint64
+}
+
+// MigrateSchema is Migrate on a single connection, which it then uses to
+// verify the schema it left (exactly this build's) and to read the catalog
+// revision. It opens no other connection, so it works for a role, or
+// through a pooler, that allows one.
+func MigrateSchema(ctx context.Context, url string) (MigrateResult, error) {
 	cc, err := parseConnConfig("migration URL", url)
 	if err != nil {
-		return err
+		return MigrateResult{}, err
+	}
+	if _, set := cc.RuntimeParams["application_name"]; !set {
+		cc.RuntimeParams["application_name"] = "aipfleet-registry-migrate"
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("%w: migrate: connect to %s: %w", registry.ErrStorage, redact(url), err)
+		return MigrateResult{}, fmt.Errorf("%w: migrate: connect to %s: %w", registry.ErrStorage, redact(url), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	ms, err := embeddedMigrations()
 	if err != nil {
-		return err
+		return MigrateResult{}, err
 	}
-	return applyMigrations(ctx, conn, ms, nowMillisFunc(nil))
+	n, err := migrateConn(ctx, conn, ms, nowMillisFunc(nil))
+	if err != nil {
+		return MigrateResult{}, err
+	}
+	// The migrations may have changed the types of columns the ledger's
+	// statements, prepared before them, read (0006 sets collations):
+	// prepare them again.
+	if err := conn.DeallocateAll(ctx); err != nil {
+		return MigrateResult{Applied: n}, storageErr("reset prepared statements after the migration", err)
+	}
+	if err := verifySchema(ctx, conn, ms); err != nil {
+		return MigrateResult{Applied: n}, fmt.Errorf("pgregistry: verify the migrated schema: %w", err)
+	}
+	var rev int64
+	if err := conn.QueryRow(ctx, selectRevision).Scan(&rev); err != nil {
+		return MigrateResult{Applied: n}, storageErr("read the catalog revision", err)
+	}
+	return MigrateResult{Applied: n, CatalogRevision: uint64(rev)}, nil
 }
 
 // applyMigrations applies ms on conn in one transaction.
 func applyMigrations(ctx context.Context, conn *pgx.Conn, ms []pgmigrate.Migration, nowMS func() int64) error {
+	_, err := migrateConn(ctx, conn, ms, nowMS)
+	return err
+}
+
+// migrateConn applies ms on conn in one transaction and returns how many
+// it applied.
+func migrateConn(ctx context.Context, conn *pgx.Conn, ms []pgmigrate.Migration, nowMS func() int64) (int, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgregistry: begin migration: %w", err)
+		return 0, fmt.Errorf("pgregistry: begin migration: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := pgmigrate.Apply(ctx, tx, ledger(nowMS), ms); err != nil {
-		return migrationError(err)
+	n, err := pgmigrate.Apply(ctx, tx, ledger(nowMS), ms)
+	if err != nil {
+		return 0, migrationError(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgregistry: commit migrations: %w", err)
+		return 0, fmt.Errorf("pgregistry: commit migrations: %w", err)
 	}
-	return nil
+	return n, nil
 }
 
 // verifySchema checks that the database holds exactly the embedded
