@@ -966,9 +966,10 @@ func (r *ApplyReport) Changed() bool { return r.Count(Created)+r.Count(Updated) 
 // (created enabled), versions, instances, replicas and bindings, and
 // finally disables the types the file marks disabled, so a file can create
 // a type, admit its versions and disable it. A type already disabled stays
-// disabled while the file is applied, so a new version of it is refused
-// (versions are admitted only into an enabled type). Applying the same file
-// again changes nothing.
+// disabled while the file is applied, so a file that adds a version to it
+// (versions are admitted only into an enabled type) is refused before
+// anything is written, with an error that says how to stage the version.
+// Applying the same file again changes nothing.
 //
 // Existing records are compared with the file: equal ones are unchanged;
 // policies, instances and bindings that differ are put (their revision must
@@ -1027,6 +1028,9 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 			return rep, errors.Join(e, derr)
 		}
 		return rep, e
+	}
+	if err := checkDisabledTypes(ctx, admin, f); err != nil {
+		return rep, err
 	}
 	for i, p := range f.Policies {
 		c, err := applyPolicy(ctx, admin, p)
@@ -1118,6 +1122,46 @@ func applyType(ctx context.Context, admin Administrator, t ConnectorType) (Chang
 		return Updated, admin.SetConnectorTypeEnabled(ctx, t.ID, true)
 	}
 	return Unchanged, nil
+}
+
+// checkDisabledTypes refuses, before anything is written, a file that adds
+// a version to a type the registry holds disabled and the file does not
+// enable: the registry admits versions only into an enabled type, and Apply
+// never enables a disabled type, even for a moment, since its instances
+// would be routable.
+func checkDisabledTypes(ctx context.Context, admin Administrator, f *FleetFile) error {
+	enables := map[string]bool{}
+	for _, t := range f.Types {
+		enables[t.ID] = t.Enabled
+	}
+	disabled := map[string]bool{}
+	for i, v := range f.Versions {
+		if enables[v.ConnectorTypeID] {
+			continue
+		}
+		if _, ok, err := lookup(admin.ConnectorVersion(ctx, v.ID)); err != nil || ok {
+			if err != nil {
+				return &FleetFileError{Section: SectionVersions, Index: i, ID: v.ID, Err: err}
+			}
+			continue
+		}
+		off, seen := disabled[v.ConnectorTypeID]
+		if !seen {
+			t, ok, err := lookup(admin.ConnectorType(ctx, v.ConnectorTypeID))
+			if err != nil {
+				return &FleetFileError{Section: SectionVersions, Index: i, ID: v.ID, Err: err}
+			}
+			off = ok && !t.Enabled
+			disabled[v.ConnectorTypeID] = off
+		}
+		if off {
+			return &FleetFileError{Section: SectionVersions, Index: i, ID: v.ID, Field: "connector_type_id", Err: refused(RecordConnectorVersion, v.ID, "connector_type_id",
+				"connector type %[1]s is disabled, and a version is admitted only into an enabled type; apply never enables a disabled type, not even for a moment, as that would make its instances routable. "+
+					"To stage %[2]s while %[1]s serves nothing: disable %[1]s's instances (status: disabled, with a greater config_revision), apply the file with %[1]s enabled: true, then with enabled: false again; "+
+					"or apply it with enabled: true once %[1]s may serve again", v.ConnectorTypeID, v.ID)}
+		}
+	}
+	return nil
 }
 
 func applyVersion(ctx context.Context, admin Administrator, v ConnectorVersion) (Change, error) {

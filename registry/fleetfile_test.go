@@ -546,3 +546,61 @@ func TestApplyFailureKeepsDisabledTypesDisabled(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyRefusesANewVersionOfADisabledType: the registry admits versions
+// only into an enabled type, and Apply never enables a type the registry
+// holds disabled, even for a moment (its instances would be routable). A
+// file that adds a version to such a type is refused before anything is
+// written, naming the version and saying how to stage it.
+func TestApplyRefusesANewVersionOfADisabledType(t *testing.T) {
+	s := strings.Replace(string(docExample(t)), "    owner: team-echo\n\nversions:", "    owner: team-echo\n    enabled: false\n\nversions:", 1)
+	_, rest, _ := strings.Cut(s, "versions:\n")
+	block, _, _ := strings.Cut(rest, "\ninstances:")
+	next := strings.Replace(block, "id: cver_echo_1_0_0", "id: cver_echo_1_1_0", 1)
+	next = strings.Replace(next, "version: 1.0.0", "version: 1.1.0", 1)
+	next = strings.Replace(next, "sha256:e1ab1a044dc5", "sha256:000000000dc5", 1)
+	if next == block || strings.Count(next, "cver_echo_1_1_0") != 1 || strings.Count(next, "1.1.0") != 1 || !strings.Contains(next, "sha256:000000000dc5") {
+		t.Fatal("the example's version entry did not take the new ID, version and artifact")
+	}
+	withNext := strings.Replace(s, "\ninstances:", "\n"+strings.TrimRight(next, "\n")+"\n\ninstances:", 1)
+	for name, admin := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			if _, err := registry.Apply(ctx, admin, parse(t, []byte(s))); err != nil {
+				t.Fatal(err)
+			}
+			before, err := admin.CatalogRevision(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := registry.Apply(ctx, admin, parse(t, []byte(withNext)))
+			var fe *registry.FleetFileError
+			if !errors.As(err, &fe) || fe.Section != registry.SectionVersions || fe.Index != 1 || fe.ID != "cver_echo_1_1_0" ||
+				fe.Field != "connector_type_id" || !errors.Is(err, registry.ErrAdmission) {
+				t.Fatalf("apply: %v, want versions[1] refused for its disabled type", err)
+			}
+			for _, want := range []string{"connector type ctype_echo is disabled", "never enables", "enabled: true", "disable"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the error does not say %q: %v", want, err)
+				}
+			}
+			if len(rep.Entries) != 0 {
+				t.Errorf("report %+v, want nothing applied", rep.Entries)
+			}
+			if rev, err := admin.CatalogRevision(ctx); err != nil || rev != before {
+				t.Errorf("catalog revision %d (%v) after the refused apply, want %d", rev, err, before)
+			}
+			if ct, _ := admin.ConnectorType(ctx, "ctype_echo"); ct.Enabled {
+				t.Error("the type was enabled")
+			}
+			// With the type enabled in the file, the version is admitted.
+			enabled := strings.Replace(withNext, "    owner: team-echo\n    enabled: false\n", "    owner: team-echo\n", 1)
+			if _, err := registry.Apply(ctx, admin, parse(t, []byte(enabled))); err != nil {
+				t.Fatalf("apply with the type enabled: %v", err)
+			}
+			if _, err := admin.ConnectorVersion(ctx, "cver_echo_1_1_0"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
