@@ -382,21 +382,37 @@ type Ledger struct {
 }
 
 // FleetStatusSummary is the fixed-size aggregate state of the fleet at
-// ObservedAt. Replicas are partitioned: ready and draining count unexpired
-// leases, ExpiredLeases counts ready or draining replicas whose lease has
-// expired (what lease maintenance will take offline), OfflineReplicas the
-// rest.
+// ObservedAt. Replicas counts every replica record the registry holds,
+// including those retired long ago (a replica ID is never reused, so each
+// replacement leaves one behind); LiveReplicas the current ones, which are
+// ready, draining or expired. Replicas are partitioned: ready and draining
+// count unexpired leases, ExpiredLeases counts ready or draining replicas
+// whose lease has expired (what lease maintenance will take offline),
+// OfflineReplicas the rest. OfflineReplicas is in turn partitioned:
+// UnregisteredReplicas were pre-provisioned and never registered (health
+// revision 0), RecentlyOfflineReplicas registered and went offline (their
+// lease ended) within RecentOfflineWindow before ObservedAt, and
+// RetiredReplicas went offline before that.
 type FleetStatusSummary struct {
-	CatalogRevision   uint64    `json:"catalog_revision"`
-	ConnectorTypes    int       `json:"connector_types"`
-	ActiveVersions    int       `json:"active_versions"`
-	EnabledInstances  int       `json:"enabled_instances"`
-	Replicas          int       `json:"replicas"`
-	ReadyReplicas     int       `json:"ready_replicas"`
-	DrainingReplicas  int       `json:"draining_replicas"`
-	OfflineReplicas   int       `json:"offline_replicas"`
-	ExpiredLeases     int       `json:"expired_leases"`
-	ReadyCapacity     uint64    `json:"ready_capacity"`
-	ActiveAssignments uint64    `json:"active_assignments"`
-	ObservedAt        time.Time `json:"observed_at"`
+	CatalogRevision         uint64    `json:"catalog_revision"`
+	ConnectorTypes          int       `json:"connector_types"`
+	ActiveVersions          int       `json:"active_versions"`
+	EnabledInstances        int       `json:"enabled_instances"`
+	Replicas                int       `json:"replicas"`
+	LiveReplicas            int       `json:"live_replicas"`
+	ReadyReplicas           int       `json:"ready_replicas"`
+	DrainingReplicas        int       `json:"draining_replicas"`
+	OfflineReplicas         int       `json:"offline_replicas"`
+	UnregisteredReplicas    int       `json:"unregistered_replicas"`
+	RecentlyOfflineReplicas int       `json:"recently_offline_replicas"`
+	RetiredReplicas         int       `json:"retired_replicas"`
+	ExpiredLeases           int       `json:"expired_leases"`
+	ReadyCapacity           uint64    `json:"ready_capacity"`
+	ActiveAssignments       uint64    `json:"active_assignments"`
+	ObservedAt              time.Time `json:"observed_at"`
 }
+
+// RecentOfflineWindow is how long after its lease ended an offline replica
+// counts as recently offline in a FleetStatusSummary, and is listed by
+// aipfleet fleet status without --all; after it, the replica is retired.
+const RecentOfflineWindow = 24 * time.Hour

@@ -211,9 +211,20 @@ func ExpireReplica(rep *ConnectorReplica, now time.Time) {
 func CountReplica(s *FleetStatusSummary, rep *ConnectorReplica, now time.Time) {
 	s.Replicas++
 	s.ActiveAssignments += uint64(rep.ActiveAssignments)
+	if rep.Status != aip.ReplicaOffline {
+		s.LiveReplicas++
+	}
 	switch {
 	case rep.Status == aip.ReplicaOffline:
 		s.OfflineReplicas++
+		switch {
+		case rep.HealthRevision == 0:
+			s.UnregisteredReplicas++
+		case rep.LeaseExpiresAt.After(Millis(now.Add(-RecentOfflineWindow))):
+			s.RecentlyOfflineReplicas++
+		default:
+			s.RetiredReplicas++
+		}
 	case !rep.LeaseValid(now):
 		s.ExpiredLeases++
 	case rep.Status == aip.ReplicaReady:

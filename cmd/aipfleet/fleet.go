@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -29,7 +30,7 @@ func fleetCommand() *command {
 	return &command{
 		name:      "fleet",
 		summary:   "show the fleet: every replica's state, lease, load and circuit",
-		usage:     "status [--watch] [--json] [flags]",
+		usage:     "status [--watch] [--json] [--all] [flags]",
 		envPrefix: "AIP_FLEET_",
 		long: `fleet status reads the control plane's fleet views (GET
 /aip/v1/fleet/replicas and /aip/v1/fleet/status) and prints one line per
@@ -37,12 +38,17 @@ replica: its ID, its instance, its state (ready, draining, offline, or
 expired when a ready or draining replica's lease ran out before lease
 maintenance took it offline), how long its lease still runs, its active
 assignments over its capacity, and its circuit (closed, or open with the
-time it reopens and the unknown outcomes that opened it). A summary line
-follows.
+time it reopens and the unknown outcomes that opened it). It lists the live
+replicas (ready, draining, expired), those pre-provisioned and not yet
+registered, and those that went offline in the last 24 hours; replicas
+offline for longer are retired (a replaced replica's ID is never used again)
+and counted, not listed: --all lists them too. A summary line follows: the
+live replicas by state, then the offline ones (never registered, offline
+within 24 hours, retired).
 
 --watch redraws the table in place every --interval until Ctrl-C;
 --json prints the two views as one JSON document (one per interval with
---watch). The control plane is --control-url; without it (or its variable), the
+--watch), its replicas those the table lists. The control plane is --control-url; without it (or its variable), the
 control plane of the aipfleet dev fleet whose state is in --dev-state-dir,
 at the port dev recorded there, else 127.0.0.1:8090 (where aipfleet
 control-plane listens by default).
@@ -77,6 +83,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	interval := fs.Duration("interval", time.Second, "refresh interval of --watch (100ms to 1h)")
 	asJSON := fs.Bool("json", false, "print JSON: {\"status\": ..., \"replicas\": [...]}")
 	wide := fs.Bool("wide", false, "add each replica's endpoint, topology and health revision")
+	all := fs.Bool("all", false, "list retired replicas too (offline for more than 24h)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on each read of the control plane")
 	caFile := fs.String("ca-file", "", "extra PEM root CA for an https control plane")
 	token := fs.String("token", "", "operator bearer token (see aipfleet token --operator)")
@@ -127,10 +134,14 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	client.Timeout = *timeout
 	defer client.CloseIdleConnections()
 	show := func(now time.Time, v *fleetView) error {
+		retired := 0
+		if !*all {
+			retired = dropRetired(v, now)
+		}
 		if *asJSON {
 			return writeJSON(e.stdout, v)
 		}
-		printFleet(e.stdout, v, now, *wide)
+		printFleet(e.stdout, v, now, *wide, retired)
 		return nil
 	}
 	if !*watch {
@@ -322,7 +333,22 @@ func circuitText(c controlplane.FleetCircuit) string {
 	return "closed"
 }
 
-func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool) {
+// retired reports whether r is a retired replica at now: registered once,
+// offline, its lease ended registry.RecentOfflineWindow or longer ago (as
+// the registry's summary counts it).
+func retired(r *controlplane.FleetReplica, now time.Time) bool {
+	return r.Status == aip.ReplicaOffline && r.HealthRevision > 0 &&
+		!r.LeaseExpiresAt.After(registry.Millis(now.Add(-registry.RecentOfflineWindow)))
+}
+
+// dropRetired removes the retired replicas from v and returns how many.
+func dropRetired(v *fleetView, now time.Time) int {
+	n := len(v.Replicas)
+	v.Replicas = slices.DeleteFunc(v.Replicas, func(r controlplane.FleetReplica) bool { return retired(&r, now) })
+	return n - len(v.Replicas)
+}
+
+func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool, retired int) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := "REPLICA\tINSTANCE\tSTATE\tLEASE\tACTIVE/CAP\tCIRCUIT"
 	if wide {
@@ -340,10 +366,24 @@ func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool) {
 	}
 	tw.Flush()
 	s := v.Status
-	if len(v.Replicas) == 0 {
+	switch {
+	case len(v.Replicas) == 0 && retired == 0:
 		fmt.Fprintln(w, "(no replicas: pre-provision some with a fleet file, aipfleet registry apply -f FILE)")
+	case retired > 0:
+		fmt.Fprintf(w, "(%s not listed, offline for more than %s; --all lists them)\n", plural(retired, "retired replica"), windowText)
 	}
-	fmt.Fprintf(w, "\n%s: %d ready, %d draining, %d offline, %d with an expired lease; ready capacity %d, %s; catalog revision %d\n",
-		plural(s.Replicas, "replica"), s.ReadyReplicas, s.DrainingReplicas, s.OfflineReplicas, s.ExpiredLeases, s.ReadyCapacity,
-		plural(s.ActiveAssignments, "active assignment"), s.CatalogRevision)
+	fmt.Fprintf(w, "\n%s: %d ready, %d draining, %d with an expired lease; ready capacity %d, %s; %s\n",
+		plural(s.LiveReplicas, "live replica"), s.ReadyReplicas, s.DrainingReplicas, s.ExpiredLeases, s.ReadyCapacity,
+		plural(s.ActiveAssignments, "active assignment"), offlineText(&s))
+	fmt.Fprintf(w, "catalog revision %d\n", s.CatalogRevision)
+}
+
+// windowText is registry.RecentOfflineWindow as the fleet commands say it
+// ("24h").
+var windowText = strings.TrimSuffix(strings.TrimSuffix(registry.RecentOfflineWindow.String(), "0s"), "0m")
+
+// offlineText says how many replicas are offline, and which.
+func offlineText(s *registry.FleetStatusSummary) string {
+	return fmt.Sprintf("%d offline: %d never registered, %d offline within %s, %d retired",
+		s.OfflineReplicas, s.UnregisteredReplicas, s.RecentlyOfflineReplicas, windowText, s.RetiredReplicas)
 }

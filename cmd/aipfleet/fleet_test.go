@@ -24,9 +24,10 @@ import (
 )
 
 // fleetServer serves the fleet views of a control plane over a registry
-// holding four replicas: crepl_r1 ready with one active assignment and an
-// open circuit, crepl_r2 draining, crepl_r3 offline, crepl_r4 ready with an
-// expired lease. The views need an operator token of issuer "ops", whose
+// holding six replicas: crepl_r1 ready with one active assignment and an
+// open circuit, crepl_r2 draining, crepl_r3 offline for an hour, crepl_r4
+// ready with an expired lease, crepl_r5 retired (offline for two days),
+// crepl_r6 pre-provisioned and never registered. The views need an operator token of issuer "ops", whose
 // key is in the file it returns.
 func fleetServer(t *testing.T) (url, opsKeyFile string) {
 	t.Helper()
@@ -50,14 +51,17 @@ func fleetServer(t *testing.T) (url, opsKeyFile string) {
 		id     string
 		status aip.ReplicaStatus
 		lease  time.Time
+		health uint64
 	}{
-		{"crepl_r1", aip.ReplicaReady, now.Add(time.Hour)},
-		{"crepl_r2", aip.ReplicaDraining, now.Add(time.Hour)},
-		{"crepl_r3", aip.ReplicaOffline, now.Add(-time.Hour)},
-		{"crepl_r4", aip.ReplicaReady, now.Add(-time.Minute)},
+		{"crepl_r1", aip.ReplicaReady, now.Add(time.Hour), 1},
+		{"crepl_r2", aip.ReplicaDraining, now.Add(time.Hour), 1},
+		{"crepl_r3", aip.ReplicaOffline, now.Add(-time.Hour), 1},
+		{"crepl_r4", aip.ReplicaReady, now.Add(-time.Minute), 1},
+		{"crepl_r5", aip.ReplicaOffline, now.Add(-48 * time.Hour), 7},
+		{"crepl_r6", aip.ReplicaOffline, time.Time{}, 0},
 	} {
 		rep := registrytest.Replica(r.id, w.Instance.ID, w.Version.ID, r.lease)
-		rep.Status = r.status
+		rep.Status, rep.HealthRevision = r.status, r.health
 		rep.PeerPrincipalID, rep.PeerPrincipalKind = w.Version.Manifest.Agent.ID, w.Version.Manifest.Agent.Kind
 		noErr(t, reg.PutReplica(ctx, rep))
 	}
@@ -100,11 +104,21 @@ func TestFleetStatus(t *testing.T) {
 		regexp.MustCompile(`(?m)^crepl_r2\s+cinst_a\s+draining\s+(59m|1h0m)[0-9.]+s\s+0/4\s+closed$`),
 		regexp.MustCompile(`(?m)^crepl_r3\s+cinst_a\s+offline\s+-\s+0/4\s+closed$`),
 		regexp.MustCompile(`(?m)^crepl_r4\s+cinst_a\s+expired\s+expired\s+0/4\s+closed$`),
-		regexp.MustCompile(`4 replicas: 1 ready, 1 draining, 1 offline, 1 with an expired lease; ready capacity 4, 1 active assignment; catalog revision \d+`),
+		regexp.MustCompile(`(?m)^crepl_r6\s+cinst_a\s+offline\s+-\s+0/4\s+closed$`),
+		regexp.MustCompile(`(?m)^\(1 retired replica not listed, offline for more than 24h; --all lists them\)$`),
+		regexp.MustCompile(`(?m)^3 live replicas: 1 ready, 1 draining, 1 with an expired lease; ready capacity 4, 1 active assignment; 3 offline: 1 never registered, 1 offline within 24h, 1 retired$`),
+		regexp.MustCompile(`(?m)^catalog revision \d+$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("output does not match %s:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "crepl_r5") {
+		t.Errorf("the retired replica is listed without --all:\n%s", out)
+	}
+	all, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url, "--all", "--issuer-key", keyFile, "--issuer", "ops")
+	if err != nil || !regexp.MustCompile(`(?m)^crepl_r5\s+cinst_a\s+offline\s+-\s+0/4\s+closed$`).MatchString(all) || strings.Contains(all, "not listed") {
+		t.Errorf("--all: %v\n%s", err, all)
 	}
 	token, _, err := runCLI(t, nil, "token", "--issuer-key", keyFile, "--issuer", "ops", "--operator")
 	noErr(t, err)
@@ -121,7 +135,8 @@ func TestFleetStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &v); err != nil {
 		t.Fatalf("%v\n%s", err, raw)
 	}
-	if len(v.Replicas) != 4 || v.Status.Replicas != 4 || !v.Replicas[0].Circuit.Open || v.Replicas[3].LeaseValid {
+	if len(v.Replicas) != 5 || v.Status.Replicas != 6 || v.Status.LiveReplicas != 3 || v.Status.RetiredReplicas != 1 ||
+		!v.Replicas[0].Circuit.Open || v.Replicas[3].LeaseValid || v.Replicas[4].ID != "crepl_r6" {
 		t.Fatalf("JSON %+v", v)
 	}
 }
@@ -146,7 +161,7 @@ func TestFleetStatusWatch(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("--watch ended with %v after Ctrl-C", err)
 	}
-	if n := strings.Count(out.String(), "4 replicas: 1 ready"); n < 3 {
+	if n := strings.Count(out.String(), "3 live replicas: 1 ready"); n < 3 {
 		t.Fatalf("%d tables in three redraws", n)
 	}
 }
@@ -258,8 +273,9 @@ func TestClientURLWithAnAPIPathNamesTheBaseURL(t *testing.T) {
 // stop line.
 func TestCountsArePluralisedProperly(t *testing.T) {
 	var b bytes.Buffer
-	printFleet(&b, &fleetView{Status: registry.FleetStatusSummary{Replicas: 1, ReadyReplicas: 1, ActiveAssignments: 1}}, time.Now(), false)
-	if !strings.Contains(b.String(), "\n1 replica: 1 ready") || !strings.Contains(b.String(), ", 1 active assignment;") {
+	printFleet(&b, &fleetView{Status: registry.FleetStatusSummary{Replicas: 1, LiveReplicas: 1, ReadyReplicas: 1, ActiveAssignments: 1}}, time.Now(), false, 1)
+	if !strings.Contains(b.String(), "\n1 live replica: 1 ready") || !strings.Contains(b.String(), ", 1 active assignment;") ||
+		!strings.Contains(b.String(), "(1 retired replica not listed") {
 		t.Errorf("fleet status with one replica and one assignment:\n%s", b.String())
 	}
 	b.Reset()

@@ -323,8 +323,8 @@ func printRegistryStatus(w io.Writer, doc registryStatusDoc) {
 	fmt.Fprintf(w, "schema    aip_registry version %d (this build: %d)\n", doc.SchemaVersion, doc.BuildSchemaVersion)
 	fmt.Fprintf(w, "catalog   revision %d: %s, %s, %s\n", st.CatalogRevision,
 		plural(st.ConnectorTypes, "connector type"), plural(st.ActiveVersions, "active version"), plural(st.EnabledInstances, "enabled instance"))
-	fmt.Fprintf(w, "replicas  %d: %d ready, %d draining, %d offline, %d with an expired lease\n",
-		st.Replicas, st.ReadyReplicas, st.DrainingReplicas, st.OfflineReplicas, st.ExpiredLeases)
+	fmt.Fprintf(w, "replicas  %d live: %d ready, %d draining, %d with an expired lease; %s\n",
+		st.LiveReplicas, st.ReadyReplicas, st.DrainingReplicas, st.ExpiredLeases, offlineText(&st))
 	fmt.Fprintf(w, "capacity  %d ready, %s\n", st.ReadyCapacity, plural(st.ActiveAssignments, "active assignment"))
 	for _, c := range doc.Checks {
 		state := "ok"

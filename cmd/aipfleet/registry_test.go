@@ -121,7 +121,7 @@ WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_an
 		t.Fatal(err)
 	}
 	for _, want := range []string{fmt.Sprintf("aip_registry version %[1]d (this build: %[1]d)", pgregistry.SchemaVersion), "revision 9: 1 connector type, 1 active version, 2 enabled instances",
-		"replicas  3: 0 ready, 0 draining, 3 offline", "check     schema ok"} {
+		"replicas  0 live: 0 ready, 0 draining, 0 with an expired lease; 3 offline: 3 never registered, 0 offline within 24h, 0 retired", "check     schema ok"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}

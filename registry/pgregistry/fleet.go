@@ -73,6 +73,8 @@ WHERE r.replica_id = u.id`
 	count(*) FILTER (WHERE status = 'ready' AND lease_expires_at_ms > $1),
 	count(*) FILTER (WHERE status = 'draining' AND lease_expires_at_ms > $1),
 	count(*) FILTER (WHERE status = 'offline'),
+	count(*) FILTER (WHERE status = 'offline' AND health_revision = 0),
+	count(*) FILTER (WHERE status = 'offline' AND health_revision > 0 AND lease_expires_at_ms > $2),
 	count(*) FILTER (WHERE status <> 'offline' AND lease_expires_at_ms <= $1),
 	COALESCE(sum(capacity) FILTER (WHERE status = 'ready' AND lease_expires_at_ms > $1), 0)::bigint,
 	COALESCE(sum(active_assignments), 0)::bigint
@@ -355,9 +357,9 @@ func (r *Registry) Status(ctx context.Context) (registry.FleetStatusSummary, err
 	}
 	now := r.clock()
 	s := registry.FleetStatusSummary{ObservedAt: now}
-	var rev, types, versions, instances, replicas, ready, draining, offline, expired, capacity, active int64
-	err := r.data.QueryRow(ctx, selectStatus, toMS(now)).Scan(&rev, &types, &versions, &instances, &replicas,
-		&ready, &draining, &offline, &expired, &capacity, &active)
+	var rev, types, versions, instances, replicas, ready, draining, offline, unregistered, recent, expired, capacity, active int64
+	err := r.data.QueryRow(ctx, selectStatus, toMS(now), toMS(now.Add(-registry.RecentOfflineWindow))).Scan(&rev, &types, &versions, &instances, &replicas,
+		&ready, &draining, &offline, &unregistered, &recent, &expired, &capacity, &active)
 	if err != nil {
 		return registry.FleetStatusSummary{}, storageErr("read fleet status", err)
 	}
@@ -365,6 +367,9 @@ func (r *Registry) Status(ctx context.Context) (registry.FleetStatusSummary, err
 	s.ConnectorTypes, s.ActiveVersions, s.EnabledInstances = int(types), int(versions), int(instances)
 	s.Replicas, s.ReadyReplicas, s.DrainingReplicas, s.OfflineReplicas = int(replicas), int(ready), int(draining), int(offline)
 	s.ExpiredLeases, s.ReadyCapacity, s.ActiveAssignments = int(expired), uint64(capacity), uint64(active)
+	s.LiveReplicas = s.Replicas - s.OfflineReplicas
+	s.UnregisteredReplicas, s.RecentlyOfflineReplicas = int(unregistered), int(recent)
+	s.RetiredReplicas = s.OfflineReplicas - s.UnregisteredReplicas - s.RecentlyOfflineReplicas
 	return s, nil
 }
 

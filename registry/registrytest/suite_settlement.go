@@ -308,13 +308,31 @@ func testStatus(t *testing.T, nb NewBackend) {
 		r.LeaseExpiresAt = now.Add(time.Hour)
 	})
 	f.replica("off", w.i, func(r *registry.ConnectorReplica) { r.Status = aip.ReplicaOffline })
+	// Offline replicas: pre-provisioned and never registered (health
+	// revision 0); offline within RecentOfflineWindow of the observation
+	// (a minute from now); and retired before it, the window's end
+	// included.
+	observed := now.Add(time.Minute)
+	f.replica("unreg", w.i, func(r *registry.ConnectorReplica) {
+		r.Status, r.HealthRevision, r.LeaseExpiresAt = aip.ReplicaOffline, 0, time.Time{}
+	})
+	f.replica("recent", w.i, func(r *registry.ConnectorReplica) {
+		r.Status, r.HealthRevision, r.LeaseExpiresAt = aip.ReplicaOffline, 5, observed.Add(-registry.RecentOfflineWindow+time.Millisecond)
+	})
+	f.replica("retired1", w.i, func(r *registry.ConnectorReplica) {
+		r.Status, r.HealthRevision, r.LeaseExpiresAt = aip.ReplicaOffline, 5, observed.Add(-registry.RecentOfflineWindow)
+	})
+	f.replica("retired2", w.i, func(r *registry.ConnectorReplica) {
+		r.Status, r.HealthRevision, r.LeaseExpiresAt = aip.ReplicaOffline, 9, observed.Add(-30*24*time.Hour)
+	})
 	f.resolve(request("tenant-1", "alpha.read"))
 	f.resolve(request("tenant-1", "alpha.read"))
 	f.clock.Advance(time.Minute) // ready1's lease runs out
 	s := f.status()
 	want := registry.FleetStatusSummary{
 		CatalogRevision: f.revision(), ConnectorTypes: 2, ActiveVersions: 2, EnabledInstances: 1,
-		Replicas: 4, ReadyReplicas: 1, DrainingReplicas: 1, OfflineReplicas: 1, ExpiredLeases: 1,
+		Replicas: 8, LiveReplicas: 3, ReadyReplicas: 1, DrainingReplicas: 1, ExpiredLeases: 1,
+		OfflineReplicas: 5, UnregisteredReplicas: 1, RecentlyOfflineReplicas: 2, RetiredReplicas: 2,
 		ReadyCapacity: 7, ActiveAssignments: 2, ObservedAt: f.clock.Now(),
 	}
 	if !s.ObservedAt.Equal(want.ObservedAt) {
