@@ -48,8 +48,9 @@ within 24 hours, retired).
 
 --watch redraws the table in place every --interval until Ctrl-C;
 --json prints the two views as one JSON document (one per interval with
---watch), its replicas those the table lists. The control plane is --control-url; without it (or its variable), the
-control plane of the aipfleet dev fleet whose state is in --dev-state-dir,
+--watch), its replicas those the table lists. The control plane is
+--control-url; without it (or its variable), the control plane of the
+aipfleet dev fleet whose state is in --dev-state-dir,
 at the port dev recorded there, else 127.0.0.1:8090 (where aipfleet
 control-plane listens by default).
 
