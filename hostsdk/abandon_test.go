@@ -8,21 +8,26 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
 // stuckConnector's test.block ignores its context: Handle (and
 // HandleStream, after one chunk) returns only when unstick is closed, and
-// reports what a chunk sent after that got.
+// reports what a chunk sent after that got. With lateWrites set, Handle
+// also reports, once unstuck, what a state write and an event publication
+// got.
 type stuckConnector struct {
 	*testConnector
-	unstick   chan struct{}
-	lateChunk chan error
+	unstick    chan struct{}
+	lateChunk  chan error
+	lateWrites chan error
 }
 
 func newStuckConnector() *stuckConnector {
@@ -36,6 +41,12 @@ func (c *stuckConnector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.A
 	c.countRun(call.Action.ID)
 	c.started <- call.Action.ID
 	<-c.unstick
+	if c.lateWrites != nil {
+		_, err := call.State().Put(context.Background(), "test.late", call.Action.ID, "late", 0)
+		c.lateWrites <- err
+		_, err = call.Events().Publish(context.Background(), "test.events", aip.Event{Kind: "test.late"})
+		c.lateWrites <- err
+	}
 	return call.Complete(map[string]any{"message": "late"})
 }
 
@@ -308,4 +319,87 @@ func TestCallStuckAtShutdownIsJournaledBeforeStopReturns(t *testing.T) {
 		t.Fatalf("journal record when Stop returned: %s %q (%v), want outcome_unknown", rec.Status, rec.Detail, jerr)
 	}
 	<-acted
+}
+
+// TestDrainDoesNotWaitForAbandonedCalls: a call the host abandoned (its
+// action journaled and answered outcome_unknown) keeps its in-flight slot
+// until it returns, but the drain does not wait for it: neither for one
+// abandoned before the drain nor for one abandoned while the drain waits.
+// The shutdown goes offline and its *ShutdownError names the calls still
+// running; once Stop returned, what such a call still does fails cleanly
+// (a state write with journal.ErrClosed, a publication with
+// ErrNotServing). The drain waited DrainTimeout for them, and Stop waited
+// DrainTimeout again after the offline: a minute each here, where the
+// drain needs the abandonment of the second call (6 s) only.
+func TestDrainDoesNotWaitForAbandonedCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var conn *stuckConnector
+		b := newWrappedBubbleFleet(t, func(c *hostsdk.Config) {
+			c.DrainTimeout, c.HandleGrace = time.Minute, time.Second
+		}, func(tc *testConnector) hostsdk.Connector {
+			conn = &stuckConnector{testConnector: tc, unstick: make(chan struct{}), lateWrites: make(chan error, 4)}
+			return conn
+		})
+		ctx := b.awaitFirstBeat(t)
+		target := hostsdktest.TargetOf(b.h, b.cfg)
+		timeout := func(a *aip.Action, d time.Duration) *aip.Action {
+			ms := uint64(d.Milliseconds())
+			a.TimeoutMS = &ms
+			return a
+		}
+
+		before := timeout(action(capBlock, `{"message":"before"}`), 100*time.Millisecond)
+		resp, err := b.d.Act(ctx, target, before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+		during := timeout(action(capBlock, `{"message":"during"}`), 5*time.Second)
+		answered := make(chan *hostsdktest.Response, 1)
+		go func() {
+			resp, err := b.d.Act(ctx, target, during)
+			if err != nil {
+				t.Error(err)
+			}
+			answered <- resp
+		}()
+		<-conn.started
+		<-conn.started
+
+		start := time.Now()
+		err = b.h.Stop(ctx)
+		took := time.Since(start)
+		var se *hostsdk.ShutdownError
+		if !errors.As(err, &se) || !strings.Contains(err.Error(), "2 abandoned connector calls still running") ||
+			!strings.Contains(err.Error(), before.ID) || !strings.Contains(err.Error(), during.ID) {
+			t.Errorf("Stop: %v, want a *ShutdownError naming the two abandoned calls", err)
+		}
+		if took >= b.cfg.DrainTimeout {
+			t.Errorf("Stop took %s, at least the drain timeout (%s): it waited for calls already abandoned", took, b.cfg.DrainTimeout)
+		}
+		if resp := <-answered; resp != nil {
+			wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+		}
+		o := b.cp.Operations()
+		if last := o[len(o)-1]; last.Op != aip.OpOffline || last.Outcome != aip.OutcomeOffline {
+			t.Errorf("last operation %+v, want an accepted offline", last)
+		}
+
+		// Stop has returned; the calls return now.
+		close(conn.unstick)
+		for range 2 {
+			if err := <-conn.lateWrites; !errors.Is(err, journal.ErrClosed) {
+				t.Errorf("a state write after Stop: %v, want an error matching journal.ErrClosed", err)
+			}
+			if err := <-conn.lateWrites; !errors.Is(err, hostsdk.ErrNotServing) {
+				t.Errorf("a publication after Stop: %v, want ErrNotServing", err)
+			}
+		}
+		synctest.Wait()
+		for _, id := range []string{before.ID, during.ID} {
+			if rec, err := b.cfg.Journal.Action(ctx, id); err != nil || rec.Status != aip.StateOutcomeUnknown {
+				t.Errorf("journal record of %s: %s (%v), want outcome_unknown", id, rec.Status, err)
+			}
+		}
+	})
 }

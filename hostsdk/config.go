@@ -181,8 +181,9 @@ type Config struct {
 	// call still running then is abandoned: the action is journaled
 	// outcome_unknown (its effect may still happen) and answered so, and
 	// the call keeps its in-flight slot until it returns
-	// (aip_host_abandoned_calls counts them). Defaults to 10s; 1ms to
-	// 300s.
+	// (aip_host_abandoned_calls counts them). A drain does not wait for
+	// abandoned calls; Stop names those still running in its
+	// *ShutdownError. Defaults to 10s; 1ms to 300s.
 	HandleGrace time.Duration
 
 	// Journal, when set, is the runtime journal the host uses (for example

@@ -54,7 +54,10 @@ type Connector interface {
 	// soon after. One that is still running Config.HandleGrace later is
 	// abandoned: the action is journaled and answered outcome_unknown, its
 	// late result is dropped, and the call keeps its in-flight slot until
-	// it returns.
+	// it returns. A drain does not wait for an abandoned call, and the host
+	// cannot end it: after Stop it runs on until it returns or the process
+	// exits, its State calls failing with journal.ErrClosed and its
+	// publications with ErrNotServing.
 	//
 	// Returning an error: an *aip.ProtocolError (possibly wrapped) becomes
 	// a failed result carrying it (one that is not valid, without a code or

@@ -207,7 +207,9 @@
 // nine steps documented on its shutdown: draining flag, signed drain (skipped
 // without a valid lease, when the registry routes nothing here anyway),
 // heartbeats stop, new actions refused and event publication stopped, the
-// listener kept while in-flight actions finish (at most DrainTimeout) and
+// listener kept while the actions being handled finish (at most
+// DrainTimeout; connector calls abandoned after HandleGrace, whose actions
+// were journaled and answered outcome_unknown, are not waited for) and
 // for at least DrainLinger, so actions routed just before the drain get a
 // signed not_ready that a dispatcher may use to reroute them, graceful HTTP
 // shutdown, heartbeat worker stopped (and the event delivery loop, after a
@@ -217,6 +219,12 @@
 // heartbeat interval with another signed drain, so a drain longer than the
 // lease keeps the replica draining in the registry (and its running
 // actions' reservations held) until it goes offline.
+//
+// An abandoned call still running when Stop returns is named in the
+// *ShutdownError. The host cannot end it (a goroutine cannot be killed):
+// it runs until it returns or the process exits, what it returns is
+// dropped, its State calls fail with journal.ErrClosed and its
+// publications with ErrNotServing.
 //
 // # Provider events
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +27,9 @@ import (
 //  4. new actions are refused with a signed connector_host.not_ready, and
 //     provider-event publication stops (the event source is cancelled and
 //     the publisher refuses);
-//  5. the listener stays up while the in-flight action count falls, and
+//  5. the listener stays up while the actions being handled finish (not
+//     the connector calls the host abandoned, whose actions were journaled
+//     and answered outcome_unknown already), and
 //     for at least DrainLinger after the drain began, so an action routed
 //     just before the registry recorded the drain is refused with the
 //     signed not_ready rather than a closed socket; from here until the
@@ -48,9 +51,9 @@ import (
 // Afterwards actions still running are cancelled and their requests
 // awaited (DrainTimeout, and HandleGrace more: a call that ignores the
 // cancellation is abandoned and its action journaled outcome_unknown);
-// abandoned calls still running are awaited until DrainTimeout after the
-// cancellation, then reported in the *ShutdownError; a journal the host
-// opened is closed.
+// abandoned calls still running are not awaited (the host cannot end
+// them) but named in the *ShutdownError; the State refuses further calls
+// (journal.ErrClosed) and a journal the host opened is closed.
 func (h *Host) shutdown() error {
 	var errs []error
 	fail := func(step string, err error) {
@@ -63,7 +66,7 @@ func (h *Host) shutdown() error {
 	// 1.
 	drainStart := time.Now()
 	h.draining.Store(true)
-	h.log.Info("draining", "in_flight", h.inflight.count())
+	h.log.Info("draining", "in_flight", h.inflight.handled(), "abandoned_calls", h.abandoned.Load())
 	// 2. Taking controlMu waits for a heartbeat already on the wire, so the
 	// drain carries the newest sequence.
 	h.controlMu.Lock()
@@ -91,8 +94,10 @@ func (h *Host) shutdown() error {
 	} else {
 		close(renewed)
 	}
+	// Abandoned calls are not waited for: their actions were journaled
+	// and answered, and nothing they return is kept.
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
-	if err := h.inflight.wait(wctx); err != nil {
+	if err := h.inflight.waitHandled(wctx); err != nil {
 		h.log.Warn("drain timeout passed with actions in flight", "error", err)
 	}
 	// The linger counts from drainStart and is capped at DrainTimeout from
@@ -154,25 +159,21 @@ func (h *Host) shutdown() error {
 	// A call that ignores the cancellation is abandoned HandleGrace later,
 	// and its request then journals the action outcome_unknown: requests
 	// are awaited that much longer than DrainTimeout, so none writes to
-	// the journal after it is closed. Abandoned calls, whose results are
-	// dropped, are awaited until DrainTimeout only.
-	stopped := time.Now()
-	actx, cancel := context.WithDeadline(ctx, stopped.Add(h.cfg.DrainTimeout+h.cfg.HandleGrace))
+	// the journal after it is closed. Abandoned calls are not awaited:
+	// the host cannot end them, and what they return is dropped.
+	actx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout+h.cfg.HandleGrace)
 	if err := h.inflight.waitHandled(actx); err != nil {
 		fail("actions", err)
 	}
 	cancel()
-	actx, cancel = context.WithDeadline(ctx, stopped.Add(h.cfg.DrainTimeout))
-	if err := h.inflight.wait(actx); err != nil {
-		if n := h.inflight.abandonedRunning(); n > 0 {
-			calls := "call"
-			if n > 1 {
-				calls = "calls"
-			}
-			fail("actions", fmt.Errorf("%d abandoned connector %s still running (their actions were journaled outcome_unknown; what they return is dropped): %w", n, calls, err))
-		}
+	if err := abandonedError(h.inflight.abandonedRunning()); err != nil {
+		fail("actions", err)
 	}
-	cancel()
+	// An abandoned call may still run: its State calls fail from here on
+	// (a journal the host opened is closed next; one the caller owns is
+	// not written by this host again), and its publications since the
+	// drain began (ErrNotServing).
+	h.state.close()
 	if h.ownsJournal {
 		if err := h.journal.Close(); err != nil {
 			fail("journal", err)
@@ -185,6 +186,32 @@ func (h *Host) shutdown() error {
 	}
 	h.log.Info("offline; shutdown was clean")
 	return nil
+}
+
+// maxNamedAbandoned bounds the action IDs a *ShutdownError names.
+const maxNamedAbandoned = 10
+
+// abandonedError reports the abandoned connector calls still running at
+// the end of a shutdown (nil: none), naming their actions.
+func abandonedError(ids []string, calls int) error {
+	if calls == 0 {
+		return nil
+	}
+	noun := "call"
+	if calls > 1 {
+		noun = "calls"
+	}
+	named := strings.Join(ids[:min(len(ids), maxNamedAbandoned)], ", ")
+	if len(ids) > maxNamedAbandoned {
+		named += fmt.Sprintf(" and %d more", len(ids)-maxNamedAbandoned)
+	}
+	actions := "action"
+	if len(ids) > 1 {
+		actions = "actions"
+	}
+	return fmt.Errorf("%d abandoned connector %s still running (%s %s): their actions were journaled and answered outcome_unknown; "+
+		"the host cannot end them and did not wait for them; what they return is dropped, and what they still do fails (their State calls with journal.ErrClosed)",
+		calls, noun, actions, named)
 }
 
 // renewDrain renews the draining lease every heartbeat interval until ctx

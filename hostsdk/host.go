@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -486,14 +487,18 @@ func (l *leaseState) expire(now time.Time, sequence uint64) {
 type inflight struct {
 	mu     sync.Mutex
 	n, max int
-	// detached counts the slots held by abandoned connector calls whose
-	// request has finished (detach): no answer waits for them.
-	detached int
+	// detached holds the action IDs of the abandoned connector calls whose
+	// request has finished (detach), one entry per slot they hold: no
+	// answer waits for them, and neither does the drain.
+	detached map[string]int
+	ndetach  int
 	closed   bool
 	changed  chan struct{}
 }
 
-func (f *inflight) init(max int) { f.max, f.changed = max, make(chan struct{}) }
+func (f *inflight) init(max int) {
+	f.max, f.changed, f.detached = max, make(chan struct{}), make(map[string]int)
+}
 
 // acquire takes a slot. It reports closed when the host no longer accepts
 // actions and full when max slots are taken.
@@ -518,20 +523,24 @@ func (f *inflight) release() {
 }
 
 // detach hands a slot whose request has finished over to the abandoned
-// connector call still running in it; releaseDetached gives it back when
-// the call returns.
-func (f *inflight) detach() {
+// connector call of actionID still running in it; releaseDetached gives it
+// back when the call returns.
+func (f *inflight) detach(actionID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.detached++
+	f.detached[actionID]++
+	f.ndetach++
 	f.notify()
 }
 
-func (f *inflight) releaseDetached() {
+func (f *inflight) releaseDetached(actionID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n--
-	f.detached--
+	f.ndetach--
+	if f.detached[actionID]--; f.detached[actionID] <= 0 {
+		delete(f.detached, actionID)
+	}
 	f.notify()
 }
 
@@ -554,22 +563,14 @@ func (f *inflight) close() {
 	f.closed = true
 }
 
-// wait blocks until no slot is taken or ctx is done.
-func (f *inflight) wait(ctx context.Context) error {
-	return f.waitUntil(ctx, func() int { return f.n }, "actions still in flight")
-}
-
 // waitHandled blocks until no request is handling an action (slots held
-// only by abandoned calls remain) or ctx is done.
+// only by abandoned calls remain) or ctx is done. It is the drain's
+// condition: an abandoned call's action was journaled and answered, and
+// nothing it still returns is kept.
 func (f *inflight) waitHandled(ctx context.Context) error {
-	return f.waitUntil(ctx, func() int { return f.n - f.detached }, "actions still being handled")
-}
-
-// waitUntil blocks until pending (called with mu held) is 0 or ctx is done.
-func (f *inflight) waitUntil(ctx context.Context, pending func() int, what string) error {
 	for {
 		f.mu.Lock()
-		n, ch := pending(), f.changed
+		n, ch := f.n-f.ndetach, f.changed
 		f.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -577,16 +578,29 @@ func (f *inflight) waitUntil(ctx context.Context, pending func() int, what strin
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%d %s: %w", n, what, ctx.Err())
+			return fmt.Errorf("%d actions still being handled: %w", n, ctx.Err())
 		}
 	}
 }
 
-// abandonedRunning reports how many abandoned calls still hold a slot.
-func (f *inflight) abandonedRunning() int {
+// handled reports how many slots requests are handling (not counting
+// abandoned calls).
+func (f *inflight) handled() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.detached
+	return f.n - f.ndetach
+}
+
+// abandonedRunning returns the action IDs of the abandoned calls that
+// still hold a slot, sorted, and how many calls they are.
+func (f *inflight) abandonedRunning() (ids []string, calls int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.detached {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, f.ndetach
 }
 
 func pinnedKey(did string) (ed25519.PublicKey, error) { return aip.ParseDIDKey(did) }

@@ -484,7 +484,7 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		}
 		// The request is over (the action journaled and answered): the
 		// slot is the abandoned call's until it returns.
-		h.inflight.detach()
+		h.inflight.detach(a.ID)
 		go h.awaitAbandoned(a, x.abandonedCall)
 	}()
 
@@ -817,11 +817,14 @@ func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action)
 
 // awaitAbandoned gives an abandoned call's in-flight slot back when the
 // call returns; what it returned is dropped (its action was journaled
-// outcome_unknown).
+// outcome_unknown). The host cannot end the call: neither the drain nor
+// Stop waits for it, and after Stop it may still run (until the process
+// exits), when its State writes fail with journal.ErrClosed and its
+// publications with ErrNotServing.
 func (h *Host) awaitAbandoned(a *aip.Action, done <-chan invoked) {
 	r := <-done
 	h.abandoned.Add(-1)
-	h.inflight.releaseDetached()
+	h.inflight.releaseDetached(a.ID)
 	h.log.Warn("an abandoned connector call returned; its result is not kept (the action was journaled outcome_unknown)",
 		"action_id", a.ID, "capability_id", a.CapabilityID, "error", r.err, "panicked", r.panicked != nil)
 }

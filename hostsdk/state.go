@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
@@ -32,8 +33,29 @@ const maxStateUpdateAttempts = 32
 // ReservedStatePrefix) and keys (at most MaxStateKeyBytes) are non-empty
 // UTF-8 text without NUL on every journal (an error matching
 // journal.ErrInvalid otherwise); values are JSON.
+//
+// Once the host has stopped (Stop, or Run, returned), every method returns
+// an error matching journal.ErrClosed, whoever owns the journal: a
+// connector call the host abandoned (Config.HandleGrace) may still be
+// running then, and its writes are refused rather than land in a journal
+// the host no longer serves.
 type State struct {
-	j journal.Journal
+	j      journal.Journal
+	closed atomic.Bool
+}
+
+// errStateClosed refuses State calls after the host stopped.
+var errStateClosed = fmt.Errorf("hostsdk: state: the host has stopped: %w", journal.ErrClosed)
+
+// close refuses every later call with errStateClosed.
+func (s *State) close() { s.closed.Store(true) }
+
+// check refuses a call after close, and a namespace or key no journal takes.
+func (s *State) check(namespace, key string) error {
+	if s.closed.Load() {
+		return errStateClosed
+	}
+	return checkNamespace(namespace, key)
 }
 
 // ErrStateConflict is returned (wrapped) by Put when the stored revision is
@@ -57,7 +79,7 @@ func checkNamespace(namespace, key string) error {
 // Get returns the value stored under namespace/key, or an error matching
 // journal.ErrNotFound.
 func (s *State) Get(ctx context.Context, namespace, key string) (journal.StateValue, error) {
-	if err := checkNamespace(namespace, key); err != nil {
+	if err := s.check(namespace, key); err != nil {
 		return journal.StateValue{}, err
 	}
 	return s.j.State(ctx, namespace, key)
@@ -67,7 +89,7 @@ func (s *State) Get(ctx context.Context, namespace, key string) (journal.StateVa
 // expectedRevision (0: the key must be absent). It returns the new revision,
 // or an error matching ErrStateConflict.
 func (s *State) Put(ctx context.Context, namespace, key string, value any, expectedRevision uint64) (uint64, error) {
-	if err := checkNamespace(namespace, key); err != nil {
+	if err := s.check(namespace, key); err != nil {
 		return 0, err
 	}
 	raw, err := json.Marshal(value)
@@ -87,7 +109,7 @@ func (s *State) Put(ctx context.Context, namespace, key string, value any, expec
 // and its revision. fn may run more than once and must not have side
 // effects.
 func (s *State) Update(ctx context.Context, namespace, key string, fn func(current json.RawMessage) (json.RawMessage, error)) (json.RawMessage, uint64, error) {
-	if err := checkNamespace(namespace, key); err != nil {
+	if err := s.check(namespace, key); err != nil {
 		return nil, 0, err
 	}
 	for range maxStateUpdateAttempts {
