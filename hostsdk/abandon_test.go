@@ -403,3 +403,64 @@ func TestDrainDoesNotWaitForAbandonedCalls(t *testing.T) {
 		}
 	})
 }
+
+// TestCallStuckAtShutdownIsAnsweredOnItsConnection: an action whose call
+// ignores its context is still running when the drain timeout passes; the
+// host cancels it while the listener and its connection are still open,
+// abandons it HandleGrace later, and the dispatcher (a real HTTP client
+// over TCP) receives the signed outcome_unknown answer on the request it
+// sent, synchronous or streaming. The host used to close the listener and
+// then force-close the busy connections first (after waiting DrainTimeout
+// for them), and to cancel the actions only after the offline transition:
+// the answer was written to a closed connection and the dispatcher had to
+// settle the action from its own timeout.
+func TestCallStuckAtShutdownIsAnsweredOnItsConnection(t *testing.T) {
+	for _, mode := range []aip.ActionMode{aip.ModeSync, aip.ModeStreaming} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFleet(t)
+			f.cfg.DrainTimeout, f.cfg.DrainLinger, f.cfg.HandleGrace = 100*time.Millisecond, time.Millisecond, 100*time.Millisecond
+			conn := newStuckConnector()
+			h, target := f.start(t, conn)
+			t.Cleanup(func() { close(conn.unstick) })
+			ctx := ctxT(t)
+
+			a := action(capBlock, `{"message":"x"}`) // no timeout_ms
+			if mode == aip.ModeStreaming {
+				a.CapabilityID, a.Mode = capStream, mode
+			}
+			type answer struct {
+				resp *hostsdktest.Response
+				err  error
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				resp, err := f.d.Act(ctx, target, a)
+				answered <- answer{resp, err}
+			}()
+			<-conn.started
+			err := h.Stop(ctx)
+			var se *hostsdk.ShutdownError
+			if !errors.As(err, &se) || !strings.Contains(err.Error(), "1 abandoned connector call still running") || !strings.Contains(err.Error(), a.ID) {
+				t.Errorf("Stop: %v, want a *ShutdownError naming the abandoned call", err)
+			}
+			got := <-answered
+			if got.err != nil {
+				t.Fatalf("the dispatcher got no signed answer: %v", got.err)
+			}
+			var pe *aip.ProtocolError
+			if mode == aip.ModeStreaming {
+				if pe = got.resp.ProtocolError(); got.resp.Status != http.StatusOK || len(got.resp.Chunks) != 1 || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+					t.Fatalf("stream answered %d, %d chunks, error %+v (body %s); want one chunk, then outcome_unknown", got.resp.Status, len(got.resp.Chunks), pe, got.resp.Raw)
+				}
+			} else {
+				pe = wantCode(t, got.resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+			}
+			if !strings.Contains(pe.Message, "handle grace") {
+				t.Errorf("message %q does not say the connector did not return", pe.Message)
+			}
+			if rec, err := f.j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateOutcomeUnknown {
+				t.Errorf("journal record %s (%v), want outcome_unknown", rec.Status, err)
+			}
+		})
+	}
+}

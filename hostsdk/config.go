@@ -159,8 +159,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// HeartbeatInterval defaults to 10s; at most LeaseTTL/2.
 	HeartbeatInterval time.Duration
-	// DrainTimeout bounds the wait for in-flight actions on shutdown, and
-	// then the graceful HTTP shutdown. Defaults to 30s; 1ms to 300s.
+	// DrainTimeout bounds the wait for in-flight actions on shutdown (those
+	// still running then are cancelled, and answered on their connections
+	// within HandleGrace), and then the graceful HTTP shutdown. Defaults
+	// to 30s; 1ms to 300s.
 	DrainTimeout time.Duration
 	// DrainLinger is how long, at least, the listener keeps answering after
 	// the drain begins, even with nothing in flight: an action the

@@ -211,7 +211,10 @@
 // DrainTimeout; connector calls abandoned after HandleGrace, whose actions
 // were journaled and answered outcome_unknown, are not waited for) and
 // for at least DrainLinger, so actions routed just before the drain get a
-// signed not_ready that a dispatcher may use to reroute them, graceful HTTP
+// signed not_ready that a dispatcher may use to reroute them, the actions
+// still running then cancelled while their connections are open (each call
+// returns, or is abandoned HandleGrace later, and its request journals the
+// outcome and writes the signed answer on its connection), graceful HTTP
 // shutdown, heartbeat worker stopped (and the event delivery loop, after a
 // last pass over the due outbox batches), signed offline, and a
 // nil result only when all of it was clean (otherwise a *ShutdownError).

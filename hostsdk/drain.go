@@ -35,25 +35,33 @@ import (
 //     signed not_ready rather than a closed socket; from here until the
 //     offline transition the draining lease is renewed each heartbeat
 //     interval (renewDrain);
-//  6. after zero in-flight actions (or DrainTimeout) and the linger, the
-//     HTTP server shuts down gracefully: connections that never carried a
-//     request are closed at once, busy ones are awaited (bounded by
-//     DrainTimeout again, then closed);
-//  7. the heartbeat worker (and the event source) are stopped and awaited;
+//  6. after that (or DrainTimeout) and the linger, the actions still being
+//     handled are cancelled while the listener and their connections stay
+//     open, and their requests awaited (DrainTimeout, and HandleGrace
+//     more): each call returns, or is abandoned HandleGrace after the
+//     cancellation and its action journaled outcome_unknown, and its
+//     request journals the outcome and writes the signed answer on the
+//     connection the action came on (each write bounded: see
+//     answerWriteTimeout), so the dispatcher learns it rather than settle
+//     the action from its own timeout; actions cancelled so make the
+//     shutdown unclean;
+//  7. the HTTP server shuts down gracefully: connections that never
+//     carried a request are closed at once, busy ones are awaited
+//     (bounded by DrainTimeout, then closed);
+//  8. the heartbeat worker (and the event source) are stopped and awaited;
 //     the event delivery loop (Config.EventEndpoint), which kept
 //     delivering the outbox through the drain, makes one last pass over
 //     the due batches (bounded by ControlTimeout) and stops;
-//  8. the signed offline transition is sent;
-//  9. the result is nil only when server, heartbeat, drain and offline (and
-//     the event source and delivery loop) were all clean; otherwise a
-//     *ShutdownError joins every failure.
+//  9. the signed offline transition is sent;
+//  10. the result is nil only when actions, server, heartbeat, drain and
+//     offline (and the event source and delivery loop) were all clean;
+//     otherwise a *ShutdownError joins every failure.
 //
-// Afterwards actions still running are cancelled and their requests
-// awaited (DrainTimeout, and HandleGrace more: a call that ignores the
-// cancellation is abandoned and its action journaled outcome_unknown);
-// abandoned calls still running are not awaited (the host cannot end
+// Abandoned calls still running are not awaited (the host cannot end
 // them) but named in the *ShutdownError; the State refuses further calls
-// (journal.ErrClosed) and a journal the host opened is closed.
+// (journal.ErrClosed) and a journal the host opened is closed (a request
+// step 6 gave up on then fails to journal its action, which recovery
+// settles at the next start).
 func (h *Host) shutdown() error {
 	var errs []error
 	fail := func(step string, err error) {
@@ -113,7 +121,27 @@ func (h *Host) shutdown() error {
 		t.Stop()
 	}
 	cancel()
-	// 6. Shutdown closes the listener and idle connections; connections
+	// 6. No action starts from here (they were refused since step 4; the
+	// slots are closed now). Cancelling those still running before the
+	// server shuts down lets their requests answer on connections that
+	// are still open: the server's shutdown would close them first.
+	h.inflight.close()
+	h.hardStop()
+	if n := h.inflight.handled(); n > 0 {
+		h.log.Warn("drain timeout passed; cancelling the actions still running, which answer on their connections", "in_flight", n, "handle_grace", h.cfg.HandleGrace)
+		actx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout+h.cfg.HandleGrace)
+		err := h.inflight.waitHandled(actx)
+		cancel()
+		if err == nil {
+			noun := "action"
+			if n > 1 {
+				noun = "actions"
+			}
+			err = fmt.Errorf("%d %s still running at the drain timeout cancelled; journaled and answered with what the call returned then, or outcome_unknown", n, noun)
+		}
+		fail("actions", err)
+	}
+	// 7. Shutdown closes the listener and idle connections; connections
 	// that were opened but never sent a request would hold it for seconds,
 	// and closing them loses nothing (the host read nothing from them).
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout)
@@ -129,7 +157,7 @@ func (h *Host) shutdown() error {
 	if h.serveErr != nil {
 		fail("HTTP server", h.serveErr)
 	}
-	// 7.
+	// 8.
 	h.hbCancel()
 	if err := waitFor(h.hbDone, h.cfg.DrainTimeout); err != nil {
 		fail("heartbeat worker", err)
@@ -144,7 +172,7 @@ func (h *Host) shutdown() error {
 	if err := h.stopEventDelivery(h.cfg.ControlTimeout + h.cfg.DrainTimeout); err != nil {
 		fail("event delivery", err)
 	}
-	// 8.
+	// 9.
 	stopRenewing()
 	<-renewed
 	h.controlMu.Lock()
@@ -153,19 +181,8 @@ func (h *Host) shutdown() error {
 	}
 	h.controlMu.Unlock()
 
-	// Release what is left.
-	h.inflight.close()
-	h.hardStop()
-	// A call that ignores the cancellation is abandoned HandleGrace later,
-	// and its request then journals the action outcome_unknown: requests
-	// are awaited that much longer than DrainTimeout, so none writes to
-	// the journal after it is closed. Abandoned calls are not awaited:
-	// the host cannot end them, and what they return is dropped.
-	actx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout+h.cfg.HandleGrace)
-	if err := h.inflight.waitHandled(actx); err != nil {
-		fail("actions", err)
-	}
-	cancel()
+	// 10. Abandoned calls are not awaited: the host cannot end them, and
+	// what they return is dropped.
 	if err := abandonedError(h.inflight.abandonedRunning()); err != nil {
 		fail("actions", err)
 	}
