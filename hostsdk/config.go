@@ -185,7 +185,12 @@ type Config struct {
 	// the call keeps its in-flight slot until it returns
 	// (aip_host_abandoned_calls counts them). A drain does not wait for
 	// abandoned calls; Stop names those still running in its
-	// *ShutdownError. Defaults to 10s; 1ms to 300s.
+	// *ShutdownError. It also bounds each answer write, with the answer's
+	// size at 256 KiB/s: a receiver that does not take an answer (a JSON
+	// answer, or one line of a stream) in that time has stopped reading,
+	// and the answer is logged as undelivered (a streaming call's
+	// ChunkWriter.Send fails with ErrStreamClosed). Defaults to 10s; 1ms
+	// to 300s.
 	HandleGrace time.Duration
 
 	// Journal, when set, is the runtime journal the host uses (for example

@@ -151,7 +151,13 @@
 // unsigned 400 schema.envelope.invalid and envelope.decode.invalid for a body
 // that is not a usable envelope, 413 for an oversized one, the unsigned 401
 // connector_host.authentication for a message not signed by the pinned
-// dispatcher, and the unsigned 500 connector_host.response_signing. The
+// dispatcher, and the unsigned 500 connector_host.response_signing. Each
+// answer write (a JSON answer, or one NDJSON line of a stream) has a
+// deadline of HandleGrace plus its size at 256 KiB/s: an answer the
+// receiver does not take by then is logged as undelivered and the request
+// ends (its action's outcome was journaled first, so a retry or a status
+// query gets it), instead of holding the action's in-flight slot, and a
+// drain, for ever. The
 // 401 is unsigned on purpose: the replica signs nothing in response to a
 // message it could not authenticate, so no one can obtain its signed
 // refusal of a message ID of their choosing (the dispatcher's own, copied

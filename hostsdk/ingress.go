@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -1216,7 +1217,10 @@ func (x *exchange) envelope(body aip.Body) ([]byte, error) {
 }
 
 // reply writes a signed envelope: a JSON response, or the final NDJSON line
-// of a streaming response. It reports success for 2xx statuses.
+// of a streaming response. It reports success for 2xx statuses. An answer
+// the receiver does not take within its write deadline (answerWriteTimeout)
+// is logged as undelivered; what the journal holds stays for a retry or a
+// status query.
 func (x *exchange) reply(status int, body aip.Body) bool {
 	raw, err := x.envelope(body)
 	if err != nil {
@@ -1228,14 +1232,70 @@ func (x *exchange) reply(status int, body aip.Body) bool {
 	}
 	if x.stream && status == http.StatusOK || x.streamStarted {
 		x.startStream()
-		x.w.Write(append(raw, '\n'))
+		if err := x.write(append(raw, '\n')); err != nil {
+			x.undelivered(status, body, err)
+		}
 		return status < 300
 	}
+	if err := x.writeJSON(status, raw); err != nil {
+		x.undelivered(status, body, err)
+	}
+	return status < 300
+}
+
+// answerWriteRate is the slowest rate, in bytes per second, at which a
+// receiver must take an answer: the rate the host asks of the bodies it
+// reads (MaxIngressReadBytes).
+const answerWriteRate = readbudget.DefaultMinReadRate
+
+// answerWriteTimeout bounds the write of an answer of n bytes (a whole
+// JSON answer, or one NDJSON line of a stream): HandleGrace, plus n bytes
+// at answerWriteRate (4 MiB: 16 s more). A receiver that takes longer has
+// stopped reading: without a deadline the write would hold the request,
+// and with it the action's in-flight slot and a drain, for ever (the
+// server has no write timeout, since a stream lasts as long as its
+// action).
+func (h *Host) answerWriteTimeout(n int) time.Duration {
+	return h.cfg.HandleGrace + time.Duration(int64(n)*int64(time.Second)/answerWriteRate)
+}
+
+// write writes p to the response and flushes it, within
+// answerWriteTimeout(len(p)). The deadline stays on the connection for
+// what the server writes after the handler returns (it clears it before
+// the connection's next request). Without deadline support (a wrapped
+// writer that does not unwrap), the write is not bounded.
+func (x *exchange) write(p []byte) error {
+	rc := http.NewResponseController(x.w)
+	_ = rc.SetWriteDeadline(time.Now().Add(x.h.answerWriteTimeout(len(p))))
+	if _, err := x.w.Write(p); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// writeJSON writes a whole JSON answer (see write).
+func (x *exchange) writeJSON(status int, raw []byte) error {
 	x.w.Header().Set("Content-Type", "application/json")
 	x.w.Header().Set("Content-Length", strconv.Itoa(len(raw)))
 	x.w.WriteHeader(status)
-	x.w.Write(raw)
-	return status < 300
+	return x.write(raw)
+}
+
+// undelivered logs an answer that could not be written: the receiver did
+// not take it within its write deadline, or went away. Nothing is undone:
+// an action's outcome is journaled before it is answered, so a retry of
+// the action or a status query gets it. Answers to messages the dispatcher
+// signed are logged at warning level, the unsigned ones at debug level
+// (anyone can send a malformed message and not read the answer).
+func (x *exchange) undelivered(status int, body aip.Body, err error) {
+	level := slog.LevelDebug
+	attrs := []any{"status", status, "answer", body.Tag(), "error", err}
+	if x.route != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, "message_id", x.req.MessageID, "action_id", x.route.ActionID)
+	}
+	x.h.log.Log(context.WithoutCancel(x.ctx), level,
+		"the answer could not be delivered (the receiver did not take it within its write deadline, or went away); a journaled outcome stays for a retry or a status query", attrs...)
 }
 
 func (x *exchange) startStream() {
@@ -1269,8 +1329,14 @@ func (x *exchange) unauthenticated(msg string) bool {
 // or signing failed).
 func (x *exchange) unsigned(status int, code, msg string) bool {
 	no := false
-	writeJSON(x.w, status, map[string]any{"error": aip.ProtocolError{
-		Code: code, Message: aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes), Category: aip.CategoryPermanent, Retryable: &no,
-	}})
+	pe := aip.ProtocolError{Code: code, Message: aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes), Category: aip.CategoryPermanent, Retryable: &no}
+	raw, err := json.Marshal(map[string]any{"error": pe})
+	if err != nil {
+		http.Error(x.w, `{"error":"encode"}`, http.StatusInternalServerError)
+		return false
+	}
+	if err := x.writeJSON(status, raw); err != nil {
+		x.undelivered(status, aip.Body{Error: &aip.ErrorBody{Error: pe}}, err)
+	}
 	return false
 }

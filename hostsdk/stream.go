@@ -20,8 +20,11 @@ var ErrStreamClosed = errors.New("hostsdk: stream closed")
 // ChunkWriter sends a streaming action's chunks to the dispatcher, in
 // order: each Send writes one signed stream_chunk envelope (sequence 0, 1,
 // 2, ...) as an NDJSON line and flushes it. Send blocks while the receiver is
-// slow (TCP back-pressure). It is safe for concurrent use; chunks are
-// numbered in the order Send is called.
+// slow (TCP back-pressure), for at most Config.HandleGrace plus the line's
+// size at 256 KiB/s: a receiver slower than that has stopped reading, and
+// Send fails with ErrStreamClosed (as it does once the receiver went
+// away). It is safe for concurrent use; chunks are numbered in the order
+// Send is called.
 type ChunkWriter struct {
 	mu       sync.Mutex
 	x        *exchange
@@ -74,11 +77,7 @@ func (c *ChunkWriter) send(chunk *aip.StreamChunk) error {
 		return fmt.Errorf("hostsdk: sign chunk: %w", err)
 	}
 	c.x.startStream()
-	if _, err := c.x.w.Write(append(raw, '\n')); err != nil {
-		c.err = fmt.Errorf("%w: %v", ErrStreamClosed, err)
-		return c.err
-	}
-	if err := http.NewResponseController(c.x.w).Flush(); err != nil {
+	if err := c.x.write(append(raw, '\n')); err != nil {
 		c.err = fmt.Errorf("%w: %v", ErrStreamClosed, err)
 		return c.err
 	}
@@ -87,11 +86,11 @@ func (c *ChunkWriter) send(chunk *aip.StreamChunk) error {
 }
 
 // abandon closes the writer of a call the host stopped waiting for. A
-// Send in progress holds the lock, and may be blocked for ever writing to
-// a receiver that stopped reading (the server has no write timeout, and
-// Send no context): the response's write deadline is set to now, so that
-// its write fails, then cleared once the writer is closed, so the host's
-// final line can still be written when no Send was blocked.
+// Send in progress holds the lock, and may be blocked writing to a
+// receiver that stopped reading until its write deadline (Send has no
+// context): the response's write deadline is set to now, so that its
+// write fails, then cleared once the writer is closed (the host's final
+// line sets its own).
 func (c *ChunkWriter) abandon() {
 	if c.mu.TryLock() {
 		c.closed = true
