@@ -27,7 +27,7 @@ type stuckConnector struct {
 	*testConnector
 	unstick    chan struct{}
 	lateChunk  chan error
-	lateWrites chan error
+	lateWrites chan [2]error
 }
 
 func newStuckConnector() *stuckConnector {
@@ -42,10 +42,9 @@ func (c *stuckConnector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.A
 	c.started <- call.Action.ID
 	<-c.unstick
 	if c.lateWrites != nil {
-		_, err := call.State().Put(context.Background(), "test.late", call.Action.ID, "late", 0)
-		c.lateWrites <- err
-		_, err = call.Events().Publish(context.Background(), "test.events", aip.Event{Kind: "test.late"})
-		c.lateWrites <- err
+		_, serr := call.State().Put(context.Background(), "test.late", call.Action.ID, "late", 0)
+		_, perr := call.Events().Publish(context.Background(), "test.events", aip.Event{Kind: "test.late"})
+		c.lateWrites <- [2]error{serr, perr}
 	}
 	return call.Complete(map[string]any{"message": "late"})
 }
@@ -337,7 +336,7 @@ func TestDrainDoesNotWaitForAbandonedCalls(t *testing.T) {
 		b := newWrappedBubbleFleet(t, func(c *hostsdk.Config) {
 			c.DrainTimeout, c.HandleGrace = time.Minute, time.Second
 		}, func(tc *testConnector) hostsdk.Connector {
-			conn = &stuckConnector{testConnector: tc, unstick: make(chan struct{}), lateWrites: make(chan error, 4)}
+			conn = &stuckConnector{testConnector: tc, unstick: make(chan struct{}), lateWrites: make(chan [2]error, 2)}
 			return conn
 		})
 		ctx := b.awaitFirstBeat(t)
@@ -388,11 +387,12 @@ func TestDrainDoesNotWaitForAbandonedCalls(t *testing.T) {
 		// Stop has returned; the calls return now.
 		close(conn.unstick)
 		for range 2 {
-			if err := <-conn.lateWrites; !errors.Is(err, journal.ErrClosed) {
-				t.Errorf("a state write after Stop: %v, want an error matching journal.ErrClosed", err)
+			late := <-conn.lateWrites
+			if !errors.Is(late[0], journal.ErrClosed) {
+				t.Errorf("a state write after Stop: %v, want an error matching journal.ErrClosed", late[0])
 			}
-			if err := <-conn.lateWrites; !errors.Is(err, hostsdk.ErrNotServing) {
-				t.Errorf("a publication after Stop: %v, want ErrNotServing", err)
+			if !errors.Is(late[1], hostsdk.ErrNotServing) {
+				t.Errorf("a publication after Stop: %v, want ErrNotServing", late[1])
 			}
 		}
 		synctest.Wait()
@@ -418,7 +418,10 @@ func TestCallStuckAtShutdownIsAnsweredOnItsConnection(t *testing.T) {
 	for _, mode := range []aip.ActionMode{aip.ModeSync, aip.ModeStreaming} {
 		t.Run(string(mode), func(t *testing.T) {
 			f := newFleet(t)
-			f.cfg.DrainTimeout, f.cfg.DrainLinger, f.cfg.HandleGrace = 100*time.Millisecond, time.Millisecond, 100*time.Millisecond
+			// The request has DrainTimeout after the abandonment to answer
+			// (and the server's shutdown as long again): a margin for a
+			// loaded machine running -race.
+			f.cfg.DrainTimeout, f.cfg.DrainLinger, f.cfg.HandleGrace = 250*time.Millisecond, time.Millisecond, 100*time.Millisecond
 			conn := newStuckConnector()
 			h, target := f.start(t, conn)
 			t.Cleanup(func() { close(conn.unstick) })
