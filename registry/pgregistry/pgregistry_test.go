@@ -44,7 +44,25 @@ func openWith(t testing.TB, opts registrytest.Options, cfg pgregistry.Config) (*
 
 func newBackend(t *testing.T, opts registrytest.Options) registrytest.Backend {
 	t.Helper()
-	r, _ := open(t, opts)
+	r, url := open(t, opts)
+	b := backendOf(r)
+	b.Another = func(t *testing.T) registrytest.Backend {
+		// Another dispatcher on the same database: its own Registry and
+		// pools (small ones: the suites run several at once).
+		t.Helper()
+		cfg := pgregistry.Config{ControlURL: url, DataURL: url, ControlMaxConns: 2, DataMaxConns: 6, Now: opts.Clock.Now,
+			Limits: opts.Limits, AcquireTimeout: pgregistry.MaxAcquireTimeout}
+		other, err := pgregistry.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("open another registry on the same database: %v", err)
+		}
+		t.Cleanup(other.Close)
+		return backendOf(other)
+	}
+	return b
+}
+
+func backendOf(r *pgregistry.Registry) registrytest.Backend {
 	return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r, EventPruner: r}
 }
 

@@ -12,7 +12,13 @@
 // all-or-nothing batches, redeliveries and conflicts, paging); and the
 // concurrency properties (duplicate resolves converge, nothing is
 // overbooked, pages never mix revisions, the ledger balances, concurrent
-// appends get gapless sequences a paging reader never skips). Time is injected: the suite drives a
+// appends get gapless sequences a paging reader never skips); and the
+// routing core under several dispatchers at once, each with its own
+// handle where the backend has more (Backend.Another): one assignment per
+// action, exact hand-out numbers, balanced counters never over a limit
+// during and after races of settlements, lease maintenance, drains and
+// policy changes, the circuit breaker, and reroutes racing retries
+// (suite_routeconc.go). Time is injected: the suite drives a
 // Clock the backend must use for every time-dependent rule.
 //
 // SeedScale seeds the reference scale profile (1 000 connector types,

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -76,6 +77,12 @@ type Backend struct {
 	Events registry.EventLog
 	// EventPruner is the event log's retention (suite_events.go).
 	EventPruner registry.EventPruner
+	// Another, when set, opens another handle on the same registry state,
+	// as another dispatcher process (or the same one restarted) would: for
+	// pgregistry, a Registry with its own pools on the same database. Its
+	// resources are released with t.Cleanup. Nil means the backend has one
+	// handle (memregistry): the concurrency suites share this Backend.
+	Another func(t *testing.T) Backend
 }
 
 // Key returns a deterministic replica signing key derived from name, so

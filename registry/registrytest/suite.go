@@ -29,6 +29,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Fleet", func(t *testing.T) { runFleet(t, newBackend) })
 	t.Run("Boundaries", func(t *testing.T) { runBoundaries(t, newBackend) })
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newBackend) })
+	t.Run("RouteConcurrency", func(t *testing.T) { runRouteConcurrency(t, newBackend) })
 	t.Run("Scale", func(t *testing.T) { runScale(t, newBackend) })
 	t.Run("Lifecycle", func(t *testing.T) { runLifecycle(t, newBackend) })
 	t.Run("Reroute", func(t *testing.T) { runReroute(t, newBackend) })
