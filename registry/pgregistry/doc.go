@@ -72,8 +72,17 @@
 // stripe. Stripe s of a scope with limit L admits L/8, plus one for the
 // first L%8 stripes, so the stripes never admit more than L together; a
 // route that finds its stripe full tries the other stripes with a share,
-// each in a transaction of its own, and reports the scope full only when
-// every one was. Reservations of one scope need not share a limit (two
+// each in a transaction of its own, and reports a scope full when every
+// one was full for some scope. That is not exact when the scopes of a
+// reservation have different limits: it can refuse a route every scope
+// has room for as a whole, naming a scope below its limit. A scope with a
+// limit under eight leaves its reservations only that many stripes, and
+// another scope's shares in the other stripes are out of their reach
+// (with a tenant limit of 6 and binding limits of 5, five routes of one
+// capability fill the tenant's shares in stripes 0 to 4, and a first
+// route of another capability is refused as "tenant at its limit of 6";
+// memregistry admits it), and near a limit the free shares of two scopes
+// can lie in different stripes. Reservations of one scope need not share a limit (two
 // policies naming the same tenant, or a policy whose limit was lowered),
 // so a reservation is also refused while the scope's stripes together
 // hold its whole limit; that sum is read without locking the other
