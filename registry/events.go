@@ -39,6 +39,12 @@ type StoredEvent struct {
 	ChannelID  string
 	Event      aip.Event
 	ReceivedAt time.Time
+	// Pruned is set only in AppendEvents' answer, on an event it did not
+	// store because the tenant's log held it once and has pruned it
+	// (EventPruner): a host delivering again an event delivered long ago.
+	// Its Sequence is 0, ReceivedAt is when the log first received it,
+	// and Event and the provenance are the redelivery's.
+	Pruned bool
 }
 
 // EventPage is one page of a tenant's event log.
@@ -58,9 +64,13 @@ type EventLog interface {
 	// occurred_at, session, action, correlation and data are equal (a
 	// redelivery, possibly from another replica or version of the same
 	// instance) it counts as stored and the stored event is returned;
-	// otherwise the whole batch fails with ErrConflict naming the event. A
-	// batch that repeats an event ID within itself is ErrInvalid. It
-	// returns the batch's events as stored, in the batch's order.
+	// otherwise the whole batch fails with ErrConflict naming the event.
+	// An event whose ID the tenant's log held and has pruned (EventPruner)
+	// is not stored again either: it counts as stored and is returned with
+	// Pruned set (its content is gone, so it is not compared: a changed
+	// event under a pruned ID is not ErrConflict). A batch that repeats an
+	// event ID within itself is ErrInvalid. It returns the batch's events
+	// as stored, in the batch's order.
 	AppendEvents(ctx context.Context, b EventBatch) ([]StoredEvent, error)
 	// Events returns up to limit (clamped to 1..1000) of the tenant's events
 	// with a sequence greater than after, in sequence order.
@@ -76,9 +86,11 @@ type EventPruner interface {
 	// before receivedBefore, oldest received first, and returns how many
 	// it deleted. limit must be positive (ErrInvalid otherwise). A
 	// tenant's sequences go on after its pruned events (a reader paging by
-	// sequence goes on from the first event kept), and an event ID that
-	// was pruned is no longer known: the same event delivered again is
-	// stored as a new event.
+	// sequence goes on from the first event kept). The IDs of the events
+	// it deletes are kept, without their content, for as long as the log
+	// exists (a host may deliver an event again however late: its outbox
+	// keeps it until a delivery is answered), so the same event delivered
+	// again is not stored a second time (AppendEvents).
 	PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error)
 }
 

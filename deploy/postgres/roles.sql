@@ -18,8 +18,10 @@
 --   aip_registry_data       the data plane (dispatch): catalog reads, route
 --                           resolution and settlement, reservations, replica
 --                           writes, lease expiry and fleet status, and the
---                           event log (appending verified event deliveries
---                           and reading a tenant's events). It may not
+--                           event log (appending verified event deliveries,
+--                           reading a tenant's events and the IDs of the
+--                           events pruned, which are not stored again).
+--                           It may not
 --                           change catalog or admission records, change or
 --                           delete a stored event, nor create, alter or drop
 --                           anything.
@@ -33,7 +35,9 @@
 --                           fleet status counts types, versions, instances
 --                           and replicas; its event retention deletes old
 --                           events (it reads only their keys and receipt
---                           times). It cannot route, reserve, read
+--                           times; a trigger running as the admin role
+--                           remembers their IDs in pruned_events). It
+--                           cannot route, reserve, read
 --                           bindings, read an event's content or append
 --                           events, or change the catalog.
 
@@ -98,7 +102,8 @@ BEGIN
             ('admission_counters',        'SELECT, INSERT, UPDATE',           'SELECT, UPDATE'),
             ('control_replay',            '',                                 'SELECT, INSERT, UPDATE, DELETE'),
             ('event_log_heads',           'SELECT, INSERT, UPDATE',           ''),
-            ('events',                    'SELECT, INSERT',                   'SELECT (tenant_id, sequence, received_at_ms), DELETE')
+            ('events',                    'SELECT, INSERT',                   'SELECT (tenant_id, sequence, received_at_ms), DELETE'),
+            ('pruned_events',             'SELECT',                           '')
         ) AS t (tbl, data_privs, lifecycle_privs)
     LOOP
         IF to_regclass(format('aip_registry.%I', g.tbl)) IS NULL THEN

@@ -181,7 +181,8 @@ type delivery struct {
 // handleConnectorEvents serves POST aip.EventsPath: a replica's signed
 // event delivery, checked against the registry (checkDelivery), appended
 // to its tenant's event log and answered with a signed event_stream of the
-// events as stored. Every refusal is a signed error envelope.
+// events as stored (less those the log pruned, which it does not store
+// again). Every refusal is a signed error envelope.
 func (d *Dispatcher) handleConnectorEvents() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var dl delivery
@@ -198,10 +199,23 @@ func (d *Dispatcher) handleConnectorEvents() http.Handler {
 			return
 		}
 		d.m.eventDeliveries.WithLabelValues("accepted").Inc()
-		d.m.eventsStored.Add(float64(len(stored)))
-		events := make([]aip.Event, len(stored))
+		// An event the log stored once and has pruned since is not
+		// stored again (registry.EventLog): the delivery is answered as
+		// delivered, so the host drops it from its outbox, and the answer
+		// lists only the events the log holds.
+		events := make([]aip.Event, 0, len(stored))
+		pruned := 0
 		for i := range stored {
-			events[i] = stored[i].Event
+			if stored[i].Pruned {
+				pruned++
+				continue
+			}
+			events = append(events, stored[i].Event)
+		}
+		d.m.eventsStored.Add(float64(len(events)))
+		if pruned > 0 {
+			d.log.Info("event delivery: events the log stored and pruned long ago were delivered again; not stored again",
+				"replica_id", dl.ce.ReplicaID, "instance_id", dl.ce.InstanceID, "channel_id", dl.ce.ChannelID, "pruned", pruned)
 		}
 		d.answerDelivery(w, &dl, http.StatusOK, aip.Body{EventStream: &aip.EventStream{Events: events}})
 	})

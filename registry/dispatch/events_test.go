@@ -324,6 +324,37 @@ func TestConnectorEventsRedelivery(t *testing.T) {
 	}
 }
 
+// An event delivered again after the log pruned it (a host whose outbox
+// kept it while it was offline, or whose answer was lost) is not stored a
+// second time: the delivery is answered 200 with an event_stream, which a
+// host takes as delivered and drops from its outbox, listing only the
+// events the log holds; readers of the log see each event once.
+func TestConnectorEventsPrunedAreNotStoredAgain(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	e1, e2 := event("a", `{"n":1}`), event("b", `{"n":2}`)
+	if status, ans, _ := w.post(w.delivery(e1)); status != http.StatusOK {
+		t.Fatalf("first delivery: HTTP %d %+v", status, ans.Body.Error)
+	}
+	if n, err := w.reg.PruneEvents(t.Context(), time.Now().Add(time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("PruneEvents: %d, %v; want 1", n, err)
+	}
+	status, again, _ := w.post(w.delivery(e1))
+	if status != http.StatusOK || again.Body.EventStream == nil || len(again.Body.EventStream.Events) != 0 {
+		t.Fatalf("a pruned event delivered again: HTTP %d %+v, want 200 with an event_stream of no events", status, again.Body)
+	}
+	status, again, _ = w.post(w.delivery(e1, e2))
+	if status != http.StatusOK || again.Body.EventStream == nil {
+		t.Fatalf("a pruned event delivered again with a new one: HTTP %d %+v", status, again.Body.Error)
+	}
+	if got := again.Body.EventStream.Events; len(got) != 1 || got[0].ID != e2.ID {
+		t.Fatalf("answered %+v, want only the new event %s", got, e2.ID)
+	}
+	log := w.stored(tenant)
+	if len(log) != 1 || log[0].Event.ID != e2.ID || log[0].Sequence != 2 {
+		t.Fatalf("the log holds %+v, want only %s at sequence 2", log, e2.ID)
+	}
+}
+
 func TestConnectorEventsIdempotencyConflict(t *testing.T) {
 	w := newEventWorld(t, eventWorldOptions{})
 	e := event("a", `{"n":1}`)

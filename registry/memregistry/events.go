@@ -13,25 +13,30 @@ import (
 
 // eventLog is one tenant's event log: its events in sequence order (the
 // sequences are 1, 2, 3, … without gaps, less the pruned ones), their
-// positions by event ID, and the last sequence given out (which pruning
-// never lowers).
+// positions by event ID, the last sequence given out (which pruning
+// never lowers), and the IDs of the pruned events with when each was
+// received (never stored again).
 type eventLog struct {
 	events  []registry.StoredEvent
 	byID    map[string]int
 	lastSeq uint64
+	pruned  map[string]time.Time
 }
 
-func newEventLog() *eventLog { return &eventLog{byID: make(map[string]int)} }
+func newEventLog() *eventLog {
+	return &eventLog{byID: make(map[string]int), pruned: make(map[string]time.Time)}
+}
 
 // last returns the log's last sequence given out, 0 for a new log.
 func (l *eventLog) last() uint64 { return l.lastSeq }
 
-// drop deletes the events whose IDs are in ids.
+// drop deletes the events whose IDs are in ids, remembering their IDs.
 func (l *eventLog) drop(ids map[string]bool) {
 	kept := l.events[:0:0]
 	for _, e := range l.events {
 		if ids[e.Event.ID] {
 			delete(l.byID, e.Event.ID)
+			l.pruned[e.Event.ID] = e.ReceivedAt
 			continue
 		}
 		kept = append(kept, e)
@@ -57,6 +62,7 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 	// nothing.
 	out := make([]registry.StoredEvent, len(b.Events))
 	fresh := make([]int, 0, len(b.Events))
+	received := registry.EventReceivedAt(&b, r.now())
 	for i := range b.Events {
 		e := &b.Events[i]
 		if l != nil {
@@ -65,6 +71,11 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 					return nil, err
 				}
 				out[i] = cloneStoredEvent(l.events[at])
+				continue
+			}
+			if first, ok := l.pruned[e.ID]; ok {
+				out[i] = cloneStoredEvent(registry.StoredEvent{TenantID: b.TenantID, InstanceID: b.InstanceID, ReplicaID: b.ReplicaID,
+					VersionID: b.VersionID, ChannelID: b.ChannelID, Event: registry.StoredForm(*e), ReceivedAt: first, Pruned: true})
 				continue
 			}
 		}
@@ -77,7 +88,6 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 		l = newEventLog()
 		r.events[b.TenantID] = l
 	}
-	received := registry.EventReceivedAt(&b, r.now())
 	seq := l.last()
 	for _, i := range fresh {
 		seq++

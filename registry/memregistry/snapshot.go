@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -53,6 +54,10 @@ type snapshotEventLog struct {
 	// events (absent in snapshots written before events were pruned: the
 	// last event's).
 	LastSequence uint64 `json:"last_sequence,omitempty"`
+	// Pruned are the IDs of the events pruned from the log, by ID, with
+	// when each was received (absent in snapshots written before pruned
+	// IDs were kept).
+	Pruned map[string]time.Time `json:"pruned,omitempty"`
 }
 
 type snapshotEvent struct {
@@ -180,6 +185,9 @@ func (r *Registry) snapshot() *snapshot {
 	}
 	for tenant, l := range r.events {
 		sl := snapshotEventLog{TenantID: tenant, Events: make([]snapshotEvent, len(l.events)), LastSequence: l.last()}
+		if len(l.pruned) > 0 {
+			sl.Pruned = maps.Clone(l.pruned)
+		}
 		for i, e := range l.events {
 			e = cloneStoredEvent(e)
 			sl.Events[i] = snapshotEvent{Sequence: e.Sequence, InstanceID: e.InstanceID, ReplicaID: e.ReplicaID, VersionID: e.VersionID,
@@ -418,6 +426,15 @@ func (r *Registry) loadEvents(logs []snapshotEventLog) error {
 			l.events = append(l.events, registry.StoredEvent{Sequence: se.Sequence, TenantID: sl.TenantID, InstanceID: se.InstanceID,
 				ReplicaID: se.ReplicaID, VersionID: se.VersionID, ChannelID: se.ChannelID, Event: se.Event, ReceivedAt: se.ReceivedAt})
 			l.lastSeq = se.Sequence
+		}
+		for id, at := range sl.Pruned {
+			if _, stored := l.byID[id]; stored {
+				return fmt.Errorf("tenant %s: event %s is both stored and pruned", sl.TenantID, id)
+			}
+			if id == "" {
+				return fmt.Errorf("tenant %s: a pruned event has an empty ID", sl.TenantID)
+			}
+			l.pruned[id] = at
 		}
 		if sl.LastSequence != 0 {
 			if sl.LastSequence < l.lastSeq {

@@ -537,7 +537,8 @@ func TestSnapshotWithoutHandoutTimes(t *testing.T) {
 
 // TestSnapshotKeepsPrunedSequences: a tenant whose events were all pruned
 // keeps its last sequence through a snapshot, so its next event does not
-// reuse a sequence a reader has already passed.
+// reuse a sequence a reader has already passed, and the pruned IDs, so a
+// pruned event delivered again is not stored again.
 func TestSnapshotKeepsPrunedSequences(t *testing.T) {
 	ctx := context.Background()
 	clock := registrytest.NewClock(registrytest.Epoch)
@@ -553,6 +554,27 @@ func TestSnapshotKeepsPrunedSequences(t *testing.T) {
 	must(t, err)
 	if got[0].Sequence != 4 {
 		t.Fatalf("the first event after a restored, fully pruned log got sequence %d, want 4", got[0].Sequence)
+	}
+	// The pruned IDs are kept too: delivered again, they are not stored.
+	again, err := back.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a1", "evt_2"))
+	must(t, err)
+	if !again[0].Pruned || !again[0].ReceivedAt.Equal(registrytest.Epoch) {
+		t.Fatalf("a pruned event delivered again to the restored registry: %+v, want it pruned, first received at %s", again[0], registrytest.Epoch)
+	}
+	// A snapshot naming an event both stored and pruned is refused.
+	var both map[string]json.RawMessage
+	must(t, json.Unmarshal(snapshotOf(t, back), &both))
+	dup := strings.Replace(string(both["events"]), `"evt_1":`, `"evt_4":`, 1)
+	if dup == string(both["events"]) {
+		t.Fatalf("the snapshot's event log does not list pruned evt_1: %s", both["events"])
+	}
+	both["events"] = json.RawMessage(dup)
+	rawBoth, err := json.Marshal(both)
+	must(t, err)
+	other, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	if err := other.Restore(bytes.NewReader(rawBoth)); err == nil || !strings.Contains(err.Error(), "both stored and pruned") {
+		t.Fatalf("Restore of an event both stored and pruned: %v", err)
 	}
 	// A snapshot whose last_sequence is below its events' is refused.
 	var doc map[string]json.RawMessage

@@ -201,7 +201,10 @@
 // events received before its cutoff, oldest first across tenants, by the
 // index of migration 0007 on (received_at_ms, tenant_id, sequence). The
 // head rows stay, so sequences go on after the deleted events (with a gap
-// where they were).
+// where they were). A statement-level trigger on events (migration 0009,
+// running as the schema's owner) keeps the deleted events' IDs in
+// pruned_events, which AppendEvents reads with the stored events in one
+// statement, so an event pruned is never stored again.
 //
 // # Errors
 //

@@ -16,10 +16,17 @@ var _ registry.EventLog = (*Registry)(nil)
 
 const eventColumns = `sequence, instance_id, replica_id, version_id, channel_id, event, received_at_ms`
 
-// eventsByID reads the tenant's stored events with the given IDs.
+// eventsByID reads the tenant's stored events with the given IDs, and
+// the ones of those IDs the log pruned (migration 0009's pruned_events,
+// with pruned_id set), in one statement: one snapshot, in which an event
+// being pruned is either still stored or remembered as pruned.
 const eventsByID = `
-SELECT ` + eventColumns + `
+SELECT ` + eventColumns + `, NULL::text AS pruned_id
 FROM aip_registry.events
+WHERE tenant_id = $1 AND event_id = ANY($2::text[])
+UNION ALL
+SELECT 0, '', '', '', '', NULL::jsonb, received_at_ms, event_id
+FROM aip_registry.pruned_events
 WHERE tenant_id = $1 AND event_id = ANY($2::text[])`
 
 // lockEventHead locks the tenant's head row for the rest of the
@@ -50,8 +57,8 @@ ORDER BY sequence
 LIMIT $3`
 
 // AppendEvents implements registry.EventLog. It reads the stored events
-// with the batch's IDs (no lock), decides each event (redelivery,
-// conflict or new), and appends the new ones in one implicit transaction
+// with the batch's IDs and the pruned ones among them (no lock), decides
+// each event (redelivery, conflict, pruned or new), and appends the new ones in one implicit transaction
 // of one round trip: lock the tenant's head row, insert the events
 // numbered after it, advance it. An event stored meanwhile by another
 // delivery breaks the unique (tenant, event ID) key; the transaction rolls
@@ -71,17 +78,34 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 	op := "append events to the log of tenant " + b.TenantID
 	var out []registry.StoredEvent
 	err := r.inPipe(ctx, r.data, op, func(p *pipe) error {
-		rows, err := p.conn.Query(ctx, eventsByID, b.TenantID, ids)
+		rows, err := p.conn.Query(ctx, r.eventsByID, b.TenantID, ids)
 		if err != nil {
 			return err
 		}
-		stored, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (registry.StoredEvent, error) { return scanEvent(row, b.TenantID) })
-		if err != nil {
-			return err
+		byID := make(map[string]*registry.StoredEvent, len(ids))
+		pruned := map[string]time.Time{}
+		for rows.Next() {
+			var prunedID *string
+			var seq, receivedMS int64
+			var doc []byte
+			se := &registry.StoredEvent{TenantID: b.TenantID}
+			if err := rows.Scan(&seq, &se.InstanceID, &se.ReplicaID, &se.VersionID, &se.ChannelID, &doc, &receivedMS, &prunedID); err != nil {
+				rows.Close()
+				return err
+			}
+			if prunedID != nil {
+				pruned[*prunedID] = fromMS(receivedMS)
+				continue
+			}
+			if err := json.Unmarshal(doc, &se.Event); err != nil {
+				rows.Close()
+				return fmt.Errorf("event %d of tenant %s: stored document: %w", seq, b.TenantID, err)
+			}
+			se.Sequence, se.ReceivedAt = uint64(seq), fromMS(receivedMS)
+			byID[se.Event.ID] = se
 		}
-		byID := make(map[string]*registry.StoredEvent, len(stored))
-		for i := range stored {
-			byID[stored[i].Event.ID] = &stored[i]
+		if err := rows.Err(); err != nil {
+			return err
 		}
 		out = make([]registry.StoredEvent, len(b.Events))
 		var fresh []int
@@ -97,6 +121,12 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 			}
 			se := registry.StoredEvent{TenantID: b.TenantID, InstanceID: b.InstanceID, ReplicaID: b.ReplicaID, VersionID: b.VersionID,
 				ChannelID: b.ChannelID, Event: registry.StoredForm(*e), ReceivedAt: received}
+			if first, ok := pruned[e.ID]; ok {
+				// Stored once and pruned since: not stored again.
+				se.Pruned, se.ReceivedAt = true, first
+				out[i] = se
+				continue
+			}
 			doc, err := json.Marshal(se.Event)
 			if err != nil {
 				return fmt.Errorf("%w: event %s: %v", registry.ErrInvalid, e.ID, err)
@@ -175,7 +205,8 @@ const pruneEvents = `DELETE FROM aip_registry.events e
 
 // PruneEvents implements registry.EventPruner, on the data pool: the
 // lifecycle role may delete events (deploy/postgres/roles.sql), the data
-// role may not.
+// role may not. Migration 0009's trigger on events remembers the IDs it
+// deletes in pruned_events, in the same statement.
 func (r *Registry) PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

@@ -48,6 +48,10 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 		return nil, err
 	}
 	r.migrations = r.migrations[:version]
+	if version < 9 {
+		// Before migration 0009 there were no pruned events to read.
+		r.eventsByID = `SELECT ` + eventColumns + `, NULL::text FROM aip_registry.events WHERE tenant_id = $1 AND event_id = ANY($2::text[])`
+	}
 	if control != "" {
 		if r.control, err = newPool(ctx, "control", control, r.controlMax(cfg), r.acquireTimeout); err != nil {
 			return nil, err

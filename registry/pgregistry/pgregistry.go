@@ -118,8 +118,11 @@ type Registry struct {
 	chains         *routeChains
 	implicit       registry.AdmissionPolicy
 	migrations     []pgmigrate.Migration
-	views          *catalogCache // nil when DisableCatalogCache
-	closeOnce      sync.Once
+	// eventsByID is AppendEvents' read (events.go); an older build's in
+	// the upgrade tests (export_test.go).
+	eventsByID string
+	views      *catalogCache // nil when DisableCatalogCache
+	closeOnce  sync.Once
 }
 
 // Compile-time guards: Registry is the PostgreSQL implementation of the
@@ -224,6 +227,7 @@ func newRegistry(cfg Config) (*Registry, error) {
 		routeLockWait:  cfg.RouteLockWait,
 		implicit:       registry.ImplicitAdmissionPolicy(),
 		migrations:     ms,
+		eventsByID:     eventsByID,
 	}
 	if r.now == nil {
 		r.now = time.Now

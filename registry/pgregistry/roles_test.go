@@ -187,6 +187,11 @@ func TestRoles(t *testing.T) {
 	if n, err := lc.PruneEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); err != nil || n != 2 {
 		t.Fatalf("PruneEvents through the lifecycle role: %d, %v; want 2", n, err)
 	}
+	// (migration 0009's trigger remembered their IDs, which the data role
+	// reads: delivered again, they are not stored again)
+	if again, err := full.AppendEvents(ctx, registrytest.EventBatch(lw.Instance.TenantID, "ready", "evt_1")); err != nil || !again[0].Pruned {
+		t.Fatalf("a pruned event appended again through the data role: %+v, %v; want it pruned, not stored", again, err)
+	}
 	// ...but it cannot route, reserve or read or append events.
 	if _, err := lc.Events(ctx, lw.Instance.TenantID, 0, 10); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
 		t.Fatalf("Events through the lifecycle role: %v, want a privilege failure", err)
@@ -224,6 +229,8 @@ func TestRoles(t *testing.T) {
 			`DELETE FROM aip_registry.events`,
 			`TRUNCATE aip_registry.events`,
 			`DELETE FROM aip_registry.event_log_heads`,
+			`INSERT INTO aip_registry.pruned_events VALUES ('t', 'evt_x', 0)`,
+			`DELETE FROM aip_registry.pruned_events`,
 		},
 		"aip_registry_lifecycle": {
 			`INSERT INTO aip_registry.route_assignments (action_id) VALUES ('act_x')`,
@@ -245,6 +252,8 @@ func TestRoles(t *testing.T) {
 			`SELECT aip_registry.replica_taken()`,
 			`SELECT * FROM aip_registry.events`,
 			`SELECT event FROM aip_registry.events`,
+			`SELECT * FROM aip_registry.pruned_events`,
+			`INSERT INTO aip_registry.pruned_events VALUES ('t', 'evt_x', 0)`,
 			`INSERT INTO aip_registry.events (tenant_id, sequence) VALUES ('t', 1)`,
 			`UPDATE aip_registry.events SET event = '{}'`,
 			`DELETE FROM aip_registry.events WHERE event->>'id' = 'x'`,

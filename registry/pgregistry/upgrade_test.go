@@ -39,14 +39,15 @@ func oldRolesSQL(t *testing.T) string {
 }
 
 // TestUpgradeKeepsData upgrades a database that the builds of schema
-// versions 5, 6 and 7 populated, the documented way (deploy/postgres/roles.sql
+// versions 5, 6, 7 and 8 populated, the documented way (deploy/postgres/roles.sql
 // of that build, `registry migrate` as the admin role, the data role
 // serving dispatch), to this build: two migrations at once and then one
 // more change nothing but the schema (the columns migration 0008 adds hold
-// their defaults), every row and every record read back is the one
+// their defaults, 0009's pruned_events starts empty), every row and every record read back is the one
 // written, roles.sql run again gives the roles exactly what it documents
 // (as on a fresh install), and the new behaviour works on the old data:
-// old events are pruned by the lifecycle role, sequences go on,
+// old events are pruned by the lifecycle role and not stored again when
+// delivered again, sequences go on,
 // reservations made before the upgrade settle (handed out by the older
 // build, they carry no hand-out) and are handed out again as hand-out 2,
 // the catalog pages in byte order.
@@ -58,7 +59,7 @@ func oldRolesSQL(t *testing.T) string {
 // fresh install of the older version has.
 func TestUpgradeKeepsData(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{5, 6, 7} {
+	for _, from := range []int{5, 6, 7, 8} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testUpgrade(t, from)
@@ -334,8 +335,8 @@ func testUpgrade(t *testing.T, from int) {
 	// The older build, installed the documented way (roles.sql of that
 	// build) and populated; its schema is then the older version's.
 	oldRoles := oldRolesSQL(t)
-	if from == 7 {
-		oldRoles = rolesSQL(t) // the lifecycle role's event grants came with 0007
+	if from >= 7 {
+		oldRoles = rolesSQL(t) // the lifecycle role's event grants came with 0007 (0009's table is skipped while missing)
 	}
 	applyRoles(t, superURL, oldRoles)
 	must(t, pgregistry.MigrateBuild(ctx, adminURL, pgregistry.SchemaVersion))
@@ -351,7 +352,7 @@ func testUpgrade(t *testing.T, from int) {
 	}
 	old.Close()
 	olderSchema(t, superURL, from)
-	wantRows := tableRows(t, superURL, nil)
+	wantRows := tableRows(t, superURL, handOutColumns) // (from 8 on, the older build has them too)
 	oldLedger := migrationRows(t, superURL)
 	if len(oldLedger) != from {
 		t.Fatalf("the older build recorded %d migrations, want %d", len(oldLedger), from)
@@ -388,7 +389,14 @@ func testUpgrade(t *testing.T, from int) {
 	// Every row is unchanged but for 0008's new columns, which hold their
 	// defaults (every route handed out once), and every record reads back
 	// the same.
-	if diff := cmp.Diff(wantRows, tableRows(t, superURL, handOutColumns)); diff != "" {
+	gotRows := tableRows(t, superURL, handOutColumns)
+	if from < 9 {
+		if n := len(gotRows["pruned_events"]); n != 0 {
+			t.Fatalf("pruned_events holds %d rows right after the upgrade, want none", n)
+		}
+		delete(gotRows, "pruned_events")
+	}
+	if diff := cmp.Diff(wantRows, gotRows); diff != "" {
 		t.Fatalf("rows changed by the upgrade (-before +after):\n%s", diff)
 	}
 	var odd int
@@ -434,14 +442,19 @@ func testUpgrade(t *testing.T, from int) {
 	if diff := cmp.Diff(w.events[tenantB][1:], tenantEvents(t, r, tenantB), sameJSON); diff != "" {
 		t.Fatalf("%s's events after pruning (-want +got):\n%s", tenantB, diff)
 	}
-	for tn, want := range map[string]uint64{tenantA: 5, tenantB: 4} {
-		b := registrytest.EventBatch(tn, "r", "evt_after", "evt_a1") // evt_a1: pruned, so new
+	// Pruned events delivered again are not stored again (evt_a1 is
+	// tenant A's, evt_b1 tenant B's, both pruned; neither tenant had the
+	// other's); new ones go on after the pruned sequences.
+	for tn, want := range map[string][]uint64{tenantA: {5, 0, 6}, tenantB: {4, 5, 0}} {
+		b := registrytest.EventBatch(tn, "r", "evt_after", "evt_a1", "evt_b1")
 		b.ReceivedAt = registrytest.Epoch.Add(time.Hour)
 		stored, err := r.AppendEvents(ctx, b)
 		must(t, err)
-		if stored[0].Sequence != want || stored[1].Sequence != want+1 {
-			t.Errorf("%s's events appended after the upgrade and pruning have sequences %d, %d; want %d, %d",
-				tn, stored[0].Sequence, stored[1].Sequence, want, want+1)
+		for i, seq := range want {
+			if stored[i].Sequence != seq || stored[i].Pruned != (seq == 0) {
+				t.Errorf("%s's event %s appended after the upgrade and pruning: sequence %d, pruned %t; want sequence %d, pruned %t",
+					tn, stored[i].Event.ID, stored[i].Sequence, stored[i].Pruned, seq, seq == 0)
+			}
 		}
 	}
 
@@ -483,6 +496,9 @@ var handOutColumns = map[string][]string{"route_assignments": {"hand_out", "rese
 // downgrades undo each migration from 0006 on, so that olderSchema can
 // turn a database this build populated into the one an older build left.
 var downgrades = map[int]string{
+	9: `DROP TRIGGER events_remember_pruned ON aip_registry.events;
+DROP FUNCTION aip_registry.remember_pruned_events();
+DROP TABLE aip_registry.pruned_events`,
 	8: `ALTER TABLE aip_registry.route_assignments DROP COLUMN hand_out, DROP COLUMN reserved_hand_out`,
 	7: `DROP INDEX aip_registry.events_by_received`,
 	6: `DO $$
@@ -720,6 +736,12 @@ func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	var g errgroup.Group
 	for range workers {
 		g.Go(func() error {
+			signalled := false
+			defer func() {
+				if !signalled { // failed before its first cycle: do not leave the test waiting
+					started <- struct{}{}
+				}
+			}()
 			after := 0
 			for n := 0; after < cyclesAfter; n++ {
 				done := migrated.Load()
@@ -728,6 +750,7 @@ func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 				}
 				if n == 0 {
 					started <- struct{}{}
+					signalled = true
 				}
 				if done {
 					after++

@@ -30,7 +30,7 @@ func runEvents(t *testing.T, nb NewBackend) {
 // testEventPrune: PruneEvents deletes the events received before the
 // cutoff, oldest first across tenants and at most limit; a tenant's
 // sequences go on after them, paging starts at the first event kept, and
-// a pruned event ID delivered again is a new event.
+// a pruned event ID delivered again is not stored again (Pruned).
 func testEventPrune(t *testing.T, nb NewBackend) {
 	f := newFx(t, nb)
 	if f.b.EventPruner == nil {
@@ -100,22 +100,53 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 	if len(pg.Events) != 1 || pg.Events[0].Sequence != 4 || pg.More {
 		f.t.Fatalf("tenant ta from the start: %+v", pg)
 	}
-	// A pruned event delivered again is stored as a new event.
-	again := f.appendEvents(at(EventBatch("ta", "r1", "a1"), 21*time.Minute))
-	if again[0].Sequence != 5 {
-		f.t.Fatalf("pruned event a1 delivered again has sequence %d, want 5", again[0].Sequence)
+	// A pruned event delivered again (by another replica, much later) is
+	// not stored again: it counts as stored and comes back Pruned, with
+	// the time it was first received; its content is gone, so a changed
+	// event under a pruned ID is no conflict. The batch's new events are
+	// stored.
+	b := at(EventBatch("ta", "r9", "a1", "a5", "a2"), 21*time.Minute)
+	b.Events[2].Kind = "thing.changed"
+	again := f.appendEvents(b)
+	for i, w := range []struct {
+		pruned bool
+		seq    uint64
+	}{{true, 0}, {false, 5}, {true, 0}} {
+		g := again[i]
+		if g.Pruned != w.pruned || g.Sequence != w.seq || g.Event.ID != b.Events[i].ID {
+			f.t.Fatalf("event %s delivered again after pruning: pruned %t, sequence %d; want pruned %t, sequence %d",
+				b.Events[i].ID, g.Pruned, g.Sequence, w.pruned, w.seq)
+		}
+		if w.pruned && (!g.ReceivedAt.Equal(Epoch.Add(time.Minute)) || g.TenantID != "ta" || g.ChannelID != b.ChannelID) {
+			f.t.Fatalf("pruned event %s delivered again: %+v, want received at %s (its first receipt)", g.Event.ID, g, Epoch.Add(time.Minute))
+		}
 	}
-	kept("ta", "a4", "a1")
+	if again := f.appendEvents(at(EventBatch("ta", "r1", "a3"), 22*time.Minute)); !again[0].Pruned {
+		f.t.Fatalf("pruned event a3 delivered again alone: %+v, want Pruned", again[0])
+	}
+	kept("ta", "a4", "a5")
 	kept("tb", "b2", "b3")
 
 	// By receipt time, not by sequence: a batch received earlier may be
 	// appended later (it waited in a dispatcher).
 	f.appendEvents(at(EventBatch("tc", "r3", "c1"), 50*time.Minute))
 	f.appendEvents(at(EventBatch("tc", "r3", "c2"), 40*time.Minute))
-	prune(45*time.Minute, 10, 5) // b2, b3 (10 min), a4 (20), a1 (21), c2 (40)
+	prune(45*time.Minute, 10, 5) // b2, b3 (10 min), a4 (20), a5 (21), c2 (40)
 	kept("tc", "c1")
 	kept("ta")
 	kept("tb")
+	// Every ID pruned is remembered, per tenant: the same ID in another
+	// tenant's log is that tenant's own event.
+	for _, id := range []string{"a1", "a2", "a3", "a4", "a5"} {
+		if g := f.appendEvents(at(EventBatch("ta", "r1", id), time.Hour)); !g[0].Pruned {
+			f.t.Fatalf("pruned event %s delivered again: %+v, want Pruned", id, g[0])
+		}
+	}
+	kept("ta")
+	if g := f.appendEvents(at(EventBatch("tc", "r3", "a1", "c2"), time.Hour)); g[0].Pruned || g[0].Sequence != 3 || !g[1].Pruned {
+		f.t.Fatalf("tenant tc's own a1 and its pruned c2: %+v, want a1 stored as sequence 3 and c2 pruned", g)
+	}
+	kept("tc", "c1", "a1")
 }
 
 // EventBatch returns a valid batch for tenant from instance cinst_<tenant>,

@@ -1,0 +1,39 @@
+-- 0009_pruned_events: an event the log pruned is never stored again.
+--
+-- pruned_events keeps one compact row (tenant, event ID, when the event was
+-- received) for every event deleted from the log. A host's outbox sends an
+-- event again for as long as it holds it (it was offline, or the answer to
+-- its delivery was lost), however long that is; AppendEvents finds the ID
+-- here and answers the delivery as delivered without storing the event a
+-- second time. The rows are kept: nothing bounds how late a host may send
+-- an event again.
+--
+-- The rows are written by a statement-level trigger on events, so every
+-- delete leaves them, the control plane's retention included, and the
+-- lifecycle role that prunes needs no privilege beyond deleting events:
+-- the trigger function runs as its owner (the admin role). The data role
+-- reads the table (deploy/postgres/roles.sql).
+
+CREATE TABLE aip_registry.pruned_events (
+    tenant_id      text   COLLATE "C" NOT NULL,
+    event_id       text   COLLATE "C" NOT NULL,
+    received_at_ms bigint NOT NULL,
+    PRIMARY KEY (tenant_id, event_id)
+);
+
+CREATE FUNCTION aip_registry.remember_pruned_events() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    INSERT INTO aip_registry.pruned_events (tenant_id, event_id, received_at_ms)
+    SELECT tenant_id, event_id, received_at_ms FROM gone
+    ON CONFLICT (tenant_id, event_id) DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION aip_registry.remember_pruned_events() FROM PUBLIC;
+
+CREATE TRIGGER events_remember_pruned
+    AFTER DELETE ON aip_registry.events
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION aip_registry.remember_pruned_events();
