@@ -239,8 +239,8 @@ func CapacityExceeded(s AdmissionScope) error {
 // ApplySettlementToCircuit returns the circuit after a settlement at now:
 // completed closes it and clears the failures; outcome_unknown counts a
 // failure and, once the reservation's threshold is reached, opens it until
-// now + the open interval (never shortening an open circuit); cancelled and
-// lease_expired leave it as it is.
+// now + the open interval (never shortening an open circuit); cancelled,
+// lease_expired and pruned leave it as it is.
 func ApplySettlementToCircuit(c CircuitState, outcome RouteSettlement, r *AdmissionReservation, now time.Time) CircuitState {
 	switch outcome {
 	case SettlementCompleted:

@@ -274,18 +274,25 @@ const (
 	// SettlementLeaseExpired: released because the replica's lease expired;
 	// the circuit is kept.
 	SettlementLeaseExpired RouteSettlement = "lease_expired"
+	// SettlementPruned: released by reconciliation after the replica's
+	// journal pruned the action (aip.StatePruned): the outcome is unknown
+	// (the action may have completed there long ago, and never runs there
+	// now). The circuit is kept: pruning old records says nothing about the
+	// replica's health.
+	SettlementPruned RouteSettlement = "pruned"
 )
 
 // Valid reports whether s is a known outcome.
 func (s RouteSettlement) Valid() bool {
-	return s == SettlementCompleted || s == SettlementOutcomeUnknown || s == SettlementCancelled || s == SettlementLeaseExpired
+	return s == SettlementCompleted || s == SettlementOutcomeUnknown || s == SettlementCancelled || s == SettlementLeaseExpired ||
+		s == SettlementPruned
 }
 
 // Check is Valid as the ErrInvalid a backend returns for an unknown
 // outcome.
 func (s RouteSettlement) Check() error {
 	if !s.Valid() {
-		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled or lease_expired)", ErrInvalid, s)
+		return fmt.Errorf("%w: settlement outcome %q (want completed, outcome_unknown, cancelled, lease_expired or pruned)", ErrInvalid, s)
 	}
 	return nil
 }

@@ -92,7 +92,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 	// Every series of a fixed label set exists from the start (at 0), so
 	// that rate() and absence alerts see it before its first event.
 	for _, o := range []string{string(registry.SettlementCompleted), string(registry.SettlementOutcomeUnknown),
-		string(registry.SettlementCancelled), string(registry.SettlementLeaseExpired), "not_routed"} {
+		string(registry.SettlementCancelled), string(registry.SettlementLeaseExpired), string(registry.SettlementPruned), "not_routed"} {
 		m.actions.WithLabelValues(o)
 	}
 	for c := range metricCodes {

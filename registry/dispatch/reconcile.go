@@ -51,7 +51,8 @@ type ReconcileReport struct {
 // and at most Config.ReconcileBatch, it asks the pinned replica for its
 // journaled state with a signed status query and settles by it: a
 // completed or failed action completed, an uncertain one outcome_unknown,
-// a cancelled one cancelled, and one the replica never received cancelled
+// a cancelled one cancelled, one the replica's journal pruned pruned
+// (outcome unknown, circuit kept), and one the replica never received cancelled
 // once no envelope sent at the last handout can still be accepted
 // (aip.MaxEnvelopeAge + aip.MaxEnvelopeSkew later; a later retry of the
 // action ID reserves the route again). The settlement is
@@ -163,16 +164,22 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, r *registry.RouteReservat
 
 // settlementOfState is the settlement a journaled state stands for; false
 // while the action is still under way. pruned (the replica's journal no
-// longer holds an action that old, and never runs it now) settles
-// cancelled: the reservation is released and the circuit left as it is.
+// longer holds an action that old: it may have completed there, and never
+// runs there now) settles pruned, not cancelled, which would tell a caller
+// reading the action's status something nobody knows: the reservation is
+// released, the outcome reported unknown, and the circuit left as it is
+// (outcome_unknown would count a failure against a replica that only
+// pruned old records).
 func settlementOfState(s aip.ActionState) (registry.RouteSettlement, bool) {
 	switch s {
 	case aip.StateCompleted, aip.StateFailed:
 		return registry.SettlementCompleted, true
 	case aip.StateOutcomeUnknown:
 		return registry.SettlementOutcomeUnknown, true
-	case aip.StateCancelled, aip.StateNotFound, aip.StatePruned:
+	case aip.StateCancelled, aip.StateNotFound:
 		return registry.SettlementCancelled, true
+	case aip.StatePruned:
+		return registry.SettlementPruned, true
 	}
 	return "", false
 }

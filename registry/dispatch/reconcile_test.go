@@ -200,3 +200,68 @@ func (o *interferingOrphans) SettleOrphan(ctx context.Context, a registry.RouteA
 	o.before(a)
 	return o.Registry.SettleOrphan(ctx, a, s, handOut)
 }
+
+// TestReconcileSettlesPrunedAsPruned: an orphaned reservation whose
+// replica's journal pruned the action (aip.StatePruned: it may have
+// completed there, and never runs there now) is released and settled
+// pruned — not cancelled, which would tell a caller reading the action's
+// status something nobody knows — and the replica's circuit is left as it
+// is (a circuit that opens at the first outcome_unknown stays closed); a
+// later retry of the action ID reserves the route again on its replica.
+func TestReconcileSettlesPrunedAsPruned(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	pol := registry.ConservativePolicy("quota:pruned")
+	pol.CircuitFailureThreshold, pol.CircuitOpenMS = 1, 60_000
+	must(t, w.reg.PutAdmissionPolicy(w.ctx, pol))
+	b, err := w.reg.CapabilityBinding(w.ctx, registry.BindingKey{TenantID: tenant, CapabilityID: capSay, InstanceID: w.instanceID})
+	must(t, err)
+	b.QuotaPolicyRef, b.PolicyRevision = pol.PolicyRef, b.PolicyRevision+1
+	must(t, w.reg.PutBinding(w.ctx, b))
+	replicaKey, _ := aip.GenerateSigningKey()
+	fake := w.fakeReplica(aip.NewID(aip.PrefixReplica), replicaKey, fakeHandler(func(rw http.ResponseWriter, r *http.Request, req *aip.Envelope) {
+		if q := req.Body.ActionStatusQuery; q != nil {
+			signedReply(replicaKey, http.StatusOK, aip.Body{ActionStatus: &aip.ActionStatus{ActionID: q.ActionID, State: aip.StatePruned}})(rw, r, req)
+			return
+		}
+		http.Error(rw, "unexpected", http.StatusBadRequest)
+	}))
+	act := aip.NewActionID()
+	a, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: act, TenantID: tenant, CapabilityID: capSay})
+	must(t, err)
+	if a.ReplicaID != fake || a.Admission.CircuitFailureThreshold != 1 {
+		t.Fatalf("routed to %s with circuit threshold %d, want %s and 1", a.ReplicaID, a.Admission.CircuitFailureThreshold, fake)
+	}
+	// An hour later, the reservation is orphaned.
+	d, err := dispatch.New(dispatch.Config{SigningKey: w.key, PrincipalID: gatewayID,
+		Now: func() time.Time { return time.Now().Add(time.Hour) }},
+		dispatch.Deps{Resolver: w.reg, Catalog: w.reg, Tokens: &countingVerifier{}, Reservations: w.reg})
+	must(t, err)
+	defer d.Close()
+	rep, err := d.Reconcile(w.ctx)
+	must(t, err)
+	if rep != (dispatch.ReconcileReport{Stale: 1, Settled: 1}) {
+		t.Fatalf("reconcile: %+v, want 1 stale, 1 settled", rep)
+	}
+	res, err := w.reg.Reservation(w.ctx, act)
+	must(t, err)
+	if res.Reserved || res.LastSettlement != registry.SettlementPruned {
+		t.Fatalf("the pruned action's reservation: %+v, want released and settled pruned", res)
+	}
+	r, err := w.reg.ConnectorReplica(w.ctx, fake)
+	must(t, err)
+	if r.Circuit != (registry.CircuitState{}) || r.ActiveAssignments != 0 {
+		t.Fatalf("the replica after the settlement: circuit %+v, %d active; want the circuit untouched and nothing active", r.Circuit, r.ActiveAssignments)
+	}
+	st, e := d.Status(w.ctx, tenant, act)
+	if e != nil || st.Reservation.LastSettlement != registry.SettlementPruned || st.Replica.State != aip.StatePruned {
+		t.Fatalf("the action's status: %+v (error %v), want last settlement pruned and the replica's state pruned", st, e)
+	}
+	again, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: act, TenantID: tenant, CapabilityID: capSay})
+	must(t, err)
+	if again.ReplicaID != fake {
+		t.Fatalf("the retry was routed to %s, want the pinned %s", again.ReplicaID, fake)
+	}
+	if res, err := w.reg.Reservation(w.ctx, act); err != nil || !res.Reserved {
+		t.Fatalf("the retry's reservation: %+v, %v; want reserved again", res, err)
+	}
+}

@@ -1033,7 +1033,7 @@ func settleScopes(a *registry.AdmissionReservation) (kinds, keys []string, limit
 // Circuit changes of a settlement, as settleMatching applies them to the
 // stored circuit.
 const (
-	circuitKeep  int32 = 0 // cancelled, lease_expired, or no circuit policy
+	circuitKeep  int32 = 0 // cancelled, lease_expired, pruned, or no circuit policy
 	circuitReset int32 = 1 // completed
 	circuitFail  int32 = 2 // outcome_unknown: count a failure, open at the threshold
 )

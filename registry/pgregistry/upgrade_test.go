@@ -498,7 +498,11 @@ var handOutColumns = map[string][]string{"route_assignments": {"hand_out", "rese
 var downgrades = map[int]string{
 	9: `DROP TRIGGER events_remember_pruned ON aip_registry.events;
 DROP FUNCTION aip_registry.remember_pruned_events();
-DROP TABLE aip_registry.pruned_events`,
+DROP TABLE aip_registry.pruned_events;
+ALTER TABLE aip_registry.route_assignments
+    DROP CONSTRAINT route_assignments_last_settlement_check,
+    ADD CONSTRAINT route_assignments_last_settlement_check
+        CHECK (last_settlement IN ('completed', 'outcome_unknown', 'cancelled', 'lease_expired'))`,
 	8: `ALTER TABLE aip_registry.route_assignments DROP COLUMN hand_out, DROP COLUMN reserved_hand_out`,
 	7: `DROP INDEX aip_registry.events_by_received`,
 	6: `DO $$

@@ -136,8 +136,13 @@ func testCircuit(t *testing.T, nb NewBackend) {
 	settle(registry.SettlementOutcomeUnknown)
 	settle(registry.SettlementCancelled) // cancellation keeps the count
 	settle(registry.SettlementLeaseExpired)
+	pruned := f.resolve(request("tenant-1", "alpha.read"))
+	f.settle(pruned, registry.SettlementPruned) // the replica's journal pruned it: nothing about its health
+	if res := f.reservation(pruned.ActionID); res.Reserved || res.LastSettlement != registry.SettlementPruned {
+		t.Fatalf("a route settled pruned: %+v, want released with last settlement pruned", res)
+	}
 	if c := circuit(); c.ConsecutiveFailures != 1 {
-		t.Fatalf("cancelled and lease_expired changed the failures: %+v", c)
+		t.Fatalf("cancelled, lease_expired and pruned changed the failures: %+v", c)
 	}
 	f.clock.Advance(10 * time.Millisecond)
 	opened := f.clock.Now()

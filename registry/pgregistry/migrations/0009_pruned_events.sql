@@ -1,4 +1,5 @@
--- 0009_pruned_events: an event the log pruned is never stored again.
+-- 0009_pruned_events: an event the log pruned is never stored again, and a
+-- route its replica's journal pruned settles "pruned".
 --
 -- pruned_events keeps one compact row (tenant, event ID, when the event was
 -- received) for every event deleted from the log. A host's outbox sends an
@@ -13,6 +14,12 @@
 -- lifecycle role that prunes needs no privilege beyond deleting events:
 -- the trigger function runs as its owner (the admin role). The data role
 -- reads the table (deploy/postgres/roles.sql).
+--
+-- route_assignments.last_settlement accepts 'pruned'
+-- (registry.SettlementPruned). The constraint is added NOT VALID: every
+-- stored value is one of the old ones, which the new list includes, so
+-- there is nothing to check in a table that keeps every assignment ever
+-- made; new writes are checked.
 
 CREATE TABLE aip_registry.pruned_events (
     tenant_id      text   COLLATE "C" NOT NULL,
@@ -37,3 +44,8 @@ CREATE TRIGGER events_remember_pruned
     AFTER DELETE ON aip_registry.events
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION aip_registry.remember_pruned_events();
+
+ALTER TABLE aip_registry.route_assignments
+    DROP CONSTRAINT route_assignments_last_settlement_check,
+    ADD CONSTRAINT route_assignments_last_settlement_check
+        CHECK (last_settlement IN ('completed', 'outcome_unknown', 'cancelled', 'lease_expired', 'pruned')) NOT VALID;
