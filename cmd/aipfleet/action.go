@@ -38,12 +38,13 @@ func actionCommand() *command {
 
 The dispatcher is --url; without it (or its variable), the dispatcher of
 the aipfleet dev fleet whose state is in --dev-state-dir, at the port dev
-recorded there, else 127.0.0.1:8080. The bearer token is --token, or — with --tenant —
-a development token minted on the spot with the local issuer key
---issuer-key (the dispatcher must trust that key: aipfleet dispatch --issuer
-NAME=DID, with NAME = --issuer). With neither, the token aipfleet dev wrote
-in --dev-state-dir is used, so against a running aipfleet dev no flag is
-needed. A send prints a readable summary (--json:
+recorded there, else 127.0.0.1:8080. An https dispatcher whose certificate
+your own CA signed needs that CA in --ca-file. The bearer token is --token,
+or — with --tenant — a development token minted on the spot with the local
+issuer key --issuer-key (the dispatcher must trust that key: aipfleet
+dispatch --issuer NAME=DID, with NAME = --issuer). With neither, the token
+aipfleet dev wrote in --dev-state-dir is used, so against a running
+aipfleet dev no flag is needed. A send prints a readable summary (--json:
 the dispatcher's JSON answer); it exits 1 when the action did not complete.
 Sending the same --action-id again returns the same action's result and
 never runs it twice.`,
@@ -53,6 +54,7 @@ never runs it twice.`,
 			`AIP_CLIENT_TOKEN=$(aipfleet token --issuer-key issuer.key --tenant acme) aipfleet action send --capability echo.say --input '{"message":"hi"}' --json`,
 			`aipfleet action send --capability echo.stream --mode streaming --input '{"message":"hi","chunks":3}' --token "$TOKEN"`,
 			`aipfleet action get act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d --token "$TOKEN"`,
+			`aipfleet action send --url https://dispatch.example.net:8443 --ca-file ca.pem --capability echo.say --input '{"message":"hi"}' --token "$TOKEN"`,
 			`aipfleet action cancel act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d --reason "wrong recipient" --token "$TOKEN"`,
 		},
 		run: runAction,
@@ -65,9 +67,11 @@ type actionFlags struct {
 	capability, input, inputFile, actionID, mode    string
 	idempotencyKey, reason                          string
 	devStateDir                                     string
-	timeoutMS                                       int
-	requestTimeout                                  time.Duration
-	jsonOut                                         bool
+	// caFile is --ca-file: an extra root CA for an https dispatcher.
+	caFile         string
+	timeoutMS      int
+	requestTimeout time.Duration
+	jsonOut        bool
 	// command names the command in usage errors; "" is action.
 	command string
 	// urlFrom is the dev.json url was read from, "" when url was given or
@@ -95,9 +99,10 @@ func (f *actionFlags) commandName() string {
 }
 
 // clientFlags are the flags every dispatcher client command (action,
-// events) shares: the dispatcher and how to get a token.
+// events) shares: the dispatcher, the CA it is trusted by and how to get a
+// token.
 type clientFlags struct {
-	url, token, tenant, issuerKey, issuer, audience, devStateDir *string
+	url, token, tenant, issuerKey, issuer, audience, devStateDir, caFile *string
 }
 
 func bindClientFlags(fs *flagSet) clientFlags {
@@ -109,13 +114,26 @@ func bindClientFlags(fs *flagSet) clientFlags {
 		issuer:      fs.String("issuer", "aipfleet-dev", "issuer name of minted tokens"),
 		audience:    fs.String("audience", tenanttoken.DefaultAudience, "audience of minted tokens"),
 		devStateDir: fs.String("dev-state-dir", DefaultDevStateDir, "aipfleet dev's state directory: without --url, its dispatcher (dev.json); without --token or --tenant, its token (dev-token)"),
+		caFile:      fs.String("ca-file", "", "extra PEM root CA for an https dispatcher (aipfleet dispatch --tls-cert-file signed by a private CA)"),
 	}
 }
 
 // fill copies the parsed client flags into f.
 func (c clientFlags) fill(f *actionFlags) {
-	f.url, f.token, f.tenant, f.issuerKey, f.issuer, f.audience, f.devStateDir =
-		*c.url, *c.token, *c.tenant, *c.issuerKey, *c.issuer, *c.audience, *c.devStateDir
+	f.url, f.token, f.tenant, f.issuerKey, f.issuer, f.audience, f.devStateDir, f.caFile =
+		*c.url, *c.token, *c.tenant, *c.issuerKey, *c.issuer, *c.audience, *c.devStateDir, *c.caFile
+}
+
+// httpClient is the client of the dispatcher's API: one connection at a
+// time, trusting --ca-file's roots besides the system's, through the proxy
+// the environment names (HTTPS_PROXY, NO_PROXY), as before --ca-file.
+func (f *actionFlags) httpClient() (*http.Client, error) {
+	c, err := tlsClient("--ca-file", f.caFile, 2, 2)
+	if err != nil {
+		return nil, err
+	}
+	c.Transport.(*http.Transport).Proxy = http.ProxyFromEnvironment
+	return c, nil
 }
 
 func runAction(ctx context.Context, c *command, e *env, args []string) error {
@@ -199,7 +217,10 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	client := &http.Client{}
+	client, err := f.httpClient()
+	if err != nil {
+		return err
+	}
 	defer client.CloseIdleConnections()
 	switch sub {
 	case "send":

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -516,5 +519,70 @@ func TestActionMultiLineErrorsAreIndented(t *testing.T) {
 		if !strings.Contains(text, c.want) {
 			t.Errorf("%v printed\n%s\nwant it to contain\n%s", c.args, text, c.want)
 		}
+	}
+}
+
+// tlsFront serves backend over HTTPS with httptest's certificate, and
+// returns its URL and a file holding that certificate (the CA a client
+// needs).
+func tlsFront(t *testing.T, backend string) (url, caFile string) {
+	t.Helper()
+	target, err := neturl.Parse(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
+	t.Cleanup(srv.Close)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL, caFile
+}
+
+// An https dispatcher whose certificate a private CA signed (the operator
+// guide's aipfleet dispatch --tls-cert-file) is reached with --ca-file, by
+// action and events alike; without it the certificate is refused.
+func TestDispatcherClientsTrustTheCAFile(t *testing.T) {
+	issuerKey, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "issuer.key")
+	if err := aip.WriteSeedFile(keyFile, issuerKey); err != nil {
+		t.Fatal(err)
+	}
+	v, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: "aipfleet-dev", DIDs: []string{issuerKey.DID()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _, _ := fakeDispatcher(t, v)
+	actions, actionsCA := tlsFront(t, plain.URL)
+	env := map[string]string{"AIP_CLIENT_URL": actions, "AIP_CLIENT_ISSUER_KEY": keyFile}
+	send := []string{"action", "send", "--tenant", "acme", "--capability", "echo.say", "--input", `{}`}
+
+	if _, _, err := runCLI(t, env, send...); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without --ca-file: %v", err)
+	}
+	out, _, err := runCLI(t, env, append(send, "--ca-file", actionsCA)...)
+	if err != nil || !strings.Contains(out, "completed on replica crepl_x") {
+		t.Fatalf("action send --ca-file: %q, %v", out, err)
+	}
+	env["AIP_CLIENT_CA_FILE"] = actionsCA
+	if out, _, err = runCLI(t, env, "action", "get", aip.NewActionID(), "--tenant", "acme"); err != nil || !strings.Contains(out, "crepl_x") {
+		t.Fatalf("action get with $AIP_CLIENT_CA_FILE: %q, %v", out, err)
+	}
+
+	eventsURL, reg := eventsDispatcher(t, issuerKey)
+	ids := appendEvents(t, reg, "acme", "a")
+	events, eventsCA := tlsFront(t, eventsURL)
+	env = map[string]string{"AIP_CLIENT_URL": events, "AIP_CLIENT_ISSUER_KEY": keyFile}
+	if _, _, err := runCLI(t, env, "events", "list", "--tenant", "acme"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("events without --ca-file: %v", err)
+	}
+	if out, _, err = runCLI(t, env, "events", "list", "--tenant", "acme", "--ca-file", eventsCA); err != nil || !strings.Contains(out, ids[0]) {
+		t.Fatalf("events list --ca-file: %q, %v", out, err)
+	}
+
+	notPEM := writeSecret(t, t.TempDir(), "not.pem", "hello")
+	if _, _, err := runCLI(t, env, "events", "list", "--tenant", "acme", "--ca-file", notPEM); err == nil || !strings.Contains(err.Error(), "--ca-file "+notPEM+" holds no PEM certificate") {
+		t.Fatalf("bad --ca-file: %v", err)
 	}
 }

@@ -41,8 +41,9 @@ one page is printed; when more events exist the last line says which
 (the dispatcher restarting or busy) is reported on stderr and asked again,
 any other refusal ends it. The dispatcher and the token are chosen as
 for aipfleet action: --url (by default aipfleet dev's dispatcher, found
-through --dev-state-dir), and --token, --tenant with --issuer-key, or the
-token aipfleet dev wrote in --dev-state-dir. --follow outlasts its token:
+through --dev-state-dir) with --ca-file for a private CA, and --token,
+--tenant with --issuer-key, or the token aipfleet dev wrote in
+--dev-state-dir. --follow outlasts its token:
 one minted with --issuer-key (it lasts 15 minutes) is minted again, and
 aipfleet dev's is read again, shortly before it expires; a --token is used
 as given.`,
@@ -114,7 +115,10 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	if f.client.url, err = baseURL("--url", f.client.url, DefaultDispatchURL); err != nil {
 		return usagef("events: %v", err)
 	}
-	client := &http.Client{}
+	client, err := f.client.httpClient()
+	if err != nil {
+		return err
+	}
 	defer client.CloseIdleConnections()
 	return f.list(ctx, client, e)
 }
