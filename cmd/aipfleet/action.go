@@ -338,11 +338,12 @@ func (e *answerLostError) Unwrap() error { return e.err }
 
 // maybeRan adds to err, the failure of a send that may have reached the
 // dispatcher, which action it was and how to learn its outcome safely. A
-// send the dispatcher never received (nothing answers at --url) needs no
-// such note.
+// send the dispatcher never received (nothing answers at --url, or its
+// certificate was not trusted) needs no such note.
 func (f *actionFlags) maybeRan(err error) error {
 	var down *dispatcherDownError
-	if errors.As(err, &down) {
+	var cert *untrustedCertError
+	if errors.As(err, &down) || errors.As(err, &cert) {
 		return err
 	}
 	return fmt.Errorf("%w\naction %s may or may not have run: ask with `aipfleet action get %s`, or send it again with --action-id %s (it never runs twice)",
@@ -499,6 +500,9 @@ func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, metho
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, &dispatcherDownError{url: f.url, from: f.urlFrom, err: err}
+		}
+		if cert := asUntrustedCert(err, "the dispatcher", f.url); cert != nil {
+			return nil, cert
 		}
 		if ctx.Err() != nil {
 			// Ctrl-C or --request-timeout, not the dispatcher.

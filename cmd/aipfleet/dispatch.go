@@ -253,6 +253,30 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	return err
 }
 
+// untrustedCertError is a request the client itself refused because the
+// server's TLS certificate did not verify: nothing was sent.
+type untrustedCertError struct {
+	// server names what was asked ("the dispatcher", "the control
+	// plane"), url where.
+	server, url string
+	err         error
+}
+
+func (e *untrustedCertError) Error() string {
+	return fmt.Sprintf("%s at %s presented a certificate this client does not trust, so nothing was sent (%v): if your own CA signed it, give that CA with --ca-file", e.server, e.url, e.err)
+}
+func (e *untrustedCertError) Unwrap() error { return e.err }
+
+// asUntrustedCert returns err as an *untrustedCertError when it is a
+// failed verification of the server's certificate, else nil.
+func asUntrustedCert(err error, server, url string) error {
+	var cv *tls.CertificateVerificationError
+	if !errors.As(err, &cv) {
+		return nil
+	}
+	return &untrustedCertError{server: server, url: url, err: cv.Err}
+}
+
 // tlsClient returns an HTTP client keeping up to maxIdle idle connections
 // (maxIdlePerHost to one host) that trusts caFile's roots in addition to the
 // system's when caFile is given; errors about caFile name flagName, the

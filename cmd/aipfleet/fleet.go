@@ -283,6 +283,9 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from s
 			}
 			return fmt.Errorf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", base)
 		}
+		if cert := asUntrustedCert(err, "the control plane", strings.SplitN(u, "/aip/", 2)[0]); cert != nil {
+			return cert
+		}
 		return fmt.Errorf("GET %s: %w", u, err)
 	}
 	defer resp.Body.Close()

@@ -299,3 +299,19 @@ func TestCountsArePluralisedProperly(t *testing.T) {
 		}
 	}
 }
+
+// A control plane whose certificate the client does not trust is named
+// with --ca-file, the flag that fixes it; with the CA given, it is read.
+func TestFleetStatusOfAnHTTPSControlPlane(t *testing.T) {
+	plain, keyFile := fleetServer(t)
+	url, caFile := tlsFront(t, plain)
+	env := map[string]string{"AIP_FLEET_CONTROL_URL": url, "AIP_FLEET_ISSUER_KEY": keyFile, "AIP_FLEET_ISSUER": "ops"}
+	_, _, err := runCLI(t, env, "fleet", "status")
+	if err == nil || !strings.Contains(err.Error(), "the control plane at "+url+" presented a certificate this client does not trust") ||
+		!strings.Contains(err.Error(), "give that CA with --ca-file") {
+		t.Fatalf("untrusted certificate: %v", err)
+	}
+	if out, _, err := runCLI(t, env, "fleet", "status", "--ca-file", caFile); err != nil || !strings.Contains(out, "crepl_r1") {
+		t.Fatalf("--ca-file: %q, %v", out, err)
+	}
+}
