@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gopkg.in/yaml.v3"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -178,13 +179,25 @@ func entryLine(raw []byte, section string, i int) int {
 	return 0
 }
 
+// adminRoleHint is what to add to err, a failed migrate or apply, when
+// PostgreSQL refused it a privilege (SQLSTATE 42501, insufficient_privilege): those commands write
+// the schema and the catalog, which only the admin role may. It is "" for
+// any other error.
+func adminRoleHint(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		return ""
+	}
+	return "; registry migrate and apply write the schema and the catalog, which only the admin role aip_registry_admin of deploy/postgres/roles.sql may: point --database-url-file at that role's URL (the dispatcher's and the control plane's roles cannot change them)"
+}
+
 func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) error {
 	// One connection migrates, verifies and reads the revision back: a
 	// database near max_connections, a role with a connection limit or a
 	// pooler need allow no more.
 	res, err := pgregistry.MigrateSchema(ctx, dbURL)
 	if err != nil {
-		return fmt.Errorf("migrate the registry schema: %w", err)
+		return fmt.Errorf("migrate the registry schema: %w%s", err, adminRoleHint(err))
 	}
 	changed := res.Applied > 0
 	if asJSON {
@@ -212,7 +225,7 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 	defer unlock()
 	reg, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL, ControlMaxConns: 1, DataMaxConns: 1})
 	if err != nil {
-		return fmt.Errorf("open the registry (control pool): %w", err)
+		return fmt.Errorf("open the registry (control pool): %w%s", err, adminRoleHint(err))
 	}
 	defer reg.Close()
 	before, err := reg.CatalogRevision(ctx)
@@ -238,6 +251,9 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 		printApplyReport(e.stdout, name, &rep, before, after)
 	}
 	if applyErr != nil {
+		if hint := adminRoleHint(applyErr); hint != "" {
+			return fmt.Errorf("%s: %w%s", name, applyErr, hint)
+		}
 		return fmt.Errorf("%s: %w; the entries above were applied, fix the file and apply it again", name, applyErr)
 	}
 	if rep.Count(registry.Created)+rep.Count(registry.Updated) > 0 {

@@ -373,3 +373,60 @@ func TestRegistryMigrateUsesOneConnection(t *testing.T) {
 		}
 	}
 }
+
+// registry migrate and apply run with a restricted role's URL (the
+// dispatcher's, the control plane's: the three roles of
+// deploy/postgres/roles.sql sit side by side) say that they need the admin
+// role's, not only PostgreSQL's "permission denied".
+func TestRegistryWritesWithARestrictedRoleNameTheAdminRole(t *testing.T) {
+	env, dbURL, fleet := registryFixture(t)
+	roles, err := os.ReadFile(filepath.Join("..", "..", "deploy", "postgres", "roles.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyRoles := func() {
+		t.Helper()
+		// Roles are cluster-wide: another test run applying the script at
+		// the same time makes a catalog update fail "concurrently".
+		for attempt := 0; ; attempt++ {
+			c, err := pgx.Connect(t.Context(), dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Exec(t.Context(), string(roles))
+			c.Close(t.Context())
+			if err == nil {
+				return
+			}
+			if attempt >= 5 || !strings.Contains(err.Error(), "concurrently") {
+				t.Fatalf("roles.sql: %v", err)
+			}
+		}
+	}
+	as := func(role string) map[string]string {
+		u, err := url.Parse(dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(role)
+		return map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": writeSecret(t, t.TempDir(), role+".url", u.String()+"\n")}
+	}
+	applyRoles()
+	if _, _, err := runCLI(t, as("aip_registry_admin"), "registry", "migrate"); err != nil {
+		t.Fatal(err)
+	}
+	applyRoles()
+	for _, role := range []string{"aip_registry_data", "aip_registry_lifecycle"} {
+		for _, args := range [][]string{{"registry", "migrate"}, {"registry", "apply", "-f", fleet}} {
+			_, _, err := runCLI(t, as(role), args...)
+			if err == nil || !strings.Contains(err.Error(), "SQLSTATE 42501") ||
+				!strings.Contains(err.Error(), "only the admin role aip_registry_admin of deploy/postgres/roles.sql may: point --database-url-file at that role's URL") {
+				t.Errorf("%s as %s: %v", strings.Join(args, " "), role, err)
+			}
+		}
+	}
+	// The admin role's URL (the fixture's superuser works too) applies it.
+	if _, _, err := runCLI(t, env, "registry", "apply", "-f", fleet); err != nil {
+		t.Fatal(err)
+	}
+}
