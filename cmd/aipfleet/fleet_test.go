@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -174,6 +176,15 @@ func TestFleetStatusNeedsAnOperatorToken(t *testing.T) {
 	_, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url, "--dev-state-dir", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "missing Authorization header") || !strings.Contains(err.Error(), "--token") {
 		t.Errorf("without a token: %v", err)
+	}
+	// The control plane's own answer (what curl shows) names the operator
+	// token, not the dispatcher's tenant token.
+	resp, err := http.Get(url + "/aip/v1/fleet/status")
+	noErr(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "aipfleet token --operator") {
+		t.Errorf("without a token, the control plane answered %d %s", resp.StatusCode, body)
 	}
 	tenant, _, err := runCLI(t, nil, "token", "--issuer-key", keyFile, "--issuer", "ops", "--tenant", "acme", "--audience", tenanttoken.OperatorAudience)
 	noErr(t, err)
