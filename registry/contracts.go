@@ -42,7 +42,8 @@ type Resolver interface {
 	// ErrReplicaUnavailable — never a replacement route. A new route picks
 	// the first eligible replica in CompareCandidates order, reserves every
 	// admission scope and the replica atomically with the assignment, and
-	// carries a fresh fence token. Failures: ErrInvalid, ErrBindingUnavailable,
+	// carries a fresh fence token. The hand-out carries req.Claim (none
+	// when it is empty; see UnsentReleaser). Failures: ErrInvalid, ErrBindingUnavailable,
 	// ErrReplicaUnavailable, *CapacityExceededError.
 	Resolve(ctx context.Context, req RouteRequest) (RouteAssignment, error)
 	// Assignment returns the action's assignment (kept after settlement), or

@@ -94,6 +94,9 @@ type RerouteRequest struct {
 	// Topology is the deployment's placement preference, as for a new
 	// route.
 	Topology RouteTopologyPreference `json:"topology"`
+	// Claim names the new assignment's hand-out, as RouteRequest.Claim
+	// does (UnsentReleaser); empty names none.
+	Claim string `json:"claim,omitempty"`
 }
 
 // Rerouter is the contract of the provably-not-started reroute. Both
@@ -109,8 +112,8 @@ type Rerouter interface {
 	// replica exactly as a new route does (same filters, CompareCandidates
 	// order, req.Topology) but never the refusing replica; reserves the
 	// base admission scopes and the replica; and makes the new assignment,
-	// with a fresh fence token, the action's current one, keeping the old
-	// one as history. It returns the new assignment. Selection failures
+	// with a fresh fence token, the action's current one (its hand-out
+	// carrying req.Claim), keeping the old one as history. It returns the new assignment. Selection failures
 	// (ErrBindingUnavailable, ErrReplicaUnavailable, *CapacityExceededError)
 	// and every other error change nothing: the old assignment stays
 	// current with its reservation as it was.
@@ -225,10 +228,11 @@ func routeMismatch(a *RouteAssignment, r *aip.ConnectorRoute) string {
 }
 
 // RerouteRouteRequest returns the route request a reroute selects with: the
-// current assignment's work identity and the given topology preference.
+// current assignment's work identity and the given topology preference
+// and claim.
 func RerouteRouteRequest(req *RerouteRequest) RouteRequest {
 	c := &req.Current
-	return RouteRequest{ActionID: c.ActionID, CapabilityID: c.CapabilityID, TenantID: c.TenantID, Topology: req.Topology}
+	return RouteRequest{ActionID: c.ActionID, CapabilityID: c.CapabilityID, TenantID: c.TenantID, Topology: req.Topology, Claim: req.Claim}
 }
 
 // RerouteHistoryFull rejects a reroute of an action whose history already

@@ -29,6 +29,13 @@ type RouteRequest struct {
 	CapabilityID string                  `json:"capability_id"`
 	TenantID     string                  `json:"tenant_id"`
 	Topology     RouteTopologyPreference `json:"topology"`
+	// Claim, when not empty, is the caller's random name for this one
+	// hand-out (ValidClaim): the registry stores it with the hand-out the
+	// call makes, so that a caller who never learned whether the call
+	// committed, and so never sent the action, can release exactly that
+	// reservation (UnsentReleaser). Empty stores no claim: the hand-out can
+	// only be settled, as before.
+	Claim string `json:"claim,omitempty"`
 }
 
 // Validate checks the request: a verified tenant, an act_ action ID, a
@@ -47,7 +54,74 @@ func (q *RouteRequest) Validate() error {
 	if err := checkIdent(r, q.ActionID, "capability_id", q.CapabilityID); err != nil {
 		return err
 	}
+	if q.Claim != "" && !ValidClaim(q.Claim) {
+		return invalid(r, q.ActionID, "claim", "%q must be 1 to %d letters, digits, '_' or '-'", truncate(q.Claim), MaxClaimBytes)
+	}
 	return q.Topology.validate(q.ActionID)
+}
+
+// MaxClaimBytes bounds a hand-out claim (RouteRequest.Claim).
+const MaxClaimBytes = 64
+
+// ValidClaim reports whether c is a well-formed hand-out claim: 1 to
+// MaxClaimBytes ASCII letters, digits, '_' or '-'. A claim names one
+// hand-out and nothing else, so its caller should draw at least 128 random
+// bits for it (crypto/rand.Text does).
+func ValidClaim(c string) bool {
+	if c == "" || len(c) > MaxClaimBytes {
+		return false
+	}
+	for i := 0; i < len(c); i++ {
+		switch b := c[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '_', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// UnsentReleaser releases the reservation of a hand-out its caller never
+// used: a Resolve or Reroute that may have committed although its caller
+// got an error (a storage failure, a connection lost after COMMIT was
+// sent, a deadline that passed after the commit), so the caller never sent
+// the action. Both backends implement it, and registrytest holds them to
+// the same behaviour.
+type UnsentReleaser interface {
+	// ReleaseUnsent releases, in one atomic step (ordered with every
+	// Resolve, Reroute and settlement of the action), the action's
+	// reservation only if the route is reserved, its last hand-out carries
+	// claim (RouteRequest.Claim) and that hand-out made the reservation.
+	// The release is a cancelled settlement: the replica's count and every
+	// admission counter go down, the circuit is left alone. It reports
+	// whether it released anything. Everything else succeeds changing
+	// nothing: an unknown action, a claim that never committed, a route
+	// released already, a later hand-out (a retry of the action ID, sharing
+	// the reservation or making it again, or a reroute: its holder may be
+	// sending the action), and a claimed hand-out that only shared a
+	// reservation an earlier hand-out made (that one's holder may be
+	// sending it). A malformed action ID or claim is ErrInvalid.
+	ReleaseUnsent(ctx context.Context, actionID, claim string) (bool, error)
+}
+
+// CheckUnsentRelease is the ErrInvalid of a ReleaseUnsent call with a
+// malformed action ID or claim.
+func CheckUnsentRelease(actionID, claim string) error {
+	const r = RecordRouteRequest
+	if err := aip.ValidateID(aip.PrefixAction, actionID); err != nil {
+		return invalid(r, actionID, "action_id", "%v", err)
+	}
+	if !ValidClaim(claim) {
+		return invalid(r, actionID, "claim", "%q must be 1 to %d letters, digits, '_' or '-': pass the claim of the Resolve or Reroute whose answer was lost", truncate(claim), MaxClaimBytes)
+	}
+	return nil
+}
+
+// ReleasesUnsent reports whether ReleaseUnsent presenting claim releases a
+// route that is reserved, whose last hand-out is last carrying lastClaim,
+// and whose reservation hand-out reservedBy made.
+func ReleasesUnsent(claim, lastClaim string, last, reservedBy uint64) bool {
+	return claim != "" && claim == lastClaim && last == reservedBy
 }
 
 // Validate checks the preference's labels, as RouteRequest.Validate does: a

@@ -187,6 +187,9 @@ type routeEntry struct {
 	// settlements of hand-outs before it change nothing
 	// (registry.SettlesReservation); meaningful while reserved.
 	reservedBy uint64
+	// claim is the last hand-out's claim (registry.RouteRequest.Claim;
+	// "" for none), which ReleaseUnsent matches.
+	claim string
 }
 
 func (rt *routeEntry) scopes() []registry.AdmissionScope { return rt.a.Admission.Scopes(rt.retry) }
@@ -896,6 +899,7 @@ func (r *Registry) Resolve(ctx context.Context, req registry.RouteRequest) (regi
 		}
 		rt.resolvedAgain = true
 		rt.handedOut = registry.Millis(now)
+		rt.claim = req.Claim
 		return rt.a.Clone(), nil
 	}
 	return r.assign(&req, now)
@@ -970,6 +974,7 @@ func (r *Registry) place(req *registry.RouteRequest, b *bindingEntry, rep *repli
 		reserved:   true,
 		handedOut:  registry.Millis(now),
 		reservedBy: handOut,
+		claim:      req.Claim,
 	}
 	rt.a.HandOut = handOut // NewAssignment's 1 for a new route
 	r.routes[req.ActionID] = rt
@@ -1158,6 +1163,25 @@ func (r *Registry) settle(ctx context.Context, a registry.RouteAssignment, outco
 	rep := rt.replica
 	rep.rec.Circuit = registry.ApplySettlementToCircuit(rep.rec.Circuit, outcome, &rt.a.Admission, r.clock())
 	return nil
+}
+
+// ReleaseUnsent implements registry.UnsentReleaser, under the mutex, so it
+// is atomic with routing, settlement and lease expiry.
+func (r *Registry) ReleaseUnsent(ctx context.Context, actionID, claim string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := registry.CheckUnsentRelease(actionID, claim); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt, ok := r.routes[actionID]
+	if !ok || !rt.reserved || !registry.ReleasesUnsent(claim, rt.claim, rt.a.HandOut, rt.reservedBy) {
+		return false, nil
+	}
+	r.unreserve(rt, registry.SettlementCancelled) // the circuit is left alone
+	return true, nil
 }
 
 // ---------------------------------------------------------------- FleetStatus

@@ -10,6 +10,9 @@ import (
 // Compile-time guard: Registry implements the reroute contract.
 var _ registry.Rerouter = (*Registry)(nil)
 
+// Compile-time guard: Registry releases unsent hand-outs (memregistry.go).
+var _ registry.UnsentReleaser = (*Registry)(nil)
+
 // Reroute implements registry.Rerouter. The evidence is checked before the
 // mutex is taken; the rest runs under it, so it is atomic with routing,
 // settlement and lease expiry.

@@ -93,6 +93,9 @@ type snapshotRoute struct {
 	// written before hand-outs were numbered: such a route's reservation
 	// is settled by any hand-out, as it was then.
 	ReservedHandOut uint64 `json:"reserved_hand_out,omitempty"`
+	// HandOutClaim is the last hand-out's claim
+	// (registry.RouteRequest.Claim), absent when it named none.
+	HandOutClaim string `json:"hand_out_claim,omitempty"`
 }
 
 type snapshotHistory struct {
@@ -163,7 +166,8 @@ func (r *Registry) snapshot() *snapshot {
 	}
 	for _, rt := range r.routes {
 		s.Routes = append(s.Routes, snapshotRoute{Assignment: rt.a.Clone(), Reserved: rt.reserved, Retry: rt.retry,
-			LastSettlement: rt.last, ResolvedAgain: rt.resolvedAgain, HandedOutAt: rt.handedOut, ReservedHandOut: rt.reservedBy})
+			LastSettlement: rt.last, ResolvedAgain: rt.resolvedAgain, HandedOutAt: rt.handedOut, ReservedHandOut: rt.reservedBy,
+			HandOutClaim: rt.claim})
 	}
 	for id, n := range r.counters {
 		s.Counters = append(s.Counters, registry.AdmissionCounter{Kind: id.kind, Key: id.key, Active: n})
@@ -358,7 +362,7 @@ func (r *Registry) load(s *snapshot) error {
 			return fmt.Errorf("route of action %s appears twice", a.ActionID)
 		}
 		rt := &routeEntry{a: a, replica: rep, reserved: sr.Reserved, retry: sr.Retry, last: sr.LastSettlement, resolvedAgain: sr.ResolvedAgain,
-			handedOut: sr.HandedOutAt, reservedBy: sr.ReservedHandOut}
+			handedOut: sr.HandedOutAt, reservedBy: sr.ReservedHandOut, claim: sr.HandOutClaim}
 		if rt.handedOut.IsZero() {
 			rt.handedOut = r.clock()
 		}

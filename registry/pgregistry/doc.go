@@ -137,8 +137,13 @@
 // the presented assignment column by column and the presented hand-out is
 // at or after reserved_hand_out (the hand-out that made the reservation;
 // migration 0008), with its replica's count and circuit and its counters.
-// Every write that hands a route out raises hand_out in the statement it
-// already sends, so numbering hand-outs costs no round trip. A transaction of one batch needs no BEGIN or
+// Every write that hands a route out raises hand_out, and records the
+// caller's claim of the hand-out (hand_out_claim, with claim_hand_out its
+// number; migration 0010), in the statement it already sends, so numbering
+// and claiming hand-outs costs no round trip. ReleaseUnsent, which
+// releases a claimed hand-out whose caller never learned that it
+// committed, is rare and takes two round trips (unsent.go). A
+// transaction of one batch needs no BEGIN or
 // COMMIT: the statements of a pipelined batch, up to its Sync, run as one
 // implicit transaction that commits at the Sync only if all of them
 // succeeded.

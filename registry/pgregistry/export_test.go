@@ -68,17 +68,27 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 	return r, nil
 }
 
-// RouteStatementsOfBuild7 are this build's read of a route and its update
+// RouteStatementsOfBuild are this build's read of a route and its update
 // when a Resolve returns a held route again, as the build of schema
-// version 7 sent them: without the hand-out columns of migration 0008.
-func RouteStatementsOfBuild7() (read, again string) {
+// version (7, 8 or 9) sent them: without the claim columns of migration
+// 0010 and, for 7, without the hand-out columns of migration 0008. The update
+// takes the action ID and the time.
+func RouteStatementsOfBuild(version int) (read, again string) {
 	cut := func(sql, part string) string {
 		if !strings.Contains(sql, part) {
-			panic("RouteStatementsOfBuild7: " + part + " is no longer in " + sql)
+			panic(fmt.Sprintf("RouteStatementsOfBuild(%d): %s is no longer in %s", version, part, sql))
 		}
 		return strings.Replace(sql, part, "", 1)
 	}
-	return cut(selectRoute, ", hand_out, reserved_hand_out"), cut(markResolvedAgain, ", hand_out = hand_out + 1")
+	read, again = selectRoute, cut(markResolvedAgain, ",\n\t\thand_out_claim = $3::text, claim_hand_out = hand_out + 1")
+	switch version {
+	case 8, 9:
+	case 7:
+		read, again = cut(read, ", hand_out, reserved_hand_out"), cut(again, ", hand_out = hand_out + 1")
+	default:
+		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7, 8 and 9", version))
+	}
+	return read, again
 }
 
 // NewDataPool is the data pool a registry with cfg opens on cfg.DataURL,

@@ -37,13 +37,14 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 	lockReplicas   = `SELECT replica_id FROM aip_registry.connector_replicas WHERE replica_id = ANY($1) ORDER BY replica_id FOR UPDATE`
 	// replaceRoute makes the new assignment the action's current one,
 	// reserved (not as a retry), handed out once: its hand-out is the
-	// action's next, and made the reservation.
+	// action's next, made the reservation and carries the claim $24.
 	replaceRoute = `UPDATE aip_registry.route_assignments SET instance_id = $2, version_id = $3, manifest_digest = $4,
 	replica_id = $5, endpoint = $6, peer_principal_id = $7, peer_principal_kind = $8, peer_did = $9, trust_domain = $10,
 	transport_profile = $11, region = $12, zone = $13, capacity_class = $14, catalog_revision = $15,
 	binding_policy_revision = $16, credential_revision_ref = $17, quota_policy_ref = $18, replica_health_revision = $19,
 	fence_token = $20, admission = $21, assigned_at_ms = $22, reserved = true, retry = false, last_settlement = NULL,
-	resolved_again = false, updated_at_ms = $22, counter_stripe = $23, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1
+	resolved_again = false, updated_at_ms = $22, counter_stripe = $23, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1,
+		hand_out_claim = $24::text, claim_hand_out = hand_out + 1
 WHERE action_id = $1`
 	selectHistory = `SELECT assignment FROM aip_registry.route_history WHERE action_id = $1 ORDER BY seq`
 	routeExists   = `SELECT EXISTS (SELECT 1 FROM aip_registry.route_assignments WHERE action_id = $1)`
@@ -223,7 +224,7 @@ func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.Rou
 		a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
 		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 		nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc,
-		toMS(a.AssignedAt), stripe)
+		toMS(a.AssignedAt), stripe, nullable(req.Claim))
 	if err := p.commit(ctx, b); err != nil {
 		return registry.RouteAssignment{}, scopeFull(err, admission.BaseScopes)
 	}

@@ -136,20 +136,27 @@ UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked
 FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key AND c.stripe = locked.stripe`
 
 	// reserveRoute re-reserves a released route for a retry, in counter
-	// stripe $3, as its next hand-out (which made the reservation); the
-	// route was handed out again, so it can no longer be rerouted.
+	// stripe $3, as its next hand-out (which made the reservation), with
+	// that hand-out's claim $4; the route was handed out again, so it can
+	// no longer be rerouted.
 	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL,
-	resolved_again = true, updated_at_ms = $2, counter_stripe = $3, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1
+	resolved_again = true, updated_at_ms = $2, counter_stripe = $3, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1,
+		hand_out_claim = $4::text, claim_hand_out = hand_out + 1
 WHERE action_id = $1 AND NOT reserved`
 	// markResolvedAgain records that a Resolve returned a reserved route
-	// again, at $2, as its next hand-out (sharing the reservation). Lease
+	// again, at $2, as its next hand-out (sharing the reservation), with
+	// that hand-out's claim $3 (NULL: it named none). Every statement that
+	// hands a route out records its claim this way, with claim_hand_out
+	// the hand-out's number (in an UPDATE every expression reads the row as
+	// it was, so hand_out + 1 is the new hand-out); see unsent.go. Lease
 	// maintenance releases reservations under the replica and route row
 	// locks, not the action lock, so the route the Resolve read as
 	// reserved may have been released since: then replica_taken aborts
 	// the transaction and the route is read and judged again (a released
 	// route is reserved again only if its pinned replica can take it).
 	markResolvedAgain = `WITH again AS (
-	UPDATE aip_registry.route_assignments SET resolved_again = true, updated_at_ms = $2, hand_out = hand_out + 1
+	UPDATE aip_registry.route_assignments SET resolved_again = true, updated_at_ms = $2, hand_out = hand_out + 1,
+		hand_out_claim = $3::text, claim_hand_out = hand_out + 1
 	WHERE action_id = $1 AND reserved RETURNING 1)
 SELECT COALESCE((SELECT 1 FROM again), aip_registry.replica_taken())`
 
@@ -305,7 +312,7 @@ chosen AS (SELECT * FROM free UNION ALL SELECT * FROM waited)`)
 func takeSelect(choice string) string {
 	return "WITH " + choice + ",\n" + countAndRoute(routeParams{
 		action: 3, capability: 4, tenant: 5, manifest: 6, catalogRevision: 7, policyRevision: 8,
-		credential: 9, quota: 10, fence: 11, admission: 12, now: 13, stripe: 14,
+		credential: 9, quota: 10, fence: 11, admission: 12, now: 13, stripe: 14, claim: 15,
 	}, "replica_health_revision") + `
 SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT replica_health_revision FROM routed)`
 }
@@ -313,28 +320,28 @@ SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT r
 // routeParams are the placeholder numbers of a new route's decision in a
 // take statement.
 type routeParams struct {
-	action, capability, tenant, manifest, catalogRevision, policyRevision, credential, quota, fence, admission, now, stripe int
+	action, capability, tenant, manifest, catalogRevision, policyRevision, credential, quota, fence, admission, now, stripe, claim int
 }
 
 // countAndRoute renders the CTEs every take statement shares: counted
 // counts the assignment on the replica CTE chosen locked, and routed
 // inserts the route from that row and the decision in the placeholders p
-// numbers (with the counter stripe of its reservation), returning the
-// expression returning.
+// numbers (with the counter stripe of its reservation and the claim of its
+// first hand-out), returning the expression returning.
 func countAndRoute(p routeParams, returning string) string {
 	return fmt.Sprintf(`counted AS (
 	UPDATE aip_registry.connector_replicas r SET active_assignments = r.active_assignments + 1
 	FROM chosen WHERE r.replica_id = chosen.replica_id
 	RETURNING r.*),
 routed AS (
-	INSERT INTO aip_registry.route_assignments (%s, updated_at_ms, counter_stripe)
+	INSERT INTO aip_registry.route_assignments (%s, updated_at_ms, counter_stripe, hand_out_claim, claim_hand_out)
 	SELECT $%d::text, $%d::text, $%d::text, r.instance_id, r.version_id, $%d::text, r.replica_id, r.endpoint, r.peer_principal_id,
 		r.peer_principal_kind, r.peer_did, r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class,
 		$%d::bigint, $%d::bigint, $%d::text, $%d::text, r.health_revision, $%d::text, $%d::jsonb, $%[12]d::bigint, true, false, NULL, $%[12]d::bigint,
-		$%d::smallint
+		$%d::smallint, $%d::text, 1
 	FROM counted r
 	RETURNING %s)`, routeColumns, p.action, p.capability, p.tenant, p.manifest,
-		p.catalogRevision, p.policyRevision, p.credential, p.quota, p.fence, p.admission, p.now, p.stripe, returning)
+		p.catalogRevision, p.policyRevision, p.credential, p.quota, p.fence, p.admission, p.now, p.stripe, p.claim, returning)
 }
 
 // takeChoice selects and locks the first listed candidate still eligible
@@ -601,7 +608,7 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 	next.HandOut++
 	if s.reserved {
 		b := &pgx.Batch{}
-		b.Queue(markResolvedAgain, a.ActionID, toMS(now))
+		b.Queue(markResolvedAgain, a.ActionID, toMS(now), nullable(req.Claim))
 		if err := p.commit(ctx, b); err != nil {
 			if isReplicaTaken(err) {
 				return registry.RouteAssignment{}, errReplicaTaken // released meanwhile: read it again
@@ -620,7 +627,7 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 	b := &pgx.Batch{}
 	b.Queue(takePinned, a.ReplicaID, toMS(now))
 	queueReserve(b, scopes, stripe)
-	b.Queue(reserveRoute, a.ActionID, toMS(now), stripe)
+	b.Queue(reserveRoute, a.ActionID, toMS(now), stripe, nullable(req.Claim))
 	if err := p.commit(ctx, b); err != nil {
 		if isReplicaTaken(err) {
 			return registry.RouteAssignment{}, unavailable
@@ -718,7 +725,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	}
 	b.Queue(sql, ids, toMS(now), req.ActionID, req.CapabilityID, req.TenantID, top.manifestDigest,
 		int64(top.revision), int64(top.binding.PolicyRevision), nullable(top.binding.CredentialRevisionRef),
-		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now), stripe).QueryRow(func(row pgx.Row) error {
+		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now), stripe, nullable(req.Claim)).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&n, &health); err != nil {
 			return err
 		}

@@ -140,12 +140,12 @@ func chainOf(best []bestBinding, c *candidate, admission registry.AdmissionReser
 // the assignment on it and inserts the route ($10 capability, $11 tenant,
 // $12 manifest digest, $13 binding policy revision, $14 credential
 // revision, $15 quota policy, $16 fence token, $17 admission, $18 counter
-// stripe). It returns
+// stripe, $19 the hand-out's claim). It returns
 // the taken replica; when it took none, replica_taken aborts the
 // transaction.
 var takeBest = "WITH " + takeBestChoice + ",\n" + countAndRoute(routeParams{
 	action: 2, capability: 10, tenant: 11, manifest: 12, catalogRevision: 1, policyRevision: 13,
-	credential: 14, quota: 15, fence: 16, admission: 17, now: 5, stripe: 18,
+	credential: 14, quota: 15, fence: 16, admission: 17, now: 5, stripe: 18, claim: 19,
 }, "1") + `
 SELECT ` + replicaColumnsOf("counted") + ` FROM (SELECT COALESCE((SELECT 1 FROM chosen), aip_registry.replica_taken()) AS ok) AS taken
 LEFT JOIN counted ON true`
@@ -179,7 +179,7 @@ func (r *Registry) resolveBest(ctx context.Context, p *pipe, req *registry.Route
 	b.Queue(takeBest, int64(ch.revision), req.ActionID, ch.binding.InstanceID, ch.versionID, toMS(now),
 		pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,
 		req.CapabilityID, req.TenantID, ch.manifestDigest, int64(ch.binding.PolicyRevision),
-		nullable(ch.binding.CredentialRevisionRef), nullable(ch.binding.QuotaPolicyRef), fence, ch.doc, stripe).QueryRow(func(row pgx.Row) error {
+		nullable(ch.binding.CredentialRevisionRef), nullable(ch.binding.QuotaPolicyRef), fence, ch.doc, stripe, nullable(req.Claim)).QueryRow(func(row pgx.Row) error {
 		var err error
 		rep, err = scanReplica(row)
 		return err

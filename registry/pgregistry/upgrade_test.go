@@ -39,27 +39,29 @@ func oldRolesSQL(t *testing.T) string {
 }
 
 // TestUpgradeKeepsData upgrades a database that the builds of schema
-// versions 5, 6, 7 and 8 populated, the documented way (deploy/postgres/roles.sql
+// versions 5, 6, 7, 8 and 9 populated, the documented way (deploy/postgres/roles.sql
 // of that build, `registry migrate` as the admin role, the data role
 // serving dispatch), to this build: two migrations at once and then one
 // more change nothing but the schema (the columns migration 0008 adds hold
-// their defaults, 0009's pruned_events starts empty), every row and every record read back is the one
-// written, roles.sql run again gives the roles exactly what it documents
-// (as on a fresh install), and the new behaviour works on the old data:
-// old events are pruned by the lifecycle role and not stored again when
-// delivered again, sequences go on,
-// reservations made before the upgrade settle (handed out by the older
-// build, they carry no hand-out) and are handed out again as hand-out 2,
-// the catalog pages in byte order.
+// their defaults, 0009's pruned_events starts empty, the columns 0010 adds
+// are NULL), every row and every record read back is the one written,
+// roles.sql run again gives the roles exactly what it documents (as on a
+// fresh install), and the new behaviour works on the old data: old events
+// are pruned by the lifecycle role and not stored again when delivered
+// again, sequences go on, reservations made before the upgrade settle (handed
+// out by the older build, they carry no hand-out) and are handed out
+// again as hand-out 2, a claim of a hand-out that shared a reservation
+// made before the upgrade releases nothing, a new route's claim releases
+// it, the catalog pages in byte order.
 //
-// This build routes only on a schema with 0008's columns, so it cannot
+// This build routes only on a schema with 0010's columns, so it cannot
 // act as an older build that routes: the older build's database is made
 // by populating one of this build's schema and undoing the later
 // migrations (olderSchema), and checked to have exactly the schema a
 // fresh install of the older version has.
 func TestUpgradeKeepsData(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{5, 6, 7, 8} {
+	for _, from := range []int{5, 6, 7, 8, 9} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testUpgrade(t, from)
@@ -352,7 +354,7 @@ func testUpgrade(t *testing.T, from int) {
 	}
 	old.Close()
 	olderSchema(t, superURL, from)
-	wantRows := tableRows(t, superURL, handOutColumns) // (from 8 on, the older build has them too)
+	wantRows := tableRows(t, superURL, nil)
 	oldLedger := migrationRows(t, superURL)
 	if len(oldLedger) != from {
 		t.Fatalf("the older build recorded %d migrations, want %d", len(oldLedger), from)
@@ -386,10 +388,11 @@ func testUpgrade(t *testing.T, from int) {
 	}
 	applyRoles(t, superURL, rolesSQL(t))
 
-	// Every row is unchanged but for 0008's new columns, which hold their
-	// defaults (every route handed out once), and every record reads back
-	// the same.
-	gotRows := tableRows(t, superURL, handOutColumns)
+	// Every row is unchanged but for the columns the upgrade added: 0008's
+	// hold their defaults (every route handed out once), 0010's are NULL
+	// (no hand-out named a claim); 0009's pruned_events starts empty; and
+	// every record reads back the same.
+	gotRows := tableRows(t, superURL, addedColumns(from))
 	if from < 9 {
 		if n := len(gotRows["pruned_events"]); n != 0 {
 			t.Fatalf("pruned_events holds %d rows right after the upgrade, want none", n)
@@ -403,6 +406,10 @@ func testUpgrade(t *testing.T, from int) {
 	must(t, connect(t, superURL).QueryRow(ctx, `SELECT count(*) FROM aip_registry.route_assignments WHERE hand_out <> 1 OR reserved_hand_out <> 1`).Scan(&odd))
 	if odd != 0 {
 		t.Fatalf("%d routes made before the upgrade do not count as handed out once", odd)
+	}
+	must(t, connect(t, superURL).QueryRow(ctx, `SELECT count(*) FROM aip_registry.route_assignments WHERE hand_out_claim IS NOT NULL OR claim_hand_out IS NOT NULL`).Scan(&odd))
+	if odd != 0 {
+		t.Fatalf("%d routes made before the upgrade carry a claim", odd)
 	}
 	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now})
 	must(t, err)
@@ -467,10 +474,15 @@ func testUpgrade(t *testing.T, from int) {
 			continue
 		}
 		if again == 0 {
-			b, err := r.Resolve(ctx, registry.RouteRequest{ActionID: a.ActionID, TenantID: a.TenantID, CapabilityID: a.CapabilityID})
+			b, err := r.Resolve(ctx, registry.RouteRequest{ActionID: a.ActionID, TenantID: a.TenantID, CapabilityID: a.CapabilityID, Claim: "claim-shared"})
 			must(t, err)
 			if b.HandOut != 2 || !b.Equal(&a) {
 				t.Fatalf("a route reserved before the upgrade, handed out again: hand-out %d (equal %t), want 2", b.HandOut, b.Equal(&a))
+			}
+			// Hand-out 2 shares the reservation hand-out 1 made: its
+			// claim releases nothing.
+			if released, err := r.ReleaseUnsent(ctx, a.ActionID, "claim-shared"); err != nil || released {
+				t.Fatalf("ReleaseUnsent of a hand-out sharing a reservation made before the upgrade: %t, %v; want false", released, err)
 			}
 			again++
 		}
@@ -480,22 +492,33 @@ func testUpgrade(t *testing.T, from int) {
 			t.Fatalf("reservation %s after settling it: %+v, %v", a.ActionID, res, err)
 		}
 	}
-	a, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantA, CapabilityID: "beta.x_1"})
+	a, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: tenantA, CapabilityID: "beta.x_1", Claim: "claim-new"})
 	must(t, err)
 	if a.InstanceID != "cinst_beta" {
 		t.Fatalf("beta.x_1 routed to %s, want cinst_beta", a.InstanceID)
+	}
+	if released, err := r.ReleaseUnsent(ctx, a.ActionID, "claim-new"); err != nil || !released {
+		t.Fatalf("ReleaseUnsent of a new route's claim after the upgrade: %t, %v; want true", released, err)
 	}
 	l, err := r.Ledger(ctx)
 	must(t, err)
 	registrytest.CheckLedger(t, l)
 }
 
-// handOutColumns are the columns migration 0008 adds, by table.
-var handOutColumns = map[string][]string{"route_assignments": {"hand_out", "reserved_hand_out"}}
+// addedColumns are the columns an upgrade from version adds, by table:
+// 0008's hand-outs and 0010's claims.
+func addedColumns(from int) map[string][]string {
+	cols := []string{"hand_out_claim", "claim_hand_out"}
+	if from < 8 {
+		cols = append(cols, "hand_out", "reserved_hand_out")
+	}
+	return map[string][]string{"route_assignments": cols}
+}
 
 // downgrades undo each migration from 0006 on, so that olderSchema can
 // turn a database this build populated into the one an older build left.
 var downgrades = map[int]string{
+	10: `ALTER TABLE aip_registry.route_assignments DROP COLUMN hand_out_claim, DROP COLUMN claim_hand_out`,
 	9: `DROP TRIGGER events_remember_pruned ON aip_registry.events;
 DROP FUNCTION aip_registry.remember_pruned_events();
 DROP TABLE aip_registry.pruned_events;
@@ -676,16 +699,26 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 	return out
 }
 
-// TestMigrateUnderOlderBuildTraffic: the build of schema version 7 keeps
-// reading and handing out routes, appending and reading events and paging
-// the catalog while this build migrates its database (migration 0008 adds
-// route_assignments' hand-out columns): no call fails, and every tenant's
-// event sequences stay gapless. This build routes only on a schema with
-// those columns, so the older build's route traffic is its statements
-// (RouteStatementsOfBuild7) on a pool of its own, prepared and cached per
-// connection as pgx does, on routes made before the migration.
+// TestMigrateUnderOlderBuildTraffic: the builds of schema versions 7, 8
+// and 9 keep reading and handing out routes, appending and reading events and
+// paging the catalog while this build migrates their database (migration
+// 0008 adds route_assignments' hand-out columns, 0010 its claim columns):
+// no call fails, and every tenant's event sequences stay gapless. This
+// build routes only on a schema with those columns, so the older build's
+// route traffic is its statements (RouteStatementsOfBuild) on a pool of
+// its own, prepared and cached per connection as pgx does, on routes made
+// before the migration.
 func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	t.Parallel()
+	for _, from := range []int{7, 8, 9} {
+		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
+			t.Parallel()
+			testMigrateUnderTraffic(t, from)
+		})
+	}
+}
+
+func testMigrateUnderTraffic(t *testing.T, from int) {
 	ctx := t.Context()
 	dbURL := pgtest.NewDatabase(t)
 	clock := registrytest.NewClock(registrytest.Epoch)
@@ -693,14 +726,14 @@ func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	must(t, err)
 	w := populate(t, cur, clock)
 	cur.Close()
-	olderSchema(t, dbURL, 7)
-	old, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: dbURL, Now: clock.Now}, 7)
+	olderSchema(t, dbURL, from)
+	old, err := pgregistry.OpenBuild(ctx, pgregistry.Config{ControlURL: dbURL, Now: clock.Now}, from)
 	must(t, err)
 	defer old.Close()
 	oldPool, err := pgxpool.New(ctx, dbURL)
 	must(t, err)
 	defer oldPool.Close()
-	readRoute, resolvedAgain := pgregistry.RouteStatementsOfBuild7()
+	readRoute, resolvedAgain := pgregistry.RouteStatementsOfBuild(from)
 	var reserved []string
 	for i, a := range w.routes {
 		if !w.settled[i] {

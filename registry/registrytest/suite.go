@@ -35,6 +35,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Reroute", func(t *testing.T) { runReroute(t, newBackend) })
 	t.Run("Orphans", func(t *testing.T) { runOrphans(t, newBackend) })
 	t.Run("HandOuts", func(t *testing.T) { runHandOuts(t, newBackend) })
+	t.Run("Unsent", func(t *testing.T) { runUnsent(t, newBackend) })
 	t.Run("Events", func(t *testing.T) { runEvents(t, newBackend) })
 	t.Run("Model", func(t *testing.T) { runModel(t, newBackend) })
 }
