@@ -128,7 +128,10 @@ type Config struct {
 	// SettleRetryTimeout is how long a settlement the registry did not
 	// confirm (a storage failure or a timeout) is retried in the
 	// background, so its route's reservation is released once the registry
-	// is back. Defaults to 2m; negative disables the retries.
+	// is back. It bounds the same way the background release of a
+	// reservation a failed Resolve or Reroute may have made for an action
+	// that was never sent (unsent.go). Defaults to 2m; negative disables
+	// the retries (such a release is then tried once).
 	SettleRetryTimeout time.Duration
 	// ReconcileInterval is how often Run settles orphaned reservations
 	// (Reconcile) when Deps.Reservations is set. Defaults to 1m; negative

@@ -51,6 +51,14 @@
 // hand-out whose reservation was released and made again since for a
 // retry changes nothing (docs/routing.md, "Hand-outs").
 //
+// A Resolve or Reroute that failed in a way that may have committed (a
+// storage failure, a context error: anything but a definite refusal) sent
+// nothing; when the registry implements registry.UnsentReleaser, each such
+// call carries a fresh random claim, and the dispatcher releases the
+// hand-out it names in the background (bounded by SettleRetryTimeout), so
+// a reservation made for an action that was never sent does not wait for
+// reconciliation (docs/routing.md, "Lost commits").
+//
 // # Provably-not-started reroute
 //
 // The one exception to pinning: when the pinned replica answers the action

@@ -246,12 +246,16 @@ func (d *Dispatcher) resolve(ctx context.Context, tenant string, req *ActionRequ
 	ctx, span := d.tracer.Start(ctx, SpanResolve)
 	defer span.End()
 	defer d.m.stage("resolve", time.Now())
+	claim := d.claimFor()
 	a, err := d.deps.Resolver.Resolve(ctx, registry.RouteRequest{
-		ActionID: req.ActionID, CapabilityID: req.CapabilityID, TenantID: tenant, Topology: d.cfg.Topology,
+		ActionID: req.ActionID, CapabilityID: req.CapabilityID, TenantID: tenant, Topology: d.cfg.Topology, Claim: claim,
 	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
+		// Nothing is sent; a hand-out that committed unseen is released
+		// (unsent.go).
+		d.releaseUnsent("resolve", req.ActionID, claim, err)
 		return a, err
 	}
 	span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID), attribute.String("aip.fence_token", a.FenceToken))
@@ -265,15 +269,20 @@ func (d *Dispatcher) reroute(ctx context.Context, a *registry.RouteAssignment, h
 		attribute.String(AttrErrorCode, h.refusal().Code)))
 	defer span.End()
 	defer d.m.stage("reroute", time.Now())
+	claim := d.claimFor()
 	next, err := d.deps.Rerouter.Reroute(ctx, registry.RerouteRequest{
 		Current:  *a,
 		Evidence: registry.RefusalEvidence{Request: h.request, Response: h.response},
 		Topology: d.cfg.Topology,
+		Claim:    claim,
 	})
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		d.m.reroutes.WithLabelValues(rerouteResult(err)).Inc()
+		// Nothing is sent to the new replica; a reroute that committed
+		// unseen has its new reservation released (unsent.go).
+		d.releaseUnsent("reroute", a.ActionID, claim, err)
 		return next, err
 	}
 	span.SetAttributes(attribute.String(AttrReplica, next.ReplicaID))

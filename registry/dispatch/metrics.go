@@ -21,6 +21,7 @@ type metrics struct {
 	settleFailures prometheus.Counter
 	settleRetries  prometheus.Counter
 	reconciled     *prometheus.CounterVec
+	unsentReleases *prometheus.CounterVec
 	requests       *prometheus.CounterVec
 	// The connector-event ingress.
 	eventDeliveries *prometheus.CounterVec
@@ -66,6 +67,10 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 			Name: "aip_dispatch_reconciled_total",
 			Help: "Orphaned reservations looked at by reconciliation, by result: settled, in_progress, unanswered.",
 		}, []string{"result"}),
+		unsentReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aip_dispatch_unsent_releases_total",
+			Help: "Releases of reservations a failed resolve or reroute may have made for an action that was never sent, by result: released, unchanged (nothing of this call held), gave_up (left to reconciliation).",
+		}, []string{"result"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_http_requests_total",
 			Help: "API requests by route and HTTP status.",
@@ -108,11 +113,14 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 	for _, r := range []string{"settled", "in_progress", "unanswered"} {
 		m.reconciled.WithLabelValues(r)
 	}
+	for _, r := range []string{unsentReleased, unsentUnchanged, unsentGaveUp} {
+		m.unsentReleases.WithLabelValues(r)
+	}
 	for _, r := range []string{"accepted", "invalid", "not_authorized", "unavailable", "idempotency_conflict", "capacity", "peer_capacity"} {
 		m.eventDeliveries.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{
-		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.reconciled, m.requests,
+		m.actions, m.errors, m.duration, m.stages, m.reroutes, m.settleFailures, m.settleRetries, m.reconciled, m.unsentReleases, m.requests,
 		m.eventDeliveries, m.eventsStored,
 		waiting("budget", func(s readbudget.Stats) int { return s.WaitingBudget }),
 		waiting("peer_share", func(s readbudget.Stats) int { return s.WaitingShare }),
