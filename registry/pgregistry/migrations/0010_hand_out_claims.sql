@@ -12,7 +12,7 @@
 -- whose Resolve failed after it may have committed, and which therefore
 -- never sent the action, gives the capacity back at once instead of
 -- leaving it to reconciliation. Comparing the number too keeps the check
--- exact while builds of schema 8, which hand routes out without writing
+-- exact while builds of schema 8 or 9, which hand routes out without writing
 -- these columns, still run beside this one during an upgrade: their
 -- hand-outs raise hand_out past claim_hand_out.
 --
