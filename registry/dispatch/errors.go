@@ -152,14 +152,19 @@ func hostStatus(code string) int {
 // hostSettlement is how a replica's signed error settles the route: codes
 // that leave the outcome uncertain count as outcome_unknown; action in
 // progress settles nothing (the action runs for another delivery, whose
-// dispatcher settles the reservation); the others are definitive answers
-// given before this delivery ran anything.
+// dispatcher settles the reservation); action expired settles pruned (the
+// replica's journal no longer knows the action, which may have finished
+// there: its outcome is unknown, but the replica did nothing wrong, so its
+// circuit is left alone); the others are definitive answers given before
+// this delivery ran anything.
 func hostSettlement(code string) registry.RouteSettlement {
 	switch code {
 	case hostOutcomeUnknown, hostExecution, hostStorageUnavailable, hostReplay:
 		return registry.SettlementOutcomeUnknown
 	case hostActionInProgress:
 		return "" // running for another delivery, which settles it
+	case hostActionExpired:
+		return registry.SettlementPruned
 	}
 	return registry.SettlementCancelled
 }

@@ -164,8 +164,9 @@ func TestSignedAnswersSettle(t *testing.T) {
 
 // TestPrunedActionExpires: once the pinned replica pruned a finished action
 // after its retention, a retry of the action ID is answered 410
-// connector_host.action_expired (settled cancelled) and runs nothing, and
-// GET shows the replica's state pruned.
+// connector_host.action_expired (settled pruned, not cancelled: it may have
+// finished there) and runs nothing, and GET shows the replica's state
+// pruned and the route's last settlement pruned.
 func TestPrunedActionExpires(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	j, err := sqliteruntime.Open(w.ctx, sqliteruntime.Config{Dir: t.TempDir()})
@@ -181,7 +182,7 @@ func TestPrunedActionExpires(t *testing.T) {
 		t.Fatalf("PruneActions = %d, %v", n, err)
 	}
 	status, resp := w.act(req)
-	if status != http.StatusGone || resp.Error == nil || resp.Error.Code != hostsdk.CodeActionExpired || resp.Settlement != registry.SettlementCancelled {
+	if status != http.StatusGone || resp.Error == nil || resp.Error.Code != hostsdk.CodeActionExpired || resp.Settlement != registry.SettlementPruned {
 		t.Fatalf("retry after pruning: %d %+v %q", status, resp.Error, resp.Settlement)
 	}
 	if runs := w.counter.runs(req.ActionID); len(runs) != 1 {
@@ -190,7 +191,8 @@ func TestPrunedActionExpires(t *testing.T) {
 	code, body, _ := w.call(http.MethodGet, dispatch.PathActions+"/"+req.ActionID, tenant, nil)
 	var st dispatch.ActionStatusResponse
 	must(t, json.Unmarshal(body, &st))
-	if code != http.StatusOK || !st.Replica.Reachable || st.Replica.State != aip.StatePruned || st.Reservation.Reserved {
+	if code != http.StatusOK || !st.Replica.Reachable || st.Replica.State != aip.StatePruned || st.Reservation.Reserved ||
+		st.Reservation.LastSettlement != registry.SettlementPruned {
 		t.Fatalf("status %d: %s", code, body)
 	}
 	w.idle()
