@@ -67,6 +67,14 @@ func retryableSettle(err error) bool {
 // changes nothing (the outcome is not counted twice).
 func (d *Dispatcher) retrySettle(a registry.RouteAssignment, s registry.RouteSettlement, first error) {
 	log := d.log.With("action_id", a.ActionID, "replica_id", a.ReplicaID, "settlement", s)
+	if errors.Is(first, registry.ErrFenceLost) {
+		// The route was reassigned since this hand-out (a reroute, perhaps
+		// one whose answer was lost): the reassignment released the
+		// reservation this settlement was for, and the new one is its
+		// holder's (or released unsent, unsent.go).
+		log.Warn("settle found the route reassigned; the reassignment released this reservation", "error", first)
+		return
+	}
 	if d.cfg.SettleRetryTimeout < 0 || !retryableSettle(first) {
 		log.Error("settle failed; the route stays reserved", "error", first)
 		return
