@@ -74,7 +74,14 @@
 // cycle prunes again, so pruning keeps up with any rate of events that
 // fits in the cycles' batches); a failure is logged and counted
 // (aip_connector_control_event_prune_failures_total) without failing the
-// cycle.
+// cycle. The log keeps the IDs of the events it prunes (so that a host
+// delivering one again does not have it stored twice); after the events,
+// the same pruning forgets, in as many batches, the IDs of events received
+// longer than Config.PrunedEventIDsRetention ago (365 days;
+// KeepPrunedEventIDsForever keeps them), counted in
+// aip_connector_control_pruned_event_ids_forgotten_total, failures in
+// aip_connector_control_pruned_event_ids_forget_failures_total: an event
+// delivered again after its ID was forgotten is stored again.
 //
 // # Other routes
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
@@ -161,13 +162,15 @@ func (s *Service) releaseStranded(ctx context.Context) (int, error) {
 }
 
 // pruneEvents deletes the events received longer than EventRetention ago,
-// at most once a minute, in batches, each bounded by StoreTimeout. A
-// pruning bounds its batches so that it holds up the cycle's lease work
-// little; when it stops at that bound with events left, the next cycle
-// prunes again rather than waiting a minute, so a fleet that stores more
-// events a minute than one pruning deletes does not keep ever more of them
-// than its retention says. A failure is logged and counted but does not
-// fail the cycle: leases matter more than old events.
+// then forgets the IDs of pruned events received longer than
+// PrunedEventIDsRetention ago, at most once a minute, each in batches,
+// each batch bounded by StoreTimeout. A pruning bounds its batches so that
+// it holds up the cycle's lease work little; when it stops at that bound
+// with events or IDs left, the next cycle prunes again rather than
+// waiting a minute, so a fleet that stores more events a minute than one
+// pruning deletes does not keep ever more of them (or of their IDs) than
+// its retentions say. A failure is logged and counted but does not fail
+// the cycle: leases matter more than old events.
 func (s *Service) pruneEvents(ctx context.Context) {
 	if s.pruner == nil {
 		return
@@ -180,25 +183,24 @@ func (s *Service) pruneEvents(ctx context.Context) {
 	}
 	s.lastEventPrune = now
 	s.pruneMu.Unlock()
-	before := now.Add(-s.cfg.EventRetention)
-	total, backlog := 0, true
-	for range eventPruneMaxBatches {
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		n, err := s.pruner.PruneEvents(sctx, before, eventPruneBatch)
-		cancel()
-		total += n
-		s.m.eventsPruned.Add(float64(n))
-		if err != nil {
-			if ctx.Err() == nil {
-				s.m.eventPruneErrors.Inc()
-				s.log.Warn("prune the event log", "error", err, "received_before", before.UTC().Format(time.RFC3339))
-			}
-			backlog = false // a failing store is asked again in a minute
-			break
+	backlog := false
+	if s.cfg.EventRetention != KeepEventsForever {
+		before := now.Add(-s.cfg.EventRetention)
+		total, more := s.pruneBatches(ctx, before, s.pruner.PruneEvents, s.m.eventsPruned, s.m.eventPruneErrors, "prune the event log")
+		backlog = more
+		if total > 0 {
+			s.log.Info("pruned events older than the event retention", "events", total,
+				"received_before", before.UTC().Format(time.RFC3339), "retention", s.cfg.EventRetention.String())
 		}
-		if n < eventPruneBatch {
-			backlog = false
-			break
+	}
+	if s.cfg.PrunedEventIDsRetention != KeepPrunedEventIDsForever {
+		before := now.Add(-s.cfg.PrunedEventIDsRetention)
+		total, more := s.pruneBatches(ctx, before, s.pruner.ForgetPrunedEvents, s.m.idsForgotten, s.m.idForgetErrors,
+			"forget the IDs of pruned events")
+		backlog = backlog || more
+		if total > 0 {
+			s.log.Info("forgot the IDs of pruned events older than the pruned-event-ID retention; delivered again, those events are stored again",
+				"ids", total, "received_before", before.UTC().Format(time.RFC3339), "retention", s.cfg.PrunedEventIDsRetention.String())
 		}
 	}
 	if backlog {
@@ -206,10 +208,34 @@ func (s *Service) pruneEvents(ctx context.Context) {
 		s.lastEventPrune = time.Time{} // the next cycle goes on
 		s.pruneMu.Unlock()
 	}
-	if total > 0 {
-		s.log.Info("pruned events older than the event retention", "events", total,
-			"received_before", before.UTC().Format(time.RFC3339), "retention", s.cfg.EventRetention.String())
+}
+
+// pruneBatches calls prune(before, eventPruneBatch) up to
+// eventPruneMaxBatches times, each bounded by StoreTimeout, until a call
+// deletes less than a batch, adding what each deletes to done. A failure
+// is counted in failed and logged (as what), and ends the pruning. It
+// returns how many were deleted, and whether the last batch was full (more
+// may be left).
+func (s *Service) pruneBatches(ctx context.Context, before time.Time, prune func(context.Context, time.Time, int) (int, error),
+	done, failed prometheus.Counter, what string) (total int, more bool) {
+	for range eventPruneMaxBatches {
+		sctx, cancel := context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		n, err := prune(sctx, before, eventPruneBatch)
+		cancel()
+		total += n
+		done.Add(float64(n))
+		if err != nil {
+			if ctx.Err() == nil {
+				failed.Inc()
+				s.log.Warn(what, "error", err, "received_before", before.UTC().Format(time.RFC3339))
+			}
+			return total, false // a failing store is asked again in a minute
+		}
+		if n < eventPruneBatch {
+			return total, false
+		}
 	}
+	return total, true
 }
 
 func (s *Service) observeFleet(st *registry.FleetStatusSummary) {

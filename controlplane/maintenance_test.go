@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -173,11 +174,16 @@ func TestMaintenanceFailuresMakeNotReady(t *testing.T) {
 	}
 }
 
-// failingPruner is a store whose event pruning fails.
+// failingPruner is a store whose event pruning and forgetting of pruned
+// IDs fail.
 type failingPruner struct{ controlplane.Store }
 
 func (failingPruner) PruneEvents(context.Context, time.Time, int) (int, error) {
 	return 0, errors.Join(registry.ErrStorage, errors.New("permission denied for table events"))
+}
+
+func (failingPruner) ForgetPrunedEvents(context.Context, time.Time, int) (int, error) {
+	return 0, errors.Join(registry.ErrStorage, errors.New("permission denied for table pruned_events"))
 }
 
 // TestMaintenancePrunesEvents: maintenance deletes the events received
@@ -266,6 +272,142 @@ func TestMaintenancePrunesEvents(t *testing.T) {
 	// And a retention below an hour is refused.
 	if err := (controlplane.Config{EventRetention: time.Minute}).Validate(); err == nil || !strings.Contains(err.Error(), "EventRetention") {
 		t.Fatalf("Validate(EventRetention 1m) = %v", err)
+	}
+}
+
+// TestMaintenanceForgetsPrunedEventIDs: maintenance forgets the IDs of
+// pruned events received longer than PrunedEventIDsRetention ago (their
+// storage is bounded), keeps the newer ones, counts and logs what it
+// forgot; an event delivered again after its ID was forgotten is stored
+// again. A failure is counted without failing the cycle;
+// KeepPrunedEventIDsForever keeps them; forgetting goes on when events are
+// kept for ever (IDs pruned before); the retention is validated.
+func TestMaintenanceForgetsPrunedEventIDs(t *testing.T) {
+	logs := &syncBuffer{}
+	e := newEnv(t, newMemBackend, func(c *controlplane.Config) {
+		c.EventRetention, c.PrunedEventIDsRetention = time.Hour, 3*time.Hour
+		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	log := e.b.Store.(registry.EventLog)
+	deliver := func(log registry.EventLog, id string) registry.StoredEvent {
+		t.Helper()
+		b := registrytest.EventBatch("tenant-p", "r1", id)
+		b.ReceivedAt = e.clock.Now()
+		got, err := log.AppendEvents(e.ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+	maintain := func(svc *controlplane.Service) {
+		t.Helper()
+		if _, err := svc.Maintain(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver(log, "old")
+	e.clock.Advance(30 * time.Minute)
+	deliver(log, "newer")
+	e.clock.Advance(61 * time.Minute) // old 91 min, newer 61 min: both pruned
+	maintain(e.svc)
+	if v := metricValue(t, e, controlplane.MetricEventsPruned, ""); v != 2 {
+		t.Fatalf("%s = %v, want 2", controlplane.MetricEventsPruned, v)
+	}
+	e.clock.Advance(time.Hour) // old 151 min: its ID is kept
+	maintain(e.svc)
+	if g := deliver(log, "old"); !g.Pruned {
+		t.Fatalf("old, 151 min after its receipt, delivered again: %+v, want Pruned (the IDs are kept 3 h)", g)
+	}
+	e.clock.Advance(40 * time.Minute) // old 191 min, newer 161 min
+	maintain(e.svc)
+	if v := metricValue(t, e, controlplane.MetricPrunedEventIDsForgotten, ""); v != 1 {
+		t.Fatalf("%s = %v, want 1", controlplane.MetricPrunedEventIDsForgotten, v)
+	}
+	if g := deliver(log, "newer"); !g.Pruned {
+		t.Fatalf("newer, 161 min after its receipt, delivered again: %+v, want Pruned", g)
+	}
+	// The documented consequence: delivered again after its ID was
+	// forgotten, the event is stored a second time.
+	if g := deliver(log, "old"); g.Pruned || g.Sequence != 3 {
+		t.Fatalf("old delivered again after its ID was forgotten: %+v, want it stored as sequence 3", g)
+	}
+	if !slices.Contains(logs.messages(t), "INFO forgot the IDs of pruned events older than the pruned-event-ID retention; delivered again, those events are stored again") {
+		t.Fatalf("no log line of the forgotten IDs: %v", logs.messages(t))
+	}
+
+	// A forgetting that fails is counted; the cycle succeeds.
+	svc, err := controlplane.New(controlKey, failingPruner{e.b.Store}, controlplane.Config{Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Maintain(e.ctx); err != nil {
+		t.Fatalf("a failed forgetting failed the cycle: %v", err)
+	}
+	rec := httptestGet(svc, controlplane.PathMetrics)
+	if !strings.Contains(rec.Body.String(), controlplane.MetricPrunedEventIDsForgetFailures+" 1") {
+		t.Fatalf("%s not counted:\n%s", controlplane.MetricPrunedEventIDsForgetFailures, rec.Body.String())
+	}
+
+	// KeepPrunedEventIDsForever forgets nothing; events kept for ever do
+	// not stop the forgetting of IDs pruned before.
+	for _, c := range []struct {
+		name             string
+		events, ids      time.Duration
+		storedAgainAfter bool
+	}{
+		{"KeepPrunedEventIDsForever", time.Hour, controlplane.KeepPrunedEventIDsForever, false},
+		{"KeepEventsForever", controlplane.KeepEventsForever, 2 * time.Hour, true},
+	} {
+		k := newEnv(t, newMemBackend, func(cfg *controlplane.Config) { cfg.EventRetention, cfg.PrunedEventIDsRetention = c.events, c.ids })
+		klog := k.b.Store.(registry.EventLog)
+		b := registrytest.EventBatch("tenant-k", "r1", "gone")
+		b.ReceivedAt = k.clock.Now()
+		if _, err := klog.AppendEvents(k.ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		k.clock.Advance(90 * time.Minute)
+		if n, err := k.b.Store.(registry.EventPruner).PruneEvents(k.ctx, k.clock.Now(), 10); err != nil || n != 1 {
+			t.Fatalf("%s: PruneEvents = %d, %v", c.name, n, err)
+		}
+		k.clock.Advance(10 * 365 * 24 * time.Hour)
+		if _, err := k.svc.Maintain(k.ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.ReceivedAt = k.clock.Now()
+		got, err := klog.AppendEvents(k.ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0].Pruned == c.storedAgainAfter {
+			t.Fatalf("%s: the pruned event delivered again 10 years later: %+v, want stored again %t", c.name, got[0], c.storedAgainAfter)
+		}
+	}
+
+	// The retention is validated.
+	for _, c := range []struct {
+		cfg  controlplane.Config
+		want string
+	}{
+		{controlplane.Config{PrunedEventIDsRetention: time.Minute}, "PrunedEventIDsRetention 1m0s is below 1h0m0s"},
+		{controlplane.Config{PrunedEventIDsRetention: -2}, "PrunedEventIDsRetention -2ns is below 1h0m0s"},
+		{controlplane.Config{PrunedEventIDsRetention: 24 * time.Hour}, "PrunedEventIDsRetention 24h0m0s is below EventRetention 720h0m0s"},
+		{controlplane.Config{EventRetention: 400 * 24 * time.Hour}, "PrunedEventIDsRetention 8760h0m0s is below EventRetention 9600h0m0s"},
+	} {
+		err := c.cfg.Validate()
+		var ce *controlplane.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "PrunedEventIDsRetention" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v, want a ConfigError %q", c.cfg, err, c.want)
+		}
+	}
+	for _, cfg := range []controlplane.Config{
+		{},
+		{EventRetention: 400 * 24 * time.Hour, PrunedEventIDsRetention: 400 * 24 * time.Hour},
+		{EventRetention: controlplane.KeepEventsForever, PrunedEventIDsRetention: time.Hour},
+		{PrunedEventIDsRetention: controlplane.KeepPrunedEventIDsForever},
+	} {
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v, want nil", cfg, err)
+		}
 	}
 }
 

@@ -34,6 +34,12 @@ const (
 	MetricEventsPruned = "aip_connector_control_events_pruned_total"
 	// MetricEventPruneFailures counts event prunings that failed.
 	MetricEventPruneFailures = "aip_connector_control_event_prune_failures_total"
+	// MetricPrunedEventIDsForgotten counts IDs of pruned events the event
+	// log forgot after Config.PrunedEventIDsRetention.
+	MetricPrunedEventIDsForgotten = "aip_connector_control_pruned_event_ids_forgotten_total"
+	// MetricPrunedEventIDsForgetFailures counts forgettings of pruned
+	// event IDs that failed.
+	MetricPrunedEventIDsForgetFailures = "aip_connector_control_pruned_event_ids_forget_failures_total"
 	// MetricFleetViewRefusals counts fleet view requests refused 401 (not
 	// an operator's).
 	MetricFleetViewRefusals = "aip_connector_control_fleet_view_refusals_total"
@@ -57,6 +63,8 @@ type metrics struct {
 	activeAssignments prometheus.Gauge
 	eventsPruned      prometheus.Counter
 	eventPruneErrors  prometheus.Counter
+	idsForgotten      prometheus.Counter
+	idForgetErrors    prometheus.Counter
 	fleetViewRefusals prometheus.Counter
 }
 
@@ -106,6 +114,10 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 			Help: "Events of the fleet's event log deleted after the event retention."}),
 		eventPruneErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricEventPruneFailures,
 			Help: "Event log prunings that failed (the lease maintenance goes on)."}),
+		idsForgotten: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricPrunedEventIDsForgotten,
+			Help: "IDs of pruned events the event log forgot after the pruned-event-ID retention (delivered again, such an event is stored again)."}),
+		idForgetErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricPrunedEventIDsForgetFailures,
+			Help: "Forgettings of pruned event IDs that failed (the lease maintenance goes on)."}),
 		fleetViewRefusals: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricFleetViewRefusals,
 			Help: "Fleet view requests refused 401 because they were not an operator's (Config.OperatorAuth)."}),
 	}
@@ -135,7 +147,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.requests, m.rejections, m.replays, m.duration, m.batchCommands, m.batchDuration, m.batchFailures,
 		m.leasesExpired, m.strandedReleased, m.maintenanceErrors, m.maintenanceLast, m.replicas, m.readyCapacity, m.activeAssignments, running,
-		m.eventsPruned, m.eventPruneErrors, m.fleetViewRefusals,
+		m.eventsPruned, m.eventPruneErrors, m.idsForgotten, m.idForgetErrors, m.fleetViewRefusals,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -53,10 +53,18 @@ const (
 	MinEventRetention = time.Hour
 	// KeepEventsForever, as Config.EventRetention, never prunes events.
 	KeepEventsForever time.Duration = -1
+	// DefaultPrunedEventIDsRetention is how long, by default, the event
+	// log remembers the ID of an event it pruned, counted from the event's
+	// receipt: a host delivering the event again within it is answered
+	// without the event being stored twice.
+	DefaultPrunedEventIDsRetention = 365 * 24 * time.Hour
+	// KeepPrunedEventIDsForever, as Config.PrunedEventIDsRetention,
+	// never forgets the ID of a pruned event.
+	KeepPrunedEventIDsForever time.Duration = -1
 	// eventPruneEvery is how often, at most, maintenance prunes events
-	// (unless the last pruning stopped at its bound with events left: then
-	// the next cycle goes on), and eventPruneBatch and
-	// eventPruneMaxBatches bound one pruning.
+	// and forgets pruned IDs (unless the last pruning stopped at its bound
+	// with events or IDs left: then the next cycle goes on), and
+	// eventPruneBatch and eventPruneMaxBatches bound one pruning of each.
 	eventPruneEvery      = time.Minute
 	eventPruneBatch      = 1000
 	eventPruneMaxBatches = 10
@@ -123,6 +131,17 @@ type Config struct {
 	// a minute. Defaults to 30 days; at least MinEventRetention;
 	// KeepEventsForever keeps them all.
 	EventRetention time.Duration
+	// PrunedEventIDsRetention is how long the event log remembers the ID
+	// of an event it pruned, counted from the event's receipt (so it
+	// bounds the storage of those IDs as EventRetention bounds the
+	// events'): when the store implements registry.EventPruner,
+	// maintenance forgets older IDs, at most once a minute, after pruning
+	// events. A host that delivers an event again after its ID was
+	// forgotten has it stored a second time. Defaults to 365 days; at
+	// least MinEventRetention and EventRetention (a shorter one would
+	// forget IDs as soon as their events are pruned);
+	// KeepPrunedEventIDsForever keeps them all.
+	PrunedEventIDsRetention time.Duration
 
 	// OperatorAuth decides whether a request is an operator's: nil admits
 	// it; an error refuses it, and its text is the reason of the 401
@@ -181,6 +200,9 @@ func (c Config) withDefaults() Config {
 	if c.EventRetention == 0 {
 		c.EventRetention = DefaultEventRetention
 	}
+	if c.PrunedEventIDsRetention == 0 {
+		c.PrunedEventIDsRetention = DefaultPrunedEventIDsRetention
+	}
 	return c
 }
 
@@ -234,6 +256,11 @@ func (c *Config) validate() error {
 		return bad("MaintenanceMaxBackoff", c.MaintenanceMaxBackoff, "is below MaintenanceInterval %s", c.MaintenanceInterval)
 	case c.EventRetention != KeepEventsForever && c.EventRetention < MinEventRetention:
 		return bad("EventRetention", c.EventRetention, "is below %s (KeepEventsForever keeps every event)", MinEventRetention)
+	case c.PrunedEventIDsRetention != KeepPrunedEventIDsForever && c.PrunedEventIDsRetention < MinEventRetention:
+		return bad("PrunedEventIDsRetention", c.PrunedEventIDsRetention, "is below %s (KeepPrunedEventIDsForever keeps the IDs of pruned events)", MinEventRetention)
+	case c.PrunedEventIDsRetention != KeepPrunedEventIDsForever && c.EventRetention != KeepEventsForever && c.PrunedEventIDsRetention < c.EventRetention:
+		return bad("PrunedEventIDsRetention", c.PrunedEventIDsRetention,
+			"is below EventRetention %s: the ID of a pruned event would be forgotten with it, and a host delivering it again would have it stored twice; give at least EventRetention", c.EventRetention)
 	}
 	return nil
 }
@@ -264,9 +291,10 @@ type Service struct {
 	state   atomic.Int32  // stateNew, stateRunning, stateStopped
 	started chan struct{} // closed when Run has started
 	maint   maintenanceState
-	// pruner is the store's event retention (nil: none); lastEventPrune
-	// is when maintenance last ran it, zero when that run stopped at its
-	// batch bound with events left (guarded by pruneMu).
+	// pruner is the store's event retention (nil: none, or both
+	// retentions keep for ever); lastEventPrune is when maintenance last
+	// ran it, zero when that run stopped at its batch bound with events or
+	// IDs left (guarded by pruneMu).
 	pruner         registry.EventPruner
 	pruneMu        sync.Mutex
 	lastEventPrune time.Time
@@ -317,7 +345,7 @@ func New(key *aip.SigningKey, store Store, cfg Config) (*Service, error) {
 	}
 	s.lister, _ = store.(registry.ReplicaLister)
 	s.probe, _ = store.(registry.Readiness)
-	if cfg.EventRetention != KeepEventsForever {
+	if cfg.EventRetention != KeepEventsForever || cfg.PrunedEventIDsRetention != KeepPrunedEventIDsForever {
 		s.pruner, _ = store.(registry.EventPruner)
 	}
 	if s.m, err = newMetrics(cfg.Metrics, s); err != nil {

@@ -66,9 +66,10 @@ type EventLog interface {
 	// instance) it counts as stored and the stored event is returned;
 	// otherwise the whole batch fails with ErrConflict naming the event.
 	// An event whose ID the tenant's log held and has pruned (EventPruner)
-	// is not stored again either: it counts as stored and is returned with
-	// Pruned set (its content is gone, so it is not compared: a changed
-	// event under a pruned ID is not ErrConflict). A batch that repeats an
+	// is not stored again either, until ForgetPrunedEvents forgets the ID:
+	// it counts as stored and is returned with Pruned set (its content is
+	// gone, so it is not compared: a changed event under a pruned ID is
+	// not ErrConflict). A batch that repeats an
 	// event ID within itself is ErrInvalid. It returns the batch's events
 	// as stored, in the batch's order.
 	AppendEvents(ctx context.Context, b EventBatch) ([]StoredEvent, error)
@@ -77,21 +78,32 @@ type EventLog interface {
 	Events(ctx context.Context, tenantID string, after uint64, limit int) (EventPage, error)
 }
 
-// EventPruner deletes old events: the event log's retention. The control
-// plane's maintenance runs it (on PostgreSQL the lifecycle role may delete
-// events, and read only their keys and receipt times; the data role may
-// not delete them).
+// EventPruner deletes old events and, later, the IDs it keeps of them: the
+// event log's two retentions. The control plane's maintenance runs it (on
+// PostgreSQL the lifecycle role may delete events, and read only their
+// keys and receipt times, and delete the kept IDs; the data role may
+// delete neither).
 type EventPruner interface {
 	// PruneEvents deletes up to limit events, of every tenant, received
 	// before receivedBefore, oldest received first, and returns how many
 	// it deleted. limit must be positive (ErrInvalid otherwise). A
 	// tenant's sequences go on after its pruned events (a reader paging by
 	// sequence goes on from the first event kept). The IDs of the events
-	// it deletes are kept, without their content, for as long as the log
-	// exists (a host may deliver an event again however late: its outbox
-	// keeps it until a delivery is answered), so the same event delivered
-	// again is not stored a second time (AppendEvents).
+	// it deletes are kept, without their content, until
+	// ForgetPrunedEvents forgets them (a host may deliver an event again
+	// however late: its outbox keeps it until a delivery is answered), so
+	// the same event delivered again is not stored a second time
+	// (AppendEvents).
 	PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error)
+	// ForgetPrunedEvents forgets up to limit of the IDs PruneEvents kept,
+	// of every tenant, of events received before receivedBefore, oldest
+	// received first, and returns how many it forgot: their storage is
+	// bounded by a second horizon, as PruneEvents bounds the events'. An
+	// event whose ID was forgotten is unknown to the log: delivered again,
+	// it is stored again as a new event (a second copy for readers that
+	// read the first). limit must be positive and receivedBefore set
+	// (ErrInvalid otherwise).
+	ForgetPrunedEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error)
 }
 
 // MaxEventPage bounds EventLog.Events' limit.

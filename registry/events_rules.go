@@ -254,11 +254,21 @@ func ClampEventPage(limit int) int { return min(max(limit, 1), MaxEventPage) }
 
 // CheckPruneEvents applies PruneEvents' rules to its arguments.
 func CheckPruneEvents(receivedBefore time.Time, limit int) error {
+	return checkPruneArgs("event prune", receivedBefore, limit)
+}
+
+// CheckForgetPrunedEvents applies ForgetPrunedEvents' rules to its
+// arguments.
+func CheckForgetPrunedEvents(receivedBefore time.Time, limit int) error {
+	return checkPruneArgs("forget pruned events", receivedBefore, limit)
+}
+
+func checkPruneArgs(what string, receivedBefore time.Time, limit int) error {
 	if receivedBefore.IsZero() {
-		return invalid("event prune", "", "received_before", "is the zero time")
+		return invalid(what, "", "received_before", "is the zero time")
 	}
 	if limit <= 0 {
-		return invalid("event prune", "", "limit", "is %d; must be positive", limit)
+		return invalid(what, "", "limit", "is %d; must be positive", limit)
 	}
 	return nil
 }

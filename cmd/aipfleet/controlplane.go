@@ -63,6 +63,8 @@ type controlPlaneFlags struct {
 	maxBatch       int
 	batchWorkers   int
 	eventRetention time.Duration
+	// prunedIDsRetention is --pruned-event-ids-retention (0: for ever).
+	prunedIDsRetention time.Duration
 	// operators verifies operator tokens (nil: none trusted);
 	// openFleetViews admits every peer instead.
 	operators      *tenanttoken.Verifier
@@ -82,6 +84,8 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 	fs.IntVar(&f.maxBatch, "max-batch", controlplane.DefaultMaxBatch, "most lifecycle requests coalesced into one transaction (1 disables coalescing)")
 	fs.IntVar(&f.batchWorkers, "batch-workers", controlplane.DefaultBatchWorkers, "lifecycle transactions in flight at once")
 	fs.DurationVar(&f.eventRetention, "event-retention", controlplane.DefaultEventRetention, "how long the fleet's event log keeps an event; older ones are deleted (at least 1h; 0 keeps every event)")
+	fs.DurationVar(&f.prunedIDsRetention, "pruned-event-ids-retention", controlplane.DefaultPrunedEventIDsRetention,
+		"how long after its receipt the event log remembers a deleted event's ID, so that a host delivering it again does not have it stored twice; older IDs are forgotten (at least 1h and --event-retention; 0 keeps every ID)")
 	operatorIssuers := fs.String("operator-issuer", "", "trusted issuers of operator tokens for the fleet views: NAME=DID[,NAME=DID...]")
 	operatorAudience := fs.String("operator-audience", tenanttoken.OperatorAudience, "audience operator tokens must name")
 	fs.BoolVar(&f.openFleetViews, "open-fleet-views", false, "serve the fleet views to every peer, without a token (a trusted network only)")
@@ -116,6 +120,13 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 	if f.eventRetention != 0 && f.eventRetention < controlplane.MinEventRetention {
 		return nil, usagef("control-plane: --event-retention %s is below %s; give 0 to keep every event", f.eventRetention, controlplane.MinEventRetention)
 	}
+	if f.prunedIDsRetention != 0 && f.prunedIDsRetention < controlplane.MinEventRetention {
+		return nil, usagef("control-plane: --pruned-event-ids-retention %s is below %s; give 0 to keep the IDs of deleted events for ever", f.prunedIDsRetention, controlplane.MinEventRetention)
+	}
+	if f.prunedIDsRetention != 0 && f.eventRetention != 0 && f.prunedIDsRetention < f.eventRetention {
+		return nil, usagef("control-plane: --pruned-event-ids-retention %s is below --event-retention %s: a deleted event's ID would be forgotten with it, and a host delivering it again would have it stored twice; give at least the event retention, or 0 to keep the IDs for ever",
+			f.prunedIDsRetention, f.eventRetention)
+	}
 	if err := f.serviceConfig().Validate(); err != nil {
 		return nil, controlPlaneConfigError(err)
 	}
@@ -132,7 +143,12 @@ func (f *controlPlaneFlags) serviceConfig() controlplane.Config {
 	if retention == 0 {
 		retention = controlplane.KeepEventsForever
 	}
-	cfg := controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers, EventRetention: retention}
+	prunedIDs := f.prunedIDsRetention
+	if prunedIDs == 0 {
+		prunedIDs = controlplane.KeepPrunedEventIDsForever
+	}
+	cfg := controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers, EventRetention: retention,
+		PrunedEventIDsRetention: prunedIDs}
 	switch {
 	case f.openFleetViews:
 		cfg.OperatorAuth = controlplane.AllowEveryone
@@ -158,7 +174,7 @@ func operatorAuth(v *tenanttoken.Verifier) func(*http.Request) error {
 // controlPlaneConfigFlags maps the controlplane.Config fields the flags set
 // to their flags.
 var controlPlaneConfigFlags = map[string]string{"LeaseTTL": "--lease-ttl", "MaxBatch": "--max-batch", "BatchWorkers": "--batch-workers",
-	"EventRetention": "--event-retention"}
+	"EventRetention": "--event-retention", "PrunedEventIDsRetention": "--pruned-event-ids-retention"}
 
 // controlPlaneConfigError turns a controlplane.Config.Validate error into a
 // usage error naming the flag.

@@ -71,6 +71,10 @@ func TestControlPlaneFlagErrors(t *testing.T) {
 		{args: append(base, "--allow-insecure-loopback-http", "--batch-workers", "-1"), want: "--batch-workers -1 is outside 1..64"},
 		{args: append(base, "--allow-insecure-loopback-http", "--event-retention", "30m"), want: "--event-retention 30m0s is below 1h0m0s; give 0 to keep every event"},
 		{args: append(base, "--allow-insecure-loopback-http", "--event-retention", "-1ns"), want: "--event-retention -1ns is below"},
+		{args: append(base, "--allow-insecure-loopback-http", "--pruned-event-ids-retention", "30m"), want: "--pruned-event-ids-retention 30m0s is below 1h0m0s; give 0 to keep the IDs of deleted events for ever"},
+		{args: append(base, "--allow-insecure-loopback-http", "--pruned-event-ids-retention", "-1ns"), want: "--pruned-event-ids-retention -1ns is below"},
+		{args: append(base, "--allow-insecure-loopback-http", "--pruned-event-ids-retention", "24h"), want: "--pruned-event-ids-retention 24h0m0s is below --event-retention 720h0m0s"},
+		{args: append(base, "--allow-insecure-loopback-http", "--event-retention", "9000h"), want: "--pruned-event-ids-retention 8760h0m0s is below --event-retention 9000h0m0s"},
 		{args: base, want: "--allow-insecure-loopback-http"},
 		{args: append(base, "--allow-insecure-loopback-http", "--bind", "0.0.0.0:8090"), want: "not a loopback address, so TLS is required"},
 		{args: append(base, "--bind", "10.1.2.3:8090"), want: "TLS is required"},
@@ -380,16 +384,23 @@ func (b *syncBuffer) String() string {
 	return strings.Join(b.lines, "\n")
 }
 
-// --event-retention: 30 days when left out, KeepEventsForever for 0.
+// --event-retention: 30 days when left out, KeepEventsForever for 0;
+// --pruned-event-ids-retention: 365 days when left out,
+// KeepPrunedEventIDsForever for 0.
 func TestControlPlaneEventRetention(t *testing.T) {
 	db, key := controlPlaneFiles(t, t.TempDir())
 	for _, c := range []struct {
-		args []string
-		want time.Duration
+		args    []string
+		want    time.Duration
+		wantIDs time.Duration
 	}{
-		{nil, controlplane.DefaultEventRetention},
-		{[]string{"--event-retention", "0"}, controlplane.KeepEventsForever},
-		{[]string{"--event-retention", "48h"}, 48 * time.Hour},
+		{nil, controlplane.DefaultEventRetention, controlplane.DefaultPrunedEventIDsRetention},
+		{[]string{"--event-retention", "0"}, controlplane.KeepEventsForever, controlplane.DefaultPrunedEventIDsRetention},
+		{[]string{"--event-retention", "48h"}, 48 * time.Hour, controlplane.DefaultPrunedEventIDsRetention},
+		{[]string{"--pruned-event-ids-retention", "0"}, controlplane.DefaultEventRetention, controlplane.KeepPrunedEventIDsForever},
+		{[]string{"--event-retention", "48h", "--pruned-event-ids-retention", "48h"}, 48 * time.Hour, 48 * time.Hour},
+		{[]string{"--event-retention", "0", "--pruned-event-ids-retention", "1h"}, controlplane.KeepEventsForever, time.Hour},
+		{[]string{"--event-retention", "9000h", "--pruned-event-ids-retention", "0"}, 9000 * time.Hour, controlplane.KeepPrunedEventIDsForever},
 	} {
 		e := &env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard}
 		f, err := parseControlPlaneFlags(controlPlaneCommand(), e, append([]string{"--database-url-file", db, "--signing-key-file", key,
@@ -399,6 +410,9 @@ func TestControlPlaneEventRetention(t *testing.T) {
 		}
 		if got := f.serviceConfig().EventRetention; got != c.want {
 			t.Errorf("%v: EventRetention %v, want %v", c.args, got, c.want)
+		}
+		if got := f.serviceConfig().PrunedEventIDsRetention; got != c.wantIDs {
+			t.Errorf("%v: PrunedEventIDsRetention %v, want %v", c.args, got, c.wantIDs)
 		}
 	}
 }

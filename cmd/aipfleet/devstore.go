@@ -103,6 +103,17 @@ func (d *devRegistry) PruneEvents(ctx context.Context, receivedBefore time.Time,
 	return n, err
 }
 
+// ForgetPrunedEvents implements registry.EventPruner (the control plane's
+// second horizon, on the IDs of pruned events); written within
+// flushInterval.
+func (d *devRegistry) ForgetPrunedEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
+	n, err := d.mem.ForgetPrunedEvents(ctx, receivedBefore, limit)
+	if n > 0 {
+		d.store.changed()
+	}
+	return n, err
+}
+
 // Events implements registry.EventLog. It returns only events on disk: an
 // event appended in memory whose snapshot a crash could still lose would
 // give its sequence to another event after the restart, and a reader that

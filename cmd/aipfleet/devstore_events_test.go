@@ -123,3 +123,53 @@ func TestDevRegistryReadsOnlyDurableEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDevRegistryPersistsForgottenPrunedIDs: the IDs of pruned events the
+// control plane's second horizon forgets stay forgotten after a restart
+// (the forgetting is written like the pruning).
+func TestDevRegistryPersistsForgottenPrunedIDs(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "registry.json")
+	clock := registrytest.NewClock(registrytest.Epoch)
+	start := func() (*devRegistry, func()) {
+		t.Helper()
+		mem, err := memregistry.New(memregistry.Config{Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
+		if _, err := store.load(); err != nil {
+			t.Fatal(err)
+		}
+		storeCtx, cancel := context.WithCancel(ctx)
+		done := goTask(func() error { return store.run(storeCtx) })
+		return newDevRegistry(mem, store), func() {
+			cancel()
+			if err := done.wait("store"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reg, stop := start()
+	if _, err := reg.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a", "evt_1", "evt_2")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := reg.PruneEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); err != nil || n != 2 {
+		t.Fatalf("PruneEvents = %d, %v", n, err)
+	}
+	stop()
+	reg, stop = start()
+	if n, err := reg.ForgetPrunedEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); err != nil || n != 2 {
+		t.Fatalf("ForgetPrunedEvents = %d, %v", n, err)
+	}
+	stop()
+	reg, stop = start()
+	defer stop()
+	got, err := reg.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a", "evt_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Pruned || got[0].Sequence != 3 {
+		t.Fatalf("after a restart, an event whose ID was forgotten delivered again: %+v, want it stored as sequence 3", got[0])
+	}
+}

@@ -36,8 +36,10 @@
 --                           and replicas; its event retention deletes old
 --                           events (it reads only their keys and receipt
 --                           times; a trigger running as the admin role
---                           remembers their IDs in pruned_events). It
---                           cannot route, reserve, read
+--                           remembers their IDs in pruned_events), and
+--                           its second horizon deletes those IDs from
+--                           pruned_events (reading their keys and receipt
+--                           times). It cannot route, reserve, read
 --                           bindings, read an event's content or append
 --                           events, or change the catalog.
 
@@ -103,7 +105,7 @@ BEGIN
             ('control_replay',            '',                                 'SELECT, INSERT, UPDATE, DELETE'),
             ('event_log_heads',           'SELECT, INSERT, UPDATE',           ''),
             ('events',                    'SELECT, INSERT',                   'SELECT (tenant_id, sequence, received_at_ms), DELETE'),
-            ('pruned_events',             'SELECT',                           '')
+            ('pruned_events',             'SELECT',                           'SELECT (tenant_id, event_id, received_at_ms), DELETE')
         ) AS t (tbl, data_privs, lifecycle_privs)
     LOOP
         IF to_regclass(format('aip_registry.%I', g.tbl)) IS NULL THEN

@@ -15,7 +15,7 @@ import (
 // sequences are 1, 2, 3, … without gaps, less the pruned ones), their
 // positions by event ID, the last sequence given out (which pruning
 // never lowers), and the IDs of the pruned events with when each was
-// received (never stored again).
+// received (not stored again until ForgetPrunedEvents forgets them).
 type eventLog struct {
 	events  []registry.StoredEvent
 	byID    map[string]int
@@ -148,6 +148,48 @@ func (r *Registry) PruneEvents(ctx context.Context, receivedBefore time.Time, li
 	}
 	for tenant, ids := range drop {
 		r.events[tenant].drop(ids)
+	}
+	return len(old), nil
+}
+
+// ForgetPrunedEvents implements registry.EventPruner.
+func (r *Registry) ForgetPrunedEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := registry.CheckForgetPrunedEvents(receivedBefore, limit); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	type candidate struct {
+		tenant   string
+		id       string
+		received time.Time
+	}
+	var old []candidate
+	for tenant, l := range r.events {
+		for id, received := range l.pruned {
+			if received.Before(receivedBefore) {
+				old = append(old, candidate{tenant, id, received})
+			}
+		}
+	}
+	// Oldest received first (ties in a fixed order).
+	slices.SortFunc(old, func(a, b candidate) int {
+		if c := a.received.Compare(b.received); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.tenant, b.tenant); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	old = old[:min(len(old), limit)]
+	for _, c := range old {
+		// The tenant's log itself stays: its last sequence is never
+		// given out again.
+		delete(r.events[c.tenant].pruned, c.id)
 	}
 	return len(old), nil
 }

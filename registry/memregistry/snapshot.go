@@ -55,7 +55,8 @@ type snapshotEventLog struct {
 	// last event's).
 	LastSequence uint64 `json:"last_sequence,omitempty"`
 	// Pruned are the IDs of the events pruned from the log, by ID, with
-	// when each was received (absent in snapshots written before pruned
+	// when each was received, less those ForgetPrunedEvents forgot
+	// (absent when there are none, and in snapshots written before pruned
 	// IDs were kept).
 	Pruned map[string]time.Time `json:"pruned,omitempty"`
 }

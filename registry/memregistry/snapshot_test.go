@@ -592,3 +592,59 @@ func TestSnapshotKeepsPrunedSequences(t *testing.T) {
 		t.Fatalf("Restore with last_sequence below the last event: %v", err)
 	}
 }
+
+// TestSnapshotAfterForgettingPrunedIDs: the IDs ForgetPrunedEvents forgot
+// stay forgotten through a snapshot and the ones it kept stay kept; a
+// tenant whose every pruned ID was forgotten keeps its last sequence.
+func TestSnapshotAfterForgettingPrunedIDs(t *testing.T) {
+	ctx := context.Background()
+	clock := registrytest.NewClock(registrytest.Epoch)
+	r, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	b := registrytest.EventBatch("tenant-1", "a1", "evt_1", "evt_2")
+	_, err = r.AppendEvents(ctx, b)
+	must(t, err)
+	b = registrytest.EventBatch("tenant-1", "a1", "evt_3")
+	b.ReceivedAt = registrytest.Epoch.Add(time.Hour)
+	_, err = r.AppendEvents(ctx, b)
+	must(t, err)
+	_, err = r.AppendEvents(ctx, registrytest.EventBatch("tenant-2", "a2", "evt_9"))
+	must(t, err)
+	if n, err := r.PruneEvents(ctx, registrytest.Epoch.Add(2*time.Hour), 10); err != nil || n != 4 {
+		t.Fatalf("PruneEvents = %d, %v; want 4", n, err)
+	}
+	// evt_1, evt_2 and tenant-2's evt_9 were received at Epoch, evt_3 an
+	// hour later.
+	if n, err := r.ForgetPrunedEvents(ctx, registrytest.Epoch.Add(time.Minute), 10); err != nil || n != 3 {
+		t.Fatalf("ForgetPrunedEvents = %d, %v; want 3", n, err)
+	}
+	back := restored(t, snapshotOf(t, r), clock)
+	got, err := back.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a1", "evt_1", "evt_3"))
+	must(t, err)
+	if got[0].Pruned || got[0].Sequence != 4 {
+		t.Fatalf("forgotten evt_1 delivered again to the restored registry: %+v, want it stored as sequence 4", got[0])
+	}
+	if !got[1].Pruned || !got[1].ReceivedAt.Equal(registrytest.Epoch.Add(time.Hour)) {
+		t.Fatalf("evt_3, pruned and not forgotten, delivered again to the restored registry: %+v, want it pruned", got[1])
+	}
+	// tenant-2 has no event and no pruned ID left, but its sequences go on.
+	got, err = back.AppendEvents(ctx, registrytest.EventBatch("tenant-2", "a2", "evt_9"))
+	must(t, err)
+	if got[0].Pruned || got[0].Sequence != 2 {
+		t.Fatalf("tenant-2's forgotten evt_9 delivered again to the restored registry: %+v, want it stored as sequence 2", got[0])
+	}
+	// A snapshot taken after every ID was forgotten restores too.
+	if n, err := back.ForgetPrunedEvents(ctx, registrytest.Epoch.Add(3*time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("ForgetPrunedEvents on the restored registry = %d, %v; want 1 (evt_3)", n, err)
+	}
+	raw := snapshotOf(t, back)
+	if bytes.Contains(raw, []byte(`"pruned"`)) {
+		t.Fatalf("a snapshot with every pruned ID forgotten still lists some: %s", raw)
+	}
+	again := restored(t, raw, clock)
+	got, err = again.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a1", "evt_3", "evt_1"))
+	must(t, err)
+	if got[0].Pruned || got[0].Sequence != 5 || got[1].Pruned || got[1].Sequence != 4 {
+		t.Fatalf("evt_3 (forgotten) and evt_1 (stored) delivered to the twice restored registry: %+v, want evt_3 stored as 5, evt_1 stored as 4", got)
+	}
+}

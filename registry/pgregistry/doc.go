@@ -209,7 +209,11 @@
 // where they were). A statement-level trigger on events (migration 0009,
 // running as the schema's owner) keeps the deleted events' IDs in
 // pruned_events, which AppendEvents reads with the stored events in one
-// statement, so an event pruned is never stored again.
+// statement, so an event pruned is not stored again. ForgetPrunedEvents
+// (the same maintenance, a second horizon later) deletes the IDs of the
+// events received before its cutoff, oldest first, by the index
+// pruned_events_by_received; an event whose ID it forgot is stored again
+// if a host delivers it again.
 //
 // # Errors
 //

@@ -206,7 +206,8 @@ const pruneEvents = `DELETE FROM aip_registry.events e
 // PruneEvents implements registry.EventPruner, on the data pool: the
 // lifecycle role may delete events (deploy/postgres/roles.sql), the data
 // role may not. Migration 0009's trigger on events remembers the IDs it
-// deletes in pruned_events, in the same statement.
+// deletes in pruned_events, in the same statement (until
+// ForgetPrunedEvents).
 func (r *Registry) PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -217,6 +218,33 @@ func (r *Registry) PruneEvents(ctx context.Context, receivedBefore time.Time, li
 	tag, err := r.data.Exec(ctx, pruneEvents, toMS(receivedBefore), limit)
 	if err != nil {
 		return 0, classify("prune the event log", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// forgetPrunedEvents forgets the IDs of the pruned events received before
+// $1, oldest first (by pruned_events_by_received), at most $2, of every
+// tenant.
+const forgetPrunedEvents = `DELETE FROM aip_registry.pruned_events p
+	USING (SELECT tenant_id, event_id FROM aip_registry.pruned_events
+		WHERE received_at_ms < $1 ORDER BY received_at_ms LIMIT $2) old
+	WHERE p.tenant_id = old.tenant_id AND p.event_id = old.event_id`
+
+// ForgetPrunedEvents implements registry.EventPruner, on the data pool:
+// the lifecycle role may delete the rows of pruned_events
+// (deploy/postgres/roles.sql), the data role may not. An AppendEvents
+// running meanwhile reads the ID either still kept (the event is answered
+// pruned) or gone (the event is stored again).
+func (r *Registry) ForgetPrunedEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := registry.CheckForgetPrunedEvents(receivedBefore, limit); err != nil {
+		return 0, err
+	}
+	tag, err := r.data.Exec(ctx, forgetPrunedEvents, toMS(receivedBefore), limit)
+	if err != nil {
+		return 0, classify("forget the IDs of pruned events", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -192,6 +192,17 @@ func TestRoles(t *testing.T) {
 	if again, err := full.AppendEvents(ctx, registrytest.EventBatch(lw.Instance.TenantID, "ready", "evt_1")); err != nil || !again[0].Pruned {
 		t.Fatalf("a pruned event appended again through the data role: %+v, %v; want it pruned, not stored", again, err)
 	}
+	// ...and, past the second horizon, forgets those IDs (the data role
+	// may not): delivered again, the event is stored again.
+	if _, err := full.ForgetPrunedEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
+		t.Fatalf("ForgetPrunedEvents through the data role: %v, want a privilege failure", err)
+	}
+	if n, err := lc.ForgetPrunedEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); err != nil || n != 2 {
+		t.Fatalf("ForgetPrunedEvents through the lifecycle role: %d, %v; want 2", n, err)
+	}
+	if again, err := full.AppendEvents(ctx, registrytest.EventBatch(lw.Instance.TenantID, "ready", "evt_1")); err != nil || again[0].Pruned || again[0].Sequence == 0 {
+		t.Fatalf("an event appended again after its ID was forgotten: %+v, %v; want it stored", again, err)
+	}
 	// ...but it cannot route, reserve or read or append events.
 	if _, err := lc.Events(ctx, lw.Instance.TenantID, 0, 10); !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "privilege") {
 		t.Fatalf("Events through the lifecycle role: %v, want a privilege failure", err)
@@ -252,8 +263,9 @@ func TestRoles(t *testing.T) {
 			`SELECT aip_registry.replica_taken()`,
 			`SELECT * FROM aip_registry.events`,
 			`SELECT event FROM aip_registry.events`,
-			`SELECT * FROM aip_registry.pruned_events`,
 			`INSERT INTO aip_registry.pruned_events VALUES ('t', 'evt_x', 0)`,
+			`UPDATE aip_registry.pruned_events SET received_at_ms = 0`,
+			`TRUNCATE aip_registry.pruned_events`,
 			`INSERT INTO aip_registry.events (tenant_id, sequence) VALUES ('t', 1)`,
 			`UPDATE aip_registry.events SET event = '{}'`,
 			`DELETE FROM aip_registry.events WHERE event->>'id' = 'x'`,

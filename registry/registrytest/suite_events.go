@@ -25,6 +25,7 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("ConcurrentAppends", func(t *testing.T) { testEventConcurrency(t, nb) })
 	t.Run("ConcurrentRedelivery", func(t *testing.T) { testEventConcurrentRedelivery(t, nb) })
 	t.Run("Prune", func(t *testing.T) { testEventPrune(t, nb) })
+	t.Run("ForgetPruned", func(t *testing.T) { testEventForgetPruned(t, nb) })
 }
 
 // testEventPrune: PruneEvents deletes the events received before the
@@ -147,6 +148,108 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 		f.t.Fatalf("tenant tc's own a1 and its pruned c2: %+v, want a1 stored as sequence 3 and c2 pruned", g)
 	}
 	kept("tc", "c1", "a1")
+}
+
+// testEventForgetPruned: ForgetPrunedEvents forgets the IDs of pruned
+// events received before its cutoff, oldest received first across tenants
+// and at most limit, and keeps the newer ones; the log's stored events are
+// untouched. An event whose ID was forgotten is unknown: delivered again,
+// it is stored again as a new event (the documented cost of the second
+// horizon), and pruned again, its ID is remembered from its new receipt.
+func testEventForgetPruned(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	if f.b.EventPruner == nil {
+		t.Fatal("registrytest.Backend.EventPruner is nil: the backend must set every contract of Backend")
+	}
+	p := f.b.EventPruner
+	at := func(b registry.EventBatch, d time.Duration) registry.EventBatch {
+		b.ReceivedAt = Epoch.Add(d)
+		return b
+	}
+	f.appendEvents(at(EventBatch("ta", "r1", "a1", "a2"), time.Minute))
+	f.appendEvents(at(EventBatch("tb", "r2", "b1"), 2*time.Minute))
+	f.appendEvents(at(EventBatch("ta", "r1", "a3"), 3*time.Minute))
+	f.appendEvents(at(EventBatch("tb", "r2", "b2"), 10*time.Minute))
+	if n, err := p.PruneEvents(f.ctx, Epoch.Add(5*time.Minute), 10); err != nil || n != 4 {
+		f.t.Fatalf("PruneEvents(Epoch+5m) = %d, %v; want 4 (a1, a2, b1, a3)", n, err)
+	}
+
+	for _, lim := range []int{0, -1} {
+		if _, err := p.ForgetPrunedEvents(f.ctx, Epoch.Add(time.Hour), lim); !errors.Is(err, registry.ErrInvalid) {
+			f.t.Fatalf("ForgetPrunedEvents(limit %d) = %v, want ErrInvalid", lim, err)
+		}
+	}
+	if _, err := p.ForgetPrunedEvents(f.ctx, time.Time{}, 10); !errors.Is(err, registry.ErrInvalid) {
+		f.t.Fatalf("ForgetPrunedEvents(zero cutoff) = %v, want ErrInvalid", err)
+	}
+	forget := func(before time.Duration, limit, want int) {
+		f.t.Helper()
+		n, err := p.ForgetPrunedEvents(f.ctx, Epoch.Add(before), limit)
+		f.must(err)
+		if n != want {
+			f.t.Fatalf("ForgetPrunedEvents(Epoch+%s, %d) = %d, want %d", before, limit, n, want)
+		}
+	}
+	// remembered reports whether the tenant's log still knows the pruned
+	// event id: delivered again, it comes back Pruned. (Only asked of IDs
+	// it is known to remember or to have forgotten with nothing to lose:
+	// an event forgotten is stored by the asking.)
+	remembered := func(tenant, id string, d time.Duration) registry.StoredEvent {
+		f.t.Helper()
+		return f.appendEvents(at(EventBatch(tenant, "r9", id), d))[0]
+	}
+
+	// Oldest received first, across tenants, at most limit: a1 and a2
+	// (1 min) go before b1 (2 min), in either order.
+	forget(3*time.Minute, 1, 1)
+	if g := remembered("tb", "b1", 30*time.Minute); !g.Pruned {
+		f.t.Fatalf("b1 (received at 2 min) after forgetting one ID: %+v, want it still Pruned (a1 and a2 are older)", g)
+	}
+	forget(3*time.Minute, 1, 1)
+	if g := remembered("tb", "b1", 30*time.Minute); !g.Pruned {
+		f.t.Fatalf("b1 (received at 2 min) after forgetting two IDs: %+v, want it still Pruned", g)
+	}
+	// The cutoff is strict: a3, received at 3 min, is newer.
+	forget(3*time.Minute, 10, 1) // b1
+	forget(3*time.Minute, 10, 0)
+	if g := remembered("ta", "a3", 30*time.Minute); !g.Pruned || !g.ReceivedAt.Equal(Epoch.Add(3*time.Minute)) {
+		f.t.Fatalf("a3 (received at the cutoff) delivered again: %+v, want Pruned, first received at 3 min", g)
+	}
+	// The stored events are the log's, not forgotten: b2 is still there.
+	if g := remembered("tb", "b2", 30*time.Minute); g.Pruned || g.Sequence != 2 {
+		f.t.Fatalf("stored b2 delivered again after forgetting: %+v, want its stored sequence 2", g)
+	}
+
+	// A forgotten ID is unknown: the event delivered again is stored
+	// again, as a new event with the next sequence.
+	late := at(EventBatch("ta", "r9", "a1", "a3", "a2"), 40*time.Minute)
+	got := f.appendEvents(late)
+	if got[0].Pruned || got[0].Sequence != 4 || !got[1].Pruned || got[2].Pruned || got[2].Sequence != 5 {
+		f.t.Fatalf("a1, a3, a2 delivered again after a1's and a2's IDs were forgotten: %+v; want a1 stored as 4, a3 Pruned, a2 stored as 5", got)
+	}
+	if pg, err := f.events().Events(f.ctx, "ta", 0, 10); err != nil || !reflect.DeepEqual(eventIDs(pg.Events), []string{"a1", "a2"}) {
+		f.t.Fatalf("tenant ta's log after the late redelivery: %+v, %v; want a1 and a2", pg, err)
+	}
+	f.checkStored(got[0], &late, late.Events[0], 4)
+	if g := remembered("tb", "b1", 41*time.Minute); g.Pruned || g.Sequence != 3 {
+		f.t.Fatalf("b1 delivered again after its ID was forgotten: %+v, want it stored as sequence 3", g)
+	}
+
+	// Pruned again, a1's ID is remembered from its new receipt (40 min):
+	// a horizon that passed its first receipt keeps it.
+	if n, err := p.PruneEvents(f.ctx, Epoch.Add(45*time.Minute), 10); err != nil || n != 4 {
+		f.t.Fatalf("PruneEvents(Epoch+45m) = %d, %v; want 4 (b2, a1, a2, b1)", n, err)
+	}
+	forget(20*time.Minute, 10, 2) // a3 (3 min) and b2 (10 min)
+	if g := remembered("ta", "a1", 50*time.Minute); !g.Pruned || !g.ReceivedAt.Equal(Epoch.Add(40*time.Minute)) {
+		f.t.Fatalf("a1 pruned a second time, delivered again: %+v, want Pruned, received at 40 min", g)
+	}
+	forget(time.Hour, 100, 3) // a1, a2 (40 min) and b1 (41 min)
+	forget(time.Hour, 100, 0)
+	kept := f.appendEvents(at(EventBatch("ta", "r1", "a3"), time.Hour))
+	if kept[0].Pruned || kept[0].Sequence != 6 {
+		f.t.Fatalf("a3 delivered after every ID was forgotten: %+v, want it stored as sequence 6", kept[0])
+	}
 }
 
 // EventBatch returns a valid batch for tenant from instance cinst_<tenant>,

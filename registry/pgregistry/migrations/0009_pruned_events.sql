@@ -6,14 +6,17 @@
 -- event again for as long as it holds it (it was offline, or the answer to
 -- its delivery was lost), however long that is; AppendEvents finds the ID
 -- here and answers the delivery as delivered without storing the event a
--- second time. The rows are kept: nothing bounds how late a host may send
--- an event again.
+-- second time. The rows are kept until the control plane's maintenance
+-- forgets them, a second horizon after the events' receipt
+-- (registry.EventPruner.ForgetPrunedEvents); pruned_events_by_received
+-- finds the oldest without reading the table.
 --
 -- The rows are written by a statement-level trigger on events, so every
 -- delete leaves them, the control plane's retention included, and the
 -- lifecycle role that prunes needs no privilege beyond deleting events:
 -- the trigger function runs as its owner (the admin role). The data role
--- reads the table (deploy/postgres/roles.sql).
+-- reads the table, the lifecycle role deletes the rows past the second
+-- horizon (deploy/postgres/roles.sql).
 --
 -- route_assignments.last_settlement accepts 'pruned'
 -- (registry.SettlementPruned). The constraint is added NOT VALID: every
@@ -27,6 +30,8 @@ CREATE TABLE aip_registry.pruned_events (
     received_at_ms bigint NOT NULL,
     PRIMARY KEY (tenant_id, event_id)
 );
+
+CREATE INDEX pruned_events_by_received ON aip_registry.pruned_events (received_at_ms);
 
 CREATE FUNCTION aip_registry.remember_pruned_events() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
