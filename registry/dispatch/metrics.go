@@ -81,7 +81,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 		}, []string{"result"}),
 		eventsStored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "aip_dispatch_events_stored_total",
-			Help: "Events of accepted connector-event deliveries (a redelivered event counts again, unless the log pruned it: that one is not stored again).",
+			Help: "Events of accepted connector-event deliveries (a redelivered event counts again, unless the log pruned it and still remembers its ID: that one is not stored again).",
 		}),
 	}
 	waiting := func(reason string, f func(readbudget.Stats) int) prometheus.Collector {
