@@ -73,7 +73,7 @@ func TestTracing(t *testing.T) {
 	defer tp.Shutdown(context.Background())
 	f := newFleet(t)
 	f.cfg.TracerProvider = tp
-	_, target := f.start(t, newTestConnector())
+	h, target := f.start(t, newTestConnector())
 
 	// The dispatcher's trace context travels in envelope.trace.
 	parent, span := tp.Tracer("dispatcher").Start(context.Background(), "dispatch")
@@ -84,6 +84,11 @@ func TestTracing(t *testing.T) {
 	env, _ := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, ""))
 	env.Trace = carrier
 	if _, err := f.d.Send(ctxT(t), target, env); err != nil {
+		t.Fatal(err)
+	}
+	// The answer is flushed before the request's span ends: Stop waits for
+	// the request to finish, so every span has ended when it returns.
+	if err := h.Stop(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
 
