@@ -292,6 +292,10 @@ type Dispatcher struct {
 	// ready), so /ready logs a failure when it changes.
 	notReady onchange.Text
 	retries  *settleRetries
+	// unsentPending counts the releases of unsent hand-outs pending in
+	// the background, at most maxUnsentPending (unsent.go).
+	unsentPending    atomic.Int64
+	maxUnsentPending int
 	// eventSlots holds one token per connector-event delivery in work.
 	eventSlots chan struct{}
 	// eventBodies is the budget of delivery bytes read into memory, with
@@ -384,14 +388,15 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg: cfg, deps: deps, key: cfg.SigningKey, sched: sched, client: deps.Client,
-		principal:    aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
-		log:          cfg.Logger.With("component", "dispatch"),
-		tracer:       cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
-		prop:         propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		jwks:         jwks,
-		retries:      newSettleRetries(),
-		eventSlots:   make(chan struct{}, cfg.MaxEventDeliveries),
-		replicaCalls: map[string]int{},
+		principal:        aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
+		log:              cfg.Logger.With("component", "dispatch"),
+		tracer:           cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
+		prop:             propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		jwks:             jwks,
+		retries:          newSettleRetries(),
+		maxUnsentPending: maxPendingUnsentReleases,
+		eventSlots:       make(chan struct{}, cfg.MaxEventDeliveries),
+		replicaCalls:     map[string]int{},
 	}
 	if d.eventBodies, err = newEventBodies(cfg.MaxEventBodyBytes); err != nil {
 		return nil, err

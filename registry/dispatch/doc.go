@@ -55,7 +55,8 @@
 // storage failure, a context error: anything but a definite refusal) sent
 // nothing; when the registry implements registry.UnsentReleaser, each such
 // call carries a fresh random claim, and the dispatcher releases the
-// hand-out it names in the background (bounded by SettleRetryTimeout), so
+// hand-out it names in the background (bounded by SettleRetryTimeout, at
+// most 1024 pending at once), so
 // a reservation made for an action that was never sent does not wait for
 // reconciliation (docs/routing.md, "Lost commits").
 //

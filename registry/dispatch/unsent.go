@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -74,6 +75,17 @@ func unsentMayHaveCommitted(err error) bool {
 	return err != nil
 }
 
+// maxPendingUnsentReleases bounds the releases pending in the background
+// at once. Every Resolve that fails while the registry is down may have
+// committed, so without a bound a database outage would start one release
+// per failed request — clients retry registry_unavailable, so that is
+// their request rate times SettleRetryTimeout — each retrying until the
+// database is back, and then all of them at once, against a registry that
+// is only recovering. A release over the bound is given up at once
+// (gave_up) and its reservation, if it made one, is left to
+// reconciliation, as when the retries run out.
+const maxPendingUnsentReleases = 1024
+
 // Results of aip_dispatch_unsent_releases_total.
 const (
 	unsentReleased  = "released"
@@ -86,7 +98,8 @@ const (
 // failed with first. It retries a storage failure or a timeout with
 // exponential backoff (100 ms growing to 5 s, jittered) for at most
 // SettleRetryTimeout (once when that is negative), then gives up and
-// leaves the reservation to reconciliation. It logs once, with the
+// leaves the reservation to reconciliation; so does a release beyond
+// maxPendingUnsentReleases pending ones, at once. It logs once, with the
 // outcome, and counts it in aip_dispatch_unsent_releases_total.
 func (d *Dispatcher) releaseUnsent(op, actionID, claim string, first error) {
 	u := d.unsentReleaser()
@@ -94,7 +107,15 @@ func (d *Dispatcher) releaseUnsent(op, actionID, claim string, first error) {
 		return
 	}
 	log := d.log.With("action_id", actionID, "op", op)
+	if d.unsentPending.Add(1) > int64(d.maxUnsentPending) {
+		d.unsentPending.Add(-1)
+		d.m.unsentReleases.WithLabelValues(unsentGaveUp).Inc()
+		log.Error("the "+op+" failed and may have reserved the route; "+strconv.Itoa(d.maxUnsentPending)+
+			" releases are pending already (the registry keeps failing), so reconciliation releases it", "error", first)
+		return
+	}
 	started := d.retries.start(func() {
+		defer d.unsentPending.Add(-1)
 		b := backoff.NewExponentialBackOff()
 		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, max(d.cfg.SettleRetryTimeout, 0)
 		b.Reset()
@@ -130,6 +151,7 @@ func (d *Dispatcher) releaseUnsent(op, actionID, claim string, first error) {
 		}
 	})
 	if !started {
+		d.unsentPending.Add(-1)
 		d.m.unsentReleases.WithLabelValues(unsentGaveUp).Inc()
 		log.Error("the "+op+" failed and may have reserved the route; the dispatcher stopped, so reconciliation releases it", "error", first)
 	}

@@ -17,7 +17,8 @@ import (
 // lostCommit is the registry whose next lost Resolves commit and then fail
 // with err, as when the connection to the database is reset after COMMIT
 // was sent; its next failReleases calls of ReleaseUnsent fail with a
-// storage error before doing anything (the database is still down).
+// storage error before doing anything (the database is still down); while
+// hold is set and open, ReleaseUnsent waits for it to close.
 type lostCommit struct {
 	*memregistry.Registry
 	mu           sync.Mutex
@@ -26,6 +27,7 @@ type lostCommit struct {
 	failReleases int
 	releases     int
 	claims       []string
+	hold         chan struct{}
 }
 
 func (l *lostCommit) Resolve(ctx context.Context, req registry.RouteRequest) (registry.RouteAssignment, error) {
@@ -41,6 +43,13 @@ func (l *lostCommit) Resolve(ctx context.Context, req registry.RouteRequest) (re
 }
 
 func (l *lostCommit) ReleaseUnsent(ctx context.Context, actionID, claim string) (bool, error) {
+	if l.hold != nil {
+		select {
+		case <-l.hold:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 	l.mu.Lock()
 	l.releases++
 	if l.failReleases > 0 {
@@ -211,5 +220,47 @@ func TestUnsentReleaseGivesUp(t *testing.T) {
 	}
 	if res, err := w.reg.Reservation(w.ctx, id); err != nil || !res.Reserved {
 		t.Fatalf("the reservation after the release gave up: %+v, %v; want it held for reconciliation", res, err)
+	}
+}
+
+// TestPendingUnsentReleasesAreBounded: while the registry keeps failing,
+// every failed Resolve may have committed, and clients retry
+// registry_unavailable; the releases pending in the background are
+// bounded, and one beyond the bound is given up at once (left to
+// reconciliation) instead of starting one more goroutine that retries
+// against the registry for SettleRetryTimeout and then joins the rush
+// when it is back.
+func TestPendingUnsentReleasesAreBounded(t *testing.T) {
+	var lc *lostCommit
+	metrics := prometheus.NewRegistry()
+	hold := make(chan struct{})
+	w := newWorld(t, worldOptions{cfg: func(cfg *dispatch.Config) { cfg.Metrics = metrics },
+		resolver: func(r *memregistry.Registry) registry.Resolver {
+			lc = &lostCommit{Registry: r, lost: 2, err: errRegistryDown, hold: hold}
+			return lc
+		}})
+	dispatch.SetMaxPendingUnsentReleases(w.d, 1)
+	w.startHost(8, 8)
+	first, second := aip.NewActionID(), aip.NewActionID()
+	for _, id := range []string{first, second} {
+		if status, resp := w.act(dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: say("hello", "")}); status != http.StatusServiceUnavailable {
+			t.Fatalf("a lost Resolve answered %d: %+v, want 503", status, resp.Error)
+		}
+	}
+	// The first release is pending (the registry holds it); the second is
+	// beyond the bound.
+	if got := unsentReleases(t, metrics, "gave_up"); got != 1 {
+		t.Fatalf("aip_dispatch_unsent_releases_total{result=gave_up} = %v with one release pending and a bound of 1, want 1", got)
+	}
+	close(hold)
+	eventually(t, "the pending release done", func() bool { return unsentReleases(t, metrics, "released") == 1 })
+	if n := lc.releaseCalls(); n != 1 {
+		t.Fatalf("%d ReleaseUnsent calls, want 1: the release beyond the bound was tried", n)
+	}
+	if res, err := w.reg.Reservation(w.ctx, first); err != nil || res.Reserved {
+		t.Fatalf("the first lost hand-out: %+v, %v; want it released", res, err)
+	}
+	if res, err := w.reg.Reservation(w.ctx, second); err != nil || !res.Reserved {
+		t.Fatalf("the second lost hand-out: %+v, %v; want it left to reconciliation", res, err)
 	}
 }
