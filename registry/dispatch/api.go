@@ -190,7 +190,9 @@ type ActionResponse struct {
 	// Route is the assignment that carried the action, once there is one.
 	Route *RouteFacts `json:"route,omitempty"`
 	// Settlement is how this request settled the route's reservation:
-	// completed, outcome_unknown or cancelled ("" when it did not).
+	// completed, outcome_unknown, cancelled or pruned (the replica's
+	// journal pruned the action: connector_host.action_expired); "" when
+	// it did not.
 	Settlement registry.RouteSettlement `json:"settlement,omitempty"`
 }
 
