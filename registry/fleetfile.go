@@ -1157,8 +1157,9 @@ func checkDisabledTypes(ctx context.Context, admin Administrator, f *FleetFile) 
 		if off {
 			return &FleetFileError{Section: SectionVersions, Index: i, ID: v.ID, Field: "connector_type_id", Err: refused(RecordConnectorVersion, v.ID, "connector_type_id",
 				"connector type %[1]s is disabled, and a version is admitted only into an enabled type; apply never enables a disabled type, not even for a moment, as that would make its instances routable. "+
-					"To stage %[2]s while %[1]s serves nothing: disable %[1]s's instances (status: disabled, with a greater config_revision), apply the file with %[1]s enabled: true, then with enabled: false again; "+
-					"or apply it with enabled: true once %[1]s may serve again", v.ConnectorTypeID, v.ID)}
+					"To stage %[2]s while %[1]s serves nothing, apply in three steps: first a file that disables %[1]s's instances (status: disabled, with a greater config_revision) and keeps %[1]s disabled; "+
+					"then this file with %[1]s enabled: true; then with enabled: false again (not in one apply: it enables a type before it applies the instances). "+
+					"Or apply it with enabled: true once %[1]s may serve again", v.ConnectorTypeID, v.ID)}
 		}
 	}
 	return nil

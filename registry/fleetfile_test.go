@@ -579,7 +579,12 @@ func TestApplyRefusesANewVersionOfADisabledType(t *testing.T) {
 				fe.Field != "connector_type_id" || !errors.Is(err, registry.ErrAdmission) {
 				t.Fatalf("apply: %v, want versions[1] refused for its disabled type", err)
 			}
-			for _, want := range []string{"connector type ctype_echo is disabled", "never enables", "enabled: true", "disable"} {
+			// The staging it advises disables the instances in an apply of
+			// their own, before the type is enabled: in one apply the type
+			// would be enabled before the instances are disabled, routable
+			// in between.
+			for _, want := range []string{"connector type ctype_echo is disabled", "never enables", "enabled: true",
+				"first a file that disables ctype_echo's instances", "keeps ctype_echo disabled", "not in one apply"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("the error does not say %q: %v", want, err)
 				}
