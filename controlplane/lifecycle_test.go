@@ -445,6 +445,25 @@ func TestLeaseExpiryByMaintenance(t *testing.T) {
 		if got := metricValue(t, e, controlplane.MetricReplicas, `state="offline"`); got != 1 {
 			t.Fatalf("offline replicas gauge %v, want 1 (from the expiring cycle)", got)
 		}
+		// A replica offline for longer than the recent-offline window is
+		// retired: counted apart, not with the offline ones.
+		gone := e.provision("a2")
+		r, _ = gone.send(gone.registration())
+		r.lease(t)
+		r, _ = gone.send(gone.transition(aip.OpOffline, 1))
+		if r.status != http.StatusOK {
+			t.Fatalf("offline: HTTP %d %+v", r.status, r.outcome)
+		}
+		e.clock.Advance(registry.RecentOfflineWindow + leaseTTL + time.Minute) // h's lease ends too
+		if _, err := e.svc.Maintain(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := metricValue(t, e, controlplane.MetricReplicas, `state="retired"`); got != 2 {
+			t.Fatalf("retired replicas gauge %v, want 2", got)
+		}
+		if got := metricValue(t, e, controlplane.MetricReplicas, `state="offline"`); got != 0 {
+			t.Fatalf("offline replicas gauge %v, want 0 (both retired)", got)
+		}
 	})
 }
 

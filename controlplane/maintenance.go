@@ -242,7 +242,11 @@ func (s *Service) observeFleet(st *registry.FleetStatusSummary) {
 	m := s.m
 	m.replicas.WithLabelValues("ready").Set(float64(st.ReadyReplicas))
 	m.replicas.WithLabelValues("draining").Set(float64(st.DrainingReplicas))
-	m.replicas.WithLabelValues("offline").Set(float64(st.OfflineReplicas))
+	// Retired replicas (offline for longer than registry.RecentOfflineWindow)
+	// are counted apart: a replaced replica's ID is never used again, so
+	// their number only grows, and "offline" would grow with it.
+	m.replicas.WithLabelValues("offline").Set(float64(st.OfflineReplicas - st.RetiredReplicas))
+	m.replicas.WithLabelValues("retired").Set(float64(st.RetiredReplicas))
 	m.replicas.WithLabelValues("expired").Set(float64(st.ExpiredLeases))
 	m.readyCapacity.Set(float64(st.ReadyCapacity))
 	m.activeAssignments.Set(float64(st.ActiveAssignments))

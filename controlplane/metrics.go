@@ -69,7 +69,7 @@ type metrics struct {
 }
 
 // Replica states of the aip_connector_control_replicas gauge.
-var replicaStates = []string{"ready", "draining", "offline", "expired"}
+var replicaStates = []string{"ready", "draining", "offline", "expired", "retired"}
 
 func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 	m := &metrics{
