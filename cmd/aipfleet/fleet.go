@@ -345,8 +345,21 @@ func retired(r *controlplane.FleetReplica, now time.Time) bool {
 		!r.LeaseExpiresAt.After(registry.Millis(now.Add(-registry.RecentOfflineWindow)))
 }
 
-// dropRetired removes the retired replicas from v and returns how many.
+// observedAt is the control plane's time of v's summary, which counted
+// the retired replicas (now when the summary carries none): judging them
+// by the control plane's clock keeps the table and the summary line in
+// agreement whatever this machine's clock says.
+func observedAt(v *fleetView, now time.Time) time.Time {
+	if v.Status.ObservedAt.IsZero() {
+		return now
+	}
+	return v.Status.ObservedAt
+}
+
+// dropRetired removes the retired replicas from v, judged at the
+// summary's time (observedAt), and returns how many.
 func dropRetired(v *fleetView, now time.Time) int {
+	now = observedAt(v, now)
 	n := len(v.Replicas)
 	v.Replicas = slices.DeleteFunc(v.Replicas, func(r controlplane.FleetReplica) bool { return retired(&r, now) })
 	return n - len(v.Replicas)

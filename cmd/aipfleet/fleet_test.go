@@ -326,3 +326,18 @@ func TestFleetStatusOfAnHTTPSControlPlane(t *testing.T) {
 		t.Fatalf("--ca-file: %q, %v", out, err)
 	}
 }
+
+// TestRetiredByTheControlPlanesClock: which replicas the table leaves out
+// as retired is judged at the summary's time, the control plane's, so it
+// agrees with the summary's count when this machine's clock is off.
+func TestRetiredByTheControlPlanesClock(t *testing.T) {
+	cp := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	v := &fleetView{Status: registry.FleetStatusSummary{ObservedAt: cp, RetiredReplicas: 1}, Replicas: []controlplane.FleetReplica{
+		{ID: "crepl_old", Status: aip.ReplicaOffline, HealthRevision: 3, LeaseExpiresAt: aip.At(cp.Add(-25 * time.Hour))},
+		{ID: "crepl_recent", Status: aip.ReplicaOffline, HealthRevision: 3, LeaseExpiresAt: aip.At(cp.Add(-23 * time.Hour))},
+	}}
+	// This machine's clock runs two hours ahead of the control plane's.
+	if n := dropRetired(v, cp.Add(2*time.Hour)); n != 1 || len(v.Replicas) != 1 || v.Replicas[0].ID != "crepl_recent" {
+		t.Fatalf("dropped %d, left %+v; want crepl_old dropped, as the summary counts it", n, v.Replicas)
+	}
+}
