@@ -64,17 +64,18 @@ func newDevRegistry(mem *memregistry.Registry, store *snapshotStore) *devRegistr
 // Compile-time guards: the contracts the control plane, the dispatcher and
 // Apply use are complete, their writes through the persisting methods.
 var (
-	_ registry.Administrator = (*devRegistry)(nil)
-	_ registry.Resolver      = (*devRegistry)(nil)
-	_ registry.Rerouter      = (*devRegistry)(nil)
-	_ registry.Lifecycle     = (*devRegistry)(nil)
-	_ registry.FleetStatus   = (*devRegistry)(nil)
-	_ registry.ReplicaLister = (*devRegistry)(nil)
-	_ registry.Readiness     = (*devRegistry)(nil)
-	_ registry.Catalog       = (*devRegistry)(nil)
-	_ registry.OrphanSettler = (*devRegistry)(nil)
-	_ registry.EventLog      = (*devRegistry)(nil)
-	_ registry.EventPruner   = (*devRegistry)(nil)
+	_ registry.Administrator  = (*devRegistry)(nil)
+	_ registry.Resolver       = (*devRegistry)(nil)
+	_ registry.Rerouter       = (*devRegistry)(nil)
+	_ registry.Lifecycle      = (*devRegistry)(nil)
+	_ registry.FleetStatus    = (*devRegistry)(nil)
+	_ registry.ReplicaLister  = (*devRegistry)(nil)
+	_ registry.Readiness      = (*devRegistry)(nil)
+	_ registry.Catalog        = (*devRegistry)(nil)
+	_ registry.OrphanSettler  = (*devRegistry)(nil)
+	_ registry.EventLog       = (*devRegistry)(nil)
+	_ registry.EventPruner    = (*devRegistry)(nil)
+	_ registry.UnsentReleaser = (*devRegistry)(nil)
 )
 
 // AppendEvents implements registry.EventLog; the events are on disk when it
@@ -167,6 +168,14 @@ func (d *devRegistry) Settle(ctx context.Context, a registry.RouteAssignment, ou
 func (d *devRegistry) SettleOrphan(ctx context.Context, a registry.RouteAssignment, outcome registry.RouteSettlement, handOut uint64) error {
 	defer d.store.changed()
 	return d.mem.SettleOrphan(ctx, a, outcome, handOut)
+}
+
+// ReleaseUnsent implements registry.UnsentReleaser: a Resolve or Reroute
+// whose snapshot could not be written has its route in memory (and on disk
+// at the next write), and the dispatcher that sent nothing releases it.
+func (d *devRegistry) ReleaseUnsent(ctx context.Context, actionID, claim string) (bool, error) {
+	defer d.store.changed()
+	return d.mem.ReleaseUnsent(ctx, actionID, claim)
 }
 
 // ApplyLifecycle implements registry.Lifecycle.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/memregistry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
@@ -171,5 +172,56 @@ func TestDevRegistryPersistsForgottenPrunedIDs(t *testing.T) {
 	}
 	if got[0].Pruned || got[0].Sequence != 3 {
 		t.Fatalf("after a restart, an event whose ID was forgotten delivered again: %+v, want it stored as sequence 3", got[0])
+	}
+}
+
+// TestDevRegistryReleasesUnsent: dev's registry takes the dispatcher's
+// release of a hand-out it never sent (a Resolve whose snapshot could not
+// be written answered a storage error, though the route is in memory), and
+// the release is on disk after a restart.
+func TestDevRegistryReleasesUnsent(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "registry.json")
+	start := func() (*devRegistry, func()) {
+		t.Helper()
+		mem, err := memregistry.New(memregistry.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
+		if _, err := store.load(); err != nil {
+			t.Fatal(err)
+		}
+		storeCtx, cancel := context.WithCancel(ctx)
+		done := goTask(func() error { return store.run(storeCtx) })
+		return newDevRegistry(mem, store), func() {
+			cancel()
+			if err := done.wait("store"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reg, stop := start()
+	w, err := registrytest.NewLifecycleWorld(ctx, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := registrytest.Replica("crepl_r1", w.Instance.ID, w.Version.ID, time.Now().Add(time.Hour))
+	rep.PeerPrincipalID, rep.PeerPrincipalKind = w.Version.Manifest.Agent.ID, w.Version.Manifest.Agent.Kind
+	if err := reg.PutReplica(ctx, rep); err != nil {
+		t.Fatal(err)
+	}
+	a, err := reg.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "alpha.read", TenantID: "tenant-1", Claim: "claim-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if released, err := reg.ReleaseUnsent(ctx, a.ActionID, "claim-1"); err != nil || !released {
+		t.Fatalf("ReleaseUnsent = %t, %v; want released", released, err)
+	}
+	stop()
+	reg, stop = start()
+	defer stop()
+	if res, err := reg.Reservation(ctx, a.ActionID); err != nil || res.Reserved {
+		t.Fatalf("after a restart the released route reads %+v, %v; want it not reserved", res, err)
 	}
 }
