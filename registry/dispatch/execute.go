@@ -70,8 +70,11 @@ func (d *Dispatcher) executeAction(ctx context.Context, tenant string, req Actio
 	defer span.End()
 	resp, status := d.execute(ctx, tenant, &req, onChunk, validated, span)
 	outcome := string(resp.Settlement)
-	if resp.Route == nil {
-		outcome = "not_routed"
+	switch {
+	case resp.Route == nil:
+		outcome = outcomeNotRouted
+	case outcome == "":
+		outcome = outcomeUnsettled
 	}
 	span.SetAttributes(attribute.String(AttrOutcome, outcome), attribute.Int("http.response.status_code", status))
 	if resp.Route != nil {

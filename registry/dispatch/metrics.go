@@ -35,7 +35,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 	m := &metrics{
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_actions_total",
-			Help: "Actions handled by the dispatcher, by how their route was settled (not_routed: refused before a route existed).",
+			Help: "Actions handled by the dispatcher, by how their route was settled (not_routed: refused before a route existed; unsettled: answered before the registry confirmed a settlement).",
 		}, []string{"outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_action_errors_total",
@@ -97,7 +97,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 	// Every series of a fixed label set exists from the start (at 0), so
 	// that rate() and absence alerts see it before its first event.
 	for _, o := range []string{string(registry.SettlementCompleted), string(registry.SettlementOutcomeUnknown),
-		string(registry.SettlementCancelled), string(registry.SettlementLeaseExpired), string(registry.SettlementPruned), "not_routed"} {
+		string(registry.SettlementCancelled), string(registry.SettlementPruned), outcomeNotRouted, outcomeUnsettled} {
 		m.actions.WithLabelValues(o)
 	}
 	for c := range metricCodes {
@@ -134,6 +134,16 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 	}
 	return m, nil
 }
+
+// The outcomes of aip_dispatch_actions_total that are no settlement: an
+// action refused before a route existed, and one answered without a
+// settlement the registry confirmed (the settlement is retried in the
+// background, or the action runs for another delivery, which settles it).
+// lease_expired is lease maintenance's settlement, never an answer's.
+const (
+	outcomeNotRouted = "not_routed"
+	outcomeUnsettled = "unsettled"
+)
 
 func (m *metrics) observe(outcome string, pe *aip.ProtocolError, d time.Duration) {
 	m.actions.WithLabelValues(outcome).Inc()

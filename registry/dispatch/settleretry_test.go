@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,12 @@ func TestFailedSettlementIsRetried(t *testing.T) {
 	})
 	if n := flaky.settleCalls(); n != 4 {
 		t.Fatalf("%d settlement calls, want 1 + 3 retries", n)
+	}
+	// The action counts as unsettled (answered before the registry
+	// confirmed its settlement), not under an empty outcome.
+	series := strings.Join(w.metricSeries("aip_dispatch_actions_total"), "\n")
+	if !strings.Contains(series, `aip_dispatch_actions_total{outcome="unsettled"} 1`) || strings.Contains(series, `outcome=""`) {
+		t.Fatalf("aip_dispatch_actions_total:\n%s\nwant outcome=\"unsettled\" 1 and no empty outcome", series)
 	}
 	if n := len(w.counter.runs(id)); n != 1 {
 		t.Fatalf("the action ran %d times", n)
