@@ -125,6 +125,10 @@ BEGIN
         REVOKE ALL ON FUNCTION aip_registry.scope_full(integer) FROM PUBLIC;
         GRANT EXECUTE ON FUNCTION aip_registry.scope_full(integer) TO aip_registry_data;
     END IF;
+    IF to_regprocedure('aip_registry.scopes_full(text)') IS NOT NULL THEN
+        REVOKE ALL ON FUNCTION aip_registry.scopes_full(text) FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION aip_registry.scopes_full(text) TO aip_registry_data;
+    END IF;
     -- Only the data plane takes replicas for new routes.
     IF to_regprocedure('aip_registry.replica_taken()') IS NOT NULL THEN
         REVOKE ALL ON FUNCTION aip_registry.replica_taken() FROM PUBLIC;

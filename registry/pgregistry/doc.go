@@ -61,39 +61,52 @@
 // publication, one replica row, the route row, then counters by scope kind
 // (as a reservation lists them), key and stripe — and lifecycle batches
 // lock their replicas in ascending ID order, so concurrent transactions
-// cannot deadlock (a reroute that finds its old stripe full for the new
-// scopes is the one exception; see Reroute).
+// cannot deadlock (a reroute that finds a scope's old stripe full for the
+// new reservation is the one exception; see Reroute).
 //
 // # Striped admission counters
 //
-// Each scope's counter is kept in eight stripes (migration 0004): a route
-// reserves all the scopes of its reservation in one stripe, recorded with
-// the route, and its settlement, reroute or lease expiry releases that
-// stripe. Stripe s of a scope with limit L admits L/8, plus one for the
-// first L%8 stripes, so the stripes never admit more than L together; a
-// route that finds its stripe full tries the other stripes with a share,
-// each in a transaction of its own, and reports a scope full when every
-// one was full for some scope. That is not exact when the scopes of a
-// reservation have different limits: it can refuse a route every scope
-// has room for as a whole, naming a scope below its limit. A scope with a
-// limit under eight leaves its reservations only that many stripes, and
-// another scope's shares in the other stripes are out of their reach
-// (with a tenant limit of 6 and binding limits of 5, five routes of one
-// capability fill the tenant's shares in stripes 0 to 4, and a first
-// route of another capability is refused as "tenant at its limit of 6";
-// memregistry admits it), and near a limit the free shares of two scopes
-// can lie in different stripes. Reservations of one scope need not share a limit (two
-// policies naming the same tenant, or a policy whose limit was lowered),
-// so a reservation is also refused while the scope's stripes together
-// hold its whole limit; that sum is read without locking the other
-// stripes, so reservations of different limits made at the same moment in
-// different stripes can still pass the lower limit by the ones in flight. A counter row stays locked until its transaction's commit
-// has flushed the WAL, so with one row per scope a busy tenant's routing
-// transactions took turns, one WAL flush each; the transactions a registry
-// runs for a tenant at once start at different stripes (the lane of the
-// tenant's gate they hold, offset by a random base per registry), so they
-// do not wait for each other there and can share their WAL flushes. The
-// ledger adds a scope's stripes up.
+// Each scope's counter is kept in eight stripes (migration 0004). Stripe s
+// of a scope with limit L admits L/8, plus one for the first L%8 stripes,
+// so the stripes never admit more than L together, and a scope with a
+// limit under eight has a share in that many stripes only. A route
+// reserves each scope of its reservation in one of that scope's stripes
+// and records them (migration 0011: counter_stripe when they share one,
+// as they do unless a stripe was full, else counter_stripe -1 and
+// scope_stripes); its settlement, reroute, lease expiry or stranded
+// release releases each scope in its stripe. A reservation starts every
+// scope in the stripe of its lane; when scopes' stripes are full, the
+// statement names all of them and the reservation is made again, in a
+// transaction of its own, with only those scopes moved to their next
+// stripe not yet found full. A scope is refused when its stripes together
+// hold its limit (the reservation then fails at once) or when every
+// stripe with a share of it was found full, and the refusal names the
+// first such scope of the reservation. So each scope is judged by its own
+// limit, as in memregistry, whatever the limits beside it: with a tenant
+// limit of 6 and binding limits of 5, a route of a second capability takes
+// the tenant's sixth share in a stripe the first binding has none in.
+// The stripes of a scope are found full one attempt at a time, so a
+// reservation racing settlements of that scope can still be refused
+// though the scope never held its limit at one instant (each stripe was
+// full when it was tried; settlements freed some before the last one
+// was). Reservations of one scope need not share a
+// limit (two policies naming the same tenant, or a policy whose limit was
+// lowered), so a reservation is also refused while the scope's stripes
+// together hold its whole limit; that sum is read without locking the
+// other stripes, so reservations of different limits made at the same
+// moment in different stripes can still pass the lower limit by the ones
+// in flight. Builds of schema version 10 and older know only
+// counter_stripe: their statements cannot release a route with a stripe
+// per scope (migration 0011's constraints refuse them), which this build
+// then settles or expires.
+//
+// A counter row stays locked until its transaction's commit has flushed
+// the WAL, so with one row per scope a busy tenant's routing transactions
+// took turns, one WAL flush each; the transactions a registry runs for a
+// tenant at once start at different stripes (the lane of the tenant's
+// gate they hold, offset by a random base per registry), so they do not
+// wait for each other there and can share their WAL flushes. The ledger
+// adds a scope's stripes up.
 //
 // # Lease maintenance
 //

@@ -70,9 +70,10 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 
 // RouteStatementsOfBuild are this build's read of a route and its update
 // when a Resolve returns a held route again, as the build of schema
-// version (7, 8 or 9) sent them: without the claim columns of migration
-// 0010 and, for 7, without the hand-out columns of migration 0008. The update
-// takes the action ID and the time.
+// version (7, 8, 9 or 10) sent them: without the stripes of migration 0011,
+// for 7, 8 and 9 without the claim columns of migration 0010 and, for 7,
+// without the hand-out columns of migration 0008. The update takes the
+// action ID and the time.
 func RouteStatementsOfBuild(version int) (read, again string) {
 	cut := func(sql, part string) string {
 		if !strings.Contains(sql, part) {
@@ -80,15 +81,17 @@ func RouteStatementsOfBuild(version int) (read, again string) {
 		}
 		return strings.Replace(sql, part, "", 1)
 	}
-	read, again = selectRoute, cut(markResolvedAgain, ",\n\t\thand_out_claim = $3::text, claim_hand_out = hand_out + 1")
+	read, again = cut(selectRoute, ", scope_stripes"), markResolvedAgain
 	switch version {
+	case 10:
+		return read, again
 	case 8, 9:
 	case 7:
 		read, again = cut(read, ", hand_out, reserved_hand_out"), cut(again, ", hand_out = hand_out + 1")
 	default:
-		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7, 8 and 9", version))
+		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7 to 10", version))
 	}
-	return read, again
+	return read, cut(again, ",\n\t\thand_out_claim = $3::text, claim_hand_out = hand_out + 1")
 }
 
 // NewDataPool is the data pool a registry with cfg opens on cfg.DataURL,

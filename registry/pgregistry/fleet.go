@@ -29,9 +29,10 @@ FOR UPDATE SKIP LOCKED`
 	staleReplica = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas
 WHERE replica_id = $2 AND status <> 'offline' AND lease_expires_at_ms <= $1
 FOR UPDATE SKIP LOCKED`
-	releaseExpiredRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $2
+	releaseExpiredRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $2,
+	` + releasedStripe + `
 WHERE replica_id = ANY($1) AND reserved
-RETURNING replica_id, admission, retry, counter_stripe`
+RETURNING replica_id, admission, retry, counter_stripe, scope_stripes`
 
 	// strandedReplicas takes the offline replicas, oldest lease end first,
 	// that hold a reservation handed out at or before the cutoff $1 and
@@ -51,9 +52,10 @@ FOR UPDATE SKIP LOCKED`
 	// releaseStrandedRoutes releases the reservations on the taken
 	// replicas handed out at or before the cutoff $2 (updated_at_ms is a
 	// reserved route's last handout).
-	releaseStrandedRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $3
+	releaseStrandedRoutes = `UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'lease_expired', updated_at_ms = $3,
+	` + releasedStripe + `
 WHERE replica_id = ANY($1) AND reserved AND updated_at_ms <= $2
-RETURNING replica_id, admission, retry, counter_stripe`
+RETURNING replica_id, admission, retry, counter_stripe, scope_stripes`
 	// unassignReplicas lowers each replica's active assignments by the
 	// reservations released on it.
 	unassignReplicas = `UPDATE aip_registry.connector_replicas r SET active_assignments = GREATEST(r.active_assignments - u.n, 0), updated_at_ms = $3
@@ -307,7 +309,8 @@ type heldScope struct {
 }
 
 // collectReleased reads the rows (replica_id, admission, retry,
-// counter_stripe) of released routes.
+// counter_stripe, scope_stripes) of released routes: each scope is
+// released in its stripe.
 func collectReleased(rows pgx.Rows) (released, error) {
 	rel := released{held: map[heldScope]int64{}, perReplica: map[string]int64{}}
 	var (
@@ -315,14 +318,17 @@ func collectReleased(rows pgx.Rows) (released, error) {
 		doc     []byte
 		retry   bool
 		stripe  int16
+		per     []int16
 	)
-	_, err := pgx.ForEachRow(rows, []any{&replica, &doc, &retry, &stripe}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&replica, &doc, &retry, &stripe, &per}, func() error {
 		var a registry.AdmissionReservation
 		if err := json.Unmarshal(doc, &a); err != nil {
 			return err
 		}
-		for _, s := range a.Scopes(retry) {
-			rel.held[heldScope{s.Kind, s.Key, stripe}]++
+		scopes := a.Scopes(retry)
+		stripes := stripesOf(stripe, per, len(scopes))
+		for i, s := range scopes {
+			rel.held[heldScope{s.Kind, s.Key, stripes[i]}]++
 		}
 		rel.perReplica[replica]++
 		return nil

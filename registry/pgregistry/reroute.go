@@ -43,7 +43,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 	transport_profile = $11, region = $12, zone = $13, capacity_class = $14, catalog_revision = $15,
 	binding_policy_revision = $16, credential_revision_ref = $17, quota_policy_ref = $18, replica_health_revision = $19,
 	fence_token = $20, admission = $21, assigned_at_ms = $22, reserved = true, retry = false, last_settlement = NULL,
-	resolved_again = false, updated_at_ms = $22, counter_stripe = $23, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1,
+	resolved_again = false, updated_at_ms = $22, counter_stripe = $23, scope_stripes = $25, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1,
 		hand_out_claim = $24::text, claim_hand_out = hand_out + 1
 WHERE action_id = $1`
 	selectHistory = `SELECT assignment FROM aip_registry.route_history WHERE action_id = $1 ORDER BY seq`
@@ -72,12 +72,13 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	}
 	defer leave()
 	var out registry.RouteAssignment
-	// The new reservation starts at the old one's stripe, so the release
-	// and the reservation lock the counters of one stripe, in scope order.
-	// Only when that stripe is full for the new scopes does it move on; two
-	// such reroutes crossing stripes in opposite directions could then wait
-	// for each other, and PostgreSQL aborts one (nothing is changed: the
-	// action stays on its current route).
+	// The new reservation starts each scope the old one held at the
+	// old one's stripe of it (the others at the old reservation's first
+	// stripe), so the release and the reservation mostly lock the same
+	// counter rows. Only when such a stripe is full for the new reservation
+	// does it move on; two such reroutes crossing stripes in opposite
+	// directions could then wait for each other, and PostgreSQL aborts one
+	// (nothing is changed: the action stays on its current route).
 	err = striped(&stripeTry{}, func(st *stripeTry) error {
 		return r.inPipe(ctx, r.data, "reroute action "+cur.ActionID, func(p *pipe) error {
 			return r.reroute(ctx, p, &req, &rreq, st, &out)
@@ -172,7 +173,16 @@ func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRe
 			return err
 		}
 	}
-	st.from = int(s.stripe) // the old reservation's stripe (a retried attempt reads the same route again)
+	// The old reservation's stripes (a retried attempt reads the same
+	// route again).
+	old := s.stripesOf()
+	st.from, st.start = 0, map[scopeID]int16{}
+	for i, sc := range s.a.Admission.Scopes(s.retry) {
+		if i == 0 {
+			st.from = int(old[i])
+		}
+		st.start[scopeID{sc.Kind, sc.Key}] = old[i]
+	}
 	var err error
 	*out, err = r.commitReroute(ctx, p, rreq, &s, int(history), &c, now, st)
 	return err
@@ -197,7 +207,8 @@ func queueCandidate(b *pgx.Batch, sql string, args []any, c *candidate, found *b
 // commits — in one round trip.
 func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.RouteRequest, s *storedRoute, history int, c *candidate, now time.Time, st *stripeTry) (registry.RouteAssignment, error) {
 	admission := r.admissionFor(req, c)
-	stripe := st.stripe(admission.BaseScopes)
+	stripes := st.stripes(admission.BaseScopes)
+	stripe, perScope := stripeColumns(stripes)
 	version := registry.ConnectorVersion{ID: c.replica.VersionID, ManifestDigest: c.manifestDigest}
 	a := registry.NewAssignment(req, &c.binding, &version, &c.replica, c.revision, admission, aip.NewID(aip.PrefixRoute), now)
 	a.HandOut = s.a.HandOut + 1 // replaceRoute's; the route row was read under the action lock
@@ -213,20 +224,20 @@ func (r *Registry) commitReroute(ctx context.Context, p *pipe, req *registry.Rou
 	b.Queue(incrementReplica, a.ReplicaID)
 	if s.reserved {
 		b.Queue(releaseReplica, s.a.ReplicaID)
-		kinds, keys, amounts, stripes := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripe)
+		kinds, keys, amounts, held := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripesOf())
 		if len(kinds) > 0 {
-			b.Queue(releaseScopes, kinds, keys, amounts, stripes)
+			b.Queue(releaseScopes, kinds, keys, amounts, held)
 		}
 	}
-	queueReserve(b, admission.BaseScopes, stripe)
+	queueReserve(b, admission.BaseScopes, stripes)
 	b.Queue(insertHistory, a.ActionID, history+1, s.a.ReplicaID, s.a.FenceToken, old, toMS(now))
 	b.Queue(replaceRoute, a.ActionID, a.InstanceID, a.VersionID, a.ManifestDigest, a.ReplicaID, a.Endpoint,
 		a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
 		a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 		nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc,
-		toMS(a.AssignedAt), stripe, nullable(req.Claim))
+		toMS(a.AssignedAt), stripe, nullable(req.Claim), perScope)
 	if err := p.commit(ctx, b); err != nil {
-		return registry.RouteAssignment{}, scopeFull(err, admission.BaseScopes)
+		return registry.RouteAssignment{}, st.refused(err, admission.BaseScopes, stripes)
 	}
 	return a, nil
 }

@@ -260,6 +260,7 @@ func TestRoles(t *testing.T) {
 			`ALTER TABLE aip_registry.connector_replicas ADD COLUMN x int`,
 			`DROP TABLE aip_registry.control_replay`,
 			`SELECT aip_registry.scope_full(0)`,
+			`SELECT aip_registry.scopes_full('0')`,
 			`SELECT aip_registry.replica_taken()`,
 			`SELECT * FROM aip_registry.events`,
 			`SELECT event FROM aip_registry.events`,

@@ -57,7 +57,7 @@ const (
 	// reroute; so while reserved that is when it was last handed out), its
 	// last hand-out and the hand-out that made its reservation. Inserts
 	// leave the hand-outs to their defaults (1: the first hand-out).
-	routeReadColumns = routeColumns + `, counter_stripe, updated_at_ms, hand_out, reserved_hand_out`
+	routeReadColumns = routeColumns + `, counter_stripe, updated_at_ms, hand_out, reserved_hand_out, scope_stripes`
 	selectRoute      = `SELECT ` + routeReadColumns + ` FROM aip_registry.route_assignments WHERE action_id = $1`
 
 	// chainJoins and chainValid express the tenant chain of a binding: the
@@ -101,29 +101,32 @@ ORDER BY b.priority, (r.region = $6) DESC, (r.zone = $7) DESC, r.active_assignme
 	incrementReplica = `UPDATE aip_registry.connector_replicas SET active_assignments = active_assignments + 1 WHERE replica_id = $1`
 
 	// reserveScopes is the guarded reservation of a route's admission
-	// counters in stripe $5, taken in lock order ($1..$4 are the scopes'
-	// kinds, keys, the stripe's shares of their limits and their indexes in
-	// the reservation, $6 the scopes' whole limits, in lock order): each
-	// counter is created at 1 or raised only while active < the share, and
-	// only while the scope's stripes together hold fewer than its whole
+	// counters, taken in lock order ($1..$6 are the scopes' kinds, keys,
+	// their stripes' shares of their limits, their indexes in the
+	// reservation, their stripes and their whole limits, in lock order):
+	// each counter is created at 1 or raised only while active < the share,
+	// and only while the scope's stripes together hold fewer than its whole
 	// limit (stripes filled under a higher limit of the same scope: another
 	// policy sharing it, or this one before its limit was lowered). When a
-	// scope is full, scope_full aborts the transaction naming the first
-	// full scope.
+	// scope could not be reserved, scopes_full aborts the transaction naming
+	// every such scope, marking those whose stripes together hold their
+	// limit (stripeTry.refused).
 	reserveScopes = `WITH scope AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $6::bigint[]) WITH ORDINALITY AS s (kind, key, lim, idx, total, n)),
+	SELECT s.*, (SELECT COALESCE(sum(x.active), 0) FROM aip_registry.admission_counters x
+		WHERE x.scope_kind = s.kind AND x.scope_key = s.key) AS held
+	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::integer[], $5::smallint[], $6::bigint[]) WITH ORDINALITY AS s (kind, key, lim, idx, stripe, total, n)),
 reserved AS (
 	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, stripe, active, reserve_limit)
-	SELECT kind, key, $5::smallint, 1, lim FROM scope s
-	WHERE (SELECT COALESCE(sum(x.active), 0) FROM aip_registry.admission_counters x
-		WHERE x.scope_kind = s.kind AND x.scope_key = s.key) < s.total
+	SELECT kind, key, stripe, 1, lim FROM scope s
+	WHERE held < total
 	ORDER BY n
 	ON CONFLICT (scope_kind, scope_key, stripe) DO UPDATE SET active = c.active + 1, reserve_limit = excluded.reserve_limit
 	WHERE c.active < excluded.reserve_limit
 	RETURNING c.scope_kind, c.scope_key)
-SELECT aip_registry.scope_full(s.idx) FROM scope s
+SELECT aip_registry.scopes_full(string_agg(s.idx || CASE WHEN s.held >= s.total THEN '*' ELSE '' END, ',' ORDER BY s.idx))
+FROM scope s
 WHERE NOT EXISTS (SELECT 1 FROM reserved r WHERE r.scope_kind = s.kind AND r.scope_key = s.key)
-ORDER BY s.n LIMIT 1`
+HAVING count(*) > 0`
 	// releaseScopes releases counters ($1 kinds, $2 keys, $3 amounts, $4
 	// stripes, in lock order), locking them in that order first.
 	releaseScopes = `WITH scope AS (
@@ -136,11 +139,11 @@ UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked
 FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key AND c.stripe = locked.stripe`
 
 	// reserveRoute re-reserves a released route for a retry, in counter
-	// stripe $3, as its next hand-out (which made the reservation), with
-	// that hand-out's claim $4; the route was handed out again, so it can
-	// no longer be rerouted.
+	// stripes $3 and $5 (stripeColumns), as its next hand-out (which made
+	// the reservation), with that hand-out's claim $4; the route was
+	// handed out again, so it can no longer be rerouted.
 	reserveRoute = `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL,
-	resolved_again = true, updated_at_ms = $2, counter_stripe = $3, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1,
+	resolved_again = true, updated_at_ms = $2, counter_stripe = $3, scope_stripes = $5, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1,
 		hand_out_claim = $4::text, claim_hand_out = hand_out + 1
 WHERE action_id = $1 AND NOT reserved`
 	// markResolvedAgain records that a Resolve returned a reserved route
@@ -172,22 +175,22 @@ FROM (SELECT true AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(
 		FOR UPDATE) AS r`
 	// settleRoute releases a reserved route in one statement: the route row,
 	// its counters ($4..$6 kinds, keys and amounts in lock order, locked in
-	// that order, in the route's stripe $10) and its replica's count and
+	// that order, in their stripes $10) and its replica's count and
 	// circuit ($7 replica, $8 failures, $9 open until). The caller holds the
 	// action and replica locks, so only the counters need the ordered
 	// locking. It serves settleRead, the settlement that compares in Go.
 	settleRoute = `WITH route AS (
-	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
+	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3, ` + releasedStripe + `
 	WHERE action_id = $1 AND reserved RETURNING 1),
 scope AS (
-	SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[]) WITH ORDINALITY AS s (kind, key, amount, n)),
+	SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[], $10::smallint[]) WITH ORDINALITY AS s (kind, key, amount, stripe, n)),
 locked AS (
-	SELECT c.scope_kind, c.scope_key, s.amount FROM aip_registry.admission_counters c
-	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key AND c.stripe = $10::smallint
+	SELECT c.scope_kind, c.scope_key, c.stripe, s.amount FROM aip_registry.admission_counters c
+	JOIN scope s ON c.scope_kind = s.kind AND c.scope_key = s.key AND c.stripe = s.stripe
 	ORDER BY s.n FOR UPDATE OF c),
 released AS (
 	UPDATE aip_registry.admission_counters c SET active = GREATEST(c.active - locked.amount, 0)
-	FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key AND c.stripe = $10::smallint),
+	FROM locked WHERE c.scope_kind = locked.scope_kind AND c.scope_key = locked.scope_key AND c.stripe = locked.stripe),
 replica AS (
 	UPDATE aip_registry.connector_replicas
 	SET active_assignments = GREATEST(active_assignments - 1, 0), consecutive_failures = $8, circuit_open_until_ms = $9
@@ -206,8 +209,8 @@ SELECT count(*) FROM route`
 	// ($31 circuit change, $32 threshold, $33 open until; see
 	// circuitChange), then releases the route's counters ($27..$30: kinds,
 	// keys and limits in lock order, and whether a scope is held only by a
-	// retried reservation) in the route's counter stripe with guarded
-	// upserts, which lock each counter's newest row in order without
+	// retried reservation; $35 their indexes in the reservation) each in
+	// its stripe (routeStripeSQL) with guarded upserts, which lock each counter's newest row in order without
 	// re-running the statement's plan for it.
 	// It returns the number of routes released (0 or 1). Every row it
 	// changes is found under its lock at its newest version, so the
@@ -220,7 +223,7 @@ pinned AS (
 		AND r.replica_id = (SELECT replica_id FROM aip_registry.route_assignments WHERE action_id = $1)
 	FOR UPDATE OF r),
 route AS (
-	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3
+	UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = $2, updated_at_ms = $3, ` + releasedStripe + `
 	WHERE action_id = $1 AND reserved AND EXISTS (SELECT 1 FROM pinned)
 		AND capability_id = $4 AND tenant_id = $5 AND instance_id = $6
 		AND version_id = $7 AND manifest_digest = $8 AND replica_id = $9 AND endpoint = $10
@@ -230,7 +233,7 @@ route AS (
 		AND credential_revision_ref IS NOT DISTINCT FROM $21::text AND quota_policy_ref IS NOT DISTINCT FROM $22::text
 		AND replica_health_revision = $23 AND fence_token = $24 AND admission = $25::jsonb AND assigned_at_ms = $26
 		AND ($34::bigint = 0 OR $34::bigint >= reserved_hand_out)
-	RETURNING retry, counter_stripe),
+	RETURNING retry, counter_stripe, scope_stripes),
 replica AS (
 	UPDATE aip_registry.connector_replicas
 	SET active_assignments = GREATEST(active_assignments - 1, 0),
@@ -240,9 +243,10 @@ replica AS (
 	RETURNING 1),
 released AS (
 	INSERT INTO aip_registry.admission_counters AS c (scope_kind, scope_key, stripe, active, reserve_limit)
-	SELECT s.kind, s.key, route.counter_stripe, 0, GREATEST(` + stripeShareSQL + `, 1)
-	FROM unnest($27::text[], $28::text[], $29::bigint[], $30::boolean[]) WITH ORDINALITY AS s (kind, key, lim, retry_only, n)
+	SELECT s.kind, s.key, st.stripe, 0, GREATEST(` + stripeShareSQL + `, 1)
+	FROM unnest($27::text[], $28::text[], $29::bigint[], $30::boolean[], $35::integer[]) WITH ORDINALITY AS s (kind, key, lim, retry_only, idx, n)
 	JOIN route ON route.retry OR NOT s.retry_only
+	CROSS JOIN LATERAL (SELECT ` + routeStripeSQL + ` AS stripe) AS st
 	WHERE EXISTS (SELECT 1 FROM replica)
 	ORDER BY s.n
 	ON CONFLICT (scope_kind, scope_key, stripe) DO UPDATE SET active = GREATEST(c.active - 1, 0)
@@ -312,7 +316,7 @@ chosen AS (SELECT * FROM free UNION ALL SELECT * FROM waited)`)
 func takeSelect(choice string) string {
 	return "WITH " + choice + ",\n" + countAndRoute(routeParams{
 		action: 3, capability: 4, tenant: 5, manifest: 6, catalogRevision: 7, policyRevision: 8,
-		credential: 9, quota: 10, fence: 11, admission: 12, now: 13, stripe: 14, claim: 15,
+		credential: 9, quota: 10, fence: 11, admission: 12, now: 13, stripe: 14, claim: 15, scopeStripes: 16,
 	}, "replica_health_revision") + `
 SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT replica_health_revision FROM routed)`
 }
@@ -320,13 +324,13 @@ SELECT COALESCE((SELECT n FROM chosen), aip_registry.replica_taken()), (SELECT r
 // routeParams are the placeholder numbers of a new route's decision in a
 // take statement.
 type routeParams struct {
-	action, capability, tenant, manifest, catalogRevision, policyRevision, credential, quota, fence, admission, now, stripe, claim int
+	action, capability, tenant, manifest, catalogRevision, policyRevision, credential, quota, fence, admission, now, stripe, claim, scopeStripes int
 }
 
 // countAndRoute renders the CTEs every take statement shares: counted
 // counts the assignment on the replica CTE chosen locked, and routed
 // inserts the route from that row and the decision in the placeholders p
-// numbers (with the counter stripe of its reservation and the claim of its
+// numbers (with the counter stripes of its reservation and the claim of its
 // first hand-out), returning the expression returning.
 func countAndRoute(p routeParams, returning string) string {
 	return fmt.Sprintf(`counted AS (
@@ -334,14 +338,14 @@ func countAndRoute(p routeParams, returning string) string {
 	FROM chosen WHERE r.replica_id = chosen.replica_id
 	RETURNING r.*),
 routed AS (
-	INSERT INTO aip_registry.route_assignments (%s, updated_at_ms, counter_stripe, hand_out_claim, claim_hand_out)
+	INSERT INTO aip_registry.route_assignments (%s, updated_at_ms, counter_stripe, hand_out_claim, claim_hand_out, scope_stripes)
 	SELECT $%d::text, $%d::text, $%d::text, r.instance_id, r.version_id, $%d::text, r.replica_id, r.endpoint, r.peer_principal_id,
 		r.peer_principal_kind, r.peer_did, r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class,
 		$%d::bigint, $%d::bigint, $%d::text, $%d::text, r.health_revision, $%d::text, $%d::jsonb, $%[12]d::bigint, true, false, NULL, $%[12]d::bigint,
-		$%d::smallint, $%d::text, 1
+		$%d::smallint, $%d::text, 1, $%d::smallint[]
 	FROM counted r
 	RETURNING %s)`, routeColumns, p.action, p.capability, p.tenant, p.manifest,
-		p.catalogRevision, p.policyRevision, p.credential, p.quota, p.fence, p.admission, p.now, p.stripe, p.claim, returning)
+		p.catalogRevision, p.policyRevision, p.credential, p.quota, p.fence, p.admission, p.now, p.stripe, p.claim, p.scopeStripes, returning)
 }
 
 // takeChoice selects and locks the first listed candidate still eligible
@@ -409,11 +413,35 @@ type storedRoute struct {
 	reserved bool
 	retry    bool
 	last     registry.RouteSettlement
-	stripe   int16     // the counter stripe of its reservation
-	updated  time.Time // while reserved: when it was last handed out
+	stripe   int16 // counter_stripe: its reservation's stripe, or -1/-2 (scopeStripes; stripeColumns)
+	// scopeStripes are the stripes of its reservation's scopes when they
+	// differ (counter_stripe < 0).
+	scopeStripes []int16
+	updated      time.Time // while reserved: when it was last handed out
 	// reservedBy is the hand-out that made the reservation (a.HandOut is
 	// the last one).
 	reservedBy uint64
+}
+
+// stripesOf returns the stripe of each scope of the route's reservation
+// (its admission's Scopes(retry)).
+func (s *storedRoute) stripesOf() []int16 {
+	return stripesOf(s.stripe, s.scopeStripes, len(s.a.Admission.Scopes(s.retry)))
+}
+
+// stripesOf returns the stripes of a reservation of n scopes from its
+// route's counter_stripe and scope_stripes.
+func stripesOf(stripe int16, scopeStripes []int16, n int) []int16 {
+	out := make([]int16, n)
+	for i := range out {
+		switch {
+		case stripe >= 0:
+			out[i] = stripe
+		case i < len(scopeStripes):
+			out[i] = scopeStripes[i]
+		}
+	}
+	return out
 }
 
 func scanRoute(row pgx.Row) (storedRoute, error) {
@@ -429,7 +457,7 @@ func scanRoute(row pgx.Row) (storedRoute, error) {
 	err := row.Scan(&a.ActionID, &a.CapabilityID, &a.TenantID, &a.InstanceID, &a.VersionID, &a.ManifestDigest, &a.ReplicaID,
 		&a.Endpoint, &a.PeerPrincipalID, &kind, &a.PeerDID, &a.TrustDomain, &a.TransportProfile,
 		&a.Topology.Region, &a.Topology.Zone, &a.Topology.CapacityClass, &catRev, &polRev, &cred, &quota, &healthRev,
-		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last, &s.stripe, &updated, &handOut, &reservedBy)
+		&a.FenceToken, &admission, &assigned, &s.reserved, &s.retry, &last, &s.stripe, &updated, &handOut, &reservedBy, &s.scopeStripes)
 	if err != nil {
 		return s, err
 	}
@@ -623,16 +651,17 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 		return registry.RouteAssignment{}, unavailable
 	}
 	scopes := a.Admission.Scopes(true)
-	stripe := st.stripe(scopes)
+	stripes := st.stripes(scopes)
+	stripe, perScope := stripeColumns(stripes)
 	b := &pgx.Batch{}
 	b.Queue(takePinned, a.ReplicaID, toMS(now))
-	queueReserve(b, scopes, stripe)
-	b.Queue(reserveRoute, a.ActionID, toMS(now), stripe, nullable(req.Claim))
+	queueReserve(b, scopes, stripes)
+	b.Queue(reserveRoute, a.ActionID, toMS(now), stripe, nullable(req.Claim), perScope)
 	if err := p.commit(ctx, b); err != nil {
 		if isReplicaTaken(err) {
 			return registry.RouteAssignment{}, unavailable
 		}
-		return registry.RouteAssignment{}, scopeFull(err, scopes)
+		return registry.RouteAssignment{}, st.refused(err, scopes, stripes)
 	}
 	return next, nil
 }
@@ -715,7 +744,8 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 		return registry.RouteAssignment{}, err
 	}
 	fence := aip.NewID(aip.PrefixRoute)
-	stripe := t.stripes.stripe(admission.BaseScopes)
+	stripes := t.stripes.stripes(admission.BaseScopes)
+	stripe, perScope := stripeColumns(stripes)
 	var n, health int64
 	b := &pgx.Batch{}
 	sql := takeReplica
@@ -725,7 +755,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	}
 	b.Queue(sql, ids, toMS(now), req.ActionID, req.CapabilityID, req.TenantID, top.manifestDigest,
 		int64(top.revision), int64(top.binding.PolicyRevision), nullable(top.binding.CredentialRevisionRef),
-		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now), stripe, nullable(req.Claim)).QueryRow(func(row pgx.Row) error {
+		nullable(top.binding.QuotaPolicyRef), fence, doc, toMS(now), stripe, nullable(req.Claim), perScope).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(&n, &health); err != nil {
 			return err
 		}
@@ -737,7 +767,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	if t.wait {
 		b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	}
-	queueReserve(b, admission.BaseScopes, stripe)
+	queueReserve(b, admission.BaseScopes, stripes)
 	if err := p.commit(ctx, b); err != nil {
 		switch {
 		case isReplicaTaken(err) && t.last:
@@ -749,7 +779,7 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 			return registry.RouteAssignment{}, fmt.Errorf("%w: every eligible replica for capability %s of tenant %s stayed locked by other routing transactions for %s",
 				registry.ErrReplicaUnavailable, req.CapabilityID, req.TenantID, r.routeLockWait)
 		}
-		return registry.RouteAssignment{}, scopeFull(err, admission.BaseScopes)
+		return registry.RouteAssignment{}, t.stripes.refused(err, admission.BaseScopes, stripes)
 	}
 	c := &same[n-1]
 	c.replica.HealthRevision = uint64(health)
@@ -765,43 +795,35 @@ func (r *Registry) reserveNew(ctx context.Context, p *pipe, req *registry.RouteR
 	return registry.NewAssignment(req, &c.binding, &version, &c.replica, top.revision, admission, fence, now), nil
 }
 
-// queueReserve queues the guarded reservation of scopes in stripe, in lock
-// order (scopeOrder). A full stripe of a scope aborts the transaction with
-// SQLSTATE AIP01 carrying the scope's index; scopeFull turns that into the
-// registry error (and striped tries the other stripes).
-func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope, stripe int16) {
+// queueReserve queues the guarded reservation of each of scopes in its
+// stripe in stripes, in lock order (scopeOrder). Scopes that cannot be
+// reserved abort the transaction with SQLSTATE AIP01 naming them;
+// stripeTry.refused turns that into the registry error (and has striped
+// try other stripes).
+func queueReserve(b *pgx.Batch, scopes []registry.AdmissionScope, stripes []int16) {
 	if len(scopes) == 0 {
 		return
 	}
 	order := scopeOrder(scopes)
-	kinds, keys, limits, idx, totals := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int32, len(order)), make([]int64, len(order))
+	kinds, keys, limits, idx, ordered, totals := make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)),
+		make([]int32, len(order)), make([]int16, len(order)), make([]int64, len(order))
 	for n, i := range order {
-		kinds[n], keys[n], limits[n], idx[n], totals[n] = string(scopes[i].Kind), scopes[i].Key, stripeLimit(int64(scopes[i].Limit), stripe), int32(i), int64(scopes[i].Limit)
+		kinds[n], keys[n], idx[n], ordered[n], totals[n] = string(scopes[i].Kind), scopes[i].Key, int32(i), stripes[i], int64(scopes[i].Limit)
+		limits[n] = stripeLimit(int64(scopes[i].Limit), stripes[i])
 	}
-	b.Queue(reserveScopes, kinds, keys, limits, idx, stripe, totals)
+	b.Queue(reserveScopes, kinds, keys, limits, idx, ordered, totals)
 }
 
-// scopeFull translates the abort of a full scope into
-// *registry.CapacityExceededError; other errors pass through.
-func scopeFull(err error, scopes []registry.AdmissionScope) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "AIP01" {
-		if i, convErr := strconv.Atoi(pgErr.Detail); convErr == nil && i >= 0 && i < len(scopes) {
-			return registry.CapacityExceeded(scopes[i])
-		}
-	}
-	return err
-}
-
-// scopeArrays returns the kinds, keys, amounts (one each) and stripes (all
-// stripe) of scopes in lock order, for releaseScopes and settleRoute.
-func scopeArrays(scopes []registry.AdmissionScope, stripe int16) (kinds, keys []string, amounts []int64, stripes []int16) {
+// scopeArrays returns the kinds, keys, amounts (one each) and stripes of
+// scopes (each in its stripe in stripes) in lock order, for releaseScopes
+// and settleRoute.
+func scopeArrays(scopes []registry.AdmissionScope, stripes []int16) (kinds, keys []string, amounts []int64, ordered []int16) {
 	order := scopeOrder(scopes)
-	kinds, keys, amounts, stripes = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int16, len(order))
+	kinds, keys, amounts, ordered = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]int16, len(order))
 	for n, i := range order {
-		kinds[n], keys[n], amounts[n], stripes[n] = string(scopes[i].Kind), scopes[i].Key, 1, stripe
+		kinds[n], keys[n], amounts[n], ordered[n] = string(scopes[i].Kind), scopes[i].Key, 1, stripes[i]
 	}
-	return kinds, keys, amounts, stripes
+	return kinds, keys, amounts, ordered
 }
 
 // scopeRank orders scope kinds as a reservation lists them.
@@ -929,7 +951,7 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 	if !fromMS(assigned).Equal(a.AssignedAt) {
 		assigned = -1 // not a stored time: matches no route
 	}
-	kinds, keys, limits, retryOnly := settleScopes(&a.Admission)
+	kinds, keys, limits, retryOnly, idx := settleScopes(&a.Admission)
 	_, leave, err := r.tenants.enter(ctx, a.TenantID, "settle action "+a.ActionID)
 	if err != nil {
 		return err
@@ -945,7 +967,7 @@ func (r *Registry) Settle(ctx context.Context, a registry.RouteAssignment, outco
 			a.PeerPrincipalID, string(a.PeerPrincipalKind), a.PeerDID, a.TrustDomain, a.TransportProfile,
 			a.Topology.Region, a.Topology.Zone, a.Topology.CapacityClass, int64(a.CatalogRevision), int64(a.BindingPolicyRevision),
 			nullable(a.CredentialRevisionRef), nullable(a.QuotaPolicyRef), int64(a.ReplicaHealthRevision), a.FenceToken, doc, assigned,
-			kinds, keys, limits, retryOnly, mode, threshold, until, int64(a.HandOut)).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
+			kinds, keys, limits, retryOnly, mode, threshold, until, int64(a.HandOut), idx).QueryRow(func(row pgx.Row) error { return row.Scan(&released) })
 		return p.once(ctx, b)
 	})
 	if err != nil || released == 1 {
@@ -1025,16 +1047,16 @@ func (r *Registry) SettleOrphan(ctx context.Context, a registry.RouteAssignment,
 }
 
 // settleScopes returns every scope a's admission may hold, in lock order:
-// kinds, keys, limits and whether the scope is held only by a retried
-// reservation (the retry scope).
-func settleScopes(a *registry.AdmissionReservation) (kinds, keys []string, limits []int64, retryOnly []bool) {
+// kinds, keys, limits, whether the scope is held only by a retried
+// reservation (the retry scope) and its index in the reservation.
+func settleScopes(a *registry.AdmissionReservation) (kinds, keys []string, limits []int64, retryOnly []bool, idx []int32) {
 	scopes := a.Scopes(true)
 	order := scopeOrder(scopes)
-	kinds, keys, limits, retryOnly = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]bool, len(order))
+	kinds, keys, limits, retryOnly, idx = make([]string, len(order)), make([]string, len(order)), make([]int64, len(order)), make([]bool, len(order)), make([]int32, len(order))
 	for n, i := range order {
-		kinds[n], keys[n], limits[n], retryOnly[n] = string(scopes[i].Kind), scopes[i].Key, int64(scopes[i].Limit), i >= len(a.BaseScopes)
+		kinds[n], keys[n], limits[n], retryOnly[n], idx[n] = string(scopes[i].Kind), scopes[i].Key, int64(scopes[i].Limit), i >= len(a.BaseScopes), int32(i)
 	}
-	return kinds, keys, limits, retryOnly
+	return kinds, keys, limits, retryOnly, idx
 }
 
 // Circuit changes of a settlement, as settleMatching applies them to the
@@ -1103,10 +1125,10 @@ func (r *Registry) settleRead(ctx context.Context, a registry.RouteAssignment, o
 		now := r.clock()
 		circuit := registry.ApplySettlementToCircuit(registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)},
 			outcome, &s.a.Admission, now)
-		kinds, keys, amounts, _ := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripe)
+		kinds, keys, amounts, stripes := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripesOf())
 		b = &pgx.Batch{}
 		b.Queue(settleRoute, a.ActionID, string(outcome), toMS(now), kinds, keys, amounts,
-			s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil), s.stripe)
+			s.a.ReplicaID, int64(circuit.ConsecutiveFailures), toMS(circuit.OpenUntil), stripes)
 		return p.commit(ctx, b)
 	})
 }

@@ -140,12 +140,13 @@ func chainOf(best []bestBinding, c *candidate, admission registry.AdmissionReser
 // the assignment on it and inserts the route ($10 capability, $11 tenant,
 // $12 manifest digest, $13 binding policy revision, $14 credential
 // revision, $15 quota policy, $16 fence token, $17 admission, $18 counter
-// stripe, $19 the hand-out's claim). It returns
+// stripe, $19 the hand-out's claim, $20 the stripes of a reservation with
+// a stripe per scope: stripeColumns). It returns
 // the taken replica; when it took none, replica_taken aborts the
 // transaction.
 var takeBest = "WITH " + takeBestChoice + ",\n" + countAndRoute(routeParams{
 	action: 2, capability: 10, tenant: 11, manifest: 12, catalogRevision: 1, policyRevision: 13,
-	credential: 14, quota: 15, fence: 16, admission: 17, now: 5, stripe: 18, claim: 19,
+	credential: 14, quota: 15, fence: 16, admission: 17, now: 5, stripe: 18, claim: 19, scopeStripes: 20,
 }, "1") + `
 SELECT ` + replicaColumnsOf("counted") + ` FROM (SELECT COALESCE((SELECT 1 FROM chosen), aip_registry.replica_taken()) AS ok) AS taken
 LEFT JOIN counted ON true`
@@ -172,24 +173,25 @@ func (r *Registry) resolveBest(ctx context.Context, p *pipe, req *registry.Route
 	now := r.clock()
 	pref := &req.Topology
 	fence := aip.NewID(aip.PrefixRoute)
-	stripe := st.stripe(ch.admission.BaseScopes)
+	stripes := st.stripes(ch.admission.BaseScopes)
+	stripe, perScope := stripeColumns(stripes)
 	var rep registry.ConnectorReplica
 	b := &pgx.Batch{}
 	b.Queue(lockRouting, req.ActionID, lockClass, lockCatalog)
 	b.Queue(takeBest, int64(ch.revision), req.ActionID, ch.binding.InstanceID, ch.versionID, toMS(now),
 		pref.CapacityClass, pref.ForbidCrossRegion, pref.Region, pref.Zone,
 		req.CapabilityID, req.TenantID, ch.manifestDigest, int64(ch.binding.PolicyRevision),
-		nullable(ch.binding.CredentialRevisionRef), nullable(ch.binding.QuotaPolicyRef), fence, ch.doc, stripe, nullable(req.Claim)).QueryRow(func(row pgx.Row) error {
+		nullable(ch.binding.CredentialRevisionRef), nullable(ch.binding.QuotaPolicyRef), fence, ch.doc, stripe, nullable(req.Claim), perScope).QueryRow(func(row pgx.Row) error {
 		var err error
 		rep, err = scanReplica(row)
 		return err
 	})
-	queueReserve(b, ch.admission.BaseScopes, stripe)
+	queueReserve(b, ch.admission.BaseScopes, stripes)
 	if err := p.once(ctx, b); err != nil {
 		if isReplicaTaken(err) {
 			return registry.RouteAssignment{}, errReplicaTaken
 		}
-		return registry.RouteAssignment{}, scopeFull(err, ch.admission.BaseScopes)
+		return registry.RouteAssignment{}, st.refused(err, ch.admission.BaseScopes, stripes)
 	}
 	binding := ch.binding
 	binding.TenantID, binding.CapabilityID = req.TenantID, req.CapabilityID

@@ -3,12 +3,14 @@ package pgregistry
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
@@ -36,7 +38,7 @@ func TestStripeShares(t *testing.T) {
 				t.Fatalf("limit %d: stripe %d has share %d but %d stripes are usable", limit, s, share, usable)
 			}
 			var inSQL int64
-			err := conn.QueryRow(t.Context(), `SELECT `+stripeShareSQL+` FROM (SELECT $1::bigint AS lim) AS s, (SELECT $2::smallint AS counter_stripe) AS route`, limit, s).Scan(&inSQL)
+			err := conn.QueryRow(t.Context(), `SELECT `+stripeShareSQL+` FROM (SELECT $1::bigint AS lim) AS s, (SELECT $2::smallint AS stripe) AS st`, limit, s).Scan(&inSQL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,5 +279,132 @@ VALUES ('tenant', 'tenant-1', 4, 20), ('global', 'global', 2, 20)`)
 	must(t, conn.QueryRow(ctx, `SELECT count(*) FROM aip_registry.admission_counters WHERE stripe <> 0`).Scan(&stripes))
 	if stripes != 0 {
 		t.Fatalf("%d migrated counters are not in stripe 0", stripes)
+	}
+}
+
+// TestScopeStripes: with a tenant limit of 6 and a binding limit of 5
+// (the global, type and instance limits large), a route's tenant and
+// binding walk their stripes while its other scopes stay in the lane's
+// stripe, so the route records a stripe per scope (counter_stripe -1 and
+// scope_stripes). Statements of builds that know only counter_stripe
+// cannot release such a route (migration 0011's constraints). Every
+// release path of this build releases each scope in its own stripe:
+// Settle, the settlement that compares in Go, a retry's reservation
+// again, the release of an unsent hand-out, and lease expiry; the counters then hold nothing, and the
+// released routes are marked -2.
+func TestScopeStripes(t *testing.T) {
+	ctx := t.Context()
+	pol := registry.ConservativePolicy("quota:small")
+	pol.MaxTenantInFlight, pol.MaxBindingInFlight = 6, 5
+	r, dbURL := stripeWorld(t, pol)
+	r.stripeBase = 0
+	base := r.now()
+	var offset time.Duration
+	r.now = func() time.Time { return base.Add(offset) }
+	var routes []registry.RouteAssignment
+	for range 5 {
+		a, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: "tenant-1", CapabilityID: "alpha.read"})
+		must(t, err)
+		routes = append(routes, a)
+	}
+	_, err := r.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), TenantID: "tenant-1", CapabilityID: "alpha.read"})
+	var full *registry.CapacityExceededError
+	if !errors.As(err, &full) || full.Scope != registry.ScopeBinding || full.Limit != 5 {
+		t.Fatalf("a sixth route: %v, want the binding full at 5", err)
+	}
+	checkStripes(t, r, registry.ScopeTenant, 6, 5)
+	checkStripes(t, r, registry.ScopeBinding, 5, 5)
+
+	stripesOfRoute := func(actionID string) (int16, []int16) {
+		t.Helper()
+		var (
+			stripe int16
+			per    []int16
+		)
+		must(t, r.data.QueryRow(ctx, `SELECT counter_stripe, scope_stripes FROM aip_registry.route_assignments WHERE action_id = $1`, actionID).Scan(&stripe, &per))
+		return stripe, per
+	}
+	// Route k (k from 0) holds the tenant and the binding in stripe k, the
+	// global, type and instance scopes in stripe 0.
+	for k, a := range routes {
+		stripe, per := stripesOfRoute(a.ActionID)
+		want := []int16{0, int16(k), 0, 0, int16(k)}
+		switch {
+		case k == 0 && (stripe != 0 || per != nil):
+			t.Fatalf("route 0 holds counter_stripe %d, scope_stripes %v; want 0 and NULL", stripe, per)
+		case k > 0 && (stripe != -1 || !slices.Equal(per, want)):
+			t.Fatalf("route %d holds counter_stripe %d, scope_stripes %v; want -1 and %v", k, stripe, per, want)
+		}
+	}
+
+	// What builds of schema version 10 send to release a route: they
+	// neither mark the row nor know its stripes.
+	super, err := pgx.Connect(ctx, dbURL)
+	must(t, err)
+	defer super.Close(context.Background())
+	for _, sql := range []string{
+		`UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'completed' WHERE action_id = '` + routes[1].ActionID + `'`,
+		`INSERT INTO aip_registry.admission_counters (scope_kind, scope_key, stripe, active, reserve_limit) VALUES ('tenant', 'tenant-1', -1, 0, 1)`,
+	} {
+		var pgErr *pgconn.PgError
+		if _, err := super.Exec(ctx, sql); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+			t.Fatalf("%s: %v, want a check violation", sql, err)
+		}
+	}
+
+	must(t, r.Settle(ctx, routes[1], registry.SettlementCompleted))
+	must(t, r.settleRead(ctx, routes[2], registry.SettlementCompleted, 0))
+	checkStripes(t, r, registry.ScopeTenant, 6, 3)
+	checkStripes(t, r, registry.ScopeBinding, 5, 3)
+	for _, a := range routes[1:3] {
+		if stripe, _ := stripesOfRoute(a.ActionID); stripe != -2 {
+			t.Fatalf("a released route with a stripe per scope holds counter_stripe %d, want -2", stripe)
+		}
+	}
+	// A retry reserves route 1 again (as a retry: its retry scope too).
+	again, err := r.Resolve(ctx, registry.RouteRequest{ActionID: routes[1].ActionID, TenantID: "tenant-1", CapabilityID: "alpha.read"})
+	must(t, err)
+	if res, err := r.Reservation(ctx, again.ActionID); err != nil || !res.Reserved || !res.Retry {
+		t.Fatalf("the retried route: %+v, %v", res, err)
+	}
+	checkStripes(t, r, registry.ScopeTenant, 6, 4)
+	checkStripes(t, r, registry.ScopeBinding, 5, 4)
+	checkStripes(t, r, registry.ScopeTenantRetry, int64(pol.MaxTenantRetryInFlight), 1)
+	l, err := r.Ledger(ctx)
+	must(t, err)
+	registrytest.CheckLedger(t, l)
+
+	// A retry of route 2 whose answer was lost (its claim) is released
+	// again, each scope in its stripe.
+	again, err = r.Resolve(ctx, registry.RouteRequest{ActionID: routes[2].ActionID, TenantID: "tenant-1", CapabilityID: "alpha.read", Claim: "claim-2"})
+	must(t, err)
+	if stripe, _ := stripesOfRoute(again.ActionID); stripe != -1 {
+		t.Fatalf("route 2 reserved again holds counter_stripe %d, want -1", stripe)
+	}
+	checkStripes(t, r, registry.ScopeTenant, 6, 5)
+	if ok, err := r.ReleaseUnsent(ctx, again.ActionID, "claim-2"); err != nil || !ok {
+		t.Fatalf("ReleaseUnsent of route 2's retry: %t, %v", ok, err)
+	}
+	checkStripes(t, r, registry.ScopeTenant, 6, 4)
+	checkStripes(t, r, registry.ScopeBinding, 5, 4)
+	checkStripes(t, r, registry.ScopeTenantRetry, int64(pol.MaxTenantRetryInFlight), 1)
+	l, err = r.Ledger(ctx)
+	must(t, err)
+	registrytest.CheckLedger(t, l)
+
+	// Lease expiry releases the four reservations left, each scope in its
+	// stripe.
+	offset = 2 * time.Hour
+	if n, err := r.ExpireStaleReplicas(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("ExpireStaleReplicas: %d, %v; want 1", n, err)
+	}
+	var left int64
+	must(t, super.QueryRow(ctx, `SELECT count(*) FROM aip_registry.admission_counters WHERE active <> 0`).Scan(&left))
+	if left != 0 {
+		t.Fatalf("%d counter rows hold reservations after every route was released", left)
+	}
+	must(t, super.QueryRow(ctx, `SELECT count(*) FROM aip_registry.route_assignments WHERE counter_stripe = -1`).Scan(&left))
+	if left != 0 {
+		t.Fatalf("%d released routes keep counter_stripe -1", left)
 	}
 }

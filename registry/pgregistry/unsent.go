@@ -68,10 +68,10 @@ func (r *Registry) ReleaseUnsent(ctx context.Context, actionID, claim string) (b
 			!registry.ReleasesUnsent(claim, *stored, s.a.HandOut, s.reservedBy) {
 			return nil
 		}
-		kinds, keys, amounts, _ := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripe)
+		kinds, keys, amounts, stripes := scopeArrays(s.a.Admission.Scopes(s.retry), s.stripesOf())
 		b = &pgx.Batch{}
 		b.Queue(settleRoute, actionID, string(registry.SettlementCancelled), toMS(r.clock()), kinds, keys, amounts,
-			s.a.ReplicaID, failures, openMS, s.stripe)
+			s.a.ReplicaID, failures, openMS, stripes)
 		if err := p.commit(ctx, b); err != nil {
 			return err
 		}

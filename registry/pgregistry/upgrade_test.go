@@ -39,12 +39,13 @@ func oldRolesSQL(t *testing.T) string {
 }
 
 // TestUpgradeKeepsData upgrades a database that the builds of schema
-// versions 5, 6, 7, 8 and 9 populated, the documented way (deploy/postgres/roles.sql
+// versions 5 to 10 populated, the documented way (deploy/postgres/roles.sql
 // of that build, `registry migrate` as the admin role, the data role
 // serving dispatch), to this build: two migrations at once and then one
 // more change nothing but the schema (the columns migration 0008 adds hold
 // their defaults, 0009's pruned_events starts empty, the columns 0010 adds
-// are NULL), every row and every record read back is the one written,
+// are NULL, as is 0011's scope_stripes: every route's scopes are in its
+// counter_stripe), every row and every record read back is the one written,
 // roles.sql run again gives the roles exactly what it documents (as on a
 // fresh install), and the new behaviour works on the old data: old events
 // are pruned by the lifecycle role and not stored again when delivered
@@ -61,7 +62,7 @@ func oldRolesSQL(t *testing.T) string {
 // fresh install of the older version has.
 func TestUpgradeKeepsData(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{5, 6, 7, 8, 9} {
+	for _, from := range []int{5, 6, 7, 8, 9, 10} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testUpgrade(t, from)
@@ -390,8 +391,9 @@ func testUpgrade(t *testing.T, from int) {
 
 	// Every row is unchanged but for the columns the upgrade added: 0008's
 	// hold their defaults (every route handed out once), 0010's are NULL
-	// (no hand-out named a claim); 0009's pruned_events starts empty; and
-	// every record reads back the same.
+	// (no hand-out named a claim), 0011's scope_stripes is NULL (every
+	// route's scopes in its counter_stripe); 0009's pruned_events starts
+	// empty; and every record reads back the same.
 	gotRows := tableRows(t, superURL, addedColumns(from))
 	if from < 9 {
 		if n := len(gotRows["pruned_events"]); n != 0 {
@@ -407,9 +409,16 @@ func testUpgrade(t *testing.T, from int) {
 	if odd != 0 {
 		t.Fatalf("%d routes made before the upgrade do not count as handed out once", odd)
 	}
-	must(t, connect(t, superURL).QueryRow(ctx, `SELECT count(*) FROM aip_registry.route_assignments WHERE hand_out_claim IS NOT NULL OR claim_hand_out IS NOT NULL`).Scan(&odd))
+	if from < 10 {
+		must(t, connect(t, superURL).QueryRow(ctx, `SELECT count(*) FROM aip_registry.route_assignments WHERE hand_out_claim IS NOT NULL OR claim_hand_out IS NOT NULL`).Scan(&odd))
+		if odd != 0 {
+			t.Fatalf("%d routes made before the upgrade carry a claim", odd)
+		}
+	}
+	must(t, connect(t, superURL).QueryRow(ctx, `SELECT count(*) FROM aip_registry.route_assignments
+		WHERE scope_stripes IS NOT NULL OR counter_stripe NOT BETWEEN 0 AND 7`).Scan(&odd))
 	if odd != 0 {
-		t.Fatalf("%d routes made before the upgrade carry a claim", odd)
+		t.Fatalf("%d routes made before the upgrade do not keep every scope in their counter_stripe", odd)
 	}
 	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now})
 	must(t, err)
@@ -506,9 +515,12 @@ func testUpgrade(t *testing.T, from int) {
 }
 
 // addedColumns are the columns an upgrade from version adds, by table:
-// 0008's hand-outs and 0010's claims.
+// 0008's hand-outs, 0010's claims and 0011's scope stripes.
 func addedColumns(from int) map[string][]string {
-	cols := []string{"hand_out_claim", "claim_hand_out"}
+	cols := []string{"scope_stripes"}
+	if from < 10 {
+		cols = append(cols, "hand_out_claim", "claim_hand_out")
+	}
 	if from < 8 {
 		cols = append(cols, "hand_out", "reserved_hand_out")
 	}
@@ -518,6 +530,12 @@ func addedColumns(from int) map[string][]string {
 // downgrades undo each migration from 0006 on, so that olderSchema can
 // turn a database this build populated into the one an older build left.
 var downgrades = map[int]string{
+	11: `ALTER TABLE aip_registry.route_assignments
+    DROP CONSTRAINT route_assignments_released_stripes,
+    DROP CONSTRAINT route_assignments_counter_stripe,
+    DROP COLUMN scope_stripes,
+    ADD CONSTRAINT route_assignments_counter_stripe CHECK (counter_stripe >= 0 AND counter_stripe < 8);
+DROP FUNCTION aip_registry.scopes_full(text)`,
 	10: `ALTER TABLE aip_registry.route_assignments DROP COLUMN hand_out_claim, DROP COLUMN claim_hand_out`,
 	9: `DROP TRIGGER events_remember_pruned ON aip_registry.events;
 DROP FUNCTION aip_registry.remember_pruned_events();
@@ -699,10 +717,11 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 	return out
 }
 
-// TestMigrateUnderOlderBuildTraffic: the builds of schema versions 7, 8
-// and 9 keep reading and handing out routes, appending and reading events and
+// TestMigrateUnderOlderBuildTraffic: the builds of schema versions 7 to
+// 10 keep reading and handing out routes, appending and reading events and
 // paging the catalog while this build migrates their database (migration
-// 0008 adds route_assignments' hand-out columns, 0010 its claim columns):
+// 0008 adds route_assignments' hand-out columns, 0010 its claim columns,
+// 0011 its scope stripes):
 // no call fails, and every tenant's event sequences stay gapless. This
 // build routes only on a schema with those columns, so the older build's
 // route traffic is its statements (RouteStatementsOfBuild) on a pool of
@@ -710,7 +729,7 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 // before the migration.
 func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{7, 8, 9} {
+	for _, from := range []int{7, 8, 9, 10} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testMigrateUnderTraffic(t, from)
@@ -758,7 +777,11 @@ func testMigrateUnderTraffic(t *testing.T, from int) {
 		if rows.Close(); rows.Err() != nil || n != 1 {
 			return fmt.Errorf("read route %s: %d rows, %v", id, n, rows.Err())
 		}
-		if _, err := oldPool.Exec(ctx, resolvedAgain, id, int64(1)); err != nil {
+		args := []any{id, int64(1)}
+		if from >= 10 {
+			args = append(args, nil) // the build of schema 10 records the hand-out's claim
+		}
+		if _, err := oldPool.Exec(ctx, resolvedAgain, args...); err != nil {
 			return err
 		}
 		if _, err := old.AppendEvents(ctx, registrytest.EventBatch(tenantA, "r", aip.NewID("evt"), aip.NewID("evt"))); err != nil {

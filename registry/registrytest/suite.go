@@ -30,6 +30,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Boundaries", func(t *testing.T) { runBoundaries(t, newBackend) })
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, newBackend) })
 	t.Run("RouteConcurrency", func(t *testing.T) { runRouteConcurrency(t, newBackend) })
+	t.Run("ScopeLimits", func(t *testing.T) { runScopeLimits(t, newBackend) })
 	t.Run("Scale", func(t *testing.T) { runScale(t, newBackend) })
 	t.Run("Lifecycle", func(t *testing.T) { runLifecycle(t, newBackend) })
 	t.Run("Reroute", func(t *testing.T) { runReroute(t, newBackend) })
