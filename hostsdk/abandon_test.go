@@ -205,10 +205,10 @@ func (c floodConnector) HandleStream(ctx context.Context, call *hostsdk.Call, ch
 
 // TestStreamBlockedOnAReceiverThatDoesNotReadIsAbandoned: a streaming
 // call blocked in ChunkWriter.Send because the receiver stopped reading
-// (TCP back-pressure; the host has no write timeout) cannot see its
-// context. After its timeout_ms and HandleGrace it is abandoned like any
-// other call: the blocked Send fails and the action is journaled
-// outcome_unknown. The abandoning request waited for ever to close the
+// (TCP back-pressure) cannot see its context. After its timeout_ms and
+// HandleGrace it is abandoned like any other call: the blocked Send fails
+// (at its write deadline, HandleGrace plus the chunk at 256 KiB/s) and the
+// action is journaled outcome_unknown. The abandoning request waited for ever to close the
 // chunk writer, whose lock the blocked Send held, so the action stayed
 // running in the journal.
 func TestStreamBlockedOnAReceiverThatDoesNotReadIsAbandoned(t *testing.T) {

@@ -780,13 +780,14 @@ type invoked struct {
 // cancel, the host's shutdown), for Config.HandleGrace more. A call still
 // running then is abandoned: abandoned is not nil and delivers what the
 // call returns. Its chunk writer is closed, so it can no longer write to
-// the response (a Send blocked on a receiver that stopped reading fails),
-// and it keeps the action's in-flight slot until it returns (the caller
+// the response (a Send already writing is let finish first: one blocked
+// on a receiver that stopped reading fails at its write deadline), and it
+// keeps the action's in-flight slot until it returns (the caller
 // hands the slot over: see action).
 func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action) (res *aip.ActionResult, panicked any, abandoned <-chan invoked, err error) {
 	var cw *ChunkWriter
 	if _, ok := x.h.conn.(Streamer); ok && x.stream {
-		cw = &ChunkWriter{x: x, actionID: a.ID}
+		cw = newChunkWriter(x, a.ID)
 	}
 	done := make(chan invoked, 1)
 	go func() {

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/aipfleet/aipfleet/aip"
 )
@@ -26,12 +24,20 @@ var ErrStreamClosed = errors.New("hostsdk: stream closed")
 // away). It is safe for concurrent use; chunks are numbered in the order
 // Send is called.
 type ChunkWriter struct {
-	mu       sync.Mutex
+	// mu is a lock held by a Send while it writes (a channel of one
+	// token, not a sync.Mutex: abandon may wait for it as long as a
+	// write deadline, and a goroutine waiting on a channel is durably
+	// blocked for testing/synctest, so a bubble's clock can reach that
+	// deadline).
+	mu       chan struct{}
 	x        *exchange
 	actionID string
 	seq      uint64
 	closed   bool
 	err      error
+	// abandoned is set, without the lock, when the host abandons the
+	// call: Sends waiting for the lock then fail instead of writing.
+	abandoned atomic.Bool
 }
 
 // Send writes a chunk of the given kind with data marshalled to JSON (nil
@@ -54,8 +60,8 @@ func (c *ChunkWriter) SendPart(kind aip.ChunkKind, part aip.MessagePart) error {
 
 // Sent returns how many chunks were written.
 func (c *ChunkWriter) Sent() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	return c.seq
 }
 
@@ -63,9 +69,9 @@ func (c *ChunkWriter) send(chunk *aip.StreamChunk) error {
 	if !chunk.Kind.Valid() {
 		return fmt.Errorf("hostsdk: unknown chunk kind %q", chunk.Kind)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.lock()
+	defer c.unlock()
+	if c.closed || c.abandoned.Load() {
 		return ErrStreamClosed
 	}
 	if c.err != nil {
@@ -85,26 +91,29 @@ func (c *ChunkWriter) send(chunk *aip.StreamChunk) error {
 	return nil
 }
 
-// abandon closes the writer of a call the host stopped waiting for. A
-// Send in progress holds the lock, and may be blocked writing to a
-// receiver that stopped reading until its write deadline (Send has no
-// context): the response's write deadline is set to now, so that its
-// write fails, then cleared once the writer is closed (the host's final
-// line sets its own).
+// abandon closes the writer of a call the host stopped waiting for: a
+// Send from now on fails with ErrStreamClosed, and abandon returns once no
+// Send writes to the response (the host's final line follows it). A Send
+// already writing is let finish: one blocked on a receiver that stopped
+// reading fails at its own write deadline (answerWriteTimeout), and one
+// to a receiver that reads, or only paused, completes and leaves the
+// stream whole for the final line. Cutting it short (a write deadline of
+// now) broke the connection under a receiver that still reads, and the
+// dispatcher got no answer.
 func (c *ChunkWriter) abandon() {
-	if c.mu.TryLock() {
-		c.closed = true
-		c.mu.Unlock()
-		return
-	}
-	rc := http.NewResponseController(c.x.w)
-	_ = rc.SetWriteDeadline(time.Now())
+	c.abandoned.Store(true)
 	c.close()
-	_ = rc.SetWriteDeadline(time.Time{})
 }
 
 func (c *ChunkWriter) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	c.closed = true
 }
+
+func newChunkWriter(x *exchange, actionID string) *ChunkWriter {
+	return &ChunkWriter{mu: make(chan struct{}, 1), x: x, actionID: actionID}
+}
+
+func (c *ChunkWriter) lock()   { c.mu <- struct{}{} }
+func (c *ChunkWriter) unlock() { <-c.mu }
