@@ -38,7 +38,10 @@ const maxStateUpdateAttempts = 32
 // an error matching journal.ErrClosed, whoever owns the journal: a
 // connector call the host abandoned (Config.HandleGrace) may still be
 // running then, and its writes are refused rather than land in a journal
-// the host no longer serves.
+// the host no longer serves. Each journal operation is checked, so an
+// Update that read before the stop does not write after it; an operation
+// already in the journal when the host stops completes (the host does not
+// wait for it: the call may be stuck in it).
 type State struct {
 	j      journal.Journal
 	closed atomic.Bool
@@ -112,7 +115,10 @@ func (s *State) Update(ctx context.Context, namespace, key string, fn func(curre
 	if err := s.check(namespace, key); err != nil {
 		return nil, 0, err
 	}
-	for range maxStateUpdateAttempts {
+	for attempt := range maxStateUpdateAttempts {
+		if attempt > 0 && s.closed.Load() {
+			return nil, 0, errStateClosed
+		}
 		cur, err := s.j.State(ctx, namespace, key)
 		if err != nil && !errors.Is(err, journal.ErrNotFound) {
 			return nil, 0, err
@@ -120,6 +126,10 @@ func (s *State) Update(ctx context.Context, namespace, key string, fn func(curre
 		next, err := fn(cur.Value)
 		if err != nil {
 			return nil, 0, err
+		}
+		// fn may have taken long (the host may have stopped meanwhile).
+		if s.closed.Load() {
+			return nil, 0, errStateClosed
 		}
 		rev, err := s.j.PutState(ctx, namespace, key, next, cur.Revision)
 		if errors.Is(err, journal.ErrConflict) {
