@@ -16,7 +16,9 @@ import (
 // shutdown drains the replica and takes it offline. The order is the
 // lifecycle guide's:
 //
-//  1. set the local draining flag before contacting the lifecycle service;
+//  1. set the local draining flag before contacting the lifecycle service,
+//     and close the in-flight slots (an action that found the replica
+//     ready just before is refused like one that arrives after);
 //  2. replay a lease recovery whose answers were lost (the registry may
 //     hold it as ready at a sequence this host has not seen), then send
 //     the signed drain transition with the current lease sequence (a
@@ -71,9 +73,14 @@ func (h *Host) shutdown() error {
 	ctx, span := h.tracer.Start(context.Background(), "hostsdk.shutdown")
 	defer span.End()
 
-	// 1.
+	// 1. The in-flight slots close with the flag: a request that found the
+	// replica ready just before takes none from here on (it is refused
+	// like any later one), so the wait of step 5 cannot end with nothing
+	// in flight and an action start after it, which step 6 would cancel
+	// as soon as the linger ends.
 	drainStart := time.Now()
 	h.draining.Store(true)
+	h.inflight.close()
 	h.log.Info("draining", "in_flight", h.inflight.handled(), "abandoned_calls", h.abandoned.Load())
 	// 2. Taking controlMu waits for a heartbeat already on the wire, so the
 	// drain carries the newest sequence.
@@ -121,11 +128,10 @@ func (h *Host) shutdown() error {
 		t.Stop()
 	}
 	cancel()
-	// 6. No action starts from here (they were refused since step 4; the
-	// slots are closed now). Cancelling those still running before the
-	// server shuts down lets their requests answer on connections that
-	// are still open: the server's shutdown would close them first.
-	h.inflight.close()
+	// 6. No action starts from here (the slots closed at step 1).
+	// Cancelling those still running before the server shuts down lets
+	// their requests answer on connections that are still open: the
+	// server's shutdown would close them first.
 	h.hardStop()
 	if n := h.inflight.handled(); n > 0 {
 		h.log.Warn("drain timeout passed; cancelling the actions still running, which answer on their connections", "in_flight", n, "handle_grace", h.cfg.HandleGrace)

@@ -23,3 +23,8 @@ func (h *Host) MetricsRegistry() *prometheus.Registry { return h.m.reg }
 // StateDir is the embedded journal's directory the host uses (its
 // Config.StateDir with the default applied).
 func (h *Host) StateDir() string { return h.cfg.StateDir }
+
+// SetBeforeAcquire makes f run in each action's request between its
+// readiness check and taking its in-flight slot. Call it before the
+// host receives its first action.
+func (h *Host) SetBeforeAcquire(f func()) { h.beforeAcquire = f }

@@ -89,6 +89,9 @@ type Host struct {
 	// controlMu): the offline transition replays it first.
 	pendingDrain *sealedRequest
 	inflight     inflight
+	// beforeAcquire, set by tests only (before the first action), runs in an action's
+	// request between its readiness check and taking its in-flight slot.
+	beforeAcquire func()
 	// abandoned counts connector calls the host stopped waiting for
 	// (Config.HandleGrace) that have not returned yet.
 	abandoned atomic.Int64

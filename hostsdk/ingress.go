@@ -468,6 +468,9 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	if !h.ready() {
 		return x.refuseUnstarted(a.ID, want, x.notReady)
 	}
+	if h.beforeAcquire != nil {
+		h.beforeAcquire()
+	}
 	ok, closed := h.inflight.acquire()
 	if closed {
 		return x.refuseUnstarted(a.ID, want, x.notReady)
