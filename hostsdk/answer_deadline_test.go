@@ -20,8 +20,8 @@ import (
 // for ever, and with it the action's in-flight slot (and so a drain, until
 // DrainTimeout and then the server's forced close): the synchronous
 // answer and the stream's chunks and final line were written without a
-// deadline. Every answer write now has one (HandleGrace plus the answer's
-// size at 256 KiB/s); when it passes, the host logs that the answer could
+// deadline. Every answer write now has one (HandleGrace, at least 10 s,
+// plus the answer's size at 256 KiB/s); when it passes, the host logs that the answer could
 // not be delivered and lets the slot go, and the journaled outcome stays
 // for a retry or a status query.
 func TestAnswerToAReceiverThatStopsReadingHasADeadline(t *testing.T) {
@@ -60,8 +60,16 @@ func TestAnswerToAReceiverThatStopsReadingHasADeadline(t *testing.T) {
 					hostsdk.PathMessages, len(raw), raw); err != nil {
 					t.Fatal(err)
 				}
-				// The receiver never reads. Past the write deadline:
+				// The receiver never reads. It gets at least 10 s whatever
+				// the (here 1 s) grace: a dispatcher relaying a stream
+				// pauses its reading that long for a slow client.
 				time.Sleep(5 * b.cfg.HandleGrace)
+				synctest.Wait()
+				if v := b.metric(t, hostsdk.MetricInFlight); v != 1 {
+					t.Fatalf("aip_connector_host_in_flight = %v 5 s into the write, want 1: the receiver gets at least 10 s", v)
+				}
+				// Past the write deadline:
+				time.Sleep(30 * time.Second)
 				synctest.Wait()
 				if v := b.metric(t, hostsdk.MetricInFlight); v != 0 {
 					t.Errorf("%s = %v after the answer's write deadline, want 0: the undeliverable answer holds the slot", hostsdk.MetricInFlight, v)

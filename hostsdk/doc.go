@@ -153,7 +153,7 @@
 // connector_host.authentication for a message not signed by the pinned
 // dispatcher, and the unsigned 500 connector_host.response_signing. Each
 // answer write (a JSON answer, or one NDJSON line of a stream) has a
-// deadline of HandleGrace plus its size at 256 KiB/s: an answer the
+// deadline of HandleGrace (at least 10 s) plus its size at 256 KiB/s: an answer the
 // receiver does not take by then is logged as undelivered and the request
 // ends (its action's outcome was journaled first, so a retry or a status
 // query gets it), instead of holding the action's in-flight slot, and a

@@ -1253,15 +1253,23 @@ func (x *exchange) reply(status int, body aip.Body) bool {
 const answerWriteRate = readbudget.DefaultMinReadRate
 
 // answerWriteTimeout bounds the write of an answer of n bytes (a whole
-// JSON answer, or one NDJSON line of a stream): HandleGrace, plus n bytes
-// at answerWriteRate (4 MiB: 16 s more). A receiver that takes longer has
-// stopped reading: without a deadline the write would hold the request,
-// and with it the action's in-flight slot and a drain, for ever (the
-// server has no write timeout, since a stream lasts as long as its
-// action).
+// JSON answer, or one NDJSON line of a stream): HandleGrace, at least
+// minAnswerWriteGrace, plus n bytes at answerWriteRate (4 MiB: 16 s more).
+// A receiver that takes longer has stopped reading: without a deadline the
+// write would hold the request, and with it the action's in-flight slot
+// and a drain, for ever (the server has no write timeout, since a stream
+// lasts as long as its action).
 func (h *Host) answerWriteTimeout(n int) time.Duration {
-	return h.cfg.HandleGrace + time.Duration(int64(n)*int64(time.Second)/answerWriteRate)
+	return max(h.cfg.HandleGrace, minAnswerWriteGrace) + time.Duration(int64(n)*int64(time.Second)/answerWriteRate)
 }
+
+// minAnswerWriteGrace is the least time an answer's receiver gets beyond
+// the transfer itself, whatever HandleGrace says (it may be set to a
+// second or less, to abandon stuck calls sooner): a dispatcher relaying a
+// stream stops reading while it writes to a slow client, for up to its own
+// stream write timeout (dispatch.DefaultStreamWriteTimeout, 10 s), and
+// that pause must not cut a legitimate stream off.
+const minAnswerWriteGrace = 10 * time.Second
 
 // write writes p to the response and flushes it, within
 // answerWriteTimeout(len(p)). The deadline stays on the connection for

@@ -18,7 +18,7 @@ var ErrStreamClosed = errors.New("hostsdk: stream closed")
 // ChunkWriter sends a streaming action's chunks to the dispatcher, in
 // order: each Send writes one signed stream_chunk envelope (sequence 0, 1,
 // 2, ...) as an NDJSON line and flushes it. Send blocks while the receiver is
-// slow (TCP back-pressure), for at most Config.HandleGrace plus the line's
+// slow (TCP back-pressure), for at most Config.HandleGrace (at least 10 s) plus the line's
 // size at 256 KiB/s: a receiver slower than that has stopped reading, and
 // Send fails with ErrStreamClosed (as it does once the receiver went
 // away). It is safe for concurrent use; chunks are numbered in the order
