@@ -14,6 +14,29 @@ import (
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
+// devRegistryAt starts a dev registry on the snapshot file at path (its
+// writer running) and returns it with the function that stops it; a new
+// call after the stop is a restart.
+func devRegistryAt(t *testing.T, path string, now func() time.Time) (*devRegistry, func()) {
+	t.Helper()
+	mem, err := memregistry.New(memregistry.Config{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
+	if _, err := store.load(); err != nil {
+		t.Fatal(err)
+	}
+	storeCtx, cancel := context.WithCancel(context.Background())
+	done := goTask(func() error { return store.run(storeCtx) })
+	return newDevRegistry(mem, store), func() {
+		cancel()
+		if err := done.wait("store"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestDevRegistryPersistsEvents: appended events are on disk when
 // AppendEvents returns (a host drops its batch once the dispatcher says
 // they are stored), and a dev registry restored from the file holds the
@@ -22,25 +45,7 @@ func TestDevRegistryPersistsEvents(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "registry.json")
 	clock := registrytest.NewClock(registrytest.Epoch)
-	start := func() (*devRegistry, func()) {
-		t.Helper()
-		mem, err := memregistry.New(memregistry.Config{Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
-		if _, err := store.load(); err != nil {
-			t.Fatal(err)
-		}
-		storeCtx, cancel := context.WithCancel(ctx)
-		done := goTask(func() error { return store.run(storeCtx) })
-		return newDevRegistry(mem, store), func() {
-			cancel()
-			if err := done.wait("store"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	start := func() (*devRegistry, func()) { return devRegistryAt(t, path, clock.Now) }
 	reg, stop := start()
 	first, err := reg.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a", "evt_1", "evt_2"))
 	if err != nil {
@@ -132,25 +137,7 @@ func TestDevRegistryPersistsForgottenPrunedIDs(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "registry.json")
 	clock := registrytest.NewClock(registrytest.Epoch)
-	start := func() (*devRegistry, func()) {
-		t.Helper()
-		mem, err := memregistry.New(memregistry.Config{Now: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
-		if _, err := store.load(); err != nil {
-			t.Fatal(err)
-		}
-		storeCtx, cancel := context.WithCancel(ctx)
-		done := goTask(func() error { return store.run(storeCtx) })
-		return newDevRegistry(mem, store), func() {
-			cancel()
-			if err := done.wait("store"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	start := func() (*devRegistry, func()) { return devRegistryAt(t, path, clock.Now) }
 	reg, stop := start()
 	if _, err := reg.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a", "evt_1", "evt_2")); err != nil {
 		t.Fatal(err)
@@ -182,25 +169,7 @@ func TestDevRegistryPersistsForgottenPrunedIDs(t *testing.T) {
 func TestDevRegistryReleasesUnsent(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "registry.json")
-	start := func() (*devRegistry, func()) {
-		t.Helper()
-		mem, err := memregistry.New(memregistry.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		store := newSnapshotStore(mem, path, slogFor(&devLog{w: &bytes.Buffer{}}, "dev", 0))
-		if _, err := store.load(); err != nil {
-			t.Fatal(err)
-		}
-		storeCtx, cancel := context.WithCancel(ctx)
-		done := goTask(func() error { return store.run(storeCtx) })
-		return newDevRegistry(mem, store), func() {
-			cancel()
-			if err := done.wait("store"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	start := func() (*devRegistry, func()) { return devRegistryAt(t, path, nil) }
 	reg, stop := start()
 	w, err := registrytest.NewLifecycleWorld(ctx, reg)
 	if err != nil {
