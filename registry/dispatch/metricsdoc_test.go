@@ -17,6 +17,16 @@ import (
 // TestMetricsAreDocumented compares the dispatcher's metrics with the
 // operator guide's metrics reference.
 func TestMetricsAreDocumented(t *testing.T) {
+	d, reg := metricsDispatcher(t)
+	// A request, so that the vector of requests has a sample.
+	d.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/health", nil))
+	metricsdoc.Check(t, "dispatcher", reg)
+}
+
+// metricsDispatcher is a dispatcher on an empty memregistry whose metrics
+// go to the returned registry; it is closed when the test ends.
+func metricsDispatcher(t *testing.T) (*dispatch.Dispatcher, *prometheus.Registry) {
+	t.Helper()
 	key, _ := aip.GenerateSigningKey()
 	store, err := memregistry.New(memregistry.Config{})
 	must(t, err)
@@ -26,7 +36,6 @@ func TestMetricsAreDocumented(t *testing.T) {
 	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID, Metrics: reg},
 		dispatch.Deps{Resolver: store, Catalog: store, Tokens: verifier})
 	must(t, err)
-	// A request, so that the vector of requests has a sample.
-	d.Handler().ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/health", nil))
-	metricsdoc.Check(t, "dispatcher", reg)
+	t.Cleanup(func() { d.Close() })
+	return d, reg
 }

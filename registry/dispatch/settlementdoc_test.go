@@ -4,31 +4,15 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/aipfleet/aipfleet/aip"
-	"github.com/aipfleet/aipfleet/internal/tenanttoken"
-	"github.com/aipfleet/aipfleet/registry/dispatch"
-	"github.com/aipfleet/aipfleet/registry/memregistry"
 )
 
 // TestActionOutcomesAreDocumented: every outcome aip_dispatch_actions_total
-// counts (each settlement the dispatcher reports, and not_routed; their
+// counts (each settlement the dispatcher reports, not_routed and unsettled; their
 // series exist from the start) is named in the operator guide's row of the
 // metric, so an alert or a dashboard written from the guide sees every
 // series (pruned, added with registry.SettlementPruned, was missing).
 func TestActionOutcomesAreDocumented(t *testing.T) {
-	key, _ := aip.GenerateSigningKey()
-	store, err := memregistry.New(memregistry.Config{})
-	must(t, err)
-	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: issuer, DIDs: []string{key.DID()}}}})
-	must(t, err)
-	reg := prometheus.NewRegistry()
-	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID, Metrics: reg},
-		dispatch.Deps{Resolver: store, Catalog: store, Tokens: verifier})
-	must(t, err)
-	defer d.Close()
+	_, reg := metricsDispatcher(t)
 	guide, err := os.ReadFile("../../docs/operator-guide.md")
 	must(t, err)
 	const metric = "aip_dispatch_actions_total"
