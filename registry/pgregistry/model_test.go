@@ -13,6 +13,22 @@ import (
 // both backends.
 func TestModelMatchesMemregistry(t *testing.T) {
 	t.Parallel()
+	compareWorkloads(t, registrytest.RandomWorkload, 11, 12, 13, 14, 15, 16)
+}
+
+// TestScopeModelMatchesMemregistry is TestModelMatchesMemregistry under
+// limits that differ per scope (registrytest.RandomScopeWorkload): routes
+// hold their scopes in different stripes, and admission, refusals and
+// every release must still be memregistry's.
+func TestScopeModelMatchesMemregistry(t *testing.T) {
+	t.Parallel()
+	compareWorkloads(t, registrytest.RandomScopeWorkload, 21, 22, 23, 24, 25, 26)
+}
+
+// compareWorkloads runs workload with each seed on memregistry and on
+// PostgreSQL and requires the same trace.
+func compareWorkloads(t *testing.T, workload func(*testing.T, registrytest.NewBackend, uint64, int) []string, seeds ...uint64) {
+	t.Helper()
 	mem := func(t *testing.T, opts registrytest.Options) registrytest.Backend {
 		r, err := memregistry.New(memregistry.Config{Now: opts.Clock.Now, Limits: opts.Limits})
 		if err != nil {
@@ -20,9 +36,9 @@ func TestModelMatchesMemregistry(t *testing.T) {
 		}
 		return registrytest.Backend{Catalog: r, Resolver: r, Admin: r, Fleet: r, Lifecycle: r, Rerouter: r, Orphans: r, Replicas: r, Readiness: r, Events: r, EventPruner: r}
 	}
-	for _, seed := range []uint64{11, 12, 13, 14, 15, 16} {
-		want := registrytest.RandomWorkload(t, mem, seed, 200)
-		got := registrytest.RandomWorkload(t, newBackend, seed, 200)
+	for _, seed := range seeds {
+		want := workload(t, mem, seed, 200)
+		got := workload(t, newBackend, seed, 200)
 		for i := range max(len(want), len(got)) {
 			var w, g string
 			if i < len(want) {

@@ -54,14 +54,19 @@ import (
 // so the trace does not depend on pgregistry's counter stripes.
 func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []string {
 	t.Helper()
-	f := newFx(t, nb)
-	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	pol := registry.AdmissionPolicy{
+	return randomWorkload(t, nb, seed, steps, registry.AdmissionPolicy{
 		PolicyRef: "quota:model", Revision: 1, Enabled: true,
 		MaxGlobalInFlight: registry.Unlimited, MaxTenantInFlight: 4, MaxConnectorTypeInFlight: registry.Unlimited,
 		MaxInstanceInFlight: 4, MaxBindingInFlight: 4, MaxTenantRetryInFlight: 4,
 		CircuitFailureThreshold: 2, CircuitOpenMS: 3_000,
-	}
+	})
+}
+
+// randomWorkload is RandomWorkload under admission policy pol.
+func randomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int, pol registry.AdmissionPolicy) []string {
+	t.Helper()
+	f := newFx(t, nb)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	f.must(f.b.Admin.PutAdmissionPolicy(f.ctx, pol))
 	ct := f.typ("alpha")
 	v := f.version(ct, "alpha1", registry.VersionActive, "alpha.read")
@@ -356,6 +361,20 @@ func RandomWorkload(t *testing.T, nb NewBackend, seed uint64, steps int) []strin
 		}
 		unchanged(id, "end")
 	}
+	// Settling every live reservation brings every counter and replica
+	// back to zero.
+	l, err := f.b.Fleet.Ledger(f.ctx)
+	f.must(err)
+	for _, res := range l.Reservations {
+		a, err := f.b.Resolver.Assignment(f.ctx, res.ActionID)
+		f.must(err)
+		if err := f.b.Resolver.Settle(f.ctx, a, registry.SettlementCompleted); err != nil {
+			t.Fatalf("end: settling the reservation of %s: %v", res.ActionID, err)
+		}
+	}
+	if l := f.checkLedger(replicaIDs...); len(l.Counters) > 0 || len(l.Reservations) > 0 {
+		t.Fatalf("end: after settling every reservation the ledger holds %d counters and %d reservations: %+v", len(l.Counters), len(l.Reservations), l.Counters)
+	}
 	return trace
 }
 
@@ -425,5 +444,6 @@ func errClass(err error) string {
 func runModel(t *testing.T, nb NewBackend) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprintf("Seed%d", seed), func(t *testing.T) { RandomWorkload(t, nb, seed, 150) })
+		t.Run(fmt.Sprintf("ScopeLimitsSeed%d", seed), func(t *testing.T) { RandomScopeWorkload(t, nb, seed, 150) })
 	}
 }
