@@ -96,9 +96,9 @@
 // other stripes, so reservations of different limits made at the same
 // moment in different stripes can still pass the lower limit by the ones
 // in flight. Builds of schema version 10 and older know only
-// counter_stripe: their statements cannot release a route with a stripe
-// per scope (migration 0011's constraints refuse them), which this build
-// then settles or expires.
+// counter_stripe: their statements cannot release or reroute a route
+// with a stripe per scope (migration 0011's constraints refuse them),
+// which this build then settles, expires or reroutes.
 //
 // A counter row stays locked until its transaction's commit has flushed
 // the WAL, so with one row per scope a busy tenant's routing transactions

@@ -287,7 +287,8 @@ VALUES ('tenant', 'tenant-1', 4, 20), ('global', 'global', 2, 20)`)
 // binding walk their stripes while its other scopes stay in the lane's
 // stripe, so the route records a stripe per scope (counter_stripe -1 and
 // scope_stripes). Statements of builds that know only counter_stripe
-// cannot release such a route (migration 0011's constraints). Every
+// cannot release or reroute such a route (migration 0011's
+// constraints), and may still retry a released one. Every
 // release path of this build releases each scope in its own stripe:
 // Settle, the settlement that compares in Go, a retry's reservation
 // again, the release of an unsent hand-out, and lease expiry; the counters then hold nothing, and the
@@ -338,13 +339,18 @@ func TestScopeStripes(t *testing.T) {
 	}
 
 	// What builds of schema version 10 send to release a route: they
-	// neither mark the row nor know its stripes.
+	// neither mark the row nor know its stripes. Their reroute releases
+	// the counters of stripe -1 (none) and replaces the route with one in
+	// a stripe of its own, leaving scope_stripes as it was: it would leak
+	// the reservation, so it too must be refused.
 	super, err := pgx.Connect(ctx, dbURL)
 	must(t, err)
 	defer super.Close(context.Background())
 	for _, sql := range []string{
 		`UPDATE aip_registry.route_assignments SET reserved = false, last_settlement = 'completed' WHERE action_id = '` + routes[1].ActionID + `'`,
 		`INSERT INTO aip_registry.admission_counters (scope_kind, scope_key, stripe, active, reserve_limit) VALUES ('tenant', 'tenant-1', -1, 0, 1)`,
+		`UPDATE aip_registry.route_assignments SET reserved = true, retry = false, last_settlement = NULL, resolved_again = false,
+			counter_stripe = 0, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1 WHERE action_id = '` + routes[3].ActionID + `'`,
 	} {
 		var pgErr *pgconn.PgError
 		if _, err := super.Exec(ctx, sql); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
@@ -354,6 +360,17 @@ func TestScopeStripes(t *testing.T) {
 
 	must(t, r.Settle(ctx, routes[1], registry.SettlementCompleted))
 	must(t, r.settleRead(ctx, routes[2], registry.SettlementCompleted, 0))
+	// Their retry of a released route reserves every scope in one stripe
+	// and leaves scope_stripes as it was, which is not read: allowed (in a
+	// transaction rolled back, as they would have reserved the counters).
+	tx, err := super.Begin(ctx)
+	must(t, err)
+	if _, err := tx.Exec(ctx, `UPDATE aip_registry.route_assignments SET reserved = true, retry = true, last_settlement = NULL,
+		resolved_again = true, counter_stripe = 1, hand_out = hand_out + 1, reserved_hand_out = hand_out + 1
+		WHERE action_id = $1 AND NOT reserved`, routes[1].ActionID); err != nil {
+		t.Fatalf("a schema-10 retry of a released route with a stripe per scope: %v", err)
+	}
+	must(t, tx.Rollback(ctx))
 	checkStripes(t, r, registry.ScopeTenant, 6, 3)
 	checkStripes(t, r, registry.ScopeBinding, 5, 3)
 	for _, a := range routes[1:3] {

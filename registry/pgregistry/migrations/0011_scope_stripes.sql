@@ -30,6 +30,14 @@
 -- build's releases write -2), and their settlement's counter upsert would
 -- write stripe -1, which admission_counters_stripe refuses. The statement
 -- fails and nothing changes; this build settles or expires the route.
+-- Their reroute of a -1 route would release its counters in stripe -1
+-- (none: the reservation leaks) and write the new route's stripe to
+-- counter_stripe, leaving scope_stripes as it was, so
+-- route_assignments_reroute_stripes refuses a route with a stripe of its
+-- own (0..7) that keeps scope_stripes unless it is a retry (this build
+-- writes scope_stripes NULL with such a route; their retry of a released
+-- -2 route, which reserves every scope in its new stripe, leaves
+-- scope_stripes unread, and a retried route is never rerouted).
 --
 -- scopes_full aborts a reservation with SQLSTATE AIP01, as scope_full does,
 -- naming in its detail every scope of the reservation that could not be
@@ -45,7 +53,8 @@ ALTER TABLE aip_registry.route_assignments
         (counter_stripe >= 0 AND counter_stripe < 8)
         OR (counter_stripe IN (-1, -2) AND scope_stripes IS NOT NULL
             AND 0 <= ALL (scope_stripes) AND 8 > ALL (scope_stripes))) NOT VALID,
-    ADD CONSTRAINT route_assignments_released_stripes CHECK (reserved OR counter_stripe <> -1) NOT VALID;
+    ADD CONSTRAINT route_assignments_released_stripes CHECK (reserved OR counter_stripe <> -1) NOT VALID,
+    ADD CONSTRAINT route_assignments_reroute_stripes CHECK (counter_stripe < 0 OR scope_stripes IS NULL OR retry) NOT VALID;
 
 CREATE FUNCTION aip_registry.scopes_full(scopes text) RETURNS bigint
 LANGUAGE plpgsql AS $$
