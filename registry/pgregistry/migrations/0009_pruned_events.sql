@@ -8,7 +8,9 @@
 -- here and answers the delivery as delivered without storing the event a
 -- second time. The rows are kept until the control plane's maintenance
 -- forgets them, a second horizon after the events' receipt
--- (registry.EventPruner.ForgetPrunedEvents); pruned_events_by_received
+-- (registry.EventPruner.ForgetPrunedEvents), the latest receipt when an
+-- ID was pruned twice (stored again by an AppendEvents that read before
+-- the first prune committed); pruned_events_by_received
 -- finds the oldest without reading the table.
 --
 -- The rows are written by a statement-level trigger on events, so every
@@ -38,7 +40,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     INSERT INTO aip_registry.pruned_events (tenant_id, event_id, received_at_ms)
     SELECT tenant_id, event_id, received_at_ms FROM gone
-    ON CONFLICT (tenant_id, event_id) DO NOTHING;
+    ON CONFLICT (tenant_id, event_id) DO UPDATE
+        SET received_at_ms = GREATEST(aip_registry.pruned_events.received_at_ms, excluded.received_at_ms);
     RETURN NULL;
 END
 $$;
