@@ -296,6 +296,10 @@ type Dispatcher struct {
 	// the background, at most maxUnsentPending (unsent.go).
 	unsentPending    atomic.Int64
 	maxUnsentPending int
+	// unsentOverflowed is set while releases beyond maxUnsentPending are
+	// being given up, so that the outage that causes them is logged once,
+	// not once per failed request (cleared when the pending ones drain).
+	unsentOverflowed atomic.Bool
 	// eventSlots holds one token per connector-event delivery in work.
 	eventSlots chan struct{}
 	// eventBodies is the budget of delivery bytes read into memory, with

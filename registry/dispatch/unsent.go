@@ -110,12 +110,22 @@ func (d *Dispatcher) releaseUnsent(op, actionID, claim string, first error) {
 	if d.unsentPending.Add(1) > int64(d.maxUnsentPending) {
 		d.unsentPending.Add(-1)
 		d.m.unsentReleases.WithLabelValues(unsentGaveUp).Inc()
-		log.Error("the "+op+" failed and may have reserved the route; "+strconv.Itoa(d.maxUnsentPending)+
-			" releases are pending already (the registry keeps failing), so reconciliation releases it", "error", first)
+		// Once per overflow: clients retry registry_unavailable, and a
+		// line per failed request would flood the log for the outage.
+		if d.unsentOverflowed.CompareAndSwap(false, true) {
+			log.Error("the "+op+" failed and may have reserved the route; "+strconv.Itoa(d.maxUnsentPending)+
+				" releases are pending already (the registry keeps failing), so reconciliation releases it and the"+
+				" reservations of the next such failures (counted in aip_dispatch_unsent_releases_total{result=\"gave_up\"},"+
+				" logged again once the pending releases have drained)", "error", first)
+		}
 		return
 	}
 	started := d.retries.start(func() {
-		defer d.unsentPending.Add(-1)
+		defer func() {
+			if d.unsentPending.Add(-1) == 0 {
+				d.unsentOverflowed.Store(false)
+			}
+		}()
 		b := backoff.NewExponentialBackOff()
 		b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, max(d.cfg.SettleRetryTimeout, 0)
 		b.Reset()

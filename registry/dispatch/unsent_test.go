@@ -2,13 +2,16 @@ package dispatch_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 	"github.com/aipfleet/aipfleet/registry/memregistry"
@@ -234,23 +237,30 @@ func TestPendingUnsentReleasesAreBounded(t *testing.T) {
 	var lc *lostCommit
 	metrics := prometheus.NewRegistry()
 	hold := make(chan struct{})
-	w := newWorld(t, worldOptions{cfg: func(cfg *dispatch.Config) { cfg.Metrics = metrics },
+	var logs hostsdktest.LogBuffer
+	w := newWorld(t, worldOptions{cfg: func(cfg *dispatch.Config) {
+		cfg.Metrics = metrics
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	},
 		resolver: func(r *memregistry.Registry) registry.Resolver {
-			lc = &lostCommit{Registry: r, lost: 2, err: errRegistryDown, hold: hold}
+			lc = &lostCommit{Registry: r, lost: 3, err: errRegistryDown, hold: hold}
 			return lc
 		}})
 	dispatch.SetMaxPendingUnsentReleases(w.d, 1)
 	w.startHost(8, 8)
-	first, second := aip.NewActionID(), aip.NewActionID()
-	for _, id := range []string{first, second} {
+	first, second, third := aip.NewActionID(), aip.NewActionID(), aip.NewActionID()
+	for _, id := range []string{first, second, third} {
 		if status, resp := w.act(dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: say("hello", "")}); status != http.StatusServiceUnavailable {
 			t.Fatalf("a lost Resolve answered %d: %+v, want 503", status, resp.Error)
 		}
 	}
-	// The first release is pending (the registry holds it); the second is
-	// beyond the bound.
-	if got := unsentReleases(t, metrics, "gave_up"); got != 1 {
-		t.Fatalf("aip_dispatch_unsent_releases_total{result=gave_up} = %v with one release pending and a bound of 1, want 1", got)
+	// The first release is pending (the registry holds it); the second and
+	// third are beyond the bound, and logged once.
+	if got := unsentReleases(t, metrics, "gave_up"); got != 2 {
+		t.Fatalf("aip_dispatch_unsent_releases_total{result=gave_up} = %v with one release pending and a bound of 1, want 2", got)
+	}
+	if n := strings.Count(logs.String(), "releases are pending already"); n != 1 {
+		t.Fatalf("the releases given up beyond the bound were logged %d times, want once:\n%s", n, logs.String())
 	}
 	close(hold)
 	eventually(t, "the pending release done", func() bool { return unsentReleases(t, metrics, "released") == 1 })
