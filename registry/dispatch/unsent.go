@@ -156,7 +156,9 @@ func (d *Dispatcher) releaseUnsent(op, actionID, claim string, first error) {
 				"attempts", attempts, "first_error", first)
 		default:
 			d.m.unsentReleases.WithLabelValues(unsentUnchanged).Inc()
-			log.Info("the "+op+" failed; it reserved nothing this dispatcher holds, so there was nothing to release",
+			// The common case after an outage (most failed calls never
+			// committed): debug, not a line per failed request.
+			log.Debug("the "+op+" failed; it reserved nothing this dispatcher holds, so there was nothing to release",
 				"attempts", attempts, "first_error", first)
 		}
 	})
