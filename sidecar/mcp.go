@@ -343,7 +343,7 @@ func (m *MCP) transport() (mcp.Transport, *exec.Cmd) {
 	}
 	cmd := exec.Command(m.cfg.Command[0], m.cfg.Command[1:]...)
 	cmd.Dir = m.cfg.Dir
-	cmd.Env = append(cmd.Environ(), m.cfg.Env...)
+	cmd.Env = childEnv(m.cfg.Env)
 	cmd.Stderr = m.cfg.Stderr
 	cmd.SysProcAttr = childProcAttr()
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: m.cfg.StopTimeout}, cmd

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,7 +108,7 @@ func (s *supervisor) spawn() (*child, error) {
 	}
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Dir = s.cfg.Dir
-	cmd.Env = append(cmd.Environ(), s.cfg.Env...)
+	cmd.Env = childEnv(s.cfg.Env)
 	cmd.Stdout, cmd.Stderr = s.cfg.Stdout, s.cfg.Stderr
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -123,6 +126,27 @@ func (s *supervisor) spawn() (*child, error) {
 }
 
 var errStopping = errors.New("sidecar: the supervisor is stopping")
+
+// childEnvDropped are the prefixes of the sidecar's own configuration
+// variables, which a connector or MCP server it starts does not inherit:
+// they name the replica's signing-seed file, its database URL file and the
+// rest of its host configuration, none of which the connector needs (it
+// gets what it needs, AIP_SIDECAR_LOCAL_* and AIP_SIDECAR_EVENTS_*, set
+// explicitly). The seed file stays readable to a child of the same user
+// that knows its path; run the connector as another user to keep it out.
+var childEnvDropped = []string{"AIP_CONNECTOR_HOST_", EnvPrefix}
+
+// childEnv is the environment of a child process: the sidecar's, without
+// its own configuration variables (childEnvDropped), then extra.
+func childEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !slices.ContainsFunc(childEnvDropped, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
 
 // start starts the connector and waits until Ready succeeds, restarting it
 // with backoff if it exits meanwhile, for at most StartTimeout. On success

@@ -566,3 +566,43 @@ func TestStopWaitsForTheHungTermination(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestChildDoesNotInheritTheSidecarsConfiguration: a connector the sidecar
+// starts does not see the sidecar's own configuration variables (the
+// replica's signing-seed file path among them), but does see the rest of
+// the environment and the variables the sidecar sets for it.
+func TestChildDoesNotInheritTheSidecarsConfiguration(t *testing.T) {
+	t.Setenv("AIP_CONNECTOR_HOST_SIGNING_SEED_FILE", "/secret/replica.seed")
+	t.Setenv("AIP_SIDECAR_EXEC", "whatever")
+	t.Setenv("CONNECTOR_API_KEY_FILE", "/run/key")
+	out := filepath.Join(t.TempDir(), "env")
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", `env > "$OUT"; exec sleep 60`}, Env: []string{"OUT=" + out, EnvLocalToken + "=t0k"},
+		Ready: func(context.Context) error {
+			if _, err := os.Stat(out); err != nil {
+				return err
+			}
+			return nil
+		},
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: time.Minute,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err := s.start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	env, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{"AIP_CONNECTOR_HOST_SIGNING_SEED_FILE=", "AIP_SIDECAR_EXEC="} {
+		if strings.Contains(string(env), gone) {
+			t.Errorf("the child inherited %s...:\n%s", gone, env)
+		}
+	}
+	for _, kept := range []string{"CONNECTOR_API_KEY_FILE=/run/key", EnvLocalToken + "=t0k"} {
+		if !strings.Contains(string(env), kept) {
+			t.Errorf("the child lacks %s:\n%s", kept, env)
+		}
+	}
+}
