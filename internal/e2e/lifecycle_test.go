@@ -170,7 +170,17 @@ func TestControlPlaneOutage(t *testing.T) {
 	if err := f.cp.Term(t); err != nil {
 		t.Fatalf("control plane exit: %v", err)
 	}
-	waitFor(t, "the host to lose its lease", []*process{r.proc}, func() bool { return !hostReady(r) })
+	// The registry's lease can outlast the host's by a heartbeat: one the
+	// control plane committed as it stopped, whose answer the host never
+	// got. In between the dispatcher still routes to the replica, which
+	// refuses (a signed not_ready: safe, but not what this step checks).
+	waitFor(t, "the host and the registry to lose the lease", []*process{r.proc}, func() bool {
+		if hostReady(r) {
+			return false
+		}
+		rep, err := f.reg.ConnectorReplica(f.ctx, r.id)
+		return err == nil && !rep.LeaseValid(time.Now())
+	})
 	status, resp, err := f.send(context.Background(), tok, aip.NewActionID(), "nowhere", "")
 	if err != nil || status != http.StatusServiceUnavailable || resp.Error == nil || resp.Error.Code != dispatch.CodeReplicaUnavailable {
 		t.Fatalf("an action with the only lease expired: status %d err %v error %+v; want 503 %s", status, err, resp.Error, dispatch.CodeReplicaUnavailable)
