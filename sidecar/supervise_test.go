@@ -577,7 +577,7 @@ func TestChildDoesNotInheritTheSidecarsConfiguration(t *testing.T) {
 	t.Setenv("CONNECTOR_API_KEY_FILE", "/run/key")
 	out := filepath.Join(t.TempDir(), "env")
 	s := newSupervisor(superviseConfig{
-		Command: []string{"/bin/sh", "-c", `env > "$OUT"; exec sleep 60`}, Env: []string{"OUT=" + out, EnvLocalToken + "=t0k"},
+		Command: []string{"/bin/sh", "-c", `env > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 60`}, Env: []string{"OUT=" + out, EnvLocalToken + "=t0k"},
 		Ready: func(context.Context) error {
 			if _, err := os.Stat(out); err != nil {
 				return err
