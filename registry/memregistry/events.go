@@ -114,31 +114,15 @@ func (r *Registry) PruneEvents(ctx context.Context, receivedBefore time.Time, li
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	type candidate struct {
-		tenant   string
-		id       string
-		seq      uint64
-		received time.Time
-	}
-	var old []candidate
+	var old []receipt
 	for tenant, l := range r.events {
 		for _, e := range l.events {
 			if e.ReceivedAt.Before(receivedBefore) {
-				old = append(old, candidate{tenant, e.Event.ID, e.Sequence, e.ReceivedAt})
+				old = append(old, receipt{tenant, e.Event.ID, e.Sequence, e.ReceivedAt})
 			}
 		}
 	}
-	// Oldest received first, as PostgreSQL's (received, tenant, sequence).
-	slices.SortFunc(old, func(a, b candidate) int {
-		if c := a.received.Compare(b.received); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.tenant, b.tenant); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
-	old = old[:min(len(old), limit)]
+	old = oldestReceipts(old, limit)
 	drop := map[string]map[string]bool{}
 	for _, c := range old {
 		if drop[c.tenant] == nil {
@@ -162,36 +146,49 @@ func (r *Registry) ForgetPrunedEvents(ctx context.Context, receivedBefore time.T
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	type candidate struct {
-		tenant   string
-		id       string
-		received time.Time
-	}
-	var old []candidate
+	var old []receipt
 	for tenant, l := range r.events {
 		for id, received := range l.pruned {
 			if received.Before(receivedBefore) {
-				old = append(old, candidate{tenant, id, received})
+				old = append(old, receipt{tenant: tenant, id: id, received: received})
 			}
 		}
 	}
-	// Oldest received first (ties in a fixed order).
-	slices.SortFunc(old, func(a, b candidate) int {
-		if c := a.received.Compare(b.received); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.tenant, b.tenant); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.id, b.id)
-	})
-	old = old[:min(len(old), limit)]
+	old = oldestReceipts(old, limit)
 	for _, c := range old {
 		// The tenant's log itself stays: its last sequence is never
 		// given out again.
 		delete(r.events[c.tenant].pruned, c.id)
 	}
 	return len(old), nil
+}
+
+// receipt is a stored event, or a remembered pruned event ID (sequence
+// 0), by when the log received it.
+type receipt struct {
+	tenant   string
+	id       string
+	seq      uint64
+	received time.Time
+}
+
+// oldestReceipts sorts rs oldest received first, as PostgreSQL's
+// (received, tenant, sequence) order (ties of remembered IDs by ID), and
+// returns the first limit.
+func oldestReceipts(rs []receipt, limit int) []receipt {
+	slices.SortFunc(rs, func(a, b receipt) int {
+		if c := a.received.Compare(b.received); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.tenant, b.tenant); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	return rs[:min(len(rs), limit)]
 }
 
 // Events implements registry.EventLog.
