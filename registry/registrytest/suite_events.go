@@ -1,6 +1,7 @@
 package registrytest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,34 +29,47 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("ForgetPruned", func(t *testing.T) { testEventForgetPruned(t, nb) })
 }
 
+// newPrunerFx is a fixture whose backend must prune events.
+func newPrunerFx(t *testing.T, nb NewBackend) (*fx, registry.EventPruner) {
+	f := newFx(t, nb)
+	if f.b.EventPruner == nil {
+		t.Fatal("registrytest.Backend.EventPruner is nil: the backend must set every contract of Backend")
+	}
+	return f, f.b.EventPruner
+}
+
+// receivedAt is b received d after Epoch.
+func receivedAt(b registry.EventBatch, d time.Duration) registry.EventBatch {
+	b.ReceivedAt = Epoch.Add(d)
+	return b
+}
+
+// refusesBadPruneArgs requires prune (named name) to refuse a limit of 0
+// or below and a zero cutoff with ErrInvalid.
+func (f *fx) refusesBadPruneArgs(name string, prune func(context.Context, time.Time, int) (int, error)) {
+	f.t.Helper()
+	for _, lim := range []int{0, -1} {
+		if _, err := prune(f.ctx, Epoch.Add(time.Hour), lim); !errors.Is(err, registry.ErrInvalid) {
+			f.t.Fatalf("%s(limit %d) = %v, want ErrInvalid", name, lim, err)
+		}
+	}
+	if _, err := prune(f.ctx, time.Time{}, 10); !errors.Is(err, registry.ErrInvalid) {
+		f.t.Fatalf("%s(zero cutoff) = %v, want ErrInvalid", name, err)
+	}
+}
+
 // testEventPrune: PruneEvents deletes the events received before the
 // cutoff, oldest first across tenants and at most limit; a tenant's
 // sequences go on after them, paging starts at the first event kept, and
 // a pruned event ID delivered again is not stored again (Pruned).
 func testEventPrune(t *testing.T, nb NewBackend) {
-	f := newFx(t, nb)
-	if f.b.EventPruner == nil {
-		t.Fatal("registrytest.Backend.EventPruner is nil: the backend must set every contract of Backend")
-	}
-	p := f.b.EventPruner
-	at := func(b registry.EventBatch, d time.Duration) registry.EventBatch {
-		b.ReceivedAt = Epoch.Add(d)
-		return b
-	}
-	f.appendEvents(at(EventBatch("ta", "r1", "a1", "a2"), time.Minute))
-	f.appendEvents(at(EventBatch("tb", "r2", "b1"), 2*time.Minute))
-	f.appendEvents(at(EventBatch("ta", "r1", "a3"), 3*time.Minute))
-	f.appendEvents(at(EventBatch("tb", "r2", "b2", "b3"), 10*time.Minute))
+	f, p := newPrunerFx(t, nb)
+	f.appendEvents(receivedAt(EventBatch("ta", "r1", "a1", "a2"), time.Minute))
+	f.appendEvents(receivedAt(EventBatch("tb", "r2", "b1"), 2*time.Minute))
+	f.appendEvents(receivedAt(EventBatch("ta", "r1", "a3"), 3*time.Minute))
+	f.appendEvents(receivedAt(EventBatch("tb", "r2", "b2", "b3"), 10*time.Minute))
 
-	for _, lim := range []int{0, -1} {
-		_, err := p.PruneEvents(f.ctx, Epoch.Add(time.Hour), lim)
-		if !errors.Is(err, registry.ErrInvalid) {
-			f.t.Fatalf("PruneEvents(limit %d) = %v, want ErrInvalid", lim, err)
-		}
-	}
-	if _, err := p.PruneEvents(f.ctx, time.Time{}, 10); !errors.Is(err, registry.ErrInvalid) {
-		f.t.Fatalf("PruneEvents(zero cutoff) = %v, want ErrInvalid", err)
-	}
+	f.refusesBadPruneArgs("PruneEvents", p.PruneEvents)
 	prune := func(before time.Duration, limit, want int) {
 		f.t.Helper()
 		n, err := p.PruneEvents(f.ctx, Epoch.Add(before), limit)
@@ -92,7 +106,7 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 	prune(5*time.Minute, 10, 0)
 
 	// Sequences go on after the pruned events.
-	got := f.appendEvents(at(EventBatch("ta", "r1", "a4"), 20*time.Minute))
+	got := f.appendEvents(receivedAt(EventBatch("ta", "r1", "a4"), 20*time.Minute))
 	if got[0].Sequence != 4 {
 		f.t.Fatalf("the event after three pruned ones has sequence %d, want 4", got[0].Sequence)
 	}
@@ -106,7 +120,7 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 	// the time it was first received; its content is gone, so a changed
 	// event under a pruned ID is no conflict. The batch's new events are
 	// stored.
-	b := at(EventBatch("ta", "r9", "a1", "a5", "a2"), 21*time.Minute)
+	b := receivedAt(EventBatch("ta", "r9", "a1", "a5", "a2"), 21*time.Minute)
 	b.Events[2].Kind = "thing.changed"
 	again := f.appendEvents(b)
 	for i, w := range []struct {
@@ -122,7 +136,7 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 			f.t.Fatalf("pruned event %s delivered again: %+v, want received at %s (its first receipt)", g.Event.ID, g, Epoch.Add(time.Minute))
 		}
 	}
-	if again := f.appendEvents(at(EventBatch("ta", "r1", "a3"), 22*time.Minute)); !again[0].Pruned {
+	if again := f.appendEvents(receivedAt(EventBatch("ta", "r1", "a3"), 22*time.Minute)); !again[0].Pruned {
 		f.t.Fatalf("pruned event a3 delivered again alone: %+v, want Pruned", again[0])
 	}
 	kept("ta", "a4", "a5")
@@ -130,8 +144,8 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 
 	// By receipt time, not by sequence: a batch received earlier may be
 	// appended later (it waited in a dispatcher).
-	f.appendEvents(at(EventBatch("tc", "r3", "c1"), 50*time.Minute))
-	f.appendEvents(at(EventBatch("tc", "r3", "c2"), 40*time.Minute))
+	f.appendEvents(receivedAt(EventBatch("tc", "r3", "c1"), 50*time.Minute))
+	f.appendEvents(receivedAt(EventBatch("tc", "r3", "c2"), 40*time.Minute))
 	prune(45*time.Minute, 10, 5) // b2, b3 (10 min), a4 (20), a5 (21), c2 (40)
 	kept("tc", "c1")
 	kept("ta")
@@ -139,12 +153,12 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 	// Every ID pruned is remembered, per tenant: the same ID in another
 	// tenant's log is that tenant's own event.
 	for _, id := range []string{"a1", "a2", "a3", "a4", "a5"} {
-		if g := f.appendEvents(at(EventBatch("ta", "r1", id), time.Hour)); !g[0].Pruned {
+		if g := f.appendEvents(receivedAt(EventBatch("ta", "r1", id), time.Hour)); !g[0].Pruned {
 			f.t.Fatalf("pruned event %s delivered again: %+v, want Pruned", id, g[0])
 		}
 	}
 	kept("ta")
-	if g := f.appendEvents(at(EventBatch("tc", "r3", "a1", "c2"), time.Hour)); g[0].Pruned || g[0].Sequence != 3 || !g[1].Pruned {
+	if g := f.appendEvents(receivedAt(EventBatch("tc", "r3", "a1", "c2"), time.Hour)); g[0].Pruned || g[0].Sequence != 3 || !g[1].Pruned {
 		f.t.Fatalf("tenant tc's own a1 and its pruned c2: %+v, want a1 stored as sequence 3 and c2 pruned", g)
 	}
 	kept("tc", "c1", "a1")
@@ -157,31 +171,16 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 // it is stored again as a new event (the documented cost of the second
 // horizon), and pruned again, its ID is remembered from its new receipt.
 func testEventForgetPruned(t *testing.T, nb NewBackend) {
-	f := newFx(t, nb)
-	if f.b.EventPruner == nil {
-		t.Fatal("registrytest.Backend.EventPruner is nil: the backend must set every contract of Backend")
-	}
-	p := f.b.EventPruner
-	at := func(b registry.EventBatch, d time.Duration) registry.EventBatch {
-		b.ReceivedAt = Epoch.Add(d)
-		return b
-	}
-	f.appendEvents(at(EventBatch("ta", "r1", "a1", "a2"), time.Minute))
-	f.appendEvents(at(EventBatch("tb", "r2", "b1"), 2*time.Minute))
-	f.appendEvents(at(EventBatch("ta", "r1", "a3"), 3*time.Minute))
-	f.appendEvents(at(EventBatch("tb", "r2", "b2"), 10*time.Minute))
+	f, p := newPrunerFx(t, nb)
+	f.appendEvents(receivedAt(EventBatch("ta", "r1", "a1", "a2"), time.Minute))
+	f.appendEvents(receivedAt(EventBatch("tb", "r2", "b1"), 2*time.Minute))
+	f.appendEvents(receivedAt(EventBatch("ta", "r1", "a3"), 3*time.Minute))
+	f.appendEvents(receivedAt(EventBatch("tb", "r2", "b2"), 10*time.Minute))
 	if n, err := p.PruneEvents(f.ctx, Epoch.Add(5*time.Minute), 10); err != nil || n != 4 {
 		f.t.Fatalf("PruneEvents(Epoch+5m) = %d, %v; want 4 (a1, a2, b1, a3)", n, err)
 	}
 
-	for _, lim := range []int{0, -1} {
-		if _, err := p.ForgetPrunedEvents(f.ctx, Epoch.Add(time.Hour), lim); !errors.Is(err, registry.ErrInvalid) {
-			f.t.Fatalf("ForgetPrunedEvents(limit %d) = %v, want ErrInvalid", lim, err)
-		}
-	}
-	if _, err := p.ForgetPrunedEvents(f.ctx, time.Time{}, 10); !errors.Is(err, registry.ErrInvalid) {
-		f.t.Fatalf("ForgetPrunedEvents(zero cutoff) = %v, want ErrInvalid", err)
-	}
+	f.refusesBadPruneArgs("ForgetPrunedEvents", p.ForgetPrunedEvents)
 	forget := func(before time.Duration, limit, want int) {
 		f.t.Helper()
 		n, err := p.ForgetPrunedEvents(f.ctx, Epoch.Add(before), limit)
@@ -196,7 +195,7 @@ func testEventForgetPruned(t *testing.T, nb NewBackend) {
 	// an event forgotten is stored by the asking.)
 	remembered := func(tenant, id string, d time.Duration) registry.StoredEvent {
 		f.t.Helper()
-		return f.appendEvents(at(EventBatch(tenant, "r9", id), d))[0]
+		return f.appendEvents(receivedAt(EventBatch(tenant, "r9", id), d))[0]
 	}
 
 	// Oldest received first, across tenants, at most limit: a1 and a2
@@ -222,7 +221,7 @@ func testEventForgetPruned(t *testing.T, nb NewBackend) {
 
 	// A forgotten ID is unknown: the event delivered again is stored
 	// again, as a new event with the next sequence.
-	late := at(EventBatch("ta", "r9", "a1", "a3", "a2"), 40*time.Minute)
+	late := receivedAt(EventBatch("ta", "r9", "a1", "a3", "a2"), 40*time.Minute)
 	got := f.appendEvents(late)
 	if got[0].Pruned || got[0].Sequence != 4 || !got[1].Pruned || got[2].Pruned || got[2].Sequence != 5 {
 		f.t.Fatalf("a1, a3, a2 delivered again after a1's and a2's IDs were forgotten: %+v; want a1 stored as 4, a3 Pruned, a2 stored as 5", got)
@@ -246,7 +245,7 @@ func testEventForgetPruned(t *testing.T, nb NewBackend) {
 	}
 	forget(time.Hour, 100, 3) // a1, a2 (40 min) and b1 (41 min)
 	forget(time.Hour, 100, 0)
-	kept := f.appendEvents(at(EventBatch("ta", "r1", "a3"), time.Hour))
+	kept := f.appendEvents(receivedAt(EventBatch("ta", "r1", "a3"), time.Hour))
 	if kept[0].Pruned || kept[0].Sequence != 6 {
 		f.t.Fatalf("a3 delivered after every ID was forgotten: %+v, want it stored as sequence 6", kept[0])
 	}
