@@ -292,7 +292,7 @@ func reason(err error) string {
 // header value.
 func FromAuthorization(header string) (string, error) {
 	if header == "" {
-		return "", fmt.Errorf("%w: missing Authorization header; send \"Authorization: Bearer <token>\" (mint one with `aipfleet token`)", ErrUnauthorized)
+		return "", errMissingHeader(false)
 	}
 	scheme, tok, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
@@ -301,9 +301,24 @@ func FromAuthorization(header string) (string, error) {
 	return strings.TrimSpace(tok), nil
 }
 
-// VerifyRequest verifies the bearer token of r's Authorization header.
+// errMissingHeader is the refusal of a request without an Authorization
+// header, naming the command that mints the token it needs.
+func errMissingHeader(operator bool) error {
+	mint := "aipfleet token"
+	if operator {
+		mint = "aipfleet token --operator"
+	}
+	return fmt.Errorf("%w: missing Authorization header; send \"Authorization: Bearer <token>\" (mint one with `%s`)", ErrUnauthorized, mint)
+}
+
+// VerifyRequest verifies the bearer token of r's Authorization header. A
+// request without one is told to mint the kind of token v takes.
 func (v *Verifier) VerifyRequest(r *http.Request) (Claims, error) {
-	tok, err := FromAuthorization(r.Header.Get("Authorization"))
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return Claims{}, errMissingHeader(v.operator)
+	}
+	tok, err := FromAuthorization(h)
 	if err != nil {
 		return Claims{}, err
 	}

@@ -94,7 +94,8 @@ func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 			// other): refuse rather than pick.
 			err = fmt.Errorf("%w: %d Authorization headers; send exactly one", tenanttoken.ErrUnauthorized, len(values))
 		case len(values) == 0:
-			writeUnauthorized(w, false, "unauthorized: missing Authorization header; send \"Authorization: Bearer <token>\" (mint one with `aipfleet token`)")
+			_, err := tenanttoken.FromAuthorization("")
+			writeUnauthorized(w, false, err.Error())
 			return
 		default:
 			var tok string
