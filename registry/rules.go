@@ -207,6 +207,14 @@ func ExpireReplica(rep *ConnectorReplica, now time.Time) {
 	rep.LastControlRequestID, rep.LastControlRequestDigest = "", ""
 }
 
+// Retired reports whether a replica is retired at now: offline after it
+// registered (health revision above 0), its lease ended RecentOfflineWindow
+// or longer ago. FleetStatusSummary counts these apart, and aipfleet fleet
+// status does not list them.
+func Retired(status aip.ReplicaStatus, healthRevision uint64, leaseExpiresAt, now time.Time) bool {
+	return status == aip.ReplicaOffline && healthRevision > 0 && !leaseExpiresAt.After(Millis(now.Add(-RecentOfflineWindow)))
+}
+
 // CountReplica adds one replica to a fleet summary observed at now.
 func CountReplica(s *FleetStatusSummary, rep *ConnectorReplica, now time.Time) {
 	s.Replicas++
@@ -220,10 +228,10 @@ func CountReplica(s *FleetStatusSummary, rep *ConnectorReplica, now time.Time) {
 		switch {
 		case rep.HealthRevision == 0:
 			s.UnregisteredReplicas++
-		case rep.LeaseExpiresAt.After(Millis(now.Add(-RecentOfflineWindow))):
-			s.RecentlyOfflineReplicas++
-		default:
+		case Retired(rep.Status, rep.HealthRevision, rep.LeaseExpiresAt, now):
 			s.RetiredReplicas++
+		default:
+			s.RecentlyOfflineReplicas++
 		}
 	case !rep.LeaseValid(now):
 		s.ExpiredLeases++

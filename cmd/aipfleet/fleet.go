@@ -337,14 +337,6 @@ func circuitText(c controlplane.FleetCircuit) string {
 	return "closed"
 }
 
-// retired reports whether r is a retired replica at now: registered once,
-// offline, its lease ended registry.RecentOfflineWindow or longer ago (as
-// the registry's summary counts it).
-func retired(r *controlplane.FleetReplica, now time.Time) bool {
-	return r.Status == aip.ReplicaOffline && r.HealthRevision > 0 &&
-		!r.LeaseExpiresAt.After(registry.Millis(now.Add(-registry.RecentOfflineWindow)))
-}
-
 // observedAt is the control plane's time of v's summary, which counted
 // the retired replicas (now when the summary carries none): judging them
 // by the control plane's clock keeps the table and the summary line in
@@ -361,7 +353,9 @@ func observedAt(v *fleetView, now time.Time) time.Time {
 func dropRetired(v *fleetView, now time.Time) int {
 	now = observedAt(v, now)
 	n := len(v.Replicas)
-	v.Replicas = slices.DeleteFunc(v.Replicas, func(r controlplane.FleetReplica) bool { return retired(&r, now) })
+	v.Replicas = slices.DeleteFunc(v.Replicas, func(r controlplane.FleetReplica) bool {
+		return registry.Retired(r.Status, r.HealthRevision, r.LeaseExpiresAt.Time, now)
+	})
 	return n - len(v.Replicas)
 }
 
