@@ -139,11 +139,7 @@ func (h *Host) shutdown() error {
 		err := h.inflight.waitHandled(actx)
 		cancel()
 		if err == nil {
-			noun := "action"
-			if n > 1 {
-				noun = "actions"
-			}
-			err = fmt.Errorf("%d %s still running at the drain timeout cancelled; journaled and answered with what the call returned then, or outcome_unknown", n, noun)
+			err = fmt.Errorf("%s still running at the drain timeout cancelled; journaled and answered with what the call returned then, or outcome_unknown", counted(n, "action"))
 		}
 		fail("actions", err)
 	}
@@ -220,21 +216,25 @@ func abandonedError(ids []string, calls int) error {
 	if calls == 0 {
 		return nil
 	}
-	noun := "call"
-	if calls > 1 {
-		noun = "calls"
-	}
 	named := strings.Join(ids[:min(len(ids), maxNamedAbandoned)], ", ")
 	if len(ids) > maxNamedAbandoned {
 		named += fmt.Sprintf(" and %d more", len(ids)-maxNamedAbandoned)
 	}
-	actions := "action"
-	if len(ids) > 1 {
-		actions = "actions"
+	actions := "actions"
+	if len(ids) == 1 {
+		actions = "action"
 	}
-	return fmt.Errorf("%d abandoned connector %s still running (%s %s): their actions were journaled and answered outcome_unknown; "+
+	return fmt.Errorf("%s still running (%s %s): their actions were journaled and answered outcome_unknown; "+
 		"the host cannot end them and did not wait for them; what they return is dropped, and what they still do fails (their State calls with journal.ErrClosed)",
-		calls, noun, actions, named)
+		counted(calls, "abandoned connector call"), actions, named)
+}
+
+// counted is n and noun, in the plural unless n is 1 ("2 actions").
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // renewDrain renews the draining lease every heartbeat interval until ctx

@@ -581,7 +581,7 @@ func (f *inflight) waitHandled(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("%d actions still being handled: %w", n, ctx.Err())
+			return fmt.Errorf("%s still being handled: %w", counted(n, "action"), ctx.Err())
 		}
 	}
 }
