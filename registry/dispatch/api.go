@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -68,10 +70,12 @@ const (
 	MaxInputDepth = 253
 )
 
-// DecodeActionRequest decodes a request body strictly: unknown fields and
-// trailing data are refused, and so is a body that is not I-JSON (RFC
-// 7493: a member name twice in one object — anywhere, the action's own
-// fields included —, a number outside the double range, a lone UTF-16
+// DecodeActionRequest decodes a request body strictly: the body is one
+// JSON object whose members are the request's fields by their exact names
+// (unknown members, and names that differ from a field's only in case,
+// are refused), with nothing after it; and it is I-JSON (RFC 7493: a
+// member name twice in one object — anywhere, the action's own fields
+// included —, a number outside the double range, a lone UTF-16
 // surrogate), which could not be signed and would mean different things
 // to different readers.
 func DecodeActionRequest(body []byte) (ActionRequest, error) {
@@ -83,16 +87,55 @@ func DecodeActionRequest(body []byte) (ActionRequest, error) {
 	return r, nil
 }
 
-// decodeStrict decodes body into v: body must be one I-JSON value and
-// nothing after it (aip.Canonicalize refuses anything else), with no
-// member v does not have.
+// decodeStrict decodes body into the struct v points to: body must be
+// one I-JSON object and nothing after it (aip.Canonicalize refuses
+// anything else), whose members are fields of v by their exact names.
+// encoding/json alone would take "Capability_ID" (or "capability_id" and
+// "CAPABILITY_ID" both, the last winning) as capability_id, while every
+// case-sensitive reader of the same body sees another request.
 func decodeStrict(body []byte, v any) error {
 	if _, err := aip.Canonicalize(body); err != nil {
 		return err
 	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil || members == nil {
+		return errors.New("the body must be one JSON object")
+	}
+	fields := memberNames(reflect.TypeOf(v).Elem())
+	for name := range members {
+		if slices.Contains(fields, name) {
+			continue
+		}
+		for _, f := range fields {
+			if strings.EqualFold(name, f) {
+				return fmt.Errorf("member %q is not %q: member names are case-sensitive", name, f)
+			}
+		}
+		return fmt.Errorf("unknown member %q (the members are %s)", aip.TruncateUTF8(name, 64), strings.Join(fields, ", "))
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
+}
+
+// memberNames returns the JSON member names of struct type t's exported
+// fields, in field order.
+func memberNames(t reflect.Type) []string {
+	var names []string
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
 // Validate checks the request's fields and says what to fix.

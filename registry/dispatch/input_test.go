@@ -62,6 +62,49 @@ func TestBodiesThatAreNotIJSONAreRefused(t *testing.T) {
 	w.idle()
 }
 
+// TestMemberNamesAreExact: the members of an action request are matched
+// by their exact names, and the body is one JSON object. encoding/json
+// matched them case-insensitively (folding U+212A KELVIN SIGN onto 'k'
+// too): {"Capability_ID": ...} was run as capability_id, and a body with
+// both "capability_id" and "CAPABILITY_ID" — no duplicate to the I-JSON
+// check — ran the second while a proxy or any case-sensitive reader saw
+// the first. A null body was answered 422 "capability_id is required" as
+// if it were an empty object.
+func TestMemberNamesAreExact(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	for name, body := range map[string]string{
+		"capitalized member":      `{"action_id":%q,"Capability_ID":"fleet.say","input":{"text":"x"}}`,
+		"two case variants":       `{"action_id":%q,"capability_id":"no.such","CAPABILITY_ID":"fleet.say","input":{"text":"x"}}`,
+		"upper case mode":         `{"action_id":%q,"capability_id":"fleet.say","input":{"text":"x"},"MODE":"sync"}`,
+		"kelvin sign for k":       `{"action_id":%q,"capability_id":"fleet.say","input":{"text":"x"},"idempotency_Key":"k1"}`,
+		"escaped case variant":    `{"action_id":%q,"capability_id":"fleet.say","\u0049nput":{"text":"x"},"input":{"text":"y"}}`,
+		"null body (%q unused)":   `null`,
+		"string body (%q unused)": `"act"`,
+	} {
+		id := aip.NewActionID()
+		if strings.Contains(body, "%q") {
+			body = fmt.Sprintf(body, id)
+		}
+		status, out, _ := w.call(http.MethodPost, dispatch.PathActions, tenant, body)
+		if status != http.StatusBadRequest || errorCode(t, out) != dispatch.CodeRequestInvalid {
+			t.Errorf("%s: answer %d %s, want 400 %s", name, status, out, dispatch.CodeRequestInvalid)
+		}
+		w.notRouted(id)
+	}
+	// The message names the member and what it should be.
+	_, out, _ := w.call(http.MethodPost, dispatch.PathActions, tenant, `{"Capability_ID":"fleet.say","input":{}}`)
+	var e dispatch.ErrorResponse
+	must(t, json.Unmarshal(out, &e))
+	if !strings.Contains(e.Error.Message, `"Capability_ID"`) || !strings.Contains(e.Error.Message, `"capability_id"`) {
+		t.Errorf("message %q does not name the member and its exact name", e.Error.Message)
+	}
+	if _, err := dispatch.DecodeActionRequest([]byte(`{"capability_id":"fleet.say","Input":{}}`)); err == nil {
+		t.Error("DecodeActionRequest took a case variant of input")
+	}
+	w.idle()
+}
+
 // TestInputDepthIsBoundedBeforeRouting: an input nested up to
 // MaxInputDepth levels reaches the replica and completes; one level more
 // could not be signed (the envelope would pass the canonical JSON depth
@@ -129,7 +172,8 @@ func TestActionTextFieldsAreCheckedBeforeRouting(t *testing.T) {
 // TestCancelBodiesAreStrict: a cancel body is empty or one I-JSON
 // {"reason": ...} object and nothing else, like an action's; anything else
 // is 400 and sends no cancel. A closing brace or bracket after the object
-// was taken as the end of it, and the action was cancelled.
+// was taken as the end of it, and the action was cancelled; so were a null
+// body and a case variant of reason ({"Reason": ...}).
 func TestCancelBodiesAreStrict(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	w.startHost(8, 8)
@@ -138,7 +182,8 @@ func TestCancelBodiesAreStrict(t *testing.T) {
 		t.Fatalf("action: %d %+v", status, resp.Error)
 	}
 	path := dispatch.PathActions + "/" + id + "/cancel"
-	for _, body := range []string{`{"reason":"x"}}`, `{"reason":"x"}]`, `{"reason":"x"} {}`, `{"reason":"x","reason":"y"}`, `{"why":"x"}`, `[]`} {
+	for _, body := range []string{`{"reason":"x"}}`, `{"reason":"x"}]`, `{"reason":"x"} {}`, `{"reason":"x","reason":"y"}`, `{"why":"x"}`, `[]`,
+		`null`, `"x"`, `{"Reason":"x"}`, `{"REASON":"x"}`} {
 		status, out, _ := w.call(http.MethodPost, path, tenant, body)
 		if status != http.StatusBadRequest || errorCode(t, out) != dispatch.CodeRequestInvalid {
 			t.Errorf("cancel body %s: %d %s, want 400", body, status, out)
