@@ -589,8 +589,10 @@ func (d *Dispatcher) answerDelivery(w http.ResponseWriter, dl *delivery, status 
 func (d *Dispatcher) handleEvents() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d.deps.Events == nil {
-			writeError(w, newAPIError(http.StatusServiceUnavailable, aip.CodeEventUnavailable, aip.CategoryTemporary, false, 0,
-				"this dispatcher keeps no event log (it runs without Deps.Events)"))
+			// As the ingress refuses a delivery: temporary, retry after
+			// eventsRetryAfter (a 503 always carries Retry-After).
+			writeError(w, newAPIError(http.StatusServiceUnavailable, aip.CodeEventUnavailable, aip.CategoryTemporary, true, eventsRetryAfter,
+				"this dispatcher keeps no event log (it runs without Deps.Events); read events from a dispatcher that does"))
 			return
 		}
 		q := r.URL.Query()

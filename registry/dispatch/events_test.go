@@ -663,11 +663,31 @@ func TestEventsRead(t *testing.T) {
 	}
 }
 
+// TestEventsReadWithoutEventLog: a dispatcher without an event log answers
+// a read 503 connector_event.unavailable like its ingress answers a
+// delivery: temporary, retryable after 1 s, with Retry-After (every 503
+// carries one, docs/dispatch-api.md). It was answered not retryable and
+// without Retry-After.
 func TestEventsReadWithoutEventLog(t *testing.T) {
 	w := newEventWorld(t, eventWorldOptions{noEvents: true})
-	status, body := w.getEvents(tenant, "")
-	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), aip.CodeEventUnavailable) {
-		t.Errorf("HTTP %d %s, want 503 %s", status, body, aip.CodeEventUnavailable)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, w.srv.URL+dispatch.PathEvents, nil)
+	must(t, err)
+	now := time.Now()
+	tok, err := tenanttoken.Mint(w.issuer, tenanttoken.Claims{Issuer: issuer, Audience: tenanttoken.DefaultAudience, TenantID: tenant,
+		IssuedAt: now, Expiry: now.Add(time.Hour)})
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := w.srv.Client().Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	must(t, err)
+	var e dispatch.ErrorResponse
+	if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Error == nil || e.Error.Code != aip.CodeEventUnavailable {
+		t.Fatalf("HTTP %d %s, want 503 %s", resp.StatusCode, body, aip.CodeEventUnavailable)
+	}
+	if !e.Error.IsRetryable() || e.Error.RetryAfterMS == nil || *e.Error.RetryAfterMS != 1000 || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("%s (Retry-After %q): want retryable after 1 s with Retry-After 1", body, resp.Header.Get("Retry-After"))
 	}
 }
 
