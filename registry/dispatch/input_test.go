@@ -189,12 +189,25 @@ func TestCancelBodiesAreStrict(t *testing.T) {
 			t.Errorf("cancel body %s: %d %s, want 400", body, status, out)
 		}
 	}
+	// The documented answers of a reason too long and a body too large.
+	for _, c := range []struct {
+		body   string
+		status int
+		code   string
+	}{
+		{`{"reason":"` + strings.Repeat("r", dispatch.MaxCancelReasonBytes+1) + `"}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
+		{`{"reason":"` + strings.Repeat("r", 64<<10) + `"}`, http.StatusRequestEntityTooLarge, dispatch.CodeRequestTooLarge},
+	} {
+		if status, out, _ := w.call(http.MethodPost, path, tenant, c.body); status != c.status || errorCode(t, out) != c.code {
+			t.Errorf("cancel body of %d bytes: %d %s, want %d %s", len(c.body), status, out, c.status, c.code)
+		}
+	}
 	res, err := w.reg.Reservation(w.ctx, id)
 	must(t, err)
 	if res.LastSettlement != registry.SettlementCompleted {
 		t.Fatalf("a refused cancel settled the route: %+v", res)
 	}
-	for _, body := range []any{nil, "", `{}`, `{"reason":"done"}` + "\n"} {
+	for _, body := range []any{nil, "", `{}`, `{"reason":"done"}` + "\n", `{"reason":"` + strings.Repeat("r", dispatch.MaxCancelReasonBytes) + `"}`} {
 		if status, out, _ := w.call(http.MethodPost, path, tenant, body); status != http.StatusOK {
 			t.Errorf("cancel body %v: %d %s", body, status, out)
 		}
