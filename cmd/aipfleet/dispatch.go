@@ -101,8 +101,8 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	forbid := fs.Bool("forbid-cross-region", false, "route only to replicas in --region")
 	maxInFlight := fs.Int("max-in-flight", dispatch.DefaultMaxInFlight, "actions dispatched at once")
 	perTenant := fs.Int("max-in-flight-per-tenant", dispatch.DefaultMaxInFlightPerTenant, "one tenant's actions dispatched at once")
-	maxQueued := fs.Int("max-queued", dispatch.DefaultMaxQueued, "actions waiting for admission")
-	queuedPerTenant := fs.Int("max-queued-per-tenant", dispatch.DefaultMaxQueuedPerTenant, "one tenant's actions waiting for admission")
+	maxQueued := fs.Int("max-queued", dispatch.DefaultMaxQueued, "actions waiting for admission (0: none wait, an action beyond the in-flight bounds is refused at once)")
+	queuedPerTenant := fs.Int("max-queued-per-tenant", dispatch.DefaultMaxQueuedPerTenant, "one tenant's actions waiting for admission (0: none wait)")
 	queueBytes := fs.Int("max-queue-bytes", dispatch.DefaultMaxQueueBytes, "bytes of the actions waiting for admission")
 	queueAge := fs.Duration("max-queue-age", dispatch.DefaultMaxQueueAge, "longest wait for admission")
 	actionTimeout := fs.Duration("action-timeout", dispatch.DefaultActionTimeout, "timeout of an action that names no timeout_ms")
@@ -124,9 +124,31 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		actionTimeout: *actionTimeout, maxTimeout: *maxTimeout, maxReroutes: *maxReroutes, maxBodyBytes: *maxBody,
 		replicaCAFile: *caFile, reconcileAfter: *reconcileAfter, reconcileInterval: *reconcileInterval,
 		admission: dispatch.AdmissionLimits{
-			MaxInFlight: *maxInFlight, MaxInFlightPerTenant: *perTenant, MaxQueued: *maxQueued,
-			MaxQueuedPerTenant: *queuedPerTenant, MaxQueueBytes: int64(*queueBytes), MaxQueueAge: *queueAge,
+			MaxInFlight: *maxInFlight, MaxInFlightPerTenant: *perTenant, MaxQueued: noQueueIfZero(*maxQueued),
+			MaxQueuedPerTenant: noQueueIfZero(*queuedPerTenant), MaxQueueBytes: int64(*queueBytes), MaxQueueAge: *queueAge,
 		},
+	}
+	// The library takes a zero limit as its default: a zero flag must not
+	// silently become one.
+	for _, l := range []struct {
+		flag string
+		v    int64
+		min  int64
+	}{
+		{"--max-in-flight", int64(*maxInFlight), 1}, {"--max-in-flight-per-tenant", int64(*perTenant), 1},
+		{"--max-queued", int64(*maxQueued), 0}, {"--max-queued-per-tenant", int64(*queuedPerTenant), 0},
+		{"--max-queue-bytes", int64(*queueBytes), 1},
+	} {
+		if l.v < l.min {
+			what := "at least 1"
+			if l.min == 0 {
+				what = "0 (no queue) or more"
+			}
+			return nil, usagef("dispatch: %s %d must be %s", l.flag, l.v, what)
+		}
+	}
+	if *queueAge <= 0 {
+		return nil, usagef("dispatch: --max-queue-age %s must be positive", *queueAge)
 	}
 	switch {
 	case *issuers == "":
@@ -251,6 +273,16 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	err = d.Run(ctx)
 	logStopped(srv.logger, "aipfleet-dispatch", err)
 	return err
+}
+
+// noQueueIfZero turns a queue bound flag into AdmissionLimits' terms:
+// the flag's 0 is no queue, which the library spells negative (its zero is
+// the default).
+func noQueueIfZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // untrustedCertError is a request the client itself refused because the

@@ -44,7 +44,14 @@ func TestDispatchFlagErrors(t *testing.T) {
 		{base, "--allow-insecure-loopback-http"},
 		{append(base, "--allow-insecure-loopback-http", "--max-reroutes", "9"), "--max-reroutes"},
 		{append(base, "--allow-insecure-loopback-http", "--action-timeout", "10m"), "--max-timeout"},
-		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "-1"), "admission limits"},
+		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "-1"), "--max-in-flight -1 must be at least 1"},
+		// Zero was the library's default (1024, 30s, ...), silently.
+		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "0"), "--max-in-flight 0 must be at least 1"},
+		{append(base, "--allow-insecure-loopback-http", "--max-in-flight-per-tenant", "0"), "--max-in-flight-per-tenant 0"},
+		{append(base, "--allow-insecure-loopback-http", "--max-queue-bytes", "0"), "--max-queue-bytes 0"},
+		{append(base, "--allow-insecure-loopback-http", "--max-queue-age", "0s"), "--max-queue-age 0s must be positive"},
+		{append(base, "--allow-insecure-loopback-http", "--max-queued", "-1"), "--max-queued -1 must be 0 (no queue) or more"},
+		{append(base, "--allow-insecure-loopback-http", "--max-queued-per-tenant", "-2"), "--max-queued-per-tenant -2"},
 		{append(base, "--allow-insecure-loopback-http", "--tls-cert-file", "x.pem"), "go together"},
 		{append(base, "--allow-insecure-loopback-http", "extra"), "unexpected argument"},
 	}
@@ -69,6 +76,41 @@ func TestDispatchFlagErrors(t *testing.T) {
 	os.WriteFile(loose, []byte("postgres://x"), 0o644)
 	if _, _, err := runCLI(t, nil, "dispatch", "--database-url-file", loose, "--signing-key-file", keyFile, "--issuer", iss, "--allow-insecure-loopback-http"); err == nil || !strings.Contains(err.Error(), "--database-url-file") {
 		t.Fatalf("loose URL file: err = %v", err)
+	}
+}
+
+// TestDispatchQueueFlagsZeroQueuesNothing: --max-queued 0 and
+// --max-queued-per-tenant 0 mean no queue (an action beyond the in-flight
+// bounds is refused at once). They were passed on as 0, which the library
+// takes as its defaults, 4096 and 512.
+func TestDispatchQueueFlagsZeroQueuesNothing(t *testing.T) {
+	k, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "gw.key")
+	if err := aip.WriteSeedFile(keyFile, k); err != nil {
+		t.Fatal(err)
+	}
+	db := writeSecret(t, t.TempDir(), "db.url", "postgres://127.0.0.1:1/none")
+	for _, flag := range []string{"--max-queued", "--max-queued-per-tenant"} {
+		e := &env{getenv: func(string) string { return "" }, stdout: io.Discard, stderr: io.Discard}
+		f, err := parseDispatchFlags(dispatchCommand(), e, []string{"--database-url-file", db, "--signing-key-file", keyFile,
+			"--issuer", "dev=" + k.DID(), "--allow-insecure-loopback-http", "--max-in-flight", "1", flag, "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := dispatch.NewScheduler(f.admission, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold, err := s.Acquire(t.Context(), "acme", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel() // a queued Acquire returns ctx's error; a refused one its own
+		if _, err := s.Acquire(ctx, "acme", 1); !errors.Is(err, dispatch.ErrQueueFull) && !errors.Is(err, dispatch.ErrTenantQueueFull) {
+			t.Errorf("%s 0: an action beyond --max-in-flight: %v, want a queue-full refusal", flag, err)
+		}
+		hold.Release()
 	}
 }
 

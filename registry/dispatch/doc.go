@@ -22,7 +22,8 @@
 // Scheduler bounds in-flight actions globally (1 024) and per tenant
 // (128), and queued actions by count (4 096, 512 per tenant), bytes
 // (64 MiB) and age (30 s); waiting tenants are served in weighted round
-// robin. Overload is connector.scheduler_overloaded (429).
+// robin. A negative queue bound queues nothing (aipfleet dispatch
+// --max-queued 0). Overload is connector.scheduler_overloaded (429).
 //
 // # Settlement
 //

@@ -16,10 +16,12 @@ type AdmissionLimits struct {
 	// MaxInFlightPerTenant bounds one tenant's actions dispatched at once.
 	// Defaults to 128.
 	MaxInFlightPerTenant int
-	// MaxQueued bounds the actions waiting for admission. Defaults to 4096.
+	// MaxQueued bounds the actions waiting for admission. Defaults to 4096;
+	// negative queues none: an action beyond the in-flight bounds is
+	// refused at once.
 	MaxQueued int
 	// MaxQueuedPerTenant bounds one tenant's waiting actions. Defaults to
-	// 512.
+	// 512; negative queues none of a tenant's actions.
 	MaxQueuedPerTenant int
 	// MaxQueueBytes bounds the summed size of waiting actions. Defaults to
 	// 64 MiB.
@@ -69,9 +71,10 @@ func (l AdmissionLimits) withDefaults() AdmissionLimits {
 	return l
 }
 
-// Validate checks every limit (the queue bounds may be zero, the rest must be
-// positive, MaxRequestBytes at most MaxQueueBytes) and every tenant weight
-// (at least 1), and names the first one that is wrong.
+// Validate checks every limit (zero is the default; the queue bounds may be
+// negative, for no queue; the rest must be positive, MaxRequestBytes at
+// most MaxQueueBytes) and every tenant weight (at least 1), and names the
+// first one that is wrong.
 func (l AdmissionLimits) Validate() error {
 	l = l.withDefaults()
 	bad := func(field string, v any, rule string) error {
@@ -82,10 +85,6 @@ func (l AdmissionLimits) Validate() error {
 		return bad("MaxInFlight", l.MaxInFlight, "positive")
 	case l.MaxInFlightPerTenant < 1:
 		return bad("MaxInFlightPerTenant", l.MaxInFlightPerTenant, "positive")
-	case l.MaxQueued < 0:
-		return bad("MaxQueued", l.MaxQueued, "zero or positive")
-	case l.MaxQueuedPerTenant < 0:
-		return bad("MaxQueuedPerTenant", l.MaxQueuedPerTenant, "zero or positive")
 	case l.MaxQueueBytes < 1:
 		return bad("MaxQueueBytes", l.MaxQueueBytes, "positive")
 	case l.MaxRequestBytes < 1:
@@ -208,13 +207,17 @@ func (s *Scheduler) Acquire(ctx context.Context, tenant string, size int64) (*Pe
 		s.mu.Unlock()
 		return &Permit{s: s, tenant: tenant}, nil
 	}
+	waiting := 0 // the tenant's (a negative bound refuses even the first)
+	if q != nil {
+		waiting = len(q.waiters)
+	}
 	switch {
 	case s.queued >= s.l.MaxQueued:
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d actions wait", ErrQueueFull, s.queued)
-	case q != nil && len(q.waiters) >= s.l.MaxQueuedPerTenant:
+	case waiting >= s.l.MaxQueuedPerTenant:
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: tenant %s has %d actions waiting", ErrTenantQueueFull, tenant, len(q.waiters))
+		return nil, fmt.Errorf("%w: tenant %s has %d actions waiting", ErrTenantQueueFull, tenant, waiting)
 	case s.queuedBytes+size > s.l.MaxQueueBytes:
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d bytes wait", ErrQueueBytesExhausted, s.queuedBytes)

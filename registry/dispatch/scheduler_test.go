@@ -47,8 +47,6 @@ func TestSchedulerDefaultsAndValidation(t *testing.T) {
 	}{
 		{dispatch.AdmissionLimits{MaxInFlight: -1}, "MaxInFlight -1"},
 		{dispatch.AdmissionLimits{MaxInFlightPerTenant: -2}, "MaxInFlightPerTenant -2"},
-		{dispatch.AdmissionLimits{MaxQueued: -1}, "MaxQueued -1"},
-		{dispatch.AdmissionLimits{MaxQueuedPerTenant: -3}, "MaxQueuedPerTenant -3"},
 		{dispatch.AdmissionLimits{MaxQueueBytes: -5}, "MaxQueueBytes -5"},
 		{dispatch.AdmissionLimits{MaxRequestBytes: -7}, "MaxRequestBytes -7"},
 		{dispatch.AdmissionLimits{MaxRequestBytes: 10, MaxQueueBytes: 5}, "MaxRequestBytes 10 exceeds MaxQueueBytes 5"},
@@ -82,6 +80,42 @@ func TestSchedulerDefaultsAndValidation(t *testing.T) {
 	if snap := s.Snapshot(); snap.Active != 0 || snap.ActiveTenants != 0 {
 		t.Fatalf("after releases: %+v", snap)
 	}
+}
+
+// TestSchedulerWithoutQueue: a negative queue bound queues nothing: an
+// action beyond the in-flight bounds is refused at once (a zero one is the
+// default). Validate refused a negative bound ("must be zero or
+// positive"), and a zero one became the default 4096 or 512, so an
+// operator could not turn queueing off.
+func TestSchedulerWithoutQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newScheduler(t, dispatch.AdmissionLimits{MaxInFlight: 1, MaxQueued: -1})
+		hold, err := s.Acquire(t.Context(), "a", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(t.Context(), "b", 1); !errors.Is(err, dispatch.ErrQueueFull) {
+			t.Fatalf("beyond MaxInFlight without a queue: %v, want ErrQueueFull at once", err)
+		}
+		hold.Release()
+
+		s = newScheduler(t, dispatch.AdmissionLimits{MaxInFlight: 4, MaxInFlightPerTenant: 1, MaxQueuedPerTenant: -1})
+		if hold, err = s.Acquire(t.Context(), "a", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(t.Context(), "a", 1); !errors.Is(err, dispatch.ErrTenantQueueFull) {
+			t.Fatalf("beyond MaxInFlightPerTenant without a tenant queue: %v, want ErrTenantQueueFull at once", err)
+		}
+		other, err := s.Acquire(t.Context(), "b", 1)
+		if err != nil {
+			t.Fatalf("another tenant: %v", err)
+		}
+		if snap := s.Snapshot(); snap.Active != 2 || snap.Queued != 0 {
+			t.Fatalf("snapshot %+v", snap)
+		}
+		hold.Release()
+		other.Release()
+	})
 }
 
 func TestSchedulerWeightedRoundRobin(t *testing.T) {
