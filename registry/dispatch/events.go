@@ -595,7 +595,11 @@ func (d *Dispatcher) handleEvents() http.Handler {
 				"this dispatcher keeps no event log (it runs without Deps.Events); read events from a dispatcher that does"))
 			return
 		}
-		q := r.URL.Query()
+		q, e := queryOf(r, "after", "limit")
+		if e != nil {
+			writeError(w, e)
+			return
+		}
 		var after uint64
 		if s := q.Get("after"); s != "" {
 			n, err := strconv.ParseUint(s, 10, 64)

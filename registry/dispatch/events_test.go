@@ -655,6 +655,9 @@ func TestEventsRead(t *testing.T) {
 		{"?limit=0", "limit must be"},
 		{"?limit=1001", "limit must be"},
 		{"?limit=two", "limit must be"},
+		{"?afterr=3", `unknown query parameter \"afterr\"`},
+		{"?after=0&after=5", `\"after\" is given 2 times`},
+		{"?after=%zz", "malformed"},
 	} {
 		status, body := w.getEvents(tenant, c.query)
 		if status != http.StatusBadRequest || !strings.Contains(string(body), c.reason) || !strings.Contains(string(body), dispatch.CodeRequestInvalid) {

@@ -277,7 +277,11 @@ func TestCapabilitiesArePagedPerTenant(t *testing.T) {
 	if status, page, body := get("tenant-other", ""); status != http.StatusOK || len(page.Capabilities) != 0 || page.Total != 0 {
 		t.Fatalf("another tenant's catalog: %d %s", status, body)
 	}
-	for _, q := range []string{"?limit=0", "?limit=x", "?cursor=nonsense"} {
+	// An unknown parameter (a misspelt one was ignored: the page had the
+	// default size), a parameter given twice (the first was used, while a
+	// proxy may read the last) and a malformed query (dropped) are refused.
+	for _, q := range []string{"?limit=0", "?limit=x", "?cursor=nonsense", "?limt=1", "?limit=1&limit=2", "?q=say&q=stream",
+		"?capability_id=fleet.say&capability_id=fleet.stream", "?limit=%zz"} {
 		if status, _, body := get(tenant, q); status != http.StatusBadRequest {
 			t.Fatalf("%s: %d %s", q, status, body)
 		}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -424,9 +426,36 @@ const (
 	MaxPageLimit     = 1000
 )
 
+// queryOf returns r's query parameters when each is one of names and
+// given at most once, or the 400 that says which is not: a misspelt
+// parameter would otherwise be ignored without a word, and one given twice
+// read as its first value here and perhaps its last by a proxy.
+func queryOf(r *http.Request, names ...string) (url.Values, *apiError) {
+	bad := func(msg string) (url.Values, *apiError) {
+		return nil, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, msg)
+	}
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return bad("the query is malformed: " + err.Error())
+	}
+	for name, values := range v {
+		switch {
+		case !slices.Contains(names, name):
+			return bad(fmt.Sprintf("unknown query parameter %q; %s takes %s", aip.TruncateUTF8(name, 64), r.URL.Path, strings.Join(names, ", ")))
+		case len(values) > 1:
+			return bad(fmt.Sprintf("query parameter %q is given %d times; give it once", name, len(values)))
+		}
+	}
+	return v, nil
+}
+
 func (d *Dispatcher) handleCapabilities() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v := r.URL.Query()
+		v, e := queryOf(r, "limit", "cursor", "q", "profile", "capability_id")
+		if e != nil {
+			writeError(w, e)
+			return
+		}
 		q := registry.CatalogQuery{CapabilityID: v.Get("capability_id"), Text: v.Get("q"), Profile: v.Get("profile"), Cursor: v.Get("cursor"), Limit: DefaultPageLimit}
 		if s := v.Get("limit"); s != "" {
 			n, err := strconv.Atoi(s)
