@@ -1,10 +1,13 @@
 package aip
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -30,6 +33,41 @@ type memberNamesChecker interface {
 	checkMemberNames(data []byte) error
 }
 
+// ErrUnknownMember is returned (wrapped) by DecodeStrict for a member that
+// matches no field of the value it decodes into.
+var ErrUnknownMember = errors.New("aip: unknown member")
+
+// DecodeStrict decodes data into the value v points to, for a reader that
+// must understand everything it is sent (a request to an API, a local
+// connector's answer): data is one I-JSON value and nothing after it (the
+// errors of Canonicalize), an object where v is a struct (null is not
+// one), and at every depth where a struct is decoded each member is one
+// of its fields by its exact name — a member matching a field only when
+// case is ignored is refused (ErrCaseVariantMember, naming the field) and
+// so is one matching no field (ErrUnknownMember, listing the members).
+// encoding/json alone binds "Capability_ID" to capability_id, takes the
+// last of "capability_id" and "CAPABILITY_ID", and reads null as an empty
+// struct, where every case-sensitive reader of the same bytes sees
+// something else.
+func DecodeStrict(data []byte, v any) error {
+	if _, err := Canonicalize(data); err != nil {
+		return err
+	}
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return fmt.Errorf("aip: DecodeStrict needs a pointer, not %v", t)
+	}
+	if et := t.Elem(); et.Kind() == reflect.Struct && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
+		return errors.New("want one JSON object")
+	}
+	if err := checkNames(data, t, true); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
 var (
 	rawMessageType   = reflect.TypeFor[json.RawMessage]()
 	unmarshalerType  = reflect.TypeFor[json.Unmarshaler]()
@@ -42,6 +80,13 @@ var (
 // matches only case-insensitively. Members that match no field are left
 // alone: encoding/json and serde_json both ignore them.
 func checkMemberNames(data []byte, t reflect.Type) error {
+	return checkNames(data, t, false)
+}
+
+// checkNames is checkMemberNames that, when strict, also refuses members
+// matching no field (ErrUnknownMember). Types with their own
+// UnmarshalJSON are checked as checkMemberNames checks them.
+func checkNames(data []byte, t reflect.Type, strict bool) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -56,14 +101,14 @@ func checkMemberNames(data []byte, t reflect.Type) error {
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		return checkStructMemberNames(data, t)
+		return checkStructNames(data, t, strict)
 	case reflect.Map:
 		var m map[string]json.RawMessage
 		if json.Unmarshal(data, &m) != nil {
 			return nil // not an object: the decoder reports it
 		}
 		for _, v := range m {
-			if err := checkMemberNames(v, t.Elem()); err != nil {
+			if err := checkNames(v, t.Elem(), strict); err != nil {
 				return err
 			}
 		}
@@ -76,7 +121,7 @@ func checkMemberNames(data []byte, t reflect.Type) error {
 			return nil
 		}
 		for _, v := range a {
-			if err := checkMemberNames(v, t.Elem()); err != nil {
+			if err := checkNames(v, t.Elem(), strict); err != nil {
 				return err
 			}
 		}
@@ -87,14 +132,20 @@ func checkMemberNames(data []byte, t reflect.Type) error {
 // checkStructMemberNames checks an object decoded into struct type t,
 // ignoring any UnmarshalJSON of t.
 func checkStructMemberNames(data []byte, t reflect.Type) error {
+	return checkStructNames(data, t, false)
+}
+
+func checkStructNames(data []byte, t reflect.Type, strict bool) error {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(data, &m) != nil {
 		return nil // not an object: the decoder reports it
 	}
 	fields := jsonFields(t)
-	for name, v := range m {
+	// In member order is not available from a map: check the names sorted,
+	// so the error is the same for the same document.
+	for _, name := range slices.Sorted(maps.Keys(m)) {
 		if ft, ok := fields[name]; ok {
-			if err := checkMemberNames(v, ft); err != nil {
+			if err := checkNames(m[name], ft, strict); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			continue
@@ -103,6 +154,9 @@ func checkStructMemberNames(data []byte, t reflect.Type) error {
 			if strings.EqualFold(name, field) {
 				return fmt.Errorf("%w: %q is not %q; member names are case-sensitive", ErrCaseVariantMember, name, field)
 			}
+		}
+		if strict {
+			return fmt.Errorf("%w %q (the members are %s)", ErrUnknownMember, TruncateUTF8(name, 64), strings.Join(slices.Sorted(maps.Keys(fields)), ", "))
 		}
 	}
 	return nil

@@ -218,3 +218,61 @@ func TestSecurityValueStrict(t *testing.T) {
 		t.Errorf("absent: %v, %v", ok, err)
 	}
 }
+
+// TestDecodeStrict: a document for a reader that must understand all of
+// it is one I-JSON value, an object for a struct, with every member a
+// field by its exact name at every depth (through slices and maps too).
+func TestDecodeStrict(t *testing.T) {
+	type inner struct {
+		Code string `json:"code"`
+	}
+	type doc struct {
+		Name  string           `json:"name"`
+		Items []inner          `json:"items,omitempty"`
+		ByKey map[string]inner `json:"by_key,omitempty"`
+		Raw   json.RawMessage  `json:"raw,omitempty"`
+		Any   any              `json:"any,omitempty"`
+	}
+	for _, tc := range []struct {
+		name, in string
+		want     error  // errors.Is, or nil for any error with text
+		text     string // in the error's text
+	}{
+		{"case variant", `{"Name":"x"}`, ErrCaseVariantMember, `"Name" is not "name"`},
+		{"two case variants", `{"name":"a","NAME":"b"}`, ErrCaseVariantMember, `"NAME"`},
+		{"kelvin sign", `{"name":"a","items":[{"\u212aode":"x"}]}`, nil, ""},
+		{"unknown", `{"name":"a","extra":1}`, ErrUnknownMember, `"extra" (the members are any, by_key, items, name, raw)`},
+		{"case variant in a slice", `{"items":[{"Code":"x"}]}`, ErrCaseVariantMember, `items: `},
+		{"unknown in a map", `{"by_key":{"k":{"code":"x","more":1}}}`, ErrUnknownMember, `by_key: `},
+		{"null", `null`, nil, "want one JSON object"},
+		{"array", `[]`, nil, "want one JSON object"},
+		{"trailing data", `{"name":"a"} {}`, ErrInvalidJSON, ""},
+		{"duplicate", `{"name":"a","name":"b"}`, ErrInvalidJSON, "duplicate"},
+	} {
+		var d doc
+		err := DecodeStrict([]byte(tc.in), &d)
+		if err == nil {
+			t.Errorf("%s: %s decoded as %+v", tc.name, tc.in, d)
+			continue
+		}
+		if tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		if !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("%s: %q does not say %q", tc.name, err, tc.text)
+		}
+	}
+	// Members inside a RawMessage or an interface are the reader's own.
+	var d doc
+	if err := DecodeStrict([]byte(`{"name":"a","items":[{"code":"c"}],"raw":{"Name":1},"any":{"X":1}}`), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "a" || d.Items[0].Code != "c" || string(d.Raw) != `{"Name":1}` {
+		t.Errorf("decoded %+v", d)
+	}
+	// Not a struct: any I-JSON value of the type.
+	var n []int
+	if err := DecodeStrict([]byte(` [1,2]`), &n); err != nil || len(n) != 2 {
+		t.Errorf("slice: %v %v", n, err)
+	}
+}

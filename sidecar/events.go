@@ -161,7 +161,7 @@ func eventsHandler(token string, publish func(ctx context.Context, channelID str
 			return
 		}
 		var req eventsRequest
-		if err := decodeStrict(raw, &req); err != nil {
+		if err := aip.DecodeStrict(raw, &req); err != nil {
 			refuse(http.StatusBadRequest, "invalid", CodeEventsInvalid, aip.CategoryPermanent, false,
 				`the body is not {"channel_id": "...", "events": [event, ...]} with events of id, kind, occurred_at and optional session_id, action_id, correlation_id, actor, data: `+err.Error())
 			return

@@ -237,7 +237,8 @@ func TestEventsRefusals(t *testing.T) {
 		{"no events", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{}}, "", 400, "a batch holds 1 to 100 events, got 0"},
 		{"no event ID", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{noID}}, "", 400, "event 0 has no id"},
 		{"no occurred_at", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{noTime}}, "", 400, "has no occurred_at"},
-		{"unknown member", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{good}, "tenant": "x"}, "", 400, `unknown field "tenant"`},
+		{"unknown member", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{good}, "tenant": "x"}, "", 400, `unknown member "tenant"`},
+		{"case variant member", map[string]any{"Channel_ID": fakeChannel, "events": []aip.Event{good}}, "", 400, `"Channel_ID" is not "channel_id"`},
 		{"wrong token", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{good}}, "not-the-token", 401, "Authorization: Bearer"},
 		{"no token", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{good}}, "-", 401, "Authorization: Bearer"},
 		{"the connector's token", map[string]any{"channel_id": fakeChannel, "events": []aip.Event{good}}, w.r.s.local.cfg.Token, 401, "Authorization: Bearer"},
@@ -257,8 +258,8 @@ func TestEventsRefusals(t *testing.T) {
 			}
 		})
 	}
-	if got := w.metric(t, MetricEventBatchesRefused+`{reason="invalid"}`); got != "6" {
-		t.Errorf("refused invalid = %q, want 6", got)
+	if got := w.metric(t, MetricEventBatchesRefused+`{reason="invalid"}`); got != "7" {
+		t.Errorf("refused invalid = %q, want 7", got)
 	}
 	if got := w.metric(t, MetricEventBatchesRefused+`{reason="unauthorized"}`); got != "3" {
 		t.Errorf("refused unauthorized = %q, want 3", got)

@@ -308,7 +308,7 @@ func (l *Local) fetchManifest(ctx context.Context) (*aip.Manifest, error) {
 		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode, Err: errors.New(errorText(body))}
 	}
 	var m aip.Manifest
-	if err := decodeStrict(body, &m); err != nil {
+	if err := aip.DecodeStrict(body, &m); err != nil {
 		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode,
 			Err: fmt.Errorf("the manifest is not an AIP manifest: %w", err)}
 	}
@@ -548,7 +548,7 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 			return nil, l.readError(reqCtx, err)
 		}
 		var r localResult
-		if err := decodeStrict(raw, &r); err != nil {
+		if err := aip.DecodeStrict(raw, &r); err != nil {
 			return nil, fmt.Errorf("%w: the connector answered 200 with a body that is not a result: %v", hostsdk.ErrOutcomeUnknown, err)
 		}
 		return l.result(id, &r)
@@ -614,7 +614,7 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 			continue
 		}
 		var ln localLine
-		if err := decodeStrict(line, &ln); err != nil || (ln.Chunk == nil) == (ln.Result == nil) {
+		if err := aip.DecodeStrict(line, &ln); err != nil || (ln.Chunk == nil) == (ln.Result == nil) {
 			if err == nil {
 				err = errors.New(`want exactly one of "chunk" and "result"`)
 			}
@@ -730,7 +730,7 @@ func (l *Local) reconcileOnce(ctx context.Context, body *localReconcile) (res *a
 		return nil, false, &LocalError{Op: "POST " + PathLocalReconcile, Target: l.Target(), Status: resp.StatusCode, Err: errors.New(errorText(raw))}
 	}
 	var r localResult
-	if err := decodeStrict(raw, &r); err != nil {
+	if err := aip.DecodeStrict(raw, &r); err != nil {
 		// The same answer would come after every restart: retrying would
 		// keep the replica from registering for ever. Never re-run, never
 		// claim a result.
@@ -794,21 +794,6 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 func readPrefix(r io.Reader, limit int64) []byte {
 	raw, _ := io.ReadAll(io.LimitReader(r, limit))
 	return raw
-}
-
-// decodeStrict decodes one JSON value, refusing unknown fields and
-// trailing data.
-func decodeStrict(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	// dec.More would miss a stray "}" or "]": only EOF may follow.
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the JSON value")
-	}
-	return nil
 }
 
 // errorText renders an error body for a message: the error object's

@@ -207,6 +207,11 @@ func TestLocalAnswers(t *testing.T) {
 		{"cancelled", 200, `{"status":"cancelled"}`, aip.ResultCancelled, ""},
 		{"outcome unknown", 200, `{"status":"outcome_unknown","detail":"provider timed out"}`, "", hostsdk.CodeOutcomeUnknown},
 		{"unknown field", 200, `{"status":"completed","extra":1}`, "", hostsdk.CodeOutcomeUnknown},
+		// encoding/json would read "Status" as status; the local protocol's
+		// member names are exact, as on the wire.
+		{"case variant member", 200, `{"Status":"completed","output":{"a":1}}`, "", hostsdk.CodeOutcomeUnknown},
+		{"case variants of one member", 200, `{"status":"failed","STATUS":"completed"}`, "", hostsdk.CodeOutcomeUnknown},
+		{"case variant inside", 200, `{"status":"failed","error":{"code":"x.y","Message":"no","category":"permanent"}}`, "", hostsdk.CodeOutcomeUnknown},
 		{"other action", 200, `{"action_id":"act_00000000000000000000000000000000","status":"completed"}`, "", hostsdk.CodeOutcomeUnknown},
 		{"bad status", 200, `{"status":"done"}`, "", hostsdk.CodeOutcomeUnknown},
 		{"not json", 200, `<html>`, "", hostsdk.CodeOutcomeUnknown},
@@ -292,7 +297,10 @@ func TestLocalReconcile(t *testing.T) {
 			unknown: true, logged: "is not a reconcile answer"},
 		{name: "200 with an unknown member", answers: []func() (int, any){func() (int, any) {
 			return 200, map[string]any{"status": "completed", "result": "done"}
-		}}, unknown: true, logged: `unknown field \"result\"`},
+		}}, unknown: true, logged: `unknown member \"result\"`},
+		{name: "200 with a case variant member", answers: []func() (int, any){func() (int, any) {
+			return 200, map[string]any{"Status": "completed"}
+		}}, unknown: true, logged: "member names are case-sensitive"},
 		{name: "200 with an invalid result", answers: []func() (int, any){func() (int, any) {
 			return 200, map[string]any{"status": "finished"}
 		}}, unknown: true},

@@ -175,7 +175,7 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var m aip.Manifest
-			if err := decodeStrict(raw, &m); err == nil {
+			if err := aip.DecodeStrict(raw, &m); err == nil {
 				if err := m.Validate(); err == nil {
 					t.Fatalf("the sidecar accepts this manifest; the case is wrong:\n%s", raw)
 				}
@@ -200,7 +200,7 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 		c["compensation"] = map[string]any{"mode": "supported", "compensation_capability_id": "echo.undo", "compensation_window_ms": 60000, "requires_approval": true}
 	})
 	var m aip.Manifest
-	if err := decodeStrict(full, &m); err != nil {
+	if err := aip.DecodeStrict(full, &m); err != nil {
 		t.Fatalf("the sidecar refuses the full manifest: %v", err)
 	}
 	if err := m.Validate(); err != nil {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -80,62 +78,11 @@ const (
 // to different readers.
 func DecodeActionRequest(body []byte) (ActionRequest, error) {
 	var r ActionRequest
-	if err := decodeStrict(body, &r); err != nil {
+	if err := aip.DecodeStrict(body, &r); err != nil {
 		return r, fmt.Errorf("the body is not an action request: %v", err)
 	}
 	r.inputChecked = true
 	return r, nil
-}
-
-// decodeStrict decodes body into the struct v points to: body must be
-// one I-JSON object and nothing after it (aip.Canonicalize refuses
-// anything else), whose members are fields of v by their exact names.
-// encoding/json alone would take "Capability_ID" (or "capability_id" and
-// "CAPABILITY_ID" both, the last winning) as capability_id, while every
-// case-sensitive reader of the same body sees another request.
-func decodeStrict(body []byte, v any) error {
-	if _, err := aip.Canonicalize(body); err != nil {
-		return err
-	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(body, &members); err != nil || members == nil {
-		return errors.New("the body must be one JSON object")
-	}
-	fields := memberNames(reflect.TypeOf(v).Elem())
-	for name := range members {
-		if slices.Contains(fields, name) {
-			continue
-		}
-		for _, f := range fields {
-			if strings.EqualFold(name, f) {
-				return fmt.Errorf("member %q is not %q: member names are case-sensitive", name, f)
-			}
-		}
-		return fmt.Errorf("unknown member %q (the members are %s)", aip.TruncateUTF8(name, 64), strings.Join(fields, ", "))
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
-}
-
-// memberNames returns the JSON member names of struct type t's exported
-// fields, in field order.
-func memberNames(t reflect.Type) []string {
-	var names []string
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch name {
-		case "-":
-			continue
-		case "":
-			name = f.Name
-		}
-		names = append(names, name)
-	}
-	return names
 }
 
 // Validate checks the request's fields and says what to fix.

@@ -402,7 +402,7 @@ func (d *Dispatcher) handleCancel() http.Handler {
 		if len(bytes.TrimSpace(body)) > 0 {
 			// As strict as an action's body: one I-JSON object, no unknown
 			// member, nothing after it.
-			if err := decodeStrict(body, &c); err != nil {
+			if err := aip.DecodeStrict(body, &c); err != nil {
 				writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0,
 					`the body must be empty or {"reason": "..."}: `+err.Error()))
 				return
