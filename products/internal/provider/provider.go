@@ -388,7 +388,7 @@ func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 		return c.fail(req, resp.StatusCode, false,
 			fmt.Sprintf("redirect to %q not followed; point the base URL at the API itself", resp.Header.Get("Location")), nil)
 	}
-	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500, providerMessage(data), nil)
+	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500, c.Redacted(providerMessage(data)), nil)
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		e.RetryAfter = ParseRetryAfter(s, time.Now())
 	}
@@ -507,8 +507,9 @@ func notSent(err error) bool {
 // providerMessage extracts a readable message from an error body: the
 // first of message, messages (a list, as Twenty sends next to an error
 // class name in error), error (a string, or an object with a message),
-// errors (a list), description or detail in a JSON object, else the start
-// of the text.
+// errors (a list), description or detail in a JSON object, else the text.
+// It is not clipped: Redacted clips it after redacting, so that a
+// credential the clip would cut is still found.
 func providerMessage(body []byte) string {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) == nil {
@@ -519,30 +520,59 @@ func providerMessage(body []byte) string {
 			}
 			var s string
 			if json.Unmarshal(raw, &s) == nil && s != "" {
-				return clip(s)
+				return s
 			}
 			var inner struct {
 				Message string `json:"message"`
 			}
 			if json.Unmarshal(raw, &inner) == nil && inner.Message != "" {
-				return clip(inner.Message)
+				return inner.Message
 			}
 			var list []any
 			if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
 				b, _ := json.Marshal(list)
-				return clip(string(b))
+				return string(b)
 			}
 		}
 	}
-	return clip(strings.TrimSpace(string(body)))
+	return strings.TrimSpace(string(body))
+}
+
+// MaxMessageBytes bounds the provider text an error message carries.
+const MaxMessageBytes = 512
+
+// Redacted makes s, text the provider answered (an error message, a body
+// that is not what was expected), fit for an error message or a log:
+// every credential the client sends replaced by [redacted], then at most
+// MaxMessageBytes bytes, never half a UTF-8 sequence, and "…" when
+// clipped. Redaction comes first: a credential the clip cut in two would
+// no longer match, and its start would be shown.
+func (c *Client) Redacted(s string) string {
+	// Only the start of s can reach the clipped message, but redaction
+	// shortens a credential to "[redacted]" and pulls later text into the
+	// first MaxMessageBytes: with at most MaxMessageBytes/len("[redacted]")
+	// redactions there, the text the clip keeps comes from the first
+	// MaxMessageBytes + (that many + 1) credential lengths of s.
+	longest := 0
+	for _, cred := range c.creds {
+		longest = max(longest, len(cred))
+	}
+	n := MaxMessageBytes + (MaxMessageBytes/len("[redacted]")+1)*longest
+	if len(s) <= n {
+		return clip(c.redact(s))
+	}
+	out := clip(c.redact(s[:n]))
+	if !strings.HasSuffix(out, "…") {
+		out += "…"
+	}
+	return out
 }
 
 func clip(s string) string {
-	const max = 512
-	if len(s) <= max {
+	if len(s) <= MaxMessageBytes {
 		return s
 	}
-	cut := max
+	cut := MaxMessageBytes
 	for cut > 0 && !utf8Start(s[cut]) {
 		cut--
 	}

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // The values Auth sends never appear in an error, whether the provider
@@ -58,5 +60,58 @@ func TestCredentialsLongestFirst(t *testing.T) {
 	want := []string{"a-longer-signature", "Bearer tok-12345", "tok-12345", "k3y!"}
 	if !slices.Equal(got, want) {
 		t.Errorf("credentials = %q, want %q", got, want)
+	}
+}
+
+// A credential the provider echoes where its error message is clipped
+// (past the first 512 bytes, in the message or in a body that is not
+// JSON) is redacted before the clip: a clipped copy would not match the
+// credential and would leak its start.
+func TestCredentialAtTheClipIsRedacted(t *testing.T) {
+	const key = "sk-live-0123456789abcdef0123456789abcdef"
+	pad := strings.Repeat("x", 500)
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		if strings.HasSuffix(r.URL.Path, "/text") {
+			fmt.Fprintf(w, "%s %s", pad, key)
+			return
+		}
+		fmt.Fprintf(w, `{"message":"%s %s"}`, pad, key)
+	}, func(cfg *Config) {
+		cfg.Auth = func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+key) }
+	})
+	for _, path := range []string{"/json", "/text"} {
+		for what, err := range map[string]error{
+			"Do": func() error { _, err := c.Do(t.Context(), Request{Method: "POST", Path: path}); return err }(),
+			"Stream": func() error {
+				_, err := c.Stream(t.Context(), Request{Method: "POST", Path: path}, time.Minute)
+				return err
+			}(),
+		} {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("%s %s: %v", what, path, err)
+			}
+			if msg := pe.Error(); strings.Contains(msg, "sk-live-") {
+				t.Errorf("%s %s: the start of the credential leaked: …%s", what, path, msg[len(msg)-40:])
+			}
+		}
+	}
+}
+
+// Redacted of a long text full of credentials: every copy the clipped
+// message shows is redacted, however many redactions pulled text forward.
+func TestRedactedLongText(t *testing.T) {
+	const key = "sk-live-0123456789abcdef0123456789abcdef"
+	c, err := New(Config{Product: "acme", BaseURL: &url.URL{Scheme: "https", Host: "acme.example"},
+		Auth: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+key) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{strings.Repeat(key+" ", 1000), strings.Repeat("é", 300) + key + strings.Repeat(key, 500)} {
+		got := c.Redacted(s)
+		if strings.Contains(got, "sk-live") || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") || len(got) > MaxMessageBytes+len("…") {
+			t.Errorf("Redacted = %q; want every credential redacted, valid UTF-8 clipped with …", got)
+		}
 	}
 }
