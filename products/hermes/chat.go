@@ -170,7 +170,7 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 			return false, fmt.Errorf("stream event is not a chat.completion.chunk: %v", err)
 		}
 		if ch.Error != nil {
-			return false, fmt.Errorf("stream carried an error: %s", clip(*ch.Error))
+			return false, fmt.Errorf("stream carried an error: %s", ep.client.Redacted(string(*ch.Error)))
 		}
 		if ch.ID != "" {
 			out.ID = ch.ID

@@ -402,7 +402,7 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 	}
 	var started runStarted
 	if err := resp.Decode(&started); err != nil || started.RunID == "" {
-		return nil, fmt.Errorf("%w: POST /v1/runs answered %d without a run_id: %s", hostsdk.ErrOutcomeUnknown, resp.Status, clip(resp.Body))
+		return nil, fmt.Errorf("%w: %s POST /v1/runs answered %d without a run_id: %s", hostsdk.ErrOutcomeUnknown, ep.client.Product(), resp.Status, ep.client.Redacted(string(resp.Body)))
 	}
 	if !validID(started.RunID) {
 		// Hermes accepted the run (a 2xx), so it may be running and
@@ -495,12 +495,4 @@ func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason strin
 	}
 	return ep.client.JSON(ctx, provider.Request{Method: http.MethodPost,
 		Path: endpointPath("/v1/runs", rec.RunID) + "/stop", Header: headers(call)}, nil)
-}
-
-func clip(b []byte) string {
-	const max = 256
-	if len(b) > max {
-		return string(b[:max]) + "…"
-	}
-	return string(b)
 }

@@ -983,3 +983,31 @@ func TestRunStartUnusableRunID(t *testing.T) {
 		}
 	}
 }
+
+// TestEchoedKeyNotInOutcomeUnknown: provider text the adapter quotes in an
+// outcome_unknown message itself (a run_start answer without a run_id, a
+// chat stream's error object) goes through the same redaction as the
+// provider errors: a server or proxy echoing the Authorization header
+// does not put the key into the journaled error.
+func TestEchoedKeyNotInOutcomeUnknown(t *testing.T) {
+	f := newFixture(t)
+	check := func(what string, resp *hostsdktest.Response) {
+		t.Helper()
+		pe := resp.ProtocolError()
+		if pe == nil || pe.Code != "connector_host.outcome_unknown" {
+			t.Fatalf("%s: HTTP %d %s, want outcome_unknown", what, resp.Status, resp.Raw)
+		}
+		if strings.Contains(pe.Message, keyMain) || !strings.Contains(pe.Message, "[redacted]") {
+			t.Errorf("%s: message %q; want the echoed key as [redacted]", what, pe.Message)
+		}
+	}
+	f.main.mu.Lock()
+	f.main.startAnswer = `{"status":"started","auth":"Bearer ` + keyMain + `"}`
+	f.main.mu.Unlock()
+	check("run_start", f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x"}`)))
+
+	f.main.setStream(sse(`{"error":{"message":"upstream refused Bearer `+keyMain+`"}}`, "[DONE]"))
+	a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
+	a.Mode = aip.ModeStreaming
+	check("chat stream", f.Act(t, a))
+}
