@@ -192,6 +192,21 @@ func TestRunWithOnlyInputs(t *testing.T) {
 	}
 }
 
+// TestRunWithInputsID: an inputs.id that is a UUID, which AMP accepts,
+// is sent as it is (one that is not is refused before it is sent, see
+// TestInputSchemaRejections).
+func TestRunWithInputsID(t *testing.T) {
+	m := newMockAMP(t)
+	e := start(t, m, nil)
+	id := newUUID()
+	if res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{"id":"`+id+`","topic":"x"}}`)); res.Status != aip.ResultCompleted {
+		t.Fatalf("result %+v %+v", res, res.Error)
+	}
+	if got, want := string(m.kickoffBodies()[0]), `{"inputs":{"id":"`+id+`","topic":"x"}}`; got != want {
+		t.Errorf("kickoff body %s, want %s", got, want)
+	}
+}
+
 func TestRunThatFailsOnAMP(t *testing.T) {
 	m := newMockAMP(t)
 	m.runningPolls, m.failRuns = 1, true
@@ -341,6 +356,8 @@ func TestInputSchemaRejections(t *testing.T) {
 		{capRun, `{"inputs":{"topic":1}}`},
 		{capRun, `{"inputs":{},"taskWebhookUrl":"https://example.com"}`},
 		{capRun, `{"inputs":{},"restore_from_state_id":"not-a-uuid"}`},
+		// The document's 422: "'inputs.id' must be a valid UUID when provided".
+		{capRun, `{"inputs":{"id":"test 1"}}`},
 		{capRun, `{"inputs":{"` + long + `":"x"}}`},
 		{capInputs, `{"x":1}`},
 		{capStatus, `{}`},

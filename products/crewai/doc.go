@@ -33,7 +33,8 @@
 //	                             is_approve}: human feedback to a paused task (tool, medium, mutation)
 //
 // Every input schema is closed (additionalProperties false) and bounded;
-// kickoff ids must be UUIDs, as the document's format says. The run and
+// kickoff ids must be UUIDs, as the document's format says, and so must
+// an input named id (AMP answers 422 to an inputs.id that is not one). The run and
 // status output is the document's status object (status, current_task,
 // progress, result {output, tasks[]}, execution_time, error) with
 // kickoff_id added; resume returns {kickoff_id, status, message}. No

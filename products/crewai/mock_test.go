@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sync"
 	"testing"
 
@@ -70,6 +71,8 @@ func newMockAMP(t *testing.T) *mockAMP {
 // URL is the crew's base URL (the document's servers have no path).
 func (m *mockAMP) URL() string { return m.srv.URL }
 
+var uuidRegexp = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
 func newUUID() string {
 	var b [16]byte
 	rand.Read(b[:])
@@ -128,6 +131,19 @@ func (m *mockAMP) kickoff(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	m.mu.Lock()
 	m.kickoffs = append(m.kickoffs, body)
+	// The document's 422 invalid_inputs_id.
+	var req struct {
+		Inputs map[string]any `json:"inputs"`
+	}
+	json.Unmarshal(body, &req)
+	if id, ok := req.Inputs["id"]; ok {
+		if s, _ := id.(string); !uuidRegexp.MatchString(s) {
+			m.mu.Unlock()
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"error": "Validation Error",
+				"message": fmt.Sprintf("'inputs.id' must be a valid UUID when provided; got '%v'.", id)})
+			return
+		}
+	}
 	status, drop, answer := m.kickoffStatus, m.dropKickoff, m.kickoffID
 	id := newUUID()
 	if status == 0 && !drop {

@@ -15,7 +15,8 @@ const uuidPattern = `^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4
 var kickoffIDRegexp = regexp.MustCompile(uuidPattern)
 
 // runInputSchema: POST /kickoff's body without the webhook URLs. inputs
-// are the crew's named string inputs (GET /inputs lists them).
+// are the crew's named string inputs (GET /inputs lists them); an input
+// named id must be a UUID, as AMP answers 422 otherwise.
 var runInputSchema = json.RawMessage(`{
   "type": "object",
   "properties": {
@@ -24,6 +25,9 @@ var runInputSchema = json.RawMessage(`{
       "description": "The crew's inputs by name (cap:crewai:<crew>:inputs lists the names); values are strings.",
       "maxProperties": 256,
       "propertyNames": {"minLength": 1, "maxLength": 256},
+      "properties": {
+        "id": {"type": "string", "description": "AMP refuses an inputs.id that is not a UUID (422).", "pattern": "` + uuidPattern + `"}
+      },
       "additionalProperties": {"type": "string", "maxLength": 262144}
     },
     "meta": {
