@@ -245,7 +245,9 @@ func TestKickoffErrors(t *testing.T) {
 		m.set(func(m *mockAMP) { m.kickoffStatus = http.StatusUnprocessableEntity })
 		res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{}}`))
 		wantFailed(t, res, "provider.invalid_request", false)
-		if !strings.Contains(res.Error.Message, "Missing required inputs") {
+		// The document's ValidationError names the missing inputs in
+		// details.missing_inputs: the caller is told which to add.
+		if !strings.Contains(res.Error.Message, "Missing required inputs") || !strings.Contains(res.Error.Message, `"missing_inputs":["topic"]`) {
 			t.Errorf("message %q", res.Error.Message)
 		}
 	})

@@ -507,35 +507,70 @@ func notSent(err error) bool {
 // providerMessage extracts a readable message from an error body: the
 // first of message, messages (a list, as Twenty sends next to an error
 // class name in error), error (a string, or an object with a message),
-// errors (a list), description or detail in a JSON object, else the text.
-// It is not clipped: Redacted clips it after redacting, so that a
-// credential the clip would cut is still found.
+// errors (a list), description or detail in a JSON object, followed by the
+// object's details when it has them (CrewAI AMP's validation error names
+// the missing inputs there: {"message": "Missing required inputs",
+// "details": {"missing_inputs": [...]}}), else the text. It is not
+// clipped: Redacted clips it after redacting, so that a credential the
+// clip would cut is still found.
 func providerMessage(body []byte) string {
 	var obj map[string]json.RawMessage
-	if json.Unmarshal(body, &obj) == nil {
-		for _, k := range []string{"message", "messages", "error", "errors", "description", "detail"} {
-			raw, ok := obj[k]
-			if !ok {
-				continue
-			}
-			var s string
-			if json.Unmarshal(raw, &s) == nil && s != "" {
-				return s
-			}
-			var inner struct {
-				Message string `json:"message"`
-			}
-			if json.Unmarshal(raw, &inner) == nil && inner.Message != "" {
-				return inner.Message
-			}
-			var list []any
-			if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
-				b, _ := json.Marshal(list)
-				return string(b)
-			}
+	if json.Unmarshal(body, &obj) != nil {
+		return strings.TrimSpace(string(body))
+	}
+	msg := objectMessage(obj)
+	if msg == "" {
+		return strings.TrimSpace(string(body))
+	}
+	if d := bytes.TrimSpace(obj["details"]); len(d) > 0 && (d[0] == '{' || d[0] == '[') && !isEmptyJSON(d) {
+		var compact bytes.Buffer
+		if json.Compact(&compact, d) == nil {
+			msg += " (details: " + compact.String() + ")"
 		}
 	}
-	return strings.TrimSpace(string(body))
+	return msg
+}
+
+// objectMessage is the message of an error object (see providerMessage),
+// "" when it has none.
+func objectMessage(obj map[string]json.RawMessage) string {
+	for _, k := range []string{"message", "messages", "error", "errors", "description", "detail"} {
+		raw, ok := obj[k]
+		if !ok {
+			continue
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil && s != "" {
+			return s
+		}
+		var inner struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(raw, &inner) == nil && inner.Message != "" {
+			return inner.Message
+		}
+		var list []any
+		if json.Unmarshal(raw, &list) == nil && len(list) > 0 {
+			b, _ := json.Marshal(list)
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// isEmptyJSON reports whether raw is an empty object or array.
+func isEmptyJSON(raw []byte) bool {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return true
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		return len(v) == 0
+	case []any:
+		return len(v) == 0
+	}
+	return true
 }
 
 // MaxMessageBytes bounds the provider text an error message carries.

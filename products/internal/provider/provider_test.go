@@ -158,6 +158,10 @@ func TestErrors(t *testing.T) {
 	}{
 		{"bad request", 400, nil, `{"message":"content is required"}`, false, CodeInvalidRequest, false, 0, "content is required"},
 		{"unprocessable", 422, nil, `{"errors":["a","b"]}`, false, CodeInvalidRequest, false, 0, `["a","b"]`},
+		// CrewAI AMP's ValidationError: what is missing is in details.
+		{"validation details", 422, nil, `{"error":"Validation Error","message":"Missing required inputs","details":{"missing_inputs":["budget", "interests"]}}`,
+			false, CodeInvalidRequest, false, 0, `Missing required inputs (details: {"missing_inputs":["budget","interests"]})`},
+		{"empty details", 400, nil, `{"message":"bad","details":{}}`, false, CodeInvalidRequest, false, 0, `bad`},
 		{"unauthorized", 401, nil, `{"error":"Invalid token"}`, false, CodeUnauthorized, false, 0, "Invalid token"},
 		{"messages before the error class", 404, nil, `{"statusCode":404,"error":"NotFoundException","messages":["Object people2 not found"]}`, false, CodeNotFound, false, 0, "Object people2 not found"},
 		{"forbidden", 403, nil, `{"error":{"message":"no access"}}`, false, CodeForbidden, false, 0, "no access"},
