@@ -904,6 +904,29 @@ func TestMockRefuses(t *testing.T) {
 			t.Errorf("%q %s: %d, want %d", tc.auth, tc.path, resp.StatusCode, tc.want)
 		}
 	}
+	// Bodies without the route's required field, or with a field the
+	// page does not name, are refused.
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/runs", `{}`},
+		{"/v1/runs", `{"input":""}`},
+		{"/v1/runs", `{"input":"x","wait":true}`},
+		{"/v1/responses", `{"model":"hermes-agent"}`},
+		{"/v1/responses", `{"input":"x","stream_mode":"sse"}`},
+		{"/v1/chat/completions", `{"model":"hermes-agent","messages":[]}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"wait":true}`},
+	} {
+		req, _ := http.NewRequestWithContext(hostsdktest.Context(t), "POST", m.srv.URL+tc.path, strings.NewReader(tc.body))
+		req.Header.Set("Authorization", "Bearer "+keyMain)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := m.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("POST %s %s: %d, want 400", tc.path, tc.body, resp.StatusCode)
+		}
+	}
 }
 
 // TestIdempotencyKeyScopedPerTenant: two tenants whose hosts share one

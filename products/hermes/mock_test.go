@@ -87,6 +87,9 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 			writeJSON(w, 400, `{"error":{"message":"invalid JSON","type":"invalid_request_error"}}`)
 			return
 		}
+		if !bodyFields(w, raw, "messages", "model", "messages", "stream", "temperature", "max_tokens", "provider", "model_options") {
+			return
+		}
 		if body.Stream {
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(200)
@@ -102,7 +105,10 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 	})
 	// § POST /v1/responses: the Response example.
 	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, respExample)
+		raw, _ := io.ReadAll(r.Body)
+		if bodyFields(w, raw, "input", "model", "input", "instructions", "previous_response_id", "conversation", "store", "provider", "model_options") {
+			writeJSON(w, 200, respExample)
+		}
 	})
 	// § GET /v1/responses/{id}: a stored response; others are unknown.
 	mux.HandleFunc("GET /v1/responses/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -130,6 +136,13 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 				writeJSON(w, 400, `{"error":{"message":"Idempotency-Key must be 1-255 visible ASCII characters","type":"invalid_request_error"}}`)
 				return
 			}
+		}
+		// § POST /v1/runs: "a simple input string and optional session_id,
+		// instructions, conversation_history, or previous_response_id"
+		// (and § Per-request model selection's model, provider and
+		// model_options).
+		if !bodyFields(w, raw, "input", "input", "session_id", "instructions", "conversation_history", "previous_response_id", "model", "provider", "model_options") {
+			return
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -309,6 +322,30 @@ func jsonBody(w http.ResponseWriter, r *http.Request, allowed ...string) map[str
 		}
 	}
 	return body
+}
+
+// bodyFields answers 400 (and returns false) unless raw is a JSON object
+// whose members are all among allowed and whose member required is
+// present and not empty: the fields the page (and the OpenAI format it
+// follows) names for the route, as Hermes refuses a request without its
+// required field.
+func bodyFields(w http.ResponseWriter, raw []byte, required string, allowed ...string) bool {
+	var body map[string]json.RawMessage
+	if json.Unmarshal(raw, &body) != nil || body == nil {
+		writeJSON(w, 400, `{"error":{"message":"body must be a JSON object","type":"invalid_request_error"}}`)
+		return false
+	}
+	for k := range body {
+		if !slices.Contains(allowed, k) {
+			writeJSON(w, 400, `{"error":{"message":"unknown field `+k+`","type":"invalid_request_error"}}`)
+			return false
+		}
+	}
+	if v := strings.TrimSpace(string(body[required])); v == "" || v == "null" || v == `""` || v == "[]" {
+		writeJSON(w, 400, `{"error":{"message":"`+required+` is required","type":"invalid_request_error"}}`)
+		return false
+	}
+	return true
 }
 
 // noBody answers 400 when r carries a body: the page gives none for the
