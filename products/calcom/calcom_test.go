@@ -594,6 +594,15 @@ func TestProviderErrors(t *testing.T) {
 		{"2xx status error", "POST /v2/bookings/bk_6/confirm", "booking.confirm", `{"booking_uid":"bk_6"}`,
 			answer{200, `{"status":"error","error":{"code":"BadRequestException","message":"booking does not need confirmation"}}`, false},
 			provider.CodeBadResponse, false},
+		// A proxy that echoes the request's Authorization header into the
+		// envelope: the key is redacted before the message is clipped, so
+		// neither the key nor its start (cut at 512 bytes) is quoted.
+		{"2xx status error echoing the key at the clip", "POST /v2/bookings/bk_8/confirm", "booking.confirm", `{"booking_uid":"bk_8"}`,
+			answer{200, `{"status":"error","error":{"code":"E","message":"` + strings.Repeat("x", 480) + ` Bearer ` + testToken + `"}}`, false},
+			provider.CodeBadResponse, false},
+		{"2xx status error echoing the key", "POST /v2/bookings/bk_9/confirm", "booking.confirm", `{"booking_uid":"bk_9"}`,
+			answer{200, `{"status":"error","error":{"code":"E","message":"got Bearer ` + testToken + `"}}`, false},
+			provider.CodeBadResponse, false},
 	}
 	for _, tc := range failures {
 		t.Run(tc.name, func(t *testing.T) {
@@ -603,8 +612,8 @@ func TestProviderErrors(t *testing.T) {
 			if pe.Code != tc.code || (pe.Retryable != nil && *pe.Retryable) != tc.retryable {
 				t.Fatalf("error %+v, want code %s retryable %v", pe, tc.code, tc.retryable)
 			}
-			if strings.Contains(pe.Message, testToken) {
-				t.Fatal("the error carries the API key")
+			if strings.Contains(pe.Message, testToken[:8]) {
+				t.Fatalf("the error carries the API key or its start: %q", pe.Message)
 			}
 		})
 	}

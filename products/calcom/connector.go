@@ -176,17 +176,9 @@ func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMes
 			msg = fmt.Sprintf("%s: %s %s", msg, e.Code, e.Message)
 		}
 		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
-			Message: clip(msg)}
+			Message: c.client.Redacted(msg)}
 	}
 	return json.RawMessage(body), nil
-}
-
-func clip(s string) string {
-	const maxLen = 512
-	if len(s) <= maxLen {
-		return s
-	}
-	return string([]rune(s[:maxLen])) + "…"
 }
 
 // CheckHealth implements hostsdk.HealthChecker: GET /v2/me, which needs a

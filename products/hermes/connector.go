@@ -411,7 +411,7 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 		// of the status polls, run_status and the stop), so it is neither
 		// recorded nor polled.
 		return nil, fmt.Errorf("%w: %s POST /v1/runs answered %d with run_id %q, which is not a run ID (1 to %d of A-Z a-z 0-9 _ . : -, not starting with a dot); the run may have started, and cannot be followed or stopped through this connector",
-			hostsdk.ErrOutcomeUnknown, ep.client.Product(), resp.Status, provider.Excerpt(started.RunID), maxIDLength)
+			hostsdk.ErrOutcomeUnknown, ep.client.Product(), resp.Status, provider.Excerpt(ep.client.Redacted(started.RunID)), maxIDLength)
 	}
 	// Recorded even when the action is being cancelled (the Canceler reads
 	// it), but bounded: a stuck journal must not hold the action.

@@ -1028,6 +1028,11 @@ func TestEchoedKeyNotInOutcomeUnknown(t *testing.T) {
 	f.main.startAnswer = `{"status":"started","auth":"Bearer ` + keyMain + `"}`
 	f.main.mu.Unlock()
 	check("run_start", f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x"}`)))
+	// A run_id that is the echoed header: not a run ID, quoted redacted.
+	f.main.mu.Lock()
+	f.main.startAnswer = `{"status":"started","run_id":"Bearer ` + keyMain + `"}`
+	f.main.mu.Unlock()
+	check("run_start with the key as run_id", f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"y"}`)))
 
 	f.main.setStream(sse(`{"error":{"message":"upstream refused Bearer `+keyMain+`"}}`, "[DONE]"))
 	a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
