@@ -12,8 +12,9 @@
 //
 // Client.Stream sends a request the same way and returns the open body of
 // a text/event-stream answer, bounded by the caller's context and an idle
-// bound rather than Config.Timeout; EventReader reads its Server-Sent
-// Events within a per-event and a whole-stream byte bound.
+// bound rather than Config.Timeout (Client.StreamOrJSON also takes a JSON
+// answer, for operations documented to give either); EventReader reads
+// its Server-Sent Events within a per-event and a whole-stream byte bound.
 //
 // Errors are *Error values that record whether the request may have
 // reached the provider (Error.MayHaveApplied). Result turns an error into

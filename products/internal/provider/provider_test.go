@@ -393,6 +393,67 @@ func TestStreamErrors(t *testing.T) {
 	}
 }
 
+// TestStreamOrJSON: StreamOrJSON asks for either answer and returns the
+// event stream, or the JSON answer read whole within the response bound;
+// another 2xx, or a JSON answer past the bound or cut short, may have
+// applied.
+func TestStreamOrJSON(t *testing.T) {
+	var accept string
+	answer := func(w http.ResponseWriter, r *http.Request) {
+		accept = r.Header.Get("Accept")
+		switch r.URL.Path {
+		case "/api/sse":
+			sseHeader(w)
+			fmt.Fprint(w, "data: one\n\n")
+		case "/api/json":
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			fmt.Fprint(w, `{"batch":"b1"}`)
+		case "/api/large":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"batch":"`+strings.Repeat("x", 2048)+`"}`)
+		case "/api/cut":
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "4096")
+			fmt.Fprint(w, `{"batch":`)
+		case "/api/html":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html></html>")
+		}
+	}
+	c := newClient(t, answer, func(cfg *Config) { cfg.MaxResponseBytes = 1024 })
+	s, resp, err := c.StreamOrJSON(t.Context(), Request{Method: "POST", Path: "/sse"}, time.Minute)
+	if err != nil || resp != nil || s == nil {
+		t.Fatalf("event stream: %v %v %v", s, resp, err)
+	}
+	if ev, err := NewEventReader(s, 1<<10, 1<<20).Next(); err != nil || string(ev.Data) != "one" {
+		t.Fatalf("event %+v, %v", ev, err)
+	}
+	s.Close()
+	if accept != "text/event-stream, application/json" {
+		t.Errorf("Accept %q", accept)
+	}
+	s, resp, err = c.StreamOrJSON(t.Context(), Request{Method: "POST", Path: "/json"}, time.Minute)
+	if err != nil || s != nil || resp == nil || resp.Status != 200 || string(resp.Body) != `{"batch":"b1"}` {
+		t.Fatalf("JSON answer: %v %+v %v", s, resp, err)
+	}
+	for path, want := range map[string]string{
+		"/large": "larger than the 1024 bytes",
+		"/cut":   "reading the 200 answer failed",
+		"/html":  `answered "text/html" instead of an event stream (text/event-stream) or JSON`,
+	} {
+		s, resp, err = c.StreamOrJSON(t.Context(), Request{Method: "POST", Path: path}, time.Minute)
+		var pe *Error
+		if !errors.As(err, &pe) || s != nil || resp != nil || !pe.MayHaveApplied || !strings.Contains(pe.Message, want) {
+			t.Errorf("%s: %v %v %#v, want an applied *Error saying %q", path, s, resp, err, want)
+		}
+	}
+	// Stream itself still takes only an event stream.
+	if _, err := c.Stream(t.Context(), Request{Method: "POST", Path: "/json"}, time.Minute); err == nil ||
+		!strings.Contains(err.Error(), "instead of an event stream") {
+		t.Errorf("Stream of a JSON answer: %v", err)
+	}
+}
+
 // TestStreamNoAnswer: a refused connection sent nothing; a dropped one,
 // or an answer that stayed silent past the idle bound, may have applied.
 func TestStreamNoAnswer(t *testing.T) {

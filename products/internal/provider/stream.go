@@ -50,8 +50,24 @@ type Stream struct {
 // the caller spends between reads does not count. With idle zero, ctx
 // must carry a deadline.
 func (c *Client) Stream(ctx context.Context, req Request, idle time.Duration) (*Stream, error) {
+	s, _, err := c.stream(ctx, req, idle, false)
+	return s, err
+}
+
+// StreamOrJSON is Stream for an operation whose 2xx answer may be an
+// event stream or a JSON document (Accept: text/event-stream,
+// application/json): it returns either the open stream, or the JSON
+// answer as a *Response, read as Do reads one (at most MaxResponseBytes;
+// an answer that cannot be read whole may have applied) within the
+// stream's bounds (ctx and idle, not Config.Timeout). Any other 2xx
+// answer is an *Error, as for Stream.
+func (c *Client) StreamOrJSON(ctx context.Context, req Request, idle time.Duration) (*Stream, *Response, error) {
+	return c.stream(ctx, req, idle, true)
+}
+
+func (c *Client) stream(ctx context.Context, req Request, idle time.Duration, orJSON bool) (*Stream, *Response, error) {
 	if _, ok := ctx.Deadline(); idle <= 0 && !ok {
-		return nil, c.fail(req, 0, false, "a stream needs an idle bound or a context deadline", nil)
+		return nil, nil, c.fail(req, 0, false, "a stream needs an idle bound or a context deadline", nil)
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	s := &Stream{ctx: sctx, cancel: cancel, idle: idle}
@@ -59,10 +75,14 @@ func (c *Client) Stream(ctx context.Context, req Request, idle time.Duration) (*
 		idleErr := fmt.Errorf("%w (%s)", ErrIdle, idle)
 		s.timer = time.AfterFunc(idle, func() { cancel(idleErr) })
 	}
-	hr, err := c.newRequest(sctx, req, "text/event-stream")
+	accept := "text/event-stream"
+	if orJSON {
+		accept = "text/event-stream, application/json"
+	}
+	hr, err := c.newRequest(sctx, req, accept)
 	if err != nil {
 		s.stop()
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := c.http.Do(hr)
 	if err != nil {
@@ -70,28 +90,47 @@ func (c *Client) Stream(ctx context.Context, req Request, idle time.Duration) (*
 			err = cause
 		}
 		s.stop()
-		return nil, c.fail(req, 0, !notSent(err), "no answer", err)
+		return nil, nil, c.fail(req, 0, !notSent(err), "no answer", err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer s.stop()
 		defer resp.Body.Close()
 		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBodyBytes))
 		if err != nil && !refusal(resp.StatusCode) {
-			return nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
+			return nil, nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
 		}
-		return nil, c.refused(req, resp, data)
+		return nil, nil, c.refused(req, resp, data)
 	}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if orJSON && mt == "application/json" {
+		s.Status, s.Header, s.body = resp.StatusCode, resp.Header, resp.Body
+		defer s.Close()
+		// Read through s: each read is bounded by idle, the whole by ctx.
+		data, err := io.ReadAll(io.LimitReader(s, c.cfg.MaxResponseBytes+1))
+		if err != nil {
+			return nil, nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
+		}
+		if int64(len(data)) > c.cfg.MaxResponseBytes {
+			return nil, nil, c.fail(req, resp.StatusCode, true,
+				fmt.Sprintf("answer is larger than the %d bytes allowed (raise the max response bytes setting)", c.cfg.MaxResponseBytes), nil)
+		}
+		return nil, &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
+	}
+	if mt != "text/event-stream" {
 		resp.Body.Close()
 		s.stop()
-		return nil, c.fail(req, resp.StatusCode, true,
-			fmt.Sprintf("answered %q instead of an event stream (text/event-stream)", mt), nil)
+		want := "an event stream (text/event-stream)"
+		if orJSON {
+			want = "an event stream (text/event-stream) or JSON (application/json)"
+		}
+		return nil, nil, c.fail(req, resp.StatusCode, true,
+			fmt.Sprintf("answered %q instead of %s", mt, want), nil)
 	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 	s.Status, s.Header, s.body = resp.StatusCode, resp.Header, resp.Body
-	return s, nil
+	return s, nil, nil
 }
 
 // Read reads the stream's body, within the idle bound.
