@@ -116,8 +116,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 }
 
 // HandleStream implements hostsdk.Streamer: an app invocation forwards
-// the answer (or workflow text) chunks as they arrive; other capabilities
-// answer as Handle does.
+// the answer (or workflow text) chunks as they arrive, a knowledge
+// pipeline's datasource node run and pipeline run their progress and
+// results; other capabilities answer as Handle does.
 func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	return c.handle(ctx, call, chunks)
 }
@@ -132,9 +133,12 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *host
 	case t.invoke:
 		return c.invoke(ctx, call, t.app, chunks)
 	case t.op != nil && t.app != nil:
-		return c.call(ctx, call, t.op, t.app.client, "")
+		return c.call(ctx, call, t.op, t.app.client, "", chunks)
 	case t.op != nil:
-		return c.call(ctx, call, t.op, t.dataset.client, t.dataset.ID)
+		// Every knowledge base operation, the pipeline's file upload
+		// (whose path names no dataset) included, goes with the knowledge
+		// base's own key.
+		return c.call(ctx, call, t.op, t.dataset.client, t.dataset.ID, chunks)
 	case t.retrieve:
 		var in struct {
 			Query          string `json:"query"`
@@ -188,6 +192,20 @@ func completeJSON(call *hostsdk.Call, req provider.Request, resp *provider.Respo
 			Status: resp.Status, Message: err.Error(), MayHaveApplied: true, Err: err}, mutation)
 	}
 	return call.Complete(obj)
+}
+
+// completeArray returns the answer's JSON array as the output member
+// name, and fails as completeJSON does when the answer is not an array.
+func completeArray(call *hostsdk.Call, req provider.Request, resp *provider.Response, name string, mutation bool) (*aip.ActionResult, error) {
+	var list []json.RawMessage
+	if err := resp.Decode(&list); err != nil || list == nil {
+		if err == nil {
+			err = errors.New("provider answered null instead of a JSON array")
+		}
+		return provider.Result(call, &provider.Error{Product: "dify", Method: req.Method, Path: req.Path,
+			Status: resp.Status, Message: err.Error(), MayHaveApplied: true, Err: err}, mutation)
+	}
+	return call.Complete(map[string]any{name: list})
 }
 
 // decodeInput decodes an action's input (the host validated it against the

@@ -37,7 +37,7 @@ const (
 // Product is Dify's Service API as an aip-host product.
 var Product = products.Product{
 	Name:    "dify",
-	Summary: "Dify Service API: run chat, agent, completion and workflow apps; app info, conversations, messages, feedback, workflow runs and logs, file upload, speech to text; knowledge retrieval and documents (by text or by file)",
+	Summary: "Dify Service API: run chat, agent, completion and workflow apps; app info, conversations, messages, feedback, workflow runs and logs, file upload, speech to text; knowledge retrieval and documents (by text or by file), knowledge pipeline (datasource nodes, runs, file upload)",
 	Settings: []hostsdk.Setting{
 		{Flag: FlagBaseURL, Env: "AIP_DIFY_BASE_URL", Kind: hostsdk.SettingString,
 			Usage: "Dify Service API base URL, with its path (https://api.dify.ai/v1); plain http only to loopback"},
@@ -239,7 +239,7 @@ func New(cfg Config) (*Connector, error) {
 		}
 	}
 	if n := c.capabilityCount(); n > hostsdk.MaxCapabilities {
-		return nil, fmt.Errorf("--%s and --%s describe %d capabilities; a manifest holds at most %d: split the apps over several hosts",
+		return nil, fmt.Errorf("--%s and --%s describe %d capabilities; a manifest holds at most %d: split the apps and knowledge bases over several hosts",
 			FlagAppsFile, FlagKnowledgeFile, n, hostsdk.MaxCapabilities)
 	}
 	c.index()

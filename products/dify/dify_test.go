@@ -578,7 +578,8 @@ func TestManifest(t *testing.T) {
 	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
 		t.Fatal(err)
 	}
-	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:(retrieve|documents|document\.(get|create_by_(text|file)|update_by_(text|file)|delete)|segments)|` +
+	naming := regexp.MustCompile(`^cap:dify:(knowledge:[A-Za-z0-9_-]+:(retrieve|documents|document\.(get|create_by_(text|file)|update_by_(text|file)|delete)|segments|` +
+		`pipeline\.(datasource_plugins|datasource_node\.run|run|file_upload))|` +
 		`[A-Za-z0-9_-]+(:(parameters|info|meta|site|conversations|conversation\.(rename|delete|variables)|messages|messages\.suggested|feedbacks?|workflow\.(run\.get|logs)|files\.upload|audio\.to_text))?)$`)
 	var ids []string
 	for _, c := range m.Capabilities {
@@ -626,6 +627,7 @@ func TestManifest(t *testing.T) {
 		"cap:dify:etl:workflow.run.get", "cap:dify:etl:workflow.logs", "cap:dify:etl:files.upload", "cap:dify:etl:audio.to_text",
 		kb+":retrieve", kb+":documents", kb+":document.get", kb+":document.create_by_text", kb+":document.update_by_text",
 		kb+":document.create_by_file", kb+":document.update_by_file", kb+":document.delete", kb+":segments",
+		kb+":pipeline.datasource_plugins", kb+":pipeline.datasource_node.run", kb+":pipeline.run", kb+":pipeline.file_upload",
 	)
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("capabilities (-want +got):\n%s", diff)

@@ -110,6 +110,72 @@
 //   - :segments: GET /datasets/{id}/documents/{document_id}/segments
 //     (page, limit, status as repeated query values, keyword; read).
 //
+// The knowledge pipeline of each knowledge base (the document's tag
+// "Knowledge Pipeline"):
+//
+//   - :pipeline.datasource_plugins: GET
+//     /datasets/{id}/pipeline/datasource-plugins (is_published, default
+//     true; read). Dify answers a JSON array of the pipeline's datasource
+//     nodes (node_id, plugin_id, provider_name, datasource_type, title,
+//     user_input_variables, credentials); the output is
+//     {"datasource_plugins": [...]}.
+//   - :pipeline.datasource_node.run: POST
+//     /datasets/{id}/pipeline/datasource/nodes/{node_id}/run with inputs,
+//     datasource_type (local_file, online_document, website_crawl,
+//     online_drive), credential_id (or null) and is_published, all but
+//     credential_id required. It browses the node's external source
+//     (online document pages, a drive's files, a website crawl) and
+//     changes nothing in Dify: a read (side effects read and
+//     external_network, risk low), streamed. Dify answers with events
+//     and ends the stream, with no closing event: datasource_processing
+//     ({total, completed}, forwarded as progress chunks),
+//     datasource_completed ({data, total, completed, time_consuming}, one
+//     per result, forwarded as data chunks) or datasource_error ({error}:
+//     a failed result, dify.datasource_failed). The output is {results:
+//     the data of each datasource_completed, in order; total, completed,
+//     time_consuming of the last one that had them}. A stream that breaks
+//     off, stays silent or ends with no result is a failed, retryable
+//     provider.unavailable result, as a read's 5xx.
+//   - :pipeline.run: POST /datasets/{id}/pipeline/run with inputs,
+//     datasource_type, datasource_info_list (at most MaxPipelineItems,
+//     100, items of the datasource_type's shape: local_file {reference,
+//     name?}, online_document {workspace_id, page {page_id, type,
+//     page_name?}, credential_id?}, website_crawl {url, title?},
+//     online_drive {id, type file or folder, bucket?, name?}),
+//     start_node_id and is_published, all required. A mutation (the
+//     published pipeline adds one document per item), risk medium, unsafe
+//     to repeat as a new action, as document.create_by_text; streamed, not
+//     cancellable (the Service API has no stop endpoint for it).
+//     response_mode is not an input: the request always asks for
+//     "streaming", as app invocations do. A blocking run would hold the
+//     connection silent for the whole run (no pings, so a dropped
+//     connection could not be told from a long run, and the request
+//     timeout would cut a long run into outcome_unknown) and would give
+//     no progress. The document lets the 200 be an event stream or a JSON
+//     object, and Dify answers a published run with JSON even in streaming
+//     mode (the batch and the documents it created; indexing runs
+//     afterwards): a JSON object is the output as it is; an event stream
+//     (a run of the draft) is read as a workflow app's (node_started and
+//     node_finished forwarded as progress chunks, text_chunk as data
+//     chunks) up to workflow_finished, and the output is {task_id,
+//     workflow_run_id, status, outputs, elapsed_time, total_tokens,
+//     total_steps}. A workflow_finished with status failed or stopped is
+//     a failed result (dify.workflow_failed, dify.workflow_stopped); an
+//     error event with a 4xx status as the stream's first event is a
+//     failed result; any other error event, a stream that ends, breaks
+//     off or stays silent before workflow_finished, a 5xx (the document's
+//     500 pipeline_run_error among them), a lost connection, and a 2xx
+//     that is neither an event stream nor a JSON object are
+//     outcome_unknown.
+//   - :pipeline.file_upload: POST /datasets/pipeline/file-upload as
+//     multipart/form-data with the one part "file" (filename,
+//     content_base64, mime_type, as files.upload); a mutation (it creates
+//     a file), risk medium, unsafe to repeat. The path names no knowledge
+//     base: the request carries the key of the knowledge base whose
+//     capability it is, as every knowledge base operation does. Dify
+//     answers 201 with the file record; pass its id as the reference of a
+//     local_file item of :pipeline.run.
+//
 // Reads declare retry_safety "safe". Table mutations need an idempotency
 // key (Dify has none of its own: the host's one-run-per-action-ID is the
 // protection), are never retried as new actions, and say "unsafe"
@@ -158,7 +224,8 @@
 //
 // HTTP errors follow provider.Result: a 4xx is a failed result with a
 // provider.* code (400 invalid_request, 401 unauthorized, 403 forbidden,
-// 404 not_found, 429 rate_limited); a 5xx or a lost connection is
+// 404 not_found, 429 rate_limited; the pipeline upload's 413
+// file_too_large and 415 unsupported_file_type invalid_request); a 5xx or a lost connection is
 // outcome_unknown for the invocation and every mutation (a 2xx answer to
 // a mutation that is not a JSON object too: applied, result unknown), and
 // a failed, retryable provider.unavailable result for the reads. The message of
@@ -184,21 +251,23 @@
 // At least one app or knowledge base is required, and the manifest holds
 // at most hostsdk.MaxCapabilities (512) capabilities: 17 per
 // advanced-chat app, 15 per chat or agent-chat app, 9 per completion or
-// workflow app, 9 per knowledge base. New refuses a configuration over
+// workflow app, 13 per knowledge base. New refuses a configuration over
 // the limit, naming its count: a host serves at most 30 advanced-chat, 34
-// chat or agent-chat, or 56 completion or workflow apps (fewer with
-// knowledge bases or a mix); split larger fleets over several hosts. The
+// chat or agent-chat, or 56 completion or workflow apps, or 39 knowledge
+// bases (fewer with a mix); split larger fleets over several hosts. The
 // files' own bound (1000 entries, the reference's) is therefore never
-// reached by apps alone.
+// reached.
 // Every request carries "Authorization: Bearer <key>" of the app or
 // knowledge base its capability belongs to. CheckHealth reads the first
 // app's GET /info, or with knowledge bases only GET /datasets?limit=1.
 //
 // # Not covered
 //
-// The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Of the
-// multipart uploads, the knowledge pipeline's file upload is not built. Binary answers (file preview, text-to-audio, document download
-// and ZIP download) are left out too. Also not covered:
+// The legacy shared key (AIP_DIFY_API_KEY_FILE) is left out. Binary
+// answers (file preview, text-to-audio, document download and ZIP
+// download) are left out too. A pipeline run's local_file item takes
+// reference, the document's required field, not the alias related_id
+// its description mentions. Also not covered:
 // conversation variable update (PUT .../variables/{variable_id}), runs of
 // a workflow by ID and the workflow event stream, end-user lookup, human
 // input forms, annotations and annotation reply, document indexing status
@@ -210,6 +279,7 @@
 // settings) is not offered; retrieve takes its own. Dify's Service API
 // has no idempotency key: the host's one-run-per-action-ID guarantee is
 // the only protection against a second run, so invocations declare
-// retry_safety "unsafe". Blocking mode is never used. There is no
+// retry_safety "unsafe". Blocking mode is never used (apps, pipeline
+// runs). There is no
 // Reconciler: an invocation a crash left running is outcome_unknown.
 package dify

@@ -37,7 +37,11 @@ const (
 	docTextSchema     = `{"type": "string", "minLength": 1, "maxLength": 1000000}`
 	docFormSchema     = `{"type": "string", "enum": ["text_model", "hierarchical_model", "qa_model"], "description": "chunking: standard text (default), parent-child, or question-answer pairs"}`
 	docLanguageSchema = `{"type": "string", "minLength": 1, "maxLength": 64, "description": "the document's language (default English)"}`
-	processRuleSchema = `{"type": "object",
+	// The knowledge pipeline's.
+	nodeIDSchema         = `{"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^/]+$", "description": "a datasource node of the pipeline (its node_id in pipeline.datasource_plugins)"}`
+	pipelineInputsSchema = `{"type": "object", "maxProperties": 256, "description": "values of the pipeline's input variables, keyed by variable name ({} when it has none)"}`
+	datasourceTypeSchema = `{"type": "string", "enum": ["local_file", "online_document", "website_crawl", "online_drive"]}`
+	processRuleSchema    = `{"type": "object",
       "properties": {
         "mode": {"type": "string", "enum": ["automatic", "custom", "hierarchical"]},
         "rules": {"type": "object",
@@ -304,6 +308,89 @@ var (
     "keyword": {"type": "string", "minLength": 1, "maxLength": 255}
   },
   "required": ["document_id"],
+  "additionalProperties": false}`)
+	// The knowledge pipeline's.
+	datasourcePluginsSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "is_published": {"type": "boolean", "description": "true (default): the nodes of the published pipeline; false: of the draft"}
+  },
+  "additionalProperties": false}`)
+	datasourcePluginsOutput = json.RawMessage(`{"type": "object",
+  "properties": {"datasource_plugins": {"type": "array", "items": {"type": "object"}}},
+  "required": ["datasource_plugins"]}`)
+	datasourceRunSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "node_id": ` + nodeIDSchema + `,
+    "inputs": ` + pipelineInputsSchema + `,
+    "datasource_type": ` + datasourceTypeSchema + `,
+    "credential_id": {"type": ["string", "null"], "maxLength": 255, "description": "the credential to use, from the node's credentials (pipeline.datasource_plugins); omit or null for the provider's default"},
+    "is_published": {"type": "boolean", "description": "true: run the published version of the node; false: the draft"}
+  },
+  "required": ["node_id", "inputs", "datasource_type", "is_published"],
+  "additionalProperties": false}`)
+	datasourceRunOutput = json.RawMessage(`{"type": "object",
+  "properties": {
+    "results": {"type": "array", "description": "the data of each datasource_completed event, in order"},
+    "total": {"type": "integer"},
+    "completed": {"type": "integer"},
+    "time_consuming": {"type": "number"}
+  },
+  "required": ["results"]}`)
+	pipelineRunSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    "inputs": ` + pipelineInputsSchema + `,
+    "datasource_type": ` + datasourceTypeSchema + `,
+    "datasource_info_list": {"type": "array", "maxItems": ` + strconv.Itoa(MaxPipelineItems) + `, "items": {"type": "object"},
+      "description": "the items to process; their shape depends on datasource_type"},
+    "start_node_id": ` + nodeIDSchema + `,
+    "is_published": {"type": "boolean", "description": "true: run the published pipeline (it adds documents); false: a test run of the draft"}
+  },
+  "required": ["inputs", "datasource_type", "datasource_info_list", "start_node_id", "is_published"],
+  "additionalProperties": false,
+  "allOf": [
+    {"if": {"properties": {"datasource_type": {"const": "local_file"}}, "required": ["datasource_type"]},
+     "then": {"properties": {"datasource_info_list": {"items": {"type": "object",
+       "properties": {
+         "reference": {"type": "string", "minLength": 1, "maxLength": 255, "description": "the id pipeline.file_upload returned"},
+         "name": {"type": "string", "maxLength": 255, "description": "the document's title (default untitled)"}
+       },
+       "required": ["reference"], "additionalProperties": false}}}}},
+    {"if": {"properties": {"datasource_type": {"const": "online_document"}}, "required": ["datasource_type"]},
+     "then": {"properties": {"datasource_info_list": {"items": {"type": "object",
+       "properties": {
+         "workspace_id": {"type": "string", "minLength": 1, "maxLength": 255, "description": "the workspace or database in the external platform"},
+         "page": {"type": "object",
+           "properties": {
+             "page_id": {"type": "string", "minLength": 1, "maxLength": 255},
+             "type": {"type": "string", "minLength": 1, "maxLength": 64, "description": "the page type the datasource plugin defines, e.g. page or database"},
+             "page_name": {"type": "string", "maxLength": 255, "description": "default untitled"}
+           },
+           "required": ["page_id", "type"], "additionalProperties": false},
+         "credential_id": {"type": "string", "maxLength": 255, "description": "omit for the provider's default credential"}
+       },
+       "required": ["workspace_id", "page"], "additionalProperties": false}}}}},
+    {"if": {"properties": {"datasource_type": {"const": "website_crawl"}}, "required": ["datasource_type"]},
+     "then": {"properties": {"datasource_info_list": {"items": {"type": "object",
+       "properties": {
+         "url": {"type": "string", "minLength": 1, "maxLength": 8192},
+         "title": {"type": "string", "maxLength": 255, "description": "the document's name (default untitled)"}
+       },
+       "required": ["url"], "additionalProperties": false}}}}},
+    {"if": {"properties": {"datasource_type": {"const": "online_drive"}}, "required": ["datasource_type"]},
+     "then": {"properties": {"datasource_info_list": {"items": {"type": "object",
+       "properties": {
+         "id": {"type": "string", "minLength": 1, "maxLength": 1024, "description": "the file or folder"},
+         "type": {"type": "string", "enum": ["file", "folder"], "description": "a folder is expanded to its files"},
+         "bucket": {"type": "string", "minLength": 1, "maxLength": 255, "description": "for providers with buckets (S3-compatible stores)"},
+         "name": {"type": "string", "maxLength": 1024, "description": "default untitled"}
+       },
+       "required": ["id", "type"], "additionalProperties": false}}}}}
+  ]}`)
+	pipelineUploadSchema = json.RawMessage(`{"type": "object",
+  "properties": {
+    ` + fileFields + `
+  },
+  "required": ["filename", "content_base64"],
   "additionalProperties": false}`)
 	invokeOutput = json.RawMessage(`{"type": "object",
   "properties": {

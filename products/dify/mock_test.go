@@ -118,7 +118,7 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(raw))
 	}
 	var uploadErr map[string]any
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" || path == "/files/upload" {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" || path == "/files/upload" || path == pipelineUploadPath {
 		rec.Upload, uploadErr = parseUpload(r)
 	}
 	m.mu.Lock()
@@ -181,6 +181,9 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, uploadErr)
 			return
 		}
+		if m.pipeline(w, r, &rec) {
+			return
+		}
 		m.example(w, r, path)
 	default:
 		if !isApp {
@@ -188,6 +191,102 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		m.example(w, r, path)
+	}
+}
+
+// pipelineUploadPath is the knowledge pipeline's file upload: its path
+// names no knowledge base (the knowledge base's key says whose it is).
+const pipelineUploadPath = "/datasets/pipeline/file-upload"
+
+var (
+	pipelinePath       = regexp.MustCompile(`^/datasets/([^/]+)/pipeline/`)
+	datasourceNodePath = regexp.MustCompile(`^/datasets/[^/]+/pipeline/datasource/nodes/([^/]+)/run$`)
+)
+
+// pipeline answers the knowledge pipeline's operations as the document
+// describes them, and reports whether the request was one: a knowledge
+// base other than the test one is not found (404, the document's body);
+// the file upload answers 201 with the file record (415 for a file part
+// without a media type, as Dify refuses it); a datasource node run
+// streams datasource events (Dify's datasource_processing,
+// datasource_completed and datasource_error, framed as the SSE guide
+// says); a pipeline run streams workflow events in streaming mode and
+// answers the document's JSON example in blocking mode.
+func (m *mockDify) pipeline(w http.ResponseWriter, r *http.Request, rec *recorded) bool {
+	path := rec.Path
+	if path == pipelineUploadPath && r.Method == http.MethodPost {
+		u := rec.Upload
+		if u.ContentType == "" {
+			writeJSON(w, http.StatusUnsupportedMediaType, docExampleNamed(m.t, m.doc, path, "post", "415", "unsupported_file_type"))
+			return true
+		}
+		ans := docExample(m.t, m.doc, path, "post", "201").(map[string]any)
+		ans["name"], ans["size"], ans["mime_type"] = u.Filename, len(u.Data), u.ContentType
+		ans["extension"] = strings.TrimPrefix(filepath.Ext(u.Filename), ".")
+		writeJSON(w, http.StatusCreated, ans)
+		return true
+	}
+	sm := pipelinePath.FindStringSubmatch(path)
+	if sm == nil {
+		return false
+	}
+	if sm[1] != testDataset {
+		writeJSON(w, http.StatusNotFound, docExampleNamed(m.t, m.doc, "/datasets/{dataset_id}/pipeline/run", "post", "404", "not_found"))
+		return true
+	}
+	switch {
+	case r.Method == http.MethodPost && datasourceNodePath.MatchString(path):
+		typ, _ := rec.Body["datasource_type"].(string)
+		writeEvents(w, datasourceEvents(typ))
+	case r.Method == http.MethodPost && path == "/datasets/"+testDataset+"/pipeline/run":
+		if rec.Body["response_mode"] == "blocking" {
+			writeJSON(w, http.StatusOK, docExample(m.t, m.doc, "/datasets/{dataset_id}/pipeline/run", "post", "200"))
+			return true
+		}
+		writeEvents(w, pipelineEvents())
+	default:
+		return false
+	}
+	return true
+}
+
+// testPages is what the mock's datasource nodes find, per datasource type.
+var testPages = map[string]any{
+	"online_document": []any{map[string]any{"workspace_id": "ws-abc123", "workspace_name": "Product", "workspace_icon": "",
+		"total": 1, "pages": []any{map[string]any{"page_id": "pg-def456", "page_name": "Product Roadmap", "type": "page",
+			"parent_id": "", "last_edited_time": "2025-03-06T12:00:00Z", "page_icon": nil}}}},
+	"website_crawl": []any{map[string]any{"source_url": "https://example.com/docs/getting-started", "title": "Getting Started Guide",
+		"description": "How to begin", "content": "# Getting started"}},
+	"online_drive": []any{map[string]any{"bucket": "my-bucket", "is_truncated": false, "next_page_parameters": nil,
+		"files": []any{map[string]any{"id": "file-abc123", "name": "meeting-notes.docx", "size": 2048, "type": "file"}}}},
+}
+
+// datasourceEvents are the events of a datasource node run of type typ:
+// progress, then the result; a local file source has nothing to browse
+// (Dify reports the type unsupported with datasource_error).
+func datasourceEvents(typ string) []any {
+	data, ok := testPages[typ]
+	if !ok {
+		return []any{map[string]any{"event": "datasource_error", "error": "Unsupported datasource provider: " + typ}}
+	}
+	completed := map[string]any{"event": "datasource_completed", "data": data, "total": 1, "completed": 1, "time_consuming": 0.52}
+	if typ == "online_drive" {
+		completed["total"], completed["completed"] = nil, nil
+	}
+	return []any{map[string]any{"event": "datasource_processing", "total": 1, "completed": 0}, ping, completed}
+}
+
+// pipelineEvents are the events of a pipeline run in streaming mode (the
+// document's key events).
+func pipelineEvents() []any {
+	return []any{
+		workflowEvent("workflow_started", map[string]any{"id": testRun, "workflow_id": "pipeline-wf", "created_at": 1741267200}),
+		workflowEvent("node_started", map[string]any{"node_id": "1719288585006", "node_type": "datasource", "title": "Notion Documents"}),
+		ping,
+		workflowEvent("node_finished", map[string]any{"node_id": "1719288585006", "node_type": "datasource", "title": "Notion Documents", "status": "succeeded"}),
+		workflowEvent("node_started", map[string]any{"node_id": "knowledge", "node_type": "knowledge-index", "title": "Knowledge Base"}),
+		workflowEvent("node_finished", map[string]any{"node_id": "knowledge", "node_type": "knowledge-index", "title": "Knowledge Base", "status": "succeeded"}),
+		workflowFinished("succeeded", map[string]any{"documents": 1}, nil),
 	}
 }
 
@@ -277,6 +376,20 @@ func docExample(t testing.TB, doc map[string]any, path, method, status string) a
 	}
 	t.Fatalf("the document has no example for %s %s %s", method, path, status)
 	return nil
+}
+
+// docExampleNamed returns the example of that name of an operation's
+// answer (an error's examples are named by its code).
+func docExampleNamed(t testing.TB, doc map[string]any, path, method, status, name string) any {
+	t.Helper()
+	op, _ := doc["paths"].(map[string]any)[path].(map[string]any)[method].(map[string]any)
+	resp, _ := op["responses"].(map[string]any)[status].(map[string]any)
+	media, _ := resp["content"].(map[string]any)["application/json"].(map[string]any)
+	ex, ok := media["examples"].(map[string]any)[name].(map[string]any)
+	if !ok {
+		t.Fatalf("the document has no example %q for %s %s %s", name, method, path, status)
+	}
+	return ex["value"]
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

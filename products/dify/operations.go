@@ -58,7 +58,17 @@ type operation struct {
 	// answer is 204 without a body (older Dify versions answered
 	// {"result": "success"}), and the output is {"deleted": true} with the
 	// path's input fields.
-	deletes  bool
+	deletes bool
+	// fixed are JSON body members always sent (the pipeline run's
+	// response_mode).
+	fixed map[string]string
+	// array names the output member holding the answer when the
+	// document's answer is a JSON array (the output is an object).
+	array string
+	// stream says how the answer is read: as one JSON document, or as
+	// the events of a datasource node run or of a pipeline run
+	// (pipeline.go).
+	stream   streamKind
 	schema   json.RawMessage
 	output   json.RawMessage
 	risk     aip.Risk
@@ -107,6 +117,11 @@ const (
 	SuffixDocumentUpdateByFile = "document.update_by_file"
 	SuffixDocumentDelete       = "document.delete"
 	SuffixSegments             = "segments"
+	// The knowledge pipeline's.
+	SuffixPipelineDatasourcePlugins = "pipeline.datasource_plugins"
+	SuffixPipelineDatasourceRun     = "pipeline.datasource_node.run"
+	SuffixPipelineRun               = "pipeline.run"
+	SuffixPipelineFileUpload        = "pipeline.file_upload"
 )
 
 var (
@@ -118,7 +133,22 @@ var (
 	writeContract  = mutationContract(aip.EffectWrite, aip.RetrySafeWithIdempotencyKey)
 	createContract = mutationContract(aip.EffectWrite, aip.RetryUnsafe)
 	deleteContract = mutationContract(aip.EffectDelete, aip.RetrySafeWithIdempotencyKey)
+	// A datasource node run reads the external source (Notion, a drive,
+	// a crawler) through Dify and changes nothing in Dify; its events are
+	// streamed.
+	datasourceRunContract = contract([]aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}, aip.RetrySafe, true, false)
+	// A pipeline run creates documents (a creation, as create_by_text)
+	// and streams its events; Dify has no stop endpoint for it.
+	pipelineRunContract = streamed(mutationContract(aip.EffectWrite, aip.RetryUnsafe))
 )
+
+// streamed is contract c for an operation whose events are forwarded in
+// streaming mode.
+func streamed(c *aip.CapabilityContract) *aip.CapabilityContract {
+	c.Execution.SupportsStreaming = true
+	c.Execution.ExpectedCompletion = aip.CompletionAny
+	return c
+}
 
 // mutationContract is the contract of a table mutation: it needs an
 // idempotency key (the host runs one action ID once; Dify has no key of
@@ -235,6 +265,25 @@ var knowledgeOperations = []operation{
 		query: []string{"page", "limit", "status", "keyword"}, schema: segmentsSchema, output: objectOutput,
 		risk: aip.RiskLow, contract: readContract,
 		describe: "Lists the chunks of one document of the Dify knowledge base %[1]s (%[2]s), by page, optionally filtered by indexing status and keyword."},
+	{suffix: SuffixPipelineDatasourcePlugins, name: "pipeline datasource nodes", method: http.MethodGet,
+		path: "/datasets/{dataset_id}/pipeline/datasource-plugins", query: []string{"is_published"}, array: "datasource_plugins",
+		schema: datasourcePluginsSchema, output: datasourcePluginsOutput, risk: aip.RiskLow, contract: readContract,
+		describe: "Lists the datasource nodes of the knowledge pipeline of the Dify knowledge base %[1]s (%[2]s), from the published pipeline or (is_published false) the draft: each node's node_id, plugin, datasource_type, the input variables it needs and the credentials it can use. Returns {\"datasource_plugins\": [...]}."},
+	{suffix: SuffixPipelineDatasourceRun, name: "run a pipeline datasource node", method: http.MethodPost,
+		path: "/datasets/{dataset_id}/pipeline/datasource/nodes/{node_id}/run",
+		body: []string{"inputs", "datasource_type", "credential_id", "is_published"}, stream: datasourceStream,
+		schema: datasourceRunSchema, output: datasourceRunOutput, risk: aip.RiskLow, contract: datasourceRunContract,
+		describe: "Runs one datasource node of the knowledge pipeline of the Dify knowledge base %[1]s (%[2]s): browses its external source (online document pages, an online drive's files, a website crawl) and returns what it found, to pick the items of a pipeline run. Creates nothing in Dify (a crawl uses the crawl provider's quota). In streaming mode its progress and results are forwarded as they arrive."},
+	{suffix: SuffixPipelineRun, name: "run the knowledge pipeline", method: http.MethodPost,
+		path:  "/datasets/{dataset_id}/pipeline/run",
+		body:  []string{"inputs", "datasource_type", "datasource_info_list", "start_node_id", "is_published"},
+		fixed: map[string]string{"response_mode": "streaming"}, stream: pipelineStream,
+		schema: pipelineRunSchema, output: objectOutput, risk: aip.RiskMedium, contract: pipelineRunContract, mutation: true,
+		describe: "Runs the knowledge pipeline of the Dify knowledge base %[1]s (%[2]s) from its datasource node start_node_id over the given items (files uploaded with pipeline.file_upload, online document pages, crawled pages or drive files). The published pipeline (is_published true) adds one document per item and indexes them afterwards: Dify answers with the batch and the documents. The draft pipeline runs as a test run: its node progress is forwarded in streaming mode and its status and outputs returned."},
+	{suffix: SuffixPipelineFileUpload, name: "upload a pipeline file", method: http.MethodPost,
+		path: "/datasets/pipeline/file-upload", upload: true,
+		schema: pipelineUploadSchema, output: objectOutput, risk: aip.RiskMedium, contract: createContract, mutation: true,
+		describe: "Uploads one file (at most 2.5 MiB, given in base64) for the knowledge pipeline of the Dify knowledge base %[1]s (%[2]s) and returns Dify's file record: pass its id as the reference of a local_file item of pipeline.run."},
 }
 
 // operations returns the table operations an app of mode m has.
@@ -270,7 +319,7 @@ var pathField = regexp.MustCompile(`\{([a-z_]+)\}`)
 // call runs a table operation with the client of its app or knowledge
 // base. The host has validated the input against the operation's schema;
 // call still refuses a field the operation does not send.
-func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, cl *provider.Client, datasetID string) (*aip.ActionResult, error) {
+func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, cl *provider.Client, datasetID string, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	var in map[string]json.RawMessage
 	if err := decodeInput(call, &in); err != nil {
 		return nil, err
@@ -327,9 +376,18 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 				body[k] = raw
 			}
 		}
+		for k, v := range o.fixed {
+			body[k], _ = json.Marshal(v)
+		}
 		if len(body) > 0 || o.emptyBody {
 			req.JSON = body
 		}
+	}
+	switch o.stream {
+	case datasourceStream:
+		return c.runDatasource(ctx, call, cl, req, chunks)
+	case pipelineStream:
+		return c.runPipeline(ctx, call, cl, req, chunks)
 	}
 	resp, err := cl.Do(ctx, req)
 	if err != nil {
@@ -343,6 +401,9 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 			out[k] = v
 		}
 		return call.Complete(out)
+	}
+	if o.array != "" {
+		return completeArray(call, req, resp, o.array, o.mutation)
 	}
 	return completeJSON(call, req, resp, o.mutation)
 }

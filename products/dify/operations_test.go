@@ -276,9 +276,10 @@ func TestOperationInputRejected(t *testing.T) {
 }
 
 // TestCapabilityLimit: the manifest holds at most hostsdk.MaxCapabilities
-// capabilities, counted per app mode (15 for a chatflow, 13 for a chat or
-// agent app, 7 for a completion or workflow app, 7 per knowledge base);
-// the largest accepted configuration binds (count and manifest size).
+// capabilities, counted per app mode (17 for a chatflow, 15 for a chat or
+// agent app, 9 for a completion or workflow app) and per knowledge base
+// (13); the largest accepted configuration binds (count and manifest
+// size).
 func TestCapabilityLimit(t *testing.T) {
 	dir := t.TempDir()
 	key := writeFile(t, dir, "k.key", "app-key", 0o600)
@@ -299,11 +300,11 @@ func TestCapabilityLimit(t *testing.T) {
 		tooMany  int
 		wantCaps string
 	}{
-		{ModeAdvancedChat, 17, 30, true, 30, "519 capabilities"},
-		{ModeChat, 15, 34, true, 34, "519 capabilities"},
+		{ModeAdvancedChat, 17, 30, true, 30, "523 capabilities"},
+		{ModeChat, 15, 34, true, 34, "523 capabilities"},
 		{ModeAgentChat, 15, 34, false, 35, "525 capabilities"},
 		{ModeCompletion, 9, 56, false, 57, "513 capabilities"},
-		{ModeWorkflow, 9, 56, true, 56, "513 capabilities"},
+		{ModeWorkflow, 9, 56, true, 56, "517 capabilities"},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			if got := tc.mode.capabilities(); got != tc.perApp {
@@ -334,8 +335,36 @@ func TestCapabilityLimit(t *testing.T) {
 			}
 		})
 	}
-	if knowledgeCapabilities != 9 {
-		t.Errorf("%d capabilities per knowledge base, want 9", knowledgeCapabilities)
+	if knowledgeCapabilities != 13 {
+		t.Errorf("%d capabilities per knowledge base, want 13", knowledgeCapabilities)
+	}
+
+	// Knowledge bases alone: 39 fit (507 capabilities), 40 do not.
+	kbFile := func(name string, n int) string {
+		var entries []string
+		for i := range n {
+			entries = append(entries, fmt.Sprintf(`{"id":"kb%d","name":"KB %d","description":%q,"api_key_file":%q}`,
+				i, i, strings.Repeat("d", maxDescriptionLen), key))
+		}
+		return writeFile(t, dir, name, "["+strings.Join(entries, ",")+"]", 0o644)
+	}
+	c, err := New(Config{BaseURL: "https://api.dify.ai/v1", KnowledgeFile: kbFile("kb-fit.json", 39)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Capabilities) != 39*13 {
+		t.Errorf("%d capabilities, want %d", len(m.Capabilities), 39*13)
+	}
+	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Config{BaseURL: "https://api.dify.ai/v1", KnowledgeFile: kbFile("kb-many.json", 40)})
+	if err == nil || !strings.Contains(err.Error(), "520 capabilities") || !strings.Contains(err.Error(), "knowledge bases over several hosts") {
+		t.Errorf("40 knowledge bases: %v", err)
 	}
 }
 

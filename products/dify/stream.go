@@ -1,12 +1,9 @@
 package dify
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -143,17 +140,8 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
 	var readErr error
 	for !r.closed {
-		e, err := events.Next()
-		if err != nil {
-			readErr = err
-			break
-		}
-		if e.Name == "ping" || len(bytes.TrimSpace(e.Data)) == 0 {
-			continue
-		}
 		var ev event
-		if err := json.Unmarshal(e.Data, &ev); err != nil {
-			readErr = fmt.Errorf("an event is not JSON: %w", err)
+		if readErr = nextEvent(events, &ev); readErr != nil {
 			break
 		}
 		if ev.TaskID != "" && r.out.TaskID == "" && !validTaskID(ev.TaskID) {
@@ -179,20 +167,13 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 		readErr = fmt.Errorf("error event (status %d): %s", status, msg)
 	}
 	// The stream ended before its closing event: the app ran, or runs
-	// still, and how it ended is not known.
-	var bound *provider.BoundError
-	switch {
-	case errors.Is(readErr, io.EOF):
-		readErr = errors.New("the event stream ended before its closing event")
-	case errors.As(readErr, &bound) && bound.Total:
-		readErr = fmt.Errorf("%w (raise --%s)", readErr, FlagMaxResponseBytes)
-	case ctx.Err() != nil && r.out.TaskID != "":
-		// Cancelled or timed out while the task ran: a cancel asks Dify to
-		// stop it (Canceler), but the app may have finished, or acted,
-		// before the stop reached it. Never "cancelled".
-		readErr = fmt.Errorf("interrupted (%v) while task %s ran; Dify may have completed or partly done the work", ctx.Err(), r.out.TaskID)
+	// still, and how it ended is not known. Cancelled or timed out while
+	// the task ran: a cancel asks Dify to stop it (Canceler).
+	running := ""
+	if r.out.TaskID != "" {
+		running = "task " + r.out.TaskID
 	}
-	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, readErr)
+	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, streamEndError(ctx, readErr, running))
 }
 
 // run aggregates the events of one invocation.
@@ -290,11 +271,7 @@ func (r *run) apply(ctx context.Context, ev *event) {
 	case "node_started", "node_finished":
 		var d workflowData
 		if json.Unmarshal(ev.Data, &d) == nil {
-			p := map[string]any{"event": ev.Event, "node_id": d.NodeID, "node_type": d.NodeType, "title": d.Title}
-			if d.Status != "" {
-				p["status"] = d.Status
-			}
-			r.send(aip.ChunkProgress, p)
+			r.send(aip.ChunkProgress, nodeProgress(ev.Event, d))
 		}
 	case "workflow_finished":
 		var d workflowData
@@ -440,15 +417,5 @@ func (r *run) result() (*aip.ActionResult, bool) {
 // failureDetail returns the HTTP status of the error event (500 when it
 // has none) and its code and message.
 func (r *run) failureDetail() (int, string) {
-	ev := r.failure
-	status := 0
-	_ = json.Unmarshal(ev.Status, &status)
-	if status < 400 {
-		status = http.StatusInternalServerError
-	}
-	msg := ev.Message
-	if ev.Code != "" {
-		msg = ev.Code + ": " + msg
-	}
-	return status, msg
+	return errorEventDetail(r.failure.Status, r.failure.Code, r.failure.Message)
 }

@@ -1,0 +1,324 @@
+package dify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// streamKind says how an operation's answer is read.
+type streamKind int
+
+const (
+	// notStreamed: one JSON document.
+	notStreamed streamKind = iota
+	// datasourceStream: the events of a datasource node run
+	// (runDatasource).
+	datasourceStream
+	// pipelineStream: the events of a pipeline run, or its JSON answer
+	// (runPipeline).
+	pipelineStream
+)
+
+// MaxPipelineItems bounds the datasource_info_list of a pipeline run: the
+// published pipeline adds one document per item.
+const MaxPipelineItems = 100
+
+// CodeDatasourceFailed is the failure code of a datasource node run whose
+// stream reported datasource_error.
+const CodeDatasourceFailed = "dify.datasource_failed"
+
+// DatasourceRunOutput is the output of a datasource node run: the data of
+// each datasource_completed event (usually one: the pages, files or
+// crawled pages found), and the figures of the last one that had them.
+type DatasourceRunOutput struct {
+	Results       []json.RawMessage `json:"results"`
+	Total         *int64            `json:"total,omitempty"`
+	Completed     *int64            `json:"completed,omitempty"`
+	TimeConsuming *float64          `json:"time_consuming,omitempty"`
+}
+
+// datasourceEvent is one event of a datasource node run.
+type datasourceEvent struct {
+	Event         string          `json:"event"`
+	Data          json.RawMessage `json:"data"`
+	Total         *int64          `json:"total"`
+	Completed     *int64          `json:"completed"`
+	TimeConsuming *float64        `json:"time_consuming"`
+	// datasource_error's
+	Error string `json:"error"`
+	// a generic error event's
+	Status  json.RawMessage `json:"status"`
+	Code    string          `json:"code"`
+	Message string          `json:"message"`
+}
+
+// runDatasource runs a datasource node: a read. Dify streams
+// datasource_processing events (progress), one datasource_completed event
+// per result and ends the stream; a datasource_error event is the run's
+// failure. A failure of any kind is a failed result (it changed nothing
+// in Dify): retryable when the stream broke off or stayed silent.
+func (c *Connector) runDatasource(ctx context.Context, call *hostsdk.Call, cl *provider.Client, req provider.Request, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	st, err := cl.Stream(ctx, req, c.cfg.StreamIdleTimeout)
+	if err != nil {
+		return provider.Result(call, err, false)
+	}
+	defer st.Close()
+	fail := func(code string, cat aip.ErrorCategory, retryable bool, msg string) (*aip.ActionResult, error) {
+		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(code, cat, retryable, 0, aip.TruncateUTF8("dify POST "+req.Path+": "+msg, aip.MaxErrorMessageBytes))}, nil
+	}
+	fwd := chunkSender{call: call, chunks: chunks}
+	out := DatasourceRunOutput{Results: []json.RawMessage{}}
+	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
+	for {
+		var ev datasourceEvent
+		err := nextEvent(events, &ev)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		var bound *provider.BoundError
+		switch {
+		case errors.As(err, &bound):
+			return fail(provider.CodeBadResponse, aip.CategoryConnector, false, fmt.Sprintf("%v (raise --%s)", err, FlagMaxResponseBytes))
+		case errors.Is(err, errNotJSON):
+			return fail(provider.CodeBadResponse, aip.CategoryConnector, false, err.Error())
+		case err != nil:
+			return fail(provider.CodeUnavailable, aip.CategoryTransport, true, "the event stream broke off: "+err.Error())
+		}
+		switch ev.Event {
+		case "datasource_processing":
+			fwd.send(aip.ChunkProgress, map[string]any{"event": ev.Event, "total": ev.Total, "completed": ev.Completed})
+		case "datasource_completed":
+			data := ev.Data
+			if len(data) == 0 {
+				data = json.RawMessage("null")
+			}
+			out.Results = append(out.Results, data)
+			if ev.Total != nil {
+				out.Total = ev.Total
+			}
+			if ev.Completed != nil {
+				out.Completed = ev.Completed
+			}
+			if ev.TimeConsuming != nil {
+				out.TimeConsuming = ev.TimeConsuming
+			}
+			fwd.send(aip.ChunkData, map[string]any{"data": data})
+		case "datasource_error":
+			return fail(CodeDatasourceFailed, aip.CategoryPermanent, false, "datasource_error: "+ev.Error)
+		case "error":
+			status, msg := errorEventDetail(ev.Status, ev.Code, ev.Message)
+			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+				Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: req.Method, Path: req.Path,
+					Status: status, Message: "error event: " + msg})}, nil
+		}
+	}
+	if len(out.Results) == 0 {
+		return fail(provider.CodeUnavailable, aip.CategoryTemporary, true, "the event stream ended without a datasource_completed event")
+	}
+	return call.Complete(out)
+}
+
+// PipelineRunOutput is the output of a pipeline run Dify answered with an
+// event stream (a run of the draft pipeline). A run Dify answered with a
+// JSON object (the published pipeline's batch and documents) has that
+// object as its output.
+type PipelineRunOutput struct {
+	TaskID        string          `json:"task_id,omitempty"`
+	WorkflowRunID string          `json:"workflow_run_id,omitempty"`
+	Status        string          `json:"status"`
+	Outputs       json.RawMessage `json:"outputs,omitempty"`
+	ElapsedTime   *float64        `json:"elapsed_time,omitempty"`
+	TotalTokens   *int64          `json:"total_tokens,omitempty"`
+	TotalSteps    *int64          `json:"total_steps,omitempty"`
+}
+
+// runPipeline runs the knowledge pipeline: a mutation (the published
+// pipeline adds documents). It asks for response_mode "streaming" (see
+// doc.go), and takes either answer the document gives a 200: an event
+// stream (workflow_started, node_started, node_finished, workflow_finished
+// or error, pings), aggregated as a workflow app's, or a JSON object,
+// which is the output.
+func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *provider.Client, req provider.Request, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	st, resp, err := cl.StreamOrJSON(ctx, req, c.cfg.StreamIdleTimeout)
+	if err != nil {
+		return provider.Result(call, err, true)
+	}
+	if resp != nil {
+		return completeJSON(call, req, resp, true)
+	}
+	defer st.Close()
+	fwd := chunkSender{call: call, chunks: chunks}
+	var (
+		out        PipelineRunOutput
+		finished   *workflowData
+		failure    *event
+		progressed bool
+		readErr    error
+	)
+	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
+	for finished == nil && failure == nil {
+		var ev event
+		if readErr = nextEvent(events, &ev); readErr != nil {
+			break
+		}
+		if ev.TaskID != "" && out.TaskID == "" {
+			out.TaskID = ev.TaskID
+		}
+		if ev.WorkflowRunID != "" {
+			out.WorkflowRunID = ev.WorkflowRunID
+		}
+		var d workflowData
+		if len(ev.Data) > 0 {
+			// An event whose data is not the workflow shape still counts.
+			_ = json.Unmarshal(ev.Data, &d)
+		}
+		switch ev.Event {
+		case "error":
+			failure = &ev
+			continue
+		case "workflow_started":
+			if out.WorkflowRunID == "" {
+				out.WorkflowRunID = d.ID
+			}
+		case "node_started", "node_finished":
+			fwd.send(aip.ChunkProgress, nodeProgress(ev.Event, d))
+		case "text_chunk":
+			fwd.send(aip.ChunkData, map[string]any{"text": d.Text})
+		case "workflow_finished":
+			finished = &d
+		}
+		progressed = true
+	}
+	path := req.Path
+	if failure != nil {
+		status, msg := errorEventDetail(failure.Status, failure.Code, failure.Message)
+		if status < 500 && !progressed {
+			// Refused before the pipeline did anything.
+			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+				Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: http.MethodPost, Path: path,
+					Status: status, Message: "error event: " + msg})}, nil
+		}
+		// Dify failed mid-run, after nodes may have written.
+		return nil, fmt.Errorf("%w: dify POST %s: error event (status %d): %s", hostsdk.ErrOutcomeUnknown, path, status, msg)
+	}
+	if d := finished; d != nil {
+		fail := func(code, msg string) (*aip.ActionResult, error) {
+			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+				Error: aip.NewProtocolError(code, aip.CategoryPermanent, false, 0, aip.TruncateUTF8("dify POST "+path+": "+msg, aip.MaxErrorMessageBytes))}, nil
+		}
+		switch d.Status {
+		case "failed":
+			msg := "the pipeline run failed"
+			if d.Error != nil && *d.Error != "" {
+				msg += ": " + *d.Error
+			}
+			return fail(CodeWorkflowFailed, msg)
+		case "stopped":
+			return fail(CodeWorkflowStopped, "the pipeline run was stopped")
+		}
+		out.Status = d.Status
+		if len(d.Outputs) > 0 && string(d.Outputs) != "null" {
+			out.Outputs = d.Outputs
+		}
+		out.ElapsedTime, out.TotalTokens, out.TotalSteps = d.ElapsedTime, d.TotalTokens, d.TotalSteps
+		if out.WorkflowRunID == "" {
+			out.WorkflowRunID = d.ID
+		}
+		return call.Complete(out)
+	}
+	// The stream ended before its closing event: the pipeline ran, or
+	// runs still, and how it ended is not known.
+	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, streamEndError(ctx, readErr, "the pipeline"))
+}
+
+// errNotJSON is nextEvent's error for an event whose data is not JSON.
+var errNotJSON = errors.New("an event is not JSON")
+
+// nextEvent reads the next event that carries data, skipping pings, into
+// v. It returns the reader's error (io.EOF at the end of the stream), or
+// an error wrapping errNotJSON.
+func nextEvent(events *provider.EventReader, v any) error {
+	for {
+		e, err := events.Next()
+		if err != nil {
+			return err
+		}
+		if e.Name == "ping" || len(bytes.TrimSpace(e.Data)) == 0 {
+			continue
+		}
+		if err := json.Unmarshal(e.Data, v); err != nil {
+			return fmt.Errorf("%w: %v", errNotJSON, err)
+		}
+		return nil
+	}
+}
+
+// streamEndError describes why a stream ended before its closing event:
+// err is the read's error; running, when not "", names what was running
+// if ctx ended (cancelled or timed out) the stream.
+func streamEndError(ctx context.Context, err error, running string) error {
+	var bound *provider.BoundError
+	switch {
+	case errors.Is(err, io.EOF):
+		return errors.New("the event stream ended before its closing event")
+	case errors.As(err, &bound) && bound.Total:
+		return fmt.Errorf("%w (raise --%s)", err, FlagMaxResponseBytes)
+	case ctx.Err() != nil && running != "":
+		// A cancel may ask Dify to stop the work (Canceler), but it may
+		// have finished, or acted, before the stop reached it. Never
+		// "cancelled".
+		return fmt.Errorf("interrupted (%v) while %s ran; Dify may have completed or partly done the work", ctx.Err(), running)
+	}
+	return err
+}
+
+// errorEventDetail returns the HTTP status of an error event (500 when it
+// has none) and its code and message.
+func errorEventDetail(rawStatus json.RawMessage, code, message string) (int, string) {
+	status := 0
+	_ = json.Unmarshal(rawStatus, &status)
+	if status < 400 {
+		status = http.StatusInternalServerError
+	}
+	if code != "" {
+		message = code + ": " + message
+	}
+	return status, message
+}
+
+// nodeProgress is the progress chunk of a node_started or node_finished
+// event.
+func nodeProgress(name string, d workflowData) map[string]any {
+	p := map[string]any{"event": name, "node_id": d.NodeID, "node_type": d.NodeType, "title": d.Title}
+	if d.Status != "" {
+		p["status"] = d.Status
+	}
+	return p
+}
+
+// chunkSender forwards the chunks of a streaming action; a receiver that
+// went away stops the forwarding, not the action.
+type chunkSender struct {
+	call   *hostsdk.Call
+	chunks *hostsdk.ChunkWriter
+}
+
+func (s *chunkSender) send(kind aip.ChunkKind, data any) {
+	if s.chunks == nil {
+		return
+	}
+	if err := s.chunks.Send(kind, data); err != nil {
+		s.call.Logger.Debug("dify: chunk not forwarded; forwarding stops", "error", err)
+		s.chunks = nil
+	}
+}
