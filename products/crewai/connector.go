@@ -253,7 +253,7 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 		// id that is not a UUID is never put into a status path, nor
 		// recorded for Reconcile.
 		return nil, fmt.Errorf("%w: crewai POST /kickoff answered kickoff_id %q, which is not a UUID (the document's format); the crew may be running and cannot be followed through this connector",
-			hostsdk.ErrOutcomeUnknown, provider.Excerpt(out.KickoffID))
+			hostsdk.ErrOutcomeUnknown, provider.Excerpt(cr.client.Redacted(out.KickoffID)))
 	}
 	logger := call.Logger
 	if logger == nil {

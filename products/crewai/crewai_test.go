@@ -687,4 +687,11 @@ func TestKickoffUnusableID(t *testing.T) {
 			t.Errorf("kickoff_id %s: %d status paths read, %d kickoffs; want none and 1", id, polls, m.kickoffCount()-before)
 		}
 	}
+	// A kickoff_id that echoes the request's Authorization header is
+	// quoted with the token redacted.
+	m.set(func(m *mockAMP) { m.kickoffID = json.RawMessage(`"Bearer ` + m.token + `"`) })
+	resp := e.Act(t, hostsdktest.NewAction(capRun, `{"inputs":{"topic":"y"}}`))
+	if pe := resp.ProtocolError(); pe == nil || strings.Contains(pe.Message, m.token) || !strings.Contains(pe.Message, "[redacted]") {
+		t.Errorf("HTTP %d %s: want outcome_unknown quoting the kickoff_id with the token redacted", resp.Status, resp.Raw)
+	}
 }

@@ -737,6 +737,17 @@ func TestUnusableTaskID(t *testing.T) {
 			t.Errorf("task_id %q: a task record was kept for Cancel (%v)", id, err)
 		}
 	}
+	// A task_id that echoes the request's Authorization header is quoted
+	// with the key redacted.
+	f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
+		ev := chatEvent("message", "Hello")
+		ev["task_id"] = r.Header.Get("Authorization")
+		writeEvents(w, []any{ev})
+	})
+	resp := f.Act(t, hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`))
+	if pe := resp.ProtocolError(); pe == nil || strings.Contains(pe.Message, keyOf("support")) || !strings.Contains(pe.Message, "[redacted]") {
+		t.Errorf("HTTP %d %s: want outcome_unknown quoting the task_id with the key redacted", resp.Status, resp.Raw)
+	}
 	f.mock.handle("POST /chat-messages", func(w http.ResponseWriter, r *http.Request) {
 		writeEvents(w, []any{map[string]any{"event": "error", "task_id": "a/b", "status": 400, "code": "invalid_param", "message": "bad query"}})
 	})

@@ -150,7 +150,7 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 				// that cannot be put into the stop path: outcome_unknown,
 				// as for any stream that cannot be followed to its end; a
 				// cancel could not stop the task.
-				readErr = fmt.Errorf("the stream names task_id %q, which is not a UUID (the format of Dify's API document); the app may be running and cannot be stopped through this connector", provider.Excerpt(ev.TaskID))
+				readErr = fmt.Errorf("the stream names task_id %q, which is not a UUID (the format of Dify's API document); the app may be running and cannot be stopped through this connector", provider.Excerpt(r.app.client.Redacted(ev.TaskID)))
 				break
 			}
 			// An error event is classified on its own; its task is not
