@@ -594,6 +594,37 @@ func TestEventReader(t *testing.T) {
 	if got, err := read(ev+"\n", 18, 18); err != nil || len(got) != 1 {
 		t.Errorf("at the bounds: %q, %v", got, err)
 	}
+	// Lines may end with a lone "\r" (the format allows it), mixed with
+	// the other endings; an event framed so is exactly as bounded.
+	if got, err := read("event: a\rdata: x\rdata: y\r\rdata: z\r\n\r\n: ping\r\rdata: w\n\r", 1<<10, 1<<20); err != nil ||
+		strings.Join(got, ",") != "a|x\ny,|z,|w" {
+		t.Errorf("lone CR endings: %q, %v", got, err)
+	}
+	if got, err := read("data: 0123456789\r\n\r\ndata: 0123456789\r\n\r\n", 20, 1<<20); err != nil || len(got) != 2 {
+		t.Errorf("CRLF events at the bound: %q, %v", got, err)
+	}
+	// An event whose blank line is a lone "\r" is returned without
+	// waiting for the next byte (a "\n" might follow, or nothing for a
+	// long time).
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	first := make(chan string, 1)
+	go func() {
+		ev, err := NewEventReader(pr, 1<<10, 1<<20).Next()
+		first <- string(ev.Data) + fmt.Sprint(err)
+	}()
+	if _, err := pw.Write([]byte("data: now\r\r")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-first:
+		if g != "now<nil>" {
+			t.Errorf("event %q", g)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the event waited for the stream's next byte")
+	}
+
 	// Errors stick.
 	er := NewEventReader(strings.NewReader(strings.Repeat("x", 50)+"\n\ndata: a\n\n"), 10, 1<<10)
 	if _, err := er.Next(); err == nil {

@@ -189,7 +189,7 @@ func (e *BoundError) Error() string {
 // EventReader reads Server-Sent Events: event: and data: fields up to a
 // blank line, several data: lines joined with "\n", comment lines (":",
 // as in pings) skipped, id: and retry: fields and unknown fields ignored.
-// Lines end with "\n" or "\r\n". An event without data: lines is not
+// Lines end with "\n", "\r\n" or "\r". An event without data: lines is not
 // returned; nor is an event the stream ends before its blank line (the
 // stream was cut). Each event (its lines, comments among them) is bounded
 // by maxEvent bytes and the whole stream by maxTotal bytes; passing
@@ -200,6 +200,8 @@ type EventReader struct {
 	maxTotal int64
 	read     int64
 	err      error
+	// afterCR: the last line ended with "\r"; a "\n" next belongs to it.
+	afterCR bool
 }
 
 // NewEventReader returns a reader of the events of r.
@@ -257,31 +259,58 @@ func (er *EventReader) next() (Event, error) {
 	}
 }
 
-// line reads one line without its line ending, adding its bytes to
-// *eventSize and to the stream's count.
+// line reads one line without its line ending ("\r\n", "\n" or a lone
+// "\r", as the Server-Sent Events format allows), adding its bytes to
+// *eventSize and to the stream's count. A line ended by "\r" is returned
+// at once: the "\n" that may follow it is skipped when the next line is
+// read, so an event framed with lone "\r"s is not held back until the
+// stream sends more.
 func (er *EventReader) line(eventSize *int64) ([]byte, error) {
 	var line []byte
 	for {
-		chunk, err := er.r.ReadSlice('\n')
-		er.read += int64(len(chunk))
-		*eventSize += int64(len(chunk))
-		if er.read > er.maxTotal {
-			return nil, &BoundError{Total: true, Limit: er.maxTotal}
-		}
-		if *eventSize > er.maxEvent {
-			return nil, &BoundError{Limit: er.maxEvent}
-		}
-		line = append(line, chunk...)
-		switch {
-		case err == nil:
-			line = bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		default:
+		if _, err := er.r.Peek(1); err != nil {
 			// io.EOF included: a line without its end belongs to an
 			// event the stream ended before.
 			return nil, err
 		}
+		buf, _ := er.r.Peek(er.r.Buffered())
+		if er.afterCR {
+			er.afterCR = false
+			if buf[0] == '\n' {
+				// The previous line's: counted in the stream only.
+				if err := er.count(1, new(int64)); err != nil {
+					return nil, err
+				}
+				er.r.Discard(1)
+				continue
+			}
+		}
+		i := bytes.IndexAny(buf, "\r\n")
+		take := len(buf)
+		if i >= 0 {
+			take = i + 1
+		}
+		if err := er.count(int64(take), eventSize); err != nil {
+			return nil, err
+		}
+		line = append(line, buf[:take]...)
+		er.r.Discard(take)
+		if i >= 0 {
+			er.afterCR = buf[i] == '\r'
+			return line[:len(line)-1], nil
+		}
 	}
+}
+
+// count adds n bytes read to the event's and the stream's counts.
+func (er *EventReader) count(n int64, eventSize *int64) error {
+	er.read += n
+	*eventSize += n
+	if er.read > er.maxTotal {
+		return &BoundError{Total: true, Limit: er.maxTotal}
+	}
+	if *eventSize > er.maxEvent {
+		return &BoundError{Limit: er.maxEvent}
+	}
+	return nil
 }
