@@ -222,7 +222,9 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if len(token) > MaxTokenBytes {
 		return Claims{}, fmt.Errorf("%w: token longer than %d bytes", ErrUnauthorized, MaxTokenBytes)
 	}
-	msg, err := jws.Parse([]byte(token))
+	// A bearer token is a compact JWS (RFC 7519 §7.2): the JSON
+	// serialization is refused before anything else reads it.
+	msg, err := jws.Parse([]byte(token), jws.WithCompact())
 	if err != nil || len(msg.Signatures()) != 1 {
 		return Claims{}, fmt.Errorf("%w: malformed token", ErrUnauthorized)
 	}

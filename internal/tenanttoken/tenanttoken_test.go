@@ -2,6 +2,7 @@ package tenanttoken
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,10 @@ func TestMintAndVerify(t *testing.T) {
 		"not yet valid":  {mint(issuerKey, func(c *Claims) { c.IssuedAt = now.Add(10 * time.Minute); c.Expiry = now.Add(time.Hour) }), "future"},
 		"tampered":       {tok[:len(tok)-4] + "AAAA", "signed"},
 		"garbage":        {"not.a.token", "malformed"},
-		"empty":          {"", "missing"},
+		// The same signed token in JWS JSON serialization (flattened): a
+		// bearer token is the compact form only (RFC 6750, RFC 7519 §7.2).
+		"JSON serialization": {jsonSerialized(t, tok), "malformed"},
+		"empty":              {"", "missing"},
 	}
 	for name, tc := range bad {
 		_, err := v.Verify(tc.token)
@@ -63,6 +67,17 @@ func TestMintAndVerify(t *testing.T) {
 	if _, err := v.Verify(skewed); err != nil {
 		t.Errorf("token expired 10s ago within 30s skew: %v", err)
 	}
+}
+
+// jsonSerialized rewrites a compact JWS as its flattened JSON
+// serialization, carrying the same signature.
+func jsonSerialized(t *testing.T, compact string) string {
+	t.Helper()
+	p := strings.Split(compact, ".")
+	if len(p) != 3 {
+		t.Fatalf("not a compact JWS: %q", compact)
+	}
+	return fmt.Sprintf(`{"payload":%q,"protected":%q,"signature":%q}`, p[1], p[0], p[2])
 }
 
 func TestMintRefusesIncompleteClaims(t *testing.T) {
