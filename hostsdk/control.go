@@ -39,7 +39,19 @@ type controlClient struct {
 type sealedRequest struct {
 	req  aip.ControlRequest
 	body []byte
+	// maybeApplied is set once an attempt of the request (in any of its
+	// signed forms, see refresh) failed without the control plane's signed
+	// word that it applied nothing: a transport error, a lost or
+	// unverifiable answer. The control plane may then have committed it.
+	maybeApplied bool
 }
+
+// notAppliedError is an ErrControlUnavailable failure the control plane
+// signed (a retryable rejection): it decided nothing, so nothing of the
+// request was committed.
+type notAppliedError struct{ error }
+
+func (e notAppliedError) Unwrap() error { return e.error }
 
 func newControlTransport(caPEM []byte) (http.RoundTripper, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
@@ -86,7 +98,12 @@ func (c *controlClient) refresh(sr *sealedRequest) (*sealedRequest, error) {
 	req := sr.req
 	req.IssuedAt = aip.At(now)
 	req.ExpiresAt = aip.At(now.Add(aip.MaxMessageLifetime))
-	return c.sealRequest(req)
+	fresh, err := c.sealRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	fresh.maybeApplied = sr.maybeApplied
+	return fresh, nil
 }
 
 // do sends sr and returns the verified outcome (lease or offline). After an
@@ -98,15 +115,29 @@ func (c *controlClient) do(ctx context.Context, sr *sealedRequest) (aip.ControlO
 		trace.WithAttributes(attribute.String("aip.control.request_id", sr.req.RequestID)))
 	defer span.End()
 	out, err := c.attempt(ctx, sr)
+	sr.noteFailure(err)
 	if errors.Is(err, ErrControlUnavailable) && ctx.Err() == nil {
 		span.AddEvent("resend", trace.WithAttributes(attribute.String("error", err.Error())))
 		out, err = c.attempt(ctx, sr)
+		sr.noteFailure(err)
 	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return out, err
+}
+
+// noteFailure records in sr that an attempt failed in a way that leaves
+// open whether the control plane applied it.
+func (sr *sealedRequest) noteFailure(err error) {
+	var notApplied notAppliedError
+	if err != nil && !errors.As(err, &notApplied) {
+		var rej *ControlRejectedError
+		if !errors.As(err, &rej) {
+			sr.maybeApplied = true
+		}
+	}
 }
 
 // localLease returns lease with its expiry on this host's clock: the time
@@ -162,7 +193,8 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 	switch o.Status {
 	case aip.OutcomeRejected:
 		if o.Retryable {
-			return unavailable("retryable rejection %s: %s", o.Code, o.Message)
+			out, err := unavailable("retryable rejection %s: %s", o.Code, o.Message)
+			return out, notAppliedError{err}
 		}
 		return aip.ControlOutcome{}, &ControlRejectedError{Operation: op, Code: o.Code, Message: o.Message}
 	case aip.OutcomeLease:

@@ -194,9 +194,14 @@
 // offline. A heartbeat whose answers were all lost may have been applied
 // and moved the lease sequence on, so the next beat (or a drain) replays
 // that same request first to learn its outcome, instead of losing the
-// fence with a fresh one; a drain whose answers were lost is replayed the
-// same way before the offline transition. The local lease runs on this
-// host's clock: from the moment the request was sent, for what was left of
+// fence with a fresh one. It does so also once the local lease has run
+// out, before re-registering (unless the control plane answered every
+// attempt of it with a signed 503, which applies nothing): the lease that
+// beat renewed may still live in the registry, which refuses a
+// registration until it ends, and an unhealthy beat it applied ended the
+// lease, so a host healthy again registers at once. A drain whose answers
+// were lost is replayed the same way before the offline transition. The
+// local lease runs on this host's clock: from the moment the request was sent, for what was left of
 // the lease when the control plane signed its answer (its expires_at less
 // its issued_at), so it ends here no later than the control plane ends it
 // whatever the two clocks' offset (the lease /ready shows is this one).

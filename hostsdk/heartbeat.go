@@ -163,34 +163,49 @@ func errString(err error) string {
 // renewOrRecover sends a heartbeat while the local lease is valid (reporting
 // connector_ready=false when unhealthy, which takes the replica offline);
 // after local expiry a healthy host re-registers.
+//
+// A beat whose answers were all lost is replayed first (same request ID and
+// payload), also when the local lease has run out since: the control plane
+// may have applied it, and its outcome is the replica's sequence and lease.
+// A fresh beat from the old sequence would lose the fence; a registration
+// would be refused (lease_live) while the lease that beat renewed there
+// lives, leaving the replica routed to but refusing actions; and an
+// unhealthy beat it applied ended the lease, so the host must register
+// rather than beat again. While the local lease is valid a failed replay is
+// this tick's failure (the next tick replays again); once it has run out
+// the beat is replayed once, and recovery goes on whatever it answers — and
+// not at all when the control plane said, signed, that it applied none of
+// its attempts (a 503 during an outage).
 func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
 	h.controlMu.Lock()
 	defer h.controlMu.Unlock()
 	if h.draining.Load() {
 		return nil
 	}
-	now := h.cfg.Now()
-	if !h.lease.valid(now) {
+	seq, _ := h.lease.get()
+	wasValid := h.lease.valid(h.cfg.Now())
+	if p := h.pendingHeartbeat; p != nil && p.req.Command.Heartbeat.PreviousSequence == seq && (wasValid || p.maybeApplied) {
+		err := h.heartbeat(ctx, p)
+		switch {
+		case err != nil && wasValid:
+			return err
+		case err != nil:
+			h.pendingHeartbeat = nil
+			h.log.Warn("replay the heartbeat whose outcome is unknown after the local lease ran out", "error", err)
+		case wasValid && p.req.Command.Heartbeat.ConnectorReady == ready:
+			return nil // the replay was this tick's beat
+		}
+		// Readiness changed, or the local lease had run out: the lease the
+		// replay answered decides what comes next.
+		seq, _ = h.lease.get()
+	}
+	h.pendingHeartbeat = nil
+	if !h.lease.valid(h.cfg.Now()) {
 		if !ready {
 			return nil
 		}
 		return h.recoverLease(ctx)
 	}
-	seq, _ := h.lease.get()
-	if p := h.pendingHeartbeat; p != nil && p.req.Command.Heartbeat.PreviousSequence == seq {
-		// The last beat failed ambiguously: the control plane may have
-		// applied it and moved the sequence on, so a fresh request from
-		// seq would lose the fence. Replay it (same request ID and
-		// payload) to learn its outcome first.
-		if err := h.heartbeat(ctx, p); err != nil {
-			return err
-		}
-		if p.req.Command.Heartbeat.ConnectorReady == ready {
-			return nil
-		}
-		seq, _ = h.lease.get() // readiness changed: report it now
-	}
-	h.pendingHeartbeat = nil
 	sr, err := h.control.seal(aip.HeartbeatCommand(aip.Heartbeat{
 		ReplicaID: h.cfg.ReplicaID, PreviousSequence: seq,
 		InFlight: uint32(h.inflight.count()), ConnectorReady: ready,
