@@ -195,6 +195,13 @@ func TestCheckWindow(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
 		}
 	}
+	// The two clock errors say which clock to check.
+	if err := CheckWindow(now, now.Add(-31*time.Second), now.Add(-time.Second)); err == nil || !strings.Contains(err.Error(), "check both clocks") {
+		t.Errorf("expired: %v does not say to check the clocks", err)
+	}
+	if err := CheckWindow(now, now.Add(time.Hour), now.Add(time.Hour+time.Second)); err == nil || !strings.Contains(err.Error(), "check the sender's clock") {
+		t.Errorf("future: %v does not say to check the sender's clock", err)
+	}
 	// Each window error is distinct.
 	all := []error{ErrMessageExpired, ErrMessageFromFuture, ErrMessageLifetime, ErrMessageWindowInvalid}
 	for i := range all {

@@ -46,7 +46,8 @@ func CheckWindow(now, issuedAt, expiresAt time.Time) error {
 	case expiresAt.Sub(issuedAt) > MaxMessageLifetime:
 		return fmt.Errorf("%w: lifetime %s is longer than %s", ErrMessageLifetime, expiresAt.Sub(issuedAt), MaxMessageLifetime)
 	case !expiresAt.After(now):
-		return fmt.Errorf("%w: expires_at %s is not after now (%s)", ErrMessageExpired, At(expiresAt), At(now))
+		return fmt.Errorf("%w: expires_at %s is not after now (%s); a sender signs each message just before it sends it, so this is a message held back or sent again too late, or the sender's clock behind the verifier's (check both clocks)",
+			ErrMessageExpired, At(expiresAt), At(now))
 	}
 	return nil
 }
