@@ -67,9 +67,12 @@ type EventLog interface {
 	// otherwise the whole batch fails with ErrConflict naming the event.
 	// An event whose ID the tenant's log held and has pruned (EventPruner)
 	// is not stored again either, until ForgetPrunedEvents forgets the ID:
-	// it counts as stored and is returned with Pruned set (its content is
-	// gone, so it is not compared: a changed event under a pruned ID is
-	// not ErrConflict). A batch that repeats an
+	// it counts as stored and is returned with Pruned set when it is a
+	// redelivery of the pruned event (its content is gone, but its
+	// RedeliveryDigest is kept with the ID); otherwise the whole batch
+	// fails with ErrConflict naming the event (PrunedConflict). An ID the
+	// backend kept without a digest (pruned by a build that kept none) is
+	// answered Pruned whatever the event holds. A batch that repeats an
 	// event ID within itself is ErrInvalid. It returns the batch's events
 	// as stored, in the batch's order.
 	AppendEvents(ctx context.Context, b EventBatch) ([]StoredEvent, error)
@@ -89,11 +92,11 @@ type EventPruner interface {
 	// it deleted. limit must be positive (ErrInvalid otherwise). A
 	// tenant's sequences go on after its pruned events (a reader paging by
 	// sequence goes on from the first event kept). The IDs of the events
-	// it deletes are kept, without their content, until
-	// ForgetPrunedEvents forgets them (a host may deliver an event again
+	// it deletes are kept, with the RedeliveryDigest of their content,
+	// until ForgetPrunedEvents forgets them (a host may deliver an event again
 	// however late: its outbox keeps it until a delivery is answered), so
-	// the same event delivered again is not stored a second time
-	// (AppendEvents).
+	// the same event delivered again is not stored a second time, and a
+	// different one under the same ID is ErrConflict (AppendEvents).
 	PruneEvents(ctx context.Context, receivedBefore time.Time, limit int) (int, error)
 	// ForgetPrunedEvents forgets up to limit of the IDs PruneEvents kept,
 	// of every tenant, of events received before receivedBefore, oldest

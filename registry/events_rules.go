@@ -2,10 +2,14 @@ package registry
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/big"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -196,6 +200,98 @@ func CheckRedelivery(stored *StoredEvent, b *EventBatch, e *aip.Event) error {
 	}
 	return &FieldError{Err: ErrConflict, Record: RecordEvent, ID: e.ID, Field: field,
 		Reason: fmt.Sprintf("the tenant's event log already holds event %s with a different %s; give a different event a new ID", truncate(e.ID), field)}
+}
+
+// RedeliveryDigest returns a SHA-256 digest of what CheckRedelivery
+// compares of event e delivered on channelID by instanceID: channel,
+// instance, kind, occurred_at to the millisecond, session, action,
+// correlation and data as a JSON value without data.aip_connector's
+// replica_id, version_id and lease_sequence. Two events have the same
+// digest exactly when CheckRedelivery finds one a redelivery of the other.
+// A backend keeps it for an event it prunes (EventPruner), so that a
+// different event delivered later under the pruned ID is ErrConflict
+// (PrunedConflict) rather than answered as stored.
+//
+// The event's actor is not part of it, as CheckRedelivery does not
+// compare it: the ingress refuses events with an actor (a host moves the
+// provider's actor to data.upstream_actor before its outbox, so every
+// delivery of an event carries it in the same place).
+func RedeliveryDigest(channelID, instanceID string, e *aip.Event) []byte {
+	h := sha256.New()
+	var n [8]byte
+	str := func(s string) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	for _, s := range []string{channelID, instanceID, e.Kind, strconv.FormatInt(aip.At(e.OccurredAt.Time).UnixMilli(), 10),
+		e.SessionID, e.ActionID, e.CorrelationID} {
+		str(s)
+	}
+	data := EventData(e)
+	v, ok := redeliveryValue(data)
+	if !ok {
+		// Not a JSON object: compared byte by byte (eventDataEqual).
+		h.Write([]byte{'r'})
+		str(string(data))
+		return h.Sum(nil)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case nil:
+			h.Write([]byte{'z'})
+		case bool:
+			if x {
+				h.Write([]byte{'t'})
+			} else {
+				h.Write([]byte{'f'})
+			}
+		case string:
+			h.Write([]byte{'s'})
+			str(x)
+		case number:
+			h.Write([]byte{'n'})
+			str(string(x))
+		case json.Number:
+			h.Write([]byte{'N'})
+			str(string(x))
+		case []any:
+			h.Write([]byte{'a'})
+			str(strconv.Itoa(len(x)))
+			for _, e := range x {
+				walk(e)
+			}
+		case map[string]any:
+			h.Write([]byte{'o'})
+			str(strconv.Itoa(len(x)))
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				str(k)
+				walk(x[k])
+			}
+		default:
+			// Not produced by decoding JSON; keep the digest total.
+			h.Write([]byte{'?'})
+			str(fmt.Sprintf("%T %v", x, x))
+		}
+	}
+	walk(v)
+	return h.Sum(nil)
+}
+
+// PrunedConflict is the error of an event delivered under the ID of an
+// event the tenant's log pruned, when its RedeliveryDigest differs from
+// the pruned event's: a *FieldError matching ErrConflict naming the event.
+// The pruned event's content is gone, so it cannot name the field that
+// differs.
+func PrunedConflict(id string) error {
+	return &FieldError{Err: ErrConflict, Record: RecordEvent, ID: id,
+		Reason: fmt.Sprintf("the tenant's event log held event %s with different content (pruned since, the log keeps only a digest of it); give a different event a new ID", truncate(id))}
 }
 
 // eventDataEqual compares two JSON objects as values, ignoring the

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -40,5 +41,70 @@ func TestCheckRedelivery(t *testing.T) {
 		case c.field != "" && (!errors.Is(err, registry.ErrConflict) || !errors.As(err, &fe) || fe.Field != c.field || fe.ID != "evt_1"):
 			t.Errorf("%s: %v, want a conflict on evt_1's %s", c.name, err, c.field)
 		}
+		checkDigest(t, c.name, &stored, &b, &e)
+	}
+}
+
+// checkDigest fails unless the RedeliveryDigests of stored and of e
+// delivered in b are equal exactly when CheckRedelivery finds e a
+// redelivery of stored.
+func checkDigest(t *testing.T, name string, stored *registry.StoredEvent, b *registry.EventBatch, e *aip.Event) {
+	t.Helper()
+	redelivery := registry.CheckRedelivery(stored, b, e) == nil
+	same := bytes.Equal(registry.RedeliveryDigest(stored.ChannelID, stored.InstanceID, &stored.Event), registry.RedeliveryDigest(b.ChannelID, b.InstanceID, e))
+	if same != redelivery {
+		t.Errorf("%s: equal digests %t, but CheckRedelivery finds a redelivery: %t", name, same, redelivery)
+	}
+}
+
+// TestRedeliveryDigest: two events have the same digest exactly when one
+// is a redelivery of the other, for every field CheckRedelivery compares.
+func TestRedeliveryDigest(t *testing.T) {
+	at := aip.At(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	stored := registry.StoredEvent{TenantID: "t", InstanceID: "cinst_a", ChannelID: "c",
+		Event: aip.Event{ID: "evt_1", Kind: "k", OccurredAt: at, SessionID: "s", ActionID: "a", CorrelationID: "r",
+			Data: json.RawMessage(`{"a":[1,2.50,{"x":null,"y":true}],"b":"1"}`)}}
+	for _, c := range []struct {
+		name   string
+		change func(b *registry.EventBatch, e *aip.Event)
+	}{
+		{"same", func(*registry.EventBatch, *aip.Event) {}},
+		{"number forms and spacing", func(_ *registry.EventBatch, e *aip.Event) {
+			e.Data = json.RawMessage(`{ "b":"1", "a":[1.0, 25e-1, {"y":true,"x":null}] }`)
+		}},
+		{"kind", func(_ *registry.EventBatch, e *aip.Event) { e.Kind = "k2" }},
+		{"session", func(_ *registry.EventBatch, e *aip.Event) { e.SessionID = "" }},
+		{"action", func(_ *registry.EventBatch, e *aip.Event) { e.ActionID = "a2" }},
+		{"correlation", func(_ *registry.EventBatch, e *aip.Event) { e.CorrelationID = "r2" }},
+		{"channel", func(b *registry.EventBatch, _ *aip.Event) { b.ChannelID = "c2" }},
+		{"instance", func(b *registry.EventBatch, _ *aip.Event) { b.InstanceID = "cinst_b" }},
+		{"string for number", func(_ *registry.EventBatch, e *aip.Event) {
+			e.Data = json.RawMessage(`{"a":[1,2.5,{"x":null,"y":true}],"b":1}`)
+		}},
+		{"null for false", func(_ *registry.EventBatch, e *aip.Event) {
+			e.Data = json.RawMessage(`{"a":[1,2.5,{"x":false,"y":true}],"b":"1"}`)
+		}},
+		{"array order", func(_ *registry.EventBatch, e *aip.Event) {
+			e.Data = json.RawMessage(`{"a":[2.5,1,{"x":null,"y":true}],"b":"1"}`)
+		}},
+		{"key moved into a nested object", func(_ *registry.EventBatch, e *aip.Event) {
+			e.Data = json.RawMessage(`{"a":[1,2.5,{"x":null,"y":true,"b":"1"}]}`)
+		}},
+		{"no data", func(_ *registry.EventBatch, e *aip.Event) { e.Data = nil }},
+	} {
+		b := registry.EventBatch{TenantID: "t", InstanceID: "cinst_a", ReplicaID: "crep_1", ChannelID: "c"}
+		e := stored.Event
+		c.change(&b, &e)
+		checkDigest(t, c.name, &stored, &b, &e)
+	}
+	// An event without data is stored with {}.
+	empty := stored
+	empty.Event.Data = nil
+	b := registry.EventBatch{TenantID: "t", InstanceID: "cinst_a", ReplicaID: "crep_1", ChannelID: "c"}
+	e := stored.Event
+	e.Data = json.RawMessage(`{}`)
+	checkDigest(t, "no data and {}", &empty, &b, &e)
+	if !bytes.Equal(registry.RedeliveryDigest("c", "cinst_a", &empty.Event), registry.RedeliveryDigest("c", "cinst_a", &e)) {
+		t.Error("an event without data and the same event with data {} have different digests")
 	}
 }

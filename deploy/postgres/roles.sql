@@ -19,8 +19,9 @@
 --                           resolution and settlement, reservations, replica
 --                           writes, lease expiry and fleet status, and the
 --                           event log (appending verified event deliveries,
---                           reading a tenant's events and the IDs of the
---                           events pruned, which are not stored again).
+--                           reading a tenant's events and the IDs and
+--                           digests of the events pruned, which are not
+--                           stored again).
 --                           It may not
 --                           change catalog or admission records, change or
 --                           delete a stored event, nor create, alter or drop
@@ -133,6 +134,17 @@ BEGIN
     IF to_regprocedure('aip_registry.replica_taken()') IS NOT NULL THEN
         REVOKE ALL ON FUNCTION aip_registry.replica_taken() FROM PUBLIC;
         GRANT EXECUTE ON FUNCTION aip_registry.replica_taken() TO aip_registry_data;
+    END IF;
+    -- Only the data plane digests delivered events, to compare them with
+    -- the pruned ones (the trigger that digests the pruned events runs as
+    -- the admin role, which owns these functions).
+    IF to_regprocedure('aip_registry.event_replay_digest(text,text,jsonb)') IS NOT NULL THEN
+        REVOKE ALL ON FUNCTION aip_registry.event_replay_digest(text, text, jsonb) FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION aip_registry.event_replay_digest(text, text, jsonb) TO aip_registry_data;
+    END IF;
+    IF to_regprocedure('aip_registry.event_json_normal(jsonb)') IS NOT NULL THEN
+        REVOKE ALL ON FUNCTION aip_registry.event_json_normal(jsonb) FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION aip_registry.event_json_normal(jsonb) TO aip_registry_data;
     END IF;
     IF cardinality(missing) > 0 THEN
         RAISE NOTICE 'aip_registry tables not installed yet: %; run the registry migration as aip_registry_admin, then this script again', missing;

@@ -288,7 +288,7 @@ func (d *Dispatcher) receiveEvents(r *http.Request, w http.ResponseWriter, dl *d
 		return stored, nil
 	case errors.Is(err, registry.ErrConflict):
 		return nil, refuseEvent(http.StatusConflict, aip.CodeEventIdempotencyConflict,
-			"an event ID of this delivery is already stored with other content (%v); give changed events new IDs", err)
+			"an event ID of this delivery is already stored with other content, or was and has been pruned (%v); give changed events new IDs", err)
 	case errors.Is(err, registry.ErrInvalid):
 		return nil, invalidEvent("the event log refused the batch: %v", err)
 	}

@@ -328,7 +328,8 @@ func TestConnectorEventsRedelivery(t *testing.T) {
 // kept it while it was offline, or whose answer was lost) is not stored a
 // second time: the delivery is answered 200 with an event_stream, which a
 // host takes as delivered and drops from its outbox, listing only the
-// events the log holds; readers of the log see each event once.
+// events the log holds; readers of the log see each event once. A
+// different event under the pruned ID is refused as a conflict.
 func TestConnectorEventsPrunedAreNotStoredAgain(t *testing.T) {
 	w := newEventWorld(t, eventWorldOptions{})
 	e1, e2 := event("a", `{"n":1}`), event("b", `{"n":2}`)
@@ -352,6 +353,16 @@ func TestConnectorEventsPrunedAreNotStoredAgain(t *testing.T) {
 	log := w.stored(tenant)
 	if len(log) != 1 || log[0].Event.ID != e2.ID || log[0].Sequence != 2 {
 		t.Fatalf("the log holds %+v, want only %s at sequence 2", log, e2.ID)
+	}
+	// A different event under the pruned ID is an idempotency conflict,
+	// as it is while the event is stored: answered as delivered, the host
+	// would drop it and it would be lost.
+	changed := e1
+	changed.Data = json.RawMessage(`{"n":3}`)
+	status, ans, _ := w.post(w.delivery(changed))
+	checkRefusal(t, status, ans, http.StatusConflict, aip.CodeEventIdempotencyConflict)
+	if !strings.Contains(ans.Body.Error.Error.Message, e1.ID) {
+		t.Errorf("the conflict %q does not name the event %s", ans.Body.Error.Error.Message, e1.ID)
 	}
 }
 

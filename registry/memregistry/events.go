@@ -1,6 +1,7 @@
 package memregistry
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,28 +16,39 @@ import (
 // sequences are 1, 2, 3, … without gaps, less the pruned ones), their
 // positions by event ID, the last sequence given out (which pruning
 // never lowers), and the IDs of the pruned events with when each was
-// received (not stored again until ForgetPrunedEvents forgets them).
+// received and the digest of its content (not stored again until
+// ForgetPrunedEvents forgets them).
 type eventLog struct {
 	events  []registry.StoredEvent
 	byID    map[string]int
 	lastSeq uint64
-	pruned  map[string]time.Time
+	pruned  map[string]prunedEvent
+}
+
+// prunedEvent is what the log keeps of a pruned event: when it was
+// received and its registry.RedeliveryDigest (nil when restored from a
+// snapshot written before digests were kept: such an ID is answered
+// pruned whatever is delivered under it).
+type prunedEvent struct {
+	received time.Time
+	digest   []byte
 }
 
 func newEventLog() *eventLog {
-	return &eventLog{byID: make(map[string]int), pruned: make(map[string]time.Time)}
+	return &eventLog{byID: make(map[string]int), pruned: make(map[string]prunedEvent)}
 }
 
 // last returns the log's last sequence given out, 0 for a new log.
 func (l *eventLog) last() uint64 { return l.lastSeq }
 
-// drop deletes the events whose IDs are in ids, remembering their IDs.
+// drop deletes the events whose IDs are in ids, remembering their IDs and
+// digests.
 func (l *eventLog) drop(ids map[string]bool) {
 	kept := l.events[:0:0]
 	for _, e := range l.events {
 		if ids[e.Event.ID] {
 			delete(l.byID, e.Event.ID)
-			l.pruned[e.Event.ID] = e.ReceivedAt
+			l.pruned[e.Event.ID] = prunedEvent{received: e.ReceivedAt, digest: registry.RedeliveryDigest(e.ChannelID, e.InstanceID, &e.Event)}
 			continue
 		}
 		kept = append(kept, e)
@@ -73,9 +85,12 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 				out[i] = cloneStoredEvent(l.events[at])
 				continue
 			}
-			if first, ok := l.pruned[e.ID]; ok {
+			if p, ok := l.pruned[e.ID]; ok {
+				if p.digest != nil && !bytes.Equal(p.digest, registry.RedeliveryDigest(b.ChannelID, b.InstanceID, e)) {
+					return nil, registry.PrunedConflict(e.ID)
+				}
 				out[i] = cloneStoredEvent(registry.StoredEvent{TenantID: b.TenantID, InstanceID: b.InstanceID, ReplicaID: b.ReplicaID,
-					VersionID: b.VersionID, ChannelID: b.ChannelID, Event: registry.StoredForm(*e), ReceivedAt: first, Pruned: true})
+					VersionID: b.VersionID, ChannelID: b.ChannelID, Event: registry.StoredForm(*e), ReceivedAt: p.received, Pruned: true})
 				continue
 			}
 		}
@@ -148,9 +163,9 @@ func (r *Registry) ForgetPrunedEvents(ctx context.Context, receivedBefore time.T
 	defer r.mu.Unlock()
 	var old []receipt
 	for tenant, l := range r.events {
-		for id, received := range l.pruned {
-			if received.Before(receivedBefore) {
-				old = append(old, receipt{tenant: tenant, id: id, received: received})
+		for id, p := range l.pruned {
+			if p.received.Before(receivedBefore) {
+				old = append(old, receipt{tenant: tenant, id: id, received: p.received})
 			}
 		}
 	}

@@ -3,11 +3,11 @@ package memregistry
 import (
 	"cmp"
 	"container/heap"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -59,6 +59,11 @@ type snapshotEventLog struct {
 	// (absent when there are none, and in snapshots written before pruned
 	// IDs were kept).
 	Pruned map[string]time.Time `json:"pruned,omitempty"`
+	// PrunedDigests are the registry.RedeliveryDigests of the pruned
+	// events, by ID (absent in snapshots written before they were kept:
+	// those IDs restore without one, and an event delivered under one is
+	// answered pruned whatever its content).
+	PrunedDigests map[string][]byte `json:"pruned_digests,omitempty"`
 }
 
 type snapshotEvent struct {
@@ -190,8 +195,17 @@ func (r *Registry) snapshot() *snapshot {
 	}
 	for tenant, l := range r.events {
 		sl := snapshotEventLog{TenantID: tenant, Events: make([]snapshotEvent, len(l.events)), LastSequence: l.last()}
-		if len(l.pruned) > 0 {
-			sl.Pruned = maps.Clone(l.pruned)
+		for id, p := range l.pruned {
+			if sl.Pruned == nil {
+				sl.Pruned = make(map[string]time.Time, len(l.pruned))
+			}
+			sl.Pruned[id] = p.received
+			if p.digest != nil {
+				if sl.PrunedDigests == nil {
+					sl.PrunedDigests = make(map[string][]byte, len(l.pruned))
+				}
+				sl.PrunedDigests[id] = slices.Clone(p.digest)
+			}
 		}
 		for i, e := range l.events {
 			e = cloneStoredEvent(e)
@@ -439,7 +453,15 @@ func (r *Registry) loadEvents(logs []snapshotEventLog) error {
 			if id == "" {
 				return fmt.Errorf("tenant %s: a pruned event has an empty ID", sl.TenantID)
 			}
-			l.pruned[id] = at
+			l.pruned[id] = prunedEvent{received: at, digest: slices.Clone(sl.PrunedDigests[id])}
+		}
+		for id, d := range sl.PrunedDigests {
+			if _, ok := sl.Pruned[id]; !ok {
+				return fmt.Errorf("tenant %s: pruned_digests names event %s, which is not among the pruned", sl.TenantID, id)
+			}
+			if len(d) != sha256.Size {
+				return fmt.Errorf("tenant %s: the digest of pruned event %s is %d bytes, want %d", sl.TenantID, id, len(d), sha256.Size)
+			}
 		}
 		if sl.LastSequence != 0 {
 			if sl.LastSequence < l.lastSeq {

@@ -3,6 +3,7 @@ package memregistry_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -646,5 +647,63 @@ func TestSnapshotAfterForgettingPrunedIDs(t *testing.T) {
 	must(t, err)
 	if got[0].Pruned || got[0].Sequence != 5 || got[1].Pruned || got[1].Sequence != 4 {
 		t.Fatalf("evt_3 (forgotten) and evt_1 (stored) delivered to the twice restored registry: %+v, want evt_3 stored as 5, evt_1 stored as 4", got)
+	}
+}
+
+// TestSnapshotKeepsPrunedDigests: the digests of pruned events survive a
+// snapshot, so a different event delivered under a pruned ID to the
+// restored registry is a conflict; a snapshot written before digests were
+// kept restores its pruned IDs without one (a delivery under them is
+// answered pruned, as before), and one with a malformed digest is refused.
+func TestSnapshotKeepsPrunedDigests(t *testing.T) {
+	ctx := context.Background()
+	clock := registrytest.NewClock(registrytest.Epoch)
+	r, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	_, err = r.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a1", "evt_1"))
+	must(t, err)
+	if n, err := r.PruneEvents(ctx, registrytest.Epoch.Add(time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("PruneEvents = %d, %v", n, err)
+	}
+	changed := registrytest.EventBatch("tenant-1", "a1", "evt_1")
+	changed.Events[0].Kind = "thing.changed"
+	snap := snapshotOf(t, r)
+	back := restored(t, snap, clock)
+	if _, err := back.AppendEvents(ctx, changed); !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("a changed event under a pruned ID, delivered to the restored registry: %v, want ErrConflict", err)
+	}
+	if again, err := back.AppendEvents(ctx, registrytest.EventBatch("tenant-1", "a2", "evt_1")); err != nil || !again[0].Pruned {
+		t.Fatalf("the pruned event delivered again to the restored registry: %+v, %v; want it pruned", again, err)
+	}
+
+	// rewrite returns snap with edit applied to its first event log.
+	rewrite := func(edit func(log map[string]any)) []byte {
+		t.Helper()
+		var doc map[string]any
+		must(t, json.Unmarshal(snap, &doc))
+		edit(doc["events"].([]any)[0].(map[string]any))
+		raw, err := json.Marshal(doc)
+		must(t, err)
+		return raw
+	}
+	old := restored(t, rewrite(func(log map[string]any) {
+		if _, ok := log["pruned_digests"]; !ok {
+			t.Fatalf("the snapshot's event log keeps no pruned_digests: %v", log)
+		}
+		delete(log, "pruned_digests")
+	}), clock)
+	if again, err := old.AppendEvents(ctx, changed); err != nil || !again[0].Pruned {
+		t.Fatalf("a changed event under an ID pruned without a digest: %+v, %v; want it answered pruned", again, err)
+	}
+	for name, digests := range map[string]map[string]any{
+		"short":      {"evt_1": "AAAA"},
+		"not pruned": {"evt_9": base64.StdEncoding.EncodeToString(make([]byte, 32))},
+	} {
+		fresh, err := memregistry.New(memregistry.Config{Now: clock.Now})
+		must(t, err)
+		raw := rewrite(func(log map[string]any) { log["pruned_digests"] = digests })
+		if err := fresh.Restore(bytes.NewReader(raw)); err == nil || !strings.Contains(err.Error(), "pruned") {
+			t.Errorf("Restore with a %s pruned digest: %v, want it refused", name, err)
+		}
 	}
 }

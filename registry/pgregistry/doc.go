@@ -221,8 +221,11 @@
 // head rows stay, so sequences go on after the deleted events (with a gap
 // where they were). A statement-level trigger on events (migration 0009,
 // running as the schema's owner) keeps the deleted events' IDs in
-// pruned_events, which AppendEvents reads with the stored events in one
-// statement, so an event pruned is not stored again. ForgetPrunedEvents
+// pruned_events, with a digest of each one's content (migration 0012's
+// event_replay_digest), which AppendEvents reads with the stored events in
+// one statement, so an event pruned is not stored again; a delivery under
+// a pruned ID is digested by the same function (one more round trip) and
+// is ErrConflict when the digests differ. ForgetPrunedEvents
 // (the same maintenance, a second horizon later) deletes the IDs of the
 // events received before its cutoff, oldest first, by the index
 // pruned_events_by_received; an event whose ID it forgot is stored again

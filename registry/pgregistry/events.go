@@ -1,6 +1,7 @@
 package pgregistry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,16 +19,25 @@ const eventColumns = `sequence, instance_id, replica_id, version_id, channel_id,
 
 // eventsByID reads the tenant's stored events with the given IDs, and
 // the ones of those IDs the log pruned (migration 0009's pruned_events,
-// with pruned_id set), in one statement: one snapshot, in which an event
+// with pruned_id set, and the digest of migration 0012, NULL for an ID
+// pruned before it), in one statement: one snapshot, in which an event
 // being pruned is either still stored or remembered as pruned.
 const eventsByID = `
-SELECT ` + eventColumns + `, NULL::text AS pruned_id
+SELECT ` + eventColumns + `, NULL::text AS pruned_id, NULL::bytea AS pruned_digest
 FROM aip_registry.events
 WHERE tenant_id = $1 AND event_id = ANY($2::text[])
 UNION ALL
-SELECT 0, '', '', '', '', NULL::jsonb, received_at_ms, event_id
+SELECT 0, '', '', '', '', NULL::jsonb, received_at_ms, event_id, digest
 FROM aip_registry.pruned_events
 WHERE tenant_id = $1 AND event_id = ANY($2::text[])`
+
+// replayDigests computes migration 0012's event_replay_digest of events
+// (their stored form) delivered on channel $1 by instance $2, in order:
+// the digests AppendEvents compares with those of pruned events.
+const replayDigests = `
+SELECT aip_registry.event_replay_digest($1, $2, n.ev::jsonb)
+FROM unnest($3::text[]) WITH ORDINALITY AS n (ev, ord)
+ORDER BY n.ord`
 
 // lockEventHead locks the tenant's head row for the rest of the
 // transaction, creating it on the tenant's first event, and returns the
@@ -58,11 +68,13 @@ LIMIT $3`
 
 // AppendEvents implements registry.EventLog. It reads the stored events
 // with the batch's IDs and the pruned ones among them (no lock), decides
-// each event (redelivery, conflict, pruned or new), and appends the new ones in one implicit transaction
-// of one round trip: lock the tenant's head row, insert the events
-// numbered after it, advance it. An event stored meanwhile by another
-// delivery breaks the unique (tenant, event ID) key; the transaction rolls
-// back and the whole append runs again, finding it.
+// each event (redelivery, conflict, pruned or new; an event under a pruned
+// ID with a digest takes one more round trip, computing its digest with
+// the function the pruning used), and appends the new ones in one implicit
+// transaction of one round trip: lock the tenant's head row, insert the
+// events numbered after it, advance it. An event stored meanwhile by
+// another delivery breaks the unique (tenant, event ID) key; the
+// transaction rolls back and the whole append runs again, finding it.
 func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]registry.StoredEvent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -83,18 +95,19 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 			return err
 		}
 		byID := make(map[string]*registry.StoredEvent, len(ids))
-		pruned := map[string]time.Time{}
+		pruned := map[string]prunedEvent{}
 		for rows.Next() {
 			var prunedID *string
+			var digest []byte
 			var seq, receivedMS int64
 			var doc []byte
 			se := &registry.StoredEvent{TenantID: b.TenantID}
-			if err := rows.Scan(&seq, &se.InstanceID, &se.ReplicaID, &se.VersionID, &se.ChannelID, &doc, &receivedMS, &prunedID); err != nil {
+			if err := rows.Scan(&seq, &se.InstanceID, &se.ReplicaID, &se.VersionID, &se.ChannelID, &doc, &receivedMS, &prunedID, &digest); err != nil {
 				rows.Close()
 				return err
 			}
 			if prunedID != nil {
-				pruned[*prunedID] = fromMS(receivedMS)
+				pruned[*prunedID] = prunedEvent{received: fromMS(receivedMS), digest: digest}
 				continue
 			}
 			if err := json.Unmarshal(doc, &se.Event); err != nil {
@@ -108,8 +121,8 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 			return err
 		}
 		out = make([]registry.StoredEvent, len(b.Events))
-		var fresh []int
-		var newIDs, docs []string
+		var fresh, checked []int
+		var newIDs, docs, checkDocs []string
 		for i := range b.Events {
 			e := &b.Events[i]
 			if s, ok := byID[e.ID]; ok {
@@ -121,19 +134,43 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 			}
 			se := registry.StoredEvent{TenantID: b.TenantID, InstanceID: b.InstanceID, ReplicaID: b.ReplicaID, VersionID: b.VersionID,
 				ChannelID: b.ChannelID, Event: registry.StoredForm(*e), ReceivedAt: received}
-			if first, ok := pruned[e.ID]; ok {
-				// Stored once and pruned since: not stored again.
-				se.Pruned, se.ReceivedAt = true, first
-				out[i] = se
-				continue
-			}
 			doc, err := json.Marshal(se.Event)
 			if err != nil {
 				return fmt.Errorf("%w: event %s: %v", registry.ErrInvalid, e.ID, err)
 			}
+			if p, ok := pruned[e.ID]; ok {
+				// Stored once and pruned since: not stored again (once
+				// its digest, when the pruning kept one, says it is the
+				// same event).
+				se.Pruned, se.ReceivedAt = true, p.received
+				out[i] = se
+				if p.digest != nil {
+					checked, checkDocs = append(checked, i), append(checkDocs, string(doc))
+				}
+				continue
+			}
 			out[i] = se
 			fresh = append(fresh, i)
 			newIDs, docs = append(newIDs, e.ID), append(docs, string(doc))
+		}
+		if len(checked) > 0 {
+			rows, err := p.conn.Query(ctx, replayDigests, b.ChannelID, b.InstanceID, checkDocs)
+			if err != nil {
+				return err
+			}
+			digests, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+			if err != nil {
+				return err
+			}
+			if len(digests) != len(checked) {
+				return fmt.Errorf("event digests: %d rows for %d events", len(digests), len(checked))
+			}
+			for n, i := range checked {
+				id := b.Events[i].ID
+				if !bytes.Equal(digests[n], pruned[id].digest) {
+					return registry.PrunedConflict(id)
+				}
+			}
 		}
 		if len(fresh) == 0 {
 			return nil
@@ -180,6 +217,13 @@ func (r *Registry) Events(ctx context.Context, tenantID string, after uint64, li
 		page.Events = []registry.StoredEvent{}
 	}
 	return page, nil
+}
+
+// prunedEvent is what pruned_events keeps of an event: when it was
+// received, and its digest (nil when it was pruned before migration 0012).
+type prunedEvent struct {
+	received time.Time
+	digest   []byte
 }
 
 func scanEvent(row pgx.CollectableRow, tenantID string) (registry.StoredEvent, error) {

@@ -48,9 +48,17 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 		return nil, err
 	}
 	r.migrations = r.migrations[:version]
-	if version < 9 {
+	switch {
+	case version < 9:
 		// Before migration 0009 there were no pruned events to read.
-		r.eventsByID = `SELECT ` + eventColumns + `, NULL::text FROM aip_registry.events WHERE tenant_id = $1 AND event_id = ANY($2::text[])`
+		r.eventsByID = `SELECT ` + eventColumns + `, NULL::text, NULL::bytea FROM aip_registry.events WHERE tenant_id = $1 AND event_id = ANY($2::text[])`
+	case version < 12:
+		// Before migration 0012 pruned events kept no digest.
+		const digest = "received_at_ms, event_id, digest"
+		if !strings.Contains(eventsByID, digest) {
+			return nil, fmt.Errorf("OpenBuild(%d): %s is no longer in %s", version, digest, eventsByID)
+		}
+		r.eventsByID = strings.Replace(eventsByID, digest, "received_at_ms, event_id, NULL::bytea", 1)
 	}
 	if control != "" {
 		if r.control, err = newPool(ctx, "control", control, r.controlMax(cfg), r.acquireTimeout); err != nil {
@@ -70,11 +78,15 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 
 // RouteStatementsOfBuild are this build's read of a route and its update
 // when a Resolve returns a held route again, as the build of schema
-// version (7, 8, 9 or 10) sent them: without the stripes of migration 0011,
-// for 7, 8 and 9 without the claim columns of migration 0010 and, for 7,
-// without the hand-out columns of migration 0008. The update takes the
-// action ID and the time.
+// version (7 to 11) sent them: as this build for 11 (migration 0012 changed
+// no route), for 10 and older without the stripes of migration 0011, for 7,
+// 8 and 9 without the claim columns of migration 0010 and, for 7, without
+// the hand-out columns of migration 0008. The update takes the action ID
+// and the time.
 func RouteStatementsOfBuild(version int) (read, again string) {
+	if version == 11 {
+		return selectRoute, markResolvedAgain
+	}
 	cut := func(sql, part string) string {
 		if !strings.Contains(sql, part) {
 			panic(fmt.Sprintf("RouteStatementsOfBuild(%d): %s is no longer in %s", version, part, sql))
@@ -89,7 +101,7 @@ func RouteStatementsOfBuild(version int) (read, again string) {
 	case 7:
 		read, again = cut(read, ", hand_out, reserved_hand_out"), cut(again, ", hand_out = hand_out + 1")
 	default:
-		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7 to 10", version))
+		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7 to 11", version))
 	}
 	return read, cut(again, ",\n\t\thand_out_claim = $3::text, claim_hand_out = hand_out + 1")
 }

@@ -39,17 +39,19 @@ func oldRolesSQL(t *testing.T) string {
 }
 
 // TestUpgradeKeepsData upgrades a database that the builds of schema
-// versions 5 to 10 populated, the documented way (deploy/postgres/roles.sql
+// versions 5 to 11 populated, the documented way (deploy/postgres/roles.sql
 // of that build, `registry migrate` as the admin role, the data role
 // serving dispatch), to this build: two migrations at once and then one
 // more change nothing but the schema (the columns migration 0008 adds hold
 // their defaults, 0009's pruned_events starts empty, the columns 0010 adds
 // are NULL, as is 0011's scope_stripes: every route's scopes are in its
-// counter_stripe), every row and every record read back is the one written,
+// counter_stripe, and 0012's digest of the IDs pruned before), every row and every record read back is the one written,
 // roles.sql run again gives the roles exactly what it documents (as on a
 // fresh install), and the new behaviour works on the old data: old events
 // are pruned by the lifecycle role and not stored again when delivered
-// again, sequences go on, reservations made before the upgrade settle (handed
+// again (a different event under the ID of one is a conflict, under an ID
+// pruned before the upgrade it is answered as stored, as before),
+// sequences go on, reservations made before the upgrade settle (handed
 // out by the older build, they carry no hand-out) and are handed out
 // again as hand-out 2, a claim of a hand-out that shared a reservation
 // made before the upgrade releases nothing, a new route's claim releases
@@ -62,7 +64,7 @@ func oldRolesSQL(t *testing.T) string {
 // fresh install of the older version has.
 func TestUpgradeKeepsData(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{5, 6, 7, 8, 9, 10} {
+	for _, from := range []int{5, 6, 7, 8, 9, 10, 11} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testUpgrade(t, from)
@@ -88,6 +90,9 @@ type upgradeWorld struct {
 const (
 	tenantA = "tenant-aa"
 	tenantB = "tenant-ab"
+	// tenantC's one event is pruned by the older build (schema 9 and
+	// later), before the upgrade (pruneBeforeUpgrade).
+	tenantC = "tenant-ac"
 )
 
 // populate writes a fleet through r (an older build): the catalog (two
@@ -355,6 +360,9 @@ func testUpgrade(t *testing.T, from int) {
 	}
 	old.Close()
 	olderSchema(t, superURL, from)
+	if from >= 9 {
+		pruneBeforeUpgrade(t, dataURL, lifecycleURL, clock, from)
+	}
 	wantRows := tableRows(t, superURL, nil)
 	oldLedger := migrationRows(t, superURL)
 	if len(oldLedger) != from {
@@ -458,6 +466,21 @@ func testUpgrade(t *testing.T, from int) {
 	if diff := cmp.Diff(w.events[tenantB][1:], tenantEvents(t, r, tenantB), sameJSON); diff != "" {
 		t.Fatalf("%s's events after pruning (-want +got):\n%s", tenantB, diff)
 	}
+	// A different event under the ID of an event stored before the
+	// upgrade and pruned after it is a conflict; under the ID the older
+	// build pruned, it is answered as stored (that ID has no digest).
+	changed := registrytest.EventBatch(tenantA, "r", "evt_a1")
+	changed.Events[0].Kind = "thing.changed"
+	if _, err := r.AppendEvents(ctx, changed); !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("a changed evt_a1, pruned after the upgrade: %v, want ErrConflict", err)
+	}
+	if from >= 9 {
+		changed := registrytest.EventBatch(tenantC, "r", "evt_c1")
+		changed.Events[0].Kind = "thing.changed"
+		if got, err := r.AppendEvents(ctx, changed); err != nil || !got[0].Pruned {
+			t.Fatalf("a changed evt_c1, pruned before the upgrade: %+v, %v; want it answered pruned", got, err)
+		}
+	}
 	// Pruned events delivered again are not stored again (evt_a1 is
 	// tenant A's, evt_b1 tenant B's, both pruned; neither tenant had the
 	// other's); new ones go on after the pruned sequences.
@@ -515,21 +538,59 @@ func testUpgrade(t *testing.T, from int) {
 }
 
 // addedColumns are the columns an upgrade from version adds, by table:
-// 0008's hand-outs, 0010's claims and 0011's scope stripes.
+// 0008's hand-outs, 0010's claims, 0011's scope stripes and 0012's
+// pruned-event digests.
 func addedColumns(from int) map[string][]string {
-	cols := []string{"scope_stripes"}
+	var cols []string
+	if from < 11 {
+		cols = append(cols, "scope_stripes")
+	}
 	if from < 10 {
 		cols = append(cols, "hand_out_claim", "claim_hand_out")
 	}
 	if from < 8 {
 		cols = append(cols, "hand_out", "reserved_hand_out")
 	}
-	return map[string][]string{"route_assignments": cols}
+	return map[string][]string{"route_assignments": cols, "pruned_events": {"digest"}}
+}
+
+// pruneBeforeUpgrade has the build of schema from (9 to 11), with the
+// data and lifecycle roles, append tenantC's event evt_c1 received an hour
+// before Epoch and prune it: its ID is remembered without a digest.
+func pruneBeforeUpgrade(t *testing.T, dataURL, lifecycleURL string, clock *registrytest.Clock, from int) {
+	t.Helper()
+	ctx := t.Context()
+	data, err := pgregistry.OpenBuild(ctx, pgregistry.Config{DataURL: dataURL, Now: clock.Now}, from)
+	must(t, err)
+	defer data.Close()
+	b := registrytest.EventBatch(tenantC, "r", "evt_c1")
+	b.ReceivedAt = registrytest.Epoch.Add(-time.Hour)
+	_, err = data.AppendEvents(ctx, b)
+	must(t, err)
+	lc, err := pgregistry.OpenBuild(ctx, pgregistry.Config{DataURL: lifecycleURL, Now: clock.Now}, from)
+	must(t, err)
+	defer lc.Close()
+	if n, err := lc.PruneEvents(ctx, registrytest.Epoch, 10); err != nil || n != 1 {
+		t.Fatalf("the build of schema %d pruning evt_c1: %d, %v; want 1", from, n, err)
+	}
 }
 
 // downgrades undo each migration from 0006 on, so that olderSchema can
 // turn a database this build populated into the one an older build left.
 var downgrades = map[int]string{
+	12: `CREATE OR REPLACE FUNCTION aip_registry.remember_pruned_events() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    INSERT INTO aip_registry.pruned_events (tenant_id, event_id, received_at_ms)
+    SELECT tenant_id, event_id, received_at_ms FROM gone
+    ON CONFLICT (tenant_id, event_id) DO UPDATE
+        SET received_at_ms = GREATEST(aip_registry.pruned_events.received_at_ms, excluded.received_at_ms);
+    RETURN NULL;
+END
+$$;
+DROP FUNCTION aip_registry.event_replay_digest(text, text, jsonb);
+DROP FUNCTION aip_registry.event_json_normal(jsonb);
+ALTER TABLE aip_registry.pruned_events DROP COLUMN digest`,
 	11: `ALTER TABLE aip_registry.route_assignments
     DROP CONSTRAINT route_assignments_released_stripes,
     DROP CONSTRAINT route_assignments_counter_stripe,
@@ -718,10 +779,11 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 }
 
 // TestMigrateUnderOlderBuildTraffic: the builds of schema versions 7 to
-// 10 keep reading and handing out routes, appending and reading events and
+// 11 keep reading and handing out routes, appending and reading events and
 // paging the catalog while this build migrates their database (migration
 // 0008 adds route_assignments' hand-out columns, 0010 its claim columns,
-// 0011 its scope stripes):
+// 0011 its scope stripes, 0012 pruned_events' digests and the trigger that
+// fills them):
 // no call fails, and every tenant's event sequences stay gapless. This
 // build routes only on a schema with those columns, so the older build's
 // route traffic is its statements (RouteStatementsOfBuild) on a pool of
@@ -729,7 +791,7 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 // before the migration.
 func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{7, 8, 9, 10} {
+	for _, from := range []int{7, 8, 9, 10, 11} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testMigrateUnderTraffic(t, from)

@@ -27,6 +27,7 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("ConcurrentRedelivery", func(t *testing.T) { testEventConcurrentRedelivery(t, nb) })
 	t.Run("Prune", func(t *testing.T) { testEventPrune(t, nb) })
 	t.Run("ForgetPruned", func(t *testing.T) { testEventForgetPruned(t, nb) })
+	t.Run("PrunedConflict", func(t *testing.T) { testEventPrunedConflict(t, nb) })
 }
 
 // newPrunerFx is a fixture whose backend must prune events.
@@ -117,11 +118,10 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 	}
 	// A pruned event delivered again (by another replica, much later) is
 	// not stored again: it counts as stored and comes back Pruned, with
-	// the time it was first received; its content is gone, so a changed
-	// event under a pruned ID is no conflict. The batch's new events are
+	// the time it was first received (PrunedConflict: a different event
+	// under a pruned ID is a conflict). The batch's new events are
 	// stored.
 	b := receivedAt(EventBatch("ta", "r9", "a1", "a5", "a2"), 21*time.Minute)
-	b.Events[2].Kind = "thing.changed"
 	again := f.appendEvents(b)
 	for i, w := range []struct {
 		pruned bool
@@ -248,6 +248,63 @@ func testEventForgetPruned(t *testing.T, nb NewBackend) {
 	kept := f.appendEvents(receivedAt(EventBatch("ta", "r1", "a3"), time.Hour))
 	if kept[0].Pruned || kept[0].Sequence != 6 {
 		f.t.Fatalf("a3 delivered after every ID was forgotten: %+v, want it stored as sequence 6", kept[0])
+	}
+}
+
+// testEventPrunedConflict: an event delivered under the ID of an event
+// the log pruned is a conflict when it is no redelivery of the pruned
+// event, as it is while the event is stored (the backend keeps a digest
+// of the pruned event's content, registry.RedeliveryDigest): ErrConflict
+// naming the event, and nothing of the batch is stored. A redelivery —
+// from another replica, version and lease, with its data's keys in
+// another order and numbers in another form — comes back Pruned.
+func testEventPrunedConflict(t *testing.T, nb NewBackend) {
+	f, p := newPrunerFx(t, nb)
+	f.appendEvents(receivedAt(EventBatch("tenant-1", "a", "evt_1"), time.Minute))
+	if n, err := p.PruneEvents(f.ctx, Epoch.Add(time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("PruneEvents = %d, %v; want 1", n, err)
+	}
+	for _, c := range eventChanges {
+		t.Run(c.name, func(t *testing.T) {
+			f.t = t
+			b := receivedAt(EventBatch("tenant-1", "b", "evt_new", "evt_1"), 2*time.Hour)
+			c.change(&b)
+			_, err := f.events().AppendEvents(f.ctx, b)
+			f.wantErr(err, registry.ErrConflict, "a pruned event ID reused for a different "+c.name)
+			var fe *registry.FieldError
+			if !errors.As(err, &fe) || fe.ID != "evt_1" {
+				t.Fatalf("the conflict %v does not name event evt_1", err)
+			}
+			if n := len(f.eventLog("tenant-1")); n != 0 {
+				t.Fatalf("a conflicting batch stored %d events", n)
+			}
+		})
+	}
+	f.t = t
+	again := receivedAt(EventBatch("tenant-1", "b", "evt_new", "evt_1"), 2*time.Hour)
+	again.VersionID, again.LeaseSequence = "cver_2", 99
+	again.Events[1].OccurredAt = aip.Timestamp{Time: again.Events[1].OccurredAt.Add(400 * time.Microsecond)}
+	again.Events[1].Data = json.RawMessage(`{"tags":["a","b"],"n":15e-1,"id":"evt_1","aip_connector":{"lease_sequence":99,"version_id":"cver_2","replica_id":"crep_b","channel_id":"webhooks","instance_id":"cinst_tenant-1"}}`)
+	got := f.appendEvents(again)
+	if got[0].Pruned || got[0].Sequence != 2 || !got[1].Pruned || !got[1].ReceivedAt.Equal(Epoch.Add(time.Minute)) {
+		t.Fatalf("a new event and a redelivery of a pruned one: %+v; want the new one stored as sequence 2, the other Pruned", got)
+	}
+	// The pruned event's digest outlives another prune of the tenant's
+	// log, and goes with ForgetPrunedEvents: the ID is then unknown and
+	// a different event under it is stored.
+	if n, err := p.PruneEvents(f.ctx, Epoch.Add(3*time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("PruneEvents = %d, %v; want 1 (evt_new)", n, err)
+	}
+	changed := receivedAt(EventBatch("tenant-1", "a", "evt_1"), 3*time.Hour)
+	changed.Events[0].Kind = "thing.changed"
+	if _, err := f.events().AppendEvents(f.ctx, changed); !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("a changed evt_1 after a second prune: %v, want ErrConflict", err)
+	}
+	if n, err := p.ForgetPrunedEvents(f.ctx, Epoch.Add(30*time.Minute), 10); err != nil || n != 1 {
+		t.Fatalf("ForgetPrunedEvents = %d, %v; want 1 (evt_1)", n, err)
+	}
+	if got := f.appendEvents(changed); got[0].Pruned || got[0].Sequence != 3 {
+		t.Fatalf("a changed evt_1 after its ID was forgotten: %+v, want it stored as sequence 3", got[0])
 	}
 }
 
@@ -455,31 +512,36 @@ func testEventRedelivery(t *testing.T, nb NewBackend) {
 	}
 }
 
+// eventChanges change the second event of EventBatch("tenant-1", "b",
+// "evt_new", "evt_1") so that it is no redelivery of
+// EventBatch("tenant-1", "a", "evt_1")'s event, each in the field named.
+var eventChanges = []struct {
+	name, field string
+	change      func(b *registry.EventBatch)
+}{
+	{"kind", "kind", func(b *registry.EventBatch) { b.Events[1].Kind = "other.thing" }},
+	{"occurred_at", "occurred_at", func(b *registry.EventBatch) { b.Events[1].OccurredAt = aip.At(Epoch) }},
+	{"session", "session_id", func(b *registry.EventBatch) { b.Events[1].SessionID = "sess-2" }},
+	{"action", "action_id", func(b *registry.EventBatch) { b.Events[1].ActionID = "act-2" }},
+	{"correlation", "correlation_id", func(b *registry.EventBatch) { b.Events[1].CorrelationID = "corr-2" }},
+	{"data", "data", func(b *registry.EventBatch) {
+		b.Events[1].Data = eventData(b, map[string]any{"id": "evt_1", "n": 2, "tags": []string{"a", "b"}})
+	}},
+	{"data string for number", "data", func(b *registry.EventBatch) {
+		b.Events[1].Data = eventData(b, map[string]any{"id": "evt_1", "n": "1.5", "tags": []string{"a", "b"}})
+	}},
+	{"provenance instance", "data", func(b *registry.EventBatch) {
+		b.Events[1].Data = json.RawMessage(strings.Replace(string(b.Events[1].Data), `"instance_id":"cinst_tenant-1"`, `"instance_id":"cinst_x"`, 1))
+	}},
+	{"channel", "channel_id", func(b *registry.EventBatch) { b.ChannelID = "other" }},
+	{"instance", "instance_id", func(b *registry.EventBatch) { b.InstanceID = "cinst_other" }},
+}
+
 func testEventConflict(t *testing.T, nb NewBackend) {
 	f := newFx(t, nb)
 	base := EventBatch("tenant-1", "a", "evt_1")
 	f.appendEvents(base)
-	for _, c := range []struct {
-		name, field string
-		change      func(b *registry.EventBatch)
-	}{
-		{"kind", "kind", func(b *registry.EventBatch) { b.Events[1].Kind = "other.thing" }},
-		{"occurred_at", "occurred_at", func(b *registry.EventBatch) { b.Events[1].OccurredAt = aip.At(Epoch) }},
-		{"session", "session_id", func(b *registry.EventBatch) { b.Events[1].SessionID = "sess-2" }},
-		{"action", "action_id", func(b *registry.EventBatch) { b.Events[1].ActionID = "act-2" }},
-		{"correlation", "correlation_id", func(b *registry.EventBatch) { b.Events[1].CorrelationID = "corr-2" }},
-		{"data", "data", func(b *registry.EventBatch) {
-			b.Events[1].Data = eventData(b, map[string]any{"id": "evt_1", "n": 2, "tags": []string{"a", "b"}})
-		}},
-		{"data string for number", "data", func(b *registry.EventBatch) {
-			b.Events[1].Data = eventData(b, map[string]any{"id": "evt_1", "n": "1.5", "tags": []string{"a", "b"}})
-		}},
-		{"provenance instance", "data", func(b *registry.EventBatch) {
-			b.Events[1].Data = json.RawMessage(strings.Replace(string(b.Events[1].Data), `"instance_id":"cinst_tenant-1"`, `"instance_id":"cinst_x"`, 1))
-		}},
-		{"channel", "channel_id", func(b *registry.EventBatch) { b.ChannelID = "other" }},
-		{"instance", "instance_id", func(b *registry.EventBatch) { b.InstanceID = "cinst_other" }},
-	} {
+	for _, c := range eventChanges {
 		t.Run(c.name, func(t *testing.T) {
 			f.t = t
 			// A new event first, then the conflicting one: nothing is stored.
