@@ -61,3 +61,21 @@ const (
 	CodeEventCapacity            = "connector_event.capacity"
 	CodeEventIdempotencyConflict = "connector_event.idempotency_conflict"
 )
+
+// EventRefusalDetails are the details of a connector_event.unavailable
+// refusal whose cause the sender can act on at once. It is an aipfleet
+// extension: the code, category and retry hint are upstream's, and a
+// sender that ignores the details retries as upstream's does.
+type EventRefusalDetails struct {
+	// Reason is EventReasonStaleLeaseSequence.
+	Reason string `json:"reason"`
+	// LeaseSequence is the replica's lease sequence in the registry when
+	// the delivery was checked.
+	LeaseSequence uint64 `json:"lease_sequence,omitempty"`
+}
+
+// EventReasonStaleLeaseSequence: the delivery's lease_sequence is not the
+// replica's current one (a heartbeat renewed the lease after the delivery
+// was signed). A host that holds a newer lease signs the delivery again
+// with it and sends it at once.
+const EventReasonStaleLeaseSequence = "stale_lease_sequence"

@@ -21,7 +21,9 @@ import (
 // Event delivery (Config.EventEndpoint): a loop claims due outbox batches,
 // sends each as a signed aip.discovery.v1.event_stream_response envelope to
 // the dispatcher's connector-event ingress, acks it once the dispatcher's
-// signed answer verifies, and reschedules it with backoff otherwise. A batch
+// signed answer verifies, and reschedules it with backoff otherwise (but a
+// delivery refused only because a heartbeat renewed the lease after it was
+// signed is signed again and sent at once, once: sendPart). A batch
 // of several events the dispatcher refuses for its content is split in two
 // (splitBatch) so one bad event does not hold its batch-mates back; a batch
 // of one event refused for its content stays in the outbox, retried every
@@ -151,6 +153,9 @@ type deliveryFailure struct {
 	category   aip.ErrorCategory
 	message    string
 	retryAfter time.Duration
+	// staleLease marks a refusal because the delivery's lease_sequence is
+	// not the replica's current one (aip.EventReasonStaleLeaseSequence).
+	staleLease bool
 	err        error
 }
 
@@ -432,8 +437,33 @@ func (d *eventDelivery) send(ctx context.Context, e journal.OutboxEntry) error {
 	return d.sendPart(ctx, e.ChannelID, part)
 }
 
-// sendPart posts one signed delivery and verifies the dispatcher's answer.
+// sendPart posts one delivery signed with the host's lease sequence. A
+// heartbeat may renew the lease between the signing and the dispatcher's
+// check, which must find the sequence current: when the dispatcher refuses
+// the delivery for a stale sequence (aip.EventReasonStaleLeaseSequence)
+// and the host holds a newer valid lease by then, the delivery is signed
+// again with it and sent at once, once; otherwise (or if that is refused
+// too) the refusal goes to deliver, which retries the batch with backoff.
 func (d *eventDelivery) sendPart(ctx context.Context, channelID string, events []aip.Event) error {
+	h := d.h
+	seq, _ := h.lease.get()
+	err := d.post(ctx, channelID, events, seq)
+	var f *deliveryFailure
+	if !errors.As(err, &f) || !f.staleLease {
+		return err
+	}
+	current, _ := h.lease.get()
+	if current == seq || !h.lease.valid(h.cfg.Now()) {
+		return err
+	}
+	h.log.Debug("the dispatcher refused an event delivery for a lease sequence renewed since it was signed; sending it again with the current one",
+		"channel_id", channelID, "signed_sequence", seq, "sequence", current)
+	return d.post(ctx, channelID, events, current)
+}
+
+// post posts one delivery signed with lease sequence seq and verifies the
+// dispatcher's answer.
+func (d *eventDelivery) post(ctx context.Context, channelID string, events []aip.Event, seq uint64) error {
 	h := d.h
 	c := &h.cfg
 	env, err := aip.NewEnvelope(c.Now(), aip.Body{EventStream: &aip.EventStream{Events: events}})
@@ -443,7 +473,6 @@ func (d *eventDelivery) sendPart(ctx context.Context, channelID string, events [
 	from := h.principal
 	env.From = &from
 	env.To = &aip.Principal{ID: c.GatewayPrincipalID, Kind: aip.PrincipalService, TrustDomain: c.TrustDomain, DID: h.gatewayDID}
-	seq, _ := h.lease.get()
 	if err := env.SetSecurity(aip.SecurityConnectorEvent, aip.ConnectorEvent{
 		TenantID: c.TenantID, InstanceID: c.InstanceID, ReplicaID: c.ReplicaID, VersionID: c.VersionID,
 		ManifestDigest: h.manifestDigest, LeaseSequence: seq, ChannelID: channelID,
@@ -503,6 +532,10 @@ func (d *eventDelivery) sendPart(ctx context.Context, channelID string, events [
 		f.permanent = permanentEventCode(pe.Error.Code) || (pe.Error.Retryable != nil && !*pe.Error.Retryable && pe.Error.Category != aip.CategoryTemporary)
 		if pe.Error.RetryAfterMS != nil {
 			f.retryAfter = time.Duration(*pe.Error.RetryAfterMS) * time.Millisecond
+		}
+		var details aip.EventRefusalDetails
+		if pe.Error.Code == aip.CodeEventUnavailable && len(pe.Error.Details) > 0 && json.Unmarshal(pe.Error.Details, &details) == nil {
+			f.staleLease = details.Reason == aip.EventReasonStaleLeaseSequence
 		}
 		return f
 	}

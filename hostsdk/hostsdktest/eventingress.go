@@ -2,6 +2,7 @@ package hostsdktest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -53,7 +54,8 @@ type Delivery struct {
 // dispatcher, sent_at freshness, security.connector_event matching the
 // provisioned identity, the replica ready or draining with an unexpired
 // lease and the delivery's lease_sequence equal to its health revision
-// (else a temporary connector_event.unavailable), 1 to
+// (else a temporary connector_event.unavailable with
+// aip.EventReasonStaleLeaseSequence in its details, as the dispatcher), 1 to
 // aip.MaxEventsPerDelivery events with evt_ IDs and kinds. It stores the
 // events (idempotently by ID) and answers a signed event_stream with the
 // dispatcher's key, in response to the delivery; refusals are signed AIP
@@ -329,7 +331,13 @@ func (in *EventIngress) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ce.LeaseSequence != st.HealthRevision || ce.LeaseSequence <= in.staleFloor {
-		refuse(aip.CodeEventUnavailable, "lease_sequence %d is not the registry's %d; retry with the current sequence", ce.LeaseSequence, st.HealthRevision)
+		// As the dispatcher, with details naming the cause.
+		rec.Code = aip.CodeEventUnavailable
+		status, cat, retryable, after := eventErrorStatus(rec.Code)
+		pe := aip.NewProtocolError(rec.Code, cat, retryable, after,
+			fmt.Sprintf("lease_sequence %d is not the registry's %d; retry with the current sequence", ce.LeaseSequence, st.HealthRevision))
+		pe.Details, _ = json.Marshal(aip.EventRefusalDetails{Reason: aip.EventReasonStaleLeaseSequence, LeaseSequence: st.HealthRevision})
+		answer(status, aip.Body{Error: &aip.ErrorBody{Error: *pe}})
 		return
 	}
 	if ce.ChannelID == "" {

@@ -110,6 +110,9 @@ type eventRefusal struct {
 	code     string
 	msg      string
 	peerBusy bool
+	// details, when set, are the error's details
+	// (aip.EventRefusalDetails).
+	details *aip.EventRefusalDetails
 }
 
 func refuseEvent(status int, code, format string, args ...any) *eventRefusal {
@@ -146,6 +149,9 @@ func (r *eventRefusal) protocolError() *aip.ProtocolError {
 		pe = aip.NewProtocolError(r.code, aip.CategoryPermanent, false, 0, aip.TruncateUTF8(r.msg, aip.MaxErrorMessageBytes))
 	}
 	pe.Source = errorSource
+	if r.details != nil {
+		pe.Details, _ = json.Marshal(r.details)
+	}
 	return pe
 }
 
@@ -382,7 +388,11 @@ func (d *Dispatcher) verifyDelivery(ctx context.Context, raw []byte, dl *deliver
 	case !rep.LeaseValid(d.cfg.Now()):
 		return unavailableEvent("replica %s's lease expired at %s; deliver once it is renewed", rep.ID, aip.At(rep.LeaseExpiresAt))
 	case rep.HealthRevision != ce.LeaseSequence:
-		return unavailableEvent("lease_sequence %d is not replica %s's current lease sequence; deliver again with the current one", ce.LeaseSequence, rep.ID)
+		// The check stays exact (reference §7.4); the details tell the
+		// host it may sign again with a newer lease at once.
+		ref := unavailableEvent("lease_sequence %d is not replica %s's current lease sequence; deliver again with the current one", ce.LeaseSequence, rep.ID)
+		ref.details = &aip.EventRefusalDetails{Reason: aip.EventReasonStaleLeaseSequence, LeaseSequence: rep.HealthRevision}
+		return ref
 	}
 	ver, err := d.deps.Records.ConnectorVersion(rctx, rep.VersionID)
 	if errors.Is(err, registry.ErrNotFound) {

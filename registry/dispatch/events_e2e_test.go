@@ -1,12 +1,16 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,10 +47,23 @@ func (c eventsConnector) RunEvents(ctx context.Context, p *hostsdk.EventPublishe
 	return nil
 }
 
-// A real host delivers what its connector publishes to the dispatcher's
-// ingress: the events land in the tenant's log, stamped with the replica,
-// and the host's outbox empties.
-func TestConnectorEventsFromRealHost(t *testing.T) {
+// realEventHost is a real host delivering events to a real dispatcher over
+// loopback, with the replica registered in the dispatcher's registry (a
+// memregistry) at the lease sequence the host's control plane granted.
+type realEventHost struct {
+	reg   *memregistry.Registry
+	cfg   hostsdk.Config
+	h     *hostsdk.Host
+	cp    *hostsdktest.ControlPlane
+	state hostsdktest.ReplicaState
+	rep   registry.ConnectorReplica
+	pub   *hostsdk.EventPublisher
+}
+
+// newRealEventHost starts it; edit, when set, changes the host's
+// configuration before it starts.
+func newRealEventHost(t *testing.T, edit func(*hostsdk.Config)) *realEventHost {
+	t.Helper()
 	ctx := t.Context()
 	key, _ := aip.GenerateSigningKey()
 	iss, _ := aip.GenerateSigningKey()
@@ -63,6 +80,9 @@ func TestConnectorEventsFromRealHost(t *testing.T) {
 	fake := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{PrincipalID: gatewayID, TrustDomain: hostsdktest.TrustDomain, Key: key})
 	cfg := hostsdktest.HostConfig(t, cp, fake, nil)
 	cfg.EventEndpoint = srv.URL + aip.EventsPath
+	if edit != nil {
+		edit(&cfg)
+	}
 
 	m := *eventsManifest()
 	m.Agent.TrustDomain = hostsdktest.TrustDomain
@@ -82,12 +102,13 @@ func TestConnectorEventsFromRealHost(t *testing.T) {
 		t.Fatal("the host did not register")
 	}
 	p := h.Principal()
-	must(t, reg.PutReplica(ctx, registry.ConnectorReplica{
+	rep := registry.ConnectorReplica{
 		ID: cfg.ReplicaID, InstanceID: cfg.InstanceID, VersionID: cfg.VersionID, Endpoint: cfg.PublicEndpoint,
 		PeerPrincipalID: p.ID, PeerPrincipalKind: p.Kind, PeerDID: h.DID(), TrustDomain: hostsdktest.TrustDomain,
 		TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(), Status: aip.ReplicaReady,
 		LeaseExpiresAt: time.Now().Add(time.Hour), Capacity: 4, HealthRevision: state.HealthRevision,
-	}))
+	}
+	must(t, reg.PutReplica(ctx, rep))
 
 	var pub *hostsdk.EventPublisher
 	select {
@@ -95,6 +116,27 @@ func TestConnectorEventsFromRealHost(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the host did not start the connector's event source")
 	}
+	return &realEventHost{reg: reg, cfg: cfg, h: h, cp: cp, state: state, rep: rep, pub: pub}
+}
+
+// metrics returns the host's /metrics text.
+func (x *realEventHost) metrics() string {
+	resp, err := http.Get("http://" + x.cfg.Bind + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// A real host delivers what its connector publishes to the dispatcher's
+// ingress: the events land in the tenant's log, stamped with the replica,
+// and the host's outbox empties.
+func TestConnectorEventsFromRealHost(t *testing.T) {
+	ctx := t.Context()
+	x := newRealEventHost(t, nil)
+	reg, cfg, state, pub := x.reg, x.cfg, x.state, x.pub
 	e := aip.Event{ID: aip.NewID(aip.PrefixEvent), Kind: "conversation.created", Data: json.RawMessage(`{"conversation":7}`)}
 	if _, err := pub.Publish(ctx, channel, e); err != nil {
 		t.Fatal(err)
@@ -114,12 +156,126 @@ func TestConnectorEventsFromRealHost(t *testing.T) {
 	}
 	// The host acks the batch once the dispatcher's signed answer verifies.
 	eventually(t, "the host to count the batch delivered", func() bool {
-		resp, err := http.Get("http://" + cfg.Bind + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(body), hostsdk.MetricEventsDelivered+" 1")
+		return strings.Contains(x.metrics(), hostsdk.MetricEventsDelivered+" 1")
 	})
+}
+
+// renewingTransport carries a host's event deliveries to the dispatcher.
+// Before it forwards one it calls renew with the lease sequence the
+// delivery was signed with and whether it is the first: for the first,
+// the lease is renewed between the signing and the dispatcher's check. It
+// records the sequence of every delivery.
+type renewingTransport struct {
+	base  http.RoundTripper
+	renew func(ctx context.Context, signed uint64, first bool) error
+	mu    sync.Mutex
+	sent  []uint64
+}
+
+func (rt *renewingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var env struct {
+		Security map[string]json.RawMessage `json:"security"`
+	}
+	var ce aip.ConnectorEvent
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(env.Security[aip.SecurityConnectorEvent], &ce); err != nil {
+		return nil, err
+	}
+	rt.mu.Lock()
+	first := len(rt.sent) == 0
+	rt.sent = append(rt.sent, ce.LeaseSequence)
+	rt.mu.Unlock()
+	if err := rt.renew(req.Context(), ce.LeaseSequence, first); err != nil {
+		return nil, err
+	}
+	out := req.Clone(req.Context())
+	out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return rt.base.RoundTrip(out)
+}
+
+func (rt *renewingTransport) sequences() []uint64 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Clone(rt.sent)
+}
+
+// A delivery signed just before a heartbeat renewed the lease reaches the
+// dispatcher with a lease sequence that is no longer current: the
+// dispatcher refuses it (the check stays exact) with details saying so,
+// and the host signs it again with its renewed lease and sends it at
+// once. The batch is stored without a failed delivery and without
+// waiting for the retry backoff.
+func TestConnectorEventsStaleLeaseSequenceResentAtOnce(t *testing.T) {
+	ctx := t.Context()
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	rt := &renewingTransport{base: base}
+	x := newRealEventHost(t, func(cfg *hostsdk.Config) {
+		cfg.EventTransport = rt
+		cfg.HeartbeatInterval = 2 * time.Second
+	})
+	var renewedTo uint64
+	rt.renew = func(ctx context.Context, signed uint64, first bool) error {
+		// Before the first delivery, wait for the host's next heartbeat;
+		// before every delivery, record the host's lease sequence in the
+		// dispatcher's registry, as the control plane does on a renewal.
+		for {
+			resp, err := http.Get("http://" + x.cfg.Bind + hostsdk.PathReady)
+			if err != nil {
+				return err
+			}
+			var doc hostsdk.ReadyDocument
+			err = json.NewDecoder(resp.Body).Decode(&doc)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if doc.Lease != nil && (doc.Lease.Sequence > signed || !first) {
+				if first {
+					renewedTo = doc.Lease.Sequence
+				}
+				rep := x.rep
+				rep.HealthRevision = doc.Lease.Sequence
+				return x.reg.PutReplica(context.WithoutCancel(ctx), rep)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("no heartbeat renewed lease %d: %w", signed, ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+
+	e := aip.Event{ID: aip.NewID(aip.PrefixEvent), Kind: "conversation.created", Data: json.RawMessage(`{"conversation":8}`)}
+	if _, err := x.pub.Publish(ctx, channel, e); err != nil {
+		t.Fatal(err)
+	}
+	var log []registry.StoredEvent
+	eventually(t, "the event in the tenant's log", func() bool {
+		page, err := x.reg.Events(ctx, x.cfg.TenantID, 0, 10)
+		must(t, err)
+		log = page.Events
+		return len(log) > 0
+	})
+	eventually(t, "the host to count the batch delivered", func() bool {
+		return strings.Contains(x.metrics(), hostsdk.MetricEventsDelivered+" 1")
+	})
+	if got, want := rt.sequences(), []uint64{x.state.HealthRevision, renewedTo}; !slices.Equal(got, want) {
+		t.Errorf("deliveries signed with lease sequences %v, want %v (the stale one, then at once the renewed one)", got, want)
+	}
+	for _, l := range strings.Split(x.metrics(), "\n") {
+		if strings.HasPrefix(l, hostsdk.MetricEventDeliveryFailures+"{") && !strings.HasSuffix(l, " 0") {
+			t.Errorf("the host counted a failed delivery (%s); the stale sequence should have been replaced at once", l)
+		}
+	}
+	if s := stampOf(t, log[0].Event); len(log) != 1 || log[0].Event.ID != e.ID || s.LeaseSequence != renewedTo {
+		t.Errorf("log %+v, want event %s stamped with the renewed lease sequence %d", log, e.ID, renewedTo)
+	}
 }
