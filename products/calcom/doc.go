@@ -98,7 +98,10 @@
 // adapter renames them to the provider's query parameters and body fields
 // and sends list filters comma-separated (so a list item holding a comma,
 // which Cal.diy would read as two, is refused as input_invalid and
-// nothing is sent). The output is the provider's
+// nothing is sent). An integer input spelled as another number (42.0,
+// 4.2e1, which the schema's "integer" accepts) is sent as the integer
+// (42): Cal.diy refuses a path ID "42.0" and reads some query parameters
+// with parseInt, to which "4.2e1" is 4. The output is the provider's
 // JSON answer as sent ({"status":"success","data":...}, with pagination on
 // lists), except that webhook signing secrets are left out (see Webhook
 // subscriptions). Upstream marks Cal.diy's mutations requires_human_approval; this

@@ -1,6 +1,7 @@
 package calcom
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
 // CapabilityPrefix begins every capability ID: "cap:cal_diy:<suffix>".
@@ -926,11 +928,16 @@ type request struct {
 	body  map[string]any // nil: no body
 }
 
-// build maps a validated input to the provider call.
+// build maps a validated input to the provider call. Integers spelled
+// as other numbers (42.0, 4.2e1: the schema's "integer" accepts them, and
+// the host passes an input on in canonical JSON, which writes 4.2e1 as
+// 42.0) are read as the integers they are (provider.IntegralNumbers):
+// Cal.diy refuses a path ID "42.0", and reads some query parameters with
+// parseInt, to which "4.2e1" is 4.
 func (o *operation) build(input json.RawMessage) (*request, error) {
 	in := map[string]any{}
 	if len(input) > 0 && string(input) != "null" {
-		d := json.NewDecoder(strings.NewReader(string(input)))
+		d := json.NewDecoder(bytes.NewReader(provider.IntegralNumbers(input)))
 		d.UseNumber()
 		if err := d.Decode(&in); err != nil {
 			return nil, fmt.Errorf("calcom: %s input: %w", o.ID(), err)
