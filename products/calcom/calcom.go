@@ -175,6 +175,13 @@ func New(cfg Config) (*Connector, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	token := cfg.Token
+	// The signing secrets webhook creates and updates send in their
+	// bodies are credentials too: an error quoting an echoed body
+	// redacts them like the API key.
+	secrets := make([]provider.Secret, 0, len(cfg.WebhookSecrets))
+	for _, s := range cfg.WebhookSecrets {
+		secrets = append(secrets, s)
+	}
 	client, err := provider.New(provider.Config{
 		Product:          "cal-diy",
 		BaseURL:          cfg.BaseURL,
@@ -182,6 +189,7 @@ func New(cfg Config) (*Connector, error) {
 		Timeout:          30 * time.Second,
 		UserAgent:        "aipfleet-cal-diy",
 		Auth:             func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token.Reveal()) },
+		Secrets:          secrets,
 		Transport:        cfg.Transport,
 	})
 	if err != nil {

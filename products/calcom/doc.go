@@ -138,7 +138,9 @@
 // (--cal-diy-webhook-secret-files) it sends it as the webhook's secret,
 // so deliveries verify at POST /webhooks/cal-diy/{subscription_id};
 // otherwise none is sent. Every webhook.* and event_type.webhook.* output
-// leaves out the secret member of the webhook(s) Cal.diy returns.
+// leaves out the secret member of the webhook(s) Cal.diy returns, and an
+// error quoting provider text (an error body, a status-error envelope)
+// shows every configured signing secret as [redacted], like the API key.
 //
 // # Settings
 //

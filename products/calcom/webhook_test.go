@@ -311,3 +311,50 @@ func TestWebhookReplayOfFutureCreatedAt(t *testing.T) {
 		t.Fatalf("the same delivery %s after it was received: %d %v, want a duplicate", WebhookMaxAge+WebhookMaxSkew/2, a.status, a.body)
 	}
 }
+
+// The signing secret webhook creates and updates send is a credential
+// like the API key: when Cal.diy or a proxy echoes the request body in an
+// error, the action's error (a failed result, or the outcome_unknown
+// record) quotes it as [redacted].
+func TestEchoedWebhookSecretIsRedacted(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
+		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
+		c.SubscriberPrefixes = []string{subscriberPrefix}
+	}), nil)
+	echo := `{"status":"error","error":{"code":"BadRequestException","message":"refused body {\"secret\":\"` + testSecret + `\"}"}}`
+	create := `{"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED"],"active":true}`
+	for _, tc := range []struct {
+		name, route, suffix, input string
+		a                          answer
+	}{
+		{"400", "POST /v2/webhooks", "webhook.create", create, answer{400, echo, false}},
+		{"2xx status error", "PATCH /v2/event-types/11/webhooks/wh_1", "event_type.webhook.update",
+			`{"event_type_id":11,"webhook_id":"wh_1","subscriber_url":"` + subscriberPrefix + testSub + `"}`, answer{200, echo, false}},
+		{"502", "POST /v2/event-types/11/webhooks", "event_type.webhook.create",
+			`{"event_type_id":11,"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED"],"active":true}`,
+			answer{502, echo, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock.set(tc.route, tc.a)
+			a, resp := h.act(t, tc.suffix, tc.input)
+			reqs := mock.requests()
+			if sent := reqs[len(reqs)-1]; !bytes.Contains(sent.Body, []byte(testSecret)) {
+				t.Fatalf("the request did not carry the signing secret: %s", sent.Body)
+			}
+			st, _, err := h.Dispatcher.Status(hostsdktest.Context(t), h.Target, a.ID, a.CapabilityID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recorded, _ := json.Marshal(st)
+			for what, text := range map[string][]byte{"answer": resp.Raw, "status": recorded} {
+				if bytes.Contains(text, []byte(testSecret[:12])) {
+					t.Errorf("the %s quotes the signing secret: %s", what, text)
+				}
+			}
+			if !bytes.Contains(append(resp.Raw, recorded...), []byte("[redacted]")) {
+				t.Errorf("neither the answer nor the status quotes the echoed secret as [redacted]: %s %s", resp.Raw, recorded)
+			}
+		})
+	}
+}

@@ -5,7 +5,10 @@
 // location), accepts plain http only for loopback origins unless the
 // adapter allows it explicitly, reads at most MaxResponseBytes of a
 // response, and sends credentials only through the Auth function it is
-// given. Secrets are held as Secret, which never prints. It never lets
+// given (Config.Secrets names the others an adapter puts in a request,
+// such as a webhook signing secret in a body). Every credential it knows
+// of is redacted from the provider text its errors quote. Secrets are
+// held as Secret, which never prints. It never lets
 // net/http resend a request whose method may change the provider (see
 // neverResent): net/http would, after a dropped keep-alive connection, for
 // any request carrying an Idempotency-Key header.
@@ -150,6 +153,11 @@ type Config struct {
 	UserAgent string
 	// Auth adds the credentials to a request.
 	Auth func(*http.Request)
+	// Secrets are credentials the client may send other than through
+	// Auth (a webhook signing secret in a request body): like Auth's,
+	// they are redacted from every error message (values shorter than 4
+	// bytes are left out, as for Auth).
+	Secrets []Secret
 	// Transport is the round tripper (nil: a clone of
 	// http.DefaultTransport).
 	Transport http.RoundTripper
@@ -159,8 +167,9 @@ type Config struct {
 type Client struct {
 	cfg  Config
 	http *http.Client
-	// creds are the values Auth sends, redacted from error messages (a
-	// provider or a proxy may echo them in an error body).
+	// creds are the values Auth sends and Config.Secrets, redacted from
+	// error messages (a provider or a proxy may echo them in an error
+	// body), longest first.
 	creds []string
 }
 
@@ -179,7 +188,7 @@ func New(cfg Config) (*Client, error) {
 	if rt == nil {
 		rt = http.DefaultTransport.(*http.Transport).Clone()
 	}
-	return &Client{cfg: cfg, creds: credentials(cfg.Auth), http: &http.Client{
+	return &Client{cfg: cfg, creds: credentials(cfg.Auth, cfg.Secrets), http: &http.Client{
 		Transport: rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse

@@ -10,21 +10,26 @@ import (
 
 // credentials returns the values Auth puts in a request (header values
 // and, for "<scheme> <token>" values such as "Bearer <key>", the token
-// alone), longest first, so that an answer echoing one of them can be
-// redacted. Values shorter than 4 bytes are left out: redacting them would
-// garble messages and hide nothing.
-func credentials(auth func(*http.Request)) []string {
-	if auth == nil {
-		return nil
-	}
-	r := &http.Request{Header: http.Header{}, URL: &url.URL{}}
-	auth(r)
+// alone) and the other secrets the client sends, longest first, so that
+// an answer echoing one of them can be redacted. Values shorter than 4
+// bytes are left out: redacting them would garble messages and hide
+// nothing.
+func credentials(auth func(*http.Request), secrets []Secret) []string {
 	var out []string
 	add := func(s string) {
 		if len(s) >= 4 {
 			out = append(out, s)
 		}
 	}
+	for _, s := range secrets {
+		add(s.Reveal())
+	}
+	if auth == nil {
+		slices.SortFunc(out, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+		return out
+	}
+	r := &http.Request{Header: http.Header{}, URL: &url.URL{}}
+	auth(r)
 	for _, vs := range r.Header {
 		for _, v := range vs {
 			add(v)

@@ -3,6 +3,7 @@ package provider
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -49,6 +50,43 @@ func TestEchoedCredentialsAreRedacted(t *testing.T) {
 	check("redirect", err)
 }
 
+// A secret the client sends other than through Auth (Config.Secrets: a
+// webhook signing secret in a request body) is redacted like Auth's
+// credentials when the provider or a proxy echoes the request in an error
+// body, at the clip too.
+func TestConfigSecretsAreRedacted(t *testing.T) {
+	const secret = "whsec-0123456789abcdef0123456789abcdef"
+	pad := strings.Repeat("x", 500)
+	c := newClient(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.HasSuffix(r.URL.Path, "/clip") {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, "%s %s", pad, body)
+			return
+		}
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprintf(w, `{"message":"upstream refused the request body %s"}`, body)
+	}, func(cfg *Config) {
+		cfg.Auth = func(r *http.Request) { r.Header.Set("Authorization", "Bearer sk-other-key") }
+		cfg.Secrets = []Secret{NewSecret(secret)}
+	})
+	for _, path := range []string{"/echo", "/clip"} {
+		_, err := c.Do(t.Context(), Request{Method: "POST", Path: path, JSON: map[string]string{"secret": secret}})
+		var pe *Error
+		if !errors.As(err, &pe) {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if msg := pe.Error() + ProtocolError(pe).Message; strings.Contains(msg, "whsec-0123") {
+			t.Errorf("%s: the secret leaked: %s", path, msg)
+		} else if path == "/echo" && !strings.Contains(msg, "[redacted]") {
+			t.Errorf("%s: %s; want the echoed secret as [redacted]", path, msg)
+		}
+	}
+	if got := c.Redacted("secret " + secret); got != "secret [redacted]" {
+		t.Errorf("Redacted = %q", got)
+	}
+}
+
 // credentials lists the longest value first, so that a value holding
 // another (a header value and its token) is redacted whole.
 func TestCredentialsLongestFirst(t *testing.T) {
@@ -56,8 +94,8 @@ func TestCredentialsLongestFirst(t *testing.T) {
 		r.Header.Set("X-Api-Key", "k3y!")
 		r.URL.RawQuery = "sig=a-longer-signature"
 		r.Header.Set("Authorization", "Bearer tok-12345")
-	})
-	want := []string{"a-longer-signature", "Bearer tok-12345", "tok-12345", "k3y!"}
+	}, []Secret{NewSecret("whsec-1"), NewSecret("abc")})
+	want := []string{"a-longer-signature", "Bearer tok-12345", "tok-12345", "whsec-1", "k3y!"}
 	if !slices.Equal(got, want) {
 		t.Errorf("credentials = %q, want %q", got, want)
 	}
