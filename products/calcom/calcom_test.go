@@ -461,9 +461,11 @@ func TestCapabilities(t *testing.T) {
 		{"event_type.private_link.delete", `{"event_type_id":11,"link_id":"pl_1"}`, "DELETE", "/v2/event-types/11/private-links/pl_1", "", nil, "", privateLinkAnswer},
 		{"event_type.webhook.list", `{"event_type_id":11,"take":10}`, "GET", "/v2/event-types/11/webhooks", "", url.Values{"take": {"10"}}, "", userWebhooksOutput},
 		{"event_type.webhook.get", `{"event_type_id":11,"webhook_id":"wh_1"}`, "GET", "/v2/event-types/11/webhooks/wh_1", "", nil, "", userWebhookOutput},
-		{"event_type.webhook.create", `{"event_type_id":11,"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["MEETING_ENDED"],"active":true,"payload_template":"{\"t\":\"{{title}}\"}"}`,
+		// A subscription delivered elsewhere (no secret held here) takes a
+		// template; none is sent as its secret.
+		{"event_type.webhook.create", `{"event_type_id":11,"subscriber_url":"` + subscriberPrefix + `other-sub","triggers":["MEETING_ENDED"],"active":true,"payload_template":"{\"t\":\"{{title}}\"}"}`,
 			"POST", "/v2/event-types/11/webhooks", "", nil,
-			`{"subscriberUrl":"` + subscriberPrefix + testSub + `","triggers":["MEETING_ENDED"],"active":true,"payloadTemplate":"{\"t\":\"{{title}}\"}","secret":"` + testSecret + `"}`,
+			`{"subscriberUrl":"` + subscriberPrefix + `other-sub","triggers":["MEETING_ENDED"],"active":true,"payloadTemplate":"{\"t\":\"{{title}}\"}"}`,
 			userWebhookOutput},
 		{"event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1","active":false}`, "PATCH", "/v2/event-types/11/webhooks/wh_1", "", nil,
 			`{"active":false}`, userWebhookOutput},
@@ -828,6 +830,44 @@ func TestWebhookSubscriberPolicy(t *testing.T) {
 		t.Fatalf("the provider got %d requests, want 1", len(reqs))
 	}
 	jsonEqual(t, "body", reqs[0].Body, `{"active":false}`)
+}
+
+// TestPayloadTemplateForOwnSubscriptionRefused: a subscription whose
+// deliveries come to this connector (it holds the signing secret) takes no
+// payload_template — the webhook route reads Cal.diy's default payload, so
+// a template would make every delivery fail — and nothing is sent; a
+// subscription delivered elsewhere keeps it.
+func TestPayloadTemplateForOwnSubscriptionRefused(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
+		c.SubscriberPrefixes = []string{subscriberPrefix}
+		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
+	}), nil)
+	own := strconv.Quote(subscriberPrefix + testSub)
+	for _, tc := range []struct{ suffix, input string }{
+		{"webhook.create", `{"subscriber_url":` + own + `,"triggers":["BOOKING_CREATED"],"active":true,"payload_template":"{\"t\":\"{{type}}\"}"}`},
+		{"webhook.update", `{"webhook_id":"wh_1","subscriber_url":` + own + `,"payload_template":"x"}`},
+		{"event_type.webhook.create", `{"event_type_id":11,"subscriber_url":` + own + `,"triggers":["BOOKING_CREATED"],"active":true,"payload_template":"x"}`},
+		{"event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1","subscriber_url":` + own + `,"payload_template":"x"}`},
+	} {
+		_, resp := h.act(t, tc.suffix, tc.input)
+		pe := protocolError(t, resp)
+		if pe.Code != CodePayloadTemplateRefused || pe.Category != aip.CategoryPolicy || pe.IsRetryable() || !strings.Contains(pe.Message, "leave payload_template out") {
+			t.Errorf("%s: error %+v, want %s", tc.suffix, pe, CodePayloadTemplateRefused)
+		}
+	}
+	if n := len(mock.requests()); n != 0 {
+		t.Fatalf("refused templates reached the provider %d times", n)
+	}
+	// Delivered elsewhere (no secret held here): the template is sent.
+	mock.set("POST /v2/webhooks", answer{201, userWebhookAnswer, false})
+	_, resp := h.act(t, "webhook.create", `{"subscriber_url":`+strconv.Quote(subscriberPrefix+"elsewhere")+`,"triggers":["BOOKING_CREATED"],"active":true,"payload_template":"x"}`)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("template for another receiver: %v %s", err, resp.Raw)
+	}
+	if reqs := mock.requests(); len(reqs) != 1 || !strings.Contains(string(reqs[0].Body), `"payloadTemplate":"x"`) {
+		t.Fatalf("requests %+v", reqs)
+	}
 }
 
 // TestRedactSecrets: webhook outputs never carry a signing secret, in an

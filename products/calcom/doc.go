@@ -137,7 +137,10 @@
 // connector holds the secret of that subscription
 // (--cal-diy-webhook-secret-files) it sends it as the webhook's secret,
 // so deliveries verify at POST /webhooks/cal-diy/{subscription_id};
-// otherwise none is sent. Every webhook.* and event_type.webhook.* output
+// otherwise none is sent. Such a subscription takes no payload_template
+// (failed result cal_diy.payload_template_refused, policy, nothing sent):
+// the webhook route reads Cal.diy's default payload, and a template would
+// make every delivery unreadable. Every webhook.* and event_type.webhook.* output
 // leaves out the secret member of the webhook(s) Cal.diy returns, and an
 // error quoting provider text (an error body, a status-error envelope)
 // shows every configured signing secret as [redacted], like the API key.

@@ -18,6 +18,12 @@ const MaxSubscriberPrefixes = 32
 // by a subscription ID. Nothing is sent to Cal.diy.
 const CodeSubscriberURLNotAllowed = "cal_diy.subscriber_url_not_allowed"
 
+// CodePayloadTemplateRefused is the error code of a webhook or event type
+// webhook create or update that gives a payload_template for a
+// subscription this connector receives (it holds its signing secret): the
+// webhook route reads Cal.diy's default payload only. Nothing is sent.
+const CodePayloadTemplateRefused = "cal_diy.payload_template_refused"
+
 // checkSubscriberPrefix validates one allowed subscriber URL prefix: an
 // absolute https URL in canonical form, without user information, query
 // or fragment, whose path ends with "/" (so that what follows it cannot
@@ -102,6 +108,13 @@ func (c *Connector) prepareWebhook(body map[string]any) *aip.ProtocolError {
 		return &aip.ProtocolError{Code: CodeSubscriberURLNotAllowed, Category: aip.CategoryPolicy, Retryable: new(false), Message: msg}
 	}
 	if secret, ok := c.cfg.WebhookSecrets[id]; ok {
+		// This connector receives the subscription's deliveries and reads
+		// Cal.diy's own payload ({triggerEvent, createdAt, payload}); a
+		// template replaces it, so every delivery would be refused.
+		if tpl, _ := body["payloadTemplate"].(string); tpl != "" {
+			return &aip.ProtocolError{Code: CodePayloadTemplateRefused, Category: aip.CategoryPolicy, Retryable: new(false),
+				Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret), which reads Cal.diy's default payload; a payload_template would make every delivery unreadable: leave payload_template out", id)}
+		}
 		body["secret"] = secret.Reveal()
 	}
 	return nil
