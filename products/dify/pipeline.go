@@ -211,21 +211,10 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 		// Dify failed mid-run, after nodes may have written.
 		return nil, fmt.Errorf("%w: dify POST %s: error event (status %d): %s", hostsdk.ErrOutcomeUnknown, path, status, msg)
 	}
+	if res := finishedFailure(call.Action.ID, path, "pipeline", finished); res != nil {
+		return res, nil
+	}
 	if d := finished; d != nil {
-		fail := func(code, msg string) (*aip.ActionResult, error) {
-			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
-				Error: aip.NewProtocolError(code, aip.CategoryPermanent, false, 0, aip.TruncateUTF8("dify POST "+path+": "+msg, aip.MaxErrorMessageBytes))}, nil
-		}
-		switch d.Status {
-		case "failed":
-			msg := "the pipeline run failed"
-			if d.Error != nil && *d.Error != "" {
-				msg += ": " + *d.Error
-			}
-			return fail(CodeWorkflowFailed, msg)
-		case "stopped":
-			return fail(CodeWorkflowStopped, "the pipeline run was stopped")
-		}
 		out.Status = d.Status
 		if len(d.Outputs) > 0 && string(d.Outputs) != "null" {
 			out.Outputs = d.Outputs

@@ -356,21 +356,8 @@ func (r *run) result() (*aip.ActionResult, bool) {
 		// A chatflow reported its failure with workflow_finished first:
 		// the run ended failed (below).
 	}
-	fail := func(code, msg string) (*aip.ActionResult, bool) {
-		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
-			Error: aip.NewProtocolError(code, aip.CategoryPermanent, false, 0, aip.TruncateUTF8("dify POST "+path+": "+msg, aip.MaxErrorMessageBytes))}, true
-	}
-	if d := r.finished; d != nil {
-		switch d.Status {
-		case "failed":
-			msg := "the workflow run failed"
-			if d.Error != nil && *d.Error != "" {
-				msg += ": " + *d.Error
-			}
-			return fail(CodeWorkflowFailed, msg)
-		case "stopped":
-			return fail(CodeWorkflowStopped, "the workflow run was stopped")
-		}
+	if res := finishedFailure(call.Action.ID, path, "workflow", r.finished); res != nil {
+		return res, true
 	}
 	done := false
 	switch {
@@ -409,7 +396,7 @@ func (r *run) result() (*aip.ActionResult, bool) {
 	}
 	res, err := call.Complete(out)
 	if err != nil {
-		return fail("dify.output", err.Error())
+		return failedResult(call.Action.ID, path, "dify.output", err.Error()), true
 	}
 	return res, true
 }
@@ -418,4 +405,32 @@ func (r *run) result() (*aip.ActionResult, bool) {
 // has none) and its code and message.
 func (r *run) failureDetail() (int, string) {
 	return errorEventDetail(r.failure.Status, r.failure.Code, r.failure.Message)
+}
+
+// finishedFailure is the failed result of a run (what: "workflow",
+// "pipeline") whose workflow_finished event d says it failed or was
+// stopped, or nil (d nil, or another status).
+func finishedFailure(actionID, path, what string, d *workflowData) *aip.ActionResult {
+	if d == nil {
+		return nil
+	}
+	var code, msg string
+	switch d.Status {
+	case "failed":
+		code, msg = CodeWorkflowFailed, "the "+what+" run failed"
+		if d.Error != nil && *d.Error != "" {
+			msg += ": " + *d.Error
+		}
+	case "stopped":
+		code, msg = CodeWorkflowStopped, "the "+what+" run was stopped"
+	default:
+		return nil
+	}
+	return failedResult(actionID, path, code, msg)
+}
+
+// failedResult is a permanent failure of the POST to path.
+func failedResult(actionID, path, code, msg string) *aip.ActionResult {
+	return &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
+		Error: aip.NewProtocolError(code, aip.CategoryPermanent, false, 0, aip.TruncateUTF8("dify POST "+path+": "+msg, aip.MaxErrorMessageBytes))}
 }
