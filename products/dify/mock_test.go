@@ -505,6 +505,24 @@ func testFiles(t testing.TB) (appsFile, knowledgeFile string) {
 	return appsFile, knowledgeFile
 }
 
+// refusedBeforeSending checks that each action is refused 400
+// input_invalid and that nothing reached Dify but the host's health
+// probes.
+func (f *fixture) refusedBeforeSending(t *testing.T, cases []*aip.Action) {
+	t.Helper()
+	for _, a := range cases {
+		resp := f.Act(t, a)
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s %s: HTTP %d %s", a.CapabilityID, a.Input, resp.Status, resp.Raw)
+		}
+	}
+	for _, op := range f.checked.Served() {
+		if op != "GET /info" { // the host's health probes
+			t.Errorf("Dify was called: %v", op)
+		}
+	}
+}
+
 func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "internal", "spectest", "specs", "dify", "openapi_service.json"))
