@@ -43,7 +43,10 @@ import (
 //
 // A command rejected by a rule also claims (burns) its ID, as the reference
 // does: the same bytes resent are answered with the replay rejection, so a
-// definitive answer never turns into a different one later. The improvement
+// definitive rejection never turns into an acceptance later (a sender that
+// lost the first answer — a control plane whose commit succeeded but whose
+// answer was lost answers 503 — learns of the rejection by the replay
+// rule's message, not the original rule's). The improvement
 // over the reference concerns only failures that are not decisions: when
 // ApplyLifecycle fails with a storage error nothing of the call is
 // committed, the claims included, so a byte-identical retry of a request that
