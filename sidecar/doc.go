@@ -76,7 +76,10 @@
 // its health before the host bootstraps, and restarts it with exponential
 // backoff after a crash while health checks report the replica unhealthy
 // (the next heartbeat says connector_ready=false, which takes it offline;
-// once the child is back a healthy heartbeat re-registers). Run documents
+// once the child is back a healthy heartbeat re-registers). When the child
+// exits, what remains of its process group is stopped before the exit
+// counts (SIGTERM, SIGKILL after StopTimeout), so nothing of a crashed
+// connector holds its socket or port against the restarted one. Run documents
 // the shutdown order: the host's drain and offline complete while the child
 // still serves, and only then is the child stopped. Without Exec the
 // sidecar attaches to a connector that is already running and waits for its

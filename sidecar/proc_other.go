@@ -3,6 +3,7 @@
 package sidecar
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"syscall"
@@ -18,3 +19,9 @@ func signalKill(cmd *exec.Cmd) { cmd.Process.Signal(os.Kill) }
 
 // stoppedCleanly reports an exit with status 0.
 func stoppedCleanly(ps *os.ProcessState) bool { return ps.Success() }
+
+func awaitExitUnreaped(int) error { return errors.ErrUnsupported }
+
+func groupRemains(int, int) bool { return false }
+
+func signalGroup(int, syscall.Signal) {}

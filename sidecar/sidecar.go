@@ -58,8 +58,9 @@ type Config struct {
 	// StartTimeout bounds the wait for the connector's health (or the MCP
 	// connection) before the host bootstraps. Defaults to 30s.
 	StartTimeout time.Duration
-	// StopTimeout is how long the child has to exit after SIGTERM before it
-	// is killed. Defaults to 10s.
+	// StopTimeout is how long the child and its process group have to exit
+	// after SIGTERM before the group is killed (and how long what remains
+	// of the group of a child that exited on its own has). Defaults to 10s.
 	StopTimeout time.Duration
 	// RestartBackoff and MaxBackoff shape the exponential backoff between
 	// restarts of a crashed child. Default to 250ms and 30s.

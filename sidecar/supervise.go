@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -53,7 +55,9 @@ type superviseConfig struct {
 // StopTimeout) when asked. The child runs in its own process group, so a
 // terminal's Ctrl-C reaches only the sidecar, which decides when the child
 // stops; on Linux the child also receives SIGTERM if the sidecar dies
-// (kill -9), so a restarted sidecar never finds an orphan holding the port.
+// (kill -9), so a restarted sidecar never finds an orphan holding the port,
+// and the rest of the group is stopped when the child exits (reap), so a
+// restarted child never does either.
 type supervisor struct {
 	cfg superviseConfig
 	log *slog.Logger
@@ -77,8 +81,14 @@ type supervisor struct {
 type child struct {
 	cmd       *exec.Cmd
 	startedAt time.Time
-	exited    chan struct{}
-	err       error // cmd.Wait's result, set before exited closes
+	// gone is closed when the process itself exited; exited when, after
+	// that, the rest of its process group is gone too and the process was
+	// reaped (see reap).
+	gone   chan struct{}
+	exited chan struct{}
+	err    error // cmd.Wait's result, set before exited closes
+	// terminating is set once terminate sent the group SIGTERM.
+	terminating atomic.Bool
 }
 
 func newSupervisor(cfg superviseConfig) *supervisor {
@@ -114,11 +124,8 @@ func (s *supervisor) spawn() (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, startedAt: time.Now(), exited: make(chan struct{})}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.exited)
-	}()
+	c := &child{cmd: cmd, startedAt: time.Now(), gone: make(chan struct{}), exited: make(chan struct{})}
+	go s.reap(c)
 	s.cur, s.since = c, c.startedAt
 	s.starts++
 	s.log.Info("connector process started", "pid", cmd.Process.Pid, "command", s.cfg.Command[0], "start", s.starts)
@@ -126,6 +133,70 @@ func (s *supervisor) spawn() (*child, error) {
 }
 
 var errStopping = errors.New("sidecar: the supervisor is stopping")
+
+// groupPollInterval is how often reap looks for the rest of an exited
+// child's process group.
+const groupPollInterval = 20 * time.Millisecond
+
+// reap waits for c to exit and reaps it. The child and the processes it
+// started in its process group (workers of a pre-fork server, the program
+// a shell wrapper runs) are one connector: when the child exits — a crash,
+// a hung child's termination, or stop — whatever remains of its group is
+// stopped before the exit counts (SIGTERM, unless terminate sent it
+// already, then SIGKILL StopTimeout after the child's exit). Left running,
+// such a process would hold the connector's socket or port against the
+// restarted child, go on with actions already recorded as
+// outcome_unknown, and outlive the sidecar. The child stays an unreaped
+// zombie meanwhile, so its pid — the group's ID — cannot be reused and
+// only the group is signalled. (Linux; elsewhere the child has no group of
+// its own and is just reaped.)
+func (s *supervisor) reap(c *child) {
+	pid := c.cmd.Process.Pid
+	if awaitExitUnreaped(pid) == nil {
+		close(c.gone)
+		s.stopGroupRest(c, pid)
+	}
+	c.err = c.cmd.Wait()
+	select {
+	case <-c.gone:
+	default:
+		close(c.gone)
+	}
+	close(c.exited)
+}
+
+// stopGroupRest stops the processes left in the process group of the
+// exited child pid (see reap).
+func (s *supervisor) stopGroupRest(c *child, pid int) {
+	if !groupRemains(pid, pid) {
+		return
+	}
+	if !c.terminating.Load() {
+		s.log.Warn("the connector process exited while other processes of its process group still run; stopping them", "pid", pid, "signal", "SIGTERM")
+		signalGroup(pid, syscall.SIGTERM)
+	}
+	if s.awaitGroupGone(pid, s.cfg.StopTimeout) {
+		return
+	}
+	s.log.Error("processes of the exited connector's process group did not stop in time; killing them", "pgid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
+	signalGroup(pid, syscall.SIGKILL)
+	if !s.awaitGroupGone(pid, s.cfg.StopTimeout) {
+		s.log.Error("processes of the exited connector's process group survived SIGKILL (uninterruptible?); giving up on them", "pgid", pid)
+	}
+}
+
+// awaitGroupGone polls until no process other than the exited leader is in
+// process group pgid, for at most d.
+func (s *supervisor) awaitGroupGone(pgid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for groupRemains(pgid, pgid) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(groupPollInterval)
+	}
+	return true
+}
 
 // childEnvDropped are the prefixes of the sidecar's own configuration
 // variables, which a connector or MCP server it starts does not inherit:
@@ -341,6 +412,7 @@ func (s *supervisor) terminate(c *child) error {
 	}
 	pid := c.cmd.Process.Pid
 	s.log.Info("stopping the connector process", "pid", pid, "signal", "SIGTERM")
+	c.terminating.Store(true)
 	if err := signalTerm(c.cmd); err != nil {
 		s.log.Warn("signal the connector process", "pid", pid, "error", err)
 	}
@@ -359,10 +431,10 @@ func (s *supervisor) terminate(c *child) error {
 		return nil
 	case <-t.C:
 	}
-	s.log.Error("the connector process did not stop in time; killing it", "pid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
+	s.log.Error("the connector process (or another process of its process group) did not stop in time; killing its process group", "pid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
 	signalKill(c.cmd)
 	<-c.exited
-	return fmt.Errorf("sidecar: the connector process %d did not stop within %s after SIGTERM and was killed", pid, s.cfg.StopTimeout)
+	return fmt.Errorf("sidecar: the connector process %d (or another process of its process group) did not stop within %s after SIGTERM and was killed", pid, s.cfg.StopTimeout)
 }
 
 func exitText(c *child) string {
@@ -378,7 +450,7 @@ func (s *supervisor) check() error {
 	defer s.mu.Unlock()
 	if s.cur != nil {
 		select {
-		case <-s.cur.exited:
+		case <-s.cur.gone:
 		default:
 			return nil
 		}
@@ -420,7 +492,7 @@ func (s *supervisor) snapshot() ProcessStatus {
 	st := ProcessStatus{Starts: s.starts, Restarts: s.restarts, Since: s.since.UTC(), LastExit: s.lastExit}
 	if s.cur != nil {
 		select {
-		case <-s.cur.exited:
+		case <-s.cur.gone:
 		default:
 			st.Running, st.PID = true, s.cur.cmd.Process.Pid
 		}

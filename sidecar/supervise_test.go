@@ -1,13 +1,17 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -604,5 +608,102 @@ func TestChildDoesNotInheritTheSidecarsConfiguration(t *testing.T) {
 		if !strings.Contains(string(env), kept) {
 			t.Errorf("the child lacks %s:\n%s", kept, env)
 		}
+	}
+}
+
+// aliveProc reports whether pid is a process that has not exited (a
+// zombie, exited but not yet reaped by whoever inherited it, is not
+// alive).
+func aliveProc(pid int) bool {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	return i >= 0 && i+2 < len(raw) && raw[i+2] != 'Z' && raw[i+2] != 'X'
+}
+
+// groupChild supervises a connector that starts a worker process in its
+// process group (as a pre-fork server or a shell wrapper does) and
+// returns the supervisor, the leader's pid and the worker's. With
+// stubborn the worker ignores SIGTERM.
+func groupChild(t *testing.T, stubborn bool, stop time.Duration) (*supervisor, int, int) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("process groups are supervised on Linux")
+	}
+	out := filepath.Join(t.TempDir(), "worker.pid")
+	worker := "sleep 300"
+	if stubborn {
+		worker = "trap '' TERM; exec sleep 300"
+	}
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", `/bin/sh -c "$WORKER" & echo $! > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 300`},
+		Env:     []string{"OUT=" + out, "WORKER=" + worker},
+		Ready: func(context.Context) error {
+			_, err := os.Stat(out)
+			return err
+		},
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: stop,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err := s.start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wpid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(wpid, syscall.SIGKILL) }) // a leaked worker, when the test fails
+	pid := s.snapshot().PID
+	if !aliveProc(wpid) || pid == 0 {
+		t.Fatalf("worker %d, leader %d: not running", wpid, pid)
+	}
+	return s, pid, wpid
+}
+
+// TestCrashedChildLeavesNoProcessBehind: when the connector process exits
+// on its own (a crash; here SIGKILL, as the OOM killer sends), the rest of
+// its process group — a worker it started — is stopped before the exit is
+// recorded and the child restarted: left running, it would hold the
+// connector's socket or port against the restarted child and go on with
+// actions already recorded as outcome_unknown. A worker that ignores
+// SIGTERM is killed after StopTimeout.
+func TestCrashedChildLeavesNoProcessBehind(t *testing.T) {
+	for _, stubborn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stubborn=%v", stubborn), func(t *testing.T) {
+			s, pid, wpid := groupChild(t, stubborn, 100*time.Millisecond)
+			defer s.stop()
+			syscall.Kill(pid, syscall.SIGKILL)
+			ctx := ctxT(t)
+			for s.snapshot().Restarts == 0 {
+				if ctx.Err() != nil {
+					t.Fatal("the crash was not recorded")
+				}
+				time.Sleep(5 * time.Millisecond) // polling for the supervisor to record the crash
+			}
+			if aliveProc(wpid) {
+				t.Fatalf("the crashed connector's worker %d still runs after the crash was recorded", wpid)
+			}
+		})
+	}
+}
+
+// TestStopLeavesNoProcessBehind: stop ends the whole process group. A
+// connector that exits on SIGTERM at once while a worker of its group
+// ignores it does not leave the worker running after the sidecar: the
+// worker is killed after StopTimeout and stop reports the unclean stop.
+func TestStopLeavesNoProcessBehind(t *testing.T) {
+	s, _, wpid := groupChild(t, true, 100*time.Millisecond)
+	err := s.stop()
+	if aliveProc(wpid) {
+		t.Fatalf("the worker %d still runs after stop returned (%v)", wpid, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
+		t.Errorf("stop = %v; want the kill of the group reported", err)
 	}
 }
