@@ -72,7 +72,7 @@
 // # Supervision and the shutdown order
 //
 // With Config.Exec the sidecar starts the connector as its child (its own
-// process group; on Linux it is sent SIGTERM if the sidecar dies), waits for
+// process group; on Linux it is killed if the sidecar dies), waits for
 // its health before the host bootstraps, and restarts it with exponential
 // backoff after a crash while health checks report the replica unhealthy
 // (the next heartbeat says connector_ready=false, which takes it offline;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -40,7 +41,30 @@ const (
 	// envChildExitCode is the status the child exits with after SIGTERM
 	// (0 when unset).
 	envChildExitCode = "SIDECAR_TEST_EXIT_CODE"
+	// envSupervisorHelper makes the test binary a sidecar that supervises
+	// a child ignoring SIGTERM, writes the child's pid to the named file,
+	// and waits to be killed.
+	envSupervisorHelper = "SIDECAR_TEST_SUPERVISOR"
 )
+
+// runSupervisorHelper is the process of envSupervisorHelper.
+func runSupervisorHelper(out string) int {
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", `trap '' TERM; echo $$ > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 300`},
+		Env:     []string{"OUT=" + out},
+		Ready: func(context.Context) error {
+			_, err := os.Stat(out)
+			return err
+		},
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: time.Minute,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err := s.start(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "supervisor helper:", err)
+		return 3
+	}
+	select {} // until killed
+}
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
@@ -48,6 +72,9 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(envMCPChild) == "1" {
 		os.Exit(runMCPChild())
+	}
+	if out := os.Getenv(envSupervisorHelper); out != "" {
+		os.Exit(runSupervisorHelper(out))
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -48,8 +48,8 @@ const (
 // Transport is required.
 type MCPConfig struct {
 	// Command runs a stdio MCP server: the program and its arguments. The
-	// sidecar starts it (in its own process group; on Linux it receives
-	// SIGTERM if the sidecar dies), restarts it with backoff when it
+	// sidecar starts it (in its own process group; on Linux it is killed
+	// if the sidecar dies), restarts it with backoff when it
 	// crashes, and stops it after the host's drain and offline.
 	Command []string
 	// Dir is the command's working directory; Env is added to the

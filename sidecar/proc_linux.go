@@ -11,9 +11,14 @@ import (
 
 // childProcAttr puts the child in its own process group (a terminal's
 // Ctrl-C reaches only the sidecar, which stops the child after its own
-// drain) and asks the kernel to send it SIGTERM if the sidecar dies.
+// drain) and asks the kernel to kill it if the sidecar dies. SIGKILL, not
+// SIGTERM: the dead sidecar's in-flight actions are reconciled by the
+// restarted sidecar with a new child, and an old child that went on
+// finishing them after a SIGTERM (a graceful server does) could complete
+// an action the new child already answered not_found for. An orderly stop
+// is the sidecar's own (terminate), after its drain.
 func childProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
 // signalTerm sends SIGTERM to the child's process group (a shell wrapper's

@@ -54,8 +54,9 @@ type superviseConfig struct {
 // crash, and stops it (SIGTERM to its process group, then SIGKILL after
 // StopTimeout) when asked. The child runs in its own process group, so a
 // terminal's Ctrl-C reaches only the sidecar, which decides when the child
-// stops; on Linux the child also receives SIGTERM if the sidecar dies
-// (kill -9), so a restarted sidecar never finds an orphan holding the port,
+// stops; on Linux the child is also killed (SIGKILL) if the sidecar dies
+// (kill -9), so a restarted sidecar never finds an orphan holding the port
+// or finishing an action it reconciles with the new child,
 // and the rest of the group is stopped when the child exits (reap), so a
 // restarted child never does either.
 type supervisor struct {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -705,5 +706,54 @@ func TestStopLeavesNoProcessBehind(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
 		t.Errorf("stop = %v; want the kill of the group reported", err)
+	}
+}
+
+// TestChildDiesWithTheSidecar: when the sidecar itself dies (kill -9, the
+// OOM killer), its child is killed with it, even a child that would take
+// its time over SIGTERM (a graceful server finishing its requests) or
+// ignores it: a restarted sidecar starts a new child and asks it to
+// reconcile the actions the dead sidecar left running, and an old child
+// still at work could complete an action after the new one answered
+// "not_found" (no effect: send a new action) — a second run.
+func TestChildDiesWithTheSidecar(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Pdeathsig is Linux's")
+	}
+	out := filepath.Join(t.TempDir(), "child.pid")
+	helper := exec.Command(os.Args[0], "-test.run=^$")
+	helper.Env = append(os.Environ(), envSupervisorHelper+"="+out)
+	helper.Stderr = os.Stderr
+	if err := helper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	var raw []byte
+	for {
+		var err error
+		if raw, err = os.ReadFile(out); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			helper.Process.Kill()
+			helper.Wait()
+			t.Fatal("the helper sidecar did not start its child")
+		}
+		time.Sleep(10 * time.Millisecond) // polling another process for its child's pid
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) }) // when the test fails
+	helper.Process.Kill()
+	helper.Wait()
+	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for aliveProc(pid) {
+		if deadline.Err() != nil {
+			t.Fatalf("the child %d still runs after its sidecar was killed", pid)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the kernel's signal to take effect
 	}
 }
