@@ -191,6 +191,7 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 		Raw          string          `json:"raw"`
 		Times        int             `json:"times"`
 		Token        string          `json:"token"`
+		BlankLines   int             `json:"blank_lines"`
 	}
 	json.Unmarshal(a.Input, &in)
 	switch a.CapabilityID {
@@ -206,6 +207,7 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
 		enc := json.NewEncoder(w)
+		io.WriteString(w, strings.Repeat("\n", in.BlankLines))
 		for i := range in.Chunks {
 			data, _ := json.Marshal(map[string]int{"index": i})
 			enc.Encode(localLine{Chunk: &localChunk{Kind: aip.ChunkProgress, Data: data}})

@@ -62,8 +62,8 @@ type LocalConfig struct {
 	// MaxChunkBytes bounds one NDJSON line of a streaming answer. Defaults
 	// to 1 MiB.
 	MaxChunkBytes int
-	// MaxChunks bounds the chunks of one streaming action. Defaults to
-	// 100000.
+	// MaxChunks bounds the chunks of one streaming action, and the empty
+	// lines between them (which are skipped). Defaults to 100000.
 	MaxChunks int
 	// RequestTimeout bounds GET /aip/manifest, cancel and reconcile
 	// requests. Health requests are bounded by the host's probe timeout.
@@ -600,7 +600,7 @@ func (l *Local) result(actionID string, r *localResult) (*aip.ActionResult, erro
 func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.Reader, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	limit := max(l.cfg.MaxResultBytes, int64(l.cfg.MaxChunkBytes))
 	br := bufio.NewReaderSize(body, 64<<10)
-	n := 0
+	n, blank := 0, 0
 	forward := chunks != nil
 	for {
 		line, err := readLine(br, int(limit))
@@ -611,6 +611,12 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 			return nil, l.readError(reqCtx, err)
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
+			// Skipped, but bounded as chunks are: a connector sending
+			// only newlines would otherwise hold the action until its
+			// deadline.
+			if blank++; blank > l.cfg.MaxChunks {
+				return nil, fmt.Errorf("%w: the connector sent more than %d empty lines in its stream", hostsdk.ErrOutcomeUnknown, l.cfg.MaxChunks)
+			}
 			continue
 		}
 		var ln localLine

@@ -103,6 +103,26 @@ func TestLocalStreamsChunks(t *testing.T) {
 	}
 }
 
+// TestLocalStreamBlankLinesAreBounded: empty lines between a stream's
+// lines are skipped, but no more of them than MaxChunks: a connector
+// sending only newlines was bounded by the action's deadline alone.
+func TestLocalStreamBlankLinesAreBounded(t *testing.T) {
+	r, _ := localReplica(t, func(c *Config) { c.Local.MaxChunks = 10 })
+	a := act("echo.stream", `{"message":"tick","chunks":2,"blank_lines":10}`)
+	a.Mode = aip.ModeStreaming
+	resp := must(r.d.Act(ctxT(t), r.target, a))
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted || len(resp.Chunks) != 2 {
+		t.Fatalf("10 empty lines: %d chunks, %s", len(resp.Chunks), resp.Raw)
+	}
+	a = act("echo.stream", `{"message":"tick","chunks":2,"blank_lines":11}`)
+	a.Mode = aip.ModeStreaming
+	resp = must(r.d.Act(ctxT(t), r.target, a))
+	pe := resp.ProtocolError()
+	if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "more than 10 empty lines") {
+		t.Fatalf("11 empty lines: HTTP %d %s", resp.Status, resp.Raw)
+	}
+}
+
 func TestLocalCancel(t *testing.T) {
 	r, f := localReplica(t, nil)
 	ctx := ctxT(t)
