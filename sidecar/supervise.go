@@ -121,6 +121,11 @@ func (s *supervisor) spawn() (*child, error) {
 	cmd.Dir = s.cfg.Dir
 	cmd.Env = childEnv(s.cfg.Env)
 	cmd.Stdout, cmd.Stderr = s.cfg.Stdout, s.cfg.Stderr
+	// A writer that is not a file is fed through a pipe, which a process
+	// that left the child's group (setsid) can hold open after the child
+	// and its group are gone: Wait would wait for it, and the exit would
+	// never be recorded. Its output is given StopTimeout to drain.
+	cmd.WaitDelay = s.cfg.StopTimeout
 	cmd.SysProcAttr = childProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -694,6 +694,56 @@ func TestCrashedChildLeavesNoProcessBehind(t *testing.T) {
 	}
 }
 
+// TestCrashSeenThoughAnEscapedProcessHoldsTheOutput: a library user's
+// ExecStdout that is not a file is fed through a pipe, which a process
+// that left the child's group (setsid) keeps open after the child died;
+// exec's Wait then waited for that process, so the crash was never
+// recorded and the connector never restarted. The wait for the output is
+// bounded by StopTimeout.
+func TestCrashSeenThoughAnEscapedProcessHoldsTheOutput(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("process groups are supervised on Linux")
+	}
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid command")
+	}
+	out := filepath.Join(t.TempDir(), "escaped.pid")
+	var output bytes.Buffer
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", `setsid sleep 300 & echo $! > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 300`},
+		Env:     []string{"OUT=" + out},
+		Stdout:  &output,
+		Ready: func(context.Context) error {
+			_, err := os.Stat(out)
+			return err
+		},
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: 100 * time.Millisecond,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err := s.start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	escaped, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(escaped, syscall.SIGKILL) })
+	syscall.Kill(s.snapshot().PID, syscall.SIGKILL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for s.snapshot().Restarts == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the crash was not recorded while an escaped process held the child's output")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the supervisor to record the crash
+	}
+}
+
 // TestStopLeavesNoProcessBehind: stop ends the whole process group. A
 // connector that exits on SIGTERM at once while a worker of its group
 // ignores it does not leave the worker running after the sidecar: the
