@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -961,6 +962,10 @@ func (r *ApplyReport) Count(c Change) int {
 // Changed reports whether Apply created or updated anything.
 func (r *ApplyReport) Changed() bool { return r.Count(Created)+r.Count(Updated) > 0 }
 
+// ApplyDisableTimeout bounds the last step of Apply, which disables the
+// types the file marks disabled, when the apply's own context has ended.
+const ApplyDisableTimeout = 30 * time.Second
+
 // Apply brings the registry to the state the fleet file describes, through
 // admin, and reports what it changed. It applies policies, then types
 // (created enabled), versions, instances, replicas and bindings, and
@@ -981,7 +986,9 @@ func (r *ApplyReport) Changed() bool { return r.Count(Created)+r.Count(Updated) 
 // Apply stops at the first error, which is a *FleetFileError naming the
 // entry; the report lists what was done before it. The types the file
 // disables are disabled before Apply returns, error or not, so a failed
-// apply does not leave routable a type the file disables.
+// apply does not leave routable a type the file disables; also when ctx
+// ends midway (that last step then runs on a context of its own, bounded
+// by ApplyDisableTimeout).
 func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport, error) {
 	var rep ApplyReport
 	record := func(section, id string, c Change) {
@@ -996,19 +1003,25 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 		return e
 	}
 	// disableTypes disables the first n types of the file that it marks
-	// disabled and the registry holds enabled.
+	// disabled and the registry holds enabled. It runs also when ctx has
+	// ended (Ctrl-C or the timeout of aipfleet registry apply, which stop
+	// the apply midway): on a context of its own, bounded by
+	// ApplyDisableTimeout, so an apply cut short does not leave routable a
+	// type the file disables.
 	typeIndex := map[string]int{}
 	disableTypes := func(n int) error {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ApplyDisableTimeout)
+		defer cancel()
 		for i, t := range f.Types[:n] {
 			if t.Enabled {
 				continue
 			}
-			stored, err := admin.ConnectorType(ctx, t.ID)
+			stored, err := admin.ConnectorType(dctx, t.ID)
 			if err != nil {
 				return wrap(SectionTypes, i, t.ID, err)
 			}
 			if stored.Enabled {
-				if err := admin.SetConnectorTypeEnabled(ctx, t.ID, false); err != nil {
+				if err := admin.SetConnectorTypeEnabled(dctx, t.ID, false); err != nil {
 					return wrap(SectionTypes, i, t.ID, err)
 				}
 				if e := &rep.Entries[typeIndex[t.ID]]; e.Change == Unchanged {

@@ -609,3 +609,42 @@ func TestApplyRefusesANewVersionOfADisabledType(t *testing.T) {
 		})
 	}
 }
+
+// cancelOnBinding is an Administrator that ends the apply's context when
+// the first binding is put, as Ctrl-C or an expired --timeout of aipfleet
+// registry apply would.
+type cancelOnBinding struct {
+	registry.Administrator
+	cancel context.CancelFunc
+}
+
+func (c cancelOnBinding) PutBinding(ctx context.Context, b registry.CapabilityBinding) error {
+	c.cancel()
+	return c.Administrator.PutBinding(ctx, b)
+}
+
+// TestApplyCancelledKeepsDisabledTypesDisabled: an apply whose context
+// ends midway (Ctrl-C, --timeout) still disables the types the file marks
+// disabled, which it created enabled to admit their versions: it must not
+// leave their instances and bindings routable.
+func TestApplyCancelledKeepsDisabledTypesDisabled(t *testing.T) {
+	s := strings.Replace(string(docExample(t)), "    owner: team-echo\n\nversions:", "    owner: team-echo\n    enabled: false\n\nversions:", 1)
+	for name, admin := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			_, err := registry.Apply(ctx, cancelOnBinding{admin, cancel}, parse(t, []byte(s)))
+			var fe *registry.FleetFileError
+			if !errors.As(err, &fe) || fe.Section != registry.SectionBindings || fe.Index != 0 || !errors.Is(err, context.Canceled) {
+				t.Fatalf("apply: %v, want bindings[0] cancelled", err)
+			}
+			ct, err := admin.ConnectorType(t.Context(), "ctype_echo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct.Enabled {
+				t.Fatal("the cancelled apply left enabled the type the file disables")
+			}
+		})
+	}
+}
