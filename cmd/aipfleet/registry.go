@@ -115,7 +115,7 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 	case "migrate":
 		return registryMigrate(ctx, e, dbURL, *asJSON)
 	case "apply":
-		return registryApply(ctx, e, dbURL, *file, raw, fleet, *asJSON)
+		return registryApply(ctx, e, dbURL, *file, raw, fleet, *asJSON, *timeout)
 	}
 	return registryStatus(ctx, e, dbURL, *asJSON)
 }
@@ -213,7 +213,7 @@ func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) err
 	return nil
 }
 
-func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, fleet *registry.FleetFile, asJSON bool) error {
+func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, fleet *registry.FleetFile, asJSON bool, timeout time.Duration) error {
 	// One apply at a time: another operator's apply of another file would
 	// interleave with this one entry by entry.
 	unlock, err := pgregistry.LockApply(ctx, dbURL, func() {
@@ -234,13 +234,21 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 	}
 	rep, applyErr := registry.Apply(ctx, reg, fleet)
 	withEntryLine(applyErr, raw)
-	after, err := reg.CatalogRevision(ctx)
+	// An apply interrupted (Ctrl-C, SIGTERM) or out of --timeout still
+	// reports the revision it left, read on a context of its own.
+	readCtx, cancelRead := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelRead()
+	after, err := reg.CatalogRevision(readCtx)
 	if err != nil && applyErr == nil {
 		return err
 	}
+	afterKnown := err == nil
 	if asJSON {
-		out := map[string]any{"file": name, "entries": rep.Entries, "catalog_revision_before": before, "catalog_revision": after,
+		out := map[string]any{"file": name, "entries": rep.Entries, "catalog_revision_before": before, "catalog_revision": nil,
 			"created": rep.Count(registry.Created), "updated": rep.Count(registry.Updated), "unchanged": rep.Count(registry.Unchanged)}
+		if afterKnown {
+			out["catalog_revision"] = after
+		}
 		if applyErr != nil {
 			out["error"] = applyErr.Error()
 		}
@@ -248,11 +256,17 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 			return err
 		}
 	} else {
-		printApplyReport(e.stdout, name, &rep, before, after)
+		printApplyReport(e.stdout, name, &rep, before, after, afterKnown)
 	}
 	if applyErr != nil {
 		if hint := adminRoleHint(applyErr); hint != "" {
 			return fmt.Errorf("%s: %w%s", name, applyErr, hint)
+		}
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return fmt.Errorf("%s: %w; --timeout %s ran out: the entries above were applied, apply the file again to complete it (with a longer --timeout for a file this large)", name, applyErr, timeout)
+		case ctx.Err() != nil:
+			return fmt.Errorf("%s: %w; interrupted: the entries above were applied, apply the file again to complete it", name, applyErr)
 		}
 		return fmt.Errorf("%s: %w; the entries above were applied, fix the file and apply it again", name, applyErr)
 	}
@@ -266,14 +280,19 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 	return nil
 }
 
-func printApplyReport(w io.Writer, name string, rep *registry.ApplyReport, before, after uint64) {
+// printApplyReport prints what an apply did. afterKnown is false when the
+// catalog revision after it could not be read.
+func printApplyReport(w io.Writer, name string, rep *registry.ApplyReport, before, after uint64, afterKnown bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, en := range rep.Entries {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", en.Change, en.Section, en.ID)
 	}
 	tw.Flush()
 	rev := fmt.Sprintf("catalog revision %d (unchanged)", after)
-	if after != before {
+	switch {
+	case !afterKnown:
+		rev = fmt.Sprintf("catalog revision %d before; unknown after (the registry did not answer)", before)
+	case after != before:
 		rev = fmt.Sprintf("catalog revision %d -> %d", before, after)
 	}
 	fmt.Fprintf(w, "%s: %d created, %d updated, %d unchanged; %s\n", name,

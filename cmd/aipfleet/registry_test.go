@@ -430,3 +430,81 @@ func TestRegistryWritesWithARestrictedRoleNameTheAdminRole(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRegistryApplyInterrupted: an apply interrupted midway (Ctrl-C, or its
+// --timeout) reports the entries it applied and the catalog revision it
+// left, not 0, and says it was interrupted rather than that the file is
+// wrong; the type the file disables is disabled.
+func TestRegistryApplyInterrupted(t *testing.T) {
+	env, dbURL, fleet := registryFixture(t)
+	withDisabled := bytes.Replace(fleetFileExample(t), []byte("    owner: team-echo\n\nversions:"), []byte("    owner: team-echo\n    enabled: false\n\nversions:"), 1)
+	if err := os.WriteFile(fleet, withDisabled, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, env, "registry", "migrate"); err != nil {
+		t.Fatal(err)
+	}
+	// Hold the bindings table, so the apply stops at its first binding
+	// with everything before it applied.
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `LOCK TABLE aip_registry.capability_bindings IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	var stdout, stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"registry", "apply", "-f", fleet}, func(k string) string { return env[k] }, &stdout, &stderr)
+	}()
+	watch, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting bool
+		if err := watch.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%capability_bindings%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registry apply did not reach the bindings; output:\n%s%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling the database
+	}
+	interrupt()
+	err = <-done
+	tx.Rollback(context.Background())
+	var rev uint64
+	if err := watch.QueryRow(t.Context(), `SELECT revision FROM aip_registry.catalog_revision`).Scan(&rev); err != nil {
+		t.Fatal(err)
+	}
+	out := stdout.String()
+	if err == nil || !strings.Contains(err.Error(), "interrupted") || strings.Contains(err.Error(), "fix the file") {
+		t.Errorf("interrupted apply: %v, want it to say it was interrupted", err)
+	}
+	if want := fmt.Sprintf("catalog revision 0 -> %d\n", rev); rev == 0 || !strings.Contains(out, want) {
+		t.Errorf("interrupted apply output lacks %q:\n%s", want, out)
+	}
+	if !regexp.MustCompile(`created\s+replicas\s+crepl_globex_echo_a\n`).MatchString(out) {
+		t.Errorf("interrupted apply output does not list what it applied:\n%s", out)
+	}
+	var enabled bool
+	if err := watch.QueryRow(t.Context(), `SELECT enabled FROM aip_registry.connector_types WHERE type_id = 'ctype_echo'`).Scan(&enabled); err != nil || enabled {
+		t.Errorf("after the interrupted apply the type the file disables is enabled=%t (%v)", enabled, err)
+	}
+}
