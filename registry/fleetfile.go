@@ -1186,8 +1186,8 @@ func applyVersion(ctx context.Context, admin Administrator, v ConnectorVersion) 
 	if !ok {
 		return Created, admin.AdmitVersion(ctx, v)
 	}
-	if !stored.SameRelease(&v) {
-		return "", conflict(RecordConnectorVersion, v.ID, "id", "is admitted with different content; versions are immutable, give the new release a new version ID")
+	if err := CheckSameRelease(&stored, &v); err != nil {
+		return "", err
 	}
 	if stored.Status == v.Status {
 		return Unchanged, nil

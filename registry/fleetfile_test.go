@@ -198,7 +198,7 @@ func TestApplyRefusals(t *testing.T) {
 		{"renamed type", func(f *registry.FleetFile) { f.Types[0].Name = "echo2" },
 			registry.ErrConflict, registry.SectionTypes, "ctype_echo", "name"},
 		{"changed release", func(f *registry.FleetFile) { f.Versions[0].Attestation.SignerIdentity = "someone@else" },
-			registry.ErrConflict, registry.SectionVersions, "cver_echo_1_0_0", "id"},
+			registry.ErrConflict, registry.SectionVersions, "cver_echo_1_0_0", "attestation.signer_identity"},
 		{"instance change without a new revision", func(f *registry.FleetFile) { f.Instances[0].SecretProviderRef = "vault://other" },
 			registry.ErrConflict, registry.SectionInstances, "cinst_acme_echo", "config_revision"},
 		{"replica moved", func(f *registry.FleetFile) { f.Replicas[2].Endpoint = "https://moved.example.test" },
@@ -646,5 +646,47 @@ func TestApplyCancelledKeepsDisabledTypesDisabled(t *testing.T) {
 				t.Fatal("the cancelled apply left enabled the type the file disables")
 			}
 		})
+	}
+}
+
+// TestApplyNamesTheChangedFieldOfAnAdmittedVersion: a version is immutable;
+// a file that changes an admitted one is refused naming the field that
+// differs, with the stored and the file's value, on both backends and
+// through AdmitVersion as through Apply.
+func TestApplyNamesTheChangedFieldOfAnAdmittedVersion(t *testing.T) {
+	example := string(docExample(t))
+	for _, c := range []struct {
+		old, new, field, says string
+	}{
+		{"    version: 1.0.0\n", "    version: 1.0\n", "version", `stored "1.0.0", here "1.0"`},
+		{"sbom_digest: sha256:a0d1", "sbom_digest: sha256:b0d1", "attestation.sbom_digest", "stored \"sha256:a0d1"},
+		{"echo.reverse: [invocation]", "echo.reverse: [invocation, retry]", "implementation_support.echo.reverse",
+			"stored [invocation], here [invocation retry]"},
+		{"description: Returns the text reversed.", "description: Returns the text backwards.", "manifest", "digest"},
+	} {
+		changed := strings.Replace(example, c.old, c.new, 1)
+		if changed == example {
+			t.Fatalf("the example has no %q", c.old)
+		}
+		for name, admin := range backends(t) {
+			t.Run(c.field+"/"+name, func(t *testing.T) {
+				ctx := t.Context()
+				if _, err := registry.Apply(ctx, admin, parse(t, []byte(example))); err != nil {
+					t.Fatal(err)
+				}
+				f := parse(t, []byte(changed))
+				_, err := registry.Apply(ctx, admin, f)
+				var fe *registry.FleetFileError
+				if !errors.As(err, &fe) || fe.Section != registry.SectionVersions || fe.Field != c.field || !errors.Is(err, registry.ErrConflict) ||
+					!strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "new version ID") {
+					t.Errorf("apply: %v, want versions[0] refused naming %s (%s)", err, c.field, c.says)
+				}
+				err = admin.AdmitVersion(ctx, f.Versions[0])
+				var field *registry.FieldError
+				if !errors.As(err, &field) || field.Field != c.field || !strings.Contains(err.Error(), c.says) {
+					t.Errorf("AdmitVersion: %v, want it refused naming %s (%s)", err, c.field, c.says)
+				}
+			})
+		}
 	}
 }

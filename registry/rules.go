@@ -51,13 +51,28 @@ func CheckVersionAdmission(t *ConnectorType, v *ConnectorVersion) error {
 // status and rejects anything else under an admitted version ID.
 func CheckVersionReadmission(stored, next *ConnectorVersion) error {
 	const r = RecordConnectorVersion
-	if !stored.SameRelease(next) {
-		return conflict(r, next.ID, "id", "is already admitted with different content; versions are immutable, admit a new version ID")
+	if err := CheckSameRelease(stored, next); err != nil {
+		return err
 	}
 	if stored.Status != next.Status {
 		return conflict(r, next.ID, "status", "is %s; change it with SetVersionStatus", stored.Status)
 	}
 	return nil
+}
+
+// CheckSameRelease rejects next when its immutable content differs from
+// the admitted version stored under its ID, naming the field that differs
+// and both values.
+func CheckSameRelease(stored, next *ConnectorVersion) error {
+	if stored.SameRelease(next) {
+		return nil
+	}
+	const todo = "versions are immutable: give the new release a new version ID, with its own version and artifact_digest"
+	field, values := ReleaseDifference(stored, next)
+	if field == "" {
+		return conflict(RecordConnectorVersion, next.ID, "id", "is already admitted with different content; %s", todo)
+	}
+	return conflict(RecordConnectorVersion, next.ID, field, "differs from the admitted version %s (%s); %s", next.ID, values, todo)
 }
 
 // DuplicateRelease rejects a second version ID for a (type, version) pair.

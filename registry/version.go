@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,6 +191,56 @@ func (v *ConnectorVersion) SameRelease(o *ConnectorVersion) bool {
 		I map[string]aip.ImplementationSupport `json:"i"`
 	}{o.Attestation, o.ImplementationSupport})
 	return errA == nil && errB == nil && string(a) == string(b)
+}
+
+// ReleaseDifference names the first field, by its fleet-file name, in
+// which next's immutable content differs from stored's, and the two values
+// ("stored ..., here ..."). It returns "" when it finds none; SameRelease
+// decides whether two versions differ, this only says where.
+func ReleaseDifference(stored, next *ConnectorVersion) (field, values string) {
+	q := func(s string) string { return strconv.Quote(truncate(s)) }
+	switch {
+	case stored.ConnectorTypeID != next.ConnectorTypeID:
+		return "connector_type_id", "stored " + q(stored.ConnectorTypeID) + ", here " + q(next.ConnectorTypeID)
+	case stored.Version != next.Version:
+		return "version", "stored " + q(stored.Version) + ", here " + q(next.Version)
+	case stored.ManifestDigest != next.ManifestDigest:
+		return "manifest", "the admitted manifest's digest is " + stored.ManifestDigest + ", this one's " + next.ManifestDigest
+	}
+	sa, na := reflect.ValueOf(stored.Attestation), reflect.ValueOf(next.Attestation)
+	for i := range sa.NumField() {
+		a, b := sa.Field(i).Interface(), na.Field(i).Interface()
+		if reflect.DeepEqual(a, b) {
+			continue
+		}
+		name, _, _ := strings.Cut(sa.Type().Field(i).Tag.Get("json"), ",")
+		if x, ok := a.([]string); ok {
+			return "attestation." + name, fmt.Sprintf("stored %v, here %v", x, b)
+		}
+		return "attestation." + name, "stored " + q(fmt.Sprint(a)) + ", here " + q(fmt.Sprint(b))
+	}
+	caps := slices.Sorted(maps.Keys(stored.ImplementationSupport))
+	for c := range next.ImplementationSupport {
+		if _, ok := stored.ImplementationSupport[c]; !ok {
+			caps = append(caps, c)
+		}
+	}
+	slices.Sort(caps)
+	for _, c := range caps {
+		a, inA := stored.ImplementationSupport[c]
+		b, inB := next.ImplementationSupport[c]
+		if a == b && inA == inB {
+			continue
+		}
+		claims := func(s aip.ImplementationSupport, ok bool) string {
+			if !ok {
+				return "no claim"
+			}
+			return fmt.Sprint(SupportFeatureNames(s))
+		}
+		return "implementation_support." + c, "stored " + claims(a, inA) + ", here " + claims(b, inB)
+	}
+	return "", ""
 }
 
 // Clone returns a deep copy.

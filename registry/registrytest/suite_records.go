@@ -74,7 +74,7 @@ func testVersionAdmission(t *testing.T, nb NewBackend) {
 	// same ID, or another status, is refused.
 	f.must(f.b.Admin.AdmitVersion(f.ctx, v))
 	other := Version(v.ID, ct.ID, "alpha1", ct.Owner, registry.VersionActive, Manifest("service:alpha", []aip.Capability{Capability("alpha.write", "w")}))
-	f.wantField(f.b.Admin.AdmitVersion(f.ctx, other), registry.ErrConflict, "id", "re-admitting different content")
+	f.wantField(f.b.Admin.AdmitVersion(f.ctx, other), registry.ErrConflict, "manifest", "re-admitting a different manifest")
 	again := v
 	again.Status = registry.VersionAdmitted
 	f.wantField(f.b.Admin.AdmitVersion(f.ctx, again), registry.ErrConflict, "status", "re-admitting in another status")
