@@ -129,7 +129,12 @@
 //     gets storage_unavailable); the input is
 //     validated against the capability's
 //     input_schema; the action is journaled, run, and its result journaled
-//     with a receipt (ActionResult.Receipt). An action ID already journaled
+//     with a receipt (ActionResult.Receipt). When the write journaling it
+//     fails, the host reads the record back: one journaled by this very
+//     message (the write committed and only its answer was lost) is run
+//     and answered; otherwise the answer is storage_unavailable (a write
+//     the journal cannot tell about even then stays running, never run,
+//     until the next start's recovery). An action ID already journaled
 //     returns the journaled result and never runs twice (a different
 //     capability, idempotency key or input is another action under the
 //     same ID: a signed 409 connector_host.idempotency_conflict); that answer

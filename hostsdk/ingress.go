@@ -524,7 +524,18 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeInputInvalid, aip.CategoryPermanent, false, 0,
 			"the action cannot be journaled: "+err.Error()))
 	case err != nil:
-		return x.storageUnavailable(err)
+		// The write may have committed even so: a connection lost after
+		// the server's commit loses only its answer.
+		switch rec, ours := x.acceptedByThisMessage(a.ID); {
+		case !ours:
+			return x.storageUnavailable(err)
+		case rec.Status != aip.StateRunning:
+			x.claimed = true
+			return x.answerJournaled(rec, want)
+		}
+		h.log.Warn("the journal write accepting the action failed, but it had committed; running the action", "action_id", a.ID, "error", err)
+		x.claimed = true
+		return x.execute(ra, a, cap, route)
 	case !acc.Claimed:
 		return x.replayed()
 	case !acc.Created:
@@ -533,6 +544,46 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	}
 	x.claimed = true
 	return x.execute(ra, a, cap, route)
+}
+
+// acceptReadBackAttempts bounds the reads acceptedByThisMessage makes
+// (with the backoff of finishAction between them) before it gives up.
+const acceptReadBackAttempts = 5
+
+// acceptedByThisMessage learns whether the AcceptAction of the request's
+// action, which failed, committed nevertheless: ours is true when the
+// journal holds the action as journaled by this very message (rec). The
+// caller has registered the action ID, so no other request of this process
+// can have journaled or run it meanwhile, and no other process writes to
+// this journal; a record written by this message is this request's own,
+// and the action it holds has not run. A read that fails is retried a few
+// times; when none answers, ours is false, and a record the write may have
+// left stays running until the next start's recovery settles it.
+func (x *exchange) acceptedByThisMessage(actionID string) (rec journal.Action, ours bool) {
+	h := x.h
+	ctx := context.WithoutCancel(x.ctx)
+	wait := finishBackoffMin
+	for attempt := 1; ; attempt++ {
+		rec, err := h.journal.Action(ctx, actionID)
+		switch {
+		case err == nil:
+			return rec, rec.MessageID == x.req.MessageID
+		case errors.Is(err, journal.ErrNotFound):
+			return journal.Action{}, false
+		case attempt == acceptReadBackAttempts || errors.Is(err, journal.ErrClosed):
+			h.log.Error("the journal write accepting the action failed and the journal cannot tell whether it committed; if it did, the action stays running, without having run, until the next start's recovery settles it",
+				"action_id", actionID, "message_id", x.req.MessageID, "attempts", attempt, "error", err)
+			return journal.Action{}, false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-h.actionBase.Done():
+			t.Stop()
+			attempt = acceptReadBackAttempts - 1 // one last read
+		}
+		wait = min(2*wait, finishBackoffMax)
+	}
 }
 
 // actionTimeout is the action's timeout_ms as a Duration, false when it

@@ -1,0 +1,139 @@
+package hostsdk_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// The tests of this file run the host on both durable journals, the
+// embedded SQLite one and PostgreSQL, and lose the answer of one journal
+// write the way a PostgreSQL connection that drops after the server
+// committed (or before it did) loses it: the host cannot tell whether the
+// write took.
+
+// openDurable opens a fresh journal of rt (durableJournals, one each of
+// the embedded SQLite and the PostgreSQL runtime), closed when the test
+// ends.
+func openDurable(t *testing.T, rt durableJournal) journal.Journal {
+	t.Helper()
+	j := rt.storage(t)(t)
+	t.Cleanup(func() { _ = j.Close() })
+	return j
+}
+
+// errLostAnswer is what a journal call returns when its answer was lost.
+var errLostAnswer = errors.New("storage: unexpected EOF while reading the answer")
+
+// lossyJournal loses the answer of chosen writes of a real journal: a
+// write "lost after commit" is made and then reported as failed; one "lost
+// before commit" is not made at all.
+type lossyJournal struct {
+	journal.Journal
+	// acceptAfterCommit: how many AcceptAction calls that create their
+	// action lose their answer; acceptBeforeCommit: how many fail unmade.
+	acceptAfterCommit, acceptBeforeCommit atomic.Int32
+}
+
+func (j *lossyJournal) AcceptAction(ctx context.Context, messageID string, expires, now time.Time, a journal.Action) (journal.Accepted, error) {
+	if j.acceptBeforeCommit.Add(-1) >= 0 {
+		return journal.Accepted{}, errLostAnswer
+	}
+	acc, err := j.Journal.AcceptAction(ctx, messageID, expires, now, a)
+	if err == nil && acc.Created && j.acceptAfterCommit.Add(-1) >= 0 {
+		return journal.Accepted{}, errLostAnswer
+	}
+	return acc, err
+}
+
+// TestAcceptCommittedWhoseAnswerWasLost: the write that journals a new
+// action as running committed, but its answer was lost. The action was
+// journaled by this very message and this request holds its action ID, so
+// the host runs it and answers its result, once. It used to answer
+// storage_unavailable and leave the record running with nothing to finish
+// it: every retry was told action_in_progress, and every status query
+// running, until a restart settled an action that never ran as
+// outcome_unknown.
+func TestAcceptCommittedWhoseAnswerWasLost(t *testing.T) {
+	for _, rt := range durableJournals {
+		t.Run(rt.name, func(t *testing.T) {
+			f := newFleet(t)
+			j := &lossyJournal{Journal: openDurable(t, rt)}
+			f.cfg.Journal = j
+			conn := newTestConnector()
+			_, target := f.start(t, conn)
+			ctx := ctxT(t)
+
+			j.acceptAfterCommit.Store(1)
+			a := action(capEcho, `{"message":"accepted, answer lost"}`)
+			resp, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := resp.Result()
+			if err != nil || r.Status != aip.ResultCompleted || r.Receipt == nil {
+				t.Fatalf("answer HTTP %d %+v, %v (body %s); want the completed result with its receipt", resp.Status, r, err, resp.Raw)
+			}
+			rec, err := j.Action(ctx, a.ID)
+			if err != nil || rec.Status != aip.StateCompleted {
+				t.Fatalf("journal record %+v, %v; want completed", rec, err)
+			}
+			again, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r2, err := again.Result(); err != nil || r2.Receipt == nil || r2.Receipt.ID != r.Receipt.ID {
+				t.Fatalf("retry answered HTTP %d %+v, %v; want the same journaled result", again.Status, r2, err)
+			}
+			if n := conn.runCount(a.ID); n != 1 {
+				t.Errorf("connector ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// TestAcceptNotCommitted: a write that journals nothing is answered
+// storage_unavailable, and a retry runs the action, once.
+func TestAcceptNotCommitted(t *testing.T) {
+	for _, rt := range durableJournals {
+		t.Run(rt.name, func(t *testing.T) {
+			f := newFleet(t)
+			j := &lossyJournal{Journal: openDurable(t, rt)}
+			f.cfg.Journal = j
+			conn := newTestConnector()
+			_, target := f.start(t, conn)
+			ctx := ctxT(t)
+
+			j.acceptBeforeCommit.Store(1)
+			a := action(capEcho, `{"message":"not accepted"}`)
+			resp, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCode(t, resp, http.StatusServiceUnavailable, hostsdk.CodeStorageUnavailable)
+			if _, err := j.Action(ctx, a.ID); !errors.Is(err, journal.ErrNotFound) {
+				t.Fatalf("journal holds the action after a write that failed: %v", err)
+			}
+			if n := conn.runCount(a.ID); n != 0 {
+				t.Fatalf("connector ran %d times before a write that failed, want 0", n)
+			}
+			again, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := again.Result(); err != nil || r.Status != aip.ResultCompleted {
+				t.Fatalf("retry answered HTTP %d %+v, %v; want completed", again.Status, r, err)
+			}
+			if n := conn.runCount(a.ID); n != 1 {
+				t.Errorf("connector ran %d times, want 1", n)
+			}
+		})
+	}
+}
