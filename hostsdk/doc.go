@@ -146,7 +146,10 @@
 //     on every delivery;
 //   - cancel (action-scoped): cancels the running Handle's context, tells a
 //     Canceler, and answers the action's journaled result; a cancel that
-//     arrives first journals a cancelled record so the action never runs;
+//     arrives first journals a cancelled record so the action never runs
+//     (in two writes; a record the second write failed to finish is
+//     finished cancelled by the next delivery of the action or of the
+//     cancel);
 //   - action_status_query: answers a signed action_status from the journal
 //     (not_found when there is no record, pruned when there is none and the
 //     action may be older than what was pruned); it works while draining

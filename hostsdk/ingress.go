@@ -1006,6 +1006,9 @@ func (x *exchange) answerJournaled(a journal.Action, want *journal.Action) bool 
 			}
 		}
 	}
+	if tombstone && a.Status == aip.StateReceived {
+		return x.finishTombstone(a.ActionID)
+	}
 	switch {
 	case a.Status == aip.StateOutcomeUnknown:
 		return x.outcomeUnknown(a.ActionID, a.Detail)
@@ -1027,6 +1030,34 @@ func (x *exchange) answerJournaled(a journal.Action, want *journal.Action) bool 
 	}
 	return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
 		"action "+a.ActionID+" is "+string(a.Status)))
+}
+
+// detailCancelledBeforeArrival is the journal detail of an action whose
+// cancel arrived first.
+const detailCancelledBeforeArrival = "cancelled before the action arrived"
+
+// cancelledBeforeArrival is the result journaled for an action whose cancel
+// arrived first, and its JSON.
+func cancelledBeforeArrival(actionID string) (*aip.ActionResult, json.RawMessage) {
+	res := &aip.ActionResult{ActionID: actionID, Status: aip.ResultCancelled}
+	raw, _ := json.Marshal(res)
+	return res, raw
+}
+
+// finishTombstone finishes, as cancelled, the record a cancel journaled
+// before its action arrived and left received: the cancel's second write
+// failed, or the cancel is between its two writes now. The action never
+// runs either way; finished, the record answers every later delivery, the
+// cancel's retry and status queries, instead of action_in_progress until
+// a restart's recovery finished it. A cancel that is between its writes
+// finds the record finished (ErrConflict) and answers it too.
+func (x *exchange) finishTombstone(actionID string) bool {
+	_, raw := cancelledBeforeArrival(actionID)
+	_, err := x.h.journal.FinishAction(context.WithoutCancel(x.ctx), actionID, aip.StateCancelled, raw, detailCancelledBeforeArrival, x.h.cfg.Now())
+	if err != nil && !errors.Is(err, journal.ErrConflict) {
+		return x.storageUnavailable(err)
+	}
+	return x.journaled(actionID, nil)
 }
 
 // cancel handles an action-scoped Cancel: a running action's context is
@@ -1084,9 +1115,13 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 		if !created {
 			continue
 		}
-		res := &aip.ActionResult{ActionID: id, Status: aip.ResultCancelled}
-		raw, _ := json.Marshal(res)
-		receipt, err := h.journal.FinishAction(jctx, id, aip.StateCancelled, raw, "cancelled before the action arrived", now)
+		res, raw := cancelledBeforeArrival(id)
+		receipt, err := h.journal.FinishAction(jctx, id, aip.StateCancelled, raw, detailCancelledBeforeArrival, now)
+		if errors.Is(err, journal.ErrConflict) {
+			// Another request finished the record meanwhile (see
+			// finishTombstone): answer what it journaled.
+			return x.journaled(id, nil)
+		}
 		if err != nil {
 			return x.storageUnavailable(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -391,29 +392,46 @@ func TestDuplicateWithoutReceiptIsAStorageError(t *testing.T) {
 }
 
 // An action arriving while an early cancel is being journaled (its record
-// begun, not yet finished as cancelled) is told to come back, not refused
-// as an idempotency conflict: nobody sent it another input, and once the
-// cancel commits it is answered cancelled.
+// begun, not yet finished as cancelled) is not refused as an idempotency
+// conflict (nobody sent it another input) nor run: it finishes the
+// record cancelled itself, as the cancel would, and is answered cancelled;
+// the cancel, whose own write then finds the record finished, answers the
+// same journaled result.
 func TestActionDuringEarlyCancel(t *testing.T) {
 	f := newFleet(t)
+	j := &gatedFinishJournal{Journal: f.j, reached: make(chan struct{}), release: make(chan struct{})}
+	f.cfg.Journal = j
 	conn := newTestConnector()
 	_, target := f.start(t, conn)
 	ctx := ctxT(t)
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(j.release) }) }
+	t.Cleanup(release) // on failure, so the host can stop
 
 	a := action(capEcho, `{"message":"racing its cancel"}`)
-	// What the cancel path has written between its two commits.
-	if _, created, err := f.j.BeginAction(ctx, journal.Action{ActionID: a.ID, CapabilityID: a.CapabilityID,
-		TenantID: hostsdktest.TenantID, MessageID: aip.NewMessageID(), ReceivedAt: time.Now()}); err != nil || !created {
-		t.Fatal(created, err)
+	cancelled := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := f.d.Cancel(ctx, target, a.ID, a.CapabilityID, "")
+		if err != nil {
+			t.Error(err)
+		}
+		cancelled <- resp
+	}()
+	<-j.reached // the cancel has begun the record and waits to finish it
+	if rec, err := f.j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateReceived {
+		t.Fatalf("record between the cancel's writes: %+v, %v", rec, err)
 	}
 	resp, _ := f.d.Act(ctx, target, a)
-	if pe := wantCode(t, resp, http.StatusConflict, hostsdk.CodeActionInProgress); !pe.IsRetryable() {
-		t.Errorf("in-progress answer %+v is not retryable", pe)
+	first, err := resp.Result()
+	if err != nil || first.Status != aip.ResultCancelled || first.Receipt == nil {
+		t.Fatalf("action during its cancel answered HTTP %d %+v, %v (body %s); want cancelled", resp.Status, first, err, resp.Raw)
 	}
-	res := &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCancelled}
-	raw, _ := json.Marshal(res)
-	if _, err := f.j.FinishAction(ctx, a.ID, aip.StateCancelled, raw, "cancelled before the action arrived", time.Now()); err != nil {
-		t.Fatal(err)
+	release()
+	if resp = <-cancelled; resp == nil {
+		t.Fatal("the cancel got no answer")
+	}
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled || res.Receipt == nil || *res.Receipt != *first.Receipt {
+		t.Fatalf("the cancel answered HTTP %d %+v, %v (body %s); want the same cancelled result", resp.Status, res, err, resp.Raw)
 	}
 	resp, _ = f.d.Act(ctx, target, a)
 	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCancelled {
@@ -422,6 +440,22 @@ func TestActionDuringEarlyCancel(t *testing.T) {
 	if n := conn.runCount(a.ID); n != 0 {
 		t.Errorf("cancelled action ran %d times", n)
 	}
+}
+
+// gatedFinishJournal holds the first FinishAction until release, after
+// telling reached.
+type gatedFinishJournal struct {
+	*memjournal.Journal
+	gated            atomic.Bool
+	reached, release chan struct{}
+}
+
+func (j *gatedFinishJournal) FinishAction(ctx context.Context, actionID string, st aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
+	if j.gated.CompareAndSwap(false, true) {
+		close(j.reached)
+		<-j.release
+	}
+	return j.Journal.FinishAction(ctx, actionID, st, result, detail, at)
 }
 
 // flakyFinishJournal fails FinishAction while failures remain, the way a

@@ -2,6 +2,7 @@ package hostsdk_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sync/atomic"
@@ -37,9 +38,11 @@ var errLostAnswer = errors.New("storage: unexpected EOF while reading the answer
 // before commit" is not made at all.
 type lossyJournal struct {
 	journal.Journal
-	// acceptAfterCommit: how many AcceptAction calls that create their
-	// action lose their answer; acceptBeforeCommit: how many fail unmade.
+	// acceptAfterCommit, acceptBeforeCommit: how many AcceptAction calls
+	// that would create their action lose their answer.
 	acceptAfterCommit, acceptBeforeCommit atomic.Int32
+	// finishBeforeCommit: how many FinishAction calls fail unmade.
+	finishBeforeCommit atomic.Int32
 }
 
 func (j *lossyJournal) AcceptAction(ctx context.Context, messageID string, expires, now time.Time, a journal.Action) (journal.Accepted, error) {
@@ -51,6 +54,13 @@ func (j *lossyJournal) AcceptAction(ctx context.Context, messageID string, expir
 		return journal.Accepted{}, errLostAnswer
 	}
 	return acc, err
+}
+
+func (j *lossyJournal) FinishAction(ctx context.Context, actionID string, st aip.ActionState, result json.RawMessage, detail string, at time.Time) (journal.Receipt, error) {
+	if j.finishBeforeCommit.Add(-1) >= 0 {
+		return journal.Receipt{}, errLostAnswer
+	}
+	return j.Journal.FinishAction(ctx, actionID, st, result, detail, at)
 }
 
 // TestAcceptCommittedWhoseAnswerWasLost: the write that journals a new
@@ -133,6 +143,60 @@ func TestAcceptNotCommitted(t *testing.T) {
 			}
 			if n := conn.runCount(a.ID); n != 1 {
 				t.Errorf("connector ran %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// TestCancelTombstoneLeftReceived: a cancel that arrives before its action
+// journals a record of it (received), then finishes it cancelled; when the
+// second write fails, the record is left received. The action arriving
+// next, and the cancel sent again, finish it cancelled, as recovery would:
+// they used to answer action_in_progress, and every status query
+// received, until a restart.
+func TestCancelTombstoneLeftReceived(t *testing.T) {
+	for _, rt := range durableJournals {
+		t.Run(rt.name, func(t *testing.T) {
+			for _, next := range []string{"action", "cancel"} {
+				t.Run(next, func(t *testing.T) {
+					f := newFleet(t)
+					j := &lossyJournal{Journal: openDurable(t, rt)}
+					f.cfg.Journal = j
+					conn := newTestConnector()
+					_, target := f.start(t, conn)
+					ctx := ctxT(t)
+
+					a := action(capEcho, `{"message":"cancelled first"}`)
+					j.finishBeforeCommit.Store(1)
+					resp, err := f.d.Cancel(ctx, target, a.ID, a.CapabilityID, "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantCode(t, resp, http.StatusServiceUnavailable, hostsdk.CodeStorageUnavailable)
+					if rec, err := j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateReceived {
+						t.Fatalf("journal record %+v, %v; want the cancel's record left received", rec, err)
+					}
+
+					switch next {
+					case "action":
+						resp, err = f.d.Act(ctx, target, a)
+					case "cancel":
+						resp, err = f.d.Cancel(ctx, target, a.ID, a.CapabilityID, "")
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					r, err := resp.Result()
+					if err != nil || r.Status != aip.ResultCancelled || r.Receipt == nil {
+						t.Fatalf("the %s answered HTTP %d %+v, %v (body %s); want cancelled with a receipt", next, resp.Status, r, err, resp.Raw)
+					}
+					if rec, err := j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateCancelled {
+						t.Fatalf("journal record %+v, %v; want cancelled", rec, err)
+					}
+					if n := conn.runCount(a.ID); n != 0 {
+						t.Errorf("connector ran %d times, want 0", n)
+					}
+				})
 			}
 		})
 	}

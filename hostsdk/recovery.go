@@ -72,9 +72,8 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 		// no input, then finishes it as cancelled; a stop between the two
 		// left it received. Finish what the cancel began, so the action
 		// arriving later is answered cancelled (see cancel).
-		res := &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultCancelled}
-		raw, _ := json.Marshal(res)
-		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateCancelled, raw, "cancelled before the action arrived", now); err != nil {
+		_, raw := cancelledBeforeArrival(a.ActionID)
+		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateCancelled, raw, detailCancelledBeforeArrival, now); err != nil {
 			return err
 		}
 		sum.Received++
