@@ -125,8 +125,9 @@
 //     this process nor journaled (a delivery of one that is waits for it —
 //     at most its own timeout_ms, then a signed 409
 //     connector_host.action_in_progress — or is answered from the journal,
-//     whatever the replica's state, and one the journal cannot tell about
-//     gets storage_unavailable); the input is
+//     whatever the replica's state, one routed before the journal's prune
+//     horizon gets the signed 410 connector_host.action_expired, and one
+//     the journal cannot tell about gets storage_unavailable); the input is
 //     validated against the capability's
 //     input_schema; the action is journaled, run, and its result journaled
 //     with a receipt (ActionResult.Receipt). When the write journaling it

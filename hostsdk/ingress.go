@@ -603,11 +603,21 @@ func actionTimeout(a *aip.Action) (time.Duration, bool) {
 // dispatcher's retry after a lost answer) is answered from its record, as
 // any other delivery of it, and when the journal cannot tell, the answer is
 // storage_unavailable: a refusal would say the action did not start here
-// when it may have.
+// when it may have. So would one of an action the journal may have pruned
+// (its route is not newer than the prune horizon): it is refused with
+// action_expired, as when the replica is ready.
 func (x *exchange) refuseUnstarted(actionID string, want *journal.Action, refusal func() bool) bool {
-	a, err := x.h.journal.Action(context.WithoutCancel(x.ctx), actionID)
+	ctx := context.WithoutCancel(x.ctx)
+	a, err := x.h.journal.Action(ctx, actionID)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
+		horizon, herr := x.h.journal.PruneHorizon(ctx)
+		if herr != nil {
+			return x.storageUnavailable(herr)
+		}
+		if perr := journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon); perr != nil {
+			return x.expired(actionID, perr)
+		}
 		return refusal()
 	case err != nil:
 		return x.storageUnavailable(err)

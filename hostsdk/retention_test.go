@@ -302,3 +302,47 @@ func TestPruningKeepsUp(t *testing.T) {
 		}
 	})
 }
+
+// A delivery of a pruned action while the replica is not ready (the
+// connector unhealthy here; draining and capacity take the same path) is
+// refused with action_expired, as when it is ready: not with the signed
+// not_ready (or capacity) refusal, which tells the dispatcher that the
+// action did not start here and may be rerouted, when it may have run here
+// before its record was pruned.
+func TestAPrunedActionIsExpiredWhileNotReady(t *testing.T) {
+	for _, dj := range durableJournals {
+		t.Run(dj.name, func(t *testing.T) {
+			open := dj.storage(t)
+			synctest.Test(t, func(t *testing.T) {
+				j := open(t)
+				t.Cleanup(func() { j.Close() })
+				b := newBubbleFleet(t, func(c *hostsdk.Config) { c.ActionRetention, c.Journal = time.Hour, j })
+				ctx := b.awaitFirstBeat(t)
+
+				old := b.routeNow(action(capEcho, `{"message":"once"}`))
+				if resp := b.deliver(t, old, aip.Body{Action: old.a}); resp.Status != http.StatusOK {
+					t.Fatalf("first delivery: HTTP %d %s", resp.Status, resp.Raw)
+				}
+				time.Sleep(70 * time.Minute)
+				synctest.Wait()
+				if _, err := j.Action(ctx, old.a.ID); !errors.Is(err, journal.ErrNotFound) {
+					t.Fatalf("the action finished 70 minutes ago under a 1 h retention is still journaled (%v)", err)
+				}
+
+				b.conn.setHealth(errUnhealthy)
+				time.Sleep(2 * hostsdk.DefaultHeartbeatInterval)
+				synctest.Wait()
+				if b.h.Ready() {
+					t.Fatal("the host is ready with an unhealthy connector")
+				}
+				wantCode(t, b.deliver(t, old, aip.Body{Action: old.a}), http.StatusGone, hostsdk.CodeActionExpired)
+				// A new action is refused not_ready: it did not start here.
+				fresh := b.routeNow(action(capEcho, `{"message":"fresh"}`))
+				wantCode(t, b.deliver(t, fresh, aip.Body{Action: fresh.a}), http.StatusServiceUnavailable, hostsdk.CodeNotReady)
+				if n := b.conn.runCount(old.a.ID); n != 1 {
+					t.Fatalf("the pruned action ran %d times, want 1", n)
+				}
+			})
+		})
+	}
+}
