@@ -1233,6 +1233,12 @@ func applyReplica(ctx context.Context, admin Administrator, r ConnectorReplica) 
 	}
 	// Compare the identity only: the lifecycle owns the rest.
 	if err := CheckReplicaIdentity(&stored, &r); err != nil {
+		if stored.VersionID != r.VersionID {
+			// Most often an entry without version_id, which takes its
+			// instance's current version, after the instance's upgrade.
+			return "", conflict(RecordConnectorReplica, r.ID, "version_id", "is %s, but the registered replica runs version %s for good (an entry without version_id takes its instance's current version): to keep this replica write version_id: %s in its entry; the new version's replicas need new IDs",
+				r.VersionID, stored.VersionID, stored.VersionID)
+		}
 		return "", err
 	}
 	return Unchanged, nil

@@ -690,3 +690,27 @@ func TestApplyNamesTheChangedFieldOfAnAdmittedVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyExplainsAReplicaKeepsItsVersion: a replica entry without
+// version_id takes its instance's current version; after the instance is
+// upgraded in the file, the registered replica (whose version is fixed)
+// is refused naming version_id and saying how to keep it, instead of only
+// "pre-provision a new replica".
+func TestApplyExplainsAReplicaKeepsItsVersion(t *testing.T) {
+	ctx := t.Context()
+	r, _ := newMem(t)
+	if _, err := registry.Apply(ctx, r, parse(t, docExample(t))); err != nil {
+		t.Fatal(err)
+	}
+	f := parse(t, docExample(t))
+	stored := f.Replicas[2].VersionID
+	f.Replicas[2].VersionID = "cver_echo_2_0_0" // as parsing gives it after the instance's upgrade
+	_, err := registry.Apply(ctx, r, f)
+	var fe *registry.FleetFileError
+	if !errors.As(err, &fe) || fe.Section != registry.SectionReplicas || fe.Field != "version_id" || !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("apply: %v, want a conflict on replicas' version_id", err)
+	}
+	if !strings.Contains(err.Error(), "write version_id: "+stored) {
+		t.Fatalf("%v does not say to write version_id: %s", err, stored)
+	}
+}
