@@ -88,12 +88,23 @@ func resolveDID(inline, file, flagName string) (string, error) {
 	return did, nil
 }
 
-// Step 2: open the runtime journal (the caller's, or the embedded SQLite
-// journal in StateDir) and probe it.
+// Step 2: open the runtime journal (the caller's, the one
+// Config.OpenJournal opens, or the embedded SQLite journal in StateDir) and
+// probe it.
 func (h *Host) stepOpenJournal(ctx context.Context) error {
-	if h.cfg.Journal != nil {
+	switch {
+	case h.cfg.Journal != nil:
 		h.journal = h.cfg.Journal
-	} else {
+	case h.cfg.OpenJournal != nil:
+		j, err := h.cfg.OpenJournal(ctx)
+		if err != nil {
+			return err
+		}
+		if j == nil {
+			return errors.New("Config.OpenJournal returned no journal and no error")
+		}
+		h.journal, h.ownsJournal = j, true
+	default:
 		if err := os.MkdirAll(h.cfg.StateDir, 0o700); err != nil {
 			return fmt.Errorf("--state-dir %s: %w", h.cfg.StateDir, err)
 		}

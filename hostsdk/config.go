@@ -1,6 +1,7 @@
 package hostsdk
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -195,9 +196,18 @@ type Config struct {
 
 	// Journal, when set, is the runtime journal the host uses (for example
 	// a pgruntime journal). The caller owns it: the host never closes it.
-	// When nil, the host opens the embedded SQLite journal in StateDir and
-	// closes it when it stops.
+	// When nil (and OpenJournal is nil), the host opens the embedded SQLite
+	// journal in StateDir and closes it when it stops.
 	Journal journal.Journal
+	// OpenJournal, when set, opens the runtime journal at bootstrap step 2,
+	// after the configuration and its files passed step 1: a main that
+	// keeps the journal in PostgreSQL (pgruntime with DatabaseURLFile)
+	// sets it rather than open the journal before New, so that an invalid
+	// setting is refused before the database is touched (its schema
+	// installed, its namespace locked). The host owns what it returns and
+	// closes it when it stops or when its start fails. At most one of
+	// Journal and OpenJournal.
+	OpenJournal func(ctx context.Context) (journal.Journal, error)
 	// StateDir is the embedded journal's directory. Defaults to
 	// .aipfleet/host-<ReplicaID> under the working directory (see
 	// defaultStateDir for a replica ID too long for a file name).
@@ -213,8 +223,9 @@ type Config struct {
 	ActionRetention time.Duration
 	// DatabaseURLFile names an owner-only file with a PostgreSQL URL for the
 	// runtime journal. The host itself does not open PostgreSQL: a main
-	// that supports it opens pgruntime with this file and passes the result
-	// as Journal. Setting it without Journal is an error.
+	// that supports it sets OpenJournal to open pgruntime with this file
+	// (or passes an open journal as Journal). Setting it without either is
+	// an error.
 	DatabaseURLFile string
 
 	// Logger receives JSON-friendly structured logs. Defaults to a logger
@@ -306,7 +317,7 @@ func (c Config) withDefaults() Config {
 	if c.ActionRetention == 0 {
 		c.ActionRetention = DefaultActionRetention
 	}
-	if c.StateDir == "" && c.Journal == nil && c.ReplicaID != "" {
+	if c.StateDir == "" && c.Journal == nil && c.OpenJournal == nil && c.ReplicaID != "" {
 		c.StateDir = defaultStateDir(c.ReplicaID)
 	}
 	if c.Now == nil {
@@ -394,10 +405,13 @@ func (c *Config) validate() error {
 		return cfgErr("ActionRetention", "is %d ms; must be at least %d ms (%s), or 0 on the command line (KeepActionsForever in Config) to keep finished actions for ever",
 			c.ActionRetention.Milliseconds(), MinActionRetention.Milliseconds(), MinActionRetention)
 	}
-	if c.Journal == nil && c.DatabaseURLFile != "" {
-		return cfgErr("DatabaseURLFile", "is set but the host opens only the embedded SQLite journal itself; open pgruntime with this file in your main and pass it as Config.Journal, or unset it")
+	if c.Journal != nil && c.OpenJournal != nil {
+		return &ConfigError{Field: "OpenJournal", Reason: "and Config.Journal are both set; give the host one journal"}
 	}
-	if c.Journal == nil && c.StateDir == "" {
+	if c.Journal == nil && c.OpenJournal == nil && c.DatabaseURLFile != "" {
+		return cfgErr("DatabaseURLFile", "is set but the host opens only the embedded SQLite journal itself; set Config.OpenJournal to open pgruntime with this file in your main (or pass an open journal as Config.Journal), or unset it")
+	}
+	if c.Journal == nil && c.OpenJournal == nil && c.StateDir == "" {
 		return cfgErr("StateDir", "is empty; name the directory of the embedded journal")
 	}
 	return nil

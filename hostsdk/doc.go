@@ -70,9 +70,11 @@
 // outbox and a compare-and-set state store (Call.State). By default the host
 // opens the embedded SQLite journal (package sqliteruntime) in StateDir
 // (default .aipfleet/host-<replica ID>) and closes it when it stops. A main
-// may instead open another journal.Journal (for example pgruntime with
-// Config.DatabaseURLFile) and pass it as Config.Journal; the caller then
-// owns it and closes it after Run returns. A journal belongs to one tenant
+// may instead have another journal.Journal opened at step 2 (for example
+// pgruntime with Config.DatabaseURLFile) with Config.OpenJournal, so that a
+// bad setting or file is refused before the database is touched; the host
+// then closes it when it stops. A journal passed open as Config.Journal is
+// the caller's, who closes it after Run returns. A journal belongs to one tenant
 // and one connector type: step 2 records the host's in a journal that names
 // none and refuses a journal that names others (ErrJournalOwner).
 //

@@ -213,12 +213,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer shutdownTracing()
 	cfg.Host.TracerProvider = tp
-	j, closeJournal, err := hostrun.OpenJournal(ctx, cfg.Host)
-	if err != nil {
-		return err
-	}
-	defer closeJournal()
-	cfg.Host.Journal = j
+	// Opened at the host's bootstrap step 2, after its settings and files
+	// were checked; the host closes it.
+	cfg.Host.OpenJournal = hostrun.JournalOpener(cfg.Host)
 	s, err := sidecar.New(cfg)
 	if err != nil {
 		return err

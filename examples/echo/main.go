@@ -58,12 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: sl}))
-	j, closeJournal, err := openJournal(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeJournal()
-	cfg.Journal = j
+	cfg.OpenJournal = journalOpener(cfg)
 
 	host, err := hostsdk.New(cfg, echoconnector.Connector{})
 	if err != nil {

@@ -26,10 +26,11 @@ import (
 
 // Run runs conn as a connector host with cfg until ctx ends (the caller's
 // signal context: SIGTERM or Ctrl-C starts the drain), then closes what it
-// opened. Spans go to TracerProvider(service); the journal is OpenJournal's,
-// else the embedded SQLite journal the host opens in --state-dir.
-// hostsdk.New's errors (a *hostsdk.ValidateError for a bad configuration)
-// are returned as they are.
+// opened. Spans go to TracerProvider(service); the journal is the
+// PostgreSQL one JournalOpener opens at bootstrap step 2, else the
+// embedded SQLite journal the host opens in --state-dir. hostsdk.New's
+// errors (a *hostsdk.ValidateError for a bad configuration) are returned
+// as they are.
 func Run(ctx context.Context, cfg hostsdk.Config, conn hostsdk.Connector, getenv func(string) string, service string) error {
 	tp, shutdownTracing, err := TracerProvider(ctx, getenv, service)
 	if err != nil {
@@ -37,36 +38,40 @@ func Run(ctx context.Context, cfg hostsdk.Config, conn hostsdk.Connector, getenv
 	}
 	defer shutdownTracing()
 	cfg.TracerProvider = tp
-	j, closeJournal, err := OpenJournal(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeJournal()
-	cfg.Journal = j
+	cfg.OpenJournal = JournalOpener(cfg)
 	host, err := hostsdk.New(cfg, conn)
 	if err != nil {
 		return err
 	}
-	// Run returns after the drain; the deferred calls then close the
-	// journal (when it is PostgreSQL; the host closes its own SQLite
-	// journal) and flush traces.
+	// Run returns after the drain, the host having closed its journal;
+	// the deferred call then flushes traces.
 	return host.Run(ctx)
 }
 
-// OpenJournal opens the PostgreSQL journal named by --database-url-file
-// (replicas may share the database: each keeps the namespace of its
-// replica ID), or returns nil so the host opens its embedded SQLite
-// journal in --state-dir. The returned func closes what was opened.
-func OpenJournal(ctx context.Context, cfg hostsdk.Config) (journal.Journal, func(), error) {
+// JournalOpener returns the hostsdk.Config.OpenJournal of cfg: it opens
+// the PostgreSQL journal named by --database-url-file (replicas may share
+// the database: each keeps the namespace of its replica ID). It is nil
+// without --database-url-file, so the host opens its embedded SQLite
+// journal in --state-dir. The host calls it at bootstrap step 2, once the
+// configuration and its files passed step 1, so that a bad setting is
+// refused before the database is touched, and closes the journal when it
+// stops.
+func JournalOpener(cfg hostsdk.Config) func(context.Context) (journal.Journal, error) {
 	if cfg.DatabaseURLFile == "" {
-		return nil, func() {}, nil
+		return nil
 	}
-	j, err := pgruntime.OpenURLFile(ctx, cfg.DatabaseURLFile, pgruntime.Config{Namespace: cfg.ReplicaID})
-	if err != nil {
-		return nil, nil, fmt.Errorf("--database-url-file: %w", err)
+	path, namespace := cfg.DatabaseURLFile, cfg.ReplicaID
+	return func(ctx context.Context) (journal.Journal, error) {
+		j, err := pgruntime.OpenURLFile(ctx, path, pgruntime.Config{Namespace: namespace})
+		if err != nil {
+			return nil, fmt.Errorf("--database-url-file (%s): %w", DatabaseURLFileEnv, err)
+		}
+		return j, nil
 	}
-	return j, func() { j.Close() }, nil
 }
+
+// DatabaseURLFileEnv is the variable behind --database-url-file.
+const DatabaseURLFileEnv = "AIP_CONNECTOR_HOST_DATABASE_URL_FILE"
 
 // TracerProvider exports spans over OTLP/HTTP when
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is

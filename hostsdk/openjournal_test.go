@@ -1,0 +1,83 @@
+package hostsdk_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+)
+
+// TestOpenJournalRunsAtStepTwo: Config.OpenJournal opens the journal at
+// step 2, only once step 1 accepted the files, and the host closes what it
+// opened when it stops, or when its start fails.
+func TestOpenJournalRunsAtStepTwo(t *testing.T) {
+	opener := func(j journal.Journal, err error, calls *int) func(context.Context) (journal.Journal, error) {
+		return func(context.Context) (journal.Journal, error) { *calls++; return j, err }
+	}
+	closed := func(j *memjournal.Journal) bool {
+		_, err := j.State(context.Background(), "ns", "key")
+		return errors.Is(err, journal.ErrClosed)
+	}
+
+	// A signing key file readable by others fails step 1: the journal is
+	// not opened.
+	f := newFleet(t)
+	seed := filepath.Join(t.TempDir(), "seed")
+	if err := aip.WriteSeedFile(seed, f.cfg.SigningKey); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(seed, 0o644)
+	var calls int
+	f.cfg.Journal, f.cfg.OpenJournal = nil, opener(memjournal.New(), nil, &calls)
+	f.cfg.SigningKey, f.cfg.SigningSeedFile = nil, seed
+	var ve *hostsdk.ValidateError
+	if err := startErr(t, f, newTestConnector()); !errors.As(err, &ve) || calls != 0 {
+		t.Fatalf("Start with a loose key file: %v, OpenJournal called %d times; want a *ValidateError and no call", err, calls)
+	}
+
+	// Its error is step 2's.
+	f = newFleet(t)
+	calls = 0
+	f.cfg.Journal, f.cfg.OpenJournal = nil, opener(nil, memjournal.ErrInjected, &calls)
+	var oe *hostsdk.OpenJournalError
+	if err := startErr(t, f, newTestConnector()); !errors.As(err, &oe) || !errors.Is(err, memjournal.ErrInjected) || calls != 1 {
+		t.Fatalf("Start with a failing OpenJournal: %v (%d calls); want an *OpenJournalError wrapping its error", err, calls)
+	}
+
+	// A start failing after step 2 closes the journal it opened.
+	f = newFleet(t)
+	j := memjournal.New()
+	f.cfg.Journal, f.cfg.OpenJournal = nil, opener(j, nil, &calls)
+	f.cp.SetUnavailable(true)
+	if err := startErr(t, f, newTestConnector()); !errors.Is(err, hostsdk.ErrControlUnavailable) || !closed(j) {
+		t.Fatalf("Start without a control plane: %v, journal closed %v; want ErrControlUnavailable and the journal closed", err, closed(j))
+	}
+
+	// A host that served closes it when it stops.
+	f = newFleet(t)
+	j = memjournal.New()
+	f.cfg.Journal, f.cfg.OpenJournal = nil, opener(j, nil, &calls)
+	h, _ := f.start(t, newTestConnector())
+	if closed(j) {
+		t.Fatal("the journal is closed while the host runs")
+	}
+	if err := h.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(j) {
+		t.Error("the host did not close the journal OpenJournal opened")
+	}
+
+	// Journal and OpenJournal together are refused.
+	f = newFleet(t)
+	f.cfg.OpenJournal = opener(memjournal.New(), nil, &calls)
+	if _, err := hostsdk.New(f.cfg, newTestConnector()); !errors.As(err, &ve) {
+		t.Fatalf("New with Journal and OpenJournal: %v; want a *ValidateError", err)
+	}
+}
