@@ -24,15 +24,15 @@ func (h *Host) stepValidate(ctx context.Context) error {
 	if h.key == nil {
 		k, err := aip.LoadSigningKey(c.SigningSeedFile)
 		if err != nil {
-			return fmt.Errorf("--signing-seed-file: %w", err)
+			return fmt.Errorf("%s: %w", settingName("SigningSeedFile"), err)
 		}
 		h.key = k
 	}
-	controlDID, err := resolveDID(c.ControlPlaneDID, c.ControlPlaneDIDFile, "--control-plane-did-file")
+	controlDID, err := resolveDID(c.ControlPlaneDID, c.ControlPlaneDIDFile, "ControlPlaneDIDFile")
 	if err != nil {
 		return err
 	}
-	h.gatewayDID, err = resolveDID(c.GatewayDID, c.GatewayDIDFile, "--gateway-did-file")
+	h.gatewayDID, err = resolveDID(c.GatewayDID, c.GatewayDIDFile, "GatewayDIDFile")
 	if err != nil {
 		return err
 	}
@@ -45,11 +45,11 @@ func (h *Host) stepValidate(ctx context.Context) error {
 		var caPEM []byte
 		if c.TLSCACertificateFile != "" {
 			if caPEM, err = aip.ReadPublicFile(c.TLSCACertificateFile, MaxCACertificateBytes); err != nil {
-				return fmt.Errorf("--tls-ca-certificate-file: %w", err)
+				return fmt.Errorf("%s: %w", settingName("TLSCACertificateFile"), err)
 			}
 		}
 		if built, err = newControlTransport(caPEM); err != nil {
-			return fmt.Errorf("--tls-ca-certificate-file %s: %w", c.TLSCACertificateFile, err)
+			return fmt.Errorf("%s %s: %w", settingName("TLSCACertificateFile"), c.TLSCACertificateFile, err)
 		}
 	}
 	transport := c.ControlPlaneTransport
@@ -73,17 +73,19 @@ func (h *Host) stepValidate(ctx context.Context) error {
 	return nil
 }
 
-func resolveDID(inline, file, flagName string) (string, error) {
+// resolveDID returns the inline DID, else the one in file, the setting
+// of Config field fileField.
+func resolveDID(inline, file, fileField string) (string, error) {
 	if inline != "" {
 		return inline, nil
 	}
 	raw, err := aip.ReadPublicFile(file, MaxDIDBytes)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", flagName, err)
+		return "", fmt.Errorf("%s: %w", settingName(fileField), err)
 	}
 	did := strings.TrimSpace(string(raw))
 	if _, err := aip.ParseDIDKey(did); err != nil {
-		return "", fmt.Errorf("%s %s does not hold a did:key Ed25519 identifier: %w", flagName, file, err)
+		return "", fmt.Errorf("%s: %s does not hold a did:key Ed25519 identifier: %w", settingName(fileField), file, err)
 	}
 	return did, nil
 }
@@ -106,11 +108,11 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 		h.journal, h.ownsJournal = j, true
 	default:
 		if err := os.MkdirAll(h.cfg.StateDir, 0o700); err != nil {
-			return fmt.Errorf("--state-dir %s: %w", h.cfg.StateDir, err)
+			return fmt.Errorf("%s %s: %w", settingName("StateDir"), h.cfg.StateDir, err)
 		}
 		j, err := openDefaultJournal(ctx, h.cfg.StateDir)
 		if err != nil {
-			return fmt.Errorf("--state-dir %s: %w", h.cfg.StateDir, err)
+			return fmt.Errorf("%s %s: %w", settingName("StateDir"), h.cfg.StateDir, err)
 		}
 		h.journal, h.ownsJournal = j, true
 	}
@@ -275,7 +277,7 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", h.cfg.Bind)
 	if err != nil {
-		return fmt.Errorf("--bind %s: %w", h.cfg.Bind, err)
+		return fmt.Errorf("%s %s: %w", settingName("Bind"), h.cfg.Bind, err)
 	}
 	h.listener = l
 	return nil

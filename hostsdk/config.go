@@ -261,6 +261,17 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("hostsdk: --%s (%s, Config.%s) %s", e.Flag, e.Env, e.Field, e.Reason)
 }
 
+// settingName names the setting of a Config field in an error about its
+// value: "--signing-seed-file (AIP_CONNECTOR_HOST_SIGNING_SEED_FILE)", so
+// an operator who configures the host with variables finds it too.
+func settingName(field string) string {
+	o := optionByField[field]
+	if o == nil {
+		return "Config." + field
+	}
+	return fmt.Sprintf("--%s (%s)", o.flag, o.env)
+}
+
 func cfgErr(field, reason string, args ...any) *ConfigError {
 	o := optionByField[field]
 	e := &ConfigError{Field: field, Reason: fmt.Sprintf(reason, args...)}
