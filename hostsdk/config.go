@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,7 +72,8 @@ const (
 // field's zero value means the documented default. LoadConfig fills a Config
 // from flags and AIP_CONNECTOR_HOST_* environment variables.
 type Config struct {
-	// Bind is the listen address. Defaults to 0.0.0.0:8081.
+	// Bind is the listen address, host:port with a port number (0: any
+	// free port). Defaults to 0.0.0.0:8081.
 	Bind string
 	// Listener, when set, is used instead of binding Bind (tests, socket
 	// activation). The host closes it when it stops.
@@ -440,8 +442,8 @@ func (c *Config) validateEndpoints() error {
 		}
 	}
 	if c.Listener == nil {
-		if _, _, err := net.SplitHostPort(c.Bind); err != nil {
-			return cfgErr("Bind", "is %q; want host:port", c.Bind)
+		if _, port, err := net.SplitHostPort(c.Bind); err != nil || !validPort(port, 0) {
+			return cfgErr("Bind", "is %q; want host:port with a port number from 0 to 65535 (0: any free port), e.g. 0.0.0.0:8081", c.Bind)
 		}
 	}
 	if err := checkEndpoint("PublicEndpoint", c.PublicEndpoint, aip.MessagesPath, c.AllowInsecureLoopbackHTTP); err != nil {
@@ -467,8 +469,11 @@ func checkEndpoint(field, raw, path string, allowLoopbackHTTP bool) error {
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
 		return cfgErr(field, "is %q; it must not carry credentials, a query or a fragment", raw)
 	}
-	if u.Path != path {
+	if u.Path != path || u.EscapedPath() != path {
 		return cfgErr(field, "is %q; its path must be exactly %s", raw, path)
+	}
+	if p := u.Port(); p != "" && !validPort(p, 1) {
+		return cfgErr(field, "is %q; its port must be a number from 1 to 65535", raw)
 	}
 	switch u.Scheme {
 	case "https":
@@ -504,6 +509,13 @@ func durationIn(field string, d, lo, hi time.Duration) error {
 		return cfgErr(field, "is %s; must be a whole number of milliseconds from %d to %d ms", d, lo.Milliseconds(), hi.Milliseconds())
 	}
 	return nil
+}
+
+// validPort reports whether port is a decimal port number from min to
+// 65535.
+func validPort(port string, min uint64) bool {
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n >= min
 }
 
 func validLabel(s string) bool {

@@ -136,6 +136,24 @@ func TestNewValidatesConfig(t *testing.T) {
 			[]string{"--database-url-file", "pgruntime"}},
 		{"probe timeout", func(c *hostsdk.Config) { c.HealthProbeTimeout = time.Minute },
 			[]string{"--health-probe-timeout-ms", "1 to 30000 ms"}},
+		// A bind port out of range, missing or named was accepted, and the
+		// listener refused it only at step 5, after the journal was opened
+		// and its owner recorded.
+		{"bind port out of range", func(c *hostsdk.Config) { c.Listener, c.Bind = nil, "127.0.0.1:99999" },
+			[]string{"--bind", "AIP_CONNECTOR_HOST_BIND", "0 to 65535"}},
+		{"bind without a port", func(c *hostsdk.Config) { c.Listener, c.Bind = nil, "127.0.0.1:" },
+			[]string{"--bind", "AIP_CONNECTOR_HOST_BIND", "0 to 65535"}},
+		{"bind with a service name", func(c *hostsdk.Config) { c.Listener, c.Bind = nil, "localhost:http" },
+			[]string{"--bind", "port number"}},
+		// An endpoint the registry would store and the dispatcher dial as
+		// given: a port out of range, or a path whose escaped form is not
+		// exactly the path (the reference compares the escaped path).
+		{"endpoint port out of range", func(c *hostsdk.Config) { c.PublicEndpoint = "http://127.0.0.1:99999/aip/v1/messages" },
+			[]string{"--public-endpoint", "AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT", "1 to 65535"}},
+		{"endpoint port zero", func(c *hostsdk.Config) { c.ControlPlaneEndpoint = "https://control.example:0/aip/v1/connector-control" },
+			[]string{"--control-plane-endpoint", "1 to 65535"}},
+		{"escaped endpoint path", func(c *hostsdk.Config) { c.PublicEndpoint = "http://127.0.0.1:8081/aip/v1/%6Dessages" },
+			[]string{"--public-endpoint", "/aip/v1/messages"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := base
