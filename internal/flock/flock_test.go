@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/internal/flock"
@@ -34,5 +35,15 @@ func TestAcquire(t *testing.T) {
 	l2.Release()
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the lock file is gone: %v", err)
+	}
+}
+
+// A lock file that cannot be opened (a read-only or missing directory) is
+// reported with its path once: the error read "flock: open P: open P: ...".
+func TestAcquireOpenErrorNamesThePathOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "x.lock")
+	_, err := flock.Acquire(path)
+	if !errors.Is(err, os.ErrNotExist) || strings.Count(err.Error(), path) != 1 {
+		t.Fatalf("Acquire in a missing directory: %v; want ErrNotExist naming %s once", err, path)
 	}
 }

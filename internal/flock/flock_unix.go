@@ -22,7 +22,7 @@ type Lock struct {
 func Acquire(path string) (*Lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("flock: open %s: %w", path, err)
+		return nil, fmt.Errorf("flock: %w", err) // the *PathError names the file
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		pid := holder(f)
