@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -385,5 +386,58 @@ func TestShutdownWhileStartingIsClean(t *testing.T) {
 				t.Errorf("lifecycle operations (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// signalDuringRegister cancels the host's context the way
+// signal.NotifyContext does on SIGTERM (with a cause that does not wrap
+// context.Canceled) while the first lifecycle request, register, is in
+// flight, before it reaches the control plane.
+type signalDuringRegister struct {
+	next   http.RoundTripper
+	cancel context.CancelCauseFunc
+	once   sync.Once
+}
+
+func (s *signalDuringRegister) RoundTrip(r *http.Request) (*http.Response, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		s.cancel(errors.New("terminated signal received"))
+		<-r.Context().Done()
+	}
+	return s.next.RoundTrip(r)
+}
+
+// TestShutdownDuringRegistrationIsClean: a SIGTERM that arrives while the
+// registration is in flight is a shutdown requested while starting, as
+// one between two steps is: the registration's outcome is settled (here:
+// it is replayed, committed, and taken offline) and Run returns nil. The
+// HTTP client reports such a cancellation as the context's cause
+// ("terminated signal received"), not context.Canceled, and Run took it
+// for a failed start: the process exited 1 and logged a failed step.
+func TestShutdownDuringRegistrationIsClean(t *testing.T) {
+	f := newFleet(t)
+	var logs hostsdktest.LogBuffer
+	f.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	ctx, cancel := context.WithCancelCause(ctxT(t))
+	defer cancel(nil)
+	rt := f.cfg.ControlPlaneTransport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	f.cfg.ControlPlaneTransport = &signalDuringRegister{next: rt, cancel: cancel}
+	h, err := hostsdk.New(f.cfg, newTestConnector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Run(ctx); err != nil {
+		t.Fatalf("Run with SIGTERM during the registration: %v; want nil (nothing left registered)", err)
+	}
+	if diff := cmp.Diff([]aip.Operation{aip.OpRegister, aip.OpOffline}, ops(f.cp)); diff != "" {
+		t.Errorf("lifecycle operations (-want +got):\n%s", diff)
+	}
+	if strings.Contains(logs.String(), "bootstrap step failed") {
+		t.Errorf("the shutdown was logged as a failed step:\n%s", logs.String())
 	}
 }

@@ -220,8 +220,11 @@ func (h *Host) Run(ctx context.Context) error {
 		// A shutdown requested while the host was still starting (ctx
 		// cancelled, SIGTERM in a main) is a clean stop when the start
 		// left nothing behind: nothing was served, so nothing needed a
-		// drain, and no registration is left.
-		if errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) && h.releaseErr == nil {
+		// drain, and no registration is left. The step's error need not
+		// wrap context.Canceled: the HTTP client reports a cancelled
+		// request with the context's cause ("terminated signal
+		// received").
+		if errors.Is(ctx.Err(), context.Canceled) && h.releaseErr == nil {
 			h.log.Info("shutdown requested while starting; stopped cleanly (nothing was served, no registration left)", "cause", context.Cause(ctx))
 			return nil
 		}
@@ -384,8 +387,8 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 		err = wrapStep(step, err)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			h.log.Info("bootstrap stopped: shutdown requested", "step", int(step), "name", step.String())
+		if errors.Is(ctx.Err(), context.Canceled) {
+			h.log.Info("bootstrap stopped: shutdown requested", "step", int(step), "name", step.String(), "error", err)
 		} else {
 			h.log.Error("bootstrap step failed", "step", int(step), "name", step.String(), "error", err)
 		}
