@@ -441,3 +441,37 @@ func TestShutdownDuringRegistrationIsClean(t *testing.T) {
 		t.Errorf("the shutdown was logged as a failed step:\n%s", logs.String())
 	}
 }
+
+// TestFailedStartSaysWhatItLeftBehind: a start whose registration's
+// outcome stays unknown (the control plane unreachable for the replay too)
+// says, in Run's error, that the replica may stay registered until its
+// lease expires; the error named only the failed step, and the warning
+// was in the log alone.
+func TestFailedStartSaysWhatItLeftBehind(t *testing.T) {
+	f := newFleet(t)
+	rt := f.cfg.ControlPlaneTransport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	f.cfg.ControlPlaneTransport = &dropAll{next: rt}
+	h, err := hostsdk.New(f.cfg, newTestConnector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Run(ctxT(t))
+	var re *hostsdk.RegisterError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "may stay registered until its lease expires") {
+		t.Fatalf("Run: %v; want the RegisterError saying the replica may stay registered", err)
+	}
+}
+
+// dropAll sends every lifecycle request and loses every answer.
+type dropAll struct{ next http.RoundTripper }
+
+func (d *dropAll) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := d.next.RoundTrip(r)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return nil, errors.New("test: connection reset")
+}

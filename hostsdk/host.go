@@ -213,8 +213,9 @@ func New(cfg Config, conn Connector) (*Host, error) {
 // when bootstrap succeeded and the server, heartbeat, drain and offline
 // steps were all clean, or when ctx was cancelled during the bootstrap and
 // the start left nothing behind (no registration, the journal closed);
-// otherwise a bootstrap StepError or a *ShutdownError joining every
-// failure.
+// otherwise a bootstrap StepError (whose text also says what the failed
+// start could not release, such as a registration that may stay until its
+// lease expires) or a *ShutdownError joining every failure.
 func (h *Host) Run(ctx context.Context) error {
 	if err := h.Start(ctx); err != nil {
 		// A shutdown requested while the host was still starting (ctx
@@ -227,6 +228,12 @@ func (h *Host) Run(ctx context.Context) error {
 		if errors.Is(ctx.Err(), context.Canceled) && h.releaseErr == nil {
 			h.log.Info("shutdown requested while starting; stopped cleanly (nothing was served, no registration left)", "cause", context.Cause(ctx))
 			return nil
+		}
+		if h.releaseErr != nil {
+			// Say what the failed start left behind (a registration
+			// that may stay until its lease expires), not only why it
+			// failed: a main prints this one error.
+			return fmt.Errorf("%w; and releasing what the start did failed: %v", err, h.releaseErr)
 		}
 		return err
 	}
