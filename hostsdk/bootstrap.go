@@ -298,9 +298,11 @@ func (h *Host) stepRegister(ctx context.Context) error {
 	out, err := h.control.do(ctx, sr)
 	if err != nil {
 		var rej *ControlRejectedError
-		if !errors.As(err, &rej) {
+		if !errors.As(err, &rej) && sr.maybeApplied {
 			// It may have been committed: a failed start replays it to
-			// learn that and takes the replica offline.
+			// learn that and takes the replica offline. (One that never
+			// left the host, or that the control plane refused with its
+			// signed word, was not.)
 			h.controlMu.Lock()
 			h.pendingRegister = sr
 			h.controlMu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -41,14 +42,15 @@ type sealedRequest struct {
 	body []byte
 	// maybeApplied is set once an attempt of the request (in any of its
 	// signed forms, see refresh) failed without the control plane's signed
-	// word that it applied nothing: a transport error, a lost or
-	// unverifiable answer. The control plane may then have committed it.
+	// word that it applied nothing: a transport error once connected (a
+	// refused dial sends nothing), a lost or unverifiable answer. The
+	// control plane may then have committed it.
 	maybeApplied bool
 }
 
-// notAppliedError is an ErrControlUnavailable failure the control plane
-// signed (a retryable rejection): it decided nothing, so nothing of the
-// request was committed.
+// notAppliedError is an ErrControlUnavailable failure that committed
+// nothing of the request: the control plane's signed retryable rejection
+// (it decided nothing), or a dial that failed (nothing was sent).
 type notAppliedError struct{ error }
 
 func (e notAppliedError) Unwrap() error { return e.error }
@@ -172,7 +174,12 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 	sent := c.now()
 	resp, err := c.http.Do(hreq)
 	if err != nil {
-		return unavailable("%v", err)
+		out, uerr := unavailable("%v", err)
+		if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "dial" {
+			// No connection: the request never left this host.
+			return out, notAppliedError{uerr}
+		}
+		return out, uerr
 	}
 	defer resp.Body.Close()
 	if resp.ContentLength > aip.MaxControlBytes {

@@ -289,7 +289,8 @@ func (h *Host) settlePendingRegister(ctx context.Context) {
 	out, err := h.control.do(ctx, sr)
 	if err != nil {
 		var rej *ControlRejectedError
-		if errors.As(err, &rej) {
+		if errors.As(err, &rej) || !sr.maybeApplied {
+			// Decided, or never applied by any attempt.
 			h.pendingRegister = nil
 		}
 		h.log.Warn("replay the registration whose outcome is unknown", "request_id", sr.req.RequestID, "error", err)

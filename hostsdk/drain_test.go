@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -462,6 +463,38 @@ func TestFailedStartSaysWhatItLeftBehind(t *testing.T) {
 	var re *hostsdk.RegisterError
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "may stay registered until its lease expires") {
 		t.Fatalf("Run: %v; want the RegisterError saying the replica may stay registered", err)
+	}
+}
+
+// TestFailedStartAfterARefusedConnectionLeavesNothing: a registration
+// that never left the host (the control plane's port refused the
+// connection) cannot have been committed: the failed start neither
+// replays it nor says the replica may stay registered.
+func TestFailedStartAfterARefusedConnectionLeavesNothing(t *testing.T) {
+	f := newFleet(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now: every dial is refused
+	u, err := url.Parse(f.cfg.ControlPlaneEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	f.cfg.ControlPlaneEndpoint = u.String()
+	h, err := hostsdk.New(f.cfg, newTestConnector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Run(ctxT(t))
+	var re *hostsdk.RegisterError
+	if !errors.As(err, &re) {
+		t.Fatalf("Run: %v; want a RegisterError", err)
+	}
+	if strings.Contains(err.Error(), "may stay registered") {
+		t.Fatalf("Run: %v; nothing was sent, so nothing can stay registered", err)
 	}
 }
 
