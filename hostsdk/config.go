@@ -212,7 +212,9 @@ type Config struct {
 	OpenJournal func(ctx context.Context) (journal.Journal, error)
 	// StateDir is the embedded journal's directory. Defaults to
 	// .aipfleet/host-<ReplicaID> under the working directory (see
-	// defaultStateDir for a replica ID too long for a file name).
+	// defaultStateDir for a replica ID too long for a file name). A
+	// missing one is created 0700; an existing one that its group or
+	// others may write to is refused.
 	StateDir string
 	// ActionRetention is how long the journal keeps a finished action's
 	// record (its result, answered to every retry of the action ID) after

@@ -151,6 +151,9 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sqliteruntime: create state directory: %w", err)
 	}
+	if err := checkDirMode(dir); err != nil {
+		return nil, err
+	}
 
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -370,3 +373,22 @@ func (j *Journal) enter(ctx context.Context) error {
 func (j *Journal) leave() { j.closeMu.RUnlock() }
 
 func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
+
+// checkDirMode refuses a state directory that users other than its owner
+// may write to (a shared directory such as /tmp, or one made group
+// writable): one of them could plant a symbolic link or a file of their
+// own under the journal's name before the host creates it, or replace it.
+func checkDirMode(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("sqliteruntime: state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("sqliteruntime: state directory %s is not a directory", dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("sqliteruntime: state directory %s is writable by its group or by others (mode %04o): another user could replace the journal; use a directory of the replica's own (aip-host creates a missing one 0700) or run chmod go-w on it",
+			dir, fi.Mode()&(os.ModePerm|os.ModeSticky))
+	}
+	return nil
+}

@@ -86,6 +86,43 @@ func TestOpenCreatesPrivateFiles(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesASharedStateDirectory: an existing state directory that
+// others may write to (a sticky shared one like /tmp, or a group-writable
+// one) is refused before anything is created in it: another user could
+// plant a link or a file under the journal's name. The directory's owner
+// alone writing it (0700, 0755) is accepted.
+func TestOpenRefusesASharedStateDirectory(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []os.FileMode{0o777 | os.ModeSticky, 0o770, 0o757} {
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: dir})
+		if err == nil {
+			j.Close()
+			t.Fatalf("Open in a directory of mode %v succeeded", mode)
+		}
+		if !strings.Contains(err.Error(), "writable by its group or by others") || !strings.Contains(err.Error(), "chmod go-w") {
+			t.Errorf("mode %v: %v", mode, err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("mode %v: the refused directory holds %d entries", mode, len(entries))
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	open(t, sqliteruntime.Config{Dir: dir})
+}
+
 // rawDB opens the journal's database file directly, bypassing the package.
 func rawDB(t *testing.T, dir string) *sql.DB {
 	t.Helper()
