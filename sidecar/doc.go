@@ -67,7 +67,10 @@
 // backoff while the replica reports unhealthy; with
 // RestartUnresponsiveAfter, so is a hung one (that many pings in a row
 // without an answer): a stdio server is restarted, a URL server's session
-// re-opened.
+// re-opened. A stdio server is started and reaped by the sidecar itself,
+// like an --exec child: when it exits, what remains of its process group
+// is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
+// or counts as stopped.
 //
 // # Supervision and the shutdown order
 //

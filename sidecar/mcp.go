@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -50,7 +52,10 @@ type MCPConfig struct {
 	// Command runs a stdio MCP server: the program and its arguments. The
 	// sidecar starts it (in its own process group; on Linux it is killed
 	// if the sidecar dies), restarts it with backoff when it
-	// crashes, and stops it after the host's drain and offline.
+	// crashes, and stops it after the host's drain and offline. Whenever
+	// it exits, what remains of its process group is stopped (SIGTERM,
+	// SIGKILL after StopTimeout; Linux) before it is started again or
+	// counts as stopped.
 	Command []string
 	// Dir is the command's working directory; Env is added to the
 	// inherited environment; Stderr receives its standard error (nil
@@ -79,8 +84,9 @@ type MCPConfig struct {
 	// ConnectTimeout bounds connecting and initializing (and the first
 	// tools/list), and each later tools/list. Defaults to 30s.
 	ConnectTimeout time.Duration
-	// StopTimeout is how long a stdio server has to exit after SIGTERM
-	// (and its input closed) before SIGKILL. Defaults to 10s.
+	// StopTimeout is how long a stdio server (and its process group) has
+	// to exit after SIGTERM (and its input closed) before SIGKILL to the
+	// group. Defaults to 10s.
 	StopTimeout time.Duration
 	// MaxActionDuration bounds a tool call without timeout_ms (or with
 	// 0). Defaults to 1h.
@@ -132,7 +138,7 @@ type MCP struct {
 	mu       sync.Mutex
 	sess     *mcp.ClientSession
 	sessDone chan struct{} // closed when sess ends
-	cmd      *exec.Cmd     // the stdio server of sess
+	srv      *child        // the stdio server of sess
 	init     *mcp.InitializeResult
 	starts   int
 	restarts int
@@ -329,41 +335,101 @@ func redactURL(raw string) string {
 	return s
 }
 
-// transport returns a fresh transport (and the command of a stdio one).
-func (m *MCP) transport() (mcp.Transport, *exec.Cmd) {
-	switch {
-	case m.cfg.Transport != nil:
-		return m.cfg.Transport(), nil
-	case m.cfg.URL != "":
-		hc := m.cfg.HTTPClient
-		if hc == nil {
-			hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		}
-		return &mcp.StreamableClientTransport{Endpoint: m.cfg.URL, HTTPClient: hc}, nil
+// transport returns a fresh transport of a URL or Transport server.
+func (m *MCP) transport() mcp.Transport {
+	if m.cfg.Transport != nil {
+		return m.cfg.Transport()
 	}
+	hc := m.cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	return &mcp.StreamableClientTransport{Endpoint: m.cfg.URL, HTTPClient: hc}
+}
+
+// startServer starts the stdio MCP server and returns it with a transport
+// over its standard input and output.
+//
+// The sidecar starts and reaps the server itself, as it does an --exec
+// child (child.reap), rather than through the SDK's CommandTransport:
+// that transport reaps the server in its Close, which the SDK calls on its
+// own when the connection ends, so by the time the sidecar looked for what
+// is left of the server's process group the server's pid — the group's ID —
+// could be reused. The group's ID stays taken while any member lives, but
+// finding a member and signalling the group are two steps, and the last
+// member can exit in between. Kept unreaped until its group is gone, the
+// server holds its pid, and the group is stopped whenever the server
+// exits: it crashed, exited on SIGTERM at once, or was stopped.
+//
+// The server's output is a pipe of the sidecar's own, not
+// exec.Cmd.StdoutPipe, which Wait closes at once: what the server wrote
+// before it exited (its last answers) is still read. The read end is
+// closed StopTimeout after the server was reaped, for a process that left
+// its group (setsid) and holds the output open; closing the transport
+// closes only the server's input (MCP's stdio shutdown), as
+// CommandTransport does.
+func (m *MCP) startServer() (*child, mcp.Transport, error) {
 	cmd := exec.Command(m.cfg.Command[0], m.cfg.Command[1:]...)
 	cmd.Dir = m.cfg.Dir
 	cmd.Env = childEnv(m.cfg.Env)
 	cmd.Stderr = m.cfg.Stderr
+	// A Stderr that is not a file is fed through a pipe, which a process
+	// that left the server's group can hold open: bounded as for --exec.
+	cmd.WaitDelay = m.cfg.StopTimeout
 	cmd.SysProcAttr = childProcAttr()
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: m.cfg.StopTimeout}, cmd
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, w, err := os.Pipe()
+	if err != nil {
+		stdin.Close()
+		return nil, nil, err
+	}
+	cmd.Stdout = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		out.Close()
+		return nil, nil, err
+	}
+	c := newChild(cmd)
+	go func() {
+		c.reap("the MCP server", m.cfg.StopTimeout, m.log)
+		time.AfterFunc(m.cfg.StopTimeout, func() { out.Close() })
+	}()
+	return c, &mcp.IOTransport{Reader: io.NopCloser(out), Writer: stdin}, nil
 }
 
-// dial connects once and lists the tools.
-func (m *MCP) dial(ctx context.Context) (*mcp.ClientSession, *exec.Cmd, []*mcp.Tool, error) {
+// dial connects once (starting a stdio server) and lists the tools.
+func (m *MCP) dial(ctx context.Context) (*mcp.ClientSession, *child, []*mcp.Tool, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ConnectTimeout)
 	defer cancel()
-	t, cmd := m.transport()
+	var (
+		t   mcp.Transport
+		srv *child
+	)
+	if len(m.cfg.Command) > 0 {
+		var err error
+		if srv, t, err = m.startServer(); err != nil {
+			return nil, nil, nil, fmt.Errorf("sidecar: start the MCP server %s: %w", m.Target(), err)
+		}
+	} else {
+		t = m.transport()
+	}
 	sess, err := m.client.Connect(ctx, t, nil)
 	if err != nil {
+		if srv != nil {
+			m.stopServer(srv, nil)
+		}
 		return nil, nil, nil, fmt.Errorf("sidecar: connect to the MCP server %s: %w", m.Target(), m.redact(err))
 	}
 	tools, err := listTools(ctx, sess)
 	if err != nil {
-		sess.Close()
+		m.closeSession(sess, srv)
 		return nil, nil, nil, fmt.Errorf("sidecar: tools/list on %s: %w", m.Target(), m.redact(err))
 	}
-	return sess, cmd, tools, nil
+	return sess, srv, tools, nil
 }
 
 func listTools(ctx context.Context, sess *mcp.ClientSession) ([]*mcp.Tool, error) {
@@ -388,11 +454,11 @@ func (m *MCP) Connect(parent context.Context) error {
 	bo := newBackoff(m.cfg.RestartBackoff, m.cfg.MaxBackoff)
 	var (
 		sess *mcp.ClientSession
-		cmd  *exec.Cmd
+		srv  *child
 		err  error
 	)
 	for {
-		if sess, cmd, _, err = m.dial(ctx); err == nil {
+		if sess, srv, _, err = m.dial(ctx); err == nil {
 			break
 		}
 		m.log.Warn("the MCP server is not reachable yet", "error", err)
@@ -407,13 +473,13 @@ func (m *MCP) Connect(parent context.Context) error {
 		case <-t.C:
 		}
 	}
-	m.setSession(sess, cmd)
+	m.setSession(sess, srv)
 	m.loopDone = make(chan struct{})
 	go m.loop()
 	return nil
 }
 
-func (m *MCP) setSession(sess *mcp.ClientSession, cmd *exec.Cmd) {
+func (m *MCP) setSession(sess *mcp.ClientSession, srv *child) {
 	done := make(chan struct{})
 	go func() {
 		sess.Wait()
@@ -421,13 +487,13 @@ func (m *MCP) setSession(sess *mcp.ClientSession, cmd *exec.Cmd) {
 	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sess, m.sessDone, m.cmd, m.init = sess, done, cmd, sess.InitializeResult()
+	m.sess, m.sessDone, m.srv, m.init = sess, done, srv, sess.InitializeResult()
 	m.unanswered, m.downSess, m.downWhy = 0, nil, ""
 	m.starts++
 	m.since = time.Now()
 	attrs := []any{"target", m.Target(), "connection", m.starts}
-	if cmd != nil && cmd.Process != nil {
-		attrs = append(attrs, "pid", cmd.Process.Pid)
+	if srv != nil {
+		attrs = append(attrs, "pid", srv.cmd.Process.Pid)
 	}
 	m.log.Info("connected to the MCP server", attrs...)
 }
@@ -449,6 +515,7 @@ func (m *MCP) loop() {
 		m.mu.Lock()
 		sess, done, up := m.sess, m.sessDone, m.since
 		m.mu.Unlock()
+		var old *child
 		select {
 		case <-m.ctx.Done():
 			return
@@ -456,7 +523,7 @@ func (m *MCP) loop() {
 			m.checkTools(sess)
 			continue
 		case <-done:
-			m.down(sess, "the MCP session ended (did the server exit?)")
+			old = m.down(sess, "the MCP session ended (did the server exit?)")
 		case <-m.reconnect:
 			m.mu.Lock()
 			req, why := m.downSess, m.downWhy
@@ -465,7 +532,17 @@ func (m *MCP) loop() {
 			if req == nil || req != sess {
 				continue // a request about a session already replaced
 			}
-			m.down(sess, why)
+			old = m.down(sess, why)
+		}
+		// As an --exec child is restarted only once its process group is
+		// gone, a stdio server is: a process left from the old one would
+		// hold what the new one needs (a port, a lock, its files).
+		if old != nil {
+			select {
+			case <-old.exited:
+			case <-m.ctx.Done():
+				return
+			}
 		}
 		// As for a crashed --exec child: only a session that lasted
 		// starts the backoff again, so a server that keeps crashing soon
@@ -483,7 +560,7 @@ func (m *MCP) loop() {
 				return
 			case <-t.C:
 			}
-			next, cmd, tools, err := m.dial(m.ctx)
+			next, srv, tools, err := m.dial(m.ctx)
 			if err != nil {
 				m.mu.Lock()
 				m.lastErr = err.Error()
@@ -497,10 +574,10 @@ func (m *MCP) loop() {
 			stopped := m.stopped
 			m.mu.Unlock()
 			if stopped {
-				next.Close()
+				m.closeSession(next, srv)
 				return
 			}
-			m.setSession(next, cmd)
+			m.setSession(next, srv)
 			m.observe(tools, next.InitializeResult())
 			break
 		}
@@ -523,13 +600,14 @@ func (m *MCP) requestDown(sess *mcp.ClientSession, why string) {
 	}
 }
 
-// down closes a broken session and records why.
-func (m *MCP) down(sess *mcp.ClientSession, why string) {
+// down closes a broken session and records why. It returns the session's
+// stdio server (nil for another transport), which is being stopped.
+func (m *MCP) down(sess *mcp.ClientSession, why string) *child {
 	m.mu.Lock()
-	var cmd *exec.Cmd
+	var srv *child
 	if m.sess == sess {
-		cmd = m.cmd
-		m.sess, m.sessDone, m.cmd = nil, nil, nil
+		srv = m.srv
+		m.sess, m.sessDone, m.srv = nil, nil, nil
 		m.restarts++
 		m.lastErr = why
 		m.since = time.Now()
@@ -538,8 +616,9 @@ func (m *MCP) down(sess *mcp.ClientSession, why string) {
 	m.log.Error(why+"; the replica reports unhealthy until the session is back", "target", m.Target())
 	if sess != nil {
 		// A stdio server is stopped (see closeSession); Close waits for it.
-		m.closing.Go(func() { m.closeSession(sess, cmd) })
+		m.closing.Go(func() { m.closeSession(sess, srv) })
 	}
+	return srv
 }
 
 // checkTools lists the tools after a tools/list_changed notification.
@@ -673,14 +752,14 @@ func (m *MCP) noteUnanswered(ctx context.Context, sess *mcp.ClientSession, err e
 	if n >= limit {
 		m.unanswered = 0
 	}
-	cmd := m.cmd
+	srv := m.srv
 	m.mu.Unlock()
 	if n < limit {
 		m.log.Warn("the MCP server did not answer a ping", "in_a_row", n, "restart_after", limit, "error", err)
 		return
 	}
 	what := "opening a new session (the sidecar did not start this server and cannot restart it)"
-	if cmd != nil {
+	if srv != nil {
 		what = "stopping the server and starting it again"
 	}
 	m.requestDown(sess, fmt.Sprintf("the MCP server did not answer %d pings in a row (the last: %v); taken as hung, %s", n, err, what))
@@ -920,8 +999,9 @@ func (m *MCP) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.R
 	return []hostsdk.Route{{Pattern: "GET " + PathStatus, Handler: m.status.handler()}}, nil
 }
 
-// Close stops reconnecting and closes the session; a stdio server gets
-// SIGTERM and its input closed, then SIGKILL after StopTimeout.
+// Close stops reconnecting and closes the session; a stdio server's
+// process group gets SIGTERM and the server its input closed, then the
+// group SIGKILL after StopTimeout (stopServer).
 func (m *MCP) Close() error {
 	m.mu.Lock()
 	if m.stopped {
@@ -936,54 +1016,75 @@ func (m *MCP) Close() error {
 	}
 	m.closing.Wait()
 	m.mu.Lock()
-	sess, cmd := m.sess, m.cmd
-	m.sess, m.sessDone, m.cmd = nil, nil, nil
+	sess, srv := m.sess, m.srv
+	m.sess, m.sessDone, m.srv = nil, nil, nil
 	m.mu.Unlock()
 	if sess == nil {
 		return nil
 	}
 	m.log.Info("closing the MCP session", "target", m.Target())
-	return m.closeSession(sess, cmd)
+	return m.closeSession(sess, srv)
 }
 
-// closeSession ends a session. A stdio server gets SIGTERM (to its process
-// group, as an --exec child does) and its input closed; it has StopTimeout
-// to exit before SIGKILL (to its process group). Exiting on SIGTERM is a
-// clean stop. The SDK closes the server's input only once no call is in
-// flight, so a hung server that ignores SIGTERM with calls in flight is
-// killed here rather than left until their deadlines.
-func (m *MCP) closeSession(sess *mcp.ClientSession, cmd *exec.Cmd) error {
-	if cmd == nil || cmd.Process == nil {
+// closeSession ends a session. A stdio server is stopped (stopServer)
+// while the session closes its input.
+func (m *MCP) closeSession(sess *mcp.ClientSession, srv *child) error {
+	if srv == nil {
 		err := sess.Close()
 		if errors.Is(err, mcp.ErrConnectionClosed) {
 			err = nil
 		}
 		return err
 	}
-	pid := cmd.Process.Pid
-	if err := signalTerm(cmd); err != nil {
+	return m.stopServer(srv, sess)
+}
+
+// stopServer stops a stdio server: SIGTERM to its process group (as an
+// --exec child gets), and its input closed by closing sess (when not nil);
+// it has StopTimeout to exit, with the rest of its group, before SIGKILL
+// to the group. Exiting on SIGTERM is a clean stop. The SDK closes the
+// server's input only once no call is in flight, so a hung server that
+// ignores SIGTERM with calls in flight is killed here rather than left
+// until their deadlines. It returns once the server was reaped, after the
+// rest of its group is gone (child.reap) — also when the server had
+// exited already.
+func (m *MCP) stopServer(srv *child, sess *mcp.ClientSession) error {
+	pid := srv.cmd.Process.Pid
+	srv.terminating.Store(true)
+	if err := srv.signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		m.log.Warn("signal the MCP server", "pid", pid, "error", err)
 	}
 	closed := make(chan error, 1)
-	go func() { closed <- sess.Close() }()
-	var err error
+	if sess != nil {
+		go func() { closed <- sess.Close() }()
+	} else {
+		closed <- nil
+	}
+	killed := false
 	kill := time.NewTimer(m.cfg.StopTimeout)
 	select {
-	case err = <-closed:
+	case <-srv.exited:
 	case <-kill.C:
-		m.log.Warn("the MCP server did not stop after SIGTERM; sending SIGKILL", "pid", pid, "after_ms", m.cfg.StopTimeout.Milliseconds())
-		signalKill(cmd)
-		err = <-closed
+		m.log.Warn("the MCP server (or another process of its process group) did not stop after SIGTERM; sending SIGKILL to its process group", "pid", pid, "after_ms", m.cfg.StopTimeout.Milliseconds())
+		srv.signal(syscall.SIGKILL)
+		killed = true
+		<-srv.exited
 	}
 	kill.Stop()
-	if ps := cmd.ProcessState; ps != nil {
-		if stoppedCleanly(ps) {
-			m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())
-			return nil
-		}
+	// The server's output ends with its group (or StopTimeout after it),
+	// so the session's reader, and Close, end too.
+	<-closed
+	ps := srv.cmd.ProcessState
+	switch {
+	case killed:
+		return fmt.Errorf("sidecar: the MCP server %d (or another process of its process group) did not stop within %s after SIGTERM and was killed", pid, m.cfg.StopTimeout)
+	case ps != nil && stoppedCleanly(ps):
+		m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())
+		return nil
+	case ps != nil:
 		return fmt.Errorf("sidecar: the MCP server %d did not stop cleanly after SIGTERM: %s", pid, ps)
 	}
-	return fmt.Errorf("sidecar: the MCP server %d did not stop: %v", pid, err)
+	return fmt.Errorf("sidecar: the MCP server %d did not stop: %v", pid, srv.err)
 }
 
 // snapshot implements processSnapshot (stdio servers).
@@ -993,8 +1094,8 @@ func (m *MCP) snapshot() ProcessStatus {
 	st := ProcessStatus{Starts: m.starts, Restarts: m.restarts, Since: m.since.UTC(), LastExit: m.lastErr}
 	if m.sess != nil {
 		st.Running = true
-		if m.cmd != nil && m.cmd.Process != nil {
-			st.PID = m.cmd.Process.Pid
+		if m.srv != nil {
+			st.PID = m.srv.cmd.Process.Pid
 		}
 	}
 	return st

@@ -21,15 +21,11 @@ func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// signalTerm sends SIGTERM to the child's process group (a shell wrapper's
-// children stop too).
-func signalTerm(cmd *exec.Cmd) error {
-	return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-}
-
-// signalKill sends SIGKILL to the child's process group.
-func signalKill(cmd *exec.Cmd) {
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+// signalGroupOf sends sig to the process group of the child cmd (a shell
+// wrapper's children, a server's workers stop too). Use child.signal,
+// which knows whether the pid is still the child's.
+func signalGroupOf(cmd *exec.Cmd, sig syscall.Signal) error {
+	return syscall.Kill(-cmd.Process.Pid, sig)
 }
 
 // stoppedCleanly reports an exit with status 0 or by SIGTERM.
@@ -90,9 +86,4 @@ func groupRemains(pgid, leader int) bool {
 		}
 	}
 	return false
-}
-
-// signalGroup sends sig to process group pgid.
-func signalGroup(pgid int, sig syscall.Signal) {
-	syscall.Kill(-pgid, sig)
 }

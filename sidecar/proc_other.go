@@ -13,9 +13,7 @@ import (
 // group and is not signalled when the sidecar dies.
 func childProcAttr() *syscall.SysProcAttr { return nil }
 
-func signalTerm(cmd *exec.Cmd) error { return cmd.Process.Signal(syscall.SIGTERM) }
-
-func signalKill(cmd *exec.Cmd) { cmd.Process.Signal(os.Kill) }
+func signalGroupOf(cmd *exec.Cmd, sig syscall.Signal) error { return cmd.Process.Signal(sig) }
 
 // stoppedCleanly reports an exit with status 0.
 func stoppedCleanly(ps *os.ProcessState) bool { return ps.Success() }
@@ -23,5 +21,3 @@ func stoppedCleanly(ps *os.ProcessState) bool { return ps.Success() }
 func awaitExitUnreaped(int) error { return errors.ErrUnsupported }
 
 func groupRemains(int, int) bool { return false }
-
-func signalGroup(int, syscall.Signal) {}

@@ -78,7 +78,9 @@ type supervisor struct {
 	hung sync.WaitGroup
 }
 
-// child is one run of the connector process.
+// child is one run of a process the sidecar starts and owns: the --exec
+// connector or a stdio MCP server. It runs in its own process group (on
+// Linux), and reap stops what is left of that group when it exits.
 type child struct {
 	cmd       *exec.Cmd
 	startedAt time.Time
@@ -88,8 +90,30 @@ type child struct {
 	gone   chan struct{}
 	exited chan struct{}
 	err    error // cmd.Wait's result, set before exited closes
-	// terminating is set once terminate sent the group SIGTERM.
+	// terminating is set once the process group was sent SIGTERM to stop
+	// it (terminate, an MCP session's close).
 	terminating atomic.Bool
+
+	// mu orders signals with reaping: once reaped is set the pid — the
+	// group's ID — may belong to another process, and signal sends
+	// nothing.
+	mu     sync.Mutex
+	reaped bool
+}
+
+func newChild(cmd *exec.Cmd) *child {
+	return &child{cmd: cmd, startedAt: time.Now(), gone: make(chan struct{}), exited: make(chan struct{})}
+}
+
+// signal sends sig to c's process group (elsewhere than on Linux, to c),
+// unless c was reaped (os.ErrProcessDone).
+func (c *child) signal(sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reaped {
+		return os.ErrProcessDone
+	}
+	return signalGroupOf(c.cmd, sig)
 }
 
 func newSupervisor(cfg superviseConfig) *supervisor {
@@ -130,8 +154,8 @@ func (s *supervisor) spawn() (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c := &child{cmd: cmd, startedAt: time.Now(), gone: make(chan struct{}), exited: make(chan struct{})}
-	go s.reap(c)
+	c := newChild(cmd)
+	go c.reap("the connector process", s.cfg.StopTimeout, s.log)
 	s.cur, s.since = c, c.startedAt
 	s.starts++
 	s.log.Info("connector process started", "pid", cmd.Process.Pid, "command", s.cfg.Command[0], "start", s.starts)
@@ -144,23 +168,29 @@ var errStopping = errors.New("sidecar: the supervisor is stopping")
 // child's process group.
 const groupPollInterval = 20 * time.Millisecond
 
-// reap waits for c to exit and reaps it. The child and the processes it
+// reap waits for c to exit and reaps it; what names c in logs ("the
+// connector process", "the MCP server"). The child and the processes it
 // started in its process group (workers of a pre-fork server, the program
-// a shell wrapper runs) are one connector: when the child exits — a crash,
-// a hung child's termination, or stop — whatever remains of its group is
-// stopped before the exit counts (SIGTERM, unless terminate sent it
-// already, then SIGKILL StopTimeout after the child's exit). Left running,
-// such a process would hold the connector's socket or port against the
+// a shell wrapper runs, a helper an MCP server started) are one process
+// to the sidecar: when the child exits — a crash, a hung child's
+// termination, or a stop — whatever remains of its group is stopped
+// before the exit counts (SIGTERM, unless the group was sent it already,
+// then SIGKILL stopTimeout after the child's exit). Left running, such a
+// process would hold the child's socket, port or files against the
 // restarted child, go on with actions already recorded as
 // outcome_unknown, and outlive the sidecar. The child stays an unreaped
-// zombie meanwhile, so its pid — the group's ID — cannot be reused and
-// only the group is signalled. (Linux; elsewhere the child has no group of
-// its own and is just reaped.)
-func (s *supervisor) reap(c *child) {
+// zombie meanwhile (waitid WNOWAIT), so its pid — the group's ID — cannot
+// be reused and only the group is signalled; c.signal sends nothing once
+// the child is reaped. (Linux; elsewhere the child has no group of its own
+// and is just reaped.)
+func (c *child) reap(what string, stopTimeout time.Duration, log *slog.Logger) {
 	pid := c.cmd.Process.Pid
 	if awaitExitUnreaped(pid) == nil {
 		close(c.gone)
-		s.stopGroupRest(c, pid)
+		c.stopGroupRest(what, stopTimeout, log)
+		c.mu.Lock()
+		c.reaped = true
+		c.mu.Unlock()
 	}
 	c.err = c.cmd.Wait()
 	select {
@@ -172,28 +202,29 @@ func (s *supervisor) reap(c *child) {
 }
 
 // stopGroupRest stops the processes left in the process group of the
-// exited child pid (see reap).
-func (s *supervisor) stopGroupRest(c *child, pid int) {
+// exited, unreaped child (see reap).
+func (c *child) stopGroupRest(what string, stopTimeout time.Duration, log *slog.Logger) {
+	pid := c.cmd.Process.Pid
 	if !groupRemains(pid, pid) {
 		return
 	}
 	if !c.terminating.Load() {
-		s.log.Warn("the connector process exited while other processes of its process group still run; stopping them", "pid", pid, "signal", "SIGTERM")
-		signalGroup(pid, syscall.SIGTERM)
+		log.Warn(what+" exited while other processes of its process group still run; stopping them", "pid", pid, "signal", "SIGTERM")
+		c.signal(syscall.SIGTERM)
 	}
-	if s.awaitGroupGone(pid, s.cfg.StopTimeout) {
+	if awaitGroupGone(pid, stopTimeout) {
 		return
 	}
-	s.log.Error("processes of the exited connector's process group did not stop in time; killing them", "pgid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
-	signalGroup(pid, syscall.SIGKILL)
-	if !s.awaitGroupGone(pid, s.cfg.StopTimeout) {
-		s.log.Error("processes of the exited connector's process group survived SIGKILL (uninterruptible?); giving up on them", "pgid", pid)
+	log.Error("processes left in the process group of "+what+" (exited) did not stop in time; killing them", "pgid", pid, "stop_timeout_ms", stopTimeout.Milliseconds())
+	c.signal(syscall.SIGKILL)
+	if !awaitGroupGone(pid, stopTimeout) {
+		log.Error("processes left in the process group of "+what+" (exited) survived SIGKILL (uninterruptible?); giving up on them", "pgid", pid)
 	}
 }
 
 // awaitGroupGone polls until no process other than the exited leader is in
 // process group pgid, for at most d.
-func (s *supervisor) awaitGroupGone(pgid int, d time.Duration) bool {
+func awaitGroupGone(pgid int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for groupRemains(pgid, pgid) {
 		if time.Now().After(deadline) {
@@ -419,7 +450,7 @@ func (s *supervisor) terminate(c *child) error {
 	pid := c.cmd.Process.Pid
 	s.log.Info("stopping the connector process", "pid", pid, "signal", "SIGTERM")
 	c.terminating.Store(true)
-	if err := signalTerm(c.cmd); err != nil {
+	if err := c.signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		s.log.Warn("signal the connector process", "pid", pid, "error", err)
 	}
 	t := time.NewTimer(s.cfg.StopTimeout)
@@ -438,7 +469,7 @@ func (s *supervisor) terminate(c *child) error {
 	case <-t.C:
 	}
 	s.log.Error("the connector process (or another process of its process group) did not stop in time; killing its process group", "pid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
-	signalKill(c.cmd)
+	c.signal(syscall.SIGKILL)
 	<-c.exited
 	return fmt.Errorf("sidecar: the connector process %d (or another process of its process group) did not stop within %s after SIGTERM and was killed", pid, s.cfg.StopTimeout)
 }

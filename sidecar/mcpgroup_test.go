@@ -1,0 +1,119 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// groupMCP connects to a stdio MCP server run through a shell wrapper that
+// first starts a helper in the server's process group, ignoring SIGTERM,
+// and then execs the server (this test binary, exiting at once on
+// SIGTERM). With holdsOutput the helper keeps the server's standard
+// output open, as a helper started without redirecting it does. It
+// returns the connector, the server's pid and a function that returns the
+// pids of the helpers started so far, one per start of the server.
+func groupMCP(t *testing.T, holdsOutput bool, logs *logWatch) (*MCP, int, func() []int) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("process groups are supervised on Linux")
+	}
+	out := filepath.Join(t.TempDir(), "helpers")
+	redirect := ">/dev/null"
+	if holdsOutput {
+		redirect = ""
+	}
+	helpers := func() []int {
+		raw, _ := os.ReadFile(out)
+		var pids []int
+		for _, line := range strings.Fields(string(raw)) {
+			if pid, err := strconv.Atoi(line); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	t.Cleanup(func() { // the helpers leaked, when the test fails
+		for _, pid := range helpers() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	m, err := NewMCP(MCPConfig{
+		Command: []string{"/bin/sh", "-c",
+			`/bin/sh -c "trap '' TERM; exec sleep 300" ` + redirect + ` & echo $! >> "$OUT"; exec "$0" -test.run=^$`, os.Args[0]},
+		Env: []string{envMCPChild + "=1", "OUT=" + out,
+			"GORACE=atexit_sleep_ms=0"}, // with -race, exiting would take a second: more than StopTimeout
+		StopTimeout: 200 * time.Millisecond, RestartBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		Logger: logs.logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Connect(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	pid := m.snapshot().PID
+	if hs := helpers(); len(hs) != 1 || !aliveProc(hs[0]) || pid == 0 {
+		m.Close()
+		t.Fatalf("helpers %v, server %d: not running", hs, pid)
+	}
+	return m, pid, helpers
+}
+
+// TestMCPCrashedServerLeavesNoProcessBehind: when a stdio MCP server dies
+// (here SIGKILL, as the OOM killer sends) the rest of its process group —
+// a helper it started, ignoring SIGTERM — is stopped (SIGKILL after
+// StopTimeout) before the server is started again. The SDK reaped the
+// server itself and only the server was watched: the helper ran on beside
+// the restarted server, and one holding the server's output kept the
+// session from ever seeing the crash.
+func TestMCPCrashedServerLeavesNoProcessBehind(t *testing.T) {
+	for _, holdsOutput := range []bool{false, true} {
+		t.Run(fmt.Sprintf("helper_holds_output=%v", holdsOutput), func(t *testing.T) {
+			logs := newLogWatch()
+			m, pid, helpers := groupMCP(t, holdsOutput, logs)
+			defer m.Close()
+			first := helpers()[0]
+			syscall.Kill(pid, syscall.SIGKILL)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for m.snapshot().Starts < 2 {
+				if ctx.Err() != nil {
+					t.Fatalf("the MCP server was not restarted after its crash (helper %d alive: %v)", first, aliveProc(first))
+				}
+				time.Sleep(5 * time.Millisecond) // polling for the restart
+			}
+			if aliveProc(first) {
+				t.Fatalf("the crashed MCP server's helper %d still runs beside the restarted server", first)
+			}
+			if _, err := m.Manifest(ctx, hostsdk.TenantContext{}); err != nil {
+				t.Errorf("the restarted server: %v", err)
+			}
+		})
+	}
+}
+
+// TestMCPCloseLeavesNoProcessBehind: Close ends the stdio MCP server's
+// whole process group. A server that exits at once on SIGTERM while a
+// helper of its group ignores it does not leave the helper running after
+// the sidecar: it is killed after StopTimeout and Close reports the kill.
+func TestMCPCloseLeavesNoProcessBehind(t *testing.T) {
+	logs := newLogWatch()
+	m, _, helpers := groupMCP(t, false, logs)
+	err := m.Close()
+	if h := helpers()[0]; aliveProc(h) {
+		t.Fatalf("the MCP server's helper %d still runs after Close returned (%v)", h, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
+		t.Errorf("Close = %v; want the kill of the group reported", err)
+	}
+}
