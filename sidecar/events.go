@@ -43,6 +43,14 @@ const (
 // never refuses a compact batch Publish would take.
 const MaxEventsBodyBytes = hostsdk.MaxEventsPerBatch*hostsdk.MaxEventBytes + 64<<10
 
+// MaxConcurrentEventRequests bounds the POST /sidecar/events requests
+// whose body is being read or whose batch is being stored at once: each
+// may hold up to MaxEventsBodyBytes (about 25 MiB) and its decoded events,
+// so a local connector flooding the route would otherwise take the
+// replica's memory. A request beyond it is answered 503
+// sidecar.events_unavailable with Retry-After before its body is read.
+const MaxConcurrentEventRequests = 4
+
 // eventsRetryAfter is the Retry-After of a 503 (the host does not take
 // events now): about one health check.
 const eventsRetryAfter = 1
@@ -55,8 +63,9 @@ const (
 	// CodeEventsTooLarge (413): the body exceeds MaxEventsBodyBytes.
 	CodeEventsTooLarge = "sidecar.events_too_large"
 	// CodeEventsUnavailable (503): the replica does not take events now
-	// (not ready, draining, outbox full, journal unavailable); retry after
-	// Retry-After with the same batch.
+	// (not ready, draining, outbox full, journal unavailable, or
+	// MaxConcurrentEventRequests requests in progress already); retry
+	// after Retry-After with the same batch.
 	CodeEventsUnavailable = "sidecar.events_unavailable"
 	// CodeUnauthorized (401): no or a wrong bearer token.
 	CodeUnauthorized = "sidecar.unauthorized"
@@ -71,12 +80,13 @@ const (
 	MetricEventBatchesPublished = "aip_sidecar_event_batches_published_total"
 	// MetricEventBatchesRefused counts POST /sidecar/events requests not
 	// stored, by reason: invalid (400), too_large (413), unavailable
-	// (503), unauthorized (401) or not_local (403).
+	// (503), busy (503: MaxConcurrentEventRequests in progress),
+	// unauthorized (401) or not_local (403).
 	MetricEventBatchesRefused = "aip_sidecar_event_batches_refused_total"
 )
 
 // Reasons of MetricEventBatchesRefused.
-var refusedReasons = []string{"invalid", "too_large", "unavailable", "unauthorized", "not_local"}
+var refusedReasons = []string{"invalid", "too_large", "unavailable", "busy", "unauthorized", "not_local"}
 
 // eventsRequest is the body of POST /sidecar/events.
 type eventsRequest struct {
@@ -101,7 +111,7 @@ func newEventsMetrics() *eventsMetrics {
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricEventBatchesPublished,
 			Help: "Event batches the local connector published through POST /sidecar/events, stored in the journal's outbox."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEventBatchesRefused,
-			Help: "POST /sidecar/events requests not stored, by reason (invalid, too_large, unavailable, unauthorized, not_local)."}, []string{"reason"}),
+			Help: "POST /sidecar/events requests not stored, by reason (invalid, too_large, unavailable, busy, unauthorized, not_local)."}, []string{"reason"}),
 	}
 	for _, r := range refusedReasons {
 		m.refused.WithLabelValues(r) // present at 0 from the start
@@ -123,8 +133,12 @@ type eventsRoute struct {
 // connector (a peer on this machine with the events token), decodes the
 // batch strictly, requires each event's id and occurred_at (a retry must
 // be the same batch), and answers once Publish stored it in the journal.
+// At most MaxConcurrentEventRequests authenticated requests are read and
+// stored at once; one beyond is refused (503, busy) without reading its
+// body.
 func eventsHandler(token string, publish func(ctx context.Context, channelID string, events ...aip.Event) (string, error), m *eventsMetrics, log *slog.Logger) http.Handler {
 	want := []byte("Bearer " + token)
+	slots := make(chan struct{}, MaxConcurrentEventRequests)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuse := func(status int, reason, code string, category aip.ErrorCategory, retryable bool, msg string) {
 			m.refused.WithLabelValues(reason).Inc()
@@ -147,6 +161,16 @@ func eventsHandler(token string, publish func(ctx context.Context, channelID str
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			refuse(http.StatusUnauthorized, "unauthorized", CodeUnauthorized, aip.CategoryAuth, false,
 				"send Authorization: Bearer <the token in "+EnvEventsToken+" or --events-token-file>")
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			log.Warn("refused an events request: too many in progress", "max_concurrent", MaxConcurrentEventRequests)
+			refuse(http.StatusServiceUnavailable, "busy", CodeEventsUnavailable, aip.CategoryTemporary, true,
+				fmt.Sprintf("%d events requests are being read or stored already (at most %d at once); send the same batch again after Retry-After, and send batches one after another rather than all at once",
+					MaxConcurrentEventRequests, MaxConcurrentEventRequests))
 			return
 		}
 		raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxEventsBodyBytes))

@@ -1,16 +1,22 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -416,5 +422,127 @@ func TestEventsURLFor(t *testing.T) {
 		if got, err := eventsURLFor(listen); err != nil || got != want {
 			t.Errorf("eventsURLFor(%q) = %q, %v; want %q", listen, got, err, want)
 		}
+	}
+}
+
+// blockingBody is a request body whose first Read says so on started and
+// then waits for release before giving body (a connector still sending).
+type blockingBody struct {
+	started chan<- struct{}
+	release <-chan struct{}
+	body    io.Reader
+	once    bool
+}
+
+func (b *blockingBody) Read(p []byte) (int, error) {
+	if !b.once {
+		b.once = true
+		b.started <- struct{}{}
+		<-b.release
+	}
+	return b.body.Read(p)
+}
+
+// readMark is a body that records that it was read.
+type readMark struct {
+	io.Reader
+	read atomic.Bool
+}
+
+func (r *readMark) Read(p []byte) (int, error) {
+	r.read.Store(true)
+	return r.Reader.Read(p)
+}
+
+// TestEventsRequestsAreBoundedAtOnce: at most MaxConcurrentEventRequests
+// requests are read or stored at once (each may hold a 25 MiB body); one
+// beyond is answered 503 sidecar.events_unavailable with Retry-After,
+// counted as busy, before its body is read or its batch published. Nothing
+// limited them: a local connector flooding the route could take the
+// replica's memory.
+func TestEventsRequestsAreBoundedAtOnce(t *testing.T) {
+	entered, releasePublish := make(chan struct{}), make(chan struct{})
+	reading, releaseBodies := make(chan struct{}), make(chan struct{})
+	var releasedPublish, releasedBodies sync.Once
+	// A failing test still lets the requests in progress finish.
+	defer releasedBodies.Do(func() { close(releaseBodies) })
+	defer releasedPublish.Do(func() { close(releasePublish) })
+	var published atomic.Int32
+	pub := func(context.Context, string, ...aip.Event) (string, error) {
+		select {
+		case entered <- struct{}{}:
+		case <-releasePublish:
+		}
+		<-releasePublish
+		published.Add(1)
+		return "batch", nil
+	}
+	m := newEventsMetrics()
+	h := eventsHandler("tok", pub, m, slog.New(slog.DiscardHandler))
+	raw, _ := json.Marshal(map[string]any{"channel_id": fakeChannel, "events": []aip.Event{testEvent("k", `{}`)}})
+	serve := func(body io.Reader) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, PathEvents, body)
+		req.RemoteAddr = "127.0.0.1:40000"
+		req.Header.Set("Authorization", "Bearer tok")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	// Half the requests in progress are still being read, half are being
+	// stored.
+	held := make(chan *httptest.ResponseRecorder, MaxConcurrentEventRequests+1)
+	for i := range MaxConcurrentEventRequests {
+		if i%2 == 0 {
+			go func() {
+				held <- serve(&blockingBody{started: reading, release: releaseBodies, body: bytes.NewReader(raw)})
+			}()
+			<-reading
+		} else {
+			go func() { held <- serve(bytes.NewReader(raw)) }()
+			<-entered
+		}
+	}
+	extra := &readMark{Reader: bytes.NewReader(raw)}
+	go func() { held <- serve(extra) }()
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-held:
+	case <-entered:
+		t.Fatalf("request %d, beyond the %d in progress, was read and is being stored", MaxConcurrentEventRequests+1, MaxConcurrentEventRequests)
+	}
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("request %d: HTTP %d Retry-After %q %s; want 503 with Retry-After", MaxConcurrentEventRequests+1, rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	var le localError
+	if err := json.Unmarshal(rec.Body.Bytes(), &le); err != nil || le.Error == nil {
+		t.Fatalf("body %s: %v", rec.Body, err)
+	}
+	if pe := le.Error; pe.Code != CodeEventsUnavailable || !pe.IsRetryable() || !strings.Contains(pe.Message, fmt.Sprintf("at most %d at once", MaxConcurrentEventRequests)) {
+		t.Errorf("error %+v", pe)
+	}
+	if extra.read.Load() {
+		t.Error("the refused request's body was read")
+	}
+	var busy dto.Metric
+	if err := m.refused.WithLabelValues("busy").Write(&busy); err != nil || busy.GetCounter().GetValue() != 1 {
+		t.Errorf("refused busy = %v (%v), want 1", busy.GetCounter().GetValue(), err)
+	}
+
+	// Once the requests in progress are answered, the next is taken.
+	releasedBodies.Do(func() { close(releaseBodies) })
+	for range MaxConcurrentEventRequests / 2 {
+		<-entered // the requests that were being read are stored now
+	}
+	releasedPublish.Do(func() { close(releasePublish) })
+	for range MaxConcurrentEventRequests {
+		if rec := <-held; rec.Code != http.StatusOK {
+			t.Errorf("a request in progress: HTTP %d %s", rec.Code, rec.Body)
+		}
+	}
+	if rec := serve(bytes.NewReader(raw)); rec.Code != http.StatusOK {
+		t.Errorf("after the requests in progress: HTTP %d %s", rec.Code, rec.Body)
+	}
+	if got := published.Load(); got != MaxConcurrentEventRequests+1 {
+		t.Errorf("published %d batches, want %d", got, MaxConcurrentEventRequests+1)
 	}
 }
