@@ -962,18 +962,22 @@ func (r *ApplyReport) Count(c Change) int {
 // Changed reports whether Apply created or updated anything.
 func (r *ApplyReport) Changed() bool { return r.Count(Created)+r.Count(Updated) > 0 }
 
-// ApplyDisableTimeout bounds the last step of Apply, which disables the
-// types the file marks disabled, when the apply's own context has ended.
+// ApplyDisableTimeout bounds the step of Apply that disables the types the
+// file marks disabled when it runs after the apply's own context has ended
+// (a failed or interrupted apply).
 const ApplyDisableTimeout = 30 * time.Second
 
 // Apply brings the registry to the state the fleet file describes, through
 // admin, and reports what it changed. It applies policies, then types
-// (created enabled), versions, instances, replicas and bindings, and
-// finally disables the types the file marks disabled, so a file can create
-// a type, admit its versions and disable it. A type already disabled stays
-// disabled while the file is applied, so a file that adds a version to it
-// (versions are admitted only into an enabled type) is refused before
-// anything is written, with an error that says how to stage the version.
+// (created enabled) and versions, then disables the types the file marks
+// disabled, and then applies instances, replicas and bindings: a file can
+// create a type, admit its versions and disable it, and none of the file's
+// instances and bindings of a type it disables is routable at any moment
+// of the apply (versions are admitted only into an enabled type;
+// instances, replicas and bindings do not need their type enabled). A type
+// already disabled stays disabled while the file is applied, so a file
+// that adds a version to it is refused before anything is written, with
+// an error that says how to stage the version.
 // Applying the same file again changes nothing.
 //
 // Existing records are compared with the file: equal ones are unchanged;
@@ -985,10 +989,10 @@ const ApplyDisableTimeout = 30 * time.Second
 //
 // Apply stops at the first error, which is a *FleetFileError naming the
 // entry; the report lists what was done before it. The types the file
-// disables are disabled before Apply returns, error or not, so a failed
-// apply does not leave routable a type the file disables; also when ctx
-// ends midway (that last step then runs on a context of its own, bounded
-// by ApplyDisableTimeout).
+// disables are disabled before Apply returns, error or not, so an apply
+// that fails among the types or versions does not leave routable a type
+// the file disables; also when ctx ends midway (that step then runs on a
+// context of its own, bounded by ApplyDisableTimeout).
 func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport, error) {
 	var rep ApplyReport
 	record := func(section, id string, c Change) {
@@ -1068,6 +1072,12 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 		}
 		record(SectionVersions, v.ID, c)
 	}
+	// The versions are in: the types the file disables are disabled now,
+	// before any of the file's instances or bindings is put, so none of
+	// them is ever routable.
+	if err := disableTypes(len(f.Types)); err != nil {
+		return rep, err
+	}
 	for i, inst := range f.Instances {
 		c, err := applyInstance(ctx, admin, inst)
 		if err != nil {
@@ -1088,9 +1098,6 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 			return fail(SectionBindings, i, b.Key().String(), err)
 		}
 		record(SectionBindings, b.Key().String(), c)
-	}
-	if err := disableTypes(len(f.Types)); err != nil {
-		return rep, err
 	}
 	return rep, nil
 }
@@ -1123,7 +1130,7 @@ func applyType(ctx context.Context, admin Administrator, t ConnectorType) (Chang
 		return "", err
 	}
 	if !ok {
-		t.Enabled = true // disabled, if the file says so, after its versions
+		t.Enabled = true // disabled, if the file says so, right after the versions
 		return Created, admin.PutConnectorType(ctx, t)
 	}
 	want := stored

@@ -508,8 +508,9 @@ func backends(t *testing.T) map[string]registry.Administrator {
 
 func TestApplyFailureKeepsDisabledTypesDisabled(t *testing.T) {
 	// The file disables its type, so Apply creates it enabled (to admit the
-	// version) and disables it at the end. When a later entry fails, the
-	// type must not be left enabled: its instances would be routable.
+	// version) and disables it right after the versions. When a later entry
+	// fails, the type must not be left enabled: its instances would be
+	// routable.
 	s := strings.Replace(string(docExample(t)), "    owner: team-echo\n\nversions:", "    owner: team-echo\n    enabled: false\n\nversions:", 1)
 	s = strings.Replace(s, "    instance_id: cinst_globex_echo\n    priority: 0\n", "    instance_id: cinst_missing\n    priority: 0\n", 1)
 	for name, admin := range backends(t) {
@@ -623,29 +624,55 @@ func (c cancelOnBinding) PutBinding(ctx context.Context, b registry.CapabilityBi
 	return c.Administrator.PutBinding(ctx, b)
 }
 
+// cancelOnVersion ends the apply's context when the first version is
+// admitted: the type the file disables was created enabled just before.
+type cancelOnVersion struct {
+	registry.Administrator
+	cancel context.CancelFunc
+}
+
+func (c cancelOnVersion) AdmitVersion(ctx context.Context, v registry.ConnectorVersion) error {
+	c.cancel()
+	return c.Administrator.AdmitVersion(ctx, v)
+}
+
 // TestApplyCancelledKeepsDisabledTypesDisabled: an apply whose context
 // ends midway (Ctrl-C, --timeout) still disables the types the file marks
 // disabled, which it created enabled to admit their versions: it must not
-// leave their instances and bindings routable.
+// leave their instances and bindings routable. Cancelled while the
+// versions are admitted, the disable runs on the way out, on a context of
+// its own.
 func TestApplyCancelledKeepsDisabledTypesDisabled(t *testing.T) {
 	s := strings.Replace(string(docExample(t)), "    owner: team-echo\n\nversions:", "    owner: team-echo\n    enabled: false\n\nversions:", 1)
-	for name, admin := range backends(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			_, err := registry.Apply(ctx, cancelOnBinding{admin, cancel}, parse(t, []byte(s)))
-			var fe *registry.FleetFileError
-			if !errors.As(err, &fe) || fe.Section != registry.SectionBindings || fe.Index != 0 || !errors.Is(err, context.Canceled) {
-				t.Fatalf("apply: %v, want bindings[0] cancelled", err)
-			}
-			ct, err := admin.ConnectorType(t.Context(), "ctype_echo")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ct.Enabled {
-				t.Fatal("the cancelled apply left enabled the type the file disables")
-			}
-		})
+	for _, c := range []struct {
+		section string
+		wrap    func(registry.Administrator, context.CancelFunc) registry.Administrator
+	}{
+		{registry.SectionBindings, func(a registry.Administrator, cancel context.CancelFunc) registry.Administrator {
+			return cancelOnBinding{a, cancel}
+		}},
+		{registry.SectionVersions, func(a registry.Administrator, cancel context.CancelFunc) registry.Administrator {
+			return cancelOnVersion{a, cancel}
+		}},
+	} {
+		for name, admin := range backends(t) {
+			t.Run(c.section+"/"+name, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				_, err := registry.Apply(ctx, c.wrap(admin, cancel), parse(t, []byte(s)))
+				var fe *registry.FleetFileError
+				if !errors.As(err, &fe) || fe.Section != c.section || fe.Index != 0 || !errors.Is(err, context.Canceled) {
+					t.Fatalf("apply: %v, want %s[0] cancelled", err, c.section)
+				}
+				ct, err := admin.ConnectorType(t.Context(), "ctype_echo")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ct.Enabled {
+					t.Fatal("the cancelled apply left enabled the type the file disables")
+				}
+			})
+		}
 	}
 }
 
@@ -712,5 +739,84 @@ func TestApplyExplainsAReplicaKeepsItsVersion(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "write version_id: "+stored) {
 		t.Fatalf("%v does not say to write version_id: %s", err, stored)
+	}
+}
+
+// visibleOnPut is an Administrator that, after each instance and binding
+// it puts, asks the registry's tenant catalog whether the tenant's
+// capabilities of that instance can be resolved — the chain routing
+// follows (an enabled binding of an enabled instance, an active version,
+// an enabled type) — and records the ones that can.
+type visibleOnPut struct {
+	registry.Administrator
+	catalog registry.Catalog
+	seen    *[]string
+}
+
+func (v visibleOnPut) check(ctx context.Context, when, tenant string, caps ...string) error {
+	for _, c := range caps {
+		if _, err := v.catalog.Capability(ctx, c, registry.ForTenant(tenant)); err == nil {
+			*v.seen = append(*v.seen, fmt.Sprintf("%s: %s of tenant %s", when, c, tenant))
+		} else if !errors.Is(err, registry.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v visibleOnPut) PutInstance(ctx context.Context, i registry.ConnectorInstance) error {
+	if err := v.Administrator.PutInstance(ctx, i); err != nil {
+		return err
+	}
+	return v.check(ctx, "after putting instance "+i.ID, i.TenantID, "echo.say", "echo.reverse")
+}
+
+func (v visibleOnPut) PutBinding(ctx context.Context, b registry.CapabilityBinding) error {
+	if err := v.Administrator.PutBinding(ctx, b); err != nil {
+		return err
+	}
+	return v.check(ctx, "after putting binding "+b.Key().String(), b.TenantID, b.CapabilityID)
+}
+
+// TestApplyDisablesTypesBeforeTheirInstances: a type the file marks
+// disabled is created (or left) enabled only while its versions are
+// admitted (the registry admits versions only into an enabled type) and
+// disabled right after them: instances, replicas and bindings do not need
+// it enabled, so none of the file's bindings of it is resolvable at any
+// moment of the apply. Apply disabled such a type only at its end, so
+// each binding was routable from its put until then.
+func TestApplyDisablesTypesBeforeTheirInstances(t *testing.T) {
+	s := strings.Replace(string(docExample(t)), "    owner: team-echo\n\nversions:", "    owner: team-echo\n    enabled: false\n\nversions:", 1)
+	for name, admin := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			// Enabled in the file, the bindings are resolvable when put: the
+			// check sees what it is meant to.
+			probe, _ := newMem(t)
+			var seen []string
+			if _, err := registry.Apply(ctx, visibleOnPut{probe, probe, &seen}, parse(t, docExample(t))); err != nil {
+				t.Fatal(err)
+			}
+			if len(seen) != 3 {
+				t.Fatalf("with the type enabled, resolvable when put: %q; want the 3 bindings", seen)
+			}
+			seen = nil
+			rep, err := registry.Apply(ctx, visibleOnPut{admin, admin.(registry.Catalog), &seen}, parse(t, []byte(s)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(seen) > 0 {
+				t.Errorf("resolvable during the apply of a file that disables their type: %q", seen)
+			}
+			if ct, err := admin.ConnectorType(ctx, "ctype_echo"); err != nil || ct.Enabled {
+				t.Errorf("type %+v (%v) after the apply, want it disabled", ct, err)
+			}
+			if i := slices.IndexFunc(rep.Entries, func(e registry.AppliedEntry) bool { return e.Section == registry.SectionTypes }); i < 0 || rep.Entries[i].Change != registry.Created {
+				t.Errorf("report %+v, want the type created", rep.Entries)
+			}
+			if _, err := admin.ConnectorVersion(ctx, "cver_echo_1_0_0"); err != nil {
+				t.Errorf("the version: %v", err)
+			}
+		})
 	}
 }
