@@ -28,6 +28,7 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("Prune", func(t *testing.T) { testEventPrune(t, nb) })
 	t.Run("ForgetPruned", func(t *testing.T) { testEventForgetPruned(t, nb) })
 	t.Run("PrunedConflict", func(t *testing.T) { testEventPrunedConflict(t, nb) })
+	t.Run("PrunedForms", func(t *testing.T) { testEventPrunedForms(t, nb) })
 }
 
 // newPrunerFx is a fixture whose backend must prune events.
@@ -784,5 +785,83 @@ func testEventConcurrentRedelivery(t *testing.T, nb NewBackend) {
 	}
 	if n := len(f.eventLog("tenant-1")); n != 2*rounds {
 		t.Fatalf("the log holds %d events, want %d (each once)", n, 2*rounds)
+	}
+}
+
+// prunedForms are pairs of an event's data as first delivered and as
+// delivered again, in forms a sender, a store or a proxy may write the
+// same JSON value in, or a different value close to it. same is what
+// registry.CheckRedelivery decides (checked against it too).
+var prunedForms = []struct {
+	name        string
+	first, next string
+	same        bool
+}{
+	{"integer and fraction", `{"n":1}`, `{"n":1.0}`, true},
+	{"integer and exponent", `{"n":1}`, `{"n":1e0}`, true},
+	{"exponent with sign", `{"n":100}`, `{"n":1E+2}`, true},
+	{"fraction and exponent", `{"n":0.1}`, `{"n":1e-1}`, true},
+	{"trailing zeros", `{"n":1.10}`, `{"n":1.1000}`, true},
+	{"negative zero", `{"n":0}`, `{"n":-0}`, true},
+	{"negative zero fraction", `{"n":0.0}`, `{"n":-0.0}`, true},
+	{"big integer and fraction", `{"n":123456789012345678901234567890}`, `{"n":123456789012345678901234567890.000}`, true},
+	{"big integers one apart", `{"n":9007199254740993}`, `{"n":9007199254740992}`, false},
+	{"huge exponent", `{"n":1e400}`, `{"n":10E+399}`, true},
+	{"tiny fractions apart", `{"n":1e-30}`, `{"n":1.0000000000000000000000000001e-30}`, false},
+	{"number and string", `{"n":1.50}`, `{"n":"1.50"}`, false},
+	{"string with a fraction", `{"s":"1.50"}`, `{"s":"1.5"}`, false},
+	{"escape and character", `{"s":"é😀<&/"}`, `{"s":"\u00e9\ud83d\ude00\u003c\u0026\/"}`, true},
+	{"escaped key", `{"a":1}`, `{"\u0061":1}`, true},
+	{"key order", `{"a":1,"b":{"c":[1,2],"d":null}}`, `{"b":{"d":null,"c":[1,2]},"a":1}`, true},
+	{"nested arrays", `{"a":[[1,[2.0,[]]],{"x":[3e0]}]}`, `{"a":[[1.0,[2,[]]],{"x":[3]}]}`, true},
+	{"nested array order", `{"a":[[1,2]]}`, `{"a":[[2,1]]}`, false},
+	{"empty array and object", `{"a":[]}`, `{"a":{}}`, false},
+	{"null and absent", `{"a":null}`, `{}`, false},
+	{"duplicate keys", `{"a":1,"a":2}`, `{"a":2}`, true},
+	{"provenance not an object", `{"aip_connector":"x"}`, `{"aip_connector":"x"}`, true},
+	{"provenance channel", `{"aip_connector":{"channel_id":"a","replica_id":"r1"}}`, `{"aip_connector":{"channel_id":"b","replica_id":"r2"}}`, false},
+	// As deep as a delivery through the dispatcher can nest data (aip.Canonicalize
+	// bounds the envelope to 256 levels).
+	{"deep nesting", `{"a":` + strings.Repeat("[", 250) + `1.0` + strings.Repeat("]", 250) + `}`,
+		`{"a":` + strings.Repeat("[", 250) + `1` + strings.Repeat("]", 250) + `}`, true},
+	{"provenance replica only", `{"aip_connector":{"channel_id":"a","replica_id":"r1","lease_sequence":1.0}}`, `{"aip_connector":{"channel_id":"a","replica_id":"r2","lease_sequence":2}}`, true},
+}
+
+// testEventPrunedForms: for each of prunedForms, an event delivered again
+// under a pruned ID is answered as the backend answers it while the event
+// is stored, and as CheckRedelivery decides: Pruned when it is the same
+// event, ErrConflict when it is not, whatever form its JSON is written in
+// (the backend's digest of the pruned event and of the delivery agree
+// exactly with CheckRedelivery).
+func testEventPrunedForms(t *testing.T, nb NewBackend) {
+	f, p := newPrunerFx(t, nb)
+	batch := func(tenant, data string) registry.EventBatch {
+		b := receivedAt(EventBatch(tenant, "a", "evt_1"), time.Minute)
+		b.Events[0].Data = json.RawMessage(data)
+		return b
+	}
+	for i, c := range prunedForms {
+		first, next := batch(fmt.Sprintf("tf-%d", i), c.first), batch(fmt.Sprintf("tf-%d", i), c.next)
+		stored := registry.StoredEvent{InstanceID: first.InstanceID, ChannelID: first.ChannelID, Event: registry.StoredForm(first.Events[0])}
+		if got := registry.CheckRedelivery(&stored, &next, &next.Events[0]) == nil; got != c.same {
+			t.Fatalf("%s: CheckRedelivery finds a redelivery %v, the table says %v", c.name, got, c.same)
+		}
+		f.appendEvents(first)
+	}
+	if _, err := p.PruneEvents(f.ctx, Epoch.Add(time.Hour), 1000); err != nil {
+		t.Fatalf("PruneEvents: %v", err)
+	}
+	for i, c := range prunedForms {
+		t.Run(c.name, func(t *testing.T) {
+			next := batch(fmt.Sprintf("tf-%d", i), c.next)
+			next.ReceivedAt = Epoch.Add(2 * time.Hour)
+			got, err := f.events().AppendEvents(f.ctx, next)
+			switch {
+			case c.same && (err != nil || !got[0].Pruned):
+				t.Fatalf("%s then %s under the pruned ID: %+v, %v; want it answered Pruned", c.first, c.next, got, err)
+			case !c.same && !errors.Is(err, registry.ErrConflict):
+				t.Fatalf("%s then %s under the pruned ID: %+v, %v; want ErrConflict", c.first, c.next, got, err)
+			}
+		})
 	}
 }
