@@ -651,3 +651,33 @@ func AppendNumber(dst []byte, f float64) []byte {
 	}
 	return dst
 }
+
+// JSONDepth returns how deeply the valid JSON text b nests: 0 for a
+// scalar, 1 for an object or array of scalars, and so on. A signed
+// document nests at most 256 levels (Canonicalize refuses deeper).
+func JSONDepth(b []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped character, never a closing quote
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > deepest {
+				deepest = depth
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
+}

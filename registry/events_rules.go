@@ -28,6 +28,14 @@ const (
 // MaxEventKindBytes bounds an event's kind.
 const MaxEventKindBytes = aip.MaxEventKindBytes
 
+// MaxEventDataDepth bounds how deeply an event's data nests (the data
+// object itself is level 1): as deep as a signed delivery can carry it —
+// the envelope holds it five levels down (body, event_stream, events, the
+// event), and a signed document nests at most 256 levels. Deeper data
+// reaches the log only through a library caller; refusing it keeps every
+// event storable and prunable (PostgreSQL walks it recursively).
+const MaxEventDataDepth = 251
+
 // EventProvenance is the member of an event's data the dispatcher stamps
 // with the delivery's provenance (aip_connector: instance_id, replica_id,
 // version_id, channel_id, lease_sequence).
@@ -42,7 +50,7 @@ var redeliveryProvenance = []string{"replica_id", "version_id", "lease_sequence"
 // replica and channel set (and the version when given) as identifiers, 1 to
 // aip.MaxEventsPerDelivery events, each with an ID, a kind of 1 to
 // MaxEventKindBytes bytes, an occurred_at and data that is absent or a JSON
-// object, and no event ID twice. Failures are *FieldError values matching
+// object nesting at most MaxEventDataDepth levels, and no event ID twice. Failures are *FieldError values matching
 // ErrInvalid.
 func (b *EventBatch) Validate() error {
 	for _, f := range []struct{ name, v string }{
@@ -86,6 +94,9 @@ func (b *EventBatch) Validate() error {
 		}
 		if !utf8.Valid(e.Data) || !dataIsObject(e.Data) {
 			return invalid(RecordEvent, e.ID, "data", "must be a JSON object in UTF-8")
+		}
+		if d := aip.JSONDepth(e.Data); d > MaxEventDataDepth {
+			return invalid(RecordEvent, e.ID, "data", "nests %d levels deep; at most %d (a delivery envelope holds the data 5 levels down, and a signed document nests at most 256)", d, MaxEventDataDepth)
 		}
 		if holdsNUL(e.Data) {
 			return invalid(RecordEvent, e.ID, "data", "holds a NUL character (\\u0000), which the event log cannot store; drop or replace it")

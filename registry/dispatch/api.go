@@ -118,7 +118,7 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 			return fmt.Errorf("input: %v", err)
 		}
 	}
-	if depth := jsonDepth(r.Input); depth > MaxInputDepth {
+	if depth := aip.JSONDepth(r.Input); depth > MaxInputDepth {
 		return fmt.Errorf("input nests %d levels deep; at most %d are accepted", depth, MaxInputDepth)
 	}
 	return nil
@@ -129,35 +129,6 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 // are (a capability ID, a tenant ID).
 func printableText(s string) bool {
 	return utf8.ValidString(s) && strings.TrimSpace(s) == s && strings.IndexFunc(s, unicode.IsControl) < 0
-}
-
-// jsonDepth returns how deeply the valid JSON text b nests: 0 for a
-// scalar, 1 for an object or array of scalars, and so on.
-func jsonDepth(b []byte) int {
-	depth, deepest, inString := 0, 0, false
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++ // the escaped character, never a closing quote
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case '{', '[':
-			if depth++; depth > deepest {
-				deepest = depth
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return deepest
 }
 
 // Settlement values an answer reports beside the registry's outcomes.

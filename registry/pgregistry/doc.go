@@ -225,7 +225,12 @@
 // event_replay_digest), which AppendEvents reads with the stored events in
 // one statement, so an event pruned is not stored again; a delivery under
 // a pruned ID is digested by the same function (one more round trip) and
-// is ErrConflict when the digests differ. ForgetPrunedEvents
+// is ErrConflict when the digests differ. The digest walks the data
+// recursively (a PL/pgSQL call per level where a number needs
+// normalising), which is why registry.EventBatch.Validate bounds the
+// data's depth (registry.MaxEventDataDepth, as deep as a signed delivery
+// carries it): data nested several hundred levels would exhaust
+// PostgreSQL's stack in the prune's trigger. ForgetPrunedEvents
 // (the same maintenance, a second horizon later) deletes the IDs of the
 // events received before its cutoff, oldest first, by the index
 // pruned_events_by_received; an event whose ID it forgot is stored again

@@ -597,6 +597,12 @@ func testEventInvalid(t *testing.T, nb NewBackend) {
 		{"data null", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`null`) }},
 		{"data with NUL", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`{"a":{"b":["x\u0000y"]}}`) }},
 		{"data not UTF-8", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage("{\"a\":\"\xff\"}") }},
+		// Deeper than a signed delivery can carry (PostgreSQL's digest of
+		// a pruned event walks it recursively; 600 levels exhausted its
+		// stack and stopped retention for every tenant).
+		{"data nested too deep", "data", func(b *registry.EventBatch) {
+			b.Events[1].Data = json.RawMessage(`{"a":` + strings.Repeat("[", registry.MaxEventDataDepth) + `1.0` + strings.Repeat("]", registry.MaxEventDataDepth) + `}`)
+		}},
 		{"kind with NUL", "kind", func(b *registry.EventBatch) { b.Events[1].Kind = "a\x00b" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -822,8 +828,8 @@ var prunedForms = []struct {
 	{"provenance channel", `{"aip_connector":{"channel_id":"a","replica_id":"r1"}}`, `{"aip_connector":{"channel_id":"b","replica_id":"r2"}}`, false},
 	// As deep as a delivery through the dispatcher can nest data (aip.Canonicalize
 	// bounds the envelope to 256 levels).
-	{"deep nesting", `{"a":` + strings.Repeat("[", 250) + `1.0` + strings.Repeat("]", 250) + `}`,
-		`{"a":` + strings.Repeat("[", 250) + `1` + strings.Repeat("]", 250) + `}`, true},
+	{"deep nesting", `{"a":` + strings.Repeat("[", registry.MaxEventDataDepth-1) + `1.0` + strings.Repeat("]", registry.MaxEventDataDepth-1) + `}`,
+		`{"a":` + strings.Repeat("[", registry.MaxEventDataDepth-1) + `1` + strings.Repeat("]", registry.MaxEventDataDepth-1) + `}`, true},
 	{"provenance replica only", `{"aip_connector":{"channel_id":"a","replica_id":"r1","lease_sequence":1.0}}`, `{"aip_connector":{"channel_id":"a","replica_id":"r2","lease_sequence":2}}`, true},
 }
 
