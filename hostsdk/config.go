@@ -214,7 +214,7 @@ type Config struct {
 	// .aipfleet/host-<ReplicaID> under the working directory (see
 	// defaultStateDir for a replica ID too long for a file name). A
 	// missing one is created 0700; an existing one that its group or
-	// others may write to is refused.
+	// others may write to, or that another user owns, is refused.
 	StateDir string
 	// ActionRetention is how long the journal keeps a finished action's
 	// record (its result, answered to every retry of the action ID) after

@@ -9,7 +9,10 @@
 //
 // # State directory
 //
-// Open creates the directory with mode 0700 when it is missing and keeps
+// Open creates the directory with mode 0700 when it is missing, and
+// refuses an existing one that its group or others may write to, or that
+// another user owns (root excepted), before it creates anything in it:
+// that user could plant a link under the journal's name. It keeps
 // three things in it: journal.db (mode 0600; SQLite gives its -wal and -shm
 // files the same mode), and journal.lock, on which the journal holds an
 // exclusive flock(2) for as long as it is open. A second Open of the same

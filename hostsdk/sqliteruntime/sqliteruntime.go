@@ -376,8 +376,9 @@ func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
 
 // checkDirMode refuses a state directory that users other than its owner
 // may write to (a shared directory such as /tmp, or one made group
-// writable): one of them could plant a symbolic link or a file of their
-// own under the journal's name before the host creates it, or replace it.
+// writable), or that another user owns (see checkDirOwner): one of them
+// could plant a symbolic link or a file of their own under the journal's
+// name before the host creates it, or replace it.
 func checkDirMode(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -390,5 +391,5 @@ func checkDirMode(dir string) error {
 		return fmt.Errorf("sqliteruntime: state directory %s is writable by its group or by others (mode %04o): another user could replace the journal; use a directory of the replica's own (aip-host creates a missing one 0700) or run chmod go-w on it",
 			dir, fi.Mode()&(os.ModePerm|os.ModeSticky))
 	}
-	return nil
+	return checkDirOwner(dir, fi)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,6 +122,39 @@ func TestOpenRefusesASharedStateDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	open(t, sqliteruntime.Config{Dir: dir})
+}
+
+// TestOpenRefusesAStateDirectoryOfAnotherUser: a state directory owned by
+// another user is refused before anything is created in it, whatever its
+// mode: that user may write to it (a 0755 directory they made under /tmp
+// at the path given as --state-dir, before the host created it) and plant
+// a link under the journal's name. Needs root to give a directory away.
+func TestOpenRefusesAStateDirectoryOfAnotherUser(t *testing.T) {
+	if runtime.GOOS == "windows" || os.Geteuid() != 0 {
+		t.Skip("needs root (to chown a directory to another user) on a Unix system")
+	}
+	const nobody = 65534
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: dir})
+	if err == nil {
+		j.Close()
+		t.Fatal("Open in a directory of another user succeeded")
+	}
+	if !strings.Contains(err.Error(), "is owned by uid 65534") || !strings.Contains(err.Error(), "chown") {
+		t.Errorf("Open: %v; want the owner named and what to do", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the refused directory holds %d entries", len(entries))
+	}
 }
 
 // rawDB opens the journal's database file directly, bypassing the package.

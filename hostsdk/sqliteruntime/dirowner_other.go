@@ -1,0 +1,8 @@
+//go:build !unix
+
+package sqliteruntime
+
+import "os"
+
+// checkDirOwner: file ownership is not checked on this system.
+func checkDirOwner(string, os.FileInfo) error { return nil }
