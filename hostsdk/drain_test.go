@@ -484,6 +484,12 @@ func TestFailedStartAfterARefusedConnectionLeavesNothing(t *testing.T) {
 	}
 	u.Host = addr
 	f.cfg.ControlPlaneEndpoint = u.String()
+	rt := f.cfg.ControlPlaneTransport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	tries := &countTries{next: rt}
+	f.cfg.ControlPlaneTransport = tries
 	h, err := hostsdk.New(f.cfg, newTestConnector())
 	if err != nil {
 		t.Fatal(err)
@@ -496,6 +502,22 @@ func TestFailedStartAfterARefusedConnectionLeavesNothing(t *testing.T) {
 	if strings.Contains(err.Error(), "may stay registered") {
 		t.Fatalf("Run: %v; nothing was sent, so nothing can stay registered", err)
 	}
+	// The registration's attempt and its one resend; no replay of it
+	// (nor an offline) after the failed start.
+	if n := tries.n.Load(); n != 2 {
+		t.Errorf("%d lifecycle requests were tried; want 2 (the registration and its resend, no replay)", n)
+	}
+}
+
+// countTries counts the lifecycle requests tried.
+type countTries struct {
+	next http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countTries) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
 }
 
 // dropAll sends every lifecycle request and loses every answer.
