@@ -124,6 +124,9 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 	}
 	h.state = &State{j: h.journal}
 	h.events = &EventPublisher{h: h}
+	if h.cfg.AfterOpenJournal != nil {
+		return h.cfg.AfterOpenJournal(ctx)
+	}
 	return nil
 }
 

@@ -210,6 +210,14 @@ type Config struct {
 	// closes it when it stops or when its start fails. At most one of
 	// Journal and OpenJournal.
 	OpenJournal func(ctx context.Context) (journal.Journal, error)
+	// AfterOpenJournal, when set, is called at the end of bootstrap step 2,
+	// once the journal is open and claimed for this host — so with its
+	// exclusive lock held: no other live host uses this journal — and
+	// before discovery and recovery. A host that starts the connector's
+	// processes itself (the sidecar) uses it to stop what a killed
+	// predecessor left running and to start them. An error fails step 2
+	// (OpenJournalError) and the journal is closed.
+	AfterOpenJournal func(ctx context.Context) error
 	// StateDir is the embedded journal's directory. Defaults to
 	// .aipfleet/host-<ReplicaID> under the working directory (see
 	// defaultStateDir for a replica ID too long for a file name). A

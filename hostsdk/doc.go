@@ -51,7 +51,8 @@
 // OpenTelemetry span and its own error type (see StepError):
 //
 //  1. validate the configuration and its files (ValidateError);
-//  2. open the runtime journal and install its schema (OpenJournalError);
+//  2. open the runtime journal and install its schema, then call
+//     Config.AfterOpenJournal if set (OpenJournalError);
 //  3. tenant-scoped discovery, Connector.Manifest (DiscoverError);
 //  4. bind the manifest to the trust domain and the signing principal and
 //     compute the manifest digest (BindManifestError);

@@ -11,6 +11,7 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 )
 
 // TestOpenJournalRunsAtStepTwo: Config.OpenJournal opens the journal at
@@ -80,4 +81,41 @@ func TestOpenJournalRunsAtStepTwo(t *testing.T) {
 	if _, err := hostsdk.New(f.cfg, newTestConnector()); !errors.As(err, &ve) {
 		t.Fatalf("New with Journal and OpenJournal: %v; want a *ValidateError", err)
 	}
+}
+
+// TestAfterOpenJournalRunsWithTheJournalLocked: Config.AfterOpenJournal is
+// called at step 2 once the journal is open and locked (a second open of
+// the same state directory is refused) and before discovery; its error
+// fails step 2 and the journal is released (the directory can be opened
+// again).
+func TestAfterOpenJournalRunsWithTheJournalLocked(t *testing.T) {
+	f := newFleet(t)
+	dir := t.TempDir()
+	f.cfg.Journal, f.cfg.StateDir = nil, dir
+	conn := newTestConnector()
+	boom := errors.New("boom")
+	var lockErr error
+	calls := 0
+	f.cfg.AfterOpenJournal = func(ctx context.Context) error {
+		calls++
+		j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: dir})
+		if err == nil {
+			j.Close()
+		}
+		lockErr = err
+		conn.manifestErr = errors.New("discovery ran although AfterOpenJournal failed")
+		return boom
+	}
+	var oe *hostsdk.OpenJournalError
+	if err := startErr(t, f, conn); !errors.As(err, &oe) || !errors.Is(err, boom) || calls != 1 {
+		t.Fatalf("Start with a failing AfterOpenJournal: %v (%d calls); want an *OpenJournalError wrapping its error", err, calls)
+	}
+	if !errors.Is(lockErr, sqliteruntime.ErrLocked) {
+		t.Errorf("opening the state directory again inside AfterOpenJournal: %v; want ErrLocked (the host holds the journal)", lockErr)
+	}
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("the journal was not released after the failed start: %v", err)
+	}
+	j.Close()
 }
