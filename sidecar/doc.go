@@ -75,14 +75,22 @@
 // # Supervision and the shutdown order
 //
 // With Config.Exec the sidecar starts the connector as its child (its own
-// process group; on Linux it is killed if the sidecar dies), waits for
-// its health before the host bootstraps, and restarts it with exponential
+// process group; on Linux it is killed if the sidecar dies), once the host
+// holds the replica's journal, waits for its health before the host goes
+// on with discovery and recovery, and restarts it with exponential
 // backoff after a crash while health checks report the replica unhealthy
 // (the next heartbeat says connector_ready=false, which takes it offline;
 // once the child is back a healthy heartbeat re-registers). When the child
 // exits, what remains of its process group is stopped before the exit
 // counts (SIGTERM, SIGKILL after StopTimeout), so nothing of a crashed
-// connector holds its socket or port against the restarted one. Run documents
+// connector holds its socket or port against the restarted one. The
+// processes a child started outlive a sidecar that is killed (only the
+// child dies with it): every process the sidecar starts is marked with
+// EnvChildOf (the replica ID), which they inherit, and on Linux a
+// starting sidecar, holding the replica's journal and before it starts
+// anything, kills the processes of its user that carry exactly its
+// replica's marker and waits for them (a process that cleared its
+// environment escapes; another replica's are never touched). Run documents
 // the shutdown order: the host's drain and offline complete while the child
 // still serves, and only then is the child stopped. Without Exec the
 // sidecar attaches to a connector that is already running and waits for its

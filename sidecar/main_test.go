@@ -45,7 +45,36 @@ const (
 	// a child ignoring SIGTERM, writes the child's pid to the named file,
 	// and waits to be killed.
 	envSupervisorHelper = "SIDECAR_TEST_SUPERVISOR"
+	// envOrphanHelper makes the test binary a sidecar of replica
+	// envOrphanReplica that supervises a shell child which starts a worker
+	// ignoring SIGTERM, writes the worker's pid to the named file, and
+	// waits to be killed.
+	envOrphanHelper  = "SIDECAR_TEST_ORPHAN_HELPER"
+	envOrphanReplica = "SIDECAR_TEST_ORPHAN_REPLICA"
+	// envChildWatch names a pid: the fake connector writes to the file
+	// envChildWatchOut, before it listens, whether that process runs.
+	envChildWatch    = "SIDECAR_TEST_WATCH_PID"
+	envChildWatchOut = "SIDECAR_TEST_WATCH_OUT"
 )
+
+// runOrphanHelper is the process of envOrphanHelper.
+func runOrphanHelper(out, replicaID string) int {
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", `trap '' TERM; sleep 300 & echo $! > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; wait`},
+		Env:     []string{"OUT=" + out}, ChildOf: replicaID,
+		Ready: func(context.Context) error {
+			_, err := os.Stat(out)
+			return err
+		},
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: time.Minute,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err := s.start(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "orphan helper:", err)
+		return 3
+	}
+	select {} // until killed
+}
 
 // runSupervisorHelper is the process of envSupervisorHelper.
 func runSupervisorHelper(out string) int {
@@ -76,6 +105,9 @@ func TestMain(m *testing.M) {
 	if out := os.Getenv(envSupervisorHelper); out != "" {
 		os.Exit(runSupervisorHelper(out))
 	}
+	if out := os.Getenv(envOrphanHelper); out != "" {
+		os.Exit(runOrphanHelper(out, os.Getenv(envOrphanReplica)))
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -86,6 +118,15 @@ func runChild() int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	if os.Getenv(envChildIgnoreTerm) == "1" {
 		signal.Ignore(syscall.SIGTERM)
+	}
+	if pid, err := strconv.Atoi(os.Getenv(envChildWatch)); err == nil {
+		state := "gone"
+		if running(pid) {
+			state = "running"
+		}
+		out := os.Getenv(envChildWatchOut)
+		os.WriteFile(out+".tmp", []byte(state+" "+os.Getenv(EnvChildOf)), 0o600)
+		os.Rename(out+".tmp", out)
 	}
 	var (
 		l   net.Listener

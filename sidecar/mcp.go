@@ -63,6 +63,9 @@ type MCPConfig struct {
 	Dir    string
 	Env    []string
 	Stderr io.Writer
+	// childOf is the replica ID the server is marked with (EnvChildOf),
+	// set by the sidecar.
+	childOf string
 	// URL is a Streamable HTTP MCP endpoint: https, or http on a loopback
 	// address.
 	URL string
@@ -371,7 +374,7 @@ func (m *MCP) transport() mcp.Transport {
 func (m *MCP) startServer() (*child, mcp.Transport, error) {
 	cmd := exec.Command(m.cfg.Command[0], m.cfg.Command[1:]...)
 	cmd.Dir = m.cfg.Dir
-	cmd.Env = childEnv(m.cfg.Env)
+	cmd.Env = childEnv(withChildOf(m.cfg.Env, m.cfg.childOf))
 	cmd.Stderr = m.cfg.Stderr
 	// A Stderr that is not a file is fed through a pipe, which a process
 	// that left the server's group can hold open: bounded as for --exec.

@@ -2,10 +2,15 @@ package sidecar
 
 import (
 	"bytes"
+	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -86,4 +91,92 @@ func groupRemains(pgid, leader int) bool {
 		}
 	}
 	return false
+}
+
+// stopOrphans kills the processes of this user, other than this one,
+// whose environment holds exactly EnvChildOf=replicaID, and waits until
+// they are gone, for at most wait. Call it only while holding the
+// replica's journal, which proves that no live sidecar of the replica
+// exists: what it finds is what a killed sidecar's child left behind. The
+// kernel kills (Pdeathsig) only the direct child of a sidecar that dies;
+// the processes the child started (a pre-fork server's workers, the
+// program behind a shell wrapper that does not exec) keep running, hold
+// the connector's socket or port and may complete an action the new
+// sidecar reconciles with its new child — a second run. A process that
+// cleared or replaced its environment escapes (it is not recognised). Each
+// process is signalled through a pidfd opened before its environment is
+// read, so a pid reused meanwhile is never signalled.
+func stopOrphans(replicaID string, wait time.Duration, log *slog.Logger) {
+	if replicaID == "" {
+		return
+	}
+	marker := []byte(EnvChildOf + "=" + replicaID)
+	self, uid := os.Getpid(), uint32(os.Getuid())
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		log.Warn("cannot look for processes a previous sidecar of this replica left running", "error", err)
+		return
+	}
+	var killed []*os.Process
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		dir := "/proc/" + e.Name()
+		fi, err := os.Stat(dir)
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != uid {
+			continue
+		}
+		p, err := os.FindProcess(pid) // a pidfd (Linux 5.3+): the signal reaches this process or none
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(dir + "/environ")
+		if err != nil || !slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, marker) }) {
+			p.Release()
+			continue
+		}
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		if err := p.Signal(syscall.SIGKILL); err != nil {
+			p.Release() // gone meanwhile
+			continue
+		}
+		log.Warn("killed a process that a killed sidecar of this replica left running", "pid", pid,
+			"command", strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))), "signal", "SIGKILL")
+		killed = append(killed, p)
+	}
+	deadline := time.Now().Add(wait)
+	for _, p := range killed {
+		for !processGone(p) {
+			if time.Now().After(deadline) {
+				log.Error("a process killed as left running by a killed sidecar of this replica has not exited (uninterruptible?); it runs no more code, going on", "pid", p.Pid, "waited_ms", wait.Milliseconds())
+				break
+			}
+			time.Sleep(groupPollInterval)
+		}
+		p.Release()
+	}
+}
+
+// processGone reports whether p exited: it is gone, or a zombie waiting
+// for its parent (which, reparented, is init or a subreaper).
+func processGone(p *os.Process) bool {
+	if errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone) {
+		return true
+	}
+	return !running(p.Pid)
+}
+
+// running reports whether pid is a process that has not exited.
+func running(pid int) bool {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	return i >= 0 && i+2 < len(raw) && raw[i+2] != 'Z' && raw[i+2] != 'X'
 }

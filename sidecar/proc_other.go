@@ -4,9 +4,11 @@ package sidecar
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // childProcAttr: outside Linux the child stays in the sidecar's process
@@ -21,3 +23,7 @@ func stoppedCleanly(ps *os.ProcessState) bool { return ps.Success() }
 func awaitExitUnreaped(int) error { return errors.ErrUnsupported }
 
 func groupRemains(int, int) bool { return false }
+
+// stopOrphans does nothing outside Linux: there the sidecar's children
+// are not killed when it dies, nor looked for when it starts again.
+func stopOrphans(string, time.Duration, *slog.Logger) {}

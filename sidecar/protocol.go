@@ -32,6 +32,14 @@ const (
 	EnvLocalURL    = "AIP_SIDECAR_LOCAL_URL"
 	EnvLocalSocket = "AIP_SIDECAR_LOCAL_SOCKET"
 	EnvLocalToken  = "AIP_SIDECAR_LOCAL_TOKEN"
+	// EnvChildOf marks every process the sidecar starts (the --exec
+	// connector, a stdio MCP server) with the replica's ID, and so every
+	// process they start that keeps its environment. A sidecar that starts
+	// for this replica, once it holds the replica's journal (no live
+	// sidecar of the replica exists), kills the processes of its user that
+	// carry exactly this entry: what a killed sidecar's child left running
+	// (Linux; see stopOrphans).
+	EnvChildOf = "AIP_SIDECAR_CHILD_OF"
 )
 
 // Status values of a local result and of a reconcile answer.

@@ -100,6 +100,11 @@ type Sidecar struct {
 	// probeTimeout bounds one health probe of the local connector
 	// (Host.HealthProbeTimeout or its default).
 	probeTimeout time.Duration
+	// startErr is why the local side did not start (at the host's
+	// bootstrap step 2, see Run), started that it did; written and read
+	// on Run's goroutine.
+	startErr error
+	started  bool
 }
 
 // New validates cfg and builds the sidecar and its host. It does no I/O
@@ -112,6 +117,8 @@ func New(cfg Config) (*Sidecar, error) {
 	if s.local != nil && s.local.events != nil {
 		s.cfg.Host.Collectors = append(append([]prometheus.Collector(nil), s.cfg.Host.Collectors...), s.local.events.m.collectors()...)
 	}
+	// The local side starts once the host holds the replica's journal.
+	s.cfg.Host.AfterOpenJournal = s.afterOpenJournal(s.cfg.Host.AfterOpenJournal)
 	h, err := hostsdk.New(s.cfg.Host, s.Connector())
 	if err != nil {
 		return nil, err
@@ -182,6 +189,7 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 			return nil, cfgErr("EventsToken", "is set together with an MCP server; MCP servers do not publish AIP events, so the sidecar serves no "+PathEvents+" in MCP mode")
 		}
 		mc := cfg.MCP
+		mc.childOf = cfg.Host.ReplicaID
 		if mc.Logger == nil {
 			mc.Logger = log
 		}
@@ -271,7 +279,7 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 				env = append(env, EnvEventsURL+"="+eventsURL, EnvEventsToken+"="+eventsToken)
 			}
 			s.sup = newSupervisor(superviseConfig{
-				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
+				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, ChildOf: cfg.Host.ReplicaID, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
 				Ready: l.probe, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
 				RestartBackoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxBackoff, StableAfter: cfg.StableAfter,
 				Logger: log,
@@ -290,6 +298,8 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 // side. It returns the bound manifest and its digest: what
 // an operator admits as the connector version. Only the sidecar's own
 // settings and Host.TrustDomain are needed.
+// It holds no journal, so it kills no process a killed sidecar of the
+// replica left running (see Run).
 func Describe(ctx context.Context, cfg Config) (*aip.Manifest, string, error) {
 	s, err := newLocalSide(cfg)
 	if err != nil {
@@ -325,16 +335,20 @@ func (s *Sidecar) Connector() hostsdk.Connector {
 	return s.local
 }
 
-// Run brings up the local side, runs the host until ctx is cancelled
-// (SIGTERM, Ctrl-C), and stops the local side. The order is what keeps
-// in-flight work safe:
+// Run runs the host until ctx is cancelled (SIGTERM, Ctrl-C), bringing up
+// the local side during its bootstrap, and stops the local side. The order
+// is what keeps in-flight work safe:
 //
-//  1. start the connector (--exec) or the MCP server and wait until it is
-//     healthy — or, attached, wait until the running connector is — for at
-//     most StartTimeout; nothing is registered before;
-//  2. run the host: bootstrap (discovery and recovery talk to the
-//     connector), register, heartbeat; a crashed child is restarted with
-//     backoff while health checks report the replica unhealthy;
+//  1. the host validates its configuration and opens the replica's
+//     journal, whose lock proves that no other sidecar of this replica
+//     runs; then (hostsdk.Config.AfterOpenJournal) the processes a killed
+//     sidecar of this replica left running are killed (stopOrphans), and
+//     the connector (--exec) or the MCP server is started and awaited
+//     until it is healthy — or, attached, the running connector is — for
+//     at most StartTimeout; nothing is registered before;
+//  2. the host goes on: discovery and recovery talk to the connector,
+//     register, heartbeat; a crashed child is restarted with backoff
+//     while health checks report the replica unhealthy;
 //  3. on ctx cancellation the host drains: it sends drain, refuses new
 //     actions, waits for in-flight actions — which still reach the running
 //     connector — shuts its listener down and sends offline;
@@ -345,17 +359,46 @@ func (s *Sidecar) Connector() hostsdk.Connector {
 // side stopped cleanly in time (a child that exits with a failure status
 // after SIGTERM, or has to be killed, makes it an error).
 func (s *Sidecar) Run(ctx context.Context) error {
-	if err := s.startLocal(ctx); err != nil {
-		return errors.Join(err, s.stopLocal())
-	}
 	runErr := s.host.Run(ctx)
+	switch {
+	case s.startErr != nil:
+		// The host reports it as its step 2 (or, interrupted, not at
+		// all); the start's own error says what failed.
+		return errors.Join(s.startErr, s.stopLocal())
+	case !s.started && ctx.Err() != nil:
+		// Stopped before the host reached the local side's start: the
+		// host reports a clean stop; it is an interrupted start, as one
+		// during the local side's start is.
+		return errors.Join(fmt.Errorf("sidecar: start interrupted before the connector was started: %w", ctx.Err()), s.stopLocal())
+	}
 	if runErr != nil {
 		s.log.Error("host stopped with an error", "error", runErr)
 	}
 	return errors.Join(runErr, s.stopLocal())
 }
 
-// startLocal is step 1 of Run.
+// afterOpenJournal is the host's AfterOpenJournal (after prev, a
+// caller's own): with the replica's journal held, the processes a killed
+// sidecar of this replica left running are killed before the local side
+// starts (step 1 of Run).
+func (s *Sidecar) afterOpenJournal(prev func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if prev != nil {
+			if err := prev(ctx); err != nil {
+				return err
+			}
+		}
+		stopOrphans(s.cfg.Host.ReplicaID, s.cfg.StopTimeout, s.log)
+		if err := s.startLocal(ctx); err != nil {
+			s.startErr = err
+			return err
+		}
+		s.started = true
+		return nil
+	}
+}
+
+// startLocal is the end of step 1 of Run (and Describe's start).
 func (s *Sidecar) startLocal(ctx context.Context) error {
 	switch {
 	case s.mcp != nil:

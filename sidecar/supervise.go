@@ -36,7 +36,10 @@ type superviseConfig struct {
 	Command []string
 	Dir     string
 	// Env is added to the inherited environment.
-	Env            []string
+	Env []string
+	// ChildOf, when set, is the replica ID the child is marked with
+	// (EnvChildOf).
+	ChildOf        string
 	Stdout, Stderr io.Writer
 	// Ready probes the connector; start-up waits until it returns nil.
 	Ready          func(ctx context.Context) error
@@ -143,7 +146,7 @@ func (s *supervisor) spawn() (*child, error) {
 	}
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Dir = s.cfg.Dir
-	cmd.Env = childEnv(s.cfg.Env)
+	cmd.Env = childEnv(withChildOf(s.cfg.Env, s.cfg.ChildOf))
 	cmd.Stdout, cmd.Stderr = s.cfg.Stdout, s.cfg.Stderr
 	// A writer that is not a file is fed through a pipe, which a process
 	// that left the child's group (setsid) can hold open after the child
@@ -254,6 +257,15 @@ func childEnv(extra []string) []string {
 		}
 	}
 	return append(env, extra...)
+}
+
+// withChildOf is env with the EnvChildOf marker naming replicaID (env when
+// replicaID is empty).
+func withChildOf(env []string, replicaID string) []string {
+	if replicaID == "" {
+		return env
+	}
+	return append(slices.Clip(env), EnvChildOf+"="+replicaID)
 }
 
 // start starts the connector and waits until Ready succeeds, restarting it

@@ -323,8 +323,8 @@ func TestExecGetsTokenAndAddress(t *testing.T) {
 	}
 }
 
-// TestExecStartInterrupted: a SIGTERM during start-up stops the child and
-// registers nothing.
+// TestExecStartInterrupted: a SIGTERM during start-up (the child started,
+// not healthy yet) stops the child and registers nothing.
 func TestExecStartInterrupted(t *testing.T) {
 	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
 	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
@@ -334,8 +334,14 @@ func TestExecStartInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	for s.local.proc.snapshot().Starts == 0 {
+		time.Sleep(5 * time.Millisecond) // polling for the child's start
+	}
 	cancel()
-	err = s.Run(ctx)
+	err = <-errc
 	if err == nil || errors.Is(err, ErrStartTimeout) || !strings.Contains(err.Error(), "interrupted") {
 		t.Fatalf("Run = %v; want an interrupted start", err)
 	}
