@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -143,6 +144,39 @@ func TestSecondSidecarOfALiveReplicaKillsNothing(t *testing.T) {
 	}
 	if !running(pid) {
 		t.Fatalf("the live sidecar's child %d was killed by a second sidecar of its replica", pid)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestSidecarOfTheSameReplicaElsewhereKillsNothing: a second sidecar given
+// the same replica ID but another state directory (a misconfiguration the
+// journal lock cannot catch: it locks the directory) takes its own lock,
+// but the marked processes it finds belong to a live sidecar — their
+// nearest unmarked ancestor runs the sidecar's own executable — and are
+// not killed.
+func TestSidecarOfTheSameReplicaElsewhereKillsNothing(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the orphans of a killed sidecar are looked for on Linux only")
+	}
+	r := execReplica(t, nil, nil)
+	pid := r.status(t).Process.PID
+	host := r.host
+	host.Listener, host.Bind = nil, "127.0.0.1:0"
+	host.StateDir = filepath.Join(t.TempDir(), "elsewhere")
+	s, err := New(Config{Host: host, Local: LocalConfig{Socket: socketPath(t)},
+		Exec: []string{os.Args[0], "-test.run=^$"}, ExecEnv: []string{envChild + "=1"}, ExecStderr: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It holds its own journal and looks for orphans at once; whether its
+	// registration is refused or retried, a few seconds of it are enough.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.Run(ctx)
+	if !running(pid) {
+		t.Fatalf("the live sidecar's child %d was killed by a sidecar of its replica ID elsewhere", pid)
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)

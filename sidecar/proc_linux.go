@@ -112,6 +112,7 @@ func stopOrphans(replicaID string, wait time.Duration, log *slog.Logger) {
 	}
 	marker := []byte(EnvChildOf + "=" + replicaID)
 	self, uid := os.Getpid(), uint32(os.Getuid())
+	selfExe, _ := os.Stat("/proc/self/exe")
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		log.Warn("cannot look for processes a previous sidecar of this replica left running", "error", err)
@@ -135,8 +136,7 @@ func stopOrphans(replicaID string, wait time.Duration, log *slog.Logger) {
 		if err != nil {
 			continue
 		}
-		env, err := os.ReadFile(dir + "/environ")
-		if err != nil || !slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, marker) }) {
+		if !hasEnv(pid, marker) || ownedByLiveSidecar(pid, marker, selfExe) {
 			p.Release()
 			continue
 		}
@@ -160,6 +160,55 @@ func stopOrphans(replicaID string, wait time.Duration, log *slog.Logger) {
 		}
 		p.Release()
 	}
+}
+
+// hasEnv reports whether process pid's environment holds the entry kv
+// exactly.
+func hasEnv(pid int, kv []byte) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	return err == nil && slices.ContainsFunc(bytes.Split(env, []byte{0}), func(e []byte) bool { return bytes.Equal(e, kv) })
+}
+
+// ownedByLiveSidecar reports whether the marked process pid still belongs
+// to a live sidecar: its nearest ancestor without the marker runs this
+// sidecar's own executable. An orphan's line of marked ancestors ends at
+// init or a subreaper instead, which it was handed to when its sidecar
+// died. (The journal lock rules out a live sidecar of the replica that
+// keeps its journal where this one does; this rules out one given the same
+// replica ID with another state directory or database, a
+// misconfiguration whose children must not be killed.)
+func ownedByLiveSidecar(pid int, marker []byte, selfExe os.FileInfo) bool {
+	for range 64 { // a deeper line of marked processes is not followed
+		ppid := parentPID(pid)
+		if ppid <= 1 {
+			return false
+		}
+		if hasEnv(ppid, marker) {
+			pid = ppid
+			continue
+		}
+		exe, err := os.Stat("/proc/" + strconv.Itoa(ppid) + "/exe")
+		return err == nil && selfExe != nil && os.SameFile(exe, selfExe)
+	}
+	return true // not judged: kill nothing
+}
+
+// parentPID returns pid's parent, 0 when it cannot be read.
+func parentPID(pid int) int {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // processGone reports whether p exited: it is gone, or a zombie waiting
