@@ -40,8 +40,8 @@ var ErrUnknownMember = errors.New("aip: unknown member")
 // DecodeStrict decodes data into the value v points to, for a reader that
 // must understand everything it is sent (a request to an API, a local
 // connector's answer): data is one I-JSON value and nothing after it (the
-// errors of Canonicalize), an object where v is a struct (null is not
-// one), and at every depth where a struct is decoded each member is one
+// errors of Canonicalize), an object where v is a struct without an
+// UnmarshalJSON of its own (null is not one), and at every depth where a struct is decoded each member is one
 // of its fields by its exact name — a member matching a field only when
 // case is ignored is refused (ErrCaseVariantMember, naming the field) and
 // so is one matching no field (ErrUnknownMember, listing the members).
@@ -57,7 +57,7 @@ func DecodeStrict(data []byte, v any) error {
 	if t == nil || t.Kind() != reflect.Pointer {
 		return fmt.Errorf("aip: DecodeStrict needs a pointer, not %v", t)
 	}
-	if et := t.Elem(); et.Kind() == reflect.Struct && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
+	if et := t.Elem(); et.Kind() == reflect.Struct && !t.Implements(unmarshalerType) && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
 		return errors.New("want one JSON object")
 	}
 	if err := checkNames(data, t, true); err != nil {

@@ -270,6 +270,12 @@ func TestDecodeStrict(t *testing.T) {
 	if d.Name != "a" || d.Items[0].Code != "c" || string(d.Raw) != `{"Name":1}` {
 		t.Errorf("decoded %+v", d)
 	}
+	// A struct with its own UnmarshalJSON reads what it reads (a
+	// Timestamp is a string).
+	var ts Timestamp
+	if err := DecodeStrict([]byte(`"2026-12-01T02:00:00.5Z"`), &ts); err != nil || ts.IsZero() {
+		t.Errorf("timestamp: %v %v", ts, err)
+	}
 	// Not a struct: any I-JSON value of the type.
 	var n []int
 	if err := DecodeStrict([]byte(` [1,2]`), &n); err != nil || len(n) != 2 {
