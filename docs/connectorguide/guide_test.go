@@ -54,8 +54,9 @@ func blockAfter(t *testing.T, doc, marker string) string {
 var quoteMarker = regexp.MustCompile(`<!-- quote: (\S+) (\S+) -->`)
 
 // declSource returns the source of a top-level declaration with its doc
-// comment: a function, a method (Type.Method), a type, or the const or var
-// group that declares name ("_" for a group of blank guards).
+// comment: a function, a method (Type.Method), a type, the const or var
+// group that declares name ("_" for a group of blank guards), or the file's
+// import declaration ("import").
 func declSource(t *testing.T, path, name string) string {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(root, path))
@@ -91,6 +92,9 @@ func declSource(t *testing.T, path, name string) string {
 				return text(d.Doc, d)
 			}
 		case *ast.GenDecl:
+			if d.Tok == token.IMPORT && name == "import" {
+				return text(d.Doc, d)
+			}
 			for _, s := range d.Specs {
 				switch s := s.(type) {
 				case *ast.TypeSpec:
