@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -297,11 +298,12 @@ func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 	}
 	// One line per tenant of the file's bindings: tokens of dev's issuer.
 	var tenants []string
-	firstCap := map[string]string{}
+	firstCap, firstInput := map[string]string{}, map[string]string{}
 	for _, b := range o.fleet.Bindings {
 		if !slices.Contains(tenants, b.TenantID) {
 			tenants = append(tenants, b.TenantID)
 			firstCap[b.TenantID] = b.CapabilityID
+			firstInput[b.TenantID] = exampleInput(o.fleet, b)
 		}
 	}
 	if len(tenants) == 0 {
@@ -315,8 +317,8 @@ func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 	fmt.Fprintf(w, "\nYour tenants' actions go through dev's dispatcher with a token of dev's issuer\n"+
 		"(the dev token is for %s only; a token for another tenant:\n  %s token --issuer-key %s --tenant TENANT):\n", DevTenant, cli, issuerKey)
 	for _, t := range tenants {
-		fmt.Fprintf(w, "  %s action send%s --tenant %s --issuer-key %s --capability %s --input '{}'\n",
-			cli, devFlags, shellQuote(t), issuerKey, shellQuote(firstCap[t]))
+		fmt.Fprintf(w, "  %s action send%s --tenant %s --issuer-key %s --capability %s --input %s\n",
+			cli, devFlags, shellQuote(t), issuerKey, shellQuote(firstCap[t]), shellQuote(firstInput[t]))
 	}
 }
 
@@ -333,4 +335,56 @@ func (f *devFleet) writeHostFiles(reps []ownReplica) error {
 		return nil
 	}
 	return writeFileAtomic(f.path(devHostCommandsFile), 0o644, writeBytes(f.hostCommands(f.own, reps)))
+}
+
+// exampleInput is an input for the binding's capability to print in a
+// command: the input schema's required properties, each with a
+// placeholder of its type ("..." for a string), to be edited. It is "{}"
+// when the schema names none or cannot be read.
+func exampleInput(f *registry.FleetFile, b registry.CapabilityBinding) string {
+	var schema json.RawMessage
+	for _, inst := range f.Instances {
+		if inst.ID != b.InstanceID {
+			continue
+		}
+		for _, v := range f.Versions {
+			if v.ID == inst.VersionID {
+				if c, ok := v.Manifest.Capability(b.CapabilityID); ok {
+					schema = c.InputSchema
+				}
+			}
+		}
+	}
+	var s struct {
+		Required   []string `json:"required"`
+		Properties map[string]struct {
+			Type any `json:"type"`
+		} `json:"properties"`
+	}
+	if json.Unmarshal(schema, &s) != nil || len(s.Required) == 0 {
+		return "{}"
+	}
+	example := make(map[string]any, len(s.Required))
+	for _, name := range s.Required {
+		t, _ := s.Properties[name].Type.(string)
+		switch t {
+		case "integer", "number":
+			example[name] = 0
+		case "boolean":
+			example[name] = false
+		case "array":
+			example[name] = []any{}
+		case "object":
+			example[name] = map[string]any{}
+		case "null":
+			example[name] = nil
+		default:
+			example[name] = "..."
+		}
+	}
+	out, err := json.Marshal(example)
+	if err != nil {
+		return "{}"
+	}
+	return string(out)
 }

@@ -181,7 +181,11 @@ func TestDevRunsYourOwnReplica(t *testing.T) {
 	if !strings.Contains(send, "--tenant acme") {
 		t.Fatalf("the banner's action command: %q", send)
 	}
-	send = strings.Replace(send, "--capability notes.add --input '{}'", `--capability notes.add --input '{"text":"buy milk"}'`, 1)
+	// The printed input has the capability's required members, to edit.
+	if !strings.Contains(send, `--capability notes.add --input '{"text":"..."}'`) {
+		t.Fatalf("the banner's action command %q does not show notes.add's required text", send)
+	}
+	send = strings.Replace(send, `--input '{"text":"..."}'`, `--input '{"text":"buy milk"}'`, 1)
 	var out, errOut bytes.Buffer
 	cmd := exec.Command("sh", "-c", send)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = work, env, &out, &errOut
