@@ -133,7 +133,9 @@ func applyOwnFleet(ctx context.Context, reg registry.Administrator, o *ownFleet)
 	withEntryLine(err, o.raw)
 	hint := "fix the file"
 	if errors.Is(err, registry.ErrConflict) {
-		hint = "the registry of this dev state (registry.json) holds what an earlier run applied, and versions are immutable: give a changed release a new version ID, raise a changed instance's config_revision or binding's policy_revision"
+		// The registry's error says what to change in the entry (a new
+		// version ID, a higher revision); this says why it meets one.
+		hint = "the registry of this dev state (registry.json) holds what an earlier run applied"
 	}
 	return rep, fmt.Errorf("--fleet-file %s: %w; %s, or pass --reset to start from an empty registry", o.name, err, hint)
 }

@@ -227,6 +227,10 @@ func TestDevRunsYourOwnReplica(t *testing.T) {
 			t.Errorf("dev with a changed version: %v, want an error with %q:\n%s", dev.err, want, lastLines(dev.stderr.String(), 5))
 		}
 	}
+	// Said once: dev's own hint does not repeat the registry's advice.
+	if n := strings.Count(dev.stderr.String(), "versions are immutable"); n != 1 {
+		t.Errorf("the error says 'versions are immutable' %d times:\n%s", n, lastLines(dev.stderr.String(), 5))
+	}
 }
 
 // stopDev stops dev with SIGINT and requires exit status 0.
