@@ -57,11 +57,13 @@ const (
 	envChildWatchOut = "SIDECAR_TEST_WATCH_OUT"
 )
 
-// runOrphanHelper is the process of envOrphanHelper.
-func runOrphanHelper(out, replicaID string) int {
+// runHelperSupervisor is the process of envSupervisorHelper and
+// envOrphanHelper: a supervisor of script (which writes a pid to $OUT)
+// whose children carry childOf's marker, running until it is killed.
+func runHelperSupervisor(name, script, out, childOf string) int {
 	s := newSupervisor(superviseConfig{
-		Command: []string{"/bin/sh", "-c", `trap '' TERM; sleep 300 & echo $! > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; wait`},
-		Env:     []string{"OUT=" + out}, ChildOf: replicaID,
+		Command: []string{"/bin/sh", "-c", script},
+		Env:     []string{"OUT=" + out}, ChildOf: childOf,
 		Ready: func(context.Context) error {
 			_, err := os.Stat(out)
 			return err
@@ -70,26 +72,7 @@ func runOrphanHelper(out, replicaID string) int {
 		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err := s.start(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "orphan helper:", err)
-		return 3
-	}
-	select {} // until killed
-}
-
-// runSupervisorHelper is the process of envSupervisorHelper.
-func runSupervisorHelper(out string) int {
-	s := newSupervisor(superviseConfig{
-		Command: []string{"/bin/sh", "-c", `trap '' TERM; echo $$ > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 300`},
-		Env:     []string{"OUT=" + out},
-		Ready: func(context.Context) error {
-			_, err := os.Stat(out)
-			return err
-		},
-		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: time.Minute,
-		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err := s.start(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "supervisor helper:", err)
+		fmt.Fprintln(os.Stderr, name+":", err)
 		return 3
 	}
 	select {} // until killed
@@ -103,10 +86,12 @@ func TestMain(m *testing.M) {
 		os.Exit(runMCPChild())
 	}
 	if out := os.Getenv(envSupervisorHelper); out != "" {
-		os.Exit(runSupervisorHelper(out))
+		// A child ignoring SIGTERM that writes its own pid.
+		os.Exit(runHelperSupervisor("supervisor helper", `trap '' TERM; echo $$ > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 300`, out, ""))
 	}
 	if out := os.Getenv(envOrphanHelper); out != "" {
-		os.Exit(runOrphanHelper(out, os.Getenv(envOrphanReplica)))
+		// A child that starts a worker ignoring SIGTERM and writes its pid.
+		os.Exit(runHelperSupervisor("orphan helper", `trap '' TERM; sleep 300 & echo $! > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; wait`, out, os.Getenv(envOrphanReplica)))
 	}
 	goleak.VerifyTestMain(m)
 }

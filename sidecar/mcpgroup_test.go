@@ -62,7 +62,7 @@ func groupMCP(t *testing.T, holdsOutput bool, logs *logWatch) (*MCP, int, func()
 		t.Fatal(err)
 	}
 	pid := m.snapshot().PID
-	if hs := helpers(); len(hs) != 1 || !aliveProc(hs[0]) || pid == 0 {
+	if hs := helpers(); len(hs) != 1 || !running(hs[0]) || pid == 0 {
 		m.Close()
 		t.Fatalf("helpers %v, server %d: not running", hs, pid)
 	}
@@ -88,11 +88,11 @@ func TestMCPCrashedServerLeavesNoProcessBehind(t *testing.T) {
 			defer cancel()
 			for m.snapshot().Starts < 2 {
 				if ctx.Err() != nil {
-					t.Fatalf("the MCP server was not restarted after its crash (helper %d alive: %v)", first, aliveProc(first))
+					t.Fatalf("the MCP server was not restarted after its crash (helper %d alive: %v)", first, running(first))
 				}
 				time.Sleep(5 * time.Millisecond) // polling for the restart
 			}
-			if aliveProc(first) {
+			if running(first) {
 				t.Fatalf("the crashed MCP server's helper %d still runs beside the restarted server", first)
 			}
 			if _, err := m.Manifest(ctx, hostsdk.TenantContext{}); err != nil {
@@ -110,7 +110,7 @@ func TestMCPCloseLeavesNoProcessBehind(t *testing.T) {
 	logs := newLogWatch()
 	m, _, helpers := groupMCP(t, false, logs)
 	err := m.Close()
-	if h := helpers()[0]; aliveProc(h) {
+	if h := helpers()[0]; running(h) {
 		t.Fatalf("the MCP server's helper %d still runs after Close returned (%v)", h, err)
 	}
 	if err == nil || !strings.Contains(err.Error(), "did not stop within") {

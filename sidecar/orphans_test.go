@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -68,32 +66,12 @@ func TestOrphansOfAKilledSidecarDieBeforeTheNewChild(t *testing.T) {
 // worker's pid, still running.
 func orphanOfKilledHelper(t *testing.T, replica, out string) int {
 	t.Helper()
-	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), envOrphanHelper+"="+out, envOrphanReplica+"="+replica)
-	helper.Stderr = os.Stderr
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
+	helper, worker := startHelperSidecar(t, out, envOrphanHelper+"="+out, envOrphanReplica+"="+replica)
 	ctx := ctxT(t)
-	var raw []byte
-	for {
-		var err error
-		if raw, err = os.ReadFile(out); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			helper.Process.Kill()
-			helper.Wait()
-			t.Fatal("the helper sidecar did not start its child")
-		}
-		time.Sleep(10 * time.Millisecond) // polling another process for its worker's pid
+	shell := parentPID(worker)
+	if shell == 0 {
+		t.Fatalf("the parent of the worker %d cannot be read", worker)
 	}
-	worker, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(worker, syscall.SIGKILL) }) // when the test fails
-	shell := parentOf(t, worker)
 	helper.Process.Kill()
 	helper.Wait()
 	for running(shell) {
@@ -108,19 +86,30 @@ func orphanOfKilledHelper(t *testing.T, replica, out string) int {
 	return worker
 }
 
-// parentOf returns pid's parent pid.
-func parentOf(t *testing.T, pid int) int {
+// secondSidecar runs another sidecar of r's replica (state directory
+// stateDir, or r's when empty) with ctx, and checks that the live child
+// pid of r's sidecar survived it; it returns the second sidecar's error.
+func secondSidecar(t *testing.T, ctx context.Context, r *replica, stateDir string) error {
 	t.Helper()
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	pid := r.status(t).Process.PID
+	host := r.host
+	host.Listener, host.Bind = nil, "127.0.0.1:0"
+	if stateDir != "" {
+		host.StateDir = stateDir
+	}
+	s, err := New(Config{Host: host, Local: LocalConfig{Socket: socketPath(t)},
+		Exec: []string{os.Args[0], "-test.run=^$"}, ExecEnv: []string{envChild + "=1"}, ExecStderr: os.Stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		t.Fatal(err)
+	runErr := s.Run(ctx)
+	if !running(pid) {
+		t.Fatalf("the live sidecar's child %d was killed by a second sidecar of its replica ID (%v)", pid, runErr)
 	}
-	return ppid
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return runErr
 }
 
 // TestSecondSidecarOfALiveReplicaKillsNothing: a sidecar started for a
@@ -130,23 +119,8 @@ func TestSecondSidecarOfALiveReplicaKillsNothing(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the orphans of a killed sidecar are looked for on Linux only")
 	}
-	r := execReplica(t, nil, nil)
-	pid := r.status(t).Process.PID
-	host := r.host
-	host.Listener, host.Bind = nil, "127.0.0.1:0"
-	s, err := New(Config{Host: host, Local: LocalConfig{Socket: socketPath(t)},
-		Exec: []string{os.Args[0], "-test.run=^$"}, ExecEnv: []string{envChild + "=1"}, ExecStderr: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Run(ctxT(t)); !errors.Is(err, sqliteruntime.ErrLocked) {
+	if err := secondSidecar(t, ctxT(t), execReplica(t, nil, nil), ""); !errors.Is(err, sqliteruntime.ErrLocked) {
 		t.Fatalf("Run of a second sidecar of a live replica: %v; want ErrLocked", err)
-	}
-	if !running(pid) {
-		t.Fatalf("the live sidecar's child %d was killed by a second sidecar of its replica", pid)
-	}
-	if err := r.stop(t); err != nil {
-		t.Fatalf("Run: %v", err)
 	}
 }
 
@@ -160,25 +134,9 @@ func TestSidecarOfTheSameReplicaElsewhereKillsNothing(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the orphans of a killed sidecar are looked for on Linux only")
 	}
-	r := execReplica(t, nil, nil)
-	pid := r.status(t).Process.PID
-	host := r.host
-	host.Listener, host.Bind = nil, "127.0.0.1:0"
-	host.StateDir = filepath.Join(t.TempDir(), "elsewhere")
-	s, err := New(Config{Host: host, Local: LocalConfig{Socket: socketPath(t)},
-		Exec: []string{os.Args[0], "-test.run=^$"}, ExecEnv: []string{envChild + "=1"}, ExecStderr: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// It holds its own journal and looks for orphans at once; whether its
 	// registration is refused or retried, a few seconds of it are enough.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.Run(ctx)
-	if !running(pid) {
-		t.Fatalf("the live sidecar's child %d was killed by a sidecar of its replica ID elsewhere", pid)
-	}
-	if err := r.stop(t); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	secondSidecar(t, ctx, execReplica(t, nil, nil), filepath.Join(t.TempDir(), "elsewhere"))
 }

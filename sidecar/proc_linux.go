@@ -193,24 +193,6 @@ func ownedByLiveSidecar(pid int, marker []byte, selfExe os.FileInfo) bool {
 	return true // not judged: kill nothing
 }
 
-// parentPID returns pid's parent, 0 when it cannot be read.
-func parentPID(pid int) int {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
 // processGone reports whether p exited: it is gone, or a zombie waiting
 // for its parent (which, reparented, is init or a subreaper).
 func processGone(p *os.Process) bool {
@@ -218,14 +200,4 @@ func processGone(p *os.Process) bool {
 		return true
 	}
 	return !running(p.Pid)
-}
-
-// running reports whether pid is a process that has not exited.
-func running(pid int) bool {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(raw, ')')
-	return i >= 0 && i+2 < len(raw) && raw[i+2] != 'Z' && raw[i+2] != 'X'
 }

@@ -618,18 +618,6 @@ func TestChildDoesNotInheritTheSidecarsConfiguration(t *testing.T) {
 	}
 }
 
-// aliveProc reports whether pid is a process that has not exited (a
-// zombie, exited but not yet reaped by whoever inherited it, is not
-// alive).
-func aliveProc(pid int) bool {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(raw, ')')
-	return i >= 0 && i+2 < len(raw) && raw[i+2] != 'Z' && raw[i+2] != 'X'
-}
-
 // groupChild supervises a connector that starts a worker process in its
 // process group (as a pre-fork server or a shell wrapper does) and
 // returns the supervisor, the leader's pid and the worker's. With
@@ -667,7 +655,7 @@ func groupChild(t *testing.T, stubborn bool, stop time.Duration) (*supervisor, i
 	}
 	t.Cleanup(func() { syscall.Kill(wpid, syscall.SIGKILL) }) // a leaked worker, when the test fails
 	pid := s.snapshot().PID
-	if !aliveProc(wpid) || pid == 0 {
+	if !running(wpid) || pid == 0 {
 		t.Fatalf("worker %d, leader %d: not running", wpid, pid)
 	}
 	return s, pid, wpid
@@ -693,7 +681,7 @@ func TestCrashedChildLeavesNoProcessBehind(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond) // polling for the supervisor to record the crash
 			}
-			if aliveProc(wpid) {
+			if running(wpid) {
 				t.Fatalf("the crashed connector's worker %d still runs after the crash was recorded", wpid)
 			}
 		})
@@ -757,7 +745,7 @@ func TestCrashSeenThoughAnEscapedProcessHoldsTheOutput(t *testing.T) {
 func TestStopLeavesNoProcessBehind(t *testing.T) {
 	s, _, wpid := groupChild(t, true, 100*time.Millisecond)
 	err := s.stop()
-	if aliveProc(wpid) {
+	if running(wpid) {
 		t.Fatalf("the worker %d still runs after stop returned (%v)", wpid, err)
 	}
 	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
@@ -765,20 +753,14 @@ func TestStopLeavesNoProcessBehind(t *testing.T) {
 	}
 }
 
-// TestChildDiesWithTheSidecar: when the sidecar itself dies (kill -9, the
-// OOM killer), its child is killed with it, even a child that would take
-// its time over SIGTERM (a graceful server finishing its requests) or
-// ignores it: a restarted sidecar starts a new child and asks it to
-// reconcile the actions the dead sidecar left running, and an old child
-// still at work could complete an action after the new one answered
-// "not_found" (no effect: send a new action) — a second run.
-func TestChildDiesWithTheSidecar(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("Pdeathsig is Linux's")
-	}
-	out := filepath.Join(t.TempDir(), "child.pid")
+// startHelperSidecar runs the test binary as a sidecar process (env
+// selects which, see TestMain), waits until it writes the pid of the
+// process it started to out, and returns it and that pid, which is
+// SIGKILLed when the test ends (a leak, when the test fails).
+func startHelperSidecar(t *testing.T, out string, env ...string) (*exec.Cmd, int) {
+	t.Helper()
 	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), envSupervisorHelper+"="+out)
+	helper.Env = append(os.Environ(), env...)
 	helper.Stderr = os.Stderr
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
@@ -795,18 +777,37 @@ func TestChildDiesWithTheSidecar(t *testing.T) {
 			helper.Wait()
 			t.Fatal("the helper sidecar did not start its child")
 		}
-		time.Sleep(10 * time.Millisecond) // polling another process for its child's pid
+		time.Sleep(10 * time.Millisecond) // polling another process for the pid
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
 	if err != nil {
+		helper.Process.Kill()
+		helper.Wait()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) }) // when the test fails
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	return helper, pid
+}
+
+// TestChildDiesWithTheSidecar: when the sidecar itself dies (kill -9, the
+// OOM killer), its child is killed with it, even a child that would take
+// its time over SIGTERM (a graceful server finishing its requests) or
+// ignores it: a restarted sidecar starts a new child and asks it to
+// reconcile the actions the dead sidecar left running, and an old child
+// still at work could complete an action after the new one answered
+// "not_found" (no effect: send a new action) — a second run.
+func TestChildDiesWithTheSidecar(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Pdeathsig is Linux's")
+	}
+	out := filepath.Join(t.TempDir(), "child.pid")
+	helper, pid := startHelperSidecar(t, out, envSupervisorHelper+"="+out)
+	ctx := ctxT(t)
 	helper.Process.Kill()
 	helper.Wait()
 	deadline, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	for aliveProc(pid) {
+	for running(pid) {
 		if deadline.Err() != nil {
 			t.Fatalf("the child %d still runs after its sidecar was killed", pid)
 		}
