@@ -57,8 +57,10 @@ func DecodeStrict(data []byte, v any) error {
 	if t == nil || t.Kind() != reflect.Pointer {
 		return fmt.Errorf("aip: DecodeStrict needs a pointer, not %v", t)
 	}
-	if et := t.Elem(); et.Kind() == reflect.Struct && !t.Implements(unmarshalerType) && !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
-		return errors.New("want one JSON object")
+	if et := t.Elem(); et.Kind() == reflect.Struct && !t.Implements(unmarshalerType) {
+		if v := bytes.TrimLeft(data, " \t\r\n"); !bytes.HasPrefix(v, []byte("{")) {
+			return fmt.Errorf("want one JSON object ({\"member\": value, ...}), not %s", jsonKind(v))
+		}
 	}
 	if err := checkNames(data, t, true); err != nil {
 		return err
@@ -237,4 +239,22 @@ func (*ControlCommand) checkMemberNames(data []byte) error {
 
 func (*ControlOutcome) checkMemberNames(data []byte) error {
 	return checkStructMemberNames(data, reflect.TypeFor[controlOutcomeWire]())
+}
+
+// jsonKind names the kind of the JSON value text v starts.
+func jsonKind(v []byte) string {
+	switch {
+	case len(v) == 0:
+		return "an empty body"
+	case v[0] == '[':
+		return "an array"
+	case v[0] == '"':
+		return "a string"
+	case v[0] == 'n':
+		return "null"
+	case v[0] == 't' || v[0] == 'f':
+		return "a boolean"
+	default:
+		return "a number"
+	}
 }

@@ -244,8 +244,8 @@ func TestDecodeStrict(t *testing.T) {
 		{"unknown", `{"name":"a","extra":1}`, ErrUnknownMember, `"extra" (the members are any, by_key, items, name, raw)`},
 		{"case variant in a slice", `{"items":[{"Code":"x"}]}`, ErrCaseVariantMember, `items: `},
 		{"unknown in a map", `{"by_key":{"k":{"code":"x","more":1}}}`, ErrUnknownMember, `by_key: `},
-		{"null", `null`, nil, "want one JSON object"},
-		{"array", `[]`, nil, "want one JSON object"},
+		{"null", `null`, nil, "want one JSON object ({\"member\": value, ...}), not null"},
+		{"array", `[]`, nil, "want one JSON object ({\"member\": value, ...}), not an array"},
 		{"trailing data", `{"name":"a"} {}`, ErrInvalidJSON, ""},
 		{"duplicate", `{"name":"a","name":"b"}`, ErrInvalidJSON, "duplicate"},
 	} {
