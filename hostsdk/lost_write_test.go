@@ -11,6 +11,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
@@ -71,14 +72,22 @@ func (j *lossyJournal) FinishAction(ctx context.Context, actionID string, st aip
 // it: every retry was told action_in_progress, and every status query
 // running, until a restart settled an action that never ran as
 // outcome_unknown.
+// lossyHost starts a host on runtime rt's journal wrapped in a
+// lossyJournal, with a test connector.
+func lossyHost(t *testing.T, rt durableJournal) (*fleet, *lossyJournal, *testConnector, hostsdktest.Target) {
+	t.Helper()
+	f := newFleet(t)
+	j := &lossyJournal{Journal: openDurable(t, rt)}
+	f.cfg.Journal = j
+	conn := newTestConnector()
+	_, target := f.start(t, conn)
+	return f, j, conn, target
+}
+
 func TestAcceptCommittedWhoseAnswerWasLost(t *testing.T) {
 	for _, rt := range durableJournals {
 		t.Run(rt.name, func(t *testing.T) {
-			f := newFleet(t)
-			j := &lossyJournal{Journal: openDurable(t, rt)}
-			f.cfg.Journal = j
-			conn := newTestConnector()
-			_, target := f.start(t, conn)
+			f, j, conn, target := lossyHost(t, rt)
 			ctx := ctxT(t)
 
 			j.acceptAfterCommit.Store(1)
@@ -114,11 +123,7 @@ func TestAcceptCommittedWhoseAnswerWasLost(t *testing.T) {
 func TestAcceptNotCommitted(t *testing.T) {
 	for _, rt := range durableJournals {
 		t.Run(rt.name, func(t *testing.T) {
-			f := newFleet(t)
-			j := &lossyJournal{Journal: openDurable(t, rt)}
-			f.cfg.Journal = j
-			conn := newTestConnector()
-			_, target := f.start(t, conn)
+			f, j, conn, target := lossyHost(t, rt)
 			ctx := ctxT(t)
 
 			j.acceptBeforeCommit.Store(1)
@@ -159,11 +164,7 @@ func TestCancelTombstoneLeftReceived(t *testing.T) {
 		t.Run(rt.name, func(t *testing.T) {
 			for _, next := range []string{"action", "cancel"} {
 				t.Run(next, func(t *testing.T) {
-					f := newFleet(t)
-					j := &lossyJournal{Journal: openDurable(t, rt)}
-					f.cfg.Journal = j
-					conn := newTestConnector()
-					_, target := f.start(t, conn)
+					f, j, conn, target := lossyHost(t, rt)
 					ctx := ctxT(t)
 
 					a := action(capEcho, `{"message":"cancelled first"}`)
