@@ -133,13 +133,8 @@ func (c *Connector) runDatasource(ctx context.Context, call *hostsdk.Call, cl *p
 // JSON object (the published pipeline's batch and documents) has that
 // object as its output.
 type PipelineRunOutput struct {
-	TaskID        string          `json:"task_id,omitempty"`
-	WorkflowRunID string          `json:"workflow_run_id,omitempty"`
-	Status        string          `json:"status"`
-	Outputs       json.RawMessage `json:"outputs,omitempty"`
-	ElapsedTime   *float64        `json:"elapsed_time,omitempty"`
-	TotalTokens   *int64          `json:"total_tokens,omitempty"`
-	TotalSteps    *int64          `json:"total_steps,omitempty"`
+	TaskID string `json:"task_id,omitempty"`
+	WorkflowRun
 }
 
 // runPipeline runs the knowledge pipeline: a mutation (the published
@@ -215,14 +210,7 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 		return res, nil
 	}
 	if d := finished; d != nil {
-		out.Status = d.Status
-		if len(d.Outputs) > 0 && string(d.Outputs) != "null" {
-			out.Outputs = d.Outputs
-		}
-		out.ElapsedTime, out.TotalTokens, out.TotalSteps = d.ElapsedTime, d.TotalTokens, d.TotalSteps
-		if out.WorkflowRunID == "" {
-			out.WorkflowRunID = d.ID
-		}
+		out.finish(d)
 		return call.Complete(out)
 	}
 	// The stream ended before its closing event: the pipeline ran, or

@@ -43,16 +43,35 @@ type InvokeOutput struct {
 	MessageID      string            `json:"message_id,omitempty"`
 	Metadata       json.RawMessage   `json:"metadata,omitempty"`
 	Files          []json.RawMessage `json:"files,omitempty"`
-	WorkflowRunID  string            `json:"workflow_run_id,omitempty"`
-	// Status is the workflow run's: succeeded, partial-succeeded or
-	// paused (the run waits for a human input form; see Paused).
-	Status      string          `json:"status,omitempty"`
-	Outputs     json.RawMessage `json:"outputs,omitempty"`
-	Text        *string         `json:"text,omitempty"`
-	ElapsedTime *float64        `json:"elapsed_time,omitempty"`
-	TotalTokens *int64          `json:"total_tokens,omitempty"`
-	TotalSteps  *int64          `json:"total_steps,omitempty"`
-	Paused      json.RawMessage `json:"paused,omitempty"`
+	// WorkflowRun's Status is succeeded, partial-succeeded or paused (the
+	// run waits for a human input form; see Paused).
+	WorkflowRun
+	Text   *string         `json:"text,omitempty"`
+	Paused json.RawMessage `json:"paused,omitempty"`
+}
+
+// WorkflowRun is what a workflow_finished event says of a run: the
+// members an app invocation's and a pipeline run's outputs share.
+type WorkflowRun struct {
+	WorkflowRunID string          `json:"workflow_run_id,omitempty"`
+	Status        string          `json:"status,omitempty"`
+	Outputs       json.RawMessage `json:"outputs,omitempty"`
+	ElapsedTime   *float64        `json:"elapsed_time,omitempty"`
+	TotalTokens   *int64          `json:"total_tokens,omitempty"`
+	TotalSteps    *int64          `json:"total_steps,omitempty"`
+}
+
+// finish records the run's workflow_finished data d (its run ID only when
+// no earlier event named one).
+func (w *WorkflowRun) finish(d *workflowData) {
+	w.Status = d.Status
+	if len(d.Outputs) > 0 && string(d.Outputs) != "null" {
+		w.Outputs = d.Outputs
+	}
+	w.ElapsedTime, w.TotalTokens, w.TotalSteps = d.ElapsedTime, d.TotalTokens, d.TotalSteps
+	if w.WorkflowRunID == "" {
+		w.WorkflowRunID = d.ID
+	}
 }
 
 // event is one Dify stream event, with the fields this adapter reads.
@@ -382,14 +401,7 @@ func (r *run) result() (*aip.ActionResult, bool) {
 			out.Text = &s
 		}
 		if d := r.finished; d != nil {
-			out.Status = d.Status
-			if len(d.Outputs) > 0 && string(d.Outputs) != "null" {
-				out.Outputs = d.Outputs
-			}
-			out.ElapsedTime, out.TotalTokens, out.TotalSteps = d.ElapsedTime, d.TotalTokens, d.TotalSteps
-			if out.WorkflowRunID == "" {
-				out.WorkflowRunID = d.ID
-			}
+			out.finish(d)
 		} else if r.paused {
 			out.Status = "paused"
 		}
