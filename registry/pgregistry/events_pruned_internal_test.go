@@ -14,6 +14,20 @@ import (
 	"github.com/aipfleet/aipfleet/registry"
 )
 
+// openWithSuperuser opens a registry on a new database and a connection
+// to it as the test server's superuser, both closed when the test ends.
+func openWithSuperuser(t *testing.T) (*Registry, *pgx.Conn) {
+	t.Helper()
+	dbURL := pgtest.NewDatabase(t)
+	r, err := Open(t.Context(), Config{ControlURL: dbURL})
+	must(t, err)
+	t.Cleanup(r.Close)
+	super, err := pgx.Connect(t.Context(), dbURL)
+	must(t, err)
+	t.Cleanup(func() { super.Close(context.Background()) })
+	return r, super
+}
+
 // TestPrunedEventKeepsItsLatestReceipt: an event pruned while its ID is
 // still remembered from an earlier prune (it was stored again by an
 // AppendEvents that read before that prune committed) leaves the later
@@ -21,13 +35,7 @@ import (
 // forgotten a retention after the last time it was received.
 func TestPrunedEventKeepsItsLatestReceipt(t *testing.T) {
 	ctx := t.Context()
-	dbURL := pgtest.NewDatabase(t)
-	r, err := Open(ctx, Config{ControlURL: dbURL})
-	must(t, err)
-	t.Cleanup(r.Close)
-	super, err := pgx.Connect(ctx, dbURL)
-	must(t, err)
-	defer super.Close(context.Background())
+	_, super := openWithSuperuser(t) // the registry installs the schema
 	const insert = `INSERT INTO aip_registry.events (tenant_id, sequence, event_id, instance_id, replica_id, version_id, channel_id, event, received_at_ms)
 		VALUES ('tenant-1', $1, 'evt_x', 'cinst_a', 'crepl_a', 'cver_a', 'chan', '{}', $2)`
 	const prune = `DELETE FROM aip_registry.events WHERE tenant_id = 'tenant-1' AND event_id = 'evt_x'`
@@ -52,16 +60,10 @@ func TestPrunedEventKeepsItsLatestReceipt(t *testing.T) {
 // build's form of it; another value is a conflict.
 func TestPrunedEventDigestNormalizes(t *testing.T) {
 	ctx := t.Context()
-	dbURL := pgtest.NewDatabase(t)
-	r, err := Open(ctx, Config{ControlURL: dbURL})
-	must(t, err)
-	t.Cleanup(r.Close)
-	super, err := pgx.Connect(ctx, dbURL)
-	must(t, err)
-	defer super.Close(context.Background())
+	r, super := openWithSuperuser(t)
 	const doc = `{"id": "evt_x", "kind": "k", "occurred_at": "2030-01-01T00:00:00.100Z",
 		"data": {"n": 1.50, "m": [100.0, {"z": 0.0}], "aip_connector": {"instance_id": "cinst_a", "replica_id": "crep_a", "version_id": "cver_a", "channel_id": "chan", "lease_sequence": 3}}}`
-	_, err = super.Exec(ctx, `INSERT INTO aip_registry.events (tenant_id, sequence, event_id, instance_id, replica_id, version_id, channel_id, event, received_at_ms)
+	_, err := super.Exec(ctx, `INSERT INTO aip_registry.events (tenant_id, sequence, event_id, instance_id, replica_id, version_id, channel_id, event, received_at_ms)
 		VALUES ('tenant-1', 1, 'evt_x', 'cinst_a', 'crep_a', 'cver_a', 'chan', $1::jsonb, 1000)`, doc)
 	must(t, err)
 	_, err = super.Exec(ctx, `DELETE FROM aip_registry.events WHERE tenant_id = 'tenant-1'`)
