@@ -230,23 +230,8 @@ func TestStreamBlockedOnAReceiverThatDoesNotReadIsAbandoned(t *testing.T) {
 	a.Mode = aip.ModeStreaming
 	ms := uint64(50)
 	a.TimeoutMS = &ms
-	env, err := f.d.Envelope(target, aip.Body{Action: a}, f.d.Route(target, a.ID, a.CapabilityID, a.Mode))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := f.d.Sign(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.Endpoint, strings.NewReader(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := signedAction(t, f.d, target, a)
+	resp := postRaw(t, ctx, client, target, raw)
 	// The body is not read until the action settled.
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

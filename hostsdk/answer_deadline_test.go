@@ -43,14 +43,7 @@ func TestAnswerToAReceiverThatStopsReadingHasADeadline(t *testing.T) {
 					a = action(capStream, `{"message":"s","n":3}`)
 					a.Mode, want = mode, aip.StateOutcomeUnknown
 				}
-				env, err := b.d.Envelope(target, aip.Body{Action: a}, b.d.Route(target, a.ID, a.CapabilityID, a.Mode))
-				if err != nil {
-					t.Fatal(err)
-				}
-				raw, err := b.d.Sign(env)
-				if err != nil {
-					t.Fatal(err)
-				}
+				raw := signedAction(t, b.d, target, a)
 				c, err := b.client.Transport.(*http.Transport).DialContext(ctx, "tcp", "replica")
 				if err != nil {
 					t.Fatal(err)

@@ -1,6 +1,7 @@
 package hostsdk_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -253,4 +254,34 @@ func scrapeMetric(t *testing.T, client *http.Client, sample string) (v float64, 
 		}
 	}
 	return 0, false
+}
+
+// signedAction is the action envelope d would send target for a, signed.
+func signedAction(t *testing.T, d *hostsdktest.Dispatcher, target hostsdktest.Target, a *aip.Action) []byte {
+	t.Helper()
+	env, err := d.Envelope(target, aip.Body{Action: a}, d.Route(target, a.ID, a.CapabilityID, a.Mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := d.Sign(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// postRaw posts the signed message raw to target with client and returns
+// the response with its body unread (the caller closes it).
+func postRaw(t *testing.T, ctx context.Context, client *http.Client, target hostsdktest.Target, raw []byte) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.Endpoint, bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -72,23 +71,8 @@ func TestStreamAbandonedWhileItsReceiverPausesIsAnswered(t *testing.T) {
 					ms := uint64(50)
 					a.TimeoutMS = &ms
 				}
-				env, err := b.d.Envelope(target, aip.Body{Action: a}, b.d.Route(target, a.ID, a.CapabilityID, a.Mode))
-				if err != nil {
-					t.Fatal(err)
-				}
-				raw, err := b.d.Sign(env)
-				if err != nil {
-					t.Fatal(err)
-				}
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.Endpoint, strings.NewReader(string(raw)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := b.client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				raw := signedAction(t, b.d, target, a)
+				resp := postRaw(t, ctx, b.client, target, raw)
 				defer resp.Body.Close()
 				stopped := make(chan error, 1)
 				if when == "shutdown" {
