@@ -14,15 +14,14 @@ import (
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
-// streamKind says how an operation's answer is read.
+// streamKind says how an operation's answer is read; the zero value is
+// one JSON document.
 type streamKind int
 
 const (
-	// notStreamed: one JSON document.
-	notStreamed streamKind = iota
 	// datasourceStream: the events of a datasource node run
 	// (runDatasource).
-	datasourceStream
+	datasourceStream streamKind = iota + 1
 	// pipelineStream: the events of a pipeline run, or its JSON answer
 	// (runPipeline).
 	pipelineStream
