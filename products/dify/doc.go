@@ -231,6 +231,9 @@
 // a failed, retryable provider.unavailable result for the reads. The message of
 // Dify's {"status", "code", "message"} error bodies becomes the error's
 // message (as for every provider.Client call; the code is not added).
+// What Dify says inside an event stream (an error event's code and
+// message, a failed run's error, datasource_error's error) goes into the
+// error's message the same way: the request's key redacted, clipped.
 //
 // # Settings
 //

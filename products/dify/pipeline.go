@@ -113,9 +113,9 @@ func (c *Connector) runDatasource(ctx context.Context, call *hostsdk.Call, cl *p
 			}
 			fwd.send(aip.ChunkData, map[string]any{"data": data})
 		case "datasource_error":
-			return fail(CodeDatasourceFailed, aip.CategoryPermanent, false, "datasource_error: "+ev.Error)
+			return fail(CodeDatasourceFailed, aip.CategoryPermanent, false, "datasource_error: "+cl.Redacted(ev.Error))
 		case "error":
-			status, msg := errorEventDetail(ev.Status, ev.Code, ev.Message)
+			status, msg := errorEventDetail(cl, ev.Status, ev.Code, ev.Message)
 			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
 				Error: provider.ProtocolError(&provider.Error{Product: "dify", Method: req.Method, Path: req.Path,
 					Status: status, Message: "error event: " + msg})}, nil
@@ -195,7 +195,7 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 	}
 	path := req.Path
 	if failure != nil {
-		status, msg := errorEventDetail(failure.Status, failure.Code, failure.Message)
+		status, msg := errorEventDetail(cl, failure.Status, failure.Code, failure.Message)
 		if status < 500 && !progressed {
 			// Refused before the pipeline did anything.
 			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
@@ -205,7 +205,7 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 		// Dify failed mid-run, after nodes may have written.
 		return nil, fmt.Errorf("%w: dify POST %s: error event (status %d): %s", hostsdk.ErrOutcomeUnknown, path, status, msg)
 	}
-	if res := finishedFailure(call.Action.ID, path, "pipeline", finished); res != nil {
+	if res := finishedFailure(cl, call.Action.ID, path, "pipeline", finished); res != nil {
 		return res, nil
 	}
 	if d := finished; d != nil {
@@ -259,8 +259,10 @@ func streamEndError(ctx context.Context, err error, running string) error {
 }
 
 // errorEventDetail returns the HTTP status of an error event (500 when it
-// has none) and its code and message.
-func errorEventDetail(rawStatus json.RawMessage, code, message string) (int, string) {
+// has none) and its code and message, redacted of cl's credentials and
+// clipped (provider.Client.Redacted), as an error body's message is: Dify,
+// a node or a proxy may echo what the request carried.
+func errorEventDetail(cl *provider.Client, rawStatus json.RawMessage, code, message string) (int, string) {
 	status := 0
 	_ = json.Unmarshal(rawStatus, &status)
 	if status < 400 {
@@ -269,7 +271,7 @@ func errorEventDetail(rawStatus json.RawMessage, code, message string) (int, str
 	if code != "" {
 		message = code + ": " + message
 	}
-	return status, message
+	return status, cl.Redacted(message)
 }
 
 // nodeProgress is the progress chunk of a node_started or node_finished

@@ -24,3 +24,65 @@ func TestInvokeRefusedWithCutBody(t *testing.T) {
 		t.Errorf("cut 429: %s %q", pe.Code, pe.Message)
 	}
 }
+
+// TestStreamMessagesRedacted: what Dify says inside an event stream (an
+// error event's message, a failed run's error, datasource_error) reaches
+// the action's error as an HTTP error body's message does: with the
+// credential the request carried redacted, whether the result is a
+// failure or outcome_unknown. A proxy or a node that echoes the
+// Authorization header must not put the key into the journal.
+func TestStreamMessagesRedacted(t *testing.T) {
+	f := newFixture(t, nil)
+	const chatKey = "app-chat-key"
+	echo := func(key string) string { return "upstream said: Authorization: Bearer " + key + " is not allowed here" }
+	errEvent := func(status int, key string) map[string]any {
+		return map[string]any{"event": "error", "message_id": testMessageID, "status": status, "code": "invalid_param", "message": echo(key)}
+	}
+	cases := []struct {
+		name, path, capID, input, key string
+		events                        []any
+		unknown                       bool
+	}{
+		{"chat error event", "/chat-messages", AppCapability("support", ""), `{"query":"q","user":"u"}`, chatKey,
+			[]any{errEvent(400, chatKey)}, false},
+		{"chat error event mid-run", "/chat-messages", AppCapability("agent", ""), `{"query":"q","user":"u"}`, keyOf("agent"),
+			[]any{chatEvent("agent_message", "par"), errEvent(500, keyOf("agent"))}, true},
+		{"workflow failed", "/workflows/run", AppCapability("etl", ""), `{"user":"u"}`, keyOf("etl"),
+			[]any{workflowFinished("failed", nil, echo(keyOf("etl")))}, false},
+		{"datasource_error", nodeRunPath, KnowledgeCapability(testDataset, SuffixPipelineDatasourceRun),
+			`{"node_id":"` + testNode + `","inputs":{},"datasource_type":"website_crawl","is_published":true}`, testDatasetKey,
+			[]any{map[string]any{"event": "datasource_error", "error": echo(testDatasetKey)}}, false},
+		{"datasource error event", nodeRunPath, KnowledgeCapability(testDataset, SuffixPipelineDatasourceRun),
+			`{"node_id":"` + testNode + `","inputs":{},"datasource_type":"website_crawl","is_published":true}`, testDatasetKey,
+			[]any{errEvent(400, testDatasetKey)}, false},
+		{"pipeline error event", runPath, KnowledgeCapability(testDataset, SuffixPipelineRun),
+			pipelineInput("website_crawl", `{"url":"https://example.com"}`), testDatasetKey,
+			[]any{errEvent(400, testDatasetKey)}, false},
+		{"pipeline error event mid-run", runPath, KnowledgeCapability(testDataset, SuffixPipelineRun),
+			pipelineInput("website_crawl", `{"url":"https://example.com"}`), testDatasetKey,
+			[]any{workflowEvent("workflow_started", map[string]any{"id": testRun}), errEvent(500, testDatasetKey)}, true},
+		{"pipeline failed", runPath, KnowledgeCapability(testDataset, SuffixPipelineRun),
+			pipelineInput("website_crawl", `{"url":"https://example.com"}`), testDatasetKey,
+			[]any{workflowFinished("failed", nil, echo(testDatasetKey))}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f.mock.handle("POST "+tc.path, func(w http.ResponseWriter, r *http.Request) { writeEvents(w, tc.events) })
+			a := hostsdktest.NewAction(tc.capID, tc.input)
+			var msg string
+			if tc.unknown {
+				resp := f.Act(t, a)
+				pe := resp.ProtocolError()
+				if pe == nil || pe.Code != "connector_host.outcome_unknown" {
+					t.Fatalf("HTTP %d %s, want outcome_unknown", resp.Status, resp.Raw)
+				}
+				msg = pe.Message
+			} else {
+				msg = f.failed(t, a).Message
+			}
+			if strings.Contains(msg, tc.key) || !strings.Contains(msg, "[redacted]") || !strings.Contains(msg, "is not allowed here") {
+				t.Errorf("message %q: want Dify's message with the key redacted", msg)
+			}
+		})
+	}
+}

@@ -375,7 +375,7 @@ func (r *run) result() (*aip.ActionResult, bool) {
 		// A chatflow reported its failure with workflow_finished first:
 		// the run ended failed (below).
 	}
-	if res := finishedFailure(call.Action.ID, path, "workflow", r.finished); res != nil {
+	if res := finishedFailure(r.app.client, call.Action.ID, path, "workflow", r.finished); res != nil {
 		return res, true
 	}
 	done := false
@@ -416,13 +416,14 @@ func (r *run) result() (*aip.ActionResult, bool) {
 // failureDetail returns the HTTP status of the error event (500 when it
 // has none) and its code and message.
 func (r *run) failureDetail() (int, string) {
-	return errorEventDetail(r.failure.Status, r.failure.Code, r.failure.Message)
+	return errorEventDetail(r.app.client, r.failure.Status, r.failure.Code, r.failure.Message)
 }
 
 // finishedFailure is the failed result of a run (what: "workflow",
 // "pipeline") whose workflow_finished event d says it failed or was
-// stopped, or nil (d nil, or another status).
-func finishedFailure(actionID, path, what string, d *workflowData) *aip.ActionResult {
+// stopped, or nil (d nil, or another status). Dify's error message is
+// redacted of cl's credentials, as an error body's is.
+func finishedFailure(cl *provider.Client, actionID, path, what string, d *workflowData) *aip.ActionResult {
 	if d == nil {
 		return nil
 	}
@@ -431,7 +432,7 @@ func finishedFailure(actionID, path, what string, d *workflowData) *aip.ActionRe
 	case "failed":
 		code, msg = CodeWorkflowFailed, "the "+what+" run failed"
 		if d.Error != nil && *d.Error != "" {
-			msg += ": " + *d.Error
+			msg += ": " + cl.Redacted(*d.Error)
 		}
 	case "stopped":
 		code, msg = CodeWorkflowStopped, "the "+what+" run was stopped"
