@@ -154,7 +154,9 @@
 //     no progress. The document lets the 200 be an event stream or a JSON
 //     object, and Dify answers a published run with JSON even in streaming
 //     mode (the batch and the documents it created; indexing runs
-//     afterwards): a JSON object is the output as it is; an event stream
+//     afterwards): a JSON object is the output as it is (unless it is
+//     the document's blocking form, whose data.status failed or stopped
+//     is a failed result, as in a stream); an event stream
 //     (a run of the draft) is read as a workflow app's (node_started and
 //     node_finished forwarded as progress chunks, text_chunk as data
 //     chunks) up to workflow_finished, and the output is {task_id,

@@ -148,6 +148,17 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 		return provider.Result(call, err, true)
 	}
 	if resp != nil {
+		// The document's JSON answer (its blocking form) holds the run
+		// in data: one that failed or was stopped is a failed result, as
+		// its workflow_finished is in a stream.
+		var blocking struct {
+			Data *workflowData `json:"data"`
+		}
+		if json.Unmarshal(resp.Body, &blocking) == nil {
+			if res := finishedFailure(cl, call.Action.ID, req.Path, "pipeline", blocking.Data); res != nil {
+				return res, nil
+			}
+		}
 		return completeJSON(call, req, resp, true)
 	}
 	defer st.Close()

@@ -86,3 +86,27 @@ func TestStreamMessagesRedacted(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelineRunJSONFailed: the document's JSON answer to a pipeline run
+// (its blocking form: task_id, workflow_run_id and data with the run's
+// status) saying the run failed or was stopped is a failed result, as the
+// same run's workflow_finished is in an event stream, not a completed
+// action.
+func TestPipelineRunJSONFailed(t *testing.T) {
+	f := newFixture(t, nil)
+	capID := KnowledgeCapability(testDataset, SuffixPipelineRun)
+	for status, code := range map[string]string{"failed": CodeWorkflowFailed, "stopped": CodeWorkflowStopped} {
+		t.Run(status, func(t *testing.T) {
+			f.mock.handle("POST "+runPath, func(w http.ResponseWriter, r *http.Request) {
+				ans := docExample(t, f.mock.doc, runTmpl, "post", "200").(map[string]any)
+				data := ans["data"].(map[string]any)
+				data["status"], data["error"] = status, "extractor: unreadable PDF"
+				writeJSON(w, http.StatusOK, ans)
+			})
+			pe := f.failed(t, hostsdktest.NewAction(capID, pipelineInput("local_file", `{"reference":"a1b2c3d4-e5f6-7890-abcd-ef1234567890"}`)))
+			if pe.Code != code || (status == "failed" && !strings.Contains(pe.Message, "unreadable PDF")) {
+				t.Errorf("JSON answer with status %s: %s %q, want %s", status, pe.Code, pe.Message, code)
+			}
+		})
+	}
+}
