@@ -147,6 +147,10 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *host
 				TopK            int      `json:"top_k"`
 				ScoreThreshold  *float64 `json:"score_threshold"`
 				RerankingEnable bool     `json:"reranking_enable"`
+				RerankingModel  *struct {
+					Provider string `json:"reranking_provider_name"`
+					Model    string `json:"reranking_model_name"`
+				} `json:"reranking_model"`
 			} `json:"retrieval_model"`
 		}
 		if err := decodeInput(call, &in); err != nil {
@@ -158,6 +162,17 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *host
 				"top_k": rm.TopK, "score_threshold_enabled": rm.ScoreThreshold != nil}
 			if rm.ScoreThreshold != nil {
 				m["score_threshold"] = *rm.ScoreThreshold
+			}
+			if rm.RerankingEnable {
+				// The document's RetrievalModel requires reranking_mode
+				// with reranking_enable; the input schema requires the
+				// model it names.
+				if rm.RerankingModel == nil {
+					return nil, inputError(call, "retrieval_model.reranking_enable true needs reranking_model")
+				}
+				m["reranking_mode"] = "reranking_model"
+				m["reranking_model"] = map[string]string{"reranking_provider_name": rm.RerankingModel.Provider,
+					"reranking_model_name": rm.RerankingModel.Model}
 			}
 			body["retrieval_model"] = m
 		}

@@ -79,7 +79,11 @@
 //
 //   - :retrieve: POST /datasets/{id}/retrieve with query (1..250
 //     characters) and an optional retrieval_model (search_method and
-//     top_k required, score_threshold, reranking). A read: it changes
+//     top_k required, score_threshold, reranking_enable; reranking by a
+//     model: reranking_enable true needs reranking_model
+//     {reranking_provider_name, reranking_model_name}, sent with the
+//     reranking_mode "reranking_model" the document requires with it;
+//     weighted-score reranking is not offered). A read: it changes
 //     nothing, so a failure is never outcome_unknown.
 //   - :documents: GET /datasets/{id}/documents (page, limit, keyword,
 //     status; read).

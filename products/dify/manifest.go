@@ -138,10 +138,21 @@ var (
         "search_method": {"type": "string", "enum": ["keyword_search", "semantic_search", "full_text_search", "hybrid_search"]},
         "top_k": {"type": "integer", "minimum": 1, "maximum": 100},
         "score_threshold": {"type": "number", "minimum": 0, "maximum": 1},
-        "reranking_enable": {"type": "boolean"}
+        "reranking_enable": {"type": "boolean", "description": "true: rerank the results with reranking_model"},
+        "reranking_model": {"type": "object",
+          "properties": {
+            "reranking_provider_name": {"type": "string", "minLength": 1, "maxLength": 255, "description": "organization/plugin/provider, e.g. langgenius/cohere/cohere"},
+            "reranking_model_name": {"type": "string", "minLength": 1, "maxLength": 255}
+          },
+          "required": ["reranking_provider_name", "reranking_model_name"],
+          "additionalProperties": false,
+          "description": "the rerank model; required with reranking_enable true, and only then"}
       },
       "required": ["search_method", "top_k"],
       "additionalProperties": false,
+      "if": {"properties": {"reranking_enable": {"const": true}}, "required": ["reranking_enable"]},
+      "then": {"required": ["reranking_model"]},
+      "else": {"not": {"required": ["reranking_model"]}},
       "description": "overrides the knowledge base's retrieval settings; omit to use them"}
   },
   "required": ["query"],

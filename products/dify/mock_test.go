@@ -184,6 +184,13 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if m.pipeline(w, r, &rec) {
 			return
 		}
+		if rm, _ := rec.Body["retrieval_model"].(map[string]any); r.Method == http.MethodPost && strings.HasSuffix(path, "/retrieve") &&
+			rm["reranking_enable"] == true && rm["reranking_mode"] == nil {
+			// The document's RetrievalModel: reranking_mode is "Required
+			// when reranking_enable is true".
+			writeJSON(w, http.StatusBadRequest, map[string]any{"status": 400, "code": "invalid_param", "message": "reranking_mode is required when reranking_enable is true"})
+			return
+		}
 		m.example(w, r, path)
 	default:
 		if !isApp {

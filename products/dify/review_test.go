@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
@@ -109,4 +112,37 @@ func TestPipelineRunJSONFailed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRetrieveReranking: reranking_enable true needs the rerank model
+// (the document's RetrievalModel: reranking_mode is required when
+// reranking_enable is true, and reranking by a model names it in
+// reranking_model); the request carries reranking_mode reranking_model and
+// the model. reranking_enable true without a model, or a model without
+// reranking_enable true, is refused before anything is sent.
+func TestRetrieveReranking(t *testing.T) {
+	f := newFixture(t, nil)
+	capID := RetrieveCapability(testDataset)
+	var out map[string]any
+	f.completed(t, hostsdktest.NewAction(capID, `{"query":"q","retrieval_model":{"search_method":"hybrid_search","top_k":4,"reranking_enable":true,
+		"reranking_model":{"reranking_provider_name":"langgenius/cohere/cohere","reranking_model_name":"rerank-english-v3.0"}}}`), &out)
+	r := f.mock.requests(http.MethodPost, "/datasets/"+testDataset+"/retrieve")
+	want := map[string]any{"query": "q", "retrieval_model": map[string]any{"search_method": "hybrid_search", "top_k": float64(4),
+		"score_threshold_enabled": false, "reranking_enable": true, "reranking_mode": "reranking_model",
+		"reranking_model": map[string]any{"reranking_provider_name": "langgenius/cohere/cohere", "reranking_model_name": "rerank-english-v3.0"}}}
+	if len(r) != 1 {
+		t.Fatalf("%d retrieve requests", len(r))
+	}
+	if diff := cmp.Diff(want, r[0].Body); diff != "" {
+		t.Errorf("retrieve body (-want +got):\n%s", diff)
+	}
+
+	g := newFixture(t, nil)
+	g.refusedBeforeSending(t, []*aip.Action{
+		hostsdktest.NewAction(capID, `{"query":"q","retrieval_model":{"search_method":"semantic_search","top_k":3,"reranking_enable":true}}`),
+		hostsdktest.NewAction(capID, `{"query":"q","retrieval_model":{"search_method":"semantic_search","top_k":3,
+			"reranking_model":{"reranking_provider_name":"cohere","reranking_model_name":"rerank"}}}`),
+		hostsdktest.NewAction(capID, `{"query":"q","retrieval_model":{"search_method":"semantic_search","top_k":3,"reranking_enable":true,
+			"reranking_model":{"reranking_provider_name":"cohere"}}}`),
+	})
 }
