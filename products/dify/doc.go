@@ -169,7 +169,8 @@
 //     a failed result (dify.workflow_failed, dify.workflow_stopped); an
 //     error event with a 4xx status as the stream's first event is a
 //     failed result; any other error event, a stream that ends, breaks
-//     off or stays silent before workflow_finished, a 5xx (the document's
+//     off or stays silent before workflow_finished, a workflow_finished
+//     without a status, a 5xx (the document's
 //     500 pipeline_run_error among them), a lost connection, and a 2xx
 //     that is neither an event stream nor a JSON object are
 //     outcome_unknown.
@@ -224,9 +225,10 @@
 // with status failed or stopped is a failed result
 // (dify.workflow_failed, dify.workflow_stopped). A stream that ends, is
 // dropped or stays silent for two minutes (waiting for the answer or for
-// its next bytes; Dify pings every 10 seconds) before its closing event
-// is outcome_unknown: the request reached Dify
-// and the app ran.
+// its next bytes; Dify pings every 10 seconds) before its closing event,
+// or whose workflow_finished does not say how the run ended (its data is
+// not an object with a status), is outcome_unknown: the request reached
+// Dify and the app ran.
 //
 // HTTP errors follow provider.Result: a 4xx is a failed result with a
 // provider.* code (400 invalid_request, 401 unauthorized, 403 forbidden,

@@ -171,6 +171,7 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 		readErr    error
 	)
 	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
+read:
 	for finished == nil && failure == nil {
 		var ev event
 		if readErr = nextEvent(events, &ev); readErr != nil {
@@ -200,7 +201,12 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 		case "text_chunk":
 			fwd.send(aip.ChunkData, map[string]any{"text": d.Text})
 		case "workflow_finished":
-			finished = &d
+			fd, err := readFinished(ev.Data)
+			if err != nil {
+				readErr = err
+				break read
+			}
+			finished = fd
 		}
 		progressed = true
 	}

@@ -146,3 +146,47 @@ func TestRetrieveReranking(t *testing.T) {
 			"reranking_model":{"reranking_provider_name":"cohere"}}}`),
 	})
 }
+
+// TestUnreadableWorkflowFinished: a workflow_finished event whose data
+// does not say how the run ended (not an object, or no status) leaves the
+// run's outcome unknown, for an app invocation and a pipeline run alike:
+// outcome_unknown, never completed. A member of another type than the
+// document's does not hide the status the event does carry.
+func TestUnreadableWorkflowFinished(t *testing.T) {
+	f := newFixture(t, nil)
+	finished := func(data any) map[string]any {
+		return map[string]any{"event": "workflow_finished", "task_id": testTask, "workflow_run_id": testRun, "data": data}
+	}
+	started := workflowEvent("workflow_started", map[string]any{"id": testRun})
+	for name, data := range map[string]any{
+		"data not an object": "finished",
+		"no status":          map[string]any{"id": testRun, "outputs": map[string]any{}},
+	} {
+		for _, tc := range []struct{ path, capID, input string }{
+			{"/workflows/run", AppCapability("etl", ""), `{"user":"u"}`},
+			{runPath, KnowledgeCapability(testDataset, SuffixPipelineRun), pipelineInput("website_crawl", `{"url":"https://example.com"}`)},
+		} {
+			t.Run(name+" "+tc.path, func(t *testing.T) {
+				f.mock.handle("POST "+tc.path, func(w http.ResponseWriter, r *http.Request) {
+					writeEvents(w, []any{started, finished(data)})
+				})
+				a := hostsdktest.NewAction(tc.capID, tc.input)
+				resp := f.Act(t, a)
+				if pe := resp.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, "workflow_finished") {
+					t.Fatalf("HTTP %d %s, want outcome_unknown naming workflow_finished", resp.Status, resp.Raw)
+				}
+				if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+					t.Fatalf("state %s", st)
+				}
+			})
+		}
+	}
+	// A failed run whose error is not the document's string is still a
+	// failed run.
+	f.mock.handle("POST /workflows/run", func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, []any{started, finished(map[string]any{"id": testRun, "status": "failed", "error": map[string]any{"message": "boom"}})})
+	})
+	if pe := f.failed(t, hostsdktest.NewAction(AppCapability("etl", ""), `{"user":"u"}`)); pe.Code != CodeWorkflowFailed {
+		t.Errorf("failed run with an odd error member: %+v", pe)
+	}
+}

@@ -3,6 +3,7 @@ package dify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -185,6 +186,9 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 		status, msg := r.failureDetail()
 		readErr = fmt.Errorf("error event (status %d): %s", status, msg)
 	}
+	if r.badFinish != nil {
+		readErr = r.badFinish
+	}
 	// The stream ended before its closing event: the app ran, or runs
 	// still, and how it ended is not known. Cancelled or timed out while
 	// the task ran: a cancel asks Dify to stop it (Canceler).
@@ -211,7 +215,10 @@ type run struct {
 	finished    *workflowData
 	paused      bool
 	failure     *event
-	closed      bool // the closing event arrived: read no further
+	// badFinish: a workflow_finished event did not say how the run ended
+	// (readFinished's error).
+	badFinish error
+	closed    bool // the closing event arrived: read no further
 	// progressed: an event before the error event showed the app at work
 	// (an answer chunk, an agent thought, a workflow or node event), so an
 	// app with tools may have called them.
@@ -293,11 +300,14 @@ func (r *run) apply(ctx context.Context, ev *event) {
 			r.send(aip.ChunkProgress, nodeProgress(ev.Event, d))
 		}
 	case "workflow_finished":
-		var d workflowData
-		if err := json.Unmarshal(ev.Data, &d); err != nil {
-			d.Status = "unreadable"
+		d, err := readFinished(ev.Data)
+		if err != nil {
+			// How the run ended is not known: read no further.
+			r.badFinish = err
+			r.closed = true
+			return
 		}
-		r.finished = &d
+		r.finished = d
 		// A failed chatflow sends an error event next; the rest close here.
 		r.closed = !(r.app.Mode == ModeAdvancedChat && d.Status == "failed")
 	case "workflow_paused":
@@ -411,6 +421,22 @@ func (r *run) result() (*aip.ActionResult, bool) {
 		return failedResult(call.Action.ID, path, "dify.output", err.Error()), true
 	}
 	return res, true
+}
+
+// readFinished reads the data of a workflow_finished event. It fails when
+// the data does not say how the run ended (it is not a JSON object, or has
+// no status string): the run's outcome is then unknown. A member of
+// another type than the document's is left out; the status decides.
+func readFinished(raw json.RawMessage) (*workflowData, error) {
+	var obj map[string]json.RawMessage
+	var d workflowData
+	if json.Unmarshal(raw, &obj) == nil && obj != nil {
+		_ = json.Unmarshal(raw, &d) // fills what it can besides a mistyped member
+	}
+	if d.Status == "" {
+		return nil, errors.New("workflow_finished does not say how the run ended (its data is not an object with a status)")
+	}
+	return &d, nil
 }
 
 // failureDetail returns the HTTP status of the error event (500 when it
