@@ -388,15 +388,34 @@ func (l *Local) probe(ctx context.Context) error {
 	body := readPrefix(resp.Body, maxSmallBody)
 	var h localHealth
 	_ = json.Unmarshal(body, &h)
-	if resp.StatusCode != http.StatusOK || h.Status != "ok" {
-		detail := h.Detail
-		if detail == "" {
-			detail = errorText(body)
-		}
-		return &LocalError{Op: "GET " + PathLocalHealth, Target: l.Target(), Status: resp.StatusCode,
-			Err: fmt.Errorf("the connector is not ready: %s", detail)}
+	if resp.StatusCode == http.StatusOK && h.Status == "ok" {
+		return nil
 	}
-	return nil
+	return &LocalError{Op: "GET " + PathLocalHealth, Target: l.Target(), Status: resp.StatusCode,
+		Err: l.notReady(resp.StatusCode, h, body)}
+}
+
+// notReady says why a health answer other than 200 {"status":"ok"} leaves
+// the connector not ready, and what the sidecar expected where the answer
+// looks like a mistake rather than a connector reporting itself unready:
+// a refused token, or a 200 whose body is not a health answer.
+func (l *Local) notReady(status int, h localHealth, body []byte) error {
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		sent := "the sidecar sends \"Authorization: Bearer <token>\" with the token it hands an --exec child in " +
+			EnvLocalToken + " (or reads from --local-token-file)"
+		if l.cfg.Token == "" {
+			sent = "the sidecar has no token to send: give an attached sidecar the connector's token with --local-token-file"
+		}
+		return fmt.Errorf("the connector refused the sidecar's credentials (%s): %s", sent, errorText(body))
+	case status == http.StatusOK && h.Status != "unavailable":
+		return fmt.Errorf("the connector is not ready: a ready connector answers 200 {\"status\":\"ok\"} (JSON; names and values are case-sensitive), this answer was: %s", errorText(body))
+	}
+	detail := h.Detail
+	if detail == "" {
+		detail = errorText(body)
+	}
+	return fmt.Errorf("the connector is not ready: %s", detail)
 }
 
 // Handle implements hostsdk.Connector: POST /aip/actions in sync mode.
