@@ -467,8 +467,15 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "replica: journal state %s\n", printable(string(st.Replica.State)))
-	if st.Replica.Result != nil {
-		fmt.Fprintf(e.stdout, "result:  %s %s\n", printable(string(st.Replica.Result.Status)), printable(compact(st.Replica.Result.Output)))
+	if r := st.Replica.Result; r != nil {
+		line := "result:  " + printable(string(r.Status))
+		if len(r.Output) > 0 {
+			line += " " + printable(compact(r.Output))
+		}
+		fmt.Fprintln(e.stdout, line)
+		if r.Error != nil {
+			fmt.Fprintf(e.stdout, "error:   %s: %s\n", printable(r.Error.Code), printableLines(r.Error.Message))
+		}
 	}
 	return nil
 }

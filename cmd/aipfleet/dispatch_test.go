@@ -633,3 +633,32 @@ func TestDispatcherClientsTrustTheCAFile(t *testing.T) {
 		t.Fatalf("bad --ca-file: %v", err)
 	}
 }
+
+// TestActionGetShowsAFailedResultsError: action get printed a failed
+// result as "result:  failed " and nothing more, while action send prints
+// the error's code and message; the replica's journaled error is what says
+// why the action failed (a reconciled not_executed, a provider refusal).
+func TestActionGetShowsAFailedResultsError(t *testing.T) {
+	id := aip.NewActionID()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Path != dispatch.PathActions+"/"+id {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, CapabilityID: "notes.create",
+			Route:       &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+			Reservation: dispatch.ReservationFacts{LastSettlement: "completed"},
+			Replica: dispatch.ReplicaFacts{Reachable: true, State: aip.StateFailed,
+				Result: &aip.ActionResult{ActionID: id, Status: aip.ResultFailed,
+					Error: aip.NewProtocolError("notes.not_executed", aip.CategoryPermanent, false, 0, "the notes service stopped before this action's write")}}})
+	}))
+	t.Cleanup(srv.Close)
+	out, _, err := runCLI(t, nil, "action", "get", id, "--url", srv.URL, "--token", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "result:  failed") || !strings.Contains(out, "error:   notes.not_executed: the notes service stopped before this action's write") {
+		t.Fatalf("get:\n%s", out)
+	}
+}
