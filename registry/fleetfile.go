@@ -334,6 +334,12 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 		}
 		f.Versions = append(f.Versions, v)
 	}
+	// The manifest agent of each version in the file: its replicas sign
+	// as that principal (the registry refuses a registration otherwise).
+	versionAgents := make(map[string]aip.Principal, len(f.Versions))
+	for _, v := range f.Versions {
+		versionAgents[v.ID] = v.Manifest.Agent
+	}
 	instanceVersions := map[string]string{}
 	for i := range raw.Instances {
 		var y yamlInstance
@@ -384,6 +390,19 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 		if version == "" {
 			return nil, p.fail(invalid(RecordConnectorReplica, y.ID, "version_id", "is required when instance %s is not in this file", y.InstanceID))
 		}
+		principalID, principalKind := y.PeerPrincipalID, orDefault(y.PeerPrincipalKind, string(aip.PrincipalService))
+		if agent, ok := versionAgents[version]; ok {
+			principalID, principalKind = orDefault(y.PeerPrincipalID, agent.ID), orDefault(y.PeerPrincipalKind, string(agent.Kind))
+			for _, c := range []struct{ field, got, want string }{
+				{"peer_principal_id", principalID, agent.ID}, {"peer_principal_kind", principalKind, string(agent.Kind)},
+			} {
+				if c.got != c.want {
+					return nil, p.fail(invalid(RecordConnectorReplica, y.ID, c.field,
+						"%q is not version %s's manifest agent's %q: a replica signs as its manifest's agent, and the registry refuses its registration otherwise (leave peer_principal_id and peer_principal_kind out to take them from the version)",
+						c.got, version, c.want))
+				}
+			}
+		}
 		top := aip.Topology{
 			Region:        orDefault(y.Topology.Region, aip.DefaultRegion),
 			Zone:          orDefault(y.Topology.Zone, aip.DefaultZone),
@@ -391,7 +410,7 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 		}
 		r := ConnectorReplica{
 			ID: y.ID, InstanceID: y.InstanceID, VersionID: version, Endpoint: y.Endpoint,
-			PeerPrincipalID: y.PeerPrincipalID, PeerPrincipalKind: aip.PrincipalKind(orDefault(y.PeerPrincipalKind, string(aip.PrincipalService))),
+			PeerPrincipalID: principalID, PeerPrincipalKind: aip.PrincipalKind(principalKind),
 			PeerDID: y.PeerDID, TrustDomain: y.TrustDomain, TransportProfile: orDefault(y.TransportProfile, aip.NativeHTTPProfile),
 			Topology: top, Status: aip.ReplicaOffline, Capacity: y.Capacity,
 		}

@@ -336,6 +336,12 @@ func TestParseErrors(t *testing.T) {
 		{"section is a scalar", func(string) string { return "format: aipfleet.fleet/v1\npolicies: none\n" },
 			"", 0, "policies", "must be a list of entries"},
 		{"two documents", func(s string) string { return s + "---\nformat: aipfleet.fleet/v1\n" }, "", 0, "", "one YAML document"},
+		{"replica principal is not the manifest agent", func(s string) string {
+			return strings.Replace(s, "    peer_principal_id: service:echo\n    peer_did: did:key:z6MkqJEBr2wVXTunjrxVEXyN2B4c5Lc62hB2fWLG3Hqt3vvo", "    peer_principal_id: service:echo-globex\n    peer_did: did:key:z6MkqJEBr2wVXTunjrxVEXyN2B4c5Lc62hB2fWLG3Hqt3vvo", 1)
+		}, registry.SectionReplicas, 2, "peer_principal_id", `"service:echo-globex" is not version cver_echo_1_0_0's manifest agent's "service:echo"`},
+		{"replica principal kind is not the manifest agent's", func(s string) string {
+			return strings.Replace(s, "    peer_principal_id: service:echo\n    peer_did: did:key:z6Mkt6", "    peer_principal_id: service:echo\n    peer_principal_kind: agent\n    peer_did: did:key:z6Mkt6", 1)
+		}, registry.SectionReplicas, 1, "peer_principal_kind", "leave peer_principal_id and peer_principal_kind out"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
 		},
@@ -359,6 +365,28 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("error %q has no line", err)
 			}
 		})
+	}
+}
+
+// TestReplicaPrincipalDefaultsToTheManifestAgent: a replica of a version in
+// the file signs as the version's manifest agent (the registry refuses its
+// registration otherwise), so leaving its principal out takes the agent's
+// id and kind — not the kind service whatever the manifest says.
+func TestReplicaPrincipalDefaultsToTheManifestAgent(t *testing.T) {
+	base := string(docExample(t))
+	edited := strings.ReplaceAll(base, "    peer_principal_id: service:echo\n", "")
+	edited = strings.Replace(edited, "      agent:\n        id: service:echo\n        kind: service\n", "      agent:\n        id: agent:echo\n        kind: agent\n", 1)
+	if strings.Contains(edited, "peer_principal_id") || !strings.Contains(edited, "id: agent:echo") {
+		t.Fatal("the edits did not apply to the example")
+	}
+	f := parse(t, []byte(edited))
+	if len(f.Replicas) != 3 {
+		t.Fatalf("%d replicas", len(f.Replicas))
+	}
+	for _, r := range f.Replicas {
+		if r.PeerPrincipalID != "agent:echo" || r.PeerPrincipalKind != aip.PrincipalAgent {
+			t.Errorf("replica %s signs as %s %q, want the manifest agent agent %q", r.ID, r.PeerPrincipalKind, r.PeerPrincipalID, "agent:echo")
+		}
 	}
 }
 
