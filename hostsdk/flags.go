@@ -96,7 +96,7 @@ var options = []*option{
 			}
 			return nil
 		}},
-	{flag: "database-url-file", env: "DATABASE_URL_FILE", field: "DatabaseURLFile", usage: "owner-only file with a PostgreSQL URL for the runtime journal (needs a main that opens pgruntime)", set: str(func(c *Config) *string { return &c.DatabaseURLFile })},
+	{flag: "database-url-file", env: "DATABASE_URL_FILE", field: "DatabaseURLFile", usage: "owner-only file with a PostgreSQL URL: keep the runtime journal in PostgreSQL instead of the SQLite journal in --state-dir (aipfleet host, aip-host and aip-sidecar open it; a hostsdk main of your own opens it with pgruntime in Config.OpenJournal)", set: str(func(c *Config) *string { return &c.DatabaseURLFile })},
 }
 
 var optionByField = func() map[string]*option {
