@@ -93,7 +93,7 @@ var ErrManifestChanged = errors.New("sidecar: the connector's manifest differs f
 
 // ErrStartTimeout is returned by Run when the local connector did not
 // become healthy within Config.StartTimeout.
-var ErrStartTimeout = errors.New("sidecar: the connector did not become healthy in time")
+var ErrStartTimeout = errors.New("sidecar: the connector did not become healthy")
 
 // ProcessError describes the supervised process's state when it is not
 // running.

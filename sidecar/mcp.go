@@ -472,7 +472,7 @@ func (m *MCP) Connect(parent context.Context) error {
 			if perr := parent.Err(); perr != nil {
 				return fmt.Errorf("sidecar: connecting to the MCP server %s was interrupted: %w (last: %v)", m.Target(), perr, err)
 			}
-			return fmt.Errorf("%w within %s: %v", ErrStartTimeout, m.cfg.ConnectTimeout, err)
+			return fmt.Errorf("%w within %s (--%s): last attempt to connect to the MCP server: %v", ErrStartTimeout, m.cfg.ConnectTimeout, settingOf["MCP.ConnectTimeout"], err)
 		case <-t.C:
 		}
 	}

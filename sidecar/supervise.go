@@ -297,7 +297,7 @@ func (s *supervisor) start(parent context.Context) error {
 			if err := parent.Err(); err != nil {
 				return fmt.Errorf("sidecar: start of the connector interrupted: %w", err)
 			}
-			return fmt.Errorf("%w within %s: %v", ErrStartTimeout, s.cfg.StartTimeout, lastErr)
+			return fmt.Errorf("%w within %s (--%s): %v", ErrStartTimeout, s.cfg.StartTimeout, settingOf["StartTimeout"], lastErr)
 		}
 		wait := bo.NextBackOff()
 		t := time.NewTimer(wait)
@@ -322,7 +322,7 @@ func (s *supervisor) awaitReady(ctx context.Context, c *child) error {
 	case errors.Is(err, errExitedBeforeReady):
 		return fmt.Errorf("the process exited before it was ready: %v", c.err)
 	default:
-		return fmt.Errorf("%v (last health check: %v)", err, last)
+		return fmt.Errorf("last health check: %v", last)
 	}
 }
 
@@ -332,14 +332,18 @@ var errExitedBeforeReady = errors.New("exited before it was ready")
 // pollReady calls probe, each call bounded by probeTimeout, every
 // readyPollInterval until it succeeds (nil), exited is closed
 // (errExitedBeforeReady; nil: never) or ctx ends (ctx.Err()). last is the
-// last probe's error.
+// last probe's error — the one before, when ctx ended during the last
+// probe, whose error then only says it was cut off.
 func pollReady(ctx context.Context, probeTimeout time.Duration, probe func(context.Context) error, exited <-chan struct{}) (last, err error) {
 	tick := time.NewTicker(readyPollInterval)
 	defer tick.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		last = probe(pctx)
+		perr := probe(pctx)
 		cancel()
+		if perr == nil || last == nil || ctx.Err() == nil {
+			last = perr
+		}
 		if last == nil {
 			return nil, nil
 		}

@@ -814,3 +814,25 @@ func TestChildDiesWithTheSidecar(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling for the kernel's signal to take effect
 	}
 }
+
+// TestPollReadyKeepsTheLastCompletedProbesError: a probe cut off by the
+// start deadline says only "context deadline exceeded"; the start-timeout
+// error reports the probe before it, which says why the connector was not
+// ready.
+func TestPollReadyKeepsTheLastCompletedProbesError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	notReady := errors.New("the connector is not ready: warming up")
+	calls := 0
+	last, err := pollReady(ctx, time.Minute, func(pctx context.Context) error {
+		calls++
+		if calls == 1 {
+			return notReady
+		}
+		<-pctx.Done() // hangs until the start deadline cuts it off
+		return fmt.Errorf("GET /aip/health: %w", pctx.Err())
+	}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) || last != notReady || calls < 2 {
+		t.Fatalf("pollReady = %v, %v after %d probes; want the first probe's %q and the deadline", last, err, calls, notReady)
+	}
+}
