@@ -286,9 +286,25 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 	return nil
 }
 
-// Step 7: probe storage and connector health; both must be ready.
+// Step 7: probe storage and connector health; both must be ready. When
+// ctx was cancelled meanwhile (a shutdown requested while starting), a
+// check it cut short says nothing of health and is left out, so that the
+// other check's failure of its own is not taken for the cancellation.
 func (h *Host) stepProbe(ctx context.Context) error {
 	storageErr, connErr := h.probe(ctx)
+	return probeStepError(ctx, storageErr, connErr)
+}
+
+// probeStepError is step 7's error from the two checks' (nil: both ready).
+func probeStepError(ctx context.Context, storageErr, connErr error) error {
+	if storageErr != nil && connErr != nil {
+		if stoppedByCancel(ctx, storageErr) {
+			return connErr
+		}
+		if stoppedByCancel(ctx, connErr) {
+			return storageErr
+		}
+	}
 	return errors.Join(storageErr, connErr)
 }
 

@@ -174,7 +174,11 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 	sent := c.now()
 	resp, err := c.http.Do(hreq)
 	if err != nil {
-		out, uerr := unavailable("%v", err)
+		// The transport's error is wrapped, not only quoted: when ctx was
+		// cancelled it carries the cancellation's cause (a SIGTERM's), by
+		// which Run tells a shutdown requested while starting from a
+		// failed start.
+		out, uerr := aip.ControlOutcome{}, fmt.Errorf("%w: %s: %w", ErrControlUnavailable, op, err)
 		if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "dial" {
 			// No connection: the request never left this host.
 			return out, notAppliedError{uerr}
@@ -187,7 +191,7 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, aip.MaxControlBytes+1))
 	if err != nil {
-		return unavailable("read response: %v", err)
+		return aip.ControlOutcome{}, fmt.Errorf("%w: %s: read response: %w", ErrControlUnavailable, op, err)
 	}
 	if len(body) > aip.MaxControlBytes {
 		return unavailable("response exceeds %d bytes", aip.MaxControlBytes)

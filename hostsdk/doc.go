@@ -64,6 +64,15 @@
 //  9. apply the lease and start heartbeats (ApplyLeaseError);
 //  10. serve (ServeError).
 //
+// A shutdown requested while the host starts (ctx cancelled in Run:
+// SIGTERM, Ctrl-C) stops the bootstrap, which then releases what it did
+// (a registration is taken offline); Run returns nil when that left
+// nothing behind. A step that failed for a reason of its own — its error
+// does not come from the cancellation (it wraps neither context.Canceled
+// nor the context's cause) — is a failed start even when the shutdown
+// request arrived meanwhile, and Run returns its error, so a supervisor
+// sees it.
+//
 // # The runtime journal
 //
 // Every action is journaled before the connector runs it, with the replay

@@ -211,21 +211,22 @@ func New(cfg Config, conn Connector) (*Host, error) {
 // Run starts the host and serves until ctx is cancelled (SIGTERM, Ctrl-C)
 // or the HTTP server fails, then drains and goes offline. It returns nil
 // when bootstrap succeeded and the server, heartbeat, drain and offline
-// steps were all clean, or when ctx was cancelled during the bootstrap and
-// the start left nothing behind (no registration, the journal closed);
-// otherwise a bootstrap StepError (whose text also says what the failed
-// start could not release, such as a registration that may stay until its
-// lease expires) or a *ShutdownError joining every failure.
+// steps were all clean, or when the cancellation of ctx is what stopped
+// the bootstrap and the start left nothing behind (no registration, the
+// journal closed); otherwise a bootstrap StepError (whose text also says
+// what the failed start could not release, such as a registration that
+// may stay until its lease expires) or a *ShutdownError joining every
+// failure. A step that failed for a reason of its own is a failed start
+// even when ctx was cancelled meanwhile (a SIGTERM racing it): the
+// operator's supervisor must see that failure.
 func (h *Host) Run(ctx context.Context) error {
 	if err := h.Start(ctx); err != nil {
 		// A shutdown requested while the host was still starting (ctx
 		// cancelled, SIGTERM in a main) is a clean stop when the start
-		// left nothing behind: nothing was served, so nothing needed a
-		// drain, and no registration is left. The step's error need not
-		// wrap context.Canceled: the HTTP client reports a cancelled
-		// request with the context's cause ("terminated signal
-		// received").
-		if errors.Is(ctx.Err(), context.Canceled) && h.releaseErr == nil {
+		// failed because of it and left nothing behind: nothing was
+		// served, so nothing needed a drain, and no registration is
+		// left.
+		if stoppedByCancel(ctx, err) && h.releaseErr == nil {
 			h.log.Info("shutdown requested while starting; stopped cleanly (nothing was served, no registration left)", "cause", context.Cause(ctx))
 			return nil
 		}
@@ -394,7 +395,7 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 		err = wrapStep(step, err)
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		if errors.Is(ctx.Err(), context.Canceled) {
+		if stoppedByCancel(ctx, err) {
 			h.log.Info("bootstrap stopped: shutdown requested", "step", int(step), "name", step.String(), "error", err)
 		} else {
 			h.log.Error("bootstrap step failed", "step", int(step), "name", step.String(), "error", err)
@@ -403,6 +404,24 @@ func (h *Host) runStep(ctx context.Context, step BootstrapStep, run func(context
 	}
 	h.log.Info("bootstrap step", "step", int(step), "name", step.String(), "duration_ms", time.Since(start).Milliseconds())
 	return nil
+}
+
+// stoppedByCancel reports whether err, a bootstrap step's, is the
+// cancellation of ctx (a shutdown requested while starting) rather than a
+// failure of the step's own: ctx was cancelled and err wraps
+// context.Canceled or ctx's cause. The cause counts because a main's
+// signal.NotifyContext cancels with one that does not wrap
+// context.Canceled ("terminated signal received"), and the HTTP client
+// reports a request cancelled so with that cause.
+func stoppedByCancel(ctx context.Context, err error) bool {
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		return false
+	}
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	cause := context.Cause(ctx)
+	return cause != nil && errors.Is(err, cause)
 }
 
 // releaseAfterFailedStart undoes what the completed steps opened. A replica
