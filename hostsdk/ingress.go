@@ -1029,9 +1029,14 @@ func (x *exchange) answerJournaled(a journal.Action, want *journal.Action) bool 
 				"the journaled result of "+a.ActionID+" cannot be read"))
 		}
 		// The journaled result never carries its receipt (it is appended
-		// with it); every terminal action has one, so ErrNotFound here is a
-		// broken journal, not an answer without a receipt.
+		// with it); every terminal action has one, so ErrNotFound here is
+		// either a prune that deleted the action and its receipt since
+		// the record was read (the action is gone now: it is refused as
+		// pruned, as a delivery after the prune is) or a broken journal.
 		r, err := x.h.journal.ReceiptFor(context.WithoutCancel(x.ctx), a.ActionID)
+		if errors.Is(err, journal.ErrNotFound) && x.prunedSinceRead(a.ActionID) {
+			return x.expired(a.ActionID, fmt.Errorf("%w: action %s was pruned while its journaled result was read", journal.ErrPruned, a.ActionID))
+		}
 		if err != nil {
 			return x.storageUnavailable(fmt.Errorf("receipt of terminal action %s: %w", a.ActionID, err))
 		}
@@ -1040,6 +1045,14 @@ func (x *exchange) answerJournaled(a journal.Action, want *journal.Action) bool 
 	}
 	return x.fail(http.StatusConflict, aip.NewProtocolError(CodeActionInProgress, aip.CategoryTemporary, true, 1000,
 		"action "+a.ActionID+" is "+string(a.Status)))
+}
+
+// prunedSinceRead reports whether the record of actionID, read a moment
+// ago, is gone from the journal now: only pruning deletes a record, so a
+// prune racing this request deleted it.
+func (x *exchange) prunedSinceRead(actionID string) bool {
+	_, err := x.h.journal.Action(context.WithoutCancel(x.ctx), actionID)
+	return errors.Is(err, journal.ErrNotFound)
 }
 
 // detailCancelledBeforeArrival is the journal detail of an action whose
