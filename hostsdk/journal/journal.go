@@ -176,7 +176,8 @@ type Journal interface {
 	// Claimed is false. If the action ID is already journaled, the claim
 	// commits and Existing holds the record (Created is false). a follows
 	// BeginAction's rules; when creating it is ErrPruned, nothing is
-	// written (not even the claim).
+	// written (not even the claim). So is a record that a concurrent
+	// PruneActions deletes before it could be read (no claim kept).
 	AcceptAction(ctx context.Context, messageID string, messageExpiresAt, now time.Time, a Action) (Accepted, error)
 	// StartAction moves a received action to running.
 	StartAction(ctx context.Context, actionID string, at time.Time) error

@@ -37,11 +37,38 @@ func (j *Journal) BeginAction(ctx context.Context, a journal.Action) (journal.Ac
 	}
 	// Journaled before (a concurrent insert has committed by now: ON
 	// CONFLICT waited for it).
-	existing, err := j.action(ctx, a.ActionID)
+	existing, err := j.existing(ctx, nil, time.Time{}, a.ActionID)
 	if err != nil {
 		return journal.Action{}, false, err
 	}
 	return existing, false, nil
+}
+
+// existing reads the record of actionID, which the call that claimed
+// messageID (nil: none) found journaled. The read is a statement of its
+// own, after that call committed, so a prune can have deleted the record
+// in between: only a prune deletes one. The action was journaled and is
+// gone, as after the prune, so the answer is the one a call after the
+// prune gets, journal.ErrPruned with nothing written: the claim that call
+// committed is taken back (by its expiry, so a later claim of the same ID
+// is kept). Taking it back fails only with the database, and the error
+// then says the claim stays.
+func (j *Journal) existing(ctx context.Context, messageID *string, messageExpiresAt time.Time, actionID string) (journal.Action, error) {
+	if j.afterConflict != nil {
+		j.afterConflict()
+	}
+	a, err := j.action(ctx, actionID)
+	if !errors.Is(err, journal.ErrNotFound) {
+		return a, err
+	}
+	if messageID != nil {
+		if _, err := j.pool.Exec(context.WithoutCancel(ctx), `DELETE FROM aip_runtime_messages
+			WHERE journal_ns = $1 AND message_id = $2 AND expires_at = $3`,
+			j.ns, *messageID, journal.Micro(messageExpiresAt)); err != nil {
+			return journal.Action{}, dbErr(err, "action %s was pruned while it was journaled again; take back the claim of message %s (it stays claimed)", actionID, *messageID)
+		}
+	}
+	return journal.Action{}, fmt.Errorf("%w: action %s was journaled, and pruned before its record was read", journal.ErrPruned, actionID)
 }
 
 // createSQL calls the function of migration 0002 that claims the message
@@ -100,7 +127,7 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 	if claimed && !created {
 		// Journaled before (a concurrent insert has committed by now: ON
 		// CONFLICT waited for it).
-		if out.Existing, err = j.action(ctx, a.ActionID); err != nil {
+		if out.Existing, err = j.existing(ctx, &messageID, messageExpiresAt, a.ActionID); err != nil {
 			return journal.Accepted{}, err
 		}
 	}

@@ -45,12 +45,17 @@
 //
 // Every method is one SQL statement, so one round trip and one implicit
 // transaction, except PruneActions (two statements in one transaction: the
-// receipt pruning must see the deleted actions). BeginAction and
+// receipt pruning must see the deleted actions) and BeginAction and
+// AcceptAction of an action journaled already (see below). BeginAction and
 // AcceptAction call the function aip_runtime_create_action (migration
 // 0002), which claims the message, inserts the action and only then reads
 // the prune horizon with a statement of its own: an insert that waited for
 // a concurrent prune deleting the same action ID sees that prune's horizon
 // and fails (SQLSTATE AJ001, journal.ErrPruned), rolling the claim back.
+// An action found journaled already is read by a statement of its own;
+// when a prune deleted it in between, the call is journal.ErrPruned too,
+// and the claim its first statement committed is taken back (a third
+// statement), so nothing is written, as when the prune came first.
 // FinishAction too is one statement: a statement with data-modifying common
 // table expressions moves the action to its terminal status, advances the
 // namespace's receipt head and inserts the receipt. The head row's lock

@@ -55,6 +55,11 @@ type Journal struct {
 	closeMu   sync.RWMutex
 	closed    atomic.Bool
 	closeOnce sync.Once
+
+	// afterConflict, set by tests only, runs when BeginAction or
+	// AcceptAction found the action journaled already, before they read
+	// its record.
+	afterConflict func()
 }
 
 var _ journal.Journal = (*Journal)(nil)

@@ -128,3 +128,67 @@ func TestAcceptWaitingForAConcurrentPruneIsRefused(t *testing.T) {
 		t.Fatalf("the refused delivery's message claim was kept (ClaimMessage = %v, %v)", ok, err)
 	}
 }
+
+// An AcceptAction (or BeginAction) of an action journaled earlier finds
+// it in one statement and reads its record in another; a prune deleting
+// the record in between made it fail with journal.ErrNotFound after the
+// message's claim had committed, which the host answered with a retryable
+// storage_unavailable (and a retry of the same message with replay).
+// Now it is journal.ErrPruned with nothing written, as after the prune:
+// the claim is taken back, so the host claims the message with its
+// action_expired refusal.
+func TestAcceptOfAnActionPrunedBeforeItsRecordIsReadIsRefused(t *testing.T) {
+	ctx := context.Background()
+	j := open(t, pgruntime.Config{DatabaseURL: pgtest.NewDatabase(t), Namespace: "crepl_vanish", MaxConns: 4})
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var olds []journal.Action
+	for i := range 3 {
+		a := journal.Action{ActionID: aip.NewActionID(), CapabilityID: "echo.say", FenceToken: "route_x",
+			MessageID: aip.NewMessageID(), ReceivedAt: t0.Add(time.Duration(i) * time.Minute)}
+		if _, _, err := j.BeginAction(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.FinishAction(ctx, a.ActionID, aip.StateCompleted, json.RawMessage(`{}`), "", a.ReceivedAt.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		olds = append(olds, a)
+	}
+	// The prune runs between the two statements, deleting the actions
+	// finished up to the one delivered again.
+	pruneUpTo := func(a journal.Action) {
+		j.SetAfterConflict(func() {
+			j.SetAfterConflict(nil)
+			if n, err := j.PruneActions(ctx, a.ReceivedAt.Add(2*time.Second), 10, nil); err != nil || n == 0 {
+				t.Errorf("PruneActions = %d, %v", n, err)
+			}
+		})
+	}
+
+	again := olds[0]
+	again.MessageID = aip.NewMessageID()
+	again.AssignedAt = t0.Add(-time.Minute) // its route is older than the pruned record
+	pruneUpTo(olds[0])
+	now := t0.Add(time.Hour)
+	acc, err := j.AcceptAction(ctx, again.MessageID, now.Add(time.Hour), now, again)
+	if !errors.Is(err, journal.ErrPruned) || acc.Claimed {
+		t.Fatalf("AcceptAction of an action pruned before its record was read = %+v, %v; want journal.ErrPruned", acc, err)
+	}
+	if ok, err := j.ClaimMessage(ctx, again.MessageID, now.Add(time.Hour), now); err != nil || !ok {
+		t.Fatalf("the refused delivery's message claim was kept (ClaimMessage = %v, %v)", ok, err)
+	}
+	if _, err := j.Action(ctx, again.ActionID); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("the pruned action is journaled again (%v)", err)
+	}
+
+	// BeginAction (a cancel's record) likewise.
+	cancelled := olds[1]
+	cancelled.MessageID = aip.NewMessageID()
+	cancelled.AssignedAt = t0.Add(-time.Minute)
+	pruneUpTo(olds[1])
+	if _, created, err := j.BeginAction(ctx, cancelled); !errors.Is(err, journal.ErrPruned) || created {
+		t.Fatalf("BeginAction of an action pruned before its record was read = %v, %v; want journal.ErrPruned", created, err)
+	}
+	if _, err := j.Action(ctx, cancelled.ActionID); !errors.Is(err, journal.ErrNotFound) {
+		t.Fatalf("the pruned action is journaled again (%v)", err)
+	}
+}
