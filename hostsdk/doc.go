@@ -220,8 +220,11 @@
 // attempt of it with a signed 503, which applies nothing): the lease that
 // beat renewed may still live in the registry, which refuses a
 // registration until it ends, and an unhealthy beat it applied ended the
-// lease, so a host healthy again registers at once. A drain whose answers
-// were lost is replayed the same way before the offline transition. The
+// lease, so a host healthy again registers at once. A drain whose outcome
+// is unknown is replayed the same way, at each renewal of the draining
+// lease and before the offline transition, and stays pending (never a
+// second drain from the same sequence) until the control plane decides
+// it. The
 // local lease runs on this host's clock: from the moment the request was sent, for what was left of
 // the lease when the control plane signed its answer (its expires_at less
 // its issued_at), so it ends here no later than the control plane ends it
@@ -253,7 +256,9 @@
 // From the drain to the offline the draining lease is renewed each
 // heartbeat interval with another signed drain, so a drain longer than the
 // lease keeps the replica draining in the registry (and its running
-// actions' reservations held) until it goes offline.
+// actions' reservations held) until it goes offline. A first drain that
+// failed with its outcome unknown is replayed at those intervals too, so
+// the registry does not go on routing actions here while the host drains.
 //
 // An abandoned call still running when Stop returns is named in the
 // *ShutdownError. The host cannot end it (a goroutine cannot be killed):

@@ -25,6 +25,8 @@ import (
 //     failure is recorded and the local drain stays in force); without a
 //     valid lease (expired, or offline after an unhealthy heartbeat) the
 //     registry routes nothing here and refuses a drain, so it is skipped;
+//     a drain whose outcome is unknown stays pending, and the renewals of
+//     step 5 replay it;
 //  3. heartbeat renewals stop (the worker skips its ticks while draining);
 //  4. new actions are refused with a signed connector_host.not_ready, and
 //     provider-event publication stops (the event source is cancelled and
@@ -91,6 +93,11 @@ func (h *Host) shutdown() error {
 		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
 	} else if err := h.transition(ctx, aip.OpDrain); err != nil {
 		fail("registry drain", err)
+		// Its outcome unknown, the drain is replayed at each renewal: the
+		// registry may hold the replica draining with a lease to renew,
+		// or still ready (routing actions here) until the drain gets
+		// through.
+		drained = h.pendingDrain != nil
 	} else {
 		drained = true
 	}
@@ -247,7 +254,9 @@ func counted(n int, noun string) string {
 // current sequence is a transition the lifecycle rules admit (status
 // draining, sequence one up, a fresh lease), so each renewal is another
 // signed drain. A failed renewal is logged; the next tick tries again (an
-// ambiguous one is replayed first, like any lost drain).
+// ambiguous one is replayed first, like any lost drain, and stays pending
+// until the control plane decides it: see replayDrain). It also runs when
+// the shutdown's first drain failed with its outcome unknown, replaying it.
 func (h *Host) renewDrain(ctx context.Context) {
 	t := time.NewTicker(h.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -318,18 +327,18 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 		seq, _ = h.lease.get()
 	}
 	if p := h.pendingDrain; p != nil && p.req.Command.Transition.PreviousSequence == seq {
-		// Likewise a drain whose answers were lost (before the offline
-		// transition, or before a renewal of the draining lease).
-		h.pendingDrain = nil
-		if rp, err := h.control.refresh(p); err != nil {
-			h.log.Warn("replay the drain whose outcome is unknown", "error", err)
-		} else if out, err := h.control.do(ctx, rp); err != nil {
-			h.log.Warn("replay the drain whose outcome is unknown", "error", err)
-		} else if out.Lease != nil {
-			h.lease.apply(out.Lease)
-			h.log.Info("drain transition accepted on replay", "sequence", out.Lease.Sequence)
-			seq, _ = h.lease.get()
+		// Likewise a drain whose outcome is unknown (before the offline
+		// transition, or before a renewal of the draining lease). Until
+		// the control plane decides it, it stays pending: this drain or
+		// offline is sent from a sequence it may have moved on.
+		if err := h.replayDrain(ctx, p); err != nil {
+			if op == aip.OpDrain {
+				// The replay is this attempt's drain from seq; a fresh
+				// one would be a second drain whose outcome is unknown.
+				return fmt.Errorf("%s at sequence %d: replay of the drain whose outcome is unknown (kept for the next attempt): %w", op, seq, err)
+			}
 		}
+		seq, _ = h.lease.get()
 	}
 	sr, err := h.control.seal(aip.TransitionCommand(op, aip.Transition{ReplicaID: h.cfg.ReplicaID, PreviousSequence: seq}))
 	if err != nil {
@@ -339,10 +348,17 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 	if err != nil {
 		var rej *ControlRejectedError
 		if op == aip.OpDrain && !errors.As(err, &rej) {
-			h.pendingDrain = sr // it may have been applied: offline replays it first
+			h.pendingDrain = sr // it may have been applied: the next attempt replays it first
+		}
+		if p := h.pendingDrain; p != nil && p.maybeApplied && op == aip.OpOffline {
+			return fmt.Errorf("%s at sequence %d: %w; a drain whose outcome is unknown (request %s) may have moved the sequence on: the registry may keep the replica draining until its lease expires",
+				op, seq, err, p.req.RequestID)
 		}
 		return fmt.Errorf("%s at sequence %d: %w", op, seq, err)
 	}
+	// The transition took the fence at seq: a drain still pending from it
+	// can never apply.
+	h.pendingDrain = nil
 	switch {
 	case op == aip.OpOffline:
 		h.lease.expire(h.cfg.Now(), seq+1)
@@ -352,6 +368,39 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 		h.log.Info("drain transition accepted", "sequence", out.Lease.Sequence)
 	default:
 		return fmt.Errorf("%s answered %s without a lease", op, out.Status)
+	}
+	return nil
+}
+
+// replayDrain sends the pending drain p again (same request ID and
+// payload) and applies the lease it answers. An answer, a definitive
+// rejection, or a failure of every attempt so far with the control
+// plane's signed word that it applied nothing (p never moved the
+// sequence) settles it; after another ambiguous failure it stays pending,
+// for the next attempt: the next renewal of the draining lease, or the
+// offline transition. Callers hold controlMu.
+func (h *Host) replayDrain(ctx context.Context, p *sealedRequest) error {
+	rp, err := h.control.refresh(p)
+	if err != nil {
+		h.log.Warn("replay the drain whose outcome is unknown", "request_id", p.req.RequestID, "error", err)
+		return err
+	}
+	h.pendingDrain = rp
+	out, err := h.control.do(ctx, rp)
+	if err != nil {
+		var rej *ControlRejectedError
+		if errors.As(err, &rej) || !rp.maybeApplied {
+			h.pendingDrain = nil
+			h.log.Warn("replay the drain whose outcome is unknown: not applied", "request_id", rp.req.RequestID, "error", err)
+			return nil
+		}
+		h.log.Warn("replay the drain whose outcome is unknown; it stays pending for the next attempt", "request_id", rp.req.RequestID, "error", err)
+		return err
+	}
+	h.pendingDrain = nil
+	if out.Lease != nil {
+		h.lease.apply(out.Lease)
+		h.log.Info("drain transition accepted on replay", "sequence", out.Lease.Sequence)
 	}
 	return nil
 }

@@ -86,7 +86,8 @@ type Host struct {
 	// controlMu): the next beat replays it while the lease is unchanged.
 	pendingHeartbeat *sealedRequest
 	// pendingDrain is a drain whose outcome is unknown (guarded by
-	// controlMu): the offline transition replays it first.
+	// controlMu): the next renewal of the draining lease, or the offline
+	// transition, replays it first (replayDrain).
 	pendingDrain *sealedRequest
 	inflight     inflight
 	// beforeAcquire, set by tests only (before the first action), runs in an action's
