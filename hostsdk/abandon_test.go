@@ -90,7 +90,7 @@ func hostMetric(t *testing.T, endpoint, name string) float64 {
 // its context and does not return is waited for Config.HandleGrace after
 // the action's timeout_ms; then the action is journaled outcome_unknown
 // and answered so (now and to a retry), and the call keeps its in-flight
-// slot (aip_host_abandoned_calls) until it returns, when its late result
+// slot (aip_connector_host_abandoned_calls) until it returns, when its late result
 // is dropped. The host used to wait for ever: the action stayed running in
 // the journal, and every retry waited its timeout_ms and was told the
 // action was in progress. A streaming call abandoned this way can no

@@ -186,7 +186,7 @@ type Config struct {
 	// call still running then is abandoned: the action is journaled
 	// outcome_unknown (its effect may still happen) and answered so, and
 	// the call keeps its in-flight slot until it returns
-	// (aip_host_abandoned_calls counts them). A drain does not wait for
+	// (aip_connector_host_abandoned_calls counts them). A drain does not wait for
 	// abandoned calls; Stop names those still running in its
 	// *ShutdownError. It also bounds each answer write, with the answer's
 	// size at 256 KiB/s: a receiver that does not take an answer (a JSON

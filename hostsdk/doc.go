@@ -113,7 +113,7 @@
 // connections and trickles its bodies cannot keep the dispatcher's
 // messages waiting. A message beyond the budget waits for it, and one over
 // its sender's share waits for that sender's own reads only (both counted
-// in aip_host_ingress_reads_waiting, by reason budget or peer_share); it is
+// in aip_connector_host_ingress_reads_waiting, by reason budget or peer_share); it is
 // never refused, since the refusal of an unread message could not be
 // signed. Once its reservation is granted, a body must arrive at 256 KiB/s
 // after a 5 s grace (21 s for 4 MiB) or is refused unsigned.
@@ -193,13 +193,13 @@
 //
 // The host also serves GET /aip/v1/manifest (the bound manifest), /health,
 // /ready (ReadyDocument; the error texts of failing probes and of recovery
-// only to loopback peers, fixed texts to others), /metrics (the eight aip_connector_host_* metrics
-// the event delivery metrics aip_host_events_delivered_total,
-// aip_host_event_delivery_failures_total, aip_host_events_refused_total and
-// aip_host_events_pending, and
-// the retention metrics aip_host_journal_actions_pruned_total and
-// aip_host_actions_expired_total, and aip_host_ingress_reads_waiting, on a
-// registry the host owns) and
+// only to loopback peers, fixed texts to others), /metrics (every metric
+// under the prefix aip_connector_host_: the lifecycle guide's eight; the
+// event delivery metrics events_delivered_total,
+// event_delivery_failures_total, events_refused_total and events_pending;
+// the retention metrics journal_actions_pruned_total and
+// actions_expired_total; ingress_reads_waiting and abandoned_calls; plus
+// the Go runtime's and the process's own, on a registry the host owns) and
 // /.well-known/jwks.json.
 // Product-owned routes (RouteProvider) share the listener.
 //
@@ -295,11 +295,11 @@
 // split into the same parts again, and an event delivered twice is stored
 // once. A batch of one event refused so is never dropped (the cause may be
 // fixed, a dispatcher's limit for example) but retried every hour plus up
-// to 5 minutes, each refusal counted in aip_host_events_refused_total and
+// to 5 minutes, each refusal counted in aip_connector_host_events_refused_total and
 // logged at error level with the batch, the event ID and the dispatcher's
-// code and message. The metrics aip_host_events_delivered_total and
-// aip_host_event_delivery_failures_total{code} count the outcomes, and the
-// gauge aip_host_events_pending is the outbox's batches. Without
+// code and message. The metrics aip_connector_host_events_delivered_total and
+// aip_connector_host_event_delivery_failures_total{code} count the outcomes, and the
+// gauge aip_connector_host_events_pending is the outbox's batches. Without
 // an event endpoint, batches stay in the outbox (counted in /ready), a
 // connector whose manifest declares channels gets a startup warning, and
 // publication is refused once 10000 batches wait. Publish refuses at once

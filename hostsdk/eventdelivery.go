@@ -74,7 +74,7 @@ const (
 // from the journal at each scrape): a number that only grows means events
 // are not being delivered (no --event-endpoint, the dispatcher unreachable,
 // or batches it refuses); the host refuses new events at 10000.
-const MetricEventsPending = "aip_host_events_pending"
+const MetricEventsPending = "aip_connector_host_events_pending"
 
 // registerPendingMetric adds MetricEventsPending to the host's metrics.
 func (h *Host) registerPendingMetric() {

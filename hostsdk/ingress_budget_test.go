@@ -61,7 +61,7 @@ func (p *ingressProbe) trickle(source string, length int) net.Conn {
 	return c
 }
 
-// waiting reads aip_host_ingress_reads_waiting by reason.
+// waiting reads aip_connector_host_ingress_reads_waiting by reason.
 func (p *ingressProbe) waiting() map[string]float64 {
 	p.t.Helper()
 	resp, err := http.Get(p.metrics)
@@ -120,7 +120,7 @@ func (p *ingressProbe) awaitNoPeers() {
 // hold at most hostsdk.MaxIngressReadBytes together, from however many
 // senders: anyone who can reach the listener can send them. A message
 // declared larger than a message can be is refused unread; senders beyond
-// the budget wait (counted in aip_host_ingress_reads_waiting) instead of
+// the budget wait (counted in aip_connector_host_ingress_reads_waiting) instead of
 // growing the host's memory; the dispatcher's messages go through once the
 // budget frees.
 func TestIngressReadsAreBounded(t *testing.T) {

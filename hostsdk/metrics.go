@@ -20,32 +20,32 @@ const (
 	MetricLeaseRecoveryAttempts = "aip_connector_host_lease_recovery_attempts_total"
 	MetricLeaseRecoveries       = "aip_connector_host_lease_recoveries_total"
 	// MetricEventsDelivered counts outbox batches the dispatcher stored.
-	MetricEventsDelivered = "aip_host_events_delivered_total"
+	MetricEventsDelivered = "aip_connector_host_events_delivered_total"
 	// MetricEventDeliveryFailures counts failed batch deliveries by code.
-	MetricEventDeliveryFailures = "aip_host_event_delivery_failures_total"
+	MetricEventDeliveryFailures = "aip_connector_host_event_delivery_failures_total"
 	// MetricEventsRefused counts deliveries of a single event the
 	// dispatcher refused for its content (or of a batch the host cannot
 	// send at all). The event stays in the outbox and is tried again
 	// hourly, so while one waits there this grows at least once every 65
-	// minutes: alert on increase(aip_host_events_refused_total[2h]) > 0
+	// minutes: alert on increase(aip_connector_host_events_refused_total[2h]) > 0
 	// and read the host's error log for the event, code and message.
-	MetricEventsRefused = "aip_host_events_refused_total"
+	MetricEventsRefused = "aip_connector_host_events_refused_total"
 	// MetricActionsPruned counts finished actions deleted from the journal
 	// after Config.ActionRetention.
-	MetricActionsPruned = "aip_host_journal_actions_pruned_total"
+	MetricActionsPruned = "aip_connector_host_journal_actions_pruned_total"
 	// MetricActionsExpired counts deliveries refused because their action
 	// may be older than the journal's prune horizon
 	// (connector_host.action_expired).
-	MetricActionsExpired = "aip_host_actions_expired_total"
+	MetricActionsExpired = "aip_connector_host_actions_expired_total"
 	// MetricIngressWaiting is the number of native messages waiting for
 	// the ingress read budget, by reason: budget (MaxIngressReadBytes is
 	// spent) or peer_share (their sender holds MaxIngressReadBytesPerPeer).
-	MetricIngressWaiting = "aip_host_ingress_reads_waiting"
+	MetricIngressWaiting = "aip_connector_host_ingress_reads_waiting"
 	// MetricAbandonedCalls is the number of connector calls still running
 	// that the host stopped waiting for: they outlived their action's
 	// timeout, cancel or the shutdown by Config.HandleGrace, and the
 	// action was journaled outcome_unknown. Each keeps an in-flight slot.
-	MetricAbandonedCalls = "aip_host_abandoned_calls"
+	MetricAbandonedCalls = "aip_connector_host_abandoned_calls"
 )
 
 // metrics are the host's collectors, on a registry the host owns (no
