@@ -70,7 +70,10 @@
 // re-opened. A stdio server is started and reaped by the sidecar itself,
 // like an --exec child: when it exits, what remains of its process group
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
-// or counts as stopped.
+// or counts as stopped. At the sidecar's shutdown a stdio server is
+// stopped as MCP's stdio shutdown says: its input is closed first, and
+// only a server still running after half of StopTimeout gets SIGTERM
+// (SIGKILL at StopTimeout).
 //
 // # Supervision and the shutdown order
 //

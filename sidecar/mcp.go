@@ -89,7 +89,10 @@ type MCPConfig struct {
 	ConnectTimeout time.Duration
 	// StopTimeout is how long a stdio server (and its process group) has
 	// to exit after SIGTERM (and its input closed) before SIGKILL to the
-	// group. Defaults to 10s.
+	// group. At the sidecar's shutdown (Close) it bounds the whole stop:
+	// the server's input is closed first and it has half of StopTimeout
+	// to exit on its own (MCP's stdio shutdown), then SIGTERM, then
+	// SIGKILL at StopTimeout. Defaults to 10s.
 	StopTimeout time.Duration
 	// MaxActionDuration bounds a tool call without timeout_ms (or with
 	// 0). Defaults to 1h.
@@ -397,6 +400,7 @@ func (m *MCP) startServer() (*child, mcp.Transport, error) {
 		return nil, nil, err
 	}
 	c := newChild(cmd)
+	c.input = stdin
 	go func() {
 		c.reap("the MCP server", m.cfg.StopTimeout, m.log)
 		time.AfterFunc(m.cfg.StopTimeout, func() { out.Close() })
@@ -1026,6 +1030,9 @@ func (m *MCP) Close() error {
 		return nil
 	}
 	m.log.Info("closing the MCP session", "target", m.Target())
+	if srv != nil {
+		return m.shutdownServer(srv, sess)
+	}
 	return m.closeSession(sess, srv)
 }
 
@@ -1042,6 +1049,41 @@ func (m *MCP) closeSession(sess *mcp.ClientSession, srv *child) error {
 	return m.stopServer(srv, sess)
 }
 
+// shutdownServer is the orderly stop of a stdio server at the sidecar's
+// shutdown (Close), MCP's stdio shutdown: the server's input is closed
+// first, and a server that exits on its own within half of StopTimeout
+// (as the MCP specification expects a server to do when its input ends)
+// gets no signal; otherwise its process group is sent SIGTERM, and
+// SIGKILL when StopTimeout has passed since the input was closed
+// (stopServer). The whole stop is bounded by StopTimeout, as before. A
+// session taken down as broken or hung is stopped by stopServer at once.
+func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
+	start := time.Now()
+	if srv.input != nil {
+		srv.input.Close()
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- sess.Close() }()
+	eof := time.NewTimer(m.cfg.StopTimeout / 2)
+	defer eof.Stop()
+	select {
+	case <-srv.gone:
+		// The server exited on its own; the reaper stops what remains of
+		// its group, and whatever still runs at StopTimeout is killed.
+		rest := time.NewTimer(max(0, m.cfg.StopTimeout-time.Since(start)))
+		defer rest.Stop()
+		select {
+		case <-srv.exited:
+			<-closed
+			return m.stopResult(srv, false)
+		case <-rest.C:
+		}
+	case <-eof.C:
+		m.log.Info("the MCP server did not exit after its input was closed; sending SIGTERM", "pid", srv.cmd.Process.Pid, "after_ms", (m.cfg.StopTimeout / 2).Milliseconds())
+	}
+	return m.terminateServer(srv, closed, max(0, m.cfg.StopTimeout-time.Since(start)))
+}
+
 // stopServer stops a stdio server: SIGTERM to its process group (as an
 // --exec child gets), and its input closed by closing sess (when not nil);
 // it has StopTimeout to exit, with the rest of its group, before SIGKILL
@@ -1052,23 +1094,29 @@ func (m *MCP) closeSession(sess *mcp.ClientSession, srv *child) error {
 // rest of its group is gone (child.reap) — also when the server had
 // exited already.
 func (m *MCP) stopServer(srv *child, sess *mcp.ClientSession) error {
-	pid := srv.cmd.Process.Pid
-	srv.terminating.Store(true)
-	if err := srv.signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		m.log.Warn("signal the MCP server", "pid", pid, "error", err)
-	}
 	closed := make(chan error, 1)
 	if sess != nil {
 		go func() { closed <- sess.Close() }()
 	} else {
 		closed <- nil
 	}
+	return m.terminateServer(srv, closed, m.cfg.StopTimeout)
+}
+
+// terminateServer sends SIGTERM to a stdio server's process group, and
+// SIGKILL after wait; closed reports the end of its session.
+func (m *MCP) terminateServer(srv *child, closed <-chan error, wait time.Duration) error {
+	pid := srv.cmd.Process.Pid
+	srv.terminating.Store(true)
+	if err := srv.signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		m.log.Warn("signal the MCP server", "pid", pid, "error", err)
+	}
 	killed := false
-	kill := time.NewTimer(m.cfg.StopTimeout)
+	kill := time.NewTimer(wait)
 	select {
 	case <-srv.exited:
 	case <-kill.C:
-		m.log.Warn("the MCP server (or another process of its process group) did not stop after SIGTERM; sending SIGKILL to its process group", "pid", pid, "after_ms", m.cfg.StopTimeout.Milliseconds())
+		m.log.Warn("the MCP server (or another process of its process group) did not stop after SIGTERM; sending SIGKILL to its process group", "pid", pid, "after_ms", wait.Milliseconds())
 		srv.signal(syscall.SIGKILL)
 		killed = true
 		<-srv.exited
@@ -1077,15 +1125,21 @@ func (m *MCP) stopServer(srv *child, sess *mcp.ClientSession) error {
 	// The server's output ends with its group (or StopTimeout after it),
 	// so the session's reader, and Close, end too.
 	<-closed
+	return m.stopResult(srv, killed)
+}
+
+// stopResult reports how a stdio server that was stopped ended.
+func (m *MCP) stopResult(srv *child, killed bool) error {
+	pid := srv.cmd.Process.Pid
 	ps := srv.cmd.ProcessState
 	switch {
 	case killed:
-		return fmt.Errorf("sidecar: the MCP server %d (or another process of its process group) did not stop within %s after SIGTERM and was killed", pid, m.cfg.StopTimeout)
+		return fmt.Errorf("sidecar: the MCP server %d (or another process of its process group) did not stop within %s and was killed", pid, m.cfg.StopTimeout)
 	case ps != nil && stoppedCleanly(ps):
 		m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())
 		return nil
 	case ps != nil:
-		return fmt.Errorf("sidecar: the MCP server %d did not stop cleanly after SIGTERM: %s", pid, ps)
+		return fmt.Errorf("sidecar: the MCP server %d did not stop cleanly: %s", pid, ps)
 	}
 	return fmt.Errorf("sidecar: the MCP server %d did not stop: %v", pid, srv.err)
 }

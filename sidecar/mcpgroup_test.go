@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -115,5 +116,39 @@ func TestMCPCloseLeavesNoProcessBehind(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
 		t.Errorf("Close = %v; want the kill of the group reported", err)
+	}
+}
+
+// TestMCPCloseEndsTheServerThroughItsInput: the sidecar's orderly stop of
+// a stdio MCP server is MCP's stdio shutdown — its input is closed first,
+// and a server that then exits on its own gets no SIGTERM. Close used to
+// send SIGTERM together with closing the input, so a server that finishes
+// its work (flushes its state) when its input ends, as the MCP
+// specification has servers shut down, was terminated instead.
+func TestMCPCloseEndsTheServerThroughItsInput(t *testing.T) {
+	stopLog := filepath.Join(t.TempDir(), "stop.log")
+	m, err := NewMCP(MCPConfig{
+		Command: []string{os.Args[0], "-test.run=^$"},
+		Env: []string{envMCPChild + "=1", envMCPStopLog + "=" + stopLog,
+			"GORACE=atexit_sleep_ms=0"},
+		// Half of it is the time the server has to exit once its input
+		// ended: more than the 2 s the server lingers after the end.
+		StopTimeout: 30 * time.Second, Logger: newLogWatch().logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Connect(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	raw, err := os.ReadFile(stopLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(string(raw)); !slices.Equal(got, []string{"eof"}) {
+		t.Errorf("the server saw %v; want its input's end only, no SIGTERM", got)
 	}
 }

@@ -319,18 +319,36 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 // envMCPChild makes the test binary run as a stdio MCP server: tools
 // lookup (read-only), stuck and stuck_ro (which never answer). While the
 // file named by envChildHang exists it answers no ping and ignores
-// SIGTERM (a hung server).
-const envMCPChild = "SIDECAR_TEST_MCP_CHILD"
+// SIGTERM (a hung server). With envMCPStopLog it appends "term" to that
+// file on SIGTERM (then exits), and "eof" when its input ends, after which
+// it exits only 2 s later, so that a SIGTERM sent with the input's end is
+// recorded too.
+const (
+	envMCPChild   = "SIDECAR_TEST_MCP_CHILD"
+	envMCPStopLog = "SIDECAR_TEST_MCP_STOP_LOG"
+)
 
 func runMCPChild() int {
 	hang := os.Getenv(envChildHang)
 	hung := func() bool { _, err := os.Stat(hang); return hang != "" && err == nil }
+	stopLog := os.Getenv(envMCPStopLog)
+	record := func(what string) {
+		if stopLog == "" {
+			return
+		}
+		f, err := os.OpenFile(stopLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err == nil {
+			fmt.Fprintln(f, what)
+			f.Close()
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	go func() {
 		for range sigs {
+			record("term")
 			if !hung() {
 				os.Exit(0)
 			}
@@ -355,6 +373,10 @@ func runMCPChild() int {
 	if err := server.Run(ctx, &mcp.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "mcp child:", err)
 		return 1
+	}
+	if stopLog != "" {
+		record("eof")
+		time.Sleep(2 * time.Second) // a SIGTERM sent with the input's end is recorded meanwhile
 	}
 	return 0
 }

@@ -96,6 +96,9 @@ type child struct {
 	// terminating is set once the process group was sent SIGTERM to stop
 	// it (terminate, an MCP session's close).
 	terminating atomic.Bool
+	// input is a stdio MCP server's standard input (nil for an --exec
+	// child), closed first at an orderly stop (MCP.shutdownServer).
+	input io.Closer
 
 	// mu orders signals with reaping: once reaped is set the pid — the
 	// group's ID — may belong to another process, and signal sends
