@@ -350,7 +350,37 @@ func (m *MCP) transport() mcp.Transport {
 	if hc == nil {
 		hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	return &mcp.StreamableClientTransport{Endpoint: m.cfg.URL, HTTPClient: hc}
+	c := *hc
+	c.Transport = sessionGoneTransport{base: hc.Transport}
+	return &mcp.StreamableClientTransport{Endpoint: m.cfg.URL, HTTPClient: &c}
+}
+
+// sessionGoneTransport drops the body of a 404 answer to a request that
+// carries an Mcp-Session-Id. Per the Streamable HTTP transport, that 404
+// means the server no longer knows the session (it restarted, or ended
+// the session), and servers may send it with a JSON-RPC error body. The
+// Go SDK reports a 404 as ErrSessionMissing only when the body is not a
+// JSON-RPC error response; with one naming the request's ID (as a small
+// server that echoes every request's ID sends) it reports the JSON-RPC
+// error, which the sidecar took as an answer: the session was never
+// re-established and the replica stayed unhealthy until the sidecar
+// restarted.
+type sessionGoneTransport struct{ base http.RoundTripper }
+
+func (t sessionGoneTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	base := t.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusNotFound && r.Header.Get("Mcp-Session-Id") != "" {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		resp.Body, resp.ContentLength = http.NoBody, 0
+		resp.Header.Del("Content-Type")
+		resp.Header.Del("Content-Length")
+	}
+	return resp, err
 }
 
 // startServer starts the stdio MCP server and returns it with a transport

@@ -3,8 +3,10 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -234,6 +236,96 @@ func TestMCPHTTPServerRestartReconnects(t *testing.T) {
 	})
 	if res, err := call("lookup"); err != nil || res.Status != aip.ResultCompleted {
 		t.Errorf("a call after the reconnect: %+v %v", res, err)
+	}
+}
+
+// TestMCPHTTPSessionGoneWithJSONBodyReconnects: a Streamable HTTP server
+// that restarted answers the old session's requests 404, as the transport
+// requires, and servers may put a JSON-RPC error in that 404's body (with
+// a null ID, as the TypeScript SDK does, or naming the request's ID). The
+// health ping must take such a session as gone and the sidecar open a new
+// one. With a body naming the request's ID the SDK reported the JSON-RPC
+// error instead of the missing session, and the replica stayed unhealthy
+// for good.
+func TestMCPHTTPSessionGoneWithJSONBodyReconnects(t *testing.T) {
+	for _, echoID := range []bool{false, true} {
+		t.Run(fmt.Sprintf("echo_id=%v", echoID), func(t *testing.T) {
+			ts := newTestMCPServer(t)
+			// The restarted server: a new handler, which no longer knows
+			// the sessions the old one opened; a request of one of those
+			// is answered 404 with a JSON-RPC error body.
+			var (
+				handler atomic.Pointer[http.Handler]
+				mu      sync.Mutex
+				seen    = map[string]bool{} // session IDs the old handler served
+				stale   map[string]bool
+			)
+			restart := func() {
+				h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ts.server }, nil)
+				var hh http.Handler = h
+				mu.Lock()
+				if handler.Load() != nil {
+					stale = seen
+				}
+				mu.Unlock()
+				handler.Store(&hh)
+			}
+			restart()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sid := r.Header.Get("Mcp-Session-Id")
+				mu.Lock()
+				gone := stale[sid]
+				if stale == nil && sid != "" {
+					seen[sid] = true
+				}
+				mu.Unlock()
+				if !gone {
+					(*handler.Load()).ServeHTTP(w, r)
+					return
+				}
+				body, _ := io.ReadAll(r.Body)
+				id := json.RawMessage("null")
+				if echoID {
+					var req struct{ ID json.RawMessage }
+					if json.Unmarshal(body, &req) == nil && req.ID != nil {
+						id = req.ID
+					}
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"},"id":%s}`, id)
+			}))
+			logs := newLogWatch()
+			m, err := NewMCP(MCPConfig{URL: srv.URL + "/mcp", RestartBackoff: time.Millisecond, Logger: logs.logger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				m.Close()
+				for s := range ts.server.Sessions() {
+					s.Close()
+				}
+				srv.CloseClientConnections()
+				srv.Close()
+			})
+			ctx := ctxT(t)
+			if err := m.Connect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.CheckHealth(ctx); err != nil {
+				t.Fatal(err)
+			}
+			restart()
+			if err := m.CheckHealth(ctx); err == nil {
+				t.Fatal("a ping on a session the server no longer knows succeeded")
+			}
+			logs.await(t, func(r slog.Record) bool {
+				return r.Message == "connected to the MCP server" && attr(r, "connection") == "2"
+			})
+			if err := m.CheckHealth(ctx); err != nil {
+				t.Errorf("health after the reconnect: %v", err)
+			}
+		})
 	}
 }
 
