@@ -1036,9 +1036,10 @@ func (m *MCP) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.R
 	return []hostsdk.Route{{Pattern: "GET " + PathStatus, Handler: m.status.handler()}}, nil
 }
 
-// Close stops reconnecting and closes the session; a stdio server's
-// process group gets SIGTERM and the server its input closed, then the
-// group SIGKILL after StopTimeout (stopServer).
+// Close stops reconnecting and closes the session; a stdio server is
+// stopped as MCP's stdio shutdown says (shutdownServer): its input closed
+// first, SIGTERM to its process group only if it still runs after half of
+// StopTimeout, SIGKILL at StopTimeout.
 func (m *MCP) Close() error {
 	m.mu.Lock()
 	if m.stopped {
