@@ -308,8 +308,74 @@ func probeStepError(ctx context.Context, storageErr, connErr error) error {
 	return errors.Join(storageErr, connErr)
 }
 
-// Step 8: the signed registration.
+// Step 8: the signed registration. A registration refused because the
+// replica's lease is still live in the registry (lease_live: an earlier
+// run of this replica that stopped without going offline — a kill -9, an
+// OOM kill, a lost machine — or another process started with this replica
+// ID) is sent again, with a new request, once that lease can have expired
+// (awaitLeaseLive), for at most MaxLeaseTTL plus a margin: the registry
+// refuses any takeover while the lease is live, so waiting here is what a
+// supervisor restarting the process would do, without its crash loop (a
+// systemd unit with the default start limit gives up after five quick
+// failures).
 func (h *Host) stepRegister(ctx context.Context) error {
+	var deadline time.Time
+	for {
+		err := h.registerOnce(ctx)
+		var rej *ControlRejectedError
+		if err == nil || !errors.As(err, &rej) || !strings.HasPrefix(rej.Message, leaseLivePrefix) {
+			return err
+		}
+		now := h.cfg.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(MaxLeaseTTL + leaseLiveMargin)
+		}
+		wait := leaseLiveWait(rej.Message, now, h.cfg.HeartbeatInterval)
+		if now.Add(wait).After(deadline) {
+			return fmt.Errorf("%w (still live after waiting %s for it to expire: another process may hold this replica ID; give each replica its own ID)",
+				err, (MaxLeaseTTL + leaseLiveMargin).String())
+		}
+		h.log.Warn("registration refused while the replica's previous lease is live in the registry (a run that stopped without going offline, or another process with this replica ID); registering again once it can have expired",
+			"message", rej.Message, "retry_in", wait.Round(time.Millisecond).String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for the replica's previous lease to expire: %w (%w)", err, context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// leaseLivePrefix starts the message of a registration the registry refused
+// under its lease_live rule (registry.RuleLeaseLive, as the control plane
+// words its rejections: "<rule>: <reason>").
+const leaseLivePrefix = "lease_live: "
+
+// leaseLiveMargin is added to MaxLeaseTTL to bound the wait for a live lease:
+// the control plane's maintenance takes an expired lease offline within its
+// interval (1 s by default).
+const leaseLiveMargin = 10 * time.Second
+
+// leaseLiveWait is how long to wait before registering again after a
+// lease_live refusal: until the lease's expiry the message names ("with a
+// lease until <RFC 3339 time>") plus a second for the control plane's
+// maintenance, at least a second; a heartbeat interval when it names none.
+func leaseLiveWait(message string, now time.Time, heartbeat time.Duration) time.Duration {
+	_, rest, ok := strings.Cut(message, " with a lease until ")
+	if !ok {
+		return heartbeat
+	}
+	until, _, _ := strings.Cut(rest, " ")
+	t, err := time.Parse(time.RFC3339Nano, until)
+	if err != nil {
+		return heartbeat
+	}
+	return max(t.Sub(now)+time.Second, time.Second)
+}
+
+// registerOnce sends one signed registration and applies its lease.
+func (h *Host) registerOnce(ctx context.Context) error {
 	sr, err := h.control.seal(aip.RegisterCommand(h.registration()))
 	if err != nil {
 		return err

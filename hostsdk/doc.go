@@ -60,7 +60,11 @@
 //     (BuildRoutesError);
 //  6. recover durable work (RecoverError);
 //  7. probe storage and connector health (ProbeError);
-//  8. send the signed register (RegisterError);
+//  8. send the signed register (RegisterError); refused because the
+//     replica's lease is still live in the registry (lease_live: a run
+//     that stopped without going offline, such as a kill -9), it waits
+//     until that lease can have expired and registers again with a new
+//     request, for at most MaxLeaseTTL plus 10 s;
 //  9. apply the lease and start heartbeats (ApplyLeaseError);
 //  10. serve (ServeError).
 //
