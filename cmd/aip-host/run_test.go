@@ -163,8 +163,9 @@ func TestPrintManifest(t *testing.T) {
 	}
 }
 
-// TestDocsUseRealFlags: every aip-host command in docs/products.md names a
-// product and flags that exist.
+// TestDocsUseRealFlags: every aip-host command in docs/products.md (go run
+// ./cmd/aip-host, ./aip-host or aip-host) names a product and flags that
+// exist.
 func TestDocsUseRealFlags(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "products.md"))
 	if err != nil {
@@ -178,8 +179,15 @@ func TestDocsUseRealFlags(t *testing.T) {
 			inSh = true
 		case trimmed == "```":
 			inSh = false
-		case inSh && strings.HasPrefix(trimmed, "go run ./cmd/aip-host "):
-			cmds = append(cmds, strings.TrimPrefix(trimmed, "go run ./cmd/aip-host "))
+		case inSh:
+			// The examples run the product from the source tree or the
+			// built binary; both must name real flags.
+			for _, prefix := range []string{"go run ./cmd/aip-host ", "./aip-host ", "aip-host "} {
+				if strings.HasPrefix(trimmed, prefix) {
+					cmds = append(cmds, strings.TrimPrefix(trimmed, prefix))
+					break
+				}
+			}
 		}
 	}
 	if len(cmds) < 2 {
