@@ -245,7 +245,9 @@ func counted(n int, noun string) string {
 }
 
 // renewDrain renews the draining lease every heartbeat interval until ctx
-// ends (just before the offline transition). The heartbeat worker stops at
+// ends (just before the offline transition, which does not wait for a
+// renewal in flight: ctx cuts it short, and the drain it sent, its outcome
+// unknown, is replayed by the offline step). The heartbeat worker stops at
 // the drain, and a drain can outlast the lease it was granted (waiting for
 // the actions, then for their connections, each up to DrainTimeout, which
 // is the lease's 30 s by default): lease maintenance would then take the
@@ -267,8 +269,16 @@ func (h *Host) renewDrain(ctx context.Context) {
 		case <-t.C:
 		}
 		h.controlMu.Lock()
+		if ctx.Err() != nil {
+			h.controlMu.Unlock()
+			return
+		}
 		if _, exp := h.lease.get(); exp.After(h.cfg.Now()) {
-			if err := h.transition(context.WithoutCancel(ctx), aip.OpDrain); err != nil {
+			// ctx ends the renewal in flight at the offline step, which
+			// does not wait for it: a drain it cut short has an unknown
+			// outcome, and the offline step replays it first, as it does
+			// any such drain.
+			if err := h.transition(ctx, aip.OpDrain); err != nil {
 				h.log.Warn("renew the draining lease", "in_flight", h.inflight.count(), "error", err)
 			}
 		}

@@ -1,0 +1,89 @@
+package hostsdk_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+)
+
+// hungControlPlane passes lifecycle requests to next until hang is set;
+// from then on it answers none: each request waits until its context
+// ends (the attempt's ControlTimeout, or its caller's cancellation), as
+// with a control plane that stopped answering.
+type hungControlPlane struct {
+	next http.RoundTripper
+	hang atomic.Bool
+}
+
+func (h *hungControlPlane) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.hang.Load() {
+		<-r.Context().Done()
+		return nil, context.Cause(r.Context())
+	}
+	return h.next.RoundTrip(r)
+}
+
+// TestShutdownDoesNotWaitForARenewalInFlight: the shutdown's lifecycle
+// requests stay within the termination-grace budget's share for them
+// (docs/operator-guide.md: 5 × the lifecycle timeout) when the control
+// plane stops answering during a drain whose first transition's answers
+// were lost. The renewals then replay that drain every heartbeat
+// interval, each replay taking up to two lifecycle timeouts; the
+// shutdown waited for the one in flight before its offline step (which
+// replays the drain again, then sends the offline), so Stop returned
+// 29 s after the drain's last action ended instead of 20 s. A renewal cut
+// short is a drain whose outcome is unknown like any other: the offline
+// step replays it.
+func TestShutdownDoesNotWaitForARenewalInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hung *hungControlPlane
+		b := newBubbleFleet(t, func(c *hostsdk.Config) {
+			c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = 10*time.Second, 3*time.Second, time.Minute
+			c.ControlTimeout = 5 * time.Second
+			hung = &hungControlPlane{next: c.ControlPlaneTransport}
+			c.ControlPlaneTransport = hung
+		})
+		ctx := b.awaitFirstBeat(t)
+		target := hostsdktest.TargetOf(b.h, b.cfg)
+		done := make(chan *hostsdktest.Response, 1)
+		go func() {
+			resp, err := b.d.Act(ctx, target, action(capBlock, `{"message":"slow"}`))
+			if err != nil {
+				t.Error(err)
+			}
+			done <- resp
+		}()
+		<-b.conn.started
+		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the drain and its resend: applied, answers lost
+		stopped := make(chan error, 1)
+		go func() { stopped <- b.h.Stop(ctx) }()
+		if err := b.cp.Await(ctx, hasOp(aip.OpDrain)); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		hung.hang.Store(true)
+		// The first renewal (3 s into the drain) replays the drain; it
+		// waits 2 × 5 s for answers that do not come.
+		time.Sleep(4 * time.Second)
+		released := time.Now()
+		close(b.conn.release)
+		if resp := <-done; resp == nil || resp.Status != 200 {
+			t.Errorf("the running action got no result: %+v", resp)
+		}
+		err := <-stopped
+		if err == nil {
+			t.Error("Stop = nil; the drain and offline transitions failed")
+		}
+		budget := 5 * b.cfg.ControlTimeout
+		if took := time.Since(released); took > budget {
+			t.Errorf("Stop returned %s after the drain's last action ended; the lifecycle requests' share of the termination grace is %s (5 × the lifecycle timeout)", took, budget)
+		}
+	})
+}
