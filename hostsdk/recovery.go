@@ -24,13 +24,20 @@ const recoveryBatch = 100
 // retry under the same ID returns that result); a record a cancel journaled
 // before its action arrived is cancelled, as the cancel would have left it.
 // Actions left running go to the connector's Reconciler when it has one,
-// else become outcome_unknown. Any recovery error blocks registration.
+// else become outcome_unknown. Any recovery error blocks registration;
+// when every error is ctx's cancellation (a shutdown requested while
+// starting cut recovery short) the step's error wraps it, so that Run
+// takes the stop for a clean one, while an error of recovery's own is a
+// failed start even if the cancellation came too.
 func (h *Host) stepRecover(ctx context.Context) error {
 	sum := journal.RecoverySummary{RecoveredAt: h.cfg.Now()}
 	rec, hasReconciler := h.conn.(Reconciler)
 	// Every finished action leaves the received/running set, so paging from
 	// the start always makes progress; failed ones are remembered and skipped.
 	skip := map[string]bool{}
+	// own counts the errors that are not the cancellation of ctx (see
+	// the end).
+	own := 0
 	for {
 		batch, err := h.journal.ActionsByStatus(ctx, recoveryBatch+len(skip), aip.StateReceived, aip.StateRunning)
 		if err != nil {
@@ -45,6 +52,9 @@ func (h *Host) stepRecover(ctx context.Context) error {
 			if err := h.recoverAction(ctx, a, rec, hasReconciler, &sum); err != nil {
 				sum.Errors = append(sum.Errors, fmt.Sprintf("action %s: %v", a.ActionID, err))
 				skip[a.ActionID] = true
+				if !stoppedByCancel(ctx, err) {
+					own++
+				}
 			}
 		}
 		if !progressed {
@@ -54,12 +64,23 @@ func (h *Host) stepRecover(ctx context.Context) error {
 	pending, err := h.journal.PendingEvents(ctx)
 	if err != nil {
 		sum.Errors = append(sum.Errors, fmt.Sprintf("count pending events: %v", err))
+		if !stoppedByCancel(ctx, err) {
+			own++
+		}
 	}
 	sum.PendingEvents = pending
 	h.recovery = sum
 	h.log.Info("recovery", "reconciled", sum.Reconciled, "outcome_unknown", sum.OutcomeUnknown,
 		"received_not_started", sum.Received, "pending_events", sum.PendingEvents, "errors", len(sum.Errors))
 	if n := len(sum.Errors); n > 0 {
+		if own == 0 {
+			// Every error is the shutdown requested while starting
+			// (SIGTERM) cutting recovery short: the start stopped
+			// because of it, and what was not recovered is recovered at
+			// the next start. The error wraps the cancellation so that
+			// Run takes it for a clean stop.
+			return fmt.Errorf("durable runtime recovery stopped by a shutdown request (%d step(s) cut short: %v): %w", n, sum.Errors, context.Cause(ctx))
+		}
 		return fmt.Errorf("durable runtime recovery produced %d error(s); replica admission is blocked until they are reconciled: %v", n, sum.Errors)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
 // errSIGTERM is the cause signal.NotifyContext gives its context on
@@ -106,4 +107,63 @@ func TestStartFailureRacingSIGTERMIsReported(t *testing.T) {
 			t.Errorf("Run = %v; a refused registration leaves nothing registered", err)
 		}
 	})
+}
+
+// signalAtPendingEvents is a journal whose outbox count, the last read of
+// recovery (step 6), is where SIGTERM arrives: the count is cut short.
+type signalAtPendingEvents struct {
+	journal.Journal
+	cancel context.CancelCauseFunc
+}
+
+func (j signalAtPendingEvents) PendingEvents(ctx context.Context) (int, error) {
+	j.cancel(errSIGTERM)
+	return j.Journal.PendingEvents(ctx)
+}
+
+// TestSIGTERMDuringRecoveryIsACleanStop: a SIGTERM that cuts recovery's
+// journal reads short is a shutdown requested while starting (Run returns
+// nil), and a reconcile that failed for a reason of its own before it is
+// still a failed start. Recovery turned each of its errors into text, so
+// the cancellation of its outbox count was not recognised as one, and a
+// plain SIGTERM at step 6 made the start fail (exit status 1).
+func TestSIGTERMDuringRecoveryIsACleanStop(t *testing.T) {
+	errProduct := errors.New("the product's status API answered 500")
+	for _, c := range []struct {
+		name      string
+		reconcile error // nil: no action is left running
+		wantErr   error
+	}{
+		{"nothing to reconcile", nil, nil},
+		{"a reconcile failed on its own", errProduct, errProduct},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFleet(t)
+			ctx, cancel := context.WithCancelCause(ctxT(t))
+			defer cancel(nil)
+			f.cfg.Journal = signalAtPendingEvents{Journal: f.j, cancel: cancel}
+			conn := newTestConnector()
+			if c.reconcile != nil {
+				leaveRunning(t, f.j, action(capEcho, `{"message":"left running"}`), true)
+				conn.reconcile = func(context.Context, *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+					return nil, c.reconcile
+				}
+			}
+			h, err := hostsdk.New(f.cfg, reconcilingConnector{conn})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = h.Run(ctx)
+			if c.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Run = %v; want nil: SIGTERM during recovery is a clean stop", err)
+				}
+				return
+			}
+			var re *hostsdk.RecoverError
+			if !errors.As(err, &re) || !strings.Contains(err.Error(), c.wantErr.Error()) {
+				t.Fatalf("Run = %v; want the RecoverError naming the reconcile's own failure, though SIGTERM arrived meanwhile", err)
+			}
+		})
+	}
 }
