@@ -86,12 +86,15 @@ func (h *Host) shutdown() error {
 	h.log.Info("draining", "in_flight", h.inflight.handled(), "abandoned_calls", h.abandoned.Load())
 	// 2. Taking controlMu waits for a heartbeat already on the wire, so the
 	// drain carries the newest sequence.
+	// The step's lifecycle requests, replays of earlier ones whose
+	// outcome is unknown included, share lifecycleStepBudget.
 	h.controlMu.Lock()
-	h.settlePendingRegister(ctx)
+	dctx, dcancel := context.WithTimeout(ctx, lifecycleStepBudget*h.cfg.ControlTimeout)
+	h.settlePendingRegister(dctx)
 	drained := false
 	if seq, exp := h.lease.get(); !exp.After(h.cfg.Now()) {
 		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
-	} else if err := h.transition(ctx, aip.OpDrain); err != nil {
+	} else if err := h.transition(dctx, aip.OpDrain); err != nil {
 		fail("registry drain", err)
 		// Its outcome unknown, the drain is replayed at each renewal: the
 		// registry may hold the replica draining with a lease to renew,
@@ -101,6 +104,7 @@ func (h *Host) shutdown() error {
 	} else {
 		drained = true
 	}
+	dcancel()
 	h.controlMu.Unlock()
 	// 3. The worker sees the draining flag on its next tick.
 	// 4.
@@ -185,9 +189,11 @@ func (h *Host) shutdown() error {
 	stopRenewing()
 	<-renewed
 	h.controlMu.Lock()
-	if err := h.transition(ctx, aip.OpOffline); err != nil {
+	octx, ocancel := context.WithTimeout(ctx, lifecycleStepBudget*h.cfg.ControlTimeout)
+	if err := h.transition(octx, aip.OpOffline); err != nil {
 		fail("registry offline transition", err)
 	}
+	ocancel()
 	h.controlMu.Unlock()
 
 	// 10. Abandoned calls are not awaited: the host cannot end them, and
@@ -243,6 +249,16 @@ func counted(n int, noun string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
+
+// lifecycleStepBudget is how many lifecycle timeouts (Config.ControlTimeout)
+// each of the shutdown's two lifecycle steps may take, the drain and the
+// offline, the replays that come first included (a heartbeat, register or
+// drain whose answers were lost): the time of a request and its resend.
+// With the outbox's last delivery that makes the 5 × the lifecycle timeout
+// that docs/operator-guide.md counts in the process supervisor's
+// termination grace; without the bound, a control plane that stopped
+// answering made each replay add two more.
+const lifecycleStepBudget = 2
 
 // renewDrain renews the draining lease every heartbeat interval until ctx
 // ends (just before the offline transition, which does not wait for a

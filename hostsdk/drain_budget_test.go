@@ -87,3 +87,46 @@ func TestShutdownDoesNotWaitForARenewalInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestShutdownLifecycleStepsStayWithinTheirBudget: with a heartbeat whose
+// answers were lost pending and then a control plane that stopped
+// answering, the shutdown's drain step replayed the heartbeat (two
+// lifecycle timeouts) before its drain (two more), and the offline step
+// replayed the heartbeat and the drain before the offline: ten lifecycle
+// timeouts where the termination grace counts five. Each step now has
+// two, replays included.
+func TestShutdownLifecycleStepsStayWithinTheirBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hung *hungControlPlane
+		b := newBubbleFleet(t, func(c *hostsdk.Config) {
+			c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = 60*time.Second, 3*time.Second, time.Minute
+			c.ControlTimeout = 5 * time.Second
+			hung = &hungControlPlane{next: c.ControlPlaneTransport}
+			c.ControlPlaneTransport = hung
+		})
+		ctx := b.awaitFirstBeat(t)
+		beats := len(opsOf(b.cp, aip.OpHeartbeat))
+		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the next beat and its resend: applied, answers lost
+		if err := b.cp.Await(ctx, func(ops []hostsdktest.Operation) bool {
+			n := 0
+			for _, o := range ops {
+				if o.Op == aip.OpHeartbeat {
+					n++
+				}
+			}
+			return n >= beats+2
+		}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		hung.hang.Store(true)
+		start := time.Now()
+		if err := b.h.Stop(ctx); err == nil {
+			t.Error("Stop = nil; the drain and offline transitions failed")
+		}
+		budget := b.cfg.DrainLinger + 5*b.cfg.ControlTimeout
+		if took := time.Since(start); took > budget {
+			t.Errorf("Stop took %s with no action in flight; the drain linger and the lifecycle requests' share of the termination grace are %s", took, budget)
+		}
+	})
+}
