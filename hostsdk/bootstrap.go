@@ -17,7 +17,9 @@ import (
 )
 
 // Step 1: read and check the files the configuration names (signing key,
-// DID files, CA certificate) and build the lifecycle client.
+// DID files, CA certificate, credential revision policy, which must
+// authorize the configured credential revision) and build the lifecycle
+// client.
 func (h *Host) stepValidate(ctx context.Context) error {
 	c := &h.cfg
 	h.key = c.SigningKey
@@ -51,6 +53,9 @@ func (h *Host) stepValidate(ctx context.Context) error {
 		if built, err = newControlTransport(caPEM); err != nil {
 			return fmt.Errorf("%s %s: %w", settingName("TLSCACertificateFile"), c.TLSCACertificateFile, err)
 		}
+	}
+	if err := c.checkCredentialStartup(); err != nil {
+		return err
 	}
 	transport := c.ControlPlaneTransport
 	if transport == nil {
@@ -134,7 +139,7 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 func (h *Host) stepDiscover(ctx context.Context) error {
 	var m *aip.Manifest
 	err := guard("Manifest", func() (err error) {
-		m, err = h.conn.Manifest(ctx, h.tenant)
+		m, err = h.conn.Manifest(ctx, h.tenant.clone())
 		return err
 	})
 	if err != nil {
@@ -249,7 +254,7 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 	if rp, ok := h.conn.(RouteProvider); ok {
 		err := guard("Routes", func() (err error) {
 			product, err = rp.Routes(ctx, &RouteContext{
-				Tenant: h.tenant, Events: h.events, State: h.state, Ready: h.ready, Logger: h.log,
+				Tenant: h.tenant.clone(), Events: h.events, State: h.state, Ready: h.ready, Logger: h.log,
 			})
 			return err
 		})

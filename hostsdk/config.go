@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +60,11 @@ const (
 	MaxCACertificateBytes = 1 << 20
 	// MaxDIDBytes bounds a DID given inline or in a file.
 	MaxDIDBytes = 512
+	// MaxCredentialPolicyBytes bounds the credential revision policy file.
+	MaxCredentialPolicyBytes = 64 << 10
+	// MaxCredentialRevisionRefBytes bounds a credential revision reference
+	// (Config.CredentialRevisionRef and each one of the policy).
+	MaxCredentialRevisionRefBytes = 256
 	// DefaultActionRetention is how long a finished action's journal record
 	// is kept by default (as long as upstream keeps runtime events).
 	DefaultActionRetention = 30 * 24 * time.Hour
@@ -129,6 +135,43 @@ type Config struct {
 	ReplicaID       string
 	// TenantID is the tenant owning the instance (1 to 512 bytes). Required.
 	TenantID string
+	// TenantSystem optionally names the system TenantID is an identifier
+	// of (1 to 512 bytes): identity.tenant.system of every action the
+	// connector sees.
+	TenantSystem string
+	// MembershipID optionally names the tenant membership the instance
+	// acts under (1 to 512 bytes). Connectors read it from TenantContext;
+	// the action's identity has no member for it.
+	MembershipID string
+	// ExternalAccountID and ExternalAccountSystem (both or neither; 1 to
+	// 512 and 1 to 128 bytes) name the provider account the instance acts
+	// as: identity.external_account of every action the connector sees.
+	ExternalAccountID     string
+	ExternalAccountSystem string
+	// CredentialID, CredentialIssuer, CredentialScopes and
+	// CredentialRevisionRef reference the tenant credential the instance
+	// uses (never its value): all four or none. ID and issuer are 1 to 512
+	// bytes; at least one scope, each 1 to 512 bytes; the revision 1 to
+	// 256 bytes. {id, issuer, scopes} is identity.credential_ref of every
+	// action the connector sees; the revision is the one
+	// CredentialRevisionPolicyFile must authorize when the host starts.
+	CredentialID          string
+	CredentialIssuer      string
+	CredentialScopes      []string
+	CredentialRevisionRef string
+	// CredentialRevisionPolicyFile optionally names the credential
+	// revision policy: a JSON file (not a secret, but it must not be
+	// writable by group or others; at most MaxCredentialPolicyBytes)
+	// holding {"current_revision_ref", "accepted_previous_revisions",
+	// "revoked_revisions"}. The host reads and checks it when it starts
+	// (it must authorize CredentialRevisionRef) and again before every
+	// action and cancel, against the credential_revision_ref of the
+	// message's route: a revoked or unlisted revision is refused with
+	// connector_host.credential_revision_denied, and a file that cannot
+	// be read or is invalid then refuses with
+	// connector_host.credential_revision_unavailable (docs/operator-guide.md,
+	// "Credential revisions"). Without it no revision is checked.
+	CredentialRevisionPolicyFile string
 	// GatewayPrincipalID is the dispatcher's principal (kind service); native
 	// messages must come from it. It must equal the dispatcher's principal
 	// (aipfleet dispatch --principal-id); default
@@ -374,15 +417,29 @@ func (c *Config) validate() error {
 	for _, s := range []struct {
 		field, value string
 		min, max     int
+		optional     bool // empty means not set
 	}{
-		{"TenantID", c.TenantID, 1, 512},
-		{"GatewayPrincipalID", c.GatewayPrincipalID, 1, 512},
-		{"TrustDomain", c.TrustDomain, 1, 253},
-		{"SecretProviderRef", c.SecretProviderRef, 1, 2048},
+		{"TenantID", c.TenantID, 1, 512, false},
+		{"TenantSystem", c.TenantSystem, 1, 512, true},
+		{"MembershipID", c.MembershipID, 1, 512, true},
+		{"ExternalAccountID", c.ExternalAccountID, 1, 512, true},
+		{"ExternalAccountSystem", c.ExternalAccountSystem, 1, 128, true},
+		{"CredentialID", c.CredentialID, 1, 512, true},
+		{"CredentialIssuer", c.CredentialIssuer, 1, 512, true},
+		{"CredentialRevisionRef", c.CredentialRevisionRef, 1, MaxCredentialRevisionRefBytes, true},
+		{"GatewayPrincipalID", c.GatewayPrincipalID, 1, 512, false},
+		{"TrustDomain", c.TrustDomain, 1, 253, false},
+		{"SecretProviderRef", c.SecretProviderRef, 1, 2048, false},
 	} {
+		if s.optional && s.value == "" {
+			continue
+		}
 		if len(s.value) < s.min || len(s.value) > s.max {
 			return cfgErr(s.field, "is %d bytes; must be %d to %d bytes", len(s.value), s.min, s.max)
 		}
+	}
+	if err := c.validateIdentity(); err != nil {
+		return err
 	}
 	for _, l := range []struct{ field, value string }{
 		{"Region", c.Region}, {"Zone", c.Zone}, {"CapacityClass", c.CapacityClass},
@@ -436,6 +493,51 @@ func (c *Config) validate() error {
 	}
 	if c.Journal == nil && c.OpenJournal == nil && c.StateDir == "" {
 		return cfgErr("StateDir", "is empty; name the directory of the embedded journal")
+	}
+	return nil
+}
+
+// validateIdentity checks the settings that go together: the external
+// account's pair and the credential's four. Their lengths are checked
+// with the other strings'.
+func (c *Config) validateIdentity() error {
+	if (c.ExternalAccountID == "") != (c.ExternalAccountSystem == "") {
+		if c.ExternalAccountID == "" {
+			return cfgErr("ExternalAccountID", "is empty but %s is set; give both or neither", settingName("ExternalAccountSystem"))
+		}
+		return cfgErr("ExternalAccountSystem", "is empty but %s is set; give both or neither", settingName("ExternalAccountID"))
+	}
+	cred := []struct {
+		field string
+		set   bool
+	}{
+		{"CredentialID", c.CredentialID != ""},
+		{"CredentialIssuer", c.CredentialIssuer != ""},
+		{"CredentialScopes", len(c.CredentialScopes) > 0},
+		{"CredentialRevisionRef", c.CredentialRevisionRef != ""},
+	}
+	var given []string
+	for _, f := range cred {
+		if f.set {
+			given = append(given, settingName(f.field))
+		}
+	}
+	if len(given) > 0 {
+		verb := "are"
+		if len(given) == 1 {
+			verb = "is"
+		}
+		for _, f := range cred {
+			if !f.set {
+				return cfgErr(f.field, "is missing but %s %s set; the tenant credential needs all of --credential-id, --credential-issuer, --credential-scope and --credential-revision-ref, or none",
+					strings.Join(given, ", "), verb)
+			}
+		}
+	}
+	for i, s := range c.CredentialScopes {
+		if s == "" || len(s) > 512 {
+			return cfgErr("CredentialScopes", "scope %d is %d bytes; each scope must be 1 to 512 bytes", i+1, len(s))
+		}
 	}
 	return nil
 }

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
 // TenantContext is the deployment identity a connector serves: one tenant's
-// instance of one connector version, on one replica.
+// instance of one connector version, on one replica. Every field comes
+// from the host's configuration (the operator's settings), never from a
+// message: it is what the host vouches for.
 type TenantContext struct {
 	TenantID          string
 	ConnectorTypeID   string
@@ -23,6 +26,56 @@ type TenantContext struct {
 	ConfigRevision    uint64
 	SecretProviderRef string
 	TrustDomain       string
+	// TenantSystem is the system TenantID belongs to (--tenant-system;
+	// empty when not configured).
+	TenantSystem string
+	// MembershipID is the tenant membership the instance acts under
+	// (--membership-id; empty when not configured).
+	MembershipID string
+	// ExternalAccount is the provider account the instance acts as
+	// (--external-account-id and --external-account-system; nil when not
+	// configured).
+	ExternalAccount *aip.AccountRef
+	// Credential references the tenant credential the instance uses
+	// (--credential-id, --credential-issuer, --credential-scope; nil when
+	// not configured), and CredentialRevisionRef is its revision
+	// (--credential-revision-ref). The credential's value is the
+	// connector's to obtain, through SecretProviderRef.
+	Credential            *aip.CredentialRef
+	CredentialRevisionRef string
+}
+
+// clone returns a copy of t that shares no memory with it, so a connector
+// that changes what it was given changes nothing the host or another call
+// sees.
+func (t TenantContext) clone() TenantContext {
+	if t.ExternalAccount != nil {
+		a := *t.ExternalAccount
+		t.ExternalAccount = &a
+	}
+	if t.Credential != nil {
+		c := *t.Credential
+		c.Scopes = slices.Clone(c.Scopes)
+		t.Credential = &c
+	}
+	return t
+}
+
+// identity is the identity of every action the connector is given
+// (reference §5.5 step 8): whatever identity the action carried is
+// replaced by the host's configuration: the tenant with its system, the
+// external account, the dispatcher's principal as the service account,
+// and the credential reference. Nothing else of the payload's identity
+// (external user, human actor, acted on behalf of, OAuth) reaches the
+// connector: the host cannot verify it.
+func (t TenantContext) identity(gateway aip.Principal) *aip.IdentityContext {
+	t = t.clone()
+	return &aip.IdentityContext{
+		Tenant:          &aip.TenantRef{ID: t.TenantID, System: t.TenantSystem},
+		ExternalAccount: t.ExternalAccount,
+		ServiceAccount:  &gateway,
+		CredentialRef:   t.Credential,
+	}
 }
 
 // Connector is what a connector author implements: tenant-scoped discovery

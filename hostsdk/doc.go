@@ -39,18 +39,30 @@
 // --allow-insecure-loopback-http, --max-in-flight, --lease-ttl-ms,
 // --heartbeat-interval-ms, --drain-timeout-ms, --drain-linger-ms,
 // --health-probe-timeout-ms, --handle-grace-ms,
-// --control-timeout-ms, --tls-ca-certificate-file, and --state-dir and
-// --database-url-file for the journal. Every invalid value is reported as a
+// --control-timeout-ms, --tls-ca-certificate-file, --state-dir and
+// --database-url-file for the journal, the optional identity the
+// connector is given (--tenant-system, --membership-id,
+// --external-account-id with --external-account-system, and the tenant
+// credential reference --credential-id, --credential-issuer,
+// --credential-scope, --credential-revision-ref, all or none) and
+// --credential-revision-policy-file. Every invalid value is reported as a
 // *ConfigError naming the flag, the variable and the accepted range. Secrets
 // come only from files, which must be regular, not symlinks, and readable by
 // their owner only.
+//
+// The connector sees the configured identity, never the action's: on
+// TenantContext (Call.Tenant, Connector.Manifest's tenant) and as every
+// action's identity, which replaces whatever the action carried: tenant
+// {id, system}, external_account, service_account (the dispatcher's
+// principal the message was verified against) and credential_ref.
 //
 // # Bootstrap
 //
 // Start (and Run) perform, in order, each step with a log line, an
 // OpenTelemetry span and its own error type (see StepError):
 //
-//  1. validate the configuration and its files (ValidateError);
+//  1. validate the configuration and its files; a credential revision
+//     policy must authorize --credential-revision-ref (ValidateError);
 //  2. open the runtime journal and install its schema, then call
 //     Config.AfterOpenJournal if set (OpenJournalError);
 //  3. tenant-scoped discovery, Connector.Manifest (DiscoverError);
@@ -143,8 +155,16 @@
 //     connector_host.action_in_progress — or is answered from the journal,
 //     whatever the replica's state, one routed before the journal's prune
 //     horizon gets the signed 410 connector_host.action_expired, and one
-//     the journal cannot tell about gets storage_unavailable); the input is
-//     validated against the capability's
+//     the journal cannot tell about gets storage_unavailable); with
+//     Config.CredentialRevisionPolicyFile, the route's
+//     credential_revision_ref is then checked against the policy, read
+//     again for every action and cancel: a revision it does not allow gets
+//     a signed 403 connector_host.credential_revision_denied, a policy that
+//     cannot be read a signed 503 connector_host.credential_revision_unavailable
+//     (retry after 1 s), given like the refusals above (message ID claimed,
+//     nothing journaled or run, only for an action the journal does not
+//     hold) but not proof for a reroute: the dispatcher answers them to its
+//     client; the input is validated against the capability's
 //     input_schema; the action is journaled, run, and its result journaled
 //     with a receipt (ActionResult.Receipt). When the write journaling it
 //     fails, the host reads the record back: one journaled by this very
@@ -161,7 +181,8 @@
 //     receiver went away, or a crash interrupted it) is
 //     answered with a signed 502 connector_host.outcome_unknown, then and
 //     on every delivery;
-//   - cancel (action-scoped): cancels the running Handle's context, tells a
+//   - cancel (action-scoped), once the credential revision policy (when
+//     configured) allows its route's revision: cancels the running Handle's context, tells a
 //     Canceler, and answers the action's journaled result; a cancel that
 //     arrives first journals a cancelled record so the action never runs
 //     (in two writes; a record the second write failed to finish is

@@ -52,6 +52,23 @@ var options = []*option{
 	{flag: "instance-id", env: "INSTANCE_ID", field: "InstanceID", usage: "connector instance ID (cinst_...)", set: str(func(c *Config) *string { return &c.InstanceID })},
 	{flag: "replica-id", env: "REPLICA_ID", field: "ReplicaID", usage: "replica ID (crepl_...)", set: str(func(c *Config) *string { return &c.ReplicaID })},
 	{flag: "tenant-id", env: "TENANT_ID", field: "TenantID", usage: "tenant owning the instance", set: str(func(c *Config) *string { return &c.TenantID })},
+	{flag: "tenant-system", env: "TENANT_SYSTEM", field: "TenantSystem", usage: "system the tenant ID belongs to: the actions' identity.tenant.system (optional)", set: str(func(c *Config) *string { return &c.TenantSystem })},
+	{flag: "membership-id", env: "MEMBERSHIP_ID", field: "MembershipID", usage: "tenant membership the instance acts under, given to the connector (optional)", set: str(func(c *Config) *string { return &c.MembershipID })},
+	{flag: "external-account-id", env: "EXTERNAL_ACCOUNT_ID", field: "ExternalAccountID", usage: "provider account the instance acts as: the actions' identity.external_account.id (with --external-account-system)", set: str(func(c *Config) *string { return &c.ExternalAccountID })},
+	{flag: "external-account-system", env: "EXTERNAL_ACCOUNT_SYSTEM", field: "ExternalAccountSystem", usage: "system of --external-account-id (both or neither)", set: str(func(c *Config) *string { return &c.ExternalAccountSystem })},
+	{flag: "credential-id", env: "CREDENTIAL_ID", field: "CredentialID", usage: "tenant credential reference: its ID (with --credential-issuer, --credential-scope and --credential-revision-ref, or none of them)", set: str(func(c *Config) *string { return &c.CredentialID })},
+	{flag: "credential-issuer", env: "CREDENTIAL_ISSUER", field: "CredentialIssuer", usage: "issuer of the tenant credential", set: str(func(c *Config) *string { return &c.CredentialIssuer })},
+	{flag: "credential-scope", env: "CREDENTIAL_SCOPES", field: "CredentialScopes", usage: "scope of the tenant credential (repeat the flag, or give a comma-separated list)", kind: SettingList,
+		set: func(c *Config, v string) error {
+			for _, s := range strings.Split(v, ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					c.CredentialScopes = append(c.CredentialScopes, s)
+				}
+			}
+			return nil
+		}},
+	{flag: "credential-revision-ref", env: "CREDENTIAL_REVISION", field: "CredentialRevisionRef", usage: "revision of the tenant credential, which the revision policy must authorize (1 to 256 bytes)", set: str(func(c *Config) *string { return &c.CredentialRevisionRef })},
+	{flag: "credential-revision-policy-file", env: "CREDENTIAL_POLICY_FILE", field: "CredentialRevisionPolicyFile", usage: "JSON credential revision policy, read again before every action and cancel (unset: revisions are not checked)", set: str(func(c *Config) *string { return &c.CredentialRevisionPolicyFile })},
 	{flag: "gateway-principal-id", env: "GATEWAY_PRINCIPAL_ID", field: "GatewayPrincipalID", usage: "principal ID of the dispatcher: the --principal-id aipfleet dispatch signs as (default " + DefaultGatewayPrincipalID + ", that flag's default)", set: str(func(c *Config) *string { return &c.GatewayPrincipalID })},
 	{flag: "gateway-did", env: "GATEWAY_DID", field: "GatewayDID", usage: "pinned did:key of the dispatcher", set: str(func(c *Config) *string { return &c.GatewayDID })},
 	{flag: "gateway-did-file", env: "GATEWAY_DID_FILE", field: "GatewayDIDFile", usage: "file holding the dispatcher's did:key", set: str(func(c *Config) *string { return &c.GatewayDIDFile })},
@@ -190,6 +207,10 @@ const (
 	// SettingMillis accepts a decimal number of milliseconds from Min to
 	// Max (SettingValues.Millis).
 	SettingMillis
+	// SettingList accepts any value; the flag may be repeated, and its
+	// values are joined with commas (the variable gives a comma-separated
+	// list).
+	SettingList
 )
 
 // Setting is one option of a program's flag and environment contract, in
@@ -258,9 +279,12 @@ func BindSettings(fs *flag.FlagSet, settings []Setting) func(getenv func(string)
 		v := new(string)
 		values[i] = v
 		usage := s.Usage + " [$" + s.Env + "]"
-		if s.Kind == SettingBool {
+		switch s.Kind {
+		case SettingBool:
 			fs.Var(boolValue{v}, s.Flag, usage)
-		} else {
+		case SettingList:
+			fs.Var(&listValue{p: v}, s.Flag, usage)
+		default:
 			fs.StringVar(v, s.Flag, "", usage)
 		}
 	}
@@ -329,3 +353,24 @@ func (b boolValue) String() string {
 }
 func (b boolValue) Set(s string) error { *b.p = s; return nil }
 func (b boolValue) IsBoolFlag() bool   { return true }
+
+// listValue is a flag.Value that a repeated flag appends to, with a comma.
+type listValue struct {
+	p   *string
+	set bool
+}
+
+func (l *listValue) String() string {
+	if l == nil || l.p == nil {
+		return ""
+	}
+	return *l.p
+}
+
+func (l *listValue) Set(s string) error {
+	if l.set {
+		s = *l.p + "," + s
+	}
+	*l.p, l.set = s, true
+	return nil
+}

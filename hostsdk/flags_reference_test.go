@@ -12,8 +12,7 @@ import (
 // variable, default, bounds) and to the defaults the docs give, through
 // LoadConfig as an operator sets them: by variable. Differences that are
 // design choices are marked. The reference's settings this host does not
-// have (--tenant-system, --membership-id, --external-account-*,
-// --credential-*, --callback-*, --event-allow-*) are not listed.
+// have (--callback-*, --event-allow-*) are not listed.
 func TestSettingsMatchTheReference(t *testing.T) {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	rows := []struct {
@@ -35,6 +34,26 @@ func TestSettingsMatchTheReference(t *testing.T) {
 		{"instance-id", "INSTANCE_ID", func(c *Config) string { return c.InstanceID }, "", "", ""},
 		{"replica-id", "REPLICA_ID", func(c *Config) string { return c.ReplicaID }, "crepl_x", "", ""},
 		{"tenant-id", "TENANT_ID", func(c *Config) string { return c.TenantID }, "", "", ""},
+		// Optional, unbounded in the reference; 1 to 512 bytes here
+		// (TestNewValidatesIdentitySettings), as --tenant-id.
+		{"tenant-system", "TENANT_SYSTEM", func(c *Config) string { return c.TenantSystem }, "", "", ""},
+		// 1 to 512 bytes; the external account's pair both or neither, 1 to
+		// 512 and 1 to 128 bytes (TestNewValidatesIdentitySettings).
+		{"membership-id", "MEMBERSHIP_ID", func(c *Config) string { return c.MembershipID }, "", "", ""},
+		{"external-account-id", "EXTERNAL_ACCOUNT_ID", func(c *Config) string { return c.ExternalAccountID }, "", "", ""},
+		{"external-account-system", "EXTERNAL_ACCOUNT_SYSTEM", func(c *Config) string { return c.ExternalAccountSystem }, "", "", ""},
+		// All or none, at least one scope, the revision 1 to 256 bytes
+		// (TestNewValidatesIdentitySettings); --credential-scope repeats or
+		// takes a comma list (TestLoadConfigIdentitySettings). The
+		// reference bounds neither the ID nor the issuer; 1 to 512 bytes
+		// here.
+		{"credential-id", "CREDENTIAL_ID", func(c *Config) string { return c.CredentialID }, "", "", ""},
+		{"credential-issuer", "CREDENTIAL_ISSUER", func(c *Config) string { return c.CredentialIssuer }, "", "", ""},
+		{"credential-scope", "CREDENTIAL_SCOPES", func(c *Config) string { return strings.Join(c.CredentialScopes, ",") }, "", "", ""},
+		{"credential-revision-ref", "CREDENTIAL_REVISION", func(c *Config) string { return c.CredentialRevisionRef }, "", "", ""},
+		// Optional; at most 64 KiB, read again before every action and
+		// cancel (TestCredentialPolicyFileRules, TestCredentialRevisionPolicy).
+		{"credential-revision-policy-file", "CREDENTIAL_POLICY_FILE", func(c *Config) string { return c.CredentialRevisionPolicyFile }, "", "", ""},
 		// Required by the reference; defaults here to the principal
 		// aipfleet dispatch signs as (operator-guide.md, section 7).
 		{"gateway-principal-id", "GATEWAY_PRINCIPAL_ID", func(c *Config) string { return c.GatewayPrincipalID }, "service:aipfleet-dispatch", "", ""},

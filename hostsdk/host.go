@@ -171,7 +171,15 @@ func New(cfg Config, conn Connector) (*Host, error) {
 			TenantID: cfg.TenantID, ConnectorTypeID: cfg.ConnectorTypeID, VersionID: cfg.VersionID,
 			InstanceID: cfg.InstanceID, ReplicaID: cfg.ReplicaID, ConfigRevision: cfg.ConfigRevision,
 			SecretProviderRef: cfg.SecretProviderRef, TrustDomain: cfg.TrustDomain,
+			TenantSystem: cfg.TenantSystem, MembershipID: cfg.MembershipID,
+			CredentialRevisionRef: cfg.CredentialRevisionRef,
 		},
+	}
+	if cfg.ExternalAccountID != "" {
+		h.tenant.ExternalAccount = &aip.AccountRef{ID: cfg.ExternalAccountID, System: cfg.ExternalAccountSystem}
+	}
+	if cfg.CredentialID != "" {
+		h.tenant.Credential = &aip.CredentialRef{ID: cfg.CredentialID, Issuer: cfg.CredentialIssuer, Scopes: slices.Clone(cfg.CredentialScopes)}
 	}
 	if k, ok := conn.(ActionStateKeeper); ok {
 		var namespaces []string
@@ -643,4 +651,4 @@ func pinnedKey(did string) (ed25519.PublicKey, error) { return aip.ParseDIDKey(d
 func (h *Host) Principal() aip.Principal { return h.principal }
 
 // Tenant returns the deployment identity the connector serves.
-func (h *Host) Tenant() TenantContext { return h.tenant }
+func (h *Host) Tenant() TenantContext { return h.tenant.clone() }

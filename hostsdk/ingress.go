@@ -259,6 +259,9 @@ func (x *exchange) serve() bool {
 	}
 	switch b := &env.Body; {
 	case b.Cancel != nil:
+		if status, pe := x.checkCredentialRevision(route); pe != nil {
+			return x.refuse(status, pe)
+		}
 		return x.cancel(b.Cancel, route)
 	case b.ActionStatusQuery != nil:
 		return x.statusQuery(b.ActionStatusQuery.ActionID)
@@ -282,6 +285,12 @@ func (x *exchange) begin(env *aip.Envelope) {
 		trace.WithAttributes(attribute.String("aip.message_type", string(env.MessageType)),
 			attribute.String("aip.message_id", env.MessageID)))
 	x.stream = env.Body.Action != nil && env.Body.Action.Mode == aip.ModeStreaming
+}
+
+// gatewayPrincipal is the pinned dispatcher's principal: the service
+// account of every action the connector is given.
+func (h *Host) gatewayPrincipal() aip.Principal {
+	return aip.Principal{ID: h.cfg.GatewayPrincipalID, Kind: aip.PrincipalService, TrustDomain: h.cfg.TrustDomain, DID: h.gatewayDID}
 }
 
 // checkSender compares the envelope's from with the pinned dispatcher.
@@ -491,6 +500,14 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		h.inflight.detach(a.ID)
 		go h.awaitAbandoned(a, x.abandonedCall)
 	}()
+	// The route's credential revision, against the policy read now
+	// (reference §5.5 step 6, after readiness and capacity). Its refusals
+	// are given like those: before anything is journaled or run, with the
+	// message ID claimed, and only for an action the journal does not
+	// hold (one it holds is answered from its record).
+	if status, pe := x.checkCredentialRevision(route); pe != nil {
+		return x.refuseUnstarted(a.ID, want, func() bool { return x.refuse(status, pe) })
+	}
 
 	if err := validateJSON(cap.input, a.Input); err != nil {
 		if !x.claim() {
@@ -670,14 +687,9 @@ func (h *Host) lookupRunning(actionID string) *runningAction {
 func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, route *aip.ConnectorRoute) bool {
 	h := x.h
 	projected := *a
-	identity := aip.IdentityContext{}
-	if a.Identity != nil {
-		identity = *a.Identity
-	}
-	identity.Tenant = &aip.TenantRef{ID: h.cfg.TenantID}
-	projected.Identity = &identity
+	projected.Identity = h.tenant.identity(h.gatewayPrincipal())
 	call := &Call{
-		Action: &projected, Capability: cap.cap, Tenant: h.tenant,
+		Action: &projected, Capability: cap.cap, Tenant: h.tenant.clone(),
 		IdempotencyKey: idempotencyKey(x.req, a), MessageID: x.req.MessageID, Route: *route,
 		Logger: h.log.With("action_id", a.ID, "capability_id", a.CapabilityID),
 		state:  h.state, events: h.events,

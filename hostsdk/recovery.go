@@ -124,7 +124,7 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 	}
 	var res *aip.ActionResult
 	err := guard("Reconcile", func() (err error) {
-		res, err = rec.Reconcile(ctx, &UncertainAction{Action: a, Tenant: h.tenant, State: h.state,
+		res, err = rec.Reconcile(ctx, &UncertainAction{Action: a, Tenant: h.tenant.clone(), State: h.state,
 			Logger: h.log.With("action_id", a.ActionID)})
 		return err
 	})

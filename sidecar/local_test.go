@@ -55,7 +55,10 @@ func TestLocalForwardsActionWithIdentity(t *testing.T) {
 		Mode: "sync", MessageID: got[0].MessageID,
 		Tenant: localTenant{TenantID: r.host.TenantID, ConnectorTypeID: r.host.ConnectorTypeID, VersionID: r.host.VersionID,
 			InstanceID: r.host.InstanceID, ReplicaID: r.host.ReplicaID, ConfigRevision: 1, TrustDomain: hostsdktest.TrustDomain},
-		Identity: &aip.IdentityContext{Tenant: &aip.TenantRef{ID: r.host.TenantID}},
+		// The host's identity: the tenant and the dispatcher's principal
+		// it verified the message against.
+		Identity: &aip.IdentityContext{Tenant: &aip.TenantRef{ID: r.host.TenantID},
+			ServiceAccount: &aip.Principal{ID: r.d.PrincipalID(), Kind: aip.PrincipalService, TrustDomain: hostsdktest.TrustDomain, DID: r.d.DID()}},
 	}
 	if diff := cmp.Diff(want, got[0]); diff != "" {
 		t.Errorf("forwarded action (-want +got):\n%s", diff)
