@@ -52,6 +52,14 @@ const (
 	hostActionInProgress    = "connector_host.action_in_progress"
 	hostCapabilityUnknown   = "connector_host.capability_unknown"
 	hostActionExpired       = "connector_host.action_expired"
+	// The replica's credential revision policy refused the route's
+	// revision (denied), or the replica cannot read its policy
+	// (unavailable). Both are given before the replica journals or runs
+	// anything, but they are not reroute evidence (registry.IsRefusalCode):
+	// every replica of the instance reads the same policy, so the refusal
+	// is the client's answer, and the route settles cancelled.
+	hostCredentialDenied      = "connector_host.credential_revision_denied"
+	hostCredentialUnavailable = "connector_host.credential_revision_unavailable"
 	// Codes the dispatcher only counts (errorLabel).
 	hostAuthentication     = "connector_host.authentication"
 	hostRouteMismatch      = "connector_host.route_mismatch"
@@ -133,8 +141,10 @@ func schedulerError(err error) *apiError {
 // with.
 func hostStatus(code string) int {
 	switch code {
-	case hostNotReady, hostStorageUnavailable:
+	case hostNotReady, hostStorageUnavailable, hostCredentialUnavailable:
 		return http.StatusServiceUnavailable
+	case hostCredentialDenied:
+		return http.StatusForbidden
 	case hostCapacity:
 		return http.StatusTooManyRequests
 	case hostInputInvalid:

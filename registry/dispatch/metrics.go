@@ -167,6 +167,7 @@ var metricCodes = func() map[string]bool {
 		CodeRegistry,
 		hostNotReady, hostCapacity, hostOutcomeUnknown, hostExecution, hostStorageUnavailable, hostReplay,
 		hostInputInvalid, hostIdempotencyConflict, hostActionInProgress, hostCapabilityUnknown, hostActionExpired,
+		hostCredentialDenied, hostCredentialUnavailable,
 		hostAuthentication, hostRouteMismatch, hostUnsupportedMessage, hostOutputInvalid, hostResponseSigning,
 		hostDecodeInvalid, hostSchemaInvalid, hostTooLarge,
 	} {
