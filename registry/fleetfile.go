@@ -989,7 +989,10 @@ const ApplyDisableTimeout = 30 * time.Second
 // Apply brings the registry to the state the fleet file describes, through
 // admin, and reports what it changed. It applies policies, then types
 // (created enabled) and versions, then disables the types the file marks
-// disabled, and then applies instances, replicas and bindings: a file can
+// disabled, then disables the bindings the file marks disabled that the
+// registry holds enabled (so one file can switch an instance to a version
+// without their capability and disable them), and then applies instances,
+// replicas and the other bindings: a file can
 // create a type, admit its versions and disable it, and none of the file's
 // instances and bindings of a type it disables is routable at any moment
 // of the apply (versions are admitted only into an enabled type;
@@ -1097,6 +1100,30 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 	if err := disableTypes(len(f.Types)); err != nil {
 		return rep, err
 	}
+	// The bindings the file turns from enabled to disabled are put before
+	// the instances: an instance switched to a version that lacks their
+	// capability (a rollback, a release that drops one) is refused while
+	// they are enabled, and the file that switches it disables them.
+	// Disabling first never makes anything routable.
+	early := map[int]bool{}
+	for i, b := range f.Bindings {
+		if b.Enabled {
+			continue
+		}
+		stored, ok, err := lookup(admin.CapabilityBinding(ctx, b.Key()))
+		if err != nil {
+			return fail(SectionBindings, i, b.Key().String(), err)
+		}
+		if !ok || !stored.Enabled {
+			continue
+		}
+		c, err := applyBinding(ctx, admin, b)
+		if err != nil {
+			return fail(SectionBindings, i, b.Key().String(), err)
+		}
+		record(SectionBindings, b.Key().String(), c)
+		early[i] = true
+	}
 	for i, inst := range f.Instances {
 		c, err := applyInstance(ctx, admin, inst)
 		if err != nil {
@@ -1112,6 +1139,9 @@ func Apply(ctx context.Context, admin Administrator, f *FleetFile) (ApplyReport,
 		record(SectionReplicas, r.ID, c)
 	}
 	for i, b := range f.Bindings {
+		if early[i] {
+			continue
+		}
 		c, err := applyBinding(ctx, admin, b)
 		if err != nil {
 			return fail(SectionBindings, i, b.Key().String(), err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -844,6 +845,83 @@ func TestApplyDisablesTypesBeforeTheirInstances(t *testing.T) {
 			}
 			if _, err := admin.ConnectorVersion(ctx, "cver_echo_1_0_0"); err != nil {
 				t.Errorf("the version: %v", err)
+			}
+		})
+	}
+}
+
+// TestApplyDisablesBindingsBeforeTheirInstanceSwitches: rolling an
+// instance back (or on) to a version that lacks a capability is refused
+// while an enabled binding needs it, so the file that switches the
+// instance also disables that binding. Apply put the instances before the
+// bindings, so that one file always failed at the instance ("disable or
+// retarget those bindings first") although it did disable them: the
+// bindings a file turns from enabled to disabled are put before the
+// instances now, and the one file applies.
+func TestApplyDisablesBindingsBeforeTheirInstanceSwitches(t *testing.T) {
+	for name, admin := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			if _, err := registry.Apply(ctx, admin, parse(t, docExample(t))); err != nil {
+				t.Fatal(err)
+			}
+			// A release without echo.reverse: acme's instance switches to it
+			// and its echo.reverse binding is disabled, in one file.
+			f := parse(t, docExample(t))
+			v2 := f.Versions[0]
+			v2.ID, v2.Version = "cver_echo_2_0_0", "2.0.0"
+			v2.Attestation.ArtifactDigest = "sha256:" + strings.Repeat("2", 64)
+			v2.Manifest.Capabilities = slices.DeleteFunc(slices.Clone(v2.Manifest.Capabilities), func(c aip.Capability) bool { return c.ID == "echo.reverse" })
+			v2.ImplementationSupport = maps.Clone(v2.ImplementationSupport)
+			delete(v2.ImplementationSupport, "echo.reverse")
+			digest, err := aip.ManifestDigest(&v2.Manifest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v2.ManifestDigest = digest
+			v2.Attestation.SchemaBundleDigest, err = registry.SchemaBundleDigest(&v2.Manifest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Versions = append(f.Versions, v2)
+			f.Instances[0].VersionID, f.Instances[0].ConfigRevision = v2.ID, 2
+			for i := range f.Replicas {
+				if f.Replicas[i].InstanceID == f.Instances[0].ID {
+					f.Replicas[i].VersionID = "cver_echo_1_0_0" // registered replicas keep their version
+				}
+			}
+			if f.Bindings[1].CapabilityID != "echo.reverse" {
+				t.Fatalf("the example's second binding is %s", f.Bindings[1].CapabilityID)
+			}
+			f.Bindings[1].Enabled, f.Bindings[1].PolicyRevision = false, 2
+			rep, err := registry.Apply(ctx, admin, f)
+			if err != nil {
+				t.Fatalf("switching the instance and disabling the binding it no longer serves, in one file: %v", err)
+			}
+			inst, err := admin.ConnectorInstance(ctx, f.Instances[0].ID)
+			if err != nil || inst.VersionID != v2.ID {
+				t.Fatalf("instance %+v (%v), want it on %s", inst, err, v2.ID)
+			}
+			b, err := admin.CapabilityBinding(ctx, f.Bindings[1].Key())
+			if err != nil || b.Enabled {
+				t.Fatalf("binding %+v (%v), want it disabled", b, err)
+			}
+			var changed []string
+			for _, e := range rep.Entries {
+				if e.Change != registry.Unchanged {
+					changed = append(changed, string(e.Change)+" "+e.Section+" "+e.ID)
+				}
+			}
+			want := []string{"created versions cver_echo_2_0_0", "updated bindings acme/echo.reverse/cinst_acme_echo", "updated instances cinst_acme_echo"}
+			if !slices.Equal(changed, want) {
+				t.Errorf("changes %q, want %q (each entry once, in the order applied)", changed, want)
+			}
+			if len(rep.Entries) != len(f.Policies)+len(f.Types)+len(f.Versions)+len(f.Instances)+len(f.Replicas)+len(f.Bindings) {
+				t.Errorf("%d entries reported, want one per entry of the file: %+v", len(rep.Entries), rep.Entries)
+			}
+			rep, err = registry.Apply(ctx, admin, f)
+			if err != nil || rep.Changed() {
+				t.Fatalf("re-applying: %v %+v", err, rep.Entries)
 			}
 		})
 	}
