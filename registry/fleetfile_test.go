@@ -926,3 +926,34 @@ func TestApplyDisablesBindingsBeforeTheirInstanceSwitches(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyExplainsHowToPreProvisionANewVersionsReplica: a replica is
+// created only for its instance's current version, so an operator who
+// pre-provisions the replicas of a new release before switching the
+// instance (what a rolling restart does) is refused; the error says how
+// the rollout goes instead.
+func TestApplyExplainsHowToPreProvisionANewVersionsReplica(t *testing.T) {
+	ctx := t.Context()
+	r, _ := newMem(t)
+	if _, err := registry.Apply(ctx, r, parse(t, docExample(t))); err != nil {
+		t.Fatal(err)
+	}
+	f := parse(t, docExample(t))
+	v2 := f.Versions[0]
+	v2.ID, v2.Version = "cver_echo_2_0_0", "2.0.0"
+	v2.Attestation.ArtifactDigest = "sha256:" + strings.Repeat("2", 64)
+	f.Versions = append(f.Versions, v2)
+	rep := f.Replicas[0]
+	rep.ID, rep.VersionID, rep.Endpoint = "crepl_acme_echo_v2", v2.ID, "https://echo-v2.acme.fleet.example.test:8081"
+	f.Replicas = append(f.Replicas, rep)
+	_, err := registry.Apply(ctx, r, f)
+	var fe *registry.FleetFileError
+	if !errors.As(err, &fe) || fe.Section != registry.SectionReplicas || fe.Field != "version_id" {
+		t.Fatalf("apply: %v, want an error on the new replica's version_id", err)
+	}
+	for _, want := range []string{"switch instance cinst_acme_echo to " + v2.ID, "greater config_revision", "--config-revision"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\ndoes not say %q", err, want)
+		}
+	}
+}

@@ -137,7 +137,10 @@ func CheckBindingTarget(b *CapabilityBinding, i *ConnectorInstance, v *Connector
 func CheckNewReplica(rep *ConnectorReplica, i *ConnectorInstance) error {
 	const r = RecordConnectorReplica
 	if rep.VersionID != i.VersionID {
-		return invalid(r, rep.ID, "version_id", "instance %s runs version %s; a new replica must run it too", i.ID, i.VersionID)
+		return invalid(r, rep.ID, "version_id", "instance %[1]s runs version %[2]s; a new replica must run it too. "+
+			"To roll out %[3]s, switch instance %[1]s to %[3]s in the same fleet file (its version_id, with a greater config_revision): "+
+			"the replicas are applied after the instances; then start the new replicas' hosts with that --config-revision",
+			i.ID, i.VersionID, rep.VersionID)
 	}
 	if rep.ActiveAssignments != 0 {
 		return invalid(r, rep.ID, "active_assignments", "a new replica starts with 0 (the registry counts them)")
