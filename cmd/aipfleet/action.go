@@ -143,7 +143,7 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	capability := fs.String("capability", "", "send: the capability ID")
 	input := fs.String("input", "", "send: the input as JSON")
 	inputFile := fs.String("input-file", "", "send: read the input JSON from this file (- for stdin)")
-	actionID := fs.String("action-id", "", "send: the action ID (act_...); a new one when empty, named in every answer or error")
+	actionID := fs.String("action-id", "", "send: the action ID, act_ and a UUIDv7 in hex (act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d; the one of an earlier send to retry it); a new one when empty, named in every answer or error")
 	mode := fs.String("mode", "sync", "send: sync or streaming")
 	idem := fs.String("idempotency-key", "", "send: idempotency key passed to the connector")
 	timeoutMS := fs.Int("timeout-ms", 0, "send: the action's timeout in ms (0: the dispatcher's default)")
