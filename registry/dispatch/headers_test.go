@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -59,5 +60,55 @@ func TestAnswersAreNotCacheable(t *testing.T) {
 	s, _, h := w.call(http.MethodGet, dispatch.PathCapabilities, "", nil)
 	if s != http.StatusUnauthorized || h.Get("Cache-Control") != "no-store" {
 		t.Errorf("401: Cache-Control %q", h.Get("Cache-Control"))
+	}
+}
+
+// TestActionRoutesRefuseQueryParameters: the action routes take no query
+// parameter, and used to ignore any: POST /aip/v1/actions?mode=streaming
+// ran the action in sync mode, and ?reason= on a cancel was dropped,
+// without a word. Like the catalog and the event log, they now refuse an
+// unknown parameter with a 400 that names it, before anything is routed,
+// sent or cancelled.
+func TestActionRoutesRefuseQueryParameters(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	unsent := aip.NewActionID()
+	s, body, _ := w.call(http.MethodPost, dispatch.PathActions+"?mode=streaming", tenant,
+		dispatch.ActionRequest{ActionID: unsent, CapabilityID: capStream, Input: say("x", `,"chunks":2`)})
+	if s != http.StatusBadRequest || errorCode(t, body) != dispatch.CodeRequestInvalid ||
+		!strings.Contains(string(body), `unknown query parameter \"mode\"`) || !strings.Contains(string(body), "takes no query parameters") {
+		t.Errorf("POST %s?mode=streaming: %d %s, want 400 %s naming mode", dispatch.PathActions, s, body, dispatch.CodeRequestInvalid)
+	}
+	if runs := w.counter.runs(unsent); len(runs) != 0 {
+		t.Errorf("the refused action ran on %v", runs)
+	}
+	if s, body, _ := w.call(http.MethodGet, dispatch.PathActions+"/"+unsent, tenant, nil); s != http.StatusNotFound {
+		t.Errorf("the refused action was routed: GET answers %d %s", s, body)
+	}
+
+	id := aip.NewActionID()
+	if s, resp := w.act(dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: say("x", "")}); s != http.StatusOK || resp.Result == nil {
+		t.Fatalf("send: %d %+v", s, resp)
+	}
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, dispatch.PathActions + "/" + id + "?verbose=1"},
+		{http.MethodPost, dispatch.PathActions + "/" + id + "/cancel?reason=wrong+recipient"},
+		{http.MethodPost, dispatch.PathActions + "?"},
+	} {
+		s, body, _ := w.call(c.method, c.path, tenant, nil)
+		if c.path == dispatch.PathActions+"?" {
+			// An empty query is no parameter: the request goes on (and
+			// its empty body is refused as such).
+			if strings.Contains(string(body), "query parameter") {
+				t.Errorf("%s %s: %d %s, an empty query names no parameter", c.method, c.path, s, body)
+			}
+			continue
+		}
+		if s != http.StatusBadRequest || errorCode(t, body) != dispatch.CodeRequestInvalid || !strings.Contains(string(body), "unknown query parameter") {
+			t.Errorf("%s %s: %d %s, want 400 %s", c.method, c.path, s, body, dispatch.CodeRequestInvalid)
+		}
+	}
+	if runs := w.counter.runs(id); len(runs) != 1 {
+		t.Errorf("the action ran on %v, want once", runs)
 	}
 }

@@ -279,6 +279,10 @@ func (d *Dispatcher) handleJWKS() http.Handler {
 // plain JSON when it fails before any chunk.
 func (d *Dispatcher) handleAction() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, e := queryOf(r); e != nil {
+			writeError(w, e)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.cfg.MaxBodyBytes))
 		if err != nil {
 			var tooLarge *http.MaxBytesError
@@ -377,6 +381,10 @@ func writeLine(w http.ResponseWriter, v any) error {
 
 func (d *Dispatcher) handleStatus() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, e := queryOf(r); e != nil {
+			writeError(w, e)
+			return
+		}
 		out, e := d.Status(r.Context(), tenantOf(r.Context()), chi.URLParam(r, "id"))
 		if e != nil {
 			writeError(w, e)
@@ -388,6 +396,10 @@ func (d *Dispatcher) handleStatus() http.Handler {
 
 func (d *Dispatcher) handleCancel() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, e := queryOf(r); e != nil {
+			writeError(w, e)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
 		if err != nil {
 			var tooLarge *http.MaxBytesError
@@ -429,7 +441,10 @@ const (
 // queryOf returns r's query parameters when each is one of names and
 // given at most once, or the 400 that says which is not: a misspelt
 // parameter would otherwise be ignored without a word, and one given twice
-// read as its first value here and perhaps its last by a proxy.
+// read as its first value here and perhaps its last by a proxy. Routes
+// that take no parameter call it with no names, so that, say,
+// POST /aip/v1/actions?mode=streaming is refused rather than run in sync
+// mode without a word.
 func queryOf(r *http.Request, names ...string) (url.Values, *apiError) {
 	bad := func(msg string) (url.Values, *apiError) {
 		return nil, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, msg)
@@ -440,6 +455,8 @@ func queryOf(r *http.Request, names ...string) (url.Values, *apiError) {
 	}
 	for name, values := range v {
 		switch {
+		case len(names) == 0:
+			return bad(fmt.Sprintf("unknown query parameter %q; %s takes no query parameters (send the request's fields in its body)", aip.TruncateUTF8(name, 64), r.URL.Path))
 		case !slices.Contains(names, name):
 			return bad(fmt.Sprintf("unknown query parameter %q; %s takes %s", aip.TruncateUTF8(name, 64), r.URL.Path, strings.Join(names, ", ")))
 		case len(values) > 1:
