@@ -456,7 +456,7 @@ func queryOf(r *http.Request, names ...string) (url.Values, *apiError) {
 	for name, values := range v {
 		switch {
 		case len(names) == 0:
-			return bad(fmt.Sprintf("unknown query parameter %q; %s takes no query parameters (send the request's fields in its body)", aip.TruncateUTF8(name, 64), r.URL.Path))
+			return bad(fmt.Sprintf("unknown query parameter %q; %s takes no query parameters", aip.TruncateUTF8(name, 64), r.URL.Path))
 		case !slices.Contains(names, name):
 			return bad(fmt.Sprintf("unknown query parameter %q; %s takes %s", aip.TruncateUTF8(name, 64), r.URL.Path, strings.Join(names, ", ")))
 		case len(values) > 1:
