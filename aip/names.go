@@ -67,7 +67,70 @@ func DecodeStrict(data []byte, v any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	return dec.Decode(v)
+	err := dec.Decode(v)
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) {
+		return &MemberTypeError{Member: ute.Field, Got: ute.Value, Want: jsonTypeOf(ute.Type), Err: err}
+	}
+	return err
+}
+
+// MemberTypeError is DecodeStrict's error for a member whose JSON type is
+// not the one its field takes. It names the member and both types in
+// JSON's terms (encoding/json names Go's: "Go struct field .timeout_ms of
+// type uint64").
+type MemberTypeError struct {
+	// Member is the member's path from the top ("timeout_ms",
+	// "input.items"); empty for the top-level value.
+	Member string
+	// Got is what the JSON held: "string", "number -1", "array", ...
+	Got string
+	// Want says what the member takes: "a whole number of at least 0".
+	Want string
+	// Err is encoding/json's error.
+	Err error
+}
+
+func (e *MemberTypeError) Error() string {
+	got := e.Got
+	if n, ok := strings.CutPrefix(got, "number "); ok {
+		got = "the number " + n
+	} else {
+		got = "a JSON " + got
+	}
+	if e.Member == "" {
+		return fmt.Sprintf("%s where %s is expected", got, e.Want)
+	}
+	return fmt.Sprintf("member %q: %s where %s is expected", e.Member, got, e.Want)
+}
+
+func (e *MemberTypeError) Unwrap() error { return e.Err }
+
+// jsonTypeOf says in JSON's terms what values a Go type decodes from.
+func jsonTypeOf(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "another value"
+	}
+	switch t.Kind() {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return fmt.Sprintf("a whole number from 0 to %d", ^uint64(0)>>(64-t.Bits()))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return fmt.Sprintf("a whole number from %d to %d", -(int64(1) << (t.Bits() - 1)), int64(1)<<(t.Bits()-1)-1)
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another value"
 }
 
 var (

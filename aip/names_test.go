@@ -282,3 +282,37 @@ func TestDecodeStrict(t *testing.T) {
 		t.Errorf("slice: %v %v", n, err)
 	}
 }
+
+// TestDecodeStrictTypeErrorsSpeakJSON: a member of the wrong JSON type is
+// named with its path and both types in JSON's terms; encoding/json's own
+// text ("Go struct field .timeout_ms of type uint64") means nothing to a
+// caller in another language.
+func TestDecodeStrictTypeErrorsSpeakJSON(t *testing.T) {
+	type inner struct {
+		X int8 `json:"x"`
+	}
+	var v struct {
+		Timeout *uint64        `json:"timeout_ms"`
+		Input   map[string]any `json:"input"`
+		N       inner          `json:"n"`
+		Tags    []string       `json:"tags"`
+		On      bool           `json:"on"`
+	}
+	for _, c := range []struct{ in, want string }{
+		{`{"timeout_ms":"5"}`, `member "timeout_ms": a JSON string where a whole number from 0 to 18446744073709551615 is expected`},
+		{`{"timeout_ms":-1}`, `member "timeout_ms": the number -1 where a whole number from 0 to 18446744073709551615 is expected`},
+		{`{"n":{"x":1.5}}`, `member "n.x": the number 1.5 where a whole number from -128 to 127 is expected`},
+		{`{"input":[1]}`, `member "input": a JSON array where an object is expected`},
+		{`{"tags":"a"}`, `member "tags": a JSON string where an array is expected`},
+		{`{"on":1}`, `member "on": a JSON number where true or false is expected`},
+	} {
+		err := DecodeStrict([]byte(c.in), &v)
+		var te *MemberTypeError
+		if !errors.As(err, &te) || err.Error() != c.want {
+			t.Errorf("DecodeStrict(%s) = %v; want %q", c.in, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "Go struct") {
+			t.Errorf("DecodeStrict(%s) names Go types: %v", c.in, err)
+		}
+	}
+}

@@ -89,7 +89,7 @@ func DecodeActionRequest(body []byte) (ActionRequest, error) {
 func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 	if r.ActionID != "" {
 		if err := aip.ValidateID(aip.PrefixAction, r.ActionID); err != nil {
-			return fmt.Errorf("action_id: %v; omit it to let the dispatcher choose one", err)
+			return fmt.Errorf("action_id: %v (act_ and a UUIDv7 without hyphens, such as act_0192a8f0c1d27e3f8a4b5c6d7e8f9003: choose it before the first send and keep it for every retry)", err)
 		}
 	}
 	switch {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -315,29 +316,35 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		body   any
 		status int
 		code   string
+		msg    string // part of the message ("": not checked)
 	}{
-		{"no token", "none", valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized},
-		{"garbage token", "Bearer abc.def.ghi", valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized},
-		{"basic auth", "Basic dXNlcjpwYXNz", valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized},
-		{"expired token", "Bearer " + expired, valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized},
-		{"another audience", "Bearer " + wrongAud, valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized},
-		{"untrusted issuer key", "Bearer " + foreignKey, valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized},
-		{"oversized body", "", big, http.StatusRequestEntityTooLarge, dispatch.CodeRequestTooLarge},
-		{"not JSON", "", "{action", http.StatusBadRequest, dispatch.CodeRequestInvalid},
-		{"unknown field", "", `{"capability_id":"fleet.say","input":{},"tenant_id":"tenant-other"}`, http.StatusBadRequest, dispatch.CodeRequestInvalid},
-		{"trailing data", "", `{"capability_id":"fleet.say","input":{}} {}`, http.StatusBadRequest, dispatch.CodeRequestInvalid},
-		{"no capability", "", `{"input":{}}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
-		{"no input", "", `{"capability_id":"fleet.say"}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
-		{"bad action ID", "", `{"action_id":"act_1","capability_id":"fleet.say","input":{}}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
-		{"async mode", "", `{"capability_id":"fleet.say","input":{},"mode":"async"}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
-		{"zero timeout", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":0}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
-		{"timeout too long", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":86400000}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
+		{"no token", "none", valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized, ""},
+		{"garbage token", "Bearer abc.def.ghi", valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized, ""},
+		{"basic auth", "Basic dXNlcjpwYXNz", valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized, ""},
+		{"expired token", "Bearer " + expired, valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized, ""},
+		{"another audience", "Bearer " + wrongAud, valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized, ""},
+		{"untrusted issuer key", "Bearer " + foreignKey, valid(), http.StatusUnauthorized, dispatch.CodeUnauthorized, ""},
+		{"oversized body", "", big, http.StatusRequestEntityTooLarge, dispatch.CodeRequestTooLarge, ""},
+		{"not JSON", "", "{action", http.StatusBadRequest, dispatch.CodeRequestInvalid, ""},
+		{"unknown field", "", `{"capability_id":"fleet.say","input":{},"tenant_id":"tenant-other"}`, http.StatusBadRequest, dispatch.CodeRequestInvalid, ""},
+		{"trailing data", "", `{"capability_id":"fleet.say","input":{}} {}`, http.StatusBadRequest, dispatch.CodeRequestInvalid, ""},
+		{"no capability", "", `{"input":{}}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
+		{"no input", "", `{"capability_id":"fleet.say"}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
+		{"bad action ID", "", `{"action_id":"act_1","capability_id":"fleet.say","input":{}}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
+		{"async mode", "", `{"capability_id":"fleet.say","input":{},"mode":"async"}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
+		{"zero timeout", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":0}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
+		{"timeout too long", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":86400000}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
 		// Milliseconds that overflow a time.Duration must not wrap round to
 		// a small or negative timeout that passes the bound.
-		{"timeout overflowing a duration", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":18446744073709551615}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
-		{"timeout overflowing to negative", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":9223372036854776}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid},
-		{"capability of another tenant", "tenant-other", valid(), http.StatusNotFound, dispatch.CodeBindingUnavailable},
-		{"unknown capability", "", map[string]any{"action_id": id, "capability_id": "fleet.nothing", "input": map[string]any{}}, http.StatusNotFound, dispatch.CodeBindingUnavailable},
+		{"timeout overflowing a duration", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":18446744073709551615}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
+		{"timeout overflowing to negative", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":9223372036854776}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
+		// The message speaks JSON, not Go ("Go struct field ... of type uint64").
+		{"timeout as a string", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":"5"}`, http.StatusBadRequest, dispatch.CodeRequestInvalid,
+			`member "timeout_ms": a JSON string where a whole number from 0 to 18446744073709551615 is expected`},
+		{"action ID with hyphens", "", `{"action_id":"act_0192a8f0-c1d2-7e3f-8a4b-5c6d7e8f9003","capability_id":"fleet.say","input":{}}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid,
+			"choose it before the first send and keep it for every retry"},
+		{"capability of another tenant", "tenant-other", valid(), http.StatusNotFound, dispatch.CodeBindingUnavailable, ""},
+		{"unknown capability", "", map[string]any{"action_id": id, "capability_id": "fleet.nothing", "input": map[string]any{}}, http.StatusNotFound, dispatch.CodeBindingUnavailable, ""},
 	}
 	for _, c := range cases {
 		var raw []byte
@@ -367,6 +374,9 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		}
 		if resp.StatusCode != c.status || e.Error.Code != c.code || e.Error.Message == "" {
 			t.Fatalf("%s: %d %s, want %d %s", c.name, resp.StatusCode, body, c.status, c.code)
+		}
+		if c.msg != "" && !strings.Contains(e.Error.Message, c.msg) {
+			t.Fatalf("%s: message %q, want it to say %q", c.name, e.Error.Message, c.msg)
 		}
 		if c.status == http.StatusUnauthorized && resp.Header.Get("WWW-Authenticate") == "" {
 			t.Fatalf("%s: 401 without WWW-Authenticate", c.name)
