@@ -162,6 +162,12 @@ func (c *controlClient) attempt(ctx context.Context, sr *sealedRequest) (aip.Con
 	unavailable := func(format string, args ...any) (aip.ControlOutcome, error) {
 		return aip.ControlOutcome{}, fmt.Errorf("%w: %s: %s", ErrControlUnavailable, op, fmt.Sprintf(format, args...))
 	}
+	if ctx.Err() != nil {
+		// Nothing is sent: the caller's time ran out first (a shutdown
+		// step's budget spent on replays). The request is known not
+		// applied, as after a refused dial.
+		return aip.ControlOutcome{}, notAppliedError{fmt.Errorf("%w: %s not sent: %w", ErrControlUnavailable, op, context.Cause(ctx))}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(sr.body))
