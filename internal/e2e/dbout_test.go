@@ -129,11 +129,16 @@ func (d *dboutFleet) checkAfter(t *testing.T, requests int) {
 		if n := c.p.open(); n > c.max {
 			t.Errorf("%s holds %d database connections after the outage; its pool has %d", c.p.name, n, c.max)
 		}
+		// A transaction between two of its statements is idle in it for
+		// a moment (the control plane's heartbeat batches and lease
+		// maintenance go on after the load stops); one left open by the
+		// outage stays so. Count those idle in a transaction for 2 s.
 		var stuck int
 		must(t, d.admin.QueryRow(d.ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND client_port = ANY($1) AND state LIKE 'idle in transaction%'`, c.p.ports()).Scan(&stuck))
+			AND client_port = ANY($1) AND state LIKE 'idle in transaction%'
+			AND state_change < now() - interval '2 seconds'`, c.p.ports()).Scan(&stuck))
 		if stuck > 0 {
-			t.Errorf("%s has %d sessions idle in a transaction after the outage", c.p.name, stuck)
+			t.Errorf("%s has %d sessions idle in a transaction for more than 2 s after the outage", c.p.name, stuck)
 		}
 		t.Logf("%s: %d database connections open, %d accepted over the test", c.p.name, c.p.open(), c.p.accepted)
 	}
