@@ -83,7 +83,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	watch := fs.Bool("watch", false, "redraw the table in place every --interval until Ctrl-C")
 	interval := fs.Duration("interval", time.Second, "refresh interval of --watch (100ms to 1h)")
 	asJSON := fs.Bool("json", false, "print JSON: {\"status\": ..., \"replicas\": [...]}")
-	wide := fs.Bool("wide", false, "add each replica's endpoint, topology and health revision")
+	wide := fs.Bool("wide", false, "add each replica's version, endpoint, topology and health revision")
 	all := fs.Bool("all", false, "list retired replicas too (offline for more than 24h)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on each read of the control plane")
 	caFile := fs.String("ca-file", "", "extra PEM root CA for an https control plane")
@@ -363,7 +363,7 @@ func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool, retired int
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := "REPLICA\tINSTANCE\tSTATE\tLEASE\tACTIVE/CAP\tCIRCUIT"
 	if wide {
-		head += "\tENDPOINT\tREGION/ZONE/CLASS\tHEALTH REV"
+		head += "\tVERSION\tENDPOINT\tREGION/ZONE/CLASS\tHEALTH REV"
 	}
 	fmt.Fprintln(tw, head)
 	for i := range v.Replicas {
@@ -371,7 +371,7 @@ func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool, retired int
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s", r.ID, r.InstanceID, replicaState(r), leaseRemaining(r, now),
 			r.ActiveAssignments, r.Capacity, circuitText(r.Circuit))
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s/%s/%s\t%d", r.Endpoint, r.Topology.Region, r.Topology.Zone, r.Topology.CapacityClass, r.HealthRevision)
+			fmt.Fprintf(tw, "\t%s\t%s\t%s/%s/%s\t%d", r.VersionID, r.Endpoint, r.Topology.Region, r.Topology.Zone, r.Topology.CapacityClass, r.HealthRevision)
 		}
 		fmt.Fprintln(tw)
 	}

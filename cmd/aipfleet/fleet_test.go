@@ -125,8 +125,18 @@ func TestFleetStatus(t *testing.T) {
 	token, _, err := runCLI(t, nil, "token", "--issuer-key", keyFile, "--issuer", "ops", "--operator")
 	noErr(t, err)
 	wide, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url+"/", "--wide", "--token", strings.TrimSpace(token))
-	if err != nil || !strings.Contains(wide, "https://crepl_r2.replicas.test:8443") || !strings.Contains(wide, "global/default/standard") {
+	if err != nil {
 		t.Fatalf("--wide: %v\n%s", err, wide)
+	}
+	// The version column tells the replicas of an old release from a new
+	// one's during an upgrade.
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^REPLICA\s+INSTANCE\s+STATE\s+LEASE\s+ACTIVE/CAP\s+CIRCUIT\s+VERSION\s+ENDPOINT\s+REGION/ZONE/CLASS\s+HEALTH REV$`),
+		regexp.MustCompile(`(?m)^crepl_r2\s+cinst_a\s+draining\s+(59m|1h0m)[0-9.]+s\s+0/4\s+closed\s+cver_alpha1\s+https://crepl_r2\.replicas\.test:8443\s+global/default/standard\s+1$`),
+	} {
+		if !want.MatchString(wide) {
+			t.Errorf("--wide output does not match %s:\n%s", want, wide)
+		}
 	}
 
 	raw, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url, "--json", "--issuer-key", keyFile, "--issuer", "ops")
