@@ -14,6 +14,7 @@ import (
 func runRouting(t *testing.T, nb NewBackend) {
 	t.Run("NewRoute", func(t *testing.T) { testNewRoute(t, nb) })
 	t.Run("OrderPriorityFirst", func(t *testing.T) { testOrderPriority(t, nb) })
+	t.Run("SecondInstanceOnNewVersion", func(t *testing.T) { testSecondInstanceOnNewVersion(t, nb) })
 	t.Run("OrderRegionZoneLoad", func(t *testing.T) { testOrderTopology(t, nb) })
 	t.Run("OrderActionHash", func(t *testing.T) { testOrderHash(t, nb) })
 	t.Run("Filters", func(t *testing.T) { testFilters(t, nb) })
@@ -172,6 +173,73 @@ func testOrderPriority(t *testing.T, nb NewBackend) {
 	req.Topology = pref
 	if a := f.resolve(req); a.ReplicaID != near.ID {
 		t.Fatalf("after re-prioritising routed to %s, want the region match %s", a.ReplicaID, near.ID)
+	}
+}
+
+// testSecondInstanceOnNewVersion is the registry side of the blue/green
+// version upgrade (docs/operator-guide.md, "A new connector version"): a
+// second instance of the tenant on the new version, bound at a lower
+// priority number than the old one, with pre-provisioned replicas that
+// have not registered. The tenant's catalog lists a capability both
+// versions offer once (one definition fleet-wide) and one only the new
+// version offers as soon as it is bound; new routes stay on the old
+// instance until a replica of the new one is ready, then go to it; a route
+// pinned to the old instance stays there; disabling the old instance's
+// binding changes nothing the tenant sees.
+func testSecondInstanceOnNewVersion(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	ct := f.typ("alpha")
+	tenant := registry.ForTenant("tenant-1")
+	v1 := f.version(ct, "alpha1", registry.VersionActive, "alpha.read")
+	// The new release keeps alpha.read, byte for byte, and adds alpha.write.
+	v2 := f.version(ct, "alpha2", registry.VersionActive, "alpha.read", "alpha.write")
+	blue := f.instance("blue", v1, "tenant-1")
+	blueRead := f.bind(blue, "alpha.read", 1, "")
+	old := f.replica("old", blue)
+	pinned := f.resolve(request("tenant-1", "alpha.read"))
+	if pinned.ReplicaID != old.ID {
+		t.Fatalf("routed to %s, want %s", pinned.ReplicaID, old.ID)
+	}
+	f.wantVisible(tenant, "alpha.read")
+
+	green := f.instance("green", v2, "tenant-1")
+	f.bind(green, "alpha.read", 0, "")
+	f.bind(green, "alpha.write", 0, "")
+	f.wantVisible(tenant, "alpha.read", "alpha.write")
+	fresh := f.replica("new", green, func(r *registry.ConnectorReplica) {
+		r.Status, r.HealthRevision, r.LeaseExpiresAt = aip.ReplicaOffline, 0, time.Time{}
+	})
+	// Bound first, but not registered: the old instance keeps serving.
+	for range 3 {
+		if a := f.resolve(request("tenant-1", "alpha.read")); a.ReplicaID != old.ID || a.VersionID != v1.ID {
+			t.Fatalf("before the new replica registered, routed to %s (version %s), want %s", a.ReplicaID, a.VersionID, old.ID)
+		}
+	}
+	_, err := f.b.Resolver.Resolve(f.ctx, request("tenant-1", "alpha.write"))
+	f.wantErr(err, registry.ErrReplicaUnavailable, "a capability only the new instance offers, before its replica registered")
+
+	// Registered: every new route goes to the new version.
+	f.update(fresh.ID, func(r *registry.ConnectorReplica) {
+		r.Status, r.LeaseExpiresAt = aip.ReplicaReady, f.clock.Now().Add(30*time.Second)
+	})
+	for _, c := range []string{"alpha.read", "alpha.read", "alpha.write"} {
+		if a := f.resolve(request("tenant-1", c)); a.ReplicaID != fresh.ID || a.InstanceID != green.ID || a.VersionID != v2.ID {
+			t.Fatalf("%s routed to %s (instance %s, version %s), want %s", c, a.ReplicaID, a.InstanceID, a.VersionID, fresh.ID)
+		}
+	}
+	// An action routed before stays pinned to the old replica.
+	req := request("tenant-1", "alpha.read")
+	req.ActionID = pinned.ActionID
+	if a := f.resolve(req); a.ReplicaID != old.ID || a.FenceToken != pinned.FenceToken {
+		t.Fatalf("a retry of %s went to %s under %s, want %s under %s", pinned.ActionID, a.ReplicaID, a.FenceToken, old.ID, pinned.FenceToken)
+	}
+
+	// Retiring the old instance's binding hides nothing.
+	blueRead.Enabled, blueRead.PolicyRevision = false, 2
+	f.must(f.b.Admin.PutBinding(f.ctx, blueRead))
+	f.wantVisible(tenant, "alpha.read", "alpha.write")
+	if a := f.resolve(request("tenant-1", "alpha.read")); a.ReplicaID != fresh.ID {
+		t.Fatalf("after disabling the old binding routed to %s, want %s", a.ReplicaID, fresh.ID)
 	}
 }
 
