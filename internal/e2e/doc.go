@@ -9,7 +9,11 @@
 //
 // The scenarios: many actions spread over every replica; the same action
 // ID returns the same result without a second side effect; a rolling
-// restart under load loses, fails and repeats nothing; a replica killed
+// restart under load loses, fails and repeats nothing; so does a new
+// connector version rolled out blue/green under load (TestBlueGreenVersionUpgrade:
+// a second instance on the new version, added by `aipfleet registry apply`
+// and bound at a lower priority number, takes new actions once one of its
+// replicas is ready, then the old instance is retired); a replica killed
 // mid-action leaves the action outcome_unknown and pinned, never run
 // elsewhere; a dispatcher killed mid-action leaves its route reserved until
 // the restarted dispatcher reconciles it from the replica's journal; bad

@@ -52,7 +52,9 @@ type load struct {
 }
 
 type sent struct {
-	id      string
+	id string
+	// start is when the client sent the action.
+	start   time.Time
 	status  int
 	resp    dispatch.ActionResponse
 	err     error
@@ -82,7 +84,7 @@ func (l *load) run(f *fleet, clients, n int, extra string, stop <-chan struct{})
 				status, resp, err := f.send(ctx, tok, id, "m-"+id[len(id)-6:], extra)
 				cancel()
 				l.mu.Lock()
-				l.results = append(l.results, sent{id: id, status: status, resp: resp, err: err, latency: time.Since(start)})
+				l.results = append(l.results, sent{id: id, start: start, status: status, resp: resp, err: err, latency: time.Since(start)})
 				l.mu.Unlock()
 				l.done.Add(1)
 			}

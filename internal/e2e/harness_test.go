@@ -182,13 +182,22 @@ func (f *fleet) startControlPlane() {
 func (f *fleet) addReplica() *replica {
 	t := f.t
 	t.Helper()
-	sr := f.rf.NewReplica(t, sidecartest.ReplicaOptions{HeartbeatInterval: time.Second, LeaseTTL: leaseTTL})
+	r := f.newReplica(f.rf.NewReplica(t, replicaOptions))
+	f.startHost(r)
+	return r
+}
+
+// replicaOptions are every echo host's heartbeat and lease.
+var replicaOptions = sidecartest.ReplicaOptions{HeartbeatInterval: time.Second, LeaseTTL: leaseTTL}
+
+// newReplica makes sr, an identity the test provisions, one of the
+// fleet's replicas (audit reads its journal) without starting its host.
+func (f *fleet) newReplica(sr *sidecartest.Replica) *replica {
 	r := &replica{id: sr.ID, addr: strings.TrimPrefix(sr.Base, "http://"), stateDir: filepath.Join(sr.Dir, "state"),
 		env: append(append([]string(nil), sr.Env...), "AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS=15000", "AIP_ECHO_LOG_LEVEL="+f.opt.logLevel)}
 	f.mu.Lock()
 	f.replicas = append(f.replicas, r)
 	f.mu.Unlock()
-	f.startHost(r)
 	return r
 }
 

@@ -6,7 +6,9 @@
 // instance and bindings through the registry's control pool, and sends
 // actions through the dispatcher's HTTP API with a tenant token, as a
 // client would. Lifecycle transitions are read from the control plane's
-// log.
+// log. A test changes the registry further as an operator does, with a
+// fleet file and `aipfleet registry apply` (ApplyFleetFile), and makes
+// replicas of other instances and versions with ReplicaOf.
 //
 // It lives apart from sidecartest because it depends on the registry and
 // PostgreSQL, which the sidecar itself never does.
@@ -17,6 +19,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -110,6 +113,9 @@ type Fleet struct {
 	dispArgs []string
 	// cpDBFile, controlAddr and controlKeyFile restart the control plane.
 	cpDBFile, controlAddr, controlKeyFile string
+	// adminDBFile holds the test database's own URL, for aipfleet
+	// registry apply (ApplyFleetFile); dir is the fleet's directory.
+	adminDBFile, dir string
 
 	controlKey *aip.SigningKey
 	gatewayKey *aip.SigningKey
@@ -163,6 +169,10 @@ func StartWith(t testing.TB, opt Options) *Fleet {
 		return p
 	}
 	f.cpDBFile = dbFile("control-plane")
+	f.dir, f.adminDBFile = dir, filepath.Join(dir, "admin-db.url")
+	if err := os.WriteFile(f.adminDBFile, []byte(dbURL), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	dispDBFile := dbFile("dispatch")
 	var gatewayKeyFile string
 	f.controlKey, f.controlKeyFile = WriteKey(t, dir, "control.key")
@@ -307,6 +317,20 @@ func (f *Fleet) NewReplica(t testing.TB, opts sidecartest.ReplicaOptions) *sidec
 	if f.version == nil {
 		t.Fatal("realfleet: Admit the connector version before NewReplica")
 	}
+	r := f.ReplicaOf(t, f.instanceID, f.version, opts)
+	must(t, f.reg.PutReplica(context.Background(), f.ReplicaRecord(r)))
+	return r
+}
+
+// ReplicaOf returns a new replica identity of instance instanceID at
+// version v — its ID, key, endpoint and host environment — without
+// provisioning it: NewReplica provisions one of the admitted instance
+// through the registry; a test that provisions replicas of another
+// instance or version through a fleet file (ApplyFleetFile) puts
+// ReplicaRecord of each in the file. The instance is the tenant's, of the
+// fleet's connector type and secret reference.
+func (f *Fleet) ReplicaOf(t testing.TB, instanceID string, v *registry.ConnectorVersion, opts sidecartest.ReplicaOptions) *sidecartest.Replica {
+	t.Helper()
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = HeartbeatInterval
 	}
@@ -316,19 +340,58 @@ func (f *Fleet) NewReplica(t testing.TB, opts sidecartest.ReplicaOptions) *sidec
 	r := sidecartest.NewReplicaEnv(t, sidecartest.HostEnv{
 		ControlEndpoint: f.controlURL + aip.ControlPath, ControlDID: f.controlKey.DID(),
 		GatewayPrincipalID: GatewayPrincipalID, GatewayDID: f.gatewayKey.DID(),
-		TypeID: f.typeID, VersionID: f.version.ID, InstanceID: f.instanceID, TenantID: TenantID, TrustDomain: TrustDomain,
-		ArtifactDigest: f.version.Attestation.ArtifactDigest, SecretProviderRef: secretRef, MaxInFlight: f.opt.MaxInFlight,
+		TypeID: v.ConnectorTypeID, VersionID: v.ID, InstanceID: instanceID, TenantID: TenantID, TrustDomain: TrustDomain,
+		ArtifactDigest: v.Attestation.ArtifactDigest, SecretProviderRef: secretRef, MaxInFlight: f.opt.MaxInFlight,
 		EventEndpoint: f.apiURL + aip.EventsPath,
 	}, opts)
-	m := f.version.Manifest
-	r.ManifestDigest, r.AgentID, r.AgentKind = f.version.ManifestDigest, m.Agent.ID, m.Agent.Kind
-	must(t, f.reg.PutReplica(context.Background(), registry.ConnectorReplica{
-		ID: r.ID, InstanceID: f.instanceID, VersionID: f.version.ID, Endpoint: r.Endpoint,
-		PeerPrincipalID: m.Agent.ID, PeerPrincipalKind: m.Agent.Kind, PeerDID: r.Key.DID(),
+	m := v.Manifest
+	r.ManifestDigest, r.AgentID, r.AgentKind = v.ManifestDigest, m.Agent.ID, m.Agent.Kind
+	return r
+}
+
+// ReplicaRecord is the pre-provisioned registry record of r (offline,
+// never registered), as NewReplica puts it and a fleet file declares it.
+func (f *Fleet) ReplicaRecord(r *sidecartest.Replica) registry.ConnectorReplica {
+	return registry.ConnectorReplica{
+		ID: r.ID, InstanceID: r.InstanceID, VersionID: r.VersionID, Endpoint: r.Endpoint,
+		PeerPrincipalID: r.AgentID, PeerPrincipalKind: r.AgentKind, PeerDID: r.Key.DID(),
 		TrustDomain: TrustDomain, TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(),
 		Status: aip.ReplicaOffline, Capacity: uint32(f.opt.MaxInFlight),
-	}))
-	return r
+	}
+}
+
+// TypeID is the connector type Admit created.
+func (f *Fleet) TypeID() string { return f.typeID }
+
+// InstanceID is the tenant's instance Admit created.
+func (f *Fleet) InstanceID() string { return f.instanceID }
+
+// Version returns the version Admit admitted (nil before Admit).
+func (f *Fleet) Version() *registry.ConnectorVersion { return f.version }
+
+// SecretProviderRef is the secret reference of the instance Admit
+// created, for another instance of the tenant.
+func (f *Fleet) SecretProviderRef() string { return secretRef }
+
+// ApplyFleetFile applies ff as an operator does: it writes the file with
+// registry.MarshalFleetFile and runs `aipfleet registry apply -f FILE` on
+// the fleet's database (connected directly, whatever Options.DatabaseURL
+// does), failing the test unless it exits 0. It returns the command's
+// report.
+func (f *Fleet) ApplyFleetFile(t testing.TB, ff *registry.FleetFile) string {
+	t.Helper()
+	raw, err := registry.MarshalFleetFile(ff)
+	must(t, err)
+	file, err := os.CreateTemp(f.dir, "fleet-*.yaml")
+	must(t, err)
+	_, err = file.Write(raw)
+	must(t, errors.Join(err, file.Close()))
+	p := sidecartest.StartWith(t, f.bin, sidecartest.StartOptions{Name: "registry apply", LogTail: f.opt.LogTail},
+		"registry", "apply", "-f", file.Name(), "--database-url-file", f.adminDBFile)
+	if err := p.Wait(t); err != nil {
+		t.Fatalf("aipfleet registry apply -f %s: %v\n%s\n%s", file.Name(), err, p.Log(), raw)
+	}
+	return p.Stdout()
 }
 
 // Events implements sidecartest.Fleet: it pages through the tenant's event
