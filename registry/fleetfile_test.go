@@ -931,7 +931,7 @@ func TestApplyDisablesBindingsBeforeTheirInstanceSwitches(t *testing.T) {
 // created only for its instance's current version, so an operator who
 // pre-provisions the replicas of a new release before switching the
 // instance (what a rolling restart does) is refused; the error says how
-// the rollout goes instead.
+// the rollout goes instead, in place or on a second instance.
 func TestApplyExplainsHowToPreProvisionANewVersionsReplica(t *testing.T) {
 	ctx := t.Context()
 	r, _ := newMem(t)
@@ -951,7 +951,8 @@ func TestApplyExplainsHowToPreProvisionANewVersionsReplica(t *testing.T) {
 	if !errors.As(err, &fe) || fe.Section != registry.SectionReplicas || fe.Field != "version_id" {
 		t.Fatalf("apply: %v, want an error on the new replica's version_id", err)
 	}
-	for _, want := range []string{"switch instance cinst_acme_echo to " + v2.ID, "greater config_revision", "--config-revision"} {
+	for _, want := range []string{"switch instance cinst_acme_echo to " + v2.ID, "greater config_revision", "--config-revision",
+		"declare a second instance of the tenant on " + v2.ID, "lower priority than cinst_acme_echo's bindings"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v\ndoes not say %q", err, want)
 		}

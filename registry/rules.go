@@ -133,13 +133,18 @@ func CheckBindingTarget(b *CapabilityBinding, i *ConnectorInstance, v *Connector
 }
 
 // CheckNewReplica checks a replica being created: it runs the instance's
-// current version and starts with no assignments and a closed circuit.
+// current version and starts with no assignments and a closed circuit. A
+// replica of another version is refused with both ways to roll that
+// version out: switching the instance, or a second instance on it.
 func CheckNewReplica(rep *ConnectorReplica, i *ConnectorInstance) error {
 	const r = RecordConnectorReplica
 	if rep.VersionID != i.VersionID {
 		return invalid(r, rep.ID, "version_id", "instance %[1]s runs version %[2]s; a new replica must run it too. "+
 			"To roll out %[3]s, switch instance %[1]s to %[3]s in the same fleet file (its version_id, with a greater config_revision): "+
-			"the replicas are applied after the instances; then start the new replicas' hosts with that --config-revision",
+			"the replicas are applied after the instances; then start the new replicas' hosts with that --config-revision "+
+			"(new actions wait for them: 503 until the first registers). Without that gap: declare a second instance of the tenant on %[3]s "+
+			"for these replicas, bind its capabilities with a lower priority than %[1]s's bindings, start its replicas, "+
+			"then disable %[1]s's bindings (docs/operator-guide.md, \"A new connector version\")",
 			i.ID, i.VersionID, rep.VersionID)
 	}
 	if rep.ActiveAssignments != 0 {
