@@ -449,7 +449,8 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		return fmt.Errorf("the answer from %s is not an action status (is --url the dispatcher?): %s", f.url, printable(aip.TruncateUTF8(string(raw), 200)))
 	}
 	fmt.Fprintf(e.stdout, "action %s (%s)\n", st.ActionID, st.CapabilityID)
-	fmt.Fprintf(e.stdout, "route:   replica %s, fence %s, assigned %s\n", st.Route.ReplicaID, st.Route.FenceToken, st.Route.AssignedAt.Format(time.RFC3339))
+	fmt.Fprintf(e.stdout, "route:   replica %s (instance %s, version %s), fence %s, assigned %s\n", st.Route.ReplicaID,
+		orNone(st.Route.InstanceID), orNone(st.Route.VersionID), st.Route.FenceToken, st.Route.AssignedAt.Format(time.RFC3339))
 	for _, h := range st.History {
 		fmt.Fprintf(e.stdout, "history: replica %s, fence %s (refused, not started)\n", h.ReplicaID, h.FenceToken)
 	}

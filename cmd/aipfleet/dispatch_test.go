@@ -647,7 +647,7 @@ func TestActionGetShowsAFailedResultsError(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, CapabilityID: "notes.create",
-			Route:       &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+			Route:       &dispatch.RouteFacts{ReplicaID: "crepl_x", InstanceID: "cinst_notes_b", VersionID: "cver_notes_2", FenceToken: "route_y"},
 			Reservation: dispatch.ReservationFacts{LastSettlement: "completed"},
 			Replica: dispatch.ReplicaFacts{Reachable: true, State: aip.StateFailed,
 				Result: &aip.ActionResult{ActionID: id, Status: aip.ResultFailed,
@@ -658,7 +658,8 @@ func TestActionGetShowsAFailedResultsError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "result:  failed") || !strings.Contains(out, "error:   notes.not_executed: the notes service stopped before this action's write") {
+	if !strings.Contains(out, "result:  failed") || !strings.Contains(out, "error:   notes.not_executed: the notes service stopped before this action's write") ||
+		!strings.Contains(out, "route:   replica crepl_x (instance cinst_notes_b, version cver_notes_2), fence route_y") {
 		t.Fatalf("get:\n%s", out)
 	}
 }
