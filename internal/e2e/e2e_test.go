@@ -61,6 +61,43 @@ type sent struct {
 	latency time.Duration
 }
 
+// runningLoad is a load whose clients send actions until stop.
+type runningLoad struct {
+	*load
+	t        *testing.T
+	f        *fleet
+	stopCh   chan struct{}
+	finished chan struct{}
+}
+
+// startLoad starts clients sending actions (each with extra in its input)
+// until stop, which the test's end calls too.
+func startLoad(t *testing.T, f *fleet, clients int, extra string) *runningLoad {
+	r := &runningLoad{load: &load{}, t: t, f: f, stopCh: make(chan struct{}), finished: make(chan struct{})}
+	go func() {
+		defer close(r.finished)
+		r.run(f, clients, 0, extra, r.stopCh)
+	}()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop ends the load and waits for its clients' last answers.
+func (r *runningLoad) stop() {
+	select {
+	case <-r.stopCh:
+	default:
+		close(r.stopCh)
+	}
+	<-r.finished
+}
+
+// progress waits until more actions than now have completed.
+func (r *runningLoad) progress(more int64) {
+	target := r.done.Load() + more
+	waitFor(r.t, fmt.Sprintf("%d more actions", more), []*process{r.f.disp}, func() bool { return r.done.Load() >= target })
+}
+
 func (l *load) run(f *fleet, clients, n int, extra string, stop <-chan struct{}) {
 	tok := f.token(tenantID)
 	var next atomic.Int64
@@ -194,25 +231,8 @@ func TestActionsSpreadAndRepeat(t *testing.T) {
 func TestRollingRestartUnderLoad(t *testing.T) {
 	f := newFleet(t, fleetOptions{replicas: 3})
 	original := f.replicaList()
-	var l load
-	stop := make(chan struct{})
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		l.run(f, 32, 0, `,"hold_ms":5`, stop)
-	}()
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-loadDone
-	}()
-	progress := func(more int64) {
-		target := l.done.Load() + more
-		waitFor(t, fmt.Sprintf("%d more actions", more), []*process{f.disp}, func() bool { return l.done.Load() >= target })
-	}
+	l := startLoad(t, f, 32, `,"hold_ms":5`)
+	progress := l.progress
 	progress(200)
 	for _, old := range original {
 		fresh := f.addReplica()
@@ -227,8 +247,7 @@ func TestRollingRestartUnderLoad(t *testing.T) {
 		t.Logf("replaced %s with %s after %d actions", old.id, fresh.id, l.done.Load())
 		progress(200)
 	}
-	close(stop)
-	<-loadDone
+	l.stop()
 	rerouted := 0
 	for _, r := range l.results {
 		if r.resp.Route != nil && len(r.resp.Route.Reroutes) > 0 {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -69,25 +68,8 @@ func TestBlueGreenVersionUpgrade(t *testing.T) {
 		t.Fatalf("catalog before the upgrade: %v (total %d), want %v", before, total, caps)
 	}
 
-	var l load
-	stop := make(chan struct{})
-	loadDone := make(chan struct{})
-	go func() {
-		defer close(loadDone)
-		l.run(f, 16, 0, `,"hold_ms":5`, stop)
-	}()
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-loadDone
-	}()
-	progress := func(more int64) {
-		target := l.done.Load() + more
-		waitFor(t, fmt.Sprintf("%d more actions", more), []*process{f.disp}, func() bool { return l.done.Load() >= target })
-	}
+	l := startLoad(t, f, 16, `,"hold_ms":5`)
+	progress := l.progress
 	progress(100)
 
 	// 1. Version 2, instance B, its replicas and bindings, in one file.
@@ -147,8 +129,7 @@ func TestBlueGreenVersionUpgrade(t *testing.T) {
 		SecretProviderRef: rf.SecretProviderRef(), Status: registry.InstanceDisabled}
 	t.Logf("apply: %s", rf.ApplyFleetFile(t, &registry.FleetFile{Instances: []registry.ConnectorInstance{a}}))
 	progress(100)
-	close(stop)
-	<-loadDone
+	l.stop()
 
 	// Where each action went, by when its client sent it.
 	var onA, onB, waited int
