@@ -19,7 +19,7 @@ func checkDirOwner(dir string, fi os.FileInfo) error {
 		return nil
 	}
 	if uid := os.Geteuid(); int(st.Uid) != uid && st.Uid != 0 {
-		return fmt.Errorf("sqliteruntime: state directory %s is owned by uid %d, not by this process's user (uid %d): that user could replace the journal; use a directory of the replica's own (aip-host creates a missing one 0700) or chown it to uid %d",
+		return fmt.Errorf("sqliteruntime: state directory %s is owned by uid %d, not by this process's user (uid %d): that user could replace the journal; use a directory of the replica's own (the host creates a missing one 0700) or chown it to uid %d",
 			dir, st.Uid, uid, uid)
 	}
 	return nil

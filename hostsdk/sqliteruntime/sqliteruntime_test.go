@@ -94,7 +94,13 @@ func TestOpenCreatesPrivateFiles(t *testing.T) {
 // alone writing it (0700, 0755) is accepted.
 func TestOpenRefusesASharedStateDirectory(t *testing.T) {
 	ctx := context.Background()
-	for _, mode := range []os.FileMode{0o777 | os.ModeSticky, 0o770, 0o757} {
+	// The mode is named as ls and chmod write it (1777 for /tmp or a
+	// fresh tmpfs mount), never as Go's FileMode bits (4000777).
+	for _, c := range []struct {
+		mode os.FileMode
+		want string
+	}{{0o777 | os.ModeSticky, "(mode 1777)"}, {0o770, "(mode 0770)"}, {0o757, "(mode 0757)"}} {
+		mode := c.mode
 		dir := filepath.Join(t.TempDir(), "state")
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			t.Fatal(err)
@@ -107,8 +113,8 @@ func TestOpenRefusesASharedStateDirectory(t *testing.T) {
 			j.Close()
 			t.Fatalf("Open in a directory of mode %v succeeded", mode)
 		}
-		if !strings.Contains(err.Error(), "writable by its group or by others") || !strings.Contains(err.Error(), "chmod go-w") {
-			t.Errorf("mode %v: %v", mode, err)
+		if !strings.Contains(err.Error(), "writable by its group or by others") || !strings.Contains(err.Error(), "chmod go-w") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("mode %v: %v (want it to name %s)", mode, err, c.want)
 		}
 		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 			t.Errorf("mode %v: the refused directory holds %d entries", mode, len(entries))
