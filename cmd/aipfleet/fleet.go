@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -285,6 +286,14 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from s
 		}
 		if cert := asUntrustedCert(err, "the control plane", strings.SplitN(u, "/aip/", 2)[0]); cert != nil {
 			return cert
+		}
+		// Connected but no answer within --timeout: a stopped or hung
+		// control plane (the kernel still accepts its connections), or a
+		// path that drops packets.
+		var ne net.Error
+		if ctx.Err() == nil && client.Timeout > 0 && errors.As(err, &ne) && ne.Timeout() {
+			return fmt.Errorf("the control plane at %s did not answer within %s (--timeout): it is stopped, hung or overloaded, or the path to it drops packets; check its process, its /ready and its log (GET %s: %w)",
+				strings.SplitN(u, "/aip/", 2)[0], client.Timeout, u, err)
 		}
 		return fmt.Errorf("GET %s: %w", u, err)
 	}

@@ -235,6 +235,19 @@ func TestFleetStatusErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no control plane answers at "+closed) || !strings.Contains(err.Error(), "aipfleet dev") {
 		t.Fatalf("no control plane: %v", err)
 	}
+	// A control plane that accepts the connection and never answers (a
+	// stopped or hung process: the kernel still completes the handshake)
+	// is named as such once --timeout has passed, not as a Go client error.
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	hungURL := "http://" + hung.Addr().String()
+	_, _, err = runCLI(t, nil, "fleet", "status", "--control-url", hungURL, "--timeout", "200ms")
+	if err == nil || !strings.Contains(err.Error(), "the control plane at "+hungURL+" did not answer within 200ms (--timeout)") || !strings.Contains(err.Error(), "/ready") {
+		t.Fatalf("hung control plane: %v", err)
+	}
 	// A bad CA file is reported under the flag the user gave.
 	notPEM := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o644); err != nil {
