@@ -1244,7 +1244,18 @@ func (x *exchange) notReady() bool {
 }
 
 func (x *exchange) storageUnavailable(err error) bool {
-	x.h.log.Error("runtime journal", "error", err)
+	attrs := []any{"error", err}
+	if x.req != nil {
+		attrs = append(attrs, "message_id", x.req.MessageID)
+	}
+	if x.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The sender went away (its request's context ended) during a
+		// journal read: nothing is wrong with the journal, and nobody
+		// reads this answer.
+		x.h.log.Info("the sender went away while the runtime journal was read", attrs...)
+	} else {
+		x.h.log.Error("runtime journal", attrs...)
+	}
 	return x.fail(http.StatusServiceUnavailable, aip.NewProtocolError(CodeStorageUnavailable, aip.CategoryTemporary, true, 1000,
 		"the runtime journal is unavailable"))
 }
