@@ -2,6 +2,7 @@ package aip
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,7 +49,9 @@ var ErrUnknownMember = errors.New("aip: unknown member")
 // encoding/json alone binds "Capability_ID" to capability_id, takes the
 // last of "capability_id" and "CAPABILITY_ID", and reads null as an empty
 // struct, where every case-sensitive reader of the same bytes sees
-// something else.
+// something else. A member of the wrong JSON type is a *MemberTypeError,
+// which says where and what in JSON's terms (it unwraps to
+// encoding/json's *json.UnmarshalTypeError).
 func DecodeStrict(data []byte, v any) error {
 	if _, err := Canonicalize(data); err != nil {
 		return err
@@ -69,10 +72,25 @@ func DecodeStrict(data []byte, v any) error {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	var ute *json.UnmarshalTypeError
-	if errors.As(err, &ute) {
-		return &MemberTypeError{Member: ute.Field, Got: ute.Value, Want: jsonTypeOf(ute.Type), Err: err}
+	if !errors.As(err, &ute) {
+		return err
 	}
-	return err
+	te := &MemberTypeError{Member: ute.Field, Got: ute.Value, Want: jsonTypeOf(ute.Type), Err: err}
+	if err != error(ute) {
+		// An UnmarshalJSON of a field's own type wrapped encoding/json's
+		// error in its words ("aip: message part text: ..."), and its
+		// Field and Offset count from that type's input: keep the words,
+		// say the types in JSON's terms.
+		te.Err = ute
+		if prefix, ok := strings.CutSuffix(err.Error(), ute.Error()); ok {
+			return &wrappedTypeError{prefix: prefix, te: te, err: err}
+		}
+		return err
+	}
+	if path, got, ok := memberAt(data, ute); ok {
+		te.Member, te.Got = path, got
+	}
+	return te
 }
 
 // MemberTypeError is DecodeStrict's error for a member whose JSON type is
@@ -80,14 +98,19 @@ func DecodeStrict(data []byte, v any) error {
 // JSON's terms (encoding/json names Go's: "Go struct field .timeout_ms of
 // type uint64").
 type MemberTypeError struct {
-	// Member is the member's path from the top ("timeout_ms",
-	// "input.items"); empty for the top-level value.
+	// Member is the member's path from the top, with each array element's
+	// index ("timeout_ms", "input.items", "events[3].id"); empty for the
+	// top-level value. For an error an UnmarshalJSON of a field's type
+	// wrapped in its own words, the path within what that UnmarshalJSON
+	// read.
 	Member string
-	// Got is what the JSON held: "string", "number -1", "array", ...
+	// Got is what the JSON held: "string", "number -1", "array", "bool",
+	// "member name \"abc\"" (a map's member name that is not a number
+	// its keys take), ...
 	Got string
-	// Want says what the member takes: "a whole number of at least 0".
+	// Want says what the member takes: "a whole number from 0 to 255".
 	Want string
-	// Err is encoding/json's error.
+	// Err is encoding/json's error (a *json.UnmarshalTypeError).
 	Err error
 }
 
@@ -95,6 +118,10 @@ func (e *MemberTypeError) Error() string {
 	got := e.Got
 	if n, ok := strings.CutPrefix(got, "number "); ok {
 		got = "the number " + n
+	} else if strings.HasPrefix(got, "member name ") {
+		got = "the " + got
+	} else if got == "bool" {
+		got = "a JSON boolean"
 	} else {
 		got = "a JSON " + got
 	}
@@ -106,13 +133,127 @@ func (e *MemberTypeError) Error() string {
 
 func (e *MemberTypeError) Unwrap() error { return e.Err }
 
+// wrappedTypeError is a MemberTypeError that an UnmarshalJSON wrapped in
+// its own words (prefix); it unwraps to both the MemberTypeError and the
+// error the UnmarshalJSON returned.
+type wrappedTypeError struct {
+	prefix string
+	te     *MemberTypeError
+	err    error
+}
+
+func (e *wrappedTypeError) Error() string   { return e.prefix + e.te.Error() }
+func (e *wrappedTypeError) Unwrap() []error { return []error{e.te, e.err} }
+
+// memberAt finds in data the value (or member name) at which encoding/json
+// reported ute, and returns its path with array indexes and map members
+// ("events[3].id", "counts.a"; encoding/json's Field names only struct
+// fields, and an embedded struct's by its Go name) and what it holds. ok
+// is false unless a value of the kind ute names is exactly there: an
+// UnmarshalJSON that returned encoding/json's error for its own input
+// gives an Offset in that input.
+func memberAt(data []byte, ute *json.UnmarshalTypeError) (path, got string, ok bool) {
+	type frame struct {
+		array   bool
+		n       int    // array: the current element's index
+		key     string // object: the current member's name
+		haveKey bool
+	}
+	var st []frame
+	pathOf := func(st []frame) string {
+		var b strings.Builder
+		for i, f := range st {
+			switch {
+			case f.array:
+				fmt.Fprintf(&b, "[%d]", f.n)
+			case i > 0:
+				b.WriteString("." + f.key)
+			default:
+				b.WriteString(f.key)
+			}
+		}
+		return b.String()
+	}
+	done := func() { // the value at the top frame's position ended
+		if len(st) > 0 {
+			if top := &st[len(st)-1]; top.array {
+				top.n++
+			} else {
+				top.haveKey = false
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	for {
+		before := dec.InputOffset()
+		tok, err := dec.Token()
+		if err != nil {
+			return "", "", false
+		}
+		end := dec.InputOffset()
+		if d, isDelim := tok.(json.Delim); isDelim && (d == '}' || d == ']') {
+			st = st[:len(st)-1]
+			done()
+			continue
+		}
+		if n := len(st); n > 0 && !st[n-1].array && !st[n-1].haveKey {
+			key := tok.(string)
+			st[n-1].key, st[n-1].haveKey = key, true
+			if ute.Offset > before && ute.Offset < end {
+				// A map's member name its key type does not take:
+				// encoding/json reports "number NAME" at its first byte.
+				if ute.Value != "number "+key || data[ute.Offset-1] != '"' {
+					return "", "", false
+				}
+				return pathOf(st[:n-1]), fmt.Sprintf("member name %q", key), true
+			}
+			continue
+		}
+		if end >= ute.Offset {
+			if end != ute.Offset {
+				return "", "", false
+			}
+			got = ute.Value
+			switch v := tok.(type) {
+			case json.Delim:
+				ok = (v == '[' && got == "array") || (v == '{' && got == "object")
+			case string:
+				ok = got == "string"
+			case bool:
+				ok = got == "bool"
+			case nil:
+				ok = got == "null"
+			case json.Number:
+				if got == "number" {
+					got = "number " + v.String()
+				}
+				ok = got == "number "+v.String()
+			}
+			return pathOf(st), got, ok
+		}
+		if d, isDelim := tok.(json.Delim); isDelim {
+			st = append(st, frame{array: d == '['})
+			continue
+		}
+		done()
+	}
+}
+
 // jsonTypeOf says in JSON's terms what values a Go type decodes from.
 func jsonTypeOf(t reflect.Type) string {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == nil {
+	switch {
+	case t == nil:
 		return "another value"
+	case t == numberType:
+		return "a number"
+	case reflect.PointerTo(t).Implements(textUnmarshalerType):
+		return "a string"
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8:
+		return "a base64 string"
 	}
 	switch t.Kind() {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
@@ -134,9 +275,11 @@ func jsonTypeOf(t reflect.Type) string {
 }
 
 var (
-	rawMessageType   = reflect.TypeFor[json.RawMessage]()
-	unmarshalerType  = reflect.TypeFor[json.Unmarshaler]()
-	namesCheckerType = reflect.TypeFor[memberNamesChecker]()
+	rawMessageType      = reflect.TypeFor[json.RawMessage]()
+	numberType          = reflect.TypeFor[json.Number]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
+	namesCheckerType    = reflect.TypeFor[memberNamesChecker]()
 )
 
 // checkMemberNames refuses a JSON document (valid, without duplicate

@@ -3,6 +3,7 @@ package aip
 import (
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -304,7 +305,7 @@ func TestDecodeStrictTypeErrorsSpeakJSON(t *testing.T) {
 		{`{"n":{"x":1.5}}`, `member "n.x": the number 1.5 where a whole number from -128 to 127 is expected`},
 		{`{"input":[1]}`, `member "input": a JSON array where an object is expected`},
 		{`{"tags":"a"}`, `member "tags": a JSON string where an array is expected`},
-		{`{"on":1}`, `member "on": a JSON number where true or false is expected`},
+		{`{"on":1}`, `member "on": the number 1 where true or false is expected`},
 	} {
 		err := DecodeStrict([]byte(c.in), &v)
 		var te *MemberTypeError
@@ -313,6 +314,78 @@ func TestDecodeStrictTypeErrorsSpeakJSON(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "Go struct") {
 			t.Errorf("DecodeStrict(%s) names Go types: %v", c.in, err)
+		}
+	}
+}
+
+// rawTypeErrorer's UnmarshalJSON returns encoding/json's error for its own
+// input unwrapped, so its Offset counts from that input, not from the
+// document DecodeStrict was given.
+type rawTypeErrorer struct{ X int }
+
+func (r *rawTypeErrorer) UnmarshalJSON(data []byte) error {
+	var w struct {
+		X int `json:"x"`
+	}
+	err := json.Unmarshal(data, &w)
+	r.X = w.X
+	return err
+}
+
+// TestDecodeStrictTypeErrorsNameTheMember: the member of the wrong type is
+// named by its path in the document — array elements by their index
+// ("events[1].id": a batch of events otherwise leaves the sender to guess
+// which one), map entries by their name, members of an embedded struct by
+// their own name (encoding/json's path puts the Go field's name of the
+// embedded struct in front) — and the type a field takes is said in JSON's
+// terms for every kind of field, not only by its Go kind ([]byte takes a
+// base64 string, json.Number a number, a type with UnmarshalText a
+// string). A type error an UnmarshalJSON wrapped in its own words keeps
+// them.
+func TestDecodeStrictTypeErrorsNameTheMember(t *testing.T) {
+	type item struct {
+		X int `json:"x"`
+	}
+	type Embedded struct {
+		Y uint8 `json:"y"`
+	}
+	type doc struct {
+		Items  []item            `json:"items"`
+		Grid   [][]bool          `json:"grid"`
+		Events []Event           `json:"events"`
+		ByKey  map[int]string    `json:"by_key"`
+		Counts map[string]uint16 `json:"counts"`
+		Blob   []byte            `json:"blob"`
+		Num    json.Number       `json:"num"`
+		Addr   netip.Addr        `json:"addr"`
+		Parts  []MessagePart     `json:"parts"`
+		Raw    *rawTypeErrorer   `json:"raw"`
+		Nested map[string][]item `json:"nested"`
+		Embedded
+	}
+	ev := `{"id":"evt_1","kind":"k","occurred_at":"2026-01-02T03:04:05Z"}`
+	const i64 = "a whole number from -9223372036854775808 to 9223372036854775807"
+	for _, c := range []struct{ in, want string }{
+		{`{"items":[{"x":1},{"x":2},{"x":3},{"x":"a"}]}`, `member "items[3].x": a JSON string where ` + i64 + ` is expected`},
+		{`{"items":[{"x":1}, {"x" : [1]}]}`, `member "items[1].x": a JSON array where ` + i64 + ` is expected`},
+		{`{"grid":[[true],[false,"x"]]}`, `member "grid[1][1]": a JSON string where true or false is expected`},
+		{`{"events":[` + ev + `,{"id":5,"kind":"k","occurred_at":"2026-01-02T03:04:05Z"}]}`, `member "events[1].id": the number 5 where a string is expected`},
+		{`{"by_key":{"1":"a","abc":"b"}}`, `member "by_key": the member name "abc" where ` + i64 + ` is expected`},
+		{`{"counts":{"a":1,"b.c":-1}}`, `member "counts.b.c": the number -1 where a whole number from 0 to 65535 is expected`},
+		{`{"nested":{"k":[{"x":1},{"x":{}}]}}`, `member "nested.k[1].x": a JSON object where ` + i64 + ` is expected`},
+		{`{"y":"s"}`, `member "y": a JSON string where a whole number from 0 to 255 is expected`},
+		{`{"blob":5}`, `member "blob": the number 5 where a base64 string is expected`},
+		{`{"num":true}`, `member "num": a JSON boolean where a number is expected`},
+		{`{"addr":5}`, `member "addr": the number 5 where a string is expected`},
+		{`{"raw":{"x":"a"}}`, `member "raw.x": a JSON string where ` + i64 + ` is expected`},
+		{`{"parts":[{"type":"text","text":5}]}`, `aip: message part text: a JSON number where a string is expected`},
+	} {
+		var v doc
+		err := DecodeStrict([]byte(c.in), &v)
+		var te *MemberTypeError
+		var ute *json.UnmarshalTypeError
+		if !errors.As(err, &te) || !errors.As(err, &ute) || err.Error() != c.want {
+			t.Errorf("DecodeStrict(%s) = %v;\n want %q", c.in, err, c.want)
 		}
 	}
 }
