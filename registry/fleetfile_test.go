@@ -952,7 +952,10 @@ func TestApplyExplainsHowToPreProvisionANewVersionsReplica(t *testing.T) {
 		t.Fatalf("apply: %v, want an error on the new replica's version_id", err)
 	}
 	for _, want := range []string{"switch instance cinst_acme_echo to " + v2.ID, "greater config_revision", "--config-revision",
-		"declare a second instance of the tenant on " + v2.ID, "lower priority than cinst_acme_echo's bindings"} {
+		"declare a second instance of the tenant on " + v2.ID, "answered 503 until the first registers",
+		// Lower number, not lower priority: a route tries the lowest
+		// number first, and the new instance must be tried first.
+		"at a lower priority number than cinst_acme_echo's bindings", "a route tries the lowest number first"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v\ndoes not say %q", err, want)
 		}

@@ -142,8 +142,9 @@ func CheckNewReplica(rep *ConnectorReplica, i *ConnectorInstance) error {
 		return invalid(r, rep.ID, "version_id", "instance %[1]s runs version %[2]s; a new replica must run it too. "+
 			"To roll out %[3]s, switch instance %[1]s to %[3]s in the same fleet file (its version_id, with a greater config_revision): "+
 			"the replicas are applied after the instances; then start the new replicas' hosts with that --config-revision "+
-			"(new actions wait for them: 503 until the first registers). Without that gap: declare a second instance of the tenant on %[3]s "+
-			"for these replicas, bind its capabilities with a lower priority than %[1]s's bindings, start its replicas, "+
+			"(new actions are answered 503 until the first registers). Without that gap: declare a second instance of the tenant on %[3]s "+
+			"for these replicas, bind its capabilities at a lower priority number than %[1]s's bindings (a route tries the lowest number first; "+
+			"bindings at the default 0 move to 1, with a greater policy_revision), start its replicas, "+
 			"then disable %[1]s's bindings (docs/operator-guide.md, \"A new connector version\")",
 			i.ID, i.VersionID, rep.VersionID)
 	}
