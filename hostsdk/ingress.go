@@ -1248,16 +1248,25 @@ func (x *exchange) storageUnavailable(err error) bool {
 	if x.req != nil {
 		attrs = append(attrs, "message_id", x.req.MessageID)
 	}
-	if x.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		// The sender went away (its request's context ended) during a
-		// journal read: nothing is wrong with the journal, and nobody
-		// reads this answer.
+	if senderWentAway(x.ctx, err) {
+		// Nothing is wrong with the journal, and nobody reads this
+		// answer.
 		x.h.log.Info("the sender went away while the runtime journal was read", attrs...)
 	} else {
 		x.h.log.Error("runtime journal", attrs...)
 	}
 	return x.fail(http.StatusServiceUnavailable, aip.NewProtocolError(CodeStorageUnavailable, aip.CategoryTemporary, true, 1000,
 		"the runtime journal is unavailable"))
+}
+
+// senderWentAway reports whether err, a journal call's, ended because the
+// request's own context did (the sender disconnected): err wraps exactly
+// that context's error. A deadline of the journal's own (a PostgreSQL
+// connect timeout during an outage) is a journal failure even when the
+// sender has gone too.
+func senderWentAway(ctx context.Context, err error) bool {
+	cerr := ctx.Err()
+	return cerr != nil && errors.Is(err, cerr)
 }
 
 func (x *exchange) outcomeUnknown(actionID, detail string) bool {
