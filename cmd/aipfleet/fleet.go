@@ -191,6 +191,12 @@ func baseURL(flagName, raw, example string) (string, error) {
 		u.Path, u.RawPath, u.RawQuery = u.Path[:i], "", ""
 		return "", usagef("%s %q names an API path; give the server's base URL only: %s", flagName, raw, strings.TrimRight(u.String(), "/"))
 	}
+	// The API's paths are appended to the URL as written: a query or a
+	// fragment would end up before them (…/?x/aip/v1/actions).
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.ContainsAny(raw, "?#") {
+		u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+		return "", usagef("%s %q has a query or a fragment; give the server's base URL only: %s", flagName, raw, strings.TrimRight(u.String(), "/"))
+	}
 	return strings.TrimRight(raw, "/"), nil
 }
 

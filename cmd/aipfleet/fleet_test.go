@@ -289,6 +289,11 @@ func TestClientURLWithAnAPIPathNamesTheBaseURL(t *testing.T) {
 			`give the server's base URL only: https://gw.example.test/fleet`},
 		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:8090/aip/v1/fleet/status"},
 			`--control-url "http://127.0.0.1:8090/aip/v1/fleet/status" names an API path; give the server's base URL only: http://127.0.0.1:8090`},
+		// The API's paths are appended to the URL: a query would precede them.
+		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:8090/?x=1"},
+			`--control-url "http://127.0.0.1:8090/?x=1" has a query or a fragment; give the server's base URL only: http://127.0.0.1:8090`},
+		{[]string{"action", "get", "act_0192a8f0c1d27e3f8a4b5c6d7e8f9003", "--url", "http://127.0.0.1:8080#top"},
+			`--url "http://127.0.0.1:8080#top" has a query or a fragment; give the server's base URL only: http://127.0.0.1:8080`},
 	} {
 		_, _, err := runCLI(t, nil, tc.args...)
 		var u *usageError
