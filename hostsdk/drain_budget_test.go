@@ -51,16 +51,7 @@ func TestShutdownDoesNotWaitForARenewalInFlight(t *testing.T) {
 			c.ControlPlaneTransport = hung
 		})
 		ctx := b.awaitFirstBeat(t)
-		target := hostsdktest.TargetOf(b.h, b.cfg)
-		done := make(chan *hostsdktest.Response, 1)
-		go func() {
-			resp, err := b.d.Act(ctx, target, action(capBlock, `{"message":"slow"}`))
-			if err != nil {
-				t.Error(err)
-			}
-			done <- resp
-		}()
-		<-b.conn.started
+		done := b.startBlocked(t, ctx)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the drain and its resend: applied, answers lost
 		stopped := make(chan error, 1)
 		go func() { stopped <- b.h.Stop(ctx) }()

@@ -23,16 +23,7 @@ func drainWithActionRunning(t *testing.T, faults func(b *bubbleFleet, ctx contex
 		c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = 10*time.Second, 3*time.Second, time.Minute
 	})
 	ctx := b.awaitFirstBeat(t)
-	target := hostsdktest.TargetOf(b.h, b.cfg)
-	done := make(chan *hostsdktest.Response, 1)
-	go func() {
-		resp, err := b.d.Act(ctx, target, action(capBlock, `{"message":"slow"}`))
-		if err != nil {
-			t.Error(err)
-		}
-		done <- resp
-	}()
-	<-b.conn.started
+	done := b.startBlocked(t, ctx)
 	stopped := make(chan error, 1)
 	faults(b, ctx)
 	go func() { stopped <- b.h.Stop(ctx) }()

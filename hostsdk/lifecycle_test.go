@@ -75,6 +75,24 @@ func (b *bubbleFleet) awaitFirstBeat(t *testing.T) context.Context {
 	return ctx
 }
 
+// startBlocked sends an action that blocks in the connector until
+// b.conn.release is closed, waits until it runs, and returns the channel
+// its answer arrives on.
+func (b *bubbleFleet) startBlocked(t *testing.T, ctx context.Context) <-chan *hostsdktest.Response {
+	t.Helper()
+	target := hostsdktest.TargetOf(b.h, b.cfg)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := b.d.Act(ctx, target, action(capBlock, `{"message":"slow"}`))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	<-b.conn.started
+	return done
+}
+
 // metric reads one sample from the host's /metrics.
 func (b *bubbleFleet) metric(t *testing.T, name string) float64 {
 	t.Helper()
@@ -518,16 +536,7 @@ func TestDrainRenewsItsLeaseWhileActionsRun(t *testing.T) {
 			c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = 10*time.Second, 3*time.Second, time.Minute
 		})
 		ctx := b.awaitFirstBeat(t)
-		target := hostsdktest.TargetOf(b.h, b.cfg)
-		done := make(chan *hostsdktest.Response, 1)
-		go func() {
-			resp, err := b.d.Act(ctx, target, action(capBlock, `{"message":"slow"}`))
-			if err != nil {
-				t.Error(err)
-			}
-			done <- resp
-		}()
-		<-b.conn.started
+		done := b.startBlocked(t, ctx)
 		stopped := make(chan error, 1)
 		go func() { stopped <- b.h.Stop(ctx) }()
 		time.Sleep(25 * time.Second) // 2.5 leases into the drain
