@@ -143,8 +143,11 @@ func (h *Host) shutdown() error {
 	// Cancelling those still running before the server shuts down lets
 	// their requests answer on connections that are still open: the
 	// server's shutdown would close them first.
+	// Counted before the cancellation: a cancelled action can return,
+	// answer and leave the count before it is read.
+	n := h.inflight.handled()
 	h.hardStop()
-	if n := h.inflight.handled(); n > 0 {
+	if n > 0 {
 		h.log.Warn("drain timeout passed; cancelling the actions still running, which answer on their connections", "in_flight", n, "handle_grace", h.cfg.HandleGrace)
 		actx, cancel := context.WithTimeout(ctx, h.cfg.DrainTimeout+h.cfg.HandleGrace)
 		err := h.inflight.waitHandled(actx)
