@@ -187,6 +187,30 @@ func TestMCPCallFindingTheSessionGoneReconnects(t *testing.T) {
 	})
 }
 
+// connectHTTPMCP connects an MCP adapter to the Streamable HTTP server
+// srv (serving ts at /mcp), reconnecting after 1 ms, and closes the
+// adapter, ts's sessions and srv at the test's end.
+func connectHTTPMCP(t *testing.T, ts *testMCPServer, srv *httptest.Server) (*MCP, *logWatch) {
+	t.Helper()
+	logs := newLogWatch()
+	m, err := NewMCP(MCPConfig{URL: srv.URL + "/mcp", RestartBackoff: time.Millisecond, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		for s := range ts.server.Sessions() {
+			s.Close()
+		}
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	if err := m.Connect(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	return m, logs
+}
+
 // TestMCPHTTPServerRestartReconnects: after a Streamable HTTP server
 // restarts (it no longer knows the session), the first call fails and the
 // session is re-established without a health check; the next call works.
@@ -204,23 +228,8 @@ func TestMCPHTTPServerRestartReconnects(t *testing.T) {
 	}
 	restart()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
-	logs := newLogWatch()
-	m, err := NewMCP(MCPConfig{URL: srv.URL + "/mcp", RestartBackoff: time.Millisecond, Logger: logs.logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		for s := range ts.server.Sessions() {
-			s.Close()
-		}
-		srv.CloseClientConnections()
-		srv.Close()
-	})
+	m, logs := connectHTTPMCP(t, ts, srv)
 	ctx := ctxT(t)
-	if err := m.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := m.Manifest(ctx, hostsdk.TenantContext{}); err != nil {
 		t.Fatal(err)
 	}
@@ -295,23 +304,8 @@ func TestMCPHTTPSessionGoneWithJSONBodyReconnects(t *testing.T) {
 				w.WriteHeader(http.StatusNotFound)
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"},"id":%s}`, id)
 			}))
-			logs := newLogWatch()
-			m, err := NewMCP(MCPConfig{URL: srv.URL + "/mcp", RestartBackoff: time.Millisecond, Logger: logs.logger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				m.Close()
-				for s := range ts.server.Sessions() {
-					s.Close()
-				}
-				srv.CloseClientConnections()
-				srv.Close()
-			})
+			m, logs := connectHTTPMCP(t, ts, srv)
 			ctx := ctxT(t)
-			if err := m.Connect(ctx); err != nil {
-				t.Fatal(err)
-			}
 			if err := m.CheckHealth(ctx); err != nil {
 				t.Fatal(err)
 			}
