@@ -30,6 +30,21 @@ func (h *hungControlPlane) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(r)
 }
 
+// newHungFleet is a bubble fleet (leases of ttl, heartbeats every 3 s, a
+// drain of up to a minute, 5 s lifecycle timeouts) whose control plane
+// can be made to stop answering.
+func newHungFleet(t *testing.T, ttl time.Duration) (*bubbleFleet, *hungControlPlane) {
+	t.Helper()
+	var hung *hungControlPlane
+	b := newBubbleFleet(t, func(c *hostsdk.Config) {
+		c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = ttl, 3*time.Second, time.Minute
+		c.ControlTimeout = 5 * time.Second
+		hung = &hungControlPlane{next: c.ControlPlaneTransport}
+		c.ControlPlaneTransport = hung
+	})
+	return b, hung
+}
+
 // TestShutdownDoesNotWaitForARenewalInFlight: the shutdown's lifecycle
 // requests stay within the termination-grace budget's share for them
 // (docs/operator-guide.md: 5 × the lifecycle timeout) when the control
@@ -43,13 +58,7 @@ func (h *hungControlPlane) RoundTrip(r *http.Request) (*http.Response, error) {
 // step replays it.
 func TestShutdownDoesNotWaitForARenewalInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var hung *hungControlPlane
-		b := newBubbleFleet(t, func(c *hostsdk.Config) {
-			c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = 10*time.Second, 3*time.Second, time.Minute
-			c.ControlTimeout = 5 * time.Second
-			hung = &hungControlPlane{next: c.ControlPlaneTransport}
-			c.ControlPlaneTransport = hung
-		})
+		b, hung := newHungFleet(t, 10*time.Second)
 		ctx := b.awaitFirstBeat(t)
 		done := b.startBlocked(t, ctx)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the drain and its resend: applied, answers lost
@@ -88,13 +97,7 @@ func TestShutdownDoesNotWaitForARenewalInFlight(t *testing.T) {
 // two, replays included.
 func TestShutdownLifecycleStepsStayWithinTheirBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var hung *hungControlPlane
-		b := newBubbleFleet(t, func(c *hostsdk.Config) {
-			c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = 60*time.Second, 3*time.Second, time.Minute
-			c.ControlTimeout = 5 * time.Second
-			hung = &hungControlPlane{next: c.ControlPlaneTransport}
-			c.ControlPlaneTransport = hung
-		})
+		b, hung := newHungFleet(t, 60*time.Second)
 		ctx := b.awaitFirstBeat(t)
 		beats := len(opsOf(b.cp, aip.OpHeartbeat))
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the next beat and its resend: applied, answers lost
