@@ -248,6 +248,16 @@ const (
 	OutcomeRejected OutcomeStatus = "rejected"
 )
 
+// The wording of a registration refused because the replica's lease is
+// still live, which aipfleet's control plane gives and a host reads to
+// wait for that lease (the wire's rejected outcome has no structured
+// detail): the message is ControlRuleLeaseLive, ": ", and a reason that
+// holds LeaseUntilPhrase followed by the lease's expiry (RFC 3339).
+const (
+	ControlRuleLeaseLive = "lease_live"
+	LeaseUntilPhrase     = " with a lease until "
+)
+
 // ControlOutcome is internally tagged by "status": {"status":"lease",
 // "lease":{...}}, {"status":"offline"} or {"status":"rejected","code":...,
 // "message":...,"retryable":...}.

@@ -353,9 +353,9 @@ func (h *Host) stepRegister(ctx context.Context) error {
 }
 
 // leaseLivePrefix starts the message of a registration the registry refused
-// under its lease_live rule (registry.RuleLeaseLive, as the control plane
-// words its rejections: "<rule>: <reason>").
-const leaseLivePrefix = "lease_live: "
+// under its lease_live rule (the control plane words its rejections
+// "<rule>: <reason>").
+const leaseLivePrefix = aip.ControlRuleLeaseLive + ": "
 
 // leaseLiveMargin is added to MaxLeaseTTL to bound the wait for a live lease:
 // the control plane's maintenance takes an expired lease offline within its
@@ -367,7 +367,7 @@ const leaseLiveMargin = 10 * time.Second
 // lease until <RFC 3339 time>") plus a second for the control plane's
 // maintenance, at least a second; a heartbeat interval when it names none.
 func leaseLiveWait(message string, now time.Time, heartbeat time.Duration) time.Duration {
-	_, rest, ok := strings.Cut(message, " with a lease until ")
+	_, rest, ok := strings.Cut(message, aip.LeaseUntilPhrase)
 	if !ok {
 		return heartbeat
 	}

@@ -296,7 +296,7 @@ const (
 	RuleCapabilityCount LifecycleRule = "capability_count"
 	// RuleLeaseLive: re-registration before a clean offline with zero active
 	// assignments or lease expiry: a competing takeover (ErrConflict).
-	RuleLeaseLive LifecycleRule = "lease_live"
+	RuleLeaseLive LifecycleRule = aip.ControlRuleLeaseLive
 	// RuleCapacity: a heartbeat's in_flight above the replica's capacity,
 	// or a registration's capacity below the retained active assignments
 	// (ErrAdmission).
@@ -645,7 +645,7 @@ func (d *decider) register(reg *aip.Registration, inst *ConnectorInstance, v *Li
 	}
 	cleanOffline := rep.Status == aip.ReplicaOffline && rep.ActiveAssignments == 0
 	if !cleanOffline && rep.LeaseValid(now) {
-		return d.reject(RuleLeaseLive, "replica %s is %s with a lease until %s and %d active assignments; it may re-register only after a clean offline with zero active assignments or after its lease expires",
+		return d.reject(RuleLeaseLive, "replica %s is %s"+aip.LeaseUntilPhrase+"%s and %d active assignments; it may re-register only after a clean offline with zero active assignments or after its lease expires",
 			rep.ID, rep.Status, aip.At(rep.LeaseExpiresAt), rep.ActiveAssignments)
 	}
 	if p.Capacity < rep.ActiveAssignments {
