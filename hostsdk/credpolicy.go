@@ -59,7 +59,7 @@ func parseCredentialPolicy(raw []byte) (*credentialPolicy, error) {
 			return fmt.Errorf("%s holds a revision of %d bytes; each must be 1 to %d bytes", name, len(ref), MaxCredentialRevisionRefBytes)
 		}
 		if prev, ok := where[ref]; ok && prev != name {
-			return fmt.Errorf("revision %q is in both %s and %s; a revision has one place", aip.TruncateUTF8(ref, 64), prev, name)
+			return fmt.Errorf("revision %q is in both %s and %s; keep it in one of them (a revision has one place)", aip.TruncateUTF8(ref, 64), prev, name)
 		}
 		where[ref] = name
 		return nil
