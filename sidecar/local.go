@@ -472,7 +472,8 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 		Tenant: localTenant{
 			TenantID: call.Tenant.TenantID, ConnectorTypeID: call.Tenant.ConnectorTypeID, VersionID: call.Tenant.VersionID,
 			InstanceID: call.Tenant.InstanceID, ReplicaID: call.Tenant.ReplicaID, ConfigRevision: call.Tenant.ConfigRevision,
-			TrustDomain: call.Tenant.TrustDomain,
+			TrustDomain: call.Tenant.TrustDomain, MembershipID: call.Tenant.MembershipID,
+			CredentialRevisionRef: call.Tenant.CredentialRevisionRef,
 		},
 	}
 	if chunks != nil {

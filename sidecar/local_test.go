@@ -87,6 +87,52 @@ func TestLocalForwardsActionWithIdentity(t *testing.T) {
 	}
 }
 
+// TestLocalForwardsConfiguredIdentity: a host configured with the identity
+// settings (--tenant-system, --membership-id, --external-account-*,
+// --credential-*) gives a local connector all of them: the identity
+// context's members and, in the tenant object, the membership and the
+// credential's revision, which no identity member carries.
+func TestLocalForwardsConfiguredIdentity(t *testing.T) {
+	r, f := localReplica(t, func(c *Config) {
+		c.Host.TenantSystem, c.Host.MembershipID = "crm", "mem-7"
+		c.Host.ExternalAccountID, c.Host.ExternalAccountSystem = "acct-9", "provider"
+		c.Host.CredentialID, c.Host.CredentialIssuer, c.Host.CredentialScopes, c.Host.CredentialRevisionRef = "cred-acme", "vault", []string{"notes:write"}, "v2"
+	})
+	a := act("echo.say", `{"message":"hello"}`)
+	if res, err := must(r.d.Act(ctxT(t), r.target, a)).Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	got := f.received()[0]
+	wantTenant := localTenant{TenantID: r.host.TenantID, ConnectorTypeID: r.host.ConnectorTypeID, VersionID: r.host.VersionID,
+		InstanceID: r.host.InstanceID, ReplicaID: r.host.ReplicaID, ConfigRevision: 1, TrustDomain: hostsdktest.TrustDomain,
+		MembershipID: "mem-7", CredentialRevisionRef: "v2"}
+	if diff := cmp.Diff(wantTenant, got.Tenant); diff != "" {
+		t.Errorf("tenant (-want +got):\n%s", diff)
+	}
+	wantIdentity := &aip.IdentityContext{Tenant: &aip.TenantRef{ID: r.host.TenantID, System: "crm"},
+		ExternalAccount: &aip.AccountRef{ID: "acct-9", System: "provider"},
+		ServiceAccount:  &aip.Principal{ID: r.d.PrincipalID(), Kind: aip.PrincipalService, TrustDomain: hostsdktest.TrustDomain, DID: r.d.DID()},
+		CredentialRef:   &aip.CredentialRef{ID: "cred-acme", Issuer: "vault", Scopes: []string{"notes:write"}}}
+	if diff := cmp.Diff(wantIdentity, got.Identity); diff != "" {
+		t.Errorf("identity (-want +got):\n%s", diff)
+	}
+	// On the wire the two members are named as the protocol page says.
+	raw, err := json.Marshal(got.Tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, member := range []string{`"membership_id":"mem-7"`, `"credential_revision_ref":"v2"`} {
+		if !strings.Contains(string(raw), member) {
+			t.Errorf("the action body has no %s: %s", member, raw)
+		}
+	}
+	body, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, compileSchemas(t), "action-request", body)
+}
+
 func TestLocalStreamsChunks(t *testing.T) {
 	r, _ := localReplica(t, nil)
 	a := act("echo.stream", `{"message":"tick","chunks":4}`)

@@ -80,6 +80,12 @@ type localTenant struct {
 	ReplicaID       string `json:"replica_id"`
 	ConfigRevision  uint64 `json:"config_revision"`
 	TrustDomain     string `json:"trust_domain"`
+	// MembershipID is the tenant membership the instance acts under
+	// (--membership-id), and CredentialRevisionRef the revision of its
+	// tenant credential (--credential-revision-ref); omitted when not
+	// configured.
+	MembershipID          string `json:"membership_id,omitempty"`
+	CredentialRevisionRef string `json:"credential_revision_ref,omitempty"`
 }
 
 // localAction is the body of POST /aip/actions.
