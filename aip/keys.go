@@ -162,21 +162,41 @@ func WriteSeedFile(path string, k *SigningKey) error {
 // the check and the read). The content is returned with surrounding ASCII
 // whitespace removed.
 func ReadSecretFile(path string, maxBytes int64) ([]byte, error) {
-	return readCheckedFile(path, maxBytes, true)
+	return readCheckedFile(path, maxBytes, fileSecret)
 }
 
-// ReadPublicFile reads a non-secret configuration file (for example a CA
-// certificate) after checking that it is a regular file, not a symlink, not
-// writable by group or others, and holds 1 to maxBytes bytes.
+// ReadPublicFile reads a non-secret file (an action's input, a fleet file
+// an operator applies) after checking that it is a regular file, not a
+// symlink, not writable by group or others, and holds 1 to maxBytes bytes.
 func ReadPublicFile(path string, maxBytes int64) ([]byte, error) {
-	return readCheckedFile(path, maxBytes, false)
+	return readCheckedFile(path, maxBytes, filePublic)
 }
 
-func readCheckedFile(path string, maxBytes int64, secret bool) ([]byte, error) {
+// ReadTrustFile reads a non-secret file a long-running process trusts (a
+// peer's DID, a CA certificate, a credential revision policy): the checks
+// of ReadPublicFile, and, like a secret file, owned by the process's
+// effective user or by root. Whoever owns a file can rewrite it whatever
+// its mode, so a DID file another user owns lets that user name the key
+// the process takes actions or lifecycle answers from.
+func ReadTrustFile(path string, maxBytes int64) ([]byte, error) {
+	return readCheckedFile(path, maxBytes, fileTrust)
+}
+
+// fileClass is what readCheckedFile requires of a file.
+type fileClass int
+
+const (
+	filePublic fileClass = iota // not writable by group or others
+	fileTrust                   // and owned by this user or root
+	fileSecret                  // no group or other bits, owned by this user or root
+)
+
+func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, error) {
 	kind := "file"
-	if secret {
+	if class == fileSecret {
 		kind = "secret file"
 	}
+	secret := class == fileSecret
 	info, err := os.Lstat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
@@ -191,7 +211,7 @@ func readCheckedFile(path string, maxBytes int64, secret bool) ([]byte, error) {
 	if secret && perm&0o077 != 0 {
 		return nil, fmt.Errorf("%w: %s %s is accessible by group or others (mode %04o); chmod 600 it", ErrUnsafeFile, kind, path, perm)
 	}
-	if owner, ok := fileOwnerOK(info); secret && !ok {
+	if owner, ok := fileOwnerOK(info); class != filePublic && !ok {
 		return nil, fmt.Errorf("%w: %s %s is owned by uid %d, not by this process's user (uid %d) or root; chown it", ErrUnsafeFile, kind, path, owner, os.Geteuid())
 	}
 	if !secret && perm&0o022 != 0 {

@@ -46,7 +46,7 @@ func (h *Host) stepValidate(ctx context.Context) error {
 	if c.ControlPlaneTransport == nil || (c.EventEndpoint != "" && c.EventTransport == nil) {
 		var caPEM []byte
 		if c.TLSCACertificateFile != "" {
-			if caPEM, err = aip.ReadPublicFile(c.TLSCACertificateFile, MaxCACertificateBytes); err != nil {
+			if caPEM, err = aip.ReadTrustFile(c.TLSCACertificateFile, MaxCACertificateBytes); err != nil {
 				return fmt.Errorf("%s: %w", settingName("TLSCACertificateFile"), err)
 			}
 		}
@@ -84,7 +84,7 @@ func resolveDID(inline, file, fileField string) (string, error) {
 	if inline != "" {
 		return inline, nil
 	}
-	raw, err := aip.ReadPublicFile(file, MaxDIDBytes)
+	raw, err := aip.ReadTrustFile(file, MaxDIDBytes)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", settingName(fileField), err)
 	}

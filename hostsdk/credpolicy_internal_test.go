@@ -92,7 +92,8 @@ func TestCredentialPolicyRefusesInvalidPolicies(t *testing.T) {
 
 // TestCredentialPolicyFileRules: the policy file is read as the host's
 // other configuration files are: a regular file, not a symlink, not
-// writable by group or others, not empty, at most MaxCredentialPolicyBytes.
+// writable by group or others, owned by the host's user or root, not
+// empty, at most MaxCredentialPolicyBytes.
 func TestCredentialPolicyFileRules(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string, mode os.FileMode) string {
@@ -111,7 +112,7 @@ func TestCredentialPolicyFileRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := `{"revoked_revisions":["` + strings.Repeat("x", 200) + `"` + strings.Repeat(`,"`+strings.Repeat("y", 200)+`"`, MaxCredentialPolicyBytes/203) + `]}`
-	for _, c := range []struct{ name, path, want string }{
+	cases := []struct{ name, path, want string }{
 		{"missing", filepath.Join(dir, "missing.json"), "no such file"},
 		{"symlink", link, "symlink"},
 		{"directory", dir, "not a regular file"},
@@ -119,7 +120,16 @@ func TestCredentialPolicyFileRules(t *testing.T) {
 		{"empty", write("empty.json", "", 0o644), "empty"},
 		{"too large", write("big.json", big, 0o644), "more than the 65536 allowed"},
 		{"invalid", write("bad.json", `{"current_revision_ref":1}`, 0o644), "bad.json"},
-	} {
+	}
+	if os.Geteuid() == 0 {
+		// Its owner can rewrite it whatever its mode.
+		others := write("others.json", `{"current_revision_ref":"v1"}`, 0o644)
+		if err := os.Chown(others, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct{ name, path, want string }{"another user's", others, "owned by uid 4242"})
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := readCredentialPolicy(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("readCredentialPolicy = %v; want an error mentioning %q", err, c.want)

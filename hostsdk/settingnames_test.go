@@ -40,11 +40,12 @@ func TestStartErrorsNameTheSettingAndVariable(t *testing.T) {
 	}
 	defer taken.Close()
 
-	for _, c := range []struct {
+	type startCase struct {
 		name string
 		edit func(f *fleet)
 		want []string
-	}{
+	}
+	cases := []startCase{
 		{"signing key file readable by its group", func(f *fleet) { f.cfg.SigningKey, f.cfg.SigningSeedFile = nil, looseSeed },
 			[]string{"--signing-seed-file", "AIP_CONNECTOR_HOST_SIGNING_SEED_FILE", "chmod 600"}},
 		{"seed of the wrong length", func(f *fleet) {
@@ -66,7 +67,19 @@ func TestStartErrorsNameTheSettingAndVariable(t *testing.T) {
 			f.cfg.Listener.Close()
 			f.cfg.Listener, f.cfg.Bind = nil, taken.Addr().String()
 		}, []string{"--bind", "AIP_CONNECTOR_HOST_BIND", "address already in use"}},
-	} {
+	}
+	if os.Geteuid() == 0 {
+		// Its owner can rewrite it whatever its mode, and name the key
+		// actions are taken from.
+		cases = append(cases, startCase{"gateway DID file another user owns", func(f *fleet) {
+			p := write("others.did", f.d.DID()+"\n", 0o644)
+			if err := os.Chown(p, 4242, 4242); err != nil {
+				t.Error(err)
+			}
+			f.cfg.GatewayDIDFile, f.cfg.GatewayDID = p, ""
+		}, []string{"--gateway-did-file", "AIP_CONNECTOR_HOST_GATEWAY_DID_FILE", "owned by uid 4242", "chown"}})
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFleet(t)
 			c.edit(f)

@@ -323,7 +323,7 @@ func tlsClient(flagName, caFile string, maxIdle, maxIdlePerHost int) (*http.Clie
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
 	if caFile != "" {
-		pem, err := aip.ReadPublicFile(caFile, maxTLSFileBytes)
+		pem, err := aip.ReadTrustFile(caFile, maxTLSFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flagName, err)
 		}

@@ -704,16 +704,18 @@ func DecodeStrict(raw []byte, v any) error {
 // ErrTrailingData is DecodeStrict's error for data after the JSON value.
 var ErrTrailingData = errors.New("data after the JSON value")
 
-// ReadJSONFile reads an adapter's JSON configuration file into v: a public
-// file (a regular file, not a symlink, not writable by group or others, at
-// most maxBytes) holding one JSON value, decoded with DecodeStrict. what
+// ReadJSONFile reads an adapter's JSON configuration file into v: a file
+// the host trusts (aip.ReadTrustFile: a regular file, not a symlink, not
+// writable by group or others, owned by the host's user or root, at most
+// maxBytes; it names the provider's address, where the credential goes)
+// holding one JSON value, decoded with DecodeStrict. what
 // names the setting and shape describes the value ("an array of {id,
 // base_url}") in errors.
 func ReadJSONFile(what, path string, maxBytes int64, shape string, v any) error {
 	if path == "" {
 		return fmt.Errorf("%s: no file given; name a file holding %s", what, shape)
 	}
-	raw, err := aip.ReadPublicFile(path, maxBytes)
+	raw, err := aip.ReadTrustFile(path, maxBytes)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

@@ -707,7 +707,7 @@ func TestReadJSONList(t *testing.T) {
 	if err != nil || len(got) != 2 || got[1].ID != "b" {
 		t.Fatalf("ReadJSONList = %+v, %v", got, err)
 	}
-	for _, tc := range []struct{ path, want string }{
+	cases := []struct{ path, want string }{
 		{"", "no file given; name a file holding a JSON array of {id}"},
 		{write("unknown.json", `[{"id":"a","extra":1}]`, 0o644), `is not a JSON array of {id}: json: unknown field "extra"`},
 		{write("object.json", `{"id":"a"}`, 0o644), "is not a JSON array of {id}"},
@@ -716,7 +716,17 @@ func TestReadJSONList(t *testing.T) {
 		{write("many.json", `[{},{},{},{},{},{}]`, 0o644), "lists 6 entries; give 1 to 5"},
 		{write("writable.json", `[{"id":"a"}]`, 0o666), "chmod go-w"},
 		{write("large.json", `[{"id":"`+strings.Repeat("a", 64)+`"}]`, 0o644), "more than the"},
-	} {
+	}
+	if os.Geteuid() == 0 {
+		// The file names where the credential goes: its owner could send
+		// it elsewhere, whatever the file's mode.
+		p := write("others.json", `[{"id":"a"}]`, 0o644)
+		if err := os.Chown(p, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct{ path, want string }{p, "owned by uid 4242"})
+	}
+	for _, tc := range cases {
 		max := int64(1 << 20)
 		if strings.HasSuffix(tc.path, "large.json") {
 			max = 32
