@@ -221,9 +221,12 @@
 // provider.not_found, 429 provider.rate_limited (retryable, Retry-After
 // kept; Twenty allows 100 requests a minute), 5xx and no answer
 // provider.unavailable (retryable) for reads. A mutation that got a 5xx,
-// no answer, or a 2xx answer of the wrong shape may have been applied: it
-// is journaled outcome_unknown and never sent again. A read's 2xx answer
-// of the wrong shape is provider.bad_response. Inputs the schema cannot
+// no answer, or a 2xx answer of the wrong shape (not JSON, no data, or
+// records that are not one object or one array of objects) may have been
+// applied: it is journaled outcome_unknown and never sent again. A read's
+// 2xx answer of the wrong shape (a list, duplicates or groups that are not
+// an array of objects, a pageInfo that is not an object) is
+// provider.bad_response. Inputs the schema cannot
 // check (a conflict_priority_index past the ids, a group_by over 4 KiB)
 // fail with connector_host.input_invalid before any request.
 //

@@ -640,6 +640,39 @@ func isJSON(raw json.RawMessage, open byte) bool {
 	return len(raw) > 0 && raw[0] == open
 }
 
+// objects reports whether raw is a JSON array of objects, what the output
+// schemas promise of records, duplicates, groups and metadata lists. An
+// answer that is not (an array of IDs, a null in it) is a bad answer:
+// completed with such an output, the action would be refused by the host
+// as output_invalid, a failed result, though a mutation may have been
+// applied.
+func objects(raw json.RawMessage) bool {
+	var items []json.RawMessage
+	if !isJSON(raw, '[') || json.Unmarshal(raw, &items) != nil {
+		return false
+	}
+	for _, it := range items {
+		if !isJSON(it, '{') {
+			return false
+		}
+	}
+	return true
+}
+
+// pageInfo is a list answer's pageInfo as the output carries it: an
+// object, or nothing when Twenty sent none or null; ok is false for
+// anything else.
+func pageInfo(raw json.RawMessage) (json.RawMessage, bool) {
+	raw = bytes.TrimSpace(raw)
+	switch {
+	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
+		return nil, true
+	case isJSON(raw, '{'):
+		return raw, true
+	}
+	return nil, false
+}
+
 func (c *Connector) list(ctx context.Context, call *hostsdk.Call, in input) (*aip.ActionResult, error) {
 	if in.StartingAfter != "" && in.EndingBefore != "" {
 		return call.Fail(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, "give starting_after or ending_before, not both"), nil
@@ -663,10 +696,14 @@ func (c *Connector) list(ctx context.Context, call *hostsdk.Call, in input) (*ai
 		return provider.Result(call, err, false)
 	}
 	records, ok := a.Data[in.Object]
-	if !ok || !isJSON(records, '[') {
-		return provider.Result(call, badAnswer(req, 200, fmt.Sprintf("the answer's data has no %q array", in.Object)), false)
+	if !ok || !objects(records) {
+		return provider.Result(call, badAnswer(req, 200, fmt.Sprintf("the answer's data has no %q array of records", in.Object)), false)
 	}
-	return call.Complete(listOutput{Object: in.Object, Records: records, PageInfo: a.PageInfo, TotalCount: a.TotalCount})
+	page, ok := pageInfo(a.PageInfo)
+	if !ok {
+		return provider.Result(call, badAnswer(req, 200, "the answer's pageInfo is not an object"), false)
+	}
+	return call.Complete(listOutput{Object: in.Object, Records: records, PageInfo: page, TotalCount: a.TotalCount})
 }
 
 type listOutput struct {
@@ -709,7 +746,7 @@ func (c *Connector) many(ctx context.Context, call *hostsdk.Call, in input, req 
 		return provider.Result(call, err, true)
 	}
 	recs, ok := only(a.Data)
-	if !ok || !isJSON(recs, '[') {
+	if !ok || !objects(recs) {
 		return provider.Result(call, badAnswer(req, 200, "the answer's data does not hold exactly one array of records"), true)
 	}
 	return call.Complete(listOutput{Object: in.Object, Records: recs})
@@ -745,8 +782,8 @@ func (c *Connector) findDuplicates(ctx context.Context, call *hostsdk.Call, in i
 	if err := c.send(ctx, req, &a); err != nil {
 		return provider.Result(call, err, false)
 	}
-	if !isJSON(a.Data, '[') {
-		return provider.Result(call, badAnswer(req, 200, "the answer's data is not an array"), false)
+	if !objects(a.Data) {
+		return provider.Result(call, badAnswer(req, 200, "the answer's data is not an array of objects"), false)
 	}
 	return call.Complete(duplicatesOutput{Object: in.Object, Duplicates: a.Data})
 }
@@ -782,7 +819,7 @@ func (c *Connector) groupBy(ctx context.Context, call *hostsdk.Call, in input) (
 		return provider.Result(call, err, false)
 	}
 	groups, ok := only(a.Data)
-	if !ok || !isJSON(groups, '[') {
+	if !ok || !objects(groups) {
 		return provider.Result(call, badAnswer(req, 200, "the answer's data does not hold exactly one array of groups"), false)
 	}
 	return call.Complete(groupsOutput{Object: in.Object, Groups: groups})
@@ -831,10 +868,14 @@ func (c *Connector) metadataList(ctx context.Context, call *hostsdk.Call, in inp
 		return provider.Result(call, err, false)
 	}
 	list, ok := a.Data[resource]
-	if !ok || !isJSON(list, '[') {
-		return provider.Result(call, badAnswer(req, 200, fmt.Sprintf("the answer's data has no %q array", resource)), false)
+	if !ok || !objects(list) {
+		return provider.Result(call, badAnswer(req, 200, fmt.Sprintf("the answer's data has no %q array of objects", resource)), false)
 	}
-	out := metadataOutput{PageInfo: a.PageInfo, TotalCount: a.TotalCount}
+	page, ok := pageInfo(a.PageInfo)
+	if !ok {
+		return provider.Result(call, badAnswer(req, 200, "the answer's pageInfo is not an object"), false)
+	}
+	out := metadataOutput{PageInfo: page, TotalCount: a.TotalCount}
 	if resource == "objects" {
 		out.Objects = list
 	} else {

@@ -668,3 +668,63 @@ func TestIdempotencyKeyScoped(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswersOfTheWrongShape: a 2xx answer whose records, duplicates,
+// groups or metadata are not an array of objects (what the output
+// schemas promise) is a bad answer: a read fails with
+// provider.bad_response, and a mutation, which Twenty may have applied,
+// is outcome_unknown and never sent again — never a failed result (the
+// host refuses an output its schema does not describe as failed,
+// inviting a resend of a mutation that was applied).
+func TestAnswersOfTheWrongShape(t *testing.T) {
+	id := "11111111-1111-4111-8111-111111111111"
+	for _, tc := range []struct {
+		name     string
+		a        *aip.Action
+		answer   string
+		mutation bool
+	}{
+		{"create_many", action(OpCreateMany, `{"object":"people","records":[{"jobTitle":"x"}]}`),
+			`{"data":{"createPeople":["` + id + `"]}}`, true},
+		{"update_many", action(OpUpdateMany, `{"object":"people","filter":"city[eq]:Paris","record":{"city":"Lyon"}}`),
+			`{"data":{"updatePeople":[null]}}`, true},
+		{"soft_delete_many", action(OpSoftDeleteMany, `{"object":"people","filter":"city[eq]:Paris"}`),
+			`{"data":{"deletePeople":["` + id + `"]}}`, true},
+		{"restore_many", action(OpRestoreMany, `{"object":"people","filter":"city[eq]:Paris"}`),
+			`{"data":{"restorePeople":[[]]}}`, true},
+		{"list", action(OpList, `{"object":"people"}`),
+			`{"data":{"people":[1,2]},"pageInfo":{},"totalCount":2}`, false},
+		{"list page info", action(OpList, `{"object":"people"}`),
+			`{"data":{"people":[]},"pageInfo":"next","totalCount":0}`, false},
+		{"find_duplicates", action(OpFindDuplicates, `{"object":"people","ids":["`+id+`"]}`),
+			`{"data":["x"]}`, false},
+		{"group_by", action(OpGroupBy, `{"object":"people","group_by":[{"city":true}]}`),
+			`{"data":{"peopleGroupBy":[true]}}`, false},
+		{"metadata.list", action(OpMetadataList, `{}`),
+			`{"data":{"objects":["people"]}}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.mock.setFail(func(r *http.Request) (int, string, bool) {
+				if r.Method == http.MethodGet && r.URL.Query().Get("limit") == "1" && strings.HasPrefix(r.URL.Query().Get("filter"), "and(") {
+					return 0, "", false // the filter forms' count: the mock answers
+				}
+				return 200, tc.answer, true
+			})
+			if !tc.mutation {
+				if pe := failedCode(t, e.Result(t, tc.a)); pe.Code != provider.CodeBadResponse {
+					t.Errorf("%s answered %s: %+v, want %s", tc.name, tc.answer, pe, provider.CodeBadResponse)
+				}
+				return
+			}
+			ctx := hostsdktest.Context(t)
+			if _, err := e.Dispatcher.Act(ctx, e.Target, tc.a); err != nil {
+				t.Fatal(err)
+			}
+			st, _, err := e.Dispatcher.Status(ctx, e.Target, tc.a.ID, tc.a.CapabilityID)
+			if err != nil || st.State != aip.StateOutcomeUnknown {
+				t.Fatalf("%s answered %s: status %+v, %v; want outcome_unknown", tc.name, tc.answer, st, err)
+			}
+		})
+	}
+}
