@@ -94,6 +94,14 @@
 //     the key's workspace; returns {document} (a JSON object with an
 //     "openapi" version, else provider.bad_response).
 //
+// api.mdx: without fields, a record of an object with more than 200
+// fields comes back with only 200 of them, and the answer carries
+// X-Twenty-Fields-Capped: true and X-Twenty-Fields-Max: 200. Every output
+// carrying records (the reads' and the mutations') then adds
+// fields_capped: true and fields_max, so that a field missing from a
+// record is not taken for one without a value; record.list and
+// record.get read the others when fields lists them.
+//
 // Mutations (an idempotency key required; never retried):
 //
 //   - record.create: POST /rest/<object> with the record.

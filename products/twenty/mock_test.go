@@ -347,6 +347,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n < len(recs) {
 				recs = recs[:n]
 			}
+			recs = m.selectFields(w, r, recs)
 			if recs == nil {
 				recs = []map[string]any{}
 			}
@@ -433,7 +434,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if !m.queryOK(w, r, "fields", "depth") {
 				return
 			}
-			reply(w, 200, map[string]any{"data": map[string]any{singular: rec}})
+			reply(w, 200, map[string]any{"data": map[string]any{singular: m.selectFields(w, r, []map[string]any{rec})[0]}})
 		case http.MethodPatch:
 			var patch map[string]any
 			if err := json.Unmarshal(body, &patch); err != nil {
@@ -456,6 +457,45 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 	}
+}
+
+// mockMaxFields is how many fields Twenty returns of a record when the
+// fields parameter is omitted (api.mdx, "Selecting fields (REST)").
+const mockMaxFields = 200
+
+// selectFields is what a read returns of recs (api.mdx, "Selecting fields
+// (REST)"): with fields, id and the fields listed; without, when the
+// object has more than mockMaxFields fields, only mockMaxFields of them
+// (id first, then the others by name), and the response carries
+// X-Twenty-Fields-Capped: true and X-Twenty-Fields-Max. It sets those
+// headers on w, so it runs before the answer is written.
+func (m *mockTwenty) selectFields(w http.ResponseWriter, r *http.Request, recs []map[string]any) []map[string]any {
+	var keep func(string) bool
+	if r.URL.Query().Has("fields") {
+		fields := strings.Split(r.URL.Query().Get("fields"), ",")
+		keep = func(f string) bool { return f == "id" || slices.Contains(fields, f) }
+	} else {
+		names := map[string]bool{}
+		for _, rec := range recs {
+			for f := range rec {
+				names[f] = true
+			}
+		}
+		if len(names) <= mockMaxFields {
+			return recs
+		}
+		delete(names, "id")
+		kept := append([]string{"id"}, slices.Sorted(maps.Keys(names))[:mockMaxFields-1]...)
+		keep = func(f string) bool { return slices.Contains(kept, f) }
+		w.Header().Set("X-Twenty-Fields-Capped", "true")
+		w.Header().Set("X-Twenty-Fields-Max", strconv.Itoa(mockMaxFields))
+	}
+	out := make([]map[string]any, len(recs))
+	for i, rec := range recs {
+		out[i] = maps.Clone(rec)
+		maps.DeleteFunc(out[i], func(f string, _ any) bool { return !keep(f) })
+	}
+	return out
 }
 
 // object resolves a plural name; an unknown one is 404.

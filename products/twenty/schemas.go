@@ -190,13 +190,14 @@ func inputSchemas(objects []string, policy *IngestPolicy) map[string]json.RawMes
 var outputSchemas = map[string]json.RawMessage{
 	OpList: json.RawMessage(`{"type":"object","required":["object","records"],"properties":{
 		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}},
-		"page_info":{"type":"object"},"total_count":{"type":"integer"}}}`),
-	OpGet:        json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
-	OpCreate:     json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
-	OpUpdate:     json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
-	OpSoftDelete: json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`),
+		"page_info":{"type":"object"},"total_count":{"type":"integer"},
+		` + fieldsCapSchema + `}}`),
+	OpGet:        json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"},` + fieldsCapSchema + `}}`),
+	OpCreate:     json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"},` + fieldsCapSchema + `}}`),
+	OpUpdate:     json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"},` + fieldsCapSchema + `}}`),
+	OpSoftDelete: json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"},` + fieldsCapSchema + `}}`),
 	OpCreateMany: json.RawMessage(`{"type":"object","required":["object","records"],"properties":{
-		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}}}}`),
+		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}},` + fieldsCapSchema + `}}`),
 	OpMetadataList: json.RawMessage(`{"type":"object","required":["objects"],"properties":{
 		"objects":{"type":"array","items":{"type":"object"}},"page_info":{"type":"object"},"total_count":{"type":"integer"}}}`),
 	OpFindDuplicates: json.RawMessage(`{"type":"object","required":["object","duplicates"],"properties":{
@@ -221,9 +222,13 @@ var outputSchemas = map[string]json.RawMessage{
 }
 
 var (
-	recordOutputSchema = json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"}}}`)
+	recordOutputSchema = json.RawMessage(`{"type":"object","required":["object","record"],"properties":{"object":{"type":"string"},"record":{"type":"object"},` + fieldsCapSchema + `}}`)
 	recordsOutput      = json.RawMessage(`{"type":"object","required":["object","records"],"properties":{
-		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}}}}`)
+		"object":{"type":"string"},"records":{"type":"array","items":{"type":"object"}},` + fieldsCapSchema + `}}`)
 	documentOutputSchema = json.RawMessage(`{"type":"object","required":["document"],"properties":{
 		"document":{"type":"object","required":["openapi"],"properties":{"openapi":{"type":"string"}}}}}`)
 )
+
+// fieldsCapSchema are the output members of a capped fields selection
+// (fieldsCap).
+const fieldsCapSchema = `"fields_capped":{"type":"boolean","description":"Twenty returned only fields_max of the record's fields (fields was not given): pass fields to read the others"},"fields_max":{"type":"integer"}`

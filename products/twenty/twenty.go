@@ -588,31 +588,59 @@ type answer struct {
 	Data       map[string]json.RawMessage `json:"data"`
 	PageInfo   json.RawMessage            `json:"pageInfo"`
 	TotalCount *int64                     `json:"totalCount"`
+	// capped is what the answer's headers say of a fields selection
+	// Twenty capped.
+	capped fieldsCap
+}
+
+// fieldsCap is api.mdx's "Selecting fields (REST)": when fields is
+// omitted on an object with more than 200 fields, Twenty returns 200 of
+// them and says so with the headers X-Twenty-Fields-Capped: true and
+// X-Twenty-Fields-Max: <n>. The outputs carrying records repeat it
+// (fields_capped, fields_max), so that a field missing from a record is
+// not taken for one without a value; pass fields to read the others.
+type fieldsCap struct {
+	Capped bool `json:"fields_capped,omitempty"`
+	Max    int  `json:"fields_max,omitempty"`
+}
+
+func capOf(h http.Header) fieldsCap {
+	if !strings.EqualFold(strings.TrimSpace(h.Get("X-Twenty-Fields-Capped")), "true") {
+		return fieldsCap{}
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(h.Get("X-Twenty-Fields-Max")))
+	if err != nil || n < 0 {
+		n = 0
+	}
+	return fieldsCap{Capped: true, Max: n}
 }
 
 func (c *Connector) do(ctx context.Context, req provider.Request) (*answer, error) {
 	var a answer
-	if err := c.send(ctx, req, &a); err != nil {
+	h, err := c.send(ctx, req, &a)
+	if err != nil {
 		return nil, err
 	}
 	if a.Data == nil {
 		return nil, badAnswer(req, 200, "the answer has no data object")
 	}
+	a.capped = capOf(h)
 	return &a, nil
 }
 
-// send runs req and decodes its 2xx answer into into; an answer that is
-// not JSON is a bad answer (which a mutation treats as maybe applied).
-func (c *Connector) send(ctx context.Context, req provider.Request, into any) error {
+// send runs req and decodes its 2xx answer into into, and returns the
+// answer's headers; an answer that is not JSON is a bad answer (which a
+// mutation treats as maybe applied).
+func (c *Connector) send(ctx context.Context, req provider.Request, into any) (http.Header, error) {
 	resp, err := c.client.Do(ctx, req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := resp.Decode(into); err != nil {
-		return &provider.Error{Product: "twenty", Method: req.Method, Path: req.Path, Status: resp.Status,
+		return nil, &provider.Error{Product: "twenty", Method: req.Method, Path: req.Path, Status: resp.Status,
 			Message: err.Error(), MayHaveApplied: true, Err: err}
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // badAnswer is a 2xx answer whose shape is not the expected one.
@@ -703,7 +731,7 @@ func (c *Connector) list(ctx context.Context, call *hostsdk.Call, in input) (*ai
 	if !ok {
 		return provider.Result(call, badAnswer(req, 200, "the answer's pageInfo is not an object"), false)
 	}
-	return call.Complete(listOutput{Object: in.Object, Records: records, PageInfo: page, TotalCount: a.TotalCount})
+	return call.Complete(listOutput{Object: in.Object, Records: records, PageInfo: page, TotalCount: a.TotalCount, fieldsCap: a.capped})
 }
 
 type listOutput struct {
@@ -711,11 +739,13 @@ type listOutput struct {
 	Records    json.RawMessage `json:"records"`
 	PageInfo   json.RawMessage `json:"page_info,omitempty"`
 	TotalCount *int64          `json:"total_count,omitempty"`
+	fieldsCap
 }
 
 type recordOutput struct {
 	Object string          `json:"object"`
 	Record json.RawMessage `json:"record"`
+	fieldsCap
 }
 
 // single runs a call whose answer is one record.
@@ -731,7 +761,7 @@ func (c *Connector) single(ctx context.Context, call *hostsdk.Call, in input, re
 	if !ok || !isJSON(rec, '{') {
 		return provider.Result(call, badAnswer(req, 200, "the answer's data does not hold exactly one record"), mutation)
 	}
-	return call.Complete(recordOutput{Object: in.Object, Record: rec})
+	return call.Complete(recordOutput{Object: in.Object, Record: rec, fieldsCap: a.capped})
 }
 
 // many runs a mutation whose answer is one array of records (or of
@@ -749,7 +779,7 @@ func (c *Connector) many(ctx context.Context, call *hostsdk.Call, in input, req 
 	if !ok || !objects(recs) {
 		return provider.Result(call, badAnswer(req, 200, "the answer's data does not hold exactly one array of records"), true)
 	}
-	return call.Complete(listOutput{Object: in.Object, Records: recs})
+	return call.Complete(listOutput{Object: in.Object, Records: recs, fieldsCap: a.capped})
 }
 
 type duplicatesOutput struct {
@@ -779,7 +809,7 @@ func (c *Connector) findDuplicates(ctx context.Context, call *hostsdk.Call, in i
 	var a struct {
 		Data json.RawMessage `json:"data"`
 	}
-	if err := c.send(ctx, req, &a); err != nil {
+	if _, err := c.send(ctx, req, &a); err != nil {
 		return provider.Result(call, err, false)
 	}
 	if !objects(a.Data) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -726,5 +727,57 @@ func TestAnswersOfTheWrongShape(t *testing.T) {
 				t.Fatalf("%s answered %s: status %+v, %v; want outcome_unknown", tc.name, tc.answer, st, err)
 			}
 		})
+	}
+}
+
+// TestFieldsCapped: api.mdx, "Selecting fields (REST)": without fields,
+// a record of an object with more than 200 fields comes back with 200 of
+// them and the answer carries X-Twenty-Fields-Capped: true and
+// X-Twenty-Fields-Max: 200. The output says so (fields_capped,
+// fields_max), so that a missing field is not taken for an empty one;
+// with fields, nothing is capped.
+func TestFieldsCapped(t *testing.T) {
+	e := newEnv(t, nil)
+	wide := map[string]any{"name": "Ada"}
+	for i := range 250 {
+		wide[fmt.Sprintf("custom%03d", i)] = i
+	}
+	id := e.mock.seed("people", wide)[0]
+	type capped struct {
+		Record       map[string]any   `json:"record"`
+		Records      []map[string]any `json:"records"`
+		FieldsCapped bool             `json:"fields_capped"`
+		FieldsMax    int              `json:"fields_max"`
+	}
+	for _, a := range []*aip.Action{
+		action(OpList, `{"object":"people"}`),
+		action(OpGet, `{"object":"people","id":"`+id+`"}`),
+	} {
+		var out capped
+		e.complete(t, a, &out)
+		rec := out.Record
+		if len(out.Records) == 1 {
+			rec = out.Records[0]
+		}
+		if len(rec) != 200 || !out.FieldsCapped || out.FieldsMax != 200 {
+			t.Errorf("%s: %d fields, fields_capped %v, fields_max %d; want 200, true, 200", a.CapabilityID, len(rec), out.FieldsCapped, out.FieldsMax)
+		}
+	}
+	for _, a := range []*aip.Action{
+		action(OpList, `{"object":"people","fields":["custom249"]}`),
+		action(OpGet, `{"object":"people","id":"`+id+`","fields":["custom249"]}`),
+	} {
+		res := e.Result(t, a)
+		var out capped
+		if err := json.Unmarshal(res.Output, &out); err != nil {
+			t.Fatal(err)
+		}
+		rec := out.Record
+		if len(out.Records) == 1 {
+			rec = out.Records[0]
+		}
+		if len(rec) != 2 || rec["custom249"] == nil || strings.Contains(string(res.Output), "fields_") {
+			t.Errorf("%s with fields: %s", a.CapabilityID, res.Output)
+		}
 	}
 }
