@@ -20,7 +20,9 @@ import (
 // mockTwenty is a Twenty server as its reference page describes it
 // (products/internal/spectest/specs/twenty/api.mdx; Twenty publishes no
 // static OpenAPI document, so spectest cannot check requests and this
-// mock checks them itself). Each route says which part of the page it
+// mock checks them itself, failing the test, as spectest.Handler does,
+// on a request neither the page nor Twenty's generated REST API
+// describes: see refuse). Each route says which part of the page it
 // follows:
 //
 //   - "Authentication": every request needs Authorization: Bearer <API
@@ -166,6 +168,17 @@ func (m *mockTwenty) last(t *testing.T) recorded {
 	return r[len(r)-1]
 }
 
+// refuse answers a request the adapter must never send — one api.mdx and
+// Twenty's generated REST API do not describe (a path or method Twenty
+// does not serve, a query parameter the operation does not take, a body
+// that is not JSON, a mutation without its idempotency headers, a read
+// with them) — as Twenty would, and fails the test: a test expecting a
+// provider error must not pass on a request the adapter got wrong.
+func (m *mockTwenty) refuse(w http.ResponseWriter, status int, name, msg string) {
+	m.t.Errorf("mock Twenty: the adapter sent a request Twenty does not describe: %s", msg)
+	twentyError(w, status, name, msg)
+}
+
 func twentyError(w http.ResponseWriter, status int, name, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -213,17 +226,25 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	mutation := r.Method != http.MethodGet && !strings.HasSuffix(r.URL.Path, "/duplicates")
 	if mutation {
 		if r.Header.Get("Idempotency-Key") == "" || r.Header.Get("X-AIP-Action-ID") == "" {
-			twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: mutation without Idempotency-Key or X-AIP-Action-ID")
+			m.refuse(w, http.StatusBadRequest, "BadRequestException", "mock: mutation without Idempotency-Key or X-AIP-Action-ID")
 			return
 		}
 	}
+	if !mutation && (r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-AIP-Action-ID") != "") {
+		m.refuse(w, http.StatusBadRequest, "BadRequestException", "mock: a read with Idempotency-Key or X-AIP-Action-ID")
+		return
+	}
+	if len(body) > 0 && (r.Method == http.MethodGet || r.Method == http.MethodDelete) {
+		m.refuse(w, http.StatusBadRequest, "BadRequestException", "mock: a "+r.Method+" with a body")
+		return
+	}
 	if len(body) > 0 && r.Header.Get("Content-Type") != "application/json" {
-		twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: body is not application/json")
+		m.refuse(w, http.StatusBadRequest, "BadRequestException", "mock: body is not application/json")
 		return
 	}
 	segs := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
 	if len(segs) < 2 || segs[0] != "rest" {
-		twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+		m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 		return
 	}
 	m.mu.Lock()
@@ -233,7 +254,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// GET /rest/open-api/core and /rest/open-api/metadata: the
 		// generated OpenAPI documents themselves.
 		if len(segs) != 3 || (segs[2] != "core" && segs[2] != "metadata") || r.Method != http.MethodGet || !m.queryOK(w, r) {
-			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+			m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 			return
 		}
 		reply(w, 200, map[string]any{"openapi": "3.1.1", "info": map[string]any{"title": "Twenty Api", "version": segs[2]},
@@ -244,7 +265,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// PATCH /rest/restore/<plural>/<id> (restore one) and
 		// /rest/restore/<plural>?filter=... (restore many); no body.
 		if r.Method != http.MethodPatch || len(segs) < 3 || len(segs) > 4 {
-			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+			m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 			return
 		}
 		singular, ok := m.object(w, segs[2])
@@ -252,7 +273,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(body) != 0 {
-			twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: restore takes no body")
+			m.refuse(w, http.StatusBadRequest, "BadRequestException", "mock: restore takes no body")
 			return
 		}
 		if len(segs) == 4 {
@@ -290,7 +311,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case segs[1] == "batch":
 		// "Batch operations": POST /rest/batch/<plural>, at most 60 records.
 		if len(segs) != 3 || r.Method != http.MethodPost {
-			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+			m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 			return
 		}
 		if _, ok := m.object(w, segs[2]); !ok {
@@ -409,7 +430,7 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			reply(w, 200, map[string]any{"data": map[string]any{"delete" + upper(segs[1]): nonNil(out)}})
 		default:
-			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+			m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 		}
 	case len(segs) == 3 && (segs[2] == "duplicates" || segs[2] == "merge" || segs[2] == "groupBy"):
 		m.special(w, r, segs[1], segs[2], body)
@@ -436,6 +457,9 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			reply(w, 200, map[string]any{"data": map[string]any{singular: m.selectFields(w, r, []map[string]any{rec})[0]}})
 		case http.MethodPatch:
+			if !m.queryOK(w, r, "depth") {
+				return
+			}
 			var patch map[string]any
 			if err := json.Unmarshal(body, &patch); err != nil {
 				twentyError(w, http.StatusBadRequest, "BadRequestException", "body must be an object")
@@ -452,10 +476,10 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m.remove(segs[1], rec, r.URL.Query().Get("soft_delete") == "true")
 			reply(w, 200, map[string]any{"data": map[string]any{"delete" + upper(singular): map[string]any{"id": rec["id"]}}})
 		default:
-			twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+			m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 		}
 	default:
-		twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+		m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 	}
 }
 
@@ -511,7 +535,7 @@ func (m *mockTwenty) object(w http.ResponseWriter, plural string) (string, bool)
 func (m *mockTwenty) queryOK(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
 	for k := range r.URL.Query() {
 		if !slices.Contains(allowed, k) {
-			twentyError(w, http.StatusBadRequest, "BadRequestException", "mock: unexpected query parameter "+k)
+			m.refuse(w, http.StatusBadRequest, "BadRequestException", "mock: unexpected query parameter "+k)
 			return false
 		}
 	}
@@ -876,7 +900,7 @@ func (m *mockTwenty) metadata(w http.ResponseWriter, r *http.Request, segs []str
 	var items []map[string]any
 	singular := map[string]string{"objects": "object", "fields": "field"}
 	if len(segs) < 3 || len(segs) > 4 || singular[segs[2]] == "" || r.Method != http.MethodGet {
-		twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+		m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 		return
 	}
 	for i, plural := range slices.Sorted(maps.Keys(mockObjects)) {
@@ -1036,6 +1060,6 @@ func (m *mockTwenty) special(w http.ResponseWriter, r *http.Request, plural, wha
 		}
 		reply(w, 200, map[string]any{"data": map[string]any{plural + "GroupBy": nonNil(out)}})
 	default:
-		twentyError(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
+		m.refuse(w, http.StatusNotFound, "NotFoundException", "Cannot "+r.Method+" "+r.URL.Path)
 	}
 }
