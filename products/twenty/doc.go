@@ -260,7 +260,10 @@
 // fence (ReplayCapacity deliveries within the window) refuses new ones
 // with 503 webhook.storage_unavailable. The payload must hold eventName,
 // workspaceId (the configured workspace), webhookId (a UUID) and eventDate
-// (RFC 3339), else 400 webhook.invalid_delivery. Each delivery is one
+// (RFC 3339), else 400 webhook.invalid_delivery; so is a delivery whose
+// event the host refuses for its content (hostsdk.ErrInvalidEvents, such
+// as an eventDate more than five minutes ahead of the host's clock),
+// which would be refused again if sent again. Each delivery is one
 // event on channel twenty-webhooks: kind twenty.<eventName>, ID evt_ and
 // the hex of the first 16 bytes of sha256(workspace ":" webhookId ":"
 // body), occurred_at the eventDate, data the payload.

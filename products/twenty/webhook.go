@@ -158,6 +158,13 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replica is not accepting events now")
 			return
 		}
+		if errors.Is(err, hostsdk.ErrInvalidEvents) {
+			// Refused for its content: the same delivery would be refused
+			// again, so it is not one to send again (a 503 would have
+			// Twenty do just that).
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "the delivery's event cannot be stored: "+err.Error())
+			return
+		}
 		h.rc.Logger.Error("twenty webhook: publish", "err", err, "event_id", ev.ID)
 		webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the event could not be stored")
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
 const webhookSecret = "whsec-twenty-0123456789"
@@ -279,5 +280,22 @@ func TestWebhookEventTooLarge(t *testing.T) {
 	status, code, raw := e.post(t, newDelivery(string(body), time.Now()), "")
 	if status != http.StatusRequestEntityTooLarge || code != "webhook.too_large" {
 		t.Fatalf("oversized event: %d %s", status, raw)
+	}
+}
+
+// TestWebhookEventRefusedForGood: a signed delivery whose event the host
+// refuses for its content (hostsdk.ErrInvalidEvents: here an eventDate
+// more than aip.MaxEnvelopeSkew ahead of the host's clock) can never be
+// stored: it is a 400 webhook.invalid_delivery naming why, not a 503 that
+// has Twenty send the same delivery again and again.
+func TestWebhookEventRefusedForGood(t *testing.T) {
+	e := newWebhookEnv(t)
+	ahead := time.Now().Add(aip.MaxEnvelopeSkew + time.Hour).UTC().Format(time.RFC3339)
+	status, code, raw := e.post(t, newDelivery(payloadJSON("person.created", workspace, webhookID, ahead), time.Now()), "")
+	if status != http.StatusBadRequest || code != webhook.CodeInvalidDelivery || !strings.Contains(string(raw), "occurred_at") {
+		t.Fatalf("an event the host refuses: %d %s", status, raw)
+	}
+	if got := e.outbox(t, 0); len(got) != 0 {
+		t.Fatalf("stored %v", got)
 	}
 }
