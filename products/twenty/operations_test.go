@@ -944,3 +944,52 @@ func flattenAnd(f twentyFilter) []twentyFilter {
 	}
 	return out
 }
+
+// TestCountThenMutationFails: the filter forms send two requests, the
+// count (a read) and the mutation. When the count succeeds and the
+// mutation gets a 5xx or no answer, Twenty may have applied it: the
+// action is outcome_unknown, never failed. A 4xx refusal of the mutation
+// is a failed result (nothing was applied).
+func TestCountThenMutationFails(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		state  aip.ActionState
+		code   string
+	}{
+		{"500", 500, `{"statusCode":500,"error":"InternalServerErrorException","messages":["boom"]}`, aip.StateOutcomeUnknown, ""},
+		{"no answer", 0, "", aip.StateOutcomeUnknown, ""},
+		{"400", 400, `{"statusCode":400,"error":"BadRequestException","messages":["nope"]}`, aip.StateFailed, provider.CodeInvalidRequest},
+		{"429", 429, `{"statusCode":429,"error":"TooManyRequestsException","messages":["slow down"]}`, aip.StateFailed, provider.CodeRateLimited},
+	} {
+		for _, op := range []string{OpUpdateMany, OpSoftDeleteMany, OpRestoreMany, OpDestroyMany} {
+			t.Run(tc.name+" "+op, func(t *testing.T) {
+				e := newEnv(t, allOperationsFile(t))
+				e.mock.seed("people", map[string]any{"city": "Paris"})
+				e.mock.setFail(func(r *http.Request) (int, string, bool) {
+					return tc.status, tc.body, r.Method != http.MethodGet
+				})
+				input := `{"object":"people","filter":"city[eq]:Paris"}`
+				if op == OpUpdateMany {
+					input = `{"object":"people","filter":"city[eq]:Paris","record":{"city":"Lyon"}}`
+				}
+				a := action(op, input)
+				ctx := hostsdktest.Context(t)
+				if _, err := e.Dispatcher.Act(ctx, e.Target, a); err != nil {
+					t.Fatal(err)
+				}
+				st, _, err := e.Dispatcher.Status(ctx, e.Target, a.ID, a.CapabilityID)
+				if err != nil || st.State != tc.state {
+					t.Fatalf("status %+v, %v; want %s", st, err, tc.state)
+				}
+				if tc.code != "" && (st.Result == nil || st.Result.Error == nil || st.Result.Error.Code != tc.code) {
+					t.Errorf("result %+v, want %s", st.Result, tc.code)
+				}
+				if reqs := e.mock.count(); reqs != 2 {
+					t.Errorf("%d requests, want the count and the mutation", reqs)
+				}
+			})
+		}
+	}
+}
