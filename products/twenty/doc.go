@@ -111,7 +111,15 @@
 //     carrying its id (a UUID the caller chooses) and only fields the
 //     idempotent ingest policy lists for the object: Twenty creates it,
 //     or updates the record with that id, so sending it again changes
-//     nothing more. Returns {object, record}.
+//     nothing more. Returns {object, record}. Twenty's upsert matches
+//     existing records, soft-deleted ones included, by id and by the
+//     object's unique fields (a person's emails, a company's domainName,
+//     custom fields marked unique; its create-many query runner,
+//     getConflictingFields and getMatchingRecordId): a record whose unique
+//     field holds another record's value updates that record, whatever
+//     id it carries, and a soft-deleted match is restored. Leave unique
+//     fields out of the policy to keep ingest to the records whose ids
+//     the caller chose.
 //   - record.ingest_many: POST /rest/batch/<object>?upsert=true with 1 to
 //     the object's maxBatchRecords such records, their ids distinct;
 //     returns {object, records}.
