@@ -92,7 +92,10 @@
 //   - openapi.core and openapi.metadata: GET /rest/open-api/core and
 //     /rest/open-api/metadata, the OpenAPI documents Twenty generates for
 //     the key's workspace; returns {document} (a JSON object with an
-//     "openapi" version, else provider.bad_response).
+//     "openapi" version, else provider.bad_response). Twenty answers a
+//     key it does not accept with 200 and its anonymous base document,
+//     whose only path is /open-api/<name>: that fails with
+//     provider.unauthorized.
 //
 // api.mdx: without fields, a record of an object with more than 200
 // fields comes back with only 200 of them, and the answer carries

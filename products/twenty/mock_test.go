@@ -198,6 +198,16 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Header: r.Header.Clone(), Body: string(body)})
 	fail := m.fail
 	m.mu.Unlock()
+	if r.Method == http.MethodGet && (r.URL.Path == "/rest/open-api/core" || r.URL.Path == "/rest/open-api/metadata") && r.Header.Get("Authorization") != "Bearer "+m.token {
+		// Twenty's open-api.service.ts: a key it does not accept for a
+		// workspace gets the anonymous base document (baseSchema), 200,
+		// whose only path is the document's own.
+		name := strings.TrimPrefix(r.URL.Path, "/rest/open-api/")
+		reply(w, 200, map[string]any{"openapi": "3.1.1", "info": map[string]any{"title": "Twenty Api", "version": "v0.1"},
+			"components": map[string]any{"securitySchemes": map[string]any{"bearerAuth": map[string]any{"type": "http", "scheme": "bearer"}}},
+			"paths":      map[string]any{"/open-api/" + name: map[string]any{"get": map[string]any{}}}})
+		return
+	}
 	if r.Header.Get("Authorization") != "Bearer "+m.token {
 		// api.mdx, "Authentication": Authorization: Bearer YOUR_API_KEY.
 		twentyError(w, http.StatusUnauthorized, "UnauthorizedException", "Token invalid.")

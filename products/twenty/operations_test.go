@@ -3,6 +3,7 @@ package twenty
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -990,6 +991,40 @@ func TestCountThenMutationFails(t *testing.T) {
 					t.Errorf("%d requests, want the count and the mutation", reqs)
 				}
 			})
+		}
+	}
+}
+
+// TestOpenAPIKeyNotAccepted: Twenty answers GET /rest/open-api/core and
+// /rest/open-api/metadata with 200 and its anonymous base document (no
+// path but /open-api/<name>) when it does not accept the API key for a
+// workspace (open-api.service.ts: getWorkspaceFromRequest's catch returns
+// baseSchema), as the mock does with a wrong key. That document is not
+// the workspace's: the action fails with provider.unauthorized instead of
+// completing with a document that shows no objects.
+func TestOpenAPIKeyNotAccepted(t *testing.T) {
+	m := newMock(t)
+	m.token = "another-key"
+	e := newEnv(t, nil)
+	for _, tc := range []struct{ op, name string }{{OpOpenAPICore, "core"}, {OpOpenAPIMeta, "metadata"}} {
+		// What Twenty answers the adapter's request when it does not
+		// accept the key: the mock's answer with a wrong key, replayed to
+		// the host's connector.
+		req, _ := http.NewRequest(http.MethodGet, m.srv.URL+"/rest/open-api/"+tc.name, nil)
+		req.Header.Set("Authorization", "Bearer "+e.mock.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the mock answered a wrong key's %s document %d %s", tc.name, resp.StatusCode, base)
+		}
+		e.mock.setFail(func(r *http.Request) (int, string, bool) { return 200, string(base), true })
+		pe := failedCode(t, e.Result(t, action(tc.op, `{}`)))
+		if pe.Code != provider.CodeUnauthorized || retryable(pe) {
+			t.Errorf("%s with the base document: %+v", tc.op, pe)
 		}
 	}
 }

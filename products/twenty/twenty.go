@@ -946,7 +946,8 @@ type documentOutput struct {
 func (c *Connector) openAPI(ctx context.Context, call *hostsdk.Call, path string) (*aip.ActionResult, error) {
 	req := provider.Request{Method: http.MethodGet, Path: path}
 	var doc struct {
-		OpenAPI string `json:"openapi"`
+		OpenAPI string                     `json:"openapi"`
+		Paths   map[string]json.RawMessage `json:"paths"`
 	}
 	resp, err := c.client.Do(ctx, req)
 	if err != nil {
@@ -955,6 +956,21 @@ func (c *Connector) openAPI(ctx context.Context, call *hostsdk.Call, path string
 	raw := bytes.TrimSpace(resp.Body)
 	if err := json.Unmarshal(raw, &doc); err != nil || doc.OpenAPI == "" || !isJSON(raw, '{') {
 		return provider.Result(call, badAnswer(req, resp.Status, "the answer is not an OpenAPI document (a JSON object with an \"openapi\" version)"), false)
+	}
+	// A key Twenty does not accept for a workspace is not refused here:
+	// Twenty answers 200 with its anonymous base document, whose only path
+	// is the document's own /open-api/<name> (open-api.service.ts,
+	// getWorkspaceFromRequest and baseSchema). That is no workspace's
+	// document.
+	workspace := false
+	for p := range doc.Paths {
+		if !strings.HasPrefix(p, "/open-api/") {
+			workspace = true
+		}
+	}
+	if !workspace {
+		return call.Fail(provider.CodeUnauthorized, aip.CategoryAuth, false,
+			fmt.Sprintf("twenty GET %s: Twenty answered its anonymous base document (no path of a workspace): it did not accept the API key for a workspace; check --%s", path, FlagAPITokenFile)), nil
 	}
 	return call.Complete(documentOutput{Document: raw})
 }
