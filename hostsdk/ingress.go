@@ -983,10 +983,34 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 	r.Receipt = nil
 	if r.Status == aip.ResultCompleted && cap.output != nil && len(r.Output) > 0 {
 		if err := validateJSON(cap.output, r.Output); err != nil {
-			return failed(CodeOutputInvalid, aip.CategoryConnector, "the connector's output does not match the output_schema of "+a.CapabilityID+": "+err.Error())
+			msg := "the connector's output does not match the output_schema of " + a.CapabilityID + ": " + err.Error()
+			if !readOnly(cap.cap) {
+				// The connector says the action completed: its effect
+				// happened, so a failed result (which invites a resend)
+				// would be wrong, and a completed one would break the
+				// schema the caller relies on.
+				return aip.StateOutcomeUnknown, nil, "the connector reported the action completed, so its effect happened, but " + msg +
+					"; the output is not kept: check the effect before sending the action again"
+			}
+			return failed(CodeOutputInvalid, aip.CategoryConnector, msg)
 		}
 	}
 	return stateOf(r.Status), &r, ""
+}
+
+// readOnly reports whether a capability's contract declares no side
+// effect but reads: running it again changes nothing. A capability
+// without a contract is not.
+func readOnly(c *aip.Capability) bool {
+	if c.Contract == nil {
+		return false
+	}
+	for _, e := range c.Contract.SideEffects {
+		if e != aip.EffectRead {
+			return false
+		}
+	}
+	return true
 }
 
 // journaled answers from the journal record of actionID.

@@ -186,11 +186,73 @@ func TestFailedAndUnknownOutcomes(t *testing.T) {
 		t.Errorf("status %+v, %v", st, err)
 	}
 
-	b := action(capEcho, `{"message":"bad-output"}`)
-	resp, _ = f.d.Act(ctx, target, b)
-	res, err = resp.Result()
-	if err != nil || res.Status != aip.ResultFailed || res.Error.Code != hostsdk.CodeOutputInvalid {
-		t.Errorf("bad output answered %+v, %v", res, err)
+}
+
+// readOnlyConnector is testConnector with capabilities that only read.
+type readOnlyConnector struct{ *testConnector }
+
+func (c readOnlyConnector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
+	m, err := c.testConnector.Manifest(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	for i := range m.Capabilities {
+		m.Capabilities[i].Contract.SideEffects = []aip.SideEffect{aip.EffectRead}
+	}
+	return m, nil
+}
+
+// TestOutputNotMatchingItsSchema: a connector that completes an action with
+// an output its capability's output_schema refuses has done what the action
+// asked. For a capability with effects (test.echo writes) the action is
+// outcome_unknown, never failed, which would invite sending it again, and
+// runs once; for a read-only one it is failed with output_invalid (nothing
+// to undo, and a retry is harmless). The output is not kept either way.
+func TestOutputNotMatchingItsSchema(t *testing.T) {
+	ctx := ctxT(t)
+	for _, c := range []struct {
+		name string
+		conn hostsdk.Connector
+	}{{"write", newTestConnector()}, {"read", readOnlyConnector{newTestConnector()}}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFleet(t)
+			_, target := f.start(t, c.conn)
+			b := action(capEcho, `{"message":"bad-output"}`)
+			for range 2 {
+				resp, _ := f.d.Act(ctx, target, b)
+				if c.name == "read" {
+					res, err := resp.Result()
+					if err != nil || res.Status != aip.ResultFailed || res.Error.Code != hostsdk.CodeOutputInvalid || len(res.Output) != 0 {
+						t.Fatalf("bad output of a read answered %+v, %v", res, err)
+					}
+					continue
+				}
+				pe := wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown)
+				for _, w := range []string{"completed", "output_schema of " + capEcho, "check the effect before sending the action again"} {
+					if !strings.Contains(pe.Message, w) {
+						t.Errorf("message %q does not say %q", pe.Message, w)
+					}
+				}
+			}
+			var runs int64
+			switch conn := c.conn.(type) {
+			case *testConnector:
+				runs = conn.runCount(b.ID)
+			case readOnlyConnector:
+				runs = conn.runCount(b.ID)
+			}
+			if runs != 1 {
+				t.Errorf("the action ran %d times, want 1", runs)
+			}
+			st, _, err := f.d.Status(ctx, target, b.ID, b.CapabilityID)
+			want := aip.StateOutcomeUnknown
+			if c.name == "read" {
+				want = aip.StateFailed
+			}
+			if err != nil || st.State != want {
+				t.Errorf("status %+v, %v; want %s", st, err, want)
+			}
+		})
 	}
 }
 
