@@ -145,12 +145,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			return
 		}
 		if _, err := rc.Events.Publish(ctx, WebhookChannel, ev); err != nil {
-			if errors.Is(err, hostsdk.ErrNotServing) {
-				webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "this replica does not accept events now; deliver again")
-				return
-			}
-			rc.Logger.Error("cal-diy webhook: publish", "error", err)
-			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the event could not be stored; deliver again")
+			webhook.PublishFailed(w, rc.Logger, "cal-diy webhook", err)
 			return
 		}
 		if _, err := fence.Record(ctx, rc.State, id, now); err != nil {

@@ -291,6 +291,25 @@ func TestEventIDDeterministic(t *testing.T) {
 // of this host's clock (within WebhookMaxSkew) passes the age check until
 // createdAt+WebhookMaxAge, which is later than WebhookMaxAge after it was
 // received; the replay fence must still hold it then.
+// TestWebhookEventRefusedForGood: a signed delivery whose event the host
+// refuses for its content (hostsdk.ErrInvalidEvents: here a NUL character
+// in the booking's title, which the fleet's event log cannot store) is
+// refused with 400 webhook.invalid_delivery naming why, not 503, which had
+// Cal.diy deliver it again and again; nothing is stored, and the fence
+// does not hold it (a corrected delivery is not a duplicate).
+func TestWebhookEventRefusedForGood(t *testing.T) {
+	w := startWebhookHost(t)
+	body := []byte(strings.Replace(string(deliveryBody("BOOKING_CREATED", w.now.Add(-time.Minute), "bk_nul")), `"Intro"`, `"In\u0000tro"`, 1))
+	a := w.deliver(t, testSub, body, signed(body))
+	e, _ := a.body["error"].(map[string]any)
+	if msg, _ := e["message"].(string); a.status != http.StatusBadRequest || a.code() != webhook.CodeInvalidDelivery || !strings.Contains(msg, "NUL") {
+		t.Fatalf("a delivery whose event the host refuses: %d %v", a.status, a.body)
+	}
+	if n := w.pending(t); n != 0 {
+		t.Fatalf("%d outbox batches, want none", n)
+	}
+}
+
 func TestWebhookReplayOfFutureCreatedAt(t *testing.T) {
 	mock := newMockCal(t)
 	var mu sync.Mutex

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -154,19 +153,7 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := h.rc.Events.Publish(ctx, Channel, *ev); err != nil {
-		if errors.Is(err, hostsdk.ErrNotServing) {
-			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replica is not accepting events now")
-			return
-		}
-		if errors.Is(err, hostsdk.ErrInvalidEvents) {
-			// Refused for its content: the same delivery would be refused
-			// again, so it is not one to send again (a 503 would have
-			// Twenty do just that).
-			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "the delivery's event cannot be stored: "+err.Error())
-			return
-		}
-		h.rc.Logger.Error("twenty webhook: publish", "err", err, "event_id", ev.ID)
-		webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the event could not be stored")
+		webhook.PublishFailed(w, h.rc.Logger.With("event_id", ev.ID), "twenty webhook", err)
 		return
 	}
 	dup, err := h.fence.Record(ctx, h.rc.State, replayKey, now)

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -48,6 +49,30 @@ func Fail(w http.ResponseWriter, status int, code, message string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": message}})
+}
+
+// PublishFailed answers a delivery whose events hostsdk.EventPublisher
+// refused with err, so that the product delivers again only what can
+// succeed: events the host refuses for their content
+// (hostsdk.ErrInvalidEvents) are 400 invalid_delivery, which a product
+// does not resend (a 503 would have it resend the same refused delivery
+// until it gives up); a replica that does not accept events now
+// (draining: hostsdk.ErrNotServing) and a full outbox
+// (hostsdk.ErrEventOutboxFull) are 503, to be delivered again; anything
+// else is logged with route and answered 503.
+func PublishFailed(w http.ResponseWriter, log *slog.Logger, route string, err error) {
+	switch {
+	case errors.Is(err, hostsdk.ErrInvalidEvents):
+		Fail(w, http.StatusBadRequest, CodeInvalidDelivery, "the delivery's events cannot be stored: "+err.Error())
+	case errors.Is(err, hostsdk.ErrNotServing):
+		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "this replica does not accept events now; deliver again")
+	case errors.Is(err, hostsdk.ErrEventOutboxFull):
+		log.Warn(route+": the event outbox is full", "error", err)
+		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "the replica's event outbox is full (its events are not being delivered); deliver again later")
+	default:
+		log.Error(route+": publish", "error", err)
+		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "the events could not be stored; deliver again")
+	}
 }
 
 // Accepted answers 200 with the number of events accepted and, when they
