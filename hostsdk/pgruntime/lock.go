@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -167,7 +168,15 @@ func (l *nsLock) lostErr() error {
 	return nil
 }
 
-// release ends the lock's session, which releases the lock.
+// releaseTimeout bounds the unlock at release.
+const releaseTimeout = 5 * time.Second
+
+// release unlocks the namespace and ends the lock's session. The unlock
+// is a round trip, so the namespace is free when release returns: ending
+// the session alone releases the lock only when its backend exits, after
+// the connection closed, and a journal opened right after (a restarted
+// host) could find it still held. Should the unlock fail, ending the
+// session releases the lock all the same.
 func (l *nsLock) release() {
 	if l == nil {
 		return
@@ -175,6 +184,10 @@ func (l *nsLock) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		var unlocked bool
+		_ = l.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, l.key).Scan(&unlocked)
+		cancel()
 		l.conn.Close(context.Background())
 		l.conn = nil
 	}

@@ -47,6 +47,26 @@ func TestNamespaceIsExclusive(t *testing.T) {
 	}
 }
 
+// TestReopenRightAfterClose: Close releases the namespace before it
+// returns, so a host that stops and one started right after it (a restart,
+// the next build of an upgrade) opens the journal. Closing the lock's
+// connection alone left the release to the backend's exit, which comes
+// after Close returned: the next Open was refused now and then as if
+// another host held the namespace.
+func TestReopenRightAfterClose(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	for i := range 40 {
+		j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_restarted", MaxConns: 1})
+		if err != nil {
+			t.Fatalf("open %d, right after the previous journal closed: %v", i, err)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // killLockSession terminates the PostgreSQL session holding ns's lock, as a
 // dropped connection would end it.
 func killLockSession(t *testing.T, dbURL string) {
