@@ -178,7 +178,10 @@
 // chatwoot.<event> on chatwoot-webhooks, its ID derived from the account
 // and delivery ID, occurred_at the delivery's timestamp, data
 // {delivery_id, event, account_id, conversation_id?, payload} (a payload
-// over 192 KiB is replaced by its size and SHA-256).
+// over 192 KiB is replaced by its size and SHA-256). conversation_id is the
+// display ID the API's paths take: Chatwoot sends it as the id of a
+// conversation_* event's payload and as conversation.id in message and
+// typing events (conversation.display_id in older releases).
 //
 // # Not covered
 //

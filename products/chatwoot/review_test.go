@@ -1,6 +1,7 @@
 package chatwoot
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,6 +88,40 @@ func TestWebhookAccountMustBeThisOne(t *testing.T) {
 		strings.Replace(incoming, `"account":{"id":7,"name":"Acme"}`, `"account_id":7`, 1)} {
 		if a := e.post(t, signed("dlv-ok-"+strconv.Itoa(i), now, body)); a.status != 200 {
 			t.Errorf("%s: %d %v", body, a.status, a.body)
+		}
+	}
+}
+
+// Chatwoot's webhook data of a conversation (Conversations::EventDataPresenter
+// #push_data) gives the display ID, the one the API's paths take, as its id,
+// with no display_id member: at the top of conversation_* events and in the
+// conversation member of message and typing events. The event data's
+// conversation_id must be read from there, as a consumer replies with it.
+func TestWebhookConversationIDOfCurrentPayloads(t *testing.T) {
+	e := newEnv(t, nil)
+	conv := `{"additional_attributes":{},"can_reply":true,"channel":"Channel::WebWidget","contact_inbox":{"id":5,"contact_id":9,"inbox_id":1,"source_id":"src-1"},` +
+		`"id":42,"inbox_id":1,"messages":[{"id":101,"content":"Where is my order?","conversation_id":42,"message_type":0}],"labels":[],` +
+		`"meta":{"sender":{"id":9,"name":"Alice","type":"contact"},"assignee":null,"assignee_type":null,"team":null,"hmac_verified":false},` +
+		`"status":"open","custom_attributes":{},"snoozed_until":null,"unread_count":1,"first_reply_created_at":null,"priority":null,` +
+		`"waiting_since":1764570000,"agent_last_seen_at":0,"contact_last_seen_at":0,"last_activity_at":1764570000,"timestamp":1764570000,` +
+		`"created_at":1764570000,"updated_at":1764570000.5}`
+	for _, tc := range []struct{ name, body string }{
+		{"message_created", `{"account":{"id":7,"name":"Acme"},"additional_attributes":{},"content_attributes":{},"content_type":"text",` +
+			`"content":"Where is my order?","conversation":` + conv + `,"created_at":"2026-12-01T08:00:00.000Z","id":101,` +
+			`"inbox":{"id":1,"name":"Website"},"message_type":"incoming","private":false,"sender":{"id":9,"name":"Alice","type":"contact"},` +
+			`"source_id":null,"event":"message_created"}`},
+		{"conversation_typing_on", `{"event":"conversation_typing_on","user":{"id":3,"name":"Ada","type":"user"},"conversation":` + conv + `,"is_private":false}`},
+		{"conversation_status_changed", strings.TrimSuffix(conv, "}") + `,"event":"conversation_status_changed","changed_attributes":[{"status":{"previous_value":"pending","current_value":"open"}}]}`},
+	} {
+		evs, err := e.conn.mapDelivery("dlv-"+tc.name, time.Now(), []byte(tc.body))
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("%s: %v, %v", tc.name, evs, err)
+		}
+		var data struct {
+			ConversationID *int64 `json:"conversation_id"`
+		}
+		if err := json.Unmarshal(evs[0].Data, &data); err != nil || data.ConversationID == nil || *data.ConversationID != 42 {
+			t.Errorf("%s: event data conversation_id %v (%v); want 42, the conversation's id in Chatwoot's payload", tc.name, data.ConversationID, err)
 		}
 	}
 }

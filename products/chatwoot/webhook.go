@@ -226,22 +226,25 @@ func (c *Connector) checkAccount(p map[string]json.RawMessage) error {
 }
 
 // conversationOf reads the conversation's display ID (the ID the API's
-// paths use): conversation.display_id in message events, display_id or id
-// in conversation events.
+// paths use). Chatwoot's webhook data of a conversation
+// (Conversations::EventDataPresenter#push_data) carries it as id: at the
+// top of conversation_* events, and in the conversation member of message
+// and typing events; Chatwoot releases before that presenter sent
+// conversation.display_id instead, read first when present.
 func conversationOf(event string, body []byte, p map[string]json.RawMessage) (int64, bool) {
 	var ids struct {
 		DisplayID *int64 `json:"display_id"`
 		ID        *int64 `json:"id"`
 	}
-	if strings.HasPrefix(event, "conversation_") {
-		_ = json.Unmarshal(body, &ids)
-	} else if raw, ok := p["conversation"]; ok {
+	if raw, ok := p["conversation"]; ok {
 		_ = json.Unmarshal(raw, &ids)
+	} else if strings.HasPrefix(event, "conversation_") {
+		_ = json.Unmarshal(body, &ids)
 	}
 	switch {
 	case ids.DisplayID != nil:
 		return *ids.DisplayID, true
-	case ids.ID != nil && strings.HasPrefix(event, "conversation_"):
+	case ids.ID != nil:
 		return *ids.ID, true
 	}
 	return 0, false
