@@ -347,6 +347,8 @@ func TestInputSchemaRejections(t *testing.T) {
 		{CapConversationStatus, `{"conversation_id":42,"status":"snoozed"}`},
 		{CapConversationStatus, `{"conversation_id":42,"status":"resolve"}`},
 		{CapConversationHandoff, `{"conversation_id":42,"note":"no assignee"}`},
+		// Chatwoot ignores team_id next to assignee_id: both are refused, not one dropped.
+		{CapConversationHandoff, `{"conversation_id":42,"assignee_id":3,"team_id":2}`},
 		{CapabilityPrefix + "conversation.list", `{"status":"closed"}`},
 		{CapabilityPrefix + "conversation.list", `{"labels":"vip"}`},
 		{CapabilityPrefix + "contact.search", `{}`},

@@ -67,15 +67,16 @@ var composites = []*composite{
 	},
 	{
 		ID: CapConversationHandoff, Name: "Hand a conversation off", Risk: aip.RiskMedium, Effect: aip.EffectWrite,
-		Description: "Assigns a conversation to an agent (assignee_id) or, without one, to a team (team_id) " +
+		Description: "Assigns a conversation to an agent (assignee_id) or a team (team_id), not both (Chatwoot ignores team_id " +
+			"next to assignee_id) " +
 			"(POST .../conversations/{conversation_id}/assignments), then, when note is given, adds it as a private note. " +
 			"If the assignment is applied and the note is refused the action fails with " + CodeHandoffNoteFailed +
 			", saying the assignment was applied.",
 		Schema: `{"type":"object","properties":{` + convIDProp + `,` +
 			`"assignee_id":` + idProp + `,"description":"Agent (user) to assign."},` +
-			`"team_id":` + idProp + `,"description":"Team to assign when no assignee_id is given."},` +
+			`"team_id":` + idProp + `,"description":"Team to assign (instead of an agent)."},` +
 			`"note":{"type":"string","minLength":1,"maxLength":150000,"description":"Private note added after the assignment."}},` +
-			`"required":["conversation_id"],"anyOf":[{"required":["assignee_id"]},{"required":["team_id"]}],"additionalProperties":false}`,
+			`"required":["conversation_id"],"oneOf":[{"required":["assignee_id"]},{"required":["team_id"]}],"additionalProperties":false}`,
 		run: runConversationHandoff,
 	},
 }

@@ -33,7 +33,8 @@
 //     not offered). An answer with payload.success false is a failed
 //     result chatwoot.status_not_changed.
 //   - cap:chatwoot:conversation:handoff — POST …/conversations/{conversation_id}/assignments
-//     with assignee_id (or, without one, team_id), then, when note is
+//     with assignee_id or team_id (not both: Chatwoot ignores team_id next
+//     to assignee_id, so the schema refuses the pair), then, when note is
 //     given, the note as a private outgoing message carrying the action ID
 //     like message:create. A refused note after an applied assignment is
 //     a failed result chatwoot.handoff_note_failed whose message and
