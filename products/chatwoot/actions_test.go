@@ -151,7 +151,7 @@ func TestCatalogue(t *testing.T) {
 		{"account.get", `{}`, "GET", "", "", nil, `"name":"Acme Support"`},
 		{"agent.list", `{}`, "GET", "/agents", "", nil, `"email":"ada@acme.test"`},
 		{"conversation.list", `{"assignee_type":"unassigned","status":"pending","q":"refund","inbox_id":1,"team_id":2,"labels":["vip","billing"],"page":2}`,
-			"GET", "/conversations", "assignee_type=unassigned&inbox_id=1&labels=vip&labels=billing&page=2&q=refund&status=pending&team_id=2", nil, `"all_count":1`},
+			"GET", "/conversations", "assignee_type=unassigned&inbox_id=1&labels=vip%2Cbilling&page=2&q=refund&status=pending&team_id=2", nil, `"all_count":1`},
 		{"conversation.meta", `{"status":"all","labels":["vip"]}`, "GET", "/conversations/meta", "labels=vip&status=all", nil, `"unassigned_count":2`},
 		{"conversation.get", `{"conversation_id":42}`, "GET", "/conversations/42", "", nil, `"id":42`},
 		{"message.list", `{"conversation_id":42,"before":300}`, "GET", "/conversations/42/messages", "before=300", nil, `"content":"hi"`},
@@ -351,6 +351,9 @@ func TestInputSchemaRejections(t *testing.T) {
 		{CapConversationHandoff, `{"conversation_id":42,"assignee_id":3,"team_id":2}`},
 		{CapabilityPrefix + "conversation.list", `{"status":"closed"}`},
 		{CapabilityPrefix + "conversation.list", `{"labels":"vip"}`},
+		// Chatwoot splits a label at commas: one with a comma would be two.
+		{CapabilityPrefix + "conversation.list", `{"labels":["vip,billing"]}`},
+		{CapabilityPrefix + "contact.label.update", `{"contact_id":9,"labels":["vip,billing"]}`},
 		{CapabilityPrefix + "contact.search", `{}`},
 		{CapabilityPrefix + "contact.update", `{"contact_id":9}`},
 		{CapabilityPrefix + "contact.create", `{"name":"no inbox"}`},

@@ -93,9 +93,12 @@
 // Path IDs are input fields named after what they identify (contact_id,
 // agent_id, canned_response_id, inbox_id, team_id, conversation_id,
 // message_id); every other input field has the document's name and is
-// sent where the document puts it. labels in conversation.list/meta is a
-// repeated query parameter (labels=a&labels=b), the document's default
-// array style. The filters take the document's payload (attribute_key,
+// sent where the document puts it. labels in conversation.list/meta is one
+// query parameter, the labels joined by commas (labels=a,b: OpenAPI's form
+// style without explode), not the document's default repeated parameter
+// (labels=a&labels=b), of which Rails keeps only the last, so that
+// Chatwoot filters by every label given; a label with a comma is refused
+// there and in the label updates, as Chatwoot would split it into two. The filters take the document's payload (attribute_key,
 // filter_operator, values, query_operator); query_operator joins a
 // condition to the next, so the connector requires it on every condition
 // but the last and refuses it on the last (failed chatwoot.input_invalid,

@@ -32,8 +32,11 @@ type operation struct {
 	// Path follows the account path; {field} segments are filled from the
 	// input (escaped).
 	Path string
-	// Query are input fields sent as query parameters (arrays repeat the
-	// parameter, the document's form/explode default).
+	// Query are input fields sent as query parameters. An array is sent
+	// as one parameter, its items joined by commas (OpenAPI's form style
+	// without explode): Rails keeps only the last of a repeated parameter
+	// (labels=a&labels=b reads as "b"), and Chatwoot's label filter
+	// splits a value at commas.
 	Query []string
 	// Body are input fields sent as members of the JSON body.
 	Body     []string
@@ -101,10 +104,15 @@ func contract(mutation, createNew bool, effect aip.SideEffect) *aip.CapabilityCo
 
 // Schema fragments.
 const (
-	idProp     = `{"type":"integer","minimum":1,"maximum":9007199254740991`
-	pageProp   = `"page":{"type":"integer","minimum":1,"maximum":100000,"description":"Page number (default 1)."}`
-	queryProp  = `"q":{"type":"string","minLength":1,"maxLength":1024,"description":"Search term."}`
-	labelsProp = `"labels":{"type":"array","maxItems":50,"items":{"type":"string","minLength":1,"maxLength":255},"description":"Filter by labels."}`
+	idProp    = `{"type":"integer","minimum":1,"maximum":9007199254740991`
+	pageProp  = `"page":{"type":"integer","minimum":1,"maximum":100000,"description":"Page number (default 1)."}`
+	queryProp = `"q":{"type":"string","minLength":1,"maxLength":1024,"description":"Search term."}`
+	// labelItem is one label title. Chatwoot reads labels through
+	// acts_as_taggable_on, which splits a title at commas (and its own
+	// titles are letters, digits, _ and -): a comma in an item would
+	// name two labels, so it is refused.
+	labelItem  = `{"type":"string","minLength":1,"maxLength":255,"pattern":"^[^,]+$"}`
+	labelsProp = `"labels":{"type":"array","maxItems":50,"items":` + labelItem + `,"description":"Conversations with any of these labels."}`
 	convStatus = `"status":{"type":"string","enum":["all","open","resolved","pending","snoozed"],"description":"Filter by conversation status (default open)."}`
 	inboxProp  = `"inbox_id":` + idProp + `,"description":"Filter by inbox."}`
 	teamProp   = `"team_id":` + idProp + `,"description":"Filter by team."}`
@@ -126,7 +134,7 @@ const (
 
 // More schema fragments.
 const (
-	labelListProp = `"labels":{"type":"array","maxItems":50,"uniqueItems":true,"items":{"type":"string","minLength":1,"maxLength":255},` +
+	labelListProp = `"labels":{"type":"array","maxItems":50,"uniqueItems":true,"items":` + labelItem + `,` +
 		`"description":"The complete list of labels; it replaces the current labels (an empty list removes them all)."}`
 	priorityProp  = `"priority":{"type":"string","enum":["urgent","high","medium","low","none"],"description":"Conversation priority."}`
 	customAttrs   = `"custom_attributes":{"type":"object","maxProperties":100,"description":"Custom attribute keys and values."}`
@@ -461,13 +469,18 @@ func (c *Connector) request(op *operation, in map[string]json.RawMessage) (provi
 		}
 		var list []json.RawMessage
 		if json.Unmarshal(raw, &list) == nil {
-			for _, item := range list {
-				v, ok := scalar(item)
-				if !ok {
-					return provider.Request{}, fmt.Errorf("input field %s: want a list of strings or numbers", name)
-				}
-				req.Query.Add(name, v)
+			if len(list) == 0 {
+				continue
 			}
+			items := make([]string, len(list))
+			for i, item := range list {
+				v, ok := scalar(item)
+				if !ok || strings.Contains(v, ",") {
+					return provider.Request{}, fmt.Errorf("input field %s: want a list of strings or numbers without commas", name)
+				}
+				items[i] = v
+			}
+			req.Query.Set(name, strings.Join(items, ","))
 			continue
 		}
 		v, ok := scalar(raw)
