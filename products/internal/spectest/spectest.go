@@ -2,9 +2,12 @@
 // that the requests a product adapter sends are ones those documents
 // describe. The adapters' tests run their mock providers behind
 // Spec.Handler: a request whose method and path the document does not
-// have, that lacks a required parameter or credential header, or whose
-// JSON body does not validate against the operation's request schema,
-// fails the test and gets a 400 naming what is wrong.
+// have, that lacks a required parameter or credential header, carries a
+// query parameter the operation does not declare, a parameter value its
+// schema's type or enum refuses (path segments included) or a parameter
+// that is not an array more than once, or whose JSON body does not
+// validate against the operation's request schema, fails the test and
+// gets a 400 naming what is wrong.
 //
 // The documents in specs/ are whole and unmodified, each with the
 // SOURCE.md that says where it comes from (repository, commit, licence).
@@ -215,7 +218,7 @@ func templatePattern(tmpl string) *regexp.Regexp {
 	b.WriteString("^")
 	for i, p := range parts {
 		if i > 0 {
-			b.WriteString("[^/]+")
+			b.WriteString("([^/]+)")
 		}
 		b.WriteString(regexp.QuoteMeta(p))
 	}
@@ -238,8 +241,9 @@ func (s *Spec) Operations() []string {
 func (s *Spec) Has(op string) bool { return slices.Contains(s.Operations(), op) }
 
 // Check checks one request against the document: r's method and path
-// (after Prefix), its required query and header parameters, its
-// credentials, and its JSON body. It returns the operation's template on
+// (after Prefix), its required query and header parameters, its query
+// parameters' names and its path and query values, its credentials, and
+// its JSON body. It returns the operation's template on
 // success.
 func (s *Spec) Check(r *http.Request, body []byte) (string, error) {
 	p := r.URL.Path
@@ -287,6 +291,9 @@ func (s *Spec) Check(r *http.Request, body []byte) (string, error) {
 			}
 		}
 	}
+	if err := s.checkParameters(op, r, p); err != nil {
+		return "", err
+	}
 	if err := s.checkSecurity(op, r); err != nil {
 		return "", err
 	}
@@ -294,6 +301,108 @@ func (s *Spec) Check(r *http.Request, body []byte) (string, error) {
 		return "", err
 	}
 	return op.template, nil
+}
+
+// checkParameters refuses a query parameter the operation does not
+// declare, a parameter that is not an array given more than once, and a
+// path or query value its schema's type or enum refuses (an integer ID
+// sent as "42.0", a status outside the enum): the document describes
+// those, and a provider reads others differently or not at all.
+func (s *Spec) checkParameters(op *operation, r *http.Request, path string) error {
+	schemas := map[string]map[string]any{} // "in name" → schema
+	for _, prm := range s.parameters(op) {
+		name, _ := prm["name"].(string)
+		in, _ := prm["in"].(string)
+		schemas[in+" "+name] = s.deref(prm["schema"])
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%s: %s %s: "+format, append([]any{s.name, op.method, op.template}, args...)...)
+	}
+	for name, values := range r.URL.Query() {
+		sch, ok := schemas["query "+name]
+		if !ok {
+			return fail("query parameter %q is not in the document", name)
+		}
+		if len(values) > 1 && !hasType(sch, "array") {
+			return fail("query parameter %q is given %d times; the document has one value", name, len(values))
+		}
+		for _, v := range values {
+			if err := checkValue(s, sch, v); err != nil {
+				return fail("query parameter %q: %v", name, err)
+			}
+		}
+	}
+	names := paramRE.FindAllString(op.template, -1)
+	values := op.pattern.FindStringSubmatch(path)
+	for i, n := range names {
+		if sch, ok := schemas["path "+strings.Trim(n, "{}")]; ok && i+1 < len(values) {
+			if err := checkValue(s, sch, values[i+1]); err != nil {
+				return fail("path parameter %s: %v", n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkValue checks one parameter value (a query value or a path
+// segment) against its schema's type and enum. An array's value is one
+// item (the parameter repeated: form style, explode) or items joined by
+// commas (form style without explode, which Cal.com's documentation asks
+// for and Chatwoot's label filter reads).
+func checkValue(s *Spec, sch map[string]any, v string) error {
+	if hasType(sch, "array") {
+		items := s.deref(sch["items"])
+		if items == nil {
+			return nil
+		}
+		for _, item := range strings.Split(v, ",") {
+			if err := checkValue(s, items, item); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if enum, ok := sch["enum"].([]any); ok {
+		found := false
+		for _, e := range enum {
+			found = found || fmt.Sprint(e) == v
+		}
+		if !found {
+			return fmt.Errorf("%q is not one of %v", v, enum)
+		}
+	}
+	switch {
+	case hasType(sch, "string") || sch["type"] == nil:
+		return nil
+	case hasType(sch, "integer") && integerRE.MatchString(v):
+		return nil
+	case hasType(sch, "number") && numberRE.MatchString(v):
+		return nil
+	case hasType(sch, "boolean") && (v == "true" || v == "false"):
+		return nil
+	}
+	return fmt.Errorf("%q is not of type %v", v, sch["type"])
+}
+
+var (
+	integerRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+	numberRE  = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+)
+
+// hasType reports whether a schema's type (a name, or a list of names in
+// OpenAPI 3.1) includes t.
+func hasType(sch map[string]any, t string) bool {
+	switch v := sch["type"].(type) {
+	case string:
+		return v == t
+	case []any:
+		for _, x := range v {
+			if x == t {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // parameters returns the operation's and its path item's parameters,
