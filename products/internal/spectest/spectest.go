@@ -6,8 +6,9 @@
 // query parameter the operation does not declare, a parameter value its
 // schema's type or enum refuses (path segments included) or a parameter
 // that is not an array more than once, or whose JSON body does not
-// validate against the operation's request schema, fails the test and
-// gets a 400 naming what is wrong.
+// validate against the operation's request schema or has a member the
+// schema does not list (see undocumentedMember), fails the test and gets
+// a 400 naming what is wrong.
 //
 // The documents in specs/ are whole and unmodified, each with the
 // SOURCE.md that says where it comes from (repository, commit, licence).
@@ -546,7 +547,64 @@ func (s *Spec) checkBody(op *operation, r *http.Request, body []byte) error {
 	if err := sch.Validate(v); err != nil {
 		return fmt.Errorf("%s: %s %s: the body does not match the document's schema: %v", s.name, op.method, op.template, err)
 	}
+	if at := s.undocumentedMember(s.deref(media["schema"]), v, ""); at != "" {
+		return fmt.Errorf("%s: %s %s: the body member %s is not in the document's schema", s.name, op.method, op.template, at)
+	}
 	return nil
+}
+
+// undocumentedMember returns the path (e.g. "message.content_attributes")
+// of the first member of v that sch does not describe, or "". Published
+// schemas seldom say additionalProperties false, so a misspelled member,
+// which the provider ignores, would otherwise validate: a member is
+// undocumented when its object's schema lists properties and neither
+// allows others (additionalProperties, patternProperties) nor composes
+// alternatives (allOf, anyOf, oneOf), whose members this check does not
+// follow.
+func (s *Spec) undocumentedMember(sch map[string]any, v any, at string) string {
+	if sch == nil {
+		return ""
+	}
+	for _, k := range []string{"allOf", "anyOf", "oneOf"} {
+		if _, ok := sch[k]; ok {
+			return ""
+		}
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		props, ok := sch["properties"].(map[string]any)
+		if !ok {
+			return ""
+		}
+		_, more := sch["additionalProperties"]
+		_, pattern := sch["patternProperties"]
+		names := make([]string, 0, len(v))
+		for name := range v {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			path := strings.TrimPrefix(at+"."+name, ".")
+			prop, known := props[name]
+			if !known {
+				if more || pattern {
+					continue
+				}
+				return path
+			}
+			if p := s.undocumentedMember(s.deref(prop), v[name], path); p != "" {
+				return p
+			}
+		}
+	case []any:
+		items := s.deref(sch["items"])
+		for i, item := range v {
+			if p := s.undocumentedMember(items, item, fmt.Sprintf("%s[%d]", at, i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // checkMultipart checks a multipart/form-data body against the media
