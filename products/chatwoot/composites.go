@@ -24,6 +24,11 @@ const (
 // was applied but whose private note Chatwoot refused.
 const CodeHandoffNoteFailed = "chatwoot.handoff_note_failed"
 
+// CodeHandoffNotAssigned is the failed result of a handoff to an agent or
+// team the account does not have: Chatwoot answers 200 with null and
+// clears the conversation's assignee (or team) instead.
+const CodeHandoffNotAssigned = "chatwoot.handoff_not_assigned"
+
 // MaxContent bounds a message's content (Chatwoot's own limit is 150 000
 // characters).
 const MaxContent = 150000
@@ -179,6 +184,26 @@ func runConversationHandoff(ctx context.Context, c *Connector, call *hostsdk.Cal
 	if err != nil {
 		return provider.Result(call, err, true)
 	}
+	for k, want := range body {
+		// Chatwoot looks the agent (team) up in the account and assigns
+		// what it finds: for an ID the account does not have, nobody,
+		// answering null.
+		what := map[string]string{"assignee_id": "agent", "team_id": "team"}[k]
+		if assignee == nil {
+			details, _ := json.Marshal(map[string]any{"assignment_applied": false, k + "_found": false})
+			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+				Error: &aip.ProtocolError{Code: CodeHandoffNotAssigned, Category: aip.CategoryPermanent, Retryable: new(false),
+					Message: fmt.Sprintf("Chatwoot did not assign conversation %d to %s %d: it answered null, as it does for a %s "+
+						"account %d does not have, and has left the conversation without %s (applied); no note was added",
+						in.ConversationID, what, want, what, c.cfg.AccountID,
+						map[string]string{"assignee_id": "an assigned agent", "team_id": "a team"}[k]),
+					Details: details}}, nil
+		}
+		if got, ok := assignee["id"].(float64); !ok || got != float64(want) {
+			return nil, fmt.Errorf("%w: Chatwoot answered the assignment of conversation %d to %s %d with %s, another %s",
+				hostsdk.ErrOutcomeUnknown, in.ConversationID, what, want, provider.Excerpt(answerText(assignee)), what)
+		}
+	}
 	out := map[string]any{"conversation_id": in.ConversationID, "assigned": true, "assignee": assignee}
 	for k, v := range body {
 		out[k] = v
@@ -206,4 +231,10 @@ func runConversationHandoff(ctx context.Context, c *Connector, call *hostsdk.Cal
 	}
 	out["note_message_id"] = note["id"]
 	return call.Complete(out)
+}
+
+// answerText renders a decoded answer for an error message.
+func answerText(v map[string]any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }

@@ -36,7 +36,12 @@
 //     with assignee_id or team_id (not both: Chatwoot ignores team_id next
 //     to assignee_id, so the schema refuses the pair), then, when note is
 //     given, the note as a private outgoing message carrying the action ID
-//     like message:create. A refused note after an applied assignment is
+//     like message:create. Chatwoot assigns the agent (team) it finds in
+//     the account: for an ID it does not have it clears the assignee
+//     (team) and answers null, which is a failed result
+//     chatwoot.handoff_not_assigned saying so (no note is added); an
+//     answer naming another agent or team is outcome_unknown. A refused
+//     note after an applied assignment is
 //     a failed result chatwoot.handoff_note_failed whose message and
 //     details (assignment_applied true, note_error) say the assignment
 //     was applied; a note whose outcome cannot be known (no answer, 5xx)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
@@ -123,5 +124,34 @@ func TestWebhookConversationIDOfCurrentPayloads(t *testing.T) {
 		if err := json.Unmarshal(evs[0].Data, &data); err != nil || data.ConversationID == nil || *data.ConversationID != 42 {
 			t.Errorf("%s: event data conversation_id %v (%v); want 42, the conversation's id in Chatwoot's payload", tc.name, data.ConversationID, err)
 		}
+	}
+}
+
+// Chatwoot assigns the agent (team) it finds in the account: for an ID it
+// does not have it assigns nobody, clearing the conversation's assignee
+// (team), and answers 200 null. The handoff did not happen: a failed
+// result that says so, and no note; an answer naming another agent is not
+// the handoff asked for either, and what Chatwoot did is unknown.
+func TestHandoffToUnknownAssignee(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tc := range []struct{ input, key string }{
+		{`{"conversation_id":8,"assignee_id":999,"note":"over to you"}`, "POST /conversations/8/assignments"},
+		{`{"conversation_id":9,"team_id":999,"note":"over to you"}`, "POST /conversations/9/assignments"},
+	} {
+		e.mock.setFault(tc.key, fault{200, `null`})
+		res := e.Result(t, hostsdktest.NewAction(CapConversationHandoff, tc.input))
+		if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != CodeHandoffNotAssigned ||
+			!strings.Contains(res.Error.Message, "999") || !strings.Contains(res.Error.Message, "(applied)") {
+			t.Errorf("%s answered null: %s %+v; want failed %s naming the ID and what Chatwoot did", tc.input, res.Status, res.Error, CodeHandoffNotAssigned)
+		}
+	}
+	if n := e.mock.count("POST /conversations/8/messages") + e.mock.count("POST /conversations/9/messages"); n != 0 {
+		t.Errorf("%d notes posted after a handoff that assigned nobody", n)
+	}
+
+	e.mock.setFault("POST /conversations/10/assignments", fault{200, `{"id":4,"name":"Bob"}`})
+	a := hostsdktest.NewAction(CapConversationHandoff, `{"conversation_id":10,"assignee_id":3}`)
+	if resp := e.Act(t, a); resp.ProtocolError() == nil || resp.ProtocolError().Code != hostsdk.CodeOutcomeUnknown {
+		t.Errorf("another agent in the answer: HTTP %d %s; want outcome_unknown", resp.Status, resp.Raw)
 	}
 }
