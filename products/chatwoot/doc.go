@@ -186,8 +186,13 @@
 // prevention). Any other delivery becomes one event of kind
 // chatwoot.<event> on chatwoot-webhooks, its ID derived from the account
 // and delivery ID, occurred_at the delivery's timestamp, data
-// {delivery_id, event, account_id, conversation_id?, payload} (a payload
-// over 192 KiB is replaced by its size and SHA-256). conversation_id is the
+// {delivery_id, event, account_id, conversation_id?, payload}. A payload
+// over 192 KiB (a long message: Chatwoot sends its content twice, once in
+// conversation.messages) is cut down to fit: without
+// conversation.messages, then without its largest members, largest first;
+// payload_omitted lists what was left out, payload_bytes and
+// payload_sha256 describe the whole, and the IDs that stay let a consumer
+// read the rest through the API. conversation_id is the
 // display ID the API's paths take: Chatwoot sends it as the id of a
 // conversation_* event's payload and as conversation.id in message and
 // typing events (conversation.display_id in older releases).

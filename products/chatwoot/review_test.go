@@ -155,3 +155,63 @@ func TestHandoffToUnknownAssignee(t *testing.T) {
 		t.Errorf("another agent in the answer: HTTP %d %s; want outcome_unknown", resp.Status, resp.Raw)
 	}
 }
+
+// A long message makes a webhook larger than an event holds (Chatwoot
+// repeats the message in conversation.messages): the event keeps what
+// fits, first without the repetition, then without the largest members,
+// and always the IDs a consumer needs to read the rest through the API,
+// rather than the payload's size and digest alone.
+func TestWebhookLongMessageKeepsWhatFits(t *testing.T) {
+	e := newEnv(t, nil)
+	long := func(content string) string {
+		return `{"event":"message_created","id":101,"content":"` + content + `","message_type":"incoming","private":false,` +
+			`"content_attributes":{},"account":{"id":7,"name":"Acme"},"sender":{"id":9,"name":"Alice","type":"contact"},` +
+			`"conversation":{"id":42,"inbox_id":1,"status":"open","messages":[{"id":101,"content":"` + content + `","conversation_id":42}]}}`
+	}
+	for _, tc := range []struct {
+		name        string
+		body        string
+		wantOmitted []string
+		wantContent bool
+	}{
+		{"repeated message", long(strings.Repeat("a", 120_000)), []string{"conversation.messages"}, true},
+		{"message too long", long(strings.Repeat("é", 150_000)), []string{"conversation.messages", "content"}, false},
+	} {
+		evs, err := e.conn.mapDelivery("dlv-"+tc.name, time.Now(), []byte(tc.body))
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("%s: %v, %v", tc.name, evs, err)
+		}
+		if raw, _ := json.Marshal(evs[0]); len(raw) > hostsdk.MaxEventBytes {
+			t.Fatalf("%s: the event is %d bytes, over %d", tc.name, len(raw), hostsdk.MaxEventBytes)
+		}
+		var data struct {
+			ConversationID int64    `json:"conversation_id"`
+			Omitted        []string `json:"payload_omitted"`
+			Bytes          int      `json:"payload_bytes"`
+			Payload        struct {
+				ID           int64           `json:"id"`
+				Content      *string         `json:"content"`
+				Sender       json.RawMessage `json:"sender"`
+				Conversation struct {
+					ID       int64           `json:"id"`
+					Messages json.RawMessage `json:"messages"`
+				} `json:"conversation"`
+			} `json:"payload"`
+		}
+		if err := json.Unmarshal(evs[0].Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		pl := data.Payload
+		if pl.ID != 101 || pl.Conversation.ID != 42 || len(pl.Sender) == 0 || pl.Conversation.Messages != nil || data.ConversationID != 42 {
+			t.Errorf("%s: event data %.300s; want the message, conversation and sender IDs without conversation.messages", tc.name, evs[0].Data)
+		}
+		if (pl.Content != nil) != tc.wantContent || strings.Join(data.Omitted, ",") != strings.Join(tc.wantOmitted, ",") || data.Bytes != len(tc.body) {
+			t.Errorf("%s: content kept %v, payload_omitted %v, payload_bytes %d; want %v, %v, %d",
+				tc.name, pl.Content != nil, data.Omitted, data.Bytes, tc.wantContent, tc.wantOmitted, len(tc.body))
+		}
+		// Through the route: accepted and stored.
+		if a := e.post(t, signed("dlv-route-"+strings.ReplaceAll(tc.name, " ", "-"), time.Now(), tc.body)); a.status != 200 || a.body["accepted_events"] != float64(1) {
+			t.Errorf("%s: the route answered %d %v", tc.name, a.status, a.body)
+		}
+	}
+}

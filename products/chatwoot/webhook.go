@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -39,8 +40,8 @@ const (
 	FenceWindow    = 2 * MaxSkew
 	FenceCapacity  = 10000
 	// maxInlinePayload is the largest webhook payload copied into an
-	// event's data; larger ones are summarised (an event is at most
-	// hostsdk.MaxEventBytes).
+	// event's data; larger ones are cut down to it (trimPayload; an
+	// event is at most hostsdk.MaxEventBytes).
 	maxInlinePayload = 192 << 10
 )
 
@@ -171,7 +172,12 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 		data["payload"] = json.RawMessage(body)
 	} else {
 		sum := sha256.Sum256(body)
-		data["payload_omitted"] = true
+		payload, omitted, err := trimPayload(p)
+		if err != nil {
+			return nil, err
+		}
+		data["payload"] = payload
+		data["payload_omitted"] = omitted
 		data["payload_bytes"] = len(body)
 		data["payload_sha256"] = hex.EncodeToString(sum[:])
 	}
@@ -183,6 +189,50 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 		ID: eventID(c.cfg.AccountID, delivery), Kind: "chatwoot." + event,
 		OccurredAt: aip.At(sent), Data: raw,
 	}}, nil
+}
+
+// trimPayload returns a payload larger than maxInlinePayload cut down to
+// fit, and the members it left out: first conversation.messages, where
+// Chatwoot repeats the conversation's last message (in a message event,
+// the message itself), then the largest members, largest first (a long
+// message's content, the conversation). What stays (the event, the
+// message, conversation and sender IDs) lets a consumer read the rest
+// through the API.
+func trimPayload(p map[string]json.RawMessage) (json.RawMessage, []string, error) {
+	q := maps.Clone(p)
+	omitted := []string{}
+	var conv map[string]json.RawMessage
+	if json.Unmarshal(q["conversation"], &conv) == nil {
+		if _, ok := conv["messages"]; ok {
+			delete(conv, "messages")
+			raw, err := json.Marshal(conv)
+			if err != nil {
+				return nil, nil, err
+			}
+			q["conversation"] = raw
+			omitted = append(omitted, "conversation.messages")
+		}
+	}
+	for {
+		raw, err := json.Marshal(q)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(raw) <= maxInlinePayload {
+			return raw, omitted, nil
+		}
+		largest := ""
+		for k, v := range q {
+			if k != "event" && (largest == "" || len(v) > len(q[largest]) || len(v) == len(q[largest]) && k < largest) {
+				largest = k
+			}
+		}
+		if largest == "" { // the event name alone: cannot happen under the bound
+			return raw, omitted, nil
+		}
+		delete(q, largest)
+		omitted = append(omitted, largest)
+	}
 }
 
 // eventID returns the delivery's event ID: "evt_" and the first 16 bytes
