@@ -38,13 +38,19 @@ func TestMessageCreate(t *testing.T) {
 		t.Errorf("POST messages %d times, want 1", n)
 	}
 
-	// A distinct idempotency key is recorded next to the action ID.
+	// A distinct idempotency key is recorded next to the action ID, scoped
+	// as every provider gets it (provider.ScopedIdempotencyKey), never as
+	// the caller chose it: content_attributes reach the contact's widget.
 	b := hostsdktest.NewAction(CapMessageCreate, `{"conversation_id":42,"content":"again"}`)
 	b.IdempotencyKey = "order-77-reply"
 	e.completed(t, b)
 	attrs := e.last(t).Body["content_attributes"].(map[string]any)
-	if attrs[ActionIDAttribute] != b.ID || attrs["aip_idempotency_key"] != "order-77-reply" || e.last(t).Body["private"] != false {
-		t.Errorf("second message body %v", e.last(t).Body)
+	scoped := provider.ScopedIdempotencyKey(hostsdktest.TenantID, CapMessageCreate, "order-77-reply")
+	if attrs[ActionIDAttribute] != b.ID || attrs["aip_idempotency_key"] != scoped || e.last(t).Body["private"] != false {
+		t.Errorf("second message body %v; want content_attributes.aip_idempotency_key %s", e.last(t).Body, scoped)
+	}
+	if raw, _ := json.Marshal(e.last(t).Body); strings.Contains(string(raw), "order-77-reply") {
+		t.Errorf("the caller's idempotency key reached Chatwoot as it is: %s", raw)
 	}
 }
 

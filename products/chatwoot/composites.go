@@ -102,7 +102,9 @@ type messageBody struct {
 func (c *Connector) postMessage(ctx context.Context, call *hostsdk.Call, conversationID int64, content string, private bool) (map[string]any, error) {
 	attrs := map[string]string{ActionIDAttribute: call.Action.ID}
 	if call.IdempotencyKey != "" && call.IdempotencyKey != call.Action.ID {
-		attrs["aip_idempotency_key"] = call.IdempotencyKey
+		// Scoped as every provider gets a key: content_attributes reach
+		// the contact's widget, and one account may serve several tenants.
+		attrs["aip_idempotency_key"] = provider.CallIdempotencyKey(call)
 	}
 	var out map[string]any
 	err := c.client.JSON(ctx, provider.Request{Method: http.MethodPost, Path: c.conversationPath(conversationID) + "/messages",

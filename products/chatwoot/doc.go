@@ -23,9 +23,11 @@
 //
 //   - cap:chatwoot:message:create — POST …/conversations/{conversation_id}/messages
 //     with content, private and message_type "outgoing"; the AIP action ID
-//     is recorded in content_attributes.aip_action_id (and the idempotency
-//     key, when it differs from the action ID, in
-//     content_attributes.aip_idempotency_key). Output: conversation_id,
+//     is recorded in content_attributes.aip_action_id (and, when the
+//     idempotency key differs from the action ID, the key scoped to the
+//     tenant and capability, provider.CallIdempotencyKey's aip1-<hex>, in
+//     content_attributes.aip_idempotency_key: never the caller's key as
+//     it is, as content attributes reach the contact's widget). Output: conversation_id,
 //     message_id, private, message (Chatwoot's answer).
 //   - cap:chatwoot:conversation:status — POST …/conversations/{conversation_id}/toggle_status
 //     with status open, resolved or pending (the document's enum; the
