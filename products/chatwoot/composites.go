@@ -170,41 +170,41 @@ func runConversationHandoff(ctx context.Context, c *Connector, call *hostsdk.Cal
 	if err := decodeInput(call, &in); err != nil {
 		return nil, err
 	}
-	body := map[string]int64{}
+	// key is the body member, what and none name the assignee in errors.
+	var key, what, none string
+	var id int64
 	switch {
 	case in.AssigneeID != nil:
-		body["assignee_id"] = *in.AssigneeID
+		key, what, none, id = "assignee_id", "agent", "an assigned agent", *in.AssigneeID
 	case in.TeamID != nil:
-		body["team_id"] = *in.TeamID
+		key, what, none, id = "team_id", "team", "a team", *in.TeamID
 	default:
 		return nil, aip.NewProtocolError("chatwoot.input_invalid", aip.CategoryPermanent, false, 0,
 			"handoff needs assignee_id or team_id")
 	}
+	body := map[string]int64{key: id}
 	var assignee map[string]any
 	err := c.client.JSON(ctx, provider.Request{Method: http.MethodPost, Path: c.conversationPath(in.ConversationID) + "/assignments",
 		JSON: body}, &assignee)
 	if err != nil {
 		return provider.Result(call, err, true)
 	}
-	for k, want := range body {
-		// Chatwoot looks the agent (team) up in the account and assigns
-		// what it finds: for an ID the account does not have, nobody,
-		// answering null.
-		what := map[string]string{"assignee_id": "agent", "team_id": "team"}[k]
-		if assignee == nil {
-			details, _ := json.Marshal(map[string]any{"assignment_applied": false, k + "_found": false})
-			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
-				Error: &aip.ProtocolError{Code: CodeHandoffNotAssigned, Category: aip.CategoryPermanent, Retryable: new(false),
-					Message: fmt.Sprintf("Chatwoot did not assign conversation %d to %s %d: it answered null, as it does for a %s "+
-						"account %d does not have, and has left the conversation without %s (applied); no note was added",
-						in.ConversationID, what, want, what, c.cfg.AccountID,
-						map[string]string{"assignee_id": "an assigned agent", "team_id": "a team"}[k]),
-					Details: details}}, nil
-		}
-		if got, ok := assignee["id"].(float64); !ok || got != float64(want) {
-			return nil, fmt.Errorf("%w: Chatwoot answered the assignment of conversation %d to %s %d with %s, another %s",
-				hostsdk.ErrOutcomeUnknown, in.ConversationID, what, want, provider.Excerpt(answerText(assignee)), what)
-		}
+	// Chatwoot looks the agent (team) up in the account and assigns what
+	// it finds: for an ID the account does not have, nobody, answering
+	// null.
+	if assignee == nil {
+		details, _ := json.Marshal(map[string]any{"assignment_applied": false, key + "_found": false})
+		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+			Error: &aip.ProtocolError{Code: CodeHandoffNotAssigned, Category: aip.CategoryPermanent, Retryable: new(false),
+				Message: fmt.Sprintf("Chatwoot did not assign conversation %d to %s %d: it answered null, as it does for a %s "+
+					"account %d does not have, and has left the conversation without %s (applied); no note was added",
+					in.ConversationID, what, id, what, c.cfg.AccountID, none),
+				Details: details}}, nil
+	}
+	if got, ok := assignee["id"].(float64); !ok || got != float64(id) {
+		raw, _ := json.Marshal(assignee)
+		return nil, fmt.Errorf("%w: Chatwoot answered the assignment of conversation %d to %s %d with %s, another %s",
+			hostsdk.ErrOutcomeUnknown, in.ConversationID, what, id, provider.Excerpt(string(raw)), what)
 	}
 	out := map[string]any{"conversation_id": in.ConversationID, "assigned": true, "assignee": assignee}
 	for k, v := range body {
@@ -233,10 +233,4 @@ func runConversationHandoff(ctx context.Context, c *Connector, call *hostsdk.Cal
 	}
 	out["note_message_id"] = note["id"]
 	return call.Complete(out)
-}
-
-// answerText renders a decoded answer for an error message.
-func answerText(v map[string]any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
