@@ -161,7 +161,11 @@
 // provider.unavailable (retryable); a mutation that gets a 5xx, no answer
 // or an unreadable answer is outcome_unknown and is not run again. Health
 // (CheckHealth) is GET /api/v1/accounts/{account_id}. Requests time out
-// after 120 s; redirects are never followed.
+// after 120 s; redirects are never followed. The token goes in the
+// document's api_access_token header, whose name has underscores: a
+// reverse proxy in front of Chatwoot may drop it (nginx does unless
+// underscores_in_headers is on, as Chatwoot's self-hosting guide sets it),
+// and the probe then fails with a 401 although the token is right.
 //
 // # Webhooks
 //
