@@ -123,8 +123,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		if len(events) > 0 {
 			if _, err := rc.Events.Publish(ctx, Channel, events...); err != nil {
-				rc.Logger.Warn("chatwoot webhook: events not stored", "delivery", delivery, "error", err)
-				webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the events could not be stored; deliver again later")
+				webhook.PublishFailed(w, rc.Logger.With("delivery", delivery), "chatwoot webhook", err)
 				return
 			}
 		}

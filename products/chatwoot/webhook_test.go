@@ -171,6 +171,24 @@ func TestWebhookDelivery(t *testing.T) {
 	}
 }
 
+// TestWebhookEventRefusedForGood: a signed delivery whose event the host
+// refuses for its content (hostsdk.ErrInvalidEvents: a NUL character in the
+// message, which the fleet's event log cannot store) is 400
+// webhook.invalid_delivery naming why, not 503, which had Chatwoot deliver
+// it again and again; nothing is stored or fenced.
+func TestWebhookEventRefusedForGood(t *testing.T) {
+	e := newEnv(t, nil)
+	body := strings.Replace(incoming, `"I need help"`, `"I need\u0000help"`, 1)
+	a := e.post(t, signed("dlv-nul", time.Now(), body))
+	e2, _ := a.body["error"].(map[string]any)
+	if msg, _ := e2["message"].(string); a.status != http.StatusBadRequest || a.code() != webhook.CodeInvalidDelivery || !strings.Contains(msg, "NUL") {
+		t.Fatalf("a delivery whose event the host refuses: %d %v", a.status, a.body)
+	}
+	if n := e.pending(t); n != 0 {
+		t.Fatalf("outbox holds %d batches, want none", n)
+	}
+}
+
 func TestWebhookRefusals(t *testing.T) {
 	e := newEnv(t, nil)
 	now := time.Now()
