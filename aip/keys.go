@@ -155,19 +155,25 @@ func WriteSeedFile(path string, k *SigningKey) error {
 }
 
 // ReadSecretFile reads a secret file after checking that it is a regular
-// file (not a symlink), has no group or other permission bits, is owned by
-// the process's effective user or by root (a process running as root must
-// not take a key that another user planted: mode 0600 keeps nobody but
-// root out), and holds 1 to maxBytes bytes. The file opened must be the file checked (no swap between
-// the check and the read). The content is returned with surrounding ASCII
-// whitespace removed.
+// file, is owned by the process's effective user or by root (a process
+// running as root must not take a key that another user planted: mode 0600
+// keeps nobody but root out), has no group or other permission bits — but
+// for a file root owns read by a process that is not root, which may be
+// readable by its group (0640, 0440), as PostgreSQL allows for its key
+// files and as a Kubernetes secret volume with an fsGroup mounts them —
+// and holds 1 to maxBytes bytes. A symlink is followed and what it points
+// at checked, so a Kubernetes secret or ConfigMap volume (whose files are
+// links through ..data) can be named directly. The file opened must be the
+// file checked (no swap between the check and the read). The content is
+// returned with surrounding ASCII whitespace removed.
 func ReadSecretFile(path string, maxBytes int64) ([]byte, error) {
 	return readCheckedFile(path, maxBytes, fileSecret)
 }
 
 // ReadPublicFile reads a non-secret file (an action's input, a fleet file
-// an operator applies) after checking that it is a regular file, not a
-// symlink, not writable by group or others, and holds 1 to maxBytes bytes.
+// an operator applies) after checking that it is a regular file (a symlink
+// is followed), not writable by group or others, and holds 1 to maxBytes
+// bytes.
 func ReadPublicFile(path string, maxBytes int64) ([]byte, error) {
 	return readCheckedFile(path, maxBytes, filePublic)
 }
@@ -188,33 +194,43 @@ type fileClass int
 const (
 	filePublic fileClass = iota // not writable by group or others
 	fileTrust                   // and owned by this user or root
-	fileSecret                  // no group or other bits, owned by this user or root
+	fileSecret                  // owned by this user or root, no group or other bits (secretModeOK)
 )
+
+// secretModeOK reports whether a secret file's permission bits are tight
+// enough: none for group or others, except that a file root owns, read by
+// a process that is not root, may be readable by its group — the process
+// reads it through the group, the way PostgreSQL accepts a root-owned
+// 0640 key file and a Kubernetes secret volume with an fsGroup (0440)
+// gives it.
+func secretModeOK(perm os.FileMode, owner uint32, euid int) bool {
+	if owner == 0 && euid != 0 {
+		return perm&0o037 == 0
+	}
+	return perm&0o077 == 0
+}
 
 func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, error) {
 	kind := "file"
 	if class == fileSecret {
 		kind = "secret file"
 	}
-	secret := class == fileSecret
-	info, err := os.Lstat(path)
+	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
-	}
-	if info.Mode()&os.ModeSymlink != 0 {
-		return nil, fmt.Errorf("%w: %s %s is a symlink; point the setting at the real file", ErrUnsafeFile, kind, path)
 	}
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s %s is not a regular file", ErrUnsafeFile, kind, path)
 	}
 	perm := info.Mode().Perm()
-	if secret && perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s %s is accessible by group or others (mode %04o); chmod 600 it", ErrUnsafeFile, kind, path, perm)
-	}
-	if owner, ok := fileOwnerOK(info); class != filePublic && !ok {
+	owner, ownerOK := fileOwnerOK(info)
+	if class != filePublic && !ownerOK {
 		return nil, fmt.Errorf("%w: %s %s is owned by uid %d, not by this process's user (uid %d) or root; chown it", ErrUnsafeFile, kind, path, owner, os.Geteuid())
 	}
-	if !secret && perm&0o022 != 0 {
+	if class == fileSecret && !secretModeOK(perm, owner, os.Geteuid()) {
+		return nil, fmt.Errorf("%w: %s %s is accessible by group or others (mode %04o); chmod 600 it (a file root owns may be readable by its group, 0640 or 0440, when this process is not root and reads it through that group)", ErrUnsafeFile, kind, path, perm)
+	}
+	if class != fileSecret && perm&0o022 != 0 {
 		return nil, fmt.Errorf("%w: %s %s is writable by group or others (mode %04o); chmod go-w it", ErrUnsafeFile, kind, path, perm)
 	}
 	if info.Size() == 0 {

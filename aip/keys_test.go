@@ -78,9 +78,9 @@ func TestLoadSigningKeyJWK(t *testing.T) {
 
 func TestLoadSigningKeyRejectsUnsafeFiles(t *testing.T) {
 	dir := t.TempDir()
-	good := writeFile(t, "seed", zeroSeedHex, 0o600)
+	loose := writeFile(t, "loose", zeroSeedHex, 0o644)
 	link := filepath.Join(dir, "link")
-	if err := os.Symlink(good, link); err != nil {
+	if err := os.Symlink(loose, link); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -89,7 +89,7 @@ func TestLoadSigningKeyRejectsUnsafeFiles(t *testing.T) {
 	}{
 		{"group readable", writeFile(t, "g", zeroSeedHex, 0o640), "chmod 600", ErrUnsafeFile},
 		{"world readable", writeFile(t, "w", zeroSeedHex, 0o604), "chmod 600", ErrUnsafeFile},
-		{"symlink", link, "symlink", ErrUnsafeFile},
+		{"symlink to a world-readable file", link, "chmod 600", ErrUnsafeFile},
 		{"directory", dir, "not a regular file", ErrUnsafeFile},
 		{"empty", writeFile(t, "e", "", 0o600), "empty", ErrUnsafeFile},
 		{"whitespace", writeFile(t, "ws", " \n", 0o600), "whitespace", ErrUnsafeFile},
@@ -109,6 +109,76 @@ func TestLoadSigningKeyRejectsUnsafeFiles(t *testing.T) {
 	}
 	if _, err := LoadSigningKey(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: err = %v, want ErrNotExist", err)
+	}
+}
+
+// TestFilesInAKubernetesVolume: a Kubernetes secret or ConfigMap volume
+// mounts each key as a symlink through ..data to a timestamped directory
+// the kubelet swaps on an update. Naming the key's path works for every
+// kind of file: the link is followed, and what it points at is checked.
+func TestFilesInAKubernetesVolume(t *testing.T) {
+	vol := t.TempDir()
+	stamp := filepath.Join(vol, "..2026_12_01_08_00_00.123456789")
+	if err := os.Mkdir(stamp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]os.FileMode{"signing-seed": 0o600, "gateway.did": 0o644} {
+		p := filepath.Join(stamp, name)
+		content := zeroSeedHex
+		if name == "gateway.did" {
+			content = "did:key:z6Mkexample"
+		}
+		if err := os.WriteFile(p, []byte(content+"\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Base(stamp), filepath.Join(vol, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"signing-seed", "gateway.did"} {
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(vol, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := LoadSigningKey(filepath.Join(vol, "signing-seed")); err != nil {
+		t.Errorf("secret in a Kubernetes volume: %v", err)
+	}
+	if got, err := ReadTrustFile(filepath.Join(vol, "gateway.did"), 1024); err != nil || string(got) != "did:key:z6Mkexample" {
+		t.Errorf("ConfigMap file in a Kubernetes volume: %q, %v", got, err)
+	}
+	if got, err := ReadPublicFile(filepath.Join(vol, "gateway.did"), 1024); err != nil || string(got) != "did:key:z6Mkexample" {
+		t.Errorf("ReadPublicFile through the links: %q, %v", got, err)
+	}
+}
+
+// TestSecretModeOK: no group or other bits, except group read on a file
+// root owns that a process other than root reads (PostgreSQL's rule for
+// its key files; a Kubernetes secret volume with an fsGroup and
+// defaultMode 0440).
+func TestSecretModeOK(t *testing.T) {
+	for _, c := range []struct {
+		perm  os.FileMode
+		owner uint32
+		euid  int
+		ok    bool
+	}{
+		{0o600, 1000, 1000, true},
+		{0o400, 1000, 1000, true},
+		{0o640, 1000, 1000, false}, // the process's own file: owner only
+		{0o440, 0, 1000, true},     // root's, read through the group
+		{0o640, 0, 1000, true},
+		{0o660, 0, 1000, false}, // group-writable
+		{0o644, 0, 1000, false}, // others may read
+		{0o650, 0, 1000, false},
+		{0o640, 0, 0, false}, // root reading its own file: owner only
+		{0o600, 0, 0, true},
+	} {
+		if got := secretModeOK(c.perm, c.owner, c.euid); got != c.ok {
+			t.Errorf("secretModeOK(%04o, owner %d, euid %d) = %v, want %v", c.perm, c.owner, c.euid, got, c.ok)
+		}
 	}
 }
 

@@ -112,9 +112,9 @@ func (p *credentialPolicy) authorize(ref string) error {
 }
 
 // readCredentialPolicy reads and checks the policy file with the host's
-// rules for configuration files (aip.ReadTrustFile: a regular file, not
-// a symlink, not writable by group or others, owned by the host's user or
-// root, 1 to MaxCredentialPolicyBytes bytes).
+// rules for configuration files (aip.ReadTrustFile: a regular file, a
+// symlink followed, not writable by group or others, owned by the host's
+// user or root, 1 to MaxCredentialPolicyBytes bytes).
 func readCredentialPolicy(path string) (*credentialPolicy, error) {
 	raw, err := aip.ReadTrustFile(path, MaxCredentialPolicyBytes)
 	if err != nil {

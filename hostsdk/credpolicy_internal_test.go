@@ -91,8 +91,8 @@ func TestCredentialPolicyRefusesInvalidPolicies(t *testing.T) {
 }
 
 // TestCredentialPolicyFileRules: the policy file is read as the host's
-// other configuration files are: a regular file, not a symlink, not
-// writable by group or others, owned by the host's user or root, not
+// other configuration files are: a regular file (a symlink is followed and
+// its target checked), not writable by group or others, owned by the host's user or root, not
 // empty, at most MaxCredentialPolicyBytes.
 func TestCredentialPolicyFileRules(t *testing.T) {
 	dir := t.TempDir()
@@ -107,14 +107,15 @@ func TestCredentialPolicyFileRules(t *testing.T) {
 		return p
 	}
 	good := write("good.json", `{"current_revision_ref":"v1"}`, 0o644)
+	loose := write("loose.json", `{"current_revision_ref":"v1"}`, 0o666)
 	link := filepath.Join(dir, "link.json")
-	if err := os.Symlink(good, link); err != nil {
+	if err := os.Symlink(loose, link); err != nil {
 		t.Fatal(err)
 	}
 	big := `{"revoked_revisions":["` + strings.Repeat("x", 200) + `"` + strings.Repeat(`,"`+strings.Repeat("y", 200)+`"`, MaxCredentialPolicyBytes/203) + `]}`
 	cases := []struct{ name, path, want string }{
 		{"missing", filepath.Join(dir, "missing.json"), "no such file"},
-		{"symlink", link, "symlink"},
+		{"symlink to a world-writable file", link, "chmod go-w"},
 		{"directory", dir, "not a regular file"},
 		{"group-writable", write("gw.json", `{}`, 0o664), "chmod go-w"},
 		{"empty", write("empty.json", "", 0o644), "empty"},

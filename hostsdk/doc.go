@@ -47,8 +47,10 @@
 // --credential-scope, --credential-revision-ref, all or none) and
 // --credential-revision-policy-file. Every invalid value is reported as a
 // *ConfigError naming the flag, the variable and the accepted range. Secrets
-// come only from files, which must be regular, not symlinks, and readable by
-// their owner only.
+// come only from files, which must be regular files (a symlink is followed,
+// so a Kubernetes secret volume's keys can be named) owned by the host's
+// user or root and readable by their owner only (aip.ReadSecretFile: a file
+// root owns may be group-readable for a host that is not root).
 //
 // The connector sees the configured identity, never the action's: on
 // TenantContext (Call.Tenant, Connector.Manifest's tenant) and as every

@@ -705,8 +705,8 @@ func DecodeStrict(raw []byte, v any) error {
 var ErrTrailingData = errors.New("data after the JSON value")
 
 // ReadJSONFile reads an adapter's JSON configuration file into v: a file
-// the host trusts (aip.ReadTrustFile: a regular file, not a symlink, not
-// writable by group or others, owned by the host's user or root, at most
+// the host trusts (aip.ReadTrustFile: a regular file, a symlink followed,
+// not writable by group or others, owned by the host's user or root, at most
 // maxBytes; it names the provider's address, where the credential goes)
 // holding one JSON value, decoded with DecodeStrict. what
 // names the setting and shape describes the value ("an array of {id,
