@@ -121,7 +121,11 @@ type Connector interface {
 	// connector.failed. A panic is recorded as outcome_unknown, and so is a
 	// result no signed answer can carry: larger than MaxResultBytes, or
 	// not I-JSON (a member name twice, a number beyond the double range, a
-	// lone surrogate, too deeply nested).
+	// lone surrogate, too deeply nested) — for a capability whose side
+	// effects are all reads such a result, or a completed output its
+	// output_schema refuses, is a failed result with CodeOutputInvalid
+	// instead (a completed output of any other capability that its schema
+	// refuses is outcome_unknown: the effect happened).
 	Handle(ctx context.Context, call *Call) (*aip.ActionResult, error)
 }
 

@@ -729,7 +729,15 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		case err != nil:
 			status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result cannot be encoded: "+err.Error(), nil
 		default:
-			if err := carriable(raw); err != nil {
+			if err := carriable(raw); err != nil && readOnly(cap.cap) {
+				// A read changed nothing: the caller is told it failed
+				// and can ask for less (a smaller page, fewer fields).
+				msg := aip.TruncateUTF8("the connector's result "+err.Error()+"; ask for less (a smaller page, fewer fields)", aip.MaxErrorMessageBytes)
+				result = &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed,
+					Error: aip.NewProtocolError(CodeOutputInvalid, aip.CategoryConnector, false, 0, msg)}
+				status, detail = aip.StateFailed, msg
+				raw, _ = json.Marshal(result)
+			} else if err != nil {
 				// No answer could carry it (nor a retry's, nor a status
 				// query's): the caller cannot learn what the action did,
 				// and the journal would refuse one it cannot digest,

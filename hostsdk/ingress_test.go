@@ -676,3 +676,34 @@ func TestResultTooLargeToAnswerIsOutcomeUnknown(t *testing.T) {
 		t.Errorf("connector ran %d times, want 1", n)
 	}
 }
+
+// TestReadResultTooLargeIsFailed: a read-only capability's result that no
+// answer can carry is a failed result (output_invalid, saying to ask for
+// less), not outcome_unknown: the read changed nothing, so the caller may
+// ask again for less, and the dispatcher does not count it against the
+// replica as an unknown outcome.
+func TestReadResultTooLargeIsFailed(t *testing.T) {
+	f := newFleet(t)
+	conn := readOnlyConnector{newTestConnector()}
+	_, target := f.start(t, conn)
+	ctx := ctxT(t)
+	a := action(capEcho, `{"message":"huge-output"}`)
+	for range 2 {
+		resp, err := f.d.Act(ctx, target, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := resp.Result()
+		if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeOutputInvalid ||
+			!strings.Contains(res.Error.Message, "more than the") || !strings.Contains(res.Error.Message, "ask for less") {
+			t.Fatalf("answer %+v, %v (body %.300s); want failed output_invalid saying to ask for less", res, err, resp.Raw)
+		}
+	}
+	rec, err := f.j.Action(ctx, a.ID)
+	if err != nil || rec.Status != aip.StateFailed {
+		t.Fatalf("journal record %s, %v; want failed", rec.Status, err)
+	}
+	if n := conn.runCount(a.ID); n != 1 {
+		t.Errorf("connector ran %d times, want 1", n)
+	}
+}
