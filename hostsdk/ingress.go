@@ -1007,18 +1007,25 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 }
 
 // readOnly reports whether a capability's contract declares no side
-// effect but reads: running it again changes nothing. A capability
-// without a contract is not.
+// effect but reads: running it again changes nothing. A read over the
+// network declares read and external_network (every product adapter's
+// reads do); external_network alone says nothing of what the call does, so
+// it is not read-only, and neither is a capability without a contract.
 func readOnly(c *aip.Capability) bool {
 	if c.Contract == nil {
 		return false
 	}
+	read := len(c.Contract.SideEffects) == 0
 	for _, e := range c.Contract.SideEffects {
-		if e != aip.EffectRead {
+		switch e {
+		case aip.EffectRead:
+			read = true
+		case aip.EffectExternalNetwork:
+		default:
 			return false
 		}
 	}
-	return true
+	return read
 }
 
 // journaled answers from the journal record of actionID.

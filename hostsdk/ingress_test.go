@@ -188,7 +188,8 @@ func TestFailedAndUnknownOutcomes(t *testing.T) {
 
 }
 
-// readOnlyConnector is testConnector with capabilities that only read.
+// readOnlyConnector is testConnector with capabilities that only read
+// (over the network, as product adapters declare their reads).
 type readOnlyConnector struct{ *testConnector }
 
 func (c readOnlyConnector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
@@ -197,7 +198,7 @@ func (c readOnlyConnector) Manifest(ctx context.Context, tenant hostsdk.TenantCo
 		return nil, err
 	}
 	for i := range m.Capabilities {
-		m.Capabilities[i].Contract.SideEffects = []aip.SideEffect{aip.EffectRead}
+		m.Capabilities[i].Contract.SideEffects = []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}
 	}
 	return m, nil
 }
