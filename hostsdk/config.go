@@ -211,11 +211,17 @@ type Config struct {
 	// to 30s; 1ms to 300s.
 	DrainTimeout time.Duration
 	// DrainLinger is how long, at least, the listener keeps answering after
-	// the drain begins, even with nothing in flight: an action the
-	// dispatcher routed just before the registry recorded the drain then
-	// gets the signed connector_host.not_ready (which proves it did not
-	// start here, so it can be rerouted) instead of a refused connection.
-	// Defaults to 2s; 1ms to 60s; never longer than DrainTimeout.
+	// the drain begins (and after the control plane accepted it, if
+	// later), even with nothing in flight: an action the dispatcher routed
+	// just before the registry recorded the drain then gets the signed
+	// connector_host.not_ready (which proves it did not start here, so it
+	// can be rerouted) instead of a refused connection. When the drain did
+	// not get through, the listener answers so until the lease the control
+	// plane granted last has expired, plus a second and DrainLinger (the
+	// registry may route actions here until then), unless a replay of the
+	// drain gets through first; at most DrainTimeout after the drain step.
+	// Defaults to 2s; 1ms to 60s; the linger after the drain began is never
+	// longer than DrainTimeout.
 	DrainLinger time.Duration
 	// HealthProbeTimeout bounds each storage and connector probe. Defaults
 	// to 2s; 1ms to 30s.

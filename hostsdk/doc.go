@@ -273,7 +273,10 @@
 // DrainTimeout; connector calls abandoned after HandleGrace, whose actions
 // were journaled and answered outcome_unknown, are not waited for) and
 // for at least DrainLinger, so actions routed just before the drain get a
-// signed not_ready that a dispatcher may use to reroute them, the actions
+// signed not_ready that a dispatcher may use to reroute them (when the
+// drain did not get through, while the lease the control plane granted
+// last is valid and the registry may still route actions here: until it
+// expires, at most DrainTimeout after the drain step), the actions
 // still running then cancelled while their connections are open (each call
 // returns, or is abandoned HandleGrace later, and its request journals the
 // outcome and writes the signed answer on its connection), graceful HTTP

@@ -34,10 +34,17 @@ import (
 //  5. the listener stays up while the actions being handled finish (not
 //     the connector calls the host abandoned, whose actions were journaled
 //     and answered outcome_unknown already), and
-//     for at least DrainLinger after the drain began, so an action routed
-//     just before the registry recorded the drain is refused with the
-//     signed not_ready rather than a closed socket; from here until the
-//     offline transition the draining lease is renewed each heartbeat
+//     for at least DrainLinger after the drain began (and after the
+//     control plane accepted it), so an action routed just before the
+//     registry recorded the drain is refused with the signed not_ready
+//     rather than a closed socket; when the drain did not get through
+//     (the control plane stopped, hung, or refused the connection or the
+//     drain), the registry may go on routing actions here while the lease
+//     it granted last is valid, so the listener stays up, refusing them
+//     so, until that lease has expired (plus a second's margin and the
+//     linger) or a renewal's replay of the drain is accepted, and at most
+//     DrainTimeout after the drain step (holdListener); from here until
+//     the offline transition the draining lease is renewed each heartbeat
 //     interval (renewDrain);
 //  6. after that (or DrainTimeout) and the linger, the actions still being
 //     handled are cancelled while the listener and their connections stay
@@ -91,11 +98,12 @@ func (h *Host) shutdown() error {
 	h.controlMu.Lock()
 	dctx, dcancel := context.WithTimeout(ctx, lifecycleStepBudget*h.cfg.ControlTimeout)
 	h.settlePendingRegister(dctx)
-	drained := false
+	drained, drainFailed := false, false
 	if seq, exp := h.lease.get(); !exp.After(h.cfg.Now()) {
 		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
 	} else if err := h.transition(dctx, aip.OpDrain); err != nil {
 		fail("registry drain", err)
+		drainFailed = true
 		// Its outcome unknown, the drain is replayed at each renewal: the
 		// registry may hold the replica draining with a lease to renew,
 		// or still ready (routing actions here) until the drain gets
@@ -126,18 +134,10 @@ func (h *Host) shutdown() error {
 	if err := h.inflight.waitHandled(wctx); err != nil {
 		h.log.Warn("drain timeout passed with actions in flight", "error", err)
 	}
-	// The linger counts from drainStart and is capped at DrainTimeout from
-	// there (Config.DrainLinger). The select's wctx does not give that cap:
-	// its DrainTimeout started after the registry drain call, so a slow
-	// call would stretch the linger past it.
-	if linger := time.Until(drainStart.Add(min(h.cfg.DrainLinger, h.cfg.DrainTimeout))); linger > 0 {
-		t := time.NewTimer(linger)
-		select {
-		case <-t.C:
-		case <-wctx.Done():
-		}
-		t.Stop()
-	}
+	// The linger, and the hold while the registry may still route actions
+	// here (a drain that did not get through), end at wctx's deadline at
+	// the latest.
+	h.holdListener(wctx, drainStart, drainFailed)
 	cancel()
 	// 6. No action starts from here (the slots closed at step 1).
 	// Cancelling those still running before the server shuts down lets
@@ -394,6 +394,7 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 		h.log.Info("offline transition accepted", "previous_sequence", seq)
 	case out.Lease != nil:
 		h.lease.apply(out.Lease)
+		h.noteDrainAccepted()
 		h.log.Info("drain transition accepted", "sequence", out.Lease.Sequence)
 	default:
 		return fmt.Errorf("%s answered %s without a lease", op, out.Status)
@@ -429,9 +430,104 @@ func (h *Host) replayDrain(ctx context.Context, p *sealedRequest) error {
 	h.pendingDrain = nil
 	if out.Lease != nil {
 		h.lease.apply(out.Lease)
+		h.noteDrainAccepted()
 		h.log.Info("drain transition accepted on replay", "sequence", out.Lease.Sequence)
 	}
 	return nil
+}
+
+// noteDrainAccepted records that the control plane accepted a drain (it
+// answered the draining lease): the registry holds the replica draining
+// and routes no new action here. Callers hold controlMu.
+func (h *Host) noteDrainAccepted() {
+	if h.drainAcceptedAt.IsZero() {
+		h.drainAcceptedAt = time.Now()
+		close(h.drainAccepted)
+	}
+}
+
+// leaseHoldMargin is added to the lease's expiry while holdListener waits
+// for it: the expiry this host holds (localLease) can precede the
+// registry's by the round trip of the request that granted it, and the
+// registry compares it with its own clock.
+const leaseHoldMargin = time.Second
+
+// holdListener returns when step 5 may end and the listener close (the
+// actions still in flight then are cancelled at step 6): no sooner than
+// the linger (DrainLinger after drainStart, capped at DrainTimeout from
+// there) and, once a drain was accepted, DrainLinger after it was (an
+// action the dispatcher routed just before is on its way).
+//
+// While the shutdown's drain has not got through (drainFailed: the control
+// plane stopped, hung, refused the connection or the drain), the registry
+// may hold the replica ready until the lease it granted last expires, and
+// route actions here until then. The listener stays up meanwhile,
+// answering them with the signed not_ready that lets the dispatcher
+// reroute them (a refused connection proves nothing: the dispatcher
+// answers outcome_unknown and the action stays pinned here): until that
+// expiry (this host's clock),
+// leaseHoldMargin and DrainLinger have passed — or until a renewal's
+// replay of the drain is accepted (renewDrain), when the linger after it
+// applies instead.
+//
+// Every wait ends by ctx's deadline, step 5's: DrainTimeout after the
+// drain step, which bounds the wait for the actions in flight already, so
+// the hold does not lengthen the longest shutdown (the termination grace
+// docs/operator-guide.md gives).
+func (h *Host) holdListener(ctx context.Context, drainStart time.Time, drainFailed bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = drainStart.Add(h.cfg.DrainTimeout)
+	}
+	lingerEnd := drainStart.Add(min(h.cfg.DrainLinger, h.cfg.DrainTimeout))
+	logged := false
+	for {
+		end, accepted := lingerEnd, h.drainAccepted
+		select {
+		case <-h.drainAccepted:
+			accepted = nil // received: the wait below no longer wakes for it
+			if after := earliest(h.drainAcceptedAt.Add(h.cfg.DrainLinger), deadline); after.After(end) {
+				end = after
+			}
+		default:
+			if !drainFailed {
+				break
+			}
+			seq, exp := h.lease.get()
+			hold := time.Now().Add(exp.Sub(h.cfg.Now()) + leaseHoldMargin + h.cfg.DrainLinger)
+			if until := earliest(hold, deadline); until.After(end) {
+				end = until
+				if !logged {
+					logged = true
+					h.log.Warn("the drain transition did not get through: the registry may route actions here until the replica's lease expires; "+
+						"the listener stays up until then, refusing them with the signed not_ready so the dispatcher reroutes them",
+						"sequence", seq, "lease_expires_at", aip.At(exp).String(),
+						"listener_until", aip.At(h.cfg.Now().Add(time.Until(end))).String(), "capped_by_drain_timeout", hold.After(deadline))
+				}
+			}
+		}
+		wait := time.Until(end)
+		if wait <= 0 {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-accepted:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func waitFor(done <-chan struct{}, d time.Duration) error {

@@ -2,8 +2,10 @@ package hostsdk_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,16 +15,21 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
-// hungControlPlane passes lifecycle requests to next until hang is set;
-// from then on it answers none: each request waits until its context
+// hungControlPlane passes lifecycle requests to next until hang or refuse
+// is set. With hang it answers none: each request waits until its context
 // ends (the attempt's ControlTimeout, or its caller's cancellation), as
-// with a control plane that stopped answering.
+// with a control plane that stopped answering. With refuse every dial
+// fails as on a port nothing listens on (the request is not sent).
 type hungControlPlane struct {
-	next http.RoundTripper
-	hang atomic.Bool
+	next   http.RoundTripper
+	hang   atomic.Bool
+	refuse atomic.Bool
 }
 
 func (h *hungControlPlane) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.refuse.Load() {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	}
 	if h.hang.Load() {
 		<-r.Context().Done()
 		return nil, context.Cause(r.Context())
@@ -32,7 +39,7 @@ func (h *hungControlPlane) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // newHungFleet is a bubble fleet (leases of ttl, heartbeats every 3 s, a
 // drain of up to a minute, 5 s lifecycle timeouts) whose control plane
-// can be made to stop answering.
+// can be made to stop answering or refuse connections.
 func newHungFleet(t *testing.T, ttl time.Duration) (*bubbleFleet, *hungControlPlane) {
 	t.Helper()
 	var hung *hungControlPlane
@@ -94,10 +101,12 @@ func TestShutdownDoesNotWaitForARenewalInFlight(t *testing.T) {
 // lifecycle timeouts) before its drain (two more), and the offline step
 // replayed the heartbeat and the drain before the offline: ten lifecycle
 // timeouts where the termination grace counts five. Each step now has
-// two, replays included.
+// two, replays included. (The host's lease, 10 s from the beat before the
+// lost one, runs out during the drain step, so the shutdown does not hold
+// its listener for it: TestListenerStaysUpWhileAFailedDrainLeavesTheReplicaRoutable.)
 func TestShutdownLifecycleStepsStayWithinTheirBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, hung := newHungFleet(t, 60*time.Second)
+		b, hung := newHungFleet(t, 10*time.Second)
 		ctx := b.awaitFirstBeat(t)
 		beats := len(opsOf(b.cp, aip.OpHeartbeat))
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the next beat and its resend: applied, answers lost

@@ -114,10 +114,13 @@ func TestFailedDrainIsRetriedByTheRenewals(t *testing.T) {
 // leaves the host a sequence behind the registry: the offline is refused
 // (the fence), and the shutdown's error says why and what it leaves — the
 // replica draining in the registry until its lease expires — rather than
-// only that the offline was refused.
+// only that the offline was refused. (The drain timeout, 5 s, is shorter
+// than the heartbeat interval: the shutdown holds its listener for the
+// lease, its drain not confirmed, only that long, and no renewal replays
+// the drain before the offline step.)
 func TestOfflineRefusedAfterAnUnsettledDrainSaysWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBubbleFleet(t, nil)
+		b := newBubbleFleet(t, func(c *hostsdk.Config) { c.DrainTimeout = 5 * time.Second })
 		ctx := b.awaitFirstBeat(t)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse) // the drain and its resend: applied, answers lost
 		b.cp.FailNext(2, hostsdktest.FaultUnavailable)  // its replay before the offline, and the resend

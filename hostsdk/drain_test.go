@@ -108,6 +108,9 @@ func TestDrainWithActionsInFlight(t *testing.T) {
 func TestShutdownReportsFailures(t *testing.T) {
 	t.Run("drain rejected", func(t *testing.T) {
 		f := newFleet(t)
+		// The listener stays up while the lease the drain did not end
+		// lives, for at most the drain timeout.
+		f.cfg.DrainTimeout = 200 * time.Millisecond
 		h, _ := f.start(t, newTestConnector())
 		f.cp.FailNext(1, hostsdktest.FaultReject)
 		err := h.Stop(ctxT(t))

@@ -95,7 +95,7 @@ var options = []*option{
 		set: millis(func(c *Config) *time.Duration { return &c.HeartbeatInterval })},
 	{flag: "drain-timeout-ms", env: "DRAIN_TIMEOUT_MS", field: "DrainTimeout", usage: "bound on the wait for in-flight actions at shutdown, in ms (default 30000)", kind: SettingMillis, min: 1, max: MaxDrainTimeout.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.DrainTimeout })},
-	{flag: "drain-linger-ms", env: "DRAIN_LINGER_MS", field: "DrainLinger", usage: "how long the listener keeps refusing new actions with a signed not_ready after the drain begins, in ms (default 2000)", kind: SettingMillis, min: 1, max: MaxDrainLinger.Milliseconds(),
+	{flag: "drain-linger-ms", env: "DRAIN_LINGER_MS", field: "DrainLinger", usage: "how long, at least, the listener keeps refusing new actions with a signed not_ready after the drain begins (longer while a drain that did not get through leaves the lease valid), in ms (default 2000)", kind: SettingMillis, min: 1, max: MaxDrainLinger.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.DrainLinger })},
 	{flag: "health-probe-timeout-ms", env: "HEALTH_TIMEOUT_MS", field: "HealthProbeTimeout", usage: "storage and connector probe timeout in ms (default 2000)", kind: SettingMillis, min: 1, max: MaxHealthProbeTimeout.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.HealthProbeTimeout })},

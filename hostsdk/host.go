@@ -89,7 +89,14 @@ type Host struct {
 	// controlMu): the next renewal of the draining lease, or the offline
 	// transition, replays it first (replayDrain).
 	pendingDrain *sealedRequest
-	inflight     inflight
+	// drainAccepted is closed when the control plane first accepts a drain
+	// of this replica (the shutdown's, a renewal, or a replay of one whose
+	// outcome was unknown): the registry then routes nothing new here.
+	// drainAcceptedAt is when (set once, before the close, under
+	// controlMu). See noteDrainAccepted and holdListener.
+	drainAccepted   chan struct{}
+	drainAcceptedAt time.Time
+	inflight        inflight
 	// beforeAcquire, set by tests only (before the first action), runs in an action's
 	// request between its readiness check and taking its in-flight slot.
 	beforeAcquire func()
@@ -158,15 +165,16 @@ func New(cfg Config, conn Connector) (*Host, error) {
 		tp = otel.GetTracerProvider()
 	}
 	h := &Host{
-		cfg:       cfg,
-		conn:      conn,
-		log:       log,
-		tracer:    tp.Tracer(tracerName),
-		prop:      propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		startDone: make(chan struct{}),
-		stopDone:  make(chan struct{}),
-		running:   make(map[string]*runningAction),
-		fatal:     make(chan error, 1),
+		cfg:           cfg,
+		conn:          conn,
+		log:           log,
+		tracer:        tp.Tracer(tracerName),
+		prop:          propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		startDone:     make(chan struct{}),
+		stopDone:      make(chan struct{}),
+		drainAccepted: make(chan struct{}),
+		running:       make(map[string]*runningAction),
+		fatal:         make(chan error, 1),
 		tenant: TenantContext{
 			TenantID: cfg.TenantID, ConnectorTypeID: cfg.ConnectorTypeID, VersionID: cfg.VersionID,
 			InstanceID: cfg.InstanceID, ReplicaID: cfg.ReplicaID, ConfigRevision: cfg.ConfigRevision,
