@@ -175,7 +175,8 @@ func errString(err error) string {
 // this tick's failure (the next tick replays again); once it has run out
 // the beat is replayed once, and recovery goes on whatever it answers — and
 // not at all when the control plane said, signed, that it applied none of
-// its attempts (a 503 during an outage).
+// its attempts (a 503 during an outage). A failed replay counts in
+// aip_connector_host_heartbeat_failures_total either way.
 func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
 	h.controlMu.Lock()
 	defer h.controlMu.Unlock()
@@ -190,7 +191,13 @@ func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
 		case err != nil && wasValid:
 			return err
 		case err != nil:
+			// A failed renewal attempt like any other, counted although
+			// the tick goes on to recover the lease (which counts its own
+			// failure).
 			h.pendingHeartbeat = nil
+			if ctx.Err() == nil {
+				h.m.heartbeatFailures.Inc()
+			}
 			h.log.Warn("replay the heartbeat whose outcome is unknown after the local lease ran out", "error", err)
 		case wasValid && p.req.Command.Heartbeat.ConnectorReady == ready:
 			return nil // the replay was this tick's beat

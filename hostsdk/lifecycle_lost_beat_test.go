@@ -96,3 +96,34 @@ func TestPendingBeatIsReplayedWhenTheLocalLeaseRunsOut(t *testing.T) {
 		}
 	})
 }
+
+// TestFailedBeatReplayAfterTheLeaseRanOutIsCounted: a beat whose answers
+// did not verify (the control plane may have applied it) is replayed once
+// the host's lease has run out; a replay that fails then is a failed
+// renewal attempt, counted in aip_connector_host_heartbeat_failures_total
+// like the failed beats before it, also when the lease recovery that
+// follows in the same tick succeeds. It was only logged: the tick where
+// the lease ran out counted nothing.
+func TestFailedBeatReplayAfterTheLeaseRanOutIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBubbleFleet(t, nil)
+		b.awaitFirstBeat(t)
+		// t1: the first beat renewed the lease to t1+30. The beat at +10,
+		// its replays at +20 and, the lease run out, at +30 (each attempt
+		// sent twice) get unsigned answers: nothing is applied, and the
+		// outcome is unknown to the host.
+		b.cp.FailNext(6, hostsdktest.FaultUnsigned)
+		time.Sleep(31 * time.Second)
+		hbs := opsOf(b.cp, aip.OpHeartbeat)
+		if len(hbs) != 7 || hbs[6].RequestID != hbs[1].RequestID || hbs[6].Fault != hostsdktest.FaultUnsigned {
+			t.Fatalf("heartbeats %+v: want the first beat, then one request sent six times with unsigned answers", hbs)
+		}
+		regs := opsOf(b.cp, aip.OpRegister)
+		if last := regs[len(regs)-1]; len(regs) != 2 || last.Outcome != aip.OutcomeLease {
+			t.Fatalf("registrations %+v: want the lease recovered at +30, after the failed replay", regs)
+		}
+		if got := b.metric(t, hostsdk.MetricHeartbeatFailures); got != 3 {
+			t.Errorf("%s = %v at +31; want 3: the beat at +10 and its replays at +20 and +30 failed", hostsdk.MetricHeartbeatFailures, got)
+		}
+	})
+}
