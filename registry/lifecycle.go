@@ -573,9 +573,22 @@ func (d *decider) fence(previous uint64, now time.Time, live bool) (LifecycleDec
 }
 
 // commit moves the replica to status with a lease until leaseUntil and
-// raises its health revision by one.
+// raises its health revision by one. Going offline records why (its own
+// offline transition, or an unhealthy heartbeat) and when; an offline
+// replica's offline keeps why and when it went; going ready or draining
+// clears them.
 func (d *decider) commit(status aip.ReplicaStatus, leaseUntil, now time.Time) LifecycleDecision {
 	rep := d.rep
+	switch {
+	case status != aip.ReplicaOffline:
+		rep.ClearOffline()
+	case rep.Status == aip.ReplicaOffline:
+		// Already offline (a fenced offline again): nothing went offline.
+	case d.op == aip.OpHeartbeat:
+		rep.SetOffline(OfflineUnhealthy, now)
+	default:
+		rep.SetOffline(OfflineShutdown, now)
+	}
 	rep.Status = status
 	rep.LeaseExpiresAt = leaseUntil
 	rep.HealthRevision++

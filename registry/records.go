@@ -270,7 +270,54 @@ type ConnectorReplica struct {
 	LastControlRequestID     string            `json:"last_control_request_id,omitempty"`
 	LastControlRequestDigest string            `json:"last_control_request_digest,omitempty"`
 	Circuit                  CircuitState      `json:"circuit"`
+	// OfflineReason says why the replica last went offline and OfflineAt
+	// when; both are empty while it is ready or draining (registration
+	// clears them) and for a pre-provisioned replica that never went
+	// offline. The registry owns them: the lifecycle, lease expiry and
+	// PutReplica set them (AdminOffline), whatever a written record says.
+	OfflineReason OfflineReason `json:"offline_reason,omitempty"`
+	OfflineAt     time.Time     `json:"offline_at,omitzero"`
 }
+
+// OfflineReason says why a replica went offline.
+type OfflineReason string
+
+// Offline reasons.
+const (
+	// OfflineShutdown: the replica's own signed offline transition, which
+	// a host sends when it shuts down cleanly (after its drain).
+	OfflineShutdown OfflineReason = "shutdown"
+	// OfflineUnhealthy: a heartbeat with connector_ready false (the
+	// host's connector health check or its journal failed); its lease
+	// ended at once.
+	OfflineUnhealthy OfflineReason = "unhealthy"
+	// OfflineLeaseExpired: lease maintenance took the ready or draining
+	// replica offline because its lease ran out without a heartbeat (the
+	// host crashed, hung or lost its path to the control plane).
+	OfflineLeaseExpired OfflineReason = "lease_expired"
+	// OfflineAdministrator: an administrator's PutReplica wrote the
+	// replica offline.
+	OfflineAdministrator OfflineReason = "administrator"
+)
+
+// Valid reports whether r is a known reason; the empty reason (a replica
+// that is not offline, or never went offline) is valid too.
+func (r OfflineReason) Valid() bool {
+	switch r {
+	case "", OfflineShutdown, OfflineUnhealthy, OfflineLeaseExpired, OfflineAdministrator:
+		return true
+	}
+	return false
+}
+
+// SetOffline records that the replica went offline now for reason.
+func (r *ConnectorReplica) SetOffline(reason OfflineReason, now time.Time) {
+	r.OfflineReason, r.OfflineAt = reason, Millis(now)
+}
+
+// ClearOffline forgets why the replica last went offline (it is live
+// again).
+func (r *ConnectorReplica) ClearOffline() { r.OfflineReason, r.OfflineAt = "", time.Time{} }
 
 // LeaseValid reports whether the lease is unexpired at now.
 func (r *ConnectorReplica) LeaseValid(now time.Time) bool { return r.LeaseExpiresAt.After(now) }
@@ -280,6 +327,7 @@ func (r *ConnectorReplica) LeaseValid(now time.Time) bool { return r.LeaseExpire
 func (r *ConnectorReplica) Normalize() {
 	r.LeaseExpiresAt = Millis(r.LeaseExpiresAt)
 	r.Circuit.OpenUntil = Millis(r.Circuit.OpenUntil)
+	r.OfflineAt = Millis(r.OfflineAt)
 }
 
 // Millis truncates t to milliseconds in UTC; the zero time stays zero.
@@ -335,6 +383,9 @@ func (r *ConnectorReplica) Validate() error {
 	}
 	if r.Capacity == 0 {
 		return invalid(rec, id, "capacity", "must be at least 1")
+	}
+	if !r.OfflineReason.Valid() {
+		return invalid(rec, id, "offline_reason", "unknown reason %q (want shutdown, unhealthy, lease_expired, administrator or none)", truncate(string(r.OfflineReason)))
 	}
 	if r.ActiveAssignments > r.Capacity {
 		return invalid(rec, id, "active_assignments", "%d exceeds the capacity %d", r.ActiveAssignments, r.Capacity)
@@ -409,11 +460,12 @@ func CheckReplicaIdentity(stored, next *ConnectorReplica) error {
 // ReplicaEqual reports whether two replica records are identical.
 func ReplicaEqual(a, b *ConnectorReplica) bool {
 	x, y := *a, *b
-	if !x.LeaseExpiresAt.Equal(y.LeaseExpiresAt) || !x.Circuit.OpenUntil.Equal(y.Circuit.OpenUntil) {
+	if !x.LeaseExpiresAt.Equal(y.LeaseExpiresAt) || !x.Circuit.OpenUntil.Equal(y.Circuit.OpenUntil) || !x.OfflineAt.Equal(y.OfflineAt) {
 		return false
 	}
 	x.LeaseExpiresAt, y.LeaseExpiresAt = time.Time{}, time.Time{}
 	x.Circuit.OpenUntil, y.Circuit.OpenUntil = time.Time{}, time.Time{}
+	x.OfflineAt, y.OfflineAt = time.Time{}, time.Time{}
 	return x == y
 }
 

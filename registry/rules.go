@@ -218,17 +218,37 @@ func NewAssignment(req *RouteRequest, b *CapabilityBinding, v *ConnectorVersion,
 	}
 }
 
-// ExpireReplica applies lease expiry to a replica record: offline, lease
-// ended at most now, no active assignments, health revision raised by one,
-// lifecycle request fields cleared. The caller releases its reservations.
+// ExpireReplica applies lease expiry to a replica record: offline
+// (OfflineLeaseExpired, now), lease ended at most now, no active
+// assignments, health revision raised by one, lifecycle request fields
+// cleared. The caller releases its reservations.
 func ExpireReplica(rep *ConnectorReplica, now time.Time) {
 	rep.Status = aip.ReplicaOffline
+	rep.SetOffline(OfflineLeaseExpired, now)
 	if now = Millis(now); rep.LeaseExpiresAt.After(now) {
 		rep.LeaseExpiresAt = now
 	}
 	rep.ActiveAssignments = 0
 	rep.HealthRevision++
 	rep.LastControlRequestID, rep.LastControlRequestDigest = "", ""
+}
+
+// AdminOffline sets the offline reason and time of a replica record an
+// administrator writes (PutReplica), which the registry owns whatever the
+// written record says: a replica the write leaves ready or draining has
+// none; one that was offline and stays offline keeps the stored ones; one
+// the write takes offline went offline now for OfflineAdministrator. A new
+// replica (stored nil) starts with none: it has not gone offline, it has
+// not registered yet. Call it before CheckReplicaUpdate.
+func AdminOffline(stored, next *ConnectorReplica, now time.Time) {
+	switch {
+	case next.Status != aip.ReplicaOffline || stored == nil:
+		next.ClearOffline()
+	case stored.Status == aip.ReplicaOffline:
+		next.OfflineReason, next.OfflineAt = stored.OfflineReason, stored.OfflineAt
+	default:
+		next.SetOffline(OfflineAdministrator, now)
+	}
 }
 
 // Retired reports whether a replica is retired at now: offline after it

@@ -841,6 +841,7 @@ func (r *Registry) PutReplica(ctx context.Context, rep registry.ConnectorReplica
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if stored, ok := r.replicas[rep.ID]; ok {
+		registry.AdminOffline(&stored.rec, &rep, r.clock())
 		changed, err := registry.CheckReplicaUpdate(&stored.rec, &rep)
 		if err != nil || !changed {
 			return err
@@ -856,6 +857,7 @@ func (r *Registry) PutReplica(ctx context.Context, rep registry.ConnectorReplica
 	if err := registry.CheckNewReplica(&rep, &inst.rec); err != nil {
 		return err
 	}
+	registry.AdminOffline(nil, &rep, r.clock())
 	r.addReplica(rep, inst)
 	return nil
 }

@@ -505,6 +505,9 @@ func (r *Registry) checkLedger() error {
 		if e.rec.Status != aip.ReplicaOffline && e.rec.Status != aip.ReplicaReady && e.rec.Status != aip.ReplicaDraining {
 			return fmt.Errorf("replica %s has unknown status %q", e.rec.ID, e.rec.Status)
 		}
+		if !e.rec.OfflineReason.Valid() {
+			return fmt.Errorf("replica %s has unknown offline reason %q", e.rec.ID, e.rec.OfflineReason)
+		}
 	}
 	return nil
 }

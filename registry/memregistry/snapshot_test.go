@@ -101,6 +101,11 @@ func newFleetState(t *testing.T) *fleetState {
 	reg2.TenantID, reg2.SecretProviderRef, reg2.ConfigRevision = inst2.TenantID, inst2.SecretProviderRef, inst2.ConfigRevision
 	s.apply(t, aip.RegisterCommand(reg2), rb.ID)
 	must(t, reg.PutReplica(ctx, w.ProvisionedReplica("crepl_a4", clock.Now()))) // never registers
+	// crepl_a5 registers and shuts down: offline, with why and when.
+	ra5 := w.ProvisionedReplica("crepl_a5", clock.Now())
+	must(t, reg.PutReplica(ctx, ra5))
+	s.register(t, ra5)
+	s.apply(t, aip.TransitionCommand(aip.OpOffline, aip.Transition{ReplicaID: ra5.ID, PreviousSequence: s.leases[ra5.ID]}), ra5.ID)
 
 	// Routes.
 	for i := range 6 {
@@ -388,7 +393,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 
 // checkPopulated fails unless every list of the snapshot has entries and
 // the snapshot carries an open circuit, a retry reservation, a route
-// resolved again and a superseded assignment: the byte-for-byte round trip
+// resolved again, a superseded assignment and a replica's offline reason: the byte-for-byte round trip
 // must cover every part of the state.
 func checkPopulated(t *testing.T, raw []byte) {
 	t.Helper()
@@ -406,7 +411,7 @@ func checkPopulated(t *testing.T, raw []byte) {
 	if string(doc["catalog_revision"]) == "0" {
 		t.Errorf("snapshot catalog revision is 0")
 	}
-	for _, want := range []string{`"open_until":`, `"retry":true`, `"resolved_again":true`, `"last_settlement":"`} {
+	for _, want := range []string{`"open_until":`, `"retry":true`, `"resolved_again":true`, `"last_settlement":"`, `"offline_reason":"shutdown","offline_at":"`} {
 		if !bytes.Contains(raw, []byte(want)) {
 			t.Errorf("snapshot has no %s", want)
 		}
@@ -427,6 +432,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		{"event sequence repeated", strings.Replace(raw, `"sequence":2,`, `"sequence":1,`, 1), "sequences must increase"},
 		{"event ID repeated", strings.Replace(raw, `"id":"evt_3"`, `"id":"evt_1"`, 1), "appears twice"},
 		{"event without kind", strings.Replace(raw, `"kind":"thing.happened"`, `"kind":""`, 1), "kind"},
+		{"unknown offline reason", strings.Replace(raw, `"offline_reason":"shutdown"`, `"offline_reason":"crashed"`, 1), "offline reason"},
 		{"counter without reservation", strings.Replace(raw, `"counters":[`, `"counters":[{"kind":"tenant","key":"nobody","active":1},`, 1), "live reservations"},
 	}
 	for _, c := range cases {

@@ -92,9 +92,10 @@ ON CONFLICT (tenant_id, capability_id, instance_id) DO UPDATE SET priority = exc
 
 	selectReplicaForUpdate = selectReplica + ` FOR UPDATE`
 	insertReplica          = `INSERT INTO aip_registry.connector_replicas (` + replicaColumns + `, updated_at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)`
 	updateReplica = `UPDATE aip_registry.connector_replicas SET status = $2, lease_expires_at_ms = $3, capacity = $4,
-	health_revision = $5, last_control_request_id = $6, last_control_request_digest = $7, updated_at_ms = $8
+	health_revision = $5, last_control_request_id = $6, last_control_request_digest = $7, updated_at_ms = $8,
+	offline_reason = $9, offline_at_ms = $10
 WHERE replica_id = $1`
 )
 
@@ -467,12 +468,14 @@ func (w *writer) putReplica(ctx context.Context, rep registry.ConnectorReplica) 
 	stored, err := scanReplica(w.tx.QueryRow(ctx, selectReplicaForUpdate, rep.ID))
 	switch {
 	case err == nil:
+		registry.AdminOffline(&stored, &rep, fromMS(w.now))
 		changed, err := registry.CheckReplicaUpdate(&stored, &rep)
 		if err != nil || !changed {
 			return err
 		}
+		reason, at := offlineColumns(&rep)
 		_, err = w.tx.Exec(ctx, updateReplica, rep.ID, string(rep.Status), toMS(rep.LeaseExpiresAt), int64(rep.Capacity),
-			int64(rep.HealthRevision), nullable(rep.LastControlRequestID), nullable(rep.LastControlRequestDigest), w.now)
+			int64(rep.HealthRevision), nullable(rep.LastControlRequestID), nullable(rep.LastControlRequestDigest), w.now, reason, at)
 		return err
 	case !errors.Is(err, pgx.ErrNoRows):
 		return err
@@ -487,12 +490,24 @@ func (w *writer) putReplica(ctx context.Context, rep registry.ConnectorReplica) 
 	if err := registry.CheckNewReplica(&rep, &inst); err != nil {
 		return err
 	}
+	registry.AdminOffline(nil, &rep, fromMS(w.now))
+	reason, at := offlineColumns(&rep)
 	_, err = w.tx.Exec(ctx, insertReplica, rep.ID, rep.InstanceID, rep.VersionID, rep.Endpoint, rep.PeerPrincipalID,
 		string(rep.PeerPrincipalKind), rep.PeerDID, rep.TrustDomain, rep.TransportProfile, rep.Topology.Region,
 		rep.Topology.Zone, rep.Topology.CapacityClass, string(rep.Status), toMS(rep.LeaseExpiresAt), int64(rep.Capacity),
 		int64(rep.ActiveAssignments), int64(rep.HealthRevision), nullable(rep.LastControlRequestID),
-		nullable(rep.LastControlRequestDigest), int64(rep.Circuit.ConsecutiveFailures), toMS(rep.Circuit.OpenUntil), w.now)
+		nullable(rep.LastControlRequestDigest), int64(rep.Circuit.ConsecutiveFailures), toMS(rep.Circuit.OpenUntil), reason, at, w.now)
 	return err
+}
+
+// offlineColumns returns a replica's offline_reason and offline_at_ms
+// (both NULL when it has no offline reason).
+func offlineColumns(rep *registry.ConnectorReplica) (reason *string, at *int64) {
+	if rep.OfflineReason == "" {
+		return nil, nil
+	}
+	ms := toMS(rep.OfflineAt)
+	return nullable(string(rep.OfflineReason)), &ms
 }
 
 // ---------------------------------------------------------------- batches

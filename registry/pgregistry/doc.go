@@ -131,6 +131,15 @@
 // readiness reports it), while the other tenants' stale replicas are
 // expired. ReleaseStrandedReservations takes its locks in the same order.
 //
+// Every write that takes a replica offline records why and when
+// (offline_reason and offline_at_ms, migration 0013; registry.OfflineReason):
+// lease expiry in the same statement, the lifecycle and administrator
+// writes with the rest of the record. A row-level trigger clears them when
+// a write leaves a replica ready or draining with a reason, which only a
+// build of schema 12 still running during the upgrade does (its
+// statements do not know the columns); its WHEN clause keeps it from
+// running on this build's writes.
+//
 // # Round trips
 //
 // The hot paths are pipelined. A new route is two round trips (the

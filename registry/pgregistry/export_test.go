@@ -78,13 +78,13 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 
 // RouteStatementsOfBuild are this build's read of a route and its update
 // when a Resolve returns a held route again, as the build of schema
-// version (7 to 11) sent them: as this build for 11 (migration 0012 changed
-// no route), for 10 and older without the stripes of migration 0011, for 7,
+// version (7 to 12) sent them: as this build for 12 and 11 (migrations
+// 0012 and 0013 changed no route), for 10 and older without the stripes of migration 0011, for 7,
 // 8 and 9 without the claim columns of migration 0010 and, for 7, without
 // the hand-out columns of migration 0008. The update takes the action ID
 // and the time.
 func RouteStatementsOfBuild(version int) (read, again string) {
-	if version == 11 {
+	if version == 11 || version == 12 {
 		return selectRoute, markResolvedAgain
 	}
 	cut := func(sql, part string) string {
@@ -101,9 +101,28 @@ func RouteStatementsOfBuild(version int) (read, again string) {
 	case 7:
 		read, again = cut(read, ", hand_out, reserved_hand_out"), cut(again, ", hand_out = hand_out + 1")
 	default:
-		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7 to 11", version))
+		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7 to 12", version))
 	}
 	return read, cut(again, ",\n\t\thand_out_claim = $3::text, claim_hand_out = hand_out + 1")
+}
+
+// LifecycleWriteOfBuild is this build's write of the replicas a lifecycle
+// call changed as the build of schema version 12 sent it: without the
+// offline reason of migration 0013. It takes the replicas' IDs, statuses,
+// leases, capacities, health revisions, request IDs and digests as arrays,
+// then the time.
+func LifecycleWriteOfBuild(version int) string {
+	if version != 12 {
+		panic(fmt.Sprintf("LifecycleWriteOfBuild(%d): only the build of schema 12", version))
+	}
+	sql := writeLifecycleReplicas
+	for _, part := range []string{", offline_reason = u.offline_reason, offline_at_ms = u.offline_at", ", $9::text[], $10::bigint[]", ", offline_reason, offline_at"} {
+		if !strings.Contains(sql, part) {
+			panic(fmt.Sprintf("LifecycleWriteOfBuild(%d): %q is no longer in %s", version, part, sql))
+		}
+		sql = strings.Replace(sql, part, "", 1)
+	}
+	return sql
 }
 
 // NewDataPool is the data pool a registry with cfg opens on cfg.DataURL,

@@ -63,7 +63,7 @@ FROM unnest($1::text[], $2::bigint[]) AS u (id, n)
 WHERE r.replica_id = u.id`
 	expireReplicas = `UPDATE aip_registry.connector_replicas r SET status = 'offline', lease_expires_at_ms = u.lease,
 	active_assignments = 0, health_revision = u.health, last_control_request_id = NULL, last_control_request_digest = NULL,
-	updated_at_ms = $4
+	offline_reason = 'lease_expired', offline_at_ms = $4, updated_at_ms = $4
 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u (id, lease, health)
 WHERE r.replica_id = u.id`
 

@@ -49,9 +49,9 @@ WHERE instance_id IN (SELECT instance_id FROM aip_registry.connector_replicas WH
 WHERE version_id IN (SELECT version_id FROM aip_registry.connector_replicas WHERE replica_id = ANY($1))`
 	writeLifecycleReplicas = `UPDATE aip_registry.connector_replicas r SET status = u.status, lease_expires_at_ms = u.lease,
 	capacity = u.capacity, health_revision = u.health, last_control_request_id = u.request_id,
-	last_control_request_digest = u.digest, updated_at_ms = $8
-FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[])
-	AS u (id, status, lease, capacity, health, request_id, digest)
+	last_control_request_digest = u.digest, offline_reason = u.offline_reason, offline_at_ms = u.offline_at, updated_at_ms = $8
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $9::text[], $10::bigint[])
+	AS u (id, status, lease, capacity, health, request_id, digest, offline_reason, offline_at)
 WHERE r.replica_id = u.id`
 	// insertClaims stores new claims; a stored claim with the same ID is
 	// replaced only when it has expired. A live one (a concurrent call
@@ -150,13 +150,15 @@ func (r *Registry) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecycle
 		if n := len(changed); n > 0 {
 			ids, statuses, reqIDs, digests := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 			leases, capacities, healths := make([]int64, n), make([]int64, n), make([]int64, n)
+			reasons, offlineAts := make([]*string, n), make([]*int64, n)
 			for i := range changed {
 				c := &changed[i]
 				ids[i], statuses[i], leases[i] = c.ID, string(c.Status), toMS(c.LeaseExpiresAt)
 				capacities[i], healths[i] = int64(c.Capacity), int64(c.HealthRevision)
 				reqIDs[i], digests[i] = nullable(c.LastControlRequestID), nullable(c.LastControlRequestDigest)
+				reasons[i], offlineAts[i] = offlineColumns(c)
 			}
-			b.Queue(writeLifecycleReplicas, ids, statuses, leases, capacities, healths, reqIDs, digests, nowMS)
+			b.Queue(writeLifecycleReplicas, ids, statuses, leases, capacities, healths, reqIDs, digests, nowMS, reasons, offlineAts)
 		}
 		inserted := -1
 		if n := len(claims); n > 0 {

@@ -29,7 +29,7 @@ const (
 	replicaColumns = `replica_id, instance_id, version_id, endpoint, peer_principal_id, peer_principal_kind, peer_did,
 	trust_domain, transport_profile, region, zone, capacity_class, status, lease_expires_at_ms, capacity,
 	active_assignments, health_revision, last_control_request_id, last_control_request_digest,
-	consecutive_failures, circuit_open_until_ms`
+	consecutive_failures, circuit_open_until_ms, offline_reason, offline_at_ms`
 	selectReplica = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas WHERE replica_id = $1`
 
 	bindingColumns = `tenant_id, capability_id, instance_id, priority, policy_revision, credential_revision_ref, quota_policy_ref, enabled`
@@ -98,12 +98,13 @@ func scanReplicaRow(row pgx.Row, lead, extra []any) (registry.ConnectorReplica, 
 		r                                 registry.ConnectorReplica
 		kind, status                      string
 		leaseMS, capacity, active, health int64
-		reqID, reqDigest                  *string
+		reqID, reqDigest, offlineReason   *string
 		failures, openMS                  int64
+		offlineMS                         *int64
 	)
 	dest := append(lead[:len(lead):len(lead)], &r.ID, &r.InstanceID, &r.VersionID, &r.Endpoint, &r.PeerPrincipalID, &kind, &r.PeerDID,
 		&r.TrustDomain, &r.TransportProfile, &r.Topology.Region, &r.Topology.Zone, &r.Topology.CapacityClass,
-		&status, &leaseMS, &capacity, &active, &health, &reqID, &reqDigest, &failures, &openMS)
+		&status, &leaseMS, &capacity, &active, &health, &reqID, &reqDigest, &failures, &openMS, &offlineReason, &offlineMS)
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return r, err
 	}
@@ -112,6 +113,10 @@ func scanReplicaRow(row pgx.Row, lead, extra []any) (registry.ConnectorReplica, 
 	r.Capacity, r.ActiveAssignments, r.HealthRevision = uint32(capacity), uint32(active), uint64(health)
 	r.LastControlRequestID, r.LastControlRequestDigest = deref(reqID), deref(reqDigest)
 	r.Circuit = registry.CircuitState{ConsecutiveFailures: uint32(failures), OpenUntil: fromMS(openMS)}
+	r.OfflineReason = registry.OfflineReason(deref(offlineReason))
+	if offlineMS != nil {
+		r.OfflineAt = fromMS(*offlineMS)
+	}
 	return r, nil
 }
 

@@ -85,7 +85,7 @@ LEFT JOIN aip_registry.admission_policies p ON p.policy_ref = b.quota_policy_ref
 	r.replica_id, r.instance_id, r.version_id, r.endpoint, r.peer_principal_id, r.peer_principal_kind, r.peer_did,
 	r.trust_domain, r.transport_profile, r.region, r.zone, r.capacity_class, r.status, r.lease_expires_at_ms, r.capacity,
 	r.active_assignments, r.health_revision, r.last_control_request_id, r.last_control_request_digest,
-	r.consecutive_failures, r.circuit_open_until_ms
+	r.consecutive_failures, r.circuit_open_until_ms, r.offline_reason, r.offline_at_ms
 ` + chainJoins + `
 JOIN aip_registry.connector_replicas r ON r.instance_id = i.instance_id AND r.version_id = i.version_id
 WHERE ` + chainValid + `

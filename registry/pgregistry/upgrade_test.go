@@ -39,13 +39,15 @@ func oldRolesSQL(t *testing.T) string {
 }
 
 // TestUpgradeKeepsData upgrades a database that the builds of schema
-// versions 5 to 11 populated, the documented way (deploy/postgres/roles.sql
+// versions 5 to 12 populated, the documented way (deploy/postgres/roles.sql
 // of that build, `registry migrate` as the admin role, the data role
 // serving dispatch), to this build: two migrations at once and then one
 // more change nothing but the schema (the columns migration 0008 adds hold
 // their defaults, 0009's pruned_events starts empty, the columns 0010 adds
 // are NULL, as is 0011's scope_stripes: every route's scopes are in its
-// counter_stripe, and 0012's digest of the IDs pruned before), every row and every record read back is the one written,
+// counter_stripe, 0012's digest of the IDs pruned before, and 0013's
+// offline reason and time of every replica), every row and every record
+// read back is the one written,
 // roles.sql run again gives the roles exactly what it documents (as on a
 // fresh install), and the new behaviour works on the old data: old events
 // are pruned by the lifecycle role and not stored again when delivered
@@ -64,7 +66,7 @@ func oldRolesSQL(t *testing.T) string {
 // fresh install of the older version has.
 func TestUpgradeKeepsData(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{5, 6, 7, 8, 9, 10, 11} {
+	for _, from := range []int{5, 6, 7, 8, 9, 10, 11, 12} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testUpgrade(t, from)
@@ -428,6 +430,11 @@ func testUpgrade(t *testing.T, from int) {
 	if odd != 0 {
 		t.Fatalf("%d routes made before the upgrade do not keep every scope in their counter_stripe", odd)
 	}
+	must(t, connect(t, superURL).QueryRow(ctx, `SELECT count(*) FROM aip_registry.connector_replicas
+		WHERE offline_reason IS NOT NULL OR offline_at_ms IS NOT NULL`).Scan(&odd))
+	if odd != 0 {
+		t.Fatalf("%d replicas provisioned before the upgrade carry an offline reason", odd)
+	}
 	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: adminURL, DataURL: dataURL, Now: clock.Now})
 	must(t, err)
 	defer r.Close()
@@ -468,13 +475,20 @@ func testUpgrade(t *testing.T, from int) {
 	}
 	// A different event under the ID of an event stored before the
 	// upgrade and pruned after it is a conflict; under the ID the older
-	// build pruned, it is answered as stored (that ID has no digest).
+	// build pruned, it is answered as stored (that ID has no digest) —
+	// unless that build, of schema 12, kept the digest too.
 	changed := registrytest.EventBatch(tenantA, "r", "evt_a1")
 	changed.Events[0].Kind = "thing.changed"
 	if _, err := r.AppendEvents(ctx, changed); !errors.Is(err, registry.ErrConflict) {
 		t.Fatalf("a changed evt_a1, pruned after the upgrade: %v, want ErrConflict", err)
 	}
-	if from >= 9 {
+	if from >= 12 {
+		changed := registrytest.EventBatch(tenantC, "r", "evt_c1")
+		changed.Events[0].Kind = "thing.changed"
+		if _, err := r.AppendEvents(ctx, changed); !errors.Is(err, registry.ErrConflict) {
+			t.Fatalf("a changed evt_c1, pruned by the build of schema %d: %v, want ErrConflict", from, err)
+		}
+	} else if from >= 9 {
 		changed := registrytest.EventBatch(tenantC, "r", "evt_c1")
 		changed.Events[0].Kind = "thing.changed"
 		if got, err := r.AppendEvents(ctx, changed); err != nil || !got[0].Pruned {
@@ -538,8 +552,8 @@ func testUpgrade(t *testing.T, from int) {
 }
 
 // addedColumns are the columns an upgrade from version adds, by table:
-// 0008's hand-outs, 0010's claims, 0011's scope stripes and 0012's
-// pruned-event digests.
+// 0008's hand-outs, 0010's claims, 0011's scope stripes, 0012's
+// pruned-event digests and 0013's offline reasons.
 func addedColumns(from int) map[string][]string {
 	var cols []string
 	if from < 11 {
@@ -551,12 +565,17 @@ func addedColumns(from int) map[string][]string {
 	if from < 8 {
 		cols = append(cols, "hand_out", "reserved_hand_out")
 	}
-	return map[string][]string{"route_assignments": cols, "pruned_events": {"digest"}}
+	added := map[string][]string{"route_assignments": cols, "connector_replicas": {"offline_reason", "offline_at_ms"}}
+	if from < 12 {
+		added["pruned_events"] = []string{"digest"}
+	}
+	return added
 }
 
-// pruneBeforeUpgrade has the build of schema from (9 to 11), with the
+// pruneBeforeUpgrade has the build of schema from (9 to 12), with the
 // data and lifecycle roles, append tenantC's event evt_c1 received an hour
-// before Epoch and prune it: its ID is remembered without a digest.
+// before Epoch and prune it: its ID is remembered without a digest (with
+// one by the build of schema 12).
 func pruneBeforeUpgrade(t *testing.T, dataURL, lifecycleURL string, clock *registrytest.Clock, from int) {
 	t.Helper()
 	ctx := t.Context()
@@ -578,6 +597,13 @@ func pruneBeforeUpgrade(t *testing.T, dataURL, lifecycleURL string, clock *regis
 // downgrades undo each migration from 0006 on, so that olderSchema can
 // turn a database this build populated into the one an older build left.
 var downgrades = map[int]string{
+	13: `DROP TRIGGER connector_replicas_live_clears_offline_reason ON aip_registry.connector_replicas;
+DROP FUNCTION aip_registry.clear_offline_reason();
+ALTER TABLE aip_registry.connector_replicas
+    DROP CONSTRAINT connector_replicas_offline_reason,
+    DROP CONSTRAINT connector_replicas_offline_pair,
+    DROP COLUMN offline_reason,
+    DROP COLUMN offline_at_ms`,
 	12: `CREATE OR REPLACE FUNCTION aip_registry.remember_pruned_events() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -779,11 +805,11 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 }
 
 // TestMigrateUnderOlderBuildTraffic: the builds of schema versions 7 to
-// 11 keep reading and handing out routes, appending and reading events and
+// 12 keep reading and handing out routes, appending and reading events and
 // paging the catalog while this build migrates their database (migration
 // 0008 adds route_assignments' hand-out columns, 0010 its claim columns,
 // 0011 its scope stripes, 0012 pruned_events' digests and the trigger that
-// fills them):
+// fills them, 0013 connector_replicas' offline reasons and their trigger):
 // no call fails, and every tenant's event sequences stay gapless. This
 // build routes only on a schema with those columns, so the older build's
 // route traffic is its statements (RouteStatementsOfBuild) on a pool of
@@ -791,7 +817,7 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 // before the migration.
 func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{7, 8, 9, 10, 11} {
+	for _, from := range []int{7, 8, 9, 10, 11, 12} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testMigrateUnderTraffic(t, from)
@@ -896,6 +922,50 @@ func testMigrateUnderTraffic(t *testing.T, from int) {
 	for i, e := range evs {
 		if e.Sequence != uint64(i)+1 {
 			t.Fatalf("event %d of %s has sequence %d, want %d", i, tenantA, e.Sequence, i+1)
+		}
+	}
+}
+
+// TestOlderBuildLifecycleWritesDropOfflineReason: a build of schema 12
+// still running after migration 0013 writes lifecycle changes without the
+// offline reason. A replica such a build registers (ready) loses the
+// reason this build recorded, rather than being refused by the reason's
+// constraint or keeping it, so that when such a build takes it offline
+// again it shows no reason instead of the stale one.
+func TestOlderBuildLifecycleWritesDropOfflineReason(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r, dbURL, clock := openClock(t, pgregistry.Config{})
+	w, err := registrytest.NewLifecycleWorld(ctx, r)
+	must(t, err)
+	rep := w.ProvisionedReplica("crepl_old", clock.Now())
+	must(t, r.PutReplica(ctx, rep))
+	for _, c := range []aip.ControlCommand{
+		aip.RegisterCommand(w.Registration(&rep)),
+		aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: rep.ID, PreviousSequence: 1, ConnectorReady: false}),
+	} {
+		res, err := r.ApplyLifecycle(ctx, []registry.LifecycleCommand{registrytest.LifecycleCommand(clock.Now(), c)})
+		must(t, err)
+		must(t, res[0].Err)
+	}
+	if got, err := r.ConnectorReplica(ctx, rep.ID); err != nil || got.OfflineReason != registry.OfflineUnhealthy {
+		t.Fatalf("after an unhealthy heartbeat: %+v, %v; want offline for unhealthy", got, err)
+	}
+
+	c := connect(t, dbURL)
+	oldWrite := pgregistry.LifecycleWriteOfBuild(12)
+	nowMS := clock.Now().UnixMilli()
+	for i, st := range []aip.ReplicaStatus{aip.ReplicaReady, aip.ReplicaOffline} {
+		health := int64(3 + i)
+		if _, err := c.Exec(ctx, oldWrite, []string{rep.ID}, []string{string(st)}, []int64{nowMS + 30_000}, []int64{4},
+			[]int64{health}, []string{fmt.Sprintf("req-old-%d", i)}, []string{registrytest.Digest(string(st))}, nowMS); err != nil {
+			t.Fatalf("the build of schema 12 writes replica %s %s: %v", rep.ID, st, err)
+		}
+		got, err := r.ConnectorReplica(ctx, rep.ID)
+		must(t, err)
+		if got.Status != st || got.HealthRevision != uint64(health) || got.OfflineReason != "" || !got.OfflineAt.IsZero() {
+			t.Fatalf("after the build of schema 12 wrote it %s: %s at %d, offline for %q at %s; want %s at %d with no offline reason",
+				st, got.Status, got.HealthRevision, got.OfflineReason, aip.At(got.OfflineAt), st, health)
 		}
 	}
 }

@@ -28,6 +28,7 @@ func runLifecycle(t *testing.T, nb NewBackend) {
 	t.Run("UnhealthyHeartbeat", func(t *testing.T) { testLifecycleUnhealthy(t, nb) })
 	t.Run("DrainAndOffline", func(t *testing.T) { testLifecycleDrainOffline(t, nb) })
 	t.Run("LeaseExpiry", func(t *testing.T) { testLifecycleLeaseExpiry(t, nb) })
+	t.Run("OfflineReason", func(t *testing.T) { testLifecycleOfflineReason(t, nb) })
 	t.Run("Batch", func(t *testing.T) { testLifecycleBatch(t, nb) })
 	t.Run("BatchRegistersSeveralVersions", func(t *testing.T) { testLifecycleBatchVersions(t, nb) })
 	t.Run("ConcurrentHeartbeats", func(t *testing.T) { testLifecycleConcurrent(t, nb) })
@@ -651,6 +652,97 @@ func testLifecycleLeaseExpiry(t *testing.T, nb NewBackend) {
 	// The same replica registers again and routes again.
 	f.wantLease(f.ok(f.registerCmd(rep)), 4, f.clock.Now().Add(LeaseTTL))
 	f.resolve(request("tenant-1", "alpha.read"))
+}
+
+// wantOffline checks why and when the stored replica last went offline
+// (reason "" and at zero: it has no offline reason).
+func (f *lfx) wantOffline(id string, reason registry.OfflineReason, at time.Time) {
+	f.t.Helper()
+	r := f.getReplica(id)
+	if r.OfflineReason != reason || !r.OfflineAt.Equal(registry.Millis(at)) {
+		f.t.Fatalf("replica %s (%s) went offline for %q at %s, want %q at %s",
+			id, r.Status, r.OfflineReason, aip.At(r.OfflineAt), reason, aip.At(at))
+	}
+}
+
+// testLifecycleOfflineReason: a replica records why it last went offline
+// and when — its own offline (shutdown), an unhealthy heartbeat
+// (unhealthy), lease expiry (lease_expired) or an administrator's write
+// (administrator) — and a registration clears it. An offline replica that
+// is taken offline again keeps the first reason; a pre-provisioned one has
+// none; what a written record says of the reason is not what is stored.
+func testLifecycleOfflineReason(t *testing.T, nb NewBackend) {
+	f := newLfx(t, nb)
+	rep := f.provision("a1", func(r *registry.ConnectorReplica) {
+		r.OfflineReason, r.OfflineAt = registry.OfflineShutdown, f.clock.Now() // the registry's to set
+	})
+	f.wantOffline(rep.ID, "", time.Time{})
+	bad := f.w.ProvisionedReplica("crepl_bad", f.clock.Now())
+	bad.OfflineReason = "crashed"
+	f.wantField(f.b.Admin.PutReplica(f.ctx, bad), registry.ErrInvalid, "offline_reason", "a replica with an unknown offline reason")
+
+	// Unhealthy: the heartbeat's result and the stored replica say so.
+	f.ok(f.registerCmd(rep))
+	f.wantOffline(rep.ID, "", time.Time{})
+	f.clock.Advance(2 * time.Second)
+	res := f.ok(f.cmd(aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: rep.ID, PreviousSequence: 1, ConnectorReady: false})))
+	if res.Replica.OfflineReason != registry.OfflineUnhealthy || !res.Replica.OfflineAt.Equal(f.clock.Now()) {
+		t.Fatalf("the unhealthy heartbeat's result holds offline reason %q at %s, want unhealthy at %s",
+			res.Replica.OfflineReason, aip.At(res.Replica.OfflineAt), aip.At(f.clock.Now()))
+	}
+	f.wantOffline(rep.ID, registry.OfflineUnhealthy, f.clock.Now())
+	unhealthyAt := f.clock.Now()
+	// A clean offline of the offline replica keeps why it went offline.
+	f.clock.Advance(time.Second)
+	f.ok(f.transitionCmd(aip.OpOffline, rep.ID, 2))
+	f.wantOffline(rep.ID, registry.OfflineUnhealthy, unhealthyAt)
+
+	// Registering again clears it, draining keeps none, offline is a
+	// shutdown.
+	f.clock.Advance(time.Second)
+	f.ok(f.registerCmd(rep))
+	f.wantOffline(rep.ID, "", time.Time{})
+	f.ok(f.transitionCmd(aip.OpDrain, rep.ID, 4))
+	f.wantOffline(rep.ID, "", time.Time{})
+	f.clock.Advance(time.Second)
+	f.ok(f.transitionCmd(aip.OpOffline, rep.ID, 5))
+	f.wantOffline(rep.ID, registry.OfflineShutdown, f.clock.Now())
+
+	// Lease expiry.
+	f.clock.Advance(time.Second)
+	f.ok(f.registerCmd(rep))
+	f.clock.Advance(LeaseTTL + time.Second)
+	if n, err := f.b.Fleet.ExpireStaleReplicas(f.ctx, 10); err != nil || n != 1 {
+		t.Fatalf("ExpireStaleReplicas: %d, %v; want 1", n, err)
+	}
+	f.wantOffline(rep.ID, registry.OfflineLeaseExpired, f.clock.Now())
+	expiredAt := f.clock.Now()
+
+	// An administrator's write: one that leaves the replica offline keeps
+	// the stored reason whatever it says, one that takes it offline records
+	// administrator, one that makes it ready clears it.
+	f.clock.Advance(time.Second)
+	f.update(rep.ID, func(r *registry.ConnectorReplica) {
+		r.Capacity++
+		r.OfflineReason, r.OfflineAt = registry.OfflineShutdown, f.clock.Now()
+	})
+	f.wantOffline(rep.ID, registry.OfflineLeaseExpired, expiredAt)
+	f.update(rep.ID, func(r *registry.ConnectorReplica) {
+		r.Status, r.LeaseExpiresAt = aip.ReplicaReady, f.clock.Now().Add(time.Minute)
+	})
+	f.wantOffline(rep.ID, "", time.Time{})
+	f.clock.Advance(time.Second)
+	f.update(rep.ID, func(r *registry.ConnectorReplica) {
+		r.Status, r.LeaseExpiresAt = aip.ReplicaOffline, f.clock.Now()
+	})
+	f.wantOffline(rep.ID, registry.OfflineAdministrator, f.clock.Now())
+
+	// ListReplicas, the fleet views' source, carries them.
+	got, err := f.b.Replicas.ListReplicas(f.ctx, "", 10)
+	f.must(err)
+	if len(got) != 1 || got[0].OfflineReason != registry.OfflineAdministrator || !got[0].OfflineAt.Equal(f.clock.Now()) {
+		t.Fatalf("ListReplicas: %+v, want %s offline for administrator at %s", got, rep.ID, aip.At(f.clock.Now()))
+	}
 }
 
 func testLifecycleBatch(t *testing.T, nb NewBackend) {

@@ -236,6 +236,7 @@ func testExpiry(t *testing.T, nb NewBackend) {
 		want := c.before
 		want.Status, want.ActiveAssignments, want.HealthRevision = aip.ReplicaOffline, 0, c.before.HealthRevision+1
 		want.LastControlRequestID, want.LastControlRequestDigest = "", ""
+		want.OfflineReason, want.OfflineAt = registry.OfflineLeaseExpired, f.clock.Now()
 		if !registry.ReplicaEqual(&got, &want) {
 			t.Fatalf("expired replica\n got %+v\nwant %+v", got, want)
 		}
