@@ -47,9 +47,12 @@ const (
 const MaxRequestsPerReplica = 4
 
 // Outcomes (the "outcome" label of aip_connector_control_requests_total).
+// An unhealthy heartbeat is answered with a lease that ends at once and
+// takes the replica offline: it counts as unhealthy, not as a lease.
 const (
 	outcomeLease       = "lease"
 	outcomeOffline     = "offline"
+	outcomeUnhealthy   = "unhealthy"
 	outcomeRejected    = "rejected"
 	outcomeUnavailable = "unavailable"
 )
@@ -63,6 +66,9 @@ type answer struct {
 	outcome   aip.ControlOutcome
 	reason    string // rejection reason or rule; "" on success
 	replayed  bool
+	// unhealthy is set when the answer is a heartbeat's that took (or, a
+	// replay, had taken) the replica offline as unhealthy.
+	unhealthy bool
 	// decided is set when the registry decided the request (a lease, an
 	// offline state or a rejection by its rules): it answers again.
 	decided bool
@@ -193,6 +199,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return a.reject(http.StatusForbidden, reasonMalformed, res.Err, "%v", res.Err)
 	}
 	a.status, a.outcome, a.replayed = http.StatusOK, res.Outcome, res.Replayed
+	a.unhealthy = a.op == aip.OpHeartbeat && res.Replica.Status == aip.ReplicaOffline
 	return a
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
@@ -175,6 +176,18 @@ func TestMetrics(t *testing.T) {
 	r.lease(t)
 	h.send(h.heartbeat(0, 0, true)) // stale
 	h.send(h.heartbeat(1, 0, true))
+	if got := metricValue(t, e, controlplane.MetricRequests, `operation="heartbeat",outcome="unhealthy"`); got != 0 {
+		t.Errorf("unhealthy heartbeats before any: %v, want the series at 0", got)
+	}
+	// An unhealthy heartbeat is answered with a lease that ends now; it
+	// took the replica offline, and counts as that, twice with its replay.
+	unhealthy := h.request(h.heartbeat(2, 0, false))
+	body := h.seal(unhealthy)
+	for range 2 {
+		if r := e.post(body, unhealthy.RequestID); r.status != http.StatusOK || r.outcome.Status != aip.OutcomeLease {
+			t.Fatalf("unhealthy heartbeat: HTTP %d %+v", r.status, r.outcome)
+		}
+	}
 	for _, c := range []struct {
 		name, labels string
 		want         float64
@@ -182,9 +195,11 @@ func TestMetrics(t *testing.T) {
 		{controlplane.MetricRequests, `operation="register",outcome="lease"`, 1},
 		{controlplane.MetricRequests, `operation="heartbeat",outcome="rejected"`, 1},
 		{controlplane.MetricRequests, `operation="heartbeat",outcome="lease"`, 1},
+		{controlplane.MetricRequests, `operation="heartbeat",outcome="unhealthy"`, 2},
+		{controlplane.MetricReplays, `operation="heartbeat"`, 1},
 		{controlplane.MetricRejections, `reason="sequence"`, 1},
-		{controlplane.MetricRequestDuration + "_count", `operation="heartbeat"`, 2},
-		{controlplane.MetricBatchCommands + "_count", "", 3},
+		{controlplane.MetricRequestDuration + "_count", `operation="heartbeat"`, 4},
+		{controlplane.MetricBatchCommands + "_count", "", 5},
 		{controlplane.MetricRunning, "", 1},
 		{"go_goroutines", "", -1},
 	} {
@@ -242,6 +257,75 @@ func TestFleetEndpoints(t *testing.T) {
 	for _, bad := range []string{"0", "1001", "x"} {
 		if status, _ := e.get(controlplane.PathFleetReplicas + "?limit=" + bad); status != http.StatusBadRequest {
 			t.Errorf("limit=%s: HTTP %d, want 400", bad, status)
+		}
+	}
+}
+
+// TestFleetReplicasOfflineReason: the replicas view says why and when each
+// offline replica went offline — its own offline (shutdown), an unhealthy
+// heartbeat, lease expiry by maintenance — and says nothing for a replica
+// that never registered or is live again.
+func TestFleetReplicasOfflineReason(t *testing.T) {
+	e := newEnv(t, newMemBackend, openFleetViews)
+	hosts := map[string]*host{}
+	for _, n := range []string{"shut", "sick", "lost", "new", "back"} {
+		hosts[n] = e.provision(n)
+		if n != "new" {
+			r, _ := hosts[n].send(hosts[n].registration())
+			r.lease(t)
+		}
+	}
+	e.clock.Advance(time.Second)
+	if r, _ := hosts["shut"].send(hosts["shut"].transition(aip.OpOffline, 1)); r.outcome.Status != aip.OutcomeOffline {
+		t.Fatalf("offline: HTTP %d %+v", r.status, r.outcome)
+	}
+	shutAt := e.clock.Now()
+	e.clock.Advance(time.Second)
+	hosts["sick"].send(hosts["sick"].heartbeat(1, 0, false))
+	hosts["back"].send(hosts["back"].heartbeat(1, 0, false))
+	sickAt := e.clock.Now()
+	for _, n := range []string{"shut", "sick", "back"} {
+		hosts[n].send(hosts[n].heartbeat(2, 0, true)) // refused: offline
+	}
+	e.clock.Advance(registry.DefaultLeaseTTL)
+	if n, err := e.svc.Maintain(e.ctx); err != nil || n != 1 {
+		t.Fatalf("Maintain: %d, %v; want crepl_lost expired", n, err)
+	}
+	lostAt := e.clock.Now()
+	hosts["back"].send(hosts["back"].registration()) // live again
+
+	status, body := e.get(controlplane.PathFleetReplicas)
+	var page controlplane.FleetReplicaPage
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &page) != nil {
+		t.Fatalf("fleet replicas: HTTP %d %s", status, body)
+	}
+	want := map[string]struct {
+		status aip.ReplicaStatus
+		reason registry.OfflineReason
+		at     time.Time
+	}{
+		"crepl_shut": {aip.ReplicaOffline, registry.OfflineShutdown, shutAt},
+		"crepl_sick": {aip.ReplicaOffline, registry.OfflineUnhealthy, sickAt},
+		"crepl_lost": {aip.ReplicaOffline, registry.OfflineLeaseExpired, lostAt},
+		"crepl_new":  {aip.ReplicaOffline, "", time.Time{}},
+		"crepl_back": {aip.ReplicaReady, "", time.Time{}},
+	}
+	if len(page.Replicas) != len(want) {
+		t.Fatalf("fleet replicas: %s", body)
+	}
+	for _, r := range page.Replicas {
+		w := want[r.ID]
+		var at time.Time
+		if r.OfflineAt != nil {
+			at = r.OfflineAt.Time
+		}
+		if r.Status != w.status || r.OfflineReason != w.reason || !at.Equal(w.at) || (w.reason == "") != (r.OfflineAt == nil) {
+			t.Errorf("%s: %s, offline for %q at %v; want %s, offline for %q at %s", r.ID, r.Status, r.OfflineReason, r.OfflineAt, w.status, w.reason, aip.At(w.at))
+		}
+	}
+	for _, member := range []string{`"offline_reason":"lease_expired","offline_at":"`, `"offline_reason":"shutdown"`, `"offline_reason":"unhealthy"`} {
+		if !strings.Contains(body, member) {
+			t.Errorf("fleet replicas lack %s: %s", member, body)
 		}
 	}
 }

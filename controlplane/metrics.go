@@ -75,7 +75,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 	m := &metrics{
 		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRequests,
-			Help: "Lifecycle requests answered, by operation (register, heartbeat, drain, offline, unknown) and outcome (lease, offline, rejected, unavailable)."},
+			Help: "Lifecycle requests answered, by operation (register, heartbeat, drain, offline, unknown) and outcome (lease, offline, unhealthy: a heartbeat with connector_ready false that took the replica offline, rejected, unavailable)."},
 			[]string{"operation", "outcome"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRejections,
 			Help: "Rejected and unavailable lifecycle requests by reason: a check before the registry or the lifecycle rule."},
@@ -140,6 +140,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		m.replays.WithLabelValues(op)
 		m.duration.WithLabelValues(op)
 	}
+	m.requests.WithLabelValues(string(aip.OpHeartbeat), outcomeUnhealthy)
 	for _, r := range []string{reasonTooLarge, reasonMalformed, reasonWindow, reasonNotProvisioned, reasonSigner, reasonSignature,
 		reasonReplicaBusy, reasonRead, reasonStore, reasonNotRunning} {
 		m.rejections.WithLabelValues(r)
@@ -166,6 +167,8 @@ func (m *metrics) observeRequest(a *answer, d time.Duration) {
 	switch {
 	case a.outcome.Status == aip.OutcomeOffline:
 		outcome = outcomeOffline
+	case a.outcome.Status == aip.OutcomeLease && a.unhealthy:
+		outcome = outcomeUnhealthy
 	case a.outcome.Status == aip.OutcomeRejected && a.outcome.Retryable:
 		outcome = outcomeUnavailable
 	case a.outcome.Status == aip.OutcomeRejected:

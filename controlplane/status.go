@@ -215,6 +215,15 @@ type FleetReplica struct {
 	Capacity          uint32            `json:"capacity"`
 	HealthRevision    uint64            `json:"health_revision"`
 	Circuit           FleetCircuit      `json:"circuit"`
+	// OfflineReason says why an offline replica went offline (shutdown:
+	// its own offline transition; unhealthy: a heartbeat with
+	// connector_ready false; lease_expired: lease maintenance, its lease
+	// having run out; administrator: an administrator's write) and
+	// OfflineAt when. Both are absent for a replica that is not offline,
+	// one pre-provisioned that never registered, and one that went offline
+	// before the registry recorded reasons.
+	OfflineReason registry.OfflineReason `json:"offline_reason,omitempty"`
+	OfflineAt     *aip.Timestamp         `json:"offline_at,omitempty"`
 }
 
 // FleetCircuit is a replica's circuit breaker.
@@ -307,6 +316,10 @@ func fleetReplica(r *registry.ConnectorReplica, now time.Time) FleetReplica {
 	if !r.Circuit.OpenUntil.IsZero() {
 		t := aip.At(r.Circuit.OpenUntil)
 		fr.Circuit.OpenUntil = &t
+	}
+	if r.Status == aip.ReplicaOffline && r.OfflineReason != "" {
+		t := aip.At(r.OfflineAt)
+		fr.OfflineReason, fr.OfflineAt = r.OfflineReason, &t
 	}
 	return fr
 }

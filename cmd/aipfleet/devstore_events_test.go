@@ -194,3 +194,52 @@ func TestDevRegistryReleasesUnsent(t *testing.T) {
 		t.Fatalf("after a restart the released route reads %+v, %v; want it not reserved", res, err)
 	}
 }
+
+// TestDevRegistryPersistsOfflineReasons: why and when replicas went
+// offline (an unhealthy heartbeat, lease expiry) survive a restart of the
+// dev registry, so aipfleet fleet status still tells them apart.
+func TestDevRegistryPersistsOfflineReasons(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "registry.json")
+	clock := registrytest.NewClock(registrytest.Epoch)
+	start := func() (*devRegistry, func()) { return devRegistryAt(t, path, clock.Now) }
+	reg, stop := start()
+	w, err := registrytest.NewLifecycleWorld(ctx, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(c aip.ControlCommand) {
+		t.Helper()
+		res, err := reg.ApplyLifecycle(ctx, []registry.LifecycleCommand{registrytest.LifecycleCommand(clock.Now(), c)})
+		if err != nil || res[0].Err != nil {
+			t.Fatalf("%s: %v %v", c.Operation, err, res[0].Err)
+		}
+	}
+	for _, id := range []string{"crepl_sick", "crepl_lost"} {
+		rep := w.ProvisionedReplica(id, clock.Now())
+		if err := reg.PutReplica(ctx, rep); err != nil {
+			t.Fatal(err)
+		}
+		apply(aip.RegisterCommand(w.Registration(&rep)))
+	}
+	clock.Advance(time.Second)
+	apply(aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: "crepl_sick", PreviousSequence: 1, ConnectorReady: false}))
+	sickAt := clock.Now()
+	clock.Advance(registrytest.LeaseTTL)
+	if n, err := reg.ExpireStaleReplicas(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("ExpireStaleReplicas = %d, %v; want crepl_lost expired", n, err)
+	}
+	stop()
+
+	reg, stop = start()
+	defer stop()
+	for id, want := range map[string]struct {
+		reason registry.OfflineReason
+		at     time.Time
+	}{"crepl_sick": {registry.OfflineUnhealthy, sickAt}, "crepl_lost": {registry.OfflineLeaseExpired, clock.Now()}} {
+		got, err := reg.ConnectorReplica(ctx, id)
+		if err != nil || got.OfflineReason != want.reason || !got.OfflineAt.Equal(want.at) {
+			t.Errorf("after a restart %s went offline for %q at %s (%v), want %q at %s", id, got.OfflineReason, aip.At(got.OfflineAt), err, want.reason, aip.At(want.at))
+		}
+	}
+}

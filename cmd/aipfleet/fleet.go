@@ -43,9 +43,15 @@ time it reopens and the unknown outcomes that opened it). It lists the live
 replicas (ready, draining, expired), those pre-provisioned and not yet
 registered, and those that went offline in the last 24 hours; replicas
 offline for longer are retired (a replaced replica's ID is never used again)
-and counted, not listed: --all lists them too. A summary line follows: the
-live replicas by state, then the offline ones (never registered, offline
-within 24 hours, retired).
+and counted, not listed: --all lists them too. An offline replica's state
+says why it went offline: "offline (shutdown)" its host shut down cleanly,
+"offline (unhealthy)" its host reported its connector or journal failing,
+"offline (lease_expired)" its lease ran out without a heartbeat (the host
+crashed, hung or lost the control plane), "offline (administrator)" an
+administrator wrote it offline; plain "offline" if it never registered
+(or went offline before the registry recorded why). --wide adds when.
+A summary line follows: the live replicas by state, then the offline ones
+(never registered, offline within 24 hours, retired).
 
 --watch redraws the table in place every --interval until Ctrl-C;
 --json prints the two views as one JSON document (one per interval with
@@ -84,7 +90,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	watch := fs.Bool("watch", false, "redraw the table in place every --interval until Ctrl-C")
 	interval := fs.Duration("interval", time.Second, "refresh interval of --watch (100ms to 1h)")
 	asJSON := fs.Bool("json", false, "print JSON: {\"status\": ..., \"replicas\": [...]}")
-	wide := fs.Bool("wide", false, "add each replica's version, endpoint, topology and health revision")
+	wide := fs.Bool("wide", false, "add each replica's version, endpoint, topology, health revision and when it went offline")
 	all := fs.Bool("all", false, "list retired replicas too (offline for more than 24h)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on each read of the control plane")
 	caFile := fs.String("ca-file", "", "extra PEM root CA for an https control plane")
@@ -321,12 +327,25 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from s
 }
 
 // replicaState is the state column: the registry status, or expired for a
-// ready or draining replica whose lease ran out.
+// ready or draining replica whose lease ran out; an offline replica's
+// with why it went offline when the registry recorded it.
 func replicaState(r *controlplane.FleetReplica) string {
-	if r.Status != "offline" && !r.LeaseValid {
+	switch {
+	case r.Status != aip.ReplicaOffline && !r.LeaseValid:
 		return "expired"
+	case r.Status == aip.ReplicaOffline && r.OfflineReason != "":
+		return fmt.Sprintf("offline (%s)", r.OfflineReason)
 	}
 	return string(r.Status)
+}
+
+// offlineSince is the --wide column of when an offline replica went
+// offline ("-" when not offline or not recorded), in local time.
+func offlineSince(r *controlplane.FleetReplica) string {
+	if r.OfflineAt == nil || r.OfflineAt.IsZero() {
+		return "-"
+	}
+	return r.OfflineAt.Local().Format("Jan 2 15:04:05")
 }
 
 func leaseRemaining(r *controlplane.FleetReplica, now time.Time) string {
@@ -378,7 +397,7 @@ func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool, retired int
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := "REPLICA\tINSTANCE\tSTATE\tLEASE\tACTIVE/CAP\tCIRCUIT"
 	if wide {
-		head += "\tVERSION\tENDPOINT\tREGION/ZONE/CLASS\tHEALTH REV"
+		head += "\tVERSION\tENDPOINT\tREGION/ZONE/CLASS\tHEALTH REV\tOFFLINE SINCE"
 	}
 	fmt.Fprintln(tw, head)
 	for i := range v.Replicas {
@@ -386,7 +405,7 @@ func printFleet(w io.Writer, v *fleetView, now time.Time, wide bool, retired int
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s", r.ID, r.InstanceID, replicaState(r), leaseRemaining(r, now),
 			r.ActiveAssignments, r.Capacity, circuitText(r.Circuit))
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s\t%s/%s/%s\t%d", r.VersionID, r.Endpoint, r.Topology.Region, r.Topology.Zone, r.Topology.CapacityClass, r.HealthRevision)
+			fmt.Fprintf(tw, "\t%s\t%s\t%s/%s/%s\t%d\t%s", r.VersionID, r.Endpoint, r.Topology.Region, r.Topology.Zone, r.Topology.CapacityClass, r.HealthRevision, offlineSince(r))
 		}
 		fmt.Fprintln(tw)
 	}

@@ -27,7 +27,8 @@ import (
 
 // fleetServer serves the fleet views of a control plane over a registry
 // holding six replicas: crepl_r1 ready with one active assignment and an
-// open circuit, crepl_r2 draining, crepl_r3 offline for an hour, crepl_r4
+// open circuit, crepl_r2 draining, crepl_r3 offline after an unhealthy
+// heartbeat, crepl_r4
 // ready with an expired lease, crepl_r5 retired (offline for two days),
 // crepl_r6 pre-provisioned and never registered. The views need an operator token of issuer "ops", whose
 // key is in the file it returns.
@@ -67,6 +68,17 @@ func fleetServer(t *testing.T) (url, opsKeyFile string) {
 		rep.PeerPrincipalID, rep.PeerPrincipalKind = w.Version.Manifest.Agent.ID, w.Version.Manifest.Agent.Kind
 		noErr(t, reg.PutReplica(ctx, rep))
 	}
+	// crepl_r3 registers again and reports its connector failing.
+	r3, err := reg.ConnectorReplica(ctx, "crepl_r3")
+	noErr(t, err)
+	for _, c := range []aip.ControlCommand{
+		aip.RegisterCommand(w.Registration(&r3)),
+		aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: r3.ID, PreviousSequence: 2, ConnectorReady: false}),
+	} {
+		res, err := reg.ApplyLifecycle(ctx, []registry.LifecycleCommand{registrytest.LifecycleCommand(time.Now(), c)})
+		noErr(t, err)
+		noErr(t, res[0].Err)
+	}
 	var routes []registry.RouteAssignment
 	for range 2 {
 		a, err := reg.Resolve(ctx, registry.RouteRequest{ActionID: aip.NewActionID(), CapabilityID: "alpha.read", TenantID: "tenant-1"})
@@ -104,7 +116,7 @@ func TestFleetStatus(t *testing.T) {
 		regexp.MustCompile(`(?m)^REPLICA\s+INSTANCE\s+STATE\s+LEASE\s+ACTIVE/CAP\s+CIRCUIT$`),
 		regexp.MustCompile(`(?m)^crepl_r1\s+cinst_a\s+ready\s+(59m|1h0m)[0-9.]+s\s+1/4\s+open until \d\d:\d\d:\d\d \(1 unknown\)$`),
 		regexp.MustCompile(`(?m)^crepl_r2\s+cinst_a\s+draining\s+(59m|1h0m)[0-9.]+s\s+0/4\s+closed$`),
-		regexp.MustCompile(`(?m)^crepl_r3\s+cinst_a\s+offline\s+-\s+0/4\s+closed$`),
+		regexp.MustCompile(`(?m)^crepl_r3\s+cinst_a\s+offline \(unhealthy\)\s+-\s+0/4\s+closed$`),
 		regexp.MustCompile(`(?m)^crepl_r4\s+cinst_a\s+expired\s+expired\s+0/4\s+closed$`),
 		regexp.MustCompile(`(?m)^crepl_r6\s+cinst_a\s+offline\s+-\s+0/4\s+closed$`),
 		regexp.MustCompile(`(?m)^\(1 retired replica not listed, offline for more than 24h; --all lists them\)$`),
@@ -129,10 +141,13 @@ func TestFleetStatus(t *testing.T) {
 		t.Fatalf("--wide: %v\n%s", err, wide)
 	}
 	// The version column tells the replicas of an old release from a new
-	// one's during an upgrade.
+	// one's during an upgrade; the last one says when an offline replica
+	// went offline.
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^REPLICA\s+INSTANCE\s+STATE\s+LEASE\s+ACTIVE/CAP\s+CIRCUIT\s+VERSION\s+ENDPOINT\s+REGION/ZONE/CLASS\s+HEALTH REV$`),
-		regexp.MustCompile(`(?m)^crepl_r2\s+cinst_a\s+draining\s+(59m|1h0m)[0-9.]+s\s+0/4\s+closed\s+cver_alpha1\s+https://crepl_r2\.replicas\.test:8443\s+global/default/standard\s+1$`),
+		regexp.MustCompile(`(?m)^REPLICA\s+INSTANCE\s+STATE\s+LEASE\s+ACTIVE/CAP\s+CIRCUIT\s+VERSION\s+ENDPOINT\s+REGION/ZONE/CLASS\s+HEALTH REV\s+OFFLINE SINCE$`),
+		regexp.MustCompile(`(?m)^crepl_r2\s+cinst_a\s+draining\s+(59m|1h0m)[0-9.]+s\s+0/4\s+closed\s+cver_alpha1\s+https://crepl_r2\.replicas\.test:8443\s+global/default/standard\s+1\s+-$`),
+		regexp.MustCompile(`(?m)^crepl_r3\s+cinst_a\s+offline \(unhealthy\)\s+-\s+0/4\s+closed\s+cver_alpha1\s+https://crepl_r3\.replicas\.test:8443\s+global/default/standard\s+3\s+[A-Z][a-z]{2} \d{1,2} \d\d:\d\d:\d\d$`),
+		regexp.MustCompile(`(?m)^crepl_r6\s+cinst_a\s+offline\s+-\s+0/4\s+closed\s+cver_alpha1\s+\S+\s+global/default/standard\s+0\s+-$`),
 	} {
 		if !want.MatchString(wide) {
 			t.Errorf("--wide output does not match %s:\n%s", want, wide)
@@ -150,6 +165,10 @@ func TestFleetStatus(t *testing.T) {
 	if len(v.Replicas) != 5 || v.Status.Replicas != 6 || v.Status.LiveReplicas != 3 || v.Status.RetiredReplicas != 1 ||
 		!v.Replicas[0].Circuit.Open || v.Replicas[3].LeaseValid || v.Replicas[4].ID != "crepl_r6" {
 		t.Fatalf("JSON %+v", v)
+	}
+	if r3 := v.Replicas[2]; r3.OfflineReason != registry.OfflineUnhealthy || r3.OfflineAt == nil || time.Since(r3.OfflineAt.Time) > time.Hour ||
+		v.Replicas[4].OfflineReason != "" || v.Replicas[4].OfflineAt != nil || !strings.Contains(raw, `"offline_reason": "unhealthy"`) {
+		t.Fatalf("JSON offline reasons: crepl_r3 %+v, crepl_r6 %+v\n%s", r3, v.Replicas[4], raw)
 	}
 }
 
