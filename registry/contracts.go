@@ -116,6 +116,8 @@ type Administrator interface {
 	PutBinding(ctx context.Context, b CapabilityBinding) error
 	// PutReplica creates or updates a replica (CheckReplicaUpdate). Its
 	// instance must exist and its version must be the instance's version.
+	// The registry sets the offline reason and time (AdminOffline), not
+	// the written record.
 	PutReplica(ctx context.Context, r ConnectorReplica) error
 }
 
@@ -127,8 +129,9 @@ type Administrator interface {
 type FleetStatus interface {
 	// ExpireStaleReplicas takes at most limit (≥ 1) ready or draining
 	// replicas whose lease expired, oldest lease first: each goes offline
-	// with its lease ended, its active assignments zero and its health
-	// revision raised by one, its lifecycle request fields cleared, and every
+	// (OfflineLeaseExpired, now) with its lease ended, its active
+	// assignments zero and its health revision raised by one, its
+	// lifecycle request fields cleared, and every
 	// reservation on it released as lease_expired. Assignments keep their
 	// destinations. It returns how many replicas it expired.
 	ExpireStaleReplicas(ctx context.Context, limit int) (int, error)
