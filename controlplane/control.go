@@ -227,9 +227,10 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 // logAnswer logs one answer: unavailable (warn; a registry failure only
 // when it starts, then debug until the registry decides a request again —
 // a lease, an offline state or a rejection by its rules — which is logged
-// at info), rejected (info), a lease renewed by a heartbeat (debug: the
-// hot path, so nothing is built unless debug is on) or any other
-// transition (info).
+// at info), rejected (info), a heartbeat that took its replica offline as
+// unhealthy (warn, outcome=unhealthy), a lease renewed by a heartbeat
+// (debug: the hot path, so nothing is built unless debug is on) or any
+// other transition (info).
 func (s *Service) logAnswer(a *answer) {
 	const (
 		unavailable = iota
@@ -243,6 +244,8 @@ func (s *Service) logAnswer(a *answer) {
 		kind, level, msg = unavailable, slog.LevelWarn, "lifecycle request unavailable"
 	case a.outcome.Status == aip.OutcomeRejected:
 		kind, level, msg = rejected, slog.LevelInfo, "lifecycle request rejected"
+	case a.unhealthy:
+		level, msg = slog.LevelWarn, "replica offline: its heartbeat said the connector is not ready (read the replica's /ready)"
 	case a.op == aip.OpHeartbeat && a.outcome.Lease != nil && a.outcome.Lease.ExpiresAt.After(s.cfg.Now()):
 		kind, level, msg = renewed, slog.LevelDebug, "lease renewed"
 	}
@@ -282,7 +285,11 @@ func (s *Service) logAnswer(a *answer) {
 		if a.outcome.Lease != nil {
 			attrs = append(attrs, slog.Uint64("sequence", a.outcome.Lease.Sequence), slog.String("lease_expires_at", a.outcome.Lease.ExpiresAt.String()))
 		}
-		attrs = append(attrs, slog.String("outcome", string(a.outcome.Status)), slog.Bool("replayed", a.replayed))
+		outcome := string(a.outcome.Status)
+		if a.unhealthy {
+			outcome = outcomeUnhealthy
+		}
+		attrs = append(attrs, slog.String("outcome", outcome), slog.Bool("replayed", a.replayed))
 	}
 	s.log.LogAttrs(ctx, level, msg, attrs...)
 }

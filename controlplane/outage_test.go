@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,4 +136,29 @@ func outageLogs(t *testing.T, logs *syncBuffer) (warns, recovered int) {
 		}
 	}
 	return warns, recovered
+}
+
+// TestUnhealthyHeartbeatLogged: a heartbeat saying the connector is not
+// ready takes the replica offline; the log says so at warn, with
+// outcome=unhealthy, not as an ordinary transition with outcome=lease
+// (the answer's lease ends at once).
+func TestUnhealthyHeartbeatLogged(t *testing.T) {
+	e, _, logs := startFaultyLogged(t)
+	h := e.provision("a1")
+	r, _ := h.send(h.registration())
+	r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))
+	h.send(h.heartbeat(1, 0, false))
+	const want = "WARN replica offline: its heartbeat said the connector is not ready (read the replica's /ready)"
+	if !slices.Contains(logs.messages(t), want) {
+		t.Fatalf("no %q line: %q", want, logs.messages(t))
+	}
+	logs.mu.Lock()
+	all := logs.b.String()
+	logs.mu.Unlock()
+	var rec struct{ Msg, Outcome string }
+	for line := range strings.Lines(all) {
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "replica offline") && rec.Outcome != "unhealthy" {
+			t.Errorf("outcome %q, want unhealthy: %s", rec.Outcome, line)
+		}
+	}
 }
