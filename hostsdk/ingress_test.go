@@ -188,6 +188,12 @@ func TestFailedAndUnknownOutcomes(t *testing.T) {
 
 }
 
+// countingConnector is a test connector that counts each action's runs.
+type countingConnector interface {
+	hostsdk.Connector
+	runCount(actionID string) int64
+}
+
 // readOnlyConnector is testConnector with capabilities that only read
 // (over the network, as product adapters declare their reads).
 type readOnlyConnector struct{ *testConnector }
@@ -213,7 +219,7 @@ func TestOutputNotMatchingItsSchema(t *testing.T) {
 	ctx := ctxT(t)
 	for _, c := range []struct {
 		name string
-		conn hostsdk.Connector
+		conn countingConnector
 	}{{"write", newTestConnector()}, {"read", readOnlyConnector{newTestConnector()}}} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFleet(t)
@@ -235,14 +241,7 @@ func TestOutputNotMatchingItsSchema(t *testing.T) {
 					}
 				}
 			}
-			var runs int64
-			switch conn := c.conn.(type) {
-			case *testConnector:
-				runs = conn.runCount(b.ID)
-			case readOnlyConnector:
-				runs = conn.runCount(b.ID)
-			}
-			if runs != 1 {
+			if runs := c.conn.runCount(b.ID); runs != 1 {
 				t.Errorf("the action ran %d times, want 1", runs)
 			}
 			st, _, err := f.d.Status(ctx, target, b.ID, b.CapabilityID)
@@ -646,65 +645,52 @@ func TestHugeActionTimeoutDoesNotExpireAtOnce(t *testing.T) {
 	}
 }
 
-// TestResultTooLargeToAnswerIsOutcomeUnknown: a result no signed answer
-// can carry within what a dispatcher reads is journaled outcome_unknown
-// (the action ran; the caller cannot learn its result) and answered so,
-// now and on a retry, rather than answered with a message the dispatcher
-// refuses to read every time.
-func TestResultTooLargeToAnswerIsOutcomeUnknown(t *testing.T) {
-	f := newFleet(t)
-	conn := newTestConnector()
-	_, target := f.start(t, conn)
-	ctx := ctxT(t)
-	a := action(capEcho, `{"message":"huge-output"}`)
-	for range 2 {
-		resp, err := f.d.Act(ctx, target, a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Raw) > aip.MaxMessageBytes {
-			t.Fatalf("the answer is %d bytes, more than a dispatcher reads", len(resp.Raw))
-		}
-		if pe := wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown); !strings.Contains(pe.Message, "more than the") {
-			t.Errorf("message %q does not say the result was too large", pe.Message)
-		}
-	}
-	rec, err := f.j.Action(ctx, a.ID)
-	if err != nil || rec.Status != aip.StateOutcomeUnknown || len(rec.Result) != 0 {
-		t.Fatalf("journal record %s, %d result bytes, %v; want outcome_unknown without the result", rec.Status, len(rec.Result), err)
-	}
-	if n := conn.runCount(a.ID); n != 1 {
-		t.Errorf("connector ran %d times, want 1", n)
-	}
-}
-
-// TestReadResultTooLargeIsFailed: a read-only capability's result that no
-// answer can carry is a failed result (output_invalid, saying to ask for
-// less), not outcome_unknown: the read changed nothing, so the caller may
-// ask again for less, and the dispatcher does not count it against the
-// replica as an unknown outcome.
-func TestReadResultTooLargeIsFailed(t *testing.T) {
-	f := newFleet(t)
-	conn := readOnlyConnector{newTestConnector()}
-	_, target := f.start(t, conn)
-	ctx := ctxT(t)
-	a := action(capEcho, `{"message":"huge-output"}`)
-	for range 2 {
-		resp, err := f.d.Act(ctx, target, a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := resp.Result()
-		if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeOutputInvalid ||
-			!strings.Contains(res.Error.Message, "more than the") || !strings.Contains(res.Error.Message, "ask for less") {
-			t.Fatalf("answer %+v, %v (body %.300s); want failed output_invalid saying to ask for less", res, err, resp.Raw)
-		}
-	}
-	rec, err := f.j.Action(ctx, a.ID)
-	if err != nil || rec.Status != aip.StateFailed {
-		t.Fatalf("journal record %s, %v; want failed", rec.Status, err)
-	}
-	if n := conn.runCount(a.ID); n != 1 {
-		t.Errorf("connector ran %d times, want 1", n)
+// TestResultTooLargeToAnswer: a result no signed answer can carry within
+// what a dispatcher reads is journaled outcome_unknown (the action ran; the
+// caller cannot learn its result) and answered so, now and on a retry,
+// rather than answered with a message the dispatcher refuses to read every
+// time. A read-only capability's is a failed result instead
+// (output_invalid, saying to ask for less): the read changed nothing, so
+// the caller may ask again for less, and the dispatcher does not count it
+// against the replica as an unknown outcome.
+func TestResultTooLargeToAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		conn  countingConnector
+		state aip.ActionState
+	}{{"write", newTestConnector(), aip.StateOutcomeUnknown}, {"read", readOnlyConnector{newTestConnector()}, aip.StateFailed}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFleet(t)
+			_, target := f.start(t, c.conn)
+			ctx := ctxT(t)
+			a := action(capEcho, `{"message":"huge-output"}`)
+			for range 2 {
+				resp, err := f.d.Act(ctx, target, a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(resp.Raw) > aip.MaxMessageBytes {
+					t.Fatalf("the answer is %d bytes, more than a dispatcher reads", len(resp.Raw))
+				}
+				if c.state == aip.StateFailed {
+					res, err := resp.Result()
+					if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeOutputInvalid ||
+						!strings.Contains(res.Error.Message, "more than the") || !strings.Contains(res.Error.Message, "ask for less") {
+						t.Fatalf("answer %+v, %v (body %.300s); want failed output_invalid saying to ask for less", res, err, resp.Raw)
+					}
+					continue
+				}
+				if pe := wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown); !strings.Contains(pe.Message, "more than the") {
+					t.Errorf("message %q does not say the result was too large", pe.Message)
+				}
+			}
+			rec, err := f.j.Action(ctx, a.ID)
+			if err != nil || rec.Status != c.state || (c.state == aip.StateOutcomeUnknown && len(rec.Result) != 0) {
+				t.Fatalf("journal record %s, %d result bytes, %v; want %s", rec.Status, len(rec.Result), err, c.state)
+			}
+			if n := c.conn.runCount(a.ID); n != 1 {
+				t.Errorf("connector ran %d times, want 1", n)
+			}
+		})
 	}
 }
