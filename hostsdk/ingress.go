@@ -729,7 +729,7 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		case err != nil:
 			status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result cannot be encoded: "+err.Error(), nil
 		default:
-			if err := carriable(raw); err != nil && readOnly(cap.cap) {
+			if err := carriable(raw); err != nil && ReadOnly(cap.cap) {
 				// A read changed nothing: the caller is told it failed
 				// and can ask for less (a smaller page, fewer fields).
 				msg := aip.TruncateUTF8("the connector's result "+err.Error()+"; ask for less (a smaller page, fewer fields)", aip.MaxErrorMessageBytes)
@@ -992,7 +992,7 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 	if r.Status == aip.ResultCompleted && cap.output != nil && len(r.Output) > 0 {
 		if err := validateJSON(cap.output, r.Output); err != nil {
 			msg := "the connector's output does not match the output_schema of " + a.CapabilityID + ": " + err.Error()
-			if !readOnly(cap.cap) {
+			if !ReadOnly(cap.cap) {
 				// The connector says the action completed: its effect
 				// happened, so a failed result (which invites a resend)
 				// would be wrong, and a completed one would break the
@@ -1006,12 +1006,16 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 	return stateOf(r.Status), &r, ""
 }
 
-// readOnly reports whether a capability's contract declares no side
+// ReadOnly reports whether a capability's contract declares no side
 // effect but reads: running it again changes nothing. A read over the
 // network declares read and external_network (every product adapter's
 // reads do); external_network alone says nothing of what the call does, so
-// it is not read-only, and neither is a capability without a contract.
-func readOnly(c *aip.Capability) bool {
+// it is not read-only, and neither is a capability without a contract. A
+// connector whose result no answer can carry, or whose completed output
+// its output_schema refuses, has failed (CodeOutputInvalid) a read-only
+// capability, and left any other's outcome unknown; a Connector that reads
+// a result from elsewhere (the sidecar) decides the same way.
+func ReadOnly(c *aip.Capability) bool {
 	if c.Contract == nil {
 		return false
 	}

@@ -564,6 +564,13 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		return l.readStream(reqCtx, call, resp.Body, chunks)
 	case resp.StatusCode == http.StatusOK:
 		raw, err := readLimited(resp.Body, l.cfg.MaxResultBytes)
+		if errors.Is(err, errBodyTooLarge) && hostsdk.ReadOnly(call.Capability) {
+			// A read changed nothing: the caller is told it failed and
+			// can ask for less, as the host tells it of a Go
+			// connector's result too large to answer.
+			return nil, aip.NewProtocolError(hostsdk.CodeOutputInvalid, aip.CategoryConnector, false, 0,
+				fmt.Sprintf("the connector's result is larger than the %d bytes the sidecar takes; ask for less (a smaller page, fewer fields)", l.cfg.MaxResultBytes))
+		}
 		if err != nil {
 			return nil, l.readError(reqCtx, err)
 		}
@@ -803,6 +810,9 @@ func (l *Local) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk
 	return routes, nil
 }
 
+// errBodyTooLarge is readLimited's error for a body over its limit.
+var errBodyTooLarge = errors.New("the body is too large")
+
 // readLimited reads at most limit bytes and fails beyond.
 func readLimited(r io.Reader, limit int64) ([]byte, error) {
 	raw, err := io.ReadAll(io.LimitReader(r, limit+1))
@@ -810,7 +820,7 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(raw)) > limit {
-		return nil, fmt.Errorf("the body exceeds %d bytes", limit)
+		return nil, fmt.Errorf("%w: more than %d bytes", errBodyTooLarge, limit)
 	}
 	return raw, nil
 }

@@ -647,3 +647,40 @@ func TestLocalLargeErrorBodyIsQuoted(t *testing.T) {
 		t.Errorf("message %q; want the body's start", res.Error.Message)
 	}
 }
+
+// TestLocalResultTooLargeOfARead: a local connector's result over the
+// sidecar's limit is a failed result (output_invalid, saying to ask for
+// less) for a read-only capability, whose read changed nothing, as the
+// host answers a Go connector's result too large to carry; for a
+// capability with effects it stays outcome_unknown.
+func TestLocalResultTooLargeOfARead(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		effects []aip.SideEffect
+	}{{"read", []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}}, {"write", []aip.SideEffect{aip.EffectWrite}}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeConnector()
+			f.token = "s3cret"
+			m := fakeManifest("")
+			m.Capabilities[0].Contract.SideEffects = c.effects // echo.say
+			f.manifest.Store(m)
+			sock, _ := serveFake(t, f)
+			r := startReplica(t, func(cfg *Config) {
+				cfg.Local = LocalConfig{Socket: sock, Token: "s3cret", MaxResultBytes: 1024}
+			})
+			a := act("echo.say", `{"message":"`+strings.Repeat("x", 2000)+`"}`)
+			resp := must(r.d.Act(ctxT(t), r.target, a))
+			if c.name == "write" {
+				if pe := resp.ProtocolError(); resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+					t.Fatalf("HTTP %d %s; want 502 outcome_unknown", resp.Status, resp.Raw)
+				}
+				return
+			}
+			res, err := resp.Result()
+			if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeOutputInvalid ||
+				!strings.Contains(res.Error.Message, "1024 bytes") || !strings.Contains(res.Error.Message, "ask for less") {
+				t.Fatalf("HTTP %d %s (%v); want a failed result output_invalid saying to ask for less", resp.Status, resp.Raw, err)
+			}
+		})
+	}
+}
