@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
@@ -163,7 +164,9 @@ func WriteSeedFile(path string, k *SigningKey) error {
 // files and as a Kubernetes secret volume with an fsGroup mounts them —
 // and holds 1 to maxBytes bytes. A symlink is followed and what it points
 // at checked, so a Kubernetes secret or ConfigMap volume (whose files are
-// links through ..data) can be named directly. The file opened must be the
+// links through ..data) can be named directly; the link, and each link it
+// leads to, must be owned by the process's user or root too (the owner of
+// a link chooses the file it names). The file opened must be the
 // file checked (no swap between the check and the read). The content is
 // returned with surrounding ASCII whitespace removed.
 func ReadSecretFile(path string, maxBytes int64) ([]byte, error) {
@@ -181,9 +184,10 @@ func ReadPublicFile(path string, maxBytes int64) ([]byte, error) {
 // ReadTrustFile reads a non-secret file a long-running process trusts (a
 // peer's DID, a CA certificate, a credential revision policy): the checks
 // of ReadPublicFile, and, like a secret file, owned by the process's
-// effective user or by root. Whoever owns a file can rewrite it whatever
-// its mode, so a DID file another user owns lets that user name the key
-// the process takes actions or lifecycle answers from.
+// effective user or by root, as are the symlinks that lead to it. Whoever
+// owns a file can rewrite it whatever its mode (and whoever owns a link
+// can point it elsewhere), so a DID file another user owns lets that user
+// name the key the process takes actions or lifecycle answers from.
 func ReadTrustFile(path string, maxBytes int64) ([]byte, error) {
 	return readCheckedFile(path, maxBytes, fileTrust)
 }
@@ -214,6 +218,11 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	kind := "file"
 	if class == fileSecret {
 		kind = "secret file"
+	}
+	if class != filePublic {
+		if err := checkLinkOwners(path, kind); err != nil {
+			return nil, err
+		}
 	}
 	info, err := os.Stat(path)
 	if err != nil {
@@ -266,6 +275,40 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	out := append([]byte(nil), trimmed...)
 	clear(data)
 	return out, nil
+}
+
+// maxLinkHops bounds checkLinkOwners' walk (the kernel's own limit is 40).
+const maxLinkHops = 40
+
+// checkLinkOwners refuses a path whose symlink, or a symlink its target
+// names in turn, is owned by another user than this process's or root:
+// whoever owns a link chooses the file it names, so the checks of the
+// file it ends at would only say that some file of root's or this user's
+// was picked, not that it is the one the setting meant. Each link is
+// resolved as written, relative to its directory; a link through a
+// symlinked directory component is not inspected itself (a Kubernetes
+// volume's ..data is root's). Errors reading a link are left to the
+// Stat that follows.
+func checkLinkOwners(path, kind string) error {
+	p := path
+	for range maxLinkHops {
+		li, err := os.Lstat(p)
+		if err != nil || li.Mode()&os.ModeSymlink == 0 {
+			return nil
+		}
+		if owner, ok := fileOwnerOK(li); !ok {
+			return fmt.Errorf("%w: %s %s: the symlink %s is owned by uid %d, not by this process's user (uid %d) or root, so that user chooses the file it names; name the file itself or chown -h the link", ErrUnsafeFile, kind, path, p, owner, os.Geteuid())
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return nil
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		p = target
+	}
+	return nil
 }
 
 // JWKS returns a JSON Web Key Set document publishing the Ed25519 public keys,
