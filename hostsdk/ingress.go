@@ -1010,7 +1010,9 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 // effect but reads: running it again changes nothing. A read over the
 // network declares read and external_network (every product adapter's
 // reads do); external_network alone says nothing of what the call does, so
-// it is not read-only, and neither is a capability without a contract. A
+// it is not read-only, and neither is a capability without a contract or
+// with no side effect listed (a connector that left its effects out may
+// write, and a failed result would invite a resend). A
 // connector whose result no answer can carry, or whose completed output
 // its output_schema refuses, has failed (CodeOutputInvalid) a read-only
 // capability, and left any other's outcome unknown; a Connector that reads
@@ -1019,7 +1021,7 @@ func ReadOnly(c *aip.Capability) bool {
 	if c.Contract == nil {
 		return false
 	}
-	read := len(c.Contract.SideEffects) == 0
+	read := false
 	for _, e := range c.Contract.SideEffects {
 		switch e {
 		case aip.EffectRead:

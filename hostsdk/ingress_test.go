@@ -694,3 +694,28 @@ func TestResultTooLargeToAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnly: only a contract whose side effects are read, with or
+// without external_network, is read-only. An empty list says nothing a
+// failed result could rely on: a connector that left its effects out may
+// write, and a failed result would invite sending its action again.
+func TestReadOnly(t *testing.T) {
+	for _, c := range []struct {
+		effects []aip.SideEffect
+		want    bool
+	}{
+		{[]aip.SideEffect{aip.EffectRead}, true},
+		{[]aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}, true},
+		{[]aip.SideEffect{aip.EffectExternalNetwork}, false},
+		{[]aip.SideEffect{aip.EffectRead, aip.EffectWrite}, false},
+		{[]aip.SideEffect{}, false},
+		{nil, false},
+	} {
+		if got := hostsdk.ReadOnly(&aip.Capability{ID: "x", Contract: &aip.CapabilityContract{SideEffects: c.effects}}); got != c.want {
+			t.Errorf("ReadOnly(side_effects %v) = %v, want %v", c.effects, got, c.want)
+		}
+	}
+	if hostsdk.ReadOnly(&aip.Capability{ID: "x"}) {
+		t.Error("ReadOnly of a capability without a contract = true")
+	}
+}
