@@ -97,7 +97,7 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 		if e.OccurredAt.IsZero() {
 			e.OccurredAt = aip.At(now)
 		} else if e.OccurredAt.Time.After(now.Add(aip.MaxEnvelopeSkew)) {
-			return "", invalidEvents("hostsdk: event %s: occurred_at %s is more than %s ahead of this host's clock", e.ID, e.OccurredAt, aip.MaxEnvelopeSkew)
+			return "", markErr(ErrInvalidEvents, markErr(ErrEventAhead, fmt.Errorf("hostsdk: event %s: occurred_at %s is more than %s ahead of this host's clock", e.ID, e.OccurredAt, aip.MaxEnvelopeSkew)))
 		}
 		if len(e.Data) > 0 {
 			var obj map[string]any
@@ -174,13 +174,21 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 // Errors of EventPublisher.Publish that a caller handling events for
 // someone else (an HTTP route, a queue consumer) tells apart with
 // errors.Is: ErrInvalidEvents — fix the batch, a retry gets the same
-// refusal; ErrNotServing and ErrEventOutboxFull — try again later.
+// refusal (but one also marked ErrEventAhead may be taken once this host's
+// clock is right); ErrNotServing and ErrEventOutboxFull — try again later.
 var (
 	// ErrInvalidEvents marks a batch Publish refuses for its content: an
 	// undeclared or undeliverable channel, a batch of 0 or more than
 	// MaxEventsPerBatch events, or an invalid event. The error's text says
 	// what to fix.
 	ErrInvalidEvents = errors.New("hostsdk: invalid event batch")
+	// ErrEventAhead marks, beside ErrInvalidEvents, an event whose
+	// occurred_at is more than aip.MaxEnvelopeSkew ahead of this host's
+	// clock: the event's time, or this host's clock, is wrong, and the
+	// same batch may be taken once the clock is right (a webhook route
+	// answers it as unavailable, to be delivered again, not as a delivery
+	// never to resend).
+	ErrEventAhead = errors.New("hostsdk: event ahead of this host's clock")
 	// ErrEventOutboxFull marks a batch refused because the outbox holds
 	// its maximum of pending batches (events are not being delivered).
 	ErrEventOutboxFull = errors.New("hostsdk: event outbox is full")

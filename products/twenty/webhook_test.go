@@ -284,16 +284,25 @@ func TestWebhookEventTooLarge(t *testing.T) {
 }
 
 // TestWebhookEventRefusedForGood: a signed delivery whose event the host
-// refuses for its content (hostsdk.ErrInvalidEvents: here an eventDate
-// more than aip.MaxEnvelopeSkew ahead of the host's clock) can never be
-// stored: it is a 400 webhook.invalid_delivery naming why, not a 503 that
-// has Twenty send the same delivery again and again.
+// refuses for its content (hostsdk.ErrInvalidEvents: here a NUL character,
+// which the fleet's event log cannot store) can never be stored: it is a
+// 400 webhook.invalid_delivery naming why, not a 503 that has Twenty send
+// the same delivery again and again. An eventDate more than
+// aip.MaxEnvelopeSkew ahead of the replica's clock is different: the
+// replica's clock may be the wrong one, so it is a 503 invalid_timestamp,
+// delivered again (refused for good, the event would be lost once the
+// clock is right). Neither is stored.
 func TestWebhookEventRefusedForGood(t *testing.T) {
 	e := newWebhookEnv(t)
-	ahead := time.Now().Add(aip.MaxEnvelopeSkew + time.Hour).UTC().Format(time.RFC3339)
-	status, code, raw := e.post(t, newDelivery(payloadJSON("person.created", workspace, webhookID, ahead), time.Now()), "")
-	if status != http.StatusBadRequest || code != webhook.CodeInvalidDelivery || !strings.Contains(string(raw), "occurred_at") {
+	nul := strings.Replace(payloadJSON("person.created", workspace, webhookID, time.Now().UTC().Format(time.RFC3339)), `"Ada"`, `"A\u0000da"`, 1)
+	status, code, raw := e.post(t, newDelivery(nul, time.Now()), "")
+	if status != http.StatusBadRequest || code != webhook.CodeInvalidDelivery || !strings.Contains(string(raw), "NUL") {
 		t.Fatalf("an event the host refuses: %d %s", status, raw)
+	}
+	ahead := time.Now().Add(aip.MaxEnvelopeSkew + time.Hour).UTC().Format(time.RFC3339)
+	status, code, raw = e.post(t, newDelivery(payloadJSON("person.created", workspace, webhookID, ahead), time.Now()), "")
+	if status != http.StatusServiceUnavailable || code != webhook.CodeInvalidTimestamp || !strings.Contains(string(raw), "clock") {
+		t.Fatalf("an event ahead of the replica's clock: %d %s", status, raw)
 	}
 	if got := e.outbox(t, 0); len(got) != 0 {
 		t.Fatalf("stored %v", got)

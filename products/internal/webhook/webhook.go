@@ -56,12 +56,19 @@ func Fail(w http.ResponseWriter, status int, code, message string) {
 // succeed: events the host refuses for their content
 // (hostsdk.ErrInvalidEvents) are 400 invalid_delivery, which a product
 // does not resend (a 503 would have it resend the same refused delivery
-// until it gives up); a replica that does not accept events now
+// until it gives up) — except an event time ahead of this replica's clock
+// (hostsdk.ErrEventAhead), 503 invalid_timestamp, since the replica's
+// clock may be the wrong one; a replica that does not accept events now
 // (draining: hostsdk.ErrNotServing) and a full outbox
 // (hostsdk.ErrEventOutboxFull) are 503, to be delivered again; anything
 // else is logged with route and answered 503.
 func PublishFailed(w http.ResponseWriter, log *slog.Logger, route string, err error) {
 	switch {
+	case errors.Is(err, hostsdk.ErrEventAhead):
+		// This replica's clock may be the one that is wrong: once it is
+		// right, the same delivery is taken.
+		log.Warn(route+": an event's time is ahead of this replica's clock; check the clock (NTP)", "error", err)
+		Fail(w, http.StatusServiceUnavailable, CodeInvalidTimestamp, "the event's time is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
 	case errors.Is(err, hostsdk.ErrInvalidEvents):
 		Fail(w, http.StatusBadRequest, CodeInvalidDelivery, "the delivery's events cannot be stored: "+err.Error())
 	case errors.Is(err, hostsdk.ErrNotServing):
