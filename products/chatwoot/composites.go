@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -193,7 +194,9 @@ func runConversationHandoff(ctx context.Context, c *Connector, call *hostsdk.Cal
 	// it finds: for an ID the account does not have, nobody, answering
 	// null.
 	if assignee == nil {
-		details, _ := json.Marshal(map[string]any{"assignment_applied": false, key + "_found": false})
+		// Nothing asked for was assigned, but the conversation's assignee
+		// (team) was cleared: details say both, not "applied: false" alone.
+		details, _ := json.Marshal(map[string]any{"assignment_applied": false, key + "_found": false, "cleared": strings.TrimSuffix(key, "_id")})
 		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
 			Error: &aip.ProtocolError{Code: CodeHandoffNotAssigned, Category: aip.CategoryPermanent, Retryable: new(false),
 				Message: fmt.Sprintf("Chatwoot did not assign conversation %d to %s %d: it answered null, as it does for a %s "+

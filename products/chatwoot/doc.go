@@ -41,7 +41,8 @@
 //     like message:create. Chatwoot assigns the agent (team) it finds in
 //     the account: for an ID it does not have it clears the assignee
 //     (team) and answers null, which is a failed result
-//     chatwoot.handoff_not_assigned saying so (no note is added); an
+//     chatwoot.handoff_not_assigned saying so (details: assignment_applied
+//     false, cleared "assignee" or "team"; no note is added); an
 //     answer naming another agent or team is outcome_unknown. A refused
 //     note after an applied assignment is
 //     a failed result chatwoot.handoff_note_failed whose message and

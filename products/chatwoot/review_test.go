@@ -134,15 +134,23 @@ func TestWebhookConversationIDOfCurrentPayloads(t *testing.T) {
 // the handoff asked for either, and what Chatwoot did is unknown.
 func TestHandoffToUnknownAssignee(t *testing.T) {
 	e := newEnv(t, nil)
-	for _, tc := range []struct{ input, key string }{
-		{`{"conversation_id":8,"assignee_id":999,"note":"over to you"}`, "POST /conversations/8/assignments"},
-		{`{"conversation_id":9,"team_id":999,"note":"over to you"}`, "POST /conversations/9/assignments"},
+	for _, tc := range []struct{ input, key, cleared string }{
+		{`{"conversation_id":8,"assignee_id":999,"note":"over to you"}`, "POST /conversations/8/assignments", "assignee"},
+		{`{"conversation_id":9,"team_id":999,"note":"over to you"}`, "POST /conversations/9/assignments", "team"},
 	} {
 		e.mock.setFault(tc.key, fault{200, `null`})
 		res := e.Result(t, hostsdktest.NewAction(CapConversationHandoff, tc.input))
 		if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != CodeHandoffNotAssigned ||
 			!strings.Contains(res.Error.Message, "999") || !strings.Contains(res.Error.Message, "(applied)") {
 			t.Errorf("%s answered null: %s %+v; want failed %s naming the ID and what Chatwoot did", tc.input, res.Status, res.Error, CodeHandoffNotAssigned)
+		}
+		// The details say what Chatwoot did too: the assignee (team) is
+		// cleared, though nothing asked for was assigned.
+		if res.Error != nil {
+			var d map[string]any
+			if err := json.Unmarshal(res.Error.Details, &d); err != nil || d["assignment_applied"] != false || d["cleared"] != tc.cleared {
+				t.Errorf("%s: details %s; want assignment_applied false and what was cleared", tc.input, res.Error.Details)
+			}
 		}
 	}
 	if n := e.mock.count("POST /conversations/8/messages") + e.mock.count("POST /conversations/9/messages"); n != 0 {
