@@ -228,7 +228,7 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 // when it starts, then debug until the registry decides a request again —
 // a lease, an offline state or a rejection by its rules — which is logged
 // at info), rejected (info), a heartbeat that took its replica offline as
-// unhealthy (warn, outcome=unhealthy), a lease renewed by a heartbeat
+// unhealthy (a transition at warn, outcome=unhealthy), a lease renewed by a heartbeat
 // (debug: the hot path, so nothing is built unless debug is on) or any
 // other transition (info).
 func (s *Service) logAnswer(a *answer) {
@@ -245,7 +245,9 @@ func (s *Service) logAnswer(a *answer) {
 	case a.outcome.Status == aip.OutcomeRejected:
 		kind, level, msg = rejected, slog.LevelInfo, "lifecycle request rejected"
 	case a.unhealthy:
-		level, msg = slog.LevelWarn, "replica offline: its heartbeat said the connector is not ready (read the replica's /ready)"
+		// The message stays "lifecycle transition" (what log searches and
+		// the test fleets look for); the level and outcome say it.
+		level = slog.LevelWarn
 	case a.op == aip.OpHeartbeat && a.outcome.Lease != nil && a.outcome.Lease.ExpiresAt.After(s.cfg.Now()):
 		kind, level, msg = renewed, slog.LevelDebug, "lease renewed"
 	}
@@ -288,6 +290,7 @@ func (s *Service) logAnswer(a *answer) {
 		outcome := string(a.outcome.Status)
 		if a.unhealthy {
 			outcome = outcomeUnhealthy
+			attrs = append(attrs, slog.String("detail", "the heartbeat said the connector is not ready: the replica is offline until it reports ready again; read its /ready"))
 		}
 		attrs = append(attrs, slog.String("outcome", outcome), slog.Bool("replayed", a.replayed))
 	}
