@@ -717,7 +717,15 @@ func TestMCPProgressKeepsTheLatest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	<-sent // a slow reader: nothing is read until the server sent everything
+	// A slow reader: nothing is read until the server sent everything, or
+	// for 3 s. Not longer: a receiver that takes no line for the answer
+	// write deadline (at least 10 s) has stopped reading, and the host
+	// cuts the stream off (under -race on a loaded machine the 20000
+	// notifications can take that long, and the test read a cut line).
+	select {
+	case <-sent:
+	case <-time.After(3 * time.Second):
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, aip.MaxMessageBytes)
 	var last *aip.StreamChunk
