@@ -623,17 +623,33 @@ func (l *Local) result(actionID string, r *localResult) (*aip.ActionResult, erro
 }
 
 // readStream reads NDJSON lines: chunks, then exactly one result line. A
-// stream that ends without a result leaves the outcome unknown.
+// stream that ends without a result leaves the outcome unknown. A stream
+// that breaks the protocol (a line over the limit, one that is not a chunk
+// or result, too many chunks or empty lines) leaves it unknown too, but
+// for a read-only capability (hostsdk.ReadOnly), which changed nothing: its
+// action fails with connector_host.output_invalid, as a read's result too
+// large to answer does.
 func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.Reader, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	limit := max(l.cfg.MaxResultBytes, int64(l.cfg.MaxChunkBytes))
 	br := bufio.NewReaderSize(body, 64<<10)
 	n, blank := 0, 0
 	forward := chunks != nil
+	broken := func(format string, args ...any) error {
+		msg := fmt.Sprintf(format, args...)
+		if hostsdk.ReadOnly(call.Capability) {
+			return aip.NewProtocolError(hostsdk.CodeOutputInvalid, aip.CategoryConnector, false, 0,
+				aip.TruncateUTF8("the connector's stream is not usable: "+msg+"; the read changed nothing", aip.MaxErrorMessageBytes))
+		}
+		return fmt.Errorf("%w: %s", hostsdk.ErrOutcomeUnknown, msg)
+	}
 	for {
 		line, err := readLine(br, int(limit))
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			switch {
+			case errors.Is(err, io.EOF):
 				return nil, fmt.Errorf("%w: the connector's stream ended without a result line (did it crash?)", hostsdk.ErrOutcomeUnknown)
+			case errors.Is(err, errLineTooLong):
+				return nil, broken("%v", err)
 			}
 			return nil, l.readError(reqCtx, err)
 		}
@@ -642,7 +658,7 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 			// only newlines would otherwise hold the action until its
 			// deadline.
 			if blank++; blank > l.cfg.MaxChunks {
-				return nil, fmt.Errorf("%w: the connector sent more than %d empty lines in its stream", hostsdk.ErrOutcomeUnknown, l.cfg.MaxChunks)
+				return nil, broken("the connector sent more than %d empty lines in its stream", l.cfg.MaxChunks)
 			}
 			continue
 		}
@@ -651,17 +667,17 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 			if err == nil {
 				err = errors.New(`want exactly one of "chunk" and "result"`)
 			}
-			return nil, fmt.Errorf("%w: stream line %d is not a chunk or result: %v", hostsdk.ErrOutcomeUnknown, n+1, err)
+			return nil, broken("stream line %d is not a chunk or result: %v", n+1, err)
 		}
 		if ln.Result != nil {
 			return l.result(call.Action.ID, ln.Result)
 		}
 		if len(line) > l.cfg.MaxChunkBytes {
-			return nil, fmt.Errorf("%w: a chunk of %d bytes exceeds the %d-byte limit", hostsdk.ErrOutcomeUnknown, len(line), l.cfg.MaxChunkBytes)
+			return nil, broken("a chunk of %d bytes exceeds the %d-byte limit", len(line), l.cfg.MaxChunkBytes)
 		}
 		n++
 		if n > l.cfg.MaxChunks {
-			return nil, fmt.Errorf("%w: the connector sent more than %d chunks", hostsdk.ErrOutcomeUnknown, l.cfg.MaxChunks)
+			return nil, broken("the connector sent more than %d chunks", l.cfg.MaxChunks)
 		}
 		if !forward {
 			continue
@@ -683,13 +699,16 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 	}
 }
 
+// errLineTooLong is readLine's error for a line over its limit.
+var errLineTooLong = errors.New("a stream line is too long")
+
 // readLine reads one line of at most limit bytes (without the newline).
 func readLine(br *bufio.Reader, limit int) ([]byte, error) {
 	var buf []byte
 	for {
 		frag, err := br.ReadSlice('\n')
 		if len(buf)+len(frag) > limit+1 {
-			return nil, fmt.Errorf("a stream line exceeds %d bytes", limit)
+			return nil, fmt.Errorf("%w: more than %d bytes", errLineTooLong, limit)
 		}
 		buf = append(buf, frag...)
 		switch {

@@ -684,3 +684,45 @@ func TestLocalResultTooLargeOfARead(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalBrokenStreamOfARead: a local connector's stream that breaks the
+// protocol (here more chunks than MaxChunks) leaves a write's outcome
+// unknown, but a read-only capability's action fails with output_invalid:
+// the read changed nothing, so the caller may ask again, and the
+// dispatcher does not count it against the replica as an unknown outcome.
+func TestLocalBrokenStreamOfARead(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		effects []aip.SideEffect
+	}{{"read", []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}}, {"write", []aip.SideEffect{aip.EffectWrite}}} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeConnector()
+			f.token = "s3cret"
+			m := fakeManifest("")
+			for i := range m.Capabilities {
+				if m.Capabilities[i].ID == "echo.stream" {
+					m.Capabilities[i].Contract.SideEffects = c.effects
+				}
+			}
+			f.manifest.Store(m)
+			sock, _ := serveFake(t, f)
+			r := startReplica(t, func(cfg *Config) {
+				cfg.Local = LocalConfig{Socket: sock, Token: "s3cret", MaxChunks: 2}
+			})
+			a := act("echo.stream", `{"message":"tick","chunks":4}`)
+			a.Mode = aip.ModeStreaming
+			resp := must(r.d.Act(ctxT(t), r.target, a))
+			if c.name == "write" {
+				if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+					t.Fatalf("HTTP %d %s; want outcome_unknown", resp.Status, resp.Raw)
+				}
+				return
+			}
+			res, err := resp.Result()
+			if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeOutputInvalid ||
+				!strings.Contains(res.Error.Message, "more than 2 chunks") || !strings.Contains(res.Error.Message, "changed nothing") {
+				t.Fatalf("HTTP %d %s (%v); want a failed result output_invalid naming the broken stream", resp.Status, resp.Raw, err)
+			}
+		})
+	}
+}
