@@ -729,20 +729,17 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		case err != nil:
 			status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result cannot be encoded: "+err.Error(), nil
 		default:
-			if err := carriable(raw); err != nil && ReadOnly(cap.cap) {
-				// A read changed nothing: the caller is told it failed
-				// and can ask for less (a smaller page, fewer fields).
-				msg := aip.TruncateUTF8("the connector's result "+err.Error()+"; ask for less (a smaller page, fewer fields)", aip.MaxErrorMessageBytes)
-				result = &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed,
-					Error: aip.NewProtocolError(CodeOutputInvalid, aip.CategoryConnector, false, 0, msg)}
-				status, detail = aip.StateFailed, msg
-				raw, _ = json.Marshal(result)
-			} else if err != nil {
+			if err := carriable(raw); err != nil {
 				// No answer could carry it (nor a retry's, nor a status
 				// query's): the caller cannot learn what the action did,
 				// and the journal would refuse one it cannot digest,
 				// leaving the action running until a restart.
-				status, result, detail, raw = aip.StateOutcomeUnknown, nil, "the connector's result "+err.Error(), nil
+				status, result, detail = h.settle(ra.ctx, a, cap, nil,
+					UnusableResult(cap.cap, "the connector's result "+err.Error()), nil)
+				raw = nil
+				if result != nil {
+					raw, _ = json.Marshal(result)
+				}
 			}
 		}
 	}
@@ -991,19 +988,30 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 	r.Receipt = nil
 	if r.Status == aip.ResultCompleted && cap.output != nil && len(r.Output) > 0 {
 		if err := validateJSON(cap.output, r.Output); err != nil {
-			msg := "the connector's output does not match the output_schema of " + a.CapabilityID + ": " + err.Error()
-			if !ReadOnly(cap.cap) {
-				// The connector says the action completed: its effect
-				// happened, so a failed result (which invites a resend)
-				// would be wrong, and a completed one would break the
-				// schema the caller relies on.
-				return aip.StateOutcomeUnknown, nil, "the connector reported the action completed, so its effect happened, but " + msg +
-					"; the output is not kept: check the effect before sending the action again"
-			}
-			return failed(CodeOutputInvalid, aip.CategoryConnector, msg)
+			// The connector says the action completed: for anything but a
+			// read its effect happened, so a failed result (which invites
+			// a resend) would be wrong, and a completed one would break
+			// the schema the caller relies on.
+			return h.settle(actx, a, cap, nil, UnusableResult(cap.cap, "the connector reported the action completed, but its output does not match the output_schema of "+
+				a.CapabilityID+": "+err.Error()+"; the output is not kept: check the effect before sending the action again"), nil)
 		}
 	}
 	return stateOf(r.Status), &r, ""
+}
+
+// UnusableResult is the error a connector returns (and the host records)
+// when what the connector produced for an action cannot be used: a result
+// no answer can carry, a broken stream, a completed output its
+// output_schema refuses. problem says what is wrong. For a read-only
+// capability (ReadOnly) it is a *aip.ProtocolError CodeOutputInvalid, a
+// failed result, since the read changed nothing; for any other an error
+// wrapping ErrOutcomeUnknown, since the effect may have happened.
+func UnusableResult(c *aip.Capability, problem string) error {
+	if ReadOnly(c) {
+		return aip.NewProtocolError(CodeOutputInvalid, aip.CategoryConnector, false, 0,
+			aip.TruncateUTF8(problem+"; the read changed nothing: ask for less (a smaller page, fewer fields) if it was too much, else send it again", aip.MaxErrorMessageBytes))
+	}
+	return fmt.Errorf("%w: %s", ErrOutcomeUnknown, problem)
 }
 
 // ReadOnly reports whether a capability's contract declares no side
@@ -1012,11 +1020,8 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 // reads do); external_network alone says nothing of what the call does, so
 // it is not read-only, and neither is a capability without a contract or
 // with no side effect listed (a connector that left its effects out may
-// write, and a failed result would invite a resend). A
-// connector whose result no answer can carry, or whose completed output
-// its output_schema refuses, has failed (CodeOutputInvalid) a read-only
-// capability, and left any other's outcome unknown; a Connector that reads
-// a result from elsewhere (the sidecar) decides the same way.
+// write, and a failed result would invite a resend). UnusableResult
+// decides with it.
 func ReadOnly(c *aip.Capability) bool {
 	if c.Contract == nil {
 		return false

@@ -564,12 +564,8 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		return l.readStream(reqCtx, call, resp.Body, chunks)
 	case resp.StatusCode == http.StatusOK:
 		raw, err := readLimited(resp.Body, l.cfg.MaxResultBytes)
-		if errors.Is(err, errBodyTooLarge) && hostsdk.ReadOnly(call.Capability) {
-			// A read changed nothing: the caller is told it failed and
-			// can ask for less, as the host tells it of a Go
-			// connector's result too large to answer.
-			return nil, aip.NewProtocolError(hostsdk.CodeOutputInvalid, aip.CategoryConnector, false, 0,
-				fmt.Sprintf("the connector's result is larger than the %d bytes the sidecar takes; ask for less (a smaller page, fewer fields)", l.cfg.MaxResultBytes))
+		if errors.Is(err, errBodyTooLarge) {
+			return nil, hostsdk.UnusableResult(call.Capability, fmt.Sprintf("the connector's result is larger than the %d bytes the sidecar takes", l.cfg.MaxResultBytes))
 		}
 		if err != nil {
 			return nil, l.readError(reqCtx, err)
@@ -626,21 +622,16 @@ func (l *Local) result(actionID string, r *localResult) (*aip.ActionResult, erro
 // stream that ends without a result leaves the outcome unknown. A stream
 // that breaks the protocol (a line over the limit, one that is not a chunk
 // or result, too many chunks or empty lines) leaves it unknown too, but
-// for a read-only capability (hostsdk.ReadOnly), which changed nothing: its
-// action fails with connector_host.output_invalid, as a read's result too
-// large to answer does.
+// for a read-only capability, which changed nothing: its action fails with
+// connector_host.output_invalid (hostsdk.UnusableResult), as a read's
+// result too large to answer does.
 func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.Reader, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	limit := max(l.cfg.MaxResultBytes, int64(l.cfg.MaxChunkBytes))
 	br := bufio.NewReaderSize(body, 64<<10)
 	n, blank := 0, 0
 	forward := chunks != nil
 	broken := func(format string, args ...any) error {
-		msg := fmt.Sprintf(format, args...)
-		if hostsdk.ReadOnly(call.Capability) {
-			return aip.NewProtocolError(hostsdk.CodeOutputInvalid, aip.CategoryConnector, false, 0,
-				aip.TruncateUTF8("the connector's stream is not usable: "+msg+"; the read changed nothing", aip.MaxErrorMessageBytes))
-		}
-		return fmt.Errorf("%w: %s", hostsdk.ErrOutcomeUnknown, msg)
+		return hostsdk.UnusableResult(call.Capability, "the connector's stream is not usable: "+fmt.Sprintf(format, args...))
 	}
 	for {
 		line, err := readLine(br, int(limit))

@@ -659,15 +659,7 @@ func TestLocalResultTooLargeOfARead(t *testing.T) {
 		effects []aip.SideEffect
 	}{{"read", []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}}, {"write", []aip.SideEffect{aip.EffectWrite}}} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFakeConnector()
-			f.token = "s3cret"
-			m := fakeManifest("")
-			m.Capabilities[0].Contract.SideEffects = c.effects // echo.say
-			f.manifest.Store(m)
-			sock, _ := serveFake(t, f)
-			r := startReplica(t, func(cfg *Config) {
-				cfg.Local = LocalConfig{Socket: sock, Token: "s3cret", MaxResultBytes: 1024}
-			})
+			r := localReplicaWithEffects(t, "echo.say", c.effects, LocalConfig{MaxResultBytes: 1024})
 			a := act("echo.say", `{"message":"`+strings.Repeat("x", 2000)+`"}`)
 			resp := must(r.d.Act(ctxT(t), r.target, a))
 			if c.name == "write" {
@@ -696,19 +688,7 @@ func TestLocalBrokenStreamOfARead(t *testing.T) {
 		effects []aip.SideEffect
 	}{{"read", []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}}, {"write", []aip.SideEffect{aip.EffectWrite}}} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFakeConnector()
-			f.token = "s3cret"
-			m := fakeManifest("")
-			for i := range m.Capabilities {
-				if m.Capabilities[i].ID == "echo.stream" {
-					m.Capabilities[i].Contract.SideEffects = c.effects
-				}
-			}
-			f.manifest.Store(m)
-			sock, _ := serveFake(t, f)
-			r := startReplica(t, func(cfg *Config) {
-				cfg.Local = LocalConfig{Socket: sock, Token: "s3cret", MaxChunks: 2}
-			})
+			r := localReplicaWithEffects(t, "echo.stream", c.effects, LocalConfig{MaxChunks: 2})
 			a := act("echo.stream", `{"message":"tick","chunks":4}`)
 			a.Mode = aip.ModeStreaming
 			resp := must(r.d.Act(ctxT(t), r.target, a))
@@ -725,4 +705,26 @@ func TestLocalBrokenStreamOfARead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// localReplicaWithEffects starts a fake connector whose capability capID
+// declares effects, and a sidecar attached to it with lc's limits.
+func localReplicaWithEffects(t *testing.T, capID string, effects []aip.SideEffect, lc LocalConfig) *replica {
+	t.Helper()
+	f := newFakeConnector()
+	f.token = "s3cret"
+	m := fakeManifest("")
+	found := false
+	for i := range m.Capabilities {
+		if m.Capabilities[i].ID == capID {
+			m.Capabilities[i].Contract.SideEffects, found = effects, true
+		}
+	}
+	if !found {
+		t.Fatalf("the fake manifest has no %s", capID)
+	}
+	f.manifest.Store(m)
+	sock, _ := serveFake(t, f)
+	lc.Socket, lc.Token = sock, "s3cret"
+	return startReplica(t, func(cfg *Config) { cfg.Local = lc })
 }
