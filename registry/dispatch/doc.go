@@ -36,7 +36,11 @@
 // connection, an unsigned or garbled answer, an answer for another action —
 // settles outcome_unknown, and the route stays pinned: retrying the action
 // ID returns to the same replica, whose journal answers without running it
-// again. A settlement the registry did not confirm (a storage failure or a
+// again. A hop that never got a connection to the replica (a refused or
+// timed-out dial: net/http writes nothing before it has one) settles
+// outcome_unknown too, counting toward the replica's circuit, but the
+// client is told that nothing of its request was delivered
+// (dispatch.replica_unreachable, 503, retryable). A settlement the registry did not confirm (a storage failure or a
 // timeout) is retried in the background for Config.SettleRetryTimeout;
 // Run's shutdown waits for those retries within ShutdownTimeout, and Close
 // gives them up. A reservation no dispatcher settled (one crashed, or its

@@ -212,6 +212,18 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 			fmt.Sprintf("the action was not sent to replica %s: %v", a.ReplicaID, h.err))
 		resp.Error = e.pe
 		return registry.SettlementCancelled, e.status
+	case h.env == nil && h.unreachable:
+		// Nothing of this request reached the replica, so the client may
+		// learn so; the settlement is still outcome_unknown: a replica
+		// that cannot be reached is the failure its circuit counts, and a
+		// delivery of the same action before this one (an earlier attempt,
+		// another dispatcher) may have reached it.
+		e := newAPIError(http.StatusServiceUnavailable, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
+			fmt.Sprintf("the action was not delivered: no connection to replica %s could be made (%v), so nothing of this request reached it; it stays pinned there: send the same action ID again once the replica is back, or GET %s/%s",
+				a.ReplicaID, h.err, PathActions, a.ActionID))
+		withDetails(e, map[string]string{"action_id": a.ActionID, "replica_id": a.ReplicaID})
+		resp.Error = e.pe
+		return registry.SettlementOutcomeUnknown, e.status
 	case h.env == nil && h.timedOut:
 		return unknown(http.StatusGatewayTimeout, CodeTimeout, "no answer before the action's timeout")
 	case h.env == nil:

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -49,6 +51,14 @@ type hop struct {
 	// leave (no native profile, no signature, no request): nothing reached
 	// the replica.
 	notSent bool
+	// unreachable is set when the request failed before the transport had
+	// a connection to the replica (a refused or timed-out dial, a failed
+	// TLS handshake, an unresolvable name): net/http writes nothing of a
+	// request before its httptrace GotConn, and a resend on a pooled
+	// connection that turned out closed (the Idempotency-Key below) comes
+	// after a GotConn, so no attempt can have reached the replica. Set
+	// only for the dispatcher's own kind of transport (tracesDials).
+	unreachable bool
 }
 
 // refusal returns the replica's signed refusal, or nil.
@@ -120,7 +130,9 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 		return h
 	}
 	h.request = raw
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.Endpoint, bytes.NewReader(raw))
+	var connected atomic.Bool
+	rctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, a.Endpoint, bytes.NewReader(raw))
 	if err != nil {
 		h.err, h.notSent = fmt.Errorf("dispatch: replica %s endpoint %q: %w", a.ReplicaID, a.Endpoint, err), true
 		return h
@@ -135,6 +147,7 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 	resp, err := d.client.Do(req)
 	if err != nil {
 		h.err, h.timedOut = err, errors.Is(ctx.Err(), context.DeadlineExceeded)
+		h.unreachable = d.tracesDials && !connected.Load()
 		return h
 	}
 	defer resp.Body.Close()

@@ -1,0 +1,106 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
+)
+
+// roundTripFunc is an http.RoundTripper of a test's own.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestUnreachableReplica: a hop that never got a connection to the replica
+// (a refused dial: the replica crashed; a dial that hangs: its machine is
+// gone) delivered nothing, and the client is told so — 503
+// dispatch.replica_unreachable, retryable, not "outcome unknown". The
+// settlement stays outcome_unknown (the failure counts toward the replica's
+// circuit; an earlier delivery may have reached it) and the route stays
+// pinned. A RoundTripper that is not net/http's own may have sent bytes
+// its own way: its failures stay outcome_unknown.
+func TestUnreachableReplica(t *testing.T) {
+	closedPort := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		must(t, err)
+		addr := ln.Addr().String()
+		must(t, ln.Close())
+		return "http://" + addr + aip.MessagesPath
+	}
+	// net/http goes on dialing after the request gave up (the connection
+	// could serve another): the hanging dial ends when the test does.
+	dialsEnd := make(chan struct{})
+	t.Cleanup(func() { close(dialsEnd) })
+	hangingDial := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-dialsEnd:
+			return nil, errors.New("the test ended")
+		}
+	}}}
+	foreign := &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return nil, errors.New("the foreign transport lost the connection")
+	})}
+	cases := []struct {
+		name   string
+		client *http.Client
+		status int
+		code   string
+	}{
+		{"refused dial", nil, http.StatusServiceUnavailable, dispatch.CodeReplicaUnreachable},
+		{"dial hangs past the timeout", hangingDial, http.StatusServiceUnavailable, dispatch.CodeReplicaUnreachable},
+		{"foreign transport", foreign, http.StatusBadGateway, dispatch.CodeOutcomeUnknown},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, worldOptions{client: c.client, cfg: func(c *dispatch.Config) { c.HopSlack = time.Millisecond }})
+			key, _ := aip.GenerateSigningKey()
+			id := aip.NewID(aip.PrefixReplica)
+			must(t, w.reg.PutReplica(w.ctx, registry.ConnectorReplica{
+				ID: id, InstanceID: w.instanceID, VersionID: w.versionID, Endpoint: closedPort(t),
+				PeerPrincipalID: "agent:dispatch-test", PeerPrincipalKind: aip.PrincipalAgent, PeerDID: key.DID(),
+				TrustDomain: hostsdktest.TrustDomain, TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(),
+				Status: aip.ReplicaReady, LeaseExpiresAt: time.Now().Add(time.Hour), Capacity: 4, HealthRevision: 1,
+			}))
+			timeout := uint64(300)
+			req := dispatch.ActionRequest{CapabilityID: capSay, Input: say("x", ""), TimeoutMS: &timeout}
+			status, resp := w.act(req)
+			if status != c.status || resp.Error == nil || resp.Error.Code != c.code || resp.Error.Retryable == nil || !*resp.Error.Retryable {
+				t.Fatalf("answer %d %+v, want %d %s (retryable)", status, resp.Error, c.status, c.code)
+			}
+			if resp.Settlement != registry.SettlementOutcomeUnknown || resp.Route.ReplicaID != id || len(resp.Route.Reroutes) != 0 {
+				t.Fatalf("settlement %q route %+v", resp.Settlement, resp.Route)
+			}
+			rep, err := w.reg.ConnectorReplica(w.ctx, id)
+			must(t, err)
+			if rep.Circuit.ConsecutiveFailures != 1 {
+				t.Fatalf("circuit %+v: the failure did not count", rep.Circuit)
+			}
+			res, err := w.reg.Reservation(w.ctx, resp.ActionID)
+			must(t, err)
+			if res.Reserved || res.LastSettlement != registry.SettlementOutcomeUnknown {
+				t.Fatalf("reservation %+v", res)
+			}
+			// The action stays pinned: a retry goes to the same replica
+			// under the same fence, even with a healthy one beside it.
+			w.startHost(8, 8)
+			req.ActionID = resp.ActionID
+			_, again := w.act(req)
+			if again.Route.FenceToken != resp.Route.FenceToken || again.Error == nil || again.Error.Code != c.code {
+				t.Fatalf("retry answered %+v on %+v", again.Error, again.Route)
+			}
+			if runs := w.counter.runs(resp.ActionID); len(runs) != 0 {
+				t.Fatalf("the action ran on %v", runs)
+			}
+		})
+	}
+}
