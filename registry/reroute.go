@@ -26,6 +26,12 @@ import (
 //     and came back) may have sent another envelope that the refusal says
 //     nothing about, so it pins the route for good.
 //
+// The second ground is an assignment that no envelope ever left under:
+// its only hand-out's holder (the dispatcher whose Resolve or Reroute made
+// it, proved by that hand-out's claim, RouteRequest.Claim) never got a
+// connection to the replica, so nothing under the fence exists anywhere
+// to run later (RerouteRequest.Unsent).
+//
 // Every other failure (a timeout, a connection reset after sending, an
 // unsigned answer, an unknown outcome) never reroutes.
 
@@ -89,8 +95,18 @@ type RerouteRequest struct {
 	// Current is the assignment the refused envelope carried; it must be
 	// the action's current assignment, exactly (else ErrFenceLost).
 	Current RouteAssignment `json:"current"`
-	// Evidence proves the refusal (CheckRefusal).
+	// Evidence proves the refusal (CheckRefusal). Empty when Unsent is
+	// given.
 	Evidence RefusalEvidence `json:"evidence"`
+	// Unsent, instead of Evidence, is the claim (RouteRequest.Claim) of
+	// Current's hand-out, presented by the dispatcher that holds it when
+	// no attempt to send the action under it ever reached the replica (no
+	// connection could be made): no envelope exists under the fence. The
+	// registry requires, atomically with the rest, that the action's last
+	// hand-out carries this claim and is Current's (ErrEvidence
+	// otherwise). The dispatcher settles Current (outcome_unknown, which
+	// counts toward the unreachable replica's circuit) before it asks.
+	Unsent string `json:"unsent,omitempty"`
 	// Topology is the deployment's placement preference, as for a new
 	// route.
 	Topology RouteTopologyPreference `json:"topology"`
@@ -102,12 +118,13 @@ type RerouteRequest struct {
 // Rerouter is the contract of the provably-not-started reroute. Both
 // backends implement it, and registrytest holds them to the same behaviour.
 type Rerouter interface {
-	// Reroute checks the evidence with CheckRefusal, then in one atomic
-	// step: requires req.Current to be the action's current assignment
+	// Reroute checks the grounds with CheckRerouteGrounds, then in one
+	// atomic step: requires req.Current to be the action's current assignment
 	// (ErrFenceLost otherwise; ErrNotFound for an unknown action) and to
 	// have been handed out exactly once (ErrRerouteUnsafe otherwise), and
 	// the action's history to hold fewer than MaxRouteHistory assignments
-	// (ErrConflict otherwise); releases the current reservation if it is
+	// (ErrConflict otherwise) and, for req.Unsent, its last hand-out to be
+	// Current's and carry that claim (UnsentHolder; ErrEvidence otherwise); releases the current reservation if it is
 	// still held (last settlement cancelled, circuit unchanged); selects a
 	// replica exactly as a new route does (same filters, CompareCandidates
 	// order, req.Topology) but never the refusing replica; reserves the
@@ -124,8 +141,46 @@ type Rerouter interface {
 	RouteHistory(ctx context.Context, actionID string) ([]RouteAssignment, error)
 }
 
-// CheckRefusal is the evidence check every backend applies before a
-// reroute; it holds no state. It verifies that:
+// CheckRerouteGrounds is the check every backend applies before a reroute;
+// it holds no state. A request gives exactly one ground: the refusal
+// evidence (CheckRefusal) or the Unsent claim, which must be a valid claim
+// (the backend then checks it against the stored hand-out with
+// UnsentHolder). Every failure matches ErrEvidence.
+func CheckRerouteGrounds(req *RerouteRequest) error {
+	a := &req.Current
+	if req.Unsent == "" {
+		_, err := CheckRefusal(a, &req.Evidence)
+		return err
+	}
+	switch {
+	case len(req.Evidence.Request) != 0 || len(req.Evidence.Response) != 0:
+		return fmt.Errorf("%w: action %s fence %s: give either the refusal evidence or the unsent claim, not both", ErrEvidence, a.ActionID, a.FenceToken)
+	case !ValidClaim(req.Unsent):
+		return fmt.Errorf("%w: action %s fence %s: the unsent claim %q must be 1 to %d letters, digits, '_' or '-'", ErrEvidence, a.ActionID, a.FenceToken, truncate(req.Unsent), MaxClaimBytes)
+	}
+	return nil
+}
+
+// UnsentHolder is the stored-state check of a reroute on the Unsent
+// ground: nil when the action's last hand-out (number last, its claim
+// lastClaim, the claim's hand-out number claimHandOut) is the presented
+// assignment's and carries the presented claim, else an ErrEvidence. A
+// backend calls it under the lock that orders the reroute with every
+// Resolve of the action, after the hand-out-once check.
+func UnsentHolder(req *RerouteRequest, lastClaim string, claimHandOut, last uint64) error {
+	a := &req.Current
+	if req.Unsent == "" {
+		return nil
+	}
+	if lastClaim != req.Unsent || claimHandOut != last || last != a.HandOut {
+		return fmt.Errorf("%w: action %s fence %s: the unsent claim is not that of the assignment's hand-out, so the caller cannot vouch that nothing was sent under it; it stays pinned",
+			ErrEvidence, a.ActionID, a.FenceToken)
+	}
+	return nil
+}
+
+// CheckRefusal is the evidence check of a reroute on a replica's signed
+// refusal; it holds no state. It verifies that:
 //
 //   - the response is a native envelope signed by the assignment's peer DID,
 //     from the assignment's peer principal, with an error body whose code is

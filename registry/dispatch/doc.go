@@ -38,9 +38,12 @@
 // ID returns to the same replica, whose journal answers without running it
 // again. A hop that never got a connection to the replica (a refused or
 // timed-out dial: net/http writes nothing before it has one) settles
-// outcome_unknown too, counting toward the replica's circuit, but the
-// client is told that nothing of its request was delivered
-// (dispatch.replica_unreachable, 503, retryable). A settlement the registry did not confirm (a storage failure or a
+// outcome_unknown too, counting toward the replica's circuit; when this
+// request held the assignment's only hand-out (its claim), nothing exists
+// under the fence to run later and the action moves to another replica
+// (registry.RerouteRequest.Unsent); otherwise the client is told that
+// nothing of its request was delivered (dispatch.replica_unreachable, 503,
+// retryable). A settlement the registry did not confirm (a storage failure or a
 // timeout) is retried in the background for Config.SettleRetryTimeout;
 // Run's shutdown waits for those retries within ShutdownTimeout, and Close
 // gives them up. A reservation no dispatcher settled (one crashed, or its

@@ -131,7 +131,7 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	}
 	wctx := context.WithoutCancel(ctx)
 
-	a, err := d.resolve(wctx, tenant, req)
+	a, claim, err := d.resolve(wctx, tenant, req)
 	if err != nil {
 		return fail(registryError(err))
 	}
@@ -147,6 +147,10 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 	pmode := &mode // the route's original_mode
 	var h *hop
 	var reroutes []RerouteFact
+	// settled is set once the current assignment was settled before its
+	// reroute was tried (a hop that never reached the replica), so it is
+	// not settled again.
+	var settled *registry.RouteSettlement
 	for {
 		// Each hop waits for the replica's answer the action's timeout plus
 		// the slack from when its envelope leaves, the bound the envelope
@@ -158,22 +162,46 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		cancelHop()
 		d.m.stage("hop", hopStart)
 		pe := h.refusal()
-		if pe == nil || d.deps.Rerouter == nil || len(reroutes) >= d.cfg.MaxReroutes {
+		unsent := pe == nil && h.env == nil && h.unreachable && claim != ""
+		if (pe == nil && !unsent) || d.deps.Rerouter == nil || len(reroutes) >= d.cfg.MaxReroutes {
 			break
 		}
-		next, err := d.reroute(wctx, &a, h)
+		code := CodeReplicaUnreachable
+		if unsent {
+			// Nothing was ever sent under this assignment, which only this
+			// request holds (its claim): settle it first, so the
+			// unreachable replica's circuit counts the failure, then move
+			// the action (docs/routing.md, "Never delivered").
+			s := registry.SettlementOutcomeUnknown
+			if err := d.settle(wctx, &a, s); err != nil {
+				d.retrySettle(a, s, err)
+				settled = new(registry.RouteSettlement)
+				break
+			}
+			settled = &s
+		} else {
+			code = pe.Code
+		}
+		next, nextClaim, err := d.reroute(wctx, &a, h, claim)
 		if err != nil {
-			d.log.Info("refusal not rerouted", "action_id", a.ActionID, "replica_id", a.ReplicaID, "code", pe.Code, "reason", err)
+			d.log.Info("refusal not rerouted", "action_id", a.ActionID, "replica_id", a.ReplicaID, "code", code, "reason", err)
 			break
 		}
-		d.log.Info("rerouted", "action_id", a.ActionID, "from_replica_id", a.ReplicaID, "to_replica_id", next.ReplicaID, "code", pe.Code)
-		reroutes = append(reroutes, RerouteFact{FromReplicaID: a.ReplicaID, FromFenceToken: a.FenceToken, RefusalCode: pe.Code})
-		a = next
+		d.log.Info("rerouted", "action_id", a.ActionID, "from_replica_id", a.ReplicaID, "to_replica_id", next.ReplicaID, "code", code)
+		reroutes = append(reroutes, RerouteFact{FromReplicaID: a.ReplicaID, FromFenceToken: a.FenceToken, RefusalCode: code})
+		a, claim, settled = next, nextClaim, nil
 		resp.Route = factsOf(&a)
 		resp.Route.Reroutes = reroutes
 		span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID))
 	}
 	settlement, status := d.classify(&a, h, &resp)
+	if settled != nil {
+		// Settled before a reroute that did not happen (its settlement
+		// is what classify gives this hop); "" when that settlement was
+		// left to the background retries.
+		resp.Settlement = *settled
+		return resp, status
+	}
 	if settlement == "" {
 		// The replica is running the action for another delivery: the
 		// reservation is that delivery's to settle (or, if its dispatcher
@@ -255,7 +283,9 @@ func (d *Dispatcher) exchange(ctx context.Context, a *registry.RouteAssignment, 
 	return d.send(ctx, a, env, SpanSend, onChunk)
 }
 
-func (d *Dispatcher) resolve(ctx context.Context, tenant string, req *ActionRequest) (registry.RouteAssignment, error) {
+// resolve returns the action's route and the claim its hand-out carries
+// ("" when the registry takes none).
+func (d *Dispatcher) resolve(ctx context.Context, tenant string, req *ActionRequest) (registry.RouteAssignment, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
 	defer cancel()
 	ctx, span := d.tracer.Start(ctx, SpanResolve)
@@ -271,26 +301,33 @@ func (d *Dispatcher) resolve(ctx context.Context, tenant string, req *ActionRequ
 		// Nothing is sent; a hand-out that committed unseen is released
 		// (unsent.go).
 		d.releaseUnsent("resolve", req.ActionID, claim, err)
-		return a, err
+		return a, "", err
 	}
 	span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID), attribute.String("aip.fence_token", a.FenceToken))
-	return a, nil
+	return a, claim, nil
 }
 
-func (d *Dispatcher) reroute(ctx context.Context, a *registry.RouteAssignment, h *hop) (registry.RouteAssignment, error) {
+// reroute moves the action off a's replica: on the replica's signed
+// refusal in h, or, when h never reached the replica, on a's hand-out
+// claim (held, which only this request has). It returns the new
+// assignment and its hand-out's claim.
+func (d *Dispatcher) reroute(ctx context.Context, a *registry.RouteAssignment, h *hop, held string) (registry.RouteAssignment, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
 	defer cancel()
+	rr := registry.RerouteRequest{Current: *a, Topology: d.cfg.Topology, Claim: d.claimFor()}
+	code := CodeReplicaUnreachable
+	if pe := h.refusal(); pe != nil {
+		code = pe.Code
+		rr.Evidence = registry.RefusalEvidence{Request: h.request, Response: h.response}
+	} else {
+		rr.Unsent = held
+	}
 	ctx, span := d.tracer.Start(ctx, SpanReroute, trace.WithAttributes(attribute.String("aip.from_replica_id", a.ReplicaID),
-		attribute.String(AttrErrorCode, h.refusal().Code)))
+		attribute.String(AttrErrorCode, code)))
 	defer span.End()
 	defer d.m.stage("reroute", time.Now())
-	claim := d.claimFor()
-	next, err := d.deps.Rerouter.Reroute(ctx, registry.RerouteRequest{
-		Current:  *a,
-		Evidence: registry.RefusalEvidence{Request: h.request, Response: h.response},
-		Topology: d.cfg.Topology,
-		Claim:    claim,
-	})
+	claim := rr.Claim
+	next, err := d.deps.Rerouter.Reroute(ctx, rr)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -298,11 +335,11 @@ func (d *Dispatcher) reroute(ctx context.Context, a *registry.RouteAssignment, h
 		// Nothing is sent to the new replica; a reroute that committed
 		// unseen has its new reservation released (unsent.go).
 		d.releaseUnsent("reroute", a.ActionID, claim, err)
-		return next, err
+		return next, "", err
 	}
 	span.SetAttributes(attribute.String(AttrReplica, next.ReplicaID))
 	d.m.reroutes.WithLabelValues("rerouted").Inc()
-	return next, nil
+	return next, claim, nil
 }
 
 func rerouteResult(err error) string {

@@ -19,22 +19,77 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// deadReplica registers a replica whose endpoint refuses connections (a
+// replica that crashed before its lease ran out) and returns its ID.
+func (w *world) deadReplica(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	must(t, ln.Close())
+	key, _ := aip.GenerateSigningKey()
+	id := aip.NewID(aip.PrefixReplica)
+	must(t, w.reg.PutReplica(w.ctx, registry.ConnectorReplica{
+		ID: id, InstanceID: w.instanceID, VersionID: w.versionID, Endpoint: "http://" + addr + aip.MessagesPath,
+		PeerPrincipalID: "agent:dispatch-test", PeerPrincipalKind: aip.PrincipalAgent, PeerDID: key.DID(),
+		TrustDomain: hostsdktest.TrustDomain, TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(),
+		Status: aip.ReplicaReady, LeaseExpiresAt: time.Now().Add(time.Hour), Capacity: 4, HealthRevision: 1,
+	}))
+	return id
+}
+
+// TestNeverDeliveredIsRerouted: an action whose new route pins it to a
+// replica that refuses connections moves to a healthy replica and
+// completes there, once: nothing was ever sent under the first assignment,
+// which only this request held. The dead replica's circuit counts the
+// failure; the route's history keeps the first assignment; the answer
+// names the move. A retry of the action ID afterwards is the healthy
+// replica's (its journal answers, nothing runs again).
+func TestNeverDeliveredIsRerouted(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	healthy := w.startHost(8, 8)
+	dead := w.deadReplica(t)
+	act := w.actionFavoring(dead, dead, healthy.cfg.ReplicaID)
+	req := dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("x", "")}
+	status, resp := w.act(req)
+	if status != http.StatusOK || resp.Result == nil || resp.Settlement != registry.SettlementCompleted {
+		t.Fatalf("answer %d %+v %q", status, resp.Error, resp.Settlement)
+	}
+	if resp.Route.ReplicaID != healthy.cfg.ReplicaID || len(resp.Route.Reroutes) != 1 ||
+		resp.Route.Reroutes[0].FromReplicaID != dead || resp.Route.Reroutes[0].RefusalCode != dispatch.CodeReplicaUnreachable {
+		t.Fatalf("route %+v", resp.Route)
+	}
+	if runs := w.counter.runs(act); len(runs) != 1 || runs[0] != healthy.cfg.ReplicaID {
+		t.Fatalf("the action ran on %v", runs)
+	}
+	hist, err := w.reg.RouteHistory(w.ctx, act)
+	must(t, err)
+	if len(hist) != 1 || hist[0].ReplicaID != dead {
+		t.Fatalf("history %+v", hist)
+	}
+	rep, err := w.reg.ConnectorReplica(w.ctx, dead)
+	must(t, err)
+	if rep.Circuit.ConsecutiveFailures != 1 || rep.ActiveAssignments != 0 {
+		t.Fatalf("dead replica: circuit %+v, %d active", rep.Circuit, rep.ActiveAssignments)
+	}
+	status, again := w.act(req)
+	if status != http.StatusOK || again.Route.FenceToken != resp.Route.FenceToken || len(w.counter.runs(act)) != 1 {
+		t.Fatalf("retry: %d %+v on %+v, runs %v", status, again.Error, again.Route, w.counter.runs(act))
+	}
+	w.idle()
+}
+
 // TestUnreachableReplica: a hop that never got a connection to the replica
 // (a refused dial: the replica crashed; a dial that hangs: its machine is
 // gone) delivered nothing, and the client is told so — 503
-// dispatch.replica_unreachable, retryable, not "outcome unknown". The
-// settlement stays outcome_unknown (the failure counts toward the replica's
-// circuit; an earlier delivery may have reached it) and the route stays
-// pinned. A RoundTripper that is not net/http's own may have sent bytes
-// its own way: its failures stay outcome_unknown.
+// dispatch.replica_unreachable, retryable, not "outcome unknown", when no
+// other replica can take the action (TestNeverDeliveredIsRerouted moves
+// it). The settlement stays outcome_unknown (the failure counts toward the
+// replica's circuit; an earlier delivery may have reached it) and the route
+// stays pinned: a retry of the action ID is a second hand-out, which never
+// moves. A RoundTripper that is not net/http's own may have sent bytes its
+// own way: its failures stay outcome_unknown.
 func TestUnreachableReplica(t *testing.T) {
-	closedPort := func(t *testing.T) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		must(t, err)
-		addr := ln.Addr().String()
-		must(t, ln.Close())
-		return "http://" + addr + aip.MessagesPath
-	}
 	// net/http goes on dialing after the request gave up (the connection
 	// could serve another): the hanging dial ends when the test does.
 	dialsEnd := make(chan struct{})
@@ -63,14 +118,7 @@ func TestUnreachableReplica(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, worldOptions{client: c.client, cfg: func(c *dispatch.Config) { c.HopSlack = time.Millisecond }})
-			key, _ := aip.GenerateSigningKey()
-			id := aip.NewID(aip.PrefixReplica)
-			must(t, w.reg.PutReplica(w.ctx, registry.ConnectorReplica{
-				ID: id, InstanceID: w.instanceID, VersionID: w.versionID, Endpoint: closedPort(t),
-				PeerPrincipalID: "agent:dispatch-test", PeerPrincipalKind: aip.PrincipalAgent, PeerDID: key.DID(),
-				TrustDomain: hostsdktest.TrustDomain, TransportProfile: aip.NativeHTTPProfile, Topology: aip.DefaultTopology(),
-				Status: aip.ReplicaReady, LeaseExpiresAt: time.Now().Add(time.Hour), Capacity: 4, HealthRevision: 1,
-			}))
+			id := w.deadReplica(t)
 			timeout := uint64(300)
 			req := dispatch.ActionRequest{CapabilityID: capSay, Input: say("x", ""), TimeoutMS: &timeout}
 			status, resp := w.act(req)

@@ -13,8 +13,8 @@ var _ registry.Rerouter = (*Registry)(nil)
 // Compile-time guard: Registry releases unsent hand-outs (memregistry.go).
 var _ registry.UnsentReleaser = (*Registry)(nil)
 
-// Reroute implements registry.Rerouter. The evidence is checked before the
-// mutex is taken; the rest runs under it, so it is atomic with routing,
+// Reroute implements registry.Rerouter. The evidence (or the unsent
+// claim's form) is checked before the mutex is taken; the rest runs under it, so it is atomic with routing,
 // settlement and lease expiry.
 func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (registry.RouteAssignment, error) {
 	if err := ctx.Err(); err != nil {
@@ -25,7 +25,7 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	if err := rreq.Validate(); err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	if _, err := registry.CheckRefusal(cur, &req.Evidence); err != nil {
+	if err := registry.CheckRerouteGrounds(&req); err != nil {
 		return registry.RouteAssignment{}, err
 	}
 	r.mu.Lock()
@@ -42,6 +42,10 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	}
 	if len(r.history[cur.ActionID]) >= registry.MaxRouteHistory {
 		return registry.RouteAssignment{}, registry.RerouteHistoryFull(cur.ActionID)
+	}
+	// rt.claim is always the last hand-out's (every hand-out sets it).
+	if err := registry.UnsentHolder(&req, rt.claim, rt.a.HandOut, rt.a.HandOut); err != nil {
+		return registry.RouteAssignment{}, err
 	}
 	now := r.clock()
 	bestB, bestR, err := r.pick(&rreq, now, cur.ReplicaID)

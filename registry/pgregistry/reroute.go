@@ -29,7 +29,8 @@ var _ registry.Rerouter = (*Registry)(nil)
 const (
 	// rerouteState reads whether the route was handed out again and its
 	// history length.
-	rerouteState = `SELECT resolved_again, (SELECT count(*) FROM aip_registry.route_history h WHERE h.action_id = $1)
+	rerouteState = `SELECT resolved_again, (SELECT count(*) FROM aip_registry.route_history h WHERE h.action_id = $1),
+	hand_out_claim, claim_hand_out
 FROM aip_registry.route_assignments WHERE action_id = $1`
 	insertHistory = `INSERT INTO aip_registry.route_history (action_id, seq, replica_id, fence_token, assignment, superseded_at_ms)
 VALUES ($1, $2, $3, $4, $5, $6)`
@@ -60,7 +61,7 @@ func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (re
 	if err := rreq.Validate(); err != nil {
 		return registry.RouteAssignment{}, err
 	}
-	if _, err := registry.CheckRefusal(cur, &req.Evidence); err != nil {
+	if err := registry.CheckRerouteGrounds(&req); err != nil {
 		return registry.RouteAssignment{}, err
 	}
 	if !assignmentStorable(cur) {
@@ -102,6 +103,8 @@ func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRe
 		s             storedRoute
 		routed, again bool
 		history       int64
+		claim         *string // the last hand-out's claim (UnsentHolder)
+		claimHandOut  *int64
 		first         *string
 		c             candidate
 		found         bool
@@ -110,7 +113,7 @@ func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRe
 	b.Queue(lockRouting, cur.ActionID, lockClass, lockCatalog)
 	queueRoute(b, cur.ActionID, &s, &routed)
 	b.Queue(rerouteState, cur.ActionID).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&again, &history)
+		err := row.Scan(&again, &history, &claim, &claimHandOut)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -136,6 +139,11 @@ func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRe
 		return registry.RerouteUnsafe(cur)
 	case history >= registry.MaxRouteHistory:
 		return registry.RerouteHistoryFull(cur.ActionID)
+	case req.Unsent != "" && (claim == nil || claimHandOut == nil):
+		// A hand-out by a build that writes no claim: nobody can vouch.
+		return registry.UnsentHolder(req, "", 0, s.a.HandOut)
+	case req.Unsent != "" && registry.UnsentHolder(req, *claim, uint64(*claimHandOut), s.a.HandOut) != nil:
+		return registry.UnsentHolder(req, *claim, uint64(*claimHandOut), s.a.HandOut)
 	case first == nil:
 		return fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
 			registry.ErrBindingUnavailable, rreq.TenantID, rreq.CapabilityID)

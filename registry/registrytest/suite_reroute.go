@@ -96,6 +96,7 @@ func runReroute(t *testing.T, nb NewBackend) {
 		{"HistoryBound", testRerouteHistoryBound},
 		{"UnknownAction", testRerouteUnknown},
 		{"RacesWithResolve", testRerouteRace},
+		{"Unsent", testRerouteUnsent},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, nb) })
 	}
@@ -652,4 +653,69 @@ func testRerouteRace(t *testing.T, nb NewBackend) {
 		}
 	}
 	f.checkLedger(ids...)
+}
+
+// testRerouteUnsent: the holder of an assignment's only hand-out, which
+// never got a connection to the replica, moves the action with the
+// hand-out's claim instead of refusal evidence (after settling it
+// outcome_unknown, as the dispatcher does). Anyone else — another claim, a
+// hand-out without one, an assignment handed out twice, a request giving
+// both grounds or a malformed claim — changes nothing.
+func testRerouteUnsent(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	_, r1, r2 := twoReplicas(f, nil)
+	unsent := func(a registry.RouteAssignment, claim, next string) (registry.RouteAssignment, error) {
+		return f.rerouter().Reroute(f.ctx, registry.RerouteRequest{Current: a, Unsent: claim, Claim: next})
+	}
+
+	req := claimed(request("tenant-1", "alpha.read"), "claim-a")
+	a := f.resolve(req)
+	f.settle(a, registry.SettlementOutcomeUnknown)
+	next, err := unsent(a, "claim-a", "claim-b")
+	f.must(err)
+	if want := other(a, r1, r2); next.ReplicaID != want.ID || next.FenceToken == a.FenceToken || next.HandOut != a.HandOut+1 {
+		t.Fatalf("rerouted to %s fence %s hand-out %d, want %s, a new fence, hand-out %d", next.ReplicaID, next.FenceToken, next.HandOut, want.ID, a.HandOut+1)
+	}
+	if h := f.history(req.ActionID); len(h) != 1 || !h[0].Equal(&a) {
+		t.Fatalf("history = %+v, want exactly the old assignment", h)
+	}
+	if res := f.reservation(req.ActionID); !res.Reserved || res.ReplicaID != next.ReplicaID {
+		t.Fatalf("reservation after the reroute = %+v", res)
+	}
+	if got := f.getReplica(a.ReplicaID).ActiveAssignments; got != 0 {
+		t.Fatalf("the unreachable replica keeps %d active assignments", got)
+	}
+	// The settlement before it counted the failure; the reroute did not
+	// undo it.
+	if c := f.getReplica(a.ReplicaID).Circuit; c.ConsecutiveFailures != 1 {
+		t.Fatalf("unreachable replica circuit = %+v, want one failure", c)
+	}
+	// The new assignment's holder vouches with its own claim; the old
+	// claim no longer names the last hand-out.
+	_, err = unsent(next, "claim-a", "")
+	f.wantErr(err, registry.ErrEvidence, "the superseded hand-out's claim")
+	f.settle(next, registry.SettlementCompleted)
+
+	refused := func(a registry.RouteAssignment, claim string, evidence registry.RefusalEvidence, target error, what string) {
+		t.Helper()
+		res := f.reservation(a.ActionID)
+		_, err := f.rerouter().Reroute(f.ctx, registry.RerouteRequest{Current: a, Unsent: claim, Evidence: evidence})
+		f.wantErr(err, target, what)
+		f.unchanged(a, res, 0, what)
+	}
+	b := f.resolve(claimed(request("tenant-1", "alpha.read"), "claim-x"))
+	refused(b, "claim-y", registry.RefusalEvidence{}, registry.ErrEvidence, "another claim")
+	refused(b, "claim-x", RefusalEvidence(b, registry.RefusalNotReady), registry.ErrEvidence, "both grounds")
+	refused(b, "claim x", registry.RefusalEvidence{}, registry.ErrEvidence, "a malformed claim")
+	later := b
+	later.HandOut++
+	refused(later, "claim-x", registry.RefusalEvidence{}, registry.ErrEvidence, "another hand-out number")
+	c := f.resolve(request("tenant-1", "alpha.read"))
+	refused(c, "claim-z", registry.RefusalEvidence{}, registry.ErrEvidence, "a hand-out without a claim")
+	dreq := claimed(request("tenant-1", "alpha.read"), "claim-1")
+	d := f.resolve(dreq)
+	d2 := f.resolve(claimed(dreq, "claim-2"))
+	refused(d, "claim-1", registry.RefusalEvidence{}, registry.ErrRerouteUnsafe, "the first of two hand-outs")
+	refused(d2, "claim-2", registry.RefusalEvidence{}, registry.ErrRerouteUnsafe, "the second of two hand-outs")
+	f.checkLedger(r1.ID, r2.ID)
 }
