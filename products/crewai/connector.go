@@ -342,7 +342,10 @@ func settled(actionID string, cr *crew, st *statusOutput) (*aip.ActionResult, bo
 		}
 		return &aip.ActionResult{ActionID: actionID, Status: aip.ResultCompleted, Output: raw}, true
 	case statusError:
-		msg := fmt.Sprintf("crew %s run %s failed: %s", cr.id, st.KickoffID, st.Error)
+		// AMP's error is provider text: redacted of the crew's token (a
+		// crew, a tool or a proxy may echo the request) and clipped, as a
+		// provider's error body is.
+		msg := fmt.Sprintf("crew %s run %s failed: %s", cr.id, st.KickoffID, cr.client.Redacted(st.Error))
 		return &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
 			Error: aip.NewProtocolError(CodeExecutionFailed, aip.CategoryPermanent, false, 0,
 				aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))}, true
@@ -537,6 +540,6 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 	if res, done := settled(id, cr, st); done {
 		return res, nil
 	}
-	return nil, fmt.Errorf("%w: crew %s kickoff %s is still %s after the restart; read it with %s%s:%s",
-		hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, st.Status, CapabilityPrefix, cr.id, SuffixStatus)
+	return nil, fmt.Errorf("%w: crew %s kickoff %s is still %q after the restart; read it with %s%s:%s",
+		hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, provider.Excerpt(cr.client.Redacted(st.Status)), CapabilityPrefix, cr.id, SuffixStatus)
 }

@@ -218,6 +218,23 @@ func TestRunThatFailsOnAMP(t *testing.T) {
 	}
 }
 
+// TestExecutionErrorRedacted: the error message of a run AMP reports
+// "error" is provider text, and a crew, a tool or a proxy may echo the
+// request's Authorization header in it: the failed result quotes it with
+// the token redacted, as every other provider message is.
+func TestExecutionErrorRedacted(t *testing.T) {
+	m := newMockAMP(t)
+	m.failRuns = true
+	m.runError = "Task execution failed: request with Authorization: Bearer " + m.token + " was refused"
+	e := start(t, m, nil)
+	res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`))
+	wantFailed(t, res, CodeExecutionFailed, false)
+	if strings.Contains(res.Error.Message, m.token) || !strings.Contains(res.Error.Message, "Task execution failed") ||
+		!strings.Contains(res.Error.Message, "[redacted]") {
+		t.Errorf("message %q: want AMP's error with the token redacted", res.Error.Message)
+	}
+}
+
 func TestRunToleratesTransientStatusFailures(t *testing.T) {
 	m := newMockAMP(t)
 	m.statusFails = maxPollFailures - 1

@@ -50,7 +50,8 @@
 // aip.connector.crewai.kickoffs.v1, key: the action ID). It then reads the
 // status at once and after every poll interval. "completed" completes the
 // action with the status object as output; "error" fails it with code
-// crewai.execution_failed; any other status ("running", or one the
+// crewai.execution_failed, quoting AMP's error message redacted of the
+// token and clipped, as provider error bodies are; any other status ("running", or one the
 // document does not list, such as a run paused for human input) is polled
 // on. Up to four status reads in a row may fail transiently (no answer,
 // 5xx, 429, 408); the read after a failure waits the poll interval, or

@@ -29,8 +29,11 @@ type mockAMP struct {
 
 	mu sync.Mutex
 	// Knobs.
-	runningPolls  int  // "running" answers before a run is terminal
-	failRuns      bool // runs end in status "error"
+	runningPolls int  // "running" answers before a run is terminal
+	failRuns     bool // runs end in status "error"
+	// runError, when set, is the ExecutionError's error message (else
+	// the document's example).
+	runError      string
 	kickoffStatus int  // answer POST /kickoff with this error status
 	dropKickoff   bool // close the connection instead of answering POST /kickoff
 	// kickoffID, when set, is the JSON value POST /kickoff answers as its
@@ -195,8 +198,11 @@ func (m *mockAMP) status(w http.ResponseWriter, r *http.Request) {
 		body = map[string]any{"status": "running", "current_task": "research_task",
 			"progress": map[string]any{"completed_tasks": 1, "total_tasks": 3}}
 	case run.fail:
-		body = map[string]any{"status": "error", "error": "Task execution failed: Invalid API key for external service",
-			"execution_time": 23.1}
+		msg := m.runError
+		if msg == "" {
+			msg = "Task execution failed: Invalid API key for external service"
+		}
+		body = map[string]any{"status": "error", "error": msg, "execution_time": 23.1}
 	default:
 		body = map[string]any{"status": "completed", "execution_time": 108.5, "result": map[string]any{
 			"output": "Comprehensive report on " + id,
