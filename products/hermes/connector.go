@@ -83,15 +83,19 @@ func (c *Connector) resolve(capID string) (*endpoint, *operation, error) {
 		"capability "+capID+" is not one of this connector's")
 }
 
-// CheckHealth implements hostsdk.HealthChecker: GET /health of every
+// CheckHealth implements hostsdk.HealthChecker: GET /v1/models of every
 // endpoint, all at once so that one slow endpoint does not hide the
-// others; ctx bounds the probe.
+// others; ctx bounds the probe. /v1/models is the page's cheap
+// authenticated route: GET /health is public ("a cheap liveness probe"),
+// so it answered 200 to a key Hermes no longer accepts (a rotated
+// API_SERVER_KEY, a default key on a /p/<profile> prefix since July 2026)
+// while every action failed unauthorized.
 func (c *Connector) CheckHealth(ctx context.Context) error {
 	errs := make([]error, len(c.endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range c.endpoints {
 		wg.Go(func() {
-			errs[i] = ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/health"}, nil)
+			errs[i] = ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/v1/models"}, nil)
 		})
 	}
 	wg.Wait()

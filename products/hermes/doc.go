@@ -127,7 +127,9 @@
 //
 // Every request carries X-AIP-Correlation-Id (the action ID) and, when the
 // endpoint has a key, Authorization: Bearer <key>. CheckHealth (HealthChecker)
-// sends GET /health to every endpoint.
+// sends GET /v1/models to every endpoint: an authenticated read, so a key
+// the server no longer accepts makes the replica not ready (the public GET
+// /health would still answer 200).
 //
 // # Settings
 //

@@ -767,6 +767,9 @@ func TestInputRejected(t *testing.T) {
 	}
 }
 
+// TestCheckHealth: the probe reads an authenticated route, so a key the
+// server no longer accepts (the page's public GET /health would still
+// answer 200) makes the replica not ready.
 func TestCheckHealth(t *testing.T) {
 	main, alice := newMockHermes(t, keyMain, ""), newMockHermes(t, keyAlice, "")
 	conn, err := New(Config{EndpointsFile: endpointsFile(t, main.srv.URL, alice.srv.URL)})

@@ -23,10 +23,11 @@ type received struct {
 
 // mockHermes is a Hermes Agent API server as the "API Server" page
 // (products/internal/spectest/specs/hermes-agent/api-server.md) describes
-// it; each route names the section it follows. Every route requires
-// Authorization: Bearer <key> (§ Authentication: "API_SERVER_KEY is
-// required for every deployment"; 401 otherwise) and unknown paths are
-// 404.
+// it; each route names the section it follows. Every route but the
+// public liveness probe (§ GET /health: "The public /health route remains
+// a cheap liveness probe", also at /v1/health) requires Authorization:
+// Bearer <key> (§ Authentication: "API_SERVER_KEY is required for every
+// deployment"; 401 otherwise) and unknown paths are 404.
 type mockHermes struct {
 	t   testing.TB
 	key string
@@ -68,10 +69,12 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 	m := &mockHermes{t: t, key: key, prefix: prefix, fail: map[string]int{}, drop: map[string]bool{},
 		runStatus: "running", idemKeys: map[string]idemEntry{}, polled: make(chan struct{}, 1000)}
 	mux := http.NewServeMux()
-	// § GET /health: {"status": "ok"}.
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+	// § GET /health: {"status": "ok"}, also at GET /v1/health; public.
+	health := func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, `{"status":"ok"}`)
-	})
+	}
+	mux.HandleFunc("GET /health", health)
+	mux.HandleFunc("GET /v1/health", health)
 	// § GET /v1/models: the agent as the one model (OpenAI list format).
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, `{"object":"list","data":[{"id":"hermes-agent","object":"model","created":1710000000,"owned_by":"hermes"}]}`)
@@ -207,8 +210,10 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 		m.mu.Lock()
 		m.reqs = append(m.reqs, received{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: string(body)})
 		status, drop := m.fail[r.Method+" "+r.URL.EscapedPath()], m.drop[r.Method+" "+r.URL.EscapedPath()]
+		key := m.key
 		m.mu.Unlock()
-		if r.Header.Get("Authorization") != "Bearer "+m.key {
+		public := r.Method == http.MethodGet && (r.URL.Path == m.prefix+"/health" || r.URL.Path == m.prefix+"/v1/health")
+		if !public && r.Header.Get("Authorization") != "Bearer "+key {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeJSON(w, 401, `{"error":{"message":"Invalid API key","type":"invalid_request_error","code":"invalid_api_key"}}`)
 			return
