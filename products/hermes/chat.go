@@ -73,12 +73,23 @@ func (c *Connector) chat(ctx context.Context, call *hostsdk.Call, ep *endpoint, 
 		return nil, fmt.Errorf("%w: POST /v1/chat/completions answered without choices", hostsdk.ErrOutcomeUnknown)
 	}
 	ch := cc.Choices[0]
+	if ch.FinishReason == finishReasonError {
+		return nil, fmt.Errorf("%w: %s POST /v1/chat/completions answered finish_reason %q: the agent's turn failed after it may have acted (partial answer %q)",
+			hostsdk.ErrOutcomeUnknown, ep.client.Product(), ch.FinishReason, provider.Excerpt(ep.client.Redacted(ch.Message.Content)))
+	}
 	if ch.Message.Role == "" {
 		ch.Message.Role = "assistant"
 	}
 	return call.Complete(chatOutputValue{ID: cc.ID, Model: cc.Model, Message: ch.Message,
 		FinishReason: ch.FinishReason, Usage: nullToNil(cc.Usage)})
 }
+
+// finishReasonError is the finish_reason Hermes ends a chat turn with
+// when the agent failed (gateway/platforms/api_server.py: a 200 answer
+// carrying the partial text, or the last chunk of a stream whose agent
+// crashed, before data: [DONE]). The agent ran and may have acted: the
+// action is outcome_unknown.
+const finishReasonError = "error"
 
 func nullToNil(r json.RawMessage) json.RawMessage {
 	if len(r) == 0 || string(r) == "null" {
@@ -201,6 +212,9 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 	})
 	if err == nil && !done {
 		err = errors.New("the stream ended before data: [DONE]")
+	}
+	if err == nil && out.FinishReason == finishReasonError {
+		err = fmt.Errorf("the stream ended with finish_reason %q: the agent's turn failed", out.FinishReason)
 	}
 	if err != nil {
 		// The agent ran (and may have acted); what it did is unknown.

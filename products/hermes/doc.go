@@ -54,7 +54,10 @@
 // Hermes "event: hermes.tool.progress" a tool chunk carrying its data; the
 // result is the assembled message. A stream that ends before [DONE], or
 // carries an error object, is outcome_unknown: the agent ran and may have
-// acted. The stream is opened with provider.Client.Stream (the rules of
+// acted. So is a turn that ends with finish_reason "error", in either
+// mode: Hermes' answer when the agent failed after writing part of its
+// reply (its source, gateway/platforms/api_server.py; the page names no
+// finish reasons), which is no completed answer. The stream is opened with provider.Client.Stream (the rules of
 // every other call: no redirects, the same headers and key) and bounded
 // as a whole by RequestTimeout (900 s) and the action's timeout, without
 // an idle bound. Other capabilities in streaming mode run as they do

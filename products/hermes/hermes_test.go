@@ -881,6 +881,40 @@ func TestChatStreamErrorIsOutcomeUnknown(t *testing.T) {
 	f.outcomeUnknown(t, f.Act(t, a), a, f.main)
 }
 
+// TestChatFinishReasonErrorIsOutcomeUnknown: Hermes ends a chat turn the
+// agent failed with finish_reason "error" (gateway/platforms/api_server.py:
+// a 200 with the partial text when the run failed after writing some, and
+// in a stream whose agent crashed, a last chunk with finish_reason "error"
+// before data: [DONE]). The agent ran and may have acted, so the action is
+// outcome_unknown, never a completed turn whose answer is the partial text.
+func TestChatFinishReasonErrorIsOutcomeUnknown(t *testing.T) {
+	f := newFixture(t)
+	t.Run("sync", func(t *testing.T) {
+		f.main.mu.Lock()
+		f.main.chatAnswer = `{"id":"chatcmpl-err","object":"chat.completion","created":1710000000,"model":"hermes-agent",
+			"choices":[{"index":0,"message":{"role":"assistant","content":"I started deleting the"},"finish_reason":"error"}],
+			"usage":{"prompt_tokens":50,"completion_tokens":5,"total_tokens":55}}`
+		f.main.mu.Unlock()
+		a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Clean up"}]}`)
+		resp := f.Act(t, a)
+		f.outcomeUnknown(t, resp, a, f.main)
+		if pe := resp.ProtocolError(); !strings.Contains(pe.Message, "finish_reason") {
+			t.Errorf("message %q does not say why", pe.Message)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		f.main.setStream(sse(
+			chunkOf(`{"role":"assistant"}`, "null"),
+			chunkOf(`{"content":"I started deleting the"}`, "null"),
+			`{"id":"chatcmpl-1","object":"chat.completion.chunk","model":"hermes-agent","choices":[{"index":0,"delta":{},"finish_reason":"error"}]}`,
+			"[DONE]",
+		))
+		a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Clean up"}]}`)
+		a.Mode = aip.ModeStreaming
+		f.outcomeUnknown(t, f.Act(t, a), a, f.main)
+	})
+}
+
 // TestMockRefuses: the mock refuses what Hermes refuses, so the adapter's
 // passing requests are meaningful.
 func TestMockRefuses(t *testing.T) {

@@ -45,6 +45,9 @@ type mockHermes struct {
 	drop map[string]bool
 	// stream is the SSE body of a streaming chat completion.
 	stream string
+	// chatAnswer, when set, is the 200 body of a non-streaming chat
+	// completion (else the page's Response example).
+	chatAnswer string
 	// runStatus is what GET /v1/runs/{run_id} reports until a stop.
 	runStatus string
 	// idemKeys are the Idempotency-Keys POST /v1/runs has seen.
@@ -100,6 +103,13 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 			s := m.stream
 			m.mu.Unlock()
 			io.WriteString(w, s)
+			return
+		}
+		m.mu.Lock()
+		answer := m.chatAnswer
+		m.mu.Unlock()
+		if answer != "" {
+			writeJSON(w, 200, answer)
 			return
 		}
 		writeJSON(w, 200, `{"id":"chatcmpl-abc123","object":"chat.completion","created":1710000000,"model":"hermes-agent",
