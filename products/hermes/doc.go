@@ -64,7 +64,9 @@
 // synchronously, without chunks.
 //
 // responses sends {model, input, instructions?, previous_response_id?,
-// conversation?, store?} (input is a string; model defaults as for chat).
+// conversation?, store?} (input is a string; model defaults as for chat;
+// conversation and previous_response_id not together: the page's named
+// conversation is used instead of a response ID, and Hermes refuses both).
 // run_start sends {input, session_id?, instructions?,
 // previous_response_id?, model?} — model only when given, because runs
 // always honour it — with an Idempotency-Key header, so Hermes answers a

@@ -116,12 +116,23 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 			"choices":[{"index":0,"message":{"role":"assistant","content":"Here's a fibonacci function..."},"finish_reason":"stop"}],
 			"usage":{"prompt_tokens":50,"completion_tokens":200,"total_tokens":250}}`)
 	})
-	// § POST /v1/responses: the Response example.
+	// § POST /v1/responses: the Response example. A named conversation is
+	// used "instead of" previous_response_id (§ Named conversations): both
+	// together are refused.
 	mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
-		if bodyFields(w, raw, "input", "model", "input", "instructions", "previous_response_id", "conversation", "store", "provider", "model_options") {
-			writeJSON(w, 200, respExample)
+		if !bodyFields(w, raw, "input", "model", "input", "instructions", "previous_response_id", "conversation", "store", "provider", "model_options") {
+			return
 		}
+		var body struct {
+			Conversation       string `json:"conversation"`
+			PreviousResponseID string `json:"previous_response_id"`
+		}
+		if json.Unmarshal(raw, &body) == nil && body.Conversation != "" && body.PreviousResponseID != "" {
+			writeJSON(w, 400, `{"error":{"message":"Cannot use both 'conversation' and 'previous_response_id'","type":"invalid_request_error"}}`)
+			return
+		}
+		writeJSON(w, 200, respExample)
 	})
 	// § GET /v1/responses/{id}: a stored response; others are unknown.
 	mux.HandleFunc("GET /v1/responses/{id}", func(w http.ResponseWriter, r *http.Request) {

@@ -126,6 +126,8 @@ const chatOutput = `{
   "required": ["message"]
 }`
 
+// responsesInput: a named conversation is used "instead of"
+// previous_response_id (§ Named conversations); Hermes refuses both.
 var responsesInput = `{
   "type": "object",
   "properties": {
@@ -137,6 +139,7 @@ var responsesInput = `{
     "model": ` + modelProperty + `
   },
   "required": ["input"],
+  "not": {"required": ["conversation", "previous_response_id"]},
   "additionalProperties": false
 }`
 
