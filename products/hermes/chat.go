@@ -74,8 +74,9 @@ func (c *Connector) chat(ctx context.Context, call *hostsdk.Call, ep *endpoint, 
 	}
 	ch := cc.Choices[0]
 	if ch.FinishReason == finishReasonError {
-		return nil, fmt.Errorf("%w: %s POST /v1/chat/completions answered finish_reason %q: the agent's turn failed after it may have acted (partial answer %q)",
-			hostsdk.ErrOutcomeUnknown, ep.client.Product(), ch.FinishReason, provider.Excerpt(ep.client.Redacted(ch.Message.Content)))
+		// The partial answer is confidential output, not quoted here.
+		return nil, fmt.Errorf("%w: %s POST /v1/chat/completions answered finish_reason %q with %d bytes of partial answer: the agent's turn failed after it may have acted",
+			hostsdk.ErrOutcomeUnknown, ep.client.Product(), ch.FinishReason, len(ch.Message.Content))
 	}
 	if ch.Message.Role == "" {
 		ch.Message.Role = "assistant"
