@@ -159,7 +159,9 @@ type Streamer interface {
 // provider cannot tell. Any other error is a recovery error and blocks
 // registration. A result no signed answer can carry (see Connector.Handle)
 // is journaled outcome_unknown. Without a Reconciler such actions become
-// outcome_unknown.
+// outcome_unknown. A read-only capability's action (ReadOnly) that no
+// Reconciler settled — there is none, or it answered ErrOutcomeUnknown —
+// fails connector_host.interrupted instead: a read changed nothing.
 type Reconciler interface {
 	Reconcile(ctx context.Context, action *UncertainAction) (*aip.ActionResult, error)
 }

@@ -117,7 +117,9 @@
 // Recovery runs before registration: actions journaled but never started
 // are failed (they never ran), and a cancel that arrived before its action
 // is completed as cancelled; actions left running go to the connector's
-// Reconciler, or become outcome_unknown without one. The summary is shown
+// Reconciler, or become outcome_unknown without one (a read-only
+// capability's that none settled fails connector_host.interrupted: it
+// changed nothing). The summary is shown
 // in /ready; any recovery error blocks registration.
 //
 // # Native ingress

@@ -24,7 +24,9 @@ const recoveryBatch = 100
 // retry under the same ID returns that result); a record a cancel journaled
 // before its action arrived is cancelled, as the cancel would have left it.
 // Actions left running go to the connector's Reconciler when it has one,
-// else become outcome_unknown. Any recovery error blocks registration;
+// else become outcome_unknown — except a read-only capability's (ReadOnly)
+// that no reconciler settled, which fails connector_host.interrupted: a
+// read changed nothing. Any recovery error blocks registration;
 // when every error is ctx's cancellation (a shutdown requested while
 // starting cut recovery short) the step's error wraps it, so that Run
 // takes the stop for a clean one, while an error of recovery's own is a
@@ -70,7 +72,7 @@ func (h *Host) stepRecover(ctx context.Context) error {
 	}
 	sum.PendingEvents = pending
 	h.recovery = sum
-	h.log.Info("recovery", "reconciled", sum.Reconciled, "outcome_unknown", sum.OutcomeUnknown,
+	h.log.Info("recovery", "reconciled", sum.Reconciled, "outcome_unknown", sum.OutcomeUnknown, "reads_interrupted", sum.ReadsInterrupted,
 		"received_not_started", sum.Received, "pending_events", sum.PendingEvents, "errors", len(sum.Errors))
 	if n := len(sum.Errors); n > 0 {
 		if own == 0 {
@@ -113,6 +115,9 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 		h.log.Warn("recovered an action that never started", "action_id", a.ActionID)
 		return nil
 	}
+	if !hasReconciler && h.readOnly(a.CapabilityID) {
+		return h.interruptedRead(ctx, a, "the connector has no reconciler", sum)
+	}
 	if !hasReconciler {
 		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil,
 			"the replica stopped while the action was running and the connector has no reconciler", now); err != nil {
@@ -128,6 +133,9 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 			Logger: h.log.With("action_id", a.ActionID)})
 		return err
 	})
+	if errors.Is(err, ErrOutcomeUnknown) && h.readOnly(a.CapabilityID) {
+		return h.interruptedRead(ctx, a, "the reconciler could not tell its result: "+err.Error(), sum)
+	}
 	if errors.Is(err, ErrOutcomeUnknown) {
 		if _, ferr := h.journal.FinishAction(ctx, a.ActionID, aip.StateOutcomeUnknown, nil, err.Error(), now); ferr != nil {
 			return ferr
@@ -188,4 +196,30 @@ func stateOf(s aip.ResultStatus) aip.ActionState {
 		// returned a result and is finished on this replica.
 		return aip.StateCompleted
 	}
+}
+
+// readOnly reports whether the bound manifest's capability capID only
+// reads (ReadOnly); false for a capability the manifest no longer has.
+func (h *Host) readOnly(capID string) bool {
+	c := h.caps[capID]
+	return c != nil && ReadOnly(c.cap)
+}
+
+// interruptedRead finishes a read-only capability's action a crash left
+// running, which no reconciler settled, as failed connector_host.interrupted:
+// a read changed nothing, so outcome_unknown would only tell the caller
+// not to send it again. why says what the reconciler (or its absence)
+// could not tell.
+func (h *Host) interruptedRead(ctx context.Context, a journal.Action, why string, sum *journal.RecoverySummary) error {
+	res := &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultFailed,
+		Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, true, 0,
+			"the replica stopped while this read ran; a read changes nothing: send it again under a new action ID")}
+	raw, _ := json.Marshal(res)
+	if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateFailed, raw,
+		aip.TruncateUTF8("read interrupted by a restart; "+why, 1024), h.cfg.Now()); err != nil {
+		return err
+	}
+	sum.ReadsInterrupted++
+	h.log.Warn("running read left by a previous process failed as interrupted", "action_id", a.ActionID, "capability_id", a.CapabilityID)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
@@ -168,4 +170,64 @@ func TestRecoveryRefusesResultForAnotherAction(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, other) || strings.Contains(msg, "<nil>") {
 		t.Errorf("recovery error %q does not name the other action", msg)
 	}
+}
+
+// readOnlyReconciler is readOnlyConnector with a Reconciler.
+type readOnlyReconciler struct{ readOnlyConnector }
+
+func (c readOnlyReconciler) Reconcile(ctx context.Context, a *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+	return c.reconcile(ctx, a)
+}
+
+// TestRecoveryOfInterruptedReads: an action of a read-only capability that
+// a crash left running, and that no reconciler settled (there is none, or
+// it cannot tell), fails connector_host.interrupted (retryable): the read
+// changed nothing, and outcome_unknown would tell the caller never to send
+// it again. A reconciler's own result still wins.
+func TestRecoveryOfInterruptedReads(t *testing.T) {
+	interrupted := func(t *testing.T, f *fleet, target hostsdktest.Target, a *aip.Action) {
+		t.Helper()
+		resp, _ := f.d.Act(ctxT(t), target, a)
+		res, err := resp.Result()
+		if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeInterrupted || !res.Error.IsRetryable() {
+			t.Fatalf("interrupted read answered %+v, %v", res, err)
+		}
+	}
+	t.Run("no reconciler", func(t *testing.T) {
+		f := newFleet(t)
+		conn := newTestConnector()
+		a := action(capEcho, `{"message":"read cut short"}`)
+		leaveRunning(t, f.j, a, true)
+		h, target := f.start(t, readOnlyConnector{conn})
+		if rec := readyDoc(t, h).Runtime.Recovery; rec.ReadsInterrupted != 1 || rec.OutcomeUnknown != 0 || len(rec.Errors) != 0 {
+			t.Errorf("recovery summary %+v", rec)
+		}
+		interrupted(t, f, target, a)
+		if conn.runCount(a.ID) != 0 {
+			t.Error("the interrupted read ran again under its action ID")
+		}
+	})
+	t.Run("reconciler", func(t *testing.T) {
+		f := newFleet(t)
+		conn := newTestConnector()
+		unsure := action(capEcho, `{"message":"cannot tell"}`)
+		known := action(capEcho, `{"message":"known"}`)
+		leaveRunning(t, f.j, unsure, true)
+		leaveRunning(t, f.j, known, true)
+		conn.reconcile = func(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+			if u.Action.ActionID == unsure.ID {
+				return nil, fmt.Errorf("%w: the product is down", hostsdk.ErrOutcomeUnknown)
+			}
+			return &aip.ActionResult{Status: aip.ResultCompleted, Output: json.RawMessage(`{"message":"known","runs":1}`)}, nil
+		}
+		h, target := f.start(t, readOnlyReconciler{readOnlyConnector{conn}})
+		if rec := readyDoc(t, h).Runtime.Recovery; rec.ReadsInterrupted != 1 || rec.Reconciled != 1 || rec.OutcomeUnknown != 0 {
+			t.Errorf("recovery summary %+v", rec)
+		}
+		interrupted(t, f, target, unsure)
+		resp, _ := f.d.Act(ctxT(t), target, known)
+		if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+			t.Fatalf("reconciled read answered %+v, %v", res, err)
+		}
+	})
 }

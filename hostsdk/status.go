@@ -59,6 +59,7 @@ type ReadyRecovery struct {
 	RecoveredAt        aip.Timestamp `json:"recovered_at"`
 	Reconciled         int           `json:"reconciled"`
 	OutcomeUnknown     int           `json:"outcome_unknown"`
+	ReadsInterrupted   int           `json:"reads_interrupted"`
 	ReceivedNotStarted int           `json:"received_not_started"`
 	PendingEvents      int           `json:"pending_events"`
 	Errors             []string      `json:"errors"`
@@ -99,7 +100,7 @@ func (h *Host) handleReady() http.Handler {
 				Detail:     h.storageDetail.Load().forPeer(local),
 				Recovery: ReadyRecovery{
 					RecoveredAt: aip.At(rec.RecoveredAt), Reconciled: rec.Reconciled,
-					OutcomeUnknown: rec.OutcomeUnknown, ReceivedNotStarted: rec.Received,
+					OutcomeUnknown: rec.OutcomeUnknown, ReadsInterrupted: rec.ReadsInterrupted, ReceivedNotStarted: rec.Received,
 					PendingEvents: rec.PendingEvents, Errors: errs,
 				},
 			},

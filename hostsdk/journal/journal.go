@@ -139,6 +139,9 @@ type RecoverySummary struct {
 	Reconciled int
 	// OutcomeUnknown counts running actions marked outcome_unknown.
 	OutcomeUnknown int
+	// ReadsInterrupted counts running actions of read-only capabilities
+	// that no reconciler settled, marked failed (a read changed nothing).
+	ReadsInterrupted int
 	// Received counts actions journaled but never started (marked failed,
 	// since the caller got no result and will retry under the same ID; a
 	// record a cancel journaled before its action arrived is marked
