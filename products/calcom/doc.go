@@ -101,7 +101,14 @@
 // nothing is sent). An integer input spelled as another number (42.0,
 // 4.2e1, which the schema's "integer" accepts) is sent as the integer
 // (42): Cal.diy refuses a path ID "42.0" and reads some query parameters
-// with parseInt, to which "4.2e1" is 4. The output is the provider's
+// with parseInt, to which "4.2e1" is 4. The times that book, move or
+// hold a meeting or bound a private link (booking.create and
+// booking.reschedule start, slot reservations' slot_start, private links'
+// expires_at, calendar.event.update's start and end time) must be RFC
+// 3339 date-times with their zone, Z or an offset
+// (2050-09-05T11:00:00+02:00, as slot.list answers with a time_zone):
+// Cal.diy reads a time without a zone as UTC, which is not what a caller
+// meaning the attendee's local time wanted. The output is the provider's
 // JSON answer as sent ({"status":"success","data":...}, with pagination on
 // lists), except that webhook signing secrets are left out (see Webhook
 // subscriptions). Upstream marks Cal.diy's mutations requires_human_approval; this

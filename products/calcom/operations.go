@@ -86,6 +86,24 @@ func listItem(maxLen int) map[string]any {
 	return m
 }
 
+// zonedTimePattern is an RFC 3339 date-time: a date, a time with
+// seconds and the time's zone (Z or an offset). Cal.diy reads a time without a zone as
+// UTC (its booking input parses start with DateTime.fromISO(start, {zone:
+// "utc"})), which is not what a caller who meant the attendee's local
+// time wanted; the document asks for UTC ("ISO 8601 ... in UTC timezone")
+// or format date-time, which requires the zone.
+const zonedTimePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$`
+
+// zonedTime is a date-time input that must say its zone: Z or an offset
+// (2050-09-05T09:00:00Z, 2050-09-05T11:00:00+02:00 as slot.list answers
+// with time_zone Europe/Rome).
+func zonedTime(desc string) map[string]any {
+	m := str(maxTime, desc+": an ISO 8601 date-time with its zone, Z or an offset (2050-09-05T09:00:00Z, "+
+		"2050-09-05T11:00:00+02:00); a time without one is refused, since Cal.diy would read it as UTC")
+	m["pattern"] = zonedTimePattern
+	return m
+}
+
 func list(items map[string]any, maxItems int, desc string) map[string]any {
 	return map[string]any{"type": "array", "items": items, "minItems": 1, "maxItems": maxItems, "uniqueItems": true, "description": desc}
 }
@@ -207,7 +225,7 @@ var operations = []*operation{
 		Method:      http.MethodPost, Path: "/v2/bookings", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
 		Required: []string{"start", "attendee"},
 		Props: map[string]any{
-			"start": str(maxTime, "start of the booking, ISO 8601 in UTC"),
+			"start": zonedTime("start of the booking"),
 			"attendee": map[string]any{
 				"type": "object", "additionalProperties": false, "required": []string{"name", "time_zone"},
 				"description": "the attendee",
@@ -260,7 +278,7 @@ var operations = []*operation{
 		Method:      http.MethodPost, Path: "/v2/bookings/{booking_uid}/reschedule", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
 		Required: []string{bookingUID, "start"},
 		Props: map[string]any{bookingUID: bookingUIDProp,
-			"start":                   str(maxTime, "new start, ISO 8601 in UTC"),
+			"start":                   zonedTime("new start"),
 			"rescheduled_by":          str(maxEmail, "email of who reschedules (the owner's email auto-confirms)"),
 			"rescheduling_reason":     str(maxText, "reason for rescheduling"),
 			"email_verification_code": str(64, "email verification code, when the event type requires one"),
@@ -830,7 +848,7 @@ var reservationBody = map[string]string{"event_type_id": "eventTypeId", "slot_st
 func reservationProps(extra map[string]any) map[string]any {
 	p := map[string]any{
 		"event_type_id":        integer(1, maxIntID, "ID of the event type"),
-		"slot_start":           str(maxTime, "start of the slot, ISO 8601 in UTC"),
+		"slot_start":           zonedTime("start of the slot"),
 		"slot_duration":        integer(1, 1440, "slot length in minutes, for event types with several lengths"),
 		"reservation_duration": integer(1, 1440, "minutes to hold the slot (provider default 5)"),
 	}
@@ -852,7 +870,7 @@ var selectedCalendarProps = map[string]any{
 func eventTimeProp(desc string) map[string]any {
 	return map[string]any{"type": "object", "additionalProperties": false, "required": []string{"time"}, "description": desc,
 		"properties": map[string]any{
-			"time":      str(maxTime, "ISO 8601 date-time"),
+			"time":      zonedTime("the time"),
 			"time_zone": str(maxTime, "time zone, e.g. Europe/Rome"),
 		}}
 }
@@ -863,7 +881,7 @@ var privateLinkBody = map[string]string{"expires_at": "expiresAt", "max_usage_co
 
 func privateLinkProps(extra map[string]any) map[string]any {
 	p := map[string]any{
-		"expires_at":      str(maxTime, "ISO 8601 date-time after which the link stops working"),
+		"expires_at":      zonedTime("time after which the link stops working"),
 		"max_usage_count": integer(1, 1_000_000, "bookings the link allows"),
 	}
 	for k, v := range extra {
