@@ -870,6 +870,54 @@ func TestPayloadTemplateForOwnSubscriptionRefused(t *testing.T) {
 	}
 }
 
+// TestScheduledTriggersForOwnSubscriptionRefused: a subscription whose
+// deliveries come to this connector takes no MEETING_STARTED or
+// MEETING_ENDED. Cal.diy's scheduler delivers them as {triggerEvent,
+// ...booking} (no payload member, the booking's createdAt), which the
+// webhook route refuses with a 400 that Cal.diy does not resend: the
+// subscription would lose every one. Nothing is sent; a subscription
+// delivered elsewhere keeps them.
+func TestScheduledTriggersForOwnSubscriptionRefused(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
+		c.SubscriberPrefixes = []string{subscriberPrefix}
+		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
+	}), nil)
+	own := strconv.Quote(subscriberPrefix + testSub)
+	for _, tc := range []struct{ suffix, input string }{
+		{"webhook.create", `{"subscriber_url":` + own + `,"triggers":["BOOKING_CREATED","MEETING_ENDED"],"active":true}`},
+		{"webhook.update", `{"webhook_id":"wh_1","subscriber_url":` + own + `,"triggers":["MEETING_STARTED"]}`},
+		{"event_type.webhook.create", `{"event_type_id":11,"subscriber_url":` + own + `,"triggers":["MEETING_STARTED","BOOKING_CANCELLED"],"active":true}`},
+		{"event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1","subscriber_url":` + own + `,"triggers":["MEETING_ENDED"],"active":true}`},
+	} {
+		_, resp := h.act(t, tc.suffix, tc.input)
+		pe := protocolError(t, resp)
+		if pe.Code != CodeTriggerNotReceivable || pe.Category != aip.CategoryPolicy || pe.IsRetryable() ||
+			!strings.Contains(pe.Message, "leave MEETING_STARTED and MEETING_ENDED out") {
+			t.Errorf("%s: error %+v, want %s (policy, not retryable)", tc.suffix, pe, CodeTriggerNotReceivable)
+		}
+	}
+	if n := len(mock.requests()); n != 0 {
+		t.Fatalf("refused triggers reached the provider %d times", n)
+	}
+	// The same subscription with triggers the route reads is created, with
+	// the subscription's secret.
+	_, resp := h.act(t, "webhook.create", `{"subscriber_url":`+own+`,"triggers":["BOOKING_CREATED","BOOKING_CANCELLED"],"active":true}`)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("booking triggers for the own subscription: %v %s", err, resp.Raw)
+	}
+	// Delivered elsewhere (no secret held here): the triggers are sent.
+	_, resp = h.act(t, "webhook.update", `{"webhook_id":"wh_2","subscriber_url":`+strconv.Quote(subscriberPrefix+"elsewhere")+`,"triggers":["MEETING_ENDED"]}`)
+	if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("meeting triggers for another receiver: %v %s", err, resp.Raw)
+	}
+	reqs := mock.requests()
+	if len(reqs) != 2 || !strings.Contains(string(reqs[0].Body), `"secret":"`+testSecret+`"`) ||
+		!strings.Contains(string(reqs[1].Body), `"triggers":["MEETING_ENDED"]`) {
+		t.Fatalf("requests %+v", reqs)
+	}
+}
+
 // TestRedactSecrets: webhook outputs never carry a signing secret, in an
 // object, in an array, or nowhere at all.
 func TestRedactSecrets(t *testing.T) {

@@ -147,8 +147,14 @@
 // otherwise none is sent. Such a subscription takes no payload_template
 // (failed result cal_diy.payload_template_refused, policy, nothing sent):
 // the webhook route reads Cal.diy's default payload, and a template would
-// make every delivery unreadable. Every webhook.* and event_type.webhook.* output
-// leaves out the secret member of the webhook(s) Cal.diy returns, and an
+// make every delivery unreadable. Nor does it take the triggers
+// MEETING_STARTED or MEETING_ENDED (failed result
+// cal_diy.trigger_not_receivable, policy, nothing sent): Cal.diy's
+// scheduler delivers them as {triggerEvent, ...booking}, without the
+// payload member and with the booking's own createdAt, so the route would
+// refuse each with a 400 that Cal.diy does not resend (an update that
+// does not restate triggers keeps the webhook's). Every webhook.* and
+// event_type.webhook.* output leaves out the secret member of the webhook(s) Cal.diy returns, and an
 // error quoting provider text (an error body, a status-error envelope)
 // shows every configured signing secret as [redacted], like the API key.
 //

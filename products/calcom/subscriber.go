@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -23,6 +24,21 @@ const CodeSubscriberURLNotAllowed = "cal_diy.subscriber_url_not_allowed"
 // subscription this connector receives (it holds its signing secret): the
 // webhook route reads Cal.diy's default payload only. Nothing is sent.
 const CodePayloadTemplateRefused = "cal_diy.payload_template_refused"
+
+// CodeTriggerNotReceivable is the error code of a webhook or event type
+// webhook create or update that subscribes a subscription this connector
+// receives (it holds its signing secret) to MEETING_STARTED or
+// MEETING_ENDED. Cal.diy's scheduler sends those as the stored
+// {triggerEvent, ...booking} (packages/features/webhooks/lib/
+// scheduleTrigger.ts), without the payload member the webhook route reads
+// and with the booking's own createdAt (days old by the meeting), so the
+// route would refuse every one of them with a 400, which Cal.diy does not
+// resend. Nothing is sent.
+const CodeTriggerNotReceivable = "cal_diy.trigger_not_receivable"
+
+// scheduledTriggers are the triggers Cal.diy's scheduler delivers in its
+// own shape (see CodeTriggerNotReceivable).
+var scheduledTriggers = []string{"MEETING_STARTED", "MEETING_ENDED"}
 
 // checkSubscriberPrefix validates one allowed subscriber URL prefix: an
 // absolute https URL in canonical form, without user information, query
@@ -114,6 +130,14 @@ func (c *Connector) prepareWebhook(body map[string]any) *aip.ProtocolError {
 		if tpl, _ := body["payloadTemplate"].(string); tpl != "" {
 			return &aip.ProtocolError{Code: CodePayloadTemplateRefused, Category: aip.CategoryPolicy, Retryable: new(false),
 				Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret), which reads Cal.diy's default payload; a payload_template would make every delivery unreadable: leave payload_template out", id)}
+		}
+		if triggers, _ := body["triggers"].([]any); len(triggers) > 0 {
+			for _, tr := range triggers {
+				if name, _ := tr.(string); slices.Contains(scheduledTriggers, name) {
+					return &aip.ProtocolError{Code: CodeTriggerNotReceivable, Category: aip.CategoryPolicy, Retryable: new(false),
+						Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret); Cal.diy's scheduler delivers %s as {triggerEvent, ...booking}, without the payload and the fresh createdAt the webhook route reads, so every such delivery would be refused and lost: leave %s out of triggers", id, name, strings.Join(scheduledTriggers, " and "))}
+				}
+			}
 		}
 		body["secret"] = secret.Reveal()
 	}
