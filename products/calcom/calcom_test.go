@@ -593,16 +593,18 @@ func TestProviderErrors(t *testing.T) {
 			provider.CodeConflict, false},
 		{"500 busy times", "GET /v2/calendars/busy-times", "calendar.busy_time.list", `{"credential_id":5,"external_id":"a@example.test"}`,
 			answer{502, `{"status":"error","error":{"message":"upstream calendar"}}`, false}, provider.CodeUnavailable, true},
-		{"2xx status error", "POST /v2/bookings/bk_6/confirm", "booking.confirm", `{"booking_uid":"bk_6"}`,
-			answer{200, `{"status":"error","error":{"code":"BadRequestException","message":"booking does not need confirmation"}}`, false},
+		// A 2xx status-error envelope fails a read (a mutation answered so
+		// is outcome_unknown: TestTwoHundredWithoutSuccess).
+		{"2xx status error", "GET /v2/bookings/bk_6", "booking.get", `{"booking_uid":"bk_6"}`,
+			answer{200, `{"status":"error","error":{"code":"BadRequestException","message":"booking not readable"}}`, false},
 			provider.CodeBadResponse, false},
 		// A proxy that echoes the request's Authorization header into the
 		// envelope: the key is redacted before the message is clipped, so
 		// neither the key nor its start (cut at 512 bytes) is quoted.
-		{"2xx status error echoing the key at the clip", "POST /v2/bookings/bk_8/confirm", "booking.confirm", `{"booking_uid":"bk_8"}`,
+		{"2xx status error echoing the key at the clip", "GET /v2/bookings/bk_8", "booking.get", `{"booking_uid":"bk_8"}`,
 			answer{200, `{"status":"error","error":{"code":"E","message":"` + strings.Repeat("x", 480) + ` Bearer ` + testToken + `"}}`, false},
 			provider.CodeBadResponse, false},
-		{"2xx status error echoing the key", "POST /v2/bookings/bk_9/confirm", "booking.confirm", `{"booking_uid":"bk_9"}`,
+		{"2xx status error echoing the key", "GET /v2/bookings/bk_9", "booking.get", `{"booking_uid":"bk_9"}`,
 			answer{200, `{"status":"error","error":{"code":"E","message":"got Bearer ` + testToken + `"}}`, false},
 			provider.CodeBadResponse, false},
 	}
@@ -635,6 +637,8 @@ func TestProviderErrors(t *testing.T) {
 		{"503 webhook create", "POST /v2/webhooks", "webhook.create",
 			`{"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED"],"active":true}`,
 			answer{503, `{"status":"error","error":{"message":"unavailable"}}`, false}},
+		{"2xx status error confirm", "POST /v2/bookings/bk_6/confirm", "booking.confirm", `{"booking_uid":"bk_6"}`,
+			answer{200, `{"status":"error","error":{"code":"BadRequestException","message":"booking does not need confirmation"}}`, false}},
 		{"non-JSON 201 create", "POST /v2/bookings", "booking.create",
 			`{"start":"2050-09-05T10:00:00Z","attendee":{"name":"Bob","time_zone":"UTC"},"event_type_id":11}`, answer{201, `<html>ok</html>`, false}},
 	}

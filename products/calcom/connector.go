@@ -146,9 +146,12 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 }
 
 // call sends req and returns the answer's JSON object. An empty 2xx body
-// is {"status":"success"}; a 2xx body whose status is "error" is a
-// provider error (not applied); a 2xx body that is not a JSON object is a
-// bad response that may have been applied.
+// is {"status":"success"}. A 2xx body that is not a JSON object, or whose
+// status is not "success" ("error", another value, none), is a bad
+// response that may have been applied: Cal.diy took the request and
+// answered it, and the answer does not say what became of it, so a
+// mutation is outcome_unknown (a failed result would invite the caller to
+// book or cancel again) and a read a failed provider.bad_response.
 func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMessage, error) {
 	resp, err := c.client.Do(ctx, req)
 	if err != nil {
@@ -166,7 +169,9 @@ func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMes
 		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
 			Message: "answered with a body that is not a JSON object", MayHaveApplied: true}
 	}
-	if env.Status == "error" {
+	switch env.Status {
+	case "success":
+	case "error":
 		msg := "answered status error"
 		var e struct {
 			Code    string `json:"code"`
@@ -176,7 +181,11 @@ func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMes
 			msg = fmt.Sprintf("%s: %s %s", msg, e.Code, e.Message)
 		}
 		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
-			Message: c.client.Redacted(msg)}
+			Message: c.client.Redacted(msg), MayHaveApplied: true}
+	default:
+		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
+			Message:        c.client.Redacted(fmt.Sprintf("answered status %q, not success", env.Status)) + "; the request may have been applied",
+			MayHaveApplied: true}
 	}
 	return json.RawMessage(body), nil
 }

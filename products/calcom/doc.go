@@ -184,10 +184,13 @@
 // provider.forbidden, 404 → provider.not_found, 409 → provider.conflict,
 // 429 → provider.rate_limited (retryable, with Retry-After), 5xx or no
 // answer → provider.unavailable (retryable) for reads. A 2xx answer whose
-// body says "status":"error" is provider.bad_response (not retryable). A
-// mutation whose request may have reached Cal.diy without a usable answer
-// (5xx, dropped connection, unreadable or non-JSON 2xx body) is
-// outcome_unknown: the host journals it and never sends it again.
+// body does not say "status":"success" ("error", another status, none)
+// fails a read with provider.bad_response (not retryable). A mutation
+// whose request may have reached Cal.diy without a usable answer (5xx,
+// dropped connection, unreadable or non-JSON 2xx body, a 2xx body whose
+// status is not success: Cal.diy took the request, and a failed result
+// would invite booking or cancelling again) is outcome_unknown: the host
+// journals it and never sends it again.
 // CheckHealth is GET /v2/me.
 //
 // # Webhook

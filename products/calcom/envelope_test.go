@@ -1,0 +1,58 @@
+package calcom
+
+import (
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
+)
+
+// TestTwoHundredWithoutSuccess: a 2xx answer whose envelope does not say
+// "status":"success" (the document's statuses are success and error)
+// confirms nothing. For a mutation Cal.diy took the request and answered
+// it, so it may have applied it: outcome_unknown, never sent again — a
+// failed result (what "status":"error" gave) invites the caller to book
+// or cancel again, and a completed one (what any other status gave)
+// claims what the answer does not say. A read is a failed
+// provider.bad_response.
+func TestTwoHundredWithoutSuccess(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+
+	for _, tc := range []struct {
+		name, route, suffix, input string
+		a                          answer
+	}{
+		{"status error", "POST /v2/bookings/bk_6/cancel", "booking.cancel", `{"booking_uid":"bk_6"}`,
+			answer{200, `{"status":"error","error":{"code":"BadRequestException","message":"could not cancel"}}`, false}},
+		{"status pending", "POST /v2/bookings", "booking.create",
+			`{"start":"2050-09-05T09:00:00Z","attendee":{"name":"Bob","time_zone":"UTC"},"event_type_id":11}`,
+			answer{201, `{"status":"pending","data":{"uid":"bk_7"}}`, false}},
+		{"no status", "POST /v2/bookings/bk_8/reschedule", "booking.reschedule", `{"booking_uid":"bk_8","start":"2050-09-06T10:00:00Z"}`,
+			answer{201, `{"data":{"uid":"bk_9"}}`, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mock.set(tc.route, tc.a)
+			before := len(mock.requests())
+			a, _ := h.act(t, tc.suffix, tc.input)
+			st, _, err := h.Dispatcher.Status(hostsdktest.Context(t), h.Target, a.ID, a.CapabilityID)
+			if err != nil || st.State != aip.StateOutcomeUnknown {
+				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
+			}
+			mock.set(tc.route, answer{201, bookingAnswer, false})
+			h.Act(t, a)
+			if n := len(mock.requests()) - before; n != 1 {
+				t.Fatalf("the provider got %d requests, want 1 (never sent again)", n)
+			}
+		})
+	}
+
+	for _, body := range []string{`{"status":"ok","data":{"uid":"bk_1"}}`, `{"status":"error","error":{"message":"nope"}}`} {
+		mock.set("GET /v2/bookings/bk_1", answer{200, body, false})
+		_, resp := h.act(t, "booking.get", `{"booking_uid":"bk_1"}`)
+		if pe := protocolError(t, resp); pe.Code != provider.CodeBadResponse || pe.IsRetryable() {
+			t.Errorf("read answered 200 %s: error %+v, want %s", body, pe, provider.CodeBadResponse)
+		}
+	}
+}
