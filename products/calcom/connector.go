@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -155,6 +156,14 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMessage, error) {
 	resp, err := c.client.Do(ctx, req)
 	if err != nil {
+		var pe *provider.Error
+		if errors.As(err, &pe) && pe.Status == http.StatusRequestTimeout {
+			// Cal.diy answers 408 when the work it started took too long
+			// (its tRPC exception filter maps TIMEOUT to 408), not only
+			// when the request did not arrive in time: a mutation may
+			// have been applied.
+			pe.MayHaveApplied = true
+		}
 		return nil, err
 	}
 	body := bytes.TrimSpace(resp.Body)

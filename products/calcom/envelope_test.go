@@ -56,3 +56,35 @@ func TestTwoHundredWithoutSuccess(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestTimeoutMayHaveApplied: Cal.diy's API answers 408 when the
+// work it started took too long (its tRPC exception filter maps a
+// TIMEOUT to 408, "The request took too long to complete"), not only
+// when the request did not arrive in time, so a mutation answered 408
+// may have been applied: outcome_unknown, never sent again. It was a
+// failed result marked retryable, inviting the caller to book or cancel
+// again. A read answered 408 stays a retryable provider.unavailable.
+func TestRequestTimeoutMayHaveApplied(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	timeout := answer{408, `{"status":"error","timestamp":"2050-01-01T00:00:00Z","path":"/v2/bookings","error":{"code":"TRPCError","message":"The request took too long to complete. Please try again later"}}`, false}
+
+	mock.set("POST /v2/bookings", timeout)
+	before := len(mock.requests())
+	a, _ := h.act(t, "booking.create", `{"start":"2050-09-05T09:00:00Z","attendee":{"name":"Bob","time_zone":"UTC"},"event_type_id":11}`)
+	st, _, err := h.Dispatcher.Status(hostsdktest.Context(t), h.Target, a.ID, a.CapabilityID)
+	if err != nil || st.State != aip.StateOutcomeUnknown {
+		t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
+	}
+	mock.set("POST /v2/bookings", answer{201, bookingAnswer, false})
+	h.Act(t, a)
+	if n := len(mock.requests()) - before; n != 1 {
+		t.Fatalf("the provider got %d requests, want 1 (never sent again)", n)
+	}
+
+	mock.set("GET /v2/bookings/bk_1", timeout)
+	_, resp := h.act(t, "booking.get", `{"booking_uid":"bk_1"}`)
+	if pe := protocolError(t, resp); pe.Code != provider.CodeUnavailable || !pe.IsRetryable() {
+		t.Errorf("read answered 408: error %+v, want retryable %s", pe, provider.CodeUnavailable)
+	}
+}
