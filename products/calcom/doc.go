@@ -205,8 +205,11 @@
 // at most 24 hours old and at most 5 minutes ahead. Answers: unknown
 // subscription 404; missing header 400 webhook.missing_header; bad
 // signature 401 webhook.authentication_failed; bad shape or version 400
-// webhook.invalid_delivery; createdAt out of window 400
-// webhook.invalid_timestamp; body larger than 1 MiB, or an event larger
+// webhook.invalid_delivery; createdAt more than 24 hours old 400
+// webhook.invalid_timestamp, more than 5 minutes ahead of this replica's
+// clock 503 webhook.invalid_timestamp (delivered again: the replica's
+// clock may be the wrong one, and a warning says to check it, as for any
+// event time ahead of the clock); body larger than 1 MiB, or an event larger
 // than hostsdk.MaxEventBytes, 413 webhook.too_large; outbox
 // not accepting 503 webhook.storage_unavailable. A verified delivery is
 // fenced against replays in the host's state store (namespace

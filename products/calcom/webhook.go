@@ -117,9 +117,20 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			return
 		}
 		now := c.cfg.Now()
-		if now.Sub(createdAt) > WebhookMaxAge || createdAt.Sub(now) > WebhookMaxSkew {
-			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
-				"createdAt is more than 24 hours old or more than 5 minutes ahead of this host's clock")
+		if now.Sub(createdAt) > WebhookMaxAge {
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp, "createdAt is more than 24 hours old")
+			return
+		}
+		if createdAt.Sub(now) > WebhookMaxSkew {
+			// As for any event time ahead of the clock
+			// (webhook.PublishFailed, hostsdk.ErrEventAhead): this
+			// replica's clock may be the wrong one, and once it is right
+			// the same delivery is taken, so Cal.diy is asked to deliver
+			// it again rather than told never to.
+			rc.Logger.Warn("cal-diy webhook: a delivery's createdAt is ahead of this replica's clock; check the clock (NTP)",
+				"subscription_id", sub, "created_at", d.CreatedAt)
+			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeInvalidTimestamp,
+				"createdAt is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
 			return
 		}
 		id := fenceID(sub, version, sig, body)

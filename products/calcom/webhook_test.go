@@ -150,7 +150,8 @@ func TestWebhook(t *testing.T) {
 		{"other version", testSub, first, map[string]string{"x-cal-signature-256": sign(testSecret, first), "x-cal-webhook-version": "2024-01-01"},
 			400, webhook.CodeInvalidDelivery},
 		{"stale", testSub, deliveryBody("BOOKING_CREATED", w.now.Add(-25*time.Hour), "bk_2"), nil, 400, webhook.CodeInvalidTimestamp},
-		{"future", testSub, deliveryBody("BOOKING_CREATED", w.now.Add(10*time.Minute), "bk_3"), nil, 400, webhook.CodeInvalidTimestamp},
+		// Ahead of the clock: delivered again (TestWebhookCreatedAtAheadOfClock).
+		{"future", testSub, deliveryBody("BOOKING_CREATED", w.now.Add(10*time.Minute), "bk_3"), nil, 503, webhook.CodeInvalidTimestamp},
 		{"payload not an object", testSub, []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"` + created.Format(time.RFC3339) + `","payload":[1]}`),
 			nil, 400, webhook.CodeInvalidDelivery},
 		{"bad createdAt", testSub, []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"yesterday","payload":{}}`),
@@ -375,5 +376,51 @@ func TestEchoedWebhookSecretIsRedacted(t *testing.T) {
 				t.Errorf("neither the answer nor the status quotes the echoed secret as [redacted]: %s %s", resp.Raw, recorded)
 			}
 		})
+	}
+}
+
+// TestWebhookCreatedAtAheadOfClock: a delivery whose createdAt is more
+// than WebhookMaxSkew ahead of this replica's clock is answered 503
+// webhook.invalid_timestamp, to be delivered again, as the fleet's routes
+// answer an event time ahead of the clock (webhook.PublishFailed,
+// hostsdk.ErrEventAhead): the replica's clock may be the wrong one. It
+// was 400, which Cal.diy does not resend, so a replica whose clock lagged
+// lost the booking's event for good. Once the clock is right the same
+// delivery is taken. A createdAt more than WebhookMaxAge old stays 400.
+func TestWebhookCreatedAtAheadOfClock(t *testing.T) {
+	mock := newMockCal(t)
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	var mu sync.Mutex
+	lag := 10 * time.Minute // this replica's clock is 10 minutes behind
+	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)},
+		func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(-lag) })
+	h := startHost(t, conn, j)
+	w := &webhookHost{testHost: h, j: j, base: "http://" + h.Config.Listener.Addr().String()}
+
+	body := deliveryBody("BOOKING_CREATED", time.Now().UTC(), "bk_ahead")
+	a := w.deliver(t, testSub, body, signed(body))
+	if a.status != http.StatusServiceUnavailable || a.code() != webhook.CodeInvalidTimestamp {
+		t.Fatalf("createdAt ahead of the replica's clock: %d %v, want 503 %s", a.status, a.body, webhook.CodeInvalidTimestamp)
+	}
+	if n := w.pending(t); n != 0 {
+		t.Fatalf("%d outbox batches, want none", n)
+	}
+	mu.Lock()
+	lag = 0
+	mu.Unlock()
+	if a := w.deliver(t, testSub, body, signed(body)); a.status != 200 || a.body["duplicate"] != nil {
+		t.Fatalf("the same delivery once the clock is right: %d %v", a.status, a.body)
+	}
+	if n := w.pending(t); n != 1 {
+		t.Fatalf("%d outbox batches, want 1", n)
+	}
+
+	old := deliveryBody("BOOKING_CREATED", time.Now().Add(-WebhookMaxAge-time.Hour), "bk_old")
+	if a := w.deliver(t, testSub, old, signed(old)); a.status != http.StatusBadRequest || a.code() != webhook.CodeInvalidTimestamp {
+		t.Fatalf("createdAt older than %s: %d %v, want 400 %s", WebhookMaxAge, a.status, a.body, webhook.CodeInvalidTimestamp)
 	}
 }
