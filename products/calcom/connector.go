@@ -146,8 +146,8 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultCompleted, Output: out}, nil
 }
 
-// call sends req and returns the answer's JSON object. An empty 2xx body
-// is {"status":"success"}. A 2xx body that is not a JSON object, or whose
+// call sends req and returns the answer's JSON object. A 2xx body that
+// is empty or not a JSON object, or whose
 // status is not "success" ("error", another value, none), is a bad
 // response that may have been applied: Cal.diy took the request and
 // answered it, and the answer does not say what became of it, so a
@@ -168,7 +168,11 @@ func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMes
 	}
 	body := bytes.TrimSpace(resp.Body)
 	if len(body) == 0 {
-		return json.RawMessage(`{"status":"success"}`), nil
+		// Every answer the document describes has a JSON body with its
+		// status: an empty one (a proxy's 200, a 204) says nothing of
+		// what became of the request.
+		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
+			Message: "answered with an empty body, not the JSON envelope the document describes", MayHaveApplied: true}
 	}
 	var env struct {
 		Status string          `json:"status"`

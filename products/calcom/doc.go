@@ -184,14 +184,15 @@
 // provider.forbidden, 404 → provider.not_found, 409 → provider.conflict,
 // 429 → provider.rate_limited (retryable, with Retry-After), 5xx, 408 or no
 // answer → provider.unavailable (retryable) for reads. A 2xx answer whose
-// body does not say "status":"success" ("error", another status, none)
-// fails a read with provider.bad_response (not retryable). A mutation
-// whose request may have reached Cal.diy without a usable answer (5xx,
-// 408, which Cal.diy answers when work it started took too long, a
-// dropped connection, an unreadable or non-JSON 2xx body, a 2xx body whose
-// status is not success: Cal.diy took the request, and a failed result
-// would invite booking or cancelling again) is outcome_unknown: the host
-// journals it and never sends it again.
+// body does not say "status":"success" ("error", another status, none,
+// an empty body) fails a read with provider.bad_response (not retryable).
+// A mutation whose request may have reached Cal.diy without a usable
+// answer is outcome_unknown: the host journals it and never sends it
+// again. That is a 5xx; a 408, which Cal.diy answers when work it started
+// took too long; a dropped connection; a 2xx body that is unreadable,
+// empty, not a JSON object or whose status is not success (Cal.diy took
+// the request, and a failed result would invite booking or cancelling
+// again).
 // CheckHealth is GET /v2/me.
 //
 // # Webhook

@@ -9,12 +9,13 @@ import (
 )
 
 // TestTwoHundredWithoutSuccess: a 2xx answer whose envelope does not say
-// "status":"success" (the document's statuses are success and error)
-// confirms nothing. For a mutation Cal.diy took the request and answered
+// "status":"success" (the document's statuses are success and error), or
+// that has no body at all, confirms nothing. For a mutation Cal.diy took the request and answered
 // it, so it may have applied it: outcome_unknown, never sent again — a
 // failed result (what "status":"error" gave) invites the caller to book
 // or cancel again, and a completed one (what any other status gave)
-// claims what the answer does not say. A read is a failed
+// claims what the answer does not say, as did the {"status":"success"}
+// an empty body was taken for. A read is a failed
 // provider.bad_response.
 func TestTwoHundredWithoutSuccess(t *testing.T) {
 	mock := newMockCal(t)
@@ -31,6 +32,12 @@ func TestTwoHundredWithoutSuccess(t *testing.T) {
 			answer{201, `{"status":"pending","data":{"uid":"bk_7"}}`, false}},
 		{"no status", "POST /v2/bookings/bk_8/reschedule", "booking.reschedule", `{"booking_uid":"bk_8","start":"2050-09-06T10:00:00Z"}`,
 			answer{201, `{"data":{"uid":"bk_9"}}`, false}},
+		// The document gives every answer a JSON body with its status; an
+		// empty one (a proxy's 200, a 204) says nothing of the booking.
+		{"empty body", "POST /v2/bookings", "booking.create",
+			`{"start":"2050-09-05T10:00:00Z","attendee":{"name":"Bob","time_zone":"UTC"},"event_type_id":11}`,
+			answer{201, ``, false}},
+		{"204", "POST /v2/bookings/bk_10/cancel", "booking.cancel", `{"booking_uid":"bk_10"}`, answer{204, ``, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mock.set(tc.route, tc.a)
@@ -48,7 +55,7 @@ func TestTwoHundredWithoutSuccess(t *testing.T) {
 		})
 	}
 
-	for _, body := range []string{`{"status":"ok","data":{"uid":"bk_1"}}`, `{"status":"error","error":{"message":"nope"}}`} {
+	for _, body := range []string{`{"status":"ok","data":{"uid":"bk_1"}}`, `{"status":"error","error":{"message":"nope"}}`, ``} {
 		mock.set("GET /v2/bookings/bk_1", answer{200, body, false})
 		_, resp := h.act(t, "booking.get", `{"booking_uid":"bk_1"}`)
 		if pe := protocolError(t, resp); pe.Code != provider.CodeBadResponse || pe.IsRetryable() {
