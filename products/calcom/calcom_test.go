@@ -874,6 +874,43 @@ func TestPayloadTemplateForOwnSubscriptionRefused(t *testing.T) {
 	}
 }
 
+// TestOwnSubscriptionUpdateClearsTemplate: an update pointing a webhook
+// at a subscription this connector receives clears the webhook's payload
+// template. PATCH keeps what it does not name, so a template set while
+// the webhook pointed elsewhere would stay and make every delivery the
+// route reads unreadable (400, not resent). A create needs none (the
+// default is no template), nor does an update to a subscription
+// delivered elsewhere.
+func TestOwnSubscriptionUpdateClearsTemplate(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
+		c.SubscriberPrefixes = []string{subscriberPrefix}
+		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
+	}), nil)
+	own := subscriberPrefix + testSub
+	for _, tc := range []struct{ suffix, input, body string }{
+		{"webhook.update", `{"webhook_id":"wh_1","subscriber_url":"` + own + `","active":true}`,
+			`{"subscriberUrl":"` + own + `","active":true,"payloadTemplate":"","secret":"` + testSecret + `"}`},
+		{"event_type.webhook.update", `{"event_type_id":11,"webhook_id":"wh_1","subscriber_url":"` + own + `","triggers":["BOOKING_CREATED"]}`,
+			`{"subscriberUrl":"` + own + `","triggers":["BOOKING_CREATED"],"payloadTemplate":"","secret":"` + testSecret + `"}`},
+		{"webhook.update", `{"webhook_id":"wh_1","subscriber_url":"` + subscriberPrefix + `elsewhere","active":true}`,
+			`{"subscriberUrl":"` + subscriberPrefix + `elsewhere","active":true}`},
+		{"webhook.create", `{"subscriber_url":"` + own + `","triggers":["BOOKING_CREATED"],"active":true}`,
+			`{"subscriberUrl":"` + own + `","triggers":["BOOKING_CREATED"],"active":true,"secret":"` + testSecret + `"}`},
+	} {
+		before := len(mock.requests())
+		_, resp := h.act(t, tc.suffix, tc.input)
+		if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
+			t.Fatalf("%s %s: %v %s", tc.suffix, tc.input, err, resp.Raw)
+		}
+		reqs := mock.requests()
+		if len(reqs) != before+1 {
+			t.Fatalf("%s: the provider got %d requests, want 1", tc.suffix, len(reqs)-before)
+		}
+		jsonEqual(t, tc.suffix+" body", reqs[len(reqs)-1].Body, tc.body)
+	}
+}
+
 // TestScheduledTriggersForOwnSubscriptionRefused: a subscription whose
 // deliveries come to this connector takes no MEETING_STARTED or
 // MEETING_ENDED. Cal.diy's scheduler delivers them as {triggerEvent,

@@ -125,7 +125,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		h.Set("cal-api-version", o.Version)
 	}
 	if o.Webhook && req.body != nil {
-		if pe := c.prepareWebhook(req.body); pe != nil {
+		if pe := c.prepareWebhook(req.body, o.Method == http.MethodPatch); pe != nil {
 			return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed, Error: pe}, nil
 		}
 	}

@@ -147,7 +147,10 @@
 // otherwise none is sent. Such a subscription takes no payload_template
 // (failed result cal_diy.payload_template_refused, policy, nothing sent):
 // the webhook route reads Cal.diy's default payload, and a template would
-// make every delivery unreadable. Nor does it take the triggers
+// make every delivery unreadable; an update pointing a webhook at such a
+// subscription sends payloadTemplate "" (Cal.diy's default payload), since
+// PATCH would keep a template set while the webhook pointed elsewhere.
+// Nor does it take the triggers
 // MEETING_STARTED or MEETING_ENDED (failed result
 // cal_diy.trigger_not_receivable, policy, nothing sent): Cal.diy's
 // scheduler delivers them as {triggerEvent, ...booking}, without the

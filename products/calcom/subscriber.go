@@ -99,9 +99,11 @@ func (c *Connector) subscriber(raw string) (string, bool) {
 // update body (user or event type webhook): a subscriber URL must be
 // allowed (an update without one may only set active false), and when the
 // connector holds the signing secret of its subscription that secret is
-// sent, so that deliveries verify at POST /webhooks/cal-diy/{id}. It
+// sent, so that deliveries verify at POST /webhooks/cal-diy/{id}; an
+// update (PATCH, which keeps what it does not name) pointing a webhook at
+// such a subscription also clears the webhook's payload template. It
 // returns a protocol error when the URL is not allowed.
-func (c *Connector) prepareWebhook(body map[string]any) *aip.ProtocolError {
+func (c *Connector) prepareWebhook(body map[string]any, update bool) *aip.ProtocolError {
 	raw, ok := body["subscriberUrl"]
 	if !ok {
 		// An update that keeps the webhook's URL: that URL may be anything
@@ -138,6 +140,12 @@ func (c *Connector) prepareWebhook(body map[string]any) *aip.ProtocolError {
 						Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret); Cal.diy's scheduler delivers %s as {triggerEvent, ...booking}, without the payload and the fresh createdAt the webhook route reads, so every such delivery would be refused and lost: leave %s out of triggers", id, name, strings.Join(scheduledTriggers, " and "))}
 				}
 			}
+		}
+		if _, given := body["payloadTemplate"]; update && !given {
+			// The webhook may carry a template set while it pointed
+			// elsewhere; kept, it would make every delivery here
+			// unreadable. An empty template is Cal.diy's default payload.
+			body["payloadTemplate"] = ""
 		}
 		body["secret"] = secret.Reveal()
 	}
