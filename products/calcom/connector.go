@@ -147,9 +147,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 }
 
 // call sends req and returns the answer's JSON object. A 2xx body that
-// is empty or not a JSON object, or whose
-// status is not "success" ("error", another value, none), is a bad
-// response that may have been applied: Cal.diy took the request and
+// is empty or not a JSON object, or whose status is not "success"
+// ("error", another value, none), is a bad response that may have been
+// applied: Cal.diy took the request and
 // answered it, and the answer does not say what became of it, so a
 // mutation is outcome_unknown (a failed result would invite the caller to
 // book or cancel again) and a read a failed provider.bad_response.
@@ -197,8 +197,7 @@ func (c *Connector) call(ctx context.Context, req provider.Request) (json.RawMes
 			Message: c.client.Redacted(msg), MayHaveApplied: true}
 	default:
 		return nil, &provider.Error{Product: c.client.Product(), Method: req.Method, Path: req.Path, Status: resp.Status,
-			Message:        c.client.Redacted(fmt.Sprintf("answered status %q, not success", env.Status)) + "; the request may have been applied",
-			MayHaveApplied: true}
+			Message: c.client.Redacted(fmt.Sprintf("answered status %q, not success", env.Status)), MayHaveApplied: true}
 	}
 	return json.RawMessage(body), nil
 }

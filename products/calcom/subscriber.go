@@ -133,12 +133,11 @@ func (c *Connector) prepareWebhook(body map[string]any, update bool) *aip.Protoc
 			return &aip.ProtocolError{Code: CodePayloadTemplateRefused, Category: aip.CategoryPolicy, Retryable: new(false),
 				Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret), which reads Cal.diy's default payload; a payload_template would make every delivery unreadable: leave payload_template out", id)}
 		}
-		if triggers, _ := body["triggers"].([]any); len(triggers) > 0 {
-			for _, tr := range triggers {
-				if name, _ := tr.(string); slices.Contains(scheduledTriggers, name) {
-					return &aip.ProtocolError{Code: CodeTriggerNotReceivable, Category: aip.CategoryPolicy, Retryable: new(false),
-						Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret); Cal.diy's scheduler delivers %s as {triggerEvent, ...booking}, without the payload and the fresh createdAt the webhook route reads, so every such delivery would be refused and lost: leave %s out of triggers", id, name, strings.Join(scheduledTriggers, " and "))}
-				}
+		triggers, _ := body["triggers"].([]any)
+		for _, tr := range triggers {
+			if name, _ := tr.(string); slices.Contains(scheduledTriggers, name) {
+				return &aip.ProtocolError{Code: CodeTriggerNotReceivable, Category: aip.CategoryPolicy, Retryable: new(false),
+					Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret); Cal.diy's scheduler delivers %s as {triggerEvent, ...booking}, without the payload and the fresh createdAt the webhook route reads, so every such delivery would be refused and lost: leave %s out of triggers", id, name, strings.Join(scheduledTriggers, " and "))}
 			}
 		}
 		if _, given := body["payloadTemplate"]; update && !given {
