@@ -155,8 +155,9 @@
 // cal_diy.trigger_not_receivable, policy, nothing sent): Cal.diy's
 // scheduler delivers them as {triggerEvent, ...booking}, without the
 // payload member and with the booking's own createdAt, so the route would
-// refuse each with a 400 that Cal.diy does not resend (an update that
-// does not restate triggers keeps the webhook's). Every webhook.* and
+// refuse each with a 400 that Cal.diy does not resend; an update pointing
+// a webhook at such a subscription must restate its triggers (PATCH would
+// keep the webhook's). Every webhook.* and
 // event_type.webhook.* output leaves out the secret member of the webhook(s) Cal.diy returns, and an
 // error quoting provider text (an error body, a status-error envelope)
 // shows every configured signing secret as [redacted], like the API key.

@@ -33,7 +33,9 @@ const CodePayloadTemplateRefused = "cal_diy.payload_template_refused"
 // scheduleTrigger.ts), without the payload member the webhook route reads
 // and with the booking's own createdAt (days old by the meeting), so the
 // route would refuse every one of them with a 400, which Cal.diy does not
-// resend. Nothing is sent.
+// resend; also of an update pointing a webhook at such a subscription
+// without restating its triggers (PATCH would keep the webhook's). Nothing
+// is sent.
 const CodeTriggerNotReceivable = "cal_diy.trigger_not_receivable"
 
 // scheduledTriggers are the triggers Cal.diy's scheduler delivers in its
@@ -101,8 +103,9 @@ func (c *Connector) subscriber(raw string) (string, bool) {
 // connector holds the signing secret of its subscription that secret is
 // sent, so that deliveries verify at POST /webhooks/cal-diy/{id}; an
 // update (PATCH, which keeps what it does not name) pointing a webhook at
-// such a subscription also clears the webhook's payload template. It
-// returns a protocol error when the URL is not allowed.
+// such a subscription must restate its triggers and clears the webhook's
+// payload template. It returns a protocol error when the URL is not
+// allowed or the subscription cannot receive what is asked.
 func (c *Connector) prepareWebhook(body map[string]any, update bool) *aip.ProtocolError {
 	raw, ok := body["subscriberUrl"]
 	if !ok {
@@ -133,7 +136,13 @@ func (c *Connector) prepareWebhook(body map[string]any, update bool) *aip.Protoc
 			return &aip.ProtocolError{Code: CodePayloadTemplateRefused, Category: aip.CategoryPolicy, Retryable: new(false),
 				Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret), which reads Cal.diy's default payload; a payload_template would make every delivery unreadable: leave payload_template out", id)}
 		}
-		triggers, _ := body["triggers"].([]any)
+		triggers, given := body["triggers"].([]any)
+		if update && !given {
+			// PATCH keeps the webhook's triggers, which were chosen while
+			// it pointed elsewhere and may hold the scheduled ones.
+			return &aip.ProtocolError{Code: CodeTriggerNotReceivable, Category: aip.CategoryPolicy, Retryable: new(false),
+				Message: fmt.Sprintf("an update pointing a webhook at subscription %s, which is delivered to this connector, must give its triggers: the webhook's own may include %s, which Cal.diy's scheduler delivers in a shape the webhook route cannot read", id, strings.Join(scheduledTriggers, " and "))}
+		}
 		for _, tr := range triggers {
 			if name, _ := tr.(string); slices.Contains(scheduledTriggers, name) {
 				return &aip.ProtocolError{Code: CodeTriggerNotReceivable, Category: aip.CategoryPolicy, Retryable: new(false),

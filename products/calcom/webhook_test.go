@@ -350,7 +350,7 @@ func TestEchoedWebhookSecretIsRedacted(t *testing.T) {
 	}{
 		{"400", "POST /v2/webhooks", "webhook.create", create, answer{400, echo, false}},
 		{"2xx status error", "PATCH /v2/event-types/11/webhooks/wh_1", "event_type.webhook.update",
-			`{"event_type_id":11,"webhook_id":"wh_1","subscriber_url":"` + subscriberPrefix + testSub + `"}`, answer{200, echo, false}},
+			`{"event_type_id":11,"webhook_id":"wh_1","subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED"]}`, answer{200, echo, false}},
 		{"502", "POST /v2/event-types/11/webhooks", "event_type.webhook.create",
 			`{"event_type_id":11,"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED"],"active":true}`,
 			answer{502, echo, false}},
