@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jwk"
@@ -26,9 +25,11 @@ const (
 	MaxSecretFileBytes = 16 << 10
 )
 
-// ErrUnsafeFile is returned (wrapped) when a secret file is a symlink, not a
-// regular file, readable or writable by group or others, owned by a user
-// other than this process's or root, empty or too large.
+// ErrUnsafeFile is returned (wrapped) when a secret or trusted file is not
+// a regular file, readable or writable by group or others (see the
+// functions), owned by a user other than this process's or root, reached
+// through a symlink or a directory another user could change, empty or too
+// large.
 var ErrUnsafeFile = errors.New("aip: unsafe file")
 
 // ErrInvalidKey is returned (wrapped) when key material cannot be parsed.
@@ -164,11 +165,17 @@ func WriteSeedFile(path string, k *SigningKey) error {
 // files and as a Kubernetes secret volume with an fsGroup mounts them —
 // and holds 1 to maxBytes bytes. A symlink is followed and what it points
 // at checked, so a Kubernetes secret or ConfigMap volume (whose files are
-// links through ..data) can be named directly; the link, and each link it
-// leads to, must be owned by the process's user or root too (the owner of
-// a link chooses the file it names). The file opened must be the
-// file checked (no swap between the check and the read). The content is
-// returned with surrounding ASCII whitespace removed.
+// links through ..data) can be named directly. The path must not let
+// another user choose the file: every symlink on it (at its end or in the
+// middle, a link's owner chooses where it leads) must be owned by the
+// process's user or root, and so must every directory it passes through,
+// from / down to the file along the resolved path, none of them writable
+// by group or others (whoever may write to a directory can rename the
+// file in it and put another in its place) — except a directory root owns
+// that has the sticky bit (/tmp, 1777) or is on a read-only mount (a
+// Kubernetes ConfigMap volume's 0777 directory). The file opened must be
+// the file checked (no swap between the check and the read). The content
+// is returned with surrounding ASCII whitespace removed.
 func ReadSecretFile(path string, maxBytes int64) ([]byte, error) {
 	return readCheckedFile(path, maxBytes, fileSecret)
 }
@@ -184,7 +191,8 @@ func ReadPublicFile(path string, maxBytes int64) ([]byte, error) {
 // ReadTrustFile reads a non-secret file a long-running process trusts (a
 // peer's DID, a CA certificate, a credential revision policy): the checks
 // of ReadPublicFile, and, like a secret file, owned by the process's
-// effective user or by root, as are the symlinks that lead to it. Whoever
+// effective user or by root, as are the symlinks that lead to it, with the
+// directories of its path checked as ReadSecretFile checks them. Whoever
 // owns a file can rewrite it whatever its mode (and whoever owns a link
 // can point it elsewhere), so a DID file another user owns lets that user
 // name the key the process takes actions or lifecycle answers from.
@@ -197,8 +205,8 @@ type fileClass int
 
 const (
 	filePublic fileClass = iota // not writable by group or others
-	fileTrust                   // and owned by this user or root
-	fileSecret                  // owned by this user or root, no group or other bits (secretModeOK)
+	fileTrust                   // and owned by this user or root, its path too (resolvePath)
+	fileSecret                  // owned by this user or root, its path too, no group or other bits (secretModeOK)
 )
 
 // secretModeOK reports whether a secret file's permission bits are tight
@@ -219,14 +227,19 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	if class == fileSecret {
 		kind = "secret file"
 	}
-	if class != filePublic {
-		if err := checkLinkOwners(path, kind); err != nil {
-			return nil, err
+	// A public file is opened by its path; a secret or trusted one by
+	// its resolved path, once the links and directories leading to it
+	// are checked (resolvePath).
+	open := path
+	var info os.FileInfo
+	var err error
+	if class == filePublic {
+		info, err = os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", kind, path, err)
 		}
-	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
+	} else if open, info, err = resolvePath(path, kind); err != nil {
+		return nil, err
 	}
 	if !info.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s %s is not a regular file", ErrUnsafeFile, kind, path)
@@ -248,7 +261,7 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	if info.Size() > maxBytes {
 		return nil, fmt.Errorf("%w: %s %s is %d bytes, more than the %d allowed", ErrUnsafeFile, kind, path, info.Size(), maxBytes)
 	}
-	f, err := os.Open(path)
+	f, err := os.Open(open)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
 	}
@@ -275,40 +288,6 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	out := append([]byte(nil), trimmed...)
 	clear(data)
 	return out, nil
-}
-
-// maxLinkHops bounds checkLinkOwners' walk (the kernel's own limit is 40).
-const maxLinkHops = 40
-
-// checkLinkOwners refuses a path whose symlink, or a symlink its target
-// names in turn, is owned by another user than this process's or root:
-// whoever owns a link chooses the file it names, so the checks of the
-// file it ends at would only say that some file of root's or this user's
-// was picked, not that it is the one the setting meant. Each link is
-// resolved as written, relative to its directory; a link through a
-// symlinked directory component is not inspected itself (a Kubernetes
-// volume's ..data is root's). Errors reading a link are left to the
-// Stat that follows.
-func checkLinkOwners(path, kind string) error {
-	p := path
-	for range maxLinkHops {
-		li, err := os.Lstat(p)
-		if err != nil || li.Mode()&os.ModeSymlink == 0 {
-			return nil
-		}
-		if owner, ok := fileOwnerOK(li); !ok {
-			return fmt.Errorf("%w: %s %s: the symlink %s is owned by uid %d, not by this process's user (uid %d) or root, so that user chooses the file it names; name the file itself or chown -h the link", ErrUnsafeFile, kind, path, p, owner, os.Geteuid())
-		}
-		target, err := os.Readlink(p)
-		if err != nil {
-			return nil
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(p), target)
-		}
-		p = target
-	}
-	return nil
 }
 
 // JWKS returns a JSON Web Key Set document publishing the Ed25519 public keys,

@@ -50,7 +50,10 @@
 // come only from files, which must be regular files (a symlink is followed,
 // so a Kubernetes secret volume's keys can be named) owned by the host's
 // user or root and readable by their owner only (aip.ReadSecretFile: a file
-// root owns may be group-readable for a host that is not root).
+// root owns may be group-readable for a host that is not root), in
+// directories only the host's user or root can change (each directory of
+// the path, and each symlink, owned by one of them; none writable by group
+// or others unless root's and sticky, as /tmp, or on a read-only mount).
 //
 // The connector sees the configured identity, never the action's: on
 // TenantContext (Call.Tenant, Connector.Manifest's tenant) and as every
