@@ -15,6 +15,8 @@ import (
 // namespace, so the mounts f makes are seen by nothing else and vanish
 // with the thread. It skips the test when the process may not (not root,
 // or no CAP_SYS_ADMIN, as in most containers that are not privileged).
+// f runs on another goroutine than the test's: it reports with t.Error
+// and returns (the helpers' t.Fatal only for what cannot happen).
 func inMountNamespace(t *testing.T, f func()) {
 	t.Helper()
 	errc := make(chan error, 1)
@@ -93,10 +95,12 @@ func TestKubernetesVolumesOnReadOnlyMounts(t *testing.T) {
 			}
 			if fsGroup != 0 {
 				if err := os.Chmod(config, 0o777|os.ModeSetgid); err != nil {
-					t.Fatal(err)
+					t.Error(err)
+					return
 				}
 				if err := os.Chmod(secret, 0o777|os.ModeSticky|os.ModeSetgid); err != nil {
-					t.Fatal(err)
+					t.Error(err)
+					return
 				}
 			}
 			kubeletVolume(t, secret, fsGroup, map[string]os.FileMode{"signing-seed": 0o400})
@@ -121,7 +125,8 @@ func TestKubernetesVolumesOnReadOnlyMounts(t *testing.T) {
 				}
 			}
 			if err := os.WriteFile(filepath.Join(config, "x"), nil, 0o600); !errors.Is(err, syscall.EROFS) {
-				t.Fatalf("the ConfigMap volume is not read-only: %v", err)
+				t.Errorf("the ConfigMap volume is not read-only: %v", err)
+				return
 			}
 			if err := readSecret(seed); err != nil {
 				t.Errorf("fsGroup %d: a secret volume mounted read-only: %v", fsGroup, err)
