@@ -251,10 +251,14 @@ type Deps struct {
 	// client of the dispatcher's own with pooled keep-alive connections.
 	// Its CheckRedirect is not used: the dispatcher never follows a
 	// replica's redirect. When its Transport is an *http.Transport (or
-	// nil, http.DefaultTransport), a hop that never got a connection is
-	// known not delivered (dispatch.replica_unreachable); any other
-	// RoundTripper may have sent bytes its own way, so its failures stay
-	// outcome_unknown.
+	// nil while http.DefaultTransport is one), a hop that net/http's own
+	// connection path took (httptrace GetConn) and that never got a
+	// connection (no GotConn) is known not delivered
+	// (dispatch.replica_unreachable); any other RoundTripper, or an
+	// alternate protocol registered on the transport (RegisterProtocol),
+	// may have sent bytes its own way, so its failures stay
+	// outcome_unknown. A TLSNextProto entry of the embedder's own must
+	// fire GotConn before it writes, as net/http's HTTP/2 does.
 	Client *http.Client
 	// Ready probes the registry for /ready. Optional.
 	Ready func(ctx context.Context) error
@@ -284,18 +288,14 @@ type Dispatcher struct {
 	principal aip.Principal // without trust domain: each hop uses the assignment's
 	sched     *Scheduler
 	client    *http.Client
-	// tracesDials: the client's transport is net/http's own, whose
-	// httptrace GotConn comes before any byte of a request is written
-	// (transport.go, unreachable).
-	tracesDials bool
-	ownClient   bool
-	log         *slog.Logger
-	tracer      trace.Tracer
-	prop        propagation.TextMapPropagator
-	m           *metrics
-	jwks        []byte
-	handler     http.Handler
-	stopping    atomic.Bool
+	ownClient bool
+	log       *slog.Logger
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	m         *metrics
+	jwks      []byte
+	handler   http.Handler
+	stopping  atomic.Bool
 	// notReady is the registry readiness error last logged ("" when
 	// ready), so /ready logs a failure when it changes.
 	notReady onchange.Text
@@ -423,10 +423,6 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	noRedirects := *d.client
 	noRedirects.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	d.client = &noRedirects
-	switch d.client.Transport.(type) {
-	case nil, *http.Transport:
-		d.tracesDials = true
-	}
 	if cfg.TokenCacheSize > 0 {
 		d.deps.Tokens = newTokenCache(deps.Tokens, cfg.Now, cfg.TokenCacheSize)
 	}

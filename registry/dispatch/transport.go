@@ -57,8 +57,26 @@ type hop struct {
 	// request before its httptrace GotConn, and a resend on a pooled
 	// connection that turned out closed (the Idempotency-Key below) comes
 	// after a GotConn, so no attempt can have reached the replica. Set
-	// only for the dispatcher's own kind of transport (tracesDials).
+	// only for the dispatcher's own kind of transport (tracesDials), and
+	// only when net/http's own connection path took the request (its
+	// GetConn fired).
 	unreachable bool
+}
+
+// tracesDials reports whether the client's transport is net/http's own,
+// whose httptrace GotConn comes before any byte of a request is written:
+// an *http.Transport, or none while http.DefaultTransport is one (an
+// embedder or a library may have replaced it with any RoundTripper, at
+// any time, so it is looked at on every hop).
+func (d *Dispatcher) tracesDials() bool {
+	switch d.client.Transport.(type) {
+	case nil:
+		_, ok := http.DefaultTransport.(*http.Transport)
+		return ok
+	case *http.Transport:
+		return true
+	}
+	return false
 }
 
 // refusal returns the replica's signed refusal, or nil.
@@ -130,8 +148,14 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 		return h
 	}
 	h.request = raw
-	var connected atomic.Bool
-	rctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	// asked: net/http's own connection path took the request (an
+	// alternate protocol registered on the transport, or a RoundTripper
+	// that sends on a context of its own, fires neither hook).
+	var asked, connected atomic.Bool
+	rctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn: func(string) { asked.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	})
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, a.Endpoint, bytes.NewReader(raw))
 	if err != nil {
 		h.err, h.notSent = fmt.Errorf("dispatch: replica %s endpoint %q: %w", a.ReplicaID, a.Endpoint, err), true
@@ -147,7 +171,7 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 	resp, err := d.client.Do(req)
 	if err != nil {
 		h.err, h.timedOut = err, errors.Is(ctx.Err(), context.DeadlineExceeded)
-		h.unreachable = d.tracesDials && !connected.Load()
+		h.unreachable = d.tracesDials() && asked.Load() && !connected.Load()
 		return h
 	}
 	defer resp.Body.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"testing"
 	"time"
 
@@ -149,6 +150,74 @@ func TestUnreachableReplica(t *testing.T) {
 			if runs := w.counter.runs(resp.ActionID); len(runs) != 0 {
 				t.Fatalf("the action ran on %v", runs)
 			}
+		})
+	}
+}
+
+// detachedForwarder is a RoundTripper that posts the request to the
+// replica on a connection of its own, outside the request's context (so
+// outside its httptrace), and then loses the answer: the envelope reached
+// the replica, yet net/http's GotConn never fired for it. getConn: it
+// reports that it looks for a connection to the request's httptrace, as
+// net/http does.
+func detachedForwarder(t *testing.T, getConn bool) http.RoundTripper {
+	own := &http.Transport{}
+	t.Cleanup(own.CloseIdleConnections)
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if tr := httptrace.ContextClientTrace(r.Context()); getConn && tr != nil && tr.GetConn != nil {
+			tr.GetConn(r.URL.Host)
+		}
+		resp, err := own.RoundTrip(r.Clone(context.Background()))
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		return nil, errors.New("the forwarder lost the answer")
+	})
+}
+
+// TestDetachedTransportIsNotUnreachable: a hop whose transport sent the
+// envelope some way net/http's httptrace does not see — a protocol
+// registered on the *http.Transport (RegisterProtocol), or a client with
+// no Transport while http.DefaultTransport is another RoundTripper — is
+// no proof that nothing was sent: its failure stays outcome_unknown and
+// the action stays pinned, so it runs on one replica only.
+func TestDetachedTransportIsNotUnreachable(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		client func(t *testing.T) *http.Client
+		// arm runs once the world is up (nil: nothing to do).
+		arm func(t *testing.T)
+	}{
+		{"registered protocol", func(t *testing.T) *http.Client {
+			tr := &http.Transport{}
+			tr.RegisterProtocol("http", detachedForwarder(t, false))
+			return &http.Client{Transport: tr}
+		}, nil},
+		{"replaced default transport", func(*testing.T) *http.Client { return &http.Client{} }, func(t *testing.T) {
+			// Not parallel: no other test runs while it is replaced.
+			old := http.DefaultTransport
+			http.DefaultTransport = detachedForwarder(t, true)
+			t.Cleanup(func() { http.DefaultTransport = old })
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, worldOptions{client: c.client(t)})
+			first := w.startHost(8, 8)
+			second := w.startHost(8, 8)
+			if c.arm != nil {
+				c.arm(t)
+			}
+			act := w.actionFavoring(first.cfg.ReplicaID, first.cfg.ReplicaID, second.cfg.ReplicaID)
+			status, resp := w.act(dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("x", "")})
+			if runs := w.counter.runs(act); len(runs) != 1 || runs[0] != first.cfg.ReplicaID {
+				t.Fatalf("the action ran on %v (answer %d %+v, route %+v)", runs, status, resp.Error, resp.Route)
+			}
+			if status != http.StatusBadGateway || resp.Error == nil || resp.Error.Code != dispatch.CodeOutcomeUnknown ||
+				resp.Route.ReplicaID != first.cfg.ReplicaID || len(resp.Route.Reroutes) != 0 {
+				t.Fatalf("answer %d %+v, route %+v", status, resp.Error, resp.Route)
+			}
+			w.idle()
 		})
 	}
 }
