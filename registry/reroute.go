@@ -141,6 +141,23 @@ type Rerouter interface {
 	RouteHistory(ctx context.Context, actionID string) ([]RouteAssignment, error)
 }
 
+// RoutePinner is implemented by both backends: it lets a sender that holds
+// no hand-out of the action's current assignment — a cancel, which is sent
+// under the current fence after a lookup — forbid every reroute off that
+// assignment before it sends. Without it, a cancel the replica journaled
+// ("cancelled before the action arrived", answered to the client as the
+// action's result) could be followed by a reroute whose holder saw only a
+// refusal or no connection, and the action would run on another replica
+// after its caller was told it was cancelled.
+type RoutePinner interface {
+	// PinRoute marks a, which must be the action's current assignment
+	// (ErrFenceLost otherwise; ErrNotFound for an unknown action), as
+	// possibly delivered outside its hand-outs: from then on Reroute
+	// refuses it with ErrRerouteUnsafe, as an assignment handed out twice.
+	// It reserves and settles nothing. Idempotent; atomic with Reroute.
+	PinRoute(ctx context.Context, a RouteAssignment) error
+}
+
 // CheckRerouteGrounds is the check every backend applies before a reroute;
 // it holds no state. A request gives exactly one ground: the refusal
 // evidence (CheckRefusal) or the Unsent claim, which must be a valid claim
@@ -299,7 +316,7 @@ func RerouteHistoryFull(actionID string) error {
 // RerouteUnsafe rejects a reroute of an assignment that was handed out more
 // than once.
 func RerouteUnsafe(a *RouteAssignment) error {
-	return fmt.Errorf("%w: action %s was resolved again under fence %s (a retry or a concurrent request), so another envelope may have reached replica %s; it stays pinned there",
+	return fmt.Errorf("%w: action %s was resolved again under fence %s (a retry or a concurrent request) or a cancel was sent under it, so another envelope may have reached replica %s; it stays pinned there",
 		ErrRerouteUnsafe, a.ActionID, a.FenceToken, a.ReplicaID)
 }
 

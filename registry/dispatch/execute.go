@@ -396,7 +396,9 @@ func (d *Dispatcher) lookup(ctx context.Context, tenant, actionID string) (regis
 // settles the route cancelled. The answer is the replica's journaled
 // result of the action (cancelled, or the result it reached first). If the
 // action was rerouted while the cancel was in flight, the cancel follows
-// it to the new replica. The settlement presents the hand-out the cancel
+// it to the new replica. Before each send the route is pinned
+// (registry.RoutePinner): no reroute moves the action off an assignment a
+// cancel was sent under. The settlement presents the hand-out the cancel
 // looked up before sending (the route's last then): it releases the
 // reservation in use when the cancel was sent, whose hop the replica's
 // answer ends, but never one a Resolve made after the lookup, which its
@@ -427,6 +429,18 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 	for attempt := 0; ; attempt++ {
 		resp.Route = factsOf(&a)
 		span.SetAttributes(attribute.String(AttrReplica, a.ReplicaID))
+		if err := d.pin(wctx, &a); err != nil {
+			// The action moved since the lookup: the cancel goes to
+			// where it is now.
+			if cur, e := d.lookup(wctx, tenant, actionID); errors.Is(err, registry.ErrFenceLost) && e == nil && attempt <= d.cfg.MaxReroutes {
+				a = cur
+				continue
+			}
+			e := registryError(err)
+			resp.Error = e.pe
+			span.SetStatus(codes.Error, e.pe.Code)
+			return resp, e.status
+		}
 		hctx, cancel := context.WithTimeout(wctx, d.cfg.ActionTimeout)
 		h := d.exchange(hctx, &a, aip.Body{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: actionID}, Reason: reason}}, nil, nil)
 		cancel()
@@ -471,6 +485,20 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 		}
 		return resp, http.StatusOK
 	}
+}
+
+// pin forbids every reroute off a before a cancel is sent under it
+// (registry.RoutePinner), when the registry can: the replica journals a
+// cancel that arrives before its action as the action's cancelled result,
+// so the action must never run elsewhere after that.
+func (d *Dispatcher) pin(ctx context.Context, a *registry.RouteAssignment) error {
+	p, ok := d.deps.Rerouter.(registry.RoutePinner)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
+	defer cancel()
+	return p.PinRoute(ctx, *a)
 }
 
 // Status returns the action's route, its history and reservation, and the

@@ -10,6 +10,9 @@ import (
 // Compile-time guard: Registry implements the reroute contract.
 var _ registry.Rerouter = (*Registry)(nil)
 
+// Compile-time guard: Registry pins routes a cancel is sent under.
+var _ registry.RoutePinner = (*Registry)(nil)
+
 // Compile-time guard: Registry releases unsent hand-outs (memregistry.go).
 var _ registry.UnsentReleaser = (*Registry)(nil)
 
@@ -79,4 +82,23 @@ func (r *Registry) RouteHistory(ctx context.Context, actionID string) ([]registr
 		out[i] = h[i].Clone()
 	}
 	return slices.Clip(out), nil
+}
+
+// PinRoute implements registry.RoutePinner, under the mutex, so it is
+// atomic with Reroute.
+func (r *Registry) PinRoute(ctx context.Context, a registry.RouteAssignment) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt, ok := r.routes[a.ActionID]
+	if !ok {
+		return registry.RouteNotFound(a.ActionID)
+	}
+	if !rt.a.Equal(&a) {
+		return registry.RerouteFenceLost(&a)
+	}
+	rt.resolvedAgain = true
+	return nil
 }

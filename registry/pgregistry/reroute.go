@@ -26,6 +26,9 @@ import (
 
 var _ registry.Rerouter = (*Registry)(nil)
 
+// Compile-time guard: Registry pins routes a cancel is sent under.
+var _ registry.RoutePinner = (*Registry)(nil)
+
 const (
 	// rerouteState reads whether the route was handed out again and its
 	// history length.
@@ -290,4 +293,45 @@ func (r *Registry) RouteHistory(ctx context.Context, actionID string) ([]registr
 		return nil, registry.RouteNotFound(actionID)
 	}
 	return out, nil
+}
+
+// pinRoute marks the route of action $1 resolved again (PinRoute); the
+// caller holds the action lock, as Reroute does while it reads the flag.
+// lockPinAction takes the action lock alone.
+const lockPinAction = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+
+const pinRoute = `UPDATE aip_registry.route_assignments SET resolved_again = true WHERE action_id = $1`
+
+// PinRoute implements registry.RoutePinner. It takes the action lock that
+// Reroute and Resolve hold for their whole transaction, so a reroute
+// either committed before it (and the assignment is not current: fence
+// lost) or reads the mark.
+func (r *Registry) PinRoute(ctx context.Context, a registry.RouteAssignment) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !assignmentStorable(&a) {
+		return unstorableAssignment(ctx, r, &a, registry.RerouteFenceLost)
+	}
+	return r.inPipe(ctx, r.data, "pin route of action "+a.ActionID, func(p *pipe) error {
+		var (
+			s      storedRoute
+			routed bool
+		)
+		b := &pgx.Batch{}
+		b.Queue(lockPinAction, a.ActionID)
+		queueRoute(b, a.ActionID, &s, &routed)
+		if err := p.send(ctx, b); err != nil {
+			return err
+		}
+		switch {
+		case !routed:
+			return registry.RouteNotFound(a.ActionID)
+		case !s.a.Equal(&a):
+			return registry.RerouteFenceLost(&a)
+		}
+		b = &pgx.Batch{}
+		b.Queue(pinRoute, a.ActionID)
+		return p.commit(ctx, b)
+	})
 }

@@ -97,6 +97,7 @@ func runReroute(t *testing.T, nb NewBackend) {
 		{"UnknownAction", testRerouteUnknown},
 		{"RacesWithResolve", testRerouteRace},
 		{"Unsent", testRerouteUnsent},
+		{"Pinned", testReroutePinned},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, nb) })
 	}
@@ -717,5 +718,42 @@ func testRerouteUnsent(t *testing.T, nb NewBackend) {
 	d2 := f.resolve(claimed(dreq, "claim-2"))
 	refused(d, "claim-1", registry.RefusalEvidence{}, registry.ErrRerouteUnsafe, "the first of two hand-outs")
 	refused(d2, "claim-2", registry.RefusalEvidence{}, registry.ErrRerouteUnsafe, "the second of two hand-outs")
+	f.checkLedger(r1.ID, r2.ID)
+}
+
+// testReroutePinned: once an assignment is pinned (a cancel is about to be
+// sent under it), no ground moves the action off it — neither the only
+// hand-out's unsent claim nor a signed refusal — and the pin reserves and
+// settles nothing. Pinning an assignment that is no longer current is
+// ErrFenceLost, an unknown action ErrNotFound.
+func testReroutePinned(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	_, r1, r2 := twoReplicas(f, nil)
+	p, ok := f.rerouter().(registry.RoutePinner)
+	if !ok {
+		t.Fatalf("the backend's Rerouter is no registry.RoutePinner")
+	}
+	a := f.resolve(claimed(request("tenant-1", "alpha.read"), "claim-a"))
+	res := f.reservation(a.ActionID)
+	f.must(p.PinRoute(f.ctx, a))
+	f.must(p.PinRoute(f.ctx, a))
+	f.unchanged(a, res, 0, "pinned")
+	_, err := f.rerouter().Reroute(f.ctx, registry.RerouteRequest{Current: a, Unsent: "claim-a"})
+	f.wantErr(err, registry.ErrRerouteUnsafe, "an unsent reroute of a pinned assignment")
+	_, err = f.reroute(a, registry.RefusalCapacity)
+	f.wantErr(err, registry.ErrRerouteUnsafe, "a refused reroute of a pinned assignment")
+	f.unchanged(a, res, 0, "pinned, after the reroutes")
+	f.settle(a, registry.SettlementCancelled)
+
+	b := f.resolve(claimed(request("tenant-1", "alpha.read"), "claim-b"))
+	next, err := f.reroute(b, registry.RefusalCapacity)
+	f.must(err)
+	f.wantErr(p.PinRoute(f.ctx, b), registry.ErrFenceLost, "a superseded assignment")
+	f.must(p.PinRoute(f.ctx, next))
+	f.settle(next, registry.SettlementCancelled)
+
+	unknown := a
+	unknown.ActionID = aip.NewActionID()
+	f.wantErr(p.PinRoute(f.ctx, unknown), registry.ErrNotFound, "an unknown action")
 	f.checkLedger(r1.ID, r2.ID)
 }
