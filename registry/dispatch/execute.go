@@ -432,9 +432,11 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 		if err := d.pin(wctx, &a); err != nil {
 			// The action moved since the lookup: the cancel goes to
 			// where it is now.
-			if cur, e := d.lookup(wctx, tenant, actionID); errors.Is(err, registry.ErrFenceLost) && e == nil && attempt <= d.cfg.MaxReroutes {
-				a = cur
-				continue
+			if errors.Is(err, registry.ErrFenceLost) && attempt <= d.cfg.MaxReroutes {
+				if cur, e := d.lookup(wctx, tenant, actionID); e == nil {
+					a = cur
+					continue
+				}
 			}
 			e := registryError(err)
 			resp.Error = e.pe
