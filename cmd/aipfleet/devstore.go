@@ -67,6 +67,7 @@ var (
 	_ registry.Administrator  = (*devRegistry)(nil)
 	_ registry.Resolver       = (*devRegistry)(nil)
 	_ registry.Rerouter       = (*devRegistry)(nil)
+	_ registry.RoutePinner    = (*devRegistry)(nil)
 	_ registry.Lifecycle      = (*devRegistry)(nil)
 	_ registry.FleetStatus    = (*devRegistry)(nil)
 	_ registry.ReplicaLister  = (*devRegistry)(nil)
@@ -156,6 +157,19 @@ func (d *devRegistry) Reroute(ctx context.Context, req registry.RerouteRequest) 
 		return registry.RouteAssignment{}, fmt.Errorf("%w: the new route of action %s could not be persisted: %v", registry.ErrStorage, a.ActionID, err)
 	}
 	return a, nil
+}
+
+// PinRoute implements registry.RoutePinner; the pin is on disk when it
+// returns, so no reroute after a restart moves an action a cancel was sent
+// under.
+func (d *devRegistry) PinRoute(ctx context.Context, a registry.RouteAssignment) error {
+	if err := d.mem.PinRoute(ctx, a); err != nil {
+		return err
+	}
+	if err := d.store.sync(ctx); err != nil {
+		return fmt.Errorf("%w: the pin of action %s's route could not be persisted: %v", registry.ErrStorage, a.ActionID, err)
+	}
+	return nil
 }
 
 // Settle implements registry.Resolver.

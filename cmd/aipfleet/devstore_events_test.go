@@ -19,7 +19,13 @@ import (
 // call after the stop is a restart.
 func devRegistryAt(t *testing.T, path string, now func() time.Time) (*devRegistry, func()) {
 	t.Helper()
-	mem, err := memregistry.New(memregistry.Config{Now: now})
+	return devRegistryWith(t, path, memregistry.Config{Now: now})
+}
+
+// devRegistryWith is devRegistryAt with the memregistry configuration cfg.
+func devRegistryWith(t *testing.T, path string, cfg memregistry.Config) (*devRegistry, func()) {
+	t.Helper()
+	mem, err := memregistry.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
