@@ -20,6 +20,7 @@ const (
 	FlagCrewsFile        = "crewai-crews-file"
 	FlagMaxResponseBytes = "crewai-max-response-bytes"
 	FlagPollInterval     = "crewai-poll-interval-ms"
+	FlagOutageBudget     = "crewai-outage-budget-ms"
 )
 
 // Bounds and defaults.
@@ -43,6 +44,12 @@ const (
 	DefaultPollInterval = time.Second
 	MinPollInterval     = 50 * time.Millisecond
 	MaxPollInterval     = 10 * time.Minute
+	// DefaultOutageBudget is how long a run's status reads may keep
+	// failing transiently (no answer, 5xx, 408, 429) before the wait for
+	// the run ends outcome_unknown (--crewai-outage-budget-ms).
+	DefaultOutageBudget = provider.DefaultOutageBudget
+	MinOutageBudget     = time.Second
+	MaxOutageBudget     = 24 * time.Hour
 )
 
 // Product is the CrewAI adapter as cmd/aip-host runs it.
@@ -58,6 +65,10 @@ var Product = products.Product{
 		{Flag: FlagPollInterval, Env: "AIP_CREWAI_POLL_INTERVAL_MS", Kind: hostsdk.SettingMillis,
 			Min: MinPollInterval.Milliseconds(), Max: MaxPollInterval.Milliseconds(),
 			Usage: fmt.Sprintf("how often a running crew's status is read, in ms (default %d)", DefaultPollInterval.Milliseconds())},
+		{Flag: FlagOutageBudget, Env: "AIP_CREWAI_OUTAGE_BUDGET_MS", Kind: hostsdk.SettingMillis,
+			Min: MinOutageBudget.Milliseconds(), Max: MaxOutageBudget.Milliseconds(),
+			Usage: fmt.Sprintf("how long a run's status reads may keep failing (no answer, 5xx, 408, 429; retried with backoff up to %s) before the run is outcome_unknown, in ms (default %d)",
+				provider.DefaultBackoffCap, DefaultOutageBudget.Milliseconds())},
 	},
 	New: newFromSettings,
 }
@@ -97,7 +108,11 @@ func newFromSettings(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return newConnector(crews, poll, logger), nil
+	c := newConnector(crews, poll, logger)
+	if budget := values.Millis(FlagOutageBudget); budget != 0 {
+		c.outageBudget = budget
+	}
+	return c, nil
 }
 
 // loadCrews reads and checks the crews file and each crew's token, and

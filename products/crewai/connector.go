@@ -50,21 +50,22 @@ const (
 	CodeInterrupted = "crewai.interrupted"
 )
 
-// maxPollFailures is how many status reads in a row may fail
-// transiently (no answer, 5xx, 429) before a run gives up waiting and is
-// outcome_unknown.
-const maxPollFailures = 5
-
 // Connector serves the configured crews.
 type Connector struct {
-	crews  map[string]*crew
-	order  []*crew
-	poll   time.Duration
-	logger *slog.Logger
+	crews map[string]*crew
+	order []*crew
+	poll  time.Duration
+	// outageBudget is how long a run's status reads may keep failing
+	// transiently before its wait ends (--crewai-outage-budget-ms);
+	// backoffCap bounds the backoff between them (tests shorten it).
+	outageBudget time.Duration
+	backoffCap   time.Duration
+	logger       *slog.Logger
 }
 
 func newConnector(crews []*crew, poll time.Duration, logger *slog.Logger) *Connector {
-	c := &Connector{crews: make(map[string]*crew, len(crews)), order: crews, poll: poll, logger: logger}
+	c := &Connector{crews: make(map[string]*crew, len(crews)), order: crews, poll: poll,
+		outageBudget: DefaultOutageBudget, backoffCap: provider.DefaultBackoffCap, logger: logger}
 	for _, cr := range crews {
 		c.crews[cr.id] = cr
 	}
@@ -277,10 +278,19 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 // host's shutdown) the run is outcome_unknown: the crew was kicked off and
 // keeps running on CrewAI AMP, which has no cancel, so recording it
 // cancelled would tell the caller that nothing happened.
+//
+// A status read that fails transiently (no answer, 5xx, 408, 429) is
+// repeated with exponential backoff (provider.Outage: the poll interval
+// doubled per failure up to backoffCap, or the answer's Retry-After when
+// longer, at most MaxPollInterval) for as long as the failures in a row
+// last at most outageBudget: an AMP outage of a few minutes does not
+// turn a long run, which goes on on AMP, into outcome_unknown. A longer
+// outage, or any other failure, ends the wait as outcome_unknown.
 func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoffID string, logger *slog.Logger) (*aip.ActionResult, error) {
 	timer := time.NewTimer(0) // the first read is immediate
 	defer timer.Stop()
-	failures := 0
+	outage := provider.Outage{Poll: c.poll, Cap: c.backoffCap, Budget: c.outageBudget,
+		MaxRetryWait: max(c.poll, MaxPollInterval)}
 	stopped := func() error {
 		return fmt.Errorf("%w: crew %s was kicked off as %s and keeps running on CrewAI AMP, which has no cancel; the wait ended (%v) (read it with %s%s:%s)",
 			hostsdk.ErrOutcomeUnknown, cr.id, kickoffID, context.Cause(ctx), CapabilityPrefix, cr.id, SuffixStatus)
@@ -291,45 +301,31 @@ func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoff
 			return nil, stopped()
 		case <-timer.C:
 		}
+		began := time.Now()
 		st, err := c.readStatus(ctx, cr, kickoffID)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, stopped()
 			}
-			var pe *provider.Error
-			if errors.As(err, &pe) && transient(pe) && failures+1 < maxPollFailures {
-				failures++
-				delay := retryDelay(c.poll, pe)
-				logger.Warn("status read failed; trying again", "error", err, "failures", failures, "after", delay)
+			delay, again := outage.Retry(err, began)
+			if again {
+				logger.Warn("status read failed; trying again", "error", err, "failures", outage.Failures(), "after", delay)
 				timer.Reset(delay)
 				continue
+			}
+			if _, transient := provider.Transient(err); transient {
+				return nil, fmt.Errorf("%w: crew %s was kicked off as %s but its status reads kept failing for longer than the %s outage budget (%d in a row; read it with %s%s:%s): %v",
+					hostsdk.ErrOutcomeUnknown, cr.id, kickoffID, outage.Budget, outage.Failures(), CapabilityPrefix, cr.id, SuffixStatus, err)
 			}
 			return nil, fmt.Errorf("%w: crew %s was kicked off as %s but its status could not be read (read it with %s%s:%s): %v",
 				hostsdk.ErrOutcomeUnknown, cr.id, kickoffID, CapabilityPrefix, cr.id, SuffixStatus, err)
 		}
-		failures = 0
+		outage.Reset()
 		if res, done := settled(actionID, cr, st); done {
 			return res, nil
 		}
 		timer.Reset(c.poll)
 	}
-}
-
-// retryDelay is the wait before the status read that follows the failed
-// one pe: the poll interval, or the provider's Retry-After (a 429 or 503
-// asking the client to slow down) when that is longer, at most
-// MaxPollInterval. Reading again sooner would spend the failures a run
-// may have on answers the provider said it would refuse.
-func retryDelay(poll time.Duration, pe *provider.Error) time.Duration {
-	if pe.RetryAfter > poll {
-		return min(pe.RetryAfter, max(poll, MaxPollInterval))
-	}
-	return poll
-}
-
-// transient reports whether a failed status read is worth repeating.
-func transient(pe *provider.Error) bool {
-	return pe.Status == 0 || pe.Status >= 500 || pe.Status == http.StatusTooManyRequests || pe.Status == http.StatusRequestTimeout
 }
 
 // settled turns a terminal status into the run's result.

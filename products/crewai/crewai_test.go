@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -235,23 +236,102 @@ func TestExecutionErrorRedacted(t *testing.T) {
 	}
 }
 
+// start runs the connector with a short backoff cap and the given outage
+// budget.
+func startWithBudget(t *testing.T, m *mockAMP, budget time.Duration) *env {
+	t.Helper()
+	conn := newTestConnector(t, m)
+	conn.backoffCap, conn.outageBudget = 2*time.Millisecond, budget
+	return &env{Fixture: hostsdktest.Start(t, conn, nil), m: m, conn: conn}
+}
+
+// More status reads in a row fail (500) than the five that used to end
+// the wait; within the outage budget they are retried and the run's result
+// comes back.
 func TestRunToleratesTransientStatusFailures(t *testing.T) {
 	m := newMockAMP(t)
-	m.statusFails = maxPollFailures - 1
-	e := start(t, m, nil)
-	if res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`)); res.Status != aip.ResultCompleted {
+	m.statusFails = 12
+	e := startWithBudget(t, m, time.Minute)
+	res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`))
+	if res.Status != aip.ResultCompleted {
 		t.Fatalf("result %+v %+v", res, res.Error)
+	}
+	if out := decodeOutput(t, res); out.Status != statusCompleted || m.pollCount(out.KickoffID) != 13 {
+		t.Errorf("output %+v after %d reads, want completed after 13", out, m.pollCount(out.KickoffID))
 	}
 }
 
+// kickoffOf is the kickoff id of the mock's only run.
+func (m *mockAMP) kickoffOf(t *testing.T) string {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(m.runs))
+	}
+	for id := range m.runs {
+		return id
+	}
+	return ""
+}
+
+// Status reads that keep failing for longer than the outage budget end the
+// wait outcome_unknown, naming the kickoff and the status capability; the
+// crew is not kicked off again.
 func TestRunWhoseStatusStaysUnreadableIsOutcomeUnknown(t *testing.T) {
 	m := newMockAMP(t)
-	m.statusFails = maxPollFailures
-	e := start(t, m, nil)
+	m.statusFails = 1 << 30
+	const budget = 300 * time.Millisecond
+	e := startWithBudget(t, m, budget)
 	a := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`)
-	wantOutcomeUnknown(t, e, a)
+	began := time.Now()
+	resp := e.Act(t, a)
+	took := time.Since(began)
+	pe := resp.ProtocolError()
+	if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+		t.Fatalf("HTTP %d %s, want %s", resp.Status, resp.Raw, hostsdk.CodeOutcomeUnknown)
+	}
+	id := m.kickoffOf(t)
+	if !strings.Contains(pe.Message, id) || !strings.Contains(pe.Message, capStatus) {
+		t.Errorf("message %q: want the kickoff id %s and %s", pe.Message, id, capStatus)
+	}
+	if got := e.state(t, a); got != aip.StateOutcomeUnknown {
+		t.Fatalf("journal state %s, want outcome_unknown", got)
+	}
+	if took < budget {
+		t.Errorf("the wait ended after %s, within the %s outage budget", took, budget)
+	}
+	if n := m.pollCount(id); n <= 5 {
+		t.Errorf("%d status reads in the outage", n)
+	}
 	if n := m.kickoffCount(); n != 1 {
 		t.Errorf("%d kickoffs, want 1", n)
+	}
+}
+
+// A failure that is not transient (a 401 or 404 answering the status
+// read) ends the wait at once, even within the outage budget and after
+// transient failures.
+func TestRunNonTransientStatusFailureEndsTheWait(t *testing.T) {
+	for _, status := range []int{http.StatusUnauthorized, http.StatusNotFound} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			m := newMockAMP(t)
+			m.statusFails, m.statusStatus = 3, status
+			e := startWithBudget(t, m, time.Hour)
+			a := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`)
+			resp := e.Act(t, a)
+			pe := resp.ProtocolError()
+			if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+				t.Fatalf("HTTP %d %s, want %s", resp.Status, resp.Raw, hostsdk.CodeOutcomeUnknown)
+			}
+			id := m.kickoffOf(t)
+			if !strings.Contains(pe.Message, id) || !strings.Contains(pe.Message, capStatus) || !strings.Contains(pe.Message, strconv.Itoa(status)) {
+				t.Errorf("message %q: want the kickoff id, %s and the %d", pe.Message, capStatus, status)
+			}
+			if n := m.pollCount(id); n != 4 {
+				t.Errorf("%d status reads, want 4 (three 500s, then the %d)", n, status)
+			}
+		})
 	}
 }
 

@@ -53,13 +53,20 @@
 // crewai.execution_failed, quoting AMP's error message redacted of the
 // token and clipped, as provider error bodies are; any other status ("running", or one the
 // document does not list, such as a run paused for human input) is polled
-// on. Up to four status reads in a row may fail transiently (no answer,
-// 5xx, 429, 408); the read after a failure waits the poll interval, or
-// the answer's Retry-After (in seconds or an HTTP date) when that is
-// longer, at most 10 minutes. The fifth failure, or any other failure (a
-// 4xx, an answer without a status), ends the wait as outcome_unknown,
-// with the kickoff id in the message so the status capability can read
-// it later.
+// on. A status read that fails transiently (no answer, 5xx, 429, 408) is
+// repeated with exponential backoff: the read after the n-th failure in a
+// row waits the poll interval × 2^(n-1), at most 30 seconds (never less
+// than the poll interval), or the answer's Retry-After (in seconds or an
+// HTTP date) when that is longer, at most 10 minutes (or the poll
+// interval, when longer). So an AMP outage of a few minutes does not end
+// the wait for a run that goes on on AMP. The reads go on until the
+// action's timeout or cancel, or until a read fails transiently when the
+// failures in a row have lasted longer than the outage budget
+// (--crewai-outage-budget-ms, default 5 minutes, counted from the start
+// of the first failed read); that failure, or any other failure (a 4xx,
+// an answer without a status) at once, ends the wait as outcome_unknown,
+// with the kickoff id and the status capability in the message so the
+// run can be read later.
 //
 // When the action is cancelled or times out after the kickoff, polling
 // stops and the action is outcome_unknown, with the kickoff id in the
@@ -93,6 +100,9 @@
 //	    answer read, 1 KiB to 256 MiB (default 64 MiB).
 //	--crewai-poll-interval-ms / AIP_CREWAI_POLL_INTERVAL_MS: status poll
 //	    interval, 50 ms to 10 min (default 1000).
+//	--crewai-outage-budget-ms / AIP_CREWAI_OUTAGE_BUDGET_MS: how long a
+//	    run's status reads may keep failing transiently before the run is
+//	    outcome_unknown, 1 s to 24 h (default 300000, 5 min).
 //
 // # Errors
 //

@@ -38,8 +38,11 @@ type mockAMP struct {
 	dropKickoff   bool // close the connection instead of answering POST /kickoff
 	// kickoffID, when set, is the JSON value POST /kickoff answers as its
 	// kickoff_id (an answer the document does not allow).
-	kickoffID    json.RawMessage
-	statusFails  int // answer this many GET /status with 500 first
+	kickoffID   json.RawMessage
+	statusFails int // answer this many GET /status with 500 first
+	// statusStatus, when set, answers the GET /status that follow the
+	// statusFails ones with this error status (401, 404).
+	statusStatus int
 	inputsStatus int // answer GET /inputs with this error status
 	resumeStatus int // answer POST /resume with this error status
 	polled       chan string
@@ -190,9 +193,13 @@ func (m *mockAMP) status(w http.ResponseWriter, r *http.Request) {
 	if fail {
 		m.statusFails--
 	}
+	refuse := 0
+	if !fail {
+		refuse = m.statusStatus
+	}
 	var body map[string]any
 	switch {
-	case fail || run == nil:
+	case fail || refuse != 0 || run == nil:
 	case run.remaining > 0:
 		run.remaining--
 		body = map[string]any{"status": "running", "current_task": "research_task",
@@ -221,6 +228,8 @@ func (m *mockAMP) status(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case fail:
 		writeJSON(w, http.StatusInternalServerError, errorBody(http.StatusInternalServerError))
+	case refuse != 0:
+		writeJSON(w, refuse, errorBody(refuse))
 	case run == nil:
 		writeJSON(w, http.StatusNotFound, map[string]any{"error": "Execution not found", "message": "No execution found with ID: " + id})
 	default:
