@@ -36,6 +36,12 @@ type Connector struct {
 	defaultModel string
 	log          *slog.Logger
 	poll         time.Duration
+	// outageBudget is how long run_start's status reads may keep failing
+	// transiently before its wait ends; backoffCap bounds the backoff
+	// between them (provider.DefaultOutageBudget and
+	// provider.DefaultBackoffCap; tests shorten them).
+	outageBudget time.Duration
+	backoffCap   time.Duration
 }
 
 var (
@@ -433,6 +439,7 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 	path := endpointPath("/v1/runs", started.RunID)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	outage := provider.Outage{Poll: c.poll, Cap: c.backoffCap, Budget: c.outageBudget}
 	for {
 		select {
 		case <-ctx.Done():
@@ -448,17 +455,30 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 		case <-t.C:
 		}
 		var run json.RawMessage
+		began := time.Now()
 		err := ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: path, Header: headers(call)}, &run)
 		if err != nil {
 			if ctx.Err() != nil {
 				continue
 			}
+			// A transient failure (no answer, 5xx, 408, 429) is read again
+			// with backoff while the failures in a row last at most the
+			// outage budget: a short outage of the API server does not end
+			// the wait for a run that goes on.
+			if delay, again := outage.Retry(err, began); again {
+				call.Logger.Warn("hermes: run status read failed; trying again", "run_id", started.RunID, "error", err,
+					"failures", outage.Failures(), "after", delay)
+				t.Reset(delay)
+				continue
+			}
 			// The run started: a failed result would say it did not, and
 			// invite a second start. Return it as it was last seen, as
 			// when the wait times out; run_status follows it.
-			call.Logger.Warn("hermes: run status unreadable; run_start returns the run as last seen", "run_id", started.RunID, "error", err)
+			call.Logger.Warn("hermes: run status unreadable; run_start returns the run as last seen", "run_id", started.RunID, "error", err,
+				"failures", outage.Failures())
 			return call.Complete(out)
 		}
+		outage.Reset()
 		var st struct {
 			Status string `json:"status"`
 		}

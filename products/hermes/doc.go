@@ -90,9 +90,16 @@
 // outcome_unknown (Hermes accepted the run, which may be running) without
 // recording or polling it, and Cancel refuses such a record. With "wait": true run_start polls GET
 // /v1/runs/{run_id} until its status is completed, failed or cancelled and
-// returns it in "run"; when the action's timeout passes first, or a status
-// read fails, it returns the last status seen (the run goes on; follow it
-// with run_status). Cancelling
+// returns it in "run". A status read that fails transiently (no answer,
+// 5xx, 408, 429) is repeated with exponential backoff — the poll interval (2 s)
+// doubled per failure in a row up to 30 seconds, or the answer's
+// Retry-After when longer, at most 10 minutes (provider.Outage) — so a
+// short outage of the API server does not end the wait. When the
+// action's timeout passes first, or a status read fails in another way
+// (a 4xx, an unreadable answer), or transient failures in a row have
+// lasted longer than 5 minutes (provider.DefaultOutageBudget), it returns
+// the last status seen (the run goes on; follow it with run_status).
+// Cancelling
 // a running run_start action (hostsdk.Canceler) stops its run with POST
 // /v1/runs/{run_id}/stop; a run_start interrupted while it waits ends
 // outcome_unknown naming the run (the run may have completed or acted

@@ -148,7 +148,8 @@ func New(cfg Config) (*Connector, error) {
 		return nil, fmt.Errorf("%s: %d endpoints make %d capabilities (%d each), more than the %d a manifest may hold; list at most %d endpoints per host",
 			what, len(list), len(list)*len(operations), len(operations), hostsdk.MaxCapabilities, MaxEndpointsPerHost)
 	}
-	c := &Connector{defaultModel: cfg.DefaultModel, log: cfg.Logger, poll: cfg.PollInterval}
+	c := &Connector{defaultModel: cfg.DefaultModel, log: cfg.Logger, poll: cfg.PollInterval,
+		outageBudget: provider.DefaultOutageBudget, backoffCap: provider.DefaultBackoffCap}
 	c.byID = make(map[string]*endpoint, len(list))
 	for i, e := range list {
 		at := fmt.Sprintf("%s: endpoint %d", what, i)

@@ -496,19 +496,115 @@ func TestRunStartWaitCompletes(t *testing.T) {
 	}
 }
 
-// TestRunStartWaitStatusUnreadable: a run_start whose status read fails
-// after the run started completes with the run as last seen; a failed
-// result would invite a second start.
+// runStartGets counts the status reads of run_abc123 among reqs.
+func runStartGets(reqs []received) int {
+	n := 0
+	for _, r := range reqs {
+		if r.Method == "GET" && r.Path == "/v1/runs/run_abc123" {
+			n++
+		}
+	}
+	return n
+}
+
+// shortenWaits gives the fixture's connector a short backoff cap and the
+// given outage budget.
+func shortenWaits(f *fixture, budget time.Duration) {
+	f.conn.backoffCap, f.conn.outageBudget = 4*time.Millisecond, budget
+}
+
+// TestRunStartWaitRidesOutAnOutage: status reads that fail transiently (a
+// 500, or no answer) for a while are read again with backoff, and the
+// run's real result comes back. Before, the first failed read ended the
+// wait, returning the run as "started" although it went on and completed.
+func TestRunStartWaitRidesOutAnOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+	}{{"500", http.StatusInternalServerError}, {"no answer", 0}, {"429", http.StatusTooManyRequests}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			shortenWaits(f, time.Minute)
+			f.main.mu.Lock()
+			f.main.runStatus = "completed"
+			f.main.mu.Unlock()
+			f.main.setFailTimes("GET", "/v1/runs/run_abc123", tc.status, 6)
+			a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+			out := completed(t, f.Act(t, a))
+			run, _ := out["run"].(map[string]any)
+			if out["status"] != "completed" || run["output"] != "Done." {
+				t.Fatalf("output %v, want the completed run", out)
+			}
+			if n := runStartGets(f.main.of(a.ID)); n != 7 {
+				t.Errorf("%d status reads, want 7 (six failed)", n)
+			}
+		})
+	}
+}
+
+// TestRunStartWaitStatusUnreadable: a run_start whose status reads keep
+// failing for longer than the outage budget after the run started
+// completes with the run as last seen, naming it; a failed result would
+// invite a second start.
 func TestRunStartWaitStatusUnreadable(t *testing.T) {
 	f := newFixture(t)
+	const budget = 200 * time.Millisecond
+	shortenWaits(f, budget)
 	f.main.setFail("GET", "/v1/runs/run_abc123", http.StatusInternalServerError)
 	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+	began := time.Now()
 	out := completed(t, f.Act(t, a))
 	if out["run_id"] != "run_abc123" || out["status"] != "started" {
 		t.Fatalf("output %v", out)
 	}
-	if reqs := f.main.of(a.ID); len(reqs) != 2 || reqs[0].Method != "POST" || reqs[1].Method != "GET" {
+	if took := time.Since(began); took < budget {
+		t.Errorf("the wait ended after %s, within the %s outage budget", took, budget)
+	}
+	reqs := f.main.of(a.ID)
+	if reqs[0].Method != "POST" || runStartGets(reqs) < 3 || runStartGets(reqs) != len(reqs)-1 {
 		t.Errorf("requests %+v", reqs)
+	}
+}
+
+// TestRunStartWaitNonTransientFailure: a status read refused with a 4xx
+// (here 404, the page's answer for another profile's run) ends the wait at
+// once, after transient failures too, with the run as last seen.
+func TestRunStartWaitNonTransientFailure(t *testing.T) {
+	f := newFixture(t)
+	shortenWaits(f, time.Hour)
+	f.main.setFailTimes("GET", "/v1/runs/run_abc123", http.StatusInternalServerError, 2)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x","wait":true}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := f.Dispatcher.Act(hostsdktest.Context(t), f.Target, a)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	// After the two 500s, the run is read once (running), then refused.
+	ctx := hostsdktest.Context(t)
+	select {
+	case <-f.main.polled:
+	case resp := <-done:
+		t.Fatalf("run_start ended before its run was read: %+v", resp)
+	case <-ctx.Done():
+		t.Fatal("the run was never read")
+	}
+	f.main.setFail("GET", "/v1/runs/run_abc123", http.StatusNotFound)
+	out := completed(t, <-done)
+	if out["run_id"] != "run_abc123" || out["status"] != "running" {
+		t.Fatalf("output %v, want the run as last seen (running)", out)
+	}
+	// Every read answered is signalled; of the others, two were the 500s
+	// and one only the 404.
+	answered := 1
+	for len(f.main.polled) > 0 {
+		<-f.main.polled
+		answered++
+	}
+	if n := runStartGets(f.main.of(a.ID)); n != answered+2+1 {
+		t.Errorf("%d status reads, %d answered: the 404 was read %d times, want once", n, answered, n-answered-2)
 	}
 }
 

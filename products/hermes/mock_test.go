@@ -43,6 +43,10 @@ type mockHermes struct {
 	fail map[string]int
 	// drop closes the connection of "METHOD path" without an answer.
 	drop map[string]bool
+	// times, when set for "METHOD path", is how many more requests its
+	// fail or drop applies to (an outage that ends); then they are
+	// answered normally.
+	times map[string]int
 	// stream is the SSE body of a streaming chat completion.
 	stream string
 	// chatAnswer, when set, is the 200 body of a non-streaming chat
@@ -69,7 +73,7 @@ type mockHermes struct {
 type idemEntry struct{ runID, body string }
 
 func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
-	m := &mockHermes{t: t, key: key, prefix: prefix, fail: map[string]int{}, drop: map[string]bool{},
+	m := &mockHermes{t: t, key: key, prefix: prefix, fail: map[string]int{}, drop: map[string]bool{}, times: map[string]int{},
 		runStatus: "running", idemKeys: map[string]idemEntry{}, polled: make(chan struct{}, 1000)}
 	mux := http.NewServeMux()
 	// § GET /health: {"status": "ok"}, also at GET /v1/health; public.
@@ -230,7 +234,17 @@ func newMockHermes(t testing.TB, key, prefix string) *mockHermes {
 		body, _ := io.ReadAll(r.Body)
 		m.mu.Lock()
 		m.reqs = append(m.reqs, received{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: string(body)})
-		status, drop := m.fail[r.Method+" "+r.URL.EscapedPath()], m.drop[r.Method+" "+r.URL.EscapedPath()]
+		k := r.Method + " " + r.URL.EscapedPath()
+		status, drop := m.fail[k], m.drop[k]
+		if n, ok := m.times[k]; ok && (status != 0 || drop) {
+			if n <= 1 {
+				delete(m.times, k)
+				delete(m.fail, k)
+				delete(m.drop, k)
+			} else {
+				m.times[k] = n - 1
+			}
+		}
 		key := m.key
 		m.mu.Unlock()
 		public := r.Method == http.MethodGet && (r.URL.Path == m.prefix+"/health" || r.URL.Path == m.prefix+"/v1/health")
@@ -292,6 +306,19 @@ func (m *mockHermes) setFail(method, path string, status int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.fail[method+" "+path] = status
+}
+
+// setFailTimes answers the next n requests "METHOD path" with status (0:
+// closes their connections without an answer), then normally.
+func (m *mockHermes) setFailTimes(method, path string, status, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if status == 0 {
+		m.drop[method+" "+path] = true
+	} else {
+		m.fail[method+" "+path] = status
+	}
+	m.times[method+" "+path] = n
 }
 
 func (m *mockHermes) setDrop(method, path string) {
