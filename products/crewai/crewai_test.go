@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -790,5 +792,47 @@ func TestKickoffUnusableID(t *testing.T) {
 	resp := e.Act(t, hostsdktest.NewAction(capRun, `{"inputs":{"topic":"y"}}`))
 	if pe := resp.ProtocolError(); pe == nil || strings.Contains(pe.Message, m.token) || !strings.Contains(pe.Message, "[redacted]") {
 		t.Errorf("HTTP %d %s: want outcome_unknown quoting the kickoff_id with the token redacted", resp.Status, resp.Raw)
+	}
+}
+
+// --crewai-outage-budget-ms sets how long status reads may keep failing;
+// without it the budget is DefaultOutageBudget, and a value out of its
+// bounds is refused.
+func TestOutageBudgetSetting(t *testing.T) {
+	m := newMockAMP(t)
+	file := writeCrews(t, m.URL(), m.token)
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+		err  string
+	}{
+		{nil, DefaultOutageBudget, ""},
+		{[]string{"--" + FlagOutageBudget + "=90000"}, 90 * time.Second, ""},
+		{[]string{"--" + FlagOutageBudget + "=500"}, 0, FlagOutageBudget},
+		{[]string{"--" + FlagOutageBudget + "=86400001"}, 0, FlagOutageBudget},
+	} {
+		fs := flag.NewFlagSet("crewai", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		read := hostsdk.BindSettings(fs, Product.Settings)
+		if err := fs.Parse(append([]string{"--" + FlagCrewsFile + "=" + file}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		values, err := read(nil)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		conn, err := Product.New(values, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := conn.(*Connector).outageBudget; got != tc.want {
+			t.Errorf("%v: outage budget %s, want %s", tc.args, got, tc.want)
+		}
 	}
 }
