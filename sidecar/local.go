@@ -97,6 +97,10 @@ type Local struct {
 	// checks in a row the running child did not answer.
 	restartUnresponsiveAfter int
 	unresponsive             atomic.Int64
+	// startGrace is how long a child started by a restart may leave
+	// health checks unanswered before it answered one (the start timeout
+	// its first start is given): it is starting, not hung.
+	startGrace time.Duration
 	// events is POST /sidecar/events (nil: not mounted).
 	events *eventsRoute
 	// checkedGen is the process generation whose manifest was compared
@@ -367,6 +371,16 @@ func (l *Local) noteUnanswered(err error) {
 	if l.proc == nil || l.restartUnresponsiveAfter <= 0 || !errors.As(err, &le) || le.Status != 0 {
 		l.unresponsive.Store(0)
 		return
+	}
+	if l.checkedGen.Load() != int64(l.proc.generation()) {
+		// This child has not answered a check yet: a restart's child still
+		// starting (it may not listen yet) is given the start timeout, as
+		// the first start is, before unanswered checks count; else a
+		// connector slower to start than RestartUnresponsiveAfter health
+		// checks would be killed again at every restart.
+		if st := l.proc.snapshot(); st.Running && time.Since(st.Since) < l.startGrace {
+			return
+		}
 	}
 	if n := l.unresponsive.Add(1); n >= int64(l.restartUnresponsiveAfter) {
 		l.unresponsive.Store(0)

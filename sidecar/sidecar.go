@@ -76,7 +76,9 @@ type Config struct {
 	// saying it is not ready does not count — the child is taken as hung
 	// and restarted: SIGTERM, SIGKILL after StopTimeout, then a restart
 	// with backoff as after a crash (its in-flight actions become
-	// outcome_unknown). In MCP mode it is MCP.RestartUnresponsiveAfter
+	// outcome_unknown). A child started by a restart has StartTimeout to
+	// answer its first check before its unanswered checks count, as its
+	// first start has. In MCP mode it is MCP.RestartUnresponsiveAfter
 	// when that is 0: the health check is an MCP ping (an MCP error answer
 	// is an answer); a stdio server is restarted the same way, and a URL
 	// server's session is re-opened. 0, the default, never restarts a
@@ -286,6 +288,10 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 			})
 			l.proc = s.sup
 			l.restartUnresponsiveAfter = cfg.RestartUnresponsiveAfter
+			l.startGrace = cfg.StartTimeout
+			if l.startGrace <= 0 {
+				l.startGrace = DefaultStartTimeout
+			}
 			l.status.setProcess(s.sup)
 		}
 	}

@@ -433,20 +433,60 @@ func TestHungChildIsRestarted(t *testing.T) {
 	}
 }
 
-// hungView is a processView that records restartHung calls.
+// hungView is a processView that records restartHung calls; gen is its
+// generation, and its child runs since since.
 type hungView struct {
 	processView
 	restarts []string
+	gen      int
+	since    time.Time
 }
 
 func (v *hungView) restartHung(reason string) { v.restarts = append(v.restarts, reason) }
+func (v *hungView) generation() int           { return v.gen }
+func (v *hungView) snapshot() ProcessStatus {
+	return ProcessStatus{Running: true, PID: 1, Starts: v.gen, Since: v.since}
+}
+
+// TestRestartedChildIsGivenItsStartTimeout: a child started by a restart
+// that has not answered a health check yet is starting, not hung: its
+// unanswered checks count only once it ran longer than the start timeout
+// (before, a connector slower to start than two health checks was killed
+// again at every restart, and never became ready).
+func TestRestartedChildIsGivenItsStartTimeout(t *testing.T) {
+	v := &hungView{gen: 2, since: time.Now()}
+	l := &Local{proc: v, restartUnresponsiveAfter: 2, startGrace: time.Minute}
+	l.checkedGen.Store(1) // the first child answered; the second has not yet
+	noAnswer := &LocalError{Op: "GET /aip/health", Err: syscall.ECONNREFUSED}
+	for range 5 {
+		l.noteUnanswered(noAnswer)
+	}
+	if len(v.restarts) != 0 {
+		t.Fatalf("a starting child was restarted as hung: %v", v.restarts)
+	}
+	v.since = time.Now().Add(-2 * time.Minute) // past its start timeout
+	l.noteUnanswered(noAnswer)
+	l.noteUnanswered(noAnswer)
+	if len(v.restarts) != 1 {
+		t.Fatalf("restarts %v, want one once the start timeout passed", v.restarts)
+	}
+	// Once it answered, its unanswered checks count at once.
+	v.restarts, v.since = nil, time.Now()
+	l.checkedGen.Store(2)
+	l.noteUnanswered(noAnswer)
+	l.noteUnanswered(noAnswer)
+	if len(v.restarts) != 1 {
+		t.Fatalf("restarts %v, want one after two unanswered checks of an answering child", v.restarts)
+	}
+}
 
 // TestOnlyUnansweredChecksCountAsHung: an answer saying not ready is no
 // hang and ends a run of unanswered checks; the limit restarts once and
 // starts counting again.
 func TestOnlyUnansweredChecksCountAsHung(t *testing.T) {
-	v := &hungView{}
-	l := &Local{proc: v, restartUnresponsiveAfter: 2}
+	v := &hungView{gen: 1, since: time.Now()}
+	l := &Local{proc: v, restartUnresponsiveAfter: 2, startGrace: time.Minute}
+	l.checkedGen.Store(1) // the child answered before
 	noAnswer := &LocalError{Op: "GET /aip/health", Err: context.DeadlineExceeded}
 	notReady := &LocalError{Op: "GET /aip/health", Status: 503, Err: errors.New("not ready")}
 	for _, err := range []error{noAnswer, notReady, noAnswer, notReady, notReady, noAnswer} {
