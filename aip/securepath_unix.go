@@ -128,14 +128,15 @@ func checkLinkOwner(path, kind, link string, info os.FileInfo) error {
 // checkDir refuses a directory on the path another user could change:
 // one owned by a user other than this process's or root, or writable by
 // its group or others (unless dirModeOK allows it: sticky and root's, as
-// /tmp, or root's on a read-only mount).
+// /tmp, or root's on a read-only mount; or privateGroupDir: writable by
+// the owner's private group only).
 func checkDir(path, kind, dir string, info os.FileInfo) error {
 	owner, ok := fileOwnerOK(info)
 	if !ok {
 		return fmt.Errorf("%w: %s %s: the directory %s is owned by uid %d, not by this process's user (uid %d) or root, so that user can rename the file (or a directory leading to it) and put another in its place; chown root %s (or to this process's user), or keep the file in a directory of root's or this user's", ErrUnsafeFile, kind, path, dir, owner, os.Geteuid(), dir)
 	}
-	if !dirModeOK(info.Mode(), owner, func() bool { return mountReadOnly(dir) }) {
-		return fmt.Errorf("%w: %s %s: the directory %s is writable by group or others (mode %04o), so they can rename the file (or a directory leading to it) and put another in its place; chmod go-w %s (a shared directory such as /tmp is accepted when root owns it and it has the sticky bit, 1777)", ErrUnsafeFile, kind, path, dir, unixMode(info.Mode()), dir)
+	if !dirModeOK(info.Mode(), owner, func() bool { return mountReadOnly(dir) }) && !privateGroupDir(info) {
+		return fmt.Errorf("%w: %s %s: the directory %s is writable by group or others (mode %04o), so they can rename the file (or a directory leading to it) and put another in its place; chmod go-w %s (a shared directory such as /tmp is accepted when root owns it and it has the sticky bit, 1777; a directory writable by its owner's private group, a group of that user alone, is accepted)", ErrUnsafeFile, kind, path, dir, unixMode(info.Mode()), dir)
 	}
 	return nil
 }

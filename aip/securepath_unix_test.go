@@ -108,6 +108,10 @@ func TestDirectoryOwnedByAnotherUser(t *testing.T) {
 // lets them rename the file in it and put another in its place. Refused,
 // naming the directory and the chmod.
 func TestWritableDirectory(t *testing.T) {
+	// The directories' group (this process's) is shared with another
+	// user, so group-writable is refused (TestPrivateGroupDirectory).
+	withUserDB(t, fmt.Sprintf("me:x:%d:%d::/:/bin/sh\n", os.Geteuid(), os.Getegid()),
+		fmt.Sprintf("shared:x:%d:me,other\n", os.Getegid()))
 	base := t.TempDir()
 	for i, mode := range []os.FileMode{0o775, 0o757, 0o777, 0o770 | os.ModeSetgid} {
 		dir := mkdirOwned(t, filepath.Join(base, fmt.Sprint("dir", i)), mode, os.Geteuid())
