@@ -53,7 +53,8 @@
 // root owns may be group-readable for a host that is not root), in
 // directories only the host's user or root can change (each directory of
 // the path, and each symlink, owned by one of them; none writable by group
-// or others unless root's and sticky, as /tmp, or on a read-only mount).
+// or others unless root's and sticky, as /tmp, or on a read-only mount, or
+// writable only by its owner's private group: see aip.ReadSecretFile).
 //
 // The connector sees the configured identity, never the action's: on
 // TenantContext (Call.Tenant, Connector.Manifest's tenant) and as every

@@ -104,11 +104,8 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 		return nil
 	}
 	if a.Status == aip.StateReceived {
-		res := &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultFailed,
-			Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, false, 0,
-				"the replica stopped after journaling this action and before running it; it was not run")}
-		raw, _ := json.Marshal(res)
-		if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateFailed, raw, "not started before restart", now); err != nil {
+		if err := h.failInterrupted(ctx, a.ActionID, false,
+			"the replica stopped after journaling this action and before running it; it was not run", "not started before restart"); err != nil {
 			return err
 		}
 		sum.Received++
@@ -211,15 +208,23 @@ func (h *Host) readOnly(capID string) bool {
 // not to send it again. why says what the reconciler (or its absence)
 // could not tell.
 func (h *Host) interruptedRead(ctx context.Context, a journal.Action, why string, sum *journal.RecoverySummary) error {
-	res := &aip.ActionResult{ActionID: a.ActionID, Status: aip.ResultFailed,
-		Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, true, 0,
-			"the replica stopped while this read ran; a read changes nothing: send it again under a new action ID")}
-	raw, _ := json.Marshal(res)
-	if _, err := h.journal.FinishAction(ctx, a.ActionID, aip.StateFailed, raw,
-		aip.TruncateUTF8("read interrupted by a restart; "+why, 1024), h.cfg.Now()); err != nil {
+	if err := h.failInterrupted(ctx, a.ActionID, true,
+		"the replica stopped while this read ran; a read changes nothing: send it again under a new action ID", "read interrupted by a restart; "+why); err != nil {
 		return err
 	}
 	sum.ReadsInterrupted++
 	h.log.Warn("running read left by a previous process failed as interrupted", "action_id", a.ActionID, "capability_id", a.CapabilityID)
 	return nil
+}
+
+// failInterrupted journals the action's result as failed
+// connector_host.interrupted with message (retryable or not), detail
+// being the journal's note: recovery's answer for an action it knows did
+// nothing.
+func (h *Host) failInterrupted(ctx context.Context, actionID string, retryable bool, message, detail string) error {
+	res := &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
+		Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, retryable, 0, message)}
+	raw, _ := json.Marshal(res)
+	_, err := h.journal.FinishAction(ctx, actionID, aip.StateFailed, raw, detail, h.cfg.Now())
+	return err
 }
