@@ -173,7 +173,9 @@ func WriteSeedFile(path string, k *SigningKey) error {
 // by group or others (whoever may write to a directory can rename the
 // file in it and put another in its place) — except a directory root owns
 // that has the sticky bit (/tmp, 1777) or is on a read-only mount (a
-// Kubernetes ConfigMap volume's 0777 directory). The file opened must be
+// Kubernetes ConfigMap volume's 0777 directory), and one writable only by
+// its owner's private group (a group of that user alone in /etc/group and
+// /etc/passwd, as umask 002 systems make them). The file opened must be
 // the file checked (no swap between the check and the read). The content
 // is returned with surrounding ASCII whitespace removed.
 func ReadSecretFile(path string, maxBytes int64) ([]byte, error) {
@@ -288,6 +290,23 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	out := append([]byte(nil), trimmed...)
 	clear(data)
 	return out, nil
+}
+
+// OctalMode is m's permission bits as ls and chmod write them in octal, for
+// error messages: Go keeps the setuid, setgid and sticky bits outside
+// os.ModePerm, so formatting m itself would name /tmp's 1777 as 4000777.
+func OctalMode(m os.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		u |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		u |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		u |= 0o1000
+	}
+	return u
 }
 
 // JWKS returns a JSON Web Key Set document publishing the Ed25519 public keys,

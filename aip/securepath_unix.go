@@ -136,7 +136,7 @@ func checkDir(path, kind, dir string, info os.FileInfo) error {
 		return fmt.Errorf("%w: %s %s: the directory %s is owned by uid %d, not by this process's user (uid %d) or root, so that user can rename the file (or a directory leading to it) and put another in its place; chown root %s (or to this process's user), or keep the file in a directory of root's or this user's", ErrUnsafeFile, kind, path, dir, owner, os.Geteuid(), dir)
 	}
 	if !dirModeOK(info.Mode(), owner, func() bool { return mountReadOnly(dir) }) && !privateGroupDir(info) {
-		return fmt.Errorf("%w: %s %s: the directory %s is writable by group or others (mode %04o), so they can rename the file (or a directory leading to it) and put another in its place; chmod go-w %s (a shared directory such as /tmp is accepted when root owns it and it has the sticky bit, 1777; a directory writable by its owner's private group, a group of that user alone, is accepted)", ErrUnsafeFile, kind, path, dir, unixMode(info.Mode()), dir)
+		return fmt.Errorf("%w: %s %s: the directory %s is writable by group or others (mode %04o), so they can rename the file (or a directory leading to it) and put another in its place; chmod go-w %s (a shared directory such as /tmp is accepted when root owns it and it has the sticky bit, 1777; a directory writable by its owner's private group, a group of that user alone, is accepted)", ErrUnsafeFile, kind, path, dir, OctalMode(info.Mode()), dir)
 	}
 	return nil
 }
@@ -158,20 +158,4 @@ func dirModeOK(mode os.FileMode, owner uint32, readOnly func() bool) bool {
 		return false
 	}
 	return mode&os.ModeSticky != 0 || readOnly()
-}
-
-// unixMode is m's permission bits as ls and chmod write them in octal:
-// Go keeps the setuid, setgid and sticky bits outside os.ModePerm.
-func unixMode(m os.FileMode) uint32 {
-	u := uint32(m.Perm())
-	if m&os.ModeSetuid != 0 {
-		u |= 0o4000
-	}
-	if m&os.ModeSetgid != 0 {
-		u |= 0o2000
-	}
-	if m&os.ModeSticky != 0 {
-		u |= 0o1000
-	}
-	return u
 }

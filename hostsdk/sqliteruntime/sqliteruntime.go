@@ -15,6 +15,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/internal/flock"
 )
@@ -374,23 +375,6 @@ func (j *Journal) leave() { j.closeMu.RUnlock() }
 
 func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
 
-// unixMode is m's permission bits as ls and chmod write them in octal:
-// Go keeps the setuid, setgid and sticky bits outside os.ModePerm, so
-// formatting m itself would name /tmp's 1777 as 4000777.
-func unixMode(m os.FileMode) uint32 {
-	u := uint32(m.Perm())
-	if m&os.ModeSetuid != 0 {
-		u |= 0o4000
-	}
-	if m&os.ModeSetgid != 0 {
-		u |= 0o2000
-	}
-	if m&os.ModeSticky != 0 {
-		u |= 0o1000
-	}
-	return u
-}
-
 // checkDirMode refuses a state directory that users other than its owner
 // may write to (a shared directory such as /tmp, or one made group
 // writable), or that another user owns (see checkDirOwner): one of them
@@ -406,7 +390,7 @@ func checkDirMode(dir string) error {
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		return fmt.Errorf("sqliteruntime: state directory %s is writable by its group or by others (mode %04o): another user could replace the journal; use a directory of the replica's own (the host creates a missing one 0700) or run chmod go-w on it",
-			dir, unixMode(fi.Mode()))
+			dir, aip.OctalMode(fi.Mode()))
 	}
 	return checkDirOwner(dir, fi)
 }
