@@ -124,8 +124,8 @@ type Rerouter interface {
 	// have been handed out exactly once (ErrRerouteUnsafe otherwise), and
 	// the action's history to hold fewer than MaxRouteHistory assignments
 	// (ErrConflict otherwise) and, for req.Unsent, its last hand-out to be
-	// Current's and carry that claim (UnsentHolder; ErrEvidence otherwise); releases the current reservation if it is
-	// still held (last settlement cancelled, circuit unchanged); selects a
+	// Current's and carry that claim (UnsentHolder; ErrEvidence
+	// otherwise); releases the current reservation if it is still held (last settlement cancelled, circuit unchanged); selects a
 	// replica exactly as a new route does (same filters, CompareCandidates
 	// order, req.Topology) but never the refusing replica; reserves the
 	// base admission scopes and the replica; and makes the new assignment,

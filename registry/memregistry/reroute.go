@@ -17,8 +17,8 @@ var _ registry.RoutePinner = (*Registry)(nil)
 var _ registry.UnsentReleaser = (*Registry)(nil)
 
 // Reroute implements registry.Rerouter. The evidence (or the unsent
-// claim's form) is checked before the mutex is taken; the rest runs under it, so it is atomic with routing,
-// settlement and lease expiry.
+// claim's form) is checked before the mutex is taken; the rest runs under
+// it, so it is atomic with routing, settlement and lease expiry.
 func (r *Registry) Reroute(ctx context.Context, req registry.RerouteRequest) (registry.RouteAssignment, error) {
 	if err := ctx.Err(); err != nil {
 		return registry.RouteAssignment{}, err

@@ -32,8 +32,10 @@ var _ registry.RoutePinner = (*Registry)(nil)
 const (
 	// rerouteState reads whether the route was handed out again and its
 	// history length.
+	// A hand-out by a build that writes no claim reads as none ('', 0),
+	// which no unsent claim matches.
 	rerouteState = `SELECT resolved_again, (SELECT count(*) FROM aip_registry.route_history h WHERE h.action_id = $1),
-	hand_out_claim, claim_hand_out
+	COALESCE(hand_out_claim, ''), COALESCE(claim_hand_out, 0)
 FROM aip_registry.route_assignments WHERE action_id = $1`
 	insertHistory = `INSERT INTO aip_registry.route_history (action_id, seq, replica_id, fence_token, assignment, superseded_at_ms)
 VALUES ($1, $2, $3, $4, $5, $6)`
@@ -106,8 +108,8 @@ func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRe
 		s             storedRoute
 		routed, again bool
 		history       int64
-		claim         *string // the last hand-out's claim (UnsentHolder)
-		claimHandOut  *int64
+		claim         string // the last hand-out's claim (UnsentHolder)
+		claimHandOut  int64
 		first         *string
 		c             candidate
 		found         bool
@@ -142,12 +144,11 @@ func (r *Registry) reroute(ctx context.Context, p *pipe, req *registry.RerouteRe
 		return registry.RerouteUnsafe(cur)
 	case history >= registry.MaxRouteHistory:
 		return registry.RerouteHistoryFull(cur.ActionID)
-	case req.Unsent != "" && (claim == nil || claimHandOut == nil):
-		// A hand-out by a build that writes no claim: nobody can vouch.
-		return registry.UnsentHolder(req, "", 0, s.a.HandOut)
-	case req.Unsent != "" && registry.UnsentHolder(req, *claim, uint64(*claimHandOut), s.a.HandOut) != nil:
-		return registry.UnsentHolder(req, *claim, uint64(*claimHandOut), s.a.HandOut)
-	case first == nil:
+	}
+	if err := registry.UnsentHolder(req, claim, uint64(claimHandOut), s.a.HandOut); err != nil {
+		return err
+	}
+	if first == nil {
 		return fmt.Errorf("%w: tenant %s has no usable binding for capability %s",
 			registry.ErrBindingUnavailable, rreq.TenantID, rreq.CapabilityID)
 	}
