@@ -310,6 +310,35 @@ type testHost struct {
 
 // startHost runs conn in a real host (hostsdktest.Start); j, when not nil,
 // is its journal.
+// completedOnce runs capability suffix with input, requires it completed
+// with exactly one request to the provider, and returns the result and
+// that request.
+func completedOnce(t *testing.T, h *testHost, mock *mockCal, suffix, input string) (*aip.ActionResult, received) {
+	t.Helper()
+	before := len(mock.requests())
+	_, resp := h.act(t, suffix, input)
+	res, err := resp.Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("%s %s: HTTP %d, result %+v, %v: %s", suffix, input, resp.Status, res, err, resp.Raw)
+	}
+	reqs := mock.requests()
+	if len(reqs) != before+1 {
+		t.Fatalf("%s: the provider got %d requests, want 1", suffix, len(reqs)-before)
+	}
+	return res, reqs[len(reqs)-1]
+}
+
+// ownSubscriptionHost starts a host whose connector may point webhooks at
+// subscriberPrefix and receives the deliveries of subscription testSub
+// (it holds its signing secret).
+func ownSubscriptionHost(t *testing.T, mock *mockCal) *testHost {
+	t.Helper()
+	return startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
+		c.SubscriberPrefixes = []string{subscriberPrefix}
+		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
+	}), nil)
+}
+
 func startHost(t *testing.T, conn *Connector, j journal.Journal) *testHost {
 	t.Helper()
 	return &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
@@ -843,10 +872,7 @@ func TestWebhookSubscriberPolicy(t *testing.T) {
 // subscription delivered elsewhere keeps it.
 func TestPayloadTemplateForOwnSubscriptionRefused(t *testing.T) {
 	mock := newMockCal(t)
-	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
-		c.SubscriberPrefixes = []string{subscriberPrefix}
-		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
-	}), nil)
+	h := ownSubscriptionHost(t, mock)
 	own := strconv.Quote(subscriberPrefix + testSub)
 	for _, tc := range []struct{ suffix, input string }{
 		{"webhook.create", `{"subscriber_url":` + own + `,"triggers":["BOOKING_CREATED"],"active":true,"payload_template":"{\"t\":\"{{type}}\"}"}`},
@@ -883,10 +909,7 @@ func TestPayloadTemplateForOwnSubscriptionRefused(t *testing.T) {
 // delivered elsewhere.
 func TestOwnSubscriptionUpdateClearsTemplate(t *testing.T) {
 	mock := newMockCal(t)
-	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
-		c.SubscriberPrefixes = []string{subscriberPrefix}
-		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
-	}), nil)
+	h := ownSubscriptionHost(t, mock)
 	own := subscriberPrefix + testSub
 	for _, tc := range []struct{ suffix, input, body string }{
 		{"webhook.update", `{"webhook_id":"wh_1","subscriber_url":"` + own + `","active":true,"triggers":["BOOKING_CREATED"]}`,
@@ -898,16 +921,8 @@ func TestOwnSubscriptionUpdateClearsTemplate(t *testing.T) {
 		{"webhook.create", `{"subscriber_url":"` + own + `","triggers":["BOOKING_CREATED"],"active":true}`,
 			`{"subscriberUrl":"` + own + `","triggers":["BOOKING_CREATED"],"active":true,"secret":"` + testSecret + `"}`},
 	} {
-		before := len(mock.requests())
-		_, resp := h.act(t, tc.suffix, tc.input)
-		if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
-			t.Fatalf("%s %s: %v %s", tc.suffix, tc.input, err, resp.Raw)
-		}
-		reqs := mock.requests()
-		if len(reqs) != before+1 {
-			t.Fatalf("%s: the provider got %d requests, want 1", tc.suffix, len(reqs)-before)
-		}
-		jsonEqual(t, tc.suffix+" body", reqs[len(reqs)-1].Body, tc.body)
+		_, r := completedOnce(t, h, mock, tc.suffix, tc.input)
+		jsonEqual(t, tc.suffix+" body", r.Body, tc.body)
 	}
 }
 
@@ -920,10 +935,7 @@ func TestOwnSubscriptionUpdateClearsTemplate(t *testing.T) {
 // delivered elsewhere keeps them.
 func TestScheduledTriggersForOwnSubscriptionRefused(t *testing.T) {
 	mock := newMockCal(t)
-	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
-		c.SubscriberPrefixes = []string{subscriberPrefix}
-		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
-	}), nil)
+	h := ownSubscriptionHost(t, mock)
 	own := strconv.Quote(subscriberPrefix + testSub)
 	for _, tc := range []struct{ suffix, input string }{
 		{"webhook.create", `{"subscriber_url":` + own + `,"triggers":["BOOKING_CREATED","MEETING_ENDED"],"active":true}`},

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
@@ -48,16 +47,8 @@ func TestTimesWithoutZoneRefused(t *testing.T) {
 		{"booking.reschedule", `{"booking_uid":"bk_1","start":"2050-09-06T10:00:00.5Z"}`, "2050-09-06T10:00:00.5Z"},
 		{"slot.reservation.create", `{"event_type_id":11,"slot_start":"2050-09-05T09:00:00-04:00"}`, "2050-09-05T09:00:00-04:00"},
 	} {
-		before := len(mock.requests())
-		_, resp := h.act(t, tc.suffix, tc.input)
-		if res, err := resp.Result(); err != nil || res.Status != aip.ResultCompleted {
-			t.Fatalf("%s %s: %v %s", tc.suffix, tc.input, err, resp.Raw)
-		}
-		reqs := mock.requests()
-		if len(reqs) != before+1 {
-			t.Fatalf("%s: the provider got %d requests, want 1", tc.suffix, len(reqs)-before)
-		}
-		if got := string(reqs[len(reqs)-1].Body); !strings.Contains(got, `"`+tc.start+`"`) {
+		_, r := completedOnce(t, h, mock, tc.suffix, tc.input)
+		if got := string(r.Body); !strings.Contains(got, `"`+tc.start+`"`) {
 			t.Errorf("%s: body %s, want start %s as given", tc.suffix, got, tc.start)
 		}
 	}

@@ -338,10 +338,7 @@ func TestWebhookReplayOfFutureCreatedAt(t *testing.T) {
 // record) quotes it as [redacted].
 func TestEchoedWebhookSecretIsRedacted(t *testing.T) {
 	mock := newMockCal(t)
-	h := startHost(t, newConnectorWith(t, mock.srv.URL, func(c *Config) {
-		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
-		c.SubscriberPrefixes = []string{subscriberPrefix}
-	}), nil)
+	h := ownSubscriptionHost(t, mock)
 	echo := `{"status":"error","error":{"code":"BadRequestException","message":"refused body {\"secret\":\"` + testSecret + `\"}"}}`
 	create := `{"subscriber_url":"` + subscriberPrefix + testSub + `","triggers":["BOOKING_CREATED"],"active":true}`
 	for _, tc := range []struct {
