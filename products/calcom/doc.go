@@ -108,7 +108,11 @@
 // 3339 date-times with their zone, Z or an offset
 // (2050-09-05T11:00:00+02:00, as slot.list answers with a time_zone):
 // Cal.diy reads a time without a zone as UTC, which is not what a caller
-// meaning the attendee's local time wanted. The output is the provider's
+// meaning the attendee's local time wanted. The time filters of slot.list
+// (start, end) and booking.list (after_start, before_end and the
+// created/updated bounds) take a date alone (read as UTC: slot.list from
+// the start or to the end of that day) or such a zoned date-time; a
+// date-time without its zone is refused there too. The output is the provider's
 // JSON answer as sent ({"status":"success","data":...}, with pagination on
 // lists), except that webhook signing secrets are left out (see Webhook
 // subscriptions). Upstream marks Cal.diy's mutations requires_human_approval; this

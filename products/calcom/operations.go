@@ -104,6 +104,23 @@ func zonedTime(desc string) map[string]any {
 	return m
 }
 
+// dateOrZonedTimePattern is a date alone (2050-09-05) or a zonedTimePattern
+// date-time: what a read filter takes. A date alone has one reading
+// (slot.list: the start or end of that day in UTC, as the document says;
+// the booking filters: midnight UTC, as JavaScript's Date reads a date),
+// whereas a date-time without its zone is read as UTC by Cal.diy's slots
+// and in the server's own zone by a Date it parses, neither of which a
+// caller meaning a local time wanted.
+const dateOrZonedTimePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2}))?$`
+
+// dateOrZonedTime is a read filter's date or zoned date-time input.
+func dateOrZonedTime(desc string) map[string]any {
+	m := str(maxTime, desc+": a date (2050-09-05, read as UTC) or an ISO 8601 date-time with its zone, Z or an offset "+
+		"(2050-09-05T09:00:00Z, 2050-09-05T11:00:00+02:00); a date-time without one is refused")
+	m["pattern"] = dateOrZonedTimePattern
+	return m
+}
+
 func list(items map[string]any, maxItems int, desc string) map[string]any {
 	return map[string]any{"type": "array", "items": items, "minItems": 1, "maxItems": maxItems, "uniqueItems": true, "description": desc}
 }
@@ -161,8 +178,8 @@ var operations = []*operation{
 		Method:      http.MethodGet, Path: "/v2/slots", Version: versionSlots, Risk: aip.RiskLow,
 		Required: []string{"start", "end"},
 		Props: map[string]any{
-			"start":                     str(maxTime, "ISO 8601 date or date-time (UTC) from which to look"),
-			"end":                       str(maxTime, "ISO 8601 date or date-time (UTC) until which to look"),
+			"start":                     dateOrZonedTime("from which to look (a date: from the start of that day)"),
+			"end":                       dateOrZonedTime("until which to look (a date: to the end of that day)"),
 			"event_type_id":             integer(1, maxIntID, "ID of the event type"),
 			"event_type_slug":           str(maxID, "slug of the event type (with username or team_slug)"),
 			"username":                  str(maxID, "owner of the event type"),
@@ -192,12 +209,12 @@ var operations = []*operation{
 			"event_type_id":     integer(1, maxIntID, "event type ID"),
 			"team_ids":          list(integer(1, maxIntID, ""), 100, "team IDs"),
 			"team_id":           integer(1, maxIntID, "team ID"),
-			"after_start":       str(maxTime, "bookings starting after this ISO 8601 time"),
-			"before_end":        str(maxTime, "bookings ending before this ISO 8601 time"),
-			"after_created_at":  str(maxTime, "bookings created after this ISO 8601 time"),
-			"before_created_at": str(maxTime, "bookings created before this ISO 8601 time"),
-			"after_updated_at":  str(maxTime, "bookings updated after this ISO 8601 time"),
-			"before_updated_at": str(maxTime, "bookings updated before this ISO 8601 time"),
+			"after_start":       dateOrZonedTime("bookings starting after this time"),
+			"before_end":        dateOrZonedTime("bookings ending before this time"),
+			"after_created_at":  dateOrZonedTime("bookings created after this time"),
+			"before_created_at": dateOrZonedTime("bookings created before this time"),
+			"after_updated_at":  dateOrZonedTime("bookings updated after this time"),
+			"before_updated_at": dateOrZonedTime("bookings updated before this time"),
 			"sort_start":        sortOrder("order by start"),
 			"sort_end":          sortOrder("order by end"),
 			"sort_created":      sortOrder("order by creation"),

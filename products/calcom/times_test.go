@@ -53,3 +53,45 @@ func TestTimesWithoutZoneRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestReadFiltersWithoutZoneRefused: the time filters of slot.list and
+// booking.list take a date (one reading: UTC) or a date-time with its
+// zone. A date-time without one is refused as input_invalid and nothing is
+// sent: Cal.diy's slots read it as UTC and a Date parsed on its server
+// reads it in the server's own zone, neither of which a caller meaning a
+// local time asked for. Dates and zoned date-times go as given.
+func TestReadFiltersWithoutZoneRefused(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	for _, tc := range []struct{ suffix, input string }{
+		{"slot.list", `{"start":"2050-09-05T09:00:00","end":"2050-09-06","event_type_id":11}`},
+		{"slot.list", `{"start":"2050-09-05","end":"2050-09-06T18:00:00.000","event_type_id":11}`},
+		{"slot.list", `{"start":"2050-09-05 09:00","end":"2050-09-06","event_type_id":11}`},
+		{"booking.list", `{"after_start":"2050-09-05T09:00:00"}`},
+		{"booking.list", `{"before_end":"2050-09-05T09:00"}`},
+		{"booking.list", `{"after_created_at":"yesterday"}`},
+		{"booking.list", `{"before_created_at":"2050-09-05T09:00:00.000"}`},
+		{"booking.list", `{"after_updated_at":"2050-9-5"}`},
+		{"booking.list", `{"before_updated_at":"2050-09-05T09:00:00+0200"}`},
+	} {
+		_, resp := h.act(t, tc.suffix, tc.input)
+		if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("%s %s: HTTP %d %s, want 400 %s", tc.suffix, tc.input, resp.Status, resp.Raw, hostsdk.CodeInputInvalid)
+		}
+	}
+	if reqs := mock.requests(); len(reqs) != 0 {
+		t.Fatalf("the provider got %d requests for filters without a zone, first %s %s?%s", len(reqs), reqs[0].Method, reqs[0].Path, reqs[0].Query.Encode())
+	}
+
+	for _, tc := range []struct{ suffix, input, param, want string }{
+		{"slot.list", `{"start":"2050-09-05T09:00:00Z","end":"2050-09-06","event_type_id":11}`, "start", "2050-09-05T09:00:00Z"},
+		{"slot.list", `{"start":"2050-09-05","end":"2050-09-06T18:00:00.000+02:00","event_type_id":11}`, "end", "2050-09-06T18:00:00.000+02:00"},
+		{"booking.list", `{"after_start":"2050-09-05"}`, "afterStart", "2050-09-05"},
+		{"booking.list", `{"before_end":"2050-09-05T09:00:00.5-04:00"}`, "beforeEnd", "2050-09-05T09:00:00.5-04:00"},
+	} {
+		_, r := completedOnce(t, h, mock, tc.suffix, tc.input)
+		if got := r.Query.Get(tc.param); got != tc.want {
+			t.Errorf("%s %s: query %s=%q, want %q as given", tc.suffix, tc.input, tc.param, got, tc.want)
+		}
+	}
+}
