@@ -54,7 +54,7 @@
 //     completion apps; rating like, dislike or null, content; a mutation,
 //     risk low).
 //   - :feedbacks: GET /app/feedbacks (chat and completion apps; page,
-//     limit; read).
+//     limit up to 101 as the document allows; read).
 //   - :workflow.run.get: GET /workflows/run/{workflow_run_id}
 //     (advanced-chat and workflow apps; read).
 //   - :workflow.logs: GET /workflows/logs (advanced-chat and workflow

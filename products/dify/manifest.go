@@ -201,10 +201,12 @@ var (
   },
   "required": ["message_id", "user"],
   "additionalProperties": false}`)
+	// GET /app/feedbacks takes up to 101 per page (the document's maximum,
+	// Dify's le=101), one more than its other lists.
 	feedbacksSchema = json.RawMessage(`{"type": "object",
   "properties": {
     "page": ` + pageSchema + `,
-    "limit": ` + limitSchema + `
+    "limit": {"type": "integer", "minimum": 1, "maximum": 101}
   },
   "additionalProperties": false}`)
 	workflowRunSchema = json.RawMessage(`{"type": "object",
