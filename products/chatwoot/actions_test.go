@@ -620,3 +620,31 @@ func TestCheckHealth(t *testing.T) {
 		t.Errorf("health sent token %q", got[len(got)-1].Token)
 	}
 }
+
+// TestNULRefused: an input holding U+0000 (a "\u0000" escape) anywhere,
+// in a value or a member name, of a mutation or a read, is refused
+// chatwoot.input_invalid naming where it is, and Chatwoot is not called:
+// it keeps text in PostgreSQL, which cannot store the character, and
+// answers with a 500 that a mutation could only report as outcome_unknown.
+// An escaped backslash followed by "u0000" is text, and goes.
+func TestNULRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tc := range []struct {
+		capability, input, path string
+	}{
+		{CapMessageCreate, `{"conversation_id":42,"content":"Hello\u0000 from AIP"}`, `"/content"`},
+		{CapabilityPrefix + "conversation.create", `{"source_id":"s","inbox_id":1,"contact_id":9,"message":{"content":"x\u0000"}}`, `"/message/content"`},
+		{CapabilityPrefix + "contact.search", `{"q":"alice\u0000"}`, `"/q"`},
+		{CapabilityPrefix + "conversation.custom_attributes", `{"conversation_id":42,"custom_attributes":{"ti\u0000er":"gold"}}`, `"/custom_attributes/ti\x00er"`},
+	} {
+		res := e.Result(t, hostsdktest.NewAction(tc.capability, tc.input))
+		if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != "chatwoot.input_invalid" ||
+			res.Error.IsRetryable() || !strings.Contains(res.Error.Message, tc.path) || !strings.Contains(res.Error.Message, "U+0000") {
+			t.Errorf("%s %s: %s %+v, want failed chatwoot.input_invalid naming %s", tc.capability, tc.input, res.Status, res.Error, tc.path)
+		}
+	}
+	if reqs := e.mock.requests(); len(reqs) != 0 {
+		t.Errorf("inputs holding U+0000 reached Chatwoot: %+v", reqs)
+	}
+	e.completed(t, hostsdktest.NewAction(CapMessageCreate, `{"conversation_id":42,"content":"C:\\u0000 is text"}`))
+}

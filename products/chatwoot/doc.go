@@ -113,6 +113,10 @@
 // before any call). conversation.create sends the initial message as the
 // document describes it, without content_attributes: a webhook of that
 // message is not recognised as the connector's own and becomes an event.
+// An input holding the character U+0000 anywhere (a value or a member
+// name) is refused chatwoot.input_invalid, naming where, before any call:
+// Chatwoot keeps its text in PostgreSQL, which cannot store it, and would
+// answer with a 500 that a mutation could only report as outcome_unknown.
 //
 // Admission: without --chatwoot-operations-file every operation is offered
 // except agent.create, agent.update and agent.delete. These administer
