@@ -185,6 +185,9 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		next, nextClaim, err := d.reroute(wctx, &a, h, claim)
 		if err != nil {
 			d.log.Info("refusal not rerouted", "action_id", a.ActionID, "replica_id", a.ReplicaID, "code", code, "reason", err)
+			if rerouteResult(err) == "error" {
+				h.moveUnconfirmed = err
+			}
 			break
 		}
 		d.log.Info("rerouted", "action_id", a.ActionID, "from_replica_id", a.ReplicaID, "to_replica_id", next.ReplicaID, "code", code)
@@ -246,9 +249,15 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 		// that cannot be reached is the failure its circuit counts, and a
 		// delivery of the same action before this one (an earlier attempt,
 		// another dispatcher) may have reached it.
+		where := "it stays pinned there: send the same action ID again once the replica is back"
+		if h.moveUnconfirmed != nil {
+			// The registry may have moved it before its answer was lost:
+			// a retry goes wherever the route now points.
+			where = fmt.Sprintf("it may have been moved to another replica (the registry did not confirm the move: %v): send the same action ID again", h.moveUnconfirmed)
+		}
 		e := newAPIError(http.StatusServiceUnavailable, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
-			fmt.Sprintf("the action was not delivered: no connection to replica %s could be made (%v), so nothing of this request reached it; it stays pinned there: send the same action ID again once the replica is back, or GET %s/%s",
-				a.ReplicaID, h.err, PathActions, a.ActionID))
+			fmt.Sprintf("the action was not delivered: no connection to replica %s could be made (%v), so nothing of this request reached it; %s, or GET %s/%s",
+				a.ReplicaID, h.err, where, PathActions, a.ActionID))
 		withDetails(e, map[string]string{"action_id": a.ActionID, "replica_id": a.ReplicaID})
 		resp.Error = e.pe
 		return registry.SettlementOutcomeUnknown, e.status

@@ -170,6 +170,9 @@ type worldOptions struct {
 	regNow func() time.Time
 	// client, when set, is the dispatcher's Deps.Client.
 	client *http.Client
+	// rerouter, when set, wraps the registry as the dispatcher's
+	// Deps.Rerouter.
+	rerouter func(*memregistry.Registry) registry.Rerouter
 }
 
 func newWorld(t testing.TB, opts worldOptions) *world {
@@ -205,7 +208,11 @@ func newWorld(t testing.TB, opts worldOptions) *world {
 	if opts.orphans != nil {
 		orphans = opts.orphans(reg)
 	}
-	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: reg, Tokens: verifier, Reservations: orphans, Client: opts.client})
+	var rerouter registry.Rerouter = reg
+	if opts.rerouter != nil {
+		rerouter = opts.rerouter(reg)
+	}
+	d, err := dispatch.New(cfg, dispatch.Deps{Resolver: resolver, Catalog: reg, Rerouter: rerouter, Tokens: verifier, Reservations: orphans, Client: opts.client})
 	if err != nil {
 		t.Fatal(err)
 	}

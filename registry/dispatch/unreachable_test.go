@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
+	"github.com/aipfleet/aipfleet/registry/memregistry"
 )
 
 // roundTripFunc is an http.RoundTripper of a test's own.
@@ -220,4 +222,48 @@ func TestDetachedTransportIsNotUnreachable(t *testing.T) {
 			w.idle()
 		})
 	}
+}
+
+// lostRerouteAnswer is a Rerouter whose reroutes commit and whose answers
+// are lost on the way back.
+type lostRerouteAnswer struct{ registry.Rerouter }
+
+func (l lostRerouteAnswer) Reroute(ctx context.Context, req registry.RerouteRequest) (registry.RouteAssignment, error) {
+	if _, err := l.Rerouter.Reroute(ctx, req); err != nil {
+		return registry.RouteAssignment{}, err
+	}
+	return registry.RouteAssignment{}, errors.New("connection reset by peer")
+}
+
+// TestLostRerouteAnswer: the reroute of a never-delivered action committed
+// but its answer was lost. The client still learns that nothing reached
+// the unreachable replica (503 dispatch.replica_unreachable, retryable),
+// and is not told the action stays pinned there: the message says it may
+// have moved, and the retry of the same action ID completes on the replica
+// the registry moved it to, once.
+func TestLostRerouteAnswer(t *testing.T) {
+	w := newWorld(t, worldOptions{rerouter: func(r *memregistry.Registry) registry.Rerouter { return lostRerouteAnswer{r} }})
+	healthy := w.startHost(8, 8)
+	dead := w.deadReplica(t)
+	act := w.actionFavoring(dead, dead, healthy.cfg.ReplicaID)
+	req := dispatch.ActionRequest{ActionID: act, CapabilityID: capSay, Input: say("x", "")}
+	status, resp := w.act(req)
+	if status != http.StatusServiceUnavailable || resp.Error == nil || resp.Error.Code != dispatch.CodeReplicaUnreachable {
+		t.Fatalf("answer %d %+v, want 503 %s", status, resp.Error, dispatch.CodeReplicaUnreachable)
+	}
+	if msg := resp.Error.Message; strings.Contains(msg, "stays pinned") || !strings.Contains(msg, "may have been moved") ||
+		!strings.Contains(msg, "connection reset by peer") {
+		t.Fatalf("message %q: want it to say the action may have moved, with the registry's error", msg)
+	}
+	if runs := w.counter.runs(act); len(runs) != 0 {
+		t.Fatalf("the action ran on %v before the retry", runs)
+	}
+	status, again := w.act(req)
+	if status != http.StatusOK || again.Result == nil || again.Route.ReplicaID != healthy.cfg.ReplicaID {
+		t.Fatalf("retry: %d %+v on %+v", status, again.Error, again.Route)
+	}
+	if runs := w.counter.runs(act); len(runs) != 1 || runs[0] != healthy.cfg.ReplicaID {
+		t.Fatalf("the action ran on %v", runs)
+	}
+	w.idle()
 }
