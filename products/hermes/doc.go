@@ -172,7 +172,9 @@
 // read that gets a 5xx or no answer is failed and retryable
 // (provider.unavailable); a mutation that may have reached Hermes (a 5xx,
 // no answer, an unreadable answer) is outcome_unknown, journaled and
-// never run again.
+// never run again. A 501, which Hermes answers to the job routes where its
+// cron module is not available, did nothing: failed
+// provider.not_implemented, not retryable.
 //
 // # Not covered
 //

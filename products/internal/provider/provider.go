@@ -25,7 +25,8 @@
 // when the provider was unavailable or rate limited); a mutation that may
 // have been applied is outcome_unknown (hostsdk.ErrOutcomeUnknown), which
 // the host journals and never runs again; a mutation the provider refused
-// with a 4xx is a failed result.
+// with a 4xx, or a 501 (it does not offer the operation), is a failed
+// result.
 package provider
 
 import (
@@ -387,7 +388,9 @@ func neverResent(hr *http.Request) {
 // refused builds the *Error of an answer that is not a 2xx, whose body
 // (or its start) is data: a redirect is not followed, and was not applied
 // unless it is a 302 or 303 to a mutation (processedRedirect); a 4xx was
-// not applied; a 5xx may have been.
+// not applied; a 5xx may have been, except a 501 (RFC 9110 §15.6.2: the
+// server does not support what the request asks, so it did none of it;
+// Hermes answers it to its job routes where cron is not available).
 func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		if processedRedirect(req.Method, resp.StatusCode) {
@@ -398,7 +401,7 @@ func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 		return c.fail(req, resp.StatusCode, false,
 			fmt.Sprintf("redirect to %q not followed; point the base URL at the API itself", resp.Header.Get("Location")), nil)
 	}
-	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500, c.Redacted(providerMessage(data)), nil)
+	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented, c.Redacted(providerMessage(data)), nil)
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		e.RetryAfter = ParseRetryAfter(s, time.Now())
 	}
@@ -636,6 +639,10 @@ const (
 	CodeRateLimited    = "provider.rate_limited"
 	CodeUnavailable    = "provider.unavailable"
 	CodeBadResponse    = "provider.bad_response"
+	// CodeNotImplemented: the provider answered 501, it does not offer
+	// the operation (as deployed); nothing was applied, and a retry gets
+	// the same answer until its operator enables it.
+	CodeNotImplemented = "provider.not_implemented"
 )
 
 // Result turns the error of a provider call into the action's outcome.
@@ -678,6 +685,8 @@ func ProtocolError(pe *Error) *aip.ProtocolError {
 		return aip.NewProtocolError(CodeConflict, aip.CategoryPermanent, false, 0, msg)
 	case s == http.StatusTooManyRequests:
 		return aip.NewProtocolError(CodeRateLimited, aip.CategoryTemporary, true, retryAfter, msg)
+	case s == http.StatusNotImplemented:
+		return aip.NewProtocolError(CodeNotImplemented, aip.CategoryPermanent, false, 0, msg)
 	case s >= 500 || s == http.StatusRequestTimeout:
 		return aip.NewProtocolError(CodeUnavailable, aip.CategoryTemporary, true, retryAfter, msg)
 	case s >= 200 && s < 300:

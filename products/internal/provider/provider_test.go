@@ -172,6 +172,9 @@ func TestErrors(t *testing.T) {
 		// wrapped round to a negative or arbitrary wait.
 		{"rate limited for centuries", 429, map[string]string{"Retry-After": "99999999999"}, ``, false, CodeRateLimited, true, 86_400_000, ""},
 		{"server error", 502, nil, `{"detail":"upstream"}`, true, CodeUnavailable, true, 0, "upstream"},
+		// A 501: the server does not offer what was asked, so it did none
+		// of it (Hermes' job routes without cron); permanent.
+		{"not implemented", 501, nil, `{"error":"Cron module not available"}`, false, CodeNotImplemented, false, 0, "Cron module not available"},
 		// A 302 or 303 to a POST may answer a request the provider acted
 		// on; a 301, 307 or 308 moves it elsewhere unprocessed.
 		{"redirect after processing", 302, map[string]string{"Location": "https://elsewhere.example/"}, ``, true, CodeInvalidRequest, false, 0, "may have processed"},
@@ -270,6 +273,11 @@ func TestResult(t *testing.T) {
 	_, err = c4.Do(t.Context(), Request{Method: "POST", Path: "/x"})
 	if _, rerr := Result(call(), err, true); !errors.Is(rerr, hostsdk.ErrOutcomeUnknown) {
 		t.Fatalf("500 mutation: %v, want ErrOutcomeUnknown", rerr)
+	}
+	status = 501
+	_, err = c4.Do(t.Context(), Request{Method: "POST", Path: "/x"})
+	if res, rerr := Result(call(), err, true); rerr != nil || res.Error.Code != CodeNotImplemented || res.Error.IsRetryable() {
+		t.Fatalf("501 mutation: %+v, %v, want failed %s", res, rerr, CodeNotImplemented)
 	}
 
 	// The adapter's own errors pass through.
