@@ -115,8 +115,11 @@
 // or a JSON string). In streaming mode each event is a chunk —
 // message.delta and assistant.delta data, reasoning.delta thought, tool.*
 // tool, anything else (lifecycle, subagent.start/complete) progress — and
-// the output is {run_id, count, max_events_reached?}; synchronously the
-// output carries the events too. It is a read: an error, even after some
+// the output is {run_id, count, max_events_reached?, stream_open?};
+// synchronously the output carries the events too. A live run's stream
+// stays open until the run ends: when the action's timeout (or
+// RequestTimeout) ends the read, the events read are the result, with
+// stream_open true. It is a read: any other error, even after some
 // events, is a failed result (provider.unavailable, retryable;
 // provider.bad_response past the byte bound).
 //

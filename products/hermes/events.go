@@ -89,13 +89,18 @@ type runEventsOutput struct {
 	// MaxEventsReached: reading stopped at max_events; the stream may have
 	// more.
 	MaxEventsReached bool `json:"max_events_reached,omitempty"`
+	// StreamOpen: the stream was still open when the action's timeout (or
+	// RequestTimeout) ended the read: the run may emit more.
+	StreamOpen bool `json:"stream_open,omitempty"`
 }
 
 // runEvents reads GET /v1/runs/{run_id}/events until the stream ends or
 // max_events events: with chunks, each event is forwarded as a chunk;
 // without, they are returned in the output. The stream is bounded by
 // --hermes-max-response-bytes (an event by MaxFrameBytes), RequestTimeout
-// and the action's timeout. It is a read: a failure is a failed result.
+// and the action's timeout. It is a read: a failure is a failed result,
+// except the timeout, which a live run's open stream reaches: what was read
+// is the result, with stream_open set.
 func (c *Connector) runEvents(ctx context.Context, call *hostsdk.Call, ep *endpoint, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	in, err := decode[runEventsIn](call)
 	if err != nil {
@@ -128,6 +133,14 @@ func (c *Connector) runEvents(ctx context.Context, call *hostsdk.Call, ep *endpo
 		}
 		return false, nil
 	})
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The stream was open when the time ran out (the action's timeout
+		// or RequestTimeout, whichever came first): a live run's stream
+		// stays open until the run ends, so the events read are the
+		// answer, not a failure that would drop them.
+		out.StreamOpen = true
+		err = nil
+	}
 	if err != nil {
 		msg := fmt.Sprintf("%s GET %s: event stream: %v", ep.client.Product(), path, err)
 		if bound := (*provider.BoundError)(nil); errors.As(err, &bound) {

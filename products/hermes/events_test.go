@@ -79,6 +79,28 @@ func TestRunEventsMaxEvents(t *testing.T) {
 		{"event":"tool.started","data":{"tool":"terminal"}},{"event":"reasoning.delta","data":{"delta":"thinking"}}]}`)
 }
 
+// TestRunEventsOpenAtTimeout: a live run's event stream stays open; when
+// the action's timeout ends the read, the events read are the result
+// (stream_open: true), in both modes, not a failure that drops them.
+func TestRunEventsOpenAtTimeout(t *testing.T) {
+	f := newFixture(t)
+	f.main.setRunEvents(sse("tool.started\x00"+`{"tool":"terminal"}`, "message.delta\x00"+`{"delta":"Do"}`))
+	f.main.setRunEventsOpen(true)
+	for _, mode := range []aip.ActionMode{aip.ModeSync, aip.ModeStreaming} {
+		a := hostsdktest.NewAction("cap:hermes_agent:main:run_events", `{"run_id":"run_abc123"}`)
+		a.Mode = mode
+		timeout := uint64(300)
+		a.TimeoutMS = &timeout
+		out := completed(t, f.Act(t, a))
+		want := `{"run_id":"run_abc123","count":2,"stream_open":true,"events":[
+			{"event":"tool.started","data":{"tool":"terminal"}},{"event":"message.delta","data":{"delta":"Do"}}]}`
+		if mode == aip.ModeStreaming {
+			want = `{"run_id":"run_abc123","count":2,"stream_open":true}`
+		}
+		jsonEqual(t, string(mode)+" output", string(mustJSON(t, out)), want)
+	}
+}
+
 // TestRunEventsErrors: run_events is a read: a 4xx is failed, a 5xx or
 // no answer failed and retryable, never outcome_unknown.
 func TestRunEventsErrors(t *testing.T) {

@@ -64,6 +64,9 @@ type mockHermes struct {
 	polled chan struct{}
 	// runEvents is the SSE body of GET /v1/runs/{run_id}/events.
 	runEvents string
+	// runEventsOpen keeps the run events stream open after its body,
+	// as a live run's is, until the request ends.
+	runEventsOpen bool
 	// sessionStream is the SSE body of POST /api/sessions/{id}/chat/stream.
 	sessionStream string
 }
@@ -352,6 +355,12 @@ func (m *mockHermes) setRunEvents(s string) {
 	m.runEvents = s
 }
 
+func (m *mockHermes) setRunEventsOpen(open bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.runEventsOpen = open
+}
+
 func (m *mockHermes) setSessionStream(s string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -447,9 +456,13 @@ func (m *mockHermes) extendedRoutes(mux *http.ServeMux) {
 			return
 		}
 		m.mu.Lock()
-		s := m.runEvents
+		s, open := m.runEvents, m.runEventsOpen
 		m.mu.Unlock()
 		sseAnswer(w, s)
+		if open {
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
 	})
 	// § Sessions API: PATCH updates title or end_reason.
 	mux.HandleFunc("PATCH /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
