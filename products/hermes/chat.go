@@ -51,9 +51,9 @@ type chatOutputValue struct {
 	Usage        json.RawMessage `json:"usage,omitempty"`
 }
 
-func (c *Connector) chatBody(in chatRequest, stream bool) chatRequest {
+func (c *Connector) chatBody(ep *endpoint, in chatRequest, stream bool) chatRequest {
 	if in.Model == "" {
-		in.Model = c.defaultModel
+		in.Model = ep.defaultModel
 	}
 	in.Stream = stream
 	return in
@@ -65,7 +65,7 @@ func (c *Connector) chat(ctx context.Context, call *hostsdk.Call, ep *endpoint, 
 	h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
 	var cc chatCompletion
 	err := ep.client.JSON(ctx, provider.Request{Method: http.MethodPost, Path: "/v1/chat/completions",
-		Header: h, JSON: c.chatBody(in, false)}, &cc)
+		Header: h, JSON: c.chatBody(ep, in, false)}, &cc)
 	if err != nil {
 		return provider.Result(call, err, true)
 	}
@@ -125,7 +125,7 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 	}
 	h := headers(call)
 	h.Set("Idempotency-Key", provider.CallIdempotencyKey(call))
-	body, err := json.Marshal(c.chatBody(in, true))
+	body, err := json.Marshal(c.chatBody(ep, in, true))
 	if err != nil {
 		return nil, err
 	}

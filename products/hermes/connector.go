@@ -31,11 +31,10 @@ const CorrelationHeader = "X-AIP-Correlation-Id"
 
 // Connector fronts one or more Hermes Agent API servers.
 type Connector struct {
-	endpoints    []*endpoint
-	byID         map[string]*endpoint
-	defaultModel string
-	log          *slog.Logger
-	poll         time.Duration
+	endpoints []*endpoint
+	byID      map[string]*endpoint
+	log       *slog.Logger
+	poll      time.Duration
 	// outageBudget is how long run_start's status reads may keep failing
 	// transiently before its wait ends; backoffCap bounds the backoff
 	// between them (provider.DefaultOutageBudget and
@@ -233,7 +232,7 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, ep *endpoint
 			return nil, err
 		}
 		if in.Model == "" {
-			in.Model = c.defaultModel
+			in.Model = ep.defaultModel
 		}
 		req.Method, req.Path, req.JSON = http.MethodPost, "/v1/responses", in
 		req.Header.Set("Idempotency-Key", provider.CallIdempotencyKey(call))

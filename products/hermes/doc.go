@@ -45,8 +45,8 @@
 //
 // chat sends {model, messages, stream, temperature?, max_tokens?} (1 to 200
 // messages of role system, user or assistant with string content); model
-// defaults to --hermes-default-model. Its output is the assembled
-// assistant message with the completion's id, model, finish_reason and
+// defaults to the endpoint's default_model, else --hermes-default-model.
+// Its output is the assembled assistant message with the completion's id, model, finish_reason and
 // usage. In streaming mode (hostsdk.Streamer) it sends "stream": true and
 // reads the OpenAI SSE chunks ("data: {chat.completion.chunk}") until
 // "data: [DONE]": each content delta becomes a data chunk {"delta": ...},
@@ -150,12 +150,16 @@
 //
 //   - --hermes-endpoints-file (AIP_HERMES_ENDPOINTS_FILE, required): a JSON
 //     file (not writable by group or others, at most 4 MiB) holding an array
-//     of 1 to 1000 {"id", "base_url", "api_key_file"?, "display_name"?};
-//     unknown fields and duplicate ids (compared lowercased) are refused.
+//     of 1 to 1000 {"id", "base_url", "api_key_file"?, "display_name"?,
+//     "default_model"?}; unknown fields and duplicate ids (compared
+//     lowercased) are refused.
 //     id is 1 to 128 of A-Z a-z 0-9 _ -. base_url is the API server's root
 //     (http://127.0.0.1:8642, or a /p/<profile> prefix): https, or http on
 //     loopback only. api_key_file is an owner-only file holding the
-//     server's API_SERVER_KEY. A manifest holds at most
+//     server's API_SERVER_KEY. default_model is the model of the
+//     endpoint's chat and responses when the action names none (a
+//     profile served under its own model name), in place of
+//     --hermes-default-model. A manifest holds at most
 //     hostsdk.MaxCapabilities (512) capabilities and every endpoint has
 //     all 29, so one host fronts at most 17 endpoints
 //     (MaxEndpointsPerHost); a longer list is refused. Front more servers
@@ -165,7 +169,8 @@
 //     chat), 1024 to 256 MiB (default 16 MiB). One SSE event is at most
 //     1 MiB.
 //   - --hermes-default-model (AIP_HERMES_DEFAULT_MODEL): the model of chat
-//     and responses when the action names none (default "hermes-agent").
+//     and responses when the action names none and the endpoint has no
+//     default_model (default "hermes-agent").
 //
 // # Errors
 //

@@ -52,12 +52,12 @@ var Product = products.Product{
 	Summary: "Hermes Agent API servers (OpenAI-compatible chat and responses, runs and their events, sessions, scheduled jobs)",
 	Settings: []hostsdk.Setting{
 		{Flag: FlagEndpointsFile, Env: "AIP_HERMES_ENDPOINTS_FILE",
-			Usage: `JSON file: array of 1 to 1000 {"id","base_url","api_key_file"?,"display_name"?} (required)`},
+			Usage: `JSON file: array of 1 to 1000 {"id","base_url","api_key_file"?,"display_name"?,"default_model"?} (required)`},
 		{Flag: FlagMaxResponseBytes, Env: "AIP_HERMES_MAX_RESPONSE_BYTES", Kind: hostsdk.SettingInt,
 			Min: 1024, Max: MaxMaxResponseBytes,
 			Usage: "bound on a JSON answer and on a whole SSE stream (chat, run events, session chat), in bytes (default 16777216)"},
 		{Flag: FlagDefaultModel, Env: "AIP_HERMES_DEFAULT_MODEL",
-			Usage: `model sent to /v1/chat/completions and /v1/responses when the action names none (default "hermes-agent")`,
+			Usage: `model sent to /v1/chat/completions and /v1/responses when the action names none and the endpoint has no default_model (default "hermes-agent")`,
 			Check: checkModel},
 	},
 	New: func(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error) {
@@ -103,6 +103,9 @@ type endpointFile struct {
 	BaseURL     string `json:"base_url"`
 	APIKeyFile  string `json:"api_key_file,omitempty"`
 	DisplayName string `json:"display_name,omitempty"`
+	// DefaultModel overrides --hermes-default-model for this endpoint
+	// (a profile served under its own model name).
+	DefaultModel string `json:"default_model,omitempty"`
 }
 
 // endpoint is one configured Hermes API server.
@@ -112,6 +115,9 @@ type endpoint struct {
 	client      *provider.Client
 	// maxBytes bounds a whole SSE stream (chat, run events, session chat) (--hermes-max-response-bytes).
 	maxBytes int64
+	// defaultModel is the model of chat and responses when the action
+	// names none: the endpoint's default_model, else --hermes-default-model.
+	defaultModel string
 }
 
 // New reads the endpoints file and its key files and returns the
@@ -140,7 +146,7 @@ func New(cfg Config) (*Connector, error) {
 		cfg.PollInterval = 2 * time.Second
 	}
 	list, err := provider.ReadJSONList[endpointFile](what, cfg.EndpointsFile, MaxEndpointsFileBytes, MaxEndpoints,
-		"{id, base_url, api_key_file, display_name}")
+		"{id, base_url, api_key_file, display_name, default_model}")
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +154,7 @@ func New(cfg Config) (*Connector, error) {
 		return nil, fmt.Errorf("%s: %d endpoints make %d capabilities (%d each), more than the %d a manifest may hold; list at most %d endpoints per host",
 			what, len(list), len(list)*len(operations), len(operations), hostsdk.MaxCapabilities, MaxEndpointsPerHost)
 	}
-	c := &Connector{defaultModel: cfg.DefaultModel, log: cfg.Logger, poll: cfg.PollInterval,
+	c := &Connector{log: cfg.Logger, poll: cfg.PollInterval,
 		outageBudget: provider.DefaultOutageBudget, backoffCap: provider.DefaultBackoffCap}
 	c.byID = make(map[string]*endpoint, len(list))
 	for i, e := range list {
@@ -163,6 +169,13 @@ func New(cfg Config) (*Connector, error) {
 		at = fmt.Sprintf("%s: endpoint %q", what, e.ID)
 		if len(e.DisplayName) > 256 || strings.ContainsFunc(e.DisplayName, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return nil, fmt.Errorf("%s: display_name must be at most 256 characters without control characters", at)
+		}
+		model := cfg.DefaultModel
+		if e.DefaultModel != "" {
+			if err := checkModel(e.DefaultModel); err != nil {
+				return nil, fmt.Errorf("%s: default_model: %w", at, err)
+			}
+			model = e.DefaultModel
 		}
 		base, err := provider.ParseBaseURL(at+" base_url", e.BaseURL, true, false)
 		if err != nil {
@@ -187,7 +200,7 @@ func New(cfg Config) (*Connector, error) {
 		if err != nil {
 			return nil, err
 		}
-		ep := &endpoint{id: id, displayName: e.DisplayName, client: pc, maxBytes: cfg.MaxResponseBytes}
+		ep := &endpoint{id: id, displayName: e.DisplayName, client: pc, maxBytes: cfg.MaxResponseBytes, defaultModel: model}
 		c.endpoints = append(c.endpoints, ep)
 		c.byID[id] = ep
 	}

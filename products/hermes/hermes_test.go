@@ -942,8 +942,49 @@ func TestNewErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Product.New: %v", err)
 	}
-	if c := conn.(*Connector); c.defaultModel != "my-hermes" || len(c.endpoints) != 1 {
+	if c := conn.(*Connector); len(c.endpoints) != 1 || c.endpoints[0].defaultModel != "my-hermes" {
 		t.Errorf("connector %+v", c)
+	}
+	bad := file(`[{"id":"a","base_url":"https://h.example.com","api_key_file":"` + key + `","default_model":" padded"}]`)
+	if _, err := New(Config{EndpointsFile: bad}); err == nil || !strings.Contains(err.Error(), `endpoint "a": default_model`) {
+		t.Errorf("bad endpoint default_model: %v", err)
+	}
+}
+
+// TestEndpointDefaultModel: an endpoint's default_model is the model of
+// its chat and responses when the action names none (a profile served
+// under its own model name); the other endpoints keep
+// --hermes-default-model, and a model the action names wins.
+func TestEndpointDefaultModel(t *testing.T) {
+	main, alice := newMockHermes(t, keyMain, ""), newMockHermes(t, keyAlice, "/p/alice")
+	dir := t.TempDir()
+	list, _ := json.Marshal([]map[string]string{
+		{"id": "main", "base_url": main.srv.URL, "api_key_file": writeFile(t, dir, "main.key", keyMain, 0o600)},
+		{"id": "alice", "base_url": alice.srv.URL + "/p/alice/", "api_key_file": writeFile(t, dir, "alice.key", keyAlice, 0o600),
+			"default_model": "alice-profile"},
+	})
+	conn, err := New(Config{EndpointsFile: writeFile(t, dir, "endpoints.json", string(list), 0o644), DefaultModel: "fleet-model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := hostsdktest.Start(t, conn, nil)
+	for _, tc := range []struct {
+		mock        *mockHermes
+		cap, input  string
+		model, path string
+	}{
+		{alice, "cap:hermes_agent:alice:chat", `{"messages":[{"role":"user","content":"Hi"}]}`, "alice-profile", "/p/alice/v1/chat/completions"},
+		{alice, "cap:hermes_agent:alice:responses", `{"input":"Hi"}`, "alice-profile", "/p/alice/v1/responses"},
+		{alice, "cap:hermes_agent:alice:chat", `{"model":"named","messages":[{"role":"user","content":"Hi"}]}`, "named", "/p/alice/v1/chat/completions"},
+		{main, "cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hi"}]}`, "fleet-model", "/v1/chat/completions"},
+	} {
+		a := hostsdktest.NewAction(tc.cap, tc.input)
+		completed(t, f.Act(t, a))
+		reqs := tc.mock.of(a.ID)
+		var body struct{ Model string }
+		if len(reqs) != 1 || reqs[0].Path != tc.path || json.Unmarshal([]byte(reqs[0].Body), &body) != nil || body.Model != tc.model {
+			t.Errorf("%s %s: requests %+v, want model %q at %s", tc.cap, tc.input, reqs, tc.model, tc.path)
+		}
 	}
 }
 

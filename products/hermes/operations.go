@@ -85,7 +85,7 @@ func idProperty(what string) string {
 
 const emptyInput = `{"type":"object","properties":{},"required":[],"additionalProperties":false}`
 
-const modelProperty = `{"type":"string","minLength":1,"maxLength":256,"pattern":"^[^\\x00-\\x1f\\x7f]+$","description":"model to request; the --hermes-default-model when absent (runs: Hermes' own default)"}`
+const modelProperty = `{"type":"string","minLength":1,"maxLength":256,"pattern":"^[^\\x00-\\x1f\\x7f]+$","description":"model to request; when absent, the endpoint's default model (runs: Hermes' own default)"}`
 
 var chatInput = `{
   "type": "object",
