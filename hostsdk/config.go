@@ -233,7 +233,9 @@ type Config struct {
 	// (or HandleStream) to return after the action's context ended (its
 	// timeout_ms passed, a cancel asked for it, or the host stopped). A
 	// call still running then is abandoned: the action is journaled
-	// outcome_unknown (its effect may still happen) and answered so, and
+	// outcome_unknown (its effect may still happen) and answered so — a
+	// read-only capability's failed connector_host.interrupted, retryable
+	// (Interrupted) — and
 	// the call keeps its in-flight slot until it returns
 	// (aip_connector_host_abandoned_calls counts them). A drain does not wait for
 	// abandoned calls; Stop names those still running in its

@@ -84,14 +84,15 @@ func (t TenantContext) identity(gateway aip.Principal) *aip.IdentityContext {
 // EventSource and ActionStateKeeper.
 //
 // A panic in a method the host calls is caught: in Handle or HandleStream
-// it records the action outcome_unknown; in Manifest, Routes or Reconcile
+// it records the action outcome_unknown (a read-only capability's failed
+// connector_host.interrupted, retryable: see Interrupted); in Manifest, Routes or Reconcile
 // it fails that bootstrap step, in ActionStateNamespaces New, and in
 // CheckHealth the probe, each with an error naming the method; in Cancel
 // it is logged and the cancel answered; in RunEvents it stops the event
 // source, a failure of the shutdown. A panic on a goroutine the connector
 // starts itself ends the process: the journal keeps the actions it was
 // running, and the next start settles them (Reconciler, or
-// outcome_unknown).
+// outcome_unknown; a read failed connector_host.interrupted).
 type Connector interface {
 	// Manifest returns the connector's manifest for the tenant. Its agent is
 	// the host's signing principal: the host sets agent.trust_domain to the
@@ -105,7 +106,10 @@ type Connector interface {
 	// journals whatever Handle returns. ctx is cancelled when the action is
 	// cancelled, its timeout passes or the host stops; Handle must return
 	// soon after. One that is still running Config.HandleGrace later is
-	// abandoned: the action is journaled and answered outcome_unknown, its
+	// abandoned: the action is journaled and answered outcome_unknown (a
+	// read-only capability's failed connector_host.interrupted, retryable:
+	// the read changed nothing; so is one whose Handle answered its
+	// timeout or the host's shutdown with only the context's error), its
 	// late result is dropped, and the call keeps its in-flight slot until
 	// it returns. A drain does not wait for an abandoned call, and the host
 	// cannot end it: after Stop it runs on until it returns or the process
@@ -118,7 +122,9 @@ type Connector interface {
 	// problem); an error wrapping ErrOutcomeUnknown records
 	// outcome_unknown (use it when a provider side effect may or may not
 	// have happened); any other error becomes a failed result with code
-	// connector.failed. A panic is recorded as outcome_unknown, and so is a
+	// connector.failed. A panic is recorded as outcome_unknown (for a
+	// read-only capability failed connector_host.interrupted, as
+	// Interrupted decides), and so is a
 	// result no signed answer can carry: larger than MaxResultBytes, or
 	// not I-JSON (a member name twice, a number beyond the double range, a
 	// lone surrogate, too deeply nested) — for a capability whose side

@@ -188,7 +188,12 @@
 //     connector said so, panicked, timed out, gave up when its stream's
 //     receiver went away, or a crash interrupted it) is
 //     answered with a signed 502 connector_host.outcome_unknown, then and
-//     on every delivery;
+//     on every delivery — except a read-only capability's (ReadOnly) that
+//     the connector's panic, a hang past HandleGrace, a timeout or the
+//     shutdown cut off before the connector said what it did: it changed
+//     nothing, so it is journaled and answered failed
+//     connector_host.interrupted, retryable (Interrupted), as recovery
+//     fails a read a restart cut off;
 //   - cancel (action-scoped), once the credential revision policy (when
 //     configured) allows its route's revision: cancels the running Handle's context, tells a
 //     Canceler, and answers the action's journaled result; a cancel that
@@ -277,7 +282,8 @@
 // heartbeats stop, new actions refused and event publication stopped, the
 // listener kept while the actions being handled finish (at most
 // DrainTimeout; connector calls abandoned after HandleGrace, whose actions
-// were journaled and answered outcome_unknown, are not waited for) and
+// were journaled and answered outcome_unknown, or failed
+// connector_host.interrupted for a read, are not waited for) and
 // for at least DrainLinger, so actions routed just before the drain get a
 // signed not_ready that a dispatcher may use to reroute them (when the
 // drain did not get through, while the lease the control plane granted

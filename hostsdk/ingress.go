@@ -120,6 +120,9 @@ type exchange struct {
 	// (invokeBounded), delivers what the call returns; the call keeps the
 	// action's in-flight slot until then.
 	abandonedCall <-chan invoked
+	// abandonedStatus is the state the abandoned call's action was
+	// settled to.
+	abandonedStatus aip.ActionState
 }
 
 // handleMessages serves POST /aip/v1/messages.
@@ -498,7 +501,7 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		// The request is over (the action journaled and answered): the
 		// slot is the abandoned call's until it returns.
 		h.inflight.detach(a.ID)
-		go h.awaitAbandoned(a, x.abandonedCall)
+		go h.awaitAbandoned(a, x.abandonedStatus, x.abandonedCall)
 	}()
 	// The route's credential revision, against the policy read now
 	// (reference §5.5 step 6, after readiness and capacity). Its refusals
@@ -700,6 +703,8 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		res      *aip.ActionResult
 		err      error
 		panicked any
+		// abandonCause is what ended the context of an abandoned call.
+		abandonCause error
 	)
 	if context.Cause(ra.ctx) == errCancelRequested {
 		err = context.Canceled // cancelled before it started: never run
@@ -714,7 +719,8 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 			trace.WithAttributes(attribute.String("aip.action_id", a.ID), attribute.String("aip.capability_id", a.CapabilityID)))
 		res, panicked, x.abandonedCall, err = x.invokeBounded(ctx, call, a)
 		if x.abandonedCall != nil {
-			err = fmt.Errorf("%w: %w", errAbandoned, context.Cause(ctx))
+			abandonCause = context.Cause(ctx)
+			err = fmt.Errorf("%w: %w", errAbandoned, abandonCause)
 		}
 		if err != nil {
 			span.RecordError(err)
@@ -723,6 +729,16 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		span.End()
 	}
 	status, result, detail := h.settle(ra.ctx, a, cap, res, err, panicked)
+	if x.abandonedCall != nil {
+		x.abandonedStatus = status
+		if status == aip.StateOutcomeUnknown {
+			h.log.Error("the connector did not return within the handle grace after the action's context ended; the action is journaled outcome_unknown and the call keeps its slot until it returns",
+				"action_id", a.ID, "capability_id", a.CapabilityID, "cause", abandonCause, "handle_grace", h.cfg.HandleGrace)
+		} else {
+			h.log.Error("the connector did not return within the handle grace after the action's context ended; the read is journaled failed "+CodeInterrupted+" and the call keeps its slot until it returns",
+				"action_id", a.ID, "capability_id", a.CapabilityID, "cause", abandonCause, "handle_grace", h.cfg.HandleGrace)
+		}
+	}
 	var raw json.RawMessage
 	if result != nil {
 		switch raw, err = json.Marshal(result); {
@@ -761,6 +777,9 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 	if status == aip.StateOutcomeUnknown {
 		h.log.Warn("action outcome unknown", "action_id", a.ID, "detail", detail)
 		return x.outcomeUnknown(a.ID, detail)
+	}
+	if result.Error != nil && result.Error.Code == CodeInterrupted {
+		h.log.Warn("read interrupted; journaled failed "+CodeInterrupted, "action_id", a.ID, "detail", detail)
 	}
 	result.Receipt = &aip.Receipt{ID: receipt.ID, Hash: receipt.Hash}
 	return x.result(result)
@@ -891,25 +910,26 @@ func (x *exchange) invokeBounded(ctx context.Context, call *Call, a *aip.Action)
 	if cw != nil {
 		cw.abandon()
 	}
-	h := x.h
-	h.abandoned.Add(1)
-	h.log.Error("the connector did not return within the handle grace after the action's context ended; the action is journaled outcome_unknown and the call keeps its slot until it returns",
-		"action_id", a.ID, "capability_id", a.CapabilityID, "cause", context.Cause(ctx), "handle_grace", h.cfg.HandleGrace)
+	x.h.abandoned.Add(1)
 	return nil, nil, done, nil
 }
 
 // awaitAbandoned gives an abandoned call's in-flight slot back when the
 // call returns; what it returned is dropped (its action was journaled
-// outcome_unknown). The host cannot end the call: neither the drain nor
-// Stop waits for it, and after Stop it may still run (until the process
-// exits), when its State writes fail with journal.ErrClosed and its
-// publications with ErrNotServing.
-func (h *Host) awaitAbandoned(a *aip.Action, done <-chan invoked) {
+// status: outcome_unknown, or failed connector_host.interrupted for a
+// read). The host cannot end the call: neither the drain nor Stop waits
+// for it, and after Stop it may still run (until the process exits), when
+// its State writes fail with journal.ErrClosed and its publications with
+// ErrNotServing.
+func (h *Host) awaitAbandoned(a *aip.Action, status aip.ActionState, done <-chan invoked) {
 	r := <-done
 	h.abandoned.Add(-1)
 	h.inflight.releaseDetached(a.ID)
-	h.log.Warn("an abandoned connector call returned; its result is not kept (the action was journaled outcome_unknown)",
-		"action_id", a.ID, "capability_id", a.CapabilityID, "error", r.err, "panicked", r.panicked != nil)
+	msg := "an abandoned connector call returned; its result is not kept (the action was journaled outcome_unknown)"
+	if status != aip.StateOutcomeUnknown {
+		msg = "an abandoned connector call returned; its result is not kept (the read was journaled failed " + CodeInterrupted + ")"
+	}
+	h.log.Warn(msg, "action_id", a.ID, "capability_id", a.CapabilityID, "error", r.err, "panicked", r.panicked != nil)
 }
 
 // invoke calls the connector, turning a panic into a value; cw, when not
@@ -938,14 +958,14 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			Error: aip.NewProtocolError(code, category, false, 0, msg)}, msg
 	}
 	if panicked != nil {
-		return aip.StateOutcomeUnknown, nil, fmt.Sprintf("the connector panicked: %v", panicked)
+		return h.interrupted(actx, a, cap, fmt.Sprintf("the connector panicked: %v", panicked))
 	}
 	cause := context.Cause(actx)
 	if err != nil {
 		var pe *aip.ProtocolError
 		switch {
 		case errors.Is(err, errAbandoned):
-			return aip.StateOutcomeUnknown, nil, err.Error()
+			return h.interrupted(actx, a, cap, err.Error())
 		case errors.Is(err, ErrOutcomeUnknown):
 			return aip.StateOutcomeUnknown, nil, err.Error()
 		case errors.As(err, &pe):
@@ -960,9 +980,9 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 		case cause == errCancelRequested && errors.Is(err, context.Canceled):
 			return aip.StateCancelled, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCancelled}, "cancelled by request"
 		case h.actionBase.Err() != nil:
-			return aip.StateOutcomeUnknown, nil, "the action was interrupted by the host's shutdown: " + err.Error()
+			return h.interrupted(actx, a, cap, "the action was interrupted by the host's shutdown: "+err.Error())
 		case errors.Is(err, context.DeadlineExceeded):
-			return aip.StateOutcomeUnknown, nil, "the action timed out; the connector did not say whether its effect happened: " + err.Error()
+			return h.interrupted(actx, a, cap, "the action timed out; the connector did not say whether its effect happened: "+err.Error())
 		case errors.Is(err, ErrStreamClosed):
 			// The receiver went away mid-stream and the connector gave
 			// up with the ChunkWriter's error: its effect may have
@@ -999,6 +1019,20 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 	return stateOf(r.Status), &r, ""
 }
 
+// interrupted settles an action cut off before the connector said what
+// it did (a panic, a call abandoned after the handle grace, a timeout or
+// the shutdown answered only with the context's error) by Interrupted's
+// decision: a read-only capability's fails connector_host.interrupted,
+// retryable; any other's is outcome_unknown, detail being its journal
+// note.
+func (h *Host) interrupted(actx context.Context, a *aip.Action, cap *capability, detail string) (aip.ActionState, *aip.ActionResult, string) {
+	err := Interrupted(cap.cap, detail)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return aip.StateOutcomeUnknown, nil, detail
+	}
+	return h.settle(actx, a, cap, nil, err, nil)
+}
+
 // UnusableResult is the error a connector returns (and the host records)
 // when what the connector produced for an action cannot be used: a result
 // no answer can carry, a broken stream, a completed output its
@@ -1007,9 +1041,35 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 // failed result, since the read changed nothing; for any other an error
 // wrapping ErrOutcomeUnknown, since the effect may have happened.
 func UnusableResult(c *aip.Capability, problem string) error {
-	if ReadOnly(c) {
+	return failReadElseUnknown(c, problem, func(problem string) *aip.ProtocolError {
 		return aip.NewProtocolError(CodeOutputInvalid, aip.CategoryConnector, false, 0,
 			aip.TruncateUTF8(problem+"; the read changed nothing: ask for less (a smaller page, fewer fields) if it was too much, else send it again", aip.MaxErrorMessageBytes))
+	})
+}
+
+// Interrupted is the error a connector returns (and the host records)
+// when an action was cut off before the connector said what it did: the
+// connector panicked, hung past the handle grace, or answered its
+// timeout, a cancel or the shutdown with nothing but the context's error;
+// a local connector crashed or went away mid-call (package sidecar).
+// what says how. For a read-only capability (ReadOnly) it is a
+// *aip.ProtocolError CodeInterrupted, retryable: a failed result, since
+// the read changed nothing, the one recovery journals for a read a
+// restart cut off; for any other an error wrapping ErrOutcomeUnknown,
+// since the effect may have happened.
+func Interrupted(c *aip.Capability, what string) error {
+	return failReadElseUnknown(c, what, func(what string) *aip.ProtocolError {
+		return interruptedError(true, what+"; a read changes nothing: send it again under a new action ID")
+	})
+}
+
+// failReadElseUnknown is the one decision of UnusableResult and
+// Interrupted: for a read-only capability the failure readErr builds
+// from problem, for any other problem as an error wrapping
+// ErrOutcomeUnknown.
+func failReadElseUnknown(c *aip.Capability, problem string, readErr func(problem string) *aip.ProtocolError) error {
+	if ReadOnly(c) {
+		return readErr(problem)
 	}
 	return fmt.Errorf("%w: %s", ErrOutcomeUnknown, problem)
 }

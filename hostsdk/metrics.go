@@ -44,7 +44,8 @@ const (
 	// MetricAbandonedCalls is the number of connector calls still running
 	// that the host stopped waiting for: they outlived their action's
 	// timeout, cancel or the shutdown by Config.HandleGrace, and the
-	// action was journaled outcome_unknown. Each keeps an in-flight slot.
+	// action was journaled outcome_unknown (a read-only capability's failed
+	// connector_host.interrupted). Each keeps an in-flight slot.
 	MetricAbandonedCalls = "aip_connector_host_abandoned_calls"
 )
 

@@ -12,8 +12,12 @@ import (
 
 // Codes of the results recovery writes.
 const (
-	// CodeInterrupted: the action was journaled but never started before the
-	// process stopped; it was not run.
+	// CodeInterrupted: the action was journaled but never started before
+	// the process stopped, so it was not run (not retryable: send a new
+	// action ID); or it was a read-only capability's (ReadOnly), cut off
+	// by a restart, a panic, a hang, a timeout or the shutdown before the
+	// connector said what it did (retryable: the read changed nothing).
+	// See Interrupted.
 	CodeInterrupted = "connector_host.interrupted"
 )
 
@@ -222,9 +226,15 @@ func (h *Host) interruptedRead(ctx context.Context, a journal.Action, why string
 // being the journal's note: recovery's answer for an action it knows did
 // nothing.
 func (h *Host) failInterrupted(ctx context.Context, actionID string, retryable bool, message, detail string) error {
-	res := &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
-		Error: aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, retryable, 0, message)}
+	res := &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed, Error: interruptedError(retryable, message)}
 	raw, _ := json.Marshal(res)
 	_, err := h.journal.FinishAction(ctx, actionID, aip.StateFailed, raw, detail, h.cfg.Now())
 	return err
+}
+
+// interruptedError is the error of every connector_host.interrupted
+// result: recovery's (failInterrupted) and a read cut off while this
+// process ran it (Interrupted).
+func interruptedError(retryable bool, message string) *aip.ProtocolError {
+	return aip.NewProtocolError(CodeInterrupted, aip.CategoryConnector, retryable, 0, aip.TruncateUTF8(message, aip.MaxErrorMessageBytes))
 }
