@@ -31,13 +31,18 @@
 //     failed result (its error object when it sent one);
 //   - any other status, a malformed answer, a stream without a result
 //     line, or a connection that breaks after the request was sent (the
-//     connector crashed): outcome_unknown — the action is never run again;
+//     connector crashed): outcome_unknown — the action is never run again
+//     — except that a read-only capability's (hostsdk.ReadOnly) action cut
+//     off by a crash (a stream without a result line, a broken
+//     connection, no answer within CancelGrace) changed nothing and fails
+//     connector_host.interrupted, retryable (hostsdk.Interrupted);
 //   - no connection at all (the connector is down): a failed, retryable
 //     sidecar.connector_unavailable — the action was not delivered.
 //
 // When an action's context ends (a cancel, its timeout, the host's
 // shutdown) the connector is sent a cancel and has CancelGrace to answer
-// before the exchange is abandoned as outcome_unknown. Responses are
+// before the exchange is abandoned as outcome_unknown (a read's as failed
+// connector_host.interrupted). Responses are
 // bounded (MaxResultBytes, MaxChunkBytes, MaxChunks) and decoded strictly.
 //
 // # Publishing events

@@ -25,7 +25,8 @@ import (
 // and the benchmark. Capabilities:
 //
 //	echo.say     {"message"} -> {"message"}
-//	echo.stream  {"message","chunks"} -> chunks progress 0..n-1, then {"message","chunks"}
+//	echo.stream  {"message","chunks","no_result"} -> chunks progress 0..n-1, then {"message","chunks"}
+//	             (with no_result, the stream ends after the chunks, without a result line)
 //	echo.slow    {"delay_ms","ignore_cancel"} waits; a cancel ends it as cancelled
 //	echo.crash   the connection is closed without an answer
 //	echo.status  {"status","body"} answers that HTTP status and raw body
@@ -192,6 +193,7 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 		Times        int             `json:"times"`
 		Token        string          `json:"token"`
 		BlankLines   int             `json:"blank_lines"`
+		NoResult     bool            `json:"no_result"`
 	}
 	json.Unmarshal(a.Input, &in)
 	switch a.CapabilityID {
@@ -212,6 +214,9 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 			data, _ := json.Marshal(map[string]int{"index": i})
 			enc.Encode(localLine{Chunk: &localChunk{Kind: aip.ChunkProgress, Data: data}})
 			http.NewResponseController(w).Flush()
+		}
+		if in.NoResult {
+			return
 		}
 		out, _ := json.Marshal(map[string]any{"message": in.Message, "chunks": in.Chunks})
 		enc.Encode(localLine{Result: &localResult{Status: localCompleted, Output: out}})

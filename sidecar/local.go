@@ -477,7 +477,8 @@ func (l *Local) sendCancel(ctx context.Context, actionID, key, reason string) er
 // is not tied to ctx: when ctx ends (cancel, timeout, shutdown) the
 // connector is told to cancel and has CancelGrace from then to answer
 // (whether or not it answers the cancel); only then is the request
-// abandoned and the outcome recorded as unknown.
+// abandoned and the outcome recorded as unknown (a read's as failed
+// connector_host.interrupted: hostsdk.Interrupted).
 func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
 	a := call.Action
 	body := localAction{
@@ -540,7 +541,7 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 	req.Header.Set(HeaderIdempotencyKey, call.IdempotencyKey)
 	resp, err := l.client.Do(req)
 	if err != nil {
-		return nil, l.transportError(reqCtx, err)
+		return nil, l.transportError(reqCtx, call.Capability, err)
 	}
 	defer resp.Body.Close()
 	return l.answer(reqCtx, call, resp, chunks)
@@ -548,18 +549,19 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 
 var errCancelGrace = errors.New("sidecar: the connector did not answer within the cancel grace")
 
-// transportError classifies a failed exchange: a dial failure means the
-// action never reached the connector; anything later leaves its outcome
-// unknown.
-func (l *Local) transportError(reqCtx context.Context, err error) error {
+// transportError classifies a failed exchange of capability c's action: a
+// dial failure means the action never reached the connector; anything
+// later cut it off (hostsdk.Interrupted: outcome_unknown, or for a read a
+// failed, retryable connector_host.interrupted).
+func (l *Local) transportError(reqCtx context.Context, c *aip.Capability, err error) error {
 	if errors.Is(context.Cause(reqCtx), errCancelGrace) {
-		return fmt.Errorf("%w: the action was cancelled and the connector did not answer within %s", hostsdk.ErrOutcomeUnknown, l.cfg.CancelGrace)
+		return hostsdk.Interrupted(c, fmt.Sprintf("the action was cancelled and the connector did not answer within %s", l.cfg.CancelGrace))
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return notDelivered(&LocalError{Op: "POST " + PathLocalActions, Target: l.Target(), Err: err})
 	}
-	return fmt.Errorf("%w: the exchange with the connector broke before it answered (did it crash?): %v", hostsdk.ErrOutcomeUnknown, err)
+	return hostsdk.Interrupted(c, fmt.Sprintf("the exchange with the connector broke before it answered (did it crash?): %v", err))
 }
 
 // notDelivered is a failed result for an action that never reached the
@@ -582,7 +584,7 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 			return nil, hostsdk.UnusableResult(call.Capability, fmt.Sprintf("the connector's result is larger than the %d bytes the sidecar takes", l.cfg.MaxResultBytes))
 		}
 		if err != nil {
-			return nil, l.readError(reqCtx, err)
+			return nil, l.readError(reqCtx, call.Capability, err)
 		}
 		var r localResult
 		if err := aip.DecodeStrict(raw, &r); err != nil {
@@ -608,12 +610,13 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 	return nil, fmt.Errorf("%w: the local connector answered HTTP %d: %s", hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
 }
 
-// readError classifies an error while reading an answer.
-func (l *Local) readError(reqCtx context.Context, err error) error {
+// readError classifies an error while reading the answer to capability
+// c's action: the exchange was cut off (hostsdk.Interrupted).
+func (l *Local) readError(reqCtx context.Context, c *aip.Capability, err error) error {
 	if errors.Is(context.Cause(reqCtx), errCancelGrace) {
-		return fmt.Errorf("%w: the action was cancelled and the connector did not finish its answer within %s", hostsdk.ErrOutcomeUnknown, l.cfg.CancelGrace)
+		return hostsdk.Interrupted(c, fmt.Sprintf("the action was cancelled and the connector did not finish its answer within %s", l.cfg.CancelGrace))
 	}
-	return fmt.Errorf("%w: reading the connector's answer: %v", hostsdk.ErrOutcomeUnknown, err)
+	return hostsdk.Interrupted(c, fmt.Sprintf("reading the connector's answer: %v", err))
 }
 
 // result converts a decoded local result.
@@ -633,7 +636,9 @@ func (l *Local) result(actionID string, r *localResult) (*aip.ActionResult, erro
 }
 
 // readStream reads NDJSON lines: chunks, then exactly one result line. A
-// stream that ends without a result leaves the outcome unknown. A stream
+// stream that ends without a result (the connector crashed) leaves the
+// outcome unknown, but a read-only capability's action fails
+// connector_host.interrupted, retryable (hostsdk.Interrupted). A stream
 // that breaks the protocol (a line over the limit, one that is not a chunk
 // or result, too many chunks or empty lines) leaves it unknown too, but
 // for a read-only capability, which changed nothing: its action fails with
@@ -652,11 +657,11 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF):
-				return nil, fmt.Errorf("%w: the connector's stream ended without a result line (did it crash?)", hostsdk.ErrOutcomeUnknown)
+				return nil, hostsdk.Interrupted(call.Capability, "the connector's stream ended without a result line (did it crash?)")
 			case errors.Is(err, errLineTooLong):
 				return nil, broken("%v", err)
 			}
-			return nil, l.readError(reqCtx, err)
+			return nil, l.readError(reqCtx, call.Capability, err)
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			// Skipped, but bounded as chunks are: a connector sending

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,9 @@ const (
 	// envChildExitCode is the status the child exits with after SIGTERM
 	// (0 when unset).
 	envChildExitCode = "SIDECAR_TEST_EXIT_CODE"
+	// envChildReadOnly names, comma-separated, the capabilities whose
+	// side effects the child declares as read and external_network.
+	envChildReadOnly = "SIDECAR_TEST_READ_ONLY"
 	// envSupervisorHelper makes the test binary a sidecar that supervises
 	// a child ignoring SIGTERM, writes the child's pid to the named file,
 	// and waits to be killed.
@@ -134,6 +138,14 @@ func runChild() int {
 	if p := os.Getenv(envChildManifest); p != "" {
 		if suffix, err := os.ReadFile(p); err == nil {
 			f.manifest.Store(fakeManifest(string(suffix)))
+		}
+	}
+	if ids := os.Getenv(envChildReadOnly); ids != "" {
+		m := f.manifest.Load()
+		for i := range m.Capabilities {
+			if slices.Contains(strings.Split(ids, ","), m.Capabilities[i].ID) {
+				m.Capabilities[i].Contract.SideEffects = []aip.SideEffect{aip.EffectRead, aip.EffectExternalNetwork}
+			}
 		}
 	}
 	var h http.Handler = f

@@ -76,7 +76,8 @@ type Config struct {
 	// saying it is not ready does not count — the child is taken as hung
 	// and restarted: SIGTERM, SIGKILL after StopTimeout, then a restart
 	// with backoff as after a crash (its in-flight actions become
-	// outcome_unknown). A child started by a restart has StartTimeout to
+	// outcome_unknown; a read-only capability's fail
+	// connector_host.interrupted, retryable). A child started by a restart has StartTimeout to
 	// answer its first check before its unanswered checks count, as its
 	// first start has. In MCP mode it is MCP.RestartUnresponsiveAfter
 	// when that is 0: the health check is an MCP ping (an MCP error answer
