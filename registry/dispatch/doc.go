@@ -27,7 +27,12 @@
 //
 // # Settlement
 //
-// A verified action_result for the action settles completed. A verified
+// A verified action_result for the action settles completed — except a
+// failed connector_host.interrupted (a read-only capability's action the
+// replica's connector crashed, hung or timed out on, or a restart cut
+// off: the client is told it failed and may send the read again), which
+// settles outcome_unknown so that the replica's circuit counts it, as it
+// counts the same failure of a mutation. A verified
 // signed error settles cancelled when the replica answered before this
 // delivery ran anything (input invalid, idempotency conflict, action in
 // progress, a refusal that was not rerouted, ...) and outcome_unknown when

@@ -52,6 +52,13 @@ const (
 	hostActionInProgress    = "connector_host.action_in_progress"
 	hostCapabilityUnknown   = "connector_host.capability_unknown"
 	hostActionExpired       = "connector_host.action_expired"
+	// hostInterrupted fails an action the replica's connector or process
+	// stopped running before it said what it did (hostsdk.CodeInterrupted):
+	// a read-only capability's that a panic, a hang, a timeout, a crash of
+	// a local connector or a restart cut off, or one journaled but never
+	// started before a restart. It is a failed result, but settles
+	// outcome_unknown (resultSettlement).
+	hostInterrupted = "connector_host.interrupted"
 	// The replica's credential revision policy refused the route's
 	// revision (denied), or the replica cannot read its policy
 	// (unavailable). Both are given before the replica journals or runs
@@ -157,6 +164,24 @@ func hostStatus(code string) int {
 		return http.StatusGone
 	}
 	return http.StatusBadGateway
+}
+
+// resultSettlement is how a replica's verified action_result settles the
+// route: completed (the replica answered, whatever the result's status),
+// except a failed connector_host.interrupted, which settles
+// outcome_unknown. That result is what the replica answers, instead of
+// connector_host.outcome_unknown, for a read-only capability's action its
+// connector crashed, hung or timed out on (or a restart cut off): the
+// read changed nothing, so the client is told it failed and may be sent
+// again, but the replica failed all the same. Settled completed, it would
+// close the replica's circuit, and a replica whose reads keep crashing or
+// hanging would never trip it, while the same failure of a mutation
+// counts toward it.
+func resultSettlement(res *aip.ActionResult) registry.RouteSettlement {
+	if res.Status == aip.ResultFailed && res.Error != nil && res.Error.Code == hostInterrupted {
+		return registry.SettlementOutcomeUnknown
+	}
+	return registry.SettlementCompleted
 }
 
 // hostSettlement is how a replica's signed error settles the route: codes

@@ -221,7 +221,9 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 }
 
 // classify turns the last hop into the answer and the settlement: a
-// verified result for the action is completed; a verified error settles by
+// verified result for the action is completed (a failed
+// connector_host.interrupted outcome_unknown: resultSettlement); a
+// verified error settles by
 // its code (hostSettlement; none for an action in progress); anything
 // unverified is outcome_unknown.
 func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionResponse) (registry.RouteSettlement, int) {
@@ -271,7 +273,7 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 			return unknown(http.StatusBadGateway, CodeOutcomeUnknown, "the replica answered for another action ("+res.ActionID+")")
 		}
 		resp.Result = res
-		return registry.SettlementCompleted, http.StatusOK
+		return resultSettlement(res), http.StatusOK
 	case h.env.Body.Error != nil:
 		pe := h.env.Body.Error.Error
 		resp.Error = &pe

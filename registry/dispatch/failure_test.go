@@ -154,11 +154,14 @@ func TestSignedAnswersSettle(t *testing.T) {
 	if status != http.StatusConflict || resp.Error.Code != hostsdk.CodeIdempotencyConflict {
 		t.Fatalf("conflicting input: %d %+v", status, resp.Error)
 	}
-	// A connector timeout is the host's journaled outcome_unknown.
+	// A connector timeout of fleet.say, a read, is the host's journaled
+	// failed connector_host.interrupted (retryable), settled
+	// outcome_unknown (TestInterruptedReadsTripTheCircuit).
 	timeout := uint64(100)
 	status, resp = w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: say("slow", `,"delay_ms":5000`), TimeoutMS: &timeout})
-	if status != http.StatusBadGateway || resp.Error.Code != hostsdk.CodeOutcomeUnknown || resp.Settlement != registry.SettlementOutcomeUnknown {
-		t.Fatalf("connector timeout: %d %+v %q", status, resp.Error, resp.Settlement)
+	if status != http.StatusOK || resp.Result == nil || resp.Result.Status != aip.ResultFailed || resp.Result.Error == nil ||
+		resp.Result.Error.Code != hostsdk.CodeInterrupted || !resp.Result.Error.IsRetryable() || resp.Settlement != registry.SettlementOutcomeUnknown {
+		t.Fatalf("connector timeout: %d %+v %+v %q", status, resp.Result, resp.Error, resp.Settlement)
 	}
 	w.idle()
 }

@@ -50,7 +50,9 @@ type ReconcileReport struct {
 // settlement, or its settlement retries gave up). For each, oldest first
 // and at most Config.ReconcileBatch, it asks the pinned replica for its
 // journaled state with a signed status query and settles by it: a
-// completed or failed action completed, an uncertain one outcome_unknown,
+// completed or failed action completed (one failed
+// connector_host.interrupted outcome_unknown, as its answer settles:
+// resultSettlement), an uncertain one outcome_unknown,
 // a cancelled one cancelled, one the replica's journal pruned pruned
 // (outcome unknown, circuit kept), and one the replica never received cancelled
 // once no envelope sent at the last handout can still be accepted
@@ -134,7 +136,7 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, r *registry.RouteReservat
 		d.m.reconciled.WithLabelValues("unanswered").Inc()
 		return reconcileUnanswered
 	}
-	s, ok := settlementOfState(st.State)
+	s, ok := settlementOfStatus(st)
 	if ok && st.State == aip.StateNotFound && d.cfg.Now().Sub(r.HandedOutAt) < aip.MaxEnvelopeAge+aip.MaxEnvelopeSkew {
 		// An envelope sent at the last handout may still arrive and run.
 		ok = false
@@ -162,17 +164,24 @@ func (d *Dispatcher) reconcileOne(ctx context.Context, r *registry.RouteReservat
 	return reconcileSettled
 }
 
-// settlementOfState is the settlement a journaled state stands for; false
-// while the action is still under way. pruned (the replica's journal no
+// settlementOfStatus is the settlement a journaled status stands for;
+// false while the action is still under way. A failed action settles as
+// its result would (resultSettlement: outcome_unknown for
+// connector_host.interrupted, completed otherwise). pruned (the replica's journal no
 // longer holds an action that old: it may have completed there, and never
 // runs there now) settles pruned, not cancelled, which would tell a caller
 // reading the action's status something nobody knows: the reservation is
 // released, the outcome reported unknown, and the circuit left as it is
 // (outcome_unknown would count a failure against a replica that only
 // pruned old records).
-func settlementOfState(s aip.ActionState) (registry.RouteSettlement, bool) {
-	switch s {
-	case aip.StateCompleted, aip.StateFailed:
+func settlementOfStatus(st *aip.ActionStatus) (registry.RouteSettlement, bool) {
+	switch st.State {
+	case aip.StateFailed:
+		if st.Result != nil {
+			return resultSettlement(st.Result), true
+		}
+		return registry.SettlementCompleted, true
+	case aip.StateCompleted:
 		return registry.SettlementCompleted, true
 	case aip.StateOutcomeUnknown:
 		return registry.SettlementOutcomeUnknown, true
