@@ -33,7 +33,8 @@ import (
 //     the publisher refuses);
 //  5. the listener stays up while the actions being handled finish (not
 //     the connector calls the host abandoned, whose actions were journaled
-//     and answered outcome_unknown already), and
+//     and answered outcome_unknown, or a read's failed
+//     connector_host.interrupted, already), and
 //     for at least DrainLinger after the drain began (and after the
 //     control plane accepted it), so an action routed just before the
 //     registry recorded the drain is refused with the signed not_ready
@@ -50,7 +51,8 @@ import (
 //     handled are cancelled while the listener and their connections stay
 //     open, and their requests awaited (DrainTimeout, and HandleGrace
 //     more): each call returns, or is abandoned HandleGrace after the
-//     cancellation and its action journaled outcome_unknown, and its
+//     cancellation and its action journaled outcome_unknown (a read's
+//     failed connector_host.interrupted: Interrupted), and its
 //     request journals the outcome and writes the signed answer on the
 //     connection the action came on (each write bounded: see
 //     answerWriteTimeout), so the dispatcher learns it rather than settle
@@ -153,7 +155,7 @@ func (h *Host) shutdown() error {
 		err := h.inflight.waitHandled(actx)
 		cancel()
 		if err == nil {
-			err = fmt.Errorf("%s still running at the drain timeout cancelled; journaled and answered with what the call returned then, or outcome_unknown", counted(n, "action"))
+			err = fmt.Errorf("%s still running at the drain timeout cancelled; journaled and answered with what the call returned then, or outcome_unknown (a read failed %s)", counted(n, "action"), CodeInterrupted)
 		}
 		fail("actions", err)
 	}
@@ -240,7 +242,7 @@ func abandonedError(ids []string, calls int) error {
 	if len(ids) == 1 {
 		actions = "action"
 	}
-	return fmt.Errorf("%s still running (%s %s): their actions were journaled and answered outcome_unknown; "+
+	return fmt.Errorf("%s still running (%s %s): their actions were journaled and answered outcome_unknown (a read's failed "+CodeInterrupted+"); "+
 		"the host cannot end them and did not wait for them; what they return is dropped, and what they still do fails (their State calls with journal.ErrClosed)",
 		counted(calls, "abandoned connector call"), actions, named)
 }
