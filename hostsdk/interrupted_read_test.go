@@ -207,3 +207,63 @@ func TestAbandonedReadIsInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownOfAReadIsInterrupted: an action the shutdown cancels at the
+// drain timeout, whose Handle answers with only the context's error, is
+// outcome_unknown for a mutation, and failed connector_host.interrupted,
+// retryable, for a read-only capability; journaled so.
+func TestShutdownOfAReadIsInterrupted(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wrap func(*testConnector) hostsdk.Connector
+	}{
+		{"read", func(c *testConnector) hostsdk.Connector { return readOnlyConnector{c} }},
+		{"write", func(c *testConnector) hostsdk.Connector { return c }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFleet(t)
+			f.cfg.DrainTimeout = 50 * time.Millisecond
+			conn := newTestConnector()
+			h, target := f.start(t, c.wrap(conn))
+			ctx := ctxT(t)
+			a := action(capBlock, `{"message":"x"}`) // returns ctx.Err() when its context ends
+			answered := make(chan *hostsdktest.Response, 1)
+			go func() {
+				resp, err := f.d.Act(ctx, target, a)
+				if err != nil {
+					t.Error(err)
+				}
+				answered <- resp
+			}()
+			<-conn.started
+			if err := h.Stop(ctx); err == nil || !strings.Contains(err.Error(), "drain timeout") {
+				t.Errorf("Stop: %v, want the actions the drain timeout cancelled named", err)
+			}
+			resp := <-answered
+			if resp == nil {
+				t.FailNow()
+			}
+			rec, err := f.j.Action(ctx, a.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.name == "write" {
+				if pe := wantCode(t, resp, http.StatusBadGateway, hostsdk.CodeOutcomeUnknown); !strings.Contains(pe.Message, "shutdown") {
+					t.Errorf("message %q does not name the shutdown", pe.Message)
+				}
+				if rec.Status != aip.StateOutcomeUnknown {
+					t.Fatalf("journal record %s, want outcome_unknown", rec.Status)
+				}
+				return
+			}
+			res, err := resp.Result()
+			if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeInterrupted ||
+				!res.Error.IsRetryable() || !strings.Contains(res.Error.Message, "shutdown") {
+				t.Fatalf("answered HTTP %d %s (%v); want a failed, retryable %s result naming the shutdown", resp.Status, resp.Raw, err, hostsdk.CodeInterrupted)
+			}
+			if rec.Status != aip.StateFailed {
+				t.Fatalf("journal record %s, want failed", rec.Status)
+			}
+		})
+	}
+}
