@@ -245,6 +245,12 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: %s", ErrUnauthorized, reason(err))
 	}
+	// jwx validates no exp within the first second of the Unix epoch (it
+	// reads an exp of 0 as none): such a token expired in 1970, and would
+	// otherwise never expire.
+	if tok.Expiration().Unix() <= 0 {
+		return Claims{}, fmt.Errorf("%w: token expired", ErrUnauthorized)
+	}
 	if kids := v.issuers[tok.Issuer()]; !kids[kid] {
 		return Claims{}, fmt.Errorf("%w: issuer %q is not trusted with key %s", ErrUnauthorized, tok.Issuer(), kid)
 	}

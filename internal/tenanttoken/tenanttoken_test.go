@@ -1,6 +1,9 @@
 package tenanttoken
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -176,4 +179,49 @@ func TestOperatorTokens(t *testing.T) {
 	if _, err := Mint(key, Claims{Issuer: "i", Audience: "a", TenantID: "t", Operator: true, IssuedAt: now, Expiry: now.Add(time.Hour)}); err == nil {
 		t.Error("Mint minted an operator token")
 	}
+}
+
+// TestEpochExpiryIsExpired: a token whose exp is 0 (or rounds to 0, the
+// Unix epoch) expired in 1970. jwx's validation takes an exp of 0 for no
+// expiry, so such a token (an issuer's unset field, say) verified and never
+// expired; it is refused as expired, for a tenant and an operator verifier
+// alike.
+func TestEpochExpiryIsExpired(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	key, _ := aip.GenerateSigningKey()
+	issuers := []Issuer{{Name: "idp", DIDs: []string{key.DID()}}}
+	for _, operator := range []bool{false, true} {
+		v, err := NewVerifier(VerifierConfig{Issuers: issuers, Operator: operator, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, exp := range []any{0, 0.5, "0"} {
+			claims := map[string]any{"iss": "idp", "aud": v.audience, "iat": now.Unix(), "exp": exp}
+			if operator {
+				claims[RoleClaim] = RoleOperator
+			} else {
+				claims[TenantClaim] = "tenant-a"
+			}
+			tok := signClaims(t, key, claims)
+			if c, err := v.Verify(tok); !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "expired") {
+				t.Errorf("operator %v, exp %#v: claims %+v, err = %v, want expired", operator, exp, c, err)
+			}
+		}
+	}
+}
+
+// signClaims signs a claims set, as given, with key (header alg EdDSA and
+// kid the key's did:key, as Mint writes them).
+func signClaims(t *testing.T, key *aip.SigningKey, claims map[string]any) string {
+	t.Helper()
+	hdr, err := json.Marshal(map[string]string{"alg": "EdDSA", "kid": key.DID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := base64.RawURLEncoding.EncodeToString(hdr) + "." + base64.RawURLEncoding.EncodeToString(payload)
+	return in + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(ed25519.NewKeyFromSeed(key.Seed()), []byte(in)))
 }
