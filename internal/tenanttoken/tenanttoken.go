@@ -232,6 +232,12 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if hdr.Algorithm() != jwa.EdDSA {
 		return Claims{}, fmt.Errorf("%w: token algorithm %q is not EdDSA", ErrUnauthorized, hdr.Algorithm())
 	}
+	// RFC 7515 §4.1.11: a JWS whose crit names an extension the
+	// recipient does not understand is invalid, and this verifier
+	// understands none (jwx ignores crit).
+	if _, ok := hdr.Get(jws.CriticalKey); ok {
+		return Claims{}, fmt.Errorf("%w: token header lists critical extensions (crit); none is supported", ErrUnauthorized)
+	}
 	kid := hdr.KeyID()
 	tok, err := jwt.Parse([]byte(token),
 		jwt.WithKeySet(v.keys, jws.WithRequireKid(true)),

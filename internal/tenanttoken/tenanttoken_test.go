@@ -214,7 +214,14 @@ func TestEpochExpiryIsExpired(t *testing.T) {
 // kid the key's did:key, as Mint writes them).
 func signClaims(t *testing.T, key *aip.SigningKey, claims map[string]any) string {
 	t.Helper()
-	hdr, err := json.Marshal(map[string]string{"alg": "EdDSA", "kid": key.DID()})
+	return signWithHeader(t, key, map[string]any{"alg": "EdDSA", "kid": key.DID()}, claims)
+}
+
+// signWithHeader signs a claims set with key under the protected header
+// given, as given.
+func signWithHeader(t *testing.T, key *aip.SigningKey, header, claims map[string]any) string {
+	t.Helper()
+	hdr, err := json.Marshal(header)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,4 +231,31 @@ func signClaims(t *testing.T, key *aip.SigningKey, claims map[string]any) string
 	}
 	in := base64.RawURLEncoding.EncodeToString(hdr) + "." + base64.RawURLEncoding.EncodeToString(payload)
 	return in + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(ed25519.NewKeyFromSeed(key.Seed()), []byte(in)))
+}
+
+// TestCriticalHeaderIsRefused: a token whose header lists critical
+// extensions (crit) is refused, signed by a trusted key or not: the
+// verifier understands none, and RFC 7515 §4.1.11 makes such a JWS
+// invalid for a recipient that does not (jwx ignores crit, so the
+// extension's rule — a restriction its issuer meant to impose — was
+// silently dropped).
+func TestCriticalHeaderIsRefused(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	key, _ := aip.GenerateSigningKey()
+	v, err := NewVerifier(VerifierConfig{Issuers: []Issuer{{Name: "idp", DIDs: []string{key.DID()}}}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := map[string]any{"iss": "idp", "aud": DefaultAudience, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(), TenantClaim: "tenant-a"}
+	if _, err := v.Verify(signWithHeader(t, key, map[string]any{"alg": "EdDSA", "kid": key.DID()}, claims)); err != nil {
+		t.Fatalf("without crit: %v", err)
+	}
+	for name, hdr := range map[string]map[string]any{
+		"an extension": {"alg": "EdDSA", "kid": key.DID(), "crit": []string{"tenant_scope"}, "tenant_scope": "read-only"},
+		"empty list":   {"alg": "EdDSA", "kid": key.DID(), "crit": []string{}},
+	} {
+		if c, err := v.Verify(signWithHeader(t, key, hdr, claims)); !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "crit") {
+			t.Errorf("%s: claims %+v, err = %v, want a refusal naming crit", name, c, err)
+		}
+	}
 }
