@@ -242,7 +242,7 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 		return registry.SettlementCancelled, e.status
 	case h.env == nil && h.notSent:
 		e := newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryConnector, false, 0,
-			fmt.Sprintf("the action was not sent to replica %s: %v", a.ReplicaID, h.err))
+			fmt.Sprintf("the action was not sent to replica %s: %s", a.ReplicaID, h.public()))
 		resp.Error = e.pe
 		return registry.SettlementCancelled, e.status
 	case h.env == nil && h.unreachable:
@@ -254,19 +254,20 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 		where := "it stays pinned there: send the same action ID again once the replica is back"
 		if h.moveUnconfirmed != nil {
 			// The registry may have moved it before its answer was lost:
-			// a retry goes wherever the route now points.
-			where = fmt.Sprintf("it may have been moved to another replica (the registry did not confirm the move: %v): send the same action ID again", h.moveUnconfirmed)
+			// a retry goes wherever the route now points. The registry's
+			// error is in the log ("refusal not rerouted"), not the answer.
+			where = "it may have been moved to another replica (the registry's answer to the move was lost): send the same action ID again"
 		}
 		e := newAPIError(http.StatusServiceUnavailable, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
-			fmt.Sprintf("the action was not delivered: no connection to replica %s could be made (%v), so nothing of this request reached it; %s, or GET %s/%s",
-				a.ReplicaID, h.err, where, PathActions, a.ActionID))
+			fmt.Sprintf("the action was not delivered: no connection to replica %s could be made (%s), so nothing of this request reached it; %s, or GET %s/%s",
+				a.ReplicaID, h.public(), where, PathActions, a.ActionID))
 		withDetails(e, map[string]string{"action_id": a.ActionID, "replica_id": a.ReplicaID})
 		resp.Error = e.pe
 		return registry.SettlementOutcomeUnknown, e.status
 	case h.env == nil && h.timedOut:
 		return unknown(http.StatusGatewayTimeout, CodeTimeout, "no answer before the action's timeout")
 	case h.env == nil:
-		return unknown(http.StatusBadGateway, CodeOutcomeUnknown, h.err.Error())
+		return unknown(http.StatusBadGateway, CodeOutcomeUnknown, h.public())
 	case h.env.Body.ActionResult != nil:
 		res := h.env.Body.ActionResult
 		if res.ActionID != a.ActionID {
@@ -460,7 +461,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string
 		switch {
 		case h.env == nil:
 			e := newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
-				fmt.Sprintf("the cancel did not reach replica %s verifiably (%v); send it again", a.ReplicaID, h.err))
+				fmt.Sprintf("the cancel did not reach replica %s verifiably (%s); send it again", a.ReplicaID, h.public()))
 			resp.Error = e.pe
 			return resp, e.status
 		case h.env.Body.Error != nil:
@@ -572,7 +573,7 @@ func (d *Dispatcher) queryStatus(ctx context.Context, a *registry.RouteAssignmen
 	switch {
 	case h.env == nil:
 		return nil, newAPIError(http.StatusBadGateway, CodeReplicaUnreachable, aip.CategoryTransport, true, time.Second,
-			fmt.Sprintf("replica %s did not answer the status query verifiably: %v", a.ReplicaID, h.err)).pe
+			fmt.Sprintf("replica %s did not answer the status query verifiably: %s", a.ReplicaID, h.public())).pe
 	case h.env.Body.Error != nil:
 		pe := h.env.Body.Error.Error
 		return nil, &pe

@@ -4,14 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -29,6 +32,80 @@ var errUnverified = errors.New("dispatch: unverified answer")
 // errEnvelopeTooLarge marks an envelope larger than a replica reads
 // (aip.MaxMessageBytes): it is never sent.
 var errEnvelopeTooLarge = errors.New("dispatch: envelope too large")
+
+// hopFailure is a hop's error whose detail — an answer that came back
+// unsigned, why it did not verify, the replica's endpoint — is for the
+// dispatcher's log only: the caller is told public.
+type hopFailure struct {
+	public string
+	err    error
+}
+
+func (e *hopFailure) Error() string { return e.err.Error() }
+func (e *hopFailure) Unwrap() error { return e.err }
+
+// public says what failed on the hop in words fit for the caller: the kind
+// of failure, never the replica's endpoint, its network addresses or text
+// that came back unsigned (they describe the fleet's internal network, or
+// are anybody's words). send logs the whole error ("hop failed").
+func (h *hop) public() string {
+	var hf *hopFailure
+	switch {
+	case h.err == nil:
+		return ""
+	case errors.As(h.err, &hf):
+		return hf.public
+	case h.notSent, errors.Is(h.err, errUnverified):
+		return h.err.Error() // the dispatcher's own words
+	}
+	return transportCause(h.err)
+}
+
+// transportCause names the kind of a transport failure.
+func transportCause(err error) string {
+	var (
+		dns *net.DNSError
+		cv  *tls.CertificateVerificationError
+		rh  tls.RecordHeaderError
+		op  *net.OpError
+		ne  net.Error
+	)
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connect: connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "the connection was reset"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	case errors.As(err, &dns):
+		return "the replica's host name did not resolve"
+	case errors.As(err, &cv):
+		return "TLS: the replica's certificate did not verify"
+	case errors.As(err, &op) && op.Op == "remote error":
+		return "the replica ended the TLS handshake (" + op.Err.Error() + ")"
+	case errors.As(err, &rh):
+		return "the TLS handshake failed (the endpoint does not speak TLS)"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the connection closed before the answer was complete"
+	}
+	return "a transport failure (the detail is in the dispatcher's log)"
+}
+
+// isErrorCode reports whether s has the form of an error code
+// ("connector_host.authentication"): at most 64 bytes of lowercase
+// letters, digits, dots and underscores, which an answer may repeat
+// although it came unsigned.
+func isErrorCode(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '_' {
+			return false
+		}
+	}
+	return true
+}
 
 // hop is one native request to a replica and what came back.
 type hop struct {
@@ -136,6 +213,9 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 		if h.err != nil {
 			span.RecordError(h.err)
 			span.SetStatus(codes.Error, h.err.Error())
+			// The caller is told only h.public(): the whole error is here.
+			d.log.Warn("hop failed", "action_id", a.ActionID, "replica_id", a.ReplicaID, "endpoint", a.Endpoint,
+				"message_type", string(env.MessageType), "status", h.status, "error", h.err.Error())
 		}
 	}()
 	if a.TransportProfile != aip.NativeHTTPProfile {
@@ -162,7 +242,8 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 	})
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, a.Endpoint, bytes.NewReader(raw))
 	if err != nil {
-		h.err, h.notSent = fmt.Errorf("dispatch: replica %s endpoint %q: %w", a.ReplicaID, a.Endpoint, err), true
+		h.err, h.notSent = &hopFailure{public: fmt.Sprintf("dispatch: replica %s: its registered endpoint is not a URL this dispatcher can post to", a.ReplicaID),
+			err: fmt.Errorf("dispatch: replica %s endpoint %q: %w", a.ReplicaID, a.Endpoint, err)}, true
 		return h
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -231,7 +312,8 @@ func (d *Dispatcher) readStream(ctx context.Context, body io.Reader, a *registry
 		h.response, h.env = bytes.Clone(line), env
 	}
 	if err := sc.Err(); err != nil {
-		h.env, h.err, h.timedOut = nil, fmt.Errorf("dispatch: the stream broke: %w", err), errors.Is(ctx.Err(), context.DeadlineExceeded)
+		h.env, h.err, h.timedOut = nil, &hopFailure{public: "dispatch: the stream broke: " + transportCause(err),
+			err: fmt.Errorf("dispatch: the stream broke: %w", err)}, errors.Is(ctx.Err(), context.DeadlineExceeded)
 		return
 	}
 	if h.env == nil {
@@ -248,10 +330,22 @@ func (d *Dispatcher) verify(raw []byte, a *registry.RouteAssignment, messageID s
 		var probe struct {
 			Error json.RawMessage `json:"error"`
 		}
+		// What came back unsigned may be anybody's words (a proxy's error
+		// page names hosts): only the log has it.
+		public := fmt.Sprintf("%v: not an envelope signed by replica %s", errUnverified, a.ReplicaID)
 		if json.Unmarshal(raw, &probe) == nil && len(probe.Error) > 0 {
-			return nil, fmt.Errorf("%w: unsigned error from replica %s: %s", errUnverified, a.ReplicaID, aip.TruncateUTF8(string(probe.Error), 512))
+			what := "an unsigned error"
+			var pe struct {
+				Code string `json:"code"`
+			}
+			if json.Unmarshal(probe.Error, &pe) == nil && isErrorCode(pe.Code) {
+				what = "an unsigned " + pe.Code
+			}
+			return nil, &hopFailure{public: public + " (" + what + "; the dispatcher's log has it)",
+				err: fmt.Errorf("%w: unsigned error from replica %s: %s", errUnverified, a.ReplicaID, aip.TruncateUTF8(string(probe.Error), 512))}
 		}
-		return nil, fmt.Errorf("%w: not an envelope signed by replica %s: %v", errUnverified, a.ReplicaID, err)
+		return nil, &hopFailure{public: public,
+			err: fmt.Errorf("%w: not an envelope signed by replica %s: %v (it begins %q)", errUnverified, a.ReplicaID, err, aip.TruncateUTF8(string(raw), 256))}
 	}
 	env := &v.Envelope
 	switch {
