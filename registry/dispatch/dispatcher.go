@@ -291,7 +291,7 @@ type Dispatcher struct {
 	ownClient bool
 	log       *slog.Logger
 	tracer    trace.Tracer
-	prop      propagation.TextMapPropagator
+	prop      propagation.TextMapPropagator // W3C trace context only: no caller's baggage is signed into an envelope
 	m         *metrics
 	jwks      []byte
 	handler   http.Handler
@@ -403,7 +403,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		principal:        aip.Principal{ID: cfg.PrincipalID, Kind: aip.PrincipalService, DID: cfg.SigningKey.DID()},
 		log:              cfg.Logger.With("component", "dispatch"),
 		tracer:           cfg.TracerProvider.Tracer("github.com/aipfleet/aipfleet/registry/dispatch"),
-		prop:             propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		prop:             propagation.TraceContext{},
 		jwks:             jwks,
 		retries:          newSettleRetries(),
 		maxUnsentPending: maxPendingUnsentReleases,

@@ -1,8 +1,11 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -153,5 +156,50 @@ func TestOneTracePerAction(t *testing.T) {
 	}
 	if !replicas[busy.cfg.ReplicaID] || !replicas[spare.cfg.ReplicaID] {
 		t.Errorf("send spans went to %v", replicas)
+	}
+}
+
+// TestCallerBaggageIsNotSigned: a caller's traceparent is continued into
+// the envelope a replica gets, but not its baggage header. The baggage
+// members are whatever the caller chose (a "tenant_id" among them): the
+// gateway signed them into every hop's envelope, and the replica's
+// context, and every instrumented client under it, carried them on as if
+// the fleet had set them.
+func TestCallerBaggageIsNotSigned(t *testing.T) {
+	w := newWorld(t, worldOptions{cfg: func(c *dispatch.Config) { c.MaxReroutes = -1 }})
+	got := make(chan map[string]string, 1)
+	key, _ := aip.GenerateSigningKey()
+	id := w.fakeReplica(aip.NewID(aip.PrefixReplica), key, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var env aip.Envelope
+		if err := json.NewDecoder(r.Body).Decode(&env); err == nil {
+			select {
+			case got <- env.Trace:
+			default:
+			}
+		}
+		rw.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	raw, err := json.Marshal(dispatch.ActionRequest{ActionID: w.actionFavoring(id, id), CapabilityID: capSay, Input: say("x", "")})
+	must(t, err)
+	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, w.srv.URL+dispatch.PathActions, bytes.NewReader(raw))
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+w.token(tenant))
+	req.Header.Set("traceparent", traceparent)
+	req.Header.Set("baggage", "tenant_id=another-tenant,role=operator")
+	resp, err := w.api.Do(req)
+	must(t, err)
+	resp.Body.Close()
+	var tr map[string]string
+	select {
+	case tr = <-got:
+	default:
+		t.Fatalf("the replica got no envelope (answer %d)", resp.StatusCode)
+	}
+	if tr["baggage"] != "" {
+		t.Errorf("the envelope carries the caller's baggage %q", tr["baggage"])
+	}
+	if !strings.Contains(tr["traceparent"], "4bf92f3577b34da6a3ce929d0e0e4736") {
+		t.Errorf("the envelope's trace %v does not continue the caller's trace", tr)
 	}
 }
