@@ -317,6 +317,8 @@ type Dispatcher struct {
 	// (MaxTenantReplicaCalls), guarded by replicaCallsMu.
 	replicaCallsMu sync.Mutex
 	replicaCalls   map[string]int
+	// hopLogs throttles the log of failed hops by replica.
+	hopLogs hopLogs
 }
 
 // replicaCall takes one of the tenant's MaxTenantReplicaCalls (a status

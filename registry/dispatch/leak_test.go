@@ -76,6 +76,15 @@ func TestHopFailuresNameNoInternals(t *testing.T) {
 	if !strings.Contains(logs.String(), "hop failed") || !strings.Contains(logs.String(), endpointOf(dead)) {
 		t.Errorf("the log does not have the failed hops with the endpoint:\n%s", logs.String())
 	}
+	// A caller polling an action pinned to a dead replica does not write
+	// a log line per request: one replica's failed hops are logged at most
+	// every 10 s.
+	for range 20 {
+		w.call(http.MethodGet, dispatch.PathActions+"/"+act, tenant, nil)
+	}
+	if n := strings.Count(logs.String(), "replica_id="+dead); n != 1 {
+		t.Errorf("the dead replica's failed hops were logged %d times, want once in 10 s:\n%s", n, logs.String())
+	}
 
 	// Whatever answers at the endpoint, unsigned.
 	candidates := []string{dead}

@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -105,6 +107,47 @@ func isErrorCode(s string) bool {
 		}
 	}
 	return true
+}
+
+// hopLogEvery is how often the failed hops to one replica are logged at
+// most: every hop to a replica that is down fails, and callers that send
+// to it or poll an action pinned there would otherwise write a line each.
+const hopLogEvery = 10 * time.Second
+
+// maxHopLogReplicas bounds the replicas hopLogs remembers; when full it
+// starts over.
+const maxHopLogReplicas = 4096
+
+// hopLogs throttles the "hop failed" log by replica.
+type hopLogs struct {
+	mu   sync.Mutex
+	last map[string]*hopLogState
+}
+
+type hopLogState struct {
+	at         time.Time
+	suppressed int
+}
+
+// allow reports whether a failed hop to replica may be logged now, and
+// how many were not logged since the last one that was.
+func (l *hopLogs) allow(replica string, now time.Time) (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.last[replica]
+	if st != nil && now.Sub(st.at) < hopLogEvery {
+		st.suppressed++
+		return 0, false
+	}
+	if st == nil {
+		if l.last == nil || len(l.last) >= maxHopLogReplicas {
+			l.last = map[string]*hopLogState{}
+		}
+		st = &hopLogState{}
+		l.last[replica] = st
+	}
+	suppressed, st.at, st.suppressed = st.suppressed, now, 0
+	return suppressed, true
 }
 
 // hop is one native request to a replica and what came back.
@@ -213,9 +256,12 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 		if h.err != nil {
 			span.RecordError(h.err)
 			span.SetStatus(codes.Error, h.err.Error())
-			// The caller is told only h.public(): the whole error is here.
-			d.log.Warn("hop failed", "action_id", a.ActionID, "replica_id", a.ReplicaID, "endpoint", a.Endpoint,
-				"message_type", string(env.MessageType), "status", h.status, "error", h.err.Error())
+			// The caller is told only h.public(): the whole error is here
+			// (at most every hopLogEvery for one replica).
+			if suppressed, ok := d.hopLogs.allow(a.ReplicaID, time.Now()); ok {
+				d.log.Warn("hop failed", "action_id", a.ActionID, "replica_id", a.ReplicaID, "endpoint", a.Endpoint,
+					"message_type", string(env.MessageType), "status", h.status, "error", h.err.Error(), "not_logged_since", suppressed)
+			}
 		}
 	}()
 	if a.TransportProfile != aip.NativeHTTPProfile {
