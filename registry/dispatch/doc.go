@@ -108,5 +108,7 @@
 // aip.outcome), with children dispatch.admission, dispatch.resolve,
 // dispatch.send (one per hop; its context travels in the envelope's trace
 // member, so the host's hostsdk.message span and the connector's span are
-// its children), dispatch.reroute and dispatch.settle.
+// its children), dispatch.reroute and dispatch.settle. A caller's W3C
+// traceparent and tracestate are continued; its baggage is not read, so no
+// member a caller chose is signed into an envelope.
 package dispatch
