@@ -31,10 +31,13 @@ const (
 	reasonSignature      = "signature"
 	reasonReplicaBusy    = "replica_busy"
 	// Unavailable (503) reasons: the body could not be read, the registry
-	// failed, the service is not running.
+	// failed, the service is not running, the replica's registry record was
+	// held by another transaction (the request was not decided; the others
+	// coalesced with it were).
 	reasonRead       = "read"
 	reasonStore      = "store"
 	reasonNotRunning = "not_running"
+	reasonHeld       = "replica_held"
 )
 
 // MaxRequestsPerReplica bounds the lifecycle requests of one replica being
@@ -195,6 +198,14 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 		var rej *registry.LifecycleRejection
 		if errors.As(res.Err, &rej) {
 			return a.reject(http.StatusForbidden, string(rej.Rule), res.Err, "%s: %s", rej.Rule, rej.Reason)
+		}
+		if errors.Is(res.Err, registry.ErrStorage) {
+			// Not decided (the replica was held by another registry
+			// transaction): nothing committed or claimed. Not the
+			// registry-outage log of reasonStore: the registry answers.
+			a.decided = false
+			return a.unavailable(reasonHeld, res.Err, fmt.Sprintf(
+				"the registry record of replica %s is held by another transaction, so the request was not decided; resend the same request", a.replicaID))
 		}
 		return a.reject(http.StatusForbidden, reasonMalformed, res.Err, "%v", res.Err)
 	}

@@ -35,8 +35,10 @@
 //	          signature, replay, or a lifecycle rule)
 //	HTTP 413  connector_control.rejected, retryable false: body over 64 KiB
 //	HTTP 503  connector_control.unavailable, retryable true: the registry
-//	          could not decide (storage failure, timeout, shutting down),
-//	          or MaxRequestsPerReplica (4) of the replica's requests are
+//	          could not decide (storage failure, timeout, shutting down,
+//	          or the replica's record held by another database session
+//	          past the bounded lock wait: the requests coalesced with it
+//	          are decided), or MaxRequestsPerReplica (4) of the replica's requests are
 //	          already being decided; nothing was committed, resend the
 //	          same bytes
 //	HTTP 500  unsigned {"error":{"code":"connector_control.response_signing",

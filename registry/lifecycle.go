@@ -108,6 +108,14 @@ type Lifecycle interface {
 	// replicas in ascending ID order (FOR UPDATE) so concurrent calls cannot
 	// deadlock. Commands that fail Validate are rejected with RuleMalformed
 	// without being claimed.
+	//
+	// A database backend bounds its wait for a replica's row lock (when
+	// ctx has a deadline): a replica held past it by another session (one
+	// stuck mid-transaction) must not fail the commands of every other
+	// replica in the call. Such a backend then decides the commands of the
+	// replicas it could lock, and gives each command of a held replica an
+	// undecided result (LifecycleResult.Err matching ErrStorage): nothing of
+	// that command is written or claimed, and its sender resends it.
 	ApplyLifecycle(ctx context.Context, cmds []LifecycleCommand) ([]LifecycleResult, error)
 }
 
@@ -257,7 +265,10 @@ type LifecycleResult struct {
 	// Replica is the replica after the command (unchanged for a replay or a
 	// rejection; zero when the replica is not provisioned).
 	Replica ConnectorReplica
-	// Err is nil or a *LifecycleRejection.
+	// Err is nil, a *LifecycleRejection, or an error matching ErrStorage
+	// when the command was not decided (its replica was held by another
+	// transaction past the backend's bounded lock wait): nothing of it was
+	// committed or claimed, and the same request may be sent again.
 	Err error
 }
 
@@ -748,6 +759,11 @@ type LifecycleBatch struct {
 	// Claims are the stored claims of the commands' request IDs; Apply adds
 	// the new ones.
 	Claims map[string]*ReplayClaim
+	// Held names the replicas that exist but that the backend could not
+	// lock (another transaction held them past its bounded wait): their
+	// commands are not decided (an ErrStorage result, nothing written or
+	// claimed).
+	Held map[string]bool
 
 	changed   map[string]bool
 	newClaims []ReplayClaim
@@ -765,6 +781,11 @@ func (b *LifecycleBatch) Apply(cmds []LifecycleCommand) []LifecycleResult {
 	out := make([]LifecycleResult, len(cmds))
 	for i := range cmds {
 		c := &cmds[i]
+		if b.Held[c.ReplicaID()] && c.Validate() == nil {
+			out[i] = LifecycleResult{Err: fmt.Errorf("%w: replica %s is held by another registry transaction; its lifecycle request %s was not decided, send it again",
+				ErrStorage, c.ReplicaID(), c.RequestID)}
+			continue
+		}
 		in := LifecycleInput{Now: b.Now, Claim: b.Claims[c.RequestID]}
 		if rep := b.Replicas[c.ReplicaID()]; rep != nil {
 			in.Replica = rep

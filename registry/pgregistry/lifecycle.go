@@ -20,6 +20,16 @@ import (
 // statement, stores the new claims with another and prunes a bounded batch
 // of expired claims (claimPruneBatch more than it stores). A failure commits
 // nothing, claims included.
+//
+// The lock waits are bounded (three quarters of the time left before the
+// caller's deadline, boundLockWait): when a replica is held past that by
+// another session (a dispatcher stuck mid-transaction holds its row until
+// the server notices), the call is decided again in a second transaction
+// that takes only the replicas no one holds (SKIP LOCKED), and the held
+// replicas' commands are answered undecided (registry.LifecycleBatch.Held).
+// Without the bound, every command coalesced with the held replica's would
+// fail at the caller's deadline, batch after batch, for as long as its host
+// resends.
 
 var (
 	_ registry.Lifecycle     = (*Registry)(nil)
@@ -35,7 +45,13 @@ const claimPruneBatch = 256
 const (
 	lockLifecycleReplicas = `SELECT ` + replicaColumns + ` FROM aip_registry.connector_replicas
 WHERE replica_id = ANY($1) ORDER BY replica_id FOR UPDATE`
-	selectClaims = `SELECT request_id, digest, replica_id, expires_at_ms FROM aip_registry.control_replay WHERE request_id = ANY($1)`
+	// lockFreeLifecycleReplicas takes the named replicas no other
+	// transaction holds (the second pass after a lock timeout), and
+	// existingReplicas names every one of them that exists, so that the
+	// ones held elsewhere are told from the ones never provisioned.
+	lockFreeLifecycleReplicas = lockLifecycleReplicas + ` SKIP LOCKED`
+	existingReplicas          = `SELECT replica_id FROM aip_registry.connector_replicas WHERE replica_id = ANY($1)`
+	selectClaims              = `SELECT request_id, digest, replica_id, expires_at_ms FROM aip_registry.control_replay WHERE request_id = ANY($1)`
 	// registrationInstances and registrationVersions load the distinct
 	// instances and versions of registering replicas, each row once however
 	// many of its replicas register in the call: a version's manifest (up
@@ -81,9 +97,38 @@ func (r *Registry) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecycle
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	out, err := r.applyLifecycle(ctx, cmds, false)
+	if isLockTimeout(err) {
+		// A replica was held by another session past the bounded wait:
+		// decide the commands of the others, answer the held ones'
+		// undecided.
+		out, err = r.applyLifecycle(ctx, cmds, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// applyLifecycle is one attempt of ApplyLifecycle. When ctx has a deadline
+// the wait for each lock is bounded (boundLockWait), so that a replica
+// another session holds (a dispatcher stuck mid-transaction) fails the
+// attempt with a lock timeout before the caller's deadline, rather than
+// failing every command of the call at the deadline. With skipHeld the
+// replicas are taken FOR UPDATE SKIP LOCKED instead, and the commands of
+// the existing ones that could not be taken are left undecided
+// (LifecycleBatch.Held).
+func (r *Registry) applyLifecycle(ctx context.Context, cmds []registry.LifecycleCommand, skipHeld bool) ([]registry.LifecycleResult, error) {
 	replicaIDs, requestIDs, registering := registry.LifecycleKeys(cmds)
+	lock := lockLifecycleReplicas
+	if skipHeld {
+		lock = lockFreeLifecycleReplicas
+	}
 	var out []registry.LifecycleResult
 	err := r.inTx(ctx, r.data, "apply lifecycle commands", func(tx pgx.Tx) error {
+		if err := boundLockWait(ctx, tx); err != nil {
+			return err
+		}
 		now := r.clock()
 		nowMS := toMS(now)
 		lb := registry.LifecycleBatch{
@@ -94,7 +139,15 @@ func (r *Registry) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecycle
 			Claims:    make(map[string]*registry.ReplayClaim),
 		}
 		b := &pgx.Batch{}
-		b.Queue(lockLifecycleReplicas, replicaIDs).Query(func(rows pgx.Rows) error {
+		var existing []string
+		if skipHeld {
+			b.Queue(existingReplicas, replicaIDs).Query(func(rows pgx.Rows) error {
+				var err error
+				existing, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
+		}
+		b.Queue(lock, replicaIDs).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				rep, err := scanReplica(rows)
 				if err != nil {
@@ -143,6 +196,14 @@ func (r *Registry) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecycle
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
+		}
+		for _, id := range existing {
+			if lb.Replicas[id] == nil {
+				if lb.Held == nil {
+					lb.Held = make(map[string]bool)
+				}
+				lb.Held[id] = true
+			}
 		}
 		out = lb.Apply(cmds)
 		changed, claims := lb.ChangedReplicas(), lb.NewClaims()
