@@ -219,6 +219,25 @@ func TestMalformedFlagValueSaysTheFormItTakes(t *testing.T) {
 	}
 }
 
+// A tenant the dispatcher would refuse (TestBadTokenClaims there) is a
+// usage error, and no token is printed.
+func TestTokenRefusesATenantTheDispatcherWould(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "issuer.key")
+	if _, _, err := runCLI(t, nil, "keygen", "--out", key); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{" acme", "acme ", "ac\tme", "a\x00b", strings.Repeat("t", 257), "\xff"} {
+		out, _, err := runCLI(t, nil, "token", "--issuer-key", key, "--tenant", tenant)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), "is not a tenant ID") || out != "" {
+			t.Errorf("--tenant %q: out %q, err %v; want a usage error and no token", tenant, out, err)
+		}
+	}
+	if out, _, err := runCLI(t, nil, "token", "--issuer-key", key, "--tenant", strings.Repeat("t", 256)); err != nil || out == "" {
+		t.Errorf("a 256-byte tenant: %q, %v", out, err)
+	}
+}
+
 // A token whose issuer key cannot be read names the flag.
 func TestTokenMissingIssuerKeyNamesTheFlag(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "issuer.key")

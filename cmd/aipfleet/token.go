@@ -7,6 +7,8 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
 
 func tokenCommand() *command {
@@ -56,6 +58,9 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("token: an operator token names no tenant: give --tenant or --operator, not both")
 	case !*operator && *tenant == "":
 		return usagef("token: --tenant TENANT is required (or --operator for an operator token)")
+	case !*operator && !dispatch.ValidTenantID(*tenant):
+		return usagef("token: --tenant %q is not a tenant ID: give at most %d bytes of UTF-8 text without control characters or surrounding spaces (the dispatcher refuses a token naming anything else)",
+			*tenant, registry.MaxIdentifierBytes)
 	}
 	if *ttl < time.Second || *ttl > 720*time.Hour {
 		return usagef("token: --ttl %s is outside 1s..720h", *ttl)

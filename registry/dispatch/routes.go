@@ -120,6 +120,11 @@ func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 	})
 }
 
+// ValidTenantID reports whether t is a tenant ID a token may name: the
+// rule checkTenantClaim holds a verified token's claim to (what
+// `aipfleet token --tenant` checks before it mints one).
+func ValidTenantID(t string) bool { return checkTenantClaim(t) == nil }
+
 // checkTenantClaim refuses a verified token whose tenant is no tenant ID
 // the registry could hold (registry identifiers: at most 256 bytes of
 // UTF-8 text without control characters or surrounding spaces), before it
