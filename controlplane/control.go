@@ -154,6 +154,15 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if a.replicaID == "" {
 		return a.reject(http.StatusForbidden, reasonMalformed, nil, "the %s command names no replica", a.op)
 	}
+	if err := aip.ValidateRecordID(aip.PrefixReplica, a.replicaID); err != nil {
+		// No replica record has such an ID (registry records check it
+		// since the first schema): refused without a registry lookup, so
+		// that an unauthenticated request cannot make one, nor carry up
+		// to a body's worth of ID into the logs and the trace.
+		a.replicaID = aip.TruncateUTF8(a.replicaID, 80)
+		return a.reject(http.StatusForbidden, reasonNotProvisioned, err,
+			"%v: it is not a replica ID, so no replica of that ID is pre-provisioned", err)
+	}
 	// 3. The replica is pre-provisioned.
 	key, err := s.keys.get(ctx, a.replicaID)
 	switch {

@@ -19,7 +19,9 @@
 //  1. the body (size, the signed wrapper, the request's shape);
 //  2. the freshness window: issued_at at most 5 s ahead of the service's
 //     clock, expires_at after now and after issued_at, lifetime at most 30 s;
-//  3. the replica named by the command is pre-provisioned;
+//  3. the replica named by the command is pre-provisioned (an ID that is
+//     no replica record ID, "crepl_" and up to 250 letters, digits, '.',
+//     '_' or '-', is refused so without a registry lookup);
 //  4. the request's signer_did is the replica's peer DID;
 //  5. the Ed25519 signature over the canonical request;
 //  6. the request digest (aip.ControlRequestDigest);
