@@ -57,9 +57,10 @@ func TestStreamingClientThatStopsReading(t *testing.T) {
 	defer client.CloseIdleConnections()
 
 	// 64 chunks of 64 KiB: 4 MiB, far more than the sockets hold. The
-	// hop may take 8 s; the client reads nothing for longer.
+	// hop may take 30 s (streaming 4 MiB under -race on two loaded cores
+	// took more than 8 s); the client reads nothing for longer.
 	id := aip.NewActionID()
-	body, _ := json.Marshal(dispatch.ActionRequest{ActionID: id, CapabilityID: capStream, Mode: aip.ModeStreaming, TimeoutMS: new(uint64(8000)),
+	body, _ := json.Marshal(dispatch.ActionRequest{ActionID: id, CapabilityID: capStream, Mode: aip.ModeStreaming, TimeoutMS: new(uint64(30000)),
 		Input: say("flood", `,"chunks":64,"chunk_pad":65536`)})
 	req, _ := http.NewRequestWithContext(w.ctx, http.MethodPost, srv.URL+dispatch.PathActions, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+w.token(tenant))
@@ -69,11 +70,18 @@ func TestStreamingClientThatStopsReading(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != dispatch.ContentTypeNDJSON {
 		t.Fatalf("status %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	// Settled completed well before the hop's deadline; with a write that
+	// blocks until then (the defect), outcome_unknown at 30 s.
 	var res registry.RouteReservation
-	eventually(t, "the action to settle", func() bool {
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		res, err = w.reg.Reservation(w.ctx, id)
-		return err == nil && !res.Reserved && res.LastSettlement != ""
-	})
+		if err == nil && !res.Reserved && res.LastSettlement != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the action has not settled after 45 s: %+v, %v", res, err)
+		}
+	}
 	if res.LastSettlement != registry.SettlementCompleted {
 		t.Fatalf("a streaming action whose client stopped reading settled %s, want completed", res.LastSettlement)
 	}
