@@ -246,7 +246,11 @@ func (p *devProc) stop(t *testing.T, stateDir string, replicas int) {
 func freePortBase(t *testing.T, replicas int) int {
 	t.Helper()
 	for range 50 {
-		base := 20000 + rand.IntN(3000)*10
+		// Below Linux's ephemeral ports (32768 and up): a base among them
+		// was free when checked, then taken as the source port of another
+		// test's connection between two dev runs of one test ("port ...
+		// (dispatcher) is in use").
+		base := 20000 + rand.IntN(1250)*10
 		free := true
 		for _, port := range append([]int{base, base + controlPortOffset}, replicaPorts(base, replicas)...) {
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
