@@ -189,8 +189,9 @@
 //     receiver went away, or a crash interrupted it) is
 //     answered with a signed 502 connector_host.outcome_unknown, then and
 //     on every delivery — except a read-only capability's (ReadOnly) that
-//     the connector's panic, a hang past HandleGrace, a timeout or the
-//     shutdown cut off before the connector said what it did: it changed
+//     the connector's panic, a hang past HandleGrace, a timeout, the
+//     shutdown or its stream's receiver going away cut off before the
+//     connector said what it did: it changed
 //     nothing, so it is journaled and answered failed
 //     connector_host.interrupted, retryable (Interrupted), as recovery
 //     fails a read a restart cut off;

@@ -987,8 +987,8 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			// The receiver went away mid-stream and the connector gave
 			// up with the ChunkWriter's error: its effect may have
 			// happened (a connector that knows it did not returns a
-			// *aip.ProtocolError).
-			return aip.StateOutcomeUnknown, nil, "the stream's receiver went away and the connector stopped; it did not say whether its effect happened: " + err.Error()
+			// *aip.ProtocolError); a read's changed nothing.
+			return h.interrupted(actx, a, cap, "the stream's receiver went away and the connector stopped; it did not say whether its effect happened: "+err.Error())
 		}
 		return failed(CodeConnectorFailed, aip.CategoryConnector, err.Error())
 	}

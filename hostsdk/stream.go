@@ -12,7 +12,8 @@ import (
 // ErrStreamClosed is returned by ChunkWriter.Send after the action returned
 // or the receiver went away. A streaming action whose Handle returns an
 // error matching it (other than a *aip.ProtocolError) is journaled
-// outcome_unknown: the host cannot tell whether its effect happened.
+// outcome_unknown: the host cannot tell whether its effect happened (a
+// read-only capability's is failed connector_host.interrupted: Interrupted).
 var ErrStreamClosed = errors.New("hostsdk: stream closed")
 
 // ChunkWriter sends a streaming action's chunks to the dispatcher, in
