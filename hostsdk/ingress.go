@@ -1083,7 +1083,7 @@ func failReadElseUnknown(c *aip.Capability, problem string, readErr func(problem
 // write, and a failed result would invite a resend). UnusableResult
 // decides with it.
 func ReadOnly(c *aip.Capability) bool {
-	if c.Contract == nil {
+	if c == nil || c.Contract == nil {
 		return false
 	}
 	read := false

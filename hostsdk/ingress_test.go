@@ -715,6 +715,9 @@ func TestReadOnly(t *testing.T) {
 			t.Errorf("ReadOnly(side_effects %v) = %v, want %v", c.effects, got, c.want)
 		}
 	}
+	if hostsdk.ReadOnly(nil) {
+		t.Error("ReadOnly(nil) = true")
+	}
 	if hostsdk.ReadOnly(&aip.Capability{ID: "x"}) {
 		t.Error("ReadOnly of a capability without a contract = true")
 	}

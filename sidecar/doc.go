@@ -72,7 +72,10 @@
 // backoff while the replica reports unhealthy; with
 // RestartUnresponsiveAfter, so is a hung one (that many pings in a row
 // without an answer): a stdio server is restarted, a URL server's session
-// re-opened. A stdio server is started and reaped by the sidecar itself,
+// re-opened. A tool call the broken session cut off is outcome_unknown,
+// except a read-only tool's, which had no effect: failed
+// connector_host.interrupted, retryable (hostsdk.Interrupted; after a
+// restart the host's recovery decides the same). A stdio server is started and reaped by the sidecar itself,
 // like an --exec child: when it exits, what remains of its process group
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
 // or counts as stopped. At the sidecar's shutdown a stdio server is

@@ -958,10 +958,10 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 			return nil, pe
 		case info.readOnly:
 			// The session broke (the server crashed or the connection
-			// dropped) during a read-only call: it had no effect, as after
-			// a sidecar restart (Reconcile).
-			return nil, aip.NewProtocolError(CodeNotExecuted, aip.CategoryConnector, false, 0,
-				aip.TruncateUTF8(fmt.Sprintf("the MCP session broke while read-only tool %s ran (%v); it had no effect; send a new action", info.name, err), aip.MaxErrorMessageBytes))
+			// dropped) during a read-only call: it had no effect, so it
+			// fails connector_host.interrupted, retryable, as every read
+			// cut off live does (and Reconcile's after a restart).
+			return nil, hostsdk.Interrupted(call.Capability, fmt.Sprintf("the MCP session broke while read-only tool %s ran (%v)", info.name, err))
 		}
 		return nil, fmt.Errorf("%w: tools/call %s: %v", hostsdk.ErrOutcomeUnknown, info.name, err)
 	}
@@ -1016,18 +1016,11 @@ func refusedBeforeRun(code int64) bool {
 	return false
 }
 
-// Reconcile implements hostsdk.Reconciler: a read-only tool left running
-// by a crash had no effect, so it is failed (send a new action); any other
-// tool's outcome is unknown (MCP cannot be asked).
+// Reconcile implements hostsdk.Reconciler: MCP has no way to ask what
+// became of a call, so a tool left running by a crash is outcome unknown,
+// which the host's recovery turns into a failed connector_host.interrupted,
+// retryable, for a read-only tool (it had no effect).
 func (m *MCP) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
-	m.mu.Lock()
-	info, ok := m.tools[u.Action.CapabilityID]
-	m.mu.Unlock()
-	if ok && info.readOnly {
-		return &aip.ActionResult{ActionID: u.Action.ActionID, Status: aip.ResultFailed,
-			Error: aip.NewProtocolError(CodeNotExecuted, aip.CategoryConnector, false, 0,
-				"the replica restarted while this read-only tool ran; it had no effect; send a new action")}, nil
-	}
 	return nil, fmt.Errorf("%w: the replica restarted while MCP tool %s ran and MCP has no way to ask what became of a call", hostsdk.ErrOutcomeUnknown, u.Action.CapabilityID)
 }
 

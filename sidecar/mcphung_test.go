@@ -152,11 +152,12 @@ func TestMCPCallFindingTheSessionGoneReconnects(t *testing.T) {
 			return c
 		}
 		m, _ := rig.start(t, MCPConfig{RestartBackoff: 250 * time.Millisecond})
-		if _, err := m.Manifest(t.Context(), hostsdk.TenantContext{}); err != nil {
+		man, err := m.Manifest(t.Context(), hostsdk.TenantContext{})
+		if err != nil {
 			t.Fatal(err)
 		}
 		call := func(ctx context.Context, tool, input string) (*aip.ActionResult, error) {
-			return m.Handle(ctx, &hostsdk.Call{Action: act("mcp."+tool, input), Logger: slog.New(slog.DiscardHandler)})
+			return m.Handle(ctx, toolCall(t, man, tool, input))
 		}
 		// A call that keeps the session open.
 		slowCtx, stopSlow := context.WithCancel(t.Context())
@@ -169,8 +170,8 @@ func TestMCPCallFindingTheSessionGoneReconnects(t *testing.T) {
 		<-ts.started
 		res, err := call(t.Context(), "lookup", `{"word":"x"}`)
 		var pe *aip.ProtocolError
-		if !errors.As(err, &pe) || pe.Code != CodeNotExecuted || !strings.Contains(pe.Message, "session not found") {
-			t.Fatalf("a read-only call on a missing session: %+v %v; want %s", res, err, CodeNotExecuted)
+		if !errors.As(err, &pe) || pe.Code != hostsdk.CodeInterrupted || !pe.IsRetryable() || !strings.Contains(pe.Message, "session not found") {
+			t.Fatalf("a read-only call on a missing session: %+v %v; want %s, retryable", res, err, hostsdk.CodeInterrupted)
 		}
 		synctest.Wait()
 		if st := m.snapshot(); st.Restarts != 1 || st.Running {
@@ -230,12 +231,13 @@ func TestMCPHTTPServerRestartReconnects(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }))
 	m, logs := connectHTTPMCP(t, ts, srv)
 	ctx := ctxT(t)
-	if _, err := m.Manifest(ctx, hostsdk.TenantContext{}); err != nil {
+	man, err := m.Manifest(ctx, hostsdk.TenantContext{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	restart()
 	call := func(tool string) (*aip.ActionResult, error) {
-		return m.Handle(ctx, &hostsdk.Call{Action: act("mcp."+tool, `{"word":"x"}`), Logger: slog.New(slog.DiscardHandler)})
+		return m.Handle(ctx, toolCall(t, man, tool, `{"word":"x"}`))
 	}
 	if _, err := call("lookup"); err == nil {
 		t.Fatal("a call on a session the server no longer knows succeeded")
@@ -346,7 +348,8 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 	if err := m.Connect(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Manifest(ctx, hostsdk.TenantContext{}); err != nil {
+	man, err := m.Manifest(ctx, hostsdk.TenantContext{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	first := m.snapshot()
@@ -363,7 +366,7 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 	defer cancelCalls()
 	for _, tool := range []string{"stuck", "stuck_ro"} {
 		go func() {
-			_, err := m.Handle(callCtx, &hostsdk.Call{Action: act("mcp."+tool, `{}`), Logger: slog.New(slog.DiscardHandler)})
+			_, err := m.Handle(callCtx, toolCall(t, man, tool, `{}`))
 			calls <- outcome{tool, err}
 		}()
 	}
@@ -379,8 +382,8 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 		o := <-calls
 		var pe *aip.ProtocolError
 		switch {
-		case o.tool == "stuck_ro" && (!errors.As(o.err, &pe) || pe.Code != CodeNotExecuted):
-			t.Errorf("%s: %v; want %s", o.tool, o.err, CodeNotExecuted)
+		case o.tool == "stuck_ro" && (!errors.As(o.err, &pe) || pe.Code != hostsdk.CodeInterrupted || !pe.IsRetryable()):
+			t.Errorf("%s: %v; want %s, retryable", o.tool, o.err, hostsdk.CodeInterrupted)
 		case o.tool == "stuck" && !errors.Is(o.err, hostsdk.ErrOutcomeUnknown):
 			t.Errorf("%s: %v; want outcome unknown", o.tool, o.err)
 		}
@@ -620,4 +623,17 @@ func TestMCPToolListFindingTheSessionGoneReconnects(t *testing.T) {
 			})
 		})
 	}
+}
+
+// toolCall is the Call the host makes of an action of MCP tool tool: its
+// capability from the manifest man (which says whether it only reads).
+func toolCall(t testing.TB, man *aip.Manifest, tool, input string) *hostsdk.Call {
+	t.Helper()
+	for i := range man.Capabilities {
+		if c := &man.Capabilities[i]; c.ID == "mcp."+tool {
+			return &hostsdk.Call{Action: act(c.ID, input), Capability: c, Logger: slog.New(slog.DiscardHandler)}
+		}
+	}
+	t.Fatalf("the manifest has no capability mcp.%s", tool)
+	return nil
 }

@@ -60,9 +60,8 @@ const (
 	// CodeConnectorRejected: the local connector refused the request with a
 	// 4xx or 503 status and no usable error object; it did not run it.
 	CodeConnectorRejected = "sidecar.connector_rejected"
-	// CodeNotExecuted: the action had no effect — after a restart the
-	// connector reported that it has no record of it (it never ran), or a
-	// read-only MCP tool call was cut off by a crash.
+	// CodeNotExecuted: the action had no effect: after a restart the
+	// connector reported that it has no record of it (it never ran).
 	CodeNotExecuted = "sidecar.not_executed"
 	// CodeToolError: an MCP tool answered with isError.
 	CodeToolError = "mcp.tool_error"
