@@ -79,9 +79,10 @@
 // like an --exec child: when it exits, what remains of its process group
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
 // or counts as stopped. At the sidecar's shutdown a stdio server is
-// stopped as MCP's stdio shutdown says: its input is closed first, and
-// only a server still running after half of StopTimeout gets SIGTERM
-// (SIGKILL at StopTimeout).
+// stopped as MCP's stdio shutdown says: its input is closed first (a
+// server that then exits on its own has stopped, whatever its exit
+// status), and only a server still running after half of StopTimeout gets
+// SIGTERM (SIGKILL at StopTimeout).
 //
 // # Supervision and the shutdown order
 //

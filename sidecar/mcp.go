@@ -1099,6 +1099,14 @@ func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
 		select {
 		case <-srv.exited:
 			<-closed
+			if ps := srv.cmd.ProcessState; ps != nil && ps.Exited() && !ps.Success() {
+				// It exited when its input ended, as MCP's stdio
+				// shutdown asks, with a status of its own (many
+				// servers exit 1 at the end of their input): a
+				// stop, not a crash, which a signal would be.
+				m.log.Warn("the MCP server exited with an error status once its input was closed; counted as stopped", "pid", srv.cmd.Process.Pid, "exit", ps.String())
+				return nil
+			}
 			return m.stopResult(srv, false)
 		case <-rest.C:
 		}

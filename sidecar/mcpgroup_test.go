@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -151,4 +152,29 @@ func TestMCPCloseEndsTheServerThroughItsInput(t *testing.T) {
 	if got := strings.Fields(string(raw)); !slices.Equal(got, []string{"eof"}) {
 		t.Errorf("the server saw %v; want its input's end only, no SIGTERM", got)
 	}
+}
+
+// TestMCPServerExitingWithAStatusAtEOFStopped: a stdio server that exits
+// with an error status of its own when its input ends (many do) has
+// stopped as MCP's stdio shutdown asks: Close is clean and the status is
+// logged. It counted as an unclean stop, so the sidecar's shutdown failed.
+func TestMCPServerExitingWithAStatusAtEOFStopped(t *testing.T) {
+	logs := newLogWatch()
+	m, err := NewMCP(MCPConfig{
+		Command:     []string{os.Args[0], "-test.run=^$"},
+		Env:         []string{envMCPChild + "=1", envMCPEOFStatus + "=3", "GORACE=atexit_sleep_ms=0"},
+		StopTimeout: 30 * time.Second, Logger: logs.logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Connect(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("Close of a server that exited with status 3 at the end of its input: %v; want a clean stop", err)
+	}
+	logs.await(t, func(r slog.Record) bool {
+		return strings.Contains(r.Message, "exited with an error status once its input was closed") && strings.Contains(attr(r, "exit"), "exit status 3")
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -411,10 +412,12 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 // SIGTERM (a hung server). With envMCPStopLog it appends "term" to that
 // file on SIGTERM (then exits), and "eof" when its input ends, after which
 // it exits only 2 s later, so that a SIGTERM sent with the input's end is
-// recorded too.
+// recorded too. With envMCPEOFStatus it exits with that status when its
+// input ends.
 const (
-	envMCPChild   = "SIDECAR_TEST_MCP_CHILD"
-	envMCPStopLog = "SIDECAR_TEST_MCP_STOP_LOG"
+	envMCPChild     = "SIDECAR_TEST_MCP_CHILD"
+	envMCPStopLog   = "SIDECAR_TEST_MCP_STOP_LOG"
+	envMCPEOFStatus = "SIDECAR_TEST_MCP_EOF_STATUS"
 )
 
 func runMCPChild() int {
@@ -466,6 +469,9 @@ func runMCPChild() int {
 	if stopLog != "" {
 		record("eof")
 		time.Sleep(2 * time.Second) // a SIGTERM sent with the input's end is recorded meanwhile
+	}
+	if s, err := strconv.Atoi(os.Getenv(envMCPEOFStatus)); err == nil {
+		return s
 	}
 	return 0
 }
