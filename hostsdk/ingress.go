@@ -1021,7 +1021,8 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 
 // interrupted settles an action cut off before the connector said what
 // it did (a panic, a call abandoned after the handle grace, a timeout or
-// the shutdown answered only with the context's error) by Interrupted's
+// the shutdown answered only with the context's error, a stream whose
+// receiver went away) by Interrupted's
 // decision: a read-only capability's fails connector_host.interrupted,
 // retryable; any other's is outcome_unknown, detail being its journal
 // note.
