@@ -191,7 +191,10 @@
 // window 600 s: twice the skew, as a timestamp ahead of the clock stays
 // acceptable that long; 10 000 entries, two a delivery, oldest evicted):
 // the delivery ID header is not signed, so a delivery sent again under
-// another delivery ID is caught by its signature. A duplicate is answered
+// another delivery ID is caught by its signature, which is claimed for
+// the delivery ID before the events are published (a copy is a duplicate
+// even when the original's publication failed, and the original may be
+// delivered again). A duplicate is answered
 // 200 with the same accepted_events and "duplicate": true. Messages whose content_attributes carry
 // aip_action_id (the connector's own) are accepted with no event (loop
 // prevention). Any other delivery becomes one event of kind

@@ -292,6 +292,12 @@ type env struct {
 
 func newEnv(t *testing.T, edit func(*Config)) *env {
 	t.Helper()
+	return newEnvWithHost(t, edit, nil)
+}
+
+// newEnvWithHost is newEnv with editHost applied to the host's config too.
+func newEnvWithHost(t *testing.T, edit func(*Config), editHost func(*hostsdk.Config)) *env {
+	t.Helper()
 	e := &env{mock: &mockChatwoot{}}
 	e.checked = spectest.Load(t, "chatwoot/swagger.json").Handler(t, e.mock)
 	srv := httptest.NewServer(e.checked)
@@ -313,7 +319,12 @@ func newEnv(t *testing.T, edit func(*Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.journal.Close() }) // after the host stops (cleanups run last first)
-	e.Fixture = hostsdktest.Start(t, e.conn, func(c *hostsdk.Config) { c.Journal = e.journal })
+	e.Fixture = hostsdktest.Start(t, e.conn, func(c *hostsdk.Config) {
+		c.Journal = e.journal
+		if editHost != nil {
+			editHost(c)
+		}
+	})
 	return e
 }
 

@@ -105,12 +105,15 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		ctx := r.Context()
 		// The delivery ID is not signed: the fence also holds the signed
-		// material (the signature over timestamp and body), so a captured
-		// delivery sent again under another delivery ID is a duplicate too.
+		// material (the signature over timestamp and body), claimed for
+		// this delivery ID before the events are published, so a captured
+		// delivery sent again under another delivery ID is a duplicate
+		// too — even while, or after, the original's publication fails —
+		// while the original itself may be delivered again.
 		signedKey := "sig:" + strings.ToLower(hexSig)
 		seen, err := fence.Seen(ctx, rc.State, delivery, now)
 		if err == nil && !seen {
-			seen, err = fence.Seen(ctx, rc.State, signedKey, now)
+			seen, err = fence.Claim(ctx, rc.State, signedKey, delivery, now)
 		}
 		if err != nil {
 			rc.Logger.Warn("chatwoot webhook: replay fence unavailable", "error", err)
@@ -127,11 +130,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 				return
 			}
 		}
-		_, err = fence.Record(ctx, rc.State, delivery, now)
-		if err == nil {
-			_, err = fence.Record(ctx, rc.State, signedKey, now)
-		}
-		if err != nil {
+		if _, err = fence.Record(ctx, rc.State, delivery, now); err != nil {
 			// The events are stored; a redelivery stores the same batch once.
 			rc.Logger.Warn("chatwoot webhook: delivery not recorded in the replay fence", "delivery", delivery, "error", err)
 			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the delivery could not be recorded; deliver again later")

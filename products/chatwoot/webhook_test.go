@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
@@ -345,5 +346,56 @@ func TestWebhookReplayUnderAnotherDeliveryID(t *testing.T) {
 	}
 	if n := e.pending(t); n != 1 {
 		t.Fatalf("outbox holds %d batches after replays, want 1", n)
+	}
+}
+
+// offsetClock is time.Now shifted by a settable offset.
+type offsetClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *offsetClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *offsetClock) shift(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = d
+}
+
+// TestWebhookReplayAfterFailedPublication: a delivery whose publication
+// failed (here: its time ahead of the host's clock, 503, to be delivered
+// again) was not fenced at all, so a captured copy sent under another
+// delivery ID was published as a second event, and the product's
+// redelivery of the original published the first: two events for one
+// delivery. The signed material is claimed for its delivery ID before
+// publishing: the copy is a duplicate, the original's redelivery goes
+// through.
+func TestWebhookReplayAfterFailedPublication(t *testing.T) {
+	hclk := &offsetClock{}
+	e := newEnvWithHost(t, nil, func(c *hostsdk.Config) { c.Now = hclk.Now })
+	d := signed("dlv-orig", time.Now(), incoming)
+	hclk.shift(-6 * time.Minute) // the host's clock behind: the event is ahead of it
+	if a := e.post(t, d); a.status != http.StatusServiceUnavailable || a.code() != webhook.CodeInvalidTimestamp {
+		t.Fatalf("delivery whose event is ahead of the host's clock: %d %v, want 503 %s", a.status, a.body, webhook.CodeInvalidTimestamp)
+	}
+	hclk.shift(0)
+	replay := d
+	replay.id = "dlv-forged"
+	if a := e.post(t, replay); a.status != http.StatusOK || a.body["duplicate"] != true {
+		t.Fatalf("copy of a delivery whose publication failed, under another delivery ID: %d %v; want a duplicate", a.status, a.body)
+	}
+	if a := e.post(t, d); a.status != http.StatusOK || a.body["duplicate"] != nil || a.body["accepted_events"] != float64(1) {
+		t.Fatalf("redelivery of the original: %d %v; want it accepted", a.status, a.body)
+	}
+	if a := e.post(t, d); a.status != http.StatusOK || a.body["duplicate"] != true {
+		t.Fatalf("the original once more: %d %v; want a duplicate", a.status, a.body)
+	}
+	if n := e.pending(t); n != 1 {
+		t.Fatalf("outbox holds %d batches, want 1 (one event for one delivery)", n)
 	}
 }

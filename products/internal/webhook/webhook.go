@@ -8,7 +8,10 @@
 // publishes them with hostsdk.EventPublisher, which stores them in the
 // journal's outbox (identical batches once). The fence is checked before
 // publishing and recorded only after the events are stored, so a delivery
-// whose publication failed can be delivered again.
+// whose publication failed can be delivered again; what a route must hold
+// against a copy under another name (Chatwoot's signed material, which its
+// unsigned delivery ID does not cover) it claims for the delivery before
+// publishing (Fence.Claim).
 package webhook
 
 import (
@@ -152,6 +155,9 @@ var ErrFenceFull = errors.New("webhook: replay fence is full")
 type fenceState struct {
 	// Seen maps a delivery ID to when it was recorded (Unix ms).
 	Seen map[string]int64 `json:"seen"`
+	// Owners maps a key recorded by Claim to the owner it was claimed
+	// for (absent for a key Record recorded).
+	Owners map[string]string `json:"owners,omitempty"`
 }
 
 // Seen reports whether id was recorded within the window.
@@ -175,6 +181,25 @@ func (f *Fence) Seen(ctx context.Context, st *hostsdk.State, id string, now time
 // It returns true when id was already recorded within the window (another
 // replica or a concurrent delivery got there first).
 func (f *Fence) Record(ctx context.Context, st *hostsdk.State, id string, now time.Time) (bool, error) {
+	return f.record(ctx, st, id, "", now)
+}
+
+// Claim records key at now for owner, in one compare-and-set, unless key
+// is already recorded within the window for another owner (or by Record,
+// for none): it returns true then, and changes nothing. A key claimed for
+// owner before is claimed again (its time renewed). A route claims what
+// may be replayed under another name before publishing — the signed
+// material of a delivery for its delivery ID — so that of two deliveries
+// racing with the same signed material only one publishes, while the
+// delivery whose publication failed can be delivered again.
+func (f *Fence) Claim(ctx context.Context, st *hostsdk.State, key, owner string, now time.Time) (bool, error) {
+	return f.record(ctx, st, key, owner, now)
+}
+
+// record records id at now for owner ("" for none); it returns true,
+// changing nothing, when id is recorded within the window and owner is ""
+// or another owner's.
+func (f *Fence) record(ctx context.Context, st *hostsdk.State, id, owner string, now time.Time) (bool, error) {
 	dup := false
 	_, _, err := st.Update(ctx, f.Namespace, f.Key, func(cur json.RawMessage) (json.RawMessage, error) {
 		s := fenceState{Seen: map[string]int64{}}
@@ -186,15 +211,27 @@ func (f *Fence) Record(ctx context.Context, st *hostsdk.State, id string, now ti
 				s.Seen = map[string]int64{}
 			}
 		}
+		forget := func(k string) {
+			delete(s.Seen, k)
+			delete(s.Owners, k)
+		}
 		oldest := now.Add(-f.Window).UnixMilli()
 		for k, at := range s.Seen {
 			if at < oldest {
-				delete(s.Seen, k)
+				forget(k)
+			}
+		}
+		for k := range s.Owners {
+			if _, ok := s.Seen[k]; !ok {
+				delete(s.Owners, k)
 			}
 		}
 		if _, ok := s.Seen[id]; ok {
-			dup = true
-			return json.Marshal(s)
+			if owner == "" || s.Owners[id] != owner {
+				dup = true
+				return json.Marshal(s)
+			}
+			forget(id) // claimed for owner before: claimed again
 		}
 		dup = false
 		if len(s.Seen) >= f.Capacity {
@@ -207,10 +244,16 @@ func (f *Fence) Record(ctx context.Context, st *hostsdk.State, id string, now ti
 			}
 			slices.SortFunc(ids, func(a, b string) int { return int(s.Seen[a] - s.Seen[b]) })
 			for _, k := range ids[:len(s.Seen)-f.Capacity+1] {
-				delete(s.Seen, k)
+				forget(k)
 			}
 		}
 		s.Seen[id] = now.UnixMilli()
+		if owner != "" {
+			if s.Owners == nil {
+				s.Owners = map[string]string{}
+			}
+			s.Owners[id] = owner
+		}
 		return json.Marshal(s)
 	})
 	return dup, err

@@ -119,3 +119,39 @@ func TestHMACAndAnswers(t *testing.T) {
 		t.Fatalf("oversized body: ok, status %d", w.Code)
 	}
 }
+
+// TestFenceClaim: a key claimed for an owner is held against every other
+// owner (and Record) within the window, claimed again by its owner, and
+// free after the window.
+func TestFenceClaim(t *testing.T) {
+	st := hostState(t)
+	ctx := t.Context()
+	now := time.Unix(1_800_000_000, 0)
+	f := &Fence{Namespace: "aip.connector.test.webhook_replay.v1", Key: "instance:i1", Window: 5 * time.Minute, Capacity: 10}
+	if held, err := f.Claim(ctx, st, "sig:aa", "d1", now); held || err != nil {
+		t.Fatalf("Claim(sig:aa, d1) = %v, %v", held, err)
+	}
+	if held, err := f.Claim(ctx, st, "sig:aa", "d2", now.Add(time.Minute)); !held || err != nil {
+		t.Fatalf("Claim(sig:aa, d2) = %v, %v; want held by d1", held, err)
+	}
+	if dup, err := f.Record(ctx, st, "sig:aa", now.Add(time.Minute)); !dup || err != nil {
+		t.Fatalf("Record(sig:aa) = %v, %v; want a duplicate", dup, err)
+	}
+	if held, err := f.Claim(ctx, st, "sig:aa", "d1", now.Add(2*time.Minute)); held || err != nil {
+		t.Fatalf("Claim(sig:aa, d1) again = %v, %v; want claimed again", held, err)
+	}
+	// Renewed at +2m: still held at +6m.
+	if held, _ := f.Claim(ctx, st, "sig:aa", "d2", now.Add(6*time.Minute)); !held {
+		t.Fatal("a claim renewed at +2m is free at +6m")
+	}
+	if held, err := f.Claim(ctx, st, "sig:aa", "d2", now.Add(8*time.Minute)); held || err != nil {
+		t.Fatalf("Claim(sig:aa, d2) after the window = %v, %v", held, err)
+	}
+	// A key recorded without an owner is held against every owner.
+	if _, err := f.Record(ctx, st, "sig:bb", now.Add(8*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := f.Claim(ctx, st, "sig:bb", "d1", now.Add(8*time.Minute)); !held {
+		t.Fatal("a key Record recorded is free to Claim")
+	}
+}
