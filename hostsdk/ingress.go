@@ -362,6 +362,15 @@ func (h *Host) checkRoute(env *aip.Envelope) (*aip.ConnectorRoute, *aip.Protocol
 	if err := aip.ValidateID(aip.PrefixRoute, route.FenceToken); err != nil {
 		return mismatch("route fence_token is not a registry fence token (%s and a UUIDv7): %v", aip.PrefixRoute, err)
 	}
+	// The routed action is one the dispatcher named with an action ID, as
+	// every action this replica journals is (aip.Action.Validate): a
+	// cancel or status query for any other string can name no action
+	// here, and is refused before the journal is read or written (a
+	// cancel would journal a record under it; one the journal cannot
+	// hold, with NUL, would read as a storage outage).
+	if err := aip.ValidateID(aip.PrefixAction, route.ActionID); err != nil {
+		return mismatch("route action_id is not an action ID (%s and a UUIDv7): %v", aip.PrefixAction, err)
+	}
 	b := &env.Body
 	authorized := present(wire.ApprovalAuthorization)
 	switch {

@@ -14,6 +14,7 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
 
 // signedCopy signs env with the fleet's dispatcher and returns the bytes.
@@ -446,4 +447,44 @@ func (s *claimSpy) ClaimMessage(ctx context.Context, id string, expires, now tim
 	default:
 	}
 	return ok, err
+}
+
+// A cancel or status query names its action by the route's action_id and
+// its own target: one that is not an action ID (act_ and a UUIDv7) can name
+// no action this replica ever journaled (an action's ID is checked), and is
+// refused as a route mismatch. A cancel journals nothing for it (no
+// tombstone row under an arbitrary string), and neither answers a string
+// the journal cannot hold (NUL, not UTF-8) as a storage outage.
+func TestCancelAndStatusOfAStringThatIsNoActionIDAreRefused(t *testing.T) {
+	f := newFleet(t)
+	_, target := f.start(t, newTestConnector())
+	ctx := ctxT(t)
+	for _, id := range []string{
+		"not-an-action",
+		"act_" + strings.Repeat("0", 32),
+		"act_0190f0a0b1c27def8a1b2c3d4e5f6a7\x00",
+		"act_" + strings.Repeat("a", 4<<10),
+	} {
+		name := id
+		if len(name) > 40 {
+			name = name[:40]
+		}
+		t.Run("cancel "+name, func(t *testing.T) {
+			resp, err := f.d.Cancel(ctx, target, id, capEcho, "")
+			if resp == nil {
+				t.Fatal(err)
+			}
+			wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+			if _, err := f.j.Action(ctx, id); !errors.Is(err, journal.ErrNotFound) && !errors.Is(err, journal.ErrInvalid) {
+				t.Errorf("the journal holds a record for the cancel's target: %v", err)
+			}
+		})
+		t.Run("status "+name, func(t *testing.T) {
+			_, resp, err := f.d.Status(ctx, target, id, capEcho)
+			if resp == nil {
+				t.Fatal(err)
+			}
+			wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+		})
+	}
 }
