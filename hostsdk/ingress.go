@@ -1450,9 +1450,14 @@ func (x *exchange) refuse(status int, pe *aip.ProtocolError) bool {
 	return x.fail(status, pe)
 }
 
-// fail answers with a signed error envelope and reports a rejection.
+// fail answers with a signed error envelope and reports a rejection. The
+// message is cut to aip.MaxErrorMessageBytes: a refusal quotes what it
+// refuses (a route member, a capability or action ID), and a quote of a
+// member as large as the request allows would make the answer larger than
+// a dispatcher reads (aip.MaxMessageBytes), and so no signed refusal.
 func (x *exchange) fail(status int, pe *aip.ProtocolError) bool {
 	pe.Source = errorSource
+	pe.Message = aip.TruncateUTF8(pe.Message, aip.MaxErrorMessageBytes)
 	if x.span != nil {
 		x.span.SetStatus(codes.Error, pe.Code)
 	}

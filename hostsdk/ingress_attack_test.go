@@ -488,3 +488,34 @@ func TestCancelAndStatusOfAStringThatIsNoActionIDAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// A signed refusal quotes what it refuses (a route member that does not
+// match, a capability ID), and quoting can double a string's size (a
+// quote mark is written \" and then escaped again in the answer's JSON):
+// the answer's message is bounded (aip.MaxErrorMessageBytes), so the
+// answer to a message within aip.MaxMessageBytes stays within what a
+// dispatcher reads, and the refusal reaches it signed.
+func TestRefusalQuotingAHugeMemberStaysReadable(t *testing.T) {
+	f := newFleet(t)
+	_, target := f.start(t, newTestConnector())
+	ctx := ctxT(t)
+	a := action(capEcho, `{"message":"x"}`)
+	route := f.d.Route(target, a.ID, a.CapabilityID, "")
+	route.TenantID = strings.Repeat(`"`, 1800<<10)
+	env, err := f.d.Envelope(target, aip.Body{Action: a}, route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := signedCopy(t, f.d, env)
+	if len(raw) > aip.MaxMessageBytes {
+		t.Fatalf("the request is %d bytes, over %d", len(raw), aip.MaxMessageBytes)
+	}
+	resp, err := f.d.Post(ctx, target, raw, env.MessageID)
+	if err != nil {
+		t.Fatalf("the refusal is not a readable signed answer: %v", err)
+	}
+	pe := wantCode(t, resp, http.StatusForbidden, hostsdk.CodeRouteMismatch)
+	if len(pe.Message) > aip.MaxErrorMessageBytes {
+		t.Errorf("the refusal's message is %d bytes, over %d", len(pe.Message), aip.MaxErrorMessageBytes)
+	}
+}
