@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -192,7 +193,15 @@ func (x *exchange) serve() bool {
 		if errors.As(err, &tooLarge) {
 			return x.unsigned(http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("the message exceeds %d bytes", aip.MaxMessageBytes))
 		}
-		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, "read body: "+err.Error())
+		// The read error names the connection's addresses (the
+		// replica's own behind a proxy): the unsigned answer, to anyone,
+		// says only what happened.
+		h.log.Debug("the body of a native message could not be read", "remote_addr", x.r.RemoteAddr, "error", err)
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, fmt.Sprintf("the body did not arrive in time (at %d KiB/s at least, after a grace of %s)",
+				readbudget.DefaultMinReadRate>>10, readbudget.DefaultReadGrace))
+		}
+		return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, "the body could not be read")
 	}
 	// One pass on the happy path: VerifyEnvelope canonicalizes, checks the
 	// signature, decodes and validates. Only a failure re-reads the body to

@@ -215,9 +215,15 @@ func TestIngressSlowBodyIsCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no answer to a stalled body within 30 s: %v", err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a stalled body: status %d, want 400", resp.StatusCode)
+	}
+	// The unsigned refusal, to anyone who can reach the listener, names
+	// neither the replica's own address nor the connection's.
+	if strings.Contains(string(body), p.addr) || strings.Contains(string(body), "127.0.0.2") {
+		t.Errorf("the refusal of a stalled body quotes the connection's addresses: %s", body)
 	}
 	p.awaitNoPeers()
 }
