@@ -222,15 +222,16 @@ func (x *exchange) serve() bool {
 		if errors.Is(verr, aip.ErrMalformedEnvelope) {
 			return x.unsigned(http.StatusBadRequest, CodeDecodeInvalid, verr.Error())
 		}
-		x.begin(&env)
+		x.begin(&env, false)
 		return x.unauthenticated("the message is not signed by the pinned dispatcher: " + verr.Error())
 	}
 	env := verified.Envelope
-	x.begin(&env)
 	// The dispatcher's signature and identity.
 	if verified.SignerDID != h.gatewayDID {
+		x.begin(&env, false)
 		return x.unauthenticated("the message is signed by " + verified.SignerDID + ", not the pinned dispatcher")
 	}
+	x.begin(&env, true)
 	// The message is the dispatcher's. One too old is refused for good: it
 	// is never accepted later, so its ID is not claimed. Every other
 	// refusal from here on claims the message ID first (refuse), so the
@@ -289,13 +290,23 @@ func outsideWindow(sent aip.Timestamp) *aip.ProtocolError {
 		fmt.Sprintf("sent_at %s is outside the accepted window (at most %s old, %s ahead)", sent, MaxMessageAge, MaxMessageSkew))
 }
 
-// begin records the request envelope and starts its span.
-func (x *exchange) begin(env *aip.Envelope) {
+// begin records the request envelope and starts its span. The span joins
+// the trace (and takes the baggage) the envelope names only when the
+// pinned dispatcher signed it (signed); an unauthenticated message's span
+// is a root of its own, so whoever can reach the listener cannot hang
+// spans under a trace of its choice.
+func (x *exchange) begin(env *aip.Envelope, signed bool) {
 	x.req = env
-	ctx := x.h.prop.Extract(x.ctx, propagation.MapCarrier(env.Trace))
-	x.ctx, x.span = x.h.tracer.Start(ctx, "hostsdk.message", trace.WithSpanKind(trace.SpanKindServer),
+	ctx := x.ctx
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("aip.message_type", string(env.MessageType)),
-			attribute.String("aip.message_id", env.MessageID)))
+			attribute.String("aip.message_id", env.MessageID))}
+	if signed {
+		ctx = x.h.prop.Extract(ctx, propagation.MapCarrier(env.Trace))
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	x.ctx, x.span = x.h.tracer.Start(ctx, "hostsdk.message", opts...)
 	x.stream = env.Body.Action != nil && env.Body.Action.Mode == aip.ModeStreaming
 }
 

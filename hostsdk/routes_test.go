@@ -1,6 +1,7 @@
 package hostsdk_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
 // webhookConnector mounts a product route that publishes an event.
@@ -255,5 +257,61 @@ func TestConfigCollectorsAreServed(t *testing.T) {
 	var ve *hostsdk.ValidateError
 	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "collector 0 of Config.Collectors") {
 		t.Fatalf("New with a colliding collector = %v, want a *ValidateError naming collector 0 of Config.Collectors", err)
+	}
+}
+
+// A message the host cannot authenticate (a broken signature, another
+// key's) does not join the trace its envelope names: anyone who can reach
+// the listener could otherwise hang failed spans under any trace they
+// know the ID of (the dispatcher's own, say). Its span is a root of its
+// own.
+func TestUnauthenticatedMessageDoesNotJoinItsTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	f := newFleet(t)
+	f.cfg.TracerProvider = tp
+	h, target := f.start(t, newTestConnector())
+
+	parent, span := tp.Tracer("dispatcher").Start(context.Background(), "dispatch")
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(parent, carrier)
+	span.End()
+	other := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	for _, d := range []*hostsdktest.Dispatcher{other, f.d} {
+		a := action(capEcho, `{"message":"traced"}`)
+		env, err := d.Envelope(target, aip.Body{Action: a}, d.Route(target, a.ID, a.CapabilityID, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Trace = carrier
+		raw, err := d.Sign(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d == f.d {
+			// A signature that does not verify.
+			raw = bytes.Replace(raw, []byte(`"traced"`), []byte(`"forged"`), 1)
+		}
+		resp, _ := f.d.Post(ctxT(t), target, raw, env.MessageID)
+		if resp == nil || resp.Status != http.StatusUnauthorized {
+			t.Fatalf("answer %+v, want 401", resp)
+		}
+	}
+	if err := h.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range rec.Ended() {
+		if s.Name() != "hostsdk.message" {
+			continue
+		}
+		n++
+		if s.SpanContext().TraceID() == span.SpanContext().TraceID() || s.Parent().IsValid() {
+			t.Errorf("the span of an unauthenticated message joined the trace its envelope names (parent %v)", s.Parent())
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d message spans, want 2", n)
 	}
 }
