@@ -9,7 +9,6 @@ import (
 
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/registry"
-	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
 // heldStore answers the next command of replica held undecided, as a
@@ -56,17 +55,8 @@ func (s *heldStore) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecycl
 // retryable (nothing of it was committed or claimed), not refused as
 // malformed: the same bytes resent are decided.
 func TestHeldReplicaIsUnavailable(t *testing.T) {
-	clock := registrytest.NewClock(registrytest.Epoch)
-	b := newMemBackend(t, clock)
-	held := &heldStore{Store: b.Store}
-	b.Store = held
-	e := &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
-	w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.w = w
-	e.start(held)
+	held := &heldStore{}
+	e := newWrappedEnv(t, newMemBackend, func(s controlplane.Store) controlplane.Store { held.Store = s; return held })
 	h := e.provision("a1")
 	r, _ := h.send(h.registration())
 	r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))

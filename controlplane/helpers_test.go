@@ -89,8 +89,18 @@ var controlKey = registrytest.Key("control-plane")
 
 func newEnv(t *testing.T, nb newBackendFunc, mods ...func(*controlplane.Config)) *env {
 	t.Helper()
+	return newWrappedEnv(t, nb, nil, mods...)
+}
+
+// newWrappedEnv is newEnv whose service uses wrap(the backend's store) (a
+// test double around it) when wrap is not nil.
+func newWrappedEnv(t *testing.T, nb newBackendFunc, wrap func(controlplane.Store) controlplane.Store, mods ...func(*controlplane.Config)) *env {
+	t.Helper()
 	clock := registrytest.NewClock(registrytest.Epoch)
 	e := &env{t: t, ctx: t.Context(), clock: clock, b: nb(t, clock), key: controlKey}
+	if wrap != nil {
+		e.b.Store = wrap(e.b.Store)
+	}
 	w, err := registrytest.NewLifecycleWorld(e.ctx, e.b.Admin)
 	if err != nil {
 		t.Fatal(err)

@@ -276,17 +276,8 @@ func TestLostResponse(t *testing.T) {
 
 func TestRetryAfterRetryableFailure(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, nb newBackendFunc) {
-		clock := registrytest.NewClock(registrytest.Epoch)
-		b := nb(t, clock)
-		faulty := &faultyStore{Store: b.Store}
-		b.Store = faulty
-		e := &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
-		w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.w = w
-		e.start(faulty)
+		faulty := &faultyStore{}
+		e := newWrappedEnv(t, nb, func(s controlplane.Store) controlplane.Store { faulty.Store = s; return faulty })
 		h := e.provision("a1")
 		reg := h.request(h.registration())
 		body := h.seal(reg)

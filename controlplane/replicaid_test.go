@@ -10,7 +10,6 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/registry"
-	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
 // lookupCounter counts the replica lookups of the control plane's key
@@ -32,17 +31,8 @@ func (s *lookupCounter) LifecycleReplica(ctx context.Context, id string) (regist
 // request cost a registry query carrying up to 64 KiB of ID, copied into
 // the logs, the trace and the answer. The answer quotes the ID cut short.
 func TestMalformedReplicaIDIsNotLookedUp(t *testing.T) {
-	clock := registrytest.NewClock(registrytest.Epoch)
-	b := newMemBackend(t, clock)
-	counter := &lookupCounter{Store: b.Store}
-	b.Store = counter
-	e := &env{t: t, ctx: t.Context(), clock: clock, b: b, key: controlKey}
-	w, err := registrytest.NewLifecycleWorld(e.ctx, b.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.w = w
-	e.start(counter)
+	counter := &lookupCounter{}
+	e := newWrappedEnv(t, newMemBackend, func(s controlplane.Store) controlplane.Store { counter.Store = s; return counter })
 	h := e.provision("a1")
 	for _, id := range []string{
 		aip.PrefixReplica + strings.Repeat("x", 60_000),
