@@ -283,7 +283,11 @@ func TestEventDeliveryAnswerSignedByAnotherKeyIsNotAcked(t *testing.T) {
 		// Sent again once answers verify: the dispatcher stores the events
 		// once, the host acks.
 		f.in.SignWith(nil)
-		time.Sleep(3 * time.Second)
+		// The retry is due within the backoff of a second failure (at
+		// most 2 s and its 1 s of jitter), and the loop looks at most a
+		// poll interval (1.25 s) later: 3 s fell short of that in a
+		// clean-clone run.
+		time.Sleep(5 * time.Second)
 		synctest.Wait()
 		if n := f.j.pending(t); n != 0 {
 			t.Errorf("outbox holds %d batches after a verified answer", n)
