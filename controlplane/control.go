@@ -202,19 +202,18 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if err != nil {
 		return a.unavailable(reasonStore, err, "the registry could not decide the request; resend the same request")
 	}
+	if errors.Is(res.Err, registry.ErrStorage) {
+		// Not decided (the replica was held by another registry
+		// transaction): nothing committed or claimed. Not the
+		// registry-outage log of reasonStore: the registry answers.
+		return a.unavailable(reasonHeld, res.Err, fmt.Sprintf(
+			"the registry record of replica %s is held by another transaction, so the request was not decided; resend the same request", a.replicaID))
+	}
 	a.decided = true
 	if res.Err != nil {
 		var rej *registry.LifecycleRejection
 		if errors.As(res.Err, &rej) {
 			return a.reject(http.StatusForbidden, string(rej.Rule), res.Err, "%s: %s", rej.Rule, rej.Reason)
-		}
-		if errors.Is(res.Err, registry.ErrStorage) {
-			// Not decided (the replica was held by another registry
-			// transaction): nothing committed or claimed. Not the
-			// registry-outage log of reasonStore: the registry answers.
-			a.decided = false
-			return a.unavailable(reasonHeld, res.Err, fmt.Sprintf(
-				"the registry record of replica %s is held by another transaction, so the request was not decided; resend the same request", a.replicaID))
 		}
 		return a.reject(http.StatusForbidden, reasonMalformed, res.Err, "%v", res.Err)
 	}

@@ -185,9 +185,7 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		next, nextClaim, err := d.reroute(wctx, &a, h, claim)
 		if err != nil {
 			d.log.Info("refusal not rerouted", "action_id", a.ActionID, "replica_id", a.ReplicaID, "code", code, "reason", err)
-			if rerouteResult(err) == "error" {
-				h.moveUnconfirmed = err
-			}
+			h.moveUnconfirmed = rerouteResult(err) == "error" // no definite refusal
 			break
 		}
 		d.log.Info("rerouted", "action_id", a.ActionID, "from_replica_id", a.ReplicaID, "to_replica_id", next.ReplicaID, "code", code)
@@ -252,7 +250,7 @@ func (d *Dispatcher) classify(a *registry.RouteAssignment, h *hop, resp *ActionR
 		// delivery of the same action before this one (an earlier attempt,
 		// another dispatcher) may have reached it.
 		where := "it stays pinned there: send the same action ID again once the replica is back"
-		if h.moveUnconfirmed != nil {
+		if h.moveUnconfirmed {
 			// The registry may have moved it before its answer was lost:
 			// a retry goes wherever the route now points. The registry's
 			// error is in the log ("refusal not rerouted"), not the answer.

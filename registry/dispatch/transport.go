@@ -181,10 +181,10 @@ type hop struct {
 	// only when net/http's own connection path took the request (its
 	// GetConn fired).
 	unreachable bool
-	// moveUnconfirmed is the error of a reroute off this unreachable
-	// replica whose outcome is not known (the registry's answer was lost:
-	// it may have committed), so the action may now be routed elsewhere.
-	moveUnconfirmed error
+	// moveUnconfirmed is set when a reroute off this unreachable replica
+	// failed without a definite answer (the registry's answer was lost: it
+	// may have committed), so the action may now be routed elsewhere.
+	moveUnconfirmed bool
 }
 
 // tracesDials reports whether the client's transport is net/http's own,
