@@ -88,19 +88,7 @@ func TestReconcileSettlesAnInterruptedReadOutcomeUnknown(t *testing.T) {
 			if _, err := w.reg.Resolve(w.ctx, registry.RouteRequest{ActionID: act, TenantID: tenant, CapabilityID: capSay}); err != nil {
 				t.Fatal(err)
 			}
-			// An hour later, the reservation is orphaned.
-			d, err := dispatch.New(dispatch.Config{SigningKey: w.key, PrincipalID: gatewayID,
-				Now: func() time.Time { return time.Now().Add(time.Hour) }},
-				dispatch.Deps{Resolver: w.reg, Catalog: w.reg, Tokens: &countingVerifier{}, Reservations: w.reg})
-			must(t, err)
-			defer d.Close()
-			rep, err := d.Reconcile(w.ctx)
-			must(t, err)
-			if rep != (dispatch.ReconcileReport{Stale: 1, Settled: 1}) {
-				t.Fatalf("reconcile: %+v, want 1 stale, 1 settled", rep)
-			}
-			res, err := w.reg.Reservation(w.ctx, act)
-			must(t, err)
+			_, res := reconcileAnHourLater(t, w, act)
 			if res.Reserved || res.LastSettlement != c.want {
 				t.Fatalf("reservation %+v, want released and settled %s", res, c.want)
 			}

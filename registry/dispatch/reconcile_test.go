@@ -231,19 +231,7 @@ func TestReconcileSettlesPrunedAsPruned(t *testing.T) {
 	if a.ReplicaID != fake || a.Admission.CircuitFailureThreshold != 1 {
 		t.Fatalf("routed to %s with circuit threshold %d, want %s and 1", a.ReplicaID, a.Admission.CircuitFailureThreshold, fake)
 	}
-	// An hour later, the reservation is orphaned.
-	d, err := dispatch.New(dispatch.Config{SigningKey: w.key, PrincipalID: gatewayID,
-		Now: func() time.Time { return time.Now().Add(time.Hour) }},
-		dispatch.Deps{Resolver: w.reg, Catalog: w.reg, Tokens: &countingVerifier{}, Reservations: w.reg})
-	must(t, err)
-	defer d.Close()
-	rep, err := d.Reconcile(w.ctx)
-	must(t, err)
-	if rep != (dispatch.ReconcileReport{Stale: 1, Settled: 1}) {
-		t.Fatalf("reconcile: %+v, want 1 stale, 1 settled", rep)
-	}
-	res, err := w.reg.Reservation(w.ctx, act)
-	must(t, err)
+	d, res := reconcileAnHourLater(t, w, act)
 	if res.Reserved || res.LastSettlement != registry.SettlementPruned {
 		t.Fatalf("the pruned action's reservation: %+v, want released and settled pruned", res)
 	}
@@ -264,4 +252,25 @@ func TestReconcileSettlesPrunedAsPruned(t *testing.T) {
 	if res, err := w.reg.Reservation(w.ctx, act); err != nil || !res.Reserved {
 		t.Fatalf("the retry's reservation: %+v, %v; want reserved again", res, err)
 	}
+}
+
+// reconcileAnHourLater runs one reconciliation by a dispatcher whose clock
+// is an hour ahead, so that act's reservation (the only one) is orphaned,
+// requires it to find and settle that one, and returns that dispatcher
+// (closed when the test ends) and act's reservation.
+func reconcileAnHourLater(t *testing.T, w *world, act string) (*dispatch.Dispatcher, registry.RouteReservation) {
+	t.Helper()
+	d, err := dispatch.New(dispatch.Config{SigningKey: w.key, PrincipalID: gatewayID,
+		Now: func() time.Time { return time.Now().Add(time.Hour) }},
+		dispatch.Deps{Resolver: w.reg, Catalog: w.reg, Tokens: &countingVerifier{}, Reservations: w.reg})
+	must(t, err)
+	t.Cleanup(d.Close)
+	rep, err := d.Reconcile(w.ctx)
+	must(t, err)
+	if rep != (dispatch.ReconcileReport{Stale: 1, Settled: 1}) {
+		t.Fatalf("reconcile: %+v, want 1 stale, 1 settled", rep)
+	}
+	res, err := w.reg.Reservation(w.ctx, act)
+	must(t, err)
+	return d, res
 }
