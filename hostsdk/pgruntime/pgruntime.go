@@ -12,6 +12,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/pgsession"
 )
 
 // Errors of this package, besides the journal sentinels.
@@ -94,6 +95,10 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	// A session cut off mid-transaction would hold its row locks until
+	// the server's TCP notices; without a timeout of the role's, the
+	// session gets one (pgsession).
+	pc.AfterConnect = pgsession.EndAbandonedTransactions
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgruntime: connect: %w", err)

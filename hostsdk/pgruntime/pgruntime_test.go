@@ -300,3 +300,17 @@ func TestOpenURLFile(t *testing.T) {
 		t.Fatalf("missing URL file: err = %v", err)
 	}
 }
+
+// TestSessionsEndAbandonedTransactions: the journal's sessions carry an
+// idle_in_transaction_session_timeout, so one a host was cut off from
+// mid-transaction does not hold its row locks until TCP notices.
+func TestSessionsEndAbandonedTransactions(t *testing.T) {
+	j := open(t, pgruntime.Config{DatabaseURL: pgtest.NewDatabase(t), Namespace: "crepl_a"})
+	v, err := j.SessionSetting(t.Context(), "idle_in_transaction_session_timeout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != "1min" {
+		t.Errorf("the journal's sessions show idle_in_transaction_session_timeout %q, want 1min", v)
+	}
+}

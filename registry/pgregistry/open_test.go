@@ -387,3 +387,19 @@ func newLatencyProxy(t *testing.T, target string, latency time.Duration) string 
 	})
 	return ln.Addr().String()
 }
+
+// TestSessionsEndAbandonedTransactions: the registry's sessions carry an
+// idle_in_transaction_session_timeout when the role has none, so one a
+// dispatcher or control plane was cut off from mid-transaction does not
+// hold admission counters and replica rows until TCP notices (the e2e
+// TestDatabaseOutage freezes such sessions).
+func TestSessionsEndAbandonedTransactions(t *testing.T) {
+	pool, err := pgregistry.NewDataPool(t.Context(), pgregistry.Config{DataURL: pgtest.NewDatabase(t)})
+	must(t, err)
+	defer pool.Close()
+	var v string
+	must(t, pool.QueryRow(t.Context(), "SHOW idle_in_transaction_session_timeout").Scan(&v))
+	if v != "1min" {
+		t.Errorf("the registry's sessions show idle_in_transaction_session_timeout %q, want 1min", v)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/aipfleet/aipfleet/internal/pgmigrate"
+	"github.com/aipfleet/aipfleet/internal/pgsession"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -290,6 +291,10 @@ func newPool(ctx context.Context, name, rawURL string, maxConns int32, connectTi
 	if _, set := pc.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	// A session cut off mid-transaction would hold its locks (admission
+	// counters, replicas) until the server's TCP notices; without a
+	// timeout of the role's, the session gets one (pgsession).
+	pc.AfterConnect = pgsession.EndAbandonedTransactions
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: pgregistry: open the %s pool at %s: %w", registry.ErrStorage, name, redact(rawURL), err)

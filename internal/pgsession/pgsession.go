@@ -1,0 +1,34 @@
+// Package pgsession sets up the PostgreSQL sessions of aipfleet's pools.
+package pgsession
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AbandonedTransactionTimeout is the idle_in_transaction_session_timeout
+// EndAbandonedTransactions gives a session that has none, the value
+// deploy/postgres/roles.sql sets on the registry's roles.
+const AbandonedTransactionTimeout = "60s"
+
+// EndAbandonedTransactions is a pgxpool AfterConnect hook. aipfleet's
+// transactions are a few statements sent back to back, so a session idle
+// inside one for a minute belongs to a process cut off from the server in
+// the middle of it (a partition, a frozen connection, a process gone
+// without closing its socket). The server keeps such a session, and the
+// row locks it holds, until its TCP notices the peer is gone, which by
+// default takes hours. When the session has no
+// idle_in_transaction_session_timeout (the server's default, 0), this
+// sets AbandonedTransactionTimeout for it, so PostgreSQL ends it instead;
+// a value the role, the database or the URL sets is kept.
+func EndAbandonedTransactions(ctx context.Context, conn *pgx.Conn) error {
+	// No arguments: one simple-protocol round trip, nothing prepared.
+	_, err := conn.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', '`+AbandonedTransactionTimeout+`', false)
+		WHERE current_setting('idle_in_transaction_session_timeout') IN ('0', '0ms')`)
+	if err != nil {
+		return fmt.Errorf("set idle_in_transaction_session_timeout on the new session: %w", err)
+	}
+	return nil
+}
