@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -961,12 +962,18 @@ func (h *Host) awaitAbandoned(a *aip.Action, status aip.ActionState, done <-chan
 	h.log.Warn(msg, "action_id", a.ID, "capability_id", a.CapabilityID, "error", r.err, "panicked", r.panicked != nil)
 }
 
-// invoke calls the connector, turning a panic into a value; cw, when not
-// nil, is the stream's chunk writer (the call is HandleStream's).
+// invoke calls the connector, turning a panic into a value, which it logs
+// with the stack; cw, when not nil, is the stream's chunk writer (the call
+// is HandleStream's). The panic's value stays in the host's log: the
+// answer says only that the connector panicked, as the dispatcher's
+// answers to its own panics do, since the value may quote the input or
+// the connector's internals.
 func (x *exchange) invoke(ctx context.Context, call *Call, cw *ChunkWriter) (res *aip.ActionResult, panicked any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = p
+			x.h.log.Error("the connector panicked", "action_id", call.Action.ID, "capability_id", call.Action.CapabilityID,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
 	if cw != nil {
@@ -987,7 +994,7 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			Error: aip.NewProtocolError(code, category, false, 0, msg)}, msg
 	}
 	if panicked != nil {
-		return h.interrupted(actx, a, cap, fmt.Sprintf("the connector panicked: %v", panicked))
+		return h.interrupted(actx, a, cap, "the connector panicked (its host logged the panic and its stack with this action ID)")
 	}
 	cause := context.Cause(actx)
 	if err != nil {

@@ -2,6 +2,7 @@ package hostsdk_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -95,6 +96,9 @@ func wantUnknownMutation(t *testing.T, f *fleet, target hostsdktest.Target, a *a
 // it fails connector_host.interrupted, retryable, now, to a retry and to
 // a status query, as recovery fails a read a restart cut off. It used to
 // be outcome_unknown, which told the caller never to send the read again.
+// The panic's value and stack go to the host's log with the action ID,
+// and only there: the answer used to quote the value (which may hold the
+// input or the connector's internals), and nothing logged the stack.
 func TestPanicOfAReadIsInterrupted(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -102,6 +106,8 @@ func TestPanicOfAReadIsInterrupted(t *testing.T) {
 	}{{"read", readOnlyPanickingHandle{panickingHandle{newTestConnector()}}}, {"write", panickingHandle{newTestConnector()}}} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFleet(t)
+			var logs hostsdktest.LogBuffer
+			f.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 			_, target := f.start(t, c.conn)
 			a := action(capEcho, `{"message":"x"}`)
 			resp, err := f.d.Act(ctxT(t), target, a)
@@ -109,9 +115,22 @@ func TestPanicOfAReadIsInterrupted(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.name == "read" {
-				wantInterruptedRead(t, f, target, a, resp, "the connector panicked: handle bug")
+				wantInterruptedRead(t, f, target, a, resp, "the connector panicked (its host logged the panic")
 			} else {
-				wantUnknownMutation(t, f, target, a, resp, "the connector panicked: handle bug")
+				wantUnknownMutation(t, f, target, a, resp, "the connector panicked (its host logged the panic")
+			}
+			if strings.Contains(string(resp.Raw), "handle bug") {
+				t.Errorf("the answer quotes the panic: %s", resp.Raw)
+			}
+			var logged bool
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, `"msg":"the connector panicked"`) && strings.Contains(line, a.ID) &&
+					strings.Contains(line, `"panic":"handle bug"`) && strings.Contains(line, "interrupted_read_test.go") {
+					logged = true
+				}
+			}
+			if !logged {
+				t.Errorf("the panic is not logged with its value, its stack and the action ID: %s", logs.String())
 			}
 		})
 	}
