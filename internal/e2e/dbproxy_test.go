@@ -256,16 +256,39 @@ func (p *dbProxy) setModeLocked(mode proxyMode) {
 
 // ports returns the local ports of the proxy's open server connections:
 // the client_port of the process's sessions in pg_stat_activity.
-func (p *dbProxy) ports() []int {
+func (p *dbProxy) ports() []int { return p.serverPorts(false) }
+
+// livePorts is ports without the connections frozen (and never restored):
+// the sessions the process can still reach. A frozen session is cut off
+// from its client as by a partition; only the server's own timeouts
+// (idle_in_transaction_session_timeout) end it.
+func (p *dbProxy) livePorts() []int { return p.serverPorts(true) }
+
+func (p *dbProxy) serverPorts(liveOnly bool) []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []int
 	for l := range p.links {
-		if l.server != nil {
-			out = append(out, l.server.LocalAddr().(*net.TCPAddr).Port)
+		if l.server == nil {
+			continue
 		}
+		if liveOnly {
+			select {
+			case <-l.gate: // forwarding
+			default:
+				continue // frozen
+			}
+		}
+		out = append(out, l.server.LocalAddr().(*net.TCPAddr).Port)
 	}
 	return out
+}
+
+// acceptedCount returns how many connections the proxy accepted over its life.
+func (p *dbProxy) acceptedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
 }
 
 // held counts the connections accepted while black-holed that the
