@@ -76,7 +76,9 @@ type dispatchFlags struct {
 	maxTimeout    time.Duration
 	maxReroutes   int
 	maxBodyBytes  int
-	replicaCAFile string
+	// maxActionReadBytes is dispatch.Config.MaxActionReadBytes.
+	maxActionReadBytes int
+	replicaCAFile      string
 	// reconcileAfter and reconcileInterval tune Reconcile (0: defaults).
 	reconcileAfter    time.Duration
 	reconcileInterval time.Duration
@@ -109,6 +111,7 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	maxTimeout := fs.Duration("max-timeout", dispatch.DefaultMaxTimeout, "largest timeout_ms accepted")
 	maxReroutes := fs.Int("max-reroutes", dispatch.DefaultMaxReroutes, "provably-not-started reroutes per request (0 disables)")
 	maxBody := fs.Int("max-body-bytes", dispatch.DefaultMaxBodyBytes, "largest request body")
+	maxActionRead := fs.Int("max-action-read-bytes", dispatch.DefaultMaxActionReadBytes, "bytes of action request bodies being read at once, before admission (a tenant holds at most a quarter)")
 	caFile := fs.String("replica-ca-file", "", "extra PEM root CA for replicas' https endpoints")
 	reconcileAfter := fs.Duration("reconcile-after", 0, "age since it was last handed out at which a reservation still held is settled from its replica's journal (default 10m, or twice --max-timeout when longer; must exceed --max-timeout)")
 	reconcileInterval := fs.Duration("reconcile-interval", dispatch.DefaultReconcileInterval, "how often orphaned reservations are reconciled")
@@ -122,7 +125,8 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		server: server, principalID: *principal, audience: *audience, clockSkew: *skew,
 		topology:      registry.RouteTopologyPreference{Region: *region, Zone: *zone, CapacityClass: *class, ForbidCrossRegion: *forbid},
 		actionTimeout: *actionTimeout, maxTimeout: *maxTimeout, maxReroutes: *maxReroutes, maxBodyBytes: *maxBody,
-		replicaCAFile: *caFile, reconcileAfter: *reconcileAfter, reconcileInterval: *reconcileInterval,
+		maxActionReadBytes: *maxActionRead,
+		replicaCAFile:      *caFile, reconcileAfter: *reconcileAfter, reconcileInterval: *reconcileInterval,
 		admission: dispatch.AdmissionLimits{
 			MaxInFlight: *maxInFlight, MaxInFlightPerTenant: *perTenant, MaxQueued: noQueueIfZero(*maxQueued),
 			MaxQueuedPerTenant: noQueueIfZero(*queuedPerTenant), MaxQueueBytes: int64(*queueBytes), MaxQueueAge: *queueAge,
@@ -163,6 +167,8 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		return nil, usagef("dispatch: --max-reroutes %d is outside 0..8", f.maxReroutes)
 	case f.maxBodyBytes < 1<<10 || f.maxBodyBytes > 64<<20:
 		return nil, usagef("dispatch: --max-body-bytes %d is outside 1 KiB..64 MiB", f.maxBodyBytes)
+	case f.maxActionReadBytes < f.maxBodyBytes || f.maxActionReadBytes > 4<<30:
+		return nil, usagef("dispatch: --max-action-read-bytes %d must be at least --max-body-bytes %d and at most 4 GiB", f.maxActionReadBytes, f.maxBodyBytes)
 	case f.reconcileAfter < 0 || (f.reconcileAfter > 0 && f.reconcileAfter <= f.maxTimeout+dispatch.DefaultHopSlack+dispatch.DefaultRegistryTimeout):
 		return nil, usagef("dispatch: --reconcile-after %s must be longer than an action can be in flight (--max-timeout %s plus %s)",
 			f.reconcileAfter, f.maxTimeout, dispatch.DefaultHopSlack+dispatch.DefaultRegistryTimeout)
@@ -258,7 +264,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	d, err := dispatch.New(dispatch.Config{
 		SigningKey: srv.key, PrincipalID: f.principalID, Listener: srv.ln, TLSConfig: srv.tlsConfig,
 		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
-		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), Logger: srv.logger, TracerProvider: srv.tracer,
+		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), MaxActionReadBytes: int64(f.maxActionReadBytes), Logger: srv.logger, TracerProvider: srv.tracer,
 		ReconcileAfter: f.reconcileAfter, ReconcileInterval: f.reconcileInterval,
 	}, deps)
 	if err != nil {

@@ -49,6 +49,7 @@ func TestDispatchFlagErrors(t *testing.T) {
 		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "0"), "--max-in-flight 0 must be at least 1"},
 		{append(base, "--allow-insecure-loopback-http", "--max-in-flight-per-tenant", "0"), "--max-in-flight-per-tenant 0"},
 		{append(base, "--allow-insecure-loopback-http", "--max-queue-bytes", "0"), "--max-queue-bytes 0"},
+		{append(base, "--allow-insecure-loopback-http", "--max-action-read-bytes", "1000"), "--max-action-read-bytes 1000 must be at least --max-body-bytes"},
 		{append(base, "--allow-insecure-loopback-http", "--max-queue-age", "0s"), "--max-queue-age 0s must be positive"},
 		{append(base, "--allow-insecure-loopback-http", "--max-queued", "-1"), "--max-queued -1 must be 0 (no queue) or more"},
 		{append(base, "--allow-insecure-loopback-http", "--max-queued-per-tenant", "-2"), "--max-queued-per-tenant -2"},

@@ -2,7 +2,9 @@
 // are read into memory before they can be authenticated: an ingress that
 // must read a whole body to check its signature is open to anyone who can
 // reach its port, so the bodies being read hold at most an overall budget
-// of bytes together, and one peer at most a share of it.
+// of bytes together, and one peer at most a share of it. (The dispatcher's
+// action entry point, which authenticates first, uses it too: there the
+// bodies are read before admission control counts them.)
 //
 // A request reserves its size (its Content-Length, or the largest body the
 // ingress accepts) in two steps, each first come, first served:
@@ -23,7 +25,9 @@
 // guide's answer stands: firewall the port to the legitimate senders.
 //
 // A peer is a remote IP address; IPv6 addresses are grouped by their /64
-// prefix (PeerOf). Behind a proxy or a NAT every sender is the proxy's
+// prefix (PeerOf). AcquireFor takes a peer the caller names instead (an
+// ingress that authenticates before it reads, such as the dispatcher's
+// action entry point, keys by the authenticated tenant). Behind a proxy or a NAT every sender is the proxy's
 // peer. The budget keeps an entry only for a peer that holds or waits for
 // part of it, so its map grows with the requests in progress, never with
 // the addresses seen over time.
@@ -113,7 +117,7 @@ type Budget struct {
 	// queue holds the requests that have their peer's share and wait for
 	// the overall budget, in arrival order.
 	queue list.List
-	peers map[netip.Prefix]*peer
+	peers map[string]*peer
 	// waitingShare counts the requests waiting for their peer's share.
 	waitingShare int
 }
@@ -157,7 +161,7 @@ func New(cfg Config) (*Budget, error) {
 	if cfg.MinReadRate < 0 || cfg.ReadGrace < 0 {
 		return nil, fmt.Errorf("readbudget: MinReadRate (%d) and ReadGrace (%s) must not be negative", cfg.MinReadRate, cfg.ReadGrace)
 	}
-	return &Budget{cfg: cfg, free: cfg.Total, peers: make(map[netip.Prefix]*peer)}, nil
+	return &Budget{cfg: cfg, free: cfg.Total, peers: make(map[string]*peer)}, nil
 }
 
 // PeerShare is the share of one peer.
@@ -192,6 +196,14 @@ func PeerOf(remoteAddr string) netip.Prefix {
 // Config.MaxPeerWait for its share, the context's error when it ended
 // first. A request of 0 bytes reserves nothing.
 func (b *Budget) Acquire(ctx context.Context, remoteAddr string, n int64) (release func(), err error) {
+	return b.AcquireFor(ctx, "addr:"+PeerOf(remoteAddr).String(), n)
+}
+
+// AcquireFor is Acquire for a peer the caller names: requests with the
+// same key share one peer's share (the dispatcher keys action bodies by
+// their authenticated tenant). Keys Acquire makes begin "addr:"; a
+// budget should be keyed one way only.
+func (b *Budget) AcquireFor(ctx context.Context, key string, n int64) (release func(), err error) {
 	switch {
 	case n < 0:
 		return nil, fmt.Errorf("readbudget: cannot reserve %d bytes", n)
@@ -200,7 +212,6 @@ func (b *Budget) Acquire(ctx context.Context, remoteAddr string, n int64) (relea
 	case n > b.cfg.PeerShare:
 		return nil, fmt.Errorf("%w: %d bytes, a share is %d", ErrTooLarge, n, b.cfg.PeerShare)
 	}
-	key := PeerOf(remoteAddr)
 	b.mu.Lock()
 	p := b.peers[key]
 	if p == nil {
@@ -278,7 +289,7 @@ func (b *Budget) Acquire(ctx context.Context, remoteAddr string, n int64) (relea
 }
 
 // releaser gives back n bytes of the overall budget and of p's share.
-func (b *Budget) releaser(key netip.Prefix, p *peer, n int64) func() {
+func (b *Budget) releaser(key string, p *peer, n int64) func() {
 	return sync.OnceFunc(func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -320,7 +331,7 @@ func (b *Budget) grantShares(p *peer) {
 }
 
 // forget drops p's entry once it holds and waits for nothing.
-func (b *Budget) forget(key netip.Prefix, p *peer) {
+func (b *Budget) forget(key string, p *peer) {
 	if p.held == 0 && p.queue.Len() == 0 {
 		delete(b.peers, key)
 	}

@@ -357,3 +357,40 @@ func TestSetReadDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// AcquireFor keys by the caller's own peer name: requests with one key
+// share a share, another key has its own, and the overall budget holds
+// across both.
+func TestAcquireForKeysByName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBudget(t, Config{Total: 32, PeerShare: 16, MaxPeerWait: time.Second})
+		acme, err := b.AcquireFor(t.Context(), "tenant:acme", 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.AcquireFor(t.Context(), "tenant:acme", 1); !errors.Is(err, ErrPeerBusy) {
+			t.Fatalf("a second request of a key at its share: %v, want ErrPeerBusy", err)
+		}
+		globex, err := b.AcquireFor(t.Context(), "tenant:globex", 16)
+		if err != nil {
+			t.Fatalf("another key's request: %v", err)
+		}
+		checkStats(t, b, Stats{Reserved: 32, Peers: 2})
+		third := make(chan error, 1)
+		go func() {
+			release, err := b.AcquireFor(t.Context(), "tenant:initech", 8)
+			if err == nil {
+				release()
+			}
+			third <- err
+		}()
+		synctest.Wait()
+		checkStats(t, b, Stats{Reserved: 32, Peers: 3, WaitingBudget: 1})
+		acme()
+		if err := <-third; err != nil {
+			t.Fatalf("a third key waiting for the overall budget: %v", err)
+		}
+		globex()
+		checkStats(t, b, Stats{})
+	})
+}

@@ -35,6 +35,8 @@ const (
 	DefaultMaxBodyBytes  = 4 << 20
 	// DefaultMaxEventDeliveries is Config.MaxEventDeliveries' default.
 	DefaultMaxEventDeliveries = 128
+	// DefaultMaxActionReadBytes is Config.MaxActionReadBytes' default.
+	DefaultMaxActionReadBytes = 64 << 20
 	// DefaultMaxEventBodyBytes is Config.MaxEventBodyBytes' default.
 	DefaultMaxEventBodyBytes = 64 << 20
 	DefaultRegistryTimeout   = 5 * time.Second
@@ -84,6 +86,16 @@ type Config struct {
 	MaxReroutes int
 	// MaxBodyBytes bounds a request body. Defaults to 4 MiB.
 	MaxBodyBytes int64
+	// MaxActionReadBytes bounds the bytes of action request bodies (POST
+	// /aip/v1/actions) being read into memory at once, before admission
+	// control counts them: a request reserves its Content-Length (or
+	// MaxBodyBytes when it names none) before its body is read and gives
+	// it back once the body is read. One tenant holds at most a quarter of
+	// it (at least MaxBodyBytes), so a tenant trickling many large bodies
+	// neither holds unbounded memory nor delays other tenants' reads; a
+	// body must arrive at 256 KiB/s after a 5 s grace. See
+	// docs/dispatch-api.md. Defaults to 64 MiB; at least MaxBodyBytes.
+	MaxActionReadBytes int64
 	// MaxEventDeliveries bounds the connector-event deliveries the
 	// dispatcher works on at once (each may hold 4 MiB); one more is
 	// refused with a temporary connector_event.capacity, and its host
@@ -177,6 +189,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxActionReadBytes == 0 {
+		c.MaxActionReadBytes = max(DefaultMaxActionReadBytes, c.MaxBodyBytes)
 	}
 	if c.MaxEventDeliveries == 0 {
 		c.MaxEventDeliveries = DefaultMaxEventDeliveries
@@ -313,6 +328,9 @@ type Dispatcher struct {
 	// eventBodies is the budget of delivery bytes read into memory, with
 	// a share per sender address (see receiveEvents).
 	eventBodies *readbudget.Budget
+	// actionBodies is the budget of action request bytes being read into
+	// memory, with a share per tenant (readActionBody).
+	actionBodies *readbudget.Budget
 	// replicaCalls counts each tenant's status reads and cancels in flight
 	// (MaxTenantReplicaCalls), guarded by replicaCallsMu.
 	replicaCallsMu sync.Mutex
@@ -369,6 +387,8 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		return bad("HopSlack %s must not be negative", cfg.HopSlack)
 	case cfg.MaxBodyBytes < 1:
 		return bad("MaxBodyBytes %d must be positive", cfg.MaxBodyBytes)
+	case cfg.MaxActionReadBytes < cfg.MaxBodyBytes:
+		return bad("MaxActionReadBytes %d must be at least MaxBodyBytes %d, the largest body", cfg.MaxActionReadBytes, cfg.MaxBodyBytes)
 	case cfg.MaxEventDeliveries < 1:
 		return bad("MaxEventDeliveries %d must be positive", cfg.MaxEventDeliveries)
 	case cfg.MaxTenantReplicaCalls < 1:
@@ -415,6 +435,9 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if d.eventBodies, err = newEventBodies(cfg.MaxEventBodyBytes); err != nil {
 		return nil, err
 	}
+	if d.actionBodies, err = newActionBodies(cfg.MaxActionReadBytes, cfg.MaxBodyBytes); err != nil {
+		return nil, err
+	}
 	if d.client == nil {
 		d.client, d.ownClient = newClient(), true
 	}
@@ -428,7 +451,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 	if cfg.TokenCacheSize > 0 {
 		d.deps.Tokens = newTokenCache(deps.Tokens, cfg.Now, cfg.TokenCacheSize)
 	}
-	if d.m, err = newMetrics(cfg.Metrics, sched, d.eventBodies); err != nil {
+	if d.m, err = newMetrics(cfg.Metrics, sched, d.eventBodies, d.actionBodies); err != nil {
 		return nil, err
 	}
 	if ownMetrics {

@@ -30,8 +30,9 @@ type metrics struct {
 
 // newMetrics registers the dispatcher's collectors; bodies is the read
 // budget of connector-event deliveries, whose waiting deliveries
-// aip_dispatch_event_deliveries_waiting counts by reason.
-func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budget) (*metrics, error) {
+// aip_dispatch_event_deliveries_waiting counts by reason, and actionBodies
+// that of action requests (aip_dispatch_action_reads_waiting).
+func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies, actionBodies *readbudget.Budget) (*metrics, error) {
 	m := &metrics{
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_actions_total",
@@ -91,6 +92,13 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 			ConstLabels: prometheus.Labels{"reason": reason},
 		}, func() float64 { return float64(f(bodies.Stats())) })
 	}
+	actionsWaiting := func(reason string, f func(readbudget.Stats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "aip_dispatch_action_reads_waiting",
+			Help:        "Action requests waiting before their bodies are read, by reason: budget (the memory budget of action bodies being read, Config.MaxActionReadBytes, is spent) or tenant_share (their tenant's other requests hold its share of it).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(f(actionBodies.Stats())) })
+	}
 	gauge := func(name, help string, f func(SchedulerSnapshot) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.Snapshot()) })
 	}
@@ -124,6 +132,8 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies *readbudget.Budge
 		m.eventDeliveries, m.eventsStored,
 		waiting("budget", func(s readbudget.Stats) int { return s.WaitingBudget }),
 		waiting("peer_share", func(s readbudget.Stats) int { return s.WaitingShare }),
+		actionsWaiting("budget", func(s readbudget.Stats) int { return s.WaitingBudget }),
+		actionsWaiting("tenant_share", func(s readbudget.Stats) int { return s.WaitingShare }),
 		gauge("aip_dispatch_in_flight", "Actions admitted and not yet answered.", func(s SchedulerSnapshot) float64 { return float64(s.Active) }),
 		gauge("aip_dispatch_queued", "Actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.Queued) }),
 		gauge("aip_dispatch_queued_bytes", "Bytes of the actions waiting for admission.", func(s SchedulerSnapshot) float64 { return float64(s.QueuedBytes) }),

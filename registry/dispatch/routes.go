@@ -22,6 +22,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/netutil"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 )
@@ -288,15 +289,9 @@ func (d *Dispatcher) handleAction() http.Handler {
 			writeError(w, e)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.cfg.MaxBodyBytes))
-		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				writeError(w, newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0,
-					"the request body exceeds "+strconv.FormatInt(d.cfg.MaxBodyBytes, 10)+" bytes"))
-				return
-			}
-			writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, "read the body: "+err.Error()))
+		body, e := d.readActionBody(w, r)
+		if e != nil {
+			writeError(w, e)
 			return
 		}
 		req, err := DecodeActionRequest(body)
@@ -319,6 +314,77 @@ func (d *Dispatcher) handleAction() http.Handler {
 		resp, status := d.executeAction(r.Context(), tenantOf(r.Context()), req, s.chunk, true)
 		s.finish(status, &resp)
 	})
+}
+
+// The read budget of action bodies (Config.MaxActionReadBytes) gives one
+// tenant at most actionsTenantShareDivisor-th of it, and never less than
+// the largest body. A request over its tenant's share waits for that
+// tenant's own reads at most actionsTenantWait, and one waiting for the
+// whole budget at most actionsReadWait; then it is refused, retryable,
+// with nothing dispatched. A client's bodies are read in milliseconds, so
+// a request that waited that long is behind slow or oversized uploads.
+const (
+	actionsTenantShareDivisor = readbudget.DefaultPeerShareDivisor
+	actionsTenantWait         = 2 * time.Second
+	actionsReadWait           = 10 * time.Second
+)
+
+// newActionBodies returns the read budget of action bodies.
+func newActionBodies(total, maxBody int64) (*readbudget.Budget, error) {
+	return readbudget.New(readbudget.Config{
+		Total:       total,
+		PeerShare:   min(max(total/actionsTenantShareDivisor, maxBody), total),
+		MaxPeerWait: actionsTenantWait,
+	})
+}
+
+// readActionBody reads an action request's body within the read budget of
+// action bodies: it reserves the body's Content-Length (MaxBodyBytes when
+// it names none) under the request's tenant, gives the body the budget's
+// minimum transfer rate, and gives the reservation back once the body is
+// read. A body its Content-Length says is too large is refused unread.
+func (d *Dispatcher) readActionBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	tooLarge := func() *apiError {
+		return newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0,
+			"the request body exceeds "+strconv.FormatInt(d.cfg.MaxBodyBytes, 10)+" bytes")
+	}
+	if r.ContentLength > d.cfg.MaxBodyBytes {
+		return nil, tooLarge()
+	}
+	need := d.cfg.MaxBodyBytes
+	if r.ContentLength >= 0 {
+		need = r.ContentLength
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionsReadWait)
+	release, err := d.actionBodies.AcquireFor(ctx, tenantOf(r.Context()), need)
+	cancel()
+	switch {
+	case errors.Is(err, readbudget.ErrPeerBusy):
+		return nil, newAPIError(http.StatusTooManyRequests, CodeSchedulerOverloaded, aip.CategoryTemporary, true, time.Second,
+			fmt.Sprintf("the tenant's other requests whose bodies are still being read hold its share (%d bytes) of the dispatcher's memory for request bodies; nothing was dispatched: retry when they have been sent (a request that names its Content-Length reserves only that)",
+				d.actionBodies.PeerShare()))
+	case err != nil && r.Context().Err() == nil:
+		return nil, newAPIError(http.StatusServiceUnavailable, CodeSchedulerOverloaded, aip.CategoryTemporary, true, time.Second,
+			fmt.Sprintf("the dispatcher's memory for request bodies being read (%d bytes) stayed full for %s; nothing was dispatched: retry shortly",
+				d.cfg.MaxActionReadBytes, actionsReadWait))
+	case err != nil:
+		return nil, newAPIError(http.StatusServiceUnavailable, CodeSchedulerOverloaded, aip.CategoryTemporary, true, 100*time.Millisecond,
+			"the request ended while waiting for its body to be read; nothing was dispatched")
+	}
+	defer release()
+	// Set before the body is read: net/http clears it when the body ends,
+	// so it never reaches the action's own time. Without a read deadline
+	// on the connection the server's ReadTimeout still bounds the read.
+	_ = d.actionBodies.SetReadDeadline(w, r, need)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, d.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge()
+		}
+		return nil, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, "read the body: "+err.Error())
+	}
+	return body, nil
 }
 
 // streamWriter relays a streaming action's chunks as NDJSON lines. Each
