@@ -346,7 +346,7 @@ func newActionBodies(total, maxBody int64) (*readbudget.Budget, error) {
 func (d *Dispatcher) readActionBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	tooLarge := func() *apiError {
 		return newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0,
-			"the request body exceeds "+strconv.FormatInt(d.cfg.MaxBodyBytes, 10)+" bytes")
+			"the request body exceeds "+strconv.FormatInt(d.cfg.MaxBodyBytes, 10)+" bytes, the largest this dispatcher reads (--max-body-bytes): send a smaller input")
 	}
 	if r.ContentLength > d.cfg.MaxBodyBytes {
 		return nil, tooLarge()
