@@ -191,7 +191,8 @@
 //     on every delivery — except a read-only capability's (ReadOnly) that
 //     the connector's panic, a hang past HandleGrace, a timeout, the
 //     shutdown or its stream's receiver going away cut off before the
-//     connector said what it did: it changed
+//     connector said what it did, or whose connector answered
+//     ErrOutcomeUnknown: it changed
 //     nothing, so it is journaled and answered failed
 //     connector_host.interrupted, retryable (Interrupted), as recovery
 //     fails a read a restart cut off;

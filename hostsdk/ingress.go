@@ -1002,6 +1002,13 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 		switch {
 		case errors.Is(err, errAbandoned):
 			return h.interrupted(actx, a, cap, err.Error())
+		case errors.Is(err, ErrOutcomeUnknown) && ReadOnly(cap.cap):
+			// A read changed nothing, whatever the connector could not
+			// tell: it fails interrupted, retryable, as recovery fails a
+			// read whose Reconcile answered ErrOutcomeUnknown. (Interrupted
+			// and UnusableResult never wrap ErrOutcomeUnknown for a read:
+			// this is the connector's own.)
+			return h.interrupted(actx, a, cap, "the connector could not tell what the read did ("+err.Error()+")")
 		case errors.Is(err, ErrOutcomeUnknown):
 			return aip.StateOutcomeUnknown, nil, err.Error()
 		case errors.As(err, &pe):

@@ -286,3 +286,35 @@ func TestShutdownOfAReadIsInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestReadTheConnectorCouldNotTellIsInterrupted: a Handle that answers
+// ErrOutcomeUnknown leaves a mutation's outcome unknown, but for a
+// read-only capability the host fails the action connector_host.interrupted,
+// retryable, now, to a retry and to a status query, as recovery fails a
+// read whose Reconcile answered ErrOutcomeUnknown. It used to be
+// outcome_unknown live (final for the action ID, counted against nothing
+// that changed) and interrupted after a restart.
+func TestReadTheConnectorCouldNotTellIsInterrupted(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wrap func(*testConnector) hostsdk.Connector
+	}{
+		{"read", func(c *testConnector) hostsdk.Connector { return readOnlyConnector{c} }},
+		{"write", func(c *testConnector) hostsdk.Connector { return c }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFleet(t)
+			_, target := f.start(t, c.wrap(newTestConnector()))
+			a := action(capEcho, `{"message":"unknown"}`) // answers ErrOutcomeUnknown
+			resp, err := f.d.Act(ctxT(t), target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.name == "read" {
+				wantInterruptedRead(t, f, target, a, resp, "the connector could not tell what the read did (provider timed out")
+			} else {
+				wantUnknownMutation(t, f, target, a, resp, "provider timed out")
+			}
+		})
+	}
+}
