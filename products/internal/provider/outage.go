@@ -20,7 +20,9 @@ const (
 )
 
 // Transient reports whether err is a failed read worth repeating: no
-// answer (or an answer that could not be read), a 5xx, a 408 or a 429.
+// answer (or an answer that could not be read), a 5xx, a 408 or a 429 —
+// not a 501, which says the provider does not offer the operation
+// (provider.not_implemented, not retryable) and answers the same again.
 // It returns the *Error it found.
 func Transient(err error) (*Error, bool) {
 	var pe *Error
@@ -28,7 +30,7 @@ func Transient(err error) (*Error, bool) {
 		return nil, false
 	}
 	s := pe.Status
-	return pe, s == 0 || s >= 500 || s == http.StatusTooManyRequests || s == http.StatusRequestTimeout
+	return pe, s == 0 || mayHaveApplied5xx(s) || s == http.StatusTooManyRequests || s == http.StatusRequestTimeout
 }
 
 // Outage follows the reads that wait for a long run on a provider (a

@@ -22,6 +22,9 @@ func TestTransient(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", &Error{Status: http.StatusBadGateway}), true},
 		{&Error{Status: http.StatusOK, Message: "the status answer has no status"}, false},
 		{&Error{Status: http.StatusNotFound}, false},
+		// The provider does not offer the operation: asking again gets
+		// the same 501 (provider.not_implemented, not retryable).
+		{&Error{Status: http.StatusNotImplemented}, false},
 		{&Error{Status: http.StatusUnauthorized}, false},
 		{errors.New("not a provider error"), false},
 	} {

@@ -298,7 +298,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 		return nil, c.fail(req, 0, true, fmt.Sprintf("reading the %d answer failed", resp.StatusCode), err)
 	}
 	if int64(len(data)) > c.cfg.MaxResponseBytes {
-		return nil, c.fail(req, resp.StatusCode, resp.StatusCode >= 200 && resp.StatusCode < 300 || resp.StatusCode >= 500,
+		return nil, c.fail(req, resp.StatusCode, resp.StatusCode >= 200 && resp.StatusCode < 300 || mayHaveApplied5xx(resp.StatusCode),
 			fmt.Sprintf("answer is larger than the %d bytes allowed (raise the max response bytes setting)", c.cfg.MaxResponseBytes), nil)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -401,7 +401,7 @@ func (c *Client) refused(req Request, resp *http.Response, data []byte) *Error {
 		return c.fail(req, resp.StatusCode, false,
 			fmt.Sprintf("redirect to %q not followed; point the base URL at the API itself", resp.Header.Get("Location")), nil)
 	}
-	e := c.fail(req, resp.StatusCode, resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented, c.Redacted(providerMessage(data)), nil)
+	e := c.fail(req, resp.StatusCode, mayHaveApplied5xx(resp.StatusCode), c.Redacted(providerMessage(data)), nil)
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		e.RetryAfter = ParseRetryAfter(s, time.Now())
 	}
@@ -485,9 +485,19 @@ func processedRedirect(method string, status int) bool {
 }
 
 // refusal reports whether status says the request was not acted on (a
-// redirect or a 4xx), whatever its body: an answer whose body is cut short
-// is still that refusal.
-func refusal(status int) bool { return status >= 300 && status < 500 }
+// redirect, a 4xx or a 501), whatever its body: an answer whose body is
+// cut short is still that refusal.
+func refusal(status int) bool {
+	return status >= 300 && status < 500 || status == http.StatusNotImplemented
+}
+
+// mayHaveApplied5xx reports whether status is a server error after which
+// the request may have been acted on: any 5xx but a 501 (RFC 9110
+// §15.6.2: the server does not support what the request asks, so it did
+// none of it, and asking again gets the same answer).
+func mayHaveApplied5xx(status int) bool {
+	return status >= 500 && status != http.StatusNotImplemented
+}
 
 // JSON sends req and decodes a 2xx answer into out (nil: ignore the body).
 func (c *Client) JSON(ctx context.Context, req Request, out any) error {

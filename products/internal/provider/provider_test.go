@@ -219,6 +219,50 @@ func TestResponseBound(t *testing.T) {
 	}
 }
 
+// A 501 did nothing whatever its body: one cut short or over the
+// response bound is still the provider saying it does not offer the
+// operation, so a mutation answered so is a failed
+// provider.not_implemented, not outcome_unknown (as a 501 with a whole
+// body is).
+func TestNotImplementedWhateverItsBody(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		max     int64
+	}{
+		{"cut short", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusNotImplemented)
+			fmt.Fprint(w, `{"error":"Cron mod`)
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		}, 0},
+		{"over the bound", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNotImplemented)
+			fmt.Fprint(w, strings.Repeat("x", 200))
+		}, 99},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, tc.handler, func(cfg *Config) {
+				if tc.max > 0 {
+					cfg.MaxResponseBytes = tc.max
+				}
+			})
+			_, err := c.Do(t.Context(), Request{Method: "POST", Path: "/x"})
+			var pe *Error
+			if !errors.As(err, &pe) || pe.MayHaveApplied {
+				t.Fatalf("Do = %#v, want an *Error that did not apply", err)
+			}
+			if res, rerr := Result(call(), err, true); rerr != nil || res.Error.Code != CodeNotImplemented || res.Error.IsRetryable() {
+				t.Fatalf("501 mutation: %+v, %v, want failed %s", res, rerr, CodeNotImplemented)
+			}
+		})
+	}
+}
+
 func call() *hostsdk.Call {
 	return &hostsdk.Call{Action: &aip.Action{ID: "act_1"}}
 }
