@@ -49,6 +49,10 @@ const (
 // cannot push every other replica's heartbeats past their timeouts.
 const MaxRequestsPerReplica = 4
 
+// maxQuotedReplicaID bounds what the answer, the log and the trace quote
+// of a replica ID that is no replica record ID.
+const maxQuotedReplicaID = 80
+
 // Outcomes (the "outcome" label of aip_connector_control_requests_total).
 // An unhealthy heartbeat is answered with a lease that ends at once and
 // takes the replica offline: it counts as unhealthy, not as a lease.
@@ -145,7 +149,14 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	req := &recv.Request
 	a.requestID, a.op = req.RequestID, req.Command.Operation
-	a.replicaID = req.Command.ReplicaID()
+	// a.replicaID is what the answer, the log and the trace quote: an ID
+	// no replica record can have (anyone can send one, up to a body's
+	// worth) is cut short from here on, whichever check refuses it.
+	replicaID := req.Command.ReplicaID()
+	a.replicaID = replicaID
+	if aip.ValidateRecordID(aip.PrefixReplica, replicaID) != nil {
+		a.replicaID = aip.TruncateUTF8(replicaID, maxQuotedReplicaID)
+	}
 	// 2. The freshness window.
 	now := s.cfg.Now()
 	if err := aip.CheckWindow(now, req.IssuedAt.Time, req.ExpiresAt.Time); err != nil {
@@ -154,12 +165,11 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if a.replicaID == "" {
 		return a.reject(http.StatusForbidden, reasonMalformed, nil, "the %s command names no replica", a.op)
 	}
-	if err := aip.ValidateRecordID(aip.PrefixReplica, a.replicaID); err != nil {
+	if err := aip.ValidateRecordID(aip.PrefixReplica, replicaID); err != nil {
 		// No replica record has such an ID (registry records check it
 		// since the first schema): refused without a registry lookup, so
-		// that an unauthenticated request cannot make one, nor carry up
-		// to a body's worth of ID into the logs and the trace.
-		a.replicaID = aip.TruncateUTF8(a.replicaID, 80)
+		// that an unauthenticated request cannot make one (a.replicaID,
+		// quoted in the log and the trace, is cut short).
 		return a.reject(http.StatusForbidden, reasonNotProvisioned, err,
 			"%v: it is not a replica ID, so no replica of that ID is pre-provisioned", err)
 	}

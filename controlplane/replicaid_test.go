@@ -2,10 +2,15 @@ package controlplane_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
@@ -56,5 +61,54 @@ func TestMalformedReplicaIDIsNotLookedUp(t *testing.T) {
 	e.post(h.seal(req), req.RequestID).rejected(t, http.StatusForbidden, "not pre-provisioned")
 	if n := counter.n.Load(); n != 1 {
 		t.Fatalf("%d lookups for a well-formed unknown ID, want 1", n)
+	}
+}
+
+// TestHugeReplicaIDIsCutShortWhateverRefusesIt: a request whose replica
+// ID is no replica record ID is refused by the freshness window (step 2)
+// as well as by the replica ID check (step 3): either way the log line
+// and the span quote the ID cut short, not the up to 64 KiB an
+// unauthenticated sender put there (before, a refusal by the window logged
+// and traced it whole).
+func TestHugeReplicaIDIsCutShortWhateverRefusesIt(t *testing.T) {
+	logs := &syncBuffer{}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	e := newEnv(t, newMemBackend, func(c *controlplane.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.TracerProvider = tp
+	})
+	h := e.provision("a1")
+	huge := aip.PrefixReplica + strings.Repeat("x", 60_000)
+	stale := h.request(aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: huge, PreviousSequence: 1, ConnectorReady: true}))
+	stale.IssuedAt = aip.At(e.clock.Now().Add(-40 * time.Second))
+	stale.ExpiresAt = aip.At(e.clock.Now().Add(-10 * time.Second))
+	e.post(h.seal(stale), stale.RequestID).rejected(t, http.StatusForbidden, "expired")
+	fresh := h.request(aip.HeartbeatCommand(aip.Heartbeat{ReplicaID: huge, PreviousSequence: 1, ConnectorReady: true}))
+	e.post(h.seal(fresh), fresh.RequestID).rejected(t, http.StatusForbidden, "is not a replica ID")
+
+	logs.mu.Lock()
+	text := logs.b.String()
+	logs.mu.Unlock()
+	if n := strings.Count(text, "lifecycle request rejected"); n != 2 {
+		t.Fatalf("%d rejections logged, want 2:\n%.2000s", n, text)
+	}
+	if strings.Contains(text, strings.Repeat("x", 200)) {
+		t.Errorf("the log quotes the replica ID whole (%d bytes of log)", len(text))
+	}
+	spans := 0
+	for _, s := range rec.Ended() {
+		for _, kv := range s.Attributes() {
+			if kv.Key == "aip.replica_id" {
+				spans++
+				if len(kv.Value.AsString()) > 200 {
+					t.Errorf("span %s quotes a %d-byte replica ID", s.Name(), len(kv.Value.AsString()))
+				}
+			}
+		}
+	}
+	if spans != 2 {
+		t.Errorf("%d spans with a replica ID, want 2", spans)
 	}
 }
