@@ -263,7 +263,15 @@ func (d *Dispatcher) receiveEvents(r *http.Request, w http.ResponseWriter, dl *d
 			return nil, refuseEvent(http.StatusRequestEntityTooLarge, aip.CodeEventInvalid,
 				"the delivery exceeds %d bytes; send fewer or smaller events per delivery", aip.MaxEventDeliveryBytes)
 		}
-		return nil, invalidEvent("read the delivery: %v", err)
+		// The read error names the connection's addresses (the
+		// dispatcher's own, behind a proxy): this route needs no token,
+		// so the refusal says only what happened, and the log has it.
+		d.log.Debug("the body of an event delivery could not be read", "remote_addr", r.RemoteAddr, "error", err)
+		if timedOut(err) {
+			return nil, invalidEvent("the delivery's body did not arrive in time (at %d KiB/s at least, after a grace of %s)",
+				readbudget.DefaultMinReadRate>>10, readbudget.DefaultReadGrace)
+		}
+		return nil, invalidEvent("the delivery's body could not be read")
 	}
 	if d.deps.Events == nil || d.deps.Records == nil {
 		dl.env = probeEnvelope(raw)

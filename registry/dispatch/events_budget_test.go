@@ -170,6 +170,14 @@ func TestConnectorEventSlowBodyIsCutOff(t *testing.T) {
 	resp.Body.Close()
 	status, ans, _ := w.verifyAnswer(resp, body)
 	checkRefusal(t, status, ans, http.StatusBadRequest, aip.CodeEventInvalid)
+	// The refusal, to anyone who can reach the route (it needs no
+	// token), says what happened, and names neither the dispatcher's
+	// own address nor the connection's: the read error did (read tcp
+	// <dispatcher>-><sender>: i/o timeout).
+	msg := ans.Body.Error.Error.Message
+	if strings.Contains(msg, u.Host) || strings.Contains(msg, c.LocalAddr().String()) || !strings.Contains(msg, "did not arrive in time") {
+		t.Errorf("the refusal of a stalled body says %q: want it to say the body did not arrive in time, without the connection's addresses", msg)
+	}
 	if n := dispatch.EventBodyPeers(w.d); n != 0 {
 		t.Errorf("the read budget keeps %d peers after the stalled delivery was answered", n)
 	}

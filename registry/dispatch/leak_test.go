@@ -1,12 +1,18 @@
 package dispatch_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
@@ -120,5 +126,41 @@ func TestHopFailuresNameNoInternals(t *testing.T) {
 			t.Fatalf("%s: status read %s", name, body)
 		}
 		check(name+", status read", body, endpointOf(id), "not an envelope signed by replica "+id)
+	}
+}
+
+// TestUnreadBodyNamesNoAddresses: a request whose body does not arrive
+// (it stalls past the server's read timeout) is answered 400 saying so,
+// without the read error, which names the dispatcher's own address and the
+// connection's (read tcp <dispatcher>-><caller>: i/o timeout): behind a
+// proxy that is an internal address no caller is told. The action and the
+// cancel routes both read a body.
+func TestUnreadBodyNamesNoAddresses(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	srv := httptest.NewUnstartedServer(w.d.Handler())
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	must(t, err)
+	for _, path := range []string{dispatch.PathActions, dispatch.PathActions + "/" + aip.NewActionID() + "/cancel"} {
+		c, err := net.Dial("tcp", u.Host)
+		must(t, err)
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{", path, u.Host, w.token(tenant))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			c.Close()
+			t.Fatalf("%s: no answer to a stalled body: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.Close()
+		if resp.StatusCode != http.StatusBadRequest || errorCode(t, body) != dispatch.CodeRequestInvalid {
+			t.Fatalf("%s: a stalled body answered %d %s", path, resp.StatusCode, body)
+		}
+		if strings.Contains(string(body), u.Host) || strings.Contains(string(body), c.LocalAddr().String()) || !strings.Contains(string(body), "did not arrive in time") {
+			t.Errorf("%s: the answer to a stalled body is %s: want it to say the body did not arrive in time, without the connection's addresses", path, body)
+		}
 	}
 }

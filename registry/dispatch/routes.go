@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -119,6 +120,26 @@ func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, claims.TenantID)))
 	})
+}
+
+// unreadBody is the answer to a request whose body could not be read. The
+// read error names the connection's addresses (the dispatcher's own,
+// behind a proxy), which no caller is told: it is logged at debug level,
+// and the answer says only what happened.
+func (d *Dispatcher) unreadBody(r *http.Request, err error) *apiError {
+	d.log.Debug("a request body could not be read", "path", r.URL.Path, "remote_addr", r.RemoteAddr, "error", err)
+	msg := "the request body could not be read"
+	if timedOut(err) {
+		msg = "the request body did not arrive in time"
+	}
+	return newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, msg)
+}
+
+// timedOut reports whether err is a network timeout (a read deadline
+// that passed).
+func timedOut(err error) bool {
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 // ValidTenantID reports whether t is a tenant ID a token may name: the
@@ -382,7 +403,7 @@ func (d *Dispatcher) readActionBody(w http.ResponseWriter, r *http.Request) ([]b
 		if errors.As(err, &mbe) {
 			return nil, tooLarge()
 		}
-		return nil, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, "read the body: "+err.Error())
+		return nil, d.unreadBody(r, err)
 	}
 	return body, nil
 }
@@ -478,7 +499,7 @@ func (d *Dispatcher) handleCancel() http.Handler {
 				writeError(w, newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0, "a cancel body is at most 64 KiB"))
 				return
 			}
-			writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, "read the body: "+err.Error()))
+			writeError(w, d.unreadBody(r, err))
 			return
 		}
 		var c CancelRequest
