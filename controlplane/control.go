@@ -79,7 +79,11 @@ type answer struct {
 	// decided is set when the registry decided the request (a lease, an
 	// offline state or a rejection by its rules): it answers again.
 	decided bool
-	err     error // the underlying error, for logs and spans
+	// authenticated is set once the request's signature verified as the
+	// replica's (step 5): only then does its span continue the host's
+	// trace.
+	authenticated bool
+	err           error // the underlying error, for logs and spans
 }
 
 func (a *answer) label() string {
@@ -105,12 +109,22 @@ func (a *answer) unavailable(reason string, err error, message string) *answer {
 func (s *Service) handleControl() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		// The span continues the host's trace (its W3C traceparent header).
-		ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := s.tracer.Start(ctx, "controlplane.lifecycle", trace.WithSpanKind(trace.SpanKindServer))
-		a := s.process(ctx, w, r)
+		a := s.process(r.Context(), w, r)
 		s.respond(w, a)
 		s.m.observeRequest(a, time.Since(start))
+		// The span, from start, continues the host's trace (its W3C
+		// traceparent header) only when the request verified as the
+		// replica's: one that did not (anyone can send it) is a root of
+		// its own, so nobody can hang failed spans under a trace of
+		// their choice. Nothing process calls makes spans of its own.
+		parent := r.Context()
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start)}
+		if a.authenticated {
+			parent = propagation.TraceContext{}.Extract(parent, propagation.HeaderCarrier(r.Header))
+		} else {
+			opts = append(opts, trace.WithNewRoot())
+		}
+		_, span := s.tracer.Start(parent, "controlplane.lifecycle", opts...)
 		span.SetAttributes(
 			attribute.String("aip.control.operation", a.label()),
 			attribute.String("aip.control.request_id", a.requestID),
@@ -191,6 +205,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if err := recv.Signed.Verify(key.pub); err != nil {
 		return a.reject(http.StatusForbidden, reasonSignature, err, "%v", err)
 	}
+	a.authenticated = true
 	// 6. The digest.
 	digest, err := aip.ControlRequestDigest(req)
 	if err != nil {
