@@ -255,7 +255,7 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	// reads an exp of 0 as none): such a token expired in 1970, and would
 	// otherwise never expire.
 	if tok.Expiration().Unix() <= 0 {
-		return Claims{}, fmt.Errorf("%w: token expired", ErrUnauthorized)
+		return Claims{}, fmt.Errorf("%w: token expired: its exp is at or before the Unix epoch (an exp of 0 is expired, not no expiry; have the issuer set one)", ErrUnauthorized)
 	}
 	if kids := v.issuers[tok.Issuer()]; !kids[kid] {
 		return Claims{}, fmt.Errorf("%w: issuer %q is not trusted with key %s", ErrUnauthorized, tok.Issuer(), kid)
