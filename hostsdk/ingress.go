@@ -1025,6 +1025,9 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 		case h.actionBase.Err() != nil:
 			return h.interrupted(actx, a, cap, "the action was interrupted by the host's shutdown: "+err.Error())
 		case errors.Is(err, context.DeadlineExceeded):
+			if ReadOnly(cap.cap) {
+				return h.interrupted(actx, a, cap, "the read timed out before the connector answered ("+err.Error()+"); if its timeout_ms was too short, give the new action a larger one")
+			}
 			return h.interrupted(actx, a, cap, "the action timed out; the connector did not say whether its effect happened: "+err.Error())
 		case errors.Is(err, ErrStreamClosed):
 			// The receiver went away mid-stream and the connector gave
@@ -1087,8 +1090,15 @@ func (h *Host) interrupted(actx context.Context, a *aip.Action, cap *capability,
 func UnusableResult(c *aip.Capability, problem string) error {
 	return failReadElseUnknown(c, problem, func(problem string) *aip.ProtocolError {
 		return aip.NewProtocolError(CodeOutputInvalid, aip.CategoryConnector, false, 0,
-			aip.TruncateUTF8(problem+"; the read changed nothing: ask for less (a smaller page, fewer fields) if it was too much, else send it again", aip.MaxErrorMessageBytes))
+			withAdvice(problem, "; the read changed nothing: ask for less (a smaller page, fewer fields) if it was too much, else send it again"))
 	})
+}
+
+// withAdvice is problem, cut short if need be, followed by advice, in at
+// most aip.MaxErrorMessageBytes: a long problem must not cut off what the
+// caller should do.
+func withAdvice(problem, advice string) string {
+	return aip.TruncateUTF8(problem, max(aip.MaxErrorMessageBytes-len(advice), 0)) + advice
 }
 
 // Interrupted is the error a connector returns (and the host records)
@@ -1103,7 +1113,7 @@ func UnusableResult(c *aip.Capability, problem string) error {
 // since the effect may have happened.
 func Interrupted(c *aip.Capability, what string) error {
 	return failReadElseUnknown(c, what, func(what string) *aip.ProtocolError {
-		return interruptedError(true, what+"; a read changes nothing: send it again under a new action ID")
+		return interruptedError(true, withAdvice(what, "; a read changes nothing: send it again under a new action ID"))
 	})
 }
 

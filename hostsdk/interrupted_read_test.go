@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -160,7 +161,10 @@ func TestTimeoutOfAReadIsInterrupted(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.name == "read" {
-				wantInterruptedRead(t, f, target, a, resp, "the action timed out")
+				wantInterruptedRead(t, f, target, a, resp, "the read timed out before the connector answered")
+				if res, _ := resp.Result(); res == nil || !strings.Contains(res.Error.Message, "larger one") {
+					t.Errorf("the timed-out read's answer does not say to give it a larger timeout_ms: %s", resp.Raw)
+				}
 			} else {
 				wantUnknownMutation(t, f, target, a, resp, "the action timed out")
 			}
@@ -316,5 +320,27 @@ func TestReadTheConnectorCouldNotTellIsInterrupted(t *testing.T) {
 				wantUnknownMutation(t, f, target, a, resp, "provider timed out")
 			}
 		})
+	}
+}
+
+// TestInterruptedAdviceSurvivesALongProblem: the advice of a read's
+// interrupted or unusable result (send it again; ask for less) is kept
+// whole when what went wrong is longer than a message may be: the problem
+// is cut, not the advice (the whole message was cut, advice first).
+func TestInterruptedAdviceSurvivesALongProblem(t *testing.T) {
+	read := &aip.Capability{ID: "x.read", Contract: &aip.CapabilityContract{SideEffects: []aip.SideEffect{aip.EffectRead}}}
+	long := strings.Repeat("é", aip.MaxErrorMessageBytes)
+	for name, err := range map[string]error{
+		"interrupted": hostsdk.Interrupted(read, long),
+		"unusable":    hostsdk.UnusableResult(read, long),
+	} {
+		pe, ok := err.(*aip.ProtocolError)
+		if !ok {
+			t.Fatalf("%s: %T %v, want a protocol error", name, err, err)
+		}
+		if len(pe.Message) > aip.MaxErrorMessageBytes || !utf8.ValidString(pe.Message) ||
+			!(strings.HasSuffix(pe.Message, "send it again under a new action ID") || strings.HasSuffix(pe.Message, "else send it again")) {
+			t.Errorf("%s: message of %d bytes ends %q", name, len(pe.Message), pe.Message[max(0, len(pe.Message)-80):])
+		}
 	}
 }
