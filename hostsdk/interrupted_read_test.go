@@ -92,6 +92,16 @@ func wantUnknownMutation(t *testing.T, f *fleet, target hostsdktest.Target, a *a
 	}
 }
 
+// readAndWrite runs a test with the test connector as it is (a mutation's
+// capabilities) and wrapped as read-only.
+var readAndWrite = []struct {
+	name string
+	wrap func(*testConnector) hostsdk.Connector
+}{
+	{"read", func(c *testConnector) hostsdk.Connector { return readOnlyConnector{c} }},
+	{"write", func(c *testConnector) hostsdk.Connector { return c }},
+}
+
 // TestPanicOfAReadIsInterrupted: a Handle that panics leaves a mutation's
 // outcome unknown, but a read-only capability's action changed nothing:
 // it fails connector_host.interrupted, retryable, now, to a retry and to
@@ -236,13 +246,7 @@ func TestAbandonedReadIsInterrupted(t *testing.T) {
 // outcome_unknown for a mutation, and failed connector_host.interrupted,
 // retryable, for a read-only capability; journaled so.
 func TestShutdownOfAReadIsInterrupted(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		wrap func(*testConnector) hostsdk.Connector
-	}{
-		{"read", func(c *testConnector) hostsdk.Connector { return readOnlyConnector{c} }},
-		{"write", func(c *testConnector) hostsdk.Connector { return c }},
-	} {
+	for _, c := range readAndWrite {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFleet(t)
 			f.cfg.DrainTimeout = 50 * time.Millisecond
@@ -299,13 +303,7 @@ func TestShutdownOfAReadIsInterrupted(t *testing.T) {
 // outcome_unknown live (final for the action ID, counted against nothing
 // that changed) and interrupted after a restart.
 func TestReadTheConnectorCouldNotTellIsInterrupted(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		wrap func(*testConnector) hostsdk.Connector
-	}{
-		{"read", func(c *testConnector) hostsdk.Connector { return readOnlyConnector{c} }},
-		{"write", func(c *testConnector) hostsdk.Connector { return c }},
-	} {
+	for _, c := range readAndWrite {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFleet(t)
 			_, target := f.start(t, c.wrap(newTestConnector()))

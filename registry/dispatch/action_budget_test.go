@@ -1,13 +1,10 @@
 package dispatch_test
 
 import (
-	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -18,34 +15,10 @@ import (
 )
 
 // trickleAction starts, as tenant (a countingVerifier token), an action
-// request announcing a body of n bytes with Expect: 100-continue; it
-// sends one byte once the dispatcher asks for the body. The first answer
-// arrives on the channel.
+// request announcing a body of n bytes (see trickle).
 func trickleAction(t *testing.T, srv *httptest.Server, tenant string, n int64) (net.Conn, <-chan rawAnswer) {
 	t.Helper()
-	u, err := url.Parse(srv.URL)
-	must(t, err)
-	c, err := net.Dial("tcp", u.Host)
-	must(t, err)
-	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer good-%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n",
-		dispatch.PathActions, u.Host, tenant, n)
-	ch := make(chan rawAnswer, 1)
-	go func() {
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			ch <- rawAnswer{err: err}
-			return
-		}
-		if resp.StatusCode == http.StatusContinue {
-			c.Write([]byte("{"))
-			ch <- rawAnswer{continued: true}
-			return
-		}
-		body, err := io.ReadAll(resp.Body)
-		ch <- rawAnswer{resp: resp, body: body, err: err}
-	}()
-	return c, ch
+	return trickle(t, srv.URL, "", dispatch.PathActions, "Authorization: Bearer good-"+tenant+"\r\n", n)
 }
 
 // TestActionBodiesReadWithinTheTenantShare: action bodies are read into

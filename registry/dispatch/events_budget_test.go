@@ -52,18 +52,30 @@ type rawAnswer struct {
 }
 
 // trickleDelivery starts, from source, a delivery announcing the largest
-// body with Expect: 100-continue; it sends one byte of the body once the
-// dispatcher asks for it. The first answer arrives on the channel.
+// body (see trickle).
 func (w *eventWorld) trickleDelivery(source string) (net.Conn, <-chan rawAnswer) {
 	w.t.Helper()
-	u, err := url.Parse(w.srv.URL)
-	must(w.t, err)
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(source)}}
+	return trickle(w.t, w.srv.URL, source, aip.EventsPath, "", aip.MaxEventDeliveryBytes)
+}
+
+// trickle starts, from source (a loopback address; "" for any), a POST to
+// path on the server at srvURL announcing a body of n bytes with Expect:
+// 100-continue, with header (whole lines, each ending "\r\n") added; it
+// sends one byte of the body once the server asks for it. The first
+// answer arrives on the channel.
+func trickle(t testing.TB, srvURL, source, path, header string, n int64) (net.Conn, <-chan rawAnswer) {
+	t.Helper()
+	u, err := url.Parse(srvURL)
+	must(t, err)
+	var d net.Dialer
+	if source != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(source)}
+	}
 	c, err := d.Dial("tcp", u.Host)
-	must(w.t, err)
-	w.t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n",
-		aip.EventsPath, u.Host, aip.MaxEventDeliveryBytes)
+	must(t, err)
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n",
+		path, u.Host, header, n)
 	ch := make(chan rawAnswer, 1)
 	go func() {
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
