@@ -314,14 +314,13 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 // spelled as other numbers (42.0, 4.2e1: the schema's "integer" accepts
 // them) read as the integers they are (provider.IntegralNumbers), so that
 // an ID is never sent as "42.0" nor read by Chatwoot as another number.
-// An input holding the character U+0000 is refused (provider.NULPath):
+// An input holding the character U+0000 is refused (provider.RefuseNUL):
 // Chatwoot keeps its text in PostgreSQL, which cannot store it, and
 // answers such a request with a 500 that a mutation could only report as
 // outcome_unknown.
 func decodeInput(call *hostsdk.Call, v any) error {
-	if path, ok := provider.NULPath(call.Action.Input); ok {
-		return aip.NewProtocolError("chatwoot.input_invalid", aip.CategoryPermanent, false, 0,
-			fmt.Sprintf("input of %s: %q holds the character U+0000, which Chatwoot cannot store (PostgreSQL text); remove it", call.Action.CapabilityID, path))
+	if err := provider.RefuseNUL("chatwoot.input_invalid", "Chatwoot", call); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(provider.IntegralNumbers(call.Action.Input)))
 	dec.DisallowUnknownFields()

@@ -3,19 +3,26 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 // NULPath returns where an action input holds the character U+0000 (a
 // "\u0000" escape) in a string or a member name, as a JSON-pointer-like
 // path ("/message/content", "/tags/2"; "" is the input itself), and
-// false when it holds none or is not JSON. Products that keep text in
-// PostgreSQL (Chatwoot, through Rails) cannot store it: the driver
-// refuses the statement after the request was accepted, which the
-// product answers with a 500, an outcome the adapter cannot tell from a
-// write that failed midway. An adapter refuses such an input before
-// sending anything.
+// false when it holds none or is not JSON. PostgreSQL cannot hold it in
+// text, varchar or jsonb, nor compare with it: the server refuses a
+// parameter holding it (invalid byte sequence for encoding "UTF8": 0x00,
+// SQLSTATE 22021; some drivers refuse it first, as Ruby's pg and Python's
+// psycopg2 do) and jsonb the escape (unsupported Unicode escape sequence,
+// 22P05). That happens after the product accepted the request, and a
+// product that does not catch it answers with a 500, an outcome the
+// adapter cannot tell from a write that failed midway. RefuseNUL is the
+// refusal an adapter for such a product makes before sending anything.
 func NULPath(raw json.RawMessage) (string, bool) {
 	if bytes.IndexByte(raw, 0) < 0 && !bytes.Contains(raw, []byte(`\u0000`)) {
 		return "", false // the common case: no escape to read
@@ -51,4 +58,24 @@ func NULPath(raw json.RawMessage) (string, bool) {
 		return "", false
 	}
 	return walk(v, "")
+}
+
+// RefuseNUL refuses an action whose input holds U+0000 (NULPath) when
+// product keeps the input's text in PostgreSQL without removing the
+// character first, as Chatwoot (Rails), Twenty (TypeORM) and Cal.diy
+// (Prisma) do: a permanent, non-retryable error with the adapter's
+// input_invalid code, naming the capability and where the character is.
+// It returns nil when the input holds none. An adapter calls it before
+// its first request, for reads too: a filter or search holding the
+// character fails the same way, and would fail on every retry. A product
+// that removes the character itself, or refuses it with a 4xx, needs no
+// refusal (Dify: see its package).
+func RefuseNUL(code, product string, call *hostsdk.Call) error {
+	path, ok := NULPath(call.Action.Input)
+	if !ok {
+		return nil
+	}
+	return aip.NewProtocolError(code, aip.CategoryPermanent, false, 0,
+		fmt.Sprintf("input of %s: %q holds the character U+0000, which %s cannot store or search for (its text is in PostgreSQL); remove it",
+			call.Action.CapabilityID, path, product))
 }

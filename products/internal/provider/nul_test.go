@@ -2,7 +2,12 @@ package provider
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 func TestNULPath(t *testing.T) {
@@ -25,5 +30,21 @@ func TestNULPath(t *testing.T) {
 		if path != tc.path || ok != tc.ok {
 			t.Errorf("NULPath(%s) = %q, %v; want %q, %v", tc.in, path, ok, tc.path, tc.ok)
 		}
+	}
+}
+
+func TestRefuseNUL(t *testing.T) {
+	call := func(input string) *hostsdk.Call {
+		return &hostsdk.Call{Action: &aip.Action{ID: "act_1", CapabilityID: "cap:x:thing.create", Input: json.RawMessage(input)}}
+	}
+	if err := RefuseNUL("x.input_invalid", "X", call(`{"name":"a\\u0000b"}`)); err != nil {
+		t.Errorf("an escaped backslash refused: %v", err)
+	}
+	err := RefuseNUL("x.input_invalid", "X", call(`{"record":{"name":"a\u0000b"}}`))
+	var pe *aip.ProtocolError
+	if !errors.As(err, &pe) || pe.Code != "x.input_invalid" || pe.Category != aip.CategoryPermanent || pe.IsRetryable() ||
+		!strings.Contains(pe.Message, `"/record/name"`) || !strings.Contains(pe.Message, "U+0000") ||
+		!strings.Contains(pe.Message, "cap:x:thing.create") || !strings.Contains(pe.Message, "X cannot store") {
+		t.Errorf("RefuseNUL = %#v, want a permanent x.input_invalid naming the capability, /record/name and U+0000", err)
 	}
 }
