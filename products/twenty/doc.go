@@ -249,6 +249,19 @@
 // check (a conflict_priority_index past the ids, a group_by over 4 KiB)
 // fail with connector_host.input_invalid before any request.
 //
+// So does an input holding the character U+0000 anywhere (a record's
+// value or member name, a filter; mutations and reads alike), naming
+// where (provider.RefuseNUL). Twenty keeps records in PostgreSQL through
+// TypeORM and node-postgres: the server refuses the character in a text
+// parameter (invalid byte sequence for encoding "UTF8": 0x00, SQLSTATE
+// 22021) and its escape in jsonb (22P05), and Twenty's REST API answers
+// that refusal with a 500: computeTwentyORMException turns a recognised
+// SQLSTATE into a PostgresException, which the REST layer maps to 500
+// (twentyhq/twenty#21632, 2026-06, describing the code before it, which
+// reclassifies class 22 errors as 400 INVALID_INPUT). A 500 to a mutation
+// would be outcome_unknown though nothing was written, and to a read a
+// retryable failure that can never succeed.
+//
 // CheckHealth reads one record of the first configured object
 // (GET /rest/<object>?limit=1): a wrong key, an unreachable server or a
 // first object the workspace does not have makes the replica not ready.

@@ -1028,3 +1028,40 @@ func TestOpenAPIKeyNotAccepted(t *testing.T) {
 		}
 	}
 }
+
+// TestNULRefused: an input holding U+0000 (a "\u0000" escape) anywhere, in
+// a record's value or member name, a filter, of a mutation or a read, is
+// refused connector_host.input_invalid naming where it is, and Twenty is
+// not called: it keeps records in PostgreSQL, which cannot hold the
+// character in text or jsonb nor compare with it, and its REST API
+// answers the database's refusal with a 500, which a mutation could only
+// report as outcome_unknown and a read as a retryable failure that can
+// never succeed. An escaped backslash followed by "u0000" is text, and
+// goes.
+func TestNULRefused(t *testing.T) {
+	e := newEnv(t, allOperationsFile(t))
+	for _, tc := range []struct {
+		op, input, path string
+	}{
+		{OpCreate, `{"object":"people","record":{"name":{"firstName":"Ada\u0000","lastName":"Lovelace"}}}`, `"/record/name/firstName"`},
+		{OpCreateMany, `{"object":"people","records":[{"jobTitle":"x"},{"job\u0000Title":"y"}]}`, `"/records/1/job\x00Title"`},
+		{OpUpdateMany, `{"object":"people","filter":"city[eq]:Par\u0000is","record":{"jobTitle":"x"}}`, `"/filter"`},
+		{OpList, `{"object":"people","filter":"name[ilike]:%\u0000%"}`, `"/filter"`},
+	} {
+		res := e.Result(t, action(tc.op, tc.input))
+		pe := failedCode(t, res)
+		if pe.Code != hostsdk.CodeInputInvalid || retryable(pe) || !strings.Contains(pe.Message, tc.path) || !strings.Contains(pe.Message, "U+0000") {
+			t.Errorf("%s %s: %+v, want %s naming %s and U+0000", tc.op, tc.input, pe, hostsdk.CodeInputInvalid, tc.path)
+		}
+	}
+	if n := e.mock.count(); n != 0 {
+		t.Errorf("inputs holding U+0000 reached Twenty: %+v", e.mock.requests())
+	}
+	var out struct {
+		Record map[string]any `json:"record"`
+	}
+	e.complete(t, action(OpCreate, `{"object":"people","record":{"jobTitle":"C:\\u0000 is text"}}`), &out)
+	if got := out.Record["jobTitle"]; got != `C:\u0000 is text` {
+		t.Errorf("created jobTitle %q, want the text as sent", got)
+	}
+}

@@ -258,6 +258,13 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		return nil, aip.NewProtocolError(CodeUnknownCapability, aip.CategoryPermanent, false, 0,
 			fmt.Sprintf("capability %s is not offered by this connector (operations: %s)", call.Action.CapabilityID, strings.Join(c.offered(), ", ")))
 	}
+	// Twenty keeps records in PostgreSQL (TypeORM over node-postgres),
+	// which cannot hold U+0000 in text or jsonb nor compare with it; its
+	// REST API answers the database's refusal with a 500 (see the package
+	// comment), so an input holding it is refused before any request.
+	if err := provider.RefuseNUL(hostsdk.CodeInputInvalid, "Twenty", call); err != nil {
+		return nil, err
+	}
 	var in input
 	// Integers spelled as other numbers (5.0, 1e0), which the schema's
 	// "integer" accepts, are read as the integers they are.
