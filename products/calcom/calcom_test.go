@@ -1022,3 +1022,36 @@ func TestDotSegmentIDsRefused(t *testing.T) {
 		t.Fatalf("the provider got %d requests for dot-segment IDs, first %s %s", len(reqs), reqs[0].Method, reqs[0].EscapedPath)
 	}
 }
+
+// TestNULRefused: an input holding U+0000 (a "\u0000" escape) anywhere,
+// in a value or a member name, of a mutation or a read, is refused
+// connector_host.input_invalid naming where it is, and Cal.diy is not
+// called: it keeps its data in PostgreSQL through Prisma, which cannot
+// hold the character nor compare with it, and API v2's Prisma exception
+// filter answers that with a 500, which a mutation could only report as
+// outcome_unknown and a read as a retryable failure that can never
+// succeed. An escaped backslash followed by "u0000" is text, and goes.
+func TestNULRefused(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	cases := []struct{ suffix, input, path string }{
+		{"booking.create", `{"start":"2050-09-05T09:00:00Z","event_type_id":11,"attendee":{"name":"Bob\u0000","time_zone":"UTC","email":"bob@example.test"}}`, `"/attendee/name"`},
+		{"booking.create", `{"start":"2050-09-05T09:00:00Z","event_type_id":11,"attendee":{"name":"Bob","time_zone":"UTC","email":"bob@example.test"},"metadata":{"sou\u0000rce":"aip"}}`, `"/metadata/sou\x00rce"`},
+		{"booking.cancel", `{"booking_uid":"bk_1","cancellation_reason":"con\u0000flict"}`, `"/cancellation_reason"`},
+		{"booking.list", `{"attendee_name":"Bob\u0000"}`, `"/attendee_name"`},
+	}
+	for _, tc := range cases {
+		_, resp := h.act(t, tc.suffix, tc.input)
+		pe := protocolError(t, resp)
+		if pe.Code != hostsdk.CodeInputInvalid || pe.IsRetryable() || !strings.Contains(pe.Message, tc.path) || !strings.Contains(pe.Message, "U+0000") {
+			t.Errorf("%s %s: %+v, want %s naming %s and U+0000", tc.suffix, tc.input, pe, hostsdk.CodeInputInvalid, tc.path)
+		}
+	}
+	if reqs := mock.requests(); len(reqs) != 0 {
+		t.Fatalf("the provider got %d requests for inputs holding U+0000, first %s %s", len(reqs), reqs[0].Method, reqs[0].EscapedPath)
+	}
+	_, req := completedOnce(t, h, mock, "booking.cancel", `{"booking_uid":"bk_1","cancellation_reason":"C:\\u0000 is text"}`)
+	if !strings.Contains(string(req.Body), `C:\\u0000 is text`) {
+		t.Errorf("sent %s, want the reason as given", req.Body)
+	}
+}

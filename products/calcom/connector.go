@@ -107,6 +107,13 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	if !ok {
 		return nil, fmt.Errorf("calcom: unknown capability %s", call.Action.CapabilityID)
 	}
+	// Cal.diy keeps its data in PostgreSQL through Prisma, which cannot
+	// hold U+0000 nor compare with it, and API v2 answers the database's
+	// refusal with a 500 (see the package comment): refused before any
+	// request.
+	if err := provider.RefuseNUL(hostsdk.CodeInputInvalid, "Cal.diy", call); err != nil {
+		return nil, err
+	}
 	req, err := o.build(call.Action.Input)
 	if err != nil {
 		return nil, err

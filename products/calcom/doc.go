@@ -98,7 +98,18 @@
 // adapter renames them to the provider's query parameters and body fields
 // and sends list filters comma-separated (so a list item holding a comma,
 // which Cal.diy would read as two, is refused as input_invalid and
-// nothing is sent). An integer input spelled as another number (42.0,
+// nothing is sent). An input holding the character U+0000 anywhere (a
+// value or a member name, of a mutation or a read) is refused
+// connector_host.input_invalid, naming where, before any request
+// (provider.RefuseNUL): Cal.diy keeps its data in PostgreSQL through
+// Prisma, and PostgreSQL refuses the character in text (invalid byte
+// sequence for encoding "UTF8": 0x00, which Prisma passes on as an error:
+// prisma/orm#21431); API v2's PrismaExceptionFilter
+// (apps/api/v2/src/filters/prisma-exception.filter.ts) answers every
+// Prisma error but P2002, P2025 and P2003 with a 500 ("There was an
+// error, please try again later."; calcom/cal.diy#15073 tracks that), which
+// a mutation could only report as outcome_unknown and a read as a
+// retryable failure that never succeeds. An integer input spelled as another number (42.0,
 // 4.2e1, which the schema's "integer" accepts) is sent as the integer
 // (42): Cal.diy refuses a path ID "42.0" and reads some query parameters
 // with parseInt, to which "4.2e1" is 4. The times that book, move or
