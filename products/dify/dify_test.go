@@ -745,3 +745,26 @@ func TestUnusableTaskID(t *testing.T) {
 		t.Errorf("error event with an unusable task_id: %s %q, want %s", pe.Code, pe.Message, provider.CodeInvalidRequest)
 	}
 }
+
+// TestNULGoesToDify: unlike Chatwoot, Twenty and Cal.diy, an input holding
+// U+0000 is not refused here: Dify removes the character from a query and
+// from the app's string inputs itself before storing them, and answers
+// one that reaches its database elsewhere (psycopg2's ValueError) with
+// 400 invalid_param, a failed result that says why.
+func TestNULGoesToDify(t *testing.T) {
+	f := newFixture(t, nil)
+	a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"What is\u0000 Dify?","user":"u-1","inputs":{"city":"Pa\u0000ris"}}`)
+	var out InvokeOutput
+	f.completed(t, a, &out)
+	reqs := f.mock.requests(http.MethodPost, "/chat-messages")
+	if len(reqs) != 1 || reqs[0].Body["query"] != "What is\x00 Dify?" || !cmp.Equal(reqs[0].Body["inputs"], any(map[string]any{"city": "Pa\x00ris"})) {
+		t.Fatalf("chat requests %+v, want the query and inputs as given", reqs)
+	}
+	f.mock.handle("POST /messages/"+testMessageID+"/feedbacks", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"status": 400, "code": "invalid_param", "message": "A string literal cannot contain NUL (0x00) characters."})
+	})
+	pe := f.failed(t, hostsdktest.NewAction(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like","content":"fine\u0000"}`))
+	if pe.Code != provider.CodeInvalidRequest || (pe.Retryable != nil && *pe.Retryable) || !strings.Contains(pe.Message, "NUL (0x00)") {
+		t.Errorf("feedback holding U+0000, answered 400: %+v", pe)
+	}
+}

@@ -243,6 +243,21 @@
 // message, a failed run's error, datasource_error's error) goes into the
 // error's message the same way: the request's key redacted, clipped.
 //
+// An input holding the character U+0000 is not refused, unlike in the
+// Chatwoot, Twenty and Cal.diy adapters (provider.RefuseNUL), though Dify
+// keeps its data in PostgreSQL too: Dify removes the character itself
+// from an invocation's query (query.replace("\x00", "") in each app
+// generator, api/core/app/apps/*/app_generator.py) and from the app's
+// string inputs (BaseAppGenerator._sanitize_value) before storing them,
+// and its driver, psycopg2, refuses one that reaches the database
+// elsewhere (a user, a conversation name, a feedback's content, a
+// document's text) with a ValueError ("A string literal cannot contain
+// NUL (0x00) characters.", as in langgenius/dify#27873) before sending
+// the statement, which Dify's API answers 400 invalid_param
+// (api/libs/external_api.py, handle_value_error): a failed
+// provider.invalid_request carrying that message, not the 500 that makes
+// a mutation outcome_unknown.
+//
 // # Settings
 //
 //   - --dify-base-url / AIP_DIFY_BASE_URL: the Service API base URL, path
