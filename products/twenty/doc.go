@@ -257,10 +257,11 @@
 // 22021) and its escape in jsonb (22P05), and Twenty's REST API answers
 // that refusal with a 500: computeTwentyORMException turns a recognised
 // SQLSTATE into a PostgresException, which the REST layer maps to 500
-// (twentyhq/twenty#21632, 2026-06, describing the code before it, which
-// reclassifies class 22 errors as 400 INVALID_INPUT). A 500 to a mutation
-// would be outcome_unknown though nothing was written, and to a read a
-// retryable failure that can never succeed.
+// (as twentyhq/twenty#21632, 2026-06, describes it; later Twenty code
+// answers class 22 and 23 errors with 400 INVALID_INPUT instead, to which
+// the refusal only spares the round trip). A 500 to a mutation would be
+// outcome_unknown though nothing was written, and to a read a retryable
+// failure that can never succeed.
 //
 // CheckHealth reads one record of the first configured object
 // (GET /rest/<object>?limit=1): a wrong key, an unreachable server or a
