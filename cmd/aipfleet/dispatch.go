@@ -167,7 +167,7 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		return nil, usagef("dispatch: --max-reroutes %d is outside 0..8", f.maxReroutes)
 	case f.maxBodyBytes < 1<<10 || f.maxBodyBytes > 64<<20:
 		return nil, usagef("dispatch: --max-body-bytes %d is outside 1 KiB..64 MiB", f.maxBodyBytes)
-	case f.maxActionReadBytes < f.maxBodyBytes || f.maxActionReadBytes > 4<<30:
+	case f.maxActionReadBytes < f.maxBodyBytes || int64(f.maxActionReadBytes) > 4<<30: // int64: 4 GiB overflows a 32-bit int
 		return nil, usagef("dispatch: --max-action-read-bytes %d must be at least --max-body-bytes %d and at most 4 GiB", f.maxActionReadBytes, f.maxBodyBytes)
 	case f.reconcileAfter < 0 || (f.reconcileAfter > 0 && f.reconcileAfter <= f.maxTimeout+dispatch.DefaultHopSlack+dispatch.DefaultRegistryTimeout):
 		return nil, usagef("dispatch: --reconcile-after %s must be longer than an action can be in flight (--max-timeout %s plus %s)",
