@@ -167,6 +167,14 @@ func New(cfg Config) (*Budget, error) {
 // PeerShare is the share of one peer.
 func (b *Budget) PeerShare() int64 { return b.cfg.PeerShare }
 
+// MinReadRate is the slowest rate, in bytes per second, SetReadDeadline
+// allows (Config.MinReadRate).
+func (b *Budget) MinReadRate() int64 { return b.cfg.MinReadRate }
+
+// ReadGrace is the time SetReadDeadline allows besides a body's size at
+// MinReadRate (Config.ReadGrace).
+func (b *Budget) ReadGrace() time.Duration { return b.cfg.ReadGrace }
+
 // PeerOf is the peer of a request's remote address (http.Request's
 // RemoteAddr: "ip:port", or a bare IP): the IPv4 address, or the IPv6
 // address's /64 (IPv6PeerBits). Addresses that are not IP addresses (a Unix

@@ -121,3 +121,40 @@ func TestActionBodiesReadWithinTheTenantShare(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling: nothing to wait on from outside the handler
 	}
 }
+
+// TestStalledActionBodyIsCutOffAtTheMinimumRate: once its reservation is
+// granted, an action body must arrive at the read budget's minimum rate
+// (after its grace), not within the server's read timeout, which this
+// server does not even set; the refusal says what rate it missed and that
+// nothing was dispatched, so the caller knows to send it again (it said
+// only that the body did not arrive in time).
+func TestStalledActionBodyIsCutOffAtTheMinimumRate(t *testing.T) {
+	w := newWorld(t, worldOptions{}) // httptest: no ReadTimeout
+	u, err := url.Parse(w.srv.URL)
+	must(t, err)
+	c, err := net.Dial("tcp", u.Host)
+	must(t, err)
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+		dispatch.PathActions, u.Host, w.token(tenant))
+	must(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled action body: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusBadRequest || errorCode(t, body) != dispatch.CodeRequestInvalid {
+		t.Fatalf("a stalled action body: %d %s, want 400 %s", resp.StatusCode, body, dispatch.CodeRequestInvalid)
+	}
+	if took > 15*time.Second {
+		t.Errorf("a stalled 100-byte body was refused after %s, want about the 5 s grace", took)
+	}
+	for _, want := range []string{"did not arrive in time", "256 KiB/s", "grace of 5s", "nothing was dispatched", "send it again"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the refusal of a stalled action body lacks %q: %s", want, body)
+		}
+	}
+}

@@ -125,14 +125,19 @@ func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 // unreadBody is the answer to a request whose body could not be read. The
 // read error names the connection's addresses (the dispatcher's own,
 // behind a proxy), which no caller is told: it is logged at debug level,
-// and the answer says only what happened.
-func (d *Dispatcher) unreadBody(r *http.Request, err error) *apiError {
+// and the answer says only what happened. inTime says what a body had to
+// arrive within (empty: the server's read timeout), nothing what the
+// request did not do.
+func (d *Dispatcher) unreadBody(r *http.Request, err error, inTime, nothing string) *apiError {
 	d.log.Debug("a request body could not be read", "path", r.URL.Path, "remote_addr", r.RemoteAddr, "error", err)
 	msg := "the request body could not be read"
 	if timedOut(err) {
 		msg = "the request body did not arrive in time"
+		if inTime != "" {
+			msg += " (" + inTime + ")"
+		}
 	}
-	return newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, msg)
+	return newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, msg+"; "+nothing+": send it again")
 }
 
 // timedOut reports whether err is a network timeout (a read deadline
@@ -403,7 +408,8 @@ func (d *Dispatcher) readActionBody(w http.ResponseWriter, r *http.Request) ([]b
 		if errors.As(err, &mbe) {
 			return nil, tooLarge()
 		}
-		return nil, d.unreadBody(r, err)
+		return nil, d.unreadBody(r, err, fmt.Sprintf("at %d KiB/s at least, after a grace of %s",
+			d.actionBodies.MinReadRate()>>10, d.actionBodies.ReadGrace()), "nothing was dispatched")
 	}
 	return body, nil
 }
@@ -499,7 +505,7 @@ func (d *Dispatcher) handleCancel() http.Handler {
 				writeError(w, newAPIError(http.StatusRequestEntityTooLarge, CodeRequestTooLarge, aip.CategoryPermanent, false, 0, "a cancel body is at most 64 KiB"))
 				return
 			}
-			writeError(w, d.unreadBody(r, err))
+			writeError(w, d.unreadBody(r, err, "", "nothing was cancelled"))
 			return
 		}
 		var c CancelRequest
