@@ -20,13 +20,18 @@ const AbandonedTransactionTimeout = "60s"
 // without closing its socket). The server keeps such a session, and the
 // row locks it holds, until its TCP notices the peer is gone, which by
 // default takes hours. When the session has no
-// idle_in_transaction_session_timeout (the server's default, 0), this
-// sets AbandonedTransactionTimeout for it, so PostgreSQL ends it instead;
-// a value the role, the database or the URL sets is kept.
+// idle_in_transaction_session_timeout (0, from the server's default or its
+// configuration file), this sets AbandonedTransactionTimeout for it, so
+// PostgreSQL ends it instead; a value the role, the database or the URL
+// sets is kept, 0 included (an operator's way to turn it off).
 func EndAbandonedTransactions(ctx context.Context, conn *pgx.Conn) error {
 	// No arguments: one simple-protocol round trip, nothing prepared.
-	_, err := conn.Exec(ctx, `SELECT set_config('idle_in_transaction_session_timeout', '`+AbandonedTransactionTimeout+`', false)
-		WHERE current_setting('idle_in_transaction_session_timeout') IN ('0', '0ms')`)
+	// pg_settings.source says who set the value: ALTER ROLE is user,
+	// ALTER DATABASE database, both database user, the URL (a startup
+	// parameter) client.
+	_, err := conn.Exec(ctx, `SELECT set_config(name, '`+AbandonedTransactionTimeout+`', false) FROM pg_settings
+		WHERE name = 'idle_in_transaction_session_timeout' AND setting = '0'
+		AND source NOT IN ('user', 'database', 'database user', 'client')`)
 	if err != nil {
 		return fmt.Errorf("set idle_in_transaction_session_timeout on the new session: %w", err)
 	}

@@ -34,7 +34,8 @@ func timeoutOf(t *testing.T, dbURL string) string {
 }
 
 // TestEndAbandonedTransactions: a session without a timeout gets one; a
-// timeout the URL or the database sets is kept.
+// timeout the URL or the database sets is kept, 0 included (it was taken
+// for none and replaced).
 func TestEndAbandonedTransactions(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	if v := timeoutOf(t, dbURL); v != "1min" {
@@ -51,6 +52,12 @@ func TestEndAbandonedTransactions(t *testing.T) {
 	if v := timeoutOf(t, u.String()); v != "5s" {
 		t.Errorf("a session whose URL sets 5s shows %q", v)
 	}
+	// 0 is a value too: the operator's way to turn the timeout off.
+	q.Set("idle_in_transaction_session_timeout", "0")
+	u.RawQuery = q.Encode()
+	if v := timeoutOf(t, u.String()); v != "0" {
+		t.Errorf("a session whose URL sets 0 shows %q", v)
+	}
 
 	conn, err := pgx.Connect(t.Context(), dbURL)
 	if err != nil {
@@ -63,8 +70,14 @@ func TestEndAbandonedTransactions(t *testing.T) {
 	if _, err := conn.Exec(t.Context(), "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET idle_in_transaction_session_timeout = '7s'"); err != nil {
 		t.Fatal(err)
 	}
-	conn.Close(context.Background())
 	if v := timeoutOf(t, dbURL); v != "7s" {
 		t.Errorf("a session of a database that sets 7s shows %q", v)
+	}
+	if _, err := conn.Exec(t.Context(), "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET idle_in_transaction_session_timeout = 0"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(context.Background())
+	if v := timeoutOf(t, dbURL); v != "0" {
+		t.Errorf("a session of a database that sets 0 shows %q", v)
 	}
 }
