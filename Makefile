@@ -9,11 +9,12 @@ test:
 bench:
 	bash scripts/bench.sh $(BENCH)
 
-# vet also builds for a 32-bit target: a constant over 2^31 compared with an
-# int compiles on amd64 only.
+# vet also builds for a 32-bit target (a constant over 2^31 compared with an
+# int compiles on amd64 only) and vets the packages with per-OS code for macOS.
 vet:
 	go vet ./...
 	GOARCH=386 go build -o /dev/null ./...
+	GOOS=darwin go vet ./sidecar ./hostsdk/... ./aip
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')
