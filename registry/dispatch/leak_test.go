@@ -130,7 +130,8 @@ func TestHopFailuresNameNoInternals(t *testing.T) {
 }
 
 // TestUnreadBodyNamesNoAddresses: a request whose body does not arrive
-// (it stalls past the server's read timeout) is answered 400 saying so,
+// (it stalls past the server's read timeout, or for an action body past
+// the read budget's minimum-rate deadline) is answered 400 saying so,
 // without the read error, which names the dispatcher's own address and the
 // connection's (read tcp <dispatcher>-><caller>: i/o timeout): behind a
 // proxy that is an internal address no caller is told. The action and the

@@ -524,7 +524,10 @@ func offlineColumns(rep *registry.ConnectorReplica) (reason *string, at *int64) 
 // profile with registrytest.SeedScale through it) use Batch to avoid one
 // commit per record. Catalog readers and new routes wait for the
 // publication lock until the batch commits: keep batches short in a live
-// fleet.
+// fleet. fn must not wait between its writes: a session idle inside a
+// transaction for a minute is ended by the server (the pools set
+// idle_in_transaction_session_timeout; see internal/pgsession), and the
+// batch then fails and commits nothing.
 func (r *Registry) Batch(ctx context.Context, fn func(admin registry.Administrator) error) error {
 	pool, err := r.controlPool("batch")
 	if err != nil {
