@@ -155,7 +155,7 @@ func TestStalledActionBodyIsCutOffAtTheMinimumRate(t *testing.T) {
 	if took > 15*time.Second {
 		t.Errorf("a stalled 100-byte body was refused after %s, want about the 5 s grace", took)
 	}
-	for _, want := range []string{"did not arrive in time", "256 KiB/s", "grace of 5s", "nothing was dispatched", "send it again"} {
+	for _, want := range []string{"did not arrive in time", "256 KiB/s", "grace of 5s", "nothing was dispatched", "send it again", `"retryable":true`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("the refusal of a stalled action body lacks %q: %s", want, body)
 		}

@@ -137,7 +137,9 @@ func (d *Dispatcher) unreadBody(r *http.Request, err error, inTime, nothing stri
 			msg += " (" + inTime + ")"
 		}
 	}
-	return newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, msg+"; "+nothing+": send it again")
+	// Retryable: the body was lost on its way, not refused for what it
+	// says; the same request may well arrive next time.
+	return newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryTransport, true, 0, msg+"; "+nothing+": send it again")
 }
 
 // timedOut reports whether err is a network timeout (a read deadline
