@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -138,7 +139,7 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 // Step 3: tenant-scoped discovery.
 func (h *Host) stepDiscover(ctx context.Context) error {
 	var m *aip.Manifest
-	err := guard("Manifest", func() (err error) {
+	err := h.guard("Manifest", func() (err error) {
 		m, err = h.conn.Manifest(ctx, h.tenant.clone())
 		return err
 	})
@@ -252,7 +253,7 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 	h.actionBase, h.hardStop = context.WithCancel(context.WithoutCancel(ctx))
 	var product []Route
 	if rp, ok := h.conn.(RouteProvider); ok {
-		err := guard("Routes", func() (err error) {
+		err := h.guard("Routes", func() (err error) {
 			product, err = rp.Routes(ctx, &RouteContext{
 				Tenant: h.tenant.clone(), Events: h.events, State: h.state, Ready: h.ready, Logger: h.log,
 			})
@@ -470,7 +471,7 @@ func (h *Host) stepServe(ctx context.Context) error {
 		h.evCancel, h.evDone = cancel, make(chan struct{})
 		go func() {
 			defer close(h.evDone)
-			err := guard("RunEvents", func() error { return es.RunEvents(evCtx, h.events) })
+			err := h.guard("RunEvents", func() error { return es.RunEvents(evCtx, h.events) })
 			if err != nil && !errors.Is(err, context.Canceled) {
 				h.evErr = err
 				h.log.Error("event source stopped", "error", err)
@@ -594,11 +595,13 @@ func (b *boundedCheck) do(ctx context.Context, timeout time.Duration, check func
 // panic in it into an error that names the method, so that a connector's
 // bug fails the step, the cancel or the event source it was called for
 // instead of ending the process (a panic on a goroutine the connector
-// started itself still ends it).
-func guard(method string, f func() error) (err error) {
+// started itself still ends it). The panic is logged at ERROR with its
+// stack, which the error does not carry.
+func (h *Host) guard(method string, f func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("the connector's %s panicked: %v", method, p)
+			h.log.Error("the connector panicked", "method", method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
 	return f()

@@ -3,12 +3,14 @@ package hostsdk_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
 type panickingRoutes struct{ *testConnector }
@@ -38,6 +40,26 @@ func (panickingCancel) Cancel(ctx context.Context, call *hostsdk.Call, reason st
 	panic("cancel bug")
 }
 
+// logPanics makes f's hosts log to a buffer, which it returns.
+func logPanics(f *fleet) *hostsdktest.LogBuffer {
+	var logs hostsdktest.LogBuffer
+	f.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	return &logs
+}
+
+// wantPanicLogged checks that logs hold the connector's panic in method,
+// with its value and a stack reaching this file.
+func wantPanicLogged(t *testing.T, logs *hostsdktest.LogBuffer, method, value string) {
+	t.Helper()
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"the connector panicked"`) && strings.Contains(line, `"method":"`+method+`"`) &&
+			strings.Contains(line, `"panic":"`+value+`"`) && strings.Contains(line, "connector_panic_test.go") {
+			return
+		}
+	}
+	t.Errorf("the panic in %s is not logged with its value and stack: %s", method, logs.String())
+}
+
 // TestPanickingConnectorMethodsFailTheirStep: a panic in Manifest, Routes
 // or Reconcile fails its bootstrap step with the step's error type naming
 // the method, and one in ActionStateNamespaces fails New, instead of
@@ -46,6 +68,7 @@ func (panickingCancel) Cancel(ctx context.Context, call *hostsdk.Call, reason st
 func TestPanickingConnectorMethodsFailTheirStep(t *testing.T) {
 	t.Run("Manifest", func(t *testing.T) {
 		f := newFleet(t)
+		logs := logPanics(f)
 		conn := &funcConnector{testConnector: newTestConnector(),
 			manifest: func(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) { panic("manifest bug") }}
 		err := startErr(t, f, conn)
@@ -53,17 +76,21 @@ func TestPanickingConnectorMethodsFailTheirStep(t *testing.T) {
 		if !errors.As(err, &de) || !strings.Contains(err.Error(), "Manifest panicked: manifest bug") {
 			t.Fatalf("Start: %v, want a *DiscoverError naming the panic", err)
 		}
+		wantPanicLogged(t, logs, "Manifest", "manifest bug")
 	})
 	t.Run("Routes", func(t *testing.T) {
 		f := newFleet(t)
+		logs := logPanics(f)
 		err := startErr(t, f, panickingRoutes{newTestConnector()})
 		var be *hostsdk.BuildRoutesError
 		if !errors.As(err, &be) || !strings.Contains(err.Error(), "Routes panicked: routes bug") {
 			t.Fatalf("Start: %v, want a *BuildRoutesError naming the panic", err)
 		}
+		wantPanicLogged(t, logs, "Routes", "routes bug")
 	})
 	t.Run("Reconcile", func(t *testing.T) {
 		f := newFleet(t)
+		logs := logPanics(f)
 		conn := newTestConnector()
 		a := action(capEcho, `{"message":"crashed"}`)
 		leaveRunning(t, f.j, a, true)
@@ -78,14 +105,17 @@ func TestPanickingConnectorMethodsFailTheirStep(t *testing.T) {
 		if rec, err := f.j.Action(context.Background(), a.ID); err != nil || rec.Status != aip.StateRunning {
 			t.Fatalf("journal record %s (%v), want still running", rec.Status, err)
 		}
+		wantPanicLogged(t, logs, "Reconcile", "reconcile bug")
 	})
 	t.Run("ActionStateNamespaces", func(t *testing.T) {
 		f := newFleet(t)
+		logs := logPanics(f)
 		_, err := hostsdk.New(f.cfg, panickingNamespaces{newTestConnector()})
 		var ve *hostsdk.ValidateError
 		if !errors.As(err, &ve) || !strings.Contains(err.Error(), "ActionStateNamespaces panicked: namespaces bug") {
 			t.Fatalf("New: %v, want a *ValidateError naming the panic", err)
 		}
+		wantPanicLogged(t, logs, "ActionStateNamespaces", "namespaces bug")
 	})
 }
 
@@ -94,6 +124,7 @@ func TestPanickingConnectorMethodsFailTheirStep(t *testing.T) {
 // event source's failure in the shutdown's error instead.
 func TestPanickingEventSourceIsAShutdownFailure(t *testing.T) {
 	f := newFleet(t)
+	logs := logPanics(f)
 	conn := panickingEvents{newTestConnector(), make(chan struct{})}
 	h, err := hostsdk.New(f.cfg, conn)
 	if err != nil {
@@ -108,6 +139,7 @@ func TestPanickingEventSourceIsAShutdownFailure(t *testing.T) {
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), "event source") || !strings.Contains(err.Error(), "RunEvents panicked: event loop bug") {
 		t.Fatalf("Stop: %v, want a *ShutdownError naming the event source's panic", err)
 	}
+	wantPanicLogged(t, logs, "RunEvents", "event loop bug")
 }
 
 // TestPanickingCancelerStillAnswersTheCancel: a panic in Canceler.Cancel

@@ -191,7 +191,7 @@ func New(cfg Config, conn Connector) (*Host, error) {
 	}
 	if k, ok := conn.(ActionStateKeeper); ok {
 		var namespaces []string
-		if err := guard("ActionStateNamespaces", func() error { namespaces = k.ActionStateNamespaces(); return nil }); err != nil {
+		if err := h.guard("ActionStateNamespaces", func() error { namespaces = k.ActionStateNamespaces(); return nil }); err != nil {
 			return nil, &ValidateError{err}
 		}
 		for _, ns := range namespaces {

@@ -1274,7 +1274,7 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 			if cn, ok := h.conn.(Canceler); ok {
 				if call := ra.getCall(); call != nil {
 					cctx, cancel := context.WithTimeout(x.ctx, h.cfg.HealthProbeTimeout)
-					if err := guard("Cancel", func() error { return cn.Cancel(cctx, call, c.Reason) }); err != nil {
+					if err := h.guard("Cancel", func() error { return cn.Cancel(cctx, call, c.Reason) }); err != nil {
 						h.log.Warn("connector cancel", "action_id", id, "error", err)
 					}
 					cancel()

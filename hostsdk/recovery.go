@@ -129,7 +129,7 @@ func (h *Host) recoverAction(ctx context.Context, a journal.Action, rec Reconcil
 		return nil
 	}
 	var res *aip.ActionResult
-	err := guard("Reconcile", func() (err error) {
+	err := h.guard("Reconcile", func() (err error) {
 		res, err = rec.Reconcile(ctx, &UncertainAction{Action: a, Tenant: h.tenant.clone(), State: h.state,
 			Logger: h.log.With("action_id", a.ActionID)})
 		return err
