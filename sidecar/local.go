@@ -588,9 +588,11 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		}
 		var r localResult
 		if err := aip.DecodeStrict(raw, &r); err != nil {
-			return nil, fmt.Errorf("%w: the connector answered 200 with a body that is not a result: %v", hostsdk.ErrOutcomeUnknown, err)
+			// A read's unusable answer changed nothing (failed
+			// output_invalid); any other's outcome is unknown.
+			return nil, hostsdk.UnusableResult(call.Capability, fmt.Sprintf("the connector answered 200 with a body that is not a result: %v", err))
 		}
-		return l.result(id, &r)
+		return l.result(call.Capability, id, &r)
 	}
 	raw := readPrefix(resp.Body, maxSmallBody)
 	var le localError
@@ -619,8 +621,10 @@ func (l *Local) readError(reqCtx context.Context, c *aip.Capability, err error) 
 	return hostsdk.Interrupted(c, fmt.Sprintf("reading the connector's answer: %v", err))
 }
 
-// result converts a decoded local result.
-func (l *Local) result(actionID string, r *localResult) (*aip.ActionResult, error) {
+// result converts a decoded local result to capability c's action (nil
+// from recovery, which decides a read's outcome itself): an invalid one is
+// hostsdk.UnusableResult.
+func (l *Local) result(c *aip.Capability, actionID string, r *localResult) (*aip.ActionResult, error) {
 	if r.Status == localOutcomeUnknown {
 		detail := r.Detail
 		if detail == "" && r.Error != nil {
@@ -630,7 +634,7 @@ func (l *Local) result(actionID string, r *localResult) (*aip.ActionResult, erro
 	}
 	res, err := r.toResult(actionID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the connector's result is invalid: %v", hostsdk.ErrOutcomeUnknown, err)
+		return nil, hostsdk.UnusableResult(c, fmt.Sprintf("the connector's result is invalid: %v", err))
 	}
 	return res, nil
 }
@@ -680,7 +684,7 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 			return nil, broken("stream line %d is not a chunk or result: %v", n+1, err)
 		}
 		if ln.Result != nil {
-			return l.result(call.Action.ID, ln.Result)
+			return l.result(call.Capability, call.Action.ID, ln.Result)
 		}
 		if len(line) > l.cfg.MaxChunkBytes {
 			return nil, broken("a chunk of %d bytes exceeds the %d-byte limit", len(line), l.cfg.MaxChunkBytes)
@@ -824,7 +828,7 @@ func (l *Local) reconcileOnce(ctx context.Context, body *localReconcile) (res *a
 		return &aip.ActionResult{ActionID: body.ActionID, Status: aip.ResultFailed,
 			Error: aip.NewProtocolError(CodeNotExecuted, aip.CategoryConnector, false, 0, aip.TruncateUTF8(detail, aip.MaxErrorMessageBytes))}, false, nil
 	}
-	res, err = l.result(body.ActionID, &r)
+	res, err = l.result(nil, body.ActionID, &r) // recovery decides for a read
 	return res, false, err
 }
 

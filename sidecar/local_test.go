@@ -707,6 +707,43 @@ func TestLocalBrokenStreamOfARead(t *testing.T) {
 	}
 }
 
+// TestLocalUnusableAnswerOfARead: a local connector's 200 whose body is
+// not a result leaves a write's outcome unknown, but a read-only
+// capability's action fails with output_invalid, as a result too large or
+// a broken stream does (it was outcome_unknown); a 5xx of a read fails
+// connector_host.interrupted, retryable: the read changed nothing.
+func TestLocalUnusableAnswerOfARead(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		effects []aip.SideEffect
+	}{{"read", []aip.SideEffect{aip.EffectRead}}, {"write", []aip.SideEffect{aip.EffectWrite}}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := localReplicaWithEffects(t, "echo.status", c.effects, LocalConfig{})
+			for _, a := range []struct {
+				status int
+				body   string
+				code   string // of a read's failed result
+			}{{200, `{"status":"done"}`, hostsdk.CodeOutputInvalid}, {500, `{}`, hostsdk.CodeInterrupted}} {
+				in, _ := json.Marshal(map[string]any{"status": a.status, "body": json.RawMessage(a.body)})
+				resp := must(r.d.Act(ctxT(t), r.target, act("echo.status", string(in))))
+				if c.name == "write" {
+					if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+						t.Fatalf("HTTP %d answered %d %s; want outcome_unknown", a.status, resp.Status, resp.Raw)
+					}
+					continue
+				}
+				res, err := resp.Result()
+				if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != a.code {
+					t.Fatalf("HTTP %d answered %d %s (%v); want a failed result %s", a.status, resp.Status, resp.Raw, err, a.code)
+				}
+				if a.code == hostsdk.CodeInterrupted && !res.Error.IsRetryable() {
+					t.Errorf("a read the connector answered %d is not retryable: %s", a.status, resp.Raw)
+				}
+			}
+		})
+	}
+}
+
 // localReplicaWithEffects starts a fake connector whose capability capID
 // declares effects, and a sidecar attached to it with lc's limits.
 func localReplicaWithEffects(t *testing.T, capID string, effects []aip.SideEffect, lc LocalConfig) *replica {
