@@ -272,12 +272,8 @@ func (p *dbProxy) serverPorts(liveOnly bool) []int {
 		if l.server == nil {
 			continue
 		}
-		if liveOnly {
-			select {
-			case <-l.gate: // forwarding
-			default:
-				continue // frozen
-			}
+		if liveOnly && !forwarding(l) {
+			continue // frozen
 		}
 		out = append(out, l.server.LocalAddr().(*net.TCPAddr).Port)
 	}
@@ -311,6 +307,30 @@ func (p *dbProxy) open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.links)
+}
+
+// liveOpen counts the open connections that forward (not frozen, not
+// black-holed): the connections the process can still use.
+func (p *dbProxy) liveOpen() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if forwarding(l) {
+			n++
+		}
+	}
+	return n
+}
+
+// forwarding reports whether l forwards (its gate is open); p.mu is held.
+func forwarding(l *proxyLink) bool {
+	select {
+	case <-l.gate:
+		return true
+	default:
+		return false
+	}
 }
 
 // terminate ends, with pg_terminate_backend, every session of the
