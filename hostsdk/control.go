@@ -109,8 +109,15 @@ func (c *controlClient) refresh(sr *sealedRequest) (*sealedRequest, error) {
 }
 
 // do sends sr and returns the verified outcome (lease or offline). After an
-// ambiguous failure (ErrControlUnavailable) it resends the byte-identical
-// request once. A definitive rejection is a *ControlRejectedError.
+// ambiguous failure (ErrControlUnavailable) it resends the request once:
+// the byte-identical request while its signed window still covers the
+// resend, otherwise the same request re-signed with a fresh window
+// (refresh). A first attempt that ran its full ControlTimeout can have
+// used up the window (with a timeout above 12.5 s), and the control plane
+// refuses an expired request definitively: the host would take that for
+// its decision on a request it may have applied. A definitive rejection
+// is a *ControlRejectedError. What the attempts leave open is recorded in
+// sr (maybeApplied), whichever form was sent.
 func (c *controlClient) do(ctx context.Context, sr *sealedRequest) (aip.ControlOutcome, error) {
 	op := string(sr.req.Command.Operation)
 	ctx, span := c.tracer.Start(ctx, "hostsdk.control."+op, trace.WithSpanKind(trace.SpanKindClient),
@@ -120,8 +127,10 @@ func (c *controlClient) do(ctx context.Context, sr *sealedRequest) (aip.ControlO
 	sr.noteFailure(err)
 	if errors.Is(err, ErrControlUnavailable) && ctx.Err() == nil {
 		span.AddEvent("resend", trace.WithAttributes(attribute.String("error", err.Error())))
-		out, err = c.attempt(ctx, sr)
-		sr.noteFailure(err)
+		if rs, rerr := c.refresh(sr); rerr == nil {
+			out, err = c.attempt(ctx, rs)
+			sr.noteFailure(err)
+		}
 	}
 	if err != nil {
 		span.RecordError(err)

@@ -248,7 +248,9 @@
 // Lifecycle requests are signed with the replica key; answers must be signed
 // by the pinned control-plane DID, answer the request and be fresh. Each
 // attempt is bounded by ControlTimeout; after a transport or other ambiguous
-// failure the identical bytes are sent once more. The first heartbeat falls
+// failure the same request is sent once more (the identical bytes, or, when
+// the first attempt used up its signed window, the same request ID and
+// payload signed with a fresh one). The first heartbeat falls
 // uniformly in [0.75·I, 1.25·I], then every I on a fixed grid, skipping
 // ticks missed while a beat ran long. Each tick probes storage and connector
 // health; an unhealthy host reports connector_ready=false, which takes it
