@@ -484,7 +484,11 @@ func (h *Host) stepServe(ctx context.Context) error {
 
 // probe checks storage and connector health with the probe timeout and
 // records the results. The timeout holds even for a check that ignores its
-// context (see boundedCheck).
+// context (see boundedCheck). A check that failed once ctx had ended (the
+// client of a /ready that went away, a heartbeat stopped by the shutdown)
+// was cut short by its caller: it says nothing of health, and is returned
+// but not recorded, so a peer that abandons /ready cannot make the
+// replica refuse actions until the next probe.
 func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 	pctx, cancel := context.WithTimeout(ctx, h.cfg.HealthProbeTimeout)
 	defer cancel()
@@ -507,8 +511,18 @@ func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 	if connErr != nil {
 		connErr = fmt.Errorf("connector is not ready: %w", connErr)
 	}
-	h.storageReady.Store(storageErr == nil)
-	h.connectorReady.Store(connErr == nil)
+	abandoned := ctx.Err() != nil
+	if storageErr == nil || !abandoned {
+		h.recordStorage(storageErr)
+	}
+	if connErr == nil || !abandoned {
+		h.recordConnector(connErr)
+	}
+	return storageErr, connErr
+}
+
+// recordStorage records the outcome of a storage check.
+func (h *Host) recordStorage(storageErr error) {
 	sd := probeDetail{full: "durable runtime storage is readable and writable"}
 	if h.journal.Durability() != journal.Durable {
 		sd.full = "runtime storage is readable and writable (ephemeral)"
@@ -520,14 +534,20 @@ func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 			sd.public = sd.full // the timeout is all it says
 		}
 	}
+	sd.full = aip.TruncateUTF8(sd.full, aip.MaxErrorMessageBytes)
+	h.storageDetail.Store(&sd)
+	h.storageReady.Store(storageErr == nil)
+}
+
+// recordConnector records the outcome of a connector check.
+func (h *Host) recordConnector(connErr error) {
 	cd := probeDetail{full: "connector is ready", public: "connector is ready"}
 	if connErr != nil {
 		cd.full, cd.public = connErr.Error(), "connector is not ready"
 	}
-	sd.full, cd.full = aip.TruncateUTF8(sd.full, aip.MaxErrorMessageBytes), aip.TruncateUTF8(cd.full, aip.MaxErrorMessageBytes)
-	h.storageDetail.Store(&sd)
+	cd.full = aip.TruncateUTF8(cd.full, aip.MaxErrorMessageBytes)
 	h.connectorDetail.Store(&cd)
-	return storageErr, connErr
+	h.connectorReady.Store(connErr == nil)
 }
 
 // errStorageProbeTimeout is the storage probe's error when it runs out of
