@@ -314,11 +314,21 @@ func (h *Host) renewDrain(ctx context.Context) {
 // holds, and a transition from the old sequence would lose the fence and
 // leave the replica routable until its lease ran out. A definitive answer
 // clears the pending registration; after another ambiguous failure it
-// stays pending, for the offline transition to try again. Callers hold
+// stays pending, for the offline transition to try again. A registration
+// none of whose attempts can have been applied (each answered with the
+// control plane's signed 503, or never sent: a lease recovery during an
+// outage) is dropped unsent: there is nothing to learn, and sending it
+// would register the replica afresh — ready and routable, on the way to
+// its drain — for a host that is stopping without a lease. Callers hold
 // controlMu.
 func (h *Host) settlePendingRegister(ctx context.Context) {
 	sr := h.pendingRegister
 	if sr == nil {
+		return
+	}
+	if !sr.maybeApplied {
+		h.pendingRegister = nil
+		h.log.Info("dropping the registration no attempt of which was applied; not sending it again", "request_id", sr.req.RequestID)
 		return
 	}
 	sr, err := h.control.refresh(sr)
