@@ -158,6 +158,8 @@ type MCP struct {
 	// downSess and downWhy ask the loop to take sess down (requestDown).
 	downSess *mcp.ClientSession
 	downWhy  string
+	// pinging is the health check's ping in flight, if any (MCP.ping).
+	pinging *pingRun
 
 	progress sync.Map // progress token (string) -> chan *mcp.ProgressNotificationParams
 
@@ -723,7 +725,8 @@ func (m *MCP) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.
 // answer an MCP ping (and, with ManifestChangeUnready, the tool list must
 // be the admitted one). A session the ping finds gone is taken down at
 // once; with RestartUnresponsiveAfter, so is one whose pings went
-// unanswered that many times in a row.
+// unanswered that many times in a row — a ping that could not even be
+// written by ctx's deadline included (see ping).
 func (m *MCP) CheckHealth(ctx context.Context) error {
 	sess, _ := m.session()
 	if sess == nil {
@@ -733,7 +736,7 @@ func (m *MCP) CheckHealth(ctx context.Context) error {
 		m.mu.Unlock()
 		return fmt.Errorf("%w (%s); reconnecting with backoff", ErrNotConnected, last)
 	}
-	if err := sess.Ping(ctx, nil); err != nil {
+	if err := m.ping(ctx, sess); err != nil {
 		m.status.setHealthy(false)
 		err = m.redact(err)
 		if sessionGone(err) {
@@ -746,6 +749,50 @@ func (m *MCP) CheckHealth(ctx context.Context) error {
 	m.noteAnswered(sess)
 	m.status.setHealthy(true)
 	return m.drift.err()
+}
+
+// ping sends an MCP ping on sess and returns its error, or an error
+// wrapping ctx's once ctx ends first. The SDK heeds ctx while it waits for
+// the answer but not while it writes the request: the write to a stdio
+// server that stopped reading its input (stopped, deadlocked, stuck) blocks
+// once the pipe is full — behind a large tool call's arguments, say — and
+// a health check that waited for it would never return, so its ping would
+// never count as unanswered and RestartUnresponsiveAfter would never
+// restart the server. A ping still being written when ctx ends goes on
+// waiting on its goroutine, and later checks on sess wait for it rather
+// than queue a ping of their own behind it: at most one ping per session
+// is in flight. It ends once the write does (a restart stops the server,
+// which fails the write).
+func (m *MCP) ping(ctx context.Context, sess *mcp.ClientSession) error {
+	m.mu.Lock()
+	p := m.pinging
+	if p == nil || p.sess != sess {
+		p = &pingRun{sess: sess, done: make(chan struct{})}
+		m.pinging = p
+		go func() {
+			p.err = sess.Ping(ctx, nil)
+			m.mu.Lock()
+			if m.pinging == p {
+				m.pinging = nil
+			}
+			m.mu.Unlock()
+			close(p.done)
+		}()
+	}
+	m.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return fmt.Errorf("no answer before the health check's deadline (the ping request may not even have been written: a stdio server that stopped reading its input): %w", ctx.Err())
+	}
+}
+
+// pingRun is a ping in flight on sess (MCP.ping).
+type pingRun struct {
+	sess *mcp.ClientSession
+	done chan struct{} // closed when the ping returned
+	err  error
 }
 
 // downIfGone has the loop take sess down at once when err, from a request

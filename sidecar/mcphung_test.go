@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -404,6 +405,94 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
+}
+
+// TestMCPPingThatCannotBeWrittenIsUnanswered: a stdio server that stopped
+// reading its input (here: stopped with SIGSTOP) fills the pipe to it, and
+// the SDK's write of the next request blocks without heeding its context.
+// The health check must still return at its deadline and count the ping
+// as unanswered, so that RestartUnresponsiveAfter restarts the server; it
+// hung instead, and the replica stayed unready with the server never
+// restarted.
+func TestMCPPingThatCannotBeWrittenIsUnanswered(t *testing.T) {
+	logs := newLogWatch()
+	m, err := NewMCP(MCPConfig{
+		Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{envMCPChild + "=1", "GORACE=atexit_sleep_ms=0"},
+		RestartUnresponsiveAfter: 2, StopTimeout: 200 * time.Millisecond, RestartBackoff: 10 * time.Millisecond,
+		Logger: logs.logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ctx := ctxT(t)
+	if err := m.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	man, err := m.Manifest(ctx, hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := m.snapshot()
+	if err := syscall.Kill(first.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(first.PID, syscall.SIGCONT)
+	// Arguments larger than any pipe's buffer: their write blocks, and
+	// every later request's waits behind it.
+	callCtx, cancelCall := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelCall()
+	callDone := make(chan error, 1)
+	go func() {
+		_, err := m.Handle(callCtx, toolCall(t, man, "stuck", `{"pad":"`+strings.Repeat("x", 1<<20)+`"}`))
+		callDone <- err
+	}()
+	// Only a ping sent once the call's write blocks waits behind it.
+	awaitBlockedPipeWrite(t)
+	for i := range 2 {
+		checked := make(chan error, 1)
+		go func() {
+			pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			checked <- m.CheckHealth(pctx)
+		}()
+		select {
+		case err := <-checked:
+			if err == nil {
+				t.Fatalf("health check %d: the stopped server answered", i+1)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("health check %d did not return within 10 s of its 100 ms deadline (a ping that cannot be written)", i+1)
+		}
+	}
+	logs.await(t, func(r slog.Record) bool {
+		return r.Message == "connected to the MCP server" && attr(r, "connection") == "2"
+	})
+	if st := m.snapshot(); st.Restarts != 1 || st.PID == first.PID || !strings.Contains(st.LastExit, "did not answer 2 pings") {
+		t.Errorf("status %+v after the stopped server %d was replaced", st, first.PID)
+	}
+	if err := <-callDone; !errors.Is(err, hostsdk.ErrOutcomeUnknown) {
+		t.Errorf("the call whose arguments were being written: %v; want outcome unknown", err)
+	}
+	if err := m.CheckHealth(ctx); err != nil {
+		t.Errorf("the new server: %v", err)
+	}
+}
+
+// awaitBlockedPipeWrite waits until a goroutine is blocked writing an MCP
+// message to a stdio server's input (its pipe is full).
+func awaitBlockedPipeWrite(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 4<<20)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, "(*ioConn).Write") && strings.Contains(g, "waitWrite") {
+				return
+			}
+		}
+	}
+	t.Fatal("no write to the MCP server's input blocked within a minute")
 }
 
 // envMCPChild makes the test binary run as a stdio MCP server: tools
