@@ -565,10 +565,14 @@ func (l *Local) transportError(reqCtx context.Context, c *aip.Capability, err er
 }
 
 // notDelivered is a failed result for an action that never reached the
-// connector: it did not run, and a new action may be sent.
-func notDelivered(err error) error {
+// local connector: it did not run, and a new action may be sent.
+func notDelivered(err error) error { return notDeliveredTo("the local connector", err) }
+
+// notDeliveredTo is notDelivered for an action that never reached what
+// ("the local connector", "the MCP server").
+func notDeliveredTo(what string, err error) error {
 	return aip.NewProtocolError(CodeConnectorUnavailable, aip.CategoryTemporary, true, 1000,
-		aip.TruncateUTF8("the local connector is unavailable; the action was not delivered and did not run: "+err.Error(), aip.MaxErrorMessageBytes))
+		aip.TruncateUTF8(what+" is unavailable; the action was not delivered and did not run: "+err.Error(), aip.MaxErrorMessageBytes))
 }
 
 // answer reads the connector's response.

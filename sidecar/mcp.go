@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -107,7 +108,9 @@ type MCPConfig struct {
 	StableAfter time.Duration
 	// RestartUnresponsiveAfter: after this many health checks in a row
 	// (one per heartbeat) whose MCP ping got no answer at all — it timed
-	// out or failed; an MCP error answer is an answer — the session is
+	// out or failed (an HTTP failure without the server's JSON-RPC
+	// answer, a proxy's 502 say, included); an MCP error answer of the
+	// server is an answer — the session is
 	// taken as hung and taken down, and the session is re-established
 	// with the reconnect backoff as after a crash. A stdio server, which
 	// the sidecar owns, is stopped (SIGTERM to its process group, SIGKILL
@@ -812,13 +815,15 @@ func sessionGone(err error) bool {
 }
 
 // noteUnanswered counts a ping on sess that got no answer at all (it timed
-// out or failed; an MCP error answer is an answer, and resets the count)
+// out or failed — an HTTP failure the SDK reports as "rejected by
+// transport", a proxy's 502 say, included; an MCP error answer of the
+// server is an answer, and resets the count)
 // and, at RestartUnresponsiveAfter in a row, has the loop take the session
 // down as hung. A ping cut short by the caller's cancellation (not its
 // deadline) says nothing about the server and is not counted.
 func (m *MCP) noteUnanswered(ctx context.Context, sess *mcp.ClientSession, err error) {
 	var we *jsonrpc.Error
-	if errors.As(err, &we) {
+	if serverError(err, &we) {
 		m.noteAnswered(sess)
 		return
 	}
@@ -880,7 +885,7 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 		return nil, aip.NewProtocolError(CodeMCPError, aip.CategoryPermanent, false, 0, "capability "+a.CapabilityID+" is not an admitted MCP tool")
 	}
 	if sess == nil {
-		return nil, notDelivered(ErrNotConnected)
+		return nil, notDeliveredTo("the MCP server", ErrNotConnected)
 	}
 	if a.TimeoutMS == nil || *a.TimeoutMS == 0 {
 		// timeout_ms 0 sets no deadline in the host either.
@@ -986,7 +991,10 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 	a := call.Action
 	if err != nil {
 		err = m.redact(err)
-		var we *jsonrpc.Error
+		var (
+			we *jsonrpc.Error
+			op *net.OpError
+		)
 		switch {
 		case ctx.Err() != nil && info.readOnly:
 			// A read-only tool had no effect: the context's error lets the
@@ -995,20 +1003,28 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%w: the tool call was cancelled on the MCP server (notifications/cancelled: %v); MCP does not confirm whether a cancelled call had an effect",
 				hostsdk.ErrOutcomeUnknown, context.Cause(ctx))
-		case errors.As(err, &we) && refusedBeforeRun(we.Code):
+		case errors.As(err, &op) && op.Op == "dial":
+			// The HTTP request never left the sidecar: no connection to
+			// the server could be opened (refused, no route, name not
+			// found), so the call did not run — as a local connector's
+			// action whose POST could not connect.
+			return nil, notDeliveredTo("the MCP server", fmt.Errorf("tools/call %s: %w", info.name, err))
+		case serverError(err, &we) && refusedBeforeRun(we.Code):
 			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryPermanent, false, 0, aip.TruncateUTF8(we.Message, aip.MaxErrorMessageBytes))
 			pe.Details, _ = json.Marshal(map[string]any{"jsonrpc_code": we.Code})
 			return nil, pe
-		case errors.As(err, &we) && info.readOnly:
+		case serverError(err, &we) && info.readOnly:
 			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryConnector, false, 0, aip.TruncateUTF8(we.Message, aip.MaxErrorMessageBytes))
 			pe.Details, _ = json.Marshal(map[string]any{"jsonrpc_code": we.Code})
 			return nil, pe
 		case info.readOnly:
 			// The session broke (the server crashed or the connection
-			// dropped) during a read-only call: it had no effect, so it
-			// fails connector_host.interrupted, retryable, as every read
-			// cut off live does (and Reconcile's after a restart).
-			return nil, hostsdk.Interrupted(call.Capability, fmt.Sprintf("the MCP session broke while read-only tool %s ran (%v)", info.name, err))
+			// dropped), or the HTTP exchange failed without the server's
+			// answer (a reset connection, a 503 from a proxy), during a
+			// read-only call: it had no effect, so it fails
+			// connector_host.interrupted, retryable, as every read cut
+			// off live does (and Reconcile's after a restart).
+			return nil, hostsdk.Interrupted(call.Capability, fmt.Sprintf("the MCP session broke, or the exchange with the server failed, while read-only tool %s ran (%v)", info.name, err))
 		}
 		return nil, fmt.Errorf("%w: tools/call %s: %v", hostsdk.ErrOutcomeUnknown, info.name, err)
 	}
@@ -1052,6 +1068,22 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 	}
 	return &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCompleted, Output: output, Message: parts}, nil
 }
+
+// serverError reports whether err carries a JSON-RPC error answer of the
+// server, and sets *we to it. The SDK's Streamable HTTP client wraps what
+// is not one — any failure of the HTTP request (connection refused or
+// reset, a timeout), a 429 or 5xx answer without a JSON-RPC error body —
+// in its own JSON-RPC error "rejected by transport" (code -32005), which
+// says nothing of what the server did with the call: taken for the
+// server's answer, a read cut off by a reset connection or a proxy's 503
+// failed for good, as mcp.error "rejected by transport", without its cause.
+func serverError(err error, we **jsonrpc.Error) bool {
+	return errors.As(err, we) && !((*we).Code == codeTransportRejected && (*we).Message == "rejected by transport")
+}
+
+// codeTransportRejected is the code of the go-sdk's (internal) jsonrpc2
+// ErrRejected.
+const codeTransportRejected = -32005
 
 // refusedBeforeRun reports JSON-RPC errors that mean the request was not
 // run: malformed, unknown method, invalid params.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -195,8 +196,19 @@ func TestMCPCallFindingTheSessionGoneReconnects(t *testing.T) {
 // adapter, ts's sessions and srv at the test's end.
 func connectHTTPMCP(t *testing.T, ts *testMCPServer, srv *httptest.Server) (*MCP, *logWatch) {
 	t.Helper()
+	return connectHTTPMCPWith(t, ts, srv, nil)
+}
+
+// connectHTTPMCPWith is connectHTTPMCP with the configuration edit makes
+// (nil: none).
+func connectHTTPMCPWith(t *testing.T, ts *testMCPServer, srv *httptest.Server, edit func(*MCPConfig)) (*MCP, *logWatch) {
+	t.Helper()
 	logs := newLogWatch()
-	m, err := NewMCP(MCPConfig{URL: srv.URL + "/mcp", RestartBackoff: time.Millisecond, Logger: logs.logger()})
+	cfg := MCPConfig{URL: srv.URL + "/mcp", RestartBackoff: time.Millisecond, Logger: logs.logger()}
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, err := NewMCP(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +224,134 @@ func connectHTTPMCP(t *testing.T, ts *testMCPServer, srv *httptest.Server) (*MCP
 		t.Fatal(err)
 	}
 	return m, logs
+}
+
+// roundTripFunc is an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestMCPHTTPCallFailures: how a tools/call whose HTTP exchange failed
+// without the server's answer ends. One whose request could not even
+// connect (here: connection refused) never reached the server, so it did
+// not run: it fails retryably as not delivered, as a local connector's
+// action does, rather than leaving a write's outcome unknown. One that got
+// a 503 without a JSON-RPC error (a proxy's) may have reached the server:
+// a write's outcome is unknown, and a read fails interrupted, retryable,
+// with the status in its message — the SDK reports both as its own
+// JSON-RPC error "rejected by transport", which was taken for the
+// server's answer: the read failed for good as mcp.error without its
+// cause. The session stays up and serves the next call.
+func TestMCPHTTPCallFailures(t *testing.T) {
+	ts := newTestMCPServer(t)
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ts.server }, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	refusing := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, closed)
+	}}
+	const (
+		pass = iota
+		refuse
+		unavailable
+	)
+	var mode atomic.Int32
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodPost {
+			return http.DefaultTransport.RoundTrip(r)
+		}
+		switch mode.Load() {
+		case refuse:
+			return refusing.RoundTrip(r)
+		case unavailable:
+			r.Body.Close()
+			return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable", Header: http.Header{},
+				Body: http.NoBody, Request: r}, nil
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	m, _ := connectHTTPMCPWith(t, ts, srv, func(c *MCPConfig) { c.HTTPClient = hc })
+	ctx := ctxT(t)
+	man, err := m.Manifest(ctx, hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode int32
+		tool string
+		code string // "" for outcome unknown
+		says string
+	}{
+		{refuse, "slow", CodeConnectorUnavailable, "connection refused"},
+		{refuse, "lookup", CodeConnectorUnavailable, "connection refused"},
+		{unavailable, "slow", "", "Service Unavailable"},
+		{unavailable, "lookup", hostsdk.CodeInterrupted, "Service Unavailable"},
+	} {
+		mode.Store(tc.mode)
+		_, err := m.Handle(ctx, toolCall(t, man, tc.tool, `{"word":"x","steps":1}`))
+		mode.Store(pass)
+		var pe *aip.ProtocolError
+		switch {
+		case err == nil || !strings.Contains(err.Error(), tc.says):
+			t.Errorf("%s (HTTP mode %d): %v; want an error saying %q", tc.tool, tc.mode, err, tc.says)
+		case tc.code == "" && !errors.Is(err, hostsdk.ErrOutcomeUnknown):
+			t.Errorf("%s (HTTP mode %d): %v; want outcome unknown", tc.tool, tc.mode, err)
+		case tc.code != "" && (!errors.As(err, &pe) || pe.Code != tc.code || !pe.IsRetryable()):
+			t.Errorf("%s (HTTP mode %d): %v; want %s, retryable", tc.tool, tc.mode, err, tc.code)
+		}
+	}
+	if res, err := m.Handle(ctx, toolCall(t, man, "lookup", `{"word":"x"}`)); err != nil || res.Status != aip.ResultCompleted {
+		t.Errorf("a call once the server is reachable again: %+v %v", res, err)
+	}
+}
+
+// TestMCPHTTPPingAnsweredByAProxyIsUnanswered: a ping answered 502 by a
+// proxy pinned to a dead backend got no answer from the server: with
+// RestartUnresponsiveAfter N, N of them take the session down and a new
+// one is opened. The SDK reports such a failure as its own JSON-RPC error
+// "rejected by transport", which was taken for the server's MCP error
+// answer: it reset the count, and the session was never re-opened.
+func TestMCPHTTPPingAnsweredByAProxyIsUnanswered(t *testing.T) {
+	ts := newTestMCPServer(t)
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ts.server }, nil))
+	var badGateway atomic.Bool
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method == http.MethodPost && badGateway.Load() {
+			body, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, []byte(`"method":"ping"`)) {
+				return &http.Response{StatusCode: http.StatusBadGateway, Status: "502 Bad Gateway", Header: http.Header{},
+					Body: http.NoBody, Request: r}, nil
+			}
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	m, logs := connectHTTPMCPWith(t, ts, srv, func(c *MCPConfig) { c.HTTPClient = hc; c.RestartUnresponsiveAfter = 2 })
+	ctx := ctxT(t)
+	if err := m.CheckHealth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	badGateway.Store(true)
+	for i := range 2 {
+		if err := m.CheckHealth(ctx); err == nil || !strings.Contains(err.Error(), "Bad Gateway") {
+			t.Fatalf("health check %d through a proxy answering 502: %v", i+1, err)
+		}
+	}
+	badGateway.Store(false)
+	logs.await(t, func(r slog.Record) bool {
+		return r.Message == "connected to the MCP server" && attr(r, "connection") == "2"
+	})
+	if st := m.snapshot(); st.Restarts != 1 || !strings.Contains(st.LastExit, "did not answer 2 pings") {
+		t.Errorf("status %+v after 2 pings answered 502 by a proxy", st)
+	}
+	if err := m.CheckHealth(ctx); err != nil {
+		t.Errorf("health on the new session: %v", err)
+	}
 }
 
 // TestMCPHTTPServerRestartReconnects: after a Streamable HTTP server

@@ -54,8 +54,8 @@ const (
 
 // Error codes the sidecar writes into results itself.
 const (
-	// CodeConnectorUnavailable: the local connector could not be reached;
-	// the action was not delivered and did not run.
+	// CodeConnectorUnavailable: the local connector (or MCP server) could
+	// not be reached; the action was not delivered and did not run.
 	CodeConnectorUnavailable = "sidecar.connector_unavailable"
 	// CodeConnectorRejected: the local connector refused the request with a
 	// 4xx or 503 status and no usable error object; it did not run it.
