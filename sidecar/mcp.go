@@ -1050,7 +1050,7 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 		}
 		pe := aip.NewProtocolError(CodeToolError, aip.CategoryConnector, false, 0, aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))
 		pe.Details, _ = json.Marshal(map[string]json.RawMessage{"content": content})
-		return &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: pe, Message: parts}, nil
+		return fitResult(&aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: pe, Message: parts}, call.Logger), nil
 	}
 	var output json.RawMessage
 	switch {
@@ -1066,7 +1066,34 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 	if err != nil {
 		return nil, fmt.Errorf("%w: the tool's output cannot be encoded: %v", hostsdk.ErrOutcomeUnknown, err)
 	}
-	return &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCompleted, Output: output, Message: parts}, nil
+	return fitResult(&aip.ActionResult{ActionID: a.ID, Status: aip.ResultCompleted, Output: output, Message: parts}, call.Logger), nil
+}
+
+// fitResult leaves a result's message parts out when, with them, the
+// result is larger than an answer can carry (hostsdk.MaxResultBytes) and,
+// without them, it fits. They repeat the tool's text blocks, which the
+// output (or the error's details) holds already, and the host records a
+// result no answer can carry as outcome_unknown (a read's as failed):
+// carrying the text twice made a tool call that completed with a few MB of
+// text look as if its outcome were unknown.
+func fitResult(r *aip.ActionResult, log *slog.Logger) *aip.ActionResult {
+	if len(r.Message) == 0 {
+		return r
+	}
+	raw, err := json.Marshal(r)
+	if err != nil || len(raw) <= hostsdk.MaxResultBytes {
+		return r
+	}
+	lean := *r
+	lean.Message = nil
+	if raw, err := json.Marshal(&lean); err != nil || len(raw) > hostsdk.MaxResultBytes {
+		return r
+	}
+	if log != nil {
+		log.Info("the tool's text is left out of the result's message: with it the result would be too large for an answer; the output carries it",
+			"with_message_bytes", len(raw), "max_bytes", hostsdk.MaxResultBytes)
+	}
+	return &lean
 }
 
 // serverError reports whether err carries a JSON-RPC error answer of the

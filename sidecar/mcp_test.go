@@ -248,6 +248,45 @@ func TestMCPActions(t *testing.T) {
 	}
 }
 
+// TestMCPLargeTextResultFits: a tool's text blocks are the result's
+// output and also its message; a result of a few MB of text that fits an
+// answer once but not twice is completed with the text in its output
+// alone. Carrying it twice made the host record the write's outcome as
+// unknown although the tool had completed.
+func TestMCPLargeTextResultFits(t *testing.T) {
+	ts := newTestMCPServer(t)
+	text := strings.Repeat("a", hostsdk.MaxResultBytes*5/8)
+	ts.server.AddTool(&mcp.Tool{Name: "dump", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{DestructiveHint: boolp(false)}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+		})
+	ts.server.AddTool(&mcp.Tool{Name: "dump_fail", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{DestructiveHint: boolp(false)}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: true}, nil
+		})
+	r := startReplica(t, func(c *Config) { c.MCP = MCPConfig{Transport: ts.transport(t)} })
+	t.Cleanup(ts.dropSessions)
+	short := func(raw []byte) string { return aip.TruncateUTF8(string(raw), 300) }
+	resp := must(r.d.Act(ctxT(t), r.target, act("mcp.dump", `{}`)))
+	res, err := resp.Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("a completed call with %d bytes of text: %v; HTTP %d %s", len(text), err, resp.Status, short(resp.Raw))
+	}
+	if len(res.Message) != 0 || !strings.Contains(string(res.Output), text) {
+		t.Errorf("result: %d message parts, output %s", len(res.Message), short(res.Output))
+	}
+	resp = must(r.d.Act(ctxT(t), r.target, act("mcp.dump_fail", `{}`)))
+	res, err = resp.Result()
+	if err != nil || res.Status != aip.ResultFailed || res.Error.Code != CodeToolError || len(res.Message) != 0 || !strings.Contains(string(res.Error.Details), text) {
+		t.Fatalf("an isError answer with %d bytes of text: %v; HTTP %d %s", len(text), err, resp.Status, short(resp.Raw))
+	}
+	// A small result keeps its message.
+	res, err = must(r.d.Act(ctxT(t), r.target, act("mcp.lookup", `{"word":"x"}`))).Result()
+	if err != nil || len(res.Message) != 1 {
+		t.Errorf("a small result: %+v %v", res, err)
+	}
+}
+
 func TestMCPProgressStreams(t *testing.T) {
 	r, _ := mcpReplica(t, nil)
 	a := act("mcp.slow", `{"steps":5}`)
