@@ -475,25 +475,8 @@ func TestMCPHTTPSessionGoneWithJSONBodyReconnects(t *testing.T) {
 // outcome unknown.
 func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 	hang := filepath.Join(t.TempDir(), "hang")
-	logs := newLogWatch()
-	m, err := NewMCP(MCPConfig{
-		Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{envMCPChild + "=1", envChildHang + "=" + hang,
-			"GORACE=atexit_sleep_ms=0"}, // with -race, exiting would take a second: more than StopTimeout
-		RestartUnresponsiveAfter: 2, StopTimeout: 200 * time.Millisecond, RestartBackoff: 10 * time.Millisecond,
-		Logger: logs.logger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, logs, man := connectRestartingStdioMCP(t, envChildHang+"="+hang)
 	ctx := ctxT(t)
-	if err := m.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	man, err := m.Manifest(ctx, hostsdk.TenantContext{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	first := m.snapshot()
 	if err := os.WriteFile(hang, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -555,24 +538,8 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 // hung instead, and the replica stayed unready with the server never
 // restarted.
 func TestMCPPingThatCannotBeWrittenIsUnanswered(t *testing.T) {
-	logs := newLogWatch()
-	m, err := NewMCP(MCPConfig{
-		Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{envMCPChild + "=1", "GORACE=atexit_sleep_ms=0"},
-		RestartUnresponsiveAfter: 2, StopTimeout: 200 * time.Millisecond, RestartBackoff: 10 * time.Millisecond,
-		Logger: logs.logger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m, logs, man := connectRestartingStdioMCP(t)
 	ctx := ctxT(t)
-	if err := m.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	man, err := m.Manifest(ctx, hostsdk.TenantContext{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	first := m.snapshot()
 	if err := syscall.Kill(first.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -871,4 +838,33 @@ func toolCall(t testing.TB, man *aip.Manifest, tool, input string) *hostsdk.Call
 	}
 	t.Fatalf("the manifest has no capability mcp.%s", tool)
 	return nil
+}
+
+// connectRestartingStdioMCP connects a bridge to the test's stdio MCP
+// server (env added to its environment) that restarts it after 2
+// unanswered pings, with a 200 ms stop timeout; it returns the bridge
+// (closed when the test ends), its log and its manifest.
+func connectRestartingStdioMCP(t *testing.T, env ...string) (*MCP, *logWatch, *aip.Manifest) {
+	t.Helper()
+	logs := newLogWatch()
+	m, err := NewMCP(MCPConfig{
+		Command: []string{os.Args[0], "-test.run=^$"},
+		// With -race, exiting would take a second: more than StopTimeout.
+		Env:                      append([]string{envMCPChild + "=1", "GORACE=atexit_sleep_ms=0"}, env...),
+		RestartUnresponsiveAfter: 2, StopTimeout: 200 * time.Millisecond, RestartBackoff: 10 * time.Millisecond,
+		Logger: logs.logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	ctx := ctxT(t)
+	if err := m.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	man, err := m.Manifest(ctx, hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, logs, man
 }

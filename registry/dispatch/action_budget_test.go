@@ -86,22 +86,13 @@ func TestActionBodiesReadWithinTheTenantShare(t *testing.T) {
 		t.Fatalf("another tenant's request while acme holds its share: %d %s, want 400 %s", resp.StatusCode, raw, dispatch.CodeRequestInvalid)
 	}
 
-	continued := 0
-	for _, ch := range answers {
-		a := <-ch
-		switch {
-		case a.err != nil:
-			t.Fatal(a.err)
-		case a.continued:
-			continued++
-			continue
-		}
+	continued := readAnswers(t, answers, func(a rawAnswer) {
 		if a.resp.StatusCode != http.StatusTooManyRequests || errorCode(t, a.body) != dispatch.CodeSchedulerOverloaded ||
 			a.resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(a.body), "share") {
 			t.Fatalf("a request over its tenant's share: %d %s (Retry-After %q), want 429 %s, retry after 1 s",
 				a.resp.StatusCode, a.body, a.resp.Header.Get("Retry-After"), dispatch.CodeSchedulerOverloaded)
 		}
-	}
+	})
 	if continued != share {
 		t.Fatalf("%d of %d trickled requests of one tenant were read, want its share (%d)", continued, share+2, share)
 	}

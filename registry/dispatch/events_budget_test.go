@@ -58,6 +58,25 @@ func (w *eventWorld) trickleDelivery(source string) (net.Conn, <-chan rawAnswer)
 	return trickle(w.t, w.srv.URL, source, aip.EventsPath, "", aip.MaxEventDeliveryBytes)
 }
 
+// readAnswers waits for the first answer of each trickled request and
+// returns how many the server began to read (a 100 Continue); refused
+// checks each of the others, a final answer.
+func readAnswers(t testing.TB, answers []<-chan rawAnswer, refused func(a rawAnswer)) int {
+	t.Helper()
+	continued := 0
+	for _, ch := range answers {
+		switch a := <-ch; {
+		case a.err != nil:
+			t.Fatal(a.err)
+		case a.continued:
+			continued++
+		default:
+			refused(a)
+		}
+	}
+	return continued
+}
+
 // trickle starts, from source (a loopback address; "" for any), a POST to
 // path on the server at srvURL announcing a body of n bytes with Expect:
 // 100-continue, with header (whole lines, each ending "\r\n") added; it
@@ -111,16 +130,7 @@ func TestConnectorEventSenderAtItsShare(t *testing.T) {
 		c, ch := w.trickleDelivery("127.0.0.2")
 		conns, answers = append(conns, c), append(answers, ch)
 	}
-	continued := 0
-	for _, ch := range answers {
-		a := <-ch
-		switch {
-		case a.err != nil:
-			t.Fatal(a.err)
-		case a.continued:
-			continued++
-			continue
-		}
+	continued := readAnswers(t, answers, func(a rawAnswer) {
 		status, ans, hdr := w.verifyAnswer(a.resp, a.body)
 		if status != http.StatusServiceUnavailable || ans.Body.Error == nil || ans.Body.Error.Error.Code != aip.CodeEventCapacity {
 			t.Fatalf("a delivery over its address's share: HTTP %d %+v, want 503 %s", status, ans.Body.Error, aip.CodeEventCapacity)
@@ -129,7 +139,7 @@ func TestConnectorEventSenderAtItsShare(t *testing.T) {
 		if !pe.IsRetryable() || pe.RetryAfterMS == nil || *pe.RetryAfterMS != 1000 || hdr.Get("Retry-After") != "1" {
 			t.Fatalf("peer-share refusal %+v (Retry-After %q): want retryable after 1 s", pe, hdr.Get("Retry-After"))
 		}
-	}
+	})
 	if continued != share {
 		t.Fatalf("%d of %d trickled deliveries from one address were read, want its share (%d)", continued, slots, share)
 	}
