@@ -324,3 +324,66 @@ func TestInvalidLedger(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyEndsAnAbandonedMigration: a migration's transaction, which
+// holds the lock and its tables' exclusive locks, gets the idle timeout of
+// pgsession when its session has none, for the transaction only (a
+// pooler's next client of the server session gets none of it); a value
+// the database sets is kept. Before, a migrator cut off mid-way held them
+// until the server's TCP noticed.
+func TestApplyEndsAnAbandonedMigration(t *testing.T) {
+	ms, err := pgmigrate.Load(files("0001_a.sql"), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.NewPool(t)
+	ctx := t.Context()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { conn.Release() }()
+	show := func(q pgmigrate.Querier) string {
+		t.Helper()
+		var v string
+		if err := q.QueryRow(ctx, "SHOW idle_in_transaction_session_timeout").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	migrate := func() (during string) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
+		if _, err := pgmigrate.Apply(ctx, tx, ledgers["file column"], ms); err != nil {
+			t.Fatal(err)
+		}
+		during = show(tx)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return during
+	}
+	if v := migrate(); v != "1min" {
+		t.Errorf("the migration's transaction shows idle_in_transaction_session_timeout %q, want 1min", v)
+	}
+	if v := show(conn); v != "0" {
+		t.Errorf("after the migration the session shows %q, want 0 (its own)", v)
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, pool, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET idle_in_transaction_session_timeout = '7s'")
+	pool.Reset() // new sessions read the database's setting
+	conn.Release()
+	if conn, err = pool.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := migrate(); v != "7s" {
+		t.Errorf("the migration's transaction, in a database that sets 7s, shows %q", v)
+	}
+}
