@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/onchange"
 )
 
 // Step 1: read and check the files the configuration names (signing key,
@@ -573,9 +574,15 @@ func (d *probeDetail) forPeer(local bool) string {
 // at most until the caller's ctx is done. So a check that ignores its
 // context holds no caller past the probe timeout, and one stuck for good
 // is not started again at every probe.
+//
+// A check that panics at every probe has its panic passed to onPanic (when
+// set) once, and again only when the panic changes or after a run without
+// one: a probe runs every few seconds, a stack at each would flood the log.
 type boundedCheck struct {
-	mu  sync.Mutex
-	cur *checkRun
+	mu      sync.Mutex
+	cur     *checkRun
+	onPanic func(*checkPanic)
+	panics  onchange.Text // the value last passed to onPanic, "" after a run without a panic
 }
 
 type checkRun struct {
@@ -596,6 +603,13 @@ func (b *boundedCheck) do(ctx context.Context, timeout time.Duration, check func
 		go func() {
 			defer cancel()
 			err := runCheck(cctx, check)
+			var p *checkPanic
+			if !errors.As(err, &p) {
+				p = &checkPanic{}
+			}
+			if b.panics.Changed(p.value) && p.value != "" && b.onPanic != nil {
+				b.onPanic(p)
+			}
 			b.mu.Lock()
 			r.err, b.cur = err, nil
 			b.mu.Unlock()
@@ -627,13 +641,22 @@ func (h *Host) guard(method string, f func() error) (err error) {
 	return f()
 }
 
-// runCheck runs check, turning a panic into an error: the check runs on a
-// goroutine of its own, where a panic would end the process.
+// runCheck runs check, turning a panic into a *checkPanic: the check runs
+// on a goroutine of its own, where a panic would end the process.
 func runCheck(ctx context.Context, check func(context.Context) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("the check panicked: %v", p)
+			err = &checkPanic{value: fmt.Sprint(p), stack: debug.Stack()}
 		}
 	}()
 	return check(ctx)
 }
+
+// checkPanic is the error of a check that panicked: the panic's value and
+// the stack, which the error's text does not carry.
+type checkPanic struct {
+	value string
+	stack []byte
+}
+
+func (p *checkPanic) Error() string { return "the check panicked: " + p.value }

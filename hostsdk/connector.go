@@ -87,7 +87,8 @@ func (t TenantContext) identity(gateway aip.Principal) *aip.IdentityContext {
 // it records the action outcome_unknown (a read-only capability's failed
 // connector_host.interrupted, retryable: see Interrupted); in Manifest, Routes or Reconcile
 // it fails that bootstrap step, in ActionStateNamespaces New, and in
-// CheckHealth the probe, each with an error naming the method; in Cancel
+// CheckHealth the probe, each with an error naming the method (a panicking
+// CheckHealth's stack is logged once per streak of the same panic); in Cancel
 // it is logged and the cancel answered; in RunEvents it stops the event
 // source, a failure of the shutdown. A panic on a goroutine the connector
 // starts itself ends the process: the journal keeps the actions it was

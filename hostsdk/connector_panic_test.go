@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -166,5 +167,60 @@ func TestPanickingCancelerStillAnswersTheCancel(t *testing.T) {
 	}
 	if err := <-acted; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// togglingHealth panics in CheckHealth while panicking is set.
+type togglingHealth struct {
+	*testConnector
+	panicking *atomic.Bool
+}
+
+func (c togglingHealth) CheckHealth(ctx context.Context) error {
+	if c.panicking.Load() {
+		panic("health check bug")
+	}
+	return nil
+}
+
+// TestPanickingHealthCheckLogsItsStackOnce: a CheckHealth that panics at
+// every probe is logged with its value and stack once, and again after a
+// healthy check; before, no stack was logged at all.
+func TestPanickingHealthCheckLogsItsStackOnce(t *testing.T) {
+	f := newFleet(t)
+	logs := logPanics(f)
+	var panicking atomic.Bool
+	h, _ := f.start(t, togglingHealth{newTestConnector(), &panicking})
+	ready := func() {
+		t.Helper()
+		resp, err := http.Get("http://" + h.Addr().String() + "/ready")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	logged := func() int {
+		n := 0
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, `"msg":"the connector panicked"`) && strings.Contains(line, `"method":"CheckHealth"`) {
+				n++
+			}
+		}
+		return n
+	}
+	panicking.Store(true)
+	for range 3 {
+		ready()
+	}
+	wantPanicLogged(t, logs, "CheckHealth", "health check bug")
+	if n := logged(); n != 1 {
+		t.Errorf("three probes of a panicking check logged the panic %d times, want once", n)
+	}
+	panicking.Store(false)
+	ready()
+	panicking.Store(true)
+	ready()
+	if n := logged(); n != 2 {
+		t.Errorf("the panic after a healthy check logged %d panics in all, want 2", n)
 	}
 }

@@ -183,6 +183,12 @@ func New(cfg Config, conn Connector) (*Host, error) {
 			CredentialRevisionRef: cfg.CredentialRevisionRef,
 		},
 	}
+	h.connectorCheck.onPanic = func(p *checkPanic) {
+		h.log.Error("the connector panicked", "method", "CheckHealth", "panic", p.value, "stack", string(p.stack))
+	}
+	h.storageCheck.onPanic = func(p *checkPanic) {
+		h.log.Error("the journal panicked", "method", "Probe", "panic", p.value, "stack", string(p.stack))
+	}
 	if cfg.ExternalAccountID != "" {
 		h.tenant.ExternalAccount = &aip.AccountRef{ID: cfg.ExternalAccountID, System: cfg.ExternalAccountSystem}
 	}
