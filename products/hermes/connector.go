@@ -128,9 +128,13 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	return c.handle(ctx, call, ep, op)
 }
 
+// decode reads an action's input (the host validated it against the input
+// schema already). Integers spelled as other numbers (5.0, 1e1), which the
+// schema's "integer" accepts, are read as the integers they are
+// (provider.IntegralNumbers), not refused.
 func decode[T any](call *hostsdk.Call) (T, error) {
 	var v T
-	if err := json.Unmarshal(call.Action.Input, &v); err != nil {
+	if err := json.Unmarshal(provider.IntegralNumbers(call.Action.Input), &v); err != nil {
 		return v, aip.NewProtocolError("hermes.input", aip.CategoryPermanent, false, 0, "input: "+err.Error())
 	}
 	return v, nil
