@@ -206,14 +206,16 @@ func decodeInput(call *hostsdk.Call, v any) error {
 // kickoffRequest is POST /kickoff's body. The webhook URLs are never sent:
 // this adapter learns the outcome by polling.
 type kickoffRequest struct {
-	Inputs             map[string]string `json:"inputs"`
-	Meta               map[string]any    `json:"meta,omitempty"`
-	RestoreFromStateID string            `json:"restoreFromStateId,omitempty"`
+	Inputs map[string]string `json:"inputs"`
+	// Meta is sent as the caller wrote it (any JSON object): decoded
+	// into Go values, a large integer would be rounded through a float.
+	Meta               json.RawMessage `json:"meta,omitempty"`
+	RestoreFromStateID string          `json:"restoreFromStateId,omitempty"`
 }
 
 type runInput struct {
 	Inputs             map[string]string `json:"inputs"`
-	Meta               map[string]any    `json:"meta"`
+	Meta               json.RawMessage   `json:"meta"`
 	RestoreFromStateID string            `json:"restore_from_state_id"`
 }
 

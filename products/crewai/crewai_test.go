@@ -195,6 +195,32 @@ func TestRunWithOnlyInputs(t *testing.T) {
 	}
 }
 
+// TestRunMetaSentAsGiven: meta ("Additional metadata to pass to the
+// crew", any JSON) reaches AMP as the caller wrote it: a large integer is
+// not rounded through a float (9007199254740993 stayed 9007199254740992),
+// nor is a number respelled.
+func TestRunMetaSentAsGiven(t *testing.T) {
+	m := newMockAMP(t)
+	e := start(t, m, nil)
+	meta := `{"orderId":9007199254740993,"ratio":0.1,"tags":["a"],"nested":{"n":12345678901234567890}}`
+	if res := e.Result(t, hostsdktest.NewAction(capRun, `{"inputs":{},"meta":`+meta+`}`)); res.Status != aip.ResultCompleted {
+		t.Fatalf("result %+v %+v", res, res.Error)
+	}
+	decode := func(raw string) any {
+		d := json.NewDecoder(strings.NewReader(raw))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		return v
+	}
+	got, want := string(m.kickoffBodies()[0]), `{"inputs":{},"meta":`+meta+`}`
+	if diff := cmp.Diff(decode(want), decode(got)); diff != "" {
+		t.Errorf("kickoff body %s (-want +got):\n%s", got, diff)
+	}
+}
+
 // TestRunWithInputsID: an inputs.id that is a UUID, which AMP accepts,
 // is sent as it is (one that is not is refused before it is sent, see
 // TestInputSchemaRejections).
