@@ -123,7 +123,14 @@
 // (start, end) and booking.list (after_start, before_end and the
 // created/updated bounds) take a date alone (read as UTC: slot.list from
 // the start or to the end of that day) or such a zoned date-time; a
-// date-time without its zone is refused there too. The output is the provider's
+// date-time without its zone is refused there too. Cal.diy reads a zoned
+// time's offset right (API v2's slots parse start and end with Luxon's
+// DateTime.fromISO(value, {zone: "utc"}), which converts to UTC), so
+// offsets go as given; but it takes an end at 00:00:00 UTC for a date
+// alone and stretches it to 23:59:59 that day (adjustEndTime), so a
+// slot.list end within the first second of a UTC day
+// (2050-09-06T00:00:00Z, or 2050-09-06T02:00:00+02:00) is refused
+// input_invalid, naming the date of the day before to give instead. The output is the provider's
 // JSON answer as sent ({"status":"success","data":...}, with pagination on
 // lists), except that webhook signing secrets are left out (see Webhook
 // subscriptions). Upstream marks Cal.diy's mutations requires_human_approval; this

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -60,6 +61,10 @@ type operation struct {
 	// allowed (subscriber.go), the configured signing secret is sent, and
 	// secrets are left out of the output.
 	Webhook bool
+	// Check, when set, returns why an input the schema accepts would be
+	// misread by Cal.diy, and what to send instead ("" when it is fine):
+	// such an input is refused as input_invalid before anything is sent.
+	Check func(in map[string]any) string
 }
 
 // ID returns the capability ID.
@@ -112,6 +117,35 @@ func zonedTime(desc string) map[string]any {
 // and in the server's own zone by a Date it parses, neither of which a
 // caller meaning a local time wanted.
 const dateOrZonedTimePattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2}))?$`
+
+// slotListEnd refuses a slot.list end date-time that falls within the
+// first second of a UTC day (2050-09-06T00:00:00Z, or the same instant
+// as 2050-09-06T02:00:00+02:00). Cal.diy's slots read end with Luxon's
+// DateTime.fromISO(end, {zone: "utc"}), which honours an offset and
+// converts to UTC (so other zoned times are read right and go as given),
+// and then take any time whose UTC hour, minute and second are 0 for a
+// date alone, setting it to 23:59:59 of that day
+// (SlotsInputService_2024_09_04.adjustEndTime, API v2 2024-09-04): a
+// caller asking for slots until midnight would be answered the slots of
+// the whole day after. The date of the day before says what was meant (a
+// date alone is read to the end of that day).
+func slotListEnd(in map[string]any) string {
+	s, _ := in["end"].(string)
+	if len(s) <= len(time.DateOnly) {
+		return ""
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return "" // the schema's pattern admits it; Cal.diy judges it
+	}
+	u := t.UTC()
+	if u.Hour() != 0 || u.Minute() != 0 || u.Second() != 0 {
+		return ""
+	}
+	return fmt.Sprintf("end %q is %s at 00:00:00 UTC, which Cal.diy reads as the end of that day (23:59:59 UTC), "+
+		"a whole day more than asked; for slots until that midnight give the date %s (read to the end of that day), "+
+		"or a time at least one second past midnight UTC", s, u.Format(time.DateOnly), u.AddDate(0, 0, -1).Format(time.DateOnly))
+}
 
 // dateOrZonedTime is a read filter's date or zoned date-time input.
 func dateOrZonedTime(desc string) map[string]any {
@@ -195,6 +229,7 @@ var operations = []*operation{
 			"event_type_slug": "eventTypeSlug", "username": "username", "team_slug": "teamSlug",
 			"organization_slug": "organizationSlug", "usernames": "usernames", "format": "format",
 			"duration": "duration", "time_zone": "timeZone", "booking_uid_to_reschedule": "bookingUidToReschedule"},
+		Check: slotListEnd,
 	},
 	{
 		Suffix: "booking.list", Name: "List bookings",
@@ -976,6 +1011,12 @@ func (o *operation) build(input json.RawMessage) (*request, error) {
 		d.UseNumber()
 		if err := d.Decode(&in); err != nil {
 			return nil, fmt.Errorf("calcom: %s input: %w", o.ID(), err)
+		}
+	}
+	if o.Check != nil {
+		if msg := o.Check(in); msg != "" {
+			return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
+				fmt.Sprintf("input of %s: %s", o.ID(), msg))
 		}
 	}
 	r := &request{path: o.Path}

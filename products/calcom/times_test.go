@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
@@ -92,6 +93,46 @@ func TestReadFiltersWithoutZoneRefused(t *testing.T) {
 		_, r := completedOnce(t, h, mock, tc.suffix, tc.input)
 		if got := r.Query.Get(tc.param); got != tc.want {
 			t.Errorf("%s %s: query %s=%q, want %q as given", tc.suffix, tc.input, tc.param, got, tc.want)
+		}
+	}
+}
+
+// TestSlotListEndAtUTCMidnightRefused: Cal.diy's slots read end with
+// Luxon's DateTime.fromISO(end, {zone: "utc"}), honouring an offset, and
+// then stretch any time at 00:00:00 UTC (the fraction aside) to 23:59:59
+// that day, as if it were a date alone (adjustEndTime, API v2 2024-09-04).
+// An end within the first second of a UTC day, written with Z or an
+// offset, would be answered a whole day of slots more than asked: refused
+// (input_invalid, naming the date to give instead) and nothing sent.
+// Other zoned ends, an offset that is not midnight UTC among them, and
+// dates alone go as given.
+func TestSlotListEndAtUTCMidnightRefused(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	for _, end := range []string{
+		"2050-09-06T00:00:00Z",
+		"2050-09-06T00:00:00.000+00:00",
+		"2050-09-06T02:00:00+02:00",
+		"2050-09-05T19:00:00.5-05:00",
+	} {
+		_, resp := h.act(t, "slot.list", `{"start":"2050-09-05","end":"`+end+`","event_type_id":11}`)
+		res, err := resp.Result()
+		if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeInputInvalid {
+			t.Errorf("end %s: result %+v, %v; want failed %s", end, res, err, hostsdk.CodeInputInvalid)
+			continue
+		}
+		if !strings.Contains(res.Error.Message, "date 2050-09-05") {
+			t.Errorf("end %s: message %q does not name the date to give instead (2050-09-05)", end, res.Error.Message)
+		}
+	}
+	if reqs := mock.requests(); len(reqs) != 0 {
+		t.Fatalf("the provider got %d requests for ends at midnight UTC, first %s?%s", len(reqs), reqs[0].Path, reqs[0].Query.Encode())
+	}
+
+	for _, end := range []string{"2050-09-06", "2050-09-06T00:00:01Z", "2050-09-06T00:00:00+02:00", "2050-09-05T23:59:59.999Z"} {
+		_, r := completedOnce(t, h, mock, "slot.list", `{"start":"2050-09-05","end":"`+end+`","event_type_id":11}`)
+		if got := r.Query.Get("end"); got != end {
+			t.Errorf("end %s: sent %q, want it as given", end, got)
 		}
 	}
 }
