@@ -234,11 +234,19 @@
 // signature 401 webhook.authentication_failed; bad shape or version 400
 // webhook.invalid_delivery; createdAt more than 24 hours old 400
 // webhook.invalid_timestamp, more than 5 minutes ahead of this replica's
-// clock 503 webhook.invalid_timestamp (delivered again: the replica's
-// clock may be the wrong one, and a warning says to check it, as for any
-// event time ahead of the clock); body larger than 1 MiB, or an event larger
+// clock 503 webhook.invalid_timestamp (the replica's clock may be the
+// wrong one, and a warning says to check it, as for any event time ahead
+// of the clock); body larger than 1 MiB, or an event larger
 // than hostsdk.MaxEventBytes, 413 webhook.too_large; outbox
-// not accepting 503 webhook.storage_unavailable. A verified delivery is
+// not accepting 503 webhook.storage_unavailable. Cal.diy delivers a
+// webhook again for none of these answers, 503 included: sendPayload
+// (packages/features/webhooks/lib/sendPayload.ts) returns the answer's
+// status and its callers (WebhookService.processWebhooks, the booking
+// handlers) only log a failure; with its task queue on
+// (TASKER_ENABLE_WEBHOOKS=1) only a delivery that got no answer at all is
+// tried again. A refused delivery is lost: give every replica a
+// subscription's secret before the webhook points at the route, and read
+// bookings (booking.list) after an outage. A verified delivery is
 // fenced against replays in the host's state store (namespace
 // aip.connector.cal_diy.webhook_replay.v1, key instance:<instance_id>,
 // ID = hex SHA-256 of subscription, version, signature and body; window

@@ -125,8 +125,9 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			// As for any event time ahead of the clock
 			// (webhook.PublishFailed, hostsdk.ErrEventAhead): this
 			// replica's clock may be the wrong one, and once it is right
-			// the same delivery is taken, so Cal.diy is asked to deliver
-			// it again rather than told never to.
+			// the same delivery is taken, so the answer asks for it
+			// again rather than saying never to. Cal.diy itself does not
+			// deliver again on any status (see the package comment).
 			rc.Logger.Warn("cal-diy webhook: a delivery's createdAt is ahead of this replica's clock; check the clock (NTP)",
 				"subscription_id", sub, "created_at", d.CreatedAt)
 			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeInvalidTimestamp,
