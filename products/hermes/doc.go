@@ -44,7 +44,11 @@
 //	job_run           POST   /api/jobs/{job_id}/run           mutation, risk high (the agent runs now)
 //
 // chat sends {model, messages, stream, temperature?, max_tokens?} (1 to 200
-// messages of role system, user or assistant with string content); model
+// messages of role system, user or assistant with string content of at
+// most 65,536 characters: Hermes cuts longer message content to that
+// length without a word, MAX_NORMALIZED_TEXT_LENGTH in
+// gateway/platforms/api_server.py, and the agent would act on the cut
+// text); model
 // defaults to the endpoint's default_model, else --hermes-default-model.
 // Its output is the assembled assistant message with the completion's id, model, finish_reason and
 // usage. In streaming mode (hostsdk.Streamer) it sends "stream": true and
@@ -67,6 +71,17 @@
 // conversation?, store?} (input is a string; model defaults as for chat;
 // conversation and previous_response_id not together: the page's named
 // conversation is used instead of a response ID, and Hermes refuses both).
+// The input goes to the agent whole (Hermes cuts to 65,536 characters
+// only the content parts of an input array, not a string input), hence
+// up to 262,144 characters. The output is Hermes' response as answered.
+// A non-streaming Responses turn is answered 200 with "status":
+// "completed" whatever became of the agent (the handler writes the
+// status as a constant; when the agent failed without an answer the
+// final message's text is its error, or "(No response generated)"), and
+// 500 when the agent raised, which is outcome_unknown: no field of a 200
+// tells a failed turn apart, so responses completes with it. Only the
+// streaming Responses (response.failed) and stored snapshots
+// (response_get: failed, incomplete, in_progress) carry another status.
 // run_start sends {input, session_id?, instructions?,
 // previous_response_id?, model?} — model only when given, because runs
 // always honour it — with an Idempotency-Key header, so Hermes answers a
