@@ -75,7 +75,11 @@
 // re-opened. A tool call the broken session cut off is outcome_unknown,
 // except a read-only tool's, which had no effect: failed
 // connector_host.interrupted, retryable (hostsdk.Interrupted; after a
-// restart the host's recovery decides the same). A stdio server is started and reaped by the sidecar itself,
+// restart the host's recovery decides the same). A call of which nothing
+// was written to a stdio server (its session had broken before the SDK
+// got the call) did not run: it fails sidecar.connector_unavailable,
+// retryable, as a call made while the session is down. A stdio server is
+// started and reaped by the sidecar itself,
 // like an --exec child: when it exits, what remains of its process group
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
 // or counts as stopped. At the sidecar's shutdown a stdio server is

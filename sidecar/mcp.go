@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -440,8 +441,40 @@ func (m *MCP) startServer() (*child, mcp.Transport, error) {
 		c.reap("the MCP server", m.cfg.StopTimeout, m.log)
 		time.AfterFunc(m.cfg.StopTimeout, func() { out.Close() })
 	}()
-	return c, &mcp.IOTransport{Reader: io.NopCloser(out), Writer: stdin}, nil
+	return c, writeWatch{&mcp.IOTransport{Reader: io.NopCloser(out), Writer: stdin}}, nil
 }
+
+// writeWatch wraps a stdio server's transport so that a tools/call knows
+// whether any of its messages was handed to the connection to be written
+// (see MCP.call). Every message the SDK writes for a call goes through the
+// connection's Write with the call's context (or one derived from it: its
+// notifications/cancelled, a multi-round-trip retry), which carries the
+// call's *atomic.Bool under wroteKey. Write marks it before it writes
+// anything, so an unmarked call provably sent the server nothing: the SDK
+// refused it before writing because the connection was already broken or
+// closing.
+type writeWatch struct{ mcp.Transport }
+
+func (t writeWatch) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return watchedConn{c}, nil
+}
+
+type watchedConn struct{ mcp.Connection }
+
+func (c watchedConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if w, ok := ctx.Value(wroteKey{}).(*atomic.Bool); ok {
+		w.Store(true)
+	}
+	return c.Connection.Write(ctx, msg)
+}
+
+// wroteKey is the context key of a tools/call's "a message was handed to
+// the connection" mark (writeWatch).
+type wroteKey struct{}
 
 // dial connects once (starting a stdio server) and lists the tools.
 func (m *MCP) dial(ctx context.Context) (*mcp.ClientSession, *child, []*mcp.Tool, error) {
@@ -880,6 +913,7 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 	m.mu.Lock()
 	info, ok := m.tools[a.CapabilityID]
 	sess := m.sess
+	watched := m.srv != nil // a stdio session: its writes are watched (writeWatch)
 	m.mu.Unlock()
 	if !ok {
 		return nil, aip.NewProtocolError(CodeMCPError, aip.CategoryPermanent, false, 0, "capability "+a.CapabilityID+" is not an admitted MCP tool")
@@ -910,8 +944,9 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 		err error
 	}
 	done := make(chan outcome, 1)
+	wrote := new(atomic.Bool)
 	go func() {
-		res, err := sess.CallTool(ctx, params)
+		res, err := sess.CallTool(context.WithValue(ctx, wroteKey{}, wrote), params)
 		done <- outcome{res, err}
 	}()
 	forward := chunks != nil
@@ -950,6 +985,14 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 				// accepted, when their resumed stream finds the session
 				// gone).
 				m.requestDown(sess, fmt.Sprintf("a tools/call found the MCP session gone (%v)", m.redact(o.err)))
+			}
+			if o.err != nil && watched && !wrote.Load() && ctx.Err() == nil {
+				// Nothing of the call reached the stdio server: the
+				// session broke (the server exited, or the session was
+				// being taken down) before the bridge noticed and the
+				// SDK refused the call before writing it. It did not
+				// run, as a call made once the session was down.
+				return nil, notDeliveredTo("the MCP server", fmt.Errorf("tools/call %s was not sent: %w", info.name, m.redact(o.err)))
 			}
 			// The SDK hands notifications to their handler on another
 			// goroutine than responses, so the last progress notifications
