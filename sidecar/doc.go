@@ -78,9 +78,10 @@
 // restart the host's recovery decides the same). A call of which nothing
 // was written to a stdio server (its session had broken before the SDK
 // got the call) did not run: it fails sidecar.connector_unavailable,
-// retryable, as a call made while the session is down. A stdio server is
-// started and reaped by the sidecar itself,
-// like an --exec child: when it exits, what remains of its process group
+// retryable, as a call made while the session is down. A stdio server's
+// answer longer than 16 MiB fails its call alone (hostsdk.UnusableResult),
+// not the session (frameGuard). A stdio server is started and reaped by
+// the sidecar itself, like an --exec child: when it exits, what remains of its process group
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
 // or counts as stopped. At the sidecar's shutdown a stdio server is
 // stopped as MCP's stdio shutdown says: its input is closed first (a

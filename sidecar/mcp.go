@@ -441,7 +441,14 @@ func (m *MCP) startServer() (*child, mcp.Transport, error) {
 		c.reap("the MCP server", m.cfg.StopTimeout, m.log)
 		time.AfterFunc(m.cfg.StopTimeout, func() { out.Close() })
 	}()
-	return c, writeWatch{&mcp.IOTransport{Reader: io.NopCloser(out), Writer: stdin}}, nil
+	// frameGuard takes a line longer than maxMCPLine out (failing only
+	// the call it answers); the SDK's own limit, above it, only catches a
+	// message spread over several lines, which MCP's stdio transport
+	// forbids.
+	return c, writeWatch{&mcp.IOTransport{
+		Reader: io.NopCloser(newFrameGuard(out, maxMCPLine, m.log)), Writer: stdin,
+		MaxLineLength: maxMCPLine + 1<<20,
+	}}, nil
 }
 
 // writeWatch wraps a stdio server's transport so that a tools/call knows
@@ -1046,6 +1053,11 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%w: the tool call was cancelled on the MCP server (notifications/cancelled: %v); MCP does not confirm whether a cancelled call had an effect",
 				hostsdk.ErrOutcomeUnknown, context.Cause(ctx))
+		case errors.As(err, &we) && we.Code == codeAnswerTooLarge && we.Message == msgAnswerTooLarge:
+			// frameGuard discarded the server's answer: the tool ran, and
+			// its result cannot be returned (as a result no answer can
+			// carry).
+			return nil, hostsdk.UnusableResult(call.Capability, fmt.Sprintf("MCP tool %s answered with a message larger than the %d bytes the bridge reads from a stdio server; it was discarded", info.name, maxMCPLine))
 		case errors.As(err, &op) && op.Op == "dial":
 			// The HTTP request never left the sidecar: no connection to
 			// the server could be opened (refused, no route, name not

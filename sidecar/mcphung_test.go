@@ -603,7 +603,8 @@ func awaitBlockedPipeWrite(t *testing.T) {
 }
 
 // envMCPChild makes the test binary run as a stdio MCP server: tools
-// lookup (read-only), stuck and stuck_ro (which never answer). While the
+// lookup (read-only), huge (read-only) and huge_rw (which answer a text of
+// the input's "bytes" x's), stuck and stuck_ro (which never answer). While the
 // file named by envChildHang exists it answers no ping and ignores
 // SIGTERM (a hung server). With envMCPStopLog it appends "term" to that
 // file on SIGTERM (then exits), and "eof" when its input ends, after which
@@ -655,6 +656,13 @@ func runMCPChild() int {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
 		})
+	huge := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct{ Bytes int }
+		json.Unmarshal(req.Params.Arguments, &in)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", in.Bytes)}}}, nil
+	}
+	server.AddTool(&mcp.Tool{Name: "huge", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, huge)
+	server.AddTool(&mcp.Tool{Name: "huge_rw", InputSchema: objectSchema}, huge)
 	stuck := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { select {} }
 	server.AddTool(&mcp.Tool{Name: "stuck", InputSchema: objectSchema}, stuck)
 	server.AddTool(&mcp.Tool{Name: "stuck_ro", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, stuck)
