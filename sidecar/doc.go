@@ -80,7 +80,9 @@
 // got the call) did not run: it fails sidecar.connector_unavailable,
 // retryable, as a call made while the session is down. A stdio server's
 // answer longer than 16 MiB fails its call alone (hostsdk.UnusableResult),
-// not the session (frameGuard). A stdio server is started and reaped by
+// not the session (frameGuard). The bridge has no user and no model: a
+// tool's request for user input (elicitation) is answered cancel, and
+// sampling is refused (MCP.callTool). A stdio server is started and reaped by
 // the sidecar itself, like an --exec child: when it exits, what remains of its process group
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
 // or counts as stopped. At the sidecar's shutdown a stdio server is

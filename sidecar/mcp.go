@@ -246,6 +246,22 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 	m.status.setProcess(m)
 	m.client = mcp.NewClient(&mcp.Implementation{Name: "aip-sidecar", Title: "aipfleet sidecar", Version: "1.0"}, &mcp.ClientOptions{
 		Logger: cfg.Logger,
+		// The bridge answers input_required results itself (callTool).
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		// A server's elicitation/create (protocol 2025-11-25 and older)
+		// is answered cancel: no user is present to accept or decline.
+		// Setting it advertises the elicitation capability (form mode),
+		// so that a server asks, learns the answer, and says what its
+		// tool did, rather than failing the call on its own.
+		ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			msg := ""
+			if req != nil && req.Params != nil {
+				msg = req.Params.Message
+			}
+			m.log.Warn("the MCP server asked for user input (elicitation); the bridge has no user and answered cancel",
+				"message", aip.TruncateUTF8(msg, 200))
+			return &mcp.ElicitResult{Action: "cancel"}, nil
+		},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
 			select {
 			case m.changed <- struct{}{}:
@@ -278,8 +294,30 @@ func NewMCP(cfg MCPConfig) (*MCP, error) {
 			}
 		},
 	})
+	// sampling/createMessage (protocol 2025-11-25 and older; not
+	// advertised, but some servers send it anyway) is refused with a
+	// JSON-RPC error that says why.
+	m.client.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "sampling/createMessage" {
+				m.log.Warn("the MCP server asked for sampling; the bridge has no model and refused it")
+				return nil, &jsonrpc.Error{Code: codeNoSampling, Message: msgNoSampling}
+			}
+			return next(ctx, method, req)
+		}
+	})
 	return m, nil
 }
+
+// The bridge's answer to sampling/createMessage: the code of MCP's
+// example of a client refusing sampling (its user rejected it), not
+// "method not found", which a server that passes its client's error on
+// puts in its answer to the tools/call, where it reads as the server
+// refusing the call.
+const (
+	codeNoSampling = -1
+	msgNoSampling  = "sampling/createMessage is not available: the AIP bridge (aip-sidecar) calling this tool has no model and no user"
+)
 
 // Target names the MCP server (for logs, errors and GET /sidecar/status,
 // which any client of the replica's listener can read): a stdio server by
@@ -952,8 +990,9 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 	}
 	done := make(chan outcome, 1)
 	wrote := new(atomic.Bool)
+	asked := new(interaction)
 	go func() {
-		res, err := sess.CallTool(context.WithValue(ctx, wroteKey{}, wrote), params)
+		res, err := m.callTool(context.WithValue(ctx, wroteKey{}, wrote), sess, params, asked, call.Logger)
 		done <- outcome{res, err}
 	}()
 	forward := chunks != nil
@@ -1031,19 +1070,20 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 					drained = true
 				}
 			}
-			return m.settle(ctx, call, info, o.res, o.err)
+			return m.settle(ctx, call, info, asked, o.res, o.err)
 		}
 	}
 }
 
 // settle turns a tools/call outcome into a result.
-func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res *mcp.CallToolResult, err error) (*aip.ActionResult, error) {
+func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, asked *interaction, res *mcp.CallToolResult, err error) (*aip.ActionResult, error) {
 	a := call.Action
 	if err != nil {
 		err = m.redact(err)
 		var (
 			we *jsonrpc.Error
 			op *net.OpError
+			ie *interactionError
 		)
 		switch {
 		case ctx.Err() != nil && info.readOnly:
@@ -1053,6 +1093,10 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%w: the tool call was cancelled on the MCP server (notifications/cancelled: %v); MCP does not confirm whether a cancelled call had an effect",
 				hostsdk.ErrOutcomeUnknown, context.Cause(ctx))
+		case errors.As(err, &ie) && info.readOnly:
+			return nil, aip.NewProtocolError(CodeInteractionUnavailable, aip.CategoryPermanent, false, 0, aip.TruncateUTF8(ie.Error(), aip.MaxErrorMessageBytes))
+		case errors.As(err, &ie):
+			return nil, fmt.Errorf("%w: %v; MCP does not say whether the tool did anything before it asked", hostsdk.ErrOutcomeUnknown, ie)
 		case errors.As(err, &we) && we.Code == codeAnswerTooLarge && we.Message == msgAnswerTooLarge:
 			// frameGuard discarded the server's answer: the tool ran, and
 			// its result cannot be returned (as a result no answer can
@@ -1065,11 +1109,11 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 			// action whose POST could not connect.
 			return nil, notDeliveredTo("the MCP server", fmt.Errorf("tools/call %s: %w", info.name, err))
 		case serverError(err, &we) && refusedBeforeRun(we.Code):
-			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryPermanent, false, 0, aip.TruncateUTF8(we.Message, aip.MaxErrorMessageBytes))
+			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryPermanent, false, 0, asked.explain(we.Message))
 			pe.Details, _ = json.Marshal(map[string]any{"jsonrpc_code": we.Code})
 			return nil, pe
 		case serverError(err, &we) && info.readOnly:
-			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryConnector, false, 0, aip.TruncateUTF8(we.Message, aip.MaxErrorMessageBytes))
+			pe := aip.NewProtocolError(CodeMCPError, aip.CategoryConnector, false, 0, asked.explain(we.Message))
 			pe.Details, _ = json.Marshal(map[string]any{"jsonrpc_code": we.Code})
 			return nil, pe
 		case info.readOnly:
@@ -1081,7 +1125,7 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 			// off live does (and Reconcile's after a restart).
 			return nil, hostsdk.Interrupted(call.Capability, fmt.Sprintf("the MCP session broke, or the exchange with the server failed, while read-only tool %s ran (%v)", info.name, err))
 		}
-		return nil, fmt.Errorf("%w: tools/call %s: %v", hostsdk.ErrOutcomeUnknown, info.name, err)
+		return nil, fmt.Errorf("%w: tools/call %s: %v", hostsdk.ErrOutcomeUnknown, info.name, asked.explain(err.Error()))
 	}
 	content, err := json.Marshal(res.Content)
 	if err != nil {
@@ -1103,7 +1147,7 @@ func (m *MCP) settle(ctx context.Context, call *hostsdk.Call, info toolInfo, res
 		if msg == "" {
 			msg = "the tool reported an error"
 		}
-		pe := aip.NewProtocolError(CodeToolError, aip.CategoryConnector, false, 0, aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))
+		pe := aip.NewProtocolError(CodeToolError, aip.CategoryConnector, false, 0, asked.explain(msg))
 		pe.Details, _ = json.Marshal(map[string]json.RawMessage{"content": content})
 		return fitResult(&aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: pe, Message: parts}, call.Logger), nil
 	}

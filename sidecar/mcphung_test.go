@@ -604,7 +604,8 @@ func awaitBlockedPipeWrite(t *testing.T) {
 
 // envMCPChild makes the test binary run as a stdio MCP server: tools
 // lookup (read-only), huge (read-only) and huge_rw (which answer a text of
-// the input's "bytes" x's), stuck and stuck_ro (which never answer). While the
+// the input's "bytes" x's), stuck and stuck_ro (which never answer), and
+// those of addInteractiveTools. While the
 // file named by envChildHang exists it answers no ping and ignores
 // SIGTERM (a hung server). With envMCPStopLog it appends "term" to that
 // file on SIGTERM (then exits), and "eof" when its input ends, after which
@@ -615,6 +616,10 @@ const (
 	envMCPChild     = "SIDECAR_TEST_MCP_CHILD"
 	envMCPStopLog   = "SIDECAR_TEST_MCP_STOP_LOG"
 	envMCPEOFStatus = "SIDECAR_TEST_MCP_EOF_STATUS"
+	// envMCPLegacy restricts the server to protocol 2025-11-25, where it
+	// asks for input with requests of its own (elicitation/create,
+	// sampling/createMessage) rather than input_required results.
+	envMCPLegacy = "SIDECAR_TEST_MCP_LEGACY"
 )
 
 func runMCPChild() int {
@@ -643,7 +648,12 @@ func runMCPChild() int {
 			}
 		}
 	}()
-	server := mcp.NewServer(&mcp.Implementation{Name: "test-stdio-server", Version: "1.0"}, nil)
+	var opts *mcp.ServerOptions
+	if os.Getenv(envMCPLegacy) == "1" {
+		opts = &mcp.ServerOptions{SupportedProtocolVersions: []string{"2025-11-25"}}
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "test-stdio-server", Version: "1.0"}, opts)
+	addInteractiveTools(server)
 	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "ping" && hung() {

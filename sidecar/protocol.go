@@ -68,6 +68,11 @@ const (
 	// CodeMCPError: the MCP server refused the call with a JSON-RPC error
 	// before running it (invalid params, unknown tool, ...).
 	CodeMCPError = "mcp.error"
+	// CodeInteractionUnavailable: a read-only MCP tool needed what only an
+	// interactive MCP client gives — sampling (a model's completion), or
+	// user input it kept asking for — which the AIP bridge, with no model
+	// and no user, cannot provide. Sending it again does not help.
+	CodeInteractionUnavailable = "mcp.interaction_unavailable"
 )
 
 // localTenant is the deployment identity passed with every action.
