@@ -241,7 +241,7 @@ func TestExecStartFailure(t *testing.T) {
 	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
 	s, err := New(Config{
 		Host: hostsdktest.HostConfig(t, cp, d, nil), Local: LocalConfig{Socket: sock},
-		Exec: []string{"/bin/sh", "-c", "exit 3"}, StartTimeout: time.Second, RestartBackoff: 20 * time.Millisecond,
+		Exec: []string{"/bin/sh", "-c", "exit 3"}, StartTimeout: 3 * time.Second, RestartBackoff: 20 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
