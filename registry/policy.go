@@ -115,7 +115,10 @@ func (p *AdmissionPolicy) Validate() error {
 			return invalid(r, p.PolicyRef, l.field, "must be at least 1 (%d disables the limit)", Unlimited)
 		}
 	}
-	if d := p.CircuitOpen(); d < MinCircuitOpen || d > MaxCircuitOpen {
+	// Compared in milliseconds: converted to a time.Duration first, a
+	// value of 2^58 ms or more wraps around (1 000 + 2^58 ms is 1 s), and
+	// would be accepted as what it wraps to.
+	if ms := p.CircuitOpenMS; ms < uint64(MinCircuitOpen.Milliseconds()) || ms > uint64(MaxCircuitOpen.Milliseconds()) {
 		return invalid(r, p.PolicyRef, "circuit_open_ms", "%d must be between %d and %d", p.CircuitOpenMS, MinCircuitOpen.Milliseconds(), MaxCircuitOpen.Milliseconds())
 	}
 	return nil

@@ -322,6 +322,11 @@ func testPolicyRules(t *testing.T, nb NewBackend) {
 		{"circuit_failure_threshold", func(p *registry.AdmissionPolicy) { p.CircuitFailureThreshold = 0 }},
 		{"circuit_open_ms", func(p *registry.AdmissionPolicy) { p.CircuitOpenMS = 99 }},
 		{"circuit_open_ms", func(p *registry.AdmissionPolicy) { p.CircuitOpenMS = 3_600_001 }},
+		// Values whose conversion to a time.Duration wraps around into
+		// the allowed range (1 000 + 2^58 ms and 2^63 + 1 000 ms are 1 s as
+		// a Duration): refused as what they say, not as what they wrap to.
+		{"circuit_open_ms", func(p *registry.AdmissionPolicy) { p.CircuitOpenMS = 1<<58 + 1_000 }},
+		{"circuit_open_ms", func(p *registry.AdmissionPolicy) { p.CircuitOpenMS = 1<<63 + 1_000 }},
 		{"policy_ref", func(p *registry.AdmissionPolicy) { p.PolicyRef = registry.ImplicitPolicyRef }},
 		{"policy_ref", func(p *registry.AdmissionPolicy) { p.PolicyRef = "" }},
 	} {
