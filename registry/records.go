@@ -384,6 +384,9 @@ func (r *ConnectorReplica) Validate() error {
 	if r.Capacity == 0 {
 		return invalid(rec, id, "capacity", "must be at least 1")
 	}
+	if err := checkRevision(rec, id, "health_revision", r.HealthRevision); err != nil {
+		return err
+	}
 	if !r.OfflineReason.Valid() {
 		return invalid(rec, id, "offline_reason", "unknown reason %q (want shutdown, unhealthy, lease_expired, administrator or none)", truncate(string(r.OfflineReason)))
 	}
@@ -531,11 +534,10 @@ func checkPrefixedID(record, id, field, v, prefix string) error {
 	return nil
 }
 
-// checkIdent checks a free-form identifier: 1..MaxIdentifierBytes of UTF-8
-// without control characters or surrounding spaces.
 // MaxRevision bounds the revisions an operator sets (a policy's revision,
-// an instance's config revision, a binding's policy revision): PostgreSQL
-// stores them as bigint, and both backends accept the same records.
+// an instance's config revision, a binding's policy revision, a replica's
+// health revision): PostgreSQL stores them as bigint, and both backends
+// accept the same records.
 const MaxRevision = math.MaxInt64
 
 func checkRevision(record, id, field string, v uint64) error {
@@ -545,6 +547,8 @@ func checkRevision(record, id, field string, v uint64) error {
 	return nil
 }
 
+// checkIdent checks a free-form identifier: 1..MaxIdentifierBytes of UTF-8
+// without control characters or surrounding spaces.
 func checkIdent(record, id, field, v string) error {
 	if v == "" {
 		return invalid(record, id, field, "is empty")

@@ -395,6 +395,9 @@ func testReplicaRules(t *testing.T, nb NewBackend) {
 		t.Fatalf("stored replica %+v, want %+v", got, next)
 	}
 	f.must(f.b.Admin.PutReplica(f.ctx, next)) // identical: no-op
+	over := next
+	over.HealthRevision = registry.MaxRevision + 1
+	f.wantField(f.b.Admin.PutReplica(f.ctx, over), registry.ErrInvalid, "health_revision", "a health revision over MaxRevision")
 	if got := f.revision(); got != rev {
 		t.Fatalf("replica writes moved the catalog revision to %d, want %d", got, rev)
 	}
@@ -417,6 +420,7 @@ func testReplicaRules(t *testing.T, nb NewBackend) {
 			r.LastControlRequestID, r.LastControlRequestDigest = "msg_x", "sha256:zz"
 		}},
 		{"id", registry.ErrInvalid, func(r *registry.ConnectorReplica) { r.ID = "replica-1" }},
+		{"health_revision", registry.ErrInvalid, func(r *registry.ConnectorReplica) { r.HealthRevision = registry.MaxRevision + 1 }},
 	} {
 		nr := Replica("crepl_new", i.ID, i.VersionID, f.clock.Now().Add(time.Minute))
 		c.mod(&nr)
