@@ -170,9 +170,40 @@ func ReplicaEligible(rep *ConnectorReplica, instanceVersionID string, pref *Rout
 // be reserved again now: ready or draining, unexpired lease, spare capacity,
 // closed circuit, enabled instance, its version active and its type enabled.
 func PinnedReplicaUsable(rep *ConnectorReplica, i *ConnectorInstance, v *ConnectorVersion, typeEnabled bool, now time.Time) bool {
-	return (rep.Status == aip.ReplicaReady || rep.Status == aip.ReplicaDraining) && rep.LeaseValid(now) &&
-		rep.ActiveAssignments < rep.Capacity && rep.Circuit.Closed(now) &&
-		i.Status == InstanceEnabled && v.Status == VersionActive && typeEnabled
+	return PinnedReplicaUnusable(rep, i, v, typeEnabled, now) == ""
+}
+
+// PinnedReplicaUnusable is PinnedReplicaUsable's reason: the first rule
+// the pinned replica breaks at now, worded for the operator, or "" when it
+// can be reserved again. i is the replica's instance and v the route's
+// version (its ID may be all a backend knows of it besides its status).
+func PinnedReplicaUnusable(rep *ConnectorReplica, i *ConnectorInstance, v *ConnectorVersion, typeEnabled bool, now time.Time) string {
+	switch {
+	case rep.Status != aip.ReplicaReady && rep.Status != aip.ReplicaDraining:
+		return fmt.Sprintf("the replica is %s: it takes the action again once its host registers", rep.Status)
+	case !rep.LeaseValid(now):
+		return fmt.Sprintf("the replica's lease expired at %s: it takes the action again once its host heartbeats or registers", aip.At(rep.LeaseExpiresAt))
+	case rep.ActiveAssignments >= rep.Capacity:
+		return fmt.Sprintf("the replica is at its capacity of %d actions in flight", rep.Capacity)
+	case !rep.Circuit.Closed(now):
+		return fmt.Sprintf("the replica's circuit is open until %s after %d consecutive unknown outcomes",
+			aip.At(rep.Circuit.OpenUntil), rep.Circuit.ConsecutiveFailures)
+	case i.Status != InstanceEnabled:
+		return fmt.Sprintf("instance %s is %s", i.ID, i.Status)
+	case v.Status != VersionActive:
+		return fmt.Sprintf("version %s is %s, not active", v.ID, v.Status)
+	case !typeEnabled:
+		return fmt.Sprintf("connector type %s is disabled", i.ConnectorTypeID)
+	}
+	return ""
+}
+
+// PinnedReplicaUnavailable is the ErrReplicaUnavailable of a Resolve whose
+// released route's pinned replica cannot take the action again: why
+// (PinnedReplicaUnusable's reason) and that the action is never rerouted.
+func PinnedReplicaUnavailable(a *RouteAssignment, why string) error {
+	return fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now (%s); it is never rerouted",
+		ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID, why)
 }
 
 // RouteNotFound is the error for an action that has no route, worded as

@@ -921,9 +921,8 @@ func (r *Registry) resume(rt *routeEntry, req *registry.RouteRequest, now time.T
 	}
 	rep := rt.replica
 	v := r.versions[a.VersionID]
-	if !registry.PinnedReplicaUsable(&rep.rec, &rep.inst.rec, &v.rec, v.typ.rec.Enabled, now) {
-		return fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
-			registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
+	if why := registry.PinnedReplicaUnusable(&rep.rec, &rep.inst.rec, &v.rec, v.typ.rec.Enabled, now); why != "" {
+		return registry.PinnedReplicaUnavailable(a, why)
 	}
 	if err := r.reserve(a.Admission.Scopes(true)); err != nil {
 		return err

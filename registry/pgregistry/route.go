@@ -645,10 +645,11 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 		}
 		return next, nil
 	}
-	unavailable := fmt.Errorf("%w: action %s is pinned to replica %s of instance %s, which cannot take it now; it is never rerouted",
-		registry.ErrReplicaUnavailable, a.ActionID, a.ReplicaID, a.InstanceID)
-	if !pin.found || !registry.PinnedReplicaUsable(&pin.replica, &pin.instance, &pin.version, pin.typeEnabled, now) {
-		return registry.RouteAssignment{}, unavailable
+	if !pin.found {
+		return registry.RouteAssignment{}, registry.PinnedReplicaUnavailable(a, "the replica's record could not be read with its instance, version and type")
+	}
+	if why := registry.PinnedReplicaUnusable(&pin.replica, &pin.instance, &pin.version, pin.typeEnabled, now); why != "" {
+		return registry.RouteAssignment{}, registry.PinnedReplicaUnavailable(a, why)
 	}
 	scopes := a.Admission.Scopes(true)
 	stripes := st.stripes(scopes)
@@ -659,7 +660,8 @@ func (r *Registry) resume(ctx context.Context, p *pipe, s *storedRoute, pin *pin
 	b.Queue(reserveRoute, a.ActionID, toMS(now), stripe, nullable(req.Claim), perScope)
 	if err := p.commit(ctx, b); err != nil {
 		if isReplicaTaken(err) {
-			return registry.RouteAssignment{}, unavailable
+			return registry.RouteAssignment{}, registry.PinnedReplicaUnavailable(a,
+				"the replica stopped being ready or draining with a valid lease, a free slot and a closed circuit while the retry reserved it")
 		}
 		return registry.RouteAssignment{}, st.refused(err, scopes, stripes)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -520,41 +521,42 @@ func testPinnedUnavailable(t *testing.T, nb NewBackend) {
 	cases := []struct {
 		name     string
 		cut, fix func(f *fx, w routeWorld, r registry.ConnectorReplica)
+		why      string // what the error tells the operator
 	}{
 		{"offline", func(f *fx, _ routeWorld, r registry.ConnectorReplica) {
 			f.update(r.ID, func(r *registry.ConnectorReplica) { r.Status = aip.ReplicaOffline })
 		}, func(f *fx, _ routeWorld, r registry.ConnectorReplica) {
 			f.update(r.ID, func(r *registry.ConnectorReplica) { r.Status = aip.ReplicaReady })
-		}},
+		}, "the replica is offline"},
 		{"lease expired", func(f *fx, _ routeWorld, r registry.ConnectorReplica) {
 			f.clock.Advance(time.Minute)
 		}, func(f *fx, _ routeWorld, r registry.ConnectorReplica) {
 			f.update(r.ID, func(r *registry.ConnectorReplica) { r.LeaseExpiresAt = f.clock.Now().Add(time.Minute) })
-		}},
+		}, "the replica's lease expired at"},
 		{"full", func(f *fx, _ routeWorld, r registry.ConnectorReplica) {
 			f.resolve(standard()) // the pinned replica's two slots
 			f.resolve(standard())
-		}, nil},
+		}, nil, "the replica is at its capacity of 2 actions in flight"},
 		{"circuit open", func(f *fx, _ routeWorld, r registry.ConnectorReplica) {
 			x := f.resolve(standard())
 			f.settle(x, registry.SettlementOutcomeUnknown) // threshold 1
 		}, func(f *fx, _ routeWorld, r registry.ConnectorReplica) {
 			f.clock.Advance(time.Second)
 			f.update(r.ID, func(r *registry.ConnectorReplica) { r.LeaseExpiresAt = f.clock.Now().Add(time.Minute) })
-		}},
+		}, "the replica's circuit is open until"},
 		{"version revoked", func(f *fx, w routeWorld, _ registry.ConnectorReplica) {
 			f.must(f.b.Admin.SetVersionStatus(f.ctx, w.v.ID, registry.VersionRevoked))
-		}, nil},
+		}, nil, "is revoked, not active"},
 		{"version deactivated", func(f *fx, w routeWorld, _ registry.ConnectorReplica) {
 			f.must(f.b.Admin.SetVersionStatus(f.ctx, w.v.ID, registry.VersionAdmitted))
 		}, func(f *fx, w routeWorld, _ registry.ConnectorReplica) {
 			f.must(f.b.Admin.SetVersionStatus(f.ctx, w.v.ID, registry.VersionActive))
-		}},
+		}, "is admitted, not active"},
 		{"type disabled", func(f *fx, w routeWorld, _ registry.ConnectorReplica) {
 			f.must(f.b.Admin.SetConnectorTypeEnabled(f.ctx, w.ct.ID, false))
 		}, func(f *fx, w routeWorld, _ registry.ConnectorReplica) {
 			f.must(f.b.Admin.SetConnectorTypeEnabled(f.ctx, w.ct.ID, true))
-		}},
+		}, "connector type ctype_alpha is disabled"},
 		{"instance disabled", func(f *fx, w routeWorld, _ registry.ConnectorReplica) {
 			i := w.i
 			i.Status, i.ConfigRevision = registry.InstanceDisabled, 2
@@ -563,7 +565,7 @@ func testPinnedUnavailable(t *testing.T, nb NewBackend) {
 			i := w.i
 			i.Status, i.ConfigRevision = registry.InstanceEnabled, 3
 			f.must(f.b.Admin.PutInstance(f.ctx, i))
-		}},
+		}, "is disabled"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -581,6 +583,9 @@ func testPinnedUnavailable(t *testing.T, nb NewBackend) {
 			c.cut(f, w, r)
 			_, err := f.b.Resolver.Resolve(f.ctx, req)
 			f.wantErr(err, registry.ErrReplicaUnavailable, c.name)
+			if !strings.Contains(err.Error(), c.why) {
+				t.Fatalf("%s: error %q does not say why (%q)", c.name, err, c.why)
+			}
 			kept, err := f.b.Resolver.Assignment(f.ctx, req.ActionID)
 			f.must(err)
 			if !kept.Equal(&a) {
