@@ -176,7 +176,10 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 	switch {
 	case *replicas < 1 || *replicas > maxDevReplicas:
 		return usagef("dev: --replicas %d is outside 1..%d", *replicas, maxDevReplicas)
-	case *portBase != 0 && (*portBase < 1024 || *portBase > 65535-firstReplicaOffset-maxDevReplicas):
+	case fs.isSet("port-base") && (*portBase < 1024 || *portBase > 65535-firstReplicaOffset-maxDevReplicas):
+		// 0 stands for "not given" below (the default, or the state
+		// directory's port base), so a 0 given is refused here rather
+		// than quietly taken for 8080.
 		return usagef("dev: --port-base %d is outside 1024..%d", *portBase, 65535-firstReplicaOffset-maxDevReplicas)
 	case *logFormat != "text" && *logFormat != "json":
 		return usagef("dev: --log-format %q: want text or json", *logFormat)

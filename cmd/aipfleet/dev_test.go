@@ -34,6 +34,11 @@ func TestDevFlagErrors(t *testing.T) {
 		{args: []string{"--replicas", "0"}, want: "--replicas 0 is outside 1..16"},
 		{env: map[string]string{"AIP_DEV_REPLICAS": "17"}, want: "--replicas 17"},
 		{args: []string{"--port-base", "80"}, want: "--port-base 80 is outside"},
+		// A port base of 0 given is refused, not taken for the default
+		// (the missing fleet file stops a dev that took it before any
+		// port is bound).
+		{args: []string{"--port-base", "0", "--fleet-file", filepath.Join(dir, "missing.yaml")}, want: "--port-base 0 is outside 1024..65508"},
+		{args: []string{"--fleet-file", filepath.Join(dir, "missing.yaml")}, env: map[string]string{"AIP_DEV_PORT_BASE": "0"}, want: "--port-base 0 is outside 1024..65508"},
 		{args: []string{"--log-format", "xml"}, want: "--log-format"},
 		{args: []string{"--log-level", "loud"}, want: "--log-level"},
 		{args: []string{"--connector", "chatwoot"}, want: `"chatwoot" is not a built-in connector; choose one of echo`},
