@@ -243,6 +243,11 @@ func (f *actionFlags) bearer() (string, error) {
 	case f.issuerKey == "":
 		return "", usagef("%s: --tenant needs --issuer-key FILE (a local issuer key the dispatcher trusts), or use --token", f.commandName())
 	}
+	for _, n := range [][2]string{{"issuer", f.issuer}, {"audience", f.audience}} {
+		if err := mintedNameGiven(f.commandName(), n[0], n[1]); err != nil {
+			return "", err
+		}
+	}
 	key, err := aip.LoadSigningKey(f.issuerKey)
 	if err != nil {
 		return "", fmt.Errorf("--issuer-key: %w", err)

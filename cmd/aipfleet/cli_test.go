@@ -246,3 +246,32 @@ func TestTokenMissingIssuerKeyNamesTheFlag(t *testing.T) {
 		t.Fatalf("err = %v, want it to name --issuer-key and the file", err)
 	}
 }
+
+// An empty --issuer or --audience of a token a command mints is a usage
+// error naming the flag, not the token library's "issuer and audience are
+// required"; nothing is printed or sent.
+func TestEmptyIssuerOrAudienceOfAMintedTokenNamesTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "issuer.key")
+	if _, _, err := runCLI(t, nil, "keygen", "--out", key); err != nil {
+		t.Fatal(err)
+	}
+	client := []string{"--url", "http://127.0.0.1:1", "--dev-state-dir", dir, "--tenant", "acme", "--issuer-key", key}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"token", "--issuer-key", key, "--tenant", "acme", "--issuer", ""}, "token: --issuer is empty"},
+		{[]string{"token", "--issuer-key", key, "--operator", "--issuer", ""}, "token: --issuer is empty"},
+		{append([]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--issuer", ""}, client...), "action: --issuer is empty"},
+		{append([]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--audience", ""}, client...), "action: --audience is empty"},
+		{append([]string{"events", "list", "--audience", ""}, client...), "events: --audience is empty"},
+		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:1", "--dev-state-dir", dir, "--issuer-key", key, "--issuer", ""}, "fleet status: --issuer is empty"},
+	} {
+		out, _, err := runCLI(t, nil, tc.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) || out != "" {
+			t.Errorf("%q: out %q, err %v; want a usage error containing %q", tc.args, out, err, tc.want)
+		}
+	}
+}

@@ -227,6 +227,11 @@ func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, 
 		return fleetBearer{token: func() (string, error) { return token, nil },
 			refused: "check that the control plane trusts the token's issuer and key (--operator-issuer NAME=DID) and that the token has not expired"}, nil
 	}
+	if issuerKey != "" {
+		if err := mintedNameGiven("fleet status", "issuer", issuer); err != nil {
+			return fleetBearer{}, err
+		}
+	}
 	refused := "check that the control plane trusts --issuer " + issuer + " with this key (--operator-issuer " + issuer + "=DID, the key's did:key)"
 	if issuerKey == "" {
 		dev := filepath.Join(devStateDir, "keys", "issuer.key")

@@ -65,6 +65,9 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 	if *ttl < time.Second || *ttl > 720*time.Hour {
 		return usagef("token: --ttl %s is outside 1s..720h", *ttl)
 	}
+	if err := mintedNameGiven("token", "issuer", *issuer); err != nil {
+		return err
+	}
 	key, err := aip.LoadSigningKey(*keyFile)
 	if err != nil {
 		return fmt.Errorf("--issuer-key: %w", err)
@@ -89,4 +92,20 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, tok)
 	return nil
+}
+
+// mintedNameGiven refuses an empty --issuer or --audience of a token the
+// command mints: the token library refuses it too, in words that name
+// neither flag ("tenanttoken: issuer and audience are required").
+func mintedNameGiven(cmd, flag, value string) error {
+	if value != "" {
+		return nil
+	}
+	switch flag {
+	case "issuer":
+		return usagef("%s: --issuer is empty: give the issuer name its verifier trusts the key under (the NAME of its NAME=DID), or leave the flag out for %s", cmd, devIssuer)
+	case "audience":
+		return usagef("%s: --audience is empty: give the audience the dispatcher requires (its --audience), or leave the flag out for %s", cmd, tenanttoken.DefaultAudience)
+	}
+	return usagef("%s: --%s is empty", cmd, flag)
 }
