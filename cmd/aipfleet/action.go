@@ -414,7 +414,15 @@ func (f *actionFlags) printAction(resp *http.Response, e *env) error {
 	}
 	var ar dispatch.ActionResponse
 	if err := json.Unmarshal(raw, &ar); err != nil || (ar.ActionID == "" && ar.Error == nil) {
-		return fmt.Errorf("HTTP %d from the dispatcher: %s", resp.StatusCode, printable(aip.TruncateUTF8(string(raw), 500)))
+		// Not the dispatcher's answer: another server at --url (a 404,
+		// with its hint), or a proxy in front of the dispatcher, whose
+		// error (a 502, a 504 after its own timeout) says nothing of
+		// whether the action ran: a send then names it (maybeRan).
+		err := f.failure(resp.StatusCode, raw)
+		if resp.StatusCode == http.StatusNotFound {
+			return err
+		}
+		return &answerLostError{fmt.Errorf("%w (not an answer of the dispatcher's API)", err)}
 	}
 	if ar.ActionID == "" {
 		// Refused before it became an action (a bad token, an invalid
@@ -588,6 +596,9 @@ func apiFailure(status int, raw []byte) error {
 	var e dispatch.ErrorResponse
 	if json.Unmarshal(raw, &e) == nil && e.Error != nil {
 		return fmt.Errorf("HTTP %d: %s: %s", status, printable(e.Error.Code), printableLines(e.Error.Message))
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return fmt.Errorf("HTTP %d %s, with an empty body", status, http.StatusText(status))
 	}
 	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(raw), 500)))
 }

@@ -664,3 +664,47 @@ func TestActionGetShowsAFailedResultsError(t *testing.T) {
 		t.Fatalf("get:\n%s", out)
 	}
 }
+
+// An answer to a send that is not the dispatcher's JSON: a 404 (another
+// server at --url) gets the hint that --url is not the dispatcher, also
+// with an empty body; any other (a proxy's 504 page after its own timeout)
+// cannot tell whether the action ran, so the error names the action and
+// how to learn its outcome.
+func TestActionSendAnsweredByAnotherServer(t *testing.T) {
+	const id = "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+	for _, tc := range []struct {
+		status      int
+		body        string
+		want        []string
+		maybeRan    bool
+		notWantText string
+	}{
+		{http.StatusNotFound, "", []string{"HTTP 404 Not Found, with an empty body", "is --url the dispatcher?"}, false, "from the dispatcher: \n"},
+		{http.StatusGatewayTimeout, "<html><body>504 Gateway Time-out</body></html>", []string{"HTTP 504: <html>"}, true, ""},
+		{http.StatusOK, "<html>welcome</html>", []string{"HTTP 200: <html>welcome</html>"}, true, ""},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(tc.status)
+			w.Write([]byte(tc.body))
+		}))
+		_, _, err := runCLI(t, nil, "action", "send", "--url", srv.URL, "--token", "t", "--action-id", id, "--capability", "echo.say", "--input", "{}")
+		srv.Close()
+		if err == nil {
+			t.Errorf("HTTP %d: no error", tc.status)
+			continue
+		}
+		msg := err.Error()
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("HTTP %d: err = %q, want it to contain %q", tc.status, msg, w)
+			}
+		}
+		if ran := strings.Contains(msg, "action "+id+" may or may not have run") && strings.Contains(msg, "aipfleet action get "+id); ran != tc.maybeRan {
+			t.Errorf("HTTP %d: err = %q; names the action and how to ask about it: %t, want %t", tc.status, msg, ran, tc.maybeRan)
+		}
+		if tc.notWantText != "" && strings.Contains(msg+"\n", tc.notWantText) {
+			t.Errorf("HTTP %d: err = %q contains %q", tc.status, msg, tc.notWantText)
+		}
+	}
+}
