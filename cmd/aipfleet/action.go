@@ -386,7 +386,8 @@ func (f *actionFlags) readStream(body io.Reader, e *env) error {
 		}
 		var l dispatch.StreamLine
 		if err := json.Unmarshal(line, &l); err != nil {
-			return fmt.Errorf("the dispatcher sent a line that is not JSON: %s", aip.TruncateUTF8(string(line), 200))
+			// The stream began: the action was admitted and may have run.
+			return &answerLostError{fmt.Errorf("the dispatcher sent a line that is not JSON: %s", printable(aip.TruncateUTF8(string(line), 200)))}
 		}
 		switch {
 		case l.Chunk != nil && !f.jsonOut:

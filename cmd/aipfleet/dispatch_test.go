@@ -708,3 +708,20 @@ func TestActionSendAnsweredByAnotherServer(t *testing.T) {
 		}
 	}
 }
+
+// A streaming send whose stream carries a line that is not JSON was
+// admitted and may have run: the error names the action and how to learn
+// its outcome, and the line's control characters are escaped.
+func TestActionStreamWithALineThatIsNotJSONNamesTheAction(t *testing.T) {
+	const id = "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", dispatch.ContentTypeNDJSON)
+		w.Write([]byte("garbage \x1b[31m\n"))
+	}))
+	defer srv.Close()
+	_, _, err := runCLI(t, nil, "action", "send", "--url", srv.URL, "--token", "t", "--action-id", id, "--mode", "streaming", "--capability", "echo.stream", "--input", "{}")
+	if err == nil || !strings.Contains(err.Error(), "a line that is not JSON: garbage \\u001b[31m") ||
+		!strings.Contains(err.Error(), "action "+id+" may or may not have run") {
+		t.Fatalf("err = %v", err)
+	}
+}
