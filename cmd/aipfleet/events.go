@@ -269,7 +269,7 @@ func (f *eventsFlags) page(ctx context.Context, client *http.Client, bearer stri
 		return out, &transientError{fmt.Errorf("read the answer: %w", err)}
 	}
 	if resp.StatusCode != http.StatusOK {
-		err := apiFailure(resp.StatusCode, raw)
+		err := f.client.failure(resp.StatusCode, raw)
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 			err = &transientError{err}
 		}

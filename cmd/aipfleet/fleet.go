@@ -322,6 +322,12 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from s
 	if resp.StatusCode == http.StatusUnauthorized {
 		return fmt.Errorf("GET %s: %w; %s", u, apiFailure(resp.StatusCode, raw), refused)
 	}
+	if resp.StatusCode == http.StatusNotFound {
+		// Every control plane serves the fleet views: this is another
+		// server (the dispatcher, a replica, a proxy's wrong route).
+		return fmt.Errorf("GET %s: %w\n%s does not serve the control plane's fleet views: is --control-url the control plane? (aipfleet dev prints its address; the dispatcher listens on another port)",
+			u, apiFailure(resp.StatusCode, raw), strings.SplitN(u, "/aip/", 2)[0])
+	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %w", u, apiFailure(resp.StatusCode, raw))
 	}

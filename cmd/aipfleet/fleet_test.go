@@ -388,3 +388,24 @@ func TestRetiredByTheControlPlanesClock(t *testing.T) {
 		t.Fatalf("dropped %d, left %+v; want crepl_old dropped, as the summary counts it", n, v.Replicas)
 	}
 }
+
+// A --control-url or --url that names the wrong server (here answering 404
+// as the other service does) gets a hint naming the flag, in fleet status
+// and in events list as in action.
+func TestFleetAndEventsAgainstTheWrongServerSayWhichFlag(t *testing.T) {
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"error":{"code":"not_found","message":"no such route: ` + r.URL.Path + `"}}`))
+	}))
+	defer other.Close()
+	dir := t.TempDir()
+	_, _, err := runCLI(t, nil, "fleet", "status", "--control-url", other.URL, "--token", "t", "--dev-state-dir", dir)
+	if err == nil || !strings.Contains(err.Error(), other.URL+" does not serve the control plane's fleet views: is --control-url the control plane?") {
+		t.Errorf("fleet status: err = %v, want the --control-url hint", err)
+	}
+	_, _, err = runCLI(t, nil, "events", "list", "--url", other.URL, "--token", "t", "--dev-state-dir", dir)
+	if err == nil || !strings.Contains(err.Error(), other.URL+" does not serve the dispatcher's API: is --url the dispatcher?") {
+		t.Errorf("events list: err = %v, want the --url hint", err)
+	}
+}
