@@ -211,6 +211,17 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	default:
 		return usagef("action: unknown subcommand %q; use send, get or cancel", sub)
 	}
+	// A flag of another subcommand would be ignored: an --input given to
+	// get, a --reason to send. (Their variables, where they have one, are
+	// shared settings and stay quiet.)
+	for _, only := range []struct{ flag, sub string }{
+		{"capability", "send"}, {"input", "send"}, {"input-file", "send"}, {"action-id", "send"}, {"mode", "send"},
+		{"idempotency-key", "send"}, {"timeout-ms", "send"}, {"reason", "cancel"},
+	} {
+		if only.sub != sub && fs.given[only.flag] > 0 {
+			return usagef("action %s: --%s is for action %s", sub, only.flag, only.sub)
+		}
+	}
 	bearer, err := f.bearer()
 	if err != nil {
 		return err

@@ -725,3 +725,39 @@ func TestActionStreamWithALineThatIsNotJSONNamesTheAction(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A flag of another action subcommand is refused, not ignored: an --input
+// given to get, a --reason to send. A variable (AIP_CLIENT_MODE) is a
+// shared setting and does not trouble get.
+func TestActionFlagOfAnotherSubcommandIsRefused(t *testing.T) {
+	const id = "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, Route: &dispatch.RouteFacts{ReplicaID: "crepl_x"}})
+	}))
+	defer srv.Close()
+	common := []string{"--url", srv.URL, "--token", "t"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"action", "get", id, "--input", `{"message":"x"}`}, "action get: --input is for action send"},
+		{[]string{"action", "cancel", id, "--capability", "echo.say"}, "action cancel: --capability is for action send"},
+		{[]string{"action", "get", id, "--timeout-ms", "5"}, "action get: --timeout-ms is for action send"},
+		{[]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--reason", "oops"}, "action send: --reason is for action cancel"},
+	} {
+		_, _, err := runCLI(t, nil, append(tc.args, common...)...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+	if calls != 0 {
+		t.Errorf("%d requests were sent for refused command lines", calls)
+	}
+	if _, _, err := runCLI(t, map[string]string{"AIP_CLIENT_MODE": "streaming", "AIP_CLIENT_TIMEOUT_MS": "5"}, append([]string{"action", "get", id}, common...)...); err != nil {
+		t.Errorf("get with AIP_CLIENT_MODE and AIP_CLIENT_TIMEOUT_MS set: %v", err)
+	}
+}
