@@ -301,7 +301,7 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 			printCommandHelp(stdout, f.cmd, f)
 			return errHelpShown
 		}
-		return usagef("%s: %v (run `aipfleet %s --help`)", f.cmd.name, parseErr, f.cmd.name)
+		return usagef("%s: %s (run `aipfleet %s --help`)", f.cmd.name, f.flagErrorText(parseErr), f.cmd.name)
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
@@ -318,6 +318,27 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 		}
 	})
 	return err
+}
+
+// flagErrorText is the flag package's parse error with the flags spelled
+// as the help spells them (--name, not -name) and its "flag provided but
+// not defined" said plainly.
+func (f *flagSet) flagErrorText(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return "unknown flag --" + strings.TrimPrefix(name, "-")
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return "--" + strings.TrimPrefix(name, "-") + " needs a value"
+	}
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		for _, form := range []string{" for flag -", " for -"} {
+			if old := form + fl.Name + ": "; strings.Contains(msg, old) {
+				msg = strings.Replace(msg, old, strings.TrimSuffix(form, "-")+"--"+fl.Name+": ", 1)
+			}
+		}
+	})
+	return msg
 }
 
 func lookupEnv(getenv func(string) string, name string) (string, bool) {

@@ -206,10 +206,16 @@ func TestMalformedFlagValueSaysTheFormItTakes(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, []string{"control-plane", "--lease-ttl", "30"}, `invalid value "30" for flag -lease-ttl: want a duration with its unit, such as 30s`},
+		{nil, []string{"control-plane", "--lease-ttl", "30"}, `invalid value "30" for flag --lease-ttl: want a duration with its unit, such as 30s`},
 		{map[string]string{"AIP_CONTROL_LEASE_TTL": "30"}, []string{"control-plane"}, `AIP_CONTROL_LEASE_TTL="30": want a duration with its unit`},
-		{nil, []string{"dev", "--replicas", "three"}, `invalid value "three" for flag -replicas: want a whole number`},
-		{nil, []string{"action", "send", "--json=maybe"}, `invalid boolean value "maybe" for -json: want true or false`},
+		{nil, []string{"dev", "--replicas", "three"}, `invalid value "three" for flag --replicas: want a whole number`},
+		{nil, []string{"action", "send", "--json=maybe"}, `invalid boolean value "maybe" for --json: want true or false`},
+		// The flags are spelled as the help spells them, and an unknown
+		// or valueless one is said plainly.
+		{nil, []string{"action", "send", "--timeout-ms", "abc"}, `action: invalid value "abc" for flag --timeout-ms: want a whole number`},
+		{nil, []string{"fleet", "status", "--bogus"}, "fleet: unknown flag --bogus (run `aipfleet fleet --help`)"},
+		{nil, []string{"version", "-bogus"}, "version: unknown flag --bogus"},
+		{nil, []string{"token", "--issuer-key"}, "token: --issuer-key needs a value"},
 	} {
 		_, _, err := runCLI(t, tc.env, tc.args...)
 		var u *usageError
