@@ -313,8 +313,21 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	case f.input == "":
 		return usagef("action send: --input JSON (or --input-file FILE) is required")
 	}
+	from := "--input-file " + f.inputFile
+	switch f.inputFile {
+	case "":
+		from = "--input"
+	case "-":
+		from = "standard input (--input-file -)"
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return usagef("action send: the input from %s is empty; it must be one JSON value, such as an object", from)
+	}
 	if err := jsonSyntax(raw); err != nil {
-		return usagef("action send: the input is not valid JSON: %v", err)
+		if f.inputFile == "" {
+			err = fmt.Errorf("%w (a shell may have eaten quotes: put the JSON in single quotes, or use --input-file)", err)
+		}
+		return usagef("action send: the input from %s is not valid JSON: %v", from, err)
 	}
 	req := dispatch.ActionRequest{ActionID: f.actionID, CapabilityID: f.capability, Input: raw,
 		Mode: aip.ActionMode(f.mode), IdempotencyKey: f.idempotencyKey}
@@ -625,7 +638,7 @@ func jsonSyntax(raw []byte) error {
 	err := json.Unmarshal(raw, new(any))
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return fmt.Errorf("%v, at byte %d (a shell may have eaten quotes: put the JSON in single quotes, or use --input-file)", se, se.Offset)
+		return fmt.Errorf("%v, at byte %d", se, se.Offset)
 	}
 	return err
 }

@@ -484,7 +484,7 @@ func TestActionSendWhoseAnswerIsLostNamesTheAction(t *testing.T) {
 func TestActionSendInvalidInputSaysWhere(t *testing.T) {
 	_, _, err := runCLI(t, nil, "action", "send", "--token", "t", "--capability", "echo.say", "--input", `{"message":hello}`)
 	var u *usageError
-	if !errors.As(err, &u) || !strings.Contains(err.Error(), "the input is not valid JSON: invalid character 'h' looking for beginning of value, at byte 12") {
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "the input from --input is not valid JSON: invalid character 'h' looking for beginning of value, at byte 12 (a shell may have eaten quotes") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -759,5 +759,43 @@ func TestActionFlagOfAnotherSubcommandIsRefused(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, map[string]string{"AIP_CLIENT_MODE": "streaming", "AIP_CLIENT_TIMEOUT_MS": "5"}, append([]string{"action", "get", id}, common...)...); err != nil {
 		t.Errorf("get with AIP_CLIENT_MODE and AIP_CLIENT_TIMEOUT_MS set: %v", err)
+	}
+}
+
+// An input that is empty, or not JSON, from a file or standard input is
+// called that, naming where it came from, without the hint about the
+// shell's quotes that only an --input on the command line needs.
+func TestActionInputFromAFileOrStdinThatIsNotJSON(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		content string
+		stdin   bool
+		want    string
+	}{
+		{"", true, "the input from standard input (--input-file -) is empty"},
+		{" \n", true, "the input from standard input (--input-file -) is empty"},
+		{`{"message":"x"} {"a":1}`, true, "the input from standard input (--input-file -) is not valid JSON: invalid character '{' after top-level value, at byte 17"},
+		{`{"message":}`, false, "input.json is not valid JSON: invalid character '}' looking for beginning of value, at byte 12"},
+	} {
+		file := filepath.Join(dir, "input.json")
+		if err := os.WriteFile(file, []byte(tc.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		arg := file
+		if tc.stdin {
+			f, err := os.Open(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdin := os.Stdin
+			os.Stdin = f
+			defer func() { os.Stdin = stdin; f.Close() }()
+			arg = "-"
+		}
+		_, _, err := runCLI(t, nil, "action", "send", "--url", "http://127.0.0.1:1", "--token", "t", "--capability", "echo.say", "--input-file", arg)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "shell") {
+			t.Errorf("%q (stdin %t): err = %v, want a usage error containing %q and no word of the shell", tc.content, tc.stdin, err, tc.want)
+		}
 	}
 }
