@@ -137,7 +137,7 @@ func (f *actionFlags) httpClient() (*http.Client, error) {
 }
 
 func runAction(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	f := &actionFlags{}
 	cf := bindClientFlags(fs)
 	capability := fs.String("capability", "", "send: the capability ID")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -19,6 +20,45 @@ type env struct {
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
+	// sets are the flag sets the command made (flags), whose variables
+	// the command's error is checked against (withEnvNotes).
+	sets []*flagSet
+}
+
+// flags returns a new flag set of command c, reading e's environment.
+func (e *env) flags(c *command) *flagSet {
+	fs := newFlagSet(c, e.getenv)
+	e.sets = append(e.sets, fs)
+	return fs
+}
+
+// withEnvNotes adds to err, for each flag it names whose value came from
+// the flag's environment variable rather than the command line, which
+// variable set it: an error about --url when the command line has no
+// --url is otherwise a puzzle. The value is not repeated (a variable may
+// hold a token). A usage error stays one.
+func withEnvNotes(err error, sets []*flagSet) error {
+	if err == nil || errors.Is(err, errHelpShown) {
+		return err
+	}
+	msg := err.Error()
+	var notes []string
+	for _, fs := range sets {
+		for _, name := range fs.fromEnv {
+			if regexp.MustCompile(`--` + regexp.QuoteMeta(name) + `($|[^A-Za-z0-9-])`).MatchString(msg) {
+				notes = append(notes, fmt.Sprintf("--%s was set by the environment variable %s", name, fs.envOf[name]))
+			}
+		}
+	}
+	if len(notes) == 0 {
+		return err
+	}
+	note := "\n(" + strings.Join(notes, "; ") + ")"
+	var u *usageError
+	if errors.As(err, &u) {
+		return &usageError{msg + note}
+	}
+	return fmt.Errorf("%w%s", err, note)
 }
 
 // command is one subcommand. Commands with subcommands of their own (such
@@ -32,7 +72,7 @@ type command struct {
 	// envPrefix names the environment variables of the command's flags:
 	// flag --lease-ttl with prefix AIP_CONTROL_ reads AIP_CONTROL_LEASE_TTL.
 	envPrefix string
-	// run parses its flags with newFlagSet(c, e.getenv) and does the work.
+	// run parses its flags with e.flags(c) and does the work.
 	run func(ctx context.Context, c *command, e *env, args []string) error
 }
 
@@ -99,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c == nil {
 		return usagef("unknown command %q; run `aipfleet --help` for the list", args[0])
 	}
-	return c.run(ctx, c, e, args[1:])
+	return withEnvNotes(c.run(ctx, c, e, args[1:]), e.sets)
 }
 
 func printMainHelp(w io.Writer) {
@@ -159,6 +199,9 @@ type flagSet struct {
 	given   map[string]int
 	dup     string // the first flag given twice
 	parsing bool
+	// fromEnv lists the flags whose value came from their environment
+	// variable, for envNotes.
+	fromEnv []string
 }
 
 // countedValue counts the command-line settings of its flag.
@@ -314,6 +357,8 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 		if v, ok := lookupEnv(f.getenv, envName); ok {
 			if setErr := fl.Value.Set(v); setErr != nil {
 				err = usagef("%s: environment variable %s=%q: %v", f.cmd.name, envName, v, setErr)
+			} else {
+				f.fromEnv = append(f.fromEnv, fl.Name)
 			}
 		}
 	})

@@ -281,3 +281,49 @@ func TestEmptyIssuerOrAudienceOfAMintedTokenNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// An error about a flag whose value came from its environment variable
+// says which variable set it (the command line has no such flag); the
+// value is not repeated, a usage error stays one, and a flag given on the
+// command line, or one the error does not name, gets no note.
+func TestErrorNamesTheVariableThatSetItsFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		env     map[string]string
+		args    []string
+		want    string
+		usage   bool
+		notWant []string
+	}{
+		{map[string]string{"AIP_CLIENT_URL": "foo"}, []string{"action", "send", "--capability", "c", "--input", "{}"},
+			"\n(--url was set by the environment variable AIP_CLIENT_URL)", true, nil},
+		{map[string]string{"AIP_FLEET_CONTROL_URL": "bar"}, []string{"fleet", "status"},
+			"(--control-url was set by the environment variable AIP_FLEET_CONTROL_URL)", true, nil},
+		{map[string]string{"AIP_TOKEN_TTL": "0s"}, []string{"token", "--issuer-key", "k", "--tenant", "t"},
+			"--ttl 0s is outside 1s..720h\n(--ttl was set by the environment variable AIP_TOKEN_TTL)", true, nil},
+		// Not a usage error; --issuer, also from a variable, is not the
+		// flag named.
+		{map[string]string{"AIP_CLIENT_ISSUER_KEY": filepath.Join(dir, "missing.key"), "AIP_CLIENT_ISSUER": "idp"},
+			[]string{"action", "send", "--url", "http://127.0.0.1:1", "--tenant", "t", "--capability", "c", "--input", "{}"},
+			"(--issuer-key was set by the environment variable AIP_CLIENT_ISSUER_KEY)", false, []string{"--issuer was set", "AIP_CLIENT_ISSUER)"}},
+		// The token's variable is not named in the error, and its value
+		// never appears; --url came from the command line.
+		{map[string]string{"AIP_CLIENT_TOKEN": "s3cret"}, []string{"action", "send", "--url", "http://127.0.0.1:1", "--capability", "c", "--input", "{}"},
+			"point --url at it", false, []string{"s3cret", "environment variable"}},
+	} {
+		_, _, err := runCLI(t, tc.env, tc.args...)
+		if err == nil {
+			t.Errorf("%v %q: no error", tc.env, tc.args)
+			continue
+		}
+		var u *usageError
+		if !strings.Contains(err.Error(), tc.want) || errors.As(err, &u) != tc.usage {
+			t.Errorf("%v %q: err = %q (usage error %t), want %q (usage error %t)", tc.env, tc.args, err, errors.As(err, &u), tc.want, tc.usage)
+		}
+		for _, nw := range tc.notWant {
+			if strings.Contains(err.Error(), nw) {
+				t.Errorf("%v %q: err = %q contains %q", tc.env, tc.args, err, nw)
+			}
+		}
+	}
+}

@@ -72,7 +72,7 @@ type controlPlaneFlags struct {
 }
 
 func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFlags, error) {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	f := &controlPlaneFlags{server: bindServerFlags(fs, serverFlagText{
 		bind: "127.0.0.1:8090", maxConns: 16,
 		databaseURL:    "file holding the PostgreSQL URL of the data pool (the lifecycle role); mode 0600, at most 16 KiB",

@@ -157,7 +157,7 @@ func (f *devFleet) replicaAddr(i int) string {
 func replicaName(i int) string { return "replica-" + strconv.Itoa(i+1) }
 
 func runDev(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	replicas := fs.Int("replicas", DefaultDevReplicas, fmt.Sprintf("replicas of the connector to run (1 to %d)", maxDevReplicas))
 	portBase := fs.Int("port-base", 0, "first port: dispatcher on it, control plane on +10, replicas on +11... (default 8080, or the one the state directory was created with)")
 	stateDir := fs.String("state-dir", DefaultDevStateDir, "directory of the fleet's keys, registry and journals")

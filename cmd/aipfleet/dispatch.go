@@ -85,7 +85,7 @@ type dispatchFlags struct {
 }
 
 func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, error) {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	server := bindServerFlags(fs, serverFlagText{
 		bind: dispatch.DefaultAddr, maxConns: 32,
 		databaseURL:    "file holding the PostgreSQL URL of the registry's data pool; mode 0600, at most 16 KiB",

@@ -66,7 +66,7 @@ type eventsFlags struct {
 }
 
 func runEvents(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	cf := bindClientFlags(fs)
 	after := fs.String("after", "0", "print the events after this sequence (a previous page's last)")
 	limit := fs.Int("limit", dispatch.DefaultEventPageLimit, "events per page (1 to "+strconv.Itoa(registry.MaxEventPage)+")")

@@ -85,7 +85,7 @@ type fleetView struct {
 }
 
 func runFleet(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	controlURL := fs.String("control-url", DefaultControlURL, "the control plane's base URL")
 	watch := fs.Bool("watch", false, "redraw the table in place every --interval until Ctrl-C")
 	interval := fs.Duration("interval", time.Second, "refresh interval of --watch (100ms to 1h)")

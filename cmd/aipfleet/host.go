@@ -69,7 +69,7 @@ the aipfleet binary (sha256: and its sha256sum).`,
 }
 
 func runHost(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	name := fs.String("connector", "", "the built-in connector to run: "+strings.Join(connectorNames(), ", "))
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	printManifest := fs.Bool("print-manifest", false, "print the connector's manifest bound to --trust-domain, its digest and the implementation support its capabilities need, as JSON for a fleet file's version entry, then exit")

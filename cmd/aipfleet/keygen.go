@@ -35,7 +35,7 @@ peer_did a fleet file needs for a replica's key, or the --control-plane-did
 }
 
 func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	out := fs.String("out", "", "file to create (mode 0600)")
 	didOf := fs.String("did-of", "", "print the did:key of this existing key file (mode 0600) instead of creating one")
 	asJSON := fs.Bool("json", false, "print {\"did\":..., \"file\":...} instead of the bare DID")

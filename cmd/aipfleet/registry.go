@@ -53,7 +53,7 @@ registers it.`,
 }
 
 func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	dbFile := fs.String("database-url-file", "", "file holding the PostgreSQL URL of the admin role (the control pool); mode 0600, at most 16 KiB")
 	file := fs.String("file", "", "apply: the fleet file (YAML, docs/fleet-file.md), also -f FILE; - reads standard input")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")

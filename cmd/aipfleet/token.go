@@ -37,7 +37,7 @@ tokens come from your identity provider.`,
 }
 
 func runToken(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	keyFile := fs.String("issuer-key", "", "issuer signing key file (64-hex seed or Ed25519 JWK, mode 0600)")
 	tenant := fs.String("tenant", "", "tenant the token speaks for")
 	operator := fs.Bool("operator", false, "mint an operator token (for the control plane's fleet views) instead of a tenant's")

@@ -41,7 +41,7 @@ func buildVersion() (version, revision string) {
 }
 
 func runVersion(ctx context.Context, c *command, e *env, args []string) error {
-	fs := newFlagSet(c, e.getenv)
+	fs := e.flags(c)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return err
