@@ -327,3 +327,15 @@ func TestErrorNamesTheVariableThatSetItsFlag(t *testing.T) {
 		}
 	}
 }
+
+// keygen --out naming a directory says so, instead of "file exists" and a
+// hint to read the directory's did:key with --did-of.
+func TestKeygenOutADirectory(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := runCLI(t, nil, "keygen", "--out", dir)
+	var u *usageError
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "--out "+dir+" is a directory: give the key file to create, such as "+filepath.Join(dir, "signing.key")) ||
+		strings.Contains(err.Error(), "--did-of") {
+		t.Fatalf("err = %v", err)
+	}
+}

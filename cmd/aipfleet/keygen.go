@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/aipfleet/aipfleet/aip"
 )
@@ -64,6 +65,9 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 			return err
 		}
 		if err := aip.WriteSeedFile(*out, k); err != nil {
+			if st, statErr := os.Stat(*out); statErr == nil && st.IsDir() {
+				return usagef("keygen: --out %s is a directory: give the key file to create, such as %s", *out, shellQuote(filepath.Join(*out, "signing.key")))
+			}
 			if errors.Is(err, os.ErrExist) {
 				return fmt.Errorf("--out: %w (choose another --out, or delete the old file if you really mean to replace that identity; aipfleet keygen --did-of %s prints its did:key)", err, shellQuote(*out))
 			}
