@@ -188,6 +188,11 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	if f.url, err = baseURL("--url", f.url, DefaultDispatchURL); err != nil {
 		return usagef("action: %v", err)
 	}
+	if f.requestTimeout <= 0 {
+		// A request with no time at all is never sent, yet a send would
+		// be reported as one that may have run.
+		return usagef("action: --request-timeout must be positive")
+	}
 	switch sub {
 	case "send":
 		if len(rest) > 0 {

@@ -727,7 +727,8 @@ func TestActionStreamWithALineThatIsNotJSONNamesTheAction(t *testing.T) {
 }
 
 // A flag of another action subcommand is refused, not ignored: an --input
-// given to get, a --reason to send. A variable (AIP_CLIENT_MODE) is a
+// given to get, a --reason to send; so is a --request-timeout that is not
+// positive. A variable (AIP_CLIENT_MODE) is a
 // shared setting and does not trouble get.
 func TestActionFlagOfAnotherSubcommandIsRefused(t *testing.T) {
 	const id = "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
@@ -747,6 +748,10 @@ func TestActionFlagOfAnotherSubcommandIsRefused(t *testing.T) {
 		{[]string{"action", "cancel", id, "--capability", "echo.say"}, "action cancel: --capability is for action send"},
 		{[]string{"action", "get", id, "--timeout-ms", "5"}, "action get: --timeout-ms is for action send"},
 		{[]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--reason", "oops"}, "action send: --reason is for action cancel"},
+		// Nor is a request given no time sent (and reported as one that
+		// may have run).
+		{[]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--request-timeout", "0s"}, "action: --request-timeout must be positive"},
+		{[]string{"action", "get", id, "--request-timeout", "-1s"}, "action: --request-timeout must be positive"},
 	} {
 		_, _, err := runCLI(t, nil, append(tc.args, common...)...)
 		var u *usageError
