@@ -175,6 +175,19 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	case f.reconcileInterval <= 0:
 		return nil, usagef("dispatch: --reconcile-interval %s must be positive", f.reconcileInterval)
 	}
+	// The routing preference's own check names its topology.* field:
+	// name the flag instead.
+	var fe *registry.FieldError
+	if err := f.topology.Validate(); errors.As(err, &fe) {
+		flagOf := map[string]string{"topology.region": "--region", "topology.zone": "--zone",
+			"topology.capacity_class": "--capacity-class", "topology.forbid_cross_region": "--forbid-cross-region"}
+		if fe.Field == "topology.forbid_cross_region" {
+			return nil, usagef("dispatch: --forbid-cross-region needs --region, the region routes must stay in")
+		}
+		if name, ok := flagOf[fe.Field]; ok {
+			return nil, usagef("dispatch: %s %s", name, fe.Reason)
+		}
+	}
 	if err := f.admission.Validate(); err != nil {
 		return nil, usagef("dispatch: admission limits: %v", err)
 	}

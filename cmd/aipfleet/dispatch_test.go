@@ -55,6 +55,12 @@ func TestDispatchFlagErrors(t *testing.T) {
 		{append(base, "--allow-insecure-loopback-http", "--max-queued-per-tenant", "-2"), "--max-queued-per-tenant -2"},
 		{append(base, "--allow-insecure-loopback-http", "--tls-cert-file", "x.pem"), "go together"},
 		{append(base, "--allow-insecure-loopback-http", "extra"), "unexpected argument"},
+		// The routing preference's errors name the flag, not its
+		// topology.* field.
+		{append(base, "--allow-insecure-loopback-http", "--region", "eu west"), `dispatch: --region "eu west" must be 1 to 128 letters`},
+		{append(base, "--allow-insecure-loopback-http", "--zone", "a/b"), `dispatch: --zone "a/b" must be`},
+		{append(base, "--allow-insecure-loopback-http", "--capacity-class", "x y"), `dispatch: --capacity-class "x y" must be`},
+		{append(base, "--allow-insecure-loopback-http", "--forbid-cross-region"), "dispatch: --forbid-cross-region needs --region"},
 	}
 	for _, c := range cases {
 		_, _, err := runCLI(t, nil, c.args...)
