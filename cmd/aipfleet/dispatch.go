@@ -161,6 +161,8 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		return nil, usagef("dispatch: --principal-id is empty")
 	case f.clockSkew < 0 || f.clockSkew > 5*time.Minute:
 		return nil, usagef("dispatch: --clock-skew %s is outside 0s..5m", f.clockSkew)
+	case f.maxTimeout <= 0:
+		return nil, usagef("dispatch: --max-timeout %s must be positive", f.maxTimeout)
 	case f.actionTimeout <= 0 || f.maxTimeout < f.actionTimeout:
 		return nil, usagef("dispatch: --action-timeout %s must be positive and at most --max-timeout %s", f.actionTimeout, f.maxTimeout)
 	case f.maxReroutes < 0 || f.maxReroutes > 8:

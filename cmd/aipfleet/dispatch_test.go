@@ -44,6 +44,9 @@ func TestDispatchFlagErrors(t *testing.T) {
 		{base, "--allow-insecure-loopback-http"},
 		{append(base, "--allow-insecure-loopback-http", "--max-reroutes", "9"), "--max-reroutes"},
 		{append(base, "--allow-insecure-loopback-http", "--action-timeout", "10m"), "--max-timeout"},
+		// Not "--action-timeout 30s must be positive and at most
+		// --max-timeout 0s", about a flag not given.
+		{append(base, "--allow-insecure-loopback-http", "--max-timeout", "0s"), "dispatch: --max-timeout 0s must be positive"},
 		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "-1"), "--max-in-flight -1 must be at least 1"},
 		// Zero was the library's default (1024, 30s, ...), silently.
 		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "0"), "--max-in-flight 0 must be at least 1"},
