@@ -154,6 +154,13 @@ func checkServerTransport(command, bind string, hasCert, insecure bool) error {
 	if err != nil {
 		return usagef("%s: --bind %q: %v", command, bind, err)
 	}
+	// A port out of range would be found only at the listen, after the
+	// secret files and the database.
+	if _, port, _ := net.SplitHostPort(bind); port != "" {
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			return usagef("%s: --bind %s: %q is not a port: give 0 to 65535", command, bind, port)
+		}
+	}
 	switch {
 	case hasCert:
 		return nil
