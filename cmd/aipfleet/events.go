@@ -106,6 +106,10 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("events list: --limit %d: want 1 to %d", f.limit, registry.MaxEventPage)
 	case f.interval <= 0:
 		return usagef("events list: --interval must be positive")
+	case fs.given["interval"] > 0 && !f.follow:
+		// Without --follow one page is read: the interval would be
+		// ignored. (Its variable is a setting for --follow, and quiet.)
+		return usagef("events list: --interval is for --follow, which asks again every interval; add --follow")
 	case f.client.requestTimeout <= 0:
 		return usagef("events list: --request-timeout must be positive")
 	}

@@ -127,6 +127,11 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	if *interval < 100*time.Millisecond || *interval > time.Hour {
 		return usagef("fleet status: --interval %s is outside 100ms..1h", *interval)
 	}
+	if fs.given["interval"] > 0 && !*watch {
+		// Without --watch the table is printed once: the interval would
+		// be ignored. (Its variable is a setting for --watch, and quiet.)
+		return usagef("fleet status: --interval is for --watch, which redraws the table every interval; add --watch")
+	}
 	if *timeout <= 0 {
 		return usagef("fleet status: --timeout must be positive")
 	}

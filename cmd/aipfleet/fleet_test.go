@@ -285,6 +285,9 @@ func TestFleetStatusErrors(t *testing.T) {
 		{[]string{"fleet", "list"}, `unknown subcommand "list"`},
 		{[]string{"fleet", "status", "--control-url", "ftp://x"}, "not an http(s) URL"},
 		{[]string{"fleet", "status", "--interval", "1ms"}, "--interval 1ms"},
+		// An --interval without --watch would be ignored.
+		{[]string{"fleet", "status", "--interval", "5s"}, "fleet status: --interval is for --watch"},
+		{[]string{"events", "list", "--interval", "5s"}, "events list: --interval is for --follow"},
 		{[]string{"fleet", "status", "extra"}, "unexpected argument"},
 	} {
 		_, _, err := runCLI(t, nil, c.args...)
