@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 
@@ -28,9 +29,13 @@ const (
 // ErrUnsafeFile is returned (wrapped) when a secret or trusted file is not
 // a regular file, readable or writable by group or others (see the
 // functions), owned by a user other than this process's or root, reached
-// through a symlink or a directory another user could change, empty or too
+// through a symlink or a directory another user could change, or too
 // large.
 var ErrUnsafeFile = errors.New("aip: unsafe file")
+
+// ErrEmptyFile is returned (wrapped) when a file read with ReadSecretFile,
+// ReadTrustFile or ReadPublicFile is empty or holds only whitespace.
+var ErrEmptyFile = errors.New("aip: empty file")
 
 // ErrInvalidKey is returned (wrapped) when key material cannot be parsed.
 var ErrInvalidKey = errors.New("aip: invalid signing key")
@@ -238,7 +243,7 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	if class == filePublic {
 		info, err = os.Stat(path)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", kind, path, err)
+			return nil, fileError(kind, path, err)
 		}
 	} else if open, info, err = resolvePath(path, kind); err != nil {
 		return nil, err
@@ -258,7 +263,7 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 		return nil, fmt.Errorf("%w: %s %s is writable by group or others (mode %04o); chmod go-w it", ErrUnsafeFile, kind, path, perm)
 	}
 	if info.Size() == 0 {
-		return nil, fmt.Errorf("%w: %s %s is empty", ErrUnsafeFile, kind, path)
+		return nil, fmt.Errorf("%w: %s %s is empty (0 bytes)", ErrEmptyFile, kind, path)
 	}
 	if info.Size() > maxBytes {
 		return nil, fmt.Errorf("%w: %s %s is %d bytes, more than the %d allowed", ErrUnsafeFile, kind, path, info.Size(), maxBytes)
@@ -285,12 +290,37 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		return nil, fmt.Errorf("%w: %s %s holds only whitespace", ErrUnsafeFile, kind, path)
+		return nil, fmt.Errorf("%w: %s %s holds only whitespace", ErrEmptyFile, kind, path)
 	}
 	out := append([]byte(nil), trimmed...)
 	clear(data)
 	return out, nil
 }
+
+// fileError words err, met looking for a file named path: a file (or a
+// directory on its path) that does not exist is said to, naming which,
+// without the system call's name; other errors keep the system's words.
+// The result wraps err.
+func fileError(kind, path string, err error) error {
+	var pe *fs.PathError
+	if errors.Is(err, fs.ErrNotExist) && errors.As(err, &pe) {
+		missing := pe.Path
+		if missing == path || missing == "" {
+			return &wordedError{msg: fmt.Sprintf("%s %s does not exist", kind, path), err: err}
+		}
+		return &wordedError{msg: fmt.Sprintf("%s %s does not exist (there is no %s)", kind, path, missing), err: err}
+	}
+	return fmt.Errorf("%s %s: %w", kind, path, err)
+}
+
+// wordedError is err said in other words.
+type wordedError struct {
+	msg string
+	err error
+}
+
+func (e *wordedError) Error() string { return e.msg }
+func (e *wordedError) Unwrap() error { return e.err }
 
 // OctalMode is m's permission bits as ls and chmod write them in octal, for
 // error messages: Go keeps the setuid, setgid and sticky bits outside

@@ -91,8 +91,8 @@ func TestLoadSigningKeyRejectsUnsafeFiles(t *testing.T) {
 		{"world readable", writeFile(t, "w", zeroSeedHex, 0o604), "chmod 600", ErrUnsafeFile},
 		{"symlink to a world-readable file", link, "chmod 600", ErrUnsafeFile},
 		{"directory", dir, "not a regular file", ErrUnsafeFile},
-		{"empty", writeFile(t, "e", "", 0o600), "empty", ErrUnsafeFile},
-		{"whitespace", writeFile(t, "ws", " \n", 0o600), "whitespace", ErrUnsafeFile},
+		{"empty", writeFile(t, "e", "", 0o600), "empty", ErrEmptyFile},
+		{"whitespace", writeFile(t, "ws", " \n", 0o600), "whitespace", ErrEmptyFile},
 		{"too large", writeFile(t, "big", strings.Repeat("a", MaxKeyFileBytes+1), 0o600), "more than", ErrUnsafeFile},
 		{"not hex", writeFile(t, "nh", strings.Repeat("z", 64), 0o600), "hexadecimal", ErrInvalidKey},
 		{"short seed", writeFile(t, "short", zeroSeedHex[:62], 0o600), "64 hexadecimal", ErrInvalidKey},
@@ -109,6 +109,36 @@ func TestLoadSigningKeyRejectsUnsafeFiles(t *testing.T) {
 	}
 	if _, err := LoadSigningKey(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: err = %v, want ErrNotExist", err)
+	}
+}
+
+// TestMissingFileSaysSo: a file that does not exist, or a directory on its
+// path, is said not to exist, naming what is missing, for every kind of
+// file; before, the error quoted the system call ("lstat /abs/x: no such
+// file or directory"). An empty file is ErrEmptyFile, not ErrUnsafeFile
+// (whose advice, to chmod or move the file, does not apply).
+func TestMissingFileSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for name, read := range map[string]func(string, int64) ([]byte, error){
+		"secret file": ReadSecretFile, "trusted file": ReadTrustFile, "file": ReadPublicFile,
+	} {
+		for _, tc := range []struct{ path, want string }{
+			{"missing", " missing does not exist"},
+			{filepath.Join(dir, "nodir", "x"), " does not exist (there is no " + filepath.Join(dir, "nodir") + ")"},
+		} {
+			if name == "file" {
+				tc.want = " does not exist" // os.Stat does not say which part is missing
+			}
+			_, err := read(tc.path, 100)
+			if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "stat") {
+				t.Errorf("%s %s: %v; want ErrNotExist saying %q, without the system call", name, tc.path, err, tc.want)
+			}
+		}
+		empty := writeFile(t, "empty", "", 0o600)
+		if _, err := read(empty, 100); !errors.Is(err, ErrEmptyFile) || errors.Is(err, ErrUnsafeFile) || !strings.Contains(err.Error(), empty+" is empty") {
+			t.Errorf("%s, empty: %v; want ErrEmptyFile naming it", name, err)
+		}
 	}
 }
 

@@ -36,13 +36,13 @@ const maxLinkHops = 40
 func resolvePath(path, kind string) (string, os.FileInfo, error) {
 	if path == "" {
 		_, err := os.Lstat(path)
-		return "", nil, fmt.Errorf("%s %s: %w", kind, path, err)
+		return "", nil, fileError(kind, path, err)
 	}
 	full := path
 	if !filepath.IsAbs(path) {
 		wd, err := os.Getwd()
 		if err != nil {
-			return "", nil, fmt.Errorf("%s %s: %w", kind, path, err)
+			return "", nil, fileError(kind, path, err)
 		}
 		full = wd + "/" + path
 	}
@@ -52,7 +52,7 @@ func resolvePath(path, kind string) (string, os.FileInfo, error) {
 	}
 	rootInfo, err := os.Lstat("/")
 	if err != nil {
-		return "", nil, fmt.Errorf("%s %s: %w", kind, path, err)
+		return "", nil, fileError(kind, path, err)
 	}
 	if err := checkDir(path, kind, "/", rootInfo); err != nil {
 		return "", nil, err
@@ -76,7 +76,7 @@ func resolvePath(path, kind string) (string, os.FileInfo, error) {
 		next := filepath.Join(dirs[len(dirs)-1].path, name)
 		info, err := os.Lstat(next)
 		if err != nil {
-			return "", nil, fmt.Errorf("%s %s: %w", kind, path, err)
+			return "", nil, fileError(kind, path, err)
 		}
 		switch {
 		case info.Mode()&os.ModeSymlink != 0:
@@ -88,7 +88,7 @@ func resolvePath(path, kind string) (string, os.FileInfo, error) {
 			}
 			target, err := os.Readlink(next)
 			if err != nil {
-				return "", nil, fmt.Errorf("%s %s: %w", kind, path, err)
+				return "", nil, fileError(kind, path, err)
 			}
 			if filepath.IsAbs(target) {
 				dirs = dirs[:1]

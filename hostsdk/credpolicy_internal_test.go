@@ -114,7 +114,7 @@ func TestCredentialPolicyFileRules(t *testing.T) {
 	}
 	big := `{"revoked_revisions":["` + strings.Repeat("x", 200) + `"` + strings.Repeat(`,"`+strings.Repeat("y", 200)+`"`, MaxCredentialPolicyBytes/203) + `]}`
 	cases := []struct{ name, path, want string }{
-		{"missing", filepath.Join(dir, "missing.json"), "no such file"},
+		{"missing", filepath.Join(dir, "missing.json"), "does not exist"},
 		{"symlink to a world-writable file", link, "chmod go-w"},
 		{"directory", dir, "not a regular file"},
 		{"group-writable", write("gw.json", `{}`, 0o664), "chmod go-w"},
