@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -579,7 +580,10 @@ func isInteger(t reflect.Type) bool {
 }
 
 // cleanYAMLError turns a yaml.v3 error into one line without the package
-// prefix and line markers (the FleetFileError carries the line).
+// prefix and line markers (the FleetFileError carries the line), a value
+// of the wrong kind said in words ("want a whole number, not the text
+// `1`; write it without quotes" for yaml.v3's "cannot unmarshal !!str `1`
+// into uint64").
 func cleanYAMLError(err error) string {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
@@ -588,11 +592,62 @@ func cleanYAMLError(err error) string {
 			if _, rest, ok := strings.Cut(m, ": "); ok && strings.HasPrefix(m, "line ") {
 				m = rest
 			}
-			msgs[i] = m
+			msgs[i] = wrongKind(m)
 		}
 		return strings.Join(msgs, "; ")
 	}
 	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// yamlMismatch matches yaml.v3's message for a value of the wrong kind:
+// the value's tag, the value (for a scalar) and the Go type it was for.
+var yamlMismatch = regexp.MustCompile("^cannot unmarshal !!(\\w+) (?:`(.*)` )?into (\\S+)$")
+
+// wrongKind words yaml.v3's "cannot unmarshal !!str `1` into uint64" for
+// the person who wrote the file; other messages are returned as they are.
+func wrongKind(msg string) string {
+	m := yamlMismatch.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	tag, value, into := m[1], m[2], m[3]
+	var want string
+	switch {
+	case strings.HasPrefix(into, "uint"):
+		want = "a whole number, 0 or more"
+	case strings.HasPrefix(into, "int"):
+		want = "a whole number"
+	case into == "bool" || into == "*bool":
+		want = "true or false"
+	case strings.HasPrefix(into, "float"):
+		want = "a number"
+	case into == "string":
+		want = "text"
+	case strings.HasPrefix(into, "[]"):
+		want = "a list"
+	default:
+		want = "a mapping of field: value"
+	}
+	got := map[string]string{"str": "the text", "int": "the number", "float": "the number", "bool": "the boolean",
+		"null": "null", "seq": "a list", "map": "a mapping", "binary": "binary data", "timestamp": "the timestamp"}[tag]
+	if got == "" {
+		got = "!!" + tag
+	}
+	if value != "" {
+		got += " `" + value + "`"
+	}
+	out := "want " + want + ", not " + got
+	// Quoted, a value of the kind wanted is text: say so.
+	if tag == "str" {
+		_, errInt := strconv.ParseInt(value, 10, 64)
+		_, errUint := strconv.ParseUint(value, 10, 64)
+		_, errFloat := strconv.ParseFloat(value, 64)
+		if (strings.HasPrefix(want, "a whole number") && (errInt == nil || errUint == nil)) ||
+			(want == "true or false" && (value == "true" || value == "false")) || (want == "a number" && errFloat == nil) {
+			out += "; write it without quotes"
+		}
+	}
+	return out
 }
 
 func (p *parser) errorf(field string, line int, format string, args ...any) *FleetFileError {

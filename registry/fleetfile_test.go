@@ -288,7 +288,18 @@ func TestParseErrors(t *testing.T) {
 		},
 			registry.SectionBindings, 2, "policy_revision", "required"},
 		{"wrong type", func(s string) string { return strings.Replace(s, "capacity: 16", "capacity: lots", 1) },
-			registry.SectionReplicas, 0, "capacity", "lots"},
+			registry.SectionReplicas, 0, "capacity", "want a whole number, 0 or more, not the text `lots`"},
+		// A quoted number is text: yaml.v3 said "cannot unmarshal !!str `1`
+		// into uint64".
+		{"quoted number", func(s string) string { return strings.Replace(s, "config_revision: 1", `config_revision: "1"`, 1) },
+			registry.SectionInstances, 0, "config_revision", "want a whole number, 0 or more, not the text `1`; write it without quotes"},
+		{"negative count", func(s string) string { return strings.Replace(s, "capacity: 16", "capacity: -2", 1) },
+			registry.SectionReplicas, 0, "capacity", "want a whole number, 0 or more, not the number `-2`"},
+		{"quoted boolean", func(s string) string {
+			return strings.Replace(s, "    priority: 0\n", "    priority: 0\n    enabled: \"false\"\n", 1)
+		}, registry.SectionBindings, 2, "enabled", "want true or false, not the text `false`; write it without quotes"},
+		{"list for a number", func(s string) string { return strings.Replace(s, "capacity: 16", "capacity: [16]", 1) },
+			registry.SectionReplicas, 0, "capacity", "want a whole number, 0 or more, not a list"},
 		{"bad DID", func(s string) string {
 			return strings.Replace(s, "did:key:z6MkqJEBr2wVXTunjrxVEXyN2B4c5Lc62hB2fWLG3Hqt3vvo", "did:web:example.test", 1)
 		}, registry.SectionReplicas, 2, "peer_did", "did:key"},
