@@ -167,6 +167,9 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		return usagef("action: name a subcommand first: send, get or cancel")
 	}
+	if sub != "send" && sub != "get" && sub != "cancel" { // before the flags, as --help
+		return usagef("action: unknown subcommand %q; use send, get or cancel", sub)
+	}
 	// Flags may come before or after the positional arguments.
 	var rest []string
 	for remaining := args[1:]; ; {

@@ -266,6 +266,9 @@ func TestActionClient(t *testing.T) {
 	}{
 		{[]string{"action"}, "name a subcommand"},
 		{[]string{"action", "frob"}, "unknown subcommand"},
+		// The subcommand is checked first: its --help would be no help
+		// (it printed the command's and exited 0).
+		{[]string{"action", "frob", "--help"}, `unknown subcommand "frob"`},
 		{[]string{"action", "send", "--capability", "c", "--input", "{}"}, "a token is needed"},
 		{[]string{"action", "send", "--tenant", "t", "--capability", "c", "--input", "{}"}, "--issuer-key"},
 		{[]string{"action", "send", "--token", "x", "--tenant", "t", "--capability", "c", "--input", "{}"}, "not both"},

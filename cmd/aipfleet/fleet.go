@@ -107,11 +107,11 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("fleet: name a subcommand: status (run `aipfleet fleet --help`)")
 	}
 	sub := args[0]
+	if sub != "status" { // before the flags: `fleet bogus --help` is no help for status
+		return usagef("fleet: unknown subcommand %q; the subcommand is status", sub)
+	}
 	if err := fs.parse(args[1:], e.stdout); err != nil {
 		return err
-	}
-	if sub != "status" {
-		return usagef("fleet: unknown subcommand %q; the subcommand is status", sub)
 	}
 	if len(fs.args()) > 0 {
 		return usagef("fleet status: unexpected argument %q", fs.args()[0])

@@ -283,6 +283,7 @@ func TestFleetStatusErrors(t *testing.T) {
 		{[]string{"fleet"}, "name a subcommand: status"},
 		{[]string{"fleet", "--json"}, "name a subcommand: status"},
 		{[]string{"fleet", "list"}, `unknown subcommand "list"`},
+		{[]string{"fleet", "list", "--help"}, `unknown subcommand "list"`},
 		{[]string{"fleet", "status", "--control-url", "ftp://x"}, "not an http(s) URL"},
 		{[]string{"fleet", "status", "--interval", "1ms"}, "--interval 1ms"},
 		// An --interval without --watch would be ignored.

@@ -67,6 +67,9 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("registry: name a subcommand: migrate, apply or status (run `aipfleet registry --help`)")
 	}
 	sub := args[0]
+	if sub != "migrate" && sub != "apply" && sub != "status" { // before the flags, as --help
+		return usagef("registry: unknown subcommand %q; use migrate, apply or status", sub)
+	}
 	if err := fs.parse(args[1:], e.stdout); err != nil {
 		return err
 	}
@@ -82,8 +85,6 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 		if *file == "" {
 			return usagef("registry apply: -f FILE is required (the fleet file to apply; docs/fleet-file.md)")
 		}
-	default:
-		return usagef("registry: unknown subcommand %q; use migrate, apply or status", sub)
 	}
 	if len(fs.args()) > 0 {
 		return usagef("registry %s: unexpected argument %q (the fleet file goes in -f)", sub, fs.args()[0])

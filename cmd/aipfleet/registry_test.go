@@ -161,6 +161,7 @@ func TestRegistryFlagErrors(t *testing.T) {
 	}{
 		{[]string{"registry"}, "name a subcommand: migrate, apply or status"},
 		{[]string{"registry", "drop"}, `unknown subcommand "drop"`},
+		{[]string{"registry", "drop", "--help"}, `unknown subcommand "drop"`},
 		{[]string{"registry", "apply", "--database-url-file", dbFile}, "-f FILE is required"},
 		{[]string{"registry", "status"}, "--database-url-file is required"},
 		{[]string{"registry", "status", "-f", "x.yaml", "--database-url-file", dbFile}, "--file is for apply"},
