@@ -111,6 +111,9 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	if *printManifest {
+		if cfg.TrustDomain == "" {
+			return usagef("host --print-manifest: --trust-domain is required: the manifest is bound to the trust domain its replicas sign in")
+		}
 		r, err := hostrun.DescribeConnector(ctx, newConn(), cfg)
 		if err != nil {
 			return fmt.Errorf("host --print-manifest: %w", err)

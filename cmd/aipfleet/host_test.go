@@ -97,8 +97,10 @@ func TestHostPrintManifest(t *testing.T) {
 		t.Errorf("implementation support (-dev +printed):\n%s", diff)
 	}
 
-	if _, _, err := runCLI(t, nil, "host", "--connector", "echo", "--print-manifest"); err == nil || !strings.Contains(err.Error(), "--trust-domain") {
-		t.Errorf("without a trust domain: %v, want an error naming --trust-domain", err)
+	// A usage error (exit 2), as every missing flag is.
+	var u *usageError
+	if _, _, err := runCLI(t, nil, "host", "--connector", "echo", "--print-manifest"); !errors.As(err, &u) || !strings.Contains(err.Error(), "--trust-domain") {
+		t.Errorf("without a trust domain: %v, want a usage error naming --trust-domain", err)
 	}
 }
 
