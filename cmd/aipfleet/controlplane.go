@@ -95,6 +95,10 @@ func parseControlPlaneFlags(c *command, e *env, args []string) (*controlPlaneFla
 	if len(fs.args()) > 0 {
 		return nil, usagef("control-plane: unexpected argument %q; every setting is a flag", fs.args()[0])
 	}
+	if *operatorAudience == "" {
+		// The verifier would take "" for its default.
+		return nil, usagef("control-plane: --operator-audience is empty (leave it out for %s)", tenanttoken.OperatorAudience)
+	}
 	if *operatorIssuers != "" {
 		if f.openFleetViews {
 			return nil, usagef("control-plane: give either --operator-issuer (fleet views for operator tokens) or --open-fleet-views (for everyone), not both")

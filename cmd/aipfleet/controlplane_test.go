@@ -66,6 +66,8 @@ func TestControlPlaneFlagErrors(t *testing.T) {
 		{args: append(base, "--allow-insecure-loopback-http"), env: map[string]string{"AIP_CONTROL_LEASE_TTL": "301s"}, want: "--lease-ttl 5m1s is outside"},
 		{args: append(base, "--allow-insecure-loopback-http", "--lease-ttl", "0s"), want: "--lease-ttl 0 is not allowed"},
 		{args: append(base, "--allow-insecure-loopback-http", "--max-batch", "0"), want: "--max-batch 0 is not allowed"},
+		// An empty audience was taken for the default.
+		{args: append(base, "--allow-insecure-loopback-http", "--operator-audience", ""), want: "--operator-audience is empty"},
 		{args: append(base, "--allow-insecure-loopback-http", "--max-batch", "100000"), want: "--max-batch 100000 is outside 1.."},
 		{args: append(base, "--allow-insecure-loopback-http", "--batch-workers", "65"), want: "--batch-workers 65 is outside 1..64"},
 		{args: append(base, "--allow-insecure-loopback-http", "--batch-workers", "-1"), want: "--batch-workers -1 is outside 1..64"},

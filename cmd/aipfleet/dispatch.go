@@ -159,6 +159,10 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 		return nil, usagef("dispatch: --issuer NAME=DID is required: requests are authenticated by tokens of a trusted issuer")
 	case f.principalID == "":
 		return nil, usagef("dispatch: --principal-id is empty")
+	case f.audience == "":
+		// The verifier would take "" for its default, so an empty
+		// variable would pass unnoticed.
+		return nil, usagef("dispatch: --audience is empty (leave it out for %s)", tenanttoken.DefaultAudience)
 	case f.clockSkew < 0 || f.clockSkew > 5*time.Minute:
 		return nil, usagef("dispatch: --clock-skew %s is outside 0s..5m", f.clockSkew)
 	case f.maxTimeout <= 0:

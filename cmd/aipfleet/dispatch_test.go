@@ -47,6 +47,8 @@ func TestDispatchFlagErrors(t *testing.T) {
 		// Not "--action-timeout 30s must be positive and at most
 		// --max-timeout 0s", about a flag not given.
 		{append(base, "--allow-insecure-loopback-http", "--max-timeout", "0s"), "dispatch: --max-timeout 0s must be positive"},
+		// An empty audience was taken for the default.
+		{append(base, "--allow-insecure-loopback-http", "--audience", ""), "dispatch: --audience is empty"},
 		// A port out of range is refused before the database is opened.
 		{append(base, "--allow-insecure-loopback-http", "--bind", "127.0.0.1:99999"), `dispatch: --bind 127.0.0.1:99999: "99999" is not a port: give 0 to 65535`},
 		{append(base, "--allow-insecure-loopback-http", "--max-in-flight", "-1"), "--max-in-flight -1 must be at least 1"},
