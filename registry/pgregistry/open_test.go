@@ -403,3 +403,17 @@ func TestSessionsEndAbandonedTransactions(t *testing.T) {
 		t.Errorf("the registry's sessions show idle_in_transaction_session_timeout %q, want 1min", v)
 	}
 }
+
+// TestRefusedConnectionSaysSo: a database that refuses the connection is
+// reported as one the registry cannot connect to, at once; the error said
+// "no database connection within 5s", a wait that never happened.
+func TestRefusedConnectionSaysSo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	_, err = pgregistry.Open(t.Context(), pgregistry.Config{ControlURL: "postgres://aip@" + addr + "/aip?sslmode=disable", AcquireTimeout: time.Minute})
+	if !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "cannot connect to the database") || strings.Contains(err.Error(), "within") {
+		t.Fatalf("Open of a database refusing connections: %v; want ErrStorage saying it cannot connect, not a wait", err)
+	}
+}

@@ -407,6 +407,11 @@ func (r *Registry) acquire(ctx context.Context, pool *pgxpool.Pool, op string) (
 			return nil, ctx.Err()
 		}
 		st := pool.Stat()
+		if actx.Err() == nil {
+			// The pool failed to open a connection (refused, no such
+			// host, authentication): not a wait that ran out.
+			return nil, fmt.Errorf("%w: %s: cannot connect to the database: %w", registry.ErrStorage, op, err)
+		}
 		return nil, fmt.Errorf("%w: %s: no database connection within %s (pool of %d, %d in use): %w",
 			registry.ErrStorage, op, r.acquireTimeout, st.MaxConns(), st.AcquiredConns(), err)
 	}
