@@ -20,11 +20,18 @@
 // the directory and the holder's pid. The kernel drops the lock when the
 // holder dies, even by SIGKILL, so a crashed host never leaves a stale lock.
 //
-// The schema version is kept in the database header. Open installs the
-// schema into an empty file, opens a file of its own version, upgrades a
-// file of an older version in place (in one transaction), and refuses a
-// file of a newer version (ErrSchemaTooNew, with both versions in the
-// message) or a database of another application. Before that it runs
+// The schema version is kept in the database header. Open creates a
+// missing journal.db under a temporary name (journal.db.new, which a later
+// Open discards if a crash interrupted it), installs the schema, syncs it
+// and renames it into place, so a journal.db that exists has always held a
+// journal. It opens a file of its own version, upgrades a file of an older
+// version in place (in one transaction), and refuses a file of a newer
+// version (ErrSchemaTooNew, with both versions in the message) or a
+// database of another application. An existing file that holds no schema
+// (emptied, or truncated to nothing) is refused with ErrCorrupt rather
+// than taken for a new journal, which would forget the actions the
+// replica ran, and so is a missing journal.db whose write-ahead log is
+// still there (the file was deleted or moved). Before that it runs
 // SQLite's quick_check over the whole file and refuses a damaged one, or a
 // file that is not an SQLite database, with ErrCorrupt: the error names the
 // file and says what to do (restore the state directory from a backup, or

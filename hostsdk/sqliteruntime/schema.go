@@ -97,10 +97,12 @@ CREATE TABLE prune_horizon (
 // upgrades[v] takes a database from schema version v to v+1.
 var upgrades = []string{schemaV1, schemaV2}
 
-// installSchema checks the file's identity and schema version, installs
-// the schema into an empty database and upgrades an older one, in one
-// transaction.
-func installSchema(ctx context.Context, conn *sql.Conn, path string) error {
+// installSchema checks the file's identity and schema version, and
+// upgrades an older one in one transaction. With fresh (a file
+// createDatabase has just made) it installs the schema into the empty
+// database; otherwise an empty database is refused with ErrCorrupt: the
+// journal file was emptied or truncated.
+func installSchema(ctx context.Context, conn *sql.Conn, path string, fresh bool) error {
 	var appID, version int64
 	if err := conn.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
 		return fmt.Errorf("sqliteruntime: read header of %s: %w", path, err)
@@ -128,6 +130,9 @@ func installSchema(ctx context.Context, conn *sql.Conn, path string) error {
 		}
 		if tables != 0 {
 			return fmt.Errorf("sqliteruntime: %s already holds %d schema objects but no aipfleet schema version; it is not a runtime journal: give the host its own state directory", path, tables)
+		}
+		if !fresh {
+			return corruptError(path, "the file holds no journal (it is empty: it was emptied or truncated after the host created it), so the record of the actions this replica ran is gone")
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {

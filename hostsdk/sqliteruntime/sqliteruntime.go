@@ -169,17 +169,14 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 }
 
 func (j *Journal) open(ctx context.Context, cfg Config) error {
-	// Create the file ourselves so it is 0600; SQLite gives its -wal and
-	// -shm files the same mode as the database file.
-	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("sqliteruntime: create database: %w", err)
+	if err := createDatabase(ctx, j.path); err != nil {
+		return err
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("sqliteruntime: create database: %w", err)
-	}
-
+	var err error
+	// mode=rw: the file exists now; SQLite must not create an empty one
+	// should it disappear.
 	j.wdb, err = sql.Open("sqlite", dsn(j.path,
+		"mode=rw",
 		"_pragma=busy_timeout(10000)",
 		"_pragma=journal_mode(WAL)",
 		"_pragma=synchronous("+string(cfg.Sync)+")",
@@ -208,7 +205,7 @@ func (j *Journal) open(ctx context.Context, cfg Config) error {
 		conn.Close()
 		return err
 	}
-	if err := installSchema(ctx, conn, j.path); err != nil {
+	if err := installSchema(ctx, conn, j.path, false); err != nil {
 		conn.Close()
 		return err
 	}
@@ -219,6 +216,7 @@ func (j *Journal) open(ctx context.Context, cfg Config) error {
 	}
 
 	j.rdb, err = sql.Open("sqlite", dsn(j.path,
+		"mode=rw",
 		"_pragma=busy_timeout(10000)",
 		"_query_only=1",
 	))
