@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/aipfleet/aipfleet/aip"
 )
 
 // newSuffix names the file a new journal is built in before it is renamed
@@ -26,7 +28,7 @@ const newSuffix = ".new"
 // state directory's lock.
 func createDatabase(ctx context.Context, path string) error {
 	if _, err := os.Lstat(path); err == nil {
-		return nil
+		return checkFiles(path)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("sqliteruntime: database: %w", err)
 	}
@@ -94,4 +96,33 @@ func syncFile(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// checkFiles refuses an existing journal file, or its -wal or -shm file,
+// that is not a regular file, that users other than its owner may write
+// to, or that another user owns (see checkFileOwner): one of them could
+// delete the record of actions that ran, which would then run again. The
+// host creates them 0600; a journal restored from a backup with another
+// mode or owner is the usual cause.
+func checkFiles(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && p != path {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sqliteruntime: database: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("sqliteruntime: %s is not a regular file; move it away (the journal is a file the host creates)", p)
+		}
+		if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+			return fmt.Errorf("sqliteruntime: %s is writable by its group or by others (mode %04o): another user could change the record of the actions this replica ran; run chmod go-w on it",
+				p, aip.OctalMode(fi.Mode()))
+		}
+		if err := checkFileOwner(p, fi); err != nil {
+			return err
+		}
+	}
+	return nil
 }

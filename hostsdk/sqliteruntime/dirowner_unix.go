@@ -24,3 +24,18 @@ func checkDirOwner(dir string, fi os.FileInfo) error {
 	}
 	return nil
 }
+
+// checkFileOwner refuses a journal file owned by a user other than this
+// process's effective user or root: its owner may write to it whatever its
+// mode.
+func checkFileOwner(path string, fi os.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if uid := os.Geteuid(); int(st.Uid) != uid && st.Uid != 0 {
+		return fmt.Errorf("sqliteruntime: %s is owned by uid %d, not by this process's user (uid %d): that user could change the record of the actions this replica ran; chown it to uid %d",
+			path, st.Uid, uid, uid)
+	}
+	return nil
+}

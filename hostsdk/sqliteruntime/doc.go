@@ -14,8 +14,11 @@
 // another user owns (root excepted), before it creates anything in it:
 // that user could plant a link under the journal's name. It keeps
 // three things in it: journal.db (mode 0600; SQLite gives its -wal and -shm
-// files the same mode), and journal.lock, on which the journal holds an
-// exclusive flock(2) for as long as it is open. A second Open of the same
+// files the same mode; an existing one, -wal or -shm that its group or
+// others may write to, or that another user owns, root excepted, is
+// refused, as a journal restored with the wrong mode or owner: that user
+// could delete the record of actions that ran), and journal.lock, on
+// which the journal holds an exclusive flock(2) for as long as it is open. A second Open of the same
 // directory, from this process or another, fails with a *LockedError naming
 // the directory and the holder's pid. The kernel drops the lock when the
 // holder dies, even by SIGKILL, so a crashed host never leaves a stale lock.

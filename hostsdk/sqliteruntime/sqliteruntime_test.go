@@ -163,6 +163,77 @@ func TestOpenRefusesAStateDirectoryOfAnotherUser(t *testing.T) {
 	}
 }
 
+// TestOpenRefusesAnUnsafeJournalFile: an existing journal file, or its
+// write-ahead log, that its group or others may write to, or that another
+// user owns, is refused (a journal restored from a backup with the wrong
+// mode or owner): that user could delete the record of actions that ran,
+// which would then run again. Such a file was opened and used. A journal
+// file others may only read is accepted. Giving a file away needs root.
+func TestOpenRefusesAnUnsafeJournalFile(t *testing.T) {
+	ctx := context.Background()
+	made := func(t *testing.T) (dir, path string) {
+		dir = filepath.Join(t.TempDir(), "state")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		j := open(t, sqliteruntime.Config{Dir: dir})
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir, filepath.Join(dir, sqliteruntime.DatabaseFile)
+	}
+	refused := func(t *testing.T, dir, file string, want ...string) {
+		t.Helper()
+		j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: dir})
+		if err == nil {
+			j.Close()
+			t.Fatalf("Open with an unsafe %s succeeded", file)
+		}
+		for _, w := range append(want, file) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Open: %v; want it to say %q", err, w)
+			}
+		}
+	}
+	t.Run("group writable", func(t *testing.T) {
+		dir, path := made(t)
+		if err := os.Chmod(path, 0o664); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, dir, path, "(mode 0664)", "chmod go-w")
+	})
+	t.Run("world writable log", func(t *testing.T) {
+		dir, path := made(t)
+		if err := os.WriteFile(path+"-wal", nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path+"-wal", 0o666); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, dir, path+"-wal", "(mode 0666)", "chmod go-w")
+	})
+	t.Run("readable", func(t *testing.T) {
+		dir, path := made(t)
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		open(t, sqliteruntime.Config{Dir: dir})
+	})
+	t.Run("another user's", func(t *testing.T) {
+		if runtime.GOOS == "windows" || os.Geteuid() != 0 {
+			t.Skip("needs root (to chown a file to another user) on a Unix system")
+		}
+		dir, path := made(t)
+		if err := os.Chown(path, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, dir, path, "is owned by uid 65534", "chown")
+	})
+}
+
 // rawDB opens the journal's database file directly, bypassing the package.
 func rawDB(t *testing.T, dir string) *sql.DB {
 	t.Helper()
