@@ -232,7 +232,10 @@ func Text(s string) string {
 
 // CheckHorizon applies the prune horizon to a record about to be created:
 // ErrPruned when the journal has pruned actions (horizon is not zero) and
-// a.AssignedAt is zero or not after the horizon.
+// a.AssignedAt is zero or not after the horizon. a.AssignedAt is compared
+// to the microsecond (Micro), as the times the horizon was taken from were
+// stored: a pruned action stored as received at the horizon may have been
+// received up to a microsecond after it.
 func CheckHorizon(a Action, horizon time.Time) error {
 	switch {
 	case horizon.IsZero():
@@ -240,7 +243,7 @@ func CheckHorizon(a Action, horizon time.Time) error {
 	case a.AssignedAt.IsZero():
 		return fmt.Errorf("%w: action %s carries no assignment time and this journal has pruned actions received and completed up to %s",
 			ErrPruned, a.ActionID, horizon.Format(time.RFC3339Nano))
-	case !a.AssignedAt.After(horizon):
+	case !Micro(a.AssignedAt).After(horizon):
 		return fmt.Errorf("%w: action %s can have been received as early as %s, and this journal has pruned actions received and completed up to %s",
 			ErrPruned, a.ActionID, a.AssignedAt.UTC().Format(time.RFC3339Nano), horizon.Format(time.RFC3339Nano))
 	}

@@ -85,7 +85,9 @@ type Action struct {
 	// clock, at which the action can first have been received (the host
 	// passes its route's assignment time less the allowed clock skew), or
 	// zero when unknown. Once the journal has pruned actions, creating one
-	// whose AssignedAt is zero or not after the prune horizon is ErrPruned.
+	// whose AssignedAt is zero or not after the prune horizon is ErrPruned;
+	// like every time, AssignedAt counts to the microsecond, so one within
+	// the horizon's microsecond is not after it.
 	AssignedAt time.Time
 }
 
