@@ -80,10 +80,15 @@ func CheckTerminal(id string, st aip.ActionState) error {
 	return nil
 }
 
-// CheckJSON refuses invalid JSON; what names it in the error.
+// CheckJSON refuses invalid JSON, and JSON whose bytes are not UTF-8
+// (encoding/json takes those, PostgreSQL's json type refuses them, so
+// every backend does); what names it in the error.
 func CheckJSON(what string, raw json.RawMessage) error {
 	if !json.Valid(raw) {
 		return Invalid("%s is not valid JSON", what)
+	}
+	if !utf8.Valid(raw) {
+		return Invalid("%s is JSON holding bytes that are not UTF-8", what)
 	}
 	return nil
 }
@@ -123,6 +128,9 @@ func CheckOutboxEntry(e OutboxEntry) error {
 	var events []json.RawMessage
 	if err := json.Unmarshal(e.Events, &events); err != nil || len(events) == 0 {
 		return Invalid("outbox batch %s: events must be a non-empty JSON array", e.ID)
+	}
+	if !utf8.Valid(e.Events) {
+		return Invalid("outbox batch %s: events hold bytes that are not UTF-8", e.ID)
 	}
 	return nil
 }

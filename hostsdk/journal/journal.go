@@ -14,6 +14,9 @@
 //     makes it: bytes that are not UTF-8, and NUL, become U+FFFD. Every
 //     other string (identifiers, keys, digests) must be UTF-8 text without
 //     NUL, which PostgreSQL's text type requires: ErrInvalid otherwise.
+//   - JSON documents (a result, a state value, an outbox batch's events)
+//     must be valid JSON in UTF-8, which PostgreSQL's json type requires:
+//     ErrInvalid otherwise, also for a string encoding/json would take.
 //   - Limits passed to listing and claiming methods must be positive; a
 //     malformed argument is ErrInvalid, never a silent default.
 //   - A context that is already done fails the call with its error.

@@ -234,6 +234,9 @@ func (s *suite) testOutboxInvalid(t *testing.T) {
 		"events empty":      func(e *journal.OutboxEntry) { e.Events = json.RawMessage(`[]`) },
 		"zero CreatedAt":    func(e *journal.OutboxEntry) { e.CreatedAt = time.Time{} },
 		"negative attempts": func(e *journal.OutboxEntry) { e.Attempts = -1 },
+		// PostgreSQL's json type refused it with a storage error while
+		// SQLite stored it.
+		"events not UTF-8": func(e *journal.OutboxEntry) { e.Events = json.RawMessage("[{\"a\":\"\xff\"}]") },
 	}
 	for name, mutate := range cases {
 		e := newEntry(t, "chan", 1, at(0))

@@ -81,6 +81,9 @@ func (s *suite) testStateInvalid(t *testing.T) {
 		"empty key":       {"ns", "", `1`},
 		"empty value":     {"ns", "k", ``},
 		"malformed value": {"ns", "k", `{"a"`},
+		// encoding/json takes a string that is not UTF-8; PostgreSQL's
+		// json type refused it with a storage error while SQLite stored it.
+		"value not UTF-8": {"ns", "k", "\"\xff\""},
 		// Namespaces and keys are text on every backend (PostgreSQL's text
 		// type refuses the others), so a connector tested on one backend
 		// behaves the same on the other.
