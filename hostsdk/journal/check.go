@@ -115,11 +115,16 @@ func CheckStatuses(statuses []aip.ActionState) ([]aip.ActionState, error) {
 // a non-empty JSON array: the fleet refuses an empty event batch, so one
 // could never be delivered.
 func CheckOutboxEntry(e OutboxEntry) error {
-	switch {
-	case e.ID == "":
-		return Invalid("outbox batch ID is empty")
-	case e.ChannelID == "":
+	if err := CheckID("outbox batch ID", e.ID); err != nil {
+		return err
+	}
+	if e.ChannelID == "" {
 		return Invalid("outbox batch %s has no channel", e.ID)
+	}
+	if err := CheckID("channel of outbox batch "+e.ID, e.ChannelID); err != nil {
+		return err
+	}
+	switch {
 	case e.CreatedAt.IsZero():
 		return Invalid("outbox batch %s has no CreatedAt", e.ID)
 	case e.Attempts < 0:

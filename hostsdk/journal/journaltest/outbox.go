@@ -237,6 +237,12 @@ func (s *suite) testOutboxInvalid(t *testing.T) {
 		// PostgreSQL's json type refused it with a storage error while
 		// SQLite stored it.
 		"events not UTF-8": func(e *journal.OutboxEntry) { e.Events = json.RawMessage("[{\"a\":\"\xff\"}]") },
+		// Identifiers are text on every backend, as the contract says: SQLite
+		// and memjournal stored these.
+		"ID not UTF-8":      func(e *journal.OutboxEntry) { e.ID = "batch\xff" },
+		"ID with NUL":       func(e *journal.OutboxEntry) { e.ID = "batch\x00" },
+		"channel not UTF-8": func(e *journal.OutboxEntry) { e.ChannelID = "chan\xff" },
+		"channel with NUL":  func(e *journal.OutboxEntry) { e.ChannelID = "chan\x00" },
 	}
 	for name, mutate := range cases {
 		e := newEntry(t, "chan", 1, at(0))
