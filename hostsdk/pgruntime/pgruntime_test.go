@@ -22,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if u := os.Getenv(childURLEnv); u != "" {
+		os.Exit(crashWriter(u, os.Getenv(childNSEnv)))
+	}
 	goleak.VerifyTestMain(m)
 }
 
