@@ -68,7 +68,7 @@ func createDatabase(ctx context.Context, path string) error {
 // installNew installs the schema in the empty database file at path and
 // closes it, so all of it is in that file.
 func installNew(ctx context.Context, path string) (err error) {
-	db, err := sql.Open("sqlite", dsn(path, "mode=rw", "_pragma=synchronous(FULL)"))
+	db, err := sql.Open("sqlite", dsn(path, "mode=rw", "_pragma=synchronous(FULL)", "_pragma=fullfsync(1)"))
 	if err != nil {
 		return fmt.Errorf("sqliteruntime: create database %s: %w", path, err)
 	}

@@ -67,7 +67,10 @@
 //
 // Config.Sync chooses what a returned write survives:
 //
-//   - SyncFull (the default): PRAGMA synchronous=FULL in WAL mode. The log
+//   - SyncFull (the default): PRAGMA synchronous=FULL in WAL mode, with
+//     PRAGMA fullfsync (on macOS, where fsync(2) leaves the data in the
+//     drive's cache, SQLite then syncs with the F_FULLFSYNC fcntl, which
+//     flushes it; other systems ignore it). The log
 //     is fsynced at every commit, that is once per group commit. A write
 //     that returned survives a kill of the process, a crash of the
 //     operating system and a loss of power, provided the disk honours

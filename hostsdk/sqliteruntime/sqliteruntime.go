@@ -180,6 +180,7 @@ func (j *Journal) open(ctx context.Context, cfg Config) error {
 		"_pragma=busy_timeout(10000)",
 		"_pragma=journal_mode(WAL)",
 		"_pragma=synchronous("+string(cfg.Sync)+")",
+		"_pragma=fullfsync("+fullFsync(cfg.Sync)+")",
 		"_txlock=immediate",
 	))
 	if err != nil {
@@ -231,6 +232,17 @@ func (j *Journal) open(ctx context.Context, cfg Config) error {
 	}
 	j.w.start()
 	return nil
+}
+
+// fullFsync is PRAGMA fullfsync for mode: on with SyncFull. On macOS,
+// fsync(2) leaves the data in the drive's cache and only F_FULLFSYNC
+// flushes it, so without it a commit does not survive a loss of power
+// there; other systems ignore the setting.
+func fullFsync(mode SyncMode) string {
+	if mode == SyncFull {
+		return "1"
+	}
+	return "0"
 }
 
 // SQLite's primary result codes for a damaged file.

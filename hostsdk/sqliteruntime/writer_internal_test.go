@@ -172,3 +172,31 @@ func TestTakenRequestReportsItsOutcome(t *testing.T) {
 		t.Fatalf("taken request not written: %v", err)
 	}
 }
+
+// TestWriterSyncPragmas: the write connection runs with the durability
+// Config.Sync promises. SyncFull also turns fullfsync on: on macOS fsync(2)
+// leaves the data in the drive's volatile cache (only F_FULLFSYNC flushes
+// it), so a commit SyncFull reported did not survive a loss of power there,
+// while the documentation promised it would.
+func TestWriterSyncPragmas(t *testing.T) {
+	ctx := context.Background()
+	for mode, want := range map[SyncMode][2]int{SyncFull: {2, 1}, SyncNormal: {1, 0}} {
+		j, err := Open(ctx, Config{Dir: t.TempDir(), Sync: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sync, full int
+		if err := j.w.conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.w.conn.QueryRowContext(ctx, "PRAGMA fullfsync").Scan(&full); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if sync != want[0] || full != want[1] {
+			t.Errorf("Sync %s: synchronous = %d, fullfsync = %d; want %d and %d", mode, sync, full, want[0], want[1])
+		}
+	}
+}
