@@ -99,14 +99,19 @@ func syncFile(path string) error {
 }
 
 // checkFiles refuses an existing journal file, or its -wal or -shm file,
-// that is not a regular file, that users other than its owner may write
-// to, or that another user owns (see checkFileOwner): one of them could
-// delete the record of actions that ran, which would then run again. The
-// host creates them 0600; a journal restored from a backup with another
-// mode or owner is the usual cause.
+// that users other than its owner may write to, or that another user owns
+// (see checkFileOwner): one of them could delete the record of actions
+// that ran, which would then run again. The host creates them 0600; a
+// journal restored from a backup with another mode or owner is the usual
+// cause. It also refuses one that is not a regular file of the directory
+// itself, a symbolic link, or a file with other hard links (see
+// checkFileLinks): another state directory reaching the same file is not
+// covered by this directory's lock, so two hosts would open one journal
+// (and recover each other's running actions); through a hard link each
+// also keeps its own -wal beside the one database.
 func checkFiles(path string) error {
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {
-		fi, err := os.Stat(p)
+		fi, err := os.Lstat(p)
 		if errors.Is(err, fs.ErrNotExist) && p != path {
 			continue
 		}
@@ -114,7 +119,10 @@ func checkFiles(path string) error {
 			return fmt.Errorf("sqliteruntime: database: %w", err)
 		}
 		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("sqliteruntime: %s is not a regular file; move it away (the journal is a file the host creates)", p)
+			return fmt.Errorf("sqliteruntime: %s is not a regular file (a symbolic link, or another kind): the journal must be a file of the state directory itself, which the directory's lock covers; give each host its own state directory, and move this one away", p)
+		}
+		if err := checkFileLinks(p, fi); err != nil {
+			return err
 		}
 		if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 			return fmt.Errorf("sqliteruntime: %s is writable by its group or by others (mode %04o): another user could change the record of the actions this replica ran; run chmod go-w on it",

@@ -17,7 +17,9 @@
 // files the same mode; an existing one, -wal or -shm that its group or
 // others may write to, or that another user owns, root excepted, is
 // refused, as a journal restored with the wrong mode or owner: that user
-// could delete the record of actions that ran), and journal.lock, on
+// could delete the record of actions that ran; so is one that is a
+// symbolic link or has other hard links, which another state directory,
+// outside this one's lock, could reach), and journal.lock, on
 // which the journal holds an exclusive flock(2) for as long as it is open. A second Open of the same
 // directory, from this process or another, fails with a *LockedError naming
 // the directory and the holder's pid. The kernel drops the lock when the

@@ -234,6 +234,37 @@ func TestOpenRefusesAnUnsafeJournalFile(t *testing.T) {
 	})
 }
 
+// TestOpenRefusesAJournalFileOfAnotherDirectory: a journal.db that is a
+// symbolic link or a hard link to the journal of another state directory
+// is refused: that directory's lock does not cover it, so both used to
+// open and write one journal (the second's receipts failed on the chain's
+// sequence, and through a hard link, with a -wal of its own beside the
+// same database, its writes failed with disk I/O errors); two hosts would
+// also recover each other's running actions.
+func TestOpenRefusesAJournalFileOfAnotherDirectory(t *testing.T) {
+	ctx := context.Background()
+	for name, link := range map[string]func(string, string) error{"symbolic link": os.Symlink, "hard link": os.Link} {
+		t.Run(name, func(t *testing.T) {
+			first, second := t.TempDir(), t.TempDir()
+			open(t, sqliteruntime.Config{Dir: first})
+			path := filepath.Join(second, sqliteruntime.DatabaseFile)
+			if err := link(filepath.Join(first, sqliteruntime.DatabaseFile), path); err != nil {
+				t.Fatal(err)
+			}
+			j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: second})
+			if err == nil {
+				j.Close()
+				t.Fatalf("Open through a %s to another directory's journal succeeded", name)
+			}
+			for _, want := range []string{path, "own state directory"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Open: %v; want it to say %q", err, want)
+				}
+			}
+		})
+	}
+}
+
 // rawDB opens the journal's database file directly, bypassing the package.
 func rawDB(t *testing.T, dir string) *sql.DB {
 	t.Helper()
