@@ -38,6 +38,8 @@ func childMain(role string) int {
 		return crashWriter(dir, mode)
 	case "opener":
 		return tryOpen(dir)
+	case "filler":
+		return fillDisk(dir)
 	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return 2
@@ -172,7 +174,7 @@ func TestCrashRecovery(t *testing.T) {
 			var stateRev uint64
 			for round := range 3 {
 				killMidStream(t, dir, mode, 150+100*round, committed, running, &stateRev)
-				verifyAfterCrash(t, dir, committed, running, stateRev)
+				verifyAfterCrash(t, dir, committed, running, int64(stateRev))
 			}
 		})
 	}
@@ -242,7 +244,9 @@ func killMidStream(t *testing.T, dir string, mode sqliteruntime.SyncMode, after 
 	}
 }
 
-func verifyAfterCrash(t *testing.T, dir string, committed, running map[string]bool, stateRev uint64) {
+// verifyAfterCrash checks the journal in dir against what a child
+// reported; stateRev -1: the child wrote no state.
+func verifyAfterCrash(t *testing.T, dir string, committed, running map[string]bool, stateRev int64) {
 	t.Helper()
 	ctx := context.Background()
 
@@ -274,9 +278,13 @@ func verifyAfterCrash(t *testing.T, dir string, committed, running map[string]bo
 			t.Fatalf("action %s was reported running but is %+v (err %v)", id, a, err)
 		}
 	}
-	v, err := j.State(ctx, "crash", "counter")
-	if err != nil || v.Revision < stateRev {
-		t.Fatalf("state revision after crash = %d (err %v), want at least the reported %d", v.Revision, err, stateRev)
+	var v journal.StateValue
+	if stateRev >= 0 {
+		var err error
+		v, err = j.State(ctx, "crash", "counter")
+		if err != nil || v.Revision < uint64(stateRev) {
+			t.Fatalf("state revision after crash = %d (err %v), want at least the reported %d", v.Revision, err, stateRev)
+		}
 	}
 
 	var all []journal.Receipt
@@ -345,5 +353,160 @@ func TestLockAcrossProcesses(t *testing.T) {
 	out, err = child(t, "opener", dir, "").Output()
 	if err != nil || string(out) != "opened\n" {
 		t.Fatalf("opener child after Close said %q (err %v), want opened", out, err)
+	}
+}
+
+// fillDisk journals actions until the file system refuses the journal's
+// writes (RLIMIT_FSIZE stands in for a full disk: a write past the limit
+// fails with EFBIG), probes the journal, then frees the space and goes on.
+// A line goes to stdout only after what it reports has returned:
+//
+//	committed <action_id>   AcceptAction and FinishAction returned
+//	running <action_id>     AcceptAction returned, FinishAction failed
+//	full <error>            the first write that failed
+//	probe-full <error>      Probe while the limit holds ("ok" if it passed)
+//	probe-freed <error>     Probe once the space is back
+func fillDisk(dir string) int {
+	ctx := context.Background()
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: dir})
+	if err != nil {
+		return fail(err)
+	}
+	result := json.RawMessage(`{"pad":"` + strings.Repeat("x", 2000) + `"}`)
+	lifecycle := func() (id string, accepted bool, err error) {
+		now := time.Now()
+		a := journal.Action{ActionID: aip.NewActionID(), CapabilityID: "echo.say", MessageID: aip.NewMessageID(), ReceivedAt: now}
+		if _, err := j.AcceptAction(ctx, a.MessageID, now.Add(time.Hour), now, a); err != nil {
+			return a.ActionID, false, err
+		}
+		_, err = j.FinishAction(ctx, a.ActionID, aip.StateCompleted, result, "", now)
+		return a.ActionID, true, err
+	}
+	say := func(id string, accepted bool, err error) {
+		switch {
+		case err == nil:
+			fmt.Printf("committed %s\n", id)
+		case accepted:
+			fmt.Printf("running %s\n", id)
+		}
+	}
+	for range 20 {
+		id, accepted, err := lifecycle()
+		if err != nil {
+			return fail(err)
+		}
+		say(id, accepted, err)
+	}
+	var largest int64
+	for _, name := range []string{sqliteruntime.DatabaseFile, sqliteruntime.DatabaseFile + "-wal"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			largest = max(largest, fi.Size())
+		}
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		return fail(err)
+	}
+	full := lim
+	// No file may grow: a full disk. (With room for one page more, Probe's
+	// one-page write passes while an action's do not.)
+	full.Cur = uint64(largest)
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &full); err != nil {
+		return fail(err)
+	}
+	failures := 0
+	for i := 0; i < 5000 && failures < 10; i++ {
+		id, accepted, err := lifecycle()
+		say(id, accepted, err)
+		if err != nil {
+			if failures == 0 {
+				fmt.Printf("full %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			}
+			failures++
+		}
+	}
+	probe := func(label string) {
+		if err := j.Probe(ctx); err != nil {
+			fmt.Printf("%s %s\n", label, strings.ReplaceAll(err.Error(), "\n", " "))
+		} else {
+			fmt.Printf("%s ok\n", label)
+		}
+	}
+	probe("probe-full")
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		return fail(err)
+	}
+	probe("probe-freed")
+	for range 20 {
+		id, accepted, err := lifecycle()
+		if err != nil {
+			return fail(fmt.Errorf("once the space was back: %w", err))
+		}
+		say(id, accepted, err)
+	}
+	if err := j.Close(); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// TestDiskFull: when the file system refuses the journal's writes (a
+// full disk, here a file size limit), each write fails with an error and
+// leaves nothing half-written: every action is journaled as its calls
+// returned (completed with its receipt, or running when only the finish
+// failed) and none whose journaling failed is there; Probe fails while no
+// write fits (the limit is the size the files had), so the host stops
+// being ready; once the space is back the same journal writes again, and
+// the file passes SQLite's integrity check and its receipt chain verifies.
+func TestDiskFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	dir := t.TempDir()
+	out, err := child(t, "filler", dir, "").Output()
+	if err != nil {
+		t.Fatalf("filler child: %v\n%s", err, out)
+	}
+	committed, running := map[string]bool{}, map[string]bool{}
+	var fullErr, probeFull, probeFreed string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		kind, val, _ := strings.Cut(line, " ")
+		switch kind {
+		case "committed":
+			committed[val] = true
+		case "running":
+			running[val] = true
+		case "full":
+			fullErr = val
+		case "probe-full":
+			probeFull = val
+		case "probe-freed":
+			probeFreed = val
+		default:
+			t.Fatalf("child wrote %q", line)
+		}
+	}
+	if fullErr == "" {
+		t.Fatal("no write failed under the file size limit")
+	}
+	if probeFull == "ok" || probeFull == "" {
+		t.Errorf("Probe while writes failed (%s) = %q, want an error", fullErr, probeFull)
+	}
+	if probeFreed != "ok" {
+		t.Errorf("Probe once the space was back = %q, want ok", probeFreed)
+	}
+	t.Logf("full: %s; probe: %s; %d completed, %d left running", fullErr, probeFull, len(committed), len(running))
+	verifyAfterCrash(t, dir, committed, running, -1)
+	j := open(t, sqliteruntime.Config{Dir: dir})
+	all, err := j.ActionsByStatus(context.Background(), 100000, aip.StateReceived, aip.StateRunning, aip.StateCompleted, aip.StateFailed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(committed)+len(running) {
+		t.Fatalf("the journal holds %d actions, the child journaled %d: a write that failed left a record", len(all), len(committed)+len(running))
 	}
 }
