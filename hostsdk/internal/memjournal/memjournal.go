@@ -111,6 +111,7 @@ func (j *Journal) AcceptAction(ctx context.Context, messageID string, messageExp
 	if err := journal.CheckNewAction(a); err != nil {
 		return journal.Accepted{}, err
 	}
+	messageExpiresAt, now = journal.Micro(messageExpiresAt), journal.Micro(now)
 	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
 		return journal.Accepted{}, nil
 	}
@@ -240,6 +241,7 @@ func (j *Journal) PruneActions(ctx context.Context, before time.Time, limit int,
 	if err := journal.CheckPrune(before, limit, stateNamespaces); err != nil {
 		return 0, err
 	}
+	before = journal.Micro(before)
 	var old []*journal.Action
 	for _, a := range j.actions {
 		if a.Status.Terminal() && a.CompletedAt.Before(before) {
@@ -296,6 +298,7 @@ func (j *Journal) ClaimMessage(ctx context.Context, messageID string, expiresAt,
 	if err := journal.CheckClaim(messageID, expiresAt, now); err != nil {
 		return false, err
 	}
+	expiresAt, now = journal.Micro(expiresAt), journal.Micro(now)
 	if exp, ok := j.messages[messageID]; ok && exp.After(now) {
 		return false, nil
 	}
@@ -312,6 +315,7 @@ func (j *Journal) PruneMessages(ctx context.Context, now time.Time, limit int) (
 	if err := journal.CheckLimit(limit); err != nil {
 		return 0, err
 	}
+	now = journal.Micro(now)
 	n := 0
 	for id, exp := range j.messages {
 		if n == limit {

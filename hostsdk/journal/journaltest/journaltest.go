@@ -87,6 +87,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("PruneActionState", s.testPruneActionState)
 	t.Run("PruneHorizonSurvivesReopen", s.testPruneHorizonSurvivesReopen)
 	t.Run("PruneHorizonCoversReceipt", s.testPruneHorizonCoversReceipt)
+	t.Run("TimesToTheMicrosecond", s.testTimesToTheMicrosecond)
 	t.Run("ClaimMessage", s.testClaimMessage)
 	t.Run("ClaimMessageConcurrent", s.testClaimMessageConcurrent)
 	t.Run("PruneMessages", s.testPruneMessages)

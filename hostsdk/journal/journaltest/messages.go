@@ -137,3 +137,28 @@ func (s *suite) testPruneMessages(t *testing.T) {
 		wantErr(t, "PruneMessages(limit <= 0)", err, journal.ErrInvalid)
 	}
 }
+
+// testTimesToTheMicrosecond: the times a call compares with what is
+// stored count to the microsecond, as every time is kept, so backends
+// agree on a comparison within one microsecond: a message claimed until
+// T+999ns is expired at T+500ns (its expiry is kept as T), and an action
+// completed at T+999ns (kept as T) was not completed before T+500ns. The
+// memory journal compared the nanoseconds and disagreed with SQLite and
+// PostgreSQL on both.
+func (s *suite) testTimesToTheMicrosecond(t *testing.T) {
+	j := s.open(t)
+	const in, later = 999 * time.Nanosecond, 500 * time.Nanosecond
+	id := aip.NewMessageID()
+	if !claim(t, j, id, at(time.Second+in), at(0)) {
+		t.Fatal("first claim of a message ID = false, want true")
+	}
+	if !claim(t, j, id, at(time.Hour), at(time.Second+later)) {
+		t.Fatal("a message ID claimed until T+999ns could not be claimed again at T+500ns (its expiry is kept as T)")
+	}
+
+	a := newAction(at(0))
+	begin(t, j, a)
+	finish(t, j, a.ActionID, aip.StateCompleted, `{}`, at(time.Minute+in))
+	prune(t, j, at(time.Minute+later), 10, 0)
+	prune(t, j, at(time.Minute+time.Microsecond), 10, 1)
+}
