@@ -66,8 +66,14 @@
 // compare-and-set and outbox leases rely on row locks and ON CONFLICT, so
 // concurrent callers, in one process or in several, get exactly one winner;
 // outbox publishers skip each other's rows (FOR UPDATE SKIP LOCKED). A
-// write is as durable as the server makes a commit (fsync,
-// synchronous_commit and replication are the operator's choice).
+// write is as durable as the server makes a commit, except that the
+// journal's sessions never commit asynchronously: where synchronous_commit
+// is off (from the server, the role, the database or the URL) a session
+// sets it to local, since a server crash loses an asynchronous commit
+// that was already acknowledged, and an AcceptAction lost so lets its
+// action run twice. fsync (which must stay on) and replication
+// (synchronous_commit on, remote_write or remote_apply, kept as set)
+// remain the operator's choice.
 //
 // The pool defaults to 10 connections; size Config.MaxConns to the
 // host's concurrency (max_in_flight plus a few for the background loops).

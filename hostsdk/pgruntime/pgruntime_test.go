@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -301,6 +302,36 @@ func TestOpenURLFile(t *testing.T) {
 	}
 	if _, err := pgruntime.OpenURLFile(ctx, filepath.Join(t.TempDir(), "missing"), cfg); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing URL file: err = %v", err)
+	}
+}
+
+// TestSessionsCommitDurably: the journal's sessions never commit
+// asynchronously. With synchronous_commit off (as the server, the role,
+// the database or the URL may set it) PostgreSQL acknowledged an
+// AcceptAction before it was durable: against a server run with
+// synchronous_commit=off, five actions whose AcceptAction had returned were
+// gone after the server was killed and restarted, so the host would run
+// them again. A session where it is off gets local; a stronger value is
+// kept.
+func TestSessionsCommitDurably(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	with := func(value string) string {
+		u, err := url.Parse(dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.RawQuery != "" {
+			u.RawQuery += "&"
+		}
+		u.RawQuery += "options=-c%20synchronous_commit%3D" + value
+		return u.String()
+	}
+	for set, want := range map[string]string{"off": "local", "remote_apply": "remote_apply", "on": "on"} {
+		j := open(t, pgruntime.Config{DatabaseURL: with(set), Namespace: "crepl_" + set})
+		v, err := j.SessionSetting(t.Context(), "synchronous_commit")
+		if err != nil || v != want {
+			t.Errorf("synchronous_commit=%s in the URL: the journal's session has %q (%v), want %q", set, v, err, want)
+		}
 	}
 }
 
