@@ -66,7 +66,8 @@ const (
 	// CodeEventAnswerInvalid: the answer is not signed by the pinned
 	// gateway DID, not in response to the delivery, or not an event stream.
 	CodeEventAnswerInvalid = "connector_host.event_answer_invalid"
-	// CodeEventBatchInvalid: the outbox batch cannot be sent (corrupt JSON).
+	// CodeEventBatchInvalid: the outbox batch cannot be sent (corrupt JSON,
+	// or events an envelope cannot carry).
 	CodeEventBatchInvalid = "connector_host.event_batch_invalid"
 )
 
@@ -480,6 +481,13 @@ func (d *eventDelivery) post(ctx context.Context, channelID string, events []aip
 		return err
 	}
 	body, err := aip.SignEnvelope(h.key, env)
+	if errors.Is(err, aip.ErrInvalidJSON) {
+		// An event the envelope cannot carry (data nesting deeper than
+		// MaxEventDataDepth, in a batch Publish did not check): a refusal
+		// of the batch's content, so it is split and the others delivered.
+		return &deliveryFailure{code: CodeEventBatchInvalid, permanent: true,
+			err: fmt.Errorf("the events cannot be signed into a delivery: %w", err)}
+	}
 	if err != nil {
 		return err
 	}

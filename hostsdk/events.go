@@ -22,6 +22,14 @@ const (
 	maxPendingEventRows = 10000
 )
 
+// MaxEventDataDepth bounds how deeply an event's data nests (the data
+// object itself is level 1): a delivery envelope holds the data five
+// levels down (body, event_stream, events, the event), and a signed
+// document nests at most 256 levels, so deeper data could never be signed
+// into a delivery. It is the fleet's event log's bound
+// (registry.MaxEventDataDepth).
+const MaxEventDataDepth = 251
+
 // EventPublisher puts provider events into the journal's durable outbox.
 //
 // With Config.EventEndpoint set, the host's delivery loop sends the
@@ -45,7 +53,7 @@ type EventPublisher struct {
 // moves to data.upstream_actor. Identical batches are stored once. A batch
 // the fleet's event ingress would refuse (an event ID twice, data that sets
 // aip_connector, which the dispatcher stamps, a NUL in an event's kind, IDs
-// or data, ...) is refused here, not left in the outbox. It returns the
+// or data, data nesting deeper than MaxEventDataDepth, ...) is refused here, not left in the outbox. It returns the
 // outbox entry ID. Refusals match ErrInvalidEvents (the batch's content),
 // ErrNotServing or ErrEventOutboxFull (try again later) with errors.Is.
 func (p *EventPublisher) Publish(ctx context.Context, channelID string, events ...aip.Event) (string, error) {
@@ -125,6 +133,9 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 			data["upstream_actor"] = actor
 			e.Data, _ = json.Marshal(data)
 			e.Actor = nil
+		}
+		if d := aip.JSONDepth(e.Data); d > MaxEventDataDepth {
+			return "", invalidEvents("hostsdk: event %s: data nests %d levels deep; at most %d (a delivery carries it 5 levels down in a signed envelope, which nests at most 256)", e.ID, d, MaxEventDataDepth)
 		}
 		if len(e.Data) > 0 {
 			// A delivery carries data in canonical JSON, and the
