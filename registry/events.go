@@ -73,8 +73,9 @@ type EventLog interface {
 	// fails with ErrConflict naming the event (PrunedConflict). An ID the
 	// backend kept without a digest (pruned by a build that kept none) is
 	// answered Pruned whatever the event holds. A batch that repeats an
-	// event ID within itself is ErrInvalid. It returns the batch's events
-	// as stored, in the batch's order.
+	// event ID within itself is ErrInvalid. A batch with several
+	// conflicting events fails naming the first of them in its order. It
+	// returns the batch's events as stored, in the batch's order.
 	AppendEvents(ctx context.Context, b EventBatch) ([]StoredEvent, error)
 	// Events returns up to limit (clamped to 1..1000) of the tenant's events
 	// with a sequence greater than after, in sequence order.

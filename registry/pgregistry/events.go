@@ -123,11 +123,17 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 		out = make([]registry.StoredEvent, len(b.Events))
 		var fresh, checked []int
 		var newIDs, docs, checkDocs []string
+		// conflict is the batch's first conflict with a stored event: the
+		// events after it need no decision, but the pruned ones before it
+		// are checked first, so that the batch is refused naming its first
+		// conflicting event in order, as memregistry does.
+		var conflict error
 		for i := range b.Events {
 			e := &b.Events[i]
 			if s, ok := byID[e.ID]; ok {
 				if err := registry.CheckRedelivery(s, &b, e); err != nil {
-					return err
+					conflict = err
+					break
 				}
 				out[i] = *s
 				continue
@@ -171,6 +177,9 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 					return registry.PrunedConflict(id)
 				}
 			}
+		}
+		if conflict != nil {
+			return conflict
 		}
 		if len(fresh) == 0 {
 			return nil

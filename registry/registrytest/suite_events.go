@@ -29,6 +29,7 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("ForgetPruned", func(t *testing.T) { testEventForgetPruned(t, nb) })
 	t.Run("PrunedConflict", func(t *testing.T) { testEventPrunedConflict(t, nb) })
 	t.Run("PrunedForms", func(t *testing.T) { testEventPrunedForms(t, nb) })
+	t.Run("FirstConflictNamed", func(t *testing.T) { testEventFirstConflictNamed(t, nb) })
 }
 
 // newPrunerFx is a fixture whose backend must prune events.
@@ -867,6 +868,47 @@ func testEventPrunedForms(t *testing.T, nb NewBackend) {
 				t.Fatalf("%s then %s under the pruned ID: %+v, %v; want it answered Pruned", c.first, c.next, got, err)
 			case !c.same && !errors.Is(err, registry.ErrConflict):
 				t.Fatalf("%s then %s under the pruned ID: %+v, %v; want ErrConflict", c.first, c.next, got, err)
+			}
+		})
+	}
+}
+
+// testEventFirstConflictNamed: a batch with several conflicting events is
+// refused naming the first of them in the batch's order, whether it
+// conflicts with a stored event or a pruned one. (pgregistry checked the
+// pruned events' digests only after every stored event, so it named a
+// later stored conflict where memregistry named the earlier pruned one.)
+func testEventFirstConflictNamed(t *testing.T, nb NewBackend) {
+	f, p := newPrunerFx(t, nb)
+	f.appendEvents(receivedAt(EventBatch("tenant-1", "a", "evt_pruned"), time.Minute))
+	if n, err := p.PruneEvents(f.ctx, Epoch.Add(time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("PruneEvents = %d, %v; want 1", n, err)
+	}
+	f.appendEvents(receivedAt(EventBatch("tenant-1", "a", "evt_stored"), 2*time.Hour))
+	for _, c := range []struct {
+		name  string
+		ids   []string
+		first string
+	}{
+		{"pruned first", []string{"evt_new", "evt_pruned", "evt_stored"}, "evt_pruned"},
+		{"stored first", []string{"evt_new", "evt_stored", "evt_pruned"}, "evt_stored"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f.t = t
+			b := receivedAt(EventBatch("tenant-1", "b", c.ids...), 3*time.Hour)
+			for i := range b.Events {
+				b.Events[i].Kind = "thing.changed"
+			}
+			_, err := f.events().AppendEvents(f.ctx, b)
+			f.wantErr(err, registry.ErrConflict, "a batch of a new event and two conflicting ones")
+			var fe *registry.FieldError
+			if !errors.As(err, &fe) || fe.ID != c.first {
+				t.Fatalf("the batch %v is refused with %v; want the conflict of its first conflicting event, %s", c.ids, err, c.first)
+			}
+			page, err := f.events().Events(f.ctx, "tenant-1", 0, 10)
+			f.must(err)
+			if len(page.Events) != 1 || page.Events[0].Event.ID != "evt_stored" {
+				t.Fatalf("a conflicting batch changed the log: it holds %v, want [evt_stored]", eventIDs(page.Events))
 			}
 		})
 	}
