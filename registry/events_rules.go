@@ -49,7 +49,8 @@ var redeliveryProvenance = []string{"replica_id", "version_id", "lease_sequence"
 // Validate checks a batch before anything is stored: tenant, instance,
 // replica and channel set (and the version when given) as identifiers, 1 to
 // aip.MaxEventsPerDelivery events, each with an ID, a kind of 1 to
-// MaxEventKindBytes bytes, an occurred_at and data that is absent or a JSON
+// MaxEventKindBytes bytes, an occurred_at in years 0000 to 9999 (RFC
+// 3339's) and data that is absent or a JSON
 // object nesting at most MaxEventDataDepth levels, and no event ID twice. Failures are *FieldError values matching
 // ErrInvalid.
 func (b *EventBatch) Validate() error {
@@ -84,6 +85,9 @@ func (b *EventBatch) Validate() error {
 		}
 		if e.OccurredAt.IsZero() {
 			return invalid(RecordEvent, e.ID, "occurred_at", "is missing")
+		}
+		if y := e.OccurredAt.UTC().Year(); y < 0 || y > 9999 {
+			return invalid(RecordEvent, e.ID, "occurred_at", "is in year %d; RFC 3339 writes only years 0000 to 9999", y)
 		}
 		for _, f := range []struct{ name, v string }{
 			{"kind", e.Kind}, {"session_id", e.SessionID}, {"action_id", e.ActionID}, {"correlation_id", e.CorrelationID},

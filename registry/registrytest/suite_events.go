@@ -593,6 +593,15 @@ func testEventInvalid(t *testing.T, nb NewBackend) {
 		{"event without kind", "kind", func(b *registry.EventBatch) { b.Events[1].Kind = "" }},
 		{"event with a long kind", "kind", func(b *registry.EventBatch) { b.Events[1].Kind = strings.Repeat("k", registry.MaxEventKindBytes+1) }},
 		{"event without occurred_at", "occurred_at", func(b *registry.EventBatch) { b.Events[1].OccurredAt = aip.Timestamp{} }},
+		// RFC 3339 has no form for it: PostgreSQL refused it as a bare
+		// ErrInvalid and memregistry stored it (and then could not write
+		// a snapshot).
+		{"occurred_at after year 9999", "occurred_at", func(b *registry.EventBatch) {
+			b.Events[1].OccurredAt = aip.At(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+		}},
+		{"occurred_at before year 0", "occurred_at", func(b *registry.EventBatch) {
+			b.Events[1].OccurredAt = aip.At(time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC))
+		}},
 		{"data not an object", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`[1]`) }},
 		{"data not JSON", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`{"a":`) }},
 		{"data null", "data", func(b *registry.EventBatch) { b.Events[1].Data = json.RawMessage(`null`) }},
