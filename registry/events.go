@@ -52,6 +52,12 @@ type EventPage struct {
 	Events []StoredEvent
 	// More is true when events after the last one returned exist.
 	More bool
+	// Last is the last sequence the tenant's log had given out when the
+	// page was read (0 when it never stored an event; pruning never
+	// lowers it). A reader's after beyond it is no sequence this log
+	// gave out: a cursor of another log, or kept across a restore of the
+	// registry, which would skip the events later stored up to it.
+	Last uint64
 }
 
 // EventLog is the fleet's durable log of provider events, per tenant.

@@ -653,6 +653,14 @@ func (d *Dispatcher) handleEvents() http.Handler {
 					"the event log is unavailable; retry later"))
 				return
 			}
+			if after > page.Last {
+				// No page of this log ended there: answering an empty
+				// page would have the reader wait at after and skip
+				// every event stored up to it.
+				writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0,
+					fmt.Sprintf("after %d is past the last sequence this tenant's event log has given out (%d): pass the next_after of a page this log returned, or 0 to read from its start (a cursor of another tenant's log, or kept across a restore of the registry, does not fit this one)", after, page.Last)))
+				return
+			}
 			out.More = page.More
 			full := false
 			for _, e := range page.Events {

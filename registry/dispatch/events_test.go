@@ -938,3 +938,46 @@ func TestConnectorEventBodiesShareAMemoryBudget(t *testing.T) {
 		t.Error("a budget smaller than the largest delivery was accepted")
 	}
 }
+
+// TestEventsReadAfterPastTheLog: an after beyond the last sequence the
+// tenant's log has given out (a cursor of another tenant's log, a typo, a
+// cursor kept across a restore of the registry) is 400 naming the log's
+// last sequence. It was answered as an empty page with next_after the
+// cursor and more false, so a reader polling on waited there and silently
+// skipped every event stored up to it.
+func TestEventsReadAfterPastTheLog(t *testing.T) {
+	w := newEventWorld(t, eventWorldOptions{})
+	for i := range 3 {
+		if status, ans, _ := w.post(w.delivery(event("k", fmt.Sprintf(`{"i":%d}`, i)))); status != http.StatusOK {
+			t.Fatalf("delivery %d: HTTP %d %+v", i, status, ans.Body.Error)
+		}
+	}
+	for _, c := range []struct {
+		tenant, query string
+		last          int
+	}{
+		{tenant, "?after=4", 3},
+		{tenant, "?after=18446744073709551615&limit=5", 3},
+		{"tenant-empty", "?after=1", 0},
+	} {
+		status, body := w.getEvents(c.tenant, c.query)
+		want := fmt.Sprintf("is past the last sequence this tenant's event log has given out (%d)", c.last)
+		if status != http.StatusBadRequest || !strings.Contains(string(body), dispatch.CodeRequestInvalid) || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s as %s: HTTP %d %s; want 400 %s saying %q", c.query, c.tenant, status, body, dispatch.CodeRequestInvalid, want)
+		}
+	}
+	// At the last sequence the page is empty, and the next event follows.
+	status, body := w.getEvents(tenant, "?after=3")
+	if status != http.StatusOK || !strings.Contains(string(body), `"next_after":3`) {
+		t.Fatalf("GET ?after=3: HTTP %d %s, want an empty page", status, body)
+	}
+	if status, ans, _ := w.post(w.delivery(event("k", `{"i":3}`))); status != http.StatusOK {
+		t.Fatalf("delivery: HTTP %d %+v", status, ans.Body.Error)
+	}
+	var r dispatch.EventsResponse
+	status, body = w.getEvents(tenant, "?after=3")
+	must(t, json.Unmarshal(body, &r))
+	if status != http.StatusOK || len(r.Events) != 1 || r.Events[0].Sequence != 4 {
+		t.Fatalf("GET ?after=3 after a fourth event: HTTP %d %s", status, body)
+	}
+}

@@ -216,6 +216,9 @@ func (r *Registry) Events(ctx context.Context, tenantID string, after uint64, li
 	defer r.mu.Unlock()
 	l := r.events[tenantID]
 	page := registry.EventPage{Events: []registry.StoredEvent{}}
+	if l != nil {
+		page.Last = l.last()
+	}
 	if l == nil || after >= l.last() {
 		// No event follows (and after+1 below would wrap at the
 		// largest uint64).

@@ -59,12 +59,22 @@ ORDER BY n.ord`
 const advanceEventHead = `
 UPDATE aip_registry.event_log_heads SET last_sequence = last_sequence + $2 WHERE tenant_id = $1`
 
+// eventPage reads up to $3 of the tenant's events after sequence $2, in
+// order, then its head row (head set, the last sequence given out in the
+// sequence column; none for a tenant without events), in one statement:
+// one snapshot, whose head is at least every sequence of the page.
 const eventPage = `
-SELECT ` + eventColumns + `
-FROM aip_registry.events
-WHERE tenant_id = $1 AND sequence > $2
-ORDER BY sequence
-LIMIT $3`
+SELECT false AS head, ` + eventColumns + `
+FROM (SELECT ` + eventColumns + `
+	FROM aip_registry.events
+	WHERE tenant_id = $1 AND sequence > $2
+	ORDER BY sequence
+	LIMIT $3) page
+UNION ALL
+SELECT true, last_sequence, '', '', '', '', NULL::jsonb, 0
+FROM aip_registry.event_log_heads
+WHERE tenant_id = $1
+ORDER BY 1, 2`
 
 // AppendEvents implements registry.EventLog. It reads the stored events
 // with the batch's IDs and the pruned ones among them (no lock), decides
@@ -214,11 +224,24 @@ func (r *Registry) Events(ctx context.Context, tenantID string, after uint64, li
 	if err != nil {
 		return registry.EventPage{}, classify(op, err)
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (registry.StoredEvent, error) { return scanEvent(row, tenantID) })
-	if err != nil {
+	var last uint64
+	events := make([]registry.StoredEvent, 0, limit+1)
+	for rows.Next() {
+		head, e, err := scanEvent(rows, tenantID)
+		if err != nil {
+			rows.Close()
+			return registry.EventPage{}, classify(op, err)
+		}
+		if head {
+			last = e.Sequence
+			continue
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
 		return registry.EventPage{}, classify(op, err)
 	}
-	page := registry.EventPage{Events: events}
+	page := registry.EventPage{Events: events, Last: last}
 	if len(events) > limit {
 		page.Events, page.More = events[:limit], true
 	}
@@ -235,18 +258,24 @@ type prunedEvent struct {
 	digest   []byte
 }
 
-func scanEvent(row pgx.CollectableRow, tenantID string) (registry.StoredEvent, error) {
-	e := registry.StoredEvent{TenantID: tenantID}
+// scanEvent scans a row of eventPage: an event, or (head set) the
+// tenant's head row, whose last sequence is the Sequence returned.
+func scanEvent(row pgx.Rows, tenantID string) (head bool, e registry.StoredEvent, err error) {
+	e = registry.StoredEvent{TenantID: tenantID}
 	var seq, receivedMS int64
 	var doc []byte
-	if err := row.Scan(&seq, &e.InstanceID, &e.ReplicaID, &e.VersionID, &e.ChannelID, &doc, &receivedMS); err != nil {
-		return e, err
+	if err := row.Scan(&head, &seq, &e.InstanceID, &e.ReplicaID, &e.VersionID, &e.ChannelID, &doc, &receivedMS); err != nil {
+		return false, e, err
+	}
+	e.Sequence = uint64(seq)
+	if head {
+		return true, e, nil
 	}
 	if err := json.Unmarshal(doc, &e.Event); err != nil {
-		return e, fmt.Errorf("event %d of tenant %s: stored document: %w", seq, tenantID, err)
+		return false, e, fmt.Errorf("event %d of tenant %s: stored document: %w", seq, tenantID, err)
 	}
-	e.Sequence, e.ReceivedAt = uint64(seq), fromMS(receivedMS)
-	return e, nil
+	e.ReceivedAt = fromMS(receivedMS)
+	return false, e, nil
 }
 
 // pruneEvents deletes the events received before $1, oldest first, at most

@@ -107,6 +107,10 @@ func testEventPrune(t *testing.T, nb NewBackend) {
 	prune(5*time.Minute, 10, 1) // a3 (3 min); b2 and b3 are newer
 	kept("ta")
 	prune(5*time.Minute, 10, 0)
+	// Pruning every event of a log keeps its last sequence.
+	if pg, err := f.events().Events(f.ctx, "ta", 0, 10); err != nil || len(pg.Events) != 0 || pg.Last != 3 {
+		f.t.Fatalf("tenant ta with every event pruned: %+v, %v; want no event and last sequence 3", pg, err)
+	}
 
 	// Sequences go on after the pruned events.
 	got := f.appendEvents(receivedAt(EventBatch("ta", "r1", "a4"), 20*time.Minute))
@@ -670,6 +674,9 @@ func testEventPaging(t *testing.T, nb NewBackend) {
 		{0, 10, 0, 0, false, "tenant-3"},
 	} {
 		p := page(c.tenantName, c.after, c.limit)
+		if want := map[string]uint64{"tenant-1": total, "tenant-2": 1}[c.tenantName]; p.Last != want {
+			t.Fatalf("Events(%s, after %d, limit %d): last %d, want the log's last sequence %d", c.tenantName, c.after, c.limit, p.Last, want)
+		}
 		if len(p.Events) != c.n || p.More != c.more {
 			t.Fatalf("Events(%s, after %d, limit %d): %d events, more %v; want %d, more %v", c.tenantName, c.after, c.limit, len(p.Events), p.More, c.n, c.more)
 		}
