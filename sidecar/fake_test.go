@@ -183,17 +183,18 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 	default:
 	}
 	var in struct {
-		Message      string          `json:"message"`
-		Chunks       int             `json:"chunks"`
-		DelayMS      int64           `json:"delay_ms"`
-		IgnoreCancel bool            `json:"ignore_cancel"`
-		Status       int             `json:"status"`
-		Body         json.RawMessage `json:"body"`
-		Raw          string          `json:"raw"`
-		Times        int             `json:"times"`
-		Token        string          `json:"token"`
-		BlankLines   int             `json:"blank_lines"`
-		NoResult     bool            `json:"no_result"`
+		Message      string            `json:"message"`
+		Chunks       int               `json:"chunks"`
+		DelayMS      int64             `json:"delay_ms"`
+		IgnoreCancel bool              `json:"ignore_cancel"`
+		Status       int               `json:"status"`
+		Header       map[string]string `json:"header"`
+		Body         json.RawMessage   `json:"body"`
+		Raw          string            `json:"raw"`
+		Times        int               `json:"times"`
+		Token        string            `json:"token"`
+		BlankLines   int               `json:"blank_lines"`
+		NoResult     bool              `json:"no_result"`
 	}
 	json.Unmarshal(a.Input, &in)
 	switch a.CapabilityID {
@@ -254,6 +255,9 @@ func (f *fakeConnector) action(w http.ResponseWriter, r *http.Request) {
 		}
 	case "echo.status":
 		w.Header().Set("Content-Type", "application/json")
+		for k, v := range in.Header {
+			w.Header().Set(k, v)
+		}
 		w.WriteHeader(in.Status)
 		if in.Raw != "" {
 			w.Write([]byte(in.Raw))

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -610,10 +611,39 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		if le.Error != nil && le.Error.Validate() == nil {
 			return nil, le.Error
 		}
-		return nil, aip.NewProtocolError(CodeConnectorRejected, aip.CategoryConnector, resp.StatusCode == http.StatusServiceUnavailable, 0,
+		retryable := refusedForNow(resp.StatusCode)
+		var after uint64
+		if retryable {
+			after = retryAfterMS(resp.Header.Get("Retry-After"))
+		}
+		return nil, aip.NewProtocolError(CodeConnectorRejected, aip.CategoryConnector, retryable, after,
 			aip.TruncateUTF8(fmt.Sprintf("the local connector refused the action with HTTP %d: %s", resp.StatusCode, text), aip.MaxErrorMessageBytes))
 	}
 	return nil, fmt.Errorf("%w: the local connector answered HTTP %d: %s", hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
+}
+
+// refusedForNow reports whether an HTTP refusal says "not now" rather than
+// "not this": 408 Request Timeout, 425 Too Early, 429 Too Many Requests
+// and 503 Service Unavailable. The same action sent again later may run.
+func refusedForNow(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return true
+	}
+	return false
+}
+
+// maxRetryAfter bounds the Retry-After a refusal's retry_after_ms takes.
+const maxRetryAfter = time.Hour
+
+// retryAfterMS is a Retry-After header's delay in seconds as milliseconds
+// (at most maxRetryAfter); 0 when it is absent or not a number of seconds.
+func retryAfterMS(v string) uint64 {
+	secs, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return min(secs, uint64(maxRetryAfter/time.Second)) * 1000
 }
 
 // readError classifies an error while reading the answer to capability

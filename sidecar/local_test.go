@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -764,4 +765,57 @@ func localReplicaWithEffects(t *testing.T, capID string, effects []aip.SideEffec
 	sock, _ := serveFake(t, f)
 	lc.Socket, lc.Token = sock, "s3cret"
 	return startReplica(t, func(cfg *Config) { cfg.Local = lc })
+}
+
+// TestLocalRefusalSaysWhetherToRetry: a refusal without an error object is
+// failed sidecar.connector_rejected (the action did not run), retryable
+// exactly when the HTTP status says "not now" — 408, 425, 429 and 503, as
+// the host's own 429 and 503 are — with Retry-After's seconds as
+// retry_after_ms.
+func TestLocalRefusalSaysWhetherToRetry(t *testing.T) {
+	r, _ := localReplica(t, nil)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		retryable  bool
+		afterMS    uint64
+	}{
+		{400, "", false, 0},
+		{404, "", false, 0},
+		{409, "", false, 0},
+		{408, "", true, 0},
+		{425, "", true, 0},
+		{429, "", true, 0},
+		{429, "3", true, 3000},
+		{503, "", true, 0},
+		{503, "2", true, 2000},
+		{503, "soon", true, 0},
+		{400, "5", false, 0},
+	} {
+		t.Run(fmt.Sprintf("%d_%s", tc.status, tc.retryAfter), func(t *testing.T) {
+			in := map[string]any{"status": tc.status, "body": "busy"}
+			if tc.retryAfter != "" {
+				in["header"] = map[string]string{"Retry-After": tc.retryAfter}
+			}
+			raw, _ := json.Marshal(in)
+			resp := must(r.d.Act(ctx, r.target, act("echo.status", string(raw))))
+			res, err := resp.Result()
+			if err != nil {
+				t.Fatalf("HTTP %d: %v", resp.Status, err)
+			}
+			e := res.Error
+			if res.Status != aip.ResultFailed || e == nil || e.Code != CodeConnectorRejected || e.Retryable == nil {
+				t.Fatalf("result %+v error %+v", res, e)
+			}
+			var after uint64
+			if e.RetryAfterMS != nil {
+				after = *e.RetryAfterMS
+			}
+			if *e.Retryable != tc.retryable || after != tc.afterMS {
+				t.Errorf("HTTP %d Retry-After %q: retryable %v retry_after_ms %d, want %v %d (%s)",
+					tc.status, tc.retryAfter, *e.Retryable, after, tc.retryable, tc.afterMS, e.Message)
+			}
+		})
+	}
 }

@@ -59,6 +59,8 @@ const (
 	CodeConnectorUnavailable = "sidecar.connector_unavailable"
 	// CodeConnectorRejected: the local connector refused the request with a
 	// 4xx or 503 status and no usable error object; it did not run it.
+	// It is retryable for 408, 425, 429 and 503 (with Retry-After's
+	// seconds as retry_after_ms), not for any other status.
 	CodeConnectorRejected = "sidecar.connector_rejected"
 	// CodeNotExecuted: the action had no effect: after a restart the
 	// connector reported that it has no record of it (it never ran).
