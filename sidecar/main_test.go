@@ -59,6 +59,12 @@ const (
 	// envChildWatchOut, before it listens, whether that process runs.
 	envChildWatch    = "SIDECAR_TEST_WATCH_PID"
 	envChildWatchOut = "SIDECAR_TEST_WATCH_OUT"
+	// envSubreaperHelper makes the test binary a sidecar that is a child
+	// subreaper (as PID 1 of a container is init), supervises a child
+	// with a worker in its process group, kills the child and, once the
+	// crash is recorded, writes its own zombie children to the named
+	// file (runSubreaperHelper).
+	envSubreaperHelper = "SIDECAR_TEST_SUBREAPER"
 )
 
 // runHelperSupervisor is the process of envSupervisorHelper and
@@ -96,6 +102,9 @@ func TestMain(m *testing.M) {
 	if out := os.Getenv(envOrphanHelper); out != "" {
 		// A child that starts a worker ignoring SIGTERM and writes its pid.
 		os.Exit(runHelperSupervisor("orphan helper", `trap '' TERM; sleep 300 & echo $! > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; wait`, out, os.Getenv(envOrphanReplica)))
+	}
+	if out := os.Getenv(envSubreaperHelper); out != "" {
+		os.Exit(runSubreaperHelper(out))
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -64,9 +64,21 @@ func awaitExitUnreaped(pid int) error {
 // groupRemains reports whether a process other than leader that has not
 // exited is in process group pgid (read from /proc).
 func groupRemains(pgid, leader int) bool {
+	found := false
+	groupMembers(pgid, leader, func(_ int, state byte, _ int) bool {
+		found = state != 'Z' && state != 'X'
+		return !found
+	})
+	return found
+}
+
+// groupMembers calls fn with the pid, state and parent of each process in
+// process group pgid other than leader (read from /proc), until fn
+// returns false.
+func groupMembers(pgid, leader int, fn func(pid int, state byte, ppid int) bool) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return false
+		return
 	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -83,14 +95,37 @@ func groupRemains(pgid, leader int) bool {
 			continue
 		}
 		f := bytes.Fields(raw[i+1:])
-		if len(f) < 3 || f[0][0] == 'Z' || f[0][0] == 'X' {
+		if len(f) < 3 {
 			continue
 		}
-		if g, err := strconv.Atoi(string(f[2])); err == nil && g == pgid {
-			return true
+		g, err := strconv.Atoi(string(f[2]))
+		if err != nil || g != pgid {
+			continue
+		}
+		ppid, _ := strconv.Atoi(string(f[1]))
+		if !fn(pid, f[0][0], ppid) {
+			return
 		}
 	}
-	return false
+}
+
+// reapGroupOrphans reaps the zombies of process group pgid, other than
+// its leader, whose parent is this process: processes of an exited
+// child's group that were orphaned to the sidecar — PID 1 of a container,
+// or a child subreaper, inherits them — and then exited or were stopped
+// (stopGroupRest). Nothing else waits for them (os/exec waits only for
+// the processes it started, each the leader of its own group), so each
+// would stay a zombie for the sidecar's life, and a crash-looping
+// pre-fork connector would fill the process table.
+func reapGroupOrphans(pgid, leader int) {
+	self := os.Getpid()
+	groupMembers(pgid, leader, func(pid int, state byte, ppid int) bool {
+		if state == 'Z' && ppid == self {
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		return true
+	})
 }
 
 // stopOrphans kills the processes of this user, other than this one,

@@ -24,6 +24,8 @@ func awaitExitUnreaped(int) error { return errors.ErrUnsupported }
 
 func groupRemains(int, int) bool { return false }
 
+func reapGroupOrphans(int, int) {}
+
 // stopOrphans does nothing outside Linux: there the sidecar's children
 // are not killed when it dies, nor looked for when it starts again.
 func stopOrphans(string, time.Duration, *slog.Logger) {}

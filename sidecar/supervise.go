@@ -208,9 +208,11 @@ func (c *child) reap(what string, stopTimeout time.Duration, log *slog.Logger) {
 }
 
 // stopGroupRest stops the processes left in the process group of the
-// exited, unreaped child (see reap).
+// exited, unreaped child (see reap), and reaps those of them that were
+// orphaned to the sidecar (reapGroupOrphans).
 func (c *child) stopGroupRest(what string, stopTimeout time.Duration, log *slog.Logger) {
 	pid := c.cmd.Process.Pid
+	defer reapGroupOrphans(pid, pid)
 	if !groupRemains(pid, pid) {
 		return
 	}
