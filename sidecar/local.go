@@ -251,6 +251,31 @@ func (l *Local) Target() string {
 	return l.cfg.URL
 }
 
+// vacant fails when a process already accepts connections where the
+// connector is to listen, before the sidecar starts it (--exec): that
+// process would answer for the child — its health, its manifest, the
+// actions — while the child fails to bind and crash-loops (TCP), or races
+// it for the socket path. (The processes a killed sidecar of this replica
+// left running are killed before: stopOrphans.)
+func (l *Local) vacant(ctx context.Context) error {
+	network, addr, flag := "unix", l.cfg.Socket, "--local-socket"
+	if l.cfg.Socket == "" {
+		u, err := url.Parse(l.cfg.URL)
+		if err != nil {
+			return cfgErr("Local.URL", err.Error())
+		}
+		network, addr, flag = "tcp", u.Host, "--local-url"
+	}
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil // refused (or a stale socket file): free for the child
+	}
+	conn.Close()
+	return fmt.Errorf("sidecar: another process already listens at %s before the connector was started: it would answer for the connector (an earlier connector still running, or one started by hand?); stop it, or give the connector another address with %s",
+		l.Target(), flag)
+}
+
 // Close releases idle connections.
 func (l *Local) Close() { l.client.CloseIdleConnections() }
 

@@ -412,6 +412,9 @@ func (s *Sidecar) startLocal(ctx context.Context) error {
 		s.log.Info("connecting to the MCP server", "target", s.mcp.Target())
 		return s.mcp.Connect(ctx)
 	case s.sup != nil:
+		if err := s.local.vacant(ctx); err != nil {
+			return err
+		}
 		s.log.Info("starting the connector", "command", s.cfg.Exec[0], "target", s.local.Target())
 		return s.sup.start(ctx)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -874,5 +875,68 @@ func TestPollReadyKeepsTheLastCompletedProbesError(t *testing.T) {
 	}, nil)
 	if !errors.Is(err, context.DeadlineExceeded) || last != notReady || calls < 2 {
 		t.Fatalf("pollReady = %v, %v after %d probes; want the first probe's %q and the deadline", last, err, calls, notReady)
+	}
+}
+
+// TestExecRefusesAnAddressAlreadyServed: when another process already
+// serves where the --exec child is to listen (an earlier connector left
+// running, one started by hand), its answers would be taken for the
+// child's — its health, its manifest, the actions — while the child fails
+// to bind and crash-loops (TCP) or races it for the socket path. The start
+// fails naming the address instead; nothing is registered or sent to that
+// process.
+func TestExecRefusesAnAddressAlreadyServed(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			other := newFakeConnector()
+			var lc LocalConfig
+			if network == "tcp" {
+				addr := freeAddr(t)
+				l, err := net.Listen("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv := &http.Server{Handler: other}
+				go srv.Serve(l)
+				t.Cleanup(func() { srv.Close() })
+				lc.URL = "http://" + addr
+			} else {
+				lc.Socket = socketPath(t)
+				serveAt(t, other, lc.Socket)
+			}
+			cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+			d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+			s, err := New(Config{
+				Host: hostsdktest.HostConfig(t, cp, d, nil), Local: lc,
+				Exec: []string{os.Args[0], "-test.run=^$"}, ExecEnv: []string{envChild + "=1"}, ExecStderr: os.Stderr,
+				StartTimeout: 10 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- s.Run(ctx) }()
+			registered := make(chan error, 1)
+			go func() {
+				registered <- cp.Await(ctx, func(o []hostsdktest.Operation) bool { return len(o) > 0 && o[0].Op == aip.OpRegister })
+			}()
+			select {
+			case err := <-errc:
+				cancel()
+				<-registered
+				if err == nil || !strings.Contains(err.Error(), s.local.Target()) || !strings.Contains(err.Error(), "already") {
+					t.Fatalf("Run = %v; want a start refused naming %s", err, s.local.Target())
+				}
+			case <-registered:
+				cancel()
+				<-errc
+				t.Fatalf("the sidecar registered while another process served %s (the child's address)", s.local.Target())
+			}
+			if len(cp.Operations()) != 0 {
+				t.Errorf("registered: %+v", cp.Operations())
+			}
+		})
 	}
 }
