@@ -68,12 +68,17 @@ var argvSettings = []struct{ flag, env, usage string }{
 }
 
 // splitArgv cuts args at the first --exec or --mcp-command: what follows is
-// the command.
+// the command, after a "--" right after the flag (--exec -- CMD ARGS...,
+// as docker and kubectl take a command), which only ends the flags.
 func splitArgv(args []string) (flags []string, name string, argv []string) {
 	for i, a := range args {
 		n := strings.TrimLeft(a, "-")
 		if strings.HasPrefix(a, "-") && (n == "exec" || n == "mcp-command") {
-			return args[:i], n, args[i+1:]
+			argv = args[i+1:]
+			if len(argv) > 0 && argv[0] == "--" {
+				argv = argv[1:]
+			}
+			return args[:i], n, argv
 		}
 		if a == "--" {
 			break

@@ -234,6 +234,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"bad millis", []string{"--start-timeout-ms", "-5"}, nil, "AIP_SIDECAR_START_TIMEOUT_MS"},
 		{"bad policy", nil, map[string]string{"AIP_SIDECAR_ON_MANIFEST_CHANGE": "apply"}, "report or unready"},
 		{"exec without a command", []string{"--exec"}, nil, "--exec needs a command"},
+		{"exec with only --", []string{"--exec", "--"}, nil, "--exec needs a command"},
 		{"exec env not JSON", nil, map[string]string{"AIP_SIDECAR_EXEC": "python3 x.py"}, "JSON array"},
 		{"exec and mcp", nil, map[string]string{"AIP_SIDECAR_EXEC": `["a"]`, "AIP_SIDECAR_MCP_COMMAND": `["b"]`}, "both given"},
 		{"stray argument", []string{"python3"}, nil, "after --exec"},
@@ -290,6 +291,10 @@ func TestSplitArgv(t *testing.T) {
 		{args: []string{"-mcp-command", "npx", "-y", "pkg"}, flags: []string{}, name: "mcp-command", argv: []string{"npx", "-y", "pkg"}},
 		{args: []string{"--local-url", "u"}, flags: []string{"--local-url", "u"}},
 		{args: []string{"--", "--exec", "x"}, flags: []string{"--", "--exec", "x"}},
+		// "--" after the flag, as docker and kubectl take it, only ends
+		// the flags: it is not the program.
+		{args: []string{"--local-url", "u", "--exec", "--", "python3", "c.py", "--"}, flags: []string{"--local-url", "u"}, name: "exec", argv: []string{"python3", "c.py", "--"}},
+		{args: []string{"--mcp-command", "--", "npx"}, flags: []string{}, name: "mcp-command", argv: []string{"npx"}},
 	} {
 		flags, name, argv := splitArgv(tc.args)
 		if strings.Join(flags, " ") != strings.Join(tc.flags, " ") || name != tc.name || strings.Join(argv, " ") != strings.Join(tc.argv, " ") {
