@@ -644,6 +644,13 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		return nil, aip.NewProtocolError(CodeConnectorRejected, aip.CategoryConnector, retryable, after,
 			aip.TruncateUTF8(fmt.Sprintf("the local connector refused the action with HTTP %d: %s", resp.StatusCode, text), aip.MaxErrorMessageBytes))
 	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		// A success status other than 200 (201 for a create, 202, 204):
+		// the action may well have run, but the body is not read as a
+		// result, which only a 200 carries.
+		return nil, fmt.Errorf("%w: the local connector answered HTTP %d, not 200; answer a result (and a stream) with HTTP 200 — other statuses are not read as results: %s",
+			hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
+	}
 	return nil, fmt.Errorf("%w: the local connector answered HTTP %d: %s", hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
 }
 

@@ -819,3 +819,19 @@ func TestLocalRefusalSaysWhetherToRetry(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalOtherSuccessStatusSaysToAnswer200: a result answered with a
+// success status other than 200 (201 for a create, as web frameworks
+// suggest) is not read, and the action's outcome is unknown; the message
+// says that a result comes with 200, rather than only quoting the status.
+func TestLocalOtherSuccessStatusSaysToAnswer200(t *testing.T) {
+	r, _ := localReplica(t, nil)
+	for _, status := range []int{201, 202} {
+		in, _ := json.Marshal(map[string]any{"status": status, "body": json.RawMessage(`{"status":"completed","output":{"a":1}}`)})
+		resp := must(r.d.Act(ctxT(t), r.target, act("echo.status", string(in))))
+		pe := resp.ProtocolError()
+		if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "with HTTP 200") {
+			t.Fatalf("HTTP %d answered %d %s; want outcome_unknown saying to answer with HTTP 200", status, resp.Status, resp.Raw)
+		}
+	}
+}
