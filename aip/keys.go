@@ -252,7 +252,7 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 		return nil, fmt.Errorf("%w: %s %s is not a regular file", ErrUnsafeFile, kind, path)
 	}
 	perm := info.Mode().Perm()
-	owner, ownerOK := fileOwnerOK(info)
+	owner, ownerOK := FileOwnerOK(info)
 	if class != filePublic && !ownerOK {
 		return nil, fmt.Errorf("%w: %s %s is owned by uid %d, not by this process's user (uid %d) or root; chown it", ErrUnsafeFile, kind, path, owner, os.Geteuid())
 	}

@@ -4,5 +4,6 @@ package aip
 
 import "os"
 
-// fileOwnerOK: file ownership is not checked on this platform.
-func fileOwnerOK(os.FileInfo) (uint32, bool) { return 0, true }
+// FileOwnerOK: file ownership is not checked on this platform (see the
+// Unix version).
+func FileOwnerOK(os.FileInfo) (uint32, bool) { return 0, true }

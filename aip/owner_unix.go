@@ -7,9 +7,12 @@ import (
 	"syscall"
 )
 
-// fileOwnerOK reports whether a secret file is owned by this process's
-// effective user or by root, and names the owner otherwise.
-func fileOwnerOK(info os.FileInfo) (owner uint32, ok bool) {
+// FileOwnerOK reports whether a file (or directory) is owned by this
+// process's effective user or by root, the only users a process may trust
+// with a file it keeps secrets or records in (its owner may write to it
+// whatever its mode), and names the owner otherwise. On systems without
+// Unix ownership it reports true.
+func FileOwnerOK(info os.FileInfo) (owner uint32, ok bool) {
 	st, isUnix := info.Sys().(*syscall.Stat_t)
 	if !isUnix {
 		return 0, true

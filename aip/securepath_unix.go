@@ -119,7 +119,7 @@ func resolvePath(path, kind string) (string, os.FileInfo, error) {
 // root's or this user's was picked, not that it is the one the setting
 // meant.
 func checkLinkOwner(path, kind, link string, info os.FileInfo) error {
-	if owner, ok := fileOwnerOK(info); !ok {
+	if owner, ok := FileOwnerOK(info); !ok {
 		return fmt.Errorf("%w: %s %s: the symlink %s is owned by uid %d, not by this process's user (uid %d) or root, so that user chooses the file it names; name the file itself or chown -h the link", ErrUnsafeFile, kind, path, link, owner, os.Geteuid())
 	}
 	return nil
@@ -131,7 +131,7 @@ func checkLinkOwner(path, kind, link string, info os.FileInfo) error {
 // /tmp, or root's on a read-only mount; or privateGroupDir: writable by
 // the owner's private group only).
 func checkDir(path, kind, dir string, info os.FileInfo) error {
-	owner, ok := fileOwnerOK(info)
+	owner, ok := FileOwnerOK(info)
 	if !ok {
 		return fmt.Errorf("%w: %s %s: the directory %s is owned by uid %d, not by this process's user (uid %d) or root, so that user can rename the file (or a directory leading to it) and put another in its place; chown root %s (or to this process's user), or keep the file in a directory of root's or this user's", ErrUnsafeFile, kind, path, dir, owner, os.Geteuid(), dir)
 	}

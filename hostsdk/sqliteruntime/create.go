@@ -99,8 +99,8 @@ func syncFile(path string) error {
 }
 
 // checkFiles refuses an existing journal file, or its -wal or -shm file,
-// that users other than its owner may write to, or that another user owns
-// (see checkFileOwner): one of them could delete the record of actions
+// that users other than its owner may write to, or that another user than
+// this process's or root owns (aip.FileOwnerOK): one of them could delete the record of actions
 // that ran, which would then run again. The host creates them 0600; a
 // journal restored from a backup with another mode or owner is the usual
 // cause. It also refuses one that is not a regular file of the directory
@@ -128,8 +128,10 @@ func checkFiles(path string) error {
 			return fmt.Errorf("sqliteruntime: %s is writable by its group or by others (mode %04o): another user could change the record of the actions this replica ran; run chmod go-w on it",
 				p, aip.OctalMode(fi.Mode()))
 		}
-		if err := checkFileOwner(p, fi); err != nil {
-			return err
+		if uid, ok := aip.FileOwnerOK(fi); !ok {
+			euid := os.Geteuid()
+			return fmt.Errorf("sqliteruntime: %s is owned by uid %d, not by this process's user (uid %d): that user could change the record of the actions this replica ran; chown it to uid %d",
+				p, uid, euid, euid)
 		}
 	}
 	return nil

@@ -387,7 +387,8 @@ func lockPath(dir string) string { return filepath.Join(dir, LockFile) }
 
 // checkDirMode refuses a state directory that users other than its owner
 // may write to (a shared directory such as /tmp, or one made group
-// writable), or that another user owns (see checkDirOwner): one of them
+// writable), or that another user than this process's or root owns (whose
+// owner may write to it whatever its mode): one of them
 // could plant a symbolic link or a file of their own under the journal's
 // name before the host creates it, or replace it.
 func checkDirMode(dir string) error {
@@ -402,5 +403,10 @@ func checkDirMode(dir string) error {
 		return fmt.Errorf("sqliteruntime: state directory %s is writable by its group or by others (mode %04o): another user could replace the journal; use a directory of the replica's own (the host creates a missing one 0700) or run chmod go-w on it",
 			dir, aip.OctalMode(fi.Mode()))
 	}
-	return checkDirOwner(dir, fi)
+	if uid, ok := aip.FileOwnerOK(fi); !ok {
+		euid := os.Geteuid()
+		return fmt.Errorf("sqliteruntime: state directory %s is owned by uid %d, not by this process's user (uid %d): that user could replace the journal; use a directory of the replica's own (the host creates a missing one 0700) or chown it to uid %d",
+			dir, uid, euid, euid)
+	}
+	return nil
 }
