@@ -166,17 +166,13 @@ func ReplicaEligible(rep *ConnectorReplica, instanceVersionID string, pref *Rout
 		rep.ActiveAssignments < rep.Capacity && rep.Circuit.Closed(now) && pref.Admits(rep.Topology)
 }
 
-// PinnedReplicaUsable reports whether an existing route's pinned replica can
-// be reserved again now: ready or draining, unexpired lease, spare capacity,
-// closed circuit, enabled instance, its version active and its type enabled.
-func PinnedReplicaUsable(rep *ConnectorReplica, i *ConnectorInstance, v *ConnectorVersion, typeEnabled bool, now time.Time) bool {
-	return PinnedReplicaUnusable(rep, i, v, typeEnabled, now) == ""
-}
-
-// PinnedReplicaUnusable is PinnedReplicaUsable's reason: the first rule
-// the pinned replica breaks at now, worded for the operator, or "" when it
-// can be reserved again. i is the replica's instance and v the route's
-// version (its ID may be all a backend knows of it besides its status).
+// PinnedReplicaUnusable says why an existing route's pinned replica
+// cannot be reserved again at now — it must be ready or draining, with an
+// unexpired lease, spare capacity, a closed circuit, its instance enabled,
+// the version active and the type enabled — naming the first rule it
+// breaks, worded for the operator; "" when it can. i is the replica's
+// instance and v the route's version (its ID may be all a backend knows of
+// it besides its status).
 func PinnedReplicaUnusable(rep *ConnectorReplica, i *ConnectorInstance, v *ConnectorVersion, typeEnabled bool, now time.Time) string {
 	switch {
 	case rep.Status != aip.ReplicaReady && rep.Status != aip.ReplicaDraining:

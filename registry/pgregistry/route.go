@@ -365,7 +365,7 @@ var (
 )
 
 // pinnedReplica reads an existing route's replica with the state
-// registry.PinnedReplicaUsable judges: its instance, the route's version
+// registry.PinnedReplicaUnusable judges: its instance, the route's version
 // and that version's type. takePinned re-checks the replica's part under
 // its row lock in the last batch.
 var pinnedReplica = `SELECT ` + replicaColumnsOf("r") + `,
