@@ -40,6 +40,12 @@ const (
 	MaxEventKindBytes = 256
 	// MaxChannelIDBytes bounds a channel ID.
 	MaxChannelIDBytes = 256
+	// MaxEventDataDepth bounds how deeply an event's data nests (the data
+	// object itself is level 1): a delivery envelope holds the data five
+	// levels down (body, event_stream, events, the event), and a signed
+	// document nests at most maxCanonicalDepth levels, so deeper data
+	// could never be signed into a delivery.
+	MaxEventDataDepth = maxCanonicalDepth - 5
 	// MaxEventDeliveryBytes bounds a delivery envelope.
 	MaxEventDeliveryBytes = 4 << 20
 	// MaxEventAnswerBytes bounds the dispatcher's answer to a delivery: the

@@ -22,13 +22,10 @@ const (
 	maxPendingEventRows = 10000
 )
 
-// MaxEventDataDepth bounds how deeply an event's data nests (the data
-// object itself is level 1): a delivery envelope holds the data five
-// levels down (body, event_stream, events, the event), and a signed
-// document nests at most 256 levels, so deeper data could never be signed
-// into a delivery. It is the fleet's event log's bound
-// (registry.MaxEventDataDepth).
-const MaxEventDataDepth = 251
+// MaxEventDataDepth bounds how deeply an event's data nests: as deep as a
+// signed delivery can carry it (aip.MaxEventDataDepth, the fleet's event
+// log's bound too).
+const MaxEventDataDepth = aip.MaxEventDataDepth
 
 // EventPublisher puts provider events into the journal's durable outbox.
 //

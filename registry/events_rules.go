@@ -28,13 +28,11 @@ const (
 // MaxEventKindBytes bounds an event's kind.
 const MaxEventKindBytes = aip.MaxEventKindBytes
 
-// MaxEventDataDepth bounds how deeply an event's data nests (the data
-// object itself is level 1): as deep as a signed delivery can carry it —
-// the envelope holds it five levels down (body, event_stream, events, the
-// event), and a signed document nests at most 256 levels. Deeper data
+// MaxEventDataDepth bounds how deeply an event's data nests: as deep as a
+// signed delivery can carry it (aip.MaxEventDataDepth). Deeper data
 // reaches the log only through a library caller; refusing it keeps every
 // event storable and prunable (PostgreSQL walks it recursively).
-const MaxEventDataDepth = 251
+const MaxEventDataDepth = aip.MaxEventDataDepth
 
 // EventProvenance is the member of an event's data the dispatcher stamps
 // with the delivery's provenance (aip_connector: instance_id, replica_id,
