@@ -83,7 +83,7 @@ func TestReadSecret(t *testing.T) {
 	for _, tc := range []struct{ path, want string }{
 		{write("open", "tok", 0o644), "chmod 600"},
 		{write("inner", "tok en", 0o600), "whitespace or a control character"},
-		{filepath.Join(dir, "missing"), "no such file"},
+		{filepath.Join(dir, "missing"), "missing does not exist"},
 		{"", "no file given"},
 	} {
 		if _, err := ReadSecret("--token-file", tc.path); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--token-file: ") {
