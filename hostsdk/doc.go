@@ -3,7 +3,8 @@
 // and the handling of one action) and hands it to New; Host.Run does the
 // rest: the ten-step bootstrap, a durable runtime journal, the native AIP
 // surface, a lease held through jittered signed heartbeats, recovery of
-// crashed work, and a clean drain on SIGTERM or Ctrl-C.
+// crashed work, and a clean drain on SIGTERM or Ctrl-C (NotifyStop is the
+// signal context for a main: SIGHUP too, unless ignored as under nohup).
 //
 // # A main
 //
@@ -16,7 +17,7 @@
 //		if err != nil {
 //			return err
 //		}
-//		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+//		ctx, stop := hostsdk.NotifyStop(ctx)
 //		defer stop()
 //		return host.Run(ctx) // nil only for a clean drain and offline
 //	}

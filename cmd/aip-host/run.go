@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/internal/hostrun"
@@ -109,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return r.Print(stdout)
 	}
 	cfg.Logger = logger
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := hostsdk.NotifyStop(ctx)
 	defer stop()
 	return hostrun.Run(ctx, cfg, conn, getenv, "aip-host-"+p.Name)
 }

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -197,7 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.RestartBackoff, cfg.MaxBackoff = val.Millis("restart-backoff-ms"), val.Millis("max-backoff-ms")
 	cfg.RestartUnresponsiveAfter = int(val.Int("restart-unresponsive-after"))
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := hostsdk.NotifyStop(ctx)
 	defer stop()
 
 	if val.Bool("print-manifest") {

@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os/signal"
 	"regexp"
 	"sort"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 // env is what a command may touch of the outside world.
@@ -115,7 +115,7 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 
 // run is the whole program: main only calls it. It owns the signal context.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := hostsdk.NotifyStop(ctx)
 	defer stop()
 	e := &env{getenv: getenv, stdout: stdout, stderr: stderr}
 	if len(args) == 0 {

@@ -15,8 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/aipfleet/aipfleet/examples/echo/echoconnector"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -64,7 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := hostsdk.NotifyStop(ctx)
 	defer stop()
 	return host.Run(ctx)
 }

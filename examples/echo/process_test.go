@@ -143,3 +143,28 @@ func TestExitStatusReflectsFailures(t *testing.T) {
 		t.Errorf("the log does not name the failed step:\n%s", log)
 	}
 }
+
+// TestHangupDrains: SIGHUP (the terminal that started the process closed)
+// stops the replica as SIGTERM does, with a drain and offline last and
+// exit status 0, not the default death by the signal.
+func TestHangupDrains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the echo binary")
+	}
+	f := sidecartest.NewFakeFleet(t)
+	r := newReplica(t, f)
+	p := startEcho(t, r)
+	p.Await(t, "serving")
+	p.Signal(t, syscall.SIGHUP)
+	if err := p.Wait(t); err != nil {
+		t.Fatalf("echo exited with %v after SIGHUP; log:\n%s", err, p.Log())
+	}
+	o := f.ControlPlane.Operations()
+	var drained bool
+	for _, op := range o {
+		drained = drained || op.Op == aip.OpDrain
+	}
+	if last := o[len(o)-1]; !drained || last.Op != aip.OpOffline || last.Outcome != aip.OutcomeOffline {
+		t.Errorf("lifecycle operations %+v: want a drain and offline last", o)
+	}
+}

@@ -14,8 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"gopkg.in/yaml.v3"
 
@@ -34,7 +32,7 @@ func main() {
 }
 
 // run is the whole program: flags and environment, then the host until
-// SIGINT or SIGTERM and a clean drain.
+// SIGINT, SIGTERM or SIGHUP and a clean drain.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("noteshost", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -59,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := hostsdk.NotifyStop(ctx)
 	defer stop()
 	return host.Run(ctx) // nil only after a clean drain and offline
 }
