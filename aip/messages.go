@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 )
 
 // Principal identifies a human, agent, service or organisation.
@@ -317,6 +319,33 @@ func (e *ProtocolError) Error() string { return e.Code + ": " + e.Message }
 
 // IsRetryable reports whether the error says a retry may succeed.
 func (e *ProtocolError) IsRetryable() bool { return e.Retryable != nil && *e.Retryable }
+
+// RetryAfter is retry_after_ms as a duration, 0 when absent. A value past
+// what a time.Duration holds (about 292 years) saturates at the largest
+// Duration rather than wrapping to a short or negative wait.
+func (e *ProtocolError) RetryAfter() time.Duration {
+	if e.RetryAfterMS == nil {
+		return 0
+	}
+	if ms := *e.RetryAfterMS; ms <= uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return math.MaxInt64
+}
+
+// RetryAfterSeconds is retry_after_ms rounded up to whole seconds, as an
+// HTTP Retry-After header carries it, 0 when absent; it does not wrap.
+func (e *ProtocolError) RetryAfterSeconds() uint64 {
+	if e.RetryAfterMS == nil {
+		return 0
+	}
+	ms := *e.RetryAfterMS
+	secs := ms / 1000
+	if ms%1000 != 0 {
+		secs++
+	}
+	return secs
+}
 
 // Validate checks the error's required fields.
 func (e *ProtocolError) Validate() error {

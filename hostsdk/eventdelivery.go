@@ -538,9 +538,7 @@ func (d *eventDelivery) post(ctx context.Context, channelID string, events []aip
 		f := &deliveryFailure{code: pe.Error.Code, category: pe.Error.Category, message: pe.Error.Message,
 			err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, pe.Error.Message)}
 		f.permanent = permanentEventCode(pe.Error.Code) || (pe.Error.Retryable != nil && !*pe.Error.Retryable && pe.Error.Category != aip.CategoryTemporary)
-		if pe.Error.RetryAfterMS != nil {
-			f.retryAfter = time.Duration(*pe.Error.RetryAfterMS) * time.Millisecond
-		}
+		f.retryAfter = pe.Error.RetryAfter()
 		var details aip.EventRefusalDetails
 		if pe.Error.Code == aip.CodeEventUnavailable && len(pe.Error.Details) > 0 && json.Unmarshal(pe.Error.Details, &details) == nil {
 			f.staleLease = details.Reason == aip.EventReasonStaleLeaseSequence

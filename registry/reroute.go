@@ -272,11 +272,7 @@ func CheckRefusal(a *RouteAssignment, ev *RefusalEvidence) (*Refusal, error) {
 			return bad("the response's security.%s names another action or fence", aip.SecurityConnectorRoute)
 		}
 	}
-	ref := &Refusal{Code: pe.Code, MessageID: q.MessageID, ResponseID: r.MessageID}
-	if pe.RetryAfterMS != nil {
-		ref.RetryAfter = time.Duration(*pe.RetryAfterMS) * time.Millisecond
-	}
-	return ref, nil
+	return &Refusal{Code: pe.Code, MessageID: q.MessageID, ResponseID: r.MessageID, RetryAfter: pe.RetryAfter()}, nil
 }
 
 // routeMismatch returns the first route field that differs from the

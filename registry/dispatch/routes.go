@@ -604,8 +604,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 
 func setRetryAfter(w http.ResponseWriter, pe *aip.ProtocolError) {
 	if pe != nil && pe.RetryAfterMS != nil {
-		secs := (*pe.RetryAfterMS + 999) / 1000
-		w.Header().Set("Retry-After", strconv.FormatUint(secs, 10))
+		w.Header().Set("Retry-After", strconv.FormatUint(pe.RetryAfterSeconds(), 10))
 	}
 }
 
