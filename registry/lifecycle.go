@@ -574,6 +574,12 @@ func (d *decider) fence(previous uint64, now time.Time, live bool) (LifecycleDec
 		}
 	}
 	if previous != rep.HealthRevision {
+		if rep.Status == aip.ReplicaOffline && rep.OfflineReason == OfflineLeaseExpired && previous+1 == rep.HealthRevision {
+			// Maintenance expired the replica after the request this one
+			// follows: the one lifecycle write between them was its own.
+			return d.reject(RuleSequence, "replica %s is already offline: its lease ran out and lease maintenance took it offline at %s (health revision %d), after the request this previous_sequence %d follows; nothing is left to take offline, and its reservations were released then (aipfleet fleet status shows it offline (lease_expired)); a host that should serve registers again",
+				rep.ID, aip.At(rep.OfflineAt), rep.HealthRevision, previous), false
+		}
 		return d.reject(RuleSequence, "replica %s lost its lease-sequence fence: previous_sequence %d, but the registry is at %d; a newer lifecycle request won, re-read the lease or register again",
 			rep.ID, previous, rep.HealthRevision), false
 	}

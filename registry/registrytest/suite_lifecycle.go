@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -647,6 +648,15 @@ func testLifecycleLeaseExpiry(t *testing.T, nb NewBackend) {
 		t.Fatalf("reservation after expiry %+v", res)
 	}
 	f.checkLedger(rep.ID)
+	// The host's offline following its last heartbeat comes too late: its
+	// refusal says the replica is already offline by lease expiry, not
+	// that a newer request of its own won. An older one is stale.
+	for prev, want := range map[uint64]string{2: "is already offline: its lease ran out", 1: "lost its lease-sequence fence"} {
+		rej := f.rejected(f.transitionCmd(aip.OpOffline, rep.ID, prev), registry.RuleSequence, registry.ErrConflict)
+		if !strings.Contains(rej.Error(), want) || (prev == 2 && !strings.Contains(rej.Error(), "offline (lease_expired)")) {
+			t.Errorf("offline at previous_sequence %d after lease expiry: %v, want it to say %q", prev, rej, want)
+		}
+	}
 	// The committed heartbeat is no longer the replica's last request.
 	f.rejected(hb, registry.RuleReplay, registry.ErrConflict)
 	// The same replica registers again and routes again.
