@@ -484,24 +484,31 @@ func (h *Host) stepServe(ctx context.Context) error {
 }
 
 // probe checks storage and connector health with the probe timeout and
-// records the results. The timeout holds even for a check that ignores its
-// context (see boundedCheck). A check that failed once ctx had ended (the
-// client of a /ready that went away, a heartbeat stopped by the shutdown)
-// was cut short by its caller: it says nothing of health, and is returned
-// but not recorded, so a peer that abandons /ready cannot make the
-// replica refuse actions until the next probe.
+// records the results. The storage check is checkStorage: the journal's
+// Probe and, after an action's journal write failed, a write as large as
+// that one (see storageRecheckMinBytes); an action write that fails while
+// it runs makes the result not ready even when the check passed, since it
+// may have begun before the failure. The timeout holds even for a check
+// that ignores its context (see boundedCheck). A check that failed once
+// ctx had ended (the client of a /ready that went away, a heartbeat
+// stopped by the shutdown) was cut short by its caller: it says nothing of
+// health, and is returned but not recorded, so a peer that abandons /ready
+// cannot make the replica refuse actions until the next probe.
 func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 	pctx, cancel := context.WithTimeout(ctx, h.cfg.HealthProbeTimeout)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		storageErr = h.storageCheck.do(pctx, h.cfg.HealthProbeTimeout, h.journal.Probe)
+		storageErr = h.storageCheck.do(pctx, h.cfg.HealthProbeTimeout, h.checkStorage)
 	}()
 	if hc, ok := h.conn.(HealthChecker); ok {
 		connErr = h.connectorCheck.do(pctx, h.cfg.HealthProbeTimeout, hc.CheckHealth)
 	}
 	<-done
+	if f := h.writeFailed.Load(); storageErr == nil && f != nil {
+		storageErr = f.err
+	}
 	if storageErr != nil {
 		if errors.Is(storageErr, context.DeadlineExceeded) {
 			storageErr = fmt.Errorf("%w after %s", errStorageProbeTimeout, h.cfg.HealthProbeTimeout)

@@ -180,7 +180,8 @@
 //     message (the write committed and only its answer was lost) is run
 //     and answered; otherwise the answer is storage_unavailable (a write
 //     the journal cannot tell about even then stays running, never run,
-//     until the next start's recovery). An action ID already journaled
+//     until the next start's recovery), and storage is not ready from then
+//     on (see Lease and heartbeats). An action ID already journaled
 //     returns the journaled result and never runs twice (a different
 //     capability, idempotency key or input is another action under the
 //     same ID: a signed 409 connector_host.idempotency_conflict); that answer
@@ -255,7 +256,14 @@
 // uniformly in [0.75·I, 1.25·I], then every I on a fixed grid, skipping
 // ticks missed while a beat ran long. Each tick probes storage and connector
 // health; an unhealthy host reports connector_ready=false, which takes it
-// offline. A heartbeat whose answers were all lost may have been applied
+// offline. Storage is unhealthy also from the moment an action's own
+// journal write (its accept, its outcome, a message claim, an early
+// cancel's record) fails for a storage reason, not a conflict or a refused
+// record: on a nearly full volume the probe's one small row may fit where
+// an action's records do not. Ready, /ready and the next beat say so at
+// once, and storage is healthy again only once a probe has also written as
+// much as that write, at least 64 KiB (a value in the host's reserved state
+// namespace, set back to null after). A heartbeat whose answers were all lost may have been applied
 // and moved the lease sequence on, so the next beat (or a drain) replays
 // that same request first to learn its outcome, instead of losing the
 // fence with a fresh one. It does so also once the local lease has run

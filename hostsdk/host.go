@@ -77,8 +77,12 @@ type Host struct {
 	connectorReady  atomic.Bool
 	storageDetail   atomic.Pointer[probeDetail]
 	connectorDetail atomic.Pointer[probeDetail]
-	storageCheck    boundedCheck // Journal.Probe runs
+	storageCheck    boundedCheck // checkStorage runs
 	connectorCheck  boundedCheck // HealthChecker.CheckHealth runs
+	// writeFailed is the standing failure of an action's journal write
+	// (nil: none): storage is not ready while it is set (see
+	// storageRecheckMinBytes).
+	writeFailed     atomic.Pointer[writeFailure]
 	lease           leaseState
 	controlMu       sync.Mutex     // serializes lifecycle calls (one sequence fence)
 	pendingRegister *sealedRequest // guarded by controlMu
@@ -366,7 +370,7 @@ func (h *Host) ManifestDigest() string { return h.manifestDigest }
 func (h *Host) Ready() bool { return h.ready() }
 
 func (h *Host) ready() bool {
-	return !h.draining.Load() && h.lease.valid(h.cfg.Now()) && h.storageReady.Load() && h.connectorReady.Load()
+	return !h.draining.Load() && h.lease.valid(h.cfg.Now()) && h.storageOK() && h.connectorReady.Load()
 }
 
 // bootstrap runs the ten steps in order.

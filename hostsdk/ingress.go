@@ -556,11 +556,12 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	// running, before the connector runs.
 	jctx, jspan := x.journalSpan("accept", a.ID)
 	now := h.cfg.Now()
-	acc, err := h.journal.AcceptAction(jctx, x.req.MessageID, x.msgExpiry, now, journal.Action{
+	record := journal.Action{
 		ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: h.cfg.TenantID,
 		IdempotencyKey: want.IdempotencyKey, InputDigest: digest, FenceToken: route.FenceToken,
 		MessageID: x.req.MessageID, ReceivedAt: now, AssignedAt: x.assigned,
-	})
+	}
+	acc, err := h.journal.AcceptAction(jctx, x.req.MessageID, x.msgExpiry, now, record)
 	endSpan(jspan, err)
 	switch {
 	case errors.Is(err, journal.ErrPruned):
@@ -575,9 +576,14 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 			"the action cannot be journaled: "+err.Error()))
 	case err != nil:
 		// The write may have committed even so: a connection lost after
-		// the server's commit loses only its answer.
+		// the server's commit loses only its answer. One that did not (or
+		// that the journal cannot tell about) makes storage not ready at
+		// once: the storage check alone may pass where an action's write
+		// does not (see storageRecheckMinBytes). The action did not start
+		// here and is answered so, as before.
 		switch rec, ours := x.acceptedByThisMessage(a.ID); {
 		case !ours:
+			h.writeFailedBy("accepting action "+a.ID, len(x.req.MessageID)+recordBytes(record), err)
 			return x.storageUnavailable(err)
 		case rec.Status != aip.StateRunning:
 			x.claimed = true
@@ -827,9 +833,11 @@ const (
 // PostgreSQL failover) is retried with backoff until it is stored or the
 // host stops running actions (after the drain timeout): the action stays
 // registered as in progress meanwhile, so a retry of it waits for, or is
-// told to come back for, the journaled outcome, and the replica is not
-// ready until the write (or the next storage probe) succeeds. Given up, the
-// record stays running and recovery reconciles it at the next start. A
+// told to come back for, the journaled outcome. Each failure makes storage
+// not ready (writeFailedBy) until a storage check writes as much as the
+// outcome (see storageRecheckMinBytes); the retry's own success does not.
+// Given up, the record stays running and recovery reconciles it at the
+// next start. A
 // write that finds the action finished already (ErrConflict: typically a
 // retry after an attempt that committed but whose answer was lost) is
 // returned at once; the caller answers what the journal holds.
@@ -839,21 +847,15 @@ func (h *Host) finishAction(ctx context.Context, actionID string, status aip.Act
 		receipt, err := h.journal.FinishAction(ctx, actionID, status, raw, detail, at)
 		if err == nil {
 			if attempt > 1 {
-				// The journal took a durable write: storage is back.
-				h.storageReady.Store(true)
 				h.log.Info("journaled the action outcome after a retry", "action_id", actionID, "status", status, "attempts", attempt)
 			}
 			return receipt, nil
 		}
 		if errors.Is(err, journal.ErrConflict) {
-			// The journal answered: storage is up. The action is
-			// finished already (see execute).
-			if attempt > 1 {
-				h.storageReady.Store(true)
-			}
+			// The action is finished already (see execute).
 			return receipt, err
 		}
-		h.storageReady.Store(false)
+		h.writeFailedBy("journaling the outcome of action "+actionID, len(raw)+len(detail), err)
 		permanent := errors.Is(err, journal.ErrInvalid) ||
 			errors.Is(err, journal.ErrNotFound) || errors.Is(err, journal.ErrClosed)
 		if permanent || h.actionBase.Err() != nil {
@@ -1254,6 +1256,7 @@ func (x *exchange) finishTombstone(actionID string) bool {
 	_, raw := cancelledBeforeArrival(actionID)
 	_, err := x.h.journal.FinishAction(context.WithoutCancel(x.ctx), actionID, aip.StateCancelled, raw, detailCancelledBeforeArrival, x.h.cfg.Now())
 	if err != nil && !errors.Is(err, journal.ErrConflict) {
+		x.h.writeFailedBy("journaling the cancel of action "+actionID, len(raw)+len(detailCancelledBeforeArrival), err)
 		return x.storageUnavailable(err)
 	}
 	return x.journaled(actionID, nil)
@@ -1300,15 +1303,17 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 			continue
 		}
 		now := h.cfg.Now()
-		_, created, err := h.journal.BeginAction(jctx, journal.Action{
+		record := journal.Action{
 			ActionID: id, CapabilityID: route.CapabilityID, TenantID: h.cfg.TenantID,
 			FenceToken: route.FenceToken, MessageID: x.req.MessageID, ReceivedAt: now,
 			AssignedAt: x.assigned,
-		})
+		}
+		_, created, err := h.journal.BeginAction(jctx, record)
 		if errors.Is(err, journal.ErrPruned) {
 			return x.expired(id, err)
 		}
 		if err != nil {
+			h.writeFailedBy("journaling the cancel of action "+id, recordBytes(record), err)
 			return x.storageUnavailable(err)
 		}
 		if !created {
@@ -1322,6 +1327,7 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 			return x.journaled(id, nil)
 		}
 		if err != nil {
+			h.writeFailedBy("journaling the cancel of action "+id, len(raw)+len(detailCancelledBeforeArrival), err)
 			return x.storageUnavailable(err)
 		}
 		res.Receipt = &aip.Receipt{ID: receipt.ID, Hash: receipt.Hash}
@@ -1467,6 +1473,9 @@ func (x *exchange) claim() bool {
 	}
 	ok, err := x.h.journal.ClaimMessage(x.ctx, x.req.MessageID, x.msgExpiry, x.h.cfg.Now())
 	if err != nil {
+		if !senderWentAway(x.ctx, err) {
+			x.h.writeFailedBy("claiming message "+x.req.MessageID, len(x.req.MessageID), err)
+		}
 		return x.storageUnavailable(err)
 	}
 	if !ok {

@@ -119,11 +119,17 @@ func TestAcceptCommittedWhoseAnswerWasLost(t *testing.T) {
 }
 
 // TestAcceptNotCommitted: a write that journals nothing is answered
-// storage_unavailable, and a retry runs the action, once.
+// storage_unavailable and makes storage not ready until a storage check
+// passes (here the /ready that follows: the connection is back); a retry
+// then runs the action, once.
 func TestAcceptNotCommitted(t *testing.T) {
 	for _, rt := range durableJournals {
 		t.Run(rt.name, func(t *testing.T) {
-			f, j, conn, target := lossyHost(t, rt)
+			f := newFleet(t)
+			j := &lossyJournal{Journal: openDurable(t, rt)}
+			f.cfg.Journal = j
+			conn := newTestConnector()
+			h, target := f.start(t, conn)
 			ctx := ctxT(t)
 
 			j.acceptBeforeCommit.Store(1)
@@ -138,6 +144,12 @@ func TestAcceptNotCommitted(t *testing.T) {
 			}
 			if n := conn.runCount(a.ID); n != 0 {
 				t.Fatalf("connector ran %d times before a write that failed, want 0", n)
+			}
+			if h.Ready() {
+				t.Fatal("ready right after the journal write accepting an action failed")
+			}
+			if rec := h.ServeReadyFrom("127.0.0.1:50000"); rec.Code != http.StatusOK || !h.Ready() {
+				t.Fatalf("/ready answered %d %s once the journal writes again; want 200", rec.Code, rec.Body)
 			}
 			again, err := f.d.Act(ctx, target, a)
 			if err != nil {

@@ -73,7 +73,9 @@ type ReadyComponent struct {
 
 // handleReady answers GET /ready: 200 when the lease is valid, the host is
 // not draining and the storage and connector probes (re-run on every call,
-// bounded by the probe timeout) succeed; 503 otherwise. The error texts of
+// bounded by the probe timeout) succeed — the storage probe, after an
+// action's journal write failed, only by writing as much as that write
+// (see storageRecheckMinBytes); 503 otherwise. The error texts of
 // failing probes and of recovery (they name hosts, files, product URLs) go
 // only to peers on this machine (a loopback address) and to the log (each
 // heartbeat of an unhealthy replica); other peers read fixed texts.
@@ -96,7 +98,7 @@ func (h *Host) handleReady() http.Handler {
 			Draining:   h.draining.Load(),
 			Runtime: ReadyRuntime{
 				Durability: string(h.journal.Durability()),
-				Ready:      h.storageReady.Load(),
+				Ready:      h.storageOK(),
 				Detail:     h.storageDetail.Load().forPeer(local),
 				Recovery: ReadyRecovery{
 					RecoveredAt: aip.At(rec.RecoveredAt), Reconciled: rec.Reconciled,
