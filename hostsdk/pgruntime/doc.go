@@ -69,9 +69,10 @@
 // write is as durable as the server makes a commit, except that the
 // journal's sessions never commit asynchronously: where synchronous_commit
 // is off (from the server, the role, the database or the URL) a session
-// sets it to local, since a server crash loses an asynchronous commit
-// that was already acknowledged, and an AcceptAction lost so lets its
-// action run twice. fsync (which must stay on) and replication
+// sets it to local (pgsession.AfterConnect, the hook of every aipfleet
+// pool, the registry's too), since a server crash loses an asynchronous
+// commit that was already acknowledged, and an AcceptAction lost so lets
+// its action run twice. fsync (which must stay on) and replication
 // (synchronous_commit on, remote_write or remote_apply, kept as set)
 // remain the operator's choice.
 //

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -98,14 +97,10 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	// A session cut off mid-transaction would hold its row locks until
 	// the server's TCP notices; without a timeout of the role's, the
-	// session gets one (pgsession). And it never commits asynchronously
-	// (durableCommits).
-	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if err := pgsession.EndAbandonedTransactions(ctx, conn); err != nil {
-			return err
-		}
-		return durableCommits(ctx, conn)
-	}
+	// session gets one. It never commits asynchronously: an AcceptAction
+	// lost in a server crash after it returned lets its action run twice
+	// (pgsession).
+	pc.AfterConnect = pgsession.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgruntime: connect: %w", err)
@@ -129,28 +124,6 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 		return nil, fmt.Errorf("pgruntime: initialise namespace %s: %w", cfg.Namespace, err)
 	}
 	return &Journal{pool: pool, ns: cfg.Namespace, lock: lock}, nil
-}
-
-// durableCommitsSQL sets synchronous_commit to local for a session in
-// which it is off (from the server's configuration, the role, the
-// database or the URL), and keeps any other value (on, remote_write,
-// remote_apply, local). No arguments: one simple-protocol round trip.
-const durableCommitsSQL = `SELECT set_config('synchronous_commit', 'local', false)
-	WHERE current_setting('synchronous_commit') = 'off'`
-
-// durableCommits is the part of the pool's AfterConnect hook that keeps a
-// journal write from being acknowledged before it is durable. With
-// synchronous_commit off, PostgreSQL answers a commit before its WAL is
-// flushed, and a server crash up to three wal_writer_delay later loses
-// it: an AcceptAction that returned (so the host ran the action) would be
-// gone, and the action run again when it is delivered again. Local keeps
-// the commit on the server's own disk before the answer; whether it also
-// waits for standbys stays the operator's choice.
-func durableCommits(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, durableCommitsSQL); err != nil {
-		return fmt.Errorf("set synchronous_commit on the new session: %w", err)
-	}
-	return nil
 }
 
 // MaxURLFileBytes bounds the file OpenURLFile reads.

@@ -333,6 +333,15 @@ func TestSessionsCommitDurably(t *testing.T) {
 			t.Errorf("synchronous_commit=%s in the URL: the journal's session has %q (%v), want %q", set, v, err, want)
 		}
 	}
+	// The database's setting (as the role's) is overridden too.
+	conn := connect(t, dbURL)
+	if _, err := conn.Exec(t.Context(), "ALTER DATABASE "+pgx.Identifier{conn.Config().Database}.Sanitize()+" SET synchronous_commit = off"); err != nil {
+		t.Fatal(err)
+	}
+	j := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_db_off"})
+	if v, err := j.SessionSetting(t.Context(), "synchronous_commit"); err != nil || v != "local" {
+		t.Errorf("synchronous_commit=off for the database: the journal's session has %q (%v), want local", v, err)
+	}
 }
 
 // TestSessionsEndAbandonedTransactions: the journal's sessions carry an

@@ -37,6 +37,14 @@
 // dispatcher's data pool, aip_registry_lifecycle for the lifecycle
 // service's. Lease expiry releases reservations, so it needs the data role.
 //
+// Every session of either pool is set up by pgsession.AfterConnect: a
+// session idle in a transaction for a minute is ended (unless the role,
+// the database or the URL sets idle_in_transaction_session_timeout) and
+// synchronous_commit off, whoever set it, becomes local, since a route
+// assignment or settlement acknowledged and then lost in a server crash
+// could let a retry of the action be routed to another replica and run
+// twice (on, remote_write and remote_apply are kept).
+//
 // # Locking
 //
 // Catalog publication takes the exclusive form of a database-scoped advisory

@@ -134,3 +134,15 @@ func NewDataPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	}
 	return newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
 }
+
+// PoolSetting returns what a session of the registry's pool ("control"
+// or "data") shows for the setting name.
+func (r *Registry) PoolSetting(ctx context.Context, pool, name string) (string, error) {
+	p := r.data
+	if pool == "control" {
+		p = r.control
+	}
+	var v string
+	err := p.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/registry"
@@ -401,6 +403,49 @@ func TestSessionsEndAbandonedTransactions(t *testing.T) {
 	must(t, pool.QueryRow(t.Context(), "SHOW idle_in_transaction_session_timeout").Scan(&v))
 	if v != "1min" {
 		t.Errorf("the registry's sessions show idle_in_transaction_session_timeout %q, want 1min", v)
+	}
+}
+
+// TestSessionsCommitDurably: the registry's sessions never commit
+// asynchronously. With synchronous_commit off (as the server, the role,
+// the database or the URL may set it) PostgreSQL acknowledges a commit
+// before its WAL is flushed, and a server crash loses it: a route
+// assignment or settlement the dispatcher acted on would be gone, and a
+// retry of the same action ID could be routed to another replica and run
+// twice. Every pool's session where it is off gets local; a stronger
+// value is kept.
+func TestSessionsCommitDurably(t *testing.T) {
+	ctx := t.Context()
+	dbURL := pgtest.NewDatabase(t)
+	conn := connect(t, dbURL)
+	_, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{conn.Config().Database}.Sanitize()+" SET synchronous_commit = off")
+	must(t, err)
+
+	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL})
+	must(t, err)
+	defer r.Close()
+	for _, pool := range []string{"control", "data"} {
+		if v, err := r.PoolSetting(ctx, pool, "synchronous_commit"); err != nil || v != "local" {
+			t.Errorf("synchronous_commit off for the database: the %s pool's session has %q (%v), want local", pool, v, err)
+		}
+	}
+	dp, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: dbURL})
+	must(t, err)
+	defer dp.Close()
+	if v, err := dp.PoolSetting(ctx, "data", "synchronous_commit"); err != nil || v != "local" {
+		t.Errorf("synchronous_commit off for the database: a data plane's session has %q (%v), want local", v, err)
+	}
+
+	u, err := url.Parse(dbURL)
+	must(t, err)
+	q := u.Query()
+	q.Set("synchronous_commit", "remote_apply")
+	u.RawQuery = q.Encode()
+	kept, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: u.String()})
+	must(t, err)
+	defer kept.Close()
+	if v, err := kept.PoolSetting(ctx, "data", "synchronous_commit"); err != nil || v != "remote_apply" {
+		t.Errorf("synchronous_commit remote_apply in the URL: the session has %q (%v), want it kept", v, err)
 	}
 }
 

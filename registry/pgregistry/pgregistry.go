@@ -293,8 +293,11 @@ func newPool(ctx context.Context, name, rawURL string, maxConns int32, connectTi
 	}
 	// A session cut off mid-transaction would hold its locks (admission
 	// counters, replicas) until the server's TCP notices; without a
-	// timeout of the role's, the session gets one (pgsession).
-	pc.AfterConnect = pgsession.EndAbandonedTransactions
+	// timeout of the role's, the session gets one. It never commits
+	// asynchronously: a route assignment or settlement the dispatcher
+	// acted on and a server crash then lost would let a retry of the
+	// action be routed to another replica (pgsession).
+	pc.AfterConnect = pgsession.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: pgregistry: open the %s pool at %s: %w", registry.ErrStorage, name, redact(rawURL), err)
