@@ -32,7 +32,19 @@
 // it, two hosts given the same replica ID would both run recovery on the
 // namespace and settle each other's running actions. PostgreSQL ends the
 // lock with its session, so a host that dies, even by SIGKILL, leaves no
-// stale lock. The lock needs a real session: a pooler in transaction mode
+// stale lock. When the host's machine dies or is cut off (power off, a
+// partition), nothing closes the connection: the server keeps the session,
+// and the lock, until its TCP keepalive finds the peer gone, which
+// PostgreSQL's default leaves to the operating system (a first probe after
+// 2 hours on Linux; pgx's own keepalives only tell the host about a dead
+// server). So the lock session sets tcp_keepalives_idle 60,
+// tcp_keepalives_interval 10 and tcp_keepalives_count 6
+// (pgsession.DetectDeadPeer), and the server ends it about 2 minutes after
+// the host's last word; each is set only where it is 0, so a value of the
+// role, the database, the URL or the server's configuration is kept (0
+// from the role, the database or the URL included), and on a Unix socket,
+// which has no TCP, nothing is set. A replacement host is refused until
+// then. The lock needs a real session: a pooler in transaction mode
 // between the host and the database cannot hold it. Probe (every
 // heartbeat) checks that the session still holds the lock; after a
 // dropped connection it takes the lock again, and if another journal took
@@ -74,7 +86,10 @@
 // commit that was already acknowledged, and an AcceptAction lost so lets
 // its action run twice. fsync (which must stay on) and replication
 // (synchronous_commit on, remote_write or remote_apply, kept as set)
-// remain the operator's choice.
+// remain the operator's choice. The pool's sessions also get the lock
+// session's TCP keepalives (see Namespaces), which free a dead host's
+// connection slots within minutes; locks a session holds inside a
+// transaction are ended sooner, by its idle_in_transaction_session_timeout.
 //
 // The pool defaults to 10 connections; size Config.MaxConns to the
 // host's concurrency (max_in_flight plus a few for the background loops).

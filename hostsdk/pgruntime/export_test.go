@@ -13,3 +13,13 @@ func (j *Journal) SessionSetting(ctx context.Context, name string) (string, erro
 	err := j.pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
 	return v, err
 }
+
+// LockSessionSetting returns what the session holding the journal's
+// namespace lock shows for the setting name.
+func (j *Journal) LockSessionSetting(ctx context.Context, name string) (string, error) {
+	j.lock.mu.Lock()
+	defer j.lock.mu.Unlock()
+	var v string
+	err := j.lock.conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}

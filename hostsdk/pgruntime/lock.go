@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/internal/pgsession"
 )
 
 // ErrLocked: another journal, in this process or another, holds the
@@ -82,6 +84,13 @@ func (l *nsLock) take(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
 	if err != nil {
 		return fmt.Errorf("pgruntime: connect to lock namespace %s: %w", l.ns, err)
+	}
+	// The lock lasts as long as the session does on the server: should
+	// this host's machine die, the server must notice within minutes, not
+	// hours, for a replacement to take the namespace.
+	if err := pgsession.DetectDeadPeer(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("pgruntime: lock namespace %s: %w", l.ns, err)
 	}
 	var ok bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, l.key).Scan(&ok); err != nil {

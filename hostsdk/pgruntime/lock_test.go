@@ -3,6 +3,8 @@ package pgruntime_test
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
+	"github.com/aipfleet/aipfleet/internal/pgsession"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 )
 
@@ -118,4 +121,49 @@ func TestLostNamespaceLock(t *testing.T) {
 			t.Fatalf("BeginAction on a journal that lost its namespace: %v, want ErrLocked", err)
 		}
 	})
+}
+
+// TestLockSessionDetectsDeadHost: the namespace lock lasts as long as its
+// session does on the server, and a host whose machine died (power off, a
+// partition) left its session to the server's TCP keepalive, which
+// PostgreSQL leaves to the operating system (a first probe after 2 hours
+// on Linux): no replacement host could take the namespace until then. The
+// lock session sets pgsession's keepalives (a dead host noticed within 2
+// minutes) when it has none, and again when it is re-taken after a drop;
+// a value the URL sets is kept.
+func TestLockSessionDetectsDeadHost(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	want := map[string]string{
+		"tcp_keepalives_idle":     strconv.Itoa(pgsession.KeepalivesIdle),
+		"tcp_keepalives_interval": strconv.Itoa(pgsession.KeepalivesInterval),
+		"tcp_keepalives_count":    strconv.Itoa(pgsession.KeepalivesCount),
+	}
+	check := func(j *pgruntime.Journal, when string, want map[string]string) {
+		t.Helper()
+		for name, w := range want {
+			v, err := j.LockSessionSetting(ctx, name)
+			if err != nil || v != w {
+				t.Errorf("%s: the lock session has %s %q (%v), want %s", when, name, v, err, w)
+			}
+		}
+	}
+	j := open(t, pgruntime.Config{DatabaseURL: dbURL, Namespace: "crepl_k"})
+	check(j, "after Open", want)
+	killLockSession(t, dbURL)
+	if err := j.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check(j, "re-taken after a drop", want)
+
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("tcp_keepalives_idle", "30")
+	u.RawQuery = q.Encode()
+	kept := open(t, pgruntime.Config{DatabaseURL: u.String(), Namespace: "crepl_kept"})
+	want["tcp_keepalives_idle"] = "30"
+	check(kept, "URL with tcp_keepalives_idle=30", want)
 }

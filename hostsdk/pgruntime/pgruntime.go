@@ -98,8 +98,8 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	// A session cut off mid-transaction would hold its row locks until
 	// the server's TCP notices; without a timeout of the role's, the
 	// session gets one. It never commits asynchronously: an AcceptAction
-	// lost in a server crash after it returned lets its action run twice
-	// (pgsession).
+	// lost in a server crash after it returned lets its action run twice.
+	// And the server notices a dead host within minutes (pgsession).
 	pc.AfterConnect = pgsession.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -1,18 +1,27 @@
-// Package pgsession sets up the PostgreSQL sessions of aipfleet's pools.
+// Package pgsession sets up the PostgreSQL sessions of aipfleet's pools
+// and of the sessions they hold locks on outside a pool.
 //
 // Every pool (the registry's control and data pools, a host's journal
-// pool) installs AfterConnect, which gives each new session two rules in
+// pool) installs AfterConnect, which gives each new session three rules in
 // one round trip:
 //
 //   - a transaction left idle for a minute is ended (AbandonedTransactionTimeout),
 //     unless the role, the database or the URL says otherwise;
 //   - a commit is never acknowledged before it is on the server's disk:
-//     synchronous_commit off becomes local, whoever set it.
+//     synchronous_commit off becomes local, whoever set it;
+//   - the server's end of the connection notices a dead client within about
+//     two minutes (TCP keepalives), unless the role, the database, the URL or
+//     the server's configuration says otherwise.
+//
+// A session that holds a session-level advisory lock outside a pool (a
+// journal's namespace lock, the registry's apply lock) calls
+// DetectDeadPeer alone.
 package pgsession
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -21,6 +30,19 @@ import (
 // AfterConnect gives a session that has none, the value
 // deploy/postgres/roles.sql sets on the registry's roles.
 const AbandonedTransactionTimeout = "60s"
+
+// The server-side TCP keepalives DetectDeadPeer and AfterConnect give a
+// session that has none: the server probes a connection idle for
+// KeepalivesIdle seconds every KeepalivesInterval seconds and ends the
+// session after KeepalivesCount unanswered probes, so a client that is gone
+// is noticed KeepalivesIdle + KeepalivesCount × KeepalivesInterval seconds
+// (2 minutes) after the last traffic. PostgreSQL's own default (0) leaves
+// it to the operating system, 2 hours and 11 minutes on Linux.
+const (
+	KeepalivesIdle     = 60
+	KeepalivesInterval = 10
+	KeepalivesCount    = 6
+)
 
 // AfterConnect is the pgxpool AfterConnect hook of every aipfleet pool. In
 // one round trip it sets, on the new session:
@@ -46,16 +68,39 @@ const AbandonedTransactionTimeout = "60s"
 // the commit on the server's own disk before the answer; any other value
 // (on, remote_write, remote_apply: waiting for standbys as well, the
 // operator's to configure) is kept.
+//
+// TCP keepalives (see DetectDeadPeer), so the connection slot of a process
+// whose machine died comes back within minutes.
 func AfterConnect(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, afterConnectSQL); err != nil {
-		return fmt.Errorf("set up the new session (idle_in_transaction_session_timeout, synchronous_commit): %w", err)
+		return fmt.Errorf("set up the new session (idle_in_transaction_session_timeout, synchronous_commit, TCP keepalives): %w", err)
 	}
 	return nil
 }
 
-// afterConnectSQL is AfterConnect's two statements, sent as one simple
+// afterConnectSQL is AfterConnect's three statements, sent as one simple
 // query.
-var afterConnectSQL = setTimeout(false) + ";\n" + durableCommitsSQL
+var afterConnectSQL = setTimeout(false) + ";\n" + durableCommitsSQL + ";\n" + keepalivesSQL
+
+// DetectDeadPeer gives conn's server side TCP keepalives (KeepalivesIdle,
+// KeepalivesInterval, KeepalivesCount) where it has none. A session whose
+// client's machine dies (power off, a partition) stays on the server, with
+// its session-level advisory locks, until the server's TCP notices the
+// client is gone; an idle connection is noticed only by keepalive probes,
+// and PostgreSQL's default (0) leaves them to the operating system: the
+// first probe after 2 hours on Linux. The client's own keepalives (pgx's
+// dialer: Go's 15 s) tell the client about a dead server, never the server
+// about a dead client. Each of the three settings is set only when it is 0
+// (the server's default, or 0 in its configuration file); a value the
+// server's configuration, the role, the database or the URL sets is kept,
+// 0 from the role, the database or the URL included. On a Unix-socket
+// connection there is no TCP and nothing is set. AfterConnect includes it.
+func DetectDeadPeer(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, keepalivesSQL); err != nil {
+		return fmt.Errorf("set TCP keepalives on the new session: %w", err)
+	}
+	return nil
+}
 
 // EndAbandonedTransaction does for tx alone what AfterConnect does for
 // idle_in_transaction_session_timeout, on the same terms: the value lasts
@@ -89,3 +134,16 @@ func setTimeout(local bool) string {
 // which it is off, whoever set it, and keeps any other value.
 const durableCommitsSQL = `SELECT set_config('synchronous_commit', 'local', false)
 	WHERE current_setting('synchronous_commit') = 'off'`
+
+// keepalivesSQL sets each of the three keepalive settings the session has
+// as 0 and no operator set. Their setting column shows the socket's value
+// (the operating system's default where PostgreSQL's is 0, and 0 on a Unix
+// socket); reset_val is the session's own value, unchanged since no
+// statement SET it yet. inet_server_addr() is NULL on a Unix socket.
+var keepalivesSQL = `SELECT set_config(name, CASE name
+		WHEN 'tcp_keepalives_idle' THEN '` + strconv.Itoa(KeepalivesIdle) + `'
+		WHEN 'tcp_keepalives_interval' THEN '` + strconv.Itoa(KeepalivesInterval) + `'
+		ELSE '` + strconv.Itoa(KeepalivesCount) + `' END, false) FROM pg_settings
+	WHERE name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count')
+	AND reset_val = '0' AND source NOT IN ` + operatorSources + `
+	AND inet_server_addr() IS NOT NULL`

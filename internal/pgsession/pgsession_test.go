@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -148,4 +150,123 @@ func TestCommitsDurably(t *testing.T) {
 		t.Errorf("a session of a database that sets synchronous_commit remote_apply shows %q, want it kept", v)
 	}
 
+}
+
+// keepalive is what a session shows for one keepalive setting.
+type keepalive struct{ setting, source string }
+
+// keepalives returns what conn shows for the three keepalive settings.
+func keepalives(t *testing.T, conn *pgx.Conn) map[string]keepalive {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), `SELECT name, setting, source FROM pg_settings WHERE name LIKE 'tcp_keepalives_%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]keepalive{}
+	for rows.Next() {
+		var name string
+		var k keepalive
+		if err := rows.Scan(&name, &k.setting, &k.source); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = k
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// detect connects to dbURL, runs DetectDeadPeer and returns the session's
+// keepalive settings.
+func detect(t *testing.T, dbURL string) map[string]keepalive {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := pgsession.DetectDeadPeer(t.Context(), conn); err != nil {
+		t.Fatalf("DetectDeadPeer: %v", err)
+	}
+	return keepalives(t, conn)
+}
+
+// TestDetectDeadPeer: a TCP session without keepalives of its own gets
+// pgsession's, so the server ends it within minutes of its client's
+// machine dying instead of hours; a value the URL or the database sets is
+// kept, 0 included; a Unix-socket session is left as it is.
+func TestDetectDeadPeer(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	ours := map[string]keepalive{
+		"tcp_keepalives_idle":     {strconv.Itoa(pgsession.KeepalivesIdle), "session"},
+		"tcp_keepalives_interval": {strconv.Itoa(pgsession.KeepalivesInterval), "session"},
+		"tcp_keepalives_count":    {strconv.Itoa(pgsession.KeepalivesCount), "session"},
+	}
+	got := detect(t, dbURL)
+	for name, want := range ours {
+		if got[name] != want {
+			t.Errorf("a session without keepalives of its own: %s %+v, want %+v", name, got[name], want)
+		}
+	}
+	// The pools' hook sets them too.
+	if v := settingOf(t, dbURL, "tcp_keepalives_idle"); v != ours["tcp_keepalives_idle"].setting {
+		t.Errorf("a pool session shows tcp_keepalives_idle %q, want %s", v, ours["tcp_keepalives_idle"].setting)
+	}
+
+	got = detect(t, withParam(t, dbURL, "tcp_keepalives_idle", "30"))
+	if k := got["tcp_keepalives_idle"]; k != (keepalive{"30", "client"}) {
+		t.Errorf("a session whose URL sets tcp_keepalives_idle 30 shows %+v", k)
+	}
+	if k := got["tcp_keepalives_count"]; k != ours["tcp_keepalives_count"] {
+		t.Errorf("a session whose URL sets only tcp_keepalives_idle: tcp_keepalives_count %+v, want %+v", k, ours["tcp_keepalives_count"])
+	}
+
+	// 0 from the database is the operator's choice of the system's
+	// default: kept (the setting then shows the system's value).
+	alterDatabase(t, dbURL, "tcp_keepalives_count = 0")
+	got = detect(t, dbURL)
+	if k := got["tcp_keepalives_count"]; k.source != "database" {
+		t.Errorf("a session of a database that sets tcp_keepalives_count 0 shows %+v, want the database's value kept", k)
+	}
+	if k := got["tcp_keepalives_idle"]; k != ours["tcp_keepalives_idle"] {
+		t.Errorf("a session of a database that sets only tcp_keepalives_count: tcp_keepalives_idle %+v, want %+v", k, ours["tcp_keepalives_idle"])
+	}
+}
+
+// TestDetectDeadPeerUnixSocket: on a Unix-socket session, which has no
+// TCP, DetectDeadPeer succeeds and sets nothing.
+func TestDetectDeadPeerUnixSocket(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs string
+	err = conn.QueryRow(t.Context(), "SHOW unix_socket_directories").Scan(&dirs)
+	conn.Close(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _, _ := strings.Cut(dirs, ",")
+	q := u.Query()
+	q.Set("host", dir)
+	u.RawQuery = q.Encode()
+	sock, err := pgx.Connect(t.Context(), u.String())
+	if err != nil {
+		t.Skipf("the test server's Unix socket in %q is not reachable from this process: %v", dir, err)
+	}
+	defer sock.Close(context.Background())
+	if err := pgsession.DetectDeadPeer(t.Context(), sock); err != nil {
+		t.Fatalf("DetectDeadPeer on a Unix socket: %v", err)
+	}
+	for name, k := range keepalives(t, sock) {
+		if k != (keepalive{"0", "default"}) {
+			t.Errorf("a Unix-socket session shows %s %+v, want it left at 0", name, k)
+		}
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/aipfleet/aipfleet/internal/pgsession"
 )
 
 // LockApply takes the registry's apply lock on a connection of its own
@@ -18,13 +20,9 @@ import (
 // also ends when the process dies. When another apply holds it, waiting is
 // called once and LockApply waits until that apply ends or ctx does.
 func LockApply(ctx context.Context, controlURL string, waiting func()) (unlock func(), err error) {
-	cc, err := parseConnConfig("control URL", controlURL)
+	conn, err := connectApplyLock(ctx, controlURL)
 	if err != nil {
 		return nil, err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return nil, fmt.Errorf("pgregistry: connect for the apply lock: %w", err)
 	}
 	release := func() {
 		// Closing the session releases its advisory locks.
@@ -48,4 +46,24 @@ func LockApply(ctx context.Context, controlURL string, waiting func()) (unlock f
 		}
 	}
 	return release, nil
+}
+
+// connectApplyLock opens the apply lock's session. The lock lasts as long
+// as the session does on the server: should the applying machine die
+// mid-apply, the server must notice within minutes, not the hours its TCP
+// takes by default, or every later apply waits that long (pgsession).
+func connectApplyLock(ctx context.Context, controlURL string) (*pgx.Conn, error) {
+	cc, err := parseConnConfig("control URL", controlURL)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("pgregistry: connect for the apply lock: %w", err)
+	}
+	if err := pgsession.DetectDeadPeer(ctx, conn); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("pgregistry: set up the apply lock's session: %w", err)
+	}
+	return conn, nil
 }

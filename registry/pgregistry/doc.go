@@ -39,11 +39,16 @@
 //
 // Every session of either pool is set up by pgsession.AfterConnect: a
 // session idle in a transaction for a minute is ended (unless the role,
-// the database or the URL sets idle_in_transaction_session_timeout) and
+// the database or the URL sets idle_in_transaction_session_timeout);
 // synchronous_commit off, whoever set it, becomes local, since a route
 // assignment or settlement acknowledged and then lost in a server crash
 // could let a retry of the action be routed to another replica and run
-// twice (on, remote_write and remote_apply are kept).
+// twice (on, remote_write and remote_apply are kept); and the server gets
+// TCP keepalives (pgsession.DetectDeadPeer, unless the session has some),
+// so the sessions of a process whose machine died end within about two
+// minutes rather than the system's two hours. LockApply's session gets
+// the keepalives too: the apply lock it holds would otherwise stop every
+// later apply for as long.
 //
 // # Locking
 //

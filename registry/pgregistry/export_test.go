@@ -146,3 +146,8 @@ func (r *Registry) PoolSetting(ctx context.Context, pool, name string) (string, 
 	err := p.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
 	return v, err
 }
+
+// ConnectApplyLock opens the session LockApply takes its lock on.
+func ConnectApplyLock(ctx context.Context, controlURL string) (*pgx.Conn, error) {
+	return connectApplyLock(ctx, controlURL)
+}

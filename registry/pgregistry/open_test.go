@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/pgsession"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
@@ -446,6 +448,38 @@ func TestSessionsCommitDurably(t *testing.T) {
 	defer kept.Close()
 	if v, err := kept.PoolSetting(ctx, "data", "synchronous_commit"); err != nil || v != "remote_apply" {
 		t.Errorf("synchronous_commit remote_apply in the URL: the session has %q (%v), want it kept", v, err)
+	}
+}
+
+// TestSessionsDetectDeadPeers: the registry's sessions, and the apply
+// lock's, carry server-side TCP keepalives, so the server ends the
+// sessions of a process whose machine died within minutes instead of the
+// system's 2 hours: its connection slots come back, and an apply lock it
+// held is released for the next apply.
+func TestSessionsDetectDeadPeers(t *testing.T) {
+	ctx := t.Context()
+	dbURL := pgtest.NewDatabase(t)
+	want := map[string]string{
+		"tcp_keepalives_idle":     strconv.Itoa(pgsession.KeepalivesIdle),
+		"tcp_keepalives_interval": strconv.Itoa(pgsession.KeepalivesInterval),
+		"tcp_keepalives_count":    strconv.Itoa(pgsession.KeepalivesCount),
+	}
+	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL})
+	must(t, err)
+	defer r.Close()
+	lock, err := pgregistry.ConnectApplyLock(ctx, dbURL)
+	must(t, err)
+	defer lock.Close(context.Background())
+	for name, w := range want {
+		for _, pool := range []string{"control", "data"} {
+			if v, err := r.PoolSetting(ctx, pool, name); err != nil || v != w {
+				t.Errorf("the %s pool's session has %s %q (%v), want %s", pool, name, v, err, w)
+			}
+		}
+		var v string
+		if err := lock.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil || v != w {
+			t.Errorf("the apply lock's session has %s %q (%v), want %s", name, v, err, w)
+		}
 	}
 }
 

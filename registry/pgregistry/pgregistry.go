@@ -296,7 +296,9 @@ func newPool(ctx context.Context, name, rawURL string, maxConns int32, connectTi
 	// timeout of the role's, the session gets one. It never commits
 	// asynchronously: a route assignment or settlement the dispatcher
 	// acted on and a server crash then lost would let a retry of the
-	// action be routed to another replica (pgsession).
+	// action be routed to another replica. And the server notices a dead
+	// process within minutes, which frees its connection slots
+	// (pgsession).
 	pc.AfterConnect = pgsession.AfterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
