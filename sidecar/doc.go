@@ -102,7 +102,13 @@
 // once the child is back a healthy heartbeat re-registers). When the child
 // exits, what remains of its process group is stopped before the exit
 // counts (SIGTERM, SIGKILL after StopTimeout), so nothing of a crashed
-// connector holds its socket or port against the restarted one. The
+// connector holds its socket or port against the restarted one; and
+// before every restart, as before the first start, the child's address
+// is checked: while another process listens there, the child is not
+// restarted (that process would answer for it), the replica stays
+// unhealthy, and the address is checked again with the backoff. A child
+// that does not exit within a few seconds after SIGKILL (uninterruptible
+// sleep) is given up on, so that a shutdown is never held by it. The
 // processes a child started outlive a sidecar that is killed (only the
 // child dies with it): every process the sidecar starts is marked with
 // EnvChildOf (the replica ID), which they inherit, and on Linux a

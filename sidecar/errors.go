@@ -102,9 +102,15 @@ type ProcessError struct {
 	LastExit string
 	// Restarts counts restarts after crashes.
 	Restarts int
+	// Held, when set, says why the restart is held back: another process
+	// listens where the connector is to listen.
+	Held string
 }
 
 func (e *ProcessError) Error() string {
+	if e.Held != "" {
+		return fmt.Sprintf("%s (last exit: %s; not restarted: %s; checking again with backoff, %d restarts so far)", ErrProcessDown, e.LastExit, e.Held, e.Restarts)
+	}
 	if e.LastExit == "" {
 		return ErrProcessDown.Error() + " (starting)"
 	}

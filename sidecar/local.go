@@ -252,11 +252,12 @@ func (l *Local) Target() string {
 }
 
 // vacant fails when a process already accepts connections where the
-// connector is to listen, before the sidecar starts it (--exec): that
-// process would answer for the child — its health, its manifest, the
-// actions — while the child fails to bind and crash-loops (TCP), or races
-// it for the socket path. (The processes a killed sidecar of this replica
-// left running are killed before: stopOrphans.)
+// connector is to listen, before the sidecar starts it (--exec), and
+// before every restart of it (superviseConfig.Vacant): that process would
+// answer for the child — its health, its manifest, the actions — while
+// the child fails to bind and crash-loops (TCP), or races it for the
+// socket path. (The processes a killed sidecar of this replica left
+// running are killed before the first start: stopOrphans.)
 func (l *Local) vacant(ctx context.Context) error {
 	network, addr, flag := "unix", l.cfg.Socket, "--local-socket"
 	if l.cfg.Socket == "" {
@@ -272,7 +273,7 @@ func (l *Local) vacant(ctx context.Context) error {
 		return nil // refused (or a stale socket file): free for the child
 	}
 	conn.Close()
-	return fmt.Errorf("sidecar: another process already listens at %s before the connector was started: it would answer for the connector (an earlier connector still running, or one started by hand?); stop it, or give the connector another address with %s",
+	return fmt.Errorf("sidecar: another process already listens at %s, where the connector is to listen: it would answer for the connector (an earlier connector still running, one started by hand, or a process an earlier child started that left its process group?); stop it, or give the connector another address with %s",
 		l.Target(), flag)
 }
 

@@ -61,6 +61,8 @@ type Config struct {
 	// StopTimeout is how long the child and its process group have to exit
 	// after SIGTERM before the group is killed (and how long what remains
 	// of the group of a child that exited on its own has). Defaults to 10s.
+	// A child that has not exited 5s after SIGKILL (uninterruptible sleep)
+	// is given up on, logged, and not waited for any longer.
 	StopTimeout time.Duration
 	// RestartBackoff and MaxBackoff shape the exponential backoff between
 	// restarts of a crashed child. Default to 250ms and 30s.
@@ -283,7 +285,7 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 			}
 			s.sup = newSupervisor(superviseConfig{
 				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, ChildOf: cfg.Host.ReplicaID, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
-				Ready: l.probe, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
+				Ready: l.probe, Vacant: l.vacant, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
 				RestartBackoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxBackoff, StableAfter: cfg.StableAfter,
 				Logger: log,
 			})
@@ -412,9 +414,6 @@ func (s *Sidecar) startLocal(ctx context.Context) error {
 		s.log.Info("connecting to the MCP server", "target", s.mcp.Target())
 		return s.mcp.Connect(ctx)
 	case s.sup != nil:
-		if err := s.local.vacant(ctx); err != nil {
-			return err
-		}
 		s.log.Info("starting the connector", "command", s.cfg.Exec[0], "target", s.local.Target())
 		return s.sup.start(ctx)
 	}

@@ -29,6 +29,11 @@ const (
 	DefaultStableAfter = time.Minute
 	// readyPollInterval is how often start-up polls the connector's health.
 	readyPollInterval = 100 * time.Millisecond
+	// defaultKillWait bounds the wait for a child to exit after SIGKILL: a
+	// process in uninterruptible sleep (a system call on a dead network
+	// file system or a hung device) does not die of SIGKILL until that
+	// call returns, which may be never.
+	defaultKillWait = 5 * time.Second
 )
 
 // superviseConfig configures a supervisor.
@@ -42,14 +47,26 @@ type superviseConfig struct {
 	ChildOf        string
 	Stdout, Stderr io.Writer
 	// Ready probes the connector; start-up waits until it returns nil.
-	Ready          func(ctx context.Context) error
+	Ready func(ctx context.Context) error
+	// Vacant, when set, fails when another process already serves where
+	// the child is to listen (Local.vacant). It is asked before every
+	// start: at start-up a taken address fails the start, after a crash it
+	// holds the restart back (see monitor).
+	Vacant         func(ctx context.Context) error
 	ProbeTimeout   time.Duration
 	StartTimeout   time.Duration
 	StopTimeout    time.Duration
 	RestartBackoff time.Duration
 	MaxBackoff     time.Duration
 	StableAfter    time.Duration
-	Logger         *slog.Logger
+	// KillWait bounds the wait for the child to exit after SIGKILL
+	// (defaultKillWait when 0).
+	KillWait time.Duration
+	Logger   *slog.Logger
+	// awaitExit, when set, is what the reaper waits for the child's exit
+	// with instead of awaitExitUnreaped (tests: a child that cannot be
+	// reaped in time).
+	awaitExit func(pid int) error
 }
 
 // supervisor runs the local connector as a child process: it starts it,
@@ -73,8 +90,11 @@ type supervisor struct {
 	lastExit string
 	since    time.Time
 	stopping bool
-	stopCh   chan struct{}
-	monDone  chan struct{}
+	// held says why the restart of the crashed child is held back (empty
+	// when it is not): another process listens at its address.
+	held    string
+	stopCh  chan struct{}
+	monDone chan struct{}
 	// hung tracks the terminations restartHung starts; stop waits for
 	// them. Add is called under mu while not stopping, so none is added
 	// once stop waits.
@@ -99,6 +119,8 @@ type child struct {
 	// input is a stdio MCP server's standard input (nil for an --exec
 	// child), closed first at an orderly stop (MCP.shutdownServer).
 	input io.Closer
+	// awaitExit replaces awaitExitUnreaped when set (superviseConfig).
+	awaitExit func(pid int) error
 
 	// mu orders signals with reaping: once reaped is set the pid — the
 	// group's ID — may belong to another process, and signal sends
@@ -161,8 +183,9 @@ func (s *supervisor) spawn() (*child, error) {
 		return nil, err
 	}
 	c := newChild(cmd)
+	c.awaitExit = s.cfg.awaitExit
 	go c.reap("the connector process", s.cfg.StopTimeout, s.log)
-	s.cur, s.since = c, c.startedAt
+	s.cur, s.since, s.held = c, c.startedAt, ""
 	s.starts++
 	s.log.Info("connector process started", "pid", cmd.Process.Pid, "command", s.cfg.Command[0], "start", s.starts)
 	return c, nil
@@ -191,7 +214,11 @@ const groupPollInterval = 20 * time.Millisecond
 // and is just reaped.)
 func (c *child) reap(what string, stopTimeout time.Duration, log *slog.Logger) {
 	pid := c.cmd.Process.Pid
-	if awaitExitUnreaped(pid) == nil {
+	awaitExit := awaitExitUnreaped
+	if c.awaitExit != nil {
+		awaitExit = c.awaitExit
+	}
+	if awaitExit(pid) == nil {
 		close(c.gone)
 		c.stopGroupRest(what, stopTimeout, log)
 		c.mu.Lock()
@@ -276,12 +303,20 @@ func withChildOf(env []string, replicaID string) []string {
 // start starts the connector and waits until Ready succeeds, restarting it
 // with backoff if it exits meanwhile, for at most StartTimeout. On success
 // it hands the child to the monitor, which restarts it after crashes.
+// Before every start Vacant is asked: an address another process serves
+// fails the start, the first one and a restart alike (nothing is
+// registered yet; the operator is told which address is taken).
 func (s *supervisor) start(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(parent, s.cfg.StartTimeout)
 	defer cancel()
 	bo := newBackoff(s.cfg.RestartBackoff, s.cfg.MaxBackoff)
 	var lastErr error
 	for {
+		if s.cfg.Vacant != nil {
+			if err := s.cfg.Vacant(ctx); err != nil {
+				return err
+			}
+		}
 		c, err := s.spawn()
 		if err != nil {
 			return fmt.Errorf("sidecar: start the connector %q: %w", s.cfg.Command[0], err)
@@ -362,9 +397,25 @@ func pollReady(ctx context.Context, probeTimeout time.Duration, probe func(conte
 	}
 }
 
-// monitor restarts the child after crashes until stop.
+// monitor restarts the child after crashes until stop. Before each
+// restart Vacant is asked: while another process serves the child's
+// address (one started by hand, or a process an earlier child started
+// that left its process group), the child is not started — that process
+// would answer for it, and the sidecar would forward signed actions to
+// it. The restart is held back, logged and tried again with the
+// backoff, as a failed start is, and the replica stays unhealthy (check
+// says why) until the address is free.
 func (s *supervisor) monitor(c *child) {
 	defer close(s.monDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	bo := newBackoff(s.cfg.RestartBackoff, s.cfg.MaxBackoff)
 	for {
 		select {
@@ -386,6 +437,15 @@ func (s *supervisor) monitor(c *child) {
 				return
 			case <-t.C:
 			}
+			if s.cfg.Vacant != nil {
+				if err := s.cfg.Vacant(ctx); err != nil {
+					s.mu.Lock()
+					s.held = err.Error()
+					s.mu.Unlock()
+					s.log.Error("not restarting the connector process while another process listens where it is to listen; the replica stays unhealthy, checking again with backoff", "error", err)
+					continue
+				}
+			}
 			next, err := s.spawn()
 			if errors.Is(err, errStopping) {
 				return
@@ -400,16 +460,12 @@ func (s *supervisor) monitor(c *child) {
 	}
 }
 
-// recordExit notes that c exited; crash says it was not asked to.
+// recordExit notes that c exited (or, terminated, was given up on: see
+// awaitKilled); crash says it was not asked to.
 func (s *supervisor) recordExit(c *child, crash bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	exit := "exited"
-	if c.err != nil {
-		exit = c.err.Error()
-	} else if c.cmd.ProcessState != nil {
-		exit = c.cmd.ProcessState.String()
-	}
+	exit := exitOf(c)
 	s.lastExit = exit
 	if s.cur == c {
 		s.cur, s.since = nil, time.Now()
@@ -421,6 +477,27 @@ func (s *supervisor) recordExit(c *child, crash bool) {
 		s.log.Warn("the connector process exited", "pid", c.cmd.Process.Pid, "exit", exit)
 	}
 }
+
+// exitOf describes how c ended: its exit, or, when it has not exited (a
+// process that did not die of SIGKILL in time, which terminate gave up
+// on), that. Its ProcessState is read only once it was reaped.
+func exitOf(c *child) string {
+	select {
+	case <-c.exited:
+	default:
+		return errNotExited
+	}
+	if c.err != nil {
+		return c.err.Error()
+	}
+	if c.cmd.ProcessState != nil {
+		return c.cmd.ProcessState.String()
+	}
+	return "exited"
+}
+
+// errNotExited is exitOf's text for a child given up on after SIGKILL.
+const errNotExited = "did not exit after SIGKILL (uninterruptible sleep?)"
 
 func (s *supervisor) lastExitText() string {
 	s.mu.Lock()
@@ -453,15 +530,23 @@ func (s *supervisor) stop() error {
 	if s.cur == c {
 		s.cur, s.since = nil, time.Now()
 	}
-	if c.cmd.ProcessState != nil {
-		s.lastExit = c.cmd.ProcessState.String()
+	select {
+	case <-c.exited:
+		if c.cmd.ProcessState != nil {
+			s.lastExit = c.cmd.ProcessState.String()
+		}
+	default:
+		s.lastExit = errNotExited
 	}
 	s.mu.Unlock()
 	return err
 }
 
-// terminate signals c to stop and waits for it. It fails when c had to be
-// killed or exited with a failure status.
+// terminate signals c to stop and waits for it: StopTimeout after SIGTERM,
+// then, after SIGKILL, at most KillWait for the process to exit
+// (awaitKilled) — a process in uninterruptible sleep is given up on, so
+// that neither a shutdown nor a restart waits for it for ever. It fails
+// when c had to be killed or exited with a failure status.
 func (s *supervisor) terminate(c *child) error {
 	select {
 	case <-c.exited:
@@ -491,8 +576,41 @@ func (s *supervisor) terminate(c *child) error {
 	}
 	s.log.Error("the connector process (or another process of its process group) did not stop in time; killing its process group", "pid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
 	c.signal(syscall.SIGKILL)
-	<-c.exited
+	if !s.awaitKilled(c) {
+		return fmt.Errorf("sidecar: the connector process %d did not stop within %s after SIGTERM, and did not exit within %s after SIGKILL either (uninterruptible sleep, e.g. on a dead network file system?); the sidecar stopped waiting for it",
+			pid, s.cfg.StopTimeout, s.killWait())
+	}
 	return fmt.Errorf("sidecar: the connector process %d (or another process of its process group) did not stop within %s after SIGTERM and was killed", pid, s.cfg.StopTimeout)
+}
+
+// awaitKilled waits for c, sent SIGKILL, to exit, for at most KillWait,
+// and then for its reaping (which stops what remains of its group within
+// its own bounds: reap). A process in uninterruptible sleep does not die
+// of SIGKILL until its system call returns, which may be never (a dead
+// NFS mount): it is given up on, with an error logged, and false
+// returned. It runs none of its own code again — the pending SIGKILL ends
+// it when the call returns — but it may hold its files, socket or port
+// until then, and is reaped by the reaper if it ever exits.
+func (s *supervisor) awaitKilled(c *child) bool {
+	kw := s.killWait()
+	t := time.NewTimer(kw)
+	defer t.Stop()
+	select {
+	case <-c.gone:
+		<-c.exited
+		return true
+	case <-t.C:
+	}
+	s.log.Error("the connector process did not exit after SIGKILL (uninterruptible sleep, e.g. on a dead network file system?); no longer waiting for it",
+		"pid", c.cmd.Process.Pid, "kill_wait_ms", kw.Milliseconds())
+	return false
+}
+
+func (s *supervisor) killWait() time.Duration {
+	if s.cfg.KillWait > 0 {
+		return s.cfg.KillWait
+	}
+	return defaultKillWait
 }
 
 func exitText(c *child) string {
@@ -513,7 +631,7 @@ func (s *supervisor) check() error {
 			return nil
 		}
 	}
-	return &ProcessError{LastExit: s.lastExit, Restarts: s.restarts}
+	return &ProcessError{LastExit: s.lastExit, Restarts: s.restarts, Held: s.held}
 }
 
 // restartHung implements processView: the running child is taken as hung

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -938,5 +939,169 @@ func TestExecRefusesAnAddressAlreadyServed(t *testing.T) {
 				t.Errorf("registered: %+v", cp.Operations())
 			}
 		})
+	}
+}
+
+// TestExecRestartHeldWhileAnotherProcessServesTheAddress: when another
+// process took the child's address while the crashed child was down, the
+// child is not restarted — that process would answer for it, and the
+// sidecar would forward signed actions to it. The restart is held back
+// (logged, retried with backoff) and the replica stays unhealthy, saying
+// why, until the address is free; then the child is restarted and serves.
+// Nothing reaches the other process.
+func TestExecRestartHeldWhileAnotherProcessServesTheAddress(t *testing.T) {
+	const held = "not restarting the connector process while another process listens where it is to listen; the replica stays unhealthy, checking again with backoff"
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			var lc LocalConfig
+			if network == "tcp" {
+				lc.URL = "http://" + freeAddr(t)
+			} else {
+				lc.Socket = socketPath(t)
+			}
+			w := newLogWatch()
+			r := execReplica(t, nil, func(c *Config) {
+				c.Local = lc
+				c.RestartBackoff, c.MaxBackoff = time.Second, time.Second
+				c.Logger = w.logger()
+			})
+			ctx := ctxT(t)
+			pid := r.status(t).Process.PID
+
+			// The other process: counts every request it is sent.
+			var requests atomic.Int64
+			other := newFakeConnector()
+			srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+				requests.Add(1)
+				other.ServeHTTP(rw, req)
+			})}
+			syscall.Kill(pid, syscall.SIGKILL)
+			var l net.Listener
+			for {
+				var err error
+				if network == "tcp" {
+					l, err = net.Listen("tcp", strings.TrimPrefix(lc.URL, "http://"))
+				} else {
+					os.Remove(lc.Socket) // the killed child's
+					l, err = net.Listen("unix", lc.Socket)
+				}
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("listen where the child listened: %v", err)
+				}
+				time.Sleep(5 * time.Millisecond) // polling for the killed child's port to be released
+			}
+			served := make(chan struct{})
+			go func() { defer close(served); srv.Serve(l) }()
+			closeOther := func() { srv.Close(); <-served }
+			t.Cleanup(closeOther)
+
+			// Twice held back (the backoff retries), never started.
+			for {
+				w.mu.Lock()
+				n := 0
+				for _, rec := range w.records {
+					if rec.Message == held && strings.Contains(attr(rec, "error"), r.s.local.Target()) {
+						n++
+					}
+				}
+				w.mu.Unlock()
+				if n >= 2 {
+					break
+				}
+				if st := r.status(t); st.Process.Starts > 1 {
+					t.Fatalf("the child was restarted while another process served %s: %+v", r.s.local.Target(), st.Process)
+				}
+				if ctx.Err() != nil {
+					t.Fatal("the held restart was not logged")
+				}
+				time.Sleep(20 * time.Millisecond) // polling the supervisor's restart attempts
+			}
+			if st := r.status(t); st.Process.Running || st.Process.Starts != 1 || st.Process.Restarts != 1 {
+				t.Errorf("status while the restart is held: %+v", st.Process)
+			}
+			err := r.s.Connector().(hostsdk.HealthChecker).CheckHealth(ctx)
+			if !errors.Is(err, ErrProcessDown) || !strings.Contains(err.Error(), "not restarted") || !strings.Contains(err.Error(), r.s.local.Target()) {
+				t.Errorf("CheckHealth while the restart is held = %v; want it to say another process serves %s", err, r.s.local.Target())
+			}
+			if code, doc := r.ready(t); code != http.StatusServiceUnavailable || doc.Connector.Ready {
+				t.Errorf("/ready %d %+v while the restart is held", code, doc.Connector)
+			}
+
+			closeOther()
+			awaitReady(t, r)
+			if st := r.status(t); !st.Process.Running || st.Process.Starts != 2 {
+				t.Errorf("status once the address is free: %+v", st.Process)
+			}
+			res, err := must(r.d.Act(ctx, r.target, act("echo.say", `{"message":"back"}`))).Result()
+			if err != nil || res.Status != aip.ResultCompleted {
+				t.Fatalf("after the restart: %+v %v", res, err)
+			}
+			if n := requests.Load(); n != 0 {
+				t.Errorf("the other process was sent %d requests", n)
+			}
+		})
+	}
+}
+
+// TestStopGivesUpOnAChildThatDoesNotExitAfterSIGKILL: a child that does
+// not exit after SIGKILL (uninterruptible sleep on a dead NFS mount; here a
+// reaper that does not see its exit) does not hang the stop for ever: it
+// is given up on KillWait after SIGKILL, logged, and stop returns an error
+// saying so, so that the sidecar finishes its shutdown.
+func TestStopGivesUpOnAChildThatDoesNotExitAfterSIGKILL(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	w := newLogWatch()
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", "trap '' TERM; exec sleep 60"}, Ready: func(context.Context) error { return nil },
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: 100 * time.Millisecond, KillWait: 300 * time.Millisecond,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: w.logger(),
+		// The child's exit is not seen until the test releases it.
+		awaitExit: func(pid int) error {
+			<-release
+			return awaitExitUnreaped(pid)
+		},
+	})
+	if err := s.start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	c := s.cur
+	s.mu.Unlock()
+
+	stopped := make(chan error, 1)
+	t0 := time.Now()
+	go func() { stopped <- s.stop() }()
+	var err error
+	select {
+	case err = <-stopped:
+	case <-time.After(10 * time.Second):
+		unblock()
+		<-stopped
+		t.Fatal("stop waited for a child that did not exit after SIGKILL")
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("stop took %s; want about StopTimeout + KillWait", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "did not exit within 300ms after SIGKILL") {
+		t.Errorf("stop = %v; want it to say the child did not exit after SIGKILL", err)
+	}
+	w.await(t, func(r slog.Record) bool {
+		return strings.HasPrefix(r.Message, "the connector process did not exit after SIGKILL") && attr(r, "pid") == strconv.Itoa(c.cmd.Process.Pid)
+	})
+	if st := s.snapshot(); st.Running || st.LastExit != errNotExited {
+		t.Errorf("status after the stop: %+v", st)
+	}
+	// The reaper still reaps the child once its exit is seen.
+	unblock()
+	select {
+	case <-c.exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the child was not reaped once its exit was seen")
 	}
 }
