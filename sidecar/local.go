@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,10 @@ type Local struct {
 	// checks in a row the running child did not answer.
 	restartUnresponsiveAfter int
 	unresponsive             atomic.Int64
+	// working counts the actions forwarded to the connector that are in
+	// progress and within their deadline (trackWork); while there are
+	// any, unanswered health checks do not count (noteUnanswered).
+	working atomic.Int64
 	// startGrace is how long a child started by a restart may leave
 	// health checks unanswered before it answered one (the start timeout
 	// its first start is given): it is starting, not hung.
@@ -393,10 +398,22 @@ func (l *Local) CheckHealth(ctx context.Context) error {
 // all (no HTTP answer: the probe timed out or the connection failed; an
 // answer saying it is not ready does not count) and, at the configured
 // limit, has the supervisor restart it as hung.
+//
+// A check left unanswered while an action forwarded to the child is in
+// progress and within its deadline does not count (nor does it end the
+// row): the child is working on it, and a connector that serves one
+// request at a time cannot answer its health endpoint meanwhile — killing
+// it would cut the action off, leaving it outcome_unknown. A child hung
+// with an action in flight is caught once that action's deadline
+// (timeout_ms, else MaxActionDuration) has passed: its checks count from
+// then on.
 func (l *Local) noteUnanswered(err error) {
 	var le *LocalError
 	if l.proc == nil || l.restartUnresponsiveAfter <= 0 || !errors.As(err, &le) || le.Status != 0 {
 		l.unresponsive.Store(0)
+		return
+	}
+	if l.working.Load() > 0 {
 		return
 	}
 	if l.checkedGen.Load() != int64(l.proc.generation()) {
@@ -532,6 +549,9 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 		ctx, cancel = context.WithTimeout(ctx, l.cfg.MaxActionDuration)
 		defer cancel()
 	}
+	if l.restartUnresponsiveAfter > 0 {
+		defer l.trackWork(ctx)()
+	}
 	// reqCtx ends when forward returns or the cancel grace passes.
 	reqCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
 	watchDone := make(chan struct{})
@@ -572,6 +592,20 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 	}
 	defer resp.Body.Close()
 	return l.answer(reqCtx, call, resp, chunks)
+}
+
+// trackWork counts an action forwarded to the connector as in progress
+// (Local.working) until ctx — the action's, with its deadline — ends or
+// the returned function is called, whichever comes first.
+func (l *Local) trackWork(ctx context.Context) (done func()) {
+	l.working.Add(1)
+	var once sync.Once
+	end := func() { once.Do(func() { l.working.Add(-1) }) }
+	stop := context.AfterFunc(ctx, end)
+	return func() {
+		stop()
+		end()
+	}
 }
 
 var errCancelGrace = errors.New("sidecar: the connector did not answer within the cancel grace")

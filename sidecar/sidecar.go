@@ -81,7 +81,14 @@ type Config struct {
 	// outcome_unknown; a read-only capability's fail
 	// connector_host.interrupted, retryable). A child started by a restart has StartTimeout to
 	// answer its first check before its unanswered checks count, as its
-	// first start has. In MCP mode it is MCP.RestartUnresponsiveAfter
+	// first start has. A check left unanswered while an action forwarded to
+	// the child is in progress and within its deadline does not count (nor
+	// does it end the row): a connector serving one request at a time
+	// cannot answer its health endpoint meanwhile, and killing it would
+	// leave the action outcome_unknown; a child hung with an action in
+	// flight is caught once that action's deadline (timeout_ms, else
+	// Local.MaxActionDuration) has passed (in MCP mode every unanswered
+	// ping counts, calls in flight or not). In MCP mode it is MCP.RestartUnresponsiveAfter
 	// when that is 0: the health check is an MCP ping (an MCP error answer
 	// is an answer); a stdio server is restarted the same way, and a URL
 	// server's session is re-opened. 0, the default, never restarts a

@@ -514,6 +514,97 @@ func TestOnlyUnansweredChecksCountAsHung(t *testing.T) {
 	}
 }
 
+// TestBusyChildIsNotTakenAsHung: a health check left unanswered while an
+// action forwarded to the child is in progress and within its deadline
+// does not count (a connector serving one request at a time cannot answer
+// it meanwhile); once the action ended or its deadline passed, they count
+// again.
+func TestBusyChildIsNotTakenAsHung(t *testing.T) {
+	v := &hungView{gen: 1, since: time.Now()}
+	l := &Local{proc: v, restartUnresponsiveAfter: 2, startGrace: time.Minute}
+	l.checkedGen.Store(1) // the child answered before
+	noAnswer := &LocalError{Op: "GET /aip/health", Err: context.DeadlineExceeded}
+
+	l.noteUnanswered(noAnswer) // one before the action
+	ctx, cancel := context.WithCancel(context.Background())
+	done := l.trackWork(ctx)
+	for range 10 {
+		l.noteUnanswered(noAnswer)
+	}
+	if len(v.restarts) != 0 {
+		t.Fatalf("restarted while an action was in progress: %v", v.restarts)
+	}
+	cancel() // its deadline passed (or it was cancelled): the child is no longer evidently working
+	for l.working.Load() != 0 {
+		time.Sleep(time.Millisecond) // polling for context.AfterFunc's goroutine
+	}
+	l.noteUnanswered(noAnswer)
+	if len(v.restarts) != 1 {
+		t.Fatalf("restarts %v; want one: the check before the action and the one after its deadline are two in a row", v.restarts)
+	}
+	done()
+	done() // idempotent, also after the deadline
+	if n := l.working.Load(); n != 0 {
+		t.Fatalf("working = %d after the action", n)
+	}
+
+	// An action that ends before its deadline stops counting at its end.
+	v.restarts = nil
+	done = l.trackWork(context.Background())
+	l.noteUnanswered(noAnswer)
+	l.noteUnanswered(noAnswer)
+	done()
+	if len(v.restarts) != 0 || l.working.Load() != 0 {
+		t.Fatalf("restarts %v, working %d", v.restarts, l.working.Load())
+	}
+	l.noteUnanswered(noAnswer)
+	l.noteUnanswered(noAnswer)
+	if len(v.restarts) != 1 {
+		t.Fatalf("restarts %v; want one after two unanswered checks of an idle child", v.restarts)
+	}
+}
+
+// TestBusyChildFinishesItsAction: a child that cannot answer its health
+// endpoint while it runs an action (a single-threaded connector; here its
+// health handler hangs) is not taken as hung in the middle of it: it gets
+// no SIGTERM, and the action completes. Once it is idle and still does
+// not answer, it is restarted.
+func TestBusyChildFinishesItsAction(t *testing.T) {
+	dir := t.TempDir()
+	hang, sigLog := filepath.Join(dir, "hang"), filepath.Join(dir, "signals")
+	r := execReplica(t, []string{envChildHang + "=" + hang, envChildSignalLog + "=" + sigLog}, func(c *Config) {
+		// Three checks: the action's result is read before an idle
+		// child's next three can pass.
+		c.RestartUnresponsiveAfter = 3
+		c.Host.HealthProbeTimeout = 50 * time.Millisecond
+	})
+	ctx := ctxT(t)
+	first := r.status(t).Process.PID
+	if err := os.WriteFile(hang, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Fifteen heartbeats (and health checks) long.
+	res, err := must(r.d.Act(ctx, r.target, act("echo.slow", `{"delay_ms":1500}`))).Result()
+	if err != nil || res.Status != aip.ResultCompleted {
+		t.Fatalf("the action of a busy child: %+v %v; want it completed", res, err)
+	}
+	if raw, err := os.ReadFile(sigLog); err == nil {
+		t.Fatalf("the child was stopped as hung during its action: %s", raw)
+	}
+	for {
+		st := r.status(t)
+		if st.Process.Restarts >= 1 && st.Process.PID != first {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the idle child that does not answer was not restarted: %+v", st.Process)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a child process for a restart
+	}
+	os.Remove(hang)
+	awaitReady(t, r)
+}
+
 func TestRestartUnresponsiveNeedsExec(t *testing.T) {
 	_, err := New(Config{Local: LocalConfig{Socket: "/tmp/x.sock"}, RestartUnresponsiveAfter: 3})
 	var ce *ConfigError
