@@ -637,11 +637,13 @@ func (s *supervisor) check() error {
 // restartHung implements processView: the running child is taken as hung
 // and terminated (SIGTERM to its process group, SIGKILL after
 // StopTimeout); the monitor sees it exit and restarts it with backoff, as
-// after a crash.
+// after a crash. A child already being terminated (its checks go on
+// failing while it stops, or it did not die of SIGKILL) is left to that
+// termination: it is not signalled and waited for again.
 func (s *supervisor) restartHung(reason string) {
 	s.mu.Lock()
 	c := s.cur
-	if s.stopping || c == nil {
+	if s.stopping || c == nil || !c.terminating.CompareAndSwap(false, true) {
 		s.mu.Unlock()
 		return
 	}

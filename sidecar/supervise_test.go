@@ -711,6 +711,49 @@ func TestStopWaitsForTheHungTermination(t *testing.T) {
 	}
 }
 
+// TestHungChildIsTerminatedOnce: while a child taken as hung stops (it
+// has StopTimeout after SIGTERM) its health checks go on failing; the
+// restarts they ask for leave it to the termination under way instead of
+// signalling it and waiting for it once more each time.
+func TestHungChildIsTerminatedOnce(t *testing.T) {
+	w := newLogWatch()
+	ready := filepath.Join(t.TempDir(), "ready")
+	s := newSupervisor(superviseConfig{
+		Command: []string{"/bin/sh", "-c", `trap '' TERM; touch "$OUT"; exec sleep 60`}, Env: []string{"OUT=" + ready},
+		Ready: func(context.Context) error {
+			_, err := os.Stat(ready) // SIGTERM is ignored from now on
+			return err
+		},
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: 300 * time.Millisecond,
+		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: w.logger(),
+	})
+	if err := s.start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	c := s.cur
+	s.mu.Unlock()
+	s.restartHung("the first check")
+	w.await(t, func(r slog.Record) bool { return r.Message == "stopping the connector process" })
+	s.restartHung("the next check")
+	s.restartHung("the one after")
+	<-c.exited
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	w.mu.Lock()
+	for _, r := range w.records {
+		if r.Message == "stopping the connector process" {
+			n++
+		}
+	}
+	w.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the hung child was sent SIGTERM %d times; want once", n)
+	}
+}
+
 // TestChildDoesNotInheritTheSidecarsConfiguration: a connector the sidecar
 // starts does not see the sidecar's own configuration variables (the
 // replica's signing-seed file path among them), but does see the rest of
