@@ -273,15 +273,18 @@ type Querier interface {
 // checksum differs from ms (ErrChanged), when the table records a migration
 // past the last of ms (ErrUnknown) or when it skips one (ErrRecordGap).
 // Before anything it gives tx pgsession's idle-in-transaction timeout
-// (when the session has none): a migration holds the lock and its tables'
-// exclusive locks to the end, and a migrator cut off from the server
-// mid-way would otherwise keep them, and every process waiting on them,
-// until the server's TCP notices, hours by default.
+// (when the session has none) and durable commit (pgsession.Transaction):
+// a migration holds the lock and its tables' exclusive locks to the end,
+// and a migrator cut off from the server mid-way would otherwise keep
+// them, and every process waiting on them, until the server's TCP
+// notices, hours by default; and a migration acknowledged under
+// synchronous_commit off could be lost in a server crash after the
+// migrator reported it done.
 func Apply(ctx context.Context, tx pgx.Tx, l Ledger, ms []Migration) (applied int, err error) {
 	if err := l.check(); err != nil {
 		return 0, &Error{Detail: "invalid ledger", Err: err}
 	}
-	if err := pgsession.EndAbandonedTransaction(ctx, tx); err != nil {
+	if err := pgsession.Transaction(ctx, tx); err != nil {
 		return 0, &Error{Detail: "bound the migration's idle time", Err: err}
 	}
 	lock := `SELECT pg_advisory_xact_lock($1)`

@@ -351,6 +351,19 @@ func TestApplyEndsAnAbandonedMigration(t *testing.T) {
 		}
 		return v
 	}
+	// A migration commits durably whatever the session's
+	// synchronous_commit, and leaves the session's own value as it was.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		t.Fatal(err)
+	}
+	commits := func(q pgmigrate.Querier) string {
+		t.Helper()
+		var v string
+		if err := q.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 	migrate := func() (during string) {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
@@ -362,6 +375,9 @@ func TestApplyEndsAnAbandonedMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 		during = show(tx)
+		if v := commits(tx); v != "local" {
+			t.Errorf("the migration's transaction shows synchronous_commit %q, want local", v)
+		}
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -372,6 +388,9 @@ func TestApplyEndsAnAbandonedMigration(t *testing.T) {
 	}
 	if v := show(conn); v != "0" {
 		t.Errorf("after the migration the session shows %q, want 0 (its own)", v)
+	}
+	if v := commits(conn); v != "off" {
+		t.Errorf("after the migration the session shows synchronous_commit %q, want off (its own)", v)
 	}
 	var db string
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {

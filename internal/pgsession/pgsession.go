@@ -102,16 +102,18 @@ func DetectDeadPeer(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// EndAbandonedTransaction does for tx alone what AfterConnect does for
-// idle_in_transaction_session_timeout, on the same terms: the value lasts
-// until tx ends (SET LOCAL). It is for a connection opened without the
-// hook, whose transaction holds locks others wait for (a migration's): on
-// a connection through a transaction-mode pooler, a session setting would
-// stay with the server session for the pooler's next client. Call it first
-// in tx.
-func EndAbandonedTransaction(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, setTimeout(true)); err != nil {
-		return fmt.Errorf("set idle_in_transaction_session_timeout for the transaction: %w", err)
+// Transaction does for tx alone what AfterConnect does for a session's
+// idle_in_transaction_session_timeout and synchronous_commit, on the same
+// terms: the values last until tx ends (SET LOCAL). It is for a connection
+// opened without the hook, whose transaction holds locks others wait for
+// and whose commit must not be lost (a migration's: acknowledged, then lost
+// in a server crash, it would leave services refusing the schema after the
+// migrator said it was done): on a connection through a transaction-mode
+// pooler, a session setting would stay with the server session for the
+// pooler's next client. Call it first in tx.
+func Transaction(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, setTimeout(true)+";\n"+durableCommits(true)); err != nil {
+		return fmt.Errorf("set idle_in_transaction_session_timeout and synchronous_commit for the transaction: %w", err)
 	}
 	return nil
 }
@@ -132,8 +134,14 @@ func setTimeout(local bool) string {
 
 // durableCommitsSQL sets synchronous_commit to local for a session in
 // which it is off, whoever set it, and keeps any other value.
-const durableCommitsSQL = `SELECT set_config('synchronous_commit', 'local', false)
+var durableCommitsSQL = durableCommits(false)
+
+// durableCommits is durableCommitsSQL, for the transaction only when
+// local.
+func durableCommits(local bool) string {
+	return `SELECT set_config('synchronous_commit', 'local', ` + fmt.Sprint(local) + `)
 	WHERE current_setting('synchronous_commit') = 'off'`
+}
 
 // keepalivesSQL sets each of the three keepalive settings the session has
 // as 0 and no operator set. Their setting column shows the socket's value
