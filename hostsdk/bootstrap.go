@@ -129,6 +129,9 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 	if err := h.claimJournal(ctx); err != nil {
 		return err
 	}
+	if err := h.loadOrigin(ctx); err != nil {
+		return err
+	}
 	h.state = &State{j: h.journal}
 	h.events = &EventPublisher{h: h}
 	if h.cfg.AfterOpenJournal != nil {
@@ -405,6 +408,9 @@ func (h *Host) registerOnce(ctx context.Context) error {
 		return fmt.Errorf("register answered %s without a lease", out.Status)
 	}
 	h.lease.apply(out.Lease)
+	if err := h.fixOrigin(ctx, out.Lease.Sequence); err != nil {
+		return err
+	}
 	// The control plane's lease TTL is authoritative; a host whose
 	// heartbeats come less often than half of it loses its lease between
 	// them and flaps between not ready and re-registering.

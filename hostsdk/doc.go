@@ -163,7 +163,9 @@
 //     at most its own timeout_ms, then a signed 409
 //     connector_host.action_in_progress — or is answered from the journal,
 //     whatever the replica's state, one routed before the journal's prune
-//     horizon gets the signed 410 connector_host.action_expired, and one
+//     horizon, or before the journal served the replica (its replica
+//     health revision below the journal's origin: origin.go), gets the
+//     signed 410 connector_host.action_expired, and one
 //     the journal cannot tell about gets storage_unavailable); with
 //     Config.CredentialRevisionPolicyFile, the route's
 //     credential_revision_ref is then checked against the policy, read

@@ -82,7 +82,10 @@ type Host struct {
 	// writeFailed is the standing failure of an action's journal write
 	// (nil: none): storage is not ready while it is set (see
 	// storageRecheckMinBytes).
-	writeFailed     atomic.Pointer[writeFailure]
+	writeFailed atomic.Pointer[writeFailure]
+	// origin is the journal's origin for this replica ID (origin.go):
+	// routes below it that the journal does not hold are refused.
+	origin          atomic.Uint64
 	lease           leaseState
 	controlMu       sync.Mutex     // serializes lifecycle calls (one sequence fence)
 	pendingRegister *sealedRequest // guarded by controlMu

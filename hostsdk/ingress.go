@@ -50,8 +50,10 @@ const (
 	CodeCapabilityUnknown   = "connector_host.capability_unknown"
 	CodeUnsupportedMessage  = "connector_host.unsupported_message"
 	// CodeActionExpired refuses an action (or its cancel) this replica may
-	// have run and then pruned from its journal after Config.ActionRetention:
-	// it is never run again; send a new action ID.
+	// have run and then pruned from its journal after Config.ActionRetention,
+	// or that was routed to it before its journal served it (an earlier
+	// journal of the replica ID is gone: origin.go): it is never run
+	// again; send a new action ID.
 	CodeActionExpired = "connector_host.action_expired"
 )
 
@@ -552,6 +554,17 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 		return x.fail(http.StatusBadRequest, aip.NewProtocolError(CodeInputInvalid, aip.CategoryPermanent, false, 0,
 			"input does not match the input_schema of "+a.CapabilityID+": "+err.Error()))
 	}
+	// A route older than this journal's service of the replica runs only
+	// if the journal holds its action (AcceptAction then answers from the
+	// record).
+	if berr := h.beforeJournal(route); berr != nil {
+		switch _, jerr := h.journal.Action(context.WithoutCancel(x.ctx), a.ID); {
+		case errors.Is(jerr, journal.ErrNotFound):
+			return x.expired(a.ID, berr)
+		case jerr != nil:
+			return x.storageUnavailable(jerr)
+		}
+	}
 	// One durable commit claims the message and journals the action as
 	// running, before the connector runs.
 	jctx, jspan := x.journalSpan("accept", a.ID)
@@ -673,6 +686,9 @@ func (x *exchange) refuseUnstarted(actionID string, want *journal.Action, refusa
 		}
 		if perr := journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon); perr != nil {
 			return x.expired(actionID, perr)
+		}
+		if berr := x.h.beforeJournal(x.route); berr != nil {
+			return x.expired(actionID, berr)
 		}
 		return refusal()
 	case err != nil:
@@ -1302,6 +1318,9 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 		if h.lookupRunning(id) != nil {
 			continue
 		}
+		if err := h.beforeJournal(route); err != nil {
+			return x.expired(id, err)
+		}
 		now := h.cfg.Now()
 		record := journal.Action{
 			ActionID: id, CapabilityID: route.CapabilityID, TenantID: h.cfg.TenantID,
@@ -1350,7 +1369,7 @@ func (x *exchange) statusQuery(actionID string) bool {
 		if herr != nil {
 			return x.storageUnavailable(herr)
 		}
-		if journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon) != nil {
+		if journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon) != nil || x.h.beforeJournal(x.route) != nil {
 			st.State = aip.StatePruned
 		}
 	case err != nil:
@@ -1388,6 +1407,15 @@ func assignedAt(route *aip.ConnectorRoute) time.Time {
 // The message is claimed, so the envelope cannot be replayed either.
 func (x *exchange) expired(actionID string, err error) bool {
 	x.h.m.actionsExpired.Inc()
+	if errors.Is(err, errBeforeJournal) {
+		x.h.log.Warn("refused an action routed to this replica before its journal served it (an earlier journal of this replica ID is gone)", "action_id", actionID, "error", err)
+		if !x.claim() {
+			return false
+		}
+		return x.fail(http.StatusGone, aip.NewProtocolError(CodeActionExpired, aip.CategoryPermanent, false, 0,
+			aip.TruncateUTF8(fmt.Sprintf("action %s was routed to this replica before its current journal served it, and that journal holds no record of it: the journal that did is gone, so the action may have run already, and it is not run here; send a new action ID once you know it did not run (%v)",
+				actionID, err), aip.MaxErrorMessageBytes)))
+	}
 	x.h.log.Warn("refused an action older than the journal's prune horizon", "action_id", actionID, "error", err)
 	if !x.claim() {
 		return false

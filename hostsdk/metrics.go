@@ -34,8 +34,8 @@ const (
 	// after Config.ActionRetention.
 	MetricActionsPruned = "aip_connector_host_journal_actions_pruned_total"
 	// MetricActionsExpired counts deliveries refused because their action
-	// may be older than the journal's prune horizon
-	// (connector_host.action_expired).
+	// may be older than the journal's prune horizon, or was routed before
+	// the journal served the replica (connector_host.action_expired).
 	MetricActionsExpired = "aip_connector_host_actions_expired_total"
 	// MetricIngressWaiting is the number of native messages waiting for
 	// the ingress read budget, by reason: budget (MaxIngressReadBytes is
@@ -93,7 +93,7 @@ func newMetrics(h *Host) *metrics {
 		actionsPruned: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsPruned,
 			Help: "Finished actions deleted from the runtime journal after the action retention."}),
 		actionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsExpired,
-			Help: "Action and cancel deliveries refused because the action may be older than the journal's prune horizon."}),
+			Help: "Action and cancel deliveries refused because the action may be older than the journal's prune horizon, or was routed before the journal served the replica."}),
 	}
 	// Every code is a series from the start (at 0), so that rate() and
 	// absence alerts see it before its first failure.

@@ -40,6 +40,9 @@ func (h *Host) claimJournal(ctx context.Context) error {
 		v, err := h.journal.State(ctx, ownerNamespace, ownerKey)
 		switch {
 		case errors.Is(err, journal.ErrNotFound):
+			if err := h.markOriginsKept(ctx); err != nil {
+				return err
+			}
 			raw, err := json.Marshal(want)
 			if err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
@@ -495,5 +496,44 @@ func TestDispatcherCrashMidAction(t *testing.T) {
 	ran, effects := f.audit([]string{act})
 	if len(ran[act]) != 1 || ran[act][0] != a.ReplicaID || effects[act] != 1 {
 		t.Fatalf("the action ran on %v with %d side effects, want once on %s", ran[act], effects[act], a.ReplicaID)
+	}
+}
+
+// TestLostJournalNeverRunsTwice: a replica stopped and started again under
+// its replica ID on an empty state directory (its journal lost) refuses a
+// retry of the action it ran before — 410 connector_host.action_expired
+// through the dispatcher, settled pruned, its status pruned rather than
+// not_found — and runs it nowhere again, while new actions run there.
+func TestLostJournalNeverRunsTwice(t *testing.T) {
+	f := newFleet(t, fleetOptions{replicas: 1})
+	tok := f.token(tenantID)
+	act := aip.NewActionID()
+	status, first, err := f.send(context.Background(), tok, act, "once", "")
+	if err != nil || status != http.StatusOK || first.Result == nil || first.Result.Status != aip.ResultCompleted {
+		t.Fatalf("first send: %d %v %+v", status, err, first)
+	}
+	r := f.replicaByID(first.Route.ReplicaID)
+	must(t, r.proc.Term(t))
+	must(t, os.Rename(r.stateDir, r.stateDir+".lost"))
+	f.startHost(r)
+
+	status, retry, err := f.send(context.Background(), tok, act, "once", "")
+	if err != nil || status != http.StatusGone || retry.Error == nil || retry.Error.Code != hostsdk.CodeActionExpired ||
+		retry.Settlement != registry.SettlementPruned || retry.Route.FenceToken != first.Route.FenceToken {
+		t.Fatalf("retry on the new journal: %d %v %+v %q %+v", status, err, retry.Error, retry.Settlement, retry.Route)
+	}
+	code, body := f.get(dispatch.PathActions+"/"+act, tok)
+	var st dispatch.ActionStatusResponse
+	must(t, json.Unmarshal(body, &st))
+	if code != http.StatusOK || st.Replica.State != aip.StatePruned {
+		t.Fatalf("status on the new journal: %d %s", code, body)
+	}
+	status, fresh, err := f.send(context.Background(), tok, "", "new", "")
+	if err != nil || status != http.StatusOK || fresh.Result == nil || fresh.Result.Status != aip.ResultCompleted {
+		t.Fatalf("a new action on the new journal: %d %v %+v", status, err, fresh)
+	}
+	f.stopAll()
+	if ran, effects := f.audit([]string{act}); effects[act] != 0 {
+		t.Fatalf("the action ran again on %v", ran[act])
 	}
 }
