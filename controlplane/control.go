@@ -33,11 +33,14 @@ const (
 	// Unavailable (503) reasons: the body could not be read, the registry
 	// failed, the service is not running, the replica's registry record was
 	// held by another transaction (the request was not decided; the others
-	// coalesced with it were).
+	// coalesced with it were), the sender closed its connection while the
+	// request waited for the registry (nobody reads the answer; it says
+	// nothing of the registry).
 	reasonRead       = "read"
 	reasonStore      = "store"
 	reasonNotRunning = "not_running"
 	reasonHeld       = "replica_held"
+	reasonSenderGone = "sender_gone"
 )
 
 // MaxRequestsPerReplica bounds the lifecycle requests of one replica being
@@ -103,6 +106,18 @@ func (a *answer) unavailable(reason string, err error, message string) *answer {
 	a.status, a.reason, a.err = http.StatusServiceUnavailable, reason, err
 	a.outcome = aip.RejectedOutcome(aip.CodeControlUnavailable, message, true)
 	return a
+}
+
+// storeFailed answers a registry read or decision that failed with err:
+// reasonStore, unless ctx, the request's, ended first — the sender closed
+// its connection (a host giving up on a slow answer, or stopping), which
+// cut the wait short and says nothing of the registry, so it must not
+// start the registry-outage log.
+func (a *answer) storeFailed(ctx context.Context, err error, message string) *answer {
+	if ctx.Err() != nil {
+		return a.unavailable(reasonSenderGone, err, "the sender closed its connection before the request was decided; resend the same request")
+	}
+	return a.unavailable(reasonStore, err, message)
 }
 
 // handleControl answers POST /aip/v1/connector-control.
@@ -194,7 +209,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return a.reject(http.StatusForbidden, reasonNotProvisioned, err,
 			"replica %s is not pre-provisioned; an operator must create it (offline, with this host's DID) before the host registers", a.replicaID)
 	case err != nil:
-		return a.unavailable(reasonStore, err, "the registry could not be read; resend the same request")
+		return a.storeFailed(ctx, err, "the registry could not be read; resend the same request")
 	}
 	// 4. The signer is the replica.
 	if req.SignerDID != key.did {
@@ -225,7 +240,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 		Command: req.Command, LeaseTTL: s.cfg.LeaseTTL,
 	})
 	if err != nil {
-		return a.unavailable(reasonStore, err, "the registry could not decide the request; resend the same request")
+		return a.storeFailed(ctx, err, "the registry could not decide the request; resend the same request")
 	}
 	if errors.Is(res.Err, registry.ErrStorage) {
 		// Not decided (the replica was held by another registry
@@ -297,6 +312,8 @@ func (s *Service) logAnswer(a *answer) {
 	}
 	ctx := context.Background()
 	switch {
+	case kind == unavailable && a.reason == reasonSenderGone:
+		level = slog.LevelDebug // nobody reads it; not the registry's doing
 	case kind == unavailable && a.reason == reasonStore:
 		// The registry failing fails every replica's heartbeat: a line
 		// per request would be the fleet's heartbeat rate for as long as

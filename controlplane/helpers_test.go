@@ -328,6 +328,9 @@ type faultyStore struct {
 	mu    sync.Mutex
 	fails int
 	calls int
+	// hold, when set, makes ApplyLifecycle signal entered and wait for
+	// hold to close before it applies.
+	hold, entered chan struct{}
 }
 
 func (f *faultyStore) failNext(n int) {
@@ -343,7 +346,12 @@ func (f *faultyStore) ApplyLifecycle(ctx context.Context, cmds []registry.Lifecy
 	if fail {
 		f.fails--
 	}
+	hold, entered := f.hold, f.entered
 	f.mu.Unlock()
+	if hold != nil {
+		entered <- struct{}{}
+		<-hold
+	}
 	if fail {
 		return nil, errors.Join(registry.ErrStorage, errors.New("injected: connection reset"))
 	}

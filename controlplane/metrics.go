@@ -142,7 +142,7 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 	}
 	m.requests.WithLabelValues(string(aip.OpHeartbeat), outcomeUnhealthy)
 	for _, r := range []string{reasonTooLarge, reasonMalformed, reasonWindow, reasonNotProvisioned, reasonSigner, reasonSignature,
-		reasonReplicaBusy, reasonRead, reasonStore, reasonNotRunning, reasonHeld} {
+		reasonReplicaBusy, reasonRead, reasonStore, reasonNotRunning, reasonHeld, reasonSenderGone} {
 		m.rejections.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{

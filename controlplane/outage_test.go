@@ -2,12 +2,14 @@ package controlplane_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
@@ -164,5 +166,66 @@ func TestUnhealthyHeartbeatLogged(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no heartbeat line: %s", all)
+	}
+}
+
+// TestSenderGoneIsNotARegistryOutage: a host that closes its connection
+// while its heartbeat waits for a slow registry batch cut the wait short
+// itself: the answer nobody reads is counted as sender_gone and logged at
+// debug, not as the registry failing (the warning that starts the outage
+// log, which then held every later failure at debug).
+func TestSenderGoneIsNotARegistryOutage(t *testing.T) {
+	e, faulty, logs := startFaultyLogged(t)
+	h := e.provision("a1")
+	r, _ := h.send(h.registration())
+	r.wantLease(t, 1, e.clock.Now().Add(leaseTTL))
+
+	hold, entered := make(chan struct{}), make(chan struct{}, 1)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // a failed test must not leave the batch, and the service's stop, waiting
+	faulty.mu.Lock()
+	faulty.hold, faulty.entered = hold, entered
+	faulty.mu.Unlock()
+	ctx, cancel := context.WithCancel(t.Context())
+	req := h.request(h.heartbeat(1, 0, true))
+	body := h.seal(req)
+	post, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+controlplane.PathControl, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(post)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the heartbeat was answered though its sender hung up")
+	}
+	// The handler notices the closed connection and answers; the batch is
+	// still held.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := e.get(controlplane.PathMetrics)
+		if strings.Contains(body, `aip_connector_control_rejections_total{reason="sender_gone"} 1`) {
+			break
+		}
+		if strings.Contains(body, `aip_connector_control_rejections_total{reason="store"} 1`) || time.Now().After(deadline) {
+			t.Fatalf("the hang-up was not counted as sender_gone:\n%s", body)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the handler's answer to a closed connection
+	}
+	faulty.mu.Lock()
+	faulty.hold, faulty.entered = nil, nil
+	faulty.mu.Unlock()
+	release()
+	// The held batch applied the heartbeat: its resend is answered.
+	e.post(body, req.RequestID).wantLease(t, 2, e.clock.Now().Add(leaseTTL))
+	if warns, recovered := outageLogs(t, logs); warns != 0 || recovered != 0 {
+		t.Fatalf("a sender's hang-up logged %d warnings and %d recoveries, want none: %q", warns, recovered, logs.messages(t))
 	}
 }
