@@ -556,11 +556,34 @@ func checkIdent(record, id, field, v string) error {
 	if len(v) > MaxIdentifierBytes {
 		return invalid(record, id, field, "is longer than %d bytes", MaxIdentifierBytes)
 	}
-	return checkPrintable(record, id, field, v)
+	if err := checkPrintable(record, id, field, v); err != nil {
+		return err
+	}
+	// An invisible formatting character (a zero-width space or joiner, a
+	// bidirectional control, a byte order mark, a soft hyphen: Unicode's
+	// Cf) makes two identifiers that print alike name different things
+	// (tenant "acme" and "acme\u200b" in a log or a fleet file). Names
+	// (checkText) may hold them: a Persian name needs its zero-width
+	// non-joiner.
+	for _, r := range v {
+		if unicode.Is(unicode.Cf, r) {
+			return invalid(record, id, field, "%q contains the invisible formatting character U+%04X, so it would print like an identifier it is not; remove it", truncate(v), r)
+		}
+	}
+	return nil
 }
 
-// checkText is checkIdent for names and owners.
-func checkText(record, id, field, v string) error { return checkIdent(record, id, field, v) }
+// checkText checks a name or an owner: as checkIdent, but formatting
+// characters are allowed.
+func checkText(record, id, field, v string) error {
+	if v == "" {
+		return invalid(record, id, field, "is empty")
+	}
+	if len(v) > MaxIdentifierBytes {
+		return invalid(record, id, field, "is longer than %d bytes", MaxIdentifierBytes)
+	}
+	return checkPrintable(record, id, field, v)
+}
 
 func checkPrintable(record, id, field, v string) error {
 	if !utf8.ValidString(v) {

@@ -385,6 +385,28 @@ func TestFieldError(t *testing.T) {
 	}
 }
 
+// TestIdentifiersRefuseInvisibleCharacters: an identifier holding a
+// Unicode formatting character (zero-width space, bidirectional control)
+// would print like another; it is refused naming the character. A name
+// may hold one (a Persian name's zero-width non-joiner).
+func TestIdentifiersRefuseInvisibleCharacters(t *testing.T) {
+	for _, tenant := range []string{"acme\u200b", "\u202eemca", "ac\u2060me", "\ufeffacme"} {
+		q := registry.RouteRequest{TenantID: tenant, ActionID: aip.NewActionID(), CapabilityID: "notes.read"}
+		err := q.Validate()
+		var fe *registry.FieldError
+		if !errors.As(err, &fe) || fe.Field != "tenant_id" || !strings.Contains(err.Error(), "invisible formatting character U+") {
+			t.Errorf("tenant %+q: Validate = %v", tenant, err)
+		}
+	}
+	q := registry.RouteRequest{TenantID: "acme", ActionID: aip.NewActionID(), CapabilityID: "notes.re\u200dad"}
+	if err := q.Validate(); err == nil || !strings.Contains(err.Error(), "capability_id") {
+		t.Errorf("capability with a zero-width joiner: Validate = %v", err)
+	}
+	if err := (&registry.ConnectorType{ID: "ctype_x", Name: "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", Owner: "o"}).Validate(); err != nil {
+		t.Errorf("a name with a zero-width non-joiner: %v", err)
+	}
+}
+
 // TestHandOutIsBookkeeping: an assignment's hand-out is not part of the
 // route: Equal (settlement's fence comparison) ignores it, the
 // security.connector_route a replica receives does not carry it, and a
