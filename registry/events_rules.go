@@ -48,9 +48,12 @@ var redeliveryProvenance = []string{"replica_id", "version_id", "lease_sequence"
 // replica and channel set (and the version when given) as identifiers, 1 to
 // aip.MaxEventsPerDelivery events, each with an ID, a kind of 1 to
 // MaxEventKindBytes bytes, an occurred_at in years 0000 to 9999 (RFC
-// 3339's) and data that is absent or a JSON
-// object nesting at most MaxEventDataDepth levels, and no event ID twice. Failures are *FieldError values matching
-// ErrInvalid.
+// 3339's) and data that is absent or a JSON object nesting at most
+// MaxEventDataDepth levels, without NUL characters, whose numbers fit
+// PostgreSQL's numeric (written out, at most 131072 digits before the
+// decimal point and 16383 after it; a number beyond is named by its path,
+// data.a.b[2]), and no event ID twice. Failures are *FieldError values
+// matching ErrInvalid.
 func (b *EventBatch) Validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"tenant_id", b.TenantID}, {"instance_id", b.InstanceID}, {"replica_id", b.ReplicaID}, {"channel_id", b.ChannelID},
@@ -103,6 +106,9 @@ func (b *EventBatch) Validate() error {
 		if holdsNUL(e.Data) {
 			return invalid(RecordEvent, e.ID, "data", "holds a NUL character (\\u0000), which the event log cannot store; drop or replace it")
 		}
+		if field, reason := numberOutOfRange(e.Data); reason != "" {
+			return invalid(RecordEvent, e.ID, field, "%s", reason)
+		}
 		if e.Actor != nil {
 			if raw, err := json.Marshal(e.Actor); err != nil || holdsNUL(raw) {
 				return invalid(RecordEvent, e.ID, "actor", "must be a JSON principal without NUL characters")
@@ -110,6 +116,225 @@ func (b *EventBatch) Validate() error {
 		}
 	}
 	return nil
+}
+
+// The bounds of a number in an event's data: those of PostgreSQL's numeric,
+// which jsonb keeps numbers in (PostgreSQL refuses a document with a number
+// beyond them as "value overflows numeric format"). Every backend holds to
+// them, so a batch one stores the other stores too.
+const (
+	// maxNumberIntegerDigits bounds the digits before the decimal point of
+	// a number written out without an exponent (numeric's weight, 32767
+	// base-10000 digits): 9.99e131071 fits, 1e131072 does not.
+	maxNumberIntegerDigits = 131072
+	// maxNumberFractionDigits bounds the digits after the decimal point as
+	// written, less the exponent (numeric's display scale): trailing zeros
+	// count, so 1.5e-16382 and 0e-16383 fit, 1.5e-16383 and 0.0e-16383 do
+	// not.
+	maxNumberFractionDigits = 16383
+	// maxNumberExponent bounds an exponent whatever the digits (PostgreSQL
+	// refuses INT_MAX/2 and beyond before it looks at them): 0e1073741822
+	// fits, 0e1073741823 does not.
+	maxNumberExponent = 1<<30 - 2
+)
+
+// numberOutOfRange returns the path (data.a.b[2]) of the first number, in
+// document order, of the valid JSON document data that PostgreSQL's
+// numeric cannot hold, and why; "" when every number fits. A scan of the
+// raw bytes finds whether there is one; only then is data decoded to name
+// it.
+func numberOutOfRange(data []byte) (field, reason string) {
+	found := false
+	for i := 0; i < len(data) && !found; i++ {
+		switch c := data[i]; {
+		case c == '"':
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++ // the escaped character, never a closing quote
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			j := i
+			for j < len(data) && isNumberByte(data[j]) {
+				j++
+			}
+			found = numberProblem(data[i:j]) != ""
+			i = j - 1
+		}
+	}
+	if !found {
+		return "", ""
+	}
+	return findNumber(data, func(num string) string {
+		if p := numberProblem([]byte(num)); p != "" {
+			return fmt.Sprintf("holds the number %s, which the event log cannot store (PostgreSQL's numeric): %s; send it as a string",
+				truncateNumber(num), p)
+		}
+		return ""
+	})
+}
+
+func isNumberByte(c byte) bool {
+	return '0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
+}
+
+// numberProblem says what puts the JSON number num beyond PostgreSQL's
+// numeric (as its set_var_from_str and make_result decide), or "" when it
+// fits.
+func numberProblem(num []byte) string {
+	i := 0
+	if i < len(num) && num[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(num) && '0' <= num[i] && num[i] <= '9' {
+		i++
+	}
+	intDigits := num[start:i]
+	var fracDigits []byte
+	if i < len(num) && num[i] == '.' {
+		i++
+		start = i
+		for i < len(num) && '0' <= num[i] && num[i] <= '9' {
+			i++
+		}
+		fracDigits = num[start:i]
+	}
+	var exp int64
+	if i < len(num) && (num[i] == 'e' || num[i] == 'E') {
+		i++
+		neg := false
+		if i < len(num) && (num[i] == '+' || num[i] == '-') {
+			neg = num[i] == '-'
+			i++
+		}
+		for ; i < len(num); i++ {
+			// Saturates far beyond every bound below, and far below
+			// overflow: the digits are at most a few MiB.
+			exp = min(exp*10+int64(num[i]-'0'), 1<<40)
+		}
+		if neg {
+			exp = -exp
+		}
+	}
+	if exp > maxNumberExponent {
+		return fmt.Sprintf("its exponent is above %d", maxNumberExponent)
+	}
+	if scale := int64(len(fracDigits)) - exp; scale > maxNumberFractionDigits {
+		return fmt.Sprintf("written out it has more than %d digits after the decimal point", maxNumberFractionDigits)
+	}
+	// The position of the first significant digit: 0 for the units, 1 for
+	// the tens, -1 for the tenths.
+	for k, d := range intDigits {
+		if d != '0' {
+			if n := int64(len(intDigits)-k) + exp; n > maxNumberIntegerDigits {
+				return tooManyIntegerDigits
+			}
+			return ""
+		}
+	}
+	for k, d := range fracDigits {
+		if d != '0' {
+			if n := int64(-k) + exp; n > maxNumberIntegerDigits {
+				return tooManyIntegerDigits
+			}
+			return ""
+		}
+	}
+	return "" // zero
+}
+
+var tooManyIntegerDigits = fmt.Sprintf("written out it has more than %d digits before the decimal point", maxNumberIntegerDigits)
+
+// truncateNumber shortens a long number for a message.
+func truncateNumber(num string) string {
+	if len(num) <= 40 {
+		return num
+	}
+	return fmt.Sprintf("%s…%s (%d characters)", num[:24], num[len(num)-8:], len(num))
+}
+
+// findNumber walks the valid JSON document data in document order and
+// returns the path of the first number bad says something about, with what
+// it says; "" when there is none. The path starts at "data": object
+// members are .name, or ["name"] for a name that is not a plain
+// identifier, array elements [i].
+func findNumber(data []byte, bad func(num string) string) (path, reason string) {
+	type frame struct {
+		object bool
+		name   string // the member being read (object)
+		index  int    // the element being read (array), -1 before the first
+		key    bool   // a member name is next (object)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var stack []frame
+	where := func() string {
+		var b strings.Builder
+		b.WriteString("data")
+		for _, f := range stack {
+			if f.object {
+				b.WriteString(memberPath(f.name))
+			} else {
+				fmt.Fprintf(&b, "[%d]", f.index)
+			}
+		}
+		return b.String()
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", ""
+		}
+		if n := len(stack); n > 0 {
+			top := &stack[n-1]
+			if top.object && top.key {
+				if name, ok := tok.(string); ok {
+					top.name, top.key = name, false
+					continue
+				}
+			} else if !top.object {
+				if d, ok := tok.(json.Delim); !ok || d != ']' {
+					top.index++
+				}
+			}
+		}
+		switch x := tok.(type) {
+		case json.Delim:
+			switch x {
+			case '{':
+				stack = append(stack, frame{object: true, key: true})
+				continue
+			case '[':
+				stack = append(stack, frame{index: -1})
+				continue
+			default:
+				stack = stack[:len(stack)-1]
+			}
+		case json.Number:
+			if r := bad(string(x)); r != "" {
+				return where(), r
+			}
+		}
+		// A value ended: an object's next member name follows.
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].key = true
+		}
+	}
+}
+
+// memberPath is the path step to an object member named name.
+func memberPath(name string) string {
+	plain := name != "" && len(name) <= 64
+	for i := 0; plain && i < len(name); i++ {
+		c := name[i]
+		plain = c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
+	}
+	if plain {
+		return "." + name
+	}
+	q, _ := json.Marshal(aip.TruncateUTF8(name, 64))
+	return "[" + string(q) + "]"
 }
 
 // holdsNUL reports whether a JSON document has a NUL character in a string

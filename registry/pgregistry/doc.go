@@ -236,6 +236,15 @@
 // the primary key's range (tenant_id, sequence > after) in order, without
 // locks.
 //
+// An event is stored as jsonb, whose numbers are PostgreSQL numerics: a
+// number beyond numeric's range (written out, more than 131072 digits
+// before the decimal point or 16383 after it: 1e131072, 1e-16384)
+// would fail the insert. registry.EventBatch.Validate refuses such a batch
+// before the append, as ErrInvalid naming the event and the number's path,
+// as memregistry does, never as a storage failure a caller would retry.
+// jsonb writes a number back in its own form (1e2 as 100, 1e131071 with
+// all its digits), which CheckRedelivery compares by value.
+//
 // PruneEvents (the event retention, run by the control plane's maintenance
 // on its lifecycle role; the data role may not delete events) deletes the
 // events received before its cutoff, oldest first across tenants, by the

@@ -22,6 +22,7 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("Redelivery", func(t *testing.T) { testEventRedelivery(t, nb) })
 	t.Run("Conflict", func(t *testing.T) { testEventConflict(t, nb) })
 	t.Run("InvalidBatches", func(t *testing.T) { testEventInvalid(t, nb) })
+	t.Run("DataNumbers", func(t *testing.T) { testEventDataNumbers(t, nb) })
 	t.Run("Paging", func(t *testing.T) { testEventPaging(t, nb) })
 	t.Run("ConcurrentAppends", func(t *testing.T) { testEventConcurrency(t, nb) })
 	t.Run("ConcurrentRedelivery", func(t *testing.T) { testEventConcurrentRedelivery(t, nb) })
@@ -629,6 +630,79 @@ func testEventInvalid(t *testing.T, nb NewBackend) {
 				t.Fatalf("an invalid batch changed the log: %d events, want %d", n, aip.MaxEventsPerDelivery)
 			}
 		})
+	}
+}
+
+// EventDataNumbers are JSON numbers at the edges of what an event's data
+// may hold: those PostgreSQL's numeric (jsonb's numbers) holds, which every
+// backend stores, and those it refuses ("value overflows numeric format"),
+// which every backend refuses (registry.EventBatch.Validate). Written out,
+// a number has at most 131072 digits before the decimal point and 16383
+// after it (trailing zeros count), and no exponent reaches 1073741823.
+var EventDataNumbers = struct{ Fit, Refused []string }{
+	Fit: []string{
+		"1e131071", "9.99e131071", "-9.99E+131071", "0.1e131072", "0.0001e131075", "1" + strings.Repeat("0", 131071),
+		"1" + strings.Repeat("0", 131071) + ".5", "1e-16383", "-1e-16383", "0e-16383", "1." + strings.Repeat("0", 16383),
+		"0." + strings.Repeat("0", 16382) + "1", "123.456e-16380", "1.5e-16382", "0e131072", "-0e1073741822", "1e-0000000000000000000001",
+	},
+	Refused: []string{
+		"1e131072", "-1E+131072", "10e131071", "0.0001e131076", "1" + strings.Repeat("0", 131072), "1e1000000", "1e-16384",
+		"-1e-16384", "0e-16384", "0.0e-16383", "1." + strings.Repeat("0", 16384), "0." + strings.Repeat("0", 16383) + "1",
+		"1.5e-16383", "0e1073741823", "0e99999999999999999999", "1e-99999999999999999999",
+	},
+}
+
+// testEventDataNumbers: a number in an event's data is stored by every
+// backend exactly when PostgreSQL's numeric holds it; a batch with one it
+// does not hold is refused before anything is stored, naming the event
+// and the number's path. (memregistry stored 1e131072 or 1e-16384, and
+// pgregistry failed on them with ErrStorage, which the dispatcher answers
+// as unavailable: the host delivered the batch again forever.)
+func testEventDataNumbers(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	data := func(n string) json.RawMessage { return json.RawMessage(`{"s":"1e999999","a":{"b":[1,` + n + `]}}`) }
+	stored := 0
+	for i, n := range append(EventDataNumbers.Fit, `1,"\"1e1000000\\",{"k\"1e-16384":0e-16383}`) {
+		b := EventBatch("tenant-1", "a", fmt.Sprintf("evt_fit%d", i))
+		b.Events[0].Data = data(n)
+		got, err := f.events().AppendEvents(f.ctx, b)
+		if err != nil {
+			t.Fatalf("data %.80s (%d characters): %v; PostgreSQL's numeric holds its numbers", b.Events[0].Data, len(b.Events[0].Data), err)
+		}
+		stored++
+		// Delivered again, it is the same event, however the backend
+		// writes the number back.
+		if again, err := f.events().AppendEvents(f.ctx, b); err != nil || again[0].Sequence != got[0].Sequence {
+			t.Fatalf("data %.80s delivered again: %v, %v; want the event stored at %d", b.Events[0].Data, again, err, got[0].Sequence)
+		}
+	}
+	for _, c := range []struct {
+		name, data, field string
+	}{
+		{"nested", `{"a":{"b":[1,%s]}}`, "data.a.b[1]"},
+		{"odd member names", `{"x y":[{"é":{"":[[%s]]}}],"n":1e999999}`, `data["x y"][0]["é"][""][0][0]`},
+		{"after other members", `{"s":"1e1000000","n":1,"o":{"p":[{},[],null,true,"x",2]},"aip":%s}`, "data.aip"},
+	} {
+		for _, n := range EventDataNumbers.Refused {
+			t.Run(fmt.Sprintf("%s/%.24s", c.name, n), func(t *testing.T) {
+				f.t = t
+				b := EventBatch("tenant-1", "a", "evt_x1", "evt_x2", "evt_x3")
+				b.Events[1].Data = json.RawMessage(strings.Replace(c.data, "%s", n, 1))
+				_, err := f.events().AppendEvents(f.ctx, b)
+				f.wantField(err, registry.ErrInvalid, c.field, "data with "+n[:min(len(n), 40)])
+				var fe *registry.FieldError
+				if errors.As(err, &fe); fe.Record != registry.RecordEvent || fe.ID != "evt_x2" || !strings.Contains(fe.Reason, "send it as a string") {
+					t.Fatalf("the refusal %v does not name event evt_x2 and what to do", err)
+				}
+				if n := len(f.eventLog("tenant-1")); n != stored {
+					t.Fatalf("a refused batch changed the log: %d events, want %d", n, stored)
+				}
+			})
+		}
+	}
+	f.t = t
+	if got := f.eventLog("tenant-1"); len(got) != stored {
+		t.Fatalf("the log holds %d events, want the %d that fit", len(got), stored)
 	}
 }
 
