@@ -361,8 +361,9 @@
 // connector whose manifest declares channels gets a startup warning, and
 // publication is refused once 10000 batches wait. Publish refuses at once
 // what the fleet's event ingress would refuse (a malformed event ID, a
-// kind or data holding NUL, data that is not an object, occurred_at more
-// than aip.MaxEnvelopeSkew ahead), so no batch waits that can never go.
+// kind or data holding NUL, data that is not an object or holds a number
+// beyond a double's range, occurred_at more than aip.MaxEnvelopeSkew
+// ahead), so no batch waits that can never go.
 // An event the provider may deliver more than once (a retried webhook)
 // takes its ID from DeriveEventID, so every copy is stored once.
 package hostsdk

@@ -1,10 +1,15 @@
 package hostsdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -50,7 +55,8 @@ type EventPublisher struct {
 // moves to data.upstream_actor. Identical batches are stored once. A batch
 // the fleet's event ingress would refuse (an event ID twice, data that sets
 // aip_connector, which the dispatcher stamps, a NUL in an event's kind, IDs
-// or data, data nesting deeper than MaxEventDataDepth, ...) is refused here, not left in the outbox. It returns the
+// or data, data nesting deeper than MaxEventDataDepth, a number in data
+// beyond a double's range, ...) is refused here, not left in the outbox. It returns the
 // outbox entry ID. Refusals match ErrInvalidEvents (the batch's content),
 // ErrNotServing or ErrEventOutboxFull (try again later) with errors.Is.
 func (p *EventPublisher) Publish(ctx context.Context, channelID string, events ...aip.Event) (string, error) {
@@ -105,9 +111,16 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 			return "", markErr(ErrInvalidEvents, markErr(ErrEventAhead, fmt.Errorf("hostsdk: event %s: occurred_at %s is more than %s ahead of this host's clock", e.ID, e.OccurredAt, aip.MaxEnvelopeSkew)))
 		}
 		if len(e.Data) > 0 {
-			var obj map[string]any
-			if err := json.Unmarshal(e.Data, &obj); err != nil || obj == nil {
+			obj, err := decodeData(e.Data)
+			if err != nil || obj == nil {
 				return "", invalidEvents("hostsdk: event %s: data must be a JSON object", e.ID)
+			}
+			// A delivery carries data in canonical JSON, whose numbers
+			// are doubles (or integers within 64 bits): one beyond a
+			// double's range could never be signed into a delivery.
+			if path, num, ok := numberBeyondDouble(obj, "data"); ok {
+				return "", invalidEvents("hostsdk: event %s: %s: the number %s is beyond the range of an IEEE 754 double (about ±1.8e308), the numbers a delivery carries; send it as a string",
+					e.ID, path, truncateNumber(num))
 			}
 			if hasNUL(obj) {
 				return "", invalidEvents("hostsdk: event %s: data holds a NUL character (\\u0000), which the fleet's event log cannot store", e.ID)
@@ -248,6 +261,67 @@ func manifestChannels(m *aip.Manifest) map[string]bool {
 		}
 	}
 	return out
+}
+
+// decodeData decodes an event's data, valid JSON, keeping its numbers
+// as json.Number.
+func decodeData(raw json.RawMessage) (map[string]any, error) {
+	if !json.Valid(raw) {
+		return nil, errors.New("not JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var obj map[string]any
+	err := dec.Decode(&obj)
+	return obj, err
+}
+
+// numberBeyondDouble returns the path (data.a.b[2], members in name
+// order) and the text of a number in v (decoded by decodeData) whose
+// magnitude a double cannot hold, as aip.Canonicalize refuses it.
+func numberBeyondDouble(v any, path string) (string, string, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		if f, err := strconv.ParseFloat(string(x), 64); err != nil || math.IsInf(f, 0) {
+			return path, string(x), true
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if p, n, ok := numberBeyondDouble(x[k], path+memberPath(k)); ok {
+				return p, n, true
+			}
+		}
+	case []any:
+		for i, c := range x {
+			if p, n, ok := numberBeyondDouble(c, path+"["+strconv.Itoa(i)+"]"); ok {
+				return p, n, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// memberPath is the path step to an object member named name: .name, or
+// ["name"] for a name that is not a plain identifier.
+func memberPath(name string) string {
+	plain := name != "" && len(name) <= 64
+	for i := 0; plain && i < len(name); i++ {
+		c := name[i]
+		plain = c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
+	}
+	if plain {
+		return "." + name
+	}
+	q, _ := json.Marshal(aip.TruncateUTF8(name, 64))
+	return "[" + string(q) + "]"
+}
+
+// truncateNumber shortens a long number for a message.
+func truncateNumber(num string) string {
+	if len(num) <= 40 {
+		return num
+	}
+	return fmt.Sprintf("%s…%s (%d characters)", num[:24], num[len(num)-8:], len(num))
 }
 
 // hasNUL reports whether a decoded JSON value holds a NUL character in a
