@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,9 @@ import (
 // of several events the dispatcher refuses for its content is split in two
 // (splitBatch) so one bad event does not hold its batch-mates back; a batch
 // of one event refused for its content stays in the outbox, retried every
-// eventRefusedRetry.
+// eventRefusedRetry. A refusal the clocks explain (clockRefusal: this
+// host's clock far from the dispatcher's) is no refusal of the content:
+// the batch is retried whole with backoff, and logged once.
 const (
 	// eventClaimBatch bounds the batches claimed at once.
 	eventClaimBatch = 16
@@ -55,6 +58,11 @@ const (
 	// eventEnvelopeOverhead is reserved for the envelope around the events
 	// when a batch is split to fit aip.MaxEventDeliveryBytes.
 	eventEnvelopeOverhead = 16 << 10
+	// eventClockMargin: an event whose occurred_at is within this of the
+	// dispatcher's bound (aip.MaxEnvelopeSkew ahead of the clock its
+	// answer was sent at) counts as refused for it, since the dispatcher
+	// checked it a moment before it answered (clockRefusal).
+	eventClockMargin = 30 * time.Second
 )
 
 // Failure codes of event deliveries that did not get a signed AIP error
@@ -144,6 +152,9 @@ type eventDelivery struct {
 	stop     chan struct{} // closed: one last pass, then return
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// clockOff is set while the dispatcher refuses deliveries for this
+	// host's clock (clockRefusal), so that it is logged once.
+	clockOff atomic.Bool
 }
 
 // deliveryFailure is a failed delivery: its code, whether it is permanent,
@@ -157,7 +168,12 @@ type deliveryFailure struct {
 	// staleLease marks a refusal because the delivery's lease_sequence is
 	// not the replica's current one (aip.EventReasonStaleLeaseSequence).
 	staleLease bool
-	err        error
+	// clock, when set, says how the clocks explain the refusal
+	// (clockRefusal): this host's clock is far from the dispatcher's, or
+	// an event was stamped by a clock ahead of it. Such a failure is not
+	// permanent.
+	clock string
+	err   error
 }
 
 func (f *deliveryFailure) Error() string { return f.code + ": " + f.err.Error() }
@@ -301,6 +317,7 @@ func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) bool
 		}
 		h.m.eventsDelivered.Inc()
 		h.log.Debug("event batch delivered", "batch", e.ID, "channel_id", e.ChannelID)
+		d.clockAgrees()
 		return false
 	}
 	var f *deliveryFailure
@@ -308,6 +325,14 @@ func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) bool
 		f = &deliveryFailure{code: CodeEventTransport, err: err}
 	}
 	h.m.eventFailures.WithLabelValues(metricCode(f.code)).Inc()
+	switch f.code {
+	case CodeEventTransport, CodeEventAnswerInvalid, CodeEventBatchInvalid:
+		// No answer of the dispatcher's to tell the clocks by.
+	default:
+		if f.clock == "" {
+			d.clockAgrees()
+		}
+	}
 	if f.refusesContent() {
 		var events []json.RawMessage
 		if json.Unmarshal(e.Events, &events) == nil && len(events) > 1 {
@@ -327,12 +352,82 @@ func (d *eventDelivery) deliver(ctx context.Context, e journal.OutboxEntry) bool
 	}
 	attrs := []any{"batch", e.ID, "channel_id", e.ChannelID, "code", f.code, "attempts", e.Attempts + 1,
 		"next_attempt", aip.At(next).String(), "error", f.err}
-	if f.permanent {
+	switch {
+	case f.clock != "" && !d.clockOff.Swap(true):
+		h.log.Error("the dispatcher refuses event deliveries because of this host's clock; check this host's clock (NTP): batches are kept whole and retried with backoff, and delivered once the clocks agree",
+			append(attrs, "clock", f.clock)...)
+	case f.clock != "":
+		h.log.Debug("event delivery refused because of this host's clock; retrying with backoff", append(attrs, "clock", f.clock)...)
+	case f.permanent:
 		h.log.Error("the dispatcher refused an event batch; it is retried at the maximum backoff until the registry or connector is fixed", attrs...)
-	} else {
+	default:
 		h.log.Warn("event delivery failed; retrying with backoff", attrs...)
 	}
 	return false
+}
+
+// clockAgrees notes a delivery the dispatcher answered without refusing
+// it for this host's clock.
+func (d *eventDelivery) clockAgrees() {
+	if d.clockOff.Swap(false) {
+		d.h.log.Info("the dispatcher no longer refuses event deliveries because of this host's clock")
+	}
+}
+
+// clockRefusal returns how the clocks explain a refusal as
+// connector_event.invalid of a delivery carrying events, sent at sent by
+// this host's clock and answered at answered by the dispatcher's (its
+// answer's sent_at), which this host received at received by its own; ""
+// when they do not. The dispatcher refuses a delivery sent more than
+// aip.MaxEventDeliveryAge before its clock or more than aip.MaxEnvelopeSkew
+// after it, and an event whose occurred_at is more than
+// aip.MaxEnvelopeSkew after it; it checks them before the events' content,
+// and before it answers. Such a refusal is the same for every part of the
+// batch and goes away once the clocks agree (or, for an event stamped by a
+// clock ahead, once the dispatcher's clock gets there): it is no refusal
+// of the content, to split the batch for and retry hourly — but for an
+// event more than eventRefusedRetry past the dispatcher's bound, which
+// is.
+func clockRefusal(code string, sent, answered, received time.Time, events []aip.Event) string {
+	if code != aip.CodeEventInvalid || answered.IsZero() {
+		return ""
+	}
+	// The dispatcher's clock less this host's, to a round trip.
+	offset := answered.Sub(received).Round(time.Second)
+	host := "this host's clock agrees with the dispatcher's"
+	switch {
+	case offset > 0:
+		host = fmt.Sprintf("this host's clock is about %s behind the dispatcher's", offset)
+	case offset < 0:
+		host = fmt.Sprintf("this host's clock is about %s ahead of the dispatcher's", -offset)
+	}
+	switch {
+	case sent.Before(answered.Add(-aip.MaxEventDeliveryAge)):
+		return fmt.Sprintf("%s: the delivery's sent_at %s is more than %s before the dispatcher's clock (%s)",
+			host, aip.At(sent), aip.MaxEventDeliveryAge, aip.At(answered))
+	case sent.After(answered.Add(aip.MaxEnvelopeSkew)):
+		return fmt.Sprintf("%s: the delivery's sent_at %s is more than %s after the dispatcher's clock (%s)",
+			host, aip.At(sent), aip.MaxEnvelopeSkew, aip.At(answered))
+	}
+	// An event ahead is waited for only as long as a lone refused event
+	// would wait for its retry: one further ahead (an occurred_at of the
+	// provider's far in the future) is the event's own problem, and its
+	// batch is split so that it does not hold the others back.
+	var ahead *aip.Event
+	for i := range events {
+		e := &events[i]
+		if e.OccurredAt.After(answered.Add(aip.MaxEnvelopeSkew + eventRefusedRetry)) {
+			return ""
+		}
+		if ahead == nil && e.OccurredAt.After(answered.Add(aip.MaxEnvelopeSkew-eventClockMargin)) {
+			ahead = e
+		}
+	}
+	if ahead != nil {
+		return fmt.Sprintf("event %s's occurred_at %s is more than %s after the dispatcher's clock (%s): stamped by a clock ahead of it, it is taken once the dispatcher's clock gets there (%s)",
+			ahead.ID, ahead.OccurredAt, aip.MaxEnvelopeSkew, aip.At(answered), host)
+	}
+	return ""
 }
 
 // splitBatch replaces a batch of several events that the dispatcher
@@ -514,6 +609,7 @@ func (d *eventDelivery) post(ctx context.Context, channelID string, events []aip
 	if err != nil {
 		return transport("read the answer: %v", err)
 	}
+	received := c.Now()
 	if len(answer) > aip.MaxEventAnswerBytes {
 		return transport("HTTP %d: the answer exceeds %d bytes", resp.StatusCode, aip.MaxEventAnswerBytes)
 	}
@@ -538,6 +634,9 @@ func (d *eventDelivery) post(ctx context.Context, channelID string, events []aip
 		f := &deliveryFailure{code: pe.Error.Code, category: pe.Error.Category, message: pe.Error.Message,
 			err: fmt.Errorf("HTTP %d: %s", resp.StatusCode, pe.Error.Message)}
 		f.permanent = permanentEventCode(pe.Error.Code) || (pe.Error.Retryable != nil && !*pe.Error.Retryable && pe.Error.Category != aip.CategoryTemporary)
+		if f.clock = clockRefusal(pe.Error.Code, env.SentAt.Time, ans.SentAt.Time, received, events); f.clock != "" {
+			f.permanent = false
+		}
 		f.retryAfter = pe.Error.RetryAfter()
 		var details aip.EventRefusalDetails
 		if pe.Error.Code == aip.CodeEventUnavailable && len(pe.Error.Details) > 0 && json.Unmarshal(pe.Error.Details, &details) == nil {

@@ -205,6 +205,13 @@ type splitFleet struct {
 // registry as the fleet's admission would.
 func newSplitFleet(t *testing.T, j journal.Journal, crashAt func(op, id string) bool) *splitFleet {
 	t.Helper()
+	return newSplitFleetClock(t, j, crashAt, nil)
+}
+
+// newSplitFleetClock is newSplitFleet with the dispatcher's clock (nil:
+// time.Now, which the bubble fakes).
+func newSplitFleetClock(t *testing.T, j journal.Journal, crashAt func(op, id string) bool, now func() time.Time) *splitFleet {
+	t.Helper()
 	ctx := context.Background()
 	const gatewayID = "service:aipfleet-dispatch"
 	key, _ := aip.GenerateSigningKey()
@@ -213,7 +220,7 @@ func newSplitFleet(t *testing.T, j journal.Journal, crashAt func(op, id string) 
 		t.Fatal(err)
 	}
 	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{InMemory: true})
-	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID},
+	d, err := dispatch.New(dispatch.Config{SigningKey: key, PrincipalID: gatewayID, Now: now},
 		dispatch.Deps{Resolver: reg, Catalog: reg, Tokens: noTokens{}, Events: reg, Records: replicaRecords{reg, cp}})
 	if err != nil {
 		t.Fatal(err)
