@@ -49,7 +49,8 @@ var redeliveryProvenance = []string{"replica_id", "version_id", "lease_sequence"
 // aip.MaxEventsPerDelivery events, each with an ID, a kind of 1 to
 // MaxEventKindBytes bytes, an occurred_at in years 0000 to 9999 (RFC
 // 3339's) and data that is absent or a JSON object nesting at most
-// MaxEventDataDepth levels, without NUL characters, whose numbers fit
+// MaxEventDataDepth levels, without NUL characters or \u escapes of lone
+// UTF-16 surrogates, whose numbers fit
 // PostgreSQL's numeric (written out, at most 131072 digits before the
 // decimal point and 16383 after it; a number beyond is named by its path,
 // data.a.b[2]), and no event ID twice. Failures are *FieldError values
@@ -105,6 +106,9 @@ func (b *EventBatch) Validate() error {
 		}
 		if holdsNUL(e.Data) {
 			return invalid(RecordEvent, e.ID, "data", "holds a NUL character (\\u0000), which the event log cannot store; drop or replace it")
+		}
+		if holdsLoneSurrogate(e.Data) {
+			return invalid(RecordEvent, e.ID, "data", "holds a \\u escape of a lone UTF-16 surrogate (\\ud800 to \\udfff not in a high-low pair), which the event log cannot store; escape the character it stands for, or drop it")
 		}
 		if field, reason := numberOutOfRange(e.Data); reason != "" {
 			return invalid(RecordEvent, e.ID, field, "%s", reason)
@@ -368,6 +372,45 @@ func holdsNUL(raw []byte) bool {
 		return false
 	}
 	return walk(v)
+}
+
+// holdsLoneSurrogate reports whether a JSON document has a \u escape of a
+// UTF-16 surrogate that is not a high one followed by a low one
+// (PostgreSQL's jsonb refuses it as invalid input; Go's decoder reads it as
+// U+FFFD).
+func holdsLoneSurrogate(raw []byte) bool {
+	for i := 0; i < len(raw); {
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 {
+			return false
+		}
+		i += j
+		r, ok := escapedRune(raw, i)
+		switch {
+		case !ok:
+			i += 2 // another escape (\\, \", \n, ...)
+		case 0xdc00 <= r && r <= 0xdfff:
+			return true
+		case 0xd800 <= r && r <= 0xdbff:
+			if low, ok := escapedRune(raw, i+6); !ok || low < 0xdc00 || low > 0xdfff {
+				return true
+			}
+			i += 12
+		default:
+			i += 6
+		}
+	}
+	return false
+}
+
+// escapedRune returns the code unit of the \uXXXX escape at raw[i:], if
+// there is one.
+func escapedRune(raw []byte, i int) (rune, bool) {
+	if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+	return rune(v), err == nil
 }
 
 // dataIsObject reports whether data is absent or one JSON object.
