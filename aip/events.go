@@ -1,6 +1,9 @@
 package aip
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Provider events a connector host delivers to the fleet: the host sends
 // its outbox batches as signed aip.discovery.v1.event_stream_response
@@ -85,3 +88,20 @@ type EventRefusalDetails struct {
 // was signed). A host that holds a newer lease signs the delivery again
 // with it and sends it at once.
 const EventReasonStaleLeaseSequence = "stale_lease_sequence"
+
+// MemberPath is the step of a JSON path, as error messages name a value,
+// to an object member named name: .name for a plain identifier (at most 64
+// bytes of letters, digits and '_', not starting with a digit), otherwise
+// ["name"] with the name JSON-quoted and cut to 64 bytes.
+func MemberPath(name string) string {
+	plain := name != "" && len(name) <= 64
+	for i := 0; plain && i < len(name); i++ {
+		c := name[i]
+		plain = c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
+	}
+	if plain {
+		return "." + name
+	}
+	q, _ := json.Marshal(TruncateUTF8(name, 64))
+	return "[" + string(q) + "]"
+}

@@ -287,7 +287,7 @@ func numberBeyondDouble(v any, path string) (string, string, bool) {
 		}
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(x)) {
-			if p, n, ok := numberBeyondDouble(x[k], path+memberPath(k)); ok {
+			if p, n, ok := numberBeyondDouble(x[k], path+aip.MemberPath(k)); ok {
 				return p, n, true
 			}
 		}
@@ -299,21 +299,6 @@ func numberBeyondDouble(v any, path string) (string, string, bool) {
 		}
 	}
 	return "", "", false
-}
-
-// memberPath is the path step to an object member named name: .name, or
-// ["name"] for a name that is not a plain identifier.
-func memberPath(name string) string {
-	plain := name != "" && len(name) <= 64
-	for i := 0; plain && i < len(name); i++ {
-		c := name[i]
-		plain = c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
-	}
-	if plain {
-		return "." + name
-	}
-	q, _ := json.Marshal(aip.TruncateUTF8(name, 64))
-	return "[" + string(q) + "]"
 }
 
 // truncateNumber shortens a long number for a message.

@@ -278,7 +278,7 @@ func findNumber(data []byte, bad func(num string) string) (path, reason string) 
 		b.WriteString("data")
 		for _, f := range stack {
 			if f.object {
-				b.WriteString(memberPath(f.name))
+				b.WriteString(aip.MemberPath(f.name))
 			} else {
 				fmt.Fprintf(&b, "[%d]", f.index)
 			}
@@ -325,20 +325,6 @@ func findNumber(data []byte, bad func(num string) string) (path, reason string) 
 			stack[n-1].key = true
 		}
 	}
-}
-
-// memberPath is the path step to an object member named name.
-func memberPath(name string) string {
-	plain := name != "" && len(name) <= 64
-	for i := 0; plain && i < len(name); i++ {
-		c := name[i]
-		plain = c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9'
-	}
-	if plain {
-		return "." + name
-	}
-	q, _ := json.Marshal(aip.TruncateUTF8(name, 64))
-	return "[" + string(q) + "]"
 }
 
 // holdsNUL reports whether a JSON document has a NUL character in a string
