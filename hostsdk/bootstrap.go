@@ -318,36 +318,99 @@ func probeStepError(ctx context.Context, storageErr, connErr error) error {
 	return errors.Join(storageErr, connErr)
 }
 
-// Step 8: the signed registration. A registration refused because the
-// replica's lease is still live in the registry (lease_live: an earlier
-// run of this replica that stopped without going offline — a kill -9, an
-// OOM kill, a lost machine — or another process started with this replica
-// ID) is sent again, with a new request, once that lease can have expired
-// (awaitLeaseLive), for at most MaxLeaseTTL plus a margin: the registry
-// refuses any takeover while the lease is live, so waiting here is what a
-// supervisor restarting the process would do, without its crash loop (a
-// systemd unit with the default start limit gives up after five quick
-// failures).
+// Step 8: the signed registration.
+//
+// A registration the control plane did not answer (ErrControlUnavailable:
+// unreachable, hung, its signed 503, an answer lost or unverifiable) is
+// sent again with jittered exponential backoff for up to
+// Config.RegisterWait (registerWait): a control plane that restarts, or
+// whose database fails over, is back within that, and a replica starting
+// meanwhile waits for it instead of failing its start into its
+// supervisor's crash loop. While the outcome of its attempts is unknown
+// (one may have been applied and its answer lost) the same request is
+// sent again (ID and payload, re-signed only when its window runs out:
+// refresh), as lease recovery does: the control plane then answers a
+// registration it applied with its lease instead of refusing a new one as
+// lease_live. A replay answering a lease that ran out meanwhile, or refused
+// because the replica changed since it was applied (the replay rule: the
+// lease ran out and maintenance took the replica offline), is followed by
+// a new registration at once.
+//
+// A registration refused because the replica's lease is still live in the
+// registry (lease_live: an earlier run of this replica that stopped
+// without going offline — a kill -9, an OOM kill, a lost machine — or
+// another process started with this replica ID) is sent again, with a new
+// request, once that lease can have expired (awaitLeaseLive), for at most
+// MaxLeaseTTL plus a margin: the registry refuses any takeover while the
+// lease is live, so waiting here is what a supervisor restarting the
+// process would do, without its crash loop (a systemd unit with the
+// default start limit gives up after five quick failures). Any other
+// signed rejection fails the start at once.
 func (h *Host) stepRegister(ctx context.Context) error {
 	var deadline time.Time
+	wait := h.newRegisterWait()
+	var sr *sealedRequest // the request to send again, nil: seal a new one
 	for {
-		err := h.registerOnce(ctx)
-		var rej *ControlRejectedError
-		if err == nil || !errors.As(err, &rej) || !strings.HasPrefix(rej.Message, leaseLivePrefix) {
+		replay := sr != nil
+		var err error
+		if replay {
+			sr, err = h.control.refresh(sr)
+		} else {
+			sr, err = h.control.seal(aip.RegisterCommand(h.registration()))
+		}
+		if err != nil {
 			return err
 		}
+		lease, err := h.registerOnce(ctx, sr)
+		var rej *ControlRejectedError
+		switch {
+		case err == nil && replay && !lease.ExpiresAt.After(h.cfg.Now()):
+			h.log.Warn("the control plane answered the replayed registration with the lease it committed earlier, which has expired since; registering again with a new request",
+				"request_id", sr.req.RequestID, "sequence", lease.Sequence, "expired_at", lease.ExpiresAt.String())
+			sr = nil
+			continue
+		case err == nil:
+			wait.registered()
+			// The control plane's lease TTL is authoritative; a host whose
+			// heartbeats come less often than half of it loses its lease
+			// between them and flaps between not ready and re-registering.
+			if granted := lease.ExpiresAt.Sub(h.cfg.Now()); granted < 2*h.cfg.HeartbeatInterval {
+				h.log.Warn("the control plane grants a lease shorter than two heartbeat intervals: the lease will lapse between heartbeats; set --heartbeat-interval-ms to at most half the control plane's --lease-ttl",
+					"lease", granted.Round(time.Millisecond).String(), "heartbeat_interval", h.cfg.HeartbeatInterval.String())
+			}
+			return nil
+		case errors.Is(err, ErrControlUnavailable):
+			if ctx.Err() != nil {
+				return err
+			}
+			if err := wait.sleep(ctx, err); err != nil {
+				return err
+			}
+			continue // sr again: its outcome is unknown, or nothing of it was applied
+		case !errors.As(err, &rej):
+			return err
+		case replay && sr.maybeApplied && strings.HasPrefix(rej.Message, replayRulePrefix):
+			h.log.Warn("the control plane refused the replayed registration: it was applied, and the replica has changed since (its lease ran out); registering again with a new request",
+				"request_id", sr.req.RequestID, "message", rej.Message)
+			sr = nil
+			continue
+		case !strings.HasPrefix(rej.Message, leaseLivePrefix):
+			return err
+		}
+		sr = nil
+		wait.answered()
 		now := h.cfg.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(MaxLeaseTTL + leaseLiveMargin)
 		}
-		wait := leaseLiveWait(rej.Message, now, h.cfg.HeartbeatInterval)
-		if now.Add(wait).After(deadline) {
+		delay := leaseLiveWait(rej.Message, now, h.cfg.HeartbeatInterval)
+		if now.Add(delay).After(deadline) {
 			return fmt.Errorf("%w (still live after waiting %s for it to expire: another process may hold this replica ID; give each replica its own ID)",
 				err, (MaxLeaseTTL + leaseLiveMargin).String())
 		}
 		h.log.Warn("registration refused while the replica's previous lease is live in the registry (a run that stopped without going offline, or another process with this replica ID); registering again once it can have expired",
-			"message", rej.Message, "retry_in", wait.Round(time.Millisecond).String())
-		t := time.NewTimer(wait)
+			"message", rej.Message, "retry_in", delay.Round(time.Millisecond).String())
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -359,8 +422,13 @@ func (h *Host) stepRegister(ctx context.Context) error {
 
 // leaseLivePrefix starts the message of a registration the registry refused
 // under its lease_live rule (the control plane words its rejections
-// "<rule>: <reason>").
-const leaseLivePrefix = aip.ControlRuleLeaseLive + ": "
+// "<rule>: <reason>"), and replayRulePrefix one refused under its replay
+// rule (registry.RuleReplay): a request ID the registry decided already,
+// whose replay it no longer answers with that decision.
+const (
+	leaseLivePrefix  = aip.ControlRuleLeaseLive + ": "
+	replayRulePrefix = "replay: "
+)
 
 // leaseLiveMargin is added to MaxLeaseTTL to bound the wait for a live lease:
 // the control plane's maintenance takes an expired lease offline within its
@@ -384,41 +452,33 @@ func leaseLiveWait(message string, now time.Time, heartbeat time.Duration) time.
 	return max(t.Sub(now)+time.Second, time.Second)
 }
 
-// registerOnce sends one signed registration and applies its lease.
-func (h *Host) registerOnce(ctx context.Context) error {
-	sr, err := h.control.seal(aip.RegisterCommand(h.registration()))
-	if err != nil {
-		return err
-	}
+// registerOnce sends sr (an attempt and, after an ambiguous failure, its
+// resend) and applies the lease it answers. After a failure that leaves
+// open whether the control plane applied it, sr is the pending
+// registration: a failed start replays it to learn that and takes the
+// replica offline. (One that never left the host, or that the control
+// plane refused with its signed word, was not applied.) An answer, or a
+// signed rejection, clears it.
+func (h *Host) registerOnce(ctx context.Context, sr *sealedRequest) (*aip.Lease, error) {
 	out, err := h.control.do(ctx, sr)
+	h.controlMu.Lock()
+	h.pendingRegister = nil
+	var rej *ControlRejectedError
+	if err != nil && !errors.As(err, &rej) && sr.maybeApplied {
+		h.pendingRegister = sr
+	}
+	h.controlMu.Unlock()
 	if err != nil {
-		var rej *ControlRejectedError
-		if !errors.As(err, &rej) && sr.maybeApplied {
-			// It may have been committed: a failed start replays it to
-			// learn that and takes the replica offline. (One that never
-			// left the host, or that the control plane refused with its
-			// signed word, was not.)
-			h.controlMu.Lock()
-			h.pendingRegister = sr
-			h.controlMu.Unlock()
-		}
-		return err
+		return nil, err
 	}
 	if out.Lease == nil {
-		return fmt.Errorf("register answered %s without a lease", out.Status)
+		return nil, fmt.Errorf("register answered %s without a lease", out.Status)
 	}
 	h.lease.apply(out.Lease)
 	if err := h.fixOrigin(ctx, out.Lease.Sequence); err != nil {
-		return err
+		return nil, err
 	}
-	// The control plane's lease TTL is authoritative; a host whose
-	// heartbeats come less often than half of it loses its lease between
-	// them and flaps between not ready and re-registering.
-	if granted := out.Lease.ExpiresAt.Sub(h.cfg.Now()); granted < 2*h.cfg.HeartbeatInterval {
-		h.log.Warn("the control plane grants a lease shorter than two heartbeat intervals: the lease will lapse between heartbeats; set --heartbeat-interval-ms to at most half the control plane's --lease-ttl",
-			"lease", granted.Round(time.Millisecond).String(), "heartbeat_interval", h.cfg.HeartbeatInterval.String())
-	}
-	return nil
+	return out.Lease, nil
 }
 
 // registration is the replica proposal: ready, no assignments, health

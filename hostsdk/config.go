@@ -43,6 +43,10 @@ const (
 	DefaultHandleGrace        = 10 * time.Second
 	MaxHandleGrace            = 300 * time.Second
 	DefaultConfigRevision     = 1
+	// DefaultRegisterWait and MaxRegisterWait: Config.RegisterWait's
+	// default and bound.
+	DefaultRegisterWait = 2 * time.Minute
+	MaxRegisterWait     = time.Hour
 	// DefaultGatewayPrincipalID is Config.GatewayPrincipalID when unset:
 	// the principal aipfleet dispatch signs as by default (its
 	// --principal-id). A host only accepts native messages from this
@@ -72,6 +76,10 @@ const (
 	MinActionRetention = time.Hour
 	// KeepActionsForever, as Config.ActionRetention, never prunes actions.
 	KeepActionsForever time.Duration = -1
+	// NoRegisterWait, as Config.RegisterWait, fails the start at the
+	// first failed registration (its attempt and resend), without waiting
+	// for the control plane.
+	NoRegisterWait time.Duration = -1
 )
 
 // Config configures a Host. Required fields have no default; every other
@@ -229,6 +237,21 @@ type Config struct {
 	// ControlTimeout bounds each lifecycle HTTP attempt. Defaults to 5s;
 	// 1ms to 30s.
 	ControlTimeout time.Duration
+	// RegisterWait bounds how long bootstrap step 8 waits for a control
+	// plane that does not answer the registration (ErrControlUnavailable:
+	// unreachable, hung, answering its signed 503, or an answer lost), as
+	// while it restarts or the database behind it fails over: the host
+	// logs that it waits and registers again with jittered exponential
+	// backoff (1s doubling to 10s), sending the same request again while
+	// the outcome of its attempts is unknown, and fails the start once
+	// RegisterWait has passed since the first failed attempt (the
+	// attempt in flight then finishes first). A signed rejection fails
+	// the start at once, except lease_live (the replica's previous lease
+	// is still live), which is waited out for up to MaxLeaseTTL plus 10s
+	// whatever RegisterWait is. Defaults to 2 minutes; 1ms to 1 hour;
+	// NoRegisterWait fails the start at the first failed attempt and its
+	// resend.
+	RegisterWait time.Duration
 	// HandleGrace is how long the host waits for the connector's Handle
 	// (or HandleStream) to return after the action's context ended (its
 	// timeout_ms passed, a cancel asked for it, or the host stopped). A
@@ -388,6 +411,9 @@ func (c Config) withDefaults() Config {
 	if c.HandleGrace == 0 {
 		c.HandleGrace = DefaultHandleGrace
 	}
+	if c.RegisterWait == 0 {
+		c.RegisterWait = DefaultRegisterWait
+	}
 	if c.ActionRetention == 0 {
 		c.ActionRetention = DefaultActionRetention
 	}
@@ -488,6 +514,10 @@ func (c *Config) validate() error {
 	}
 	if err := durationIn("HandleGrace", c.HandleGrace, time.Millisecond, MaxHandleGrace); err != nil {
 		return err
+	}
+	if c.RegisterWait != NoRegisterWait && (c.RegisterWait < time.Millisecond || c.RegisterWait > MaxRegisterWait || c.RegisterWait%time.Millisecond != 0) {
+		return cfgErr("RegisterWait", "is %s; must be a whole number of milliseconds from 1 to %d ms (%s), or 0 on the command line (NoRegisterWait in Config) to fail the start without waiting for the control plane",
+			c.RegisterWait, MaxRegisterWait.Milliseconds(), MaxRegisterWait)
 	}
 	if c.ActionRetention != KeepActionsForever && c.ActionRetention < MinActionRetention {
 		return cfgErr("ActionRetention", "is %d ms; must be at least %d ms (%s), or 0 on the command line (KeepActionsForever in Config) to keep finished actions for ever",

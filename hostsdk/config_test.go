@@ -94,6 +94,50 @@ func TestLoadConfigErrorsNameTheSetting(t *testing.T) {
 	}
 }
 
+// TestRegisterWaitSetting: --register-wait-ms (its variable) sets
+// Config.RegisterWait; 0 is NoRegisterWait (the start fails at the first
+// failed registration), not the default, which unset gives.
+func TestRegisterWaitSetting(t *testing.T) {
+	args, _, _ := validArgs(t)
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+	}{{"", hostsdk.DefaultRegisterWait}, {"0", hostsdk.NoRegisterWait}, {"45000", 45 * time.Second}, {"3600000", hostsdk.MaxRegisterWait}} {
+		cfg, err := hostsdk.LoadConfig(args, func(k string) string {
+			if k == "AIP_CONNECTOR_HOST_REGISTER_WAIT_MS" {
+				return c.env
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatalf("AIP_CONNECTOR_HOST_REGISTER_WAIT_MS=%q: %v", c.env, err)
+		}
+		if c.env == "" {
+			if cfg.RegisterWait != 0 {
+				t.Errorf("unset: RegisterWait %s, want 0 (the default)", cfg.RegisterWait)
+			}
+			cfg.RegisterWait = c.want
+		}
+		if cfg.RegisterWait != c.want {
+			t.Errorf("AIP_CONNECTOR_HOST_REGISTER_WAIT_MS=%q: RegisterWait %s, want %s", c.env, cfg.RegisterWait, c.want)
+		}
+		if _, err := hostsdk.New(cfg, newTestConnector()); err != nil {
+			t.Errorf("AIP_CONNECTOR_HOST_REGISTER_WAIT_MS=%q: New: %v", c.env, err)
+		}
+	}
+	for _, bad := range []string{"-1", "3600001", "2m"} {
+		_, err := hostsdk.LoadConfig(args, func(k string) string {
+			if k == "AIP_CONNECTOR_HOST_REGISTER_WAIT_MS" {
+				return bad
+			}
+			return ""
+		})
+		if err == nil || !strings.Contains(err.Error(), "--register-wait-ms") || !strings.Contains(err.Error(), "0 to 3600000 ms") {
+			t.Errorf("AIP_CONNECTOR_HOST_REGISTER_WAIT_MS=%s: %v; want it refused naming the setting and the range", bad, err)
+		}
+	}
+}
+
 func TestNewValidatesConfig(t *testing.T) {
 	args, _, _ := validArgs(t)
 	base, err := hostsdk.LoadConfig(args, nil)
@@ -136,6 +180,12 @@ func TestNewValidatesConfig(t *testing.T) {
 			[]string{"--database-url-file", "pgruntime"}},
 		{"probe timeout", func(c *hostsdk.Config) { c.HealthProbeTimeout = time.Minute },
 			[]string{"--health-probe-timeout-ms", "1 to 30000 ms"}},
+		{"register wait too long", func(c *hostsdk.Config) { c.RegisterWait = 2 * time.Hour },
+			[]string{"--register-wait-ms", "AIP_CONNECTOR_HOST_REGISTER_WAIT_MS", "1 to 3600000 ms", "NoRegisterWait"}},
+		{"register wait negative", func(c *hostsdk.Config) { c.RegisterWait = -2 * time.Second },
+			[]string{"--register-wait-ms", "1 to 3600000 ms"}},
+		{"register wait below a millisecond", func(c *hostsdk.Config) { c.RegisterWait = time.Microsecond },
+			[]string{"--register-wait-ms", "whole number of milliseconds"}},
 		// A bind port out of range, missing or named was accepted, and the
 		// listener refused it only at step 5, after the journal was opened
 		// and its owner recorded.

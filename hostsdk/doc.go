@@ -40,7 +40,9 @@
 // --allow-insecure-loopback-http, --max-in-flight, --lease-ttl-ms,
 // --heartbeat-interval-ms, --drain-timeout-ms, --drain-linger-ms,
 // --health-probe-timeout-ms, --handle-grace-ms,
-// --control-timeout-ms, --tls-ca-certificate-file, --state-dir and
+// --control-timeout-ms, --register-wait-ms (default 120000: how long the
+// start waits for a control plane that does not answer; 0 does not wait),
+// --tls-ca-certificate-file, --state-dir and
 // --database-url-file for the journal, the optional identity the
 // connector is given (--tenant-system, --membership-id,
 // --external-account-id with --external-account-system, and the tenant
@@ -79,11 +81,19 @@
 //     (BuildRoutesError);
 //  6. recover durable work (RecoverError);
 //  7. probe storage and connector health (ProbeError);
-//  8. send the signed register (RegisterError); refused because the
+//  8. send the signed register (RegisterError). While the control plane
+//     does not answer (ErrControlUnavailable: down, restarting, its
+//     database failing over), it logs that it waits and registers again
+//     with jittered exponential backoff for up to Config.RegisterWait (2
+//     minutes by default), sending the same request again while the
+//     outcome of its attempts is unknown, so that one applied with its
+//     answer lost is answered with its lease; then the start fails naming
+//     the control plane and --register-wait-ms. Refused because the
 //     replica's lease is still live in the registry (lease_live: a run
 //     that stopped without going offline, such as a kill -9), it waits
 //     until that lease can have expired and registers again with a new
-//     request, for at most MaxLeaseTTL plus 10 s;
+//     request, for at most MaxLeaseTTL plus 10 s; any other signed
+//     rejection fails the start;
 //  9. apply the lease and start heartbeats (ApplyLeaseError);
 //  10. serve (ServeError).
 //

@@ -458,6 +458,7 @@ func TestFailedStartSaysWhatItLeftBehind(t *testing.T) {
 		rt = http.DefaultTransport
 	}
 	f.cfg.ControlPlaneTransport = &dropAll{next: rt}
+	f.cfg.RegisterWait = 500 * time.Millisecond // it registers again once, then fails the start
 	h, err := hostsdk.New(f.cfg, newTestConnector())
 	if err != nil {
 		t.Fatal(err)
@@ -493,6 +494,7 @@ func TestFailedStartAfterARefusedConnectionLeavesNothing(t *testing.T) {
 	}
 	tries := &countTries{next: rt}
 	f.cfg.ControlPlaneTransport = tries
+	f.cfg.RegisterWait = hostsdk.NoRegisterWait
 	h, err := hostsdk.New(f.cfg, newTestConnector())
 	if err != nil {
 		t.Fatal(err)

@@ -103,6 +103,15 @@ var options = []*option{
 		set: millis(func(c *Config) *time.Duration { return &c.ControlTimeout })},
 	{flag: "handle-grace-ms", env: "HANDLE_GRACE_MS", field: "HandleGrace", usage: "how long a connector call may run on after its action's timeout, cancel or the shutdown before the action is journaled outcome_unknown, and the time an answer write may take besides its size at 256 KiB/s, in ms (default 10000)", kind: SettingMillis, min: 1, max: MaxHandleGrace.Milliseconds(),
 		set: millis(func(c *Config) *time.Duration { return &c.HandleGrace })},
+	{flag: "register-wait-ms", env: "REGISTER_WAIT_MS", field: "RegisterWait", usage: "how long the start waits for a control plane that does not answer its registration, registering again with backoff, in ms (default 120000; at most 3600000; 0 fails the start at once)", kind: SettingMillis, min: 0, max: MaxRegisterWait.Milliseconds(),
+		set: func(c *Config, v string) error {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			c.RegisterWait = time.Duration(n) * time.Millisecond
+			if n == 0 {
+				c.RegisterWait = NoRegisterWait
+			}
+			return nil
+		}},
 	{flag: "state-dir", env: "STATE_DIR", field: "StateDir", usage: "directory of the embedded SQLite journal (default .aipfleet/host-<replica-id>)", set: str(func(c *Config) *string { return &c.StateDir })},
 	{flag: "action-retention-ms", env: "ACTION_RETENTION_MS", field: "ActionRetention", usage: "how long a finished action's journal record is kept, in ms (default 2592000000, 30 days; at least 3600000; 0 keeps them for ever)", kind: SettingMillis, min: 0, max: math.MaxInt64 / int64(time.Millisecond),
 		set: func(c *Config, v string) error {

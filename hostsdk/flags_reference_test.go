@@ -80,6 +80,8 @@ func TestSettingsMatchTheReference(t *testing.T) {
 		// aipfleet's own (operator-guide.md, sections 7 and 8).
 		{"drain-linger-ms", "DRAIN_LINGER_MS", func(c *Config) string { return ms(c.DrainLinger) }, "2000", "1", "60000"},
 		{"handle-grace-ms", "HANDLE_GRACE_MS", func(c *Config) string { return ms(c.HandleGrace) }, "10000", "1", "300000"},
+		// 0 is NoRegisterWait (TestRegisterWaitSetting).
+		{"register-wait-ms", "REGISTER_WAIT_MS", func(c *Config) string { return ms(c.RegisterWait) }, "120000", "", "3600000"},
 		{"state-dir", "STATE_DIR", func(c *Config) string { return c.StateDir }, ".aipfleet/host-crepl_x", "", ""},
 		{"action-retention-ms", "ACTION_RETENTION_MS", func(c *Config) string { return ms(c.ActionRetention) }, "2592000000", "", ""},
 	}

@@ -57,9 +57,13 @@ func TestStopAfterALostRecoveryAnswer(t *testing.T) {
 // registry, routable with nobody serving it, until its lease ran out (and
 // a restarted host could not register before then: the lease was live).
 // The failed start replays the registration to learn its outcome and takes
-// the replica offline.
+// the replica offline. (Without the wait for the control plane: with it,
+// the start replays the registration and succeeds.
+// TestFailedStartAfterTheRegisterWaitGoesOffline fails the start after
+// the wait.)
 func TestFailedStartAfterALostRegisterAnswerGoesOffline(t *testing.T) {
 	f := newFleet(t)
+	f.cfg.RegisterWait = hostsdk.NoRegisterWait
 	f.cp.FailNext(2, hostsdktest.FaultDropResponse)
 	h, err := hostsdk.New(f.cfg, newTestConnector())
 	if err != nil {

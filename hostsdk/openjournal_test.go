@@ -55,6 +55,7 @@ func TestOpenJournalRunsAtStepTwo(t *testing.T) {
 	f = newFleet(t)
 	j := memjournal.New()
 	f.cfg.Journal, f.cfg.OpenJournal = nil, opener(j, nil, &calls)
+	f.cfg.RegisterWait = hostsdk.NoRegisterWait
 	f.cp.SetUnavailable(true)
 	if err := startErr(t, f, newTestConnector()); !errors.Is(err, hostsdk.ErrControlUnavailable) || !closed(j) {
 		t.Fatalf("Start without a control plane: %v, journal closed %v; want ErrControlUnavailable and the journal closed", err, closed(j))
