@@ -89,7 +89,9 @@
 // stopped as MCP's stdio shutdown says: its input is closed first (a
 // server that then exits on its own has stopped, whatever its exit
 // status), and only a server still running after half of StopTimeout gets
-// SIGTERM (SIGKILL at StopTimeout).
+// SIGTERM (SIGKILL at StopTimeout); one that does not exit within a few
+// seconds after SIGKILL (uninterruptible sleep) is given up on, as an
+// --exec child is, so that a shutdown is never held by it.
 //
 // # Supervision and the shutdown order
 //

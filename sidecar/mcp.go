@@ -94,7 +94,9 @@ type MCPConfig struct {
 	// group. At the sidecar's shutdown (Close) it bounds the whole stop:
 	// the server's input is closed first and it has half of StopTimeout
 	// to exit on its own (MCP's stdio shutdown), then SIGTERM, then
-	// SIGKILL at StopTimeout. Defaults to 10s.
+	// SIGKILL at StopTimeout; a server that has not exited 5s after
+	// SIGKILL (uninterruptible sleep) is given up on (terminateServer).
+	// Defaults to 10s.
 	StopTimeout time.Duration
 	// MaxActionDuration bounds a tool call without timeout_ms (or with
 	// 0). Defaults to 1h.
@@ -126,6 +128,15 @@ type MCPConfig struct {
 	// does. Defaults to ManifestChangeReport.
 	OnManifestChange ManifestChangePolicy
 	Logger           *slog.Logger
+
+	// killWait bounds the wait for a stdio server to exit after SIGKILL
+	// (defaultKillWait when 0), as superviseConfig.KillWait does for an
+	// --exec child.
+	killWait time.Duration
+	// awaitExit, when set, is what the reaper waits for a stdio server's
+	// exit with instead of awaitExitUnreaped (tests: a server that cannot
+	// be reaped in time).
+	awaitExit func(pid int) error
 }
 
 // MCP is a hostsdk connector that wraps an MCP server: its tools are the
@@ -474,7 +485,7 @@ func (m *MCP) startServer() (*child, mcp.Transport, error) {
 		return nil, nil, err
 	}
 	c := newChild(cmd)
-	c.input = stdin
+	c.input, c.output, c.awaitExit = stdin, out, m.cfg.awaitExit
 	go func() {
 		c.reap("the MCP server", m.cfg.StopTimeout, m.log)
 		time.AfterFunc(m.cfg.StopTimeout, func() { out.Close() })
@@ -1237,7 +1248,8 @@ func (m *MCP) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hostsdk.R
 // Close stops reconnecting and closes the session; a stdio server is
 // stopped as MCP's stdio shutdown says (shutdownServer): its input closed
 // first, SIGTERM to its process group only if it still runs after half of
-// StopTimeout, SIGKILL at StopTimeout.
+// StopTimeout, SIGKILL at StopTimeout, and given up on if it has not exited
+// 5s after SIGKILL (terminateServer).
 func (m *MCP) Close() error {
 	m.mu.Lock()
 	if m.stopped {
@@ -1329,7 +1341,8 @@ func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
 // ignores SIGTERM with calls in flight is killed here rather than left
 // until their deadlines. It returns once the server was reaped, after the
 // rest of its group is gone (child.reap) — also when the server had
-// exited already.
+// exited already —, or once it was given up on after SIGKILL
+// (terminateServer).
 func (m *MCP) stopServer(srv *child, sess *mcp.ClientSession) error {
 	closed := make(chan error, 1)
 	if sess != nil {
@@ -1341,7 +1354,13 @@ func (m *MCP) stopServer(srv *child, sess *mcp.ClientSession) error {
 }
 
 // terminateServer sends SIGTERM to a stdio server's process group, and
-// SIGKILL after wait; closed reports the end of its session.
+// SIGKILL after wait; closed reports the end of its session. After SIGKILL
+// the server has the KillWait of an --exec child (child.awaitKilled) to
+// exit: one in uninterruptible sleep (a dead network file system) is
+// given up on, logged, and its input and output closed so that its
+// session ends although the server still holds them; the error returned
+// says so. Neither the sidecar's shutdown nor a restart waits for it for
+// ever.
 func (m *MCP) terminateServer(srv *child, closed <-chan error, wait time.Duration) error {
 	pid := srv.cmd.Process.Pid
 	srv.terminating.Store(true)
@@ -1356,13 +1375,38 @@ func (m *MCP) terminateServer(srv *child, closed <-chan error, wait time.Duratio
 		m.log.Warn("the MCP server (or another process of its process group) did not stop after SIGTERM; sending SIGKILL to its process group", "pid", pid, "after_ms", wait.Milliseconds())
 		srv.signal(syscall.SIGKILL)
 		killed = true
-		<-srv.exited
+		kw := killWaitOr(m.cfg.killWait)
+		if !srv.awaitKilled("the MCP server", kw, m.log) {
+			m.abandon(srv, closed, kw)
+			return fmt.Errorf("sidecar: the MCP server %d did not stop within %s after SIGTERM, and did not exit within %s after SIGKILL either (uninterruptible sleep, e.g. on a dead network file system?); the sidecar stopped waiting for it",
+				pid, m.cfg.StopTimeout, kw)
+		}
 	}
 	kill.Stop()
 	// The server's output ends with its group (or StopTimeout after it),
 	// so the session's reader, and Close, end too.
 	<-closed
 	return m.stopResult(srv, killed)
+}
+
+// abandon ends the session of a stdio server the sidecar gave up on
+// (terminateServer): its input and output are closed, which ends the
+// session's reader and writes, and the session's close is awaited for at
+// most killWait. The reaper still reaps the server if it ever exits.
+func (m *MCP) abandon(srv *child, closed <-chan error, killWait time.Duration) {
+	if srv.input != nil {
+		srv.input.Close()
+	}
+	if srv.output != nil {
+		srv.output.Close()
+	}
+	t := time.NewTimer(killWait)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+		m.log.Error("the session of the MCP server given up on did not end; no longer waiting for it", "pid", srv.cmd.Process.Pid)
+	}
 }
 
 // stopResult reports how a stdio server that was stopped ended.

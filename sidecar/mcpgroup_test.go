@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -177,4 +178,79 @@ func TestMCPServerExitingWithAStatusAtEOFStopped(t *testing.T) {
 	logs.await(t, func(r slog.Record) bool {
 		return strings.Contains(r.Message, "exited with an error status once its input was closed") && strings.Contains(attr(r, "exit"), "exit status 3")
 	})
+}
+
+// TestMCPCloseGivesUpOnAServerThatDoesNotExitAfterSIGKILL: a stdio server
+// that does not exit after SIGKILL (uninterruptible sleep on a dead NFS
+// mount; here a reaper that does not see its exit, and a process outside
+// its group that holds its output open, as the sleeping server would) does
+// not hang Close, and so the sidecar's shutdown, for ever: it is given up
+// on KillWait after SIGKILL, logged, its session ended, and Close returns
+// an error saying so. Close waited for its exit without limit.
+func TestMCPCloseGivesUpOnAServerThatDoesNotExitAfterSIGKILL(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("process groups are supervised on Linux")
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	holder := filepath.Join(t.TempDir(), "holder")
+	t.Cleanup(func() {
+		if raw, err := os.ReadFile(holder); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	logs := newLogWatch()
+	m, err := NewMCP(MCPConfig{
+		// The holder leaves the server's process group (setsid) with the
+		// server's output.
+		Command:     []string{"/bin/sh", "-c", `setsid sleep 300 & echo $! > "$HOLDER"; exec "$0" -test.run=^$`, os.Args[0]},
+		Env:         []string{envMCPChild + "=1", "HOLDER=" + holder, "GORACE=atexit_sleep_ms=0"},
+		StopTimeout: 200 * time.Millisecond, killWait: 300 * time.Millisecond,
+		Logger: logs.logger(),
+		// The server's exit is not seen until the test releases it.
+		awaitExit: func(pid int) error {
+			<-release
+			return awaitExitUnreaped(pid)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Connect(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	srv := m.srv
+	m.mu.Unlock()
+
+	closed := make(chan error, 1)
+	t0 := time.Now()
+	go func() { closed <- m.Close() }()
+	select {
+	case err = <-closed:
+	case <-time.After(10 * time.Second):
+		unblock()
+		<-closed
+		t.Fatal("Close waited for a server that did not exit after SIGKILL")
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("Close took %s; want about StopTimeout + 2 KillWait", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "did not exit within 300ms after SIGKILL") {
+		t.Errorf("Close = %v; want it to say the server did not exit after SIGKILL", err)
+	}
+	logs.await(t, func(r slog.Record) bool {
+		return strings.HasPrefix(r.Message, "the MCP server did not exit after SIGKILL") && attr(r, "pid") == strconv.Itoa(srv.cmd.Process.Pid)
+	})
+	// The reaper still reaps the server once its exit is seen.
+	unblock()
+	select {
+	case <-srv.exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the server was not reaped once its exit was seen")
+	}
 }

@@ -119,6 +119,11 @@ type child struct {
 	// input is a stdio MCP server's standard input (nil for an --exec
 	// child), closed first at an orderly stop (MCP.shutdownServer).
 	input io.Closer
+	// output is the read end of a stdio MCP server's standard output (nil
+	// for an --exec child), which its session reads; closed StopTimeout
+	// after the server was reaped, or when the sidecar gives up on a
+	// server that did not exit after SIGKILL (MCP.terminateServer).
+	output io.Closer
 	// awaitExit replaces awaitExitUnreaped when set (superviseConfig).
 	awaitExit func(pid int) error
 
@@ -576,24 +581,24 @@ func (s *supervisor) terminate(c *child) error {
 	}
 	s.log.Error("the connector process (or another process of its process group) did not stop in time; killing its process group", "pid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
 	c.signal(syscall.SIGKILL)
-	if !s.awaitKilled(c) {
+	if !c.awaitKilled("the connector process", s.killWait(), s.log) {
 		return fmt.Errorf("sidecar: the connector process %d did not stop within %s after SIGTERM, and did not exit within %s after SIGKILL either (uninterruptible sleep, e.g. on a dead network file system?); the sidecar stopped waiting for it",
 			pid, s.cfg.StopTimeout, s.killWait())
 	}
 	return fmt.Errorf("sidecar: the connector process %d (or another process of its process group) did not stop within %s after SIGTERM and was killed", pid, s.cfg.StopTimeout)
 }
 
-// awaitKilled waits for c, sent SIGKILL, to exit, for at most KillWait,
+// awaitKilled waits for c, sent SIGKILL, to exit, for at most killWait,
 // and then for its reaping (which stops what remains of its group within
-// its own bounds: reap). A process in uninterruptible sleep does not die
-// of SIGKILL until its system call returns, which may be never (a dead
+// its own bounds: reap); what names c in the log ("the connector
+// process", "the MCP server"). A process in uninterruptible sleep does not
+// die of SIGKILL until its system call returns, which may be never (a dead
 // NFS mount): it is given up on, with an error logged, and false
 // returned. It runs none of its own code again — the pending SIGKILL ends
 // it when the call returns — but it may hold its files, socket or port
 // until then, and is reaped by the reaper if it ever exits.
-func (s *supervisor) awaitKilled(c *child) bool {
-	kw := s.killWait()
-	t := time.NewTimer(kw)
+func (c *child) awaitKilled(what string, killWait time.Duration, log *slog.Logger) bool {
+	t := time.NewTimer(killWait)
 	defer t.Stop()
 	select {
 	case <-c.gone:
@@ -601,14 +606,18 @@ func (s *supervisor) awaitKilled(c *child) bool {
 		return true
 	case <-t.C:
 	}
-	s.log.Error("the connector process did not exit after SIGKILL (uninterruptible sleep, e.g. on a dead network file system?); no longer waiting for it",
-		"pid", c.cmd.Process.Pid, "kill_wait_ms", kw.Milliseconds())
+	log.Error(what+" did not exit after SIGKILL (uninterruptible sleep, e.g. on a dead network file system?); no longer waiting for it",
+		"pid", c.cmd.Process.Pid, "kill_wait_ms", killWait.Milliseconds())
 	return false
 }
 
-func (s *supervisor) killWait() time.Duration {
-	if s.cfg.KillWait > 0 {
-		return s.cfg.KillWait
+func (s *supervisor) killWait() time.Duration { return killWaitOr(s.cfg.KillWait) }
+
+// killWaitOr is a configured bound of the wait after SIGKILL, or
+// defaultKillWait when it is 0.
+func killWaitOr(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
 	}
 	return defaultKillWait
 }
