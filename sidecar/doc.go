@@ -87,9 +87,11 @@
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
 // or counts as stopped. At the sidecar's shutdown a stdio server is
 // stopped as MCP's stdio shutdown says: its input is closed first (a
-// server that then exits on its own has stopped, whatever its exit
-// status), and only a server still running after half of StopTimeout gets
-// SIGTERM (SIGKILL at StopTimeout); one that does not exit within a few
+// server that then exits on its own has stopped cleanly only with exit
+// status 0, as an --exec child only with 0 or by the sidecar's SIGTERM;
+// anything else is a crash that makes the shutdown unclean), and only a
+// server still running after half of StopTimeout gets SIGTERM (SIGKILL
+// at StopTimeout); one that does not exit within a few
 // seconds after SIGKILL (uninterruptible sleep) is given up on, as an
 // --exec child is, so that a shutdown is never held by it.
 //

@@ -1294,12 +1294,19 @@ func (m *MCP) closeSession(sess *mcp.ClientSession, srv *child) error {
 // shutdown (Close), MCP's stdio shutdown: the server's input is closed
 // first, and a server that exits on its own within half of StopTimeout
 // (as the MCP specification expects a server to do when its input ends)
-// gets no signal; otherwise its process group is sent SIGTERM, and
+// gets no signal, and has stopped cleanly only with exit status 0
+// (exitResult); otherwise its process group is sent SIGTERM, and
 // SIGKILL when StopTimeout has passed since the input was closed
 // (stopServer). The whole stop is bounded by StopTimeout, as before. A
 // session taken down as broken or hung is stopped by stopServer at once.
 func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
 	start := time.Now()
+	early := false // it had exited before its stop: a crash
+	select {
+	case <-srv.gone:
+		early = true
+	default:
+	}
 	if srv.input != nil {
 		srv.input.Close()
 	}
@@ -1316,21 +1323,38 @@ func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
 		select {
 		case <-srv.exited:
 			<-closed
-			if ps := srv.cmd.ProcessState; ps != nil && ps.Exited() && !ps.Success() {
-				// It exited when its input ended, as MCP's stdio
-				// shutdown asks, with a status of its own (many
-				// servers exit 1 at the end of their input): a
-				// stop, not a crash, which a signal would be.
-				m.log.Warn("the MCP server exited with an error status once its input was closed; counted as stopped", "pid", srv.cmd.Process.Pid, "exit", ps.String())
-				return nil
-			}
-			return m.stopResult(srv, false)
+			return m.exitResult(srv, early)
 		case <-rest.C:
 		}
 	case <-eof.C:
 		m.log.Info("the MCP server did not exit after its input was closed; sending SIGTERM", "pid", srv.cmd.Process.Pid, "after_ms", (m.cfg.StopTimeout / 2).Milliseconds())
 	}
 	return m.terminateServer(srv, closed, max(0, m.cfg.StopTimeout-time.Since(start)))
+}
+
+// exitResult reports how a stdio server that exited without being sent
+// SIGTERM ended (shutdownServer): on its own once its input was closed, or
+// early, before the sidecar stopped it. As for an --exec child, whose stop
+// is clean only with exit status 0 or death by the SIGTERM the sidecar
+// sent, only exit status 0 is a clean stop here: a failure status or a
+// death by a signal (the sidecar sent none) is a crash — a panic, an
+// uncaught exception, the OOM killer —, also at the end of its input, and
+// makes the stop, and so the sidecar's exit status, unclean. A server
+// that exits with a failure status whenever its input ends (some do) makes
+// every stop unclean; the error says what a clean stop is.
+func (m *MCP) exitResult(srv *child, early bool) error {
+	pid := srv.cmd.Process.Pid
+	if ps := srv.cmd.ProcessState; ps != nil && ps.Success() {
+		m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())
+		return nil
+	}
+	exit := exitOf(srv)
+	when := "once its input was closed (MCP's stdio shutdown; a server that stops cleanly exits with status 0 when its input ends)"
+	if early {
+		when = "before the sidecar stopped it"
+	}
+	m.log.Error("the MCP server did not stop cleanly: it exited "+when, "pid", pid, "exit", exit)
+	return fmt.Errorf("sidecar: the MCP server %d did not stop cleanly: it exited %s: %s", pid, when, exit)
 }
 
 // stopServer stops a stdio server: SIGTERM to its process group (as an

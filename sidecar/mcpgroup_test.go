@@ -155,29 +155,45 @@ func TestMCPCloseEndsTheServerThroughItsInput(t *testing.T) {
 	}
 }
 
-// TestMCPServerExitingWithAStatusAtEOFStopped: a stdio server that exits
-// with an error status of its own when its input ends (many do) has
-// stopped as MCP's stdio shutdown asks: Close is clean and the status is
-// logged. It counted as an unclean stop, so the sidecar's shutdown failed.
-func TestMCPServerExitingWithAStatusAtEOFStopped(t *testing.T) {
-	logs := newLogWatch()
-	m, err := NewMCP(MCPConfig{
-		Command:     []string{os.Args[0], "-test.run=^$"},
-		Env:         []string{envMCPChild + "=1", envMCPEOFStatus + "=3", "GORACE=atexit_sleep_ms=0"},
-		StopTimeout: 30 * time.Second, Logger: logs.logger(),
-	})
-	if err != nil {
-		t.Fatal(err)
+// TestMCPServerCrashingAtItsStopIsUnclean: a stdio server whose stop
+// (its input closed, MCP's stdio shutdown) ends in anything but exit
+// status 0 did not stop cleanly — as an --exec child's stop is clean only
+// with status 0 or death by the sidecar's SIGTERM —, so Close, and the
+// sidecar's exit status, report it: a failure status (a crash: a panic, an
+// uncaught exception; or a server that exits with an error status when its
+// input ends), or death by a signal the sidecar did not send. A failure
+// status, and death by a SIGTERM the sidecar did not send, counted as a
+// clean stop, and the sidecar exited 0.
+func TestMCPServerCrashingAtItsStopIsUnclean(t *testing.T) {
+	for _, tc := range []struct {
+		env, exit string
+	}{
+		{envMCPEOFStatus + "=3", "exit status 3"},
+		{envMCPEOFSignal + "=TERM", "signal: terminated"},
+		{envMCPEOFSignal + "=KILL", "signal: killed"},
+	} {
+		t.Run(tc.exit, func(t *testing.T) {
+			logs := newLogWatch()
+			m, err := NewMCP(MCPConfig{
+				Command:     []string{os.Args[0], "-test.run=^$"},
+				Env:         []string{envMCPChild + "=1", tc.env, "GORACE=atexit_sleep_ms=0"},
+				StopTimeout: 30 * time.Second, Logger: logs.logger(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Connect(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			err = m.Close()
+			if err == nil || !strings.Contains(err.Error(), "did not stop cleanly: it exited once its input was closed") || !strings.Contains(err.Error(), tc.exit) {
+				t.Errorf("Close of a server that ended with %s once its input was closed: %v; want an unclean stop naming it", tc.exit, err)
+			}
+			logs.await(t, func(r slog.Record) bool {
+				return strings.HasPrefix(r.Message, "the MCP server did not stop cleanly") && attr(r, "exit") == tc.exit
+			})
+		})
 	}
-	if err := m.Connect(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Close(); err != nil {
-		t.Errorf("Close of a server that exited with status 3 at the end of its input: %v; want a clean stop", err)
-	}
-	logs.await(t, func(r slog.Record) bool {
-		return strings.Contains(r.Message, "exited with an error status once its input was closed") && strings.Contains(attr(r, "exit"), "exit status 3")
-	})
 }
 
 // TestMCPCloseGivesUpOnAServerThatDoesNotExitAfterSIGKILL: a stdio server

@@ -611,11 +611,13 @@ func awaitBlockedPipeWrite(t *testing.T) {
 // file on SIGTERM (then exits), and "eof" when its input ends, after which
 // it exits only 2 s later, so that a SIGTERM sent with the input's end is
 // recorded too. With envMCPEOFStatus it exits with that status when its
-// input ends.
+// input ends; with envMCPEOFSignal ("TERM" or "KILL") it dies of that
+// signal then, sent by itself.
 const (
 	envMCPChild     = "SIDECAR_TEST_MCP_CHILD"
 	envMCPStopLog   = "SIDECAR_TEST_MCP_STOP_LOG"
 	envMCPEOFStatus = "SIDECAR_TEST_MCP_EOF_STATUS"
+	envMCPEOFSignal = "SIDECAR_TEST_MCP_EOF_SIGNAL"
 	// envMCPLegacy restricts the server to protocol 2025-11-25, where it
 	// asks for input with requests of its own (elicitation/create,
 	// sampling/createMessage) rather than input_required results.
@@ -686,6 +688,11 @@ func runMCPChild() int {
 	}
 	if s, err := strconv.Atoi(os.Getenv(envMCPEOFStatus)); err == nil {
 		return s
+	}
+	if sig, ok := map[string]syscall.Signal{"TERM": syscall.SIGTERM, "KILL": syscall.SIGKILL}[os.Getenv(envMCPEOFSignal)]; ok {
+		signal.Reset(sig)
+		syscall.Kill(os.Getpid(), sig)
+		time.Sleep(time.Minute) // the signal ends it
 	}
 	return 0
 }
