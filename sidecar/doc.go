@@ -71,8 +71,9 @@
 // (it ended, or a ping or tools/call found it gone) is re-established with
 // backoff while the replica reports unhealthy; with
 // RestartUnresponsiveAfter, so is a hung one (that many pings in a row
-// without an answer): a stdio server is restarted, a URL server's session
-// re-opened. A tool call the broken session cut off is outcome_unknown,
+// without an answer, not counting those while a tool call is in progress
+// and within its deadline: a busy server may not answer): a stdio server
+// is restarted, a URL server's session re-opened. A tool call the broken session cut off is outcome_unknown,
 // except a read-only tool's, which had no effect: failed
 // connector_host.interrupted, retryable (hostsdk.Interrupted; after a
 // restart the host's recovery decides the same). A call of which nothing

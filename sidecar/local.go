@@ -597,10 +597,17 @@ func (l *Local) forward(ctx context.Context, call *hostsdk.Call, chunks *hostsdk
 // trackWork counts an action forwarded to the connector as in progress
 // (Local.working) until ctx — the action's, with its deadline — ends or
 // the returned function is called, whichever comes first.
-func (l *Local) trackWork(ctx context.Context) (done func()) {
-	l.working.Add(1)
+func (l *Local) trackWork(ctx context.Context) (done func()) { return trackWork(ctx, &l.working) }
+
+// trackWork counts one piece of work in n — an action forwarded to an
+// --exec child (Local), a tool call on an MCP session (MCP.call) — until
+// ctx, the action's with its deadline, ends or the returned function is
+// called, whichever comes first: while n is not 0 the process is evidently
+// working, and its unanswered health checks do not count as a hang.
+func trackWork(ctx context.Context, n *atomic.Int64) (done func()) {
+	n.Add(1)
 	var once sync.Once
-	end := func() { once.Do(func() { l.working.Add(-1) }) }
+	end := func() { once.Do(func() { n.Add(-1) }) }
 	stop := context.AfterFunc(ctx, end)
 	return func() {
 		stop()

@@ -121,8 +121,12 @@ type MCPConfig struct {
 	// when it crashes. A server the sidecar did not start (URL, Transport)
 	// cannot be restarted: its session is closed and a new one opened
 	// (calls in flight on the old session keep waiting for their answers,
-	// bounded by their deadlines; the new session serves new calls). 0,
-	// the default, never takes a session down for unanswered pings.
+	// bounded by their deadlines; the new session serves new calls). A
+	// ping left unanswered while a tool call on the session is in
+	// progress and within its deadline does not count (nor does it end
+	// the row), as for an --exec child busy with an action: a server that
+	// handles one message at a time cannot answer it meanwhile. 0, the
+	// default, never takes a session down for unanswered pings.
 	RestartUnresponsiveAfter int
 	// OnManifestChange says what a tools/list change after registration
 	// does. Defaults to ManifestChangeReport.
@@ -170,6 +174,10 @@ type MCP struct {
 	// unanswered counts the pings in a row on sess that got no answer
 	// (see MCPConfig.RestartUnresponsiveAfter).
 	unanswered int
+	// working counts the tool calls on sess in progress and within their
+	// deadline (trackWork); while there are any, unanswered pings do not
+	// count (noteUnanswered). Each session has its own.
+	working *atomic.Int64
 	// downSess and downWhy ask the loop to take sess down (requestDown).
 	downSess *mcp.ClientSession
 	downWhy  string
@@ -620,6 +628,7 @@ func (m *MCP) setSession(sess *mcp.ClientSession, srv *child) {
 	defer m.mu.Unlock()
 	m.sess, m.sessDone, m.srv, m.init = sess, done, srv, sess.InitializeResult()
 	m.unanswered, m.downSess, m.downWhy = 0, nil, ""
+	m.working = new(atomic.Int64)
 	m.starts++
 	m.since = time.Now()
 	attrs := []any{"target", m.Target(), "connection", m.starts}
@@ -910,6 +919,18 @@ func sessionGone(err error) bool {
 // and, at RestartUnresponsiveAfter in a row, has the loop take the session
 // down as hung. A ping cut short by the caller's cancellation (not its
 // deadline) says nothing about the server and is not counted.
+//
+// Nor is a ping left unanswered while a tool call on the session is in
+// progress and within its deadline (and it does not end the row either),
+// as an --exec child's health check is not while it runs an action
+// (Local.noteUnanswered): many servers handle one message at a time — a
+// stdio server reading its input in a loop, a Python server whose tool is
+// a plain (blocking) function — and cannot answer a ping while a tool
+// runs; taking the session down would cut the call off (outcome_unknown)
+// and restart a server that was working. A server hung with a call in
+// flight is caught once that call's deadline (timeout_ms, else
+// MaxActionDuration) has passed: its pings count from then on, and the
+// replica reports unhealthy meanwhile, so no new actions reach it.
 func (m *MCP) noteUnanswered(ctx context.Context, sess *mcp.ClientSession, err error) {
 	var we *jsonrpc.Error
 	if serverError(err, &we) {
@@ -921,7 +942,7 @@ func (m *MCP) noteUnanswered(ctx context.Context, sess *mcp.ClientSession, err e
 	}
 	limit := m.cfg.RestartUnresponsiveAfter
 	m.mu.Lock()
-	if limit <= 0 || m.sess != sess {
+	if limit <= 0 || m.sess != sess || m.working.Load() > 0 {
 		m.mu.Unlock()
 		return
 	}
@@ -968,7 +989,7 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 	a := call.Action
 	m.mu.Lock()
 	info, ok := m.tools[a.CapabilityID]
-	sess := m.sess
+	sess, working := m.sess, m.working
 	watched := m.srv != nil // a stdio session: its writes are watched (writeWatch)
 	m.mu.Unlock()
 	if !ok {
@@ -982,6 +1003,9 @@ func (m *MCP) call(ctx context.Context, call *hostsdk.Call, chunks *hostsdk.Chun
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, m.cfg.MaxActionDuration)
 		defer cancel()
+	}
+	if m.cfg.RestartUnresponsiveAfter > 0 {
+		defer trackWork(ctx, working)()
 	}
 	params := &mcp.CallToolParams{
 		Name: info.name, Arguments: json.RawMessage(a.Input),

@@ -469,10 +469,11 @@ func TestMCPHTTPSessionGoneWithJSONBodyReconnects(t *testing.T) {
 
 // TestMCPHungStdioServerIsRestarted: a stdio server that stops answering
 // (pings and tool calls) and ignores SIGTERM is stopped after
-// RestartUnresponsiveAfter unanswered pings — SIGKILL after StopTimeout,
-// although calls are in flight — and a new server is started; the calls
-// in flight end as in a crash: a read-only tool's not executed, another's
-// outcome unknown.
+// RestartUnresponsiveAfter unanswered pings — SIGKILL after StopTimeout —
+// and a new server is started. Pings left unanswered while its calls were
+// in progress do not count (TestMCPBusyServerFinishesItsCall): the calls
+// end at their deadline (a read-only tool's with the deadline's error,
+// another's outcome unknown), and the pings after it count.
 func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 	hang := filepath.Join(t.TempDir(), "hang")
 	m, logs, man := connectRestartingStdioMCP(t, envChildHang+"="+hang)
@@ -486,8 +487,7 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 		err  error
 	}
 	calls := make(chan outcome, 2)
-	// Their deadline is a fail-safe: a hung server killed ends them sooner.
-	callCtx, cancelCalls := context.WithTimeout(ctx, 20*time.Second)
+	callCtx, cancelCalls := context.WithTimeout(ctx, time.Second)
 	defer cancelCalls()
 	for _, tool := range []string{"stuck", "stuck_ro"} {
 		go func() {
@@ -495,26 +495,34 @@ func TestMCPHungStdioServerIsRestarted(t *testing.T) {
 			calls <- outcome{tool, err}
 		}()
 	}
-	for i := range 2 {
+	check := func(i int) {
 		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		err := m.CheckHealth(pctx)
 		cancel()
 		if err == nil {
-			t.Fatalf("health check %d: the hung server answered", i+1)
+			t.Fatalf("health check %d: the hung server answered", i)
 		}
+	}
+	for i := range 3 { // while the calls are in progress: not counted
+		check(i + 1)
 	}
 	for range 2 {
 		o := <-calls
-		var pe *aip.ProtocolError
 		switch {
-		case o.tool == "stuck_ro" && (!errors.As(o.err, &pe) || pe.Code != hostsdk.CodeInterrupted || !pe.IsRetryable()):
-			t.Errorf("%s: %v; want %s, retryable", o.tool, o.err, hostsdk.CodeInterrupted)
+		case o.tool == "stuck_ro" && !errors.Is(o.err, context.DeadlineExceeded):
+			t.Errorf("%s: %v; want its deadline's error", o.tool, o.err)
 		case o.tool == "stuck" && !errors.Is(o.err, hostsdk.ErrOutcomeUnknown):
 			t.Errorf("%s: %v; want outcome unknown", o.tool, o.err)
 		}
 	}
-	os.Remove(hang)
+	if st := m.snapshot(); st.Restarts != 0 {
+		t.Fatalf("the server was restarted while its calls were in progress: %+v", st)
+	}
+	for i := range 2 {
+		check(i + 4)
+	}
 	logs.await(t, func(r slog.Record) bool { return strings.Contains(r.Message, "sending SIGKILL") })
+	os.Remove(hang)
 	logs.await(t, func(r slog.Record) bool {
 		return r.Message == "connected to the MCP server" && attr(r, "connection") == "2"
 	})
@@ -546,8 +554,9 @@ func TestMCPPingThatCannotBeWrittenIsUnanswered(t *testing.T) {
 	}
 	defer syscall.Kill(first.PID, syscall.SIGCONT)
 	// Arguments larger than any pipe's buffer: their write blocks, and
-	// every later request's waits behind it.
-	callCtx, cancelCall := context.WithTimeout(ctx, 20*time.Second)
+	// every later request's waits behind it. Pings do not count while
+	// the call is within its deadline (TestMCPBusyServerFinishesItsCall).
+	callCtx, cancelCall := context.WithTimeout(ctx, 2*time.Second)
 	defer cancelCall()
 	callDone := make(chan error, 1)
 	go func() {
@@ -556,6 +565,7 @@ func TestMCPPingThatCannotBeWrittenIsUnanswered(t *testing.T) {
 	}()
 	// Only a ping sent once the call's write blocks waits behind it.
 	awaitBlockedPipeWrite(t)
+	<-callCtx.Done()
 	for i := range 2 {
 		checked := make(chan error, 1)
 		go func() {
@@ -604,8 +614,10 @@ func awaitBlockedPipeWrite(t *testing.T) {
 
 // envMCPChild makes the test binary run as a stdio MCP server: tools
 // lookup (read-only), huge (read-only) and huge_rw (which answer a text of
-// the input's "bytes" x's), stuck and stuck_ro (which never answer), and
-// those of addInteractiveTools. While the
+// the input's "bytes" x's), stuck and stuck_ro (which never answer), busy
+// (which answers after the input's "delay_ms", answering no ping
+// meanwhile, as a server handling one message at a time), and those of
+// addInteractiveTools. While the
 // file named by envChildHang exists it answers no ping and ignores
 // SIGTERM (a hung server). With envMCPStopLog it appends "term" to that
 // file on SIGTERM (then exits), and "eof" when its input ends, after which
@@ -656,14 +668,30 @@ func runMCPChild() int {
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "test-stdio-server", Version: "1.0"}, opts)
 	addInteractiveTools(server)
+	var busy sync.Mutex // held by the busy tool while it runs
 	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "ping" && hung() {
 				select {} // hung: no answer, not even to a cancel
 			}
+			if method == "ping" {
+				busy.Lock() // no answer while the busy tool runs
+				defer busy.Unlock()
+			}
 			return next(ctx, method, req)
 		}
 	})
+	server.AddTool(&mcp.Tool{Name: "busy", InputSchema: objectSchema},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var in struct {
+				DelayMS int `json:"delay_ms"`
+			}
+			json.Unmarshal(req.Params.Arguments, &in)
+			busy.Lock()
+			defer busy.Unlock()
+			time.Sleep(time.Duration(in.DelayMS) * time.Millisecond)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+		})
 	server.AddTool(&mcp.Tool{Name: "lookup", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
@@ -892,4 +920,112 @@ func connectRestartingStdioMCP(t *testing.T, env ...string) (*MCP, *logWatch, *a
 		t.Fatal(err)
 	}
 	return m, logs, man
+}
+
+// TestMCPBusyServerFinishesItsCall: a stdio server that cannot answer a
+// ping while it runs a tool (one message at a time; here its pings wait
+// for the tool) is not taken as hung in the middle of the call: it is not
+// stopped, and the call completes. With RestartUnresponsiveAfter 2 its
+// unanswered pings counted, calls in flight or not, and the server was
+// killed during the call, which ended outcome_unknown.
+func TestMCPBusyServerFinishesItsCall(t *testing.T) {
+	m, _, man := connectRestartingStdioMCP(t)
+	ctx := ctxT(t)
+	first := m.snapshot()
+	type outcome struct {
+		res *aip.ActionResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := m.Handle(ctx, toolCall(t, man, "busy", `{"delay_ms":2000}`))
+		done <- outcome{res, err}
+	}()
+	unanswered := 0
+	var o outcome
+	for got := false; !got; {
+		select {
+		case o = <-done:
+			got = true
+		default:
+			pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			if m.CheckHealth(pctx) != nil {
+				unanswered++
+			}
+			cancel()
+			<-pctx.Done() // one check per 100 ms, as heartbeats would, only faster
+		}
+	}
+	if o.err != nil || o.res.Status != aip.ResultCompleted {
+		t.Fatalf("the call to the busy server: %+v, %v; want it completed", o.res, o.err)
+	}
+	if unanswered < 3 {
+		t.Fatalf("only %d pings went unanswered during the call; the test needs more than RestartUnresponsiveAfter", unanswered)
+	}
+	if st := m.snapshot(); st.Restarts != 0 || st.PID != first.PID {
+		t.Fatalf("the busy server was restarted during its call: %+v", st)
+	}
+	if err := m.CheckHealth(ctx); err != nil {
+		t.Errorf("the server, idle again: %v", err)
+	}
+}
+
+// TestMCPBusySessionIsNotTakenAsHung: a ping left unanswered while a tool
+// call on the session is in progress and within its deadline neither
+// counts nor ends the row; once the call ended (or its deadline passed)
+// pings count again. Calls on another session do not hold back the
+// session's count.
+func TestMCPBusySessionIsNotTakenAsHung(t *testing.T) {
+	m, err := NewMCP(MCPConfig{Transport: func() mcp.Transport { return refusedTransport{} }, RestartUnresponsiveAfter: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := new(mcp.ClientSession)
+	m.sess, m.working = sess, new(atomic.Int64)
+	noAnswer := fmt.Errorf("no answer before the health check's deadline: %w", context.DeadlineExceeded)
+	down := func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.downSess == sess
+	}
+
+	m.noteUnanswered(t.Context(), sess, noAnswer) // one before the call
+	callCtx, cancel := context.WithCancel(t.Context())
+	end := trackWork(callCtx, m.working)
+	for range 10 {
+		m.noteUnanswered(t.Context(), sess, noAnswer)
+	}
+	if down() {
+		t.Fatal("the session was taken down while a call was in progress")
+	}
+	cancel() // its deadline passed (or it was cancelled)
+	for m.working.Load() != 0 {
+		time.Sleep(time.Millisecond) // polling for context.AfterFunc's goroutine
+	}
+	m.noteUnanswered(t.Context(), sess, noAnswer)
+	if !down() {
+		t.Fatal("the session was not taken down: the ping before the call and the one after its deadline are two in a row")
+	}
+	end()
+	end() // idempotent, also after the deadline
+	if n := m.working.Load(); n != 0 {
+		t.Fatalf("working = %d after the call", n)
+	}
+
+	// A call still waiting on an old session (an HTTP session re-opened)
+	// does not hold back the new session's count.
+	old := m.working
+	defer trackWork(t.Context(), old)()
+	next := new(mcp.ClientSession)
+	m.mu.Lock()
+	m.sess, m.working, m.downSess, m.unanswered = next, new(atomic.Int64), nil, 0
+	m.mu.Unlock()
+	m.noteUnanswered(t.Context(), next, noAnswer)
+	m.noteUnanswered(t.Context(), next, noAnswer)
+	m.mu.Lock()
+	taken := m.downSess == next
+	m.mu.Unlock()
+	if !taken {
+		t.Fatal("the new session was not taken down after two unanswered pings: a call on the old one held back its count")
+	}
 }

@@ -87,8 +87,9 @@ type Config struct {
 	// cannot answer its health endpoint meanwhile, and killing it would
 	// leave the action outcome_unknown; a child hung with an action in
 	// flight is caught once that action's deadline (timeout_ms, else
-	// Local.MaxActionDuration) has passed (in MCP mode every unanswered
-	// ping counts, calls in flight or not). In MCP mode it is MCP.RestartUnresponsiveAfter
+	// Local.MaxActionDuration) has passed (in MCP mode the same holds for
+	// a ping left unanswered while a tool call is in progress on the
+	// session). In MCP mode it is MCP.RestartUnresponsiveAfter
 	// when that is 0: the health check is an MCP ping (an MCP error answer
 	// is an answer); a stdio server is restarted the same way, and a URL
 	// server's session is re-opened. 0, the default, never restarts a

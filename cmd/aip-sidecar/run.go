@@ -52,7 +52,7 @@ func newSettings() []hostsdk.Setting {
 		ms("restart-backoff-ms", "RESTART_BACKOFF_MS", 3_600_000, "first delay before restarting a crashed child, in ms (default 250)"),
 		ms("max-backoff-ms", "MAX_BACKOFF_MS", 3_600_000, "longest delay between restarts, in ms (default 30000)"),
 		{Flag: "restart-unresponsive-after", Env: envPrefix + "RESTART_UNRESPONSIVE_AFTER", Kind: hostsdk.SettingInt, Min: 0, Max: 1000,
-			Usage: "after this many health checks in a row without any answer (a hung process): with --exec or --mcp-command, restart the child; with --mcp-url, open a new MCP session (an MCP error answer to the ping is an answer); with --exec, checks made while an action sent to the child is in progress and within its deadline do not count (a busy connector may not answer them); 0 (default) never does"},
+			Usage: "after this many health checks in a row without any answer (a hung process): with --exec or --mcp-command, restart the child; with --mcp-url, open a new MCP session (an MCP error answer to the ping is an answer); checks made while an action sent to the child (a tool call, in MCP mode) is in progress and within its deadline do not count (a busy connector or MCP server may not answer them); 0 (default) never does"},
 		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest, digest and the implementation support its capabilities need as JSON, and exit"},
 		str("log-level", "LOG_LEVEL", "debug, info (default), warn or error"),
 	}
