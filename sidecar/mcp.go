@@ -510,13 +510,14 @@ func (m *MCP) startServer() (*child, mcp.Transport, error) {
 
 // writeWatch wraps a stdio server's transport so that a tools/call knows
 // whether any of its messages was handed to the connection to be written
-// (see MCP.call). Every message the SDK writes for a call goes through the
-// connection's Write with the call's context (or one derived from it: its
-// notifications/cancelled, a multi-round-trip retry), which carries the
-// call's *atomic.Bool under wroteKey. Write marks it before it writes
-// anything, so an unmarked call provably sent the server nothing: the SDK
-// refused it before writing because the connection was already broken or
-// closing.
+// (see MCP.call), and so that the server's own JSON-RPC error answers
+// reach their calls as answers (watchedConn.Read). Every message the SDK
+// writes for a call goes through the connection's Write with the call's
+// context (or one derived from it: its notifications/cancelled, a
+// multi-round-trip retry), which carries the call's *atomic.Bool under
+// wroteKey. Write marks it before it writes anything, so an unmarked call
+// provably sent the server nothing: the SDK refused it before writing
+// because the connection was already broken or closing.
 type writeWatch struct{ mcp.Transport }
 
 func (t writeWatch) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -528,6 +529,52 @@ func (t writeWatch) Connect(ctx context.Context) (mcp.Connection, error) {
 }
 
 type watchedConn struct{ mcp.Connection }
+
+// Read hands the SDK a server's JSON-RPC error answer whose code the SDK
+// takes for the connection's end — -32003 and -32004, the codes of its
+// own "client is closing" and "server is closing", in the range JSON-RPC
+// leaves to implementations (-32000..-32099), where a server is free to
+// use them for errors of its own — as a serverAnswer, which the SDK does
+// not match with its closing errors. Reported as mcp.ErrConnectionClosed,
+// such an answer to one tools/call (or ping) made the bridge take the
+// whole session down — the server restarted, every call on it cut off —
+// and the call itself lost the server's code. A closing go-sdk server's
+// "server is closing" answer is its answer too: the session's end, if it
+// ends, is seen as such (the loop watches it).
+func (c watchedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if r, ok := msg.(*jsonrpc.Response); ok {
+		if we, ok := r.Error.(*jsonrpc.Error); ok && (we.Code == codeSDKClientClosing || we.Code == codeSDKServerClosing) {
+			r.Error = &serverAnswer{we}
+		}
+	}
+	return msg, err
+}
+
+// The codes of the go-sdk's (internal) jsonrpc2 ErrClientClosing and
+// ErrServerClosing, which its client reports as mcp.ErrConnectionClosed
+// whatever their origin.
+const (
+	codeSDKClientClosing = -32003
+	codeSDKServerClosing = -32004
+)
+
+// serverAnswer is a JSON-RPC error answer of the server that the SDK must
+// not match with its own errors (watchedConn.Read): it neither unwraps to
+// the *jsonrpc.Error nor has an Is method, but errors.As finds the
+// *jsonrpc.Error (serverError), so the call is settled as the server's
+// answer.
+type serverAnswer struct{ err *jsonrpc.Error }
+
+func (e *serverAnswer) Error() string { return e.err.Error() }
+
+func (e *serverAnswer) As(target any) bool {
+	if p, ok := target.(**jsonrpc.Error); ok {
+		*p = e.err
+		return true
+	}
+	return false
+}
 
 func (c watchedConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if w, ok := ctx.Value(wroteKey{}).(*atomic.Bool); ok {

@@ -616,8 +616,11 @@ func awaitBlockedPipeWrite(t *testing.T) {
 // lookup (read-only), huge (read-only) and huge_rw (which answer a text of
 // the input's "bytes" x's), stuck and stuck_ro (which never answer), busy
 // (which answers after the input's "delay_ms", answering no ping
-// meanwhile, as a server handling one message at a time), and those of
-// addInteractiveTools. While the
+// meanwhile, as a server handling one message at a time), rpc_error
+// (read-only) and rpc_error_rw (which answer with the JSON-RPC error of
+// the input's "code" and "message"), and those of addInteractiveTools.
+// With envMCPPingError it answers every ping with that JSON-RPC error
+// code. While the
 // file named by envChildHang exists it answers no ping and ignores
 // SIGTERM (a hung server). With envMCPStopLog it appends "term" to that
 // file on SIGTERM (then exits), and "eof" when its input ends, after which
@@ -630,6 +633,7 @@ const (
 	envMCPStopLog   = "SIDECAR_TEST_MCP_STOP_LOG"
 	envMCPEOFStatus = "SIDECAR_TEST_MCP_EOF_STATUS"
 	envMCPEOFSignal = "SIDECAR_TEST_MCP_EOF_SIGNAL"
+	envMCPPingError = "SIDECAR_TEST_MCP_PING_ERROR"
 	// envMCPLegacy restricts the server to protocol 2025-11-25, where it
 	// asks for input with requests of its own (elicitation/create,
 	// sampling/createMessage) rather than input_required results.
@@ -677,10 +681,23 @@ func runMCPChild() int {
 			if method == "ping" {
 				busy.Lock() // no answer while the busy tool runs
 				defer busy.Unlock()
+				if code, err := strconv.ParseInt(os.Getenv(envMCPPingError), 10, 64); err == nil {
+					return nil, &jsonrpc.Error{Code: code, Message: "the server refuses pings"}
+				}
 			}
 			return next(ctx, method, req)
 		}
 	})
+	rpcError := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var in struct {
+			Code    int64  `json:"code"`
+			Message string `json:"message"`
+		}
+		json.Unmarshal(req.Params.Arguments, &in)
+		return nil, &jsonrpc.Error{Code: in.Code, Message: in.Message}
+	}
+	server.AddTool(&mcp.Tool{Name: "rpc_error", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, rpcError)
+	server.AddTool(&mcp.Tool{Name: "rpc_error_rw", InputSchema: objectSchema}, rpcError)
 	server.AddTool(&mcp.Tool{Name: "busy", InputSchema: objectSchema},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var in struct {
@@ -1027,5 +1044,70 @@ func TestMCPBusySessionIsNotTakenAsHung(t *testing.T) {
 	m.mu.Unlock()
 	if !taken {
 		t.Fatal("the new session was not taken down after two unanswered pings: a call on the old one held back its count")
+	}
+}
+
+// TestMCPServerErrorCodesFailOnlyTheirCall: a stdio server that answers a
+// tools/call with a JSON-RPC error of its own in the range JSON-RPC leaves
+// to implementations (-32000..-32099) fails that call alone, with the
+// server's code and message: the session stays up (the server is not
+// restarted), a call in flight beside it completes, and later calls work.
+// The go-sdk takes -32003 and -32004 (its own "client is closing" and
+// "server is closing") for the connection's end and reported them as
+// mcp.ErrConnectionClosed, so the bridge took the session down, killing
+// the server and every call on it, and the call itself ended
+// connector_host.interrupted or outcome_unknown without the server's code.
+// A ping answered with such an error is an answer: the server is not
+// restarted for it either.
+func TestMCPServerErrorCodesFailOnlyTheirCall(t *testing.T) {
+	m, _, man := connectRestartingStdioMCP(t)
+	ctx := ctxT(t)
+	first := m.snapshot()
+	beside := make(chan error, 1)
+	go func() {
+		res, err := m.Handle(ctx, toolCall(t, man, "busy", `{"delay_ms":300}`))
+		if err == nil && res.Status != aip.ResultCompleted {
+			err = fmt.Errorf("status %s", res.Status)
+		}
+		beside <- err
+	}()
+	for _, code := range []int64{-32003, -32004, -32000, -32099} {
+		input := fmt.Sprintf(`{"code":%d,"message":"the server's own error %d"}`, code, code)
+		_, err := m.Handle(ctx, toolCall(t, man, "rpc_error", input))
+		var pe *aip.ProtocolError
+		if !errors.As(err, &pe) || pe.Code != CodeMCPError || pe.Message != fmt.Sprintf("the server's own error %d", code) ||
+			!strings.Contains(string(pe.Details), fmt.Sprintf(`"jsonrpc_code":%d`, code)) {
+			t.Errorf("read-only tool answered JSON-RPC error %d: %v; want %s with the server's message and code", code, err, CodeMCPError)
+		}
+		_, err = m.Handle(ctx, toolCall(t, man, "rpc_error_rw", input))
+		if !errors.Is(err, hostsdk.ErrOutcomeUnknown) || !strings.Contains(err.Error(), fmt.Sprintf("the server's own error %d", code)) {
+			t.Errorf("tool answered JSON-RPC error %d: %v; want outcome unknown with the server's message", code, err)
+		}
+	}
+	if err := <-beside; err != nil {
+		t.Errorf("the call in flight beside them: %v; want it completed", err)
+	}
+	if err := m.CheckHealth(ctx); err != nil {
+		t.Errorf("health after the error answers: %v", err)
+	}
+	if _, err := m.Handle(ctx, toolCall(t, man, "lookup", `{}`)); err != nil {
+		t.Errorf("a later call: %v", err)
+	}
+	if st := m.snapshot(); st.Restarts != 0 || st.PID != first.PID {
+		t.Errorf("the session was taken down for a call's error answer: %+v", st)
+	}
+
+	// A ping answered -32004: the replica is unhealthy (the server
+	// answered with an error), the server is not restarted.
+	m2, _, _ := connectRestartingStdioMCP(t, envMCPPingError+"=-32004")
+	before := m2.snapshot()
+	for i := range 3 {
+		if err := m2.CheckHealth(ctx); err == nil || !strings.Contains(err.Error(), "the server refuses pings") {
+			t.Errorf("health check %d: %v; want the server's error answer", i+1, err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a reconnect the checks requested would have begun
+	if st := m2.snapshot(); st.Restarts != 0 || st.PID != before.PID {
+		t.Errorf("the session was taken down for a ping's error answer: %+v", st)
 	}
 }
