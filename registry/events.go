@@ -81,7 +81,10 @@ type EventLog interface {
 	// answered Pruned whatever the event holds. A batch that repeats an
 	// event ID within itself is ErrInvalid. A batch with several
 	// conflicting events fails naming the first of them in its order. It
-	// returns the batch's events as stored, in the batch's order.
+	// returns the batch's events as stored, in the batch's order. An
+	// event's data is stored, and read back by every method, byte for
+	// byte as given (StoredForm: {} when absent, without the whitespace
+	// around it), whatever the spelling of its numbers.
 	AppendEvents(ctx context.Context, b EventBatch) ([]StoredEvent, error)
 	// Events returns up to limit (clamped to 1..1000) of the tenant's events
 	// with a sequence greater than after, in sequence order.

@@ -418,9 +418,10 @@ func EventData(e *aip.Event) json.RawMessage {
 }
 
 // StoredForm returns e as every backend stores it: data {} when it has
-// none, occurred_at in UTC with millisecond precision (its wire form).
+// none, else byte for byte as given but for the JSON whitespace around it,
+// occurred_at in UTC with millisecond precision (its wire form).
 func StoredForm(e aip.Event) aip.Event {
-	e.Data = EventData(&e)
+	e.Data = bytes.Trim(EventData(&e), " \t\r\n")
 	e.OccurredAt = aip.At(e.OccurredAt.Time)
 	return e
 }

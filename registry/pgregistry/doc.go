@@ -236,14 +236,22 @@
 // the primary key's range (tenant_id, sequence > after) in order, without
 // locks.
 //
-// An event is stored as jsonb, whose numbers are PostgreSQL numerics: a
+// An event is stored twice in its row: as jsonb (event), whose numbers are
+// PostgreSQL numerics, and as the text of the document cast to it
+// (event_text, migration 0014), which reads return, so that an event's
+// data reads back byte for byte as it was stored, as memregistry returns
+// it. jsonb writes a number back in full (1e308 as 309 digits, 1e131071
+// as 131072), reorders members and adds spaces: an event read from it
+// could be some fifty times larger than it was delivered. A row stored
+// without event_text (before 0014, or by a build of schema 13 still
+// running during the upgrade) reads back as jsonb writes it, which
+// CheckRedelivery compares by value. The jsonb is what builds of schema
+// 13 read and what the digest of a pruned event is computed from. A
 // number beyond numeric's range (written out, more than 131072 digits
-// before the decimal point or 16383 after it: 1e131072, 1e-16384)
-// would fail the insert. registry.EventBatch.Validate refuses such a batch
+// before the decimal point or 16383 after it: 1e131072, 1e-16384) would
+// fail the insert: registry.EventBatch.Validate refuses such a batch
 // before the append, as ErrInvalid naming the event and the number's path,
 // as memregistry does, never as a storage failure a caller would retry.
-// jsonb writes a number back in its own form (1e2 as 100, 1e131071 with
-// all its digits), which CheckRedelivery compares by value.
 //
 // PruneEvents (the event retention, run by the control plane's maintenance
 // on its lifecycle role; the data role may not delete events) deletes the

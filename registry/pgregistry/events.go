@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -17,17 +19,25 @@ var _ registry.EventLog = (*Registry)(nil)
 
 const eventColumns = `sequence, instance_id, replica_id, version_id, channel_id, event, received_at_ms`
 
+// eventDoc is an event's document as stored (migration 0014's event_text),
+// or jsonb's writing of it for a row stored without (before 0014, or by a
+// build of schema 13), which spells its numbers out in full.
+const eventDoc = `coalesce(event_text, event::text)`
+
+// eventRow reads eventColumns from aip_registry.events.
+const eventRow = `sequence, instance_id, replica_id, version_id, channel_id, ` + eventDoc + ` AS event, received_at_ms`
+
 // eventsByID reads the tenant's stored events with the given IDs, and
 // the ones of those IDs the log pruned (migration 0009's pruned_events,
 // with pruned_id set, and the digest of migration 0012, NULL for an ID
 // pruned before it), in one statement: one snapshot, in which an event
 // being pruned is either still stored or remembered as pruned.
 const eventsByID = `
-SELECT ` + eventColumns + `, NULL::text AS pruned_id, NULL::bytea AS pruned_digest
+SELECT ` + eventRow + `, NULL::text AS pruned_id, NULL::bytea AS pruned_digest
 FROM aip_registry.events
 WHERE tenant_id = $1 AND event_id = ANY($2::text[])
 UNION ALL
-SELECT 0, '', '', '', '', NULL::jsonb, received_at_ms, event_id, digest
+SELECT 0, '', '', '', '', NULL, received_at_ms, event_id, digest
 FROM aip_registry.pruned_events
 WHERE tenant_id = $1 AND event_id = ANY($2::text[])`
 
@@ -48,10 +58,12 @@ ON CONFLICT (tenant_id) DO UPDATE SET last_sequence = h.last_sequence
 RETURNING last_sequence`
 
 // insertEvents numbers the new events after the head (locked by
-// lockEventHead in the same transaction), in the batch's order.
+// lockEventHead in the same transaction), in the batch's order, each
+// document both as jsonb (event, which the digest of a pruned event and
+// builds of schema 13 read) and as given (event_text, which reads return).
 const insertEvents = `
-INSERT INTO aip_registry.events (tenant_id, sequence, event_id, instance_id, replica_id, version_id, channel_id, event, received_at_ms)
-SELECT $1, h.last_sequence + n.ord, n.id, $2, $3, $4, $5, n.ev::jsonb, $6
+INSERT INTO aip_registry.events (tenant_id, sequence, event_id, instance_id, replica_id, version_id, channel_id, event, event_text, received_at_ms)
+SELECT $1, h.last_sequence + n.ord, n.id, $2, $3, $4, $5, n.ev::jsonb, n.ev, $6
 FROM aip_registry.event_log_heads h, unnest($7::text[], $8::text[]) WITH ORDINALITY AS n (id, ev, ord)
 WHERE h.tenant_id = $1
 ORDER BY n.ord`
@@ -65,13 +77,13 @@ UPDATE aip_registry.event_log_heads SET last_sequence = last_sequence + $2 WHERE
 // one snapshot, whose head is at least every sequence of the page.
 const eventPage = `
 SELECT false AS head, ` + eventColumns + `
-FROM (SELECT ` + eventColumns + `
+FROM (SELECT ` + eventRow + `
 	FROM aip_registry.events
 	WHERE tenant_id = $1 AND sequence > $2
 	ORDER BY sequence
 	LIMIT $3) page
 UNION ALL
-SELECT true, last_sequence, '', '', '', '', NULL::jsonb, 0
+SELECT true, last_sequence, '', '', '', '', NULL, 0
 FROM aip_registry.event_log_heads
 WHERE tenant_id = $1
 ORDER BY 1, 2`
@@ -150,7 +162,7 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 			}
 			se := registry.StoredEvent{TenantID: b.TenantID, InstanceID: b.InstanceID, ReplicaID: b.ReplicaID, VersionID: b.VersionID,
 				ChannelID: b.ChannelID, Event: registry.StoredForm(*e), ReceivedAt: received}
-			doc, err := json.Marshal(se.Event)
+			doc, err := eventDocument(&se.Event)
 			if err != nil {
 				return fmt.Errorf("%w: event %s: %v", registry.ErrInvalid, e.ID, err)
 			}
@@ -197,7 +209,7 @@ func (r *Registry) AppendEvents(ctx context.Context, b registry.EventBatch) ([]r
 		var last int64
 		batch := &pgx.Batch{}
 		batch.Queue(lockEventHead, b.TenantID).QueryRow(func(row pgx.Row) error { return row.Scan(&last) })
-		batch.Queue(insertEvents, b.TenantID, b.InstanceID, b.ReplicaID, b.VersionID, b.ChannelID, toMS(received), newIDs, docs)
+		batch.Queue(r.insertEvents, b.TenantID, b.InstanceID, b.ReplicaID, b.VersionID, b.ChannelID, toMS(received), newIDs, docs)
 		batch.Queue(advanceEventHead, b.TenantID, len(fresh))
 		if err := p.once(ctx, batch); err != nil {
 			return err
@@ -220,7 +232,7 @@ func (r *Registry) Events(ctx context.Context, tenantID string, after uint64, li
 	}
 	limit = registry.ClampEventPage(limit)
 	op := "read the event log of tenant " + tenantID
-	rows, err := r.data.Query(ctx, eventPage, tenantID, int64(min(after, math.MaxInt64)), limit+1)
+	rows, err := r.data.Query(ctx, r.eventPage, tenantID, int64(min(after, math.MaxInt64)), limit+1)
 	if err != nil {
 		return registry.EventPage{}, classify(op, err)
 	}
@@ -249,6 +261,27 @@ func (r *Registry) Events(ctx context.Context, tenantID string, after uint64, li
 		page.Events = []registry.StoredEvent{}
 	}
 	return page, nil
+}
+
+// eventDocument returns the document an event is stored as: e in JSON,
+// its data byte for byte as given (json.Marshal would compact it and
+// escape <, > and &), so that it reads back as memregistry returns it.
+// e.Data must be a JSON object without surrounding whitespace
+// (registry.StoredForm), which decoding the document returns verbatim.
+func eventDocument(e *aip.Event) ([]byte, error) {
+	data := e.Data
+	head := *e
+	head.Data = nil
+	doc, err := json.Marshal(&head)
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(data) {
+		return nil, errors.New("data is not JSON")
+	}
+	doc = append(doc[:len(doc)-1], `,"data":`...)
+	doc = append(doc, data...)
+	return append(doc, '}'), nil
 }
 
 // prunedEvent is what pruned_events keeps of an event: when it was

@@ -48,6 +48,26 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 		return nil, err
 	}
 	r.migrations = r.migrations[:version]
+	if version < 14 {
+		// Before migration 0014 events were stored and read as jsonb only
+		// (the NULLs of the other rows typed so).
+		for _, q := range []struct {
+			stmt     *string
+			old, new string
+		}{
+			{&r.eventsByID, eventDoc + " AS event", "event"},
+			{&r.eventsByID, "'', NULL, received_at_ms", "'', NULL::jsonb, received_at_ms"},
+			{&r.eventPage, eventDoc + " AS event", "event"},
+			{&r.eventPage, "'', NULL, 0", "'', NULL::jsonb, 0"},
+			{&r.insertEvents, "event, event_text,", "event,"},
+			{&r.insertEvents, "n.ev::jsonb, n.ev,", "n.ev::jsonb,"},
+		} {
+			if !strings.Contains(*q.stmt, q.old) {
+				return nil, fmt.Errorf("OpenBuild(%d): %s is no longer in %s", version, q.old, *q.stmt)
+			}
+			*q.stmt = strings.Replace(*q.stmt, q.old, q.new, 1)
+		}
+	}
 	switch {
 	case version < 9:
 		// Before migration 0009 there were no pruned events to read.
@@ -55,10 +75,10 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 	case version < 12:
 		// Before migration 0012 pruned events kept no digest.
 		const digest = "received_at_ms, event_id, digest"
-		if !strings.Contains(eventsByID, digest) {
-			return nil, fmt.Errorf("OpenBuild(%d): %s is no longer in %s", version, digest, eventsByID)
+		if !strings.Contains(r.eventsByID, digest) {
+			return nil, fmt.Errorf("OpenBuild(%d): %s is no longer in %s", version, digest, r.eventsByID)
 		}
-		r.eventsByID = strings.Replace(eventsByID, digest, "received_at_ms, event_id, NULL::bytea", 1)
+		r.eventsByID = strings.Replace(r.eventsByID, digest, "received_at_ms, event_id, NULL::bytea", 1)
 	}
 	if control != "" {
 		if r.control, err = newPool(ctx, "control", control, r.controlMax(cfg), r.acquireTimeout); err != nil {
@@ -78,13 +98,13 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 
 // RouteStatementsOfBuild are this build's read of a route and its update
 // when a Resolve returns a held route again, as the build of schema
-// version (7 to 12) sent them: as this build for 12 and 11 (migrations
-// 0012 and 0013 changed no route), for 10 and older without the stripes of migration 0011, for 7,
+// version (7 to 13) sent them: as this build for 13, 12 and 11 (migrations
+// 0012 to 0014 changed no route), for 10 and older without the stripes of migration 0011, for 7,
 // 8 and 9 without the claim columns of migration 0010 and, for 7, without
 // the hand-out columns of migration 0008. The update takes the action ID
 // and the time.
 func RouteStatementsOfBuild(version int) (read, again string) {
-	if version == 11 || version == 12 {
+	if version >= 11 && version <= 13 {
 		return selectRoute, markResolvedAgain
 	}
 	cut := func(sql, part string) string {
@@ -101,7 +121,7 @@ func RouteStatementsOfBuild(version int) (read, again string) {
 	case 7:
 		read, again = cut(read, ", hand_out, reserved_hand_out"), cut(again, ", hand_out = hand_out + 1")
 	default:
-		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7 to 12", version))
+		panic(fmt.Sprintf("RouteStatementsOfBuild(%d): only the builds of schema 7 to 13", version))
 	}
 	return read, cut(again, ",\n\t\thand_out_claim = $3::text, claim_hand_out = hand_out + 1")
 }

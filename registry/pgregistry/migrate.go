@@ -24,7 +24,7 @@ func embeddedMigrations() ([]pgmigrate.Migration, error) {
 
 // SchemaVersion is the schema version this build installs and expects: the
 // number of its last embedded migration.
-const SchemaVersion = 13
+const SchemaVersion = 14
 
 // Errors of schema installation and verification.
 var (

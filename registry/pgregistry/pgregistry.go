@@ -119,11 +119,12 @@ type Registry struct {
 	chains         *routeChains
 	implicit       registry.AdmissionPolicy
 	migrations     []pgmigrate.Migration
-	// eventsByID is AppendEvents' read (events.go); an older build's in
-	// the upgrade tests (export_test.go).
-	eventsByID string
-	views      *catalogCache // nil when DisableCatalogCache
-	closeOnce  sync.Once
+	// eventsByID and insertEvents are AppendEvents' read and insert,
+	// eventPage is Events' read (events.go); an older build's in the
+	// upgrade tests (export_test.go).
+	eventsByID, insertEvents, eventPage string
+	views                               *catalogCache // nil when DisableCatalogCache
+	closeOnce                           sync.Once
 }
 
 // Compile-time guards: Registry is the PostgreSQL implementation of the
@@ -229,6 +230,8 @@ func newRegistry(cfg Config) (*Registry, error) {
 		implicit:       registry.ImplicitAdmissionPolicy(),
 		migrations:     ms,
 		eventsByID:     eventsByID,
+		insertEvents:   insertEvents,
+		eventPage:      eventPage,
 	}
 	if r.now == nil {
 		r.now = time.Now

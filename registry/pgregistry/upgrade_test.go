@@ -39,14 +39,15 @@ func oldRolesSQL(t *testing.T) string {
 }
 
 // TestUpgradeKeepsData upgrades a database that the builds of schema
-// versions 5 to 12 populated, the documented way (deploy/postgres/roles.sql
+// versions 5 to 13 populated, the documented way (deploy/postgres/roles.sql
 // of that build, `registry migrate` as the admin role, the data role
 // serving dispatch), to this build: two migrations at once and then one
 // more change nothing but the schema (the columns migration 0008 adds hold
 // their defaults, 0009's pruned_events starts empty, the columns 0010 adds
 // are NULL, as is 0011's scope_stripes: every route's scopes are in its
-// counter_stripe, 0012's digest of the IDs pruned before, and 0013's
-// offline reason and time of every replica), every row and every record
+// counter_stripe, 0012's digest of the IDs pruned before, 0013's
+// offline reason and time of every replica, and 0014's event_text of every
+// event, which reads back as jsonb wrote it), every row and every record
 // read back is the one written,
 // roles.sql run again gives the roles exactly what it documents (as on a
 // fresh install), and the new behaviour works on the old data: old events
@@ -66,7 +67,7 @@ func oldRolesSQL(t *testing.T) string {
 // fresh install of the older version has.
 func TestUpgradeKeepsData(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{5, 6, 7, 8, 9, 10, 11, 12} {
+	for _, from := range []int{5, 6, 7, 8, 9, 10, 11, 12, 13} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testUpgrade(t, from)
@@ -476,7 +477,7 @@ func testUpgrade(t *testing.T, from int) {
 	// A different event under the ID of an event stored before the
 	// upgrade and pruned after it is a conflict; under the ID the older
 	// build pruned, it is answered as stored (that ID has no digest) —
-	// unless that build, of schema 12, kept the digest too.
+	// unless that build, of schema 12 or later, kept the digest too.
 	changed := registrytest.EventBatch(tenantA, "r", "evt_a1")
 	changed.Events[0].Kind = "thing.changed"
 	if _, err := r.AppendEvents(ctx, changed); !errors.Is(err, registry.ErrConflict) {
@@ -553,7 +554,7 @@ func testUpgrade(t *testing.T, from int) {
 
 // addedColumns are the columns an upgrade from version adds, by table:
 // 0008's hand-outs, 0010's claims, 0011's scope stripes, 0012's
-// pruned-event digests and 0013's offline reasons.
+// pruned-event digests, 0013's offline reasons and 0014's event text.
 func addedColumns(from int) map[string][]string {
 	var cols []string
 	if from < 11 {
@@ -565,17 +566,20 @@ func addedColumns(from int) map[string][]string {
 	if from < 8 {
 		cols = append(cols, "hand_out", "reserved_hand_out")
 	}
-	added := map[string][]string{"route_assignments": cols, "connector_replicas": {"offline_reason", "offline_at_ms"}}
+	added := map[string][]string{"route_assignments": cols, "events": {"event_text"}}
+	if from < 13 {
+		added["connector_replicas"] = []string{"offline_reason", "offline_at_ms"}
+	}
 	if from < 12 {
 		added["pruned_events"] = []string{"digest"}
 	}
 	return added
 }
 
-// pruneBeforeUpgrade has the build of schema from (9 to 12), with the
+// pruneBeforeUpgrade has the build of schema from (9 to 13), with the
 // data and lifecycle roles, append tenantC's event evt_c1 received an hour
 // before Epoch and prune it: its ID is remembered without a digest (with
-// one by the build of schema 12).
+// one by the builds of schema 12 and 13).
 func pruneBeforeUpgrade(t *testing.T, dataURL, lifecycleURL string, clock *registrytest.Clock, from int) {
 	t.Helper()
 	ctx := t.Context()
@@ -597,6 +601,7 @@ func pruneBeforeUpgrade(t *testing.T, dataURL, lifecycleURL string, clock *regis
 // downgrades undo each migration from 0006 on, so that olderSchema can
 // turn a database this build populated into the one an older build left.
 var downgrades = map[int]string{
+	14: `ALTER TABLE aip_registry.events DROP COLUMN event_text`,
 	13: `DROP TRIGGER connector_replicas_live_clears_offline_reason ON aip_registry.connector_replicas;
 DROP FUNCTION aip_registry.clear_offline_reason();
 ALTER TABLE aip_registry.connector_replicas
@@ -805,11 +810,12 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 }
 
 // TestMigrateUnderOlderBuildTraffic: the builds of schema versions 7 to
-// 12 keep reading and handing out routes, appending and reading events and
+// 13 keep reading and handing out routes, appending and reading events and
 // paging the catalog while this build migrates their database (migration
 // 0008 adds route_assignments' hand-out columns, 0010 its claim columns,
 // 0011 its scope stripes, 0012 pruned_events' digests and the trigger that
-// fills them, 0013 connector_replicas' offline reasons and their trigger):
+// fills them, 0013 connector_replicas' offline reasons and their trigger,
+// 0014 events' event_text):
 // no call fails, and every tenant's event sequences stay gapless. This
 // build routes only on a schema with those columns, so the older build's
 // route traffic is its statements (RouteStatementsOfBuild) on a pool of
@@ -817,7 +823,7 @@ FROM pg_proc WHERE pronamespace = 'aip_registry'::regnamespace`
 // before the migration.
 func TestMigrateUnderOlderBuildTraffic(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{7, 8, 9, 10, 11, 12} {
+	for _, from := range []int{7, 8, 9, 10, 11, 12, 13} {
 		t.Run(fmt.Sprintf("FromVersion%d", from), func(t *testing.T) {
 			t.Parallel()
 			testMigrateUnderTraffic(t, from)

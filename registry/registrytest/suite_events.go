@@ -24,6 +24,8 @@ func runEvents(t *testing.T, nb NewBackend) {
 	t.Run("InvalidBatches", func(t *testing.T) { testEventInvalid(t, nb) })
 	t.Run("DataNumbers", func(t *testing.T) { testEventDataNumbers(t, nb) })
 	t.Run("DataEscapes", func(t *testing.T) { testEventDataEscapes(t, nb) })
+	t.Run("DataAsStored", func(t *testing.T) { testEventDataAsStored(t, nb) })
+	t.Run("DataSizeAsStored", func(t *testing.T) { testEventDataSizeAsStored(t, nb) })
 	t.Run("Paging", func(t *testing.T) { testEventPaging(t, nb) })
 	t.Run("ConcurrentAppends", func(t *testing.T) { testEventConcurrency(t, nb) })
 	t.Run("ConcurrentRedelivery", func(t *testing.T) { testEventConcurrentRedelivery(t, nb) })
@@ -734,6 +736,104 @@ func testEventDataNumbers(t *testing.T, nb NewBackend) {
 	if got := f.eventLog("tenant-1"); len(got) != stored {
 		t.Fatalf("the log holds %d events, want the %d that fit", len(got), stored)
 	}
+}
+
+// testEventDataAsStored: an event's data reads back byte for byte as it
+// was stored (the first delivery's answer, a redelivery's, a page of the
+// log), whatever its numbers, member order, spacing and characters; only
+// the JSON whitespace around it is dropped. The dispatcher stores data in
+// canonical AIP JSON, whose numbers are doubles (1e308, 1.5e-300) or
+// integers as sent. (pgregistry returned its jsonb's writing: 1e308 as 309
+// digits, 1e131071 as 131072, members reordered, spaces added.)
+func testEventDataAsStored(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	cases := []struct{ data, want string }{
+		{`{"n":1e308}`, ""},
+		{`{"a":[1e308,-1.7976931348623157e308,1.5e-300,5e-324,123456789012345678,18446744073709551615,-9223372036854775808],"b":1e16,"c":100.0,"d":0.1}`, ""},
+		{`{"zz":1.5e-7,"a":{"yy":1E+2,"b":15e-1,"c":1.50},"m":"<&>\u00e9é"}`, ""},
+		{`{"n":1e131071,"m":1e-16383,"k":0.` + strings.Repeat("0", 300) + `1}`, ""},
+		{`{ "a" : [ 1e308 , 2 ] ,"b":{}}`, ""},
+		{" \n\t{\"a\":1e308}\r\n ", `{"a":1e308}`},
+	}
+	b := EventBatch("tenant-1", "a")
+	for i, c := range cases {
+		b.Events = append(b.Events, aip.Event{ID: fmt.Sprintf("evt_n%d", i), Kind: "thing.happened", OccurredAt: aip.At(Epoch), Data: json.RawMessage(c.data)})
+		if c.want == "" {
+			cases[i].want = c.data
+		}
+	}
+	check := func(what string, got []registry.StoredEvent) {
+		t.Helper()
+		if len(got) != len(cases) {
+			t.Fatalf("%s: %d events, want %d", what, len(got), len(cases))
+		}
+		for i, e := range got {
+			if string(e.Event.Data) != cases[i].want {
+				t.Fatalf("%s: event %s has data %.200s (%d bytes), want %s as stored", what, e.Event.ID, e.Event.Data, len(e.Event.Data), cases[i].want)
+			}
+		}
+	}
+	check("AppendEvents", f.appendEvents(b))
+	check("AppendEvents delivering them again", f.appendEvents(b))
+	check("Events", f.eventLog("tenant-1"))
+}
+
+// testEventDataSizeAsStored: events as large as a delivery may hold
+// (aip.MaxEventBytes each), their data full of numbers, read back no
+// larger, so a page of n of them holds at most n × aip.MaxEventBytes: the
+// dispatcher's GET /aip/v1/events stops a page before its data pass its
+// byte bound and so passes it by one event at most, and a delivery's
+// answer lists the events as stored. (pgregistry read such an event back
+// some fifty times larger: 1e308 as 309 digits.)
+func testEventDataSizeAsStored(t *testing.T, nb NewBackend) {
+	f := newFx(t, nb)
+	const n = 4
+	b := EventBatch("tenant-1", "a")
+	for i := range n {
+		e := aip.Event{ID: fmt.Sprintf("evt_big%d", i), Kind: "thing.happened", OccurredAt: aip.At(Epoch)}
+		nums := []string{"1e308", "1.5e-300", "123456789012345678"}
+		var data strings.Builder
+		data.WriteString(`{"n":[`)
+		for j := 0; ; j++ {
+			if j > 0 {
+				data.WriteByte(',')
+			}
+			data.WriteString(nums[j%len(nums)])
+			if data.Len() > aip.MaxEventBytes-512 {
+				break
+			}
+		}
+		data.WriteString(`]}`)
+		e.Data = json.RawMessage(data.String())
+		if raw, _ := json.Marshal(e); len(raw) > aip.MaxEventBytes {
+			t.Fatalf("the test's event is %d bytes, more than aip.MaxEventBytes", len(raw))
+		}
+		b.Events = append(b.Events, e)
+	}
+	stored := 0
+	for _, e := range b.Events {
+		stored += len(e.Data)
+	}
+	check := func(what string, got []registry.StoredEvent) {
+		t.Helper()
+		read := 0
+		for _, e := range got {
+			raw, err := json.Marshal(e.Event)
+			f.must(err)
+			if len(raw) > aip.MaxEventBytes {
+				t.Fatalf("%s: event %s reads back as %d bytes, more than aip.MaxEventBytes (%d) it was stored within", what, e.Event.ID, len(raw), aip.MaxEventBytes)
+			}
+			read += len(e.Event.Data)
+		}
+		if len(got) != n || read != stored {
+			t.Fatalf("%s: %d events with %d bytes of data, want %d with the %d bytes stored", what, len(got), read, n, stored)
+		}
+	}
+	check("AppendEvents", f.appendEvents(b))
+	check("AppendEvents delivering them again", f.appendEvents(b))
+	p, err := f.events().Events(f.ctx, "tenant-1", 0, n)
+	f.must(err)
+	check("Events", p.Events)
 }
 
 func testEventPaging(t *testing.T, nb NewBackend) {

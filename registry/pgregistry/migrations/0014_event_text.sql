@@ -1,0 +1,29 @@
+-- 0014_event_text: an event reads back as it was stored, byte for byte.
+--
+-- events.event is jsonb, which keeps numbers as PostgreSQL numerics and
+-- writes them back in full: data holding 1e308 (a double, which canonical
+-- AIP JSON allows) read back as 309 digits, 1.5e-300 as 301, 1e131071 (a
+-- library caller's) as 131072; jsonb also reorders members and adds
+-- spaces. An event of aip.MaxEventBytes read back up to some fifty times
+-- larger, past the bound the dispatcher's event page and a delivery's
+-- answer are sized for, and unlike memregistry's, which returns the data
+-- as stored.
+--
+-- event_text keeps the document this build casts to jsonb, as text: the
+-- event's data as the caller gave it. Reads take it, and event's text only
+-- for a row without it (stored before this migration, or by a build of
+-- schema 13 still running during the upgrade): those read back as before.
+-- They are not converted: jsonb kept the numbers' values but not their
+-- spelling (1e16 and 10000000000000000 are one numeric), so the text they
+-- were stored with cannot be rebuilt, and the retention prunes them.
+--
+-- event stays as it was, and is still written: builds of schema 13 still
+-- running during the upgrade read it (their statements name its type), and
+-- the digest of a pruned event (migration 0012's event_replay_digest,
+-- called by the trigger of 0009) is computed from it, so digests kept
+-- before and after this migration compare alike. The column is nullable
+-- without a default: PostgreSQL adds it without rewriting the table. The
+-- data role's table-level grant covers it; the lifecycle role reads only
+-- the events' keys and receipt times, as before (deploy/postgres/roles.sql).
+
+ALTER TABLE aip_registry.events ADD COLUMN event_text text;
