@@ -548,15 +548,9 @@ func checkRevision(record, id, field string, v uint64) error {
 }
 
 // checkIdent checks a free-form identifier: 1..MaxIdentifierBytes of UTF-8
-// without control characters or surrounding spaces.
+// without control characters, formatting characters or surrounding spaces.
 func checkIdent(record, id, field, v string) error {
-	if v == "" {
-		return invalid(record, id, field, "is empty")
-	}
-	if len(v) > MaxIdentifierBytes {
-		return invalid(record, id, field, "is longer than %d bytes", MaxIdentifierBytes)
-	}
-	if err := checkPrintable(record, id, field, v); err != nil {
+	if err := checkText(record, id, field, v); err != nil {
 		return err
 	}
 	// An invisible formatting character (a zero-width space or joiner, a
@@ -573,8 +567,9 @@ func checkIdent(record, id, field, v string) error {
 	return nil
 }
 
-// checkText checks a name or an owner: as checkIdent, but formatting
-// characters are allowed.
+// checkText checks a name or an owner: 1..MaxIdentifierBytes of UTF-8
+// without control characters or surrounding spaces (formatting characters
+// are allowed).
 func checkText(record, id, field, v string) error {
 	if v == "" {
 		return invalid(record, id, field, "is empty")
