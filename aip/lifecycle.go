@@ -252,10 +252,15 @@ const (
 // still live, which aipfleet's control plane gives and a host reads to
 // wait for that lease (the wire's rejected outcome has no structured
 // detail): the message is ControlRuleLeaseLive, ": ", and a reason that
-// holds LeaseUntilPhrase followed by the lease's expiry (RFC 3339).
+// holds LeaseUntilPhrase followed by the lease's expiry (RFC 3339). A
+// request refused under the replay rule (a request ID decided already,
+// whose replay is no longer answered with that decision) starts with
+// ControlRuleReplay and ": ", which a host waiting for the control plane
+// reads to register afresh.
 const (
 	ControlRuleLeaseLive = "lease_live"
 	LeaseUntilPhrase     = " with a lease until "
+	ControlRuleReplay    = "replay"
 )
 
 // ControlOutcome is internally tagged by "status": {"status":"lease",

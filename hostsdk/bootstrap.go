@@ -427,7 +427,7 @@ func (h *Host) stepRegister(ctx context.Context) error {
 // whose replay it no longer answers with that decision.
 const (
 	leaseLivePrefix  = aip.ControlRuleLeaseLive + ": "
-	replayRulePrefix = "replay: "
+	replayRulePrefix = aip.ControlRuleReplay + ": "
 )
 
 // leaseLiveMargin is added to MaxLeaseTTL to bound the wait for a live lease:

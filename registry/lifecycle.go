@@ -283,7 +283,7 @@ const (
 	RuleNotProvisioned LifecycleRule = "not_provisioned"
 	// RuleReplay: the request ID was already consumed by another lifecycle
 	// decision (ErrConflict).
-	RuleReplay LifecycleRule = "replay"
+	RuleReplay LifecycleRule = aip.ControlRuleReplay
 	// RuleProposal: the registration's replica proposal is not ready, zero
 	// assignments, health revision zero and no previous request, or has no
 	// capacity (ErrInvalid).
