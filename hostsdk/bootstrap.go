@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -122,6 +123,14 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 			return fmt.Errorf("%s %s: %w", settingName("StateDir"), h.cfg.StateDir, err)
 		}
 		h.journal, h.ownsJournal = j, true
+		// The directory as an absolute path: a relative one (the default,
+		// .aipfleet/host-<replica ID>) is under the working directory, and
+		// a process started from another one opens another journal.
+		dir := h.cfg.StateDir
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+		h.log.Info("runtime journal opened", "state_dir", dir)
 	}
 	if d := h.journal.Durability(); d != journal.Durable {
 		h.log.Warn("the runtime journal is not durable; actions will not survive a restart", "durability", d)

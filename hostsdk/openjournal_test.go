@@ -2,13 +2,17 @@ package hostsdk_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/internal/memjournal"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
@@ -119,4 +123,34 @@ func TestAfterOpenJournalRunsWithTheJournalLocked(t *testing.T) {
 		t.Fatalf("the journal was not released after the failed start: %v", err)
 	}
 	j.Close()
+}
+
+// TestStateDirLoggedAbsolute: the embedded journal's directory is logged as
+// an absolute path, so an operator sees which journal a host opened when
+// --state-dir (or its default) is relative to the working directory.
+func TestStateDirLoggedAbsolute(t *testing.T) {
+	work := t.TempDir()
+	t.Chdir(work)
+	f := newFleet(t)
+	f.cfg.Journal, f.cfg.StateDir = nil, filepath.Join("rel", "state")
+	var logs hostsdktest.LogBuffer
+	f.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	h := hostsdktest.StartHost(t, f.cfg, newTestConnector())
+	if err := h.Stop(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(work, "rel", "state")
+	for line := range strings.Lines(logs.String()) {
+		var rec struct {
+			Msg      string
+			StateDir string `json:"state_dir"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "runtime journal opened" {
+			if rec.StateDir != want {
+				t.Fatalf("state_dir %q, want %q", rec.StateDir, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("no \"runtime journal opened\" line:\n%s", logs.String())
 }
