@@ -90,9 +90,10 @@
 // is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
 // or counts as stopped. At the sidecar's shutdown a stdio server is
 // stopped as MCP's stdio shutdown says: its input is closed first (a
-// server that then exits on its own has stopped cleanly only with exit
-// status 0, as an --exec child only with 0 or by the sidecar's SIGTERM;
-// anything else is a crash that makes the shutdown unclean), and only a
+// server that then exits on its own has stopped, with any exit status,
+// logged when not 0, since several servers exit 1 when their input ends; a
+// death by a signal the sidecar did not send, or an exit before the stop
+// began, is a crash that makes the shutdown unclean), and only a
 // server still running after half of StopTimeout gets SIGTERM (SIGKILL
 // at StopTimeout); one that does not exit within a few
 // seconds after SIGKILL (uninterruptible sleep) is given up on, as an

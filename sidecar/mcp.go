@@ -1405,18 +1405,24 @@ func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
 
 // exitResult reports how a stdio server that exited without being sent
 // SIGTERM ended (shutdownServer): on its own once its input was closed, or
-// early, before the sidecar stopped it. As for an --exec child, whose stop
-// is clean only with exit status 0 or death by the SIGTERM the sidecar
-// sent, only exit status 0 is a clean stop here: a failure status or a
-// death by a signal (the sidecar sent none) is a crash — a panic, an
-// uncaught exception, the OOM killer —, also at the end of its input, and
-// makes the stop, and so the sidecar's exit status, unclean. A server
-// that exits with a failure status whenever its input ends (some do) makes
-// every stop unclean; the error says what a clean stop is.
+// early, before the sidecar stopped it. Exit status 0 is a clean stop. A
+// death by a signal (the sidecar sent none: a segfault, an abort, the OOM
+// killer) is a crash, and so is any exit before the stop began: either
+// makes the stop, and so the sidecar's exit status, unclean. A failure
+// status once its input was closed is counted as stopped, and logged:
+// several servers exit 1 whenever their input ends, which is how MCP's
+// stdio shutdown ends them, and counting that as a crash would fail every
+// stop of theirs; a crash of such a server that ends in an exit status
+// (an uncaught exception) at that moment is told apart only by its log.
 func (m *MCP) exitResult(srv *child, early bool) error {
 	pid := srv.cmd.Process.Pid
-	if ps := srv.cmd.ProcessState; ps != nil && ps.Success() {
+	ps := srv.cmd.ProcessState
+	if ps != nil && ps.Success() {
 		m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())
+		return nil
+	}
+	if ps != nil && ps.Exited() && !early {
+		m.log.Warn("the MCP server exited with an error status once its input was closed; counted as stopped (several servers exit 1 when their input ends; a death by a signal would not be)", "pid", pid, "exit", ps.String())
 		return nil
 	}
 	exit := exitOf(srv)

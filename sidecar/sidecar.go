@@ -375,8 +375,8 @@ func (s *Sidecar) Connector() hostsdk.Connector {
 // The result is nil only when the host's shutdown was clean and the local
 // side stopped cleanly in time (a child that exits with a failure status
 // after SIGTERM, or has to be killed, makes it an error; so does a stdio
-// MCP server whose stop ends in anything but exit status 0 or death by
-// the sidecar's SIGTERM: MCP.exitResult).
+// MCP server whose stop ends in its death by a signal the sidecar did not
+// send, or that exited before its stop began: MCP.exitResult).
 func (s *Sidecar) Run(ctx context.Context) error {
 	runErr := s.host.Run(ctx)
 	switch {
