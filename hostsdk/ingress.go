@@ -680,15 +680,12 @@ func (x *exchange) refuseUnstarted(actionID string, want *journal.Action, refusa
 	a, err := x.h.journal.Action(ctx, actionID)
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		horizon, herr := x.h.journal.PruneHorizon(ctx)
-		if herr != nil {
+		gone, herr := x.mayBeGone(ctx, actionID)
+		switch {
+		case herr != nil:
 			return x.storageUnavailable(herr)
-		}
-		if perr := journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon); perr != nil {
-			return x.expired(actionID, perr)
-		}
-		if berr := x.h.beforeJournal(x.route); berr != nil {
-			return x.expired(actionID, berr)
+		case gone != nil:
+			return x.expired(actionID, gone)
 		}
 		return refusal()
 	case err != nil:
@@ -1365,11 +1362,11 @@ func (x *exchange) statusQuery(actionID string) bool {
 	st := &aip.ActionStatus{ActionID: actionID, State: aip.StateNotFound}
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
-		horizon, herr := x.h.journal.PruneHorizon(jctx)
+		gone, herr := x.mayBeGone(jctx, actionID)
 		if herr != nil {
 			return x.storageUnavailable(herr)
 		}
-		if journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon) != nil || x.h.beforeJournal(x.route) != nil {
+		if gone != nil {
 			st.State = aip.StatePruned
 		}
 	case err != nil:
@@ -1400,6 +1397,22 @@ func assignedAt(route *aip.ConnectorRoute) time.Time {
 		return time.Time{}
 	}
 	return t.Add(-MaxMessageSkew)
+}
+
+// mayBeGone reports, for the routed action the journal holds no record of,
+// why that record may be gone (gone, nil when none): the action may be
+// older than the prune horizon (journal.ErrPruned), or its route older
+// than the journal's service of the replica (errBeforeJournal). err is the
+// journal's failure to read its horizon.
+func (x *exchange) mayBeGone(ctx context.Context, actionID string) (gone, err error) {
+	horizon, err := x.h.journal.PruneHorizon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if perr := journal.CheckHorizon(journal.Action{ActionID: actionID, AssignedAt: x.assigned}, horizon); perr != nil {
+		return perr, nil
+	}
+	return x.h.beforeJournal(x.route), nil
 }
 
 // expired refuses an action (or its cancel) the journal may have pruned:
