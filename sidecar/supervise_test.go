@@ -804,12 +804,16 @@ func groupChild(t *testing.T, stubborn bool, stop time.Duration) (*supervisor, i
 		t.Skip("process groups are supervised on Linux")
 	}
 	out := filepath.Join(t.TempDir(), "worker.pid")
-	worker := "sleep 300"
+	// The worker writes its own pid (its shell's, which exec keeps) once
+	// it ignores SIGTERM: written by the leader right after starting it,
+	// a stop could come before the worker's trap, and the worker die of
+	// the SIGTERM it was to ignore.
+	worker := `echo $$ > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 300`
 	if stubborn {
-		worker = "trap '' TERM; exec sleep 300"
+		worker = "trap '' TERM; " + worker
 	}
 	s := newSupervisor(superviseConfig{
-		Command: []string{"/bin/sh", "-c", `/bin/sh -c "$WORKER" & echo $! > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"; exec sleep 300`},
+		Command: []string{"/bin/sh", "-c", `/bin/sh -c "$WORKER" & exec sleep 300`},
 		Env:     []string{"OUT=" + out, "WORKER=" + worker},
 		Ready: func(context.Context) error {
 			_, err := os.Stat(out)
