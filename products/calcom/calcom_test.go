@@ -38,7 +38,7 @@ const (
 		`"attendees":[{"name":"Bob","email":"bob@example.test","displayEmail":"bob@example.test","timeZone":"Europe/Rome","absent":false}],` +
 		`"hosts":[{"id":7,"name":"Alice","email":"alice@example.test","username":"alice","timeZone":"Europe/Rome"}]}`
 	meAnswer        = `{"status":"success","data":{"id":7,"username":"alice","email":"alice@example.test","timeFormat":24,"defaultScheduleId":3,"weekStart":"Monday","timeZone":"Europe/Rome"}}`
-	eventTypeJSON   = `{"id":11,"lengthInMinutes":30,"title":"Intro","slug":"intro","description":"","locations":[]}`
+	eventTypeJSON   = `{"id":11,"lengthInMinutes":30,"title":"Intro","slug":"intro","description":"","locations":[],"recurrence":null}`
 	eventTypesAns   = `{"status":"success","data":[` + eventTypeJSON + `]}`
 	eventTypeAns    = `{"status":"success","data":` + eventTypeJSON + `}`
 	slotsAnswer     = `{"status":"success","data":{"2050-09-05":[{"start":"2050-09-05T09:00:00.000Z","end":"2050-09-05T09:30:00.000Z"}]}}`
@@ -111,10 +111,16 @@ func newMockCal(t *testing.T) *mockCal {
 	spec := spectest.Load(t, "cal-diy/openapi.json")
 	m.srv = httptest.NewServer(spec.Handler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The document's body for a booking is any of three inputs; the
-		// adapter sends the plain one (Option 1).
+		// adapter sends the plain one (Option 1), or with recurrenceCount
+		// the recurring one (Option 3).
 		if r.Method == http.MethodPost && r.URL.Path == "/v2/bookings" {
 			body, _ := io.ReadAll(r.Body)
-			if err := spec.ValidateSchema("/components/schemas/CreateBookingInput_2024_08_13", body); err != nil {
+			input := "/components/schemas/CreateBookingInput_2024_08_13"
+			var members map[string]json.RawMessage
+			if json.Unmarshal(body, &members) == nil && members["recurrenceCount"] != nil {
+				input = "/components/schemas/CreateRecurringBookingInput_2024_08_13"
+			}
+			if err := spec.ValidateSchema(input, body); err != nil {
 				t.Errorf("mock provider: POST /v2/bookings: %v", err)
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))

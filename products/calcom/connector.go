@@ -147,6 +147,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 				Message: "answered with a webhook that could not be read", MayHaveApplied: true}
 		}
 	}
+	if err != nil && o.Series {
+		err = c.seriesRefusal(ctx, call, req.body, err)
+	}
 	if err != nil {
 		return provider.Result(call, err, o.Mutation)
 	}

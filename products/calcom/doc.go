@@ -219,6 +219,34 @@
 // empty, not a JSON object or whose status is not success (Cal.diy took
 // the request, and a failed result would invite booking or cancelling
 // again).
+//
+// A recurring booking is not atomic. For a recurring event type POST
+// /v2/bookings books the occurrences one after the other, each with its
+// own call of the regular booking service and no transaction around them
+// (RecurringBookingService's handleNewRecurringBooking in Cal.com's and
+// Cal.diy's packages/features/bookings/lib/service/), and stops at the
+// first occurrence it refuses, keeping those booked before it. Checks
+// that depend on the occurrence run for each (the booking window,
+// validateBookingTimeIsNotOutOfBounds; the booker's active bookings,
+// checkActiveBookingsLimitForBooker; booking and duration limits; only
+// the first occurrence's availability is checked), and API v2 answers
+// such a refusal with a 4xx (ErrorsBookingsService_2024_08_13 maps most to
+// 400). The published document describes only the 201 answer, whose data
+// is one booking or, for a series, an array of
+// RecurringBookingOutput_2024_08_13 (passed on as sent). So a
+// booking.create refused with a 4xx other than 404 (the event type, user
+// or team was not found, before anything was booked) and 429 (the
+// throttler's) is outcome_unknown when the booking may be recurring:
+// recurrence_count 2 or more; or, without recurrence_count (Cal.diy then
+// books the event type's own count), an event type that GET
+// /v2/event-types/{eventTypeId} (or GET /v2/event-types?username=...&eventSlug=...)
+// answers with a recurrence, that cannot be read, or that is given by
+// team_slug (which the adapter does not look up). Its message says to
+// list the attendee's bookings of the event type from start (booking.list)
+// and cancel or keep them before booking again. A refusal of a single
+// booking (recurrence_count 1, or an event type whose recurrence is null)
+// stays a failed result.
+//
 // CheckHealth is GET /v2/me.
 //
 // # Webhook

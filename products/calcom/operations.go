@@ -61,6 +61,10 @@ type operation struct {
 	// allowed (subscriber.go), the configured signing secret is sent, and
 	// secrets are left out of the output.
 	Webhook bool
+	// Series marks booking.create, which books every occurrence of a
+	// recurring event type one by one: a 4xx may come after some were
+	// booked (recurring.go).
+	Series bool
 	// Check, when set, returns why an input the schema accepts would be
 	// misread by Cal.diy, and what to send instead ("" when it is fine):
 	// such an input is refused as input_invalid before anything is sent.
@@ -273,8 +277,11 @@ var operations = []*operation{
 	},
 	{
 		Suffix: "booking.create", Name: "Create a booking",
-		Description: "POST /v2/bookings: books a slot of an event type (by ID, or by slug with username or team_slug) for one attendee (cal-api-version 2024-08-13).",
-		Method:      http.MethodPost, Path: "/v2/bookings", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Description: "POST /v2/bookings: books a slot of an event type (by ID, or by slug with username or team_slug) for one attendee (cal-api-version 2024-08-13). " +
+			"For a recurring event type Cal.diy books the occurrences one by one; a refusal may come after some were booked, " +
+			"and is then outcome_unknown: list the bookings before booking again.",
+		Method: http.MethodPost, Path: "/v2/bookings", Version: versionBookings, Mutation: true, Risk: aip.RiskMedium,
+		Series:   true,
 		Required: []string{"start", "attendee"},
 		Props: map[string]any{
 			"start": zonedTime("start of the booking"),
@@ -296,7 +303,7 @@ var operations = []*operation{
 			"organization_slug": str(maxID, "organization of the user or team"),
 			"guests":            list(str(maxEmail, ""), 30, "guest emails"),
 			"length_in_minutes": integer(1, 1440, "booking length, for event types with several lengths"),
-			"recurrence_count":  integer(1, 730, "recurrences of a recurring event type"),
+			"recurrence_count":  integer(1, 730, "recurrences of a recurring event type (default: the event type's own count)"),
 			"metadata": map[string]any{"type": "object", "maxProperties": 50, "description": "up to 50 keys of 40 characters, string values up to 500",
 				"propertyNames":        map[string]any{"maxLength": 40},
 				"additionalProperties": map[string]any{"type": "string", "maxLength": 500}},
