@@ -228,7 +228,7 @@
 // first occurrence it refuses, keeping those booked before it. Checks
 // that depend on the occurrence run for each (the booking window,
 // validateBookingTimeIsNotOutOfBounds; the booker's active bookings,
-// checkActiveBookingsLimitForBooker; booking and duration limits; only
+// checkActiveBookingsLimitForBooker; duration limits; only
 // the first occurrence's availability is checked), and API v2 answers
 // such a refusal with a 4xx (ErrorsBookingsService_2024_08_13 maps most to
 // 400). The published document describes only the 201 answer, whose data

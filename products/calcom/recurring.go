@@ -24,7 +24,7 @@ import (
 // and stops at the first occurrence refused. Checks that depend on the
 // occurrence run for each (the booking window,
 // validateBookingTimeIsNotOutOfBounds; the booker's active bookings,
-// checkActiveBookingsLimitForBooker; booking and duration limits), and
+// checkActiveBookingsLimitForBooker; duration limits), and
 // API v2 answers such a refusal with a 4xx (400 from
 // ErrorsBookingsService_2024_08_13.handleBookingError, or the
 // HttpError's own status), the occurrences booked before it staying
