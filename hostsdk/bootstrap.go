@@ -141,7 +141,7 @@ func (h *Host) stepOpenJournal(ctx context.Context) error {
 	if err := h.loadOrigin(ctx); err != nil {
 		return err
 	}
-	h.state = &State{j: h.journal}
+	h.state = &State{j: h.journal, h: h}
 	h.events = &EventPublisher{h: h}
 	if h.cfg.AfterOpenJournal != nil {
 		return h.cfg.AfterOpenJournal(ctx)
@@ -560,9 +560,10 @@ func (h *Host) stepServe(ctx context.Context) error {
 
 // probe checks storage and connector health with the probe timeout and
 // records the results. The storage check is checkStorage: the journal's
-// Probe and, after an action's journal write failed, a write as large as
-// that one (see storageRecheckMinBytes); an action write that fails while
-// it runs makes the result not ready even when the check passed, since it
+// Probe and, after a journal write failed for a storage reason (an
+// action's, an outbox batch's, a state value's), a write as large as that
+// one (see storageRecheckMinBytes); such a write that fails while it runs
+// makes the result not ready even when the check passed, since it
 // may have begun before the failure. The timeout holds even for a check
 // that ignores its context (see boundedCheck). A check that failed once
 // ctx had ended (the client of a /ready that went away, a heartbeat

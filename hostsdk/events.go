@@ -58,7 +58,10 @@ type EventPublisher struct {
 // or data, data nesting deeper than MaxEventDataDepth, a number in data
 // beyond a double's range, ...) is refused here, not left in the outbox. It returns the
 // outbox entry ID. Refusals match ErrInvalidEvents (the batch's content),
-// ErrNotServing or ErrEventOutboxFull (try again later) with errors.Is.
+// ErrNotServing or ErrEventOutboxFull (try again later) with errors.Is. A
+// batch the journal fails to store for a storage reason (not because ctx
+// ended) makes the replica's storage not ready, as a failed action write
+// does, until a storage check writes as much again.
 func (p *EventPublisher) Publish(ctx context.Context, channelID string, events ...aip.Event) (string, error) {
 	h := p.h
 	if !h.ready() {
@@ -186,6 +189,12 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 		ID: id, ChannelID: channelID, Events: eventsJSON, NextAttempt: now, CreatedAt: now,
 	})
 	if err != nil {
+		// A batch the outbox cannot store for a storage reason makes
+		// storage not ready (see storageRecheckMinBytes): the webhook it
+		// came from is answered with an error and delivered again, better
+		// to a replica that can store it.
+		h.connectorWriteFailed(ctx, "storing an event batch on channel "+channelID+" in the outbox",
+			len(id)+len(channelID)+len(eventsJSON)+2*8, err)
 		return "", fmt.Errorf("hostsdk: event outbox: %w", err)
 	}
 	h.notifyEvents()

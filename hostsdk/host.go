@@ -79,9 +79,9 @@ type Host struct {
 	connectorDetail atomic.Pointer[probeDetail]
 	storageCheck    boundedCheck // checkStorage runs
 	connectorCheck  boundedCheck // HealthChecker.CheckHealth runs
-	// writeFailed is the standing failure of an action's journal write
-	// (nil: none): storage is not ready while it is set (see
-	// storageRecheckMinBytes).
+	// writeFailed is the standing storage failure of a journal write (an
+	// action's, an outbox batch's, a state value's; nil: none): storage is
+	// not ready while it is set (see storageRecheckMinBytes).
 	writeFailed atomic.Pointer[writeFailure]
 	// origin is the journal's origin for this replica ID (origin.go):
 	// routes below it that the journal does not hold are refused.

@@ -106,7 +106,7 @@ func newMetrics(h *Host) *metrics {
 			Help: "1 when the lease is valid, the host is not draining, and storage and connector are ready."},
 			func() float64 { return b2f(h.ready()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricStorageReady,
-			Help: "1 when the last durable runtime storage probe succeeded and no action's journal write has failed since."},
+			Help: "1 when the last durable runtime storage probe succeeded and no journal write (an action's, an event batch's, a state value's) has failed for a storage reason since."},
 			func() float64 { return b2f(h.storageOK()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricIngressWaiting, Help: ingressWaitingHelp,
 			ConstLabels: prometheus.Labels{"reason": "budget"}},

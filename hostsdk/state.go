@@ -42,8 +42,14 @@ const maxStateUpdateAttempts = 32
 // Update that read before the stop does not write after it; an operation
 // already in the journal when the host stops completes (the host does not
 // wait for it: the call may be stuck in it).
+//
+// A write the journal fails for a storage reason (not a conflict, an
+// invalid value, a closed journal, or the caller's context ending) makes
+// the replica's storage not ready, as a failed action write does, until a
+// storage check writes as much again (see storageRecheckMinBytes).
 type State struct {
 	j      journal.Journal
+	h      *Host // told of a write storage failed
 	closed atomic.Bool
 }
 
@@ -103,7 +109,16 @@ func (s *State) Put(ctx context.Context, namespace, key string, value any, expec
 	if errors.Is(err, journal.ErrConflict) {
 		return 0, fmt.Errorf("%w: %s/%s: %v", ErrStateConflict, namespace, key, err)
 	}
+	s.writeFailed(ctx, namespace, key, raw, err)
 	return rev, err
+}
+
+// writeFailed tells the host of a state write that failed with err (nil:
+// none); the host decides whether storage failed it (writeFailedBy).
+func (s *State) writeFailed(ctx context.Context, namespace, key string, value json.RawMessage, err error) {
+	if err != nil {
+		s.h.connectorWriteFailed(ctx, fmt.Sprintf("writing state %q/%q", namespace, key), len(namespace)+len(key)+len(value)+2*8, err)
+	}
 }
 
 // Update reads namespace/key, calls fn with the current value (nil when
@@ -136,6 +151,7 @@ func (s *State) Update(ctx context.Context, namespace, key string, fn func(curre
 			continue
 		}
 		if err != nil {
+			s.writeFailed(ctx, namespace, key, next, err)
 			return nil, 0, err
 		}
 		return next, rev, nil

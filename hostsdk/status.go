@@ -73,8 +73,8 @@ type ReadyComponent struct {
 
 // handleReady answers GET /ready: 200 when the lease is valid, the host is
 // not draining and the storage and connector probes (re-run on every call,
-// bounded by the probe timeout) succeed — the storage probe, after an
-// action's journal write failed, only by writing as much as that write
+// bounded by the probe timeout) succeed — the storage probe, after a
+// journal write failed for a storage reason, only by writing as much as that write
 // (see storageRecheckMinBytes); 503 otherwise. The error texts of
 // failing probes and of recovery (they name hosts, files, product URLs) go
 // only to peers on this machine (a loopback address) and to the log (each

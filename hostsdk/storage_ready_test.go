@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -29,6 +30,36 @@ type nearlyFullJournal struct {
 	full atomic.Bool
 	// largestPut is the largest state value written.
 	largestPut atomic.Int64
+	// writeHook, when set, runs first in each state and outbox write; an
+	// error it returns is the write's answer.
+	writeHook atomic.Pointer[func(ctx context.Context) error]
+	// pending, when above 0, is what PendingEvents answers.
+	pending atomic.Int64
+}
+
+// hooked runs writeHook, if set.
+func (j *nearlyFullJournal) hooked(ctx context.Context) error {
+	if f := j.writeHook.Load(); f != nil {
+		return (*f)(ctx)
+	}
+	return nil
+}
+
+func (j *nearlyFullJournal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) error {
+	if err := j.hooked(ctx); err != nil {
+		return err
+	}
+	if j.full.Load() {
+		return errDiskFull
+	}
+	return j.Journal.EnqueueEvents(ctx, e)
+}
+
+func (j *nearlyFullJournal) PendingEvents(ctx context.Context) (int, error) {
+	if n := j.pending.Load(); n > 0 {
+		return int(n), nil
+	}
+	return j.Journal.PendingEvents(ctx)
 }
 
 func (j *nearlyFullJournal) AcceptAction(ctx context.Context, messageID string, exp, now time.Time, a journal.Action) (journal.Accepted, error) {
@@ -60,6 +91,9 @@ func (j *nearlyFullJournal) ClaimMessage(ctx context.Context, messageID string, 
 }
 
 func (j *nearlyFullJournal) PutState(ctx context.Context, namespace, key string, value json.RawMessage, rev uint64) (uint64, error) {
+	if err := j.hooked(ctx); err != nil {
+		return 0, err
+	}
 	if j.full.Load() {
 		return 0, errDiskFull
 	}
@@ -194,4 +228,203 @@ func TestFailedActionWriteMakesStorageNotReady(t *testing.T) {
 			})
 		})
 	}
+}
+
+// routeContextConnector keeps the route context the host gives its
+// connector: the outbox and state a webhook route writes to.
+type routeContextConnector struct {
+	*testConnector
+	rc *hostsdk.RouteContext
+}
+
+func (c *routeContextConnector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hostsdk.Route, error) {
+	c.rc = rc
+	return nil, nil
+}
+
+// newRouteContextFleet is a bubble fleet on j whose connector kept its
+// route context.
+func newRouteContextFleet(t *testing.T, j journal.Journal) (*bubbleFleet, *hostsdk.RouteContext) {
+	t.Helper()
+	var rcc *routeContextConnector
+	b := newWrappedBubbleFleet(t, func(c *hostsdk.Config) { c.Journal = j }, func(c *testConnector) hostsdk.Connector {
+		rcc = &routeContextConnector{testConnector: c}
+		return rcc
+	})
+	if rcc.rc == nil {
+		t.Fatal("the host did not ask the connector for its routes")
+	}
+	return b, rcc.rc
+}
+
+// TestFailedEventOrStateWriteMakesStorageNotReady: on a nearly full
+// volume, an event batch the outbox could not store (a provider's webhook,
+// answered with an error and delivered again) or a connector's state
+// value the journal could not write left the replica ready: /ready said
+// 200 and its heartbeats connector_ready=true, so it kept being routed
+// webhooks and actions it could not store. Such a write, failed for a
+// storage reason, makes storage not ready as an action's write does —
+// Ready, /ready and the next heartbeat say so — until a storage check has
+// written as much as that write (at least 64 KiB, at most a signed
+// message's 4 MiB) once the space is back.
+func TestFailedEventOrStateWriteMakesStorageNotReady(t *testing.T) {
+	blob := func(n int) string { return strings.Repeat("x", n) }
+	for _, tc := range []struct {
+		name string
+		// write is the connector's write the full volume refuses.
+		write func(ctx context.Context, rc *hostsdk.RouteContext) error
+		// minCheck and maxCheck bound the storage check's write.
+		minCheck, maxCheck int64
+	}{
+		{"event batch", func(ctx context.Context, rc *hostsdk.RouteContext) error {
+			_, err := rc.Events.Publish(ctx, "test.events",
+				aip.Event{Kind: "webhook.a", Data: json.RawMessage(`{"blob":"` + blob(120<<10) + `"}`)},
+				aip.Event{Kind: "webhook.b", Data: json.RawMessage(`{"blob":"` + blob(120<<10) + `"}`)})
+			return err
+		}, 240 << 10, aip.MaxMessageBytes},
+		{"state put", func(ctx context.Context, rc *hostsdk.RouteContext) error {
+			_, err := rc.State.Put(ctx, "test.ledger", "k", blob(100<<10), 0)
+			return err
+		}, 100 << 10, aip.MaxMessageBytes},
+		{"state update", func(ctx context.Context, rc *hostsdk.RouteContext) error {
+			_, _, err := rc.State.Update(ctx, "test.ledger", "k", func(json.RawMessage) (json.RawMessage, error) {
+				return json.RawMessage(`"` + blob(100<<10) + `"`), nil
+			})
+			return err
+		}, 100 << 10, aip.MaxMessageBytes},
+		// A value larger than any action write asks the check for a
+		// signed message's bound, not for the value's size.
+		{"state put beyond a message", func(ctx context.Context, rc *hostsdk.RouteContext) error {
+			_, err := rc.State.Put(ctx, "test.ledger", "k", blob(6<<20), 0)
+			return err
+		}, aip.MaxMessageBytes - 2, aip.MaxMessageBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				j := &nearlyFullJournal{Journal: memjournal.New()}
+				b, rc := newRouteContextFleet(t, j)
+				ctx := b.awaitFirstBeat(t)
+				const interval = hostsdk.DefaultHeartbeatInterval
+
+				j.full.Store(true)
+				if err := tc.write(ctx, rc); !errors.Is(err, errDiskFull) {
+					t.Fatalf("write on a full volume = %v, want %v", err, errDiskFull)
+				}
+				if b.h.Ready() {
+					t.Error("Ready right after the write failed for want of storage")
+				}
+				if got := b.metric(t, hostsdk.MetricStorageReady); got != 0 {
+					t.Errorf("%s = %v after the write failed, want 0", hostsdk.MetricStorageReady, got)
+				}
+				status, doc := b.readyDoc(t)
+				if status != http.StatusServiceUnavailable || doc.Runtime.Ready || !strings.Contains(doc.Runtime.Detail, errDiskFull.Error()) {
+					t.Errorf("/ready answered %d, runtime %+v; want 503, storage not ready saying why", status, doc.Runtime)
+				}
+				if _, err := rc.Events.Publish(ctx, "test.events", aip.Event{Kind: "webhook.c"}); !errors.Is(err, hostsdk.ErrNotServing) {
+					t.Errorf("Publish while storage is not ready = %v, want ErrNotServing", err)
+				}
+				n := len(opsOf(b.cp, aip.OpHeartbeat))
+				time.Sleep(interval + time.Second) // a heartbeat tick, and its answer
+				synctest.Wait()
+				if hbs := opsOf(b.cp, aip.OpHeartbeat); len(hbs) == n || hbs[len(hbs)-1].ConnectorReady {
+					t.Errorf("heartbeat after the failed write %+v; want one reporting connector_ready=false", hbs[len(hbs)-1])
+				}
+
+				j.full.Store(false) // the space is back
+				if _, doc := b.readyDoc(t); !doc.Runtime.Ready {
+					t.Errorf("/ready runtime %+v once the space is back; want storage ready", doc.Runtime)
+				}
+				if n := j.largestPut.Load(); n < tc.minCheck || n > tc.maxCheck {
+					t.Errorf("the storage check wrote %d bytes at most before storage was ready again, want %d to %d", n, tc.minCheck, tc.maxCheck)
+				}
+				time.Sleep(2*interval + time.Second) // registers again, then beats
+				synctest.Wait()
+				if !b.h.Ready() || !lastHeartbeat(t, b.cp).ConnectorReady {
+					t.Errorf("ready %v, last heartbeat %+v once the space is back; want ready", b.h.Ready(), lastHeartbeat(t, b.cp))
+				}
+				if err := tc.write(ctx, rc); err != nil {
+					t.Errorf("the write once the space is back: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// TestRecordRefusalsOfEventAndStateWritesLeaveStorageReady: a state or
+// outbox write refused for the record (a stale revision, an invalid value,
+// a full outbox), by a closed journal, or cut short by its caller's
+// context says nothing of storage, and leaves the replica ready.
+func TestRecordRefusalsOfEventAndStateWritesLeaveStorageReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := &nearlyFullJournal{Journal: memjournal.New()}
+		b, rc := newRouteContextFleet(t, j)
+		ctx := b.awaitFirstBeat(t)
+		publish := func(ctx context.Context) error {
+			_, err := rc.Events.Publish(ctx, "test.events", aip.Event{Kind: "webhook.received"})
+			return err
+		}
+		put := func(ctx context.Context) error {
+			_, err := rc.State.Put(ctx, "test.ledger", "k", "v", 0)
+			return err
+		}
+		update := func(ctx context.Context) error {
+			_, _, err := rc.State.Update(ctx, "test.ledger", "k", func(json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`"w"`), nil })
+			return err
+		}
+		stillReady := func(what string, err error) {
+			t.Helper()
+			if err == nil {
+				t.Errorf("%s: no error", what)
+			}
+			if !b.h.Ready() || b.metric(t, hostsdk.MetricStorageReady) != 1 {
+				t.Errorf("%s (%v) made storage not ready", what, err)
+			}
+		}
+
+		if err := put(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stillReady("a stale revision", put(ctx))
+		_, _, err := rc.State.Update(ctx, "test.ledger", "k", func(json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{`), nil })
+		stillReady("an invalid value", err)
+
+		for _, refusal := range []error{
+			fmt.Errorf("memjournal: write: %w: stale revision", journal.ErrConflict),
+			fmt.Errorf("memjournal: write: %w: bad value", journal.ErrInvalid),
+			fmt.Errorf("memjournal: write: %w", journal.ErrClosed),
+		} {
+			hook := func(context.Context) error { return refusal }
+			j.writeHook.Store(&hook)
+			stillReady("publishing, answered "+refusal.Error(), publish(ctx))
+			stillReady("putting state, answered "+refusal.Error(), put(ctx))
+			stillReady("updating state, answered "+refusal.Error(), update(ctx))
+		}
+
+		// The caller's context ends during the write (a webhook's client
+		// that went away).
+		for what, write := range map[string]func(context.Context) error{"publishing": publish, "putting state": put, "updating state": update} {
+			cctx, cancel := context.WithCancel(ctx)
+			hook := func(ctx context.Context) error {
+				cancel()
+				return fmt.Errorf("sqliteruntime: write: %w", ctx.Err())
+			}
+			j.writeHook.Store(&hook)
+			stillReady(what+" cut short by its caller", write(cctx))
+		}
+		j.writeHook.Store(nil)
+
+		j.pending.Store(10000)
+		err = publish(ctx)
+		if !errors.Is(err, hostsdk.ErrEventOutboxFull) {
+			t.Errorf("Publish with a full outbox = %v, want ErrEventOutboxFull", err)
+		}
+		stillReady("a full outbox", err)
+		j.pending.Store(0)
+
+		time.Sleep(hostsdk.DefaultHeartbeatInterval + time.Second)
+		synctest.Wait()
+		if !lastHeartbeat(t, b.cp).ConnectorReady {
+			t.Errorf("heartbeat %+v after refusals of the record; want connector_ready=true", lastHeartbeat(t, b.cp))
+		}
+	})
 }
