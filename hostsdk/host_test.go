@@ -104,8 +104,8 @@ func TestHealthReadyManifestJWKSMetrics(t *testing.T) {
 		"aip_connector_host_events_delivered_total", "aip_connector_host_events_pending", "aip_connector_host_events_refused_total",
 		"aip_connector_host_heartbeat_failures_total", "aip_connector_host_in_flight", "aip_connector_host_ingress_reads_waiting",
 		"aip_connector_host_journal_actions_pruned_total", "aip_connector_host_lease_recoveries_total", "aip_connector_host_lease_recovery_attempts_total",
-		"aip_connector_host_ready", "aip_connector_host_rejected_total", "aip_connector_host_requests_total",
-		"aip_connector_host_storage_ready",
+		"aip_connector_host_ready", "aip_connector_host_register_wait_seconds", "aip_connector_host_rejected_total",
+		"aip_connector_host_requests_total", "aip_connector_host_storage_ready",
 	}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("metric names (-want +got):\n%s", diff)

@@ -47,6 +47,20 @@ const (
 	// action was journaled outcome_unknown (a read-only capability's failed
 	// connector_host.interrupted). Each keeps an in-flight slot.
 	MetricAbandonedCalls = "aip_connector_host_abandoned_calls"
+	// MetricRegisterWait is how long, in seconds, this process's start
+	// waited for a control plane that did not answer its registration
+	// (registerWait; the longest such wait when the control plane
+	// answered in between), 0 when it answered at once. A gauge, not a
+	// count of unanswered attempts: the host serves /metrics only once it
+	// has registered, so a counter would appear already at its final
+	// value and increase() would never see it rise, and the attempts'
+	// number depends on the backoff, where the duration compares directly
+	// with Config.RegisterWait, whose running out fails the start. Alert
+	// when it comes near that bound (above 60 with the default 2 minutes):
+	// a control plane outage as long again fails the starts of the
+	// replicas. A start that did fail never serves it; its log and exit
+	// status say so.
+	MetricRegisterWait = "aip_connector_host_register_wait_seconds"
 )
 
 // metrics are the host's collectors, on a registry the host owns (no
@@ -63,6 +77,7 @@ type metrics struct {
 	eventsRefused     prometheus.Counter
 	actionsPruned     prometheus.Counter
 	actionsExpired    prometheus.Counter
+	registerWait      prometheus.Gauge
 }
 
 func newMetrics(h *Host) *metrics {
@@ -94,6 +109,8 @@ func newMetrics(h *Host) *metrics {
 			Help: "Finished actions deleted from the runtime journal after the action retention."}),
 		actionsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricActionsExpired,
 			Help: "Action and cancel deliveries refused because the action may be older than the journal's prune horizon, or was routed before the journal served the replica."}),
+		registerWait: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricRegisterWait,
+			Help: "Seconds this process's start waited for a control plane that did not answer its registration (the longest such wait), 0 when it answered at once; the start fails when a wait reaches the register wait setting."}),
 	}
 	// Every code is a series from the start (at 0), so that rate() and
 	// absence alerts see it before its first failure.
@@ -121,7 +138,7 @@ func newMetrics(h *Host) *metrics {
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),
 		m.requests, m.rejected, m.heartbeatFailures, m.recoveryAttempts, m.recoveries,
-		m.eventsDelivered, m.eventFailures, m.eventsRefused, m.actionsPruned, m.actionsExpired,
+		m.eventsDelivered, m.eventFailures, m.eventsRefused, m.actionsPruned, m.actionsExpired, m.registerWait,
 	)
 	return m
 }

@@ -338,3 +338,54 @@ func TestShutdownDuringTheRegisterWait(t *testing.T) {
 		}
 	})
 }
+
+// gaugeValue is the value of the unlabelled gauge name in h's metrics.
+func gaugeValue(t *testing.T, h *hostsdk.Host, name string) float64 {
+	t.Helper()
+	mfs, err := h.MetricsRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s among the host's metrics", name)
+	return 0
+}
+
+// TestRegisterWaitMetric: how long a start waited for a control plane
+// that did not answer its registration was only in the log, which an
+// operator cannot alert on. MetricRegisterWait says it, in seconds, once
+// the host serves: 0 when the control plane answered at once, the wait's
+// length when it did not.
+func TestRegisterWaitMetric(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWaitFleet(t)
+		h, done := w.start(t, context.Background())
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := gaugeValue(t, h, hostsdk.MetricRegisterWait); got != 0 {
+			t.Errorf("%s = %v after a start the control plane answered at once, want 0", hostsdk.MetricRegisterWait, got)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		w := newWaitFleet(t)
+		w.cp.SetUnavailable(true)
+		h, done := w.start(t, context.Background())
+		time.Sleep(40 * time.Second)
+		w.cp.SetUnavailable(false)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Waiting from the first failed attempt (each answered 503 at
+		// once) until one answered, within the longest backoff (10 s,
+		// +50% jitter) after the control plane was back.
+		got := gaugeValue(t, h, hostsdk.MetricRegisterWait)
+		if lo, hi := 40*time.Second, 55*time.Second; got < lo.Seconds() || got > hi.Seconds() {
+			t.Errorf("%s = %v after a start that waited 40 s for the control plane, want %v to %v", hostsdk.MetricRegisterWait, got, lo.Seconds(), hi.Seconds())
+		}
+	})
+}

@@ -22,7 +22,8 @@ const (
 // registerWait is bootstrap step 8's wait for a control plane that does
 // not answer the registration, bounded by Config.RegisterWait from the
 // first failed attempt. It uses the time package's clock (timers, not
-// signing windows: Config.Now is not involved).
+// signing windows: Config.Now is not involved). A wait that ends in an
+// answer sets MetricRegisterWait to its length if it is the longest yet.
 type registerWait struct {
 	h       *Host
 	bound   time.Duration // NoRegisterWait: fail at once
@@ -30,6 +31,7 @@ type registerWait struct {
 	started time.Time // the first failed attempt of this wait; zero: not waiting
 	logged  time.Time // when a retry was last logged
 	retries int
+	longest time.Duration // the longest wait that ended in an answer
 }
 
 func (h *Host) newRegisterWait() *registerWait {
@@ -89,7 +91,7 @@ func (w *registerWait) sleep(ctx context.Context, err error) error {
 func (w *registerWait) answered() {
 	if !w.started.IsZero() {
 		w.h.log.Info("the control plane answers again", "control_plane", w.h.cfg.ControlPlaneEndpoint,
-			"waited", time.Since(w.started).Round(time.Millisecond).String())
+			"waited", w.ended().Round(time.Millisecond).String())
 	}
 	w.started, w.retries = time.Time{}, 0
 	w.bo.Reset()
@@ -102,5 +104,16 @@ func (w *registerWait) registered() {
 		return
 	}
 	w.h.log.Info("registered after waiting for the control plane", "control_plane", w.h.cfg.ControlPlaneEndpoint,
-		"waited", time.Since(w.started).Round(time.Millisecond).String(), "attempts", w.retries+1)
+		"waited", w.ended().Round(time.Millisecond).String(), "attempts", w.retries+1)
+}
+
+// ended returns how long the wait that an answer ends has lasted, and
+// records it in MetricRegisterWait if it is the longest of this start.
+func (w *registerWait) ended() time.Duration {
+	waited := time.Since(w.started)
+	if waited > w.longest {
+		w.longest = waited
+		w.h.m.registerWait.Set(waited.Seconds())
+	}
+	return waited
 }
