@@ -56,15 +56,91 @@ var redeliveryProvenance = []string{"replica_id", "version_id", "lease_sequence"
 // data.a.b[2]), and no event ID twice. Failures are *FieldError values
 // matching ErrInvalid.
 func (b *EventBatch) Validate() error {
+	return b.validate(nil)
+}
+
+// StoredRule names a rule Validate holds every new write to that events
+// stored by an earlier build may break: the build that stored them did not
+// have it. Each exists for PostgreSQL's storage (jsonb, numeric) or for the
+// eyes of whoever reads an identifier; a backend that holds what it stored
+// byte for byte (memregistry's snapshot) can keep such an event as it was
+// stored and serve it (ValidateStored), while Validate still refuses every
+// new write of it.
+type StoredRule string
+
+// The StoredRules.
+const (
+	// RuleFormatCharacter: an identifier (tenant, instance, replica,
+	// version, channel, event ID) holds an invisible Unicode formatting
+	// character (Cf: zero-width space or joiner, bidirectional control,
+	// byte order mark, soft hyphen). Kept as stored, it names its record
+	// byte for byte as before: it still prints like another identifier.
+	RuleFormatCharacter StoredRule = "identifier with an invisible formatting character"
+	// RuleNumberRange: event data holds a number beyond PostgreSQL's
+	// numeric.
+	RuleNumberRange StoredRule = "event data number beyond PostgreSQL's numeric"
+	// RuleLoneSurrogate: event data holds a \u escape of a lone UTF-16
+	// surrogate, which PostgreSQL's jsonb refuses and Go's decoder reads
+	// as U+FFFD.
+	RuleLoneSurrogate StoredRule = "event data with a \\u escape of a lone UTF-16 surrogate"
+	// RuleDataDepth: event data nests deeper than MaxEventDataDepth.
+	RuleDataDepth StoredRule = "event data nested deeper than a signed delivery carries it"
+	// RuleNUL: an event's data, actor, kind, session, action or
+	// correlation holds a NUL character, which PostgreSQL cannot store.
+	RuleNUL StoredRule = "event with a NUL character"
+)
+
+// StoredBreak is a break of a StoredRule ValidateStored found: the rule,
+// and the error Validate answers for it (a *FieldError naming the event
+// and the field).
+type StoredBreak struct {
+	Rule StoredRule
+	Err  error
+}
+
+// ValidateStored checks a batch of events a backend stored itself and is
+// loading back, as Validate does, except that the breaks of StoredRules
+// do not fail it: it returns them, in the order it found them, so the
+// backend keeps the events as they were stored and can say what it kept.
+// Every other rule fails it as Validate does: an event stored by any
+// build met those, so one that breaks them is damaged, not old (an
+// identifier empty, too long or with control characters, no events,
+// an event ID twice, a kind empty or too long, no occurred_at, data that
+// is not a JSON object in UTF-8).
+func (b *EventBatch) ValidateStored() ([]StoredBreak, error) {
+	var kept []StoredBreak
+	err := b.validate(func(rule StoredRule, err error) {
+		kept = append(kept, StoredBreak{Rule: rule, Err: err})
+	})
+	return kept, err
+}
+
+// validate is Validate, or ValidateStored when keep is not nil: keep is
+// given each break of a StoredRule, and validation goes on after it.
+func (b *EventBatch) validate(keep func(StoredRule, error)) error {
+	// broken returns err (nil when there is none) unless keep takes it.
+	broken := func(rule StoredRule, err error) error {
+		if err == nil || keep == nil {
+			return err
+		}
+		keep(rule, err)
+		return nil
+	}
+	ident := func(record, id, field, v string) error {
+		if err := checkText(record, id, field, v); err != nil {
+			return err
+		}
+		return broken(RuleFormatCharacter, checkFormatChars(record, id, field, v))
+	}
 	for _, f := range []struct{ name, v string }{
 		{"tenant_id", b.TenantID}, {"instance_id", b.InstanceID}, {"replica_id", b.ReplicaID}, {"channel_id", b.ChannelID},
 	} {
-		if err := checkIdent(RecordEventBatch, "", f.name, f.v); err != nil {
+		if err := ident(RecordEventBatch, "", f.name, f.v); err != nil {
 			return err
 		}
 	}
 	if b.VersionID != "" {
-		if err := checkIdent(RecordEventBatch, "", "version_id", b.VersionID); err != nil {
+		if err := ident(RecordEventBatch, "", "version_id", b.VersionID); err != nil {
 			return err
 		}
 	}
@@ -75,7 +151,7 @@ func (b *EventBatch) Validate() error {
 	for i := range b.Events {
 		e := &b.Events[i]
 		field := fmt.Sprintf("events[%d]", i)
-		if err := checkIdent(RecordEventBatch, "", field+".id", e.ID); err != nil {
+		if err := ident(RecordEventBatch, "", field+".id", e.ID); err != nil {
 			return err
 		}
 		if j, dup := seen[e.ID]; dup {
@@ -94,28 +170,49 @@ func (b *EventBatch) Validate() error {
 		for _, f := range []struct{ name, v string }{
 			{"kind", e.Kind}, {"session_id", e.SessionID}, {"action_id", e.ActionID}, {"correlation_id", e.CorrelationID},
 		} {
-			if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
-				return invalid(RecordEvent, e.ID, f.name, "must be UTF-8 without NUL characters")
+			const reason = "must be UTF-8 without NUL characters"
+			if !utf8.ValidString(f.v) {
+				return invalid(RecordEvent, e.ID, f.name, reason)
+			}
+			if strings.ContainsRune(f.v, 0) {
+				if err := broken(RuleNUL, invalid(RecordEvent, e.ID, f.name, reason)); err != nil {
+					return err
+				}
 			}
 		}
 		if !utf8.Valid(e.Data) || !dataIsObject(e.Data) {
 			return invalid(RecordEvent, e.ID, "data", "must be a JSON object in UTF-8")
 		}
 		if d := aip.JSONDepth(e.Data); d > MaxEventDataDepth {
-			return invalid(RecordEvent, e.ID, "data", "nests %d levels deep; at most %d (a delivery envelope holds the data 5 levels down, and a signed document nests at most 256)", d, MaxEventDataDepth)
+			if err := broken(RuleDataDepth, invalid(RecordEvent, e.ID, "data", "nests %d levels deep; at most %d (a delivery envelope holds the data 5 levels down, and a signed document nests at most 256)", d, MaxEventDataDepth)); err != nil {
+				return err
+			}
 		}
 		if holdsNUL(e.Data) {
-			return invalid(RecordEvent, e.ID, "data", "holds a NUL character (\\u0000), which the event log cannot store; drop or replace it")
+			if err := broken(RuleNUL, invalid(RecordEvent, e.ID, "data", "holds a NUL character (\\u0000), which the event log cannot store; drop or replace it")); err != nil {
+				return err
+			}
 		}
 		if holdsLoneSurrogate(e.Data) {
-			return invalid(RecordEvent, e.ID, "data", "holds a \\u escape of a lone UTF-16 surrogate (\\ud800 to \\udfff not in a high-low pair), which the event log cannot store; escape the character it stands for, or drop it")
+			if err := broken(RuleLoneSurrogate, invalid(RecordEvent, e.ID, "data", "holds a \\u escape of a lone UTF-16 surrogate (\\ud800 to \\udfff not in a high-low pair), which the event log cannot store; escape the character it stands for, or drop it")); err != nil {
+				return err
+			}
 		}
 		if field, reason := numberOutOfRange(e.Data); reason != "" {
-			return invalid(RecordEvent, e.ID, field, "%s", reason)
+			if err := broken(RuleNumberRange, invalid(RecordEvent, e.ID, field, "%s", reason)); err != nil {
+				return err
+			}
 		}
 		if e.Actor != nil {
-			if raw, err := json.Marshal(e.Actor); err != nil || holdsNUL(raw) {
-				return invalid(RecordEvent, e.ID, "actor", "must be a JSON principal without NUL characters")
+			const reason = "must be a JSON principal without NUL characters"
+			raw, err := json.Marshal(e.Actor)
+			if err != nil {
+				return invalid(RecordEvent, e.ID, "actor", reason)
+			}
+			if holdsNUL(raw) {
+				if err := broken(RuleNUL, invalid(RecordEvent, e.ID, "actor", reason)); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +108,65 @@ func TestRedeliveryDigest(t *testing.T) {
 	checkDigest(t, "no data and {}", &empty, &b, &e)
 	if !bytes.Equal(registry.RedeliveryDigest("c", "cinst_a", &empty.Event), registry.RedeliveryDigest("c", "cinst_a", &e)) {
 		t.Error("an event without data and the same event with data {} have different digests")
+	}
+}
+
+// TestValidateStored: a stored event breaking a StoredRule is kept
+// (ValidateStored names the rule and what Validate answers), and Validate
+// still refuses it; any other rule fails both, even after a kept break.
+func TestValidateStored(t *testing.T) {
+	at := aip.At(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	batch := func(edit func(b *registry.EventBatch, e *aip.Event)) registry.EventBatch {
+		b := registry.EventBatch{TenantID: "t", InstanceID: "cinst_a", ReplicaID: "crep_1", VersionID: "cver_1", ChannelID: "c",
+			Events: []aip.Event{{ID: "evt_1", Kind: "k", OccurredAt: at, Data: json.RawMessage(`{"ok":true}`)}}}
+		edit(&b, &b.Events[0])
+		return b
+	}
+	deep := strings.Repeat("[", registry.MaxEventDataDepth) + "{}" + strings.Repeat("]", registry.MaxEventDataDepth)
+	for _, c := range []struct {
+		name  string
+		edit  func(b *registry.EventBatch, e *aip.Event)
+		rules []registry.StoredRule // kept by ValidateStored; nil: refused by it too
+	}{
+		{"number beyond numeric", func(_ *registry.EventBatch, e *aip.Event) { e.Data = json.RawMessage(`{"n":1e131072}`) },
+			[]registry.StoredRule{registry.RuleNumberRange}},
+		{"lone surrogate", func(_ *registry.EventBatch, e *aip.Event) { e.Data = json.RawMessage(`{"s":"\udc00"}`) },
+			[]registry.StoredRule{registry.RuleLoneSurrogate}},
+		{"too deep", func(_ *registry.EventBatch, e *aip.Event) { e.Data = json.RawMessage(`{"a":` + deep + `}`) },
+			[]registry.StoredRule{registry.RuleDataDepth}},
+		{"NUL in data and session", func(_ *registry.EventBatch, e *aip.Event) {
+			e.Data, e.SessionID = json.RawMessage(`{"s":"\u0000"}`), "s\x00"
+		}, []registry.StoredRule{registry.RuleNUL, registry.RuleNUL}},
+		{"formatting characters in tenant and event ID", func(b *registry.EventBatch, e *aip.Event) {
+			b.TenantID, e.ID = "t\u200b", "evt_\ufeff1"
+		}, []registry.StoredRule{registry.RuleFormatCharacter, registry.RuleFormatCharacter}},
+		{"kept break, then an empty kind", func(b *registry.EventBatch, e *aip.Event) { b.TenantID, e.Kind = "t\u200b", "" }, nil},
+		{"control character", func(b *registry.EventBatch, _ *aip.Event) { b.ChannelID = "c\x07" }, nil},
+		{"data not an object", func(_ *registry.EventBatch, e *aip.Event) { e.Data = json.RawMessage(`[1e131072]`) }, nil},
+		{"invalid UTF-8 data", func(_ *registry.EventBatch, e *aip.Event) { e.Data = json.RawMessage("{\"s\":\"\xff\"}") }, nil},
+	} {
+		b := batch(c.edit)
+		err := b.Validate()
+		if !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("%s: Validate = %v, want ErrInvalid", c.name, err)
+		}
+		kept, serr := b.ValidateStored()
+		if c.rules == nil {
+			if !errors.Is(serr, registry.ErrInvalid) {
+				t.Errorf("%s: ValidateStored = %v, %v; want ErrInvalid", c.name, kept, serr)
+			}
+			continue
+		}
+		if serr != nil {
+			t.Errorf("%s: ValidateStored = %v, want the event kept", c.name, serr)
+			continue
+		}
+		var rules []registry.StoredRule
+		for _, k := range kept {
+			rules = append(rules, k.Rule)
+		}
+		if !slices.Equal(rules, c.rules) || kept[0].Err.Error() != err.Error() {
+			t.Errorf("%s: ValidateStored kept %v (first: %v), want %v (first: %v)", c.name, kept, kept[0].Err, c.rules, err)
+		}
 	}
 }

@@ -553,6 +553,12 @@ func checkIdent(record, id, field, v string) error {
 	if err := checkText(record, id, field, v); err != nil {
 		return err
 	}
+	return checkFormatChars(record, id, field, v)
+}
+
+// checkFormatChars is checkIdent's rule beyond checkText: no invisible
+// formatting character (RuleFormatCharacter).
+func checkFormatChars(record, id, field, v string) error {
 	// An invisible formatting character (a zero-width space or joiner, a
 	// bidirectional control, a byte order mark, a soft hyphen: Unicode's
 	// Cf) makes two identifiers that print alike name different things

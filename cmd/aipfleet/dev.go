@@ -501,11 +501,12 @@ func (f *devFleet) run(ctx context.Context, e *env, log *devLog, level slog.Leve
 	}
 
 	// The registry: restored from its snapshot, then the fleet file applied.
-	mem, err := memregistry.New(memregistry.Config{})
+	devSlog := slogFor(log, "dev", level)
+	mem, err := memregistry.New(memregistry.Config{Logger: devSlog}) // Restore's warnings
 	if err != nil {
 		return err
 	}
-	store := newSnapshotStore(mem, f.path("registry.json"), slogFor(log, "dev", level))
+	store := newSnapshotStore(mem, f.path("registry.json"), devSlog)
 	restored, err := store.load()
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -35,12 +36,16 @@ type Config struct {
 	// Limits bounds manifests and catalog pages; zero fields take the
 	// registry defaults.
 	Limits registry.Limits
+	// Logger receives Restore's warnings about stored records it kept
+	// that new writes are refused. Defaults to a logger that discards.
+	Logger *slog.Logger
 }
 
 // Registry is the in-memory backend. Its zero value is not usable; call New.
 type Registry struct {
 	now      func() time.Time
 	limits   registry.Limits
+	log      *slog.Logger
 	implicit registry.AdmissionPolicy
 
 	mu sync.Mutex
@@ -224,9 +229,14 @@ func New(cfg Config) (*Registry, error) {
 	if now == nil {
 		now = time.Now
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Registry{
 		now:      now,
 		limits:   cfg.Limits.WithDefaults(),
+		log:      log,
 		implicit: registry.ImplicitAdmissionPolicy(),
 		state:    newState(),
 	}, nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -239,6 +240,16 @@ func (r *Registry) snapshot() *snapshot {
 // same clock. A document that is not a snapshot, that references records
 // it does not contain or that is inconsistent is refused with ErrSnapshot,
 // and r stays empty.
+//
+// Events stored by an earlier build that break a rule this build holds
+// new writes to (registry.StoredRule: an identifier with an invisible
+// formatting character, data with a number beyond PostgreSQL's numeric,
+// a \u escape of a lone surrogate, a NUL character, or nesting deeper
+// than a signed delivery carries) are restored as they were stored and
+// served so: refusing them would refuse the whole registry for one old
+// event. Restore logs, at warn, each such rule once, with how many events
+// break it and the first of them, so an operator can remove them; a new
+// write of the same is still refused.
 func (r *Registry) Restore(rd io.Reader) error {
 	var s snapshot
 	dec := json.NewDecoder(rd)
@@ -256,7 +267,8 @@ func (r *Registry) Restore(rd io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if err := fresh.load(&s); err != nil {
+	kept, err := fresh.load(&s)
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
 	r.mu.Lock()
@@ -265,11 +277,62 @@ func (r *Registry) Restore(rd io.Reader) error {
 		return fmt.Errorf("%w: restore into a registry that already holds state; restore into a new one", ErrSnapshot)
 	}
 	r.state = fresh.state // with empty catalog views: load builds none
+	kept.log(r.log)
 	return nil
 }
 
-// load builds r's records and indexes from s. r is new and not shared.
-func (r *Registry) load(s *snapshot) error {
+// keptEvents are the stored events load kept although they break a rule
+// new writes are held to, by rule: how many, and the first of them.
+type keptEvents struct {
+	rules []registry.StoredRule // in the order first found
+	by    map[registry.StoredRule]*keptRule
+}
+
+type keptRule struct {
+	events int
+	first  string
+	last   [2]string // the tenant and ID of the last event counted
+}
+
+// add counts a break of the event eventID of tenant (an event that breaks
+// a rule in several fields once).
+func (k *keptEvents) add(tenant, eventID string, b registry.StoredBreak) {
+	if k.by == nil {
+		k.by = make(map[registry.StoredRule]*keptRule)
+	}
+	kr := k.by[b.Rule]
+	if kr == nil {
+		kr = &keptRule{first: fmt.Sprintf("tenant %q event %q: %v", tenant, eventID, b.Err)}
+		k.by[b.Rule] = kr
+		k.rules = append(k.rules, b.Rule)
+	} else if kr.last == [2]string{tenant, eventID} {
+		return
+	}
+	kr.last = [2]string{tenant, eventID}
+	kr.events++
+}
+
+// log writes one warning per rule.
+func (k *keptEvents) log(log *slog.Logger) {
+	for _, rule := range k.rules {
+		kr := k.by[rule]
+		log.Warn("restored events that this build refuses to store, kept as they were stored: an earlier build stored them before the rule; "+
+			"a new write of the same is refused, so remove them (event retention prunes them) or fix what sends them",
+			"rule", string(rule), "events", kr.events, "first", kr.first)
+	}
+}
+
+// load builds r's records and indexes from s. r is new and not shared. It
+// returns the events it kept that break a registry.StoredRule.
+func (r *Registry) load(s *snapshot) (*keptEvents, error) {
+	if err := r.loadRecords(s); err != nil {
+		return nil, err
+	}
+	return r.loadEvents(s.Events)
+}
+
+// loadRecords builds everything but the event logs.
+func (r *Registry) loadRecords(s *snapshot) error {
 	r.revision = s.CatalogRevision
 	for i := range s.Policies {
 		p := s.Policies[i]
@@ -413,33 +476,39 @@ func (r *Registry) load(s *snapshot) error {
 		}
 		heap.Init(&lc.expiry)
 	}
-	return r.loadEvents(s.Events)
+	return nil
 }
 
 // loadEvents rebuilds the tenants' event logs: each tenant once, its
 // events with strictly increasing sequences and distinct IDs, each as
 // AppendEvents would have stored it, and its last sequence given out (at
-// least its last event's).
-func (r *Registry) loadEvents(logs []snapshotEventLog) error {
+// least its last event's). An event that breaks a registry.StoredRule is
+// kept as stored, and counted in the answer.
+func (r *Registry) loadEvents(logs []snapshotEventLog) (*keptEvents, error) {
+	kept := &keptEvents{}
 	for _, sl := range logs {
 		if _, dup := r.events[sl.TenantID]; dup {
-			return fmt.Errorf("the event log of tenant %s appears twice", sl.TenantID)
+			return nil, fmt.Errorf("the event log of tenant %s appears twice", sl.TenantID)
 		}
 		if len(sl.Events) == 0 && sl.LastSequence == 0 {
-			return fmt.Errorf("the event log of tenant %s is empty and has no last sequence; such logs are not kept", sl.TenantID)
+			return nil, fmt.Errorf("the event log of tenant %s is empty and has no last sequence; such logs are not kept", sl.TenantID)
 		}
 		l := newEventLog()
 		for _, se := range sl.Events {
 			if se.Sequence <= l.last() {
-				return fmt.Errorf("tenant %s: event %s has sequence %d after %d; sequences must increase", sl.TenantID, se.Event.ID, se.Sequence, l.last())
+				return nil, fmt.Errorf("tenant %s: event %s has sequence %d after %d; sequences must increase", sl.TenantID, se.Event.ID, se.Sequence, l.last())
 			}
 			if _, dup := l.byID[se.Event.ID]; dup {
-				return fmt.Errorf("tenant %s: event %s appears twice", sl.TenantID, se.Event.ID)
+				return nil, fmt.Errorf("tenant %s: event %s appears twice", sl.TenantID, se.Event.ID)
 			}
 			b := registry.EventBatch{TenantID: sl.TenantID, InstanceID: se.InstanceID, ReplicaID: se.ReplicaID, VersionID: se.VersionID,
 				ChannelID: se.ChannelID, Events: []aip.Event{se.Event}}
-			if err := b.Validate(); err != nil {
-				return fmt.Errorf("tenant %s: event %s: %v", sl.TenantID, se.Event.ID, err)
+			breaks, err := b.ValidateStored()
+			if err != nil {
+				return nil, fmt.Errorf("tenant %s: event %s: %v", sl.TenantID, se.Event.ID, err)
+			}
+			for _, k := range breaks {
+				kept.add(sl.TenantID, se.Event.ID, k)
 			}
 			l.byID[se.Event.ID] = len(l.events)
 			l.events = append(l.events, registry.StoredEvent{Sequence: se.Sequence, TenantID: sl.TenantID, InstanceID: se.InstanceID,
@@ -448,30 +517,30 @@ func (r *Registry) loadEvents(logs []snapshotEventLog) error {
 		}
 		for id, at := range sl.Pruned {
 			if _, stored := l.byID[id]; stored {
-				return fmt.Errorf("tenant %s: event %s is both stored and pruned", sl.TenantID, id)
+				return nil, fmt.Errorf("tenant %s: event %s is both stored and pruned", sl.TenantID, id)
 			}
 			if id == "" {
-				return fmt.Errorf("tenant %s: a pruned event has an empty ID", sl.TenantID)
+				return nil, fmt.Errorf("tenant %s: a pruned event has an empty ID", sl.TenantID)
 			}
 			l.pruned[id] = prunedEvent{received: at, digest: slices.Clone(sl.PrunedDigests[id])}
 		}
 		for id, d := range sl.PrunedDigests {
 			if _, ok := sl.Pruned[id]; !ok {
-				return fmt.Errorf("tenant %s: pruned_digests names event %s, which is not among the pruned", sl.TenantID, id)
+				return nil, fmt.Errorf("tenant %s: pruned_digests names event %s, which is not among the pruned", sl.TenantID, id)
 			}
 			if len(d) != sha256.Size {
-				return fmt.Errorf("tenant %s: the digest of pruned event %s is %d bytes, want %d", sl.TenantID, id, len(d), sha256.Size)
+				return nil, fmt.Errorf("tenant %s: the digest of pruned event %s is %d bytes, want %d", sl.TenantID, id, len(d), sha256.Size)
 			}
 		}
 		if sl.LastSequence != 0 {
 			if sl.LastSequence < l.lastSeq {
-				return fmt.Errorf("tenant %s: last_sequence %d is below its last event's sequence %d", sl.TenantID, sl.LastSequence, l.lastSeq)
+				return nil, fmt.Errorf("tenant %s: last_sequence %d is below its last event's sequence %d", sl.TenantID, sl.LastSequence, l.lastSeq)
 			}
 			l.lastSeq = sl.LastSequence
 		}
 		r.events[sl.TenantID] = l
 	}
-	return nil
+	return kept, nil
 }
 
 // checkLedger verifies the invariants that tie reservations to counters
