@@ -37,13 +37,14 @@
 // and the lock, until its TCP keepalive finds the peer gone, which
 // PostgreSQL's default leaves to the operating system (a first probe after
 // 2 hours on Linux; pgx's own keepalives only tell the host about a dead
-// server). So the lock session sets tcp_keepalives_idle 60,
-// tcp_keepalives_interval 10 and tcp_keepalives_count 6
-// (pgsession.DetectDeadPeer), and the server ends it about 2 minutes after
-// the host's last word; each is set only where it is 0, so a value of the
-// role, the database, the URL or the server's configuration is kept (0
-// from the role, the database or the URL included), and on a Unix socket,
-// which has no TCP, nothing is set. A replacement host is refused until
+// server), or, with data sent to the host unacknowledged, to the system's
+// retransmissions (about 15 minutes). So the lock session sets
+// tcp_keepalives_idle 60, tcp_keepalives_interval 10, tcp_keepalives_count
+// 6 and tcp_user_timeout 120000 ms (pgsession.DetectDeadPeer), and the
+// server ends it about 2 minutes after the host's last word; each is set
+// only where it is 0, so a value of the role, the database, the URL or the
+// server's configuration is kept (0 from the role, the database or the URL
+// included), and on a Unix socket, which has no TCP, nothing is set. A replacement host is refused until
 // then. The lock needs a real session: a pooler in transaction mode
 // between the host and the database cannot hold it. Probe (every
 // heartbeat) checks that the session still holds the lock; after a

@@ -127,10 +127,12 @@ func TestLostNamespaceLock(t *testing.T) {
 // session does on the server, and a host whose machine died (power off, a
 // partition) left its session to the server's TCP keepalive, which
 // PostgreSQL leaves to the operating system (a first probe after 2 hours
-// on Linux): no replacement host could take the namespace until then. The
-// lock session sets pgsession's keepalives (a dead host noticed within 2
-// minutes) when it has none, and again when it is re-taken after a drop;
-// a value the URL sets is kept.
+// on Linux), or, with data sent to it unacknowledged, to the system's
+// retransmissions (about 15 minutes): no replacement host could take the
+// namespace until then. The lock session sets pgsession's keepalives and
+// tcp_user_timeout (a dead host noticed within 2 minutes) when it has
+// none, and again when it is re-taken after a drop; a value the URL sets
+// is kept.
 func TestLockSessionDetectsDeadHost(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
@@ -138,6 +140,7 @@ func TestLockSessionDetectsDeadHost(t *testing.T) {
 		"tcp_keepalives_idle":     strconv.Itoa(pgsession.KeepalivesIdle),
 		"tcp_keepalives_interval": strconv.Itoa(pgsession.KeepalivesInterval),
 		"tcp_keepalives_count":    strconv.Itoa(pgsession.KeepalivesCount),
+		"tcp_user_timeout":        strconv.Itoa(pgsession.UserTimeoutMillis),
 	}
 	check := func(j *pgruntime.Journal, when string, want map[string]string) {
 		t.Helper()
@@ -165,5 +168,6 @@ func TestLockSessionDetectsDeadHost(t *testing.T) {
 	u.RawQuery = q.Encode()
 	kept := open(t, pgruntime.Config{DatabaseURL: u.String(), Namespace: "crepl_kept"})
 	want["tcp_keepalives_idle"] = "30"
+	want["tcp_user_timeout"] = "90000" // 30 s + 6 × 10 s: what the keepalives take
 	check(kept, "URL with tcp_keepalives_idle=30", want)
 }

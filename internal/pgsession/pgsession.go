@@ -10,8 +10,8 @@
 //   - a commit is never acknowledged before it is on the server's disk:
 //     synchronous_commit off becomes local, whoever set it;
 //   - the server's end of the connection notices a dead client within about
-//     two minutes (TCP keepalives), unless the role, the database, the URL or
-//     the server's configuration says otherwise.
+//     two minutes (TCP keepalives and tcp_user_timeout), unless the role, the
+//     database, the URL or the server's configuration says otherwise.
 //
 // A session that holds a session-level advisory lock outside a pool (a
 // journal's namespace lock, the registry's apply lock) calls
@@ -44,6 +44,22 @@ const (
 	KeepalivesCount    = 6
 )
 
+// UserTimeoutMillis is the tcp_user_timeout (milliseconds) DetectDeadPeer
+// and AfterConnect give a session that has none and whose keepalives are
+// pgsession's: KeepalivesIdle + KeepalivesCount × KeepalivesInterval
+// seconds, the time the keepalives take to give up on an idle connection.
+// The keepalives only probe a connection with nothing to send; while the
+// server has data its client has not acknowledged (an answer, a
+// notification), the operating system retransmits it instead, for about
+// 15 minutes on Linux before the session ends, and a dead host's
+// session-level advisory lock stays held that long. tcp_user_timeout
+// bounds how long sent data may stay unacknowledged, so the session ends
+// within the same 2 minutes either way. A session whose keepalives an
+// operator set gets their idle + count × interval instead (Linux lets
+// tcp_user_timeout, when set, decide when unanswered keepalive probes end
+// a connection: so it never ends an idle one sooner than they would).
+const UserTimeoutMillis = (KeepalivesIdle + KeepalivesCount*KeepalivesInterval) * 1000
+
 // AfterConnect is the pgxpool AfterConnect hook of every aipfleet pool. In
 // one round trip it sets, on the new session:
 //
@@ -69,8 +85,9 @@ const (
 // (on, remote_write, remote_apply: waiting for standbys as well, the
 // operator's to configure) is kept.
 //
-// TCP keepalives (see DetectDeadPeer), so the connection slot of a process
-// whose machine died comes back within minutes.
+// TCP keepalives and tcp_user_timeout (see DetectDeadPeer), so the
+// connection slot of a process whose machine died comes back within
+// minutes.
 func AfterConnect(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, afterConnectSQL); err != nil {
 		return fmt.Errorf("set up the new session (idle_in_transaction_session_timeout, synchronous_commit, TCP keepalives): %w", err)
@@ -78,7 +95,7 @@ func AfterConnect(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// afterConnectSQL is AfterConnect's three statements, sent as one simple
+// afterConnectSQL is AfterConnect's statements, sent as one simple
 // query.
 var afterConnectSQL = setTimeout(false) + ";\n" + durableCommitsSQL + ";\n" + keepalivesSQL
 
@@ -93,8 +110,20 @@ var afterConnectSQL = setTimeout(false) + ";\n" + durableCommitsSQL + ";\n" + ke
 // about a dead client. Each of the three settings is set only when it is 0
 // (the server's default, or 0 in its configuration file); a value the
 // server's configuration, the role, the database or the URL sets is kept,
-// 0 from the role, the database or the URL included. On a Unix-socket
-// connection there is no TCP and nothing is set. AfterConnect includes it.
+// 0 from the role, the database or the URL included.
+//
+// It also sets tcp_user_timeout (PostgreSQL 12 and later), on the same
+// terms: where it is 0 and no operator set it, to the keepalives' idle +
+// count × interval, in milliseconds (UserTimeoutMillis with pgsession's
+// keepalives). The keepalives cover an idle connection; tcp_user_timeout
+// covers one on which the server sent data the dead client never
+// acknowledged, which the operating system would otherwise retransmit for
+// about 15 minutes. A server older than 12 has no such setting, and none
+// is set.
+//
+// On a Unix-socket connection there is no TCP and nothing is set
+// (PostgreSQL ignores the four settings there and shows them as 0).
+// AfterConnect includes it.
 func DetectDeadPeer(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, keepalivesSQL); err != nil {
 		return fmt.Errorf("set TCP keepalives on the new session: %w", err)
@@ -144,14 +173,27 @@ func durableCommits(local bool) string {
 }
 
 // keepalivesSQL sets each of the three keepalive settings the session has
-// as 0 and no operator set. Their setting column shows the socket's value
-// (the operating system's default where PostgreSQL's is 0, and 0 on a Unix
-// socket); reset_val is the session's own value, unchanged since no
-// statement SET it yet. inet_server_addr() is NULL on a Unix socket.
+// as 0 and no operator set, then tcp_user_timeout likewise, from the
+// keepalive settings the first statement left. Their setting column shows
+// the socket's value (the operating system's default where PostgreSQL's
+// is 0, and 0 on a Unix socket); reset_val is the session's own value,
+// unchanged since no statement SET it yet. inet_server_addr() is NULL on a
+// Unix socket. tcp_user_timeout is an int of milliseconds: the sum is
+// capped at its largest value (least ignores a NULL: a server without one
+// of the keepalive settings gets none).
 var keepalivesSQL = `SELECT set_config(name, CASE name
 		WHEN 'tcp_keepalives_idle' THEN '` + strconv.Itoa(KeepalivesIdle) + `'
 		WHEN 'tcp_keepalives_interval' THEN '` + strconv.Itoa(KeepalivesInterval) + `'
 		ELSE '` + strconv.Itoa(KeepalivesCount) + `' END, false) FROM pg_settings
 	WHERE name IN ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count')
 	AND reset_val = '0' AND source NOT IN ` + operatorSources + `
-	AND inet_server_addr() IS NOT NULL`
+	AND inet_server_addr() IS NOT NULL;
+SELECT set_config('tcp_user_timeout', least(1000 * (k.idle_s + k.probes * k.interval_s), 2147483647)::text, false)
+	FROM pg_settings, (SELECT
+		sum(setting::bigint) FILTER (WHERE name = 'tcp_keepalives_idle') AS idle_s,
+		sum(setting::bigint) FILTER (WHERE name = 'tcp_keepalives_interval') AS interval_s,
+		sum(setting::bigint) FILTER (WHERE name = 'tcp_keepalives_count') AS probes
+		FROM pg_settings) k
+	WHERE name = 'tcp_user_timeout'
+	AND reset_val = '0' AND source NOT IN ` + operatorSources + `
+	AND inet_server_addr() IS NOT NULL AND k.idle_s + k.probes * k.interval_s IS NOT NULL`

@@ -155,10 +155,11 @@ func TestCommitsDurably(t *testing.T) {
 // keepalive is what a session shows for one keepalive setting.
 type keepalive struct{ setting, source string }
 
-// keepalives returns what conn shows for the three keepalive settings.
+// keepalives returns what conn shows for the three keepalive settings and
+// tcp_user_timeout.
 func keepalives(t *testing.T, conn *pgx.Conn) map[string]keepalive {
 	t.Helper()
-	rows, err := conn.Query(t.Context(), `SELECT name, setting, source FROM pg_settings WHERE name LIKE 'tcp_keepalives_%'`)
+	rows, err := conn.Query(t.Context(), `SELECT name, setting, source FROM pg_settings WHERE name LIKE 'tcp_keepalives_%' OR name = 'tcp_user_timeout'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,25 @@ func keepalives(t *testing.T, conn *pgx.Conn) map[string]keepalive {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	if len(got) != 4 {
+		t.Fatalf("the session shows %d of the four TCP settings: %+v", len(got), got)
+	}
 	return got
+}
+
+// userTimeoutOf is the tcp_user_timeout pgsession gives a session showing
+// the keepalive settings got: idle + count × interval, in milliseconds.
+func userTimeoutOf(t *testing.T, got map[string]keepalive) string {
+	t.Helper()
+	n := map[string]int{}
+	for _, name := range []string{"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count"} {
+		v, err := strconv.Atoi(got[name].setting)
+		if err != nil {
+			t.Fatalf("%s %+v: %v", name, got[name], err)
+		}
+		n[name] = v
+	}
+	return strconv.Itoa(1000 * (n["tcp_keepalives_idle"] + n["tcp_keepalives_count"]*n["tcp_keepalives_interval"]))
 }
 
 // detect connects to dbURL, runs DetectDeadPeer and returns the session's
@@ -193,15 +212,22 @@ func detect(t *testing.T, dbURL string) map[string]keepalive {
 }
 
 // TestDetectDeadPeer: a TCP session without keepalives of its own gets
-// pgsession's, so the server ends it within minutes of its client's
-// machine dying instead of hours; a value the URL or the database sets is
-// kept, 0 included; a Unix-socket session is left as it is.
+// pgsession's, and a tcp_user_timeout as long as they take to give up (so
+// data sent to a dead client is not retransmitted for 15 minutes), so the
+// server ends it within minutes of its client's machine dying instead of
+// hours; a value the URL or the database sets is kept, 0 included, and
+// tcp_user_timeout follows the keepalives an operator set; a Unix-socket
+// session is left as it is.
 func TestDetectDeadPeer(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	ours := map[string]keepalive{
 		"tcp_keepalives_idle":     {strconv.Itoa(pgsession.KeepalivesIdle), "session"},
 		"tcp_keepalives_interval": {strconv.Itoa(pgsession.KeepalivesInterval), "session"},
 		"tcp_keepalives_count":    {strconv.Itoa(pgsession.KeepalivesCount), "session"},
+		"tcp_user_timeout":        {strconv.Itoa(pgsession.UserTimeoutMillis), "session"},
+	}
+	if pgsession.UserTimeoutMillis != 120000 {
+		t.Errorf("UserTimeoutMillis = %d, want 120000 (60 s idle + 6 probes 10 s apart)", pgsession.UserTimeoutMillis)
 	}
 	got := detect(t, dbURL)
 	for name, want := range ours {
@@ -210,8 +236,10 @@ func TestDetectDeadPeer(t *testing.T) {
 		}
 	}
 	// The pools' hook sets them too.
-	if v := settingOf(t, dbURL, "tcp_keepalives_idle"); v != ours["tcp_keepalives_idle"].setting {
-		t.Errorf("a pool session shows tcp_keepalives_idle %q, want %s", v, ours["tcp_keepalives_idle"].setting)
+	for _, name := range []string{"tcp_keepalives_idle", "tcp_user_timeout"} {
+		if v := settingOf(t, dbURL, name); v != ours[name].setting {
+			t.Errorf("a pool session shows %s %q, want %s", name, v, ours[name].setting)
+		}
 	}
 
 	got = detect(t, withParam(t, dbURL, "tcp_keepalives_idle", "30"))
@@ -220,6 +248,21 @@ func TestDetectDeadPeer(t *testing.T) {
 	}
 	if k := got["tcp_keepalives_count"]; k != ours["tcp_keepalives_count"] {
 		t.Errorf("a session whose URL sets only tcp_keepalives_idle: tcp_keepalives_count %+v, want %+v", k, ours["tcp_keepalives_count"])
+	}
+	if k := got["tcp_user_timeout"]; k != (keepalive{"90000", "session"}) {
+		t.Errorf("a session whose URL sets tcp_keepalives_idle 30: tcp_user_timeout %+v, want 90000 (30 s + 6 × 10 s)", k)
+	}
+
+	// The operator's tcp_user_timeout is kept, 0 included, whatever the
+	// keepalives.
+	for _, v := range []string{"5000", "0"} {
+		got = detect(t, withParam(t, dbURL, "tcp_user_timeout", v))
+		if k := got["tcp_user_timeout"]; k != (keepalive{v, "client"}) {
+			t.Errorf("a session whose URL sets tcp_user_timeout %s shows %+v", v, k)
+		}
+		if k := got["tcp_keepalives_idle"]; k != ours["tcp_keepalives_idle"] {
+			t.Errorf("a session whose URL sets only tcp_user_timeout: tcp_keepalives_idle %+v, want %+v", k, ours["tcp_keepalives_idle"])
+		}
 	}
 
 	// 0 from the database is the operator's choice of the system's
@@ -232,10 +275,21 @@ func TestDetectDeadPeer(t *testing.T) {
 	if k := got["tcp_keepalives_idle"]; k != ours["tcp_keepalives_idle"] {
 		t.Errorf("a session of a database that sets only tcp_keepalives_count: tcp_keepalives_idle %+v, want %+v", k, ours["tcp_keepalives_idle"])
 	}
+	// With the system's probe count (9 on Linux), the keepalives give up
+	// later, and so does tcp_user_timeout.
+	if k, want := got["tcp_user_timeout"], (keepalive{userTimeoutOf(t, got), "session"}); k != want {
+		t.Errorf("a session of a database that sets tcp_keepalives_count 0: tcp_user_timeout %+v, want %+v (idle + count × interval of %+v)", k, want, got)
+	}
+	alterDatabase(t, dbURL, "tcp_user_timeout = 0")
+	got = detect(t, dbURL)
+	if k := got["tcp_user_timeout"]; k != (keepalive{"0", "database"}) {
+		t.Errorf("a session of a database that sets tcp_user_timeout 0 shows %+v, want it kept", k)
+	}
 }
 
 // TestDetectDeadPeerUnixSocket: on a Unix-socket session, which has no
-// TCP, DetectDeadPeer succeeds and sets nothing.
+// TCP, DetectDeadPeer succeeds and sets nothing; PostgreSQL takes a
+// tcp_user_timeout for one without an error, and ignores it.
 func TestDetectDeadPeerUnixSocket(t *testing.T) {
 	dbURL := pgtest.NewDatabase(t)
 	conn, err := pgx.Connect(t.Context(), dbURL)
@@ -273,5 +327,11 @@ func TestDetectDeadPeerUnixSocket(t *testing.T) {
 		if k != (keepalive{"0", "default"}) {
 			t.Errorf("a Unix-socket session shows %s %+v, want it left at 0", name, k)
 		}
+	}
+	if _, err := sock.Exec(t.Context(), "SET tcp_user_timeout = 5000"); err != nil {
+		t.Fatalf("SET tcp_user_timeout on a Unix-socket session: %v", err)
+	}
+	if k := keepalives(t, sock)["tcp_user_timeout"]; k.setting != "0" {
+		t.Errorf("a Unix-socket session shows tcp_user_timeout %+v after SET, want 0 (ignored)", k)
 	}
 }

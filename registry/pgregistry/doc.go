@@ -44,11 +44,12 @@
 // assignment or settlement acknowledged and then lost in a server crash
 // could let a retry of the action be routed to another replica and run
 // twice (on, remote_write and remote_apply are kept); and the server gets
-// TCP keepalives (pgsession.DetectDeadPeer, unless the session has some),
-// so the sessions of a process whose machine died end within about two
-// minutes rather than the system's two hours. LockApply's session gets
-// the keepalives too: the apply lock it holds would otherwise stop every
-// later apply for as long.
+// TCP keepalives and tcp_user_timeout (pgsession.DetectDeadPeer, unless
+// the session has some), so the sessions of a process whose machine died
+// end within about two minutes rather than the system's two hours (15
+// minutes while data sent to it is unacknowledged). LockApply's session
+// gets them too: the apply lock it holds would otherwise stop every later
+// apply for as long.
 //
 // # Locking
 //

@@ -452,10 +452,11 @@ func TestSessionsCommitDurably(t *testing.T) {
 }
 
 // TestSessionsDetectDeadPeers: the registry's sessions, and the apply
-// lock's, carry server-side TCP keepalives, so the server ends the
-// sessions of a process whose machine died within minutes instead of the
-// system's 2 hours: its connection slots come back, and an apply lock it
-// held is released for the next apply.
+// lock's, carry server-side TCP keepalives and tcp_user_timeout, so the
+// server ends the sessions of a process whose machine died within minutes
+// instead of the system's 2 hours (15 minutes with data unacknowledged):
+// its connection slots come back, and an apply lock it held is released
+// for the next apply.
 func TestSessionsDetectDeadPeers(t *testing.T) {
 	ctx := t.Context()
 	dbURL := pgtest.NewDatabase(t)
@@ -463,6 +464,7 @@ func TestSessionsDetectDeadPeers(t *testing.T) {
 		"tcp_keepalives_idle":     strconv.Itoa(pgsession.KeepalivesIdle),
 		"tcp_keepalives_interval": strconv.Itoa(pgsession.KeepalivesInterval),
 		"tcp_keepalives_count":    strconv.Itoa(pgsession.KeepalivesCount),
+		"tcp_user_timeout":        strconv.Itoa(pgsession.UserTimeoutMillis),
 	}
 	r, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: dbURL})
 	must(t, err)
