@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -58,7 +59,9 @@ var composites = []*composite{
 		ID: CapMessageCreate, Name: "Send a message", Risk: aip.RiskMedium, Effect: aip.EffectSendMessage, CreatesNew: true,
 		Description: "Posts an outgoing message (or, with private, an internal note) in a conversation " +
 			"(POST .../conversations/{conversation_id}/messages, message_type outgoing). The AIP action ID is recorded in the " +
-			"message's content_attributes." + ActionIDAttribute + " so that its webhook is not turned back into an event.",
+			"message's content_attributes." + ActionIDAttribute + " so that its webhook is not turned back into an event. " +
+			"Chatwoot answers 422 also to an error raised after it stored the message: the connector then looks for the message " +
+			"among the conversation's latest, and the action is outcome_unknown unless they show it was not stored.",
 		Schema: schema(`"conversation_id","content"`, convIDProp,
 			`"content":{"type":"string","minLength":1,"maxLength":150000,"description":"Message text."}`,
 			`"private":{"type":"boolean","description":"An internal note visible to agents only (default false)."}`),
@@ -77,7 +80,7 @@ var composites = []*composite{
 			"next to assignee_id) " +
 			"(POST .../conversations/{conversation_id}/assignments), then, when note is given, adds it as a private note. " +
 			"If the assignment is applied and the note is refused the action fails with " + CodeHandoffNoteFailed +
-			", saying the assignment was applied.",
+			", saying the assignment was applied (outcome_unknown when the note may have been stored, as for message:create).",
 		Schema: `{"type":"object","properties":{` + convIDProp + `,` +
 			`"assignee_id":` + idProp + `,"description":"Agent (user) to assign."},` +
 			`"team_id":` + idProp + `,"description":"Team to assign (instead of an agent)."},` +
@@ -122,9 +125,10 @@ func runMessageCreate(ctx context.Context, c *Connector, call *hostsdk.Call) (*a
 	if err := decodeInput(call, &in); err != nil {
 		return nil, err
 	}
+	sent := time.Now()
 	msg, err := c.postMessage(ctx, call, in.ConversationID, in.Content, in.Private)
 	if err != nil {
-		return provider.Result(call, err, true)
+		return provider.Result(call, c.messageRefusal(ctx, call, in.ConversationID, sent, err), true)
 	}
 	return call.Complete(map[string]any{"conversation_id": in.ConversationID, "message_id": msg["id"],
 		"private": in.Private, "message": msg})
@@ -216,8 +220,10 @@ func runConversationHandoff(ctx context.Context, c *Connector, call *hostsdk.Cal
 	if in.Note == "" {
 		return call.Complete(out)
 	}
+	sent := time.Now()
 	note, err := c.postMessage(ctx, call, in.ConversationID, in.Note, true)
 	if err != nil {
+		err = c.messageRefusal(ctx, call, in.ConversationID, sent, err)
 		var pe *provider.Error
 		if !errors.As(err, &pe) {
 			return nil, fmt.Errorf("conversation %d was assigned (applied); adding the private note: %w", in.ConversationID, err)

@@ -28,7 +28,24 @@
 //     tenant and capability, provider.CallIdempotencyKey's aip1-<hex>, in
 //     content_attributes.aip_idempotency_key: never the caller's key as
 //     it is, as content attributes reach the contact's widget). Output: conversation_id,
-//     message_id, private, message (Chatwoot's answer).
+//     message_id, private, message (Chatwoot's answer). A 422 does not
+//     say that the message was not stored: Chatwoot's
+//     MessagesController#create answers every error with 422 (rescue
+//     StandardError), also one raised after the message was committed by
+//     its after_create_commit callbacks (reopening the conversation,
+//     dispatching its events, queueing its delivery with
+//     SendReplyJob.perform_later), which Rails raises out of save!. So
+//     after a 422 the connector reads the conversation's latest messages
+//     (GET …/messages, the latest 20) and looks for the one whose
+//     content_attributes.aip_action_id is the action's ID: found, the
+//     action is outcome_unknown naming the message (stored, maybe not
+//     delivered); not found, the 422 is a failed result when the list
+//     reaches back to before the message was sent (fewer than 20
+//     messages, or one created more than 5 minutes before it was sent,
+//     by Chatwoot's created_at, so a Chatwoot clock up to 5 minutes
+//     behind is allowed for); otherwise (the read failed, or all 20 are
+//     newer) outcome_unknown, saying to look for the action's ID in
+//     message.list.
 //   - cap:chatwoot:conversation:status — POST …/conversations/{conversation_id}/toggle_status
 //     with status open, resolved or pending (the document's enum; the
 //     reference writes "resolve", the API takes "resolved"; snoozed is
@@ -47,8 +64,10 @@
 //     note after an applied assignment is
 //     a failed result chatwoot.handoff_note_failed whose message and
 //     details (assignment_applied true, note_error) say the assignment
-//     was applied; a note whose outcome cannot be known (no answer, 5xx)
-//     is outcome_unknown, its error saying the assignment was applied.
+//     was applied; a note whose outcome cannot be known (no answer, 5xx,
+//     or a 422 after which the note may have been stored, as for
+//     message:create) is outcome_unknown, its error saying the assignment
+//     was applied.
 //
 // Catalogue, cap:chatwoot:<suffix>; output {"status": <HTTP status>,
 // "data": <Chatwoot's JSON or null>} (null where Chatwoot answers without

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -64,6 +65,38 @@ type mockChatwoot struct {
 	faults map[string]fault
 	// faultHeaders are set on the answer of a fault.
 	faultHeaders map[string]map[string]string
+	// storing are the keys of faults of POST .../messages that store the
+	// message (a GET of the conversation's messages then lists it) before
+	// answering: Chatwoot answers 422 to an error raised after the
+	// message was committed.
+	storing map[string]bool
+	// messages are the messages GET .../conversations/{id}/messages lists
+	// (its latest 20), by path under the account; a conversation without
+	// any lists one message of another sender.
+	messages map[string][]map[string]any
+}
+
+// setStoringFault is setFault for a POST .../messages that stores the
+// message before answering f.
+func (m *mockChatwoot) setStoringFault(key string, f fault) {
+	m.setFault(key, f)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.storing == nil {
+		m.storing = map[string]bool{}
+	}
+	m.storing[key] = true
+}
+
+// addMessages stores messages of the conversation at path (under the
+// account, "/conversations/8/messages").
+func (m *mockChatwoot) addMessages(path string, msgs ...map[string]any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.messages == nil {
+		m.messages = map[string][]map[string]any{}
+	}
+	m.messages[path] = append(m.messages[path], msgs...)
 }
 
 func (m *mockChatwoot) setFault(key string, f fault) {
@@ -142,6 +175,7 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.reqs = append(m.reqs, rec)
 	f, faulty := m.faults[key]
+	storing := m.storing[key]
 	fh := m.faultHeaders[key]
 	m.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -154,6 +188,13 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, `{"error":"You need to sign in or sign up before continuing."}`)
 		return
+	}
+	if faulty && storing && r.Method == "POST" && convSubRE.MatchString(rest) {
+		m.mu.Lock()
+		id := 901 + len(m.messages[rest])
+		m.mu.Unlock()
+		m.addMessages(rest, map[string]any{"id": id, "content": rec.Body["content"], "message_type": 1,
+			"private": rec.Body["private"], "created_at": time.Now().Unix(), "content_attributes": rec.Body["content_attributes"]})
 	}
 	if faulty {
 		if f.status == 0 {
@@ -246,7 +287,15 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id := convRE.FindStringSubmatch(rest)[1]
 		fmt.Fprintf(w, `{"id":%s,"status":"open","inbox_id":1,"messages":[]}`, id)
 	case r.Method == "GET" && strings.HasSuffix(rest, "/messages"):
-		fmt.Fprint(w, `{"meta":{"labels":[]},"payload":[{"id":100,"content":"hi","message_type":0,"private":false}]}`)
+		m.mu.Lock()
+		msgs := m.messages[rest]
+		m.mu.Unlock()
+		if len(msgs) == 0 {
+			fmt.Fprint(w, `{"meta":{"labels":[]},"payload":[{"id":100,"content":"hi","message_type":0,"private":false}]}`)
+			break
+		}
+		b, _ := json.Marshal(map[string]any{"meta": map[string]any{"labels": []string{}}, "payload": msgs[max(0, len(msgs)-20):]})
+		w.Write(b)
 	case key == "GET /contacts" || key == "GET /contacts/search":
 		fmt.Fprint(w, `{"meta":{"count":1,"current_page":1},"payload":[{"id":9,"name":"Alice","email":"alice@acme.test"}]}`)
 	case key == "GET /contacts/404":
