@@ -125,7 +125,17 @@
 //     the caller chose.
 //   - record.ingest_many: POST /rest/batch/<object>?upsert=true with 1 to
 //     the object's maxBatchRecords such records, their ids distinct;
-//     returns {object, records}.
+//     returns {object, records}. The batch is not atomic: Twenty updates
+//     the records it finds, then inserts the others in a separate
+//     statement with no transaction around the two
+//     (CommonCreateManyQueryRunnerService's performUpsertOperation), so an
+//     insert the database refuses (a unique, not-null or foreign-key
+//     constraint, 400 in later Twenty versions) leaves the updates
+//     written. A 4xx to a batch of 2 or more records, other than 401,
+//     403, 404 and 429 (answered before anything is written), is
+//     therefore outcome_unknown, saying to read the batch's records by id
+//     before acting on it again; a one-record batch's 4xx stays a failed
+//     result.
 //   - record.update: PATCH /rest/<object>/<id> with the fields to change.
 //   - record.update_many (risk high): PATCH /rest/<object>?filter=... with
 //     the fields to set on every match, soft-deleted ones included;

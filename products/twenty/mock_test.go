@@ -85,6 +85,16 @@ type mockTwenty struct {
 	// fail, when set, answers a request instead of the mock: status and
 	// body, or status 0 to drop the connection.
 	fail func(r *http.Request) (status int, body string, ok bool)
+	// refuseInsert, when set, is a constraint of the database: the
+	// message of the violation a new record would cause ("" for none),
+	// which Twenty answers with 400.
+	refuseInsert func(rec map[string]any) string
+}
+
+func (m *mockTwenty) setRefuseInsert(f func(rec map[string]any) string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refuseInsert = f
 }
 
 type recorded struct {
@@ -333,6 +343,36 @@ func (m *mockTwenty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var recs []map[string]any
 		if err := json.Unmarshal(body, &recs); err != nil || len(recs) == 0 || len(recs) > 60 {
 			twentyError(w, http.StatusBadRequest, "BadRequestException", "batch body must be an array of 1 to 60 records")
+			return
+		}
+		if r.URL.Query().Get("upsert") == "true" {
+			// Twenty's CommonCreateManyQueryRunnerService
+			// (performUpsertOperation): the records it finds are updated
+			// first, then the others inserted in one statement, with no
+			// transaction around the two, so an insert the database
+			// refuses leaves the updates written.
+			var fresh []int
+			for i, rec := range recs {
+				id, _ := rec["id"].(string)
+				if old := m.find(segs[2], id); old != nil {
+					maps.Copy(old, rec)
+					recs[i] = old
+				} else {
+					fresh = append(fresh, i)
+				}
+			}
+			for _, i := range fresh {
+				if m.refuseInsert != nil {
+					if msg := m.refuseInsert(recs[i]); msg != "" {
+						twentyError(w, http.StatusBadRequest, "BadRequestException", msg)
+						return
+					}
+				}
+			}
+			for _, i := range fresh {
+				m.create(segs[2], recs[i])
+			}
+			reply(w, 201, map[string]any{"data": map[string]any{"create" + upper(segs[2]): recs}})
 			return
 		}
 		for i, rec := range recs {

@@ -621,6 +621,48 @@ func TestIngest(t *testing.T) {
 	}
 }
 
+// TestIngestManyRefusedAfterUpdates: Twenty's batch upsert updates the
+// records it finds before it inserts the others, with no transaction
+// around the two; an insert it refuses (400) leaves the updates written,
+// so the action is outcome_unknown saying how to read what was written.
+// A batch of one record is one statement or the other: its 400 stays a
+// failed result.
+func TestIngestManyRefusedAfterUpdates(t *testing.T) {
+	e := newEnv(t, allOperationsFile(t))
+	id1, id2 := "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
+	e.mock.seed("people", map[string]any{"id": id1, "city": "Paris"})
+	e.mock.setRefuseInsert(func(rec map[string]any) string {
+		if rec["city"] == "Atlantis" {
+			return `duplicate key value violates unique constraint "IDX_UNIQUE_person_city"`
+		}
+		return ""
+	})
+
+	a := action(OpIngestMany, `{"object":"people","records":[{"id":"`+id1+`","city":"Rome"},{"id":"`+id2+`","city":"Atlantis"}]}`)
+	resp := e.Act(t, a)
+	pe := resp.ProtocolError()
+	if resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown ||
+		!strings.Contains(pe.Message, "may have written part of the batch") || !strings.Contains(pe.Message, "id[in]") ||
+		!strings.Contains(pe.Message, "IDX_UNIQUE_person_city") {
+		t.Fatalf("HTTP %d %+v, want outcome_unknown saying part may be written", resp.Status, pe)
+	}
+	st, _, err := e.Dispatcher.Status(hostsdktest.Context(t), e.Target, a.ID, a.CapabilityID)
+	if err != nil || st.State != aip.StateOutcomeUnknown {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+	e.mock.mu.Lock()
+	got := e.mock.find("people", id1)["city"]
+	e.mock.mu.Unlock()
+	if got != "Rome" {
+		t.Fatalf("the mock did not write the update before refusing the insert (city %v)", got)
+	}
+
+	one := action(OpIngestMany, `{"object":"people","records":[{"id":"`+id2+`","city":"Atlantis"}]}`)
+	if pe := failedCode(t, e.Result(t, one)); pe.Code != provider.CodeInvalidRequest {
+		t.Errorf("a one-record batch refused: %+v, want failed %s", pe, provider.CodeInvalidRequest)
+	}
+}
+
 func TestIngestPolicyConfig(t *testing.T) {
 	base := func() hostsdk.SettingValues {
 		return hostsdk.SettingValues{FlagBaseURL: "https://crm.example.com", FlagWorkspaceID: workspace,

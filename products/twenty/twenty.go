@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -90,7 +91,7 @@ var operations = []operation{
 	{op: OpCreate, name: "Create a record", description: "Creates one record: POST /rest/<object> with the record's fields; returns the created record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpCreateMany, name: "Create records in a batch", description: "Creates 1 to 60 records of one object in one call: POST /rest/batch/<object>; returns the created records.", mutation: true, risk: aip.RiskMedium},
 	{op: OpIngest, name: "Ingest a record", description: "Creates or updates one record by its id (an upsert, so sending it again changes nothing more): POST /rest/<object>?upsert=true with the id and fields the ingest policy allows; returns the record. Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
-	{op: OpIngestMany, name: "Ingest records in a batch", description: "Creates or updates 1 to the policy's maxBatchRecords (at most 60) records of one object by their ids: POST /rest/batch/<object>?upsert=true; returns the records. Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
+	{op: OpIngestMany, name: "Ingest records in a batch", description: "Creates or updates 1 to the policy's maxBatchRecords (at most 60) records of one object by their ids: POST /rest/batch/<object>?upsert=true; returns the records. Twenty updates the existing records before inserting the new ones, not atomically: a refusal of a batch of several records is outcome_unknown (read the records by id). Offered only when the operator lists it and configures an ingest policy.", mutation: true, risk: aip.RiskMedium, ingest: true},
 	{op: OpUpdate, name: "Update a record", description: "Updates the given fields of one record: PATCH /rest/<object>/<id>; returns the updated record.", mutation: true, risk: aip.RiskMedium},
 	{op: OpUpdateMany, name: "Update records matching a filter", description: "Sets the given fields on every record of an object that matches a filter: PATCH /rest/<object>?filter=...; returns the updated records. Soft-deleted matches are updated too (add deletedAt[is]:NULL to the filter to leave them out). A filter matching more than 60 records, soft-deleted ones included, is refused (twenty.too_many_matches) and nothing is changed.", mutation: true, risk: aip.RiskHigh},
 	{op: OpSoftDelete, name: "Soft-delete a record", description: "Soft-deletes one record (it can be restored in Twenty): DELETE /rest/<object>/<id>?soft_delete=true.", mutation: true, risk: aip.RiskMedium, deletes: true},
@@ -780,6 +781,9 @@ func (c *Connector) many(ctx context.Context, call *hostsdk.Call, in input, req 
 	req.Header = mutationHeaders(call)
 	a, err := c.do(ctx, req)
 	if err != nil {
+		if req.Query.Get("upsert") == "true" {
+			err = upsertRefusal(in, err)
+		}
 		return provider.Result(call, err, true)
 	}
 	recs, ok := only(a.Data)
@@ -787,6 +791,39 @@ func (c *Connector) many(ctx context.Context, call *hostsdk.Call, in input, req 
 		return provider.Result(call, badAnswer(req, 200, "the answer's data does not hold exactly one array of records"), true)
 	}
 	return call.Complete(listOutput{Object: in.Object, Records: recs, fieldsCap: a.capped})
+}
+
+// upsertRefusal returns err, the error of a batch upsert
+// (record.ingest_many) of in.Records, unchanged unless Twenty refused it
+// with a 4xx after it may have written part of the batch; then the error
+// may have been applied (outcome_unknown) and says how to find what was
+// written.
+//
+// Twenty's batch upsert (CommonCreateManyQueryRunnerService's
+// performUpsertOperation) looks the records up, updates those it finds,
+// then inserts the others in a separate statement, with no transaction
+// around the two (its merge, by contrast, runs in
+// runInWorkspaceTransaction). An insert the database refuses (a unique,
+// not-null or foreign-key constraint, which later Twenty versions answer
+// with 400) leaves the updates written. A batch of one record is either
+// an update or an insert, and 401, 403, 404 (an unknown object) and 429
+// (the throttler, before the query runs) come before anything is
+// written: those stay as they are.
+func upsertRefusal(in input, err error) error {
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.MayHaveApplied || pe.Status < 400 || pe.Status > 499 || len(in.Records) < 2 {
+		return err
+	}
+	switch pe.Status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusTooManyRequests:
+		return err
+	}
+	pe.MayHaveApplied = true
+	pe.Message = "refused, but may have written part of the batch: Twenty's batch upsert updates the records it finds " +
+		"before it inserts the others, with no transaction around the two, so a refusal of the insert leaves the updates " +
+		"written; read the batch's records (record.list with filter id[in]:[...] of their ids) before acting on it again " +
+		"(sending the same records again changes nothing more in those already written). Twenty said: " + pe.Message
+	return err
 }
 
 type duplicatesOutput struct {
