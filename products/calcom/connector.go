@@ -148,7 +148,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 		}
 	}
 	if err != nil && o.Series {
-		err = c.seriesRefusal(ctx, call, req.body, err)
+		err = c.seriesError(ctx, call, req.body, err)
 	}
 	if err != nil {
 		return provider.Result(call, err, o.Mutation)

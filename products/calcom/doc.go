@@ -245,7 +245,13 @@
 // list the attendee's bookings of the event type from start (booking.list)
 // and cancel or keep them before booking again. A refusal of a single
 // booking (recurrence_count 1, or an event type whose recurrence is null)
-// stays a failed result.
+// stays a failed result. A booking.create that is outcome_unknown for
+// another reason (a 5xx, no answer, an unreadable 2xx) says the same:
+// the booking, and for a series all or some of its occurrences, may be
+// booked; list the attendee's bookings before booking again. That needs
+// no further request: recurrence_count says whether it is a series, and
+// without it the message covers both (the event type is not read after
+// an answer that was lost or a 5xx).
 //
 // CheckHealth is GET /v2/me.
 //

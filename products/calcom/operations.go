@@ -63,7 +63,8 @@ type operation struct {
 	Webhook bool
 	// Series marks booking.create, which books every occurrence of a
 	// recurring event type one by one: a 4xx may come after some were
-	// booked (recurring.go).
+	// booked, and an outcome_unknown says how to find what was booked
+	// (recurring.go).
 	Series bool
 	// Check, when set, returns why an input the schema accepts would be
 	// misread by Cal.diy, and what to send instead ("" when it is fine):

@@ -12,10 +12,18 @@ import (
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
-// seriesRefusal returns err, the error of a booking.create whose request
-// body was body, unchanged unless Cal.diy refused it with a 4xx after it
-// may have booked part of a recurring series; then the error may have
-// been applied (outcome_unknown) and says how to find what was booked.
+// listBookings says how to find what a booking.create booked.
+const listBookings = "list the attendee's bookings of the event type from start " +
+	"(booking.list with attendee_email, event_type_id, after_start)"
+
+// seriesError returns err, the error of a booking.create whose request
+// body was body. An error that may have been applied (a 5xx, no answer,
+// an unreadable 2xx: outcome_unknown already) gets a message saying how
+// to find what was booked, without a further request: the booking, and
+// all or some of a series' occurrences, may be booked (see unknownHint).
+// A 4xx is returned unchanged unless Cal.diy refused it after it may have
+// booked part of a recurring series; then the error may have been applied
+// (outcome_unknown) and says how to find what was booked.
 //
 // For a recurring event type POST /v2/bookings books every occurrence
 // with its own call of the regular booking service, one after the other,
@@ -39,10 +47,16 @@ import (
 // alike), as is any 4xx of a single booking: recurrence_count 1, or no
 // recurrence_count and an event type that Cal.diy says is not recurring
 // (recurrence null), which seriesOf asks it only then.
-func (c *Connector) seriesRefusal(ctx context.Context, call *hostsdk.Call, body map[string]any, err error) error {
+func (c *Connector) seriesError(ctx context.Context, call *hostsdk.Call, body map[string]any, err error) error {
 	var pe *provider.Error
-	if !errors.As(err, &pe) || pe.MayHaveApplied || pe.Status < 400 || pe.Status > 499 ||
-		pe.Status == http.StatusTooManyRequests || pe.Status == http.StatusNotFound {
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if pe.MayHaveApplied {
+		pe.Message = unknownHint(body) + ". What went wrong: " + pe.Message
+		return err
+	}
+	if pe.Status < 400 || pe.Status > 499 || pe.Status == http.StatusTooManyRequests || pe.Status == http.StatusNotFound {
 		return err
 	}
 	series, why := c.seriesOf(ctx, call, body)
@@ -51,11 +65,32 @@ func (c *Connector) seriesRefusal(ctx context.Context, call *hostsdk.Call, body 
 	}
 	pe.MayHaveApplied = true
 	pe.Message = fmt.Sprintf("refused, but may have booked some occurrences first: Cal.diy books a recurring booking's "+
-		"occurrences one at a time and keeps those booked before the one it refuses; list the attendee's bookings "+
-		"of the event type from start (booking.list with attendee_email, event_type_id, after_start) and cancel "+
+		"occurrences one at a time and keeps those booked before the one it refuses; "+listBookings+" and cancel "+
 		"or keep them before booking again (the booking may be recurring: %s). Cal.diy said: %s",
 		c.client.Redacted(why), pe.Message)
 	return err
+}
+
+// unknownHint says what a booking.create whose request body was body
+// may have booked when its outcome is unknown, and how to find it. The
+// body's recurrence_count settles whether it was a series; without it
+// Cal.diy books the event type's own count, which is not looked up (the
+// read would follow an answer that was lost or a 5xx, when Cal.diy is
+// likely slow or failing), so the hint covers both.
+func unknownHint(body map[string]any) string {
+	const then = " and cancel or keep them before booking again"
+	n, ok := body["recurrenceCount"].(json.Number)
+	count, err := n.Int64()
+	switch {
+	case ok && err == nil && count < 2:
+		return "the booking may have been made: " + listBookings + then
+	case ok:
+		return "the booking may have been made, wholly or in part: Cal.diy books a recurring booking's " +
+			n.String() + " occurrences one at a time, each kept when a later one fails; " + listBookings + then
+	}
+	return "the booking may have been made, and if the event type is recurring (recurrence_count was not given, " +
+		"so Cal.diy books the event type's own count) some or all of its occurrences, which Cal.diy books one at a time; " +
+		listBookings + then
 }
 
 // seriesOf reports whether the booking body asks for may be a recurring

@@ -187,3 +187,53 @@ func TestRecurringBookingCreated(t *testing.T) {
 		t.Errorf("query %v, want none", url.Values(q))
 	}
 }
+
+// TestUnknownBookingSaysHowToFind: a booking.create whose outcome is
+// unknown (a 5xx, a dropped answer, an unreadable 2xx) says to list the
+// attendee's bookings, and for a series that some or all occurrences may
+// be booked, without any request after the booking's; before, its
+// message was only the provider's answer.
+func TestUnknownBookingSaysHowToFind(t *testing.T) {
+	mock := newMockCal(t)
+	h := startHost(t, newConnector(t, mock.srv.URL, nil, nil), nil)
+	const attendee = `"attendee":{"name":"Bob","time_zone":"Europe/Rome","email":"bob@example.test"}`
+	cases := []struct {
+		name, input string
+		a           answer
+		want        []string // in the message
+	}{
+		{"500 to a series", `{"start":"2050-09-05T09:00:00Z",` + attendee + `,"event_type_id":12,"recurrence_count":4}`,
+			answer{500, `{"status":"error","error":{"message":"boom"}}`, false},
+			[]string{"wholly or in part", "recurring booking's 4 occurrences one at a time", "answered 500", "What went wrong: boom"}},
+		{"dropped series", `{"start":"2050-09-05T09:00:00Z",` + attendee + `,"event_type_id":12,"recurrence_count":3}`,
+			answer{drop: true}, []string{"recurring booking's 3 occurrences one at a time", "What went wrong: no answer"}},
+		{"502 without recurrence_count", `{"start":"2050-09-05T09:00:00Z",` + attendee + `,"event_type_id":12}`,
+			answer{502, `{"status":"error","error":{"message":"bad gateway"}}`, false},
+			[]string{"if the event type is recurring", "some or all of its occurrences", "What went wrong: bad gateway"}},
+		{"non-JSON 201 to a single booking", `{"start":"2050-09-05T09:00:00Z",` + attendee + `,"event_type_id":11,"recurrence_count":1}`,
+			answer{201, `<html>ok</html>`, false}, []string{"the booking may have been made: list", "not a JSON object"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mock.set("POST /v2/bookings", tc.a)
+			before := len(mock.requests())
+			a, resp := h.act(t, "booking.create", tc.input)
+			pe := resp.ProtocolError()
+			if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+				t.Fatalf("answer %d %s, want %s", resp.Status, resp.Raw, hostsdk.CodeOutcomeUnknown)
+			}
+			for _, want := range append(tc.want, "booking.list with attendee_email, event_type_id, after_start", "before booking again") {
+				if !strings.Contains(pe.Message, want) {
+					t.Errorf("message %q lacks %q", pe.Message, want)
+				}
+			}
+			if n := len(mock.requests()) - before; n != 1 {
+				t.Fatalf("the provider got %d requests, want the booking's only", n)
+			}
+			st, _, err := h.Dispatcher.Status(hostsdktest.Context(t), h.Target, a.ID, a.CapabilityID)
+			if err != nil || st.State != aip.StateOutcomeUnknown {
+				t.Fatalf("status %+v, %v; want outcome_unknown", st, err)
+			}
+		})
+	}
+}
