@@ -93,7 +93,8 @@
 //     (name, text up to 1,000,000 characters, indexing_technique,
 //     doc_form, doc_language, process_rule, embedding_model,
 //     embedding_model_provider, original_document_id; a mutation, risk
-//     medium, unsafe to repeat as a new action: it creates a document).
+//     medium, unsafe to repeat as a new action: it creates a document; a
+//     400 may come after it did, see below).
 //   - :document.update_by_text: POST
 //     /datasets/{id}/documents/{document_id}/update-by-text (name, text —
 //     text needs name —, process_rule, doc_form, doc_language; a
@@ -104,7 +105,8 @@
 //     and the part "data", the JSON of the settings given
 //     (indexing_technique, doc_form, doc_language, process_rule,
 //     embedding_model, embedding_model_provider); a mutation, risk medium,
-//     unsafe to repeat as a new action.
+//     unsafe to repeat as a new action (a 400 may come after it created
+//     the document, see below).
 //   - :document.update_by_file: PATCH /datasets/{id}/documents/{document_id}
 //     (the document's canonical file update; POST .../update-by-file is
 //     deprecated), likewise (doc_form, doc_language, process_rule in
@@ -242,6 +244,32 @@
 // What Dify says inside an event stream (an error event's code and
 // message, a failed run's error, datasource_error's error) goes into the
 // error's message the same way: the request's key redacted, clipped.
+//
+// A document create may answer 400 after it created the document.
+// DocumentService.save_document_with_dataset_id (api/services/
+// dataset_service.py) commits the new document, then queues its indexing
+// with DocumentIndexingTaskProxy(...).delay() (api/services/
+// document_indexing_proxy/), which reads the workspace's plan
+// (FeatureService.get_features): on Dify Cloud a request to the billing
+// service, whose failure raises a ValueError (BillingService._send_request:
+// "Unable to retrieve billing information. Please try again later or
+// contact support."), which the Service API answers 400 invalid_param
+// (handle_value_error). The document then exists, never queued for
+// indexing. So after a 400 to :document.create_by_text (without
+// original_document_id, which updates that document instead and reads no
+// plan after writing it) or :document.create_by_file, the connector
+// lists the knowledge base's documents whose name holds the name's first
+// 40 characters (GET /datasets/{id}/documents?keyword=&limit=100, newest
+// first) and looks for one named as the document (Dify keeps the first
+// 200 characters of a longer name) created since 5 minutes before the
+// create (allowing for Dify's clock being behind). Found: outcome_unknown,
+// naming the documents and their indexing_status. Not found: the 400
+// stands as a failed result when the page reaches back to before the
+// create (fewer than 100 documents, or an older one); otherwise (the list
+// failed, or all 100 are newer) outcome_unknown, saying how to look. The
+// refusals the document lists (provider_not_initialize, no_file_uploaded,
+// invalid_param for indexing_technique, ...) are raised before the commit
+// and end failed after that read.
 //
 // An input holding the character U+0000 is not refused, unlike in the
 // Chatwoot, Twenty and Cal.diy adapters (provider.RefuseNUL), though Dify

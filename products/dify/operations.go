@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -51,6 +52,11 @@ type operation struct {
 	upload bool
 	form   []string
 	data   []string
+	// createsDocument names the input field holding the name of the
+	// document the operation creates (the text's name, or the file's
+	// name of an upload): a 400 may come after the document was created
+	// (refused.go).
+	createsDocument string
 	// mutation: the call may change Dify's state (provider.Result with
 	// mutation=true, a 5xx or lost connection is outcome_unknown).
 	mutation bool
@@ -239,8 +245,9 @@ var knowledgeOperations = []operation{
 		path: "/datasets/{dataset_id}/document/create-by-text",
 		body: []string{"name", "text", "indexing_technique", "doc_form", "doc_language", "process_rule",
 			"embedding_model", "embedding_model_provider", "original_document_id"},
-		schema: documentCreateSchema, output: objectOutput, risk: aip.RiskMedium, contract: createContract, mutation: true,
-		describe: "Adds a document made of the given text to the Dify knowledge base %[1]s (%[2]s); indexing runs afterwards (see the document's indexing_status). Returns the document and its batch."},
+		createsDocument: "name",
+		schema:          documentCreateSchema, output: objectOutput, risk: aip.RiskMedium, contract: createContract, mutation: true,
+		describe: "Adds a document made of the given text to the Dify knowledge base %[1]s (%[2]s); indexing runs afterwards (see the document's indexing_status). Returns the document and its batch. A 400 may come after the document was created; it is then outcome_unknown, naming the document or saying how to look for it."},
 	{suffix: SuffixDocumentUpdate, name: "update a document's text", method: http.MethodPost,
 		path:   "/datasets/{dataset_id}/documents/{document_id}/update-by-text",
 		body:   []string{"name", "text", "process_rule", "doc_form", "doc_language"},
@@ -248,9 +255,10 @@ var knowledgeOperations = []operation{
 		describe: "Replaces the text, name or chunking of a document of the Dify knowledge base %[1]s (%[2]s) and re-indexes it; the previous text is not kept."},
 	{suffix: SuffixDocumentCreateByFile, name: "create a document from a file", method: http.MethodPost,
 		path: "/datasets/{dataset_id}/document/create-by-file", upload: true,
-		data:   []string{"indexing_technique", "doc_form", "doc_language", "process_rule", "embedding_model", "embedding_model_provider"},
-		schema: documentCreateByFileSchema, output: objectOutput, risk: aip.RiskMedium, contract: createContract, mutation: true,
-		describe: "Adds a document made from an uploaded file (PDF, TXT, DOCX and other common formats; at most 2.5 MiB, given in base64) to the Dify knowledge base %[1]s (%[2]s); indexing runs afterwards (see the document's indexing_status). Returns the document and its batch."},
+		data:            []string{"indexing_technique", "doc_form", "doc_language", "process_rule", "embedding_model", "embedding_model_provider"},
+		createsDocument: "filename",
+		schema:          documentCreateByFileSchema, output: objectOutput, risk: aip.RiskMedium, contract: createContract, mutation: true,
+		describe: "Adds a document made from an uploaded file (PDF, TXT, DOCX and other common formats; at most 2.5 MiB, given in base64) to the Dify knowledge base %[1]s (%[2]s); indexing runs afterwards (see the document's indexing_status). Returns the document and its batch. A 400 may come after the document was created; it is then outcome_unknown, naming the document or saying how to look for it."},
 	{suffix: SuffixDocumentUpdateByFile, name: "replace a document's file", method: http.MethodPatch,
 		path: "/datasets/{dataset_id}/documents/{document_id}", upload: true,
 		data:   []string{"doc_form", "doc_language", "process_rule"},
@@ -389,8 +397,18 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 	case pipelineStream:
 		return c.runPipeline(ctx, call, cl, req, chunks)
 	}
+	sent := time.Now()
 	resp, err := cl.Do(ctx, req)
 	if err != nil {
+		// create-by-text with original_document_id updates that document
+		// (update_document_with_dataset_id): its refusals come before it
+		// writes the document, and after that it only queues a Celery task
+		// (document_indexing_update_task.delay), reading no plan.
+		if _, update := in["original_document_id"]; o.createsDocument != "" && !update {
+			var name string
+			json.Unmarshal(in[o.createsDocument], &name)
+			err = c.documentRefusal(ctx, cl, datasetID, name, o.createsDocument == "filename", sent, err)
+		}
 		return provider.Result(call, err, o.mutation)
 	}
 	if o.deletes {
