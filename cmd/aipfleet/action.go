@@ -77,6 +77,10 @@ type actionFlags struct {
 	// urlFrom is the dev.json url was read from, "" when url was given or
 	// is the default (devDefaultURL).
 	urlFrom string
+	// urlDefault says why url is the default: no dev fleet's state in
+	// --dev-state-dir (noDevStateNote); "" when url was given or read
+	// from a dev.json.
+	urlDefault string
 	// now is the clock tokens are minted and checked by; nil is
 	// time.Now.
 	now func() time.Time
@@ -116,6 +120,17 @@ func bindClientFlags(fs *flagSet) clientFlags {
 		devStateDir: fs.String("dev-state-dir", DefaultDevStateDir, "aipfleet dev's state directory: without --url, its dispatcher (dev.json); without --token or --tenant, its token (dev-token)"),
 		caFile:      fs.String("ca-file", "", "extra PEM root CA for an https dispatcher (aipfleet dispatch --tls-cert-file signed by a private CA)"),
 	}
+}
+
+// clientFlagsNotEmpty refuses an empty --token, --tenant, --issuer-key or
+// --dev-state-dir given on the command line (flagSet.notEmpty).
+func clientFlagsNotEmpty(fs *flagSet, cmd string) error {
+	return fs.notEmpty(cmd, map[string]string{
+		"token":         "give the token, or leave --token out to use aipfleet dev's",
+		"tenant":        "give the tenant, or leave --tenant out to use aipfleet dev's token",
+		"issuer-key":    "give the issuer key file, or leave --issuer-key out",
+		"dev-state-dir": "give aipfleet dev's state directory, or leave the flag out for " + DefaultDevStateDir,
+	})
 }
 
 // fill copies the parsed client flags into f.
@@ -181,15 +196,15 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		rest, remaining = append(rest, remaining[0]), remaining[1:]
 	}
+	if err := clientFlagsNotEmpty(fs, "action "+sub); err != nil {
+		return err
+	}
 	*f = actionFlags{capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
 		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut}
 	cf.fill(f)
 	var err error
-	if f.urlFrom, err = devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+	if err := f.findURL(fs); err != nil {
 		return err
-	}
-	if f.url, err = baseURL("--url", f.url, DefaultDispatchURL); err != nil {
-		return usagef("action: %v", err)
 	}
 	if f.requestTimeout <= 0 {
 		// A request with no time at all is never sent, yet a send would
@@ -250,6 +265,22 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	return f.cancel(ctx, client, bearer, rest[0], e)
 }
 
+// findURL sets f.url from --url, else from the dev fleet's state in
+// --dev-state-dir (devDefaultURL), else the default, and checks it.
+func (f *actionFlags) findURL(fs *flagSet) error {
+	var err error
+	if f.urlFrom, err = devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+		return err
+	}
+	if f.urlFrom == "" && !fs.isSet("url") {
+		f.urlDefault = noDevStateNote(f.devStateDir)
+	}
+	if f.url, err = baseURL("--url", f.url, DefaultDispatchURL); err != nil {
+		return usagef("%s: %v", f.commandName(), err)
+	}
+	return nil
+}
+
 // bearer returns the token to send: --token, or one minted for --tenant.
 func (f *actionFlags) bearer() (string, error) {
 	switch {
@@ -284,7 +315,12 @@ func (f *actionFlags) devToken() (string, error) {
 	file := filepath.Join(f.devStateDir, devTokenFile)
 	raw, err := aip.ReadSecretFile(file, tenanttoken.MaxTokenBytes+2)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", usagef("%s: a token is needed: --token TOKEN ($AIP_CLIENT_TOKEN), or --tenant T with --issuer-key FILE; with a running aipfleet dev, its token in %s is used (none there now: start aipfleet dev, or point --dev-state-dir at its state)", f.commandName(), file)
+		note := noDevStateNote(f.devStateDir)
+		if note != "" {
+			note = "\n(" + note + ")"
+		}
+		return "", usagef("%s: a token is needed: --token TOKEN ($AIP_CLIENT_TOKEN), or --tenant T with --issuer-key FILE; with a running aipfleet dev, its token in %s is used (none there now: start aipfleet dev, or point --dev-state-dir at its state)%s",
+			f.commandName(), file, note)
 	}
 	if err != nil {
 		return "", fmt.Errorf("the dev token: %w", err)
@@ -367,6 +403,17 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	return err
 }
 
+// notFound adds to err, the failure of a get or cancel of action id, what
+// the dispatcher's not_found means there: it knows no such action for the
+// token's tenant.
+func (f *actionFlags) notFound(id string, err error, status int, raw []byte) error {
+	var e dispatch.ErrorResponse
+	if status != http.StatusNotFound || json.Unmarshal(raw, &e) != nil || e.Error == nil || e.Error.Code != dispatch.CodeNotFound {
+		return err
+	}
+	return fmt.Errorf("action %s: %w\nthe dispatcher at %s has no action with this ID for the token's tenant (an action is found only with a token of the tenant that sent it, at the dispatcher of the fleet that routed it)", id, err, f.url)
+}
+
 // answerLostError is a send whose answer did not arrive whole.
 type answerLostError struct{ err error }
 
@@ -393,14 +440,20 @@ type dispatcherDownError struct {
 	url string
 	// from is the dev.json url was read from, "" when it was not.
 	from string
-	err  error
+	// defaulted says why url is the default (actionFlags.urlDefault).
+	defaulted string
+	err       error
 }
 
 func (e *dispatcherDownError) Error() string {
 	if e.from != "" {
 		return fmt.Sprintf("no dispatcher answers at %s (connection refused)%s", e.url, devAddressNote(e.from, "url"))
 	}
-	return fmt.Sprintf("no dispatcher answers at %s (connection refused): start one (aipfleet dev, or aipfleet dispatch) or point --url at it", e.url)
+	msg := fmt.Sprintf("no dispatcher answers at %s (connection refused): start one (aipfleet dev, or aipfleet dispatch) or point --url at it", e.url)
+	if e.defaulted != "" {
+		msg += "\n(" + e.url + " is the default address: " + e.defaulted + ")"
+	}
+	return msg
 }
 func (e *dispatcherDownError) Unwrap() error { return e.err }
 
@@ -484,7 +537,7 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		return fmt.Errorf("read the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return f.failure(resp.StatusCode, raw)
+		return f.notFound(id, f.failure(resp.StatusCode, raw), resp.StatusCode, raw)
 	}
 	if f.jsonOut {
 		e.stdout.Write(raw)
@@ -553,7 +606,7 @@ func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, metho
 	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, &dispatcherDownError{url: f.url, from: f.urlFrom, err: err}
+			return nil, &dispatcherDownError{url: f.url, from: f.urlFrom, defaulted: f.urlDefault, err: err}
 		}
 		if cert := asUntrustedCert(err, "the dispatcher", f.url); cert != nil {
 			return nil, cert
@@ -614,15 +667,34 @@ func actionErr(r *dispatch.ActionResponse) error {
 
 // failure is apiFailure, plus a hint when the answer is a 404 no
 // dispatcher gives: --url names some other server (the control plane, a
-// replica, a proxy's wrong route).
+// replica, a proxy's wrong route); or a 401: what to check of the token,
+// by where it came from.
 func (f *actionFlags) failure(status int, raw []byte) error {
 	err := apiFailure(status, raw)
+	if status == http.StatusUnauthorized {
+		return fmt.Errorf("%w\n%s", err, f.refusedHint())
+	}
 	var e dispatch.ErrorResponse
 	if status == http.StatusNotFound && (json.Unmarshal(raw, &e) != nil || e.Error == nil ||
 		!strings.HasPrefix(e.Error.Code, "dispatch.") && !strings.HasPrefix(e.Error.Code, "connector.")) {
 		return fmt.Errorf("%w\n%s does not serve the dispatcher's API: is --url the dispatcher? (aipfleet dev prints its address; the control plane listens on another port)", err, f.url)
 	}
 	return err
+}
+
+// refusedHint says what to check when the dispatcher refuses the token
+// (401), by where the token came from: --token, minted for --tenant with
+// --issuer-key, or aipfleet dev's.
+func (f *actionFlags) refusedHint() string {
+	switch {
+	case f.token != "":
+		return fmt.Sprintf("%s refused the token of --token: check that it trusts the token's issuer and key (aipfleet dispatch --issuer NAME=DID), that the token names its --audience, and that the token has not expired", f.url)
+	case f.tenant != "":
+		return fmt.Sprintf("%s refused the token minted with --issuer-key %s: check that it trusts that key under the name %s (aipfleet dispatch --issuer %s=DID, the DID `aipfleet keygen --did-of %s` prints) for the audience %s",
+			f.url, f.issuerKey, f.issuer, f.issuer, f.issuerKey, f.audience)
+	}
+	return fmt.Sprintf("%s refused aipfleet dev's token (%s), which only the dispatcher of that aipfleet dev trusts: is --url that dispatcher? Otherwise give --token, or --tenant with --issuer-key",
+		f.url, filepath.Join(f.devStateDir, devTokenFile))
 }
 
 func apiFailure(status int, raw []byte) error {
@@ -633,7 +705,7 @@ func apiFailure(status int, raw []byte) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return fmt.Errorf("HTTP %d %s, with an empty body", status, http.StatusText(status))
 	}
-	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(raw), 500)))
+	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(bytes.TrimSpace(raw)), 500)))
 }
 
 // jsonSyntax says why raw is not one JSON value, and where (nil when it is).

@@ -418,6 +418,28 @@ func (f *flagSet) noArgs() error {
 	return nil
 }
 
+// notEmpty refuses each of names given on the command line with an empty
+// value: `--token "$TOKEN"` with TOKEN unset would otherwise fall back,
+// in silence, to what the flag's absence means (aipfleet dev's token, its
+// state directory), which is not what the command line asked for. fix
+// says, for each flag, what to do instead.
+func (f *flagSet) notEmpty(cmd string, fix map[string]string) error {
+	names := make([]string, 0, len(fix))
+	for name := range fix {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if f.given[name] == 0 {
+			continue
+		}
+		if fl := f.fs.Lookup(name); fl != nil && fl.Value.String() == "" {
+			return usagef("%s: --%s is empty (an unset shell variable?): %s", cmd, name, fix[name])
+		}
+	}
+	return nil
+}
+
 // isSet reports whether name was given on the command line or through its
 // environment variable (after parse).
 func (f *flagSet) isSet(name string) bool {

@@ -65,3 +65,34 @@ func devDefaultURL(fs *flagSet, flagName string, url *string, devStateDir string
 func devAddressNote(from, flagName string) string {
 	return "; that is the address the dev fleet recorded in " + from + ": start it again (aipfleet dev), or give --" + flagName
 }
+
+// noDevStateNote explains why a client command used its default address
+// or found no dev token: dir, the --dev-state-dir it looked in, holds no
+// dev fleet's state. A relative dir is named with the working directory,
+// and when a parent of the working directory holds the state instead (the
+// command ran in a subdirectory of the one aipfleet dev runs in), the note
+// names it and what to do. It is "" when dir does hold a dev.json.
+func noDevStateNote(dir string) string {
+	if _, err := os.Stat(filepath.Join(dir, "dev.json")); err == nil {
+		return ""
+	}
+	where := dir
+	if !filepath.IsAbs(dir) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "no aipfleet dev fleet's state in " + dir
+		}
+		where = filepath.Join(wd, dir)
+		for parent := filepath.Dir(wd); ; parent = filepath.Dir(parent) {
+			found := filepath.Join(parent, dir)
+			if _, err := os.Stat(filepath.Join(found, "dev.json")); err == nil && found != where {
+				return fmt.Sprintf("no aipfleet dev fleet's state in %s, but there is in %s: run the command in %s, or give --dev-state-dir %s",
+					where, found, parent, found)
+			}
+			if filepath.Dir(parent) == parent {
+				break
+			}
+		}
+	}
+	return "no aipfleet dev fleet's state in " + where
+}

@@ -94,6 +94,9 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	if rest := fs.args(); len(rest) > 0 {
 		return usagef("events list: unexpected argument %q; the start goes in --after", rest[0])
 	}
+	if err := clientFlagsNotEmpty(fs, "events list"); err != nil {
+		return err
+	}
 	f := &eventsFlags{limit: *limit, follow: *follow, interval: *interval,
 		client: actionFlags{requestTimeout: *reqTimeout, jsonOut: *jsonOut, command: "events"}}
 	cf.fill(&f.client)
@@ -113,11 +116,8 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	case f.client.requestTimeout <= 0:
 		return usagef("events list: --request-timeout must be positive")
 	}
-	if f.client.urlFrom, err = devDefaultURL(fs, "url", &f.client.url, f.client.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+	if err := f.client.findURL(fs); err != nil {
 		return err
-	}
-	if f.client.url, err = baseURL("--url", f.client.url, DefaultDispatchURL); err != nil {
-		return usagef("events: %v", err)
 	}
 	client, err := f.client.httpClient()
 	if err != nil {

@@ -116,9 +116,20 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	if len(fs.args()) > 0 {
 		return usagef("fleet status: unexpected argument %q", fs.args()[0])
 	}
+	if err := fs.notEmpty("fleet status", map[string]string{
+		"token":         "give an operator token, or leave --token out to mint one with an issuer key",
+		"issuer-key":    "give the issuer key file, or leave --issuer-key out to use aipfleet dev's",
+		"dev-state-dir": "give aipfleet dev's state directory, or leave the flag out for " + DefaultDevStateDir,
+	}); err != nil {
+		return err
+	}
 	from, err := devDefaultURL(fs, "control-url", controlURL, *devStateDir, func(u devURLs) string { return u.control })
 	if err != nil {
 		return err
+	}
+	defaulted := ""
+	if from == "" && !fs.isSet("control-url") {
+		defaulted = noDevStateNote(*devStateDir)
 	}
 	base, err := baseURL("--control-url", *controlURL, DefaultControlURL)
 	if err != nil {
@@ -158,7 +169,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 		return nil
 	}
 	if !*watch {
-		v, err := readFleet(ctx, client, base, from, bearer)
+		v, err := readFleet(ctx, client, base, from, defaulted, bearer)
 		if err != nil {
 			return err
 		}
@@ -167,7 +178,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for {
-		v, err := readFleet(ctx, client, base, from, bearer)
+		v, err := readFleet(ctx, client, base, from, defaulted, bearer)
 		if ctx.Err() != nil {
 			return nil // Ctrl-C ends the watch
 		}
@@ -241,7 +252,11 @@ func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, 
 	if issuerKey == "" {
 		dev := filepath.Join(devStateDir, "keys", "issuer.key")
 		if _, err := os.Stat(dev); err != nil {
-			return fleetBearer{token: func() (string, error) { return "", nil }, refused: give}, nil
+			noToken := give
+			if note := noDevStateNote(devStateDir); note != "" {
+				noToken += "\n(no token was sent, for want of aipfleet dev's issuer key to mint one: " + note + ")"
+			}
+			return fleetBearer{token: func() (string, error) { return "", nil }, refused: noToken}, nil
 		}
 		issuerKey, issuer = dev, devIssuer
 		refused = "the token was minted with aipfleet dev's issuer key (" + dev + "), which only aipfleet dev trusts; " + give
@@ -258,8 +273,9 @@ func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, 
 }
 
 // readFleet reads every page of the replicas view and the status summary,
-// each request with a token from bearer.
-func readFleet(ctx context.Context, client *http.Client, base, from string, bearer fleetBearer) (*fleetView, error) {
+// each request with a token from bearer. from and defaulted say where base
+// came from, for getJSON.
+func readFleet(ctx context.Context, client *http.Client, base, from, defaulted string, bearer fleetBearer) (*fleetView, error) {
 	tok, err := bearer.token()
 	if err != nil {
 		return nil, err
@@ -272,7 +288,7 @@ func readFleet(ctx context.Context, client *http.Client, base, from string, bear
 			q.Set("after", after)
 		}
 		var page controlplane.FleetReplicaPage
-		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), tok, bearer.refused, from, &page); err != nil {
+		if err := getJSON(ctx, client, base+controlplane.PathFleetReplicas+"?"+q.Encode(), tok, bearer.refused, from, defaulted, &page); err != nil {
 			return nil, err
 		}
 		v.Replicas = append(v.Replicas, page.Replicas...)
@@ -281,15 +297,18 @@ func readFleet(ctx context.Context, client *http.Client, base, from string, bear
 		}
 		after = page.Next
 	}
-	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, tok, bearer.refused, from, &v.Status); err != nil {
+	if err := getJSON(ctx, client, base+controlplane.PathFleetStatus, tok, bearer.refused, from, defaulted, &v.Status); err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
 // getJSON GETs u with the bearer token (none when empty) into into; a 401
-// error adds refused, what to do about it.
-func getJSON(ctx context.Context, client *http.Client, u, token, refused, from string, into any) error {
+// error adds refused, what to do about it. When nothing answers, the error
+// says where the address came from: from, the dev.json it was read from,
+// or defaulted, why it is the default (noDevStateNote); both are "" for a
+// --control-url given.
+func getJSON(ctx context.Context, client *http.Client, u, token, refused, from, defaulted string, into any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
@@ -304,7 +323,11 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from s
 			if from != "" {
 				return fmt.Errorf("no control plane answers at %s%s", base, devAddressNote(from, "control-url"))
 			}
-			return fmt.Errorf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", base)
+			msg := fmt.Sprintf("no control plane answers at %s: start one (aipfleet dev, or aipfleet control-plane) or point --control-url at it", base)
+			if defaulted != "" {
+				msg += "\n(" + base + " is the default address: " + defaulted + ")"
+			}
+			return errors.New(msg)
 		}
 		if cert := asUntrustedCert(err, "the control plane", strings.SplitN(u, "/aip/", 2)[0]); cert != nil {
 			return cert

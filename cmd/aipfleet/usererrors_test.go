@@ -1,0 +1,180 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+)
+
+// TestEmptyTokenFlagsAreRefused: `--token "$TOKEN"` with TOKEN unset is
+// `--token ""`, which fell back in silence to what no --token means
+// (aipfleet dev's token, here a working one): the command then ran with
+// another identity than the command line named. Every such flag given
+// empty is a usage error naming it, and nothing is sent.
+func TestEmptyTokenFlagsAreRefused(t *testing.T) {
+	work := t.TempDir()
+	t.Chdir(work)
+	prepared(t, filepath.Join(work, DefaultDevStateDir), 1, 0)
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "{}", http.StatusTeapot)
+	}))
+	defer srv.Close()
+	id := "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+	for _, c := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"action", "send", "--url", srv.URL, "--capability", "echo.say", "--input", "{}", "--token", ""}, "--token"},
+		{[]string{"action", "get", id, "--url", srv.URL, "--token="}, "--token"},
+		{[]string{"action", "cancel", id, "--url", srv.URL, "--tenant", ""}, "--tenant"},
+		{[]string{"action", "get", id, "--url", srv.URL, "--dev-state-dir", ""}, "--dev-state-dir"},
+		{[]string{"action", "get", id, "--url", srv.URL, "--issuer-key", ""}, "--issuer-key"},
+		{[]string{"events", "list", "--url", srv.URL, "--token", ""}, "--token"},
+		{[]string{"events", "list", "--url", srv.URL, "--dev-state-dir", ""}, "--dev-state-dir"},
+		{[]string{"fleet", "status", "--control-url", srv.URL, "--token", ""}, "--token"},
+		{[]string{"fleet", "status", "--control-url", srv.URL, "--issuer-key", ""}, "--issuer-key"},
+		{[]string{"fleet", "status", "--control-url", srv.URL, "--dev-state-dir="}, "--dev-state-dir"},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.flag+" is empty") {
+			t.Errorf("%v: err = %v, want a usage error saying %s is empty", c.args, err, c.flag)
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("%d requests were sent with an empty flag", n)
+	}
+}
+
+// TestDispatcherRefusalSaysWhatToCheck: a 401 of the dispatcher was only
+// its code ("HTTP 401: dispatch.unauthorized: ..."); the error now says
+// what to check, by where the token came from: --token, a token minted
+// with --issuer-key, or aipfleet dev's (a token of another dev fleet's
+// issuer, or a dispatcher that is not dev's).
+func TestDispatcherRefusalSaysWhatToCheck(t *testing.T) {
+	work := t.TempDir()
+	t.Chdir(work)
+	prepared(t, filepath.Join(work, DefaultDevStateDir), 1, 0)
+	// A dev token this dispatcher does not trust (another dev fleet's).
+	if err := os.WriteFile(filepath.Join(work, DefaultDevStateDir, devTokenFile), []byte("not-this-fleets-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	trusted, _ := aip.GenerateSigningKey()
+	v, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Issuers: []tenanttoken.Issuer{{Name: "aipfleet-dev", DIDs: []string{trusted.DID()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _, _ := fakeDispatcher(t, v)
+	other, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(work, "other.key")
+	if err := aip.WriteSeedFile(keyFile, other); err != nil {
+		t.Fatal(err)
+	}
+	id := "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"action", "get", id, "--token", "nope"}, []string{"refused the token of --token", "aipfleet dispatch --issuer NAME=DID"}},
+		{[]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--tenant", "acme", "--issuer-key", keyFile},
+			[]string{"refused the token minted with --issuer-key " + keyFile, "--issuer aipfleet-dev=DID", "aipfleet keygen --did-of " + keyFile}},
+		{[]string{"events", "list"}, []string{"refused aipfleet dev's token (" + filepath.Join(DefaultDevStateDir, devTokenFile) + ")", "is --url that dispatcher?"}},
+		{[]string{"action", "cancel", id}, []string{"refused aipfleet dev's token"}},
+	} {
+		_, _, err := runCLI(t, nil, append(c.args, "--url", srv.URL)...)
+		if err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Errorf("%v: err = %v, want the dispatcher's 401", c.args, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: err = %v\nwant it to say %q", c.args, err, w)
+			}
+		}
+	}
+}
+
+// TestActionGetNotFoundSaysWhy: the dispatcher's 404 not_found for an
+// action ID was "HTTP 404: dispatch.not_found: no such action", naming
+// neither the action nor why a known action is not found (it belongs to
+// another tenant, or another fleet). A server that is not the dispatcher
+// answers a 404 body whose trailing newline was printed as \u000a.
+func TestActionGetNotFoundSaysWhy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/aip/v1/actions/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":{"code":"dispatch.not_found","category":"permanent","retryable":false,"message":"no such action"}}`))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	id := "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+	_, _, err := runCLI(t, nil, "action", "get", id, "--url", srv.URL, "--token", "t")
+	if err == nil || !strings.Contains(err.Error(), "action "+id+": HTTP 404: dispatch.not_found") ||
+		!strings.Contains(err.Error(), "no action with this ID for the token's tenant") {
+		t.Fatalf("get of an unknown action: err = %v", err)
+	}
+	_, _, err = runCLI(t, nil, "action", "send", "--url", srv.URL+"/other", "--token", "t", "--capability", "c", "--input", "{}")
+	if err == nil || !strings.Contains(err.Error(), "HTTP 404: 404 page not found") || strings.Contains(err.Error(), `\u000a`) {
+		t.Fatalf("send to a server that is not the dispatcher: err = %v", err)
+	}
+}
+
+// TestClientsSayWhereTheyLookedForDev: run in a subdirectory of the one
+// aipfleet dev runs in, the client commands found no .aipfleet and said
+// only "none there now" (or tried the default ports): the error now names
+// the directory it looked in and the dev state found in a parent, with
+// the --dev-state-dir to give.
+func TestClientsSayWhereTheyLookedForDev(t *testing.T) {
+	work := t.TempDir()
+	prepared(t, filepath.Join(work, DefaultDevStateDir), 1, freePortBase(t, 1))
+	sub := filepath.Join(work, "cmd", "aipfleet")
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	state := filepath.Join(work, DefaultDevStateDir)
+	hint := "give --dev-state-dir " + state
+	for _, args := range [][]string{
+		{"action", "send", "--capability", "echo.say", "--input", "{}"},
+		{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"},
+		{"events", "list"},
+	} {
+		_, _, err := runCLI(t, nil, args...)
+		if err == nil || !strings.Contains(err.Error(), "a token is needed") || !strings.Contains(err.Error(), filepath.Join(sub, DefaultDevStateDir)) ||
+			!strings.Contains(err.Error(), "run the command in "+work) || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%v in a subdirectory: err = %v, want %q", args, err, hint)
+		}
+	}
+	// fleet status sends no token without dev's issuer key; the control
+	// plane's 401 says why none was sent.
+	url, _ := fleetServer(t)
+	_, _, err := runCLI(t, nil, "fleet", "status", "--control-url", url)
+	if err == nil || !strings.Contains(err.Error(), "HTTP 401") || !strings.Contains(err.Error(), "no token was sent") || !strings.Contains(err.Error(), hint) {
+		t.Errorf("fleet status in a subdirectory: err = %v, want %q", err, hint)
+	}
+	// The same directory given finds it: what the hint says works.
+	if _, _, err := runCLI(t, nil, "action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--dev-state-dir", state, "--token", "t"); err == nil ||
+		!strings.Contains(err.Error(), "no dispatcher answers") || !strings.Contains(err.Error(), "recorded in "+filepath.Join(state, "dev.json")) {
+		t.Errorf("with the hinted --dev-state-dir: err = %v, want dev's recorded address tried", err)
+	}
+	// Nothing in any parent: the error names where it looked.
+	alone := t.TempDir()
+	t.Chdir(alone)
+	_, _, err = runCLI(t, nil, "events", "list")
+	if err == nil || !strings.Contains(err.Error(), "no aipfleet dev fleet's state in "+filepath.Join(alone, DefaultDevStateDir)) || strings.Contains(err.Error(), "--dev-state-dir /") {
+		t.Errorf("events list with no dev state anywhere: err = %v", err)
+	}
+}
