@@ -180,7 +180,7 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 		if err := fs.parse(args, e.stdout); err != nil {
 			return err
 		}
-		return usagef("action: name a subcommand first: send, get or cancel")
+		return fs.subcommandFirst("send, get or cancel", "send", "get", "cancel")
 	}
 	if sub != "send" && sub != "get" && sub != "cancel" { // before the flags, as --help
 		return usagef("action: unknown subcommand %q; use send, get or cancel", sub)

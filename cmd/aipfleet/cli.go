@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -438,6 +439,19 @@ func (f *flagSet) notEmpty(cmd string, fix map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// subcommandFirst is the usage error of a command line that starts with
+// flags, once they are parsed, where the subcommand (one of subs, listed
+// as list: "send, get or cancel") belongs: when the subcommand follows the
+// flags (aipfleet fleet --json status), it says to put it first; the flag
+// package stops at the first word that is not a flag, so the flags after
+// it would not be read.
+func (f *flagSet) subcommandFirst(list string, subs ...string) error {
+	if a := f.args(); len(a) > 0 && slices.Contains(subs, a[0]) {
+		return usagef("%s: the subcommand comes first, then its flags: aipfleet %s %s [flags]", f.cmd.name, f.cmd.name, a[0])
+	}
+	return usagef("%s: name a subcommand: %s (run `aipfleet %s --help`)", f.cmd.name, list, f.cmd.name)
 }
 
 // isSet reports whether name was given on the command line or through its

@@ -78,12 +78,10 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	fs.NoEnv("follow")
 
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if len(args) > 0 {
-			if err := fs.parse(args, e.stdout); err != nil {
-				return err
-			}
+		if err := fs.parse(args, e.stdout); err != nil {
+			return err
 		}
-		return usagef("events: name a subcommand: list (run `aipfleet events --help`)")
+		return fs.subcommandFirst("list", "list")
 	}
 	if args[0] != "list" {
 		return usagef("events: unknown subcommand %q; use list", args[0])

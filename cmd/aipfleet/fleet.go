@@ -104,7 +104,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 		if err := fs.parse(args, e.stdout); err != nil {
 			return err
 		}
-		return usagef("fleet: name a subcommand: status (run `aipfleet fleet --help`)")
+		return fs.subcommandFirst("status", "status")
 	}
 	sub := args[0]
 	if sub != "status" { // before the flags: `fleet bogus --help` is no help for status

@@ -64,7 +64,7 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 		if err := fs.parse(args, e.stdout); err != nil {
 			return err
 		}
-		return usagef("registry: name a subcommand: migrate, apply or status (run `aipfleet registry --help`)")
+		return fs.subcommandFirst("migrate, apply or status", "migrate", "apply", "status")
 	}
 	sub := args[0]
 	if sub != "migrate" && sub != "apply" && sub != "status" { // before the flags, as --help

@@ -178,3 +178,28 @@ func TestClientsSayWhereTheyLookedForDev(t *testing.T) {
 		t.Errorf("events list with no dev state anywhere: err = %v", err)
 	}
 }
+
+// TestSubcommandAfterFlags: `aipfleet fleet --json status` was told to
+// "name a subcommand", which it had: the error now says that the
+// subcommand comes first. Flags alone still ask for the subcommand.
+func TestSubcommandAfterFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fleet", "--json", "status"}, "fleet: the subcommand comes first, then its flags: aipfleet fleet status [flags]"},
+		{[]string{"fleet", "--control-url", "http://127.0.0.1:1", "status"}, "aipfleet fleet status [flags]"},
+		{[]string{"events", "--limit", "5", "list"}, "events: the subcommand comes first, then its flags: aipfleet events list [flags]"},
+		{[]string{"registry", "--database-url-file", "db.url", "status"}, "aipfleet registry status [flags]"},
+		{[]string{"action", "--json", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"}, "aipfleet action get [flags]"},
+		{[]string{"fleet", "--json"}, "fleet: name a subcommand: status"},
+		{[]string{"action", "--json"}, "action: name a subcommand: send, get or cancel"},
+		{[]string{"registry", "--json", "frob"}, "registry: name a subcommand: migrate, apply or status"},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error saying %q", c.args, err, c.want)
+		}
+	}
+}
