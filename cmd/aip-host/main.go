@@ -13,6 +13,8 @@
 // after a clean drain and offline transition. The journal is SQLite in
 // --state-dir, or PostgreSQL with --database-url-file; spans are exported
 // over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/products.md).
+// A mistake on the command line (an unknown product or flag, a stray
+// argument) is one line on stderr and exit status 2.
 package main
 
 import (
@@ -20,7 +22,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/aipfleet/aipfleet/products"
 )
@@ -42,6 +46,43 @@ func main() {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "aip-host:", err)
+		var usage *usageError
+		if errors.As(err, &usage) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
+}
+
+// usageError is a mistake on the command line (an unknown product or
+// flag, a flag's malformed value, a stray argument); the process exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// parseFlags parses args into fs, whose output it silences: a mistake is
+// one line that names it and where the flags are listed (usage, the
+// command line of the help), not the whole flag list with the mistake
+// above it; -h prints the flag list to stderr with fs.Usage.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, help string) error {
+	usage := fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err == nil:
+		return nil
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		msg = "unknown flag -" + strings.TrimLeft(name, "-")
+	}
+	return usagef("%s (run `%s` for the flags)", msg, help)
 }

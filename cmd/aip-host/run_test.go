@@ -208,3 +208,31 @@ func TestDocsUseRealFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandLineMistakesAreOneLineUsageErrors: a misspelled flag printed
+// the product's whole flag list (over a hundred lines) with the mistake
+// above it, and every mistake of the command line exited 1 like a failed
+// start; it is now one line naming the mistake and where the flags are
+// listed, a usage error (exit status 2), and nothing else on stderr.
+func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dify", "--bogus"}, "unknown flag -bogus (run `aip-host dify -h` for the flags)"},
+		{[]string{"dify", "--log-level"}, "flag needs an argument: -log-level"},
+		{[]string{"dify", "extra"}, `unexpected argument "extra"`},
+		{[]string{"zendesk"}, `unknown product "zendesk"`},
+		{nil, "name a product"},
+	} {
+		var stderr bytes.Buffer
+		err := run(t.Context(), c.args, getenv(nil), &bytes.Buffer{}, &stderr)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error saying %q", c.args, err, c.want)
+		}
+		if len(c.args) > 0 && stderr.Len() > 0 {
+			t.Errorf("%v: stderr has %d bytes besides the error:\n%.300s", c.args, stderr.Len(), stderr.String())
+		}
+	}
+}

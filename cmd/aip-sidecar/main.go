@@ -8,7 +8,8 @@
 // It takes the common AIP_CONNECTOR_HOST_* configuration and its own
 // AIP_SIDECAR_* settings (run it with -h for the list), and exits with
 // status 0 only after a clean drain, offline transition and stop of its
-// child.
+// child. A mistake on the command line (an unknown flag, a stray
+// argument) is one line on stderr and exit status 2.
 package main
 
 import (
@@ -16,7 +17,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 )
 
 func main() {
@@ -25,6 +28,43 @@ func main() {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "aip-sidecar:", err)
+		var usage *usageError
+		if errors.As(err, &usage) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
+}
+
+// usageError is a mistake on the command line (an unknown flag, a flag's
+// malformed value, a stray argument); the process exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// parseFlags parses args into fs, whose output it silences: a mistake is
+// one line that names it and says where the flags are listed, not the
+// whole flag list with the mistake above it; -h prints the flag list to
+// stderr with fs.Usage.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	usage := fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err == nil:
+		return nil
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		msg = "unknown flag -" + strings.TrimLeft(name, "-")
+	}
+	return usagef("%s (run `aip-sidecar -h` for the flags)", msg)
 }

@@ -405,3 +405,30 @@ func TestRunConfigErrorsNameTheFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestCommandLineMistakesAreOneLineUsageErrors: a misspelled flag printed
+// the whole flag list (over a hundred lines) around the mistake, and every
+// mistake of the command line exited 1 like a failed start; it is now one
+// line naming the mistake and where the flags are listed, a usage error
+// (exit status 2), and nothing else on stderr.
+func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "unknown flag -bogus (run `aip-sidecar -h` for the flags)"},
+		{[]string{"--local-url"}, "flag needs an argument: -local-url"},
+		{[]string{"python3"}, `unexpected argument "python3"`},
+		{[]string{"--exec"}, "--exec needs a command"},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), c.args, func(string) string { return "" }, &stderr, &stderr)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error saying %q", c.args, err, c.want)
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("%v: stderr has %d bytes besides the error:\n%.300s", c.args, stderr.Len(), stderr.String())
+		}
+	}
+}
