@@ -281,7 +281,7 @@ func resetStateDir(dir string) error {
 // bound manifest, the fleet file.
 func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	if err := os.MkdirAll(f.path("keys"), 0o700); err != nil {
-		return fmt.Errorf("create the state directory: %w", err)
+		return stateDirError(f.dir, err)
 	}
 	if err := os.Chmod(f.dir, 0o700); err != nil {
 		return err

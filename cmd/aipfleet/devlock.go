@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/aipfleet/aipfleet/internal/flock"
 )
@@ -15,7 +16,7 @@ import (
 // has no flock, dev runs unlocked.
 func lockStateDir(dir string) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create the state directory: %w", err)
+		return nil, stateDirError(dir, err)
 	}
 	lock, err := flock.Acquire(devLockPath(dir))
 	var held *flock.HeldError
@@ -32,4 +33,22 @@ func lockStateDir(dir string) (release func(), err error) {
 		return nil, err
 	}
 	return func() { lock.Release() }, nil
+}
+
+// stateDirError is the error of creating the state directory dir: when a
+// file stands where dir or one of its parents should be, it names that
+// file; otherwise the error, with dir.
+func stateDirError(dir string, err error) error {
+	for p := dir; ; p = filepath.Dir(p) {
+		if info, statErr := os.Stat(p); statErr == nil {
+			if !info.IsDir() {
+				return fmt.Errorf("--state-dir %s: %s is a file, not a directory: give --state-dir a directory (dev creates it when missing)", dir, p)
+			}
+			break
+		}
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	return fmt.Errorf("create the state directory %s (--state-dir): %w", dir, err)
 }

@@ -203,3 +203,20 @@ func TestSubcommandAfterFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestDevStateDirThatIsAFile: a --state-dir that is a file (or under one)
+// was "create the state directory: mkdir afile: not a directory"; the
+// error now names the file in the way and what --state-dir needs.
+func TestDevStateDirThatIsAFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, stateDir := range []string{file, filepath.Join(file, "fleet")} {
+		_, _, err := runCLI(t, nil, "dev", "--state-dir", stateDir, "--port-base", "1024")
+		if err == nil || !strings.Contains(err.Error(), file+" is a file, not a directory: give --state-dir a directory") {
+			t.Errorf("dev --state-dir %s: err = %v", stateDir, err)
+		}
+	}
+}
