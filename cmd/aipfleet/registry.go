@@ -114,11 +114,25 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 	defer cancel()
 	switch sub {
 	case "migrate":
-		return registryMigrate(ctx, e, dbURL, *asJSON)
+		err = registryMigrate(ctx, e, dbURL, *asJSON)
 	case "apply":
-		return registryApply(ctx, e, dbURL, *file, raw, fleet, *asJSON, *timeout)
+		err = registryApply(ctx, e, dbURL, *file, raw, fleet, *asJSON, *timeout)
+	default:
+		err = registryStatus(ctx, e, dbURL, *asJSON)
 	}
-	return registryStatus(ctx, e, dbURL, *asJSON)
+	return withConnectHint(err, *dbFile)
+}
+
+// withConnectHint adds to err, when it is a failure to connect to
+// PostgreSQL (refused, no such host, authentication, no such database),
+// that the URL is the one in file, the --database-url-file, and what of it
+// to check: pgx's error names the host and user, not where they came from.
+func withConnectHint(err error, file string) error {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return fmt.Errorf("%w\n(the PostgreSQL URL is the one in --database-url-file %s: check that PostgreSQL runs at its host and port, and that its user, password and database are right)", err, file)
 }
 
 // shorthandFile spells -f FILE (and -f=FILE) as --file.

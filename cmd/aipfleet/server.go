@@ -117,7 +117,7 @@ func (f *serverFlags) open(ctx context.Context, e *env, service string) (_ *serv
 	if s.reg, err = pgregistry.OpenDataPlane(ctx, pgregistry.Config{
 		DataURL: dbURL, DataMaxConns: int32(f.maxConns), AcquireTimeout: f.acquireTimeout,
 	}); err != nil {
-		return nil, fmt.Errorf("open the registry (data pool): %w", err)
+		return nil, withConnectHint(fmt.Errorf("open the registry (data pool): %w", err), f.databaseURLFile)
 	}
 	var lc net.ListenConfig
 	if s.ln, err = lc.Listen(ctx, "tcp", f.bind); err != nil {
@@ -152,7 +152,7 @@ func (s *server) close() {
 func checkServerTransport(command, bind string, hasCert, insecure bool) error {
 	loopback, err := isLoopbackBind(bind)
 	if err != nil {
-		return usagef("%s: --bind %q: %v", command, bind, err)
+		return usagef("%s: --bind %q: %v; give HOST:PORT, such as 127.0.0.1:8090 or 0.0.0.0:8443", command, bind, err)
 	}
 	// A port out of range would be found only at the listen, after the
 	// secret files and the database.

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -217,6 +218,52 @@ func TestDevStateDirThatIsAFile(t *testing.T) {
 		_, _, err := runCLI(t, nil, "dev", "--state-dir", stateDir, "--port-base", "1024")
 		if err == nil || !strings.Contains(err.Error(), file+" is a file, not a directory: give --state-dir a directory") {
 			t.Errorf("dev --state-dir %s: err = %v", stateDir, err)
+		}
+	}
+}
+
+// TestDatabaseConnectFailureNamesTheURLFile: a PostgreSQL that cannot be
+// reached was pgx's error chain alone ("open the registry: registry:
+// storage failure: verify schema: cannot connect to the database: failed
+// to connect to `user=x database=db`: ... connection refused"), which
+// names neither the file the URL came from nor what to check.
+func TestDatabaseConnectFailureNamesTheURLFile(t *testing.T) {
+	dir := t.TempDir()
+	dbFile := writeSecret(t, dir, "db.url", "postgres://aip:secret@127.0.0.1:"+strconv.Itoa(freePort(t))+"/registry?connect_timeout=5\n")
+	key, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(dir, "control.key")
+	if err := aip.WriteSeedFile(keyFile, key); err != nil {
+		t.Fatal(err)
+	}
+	want := "the PostgreSQL URL is the one in --database-url-file " + dbFile
+	for _, args := range [][]string{
+		{"registry", "status", "--database-url-file", dbFile},
+		{"registry", "migrate", "--database-url-file", dbFile},
+		{"control-plane", "--database-url-file", dbFile, "--signing-key-file", keyFile, "--allow-insecure-loopback-http", "--bind", "127.0.0.1:0"},
+	} {
+		_, _, err := runCLI(t, nil, args...)
+		if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: err = %v, want it to say %q", args[:2], err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%v: the error shows the URL's password: %v", args[:2], err)
+		}
+	}
+}
+
+// TestBindWithoutHost: a --bind without a host was Go's "missing port in
+// address" for a value that has a port and no host.
+func TestBindWithoutHost(t *testing.T) {
+	issuer, _ := aip.GenerateSigningKey()
+	for _, args := range [][]string{
+		{"control-plane"},
+		{"dispatch", "--issuer", "dev=" + issuer.DID()},
+	} {
+		cmd := args[0]
+		_, _, err := runCLI(t, nil, append(args, "--bind", "8090", "--database-url-file", "db.url", "--signing-key-file", "k", "--allow-insecure-loopback-http")...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), "give HOST:PORT, such as 127.0.0.1:8090") {
+			t.Errorf("%s --bind 8090: err = %v", cmd, err)
 		}
 	}
 }
