@@ -611,8 +611,11 @@ func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, metho
 		if cert := asUntrustedCert(err, "the dispatcher", f.url); cert != nil {
 			return nil, cert
 		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%s %s: no answer within --request-timeout %s (%w)", method, f.url+path, f.requestTimeout, context.Cause(ctx))
+		}
 		if ctx.Err() != nil {
-			// Ctrl-C or --request-timeout, not the dispatcher.
+			// Ctrl-C, not the dispatcher.
 			return nil, fmt.Errorf("%s %s: stopped waiting for the answer (%w)", method, f.url+path, context.Cause(ctx))
 		}
 		return nil, fmt.Errorf("%s %s: %w", method, f.url+path, unwrapURLError(err))

@@ -251,6 +251,24 @@ func TestDatabaseConnectFailureNamesTheURLFile(t *testing.T) {
 	}
 }
 
+// TestRequestTimeoutSaysSo: a dispatcher slower than --request-timeout
+// was "stopped waiting for the answer (context deadline exceeded)", which
+// named no setting.
+func TestRequestTimeoutSaysSo(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	_, _, err := runCLI(t, nil, "action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--url", srv.URL, "--token", "t", "--request-timeout", "50ms")
+	if err == nil || !strings.Contains(err.Error(), "no answer within --request-timeout 50ms") {
+		t.Errorf("action get slower than --request-timeout: err = %v", err)
+	}
+	_, _, err = runCLI(t, nil, "events", "list", "--url", srv.URL, "--token", "t", "--request-timeout", "50ms")
+	if err == nil || !strings.Contains(err.Error(), "no answer within --request-timeout 50ms") {
+		t.Errorf("events list slower than --request-timeout: err = %v", err)
+	}
+}
+
 // TestBindWithoutHost: a --bind without a host was Go's "missing port in
 // address" for a value that has a port and no host.
 func TestBindWithoutHost(t *testing.T) {
