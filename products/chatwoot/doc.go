@@ -214,7 +214,21 @@
 // the delivery ID before the events are published (a copy is a duplicate
 // even when the original's publication failed, and the original may be
 // delivered again). A duplicate is answered
-// 200 with the same accepted_events and "duplicate": true. Messages whose content_attributes carry
+// 200 with the same accepted_events and "duplicate": true. A delivery
+// whose events are stored is accepted even when its delivery ID could not
+// be recorded in the fence (its signed material stays claimed).
+//
+// Chatwoot (Webhooks::Trigger, lib/webhooks/trigger.rb) signs each
+// attempt at the time it sends it, with a random X-Chatwoot-Delivery UUID
+// per webhook and event, and takes any error answer, or none, as a failed
+// delivery: for an account webhook it only logs it; for an API inbox's
+// webhook it marks the message (message_created, message_updated)
+// failed, and for an agent bot's it moves a pending conversation to open.
+// Only an agent bot's delivery answered 429 or 500 is tried again
+// (AgentBots::WebhookJob: 3 attempts, 3 s apart, the same delivery ID);
+// this route answers neither, so a delivery it refuses (503 included) is
+// lost: after an outage read the conversations (conversation.list,
+// message.list). Messages whose content_attributes carry
 // aip_action_id (the connector's own) are accepted with no event (loop
 // prevention). Any other delivery becomes one event of kind
 // chatwoot.<event> on chatwoot-webhooks, its ID derived from the account

@@ -131,10 +131,16 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			}
 		}
 		if _, err = fence.Record(ctx, rc.State, delivery, now); err != nil {
-			// The events are stored; a redelivery stores the same batch once.
-			rc.Logger.Warn("chatwoot webhook: delivery not recorded in the replay fence", "delivery", delivery, "error", err)
-			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the delivery could not be recorded; deliver again later")
-			return
+			// The events are stored, so the delivery is accepted: an
+			// error would tell Chatwoot the delivery failed — it marks
+			// an API inbox's message failed and moves an agent bot's
+			// pending conversation to open — and a redelivery, signed
+			// at another time, would publish the same event ID with
+			// another occurred_at, which the fleet refuses as a
+			// conflict. The signed material stays claimed for this
+			// delivery, so a copy under another delivery ID is still a
+			// duplicate.
+			rc.Logger.Warn("chatwoot webhook: delivery not recorded in the replay fence; its events are stored", "delivery", delivery, "error", err)
 		}
 		webhook.Accepted(w, len(events), false)
 	})

@@ -1,19 +1,24 @@
 package chatwoot
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
@@ -397,5 +402,53 @@ func TestWebhookReplayAfterFailedPublication(t *testing.T) {
 	}
 	if n := e.pending(t); n != 1 {
 		t.Fatalf("outbox holds %d batches, want 1 (one event for one delivery)", n)
+	}
+}
+
+// fenceLossJournal fails every write of the replay fence once an event
+// batch is stored: the state store failing between the publication and
+// the fence's record.
+type fenceLossJournal struct {
+	*sqliteruntime.Journal
+	stored atomic.Bool
+}
+
+func (j *fenceLossJournal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) error {
+	err := j.Journal.EnqueueEvents(ctx, e)
+	if err == nil {
+		j.stored.Store(true)
+	}
+	return err
+}
+
+func (j *fenceLossJournal) PutState(ctx context.Context, namespace, key string, value json.RawMessage, rev uint64) (uint64, error) {
+	if namespace == FenceNamespace && j.stored.Load() {
+		return 0, errors.New("disk I/O error")
+	}
+	return j.Journal.PutState(ctx, namespace, key, value, rev)
+}
+
+// TestWebhookAcceptedWhenFenceRecordFails: a delivery whose events are
+// stored but whose delivery ID the fence could not record was answered
+// 503. Chatwoot takes any error as a failed delivery (it marks an API
+// inbox's message failed, moves an agent bot's pending conversation to
+// open), and a sender that delivers again signs the copy at another
+// time: the same event ID with another occurred_at, which the fleet
+// refuses as a conflict. The events are stored: the delivery is accepted.
+func TestWebhookAcceptedWhenFenceRecordFails(t *testing.T) {
+	var j *fenceLossJournal
+	e := newEnvWithHost(t, nil, func(c *hostsdk.Config) {
+		j = &fenceLossJournal{Journal: c.Journal.(*sqliteruntime.Journal)}
+		c.Journal = j
+	})
+	d := signed("dlv-unrecorded", time.Now(), incoming)
+	if a := e.post(t, d); a.status != http.StatusOK || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+		t.Fatalf("delivery whose events are stored but not fenced: %d %v, want 200 with 1 accepted event", a.status, a.body)
+	}
+	if !j.stored.Load() {
+		t.Fatal("no event batch was stored")
+	}
+	if n := e.pending(t); n != 1 {
+		t.Fatalf("outbox holds %d batches, want 1", n)
 	}
 }

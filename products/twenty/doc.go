@@ -291,17 +291,30 @@
 // hex sha256(timestamp ":" signature ":" body) (signature lowercased) in
 // state namespace aip.connector.twenty.webhook_replay.v1, key
 // instance:<instance id>, for twice the skew window; a delivery seen
-// before is refused with 401 webhook.authentication_failed, and a full
-// fence (ReplayCapacity deliveries within the window) refuses new ones
-// with 503 webhook.storage_unavailable. The payload must hold eventName,
+// before is refused with 401 webhook.authentication_failed. A delivery
+// whose event is stored is accepted even when the fence cannot record it
+// (a storage failure, or a full fence: ReplayCapacity deliveries within
+// the window); a replay of it maps to the same event, which the outbox
+// stores once. The payload must hold eventName,
 // workspaceId (the configured workspace), webhookId (a UUID) and eventDate
 // (RFC 3339), else 400 webhook.invalid_delivery; so is a delivery whose
 // event the host refuses for its content (hostsdk.ErrInvalidEvents, such
-// as an eventDate more than five minutes ahead of the host's clock),
-// which would be refused again if sent again. Each delivery is one
-// event on channel twenty-webhooks: kind twenty.<eventName>, ID evt_ and
-// the hex of the first 16 bytes of sha256(workspace ":" webhookId ":"
-// body), occurred_at the eventDate, data the payload.
+// as a NUL character), which would be refused again if sent again; an
+// eventDate more than five minutes ahead of the host's clock is 503
+// webhook.invalid_timestamp (the host's clock may be the wrong one). Each
+// delivery is one event on channel twenty-webhooks: kind
+// twenty.<eventName>, ID hostsdk.DeriveEventID of the eventDate, the
+// workspace, the webhookId and the body, occurred_at the eventDate, data
+// the payload.
+//
+// Twenty (CallWebhookJob, packages/twenty-server) posts one delivery per
+// record event and webhook: the job's data without its secret
+// (targetUrl, eventName, objectMetadata, workspaceId, webhookId,
+// eventDate, userId?, workspaceMemberId?, record, updatedFields?) as the
+// JSON it signs, with a 5 s timeout, and never delivers it again: any
+// error answer, or none, is recorded as a failed call in its audit log.
+// A delivery this route refuses is lost; after an outage read the
+// records (record.list with a filter on updatedAt).
 //
 // # Not covered
 //

@@ -19,6 +19,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
@@ -59,6 +60,13 @@ func newEnv(t *testing.T, edit func(v hostsdk.SettingValues)) *env {
 // starts.
 func newEnvWith(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(*Connector)) *env {
 	t.Helper()
+	return newEnvJournal(t, edit, editConn, nil)
+}
+
+// newEnvJournal is newEnvWith whose host uses wrap(journal) when wrap is
+// set.
+func newEnvJournal(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(*Connector), wrap func(*sqliteruntime.Journal) journal.Journal) *env {
+	t.Helper()
 	m := newMock(t)
 	v := hostsdk.SettingValues{
 		FlagBaseURL:          m.srv.URL,
@@ -91,6 +99,9 @@ func newEnvWith(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(
 		t.Cleanup(func() { j.Close() })
 		e.journal = j
 		cfg.Journal = j
+		if wrap != nil {
+			cfg.Journal = wrap(j)
+		}
 	})
 	return e
 }

@@ -34,10 +34,12 @@ const (
 	// ReplayNamespace and ReplayCapacity are the replay fence's state
 	// namespace and the most deliveries it holds within its window (2 ×
 	// MaxSkew: a timestamp is accepted for that long). A full fence
-	// refuses deliveries with 503 webhook.storage_unavailable until older
-	// ones leave the window; 10 000 deliveries in ten minutes is far above
-	// what one workspace sends, and every recorded delivery rewrites the
-	// fence, so it is kept well below the reference's 100 000.
+	// records no new delivery until older ones leave the window (the
+	// delivery's event is stored and the delivery accepted all the same:
+	// a replay of it maps to the same event, which the outbox stores
+	// once); 10 000 deliveries in ten minutes is far above what one
+	// workspace sends, and every recorded delivery rewrites the fence, so
+	// it is kept well below the reference's 100 000.
 	ReplayNamespace = "aip.connector.twenty.webhook_replay.v1"
 	ReplayCapacity  = 10_000
 	// maxTimestampDigits bounds the timestamp header.
@@ -87,7 +89,8 @@ type payload struct {
 // HMAC-SHA256(secret, "<timestamp>:<raw body>") in constant time, the
 // timestamp within MaxSkew, the replay fence (a delivery seen before is
 // refused with 401), the payload; then publishes its event and records
-// the delivery in the fence.
+// the delivery in the fence (a delivery whose event is stored is accepted
+// even when the fence cannot record it).
 func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, ok := webhook.ReadBody(w, r)
 	if !ok {
@@ -158,10 +161,13 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	dup, err := h.fence.Record(ctx, h.rc.State, replayKey, now)
 	if err != nil {
-		// The event is stored (a redelivery stores the same batch once);
-		// the delivery is refused so that Twenty sends it again.
-		h.rc.Logger.Error("twenty webhook: replay fence", "err", err, "event_id", ev.ID)
-		webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the delivery could not be recorded in the replay fence")
+		// The event is stored, so the delivery is accepted: Twenty
+		// never sends a delivery again (it records any error as a
+		// failed call), so an error would only report a stored event
+		// as lost. A replay of this delivery maps to the same event,
+		// which the outbox stores once.
+		h.rc.Logger.Warn("twenty webhook: delivery not recorded in the replay fence; its event is stored", "err", err, "event_id", ev.ID)
+		webhook.Accepted(w, 1, false)
 		return
 	}
 	if dup {

@@ -2,21 +2,26 @@ package twenty
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
@@ -252,8 +257,11 @@ func TestWebhookRouteAbsentWithoutSecret(t *testing.T) {
 	}
 }
 
-// TestWebhookFenceFull: a full replay fence refuses new deliveries with
-// 503 (so Twenty retries) instead of forgetting old ones.
+// TestWebhookFenceFull: a full replay fence does not forget old
+// deliveries, and it cannot record a new one; the new one's event is
+// stored all the same and the delivery accepted (it was answered 503
+// after its event was stored, and Twenty does not deliver again). A
+// replay of it maps to the same event, which the outbox stores once.
 func TestWebhookFenceFull(t *testing.T) {
 	e := newEnvWith(t, func(v hostsdk.SettingValues) {
 		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
@@ -264,8 +272,13 @@ func TestWebhookFenceFull(t *testing.T) {
 		t.Fatalf("first delivery: %d %s", status, raw)
 	}
 	second := newDelivery(payloadJSON("person.updated", workspace, webhookID, "2026-11-30T09:58:02Z"), now)
-	if status, code, raw := e.post(t, second, ""); status != http.StatusServiceUnavailable || code != "webhook.storage_unavailable" {
-		t.Fatalf("delivery to a full fence: %d %s", status, raw)
+	for range 2 {
+		if status, _, raw := e.post(t, second, ""); status != http.StatusOK {
+			t.Fatalf("delivery to a full fence: %d %s, want 200 (its event is stored)", status, raw)
+		}
+	}
+	if got := e.outbox(t, 0); len(got) != 2 {
+		t.Fatalf("outbox holds %d batches, want 2 (one a delivery)", len(got))
 	}
 	// The first is still fenced.
 	if status, _, raw := e.post(t, first, ""); status != http.StatusUnauthorized {
@@ -306,5 +319,54 @@ func TestWebhookEventRefusedForGood(t *testing.T) {
 	}
 	if got := e.outbox(t, 0); len(got) != 0 {
 		t.Fatalf("stored %v", got)
+	}
+}
+
+// fenceLossJournal fails every write of the replay fence once an event
+// batch is stored: the state store failing between the publication and
+// the fence's record.
+type fenceLossJournal struct {
+	*sqliteruntime.Journal
+	stored atomic.Bool
+}
+
+func (j *fenceLossJournal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) error {
+	err := j.Journal.EnqueueEvents(ctx, e)
+	if err == nil {
+		j.stored.Store(true)
+	}
+	return err
+}
+
+func (j *fenceLossJournal) PutState(ctx context.Context, namespace, key string, value json.RawMessage, rev uint64) (uint64, error) {
+	if namespace == ReplayNamespace && j.stored.Load() {
+		return 0, errors.New("disk I/O error")
+	}
+	return j.Journal.PutState(ctx, namespace, key, value, rev)
+}
+
+// TestWebhookAcceptedWhenFenceRecordFails: a delivery whose event is
+// stored but which the fence could not record was answered 503 "so that
+// Twenty sends it again"; Twenty never sends a delivery again (its
+// CallWebhookJob records the error as a failed call), so the answer only
+// reported a stored event as lost. It is accepted.
+func TestWebhookAcceptedWhenFenceRecordFails(t *testing.T) {
+	var j *fenceLossJournal
+	e := newEnvJournal(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+	}, nil, func(sj *sqliteruntime.Journal) journal.Journal {
+		j = &fenceLossJournal{Journal: sj}
+		return j
+	})
+	now := time.Now()
+	d := newDelivery(payloadJSON("person.created", workspace, webhookID, now.UTC().Format(time.RFC3339Nano)), now)
+	if status, code, body := e.post(t, d, ""); status != http.StatusOK {
+		t.Fatalf("delivery whose event is stored but not fenced: %d %s %s, want 200", status, code, body)
+	}
+	if !j.stored.Load() {
+		t.Fatal("no event batch was stored")
+	}
+	if got := e.outbox(t, 0); len(got) != 1 {
+		t.Fatalf("outbox holds %d batches, want 1", len(got))
 	}
 }
