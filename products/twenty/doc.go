@@ -305,7 +305,14 @@
 // delivery is one event on channel twenty-webhooks: kind
 // twenty.<eventName>, ID hostsdk.DeriveEventID of the eventDate, the
 // workspace, the webhookId and the body, occurred_at the eventDate, data
-// the payload.
+// the payload. A payload whose event would exceed hostsdk.MaxEventBytes
+// (a long note or task body, which Twenty sends twice: bodyV2.blocknote
+// and bodyV2.markdown) is cut down to 192 KiB rather than refused: its
+// largest members are left out, largest first (the record's fields but
+// its id; the payload's members but eventName, workspaceId, webhookId,
+// eventDate, objectMetadata and record), payload_omitted lists them
+// ("record.bodyV2", ...), payload_bytes and payload_sha256 describe the
+// whole body, and the record's id lets a consumer read the rest.
 //
 // Twenty (CallWebhookJob, packages/twenty-server) posts one delivery per
 // record event and webhook: the job's data without its secret

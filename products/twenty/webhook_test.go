@@ -286,13 +286,57 @@ func TestWebhookFenceFull(t *testing.T) {
 	}
 }
 
+// TestWebhookEventTooLarge: a delivery whose event would exceed
+// hostsdk.MaxEventBytes (a note whose body is long: Twenty sends it twice,
+// as blocknote and markdown) was refused 413, and Twenty does not deliver
+// again, so the event was lost. Its payload is cut down to fit: the
+// record without its largest fields, the rest kept, what was left out
+// named, and the whole body's size and digest given; the event ID is the
+// whole delivery's.
 func TestWebhookEventTooLarge(t *testing.T) {
 	e := newWebhookEnv(t)
+	long := strings.Repeat("n", hostsdk.MaxEventBytes/2)
+	const noteID = "00000000-0000-4000-8000-0000000000aa"
 	body, _ := json.Marshal(map[string]any{"eventName": "note.created", "workspaceId": workspace, "webhookId": webhookID,
-		"eventDate": "2026-11-30T09:58:01Z", "record": map[string]any{"body": strings.Repeat("n", hostsdk.MaxEventBytes)}})
+		"eventDate": "2026-11-30T09:58:01Z", "objectMetadata": map[string]any{"id": "m2", "nameSingular": "note"},
+		"record": map[string]any{"id": noteID, "title": "Call notes", "bodyV2": map[string]any{"blocknote": long, "markdown": long}}})
 	status, code, raw := e.post(t, newDelivery(string(body), time.Now()), "")
-	if status != http.StatusRequestEntityTooLarge || code != "webhook.too_large" {
-		t.Fatalf("oversized event: %d %s", status, raw)
+	if status != http.StatusOK {
+		t.Fatalf("delivery of a long note: %d %s %s, want 200", status, code, raw)
+	}
+	var evs []aip.Event
+	for _, b := range e.outbox(t, 0) {
+		evs = append(evs, b...)
+	}
+	if len(evs) != 1 {
+		t.Fatalf("outbox holds %d events, want 1", len(evs))
+	}
+	ev := evs[0]
+	at, _ := time.Parse(time.RFC3339, "2026-11-30T09:58:01Z")
+	if want := EventID(workspace, webhookID, body, at); ev.ID != want {
+		t.Errorf("event ID %s, want %s (the whole delivery's)", ev.ID, want)
+	}
+	var data struct {
+		EventName string `json:"eventName"`
+		Record    struct {
+			ID     string          `json:"id"`
+			Title  string          `json:"title"`
+			BodyV2 json.RawMessage `json:"bodyV2"`
+		} `json:"record"`
+		Omitted []string `json:"payload_omitted"`
+		Bytes   int      `json:"payload_bytes"`
+		SHA256  string   `json:"payload_sha256"`
+	}
+	if err := json.Unmarshal(ev.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	if data.EventName != "note.created" || data.Record.ID != noteID || data.Record.Title != "Call notes" || data.Record.BodyV2 != nil ||
+		len(data.Omitted) != 1 || data.Omitted[0] != "record.bodyV2" || data.Bytes != len(body) || data.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("data %+v", data)
+	}
+	if len(ev.Data) > maxInlinePayload+1024 {
+		t.Errorf("data is %d bytes", len(ev.Data))
 	}
 }
 
@@ -368,5 +412,34 @@ func TestWebhookAcceptedWhenFenceRecordFails(t *testing.T) {
 	}
 	if got := e.outbox(t, 0); len(got) != 1 {
 		t.Fatalf("outbox holds %d batches, want 1", len(got))
+	}
+}
+
+// TestTrimPayloadBeyondRecord: a payload whose largest member is not in
+// its record loses that member, not the record's fields, and never the
+// members that name the event.
+func TestTrimPayloadBeyondRecord(t *testing.T) {
+	big := make([]string, 0, 4096)
+	for range cap(big) {
+		big = append(big, strings.Repeat("f", 60))
+	}
+	body, _ := json.Marshal(map[string]any{"eventName": "person.updated", "workspaceId": workspace, "webhookId": webhookID,
+		"eventDate": "2026-11-30T09:58:01Z", "objectMetadata": map[string]any{"id": "m1", "nameSingular": "person"},
+		"record": map[string]any{"id": "p1", "notes": strings.Repeat("x", 100)}, "updatedFields": big})
+	data, err := trimPayload(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"eventName", "workspaceId", "webhookId", "eventDate", "objectMetadata", "record"} {
+		if p[k] == nil {
+			t.Errorf("%s left out", k)
+		}
+	}
+	if string(p["payload_omitted"]) != `["updatedFields"]` || p["updatedFields"] != nil || !strings.Contains(string(p["record"]), `"notes"`) {
+		t.Errorf("trimmed payload %s", data)
 	}
 }
