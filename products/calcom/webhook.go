@@ -157,7 +157,8 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			return
 		}
 		if _, err := rc.Events.Publish(ctx, WebhookChannel, ev); err != nil {
-			webhook.PublishFailed(w, rc.Logger, "cal-diy webhook", err)
+			webhook.PublishFailed(w, rc.Logger.With("subscription_id", sub, "event_id", ev.ID, "trigger_event", d.TriggerEvent),
+				"cal-diy webhook", err)
 			return
 		}
 		if _, err := fence.Record(ctx, rc.State, id, now); err != nil {

@@ -64,7 +64,10 @@ func Fail(w http.ResponseWriter, status int, code, message string) {
 // clock may be the wrong one; a replica that does not accept events now
 // (draining: hostsdk.ErrNotServing) and a full outbox
 // (hostsdk.ErrEventOutboxFull) are 503, to be delivered again; anything
-// else is logged with route and answered 503.
+// else is answered 503. Every refusal is logged with route (at warn, or
+// error for an unexpected one): the deliveries come verified from a
+// product, and the three that send them (Cal.diy, Chatwoot, Twenty) do
+// not deliver again, so the log is where a lost event is found.
 func PublishFailed(w http.ResponseWriter, log *slog.Logger, route string, err error) {
 	switch {
 	case errors.Is(err, hostsdk.ErrEventAhead):
@@ -73,8 +76,10 @@ func PublishFailed(w http.ResponseWriter, log *slog.Logger, route string, err er
 		log.Warn(route+": an event's time is ahead of this replica's clock; check the clock (NTP)", "error", err)
 		Fail(w, http.StatusServiceUnavailable, CodeInvalidTimestamp, "the event's time is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
 	case errors.Is(err, hostsdk.ErrInvalidEvents):
+		log.Warn(route+": a verified delivery's events cannot be stored; the delivery is refused", "error", err)
 		Fail(w, http.StatusBadRequest, CodeInvalidDelivery, "the delivery's events cannot be stored: "+err.Error())
 	case errors.Is(err, hostsdk.ErrNotServing):
+		log.Warn(route+": a verified delivery is refused: this replica does not accept events now", "error", err)
 		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "this replica does not accept events now; deliver again")
 	case errors.Is(err, hostsdk.ErrEventOutboxFull):
 		log.Warn(route+": the event outbox is full", "error", err)

@@ -1,9 +1,12 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -153,5 +156,34 @@ func TestFenceClaim(t *testing.T) {
 	}
 	if held, _ := f.Claim(ctx, st, "sig:bb", "d1", now.Add(8*time.Minute)); !held {
 		t.Fatal("a key Record recorded is free to Claim")
+	}
+}
+
+// TestPublishFailedLogs: every refusal of a verified delivery is logged.
+// A replica not serving (draining) and an event the host refuses for its
+// content were answered without a log line; the products that deliver
+// (Cal.diy, Chatwoot, Twenty) never send a refused delivery again, so the
+// event was lost without a trace on the replica.
+func TestPublishFailedLogs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status int
+	}{
+		{"not serving", fmt.Errorf("%w: draining", hostsdk.ErrNotServing), http.StatusServiceUnavailable},
+		{"invalid events", fmt.Errorf("%w: a NUL character", hostsdk.ErrInvalidEvents), http.StatusBadRequest},
+		{"outbox full", fmt.Errorf("%w: 10000 batches", hostsdk.ErrEventOutboxFull), http.StatusServiceUnavailable},
+		{"storage", errors.New("disk I/O error"), http.StatusServiceUnavailable},
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		rec := httptest.NewRecorder()
+		PublishFailed(rec, log.With("delivery", "dlv-1"), "test webhook", tc.err)
+		if rec.Code != tc.status {
+			t.Errorf("%s: answered %d, want %d", tc.name, rec.Code, tc.status)
+		}
+		if out := buf.String(); !strings.Contains(out, "test webhook") || !strings.Contains(out, "delivery=dlv-1") || !strings.Contains(out, tc.err.Error()) {
+			t.Errorf("%s: logged %q, want the route, the delivery and the error", tc.name, out)
+		}
 	}
 }
