@@ -349,6 +349,11 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	// A command whose flags may follow its positional arguments parses
+	// each run of flags in turn (action get ID --url U): a flag an
+	// earlier run read from its variable may be given by this one, and
+	// one still not given is read again.
+	f.fromEnv = slices.DeleteFunc(f.fromEnv, func(name string) bool { return given[name] })
 	var err error
 	f.fs.VisitAll(func(fl *flag.Flag) {
 		envName := f.envOf[fl.Name]
@@ -358,7 +363,7 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 		if v, ok := lookupEnv(f.getenv, envName); ok {
 			if setErr := fl.Value.Set(v); setErr != nil {
 				err = usagef("%s: environment variable %s=%q: %v", f.cmd.name, envName, v, setErr)
-			} else {
+			} else if !slices.Contains(f.fromEnv, fl.Name) {
 				f.fromEnv = append(f.fromEnv, fl.Name)
 			}
 		}

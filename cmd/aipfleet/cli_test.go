@@ -310,6 +310,13 @@ func TestErrorNamesTheVariableThatSetItsFlag(t *testing.T) {
 		// never appears; --url came from the command line.
 		{map[string]string{"AIP_CLIENT_TOKEN": "s3cret"}, []string{"action", "send", "--url", "http://127.0.0.1:1", "--capability", "c", "--input", "{}"},
 			"point --url at it", false, []string{"s3cret", "environment variable"}},
+		// Flags after a positional argument are parsed in a second run:
+		// --url given there is the command line's, and a variable read
+		// in both runs is named once.
+		{map[string]string{"AIP_CLIENT_URL": "http://127.0.0.1:1"}, []string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t", "--url", "http://127.0.0.1:2"},
+			"no dispatcher answers at http://127.0.0.1:2", false, []string{"environment variable"}},
+		{map[string]string{"AIP_CLIENT_URL": "http://127.0.0.1:1"}, []string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t"},
+			"point --url at it\n(--url was set by the environment variable AIP_CLIENT_URL)", false, []string{"; --url was set"}},
 	} {
 		_, _, err := runCLI(t, tc.env, tc.args...)
 		if err == nil {
