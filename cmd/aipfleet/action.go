@@ -81,6 +81,10 @@ type actionFlags struct {
 	// --dev-state-dir (noDevStateNote); "" when url was given or read
 	// from a dev.json.
 	urlDefault string
+	// clientGiven lists the client flags (bindClientFlags) given on the
+	// command line, for hints that name another client command
+	// (sameFlags).
+	clientGiven []string
 	// now is the clock tokens are minted and checked by; nil is
 	// time.Now.
 	now func() time.Time
@@ -268,6 +272,11 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 // findURL sets f.url from --url, else from the dev fleet's state in
 // --dev-state-dir (devDefaultURL), else the default, and checks it.
 func (f *actionFlags) findURL(fs *flagSet) error {
+	for _, name := range []string{"url", "ca-file", "token", "tenant", "issuer-key", "issuer", "audience", "dev-state-dir"} {
+		if fs.given[name] > 0 {
+			f.clientGiven = append(f.clientGiven, "--"+name)
+		}
+	}
 	var err error
 	if f.urlFrom, err = devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
 		return err
@@ -490,7 +499,7 @@ func (f *actionFlags) readStream(body io.Reader, e *env) error {
 	if !f.jsonOut {
 		printSummary(e.stdout, final)
 	}
-	return actionErr(final)
+	return f.capabilityHint(actionErr(final), final.Error)
 }
 
 func (f *actionFlags) printAction(resp *http.Response, e *env) error {
@@ -523,7 +532,7 @@ func (f *actionFlags) printAction(resp *http.Response, e *env) error {
 	} else {
 		printSummary(e.stdout, &ar)
 	}
-	return actionErr(&ar)
+	return f.capabilityHint(actionErr(&ar), ar.Error)
 }
 
 func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id string, e *env) error {
@@ -678,11 +687,47 @@ func (f *actionFlags) failure(status int, raw []byte) error {
 		return fmt.Errorf("%w\n%s", err, f.refusedHint())
 	}
 	var e dispatch.ErrorResponse
-	if status == http.StatusNotFound && (json.Unmarshal(raw, &e) != nil || e.Error == nil ||
+	decoded := json.Unmarshal(raw, &e) == nil && e.Error != nil
+	if decoded && e.Error.Code == dispatch.CodeBindingUnavailable {
+		return f.capabilityHint(err, e.Error)
+	}
+	if status == http.StatusNotFound && (!decoded ||
 		!strings.HasPrefix(e.Error.Code, "dispatch.") && !strings.HasPrefix(e.Error.Code, "connector.")) {
 		return fmt.Errorf("%w\n%s does not serve the dispatcher's API: is --url the dispatcher? (aipfleet dev prints its address; the control plane listens on another port)", err, f.url)
 	}
 	return err
+}
+
+// capabilityHint adds to err, the failure of a request the dispatcher
+// answered with pe, how to find the capabilities the token's tenant can
+// call when pe is connector.binding_unavailable: the dispatcher's message
+// names its API path (GET /aip/v1/capabilities), not the command that
+// reads it.
+func (f *actionFlags) capabilityHint(err error, pe *aip.ProtocolError) error {
+	if err == nil || pe == nil || pe.Code != dispatch.CodeBindingUnavailable {
+		return err
+	}
+	what := "the capability"
+	if f.capability != "" {
+		what = "capability " + printable(f.capability)
+	}
+	return fmt.Errorf("%w\n%s is not available to the token's tenant (an unknown ID, perhaps in another case, or one not bound to this tenant): `aipfleet capability list` lists those it can call%s",
+		err, what, f.sameFlags())
+}
+
+// sameFlags says, in a hint that names another client command, which
+// client flags of this command line it needs too: " (with the same --url
+// and --token)"; "" when none was given (their variables, if set, apply
+// to the other command as well).
+func (f *actionFlags) sameFlags() string {
+	switch n := len(f.clientGiven); n {
+	case 0:
+		return ""
+	case 1:
+		return " (with the same " + f.clientGiven[0] + ")"
+	default:
+		return " (with the same " + strings.Join(f.clientGiven[:n-1], ", ") + " and " + f.clientGiven[n-1] + ")"
+	}
 }
 
 // refusedHint says what to check when the dispatcher refuses the token

@@ -82,6 +82,7 @@ func commandList() []*command {
 	return []*command{
 		devCommand(),
 		actionCommand(),
+		capabilityCommand(),
 		eventsCommand(),
 		fleetCommand(),
 		controlPlaneCommand(),

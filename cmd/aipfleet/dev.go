@@ -888,6 +888,7 @@ func (f *devFleet) banner(w io.Writer, procs []*replicaProcess, token string, ex
 		fleetFlags += " --dev-state-dir " + shellQuote(f.dir)
 	}
 	fmt.Fprintf(w, "\nTry, in another terminal:\n")
+	fmt.Fprintf(w, "  %s capability list%s   # what the tenant can call\n", cli, clientFlags)
 	fmt.Fprintf(w, "  %s action send%s --capability echo.say --input '{\"message\":\"hello\"}'\n", cli, clientFlags)
 	fmt.Fprintf(w, "  %s fleet status%s --watch\n", cli, fleetFlags)
 	fmt.Fprintf(w, "  %s events list%s --follow   # provider events of connectors that declare channels\n", cli, clientFlags)

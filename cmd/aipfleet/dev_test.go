@@ -436,9 +436,12 @@ func TestDevBannerCommandsRunAsPrinted(t *testing.T) {
 		case strings.HasPrefix(line, "kill -TERM "):
 			// The pid the replica's file holds.
 			script = "printf '%s\\n' " + strings.TrimPrefix(line, "kill -TERM ")
-		case strings.Contains(line, " action send "):
+		case strings.Contains(line, " action send "), strings.Contains(line, " capability list "):
 			// One argument per line.
 			_, args, _ := strings.Cut(line, " action send ")
+			if strings.Contains(line, " capability list ") {
+				_, args, _ = strings.Cut(line, " capability list ")
+			}
 			script = "printf '%s\\n' " + args
 		default:
 			continue
@@ -452,7 +455,7 @@ func TestDevBannerCommandsRunAsPrinted(t *testing.T) {
 		}
 		checked++
 	}
-	if checked != 2 {
+	if checked != 3 {
 		t.Fatalf("found %d of the banner's commands in:\n%s", checked, b.String())
 	}
 }

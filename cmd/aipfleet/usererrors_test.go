@@ -42,6 +42,8 @@ func TestEmptyTokenFlagsAreRefused(t *testing.T) {
 		{[]string{"action", "get", id, "--url", srv.URL, "--issuer-key", ""}, "--issuer-key"},
 		{[]string{"events", "list", "--url", srv.URL, "--token", ""}, "--token"},
 		{[]string{"events", "list", "--url", srv.URL, "--dev-state-dir", ""}, "--dev-state-dir"},
+		{[]string{"capability", "list", "--url", srv.URL, "--tenant", ""}, "--tenant"},
+		{[]string{"capability", "get", "echo.say", "--url", srv.URL, "--issuer-key="}, "--issuer-key"},
 		{[]string{"fleet", "status", "--control-url", srv.URL, "--token", ""}, "--token"},
 		{[]string{"fleet", "status", "--control-url", srv.URL, "--issuer-key", ""}, "--issuer-key"},
 		{[]string{"fleet", "status", "--control-url", srv.URL, "--dev-state-dir="}, "--dev-state-dir"},
@@ -91,6 +93,8 @@ func TestDispatcherRefusalSaysWhatToCheck(t *testing.T) {
 			[]string{"refused the token minted with --issuer-key " + keyFile, "--issuer aipfleet-dev=DID", "aipfleet keygen --did-of " + keyFile}},
 		{[]string{"events", "list"}, []string{"refused aipfleet dev's token (" + filepath.Join(DefaultDevStateDir, devTokenFile) + ")", "is --url that dispatcher?"}},
 		{[]string{"action", "cancel", id}, []string{"refused aipfleet dev's token"}},
+		{[]string{"capability", "list"}, []string{"refused aipfleet dev's token (" + filepath.Join(DefaultDevStateDir, devTokenFile) + ")", "is --url that dispatcher?"}},
+		{[]string{"capability", "get", "echo.say", "--token", "nope"}, []string{"refused the token of --token"}},
 	} {
 		_, _, err := runCLI(t, nil, append(c.args, "--url", srv.URL)...)
 		if err == nil || !strings.Contains(err.Error(), "HTTP 401") {
