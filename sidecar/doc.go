@@ -114,7 +114,11 @@
 // before every restart, as before the first start, the child's address
 // is checked: while another process listens there, the child is not
 // restarted (that process would answer for it), the replica stays
-// unhealthy, and the address is checked again with the backoff. A child
+// unhealthy, and the address is checked again with the backoff; a
+// restarted child that exits within StartTimeout while another process
+// now listens there (it took the address between the check and the start,
+// and the child could not bind) is held back the same way, not counted as
+// a crash. A child
 // that does not exit within a few seconds after SIGKILL (uninterruptible
 // sleep) is given up on, so that a shutdown is never held by it. The
 // processes a child started outlive a sidecar that is killed (only the

@@ -51,7 +51,9 @@ type superviseConfig struct {
 	// Vacant, when set, fails when another process already serves where
 	// the child is to listen (Local.vacant). It is asked before every
 	// start: at start-up a taken address fails the start, after a crash it
-	// holds the restart back (see monitor).
+	// holds the restart back (see monitor); and after the exit of a
+	// restarted child within StartTimeout, which is then taken for one
+	// kept from its address rather than a crash (takenAtStart).
 	Vacant         func(ctx context.Context) error
 	ProbeTimeout   time.Duration
 	StartTimeout   time.Duration
@@ -67,6 +69,10 @@ type superviseConfig struct {
 	// with instead of awaitExitUnreaped (tests: a child that cannot be
 	// reaped in time).
 	awaitExit func(pid int) error
+	// afterVacant, when set, is called by the monitor between a
+	// successful Vacant and the restart (tests: another process takes the
+	// address in between).
+	afterVacant func()
 }
 
 // supervisor runs the local connector as a child process: it starts it,
@@ -334,11 +340,11 @@ func (s *supervisor) start(parent context.Context) error {
 		}
 		select {
 		case <-c.exited:
-			s.recordExit(c, false)
+			s.recordExit(c, false, nil)
 		default:
 			// Still running but not ready in time (or asked to stop).
 			s.terminate(c)
-			s.recordExit(c, false)
+			s.recordExit(c, false, nil)
 			if err := parent.Err(); err != nil {
 				return fmt.Errorf("sidecar: start of the connector interrupted: %w", err)
 			}
@@ -409,7 +415,13 @@ func pollReady(ctx context.Context, probeTimeout time.Duration, probe func(conte
 // would answer for it, and the sidecar would forward signed actions to
 // it. The restart is held back, logged and tried again with the
 // backoff, as a failed start is, and the replica stays unhealthy (check
-// says why) until the address is free.
+// says why) until the address is free. The check and the start are two
+// steps: a process that takes the address in between makes the child (a
+// TCP server) fail to bind and exit at once. Such an exit — within
+// StartTimeout of the start, while another process now serves the
+// address (takenAtStart) — is a held restart too, not a crash: it is
+// logged as the address taken, holds the restart back the same way, and
+// does not count as a restart after a crash.
 func (s *supervisor) monitor(c *child) {
 	defer close(s.monDone)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -422,14 +434,20 @@ func (s *supervisor) monitor(c *child) {
 		}
 	}()
 	bo := newBackoff(s.cfg.RestartBackoff, s.cfg.MaxBackoff)
+	// restarted: c was started here, not by start, which saw it healthy.
+	restarted := false
 	for {
 		select {
 		case <-c.exited:
 		case <-s.stopCh:
 			return
 		}
-		s.recordExit(c, true)
-		if time.Since(c.startedAt) >= s.cfg.StableAfter {
+		var taken error
+		if restarted {
+			taken = s.takenAtStart(ctx, c)
+		}
+		s.recordExit(c, true, taken)
+		if taken == nil && time.Since(c.startedAt) >= s.cfg.StableAfter {
 			bo.Reset()
 		}
 		for {
@@ -450,6 +468,9 @@ func (s *supervisor) monitor(c *child) {
 					s.log.Error("not restarting the connector process while another process listens where it is to listen; the replica stays unhealthy, checking again with backoff", "error", err)
 					continue
 				}
+				if s.cfg.afterVacant != nil {
+					s.cfg.afterVacant()
+				}
 			}
 			next, err := s.spawn()
 			if errors.Is(err, errStopping) {
@@ -459,15 +480,34 @@ func (s *supervisor) monitor(c *child) {
 				s.log.Error("restart the connector process", "error", err)
 				continue
 			}
-			c = next
+			c, restarted = next, true
 			break
 		}
 	}
 }
 
+// takenAtStart is why c, a restarted child that exited without being
+// asked to, is taken for one kept from its address rather than a crashed
+// one: it exited within StartTimeout of its start (the time a child has to
+// come up, and the host's grace for a restarted one: Local.startGrace) and
+// another process now serves its address (Vacant fails). Vacant found the
+// address free just before c started, so that process took it in
+// between, and c, a TCP server, could not bind. Nil otherwise, and for a
+// child that was being terminated (restartHung).
+func (s *supervisor) takenAtStart(ctx context.Context, c *child) error {
+	if s.cfg.Vacant == nil || c.terminating.Load() || time.Since(c.startedAt) >= s.cfg.StartTimeout {
+		return nil
+	}
+	return s.cfg.Vacant(ctx)
+}
+
 // recordExit notes that c exited (or, terminated, was given up on: see
-// awaitKilled); crash says it was not asked to.
-func (s *supervisor) recordExit(c *child, crash bool) {
+// awaitKilled); crash says it was not asked to. taken, for a crash, says
+// that c exited because another process took its address
+// (takenAtStart): that is logged, and the restart held back (held), as
+// monitor does for an address found taken before a restart; it is not
+// counted as a crash.
+func (s *supervisor) recordExit(c *child, crash bool, taken error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	exit := exitOf(c)
@@ -475,10 +515,15 @@ func (s *supervisor) recordExit(c *child, crash bool) {
 	if s.cur == c {
 		s.cur, s.since = nil, time.Now()
 	}
-	if crash {
+	switch {
+	case crash && taken != nil:
+		s.held = taken.Error()
+		s.log.Error("the connector process exited right after its start while another process listens where it is to listen (that process took the address between the check and the start); not counted as a crash: the restart is held back, the replica stays unhealthy, checking again with backoff",
+			"pid", c.cmd.Process.Pid, "exit", exit, "error", taken)
+	case crash:
 		s.restarts++
 		s.log.Error("the connector process exited; the replica reports unhealthy until it is back", "pid", c.cmd.Process.Pid, "exit", exit)
-	} else {
+	default:
 		s.log.Warn("the connector process exited", "pid", c.cmd.Process.Pid, "exit", exit)
 	}
 }

@@ -1184,6 +1184,116 @@ func TestExecRestartHeldWhileAnotherProcessServesTheAddress(t *testing.T) {
 	}
 }
 
+// TestExecRestartHeldWhenTheAddressIsTakenBetweenCheckAndStart: the
+// address check and the restart are two steps, and a process that takes
+// the address in between makes the restarted child (a TCP server) fail to
+// bind and exit at once. That exit is no crash of the connector, and no
+// reason to restart it again: it is logged as the address taken, the
+// restart is held back as when the check finds the address taken (the
+// replica unhealthy, saying why), it does not count as a restart after a
+// crash, and the address is checked again before the next start, which
+// comes once it is free.
+func TestExecRestartHeldWhenTheAddressIsTakenBetweenCheckAndStart(t *testing.T) {
+	const (
+		crashed = "the connector process exited; the replica reports unhealthy until it is back"
+		taken   = "the connector process exited right after its start while another process listens where it is to listen"
+		held    = "not restarting the connector process while another process listens where it is to listen; the replica stays unhealthy, checking again with backoff"
+	)
+	addr := freeAddr(t)
+	l, err := NewLocal(LocalConfig{URL: "http://" + addr, Token: "t0k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	// The other process takes the address once the first restart's check
+	// found it free, before the child starts.
+	var (
+		other    net.Listener
+		otherErr error
+		once     sync.Once
+		took     = make(chan struct{})
+	)
+	w := newLogWatch()
+	s := newSupervisor(superviseConfig{
+		Command: []string{os.Args[0], "-test.run=^$"},
+		Env:     []string{envChild + "=1", EnvLocalURL + "=http://" + addr, EnvLocalToken + "=t0k"},
+		Ready:   l.probe, Vacant: l.vacant,
+		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: 10 * time.Second,
+		RestartBackoff: 100 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, StableAfter: time.Hour,
+		Logger: w.logger(),
+		afterVacant: func() {
+			once.Do(func() {
+				other, otherErr = net.Listen("tcp", addr)
+				close(took)
+			})
+		},
+	})
+	ctx := ctxT(t)
+	if err := s.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	first := s.snapshot().PID
+	syscall.Kill(first, syscall.SIGKILL)
+	select {
+	case <-took:
+	case <-ctx.Done():
+		t.Fatal("the crashed child was not restarted")
+	}
+	if otherErr != nil {
+		t.Fatalf("take the address between the check and the start: %v", otherErr)
+	}
+	var requests atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		requests.Add(1)
+		http.Error(rw, "not the connector", http.StatusTeapot)
+	})}
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(other) }()
+	closeOther := func() { srv.Close(); <-served }
+	defer closeOther()
+
+	// The restarted child's exit, however it is taken.
+	var exit slog.Record
+	w.await(t, func(r slog.Record) bool {
+		if (r.Message == crashed || strings.HasPrefix(r.Message, taken)) && attr(r, "pid") != strconv.Itoa(first) {
+			exit = r
+			return true
+		}
+		return false
+	})
+	if !strings.HasPrefix(exit.Message, taken) || !strings.Contains(attr(exit, "error"), addr) {
+		t.Errorf("the exit of the child started while another process took %s was logged as %q (error %q); want it logged as the address taken", addr, exit.Message, attr(exit, "error"))
+	}
+	// The next start waits for the check, which finds the address taken.
+	w.await(t, func(r slog.Record) bool { return r.Message == held && strings.Contains(attr(r, "error"), addr) })
+	if st := s.snapshot(); st.Running || st.Starts != 2 || st.Restarts != 1 {
+		t.Errorf("status while the address is taken: %+v; want 2 starts and the one crash counted", st)
+	}
+	var pe *ProcessError
+	if err := s.check(); !errors.As(err, &pe) || !strings.Contains(pe.Held, addr) || pe.Restarts != 1 {
+		t.Errorf("check while the address is taken = %v; want the restart held, naming %s, after 1 crash", err, addr)
+	}
+
+	closeOther()
+	for {
+		if st := s.snapshot(); st.Running && st.Starts == 3 && l.probe(ctx) == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the child was not restarted once the address was free: %+v", s.snapshot())
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the restart and the child's health
+	}
+	if st := s.snapshot(); st.Restarts != 1 {
+		t.Errorf("restarts after crashes = %d; want 1 (the address taken is no crash)", st.Restarts)
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the other process was sent %d requests", n)
+	}
+}
+
 // TestStopGivesUpOnAChildThatDoesNotExitAfterSIGKILL: a child that does
 // not exit after SIGKILL (uninterruptible sleep on a dead NFS mount; here a
 // reaper that does not see its exit) does not hang the stop for ever: it
