@@ -87,15 +87,16 @@
 // tool's request for user input (elicitation) is answered cancel, and
 // sampling is refused (MCP.callTool). A stdio server is started and reaped by
 // the sidecar itself, like an --exec child: when it exits, what remains of its process group
-// is stopped (SIGTERM, SIGKILL after StopTimeout) before it is restarted
-// or counts as stopped. At the sidecar's shutdown a stdio server is
-// stopped as MCP's stdio shutdown says: its input is closed first (a
-// server that then exits on its own has stopped, with any exit status,
-// logged when not 0, since several servers exit 1 when their input ends; a
-// death by a signal the sidecar did not send, or an exit before the stop
-// began, is a crash that makes the shutdown unclean), and only a
-// server still running after half of StopTimeout gets SIGTERM (SIGKILL
-// at StopTimeout); one that does not exit within a few
+// is stopped (SIGTERM, SIGKILL after StopTimeout, given up on a few
+// seconds after SIGKILL) before it is restarted or counts as stopped. At
+// the sidecar's shutdown a stdio server is stopped as MCP's stdio
+// shutdown says: its input is closed first (a server that then exits on
+// its own has stopped, with any exit status, logged when not 0, since
+// several servers exit 1 when their input ends; a death by a signal the
+// sidecar did not send, or an exit before the stop began, is a crash
+// that makes the shutdown unclean), and only a server still running
+// after half of StopTimeout gets SIGTERM (SIGKILL at StopTimeout); one
+// that does not exit within a few
 // seconds after SIGKILL (uninterruptible sleep) is given up on, as an
 // --exec child is, so that a shutdown is never held by it.
 //
@@ -118,9 +119,10 @@
 // restarted child that exits within StartTimeout while another process
 // now listens there (it took the address between the check and the start,
 // and the child could not bind) is held back the same way, not counted as
-// a crash. A child
+// a crash. A child, or a process of its group,
 // that does not exit within a few seconds after SIGKILL (uninterruptible
-// sleep) is given up on, so that a shutdown is never held by it. The
+// sleep) is given up on, so that a shutdown is never held by it: a stop
+// takes at most StopTimeout and those seconds. The
 // processes a child started outlive a sidecar that is killed (only the
 // child dies with it): every process the sidecar starts is marked with
 // EnvChildOf (the replica ID), which they inherit, and on Linux a

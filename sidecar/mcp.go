@@ -94,8 +94,9 @@ type MCPConfig struct {
 	// group. At the sidecar's shutdown (Close) it bounds the whole stop:
 	// the server's input is closed first and it has half of StopTimeout
 	// to exit on its own (MCP's stdio shutdown), then SIGTERM, then
-	// SIGKILL at StopTimeout; a server that has not exited 5s after
-	// SIGKILL (uninterruptible sleep) is given up on (terminateServer).
+	// SIGKILL at StopTimeout; a server, or a process of its group, that
+	// has not exited 5s after SIGKILL (uninterruptible sleep) is given up
+	// on (terminateServer, child.stopGroupRest).
 	// Defaults to 10s.
 	StopTimeout time.Duration
 	// MaxActionDuration bounds a tool call without timeout_ms (or with
@@ -495,7 +496,7 @@ func (m *MCP) startServer() (*child, mcp.Transport, error) {
 	c := newChild(cmd)
 	c.input, c.output, c.awaitExit = stdin, out, m.cfg.awaitExit
 	go func() {
-		c.reap("the MCP server", m.cfg.StopTimeout, m.log)
+		c.reap("the MCP server", m.cfg.StopTimeout, killWaitOr(m.cfg.killWait), m.log)
 		time.AfterFunc(m.cfg.StopTimeout, func() { out.Close() })
 	}()
 	// frameGuard takes a line longer than maxMCPLine out (failing only
@@ -1479,7 +1480,7 @@ func (m *MCP) terminateServer(srv *child, closed <-chan error, wait time.Duratio
 		kw := killWaitOr(m.cfg.killWait)
 		if !srv.awaitKilled("the MCP server", kw, m.log) {
 			m.abandon(srv, closed, kw)
-			return fmt.Errorf("sidecar: the MCP server %d did not stop within %s after SIGTERM, and did not exit within %s after SIGKILL either (uninterruptible sleep, e.g. on a dead network file system?); the sidecar stopped waiting for it",
+			return fmt.Errorf("sidecar: the MCP server %d (or another process of its process group) did not stop within %s after SIGTERM, and did not exit within %s after SIGKILL either (uninterruptible sleep, e.g. on a dead network file system?); the sidecar stopped waiting for it",
 				pid, m.cfg.StopTimeout, kw)
 		}
 	}

@@ -61,8 +61,9 @@ type Config struct {
 	// StopTimeout is how long the child and its process group have to exit
 	// after SIGTERM before the group is killed (and how long what remains
 	// of the group of a child that exited on its own has). Defaults to 10s.
-	// A child that has not exited 5s after SIGKILL (uninterruptible sleep)
-	// is given up on, logged, and not waited for any longer.
+	// A child, or a process of its group, that has not exited 5s after
+	// SIGKILL (uninterruptible sleep) is given up on, logged, and not
+	// waited for any longer: a stop takes at most StopTimeout and 5s.
 	StopTimeout time.Duration
 	// RestartBackoff and MaxBackoff shape the exponential backoff between
 	// restarts of a crashed child. Default to 250ms and 30s.

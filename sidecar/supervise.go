@@ -69,6 +69,10 @@ type superviseConfig struct {
 	// with instead of awaitExitUnreaped (tests: a child that cannot be
 	// reaped in time).
 	awaitExit func(pid int) error
+	// groupRemains, when set, replaces groupRemains in looking for what is
+	// left of an exited child's process group (tests: a process of the
+	// group that does not die of SIGKILL).
+	groupRemains func(pgid, leader int) bool
 	// afterVacant, when set, is called by the monitor between a
 	// successful Vacant and the restart (tests: another process takes the
 	// address in between).
@@ -132,27 +136,51 @@ type child struct {
 	output io.Closer
 	// awaitExit replaces awaitExitUnreaped when set (superviseConfig).
 	awaitExit func(pid int) error
+	// remains replaces groupRemains when set (superviseConfig).
+	remains func(pgid, leader int) bool
+	// abandoned is set, before exited closes, when processes of c's group
+	// did not exit within the kill wait after SIGKILL and were given up on
+	// (stopGroupRest).
+	abandoned bool
+	// killed is closed when c's process group is first sent SIGKILL, at
+	// killedAt (under mu): from then on what is left of the group has the
+	// kill wait to exit, whoever sent it (terminate, stopGroupRest).
+	killed chan struct{}
 
 	// mu orders signals with reaping: once reaped is set the pid — the
 	// group's ID — may belong to another process, and signal sends
 	// nothing.
-	mu     sync.Mutex
-	reaped bool
+	mu       sync.Mutex
+	reaped   bool
+	killedAt time.Time
 }
 
 func newChild(cmd *exec.Cmd) *child {
-	return &child{cmd: cmd, startedAt: time.Now(), gone: make(chan struct{}), exited: make(chan struct{})}
+	return &child{cmd: cmd, startedAt: time.Now(), gone: make(chan struct{}), exited: make(chan struct{}), killed: make(chan struct{})}
 }
 
 // signal sends sig to c's process group (elsewhere than on Linux, to c),
-// unless c was reaped (os.ErrProcessDone).
+// unless c was reaped (os.ErrProcessDone). The first SIGKILL is noted
+// (killed, killedAt).
 func (c *child) signal(sig syscall.Signal) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.reaped {
 		return os.ErrProcessDone
 	}
-	return signalGroupOf(c.cmd, sig)
+	err := signalGroupOf(c.cmd, sig)
+	if sig == syscall.SIGKILL && c.killedAt.IsZero() {
+		c.killedAt = time.Now()
+		close(c.killed)
+	}
+	return err
+}
+
+// sinceKilled is how long ago c's group was first sent SIGKILL.
+func (c *child) sinceKilled() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Since(c.killedAt)
 }
 
 func newSupervisor(cfg superviseConfig) *supervisor {
@@ -194,8 +222,8 @@ func (s *supervisor) spawn() (*child, error) {
 		return nil, err
 	}
 	c := newChild(cmd)
-	c.awaitExit = s.cfg.awaitExit
-	go c.reap("the connector process", s.cfg.StopTimeout, s.log)
+	c.awaitExit, c.remains = s.cfg.awaitExit, s.cfg.groupRemains
+	go c.reap("the connector process", s.cfg.StopTimeout, s.killWait(), s.log)
 	s.cur, s.since, s.held = c, c.startedAt, ""
 	s.starts++
 	s.log.Info("connector process started", "pid", cmd.Process.Pid, "command", s.cfg.Command[0], "start", s.starts)
@@ -215,7 +243,9 @@ const groupPollInterval = 20 * time.Millisecond
 // to the sidecar: when the child exits — a crash, a hung child's
 // termination, or a stop — whatever remains of its group is stopped
 // before the exit counts (SIGTERM, unless the group was sent it already,
-// then SIGKILL stopTimeout after the child's exit). Left running, such a
+// then SIGKILL stopTimeout after the child's exit unless it was sent
+// earlier, and whatever still runs killWait after SIGKILL is given up on:
+// stopGroupRest). Left running, such a
 // process would hold the child's socket, port or files against the
 // restarted child, go on with actions already recorded as
 // outcome_unknown, and outlive the sidecar. The child stays an unreaped
@@ -223,7 +253,7 @@ const groupPollInterval = 20 * time.Millisecond
 // be reused and only the group is signalled; c.signal sends nothing once
 // the child is reaped. (Linux; elsewhere the child has no group of its own
 // and is just reaped.)
-func (c *child) reap(what string, stopTimeout time.Duration, log *slog.Logger) {
+func (c *child) reap(what string, stopTimeout, killWait time.Duration, log *slog.Logger) {
 	pid := c.cmd.Process.Pid
 	awaitExit := awaitExitUnreaped
 	if c.awaitExit != nil {
@@ -231,7 +261,7 @@ func (c *child) reap(what string, stopTimeout time.Duration, log *slog.Logger) {
 	}
 	if awaitExit(pid) == nil {
 		close(c.gone)
-		c.stopGroupRest(what, stopTimeout, log)
+		c.stopGroupRest(what, stopTimeout, killWait, log)
 		c.mu.Lock()
 		c.reaped = true
 		c.mu.Unlock()
@@ -247,36 +277,60 @@ func (c *child) reap(what string, stopTimeout time.Duration, log *slog.Logger) {
 
 // stopGroupRest stops the processes left in the process group of the
 // exited, unreaped child (see reap), and reaps those of them that were
-// orphaned to the sidecar (reapGroupOrphans).
-func (c *child) stopGroupRest(what string, stopTimeout time.Duration, log *slog.Logger) {
+// orphaned to the sidecar (reapGroupOrphans). They have stopTimeout after
+// SIGTERM — sent here, or already by the stop under way (terminating),
+// whose own SIGKILL then ends this wait — and killWait after SIGKILL,
+// counted from the first SIGKILL to the group: one in uninterruptible
+// sleep is then given up on (abandoned), as terminate gives up on the
+// child itself, so that a stop takes at most stopTimeout and killWait.
+func (c *child) stopGroupRest(what string, stopTimeout, killWait time.Duration, log *slog.Logger) {
 	pid := c.cmd.Process.Pid
 	defer reapGroupOrphans(pid, pid)
-	if !groupRemains(pid, pid) {
+	if !c.groupRemains() {
 		return
 	}
 	if !c.terminating.Load() {
 		log.Warn(what+" exited while other processes of its process group still run; stopping them", "pid", pid, "signal", "SIGTERM")
 		c.signal(syscall.SIGTERM)
 	}
-	if awaitGroupGone(pid, stopTimeout) {
+	if c.awaitGroupGone(stopTimeout, c.killed) {
 		return
 	}
-	log.Error("processes left in the process group of "+what+" (exited) did not stop in time; killing them", "pgid", pid, "stop_timeout_ms", stopTimeout.Milliseconds())
-	c.signal(syscall.SIGKILL)
-	if !awaitGroupGone(pid, stopTimeout) {
-		log.Error("processes left in the process group of "+what+" (exited) survived SIGKILL (uninterruptible?); giving up on them", "pgid", pid)
+	select {
+	case <-c.killed: // by the stop under way, which logged it
+	default:
+		log.Error("processes left in the process group of "+what+" (exited) did not stop in time; killing them", "pgid", pid, "stop_timeout_ms", stopTimeout.Milliseconds())
+		c.signal(syscall.SIGKILL)
+	}
+	if !c.awaitGroupGone(killWait-c.sinceKilled(), nil) {
+		c.abandoned = true
+		log.Error("processes left in the process group of "+what+" (exited) survived SIGKILL (uninterruptible?); giving up on them", "pgid", pid, "kill_wait_ms", killWait.Milliseconds())
 	}
 }
 
-// awaitGroupGone polls until no process other than the exited leader is in
-// process group pgid, for at most d.
-func awaitGroupGone(pgid int, d time.Duration) bool {
+// groupRemains reports whether a process other than the exited child is
+// in its process group.
+func (c *child) groupRemains() bool {
+	pid := c.cmd.Process.Pid
+	if c.remains != nil {
+		return c.remains(pid, pid)
+	}
+	return groupRemains(pid, pid)
+}
+
+// awaitGroupGone polls until no process other than the exited child is in
+// its process group (true), for at most d, or until stop is closed.
+func (c *child) awaitGroupGone(d time.Duration, stop <-chan struct{}) bool {
 	deadline := time.Now().Add(d)
-	for groupRemains(pgid, pgid) {
+	for c.groupRemains() {
 		if time.Now().After(deadline) {
 			return false
 		}
-		time.Sleep(groupPollInterval)
+		select {
+		case <-stop:
+			return false
+		case <-time.After(groupPollInterval):
+		}
 	}
 	return true
 }
@@ -556,7 +610,8 @@ func (s *supervisor) lastExitText() string {
 }
 
 // stop stops restarting and terminates the running child: SIGTERM to its
-// process group, SIGKILL after StopTimeout. It returns after the monitor
+// process group, SIGKILL after StopTimeout, given up on KillWait after
+// SIGKILL (terminate). It returns after the monitor
 // and any termination restartHung started have finished. It is idempotent.
 func (s *supervisor) stop() error {
 	s.mu.Lock()
@@ -592,11 +647,12 @@ func (s *supervisor) stop() error {
 	return err
 }
 
-// terminate signals c to stop and waits for it: StopTimeout after SIGTERM,
-// then, after SIGKILL, at most KillWait for the process to exit
-// (awaitKilled) — a process in uninterruptible sleep is given up on, so
-// that neither a shutdown nor a restart waits for it for ever. It fails
-// when c had to be killed or exited with a failure status.
+// terminate signals c to stop and waits for it: StopTimeout after SIGTERM
+// for c and its process group, then, after SIGKILL, at most KillWait for
+// them to exit (awaitKilled, stopGroupRest) — a process in uninterruptible
+// sleep is given up on, so that neither a shutdown nor a restart waits for
+// it for ever: the whole wait is StopTimeout plus KillWait (and reapGrace).
+// It fails when c had to be killed or exited with a failure status.
 func (s *supervisor) terminate(c *child) error {
 	select {
 	case <-c.exited:
@@ -627,34 +683,52 @@ func (s *supervisor) terminate(c *child) error {
 	s.log.Error("the connector process (or another process of its process group) did not stop in time; killing its process group", "pid", pid, "stop_timeout_ms", s.cfg.StopTimeout.Milliseconds())
 	c.signal(syscall.SIGKILL)
 	if !c.awaitKilled("the connector process", s.killWait(), s.log) {
-		return fmt.Errorf("sidecar: the connector process %d did not stop within %s after SIGTERM, and did not exit within %s after SIGKILL either (uninterruptible sleep, e.g. on a dead network file system?); the sidecar stopped waiting for it",
+		return fmt.Errorf("sidecar: the connector process %d (or another process of its process group) did not stop within %s after SIGTERM, and did not exit within %s after SIGKILL either (uninterruptible sleep, e.g. on a dead network file system?); the sidecar stopped waiting for it",
 			pid, s.cfg.StopTimeout, s.killWait())
 	}
 	return fmt.Errorf("sidecar: the connector process %d (or another process of its process group) did not stop within %s after SIGTERM and was killed", pid, s.cfg.StopTimeout)
 }
 
 // awaitKilled waits for c, sent SIGKILL, to exit, for at most killWait,
-// and then for its reaping (which stops what remains of its group within
-// its own bounds: reap); what names c in the log ("the connector
-// process", "the MCP server"). A process in uninterruptible sleep does not
-// die of SIGKILL until its system call returns, which may be never (a dead
-// NFS mount): it is given up on, with an error logged, and false
-// returned. It runs none of its own code again — the pending SIGKILL ends
-// it when the call returns — but it may hold its files, socket or port
-// until then, and is reaped by the reaper if it ever exits.
+// and then for its reaping, which gives up on what remains of its group
+// killWait after the SIGKILL (stopGroupRest) — awaited for reapGrace more
+// at most; what names c in the log ("the connector process", "the MCP
+// server"). A process in uninterruptible sleep does not die of SIGKILL
+// until its system call returns, which may be never (a dead NFS mount):
+// it is given up on, with an error logged, and false returned; so is c
+// when processes of its group were given up on, or its reaping did not
+// end in time. Such a process runs none of its own code again — the
+// pending SIGKILL ends it when the call returns — but it may hold its
+// files, socket or port until then; the child is reaped by the reaper if
+// it ever exits.
 func (c *child) awaitKilled(what string, killWait time.Duration, log *slog.Logger) bool {
+	deadline := time.Now().Add(killWait)
 	t := time.NewTimer(killWait)
 	defer t.Stop()
 	select {
 	case <-c.gone:
-		<-c.exited
-		return true
 	case <-t.C:
+		log.Error(what+" did not exit after SIGKILL (uninterruptible sleep, e.g. on a dead network file system?); no longer waiting for it",
+			"pid", c.cmd.Process.Pid, "kill_wait_ms", killWait.Milliseconds())
+		return false
 	}
-	log.Error(what+" did not exit after SIGKILL (uninterruptible sleep, e.g. on a dead network file system?); no longer waiting for it",
+	reaped := time.NewTimer(time.Until(deadline) + reapGrace)
+	defer reaped.Stop()
+	select {
+	case <-c.exited:
+		return !c.abandoned // stopGroupRest logged it
+	case <-reaped.C:
+	}
+	log.Error(what+" exited after SIGKILL but was not reaped in time: what remains of its process group (or a process holding its output) did not exit; no longer waiting for it",
 		"pid", c.cmd.Process.Pid, "kill_wait_ms", killWait.Milliseconds())
 	return false
 }
+
+// reapGrace is how much longer than the kill wait awaitKilled waits for
+// the reaping of a child that exited after SIGKILL: the reaper, which
+// gives up on the rest of the group at the kill wait, needs a moment to
+// see the deadline pass and finish.
+const reapGrace = 500 * time.Millisecond
 
 func (s *supervisor) killWait() time.Duration { return killWaitOr(s.cfg.KillWait) }
 

@@ -797,8 +797,9 @@ func TestChildDoesNotInheritTheSidecarsConfiguration(t *testing.T) {
 // groupChild supervises a connector that starts a worker process in its
 // process group (as a pre-fork server or a shell wrapper does) and
 // returns the supervisor, the leader's pid and the worker's. With
-// stubborn the worker ignores SIGTERM.
-func groupChild(t *testing.T, stubborn bool, stop time.Duration) (*supervisor, int, int) {
+// stubborn the worker ignores SIGTERM. edit, when set, changes the
+// supervisor's configuration.
+func groupChild(t *testing.T, stubborn bool, stop time.Duration, edit func(*superviseConfig)) (*supervisor, int, int) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("process groups are supervised on Linux")
@@ -812,7 +813,7 @@ func groupChild(t *testing.T, stubborn bool, stop time.Duration) (*supervisor, i
 	if stubborn {
 		worker = "trap '' TERM; " + worker
 	}
-	s := newSupervisor(superviseConfig{
+	cfg := superviseConfig{
 		Command: []string{"/bin/sh", "-c", `/bin/sh -c "$WORKER" & exec sleep 300`},
 		Env:     []string{"OUT=" + out, "WORKER=" + worker},
 		Ready: func(context.Context) error {
@@ -821,7 +822,11 @@ func groupChild(t *testing.T, stubborn bool, stop time.Duration) (*supervisor, i
 		},
 		ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: stop,
 		RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s := newSupervisor(cfg)
 	if err := s.start(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -851,7 +856,7 @@ func groupChild(t *testing.T, stubborn bool, stop time.Duration) (*supervisor, i
 func TestCrashedChildLeavesNoProcessBehind(t *testing.T) {
 	for _, stubborn := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stubborn=%v", stubborn), func(t *testing.T) {
-			s, pid, wpid := groupChild(t, stubborn, 100*time.Millisecond)
+			s, pid, wpid := groupChild(t, stubborn, 100*time.Millisecond, nil)
 			defer s.stop()
 			syscall.Kill(pid, syscall.SIGKILL)
 			ctx := ctxT(t)
@@ -923,13 +928,45 @@ func TestCrashSeenThoughAnEscapedProcessHoldsTheOutput(t *testing.T) {
 // ignores it does not leave the worker running after the sidecar: the
 // worker is killed after StopTimeout and stop reports the unclean stop.
 func TestStopLeavesNoProcessBehind(t *testing.T) {
-	s, _, wpid := groupChild(t, true, 100*time.Millisecond)
+	s, _, wpid := groupChild(t, true, 100*time.Millisecond, nil)
 	err := s.stop()
 	if running(wpid) {
 		t.Fatalf("the worker %d still runs after stop returned (%v)", wpid, err)
 	}
 	if err == nil || !strings.Contains(err.Error(), "did not stop within") {
 		t.Errorf("stop = %v; want the kill of the group reported", err)
+	}
+}
+
+// TestStopOfAGroupSurvivingSIGKILLIsBounded: a process of the child's
+// group that does not die of SIGKILL (uninterruptible sleep; here the
+// group is reported as remaining for ever) is given up on KillWait after
+// the SIGKILL, as the child itself is: the stop takes StopTimeout and
+// KillWait, as the docs say. It was waited for another StopTimeout after
+// SIGKILL, and the stop for the child's reaping without bound — twice
+// StopTimeout. The stop reports that it stopped waiting.
+func TestStopOfAGroupSurvivingSIGKILLIsBounded(t *testing.T) {
+	const stop, killWait = 3 * time.Second, 100 * time.Millisecond
+	w := newLogWatch()
+	s, pid, wpid := groupChild(t, true, stop, func(cfg *superviseConfig) {
+		cfg.KillWait, cfg.Logger = killWait, w.logger()
+		cfg.groupRemains = func(pgid, leader int) bool { return true }
+	})
+	t0 := time.Now()
+	err := s.stop()
+	took := time.Since(t0)
+	// Generous: StopTimeout and KillWait are 3.1s; twice StopTimeout 6s.
+	if bound := stop + killWait + 2*time.Second; took > bound {
+		t.Errorf("stop took %s; want about StopTimeout + KillWait (%s), at most %s", took, stop+killWait, bound)
+	}
+	if err == nil || !strings.Contains(err.Error(), "did not exit within 100ms after SIGKILL") {
+		t.Errorf("stop = %v; want it to say the group did not exit after SIGKILL", err)
+	}
+	w.await(t, func(r slog.Record) bool {
+		return strings.HasSuffix(r.Message, "survived SIGKILL (uninterruptible?); giving up on them") && attr(r, "pgid") == strconv.Itoa(pid)
+	})
+	if running(wpid) {
+		t.Errorf("the worker %d still runs after stop returned", wpid)
 	}
 }
 
