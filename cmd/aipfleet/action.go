@@ -190,15 +190,9 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("action: unknown subcommand %q; use send, get or cancel", sub)
 	}
 	// Flags may come before or after the positional arguments.
-	var rest []string
-	for remaining := args[1:]; ; {
-		if err := fs.parse(remaining, e.stdout); err != nil {
-			return err
-		}
-		if remaining = fs.args(); len(remaining) == 0 {
-			break
-		}
-		rest, remaining = append(rest, remaining[0]), remaining[1:]
+	rest, err := fs.parseInterleaved(args[1:], e.stdout)
+	if err != nil {
+		return err
 	}
 	if err := clientFlagsNotEmpty(fs, "action "+sub); err != nil {
 		return err
@@ -206,7 +200,6 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	*f = actionFlags{capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
 		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut}
 	cf.fill(f)
-	var err error
 	if err := f.findURL(fs); err != nil {
 		return err
 	}

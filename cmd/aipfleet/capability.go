@@ -92,15 +92,9 @@ func runCapability(ctx context.Context, c *command, e *env, args []string) error
 		return usagef("capability: unknown subcommand %q; use list or get", sub)
 	}
 	// Flags may come before or after get's capability ID.
-	var rest []string
-	for remaining := args[1:]; ; {
-		if err := fs.parse(remaining, e.stdout); err != nil {
-			return err
-		}
-		if remaining = fs.args(); len(remaining) == 0 {
-			break
-		}
-		rest, remaining = append(rest, remaining[0]), remaining[1:]
+	rest, err := fs.parseInterleaved(args[1:], e.stdout)
+	if err != nil {
+		return err
 	}
 	if err := clientFlagsNotEmpty(fs, "capability "+sub); err != nil {
 		return err

@@ -372,6 +372,22 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 	return err
 }
 
+// parseInterleaved parses args whose flags may come before, between or
+// after positional arguments (action get ID --url U), and returns the
+// positional arguments in order.
+func (f *flagSet) parseInterleaved(args []string, stdout io.Writer) ([]string, error) {
+	var rest []string
+	for remaining := args; ; {
+		if err := f.parse(remaining, stdout); err != nil {
+			return nil, err
+		}
+		if remaining = f.args(); len(remaining) == 0 {
+			return rest, nil
+		}
+		rest, remaining = append(rest, remaining[0]), remaining[1:]
+	}
+}
+
 // flagErrorText is the flag package's parse error with the flags spelled
 // as the help spells them (--name, not -name) and its "flag provided but
 // not defined" said plainly.
