@@ -280,7 +280,17 @@
 // (TASKER_ENABLE_WEBHOOKS=1) only a delivery that got no answer at all is
 // tried again. A refused delivery is lost: give every replica a
 // subscription's secret before the webhook points at the route, and read
-// bookings (booking.list) after an outage. A verified delivery is
+// bookings (booking.list) after an outage. Every refusal of a delivery
+// whose signature verified is logged at warn with its subscription,
+// trigger and why (a shape the route cannot read, such as MEETING_STARTED
+// or MEETING_ENDED from Cal.diy's scheduler; a createdAt out of the
+// window, with clock_offset, the replica's clock minus createdAt, and a
+// reminder to check the host's clock); so are an unknown subscription, a
+// body over 1 MiB and a signature that does not verify (what a
+// subscription missing from the replica or a secret differing from
+// Cal.diy's looks like). Each kind is logged at most once a minute, the
+// next line counting those not logged (not_logged_since:
+// webhook.Refusals). A verified delivery is
 // fenced against replays in the host's state store (namespace
 // aip.connector.cal_diy.webhook_replay.v1, key instance:<instance_id>,
 // ID = hex SHA-256 of subscription, version, signature and body; window

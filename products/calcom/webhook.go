@@ -11,12 +11,14 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
@@ -73,11 +75,27 @@ type delivery struct {
 // and records the delivery: check subscription → bounded body → headers →
 // signature (constant time) → JSON shape → createdAt window → fence →
 // publish → record.
+//
+// Every refusal of a delivery whose signature verified is logged at warn
+// (at most a line a minute of each kind, with the count of the others:
+// webhook.Refusals), since Cal.diy does not deliver it again; so are an
+// unknown subscription, a body over WebhookMaxBody and a signature that
+// does not verify, which is what a subscription missing from this replica
+// or a secret differing from Cal.diy's looks like.
 func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
+	refusals := &webhook.Refusals{Log: rc.Logger, Route: "cal-diy webhook"}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := c.cfg.Now()
 		sub := r.PathValue("subscription_id")
 		secret, ok := c.cfg.WebhookSecrets[sub]
 		if !subscriptionRE.MatchString(sub) || !ok {
+			// The ID is logged only when it has the syntax of one.
+			var args []any
+			if subscriptionRE.MatchString(sub) {
+				args = []any{"subscription_id", sub}
+			}
+			refusals.Warn(now, "unknown_subscription", "a delivery for a subscription this replica holds no secret for is refused; "+
+				"if Cal.diy sent it, add the subscription to --"+flagWebhookSecrets+" (the delivery is lost)", args...)
 			webhook.Fail(w, http.StatusNotFound, webhook.CodeInvalidDelivery, "unknown webhook subscription")
 			return
 		}
@@ -85,6 +103,8 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
+				refusals.Warn(now, "body_too_large", fmt.Sprintf("a delivery is refused unread: its body is larger than %d bytes "+
+					"(if Cal.diy sent it, the delivery is lost)", WebhookMaxBody), "subscription_id", sub)
 				webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge, fmt.Sprintf("the body is larger than %d bytes", WebhookMaxBody))
 			} else {
 				webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "the body could not be read")
@@ -104,20 +124,35 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "x-cal-webhook-version must be "+WebhookVersion)
 			return
 		case len(sig) != 2*sha256.Size || !webhook.EqualHex(webhook.HMACSHA256([]byte(secret.Reveal()), body), sig):
+			refusals.Warn(now, "authentication:"+sub, "a delivery is refused: its signature does not verify with the subscription's secret; "+
+				"if Cal.diy sent it, the webhook's secret differs from the subscription's file in --"+flagWebhookSecrets+" and the delivery is lost",
+				"subscription_id", sub)
 			webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "x-cal-signature-256 does not match the body")
 			return
 		}
 		if !utf8.Valid(body) {
+			refusals.Warn(now, "invalid_delivery", "a verified delivery is refused and lost: its body is not UTF-8", "subscription_id", sub)
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidUTF8, "the body is not UTF-8")
 			return
 		}
 		d, createdAt, msg := parseDelivery(body)
 		if msg != "" {
+			if slices.Contains(scheduledTriggers, d.TriggerEvent) {
+				refusals.Warn(now, "scheduled_trigger", fmt.Sprintf("a verified %s delivery is refused and lost: Cal.diy's scheduler sends %s "+
+					"without the payload the route reads; leave them out of the webhook's triggers (webhook.update)",
+					d.TriggerEvent, strings.Join(scheduledTriggers, " and ")),
+					"subscription_id", sub, "trigger_event", d.TriggerEvent, "reason", msg)
+			} else {
+				refusals.Warn(now, "invalid_delivery", "a verified delivery that cannot be mapped to an event is refused and lost",
+					"subscription_id", sub, "trigger_event", provider.Excerpt(d.TriggerEvent), "reason", msg)
+			}
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, msg)
 			return
 		}
-		now := c.cfg.Now()
 		if now.Sub(createdAt) > WebhookMaxAge {
+			refusals.Warn(now, "timestamp_old", fmt.Sprintf("a verified delivery is refused and lost: its createdAt is more than %s before this replica's clock "+
+				"(clock_offset: this replica's clock minus createdAt); if the offset is not the delivery's age, check this host's clock (NTP)", WebhookMaxAge),
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "clock_offset", now.Sub(createdAt).Round(time.Second).String())
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp, "createdAt is more than 24 hours old")
 			return
 		}
@@ -128,8 +163,9 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			// the same delivery is taken, so the answer asks for it
 			// again rather than saying never to. Cal.diy itself does not
 			// deliver again on any status (see the package comment).
-			rc.Logger.Warn("cal-diy webhook: a delivery's createdAt is ahead of this replica's clock; check the clock (NTP)",
-				"subscription_id", sub, "created_at", d.CreatedAt)
+			refusals.Warn(now, "timestamp_ahead", "a delivery's createdAt is ahead of this replica's clock; check the clock (NTP)",
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt,
+				"clock_offset", now.Sub(createdAt).Round(time.Second).String())
 			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeInvalidTimestamp,
 				"createdAt is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
 			return
@@ -148,10 +184,14 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		ev, err := event(sub, id, d, createdAt)
 		if err != nil {
+			refusals.Warn(now, "invalid_delivery", "a verified delivery that cannot be mapped to an event is refused and lost",
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "error", err)
 			webhook.Fail(w, http.StatusInternalServerError, webhook.CodeInvalidMapping, err.Error())
 			return
 		}
 		if raw, _ := json.Marshal(ev); len(raw) > hostsdk.MaxEventBytes {
+			refusals.Warn(now, "too_large", fmt.Sprintf("a verified delivery is refused and lost: its event is larger than %d bytes", hostsdk.MaxEventBytes),
+				"subscription_id", sub, "event_id", ev.ID, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "bytes", len(raw))
 			webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge,
 				fmt.Sprintf("the delivery maps to an event larger than %d bytes", hostsdk.MaxEventBytes))
 			return

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
@@ -419,5 +421,107 @@ func TestWebhookCreatedAtAheadOfClock(t *testing.T) {
 	old := deliveryBody("BOOKING_CREATED", time.Now().Add(-WebhookMaxAge-time.Hour), "bk_old")
 	if a := w.deliver(t, testSub, old, signed(old)); a.status != http.StatusBadRequest || a.code() != webhook.CodeInvalidTimestamp {
 		t.Fatalf("createdAt older than %s: %d %v, want 400 %s", WebhookMaxAge, a.status, a.body, webhook.CodeInvalidTimestamp)
+	}
+}
+
+// logBuffer is a log destination the test reads while the host writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// take returns the lines written since the last take that contain substr.
+func (b *logBuffer) take(substr string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	b.buf.Reset()
+	return out
+}
+
+// startLoggedWebhookHost is startWebhookHost whose host logs at warn and
+// above to the buffer it returns.
+func startLoggedWebhookHost(t *testing.T) (*webhookHost, *logBuffer) {
+	t.Helper()
+	mock := newMockCal(t)
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)},
+		func() time.Time { return now })
+	logs := &logBuffer{}
+	h := &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
+		cfg.Journal = j
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})}
+	logs.take("")
+	return &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}, logs
+}
+
+// TestWebhookRefusalsLogged: a verified delivery the route refused — a
+// trigger it cannot map (MEETING_STARTED, which Cal.diy's scheduler sends
+// without the payload member), a createdAt more than a day old, an event
+// too large — was answered without a log line, and Cal.diy does not
+// deliver it again: its event was lost without a trace on the replica.
+// Each is logged at warn with the subscription, the trigger and why; the
+// same refusal again within a minute is counted, not logged. A signature
+// that does not verify is logged too, rate-limited the same way.
+func TestWebhookRefusalsLogged(t *testing.T) {
+	w, logs := startLoggedWebhookHost(t)
+	for _, tc := range []struct {
+		name   string
+		body   []byte
+		status int
+		want   []string
+	}{
+		{"meeting started", []byte(`{"triggerEvent":"MEETING_STARTED","createdAt":"` + w.now.Add(-72*time.Hour).Format(time.RFC3339) +
+			`","uid":"bk_meet","title":"Intro"}`), 400,
+			[]string{"trigger_event=MEETING_STARTED", "leave them out of the webhook's triggers", "subscription_id=" + testSub}},
+		{"stale", deliveryBody("BOOKING_CREATED", w.now.Add(-25*time.Hour), "bk_stale"), 400,
+			[]string{"trigger_event=BOOKING_CREATED", "clock_offset=25h0m0s", "check this host's clock (NTP)"}},
+		{"unmappable", []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"yesterday","payload":{}}`), 400,
+			[]string{"cannot be mapped", "createdAt must be an RFC 3339 time"}},
+	} {
+		a := w.deliver(t, testSub, tc.body, signed(tc.body))
+		if a.status != tc.status {
+			t.Fatalf("%s: %d %v, want %d", tc.name, a.status, a.body, tc.status)
+		}
+		got := logs.take("cal-diy webhook")
+		if len(got) != 1 || !strings.Contains(got[0], "level=WARN") {
+			t.Fatalf("%s: logged %q, want one warning", tc.name, got)
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(got[0], s) {
+				t.Errorf("%s: logged %q, want %q in it", tc.name, got[0], s)
+			}
+		}
+		// The same refusal again within a minute: counted, not logged.
+		w.deliver(t, testSub, tc.body, signed(tc.body))
+		if got := logs.take("cal-diy webhook"); len(got) != 0 {
+			t.Errorf("%s: the same refusal again logged %q", tc.name, got)
+		}
+	}
+	forged := deliveryBody("BOOKING_CREATED", w.now, "bk_forged")
+	for range 2 {
+		if a := w.deliver(t, testSub, forged, map[string]string{"x-cal-signature-256": sign("other", forged), "x-cal-webhook-version": WebhookVersion}); a.status != 401 {
+			t.Fatalf("forged delivery: %d %v", a.status, a.body)
+		}
+	}
+	if got := logs.take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "subscription_id="+testSub) {
+		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
 	}
 }

@@ -228,7 +228,15 @@
 // (AgentBots::WebhookJob: 3 attempts, 3 s apart, the same delivery ID);
 // this route answers neither, so a delivery it refuses (503 included) is
 // lost: after an outage read the conversations (conversation.list,
-// message.list). Messages whose content_attributes carry
+// message.list). So every refusal of a delivery whose signature verified
+// is logged at warn with its delivery ID and why: a timestamp out of the
+// window (with clock_offset, the replica's clock minus the timestamp, and
+// a reminder to check the host's clock: a replica whose clock is more
+// than 300 s off refuses every delivery), another account, a body that
+// cannot be mapped; so is a signature that does not verify (what a secret
+// differing from Chatwoot's looks like). Each kind is logged at most once
+// a minute, the next line counting those not logged (not_logged_since:
+// webhook.Refusals). Messages whose content_attributes carry
 // aip_action_id (the connector's own) are accepted with no event (loop
 // prevention). Any other delivery becomes one event of kind
 // chatwoot.<event> on chatwoot-webhooks, its ID derived from the account

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -58,8 +59,15 @@ func (c *Connector) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hos
 	return []hostsdk.Route{{Pattern: http.MethodPost + " " + WebhookPath, Handler: c.webhookHandler(rc, fence)}}, nil
 }
 
+// webhookHandler verifies, fences, maps and publishes a delivery. Every
+// refusal of a delivery whose signature verified is logged at warn (at
+// most a line a minute of each kind, with the count of the others:
+// webhook.Refusals), since Chatwoot does not deliver it again; so is a
+// signature that does not verify, which is what a secret differing from
+// Chatwoot's looks like.
 func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
 	secret := []byte(c.cfg.WebhookSecret.Reveal())
+	refusals := &webhook.Refusals{Log: rc.Logger, Route: "chatwoot webhook"}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := webhook.ReadBody(w, r)
 		if !ok {
@@ -83,23 +91,41 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			return
 		}
 		hexSig, ok := strings.CutPrefix(sig, "sha256=")
+		now := c.cfg.Now()
 		if !ok || !webhook.EqualHex(webhook.HMACSHA256(secret, []byte(ts), []byte("."), body), hexSig) {
+			// Not verified: the header is a stranger's as much as
+			// Chatwoot's, so only its delivery ID (checked above) is
+			// logged, and the line is rate-limited.
+			refusals.Warn(now, "authentication", "a delivery is refused: its signature does not verify with this replica's webhook secret; "+
+				"if Chatwoot sent it, its webhook's secret differs from --"+flagWebhookSecret+" and the delivery is lost",
+				"delivery", delivery)
 			webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "the signature does not match")
 			return
 		}
-		now := c.cfg.Now()
 		sent := time.Unix(unix, 0)
 		if d := now.Sub(sent); d > MaxSkew || d < -MaxSkew {
+			refusals.Warn(now, "timestamp", fmt.Sprintf("a verified delivery is refused and lost: its timestamp is more than %s from this replica's clock "+
+				"(clock_offset: this replica's clock minus the timestamp); check this host's clock (NTP)", MaxSkew),
+				"delivery", delivery, "clock_offset", d.Round(time.Second).String(), "timestamp", sent.UTC().Format(time.RFC3339))
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
 				fmt.Sprintf("the timestamp is %s from now; at most %s is accepted", d.Round(time.Second), MaxSkew))
 			return
 		}
 		if !utf8.Valid(body) {
+			refusals.Warn(now, "invalid_delivery", "a verified delivery is refused and lost: its body is not UTF-8", "delivery", delivery)
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidUTF8, "the body is not UTF-8")
 			return
 		}
 		events, err := c.mapDelivery(delivery, sent, body)
 		if err != nil {
+			if errors.As(err, new(*accountError)) {
+				refusals.Warn(now, "account", "a verified delivery for another account is refused and lost: point the Chatwoot webhook "+
+					"at the route of the connector serving that account, or fix --"+flagAccountID,
+					"delivery", delivery, "reason", err.Error())
+			} else {
+				refusals.Warn(now, "invalid_delivery", "a verified delivery that cannot be mapped to an event is refused and lost",
+					"delivery", delivery, "reason", err.Error())
+			}
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, err.Error())
 			return
 		}
@@ -160,7 +186,7 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 		return nil, fmt.Errorf("the body has no event name (a lowercase word like message_created)")
 	}
 	if err := c.checkAccount(p); err != nil {
-		return nil, err
+		return nil, &accountError{err}
 	}
 	var attrs map[string]any
 	if raw, ok := p["content_attributes"]; ok && json.Unmarshal(raw, &attrs) == nil {
@@ -247,6 +273,13 @@ func trimPayload(p map[string]json.RawMessage) (json.RawMessage, []string, error
 func eventID(accountID int64, delivery string) string {
 	return hostsdk.DeriveEventID(time.Time{}, []byte("chatwoot"), []byte(strconv.FormatInt(accountID, 10)), []byte(delivery))
 }
+
+// accountError is a delivery refused for the account it names
+// (checkAccount).
+type accountError struct{ err error }
+
+func (e *accountError) Error() string { return e.err.Error() }
+func (e *accountError) Unwrap() error { return e.err }
 
 // checkAccount refuses a payload that names another account, or names
 // one it cannot read, in account.id or account_id (either may be absent,

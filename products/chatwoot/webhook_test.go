@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -450,5 +452,106 @@ func TestWebhookAcceptedWhenFenceRecordFails(t *testing.T) {
 	}
 	if n := e.pending(t); n != 1 {
 		t.Fatalf("outbox holds %d batches, want 1", n)
+	}
+}
+
+// logBuffer is a log destination the test reads while the host writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// take returns the lines written since the last take that contain substr.
+func (b *logBuffer) take(substr string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	b.buf.Reset()
+	return out
+}
+
+// newLoggedEnv is newEnv whose host logs at warn and above to the buffer
+// it returns.
+func newLoggedEnv(t *testing.T, edit func(*Config)) (*env, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	e := newEnvWithHost(t, edit, func(c *hostsdk.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	return e, logs
+}
+
+// TestWebhookRefusalsLogged: a verified delivery refused for its
+// timestamp (a replica whose clock is more than MaxSkew off refuses every
+// delivery) or for another account was answered without a log line, and
+// Chatwoot does not deliver it again: its event was lost without a trace
+// on the replica. Each is logged at warn with the delivery ID, why, and
+// for the clock the offset and what to check; a streak of the same
+// refusal is one line a minute with the count. A signature that does not
+// verify is logged too (a secret differing from Chatwoot's refuses every
+// delivery), rate-limited the same way.
+func TestWebhookRefusalsLogged(t *testing.T) {
+	t0 := time.Now().Truncate(time.Second)
+	clk := &clock{now: t0}
+	e, logs := newLoggedEnv(t, func(c *Config) { c.Now = clk.Now })
+	logs.take("") // the host's start
+
+	// This replica's clock is 7 minutes ahead of Chatwoot's.
+	if a := e.post(t, signed("dlv-skew-1", t0.Add(-7*time.Minute), incoming)); a.status != 400 || a.code() != webhook.CodeInvalidTimestamp {
+		t.Fatalf("delivery 7 minutes old: %d %v", a.status, a.body)
+	}
+	got := logs.take("chatwoot webhook")
+	if len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "delivery=dlv-skew-1") ||
+		!strings.Contains(got[0], "clock_offset=7m0s") || !strings.Contains(got[0], "check this host's clock (NTP)") {
+		t.Fatalf("refusal for the clock logged %q, want one warning with the delivery, the offset and what to check", got)
+	}
+	for i := range 3 {
+		e.post(t, signed(fmt.Sprintf("dlv-skew-%d", i+2), t0.Add(-7*time.Minute), incoming))
+	}
+	if got := logs.take("chatwoot webhook"); len(got) != 0 {
+		t.Fatalf("a streak of the same refusal logged %q, want nothing within %s", got, webhook.RefusalLogEvery)
+	}
+	clk.set(t0.Add(webhook.RefusalLogEvery))
+	e.post(t, signed("dlv-skew-5", t0.Add(webhook.RefusalLogEvery-7*time.Minute), incoming))
+	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-skew-5") || !strings.Contains(got[0], "not_logged_since=3") {
+		t.Fatalf("the streak a minute later logged %q, want one line counting the 3 not logged", got)
+	}
+
+	now := clk.Now()
+	other := strings.Replace(incoming, `"account":{"id":7`, `"account":{"id":8`, 1)
+	if a := e.post(t, signed("dlv-acct", now, other)); a.status != 400 || a.code() != webhook.CodeInvalidDelivery {
+		t.Fatalf("delivery for account 8: %d %v", a.status, a.body)
+	}
+	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-acct") ||
+		!strings.Contains(got[0], "another account") || !strings.Contains(got[0], "account 8") {
+		t.Fatalf("refusal for another account logged %q", got)
+	}
+	if a := e.post(t, signed("dlv-notjson", now, `[1]`)); a.status != 400 {
+		t.Fatalf("delivery that is not an object: %d %v", a.status, a.body)
+	}
+	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-notjson") || !strings.Contains(got[0], "cannot be mapped") {
+		t.Fatalf("refusal of an unmappable delivery logged %q", got)
+	}
+
+	forged := signed("dlv-forged", now, incoming)
+	forged.sig = "sha256=" + strings.Repeat("0", 64)
+	for range 2 {
+		if a := e.post(t, forged); a.status != 401 {
+			t.Fatalf("forged delivery: %d %v", a.status, a.body)
+		}
+	}
+	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "--chatwoot-webhook-secret-file") {
+		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
 	}
 }

@@ -321,7 +321,16 @@
 // JSON it signs, with a 5 s timeout, and never delivers it again: any
 // error answer, or none, is recorded as a failed call in its audit log.
 // A delivery this route refuses is lost; after an outage read the
-// records (record.list with a filter on updatedAt).
+// records (record.list with a filter on updatedAt). So every refusal of a
+// delivery whose signature verified is logged at warn with what names it
+// (event_name, webhook_id, event_date, record_id) and why: a timestamp
+// out of the window (with clock_offset, the replica's clock minus the
+// timestamp, and a reminder to check the host's clock: a replica whose
+// clock is more than five minutes off refuses every delivery), another
+// workspace, a payload that cannot be mapped or cut down to fit; so is a
+// signature that does not verify (what a secret differing from Twenty's
+// looks like). Each kind is logged at most once a minute, the next line
+// counting those not logged (not_logged_since: webhook.Refusals).
 //
 // # Not covered
 //

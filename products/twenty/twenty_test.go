@@ -67,6 +67,14 @@ func newEnvWith(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(
 // set.
 func newEnvJournal(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(*Connector), wrap func(*sqliteruntime.Journal) journal.Journal) *env {
 	t.Helper()
+	return newEnvHost(t, edit, editConn, wrap, nil)
+}
+
+// newEnvHost is newEnvJournal with editHost applied to the host's config
+// too, when set.
+func newEnvHost(t *testing.T, edit func(v hostsdk.SettingValues), editConn func(*Connector), wrap func(*sqliteruntime.Journal) journal.Journal,
+	editHost func(*hostsdk.Config)) *env {
+	t.Helper()
 	m := newMock(t)
 	v := hostsdk.SettingValues{
 		FlagBaseURL:          m.srv.URL,
@@ -101,6 +109,9 @@ func newEnvJournal(t *testing.T, edit func(v hostsdk.SettingValues), editConn fu
 		cfg.Journal = j
 		if wrap != nil {
 			cfg.Journal = wrap(j)
+		}
+		if editHost != nil {
+			editHost(cfg)
 		}
 	})
 	return e

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
@@ -65,7 +67,7 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	if c.cfg.WebhookSecret.Empty() {
 		return nil, nil
 	}
-	h := &webhookHandler{c: c, rc: rc, fence: &webhook.Fence{
+	h := &webhookHandler{c: c, rc: rc, refusals: &webhook.Refusals{Log: rc.Logger, Route: "twenty webhook"}, fence: &webhook.Fence{
 		Namespace: ReplayNamespace,
 		Key:       "instance:" + rc.Tenant.InstanceID,
 		Window:    2 * MaxSkew,
@@ -78,6 +80,11 @@ type webhookHandler struct {
 	c     *Connector
 	rc    *hostsdk.RouteContext
 	fence *webhook.Fence
+	// refusals logs every refusal of a verified delivery, which Twenty
+	// does not deliver again, and signatures that do not verify (a
+	// secret differing from Twenty's), a line a minute of each kind at
+	// most.
+	refusals *webhook.Refusals
 }
 
 // payload is what a delivery's body must hold; the whole body becomes the
@@ -116,22 +123,38 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, HeaderNonce+" must be 32 hex digits")
 		return
 	}
+	now := h.c.cfg.Now()
 	mac := webhook.HMACSHA256([]byte(h.c.cfg.WebhookSecret.Reveal()), []byte(ts), []byte(":"), body)
 	if !signaturePattern.MatchString(sig) || !webhook.EqualHex(mac, sig) {
+		h.refusals.Warn(now, "authentication", "a delivery is refused: its signature does not verify with this replica's webhook secret; "+
+			"if Twenty sent it, its webhook's secret differs from --"+FlagWebhookSecretFile+" and the delivery is lost")
 		webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "the signature does not match")
 		return
 	}
-	now := h.c.cfg.Now()
 	// The skew is computed in milliseconds: now.Sub of a timestamp
 	// centuries away saturates at the smallest time.Duration, whose
 	// absolute value is still negative. ms >= 0, so this cannot overflow.
 	ms, err := strconv.ParseInt(ts, 10, 64)
 	if skew := now.UnixMilli() - ms; err != nil || skew > MaxSkew.Milliseconds() || skew < -MaxSkew.Milliseconds() {
+		// A Duration holds ±292 years; a timestamp further away is
+		// given in milliseconds.
+		offset := "beyond int64 milliseconds"
+		switch {
+		case err != nil:
+		case skew > -math.MaxInt64/int64(time.Millisecond) && skew < math.MaxInt64/int64(time.Millisecond):
+			offset = (time.Duration(skew) * time.Millisecond).Round(time.Second).String()
+		default:
+			offset = strconv.FormatInt(skew, 10) + "ms"
+		}
+		h.refusals.Warn(now, "timestamp", fmt.Sprintf("a verified delivery is refused and lost: its timestamp is more than %s from this replica's clock "+
+			"(clock_offset: this replica's clock minus the timestamp); check this host's clock (NTP)", MaxSkew),
+			append(identify(body), "clock_offset", offset, "timestamp", ts)...)
 		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp,
 			fmt.Sprintf("the timestamp is more than %d ms away from the host's clock", MaxSkew.Milliseconds()))
 		return
 	}
 	if !utf8.Valid(body) {
+		h.refusals.Warn(now, "invalid_delivery", "a verified delivery is refused and lost: its body is not UTF-8", identify(body)...)
 		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidUTF8, "the body is not UTF-8")
 		return
 	}
@@ -149,8 +172,15 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "this delivery was already received")
 		return
 	}
-	ev, msg := h.event(body)
+	ev, otherWorkspace, msg := h.event(body)
 	if ev == nil {
+		if otherWorkspace {
+			h.refusals.Warn(now, "workspace", "a verified delivery for another workspace is refused and lost: point that workspace's webhook "+
+				"at the route of the connector serving it, or fix --"+FlagWorkspaceID, append(identify(body), "reason", msg)...)
+		} else {
+			h.refusals.Warn(now, "invalid_delivery", "a verified delivery that cannot be mapped to an event is refused and lost",
+				append(identify(body), "reason", msg)...)
+		}
 		webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, msg)
 		return
 	}
@@ -159,6 +189,8 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// lost, so its payload is cut down to fit instead.
 		data, err := trimPayload(body)
 		if err != nil {
+			h.refusals.Warn(now, "too_large", "a verified delivery is refused and lost: its event is too large even with its payload cut down",
+				append(identify(body), "event_id", ev.ID, "bytes", len(raw), "error", err)...)
 			webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge,
 				fmt.Sprintf("the delivery makes an event of %d bytes; at most %d", len(raw), hostsdk.MaxEventBytes))
 			return
@@ -187,30 +219,54 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	webhook.Accepted(w, 1, false)
 }
 
-// event maps a verified body to its event, or says why it cannot.
-func (h *webhookHandler) event(body []byte) (*aip.Event, string) {
+// event maps a verified body to its event, or says why it cannot
+// (otherWorkspace: the payload names another workspace).
+func (h *webhookHandler) event(body []byte) (ev *aip.Event, otherWorkspace bool, msg string) {
 	var p payload
 	if err := json.Unmarshal(body, &p); err != nil {
-		return nil, "the body is not a JSON object with eventName, workspaceId, webhookId and eventDate: " + err.Error()
+		return nil, false, "the body is not a JSON object with eventName, workspaceId, webhookId and eventDate: " + err.Error()
 	}
 	switch {
 	case !eventNamePattern.MatchString(p.EventName):
-		return nil, fmt.Sprintf("eventName %q is not an event name like person.created", p.EventName)
+		return nil, false, fmt.Sprintf("eventName %q is not an event name like person.created", p.EventName)
 	case !uuidPattern.MatchString(p.WorkspaceID) || !strings.EqualFold(p.WorkspaceID, h.c.cfg.WorkspaceID):
-		return nil, fmt.Sprintf("workspaceId %q is not this connector's workspace", p.WorkspaceID)
+		return nil, true, fmt.Sprintf("workspaceId %q is not this connector's workspace", p.WorkspaceID)
 	case !uuidPattern.MatchString(p.WebhookID):
-		return nil, fmt.Sprintf("webhookId %q is not a UUID", p.WebhookID)
+		return nil, false, fmt.Sprintf("webhookId %q is not a UUID", p.WebhookID)
 	}
 	at, err := time.Parse(time.RFC3339Nano, p.EventDate)
 	if err != nil {
-		return nil, fmt.Sprintf("eventDate %q is not an RFC 3339 time", p.EventDate)
+		return nil, false, fmt.Sprintf("eventDate %q is not an RFC 3339 time", p.EventDate)
 	}
 	return &aip.Event{
 		ID:         EventID(h.c.cfg.WorkspaceID, p.WebhookID, body, at),
 		Kind:       "twenty." + p.EventName,
 		OccurredAt: aip.At(at),
 		Data:       json.RawMessage(body),
-	}, ""
+	}, false, ""
+}
+
+// identify returns what a log line names a verified delivery by, as far
+// as its body holds them: event_name, webhook_id, event_date and
+// record_id (each an excerpt), so that an operator can read a refused
+// delivery's record through the API.
+func identify(body []byte) []any {
+	var p struct {
+		EventName string `json:"eventName"`
+		WebhookID string `json:"webhookId"`
+		EventDate string `json:"eventDate"`
+		Record    struct {
+			ID string `json:"id"`
+		} `json:"record"`
+	}
+	_ = json.Unmarshal(body, &p)
+	var out []any
+	for _, kv := range [][2]string{{"event_name", p.EventName}, {"webhook_id", p.WebhookID}, {"event_date", p.EventDate}, {"record_id", p.Record.ID}} {
+		if kv[1] != "" {
+			out = append(out, kv[0], provider.Excerpt(kv[1]))
+		}
+	}
+	return out
 }
 
 // EventID is a delivery's event ID (hostsdk.DeriveEventID): its time is the

@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -441,5 +443,89 @@ func TestTrimPayloadBeyondRecord(t *testing.T) {
 	}
 	if string(p["payload_omitted"]) != `["updatedFields"]` || p["updatedFields"] != nil || !strings.Contains(string(p["record"]), `"notes"`) {
 		t.Errorf("trimmed payload %s", data)
+	}
+}
+
+// logBuffer is a log destination the test reads while the host writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// take returns the lines written since the last take that contain substr.
+func (b *logBuffer) take(substr string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	b.buf.Reset()
+	return out
+}
+
+// TestWebhookRefusalsLogged: a verified delivery refused for its
+// timestamp (a replica whose clock is more than MaxSkew off refuses every
+// delivery) or for another workspace was answered without a log line,
+// and Twenty does not deliver it again: its event was lost without a
+// trace on the replica. Each is logged at warn with what identifies the
+// delivery, why, and for the clock the offset and what to check; a
+// streak of the same refusal is not a line a delivery. A signature that
+// does not verify is logged too, rate-limited the same way.
+func TestWebhookRefusalsLogged(t *testing.T) {
+	logs := &logBuffer{}
+	e := newEnvHost(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+	}, nil, nil, func(c *hostsdk.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	logs.take("")
+	const recordID = "00000000-0000-4000-8000-000000000001"
+
+	// This replica's clock is 7 minutes ahead of Twenty's.
+	sent := time.Now().Add(-7 * time.Minute)
+	body := payloadJSON("person.created", workspace, webhookID, sent.UTC().Format(time.RFC3339))
+	if status, code, _ := e.post(t, newDelivery(body, sent), ""); status != 400 || code != webhook.CodeInvalidTimestamp {
+		t.Fatalf("delivery 7 minutes old: %d %s", status, code)
+	}
+	got := logs.take("twenty webhook")
+	if len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "clock_offset=7m0s") ||
+		!strings.Contains(got[0], "check this host's clock (NTP)") || !strings.Contains(got[0], "record_id="+recordID) ||
+		!strings.Contains(got[0], "event_name=person.created") {
+		t.Fatalf("refusal for the clock logged %q, want one warning with the delivery, the offset and what to check", got)
+	}
+	e.post(t, newDelivery(body, sent.Add(time.Second)), "")
+	if got := logs.take("twenty webhook"); len(got) != 0 {
+		t.Fatalf("a second refusal for the clock logged %q, want nothing within %s", got, webhook.RefusalLogEvery)
+	}
+
+	const otherWorkspace = "11111111-2222-4333-8444-555555555555"
+	now := time.Now()
+	other := payloadJSON("person.created", otherWorkspace, webhookID, now.UTC().Format(time.RFC3339))
+	if status, code, _ := e.post(t, newDelivery(other, now), ""); status != 400 || code != webhook.CodeInvalidDelivery {
+		t.Fatalf("delivery for another workspace: %d %s", status, code)
+	}
+	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "another workspace") ||
+		!strings.Contains(got[0], otherWorkspace) || !strings.Contains(got[0], "record_id="+recordID) {
+		t.Fatalf("refusal for another workspace logged %q", got)
+	}
+
+	forged := newDelivery(payloadJSON("person.created", workspace, webhookID, now.UTC().Format(time.RFC3339)), now)
+	forged.signature = strings.Repeat("0", 64)
+	for range 2 {
+		if status, _, _ := e.post(t, forged, ""); status != 401 {
+			t.Fatalf("forged delivery: %d", status)
+		}
+	}
+	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "--twenty-webhook-secret-file") {
+		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
 	}
 }

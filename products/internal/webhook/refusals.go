@@ -1,0 +1,71 @@
+package webhook
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// RefusalLogEvery is the least time between two log lines of one kind of
+// refusal on one route (see Refusals).
+const RefusalLogEvery = time.Minute
+
+// Refusals logs a route's refusals at warn without flooding the log, as
+// the dispatcher logs its failed hops: the first refusal of a kind is
+// logged at once; those of the same kind within RefusalLogEvery of the
+// last line are only counted, and the next line of that kind carries
+// their count as not_logged_since. A replica whose clock is off, or a
+// product sending for another account, has every delivery refused: the
+// log says so once a minute with the count, rather than once a delivery
+// or never; a stranger posting forged deliveries costs at most a line a
+// minute. Kinds are the route's own constants, never taken from a
+// request, so the state stays small. A Refusals is safe for concurrent
+// use; its zero value with Log and Route set is ready.
+//
+// The products that send the deliveries (Cal.diy, Chatwoot, Twenty) do
+// not deliver a refused delivery again, so for a delivery the route
+// verified the line is where its lost event is found.
+type Refusals struct {
+	// Log receives the lines.
+	Log *slog.Logger
+	// Route prefixes every line ("chatwoot webhook").
+	Route string
+
+	mu   sync.Mutex
+	last map[string]*refusalState
+}
+
+type refusalState struct {
+	at         time.Time
+	suppressed int
+}
+
+// Warn logs Route+": "+msg with args at warn, unless a refusal of kind
+// was logged within RefusalLogEvery before now: then it only counts it.
+// A line after such refusals carries their number as not_logged_since. A
+// now before the last line (the clock was set back, as when a replica's
+// clock is corrected) logs at once.
+func (r *Refusals) Warn(now time.Time, kind, msg string, args ...any) {
+	r.mu.Lock()
+	st := r.last[kind]
+	if st != nil {
+		if d := now.Sub(st.at); d >= 0 && d < RefusalLogEvery {
+			st.suppressed++
+			r.mu.Unlock()
+			return
+		}
+	} else {
+		if r.last == nil {
+			r.last = map[string]*refusalState{}
+		}
+		st = &refusalState{}
+		r.last[kind] = st
+	}
+	suppressed := st.suppressed
+	st.at, st.suppressed = now, 0
+	r.mu.Unlock()
+	if suppressed > 0 {
+		args = append(args[:len(args):len(args)], "not_logged_since", suppressed)
+	}
+	r.Log.Warn(r.Route+": "+msg, args...)
+}
