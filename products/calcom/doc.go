@@ -270,8 +270,7 @@
 // webhook.invalid_timestamp, more than 5 minutes ahead of this replica's
 // clock 503 webhook.invalid_timestamp (the replica's clock may be the
 // wrong one, and a warning says to check it, as for any event time ahead
-// of the clock); body larger than 1 MiB, or an event larger
-// than hostsdk.MaxEventBytes, 413 webhook.too_large; outbox
+// of the clock); body larger than 1 MiB 413 webhook.too_large; outbox
 // not accepting 503 webhook.storage_unavailable. Cal.diy delivers a
 // webhook again for none of these answers, 503 included: sendPayload
 // (packages/features/webhooks/lib/sendPayload.ts) returns the answer's
@@ -300,7 +299,15 @@
 // kind cal_diy.<trigger event lowercased> (data: subscription_id,
 // trigger_event, created_at, webhook_version, payload) whose ID is derived
 // from the fence ID and whose occurred_at is createdAt, so a redelivery
-// past the fence still stores one batch.
+// past the fence still stores one batch. A payload whose event would
+// exceed hostsdk.MaxEventBytes (256 KiB: a booking with long notes or
+// many responses) is cut down to 192 KiB rather than refused, as
+// Chatwoot's and Twenty's routes do (webhook.TrimPayload): its largest
+// members are left out, largest first, never uid, bookingId, eventTypeId,
+// type, startTime, endTime and status; payload_omitted lists what was
+// left out, payload_bytes and payload_sha256 describe the payload as
+// delivered, and booking.get reads the rest. The event ID stays the whole
+// delivery's.
 //
 // # Not covered
 //

@@ -183,17 +183,17 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			return
 		}
 		ev, err := event(sub, id, d, createdAt)
+		if errors.Is(err, errEventTooLarge) {
+			refusals.Warn(now, "too_large", fmt.Sprintf("a verified delivery is refused and lost: its event is larger than %d bytes even with its payload cut down", hostsdk.MaxEventBytes),
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "error", err)
+			webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge,
+				fmt.Sprintf("the delivery maps to an event larger than %d bytes", hostsdk.MaxEventBytes))
+			return
+		}
 		if err != nil {
 			refusals.Warn(now, "invalid_delivery", "a verified delivery that cannot be mapped to an event is refused and lost",
 				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "error", err)
 			webhook.Fail(w, http.StatusInternalServerError, webhook.CodeInvalidMapping, err.Error())
-			return
-		}
-		if raw, _ := json.Marshal(ev); len(raw) > hostsdk.MaxEventBytes {
-			refusals.Warn(now, "too_large", fmt.Sprintf("a verified delivery is refused and lost: its event is larger than %d bytes", hostsdk.MaxEventBytes),
-				"subscription_id", sub, "event_id", ev.ID, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "bytes", len(raw))
-			webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge,
-				fmt.Sprintf("the delivery maps to an event larger than %d bytes", hostsdk.MaxEventBytes))
 			return
 		}
 		if _, err := rc.Events.Publish(ctx, WebhookChannel, ev); err != nil {
@@ -247,28 +247,62 @@ func fenceID(sub, version, sig string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// payloadTrim is how a payload too large for one event is cut down
+// (webhook.TrimPayload): its largest members are left out, largest first
+// (a long description or notes, the responses, the attendees), never
+// those that name the booking, which let a consumer read the rest
+// (booking.get).
+var payloadTrim = webhook.Trim{Keep: []string{"uid", "bookingId", "eventTypeId", "type", "startTime", "endTime", "status"}}
+
 // event maps a verified delivery to its event. The ID is derived from the
 // fence ID (a UUIDv7 shape whose time is createdAt), and occurred_at is
 // createdAt, so a redelivery maps to the same event and the host's outbox
-// stores it once.
+// stores it once. A payload whose event would exceed hostsdk.MaxEventBytes
+// is cut down to webhook.MaxInlinePayload (payloadTrim), since Cal.diy
+// does not deliver a refused delivery again: payload_omitted names what
+// was left out, payload_bytes and payload_sha256 describe the payload as
+// delivered; the ID stays the whole delivery's.
 func event(sub, fence string, d delivery, createdAt time.Time) (aip.Event, error) {
-	data, err := json.Marshal(map[string]any{
+	data := map[string]any{
 		"subscription_id": sub,
 		"trigger_event":   d.TriggerEvent,
 		"created_at":      d.CreatedAt,
 		"webhook_version": WebhookVersion,
 		"payload":         d.Payload,
-	})
-	if err != nil {
-		return aip.Event{}, fmt.Errorf("map the delivery: %w", err)
 	}
-	return aip.Event{
+	ev := aip.Event{
 		ID:         eventID(fence, createdAt),
 		Kind:       "cal_diy." + strings.ToLower(d.TriggerEvent),
 		OccurredAt: aip.At(createdAt),
-		Data:       data,
-	}, nil
+	}
+	var err error
+	if ev.Data, err = json.Marshal(data); err != nil {
+		return aip.Event{}, fmt.Errorf("map the delivery: %w", err)
+	}
+	if raw, _ := json.Marshal(ev); len(raw) <= hostsdk.MaxEventBytes {
+		return ev, nil
+	}
+	payload, omitted, err := webhook.TrimPayload(d.Payload, webhook.MaxInlinePayload, payloadTrim)
+	if err != nil {
+		return aip.Event{}, fmt.Errorf("%w: %w", errEventTooLarge, err)
+	}
+	sum := sha256.Sum256(d.Payload)
+	data["payload"] = payload
+	data["payload_omitted"] = omitted
+	data["payload_bytes"] = len(d.Payload)
+	data["payload_sha256"] = hex.EncodeToString(sum[:])
+	if ev.Data, err = json.Marshal(data); err != nil {
+		return aip.Event{}, fmt.Errorf("map the delivery: %w", err)
+	}
+	if raw, _ := json.Marshal(ev); len(raw) > hostsdk.MaxEventBytes {
+		return aip.Event{}, fmt.Errorf("%w: %d bytes with its payload cut down", errEventTooLarge, len(raw))
+	}
+	return ev, nil
 }
+
+// errEventTooLarge is a delivery whose event exceeds hostsdk.MaxEventBytes
+// even with its payload cut down to the members that name the booking.
+var errEventTooLarge = errors.New("the delivery's event is too large")
 
 // eventID is the delivery's event ID (hostsdk.DeriveEventID): its time is the
 // delivery's createdAt, its other bits derive from the fence ID.

@@ -3,6 +3,7 @@ package calcom
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -164,8 +165,7 @@ func TestWebhook(t *testing.T) {
 		{"unknown subscription", "sub-2", first, nil, 404, webhook.CodeInvalidDelivery},
 		{"invalid subscription", "-sub", first, nil, 404, webhook.CodeInvalidDelivery},
 		{"too large", testSub, bytes.Repeat([]byte("a"), WebhookMaxBody+1), nil, 413, webhook.CodeTooLarge},
-		{"event too large", testSub, []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"` + created.Format(time.RFC3339) +
-			`","payload":{"notes":"` + strings.Repeat("n", 300<<10) + `"}}`), nil, 413, webhook.CodeTooLarge},
+		// An event too large is cut down to fit (TestWebhookEventTooLarge).
 	}
 	for _, tc := range refused {
 		h := tc.headers
@@ -523,5 +523,65 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	}
 	if got := logs.take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "subscription_id="+testSub) {
 		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
+	}
+}
+
+// TestWebhookEventTooLarge: a delivery whose event would exceed
+// hostsdk.MaxEventBytes (a booking with long notes or many responses,
+// within the route's 1 MiB body limit) was refused 413, and Cal.diy does
+// not deliver again, so the booking's event was lost. Its payload is cut
+// down to fit as Chatwoot's and Twenty's routes do: its largest members
+// left out and named, the members naming the booking kept, the payload as
+// delivered described by its size and digest; the event ID stays the
+// whole delivery's.
+func TestWebhookEventTooLarge(t *testing.T) {
+	w := startWebhookHost(t)
+	created := w.now.Add(-time.Minute)
+	payload := `{"uid":"bk_long","bookingId":101,"title":"Intro","startTime":"2050-09-05T09:00:00Z",` +
+		`"description":"` + strings.Repeat("d", 400<<10) + `","responses":{"notes":"` + strings.Repeat("n", 300<<10) + `"}}`
+	body := []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"` + created.Format(time.RFC3339Nano) + `","payload":` + payload + `}`)
+	if len(body) > WebhookMaxBody {
+		t.Fatalf("the test's body is %d bytes, over the route's limit", len(body))
+	}
+	if a := w.deliver(t, testSub, body, signed(body)); a.status != 200 || a.body["accepted_events"] != float64(1) {
+		t.Fatalf("delivery of a %d-byte booking: %d %v, want 200", len(body), a.status, a.body)
+	}
+	entries, err := w.j.ClaimEvents(hostsdktest.Context(t), time.Now().Add(time.Hour), time.Minute, 10)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("%d outbox batches (%v), want 1", len(entries), err)
+	}
+	var evs []aip.Event
+	if err := json.Unmarshal(entries[0].Events, &evs); err != nil || len(evs) != 1 {
+		t.Fatalf("batch %.200s: %v", entries[0].Events, err)
+	}
+	ev := evs[0]
+	if want := eventID(fenceID(testSub, WebhookVersion, sign(testSecret, body), body), created); ev.ID != want {
+		t.Errorf("event ID %s, want %s (the whole delivery's)", ev.ID, want)
+	}
+	if raw, _ := json.Marshal(ev); len(raw) > hostsdk.MaxEventBytes {
+		t.Errorf("the event is %d bytes", len(raw))
+	}
+	var data struct {
+		TriggerEvent string `json:"trigger_event"`
+		Payload      struct {
+			UID         string          `json:"uid"`
+			BookingID   int             `json:"bookingId"`
+			Title       string          `json:"title"`
+			StartTime   string          `json:"startTime"`
+			Description json.RawMessage `json:"description"`
+			Responses   json.RawMessage `json:"responses"`
+		} `json:"payload"`
+		Omitted []string `json:"payload_omitted"`
+		Bytes   int      `json:"payload_bytes"`
+		SHA256  string   `json:"payload_sha256"`
+	}
+	if err := json.Unmarshal(ev.Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(payload))
+	if data.TriggerEvent != "BOOKING_CREATED" || data.Payload.UID != "bk_long" || data.Payload.BookingID != 101 || data.Payload.Title != "Intro" ||
+		data.Payload.StartTime == "" || data.Payload.Description != nil || data.Payload.Responses != nil ||
+		strings.Join(data.Omitted, ",") != "description,responses" || data.Bytes != len(payload) || data.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("data %+v", data)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -40,10 +39,6 @@ const (
 	FenceNamespace = "aip.connector.chatwoot.webhook_replay.v1"
 	FenceWindow    = 2 * MaxSkew
 	FenceCapacity  = 10000
-	// maxInlinePayload is the largest webhook payload copied into an
-	// event's data; larger ones are cut down to it (trimPayload; an
-	// event is at most hostsdk.MaxEventBytes).
-	maxInlinePayload = 192 << 10
 )
 
 var eventName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
@@ -198,11 +193,11 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 	if id, ok := conversationOf(event, body, p); ok {
 		data["conversation_id"] = id
 	}
-	if len(body) <= maxInlinePayload {
+	if len(body) <= webhook.MaxInlinePayload {
 		data["payload"] = json.RawMessage(body)
 	} else {
 		sum := sha256.Sum256(body)
-		payload, omitted, err := trimPayload(p)
+		payload, omitted, err := webhook.TrimPayload(body, webhook.MaxInlinePayload, payloadTrim)
 		if err != nil {
 			return nil, err
 		}
@@ -221,49 +216,14 @@ func (c *Connector) mapDelivery(delivery string, sent time.Time, body []byte) ([
 	}}, nil
 }
 
-// trimPayload returns a payload larger than maxInlinePayload cut down to
-// fit, and the members it left out: first conversation.messages, where
-// Chatwoot repeats the conversation's last message (in a message event,
-// the message itself), then the largest members, largest first (a long
-// message's content, the conversation). What stays (the event, the
+// payloadTrim is how a payload larger than webhook.MaxInlinePayload is
+// cut down to fit: first without conversation.messages, where Chatwoot
+// repeats the conversation's last message (in a message event, the
+// message itself), then without its largest members, largest first (a
+// long message's content, the conversation). What stays (the event, the
 // message, conversation and sender IDs) lets a consumer read the rest
 // through the API.
-func trimPayload(p map[string]json.RawMessage) (json.RawMessage, []string, error) {
-	q := maps.Clone(p)
-	omitted := []string{}
-	var conv map[string]json.RawMessage
-	if json.Unmarshal(q["conversation"], &conv) == nil {
-		if _, ok := conv["messages"]; ok {
-			delete(conv, "messages")
-			raw, err := json.Marshal(conv)
-			if err != nil {
-				return nil, nil, err
-			}
-			q["conversation"] = raw
-			omitted = append(omitted, "conversation.messages")
-		}
-	}
-	for {
-		raw, err := json.Marshal(q)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(raw) <= maxInlinePayload {
-			return raw, omitted, nil
-		}
-		largest := ""
-		for k, v := range q {
-			if k != "event" && (largest == "" || len(v) > len(q[largest]) || len(v) == len(q[largest]) && k < largest) {
-				largest = k
-			}
-		}
-		if largest == "" { // the event name alone: cannot happen under the bound
-			return raw, omitted, nil
-		}
-		delete(q, largest)
-		omitted = append(omitted, largest)
-	}
-}
+var payloadTrim = webhook.Trim{First: []string{"conversation.messages"}, Keep: []string{"event"}}
 
 // eventID returns the delivery's event ID: "evt_" and the first 16 bytes
 // of SHA-256("chatwoot" NUL account NUL delivery) with the UUIDv7 version

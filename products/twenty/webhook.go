@@ -46,10 +46,6 @@ const (
 	ReplayCapacity  = 10_000
 	// maxTimestampDigits bounds the timestamp header.
 	maxTimestampDigits = 32
-	// maxInlinePayload is the largest payload an event's data carries
-	// whole; a delivery whose event would exceed hostsdk.MaxEventBytes
-	// has its payload cut down to it (trimPayload).
-	maxInlinePayload = 192 << 10
 )
 
 var (
@@ -279,67 +275,30 @@ func EventID(workspaceID, webhookID string, body []byte, at time.Time) string {
 }
 
 // trimPayload returns the data of an event whose payload is too large to
-// carry whole: the payload without its largest members, largest first,
-// until it is at most maxInlinePayload bytes: the record's fields (a
+// carry whole: the payload cut down to webhook.MaxInlinePayload by
+// leaving out its largest members, largest first: the record's fields (a
 // note's or task's body, a rich text field) but its id, and the payload's
 // members but eventName, workspaceId, webhookId, eventDate, objectMetadata
 // and record; payload_omitted lists what was left out ("record.bodyV2", ...),
 // payload_bytes and payload_sha256 describe the whole body. The record's
 // id lets a consumer read the rest through the API.
 func trimPayload(body []byte) (json.RawMessage, error) {
+	trimmed, omitted, err := webhook.TrimPayload(body, webhook.MaxInlinePayload, webhook.Trim{
+		Keep:  []string{"eventName", "workspaceId", "webhookId", "eventDate", "objectMetadata", "record"},
+		Inner: "record", InnerKeep: []string{"id"},
+	})
+	if err != nil {
+		return nil, err
+	}
 	var p map[string]json.RawMessage
-	if err := json.Unmarshal(body, &p); err != nil {
+	if err := json.Unmarshal(trimmed, &p); err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(body)
-	omitted := []string{}
-	var record map[string]json.RawMessage
-	if json.Unmarshal(p["record"], &record) != nil {
-		record = nil
-	}
-	keep := map[string]bool{"eventName": true, "workspaceId": true, "webhookId": true, "eventDate": true, "objectMetadata": true, "record": true}
-	for {
-		if record != nil {
-			raw, err := json.Marshal(record)
-			if err != nil {
-				return nil, err
-			}
-			p["record"] = raw
-		}
-		raw, err := json.Marshal(p)
-		if err != nil {
-			return nil, err
-		}
-		if len(raw) <= maxInlinePayload {
-			p["payload_omitted"], _ = json.Marshal(omitted)
-			p["payload_bytes"], _ = json.Marshal(len(body))
-			p["payload_sha256"], _ = json.Marshal(hex.EncodeToString(sum[:]))
-			return json.Marshal(p)
-		}
-		rk, pk := largest(record, map[string]bool{"id": true}), largest(p, keep)
-		switch {
-		case rk != "" && (pk == "" || len(record[rk]) >= len(p[pk])):
-			delete(record, rk)
-			omitted = append(omitted, "record."+rk)
-		case pk != "":
-			delete(p, pk)
-			omitted = append(omitted, pk)
-		default:
-			return nil, fmt.Errorf("the payload is %d bytes without its record's fields", len(raw))
-		}
-	}
-}
-
-// largest returns the key of m's largest value not in keep (the first in
-// order among equals), or "" when there is none.
-func largest(m map[string]json.RawMessage, keep map[string]bool) string {
-	best := ""
-	for k, v := range m {
-		if !keep[k] && (best == "" || len(v) > len(m[best]) || len(v) == len(m[best]) && k < best) {
-			best = k
-		}
-	}
-	return best
+	p["payload_omitted"], _ = json.Marshal(omitted)
+	p["payload_bytes"], _ = json.Marshal(len(body))
+	p["payload_sha256"], _ = json.Marshal(hex.EncodeToString(sum[:]))
+	return json.Marshal(p)
 }
 
 // replayKey is hex sha256(timestamp ":" signature ":" body).

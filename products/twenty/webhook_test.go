@@ -337,7 +337,7 @@ func TestWebhookEventTooLarge(t *testing.T) {
 		len(data.Omitted) != 1 || data.Omitted[0] != "record.bodyV2" || data.Bytes != len(body) || data.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Errorf("data %+v", data)
 	}
-	if len(ev.Data) > maxInlinePayload+1024 {
+	if len(ev.Data) > webhook.MaxInlinePayload+1024 {
 		t.Errorf("data is %d bytes", len(ev.Data))
 	}
 }
