@@ -21,6 +21,10 @@ const (
 	flagBearerTokenFile  = "cal-diy-bearer-token-file"
 	flagMaxResponseBytes = "cal-diy-max-response-bytes"
 	flagWebhookSecrets   = "cal-diy-webhook-secret-files"
+	// flagPreviousWebhookSecrets holds, for some of the subscriptions of
+	// flagWebhookSecrets, the secret being replaced while Cal.diy
+	// switches to the new one.
+	flagPreviousWebhookSecrets = "cal-diy-webhook-previous-secret-files"
 	// flagSubscriberPrefixes lists the HTTPS URL prefixes webhook.create
 	// and webhook.update may register (deny by default).
 	flagSubscriberPrefixes = "cal-diy-webhook-subscriber-prefixes"
@@ -50,6 +54,9 @@ var Product = products.Product{
 		{Flag: flagWebhookSecrets, Env: "AIP_CAL_DIY_WEBHOOK_SECRET_FILES",
 			Usage: "comma list of SUBSCRIPTION_ID=FILE: each file holds one webhook subscription's signing secret; " +
 				"enables POST /webhooks/cal-diy/{subscription_id}"},
+		{Flag: flagPreviousWebhookSecrets, Env: "AIP_CAL_DIY_WEBHOOK_PREVIOUS_SECRET_FILES",
+			Usage: "comma list of SUBSCRIPTION_ID=FILE: each file holds the secret being replaced of a subscription of --" + flagWebhookSecrets +
+				", also accepted while Cal.diy switches to the new one; remove the entry once the switch is done"},
 		{Flag: flagSubscriberPrefixes, Env: "AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES",
 			Usage: "comma list of https URL prefixes ending in / that webhook.create/update and event_type.webhook.create/update may register " +
 				"as <prefix><subscription_id>; empty (the default) refuses every subscriber URL"},
@@ -70,7 +77,11 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	if err != nil {
 		return nil, err
 	}
-	secrets, err := parseWebhookSecrets(v[flagWebhookSecrets])
+	secrets, err := parseWebhookSecrets(flagWebhookSecrets, "AIP_CAL_DIY_WEBHOOK_SECRET_FILES", v[flagWebhookSecrets])
+	if err != nil {
+		return nil, err
+	}
+	previous, err := parseWebhookSecrets(flagPreviousWebhookSecrets, "AIP_CAL_DIY_WEBHOOK_PREVIOUS_SECRET_FILES", v[flagPreviousWebhookSecrets])
 	if err != nil {
 		return nil, err
 	}
@@ -79,19 +90,21 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 		return nil, err
 	}
 	return New(Config{
-		BaseURL:            base,
-		Token:              token,
-		MaxResponseBytes:   v.Int(flagMaxResponseBytes),
-		WebhookSecrets:     secrets,
-		SubscriberPrefixes: prefixes,
-		Logger:             logger,
+		BaseURL:                base,
+		Token:                  token,
+		MaxResponseBytes:       v.Int(flagMaxResponseBytes),
+		WebhookSecrets:         secrets,
+		PreviousWebhookSecrets: previous,
+		SubscriberPrefixes:     prefixes,
+		Logger:                 logger,
 	})
 }
 
-// parseWebhookSecrets reads --cal-diy-webhook-secret-files: an empty
-// value is no webhook route.
-func parseWebhookSecrets(raw string) (map[string]provider.Secret, error) {
-	const what = "--" + flagWebhookSecrets + " (AIP_CAL_DIY_WEBHOOK_SECRET_FILES)"
+// parseWebhookSecrets reads --cal-diy-webhook-secret-files (an empty
+// value is no webhook route) or --cal-diy-webhook-previous-secret-files,
+// named flag and env.
+func parseWebhookSecrets(flag, env, raw string) (map[string]provider.Secret, error) {
+	what := "--" + flag + " (" + env + ")"
 	if strings.TrimSpace(raw) == "" {
 		return nil, nil
 	}
@@ -131,6 +144,11 @@ type Config struct {
 	// WebhookSecrets maps a webhook subscription ID to its signing secret.
 	// Without any, the webhook route is not mounted.
 	WebhookSecrets map[string]provider.Secret
+	// PreviousWebhookSecrets maps some of WebhookSecrets' subscription
+	// IDs to the secret being replaced, which verifies deliveries too
+	// while Cal.diy switches to the subscription's secret. Webhook
+	// creates and updates send WebhookSecrets' secret, never these.
+	PreviousWebhookSecrets map[string]provider.Secret
 	// SubscriberPrefixes are the https URL prefixes (each ending in /)
 	// that webhook and event type webhook creates and updates may register, followed by a
 	// subscription ID. None: every subscriber URL is refused.
@@ -160,6 +178,17 @@ func New(cfg Config) (*Connector, error) {
 			return nil, fmt.Errorf("calcom: webhook subscription %q needs a valid ID and a secret; fix --%s", id, flagWebhookSecrets)
 		}
 	}
+	for id, s := range cfg.PreviousWebhookSecrets {
+		cur, ok := cfg.WebhookSecrets[id]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("calcom: --%s names subscription %q, which --%s does not: give the subscription's new secret there and the one it replaces here", flagPreviousWebhookSecrets, id, flagWebhookSecrets)
+		case s.Empty():
+			return nil, fmt.Errorf("calcom: webhook subscription %q needs a previous secret; fix --%s", id, flagPreviousWebhookSecrets)
+		case s.Reveal() == cur.Reveal():
+			return nil, fmt.Errorf("calcom: --%s holds the same secret for subscription %q as --%s: give it the secret being replaced, or leave the subscription out", flagPreviousWebhookSecrets, id, flagWebhookSecrets)
+		}
+	}
 	if len(cfg.SubscriberPrefixes) > MaxSubscriberPrefixes {
 		return nil, fmt.Errorf("calcom: --%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): more than %d prefixes", flagSubscriberPrefixes, MaxSubscriberPrefixes)
 	}
@@ -178,8 +207,11 @@ func New(cfg Config) (*Connector, error) {
 	// The signing secrets webhook creates and updates send in their
 	// bodies are credentials too: an error quoting an echoed body
 	// redacts them like the API key.
-	secrets := make([]provider.Secret, 0, len(cfg.WebhookSecrets))
+	secrets := make([]provider.Secret, 0, len(cfg.WebhookSecrets)+len(cfg.PreviousWebhookSecrets))
 	for _, s := range cfg.WebhookSecrets {
+		secrets = append(secrets, s)
+	}
+	for _, s := range cfg.PreviousWebhookSecrets {
 		secrets = append(secrets, s)
 	}
 	client, err := provider.New(provider.Config{

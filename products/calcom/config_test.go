@@ -53,6 +53,17 @@ func TestNewFromSettings(t *testing.T) {
 		!slices.Equal(c.cfg.SubscriberPrefixes, []string{"https://aip.example.com/webhooks/cal-diy/", "https://aip.example.com:8443/"}) {
 		t.Fatalf("config %+v", c.cfg)
 	}
+	// A previous secret for a subscription, during a switch.
+	old := writeFile(t, dir, "whsec-old", "whsec_previous", 0o600)
+	prev := hostsdk.SettingValues{}
+	for k, v := range ok {
+		prev[k] = v
+	}
+	prev[flagPreviousWebhookSecrets] = testSub + "=" + old
+	if conn, err := Product.New(prev, nil); err != nil || conn.(*Connector).cfg.PreviousWebhookSecrets[testSub].Reveal() != "whsec_previous" ||
+		len(conn.(*Connector).cfg.PreviousWebhookSecrets) != 1 {
+		t.Fatalf("previous secret: %v", err)
+	}
 	// Without the setting no subscriber URL is allowed.
 	none := hostsdk.SettingValues{flagBaseURL: "https://api.cal.com", flagBearerTokenFile: token}
 	if conn, err := Product.New(none, nil); err != nil || len(conn.(*Connector).cfg.SubscriberPrefixes) != 0 {
@@ -91,6 +102,13 @@ func TestNewFromSettings(t *testing.T) {
 		{"webhook ID twice", with(flagWebhookSecrets, "a="+secret+",a="+secret2), []string{"--cal-diy-webhook-secret-files", "twice"}},
 		{"webhook secret readable by group", with(flagWebhookSecrets, "a="+openSecret), []string{"--cal-diy-webhook-secret-files", "subscription a", "chmod"}},
 		{"webhook secret missing", with(flagWebhookSecrets, "a="+filepath.Join(dir, "nope")), []string{"--cal-diy-webhook-secret-files", "subscription a"}},
+		{"previous secret of an unknown subscription", with(flagPreviousWebhookSecrets, "nope="+secret2),
+			[]string{"--cal-diy-webhook-previous-secret-files", `subscription "nope"`, "--cal-diy-webhook-secret-files does not"}},
+		{"previous secret the same", with(flagPreviousWebhookSecrets, testSub+"="+secret),
+			[]string{"--cal-diy-webhook-previous-secret-files", "the same secret"}},
+		{"previous secret readable by group", with(flagPreviousWebhookSecrets, testSub+"="+openSecret),
+			[]string{"--cal-diy-webhook-previous-secret-files", "subscription " + testSub, "chmod"}},
+		{"previous entry without file", with(flagPreviousWebhookSecrets, testSub), []string{"--cal-diy-webhook-previous-secret-files", "SUBSCRIPTION_ID=FILE"}},
 		{"http subscriber prefix", with(flagSubscriberPrefixes, "http://aip.example.com/hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "https"}},
 		{"loopback http subscriber prefix", with(flagSubscriberPrefixes, "http://127.0.0.1/hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "https"}},
 		{"subscriber prefix without /", with(flagSubscriberPrefixes, "https://aip.example.com/hooks"), []string{"--cal-diy-webhook-subscriber-prefixes", "ends with /"}},

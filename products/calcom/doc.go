@@ -192,13 +192,18 @@
 //	--cal-diy-max-response-bytes / AIP_CAL_DIY_MAX_RESPONSE_BYTES largest answer read (default 8 MiB, at most 64 MiB)
 //	--cal-diy-webhook-secret-files / AIP_CAL_DIY_WEBHOOK_SECRET_FILES
 //	                                                           comma list of SUBSCRIPTION_ID=FILE (optional)
+//	--cal-diy-webhook-previous-secret-files / AIP_CAL_DIY_WEBHOOK_PREVIOUS_SECRET_FILES
+//	                                                           comma list of SUBSCRIPTION_ID=FILE: the secret being
+//	                                                           replaced of a subscription of the secret files, verified
+//	                                                           too while Cal.diy switches (optional)
 //	--cal-diy-webhook-subscriber-prefixes / AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES
 //	                                                           comma list of https URL prefixes ending in / that
 //	                                                           webhook.create/update and event_type.webhook.create/update
 //	                                                           may register (optional; none: deny)
 //
 // New refuses a missing or non-https base URL, an unreadable, empty or
-// group/other-readable secret file, malformed subscription entries, and
+// group/other-readable secret file, malformed subscription entries, a
+// previous secret for a subscription without a secret or equal to it, and
 // subscriber prefixes that are not https, carry user information, a
 // query, a fragment, escapes or dot segments, or whose path does not end
 // with / (more than 32 are refused too), naming the setting to fix.
@@ -261,7 +266,12 @@
 // POST /webhooks/cal-diy/{subscription_id} (body at most 1 MiB) and the
 // manifest declares the channel cal-diy-webhooks. A delivery needs
 // x-cal-signature-256, exactly 64 hex digits of HMAC-SHA256(subscription
-// secret, raw body) compared in constant time, and x-cal-webhook-version
+// secret, raw body) compared in constant time (with the subscription's
+// previous secret too, when --cal-diy-webhook-previous-secret-files gives
+// one, both always computed; a delivery verified by the previous secret is
+// logged at info when it starts a streak, and the first verified by the
+// current one after such a streak too: webhook.Secrets; webhook creates
+// and updates send only the current secret), and x-cal-webhook-version
 // 2021-10-20; its body is {triggerEvent, createdAt, payload} with createdAt
 // at most 24 hours old and at most 5 minutes ahead. Answers: unknown
 // subscription 404; missing header 400 webhook.missing_header; bad

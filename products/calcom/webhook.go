@@ -61,7 +61,14 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	// after it was received: the fence remembers it that long.
 	fence := &webhook.Fence{Namespace: ReplayNamespace, Key: "instance:" + rc.Tenant.InstanceID,
 		Window: WebhookMaxAge + WebhookMaxSkew, Capacity: ReplayCapacity, EvictOldest: true}
-	return []hostsdk.Route{{Pattern: WebhookRoute, Handler: c.webhookHandler(rc, fence)}}, nil
+	secrets := make(map[string]*webhook.Secrets, len(c.cfg.WebhookSecrets))
+	for id, s := range c.cfg.WebhookSecrets {
+		secrets[id] = &webhook.Secrets{Current: []byte(s.Reveal()), PreviousSetting: "the " + id + " entry of --" + flagPreviousWebhookSecrets}
+		if p, ok := c.cfg.PreviousWebhookSecrets[id]; ok {
+			secrets[id].Previous = []byte(p.Reveal())
+		}
+	}
+	return []hostsdk.Route{{Pattern: WebhookRoute, Handler: c.webhookHandler(rc, fence, secrets)}}, nil
 }
 
 // delivery is a Cal.diy webhook body.
@@ -82,12 +89,12 @@ type delivery struct {
 // unknown subscription, a body over WebhookMaxBody and a signature that
 // does not verify, which is what a subscription missing from this replica
 // or a secret differing from Cal.diy's looks like.
-func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
+func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence, secrets map[string]*webhook.Secrets) http.Handler {
 	refusals := &webhook.Refusals{Log: rc.Logger, Route: "cal-diy webhook"}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := c.cfg.Now()
 		sub := r.PathValue("subscription_id")
-		secret, ok := c.cfg.WebhookSecrets[sub]
+		secret, ok := secrets[sub]
 		if !subscriptionRE.MatchString(sub) || !ok {
 			// The ID is logged only when it has the syntax of one.
 			var args []any
@@ -123,9 +130,12 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		case version != WebhookVersion:
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "x-cal-webhook-version must be "+WebhookVersion)
 			return
-		case len(sig) != 2*sha256.Size || !webhook.EqualHex(webhook.HMACSHA256([]byte(secret.Reveal()), body), sig):
+		case len(sig) != 2*sha256.Size || !secret.Verify(rc.Logger, "cal-diy webhook", func(secret []byte) bool {
+			return webhook.EqualHex(webhook.HMACSHA256(secret, body), sig)
+		}, "subscription_id", sub):
 			refusals.Warn(now, "authentication:"+sub, "a delivery is refused: its signature does not verify with the subscription's secret; "+
-				"if Cal.diy sent it, the webhook's secret differs from the subscription's file in --"+flagWebhookSecrets+" and the delivery is lost",
+				"if Cal.diy sent it, the webhook's secret differs from the subscription's file in --"+flagWebhookSecrets+
+				" (and --"+flagPreviousWebhookSecrets+") and the delivery is lost",
 				"subscription_id", sub)
 			webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "x-cal-signature-256 does not match the body")
 			return

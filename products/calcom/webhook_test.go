@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -583,5 +584,71 @@ func TestWebhookEventTooLarge(t *testing.T) {
 		data.Payload.StartTime == "" || data.Payload.Description != nil || data.Payload.Responses != nil ||
 		strings.Join(data.Omitted, ",") != "description,responses" || data.Bytes != len(payload) || data.SHA256 != hex.EncodeToString(sum[:]) {
 		t.Errorf("data %+v", data)
+	}
+}
+
+// TestWebhookPreviousSecret: while a Cal.diy webhook switches to a new
+// secret, deliveries signed with the previous one were refused 401 (each
+// subscription had one secret) and lost, since Cal.diy does not deliver
+// them again. With the subscription in
+// --cal-diy-webhook-previous-secret-files both verify; the previous one's
+// use is logged at info once, and so is the first delivery with the
+// current secret after it; any other signature is still refused, and
+// webhook creates and updates still send the current secret.
+func TestWebhookPreviousSecret(t *testing.T) {
+	const oldSecret = "whsec_previous_9876"
+	mock := newMockCal(t)
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	conn := newConnectorWith(t, mock.srv.URL, func(c *Config) {
+		c.WebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(testSecret)}
+		c.PreviousWebhookSecrets = map[string]provider.Secret{testSub: provider.NewSecret(oldSecret)}
+		c.Now = func() time.Time { return now }
+		c.SubscriberPrefixes = []string{"https://aip.example.com/webhooks/cal-diy/"}
+	})
+	logs := &logBuffer{}
+	h := &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
+		cfg.Journal = j
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})}
+	w := &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}
+	logs.take("")
+	n := 0
+	deliverWith := func(secret string) webhookAnswer {
+		n++
+		body := deliveryBody("BOOKING_CREATED", now.Add(-time.Minute), fmt.Sprintf("bk_%d", n))
+		return w.deliver(t, testSub, body, map[string]string{"x-cal-signature-256": sign(secret, body), "x-cal-webhook-version": WebhookVersion})
+	}
+	for range 2 {
+		if a := deliverWith(oldSecret); a.status != 200 || a.body["duplicate"] != nil {
+			t.Fatalf("delivery signed with the previous secret: %d %v, want accepted", a.status, a.body)
+		}
+	}
+	if got := logs.take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "subscription_id="+testSub) ||
+		!strings.Contains(got[0], "previous webhook secret (the "+testSub+" entry of --cal-diy-webhook-previous-secret-files)") {
+		t.Fatalf("two deliveries with the previous secret logged %q, want one info line", got)
+	}
+	for range 2 {
+		if a := deliverWith(testSecret); a.status != 200 {
+			t.Fatalf("delivery signed with the current secret: %d %v", a.status, a.body)
+		}
+	}
+	if got := logs.take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "the product has switched") {
+		t.Fatalf("deliveries with the current secret after the previous logged %q, want one info line", got)
+	}
+	if a := deliverWith("whsec_someone_else"); a.status != 401 || a.code() != webhook.CodeAuthenticationFailed {
+		t.Fatalf("delivery signed with another secret: %d %v, want 401", a.status, a.body)
+	}
+	if n := w.pending(t); n != 4 {
+		t.Fatalf("%d outbox batches, want 4", n)
+	}
+	// A webhook pointed at the subscription is given the current secret.
+	body := map[string]any{"subscriberUrl": "https://aip.example.com/webhooks/cal-diy/" + testSub, "triggers": []any{"BOOKING_CREATED"}}
+	if perr := conn.prepareWebhook(body, false); perr != nil || body["secret"] != testSecret {
+		t.Fatalf("webhook create for the subscription: %v, secret sent %v, want the current one", perr, body["secret"])
 	}
 }

@@ -49,12 +49,15 @@ const (
 
 // Setting flags.
 const (
-	flagBaseURL          = "chatwoot-base-url"
-	flagAccountID        = "chatwoot-account-id"
-	flagTokenFile        = "chatwoot-api-token-file"
-	flagWebhookSecret    = "chatwoot-webhook-secret-file"
-	flagMaxResponseBytes = "chatwoot-max-response-bytes"
-	flagOperationsFile   = "chatwoot-operations-file"
+	flagBaseURL       = "chatwoot-base-url"
+	flagAccountID     = "chatwoot-account-id"
+	flagTokenFile     = "chatwoot-api-token-file"
+	flagWebhookSecret = "chatwoot-webhook-secret-file"
+	// flagPreviousWebhookSecret holds the secret being replaced while
+	// Chatwoot switches to the one of flagWebhookSecret.
+	flagPreviousWebhookSecret = "chatwoot-webhook-previous-secret-file"
+	flagMaxResponseBytes      = "chatwoot-max-response-bytes"
+	flagOperationsFile        = "chatwoot-operations-file"
 )
 
 // Product is Chatwoot as cmd/aip-host runs it.
@@ -70,6 +73,8 @@ var Product = products.Product{
 			Usage: "owner-only file holding the Chatwoot api_access_token"},
 		{Flag: flagWebhookSecret, Env: "AIP_CHATWOOT_WEBHOOK_SECRET_FILE",
 			Usage: "owner-only file holding the webhook signing secret; omit for an outbound-only host without POST " + WebhookPath},
+		{Flag: flagPreviousWebhookSecret, Env: "AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE",
+			Usage: "owner-only file holding the webhook secret being replaced, also accepted while Chatwoot switches to the one of --" + flagWebhookSecret + "; remove it once the switch is done"},
 		{Flag: flagMaxResponseBytes, Env: "AIP_CHATWOOT_MAX_RESPONSE_BYTES", Kind: hostsdk.SettingInt, Min: 1024, Max: MaxMaxResponseBytes,
 			Usage: "largest Chatwoot response read, in bytes (default 16 MiB)"},
 		{Flag: flagOperationsFile, Env: "AIP_CHATWOOT_OPERATIONS_FILE",
@@ -96,6 +101,11 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	}
 	if p := v[flagWebhookSecret]; p != "" {
 		if cfg.WebhookSecret, err = provider.ReadSecret("--"+flagWebhookSecret, p); err != nil {
+			return nil, err
+		}
+	}
+	if p := v[flagPreviousWebhookSecret]; p != "" {
+		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+flagPreviousWebhookSecret, p); err != nil {
 			return nil, err
 		}
 	}
@@ -169,6 +179,10 @@ type Config struct {
 	Token provider.Secret
 	// WebhookSecret signs webhook deliveries; empty means no webhook route.
 	WebhookSecret provider.Secret
+	// PreviousWebhookSecret, when not empty, verifies deliveries too:
+	// the secret being replaced, while Chatwoot switches to
+	// WebhookSecret. It needs WebhookSecret.
+	PreviousWebhookSecret provider.Secret
 	// MaxResponseBytes bounds a response (0: DefaultMaxResponseBytes).
 	MaxResponseBytes int64
 	// Operations are the catalogue suffixes admitted (nil: all but the
@@ -210,6 +224,14 @@ func New(cfg Config) (*Connector, error) {
 	}
 	if cfg.MaxResponseBytes < 1024 || cfg.MaxResponseBytes > MaxMaxResponseBytes {
 		return nil, fmt.Errorf("--%s: %d; want 1024 to %d bytes", flagMaxResponseBytes, cfg.MaxResponseBytes, MaxMaxResponseBytes)
+	}
+	switch {
+	case cfg.PreviousWebhookSecret.Empty():
+	case cfg.WebhookSecret.Empty():
+		return nil, fmt.Errorf("--%s is set without --%s: give the new secret as --%s and the one it replaces as --%s",
+			flagPreviousWebhookSecret, flagWebhookSecret, flagWebhookSecret, flagPreviousWebhookSecret)
+	case cfg.PreviousWebhookSecret.Reveal() == cfg.WebhookSecret.Reveal():
+		return nil, fmt.Errorf("--%s holds the same secret as --%s: give it the secret being replaced, or leave it out", flagPreviousWebhookSecret, flagWebhookSecret)
 	}
 	ops, err := checkOperations(cfg.Operations)
 	if err != nil {

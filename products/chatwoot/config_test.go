@@ -154,12 +154,13 @@ func TestNewFromSettings(t *testing.T) {
 
 func TestSettingNames(t *testing.T) {
 	want := map[string]string{
-		"chatwoot-base-url":            "AIP_CHATWOOT_BASE_URL",
-		"chatwoot-account-id":          "AIP_CHATWOOT_ACCOUNT_ID",
-		"chatwoot-api-token-file":      "AIP_CHATWOOT_API_TOKEN_FILE",
-		"chatwoot-webhook-secret-file": "AIP_CHATWOOT_WEBHOOK_SECRET_FILE",
-		"chatwoot-max-response-bytes":  "AIP_CHATWOOT_MAX_RESPONSE_BYTES",
-		"chatwoot-operations-file":     "AIP_CHATWOOT_OPERATIONS_FILE",
+		"chatwoot-base-url":                     "AIP_CHATWOOT_BASE_URL",
+		"chatwoot-account-id":                   "AIP_CHATWOOT_ACCOUNT_ID",
+		"chatwoot-api-token-file":               "AIP_CHATWOOT_API_TOKEN_FILE",
+		"chatwoot-webhook-secret-file":          "AIP_CHATWOOT_WEBHOOK_SECRET_FILE",
+		"chatwoot-webhook-previous-secret-file": "AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE",
+		"chatwoot-max-response-bytes":           "AIP_CHATWOOT_MAX_RESPONSE_BYTES",
+		"chatwoot-operations-file":              "AIP_CHATWOOT_OPERATIONS_FILE",
 	}
 	if len(Product.Settings) != len(want) {
 		t.Errorf("%d settings, want %d", len(Product.Settings), len(want))
@@ -167,6 +168,62 @@ func TestSettingNames(t *testing.T) {
 	for _, s := range Product.Settings {
 		if want[s.Flag] != s.Env {
 			t.Errorf("setting --%s has variable %s, want %s", s.Flag, s.Env, want[s.Flag])
+		}
+	}
+}
+
+// TestPreviousWebhookSecretSetting: the previous secret is read from its
+// owner-only file as the secret is, and refused without a secret or when
+// it is the same secret, naming the settings.
+func TestPreviousWebhookSecretSetting(t *testing.T) {
+	base := map[string]string{
+		"AIP_CHATWOOT_BASE_URL":            "https://chat.example.com",
+		"AIP_CHATWOOT_ACCOUNT_ID":          "7",
+		"AIP_CHATWOOT_API_TOKEN_FILE":      writeFile(t, "token", testToken, 0o600),
+		"AIP_CHATWOOT_WEBHOOK_SECRET_FILE": writeFile(t, "secret", testSecret, 0o600),
+	}
+	load := func(edit map[string]string) (*Connector, error) {
+		t.Helper()
+		env := map[string]string{}
+		for k, v := range base {
+			env[k] = v
+		}
+		for k, v := range edit {
+			if v == "" {
+				delete(env, k)
+			} else {
+				env[k] = v
+			}
+		}
+		v, err := settings(t, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := Product.New(v, nil)
+		if err != nil {
+			return nil, err
+		}
+		return conn.(*Connector), nil
+	}
+	c, err := load(map[string]string{"AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE": writeFile(t, "old", "cw-old-secret", 0o600)})
+	if err != nil || c.cfg.PreviousWebhookSecret.Reveal() != "cw-old-secret" {
+		t.Fatalf("previous secret: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit map[string]string
+		want string
+	}{
+		{"group-readable", map[string]string{"AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE": writeFile(t, "open", "cw-old-secret", 0o644)},
+			"--chatwoot-webhook-previous-secret-file"},
+		{"without a secret", map[string]string{"AIP_CHATWOOT_WEBHOOK_SECRET_FILE": "",
+			"AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE": writeFile(t, "old", "cw-old-secret", 0o600)},
+			"--chatwoot-webhook-previous-secret-file is set without --chatwoot-webhook-secret-file"},
+		{"the same secret", map[string]string{"AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE": writeFile(t, "same", testSecret, 0o600)},
+			"holds the same secret as --chatwoot-webhook-secret-file"},
+	} {
+		if _, err := load(tc.edit); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), testSecret) {
+			t.Errorf("%s: %v, want an error with %q and no secret", tc.name, err, tc.want)
 		}
 	}
 }

@@ -169,6 +169,9 @@
 //	--chatwoot-account-id          AIP_CHATWOOT_ACCOUNT_ID          positive integer
 //	--chatwoot-api-token-file      AIP_CHATWOOT_API_TOKEN_FILE      owner-only file, sent as the api_access_token header
 //	--chatwoot-webhook-secret-file AIP_CHATWOOT_WEBHOOK_SECRET_FILE owner-only file; omit for an outbound-only host (no route)
+//	--chatwoot-webhook-previous-secret-file AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE
+//	                               owner-only file with the secret being replaced, verified too
+//	                               while Chatwoot switches (see Webhooks); needs the secret file
 //	--chatwoot-max-response-bytes  AIP_CHATWOOT_MAX_RESPONSE_BYTES  default 16 MiB, at most 128 MiB
 //	--chatwoot-operations-file     AIP_CHATWOOT_OPERATIONS_FILE     JSON array of catalogue suffixes (≤128 KiB, not group/world-writable);
 //	                                                                default: all but agent.create|update|delete
@@ -196,7 +199,13 @@
 // POST /webhooks/chatwoot (body ≤ 4 MiB) needs X-Chatwoot-Delivery (1 to
 // 512 printable ASCII), X-Chatwoot-Timestamp (integer Unix seconds) and
 // X-Chatwoot-Signature "sha256=" + hex(HMAC-SHA256(secret, timestamp + "."
-// + raw body)), compared in constant time. Answers: a missing header 400
+// + raw body)), compared in constant time with the webhook secret and,
+// when --chatwoot-webhook-previous-secret-file is set, with that one too
+// (both are always computed): during a rotation Chatwoot may sign with
+// either. A delivery verified by the previous secret is logged at info
+// when it starts a streak, and the first verified by the current secret
+// after such a streak too (Chatwoot has switched: remove the previous
+// setting once no delivery needs it; webhook.Secrets). Answers: a missing header 400
 // webhook.missing_header; a bad timestamp, or one more than 300 s from
 // now, 400 webhook.invalid_timestamp; a wrong signature 401
 // webhook.authentication_failed; a body that is not UTF-8 400

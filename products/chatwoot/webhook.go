@@ -61,7 +61,10 @@ func (c *Connector) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hos
 // signature that does not verify, which is what a secret differing from
 // Chatwoot's looks like.
 func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
-	secret := []byte(c.cfg.WebhookSecret.Reveal())
+	secrets := &webhook.Secrets{Current: []byte(c.cfg.WebhookSecret.Reveal()), PreviousSetting: "--" + flagPreviousWebhookSecret}
+	if !c.cfg.PreviousWebhookSecret.Empty() {
+		secrets.Previous = []byte(c.cfg.PreviousWebhookSecret.Reveal())
+	}
 	refusals := &webhook.Refusals{Log: rc.Logger, Route: "chatwoot webhook"}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := webhook.ReadBody(w, r)
@@ -87,12 +90,15 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		hexSig, ok := strings.CutPrefix(sig, "sha256=")
 		now := c.cfg.Now()
-		if !ok || !webhook.EqualHex(webhook.HMACSHA256(secret, []byte(ts), []byte("."), body), hexSig) {
+		verified := ok && secrets.Verify(rc.Logger, "chatwoot webhook", func(secret []byte) bool {
+			return webhook.EqualHex(webhook.HMACSHA256(secret, []byte(ts), []byte("."), body), hexSig)
+		}, "delivery", delivery)
+		if !verified {
 			// Not verified: the header is a stranger's as much as
 			// Chatwoot's, so only its delivery ID (checked above) is
 			// logged, and the line is rate-limited.
 			refusals.Warn(now, "authentication", "a delivery is refused: its signature does not verify with this replica's webhook secret; "+
-				"if Chatwoot sent it, its webhook's secret differs from --"+flagWebhookSecret+" and the delivery is lost",
+				"if Chatwoot sent it, its webhook's secret differs from --"+flagWebhookSecret+" (and --"+flagPreviousWebhookSecret+") and the delivery is lost",
 				"delivery", delivery)
 			webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "the signature does not match")
 			return

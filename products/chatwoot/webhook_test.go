@@ -481,13 +481,13 @@ func (b *logBuffer) take(substr string) []string {
 	return out
 }
 
-// newLoggedEnv is newEnv whose host logs at warn and above to the buffer
+// newLoggedEnv is newEnv whose host logs at info and above to the buffer
 // it returns.
 func newLoggedEnv(t *testing.T, edit func(*Config)) (*env, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
 	e := newEnvWithHost(t, edit, func(c *hostsdk.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	return e, logs
 }
@@ -553,5 +553,52 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	}
 	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "--chatwoot-webhook-secret-file") {
 		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
+	}
+}
+
+// TestWebhookPreviousSecret: while Chatwoot switches to a new secret,
+// deliveries it signed with the previous one were refused 401 (each
+// route took one secret) and lost, since Chatwoot does not deliver them
+// again. With --chatwoot-webhook-previous-secret-file both verify; the
+// previous one's use is logged at info once, and so is the first delivery
+// with the current secret after it (the switch is done); any other
+// signature is still refused.
+func TestWebhookPreviousSecret(t *testing.T) {
+	const oldSecret = "cw-old-secret-xyz"
+	e, logs := newLoggedEnv(t, func(c *Config) { c.PreviousWebhookSecret = provider.NewSecret(oldSecret) })
+	logs.take("")
+	now := time.Now()
+	n := 0
+	signedWith := func(secret, id string) delivery {
+		n++ // each at another second: another signature
+		at := now.Add(time.Duration(n) * time.Second)
+		d := signed(id, at, incoming)
+		ts := strconv.FormatInt(at.Unix(), 10)
+		d.sig = "sha256=" + hex.EncodeToString(webhook.HMACSHA256([]byte(secret), []byte(ts), []byte("."), []byte(incoming)))
+		return d
+	}
+	for _, id := range []string{"dlv-old-1", "dlv-old-2"} {
+		if a := e.post(t, signedWith(oldSecret, id)); a.status != 200 || a.body["duplicate"] != nil {
+			t.Fatalf("%s signed with the previous secret: %d %v, want accepted", id, a.status, a.body)
+		}
+	}
+	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "delivery=dlv-old-1") ||
+		!strings.Contains(got[0], "previous webhook secret (--chatwoot-webhook-previous-secret-file)") {
+		t.Fatalf("two deliveries with the previous secret logged %q, want one info line", got)
+	}
+	for _, id := range []string{"dlv-new-1", "dlv-new-2"} {
+		if a := e.post(t, signedWith(testSecret, id)); a.status != 200 {
+			t.Fatalf("%s signed with the current secret: %d %v", id, a.status, a.body)
+		}
+	}
+	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "delivery=dlv-new-1") ||
+		!strings.Contains(got[0], "the product has switched") {
+		t.Fatalf("deliveries with the current secret after the previous logged %q, want one info line", got)
+	}
+	if a := e.post(t, signedWith("cw-other-secret", "dlv-other")); a.status != 401 || a.code() != webhook.CodeAuthenticationFailed {
+		t.Fatalf("delivery signed with another secret: %d %v, want 401", a.status, a.body)
+	}
+	if n := e.pending(t); n != 4 {
+		t.Fatalf("outbox holds %d batches, want 4", n)
 	}
 }

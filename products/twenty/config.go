@@ -23,10 +23,13 @@ const (
 	FlagWorkspaceID       = "twenty-workspace-id"
 	FlagAPITokenFile      = "twenty-api-token-file"
 	FlagWebhookSecretFile = "twenty-webhook-secret-file"
-	FlagAllowInsecureHTTP = "twenty-allow-insecure-http"
-	FlagMaxResponseBytes  = "twenty-max-response-bytes"
-	FlagObjects           = "twenty-objects"
-	FlagOperationsFile    = "twenty-operations-file"
+	// FlagPreviousWebhookSecretFile holds the secret being replaced
+	// while Twenty switches to the one of FlagWebhookSecretFile.
+	FlagPreviousWebhookSecretFile = "twenty-webhook-previous-secret-file"
+	FlagAllowInsecureHTTP         = "twenty-allow-insecure-http"
+	FlagMaxResponseBytes          = "twenty-max-response-bytes"
+	FlagObjects                   = "twenty-objects"
+	FlagOperationsFile            = "twenty-operations-file"
 )
 
 // Bounds and defaults.
@@ -68,6 +71,8 @@ var Product = products.Product{
 			Usage: "owner-only file holding the workspace API key, sent as a Bearer token (required)"},
 		{Flag: FlagWebhookSecretFile, Env: "AIP_TWENTY_WEBHOOK_SECRET_FILE",
 			Usage: "owner-only file holding the webhook signing secret; when set, POST /webhooks/twenty is served"},
+		{Flag: FlagPreviousWebhookSecretFile, Env: "AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE",
+			Usage: "owner-only file holding the webhook secret being replaced, also accepted while Twenty switches to the one of --" + FlagWebhookSecretFile + "; remove it once the switch is done"},
 		{Flag: FlagAllowInsecureHTTP, Env: "AIP_TWENTY_ALLOW_INSECURE_HTTP", Kind: hostsdk.SettingBool,
 			Usage: "accept a plain http base URL on a private network (host name or private IP address; never a public IP address)"},
 		{Flag: FlagMaxResponseBytes, Env: "AIP_TWENTY_MAX_RESPONSE_BYTES", Kind: hostsdk.SettingInt,
@@ -94,6 +99,10 @@ type Config struct {
 	// WebhookSecret is the webhook signing secret; empty: no webhook
 	// route.
 	WebhookSecret provider.Secret
+	// PreviousWebhookSecret, when not empty, verifies deliveries too:
+	// the secret being replaced, while Twenty switches to WebhookSecret.
+	// It needs WebhookSecret.
+	PreviousWebhookSecret provider.Secret
 	// MaxResponseBytes bounds an answer. Defaults to
 	// DefaultMaxResponseBytes.
 	MaxResponseBytes int64
@@ -130,6 +139,11 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	}
 	if f := v[FlagWebhookSecretFile]; f != "" {
 		if cfg.WebhookSecret, err = provider.ReadSecret("--"+FlagWebhookSecretFile+" (AIP_TWENTY_WEBHOOK_SECRET_FILE)", f); err != nil {
+			return nil, err
+		}
+	}
+	if f := v[FlagPreviousWebhookSecretFile]; f != "" {
+		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+FlagPreviousWebhookSecretFile+" (AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE)", f); err != nil {
 			return nil, err
 		}
 	}
@@ -269,6 +283,15 @@ func (cfg *Config) validate() error {
 	cfg.WorkspaceID = strings.ToLower(cfg.WorkspaceID)
 	if cfg.Token.Empty() {
 		return fmt.Errorf("--%s (AIP_TWENTY_API_TOKEN_FILE): no API key; give the file holding the workspace API key", FlagAPITokenFile)
+	}
+	switch {
+	case cfg.PreviousWebhookSecret.Empty():
+	case cfg.WebhookSecret.Empty():
+		return fmt.Errorf("--%s (AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE) is set without --%s: give the new secret as --%s and the one it replaces as --%s",
+			FlagPreviousWebhookSecretFile, FlagWebhookSecretFile, FlagWebhookSecretFile, FlagPreviousWebhookSecretFile)
+	case cfg.PreviousWebhookSecret.Reveal() == cfg.WebhookSecret.Reveal():
+		return fmt.Errorf("--%s (AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE) holds the same secret as --%s: give it the secret being replaced, or leave it out",
+			FlagPreviousWebhookSecretFile, FlagWebhookSecretFile)
 	}
 	if cfg.MaxResponseBytes == 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes

@@ -213,6 +213,11 @@
 //     with the API key; required.
 //   - --twenty-webhook-secret-file (AIP_TWENTY_WEBHOOK_SECRET_FILE):
 //     owner-only file with the webhook secret; optional, enables the route.
+//   - --twenty-webhook-previous-secret-file
+//     (AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE): owner-only file with the
+//     secret being replaced, which verifies deliveries too while Twenty
+//     switches to the new one (see Webhooks); needs the secret file and
+//     must differ from it.
 //   - --twenty-allow-insecure-http (AIP_TWENTY_ALLOW_INSECURE_HTTP): accept
 //     plain http to a private-network server (a host name or a private IP
 //     address; a public IP address is still refused).
@@ -283,7 +288,12 @@
 // deliveries (body at most 4 MiB). It requires X-Twenty-Webhook-Timestamp
 // (decimal Unix milliseconds, at most 32 digits), X-Twenty-Webhook-Signature
 // (64 hex digits: HMAC-SHA256(secret, "<timestamp>:<raw body>"), compared in
-// constant time) and X-Twenty-Webhook-Nonce (32 hex digits, not signed);
+// constant time with the webhook secret and, when
+// --twenty-webhook-previous-secret-file is set, with that one too, both
+// always computed; a delivery verified by the previous secret is logged
+// at info when it starts a streak, and the first verified by the current
+// one after such a streak too: webhook.Secrets) and
+// X-Twenty-Webhook-Nonce (32 hex digits, not signed);
 // the timestamp must be within 300 000 ms of the host's clock. A missing
 // header is 400 webhook.missing_header, a malformed timestamp or one out of
 // the window 400 webhook.invalid_timestamp, a bad signature 401

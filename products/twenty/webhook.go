@@ -63,7 +63,11 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	if c.cfg.WebhookSecret.Empty() {
 		return nil, nil
 	}
-	h := &webhookHandler{c: c, rc: rc, refusals: &webhook.Refusals{Log: rc.Logger, Route: "twenty webhook"}, fence: &webhook.Fence{
+	secrets := &webhook.Secrets{Current: []byte(c.cfg.WebhookSecret.Reveal()), PreviousSetting: "--" + FlagPreviousWebhookSecretFile}
+	if !c.cfg.PreviousWebhookSecret.Empty() {
+		secrets.Previous = []byte(c.cfg.PreviousWebhookSecret.Reveal())
+	}
+	h := &webhookHandler{c: c, rc: rc, secrets: secrets, refusals: &webhook.Refusals{Log: rc.Logger, Route: "twenty webhook"}, fence: &webhook.Fence{
 		Namespace: ReplayNamespace,
 		Key:       "instance:" + rc.Tenant.InstanceID,
 		Window:    2 * MaxSkew,
@@ -76,6 +80,9 @@ type webhookHandler struct {
 	c     *Connector
 	rc    *hostsdk.RouteContext
 	fence *webhook.Fence
+	// secrets verify deliveries: the webhook secret and, during a
+	// switch, the previous one.
+	secrets *webhook.Secrets
 	// refusals logs every refusal of a verified delivery, which Twenty
 	// does not deliver again, and signatures that do not verify (a
 	// secret differing from Twenty's), a line a minute of each kind at
@@ -120,10 +127,12 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.c.cfg.Now()
-	mac := webhook.HMACSHA256([]byte(h.c.cfg.WebhookSecret.Reveal()), []byte(ts), []byte(":"), body)
-	if !signaturePattern.MatchString(sig) || !webhook.EqualHex(mac, sig) {
+	verified := signaturePattern.MatchString(sig) && h.secrets.Verify(h.rc.Logger, "twenty webhook", func(secret []byte) bool {
+		return webhook.EqualHex(webhook.HMACSHA256(secret, []byte(ts), []byte(":"), body), sig)
+	})
+	if !verified {
 		h.refusals.Warn(now, "authentication", "a delivery is refused: its signature does not verify with this replica's webhook secret; "+
-			"if Twenty sent it, its webhook's secret differs from --"+FlagWebhookSecretFile+" and the delivery is lost")
+			"if Twenty sent it, its webhook's secret differs from --"+FlagWebhookSecretFile+" (and --"+FlagPreviousWebhookSecretFile+") and the delivery is lost")
 		webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "the signature does not match")
 		return
 	}

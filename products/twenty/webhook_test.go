@@ -529,3 +529,83 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
 	}
 }
+
+// TestWebhookPreviousSecret: while Twenty switches to a new secret,
+// deliveries it signed with the previous one were refused 401 (the route
+// took one secret) and lost, since Twenty does not deliver them again.
+// With --twenty-webhook-previous-secret-file, read from its owner-only
+// file as the secret is, both verify; the previous one's use is logged
+// at info once, and so is the first delivery with the current secret
+// after it; any other signature is still refused.
+func TestWebhookPreviousSecret(t *testing.T) {
+	const oldSecret = "whsec-twenty-old-9876543210"
+	logs := &logBuffer{}
+	e := newEnvHost(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+		v[FlagPreviousWebhookSecretFile] = writeFile(t, "webhook-secret-old", oldSecret+"\n", 0o600)
+	}, nil, nil, func(c *hostsdk.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	logs.take("")
+	now := time.Now()
+	n := 0
+	signedWith := func(secret string) delivery {
+		n++ // each at another millisecond: another delivery
+		at := now.Add(time.Duration(n) * time.Millisecond)
+		d := newDelivery(payloadJSON("person.created", workspace, webhookID, at.UTC().Format(time.RFC3339Nano)), at)
+		d.signature = sign(secret, d.timestamp, d.body)
+		return d
+	}
+	for range 2 {
+		if status, code, raw := e.post(t, signedWith(oldSecret), ""); status != 200 {
+			t.Fatalf("delivery signed with the previous secret: %d %s %s, want 200", status, code, raw)
+		}
+	}
+	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") ||
+		!strings.Contains(got[0], "previous webhook secret (--twenty-webhook-previous-secret-file)") {
+		t.Fatalf("two deliveries with the previous secret logged %q, want one info line", got)
+	}
+	for range 2 {
+		if status, code, raw := e.post(t, signedWith(webhookSecret), ""); status != 200 {
+			t.Fatalf("delivery signed with the current secret: %d %s %s", status, code, raw)
+		}
+	}
+	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "the product has switched") {
+		t.Fatalf("deliveries with the current secret after the previous logged %q, want one info line", got)
+	}
+	if status, code, _ := e.post(t, signedWith("whsec-someone-else"), ""); status != 401 || code != webhook.CodeAuthenticationFailed {
+		t.Fatalf("delivery signed with another secret: %d %s, want 401", status, code)
+	}
+	if got := e.outbox(t, 0); len(got) != 4 {
+		t.Fatalf("outbox holds %d batches, want 4", len(got))
+	}
+}
+
+// TestPreviousWebhookSecretSetting: a previous secret without a secret,
+// or the same as the secret, is refused naming the settings.
+func TestPreviousWebhookSecretSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(v hostsdk.SettingValues)
+		want string
+	}{
+		{"without a secret", func(v hostsdk.SettingValues) {
+			v[FlagPreviousWebhookSecretFile] = writeFile(t, "old", "whsec-old", 0o600)
+		}, "--twenty-webhook-previous-secret-file (AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE) is set without --twenty-webhook-secret-file"},
+		{"the same secret", func(v hostsdk.SettingValues) {
+			v[FlagWebhookSecretFile] = writeFile(t, "new", webhookSecret, 0o600)
+			v[FlagPreviousWebhookSecretFile] = writeFile(t, "old", webhookSecret+"\n", 0o600)
+		}, "holds the same secret as --twenty-webhook-secret-file"},
+		{"group-readable", func(v hostsdk.SettingValues) {
+			v[FlagWebhookSecretFile] = writeFile(t, "new", webhookSecret, 0o600)
+			v[FlagPreviousWebhookSecretFile] = writeFile(t, "old", "whsec-old", 0o644)
+		}, "--twenty-webhook-previous-secret-file"},
+	} {
+		m := newMock(t)
+		v := hostsdk.SettingValues{FlagBaseURL: m.srv.URL, FlagWorkspaceID: workspace, FlagAPITokenFile: writeFile(t, "token", m.token, 0o600)}
+		tc.edit(v)
+		if _, err := newFromSettings(v, nil); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), webhookSecret) {
+			t.Errorf("%s: %v, want an error with %q and no secret", tc.name, err, tc.want)
+		}
+	}
+}

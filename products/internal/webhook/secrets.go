@@ -1,0 +1,58 @@
+package webhook
+
+import (
+	"log/slog"
+
+	"github.com/aipfleet/aipfleet/internal/onchange"
+)
+
+// Secrets are a route's signing secrets: Current, the one the product is
+// given, and while the product switches to it from another, Previous
+// (nil otherwise), so that the deliveries the product signed with the
+// previous secret before the switch, or sends during it, are not refused
+// (and lost: the products do not deliver a refused delivery again). Both
+// verify equally; which is which matters only to the log, which tells the
+// operator when Previous may go. A Secrets is safe for concurrent use and
+// must not be copied after its first Verify.
+type Secrets struct {
+	Current, Previous []byte
+	// PreviousSetting names the setting that holds Previous
+	// ("--chatwoot-webhook-previous-secret-file"), for the log lines.
+	PreviousSetting string
+
+	// used is "previous" after a delivery only Previous verified, ""
+	// after one Current verified: a change is logged.
+	used onchange.Text
+}
+
+// Verify reports whether match accepts Current or Previous. match
+// compares the delivery's signature with the one a secret makes, in
+// constant time; it is called for both secrets (when Previous is set)
+// whatever the first answers, so the time taken does not say which
+// verified.
+//
+// A delivery only Previous verifies is logged at info with args when it
+// follows one Current verified (or is the first): the product still signs
+// with the previous secret. One Current verifies after such deliveries is
+// logged at info too: the product has switched, and once no delivery
+// needs Previous any more its setting can be removed. So a rotation logs
+// a line or two, not one a delivery.
+func (s *Secrets) Verify(log *slog.Logger, route string, match func(secret []byte) bool, args ...any) bool {
+	current := match(s.Current)
+	previous := s.Previous != nil && match(s.Previous)
+	switch {
+	case current:
+		if s.used.Changed("") {
+			log.Info(route+": a delivery verified with the current webhook secret after some with the previous one: the product has switched; "+
+				"once no more deliveries verify with the previous secret, remove "+s.PreviousSetting, args...)
+		}
+		return true
+	case previous:
+		if s.used.Changed("previous") {
+			log.Info(route+": a delivery verified with the previous webhook secret ("+s.PreviousSetting+"): the product still signs with it; "+
+				"keep that setting until the product signs with the current secret", args...)
+		}
+		return true
+	}
+	return false
+}
