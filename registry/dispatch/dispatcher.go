@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/logthrottle"
 	"github.com/aipfleet/aipfleet/internal/onchange"
 	"github.com/aipfleet/aipfleet/internal/promruntime"
 	"github.com/aipfleet/aipfleet/internal/readbudget"
@@ -336,7 +337,7 @@ type Dispatcher struct {
 	replicaCallsMu sync.Mutex
 	replicaCalls   map[string]int
 	// hopLogs throttles the log of failed hops by replica.
-	hopLogs hopLogs
+	hopLogs logthrottle.Throttle
 }
 
 // replicaCall takes one of the tenant's MaxTenantReplicaCalls (a status
@@ -428,6 +429,7 @@ func New(cfg Config, deps Deps) (*Dispatcher, error) {
 		prop:             propagation.TraceContext{},
 		jwks:             jwks,
 		retries:          newSettleRetries(),
+		hopLogs:          logthrottle.Throttle{Every: hopLogEvery, MaxKeys: maxHopLogReplicas},
 		maxUnsentPending: maxPendingUnsentReleases,
 		eventSlots:       make(chan struct{}, cfg.MaxEventDeliveries),
 		replicaCalls:     map[string]int{},

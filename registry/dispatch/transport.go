@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -117,38 +116,6 @@ const hopLogEvery = 10 * time.Second
 // maxHopLogReplicas bounds the replicas hopLogs remembers; when full it
 // starts over.
 const maxHopLogReplicas = 4096
-
-// hopLogs throttles the "hop failed" log by replica.
-type hopLogs struct {
-	mu   sync.Mutex
-	last map[string]*hopLogState
-}
-
-type hopLogState struct {
-	at         time.Time
-	suppressed int
-}
-
-// allow reports whether a failed hop to replica may be logged now, and
-// how many were not logged since the last one that was.
-func (l *hopLogs) allow(replica string, now time.Time) (suppressed int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	st := l.last[replica]
-	if st != nil && now.Sub(st.at) < hopLogEvery {
-		st.suppressed++
-		return 0, false
-	}
-	if st == nil {
-		if l.last == nil || len(l.last) >= maxHopLogReplicas {
-			l.last = map[string]*hopLogState{}
-		}
-		st = &hopLogState{}
-		l.last[replica] = st
-	}
-	suppressed, st.at, st.suppressed = st.suppressed, now, 0
-	return suppressed, true
-}
 
 // hop is one native request to a replica and what came back.
 type hop struct {
@@ -258,7 +225,7 @@ func (d *Dispatcher) send(ctx context.Context, a *registry.RouteAssignment, env 
 			span.SetStatus(codes.Error, h.err.Error())
 			// The caller is told only h.public(): the whole error is here
 			// (at most every hopLogEvery for one replica).
-			if suppressed, ok := d.hopLogs.allow(a.ReplicaID, time.Now()); ok {
+			if suppressed, ok := d.hopLogs.Allow(a.ReplicaID, time.Now()); ok {
 				d.log.Warn("hop failed", "action_id", a.ActionID, "replica_id", a.ReplicaID, "endpoint", a.Endpoint,
 					"message_type", string(env.MessageType), "status", h.status, "error", h.err.Error(), "not_logged_since", suppressed)
 			}

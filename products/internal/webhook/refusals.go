@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/aipfleet/aipfleet/internal/logthrottle"
 )
 
 // RefusalLogEvery is the least time between two log lines of one kind of
@@ -31,13 +33,8 @@ type Refusals struct {
 	// Route prefixes every line ("chatwoot webhook").
 	Route string
 
-	mu   sync.Mutex
-	last map[string]*refusalState
-}
-
-type refusalState struct {
-	at         time.Time
-	suppressed int
+	once     sync.Once
+	throttle *logthrottle.Throttle
 }
 
 // Warn logs Route+": "+msg with args at warn, unless a refusal of kind
@@ -46,24 +43,11 @@ type refusalState struct {
 // now before the last line (the clock was set back, as when a replica's
 // clock is corrected) logs at once.
 func (r *Refusals) Warn(now time.Time, kind, msg string, args ...any) {
-	r.mu.Lock()
-	st := r.last[kind]
-	if st != nil {
-		if d := now.Sub(st.at); d >= 0 && d < RefusalLogEvery {
-			st.suppressed++
-			r.mu.Unlock()
-			return
-		}
-	} else {
-		if r.last == nil {
-			r.last = map[string]*refusalState{}
-		}
-		st = &refusalState{}
-		r.last[kind] = st
+	r.once.Do(func() { r.throttle = &logthrottle.Throttle{Every: RefusalLogEvery} })
+	suppressed, ok := r.throttle.Allow(kind, now)
+	if !ok {
+		return
 	}
-	suppressed := st.suppressed
-	st.at, st.suppressed = now, 0
-	r.mu.Unlock()
 	if suppressed > 0 {
 		args = append(args[:len(args):len(args)], "not_logged_since", suppressed)
 	}
