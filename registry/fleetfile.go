@@ -267,7 +267,7 @@ func SupportFeatureNames(s aip.ImplementationSupport) []string {
 // Limits; the registry applies its own when the file is applied.
 func ParseFleetFile(data []byte) (*FleetFile, error) {
 	if len(data) > MaxFleetFileBytes {
-		return nil, &FleetFileError{Err: fmt.Errorf("%w: the file is %d bytes, over the limit of %d", ErrInvalid, len(data), MaxFleetFileBytes)}
+		return nil, &FleetFileError{Err: fileInvalidf("the file is %d bytes, over the limit of %d", len(data), MaxFleetFileBytes)}
 	}
 	// First pass: the document as nodes, so unknown sections get an error
 	// that lists the known ones.
@@ -275,17 +275,18 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			err = errors.New("the file is empty")
+			return nil, &FleetFileError{Err: fileInvalidf("the file is empty; start it with format: %s", FleetFileFormat)}
 		}
-		return nil, &FleetFileError{Err: fmt.Errorf("%w: %s", ErrInvalid, cleanYAMLError(err))}
+		line, msg := syntaxError(err)
+		return nil, &FleetFileError{Line: line, Err: fileInvalidf("not valid YAML: %s", msg)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, &FleetFileError{Line: extra.Line, Err: fmt.Errorf("%w: a fleet file holds one YAML document", ErrInvalid)}
+		return nil, &FleetFileError{Line: extra.Line, Err: fileInvalidf("a fleet file holds one YAML document")}
 	}
 	p := parser{seen: map[string]int{}}
 	if root := doc.Content[0]; root.Kind != yaml.MappingNode {
-		return nil, &FleetFileError{Line: root.Line, Err: fmt.Errorf("%w: a fleet file is a mapping of sections", ErrInvalid)}
+		return nil, &FleetFileError{Line: root.Line, Err: fileInvalidf("a fleet file is a mapping of sections")}
 	} else if e := p.knownFields(root, reflect.TypeFor[yamlFile](), ""); e != nil {
 		return nil, e
 	} else if e := checkSections(root); e != nil {
@@ -296,10 +297,10 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 	dec.KnownFields(true)
 	var raw yamlFile
 	if err := dec.Decode(&raw); err != nil {
-		return nil, &FleetFileError{Err: fmt.Errorf("%w: %s", ErrInvalid, cleanYAMLError(err))}
+		return nil, &FleetFileError{Err: fileInvalidf("%s", cleanYAMLError(err))}
 	}
 	if raw.Format != FleetFileFormat {
-		return nil, &FleetFileError{Field: "format", Err: fmt.Errorf("%w: %q is not a known format; start the file with format: %s", ErrInvalid, raw.Format, FleetFileFormat)}
+		return nil, &FleetFileError{Field: "format", Err: fileInvalidf("%q is not a known format; start the file with format: %s", raw.Format, FleetFileFormat)}
 	}
 	f := &FleetFile{}
 	for i := range raw.Policies {
@@ -431,10 +432,10 @@ func checkSections(root *yaml.Node) *FleetFileError {
 		key, val := root.Content[k], resolveAlias(root.Content[k+1])
 		switch {
 		case key.Value == "format" && val.Kind != yaml.ScalarNode:
-			return &FleetFileError{Field: "format", Line: val.Line, Err: fmt.Errorf("%w: must be %s", ErrInvalid, FleetFileFormat)}
+			return &FleetFileError{Field: "format", Line: val.Line, Err: fileInvalidf("must be %s", FleetFileFormat)}
 		case key.Value != "format" && val.Kind != yaml.SequenceNode && val.Tag != "!!null":
 			return &FleetFileError{Field: key.Value, Line: val.Line,
-				Err: fmt.Errorf("%w: must be a list of entries, each starting with \"- \" (or [] for none)", ErrInvalid)}
+				Err: fileInvalidf("must be a list of entries, each starting with \"- \" (or [] for none)")}
 		}
 	}
 	return nil
@@ -651,7 +652,40 @@ func wrongKind(msg string) string {
 }
 
 func (p *parser) errorf(field string, line int, format string, args ...any) *FleetFileError {
+	if p.section == "" {
+		return &FleetFileError{Field: field, Line: line, Err: fileInvalidf(format, args...)}
+	}
 	return &FleetFileError{Section: p.section, Index: p.index, ID: p.id, Field: field, Line: line, Err: fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))}
+}
+
+// fileInvalid is an error about the file as a whole (its YAML, its
+// sections, its format). It matches ErrInvalid, but its text is only what
+// to fix: the FleetFileError around it already says it is the fleet file
+// that is wrong, so "registry: invalid" would be noise to the person who
+// wrote it.
+type fileInvalid string
+
+func fileInvalidf(format string, args ...any) error { return fileInvalid(fmt.Sprintf(format, args...)) }
+
+// Error implements error.
+func (e fileInvalid) Error() string { return string(e) }
+
+// Is reports whether target is ErrInvalid.
+func (e fileInvalid) Is(target error) bool { return target == ErrInvalid }
+
+// yamlSyntax matches yaml.v3's syntax errors, "yaml: line 3: could not find
+// expected ':'".
+var yamlSyntax = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError splits a yaml.v3 syntax error into its line (0 if it names
+// none) and its message without the package prefix.
+func syntaxError(err error) (line int, msg string) {
+	if m := yamlSyntax.FindStringSubmatch(err.Error()); m != nil {
+		if n, convErr := strconv.Atoi(m[1]); convErr == nil {
+			return n, m[2]
+		}
+	}
+	return 0, strings.TrimPrefix(err.Error(), "yaml: ")
 }
 
 // fail wraps a record error, lifting its field.

@@ -380,6 +380,37 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestParseErrorsAboutTheWholeFile: an error about the file as a whole
+// (not YAML, empty, the wrong shape or format) says what is wrong with it,
+// with the line where there is one, without the sentinel's "registry:
+// invalid" in the middle; it still matches ErrInvalid.
+func TestParseErrorsAboutTheWholeFile(t *testing.T) {
+	cases := []struct{ name, file, want string }{
+		{"not YAML", "garbage: [", "fleet file (line 1): not valid YAML: did not find expected node content"},
+		{"not YAML further down", "format: aipfleet.fleet/v1\ntypes:\n  - id: x\n    name: y: z\n",
+			"fleet file (line 4): not valid YAML: mapping values are not allowed in this context"},
+		{"empty", "", "fleet file: the file is empty; start it with format: aipfleet.fleet/v1"},
+		{"a list", "- format\n", "fleet file (line 1): a fleet file is a mapping of sections"},
+		{"unknown format", "format: v0\n", `fleet file: format: "v0" is not a known format; start the file with format: aipfleet.fleet/v1`},
+		{"section not a list", "format: aipfleet.fleet/v1\ntypes: none\n",
+			`fleet file (line 2): types: must be a list of entries, each starting with "- " (or [] for none)`},
+		{"unknown section", "format: aipfleet.fleet/v1\nextras: []\n",
+			"fleet file (line 2): extras: unknown field; the fields here are bindings, format, instances, policies, replicas, types, versions"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := registry.ParseFleetFile([]byte(c.file))
+			var fe *registry.FleetFileError
+			if !errors.As(err, &fe) || !errors.Is(err, registry.ErrInvalid) {
+				t.Fatalf("parse: %v, want a *FleetFileError matching ErrInvalid", err)
+			}
+			if got := err.Error(); got != c.want {
+				t.Fatalf("error:\n got %s\nwant %s", got, c.want)
+			}
+		})
+	}
+}
+
 // TestReplicaPrincipalDefaultsToTheManifestAgent: a replica of a version in
 // the file signs as the version's manifest agent (the registry refuses its
 // registration otherwise), so leaving its principal out takes the agent's
