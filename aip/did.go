@@ -43,28 +43,28 @@ func DIDKey(pub ed25519.PublicKey) string {
 func ParseDIDKey(did string) (ed25519.PublicKey, error) {
 	const method = "did:key:"
 	if !strings.HasPrefix(did, method) {
-		return nil, fmt.Errorf("%w: %q", ErrDIDMethod, truncateForError(did))
+		return nil, reasonf(ErrDIDMethod, "%q is not a did:key identifier", truncateForError(did))
 	}
 	value := did[len(method):]
 	if value == "" || value[0] != 'z' {
-		return nil, fmt.Errorf("%w: %q", ErrDIDMultibase, truncateForError(did))
+		return nil, reasonf(ErrDIDMultibase, "%q is not a did:key in base58btc multibase: did:key: must be followed by 'z'", truncateForError(did))
 	}
 	if len(value) > 128 {
-		return nil, fmt.Errorf("%w: %d characters is too long for an Ed25519 key", ErrDIDKeyLength, len(value))
+		return nil, labelf(ErrDIDKeyLength, "%d characters is too long for an Ed25519 key", len(value))
 	}
 	raw, err := base58Decode(value[1:])
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrDIDBase58, err)
+		return nil, labelf(ErrDIDBase58, "%v", err)
 	}
 	if len(raw) < 2 || raw[0] != ed25519Multicodec[0] || raw[1] != ed25519Multicodec[1] {
-		return nil, fmt.Errorf("%w: %q", ErrDIDMulticodec, truncateForError(did))
+		return nil, reasonf(ErrDIDMulticodec, "%q is not the did:key of an Ed25519 key (multicodec ed25519-pub, 0xed01)", truncateForError(did))
 	}
 	if len(raw)-2 != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("%w: %d bytes, want %d", ErrDIDKeyLength, len(raw)-2, ed25519.PublicKeySize)
+		return nil, labelf(ErrDIDKeyLength, "%d bytes, want %d", len(raw)-2, ed25519.PublicKeySize)
 	}
 	pub := ed25519.PublicKey(raw[2:])
 	if err := CheckPublicKey(pub); err != nil {
-		return nil, fmt.Errorf("%w: %q", err, truncateForError(did))
+		return nil, labelf(err, "%q", truncateForError(did))
 	}
 	return pub, nil
 }
@@ -78,7 +78,7 @@ func ParseDIDKey(did string) (ed25519.PublicKey, error) {
 // as it.
 func CheckPublicKey(pub ed25519.PublicKey) error {
 	if len(pub) != ed25519.PublicKeySize {
-		return fmt.Errorf("%w: %d bytes, want %d", ErrDIDKeyLength, len(pub), ed25519.PublicKeySize)
+		return labelf(ErrDIDKeyLength, "%d bytes, want %d", len(pub), ed25519.PublicKeySize)
 	}
 	var y [32]byte
 	copy(y[:], pub)

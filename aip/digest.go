@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -45,11 +44,11 @@ func DigestBytes(b []byte) string {
 // ValidateDigest checks the "sha256:" + 64 lowercase hex form.
 func ValidateDigest(d string) error {
 	if !strings.HasPrefix(d, DigestPrefix) || len(d) != len(DigestPrefix)+64 {
-		return fmt.Errorf("%w: %q must be \"sha256:\" followed by 64 lowercase hex digits", ErrInvalidDigest, truncateForError(d))
+		return reasonf(ErrInvalidDigest, "%q must be \"sha256:\" followed by 64 lowercase hex digits", truncateForError(d))
 	}
 	for _, ch := range d[len(DigestPrefix):] {
 		if !(ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'f') {
-			return fmt.Errorf("%w: %q must be \"sha256:\" followed by 64 lowercase hex digits", ErrInvalidDigest, truncateForError(d))
+			return reasonf(ErrInvalidDigest, "%q must be \"sha256:\" followed by 64 lowercase hex digits", truncateForError(d))
 		}
 	}
 	return nil

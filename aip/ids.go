@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -108,11 +107,11 @@ const MaxRecordIDBytes = 256
 func ValidateRecordID(prefix, id string) error {
 	rest, ok := strings.CutPrefix(id, prefix)
 	if !ok || rest == "" || len(id) > MaxRecordIDBytes {
-		return fmt.Errorf("%w: %q must be %q followed by 1 to %d letters, digits, '.', '_' or '-'", ErrInvalidID, truncateForError(id), prefix, MaxRecordIDBytes-len(prefix))
+		return reasonf(ErrInvalidID, "%q must be %q followed by 1 to %d letters, digits, '.', '_' or '-'", truncateForError(id), prefix, MaxRecordIDBytes-len(prefix))
 	}
 	for i := 0; i < len(rest); i++ {
 		if c := rest[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q must be %q followed by letters, digits, '.', '_' or '-'", ErrInvalidID, truncateForError(id), prefix)
+			return reasonf(ErrInvalidID, "%q must be %q followed by letters, digits, '.', '_' or '-'", truncateForError(id), prefix)
 		}
 	}
 	return nil
@@ -122,23 +121,23 @@ func ValidateRecordID(prefix, id string) error {
 // hexadecimal digits.
 func ValidateID(prefix, id string) error {
 	if !strings.HasPrefix(id, prefix) {
-		return fmt.Errorf("%w: %q must start with %q", ErrInvalidID, truncateForError(id), prefix)
+		return reasonf(ErrInvalidID, "%q must start with %q", truncateForError(id), prefix)
 	}
 	rest := id[len(prefix):]
 	if len(rest) != 32 {
-		return fmt.Errorf("%w: %q must be %q followed by 32 lowercase hex digits", ErrInvalidID, truncateForError(id), prefix)
+		return reasonf(ErrInvalidID, "%q must be %q followed by 32 lowercase hex digits", truncateForError(id), prefix)
 	}
 	for i := 0; i < len(rest); i++ {
 		ch := rest[i]
 		if !(ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'f') {
-			return fmt.Errorf("%w: %q must be %q followed by 32 lowercase hex digits", ErrInvalidID, truncateForError(id), prefix)
+			return reasonf(ErrInvalidID, "%q must be %q followed by 32 lowercase hex digits", truncateForError(id), prefix)
 		}
 	}
 	if rest[12] != '7' {
-		return fmt.Errorf("%w: %q is not a version 7 UUID", ErrInvalidID, id)
+		return reasonf(ErrInvalidID, "%q is not a version 7 UUID", id)
 	}
 	if v := rest[16]; v != '8' && v != '9' && v != 'a' && v != 'b' {
-		return fmt.Errorf("%w: %q does not carry the RFC 9562 variant", ErrInvalidID, id)
+		return reasonf(ErrInvalidID, "%q does not carry the RFC 9562 variant", id)
 	}
 	return nil
 }
@@ -150,7 +149,7 @@ func IDTime(prefix, id string) (time.Time, error) {
 	}
 	var b [8]byte
 	if _, err := hex.Decode(b[2:], []byte(id[len(prefix):len(prefix)+12])); err != nil {
-		return time.Time{}, fmt.Errorf("%w: %v", ErrInvalidID, err)
+		return time.Time{}, labelf(ErrInvalidID, "%v", err)
 	}
 	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[:]))).UTC(), nil
 }

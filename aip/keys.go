@@ -50,7 +50,7 @@ type SigningKey struct {
 // NewSigningKey returns the key derived from a 32-byte Ed25519 seed.
 func NewSigningKey(seed []byte) (*SigningKey, error) {
 	if len(seed) != ed25519.SeedSize {
-		return nil, fmt.Errorf("%w: seed is %d bytes, want %d", ErrInvalidKey, len(seed), ed25519.SeedSize)
+		return nil, labelf(ErrInvalidKey, "seed is %d bytes, want %d", len(seed), ed25519.SeedSize)
 	}
 	priv := ed25519.NewKeyFromSeed(seed)
 	return &SigningKey{priv: priv, did: DIDKey(priv.Public().(ed25519.PublicKey))}, nil
@@ -89,17 +89,17 @@ func (k *SigningKey) LogValue() slog.Value { return slog.StringValue(k.did) }
 func ParseSigningKey(data []byte) (*SigningKey, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		return nil, fmt.Errorf("%w: empty", ErrInvalidKey)
+		return nil, labelf(ErrInvalidKey, "empty")
 	}
 	if trimmed[0] == '{' {
 		return parseJWK(trimmed)
 	}
 	if len(trimmed) != 2*ed25519.SeedSize {
-		return nil, fmt.Errorf("%w: want 64 hexadecimal characters (a 32-byte Ed25519 seed) or an Ed25519 JWK, got %d characters", ErrInvalidKey, len(trimmed))
+		return nil, labelf(ErrInvalidKey, "want 64 hexadecimal characters (a 32-byte Ed25519 seed) or an Ed25519 JWK, got %d characters", len(trimmed))
 	}
 	seed := make([]byte, ed25519.SeedSize)
 	if _, err := hex.Decode(seed, trimmed); err != nil {
-		return nil, fmt.Errorf("%w: seed is not hexadecimal: %v", ErrInvalidKey, err)
+		return nil, labelf(ErrInvalidKey, "seed is not hexadecimal: %v", err)
 	}
 	return NewSigningKey(seed)
 }
@@ -107,21 +107,21 @@ func ParseSigningKey(data []byte) (*SigningKey, error) {
 func parseJWK(data []byte) (*SigningKey, error) {
 	key, err := jwk.ParseKey(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: JWK: %v", ErrInvalidKey, err)
+		return nil, labelf(ErrInvalidKey, "JWK: %v", err)
 	}
 	if key.KeyType() != jwa.OKP {
-		return nil, fmt.Errorf("%w: JWK kty is %q, want \"OKP\" with crv \"Ed25519\"", ErrInvalidKey, key.KeyType())
+		return nil, labelf(ErrInvalidKey, "JWK kty is %q, want \"OKP\" with crv \"Ed25519\"", key.KeyType())
 	}
 	okp, ok := key.(jwk.OKPPrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("%w: JWK has no private part \"d\"; a signing key file needs the private key", ErrInvalidKey)
+		return nil, labelf(ErrInvalidKey, "JWK has no private part \"d\"; a signing key file needs the private key")
 	}
 	if okp.Crv() != jwa.Ed25519 {
-		return nil, fmt.Errorf("%w: JWK crv is %q, want \"Ed25519\"", ErrInvalidKey, okp.Crv())
+		return nil, labelf(ErrInvalidKey, "JWK crv is %q, want \"Ed25519\"", okp.Crv())
 	}
 	var priv ed25519.PrivateKey
 	if err := key.Raw(&priv); err != nil {
-		return nil, fmt.Errorf("%w: JWK: %v", ErrInvalidKey, err)
+		return nil, labelf(ErrInvalidKey, "JWK: %v", err)
 	}
 	return NewSigningKey(priv.Seed())
 }
@@ -249,24 +249,24 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 		return nil, err
 	}
 	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s %s is not a regular file", ErrUnsafeFile, kind, path)
+		return nil, reasonf(ErrUnsafeFile, "%s %s is not a regular file", kind, path)
 	}
 	perm := info.Mode().Perm()
 	owner, ownerOK := FileOwnerOK(info)
 	if class != filePublic && !ownerOK {
-		return nil, fmt.Errorf("%w: %s %s is owned by uid %d, not by this process's user (uid %d) or root; chown it", ErrUnsafeFile, kind, path, owner, os.Geteuid())
+		return nil, reasonf(ErrUnsafeFile, "%s %s is owned by uid %d, not by this process's user (uid %d) or root; chown it", kind, path, owner, os.Geteuid())
 	}
 	if class == fileSecret && !secretModeOK(perm, owner, os.Geteuid()) {
-		return nil, fmt.Errorf("%w: %s %s is accessible by group or others (mode %04o); chmod 600 it (a file root owns may be readable by its group, 0640 or 0440, when this process is not root and reads it through that group)", ErrUnsafeFile, kind, path, perm)
+		return nil, reasonf(ErrUnsafeFile, "%s %s is accessible by group or others (mode %04o); chmod 600 it (a file root owns may be readable by its group, 0640 or 0440, when this process is not root and reads it through that group)", kind, path, perm)
 	}
 	if class != fileSecret && perm&0o022 != 0 {
-		return nil, fmt.Errorf("%w: %s %s is writable by group or others (mode %04o); chmod go-w it", ErrUnsafeFile, kind, path, perm)
+		return nil, reasonf(ErrUnsafeFile, "%s %s is writable by group or others (mode %04o); chmod go-w it", kind, path, perm)
 	}
 	if info.Size() == 0 {
-		return nil, fmt.Errorf("%w: %s %s is empty (0 bytes)", ErrEmptyFile, kind, path)
+		return nil, reasonf(ErrEmptyFile, "%s %s is empty (0 bytes)", kind, path)
 	}
 	if info.Size() > maxBytes {
-		return nil, fmt.Errorf("%w: %s %s is %d bytes, more than the %d allowed", ErrUnsafeFile, kind, path, info.Size(), maxBytes)
+		return nil, reasonf(ErrUnsafeFile, "%s %s is %d bytes, more than the %d allowed", kind, path, info.Size(), maxBytes)
 	}
 	f, err := os.Open(open)
 	if err != nil {
@@ -278,7 +278,7 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 		return nil, fmt.Errorf("%s %s: %w", kind, path, err)
 	}
 	if !os.SameFile(info, opened) {
-		return nil, fmt.Errorf("%w: %s %s changed while it was being opened; try again", ErrUnsafeFile, kind, path)
+		return nil, reasonf(ErrUnsafeFile, "%s %s changed while it was being opened; try again", kind, path)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
 	if err != nil {
@@ -286,11 +286,11 @@ func readCheckedFile(path string, maxBytes int64, class fileClass) ([]byte, erro
 	}
 	if int64(len(data)) > maxBytes {
 		clear(data)
-		return nil, fmt.Errorf("%w: %s %s grew beyond %d bytes while being read", ErrUnsafeFile, kind, path, maxBytes)
+		return nil, reasonf(ErrUnsafeFile, "%s %s grew beyond %d bytes while being read", kind, path, maxBytes)
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		return nil, fmt.Errorf("%w: %s %s holds only whitespace", ErrEmptyFile, kind, path)
+		return nil, reasonf(ErrEmptyFile, "%s %s holds only whitespace", kind, path)
 	}
 	out := append([]byte(nil), trimmed...)
 	clear(data)

@@ -120,7 +120,7 @@ func resolvePath(path, kind string) (string, os.FileInfo, error) {
 // meant.
 func checkLinkOwner(path, kind, link string, info os.FileInfo) error {
 	if owner, ok := FileOwnerOK(info); !ok {
-		return fmt.Errorf("%w: %s %s: the symlink %s is owned by uid %d, not by this process's user (uid %d) or root, so that user chooses the file it names; name the file itself or chown -h the link", ErrUnsafeFile, kind, path, link, owner, os.Geteuid())
+		return reasonf(ErrUnsafeFile, "%s %s: the symlink %s is owned by uid %d, not by this process's user (uid %d) or root, so that user chooses the file it names; name the file itself or chown -h the link", kind, path, link, owner, os.Geteuid())
 	}
 	return nil
 }
@@ -133,10 +133,10 @@ func checkLinkOwner(path, kind, link string, info os.FileInfo) error {
 func checkDir(path, kind, dir string, info os.FileInfo) error {
 	owner, ok := FileOwnerOK(info)
 	if !ok {
-		return fmt.Errorf("%w: %s %s: the directory %s is owned by uid %d, not by this process's user (uid %d) or root, so that user can rename the file (or a directory leading to it) and put another in its place; chown root %s (or to this process's user), or keep the file in a directory of root's or this user's", ErrUnsafeFile, kind, path, dir, owner, os.Geteuid(), dir)
+		return reasonf(ErrUnsafeFile, "%s %s: the directory %s is owned by uid %d, not by this process's user (uid %d) or root, so that user can rename the file (or a directory leading to it) and put another in its place; chown root %s (or to this process's user), or keep the file in a directory of root's or this user's", kind, path, dir, owner, os.Geteuid(), dir)
 	}
 	if !dirModeOK(info.Mode(), owner, func() bool { return mountReadOnly(dir) }) && !privateGroupDir(info) {
-		return fmt.Errorf("%w: %s %s: the directory %s is writable by group or others (mode %04o), so they can rename the file (or a directory leading to it) and put another in its place; chmod go-w %s (a shared directory such as /tmp is accepted when root owns it and it has the sticky bit, 1777; a directory writable by its owner's private group, a group of that user alone, is accepted)", ErrUnsafeFile, kind, path, dir, OctalMode(info.Mode()), dir)
+		return reasonf(ErrUnsafeFile, "%s %s: the directory %s is writable by group or others (mode %04o), so they can rename the file (or a directory leading to it) and put another in its place; chmod go-w %s (a shared directory such as /tmp is accepted when root owns it and it has the sticky bit, 1777; a directory writable by its owner's private group, a group of that user alone, is accepted)", kind, path, dir, OctalMode(info.Mode()), dir)
 	}
 	return nil
 }
