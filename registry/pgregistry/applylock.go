@@ -53,13 +53,13 @@ func LockApply(ctx context.Context, controlURL string, waiting func()) (unlock f
 // mid-apply, the server must notice within minutes, not the hours its TCP
 // takes by default, or every later apply waits that long (pgsession).
 func connectApplyLock(ctx context.Context, controlURL string) (*pgx.Conn, error) {
-	cc, err := parseConnConfig("control URL", controlURL)
+	cc, err := parseConnConfig(databaseURL, controlURL)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return nil, fmt.Errorf("pgregistry: connect for the apply lock: %w", err)
+		return nil, connectError(nil, err)
 	}
 	if err := pgsession.DetectDeadPeer(ctx, conn); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))

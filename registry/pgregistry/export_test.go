@@ -81,11 +81,11 @@ func OpenBuild(ctx context.Context, cfg Config, version int) (*Registry, error) 
 		r.eventsByID = strings.Replace(r.eventsByID, digest, "received_at_ms, event_id, NULL::bytea", 1)
 	}
 	if control != "" {
-		if r.control, err = newPool(ctx, "control", control, r.controlMax(cfg), r.acquireTimeout); err != nil {
+		if r.control, err = newPool(ctx, "control", databaseURL, control, r.controlMax(cfg), r.acquireTimeout); err != nil {
 			return nil, err
 		}
 	}
-	if r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout); err != nil {
+	if r.data, err = newPool(ctx, "data", databaseURL, cfg.DataURL, r.dataMax(cfg), r.acquireTimeout); err != nil {
 		r.Close()
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func NewDataPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
+	return newPool(ctx, "data", databaseURL, cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
 }
 
 // PoolSetting returns what a session of the registry's pool ("control"

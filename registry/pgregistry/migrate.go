@@ -122,7 +122,7 @@ type MigrateResult struct {
 // revision. It opens no other connection, so it works for a role, or
 // through a pooler, that allows one.
 func MigrateSchema(ctx context.Context, url string) (MigrateResult, error) {
-	cc, err := parseConnConfig("migration URL", url)
+	cc, err := parseConnConfig(databaseURL, url)
 	if err != nil {
 		return MigrateResult{}, err
 	}
@@ -131,7 +131,7 @@ func MigrateSchema(ctx context.Context, url string) (MigrateResult, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return MigrateResult{}, fmt.Errorf("%w: migrate: connect to %s: %w", registry.ErrStorage, redact(url), err)
+		return MigrateResult{}, connectError(registry.ErrStorage, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	ms, err := embeddedMigrations()

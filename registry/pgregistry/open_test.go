@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/pgsession"
@@ -496,5 +497,80 @@ func TestRefusedConnectionSaysSo(t *testing.T) {
 	_, err = pgregistry.Open(t.Context(), pgregistry.Config{ControlURL: "postgres://aip@" + addr + "/aip?sslmode=disable", AcquireTimeout: time.Minute})
 	if !errors.Is(err, registry.ErrStorage) || !strings.Contains(err.Error(), "cannot connect to the database") || strings.Contains(err.Error(), "within") {
 		t.Fatalf("Open of a database refusing connections: %v; want ErrStorage saying it cannot connect, not a wait", err)
+	}
+}
+
+// TestConnectFailureSaysWhereAndWhy: a connection that cannot be made
+// read "registry: storage failure: verify schema: cannot connect to the
+// database: failed to connect to `user=aip database=aip`:" and then one
+// indented line per attempt, the same refusal twice under sslmode=prefer
+// (TLS, then plain). It is now the address and the reason, once, from
+// Open, OpenDataPlane, MigrateSchema and LockApply alike, and it still
+// matches ErrStorage (not LockApply's) and pgx's *pgconn.ConnectError,
+// which commands look for to add their hint.
+func TestConnectFailureSaysWhereAndWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	u := "postgres://aip:secret@" + addr + "/aip?sslmode=prefer"
+	ctx := t.Context()
+	calls := []struct {
+		name    string
+		storage bool
+		call    func() error
+	}{
+		{"Open", true, func() error { _, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: u}); return err }},
+		{"OpenDataPlane", true, func() error { _, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: u}); return err }},
+		{"MigrateSchema", true, func() error { _, err := pgregistry.MigrateSchema(ctx, u); return err }},
+		{"LockApply", false, func() error { _, err := pgregistry.LockApply(ctx, u, nil); return err }},
+	}
+	want := "cannot connect to the database at " + addr + ": connection refused"
+	for _, c := range calls {
+		err := c.call()
+		var ce *pgconn.ConnectError
+		if err == nil || err.Error() != want || !errors.As(err, &ce) || errors.Is(err, registry.ErrStorage) != c.storage {
+			t.Errorf("%s: err = %v, want %q matching *pgconn.ConnectError (and ErrStorage: %v)", c.name, err, want, c.storage)
+		}
+	}
+}
+
+// TestURLThatDoesNotParseIsNamedAsTheCallerKnowsIt: a URL that does not
+// parse was named by the pool it was for, "pgregistry: data pool URL (...)
+// does not parse", also when it was the only URL given (registry status
+// opens the data plane with the admin role's URL). One URL is "the
+// database URL"; only when Open is given two different ones does the
+// error say which Config field holds it.
+func TestURLThatDoesNotParseIsNamedAsTheCallerKnowsIt(t *testing.T) {
+	ctx := t.Context()
+	const bad = "not a url"
+	const good = "postgres://aip@127.0.0.1:1/aip"
+	const reason = " (not a postgres:// URL; not shown) does not parse: failed to parse as keyword/value (invalid keyword/value); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE"
+	calls := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"OpenDataPlane", func() error { _, err := pgregistry.OpenDataPlane(ctx, pgregistry.Config{DataURL: bad}); return err }, "the database URL" + reason},
+		{"Open", func() error { _, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: bad}); return err }, "the database URL" + reason},
+		{"Open with the same URL twice", func() error {
+			_, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: bad, DataURL: bad})
+			return err
+		}, "the database URL" + reason},
+		{"Open with a bad data URL", func() error {
+			_, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: good, DataURL: bad})
+			return err
+		}, "Config.DataURL" + reason},
+		{"Open with a bad control URL", func() error {
+			_, err := pgregistry.Open(ctx, pgregistry.Config{ControlURL: bad, DataURL: good})
+			return err
+		}, "Config.ControlURL" + reason},
+		{"MigrateSchema", func() error { _, err := pgregistry.MigrateSchema(ctx, bad); return err }, "the database URL" + reason},
+		{"LockApply", func() error { _, err := pgregistry.LockApply(ctx, bad, nil); return err }, "the database URL" + reason},
+	}
+	for _, c := range calls {
+		if err := c.call(); err == nil || err.Error() != c.want || !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("%s: err = %v, want %q matching ErrInvalid", c.name, err, c.want)
+		}
 	}
 }

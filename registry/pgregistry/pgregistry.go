@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -152,18 +155,23 @@ func Open(ctx context.Context, cfg Config) (*Registry, error) {
 	if cfg.ControlURL == "" {
 		return nil, fmt.Errorf("%w: pgregistry: Config.ControlURL is empty; Open needs the control pool's URL (use OpenDataPlane for a data-plane-only process)", registry.ErrInvalid)
 	}
+	// Errors name the URL as the caller knows it: one database URL, or
+	// the two Config fields when they differ.
+	controlWhat, dataWhat := databaseURL, databaseURL
 	if cfg.DataURL == "" {
 		cfg.DataURL = cfg.ControlURL
+	} else if cfg.DataURL != cfg.ControlURL {
+		controlWhat, dataWhat = "Config.ControlURL", "Config.DataURL"
 	}
 	r, err := newRegistry(cfg)
 	if err != nil {
 		return nil, err
 	}
-	r.control, err = newPool(ctx, "control", cfg.ControlURL, r.controlMax(cfg), r.acquireTimeout)
+	r.control, err = newPool(ctx, "control", controlWhat, cfg.ControlURL, r.controlMax(cfg), r.acquireTimeout)
 	if err != nil {
 		return nil, err
 	}
-	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
+	r.data, err = newPool(ctx, "data", dataWhat, cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
 	if err != nil {
 		r.control.Close()
 		return nil, err
@@ -190,7 +198,7 @@ func OpenDataPlane(ctx context.Context, cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.data, err = newPool(ctx, "data", cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
+	r.data, err = newPool(ctx, "data", databaseURL, cfg.DataURL, r.dataMax(cfg), r.acquireTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -270,10 +278,12 @@ func (r *Registry) dataMax(cfg Config) int32 {
 	return cfg.DataMaxConns
 }
 
-func newPool(ctx context.Context, name, rawURL string, maxConns int32, connectTimeout time.Duration) (*pgxpool.Pool, error) {
+// newPool opens the pool called name (its application_name) on rawURL;
+// what names the URL in errors.
+func newPool(ctx context.Context, name, what, rawURL string, maxConns int32, connectTimeout time.Duration) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, parseError(name+" pool URL", rawURL, err)
+		return nil, parseError(what, rawURL, err)
 	}
 	pc.MaxConns = maxConns
 	pc.MinConns = 0
@@ -418,7 +428,7 @@ func (r *Registry) acquire(ctx context.Context, pool *pgxpool.Pool, op string) (
 		if actx.Err() == nil {
 			// The pool failed to open a connection (refused, no such
 			// host, authentication): not a wait that ran out.
-			return nil, fmt.Errorf("%w: %s: cannot connect to the database: %w", registry.ErrStorage, op, err)
+			return nil, connectError(registry.ErrStorage, err)
 		}
 		return nil, fmt.Errorf("%w: %s: no database connection within %s (pool of %d, %d in use): %w",
 			registry.ErrStorage, op, r.acquireTimeout, st.MaxConns(), st.AcquiredConns(), err)
@@ -648,12 +658,110 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// databaseURL names the one URL a registry, migration or apply lock was
+// given, in errors.
+const databaseURL = "the database URL"
+
+// userError is an error a person reads as it is: its text says what is
+// wrong ("cannot connect to the database at 127.0.0.1:5432: connection
+// refused"), without the "registry: storage failure: pgregistry: ..."
+// chain of the sentinel and the layers it passed, and it still matches
+// the sentinel and its cause with errors.Is and errors.As.
+type userError struct {
+	sentinel error // a registry sentinel, or nil
+	text     string
+	cause    error // nil when the cause must not be reachable (it quotes a password)
+}
+
+// Error implements error.
+func (e *userError) Error() string { return e.text }
+
+// Unwrap returns the sentinel and the cause.
+func (e *userError) Unwrap() []error {
+	var out []error
+	for _, err := range []error{e.sentinel, e.cause} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// connectError is the error for a connection to the database that could
+// not be made: "cannot connect to the database at ADDRESS: REASON", each
+// address pgx tried once, with the reason it gave, instead of pgx's
+// "failed to connect to `user=u database=d`:" and one indented line per
+// attempt (the same refusal twice when sslmode=prefer tries TLS first).
+// It matches sentinel (when not nil) and err.
+func connectError(sentinel, err error) error {
+	return &userError{sentinel: sentinel, text: "cannot connect to the database" + connectFailures(err), cause: err}
+}
+
+// connectFailures words a pgx connect error as " at ADDRESS: REASON",
+// joined by "; " when pgx tried several addresses that failed
+// differently; other errors as ": " and their text.
+func connectFailures(err error) string {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return ": " + err.Error()
+	}
+	inner := ce.Unwrap()
+	if w, ok := inner.(interface{ Unwrap() error }); ok && strings.HasPrefix(inner.Error(), "hostname resolving error: ") {
+		inner = w.Unwrap()
+	}
+	attempts := []error{inner}
+	if j, ok := inner.(interface{ Unwrap() []error }); ok {
+		attempts = j.Unwrap()
+	}
+	fallback := ce.Config.Host
+	if !strings.HasPrefix(fallback, "/") {
+		fallback = net.JoinHostPort(fallback, strconv.Itoa(int(ce.Config.Port)))
+	}
+	var out []string
+	for _, a := range attempts {
+		s := " at " + dialFailure(a, fallback)
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ";")
+}
+
+// dialFailure words one of pgx's connect attempts as "ADDRESS: REASON":
+// the server's message for an error of the server's (authentication, no
+// such database), the network's for one of the network ("connection
+// refused"), pgx's words otherwise. pgx's attempt errors read "ADDRESS
+// (HOST): STEP: ERROR"; an error of another form (a name that does not
+// resolve, a failed session setup) is about fallback, the configured
+// host and port.
+func dialFailure(err error, fallback string) string {
+	text := err.Error()
+	addr, rest := fallback, text
+	if a, r, ok := strings.Cut(text, " ("); ok {
+		if _, r, ok := strings.Cut(r, "): "); ok {
+			addr, rest = a, r
+		}
+	}
+	var pgErr *pgconn.PgError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &pgErr):
+		rest = pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	case errors.As(err, &opErr) && opErr.Err != nil:
+		rest = strings.TrimPrefix(opErr.Err.Error(), "connect: ")
+	default:
+		rest = strings.TrimPrefix(rest, "dial error: ")
+	}
+	return addr + ": " + rest
+}
+
 // parseError is the error for a connection string pgx cannot parse: what
 // pgx found wrong, without the string itself. pgx quotes the string in its
 // parse errors with the password masked only as far as it recognises it
 // (a keyword/value "password = x" or "password= x" keeps it in clear), so
 // its text is cut after the quoted string, and any value it quotes in the
-// reason is left out too.
+// reason is left out too. The error matches registry.ErrInvalid; what
+// names the URL ("the database URL").
 func parseError(what, raw string, err error) error {
 	reason := "it is not a valid PostgreSQL connection string"
 	var pe *pgconn.ParseConfigError
@@ -663,7 +771,8 @@ func parseError(what, raw string, err error) error {
 			reason = quoted.ReplaceAllString(msg[i+len("`: "):], `"(not shown)"`)
 		}
 	}
-	return fmt.Errorf("%w: pgregistry: %s %s does not parse: %s", registry.ErrInvalid, what, redact(raw), reason)
+	return &userError{sentinel: registry.ErrInvalid,
+		text: fmt.Sprintf("%s %s does not parse: %s; write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE", what, redact(raw), reason)}
 }
 
 // quoted matches a double-quoted value in a pgx parse error's reason.
