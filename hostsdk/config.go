@@ -338,7 +338,13 @@ type ConfigError struct {
 	Flag   string
 	Env    string
 	Reason string
+
+	cause error // BindFlags: the *SettingError, so the error matches ErrSetting
 }
+
+// Unwrap returns the *SettingError of a value BindFlags refused (so
+// errors.Is(err, ErrSetting) holds), or nil.
+func (e *ConfigError) Unwrap() error { return e.cause }
 
 func (e *ConfigError) Error() string {
 	if e.Flag == "" {

@@ -2,6 +2,7 @@ package hostsdk_test
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,12 +86,57 @@ func TestLoadConfigErrorsNameTheSetting(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
+			if !errors.Is(err, hostsdk.ErrSetting) {
+				t.Errorf("error %q does not match ErrSetting", err)
+			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
 			}
 		})
+	}
+}
+
+// TestSettingErrorsMatchErrSetting: a value BindFlags or BindSettings
+// refuses, a stray argument to LoadConfig, matches ErrSetting, so a
+// command can exit with status 2 for it as for a flag it does not know;
+// and BindFlags's *ConfigError still unwraps to the *SettingError. A
+// configuration New refuses does not match it.
+func TestSettingErrorsMatchErrSetting(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	loadHost := hostsdk.BindFlags(fs)
+	loadOwn := hostsdk.BindSettings(fs, []hostsdk.Setting{{Flag: "start-timeout-ms", Env: "X_START_TIMEOUT_MS", Kind: hostsdk.SettingMillis, Min: 1, Max: 1000}})
+	if err := fs.Parse([]string{"--start-timeout-ms=x", "--drain-timeout-ms=x"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadOwn(nil)
+	var se *hostsdk.SettingError
+	if !errors.Is(err, hostsdk.ErrSetting) || !errors.As(err, &se) || se.Flag != "start-timeout-ms" {
+		t.Errorf("BindSettings: %v, want a *SettingError matching ErrSetting", err)
+	}
+	_, err = loadHost(nil)
+	var ce *hostsdk.ConfigError
+	if !errors.Is(err, hostsdk.ErrSetting) || !errors.As(err, &ce) || !errors.As(err, &se) || ce.Flag != "drain-timeout-ms" || se.Flag != "drain-timeout-ms" {
+		t.Errorf("BindFlags: %v, want a *ConfigError matching ErrSetting and unwrapping to the *SettingError", err)
+	}
+	if _, err := hostsdk.LoadConfig([]string{"stray"}, nil); !errors.Is(err, hostsdk.ErrSetting) || err.Error() != `hostsdk: unexpected argument "stray"; every setting is a --flag` {
+		t.Errorf("LoadConfig with a stray argument: %v, want ErrSetting", err)
+	}
+	if _, err := hostsdk.New(hostsdk.Config{}, newTestConnector()); err == nil || errors.Is(err, hostsdk.ErrSetting) {
+		t.Errorf("New of an empty Config: %v, want an error that does not match ErrSetting", err)
+	}
+}
+
+// TestBootstrapErrorsSayHostsdkOnce: a step's error around a hostsdk
+// error read "hostsdk: bootstrap step 1 (validate): hostsdk: --public-
+// endpoint ...".
+func TestBootstrapErrorsSayHostsdkOnce(t *testing.T) {
+	_, err := hostsdk.New(hostsdk.Config{}, newTestConnector())
+	const want = "hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required: an absolute https URL whose path is exactly /aip/v1/messages"
+	var ve *hostsdk.ValidateError
+	if !errors.As(err, &ve) || err.Error() != want {
+		t.Fatalf("New of an empty Config:\n got %v\nwant %s", err, want)
 	}
 }
 

@@ -3,6 +3,7 @@ package hostsdk
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // BootstrapStep numbers the ten start-up steps, in the order they run.
@@ -43,8 +44,11 @@ type stepErr struct {
 	err  error
 }
 
+// format is "hostsdk: bootstrap step 1 (validate): REASON". The reason
+// leaves out a "hostsdk: " its error starts with (a *ConfigError's, for
+// one), so the prefix is there once.
 func (e stepErr) format() string {
-	return fmt.Sprintf("hostsdk: bootstrap step %d (%s): %v", int(e.step), e.step, e.err)
+	return fmt.Sprintf("hostsdk: bootstrap step %d (%s): %s", int(e.step), e.step, strings.TrimPrefix(fmt.Sprint(e.err), "hostsdk: "))
 }
 
 // ValidateError: step 1, the configuration or one of its files is invalid.

@@ -160,16 +160,38 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, ErrHelp
 		}
-		return Config{}, fmt.Errorf("hostsdk: %w", err)
+		return Config{}, &settingFault{msg: "hostsdk: " + err.Error(), err: err}
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("hostsdk: unexpected argument %q; every setting is a --flag", fs.Arg(0))
+		return Config{}, &settingFault{msg: fmt.Sprintf("hostsdk: unexpected argument %q; every setting is a --flag", fs.Arg(0))}
 	}
 	return load(getenv)
 }
 
+// ErrSetting is matched (errors.Is) by every error of BindFlags and
+// BindSettings, which are all a flag's or variable's value that cannot be
+// accepted, and by LoadConfig's (those and an unknown flag or a stray
+// argument): a mistake in how the program was started, for which a
+// command exits with status 2, as for a flag it does not know. Errors of
+// New and of Start's bootstrap, about a configuration that is complete
+// only then, do not match it.
+var ErrSetting = errors.New("hostsdk: setting refused")
+
+// settingFault is one of LoadConfig's own errors: an unknown flag or a
+// stray argument. It matches ErrSetting and what the flag package
+// returned.
+type settingFault struct {
+	msg string
+	err error
+}
+
+func (e *settingFault) Error() string { return e.msg }
+
+func (e *settingFault) Unwrap() []error { return []error{ErrSetting, e.err} }
+
 // BindFlags defines the host's flags on fs and returns a function that,
-// after fs.Parse, merges them with the environment into a Config.
+// after fs.Parse, merges them with the environment into a Config. A value
+// that cannot be accepted is a *ConfigError that matches ErrSetting.
 func BindFlags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
 	settings := make([]Setting, len(options))
 	byFlag := make(map[string]*option, len(options))
@@ -184,7 +206,7 @@ func BindFlags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error
 			var se *SettingError
 			if errors.As(err, &se) && byFlag[se.Flag] != nil {
 				o := byFlag[se.Flag]
-				return Config{}, &ConfigError{Field: o.field, Flag: o.flag, Env: o.env, Reason: se.reason()}
+				return Config{}, &ConfigError{Field: o.field, Flag: o.flag, Env: o.env, Reason: se.reason(), cause: se}
 			}
 			return Config{}, err
 		}
@@ -254,6 +276,9 @@ func (e *SettingError) Error() string {
 	return fmt.Sprintf("hostsdk: --%s (%s) %s", e.Flag, e.Env, e.reason())
 }
 
+// Is reports whether target is ErrSetting.
+func (e *SettingError) Is(target error) bool { return target == ErrSetting }
+
 // SettingValues are the values BindSettings read, by flag name: a flag
 // given on the command line (even empty), else a non-empty variable. They
 // have been checked; integers and milliseconds are without surrounding
@@ -281,7 +306,7 @@ func (v SettingValues) Millis(flag string) time.Duration {
 // variable) and returns a function that, after fs.Parse, reads each
 // setting from its flag when given, else from its variable through getenv
 // (nil: flags only), and checks it. The first value that cannot be
-// accepted is returned as a *SettingError.
+// accepted is returned as a *SettingError, which matches ErrSetting.
 func BindSettings(fs *flag.FlagSet, settings []Setting) func(getenv func(string) string) (SettingValues, error) {
 	values := make([]*string, len(settings))
 	for i, s := range settings {

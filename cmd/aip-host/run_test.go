@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -234,5 +235,34 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 		if len(c.args) > 0 && stderr.Len() > 0 {
 			t.Errorf("%v: stderr has %d bytes besides the error:\n%.300s", c.args, stderr.Len(), stderr.String())
 		}
+	}
+}
+
+// TestRefusedSettingsExitAsUsage: a flag's or variable's value the
+// settings refuse (--drain-timeout-ms=soon, a product's or aip-host's
+// own) exited 1 like a failed start, while an unknown flag exited 2; it
+// is a mistake on the command line too, exit status 2.
+func TestRefusedSettingsExitAsUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{[]string{"dify", "--drain-timeout-ms=soon"}, nil, 2},
+		{[]string{"dify"}, map[string]string{"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "0"}, 2},
+		{[]string{"dify", "--log-level", "loud"}, nil, 2},
+		{[]string{"dify", "--bogus"}, nil, 2},
+		{[]string{"dify", "-h"}, nil, 0},
+	} {
+		// The product's settings are complete: the host's are what is wrong.
+		env := productEnv(t, t.TempDir())["dify"]
+		maps.Copy(env, c.env)
+		err := run(t.Context(), c.args, getenv(env), &bytes.Buffer{}, &bytes.Buffer{})
+		if got := exitCode(err); got != c.want {
+			t.Errorf("%v %v: exit status %d (err %v), want %d", c.args, c.env, got, err, c.want)
+		}
+	}
+	if got := exitCode(errors.New("bootstrap failed")); got != 1 {
+		t.Errorf("another error: exit status %d, want 1", got)
 	}
 }

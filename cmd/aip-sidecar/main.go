@@ -9,7 +9,8 @@
 // AIP_SIDECAR_* settings (run it with -h for the list), and exits with
 // status 0 only after a clean drain, offline transition and stop of its
 // child. A mistake on the command line (an unknown flag, a stray
-// argument) is one line on stderr and exit status 2.
+// argument, a flag's or variable's value that is refused, such as
+// --start-timeout-ms=soon) is one line on stderr and exit status 2.
 package main
 
 import (
@@ -20,20 +21,30 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "aip-sidecar:", err)
-		var usage *usageError
-		if errors.As(err, &usage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
 	}
+	os.Exit(exitCode(err))
+}
+
+// exitCode is the exit status for run's error: 0 for none or -h, 2 for a
+// mistake on the command line (a *usageError, or a flag's or variable's
+// value hostsdk's settings refuse, hostsdk.ErrSetting), 1 for the rest.
+func exitCode(err error) int {
+	var usage *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage), errors.Is(err, hostsdk.ErrSetting):
+		return 2
+	}
+	return 1
 }
 
 // usageError is a mistake on the command line (an unknown flag, a flag's

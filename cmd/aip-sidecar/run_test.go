@@ -432,3 +432,30 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedSettingsExitAsUsage: a flag's or variable's value the
+// settings refuse (--start-timeout-ms=soon, a host setting) exited 1 like
+// a failed start, while an unknown flag exited 2; it is a mistake on the
+// command line too, exit status 2.
+func TestRefusedSettingsExitAsUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want int
+	}{
+		{[]string{"--start-timeout-ms=soon"}, nil, 2},
+		{[]string{"--drain-timeout-ms=soon"}, nil, 2},
+		{nil, map[string]string{"AIP_SIDECAR_ON_MANIFEST_CHANGE": "apply"}, 2},
+		{[]string{"--bogus"}, nil, 2},
+		{[]string{"-h"}, nil, 0},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), c.args, func(k string) string { return c.env[k] }, &stderr, &stderr)
+		if got := exitCode(err); got != c.want {
+			t.Errorf("%v %v: exit status %d (err %v), want %d", c.args, c.env, got, err, c.want)
+		}
+	}
+	if got := exitCode(errors.New("bootstrap failed")); got != 1 {
+		t.Errorf("another error: exit status %d, want 1", got)
+	}
+}
