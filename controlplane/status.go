@@ -113,6 +113,9 @@ func (s *Service) operatorError(r *http.Request) error {
 // configured.
 var errNoOperators = errors.New("the fleet views are for operators and this control plane trusts none: start it with --operator-issuer NAME=DID and send an operator token (aipfleet token --operator), or with --open-fleet-views on a trusted network")
 
+// codeUnauthorized is the error code of a fleet view's 401.
+const codeUnauthorized = "unauthorized"
+
 // operatorsOnly wraps a fleet view: a request that is not an operator's is
 // answered 401 with the reason.
 func (s *Service) operatorsOnly(next http.Handler) http.Handler {
@@ -120,7 +123,12 @@ func (s *Service) operatorsOnly(next http.Handler) http.Handler {
 		if err := s.operatorError(r); err != nil {
 			s.m.fleetViewRefusals.Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="aipfleet-control"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", aip.TruncateUTF8(err.Error(), aip.MaxErrorMessageBytes))
+			// The code says the request is unauthorized; the message says
+			// why, without the "unauthorized: " of a token verifier's
+			// error (a client printed "unauthorized: unauthorized:
+			// missing Authorization header").
+			msg := strings.TrimPrefix(err.Error(), codeUnauthorized+": ")
+			writeError(w, http.StatusUnauthorized, codeUnauthorized, aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))
 			return
 		}
 		next.ServeHTTP(w, r)

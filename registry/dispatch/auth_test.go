@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/lestrrat-go/jwx/v2/jwk"
 	"github.com/lestrrat-go/jwx/v2/jwt"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
@@ -90,5 +92,32 @@ func TestAuthorizationIsUnambiguous(t *testing.T) {
 	// The longest tenant ID is one.
 	if s, body, _ := w.getWith(dispatch.PathCapabilities, "Bearer "+mintClaim(t, w, strings.Repeat("t", 256))); s != http.StatusOK {
 		t.Errorf("a 256-byte tenant: %d %s", s, body)
+	}
+}
+
+// TestUnauthorizedMessageIsTheReason: a 401's message repeated its code's
+// word ("dispatch.unauthorized: unauthorized: malformed token"); it is the
+// reason alone, with or without credentials and for a tenant claim the
+// dispatcher refuses.
+func TestUnauthorizedMessageIsTheReason(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	for name, c := range map[string]struct {
+		auth []string
+		want string
+	}{
+		"garbage":        {[]string{"Bearer garbage"}, "malformed token"},
+		"two headers":    {[]string{"Bearer a", "Bearer b"}, "2 Authorization headers; send exactly one"},
+		"not bearer":     {[]string{"Basic x"}, `Authorization header is not "Bearer <token>"`},
+		"tenant a NUL":   {[]string{"Bearer " + mintClaim(t, w, tenant+"\x00")}, "the token's " + tenanttoken.TenantClaim + " claim is not a tenant ID"},
+		"no credentials": {nil, "missing Authorization header; send"},
+	} {
+		s, body, _ := w.getWith(dispatch.PathCapabilities, c.auth...)
+		var e struct {
+			Error *aip.ProtocolError `json:"error"`
+		}
+		if s != http.StatusUnauthorized || json.Unmarshal(body, &e) != nil || e.Error == nil || e.Error.Code != dispatch.CodeUnauthorized ||
+			!strings.HasPrefix(e.Error.Message, c.want) {
+			t.Errorf("%s: %d %s, want 401 %s whose message starts %q", name, s, body, dispatch.CodeUnauthorized, c.want)
+		}
 	}
 }

@@ -99,7 +99,7 @@ func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 			err = fmt.Errorf("%w: %d Authorization headers; send exactly one", tenanttoken.ErrUnauthorized, len(values))
 		case len(values) == 0:
 			_, err := tenanttoken.FromAuthorization("")
-			writeUnauthorized(w, false, err.Error())
+			writeUnauthorized(w, false, unauthorizedReason(err))
 			return
 		default:
 			var tok string
@@ -111,11 +111,7 @@ func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 			}
 		}
 		if err != nil {
-			msg := err.Error()
-			if !errors.Is(err, tenanttoken.ErrUnauthorized) {
-				msg = "unauthorized: " + msg
-			}
-			writeUnauthorized(w, true, msg)
+			writeUnauthorized(w, true, unauthorizedReason(err))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, claims.TenantID)))
@@ -173,6 +169,15 @@ func checkTenantClaim(t string) error {
 // WWW-Authenticate challenge (RFC 6750 §3): error="invalid_token" only when
 // credentials were sent, and an error_description of the characters that
 // RFC allows there.
+// unauthorizedReason is the message of a 401: why the credentials were
+// refused ("malformed token"). The code, dispatch.unauthorized, already
+// says that they were, so the "unauthorized: " tenanttoken's errors start
+// with is left out: a client printed "dispatch.unauthorized:
+// unauthorized: malformed token".
+func unauthorizedReason(err error) string {
+	return strings.TrimPrefix(err.Error(), tenanttoken.ErrUnauthorized.Error()+": ")
+}
+
 func writeUnauthorized(w http.ResponseWriter, invalidToken bool, msg string) {
 	challenge := `Bearer realm="aipfleet-dispatch"`
 	if invalidToken {
