@@ -187,7 +187,12 @@ type settingFault struct {
 
 func (e *settingFault) Error() string { return e.msg }
 
-func (e *settingFault) Unwrap() []error { return []error{ErrSetting, e.err} }
+func (e *settingFault) Unwrap() []error {
+	if e.err == nil {
+		return []error{ErrSetting}
+	}
+	return []error{ErrSetting, e.err}
+}
 
 // BindFlags defines the host's flags on fs and returns a function that,
 // after fs.Parse, merges them with the environment into a Config. A value
