@@ -23,11 +23,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"strings"
 
-	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/products"
 )
 
@@ -47,52 +45,5 @@ func main() {
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "aip-host:", err)
 	}
-	os.Exit(exitCode(err))
-}
-
-// exitCode is the exit status for run's error: 0 for none or -h, 2 for a
-// mistake on the command line (a *usageError, or a flag's or variable's
-// value hostsdk's settings refuse, hostsdk.ErrSetting), 1 for the rest.
-func exitCode(err error) int {
-	var usage *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &usage), errors.Is(err, hostsdk.ErrSetting):
-		return 2
-	}
-	return 1
-}
-
-// usageError is a mistake on the command line (an unknown product or
-// flag, a flag's malformed value, a stray argument); the process exits 2.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
-
-// parseFlags parses args into fs, whose output it silences: a mistake is
-// one line that names it and where the flags are listed (usage, the
-// command line of the help), not the whole flag list with the mistake
-// above it; -h prints the flag list to stderr with fs.Usage.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, help string) error {
-	usage := fs.Usage
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.SetOutput(stderr)
-	fs.Usage = usage
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
-		return err
-	case err == nil:
-		return nil
-	}
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-		msg = "unknown flag -" + strings.TrimLeft(name, "-")
-	}
-	return usagef("%s (run `%s` for the flags)", msg, help)
+	os.Exit(hostrun.ExitCode(err))
 }

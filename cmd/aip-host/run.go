@@ -54,13 +54,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {
-			return usagef("name a product: %s", strings.Join(names(), ", "))
+			return hostrun.Usagef("name a product: %s", strings.Join(names(), ", "))
 		}
 		return flag.ErrHelp
 	}
 	p, ok := catalog[args[0]]
 	if !ok {
-		return usagef("unknown product %q; want one of %s", args[0], strings.Join(names(), ", "))
+		return hostrun.Usagef("unknown product %q; want one of %s", args[0], strings.Join(names(), ", "))
 	}
 	fs := flag.NewFlagSet("aip-host "+p.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -69,11 +69,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fs.PrintDefaults()
 	}
 	loadHost, loadCommon, loadProduct := bindFlags(fs, p)
-	if err := parseFlags(fs, args[1:], stderr, "aip-host "+p.Name+" -h"); err != nil {
+	if err := hostrun.ParseFlags(fs, args[1:], stderr, "aip-host "+p.Name+" -h"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q; every setting is a flag (run `aip-host %s -h` for the flags)", fs.Arg(0), p.Name)
+		return hostrun.Usagef("unexpected argument %q; every setting is a flag (run `aip-host %s -h` for the flags)", fs.Arg(0), p.Name)
 	}
 	common, err := loadCommon(getenv)
 	if err != nil {

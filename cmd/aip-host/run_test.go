@@ -15,6 +15,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
@@ -228,7 +229,7 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 	} {
 		var stderr bytes.Buffer
 		err := run(t.Context(), c.args, getenv(nil), &bytes.Buffer{}, &stderr)
-		var u *usageError
+		var u *hostrun.UsageError
 		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want a usage error saying %q", c.args, err, c.want)
 		}
@@ -258,11 +259,11 @@ func TestRefusedSettingsExitAsUsage(t *testing.T) {
 		env := productEnv(t, t.TempDir())["dify"]
 		maps.Copy(env, c.env)
 		err := run(t.Context(), c.args, getenv(env), &bytes.Buffer{}, &bytes.Buffer{})
-		if got := exitCode(err); got != c.want {
+		if got := hostrun.ExitCode(err); got != c.want {
 			t.Errorf("%v %v: exit status %d (err %v), want %d", c.args, c.env, got, err, c.want)
 		}
 	}
-	if got := exitCode(errors.New("bootstrap failed")); got != 1 {
+	if got := hostrun.ExitCode(errors.New("bootstrap failed")); got != 1 {
 		t.Errorf("another error: exit status %d, want 1", got)
 	}
 }

@@ -102,14 +102,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, a := range argvSettings {
 		fs.Var(argvFlag{}, a.flag, a.usage+" [$"+envPrefix+a.env+"]")
 	}
-	if err := parseFlags(fs, flagArgs, stderr); err != nil {
+	if err := hostrun.ParseFlags(fs, flagArgs, stderr, "aip-sidecar -h"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q; put the connector's command after --exec (or --mcp-command)", fs.Arg(0))
+		return hostrun.Usagef("unexpected argument %q; put the connector's command after --exec (or --mcp-command)", fs.Arg(0))
 	}
 	if argvName != "" && len(argv) == 0 {
-		return usagef("--%s needs a command: --%s CMD [ARG ...]", argvName, argvName)
+		return hostrun.Usagef("--%s needs a command: --%s CMD [ARG ...]", argvName, argvName)
 	}
 	val, err := loadSettings(getenv)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
 	"github.com/aipfleet/aipfleet/sidecar"
 	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
@@ -423,7 +424,7 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), c.args, func(string) string { return "" }, &stderr, &stderr)
-		var u *usageError
+		var u *hostrun.UsageError
 		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want a usage error saying %q", c.args, err, c.want)
 		}
@@ -451,11 +452,11 @@ func TestRefusedSettingsExitAsUsage(t *testing.T) {
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), c.args, func(k string) string { return c.env[k] }, &stderr, &stderr)
-		if got := exitCode(err); got != c.want {
+		if got := hostrun.ExitCode(err); got != c.want {
 			t.Errorf("%v %v: exit status %d (err %v), want %d", c.args, c.env, got, err, c.want)
 		}
 	}
-	if got := exitCode(errors.New("bootstrap failed")); got != 1 {
+	if got := hostrun.ExitCode(errors.New("bootstrap failed")); got != 1 {
 		t.Errorf("another error: exit status %d, want 1", got)
 	}
 }

@@ -1,0 +1,64 @@
+package hostrun
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
+
+// UsageError is a mistake on the command line of a host program (an
+// unknown flag or product, a flag's malformed value, a stray argument);
+// the process exits 2 (ExitCode).
+type UsageError struct{ msg string }
+
+func (e *UsageError) Error() string { return e.msg }
+
+// Usagef is a *UsageError with the formatted message.
+func Usagef(format string, args ...any) error {
+	return &UsageError{fmt.Sprintf(format, args...)}
+}
+
+// ExitCode is a host program's exit status for the error its run
+// returned: 0 for none or -h (flag.ErrHelp), 2 for a mistake on the
+// command line (a *UsageError, or a flag's or variable's value
+// hostsdk's settings refuse, hostsdk.ErrSetting), 1 for the rest.
+func ExitCode(err error) int {
+	var usage *UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage), errors.Is(err, hostsdk.ErrSetting):
+		return 2
+	}
+	return 1
+}
+
+// ParseFlags parses args into fs, whose output it silences: a mistake is
+// a *UsageError of one line that names it and the command that lists the
+// flags (help, such as "aip-sidecar -h"), not the whole flag list with
+// the mistake above it; -h prints the flag list to stderr with fs.Usage
+// and returns flag.ErrHelp.
+func ParseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, help string) error {
+	usage := fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err == nil:
+		return nil
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		msg = "unknown flag -" + strings.TrimLeft(name, "-")
+	}
+	return Usagef("%s (run `%s` for the flags)", msg, help)
+}
