@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
 // notifyStopChild is set in the environment of the child process
@@ -34,6 +35,9 @@ func TestNotifyStop(t *testing.T) {
 		{"nohup", []string{nohup, os.Args[0]}, "kept running"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The plain child must not inherit an ignored SIGHUP from a
+			// suite run under nohup.
+			hostsdktest.HangupDefault(t)
 			cmd := exec.Command(tc.argv[0], append(tc.argv[1:], "-test.run=^TestNotifyStopChild$", "-test.v")...)
 			cmd.Env = append(os.Environ(), notifyStopChild+"=1")
 			out, err := cmd.CombinedOutput()

@@ -151,6 +151,7 @@ func TestHangupDrains(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the echo binary")
 	}
+	hostsdktest.HangupDefault(t) // the suite may run under nohup
 	f := sidecartest.NewFakeFleet(t)
 	r := newReplica(t, f)
 	p := startEcho(t, r)
