@@ -176,18 +176,9 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	fs.NoEnv("idempotency-key")
 	fs.NoEnv("reason")
 
-	if len(args) == 0 {
-		return usagef("action: name a subcommand: send, get or cancel (run `aipfleet action --help`)")
-	}
-	sub := args[0]
-	if strings.HasPrefix(sub, "-") {
-		if err := fs.parse(args, e.stdout); err != nil {
-			return err
-		}
-		return fs.subcommandFirst("send, get or cancel", "send", "get", "cancel")
-	}
-	if sub != "send" && sub != "get" && sub != "cancel" { // before the flags, as --help
-		return usagef("action: unknown subcommand %q; use send, get or cancel", sub)
+	sub, err := fs.subcommand(args, e.stdout, "send", "get", "cancel")
+	if err != nil {
+		return err
 	}
 	// Flags may come before or after the positional arguments.
 	rest, err := fs.parseInterleaved(args[1:], e.stdout)

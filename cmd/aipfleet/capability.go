@@ -81,15 +81,9 @@ func runCapability(ctx context.Context, c *command, e *env, args []string) error
 	fs.NoEnv("search")
 	fs.NoEnv("profile")
 
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := fs.parse(args, e.stdout); err != nil {
-			return err
-		}
-		return fs.subcommandFirst("list or get", "list", "get")
-	}
-	sub := args[0]
-	if sub != "list" && sub != "get" { // before the flags, as --help
-		return usagef("capability: unknown subcommand %q; use list or get", sub)
+	sub, err := fs.subcommand(args, e.stdout, "list", "get")
+	if err != nil {
+		return err
 	}
 	// Flags may come before or after get's capability ID.
 	rest, err := fs.parseInterleaved(args[1:], e.stdout)

@@ -463,17 +463,32 @@ func (f *flagSet) notEmpty(cmd string, fix map[string]string) error {
 	return nil
 }
 
-// subcommandFirst is the usage error of a command line that starts with
-// flags, once they are parsed, where the subcommand (one of subs, listed
-// as list: "send, get or cancel") belongs: when the subcommand follows the
-// flags (aipfleet fleet --json status), it says to put it first; the flag
-// package stops at the first word that is not a flag, so the flags after
-// it would not be read.
-func (f *flagSet) subcommandFirst(list string, subs ...string) error {
-	if a := f.args(); len(a) > 0 && slices.Contains(subs, a[0]) {
-		return usagef("%s: the subcommand comes first, then its flags: aipfleet %s %s [flags]", f.cmd.name, f.cmd.name, a[0])
+// subcommand returns the subcommand args start with, one of subs. The
+// subcommand comes before the flags: a command line that starts with
+// flags (or is empty) is parsed, for --help, and refused, saying to put
+// the subcommand first when it follows the flags (aipfleet fleet --json
+// status: the flag package stops at the first word that is not a flag, so
+// the flags after it would not be read) or to name one; an unknown first
+// word is refused before any flag is parsed (`fleet bogus --help` is no
+// help for status).
+func (f *flagSet) subcommand(args []string, stdout io.Writer, subs ...string) (string, error) {
+	list := subs[len(subs)-1]
+	if len(subs) > 1 {
+		list = strings.Join(subs[:len(subs)-1], ", ") + " or " + list
 	}
-	return usagef("%s: name a subcommand: %s (run `aipfleet %s --help`)", f.cmd.name, list, f.cmd.name)
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if err := f.parse(args, stdout); err != nil {
+			return "", err
+		}
+		if a := f.args(); len(a) > 0 && slices.Contains(subs, a[0]) {
+			return "", usagef("%s: the subcommand comes first, then its flags: aipfleet %s %s [flags]", f.cmd.name, f.cmd.name, a[0])
+		}
+		return "", usagef("%s: name a subcommand: %s (run `aipfleet %s --help`)", f.cmd.name, list, f.cmd.name)
+	}
+	if !slices.Contains(subs, args[0]) {
+		return "", usagef("%s: unknown subcommand %q; use %s", f.cmd.name, args[0], list)
+	}
+	return args[0], nil
 }
 
 // isSet reports whether name was given on the command line or through its

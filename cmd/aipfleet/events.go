@@ -77,14 +77,8 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 	fs.NoEnv("after")
 	fs.NoEnv("follow")
 
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := fs.parse(args, e.stdout); err != nil {
-			return err
-		}
-		return fs.subcommandFirst("list", "list")
-	}
-	if args[0] != "list" {
-		return usagef("events: unknown subcommand %q; use list", args[0])
+	if _, err := fs.subcommand(args, e.stdout, "list"); err != nil {
+		return err
 	}
 	if err := fs.parse(args[1:], e.stdout); err != nil {
 		return err

@@ -100,15 +100,8 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	devStateDir := fs.String("dev-state-dir", DefaultDevStateDir, "aipfleet dev's state directory: without --control-url, its control plane (dev.json); without --token or --issuer-key, mint with its issuer key (keys/issuer.key)")
 	fs.NoEnv("watch")
 	fs.NoEnv("json")
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := fs.parse(args, e.stdout); err != nil {
-			return err
-		}
-		return fs.subcommandFirst("status", "status")
-	}
-	sub := args[0]
-	if sub != "status" { // before the flags: `fleet bogus --help` is no help for status
-		return usagef("fleet: unknown subcommand %q; the subcommand is status", sub)
+	if _, err := fs.subcommand(args, e.stdout, "status"); err != nil {
+		return err
 	}
 	if err := fs.parse(args[1:], e.stdout); err != nil {
 		return err

@@ -60,15 +60,9 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 	timeout := fs.Duration("timeout", time.Minute, "bound on the whole command")
 	fs.NoEnv("file")
 	args = shorthandFile(args)
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		if err := fs.parse(args, e.stdout); err != nil {
-			return err
-		}
-		return fs.subcommandFirst("migrate, apply or status", "migrate", "apply", "status")
-	}
-	sub := args[0]
-	if sub != "migrate" && sub != "apply" && sub != "status" { // before the flags, as --help
-		return usagef("registry: unknown subcommand %q; use migrate, apply or status", sub)
+	sub, err := fs.subcommand(args, e.stdout, "migrate", "apply", "status")
+	if err != nil {
+		return err
 	}
 	if err := fs.parse(args[1:], e.stdout); err != nil {
 		return err
