@@ -33,6 +33,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -200,4 +201,19 @@ func (l *LogBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Take returns the lines written since the last Take that contain substr
+// ("" for all), and forgets everything written so far.
+func (l *LogBuffer) Take(substr string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for line := range strings.SplitSeq(l.b.String(), "\n") {
+		if line != "" && strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	l.b.Reset()
+	return out
 }

@@ -425,35 +425,9 @@ func TestWebhookCreatedAtAheadOfClock(t *testing.T) {
 	}
 }
 
-// logBuffer is a log destination the test reads while the host writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// take returns the lines written since the last take that contain substr.
-func (b *logBuffer) take(substr string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	b.buf.Reset()
-	return out
-}
-
 // startLoggedWebhookHost is startWebhookHost whose host logs at warn and
 // above to the buffer it returns.
-func startLoggedWebhookHost(t *testing.T) (*webhookHost, *logBuffer) {
+func startLoggedWebhookHost(t *testing.T) (*webhookHost, *hostsdktest.LogBuffer) {
 	t.Helper()
 	mock := newMockCal(t)
 	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
@@ -464,12 +438,12 @@ func startLoggedWebhookHost(t *testing.T) (*webhookHost, *logBuffer) {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)},
 		func() time.Time { return now })
-	logs := &logBuffer{}
+	logs := &hostsdktest.LogBuffer{}
 	h := &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
 		cfg.Journal = j
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})}
-	logs.take("")
+	logs.Take("")
 	return &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}, logs
 }
 
@@ -501,7 +475,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 		if a.status != tc.status {
 			t.Fatalf("%s: %d %v, want %d", tc.name, a.status, a.body, tc.status)
 		}
-		got := logs.take("cal-diy webhook")
+		got := logs.Take("cal-diy webhook")
 		if len(got) != 1 || !strings.Contains(got[0], "level=WARN") {
 			t.Fatalf("%s: logged %q, want one warning", tc.name, got)
 		}
@@ -512,7 +486,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 		}
 		// The same refusal again within a minute: counted, not logged.
 		w.deliver(t, testSub, tc.body, signed(tc.body))
-		if got := logs.take("cal-diy webhook"); len(got) != 0 {
+		if got := logs.Take("cal-diy webhook"); len(got) != 0 {
 			t.Errorf("%s: the same refusal again logged %q", tc.name, got)
 		}
 	}
@@ -522,7 +496,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 			t.Fatalf("forged delivery: %d %v", a.status, a.body)
 		}
 	}
-	if got := logs.take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "subscription_id="+testSub) {
+	if got := logs.Take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "subscription_id="+testSub) {
 		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
 	}
 }
@@ -610,13 +584,13 @@ func TestWebhookPreviousSecret(t *testing.T) {
 		c.Now = func() time.Time { return now }
 		c.SubscriberPrefixes = []string{"https://aip.example.com/webhooks/cal-diy/"}
 	})
-	logs := &logBuffer{}
+	logs := &hostsdktest.LogBuffer{}
 	h := &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
 		cfg.Journal = j
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})}
 	w := &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}
-	logs.take("")
+	logs.Take("")
 	n := 0
 	deliverWith := func(secret string) webhookAnswer {
 		n++
@@ -628,7 +602,7 @@ func TestWebhookPreviousSecret(t *testing.T) {
 			t.Fatalf("delivery signed with the previous secret: %d %v, want accepted", a.status, a.body)
 		}
 	}
-	if got := logs.take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "subscription_id="+testSub) ||
+	if got := logs.Take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "subscription_id="+testSub) ||
 		!strings.Contains(got[0], "previous webhook secret (the "+testSub+" entry of --cal-diy-webhook-previous-secret-files)") {
 		t.Fatalf("two deliveries with the previous secret logged %q, want one info line", got)
 	}
@@ -637,7 +611,7 @@ func TestWebhookPreviousSecret(t *testing.T) {
 			t.Fatalf("delivery signed with the current secret: %d %v", a.status, a.body)
 		}
 	}
-	if got := logs.take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "the product has switched") {
+	if got := logs.Take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "the product has switched") {
 		t.Fatalf("deliveries with the current secret after the previous logged %q, want one info line", got)
 	}
 	if a := deliverWith("whsec_someone_else"); a.status != 401 || a.code() != webhook.CodeAuthenticationFailed {

@@ -455,37 +455,11 @@ func TestWebhookAcceptedWhenFenceRecordFails(t *testing.T) {
 	}
 }
 
-// logBuffer is a log destination the test reads while the host writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// take returns the lines written since the last take that contain substr.
-func (b *logBuffer) take(substr string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	b.buf.Reset()
-	return out
-}
-
 // newLoggedEnv is newEnv whose host logs at info and above to the buffer
 // it returns.
-func newLoggedEnv(t *testing.T, edit func(*Config)) (*env, *logBuffer) {
+func newLoggedEnv(t *testing.T, edit func(*Config)) (*env, *hostsdktest.LogBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &hostsdktest.LogBuffer{}
 	e := newEnvWithHost(t, edit, func(c *hostsdk.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
@@ -505,13 +479,13 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	t0 := time.Now().Truncate(time.Second)
 	clk := &clock{now: t0}
 	e, logs := newLoggedEnv(t, func(c *Config) { c.Now = clk.Now })
-	logs.take("") // the host's start
+	logs.Take("") // the host's start
 
 	// This replica's clock is 7 minutes ahead of Chatwoot's.
 	if a := e.post(t, signed("dlv-skew-1", t0.Add(-7*time.Minute), incoming)); a.status != 400 || a.code() != webhook.CodeInvalidTimestamp {
 		t.Fatalf("delivery 7 minutes old: %d %v", a.status, a.body)
 	}
-	got := logs.take("chatwoot webhook")
+	got := logs.Take("chatwoot webhook")
 	if len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "delivery=dlv-skew-1") ||
 		!strings.Contains(got[0], "clock_offset=7m0s") || !strings.Contains(got[0], "check this host's clock (NTP)") {
 		t.Fatalf("refusal for the clock logged %q, want one warning with the delivery, the offset and what to check", got)
@@ -519,12 +493,12 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	for i := range 3 {
 		e.post(t, signed(fmt.Sprintf("dlv-skew-%d", i+2), t0.Add(-7*time.Minute), incoming))
 	}
-	if got := logs.take("chatwoot webhook"); len(got) != 0 {
+	if got := logs.Take("chatwoot webhook"); len(got) != 0 {
 		t.Fatalf("a streak of the same refusal logged %q, want nothing within %s", got, webhook.RefusalLogEvery)
 	}
 	clk.set(t0.Add(webhook.RefusalLogEvery))
 	e.post(t, signed("dlv-skew-5", t0.Add(webhook.RefusalLogEvery-7*time.Minute), incoming))
-	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-skew-5") || !strings.Contains(got[0], "not_logged_since=3") {
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-skew-5") || !strings.Contains(got[0], "not_logged_since=3") {
 		t.Fatalf("the streak a minute later logged %q, want one line counting the 3 not logged", got)
 	}
 
@@ -533,14 +507,14 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	if a := e.post(t, signed("dlv-acct", now, other)); a.status != 400 || a.code() != webhook.CodeInvalidDelivery {
 		t.Fatalf("delivery for account 8: %d %v", a.status, a.body)
 	}
-	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-acct") ||
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-acct") ||
 		!strings.Contains(got[0], "another account") || !strings.Contains(got[0], "account 8") {
 		t.Fatalf("refusal for another account logged %q", got)
 	}
 	if a := e.post(t, signed("dlv-notjson", now, `[1]`)); a.status != 400 {
 		t.Fatalf("delivery that is not an object: %d %v", a.status, a.body)
 	}
-	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-notjson") || !strings.Contains(got[0], "cannot be mapped") {
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-notjson") || !strings.Contains(got[0], "cannot be mapped") {
 		t.Fatalf("refusal of an unmappable delivery logged %q", got)
 	}
 
@@ -551,7 +525,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 			t.Fatalf("forged delivery: %d %v", a.status, a.body)
 		}
 	}
-	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "--chatwoot-webhook-secret-file") {
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "--chatwoot-webhook-secret-file") {
 		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
 	}
 }
@@ -566,7 +540,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 func TestWebhookPreviousSecret(t *testing.T) {
 	const oldSecret = "cw-old-secret-xyz"
 	e, logs := newLoggedEnv(t, func(c *Config) { c.PreviousWebhookSecret = provider.NewSecret(oldSecret) })
-	logs.take("")
+	logs.Take("")
 	now := time.Now()
 	n := 0
 	signedWith := func(secret, id string) delivery {
@@ -582,7 +556,7 @@ func TestWebhookPreviousSecret(t *testing.T) {
 			t.Fatalf("%s signed with the previous secret: %d %v, want accepted", id, a.status, a.body)
 		}
 	}
-	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "delivery=dlv-old-1") ||
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "delivery=dlv-old-1") ||
 		!strings.Contains(got[0], "previous webhook secret (--chatwoot-webhook-previous-secret-file)") {
 		t.Fatalf("two deliveries with the previous secret logged %q, want one info line", got)
 	}
@@ -591,7 +565,7 @@ func TestWebhookPreviousSecret(t *testing.T) {
 			t.Fatalf("%s signed with the current secret: %d %v", id, a.status, a.body)
 		}
 	}
-	if got := logs.take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "delivery=dlv-new-1") ||
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") || !strings.Contains(got[0], "delivery=dlv-new-1") ||
 		!strings.Contains(got[0], "the product has switched") {
 		t.Fatalf("deliveries with the current secret after the previous logged %q, want one info line", got)
 	}

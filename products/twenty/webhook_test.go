@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -446,32 +445,6 @@ func TestTrimPayloadBeyondRecord(t *testing.T) {
 	}
 }
 
-// logBuffer is a log destination the test reads while the host writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// take returns the lines written since the last take that contain substr.
-func (b *logBuffer) take(substr string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	b.buf.Reset()
-	return out
-}
-
 // TestWebhookRefusalsLogged: a verified delivery refused for its
 // timestamp (a replica whose clock is more than MaxSkew off refuses every
 // delivery) or for another workspace was answered without a log line,
@@ -481,13 +454,13 @@ func (b *logBuffer) take(substr string) []string {
 // streak of the same refusal is not a line a delivery. A signature that
 // does not verify is logged too, rate-limited the same way.
 func TestWebhookRefusalsLogged(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &hostsdktest.LogBuffer{}
 	e := newEnvHost(t, func(v hostsdk.SettingValues) {
 		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
 	}, nil, nil, func(c *hostsdk.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
-	logs.take("")
+	logs.Take("")
 	const recordID = "00000000-0000-4000-8000-000000000001"
 
 	// This replica's clock is 7 minutes ahead of Twenty's.
@@ -496,14 +469,14 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	if status, code, _ := e.post(t, newDelivery(body, sent), ""); status != 400 || code != webhook.CodeInvalidTimestamp {
 		t.Fatalf("delivery 7 minutes old: %d %s", status, code)
 	}
-	got := logs.take("twenty webhook")
+	got := logs.Take("twenty webhook")
 	if len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "clock_offset=7m0s") ||
 		!strings.Contains(got[0], "check this host's clock (NTP)") || !strings.Contains(got[0], "record_id="+recordID) ||
 		!strings.Contains(got[0], "event_name=person.created") {
 		t.Fatalf("refusal for the clock logged %q, want one warning with the delivery, the offset and what to check", got)
 	}
 	e.post(t, newDelivery(body, sent.Add(time.Second)), "")
-	if got := logs.take("twenty webhook"); len(got) != 0 {
+	if got := logs.Take("twenty webhook"); len(got) != 0 {
 		t.Fatalf("a second refusal for the clock logged %q, want nothing within %s", got, webhook.RefusalLogEvery)
 	}
 
@@ -513,7 +486,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	if status, code, _ := e.post(t, newDelivery(other, now), ""); status != 400 || code != webhook.CodeInvalidDelivery {
 		t.Fatalf("delivery for another workspace: %d %s", status, code)
 	}
-	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "another workspace") ||
+	if got := logs.Take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "another workspace") ||
 		!strings.Contains(got[0], otherWorkspace) || !strings.Contains(got[0], "record_id="+recordID) {
 		t.Fatalf("refusal for another workspace logged %q", got)
 	}
@@ -525,7 +498,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 			t.Fatalf("forged delivery: %d", status)
 		}
 	}
-	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "--twenty-webhook-secret-file") {
+	if got := logs.Take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "does not verify") || !strings.Contains(got[0], "--twenty-webhook-secret-file") {
 		t.Fatalf("two deliveries that do not verify logged %q, want one line", got)
 	}
 }
@@ -539,14 +512,14 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 // after it; any other signature is still refused.
 func TestWebhookPreviousSecret(t *testing.T) {
 	const oldSecret = "whsec-twenty-old-9876543210"
-	logs := &logBuffer{}
+	logs := &hostsdktest.LogBuffer{}
 	e := newEnvHost(t, func(v hostsdk.SettingValues) {
 		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
 		v[FlagPreviousWebhookSecretFile] = writeFile(t, "webhook-secret-old", oldSecret+"\n", 0o600)
 	}, nil, nil, func(c *hostsdk.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
-	logs.take("")
+	logs.Take("")
 	now := time.Now()
 	n := 0
 	signedWith := func(secret string) delivery {
@@ -561,7 +534,7 @@ func TestWebhookPreviousSecret(t *testing.T) {
 			t.Fatalf("delivery signed with the previous secret: %d %s %s, want 200", status, code, raw)
 		}
 	}
-	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") ||
+	if got := logs.Take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") ||
 		!strings.Contains(got[0], "previous webhook secret (--twenty-webhook-previous-secret-file)") {
 		t.Fatalf("two deliveries with the previous secret logged %q, want one info line", got)
 	}
@@ -570,7 +543,7 @@ func TestWebhookPreviousSecret(t *testing.T) {
 			t.Fatalf("delivery signed with the current secret: %d %s %s", status, code, raw)
 		}
 	}
-	if got := logs.take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "the product has switched") {
+	if got := logs.Take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "the product has switched") {
 		t.Fatalf("deliveries with the current secret after the previous logged %q, want one info line", got)
 	}
 	if status, code, _ := e.post(t, signedWith("whsec-someone-else"), ""); status != 401 || code != webhook.CodeAuthenticationFailed {
