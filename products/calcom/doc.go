@@ -172,14 +172,9 @@
 // make every delivery unreadable; an update pointing a webhook at such a
 // subscription sends payloadTemplate "" (Cal.diy's default payload), since
 // PATCH would keep a template set while the webhook pointed elsewhere.
-// Nor does it take the triggers
-// MEETING_STARTED or MEETING_ENDED (failed result
-// cal_diy.trigger_not_receivable, policy, nothing sent): Cal.diy's
-// scheduler delivers them as {triggerEvent, ...booking}, without the
-// payload member and with the booking's own createdAt, so the route would
-// refuse each with a 400 that Cal.diy does not resend; an update pointing
-// a webhook at such a subscription must restate its triggers (PATCH would
-// keep the webhook's). Every webhook.* and
+// Every trigger is taken, MEETING_STARTED and MEETING_ENDED included
+// (the route reads the shape Cal.diy's scheduler sends them in; see
+// Webhook). Every webhook.* and
 // event_type.webhook.* output leaves out the secret member of the webhook(s) Cal.diy returns, and an
 // error quoting provider text (an error body, a status-error envelope)
 // shows every configured signing secret as [redacted], like the API key.
@@ -273,10 +268,12 @@
 // current one after such a streak too: webhook.Secrets; webhook creates
 // and updates send only the current secret), and x-cal-webhook-version
 // 2021-10-20; its body is {triggerEvent, createdAt, payload} with createdAt
-// at most 24 hours old and at most 5 minutes ahead. Answers: unknown
-// subscription 404; missing header 400 webhook.missing_header; bad
+// at most 24 hours old and at most 5 minutes ahead, or the scheduler's
+// shape below. Answers: unknown subscription 404; missing header 400
+// webhook.missing_header; bad
 // signature 401 webhook.authentication_failed; bad shape or version 400
-// webhook.invalid_delivery; createdAt more than 24 hours old 400
+// webhook.invalid_delivery; a time (createdAt, or startTime or endTime in
+// the scheduler's shape) more than 24 hours old 400
 // webhook.invalid_timestamp, more than 5 minutes ahead of this replica's
 // clock 503 webhook.invalid_timestamp (the replica's clock may be the
 // wrong one, and a warning says to check it, as for any event time ahead
@@ -289,13 +286,37 @@
 // (TASKER_ENABLE_WEBHOOKS=1) only a delivery that got no answer at all is
 // tried again. A refused delivery is lost: give every replica a
 // subscription's secret before the webhook points at the route, and read
-// bookings (booking.list) after an outage. Every refusal of a delivery
-// whose signature verified is logged at warn with its subscription,
-// trigger and why (a shape the route cannot read, such as MEETING_STARTED
-// or MEETING_ENDED from Cal.diy's scheduler; a createdAt out of the
-// window, with clock_offset, the replica's clock minus createdAt, and a
-// reminder to check the host's clock); so are an unknown subscription, a
-// body over 1 MiB and a signature that does not verify (what a
+// bookings (booking.list) after an outage.
+//
+// MEETING_STARTED and MEETING_ENDED come from Cal.diy's scheduler, not
+// from sendPayload: scheduleTrigger
+// (packages/features/webhooks/lib/scheduleTrigger.ts), when a booking is
+// accepted, stores JSON.stringify({triggerEvent, ...booking}) to be sent
+// at the booking's startTime (MEETING_STARTED) or endTime
+// (MEETING_ENDED), and a cron job (handleWebhookScheduledTriggers.ts)
+// POSTs that stored string once its time has come, signed as any
+// delivery (x-cal-signature-256 over it with the webhook's secret,
+// x-cal-webhook-version the webhook's version), never later than a day
+// after that time (each run first deletes what is a day or more past), and
+// deletes it whatever the answer. So such a body has no payload member, its
+// createdAt is the booking's (days old by the meeting), and nothing in
+// it is set at sending. The route reads it as it is sent: a
+// MEETING_STARTED or MEETING_ENDED without a payload member must carry
+// the booking's startTime or endTime (RFC 3339, as JSON writes a date),
+// and that time stands for createdAt: the 24-hour window and the
+// 5-minute skew apply to it, the replay fence keeps it as long, and it is
+// the event's time. (With a payload member, the body is read as any
+// other.) A delivery the cron job sends close to a day late may reach the
+// route past the window and be refused. The published API document only
+// lists the two among a webhook's triggers; it describes no delivery
+// body.
+//
+// Every refusal of a delivery whose signature verified is logged at warn
+// with its subscription, trigger and why (a shape the route cannot read,
+// such as a MEETING_STARTED of the scheduler's shape without a startTime;
+// a time out of the window, with clock_offset, the replica's clock minus
+// that time, and a reminder to check the host's clock); so are an unknown
+// subscription, a body over 1 MiB and a signature that does not verify (what a
 // subscription missing from the replica or a secret differing from
 // Cal.diy's looks like). Each kind is logged at most once a minute, the
 // next line counting those not logged (not_logged_since:
@@ -303,21 +324,27 @@
 // fenced against replays in the host's state store (namespace
 // aip.connector.cal_diy.webhook_replay.v1, key instance:<instance_id>,
 // ID = hex SHA-256 of subscription, version, signature and body; window
-// 24 hours + 5 minutes, as long as a createdAt ahead of the clock stays
+// 24 hours + 5 minutes, as long as a time ahead of the clock stays
 // acceptable; 4096 deliveries, the oldest forgotten first); a duplicate is
 // answered 200 with "duplicate": true. Otherwise it becomes one event of
-// kind cal_diy.<trigger event lowercased> (data: subscription_id,
-// trigger_event, created_at, webhook_version, payload) whose ID is derived
-// from the fence ID and whose occurred_at is createdAt, so a redelivery
-// past the fence still stores one batch. A payload whose event would
-// exceed hostsdk.MaxEventBytes (256 KiB: a booking with long notes or
-// many responses) is cut down to 192 KiB rather than refused, as
+// kind cal_diy.<trigger event lowercased> (cal_diy.booking_created, ...;
+// cal_diy.meeting_started and cal_diy.meeting_ended for the scheduler's;
+// data: subscription_id, trigger_event, created_at, webhook_version,
+// payload) whose ID is derived from the fence ID and whose occurred_at is
+// the delivery's time, so a redelivery past the fence still stores one
+// batch. For the scheduler's shape, created_at and occurred_at are the
+// booking's startTime or endTime as delivered and payload is the whole
+// body as delivered (the booking as Cal.diy stores it, its ID in id, with
+// triggerEvent; the booking's createdAt is payload's). A payload whose
+// event would exceed hostsdk.MaxEventBytes (256 KiB: a booking with long
+// notes or many responses) is cut down to 192 KiB rather than refused, as
 // Chatwoot's and Twenty's routes do (webhook.TrimPayload): its largest
 // members are left out, largest first, never uid, bookingId, eventTypeId,
-// type, startTime, endTime and status; payload_omitted lists what was
-// left out, payload_bytes and payload_sha256 describe the payload as
-// delivered, and booking.get reads the rest. The event ID stays the whole
-// delivery's.
+// type, startTime, endTime and status (in the scheduler's shape never
+// triggerEvent, id, uid, eventTypeId, userId, startTime, endTime and
+// status); payload_omitted lists what was left out, payload_bytes and
+// payload_sha256 describe the payload as delivered, and booking.get reads
+// the rest. The event ID stays the whole delivery's.
 //
 // # Not covered
 //

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -24,23 +23,6 @@ const CodeSubscriberURLNotAllowed = "cal_diy.subscriber_url_not_allowed"
 // subscription this connector receives (it holds its signing secret): the
 // webhook route reads Cal.diy's default payload only. Nothing is sent.
 const CodePayloadTemplateRefused = "cal_diy.payload_template_refused"
-
-// CodeTriggerNotReceivable is the error code of a webhook or event type
-// webhook create or update that subscribes a subscription this connector
-// receives (it holds its signing secret) to MEETING_STARTED or
-// MEETING_ENDED. Cal.diy's scheduler sends those as the stored
-// {triggerEvent, ...booking} (packages/features/webhooks/lib/
-// scheduleTrigger.ts), without the payload member the webhook route reads
-// and with the booking's own createdAt (days old by the meeting), so the
-// route would refuse every one of them with a 400, which Cal.diy does not
-// resend; also of an update pointing a webhook at such a subscription
-// without restating its triggers (PATCH would keep the webhook's). Nothing
-// is sent.
-const CodeTriggerNotReceivable = "cal_diy.trigger_not_receivable"
-
-// scheduledTriggers are the triggers Cal.diy's scheduler delivers in its
-// own shape (see CodeTriggerNotReceivable).
-var scheduledTriggers = []string{"MEETING_STARTED", "MEETING_ENDED"}
 
 // checkSubscriberPrefix validates one allowed subscriber URL prefix: an
 // absolute https URL in canonical form, without user information, query
@@ -103,9 +85,11 @@ func (c *Connector) subscriber(raw string) (string, bool) {
 // connector holds the signing secret of its subscription that secret is
 // sent, so that deliveries verify at POST /webhooks/cal-diy/{id}; an
 // update (PATCH, which keeps what it does not name) pointing a webhook at
-// such a subscription must restate its triggers and clears the webhook's
-// payload template. It returns a protocol error when the URL is not
-// allowed or the subscription cannot receive what is asked.
+// such a subscription clears the webhook's payload template. Every
+// trigger is taken, MEETING_STARTED and MEETING_ENDED included (the
+// route reads the shape Cal.diy's scheduler sends them in:
+// scheduledTriggers). It returns a protocol error when the URL is not
+// allowed or a payload template is given for such a subscription.
 func (c *Connector) prepareWebhook(body map[string]any, update bool) *aip.ProtocolError {
 	raw, ok := body["subscriberUrl"]
 	if !ok {
@@ -131,23 +115,12 @@ func (c *Connector) prepareWebhook(body map[string]any, update bool) *aip.Protoc
 	if secret, ok := c.cfg.WebhookSecrets[id]; ok {
 		// This connector receives the subscription's deliveries and reads
 		// Cal.diy's own payload ({triggerEvent, createdAt, payload}); a
-		// template replaces it, so every delivery would be refused.
+		// template replaces it, so every delivery would be refused (but
+		// MEETING_STARTED and MEETING_ENDED, which Cal.diy's scheduler
+		// sends as {triggerEvent, ...booking} whatever the template).
 		if tpl, _ := body["payloadTemplate"].(string); tpl != "" {
 			return &aip.ProtocolError{Code: CodePayloadTemplateRefused, Category: aip.CategoryPolicy, Retryable: new(false),
 				Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret), which reads Cal.diy's default payload; a payload_template would make every delivery unreadable: leave payload_template out", id)}
-		}
-		triggers, given := body["triggers"].([]any)
-		if update && !given {
-			// PATCH keeps the webhook's triggers, which were chosen while
-			// it pointed elsewhere and may hold the scheduled ones.
-			return &aip.ProtocolError{Code: CodeTriggerNotReceivable, Category: aip.CategoryPolicy, Retryable: new(false),
-				Message: fmt.Sprintf("an update pointing a webhook at subscription %s, which is delivered to this connector, must give its triggers: the webhook's own may include %s, which Cal.diy's scheduler delivers in a shape the webhook route cannot read", id, strings.Join(scheduledTriggers, " and "))}
-		}
-		for _, tr := range triggers {
-			if name, _ := tr.(string); slices.Contains(scheduledTriggers, name) {
-				return &aip.ProtocolError{Code: CodeTriggerNotReceivable, Category: aip.CategoryPolicy, Retryable: new(false),
-					Message: fmt.Sprintf("subscription %s is delivered to this connector (it holds its signing secret); Cal.diy's scheduler delivers %s as {triggerEvent, ...booking}, without the payload and the fresh createdAt the webhook route reads, so every such delivery would be refused and lost: leave %s out of triggers", id, name, strings.Join(scheduledTriggers, " and "))}
-			}
 		}
 		if _, given := body["payloadTemplate"]; update && !given {
 			// The webhook may carry a template set while it pointed

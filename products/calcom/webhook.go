@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -32,7 +31,9 @@ const (
 	WebhookVersion = "2021-10-20"
 	// WebhookMaxBody bounds a delivery's body.
 	WebhookMaxBody = 1 << 20
-	// WebhookMaxAge and WebhookMaxSkew bound createdAt against the clock.
+	// WebhookMaxAge and WebhookMaxSkew bound a delivery's time (createdAt,
+	// or the booking's startTime or endTime for the scheduler's
+	// MEETING_STARTED and MEETING_ENDED) against the clock.
 	WebhookMaxAge  = 86400 * time.Second
 	WebhookMaxSkew = 300 * time.Second
 	// ReplayNamespace is the state namespace of the replay fence.
@@ -56,7 +57,8 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	if len(c.cfg.WebhookSecrets) == 0 {
 		return nil, nil
 	}
-	// A delivery whose createdAt is up to WebhookMaxSkew ahead of this
+	// A delivery whose time (createdAt, or the booking's startTime or
+	// endTime in the scheduler's shape) is up to WebhookMaxSkew ahead of this
 	// host's clock passes the age check until WebhookMaxAge+WebhookMaxSkew
 	// after it was received: the fence remembers it that long.
 	fence := &webhook.Fence{Namespace: ReplayNamespace, Key: "instance:" + rc.Tenant.InstanceID,
@@ -71,16 +73,58 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	return []hostsdk.Route{{Pattern: WebhookRoute, Handler: c.webhookHandler(rc, fence, secrets)}}, nil
 }
 
-// delivery is a Cal.diy webhook body.
+// scheduledTriggers are the triggers Cal.diy's scheduler sends in its
+// own shape, each with the booking's member whose time the scheduler
+// sends it at. scheduleTrigger (packages/features/webhooks/lib/
+// scheduleTrigger.ts) stores JSON.stringify({triggerEvent, ...booking})
+// as a WebhookScheduledTriggers row whose startAfter is the booking's
+// startTime for MEETING_STARTED and its endTime for MEETING_ENDED;
+// handleWebhookScheduledTriggers (same directory, run by a cron job)
+// first deletes the rows whose startAfter is a day or more past, then
+// POSTs every row whose startAfter has come with that stored string as
+// the body, x-cal-signature-256 computed over it with the webhook's
+// secret (createWebhookSignature, as sendPayload's) and
+// x-cal-webhook-version the webhook's version, and deletes the row
+// whatever the answer: the body has no payload member, and its
+// createdAt is the booking's (days old by the meeting), so the route
+// takes that member's time instead. The published API document lists
+// the two among the triggers of a webhook and describes no delivery
+// body.
+var scheduledTriggers = map[string]string{"MEETING_STARTED": "startTime", "MEETING_ENDED": "endTime"}
+
+// delivery is a Cal.diy webhook body: Cal.diy's default
+// {triggerEvent, createdAt, payload} (sendPayload), or for a
+// scheduledTriggers trigger without a payload member the scheduler's
+// {triggerEvent, ...booking}.
 type delivery struct {
-	TriggerEvent string          `json:"triggerEvent"`
-	CreatedAt    string          `json:"createdAt"`
-	Payload      json.RawMessage `json:"payload"`
+	TriggerEvent string
+	// Payload is the payload member, or for the scheduler's shape the
+	// whole body (the booking's members and triggerEvent), as delivered.
+	Payload json.RawMessage
+	// At names the member whose time the route checks and the event
+	// takes: createdAt, or for the scheduler's shape the booking's
+	// startTime or endTime; AtValue is its value as delivered.
+	At, AtValue string
+	// Scheduled says the body is in the scheduler's shape.
+	Scheduled bool
+}
+
+// timeAttr is the log attribute naming the delivery's time (created_at,
+// start_time or end_time).
+func (d delivery) timeAttr() string {
+	switch d.At {
+	case "startTime":
+		return "start_time"
+	case "endTime":
+		return "end_time"
+	}
+	return "created_at"
 }
 
 // webhookHandler verifies a delivery, fences replays, publishes one event
 // and records the delivery: check subscription → bounded body → headers →
-// signature (constant time) → JSON shape → createdAt window → fence →
+// signature (constant time) → JSON shape → time window (createdAt, or
+// the booking's startTime or endTime in the scheduler's shape) → fence →
 // publish → record.
 //
 // Every refusal of a delivery whose signature verified is logged at warn
@@ -145,12 +189,11 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidUTF8, "the body is not UTF-8")
 			return
 		}
-		d, createdAt, msg := parseDelivery(body)
+		d, at, msg := parseDelivery(body)
 		if msg != "" {
-			if slices.Contains(scheduledTriggers, d.TriggerEvent) {
-				refusals.Warn(now, "scheduled_trigger", fmt.Sprintf("a verified %s delivery is refused and lost: Cal.diy's scheduler sends %s "+
-					"without the payload the route reads; leave them out of the webhook's triggers (webhook.update)",
-					d.TriggerEvent, strings.Join(scheduledTriggers, " and ")),
+			if d.Scheduled {
+				refusals.Warn(now, "scheduled_trigger", fmt.Sprintf("a verified %s delivery in the shape of Cal.diy's scheduler ({triggerEvent, ...booking}) "+
+					"that cannot be mapped to an event is refused and lost", d.TriggerEvent),
 					"subscription_id", sub, "trigger_event", d.TriggerEvent, "reason", msg)
 			} else {
 				refusals.Warn(now, "invalid_delivery", "a verified delivery that cannot be mapped to an event is refused and lost",
@@ -159,25 +202,25 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, msg)
 			return
 		}
-		if now.Sub(createdAt) > WebhookMaxAge {
-			refusals.Warn(now, "timestamp_old", fmt.Sprintf("a verified delivery is refused and lost: its createdAt is more than %s before this replica's clock "+
-				"(clock_offset: this replica's clock minus createdAt); if the offset is not the delivery's age, check this host's clock (NTP)", WebhookMaxAge),
-				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "clock_offset", now.Sub(createdAt).Round(time.Second).String())
-			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp, "createdAt is more than 24 hours old")
+		if now.Sub(at) > WebhookMaxAge {
+			refusals.Warn(now, "timestamp_old", fmt.Sprintf("a verified delivery is refused and lost: its %s is more than %s before this replica's clock "+
+				"(clock_offset: this replica's clock minus %s); if the offset is not the delivery's age, check this host's clock (NTP)", d.At, WebhookMaxAge, d.At),
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, d.timeAttr(), d.AtValue, "clock_offset", now.Sub(at).Round(time.Second).String())
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp, d.At+" is more than 24 hours old")
 			return
 		}
-		if createdAt.Sub(now) > WebhookMaxSkew {
+		if at.Sub(now) > WebhookMaxSkew {
 			// As for any event time ahead of the clock
 			// (webhook.PublishFailed, hostsdk.ErrEventAhead): this
 			// replica's clock may be the wrong one, and once it is right
 			// the same delivery is taken, so the answer asks for it
 			// again rather than saying never to. Cal.diy itself does not
 			// deliver again on any status (see the package comment).
-			refusals.Warn(now, "timestamp_ahead", "a delivery's createdAt is ahead of this replica's clock; check the clock (NTP)",
-				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt,
-				"clock_offset", now.Sub(createdAt).Round(time.Second).String())
+			refusals.Warn(now, "timestamp_ahead", "a delivery's "+d.At+" is ahead of this replica's clock; check the clock (NTP)",
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, d.timeAttr(), d.AtValue,
+				"clock_offset", now.Sub(at).Round(time.Second).String())
 			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeInvalidTimestamp,
-				"createdAt is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
+				d.At+" is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
 			return
 		}
 		id := fenceID(sub, version, sig, body)
@@ -192,17 +235,17 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			webhook.Accepted(w, 1, true)
 			return
 		}
-		ev, err := event(sub, id, d, createdAt)
+		ev, err := event(sub, id, d, at)
 		if errors.Is(err, errEventTooLarge) {
 			refusals.Warn(now, "too_large", fmt.Sprintf("a verified delivery is refused and lost: its event is larger than %d bytes even with its payload cut down", hostsdk.MaxEventBytes),
-				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "error", err)
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, d.timeAttr(), d.AtValue, "error", err)
 			webhook.Fail(w, http.StatusRequestEntityTooLarge, webhook.CodeTooLarge,
 				fmt.Sprintf("the delivery maps to an event larger than %d bytes", hostsdk.MaxEventBytes))
 			return
 		}
 		if err != nil {
 			refusals.Warn(now, "invalid_delivery", "a verified delivery that cannot be mapped to an event is refused and lost",
-				"subscription_id", sub, "trigger_event", d.TriggerEvent, "created_at", d.CreatedAt, "error", err)
+				"subscription_id", sub, "trigger_event", d.TriggerEvent, d.timeAttr(), d.AtValue, "error", err)
 			webhook.Fail(w, http.StatusInternalServerError, webhook.CodeInvalidMapping, err.Error())
 			return
 		}
@@ -220,27 +263,52 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 	})
 }
 
-// parseDelivery checks the body's shape; msg says what is wrong.
-func parseDelivery(body []byte) (d delivery, createdAt time.Time, msg string) {
+// parseDelivery checks the body's shape and returns the delivery and its
+// time; msg says what is wrong. A body is Cal.diy's default
+// {triggerEvent, createdAt, payload}, whose time is createdAt; or, for a
+// scheduledTriggers trigger and no payload member, the scheduler's
+// {triggerEvent, ...booking}, whose time is the booking's startTime
+// (MEETING_STARTED) or endTime (MEETING_ENDED), when the scheduler sends
+// it, and whose payload is the whole body (d.Scheduled is set as soon as
+// the shape is known, so a refusal can say which it was).
+func parseDelivery(body []byte) (d delivery, at time.Time, msg string) {
+	var members map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&d); err != nil {
-		return d, createdAt, "the body is not a JSON object with triggerEvent, createdAt and payload"
+	if err := dec.Decode(&members); err != nil || members == nil {
+		return d, at, "the body is not a JSON object with triggerEvent, createdAt and payload"
 	}
 	// Token, not More: More reports no further element at a stray "}"
 	// or "]", which would let `{...}}` through.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return d, createdAt, "the body has data after its JSON object"
+		return d, at, "the body has data after its JSON object"
 	}
-	if !triggerRE.MatchString(d.TriggerEvent) {
-		return d, createdAt, "triggerEvent must be an event name such as BOOKING_CREATED"
+	if json.Unmarshal(members["triggerEvent"], &d.TriggerEvent) != nil || !triggerRE.MatchString(d.TriggerEvent) {
+		return d, at, "triggerEvent must be an event name such as BOOKING_CREATED"
 	}
-	t, err := time.Parse(time.RFC3339Nano, d.CreatedAt)
+	d.At = "createdAt"
+	if member, ok := scheduledTriggers[d.TriggerEvent]; ok {
+		// A booking has no payload member: a body with one is Cal.diy's
+		// default shape, read as any other.
+		if _, nested := members["payload"]; !nested {
+			d.Scheduled, d.At, d.Payload = true, member, body
+		}
+	}
+	if json.Unmarshal(members[d.At], &d.AtValue) != nil {
+		d.AtValue = ""
+	}
+	t, err := time.Parse(time.RFC3339Nano, d.AtValue)
 	if err != nil {
-		return d, createdAt, "createdAt must be an RFC 3339 time"
+		if d.Scheduled {
+			return d, at, fmt.Sprintf("%s must be an RFC 3339 time: Cal.diy's scheduler sends %s as {triggerEvent, ...booking}, at the booking's %s",
+				d.At, d.TriggerEvent, d.At)
+		}
+		return d, at, "createdAt must be an RFC 3339 time"
 	}
-	p := bytes.TrimSpace(d.Payload)
-	if len(p) == 0 || p[0] != '{' {
-		return d, createdAt, "payload must be a JSON object"
+	if !d.Scheduled {
+		d.Payload = members["payload"]
+		if p := bytes.TrimSpace(d.Payload); len(p) == 0 || p[0] != '{' {
+			return d, at, "payload must be a JSON object"
+		}
 	}
 	return d, t, ""
 }
@@ -264,26 +332,32 @@ func fenceID(sub, version, sig string, body []byte) string {
 // (booking.get).
 var payloadTrim = webhook.Trim{Keep: []string{"uid", "bookingId", "eventTypeId", "type", "startTime", "endTime", "status"}}
 
+// scheduledTrim is payloadTrim for the scheduler's shape, whose payload
+// is the booking as Cal.diy stores it (its ID is id) with triggerEvent.
+var scheduledTrim = webhook.Trim{Keep: []string{"triggerEvent", "id", "uid", "eventTypeId", "userId", "startTime", "endTime", "status"}}
+
 // event maps a verified delivery to its event. The ID is derived from the
-// fence ID (a UUIDv7 shape whose time is createdAt), and occurred_at is
-// createdAt, so a redelivery maps to the same event and the host's outbox
-// stores it once. A payload whose event would exceed hostsdk.MaxEventBytes
-// is cut down to webhook.MaxInlinePayload (payloadTrim), since Cal.diy
+// fence ID (a UUIDv7 shape whose time is at, the delivery's time:
+// createdAt, or the booking's startTime or endTime in the scheduler's
+// shape), and occurred_at and created_at are that time, so a redelivery
+// maps to the same event and the host's outbox stores it once. A payload
+// whose event would exceed hostsdk.MaxEventBytes is cut down to
+// webhook.MaxInlinePayload (payloadTrim, scheduledTrim), since Cal.diy
 // does not deliver a refused delivery again: payload_omitted names what
 // was left out, payload_bytes and payload_sha256 describe the payload as
 // delivered; the ID stays the whole delivery's.
-func event(sub, fence string, d delivery, createdAt time.Time) (aip.Event, error) {
+func event(sub, fence string, d delivery, at time.Time) (aip.Event, error) {
 	data := map[string]any{
 		"subscription_id": sub,
 		"trigger_event":   d.TriggerEvent,
-		"created_at":      d.CreatedAt,
+		"created_at":      d.AtValue,
 		"webhook_version": WebhookVersion,
 		"payload":         d.Payload,
 	}
 	ev := aip.Event{
-		ID:         eventID(fence, createdAt),
+		ID:         eventID(fence, at),
 		Kind:       "cal_diy." + strings.ToLower(d.TriggerEvent),
-		OccurredAt: aip.At(createdAt),
+		OccurredAt: aip.At(at),
 	}
 	var err error
 	if ev.Data, err = json.Marshal(data); err != nil {
@@ -292,7 +366,11 @@ func event(sub, fence string, d delivery, createdAt time.Time) (aip.Event, error
 	if raw, _ := json.Marshal(ev); len(raw) <= hostsdk.MaxEventBytes {
 		return ev, nil
 	}
-	payload, omitted, err := webhook.TrimPayload(d.Payload, webhook.MaxInlinePayload, payloadTrim)
+	trim := payloadTrim
+	if d.Scheduled {
+		trim = scheduledTrim
+	}
+	payload, omitted, err := webhook.TrimPayload(d.Payload, webhook.MaxInlinePayload, trim)
 	if err != nil {
 		return aip.Event{}, fmt.Errorf("%w: %w", errEventTooLarge, err)
 	}
@@ -315,7 +393,8 @@ func event(sub, fence string, d delivery, createdAt time.Time) (aip.Event, error
 var errEventTooLarge = errors.New("the delivery's event is too large")
 
 // eventID is the delivery's event ID (hostsdk.DeriveEventID): its time is the
-// delivery's createdAt, its other bits derive from the fence ID.
+// delivery's time (createdAt, or the booking's startTime or endTime in the
+// scheduler's shape), its other bits derive from the fence ID.
 func eventID(fence string, at time.Time) string {
 	return hostsdk.DeriveEventID(at, []byte("cal-diy"), []byte(fence))
 }

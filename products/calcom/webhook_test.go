@@ -448,10 +448,10 @@ func startLoggedWebhookHost(t *testing.T) (*webhookHost, *hostsdktest.LogBuffer)
 }
 
 // TestWebhookRefusalsLogged: a verified delivery the route refused — a
-// trigger it cannot map (MEETING_STARTED, which Cal.diy's scheduler sends
-// without the payload member), a createdAt more than a day old, an event
-// too large — was answered without a log line, and Cal.diy does not
-// deliver it again: its event was lost without a trace on the replica.
+// MEETING_STARTED in the shape of Cal.diy's scheduler whose startTime is
+// not a time, a createdAt more than a day old, an event too large — was
+// answered without a log line, and Cal.diy does not deliver it again: its
+// event was lost without a trace on the replica.
 // Each is logged at warn with the subscription, the trigger and why; the
 // same refusal again within a minute is counted, not logged. A signature
 // that does not verify is logged too, rate-limited the same way.
@@ -463,9 +463,9 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 		status int
 		want   []string
 	}{
-		{"meeting started", []byte(`{"triggerEvent":"MEETING_STARTED","createdAt":"` + w.now.Add(-72*time.Hour).Format(time.RFC3339) +
-			`","uid":"bk_meet","title":"Intro"}`), 400,
-			[]string{"trigger_event=MEETING_STARTED", "leave them out of the webhook's triggers", "subscription_id=" + testSub}},
+		{"meeting started", []byte(`{"triggerEvent":"MEETING_STARTED","id":101,"uid":"bk_meet","title":"Intro","startTime":"soon","createdAt":"` +
+			w.now.Add(-72*time.Hour).Format(time.RFC3339) + `"}`), 400,
+			[]string{"trigger_event=MEETING_STARTED", "shape of Cal.diy's scheduler", "startTime must be an RFC 3339 time", "subscription_id=" + testSub}},
 		{"stale", deliveryBody("BOOKING_CREATED", w.now.Add(-25*time.Hour), "bk_stale"), 400,
 			[]string{"trigger_event=BOOKING_CREATED", "clock_offset=25h0m0s", "check this host's clock (NTP)"}},
 		{"unmappable", []byte(`{"triggerEvent":"BOOKING_CREATED","createdAt":"yesterday","payload":{}}`), 400,
