@@ -242,14 +242,16 @@
 // window (with clock_offset, the replica's clock minus the timestamp, and
 // a reminder to check the host's clock: a replica whose clock is more
 // than 300 s off refuses every delivery), another account, a body that
-// cannot be mapped; so is a signature that does not verify (what a secret
-// differing from Chatwoot's looks like). Each kind is logged at most once
-// a minute, the next line counting those not logged (not_logged_since:
-// webhook.Refusals). Messages whose content_attributes carry
-// aip_action_id (the connector's own) are accepted with no event (loop
-// prevention). Any other delivery becomes one event of kind
-// chatwoot.<event> on chatwoot-webhooks, its ID derived from the account
-// and delivery ID, occurred_at the delivery's timestamp, data
+// cannot be mapped, events the host does not store (a full outbox, a
+// replica draining: webhook.Refusals.PublishFailed); so is a signature
+// that does not verify (what a secret differing from Chatwoot's looks
+// like). Each kind is logged at most once a minute, the next line
+// counting those not logged (not_logged_since: webhook.Refusals).
+// Messages whose content_attributes carry aip_action_id (the connector's
+// own) are accepted with no event (loop prevention). Any other delivery
+// becomes one event of kind chatwoot.<event> on chatwoot-webhooks, its
+// ID derived from the account and delivery ID, occurred_at the delivery's
+// timestamp, data
 // {delivery_id, event, account_id, conversation_id?, payload}. A payload
 // over 192 KiB (a long message: Chatwoot sends its content twice, once in
 // conversation.messages) is cut down to fit: without

@@ -153,7 +153,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		if len(events) > 0 {
 			if _, err := rc.Events.Publish(ctx, Channel, events...); err != nil {
-				webhook.PublishFailed(w, rc.Logger.With("delivery", delivery), "chatwoot webhook", err)
+				refusals.PublishFailed(w, now, err, "delivery", delivery)
 				return
 			}
 		}

@@ -530,6 +530,43 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	}
 }
 
+// TestWebhookPublishRefusalsLogged: a verified delivery the host refused
+// to store (here: its time ahead of the host's clock, 503, to be
+// delivered again) was logged on every attempt, so a delivery resent
+// while the host keeps refusing it wrote a line each time. It is logged
+// as the other refusals are: once a minute with the count.
+func TestWebhookPublishRefusalsLogged(t *testing.T) {
+	t0 := time.Now().Truncate(time.Second)
+	clk := &clock{now: t0}
+	hclk := &offsetClock{}
+	logs := &hostsdktest.LogBuffer{}
+	e := newEnvWithHost(t, func(c *Config) { c.Now = clk.Now }, func(c *hostsdk.Config) {
+		c.Now = hclk.Now
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	logs.Take("")                // the host's start
+	hclk.shift(-6 * time.Minute) // the host's clock behind: every event is ahead of it
+	t.Cleanup(func() { hclk.shift(0) })
+
+	d := signed("dlv-ahead", t0, incoming)
+	for i := range 3 {
+		if a := e.post(t, d); a.status != http.StatusServiceUnavailable || a.code() != webhook.CodeInvalidTimestamp {
+			t.Fatalf("attempt %d of a delivery whose event is ahead of the host's clock: %d %v, want 503 %s", i+1, a.status, a.body, webhook.CodeInvalidTimestamp)
+		}
+	}
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "delivery=dlv-ahead") ||
+		!strings.Contains(got[0], "ahead of this replica's clock") || strings.Contains(got[0], "not_logged_since") {
+		t.Fatalf("a delivery sent 3 times while the host refuses its event logged %q, want one warning", got)
+	}
+	clk.set(t0.Add(webhook.RefusalLogEvery))
+	if a := e.post(t, signed("dlv-ahead-2", t0.Add(webhook.RefusalLogEvery), incoming)); a.status != http.StatusServiceUnavailable {
+		t.Fatalf("a delivery a minute later: %d %v, want 503", a.status, a.body)
+	}
+	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-ahead-2") || !strings.Contains(got[0], "not_logged_since=2") {
+		t.Fatalf("the refusal a minute later logged %q, want one line counting the 2 not logged", got)
+	}
+}
+
 // TestWebhookPreviousSecret: while Chatwoot switches to a new secret,
 // deliveries it signed with the previous one were refused 401 (each
 // route took one secret) and lost, since Chatwoot does not deliver them

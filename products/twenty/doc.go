@@ -337,10 +337,12 @@
 // out of the window (with clock_offset, the replica's clock minus the
 // timestamp, and a reminder to check the host's clock: a replica whose
 // clock is more than five minutes off refuses every delivery), another
-// workspace, a payload that cannot be mapped or cut down to fit; so is a
-// signature that does not verify (what a secret differing from Twenty's
-// looks like). Each kind is logged at most once a minute, the next line
-// counting those not logged (not_logged_since: webhook.Refusals).
+// workspace, a payload that cannot be mapped or cut down to fit, an event
+// the host does not store (a full outbox, a replica draining:
+// webhook.Refusals.PublishFailed); so is a signature that does not
+// verify (what a secret differing from Twenty's looks like). Each kind is
+// logged at most once a minute, the next line counting those not logged
+// (not_logged_since: webhook.Refusals).
 //
 // # Not covered
 //

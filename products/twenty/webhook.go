@@ -203,7 +203,7 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Data = data
 	}
 	if _, err := h.rc.Events.Publish(ctx, Channel, *ev); err != nil {
-		webhook.PublishFailed(w, h.rc.Logger.With("event_id", ev.ID), "twenty webhook", err)
+		h.refusals.PublishFailed(w, now, err, append(identify(body), "event_id", ev.ID)...)
 		return
 	}
 	dup, err := h.fence.Record(ctx, h.rc.State, replayKey, now)

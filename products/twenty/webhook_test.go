@@ -503,6 +503,33 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 	}
 }
 
+// TestWebhookPublishRefusalsLogged: a verified delivery whose event the
+// host refused to store (here: its eventDate ahead of the host's clock,
+// 503, to be delivered again) was logged on every attempt, so a delivery
+// resent while the host keeps refusing it wrote a line each time. It is
+// logged as the other refusals are: at most once a minute of each kind.
+func TestWebhookPublishRefusalsLogged(t *testing.T) {
+	logs := &hostsdktest.LogBuffer{}
+	e := newEnvHost(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+	}, nil, nil, func(c *hostsdk.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	logs.Take("")
+	now := time.Now()
+	d := newDelivery(payloadJSON("person.created", workspace, webhookID, now.Add(10*time.Minute).UTC().Format(time.RFC3339)), now)
+	for i := range 3 {
+		if status, code, body := e.post(t, d, ""); status != http.StatusServiceUnavailable || code != webhook.CodeInvalidTimestamp {
+			t.Fatalf("attempt %d of a delivery whose eventDate is 10 minutes ahead: %d %s %s, want 503 %s", i+1, status, code, body, webhook.CodeInvalidTimestamp)
+		}
+	}
+	if got := logs.Take("twenty webhook"); len(got) != 1 || !strings.Contains(got[0], "level=WARN") ||
+		!strings.Contains(got[0], "ahead of this replica's clock") || !strings.Contains(got[0], "event_id=") ||
+		!strings.Contains(got[0], "event_name=person.created") {
+		t.Fatalf("a delivery sent 3 times while the host refuses its event logged %q, want one warning", got)
+	}
+}
+
 // TestWebhookPreviousSecret: while Twenty switches to a new secret,
 // deliveries it signed with the previous one were refused 401 (the route
 // took one secret) and lost, since Twenty does not deliver them again.

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -43,6 +44,11 @@ type Refusals struct {
 // now before the last line (the clock was set back, as when a replica's
 // clock is corrected) logs at once.
 func (r *Refusals) Warn(now time.Time, kind, msg string, args ...any) {
+	r.log(now, slog.LevelWarn, kind, msg, args...)
+}
+
+// log is Warn at level.
+func (r *Refusals) log(now time.Time, level slog.Level, kind, msg string, args ...any) {
 	r.once.Do(func() { r.throttle = &logthrottle.Throttle{Every: RefusalLogEvery} })
 	suppressed, ok := r.throttle.Allow(kind, now)
 	if !ok {
@@ -51,5 +57,5 @@ func (r *Refusals) Warn(now time.Time, kind, msg string, args ...any) {
 	if suppressed > 0 {
 		args = append(args[:len(args):len(args)], "not_logged_since", suppressed)
 	}
-	r.Log.Warn(r.Route+": "+msg, args...)
+	r.Log.Log(context.Background(), level, r.Route+": "+msg, args...)
 }

@@ -64,30 +64,44 @@ func Fail(w http.ResponseWriter, status int, code, message string) {
 // clock may be the wrong one; a replica that does not accept events now
 // (draining: hostsdk.ErrNotServing) and a full outbox
 // (hostsdk.ErrEventOutboxFull) are 503, to be delivered again; anything
-// else is answered 503. Every refusal is logged with route (at warn, or
-// error for an unexpected one): the deliveries come verified from a
-// product, and the three that send them (Cal.diy, Chatwoot, Twenty) do
-// not deliver again, so the log is where a lost event is found.
-func PublishFailed(w http.ResponseWriter, log *slog.Logger, route string, err error) {
+// else is answered 503. Every refusal is logged with Route and args (what
+// names the delivery), at warn, or error for an unexpected one, as Warn
+// logs: at most a line a minute of each of those five kinds, the next
+// carrying the count of those not logged as not_logged_since. The
+// deliveries come verified from a product, and the three that send them
+// (Cal.diy, Chatwoot, Twenty) do not deliver a refused delivery again, so
+// the log is where a lost event is found; but a product, or an operator,
+// may resend one the host keeps refusing (a full outbox, a replica's
+// clock behind), and each would otherwise be a line.
+func (r *Refusals) PublishFailed(w http.ResponseWriter, now time.Time, err error, args ...any) {
+	args = append(args[:len(args):len(args)], "error", err)
 	switch {
 	case errors.Is(err, hostsdk.ErrEventAhead):
 		// This replica's clock may be the one that is wrong: once it is
 		// right, the same delivery is taken.
-		log.Warn(route+": an event's time is ahead of this replica's clock; check the clock (NTP)", "error", err)
+		r.log(now, slog.LevelWarn, "publish_event_ahead", "an event's time is ahead of this replica's clock; check the clock (NTP)", args...)
 		Fail(w, http.StatusServiceUnavailable, CodeInvalidTimestamp, "the event's time is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
 	case errors.Is(err, hostsdk.ErrInvalidEvents):
-		log.Warn(route+": a verified delivery's events cannot be stored; the delivery is refused", "error", err)
+		r.log(now, slog.LevelWarn, "publish_invalid_events", "a verified delivery's events cannot be stored; the delivery is refused", args...)
 		Fail(w, http.StatusBadRequest, CodeInvalidDelivery, "the delivery's events cannot be stored: "+err.Error())
 	case errors.Is(err, hostsdk.ErrNotServing):
-		log.Warn(route+": a verified delivery is refused: this replica does not accept events now", "error", err)
+		r.log(now, slog.LevelWarn, "publish_not_serving", "a verified delivery is refused: this replica does not accept events now", args...)
 		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "this replica does not accept events now; deliver again")
 	case errors.Is(err, hostsdk.ErrEventOutboxFull):
-		log.Warn(route+": the event outbox is full", "error", err)
+		r.log(now, slog.LevelWarn, "publish_outbox_full", "the event outbox is full", args...)
 		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "the replica's event outbox is full (its events are not being delivered); deliver again later")
 	default:
-		log.Error(route+": publish", "error", err)
+		r.log(now, slog.LevelError, "publish", "publish", args...)
 		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "the events could not be stored; deliver again")
 	}
+}
+
+// PublishFailed answers and logs as Refusals.PublishFailed does, logging
+// every refusal: for a route without a Refusals. A route that has one
+// uses its PublishFailed, which does not flood the log when deliveries
+// the host keeps refusing are sent again.
+func PublishFailed(w http.ResponseWriter, log *slog.Logger, route string, err error) {
+	(&Refusals{Log: log, Route: route}).PublishFailed(w, time.Now(), err)
 }
 
 // Accepted answers 200 with the number of events accepted and, when they

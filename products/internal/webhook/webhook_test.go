@@ -165,16 +165,7 @@ func TestFenceClaim(t *testing.T) {
 // (Cal.diy, Chatwoot, Twenty) never send a refused delivery again, so the
 // event was lost without a trace on the replica.
 func TestPublishFailedLogs(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		err    error
-		status int
-	}{
-		{"not serving", fmt.Errorf("%w: draining", hostsdk.ErrNotServing), http.StatusServiceUnavailable},
-		{"invalid events", fmt.Errorf("%w: a NUL character", hostsdk.ErrInvalidEvents), http.StatusBadRequest},
-		{"outbox full", fmt.Errorf("%w: 10000 batches", hostsdk.ErrEventOutboxFull), http.StatusServiceUnavailable},
-		{"storage", errors.New("disk I/O error"), http.StatusServiceUnavailable},
-	} {
+	for _, tc := range publishFailures {
 		var buf bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		rec := httptest.NewRecorder()
@@ -184,6 +175,60 @@ func TestPublishFailedLogs(t *testing.T) {
 		}
 		if out := buf.String(); !strings.Contains(out, "test webhook") || !strings.Contains(out, "delivery=dlv-1") || !strings.Contains(out, tc.err.Error()) {
 			t.Errorf("%s: logged %q, want the route, the delivery and the error", tc.name, out)
+		}
+	}
+}
+
+var publishFailures = []struct {
+	name   string
+	err    error
+	status int
+	level  string
+}{
+	{"event ahead", fmt.Errorf("%w: 6m0s ahead", hostsdk.ErrEventAhead), http.StatusServiceUnavailable, "WARN"},
+	{"not serving", fmt.Errorf("%w: draining", hostsdk.ErrNotServing), http.StatusServiceUnavailable, "WARN"},
+	{"invalid events", fmt.Errorf("%w: a NUL character", hostsdk.ErrInvalidEvents), http.StatusBadRequest, "WARN"},
+	{"outbox full", fmt.Errorf("%w: 10000 batches", hostsdk.ErrEventOutboxFull), http.StatusServiceUnavailable, "WARN"},
+	{"storage", errors.New("disk I/O error"), http.StatusServiceUnavailable, "ERROR"},
+}
+
+// TestRefusalsPublishFailed: Refusals.PublishFailed answers as
+// PublishFailed does and logs the route, args and the error, but at most
+// a line a minute of each kind, the next carrying the count of those not
+// logged. PublishFailed logged every refusal, so a delivery resent while
+// the host keeps refusing it (a full outbox, a clock behind) wrote a line
+// each time.
+func TestRefusalsPublishFailed(t *testing.T) {
+	var buf bytes.Buffer
+	r := &Refusals{Log: slog.New(slog.NewTextHandler(&buf, nil)), Route: "test webhook"}
+	lines := func() []string {
+		t.Helper()
+		out := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		buf.Reset()
+		if len(out) == 1 && out[0] == "" {
+			return nil
+		}
+		return out
+	}
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range publishFailures {
+		for i := range 3 {
+			rec := httptest.NewRecorder()
+			r.PublishFailed(rec, now.Add(time.Duration(i)*time.Second), tc.err, "delivery", fmt.Sprintf("dlv-%d", i))
+			if rec.Code != tc.status {
+				t.Errorf("%s: answered %d, want %d", tc.name, rec.Code, tc.status)
+			}
+		}
+		if got := lines(); len(got) != 1 || !strings.Contains(got[0], "level="+tc.level) || !strings.Contains(got[0], "test webhook") ||
+			!strings.Contains(got[0], "delivery=dlv-0") || !strings.Contains(got[0], tc.err.Error()) || strings.Contains(got[0], "not_logged_since") {
+			t.Errorf("%s: three refusals within a minute logged %q, want one %s line with the route, the first delivery and the error", tc.name, got, tc.level)
+		}
+	}
+	later := now.Add(RefusalLogEvery)
+	for _, tc := range publishFailures {
+		r.PublishFailed(httptest.NewRecorder(), later, tc.err, "delivery", "dlv-later")
+		if got := lines(); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-later") || !strings.Contains(got[0], "not_logged_since=2") {
+			t.Errorf("%s: the refusal a minute later logged %q, want one line counting the 2 not logged", tc.name, got)
 		}
 	}
 }
