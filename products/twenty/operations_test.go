@@ -616,6 +616,18 @@ func TestIngest(t *testing.T) {
 		!strings.Contains(err.Error(), `field "emails"`) {
 		t.Errorf("Handle with a field outside the policy: %v", err)
 	}
+	// A caller's value the connector refuses is quoted cut to
+	// provider.MaxExcerptBytes, not whole.
+	long := strings.Repeat("x", 10000)
+	for what, in := range map[string]string{
+		"field":  `{"object":"people","record":{"id":"` + id1 + `","` + long + `":1}}`,
+		"object": `{"object":"` + long + `","record":{"id":"` + id1 + `","city":"x"}}`,
+	} {
+		_, err := e.conn.Handle(context.Background(), &hostsdk.Call{Action: action(OpIngest, in)})
+		if err == nil || !strings.Contains(err.Error(), what+` "`+long[:provider.MaxExcerptBytes]+`…"`) || len(err.Error()) > 300 {
+			t.Errorf("Handle with the %s name %d bytes long: %.300v; want it quoted cut to %d bytes", what, len(long), err, provider.MaxExcerptBytes)
+		}
+	}
 	if got := e.mock.count(); got != n {
 		t.Errorf("inputs outside the policy reached Twenty %d times", got-n)
 	}

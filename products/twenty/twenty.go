@@ -274,7 +274,7 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	}
 	if !o.objectless && !slices.Contains(c.cfg.Objects, in.Object) {
 		return nil, aip.NewProtocolError(hostsdk.CodeInputInvalid, aip.CategoryPermanent, false, 0,
-			fmt.Sprintf("object %q is not one of the configured objects %v", in.Object, c.cfg.Objects))
+			fmt.Sprintf("object %q is not one of the configured objects %v", provider.Excerpt(in.Object), c.cfg.Objects))
 	}
 	if res := c.checkSizes(call, in); res != nil {
 		return res, nil
@@ -389,7 +389,7 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 	}
 	o, ok := c.cfg.IngestPolicy.Objects[in.Object]
 	if !ok {
-		return invalid("the ingest policy does not list object %q", in.Object)
+		return invalid("the ingest policy does not list object %q", provider.Excerpt(in.Object))
 	}
 	if len(records) > o.MaxBatchRecords {
 		return invalid("%d records; the ingest policy allows at most %d for %s", len(records), o.MaxBatchRecords, in.Object)
@@ -410,7 +410,7 @@ func (c *Connector) checkIngest(in input, records []json.RawMessage) error {
 		ids[strings.ToLower(id)] = true
 		for f := range rec {
 			if f != "id" && !slices.Contains(o.Fields, f) {
-				return invalid("record %d: the ingest policy does not allow field %q of %s", i, f, in.Object)
+				return invalid("record %d: the ingest policy does not allow field %q of %s", i, provider.Excerpt(f), in.Object)
 			}
 		}
 	}

@@ -225,7 +225,9 @@ func (h *webhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // event maps a verified body to its event, or says why it cannot
-// (otherWorkspace: the payload names another workspace).
+// (otherWorkspace: the payload names another workspace), quoting the
+// value it refuses cut to provider.MaxExcerptBytes (provider.Excerpt): a
+// payload member may be as long as the body.
 func (h *webhookHandler) event(body []byte) (ev *aip.Event, otherWorkspace bool, msg string) {
 	var p payload
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -233,15 +235,15 @@ func (h *webhookHandler) event(body []byte) (ev *aip.Event, otherWorkspace bool,
 	}
 	switch {
 	case !eventNamePattern.MatchString(p.EventName):
-		return nil, false, fmt.Sprintf("eventName %q is not an event name like person.created", p.EventName)
+		return nil, false, fmt.Sprintf("eventName %q is not an event name like person.created", provider.Excerpt(p.EventName))
 	case !uuidPattern.MatchString(p.WorkspaceID) || !strings.EqualFold(p.WorkspaceID, h.c.cfg.WorkspaceID):
-		return nil, true, fmt.Sprintf("workspaceId %q is not this connector's workspace", p.WorkspaceID)
+		return nil, true, fmt.Sprintf("workspaceId %q is not this connector's workspace", provider.Excerpt(p.WorkspaceID))
 	case !uuidPattern.MatchString(p.WebhookID):
-		return nil, false, fmt.Sprintf("webhookId %q is not a UUID", p.WebhookID)
+		return nil, false, fmt.Sprintf("webhookId %q is not a UUID", provider.Excerpt(p.WebhookID))
 	}
 	at, err := time.Parse(time.RFC3339Nano, p.EventDate)
 	if err != nil {
-		return nil, false, fmt.Sprintf("eventDate %q is not an RFC 3339 time", p.EventDate)
+		return nil, false, fmt.Sprintf("eventDate %q is not an RFC 3339 time", provider.Excerpt(p.EventDate))
 	}
 	return &aip.Event{
 		ID:         EventID(h.c.cfg.WorkspaceID, p.WebhookID, body, at),

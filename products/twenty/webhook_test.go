@@ -23,6 +23,7 @@ import (
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
@@ -244,6 +245,50 @@ func TestWebhookRefused(t *testing.T) {
 	m, _ := e.conn.Manifest(hostsdktest.Context(t), hostsdk.TenantContext{})
 	if len(m.Channels) != 1 || !bytes.Contains(m.Channels[0], []byte(`"id":"twenty-webhooks"`)) {
 		t.Errorf("channels %s", m.Channels)
+	}
+}
+
+// TestWebhookMappingErrorsCutValues: a payload value the mapping refuses
+// (eventName, workspaceId, webhookId, eventDate) was quoted whole in the
+// answer and the log line, at any length up to the 4 MiB body. It is
+// quoted as its first provider.MaxExcerptBytes bytes and "…".
+func TestWebhookMappingErrorsCutValues(t *testing.T) {
+	logs := &hostsdktest.LogBuffer{}
+	e := newEnvHost(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+	}, nil, nil, func(c *hostsdk.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	logs.Take("")
+	long := strings.Repeat("x", 10000)
+	excerpt := `"` + long[:provider.MaxExcerptBytes] + `…"`
+	now := time.Now()
+	date := now.UTC().Format(time.RFC3339)
+	for i, tc := range []struct{ member, body string }{
+		{"eventName", payloadJSON(long, workspace, webhookID, date)},
+		{"workspaceId", payloadJSON("person.created", long, webhookID, date)},
+		{"webhookId", payloadJSON("person.created", workspace, long, date)},
+		{"eventDate", payloadJSON("person.created", workspace, webhookID, long)},
+	} {
+		status, code, raw := e.post(t, newDelivery(tc.body, now.Add(time.Duration(i)*time.Millisecond)), "")
+		var ans struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		json.Unmarshal(raw, &ans)
+		if status != http.StatusBadRequest || code != webhook.CodeInvalidDelivery || !strings.Contains(ans.Error.Message, tc.member+" "+excerpt) ||
+			len(ans.Error.Message) > 200 {
+			t.Errorf("%s of %d bytes: %d %.300s; want 400 %s quoting its first %d bytes", tc.member, len(long), status, raw, webhook.CodeInvalidDelivery, provider.MaxExcerptBytes)
+		}
+	}
+	// One line for the three invalid deliveries, one for the workspace.
+	got := logs.Take("twenty webhook")
+	if len(got) != 2 {
+		t.Fatalf("logged %q, want two lines", got)
+	}
+	for _, line := range got {
+		if !strings.Contains(line, long[:provider.MaxExcerptBytes]+"…") || strings.Contains(line, long[:provider.MaxExcerptBytes+1]) {
+			t.Errorf("logged %.300q..., want the value cut to %d bytes", line, provider.MaxExcerptBytes)
+		}
 	}
 }
 
