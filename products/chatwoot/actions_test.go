@@ -126,6 +126,64 @@ func TestHandoffNoteRefusedSaysAssignmentApplied(t *testing.T) {
 	}
 }
 
+// TestConversationCreateRefusedSaysContactInboxMayHaveChanged: Chatwoot
+// links the contact to the inbox (and in an email, SMS, Twilio or
+// WhatsApp inbox gives another contact's contact inbox holding the
+// source ID a new one) before the transaction that creates the
+// conversation, so a create it refuses there leaves that done; the
+// failure said only Chatwoot's refusal, as if nothing had changed. It
+// says what may have changed and how to check; refusals that come before
+// the link (404 of the inbox or contact, 401, 403, 429, and the 422
+// "source_id should be unique") and a create without inbox_id and
+// contact_id stay as they were.
+func TestConversationCreateRefusedSaysContactInboxMayHaveChanged(t *testing.T) {
+	e := newEnv(t, nil)
+	const linked = `{"source_id":"ada@example.com","inbox_id":3,"contact_id":9,"assignee_id":77,"message":{"content":"hi"}}`
+	for _, tc := range []struct {
+		name  string
+		fault fault
+		input string
+		note  bool
+	}{
+		{"422 in the create's transaction", fault{422, `{"message":"Assignee must exist","attributes":["assignee"]}`}, linked, true},
+		{"404 of the inbox or contact", fault{404, `{"error":"Resource could not be found"}`}, linked, false},
+		{"401", fault{401, `{"error":"You are not authorized to do this action"}`}, linked, false},
+		{"source ID of another contact in an API inbox", fault{422, `{"error":"source_id should be unique"}`}, linked, false},
+		{"source ID only", fault{422, `{"message":"Assignee must exist","attributes":["assignee"]}`},
+			`{"source_id":"ada@example.com","assignee_id":77}`, false},
+	} {
+		e.mock.setFault("POST /conversations", tc.fault)
+		res := e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"conversation.create", tc.input))
+		if res.Status != aip.ResultFailed || res.Error == nil {
+			t.Errorf("%s: result %s %+v, want failed", tc.name, res.Status, res.Error)
+			continue
+		}
+		msg := res.Error.Message
+		said := strings.Contains(msg, `no conversation was created, but Chatwoot first links contact 9 to inbox 3 with source_id "ada@example.com"`) &&
+			strings.Contains(msg, "another contact's contact inbox") && strings.Contains(msg, "contact.get of contact 9") &&
+			strings.Contains(msg, "contact.search with q the source ID")
+		if said != tc.note {
+			t.Errorf("%s: message %q; want it to say what may have changed: %v", tc.name, msg, tc.note)
+		}
+		var chatwootSaid string
+		json.Unmarshal([]byte(tc.fault.body), &struct {
+			Message *string `json:"message"`
+			Error   *string `json:"error"`
+		}{&chatwootSaid, &chatwootSaid})
+		if !strings.Contains(msg, chatwootSaid) {
+			t.Errorf("%s: message %q does not say what Chatwoot said (%q)", tc.name, msg, chatwootSaid)
+		}
+	}
+
+	// No answer: outcome_unknown, saying the link may be made too.
+	e.mock.setFault("POST /conversations", fault{status: 0})
+	resp := e.Act(t, hostsdktest.NewAction(CapabilityPrefix+"conversation.create", linked))
+	if pe := resp.ProtocolError(); resp.Status != http.StatusBadGateway || pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown ||
+		!strings.Contains(pe.Message, "the conversation may or may not have been created, and Chatwoot first links contact 9 to inbox 3") {
+		t.Errorf("no answer: HTTP %d %+v, want outcome_unknown saying the contact inbox may have changed", resp.Status, pe)
+	}
+}
+
 func TestHandoffNoteUnknownIsOutcomeUnknown(t *testing.T) {
 	e := newEnv(t, nil)
 	e.mock.setFault("POST /conversations/8/messages", fault{status: 0})

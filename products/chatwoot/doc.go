@@ -132,7 +132,14 @@
 // before any call). conversation.create sends the initial message as the
 // document describes it, without content_attributes: a webhook of that
 // message is not recognised as the connector's own and becomes an event.
-// An input holding the character U+0000 anywhere (a value or a member
+// Given inbox_id and contact_id, Chatwoot links the contact to the inbox
+// with source_id before, and outside, the transaction that creates the
+// conversation (ContactInboxBuilder; in an email, SMS, Twilio or WhatsApp
+// inbox it first gives another contact's contact inbox holding that
+// source ID a new one): a create it then refuses (a 422 for an invalid
+// assignee, team or message) or does not answer leaves the link made, so
+// its failure (or outcome_unknown) says what may have changed and how to
+// check (contact.get, contact.search). An input holding the character U+0000 anywhere (a value or a member
 // name) is refused chatwoot.input_invalid, naming where, before any call:
 // Chatwoot keeps its text in PostgreSQL, which cannot store it, and would
 // answer with a 500 that a mutation could only report as outcome_unknown.

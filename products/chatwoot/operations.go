@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -55,6 +56,10 @@ type operation struct {
 	Schema string
 	// Check, when set, checks what the schema cannot express.
 	Check func(in map[string]json.RawMessage) error
+	// Refused, when set, is given the error of a request Chatwoot did
+	// not answer with 2xx and returns it, with what the request may have
+	// changed although it failed said in its message.
+	Refused func(in map[string]json.RawMessage, err error) error
 	// Redact are members left out of the output wherever they occur
 	// (credentials Chatwoot includes in answers to administrators).
 	Redact []string
@@ -157,6 +162,65 @@ const (
 		`"required":["attribute_key","filter_operator","values"],"additionalProperties":false}}`
 )
 
+// createConversationRefused returns err, the error of a
+// conversation.create, unchanged unless the request may have changed a
+// contact inbox before Chatwoot refused it or did not answer: then its
+// message says so, and how to check.
+//
+// Chatwoot's ConversationsController runs, before create, the
+// before_actions inbox, contact and contact_inbox. Given inbox_id and
+// contact_id, contact_inbox calls ContactInboxBuilder, which links the
+// contact to the inbox with source_id (ContactInbox find_or_create_by!)
+// and, in an email, SMS, Twilio or WhatsApp inbox where another contact's
+// contact inbox holds that source ID (the unique index on inbox and
+// source ID refuses the link), first gives that contact inbox a new
+// source ID ("<digit><source_id>", or "whatsapp:<source_id><number>" in
+// SMS, Twilio and WhatsApp inboxes), then links. None of it is in the
+// transaction create opens for the conversation and its initial message,
+// so a create that fails in that transaction (a 422 for an invalid
+// assignee, team or message, a 500) leaves it done. Refusals that come
+// before the builder runs, or from it without a change, leave err as it
+// is: 401 and 403 (the account or the inbox not accessible), 404 (the
+// inbox or the contact not found), 429 (the rate limiter), and the 422
+// "source_id should be unique" (the source ID is another contact's in an
+// inbox of another kind: nothing is changed). Without inbox_id and
+// contact_id Chatwoot only looks the source ID up.
+func createConversationRefused(in map[string]json.RawMessage, err error) error {
+	var pe *provider.Error
+	inbox, okInbox := scalar(in["inbox_id"])
+	contact, okContact := scalar(in["contact_id"])
+	source, _ := scalar(in["source_id"])
+	if !errors.As(err, &pe) || !okInbox || !okContact {
+		return err
+	}
+	if !pe.MayHaveApplied {
+		switch {
+		case pe.Status < 400 || pe.Status > 499,
+			pe.Status == http.StatusUnauthorized, pe.Status == http.StatusForbidden,
+			pe.Status == http.StatusNotFound, pe.Status == http.StatusTooManyRequests,
+			pe.Status == http.StatusUnprocessableEntity && pe.Message == "source_id should be unique":
+			return err
+		}
+	}
+	outcome := "no conversation was created, but"
+	if pe.MayHaveApplied {
+		outcome = "the conversation may or may not have been created, and"
+	}
+	// Kept short: the host cuts a message to aip.MaxErrorMessageBytes,
+	// and Chatwoot's reason comes after it (its usual one-line reasons
+	// fit; one near provider.MaxMessageBytes loses its end).
+	note := fmt.Sprintf("%s Chatwoot first links contact %s to inbox %s with source_id %q and does not undo that: the contact may "+
+		"now have that contact inbox and, in an email, SMS, Twilio or WhatsApp inbox, another contact's contact inbox that had this "+
+		"source ID may have been given a new one; check with contact.get of contact %s (contact_inboxes), and for the other contact "+
+		"contact.search with q the source ID (its email or phone number) then contact.get",
+		outcome, contact, inbox, provider.Excerpt(source), contact)
+	if pe.Message != "" {
+		note += ". Chatwoot said: " + pe.Message
+	}
+	pe.Message = note
+	return err
+}
+
 // checkFilter requires a query_operator on every filter condition but the
 // last, and none on the last (the document's example ends with a null
 // one): Chatwoot joins the conditions with them in order.
@@ -246,7 +310,7 @@ var catalogue = []operation{
 		Description: "One conversation (GET .../conversations/{conversation_id}).",
 		Schema:      schema(`"conversation_id"`, convIDProp)},
 	{Suffix: "conversation.create", Name: "Create a conversation", Method: http.MethodPost, Path: "/conversations", Mutation: true, Creates: true,
-		Effect: aip.EffectSendMessage, Risk: aip.RiskMedium,
+		Effect: aip.EffectSendMessage, Risk: aip.RiskMedium, Refused: createConversationRefused,
 		Description: "Creates a conversation for a contact's inbox source ID, optionally with an initial message that Chatwoot sends " +
 			"(POST .../conversations). Not idempotent at Chatwoot: a new action creates another conversation.",
 		Body: []string{"source_id", "inbox_id", "contact_id", "additional_attributes", "custom_attributes", "status",
@@ -397,6 +461,9 @@ func (c *Connector) runCatalogue(ctx context.Context, op *operation, call *hosts
 	}
 	resp, err := c.client.Do(ctx, req)
 	if err != nil {
+		if op.Refused != nil {
+			err = op.Refused(in, err)
+		}
 		return provider.Result(call, err, op.Mutation)
 	}
 	data := json.RawMessage("null")
