@@ -211,7 +211,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		if at.Sub(now) > WebhookMaxSkew {
 			// As for any event time ahead of the clock
-			// (webhook.PublishFailed, hostsdk.ErrEventAhead): this
+			// (webhook.Refusals.PublishFailed, hostsdk.ErrEventAhead): this
 			// replica's clock may be the wrong one, and once it is right
 			// the same delivery is taken, so the answer asks for it
 			// again rather than saying never to. Cal.diy itself does not
@@ -250,8 +250,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			return
 		}
 		if _, err := rc.Events.Publish(ctx, WebhookChannel, ev); err != nil {
-			webhook.PublishFailed(w, rc.Logger.With("subscription_id", sub, "event_id", ev.ID, "trigger_event", d.TriggerEvent),
-				"cal-diy webhook", err)
+			refusals.PublishFailed(w, now, err, "subscription_id", sub, "event_id", ev.ID, "trigger_event", d.TriggerEvent)
 			return
 		}
 		if _, err := fence.Record(ctx, rc.State, id, now); err != nil {

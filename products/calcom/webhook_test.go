@@ -291,10 +291,6 @@ func TestEventIDDeterministic(t *testing.T) {
 	}
 }
 
-// TestWebhookReplayOfFutureCreatedAt: a delivery whose createdAt is ahead
-// of this host's clock (within WebhookMaxSkew) passes the age check until
-// createdAt+WebhookMaxAge, which is later than WebhookMaxAge after it was
-// received; the replay fence must still hold it then.
 // TestWebhookEventRefusedForGood: a signed delivery whose event the host
 // refuses for its content (hostsdk.ErrInvalidEvents: here a NUL character
 // in the booking's title, which the fleet's event log cannot store) is
@@ -314,6 +310,31 @@ func TestWebhookEventRefusedForGood(t *testing.T) {
 	}
 }
 
+// TestWebhookPublishRefusalsLogged: a verified delivery whose event the
+// host refused to store was logged on every attempt (the PublishFailed
+// function), so a delivery sent again while the host keeps refusing it
+// wrote a line each time. It is logged as the route's other refusals
+// are: at most once a minute of each kind, naming the subscription,
+// the event and the trigger.
+func TestWebhookPublishRefusalsLogged(t *testing.T) {
+	w, logs := startLoggedWebhookHost(t)
+	body := []byte(strings.Replace(string(deliveryBody("BOOKING_CREATED", w.now.Add(-time.Minute), "bk_nul")), `"Intro"`, `"In\u0000tro"`, 1))
+	for i := range 3 {
+		if a := w.deliver(t, testSub, body, signed(body)); a.status != http.StatusBadRequest || a.code() != webhook.CodeInvalidDelivery {
+			t.Fatalf("attempt %d of a delivery whose event the host refuses: %d %v", i+1, a.status, a.body)
+		}
+	}
+	if got := logs.Take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "level=WARN") ||
+		!strings.Contains(got[0], "subscription_id="+testSub) || !strings.Contains(got[0], "event_id=") ||
+		!strings.Contains(got[0], "trigger_event=BOOKING_CREATED") || !strings.Contains(got[0], "NUL") {
+		t.Fatalf("a delivery sent 3 times while the host refuses its event logged %q, want one warning naming it", got)
+	}
+}
+
+// TestWebhookReplayOfFutureCreatedAt: a delivery whose createdAt is ahead
+// of this host's clock (within WebhookMaxSkew) passes the age check until
+// createdAt+WebhookMaxAge, which is later than WebhookMaxAge after it was
+// received; the replay fence must still hold it then.
 func TestWebhookReplayOfFutureCreatedAt(t *testing.T) {
 	mock := newMockCal(t)
 	var mu sync.Mutex
@@ -382,7 +403,7 @@ func TestEchoedWebhookSecretIsRedacted(t *testing.T) {
 // TestWebhookCreatedAtAheadOfClock: a delivery whose createdAt is more
 // than WebhookMaxSkew ahead of this replica's clock is answered 503
 // webhook.invalid_timestamp, to be delivered again, as the fleet's routes
-// answer an event time ahead of the clock (webhook.PublishFailed,
+// answer an event time ahead of the clock (webhook.Refusals.PublishFailed,
 // hostsdk.ErrEventAhead): the replica's clock may be the wrong one. It
 // was 400, which Cal.diy does not resend, so a replica whose clock lagged
 // lost the booking's event for good. Once the clock is right the same

@@ -96,14 +96,6 @@ func (r *Refusals) PublishFailed(w http.ResponseWriter, now time.Time, err error
 	}
 }
 
-// PublishFailed answers and logs as Refusals.PublishFailed does, logging
-// every refusal: for a route without a Refusals. A route that has one
-// uses its PublishFailed, which does not flood the log when deliveries
-// the host keeps refusing are sent again.
-func PublishFailed(w http.ResponseWriter, log *slog.Logger, route string, err error) {
-	(&Refusals{Log: log, Route: route}).PublishFailed(w, time.Now(), err)
-}
-
 // Accepted answers 200 with the number of events accepted and, when they
 // were stored, "durably_queued" as their central delivery (the host's
 // outbox holds them).
