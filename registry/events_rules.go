@@ -75,6 +75,11 @@ const (
 	// character (Cf: zero-width space or joiner, bidirectional control,
 	// byte order mark, soft hyphen). Kept as stored, it names its record
 	// byte for byte as before: it still prints like another identifier.
+	// The rule holds catalog records' identifiers too (checkIdent); a
+	// backend finds the character in a record an earlier build stored
+	// with FormatCharacter. A capability definition, instance, binding or
+	// route whose tenant or capability ID holds one is kept, but no route
+	// request (nor any write) can name it, so it routes nothing.
 	RuleFormatCharacter StoredRule = "identifier with an invisible formatting character"
 	// RuleNumberRange: event data holds a number beyond PostgreSQL's
 	// numeric.

@@ -565,12 +565,23 @@ func checkFormatChars(record, id, field, v string) error {
 	// (tenant "acme" and "acme\u200b" in a log or a fleet file). Names
 	// (checkText) may hold them: a Persian name needs its zero-width
 	// non-joiner.
-	for _, r := range v {
-		if unicode.Is(unicode.Cf, r) {
-			return invalid(record, id, field, "%q contains the invisible formatting character U+%04X, so it would print like an identifier it is not; remove it", truncate(v), r)
-		}
+	if r, ok := FormatCharacter(v); ok {
+		return invalid(record, id, field, "%q contains the invisible formatting character U+%04X, so it would print like an identifier it is not; remove it", truncate(v), r)
 	}
 	return nil
+}
+
+// FormatCharacter returns the first invisible formatting character
+// (Unicode Cf) in v and true, or false when v holds none: the character
+// RuleFormatCharacter refuses in an identifier. A backend loading records
+// an earlier build stored, which may hold one, uses it to say which.
+func FormatCharacter(v string) (rune, bool) {
+	for _, r := range v {
+		if unicode.Is(unicode.Cf, r) {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // checkText checks a name or an owner: 1..MaxIdentifierBytes of UTF-8

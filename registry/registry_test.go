@@ -407,6 +407,22 @@ func TestIdentifiersRefuseInvisibleCharacters(t *testing.T) {
 	}
 }
 
+// TestFormatCharacter: FormatCharacter finds the first character the
+// identifier rule refuses, and nothing in a plain or Persian identifier
+// without one.
+func TestFormatCharacter(t *testing.T) {
+	for v, want := range map[string]rune{"acme\u200b": 0x200b, "\u202eemca\u200d": 0x202e, "t\U000e0041": 0xe0041, "a\u00adb": 0xad} {
+		if r, ok := registry.FormatCharacter(v); !ok || r != want {
+			t.Errorf("FormatCharacter(%+q) = U+%04X, %v; want U+%04X", v, r, ok, want)
+		}
+	}
+	for _, v := range []string{"", "acme", "t\u00e9nant", "\u0645\u06cc"} {
+		if r, ok := registry.FormatCharacter(v); ok {
+			t.Errorf("FormatCharacter(%+q) = U+%04X, want none", v, r)
+		}
+	}
+}
+
 // TestHandOutIsBookkeeping: an assignment's hand-out is not part of the
 // route: Equal (settlement's fence comparison) ignores it, the
 // security.connector_route a replica receives does not carry it, and a

@@ -250,6 +250,16 @@ func (r *Registry) snapshot() *snapshot {
 // event. Restore logs, at warn, each such rule once, with how many events
 // break it and the first of them, so an operator can remove them; a new
 // write of the same is still refused.
+//
+// Catalog records are not validated on load, so records an earlier build
+// stored under rules since added load as stored. Those whose tenant or
+// capability ID holds an invisible formatting character
+// (registry.RuleFormatCharacter: capability definitions, instances,
+// bindings, routes) can no longer be named by any route request or write,
+// so they route nothing: Restore keeps them as stored (a snapshot
+// afterwards holds them byte for byte) and logs, at warn, one warning per
+// kind with how many there are, the first maxNamedRecords of them with
+// the field and character, and what to do.
 func (r *Registry) Restore(rd io.Reader) error {
 	var s snapshot
 	dec := json.NewDecoder(rd)
@@ -278,7 +288,103 @@ func (r *Registry) Restore(rd io.Reader) error {
 	}
 	r.state = fresh.state // with empty catalog views: load builds none
 	kept.log(r.log)
+	for _, u := range unnamableRecords(&s) {
+		u.log(r.log)
+	}
 	return nil
+}
+
+// maxNamedRecords bounds the records a warning about restored records
+// names; it gives the count of all of them.
+const maxNamedRecords = 10
+
+// unnamable are restored records of one kind whose tenant or capability
+// ID breaks registry.RuleFormatCharacter: an earlier build stored them,
+// and no route request or write can name them now.
+type unnamable struct {
+	kind  string // plural, as the warning names it
+	fix   string // what to do about them
+	count int
+	named []string // the first maxNamedRecords
+}
+
+// add counts a record; what names it and breaks says which of its fields
+// hold which character.
+func (u *unnamable) add(what, breaks string) {
+	u.count++
+	if len(u.named) < maxNamedRecords {
+		u.named = append(u.named, what+" ("+breaks+")")
+	}
+}
+
+func (u *unnamable) log(log *slog.Logger) {
+	records := strings.Join(u.named, "; ")
+	if u.count > len(u.named) {
+		records += fmt.Sprintf("; and %d more", u.count-len(u.named))
+	}
+	log.Warn("restored records that no request can name, kept as they were stored: an earlier build stored them before the rule; "+
+		"a route request or a write carrying such an identifier is refused, so they route nothing (and no write changes an instance or binding among them). "+
+		"No write removes them: they stay until the registry is restored from a snapshot without them (aipfleet dev: --reset starts from an empty registry)",
+		"rule", string(registry.RuleFormatCharacter), "kind", u.kind, "count", u.count, "records", records, "fix", u.fix)
+}
+
+// formatBreaks names the fields among name, value pairs whose value holds
+// an invisible formatting character, and the character ("tenant_id
+// U+200B"); "" when none does.
+func formatBreaks(fields ...string) string {
+	var b []string
+	for i := 0; i+1 < len(fields); i += 2 {
+		if c, ok := registry.FormatCharacter(fields[i+1]); ok {
+			b = append(b, fmt.Sprintf("%s U+%04X", fields[i], c))
+		}
+	}
+	return strings.Join(b, ", ")
+}
+
+// unnamableRecords finds, in the order s holds them, the capability
+// definitions, instances, bindings and routes whose tenant or capability
+// ID holds an invisible formatting character, by kind (the event logs'
+// are keptEvents'). Restore keeps them as stored.
+func unnamableRecords(s *snapshot) []*unnamable {
+	defs := &unnamable{kind: "capability definitions",
+		fix: "publish the capability under an ID without the character in a new version, move its instances to that version and revoke the versions that declare this ID"}
+	insts := &unnamable{kind: "connector instances",
+		fix: "create an instance for the tenant ID without the character, with its bindings and replicas: the replicas of these instances take no routes"}
+	binds := &unnamable{kind: "capability bindings",
+		fix: "bind the tenant and capability again under IDs without the character (PutBinding, or the fleet file)"}
+	routes := &unnamable{kind: "routes",
+		fix: "a retry of these actions is refused; send new actions under IDs without the character (a reservation these routes hold is still released by settlement or lease expiry)"}
+	for i := range s.Definitions {
+		id := s.Definitions[i].Definition.Capability.ID
+		if br := formatBreaks("capability.id", id); br != "" {
+			defs.add(fmt.Sprintf("capability %q", id), br)
+		}
+	}
+	for i := range s.Instances {
+		in := &s.Instances[i]
+		if br := formatBreaks("tenant_id", in.TenantID); br != "" {
+			insts.add(fmt.Sprintf("instance %q of tenant %q", in.ID, in.TenantID), br)
+		}
+	}
+	for i := range s.Bindings {
+		b := &s.Bindings[i]
+		if br := formatBreaks("tenant_id", b.TenantID, "capability_id", b.CapabilityID); br != "" {
+			binds.add(fmt.Sprintf("binding %q", b.Key().String()), br)
+		}
+	}
+	for i := range s.Routes {
+		a := &s.Routes[i].Assignment
+		if br := formatBreaks("tenant_id", a.TenantID, "capability_id", a.CapabilityID); br != "" {
+			routes.add(fmt.Sprintf("action %q of tenant %q, capability %q", a.ActionID, a.TenantID, a.CapabilityID), br)
+		}
+	}
+	var found []*unnamable
+	for _, u := range []*unnamable{defs, insts, binds, routes} {
+		if u.count > 0 {
+			found = append(found, u)
+		}
+	}
+	return found
 }
 
 // keptEvents are the stored events load kept although they break a rule

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -178,5 +179,128 @@ func TestRestoreRefusesDamagedEvents(t *testing.T) {
 		if !errors.Is(err, memregistry.ErrSnapshot) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Restore = %v, want ErrSnapshot mentioning %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestRestoreWarnsOfUnnamableRecords: a snapshot an older build wrote
+// whose tenant tenant-2 and capability alpha.write carry an invisible
+// formatting character (made here from a current snapshot by rewriting
+// both IDs everywhere; Restore checks no digest) restores: every record is
+// kept and the next snapshot holds the same bytes, no route request can
+// name them, and Restore logs one warning per kind naming the records,
+// the field and the character, and what to do.
+func TestRestoreWarnsOfUnnamableRecords(t *testing.T) {
+	ctx := context.Background()
+	s := newFleetState(t)
+	doc := string(snapshotOf(t, s.reg))
+	for _, rw := range [][2]string{{"tenant-2", "tenant-2\u200b"}, {"alpha.write", "alpha.write\u2060"}} {
+		if !strings.Contains(doc, rw[0]) {
+			t.Fatalf("the snapshot does not hold %s", rw[0])
+		}
+		doc = strings.ReplaceAll(doc, rw[0], rw[1])
+	}
+	var logs bytes.Buffer
+	r, err := memregistry.New(memregistry.Config{Now: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	must(t, err)
+	if err := r.Restore(strings.NewReader(doc)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+
+	// Kept as stored.
+	if again := string(snapshotOf(t, r)); again != doc {
+		t.Errorf("the snapshot after Restore differs from the restored document")
+	}
+	key := registry.BindingKey{TenantID: "tenant-2\u200b", CapabilityID: "alpha.write\u2060", InstanceID: "cinst_b"}
+	if b, err := r.CapabilityBinding(ctx, key); err != nil || b.Key() != key {
+		t.Errorf("CapabilityBinding(%+q) = %+v, %v; want it kept", key.String(), b, err)
+	}
+	if i, err := r.ConnectorInstance(ctx, "cinst_b"); err != nil || i.TenantID != "tenant-2\u200b" {
+		t.Errorf("ConnectorInstance(cinst_b) = %+v, %v; want tenant-2\u200b kept", i, err)
+	}
+	// And unreachable.
+	for _, q := range []registry.RouteRequest{
+		{ActionID: aip.NewActionID(), TenantID: key.TenantID, CapabilityID: key.CapabilityID},
+		{ActionID: aip.NewActionID(), TenantID: "tenant-1", CapabilityID: key.CapabilityID},
+	} {
+		if _, err := r.Resolve(ctx, q); !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("Resolve(%+q, %+q) = %v, want ErrInvalid", q.TenantID, q.CapabilityID, err)
+		}
+	}
+
+	type warning struct {
+		Level, Msg, Rule, Kind, Records, Fix string
+		Count                                int
+	}
+	got := map[string]warning{}
+	for line := range strings.Lines(logs.String()) {
+		var w warning
+		must(t, json.Unmarshal([]byte(line), &w))
+		if w.Kind == "" {
+			continue // the event logs' warning
+		}
+		if _, dup := got[w.Kind]; dup {
+			t.Errorf("kind %q logged twice", w.Kind)
+		}
+		got[w.Kind] = w
+	}
+	for _, want := range []struct {
+		kind  string
+		count int
+		names []string
+	}{
+		{"capability definitions", 1, []string{`capability "alpha.write\u2060" (capability.id U+2060)`}},
+		{"connector instances", 1, []string{`instance "cinst_b" of tenant "tenant-2\u200b" (tenant_id U+200B)`}},
+		{"capability bindings", 2, []string{
+			`binding "tenant-1/alpha.write\u2060/cinst_a" (capability_id U+2060)`,
+			`binding "tenant-2\u200b/alpha.write\u2060/cinst_b" (tenant_id U+200B, capability_id U+2060)`}},
+		{"routes", 1, []string{`of tenant "tenant-2\u200b", capability "alpha.write\u2060" (tenant_id U+200B, capability_id U+2060)`}},
+	} {
+		w, ok := got[want.kind]
+		if !ok {
+			t.Errorf("no warning about %s; logged:\n%s", want.kind, logs.String())
+			continue
+		}
+		if w.Level != "WARN" || w.Rule != string(registry.RuleFormatCharacter) || w.Count != want.count || w.Fix == "" ||
+			!strings.Contains(w.Msg, "no request can name") {
+			t.Errorf("warning about %s: %+v; want WARN, rule %q, count %d, a fix", want.kind, w, registry.RuleFormatCharacter, want.count)
+		}
+		for _, n := range want.names {
+			if !strings.Contains(w.Records, n) {
+				t.Errorf("warning about %s: records %q do not name %s", want.kind, w.Records, n)
+			}
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("%d warnings about records, want 4:\n%s", len(got), logs.String())
+	}
+}
+
+// TestRestoreNamesAtMostTenUnnamableRecords: the warning about a kind
+// names the first records and counts the rest.
+func TestRestoreNamesAtMostTenUnnamableRecords(t *testing.T) {
+	ctx := context.Background()
+	clock := registrytest.NewClock(registrytest.Epoch)
+	reg, err := memregistry.New(memregistry.Config{Now: clock.Now})
+	must(t, err)
+	w, err := registrytest.NewLifecycleWorld(ctx, reg)
+	must(t, err)
+	for i := range 12 {
+		in := w.Instance
+		in.ID, in.TenantID = fmt.Sprintf("cinst_z%02d", i), fmt.Sprintf("zw-%02d", i)
+		must(t, reg.PutInstance(ctx, in))
+	}
+	doc := strings.ReplaceAll(string(snapshotOf(t, reg)), `"zw-`, "\"zw\u200b-")
+	var logs bytes.Buffer
+	r, err := memregistry.New(memregistry.Config{Now: clock.Now, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	must(t, err)
+	must(t, r.Restore(strings.NewReader(doc)))
+	var got struct {
+		Kind, Records string
+		Count         int
+	}
+	must(t, json.Unmarshal(logs.Bytes(), &got))
+	if got.Kind != "connector instances" || got.Count != 12 || strings.Count(got.Records, "instance ") != 10 ||
+		!strings.HasSuffix(got.Records, "; and 2 more") || !strings.Contains(got.Records, `"zw\u200b-09"`) || strings.Contains(got.Records, "-10") {
+		t.Errorf("warning: %+v; want 12 instances, the first 10 named, and 2 more", got)
 	}
 }
