@@ -209,8 +209,19 @@ func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) err
 		return fmt.Errorf("migrate the registry schema: %w%s", err, adminRoleHint(err))
 	}
 	changed := res.Applied > 0
+	// Records an earlier build stored that no request can name now are
+	// kept; the operator learns of them here, once per kind.
+	for _, u := range res.Unnamable {
+		fmt.Fprintf(e.stderr, "warning: %s whose %s holds an invisible formatting character (%d, stored by a build before the rule) are kept as stored, but no route request can name them, so they route nothing: %s%s\n  fix: %s\n",
+			u.Kind, u.Field, u.Count, strings.Join(u.Records, "; "), moreThan(u.Count, len(u.Records)), u.Fix)
+	}
 	if asJSON {
-		return writeJSON(e.stdout, map[string]any{"schema_version": pgregistry.SchemaVersion, "catalog_revision": res.CatalogRevision, "changed": changed})
+		unnamable := res.Unnamable
+		if unnamable == nil {
+			unnamable = []pgregistry.UnnamableRecords{}
+		}
+		return writeJSON(e.stdout, map[string]any{"schema_version": pgregistry.SchemaVersion, "catalog_revision": res.CatalogRevision, "changed": changed,
+			"unnamable": unnamable})
 	}
 	if !changed {
 		// Nothing changed, so there is nothing new to grant.
@@ -220,6 +231,14 @@ func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) err
 	fmt.Fprintf(e.stdout, "registry schema aip_registry is at version %d (catalog revision %d)\n", pgregistry.SchemaVersion, res.CatalogRevision)
 	fmt.Fprintln(e.stdout, "next: grant the restricted roles their tables (psql -f deploy/postgres/roles.sql), then apply a fleet file")
 	return nil
+}
+
+// moreThan is "; and N more" when named of count records were named.
+func moreThan(count, named int) string {
+	if count > named {
+		return fmt.Sprintf("; and %d more", count-named)
+	}
+	return ""
 }
 
 func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, fleet *registry.FleetFile, asJSON bool, timeout time.Duration) error {

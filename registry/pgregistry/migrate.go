@@ -115,12 +115,31 @@ type MigrateResult struct {
 	Applied int
 	// CatalogRevision is the catalog revision after the migration.
 	CatalogRevision uint64
+	// Unnamable lists, by kind, the capability definitions and instances
+	// whose capability or tenant ID holds an invisible formatting
+	// character, which a build before registry.RuleFormatCharacter
+	// stored: no route request or write can name them (or their
+	// bindings, replicas and routes), so they route nothing. Empty when
+	// there are none. The caller should tell the operator (aipfleet
+	// registry migrate warns of each kind).
+	Unnamable []UnnamableRecords
 }
 
 // MigrateSchema is Migrate on a single connection, which it then uses to
-// verify the schema it left (exactly this build's) and to read the catalog
-// revision. It opens no other connection, so it works for a role, or
-// through a pooler, that allows one.
+// verify the schema it left (exactly this build's), to read the catalog
+// revision and to look for records no request can name
+// (MigrateResult.Unnamable). It opens no other connection, so it works for
+// a role, or through a pooler, that allows one.
+//
+// Only MigrateSchema looks for those records: the look reads the
+// capability definitions and the instances once each (a row per
+// capability and per instance, not per binding or route), which an
+// operator's migrate can afford, and every upgrade from a build before
+// the rule (schema 13 or older) needs a migrate, as the services refuse
+// an older schema. Open and OpenDataPlane, which every service start and
+// apply run, do not: builds since the rule refuse such a record, and the
+// builds before it cannot run on schema 14 or newer, so once a migrate
+// has taken a database past schema 13 none is added.
 func MigrateSchema(ctx context.Context, url string) (MigrateResult, error) {
 	cc, err := parseConnConfig(databaseURL, url)
 	if err != nil {
@@ -155,7 +174,11 @@ func MigrateSchema(ctx context.Context, url string) (MigrateResult, error) {
 	if err := conn.QueryRow(ctx, selectRevision).Scan(&rev); err != nil {
 		return MigrateResult{Applied: n}, storageErr("read the catalog revision", err)
 	}
-	return MigrateResult{Applied: n, CatalogRevision: uint64(rev)}, nil
+	unnamable, err := unnamableRecords(ctx, conn)
+	if err != nil {
+		return MigrateResult{Applied: n, CatalogRevision: uint64(rev)}, err
+	}
+	return MigrateResult{Applied: n, CatalogRevision: uint64(rev), Unnamable: unnamable}, nil
 }
 
 // applyMigrations applies ms on conn in one transaction.
