@@ -209,15 +209,15 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 		// timeout) can still name the action to ask about or to retry.
 		if f.actionID == "" {
 			f.actionID = aip.NewActionID()
-		} else if err := aip.ValidateID(aip.PrefixAction, f.actionID); err != nil {
-			return usagef("action send: --action-id: %v", err)
+		} else if err := checkActionID("action send", "--action-id", f.actionID); err != nil {
+			return err
 		}
 	case "get", "cancel":
 		if len(rest) != 1 {
 			return usagef("action %s: give exactly one action ID", sub)
 		}
-		if err := aip.ValidateID(aip.PrefixAction, rest[0]); err != nil {
-			return usagef("action %s: %v", sub, err)
+		if err := checkActionID("action "+sub, "action ID", rest[0]); err != nil {
+			return err
 		}
 	default:
 		return usagef("action: unknown subcommand %q; use send, get or cancel", sub)
@@ -394,6 +394,28 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 		return f.maybeRan(err)
 	}
 	return err
+}
+
+// exampleActionID is an action ID of the valid form, for errors that say
+// what one looks like.
+const exampleActionID = "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+
+// checkActionID refuses, with a usage error of cmd, an action ID given on
+// the command line that aip.ValidateID refuses. what names the argument
+// ("action ID", or the flag "--action-id"); the error says what a valid
+// ID looks like and where to get one: `action get foo` said only `"foo" must start with
+// "act_"`, not that the action ID was wrong.
+func checkActionID(cmd, what, id string) error {
+	err := aip.ValidateID(aip.PrefixAction, id)
+	if err == nil {
+		return nil
+	}
+	form := fmt.Sprintf("%q and a UUIDv7 in 32 lowercase hex digits, like %s", aip.PrefixAction, exampleActionID)
+	if what == "--action-id" {
+		return usagef("%s: --action-id %v; give %s (the ID an earlier send printed, to retry it), or leave --action-id out for a new one",
+			cmd, err, form)
+	}
+	return usagef("%s: %s %v; give the ID action send printed: %s", cmd, what, err, form)
 }
 
 // notFound adds to err, the failure of a get or cancel of action id, what

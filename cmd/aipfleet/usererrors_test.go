@@ -289,3 +289,44 @@ func TestBindWithoutHost(t *testing.T) {
 		}
 	}
 }
+
+// TestBadActionIDNamesTheArgument: `action get foo` said only `"foo"
+// must start with "act_"`, not that the action ID was wrong nor what one
+// looks like. Every action ID read from the command line is refused with
+// a usage error naming the argument, the form and an example, before
+// anything is sent.
+func TestBadActionIDNamesTheArgument(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "{}", http.StatusTeapot)
+	}))
+	defer srv.Close()
+	const form = `"act_" and a UUIDv7 in 32 lowercase hex digits, like act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d`
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"action", "get", "foo", "--url", srv.URL, "--token", "t"},
+			[]string{`action get: action ID "foo" must start with "act_"; give the ID action send printed: ` + form}},
+		{[]string{"action", "cancel", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5", "--url", srv.URL, "--token", "t"},
+			[]string{`action cancel: action ID "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5" must be "act_" followed by 32 lowercase hex digits; give the ID action send printed: ` + form}},
+		{[]string{"action", "send", "--url", srv.URL, "--token", "t", "--capability", "echo.say", "--input", "{}", "--action-id", "42"},
+			[]string{`action send: --action-id "42" must start with "act_"; give ` + form, "or leave --action-id out for a new one"}},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) {
+			t.Errorf("%v: err = %v, want a usage error", c.args, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v:\n got %v\nwant it to contain %s", c.args, err, w)
+			}
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Fatalf("%d requests were sent with a bad action ID", n)
+	}
+}
