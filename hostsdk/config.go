@@ -333,6 +333,12 @@ type Config struct {
 
 // ConfigError reports an invalid configuration value; it names the Config
 // field, the flag and the environment variable, and says what is accepted.
+// Its text is for the person who set the value, so it has no "hostsdk: "
+// prefix: it starts with the setting, the variable first when the value
+// came from it ("AIP_CONNECTOR_HOST_HEARTBEAT_MS (--heartbeat-interval-ms,
+// Config.HeartbeatInterval) is "0"; want an integer from 1 to 150000 ms"),
+// and a program prints it after its own name. New's and the bootstrap's
+// wrap it in a step error ("hostsdk: bootstrap step 1 (validate): ...").
 type ConfigError struct {
 	Field  string
 	Flag   string
@@ -348,9 +354,27 @@ func (e *ConfigError) Unwrap() error { return e.cause }
 
 func (e *ConfigError) Error() string {
 	if e.Flag == "" {
-		return fmt.Sprintf("hostsdk: Config.%s %s", e.Field, e.Reason)
+		return fmt.Sprintf("Config.%s %s", e.Field, e.Reason)
 	}
-	return fmt.Sprintf("hostsdk: --%s (%s, Config.%s) %s", e.Flag, e.Env, e.Field, e.Reason)
+	source := ""
+	if se, ok := e.cause.(*SettingError); ok {
+		source = se.Source
+	}
+	return settingLabel(e.Flag, e.Env, source, e.Field) + " " + e.Reason
+}
+
+// settingLabel names a setting in an error about its value: the flag and
+// its variable, the variable first when source (where the value came
+// from) is the variable, and Config's field when field is not "".
+func settingLabel(flag, env, source, field string) string {
+	first, other := "--"+flag, env
+	if source == env && env != "" {
+		first, other = env, "--"+flag
+	}
+	if field != "" {
+		other += ", Config." + field
+	}
+	return first + " (" + other + ")"
 }
 
 // settingName names the setting of a Config field in an error about its

@@ -120,11 +120,60 @@ func TestSettingErrorsMatchErrSetting(t *testing.T) {
 	if !errors.Is(err, hostsdk.ErrSetting) || !errors.As(err, &ce) || !errors.As(err, &se) || ce.Flag != "drain-timeout-ms" || se.Flag != "drain-timeout-ms" {
 		t.Errorf("BindFlags: %v, want a *ConfigError matching ErrSetting and unwrapping to the *SettingError", err)
 	}
-	if _, err := hostsdk.LoadConfig([]string{"stray"}, nil); !errors.Is(err, hostsdk.ErrSetting) || err.Error() != `hostsdk: unexpected argument "stray"; every setting is a --flag` {
+	if _, err := hostsdk.LoadConfig([]string{"stray"}, nil); !errors.Is(err, hostsdk.ErrSetting) || err.Error() != `unexpected argument "stray"; every setting is a --flag` {
 		t.Errorf("LoadConfig with a stray argument: %v, want ErrSetting", err)
 	}
 	if _, err := hostsdk.New(hostsdk.Config{}, newTestConnector()); err == nil || errors.Is(err, hostsdk.ErrSetting) {
 		t.Errorf("New of an empty Config: %v, want an error that does not match ErrSetting", err)
+	}
+}
+
+// TestSettingErrorTexts: a refused setting read "hostsdk: --heartbeat-
+// interval-ms (AIP_CONNECTOR_HOST_HEARTBEAT_MS, Config.HeartbeatInterval)
+// from AIP_CONNECTOR_HOST_HEARTBEAT_MS is ...", and a program's own
+// setting read with BindSettings (aip-sidecar's --on-manifest-change) was
+// "hostsdk: ..." too, though hostsdk has no such setting. The texts now
+// start with what was set (the variable when the value came from it),
+// without a prefix the program's own name ("aip-sidecar: ") already
+// gives, and still match ErrSetting.
+func TestSettingErrorTexts(t *testing.T) {
+	own := []hostsdk.Setting{{Flag: "on-manifest-change", Env: "X_ON_MANIFEST_CHANGE",
+		Check: func(string) error { return errors.New("want report or unready") }}}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"host flag", []string{"--drain-timeout-ms=soon"}, nil,
+			`--drain-timeout-ms (AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS, Config.DrainTimeout) is "soon"; want an integer from 1 to 300000 ms`},
+		{"host variable", nil, map[string]string{"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "0"},
+			`AIP_CONNECTOR_HOST_MAX_IN_FLIGHT (--max-in-flight, Config.MaxInFlight) is "0"; want an integer from 1 to 65536`},
+		{"own flag", []string{"--on-manifest-change=apply"}, nil,
+			`--on-manifest-change (X_ON_MANIFEST_CHANGE) is "apply"; want report or unready`},
+		{"own variable", nil, map[string]string{"X_ON_MANIFEST_CHANGE": "apply"},
+			`X_ON_MANIFEST_CHANGE (--on-manifest-change) is "apply"; want report or unready`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			loadHost := hostsdk.BindFlags(fs)
+			loadOwn := hostsdk.BindSettings(fs, own)
+			if err := fs.Parse(c.args); err != nil {
+				t.Fatal(err)
+			}
+			getenv := func(k string) string { return c.env[k] }
+			_, err := loadOwn(getenv)
+			if err == nil {
+				_, err = loadHost(getenv)
+			}
+			if !errors.Is(err, hostsdk.ErrSetting) || err.Error() != c.want {
+				t.Errorf("got  %v\nwant %s (matching ErrSetting)", err, c.want)
+			}
+		})
+	}
+	_, err := hostsdk.LoadConfig([]string{"--no-such-flag"}, nil)
+	if !errors.Is(err, hostsdk.ErrSetting) || err.Error() != "flag provided but not defined: -no-such-flag" {
+		t.Errorf("LoadConfig with an unknown flag: %v", err)
 	}
 }
 

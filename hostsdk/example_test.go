@@ -50,8 +50,10 @@ func ExampleLoadConfig() {
 	// Output: tenant-a 16 eu-1
 }
 
-// Every invalid value names its flag, its environment variable and the
-// accepted range.
+// Every invalid value names the setting as it was given (here the
+// variable, then its flag and Config field) and the accepted range. It
+// matches ErrSetting: a main exits with status 2 for it, as for an unknown
+// flag.
 func ExampleLoadConfig_error() {
 	_, err := hostsdk.LoadConfig(nil, func(k string) string {
 		if k == "AIP_CONNECTOR_HOST_HEARTBEAT_MS" {
@@ -60,7 +62,10 @@ func ExampleLoadConfig_error() {
 		return ""
 	})
 	fmt.Println(err)
-	// Output: hostsdk: --heartbeat-interval-ms (AIP_CONNECTOR_HOST_HEARTBEAT_MS, Config.HeartbeatInterval) from AIP_CONNECTOR_HOST_HEARTBEAT_MS is "0"; want an integer from 1 to 150000 ms
+	fmt.Println(errors.Is(err, hostsdk.ErrSetting))
+	// Output:
+	// AIP_CONNECTOR_HOST_HEARTBEAT_MS (--heartbeat-interval-ms, Config.HeartbeatInterval) is "0"; want an integer from 1 to 150000 ms
+	// true
 }
 
 // New validates the configuration without doing any I/O.

@@ -160,10 +160,10 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, ErrHelp
 		}
-		return Config{}, &settingFault{msg: "hostsdk: " + err.Error(), err: err}
+		return Config{}, &settingFault{msg: err.Error(), err: err}
 	}
 	if fs.NArg() > 0 {
-		return Config{}, &settingFault{msg: fmt.Sprintf("hostsdk: unexpected argument %q; every setting is a --flag", fs.Arg(0))}
+		return Config{}, &settingFault{msg: fmt.Sprintf("unexpected argument %q; every setting is a --flag", fs.Arg(0))}
 	}
 	return load(getenv)
 }
@@ -174,7 +174,10 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 // argument): a mistake in how the program was started, for which a
 // command exits with status 2, as for a flag it does not know. Errors of
 // New and of Start's bootstrap, about a configuration that is complete
-// only then, do not match it.
+// only then, do not match it. Their texts start with the setting, not
+// with ErrSetting's "hostsdk: ": a program prints them after its own name
+// ("noteshost: --max-in-flight (AIP_CONNECTOR_HOST_MAX_IN_FLIGHT,
+// Config.MaxInFlight) is "0"; want an integer from 1 to 65536").
 var ErrSetting = errors.New("hostsdk: setting refused")
 
 // settingFault is one of LoadConfig's own errors: an unknown flag or a
@@ -267,18 +270,23 @@ type Setting struct {
 }
 
 // SettingError is a setting's value that cannot be accepted: the flag,
-// its variable, where the value came from (the flag or the variable), the
-// value and what is accepted.
+// its variable, where the value came from (the flag with its dashes, or
+// the variable), the value and what is accepted. Its text starts with
+// what was set, without a "hostsdk: " prefix (the setting may be the
+// program's own, read with BindSettings): `--drain-timeout-ms
+// (AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS) is "soon"; want an integer from 1
+// to 300000 ms`, or `AIP_SIDECAR_ON_MANIFEST_CHANGE
+// (--on-manifest-change) is "apply"; want report or unready`.
 type SettingError struct {
 	Flag, Env, Source, Value, Want string
 }
 
 func (e *SettingError) reason() string {
-	return fmt.Sprintf("from %s is %q; %s", e.Source, e.Value, e.Want)
+	return fmt.Sprintf("is %q; %s", e.Value, e.Want)
 }
 
 func (e *SettingError) Error() string {
-	return fmt.Sprintf("hostsdk: --%s (%s) %s", e.Flag, e.Env, e.reason())
+	return settingLabel(e.Flag, e.Env, e.Source, "") + " " + e.reason()
 }
 
 // Is reports whether target is ErrSetting.

@@ -267,3 +267,30 @@ func TestRefusedSettingsExitAsUsage(t *testing.T) {
 		t.Errorf("another error: exit status %d, want 1", got)
 	}
 }
+
+// TestRefusedSettingsReadAsGiven: a refused value read "aip-host:
+// hostsdk: --drain-timeout-ms (...) from --drain-timeout-ms is ...", and
+// aip-host's own --log-level was "hostsdk: ..." too. The error, which main
+// prints after "aip-host: ", now starts with the setting as it was given
+// (the variable when the value came from it) and says what is accepted.
+func TestRefusedSettingsReadAsGiven(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"dify", "--drain-timeout-ms=soon"}, nil,
+			`--drain-timeout-ms (AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS, Config.DrainTimeout) is "soon"; want an integer from 1 to 300000 ms`},
+		{[]string{"dify"}, map[string]string{"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "0"},
+			`AIP_CONNECTOR_HOST_MAX_IN_FLIGHT (--max-in-flight, Config.MaxInFlight) is "0"; want an integer from 1 to 65536`},
+		{[]string{"dify", "--log-level", "loud"}, nil,
+			`--log-level (AIP_HOST_LOG_LEVEL) is "loud"; want debug, info, warn or error`},
+	} {
+		env := productEnv(t, t.TempDir())["dify"]
+		maps.Copy(env, c.env)
+		err := run(t.Context(), c.args, getenv(env), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v %v:\n got %v\nwant %s", c.args, c.env, err, c.want)
+		}
+	}
+}

@@ -460,3 +460,30 @@ func TestRefusedSettingsExitAsUsage(t *testing.T) {
 		t.Errorf("another error: exit status %d, want 1", got)
 	}
 }
+
+// TestRefusedSettingsReadAsGiven: a refused value read "aip-sidecar:
+// hostsdk: --on-manifest-change (AIP_SIDECAR_ON_MANIFEST_CHANGE) from
+// AIP_SIDECAR_ON_MANIFEST_CHANGE is ...", though the setting is the
+// sidecar's own. The error, which main prints after "aip-sidecar: ", now
+// starts with the setting as it was given (the variable when the value
+// came from it) and says what is accepted.
+func TestRefusedSettingsReadAsGiven(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"AIP_SIDECAR_ON_MANIFEST_CHANGE": "apply"},
+			`AIP_SIDECAR_ON_MANIFEST_CHANGE (--on-manifest-change) is "apply"; want report or unready`},
+		{[]string{"--start-timeout-ms=soon"}, nil,
+			`--start-timeout-ms (AIP_SIDECAR_START_TIMEOUT_MS) is "soon"; want an integer from 1 to 3600000 ms`},
+		{[]string{"--drain-timeout-ms=soon"}, nil,
+			`--drain-timeout-ms (AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS, Config.DrainTimeout) is "soon"; want an integer from 1 to 300000 ms`},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), c.args, func(k string) string { return c.env[k] }, &stderr, &stderr)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v %v:\n got %v\nwant %s", c.args, c.env, err, c.want)
+		}
+	}
+}

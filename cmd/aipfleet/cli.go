@@ -37,7 +37,8 @@ func (e *env) flags(c *command) *flagSet {
 // the flag's environment variable rather than the command line, which
 // variable set it: an error about --url when the command line has no
 // --url is otherwise a puzzle. The value is not repeated (a variable may
-// hold a token). A usage error stays one.
+// hold a token). A usage error stays one. An error that names the
+// variable before the flag already says it.
 func withEnvNotes(err error, sets []*flagSet) error {
 	if err == nil || errors.Is(err, errHelpShown) {
 		return err
@@ -46,6 +47,12 @@ func withEnvNotes(err error, sets []*flagSet) error {
 	var notes []string
 	for _, fs := range sets {
 		for _, name := range fs.fromEnv {
+			if strings.Contains(msg, fs.envOf[name]+" (--"+name) {
+				// The error already starts from the variable
+				// (hostsdk's "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT
+				// (--max-in-flight, ...) is ...").
+				continue
+			}
 			if regexp.MustCompile(`--` + regexp.QuoteMeta(name) + `($|[^A-Za-z0-9-])`).MatchString(msg) {
 				notes = append(notes, fmt.Sprintf("--%s was set by the environment variable %s", name, fs.envOf[name]))
 			}

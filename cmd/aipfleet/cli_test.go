@@ -301,6 +301,11 @@ func TestErrorNamesTheVariableThatSetItsFlag(t *testing.T) {
 			"(--control-url was set by the environment variable AIP_FLEET_CONTROL_URL)", true, nil},
 		{map[string]string{"AIP_TOKEN_TTL": "0s"}, []string{"token", "--issuer-key", "k", "--tenant", "t"},
 			"--ttl 0s is outside 1s..720h\n(--ttl was set by the environment variable AIP_TOKEN_TTL)", true, nil},
+		// hostsdk's error starts from the variable, as it was given: no
+		// note repeats it, and "hostsdk: " is not there.
+		{map[string]string{"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "0"}, []string{"host", "--connector", "echo"},
+			`host: AIP_CONNECTOR_HOST_MAX_IN_FLIGHT (--max-in-flight, Config.MaxInFlight) is "0"; want an integer from 1 to 65536`, true,
+			[]string{"environment variable", "hostsdk"}},
 		// Not a usage error; --issuer, also from a variable, is not the
 		// flag named.
 		{map[string]string{"AIP_CLIENT_ISSUER_KEY": filepath.Join(dir, "missing.key"), "AIP_CLIENT_ISSUER": "idp"},
