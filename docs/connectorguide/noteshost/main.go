@@ -22,14 +22,32 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "noteshost:", err)
-		os.Exit(1)
 	}
+	os.Exit(exitCode(err))
 }
+
+// exitCode is the exit status for run's error. A mistake in how the
+// program was started exits 2, as aip-host does: an unknown flag or a
+// stray argument (a usageError), or a flag's or variable's value the
+// host's settings refuse (hostsdk.ErrSetting). A start that failed or a
+// drain that was not clean exits 1; none, or -h, 0.
+func exitCode(err error) int {
+	var usage usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage), errors.Is(err, hostsdk.ErrSetting):
+		return 2
+	}
+	return 1
+}
+
+// usageError is a mistake on the command line: an unknown flag or a stray
+// argument.
+type usageError struct{ error }
 
 // run is the whole program: flags and environment, then the host until
 // SIGINT, SIGTERM or SIGHUP and a clean drain.
@@ -39,10 +57,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	load := hostsdk.BindFlags(fs)
 	printManifest := fs.Bool("print-manifest", false, "print the manifest bound to --trust-domain as YAML and exit")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
+		return usageError{fmt.Errorf("unexpected argument %q; every setting is a flag", fs.Arg(0))}
 	}
 	cfg, err := load(getenv)
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -112,5 +115,61 @@ func TestRunRegistersServesAndDrains(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "offline; shutdown was clean") {
 		t.Fatalf("log:\n%s", log.String())
+	}
+}
+
+// TestMainExitStatus runs main in a child process (this test binary, with
+// NOTESHOST_MAIN set): a value the host's settings refuse
+// (hostsdk.ErrSetting) exited 1 like a failed start; it is a mistake in
+// how the program was started, status 2 as aip-host's, and so are an
+// unknown flag and a stray argument. A configuration hostsdk.New refuses
+// (no settings at all) still exits 1, and -h 0.
+func TestMainExitStatus(t *testing.T) {
+	if os.Getenv("NOTESHOST_MAIN") == "1" {
+		var args []string
+		if err := json.Unmarshal([]byte(os.Getenv("NOTESHOST_ARGS")), &args); err != nil {
+			panic(err)
+		}
+		os.Args = append([]string{"noteshost"}, args...)
+		main()
+		return
+	}
+	for _, c := range []struct {
+		args   []string
+		env    []string
+		status int
+		stderr string
+	}{
+		{[]string{"--max-in-flight=0"}, nil, 2,
+			`noteshost: --max-in-flight (AIP_CONNECTOR_HOST_MAX_IN_FLIGHT, Config.MaxInFlight) is "0"; want an integer from 1 to 65536`},
+		{nil, []string{"AIP_CONNECTOR_HOST_LEASE_TTL_MS=5"}, 2,
+			`noteshost: AIP_CONNECTOR_HOST_LEASE_TTL_MS (--lease-ttl-ms, Config.LeaseTTL) is "5"; want an integer from 1000 to 300000 ms`},
+		{[]string{"--no-such-flag"}, nil, 2, "noteshost: flag provided but not defined: -no-such-flag"},
+		{[]string{"stray"}, nil, 2, `noteshost: unexpected argument "stray"; every setting is a flag`},
+		{nil, nil, 1, "noteshost: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
+		{[]string{"-h"}, nil, 0, "-print-manifest"},
+	} {
+		args, _ := json.Marshal(c.args)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "AIP_CONNECTOR_HOST_") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(append(env, "NOTESHOST_MAIN=1", "NOTESHOST_ARGS="+string(args)), c.env...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		status := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			status = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if status != c.status || !strings.Contains(stderr.String(), c.stderr) {
+			t.Errorf("noteshost %v %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %s", c.args, c.env, status, c.status, stderr.String(), c.stderr)
+		}
 	}
 }
