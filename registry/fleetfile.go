@@ -51,8 +51,21 @@ const (
 
 // FleetFileError names the fleet file entry (section, index and identity)
 // and field an error is about. It unwraps to the underlying error, so
-// errors.Is(err, ErrConflict) and the like work.
+// errors.Is(err, ErrInvalid), errors.Is(err, ErrConflict) and the like
+// work.
+//
+// Its text is one sentence for the person who wrote the file: the file
+// (File, when the program that read it set it), the entry, its line, then
+// the field and what is wrong with it, without the sentinel's text
+// ("registry: invalid: "), which says nothing the reason does not:
+//
+//	fleet file fleet.yaml: instances[0] cinst_acme_echo (line 12): config_revision is required; raise it with every change to the instance
 type FleetFileError struct {
+	// File is the file's name as the person who gave it wrote it; ""
+	// leaves it out. ParseFleetFile and Apply, which see only the
+	// file's content, leave it empty for the program that read the
+	// file to set.
+	File    string
 	Section string // a Section constant; "" for the file as a whole
 	Index   int    // the entry's position in its section
 	ID      string // the entry's identity, when it has one
@@ -65,6 +78,9 @@ type FleetFileError struct {
 func (e *FleetFileError) Error() string {
 	var b strings.Builder
 	b.WriteString("fleet file")
+	if e.File != "" {
+		b.WriteString(" " + e.File)
+	}
 	if e.Section != "" {
 		fmt.Fprintf(&b, ": %s[%d]", e.Section, e.Index)
 		if e.ID != "" {
@@ -74,15 +90,45 @@ func (e *FleetFileError) Error() string {
 	if e.Line > 0 {
 		fmt.Fprintf(&b, " (line %d)", e.Line)
 	}
-	if e.Field != "" {
-		b.WriteString(": " + e.Field)
-	}
-	msg := e.Err.Error()
+	field, msg := e.Field, e.Err.Error()
 	var fe *FieldError
 	if errors.As(e.Err, &fe) {
-		msg = fe.Err.Error() + ": " + fe.Reason
+		// The reason alone: the record and the field are said above.
+		msg = fe.Reason
+		if field == "" {
+			field = fe.Field
+		}
 	}
-	return b.String() + ": " + msg
+	b.WriteString(": ")
+	if field != "" {
+		b.WriteString(field)
+		if readsOn(msg) {
+			b.WriteString(" ")
+		} else {
+			b.WriteString(": ")
+		}
+	}
+	return b.String() + msg
+}
+
+// readsOn reports whether reason continues a sentence whose subject is
+// the field: it starts with a verb ("is required", "must be a mapping"),
+// or with the field's value followed by one (`"eu west 1b" must be ...`,
+// "1 is not newer than ..."). Other reasons ("unknown field; ...") follow
+// the field after a colon.
+func readsOn(reason string) bool {
+	if reason == "" {
+		return false
+	}
+	if c := reason[0]; c == '"' || c >= '0' && c <= '9' {
+		return true
+	}
+	for _, verb := range []string{"is ", "are ", "must ", "has ", "differs ", "does ", "changes "} {
+		if strings.HasPrefix(reason, verb) {
+			return true
+		}
+	}
+	return false
 }
 
 // Unwrap returns the underlying error.
@@ -655,14 +701,15 @@ func (p *parser) errorf(field string, line int, format string, args ...any) *Fle
 	if p.section == "" {
 		return &FleetFileError{Field: field, Line: line, Err: fileInvalidf(format, args...)}
 	}
-	return &FleetFileError{Section: p.section, Index: p.index, ID: p.id, Field: field, Line: line, Err: fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))}
+	return &FleetFileError{Section: p.section, Index: p.index, ID: p.id, Field: field, Line: line, Err: fileInvalidf(format, args...)}
 }
 
-// fileInvalid is an error about the file as a whole (its YAML, its
-// sections, its format). It matches ErrInvalid, but its text is only what
-// to fix: the FleetFileError around it already says it is the fleet file
-// that is wrong, so "registry: invalid" would be noise to the person who
-// wrote it.
+// fileInvalid is an error about the file's YAML: the file as a whole (its
+// syntax, its sections, its format) or an entry's field (unknown, set
+// twice, of the wrong kind). It matches ErrInvalid, but its text is only
+// what to fix: the FleetFileError around it already says it is the fleet
+// file that is wrong, so "registry: invalid" would be noise to the person
+// who wrote it.
 type fileInvalid string
 
 func fileInvalidf(format string, args ...any) error { return fileInvalid(fmt.Sprintf(format, args...)) }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"gopkg.in/yaml.v3"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/pgtest"
@@ -391,9 +392,9 @@ func TestParseErrorsAboutTheWholeFile(t *testing.T) {
 			"fleet file (line 4): not valid YAML: mapping values are not allowed in this context"},
 		{"empty", "", "fleet file: the file is empty; start it with format: aipfleet.fleet/v1"},
 		{"a list", "- format\n", "fleet file (line 1): a fleet file is a mapping of sections"},
-		{"unknown format", "format: v0\n", `fleet file: format: "v0" is not a known format; start the file with format: aipfleet.fleet/v1`},
+		{"unknown format", "format: v0\n", `fleet file: format "v0" is not a known format; start the file with format: aipfleet.fleet/v1`},
 		{"section not a list", "format: aipfleet.fleet/v1\ntypes: none\n",
-			`fleet file (line 2): types: must be a list of entries, each starting with "- " (or [] for none)`},
+			`fleet file (line 2): types must be a list of entries, each starting with "- " (or [] for none)`},
 		{"unknown section", "format: aipfleet.fleet/v1\nextras: []\n",
 			"fleet file (line 2): extras: unknown field; the fields here are bindings, format, instances, policies, replicas, types, versions"},
 	}
@@ -1002,4 +1003,105 @@ func TestApplyExplainsHowToPreProvisionANewVersionsReplica(t *testing.T) {
 			t.Errorf("%v\ndoes not say %q", err, want)
 		}
 	}
+}
+
+// TestDocErrorsAreTheCodes: the errors docs/fleet-file.md shows are what
+// ParseFleetFile and Apply return for the edits of its example named
+// here, with File set as aipfleet registry apply -f fleet.yaml sets it
+// (and, for Apply's, the entry's line that command adds). Each is one
+// sentence naming the file, the entry, its line and the field, without
+// the sentinel's "registry: invalid: " (or "registry: conflict: ") in the
+// middle, which the doc showed before; the errors still match their
+// sentinels.
+func TestDocErrorsAreTheCodes(t *testing.T) {
+	doc, err := os.ReadFile("../docs/fleet-file.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, shown, _ := strings.Cut(string(doc), "\n## Errors\n")
+	_, shown, _ = strings.Cut(shown, "```\n")
+	shown, _, _ = strings.Cut(shown, "```")
+	base := string(docExample(t))
+	once := func(s, old, new string) string {
+		t.Helper()
+		if strings.Count(s, old) < 1 {
+			t.Fatalf("the example has no %q", old)
+		}
+		return strings.Replace(s, old, new, 1)
+	}
+	var got []string
+	for _, c := range []struct {
+		name   string
+		edit   func(string) string
+		target error
+	}{
+		{"not YAML", func(s string) string { return once(s, "    name: echo\n", "    name: echo: 1\n") }, registry.ErrInvalid},
+		{"bad zone", func(s string) string { return once(s, "zone: eu-west-1b", `zone: "eu west 1b"`) }, registry.ErrInvalid},
+		{"misspelled field", func(s string) string {
+			return once(s, "capacity_class: standard}\n    capacity: 8", "capacity_class: standard}\n    capacty: 8")
+		}, registry.ErrInvalid},
+		{"no config revision", func(s string) string {
+			return once(s, "    config_revision: 1\n", "")
+		}, registry.ErrInvalid},
+		{"unknown kind", func(s string) string {
+			i := strings.Index(s, "- id: echo.reverse")
+			return s[:i] + once(s[i:], "kind: tool", "kind: toool")
+		}, registry.ErrInvalid},
+	} {
+		_, err := registry.ParseFleetFile([]byte(c.edit(base)))
+		var fe *registry.FleetFileError
+		if !errors.As(err, &fe) || !errors.Is(err, c.target) {
+			t.Fatalf("%s: %v, want a *FleetFileError matching %v", c.name, err, c.target)
+		}
+		fe.File = "fleet.yaml"
+		got = append(got, err.Error())
+	}
+	for _, c := range []struct {
+		name   string
+		mod    func(*registry.FleetFile)
+		target error
+	}{
+		{"instance change without a new revision", func(f *registry.FleetFile) { f.Instances[0].SecretProviderRef = "vault://other" }, registry.ErrConflict},
+		{"changed release", func(f *registry.FleetFile) { f.Versions[0].Version = "1.0" }, registry.ErrConflict},
+	} {
+		r, _ := newMem(t)
+		if _, err := registry.Apply(t.Context(), r, parse(t, docExample(t))); err != nil {
+			t.Fatal(err)
+		}
+		f := parse(t, docExample(t))
+		c.mod(f)
+		_, err := registry.Apply(t.Context(), r, f)
+		var fe *registry.FleetFileError
+		if !errors.As(err, &fe) || !errors.Is(err, c.target) {
+			t.Fatalf("%s: %v, want a *FleetFileError matching %v", c.name, err, c.target)
+		}
+		fe.File = "fleet.yaml"
+		fe.Line = entryLine(t, base, fe.Section, fe.Index)
+		got = append(got, err.Error())
+	}
+	for _, e := range got {
+		if strings.Contains(e, "registry:") {
+			t.Errorf("the error has a sentinel's text in the middle: %s", e)
+		}
+		if !strings.Contains("\n"+shown, "\n"+e+"\n") {
+			t.Errorf("docs/fleet-file.md's errors do not show\n%s", e)
+		}
+	}
+}
+
+// entryLine is the line of entry i of section in the fleet file s.
+func entryLine(t *testing.T, s, section string, i int) int {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(s), &doc); err != nil {
+		t.Fatal(err)
+	}
+	root := doc.Content[0]
+	for k := 0; k+1 < len(root.Content); k += 2 {
+		if root.Content[k].Value == section {
+			return root.Content[k+1].Content[i].Line
+		}
+	}
+	t.Fatalf("no %s[%d]", section, i)
+	return 0
 }

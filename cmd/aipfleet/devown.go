@@ -52,16 +52,16 @@ func loadOwnFleet(name string) (*ownFleet, error) {
 	}
 	fleet, err := registry.ParseFleetFile(raw)
 	if err != nil {
-		return nil, fmt.Errorf("--fleet-file %s: %w", name, err)
+		return nil, inFleetFile(err, name, raw)
 	}
 	return &ownFleet{name: name, raw: raw, fleet: fleet}, nil
 }
 
-// entryError is a *registry.FleetFileError about entry i of section, with
-// the entry's line in the file.
-func (o *ownFleet) entryError(section string, i int, id string, format string, args ...any) error {
-	return fmt.Errorf("--fleet-file %s: %w", o.name, &registry.FleetFileError{Section: section, Index: i, ID: id,
-		Line: entryLine(o.raw, section, i), Err: fmt.Errorf(format, args...)})
+// entryError is a *registry.FleetFileError about field of entry i of
+// section, with the file's name and the entry's line in the file.
+func (o *ownFleet) entryError(section string, i int, id, field string, format string, args ...any) error {
+	return &registry.FleetFileError{File: o.name, Section: section, Index: i, ID: id, Field: field,
+		Line: entryLine(o.raw, section, i), Err: fmt.Errorf(format, args...)}
 }
 
 // checkOwnFleet refuses what would break dev's own fleet: a replica
@@ -87,35 +87,35 @@ func (f *devFleet) checkOwnFleet(o *ownFleet) error {
 	}
 	for i, t := range o.fleet.Types {
 		if devIDs[t.ID] {
-			return o.entryError(registry.SectionTypes, i, t.ID, "is the ID of dev's own %s connector type; give yours another", f.connector)
+			return o.entryError(registry.SectionTypes, i, t.ID, "id", "is the ID of dev's own %s connector type; give yours another", f.connector)
 		}
 	}
 	for i, v := range o.fleet.Versions {
 		if devIDs[v.ID] {
-			return o.entryError(registry.SectionVersions, i, v.ID, "is the ID of dev's own %s version; give yours another", f.connector)
+			return o.entryError(registry.SectionVersions, i, v.ID, "id", "is the ID of dev's own %s version; give yours another", f.connector)
 		}
 	}
 	for i, inst := range o.fleet.Instances {
 		if devIDs[inst.ID] {
-			return o.entryError(registry.SectionInstances, i, inst.ID, "is the ID of dev's own %s instance; give yours another", f.connector)
+			return o.entryError(registry.SectionInstances, i, inst.ID, "id", "is the ID of dev's own %s instance; give yours another", f.connector)
 		}
 	}
 	for i, r := range o.fleet.Replicas {
 		if devIDs[r.ID] {
-			return o.entryError(registry.SectionReplicas, i, r.ID, "is the ID of one of dev's own replicas; give yours another")
+			return o.entryError(registry.SectionReplicas, i, r.ID, "id", "is the ID of one of dev's own replicas; give yours another")
 		}
 		if u, err := url.Parse(r.Endpoint); err == nil {
 			host := u.Hostname()
 			if what, ok := devPorts[u.Port()]; ok && (host == "127.0.0.1" || strings.EqualFold(host, "localhost")) {
-				return o.entryError(registry.SectionReplicas, i, r.ID, "endpoint %s is the address of %s (dev uses ports %d to %d): give your replica another port",
+				return o.entryError(registry.SectionReplicas, i, r.ID, "endpoint", "%q is the address of %s (dev uses ports %d to %d): give your replica another port",
 					r.Endpoint, what, f.state.PortBase, f.state.PortBase+firstReplicaOffset+len(f.state.ReplicaIDs)-1)
 			}
 		}
 	}
 	for i, b := range o.fleet.Bindings {
 		if b.InstanceID == f.state.InstanceID {
-			return o.entryError(registry.SectionBindings, i, b.Key().String(),
-				"binds dev's own %s instance, whose bindings dev applies at every start; bind an instance of yours", f.connector)
+			return o.entryError(registry.SectionBindings, i, b.Key().String(), "instance_id",
+				"is dev's own %s instance, whose bindings dev applies at every start; bind an instance of yours", f.connector)
 		}
 	}
 	return nil
@@ -130,14 +130,14 @@ func applyOwnFleet(ctx context.Context, reg registry.Administrator, o *ownFleet)
 	if err == nil {
 		return rep, nil
 	}
-	withEntryLine(err, o.raw)
+	err = inFleetFile(err, o.name, o.raw)
 	hint := "fix the file"
 	if errors.Is(err, registry.ErrConflict) {
 		// The registry's error says what to change in the entry (a new
 		// version ID, a higher revision); this says why it meets one.
 		hint = "the registry of this dev state (registry.json) holds what an earlier run applied"
 	}
-	return rep, fmt.Errorf("--fleet-file %s: %w; %s, or pass --reset to start from an empty registry", o.name, err, hint)
+	return rep, fmt.Errorf("%w; %s, or pass --reset to start from an empty registry", err, hint)
 }
 
 // ownReplica is a replica of the operator's fleet file with what its host

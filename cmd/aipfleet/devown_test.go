@@ -222,7 +222,7 @@ func TestDevRunsYourOwnReplica(t *testing.T) {
 		t.Fatal("dev did not stop on a changed fleet file")
 	}
 	line := lineOf(t, changed, "  - id: cver_", 1)
-	for _, want := range []string{"--fleet-file " + fleetFile, "versions[0] cver_0192a8f0c1d27e3f8a4b5c6d7e8f9002 (line " + line + ")", "new version ID", "--reset"} {
+	for _, want := range []string{"fleet file " + fleetFile + ": versions[0] cver_0192a8f0c1d27e3f8a4b5c6d7e8f9002 (line " + line + "): manifest differs from the admitted version", "new version ID", "--reset"} {
 		if dev.err == nil || !strings.Contains(dev.stderr.String(), want) {
 			t.Errorf("dev with a changed version: %v, want an error with %q:\n%s", dev.err, want, lastLines(dev.stderr.String(), 5))
 		}
@@ -263,29 +263,29 @@ func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 	}{
 		{"replica on dev's replica-2", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("127.0.0.1:18200"), []byte("127.0.0.1:18012"), 1)
-		}, "replicas[0] crepl_0192a8f0c1d27e3f8a4b5c6d7e8f9004 (line " + lineOf(t, base, "  - id: crepl_", 1) + "): endpoint http://127.0.0.1:18012/aip/v1/messages is the address of dev's replica-2"},
+		}, "replicas[0] crepl_0192a8f0c1d27e3f8a4b5c6d7e8f9004 (line " + lineOf(t, base, "  - id: crepl_", 1) + "): endpoint \"http://127.0.0.1:18012/aip/v1/messages\" is the address of dev's replica-2"},
 		{"replica on dev's dispatcher, as localhost", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("127.0.0.1:18200"), []byte("localhost:18000"), 1)
-		}, "endpoint http://localhost:18000/aip/v1/messages is the address of dev's dispatcher"},
+		}, `endpoint "http://localhost:18000/aip/v1/messages" is the address of dev's dispatcher`},
 		{"replica on dev's control plane, as LOCALHOST", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("127.0.0.1:18200"), []byte("LOCALHOST:"+strconv.Itoa(18000+controlPortOffset)), 1)
 		}, "is the address of dev's control plane"},
 		{"a binding to dev's instance", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("capability_id: notes.list\n    instance_id: cinst_0192a8f0c1d27e3f8a4b5c6d7e8f9003"),
 				[]byte("capability_id: notes.list\n    instance_id: "+f.state.InstanceID), 1)
-		}, "bindings[1] acme/notes.list/" + f.state.InstanceID + " (line " + lineOf(t, base, "  - tenant_id: acme", 2) + "): binds dev's own echo instance"},
+		}, "bindings[1] acme/notes.list/" + f.state.InstanceID + " (line " + lineOf(t, base, "  - tenant_id: acme", 2) + "): instance_id is dev's own echo instance"},
 		{"dev's instance ID", func(b []byte) []byte {
 			return bytes.ReplaceAll(b, []byte("cinst_0192a8f0c1d27e3f8a4b5c6d7e8f9003"), []byte(f.state.InstanceID))
-		}, "instances[0] " + f.state.InstanceID + " (line " + lineOf(t, base, "  - id: cinst_", 1) + "): is the ID of dev's own echo instance"},
+		}, "instances[0] " + f.state.InstanceID + " (line " + lineOf(t, base, "  - id: cinst_", 1) + "): id is the ID of dev's own echo instance"},
 		{"dev's type ID", func(b []byte) []byte {
 			return bytes.ReplaceAll(b, []byte("ctype_0192a8f0c1d27e3f8a4b5c6d7e8f9001"), []byte(f.state.TypeID))
-		}, "types[0] " + f.state.TypeID + " (line " + lineOf(t, base, "  - id: ctype_", 1) + "): is the ID of dev's own echo connector type"},
+		}, "types[0] " + f.state.TypeID + " (line " + lineOf(t, base, "  - id: ctype_", 1) + "): id is the ID of dev's own echo connector type"},
 		{"dev's version ID", func(b []byte) []byte {
 			return bytes.ReplaceAll(b, []byte("cver_0192a8f0c1d27e3f8a4b5c6d7e8f9002"), []byte(f.state.VersionID))
-		}, "versions[0] " + f.state.VersionID + " (line " + lineOf(t, base, "  - id: cver_", 1) + "): is the ID of dev's own echo version"},
+		}, "versions[0] " + f.state.VersionID + " (line " + lineOf(t, base, "  - id: cver_", 1) + "): id is the ID of dev's own echo version"},
 		{"the ID of dev's replica-2", func(b []byte) []byte {
 			return bytes.Replace(b, []byte("crepl_0192a8f0c1d27e3f8a4b5c6d7e8f9004"), []byte(f.state.ReplicaIDs[1]), 1)
-		}, "replicas[0] " + f.state.ReplicaIDs[1] + " (line " + lineOf(t, base, "  - id: crepl_", 1) + "): is the ID of one of dev's own replicas"},
+		}, "replicas[0] " + f.state.ReplicaIDs[1] + " (line " + lineOf(t, base, "  - id: crepl_", 1) + "): id is the ID of one of dev's own replicas"},
 	} {
 		file := filepath.Join(t.TempDir(), "fleet.yaml")
 		os.WriteFile(file, c.edit(base), 0o644)
@@ -295,7 +295,7 @@ func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 		}
 		err = f.checkOwnFleet(own)
 		var fe *registry.FleetFileError
-		if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "--fleet-file "+file) {
+		if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), "fleet file "+file+": ") || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want a fleet file error with %q", c.name, err, c.want)
 		}
 	}
@@ -306,7 +306,8 @@ func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, bytes.Replace(base, []byte("capacity: 32"), []byte("capacity: lots"), 1), 0o644)
 	if _, _, err := runCLI(t, nil, "dev", "--state-dir", t.TempDir(), "--fleet-file", bad); err == nil ||
-		!strings.Contains(err.Error(), "--fleet-file "+bad) || !strings.Contains(err.Error(), "replicas[0]") || !strings.Contains(err.Error(), "capacity") {
+		!strings.Contains(err.Error(), "fleet file "+bad+": replicas[0]") || !strings.Contains(err.Error(), "capacity: want a whole number") ||
+		strings.Contains(err.Error(), "registry:") {
 		t.Errorf("dev with a malformed fleet file: %v", err)
 	}
 	if _, _, err := runCLI(t, nil, "dev", "--state-dir", t.TempDir(), "--fleet-file", filepath.Join(t.TempDir(), "none.yaml")); err == nil ||

@@ -97,7 +97,7 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 			return err
 		}
 		if fleet, err = registry.ParseFleetFile(raw); err != nil {
-			return fmt.Errorf("%s: %w", *file, err)
+			return inFleetFile(err, *file, raw)
 		}
 	}
 	dbURL, err := readDatabaseURL(*dbFile)
@@ -159,13 +159,47 @@ func readFleetFile(name string) ([]byte, error) {
 	return raw, nil
 }
 
-// withEntryLine adds to the *registry.FleetFileError in err (registry.Apply
-// names the entry, not its line) the entry's line in raw, the fleet file's
-// YAML, as the errors of ParseFleetFile have it.
-func withEntryLine(err error, raw []byte) {
-	var fe *registry.FleetFileError
-	if errors.As(err, &fe) && fe.Line == 0 && fe.Section != "" {
-		fe.Line = entryLine(raw, fe.Section, fe.Index)
+// inFleetFile names the fleet file in the *registry.FleetFileError errors
+// err holds, as the person gave it ("fleet file fleet.yaml: instances[0]
+// ..."; "-" is standard input), and adds the entry's line in raw, the
+// file's YAML, where they name the entry but not its line (registry.Apply
+// does not know lines; ParseFleetFile's errors have them). An error about
+// something else is returned after the file's name.
+func inFleetFile(err error, name string, raw []byte) error {
+	if err == nil {
+		return nil
+	}
+	file := name
+	if name == "-" {
+		file = "from standard input"
+	}
+	found := false
+	eachFleetFileError(err, func(fe *registry.FleetFileError) {
+		found = true
+		fe.File = file
+		if fe.Line == 0 && fe.Section != "" {
+			fe.Line = entryLine(raw, fe.Section, fe.Index)
+		}
+	})
+	if !found {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return err
+}
+
+// eachFleetFileError calls f with each *registry.FleetFileError in err's
+// tree (registry.Apply joins two when disabling the file's types failed
+// too), not looking inside them.
+func eachFleetFileError(err error, f func(*registry.FleetFileError)) {
+	switch e := err.(type) {
+	case *registry.FleetFileError:
+		f(e)
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			eachFleetFileError(inner, f)
+		}
+	case interface{ Unwrap() error }:
+		eachFleetFileError(e.Unwrap(), f)
 	}
 }
 
@@ -261,7 +295,7 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 		return err
 	}
 	rep, applyErr := registry.Apply(ctx, reg, fleet)
-	withEntryLine(applyErr, raw)
+	applyErr = inFleetFile(applyErr, name, raw)
 	// An apply interrupted (Ctrl-C, SIGTERM) or out of --timeout still
 	// reports the revision it left, read on a context of its own.
 	readCtx, cancelRead := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -288,15 +322,15 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 	}
 	if applyErr != nil {
 		if hint := adminRoleHint(applyErr); hint != "" {
-			return fmt.Errorf("%s: %w%s", name, applyErr, hint)
+			return fmt.Errorf("%w%s", applyErr, hint)
 		}
 		switch {
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return fmt.Errorf("%s: %w; --timeout %s ran out: the entries above were applied, apply the file again to complete it (with a longer --timeout for a file this large)", name, applyErr, timeout)
+			return fmt.Errorf("%w; --timeout %s ran out: the entries above were applied, apply the file again to complete it (with a longer --timeout for a file this large)", applyErr, timeout)
 		case ctx.Err() != nil:
-			return fmt.Errorf("%s: %w; interrupted: the entries above were applied, apply the file again to complete it", name, applyErr)
+			return fmt.Errorf("%w; interrupted: the entries above were applied, apply the file again to complete it", applyErr)
 		}
-		return fmt.Errorf("%s: %w; the entries above were applied, fix the file and apply it again", name, applyErr)
+		return fmt.Errorf("%w; the entries above were applied, fix the file and apply it again", applyErr)
 	}
 	if rep.Count(registry.Created)+rep.Count(registry.Updated) > 0 {
 		// Fresh statistics, so the services plan for the tables as they

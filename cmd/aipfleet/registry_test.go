@@ -135,9 +135,15 @@ WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_an
 
 	// A broken file is refused before anything is written, naming the line.
 	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(bad, bytes.Replace(fleetFileExample(t), []byte("capacity: 8"), []byte("capacty: 8"), 1), 0o644)
+	badRaw := bytes.Replace(fleetFileExample(t), []byte("capacity: 8"), []byte("capacty: 8"), 1)
+	os.WriteFile(bad, badRaw, 0o644)
 	_, _, err = runCLI(t, env, "registry", "apply", "-f", bad)
-	if err == nil || !strings.Contains(err.Error(), "crepl_globex_echo_a (line") || !strings.Contains(err.Error(), "capacty") {
+	// One sentence: the file, the entry, its line and the field, without
+	// the sentinel's "registry: invalid: " (which the error still
+	// matches).
+	if err == nil || !errors.Is(err, registry.ErrInvalid) ||
+		!strings.HasPrefix(err.Error(), "fleet file "+bad+": replicas[2] crepl_globex_echo_a (line "+lineOf(t, badRaw, "    capacty: 8", 1)+"): capacty: unknown field; the fields here are") ||
+		strings.Contains(err.Error(), "registry:") {
 		t.Fatalf("bad file: %v", err)
 	}
 	// A change the registry refuses stops at that entry, named with its
@@ -146,8 +152,9 @@ WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_an
 	conflicting := bytes.Replace(fleetFileExample(t), []byte("secret_provider_ref: vault://acme/echo"), []byte("secret_provider_ref: vault://acme/echo-2"), 1)
 	os.WriteFile(conflict, conflicting, 0o644)
 	out, _, err = runCLI(t, env, "registry", "apply", "-f", conflict)
-	if err == nil || !strings.Contains(err.Error(), "config_revision") || !strings.Contains(err.Error(), "fix the file and apply it again") ||
-		!strings.Contains(err.Error(), "instances[0] cinst_acme_echo (line "+lineOf(t, conflicting, "  - id: cinst_", 1)+")") ||
+	if err == nil || !errors.Is(err, registry.ErrConflict) ||
+		err.Error() != "fleet file "+conflict+": instances[0] cinst_acme_echo (line "+lineOf(t, conflicting, "  - id: cinst_", 1)+
+			"): config_revision 1 is not newer than the stored revision 1; raise it with every change; the entries above were applied, fix the file and apply it again" ||
 		!regexp.MustCompile(`unchanged\s+versions\s+cver_echo_1_0_0\n`).MatchString(out) {
 		t.Fatalf("conflicting file: %v\n%s", err, out)
 	}
