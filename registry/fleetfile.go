@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -465,9 +467,59 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 		if err := r.Validate(); err != nil {
 			return nil, p.fail(err)
 		}
+		if err := checkRegistrable(&r, versionAgents); err != nil {
+			return nil, p.fail(err)
+		}
 		f.Replicas = append(f.Replicas, r)
 	}
 	return f, nil
+}
+
+// checkRegistrable refuses a replica entry no host could ever register
+// with, which the registry would keep for good (a replica's identity never
+// changes, and its ID is never used for another): a native replica's
+// endpoint is the --public-endpoint its host registers, which every host
+// (hostsdk, aip-host, aip-sidecar) requires to have the path
+// /aip/v1/messages and to be https, or http on a loopback host; and a
+// replica signs as its version's manifest agent, whose trust domain, when
+// the manifest names one, is the host's --trust-domain and so the
+// replica's.
+func checkRegistrable(r *ConnectorReplica, versionAgents map[string]aip.Principal) error {
+	if agent, ok := versionAgents[r.VersionID]; ok && agent.TrustDomain != "" && agent.TrustDomain != r.TrustDomain {
+		return invalid(RecordConnectorReplica, r.ID, "trust_domain",
+			"%q is not version %s's manifest agent's trust domain %q: a host binds its --trust-domain into the manifest it registers, so no host could register this replica (use the version's trust domain, or print the manifest again with --print-manifest --trust-domain %s for a new version)",
+			truncate(r.TrustDomain), r.VersionID, agent.TrustDomain, truncate(r.TrustDomain))
+	}
+	if r.TransportProfile != aip.NativeHTTPProfile {
+		return nil
+	}
+	u, err := url.Parse(r.Endpoint)
+	if err != nil {
+		return nil // Validate reported it
+	}
+	if u.Path != aip.MessagesPath || u.EscapedPath() != aip.MessagesPath {
+		want := *u
+		want.Path, want.RawPath = aip.MessagesPath, ""
+		return invalid(RecordConnectorReplica, r.ID, "endpoint",
+			"%q must have the path %s: it is the host's --public-endpoint, whose path every host requires to be exactly that, so no host could register this replica (write %s)",
+			truncate(r.Endpoint), aip.MessagesPath, truncate(want.String()))
+	}
+	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		return invalid(RecordConnectorReplica, r.ID, "endpoint",
+			"%q must be https: a host accepts an http --public-endpoint only on a loopback host (127.0.0.1, ::1, localhost), so no host could register this replica",
+			truncate(r.Endpoint))
+	}
+	return nil
+}
+
+// loopbackHost reports whether host is localhost or a loopback address,
+// as hosts judge their http endpoints.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // checkSections checks that every section of the file's root mapping is a

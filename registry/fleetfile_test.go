@@ -355,6 +355,20 @@ func TestParseErrors(t *testing.T) {
 		{"replica principal kind is not the manifest agent's", func(s string) string {
 			return strings.Replace(s, "    peer_principal_id: service:echo\n    peer_did: did:key:z6Mkt6", "    peer_principal_id: service:echo\n    peer_principal_kind: agent\n    peer_did: did:key:z6Mkt6", 1)
 		}, registry.SectionReplicas, 1, "peer_principal_kind", "leave peer_principal_id and peer_principal_kind out"},
+		// A replica no host could register: its entry could never be
+		// changed once applied, nor its ID used again.
+		{"replica endpoint without the messages path", func(s string) string {
+			return strings.Replace(s, "https://echo-b.acme.fleet.example.test:8081/aip/v1/messages", "https://echo-b.acme.fleet.example.test:8081", 1)
+		}, registry.SectionReplicas, 1, "endpoint", "must have the path /aip/v1/messages: it is the host's --public-endpoint, whose path every host requires to be exactly that, so no host could register this replica (write https://echo-b.acme.fleet.example.test:8081/aip/v1/messages)"},
+		{"replica endpoint with another path", func(s string) string {
+			return strings.Replace(s, "https://echo-b.acme.fleet.example.test:8081/aip/v1/messages", "https://echo-b.acme.fleet.example.test:8081/aip/v1/messages/", 1)
+		}, registry.SectionReplicas, 1, "endpoint", "must have the path /aip/v1/messages"},
+		{"replica endpoint http off loopback", func(s string) string {
+			return strings.Replace(s, "https://echo-b.acme.fleet.example.test:8081/aip/v1/messages", "http://echo-b.acme.fleet.example.test:8081/aip/v1/messages", 1)
+		}, registry.SectionReplicas, 1, "endpoint", "must be https: a host accepts an http --public-endpoint only on a loopback host"},
+		{"replica trust domain is not the manifest agent's", func(s string) string {
+			return strings.Replace(s, "    trust_domain: fleet.example.test\n    topology: {region: us-east", "    trust_domain: fleet.example.org\n    topology: {region: us-east", 1)
+		}, registry.SectionReplicas, 2, "trust_domain", `"fleet.example.org" is not version cver_echo_1_0_0's manifest agent's trust domain "fleet.example.test"`},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
 		},
