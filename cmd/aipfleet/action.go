@@ -46,6 +46,8 @@ dispatch --issuer NAME=DID, with NAME = --issuer). With neither, the token
 aipfleet dev wrote in --dev-state-dir is used, so against a running
 aipfleet dev no flag is needed. A send prints a readable summary (--json:
 the dispatcher's JSON answer); it exits 1 when the action did not complete.
+A cancel prints the same and exits 0 once the action is cancelled, 1 when it
+completed or failed before the cancel reached it, or the cancel was refused.
 Sending the same --action-id again returns the same action's result and
 never runs it twice.`,
 		examples: []string{
@@ -387,7 +389,7 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), dispatch.ContentTypeNDJSON) {
 		err = f.readStream(resp.Body, e)
 	} else {
-		err = f.printAction(resp, e)
+		err = f.printAction(resp, e, actionErr)
 	}
 	var lost *answerLostError
 	if errors.As(err, &lost) {
@@ -508,7 +510,9 @@ func (f *actionFlags) readStream(body io.Reader, e *env) error {
 	return f.capabilityHint(actionErr(final), final.Error)
 }
 
-func (f *actionFlags) printAction(resp *http.Response, e *env) error {
+// printAction prints the dispatcher's answer to a send or a cancel and
+// returns the command's error: judge's for an answer about the action.
+func (f *actionFlags) printAction(resp *http.Response, e *env, judge func(*dispatch.ActionResponse) error) error {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return &answerLostError{fmt.Errorf("read the answer: %w", err)}
@@ -538,7 +542,7 @@ func (f *actionFlags) printAction(resp *http.Response, e *env) error {
 	} else {
 		printSummary(e.stdout, &ar)
 	}
-	return f.capabilityHint(actionErr(&ar), ar.Error)
+	return f.capabilityHint(judge(&ar), ar.Error)
 }
 
 func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id string, e *env) error {
@@ -602,7 +606,7 @@ func (f *actionFlags) cancel(ctx context.Context, client *http.Client, bearer, i
 		return err
 	}
 	defer resp.Body.Close()
-	return f.printAction(resp, e)
+	return f.printAction(resp, e, cancelErr)
 }
 
 func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, method, path string, body []byte) (*http.Response, error) {
@@ -679,6 +683,21 @@ func actionErr(r *dispatch.ActionResponse) error {
 		return fmt.Errorf("action %s: %s", r.ActionID, printable(r.Error.Code))
 	case r.Result != nil && r.Result.Status != aip.ResultCompleted:
 		return fmt.Errorf("action %s: %s", r.ActionID, r.Result.Status)
+	}
+	return nil
+}
+
+// cancelErr is the error of a cancel whose answer is r: none once the
+// action is cancelled (by this cancel or an earlier one), so that a script
+// can rely on the exit status; the result the action reached first (it
+// completed or failed before the cancel got there) or the refusal
+// otherwise.
+func cancelErr(r *dispatch.ActionResponse) error {
+	switch {
+	case r.Error != nil:
+		return fmt.Errorf("action %s: %s", r.ActionID, printable(r.Error.Code))
+	case r.Result != nil && r.Result.Status != aip.ResultCancelled:
+		return fmt.Errorf("action %s was not cancelled: its result is %s", r.ActionID, printable(string(r.Result.Status)))
 	}
 	return nil
 }

@@ -371,6 +371,47 @@ func TestActionOutputEscapesControlCharacters(t *testing.T) {
 	}
 }
 
+// TestActionCancelExitStatus: action cancel succeeds once the action is
+// cancelled, and fails when it completed or failed before the cancel
+// reached it: a script's `aipfleet action cancel ID && ...` must not take
+// a completed action for a cancelled one (it did, and a successful cancel
+// exited 1).
+func TestActionCancelExitStatus(t *testing.T) {
+	id := aip.NewActionID()
+	for _, c := range []struct {
+		status  aip.ResultStatus
+		wantErr string // "" for success
+	}{
+		{aip.ResultCancelled, ""},
+		{aip.ResultCompleted, "action " + id + " was not cancelled: its result is completed"},
+		{aip.ResultFailed, "action " + id + " was not cancelled: its result is failed"},
+	} {
+		t.Run(string(c.status), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodPost || r.URL.Path != dispatch.PathActions+"/"+id+"/cancel" {
+					http.NotFound(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: id,
+					Route:  &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+					Result: &aip.ActionResult{ActionID: id, Status: c.status}})
+			}))
+			t.Cleanup(srv.Close)
+			out, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_TOKEN": "t"}, "action", "cancel", id)
+			if !strings.Contains(out, "action "+id+" "+string(c.status)+" on replica crepl_x") {
+				t.Errorf("summary %q does not say the action is %s", out, c.status)
+			}
+			switch {
+			case c.wantErr == "" && err != nil:
+				t.Fatalf("cancel of a %s action: %v, want success", c.status, err)
+			case c.wantErr != "" && (err == nil || err.Error() != c.wantErr):
+				t.Fatalf("cancel of a %s action: %v, want %q", c.status, err, c.wantErr)
+			}
+		})
+	}
+}
+
 // TestActionInputFromStdinTooLarge: an input on stdin over the limit is
 // reported as too large, not as invalid JSON (it was cut at the limit).
 func TestActionInputFromStdinTooLarge(t *testing.T) {
