@@ -778,8 +778,17 @@ func apiFailure(status int, raw []byte) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return fmt.Errorf("HTTP %d %s, with an empty body", status, http.StatusText(status))
 	}
+	if status == http.StatusBadRequest && bytes.Contains(raw, []byte(plainHTTPToTLS)) {
+		// What a Go HTTPS server (the dispatcher's, the control plane's)
+		// answers a plain HTTP request.
+		return fmt.Errorf("HTTP %d: %s: the server speaks HTTPS (it was started with --tls-cert-file): write its URL with https://", status, plainHTTPToTLS)
+	}
 	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(bytes.TrimSpace(raw)), 500)))
 }
+
+// plainHTTPToTLS is the body of net/http's answer to a plain HTTP request
+// on a TLS listener.
+const plainHTTPToTLS = "Client sent an HTTP request to an HTTPS server"
 
 // jsonSyntax says why raw is not one JSON value, and where (nil when it is).
 func jsonSyntax(raw []byte) error {

@@ -330,3 +330,26 @@ func TestBadActionIDNamesTheArgument(t *testing.T) {
 		t.Fatalf("%d requests were sent with a bad action ID", n)
 	}
 }
+
+// TestPlainHTTPToAnHTTPSServer: an http:// URL for a dispatcher that
+// serves TLS got net/http's bare "HTTP 400: Client sent an HTTP request to
+// an HTTPS server.", which does not say what to change; the error now
+// names https://.
+func TestPlainHTTPToAnHTTPSServer(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a plain HTTP request reached the TLS handler")
+	}))
+	defer srv.Close()
+	plain := "http://" + strings.TrimPrefix(srv.URL, "https://")
+	id := "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d"
+	for _, args := range [][]string{
+		{"action", "get", id, "--url", plain, "--token", "t"},
+		{"capability", "list", "--url", plain, "--token", "t"},
+		{"events", "list", "--url", plain, "--token", "t"},
+	} {
+		_, _, err := runCLI(t, nil, args...)
+		if err == nil || !strings.Contains(err.Error(), "the server speaks HTTPS") || !strings.Contains(err.Error(), "https://") {
+			t.Errorf("%v: err = %v, want it to say the server speaks HTTPS and to write https://", args, err)
+		}
+	}
+}
