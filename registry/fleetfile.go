@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/netip"
 	"net/url"
@@ -438,7 +439,12 @@ func ParseFleetFile(data []byte) (*FleetFile, error) {
 			version = instanceVersions[y.InstanceID]
 		}
 		if version == "" {
-			return nil, p.fail(invalid(RecordConnectorReplica, y.ID, "version_id", "is required when instance %s is not in this file", y.InstanceID))
+			hint := ""
+			if len(instanceVersions) > 0 {
+				// A misspelled instance_id is the likelier mistake.
+				hint = fmt.Sprintf(" (this file's instances are %s: is instance_id misspelled?)", strings.Join(slices.Sorted(maps.Keys(instanceVersions)), ", "))
+			}
+			return nil, p.fail(invalid(RecordConnectorReplica, y.ID, "version_id", "is required when instance %s is not in this file%s", y.InstanceID, hint))
 		}
 		principalID, principalKind := y.PeerPrincipalID, orDefault(y.PeerPrincipalKind, string(aip.PrincipalService))
 		if agent, ok := versionAgents[version]; ok {

@@ -369,6 +369,9 @@ func TestParseErrors(t *testing.T) {
 		{"replica trust domain is not the manifest agent's", func(s string) string {
 			return strings.Replace(s, "    trust_domain: fleet.example.test\n    topology: {region: us-east", "    trust_domain: fleet.example.org\n    topology: {region: us-east", 1)
 		}, registry.SectionReplicas, 2, "trust_domain", `"fleet.example.org" is not version cver_echo_1_0_0's manifest agent's trust domain "fleet.example.test"`},
+		{"replica of a misspelled instance", func(s string) string {
+			return strings.Replace(s, "  - id: crepl_globex_echo_a\n    instance_id: cinst_globex_echo\n", "  - id: crepl_globex_echo_a\n    instance_id: cinst_globex_echp\n", 1)
+		}, registry.SectionReplicas, 2, "version_id", "is required when instance cinst_globex_echp is not in this file (this file's instances are cinst_acme_echo, cinst_globex_echo: is instance_id misspelled?)"},
 		{"non-string manifest key", func(s string) string {
 			return strings.Replace(s, "        kind: service\n", "        kind: service\n        12: twelve\n", 1)
 		},
