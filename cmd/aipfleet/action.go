@@ -288,6 +288,9 @@ func (f *actionFlags) bearer() (string, error) {
 	case f.issuerKey == "":
 		return "", usagef("%s: --tenant needs --issuer-key FILE (a local issuer key the dispatcher trusts), or use --token", f.commandName())
 	}
+	if err := tenantFlagValid(f.commandName(), f.tenant); err != nil {
+		return "", err
+	}
 	for _, n := range [][2]string{{"issuer", f.issuer}, {"audience", f.audience}} {
 		if err := mintedNameGiven(f.commandName(), n[0], n[1]); err != nil {
 			return "", err

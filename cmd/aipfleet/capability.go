@@ -142,8 +142,8 @@ func runCapability(ctx context.Context, c *command, e *env, args []string) error
 }
 
 // checkCapabilityID refuses an ID no catalog holds, as action send's
-// capability_id: empty, too long, or with control characters or
-// surrounding spaces.
+// capability_id: empty, too long, with control characters or surrounding
+// spaces, or with an invisible formatting character.
 func checkCapabilityID(id string) error {
 	switch {
 	case id == "":
@@ -152,6 +152,10 @@ func checkCapabilityID(id string) error {
 		return fmt.Errorf("the capability ID is longer than %d bytes", dispatch.MaxCapabilityIDBytes)
 	case !utf8.ValidString(id) || strings.TrimSpace(id) != id || strings.IndexFunc(id, unicode.IsControl) >= 0:
 		return fmt.Errorf("capability ID %s must be text without control characters or surrounding spaces", printable(fmt.Sprintf("%q", id)))
+	}
+	if c, ok := registry.FormatCharacter(id); ok {
+		return fmt.Errorf("capability ID %s holds the invisible formatting character U+%04X, which no capability ID may hold (it would print like a capability ID it is not): remove it",
+			printable(fmt.Sprintf("%q", id)), c)
 	}
 	return nil
 }

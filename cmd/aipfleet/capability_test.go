@@ -338,6 +338,10 @@ func TestCapabilityUsageErrors(t *testing.T) {
 		{[]string{"capability", "get", " echo.say"}, `capability get: capability ID " echo.say" must be text without control characters or surrounding spaces`},
 		{[]string{"capability", "get", "echo\x1bsay"}, `capability ID "echo\x1bsay" must be text`},
 		{[]string{"capability", "get", strings.Repeat("x", 257)}, "the capability ID is longer than 256 bytes"},
+		// An invisible formatting character, which no capability ID holds,
+		// was sent and answered with an empty catalog.
+		{[]string{"capability", "get", "echo.say\u200b"}, `capability get: capability ID "echo.say\u200b" holds the invisible formatting character U+200B, which no capability ID may hold (it would print like a capability ID it is not): remove it`},
+		{[]string{"capability", "get", "echo\u202esay"}, `capability ID "echo\u202esay" holds the invisible formatting character U+202E`},
 		{[]string{"capability", "get", "echo.say", "--search", "x"}, "capability get: --search is for capability list"},
 		{[]string{"capability", "list", "--search", ""}, "capability list: --search is empty"},
 		{[]string{"capability", "list", "--token", ""}, "capability list: --token is empty"},

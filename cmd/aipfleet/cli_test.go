@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,6 +246,51 @@ func TestTokenRefusesATenantTheDispatcherWould(t *testing.T) {
 	}
 	if out, _, err := runCLI(t, nil, "token", "--issuer-key", key, "--tenant", strings.Repeat("t", 256)); err != nil || out == "" {
 		t.Errorf("a 256-byte tenant: %q, %v", out, err)
+	}
+}
+
+// A tenant holding an invisible formatting character is a usage error
+// naming the flag, the character's code point and the fix, for token and
+// for the commands that mint a token from --tenant; nothing is minted or
+// sent. token minted it (the dispatcher took the token and the registry
+// refused its actions), and action send minted and sent it.
+func TestTenantFlagWithFormatCharacterIsAUsageError(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "issuer.key")
+	if _, _, err := runCLI(t, nil, "keygen", "--out", key); err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	for _, c := range []struct {
+		tenant, code string
+	}{
+		{"acme\u200b", "U+200B"}, {"ac\u00adme", "U+00AD"}, {"\u202eacme", "U+202E"}, {"acme\U000e0041", "U+E0041"},
+	} {
+		tenant, err := strconv.Unquote(`"` + c.tenant + `"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"token", "--issuer-key", key, "--tenant", tenant},
+			{"action", "send", "--url", srv.URL, "--issuer-key", key, "--tenant", tenant, "--capability", "echo.say", "--input", "{}"},
+			{"capability", "list", "--url", srv.URL, "--issuer-key", key, "--tenant", tenant},
+		} {
+			want := fmt.Sprintf("--tenant %q holds the invisible formatting character %s, which no tenant ID may hold (it would print like a tenant ID it is not): remove it", tenant, c.code)
+			out, _, err := runCLI(t, nil, args...)
+			var u *usageError
+			if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), args[0]) || !strings.Contains(err.Error(), want) || out != "" {
+				t.Errorf("%s --tenant %q: out %q, err %v; want a usage error saying %q and no token", args[0], tenant, out, err, want)
+			}
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests were sent with a tenant the dispatcher refuses", n)
+	}
+	// Non-ASCII text is a tenant ID; a formatting character is what is
+	// refused.
+	if out, _, err := runCLI(t, nil, "token", "--issuer-key", key, "--tenant", "café-租户"); err != nil || out == "" {
+		t.Errorf("tenant café-租户: %q, %v", out, err)
 	}
 }
 

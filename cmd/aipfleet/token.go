@@ -58,9 +58,10 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 		return usagef("token: an operator token names no tenant: give --tenant or --operator, not both")
 	case !*operator && *tenant == "":
 		return usagef("token: --tenant TENANT is required (or --operator for an operator token)")
-	case !*operator && !dispatch.ValidTenantID(*tenant):
-		return usagef("token: --tenant %q is not a tenant ID: give at most %d bytes of UTF-8 text without control characters or surrounding spaces (the dispatcher refuses a token naming anything else)",
-			*tenant, registry.MaxIdentifierBytes)
+	case !*operator:
+		if err := tenantFlagValid("token", *tenant); err != nil {
+			return err
+		}
 	}
 	if *ttl < time.Second || *ttl > 720*time.Hour {
 		return usagef("token: --ttl %s is outside 1s..720h", *ttl)
@@ -91,6 +92,23 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout, tok)
+	return nil
+}
+
+// tenantFlagValid refuses a --tenant the dispatcher would refuse in a
+// token it verifies (dispatch.ValidTenantID) with a usage error of cmd
+// that says what to fix. A tenant ID holding an invisible formatting
+// character was minted into a token the dispatcher took and whose actions
+// the registry then refused.
+func tenantFlagValid(cmd, tenant string) error {
+	if c, ok := registry.FormatCharacter(tenant); ok {
+		return usagef("%s: --tenant %q holds the invisible formatting character U+%04X, which no tenant ID may hold (it would print like a tenant ID it is not): remove it",
+			cmd, tenant, c)
+	}
+	if !dispatch.ValidTenantID(tenant) {
+		return usagef("%s: --tenant %q is not a tenant ID: give at most %d bytes of UTF-8 text without control characters or surrounding spaces (the dispatcher refuses a token naming anything else)",
+			cmd, tenant, registry.MaxIdentifierBytes)
+	}
 	return nil
 }
 

@@ -99,6 +99,13 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 		return fmt.Errorf("capability_id is longer than %d bytes", MaxCapabilityIDBytes)
 	case !printableText(r.CapabilityID):
 		return fmt.Errorf("capability_id %q must be UTF-8 text without control characters or leading or trailing spaces", aip.TruncateUTF8(r.CapabilityID, 64))
+	}
+	if err := checkFormatCharacter("capability_id", r.CapabilityID, "capability ID"); err != nil {
+		// The registry refuses it too, but only once the action was
+		// admitted, and as the route request's field.
+		return err
+	}
+	switch {
 	case len(bytes.TrimSpace(r.Input)) == 0 || bytes.Equal(bytes.TrimSpace(r.Input), []byte("null")):
 		return errors.New("input is required (the capability's input object)")
 	case r.Mode != "" && r.Mode != aip.ModeSync && r.Mode != aip.ModeStreaming:
@@ -126,9 +133,23 @@ func (r *ActionRequest) Validate(maxTimeout time.Duration) error {
 
 // printableText reports whether s is UTF-8 text without control
 // characters or leading or trailing spaces, as the registry's identifiers
-// are (a capability ID, a tenant ID).
+// are (a capability ID, a tenant ID). They hold no invisible formatting
+// character either (checkFormatCharacter).
 func printableText(s string) bool {
 	return utf8.ValidString(s) && strings.TrimSpace(s) == s && strings.IndexFunc(s, unicode.IsControl) < 0
+}
+
+// checkFormatCharacter refuses an identifier v (named field, a what such
+// as "capability ID") holding an invisible formatting character, which no
+// registry identifier may hold (registry.RuleFormatCharacter): it would
+// print like an identifier it is not. The error names the field, the
+// character's code point and the fix.
+func checkFormatCharacter(field, v, what string) error {
+	if c, ok := registry.FormatCharacter(v); ok {
+		return fmt.Errorf("%s %q holds the invisible formatting character U+%04X, which no %s may hold (it would print like a %s it is not): remove it",
+			field, aip.TruncateUTF8(v, 64), c, what, what)
+	}
+	return nil
 }
 
 // Settlement values an answer reports beside the registry's outcomes.

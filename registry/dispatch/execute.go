@@ -584,8 +584,14 @@ func (d *Dispatcher) queryStatus(ctx context.Context, a *registry.RouteAssignmen
 
 // Capabilities returns one page of the tenant's catalog. A cursor from an
 // older catalog revision is dispatch.stale_cursor (409): restart from the
-// first page.
+// first page. A capability ID filter holding an invisible formatting
+// character, which no capability ID may hold, is 400
+// dispatch.request_invalid (it was answered an empty page, as if the
+// capability were not the tenant's).
 func (d *Dispatcher) Capabilities(ctx context.Context, tenant string, q registry.CatalogQuery) (CapabilitiesResponse, *apiError) {
+	if err := checkFormatCharacter("capability_id", q.CapabilityID, "capability ID"); err != nil {
+		return CapabilitiesResponse{}, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error())
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
 	defer cancel()
 	page, err := d.deps.Catalog.QueryCapabilities(ctx, q, registry.ForTenant(tenant))

@@ -152,15 +152,22 @@ func ValidTenantID(t string) bool { return checkTenantClaim(t) == nil }
 
 // checkTenantClaim refuses a verified token whose tenant is no tenant ID
 // the registry could hold (registry identifiers: at most 256 bytes of
-// UTF-8 text without control characters or surrounding spaces), before it
-// keys the scheduler's queues, the metrics of the tenant's calls or a
-// registry query.
+// UTF-8 text without control characters, surrounding spaces or invisible
+// formatting characters), before it keys the scheduler's queues, the
+// metrics of the tenant's calls or a registry query. (A tenant with a
+// formatting character was let through: its actions were admitted and
+// refused by the registry as 422 dispatch.action_invalid naming the route
+// request, and its catalog and event reads answered empty.)
 func checkTenantClaim(t string) error {
 	switch {
 	case len(t) > registry.MaxIdentifierBytes:
 		return fmt.Errorf("%w: the token's %s claim is longer than %d bytes", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim, registry.MaxIdentifierBytes)
 	case t == "" || !printableText(t):
 		return fmt.Errorf("%w: the token's %s claim is not a tenant ID (UTF-8 text without control characters or surrounding spaces)", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim)
+	}
+	if c, ok := registry.FormatCharacter(t); ok {
+		return fmt.Errorf("%w: the token's %s claim is not a tenant ID: it holds the invisible formatting character U+%04X, which no tenant ID may hold (it would print like a tenant ID it is not); mint the token for the tenant ID without it",
+			tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim, c)
 	}
 	return nil
 }
