@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 )
 
 // ID prefixes. An AIP identifier is a prefix followed by a UUIDv7 written as
@@ -115,6 +116,22 @@ func ValidateRecordID(prefix, id string) error {
 		}
 	}
 	return nil
+}
+
+// FormatCharacter returns the first invisible formatting character
+// (Unicode Cf: a zero-width space or joiner, a bidirectional control, a
+// byte order mark, a soft hyphen) in s and true, or false when s holds
+// none. No registry identifier holds one (registry.RuleFormatCharacter,
+// registry.FormatCharacter): two identifiers that print alike would name
+// different things. A host checks with it the settings that must equal a
+// registry identifier.
+func FormatCharacter(s string) (rune, bool) {
+	for _, r := range s {
+		if unicode.Is(unicode.Cf, r) {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // ValidateID checks that id is prefix followed by a UUIDv7 in 32 lowercase

@@ -223,6 +223,13 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 	if trustDomain == "" {
 		return nil, errors.New("the trust domain to bind the manifest to is empty; give --trust-domain")
 	}
+	if r, ok := aip.FormatCharacter(trustDomain); ok {
+		// A version admitted with it could register no replica: a host
+		// refuses the trust domain (Config.validate), and no replica
+		// record holds it.
+		return nil, fmt.Errorf("the trust domain %q to bind the manifest to holds the invisible formatting character U+%04X, which no registry identifier holds (it would print like an identifier it is not); remove it from --trust-domain",
+			aip.TruncateUTF8(trustDomain, 64), r)
+	}
 	if err := src.Validate(); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}

@@ -141,7 +141,9 @@ type Config struct {
 	VersionID       string
 	InstanceID      string
 	ReplicaID       string
-	// TenantID is the tenant owning the instance (1 to 512 bytes). Required.
+	// TenantID is the tenant owning the instance (1 to 512 bytes, without
+	// an invisible formatting character, which no registry tenant ID
+	// holds). Required.
 	TenantID string
 	// TenantSystem optionally names the system TenantID is an identifier
 	// of (1 to 512 bytes): identity.tenant.system of every action the
@@ -189,7 +191,9 @@ type Config struct {
 	// messages must be signed with.
 	GatewayDID     string
 	GatewayDIDFile string
-	// TrustDomain is the deployment trust domain (1 to 253 bytes). Required.
+	// TrustDomain is the deployment trust domain (1 to 253 bytes, without
+	// an invisible formatting character, which no registry replica's trust
+	// domain holds). Required.
 	TrustDomain string
 	// Region, Zone and CapacityClass place the replica. Default to global,
 	// default and standard; each is at most 128 of [A-Za-z0-9._-].
@@ -500,6 +504,21 @@ func (c *Config) validate() error {
 		}
 		if len(s.value) < s.min || len(s.value) > s.max {
 			return cfgErr(s.field, "is %d bytes; must be %d to %d bytes", len(s.value), s.min, s.max)
+		}
+	}
+	// The tenant and the trust domain must equal the registry's: the
+	// instance's tenant_id and the replica's trust_domain, identifiers that
+	// hold no invisible formatting character (aip.FormatCharacter). With
+	// one, the host started and the control plane rejected its
+	// registration as another tenant's or a trust domain other than the
+	// pre-provisioned one, the character printed only as an escape.
+	for _, s := range []struct{ field, value, what string }{
+		{"TenantID", c.TenantID, "the tenant ID of the instance's registry record"},
+		{"TrustDomain", c.TrustDomain, "the trust domain of the replica's registry record"},
+	} {
+		if r, ok := aip.FormatCharacter(s.value); ok {
+			return cfgErr(s.field, "is %q, which holds the invisible formatting character U+%04X: no registry identifier holds one (it would print like an identifier it is not), so it cannot be %s; remove it",
+				aip.TruncateUTF8(s.value, 64), r, s.what)
 		}
 	}
 	if err := c.validateIdentity(); err != nil {

@@ -271,6 +271,18 @@ func TestNewValidatesConfig(t *testing.T) {
 		{"label", func(c *hostsdk.Config) { c.Zone = "eu west" }, []string{"--zone", "[A-Za-z0-9._-]"}},
 		{"artifact digest", func(c *hostsdk.Config) { c.ArtifactDigest = "md5:abc" }, []string{"--artifact-digest", "sha256:"}},
 		{"missing tenant", func(c *hostsdk.Config) { c.TenantID = "" }, []string{"--tenant-id", "1 to 512 bytes"}},
+		// A tenant or trust domain holding an invisible formatting
+		// character, which no registry identifier holds, was taken: the
+		// control plane then rejected the registration as another
+		// tenant's or trust domain's.
+		{"tenant with a zero-width space", func(c *hostsdk.Config) { c.TenantID = "tenant-a\u200b" },
+			[]string{"--tenant-id", "AIP_CONNECTOR_HOST_TENANT_ID", `"tenant-a\u200b"`, "invisible formatting character U+200B", "remove it"}},
+		{"tenant with a bidi override", func(c *hostsdk.Config) { c.TenantID = "\u202etenant-a" },
+			[]string{"--tenant-id", "U+202E"}},
+		{"tenant with a tag character", func(c *hostsdk.Config) { c.TenantID = "tenant-a\U000E0041" },
+			[]string{"--tenant-id", "U+E0041"}},
+		{"trust domain with a soft hyphen", func(c *hostsdk.Config) { c.TrustDomain = "exam\u00adple.test" },
+			[]string{"--trust-domain", "AIP_CONNECTOR_HOST_TRUST_DOMAIN", "U+00AD", "remove it"}},
 		{"database URL without a journal", func(c *hostsdk.Config) { c.DatabaseURLFile = "/run/secrets/db" },
 			[]string{"--database-url-file", "pgruntime"}},
 		{"probe timeout", func(c *hostsdk.Config) { c.HealthProbeTimeout = time.Minute },
@@ -414,5 +426,24 @@ func TestLongestRecordIDs(t *testing.T) {
 	}
 	if len(dirs) != 3 {
 		t.Errorf("state dirs %v, want 3", dirs)
+	}
+}
+
+// TestBindManifestRefusesTrustDomainWithFormatCharacter: binding a
+// manifest (aip-sidecar describe: what an operator admits as a version) to
+// a trust domain holding an invisible formatting character is refused,
+// naming the flag and the character. It was bound, and no replica of the
+// version could then start with that trust domain (New refuses it).
+func TestBindManifestRefusesTrustDomainWithFormatCharacter(t *testing.T) {
+	m, err := newTestConnector().Manifest(t.Context(), hostsdk.TenantContext{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = hostsdk.BindManifest(m, "example\u200b.test")
+	if err == nil || !strings.Contains(err.Error(), `"example\u200b.test"`) || !strings.Contains(err.Error(), "U+200B") || !strings.Contains(err.Error(), "--trust-domain") {
+		t.Errorf("BindManifest: %v, want an error naming the trust domain, U+200B and --trust-domain", err)
+	}
+	if _, _, err := hostsdk.BindManifest(m, "example.test"); err != nil {
+		t.Errorf("BindManifest to example.test: %v", err)
 	}
 }

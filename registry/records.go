@@ -574,15 +574,11 @@ func checkFormatChars(record, id, field, v string) error {
 // FormatCharacter returns the first invisible formatting character
 // (Unicode Cf) in v and true, or false when v holds none: the character
 // RuleFormatCharacter refuses in an identifier. A backend loading records
-// an earlier build stored, which may hold one, uses it to say which.
-func FormatCharacter(v string) (rune, bool) {
-	for _, r := range v {
-		if unicode.Is(unicode.Cf, r) {
-			return r, true
-		}
-	}
-	return 0, false
-}
+// an earlier build stored, which may hold one, uses it to say which, and
+// the dispatcher to refuse a tenant or capability ID before it reaches
+// the registry. It is aip.FormatCharacter, which a host, without the
+// registry, checks its settings with.
+func FormatCharacter(v string) (rune, bool) { return aip.FormatCharacter(v) }
 
 // checkText checks a name or an owner: 1..MaxIdentifierBytes of UTF-8
 // without control characters or surrounding spaces (formatting characters
