@@ -629,6 +629,9 @@ func (d *decider) register(reg *aip.Registration, inst *ConnectorInstance, v *Li
 		return d.reject(RuleProposal, "the replica proposal has capacity 0; set max in-flight to at least 1")
 	}
 	if field, stored, got, ok := identityMismatch(rep, p); !ok {
+		if note := formatCharacterNote(got, "the host's setting for "+field); note != "" {
+			return d.reject(RuleIdentity, "%s %q is not the pre-provisioned %q: %s", field, truncate(got), truncate(stored), note)
+		}
 		return d.reject(RuleIdentity, "%s %q is not the pre-provisioned %q; the replica's identity is fixed, pre-provision a new replica for a different one", field, truncate(got), truncate(stored))
 	}
 	if inst == nil {
@@ -659,6 +662,9 @@ func (d *decider) register(reg *aip.Registration, inst *ConnectorInstance, v *Li
 		return d.reject(RuleInstance, "instance %s is of connector type %s, version %s of %s", inst.ID, inst.ConnectorTypeID, v.ID, v.ConnectorTypeID)
 	}
 	if reg.TenantID != inst.TenantID {
+		if note := formatCharacterNote(reg.TenantID, "the host's tenant ID setting"); note != "" {
+			return d.reject(RuleInstance, "tenant_id %q is not instance %s's tenant %q: %s", truncate(reg.TenantID), inst.ID, inst.TenantID, note)
+		}
 		return d.reject(RuleInstance, "tenant_id %q is not instance %s's tenant %q", truncate(reg.TenantID), inst.ID, inst.TenantID)
 	}
 	if reg.ConfigRevision != inst.ConfigRevision {
@@ -683,6 +689,19 @@ func (d *decider) register(reg *aip.Registration, inst *ConnectorInstance, v *Li
 	}
 	rep.Capacity = p.Capacity
 	return d.commit(aip.ReplicaReady, leaseUntil, now)
+}
+
+// formatCharacterNote says, for a registration's value v that differs
+// from its registry record's, that v holds an invisible formatting
+// character no registry identifier holds (RuleFormatCharacter), and to
+// remove it from setting; "" when it holds none. The mismatch alone
+// showed the character only as an escape in the quoted value ("acme\u200b"
+// is not "acme").
+func formatCharacterNote(v, setting string) string {
+	if r, ok := FormatCharacter(v); ok {
+		return fmt.Sprintf("it holds the invisible formatting character U+%04X, which no registry identifier holds; remove it from %s", r, setting)
+	}
+	return ""
 }
 
 // identityMismatch compares a registration's proposal with the stored

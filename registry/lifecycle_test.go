@@ -87,6 +87,14 @@ func TestLifecycleRejectionMatchesItsSentinel(t *testing.T) {
 	}{
 		{func(r *aip.Registration) { r.Replica.Endpoint = "https://x.test" }, registry.RuleIdentity, registry.ErrConflict, "replica.endpoint"},
 		{func(r *aip.Registration) { r.TenantID = "tenant-9" }, registry.RuleInstance, registry.ErrAdmission, "tenant-9"},
+		// A tenant or identity field holding an invisible formatting
+		// character (no record holds one) is refused by the same rule,
+		// in words that name the character and the fix: the mismatch
+		// showed it only as an escape ("tenant-1\u200b" is not "tenant-1").
+		{func(r *aip.Registration) { r.TenantID = "tenant-1\u200b" }, registry.RuleInstance, registry.ErrAdmission,
+			`tenant_id "tenant-1\u200b" is not instance cinst_a's tenant "tenant-1": it holds the invisible formatting character U+200B, which no registry identifier holds; remove it from the host's tenant ID setting`},
+		{func(r *aip.Registration) { r.Replica.TrustDomain += "\u00ad" }, registry.RuleIdentity, registry.ErrConflict,
+			"replica.trust_domain " + `"` + rep.TrustDomain + `\u00ad" is not the pre-provisioned "` + rep.TrustDomain + `": it holds the invisible formatting character U+00AD`},
 		{func(r *aip.Registration) { r.Replica.HealthRevision = 2 }, registry.RuleProposal, registry.ErrInvalid, "health revision 0"},
 		{func(r *aip.Registration) { r.CapabilityCount = 9 }, registry.RuleCapabilityCount, registry.ErrAdmission, "capability_count 9"},
 	} {
