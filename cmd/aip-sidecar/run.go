@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -87,9 +88,10 @@ func splitArgv(args []string) (flags []string, name string, argv []string) {
 
 // run parses flags and the environment, then runs the sidecar until
 // SIGINT or SIGTERM and a clean drain.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	flagArgs, argvName, argv := splitArgv(args)
 	fs := flag.NewFlagSet("aip-sidecar", flag.ContinueOnError)
+	defer func() { err = misplacedFlags(err, fs, argvName, argv) }()
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aip-sidecar [flags] [--exec CMD ARGS... | --mcp-command CMD ARGS...]\n\n")
@@ -252,6 +254,56 @@ func checkModeSettings(val hostsdk.SettingValues, exec, mcpCommand bool) error {
 		return only([]string{"exec-dir"}, "a child the sidecar starts (--exec, --mcp-command)")
 	}
 	return nil
+}
+
+// misplacedFlags adds to err, when it names a flag of the sidecar's that
+// the connector's command line (argv, after --argvName) holds, that this
+// flag went to the connector: everything after --exec or --mcp-command is
+// the child's command line, so a sidecar flag written after it (the dev
+// banner's host command completed with "aip-sidecar --exec CMD" in front)
+// is not read, and the error about it ("--public-endpoint ... is
+// required") contradicted a command line that seemed to give it. A flag
+// the error does not name is left alone: a connector may take a flag of
+// the same name (--bind) for itself, and so is one also given before
+// --exec, which the sidecar did read.
+func misplacedFlags(err error, fs *flag.FlagSet, argvName string, argv []string) error {
+	if err == nil || argvName == "" {
+		return err
+	}
+	msg := err.Error()
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var found []string
+	for _, a := range argv {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name == "" || fs.Lookup(name) == nil || given[name] || slices.Contains(found, "--"+name) || !namesFlag(msg, name) {
+			continue
+		}
+		found = append(found, "--"+name)
+	}
+	if len(found) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s came after --%s, so it went to the connector's command line and aip-sidecar did not read it: everything after --%s CMD is the connector's; put aip-sidecar's own flags before --%s)",
+		err, strings.Join(found, ", "), argvName, argvName, argvName)
+}
+
+// namesFlag reports whether msg names --name as a whole flag (not as the
+// start of a longer one: --control-plane-did in --control-plane-did-file).
+func namesFlag(msg, name string) bool {
+	for rest := msg; ; {
+		i := strings.Index(rest, "--"+name)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+2+len(name):]
+		if rest == "" {
+			return true
+		}
+		if c := rest[0]; c != '-' && c != '_' && !('a' <= c && c <= 'z') && !('0' <= c && c <= '9') {
+			return true
+		}
+	}
 }
 
 // argvFlag documents --exec and --mcp-command in the usage; splitArgv

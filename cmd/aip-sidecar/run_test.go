@@ -487,3 +487,65 @@ func TestRefusedSettingsReadAsGiven(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagsAfterExecAreNamed: the dev banner's host command completed
+// with "aip-sidecar --exec CMD" as its program put every sidecar flag
+// after --exec, where it is the connector's argument; the sidecar then
+// said "--public-endpoint ... is required" of a command line that gave
+// it. The error now says where the flag went. A flag the error does not
+// name (a connector's own --bind) is not mentioned, nor is one given
+// before --exec.
+func TestFlagsAfterExecAreNamed(t *testing.T) {
+	const hint = " came after --exec, so it went to the connector's command line and aip-sidecar did not read it"
+	for _, c := range []struct {
+		name        string
+		args        []string
+		want, never []string
+	}{
+		{"host flag after exec",
+			[]string{"--local-url", "http://127.0.0.1:9", "--exec", "connector", "--bind", "127.0.0.1:9452", "--public-endpoint=http://127.0.0.1:9452/aip/v1/messages"},
+			[]string{"--public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT", "--public-endpoint" + hint, "put aip-sidecar's own flags before --exec"},
+			[]string{"--bind"}},
+		{"sidecar flag after exec",
+			[]string{"--print-manifest", "--exec", "connector", "-local-socket", "/tmp/c.sock"},
+			[]string{"--local-url (AIP_SIDECAR_LOCAL_URL", "--local-socket" + hint}, nil},
+		{"flags before exec",
+			[]string{"--print-manifest", "--local-socket", "/tmp/c.sock", "--local-url", "http://127.0.0.1:9", "--exec", "connector", "--local-url", "x"},
+			[]string{"are both set"}, []string{"came after"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(context.Background(), c.args, func(string) string { return "" }, &stderr, &stderr)
+			if err == nil {
+				t.Fatal("run succeeded")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v; want %q", err, w)
+				}
+			}
+			for _, n := range c.never {
+				if strings.Contains(err.Error(), n) {
+					t.Errorf("err = %v; want no %q", err, n)
+				}
+			}
+		})
+	}
+}
+
+func TestNamesFlag(t *testing.T) {
+	for _, c := range []struct {
+		msg, name string
+		want      bool
+	}{
+		{"--control-plane-did-file is bad", "control-plane-did", false},
+		{"--control-plane-did (AIP_...) is empty", "control-plane-did", true},
+		{"give --trust-domain", "trust-domain", true},
+		{"--bindx, --bind: taken", "bind", true},
+		{"no flags", "bind", false},
+	} {
+		if got := namesFlag(c.msg, c.name); got != c.want {
+			t.Errorf("namesFlag(%q, %q) = %v, want %v", c.msg, c.name, got, c.want)
+		}
+	}
+}
