@@ -272,7 +272,9 @@ func (f *devFleet) hostCommands(o *ownFleet, reps []ownReplica) []byte {
 	fmt.Fprintf(&b, "# Written by aipfleet dev at every start: the host command line of each\n"+
 		"# replica of %s. Replace %s with your host program (or\n"+
 		"# aip-sidecar and its own flags) and %s with the replica's key file,\n"+
-		"# the one whose did:key is its peer_did (aipfleet keygen --did-of FILE).\n", o.name, hostProgramPlaceholder, hostKeyPlaceholder)
+		"# the one whose did:key is its peer_did (aipfleet keygen --did-of FILE).\n"+
+		"# aip-sidecar's --exec CMD (or --mcp-command CMD) goes last, after the key\n"+
+		"# file: everything after it is the connector's command line.\n", o.name, hostProgramPlaceholder, hostKeyPlaceholder)
 	for _, r := range reps {
 		fmt.Fprintf(&b, "\n# %s (tenant %s, instance %s)\n", r.replica.ID, r.instance.TenantID, r.instance.ID)
 		writeHostCommand(&b, "", f.hostCommand(r))
@@ -291,7 +293,9 @@ func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 	}
 	fmt.Fprintf(w, "\nStart each replica's host like this, %s being your host program (or\n"+
 		"aip-sidecar and its own flags) and %s the key whose did:key is the replica's\n"+
-		"peer_did (aipfleet keygen --did-of FILE prints a key's). The commands are also\n"+
+		"peer_did (aipfleet keygen --did-of FILE prints a key's); aip-sidecar's --exec CMD\n"+
+		"(or --mcp-command CMD) goes last, after the key: everything after it is the\n"+
+		"connector's command line. The commands are also\n"+
 		"in %s, and the fleet's side alone, as variables, in %s.\n",
 		hostProgramPlaceholder, hostKeyPlaceholder, f.path(devHostCommandsFile), f.path(devHostEnvFile))
 	for _, r := range reps {
