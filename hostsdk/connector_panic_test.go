@@ -41,7 +41,8 @@ func (panickingCancel) Cancel(ctx context.Context, call *hostsdk.Call, reason st
 	panic("cancel bug")
 }
 
-// logPanics makes f's hosts log to a buffer, which it returns.
+// logPanics makes f's hosts log to a buffer, which it returns (any log, not
+// only panics).
 func logPanics(f *fleet) *hostsdktest.LogBuffer {
 	var logs hostsdktest.LogBuffer
 	f.cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))

@@ -830,6 +830,12 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 	if result.Error != nil && result.Error.Code == CodeInterrupted {
 		h.log.Warn("read interrupted; journaled failed "+CodeInterrupted, "action_id", a.ID, "detail", detail)
 	}
+	if result.Error != nil && result.Error.Code == CodeOutputInvalid {
+		// The connector's answer was unusable (not a result, an output its
+		// output_schema refuses, too large): a bug of the connector's that
+		// the caller alone would see, as a write's outcome_unknown is logged.
+		h.log.Warn("the connector's result of a read cannot be used; journaled failed "+CodeOutputInvalid, "action_id", a.ID, "detail", detail)
+	}
 	result.Receipt = &aip.Receipt{ID: receipt.ID, Hash: receipt.Hash}
 	return x.result(result)
 }

@@ -215,14 +215,19 @@ func (c readOnlyConnector) Manifest(ctx context.Context, tenant hostsdk.TenantCo
 // outcome_unknown, never failed, which would invite sending it again, and
 // runs once; for a read-only one it is failed with output_invalid (nothing
 // to undo, and a retry is harmless). The output is not kept either way.
+// Both are logged with the action ID: the read's failure is the
+// connector's bug, which only the caller saw before.
 func TestOutputNotMatchingItsSchema(t *testing.T) {
 	ctx := ctxT(t)
 	for _, c := range []struct {
 		name string
 		conn countingConnector
-	}{{"write", newTestConnector()}, {"read", readOnlyConnector{newTestConnector()}}} {
+		log  string
+	}{{"write", newTestConnector(), `"msg":"action outcome unknown"`},
+		{"read", readOnlyConnector{newTestConnector()}, `"msg":"the connector's result of a read cannot be used; journaled failed connector_host.output_invalid"`}} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFleet(t)
+			logs := logPanics(f)
 			_, target := f.start(t, c.conn)
 			b := action(capEcho, `{"message":"bad-output"}`)
 			for range 2 {
@@ -251,6 +256,13 @@ func TestOutputNotMatchingItsSchema(t *testing.T) {
 			}
 			if err != nil || st.State != want {
 				t.Errorf("status %+v, %v; want %s", st, err, want)
+			}
+			logged := false
+			for _, line := range strings.Split(logs.String(), "\n") {
+				logged = logged || strings.Contains(line, c.log) && strings.Contains(line, b.ID) && strings.Contains(line, "output_schema of "+capEcho)
+			}
+			if !logged {
+				t.Errorf("no log line %s with the action ID and the output_schema problem:\n%s", c.log, logs.String())
 			}
 		})
 	}
