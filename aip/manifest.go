@@ -194,26 +194,25 @@ func (c *CapabilityContract) Validate() error {
 			return fmt.Errorf("unknown side effect %q", e)
 		}
 	}
-	if !c.Idempotency.Requirement.Valid() {
-		return fmt.Errorf("unknown idempotency requirement %q", c.Idempotency.Requirement)
-	}
-	if !c.Idempotency.CollisionBehavior.Valid() {
-		return fmt.Errorf("unknown idempotency collision_behavior %q", c.Idempotency.CollisionBehavior)
-	}
-	if !c.Idempotency.KeyScope.Valid() {
-		return fmt.Errorf("unknown idempotency key_scope %q", c.Idempotency.KeyScope)
-	}
-	if !c.Execution.ExpectedCompletion.Valid() {
-		return fmt.Errorf("unknown execution expected_completion %q", c.Execution.ExpectedCompletion)
-	}
-	if !c.Execution.RetrySafety.Valid() {
-		return fmt.Errorf("unknown execution retry_safety %q", c.Execution.RetrySafety)
+	for _, e := range []struct {
+		object, member, value string
+		valid                 bool
+	}{
+		{"idempotency", "requirement", string(c.Idempotency.Requirement), c.Idempotency.Requirement.Valid()},
+		{"idempotency", "collision_behavior", string(c.Idempotency.CollisionBehavior), c.Idempotency.CollisionBehavior.Valid()},
+		{"idempotency", "key_scope", string(c.Idempotency.KeyScope), c.Idempotency.KeyScope.Valid()},
+		{"execution", "expected_completion", string(c.Execution.ExpectedCompletion), c.Execution.ExpectedCompletion.Valid()},
+		{"execution", "retry_safety", string(c.Execution.RetrySafety), c.Execution.RetrySafety.Valid()},
+	} {
+		if !e.valid {
+			return enumError(e.object, e.member, e.value)
+		}
 	}
 	if !c.Execution.SupportsSync && !c.Execution.SupportsAsync && !c.Execution.SupportsStreaming {
 		return errors.New("execution must support at least one of sync, async or streaming")
 	}
 	if !c.Data.Sensitivity.Valid() {
-		return fmt.Errorf("unknown data sensitivity %q", c.Data.Sensitivity)
+		return enumError("data", "sensitivity", string(c.Data.Sensitivity))
 	}
 	if c.Transaction != nil {
 		for _, m := range c.Transaction.SupportedModes {
@@ -226,6 +225,18 @@ func (c *CapabilityContract) Validate() error {
 		return fmt.Errorf("unknown compensation mode %q", c.Compensation.Mode)
 	}
 	return nil
+}
+
+// enumError is CapabilityContract.Validate's error for member of the
+// contract's object whose value is not one of its enum's: "unknown data
+// sensitivity "secret"", or, empty, that it is missing — a manifest
+// written by hand as JSON that left out the whole data object otherwise
+// read as an unknown sensitivity "".
+func enumError(object, member, value string) error {
+	if value == "" {
+		return fmt.Errorf("%s.%s is missing (the contract's %s object and its required members must be there)", object, member, object)
+	}
+	return fmt.Errorf("unknown %s %s %q", object, member, value)
 }
 
 // Validate checks the capability's required fields, enums and contract.
