@@ -283,18 +283,18 @@ func newLocalSide(cfg Config) (*Sidecar, error) {
 		}
 		if len(cfg.Exec) > 0 {
 			env := append([]string{}, cfg.ExecEnv...)
+			listenEnv := EnvLocalURL + "=" + lc.URL
 			if lc.Socket != "" {
-				env = append(env, EnvLocalSocket+"="+lc.Socket)
-			} else {
-				env = append(env, EnvLocalURL+"="+lc.URL)
+				listenEnv = EnvLocalSocket + "=" + lc.Socket
 			}
+			env = append(env, listenEnv)
 			env = append(env, EnvLocalToken+"="+lc.Token)
 			if eventsURL != "" {
 				env = append(env, EnvEventsURL+"="+eventsURL, EnvEventsToken+"="+eventsToken)
 			}
 			s.sup = newSupervisor(superviseConfig{
 				Command: cfg.Exec, Dir: cfg.ExecDir, Env: env, ChildOf: cfg.Host.ReplicaID, Stdout: cfg.ExecStdout, Stderr: cfg.ExecStderr,
-				Ready: l.probe, Vacant: l.vacant, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
+				Ready: l.probe, ListenEnv: listenEnv, Vacant: l.vacant, ProbeTimeout: probe, StartTimeout: cfg.StartTimeout, StopTimeout: cfg.StopTimeout,
 				RestartBackoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxBackoff, StableAfter: cfg.StableAfter,
 				Logger: log,
 			})

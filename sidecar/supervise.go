@@ -48,6 +48,10 @@ type superviseConfig struct {
 	Stdout, Stderr io.Writer
 	// Ready probes the connector; start-up waits until it returns nil.
 	Ready func(ctx context.Context) error
+	// ListenEnv is the variable of Env that tells the child where to
+	// listen ("AIP_SIDECAR_LOCAL_SOCKET=/run/c.sock"): a start that runs
+	// out of time while the child runs but nothing listens there names it.
+	ListenEnv string
 	// Vacant, when set, fails when another process already serves where
 	// the child is to listen (Local.vacant). It is asked before every
 	// start: at start-up a taken address fails the start, after a crash it
@@ -402,6 +406,11 @@ func (s *supervisor) start(parent context.Context) error {
 			if err := parent.Err(); err != nil {
 				return fmt.Errorf("sidecar: start of the connector interrupted: %w", err)
 			}
+			if s.cfg.ListenEnv != "" && (errors.Is(lastErr, syscall.ECONNREFUSED) || errors.Is(lastErr, syscall.ENOENT)) {
+				// A connector that listens on an address of its own
+				// (a port written in its code) runs and is never reached.
+				lastErr = fmt.Errorf("%w; the connector process ran, but nothing listened there: it is to listen where %s says", lastErr, s.cfg.ListenEnv)
+			}
 			return fmt.Errorf("%w within %s (--%s): %v", ErrStartTimeout, s.cfg.StartTimeout, settingOf["StartTimeout"], lastErr)
 		}
 		wait := bo.NextBackOff()
@@ -412,7 +421,7 @@ func (s *supervisor) start(parent context.Context) error {
 			if err := parent.Err(); err != nil {
 				return fmt.Errorf("sidecar: start of the connector interrupted: %w", err)
 			}
-			return fmt.Errorf("%w within %s: the process keeps exiting (last: %s)", ErrStartTimeout, s.cfg.StartTimeout, s.lastExitText())
+			return fmt.Errorf("%w within %s (--%s): the process keeps exiting (last: %s)", ErrStartTimeout, s.cfg.StartTimeout, settingOf["StartTimeout"], s.lastExitText())
 		case <-t.C:
 		}
 	}
@@ -427,7 +436,7 @@ func (s *supervisor) awaitReady(ctx context.Context, c *child) error {
 	case errors.Is(err, errExitedBeforeReady):
 		return fmt.Errorf("the process exited before it was ready: %v", c.err)
 	default:
-		return fmt.Errorf("last health check: %v", last)
+		return fmt.Errorf("last health check: %w", last)
 	}
 }
 
@@ -577,6 +586,8 @@ func (s *supervisor) recordExit(c *child, crash bool, taken error) {
 	case crash:
 		s.restarts++
 		s.log.Error("the connector process exited; the replica reports unhealthy until it is back", "pid", c.cmd.Process.Pid, "exit", exit)
+	case c.terminating.Load():
+		// Stopped on purpose: terminate logged how it ended.
 	default:
 		s.log.Warn("the connector process exited", "pid", c.cmd.Process.Pid, "exit", exit)
 	}

@@ -268,6 +268,61 @@ func TestExecStartFailure(t *testing.T) {
 	}
 }
 
+// TestExecStartTimeoutNamesItsSetting: both ways a start runs out of
+// time name the setting that bounds it, --start-timeout-ms (a child that
+// keeps exiting said only "within 3s"), and a child that runs but never
+// becomes healthy, stopped at the timeout, is logged as stopped, once:
+// not also as a process that "exited" at warn level, as if it had crashed.
+// A child that runs while nothing listens where it was told to (a
+// connector with its own port written in its code) is told apart: the
+// error names the variable that says where to listen.
+func TestExecStartTimeoutNamesItsSetting(t *testing.T) {
+	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeURL := "http://" + l.Addr().String()
+	l.Close()
+	sock := socketPath(t)
+	for _, c := range []struct {
+		name   string
+		argv   []string
+		local  LocalConfig
+		listen string
+	}{
+		{"keeps exiting", []string{"/bin/sh", "-c", "exit 3"}, LocalConfig{Socket: sock}, ""},
+		{"never healthy", []string{"/bin/sh", "-c", "exec sleep 60"}, LocalConfig{Socket: sock}, EnvLocalSocket + "=" + sock},
+		{"never healthy on a port", []string{"/bin/sh", "-c", "exec sleep 60"}, LocalConfig{URL: freeURL}, EnvLocalURL + "=" + freeURL},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs hostsdktest.LogBuffer
+			s, err := New(Config{
+				Host: hostsdktest.HostConfig(t, cp, d, nil), Local: c.local, Exec: c.argv,
+				StartTimeout: 500 * time.Millisecond, RestartBackoff: 20 * time.Millisecond,
+				Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Run(ctxT(t))
+			if !errors.Is(err, ErrStartTimeout) || !strings.Contains(err.Error(), "within 500ms (--start-timeout-ms)") {
+				t.Fatalf("Run = %v; want ErrStartTimeout naming --start-timeout-ms", err)
+			}
+			if hint := "nothing listened there: it is to listen where " + c.listen + " says"; c.listen != "" && !strings.Contains(err.Error(), hint) {
+				t.Errorf("Run = %v; want %q", err, hint)
+			}
+			if c.listen != "" {
+				out := logs.String()
+				if !strings.Contains(out, `"msg":"connector process stopped"`) || strings.Contains(out, `"msg":"the connector process exited"`) {
+					t.Errorf("want the stop logged once, as stopped:\n%s", out)
+				}
+			}
+		})
+	}
+}
+
 // TestExecStubbornChildIsKilled: a child that ignores SIGTERM is killed
 // after StopTimeout and Run reports it.
 func TestExecStubbornChildIsKilled(t *testing.T) {
