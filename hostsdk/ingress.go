@@ -1079,8 +1079,14 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			// read its effect happened, so a failed result (which invites
 			// a resend) would be wrong, and a completed one would break
 			// the schema the caller relies on.
-			return h.settle(actx, a, cap, nil, UnusableResult(cap.cap, "the connector reported the action completed, but its output does not match the output_schema of "+
-				a.CapabilityID+": "+err.Error()+"; the output is not kept: check the effect before sending the action again"), nil)
+			// The advice to check the effect is a write's: a read's
+			// failure says the read changed nothing (UnusableResult).
+			problem := "the connector reported the action completed, but its output does not match the output_schema of " +
+				a.CapabilityID + ": " + err.Error() + "; the output is not kept"
+			if !ReadOnly(cap.cap) {
+				problem += ": check the effect before sending the action again"
+			}
+			return h.settle(actx, a, cap, nil, UnusableResult(cap.cap, problem), nil)
 		}
 	}
 	return stateOf(r.Status), &r, ""

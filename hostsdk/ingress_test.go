@@ -214,7 +214,8 @@ func (c readOnlyConnector) Manifest(ctx context.Context, tenant hostsdk.TenantCo
 // asked. For a capability with effects (test.echo writes) the action is
 // outcome_unknown, never failed, which would invite sending it again, and
 // runs once; for a read-only one it is failed with output_invalid (nothing
-// to undo, and a retry is harmless). The output is not kept either way.
+// to undo, and a retry is harmless; its message does not tell the caller to
+// check an effect, as the write's does). The output is not kept either way.
 // Both are logged with the action ID: the read's failure is the
 // connector's bug, which only the caller saw before.
 func TestOutputNotMatchingItsSchema(t *testing.T) {
@@ -236,6 +237,12 @@ func TestOutputNotMatchingItsSchema(t *testing.T) {
 					res, err := resp.Result()
 					if err != nil || res.Status != aip.ResultFailed || res.Error.Code != hostsdk.CodeOutputInvalid || len(res.Output) != 0 {
 						t.Fatalf("bad output of a read answered %+v, %v", res, err)
+					}
+					// A read changed nothing: the write's advice to check
+					// its effect before a resend contradicted the read's.
+					if m := res.Error.Message; !strings.Contains(m, "output_schema of "+capEcho) || !strings.Contains(m, "the read changed nothing") ||
+						strings.Contains(m, "check the effect") {
+						t.Errorf("message %q; want the schema problem and that the read changed nothing, without checking an effect", m)
 					}
 					continue
 				}
