@@ -662,7 +662,12 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		if err := aip.DecodeStrict(raw, &r); err != nil {
 			// A read's unusable answer changed nothing (failed
 			// output_invalid); any other's outcome is unknown.
-			return nil, hostsdk.UnusableResult(call.Capability, fmt.Sprintf("the connector answered 200 with a body that is not a result: %v", err))
+			problem := fmt.Sprintf("the connector answered 200 with a body that is not a result: %v", err)
+			if looksLikeStream(raw) {
+				problem += fmt.Sprintf("; it holds stream lines, which are read only with Content-Type: %s (this answer's: %q)",
+					hostsdk.ContentTypeNDJSON, resp.Header.Get("Content-Type"))
+			}
+			return nil, hostsdk.UnusableResult(call.Capability, problem)
 		}
 		return l.result(call.Capability, id, &r)
 	}
@@ -694,6 +699,16 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 			hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
 	}
 	return nil, fmt.Errorf("%w: the local connector answered HTTP %d: %s", hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
+}
+
+// looksLikeStream reports whether raw, a 200 answer that is not a result,
+// starts with an NDJSON stream line ({"chunk":...} or {"result":...}): a
+// stream sent with another Content-Type (application/json,
+// application/jsonl, none), whose lines were read as one result.
+func looksLikeStream(raw []byte) bool {
+	first, _, _ := bytes.Cut(bytes.TrimLeft(raw, " \t\r\n"), []byte("\n"))
+	var line localLine
+	return json.Unmarshal(first, &line) == nil && (line.Chunk != nil || line.Result != nil)
 }
 
 // refusedForNow reports whether an HTTP refusal says "not now" rather than

@@ -835,3 +835,36 @@ func TestLocalOtherSuccessStatusSaysToAnswer200(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalStreamWithoutItsContentTypeIsNamed: stream lines answered with
+// another Content-Type than application/x-ndjson (a Python connector
+// writing application/jsonl, or none) were read as one result and refused
+// as "not a result: trailing data", which did not say what to fix; the
+// error now says the body holds stream lines and names both content
+// types. A body that is no stream gets no such hint.
+func TestLocalStreamWithoutItsContentTypeIsNamed(t *testing.T) {
+	r := localReplicaWithEffects(t, "echo.status", []aip.SideEffect{aip.EffectRead}, LocalConfig{})
+	stream := `{"chunk":{"kind":"progress","data":{"n":1}}}` + "\n" + `{"result":{"status":"completed","output":{"a":1}}}` + "\n"
+	for _, c := range []struct {
+		contentType, raw string
+		hint             bool
+	}{
+		{"application/jsonl", stream, true},
+		{"application/json", "\n" + `{"result":{"status":"completed"}}`, true},
+		{"application/json", `{"status":"done"}`, false},
+		{"application/json", `{"status":"completed"} {"status":"completed"}`, false},
+	} {
+		in, _ := json.Marshal(map[string]any{"status": 200, "raw": c.raw, "header": map[string]string{"Content-Type": c.contentType}})
+		a := act("echo.status", string(in))
+		a.Mode = aip.ModeStreaming
+		resp := must(r.d.Act(ctxT(t), r.target, a))
+		res, err := resp.Result()
+		if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeOutputInvalid {
+			t.Fatalf("%s %q answered %d %s (%v); want failed output_invalid", c.contentType, c.raw, resp.Status, resp.Raw, err)
+		}
+		hint := fmt.Sprintf("it holds stream lines, which are read only with Content-Type: application/x-ndjson (this answer's: %q)", c.contentType)
+		if strings.Contains(res.Error.Message, hint) != c.hint {
+			t.Errorf("%s %q: message %q; want the stream hint %v", c.contentType, c.raw, res.Error.Message, c.hint)
+		}
+	}
+}
