@@ -606,10 +606,17 @@ func (m *MCP) dial(ctx context.Context) (*mcp.ClientSession, *child, []*mcp.Tool
 	}
 	sess, err := m.client.Connect(ctx, t, nil)
 	if err != nil {
+		var exited string
 		if srv != nil {
 			m.stopServer(srv, nil)
+			// A server that died on its own (a missing script, a crash at
+			// start) ends the handshake with a bare EOF: say how it ended.
+			// SIGTERM and SIGKILL are the stop's own.
+			if st := exitOf(srv); st != "signal: terminated" && st != "signal: killed" && st != errNotExited {
+				exited = " (the MCP server process exited: " + st + "; its standard error, above, says why)"
+			}
 		}
-		return nil, nil, nil, fmt.Errorf("sidecar: connect to the MCP server %s: %w", m.Target(), m.redact(err))
+		return nil, nil, nil, fmt.Errorf("sidecar: connect to the MCP server %s: %w%s", m.Target(), m.redact(err), exited)
 	}
 	tools, err := listTools(ctx, sess)
 	if err != nil {
@@ -645,10 +652,16 @@ func (m *MCP) Connect(parent context.Context) error {
 		err  error
 	)
 	for {
-		if sess, srv, _, err = m.dial(ctx); err == nil {
+		var derr error
+		if sess, srv, _, derr = m.dial(ctx); derr == nil {
 			break
 		}
-		m.log.Warn("the MCP server is not reachable yet", "error", err)
+		// An attempt the deadline cut off ("context deadline exceeded")
+		// says less than the one before it, which is kept.
+		if err == nil || ctx.Err() == nil {
+			err = derr
+		}
+		m.log.Warn("the MCP server is not reachable yet", "error", derr)
 		t := time.NewTimer(bo.NextBackOff())
 		select {
 		case <-ctx.Done():

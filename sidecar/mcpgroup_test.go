@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -279,5 +281,42 @@ func TestMCPCloseGivesUpOnAServerThatDoesNotExitAfterSIGKILL(t *testing.T) {
 	case <-srv.exited:
 	case <-time.After(time.Minute):
 		t.Fatal("the server was not reaped once its exit was seen")
+	}
+}
+
+// TestMCPServerExitingAtStartIsNamed: a stdio server that exits at once
+// (a missing script: python3 prints why and exits 2) failed the start
+// with "calling \"initialize\": client is closing: EOF" alone; the error
+// now says the server process exited and how. An attempt the start's
+// deadline cut off does not replace that with "context deadline exceeded"
+// (a server slow to fail, python3 on a loaded machine). A server that
+// runs but does not speak MCP is stopped by the sidecar: its SIGTERM is
+// not reported as the server's exit.
+func TestMCPServerExitingAtStartIsNamed(t *testing.T) {
+	const exited = "(the MCP server process exited: exit status 7; its standard error, above, says why)"
+	for _, c := range []struct {
+		name, script, want string
+		timeout            time.Duration
+	}{
+		{"exits", "echo cannot open the script >&2; exit 7", exited, 300 * time.Millisecond},
+		{"exits slowly", "sleep 0.4; exit 7", exited, 2 * time.Second},
+		{"runs without MCP", "echo not-json; exec sleep 60", "", 300 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := NewMCP(MCPConfig{
+				Command: []string{"/bin/sh", "-c", c.script}, Stderr: io.Discard,
+				ConnectTimeout: c.timeout, StopTimeout: 2 * time.Second, RestartBackoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+				Logger: slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			err = m.Connect(ctxT(t))
+			if !errors.Is(err, ErrStartTimeout) || c.want != "" && !strings.Contains(err.Error(), c.want) ||
+				c.want == "" && strings.Contains(err.Error(), "process exited") {
+				t.Fatalf("Connect = %v; want ErrStartTimeout with %q", err, c.want)
+			}
+		})
 	}
 }
