@@ -295,8 +295,8 @@ func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 		"aip-sidecar and its own flags) and %s the key whose did:key is the replica's\n"+
 		"peer_did (aipfleet keygen --did-of FILE prints a key's); aip-sidecar's --exec CMD\n"+
 		"(or --mcp-command CMD) goes last, after the key: everything after it is the\n"+
-		"connector's command line. The commands are also\n"+
-		"in %s, and the fleet's side alone, as variables, in %s.\n",
+		"connector's command line. The commands are also in %s,\n"+
+		"and the fleet's side alone, as variables, in %s.\n",
 		hostProgramPlaceholder, hostKeyPlaceholder, f.path(devHostCommandsFile), f.path(devHostEnvFile))
 	for _, r := range reps {
 		fmt.Fprintln(w)
