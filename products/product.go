@@ -31,6 +31,8 @@ type Product struct {
 	// (read with hostsdk.BindSettings, the flag winning).
 	Settings []hostsdk.Setting
 	// New builds the connector from the settings' values. Its errors say
-	// which setting to fix.
+	// which setting to fix and match hostsdk.ErrSetting (each adapter's
+	// New refuses only its settings: it does no network I/O), so aip-host
+	// exits 2 for them, as for a value the settings refused when read.
 	New func(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error)
 }

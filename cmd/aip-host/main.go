@@ -15,7 +15,9 @@
 // over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/products.md).
 // A mistake on the command line (an unknown product or flag, a stray
 // argument, a flag's or variable's value that is refused, such as
-// --drain-timeout-ms=soon) is one line on stderr and exit status 2.
+// --drain-timeout-ms=soon, or that the product refuses, such as no
+// --chatwoot-base-url or a token file others can read) is one line on
+// stderr and exit status 2.
 package main
 
 import (

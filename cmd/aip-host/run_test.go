@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -252,6 +253,8 @@ func TestRefusedSettingsExitAsUsage(t *testing.T) {
 		{[]string{"dify", "--drain-timeout-ms=soon"}, nil, 2},
 		{[]string{"dify"}, map[string]string{"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "0"}, 2},
 		{[]string{"dify", "--log-level", "loud"}, nil, 2},
+		{[]string{"dify"}, map[string]string{"AIP_DIFY_BASE_URL": ""}, 2},
+		{[]string{"dify"}, map[string]string{"AIP_DIFY_APPS_FILE": "/nonexistent/apps.json"}, 2},
 		{[]string{"dify", "--bogus"}, nil, 2},
 		{[]string{"dify", "-h"}, nil, 0},
 	} {
@@ -291,6 +294,81 @@ func TestRefusedSettingsReadAsGiven(t *testing.T) {
 		err := run(t.Context(), c.args, getenv(env), &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%v %v:\n got %v\nwant %s", c.args, c.env, err, c.want)
+		}
+	}
+}
+
+// TestMainExitStatus runs main in a child process (this test binary, with
+// AIP_HOST_TEST_MAIN set): a setting the product adapter refuses (no base
+// URL, a token file others can read) exited 1 like a failed start, though
+// a value the settings refuse when read exits 2; it is a mistake in how
+// the replica was started, exit status 2 too, with one line naming the
+// setting. A configuration the host refuses at bootstrap still exits 1.
+func TestMainExitStatus(t *testing.T) {
+	if os.Getenv("AIP_HOST_TEST_MAIN") == "1" {
+		var args []string
+		if err := json.Unmarshal([]byte(os.Getenv("AIP_HOST_TEST_ARGS")), &args); err != nil {
+			panic(err)
+		}
+		os.Args = append([]string{"aip-host"}, args...)
+		main()
+		return
+	}
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open-token")
+	if err := os.WriteFile(open, []byte("tok-123"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := productEnv(t, dir)["chatwoot"]
+	with := func(k, v string) map[string]string {
+		m := maps.Clone(good)
+		m[k] = v
+		return m
+	}
+	for _, c := range []struct {
+		args   []string
+		env    map[string]string
+		status int
+		stderr string
+	}{
+		{[]string{"chatwoot"}, with("AIP_CHATWOOT_BASE_URL", ""), 2,
+			"aip-host: chatwoot: --chatwoot-base-url (AIP_CHATWOOT_BASE_URL): no URL given; give the origin of the API (scheme, host and port)\n"},
+		{[]string{"chatwoot", "--chatwoot-api-token-file", open}, good, 2,
+			"aip-host: chatwoot: --chatwoot-api-token-file (AIP_CHATWOOT_API_TOKEN_FILE): "},
+		{[]string{"twenty"}, nil, 2, "aip-host: twenty: --twenty-base-url"},
+		{[]string{"chatwoot"}, with("AIP_CHATWOOT_ACCOUNT_ID", "acme"), 2, `aip-host: AIP_CHATWOOT_ACCOUNT_ID (--chatwoot-account-id) is "acme"`},
+		// The product's settings are complete; the host's are missing.
+		{[]string{"chatwoot"}, good, 1, "aip-host: hostsdk: bootstrap step 1 (validate): "},
+		{[]string{"chatwoot", "-h"}, nil, 0, "-chatwoot-base-url"},
+	} {
+		args, _ := json.Marshal(c.args)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "OTEL_") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, "AIP_HOST_TEST_MAIN=1", "AIP_HOST_TEST_ARGS="+string(args))
+		for k, v := range c.env {
+			env = append(env, k+"="+v)
+		}
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		status := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			status = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if status != c.status || !strings.Contains(stderr.String(), c.stderr) {
+			t.Errorf("aip-host %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %q", c.args, status, c.status, stderr.String(), c.stderr)
 		}
 	}
 }

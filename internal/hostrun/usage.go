@@ -25,7 +25,8 @@ func Usagef(format string, args ...any) error {
 // ExitCode is a host program's exit status for the error its run
 // returned: 0 for none or -h (flag.ErrHelp), 2 for a mistake on the
 // command line (a *UsageError, or a flag's or variable's value
-// hostsdk's settings refuse, hostsdk.ErrSetting), 1 for the rest.
+// hostsdk's settings or a product adapter refuse, hostsdk.ErrSetting), 1
+// for the rest.
 func ExitCode(err error) int {
 	var usage *UsageError
 	switch {

@@ -61,7 +61,7 @@ var Product = products.Product{
 			Usage: "comma list of https URL prefixes ending in / that webhook.create/update and event_type.webhook.create/update may register " +
 				"as <prefix><subscription_id>; empty (the default) refuses every subscriber URL"},
 	},
-	New: newFromSettings,
+	New: provider.FromSettings(newFromSettings),
 }
 
 // subscriptionRE is the syntax of a webhook subscription ID: 1 to 128

@@ -2,6 +2,7 @@ package calcom
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -128,6 +129,9 @@ func TestNewFromSettings(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: no error", tc.name)
 			continue
+		}
+		if !errors.Is(err, hostsdk.ErrSetting) {
+			t.Errorf("%s: error %q does not match hostsdk.ErrSetting (aip-host would exit 1, not 2)", tc.name, err)
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {

@@ -80,13 +80,13 @@ var Product = products.Product{
 		{Flag: flagOperationsFile, Env: "AIP_CHATWOOT_OPERATIONS_FILE",
 			Usage: "optional JSON array of catalogue operation suffixes to admit (default: all but agent.create, agent.update and agent.delete, which must be listed)"},
 	},
-	New: newFromSettings,
+	New: provider.FromSettings(newFromSettings),
 }
 
 func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error) {
 	var cfg Config
 	var err error
-	if cfg.BaseURL, err = provider.ParseBaseURL("--"+flagBaseURL, v[flagBaseURL], false, false); err != nil {
+	if cfg.BaseURL, err = provider.ParseBaseURL("--"+flagBaseURL+" (AIP_CHATWOOT_BASE_URL)", v[flagBaseURL], false, false); err != nil {
 		return nil, err
 	}
 	if v[flagAccountID] == "" {
@@ -96,16 +96,16 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	if v[flagTokenFile] == "" {
 		return nil, fmt.Errorf("--%s (AIP_CHATWOOT_API_TOKEN_FILE): no file given; point it at an owner-only file holding the api_access_token", flagTokenFile)
 	}
-	if cfg.Token, err = provider.ReadSecret("--"+flagTokenFile, v[flagTokenFile]); err != nil {
+	if cfg.Token, err = provider.ReadSecret("--"+flagTokenFile+" (AIP_CHATWOOT_API_TOKEN_FILE)", v[flagTokenFile]); err != nil {
 		return nil, err
 	}
 	if p := v[flagWebhookSecret]; p != "" {
-		if cfg.WebhookSecret, err = provider.ReadSecret("--"+flagWebhookSecret, p); err != nil {
+		if cfg.WebhookSecret, err = provider.ReadSecret("--"+flagWebhookSecret+" (AIP_CHATWOOT_WEBHOOK_SECRET_FILE)", p); err != nil {
 			return nil, err
 		}
 	}
 	if p := v[flagPreviousWebhookSecret]; p != "" {
-		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+flagPreviousWebhookSecret, p); err != nil {
+		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+flagPreviousWebhookSecret+" (AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE)", p); err != nil {
 			return nil, err
 		}
 	}
@@ -122,7 +122,7 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 // ReadOperationsFile reads the --chatwoot-operations-file: a JSON array of
 // catalogue suffixes, not writable by group or others.
 func ReadOperationsFile(path string) ([]string, error) {
-	what := "--" + flagOperationsFile
+	what := "--" + flagOperationsFile + " (AIP_CHATWOOT_OPERATIONS_FILE)"
 	ops, err := provider.ReadJSONList[string](what, path, MaxOperationsFileBytes, 1024,
 		`operation suffixes (e.g. ["conversation.list"])`)
 	if err != nil {

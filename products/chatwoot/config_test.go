@@ -1,6 +1,7 @@
 package chatwoot
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"strings"
@@ -93,6 +94,9 @@ func TestNewFromSettings(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: accepted", tc.name)
 			continue
+		}
+		if !errors.Is(err, hostsdk.ErrSetting) {
+			t.Errorf("%s: error %q does not match hostsdk.ErrSetting (aip-host would exit 1, not 2)", tc.name, err)
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {

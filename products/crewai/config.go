@@ -70,7 +70,7 @@ var Product = products.Product{
 			Usage: fmt.Sprintf("how long a run's status reads may keep failing (no answer, 5xx, 408, 429; retried with backoff up to %s) before the run is outcome_unknown, in ms (default %d)",
 				provider.DefaultBackoffCap, DefaultOutageBudget.Milliseconds())},
 	},
-	New: newFromSettings,
+	New: provider.FromSettings(newFromSettings),
 }
 
 // crewIDPattern is what a crew id may be: it becomes part of capability
@@ -118,7 +118,7 @@ func newFromSettings(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk
 // loadCrews reads and checks the crews file and each crew's token, and
 // builds a provider client per crew (over transport when not nil).
 func loadCrews(path string, maxResponseBytes int64, transport http.RoundTripper) ([]*crew, error) {
-	what := "--" + FlagCrewsFile
+	what := "--" + FlagCrewsFile + " (AIP_CREWAI_CREWS_FILE)"
 	entries, err := provider.ReadJSONList[crewEntry](what, path, MaxCrewsFileBytes, MaxCrews, "{id, base_url, token_file, description}")
 	if err != nil {
 		return nil, err

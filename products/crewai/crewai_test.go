@@ -766,6 +766,9 @@ func TestConfigErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("New accepted it")
 			}
+			if !errors.Is(err, hostsdk.ErrSetting) {
+				t.Errorf("error %q does not match hostsdk.ErrSetting (aip-host would exit 1, not 2)", err)
+			}
 			if !strings.Contains(err.Error(), "--crewai-crews-file") || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q, want it to name --crewai-crews-file and say %q", err, tc.want)
 			}

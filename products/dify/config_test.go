@@ -2,9 +2,11 @@ package dify
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -114,9 +116,16 @@ func TestProductSettings(t *testing.T) {
 	if conn.cfg.MaxResponseBytes != 4096 || conn.base.String() != "https://api.dify.ai/v1" || len(conn.apps) != 1 {
 		t.Errorf("config %+v base %s", conn.cfg, conn.base)
 	}
-	// Without a base URL the product says which setting to give.
+	// Without a base URL the product says which setting to give, and
+	// the error matches hostsdk.ErrSetting (aip-host exits 2 for it), as
+	// does every refusal of Product.New.
 	values[FlagBaseURL] = ""
-	if _, err := Product.New(values, nil); err == nil || !strings.Contains(err.Error(), "--dify-base-url") {
-		t.Errorf("no base URL: %v", err)
+	if _, err := Product.New(values, nil); err == nil || !strings.Contains(err.Error(), "--dify-base-url") || !errors.Is(err, hostsdk.ErrSetting) {
+		t.Errorf("no base URL: %v; want an error naming --dify-base-url that matches hostsdk.ErrSetting", err)
+	}
+	values[FlagBaseURL] = "https://api.dify.ai/v1"
+	values[FlagAppsFile] = filepath.Join(dir, "missing.json")
+	if _, err := Product.New(values, nil); err == nil || !strings.Contains(err.Error(), "--dify-apps-file") || !errors.Is(err, hostsdk.ErrSetting) {
+		t.Errorf("missing apps file: %v; want an error naming --dify-apps-file that matches hostsdk.ErrSetting", err)
 	}
 }

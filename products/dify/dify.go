@@ -49,7 +49,7 @@ var Product = products.Product{
 			Min: 1024, Max: MaxResponseBytesLimit,
 			Usage: "largest provider answer (and app event stream) read, in bytes (default 8 MiB)"},
 	},
-	New: func(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error) {
+	New: provider.FromSettings(func(values hostsdk.SettingValues, logger *slog.Logger) (*Connector, error) {
 		return New(Config{
 			BaseURL:          values[FlagBaseURL],
 			AppsFile:         values[FlagAppsFile],
@@ -57,7 +57,7 @@ var Product = products.Product{
 			MaxResponseBytes: values.Int(FlagMaxResponseBytes),
 			Logger:           logger,
 		})
-	},
+	}),
 }
 
 // Config configures New.
@@ -153,7 +153,7 @@ type dataset struct {
 // New validates cfg, reads every API key file and returns the connector.
 // Errors name the setting to fix.
 func New(cfg Config) (*Connector, error) {
-	base, err := provider.ParseBaseURL("--"+FlagBaseURL, cfg.BaseURL, true, false)
+	base, err := provider.ParseBaseURL("--"+FlagBaseURL+" (AIP_DIFY_BASE_URL)", cfg.BaseURL, true, false)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func New(cfg Config) (*Connector, error) {
 		})
 	}
 	if cfg.AppsFile != "" {
-		entries, err := provider.ReadJSONList[appEntry]("--"+FlagAppsFile, cfg.AppsFile, MaxConfigFileBytes, MaxEntries,
+		entries, err := provider.ReadJSONList[appEntry]("--"+FlagAppsFile+" (AIP_DIFY_APPS_FILE)", cfg.AppsFile, MaxConfigFileBytes, MaxEntries,
 			"{id, name, mode, description, api_key_file}")
 		if err != nil {
 			return nil, err
@@ -213,7 +213,7 @@ func New(cfg Config) (*Connector, error) {
 		}
 	}
 	if cfg.KnowledgeFile != "" {
-		entries, err := provider.ReadJSONList[knowledgeEntry]("--"+FlagKnowledgeFile, cfg.KnowledgeFile, MaxConfigFileBytes, MaxEntries,
+		entries, err := provider.ReadJSONList[knowledgeEntry]("--"+FlagKnowledgeFile+" (AIP_DIFY_KNOWLEDGE_FILE)", cfg.KnowledgeFile, MaxConfigFileBytes, MaxEntries,
 			"{id, name, description, api_key_file}")
 		if err != nil {
 			return nil, err

@@ -60,14 +60,14 @@ var Product = products.Product{
 			Usage: `model sent to /v1/chat/completions and /v1/responses when the action names none and the endpoint has no default_model (default "hermes-agent")`,
 			Check: checkModel},
 	},
-	New: func(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error) {
+	New: provider.FromSettings(func(values hostsdk.SettingValues, logger *slog.Logger) (*Connector, error) {
 		return New(Config{
 			EndpointsFile:    values[FlagEndpointsFile],
 			MaxResponseBytes: values.Int(FlagMaxResponseBytes),
 			DefaultModel:     values[FlagDefaultModel],
 			Logger:           logger,
 		})
-	},
+	}),
 }
 
 func checkModel(v string) error {

@@ -3,6 +3,7 @@ package hermes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -922,9 +923,12 @@ func TestNewErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := New(Config{EndpointsFile: tc.path})
+			_, err := Product.New(hostsdk.SettingValues{FlagEndpointsFile: tc.path}, nil)
 			if err == nil {
 				t.Fatal("accepted")
+			}
+			if !errors.Is(err, hostsdk.ErrSetting) {
+				t.Errorf("error %q does not match hostsdk.ErrSetting (aip-host would exit 1, not 2)", err)
 			}
 			if !strings.Contains(err.Error(), "--hermes-endpoints-file") || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q, want it to name --hermes-endpoints-file and say %q", err, tc.want)

@@ -85,7 +85,7 @@ var Product = products.Product{
 		{Flag: FlagIngestPolicyFile, Env: "AIP_TWENTY_IDEMPOTENT_INGEST_POLICY_FILE",
 			Usage: "JSON file (not writable by group or others, at most 1 MiB) holding the idempotent ingest policy (" + IngestPolicyVersion + "): the objects and fields record.ingest and record.ingest_many may write; required when those are listed"},
 	},
-	New: newFromSettings,
+	New: provider.FromSettings(newFromSettings),
 }
 
 // Config is a Twenty connector's configuration.

@@ -634,9 +634,12 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		v := base()
 		tc.edit(v)
-		_, err := newFromSettings(v, nil)
+		_, err := Product.New(v, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error mentioning %q", tc.name, err, tc.want)
+		}
+		if err != nil && !errors.Is(err, hostsdk.ErrSetting) {
+			t.Errorf("%s: error %q does not match hostsdk.ErrSetting (aip-host would exit 1, not 2)", tc.name, err)
 		}
 	}
 	// Accepted: a private-network http server with the override, loopback

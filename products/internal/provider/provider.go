@@ -81,7 +81,7 @@ func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), n
 // characters inside. what names the setting in errors ("--chatwoot-token-file").
 func ReadSecret(what, path string) (Secret, error) {
 	if path == "" {
-		return Secret{}, fmt.Errorf("%s: no file given", what)
+		return Secret{}, fmt.Errorf("%s: no file given; point it at an owner-only file holding the credential", what)
 	}
 	b, err := aip.ReadSecretFile(path, MaxSecretBytes)
 	if err != nil {
@@ -102,7 +102,10 @@ func ReadSecret(what, path string) (Secret, error) {
 // allowInsecure is set. what names the setting in errors.
 func ParseBaseURL(what, raw string, allowPath, allowInsecure bool) (*url.URL, error) {
 	if raw == "" {
-		return nil, fmt.Errorf("%s: no URL given", what)
+		if allowPath {
+			return nil, fmt.Errorf("%s: no URL given; give the base URL of the API", what)
+		}
+		return nil, fmt.Errorf("%s: no URL given; give the origin of the API (scheme, host and port)", what)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
