@@ -4,7 +4,10 @@
 // echo.stream sends progress chunks first. It is configured purely
 // by the common connector host flags and AIP_CONNECTOR_HOST_* variables (run
 // it with -h for the list) and exits with status 0 only after a clean drain
-// and offline transition.
+// and offline transition. A mistake in how it was started (an unknown flag,
+// a stray argument, a value the settings refuse) exits 2, as aip-host and
+// the connector guide's noteshost do; a start that failed or a drain that
+// was not clean exits 1.
 package main
 
 import (
@@ -21,14 +24,32 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "echo:", err)
-		os.Exit(1)
 	}
+	os.Exit(exitCode(err))
 }
+
+// exitCode is the exit status for run's error, as the connector guide's
+// noteshost has it: 2 for a mistake in how the program was started (a
+// usageError: an unknown flag, a stray argument, a bad --log-level; or a
+// value the host's settings refuse, hostsdk.ErrSetting), 1 for a start
+// that failed or a drain that was not clean, 0 for none or -h.
+func exitCode(err error) int {
+	var usage usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage), errors.Is(err, hostsdk.ErrSetting):
+		return 2
+	}
+	return 1
+}
+
+// usageError is a mistake on the command line: an unknown flag, a stray
+// argument or a bad log level.
+type usageError struct{ error }
 
 // run parses flags and the environment, then runs the host until SIGINT or
 // SIGTERM and a clean drain.
@@ -38,10 +59,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	load := hostsdk.BindFlags(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error [$AIP_ECHO_LOG_LEVEL]")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return usageError{fmt.Errorf("unexpected argument %q; every setting is a flag", fs.Arg(0))}
 	}
 	lvl, source := *level, "--log-level"
 	if v := getenv("AIP_ECHO_LOG_LEVEL"); v != "" && !flagSet(fs, "log-level") {
@@ -49,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var sl slog.Level
 	if err := sl.UnmarshalText([]byte(lvl)); err != nil {
-		return fmt.Errorf("%s %q: want debug, info, warn or error", source, lvl)
+		return usageError{fmt.Errorf("%s %q: want debug, info, warn or error", source, lvl)}
 	}
 	cfg, err := load(getenv)
 	if err != nil {
