@@ -9,8 +9,11 @@ import (
 // ConfigError reports an invalid sidecar setting: the Config field, the
 // aip-sidecar flag and environment variable that set it (empty for a field
 // only a Go program sets), and what is accepted. As hostsdk.ConfigError,
-// its message names the flag and the variable first, for a person who
-// configured the sidecar with them.
+// its text is for the person who set the value, so it has no "sidecar: "
+// prefix (aip-sidecar prints it after its own name): it starts with the
+// flag and the variable ("--local-url (AIP_SIDECAR_LOCAL_URL,
+// Config.Local.URL) is empty: ..."), or with the field for one only a Go
+// program sets. Match it with errors.As.
 type ConfigError struct {
 	Field  string
 	Flag   string // without the dashes
@@ -20,10 +23,28 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string {
 	if e.Flag == "" {
-		return fmt.Sprintf("sidecar: Config.%s %s", e.Field, e.Reason)
+		return fmt.Sprintf("Config.%s %s", e.Field, e.Reason)
 	}
-	return fmt.Sprintf("sidecar: --%s (%s, Config.%s) %s", e.Flag, e.Env, e.Field, e.Reason)
+	return fmt.Sprintf("--%s (%s, Config.%s) %s", e.Flag, e.Env, e.Field, e.Reason)
 }
+
+// detail is err's text as a detail of another error of this package
+// (ErrStartTimeout's last health check): without the "sidecar: " the
+// outer error already starts with.
+func detail(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return strings.TrimPrefix(err.Error(), "sidecar: ")
+}
+
+// detailed is an error quoted as a detail (its text without "sidecar: ",
+// as detail gives it) that still matches what it wraps: a start timeout
+// tells a refused connection from others by errors.Is.
+type detailed struct{ err error }
+
+func (d detailed) Error() string { return detail(d.err) }
+func (d detailed) Unwrap() error { return d.err }
 
 // EnvPrefix starts the environment variable of every aip-sidecar setting
 // (AIP_SIDECAR_LOCAL_URL for --local-url); the replica's own are

@@ -7,10 +7,10 @@ import "testing"
 // AIP_CONNECTOR_HOST_BIND), or only the Go field when no flag sets it.
 func TestConfigErrorNamesItsSetting(t *testing.T) {
 	for _, tc := range []struct{ field, want string }{
-		{"MCP.ConnectTimeout", "sidecar: --start-timeout-ms (AIP_SIDECAR_START_TIMEOUT_MS, Config.MCP.ConnectTimeout) is bad"},
-		{"Host.Bind", "sidecar: --bind (AIP_CONNECTOR_HOST_BIND, Config.Host.Bind) is bad"},
-		{"Host.HealthProbeTimeout", "sidecar: Config.Host.HealthProbeTimeout is bad"},
-		{"Local.MaxChunks", "sidecar: Config.Local.MaxChunks is bad"},
+		{"MCP.ConnectTimeout", "--start-timeout-ms (AIP_SIDECAR_START_TIMEOUT_MS, Config.MCP.ConnectTimeout) is bad"},
+		{"Host.Bind", "--bind (AIP_CONNECTOR_HOST_BIND, Config.Host.Bind) is bad"},
+		{"Host.HealthProbeTimeout", "Config.Host.HealthProbeTimeout is bad"},
+		{"Local.MaxChunks", "Config.Local.MaxChunks is bad"},
 	} {
 		if got := cfgErr(tc.field, "is bad").Error(); got != tc.want {
 			t.Errorf("cfgErr(%q) = %q, want %q", tc.field, got, tc.want)

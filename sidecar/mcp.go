@@ -667,9 +667,9 @@ func (m *MCP) Connect(parent context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			if perr := parent.Err(); perr != nil {
-				return fmt.Errorf("sidecar: connecting to the MCP server %s was interrupted: %w (last: %v)", m.Target(), perr, err)
+				return fmt.Errorf("sidecar: connecting to the MCP server %s was interrupted: %w (last: %s)", m.Target(), perr, detail(err))
 			}
-			return fmt.Errorf("%w within %s (--%s): last attempt to connect to the MCP server: %v", ErrStartTimeout, m.cfg.ConnectTimeout, settingOf["MCP.ConnectTimeout"], err)
+			return fmt.Errorf("%w within %s (--%s): last attempt to connect to the MCP server: %s", ErrStartTimeout, m.cfg.ConnectTimeout, settingOf["MCP.ConnectTimeout"], detail(err))
 		case <-t.C:
 		}
 	}

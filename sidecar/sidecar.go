@@ -440,7 +440,7 @@ func (s *Sidecar) awaitAttached(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sidecar: the wait for the connector at %s was interrupted: %w", s.local.Target(), err)
 		}
-		return fmt.Errorf("%w within %s (--%s) at %s: last health check: %v", ErrStartTimeout, s.cfg.StartTimeout, settingOf["StartTimeout"], s.local.Target(), last)
+		return fmt.Errorf("%w within %s (--%s) at %s: last health check: %s", ErrStartTimeout, s.cfg.StartTimeout, settingOf["StartTimeout"], s.local.Target(), detail(last))
 	}
 	return nil
 }

@@ -436,7 +436,7 @@ func (s *supervisor) awaitReady(ctx context.Context, c *child) error {
 	case errors.Is(err, errExitedBeforeReady):
 		return fmt.Errorf("the process exited before it was ready: %v", c.err)
 	default:
-		return fmt.Errorf("last health check: %w", last)
+		return fmt.Errorf("last health check: %w", detailed{last})
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/aipfleet/aipfleet/internal/hostrun"
 )
@@ -26,7 +27,16 @@ import (
 func main() {
 	err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "aip-sidecar:", err)
+		fmt.Fprintln(os.Stderr, "aip-sidecar:", message(err))
 	}
 	os.Exit(hostrun.ExitCode(err))
+}
+
+// message is err's text as main prints it after "aip-sidecar: ": without
+// the "sidecar: " that package sidecar's own errors start with
+// (sidecar.ErrStartTimeout, a *sidecar.LocalError, a child that did not
+// stop), which would name the program twice. The errors keep it (they
+// are matched with errors.Is and errors.As, and logged as they are).
+func message(err error) string {
+	return strings.TrimPrefix(err.Error(), "sidecar: ")
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -365,7 +367,7 @@ func TestRunConfigErrorsNameTheFlags(t *testing.T) {
 	for _, a := range argvSettings {
 		fs.Var(argvFlag{}, a.flag, "")
 	}
-	goField := regexp.MustCompile(`sidecar: (Local|MCP|Host)?\.?[A-Z]`)
+	goField := regexp.MustCompile(`^(sidecar: )?(Config\.|(Local|MCP|Host)\.[A-Z])`)
 	mentioned := regexp.MustCompile(`--([a-z][a-z-]*)`)
 	for _, tc := range []struct {
 		name string
@@ -547,5 +549,72 @@ func TestNamesFlag(t *testing.T) {
 		if got := namesFlag(c.msg, c.name); got != c.want {
 			t.Errorf("namesFlag(%q, %q) = %v, want %v", c.msg, c.name, got, c.want)
 		}
+	}
+}
+
+// TestMainNamesTheProgramOnce runs main in a child process (this test
+// binary, with AIP_SIDECAR_TEST_MAIN set): an error of package sidecar
+// read "aip-sidecar: sidecar: --local-url ...", and a start timeout
+// "aip-sidecar: sidecar: the connector did not become healthy ...: last
+// health check: sidecar: GET ...". The operator now sees the program's
+// name once, and the error still matches (sidecar.ErrStartTimeout).
+func TestMainNamesTheProgramOnce(t *testing.T) {
+	if os.Getenv("AIP_SIDECAR_TEST_MAIN") == "1" {
+		var args []string
+		if err := json.Unmarshal([]byte(os.Getenv("AIP_SIDECAR_TEST_ARGS")), &args); err != nil {
+			panic(err)
+		}
+		os.Args = append([]string{"aip-sidecar"}, args...)
+		main()
+		return
+	}
+	// A loopback port nothing listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	manifest := []string{"--print-manifest", "--trust-domain", "example.org"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{manifest, "aip-sidecar: --local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) is empty: give the local connector's loopback URL"},
+		{append(manifest, "--local-url", closed, "--start-timeout-ms", "200"),
+			"aip-sidecar: the connector did not become healthy within 200ms (--start-timeout-ms) at " + closed + ": last health check: GET /aip/health at " + closed + ": "},
+	} {
+		args, _ := json.Marshal(c.args)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMainNamesTheProgramOnce$")
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "OTEL_") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(env, "AIP_SIDECAR_TEST_MAIN=1", "AIP_SIDECAR_TEST_ARGS="+string(args))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("aip-sidecar %v: %v, want exit status 1", c.args, err)
+		}
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		last := lines[len(lines)-1]
+		if !strings.HasPrefix(last, c.want) || strings.Count(last, "sidecar: ") != 1 {
+			t.Errorf("aip-sidecar %v: the error reads\n%s\nwant it to start with %q and name the program once", c.args, last, c.want)
+		}
+	}
+	// The error run returns keeps what matches it.
+	err = run(context.Background(), []string{"--print-manifest", "--trust-domain", "example.org", "--local-url", closed, "--start-timeout-ms", "200"},
+		func(string) string { return "" }, io.Discard, io.Discard)
+	if !errors.Is(err, sidecar.ErrStartTimeout) {
+		t.Errorf("run: %v; want it to match sidecar.ErrStartTimeout", err)
+	}
+	err = run(context.Background(), []string{"--print-manifest", "--trust-domain", "example.org"}, func(string) string { return "" }, io.Discard, io.Discard)
+	var ce *sidecar.ConfigError
+	if !errors.As(err, &ce) || ce.Flag != "local-url" {
+		t.Errorf("run: %v; want a *sidecar.ConfigError for --local-url", err)
 	}
 }
