@@ -171,9 +171,21 @@ func TestSettingErrorTexts(t *testing.T) {
 			}
 		})
 	}
-	_, err := hostsdk.LoadConfig([]string{"--no-such-flag"}, nil)
-	if !errors.Is(err, hostsdk.ErrSetting) || err.Error() != "flag provided but not defined: -no-such-flag" {
-		t.Errorf("LoadConfig with an unknown flag: %v", err)
+	// An unknown flag was the flag package's "flag provided but not
+	// defined: -max-in-flite": it now says where the flags are listed,
+	// and names the flag it most likely meant when one is close.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--no-such-flag"}, "unknown flag --no-such-flag (run with --help for the flags)"},
+		{[]string{"--max-in-flite", "3"}, "unknown flag --max-in-flite; did you mean --max-in-flight? (run with --help for the flags)"},
+		{[]string{"-REPLICA_ID=crepl_1"}, "unknown flag --REPLICA_ID; did you mean --replica-id? (run with --help for the flags)"},
+	} {
+		_, err := hostsdk.LoadConfig(c.args, nil)
+		if !errors.Is(err, hostsdk.ErrSetting) || err == nil || err.Error() != c.want {
+			t.Errorf("LoadConfig(%q): %v; want %s (matching ErrSetting)", c.args, err, c.want)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/flagsuggest"
 )
 
 // option is one setting of the common host CLI/env contract.
@@ -150,8 +151,11 @@ var ErrHelp = flag.ErrHelp
 // name) and environment variables read through getenv (os.Getenv in a main).
 // A flag wins over its AIP_CONNECTOR_HOST_* variable. Every malformed or
 // out-of-range value is reported with the flag, the variable and the accepted
-// range; the remaining checks happen in New. Unknown flags are errors.
-// Programs with flags of their own use BindFlags instead.
+// range; the remaining checks happen in New. An unknown flag is an error
+// that names the known flag it most likely meant, if one is close, and
+// says that --help lists the flags ("unknown flag --max-in-flite; did you
+// mean --max-in-flight? (run with --help for the flags)"). Programs with
+// flags of their own use BindFlags instead.
 func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	fs := flag.NewFlagSet("connector-host", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -160,7 +164,16 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return Config{}, ErrHelp
 		}
-		return Config{}, &settingFault{msg: err.Error(), err: err}
+		msg := err.Error()
+		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+			name = strings.TrimLeft(name, "-")
+			msg = "unknown flag --" + name
+			if known := flagsuggest.Closest(fs, name); known != "" {
+				msg += "; did you mean --" + known + "?"
+			}
+			msg += " (run with --help for the flags)"
+		}
+		return Config{}, &settingFault{msg: msg, err: err}
 	}
 	if fs.NArg() > 0 {
 		return Config{}, &settingFault{msg: fmt.Sprintf("unexpected argument %q; every setting is a --flag", fs.Arg(0))}

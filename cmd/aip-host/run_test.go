@@ -223,6 +223,8 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"dify", "--bogus"}, "unknown flag -bogus (run `aip-host dify -h` for the flags)"},
+		{[]string{"dify", "--max-in-flite", "3"}, "unknown flag -max-in-flite; did you mean -max-in-flight? (run `aip-host dify -h` for the flags)"},
+		{[]string{"dify", "--dify-apps"}, "unknown flag -dify-apps; did you mean -dify-apps-file? (run `aip-host dify -h` for the flags)"},
 		{[]string{"dify", "--log-level"}, "flag needs an argument: -log-level"},
 		{[]string{"dify", "extra"}, `unexpected argument "extra"`},
 		{[]string{"zendesk"}, `unknown product "zendesk"`},

@@ -420,6 +420,8 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--bogus"}, "unknown flag -bogus (run `aip-sidecar -h` for the flags)"},
+		{[]string{"--local-ulr", "http://127.0.0.1:9"}, "unknown flag -local-ulr; did you mean -local-url? (run `aip-sidecar -h` for the flags)"},
+		{[]string{"--AIP_SIDECAR_START_TIMEOUT_MS=5"}, "unknown flag -AIP_SIDECAR_START_TIMEOUT_MS (run `aip-sidecar -h` for the flags)"},
 		{[]string{"--local-url"}, "flag needs an argument: -local-url"},
 		{[]string{"python3"}, `unexpected argument "python3"`},
 		{[]string{"--exec"}, "--exec needs a command"},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/flagsuggest"
 )
 
 // env is what a command may touch of the outside world.
@@ -397,11 +398,16 @@ func (f *flagSet) parseInterleaved(args []string, stdout io.Writer) ([]string, e
 
 // flagErrorText is the flag package's parse error with the flags spelled
 // as the help spells them (--name, not -name) and its "flag provided but
-// not defined" said plainly.
+// not defined" said plainly, with the flag it most likely meant when one
+// is close ("unknown flag --max-in-flite; did you mean --max-in-flight?").
 func (f *flagSet) flagErrorText(err error) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		return "unknown flag --" + strings.TrimPrefix(name, "-")
+		name = strings.TrimPrefix(name, "-")
+		if known := flagsuggest.Closest(f.fs, name); known != "" {
+			return "unknown flag --" + name + "; did you mean --" + known + "?"
+		}
+		return "unknown flag --" + name
 	}
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
 		return "--" + strings.TrimPrefix(name, "-") + " needs a value"

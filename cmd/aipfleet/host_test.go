@@ -29,6 +29,12 @@ func TestHostFlagErrors(t *testing.T) {
 		{args: []string{"--connector", "echo", "--max-in-flight", "0"}, want: "--max-in-flight (AIP_CONNECTOR_HOST_MAX_IN_FLIGHT"},
 		{env: map[string]string{"AIP_CONNECTOR_HOST_CONNECTOR": "echo", "AIP_CONNECTOR_HOST_LEASE_TTL_MS": "5"}, want: "AIP_CONNECTOR_HOST_LEASE_TTL_MS"},
 		{args: []string{"--connector", "echo"}, want: "--public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT"},
+		// A misspelt flag names the one it most likely meant, and where
+		// the flags are listed.
+		{args: []string{"--connector", "echo", "--max-in-flite", "3"},
+			want: "host: unknown flag --max-in-flite; did you mean --max-in-flight? (run `aipfleet host --help`)"},
+		{args: []string{"--conector", "echo"}, want: "host: unknown flag --conector; did you mean --connector? (run `aipfleet host --help`)"},
+		{args: []string{"--connector", "echo", "--bogus"}, want: "host: unknown flag --bogus (run `aipfleet host --help`)"},
 	} {
 		_, _, err := runCLI(t, c.env, append([]string{"host"}, c.args...)...)
 		var u *usageError

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/flagsuggest"
 )
 
 // UsageError is a mistake on the command line of a host program (an
@@ -41,8 +42,10 @@ func ExitCode(err error) int {
 // ParseFlags parses args into fs, whose output it silences: a mistake is
 // a *UsageError of one line that names it and the command that lists the
 // flags (help, such as "aip-sidecar -h"), not the whole flag list with
-// the mistake above it; -h prints the flag list to stderr with fs.Usage
-// and returns flag.ErrHelp.
+// the mistake above it; an unknown flag's names the flag it most likely
+// meant, if one is close ("unknown flag -max-in-flite; did you mean
+// -max-in-flight? (run `aip-sidecar -h` for the flags)"). -h prints the
+// flag list to stderr with fs.Usage and returns flag.ErrHelp.
 func ParseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, help string) error {
 	usage := fs.Usage
 	fs.SetOutput(io.Discard)
@@ -59,7 +62,11 @@ func ParseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, help string) 
 	}
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-		msg = "unknown flag -" + strings.TrimLeft(name, "-")
+		name = strings.TrimLeft(name, "-")
+		msg = "unknown flag -" + name
+		if known := flagsuggest.Closest(fs, name); known != "" {
+			msg += "; did you mean -" + known + "?"
+		}
 	}
 	return Usagef("%s (run `%s` for the flags)", msg, help)
 }
