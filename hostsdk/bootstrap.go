@@ -268,7 +268,8 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 }
 
 // Step 5: build the native gateway and product routes and bind the
-// listener (connections queue until step 10 serves them).
+// listener (connections queue until step 10 serves them, or, for the
+// native ingress, until the early start after step 6: early.go).
 func (h *Host) stepBuildRoutes(ctx context.Context) error {
 	h.actionBase, h.hardStop = context.WithCancel(context.WithoutCancel(ctx))
 	var product []Route
@@ -288,7 +289,7 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 		return err
 	}
 	h.server = &http.Server{
-		Handler:           mux,
+		Handler:           h.untilServing(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		// Responses last as long as their action (bounded by the action's
@@ -534,21 +535,24 @@ func (h *Host) stepApplyLease(ctx context.Context) error {
 }
 
 // Step 10: start the event delivery loop (when Config.EventEndpoint is
-// set; before anything can publish), serve, and start the connector's event
-// source if it has one.
+// set; before anything can publish), serve (the server serving the native
+// ingress since step 6, when it did, now serves everything and runs
+// actions: early.go), and start the connector's event source if it has
+// one.
 func (h *Host) stepServe(ctx context.Context) error {
-	h.startEventDelivery(ctx)
-	h.serveDone = make(chan struct{})
-	go func() {
-		defer close(h.serveDone)
-		if err := h.server.Serve(h.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			h.serveErr = err
-			select {
-			case h.fatal <- err:
-			default:
-			}
+	if h.serveDone != nil {
+		select {
+		case <-h.serveDone:
+			return fmt.Errorf("the HTTP server, serving the native ingress since recovery, stopped: %w", h.serveErr)
+		default:
 		}
-	}()
+	}
+	h.startEventDelivery(ctx)
+	if h.serveDone == nil {
+		h.startServer()
+	}
+	h.serving.Store(true)
+	h.endStart()
 	if es, ok := h.conn.(EventSource); ok {
 		evCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		h.evCancel, h.evDone = cancel, make(chan struct{})

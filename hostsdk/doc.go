@@ -79,7 +79,10 @@
 //     compute the manifest digest (BindManifestError);
 //  5. build the native gateway and product routes, bind the listener
 //     (BuildRoutesError);
-//  6. recover durable work (RecoverError);
+//  6. recover durable work (RecoverError); from here on, when the journal
+//     has served this replica ID before (it has an origin: see Native
+//     ingress, "Before the host serves"), the native ingress is served,
+//     refusing every action it cannot answer from the journal;
 //  7. probe storage and connector health (ProbeError);
 //  8. send the signed register (RegisterError). While the control plane
 //     does not answer (ErrControlUnavailable: down, restarting, its
@@ -95,7 +98,7 @@
 //     request, for at most MaxLeaseTTL plus 10 s; any other signed
 //     rejection fails the start;
 //  9. apply the lease and start heartbeats (ApplyLeaseError);
-//  10. serve (ServeError).
+//  10. serve (ServeError): run actions, and serve every other route.
 //
 // A shutdown requested while the host starts (ctx cancelled in Run:
 // SIGTERM, Ctrl-C) stops the bootstrap, which then releases what it did
@@ -165,8 +168,9 @@
 // MaxMessageAge, never accepted later, is not claimed). Then:
 //
 //   - action: refused with a signed 503 connector_host.not_ready (retry
-//     after one heartbeat interval) while draining, without a valid lease or
-//     when not ready, or a signed 429 connector_host.capacity above
+//     after one heartbeat interval) while draining, without a valid lease,
+//     when not ready or before the host serves (see below), or a signed
+//     429 connector_host.capacity above
 //     MaxInFlight, refusals that tell the dispatcher the action did not
 //     start here and so are given only for an action ID neither running in
 //     this process nor journaled (a delivery of one that is waits for it —
@@ -221,6 +225,43 @@
 //     (not_found when there is no record, pruned when there is none and the
 //     action may be older than what was pruned); it works while draining
 //     and without a lease.
+//
+// Before the host serves (step 10), from the end of recovery (step 6) on,
+// the native ingress is served by the same code with one difference: no
+// action runs. This is the window in which the registration may wait: a
+// replica killed and started again at once is refused as lease_live until
+// the lease of its previous run expires (up to the lease TTL), a control
+// plane that does not answer is waited for (RegisterWait), and meanwhile
+// the registry routes new actions to the replica under its previous lease.
+// Their connections, accepted by the bound listener, used to wait
+// unanswered until the host registered or their timeout ended; now an
+// action the journal holds is answered from its record, one routed
+// before the prune horizon or the journal's origin gets action_expired,
+// a journal that cannot tell gets storage_unavailable, and any other
+// action the signed 503 connector_host.not_ready (its message ID claimed
+// first), which a dispatcher presents to move the action to another
+// replica. Cancels and status queries are answered as when ready. The
+// refusal is true because the refused envelope can never run here (its
+// message ID is claimed in the durable replay registry before the
+// answer, so a replay, early or once the host serves, is refused) and
+// because the action did not start here: the host journals every action
+// before running it, one journal serves a replica ID at a time (the
+// SQLite journal's lock, pgruntime's advisory lock), recovery has settled
+// what the previous run left received or running, and an action routed
+// while another journal served the replica ID (its route's replica health
+// revision below this journal's origin) is refused with action_expired
+// instead. A journal without an origin for this replica ID (a new one, a
+// lost state directory) proves nothing about any route the registry can
+// send before the registration: the host serves nothing early on it, and
+// the actions wait as before (answered action_expired once it serves;
+// answering that at once would release their reservations while the
+// registry goes on routing new actions here, each lost at once too, and
+// an unsigned 503 would be settled as an uncertain outcome). Every other
+// route (/health, /ready, /metrics, the manifest, the JWKS, product
+// routes) waits until the host serves, as its connection waited in the
+// listener's queue before, so no product webhook runs and /ready says
+// nothing before the host serves; after a failed start their connections
+// are closed unanswered.
 //
 // Every answer is a signed envelope in response to the request, except the
 // unsigned 400 schema.envelope.invalid and envelope.decode.invalid for a body

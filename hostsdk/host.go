@@ -85,7 +85,14 @@ type Host struct {
 	writeFailed atomic.Pointer[writeFailure]
 	// origin is the journal's origin for this replica ID (origin.go):
 	// routes below it that the journal does not hold are refused.
-	origin          atomic.Uint64
+	origin atomic.Uint64
+	// serving is set at step 10, when the host serves: before it, the
+	// native ingress may be served early (early.go), and runs no action.
+	serving atomic.Bool
+	// startEnded is closed when the start ends (endStart): the requests
+	// untilServing holds then go on, or are dropped after a failed start.
+	startEnded      chan struct{}
+	startEndOnce    sync.Once
 	lease           leaseState
 	controlMu       sync.Mutex     // serializes lifecycle calls (one sequence fence)
 	pendingRegister *sealedRequest // guarded by controlMu
@@ -180,6 +187,7 @@ func New(cfg Config, conn Connector) (*Host, error) {
 		startDone:     make(chan struct{}),
 		stopDone:      make(chan struct{}),
 		drainAccepted: make(chan struct{}),
+		startEnded:    make(chan struct{}),
 		running:       make(map[string]*runningAction),
 		fatal:         make(chan error, 1),
 		tenant: TenantContext{
@@ -406,6 +414,11 @@ func (h *Host) bootstrap(ctx context.Context) (err error) {
 		if err := h.runStep(ctx, s.step, s.run); err != nil {
 			return err
 		}
+		if s.step == StepRecover {
+			// The journal is settled: the native ingress can answer
+			// what it proves while the registration waits (early.go).
+			h.serveEarly()
+		}
 	}
 	return nil
 }
@@ -462,6 +475,12 @@ func stoppedByCancel(ctx context.Context, err error) bool {
 // registration is left behind and the journal closed.
 func (h *Host) releaseAfterFailedStart() error {
 	var errs []error
+	// The server serving the native ingress early (early.go) stops first:
+	// nothing may answer for the replica once it is released.
+	if err := h.stopEarlyServer(); err != nil {
+		h.log.Warn("stop the early native ingress after a failed start", "error", err)
+	}
+	h.endStart()
 	if err := h.stopEventDelivery(h.cfg.ControlTimeout); err != nil {
 		h.log.Warn("stop event delivery after a failed start", "error", err)
 		errs = append(errs, fmt.Errorf("stop event delivery: %w", err))

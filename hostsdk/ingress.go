@@ -508,7 +508,12 @@ func (x *exchange) action(a *aip.Action, route *aip.ConnectorRoute) bool {
 	// not_ready and capacity refusals tell the dispatcher that the action
 	// did not start here (it settles the route as not run, or moves it
 	// elsewhere): they are given only for an action the journal does not
-	// hold either (refuseUnstarted).
+	// hold either (refuseUnstarted). Before the host serves (the native
+	// ingress served early, while the registration waits: early.go) no
+	// action runs, whatever the lease.
+	if !h.serving.Load() {
+		return x.refuseUnstarted(a.ID, want, x.notStarted)
+	}
 	if !h.ready() {
 		return x.refuseUnstarted(a.ID, want, x.notReady)
 	}
@@ -1464,6 +1469,14 @@ func (x *exchange) notReady() bool {
 	ms := uint64(x.h.cfg.HeartbeatInterval.Milliseconds())
 	return x.refuse(http.StatusServiceUnavailable, aip.NewProtocolError(CodeNotReady, aip.CategoryTemporary, true, ms,
 		"the replica is not accepting actions (draining, no valid lease, or not ready); this message will never execute here"))
+}
+
+// notStarted is the not_ready refusal of an action that arrives before the
+// host serves (early.go).
+func (x *exchange) notStarted() bool {
+	ms := uint64(x.h.cfg.HeartbeatInterval.Milliseconds())
+	return x.refuse(http.StatusServiceUnavailable, aip.NewProtocolError(CodeNotReady, aip.CategoryTemporary, true, ms,
+		"the replica is starting and does not run actions before it has registered (its previous lease may still be live in the registry, or the control plane does not answer); this message will never execute here"))
 }
 
 func (x *exchange) storageUnavailable(err error) bool {

@@ -19,10 +19,25 @@ import (
 // a kill -9. It returns the fleet and when that lease expires.
 func crashedReplica(t *testing.T) (*bubbleFleet, time.Time) {
 	t.Helper()
-	b := newBubbleFleet(t, func(c *hostsdk.Config) {
+	b := newCrashableFleet(t, nil)
+	b.awaitFirstBeat(t)
+	return b, b.crash(t)
+}
+
+// newCrashableFleet is the bubble fleet crashedReplica crashes (wrap as
+// newWrappedBubbleFleet's).
+func newCrashableFleet(t *testing.T, wrap func(*testConnector) hostsdk.Connector) *bubbleFleet {
+	t.Helper()
+	return newWrappedBubbleFleet(t, func(c *hostsdk.Config) {
 		c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout, c.ControlTimeout = 20*time.Second, 5*time.Second, time.Second, time.Second
-	})
-	ctx := b.awaitFirstBeat(t)
+	}, wrap)
+}
+
+// crash stops the fleet's host while the control plane is unavailable (see
+// crashedReplica) and returns when the lease the registry keeps expires.
+func (b *bubbleFleet) crash(t *testing.T) time.Time {
+	t.Helper()
+	ctx := context.Background()
 	b.cp.SetUnavailable(true)
 	if err := b.h.Stop(ctx); err == nil {
 		t.Fatal("Stop with the control plane unavailable was clean")
@@ -32,7 +47,7 @@ func crashedReplica(t *testing.T) (*bubbleFleet, time.Time) {
 	if st.Status != aip.ReplicaReady || !st.LeaseExpiresAt.After(time.Now()) {
 		t.Fatalf("after the unclean stop the registry holds %+v; want ready with a live lease", st)
 	}
-	return b, st.LeaseExpiresAt
+	return st.LeaseExpiresAt
 }
 
 // TestRegistrationWaitsForThePreviousLease: a replica started again while
