@@ -342,6 +342,7 @@ func TestStopWhileServingEarlyIsClean(t *testing.T) {
 		b := newCrashableFleet(t, nil)
 		b.awaitFirstBeat(t)
 		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // Run returns when the test fails early too
 		r := restartDuringLease(t, b, nil, ctx, true, nil)
 		a := action(capEcho, `{"message":"during the wait"}`)
 		wantCode(t, r.deliver(t, aip.Body{Action: a}, r.route(t, a)), http.StatusServiceUnavailable, hostsdk.CodeNotReady)
@@ -367,6 +368,55 @@ func TestStopWhileServingEarlyIsClean(t *testing.T) {
 		}
 		if regs := opsOf(b.cp, aip.OpRegister); regs[len(regs)-1].Outcome != aip.OutcomeRejected {
 			t.Fatalf("the last registration %+v; want the refused one (nothing registered)", regs[len(regs)-1])
+		}
+	})
+}
+
+// TestRestartedReplicaExpiresRoutesOlderThanItsJournal: during the lease
+// wait, an action, cancel or status query routed to the replica before
+// its journal served it (an earlier journal of the replica ID is gone) is
+// answered as once the host serves: action_expired and pruned, never a
+// not_ready that would move an action that may have run on the lost
+// journal.
+func TestRestartedReplicaExpiresRoutesOlderThanItsJournal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newCrashableFleet(t, nil)
+		b.awaitFirstBeat(t)
+		st, _ := b.cp.Replica(b.cfg.ReplicaID)
+		oldRevision := st.HealthRevision
+		// The replica goes offline cleanly and starts again on another
+		// journal (its state directory lost), whose origin is its new
+		// registration.
+		if err := b.h.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cfg := b.cfg
+		ml := hostsdktest.NewMemListener()
+		cfg.Journal, cfg.Listener = memjournal.New(), ml
+		b.h, b.cfg = hostsdktest.StartHost(t, cfg, b.conn), cfg
+		if st, _ := b.cp.Replica(b.cfg.ReplicaID); st.HealthRevision <= oldRevision {
+			t.Fatalf("health revision %d after the new registration; want above %d", st.HealthRevision, oldRevision)
+		}
+
+		r := restartDuringLease(t, b, nil, context.Background(), false, nil)
+		a := action(capEcho, `{"message":"routed to the lost journal"}`)
+		old := r.route(t, a)
+		old.ReplicaHealthRevision = oldRevision
+		pe := wantCode(t, r.deliver(t, aip.Body{Action: a}, old), http.StatusGone, hostsdk.CodeActionExpired)
+		if !strings.Contains(pe.Message, "before its current journal served it") {
+			t.Errorf("refusal message %q does not say why", pe.Message)
+		}
+		wantCode(t, r.deliver(t, aip.Body{Cancel: &aip.Cancel{Target: aip.CancelTarget{Action: a.ID}}}, old), http.StatusGone, hostsdk.CodeActionExpired)
+		status := r.deliver(t, aip.Body{ActionStatusQuery: &aip.ActionStatusQuery{ActionID: a.ID}}, old)
+		if as := status.Envelope.Body.ActionStatus; status.Status != http.StatusOK || as == nil || as.State != aip.StatePruned {
+			t.Fatalf("status query during the wait: HTTP %d %s; want state pruned", status.Status, status.Raw)
+		}
+		if !time.Now().Before(r.expires) {
+			t.Fatalf("answered at %s, once the previous lease (until %s) had expired; want answers during the wait", time.Now(), r.expires)
+		}
+		r.awaitStarted(t)
+		if n := r.conn.runCount(a.ID); n != 0 {
+			t.Fatalf("the action ran %d times", n)
 		}
 	})
 }
