@@ -268,8 +268,9 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 }
 
 // Step 5: build the native gateway and product routes and bind the
-// listener (connections queue until step 10 serves them, or, for the
-// native ingress, until the early start after step 6: early.go).
+// listener (connections queue until step 10 serves them, or, for /health,
+// /ready and the native ingress, until the early start after step 6:
+// early.go).
 func (h *Host) stepBuildRoutes(ctx context.Context) error {
 	h.actionBase, h.hardStop = context.WithCancel(context.WithoutCancel(ctx))
 	var product []Route

@@ -256,12 +256,14 @@
 // the actions wait as before (answered action_expired once it serves;
 // answering that at once would release their reservations while the
 // registry goes on routing new actions here, each lost at once too, and
-// an unsigned 503 would be settled as an uncertain outcome). Every other
-// route (/health, /ready, /metrics, the manifest, the JWKS, product
-// routes) waits until the host serves, as its connection waited in the
-// listener's queue before, so no product webhook runs and /ready says
-// nothing before the host serves; after a failed start their connections
-// are closed unanswered.
+// an unsigned 503 would be settled as an uncertain outcome). Either way,
+// /health answers from recovery on (a liveness probe must not kill a
+// replica that only waits out its previous lease) and /ready answers 503
+// not_ready until the host serves; every other route (/metrics, the
+// manifest, the JWKS, product routes) waits until the host serves, as its
+// connection waited in the listener's queue before, so no product webhook
+// runs before the host serves; after a failed start their connections are
+// closed unanswered.
 //
 // Every answer is a signed envelope in response to the request, except the
 // unsigned 400 schema.envelope.invalid and envelope.decode.invalid for a body

@@ -71,22 +71,31 @@ import (
 // action only when its route was handed out exactly once, so the refused
 // envelope is the only one under its fence.
 //
-// Every other route (/health, /ready, /metrics, the manifest, the JWKS,
-// product routes and paths that match none) waits until the host serves
-// at step 10, as its connection waited in the listener's queue before: a
-// product webhook must not run before the host serves, and /ready must not
-// say ready before it does (the lease is granted at step 8). When the
-// start fails instead, their connections are closed without an answer.
+// The server itself starts after recovery whatever the journal: /health
+// answers from then on (the process is alive: a liveness probe with a
+// short timeout must not kill a replica that is only waiting out its
+// previous lease, up to the lease TTL, or for a control plane that does
+// not answer, up to Config.RegisterWait), and /ready answers 503
+// not_ready until the host serves (the lease is granted at step 8, but no
+// action runs before step 10). Every other route (/metrics, the manifest,
+// the JWKS, product routes and paths that match none), and the native
+// ingress when the journal has not served this replica ID, waits until
+// the host serves at step 10, as its connection waited in the listener's
+// queue before: a product webhook must not run before the host serves.
+// When the start fails instead, their connections are closed without an
+// answer.
 
-// serveEarly starts serving the listener after recovery when the journal
-// has served this replica ID (its origin is known); see above.
+// serveEarly starts serving the listener after recovery: /health and
+// /ready, and the native ingress when the journal has served this replica
+// ID (its origin is known); see above.
 func (h *Host) serveEarly() {
+	h.startServer()
 	if origin := h.origin.Load(); origin == originPending {
 		h.log.Info("the native ingress is served once the replica has registered: this journal has not served this replica ID yet, so it cannot tell which actions routed to it before did not start here",
 			"replica_id", h.cfg.ReplicaID)
 		return
 	}
-	h.startServer()
+	h.earlyIngress.Store(true)
 	h.log.Info("serving the native ingress before registering: until the host serves, new actions are refused with a signed not_ready and journaled ones answered from the journal",
 		"addr", h.listener.Addr().String(), "origin_revision", h.origin.Load())
 }
@@ -114,12 +123,13 @@ func (h *Host) endStart() {
 }
 
 // untilServing wraps the host's mux: before the host serves (step 10),
-// only the native ingress is handled; every other request waits for the
-// host to serve, and is dropped (its connection closed, no answer) if the
-// start fails.
+// only /health, /ready and, when the journal proves what it refuses
+// (earlyIngress), the native ingress are handled; every other request
+// waits for the host to serve, and is dropped (its connection closed, no
+// answer) if the start fails.
 func (h *Host) untilServing(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.serving.Load() || (r.Method == http.MethodPost && r.URL.Path == PathMessages) {
+		if h.serving.Load() || h.earlyRoute(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -133,6 +143,17 @@ func (h *Host) untilServing(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// earlyRoute reports whether r is answered before the host serves.
+func (h *Host) earlyRoute(r *http.Request) bool {
+	switch r.URL.Path {
+	case PathHealth, PathReady:
+		return r.Method == http.MethodGet || r.Method == http.MethodHead
+	case PathMessages:
+		return r.Method == http.MethodPost && h.earlyIngress.Load()
+	}
+	return false
 }
 
 // stopEarlyServer shuts down, after a failed start, the server serveEarly

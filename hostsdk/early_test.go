@@ -239,12 +239,16 @@ func TestRestartedReplicaRefusesNewActionsWhileItsLeaseWaits(t *testing.T) {
 // journal that never served the replica (its state directory lost), the
 // host cannot tell which actions routed to it under the previous lease
 // started there: it answers none before it serves, and then refuses them
-// as routed before its journal (action_expired), never runs them.
+// as routed before its journal (action_expired), never runs them. Its
+// /health answers meanwhile.
 func TestRestartedReplicaOnANewJournalDoesNotAnswerEarly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newCrashableFleet(t, nil)
 		b.awaitFirstBeat(t)
 		r := restartDuringLease(t, b, memjournal.New(), context.Background(), false, nil)
+		if status := getStatus(t, r, hostsdk.PathHealth); status != http.StatusOK {
+			t.Fatalf("/health during the wait: %d, want 200", status)
+		}
 		a := action(capEcho, `{"message":"during the wait"}`)
 		raw, msgID := r.sign(t, aip.Body{Action: a}, r.route(t, a))
 		answered := make(chan *hostsdktest.Response, 1)
@@ -263,6 +267,17 @@ func TestRestartedReplicaOnANewJournalDoesNotAnswerEarly(t *testing.T) {
 	})
 }
 
+// getStatus is the status of a GET of path on the restarted replica.
+func getStatus(t *testing.T, r *restartedReplica, path string) int {
+	t.Helper()
+	resp, err := r.client.Get("http://replica" + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // countingRoutes mounts a product route that counts its calls.
 type countingRoutes struct {
 	*testConnector
@@ -277,10 +292,12 @@ func (c countingRoutes) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([
 }
 
 // TestOnlyTheNativeIngressIsServedBeforeTheHostServes: while the native
-// ingress answers during the registration wait, a product webhook, /health
-// and /ready wait until the host serves, as their connections waited in the
-// listener's queue before: the webhook never runs before the host serves,
-// and /ready never says ready before it.
+// ingress answers during the registration wait, a product webhook and
+// /metrics wait until the host serves, as their connections waited in the
+// listener's queue before: the webhook never runs before the host serves.
+// /health answers (it waited too, so a liveness probe with a short
+// timeout could kill a replica that was only waiting out its previous
+// lease), and /ready answers 503 until the host serves.
 func TestOnlyTheNativeIngressIsServedBeforeTheHostServes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newCrashableFleet(t, nil)
@@ -294,8 +311,14 @@ func TestOnlyTheNativeIngressIsServedBeforeTheHostServes(t *testing.T) {
 			status int
 			err    error
 		}
-		answers := make(chan answer, 3)
-		for _, req := range []struct{ method, path string }{{"POST", "/webhooks/early"}, {"GET", hostsdk.PathHealth}, {"GET", hostsdk.PathReady}} {
+		if status := getStatus(t, r, hostsdk.PathHealth); status != http.StatusOK {
+			t.Fatalf("/health during the wait: %d, want 200", status)
+		}
+		if status := getStatus(t, r, hostsdk.PathReady); status != http.StatusServiceUnavailable {
+			t.Fatalf("/ready during the wait: %d, want 503", status)
+		}
+		answers := make(chan answer, 2)
+		for _, req := range []struct{ method, path string }{{"POST", "/webhooks/early"}, {"GET", hostsdk.PathMetrics}} {
 			go func() {
 				hr, _ := http.NewRequest(req.method, "http://replica"+req.path, strings.NewReader("{}"))
 				resp, err := r.client.Do(hr)
@@ -320,11 +343,14 @@ func TestOnlyTheNativeIngressIsServedBeforeTheHostServes(t *testing.T) {
 			t.Fatalf("the webhook ran %d times before the host served", n)
 		}
 		r.awaitStarted(t)
-		for range 3 {
+		for range 2 {
 			got := <-answers
 			if got.err != nil || got.status != http.StatusOK {
 				t.Errorf("%s once the host serves: %d %v; want 200", got.path, got.status, got.err)
 			}
+		}
+		if status := getStatus(t, r, hostsdk.PathReady); status != http.StatusOK {
+			t.Fatalf("/ready once the host serves: %d, want 200", status)
 		}
 		if n := calls.Load(); n != 1 {
 			t.Fatalf("the webhook ran %d times, want once, after the host served", n)
@@ -348,7 +374,7 @@ func TestStopWhileServingEarlyIsClean(t *testing.T) {
 		wantCode(t, r.deliver(t, aip.Body{Action: a}, r.route(t, a)), http.StatusServiceUnavailable, hostsdk.CodeNotReady)
 		held := make(chan error, 1)
 		go func() {
-			resp, err := r.client.Get("http://replica" + hostsdk.PathHealth)
+			resp, err := r.client.Get("http://replica" + hostsdk.PathMetrics)
 			if err == nil {
 				resp.Body.Close()
 				err = errors.New("answered " + resp.Status)
@@ -361,7 +387,7 @@ func TestStopWhileServingEarlyIsClean(t *testing.T) {
 			t.Fatalf("Run stopped while serving early = %v; want a clean stop", err)
 		}
 		if err := <-held; err == nil || strings.Contains(err.Error(), "answered") {
-			t.Fatalf("the held /health request: %v; want it dropped", err)
+			t.Fatalf("the held /metrics request: %v; want it dropped", err)
 		}
 		if _, err := r.d.Act(context.Background(), r.target, action(capEcho, `{"message":"after the stop"}`)); err == nil {
 			t.Fatal("a message after the failed start was answered")

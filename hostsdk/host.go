@@ -89,6 +89,10 @@ type Host struct {
 	// serving is set at step 10, when the host serves: before it, the
 	// native ingress may be served early (early.go), and runs no action.
 	serving atomic.Bool
+	// earlyIngress is set after recovery when the journal has served this
+	// replica ID: the native ingress is answered before the host serves
+	// (early.go).
+	earlyIngress atomic.Bool
 	// startEnded is closed when the start ends (endStart): the requests
 	// untilServing holds then go on, or are dropped after a failed start.
 	startEnded      chan struct{}

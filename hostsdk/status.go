@@ -114,7 +114,9 @@ func (h *Host) handleReady() http.Handler {
 		}
 		status := http.StatusOK
 		doc.Status = "ready"
-		if !h.ready() {
+		// Before the host serves (early.go), no action runs, whatever the
+		// lease.
+		if !h.ready() || !h.serving.Load() {
 			status, doc.Status = http.StatusServiceUnavailable, "not_ready"
 		}
 		writeJSON(w, status, doc)
