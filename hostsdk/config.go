@@ -215,7 +215,9 @@ type Config struct {
 	// LeaseTTL is the advisory lease lifetime proposed at registration (the
 	// control plane's expiry is authoritative). Defaults to 30s; 1s to 300s.
 	LeaseTTL time.Duration
-	// HeartbeatInterval defaults to 10s; at most LeaseTTL/2.
+	// HeartbeatInterval defaults to 10s; at most LeaseTTL/2. A beat that
+	// failed for a reason that may pass is retried in between, with
+	// backoff up to HeartbeatInterval/2 (see Lease and heartbeats).
 	HeartbeatInterval time.Duration
 	// DrainTimeout bounds the wait for in-flight actions on shutdown (those
 	// still running then are cancelled, and answered on their connections

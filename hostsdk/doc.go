@@ -318,10 +318,31 @@
 // an action's records do not. Ready, /ready and the next beat say so at
 // once, and storage is healthy again only once a probe has also written as
 // much as that write, at least 64 KiB (a value in the host's reserved state
-// namespace, set back to null after). A heartbeat whose answers were all lost may have been applied
-// and moved the lease sequence on, so the next beat (or a drain) replays
-// that same request first to learn its outcome, instead of losing the
-// fence with a fresh one. It does so also once the local lease has run
+// namespace, set back to null after).
+//
+// A beat that failed for a reason that may pass (ErrControlUnavailable: no
+// connection, no answer or none that verifies, the control plane's signed
+// 503) is retried before the next tick while the local lease is valid: the
+// n-th retry in a row after a delay drawn uniformly in [d/2, d], d doubling
+// from 1 s up to I/2, so the replicas of a fleet spread their retries
+// over a control plane that is coming back, and a last one 1 s (I/4 when
+// less) before the local lease runs out. A retry is the tick's renewal
+// again, with the health the host recorded last (no new probe): one
+// lifecycle request at a time, none while draining, and none once the
+// local lease has run out (the next tick recovers it). A signed refusal
+// (a lost fence, a lease the registry ended) is not retried before the
+// next tick. Each failed attempt, a tick's or a retry's, counts in
+// MetricHeartbeatFailures. A replica so keeps its lease through an outage
+// that ends 1.5 s or more before its local lease does (for a control
+// plane that does not answer, earlier by the two ControlTimeouts each
+// attempt then waits): every replica through one shorter than the lease
+// TTL less I and those 1.5 s, since the lease each holds when the outage
+// begins was renewed up to I earlier.
+//
+// A heartbeat whose answers were all lost may have been applied
+// and moved the lease sequence on, so the next attempt (a retry, a beat,
+// or a drain) replays that same request first to learn its outcome,
+// instead of losing the fence with a fresh one. It does so also once the local lease has run
 // out, before re-registering (unless the control plane answered every
 // attempt of it with a signed 503, which applies nothing): the lease that
 // beat renewed may still live in the registry, which refuses a

@@ -35,47 +35,167 @@ func nextBeat(prev, now time.Time, interval time.Duration) time.Time {
 	return next.Add((now.Sub(next)/interval + 1) * interval)
 }
 
+// The retries of a beat that failed for a reason that may pass
+// (ErrControlUnavailable: no connection, no answer or one that does not
+// verify, a timeout, the control plane's signed 503) while the local lease
+// is valid, between the heartbeat ticks (nextBeatRetry): the n-th retry in
+// a row comes after a delay drawn uniformly in [d/2, d], where d is
+// beatRetryFirst doubled n-1 times and capped at half the heartbeat
+// interval, so a fleet whose beats all failed in the same outage does not
+// retry in step against a control plane that is coming back (their ticks
+// are spread over the interval already: see firstBeatDelay). The last
+// retry is made beatRetryLastMargin before the local lease runs out (a
+// quarter of the interval when that is less), so that a control plane
+// back by then renews the lease before the registry's copy of it ends
+// (which ends no sooner: see localLease).
+const (
+	beatRetryFirst      = time.Second
+	beatRetryLastMargin = time.Second
+)
+
+// beatRetryCeiling is d, the longest delay before the n-th retry in a row
+// (n ≥ 1) of a failed beat: beatRetryFirst doubled n-1 times, at most
+// limit.
+func beatRetryCeiling(n int, limit time.Duration) time.Duration {
+	if n > 30 { // the doubling would overflow; it is far above any limit
+		return limit
+	}
+	return min(beatRetryFirst<<(n-1), limit)
+}
+
+// beatRetryDelay returns the delay before the n-th retry in a row of a
+// failed beat: uniform in [d/2, d] (d = beatRetryCeiling(n, limit)),
+// drawn by randN(k) (uniform in [0, k)).
+func beatRetryDelay(n int, limit time.Duration, randN func(n uint64) uint64) time.Duration {
+	d := beatRetryCeiling(n, limit)
+	return d - d/2 + time.Duration(randN(uint64(d/2)+1))
+}
+
+// nextBeatRetry returns how long after now to make the n-th retry in a row
+// of a beat that failed for a reason that may pass, with the next tick
+// due in untilTick and the local lease running out in untilExpiry; false
+// when none is made because the tick comes first (it renews then), or the
+// lease runs out before a retry could reach the control plane (the tick
+// after that recovers the lease). A delay past the last useful moment
+// (the margin before the expiry) is cut to that moment, the last chance,
+// unless that comes sooner than the first retry's least delay.
+func nextBeatRetry(n int, untilTick, untilExpiry, interval time.Duration, randN func(n uint64) uint64) (time.Duration, bool) {
+	limit := interval / 2
+	delay := beatRetryDelay(n, limit, randN)
+	if last := untilExpiry - min(beatRetryLastMargin, interval/4); delay > last {
+		first := beatRetryCeiling(1, limit)
+		if last < first-first/2 {
+			return 0, false
+		}
+		delay = last
+	}
+	if delay >= untilTick {
+		return 0, false
+	}
+	return delay, true
+}
+
+// beatMayPass reports whether a failed renewal is worth retrying before
+// the next tick: the control plane did not decide it, or its answer was
+// lost (ErrControlUnavailable; a beat whose outcome is unknown is then
+// replayed, not sent afresh). A signed refusal (a lost fence, a lease the
+// registry ended) or a local failure is not: a retry would be refused or
+// fail alike.
+func beatMayPass(err error) bool {
+	return errors.Is(err, ErrControlUnavailable)
+}
+
 // runHeartbeats renews the lease until ctx is cancelled: the first beat
 // after a jittered delay, then every HeartbeatInterval on a fixed grid.
+// A beat that failed for a reason that may pass while the local lease is
+// valid is retried before the next tick with backoff (nextBeatRetry):
+// from this goroutine, so one lifecycle request at most is in flight, and
+// not while draining (the tick and retries then do nothing). A success
+// ends the retries; so do a failure that will not pass, and the local
+// lease running out, after which the ticks recover the lease as before.
 func (h *Host) runHeartbeats(ctx context.Context) {
 	interval := h.cfg.HeartbeatInterval
 	next := time.Now().Add(firstBeatDelay(interval, rand.Uint64N))
 	timer := time.NewTimer(time.Until(next))
 	defer timer.Stop()
+	failed := 0       // beats failed in a row for a reason that may pass
+	retrying := false // the timer is set for a retry, before next
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
-		h.heartbeatTick(ctx)
-		next = nextBeat(next, time.Now(), interval)
-		timer.Reset(time.Until(next))
+		var err error
+		if retrying && time.Now().Before(next) {
+			err = h.retryBeat(ctx)
+			if !time.Now().Before(next) {
+				// The retry ran past the tick (a control plane that does
+				// not answer): it was that tick's renewal.
+				next = nextBeat(next, time.Now(), interval)
+			}
+		} else {
+			err = h.heartbeatTick(ctx)
+			next = nextBeat(next, time.Now(), interval)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		retrying = false
+		wake := next
+		if err != nil && beatMayPass(err) {
+			failed++
+			_, exp := h.lease.get()
+			if d, ok := nextBeatRetry(failed, time.Until(next), exp.Sub(h.cfg.Now()), interval, rand.Uint64N); ok {
+				retrying, wake = true, time.Now().Add(d)
+			}
+		} else {
+			failed = 0
+		}
+		if err != nil {
+			h.m.heartbeatFailures.Inc()
+			if retrying {
+				h.log.Warn("heartbeat failed", "error", err, "retry_in", time.Until(wake).Round(time.Millisecond).String(), "failed_in_a_row", failed)
+			} else {
+				h.log.Warn("heartbeat failed", "error", err)
+			}
+		}
+		timer.Reset(time.Until(wake))
 	}
 }
 
 // heartbeatTick probes health and renews or recovers the lease, then prunes
-// the replay registry and the finished actions past their retention. Any
-// renewal failure counts in aip_connector_host_heartbeat_failures_total;
-// the lease is kept until its recorded expiry.
-func (h *Host) heartbeatTick(ctx context.Context) {
+// the replay registry and the finished actions past their retention. It
+// returns the renewal's failure (nil when draining: nothing is sent);
+// runHeartbeats counts it in aip_connector_host_heartbeat_failures_total
+// and may retry it. The lease is kept until its recorded expiry.
+func (h *Host) heartbeatTick(ctx context.Context) error {
 	if h.draining.Load() {
-		return
+		return nil
 	}
 	storageErr, connErr := h.probe(ctx)
 	ready := storageErr == nil && connErr == nil
 	if !ready {
 		h.log.Warn("replica is not healthy", "storage_error", errString(storageErr), "connector_error", errString(connErr))
 	}
-	if err := h.renewOrRecover(ctx, ready); err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		h.m.heartbeatFailures.Inc()
-		h.log.Warn("heartbeat failed", "error", err)
-	}
+	err := h.renewOrRecover(ctx, ready, false)
 	h.pruneMessages(ctx)
 	h.pruneActions(ctx)
+	return err
+}
+
+// retryBeat retries, before the next tick, the renewal of a beat that
+// failed for a reason that may pass: through the tick's own renewal
+// (renewOrRecover), so a beat whose outcome is unknown is replayed with
+// its request ID and payload, as the tick would, and with the readiness
+// the host recorded last (no new probe: a storage write that failed since
+// is reported at once). It only renews: once the local lease has run out
+// it sends nothing, and the next tick recovers the lease.
+func (h *Host) retryBeat(ctx context.Context) error {
+	if h.draining.Load() {
+		return nil
+	}
+	return h.renewOrRecover(ctx, h.storageOK() && h.connectorReady.Load(), true)
 }
 
 // actionPruneBatch bounds the finished actions deleted per journal call,
@@ -162,7 +282,8 @@ func errString(err error) string {
 
 // renewOrRecover sends a heartbeat while the local lease is valid (reporting
 // connector_ready=false when unhealthy, which takes the replica offline);
-// after local expiry a healthy host re-registers.
+// after local expiry a healthy host re-registers — on a tick, not on a
+// retry (retry set), which then sends nothing.
 //
 // A beat whose answers were all lost is replayed first (same request ID and
 // payload), also when the local lease has run out since: the control plane
@@ -172,19 +293,28 @@ func errString(err error) string {
 // lives, leaving the replica routed to but refusing actions; and an
 // unhealthy beat it applied ended the lease, so the host must register
 // rather than beat again. While the local lease is valid a failed replay is
-// this tick's failure (the next tick replays again); once it has run out
+// this tick's failure (a retry or the next tick replays again); once it has run out
 // the beat is replayed once, and recovery goes on whatever it answers — and
 // not at all when the control plane said, signed, that it applied none of
 // its attempts (a 503 during an outage). A failed replay counts in
 // aip_connector_host_heartbeat_failures_total either way.
-func (h *Host) renewOrRecover(ctx context.Context, ready bool) error {
-	h.controlMu.Lock()
+func (h *Host) renewOrRecover(ctx context.Context, ready, retry bool) error {
+	if !retry {
+		h.controlMu.Lock()
+	} else if !h.controlMu.TryLock() {
+		// While the heartbeats run, only the shutdown takes controlMu,
+		// after setting the draining flag: a retry would send nothing.
+		return nil
+	}
 	defer h.controlMu.Unlock()
 	if h.draining.Load() {
 		return nil
 	}
 	seq, _ := h.lease.get()
 	wasValid := h.lease.valid(h.cfg.Now())
+	if retry && !wasValid {
+		return nil
+	}
 	if p := h.pendingHeartbeat; p != nil && p.req.Command.Heartbeat.PreviousSequence == seq && (wasValid || p.maybeApplied) {
 		err := h.heartbeat(ctx, p)
 		switch {

@@ -61,32 +61,44 @@ func TestReplayedUnhealthyBeatThenHealthyRegistersAtOnce(t *testing.T) {
 }
 
 // A beat the control plane applied but whose answers were lost renewed the
-// replica's lease there; its replay on the next beat was lost too. When the
-// host's own (older) lease runs out, the registry still holds the replica
-// ready on the lease that beat granted, so a registration is refused as a
-// competing takeover (lease_live) and the host would refuse every action
-// routed to it until that lease also ran out. The host replays the pending
-// beat first, learns the lease, and renews it.
+// replica's lease there; its replays (its retries, and the next beat) were
+// lost too. When the host's own (older) lease runs out, the registry still
+// holds the replica ready on the lease that beat granted, so a
+// registration is refused as a competing takeover (lease_live) and the
+// host would refuse every action routed to it until that lease also ran
+// out. The host replays the pending beat first, learns the lease, and
+// renews it.
 func TestPendingBeatIsReplayedWhenTheLocalLeaseRunsOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBubbleFleet(t, nil)
+		var o *controlOutage
+		b := newBubbleFleet(t, func(c *hostsdk.Config) {
+			o = &controlOutage{next: c.ControlPlaneTransport, only: aip.OpHeartbeat}
+			c.ControlPlaneTransport = o
+		})
 		b.awaitFirstBeat(t)
-		// t1: the first beat renewed the lease to t1+30.
-		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
-		time.Sleep(11 * time.Second) // +10: the beat commits (lease to t1+40); both answers are lost
-		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
-		time.Sleep(10 * time.Second) // +20: its replay answers the committed lease; both answers lost again
-		hbs := opsOf(b.cp, aip.OpHeartbeat)
-		if last := hbs[len(hbs)-1]; !last.Replayed || last.Fault != hostsdktest.FaultDropResponse {
-			t.Fatalf("heartbeats %+v: want the committed beat replayed and its answers lost", hbs)
+		t1 := time.Now() // the first beat renewed the lease to t1+30
+		o.set(outageDropAnswers)
+		// +10: the beat commits (lease to t1+40); the answers of its
+		// sends, its retries and its replay at +20 are all lost, until the
+		// last retry a second before the host's lease runs out at +30.
+		time.Sleep(29500 * time.Millisecond)
+		o.set(outageOff)
+		hbs := opsOf(b.cp, aip.OpHeartbeat)[1:]
+		for i, op := range hbs {
+			if op.RequestID != hbs[0].RequestID || op.Replayed != (i > 0) || op.Outcome != aip.OutcomeLease {
+				t.Fatalf("heartbeats %+v after the first: want one beat committed at +10, then only its replays", hbs)
+			}
 		}
-		time.Sleep(10 * time.Second) // +30: the host's lease runs out; the registry's lives to +40
+		if len(hbs) <= 4 || o.failed(aip.OpHeartbeat) != len(hbs) {
+			t.Fatalf("heartbeats %+v after the first, %d answers lost: want the beat at +10, its replay at +20 (each sent twice) and retries, every answer lost", hbs, o.failed(aip.OpHeartbeat))
+		}
+		time.Sleep(500 * time.Millisecond) // +30: the host's lease runs out; the registry's lives to +40
 		if rej := rejectedOps(b.cp, aip.OpRegister); len(rej) > 0 {
 			t.Errorf("the host re-registered while the lease its lost beat renewed was live: %+v", rej)
 		}
 		time.Sleep(time.Second) // +31
 		if !b.h.Ready() {
-			t.Errorf("host not ready at +31 while the registry routes to it; operations %+v", b.cp.Operations())
+			t.Errorf("host not ready at t1+%s while the registry routes to it; operations %+v", time.Since(t1), b.cp.Operations())
 		}
 		if got := b.metric(t, hostsdk.MetricLeaseRecoveries); got != 0 {
 			t.Errorf("lease recoveries %v: the replica never lost its lease", got)
@@ -106,24 +118,35 @@ func TestPendingBeatIsReplayedWhenTheLocalLeaseRunsOut(t *testing.T) {
 // the lease ran out counted nothing.
 func TestFailedBeatReplayAfterTheLeaseRanOutIsCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBubbleFleet(t, nil)
+		var o *controlOutage
+		b := newBubbleFleet(t, func(c *hostsdk.Config) {
+			o = &controlOutage{next: c.ControlPlaneTransport, only: aip.OpHeartbeat}
+			c.ControlPlaneTransport = o
+		})
 		b.awaitFirstBeat(t)
-		// t1: the first beat renewed the lease to t1+30. The beat at +10,
-		// its replays at +20 and, the lease run out, at +30 (each attempt
-		// sent twice) get unsigned answers: nothing is applied, and the
-		// outcome is unknown to the host.
-		b.cp.FailNext(6, hostsdktest.FaultUnsigned)
+		t1 := time.Now()
+		// The first beat renewed the lease to t1+30. The beat at +10, its
+		// retries, its replay at +20 and, the lease run out, at +30 (each
+		// attempt sent twice) get unsigned answers: nothing is applied,
+		// and the outcome is unknown to the host.
+		o.set(outageUnsigned)
 		time.Sleep(31 * time.Second)
-		hbs := opsOf(b.cp, aip.OpHeartbeat)
-		if len(hbs) != 7 || hbs[6].RequestID != hbs[1].RequestID || hbs[6].Fault != hostsdktest.FaultUnsigned {
-			t.Fatalf("heartbeats %+v: want the first beat, then one request sent six times with unsigned answers", hbs)
+		o.set(outageOff)
+		hbs := o.requests(aip.OpHeartbeat)[1:]
+		for _, s := range hbs {
+			if s.RequestID != hbs[0].RequestID || !s.Failed {
+				t.Fatalf("heartbeats %+v after the first: want one request, every attempt answered unsigned", hbs)
+			}
+		}
+		if last := hbs[len(hbs)-1]; len(hbs)%2 != 0 || !last.At.Equal(t1.Add(30*time.Second)) {
+			t.Fatalf("heartbeats %+v after the first: want the last attempt's send and resend at +30, when the lease ran out", hbs)
 		}
 		regs := opsOf(b.cp, aip.OpRegister)
 		if last := regs[len(regs)-1]; len(regs) != 2 || last.Outcome != aip.OutcomeLease {
 			t.Fatalf("registrations %+v: want the lease recovered at +30, after the failed replay", regs)
 		}
-		if got := b.metric(t, hostsdk.MetricHeartbeatFailures); got != 3 {
-			t.Errorf("%s = %v at +31; want 3: the beat at +10 and its replays at +20 and +30 failed", hostsdk.MetricHeartbeatFailures, got)
+		if got, want := b.metric(t, hostsdk.MetricHeartbeatFailures), float64(len(hbs)/2); got != want {
+			t.Errorf("%s = %v at +31; want %v: the beat at +10, its retries and its replays at +20 and +30 failed", hostsdk.MetricHeartbeatFailures, got, want)
 		}
 	})
 }

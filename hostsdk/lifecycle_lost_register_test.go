@@ -26,10 +26,12 @@ func TestStopAfterALostRecoveryAnswer(t *testing.T) {
 		ctx := b.awaitFirstBeat(t)
 		// t1: the first heartbeat renewed the lease to t1+30.
 		b.cp.SetUnavailable(true)
-		time.Sleep(25 * time.Second) // beats at +10, +20 failed
+		// Beats at +10, +20 and their retries failed, the last retry a
+		// second before the lease runs out at +30.
+		time.Sleep(29500 * time.Millisecond)
 		b.cp.SetUnavailable(false)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
-		time.Sleep(10 * time.Second) // +30: the recovery commits; both answers are lost
+		time.Sleep(5 * time.Second) // +30: the recovery commits; both answers are lost
 		regs := opsOf(b.cp, aip.OpRegister)
 		if len(regs) != 3 || regs[2].Fault != hostsdktest.FaultDropResponse {
 			t.Fatalf("register attempts %+v: want one committed recovery whose answers were dropped", regs)

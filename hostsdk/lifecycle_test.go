@@ -173,9 +173,19 @@ func TestLeaseExpiryAndRecovery(t *testing.T) {
 		b.awaitFirstBeat(t)
 		// t1: the first heartbeat renewed the lease to t1+30.
 		b.cp.SetUnavailable(true)
-		time.Sleep(25 * time.Second) // t1+25: beats at +10, +20 failed
-		if got := b.metric(t, hostsdk.MetricHeartbeatFailures); got != 2 {
-			t.Errorf("heartbeat failures %v, want 2", got)
+		time.Sleep(25 * time.Second) // t1+25: beats at +10, +20 and their retries failed
+		// Each failed attempt (a request and its resend) counts.
+		failedBeats := func() float64 {
+			n := 0
+			for _, o := range opsOf(b.cp, aip.OpHeartbeat) {
+				if o.Fault == hostsdktest.FaultUnavailable {
+					n++
+				}
+			}
+			return float64(n / 2)
+		}
+		if got, want := b.metric(t, hostsdk.MetricHeartbeatFailures), failedBeats(); got != want || got <= 2 {
+			t.Errorf("heartbeat failures %v, want %v: the beats at +10 and +20 and their retries", got, want)
 		}
 		if !b.h.Ready() {
 			t.Error("a failed heartbeat must not drop a valid lease")
@@ -212,8 +222,8 @@ func TestLeaseExpiryAndRecovery(t *testing.T) {
 			t.Fatal("host is not ready after lease recovery")
 		}
 		for name, want := range map[string]float64{
-			hostsdk.MetricHeartbeatFailures:     4, // +10, +20, +30, +40
-			hostsdk.MetricLeaseRecoveryAttempts: 3, // +30, +40, +50
+			hostsdk.MetricHeartbeatFailures:     failedBeats() + 2, // and the recoveries at +30, +40
+			hostsdk.MetricLeaseRecoveryAttempts: 3,                 // +30, +40, +50
 			hostsdk.MetricLeaseRecoveries:       1,
 		} {
 			if got := b.metric(t, name); got != want {
@@ -277,10 +287,12 @@ func TestReplayedRecoveryWithExpiredLeaseIsNoRecovery(t *testing.T) {
 		b.awaitFirstBeat(t)
 		// t1: the first heartbeat renewed the lease to t1+30.
 		b.cp.SetUnavailable(true)
-		time.Sleep(25 * time.Second) // beats at +10, +20 failed
+		// Beats at +10, +20 and their retries failed, the last retry a
+		// second before the lease runs out at +30.
+		time.Sleep(29500 * time.Millisecond)
 		b.cp.SetUnavailable(false)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
-		time.Sleep(10 * time.Second) // +30: recovery commits, both answers lost
+		time.Sleep(5500 * time.Millisecond) // +35: recovery at +30 commits, both answers lost
 		regs := opsOf(b.cp, aip.OpRegister)
 		if len(regs) != 3 || regs[1].RequestID != regs[2].RequestID || regs[2].Fault != hostsdktest.FaultDropResponse {
 			t.Fatalf("register attempts %+v: want one committed recovery whose answers were dropped", regs)
@@ -419,28 +431,29 @@ func TestPanickingHealthCheckIsNotReady(t *testing.T) {
 }
 
 // A heartbeat the control plane applied but whose answers (the send and its
-// resend) were both lost has moved the lease sequence on. The next beat
-// replays that same request and learns the sequence, so the replica stays
-// ready; a fresh request with the old previous_sequence would be refused
-// (the fence) and leave the replica unable to act until its lease ran out.
+// resend) were both lost has moved the lease sequence on. The retry of the
+// beat (within a second) replays that same request and learns the
+// sequence, so the replica stays ready; a fresh request with the old
+// previous_sequence would be refused (the fence) and leave the replica
+// unable to act until its lease ran out.
 func TestLostHeartbeatAnswerIsReplayed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBubbleFleet(t, nil)
 		b.awaitFirstBeat(t)
 		b.cp.FailNext(2, hostsdktest.FaultDropResponse)
-		time.Sleep(11 * time.Second) // the beat commits; both answers are lost
+		time.Sleep(11 * time.Second) // the beat at +10 commits; both answers are lost; its retry by +11
 		hbs := opsOf(b.cp, aip.OpHeartbeat)
-		lost := hbs[len(hbs)-1]
-		if lost.Fault != hostsdktest.FaultDropResponse || hbs[len(hbs)-2].RequestID != lost.RequestID {
+		if len(hbs) != 4 {
+			t.Fatalf("heartbeats %+v: want the first beat, one committed beat whose answers were dropped, and its retry", hbs)
+		}
+		lost, next := hbs[1], hbs[3]
+		if lost.Fault != hostsdktest.FaultDropResponse || hbs[2].RequestID != lost.RequestID || hbs[2].Fault != hostsdktest.FaultDropResponse {
 			t.Fatalf("heartbeats %+v: want one committed beat whose answers were dropped", hbs)
 		}
-		time.Sleep(10 * time.Second) // the next beat
-		hbs = opsOf(b.cp, aip.OpHeartbeat)
-		next := hbs[len(hbs)-1]
 		if next.RequestID != lost.RequestID || !next.Replayed || next.Outcome != aip.OutcomeLease {
-			t.Fatalf("the beat after the lost answers %+v; want the same request replayed", next)
+			t.Fatalf("the retry after the lost answers %+v; want the same request replayed", next)
 		}
-		time.Sleep(10 * time.Second) // and a fresh one after it
+		time.Sleep(10 * time.Second) // and a fresh one after it, at +20
 		hbs = opsOf(b.cp, aip.OpHeartbeat)
 		if last := hbs[len(hbs)-1]; last.RequestID == lost.RequestID || last.Outcome != aip.OutcomeLease {
 			t.Fatalf("the following beat %+v; want a fresh request renewing the lease", last)

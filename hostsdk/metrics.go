@@ -94,7 +94,7 @@ func newMetrics(h *Host) *metrics {
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricRejected,
 			Help: "Native requests refused before successful handling."}),
 		heartbeatFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricHeartbeatFailures,
-			Help: "Failed lease renewal or recovery attempts."}),
+			Help: "Failed lease renewal or recovery attempts: each failed heartbeat, retry of a heartbeat, or lease recovery."}),
 		recoveryAttempts: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLeaseRecoveryAttempts,
 			Help: "Expired-lease registration attempts."}),
 		recoveries: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLeaseRecoveries,
