@@ -34,5 +34,7 @@ type Product struct {
 	// which setting to fix and match hostsdk.ErrSetting (each adapter's
 	// New refuses only its settings: it does no network I/O), so aip-host
 	// exits 2 for them, as for a value the settings refused when read.
+	// They start with the setting, not with the product's or package's
+	// name: aip-host prints them after "aip-host: <product>: ".
 	New func(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Connector, error)
 }

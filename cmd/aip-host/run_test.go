@@ -330,6 +330,8 @@ func TestMainExitStatus(t *testing.T) {
 		m[k] = v
 		return m
 	}
+	calDiy := maps.Clone(productEnv(t, dir)["cal-diy"])
+	calDiy["AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES"] = "http://aip.example.com/hooks/"
 	for _, c := range []struct {
 		args   []string
 		env    map[string]string
@@ -342,6 +344,11 @@ func TestMainExitStatus(t *testing.T) {
 			"aip-host: chatwoot: --chatwoot-api-token-file (AIP_CHATWOOT_API_TOKEN_FILE): "},
 		{[]string{"twenty"}, nil, 2, "aip-host: twenty: --twenty-base-url"},
 		{[]string{"chatwoot"}, with("AIP_CHATWOOT_ACCOUNT_ID", "acme"), 2, `aip-host: AIP_CHATWOOT_ACCOUNT_ID (--chatwoot-account-id) is "acme"`},
+		// An error of the adapter's package-level New (calcom.New) is
+		// printed after the product's name, once: it read "aip-host:
+		// cal-diy: calcom: --cal-diy-...".
+		{[]string{"cal-diy"}, calDiy, 2,
+			"aip-host: cal-diy: --cal-diy-webhook-subscriber-prefixes (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): prefix \"http://aip.example.com/hooks/\" must be an https URL\n"},
 		// The product's settings are complete; the host's are missing.
 		{[]string{"chatwoot"}, good, 1, "aip-host: hostsdk: bootstrap step 1 (validate): "},
 		{[]string{"chatwoot", "-h"}, nil, 0, "-chatwoot-base-url"},

@@ -165,36 +165,36 @@ type Config struct {
 // New returns a connector for cfg.
 func New(cfg Config) (*Connector, error) {
 	if cfg.BaseURL == nil {
-		return nil, errors.New("calcom: no base URL; set --" + flagBaseURL)
+		return nil, errors.New("no base URL; set --" + flagBaseURL)
 	}
 	if cfg.Token.Empty() {
-		return nil, errors.New("calcom: no API key; set --" + flagBearerTokenFile)
+		return nil, errors.New("no API key; set --" + flagBearerTokenFile)
 	}
 	if cfg.MaxResponseBytes < 0 || cfg.MaxResponseBytes > MaxResponseBytesLimit {
-		return nil, fmt.Errorf("calcom: --%s must be 1 to %d bytes", flagMaxResponseBytes, MaxResponseBytesLimit)
+		return nil, fmt.Errorf("--%s must be 1 to %d bytes", flagMaxResponseBytes, MaxResponseBytesLimit)
 	}
 	for id, s := range cfg.WebhookSecrets {
 		if !subscriptionRE.MatchString(id) || s.Empty() {
-			return nil, fmt.Errorf("calcom: webhook subscription %q needs a valid ID and a secret; fix --%s", id, flagWebhookSecrets)
+			return nil, fmt.Errorf("webhook subscription %q needs a valid ID and a secret; fix --%s", id, flagWebhookSecrets)
 		}
 	}
 	for id, s := range cfg.PreviousWebhookSecrets {
 		cur, ok := cfg.WebhookSecrets[id]
 		switch {
 		case !ok:
-			return nil, fmt.Errorf("calcom: --%s names subscription %q, which --%s does not: give the subscription's new secret there and the one it replaces here", flagPreviousWebhookSecrets, id, flagWebhookSecrets)
+			return nil, fmt.Errorf("--%s names subscription %q, which --%s does not: give the subscription's new secret there and the one it replaces here", flagPreviousWebhookSecrets, id, flagWebhookSecrets)
 		case s.Empty():
-			return nil, fmt.Errorf("calcom: webhook subscription %q needs a previous secret; fix --%s", id, flagPreviousWebhookSecrets)
+			return nil, fmt.Errorf("webhook subscription %q needs a previous secret; fix --%s", id, flagPreviousWebhookSecrets)
 		case s.Reveal() == cur.Reveal():
-			return nil, fmt.Errorf("calcom: --%s holds the same secret for subscription %q as --%s: give it the secret being replaced, or leave the subscription out", flagPreviousWebhookSecrets, id, flagWebhookSecrets)
+			return nil, fmt.Errorf("--%s holds the same secret for subscription %q as --%s: give it the secret being replaced, or leave the subscription out", flagPreviousWebhookSecrets, id, flagWebhookSecrets)
 		}
 	}
 	if len(cfg.SubscriberPrefixes) > MaxSubscriberPrefixes {
-		return nil, fmt.Errorf("calcom: --%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): more than %d prefixes", flagSubscriberPrefixes, MaxSubscriberPrefixes)
+		return nil, fmt.Errorf("--%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): more than %d prefixes", flagSubscriberPrefixes, MaxSubscriberPrefixes)
 	}
 	for _, p := range cfg.SubscriberPrefixes {
 		if err := checkSubscriberPrefix(p); err != nil {
-			return nil, fmt.Errorf("calcom: --%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): %w", flagSubscriberPrefixes, err)
+			return nil, fmt.Errorf("--%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): %w", flagSubscriberPrefixes, err)
 		}
 	}
 	if cfg.Now == nil {

@@ -374,3 +374,22 @@ func TestOperationsMatchDocument(t *testing.T) {
 		}
 	}
 }
+
+// TestNewErrorsStartWithTheSetting: New's errors started with "calcom: ",
+// so aip-host printed "aip-host: cal-diy: calcom: --cal-diy-..."; they
+// start with what to fix, as the settings' own errors do.
+func TestNewErrorsStartWithTheSetting(t *testing.T) {
+	base, _ := provider.ParseBaseURL("base", "https://api.cal.com", false, false)
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "no base URL; set --" + flagBaseURL},
+		{Config{BaseURL: base, Token: provider.NewSecret("cal_x"), SubscriberPrefixes: []string{"http://aip.example.com/hooks/"}},
+			"--" + flagSubscriberPrefixes + ` (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): prefix "http://aip.example.com/hooks/" must be an https URL`},
+	} {
+		if _, err := New(c.cfg); err == nil || err.Error() != c.want {
+			t.Errorf("New: %v; want %s", err, c.want)
+		}
+	}
+}

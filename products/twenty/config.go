@@ -275,7 +275,7 @@ func ParseObjects(s string) ([]string, error) {
 // validate checks cfg and fills in the defaults.
 func (cfg *Config) validate() error {
 	if cfg.BaseURL == nil {
-		return errors.New("twenty: no base URL; set --" + FlagBaseURL)
+		return errors.New("no base URL; set --" + FlagBaseURL)
 	}
 	if !uuidPattern.MatchString(cfg.WorkspaceID) {
 		return fmt.Errorf("--%s (AIP_TWENTY_WORKSPACE_ID): %q is not an RFC 4122 UUID of version 1 to 5; copy the workspace ID from Twenty's settings", FlagWorkspaceID, cfg.WorkspaceID)

@@ -806,3 +806,13 @@ func TestFieldsCapped(t *testing.T) {
 		}
 	}
 }
+
+// TestNewErrorsStartWithTheSetting: New's "twenty: no base URL" read
+// "aip-host: twenty: twenty: ..." when aip-host printed it after the
+// product's name; New's errors start with the setting, as the others do.
+func TestNewErrorsStartWithTheSetting(t *testing.T) {
+	_, err := New(Config{})
+	if err == nil || err.Error() != "no base URL; set --"+FlagBaseURL {
+		t.Errorf("New(Config{}): %v; want %q", err, "no base URL; set --"+FlagBaseURL)
+	}
+}
