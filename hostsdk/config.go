@@ -345,6 +345,7 @@ type Config struct {
 // Config.HeartbeatInterval) is "0"; want an integer from 1 to 150000 ms"),
 // and a program prints it after its own name. New's and the bootstrap's
 // wrap it in a step error ("hostsdk: bootstrap step 1 (validate): ...").
+// It matches ErrSetting: the operator must change the setting.
 type ConfigError struct {
 	Field  string
 	Flag   string
@@ -357,6 +358,10 @@ type ConfigError struct {
 // Unwrap returns the *SettingError of a value BindFlags refused (so
 // errors.Is(err, ErrSetting) holds), or nil.
 func (e *ConfigError) Unwrap() error { return e.cause }
+
+// Is reports whether target is ErrSetting: every *ConfigError is a value
+// to change, whether BindFlags, New or the bootstrap refused it.
+func (e *ConfigError) Is(target error) bool { return target == ErrSetting }
 
 func (e *ConfigError) Error() string {
 	if e.Flag == "" {

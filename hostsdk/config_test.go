@@ -1,6 +1,7 @@
 package hostsdk_test
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"os"
@@ -102,7 +103,9 @@ func TestLoadConfigErrorsNameTheSetting(t *testing.T) {
 // refuses, a stray argument to LoadConfig, matches ErrSetting, so a
 // command can exit with status 2 for it as for a flag it does not know;
 // and BindFlags's *ConfigError still unwraps to the *SettingError. A
-// configuration New refuses does not match it.
+// configuration New refuses matches it too (it did not, so aip-host and
+// aip-sidecar exited 1 for a missing --public-endpoint, unlike aipfleet
+// host): the operator must change a setting either way.
 func TestSettingErrorsMatchErrSetting(t *testing.T) {
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	loadHost := hostsdk.BindFlags(fs)
@@ -123,8 +126,12 @@ func TestSettingErrorsMatchErrSetting(t *testing.T) {
 	if _, err := hostsdk.LoadConfig([]string{"stray"}, nil); !errors.Is(err, hostsdk.ErrSetting) || err.Error() != `unexpected argument "stray"; every setting is a --flag` {
 		t.Errorf("LoadConfig with a stray argument: %v, want ErrSetting", err)
 	}
-	if _, err := hostsdk.New(hostsdk.Config{}, newTestConnector()); err == nil || errors.Is(err, hostsdk.ErrSetting) {
-		t.Errorf("New of an empty Config: %v, want an error that does not match ErrSetting", err)
+	var ve *hostsdk.ValidateError
+	if _, err := hostsdk.New(hostsdk.Config{}, newTestConnector()); !errors.Is(err, hostsdk.ErrSetting) || !errors.As(err, &ce) || !errors.As(err, &ve) {
+		t.Errorf("New of an empty Config: %v, want a *ValidateError of a *ConfigError, matching ErrSetting", err)
+	}
+	if (&hostsdk.ValidateError{Err: context.Canceled}).Is(hostsdk.ErrSetting) {
+		t.Error("a *ValidateError of a cancelled start matches ErrSetting; want it not to (no setting is at fault)")
 	}
 }
 

@@ -1,6 +1,7 @@
 package hostsdk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,6 +53,9 @@ func (e stepErr) format() string {
 }
 
 // ValidateError: step 1, the configuration or one of its files is invalid.
+// It matches ErrSetting (the operator must change a setting, or a file a
+// setting names: a --signing-seed-file others can read, a missing
+// --control-plane-did-file), unless it is the start's cancellation.
 type ValidateError struct{ Err error }
 
 // OpenJournalError: step 2, the runtime journal could not be opened.
@@ -114,6 +118,13 @@ func (e *ProbeError) Step() BootstrapStep        { return StepProbe }
 func (e *RegisterError) Step() BootstrapStep     { return StepRegister }
 func (e *ApplyLeaseError) Step() BootstrapStep   { return StepApplyLease }
 func (e *ServeError) Step() BootstrapStep        { return StepServe }
+
+// Is reports whether target is ErrSetting and e is not a cancellation
+// of the start (a context ended between the step's checks and the next
+// step), which is no setting's fault.
+func (e *ValidateError) Is(target error) bool {
+	return target == ErrSetting && !errors.Is(e.Err, context.Canceled) && !errors.Is(e.Err, context.DeadlineExceeded)
+}
 
 func wrapStep(step BootstrapStep, err error) error {
 	switch step {

@@ -181,16 +181,21 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	return load(getenv)
 }
 
-// ErrSetting is matched (errors.Is) by every error of BindFlags and
-// BindSettings, which are all a flag's or variable's value that cannot be
-// accepted, and by LoadConfig's (those and an unknown flag or a stray
-// argument): a mistake in how the program was started, for which a
-// command exits with status 2, as for a flag it does not know. Errors of
-// New and of Start's bootstrap, about a configuration that is complete
-// only then, do not match it. Their texts start with the setting, not
-// with ErrSetting's "hostsdk: ": a program prints them after its own name
-// ("noteshost: --max-in-flight (AIP_CONNECTOR_HOST_MAX_IN_FLIGHT,
-// Config.MaxInFlight) is "0"; want an integer from 1 to 65536").
+// ErrSetting is matched (errors.Is) by every error that the operator
+// fixes by changing a setting or a file a setting names: a mistake in how
+// the program was started, for which a command exits with status 2, as
+// for a flag it does not know (a failure at run time, such as an
+// unreachable control plane, exits 1). It is matched by every error of
+// BindFlags and BindSettings (a flag's or variable's value that cannot be
+// accepted), by LoadConfig's (those and an unknown flag or a stray
+// argument), by every *ConfigError (a value New refuses: a required
+// setting missing, two that contradict each other) and by a
+// *ValidateError (New's, or bootstrap step 1's about a file a setting
+// names: a --signing-seed-file others can read). The texts start with the
+// setting, not with ErrSetting's "hostsdk: ": a program prints them after
+// its own name ("noteshost: --max-in-flight
+// (AIP_CONNECTOR_HOST_MAX_IN_FLIGHT, Config.MaxInFlight) is "0"; want an
+// integer from 1 to 65536").
 var ErrSetting = errors.New("hostsdk: setting refused")
 
 // settingFault is one of LoadConfig's own errors: an unknown flag or a

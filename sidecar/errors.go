@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 // ConfigError reports an invalid sidecar setting: the Config field, the
@@ -13,7 +15,9 @@ import (
 // prefix (aip-sidecar prints it after its own name): it starts with the
 // flag and the variable ("--local-url (AIP_SIDECAR_LOCAL_URL,
 // Config.Local.URL) is empty: ..."), or with the field for one only a Go
-// program sets. Match it with errors.As.
+// program sets. Match it with errors.As. It matches hostsdk.ErrSetting
+// too (errors.Is), as hostsdk's own refused settings do: the operator
+// must change the setting, and aip-sidecar exits 2 for it.
 type ConfigError struct {
 	Field  string
 	Flag   string // without the dashes
@@ -27,6 +31,9 @@ func (e *ConfigError) Error() string {
 	}
 	return fmt.Sprintf("--%s (%s, Config.%s) %s", e.Flag, e.Env, e.Field, e.Reason)
 }
+
+// Is reports whether target is hostsdk.ErrSetting.
+func (e *ConfigError) Is(target error) bool { return target == hostsdk.ErrSetting }
 
 // detail is err's text as a detail of another error of this package
 // (ErrStartTimeout's last health check): without the "sidecar: " the

@@ -1,6 +1,11 @@
 package sidecar
 
-import "testing"
+import (
+	"errors"
+	"testing"
+
+	"github.com/aipfleet/aipfleet/hostsdk"
+)
 
 // A ConfigError names the flag and variable that set its field: the
 // sidecar's own (AIP_SIDECAR_*), the host's bind address (hostsdk's
@@ -15,5 +20,20 @@ func TestConfigErrorNamesItsSetting(t *testing.T) {
 		if got := cfgErr(tc.field, "is bad").Error(); got != tc.want {
 			t.Errorf("cfgErr(%q) = %q, want %q", tc.field, got, tc.want)
 		}
+	}
+}
+
+// TestConfigErrorMatchesErrSetting: a *ConfigError is a setting the
+// operator must change, as hostsdk's refused settings are: it matches
+// hostsdk.ErrSetting (aip-sidecar exits 2 for it; it exited 1) and is
+// still found with errors.As.
+func TestConfigErrorMatchesErrSetting(t *testing.T) {
+	err := error(cfgErr("Local.URL", "is empty"))
+	var ce *ConfigError
+	if !errors.Is(err, hostsdk.ErrSetting) || !errors.As(err, &ce) {
+		t.Errorf("%v: want a *ConfigError matching hostsdk.ErrSetting", err)
+	}
+	if _, err := New(Config{}); !errors.Is(err, hostsdk.ErrSetting) {
+		t.Errorf("New(Config{}): %v; want an error matching hostsdk.ErrSetting", err)
 	}
 }

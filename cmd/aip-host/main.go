@@ -13,11 +13,15 @@
 // after a clean drain and offline transition. The journal is SQLite in
 // --state-dir, or PostgreSQL with --database-url-file; spans are exported
 // over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/products.md).
-// A mistake on the command line (an unknown product or flag, a stray
-// argument, a flag's or variable's value that is refused, such as
-// --drain-timeout-ms=soon, or that the product refuses, such as no
-// --chatwoot-base-url or a token file others can read) is one line on
-// stderr and exit status 2.
+// What the operator must fix in how it is started is one line on stderr
+// and exit status 2: a mistake on the command line (an unknown product or
+// flag, a stray argument), a flag's or variable's value that is refused
+// (--drain-timeout-ms=soon), that the product refuses (no
+// --chatwoot-base-url, a token file others can read) or that the host
+// refuses (no --public-endpoint, a --signing-seed-file others can read).
+// A failure at run time (a later bootstrap step, such as an unreachable
+// product or control plane, or a drain that was not clean) exits 1
+// (hostrun.ExitCode).
 package main
 
 import (

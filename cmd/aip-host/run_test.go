@@ -19,6 +19,7 @@ import (
 	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
+	"github.com/aipfleet/aipfleet/sidecar/sidecartest"
 )
 
 // products' minimal valid settings, as environment variables, with the
@@ -305,7 +306,9 @@ func TestRefusedSettingsReadAsGiven(t *testing.T) {
 // URL, a token file others can read) exited 1 like a failed start, though
 // a value the settings refuse when read exits 2; it is a mistake in how
 // the replica was started, exit status 2 too, with one line naming the
-// setting. A configuration the host refuses at bootstrap still exits 1.
+// setting. So does a configuration hostsdk refuses (hostsdk.New's
+// *ConfigError, bootstrap step 1's *ValidateError about a file a setting
+// names), which exited 1 too (hostrun.ExitCode has the rule).
 func TestMainExitStatus(t *testing.T) {
 	if os.Getenv("AIP_HOST_TEST_MAIN") == "1" {
 		var args []string
@@ -330,6 +333,15 @@ func TestMainExitStatus(t *testing.T) {
 		m[k] = v
 		return m
 	}
+	r := sidecartest.NewFakeFleet(t).NewReplica(t, sidecartest.ReplicaOptions{})
+	looseSeed := maps.Clone(good)
+	for _, kv := range r.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		looseSeed[k] = v
+	}
+	if err := os.Chmod(looseSeed["AIP_CONNECTOR_HOST_SIGNING_SEED_FILE"], 0o644); err != nil {
+		t.Fatal(err)
+	}
 	calDiy := maps.Clone(productEnv(t, dir)["cal-diy"])
 	calDiy["AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES"] = "http://aip.example.com/hooks/"
 	for _, c := range []struct {
@@ -349,8 +361,12 @@ func TestMainExitStatus(t *testing.T) {
 		// cal-diy: calcom: --cal-diy-...".
 		{[]string{"cal-diy"}, calDiy, 2,
 			"aip-host: cal-diy: --cal-diy-webhook-subscriber-prefixes (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): prefix \"http://aip.example.com/hooks/\" must be an https URL\n"},
-		// The product's settings are complete; the host's are missing.
-		{[]string{"chatwoot"}, good, 1, "aip-host: hostsdk: bootstrap step 1 (validate): "},
+		// The product's settings are complete; the host's are missing:
+		// hostsdk.New's *ConfigError, which exited 1 (2 in aipfleet host).
+		{[]string{"chatwoot"}, good, 2, "aip-host: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required: "},
+		// Complete settings, but bootstrap step 1 refuses a file a
+		// setting names; it exited 1.
+		{[]string{"chatwoot"}, looseSeed, 2, "aip-host: hostsdk: bootstrap step 1 (validate): --signing-seed-file"},
 		{[]string{"chatwoot", "-h"}, nil, 0, "-chatwoot-base-url"},
 	} {
 		args, _ := json.Marshal(c.args)

@@ -8,9 +8,14 @@
 // It takes the common AIP_CONNECTOR_HOST_* configuration and its own
 // AIP_SIDECAR_* settings (run it with -h for the list), and exits with
 // status 0 only after a clean drain, offline transition and stop of its
-// child. A mistake on the command line (an unknown flag, a stray
-// argument, a flag's or variable's value that is refused, such as
-// --start-timeout-ms=soon) is one line on stderr and exit status 2.
+// child. What the operator must fix in how it is started is one line on
+// stderr and exit status 2: a mistake on the command line (an unknown
+// flag, a stray argument), a flag's or variable's value that is refused
+// (--start-timeout-ms=soon, an empty --local-url, a --local-token-file
+// others can read, a setting of the other mode) or that the host refuses
+// (no --public-endpoint, a --signing-seed-file others can read). A
+// failure at run time (a connector that does not become healthy, a later
+// bootstrap step, a drain that was not clean) exits 1 (hostrun.ExitCode).
 package main
 
 import (

@@ -128,7 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		lvl = "info"
 	}
 	if err := level.UnmarshalText([]byte(lvl)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", lvl)
+		return hostrun.Settingf("--log-level %q: want debug, info, warn or error", lvl)
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	hostCfg.Logger = logger
@@ -144,7 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		var cmd []string
 		if err := json.Unmarshal([]byte(raw), &cmd); err != nil || len(cmd) == 0 || cmd[0] == "" {
-			return nil, fmt.Errorf("%s%s is %q; want a JSON array of the program and its arguments, e.g. [\"python3\",\"connector.py\"]",
+			return nil, hostrun.Settingf("%s%s is %q; want a JSON array of the program and its arguments, e.g. [\"python3\",\"connector.py\"]",
 				envPrefix, env, raw)
 		}
 		return cmd, nil
@@ -156,7 +156,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if len(cfg.Exec) > 0 && len(cfg.MCP.Command) > 0 {
-		return errors.New("--exec and --mcp-command are both given; a sidecar runs one connector")
+		return hostrun.Settingf("--exec and --mcp-command are both given; a sidecar runs one connector")
 	}
 	if err := checkModeSettings(val, len(cfg.Exec) > 0, len(cfg.MCP.Command) > 0); err != nil {
 		return err
@@ -168,14 +168,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if f := val["local-token-file"]; f != "" {
 		raw, err := aip.ReadSecretFile(f, aip.MaxSecretFileBytes)
 		if err != nil {
-			return fmt.Errorf("--local-token-file: %w", err)
+			return hostrun.Settingf("--local-token-file: %w", err)
 		}
 		cfg.Local.Token = strings.TrimSpace(string(raw))
 	}
 	if f := val["events-token-file"]; f != "" {
 		raw, err := aip.ReadSecretFile(f, aip.MaxSecretFileBytes)
 		if err != nil {
-			return fmt.Errorf("--events-token-file: %w", err)
+			return hostrun.Settingf("--events-token-file: %w", err)
 		}
 		cfg.EventsToken = strings.TrimSpace(string(raw))
 	}
@@ -238,7 +238,7 @@ func checkModeSettings(val hostsdk.SettingValues, exec, mcpCommand bool) error {
 		for _, f := range flags {
 			if val[f] != "" {
 				env := envPrefix + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
-				return fmt.Errorf("--%s (%s) applies only to %s; remove it", f, env, what)
+				return hostrun.Settingf("--%s (%s) applies only to %s; remove it", f, env, what)
 			}
 		}
 		return nil

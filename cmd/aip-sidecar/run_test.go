@@ -579,11 +579,12 @@ func TestMainNamesTheProgramOnce(t *testing.T) {
 	ln.Close()
 	manifest := []string{"--print-manifest", "--trust-domain", "example.org"}
 	for _, c := range []struct {
-		args []string
-		want string
+		args   []string
+		status int // a setting to fix exits 2 (TestMainExitStatus)
+		want   string
 	}{
-		{manifest, "aip-sidecar: --local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) is empty: give the local connector's loopback URL"},
-		{append(manifest, "--local-url", closed, "--start-timeout-ms", "200"),
+		{manifest, 2, "aip-sidecar: --local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) is empty: give the local connector's loopback URL"},
+		{append(manifest, "--local-url", closed, "--start-timeout-ms", "200"), 1,
 			"aip-sidecar: the connector did not become healthy within 200ms (--start-timeout-ms) at " + closed + ": last health check: GET /aip/health at " + closed + ": "},
 	} {
 		args, _ := json.Marshal(c.args)
@@ -599,8 +600,8 @@ func TestMainNamesTheProgramOnce(t *testing.T) {
 		cmd.Stderr = &stderr
 		err := cmd.Run()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Errorf("aip-sidecar %v: %v, want exit status 1", c.args, err)
+		if !errors.As(err, &ee) || ee.ExitCode() != c.status {
+			t.Errorf("aip-sidecar %v: %v, want exit status %d", c.args, err, c.status)
 		}
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		last := lines[len(lines)-1]
@@ -618,5 +619,103 @@ func TestMainNamesTheProgramOnce(t *testing.T) {
 	var ce *sidecar.ConfigError
 	if !errors.As(err, &ce) || ce.Flag != "local-url" {
 		t.Errorf("run: %v; want a *sidecar.ConfigError for --local-url", err)
+	}
+}
+
+// TestMainExitStatus runs main in a child process (this test binary, with
+// AIP_SIDECAR_TEST_MAIN set). What the operator must fix in how the
+// sidecar is started exits 2, as a value the settings refuse when read
+// did; these exited 1 like a failed start: a *sidecar.ConfigError (an
+// empty --local-url), the host's *hostsdk.ConfigError (no
+// --public-endpoint; aipfleet host exited 2 for it), a file a setting
+// names that bootstrap step 1 refuses (a --signing-seed-file others can
+// read), and aip-sidecar's own refusals (--log-level, a token file others
+// can read, AIP_SIDECAR_EXEC that is not a JSON array, both --exec and
+// --mcp-command, a setting of the other mode). A failure at run time (a
+// connector that does not become healthy) still exits 1.
+func TestMainExitStatus(t *testing.T) {
+	if os.Getenv("AIP_SIDECAR_TEST_MAIN") == "1" {
+		var args []string
+		if err := json.Unmarshal([]byte(os.Getenv("AIP_SIDECAR_TEST_ARGS")), &args); err != nil {
+			panic(err)
+		}
+		os.Args = append([]string{"aip-sidecar"}, args...)
+		main()
+		return
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	loose := filepath.Join(dir, "token")
+	if err := os.WriteFile(loose, []byte("tok"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fleet := sidecartest.NewFakeFleet(t)
+	replica := func(edit func(env map[string]string)) map[string]string {
+		r := fleet.NewReplica(t, sidecartest.ReplicaOptions{})
+		env := envOf(r.Env)
+		env["AIP_SIDECAR_LOCAL_URL"] = closed
+		env["AIP_SIDECAR_START_TIMEOUT_MS"] = "200"
+		if edit != nil {
+			edit(env)
+		}
+		return env
+	}
+	looseSeed := replica(func(env map[string]string) {
+		if err := os.Chmod(env["AIP_CONNECTOR_HOST_SIGNING_SEED_FILE"], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	noEndpoint := replica(func(env map[string]string) { delete(env, "AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT") })
+	for _, c := range []struct {
+		args   []string
+		env    map[string]string
+		status int
+		stderr string
+	}{
+		{nil, nil, 2, "aip-sidecar: --local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) is empty"},
+		{nil, noEndpoint, 2, "aip-sidecar: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
+		{nil, looseSeed, 2, "aip-sidecar: hostsdk: bootstrap step 1 (validate): --signing-seed-file"},
+		{[]string{"--log-level", "loud"}, nil, 2, `aip-sidecar: --log-level "loud": want debug, info, warn or error`},
+		{[]string{"--local-url", closed, "--local-token-file", loose}, nil, 2, "aip-sidecar: --local-token-file: "},
+		{nil, map[string]string{"AIP_SIDECAR_EXEC": "python3 x.py"}, 2, "aip-sidecar: AIP_SIDECAR_EXEC is \"python3 x.py\"; want a JSON array"},
+		{nil, map[string]string{"AIP_SIDECAR_EXEC": `["a"]`, "AIP_SIDECAR_MCP_COMMAND": `["b"]`}, 2, "aip-sidecar: --exec and --mcp-command are both given"},
+		{[]string{"--mcp-tools", "echo"}, map[string]string{"AIP_SIDECAR_LOCAL_URL": closed}, 2, "aip-sidecar: --mcp-tools (AIP_SIDECAR_MCP_TOOLS) applies only to an MCP server"},
+		// Complete settings; the connector never answers.
+		{nil, replica(nil), 1, "aip-sidecar: the connector did not become healthy within 200ms (--start-timeout-ms)"},
+	} {
+		args, _ := json.Marshal(c.args)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "OTEL_") {
+				env = append(env, kv)
+			}
+		}
+		env = append(env, "AIP_SIDECAR_TEST_MAIN=1", "AIP_SIDECAR_TEST_ARGS="+string(args))
+		for k, v := range c.env {
+			env = append(env, k+"="+v)
+		}
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		status := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			status = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if status != c.status || !strings.Contains(stderr.String(), c.stderr) {
+			t.Errorf("aip-sidecar %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %q", c.args, status, c.status, stderr.String(), c.stderr)
+		}
 	}
 }

@@ -43,7 +43,9 @@ recovers work a previous process left, registers with the control plane
 heartbeats and serves the native AIP surface, /health, /ready and
 /metrics. SIGTERM or Ctrl-C drains it: new actions are refused, actions in
 flight finish, the replica goes offline; the exit status is 0 only when
-every step was clean.
+every step was clean. A setting it refuses, or a file a setting names
+that it cannot use (a --signing-seed-file others can read), exits 2; a
+failure at run time (a later bootstrap step, a drain) exits 1.
 
 The replica must be pre-provisioned in the registry (a fleet file's
 replicas section) with the same IDs, endpoint and did:key. Every flag below
@@ -104,8 +106,7 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	cfg, err := load(e.getenv)
 	if err != nil {
-		var ce *hostsdk.ConfigError
-		if errors.As(err, &ce) {
+		if errors.Is(err, hostsdk.ErrSetting) {
 			return usagef("host: %v", err)
 		}
 		return err
@@ -122,8 +123,11 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
 	err = hostrun.Run(ctx, cfg, newConn(), e.getenv, "aipfleet-host-"+*name)
-	var ve *hostsdk.ValidateError
-	if errors.As(err, &ve) {
+	// The exit status follows hostrun.ExitCode's rule, as aip-host's and
+	// aip-sidecar's: a setting to change, or a file a setting names
+	// (hostsdk.ErrSetting: New's *ConfigError, bootstrap step 1's
+	// *ValidateError), exits 2; a failure at run time 1.
+	if errors.Is(err, hostsdk.ErrSetting) {
 		return usagef("host: %v (run `aipfleet host --help`)", err)
 	}
 	return err

@@ -34,8 +34,9 @@ func main() {
 // exitCode is the exit status for run's error, as the connector guide's
 // noteshost has it: 2 for a mistake in how the program was started (a
 // usageError: an unknown flag, a stray argument, a bad --log-level; or a
-// value the host's settings refuse, hostsdk.ErrSetting), 1 for a start
-// that failed or a drain that was not clean, 0 for none or -h.
+// setting, or a file a setting names, that the host refuses,
+// hostsdk.ErrSetting), 1 for a start that failed at run time or a drain
+// that was not clean, 0 for none or -h.
 func exitCode(err error) int {
 	var usage usageError
 	switch {

@@ -14,8 +14,9 @@ import (
 // ECHO_MAIN set): a value the host's settings refuse (hostsdk.ErrSetting),
 // an unknown flag, a stray argument and a bad log level exited 1 like a
 // failed start; they are mistakes in how the program was started, status
-// 2 as aip-host's and the connector guide's noteshost's. A configuration
-// hostsdk.New refuses (no settings at all) still exits 1, and -h 0.
+// 2 as aip-host's and the connector guide's noteshost's. So is a
+// configuration hostsdk.New refuses (no settings at all: a required
+// setting is missing), which exited 1; -h exits 0.
 func TestMainExitStatus(t *testing.T) {
 	if os.Getenv("ECHO_MAIN") == "1" {
 		var args []string
@@ -40,7 +41,7 @@ func TestMainExitStatus(t *testing.T) {
 		{nil, []string{"AIP_ECHO_LOG_LEVEL=loud"}, 2, `echo: AIP_ECHO_LOG_LEVEL "loud": want debug, info, warn or error`},
 		{[]string{"--no-such-flag"}, nil, 2, "echo: flag provided but not defined: -no-such-flag"},
 		{[]string{"stray"}, nil, 2, `echo: unexpected argument "stray"; every setting is a flag`},
-		{nil, nil, 1, "echo: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
+		{nil, nil, 2, "echo: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
 		{[]string{"-h"}, nil, 0, "-signing-seed-file"},
 	} {
 		args, _ := json.Marshal(c.args)

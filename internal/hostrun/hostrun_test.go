@@ -88,8 +88,8 @@ func TestRunChecksTheSettingsBeforeTheDatabase(t *testing.T) {
 			c.edit(&cfg)
 			err := hostrun.Run(t.Context(), cfg, echoconnector.Connector{}, noEnv, "hostrun-test")
 			var ve *hostsdk.ValidateError
-			if !errors.As(err, &ve) {
-				t.Fatalf("Run: %v; want a *hostsdk.ValidateError", err)
+			if !errors.As(err, &ve) || !errors.Is(err, hostsdk.ErrSetting) {
+				t.Fatalf("Run: %v; want a *hostsdk.ValidateError matching hostsdk.ErrSetting (exit status 2: a setting or its file to fix)", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {

@@ -23,11 +23,34 @@ func Usagef(format string, args ...any) error {
 	return &UsageError{fmt.Sprintf(format, args...)}
 }
 
+// Settingf is an error with the formatted message (%w wraps, as with
+// fmt.Errorf) that matches hostsdk.ErrSetting: a setting, or a file a
+// setting names, that the program itself refuses (aip-sidecar's
+// --log-level, a token file it cannot read), so that ExitCode is 2.
+func Settingf(format string, args ...any) error {
+	return &settingError{fmt.Errorf(format, args...)}
+}
+
+type settingError struct{ err error }
+
+func (e *settingError) Error() string   { return e.err.Error() }
+func (e *settingError) Unwrap() []error { return []error{e.err, hostsdk.ErrSetting} }
+
 // ExitCode is a host program's exit status for the error its run
-// returned: 0 for none or -h (flag.ErrHelp), 2 for a mistake on the
-// command line (a *UsageError, or a flag's or variable's value
-// hostsdk's settings or a product adapter refuse, hostsdk.ErrSetting), 1
-// for the rest.
+// returned, the one rule of aip-host, aip-sidecar and aipfleet host:
+//
+//   - 0 for none or -h (flag.ErrHelp);
+//   - 2 when the operator must change how the program is started: a
+//     mistake on the command line (a *UsageError: an unknown flag or
+//     product, a stray argument), or a setting or a file a setting names
+//     that is refused (hostsdk.ErrSetting: a value the settings refuse
+//     when read, a product adapter's refusal, hostsdk.New's
+//     *ConfigError, bootstrap step 1's *ValidateError such as a
+//     --signing-seed-file others can read, a *sidecar.ConfigError such as
+//     an empty --local-url, Settingf);
+//   - 1 for a failure at run time: a later bootstrap step (the journal's
+//     database, the connector's discovery or health, the registration),
+//     a drain that was not clean.
 func ExitCode(err error) int {
 	var usage *UsageError
 	switch {

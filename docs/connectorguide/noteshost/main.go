@@ -31,9 +31,11 @@ func main() {
 
 // exitCode is the exit status for run's error. A mistake in how the
 // program was started exits 2, as aip-host does: an unknown flag or a
-// stray argument (a usageError), or a flag's or variable's value the
-// host's settings refuse (hostsdk.ErrSetting). A start that failed or a
-// drain that was not clean exits 1; none, or -h, 0.
+// stray argument (a usageError), or a setting, or a file a setting names,
+// that the host refuses (hostsdk.ErrSetting: a value it cannot read, a
+// required one missing, a --signing-seed-file others can read). A start
+// that failed at run time or a drain that was not clean exits 1; none,
+// or -h, 0.
 func exitCode(err error) int {
 	var usage usageError
 	switch {

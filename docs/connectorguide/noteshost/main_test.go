@@ -122,8 +122,9 @@ func TestRunRegistersServesAndDrains(t *testing.T) {
 // NOTESHOST_MAIN set): a value the host's settings refuse
 // (hostsdk.ErrSetting) exited 1 like a failed start; it is a mistake in
 // how the program was started, status 2 as aip-host's, and so are an
-// unknown flag and a stray argument. A configuration hostsdk.New refuses
-// (no settings at all) still exits 1, and -h 0.
+// unknown flag and a stray argument. So is a configuration hostsdk.New
+// refuses (no settings at all: a required setting is missing), which
+// exited 1; -h exits 0.
 func TestMainExitStatus(t *testing.T) {
 	if os.Getenv("NOTESHOST_MAIN") == "1" {
 		var args []string
@@ -146,7 +147,7 @@ func TestMainExitStatus(t *testing.T) {
 			`noteshost: AIP_CONNECTOR_HOST_LEASE_TTL_MS (--lease-ttl-ms, Config.LeaseTTL) is "5"; want an integer from 1000 to 300000 ms`},
 		{[]string{"--no-such-flag"}, nil, 2, "noteshost: flag provided but not defined: -no-such-flag"},
 		{[]string{"stray"}, nil, 2, `noteshost: unexpected argument "stray"; every setting is a flag`},
-		{nil, nil, 1, "noteshost: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
+		{nil, nil, 2, "noteshost: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
 		{[]string{"-h"}, nil, 0, "-print-manifest"},
 	} {
 		args, _ := json.Marshal(c.args)
