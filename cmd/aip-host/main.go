@@ -5,7 +5,8 @@
 //
 // The flags are the common connector host flags and AIP_CONNECTOR_HOST_*
 // variables (hostsdk.BindFlags) and the product's own (AIP_<PRODUCT>_*);
-// `aip-host <product> -h` lists them, `aip-host` alone lists the products.
+// `aip-host <product> --help` lists them, `aip-host` alone lists the
+// products.
 // With --print-manifest it prints the bound manifest, its digest and the
 // implementation support its capabilities need (what an operator admits
 // with `aipfleet registry apply`) and exits. Otherwise it runs the

@@ -47,7 +47,7 @@ func usage(w io.Writer) {
 	for _, n := range names() {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, n, catalog[n].Summary)
 	}
-	fmt.Fprintf(w, "\n`aip-host <product> -h` lists the product's flags.\n")
+	fmt.Fprintf(w, "\n`aip-host <product> --help` lists the product's flags.\n")
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -66,14 +66,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aip-host %s [flags]\n\n%s\n\nFlags:\n", p.Name, p.Summary)
-		fs.PrintDefaults()
+		hostrun.PrintDefaults(stderr, fs)
 	}
 	loadHost, loadCommon, loadProduct := bindFlags(fs, p)
-	if err := hostrun.ParseFlags(fs, args[1:], stderr, "aip-host "+p.Name+" -h"); err != nil {
+	if err := hostrun.ParseFlags(fs, args[1:], stderr, "aip-host "+p.Name+" --help"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return hostrun.Usagef("unexpected argument %q; every setting is a flag (run `aip-host %s -h` for the flags)", fs.Arg(0), p.Name)
+		return hostrun.Usagef("unexpected argument %q; every setting is a flag (run `aip-host %s --help` for the flags)", fs.Arg(0), p.Name)
 	}
 	common, err := loadCommon(getenv)
 	if err != nil {

@@ -89,9 +89,15 @@ func TestUsage(t *testing.T) {
 	if err := run(t.Context(), []string{"chatwoot", "-h"}, getenv(nil), &bytes.Buffer{}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, want := range []string{"-chatwoot-base-url", "AIP_CHATWOOT_BASE_URL", "-control-plane-endpoint", "-print-manifest"} {
+	for _, want := range []string{"\n  --chatwoot-base-url string\n", "AIP_CHATWOOT_BASE_URL", "\n  --control-plane-endpoint string\n", "\n  --print-manifest\n"} {
 		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("chatwoot -h does not mention %s", want)
+			t.Errorf("chatwoot -h does not mention %q", want)
+		}
+	}
+	// The flags are written with two dashes, as the messages write them.
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
+			t.Errorf("chatwoot -h lists a flag with one dash: %q", line)
 		}
 	}
 	if err := run(t.Context(), []string{"chatwoot", "extra"}, getenv(nil), &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `unexpected argument "extra"`) {
@@ -223,11 +229,12 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"dify", "--bogus"}, "unknown flag -bogus (run `aip-host dify -h` for the flags)"},
-		{[]string{"dify", "--max-in-flite", "3"}, "unknown flag -max-in-flite; did you mean -max-in-flight? (run `aip-host dify -h` for the flags)"},
-		{[]string{"dify", "--dify-apps"}, "unknown flag -dify-apps; did you mean -dify-apps-file? (run `aip-host dify -h` for the flags)"},
-		{[]string{"dify", "--log-level"}, "flag needs an argument: -log-level"},
-		{[]string{"dify", "extra"}, `unexpected argument "extra"`},
+		{[]string{"dify", "--bogus"}, "unknown flag --bogus (run `aip-host dify --help` for the flags)"},
+		{[]string{"dify", "-bogus"}, "unknown flag --bogus (run `aip-host dify --help` for the flags)"},
+		{[]string{"dify", "--max-in-flite", "3"}, "unknown flag --max-in-flite; did you mean --max-in-flight? (run `aip-host dify --help` for the flags)"},
+		{[]string{"dify", "--dify-apps"}, "unknown flag --dify-apps; did you mean --dify-apps-file? (run `aip-host dify --help` for the flags)"},
+		{[]string{"dify", "--log-level"}, "flag needs an argument: --log-level (run `aip-host dify --help` for the flags)"},
+		{[]string{"dify", "extra"}, "unexpected argument \"extra\"; every setting is a flag (run `aip-host dify --help` for the flags)"},
 		{[]string{"zendesk"}, `unknown product "zendesk"`},
 		{nil, "name a product"},
 	} {
@@ -367,7 +374,7 @@ func TestMainExitStatus(t *testing.T) {
 		// Complete settings, but bootstrap step 1 refuses a file a
 		// setting names; it exited 1.
 		{[]string{"chatwoot"}, looseSeed, 2, "aip-host: hostsdk: bootstrap step 1 (validate): --signing-seed-file"},
-		{[]string{"chatwoot", "-h"}, nil, 0, "-chatwoot-base-url"},
+		{[]string{"chatwoot", "-h"}, nil, 0, "\n  --chatwoot-base-url string\n"},
 	} {
 		args, _ := json.Marshal(c.args)
 		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")

@@ -6,7 +6,7 @@
 // running — or wraps an MCP server (--mcp-command or --mcp-url).
 //
 // It takes the common AIP_CONNECTOR_HOST_* configuration and its own
-// AIP_SIDECAR_* settings (run it with -h for the list), and exits with
+// AIP_SIDECAR_* settings (run it with --help for the list), and exits with
 // status 0 only after a clean drain, offline transition and stop of its
 // child. What the operator must fix in how it is started is one line on
 // stderr and exit status 2: a mistake on the command line (an unknown

@@ -97,14 +97,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "Usage: aip-sidecar [flags] [--exec CMD ARGS... | --mcp-command CMD ARGS...]\n\n")
 		fmt.Fprintf(stderr, "Runs a replica for a connector not written in Go: forwards to a local connector\n")
 		fmt.Fprintf(stderr, "(docs/sidecar-protocol.md) or wraps an MCP server.\n\nFlags:\n")
-		fs.PrintDefaults()
+		hostrun.PrintDefaults(stderr, fs)
 	}
 	load := hostsdk.BindFlags(fs)
 	loadSettings := hostsdk.BindSettings(fs, newSettings())
 	for _, a := range argvSettings {
 		fs.Var(argvFlag{}, a.flag, a.usage+" [$"+envPrefix+a.env+"]")
 	}
-	if err := hostrun.ParseFlags(fs, flagArgs, stderr, "aip-sidecar -h"); err != nil {
+	if err := hostrun.ParseFlags(fs, flagArgs, stderr, "aip-sidecar --help"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

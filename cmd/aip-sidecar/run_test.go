@@ -276,9 +276,15 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &stderr, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("run -h: %v", err)
 	}
-	for _, want := range []string{"--exec CMD ARGS", "-signing-seed-file", "-mcp-url", "AIP_SIDECAR_LOCAL_SOCKET", "AIP_SIDECAR_EVENTS_TOKEN_FILE"} {
+	for _, want := range []string{"--exec CMD ARGS", "\n  --signing-seed-file string\n", "\n  --mcp-url string\n", "\n  --exec\n", "AIP_SIDECAR_LOCAL_SOCKET", "AIP_SIDECAR_EVENTS_TOKEN_FILE"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("help does not mention %q", want)
+		}
+	}
+	// The flags are written with two dashes, as the messages write them.
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
+			t.Errorf("help lists a flag with one dash: %q", line)
 		}
 	}
 }
@@ -419,12 +425,14 @@ func TestCommandLineMistakesAreOneLineUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--bogus"}, "unknown flag -bogus (run `aip-sidecar -h` for the flags)"},
-		{[]string{"--local-ulr", "http://127.0.0.1:9"}, "unknown flag -local-ulr; did you mean -local-url? (run `aip-sidecar -h` for the flags)"},
-		{[]string{"--AIP_SIDECAR_START_TIMEOUT_MS=5"}, "unknown flag -AIP_SIDECAR_START_TIMEOUT_MS (run `aip-sidecar -h` for the flags)"},
-		{[]string{"--local-url"}, "flag needs an argument: -local-url"},
+		{[]string{"--bogus"}, "unknown flag --bogus (run `aip-sidecar --help` for the flags)"},
+		{[]string{"-bogus"}, "unknown flag --bogus (run `aip-sidecar --help` for the flags)"},
+		{[]string{"--local-ulr", "http://127.0.0.1:9"}, "unknown flag --local-ulr; did you mean --local-url? (run `aip-sidecar --help` for the flags)"},
+		{[]string{"--AIP_SIDECAR_START_TIMEOUT_MS=5"}, "unknown flag --AIP_SIDECAR_START_TIMEOUT_MS (run `aip-sidecar --help` for the flags)"},
+		{[]string{"--local-url"}, "flag needs an argument: --local-url (run `aip-sidecar --help` for the flags)"},
 		{[]string{"python3"}, `unexpected argument "python3"`},
 		{[]string{"--exec"}, "--exec needs a command"},
+		{[]string{"--exec=python3"}, "invalid boolean value \"python3\" for --exec: put the command after the flag, as the last arguments (run `aip-sidecar --help` for the flags)"},
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), c.args, func(string) string { return "" }, &stderr, &stderr)

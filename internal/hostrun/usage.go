@@ -64,11 +64,14 @@ func ExitCode(err error) int {
 
 // ParseFlags parses args into fs, whose output it silences: a mistake is
 // a *UsageError of one line that names it and the command that lists the
-// flags (help, such as "aip-sidecar -h"), not the whole flag list with
-// the mistake above it; an unknown flag's names the flag it most likely
-// meant, if one is close ("unknown flag -max-in-flite; did you mean
-// -max-in-flight? (run `aip-sidecar -h` for the flags)"). -h prints the
-// flag list to stderr with fs.Usage and returns flag.ErrHelp.
+// flags (help, such as "aip-sidecar --help"), not the whole flag list
+// with the mistake above it; an unknown flag's names the flag it most
+// likely meant, if one is close ("unknown flag --max-in-flite; did you
+// mean --max-in-flight? (run `aip-sidecar --help` for the flags)"). Flags
+// are written with two dashes, as the flag list (PrintDefaults), hostsdk
+// and aipfleet write them; the flag package takes one or two. -h (or
+// --help) prints the flag list to stderr with fs.Usage and returns
+// flag.ErrHelp.
 func ParseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, help string) error {
 	usage := fs.Usage
 	fs.SetOutput(io.Discard)
@@ -83,13 +86,50 @@ func ParseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, help string) 
 	case err == nil:
 		return nil
 	}
+	return Usagef("%s (run `%s` for the flags)", flagErrorText(fs, err), help)
+}
+
+// flagErrorText is the flag package's parse error with the flags written
+// with two dashes and "flag provided but not defined" said plainly, with
+// the flag most likely meant when one is close.
+func flagErrorText(fs *flag.FlagSet, err error) string {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		name = strings.TrimLeft(name, "-")
-		msg = "unknown flag -" + name
+		msg = "unknown flag --" + name
 		if known := flagsuggest.Closest(fs, name); known != "" {
-			msg += "; did you mean -" + known + "?"
+			msg += "; did you mean --" + known + "?"
 		}
+		return msg
 	}
-	return Usagef("%s (run `%s` for the flags)", msg, help)
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		return "flag needs an argument: --" + strings.TrimLeft(name, "-")
+	}
+	// "invalid value %q for flag -name: ...", "invalid boolean value %q
+	// for -name: ...".
+	fs.VisitAll(func(fl *flag.Flag) {
+		for _, form := range []string{" for flag -", " for -"} {
+			if old := form + fl.Name + ": "; strings.Contains(msg, old) {
+				msg = strings.Replace(msg, old, strings.TrimSuffix(form, "-")+"--"+fl.Name+": ", 1)
+			}
+		}
+	})
+	return msg
+}
+
+// PrintDefaults writes fs's flag list to w as fs.PrintDefaults does, but
+// with each flag written with two dashes ("  --bind string"), as the
+// commands' messages write them.
+func PrintDefaults(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "  -"); ok {
+			line = "  --" + rest
+		}
+		io.WriteString(w, line)
+	}
 }
