@@ -340,15 +340,21 @@ func TestMainExitStatus(t *testing.T) {
 		m[k] = v
 		return m
 	}
-	r := sidecartest.NewFakeFleet(t).NewReplica(t, sidecartest.ReplicaOptions{})
-	looseSeed := maps.Clone(good)
-	for _, kv := range r.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		looseSeed[k] = v
+	fleet := sidecartest.NewFakeFleet(t)
+	complete := func() map[string]string {
+		env := maps.Clone(good)
+		for _, kv := range fleet.NewReplica(t, sidecartest.ReplicaOptions{}).Env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		return env
 	}
+	looseSeed := complete()
 	if err := os.Chmod(looseSeed["AIP_CONNECTOR_HOST_SIGNING_SEED_FILE"], 0o644); err != nil {
 		t.Fatal(err)
 	}
+	looseURLFile := complete()
+	looseURLFile["AIP_CONNECTOR_HOST_DATABASE_URL_FILE"] = open
 	calDiy := maps.Clone(productEnv(t, dir)["cal-diy"])
 	calDiy["AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES"] = "http://aip.example.com/hooks/"
 	for _, c := range []struct {
@@ -374,6 +380,7 @@ func TestMainExitStatus(t *testing.T) {
 		// Complete settings, but bootstrap step 1 refuses a file a
 		// setting names; it exited 1.
 		{[]string{"chatwoot"}, looseSeed, 2, "aip-host: hostsdk: bootstrap step 1 (validate): --signing-seed-file"},
+		{[]string{"chatwoot"}, looseURLFile, 2, "aip-host: hostsdk: bootstrap step 2 (open_journal): --database-url-file (AIP_CONNECTOR_HOST_DATABASE_URL_FILE): "},
 		{[]string{"chatwoot", "-h"}, nil, 0, "\n  --chatwoot-base-url string\n"},
 	} {
 		args, _ := json.Marshal(c.args)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/pgruntime"
@@ -55,13 +56,22 @@ func Run(ctx context.Context, cfg hostsdk.Config, conn hostsdk.Connector, getenv
 // journal in --state-dir. The host calls it at bootstrap step 2, once the
 // configuration and its files passed step 1, so that a bad setting is
 // refused before the database is touched, and closes the journal when it
-// stops.
+// stops. A file it cannot use (missing, readable by others, empty) is a
+// setting to fix: the error matches hostsdk.ErrSetting (exit status 2);
+// a database it cannot reach or open does not (1).
 func JournalOpener(cfg hostsdk.Config) func(context.Context) (journal.Journal, error) {
 	if cfg.DatabaseURLFile == "" {
 		return nil
 	}
 	path, namespace := cfg.DatabaseURLFile, cfg.ReplicaID
 	return func(ctx context.Context) (journal.Journal, error) {
+		// The file's checks first, so that its faults are told from the
+		// database's; OpenURLFile reads it again.
+		raw, err := aip.ReadSecretFile(path, pgruntime.MaxURLFileBytes)
+		if err != nil {
+			return nil, Settingf("--database-url-file (%s): %w", DatabaseURLFileEnv, err)
+		}
+		clear(raw)
 		j, err := pgruntime.OpenURLFile(ctx, path, pgruntime.Config{Namespace: namespace})
 		if err != nil {
 			return nil, fmt.Errorf("--database-url-file (%s): %w", DatabaseURLFileEnv, err)

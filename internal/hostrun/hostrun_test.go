@@ -150,4 +150,16 @@ func TestJournalOpenerNamesTheFlagAndVariable(t *testing.T) {
 			t.Errorf("group-readable URL file: %v; want it to mention %q", err, w)
 		}
 	}
+	// A file to fix is a setting to fix (exit status 2; it was 1, like an
+	// unreachable database, which still is).
+	if !errors.Is(err, hostsdk.ErrSetting) || hostrun.ExitCode(err) != 2 {
+		t.Errorf("group-readable URL file: %v; want it to match hostsdk.ErrSetting", err)
+	}
+	if err := os.Chmod(file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = hostrun.JournalOpener(hostsdk.Config{DatabaseURLFile: file, ReplicaID: "crepl_x"})(t.Context())
+	if err == nil || errors.Is(err, hostsdk.ErrSetting) || hostrun.ExitCode(err) != 1 {
+		t.Errorf("URL file of a database nothing listens for: %v; want an error that does not match hostsdk.ErrSetting", err)
+	}
 }
