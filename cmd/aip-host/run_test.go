@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/registrytest"
@@ -317,11 +317,7 @@ func TestRefusedSettingsReadAsGiven(t *testing.T) {
 // *ConfigError, bootstrap step 1's *ValidateError about a file a setting
 // names), which exited 1 too (hostrun.ExitCode has the rule).
 func TestMainExitStatus(t *testing.T) {
-	if os.Getenv("AIP_HOST_TEST_MAIN") == "1" {
-		var args []string
-		if err := json.Unmarshal([]byte(os.Getenv("AIP_HOST_TEST_ARGS")), &args); err != nil {
-			panic(err)
-		}
+	if args, ok := hostsdktest.MainArgs(); ok {
 		os.Args = append([]string{"aip-host"}, args...)
 		main()
 		return
@@ -383,31 +379,13 @@ func TestMainExitStatus(t *testing.T) {
 		{[]string{"chatwoot"}, looseURLFile, 2, "aip-host: hostsdk: bootstrap step 2 (open_journal): --database-url-file (AIP_CONNECTOR_HOST_DATABASE_URL_FILE): "},
 		{[]string{"chatwoot", "-h"}, nil, 0, "\n  --chatwoot-base-url string\n"},
 	} {
-		args, _ := json.Marshal(c.args)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
 		var env []string
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "OTEL_") {
-				env = append(env, kv)
-			}
-		}
-		env = append(env, "AIP_HOST_TEST_MAIN=1", "AIP_HOST_TEST_ARGS="+string(args))
 		for k, v := range c.env {
 			env = append(env, k+"="+v)
 		}
-		cmd.Env = env
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		status := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			status = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if status != c.status || !strings.Contains(stderr.String(), c.stderr) {
-			t.Errorf("aip-host %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %q", c.args, status, c.status, stderr.String(), c.stderr)
+		status, stderr := hostsdktest.RunMain(t, "TestMainExitStatus", c.args, env)
+		if status != c.status || !strings.Contains(stderr, c.stderr) {
+			t.Errorf("aip-host %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %q", c.args, status, c.status, stderr, c.stderr)
 		}
 	}
 }

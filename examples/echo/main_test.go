@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
 // TestMainExitStatus runs main in a child process (this test binary, with
@@ -18,11 +16,7 @@ import (
 // configuration hostsdk.New refuses (no settings at all: a required
 // setting is missing), which exited 1; -h exits 0.
 func TestMainExitStatus(t *testing.T) {
-	if os.Getenv("ECHO_MAIN") == "1" {
-		var args []string
-		if err := json.Unmarshal([]byte(os.Getenv("ECHO_ARGS")), &args); err != nil {
-			panic(err)
-		}
+	if args, ok := hostsdktest.MainArgs(); ok {
 		os.Args = append([]string{"echo"}, args...)
 		main()
 		return
@@ -44,27 +38,9 @@ func TestMainExitStatus(t *testing.T) {
 		{nil, nil, 2, "echo: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
 		{[]string{"-h"}, nil, 0, "-signing-seed-file"},
 	} {
-		args, _ := json.Marshal(c.args)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
-		var env []string
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "OTEL_") {
-				env = append(env, kv)
-			}
-		}
-		cmd.Env = append(append(env, "ECHO_MAIN=1", "ECHO_ARGS="+string(args)), c.env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		status := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			status = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if status != c.status || !strings.Contains(stderr.String(), c.stderr) {
-			t.Errorf("echo %v %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %s", c.args, c.env, status, c.status, stderr.String(), c.stderr)
+		status, stderr := hostsdktest.RunMain(t, "TestMainExitStatus", c.args, c.env)
+		if status != c.status || !strings.Contains(stderr, c.stderr) {
+			t.Errorf("echo %v %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %s", c.args, c.env, status, c.status, stderr, c.stderr)
 		}
 	}
 }

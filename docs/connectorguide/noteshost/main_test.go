@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -126,11 +124,7 @@ func TestRunRegistersServesAndDrains(t *testing.T) {
 // refuses (no settings at all: a required setting is missing), which
 // exited 1; -h exits 0.
 func TestMainExitStatus(t *testing.T) {
-	if os.Getenv("NOTESHOST_MAIN") == "1" {
-		var args []string
-		if err := json.Unmarshal([]byte(os.Getenv("NOTESHOST_ARGS")), &args); err != nil {
-			panic(err)
-		}
+	if args, ok := hostsdktest.MainArgs(); ok {
 		os.Args = append([]string{"noteshost"}, args...)
 		main()
 		return
@@ -150,27 +144,9 @@ func TestMainExitStatus(t *testing.T) {
 		{nil, nil, 2, "noteshost: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
 		{[]string{"-h"}, nil, 0, "-print-manifest"},
 	} {
-		args, _ := json.Marshal(c.args)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
-		var env []string
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "AIP_CONNECTOR_HOST_") {
-				env = append(env, kv)
-			}
-		}
-		cmd.Env = append(append(env, "NOTESHOST_MAIN=1", "NOTESHOST_ARGS="+string(args)), c.env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		status := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			status = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if status != c.status || !strings.Contains(stderr.String(), c.stderr) {
-			t.Errorf("noteshost %v %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %s", c.args, c.env, status, c.status, stderr.String(), c.stderr)
+		status, stderr := hostsdktest.RunMain(t, "TestMainExitStatus", c.args, c.env)
+		if status != c.status || !strings.Contains(stderr, c.stderr) {
+			t.Errorf("noteshost %v %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %s", c.args, c.env, status, c.status, stderr, c.stderr)
 		}
 	}
 }
