@@ -36,6 +36,14 @@
 // aip_registry_admin for the control pool, aip_registry_data for a
 // dispatcher's data pool, aip_registry_lifecycle for the lifecycle
 // service's. Lease expiry releases reservations, so it needs the data role.
+// With Config.Service set (Dispatcher, LifecycleService), Open and
+// OpenDataPlane check at start, with one catalog query
+// (has_table_privilege and its kin), that the data pool's role holds
+// every privilege roles.sql grants that service's role, and fail with a
+// *RoleError naming the role, what it lacks and the fix: the wrong role's
+// URL, or roles.sql not run again after a migration, would otherwise show
+// only as failures of single requests or of the event retention. A role
+// with more, such as the schema's owner or a superuser, passes.
 //
 // Every session of either pool is set up by pgsession.AfterConnect: a
 // session idle in a transaction for a minute is ended (unless the role,

@@ -171,3 +171,13 @@ func (r *Registry) PoolSetting(ctx context.Context, pool, name string) (string, 
 func ConnectApplyLock(ctx context.Context, controlURL string) (*pgx.Conn, error) {
 	return connectApplyLock(ctx, controlURL)
 }
+
+// ServiceNeeds returns what s's role must hold: table to privileges in
+// roles.sql's notation, and function signatures.
+func ServiceNeeds(s Service) (tables map[string]string, functions []string) {
+	tables = map[string]string{}
+	for _, g := range serviceNeeds[s].tables {
+		tables[g.table] = g.privileges
+	}
+	return tables, serviceNeeds[s].functions
+}

@@ -82,6 +82,13 @@ type Config struct {
 	// (DataMaxConns) bounds all transactions together. Defaults to 3; at
 	// most 256.
 	TenantRouteConcurrency int
+	// Service is what the data pool serves. When set, Open and
+	// OpenDataPlane check at start, with one catalog query, that the data
+	// pool's role holds every privilege that service needs (those
+	// deploy/postgres/roles.sql grants its role), and fail with a
+	// *RoleError otherwise (see CheckPrivileges). Defaults to AnyService,
+	// which checks nothing.
+	Service Service
 }
 
 // Pool defaults and bounds (reference §3.7).
@@ -150,7 +157,8 @@ const (
 )
 
 // Open connects both pools, installs or upgrades the schema with the
-// control pool (see Migrate), and verifies it through the data pool.
+// control pool (see Migrate), and verifies it through the data pool (and,
+// with Config.Service set, the data pool's role: CheckPrivileges).
 func Open(ctx context.Context, cfg Config) (*Registry, error) {
 	if cfg.ControlURL == "" {
 		return nil, fmt.Errorf("%w: pgregistry: Config.ControlURL is empty; Open needs the control pool's URL (use OpenDataPlane for a data-plane-only process)", registry.ErrInvalid)
@@ -180,12 +188,17 @@ func Open(ctx context.Context, cfg Config) (*Registry, error) {
 		r.Close()
 		return nil, err
 	}
+	if err := r.CheckPrivileges(ctx, cfg.Service); err != nil {
+		r.Close()
+		return nil, err
+	}
 	return r, nil
 }
 
 // OpenDataPlane connects only the data pool and verifies that the installed
 // schema is exactly this build's SchemaVersion; it refuses an older or newer
-// schema with ErrSchemaMismatch and never migrates. Catalog and admission
+// schema with ErrSchemaMismatch and never migrates. With Config.Service set
+// it then checks the data pool's role (CheckPrivileges). Catalog and admission
 // writes of the returned registry fail with ErrNoControlPool.
 func OpenDataPlane(ctx context.Context, cfg Config) (*Registry, error) {
 	if cfg.ControlURL != "" {
@@ -203,6 +216,10 @@ func OpenDataPlane(ctx context.Context, cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	if err := r.VerifySchema(ctx); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if err := r.CheckPrivileges(ctx, cfg.Service); err != nil {
 		r.Close()
 		return nil, err
 	}
