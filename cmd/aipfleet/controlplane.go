@@ -211,7 +211,7 @@ func runControlPlane(ctx context.Context, c *command, e *env, args []string) err
 	if err != nil {
 		return err
 	}
-	srv, err := f.server.open(ctx, e, controlplane.Component)
+	srv, err := f.server.open(ctx, e, controlplane.Component, pgregistry.LifecycleService)
 	if err != nil {
 		return err
 	}

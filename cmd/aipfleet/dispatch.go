@@ -265,7 +265,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--issuer: %w", err)
 	}
-	srv, err := f.server.open(ctx, e, "aipfleet-dispatch")
+	srv, err := f.server.open(ctx, e, "aipfleet-dispatch", pgregistry.Dispatcher)
 	if err != nil {
 		return err
 	}

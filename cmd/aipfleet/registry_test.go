@@ -388,42 +388,14 @@ func TestRegistryMigrateUsesOneConnection(t *testing.T) {
 // role's, not only PostgreSQL's "permission denied".
 func TestRegistryWritesWithARestrictedRoleNameTheAdminRole(t *testing.T) {
 	env, dbURL, fleet := registryFixture(t)
-	roles, err := os.ReadFile(filepath.Join("..", "..", "deploy", "postgres", "roles.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	applyRoles := func() {
-		t.Helper()
-		// Roles are cluster-wide: another test run applying the script at
-		// the same time makes a catalog update fail "concurrently".
-		for attempt := 0; ; attempt++ {
-			c, err := pgx.Connect(t.Context(), dbURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = c.Exec(t.Context(), string(roles))
-			c.Close(t.Context())
-			if err == nil {
-				return
-			}
-			if attempt >= 5 || !strings.Contains(err.Error(), "concurrently") {
-				t.Fatalf("roles.sql: %v", err)
-			}
-		}
-	}
 	as := func(role string) map[string]string {
-		u, err := url.Parse(dbURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		u.User = url.User(role)
-		return map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": writeSecret(t, t.TempDir(), role+".url", u.String()+"\n")}
+		return map[string]string{"AIP_REGISTRY_DATABASE_URL_FILE": roleURLFile(t, dbURL, role)}
 	}
-	applyRoles()
+	applyRolesSQL(t, dbURL)
 	if _, _, err := runCLI(t, as("aip_registry_admin"), "registry", "migrate"); err != nil {
 		t.Fatal(err)
 	}
-	applyRoles()
+	applyRolesSQL(t, dbURL)
 	for _, role := range []string{"aip_registry_data", "aip_registry_lifecycle"} {
 		for _, args := range [][]string{{"registry", "migrate"}, {"registry", "apply", "-f", fleet}} {
 			_, _, err := runCLI(t, as(role), args...)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -97,9 +98,10 @@ type server struct {
 }
 
 // open opens what f names, in order: the JSON logger on stderr, the secret
-// files, the trace exporter (named service), the registry's data pool and
-// the listener. On error it closes what it opened.
-func (f *serverFlags) open(ctx context.Context, e *env, service string) (_ *server, err error) {
+// files, the trace exporter (named service), the registry's data pool
+// (whose role must hold what serves needs) and the listener. On error it
+// closes what it opened.
+func (f *serverFlags) open(ctx context.Context, e *env, service string, serves pgregistry.Service) (_ *server, err error) {
 	s := &server{logger: slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: f.level})), shutdownTracing: func() {}}
 	defer func() {
 		if err != nil {
@@ -115,8 +117,14 @@ func (f *serverFlags) open(ctx context.Context, e *env, service string) (_ *serv
 		return nil, err
 	}
 	if s.reg, err = pgregistry.OpenDataPlane(ctx, pgregistry.Config{
-		DataURL: dbURL, DataMaxConns: int32(f.maxConns), AcquireTimeout: f.acquireTimeout,
+		DataURL: dbURL, DataMaxConns: int32(f.maxConns), AcquireTimeout: f.acquireTimeout, Service: serves,
 	}); err != nil {
+		var roleErr *pgregistry.RoleError
+		if errors.As(err, &roleErr) {
+			// The fix is a different URL file or roles.sql: say which
+			// file holds the role's URL.
+			return nil, fmt.Errorf("open the registry (data pool) with the URL in --database-url-file %s: %w", f.databaseURLFile, err)
+		}
 		return nil, withConnectHint(fmt.Errorf("open the registry (data pool): %w", err), f.databaseURLFile)
 	}
 	var lc net.ListenConfig
