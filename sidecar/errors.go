@@ -68,7 +68,7 @@ var settingOf = map[string]string{
 	"Local.URL": "local-url", "Local.Socket": "local-socket", "Local.Token": "local-token-file",
 	"Local.CancelGrace": "cancel-grace-ms", "Local.MaxActionDuration": "max-action-ms",
 	"Local.OnManifestChange": "on-manifest-change",
-	"MCP.Command":            "mcp-command", "MCP.URL": "mcp-url",
+	"MCP.Command":            "mcp-command", "MCP.URL": "mcp-url", "MCP.Tools": "mcp-tools",
 	"MCP.ConnectTimeout": "start-timeout-ms", "MCP.StopTimeout": "stop-timeout-ms",
 	"MCP.MaxActionDuration": "max-action-ms", "MCP.RestartBackoff": "restart-backoff-ms",
 	"MCP.MaxBackoff": "max-backoff-ms", "MCP.RestartUnresponsiveAfter": "restart-unresponsive-after",

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +81,10 @@ type MCPConfig struct {
 	// CapabilityPrefix is prepended to tool names to form capability IDs.
 	// Defaults to "mcp.".
 	CapabilityPrefix string
-	// Tools, when set, lists the only tools exposed as capabilities.
+	// Tools, when set, lists the only tools exposed as capabilities. At
+	// discovery (Manifest) each must be a tool the server lists that can
+	// become a capability, or discovery fails with a *ConfigError naming
+	// the others and the tools the server offers (checkAllowList).
 	Tools []string
 	// AgentID is the manifest agent's principal ID. Defaults to
 	// "agent:mcp:" followed by the server's name.
@@ -868,19 +872,82 @@ func (m *MCP) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.
 	for _, s := range skipped {
 		m.log.Warn("MCP tool left out of the manifest", "reason", s)
 	}
+	if err := m.checkAllowList(tools, infos); err != nil {
+		return nil, err
+	}
 	if len(man.Capabilities) == 0 {
 		return nil, fmt.Errorf("sidecar: the MCP server %s exposes no usable tools (%d listed, allow-list %v)", m.Target(), len(tools), m.cfg.Tools)
-	}
-	for _, name := range m.cfg.Tools {
-		if _, ok := infos[m.cfg.CapabilityPrefix+name]; !ok {
-			m.log.Warn("a tool named in the allow-list is not offered by the MCP server", "tool", name)
-		}
 	}
 	m.mu.Lock()
 	m.tools = infos
 	m.mu.Unlock()
 	m.drift.admit(man)
 	return man, nil
+}
+
+// maxOfferedNamed bounds the server's tool names an allow-list error
+// quotes.
+const maxOfferedNamed = 30
+
+// checkAllowList refuses, at discovery, an allow-list (Tools) naming a
+// tool the server does not list, or one it lists that cannot become a
+// capability (toolCapability): started without it, the replica would
+// silently lack a capability the operator asked for (a typo in
+// --mcp-tools). The error names those tools and the tools the server
+// offers. A tool list that changes after registration is only reported
+// (observe, drift): the running replica keeps its admitted manifest.
+func (m *MCP) checkAllowList(tools []*mcp.Tool, admitted map[string]toolInfo) error {
+	if len(m.cfg.Tools) == 0 {
+		return nil
+	}
+	listed := make(map[string]*mcp.Tool, len(tools))
+	offered := make([]string, 0, len(tools))
+	for _, t := range tools {
+		if _, dup := listed[t.Name]; !dup {
+			offered = append(offered, t.Name)
+		}
+		listed[t.Name] = t
+	}
+	var unknown, unusable []string
+	seen := make(map[string]bool, len(m.cfg.Tools))
+	for _, name := range m.cfg.Tools {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		t, ok := listed[name]
+		switch {
+		case !ok:
+			unknown = append(unknown, name)
+		case admitted[m.cfg.CapabilityPrefix+name].name == "":
+			why := "listed twice"
+			if _, _, err := toolCapability(m.cfg.CapabilityPrefix, t); err != nil {
+				why = err.Error()
+			}
+			unusable = append(unusable, fmt.Sprintf("%s (%s)", name, why))
+		}
+	}
+	if len(unknown) == 0 && len(unusable) == 0 {
+		return nil
+	}
+	var parts []string
+	if len(unknown) > 0 {
+		slices.Sort(offered)
+		list := "none"
+		if len(offered) > 0 {
+			list = strings.Join(offered[:min(len(offered), maxOfferedNamed)], ", ")
+			if len(offered) > maxOfferedNamed {
+				list += fmt.Sprintf(" and %d more", len(offered)-maxOfferedNamed)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("names tools the MCP server %s does not offer: %s (its tools/list offers: %s); correct the names, or leave the setting unset to expose every tool",
+			m.Target(), strings.Join(unknown, ", "), list))
+	}
+	if len(unusable) > 0 {
+		parts = append(parts, fmt.Sprintf("names tools of the MCP server %s that cannot become capabilities: %s; remove them from the list",
+			m.Target(), strings.Join(unusable, "; ")))
+	}
+	return cfgErr("MCP.Tools", strings.Join(parts, "; it also "))
 }
 
 // CheckHealth implements hostsdk.HealthChecker: the session must be up and

@@ -895,3 +895,52 @@ func TestMCPServerCrashDuringACall(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPAllowListNamesUnknownTool: a tool in the allow-list (--mcp-tools)
+// that the server does not offer fails the start with a setting error
+// naming it and the tools the server offers, rather than starting the
+// replica without it; a listed tool that cannot become a capability does
+// too.
+func TestMCPAllowListNamesUnknownTool(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tools []string
+		want  []string
+	}{
+		{"typo", []string{"lookup", "lookpu", "lookpu"}, []string{
+			"--mcp-tools (AIP_SIDECAR_MCP_TOOLS, Config.MCP.Tools) names tools the MCP server",
+			"does not offer: lookpu (its tools/list offers: broken, fail, lookup, slow, slow_ro, structured)"}},
+		{"unusable", []string{"lookup", "broken"}, []string{
+			"cannot become capabilities: broken (tool broken: ", "output_schema does not compile", "remove them from the list"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestMCPServer(t)
+			ts.server.AddTool(&mcp.Tool{Name: "broken", InputSchema: objectSchema, OutputSchema: map[string]any{"type": "objekt"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{}, nil
+			})
+			cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
+			d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
+			s, err := New(Config{Host: hostsdktest.HostConfig(t, cp, d, nil),
+				MCP: MCPConfig{Transport: ts.transport(t), Tools: tc.tools}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ts.dropSessions()
+			// Bounded: the old code started the replica and ran until ctx ended.
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			err = s.Run(ctx)
+			if !errors.Is(err, hostsdk.ErrSetting) {
+				t.Errorf("Run = %v; want a setting error (exit status 2)", err)
+			}
+			for _, w := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Run = %v; want it to say %q", err, w)
+				}
+			}
+			if n := len(cp.Operations()); n != 0 {
+				t.Errorf("%d control-plane operations; want none (no registration)", n)
+			}
+		})
+	}
+}

@@ -42,7 +42,7 @@ func newSettings() []hostsdk.Setting {
 		str("events-token-file", "EVENTS_TOKEN_FILE", "owner-only file with the bearer token the local connector publishes events with on POST "+sidecar.PathEvents+" (with --exec a fresh token is generated when unset and handed to the child in "+sidecar.EnvEventsToken+"; without either the route is not served)"),
 		str("exec-dir", "EXEC_DIR", "working directory of the --exec child"),
 		str("mcp-url", "MCP_URL", "wrap a Streamable HTTP MCP server at this URL (https, or http on loopback)"),
-		str("mcp-tools", "MCP_TOOLS", "comma-separated MCP tool names to expose (default: all)"),
+		str("mcp-tools", "MCP_TOOLS", "comma-separated MCP tool names to expose (default: all); the start fails if one is not a tool the server offers or cannot become a capability"),
 		str("capability-prefix", "CAPABILITY_PREFIX", "prefix of capability IDs made from MCP tool names (default "+sidecar.DefaultCapabilityPrefix+")"),
 		str("agent-id", "AGENT_ID", "manifest agent ID in MCP mode (default agent:mcp:<server name>)"),
 		policy,
