@@ -298,6 +298,16 @@ func TestCallStuckAtShutdownIsJournaledBeforeStopReturns(t *testing.T) {
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), "1 abandoned connector call still running") {
 		t.Errorf("Stop: %v, want a *ShutdownError saying the abandoned call still runs", err)
 	}
+	// In words an operator acts on, not Go identifiers (journal.ErrClosed).
+	for _, want := range []string{"by more than 400ms (the handle grace: --handle-grace-ms (AIP_CONNECTOR_HOST_HANDLE_GRACE_MS))",
+		"what it returns is discarded", "check with the provider whether it took effect", "fix the connector so that a call returns"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Stop: %v, want it to say %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "ErrClosed") {
+		t.Errorf("Stop: %v, names a Go error value", err)
+	}
 	rec, jerr := f.j.Action(ctx, a.ID)
 	if jerr != nil || rec.Status != aip.StateOutcomeUnknown {
 		t.Fatalf("journal record when Stop returned: %s %q (%v), want outcome_unknown", rec.Status, rec.Detail, jerr)

@@ -203,8 +203,8 @@ func (h *Host) shutdown() error {
 
 	// 10. Abandoned calls are not awaited: the host cannot end them, and
 	// what they return is dropped.
-	if err := abandonedError(h.inflight.abandonedRunning()); err != nil {
-		fail("actions", err)
+	if ids, calls := h.inflight.abandonedRunning(); calls > 0 {
+		fail("actions", abandonedError(ids, calls, h.cfg.HandleGrace))
 	}
 	// An abandoned call may still run: its State calls fail from here on
 	// (a journal the host opened is closed next; one the caller owns is
@@ -230,7 +230,7 @@ const maxNamedAbandoned = 10
 
 // abandonedError reports the abandoned connector calls still running at
 // the end of a shutdown (nil: none), naming their actions.
-func abandonedError(ids []string, calls int) error {
+func abandonedError(ids []string, calls int, grace time.Duration) error {
 	if calls == 0 {
 		return nil
 	}
@@ -242,9 +242,12 @@ func abandonedError(ids []string, calls int) error {
 	if len(ids) == 1 {
 		actions = "action"
 	}
-	return fmt.Errorf("%s still running (%s %s): their actions were journaled and answered outcome_unknown (a read's failed "+CodeInterrupted+"); "+
-		"the host cannot end them and did not wait for them; what they return is dropped, and what they still do fails (their State calls with journal.ErrClosed)",
-		counted(calls, "abandoned connector call"), actions, named)
+	return fmt.Errorf("%s still running (%s %s): each outlived its action's deadline, a cancel or the shutdown by more than %s (the handle grace: %s), "+
+		"so its action was journaled and answered outcome_unknown (a read's failed "+CodeInterrupted+", retryable) and the host stopped without waiting for it; "+
+		"nothing such a call does now counts: what it returns is discarded, what it still tries to record or publish through the host is refused (the host's journal is closed), and it ends when this process exits. "+
+		"Callers: before acting again on an action answered outcome_unknown, check with the provider whether it took effect. "+
+		"Operator: fix the connector so that a call returns once its context is cancelled (a provider call without a deadline, a lock held)",
+		counted(calls, "abandoned connector call"), actions, named, grace, settingName("HandleGrace"))
 }
 
 // counted is n and noun, in the plural unless n is 1 ("2 actions").
