@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -569,11 +568,7 @@ func TestNamesFlag(t *testing.T) {
 // health check: sidecar: GET ...". The operator now sees the program's
 // name once, and the error still matches (sidecar.ErrStartTimeout).
 func TestMainNamesTheProgramOnce(t *testing.T) {
-	if os.Getenv("AIP_SIDECAR_TEST_MAIN") == "1" {
-		var args []string
-		if err := json.Unmarshal([]byte(os.Getenv("AIP_SIDECAR_TEST_ARGS")), &args); err != nil {
-			panic(err)
-		}
+	if args, ok := hostsdktest.MainArgs(); ok {
 		os.Args = append([]string{"aip-sidecar"}, args...)
 		main()
 		return
@@ -595,23 +590,11 @@ func TestMainNamesTheProgramOnce(t *testing.T) {
 		{append(manifest, "--local-url", closed, "--start-timeout-ms", "200"), 1,
 			"aip-sidecar: the connector did not become healthy within 200ms (--start-timeout-ms) at " + closed + ": last health check: GET /aip/health at " + closed + ": "},
 	} {
-		args, _ := json.Marshal(c.args)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMainNamesTheProgramOnce$")
-		var env []string
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "OTEL_") {
-				env = append(env, kv)
-			}
+		status, stderr := hostsdktest.RunMain(t, "TestMainNamesTheProgramOnce", c.args, nil)
+		if status != c.status {
+			t.Errorf("aip-sidecar %v: exit status %d, want %d", c.args, status, c.status)
 		}
-		cmd.Env = append(env, "AIP_SIDECAR_TEST_MAIN=1", "AIP_SIDECAR_TEST_ARGS="+string(args))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != c.status {
-			t.Errorf("aip-sidecar %v: %v, want exit status %d", c.args, err, c.status)
-		}
-		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
 		last := lines[len(lines)-1]
 		if !strings.HasPrefix(last, c.want) || strings.Count(last, "sidecar: ") != 1 {
 			t.Errorf("aip-sidecar %v: the error reads\n%s\nwant it to start with %q and name the program once", c.args, last, c.want)
@@ -642,11 +625,7 @@ func TestMainNamesTheProgramOnce(t *testing.T) {
 // --mcp-command, a setting of the other mode). A failure at run time (a
 // connector that does not become healthy) still exits 1.
 func TestMainExitStatus(t *testing.T) {
-	if os.Getenv("AIP_SIDECAR_TEST_MAIN") == "1" {
-		var args []string
-		if err := json.Unmarshal([]byte(os.Getenv("AIP_SIDECAR_TEST_ARGS")), &args); err != nil {
-			panic(err)
-		}
+	if args, ok := hostsdktest.MainArgs(); ok {
 		os.Args = append([]string{"aip-sidecar"}, args...)
 		main()
 		return
@@ -699,31 +678,13 @@ func TestMainExitStatus(t *testing.T) {
 		// Complete settings; the connector never answers.
 		{nil, replica(nil), 1, "aip-sidecar: the connector did not become healthy within 200ms (--start-timeout-ms)"},
 	} {
-		args, _ := json.Marshal(c.args)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMainExitStatus$")
 		var env []string
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "AIP_") && !strings.HasPrefix(kv, "OTEL_") {
-				env = append(env, kv)
-			}
-		}
-		env = append(env, "AIP_SIDECAR_TEST_MAIN=1", "AIP_SIDECAR_TEST_ARGS="+string(args))
 		for k, v := range c.env {
 			env = append(env, k+"="+v)
 		}
-		cmd.Env = env
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		status := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			status = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if status != c.status || !strings.Contains(stderr.String(), c.stderr) {
-			t.Errorf("aip-sidecar %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %q", c.args, status, c.status, stderr.String(), c.stderr)
+		status, stderr := hostsdktest.RunMain(t, "TestMainExitStatus", c.args, env)
+		if status != c.status || !strings.Contains(stderr, c.stderr) {
+			t.Errorf("aip-sidecar %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %q", c.args, status, c.status, stderr, c.stderr)
 		}
 	}
 }
