@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -447,7 +449,8 @@ func (e *answerLostError) Unwrap() error { return e.err }
 func (f *actionFlags) maybeRan(err error) error {
 	var down *dispatcherDownError
 	var cert *untrustedCertError
-	if errors.As(err, &down) || errors.As(err, &cert) {
+	var plain *plainHTTPError
+	if errors.As(err, &down) || errors.As(err, &cert) || errors.As(err, &plain) {
 		return err
 	}
 	return fmt.Errorf("%w\naction %s may or may not have run: ask with `aipfleet action get %s`, or send it again with --action-id %s (it never runs twice)",
@@ -633,6 +636,9 @@ func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, metho
 		if cert := asUntrustedCert(err, "the dispatcher", f.url); cert != nil {
 			return nil, cert
 		}
+		if speaksTLS(ctx, f.url, err) {
+			return nil, &plainHTTPError{fmt.Errorf("%s %s: %w", method, f.url+path, unwrapURLError(err))}
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, fmt.Errorf("%s %s: no answer within --request-timeout %s (%w)", method, f.url+path, f.requestTimeout, context.Cause(ctx))
 		}
@@ -642,6 +648,7 @@ func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, metho
 		}
 		return nil, fmt.Errorf("%s %s: %w", method, f.url+path, unwrapURLError(err))
 	}
+	resp.Body = &resetBody{ReadCloser: resp.Body, ctx: ctx, url: f.url}
 	return resp, nil
 }
 
@@ -784,7 +791,7 @@ func apiFailure(status int, raw []byte) error {
 	if status == http.StatusBadRequest && bytes.Contains(raw, []byte(plainHTTPToTLS)) {
 		// What a Go HTTPS server (the dispatcher's, the control plane's)
 		// answers a plain HTTP request.
-		return fmt.Errorf("HTTP %d: %s: the server speaks HTTPS (it was started with --tls-cert-file): write its URL with https://", status, plainHTTPToTLS)
+		return &plainHTTPError{fmt.Errorf("HTTP %d: %s", status, plainHTTPToTLS)}
 	}
 	return fmt.Errorf("HTTP %d: %s", status, printable(aip.TruncateUTF8(string(bytes.TrimSpace(raw)), 500)))
 }
@@ -792,6 +799,63 @@ func apiFailure(status int, raw []byte) error {
 // plainHTTPToTLS is the body of net/http's answer to a plain HTTP request
 // on a TLS listener.
 const plainHTTPToTLS = "Client sent an HTTP request to an HTTPS server"
+
+// plainHTTPError is a request with an http:// URL that a server speaking
+// HTTPS refused: with net/http's 400 answer, or by resetting the
+// connection before (or while) that answer arrived, which it does when the
+// request is longer than the TLS record header it read (a long token
+// suffices). Every client of the dispatcher and of the control plane
+// reports both the same way.
+type plainHTTPError struct{ err error }
+
+func (e *plainHTTPError) Error() string {
+	return e.err.Error() + ": the server speaks HTTPS (it was started with --tls-cert-file): write its URL with https://"
+}
+func (e *plainHTTPError) Unwrap() error { return e.err }
+
+// speaksTLS reports whether err, the failure of a request to rawURL, is an
+// http:// request reset by a server that speaks HTTPS: the connection was
+// reset and rawURL's host completes a TLS handshake.
+func speaksTLS(ctx context.Context, rawURL string, err error) bool {
+	if !errors.Is(err, syscall.ECONNRESET) {
+		return false
+	}
+	u, perr := url.Parse(rawURL)
+	if perr != nil || u.Scheme != "http" {
+		return false
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	// The handshake only asks whether the server speaks TLS: nothing is
+	// sent over the connection, so its certificate need not be trusted.
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}
+	conn, derr := d.DialContext(ctx, "tcp", addr)
+	if derr != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// resetBody is a response body whose read errors become a *plainHTTPError
+// when the server that reset the connection speaks HTTPS (speaksTLS).
+type resetBody struct {
+	io.ReadCloser
+	ctx context.Context
+	url string
+}
+
+func (b *resetBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && speaksTLS(b.ctx, b.url, err) {
+		err = &plainHTTPError{err}
+	}
+	return n, err
+}
 
 // jsonSyntax says why raw is not one JSON value, and where (nil when it is).
 func jsonSyntax(raw []byte) error {

@@ -253,14 +253,18 @@ func (f *eventsFlags) page(ctx context.Context, client *http.Client, bearer stri
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(f.limit)}}
 	resp, err := f.client.do(ctx, client, bearer, http.MethodGet, dispatch.PathEvents+"?"+q.Encode(), nil)
 	var cert *untrustedCertError
-	if errors.As(err, &cert) {
-		return out, err // asking again does not make the certificate trusted
+	var plain *plainHTTPError
+	if errors.As(err, &cert) || errors.As(err, &plain) {
+		return out, err // asking again does not make the certificate trusted, nor the URL https://
 	}
 	if err != nil {
 		return out, &transientError{err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 512<<20))
+	if errors.As(err, &plain) {
+		return out, fmt.Errorf("read the answer: %w", err)
+	}
 	if err != nil {
 		return out, &transientError{fmt.Errorf("read the answer: %w", err)}
 	}

@@ -325,6 +325,9 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from, 
 		if cert := asUntrustedCert(err, "the control plane", strings.SplitN(u, "/aip/", 2)[0]); cert != nil {
 			return cert
 		}
+		if speaksTLS(ctx, u, err) {
+			return &plainHTTPError{fmt.Errorf("GET %s: %w", u, unwrapURLError(err))}
+		}
 		// Connected but no answer within --timeout: a stopped or hung
 		// control plane (the kernel still accepts its connections), or a
 		// path that drops packets.
@@ -338,6 +341,9 @@ func getJSON(ctx context.Context, client *http.Client, u, token, refused, from, 
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
+		if speaksTLS(ctx, u, err) {
+			return &plainHTTPError{fmt.Errorf("GET %s: %w", u, err)}
+		}
 		return fmt.Errorf("GET %s: %w", u, err)
 	}
 	if resp.StatusCode == http.StatusUnauthorized {
