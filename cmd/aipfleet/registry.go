@@ -324,13 +324,19 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 		if hint := adminRoleHint(applyErr); hint != "" {
 			return fmt.Errorf("%w%s", applyErr, hint)
 		}
+		// The report lists the entries applied before the failure: none
+		// when the first one failed.
+		applied := "the entries above were applied"
+		if len(rep.Entries) == 0 {
+			applied = "nothing was applied"
+		}
 		switch {
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return fmt.Errorf("%w; --timeout %s ran out: the entries above were applied, apply the file again to complete it (with a longer --timeout for a file this large)", applyErr, timeout)
+			return fmt.Errorf("%w; --timeout %s ran out: %s, apply the file again to complete it (with a longer --timeout for a file this large)", applyErr, timeout, applied)
 		case ctx.Err() != nil:
-			return fmt.Errorf("%w; interrupted: the entries above were applied, apply the file again to complete it", applyErr)
+			return fmt.Errorf("%w; interrupted: %s, apply the file again to complete it", applyErr, applied)
 		}
-		return fmt.Errorf("%w; the entries above were applied, fix the file and apply it again", applyErr)
+		return fmt.Errorf("%w; %s, fix the file and apply it again", applyErr, applied)
 	}
 	if rep.Count(registry.Created)+rep.Count(registry.Updated) > 0 {
 		// Fresh statistics, so the services plan for the tables as they

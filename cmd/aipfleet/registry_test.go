@@ -158,6 +158,16 @@ WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_an
 		!regexp.MustCompile(`unchanged\s+versions\s+cver_echo_1_0_0\n`).MatchString(out) {
 		t.Fatalf("conflicting file: %v\n%s", err, out)
 	}
+	// When the first entry is refused, nothing was applied: the error
+	// does not speak of entries above.
+	first := filepath.Join(dir, "first.yaml")
+	firstRaw := bytes.Replace(fleetFileExample(t), []byte("max_tenant_in_flight: 200"), []byte("max_tenant_in_flight: 201"), 1)
+	os.WriteFile(first, firstRaw, 0o644)
+	out, _, err = runCLI(t, env, "registry", "apply", "-f", first)
+	if err == nil || !strings.HasSuffix(err.Error(), "; nothing was applied, fix the file and apply it again") ||
+		!strings.Contains(err.Error(), "policies[0]") || !strings.Contains(out, "0 created, 0 updated, 0 unchanged") {
+		t.Fatalf("file whose first entry is refused: %v\n%s", err, out)
+	}
 }
 
 func TestRegistryFlagErrors(t *testing.T) {
