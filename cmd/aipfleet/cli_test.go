@@ -97,6 +97,12 @@ func TestKeygenAndTokenRoundTrip(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "keygen", "--did-of", loose); err == nil || !strings.Contains(err.Error(), "--did-of") || !strings.Contains(err.Error(), "loose.key") {
 		t.Fatalf("keygen --did-of a group-readable key: err = %v", err)
 	}
+	// A directory (aipfleet dev's keys directory, say) is named as one,
+	// with a key file in it.
+	if _, _, err := runCLI(t, nil, "keygen", "--did-of", dir); err == nil ||
+		!strings.Contains(err.Error(), "--did-of "+dir+" is a directory: --did-of wants the key file itself, such as "+filepath.Join(dir, "issuer.key")+" (the directory holds 2 .key files)") {
+		t.Fatalf("keygen --did-of a directory: err = %v", err)
+	}
 	for _, args := range [][]string{{"--did-of", keyFile, "--out", filepath.Join(dir, "new.key")}, {"--json"}} {
 		var u *usageError
 		if _, _, err := runCLI(t, nil, append([]string{"keygen"}, args...)...); !errors.As(err, &u) || !strings.Contains(err.Error(), "--did-of") {

@@ -52,6 +52,9 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 	case *out != "" && *didOf != "":
 		return usagef("keygen: give --out FILE (create a key) or --did-of FILE (show an existing key's DID), not both")
 	case *didOf != "":
+		if err := notADirectory(*didOf); err != nil {
+			return err
+		}
 		k, err := aip.LoadSigningKey(*didOf)
 		if err != nil {
 			return fmt.Errorf("--did-of: %w", err)
@@ -80,4 +83,22 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, key.DID())
 	return nil
+}
+
+// notADirectory refuses a --did-of that names a directory (such as aipfleet
+// dev's keys directory), naming the key files in it: the key loader would
+// only say it is not a regular file.
+func notADirectory(path string) error {
+	info, err := os.Stat(path)
+	if err != nil || !info.IsDir() {
+		return nil // the key loader reports what is wrong with it
+	}
+	msg := fmt.Sprintf("--did-of %s is a directory: --did-of wants the key file itself", path)
+	if keys, _ := filepath.Glob(filepath.Join(path, "*.key")); len(keys) > 0 {
+		msg += fmt.Sprintf(", such as %s", keys[0])
+		if len(keys) > 1 {
+			msg += fmt.Sprintf(" (the directory holds %d .key files)", len(keys))
+		}
+	}
+	return errors.New(msg)
 }
