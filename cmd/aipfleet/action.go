@@ -20,6 +20,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
 
@@ -394,7 +395,7 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), dispatch.ContentTypeNDJSON) {
 		err = f.readStream(resp.Body, e)
 	} else {
-		err = f.printAction(resp, e, actionErr)
+		err = f.printAction(resp, e, true, actionErr)
 	}
 	var lost *answerLostError
 	if errors.As(err, &lost) {
@@ -511,14 +512,15 @@ func (f *actionFlags) readStream(body io.Reader, e *env) error {
 		return &answerLostError{errors.New("the stream ended without a result")}
 	}
 	if !f.jsonOut {
-		printSummary(e.stdout, final)
+		printSummary(e.stdout, final, true)
 	}
 	return f.capabilityHint(actionErr(final), final.Error)
 }
 
-// printAction prints the dispatcher's answer to a send or a cancel and
-// returns the command's error: judge's for an answer about the action.
-func (f *actionFlags) printAction(resp *http.Response, e *env, judge func(*dispatch.ActionResponse) error) error {
+// printAction prints the dispatcher's answer to a send (send true) or a
+// cancel and returns the command's error: judge's for an answer about the
+// action.
+func (f *actionFlags) printAction(resp *http.Response, e *env, send bool, judge func(*dispatch.ActionResponse) error) error {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return &answerLostError{fmt.Errorf("read the answer: %w", err)}
@@ -546,7 +548,7 @@ func (f *actionFlags) printAction(resp *http.Response, e *env, judge func(*dispa
 	if f.jsonOut {
 		e.stdout.Write(raw)
 	} else {
-		printSummary(e.stdout, &ar)
+		printSummary(e.stdout, &ar, send)
 	}
 	return f.capabilityHint(judge(&ar), ar.Error)
 }
@@ -612,7 +614,7 @@ func (f *actionFlags) cancel(ctx context.Context, client *http.Client, bearer, i
 		return err
 	}
 	defer resp.Body.Close()
-	return f.printAction(resp, e, cancelErr)
+	return f.printAction(resp, e, false, cancelErr)
 }
 
 func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, method, path string, body []byte) (*http.Response, error) {
@@ -661,7 +663,12 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-func printSummary(w io.Writer, r *dispatch.ActionResponse) {
+// printSummary prints the answer r to a send (send true) or a cancel. A
+// send refused without running (an input the replica refused: settlement
+// cancelled; a refusal before routing: no route) says so, not "settlement
+// cancelled", which reads as if the action had been cancelled: that
+// settlement only released the capacity reserved for it.
+func printSummary(w io.Writer, r *dispatch.ActionResponse, send bool) {
 	where := ""
 	if r.Route != nil {
 		where = fmt.Sprintf(" on replica %s (fence %s", r.Route.ReplicaID, r.Route.FenceToken)
@@ -679,6 +686,12 @@ func printSummary(w io.Writer, r *dispatch.ActionResponse) {
 		if r.Result.Error != nil {
 			fmt.Fprintf(w, "error: %s: %s\n", printable(r.Result.Error.Code), printableLines(r.Result.Error.Message))
 		}
+	case r.Error != nil && send && r.Settlement == registry.SettlementCancelled:
+		fmt.Fprintf(w, "action %s refused%s: nothing ran for this request\n", r.ActionID, where)
+		fmt.Fprintf(w, "error: %s: %s\n", printable(r.Error.Code), printableLines(r.Error.Message))
+	case r.Error != nil && send && r.Route == nil && r.Settlement == dispatch.SettlementNone:
+		fmt.Fprintf(w, "action %s refused before routing: nothing ran\n", r.ActionID)
+		fmt.Fprintf(w, "error: %s: %s\n", printable(r.Error.Code), printableLines(r.Error.Message))
 	case r.Error != nil:
 		fmt.Fprintf(w, "action %s not completed%s, settlement %s\n", r.ActionID, where, orNone(string(r.Settlement)))
 		fmt.Fprintf(w, "error: %s: %s\n", printable(r.Error.Code), printableLines(r.Error.Message))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
+	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
 )
 
@@ -859,5 +860,48 @@ func TestActionInputFromAFileOrStdinThatIsNotJSON(t *testing.T) {
 		if !errors.As(err, &u) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "shell") {
 			t.Errorf("%q (stdin %t): err = %v, want a usage error containing %q and no word of the shell", tc.content, tc.stdin, err, tc.want)
 		}
+	}
+}
+
+// TestRefusedSendSaysNothingRan: a send the replica refused (an input
+// that breaks the input schema) is answered with settlement cancelled,
+// which only released its capacity reservation; the summary said
+// "settlement cancelled", as if the action had been cancelled. It now
+// says the action was refused and nothing ran; --json passes the answer on
+// unchanged.
+func TestRefusedSendSaysNothingRan(t *testing.T) {
+	id := aip.NewActionID()
+	for _, c := range []struct {
+		name   string
+		answer dispatch.ActionResponse
+		want   string
+	}{
+		{"replica", dispatch.ActionResponse{ActionID: id, Settlement: registry.SettlementCancelled,
+			Route: &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+			Error: aip.NewProtocolError("connector_host.input_invalid", aip.CategoryPermanent, false, 0, "/message: required")},
+			"action " + id + " refused on replica crepl_x (fence route_y): nothing ran for this request\nerror: connector_host.input_invalid: /message: required\n"},
+		{"dispatcher", dispatch.ActionResponse{ActionID: id,
+			Error: aip.NewProtocolError("dispatch.action_invalid", aip.CategoryPermanent, false, 0, "bad timeout_ms")},
+			"action " + id + " refused before routing: nothing ran\nerror: dispatch.action_invalid: bad timeout_ms\n"},
+	} {
+		raw, err := json.Marshal(c.answer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			w.Write(raw)
+		}))
+		env := map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_TOKEN": "t"}
+		out, _, err := runCLI(t, env, "action", "send", "--capability", "c", "--input", "{}", "--action-id", id)
+		if out != c.want || err == nil || strings.Contains(out, "settlement") {
+			t.Errorf("%s refusal: out = %q, err = %v; want %q", c.name, out, err, c.want)
+		}
+		out, _, _ = runCLI(t, env, "action", "send", "--capability", "c", "--input", "{}", "--action-id", id, "--json")
+		if out != string(raw) {
+			t.Errorf("%s refusal --json: got %q, want the answer unchanged %q", c.name, out, raw)
+		}
+		srv.Close()
 	}
 }
