@@ -286,8 +286,11 @@ func (f *devFleet) hostCommands(o *ownFleet, reps []ownReplica) []byte {
 // file: its replicas, how to run their hosts, how to reach its tenants.
 func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 	cli := cliName()
-	fmt.Fprintf(w, "\nYour fleet file %s: %s, offline until your host registers (dev does not start it):\n",
-		o.name, plural(len(reps), "replica"))
+	offline := "offline until your host registers (dev does not start it)"
+	if len(reps) != 1 {
+		offline = "offline until their hosts register (dev does not start them)"
+	}
+	fmt.Fprintf(w, "\nYour fleet file %s: %s, %s:\n", o.name, plural(len(reps), "replica"), offline)
 	for _, r := range reps {
 		fmt.Fprintf(w, "  %s  tenant %s  %s\n", r.replica.ID, r.instance.TenantID, r.replica.Endpoint)
 	}

@@ -341,3 +341,32 @@ func lineOf(t *testing.T, b []byte, prefix string, nth int) string {
 	t.Fatalf("no line starts with %q", prefix)
 	return ""
 }
+
+// TestOwnBannerCountsHosts: the banner said "offline until your host
+// registers (dev does not start it)" for a fleet file of several replicas
+// too; it now speaks of their hosts then.
+func TestOwnBannerCountsHosts(t *testing.T) {
+	key, err := aip.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &devFleet{dir: t.TempDir(), replicas: 1, connector: "echo", keys: devKeys{control: key, dispatcher: key, issuer: key}}
+	o := &ownFleet{name: "fleet.yaml", fleet: &registry.FleetFile{}}
+	rep := func(id string) ownReplica {
+		return ownReplica{replica: registry.ConnectorReplica{ID: id, Endpoint: "http://127.0.0.1:8101/"},
+			instance: registry.ConnectorInstance{ID: "cinst_a", TenantID: "acme"}}
+	}
+	for _, c := range []struct {
+		reps []ownReplica
+		want string
+	}{
+		{[]ownReplica{rep("crepl_a")}, "\nYour fleet file fleet.yaml: 1 replica, offline until your host registers (dev does not start it):\n"},
+		{[]ownReplica{rep("crepl_a"), rep("crepl_b")}, "\nYour fleet file fleet.yaml: 2 replicas, offline until their hosts register (dev does not start them):\n"},
+	} {
+		var b bytes.Buffer
+		f.ownBanner(&b, o, c.reps)
+		if !strings.HasPrefix(b.String(), c.want) {
+			t.Errorf("%d replicas: banner starts %q, want %q", len(c.reps), strings.SplitN(b.String(), "\n  ", 2)[0], c.want)
+		}
+	}
+}
