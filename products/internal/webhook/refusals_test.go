@@ -14,15 +14,7 @@ import (
 func TestRefusalsRateLimited(t *testing.T) {
 	var buf bytes.Buffer
 	r := &Refusals{Log: slog.New(slog.NewTextHandler(&buf, nil)), Route: "test webhook"}
-	lines := func() []string {
-		t.Helper()
-		out := strings.Split(strings.TrimSpace(buf.String()), "\n")
-		buf.Reset()
-		if len(out) == 1 && out[0] == "" {
-			return nil
-		}
-		return out
-	}
+	lines := func() []string { return takeLines(&buf) }
 	now := time.Unix(1_800_000_000, 0)
 	r.Warn(now, "timestamp", "refused: clock", "delivery", "d1")
 	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], `msg="test webhook: refused: clock"`) ||
@@ -46,4 +38,15 @@ func TestRefusalsRateLimited(t *testing.T) {
 	if got := lines(); len(got) != 1 || !strings.Contains(got[0], "delivery=d6") || strings.Contains(got[0], "not_logged_since") {
 		t.Fatalf("refusal after the clock was set back logged %q", got)
 	}
+}
+
+// takeLines returns the lines logged into buf since the last call (none:
+// nil) and empties it.
+func takeLines(buf *bytes.Buffer) []string {
+	out := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	buf.Reset()
+	if len(out) == 1 && out[0] == "" {
+		return nil
+	}
+	return out
 }

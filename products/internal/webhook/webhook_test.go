@@ -183,15 +183,7 @@ var publishFailures = []struct {
 func TestRefusalsPublishFailed(t *testing.T) {
 	var buf bytes.Buffer
 	r := &Refusals{Log: slog.New(slog.NewTextHandler(&buf, nil)), Route: "test webhook"}
-	lines := func() []string {
-		t.Helper()
-		out := strings.Split(strings.TrimSpace(buf.String()), "\n")
-		buf.Reset()
-		if len(out) == 1 && out[0] == "" {
-			return nil
-		}
-		return out
-	}
+	lines := func() []string { return takeLines(&buf) }
 	now := time.Unix(1_800_000_000, 0)
 	for _, tc := range publishFailures {
 		for i := range 3 {
