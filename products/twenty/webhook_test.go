@@ -253,13 +253,7 @@ func TestWebhookRefused(t *testing.T) {
 // answer and the log line, at any length up to the 4 MiB body. It is
 // quoted as its first provider.MaxExcerptBytes bytes and "…".
 func TestWebhookMappingErrorsCutValues(t *testing.T) {
-	logs := &hostsdktest.LogBuffer{}
-	e := newEnvHost(t, func(v hostsdk.SettingValues) {
-		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
-	}, nil, nil, func(c *hostsdk.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	})
-	logs.Take("")
+	e, logs := newLoggedWebhookHost(t)
 	long := strings.Repeat("x", 10000)
 	excerpt := `"` + long[:provider.MaxExcerptBytes] + `…"`
 	now := time.Now()
@@ -499,13 +493,7 @@ func TestTrimPayloadBeyondRecord(t *testing.T) {
 // streak of the same refusal is not a line a delivery. A signature that
 // does not verify is logged too, rate-limited the same way.
 func TestWebhookRefusalsLogged(t *testing.T) {
-	logs := &hostsdktest.LogBuffer{}
-	e := newEnvHost(t, func(v hostsdk.SettingValues) {
-		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
-	}, nil, nil, func(c *hostsdk.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	})
-	logs.Take("")
+	e, logs := newLoggedWebhookHost(t)
 	const recordID = "00000000-0000-4000-8000-000000000001"
 
 	// This replica's clock is 7 minutes ahead of Twenty's.
@@ -554,13 +542,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 // resent while the host keeps refusing it wrote a line each time. It is
 // logged as the other refusals are: at most once a minute of each kind.
 func TestWebhookPublishRefusalsLogged(t *testing.T) {
-	logs := &hostsdktest.LogBuffer{}
-	e := newEnvHost(t, func(v hostsdk.SettingValues) {
-		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
-	}, nil, nil, func(c *hostsdk.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	})
-	logs.Take("")
+	e, logs := newLoggedWebhookHost(t)
 	now := time.Now()
 	d := newDelivery(payloadJSON("person.created", workspace, webhookID, now.Add(10*time.Minute).UTC().Format(time.RFC3339)), now)
 	for i := range 3 {
@@ -653,4 +635,19 @@ func TestPreviousWebhookSecretSetting(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q and no secret", tc.name, err, tc.want)
 		}
 	}
+}
+
+// newLoggedWebhookHost starts a host with the webhook secret set whose
+// warnings (and errors) are kept in the returned buffer, emptied of the
+// start's lines.
+func newLoggedWebhookHost(t *testing.T) (*env, *hostsdktest.LogBuffer) {
+	t.Helper()
+	logs := &hostsdktest.LogBuffer{}
+	e := newEnvHost(t, func(v hostsdk.SettingValues) {
+		v[FlagWebhookSecretFile] = writeFile(t, "webhook-secret", webhookSecret, 0o600)
+	}, nil, nil, func(c *hostsdk.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	logs.Take("")
+	return e, logs
 }
