@@ -573,13 +573,7 @@ func TestMainNamesTheProgramOnce(t *testing.T) {
 		main()
 		return
 	}
-	// A loopback port nothing listens on.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	closed := closedURL(t)
 	manifest := []string{"--print-manifest", "--trust-domain", "example.org"}
 	for _, c := range []struct {
 		args   []string
@@ -601,7 +595,7 @@ func TestMainNamesTheProgramOnce(t *testing.T) {
 		}
 	}
 	// The error run returns keeps what matches it.
-	err = run(context.Background(), []string{"--print-manifest", "--trust-domain", "example.org", "--local-url", closed, "--start-timeout-ms", "200"},
+	err := run(context.Background(), []string{"--print-manifest", "--trust-domain", "example.org", "--local-url", closed, "--start-timeout-ms", "200"},
 		func(string) string { return "" }, io.Discard, io.Discard)
 	if !errors.Is(err, sidecar.ErrStartTimeout) {
 		t.Errorf("run: %v; want it to match sidecar.ErrStartTimeout", err)
@@ -630,12 +624,7 @@ func TestMainExitStatus(t *testing.T) {
 		main()
 		return
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	closed := closedURL(t)
 	dir := t.TempDir()
 	loose := filepath.Join(dir, "token")
 	if err := os.WriteFile(loose, []byte("tok"), 0o600); err != nil {
@@ -687,4 +676,15 @@ func TestMainExitStatus(t *testing.T) {
 			t.Errorf("aip-sidecar %v: exit status %d, want %d; stderr:\n%s\nwant it to contain %q", c.args, status, c.status, stderr, c.stderr)
 		}
 	}
+}
+
+// closedURL is the http URL of a loopback port nothing listens on.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "http://" + ln.Addr().String()
 }
