@@ -190,7 +190,8 @@ func New(cfg Config) (*Connector, error) {
 		}
 	}
 	if len(cfg.SubscriberPrefixes) > MaxSubscriberPrefixes {
-		return nil, fmt.Errorf("--%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES): more than %d prefixes", flagSubscriberPrefixes, MaxSubscriberPrefixes)
+		return nil, fmt.Errorf("--%s (AIP_CAL_DIY_WEBHOOK_SUBSCRIBER_PREFIXES) lists %d prefixes, more than %d: list fewer (a prefix allows every subscriber URL that starts with it)",
+			flagSubscriberPrefixes, len(cfg.SubscriberPrefixes), MaxSubscriberPrefixes)
 	}
 	for _, p := range cfg.SubscriberPrefixes {
 		if err := checkSubscriberPrefix(p); err != nil {

@@ -122,7 +122,7 @@ func TestNewFromSettings(t *testing.T) {
 		{"relative subscriber prefix", with(flagSubscriberPrefixes, "/hooks/"), []string{"--cal-diy-webhook-subscriber-prefixes", "https"}},
 		{"empty subscriber prefix entry", with(flagSubscriberPrefixes, "https://aip.example.com/hooks/,,"), []string{"--cal-diy-webhook-subscriber-prefixes", "empty entry"}},
 		{"too many subscriber prefixes", with(flagSubscriberPrefixes, strings.Repeat("https://aip.example.com/hooks/,", MaxSubscriberPrefixes)+"https://aip.example.com/x/"),
-			[]string{"--cal-diy-webhook-subscriber-prefixes", "more than 32"}},
+			[]string{"--cal-diy-webhook-subscriber-prefixes", "lists 33 prefixes, more than 32: list fewer"}},
 	}
 	for _, tc := range cases {
 		_, err := Product.New(tc.values, nil)
