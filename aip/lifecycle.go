@@ -256,11 +256,18 @@ const (
 // request refused under the replay rule (a request ID decided already,
 // whose replay is no longer answered with that decision) starts with
 // ControlRuleReplay and ": ", which a host waiting for the control plane
-// reads to register afresh.
+// reads to register afresh. A heartbeat or drain refused because the
+// replica holds no lease at its previous_sequence — the registry is at
+// another sequence (ControlRuleSequence: a newer lifecycle request won the
+// fence), or the replica is offline or its lease expired
+// (ControlRuleState) — starts with that rule and ": ", which a host reads
+// to end its local lease at once.
 const (
 	ControlRuleLeaseLive = "lease_live"
 	LeaseUntilPhrase     = " with a lease until "
 	ControlRuleReplay    = "replay"
+	ControlRuleSequence  = "sequence"
+	ControlRuleState     = "state"
 )
 
 // ControlOutcome is internally tagged by "status": {"status":"lease",

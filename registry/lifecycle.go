@@ -314,10 +314,10 @@ const (
 	RuleCapacity LifecycleRule = "capacity"
 	// RuleSequence: previous_sequence is not the current health revision
 	// (ErrConflict).
-	RuleSequence LifecycleRule = "sequence"
+	RuleSequence LifecycleRule = aip.ControlRuleSequence
 	// RuleState: heartbeat or drain of a replica that is offline or whose
 	// lease expired; it must register again (ErrConflict).
-	RuleState LifecycleRule = "state"
+	RuleState LifecycleRule = aip.ControlRuleState
 )
 
 // LifecycleRejection is a lifecycle command a rule refused. Every rejection
