@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -280,15 +281,18 @@ func TestBeatRetryReplaysALostAnswerExactly(t *testing.T) {
 // TestNoFasterRetryAfterARefusal: a beat the control plane refused with
 // its signed word (a definitive rejection; a lease it ended, whose fence
 // the beat lost) is not retried before the next tick: a retry would be
-// refused alike.
+// refused alike. After the refusal of a lease it ended, the next tick
+// registers instead (the local lease ended with the refusal).
 func TestNoFasterRetryAfterARefusal(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		refuse  func(b *bubbleFleet)
-		refused int // beats refused by t1+25
+		beats   []time.Duration // after t1, by t1+25
+		refused int             // beats refused by t1+25
+		regs    int             // registrations after t1, by t1+25
 	}{
-		{"rejected", func(b *bubbleFleet) { b.cp.FailNext(1, hostsdktest.FaultReject) }, 1},
-		{"lease ended", func(b *bubbleFleet) { b.cp.ExpireLease(b.cfg.ReplicaID) }, 2},
+		{"rejected", func(b *bubbleFleet) { b.cp.FailNext(1, hostsdktest.FaultReject) }, []time.Duration{0, 10 * time.Second, 20 * time.Second}, 1, 0},
+		{"lease ended", func(b *bubbleFleet) { b.cp.ExpireLease(b.cfg.ReplicaID) }, []time.Duration{0, 10 * time.Second}, 1, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -303,8 +307,11 @@ func TestNoFasterRetryAfterARefusal(t *testing.T) {
 				for _, op := range hbs {
 					at = append(at, op.At.Sub(t1))
 				}
-				if len(hbs) != 3 || at[1] != 10*time.Second || at[2] != 20*time.Second {
-					t.Errorf("heartbeats at t1+%v; want only the ticks at +0, +10 and +20", at)
+				if !slices.Equal(at, c.beats) {
+					t.Errorf("heartbeats at t1+%v; want only the ticks at +%v", at, c.beats)
+				}
+				if regs := registersSince(b.cp, t1); len(regs) != c.regs || (c.regs > 0 && regs[0].At.Sub(t1) != 20*time.Second) {
+					t.Errorf("registrations %+v; want %d, at the tick at +20", regs, c.regs)
 				}
 				if rej := rejectedOps(b.cp, aip.OpHeartbeat); len(rej) != c.refused {
 					t.Errorf("refused heartbeats %+v; want %d", rej, c.refused)

@@ -331,7 +331,17 @@
 // lifecycle request at a time, none while draining, and none once the
 // local lease has run out (the next tick recovers it). A signed refusal
 // (a lost fence, a lease the registry ended) is not retried before the
-// next tick. Each failed attempt, a tick's or a retry's, counts in
+// next tick. One saying that the replica holds no lease at the host's
+// sequence there (the sequence or state rule: lease maintenance ended
+// the lease, the replica was taken offline, another lifecycle request won
+// the fence) ends the local lease at once, whether it answered a fresh
+// beat or a replay: Ready is false, /ready answers 503 and new actions
+// get the signed connector_host.not_ready (the actions already running
+// finish and are journaled), the host logs one warning ("the control
+// plane ended the lease") and re-registers at the next tick, as after a
+// local expiry — not while draining. Any other refusal, an unsigned
+// answer, a 503, a timeout or a lost answer leaves the local lease as
+// it is. Each failed attempt, a tick's or a retry's, counts in
 // MetricHeartbeatFailures. A replica so keeps its lease through an outage
 // that ends 1.5 s or more before its local lease does (for a control
 // plane that does not answer, earlier by the two ControlTimeouts each
@@ -356,7 +366,7 @@
 // the lease when the control plane signed its answer (its expires_at less
 // its issued_at), so it ends here no later than the control plane ends it
 // whatever the two clocks' offset (the lease /ready shows is this one).
-// After the local lease expires, a healthy host re-registers,
+// After the local lease expires (or the control plane ended it), a healthy host re-registers,
 // reusing the exact request after an ambiguous failure and a fresh request
 // ID after a rejection (or after a replay answering a lease that has
 // expired since, which is not counted as a recovery). A registration whose

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -113,6 +114,9 @@ func beatMayPass(err error) bool {
 // not while draining (the tick and retries then do nothing). A success
 // ends the retries; so do a failure that will not pass, and the local
 // lease running out, after which the ticks recover the lease as before.
+// A refusal by which the control plane ended the lease (leaseEndedError)
+// ended the local lease too: it is logged once, and the next tick
+// re-registers.
 func (h *Host) runHeartbeats(ctx context.Context) {
 	interval := h.cfg.HeartbeatInterval
 	next := time.Now().Add(firstBeatDelay(interval, rand.Uint64N))
@@ -154,9 +158,17 @@ func (h *Host) runHeartbeats(ctx context.Context) {
 		}
 		if err != nil {
 			h.m.heartbeatFailures.Inc()
-			if retrying {
+			var ended *leaseEndedError
+			switch {
+			case errors.As(err, &ended) && h.draining.Load():
+				h.log.Warn("the control plane ended the lease: new actions are refused; the host is draining and does not register again",
+					"sequence", ended.sequence, "error", err)
+			case errors.As(err, &ended):
+				h.log.Warn("the control plane ended the lease: new actions are refused until the host registers again at its next heartbeat",
+					"sequence", ended.sequence, "register_in", time.Until(wake).Round(time.Millisecond).String(), "error", err)
+			case retrying:
 				h.log.Warn("heartbeat failed", "error", err, "retry_in", time.Until(wake).Round(time.Millisecond).String(), "failed_in_a_row", failed)
-			} else {
+			default:
 				h.log.Warn("heartbeat failed", "error", err)
 			}
 		}
@@ -168,7 +180,9 @@ func (h *Host) runHeartbeats(ctx context.Context) {
 // the replay registry and the finished actions past their retention. It
 // returns the renewal's failure (nil when draining: nothing is sent);
 // runHeartbeats counts it in aip_connector_host_heartbeat_failures_total
-// and may retry it. The lease is kept until its recorded expiry.
+// and may retry it. The lease is kept until its recorded expiry, unless
+// the control plane refused the beat because the lease is gone there
+// (leaseEndedError): then it ends at once, and the next tick re-registers.
 func (h *Host) heartbeatTick(ctx context.Context) error {
 	if h.draining.Load() {
 		return nil
@@ -298,6 +312,11 @@ func errString(err error) string {
 // not at all when the control plane said, signed, that it applied none of
 // its attempts (a 503 during an outage). A failed replay counts in
 // aip_connector_host_heartbeat_failures_total either way.
+//
+// A beat (fresh or replayed) that the control plane refuses because the
+// replica holds no lease at its sequence there ends the local lease at
+// once (heartbeat): the host stops taking actions, and the next tick
+// re-registers, as after a local expiry.
 func (h *Host) renewOrRecover(ctx context.Context, ready, retry bool) error {
 	if !retry {
 		h.controlMu.Lock()
@@ -363,7 +382,10 @@ func (h *Host) renewOrRecover(ctx context.Context, ready, retry bool) error {
 // heartbeat sends sr (refreshed if its signed window is running out) and
 // applies the lease it answers. After an ambiguous failure sr stays
 // pending, to be replayed by the next beat; an answer or a definitive
-// rejection clears it.
+// rejection clears it. A definitive rejection saying that the replica
+// holds no lease at sr's sequence (leaseGone) ends the local lease, when
+// it was still valid at that sequence, and returns a *leaseEndedError.
+// Callers hold controlMu.
 func (h *Host) heartbeat(ctx context.Context, sr *sealedRequest) error {
 	hb := sr.req.Command.Heartbeat
 	sr, err := h.control.refresh(sr)
@@ -377,7 +399,11 @@ func (h *Host) heartbeat(ctx context.Context, sr *sealedRequest) error {
 		if errors.As(err, &rej) {
 			h.pendingHeartbeat = nil
 		}
-		return fmt.Errorf("heartbeat at sequence %d (request %s): %w", hb.PreviousSequence, sr.req.RequestID, err)
+		err = fmt.Errorf("heartbeat at sequence %d (request %s): %w", hb.PreviousSequence, sr.req.RequestID, err)
+		if rej != nil && leaseGone(rej) && h.lease.end(h.cfg.Now(), hb.PreviousSequence) {
+			return &leaseEndedError{err: err, sequence: hb.PreviousSequence}
+		}
+		return err
 	}
 	h.pendingHeartbeat = nil
 	if out.Lease == nil {
@@ -386,6 +412,35 @@ func (h *Host) heartbeat(ctx context.Context, sr *sealedRequest) error {
 	h.lease.apply(out.Lease)
 	return nil
 }
+
+// leaseGone reports whether rej, a heartbeat's definitive rejection, is
+// the control plane's signed word that the replica holds no lease at the
+// beat's previous_sequence: the registry is at another sequence (the
+// sequence rule: a newer lifecycle request won the fence), or the replica
+// is offline (lease maintenance ended its lease, an operator or an
+// unhealthy beat took it offline) or its lease expired (the state rule).
+// Any other refusal (in_flight above the capacity, a replay refused, a
+// malformed request) says nothing of the lease; an unsigned answer, a
+// 503, a timeout or a lost answer is no rejection at all
+// (ErrControlUnavailable).
+func leaseGone(rej *ControlRejectedError) bool {
+	if rej.Operation != string(aip.OpHeartbeat) || rej.Code != aip.CodeControlRejected {
+		return false
+	}
+	return strings.HasPrefix(rej.Message, aip.ControlRuleSequence+": ") || strings.HasPrefix(rej.Message, aip.ControlRuleState+": ")
+}
+
+// leaseEndedError is a heartbeat the control plane refused because the
+// lease is gone there (leaseGone), which ended the local lease at
+// sequence: new actions are refused (not_ready, /ready 503) and the next
+// heartbeat tick re-registers. Its text is the refused beat's.
+type leaseEndedError struct {
+	err      error
+	sequence uint64
+}
+
+func (e *leaseEndedError) Error() string { return e.err.Error() }
+func (e *leaseEndedError) Unwrap() error { return e.err }
 
 // recoverLease re-registers after the local lease expired. After an
 // ambiguous failure the same request (ID and payload) is sent again on the

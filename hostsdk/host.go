@@ -561,6 +561,19 @@ func (l *leaseState) apply(lease *aip.Lease) {
 	l.sequence, l.expiresAt, l.granted = lease.Sequence, lease.ExpiresAt.Time, true
 }
 
+// end ends at now the lease valid at sequence, which the control plane
+// said is gone, and reports whether it did: false when the lease was
+// already over, or is at another sequence (a renewal applied since).
+func (l *leaseState) end(now time.Time, sequence uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.granted || l.sequence != sequence || !l.expiresAt.After(now) {
+		return false
+	}
+	l.expiresAt = now
+	return true
+}
+
 // expire records that the lease ended (offline) at now.
 func (l *leaseState) expire(now time.Time, sequence uint64) {
 	l.mu.Lock()
