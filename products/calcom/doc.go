@@ -272,8 +272,8 @@
 // shape below. Answers: unknown subscription 404; missing header 400
 // webhook.missing_header; bad
 // signature 401 webhook.authentication_failed; bad shape or version 400
-// webhook.invalid_delivery; a time (createdAt, or startTime or endTime in
-// the scheduler's shape) more than 24 hours old 400
+// webhook.invalid_delivery; a createdAt more than 24 hours old (a startTime
+// or endTime in the scheduler's shape more than 25 hours old) 400
 // webhook.invalid_timestamp, more than 5 minutes ahead of this replica's
 // clock 503 webhook.invalid_timestamp (the replica's clock may be the
 // wrong one, and a warning says to check it, as for any event time ahead
@@ -303,13 +303,20 @@
 // it is set at sending. The route reads it as it is sent: a
 // MEETING_STARTED or MEETING_ENDED without a payload member must carry
 // the booking's startTime or endTime (RFC 3339, as JSON writes a date),
-// and that time stands for createdAt: the 24-hour window and the
-// 5-minute skew apply to it, the replay fence keeps it as long, and it is
-// the event's time. (With a payload member, the body is read as any
-// other.) A delivery the cron job sends close to a day late may reach the
-// route past the window and be refused. The published API document only
-// lists the two among a webhook's triggers; it describes no delivery
-// body.
+// and that time stands for createdAt: it may be up to 25 hours old
+// (WebhookScheduledMaxAge) and 5 minutes ahead, the replay fence keeps the
+// delivery as long, and it is the event's time. (With a payload member,
+// the body is read as any other.) The hour beyond the scheduler's day is
+// for a delivery it sends close to a day late, which reaches the route a
+// little after (each run sends its rows one after the other, each after
+// a DNS check and a delete), later still by this replica's clock when
+// Cal.diy's is behind it: such a delivery was refused as more than 24
+// hours old, and the scheduler never sends it again. Nothing in the body
+// is set at sending, so the replay fence (its ID covers the signature and
+// the body) is what keeps a copy of it from being taken twice within
+// those 25 hours, and past them the age check refuses it. The published
+// API document only lists the two among a webhook's triggers; it
+// describes no delivery body.
 //
 // Every refusal of a delivery whose signature verified is logged at warn
 // with its subscription, trigger and why (a shape the route cannot read,
@@ -324,8 +331,9 @@
 // fenced against replays in the host's state store (namespace
 // aip.connector.cal_diy.webhook_replay.v1, key instance:<instance_id>,
 // ID = hex SHA-256 of subscription, version, signature and body; window
-// 24 hours + 5 minutes, as long as a time ahead of the clock stays
-// acceptable; 4096 deliveries, the oldest forgotten first); a duplicate is
+// 25 hours + 5 minutes, as long as a time ahead of the clock stays
+// acceptable in the scheduler's shape (ReplayWindow); 4096 deliveries,
+// the oldest forgotten first); a duplicate is
 // answered 200 with "duplicate": true. Otherwise it becomes one event of
 // kind cal_diy.<trigger event lowercased> (cal_diy.booking_created, ...;
 // cal_diy.meeting_started and cal_diy.meeting_ended for the scheduler's;

@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
 
@@ -60,8 +62,8 @@ func (w *webhookHost) outboxEvents(t *testing.T) map[string]aip.Event {
 // whose time (occurred_at, created_at and the ID's) is the booking's
 // startTime or endTime, the time the freshness window and the replay
 // fence hold it to; its payload is the body as delivered. A duplicate is
-// stored once, a time more than a day old is refused with the clock
-// warning, one ahead of the clock is asked again, and a payload too large
+// stored once, a time more than 25 hours old (WebhookScheduledMaxAge) is
+// refused with the clock warning, one ahead of the clock is asked again, and a payload too large
 // is cut down keeping the members that name the booking.
 func TestWebhookMeetingEvents(t *testing.T) {
 	w, logs := startLoggedWebhookHost(t)
@@ -93,13 +95,13 @@ func TestWebhookMeetingEvents(t *testing.T) {
 		logged    []string
 		notLogged bool
 	}{
-		{"MEETING_STARTED a day old", scheduledBody("MEETING_STARTED", "bk_old", w.now.Add(-25*time.Hour), w.now.Add(-24*time.Hour-30*time.Minute), booked, ""),
-			400, "startTime is more than 24 hours old",
-			[]string{"trigger_event=MEETING_STARTED", "its startTime is more than 24h0m0s before this replica's clock", "clock_offset=25h0m0s",
-				"check this host's clock (NTP)", "start_time=" + jsTime(w.now.Add(-25*time.Hour))}, false},
+		{"MEETING_STARTED more than a day and an hour old", scheduledBody("MEETING_STARTED", "bk_old", w.now.Add(-26*time.Hour), w.now.Add(-25*time.Hour-30*time.Minute), booked, ""),
+			400, "startTime is more than 25 hours old",
+			[]string{"trigger_event=MEETING_STARTED", "its startTime is more than 25h0m0s before this replica's clock", "clock_offset=26h0m0s",
+				"check this host's clock (NTP)", "start_time=" + jsTime(w.now.Add(-26*time.Hour))}, false},
 		// The same kind of refusal within a minute is counted, not logged.
-		{"MEETING_ENDED a day old", scheduledBody("MEETING_ENDED", "bk_old", w.now.Add(-26*time.Hour), w.now.Add(-25*time.Hour), booked, ""),
-			400, "endTime is more than 24 hours old", nil, true},
+		{"MEETING_ENDED more than a day and an hour old", scheduledBody("MEETING_ENDED", "bk_old", w.now.Add(-27*time.Hour), w.now.Add(-26*time.Hour), booked, ""),
+			400, "endTime is more than 25 hours old", nil, true},
 		{"MEETING_ENDED ahead of the clock", scheduledBody("MEETING_ENDED", "bk_soon", w.now.Add(-time.Hour), w.now.Add(10*time.Minute), booked, ""),
 			503, "endTime is more than 5 minutes ahead of this replica's clock",
 			[]string{"trigger_event=MEETING_ENDED", "endTime is ahead of this replica's clock", "end_time=" + jsTime(w.now.Add(10*time.Minute))}, false},
@@ -243,5 +245,69 @@ func TestParseDeliveryScheduledShape(t *testing.T) {
 		if tc.scheduled && msg == "" && string(d.Payload) != tc.body {
 			t.Errorf("%s: payload %s, want the body as delivered", tc.name, d.Payload)
 		}
+	}
+}
+
+// TestWebhookMeetingEventADayLate: Cal.diy's scheduler sends a
+// MEETING_STARTED or MEETING_ENDED until a day after the booking's
+// startTime or endTime by its own clock, once, whatever the answer. One
+// it sends close to a day late (a cron job that was down, a long queue of
+// rows sent one after the other), received a little after, or by a
+// replica whose clock is ahead of Cal.diy's, was refused as more than 24
+// hours old and lost. The scheduler's shape now has WebhookScheduledMaxAge
+// (25 hours); Cal.diy's default shape keeps its 24 hours.
+func TestWebhookMeetingEventADayLate(t *testing.T) {
+	w := startWebhookHost(t)
+	booked := w.now.Add(-72 * time.Hour)
+	start := w.now.Add(-24*time.Hour - 10*time.Minute)
+	end := w.now.Add(-25*time.Hour + time.Minute)
+	for _, tc := range []struct {
+		body []byte
+		at   time.Time
+	}{
+		{scheduledBody("MEETING_STARTED", "bk_late", start, start.Add(30*time.Minute), booked, ""), start},
+		{scheduledBody("MEETING_ENDED", "bk_late", end.Add(-time.Hour), end, booked, ""), end},
+	} {
+		if a := w.deliver(t, testSub, tc.body, signed(tc.body)); a.status != 200 || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+			t.Errorf("scheduler delivery %.40s received %s after its time: %d %v, want accepted", tc.body, w.now.Sub(tc.at), a.status, a.body)
+		}
+	}
+	if n := w.pending(t); n != 2 {
+		t.Fatalf("%d outbox batches, want 2", n)
+	}
+	old := deliveryBody("BOOKING_CREATED", start, "bk_default")
+	if a := w.deliver(t, testSub, old, signed(old)); a.status != 400 || a.code() != webhook.CodeInvalidTimestamp {
+		t.Errorf("a createdAt %s old: %d %v, want 400 %s", w.now.Sub(start), a.status, a.body, webhook.CodeInvalidTimestamp)
+	}
+}
+
+// TestWebhookMeetingEventReplayFenced: a scheduler delivery whose time is
+// up to WebhookMaxSkew ahead of the clock when received passes the age
+// check until WebhookScheduledMaxAge after that time; the replay fence
+// must still hold it then (a fence kept for WebhookMaxAge+WebhookMaxSkew,
+// as before, would let the same body be taken a second time), and past
+// the bound it is refused.
+func TestWebhookMeetingEventReplayFenced(t *testing.T) {
+	mock := newMockCal(t)
+	var mu sync.Mutex
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	now := t0
+	setNow := func(at time.Time) { mu.Lock(); defer mu.Unlock(); now = at }
+	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret)},
+		func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	h := startHost(t, conn, nil)
+	url := "http://" + h.Config.Listener.Addr().String() + "/webhooks/cal-diy/" + testSub
+	start := t0.Add(WebhookMaxSkew - time.Minute)
+	body := scheduledBody("MEETING_STARTED", "bk_replay", start, start.Add(time.Hour), t0.Add(-72*time.Hour), "")
+	if a := post(t, url, body, signed(body)); a.status != 200 || a.body["duplicate"] != nil {
+		t.Fatalf("first delivery: %d %v", a.status, a.body)
+	}
+	setNow(start.Add(WebhookScheduledMaxAge - time.Second))
+	if a := post(t, url, body, signed(body)); a.status != 200 || a.body["duplicate"] != true {
+		t.Fatalf("the same delivery %s after its startTime: %d %v, want a duplicate", WebhookScheduledMaxAge-time.Second, a.status, a.body)
+	}
+	setNow(start.Add(WebhookScheduledMaxAge + time.Second))
+	if a := post(t, url, body, signed(body)); a.status != 400 || a.code() != webhook.CodeInvalidTimestamp {
+		t.Fatalf("the same delivery %s after its startTime: %d %v, want 400 %s", WebhookScheduledMaxAge+time.Second, a.status, a.body, webhook.CodeInvalidTimestamp)
 	}
 }

@@ -33,9 +33,27 @@ const (
 	WebhookMaxBody = 1 << 20
 	// WebhookMaxAge and WebhookMaxSkew bound a delivery's time (createdAt,
 	// or the booking's startTime or endTime for the scheduler's
-	// MEETING_STARTED and MEETING_ENDED) against the clock.
+	// MEETING_STARTED and MEETING_ENDED) against the clock: at most
+	// WebhookMaxAge old (WebhookScheduledMaxAge for the scheduler's
+	// shape), at most WebhookMaxSkew ahead.
 	WebhookMaxAge  = 86400 * time.Second
 	WebhookMaxSkew = 300 * time.Second
+	// WebhookScheduledMaxAge is how old the booking's startTime or endTime
+	// of a delivery in the scheduler's shape may be. Cal.diy's scheduler
+	// sends such a delivery at any time until a day after that time, by
+	// its own clock (each run first deletes what is a day or more past,
+	// then sends the rest, one after the other, each after a DNS check
+	// and a delete): one it sends close to a day late reaches the route a
+	// little after, later still by this replica's clock when Cal.diy's is
+	// behind. It is never sent again, so the hour beyond the day is what
+	// keeps those from being refused and lost; the replay fence holds a
+	// delivery as long (ReplayWindow).
+	WebhookScheduledMaxAge = 25 * time.Hour
+	// ReplayWindow is how long the replay fence remembers a delivery
+	// after it was received: as long as its time (up to WebhookMaxSkew
+	// ahead of the clock when received) stays within the age bound, the
+	// longer of WebhookMaxAge and WebhookScheduledMaxAge.
+	ReplayWindow = WebhookScheduledMaxAge + WebhookMaxSkew
 	// ReplayNamespace is the state namespace of the replay fence.
 	ReplayNamespace = "aip.connector.cal_diy.webhook_replay.v1"
 	// ReplayCapacity bounds the deliveries the fence remembers within its
@@ -59,10 +77,11 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	}
 	// A delivery whose time (createdAt, or the booking's startTime or
 	// endTime in the scheduler's shape) is up to WebhookMaxSkew ahead of this
-	// host's clock passes the age check until WebhookMaxAge+WebhookMaxSkew
-	// after it was received: the fence remembers it that long.
+	// host's clock passes the age check until its bound (WebhookMaxAge,
+	// WebhookScheduledMaxAge) plus WebhookMaxSkew after it was received:
+	// the fence remembers every delivery that long (ReplayWindow).
 	fence := &webhook.Fence{Namespace: ReplayNamespace, Key: "instance:" + rc.Tenant.InstanceID,
-		Window: WebhookMaxAge + WebhookMaxSkew, Capacity: ReplayCapacity, EvictOldest: true}
+		Window: ReplayWindow, Capacity: ReplayCapacity, EvictOldest: true}
 	secrets := make(map[string]*webhook.Secrets, len(c.cfg.WebhookSecrets))
 	for id, s := range c.cfg.WebhookSecrets {
 		secrets[id] = &webhook.Secrets{Current: []byte(s.Reveal()), PreviousSetting: "the " + id + " entry of --" + flagPreviousWebhookSecrets}
@@ -87,9 +106,10 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 // x-cal-webhook-version the webhook's version, and deletes the row
 // whatever the answer: the body has no payload member, and its
 // createdAt is the booking's (days old by the meeting), so the route
-// takes that member's time instead. The published API document lists
-// the two among the triggers of a webhook and describes no delivery
-// body.
+// takes that member's time instead, and gives it WebhookScheduledMaxAge
+// rather than WebhookMaxAge, since the scheduler may send it up to a day
+// after that time. The published API document lists the two among the
+// triggers of a webhook and describes no delivery body.
 var scheduledTriggers = map[string]string{"MEETING_STARTED": "startTime", "MEETING_ENDED": "endTime"}
 
 // delivery is a Cal.diy webhook body: Cal.diy's default
@@ -109,6 +129,15 @@ type delivery struct {
 	Scheduled bool
 }
 
+// maxAge is how old the delivery's time may be: WebhookMaxAge, or
+// WebhookScheduledMaxAge for the scheduler's shape.
+func (d delivery) maxAge() time.Duration {
+	if d.Scheduled {
+		return WebhookScheduledMaxAge
+	}
+	return WebhookMaxAge
+}
+
 // timeAttr is the log attribute naming the delivery's time (created_at,
 // start_time or end_time).
 func (d delivery) timeAttr() string {
@@ -124,7 +153,8 @@ func (d delivery) timeAttr() string {
 // webhookHandler verifies a delivery, fences replays, publishes one event
 // and records the delivery: check subscription → bounded body → headers →
 // signature (constant time) → JSON shape → time window (createdAt, or
-// the booking's startTime or endTime in the scheduler's shape) → fence →
+// the booking's startTime or endTime in the scheduler's shape, which may
+// be an hour older: WebhookScheduledMaxAge) → fence →
 // publish → record.
 //
 // Every refusal of a delivery whose signature verified is logged at warn
@@ -202,11 +232,11 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, msg)
 			return
 		}
-		if now.Sub(at) > WebhookMaxAge {
+		if maxAge := d.maxAge(); now.Sub(at) > maxAge {
 			refusals.Warn(now, "timestamp_old", fmt.Sprintf("a verified delivery is refused and lost: its %s is more than %s before this replica's clock "+
-				"(clock_offset: this replica's clock minus %s); if the offset is not the delivery's age, check this host's clock (NTP)", d.At, WebhookMaxAge, d.At),
+				"(clock_offset: this replica's clock minus %s); if the offset is not the delivery's age, check this host's clock (NTP)", d.At, maxAge, d.At),
 				"subscription_id", sub, "trigger_event", d.TriggerEvent, d.timeAttr(), d.AtValue, "clock_offset", now.Sub(at).Round(time.Second).String())
-			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp, d.At+" is more than 24 hours old")
+			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidTimestamp, fmt.Sprintf("%s is more than %d hours old", d.At, int(maxAge/time.Hour)))
 			return
 		}
 		if at.Sub(now) > WebhookMaxSkew {
