@@ -219,8 +219,11 @@
 // webhook.invalid_utf8; not a JSON object with an event name, or for
 // another account (account.id and account_id are both checked when
 // present, and one that is not an integer is refused too), 400
-// webhook.invalid_delivery; storage unavailable 503
-// webhook.storage_unavailable. The delivery ID and the signature are
+// webhook.invalid_delivery; the replay fence unreadable, or the events
+// not stored (the replica draining, its outbox full, storage failing) 500
+// webhook.storage_unavailable (an event time ahead of the host's clock
+// 500 webhook.invalid_timestamp): 500, not 503, is what gets an agent
+// bot's delivery sent again (ResendStatus, below). The delivery ID and the signature are
 // fenced in the host's state store (namespace
 // aip.connector.chatwoot.webhook_replay.v1, key instance:<instance_id>,
 // window 600 s: twice the skew, as a timestamp ahead of the clock stays
@@ -241,10 +244,16 @@
 // webhook it marks the message (message_created, message_updated)
 // failed, and for an agent bot's it moves a pending conversation to open.
 // Only an agent bot's delivery answered 429 or 500 is tried again
-// (AgentBots::WebhookJob: 3 attempts, 3 s apart, the same delivery ID);
-// this route answers neither, so a delivery it refuses (503 included) is
-// lost: after an outage read the conversations (conversation.list,
-// message.list). So every refusal of a delivery whose signature verified
+// (AgentBots::WebhookJob: 3 attempts, 3 s apart, the same delivery ID,
+// signed at the new time; a 503 is not). So what may pass, the route
+// answers 500 (ResendStatus): an agent bot's delivery is sent twice more
+// and taken once the replica can store it (the failed attempt's
+// signature stays claimed for its own delivery ID, so the resend is not
+// a duplicate). For an account's or an API inbox's webhook a 500 is a
+// failed delivery like any other answer, and what the route refuses for
+// good keeps its 4xx. A delivery refused, or not taken within those
+// attempts, is lost: after an outage read the conversations
+// (conversation.list, message.list). So every refusal of a delivery whose signature verified
 // is logged at warn with its delivery ID and why: a timestamp out of the
 // window (with clock_offset, the replica's clock minus the timestamp, and
 // a reminder to check the host's clock: a replica whose clock is more

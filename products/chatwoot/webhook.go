@@ -39,6 +39,17 @@ const (
 	FenceNamespace = "aip.connector.chatwoot.webhook_replay.v1"
 	FenceWindow    = 2 * MaxSkew
 	FenceCapacity  = 10000
+	// ResendStatus answers a delivery the route could not take for a
+	// reason that may pass (its replay fence unreadable, its events not
+	// stored: a replica draining, a full outbox, storage failing, an event
+	// time ahead of the host's clock), asking for it again. Chatwoot
+	// (Webhooks::Trigger, AgentBots::WebhookJob) sends an agent bot's
+	// delivery answered 429 or 500 twice more, 3 s apart, under the same
+	// delivery ID, and takes every other error answer, 503 included, as a
+	// failed delivery it never sends again; it treats 500 like any error
+	// for an account or API inbox webhook. So 500, not the reference's
+	// 503, which loses an agent bot's delivery.
+	ResendStatus = http.StatusInternalServerError
 )
 
 var eventName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
@@ -59,13 +70,15 @@ func (c *Connector) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hos
 // most a line a minute of each kind, with the count of the others:
 // webhook.Refusals), since Chatwoot does not deliver it again; so is a
 // signature that does not verify, which is what a secret differing from
-// Chatwoot's looks like.
+// Chatwoot's looks like. What may pass (the fence unreadable, events not
+// stored) is answered ResendStatus, which an agent bot's delivery is
+// sent again on.
 func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
 	secrets := &webhook.Secrets{Current: []byte(c.cfg.WebhookSecret.Reveal()), PreviousSetting: "--" + flagPreviousWebhookSecret}
 	if !c.cfg.PreviousWebhookSecret.Empty() {
 		secrets.Previous = []byte(c.cfg.PreviousWebhookSecret.Reveal())
 	}
-	refusals := &webhook.Refusals{Log: rc.Logger, Route: "chatwoot webhook"}
+	refusals := &webhook.Refusals{Log: rc.Logger, Route: "chatwoot webhook", ResendStatus: ResendStatus}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := webhook.ReadBody(w, r)
 		if !ok {
@@ -144,7 +157,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		if err != nil {
 			rc.Logger.Warn("chatwoot webhook: replay fence unavailable", "error", err)
-			webhook.Fail(w, http.StatusServiceUnavailable, webhook.CodeStorageUnavailable, "the replay fence could not be read; deliver again later")
+			webhook.Fail(w, ResendStatus, webhook.CodeStorageUnavailable, "the replay fence could not be read; deliver again later")
 			return
 		}
 		if seen {

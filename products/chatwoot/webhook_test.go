@@ -375,8 +375,8 @@ func (c *offsetClock) shift(d time.Duration) {
 }
 
 // TestWebhookReplayAfterFailedPublication: a delivery whose publication
-// failed (here: its time ahead of the host's clock, 503, to be delivered
-// again) was not fenced at all, so a captured copy sent under another
+// failed (here: its time ahead of the host's clock, ResendStatus, to be
+// delivered again) was not fenced at all, so a captured copy sent under another
 // delivery ID was published as a second event, and the product's
 // redelivery of the original published the first: two events for one
 // delivery. The signed material is claimed for its delivery ID before
@@ -387,8 +387,8 @@ func TestWebhookReplayAfterFailedPublication(t *testing.T) {
 	e := newEnvWithHost(t, nil, func(c *hostsdk.Config) { c.Now = hclk.Now })
 	d := signed("dlv-orig", time.Now(), incoming)
 	hclk.shift(-6 * time.Minute) // the host's clock behind: the event is ahead of it
-	if a := e.post(t, d); a.status != http.StatusServiceUnavailable || a.code() != webhook.CodeInvalidTimestamp {
-		t.Fatalf("delivery whose event is ahead of the host's clock: %d %v, want 503 %s", a.status, a.body, webhook.CodeInvalidTimestamp)
+	if a := e.post(t, d); a.status != ResendStatus || a.code() != webhook.CodeInvalidTimestamp {
+		t.Fatalf("delivery whose event is ahead of the host's clock: %d %v, want %d %s", a.status, a.body, ResendStatus, webhook.CodeInvalidTimestamp)
 	}
 	hclk.shift(0)
 	replay := d
@@ -452,6 +452,84 @@ func TestWebhookAcceptedWhenFenceRecordFails(t *testing.T) {
 	}
 	if n := e.pending(t); n != 1 {
 		t.Fatalf("outbox holds %d batches, want 1", n)
+	}
+}
+
+// flakyJournal fails, while fail is set, the replay fence's reads
+// (failState) or the storing of event batches (failEvents): the state
+// store or the outbox failing for a moment.
+type flakyJournal struct {
+	*sqliteruntime.Journal
+	failState, failEvents atomic.Bool
+}
+
+func (j *flakyJournal) State(ctx context.Context, namespace, key string) (journal.StateValue, error) {
+	if namespace == FenceNamespace && j.failState.Load() {
+		return journal.StateValue{}, errors.New("database is locked")
+	}
+	return j.Journal.State(ctx, namespace, key)
+}
+
+func (j *flakyJournal) EnqueueEvents(ctx context.Context, e journal.OutboxEntry) error {
+	if j.failEvents.Load() {
+		return errors.New("disk I/O error")
+	}
+	return j.Journal.EnqueueEvents(ctx, e)
+}
+
+// TestWebhookTransientFailureResent: a delivery the route could not take
+// for a reason that passes (its replay fence unreadable, its events not
+// stored) was answered 503, which Chatwoot never sends again: an agent
+// bot's delivery is resent on 429 and 500 only (AgentBots::WebhookJob,
+// twice more, 3 s apart, the same delivery ID signed at the new time), so
+// it was lost and the bot's pending conversation moved to open. It is
+// answered ResendStatus (500), and the resent delivery is taken, once.
+// What a resend cannot change keeps its answer (another account: 400).
+func TestWebhookTransientFailureResent(t *testing.T) {
+	if ResendStatus != http.StatusInternalServerError && ResendStatus != http.StatusTooManyRequests {
+		t.Fatalf("ResendStatus %d is not one Chatwoot resends an agent bot's delivery on (429, 500)", ResendStatus)
+	}
+	var j *flakyJournal
+	e := newEnvWithHost(t, nil, func(c *hostsdk.Config) {
+		j = &flakyJournal{Journal: c.Journal.(*sqliteruntime.Journal)}
+		c.Journal = j
+	})
+	t0 := time.Now()
+	for i, tc := range []struct {
+		name string
+		fail *atomic.Bool
+	}{
+		{"replay fence unreadable", &j.failState},
+		{"events not stored", &j.failEvents},
+	} {
+		id := "dlv-" + strings.ReplaceAll(tc.name, " ", "-")
+		body := strings.Replace(incoming, `"id":55,`, fmt.Sprintf(`"id":%d,`, 60+i), 1)
+		tc.fail.Store(true)
+		if a := e.post(t, signed(id, t0, body)); a.status != ResendStatus || a.code() != webhook.CodeStorageUnavailable {
+			t.Errorf("%s: %d %v, want %d %s", tc.name, a.status, a.body, ResendStatus, webhook.CodeStorageUnavailable)
+		}
+		tc.fail.Store(false)
+		// A failed outbox write leaves the replica not ready until a
+		// storage check (a heartbeat's, /ready's) writes again.
+		if resp, err := http.Get("http://" + e.Host.Addr().String() + "/ready"); err != nil {
+			t.Fatal(err)
+		} else {
+			resp.Body.Close()
+		}
+		// Chatwoot's retry: the same delivery ID, signed 3 s later.
+		if a := e.post(t, signed(id, t0.Add(3*time.Second), body)); a.status != http.StatusOK || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+			t.Errorf("%s, then resent: %d %v, want accepted", tc.name, a.status, a.body)
+		}
+		if a := e.post(t, signed(id, t0.Add(6*time.Second), body)); a.status != http.StatusOK || a.body["duplicate"] != true {
+			t.Errorf("%s, resent once more: %d %v, want a duplicate", tc.name, a.status, a.body)
+		}
+	}
+	if n := e.pending(t); n != 2 {
+		t.Fatalf("outbox holds %d batches, want 2 (one a delivery)", n)
+	}
+	other := strings.Replace(incoming, `"account":{"id":7,`, `"account":{"id":8,`, 1)
+	if a := e.post(t, signed("dlv-other", t0, other)); a.status != http.StatusBadRequest || a.code() != webhook.CodeInvalidDelivery {
+		t.Errorf("a delivery for another account: %d %v, want 400 %s", a.status, a.body, webhook.CodeInvalidDelivery)
 	}
 }
 
@@ -531,7 +609,7 @@ func TestWebhookRefusalsLogged(t *testing.T) {
 }
 
 // TestWebhookPublishRefusalsLogged: a verified delivery the host refused
-// to store (here: its time ahead of the host's clock, 503, to be
+// to store (here: its time ahead of the host's clock, ResendStatus, to be
 // delivered again) was logged on every attempt, so a delivery resent
 // while the host keeps refusing it wrote a line each time. It is logged
 // as the other refusals are: once a minute with the count.
@@ -550,8 +628,8 @@ func TestWebhookPublishRefusalsLogged(t *testing.T) {
 
 	d := signed("dlv-ahead", t0, incoming)
 	for i := range 3 {
-		if a := e.post(t, d); a.status != http.StatusServiceUnavailable || a.code() != webhook.CodeInvalidTimestamp {
-			t.Fatalf("attempt %d of a delivery whose event is ahead of the host's clock: %d %v, want 503 %s", i+1, a.status, a.body, webhook.CodeInvalidTimestamp)
+		if a := e.post(t, d); a.status != ResendStatus || a.code() != webhook.CodeInvalidTimestamp {
+			t.Fatalf("attempt %d of a delivery whose event is ahead of the host's clock: %d %v, want %d %s", i+1, a.status, a.body, ResendStatus, webhook.CodeInvalidTimestamp)
 		}
 	}
 	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "delivery=dlv-ahead") ||
@@ -559,8 +637,8 @@ func TestWebhookPublishRefusalsLogged(t *testing.T) {
 		t.Fatalf("a delivery sent 3 times while the host refuses its event logged %q, want one warning", got)
 	}
 	clk.set(t0.Add(webhook.RefusalLogEvery))
-	if a := e.post(t, signed("dlv-ahead-2", t0.Add(webhook.RefusalLogEvery), incoming)); a.status != http.StatusServiceUnavailable {
-		t.Fatalf("a delivery a minute later: %d %v, want 503", a.status, a.body)
+	if a := e.post(t, signed("dlv-ahead-2", t0.Add(webhook.RefusalLogEvery), incoming)); a.status != ResendStatus {
+		t.Fatalf("a delivery a minute later: %d %v, want %d", a.status, a.body, ResendStatus)
 	}
 	if got := logs.Take("chatwoot webhook"); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-ahead-2") || !strings.Contains(got[0], "not_logged_since=2") {
 		t.Fatalf("the refusal a minute later logged %q, want one line counting the 2 not logged", got)

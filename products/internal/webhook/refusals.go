@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -26,13 +27,22 @@ const RefusalLogEvery = time.Minute
 // use; its zero value with Log and Route set is ready.
 //
 // The products that send the deliveries (Cal.diy, Chatwoot, Twenty) do
-// not deliver a refused delivery again, so for a delivery the route
-// verified the line is where its lost event is found.
+// not deliver a refused delivery again (but for Chatwoot's agent bots,
+// which try twice more, 3 s apart, one answered 429 or 500: ResendStatus),
+// so for a delivery the route verified the line is where its lost event
+// is found.
 type Refusals struct {
 	// Log receives the lines.
 	Log *slog.Logger
 	// Route prefixes every line ("chatwoot webhook").
 	Route string
+	// ResendStatus is the status of PublishFailed's answers that ask the
+	// product to deliver again (an event time ahead of the replica's
+	// clock, a replica not serving, a full outbox, storage failing), which
+	// a route gives its own such answers too. A product that resends only
+	// on some statuses needs one of those: Chatwoot's agent bots resend
+	// on 429 and 500 alone. Defaults to 503.
+	ResendStatus int
 
 	once     sync.Once
 	throttle *logthrottle.Throttle
@@ -45,6 +55,14 @@ type Refusals struct {
 // clock is corrected) logs at once.
 func (r *Refusals) Warn(now time.Time, kind, msg string, args ...any) {
 	r.log(now, slog.LevelWarn, kind, msg, args...)
+}
+
+// resendStatus is ResendStatus, or 503 when it is not set.
+func (r *Refusals) resendStatus() int {
+	if r.ResendStatus != 0 {
+		return r.ResendStatus
+	}
+	return http.StatusServiceUnavailable
 }
 
 // log is Warn at level.

@@ -64,15 +64,17 @@ func Fail(w http.ResponseWriter, status int, code, message string) {
 // clock may be the wrong one; a replica that does not accept events now
 // (draining: hostsdk.ErrNotServing) and a full outbox
 // (hostsdk.ErrEventOutboxFull) are 503, to be delivered again; anything
-// else is answered 503. Every refusal is logged with Route and args (what
+// else is answered 503. (503 is the default of r.ResendStatus, which
+// gives those answers their status.) Every refusal is logged with Route and args (what
 // names the delivery), at warn, or error for an unexpected one, as Warn
 // logs: at most a line a minute of each of those five kinds, the next
 // carrying the count of those not logged as not_logged_since. The
 // deliveries come verified from a product, and the three that send them
-// (Cal.diy, Chatwoot, Twenty) do not deliver a refused delivery again, so
-// the log is where a lost event is found; but a product, or an operator,
-// may resend one the host keeps refusing (a full outbox, a replica's
-// clock behind), and each would otherwise be a line.
+// (Cal.diy, Chatwoot, Twenty) do not deliver a refused delivery again
+// (Chatwoot's agent bots only one answered 429 or 500), so the log is
+// where a lost event is found; but a product, or an operator, may resend
+// one the host keeps refusing (a full outbox, a replica's clock behind),
+// and each would otherwise be a line.
 func (r *Refusals) PublishFailed(w http.ResponseWriter, now time.Time, err error, args ...any) {
 	args = append(args[:len(args):len(args)], "error", err)
 	switch {
@@ -80,19 +82,19 @@ func (r *Refusals) PublishFailed(w http.ResponseWriter, now time.Time, err error
 		// This replica's clock may be the one that is wrong: once it is
 		// right, the same delivery is taken.
 		r.log(now, slog.LevelWarn, "publish_event_ahead", "an event's time is ahead of this replica's clock; check the clock (NTP)", args...)
-		Fail(w, http.StatusServiceUnavailable, CodeInvalidTimestamp, "the event's time is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
+		Fail(w, r.resendStatus(), CodeInvalidTimestamp, "the event's time is more than 5 minutes ahead of this replica's clock; deliver again (the replica's operator is told to check its clock)")
 	case errors.Is(err, hostsdk.ErrInvalidEvents):
 		r.log(now, slog.LevelWarn, "publish_invalid_events", "a verified delivery's events cannot be stored; the delivery is refused", args...)
 		Fail(w, http.StatusBadRequest, CodeInvalidDelivery, "the delivery's events cannot be stored: "+err.Error())
 	case errors.Is(err, hostsdk.ErrNotServing):
 		r.log(now, slog.LevelWarn, "publish_not_serving", "a verified delivery is refused: this replica does not accept events now", args...)
-		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "this replica does not accept events now; deliver again")
+		Fail(w, r.resendStatus(), CodeStorageUnavailable, "this replica does not accept events now; deliver again")
 	case errors.Is(err, hostsdk.ErrEventOutboxFull):
 		r.log(now, slog.LevelWarn, "publish_outbox_full", "the event outbox is full", args...)
-		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "the replica's event outbox is full (its events are not being delivered); deliver again later")
+		Fail(w, r.resendStatus(), CodeStorageUnavailable, "the replica's event outbox is full (its events are not being delivered); deliver again later")
 	default:
 		r.log(now, slog.LevelError, "publish", "publish", args...)
-		Fail(w, http.StatusServiceUnavailable, CodeStorageUnavailable, "the events could not be stored; deliver again")
+		Fail(w, r.resendStatus(), CodeStorageUnavailable, "the events could not be stored; deliver again")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -203,6 +204,26 @@ func TestRefusalsPublishFailed(t *testing.T) {
 		r.PublishFailed(httptest.NewRecorder(), later, tc.err, "delivery", "dlv-later")
 		if got := lines(); len(got) != 1 || !strings.Contains(got[0], "delivery=dlv-later") || !strings.Contains(got[0], "not_logged_since=2") {
 			t.Errorf("%s: the refusal a minute later logged %q, want one line counting the 2 not logged", tc.name, got)
+		}
+	}
+}
+
+// TestRefusalsResendStatus: Refusals.ResendStatus is the status of every
+// PublishFailed answer asking for the delivery again (the 503s of
+// publishFailures), so that a product resending only some statuses
+// (Chatwoot's agent bots: 429 and 500) does; a refusal for the events'
+// content keeps its 400.
+func TestRefusalsResendStatus(t *testing.T) {
+	r := &Refusals{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Route: "test webhook", ResendStatus: http.StatusInternalServerError}
+	for _, tc := range publishFailures {
+		want := tc.status
+		if want == http.StatusServiceUnavailable {
+			want = http.StatusInternalServerError
+		}
+		rec := httptest.NewRecorder()
+		r.PublishFailed(rec, time.Unix(1_800_000_000, 0), tc.err, "delivery", "dlv-1")
+		if rec.Code != want {
+			t.Errorf("%s: answered %d, want %d", tc.name, rec.Code, want)
 		}
 	}
 }
