@@ -306,7 +306,24 @@
 // and that time stands for createdAt: it may be up to 25 hours old
 // (WebhookScheduledMaxAge) and 5 minutes ahead, the replay fence keeps the
 // delivery as long, and it is the event's time. (With a payload member,
-// the body is read as any other.) The hour beyond the scheduler's day is
+// the body is read as any other.) The scheduler stores each such
+// delivery with the subscriber URL the webhook had when the booking was
+// accepted, and signs it when it sends it with the webhook's secret then
+// (API v2's webhook update leaves the stored rows as they are). So after
+// webhook.update moved a webhook from one subscription to another (which
+// sends the new one's secret), the meetings booked before still come to
+// the old subscription's URL, signed with the new one's secret: a
+// delivery in the scheduler's shape (at most 64 KiB, MovedMaxBody, so
+// that a forged one costs little) that its URL's subscription does not
+// verify is checked against the other subscriptions' secrets, and one
+// that verifies it is taken as that subscription's (its event's
+// subscription_id, its fence ID), logged at info with
+// url_subscription_id. Keep the old subscription in
+// --cal-diy-webhook-secret-files until the meetings booked before the
+// move have ended (and a day more): a subscription the replica does not
+// hold is answered 404 before anything is read. Rows stored while the
+// webhook pointed outside this connector go there. The hour beyond the
+// scheduler's day is
 // for a delivery it sends close to a day late, which reaches the route a
 // little after (each run sends its rows one after the other, each after
 // a DNS check and a delete), later still by this replica's clock when

@@ -1,9 +1,11 @@
 package calcom
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 	"github.com/aipfleet/aipfleet/products/internal/webhook"
 )
@@ -309,5 +312,86 @@ func TestWebhookMeetingEventReplayFenced(t *testing.T) {
 	setNow(start.Add(WebhookScheduledMaxAge + time.Second))
 	if a := post(t, url, body, signed(body)); a.status != 400 || a.code() != webhook.CodeInvalidTimestamp {
 		t.Fatalf("the same delivery %s after its startTime: %d %v, want 400 %s", WebhookScheduledMaxAge+time.Second, a.status, a.body, webhook.CodeInvalidTimestamp)
+	}
+}
+
+// TestWebhookMeetingEventOfMovedWebhook: Cal.diy's scheduler stores each
+// MEETING_STARTED / MEETING_ENDED row with the subscriber URL the webhook
+// had when the booking was accepted, and signs it when it sends it with
+// the webhook's secret of that moment. A webhook moved from one
+// subscription to another (webhook.update with a new subscriber_url,
+// which sends the new subscription's secret) still has the meetings
+// booked before posted to the old subscription's URL, signed with the
+// new one's secret: the route refused every one (401) and they were lost.
+// Such a delivery is taken as the subscription whose secret verifies it
+// (its event's subscription_id; the same body at that subscription's URL
+// is a duplicate), logged at info; any other delivery a subscription's
+// secret does not verify is still refused, as is a scheduler body larger
+// than MovedMaxBody (checking it against every secret is what a forged
+// body costs).
+func TestWebhookMeetingEventOfMovedWebhook(t *testing.T) {
+	const newSub, newSecret = "sub-2", "whsec_fedcba9876543210"
+	mock := newMockCal(t)
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret), newSub: provider.NewSecret(newSecret)},
+		func() time.Time { return now })
+	logs := &hostsdktest.LogBuffer{}
+	h := &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
+		cfg.Journal = j
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})}
+	w := &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}
+	logs.Take("")
+	signedBy := func(secret string, body []byte) map[string]string {
+		return map[string]string{"x-cal-signature-256": sign(secret, body), "x-cal-webhook-version": WebhookVersion}
+	}
+
+	start := now.Add(-time.Minute)
+	body := scheduledBody("MEETING_STARTED", "bk_moved", start, start.Add(time.Hour), now.Add(-72*time.Hour), "")
+	if a := w.deliver(t, testSub, body, signedBy(newSecret, body)); a.status != 200 || a.body["accepted_events"] != float64(1) || a.body["duplicate"] != nil {
+		t.Fatalf("a scheduler delivery at the old subscription's URL signed with the new one's secret: %d %v, want accepted", a.status, a.body)
+	}
+	if got := logs.Take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "level=INFO") ||
+		!strings.Contains(got[0], "url_subscription_id="+testSub) || !strings.Contains(got[0], "subscription_id="+newSub) {
+		t.Errorf("logged %q, want one info line naming both subscriptions", got)
+	}
+	if a := w.deliver(t, newSub, body, signedBy(newSecret, body)); a.status != 200 || a.body["duplicate"] != true {
+		t.Errorf("the same body at the new subscription's URL: %d %v, want a duplicate", a.status, a.body)
+	}
+	evs := w.outboxEvents(t)
+	ev, ok := evs[eventID(fenceID(newSub, WebhookVersion, sign(newSecret, body), body), start)]
+	if !ok || len(evs) != 1 {
+		t.Fatalf("events %v, want the delivery's as %s's", evs, newSub)
+	}
+	var data struct {
+		SubscriptionID string `json:"subscription_id"`
+	}
+	if err := json.Unmarshal(ev.Data, &data); err != nil || data.SubscriptionID != newSub {
+		t.Errorf("event data %s, want subscription_id %s", ev.Data, newSub)
+	}
+
+	big := scheduledBody("MEETING_ENDED", "bk_big", start, start.Add(time.Hour), now.Add(-72*time.Hour),
+		`"description":"`+strings.Repeat("d", MovedMaxBody)+`",`)
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		headers map[string]string
+	}{
+		{"a default-shape delivery signed with another subscription's secret", deliveryBody("BOOKING_CREATED", now, "bk_default"),
+			signedBy(newSecret, deliveryBody("BOOKING_CREATED", now, "bk_default"))},
+		{"a scheduler delivery signed with no subscription's secret", body, signedBy("whsec_unknown", body)},
+		{"a scheduler delivery over MovedMaxBody signed with another subscription's secret", big, signedBy(newSecret, big)},
+	} {
+		if a := w.deliver(t, testSub, tc.body, tc.headers); a.status != 401 || a.code() != webhook.CodeAuthenticationFailed {
+			t.Errorf("%s: %d %v, want 401 %s", tc.name, a.status, a.body, webhook.CodeAuthenticationFailed)
+		}
+	}
+	if n := w.pending(t); n != 1 {
+		t.Errorf("%d outbox batches after the refusals, want 1 (the accepted delivery's)", n)
 	}
 }

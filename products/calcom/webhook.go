@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -152,7 +154,9 @@ func (d delivery) timeAttr() string {
 
 // webhookHandler verifies a delivery, fences replays, publishes one event
 // and records the delivery: check subscription → bounded body → headers →
-// signature (constant time) → JSON shape → time window (createdAt, or
+// signature (constant time; for the scheduler's shape, another
+// subscription's when the URL's does not verify it: movedSubscription) →
+// JSON shape → time window (createdAt, or
 // the booking's startTime or endTime in the scheduler's shape, which may
 // be an hour older: WebhookScheduledMaxAge) → fence →
 // publish → record.
@@ -165,11 +169,11 @@ func (d delivery) timeAttr() string {
 // or a secret differing from Cal.diy's looks like.
 func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence, secrets map[string]*webhook.Secrets) http.Handler {
 	refusals := &webhook.Refusals{Log: rc.Logger, Route: "cal-diy webhook"}
+	ids := slices.Sorted(maps.Keys(secrets))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := c.cfg.Now()
 		sub := r.PathValue("subscription_id")
-		secret, ok := secrets[sub]
-		if !subscriptionRE.MatchString(sub) || !ok {
+		if _, ok := secrets[sub]; !subscriptionRE.MatchString(sub) || !ok {
 			// The ID is logged only when it has the syntax of one.
 			var args []any
 			if subscriptionRE.MatchString(sub) {
@@ -204,15 +208,30 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		case version != WebhookVersion:
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeInvalidDelivery, "x-cal-webhook-version must be "+WebhookVersion)
 			return
-		case len(sig) != 2*sha256.Size || !secret.Verify(rc.Logger, "cal-diy webhook", func(secret []byte) bool {
-			return webhook.EqualHex(webhook.HMACSHA256(secret, body), sig)
-		}, "subscription_id", sub):
-			refusals.Warn(now, "authentication:"+sub, "a delivery is refused: its signature does not verify with the subscription's secret; "+
-				"if Cal.diy sent it, the webhook's secret differs from the subscription's file in --"+flagWebhookSecrets+
-				" (and --"+flagPreviousWebhookSecrets+") and the delivery is lost",
-				"subscription_id", sub)
-			webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "x-cal-signature-256 does not match the body")
-			return
+		}
+		verify := func(id string) bool {
+			return secrets[id].Verify(rc.Logger, "cal-diy webhook", func(secret []byte) bool {
+				return webhook.EqualHex(webhook.HMACSHA256(secret, body), sig)
+			}, "subscription_id", id)
+		}
+		if len(sig) != 2*sha256.Size || !verify(sub) {
+			moved := ""
+			if len(sig) == 2*sha256.Size {
+				moved = movedSubscription(body, sub, ids, verify)
+			}
+			if moved == "" {
+				refusals.Warn(now, "authentication:"+sub, "a delivery is refused: its signature does not verify with the subscription's secret; "+
+					"if Cal.diy sent it, the webhook's secret differs from the subscription's file in --"+flagWebhookSecrets+
+					" (and --"+flagPreviousWebhookSecrets+") and the delivery is lost",
+					"subscription_id", sub)
+				webhook.Fail(w, http.StatusUnauthorized, webhook.CodeAuthenticationFailed, "x-cal-signature-256 does not match the body")
+				return
+			}
+			rc.Logger.Info("cal-diy webhook: a delivery of Cal.diy's scheduler to this subscription's URL verified with another subscription's secret: "+
+				"the scheduler kept the URL the webhook had when the booking was accepted, and signs with the webhook's secret now; "+
+				"taken as the other subscription's (keep this subscription in --"+flagWebhookSecrets+" until the meetings booked before the webhook moved have ended)",
+				"url_subscription_id", sub, "subscription_id", moved)
+			sub = moved
 		}
 		if !utf8.Valid(body) {
 			refusals.Warn(now, "invalid_delivery", "a verified delivery is refused and lost: its body is not UTF-8", "subscription_id", sub)
@@ -290,6 +309,43 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		webhook.Accepted(w, 1, false)
 	})
+}
+
+// MovedMaxBody bounds the body of a delivery movedSubscription checks
+// against every subscription's secrets, so that a forged one costs at
+// most that many bytes hashed per secret; a booking as Cal.diy's
+// scheduler stores it is a few KiB.
+const MovedMaxBody = 64 << 10
+
+// movedSubscription returns the subscription, other than sub, whose
+// secret (or previous secret) verifies a delivery of Cal.diy's
+// scheduler (a MEETING_STARTED or MEETING_ENDED in its shape, at most
+// MovedMaxBody bytes) posted to sub's URL whose signature sub's secret
+// does not verify; "" when there is none or the body is not such a
+// delivery. The scheduler stores each row with the webhook's subscriber
+// URL of the moment the booking was accepted and signs it when it sends
+// it with the webhook's secret of that moment (WebhookScheduledTriggers'
+// subscriberUrl column; its webhook relation's secret): after a webhook
+// moved from sub to another subscription (webhook.update with a new
+// subscriber_url, which sends that subscription's secret; API v2 leaves
+// the stored rows as they are), the meetings booked before still come to
+// sub's URL, signed with the other subscription's secret. A secret this
+// connector holds verifying the body is what makes it that webhook's
+// delivery, so it is taken as the subscription of that secret. ids are
+// the subscriptions in order.
+func movedSubscription(body []byte, sub string, ids []string, verify func(id string) bool) string {
+	if len(body) > MovedMaxBody || !utf8.Valid(body) {
+		return ""
+	}
+	if d, _, msg := parseDelivery(body); !d.Scheduled || msg != "" {
+		return ""
+	}
+	for _, id := range ids {
+		if id != sub && verify(id) {
+			return id
+		}
+	}
+	return ""
 }
 
 // parseDelivery checks the body's shape and returns the delivery and its
