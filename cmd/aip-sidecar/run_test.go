@@ -247,7 +247,8 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"host config", []string{"--max-in-flight", "0"}, nil, "AIP_CONNECTOR_HOST_MAX_IN_FLIGHT"},
 		{"no connector", nil, nil, "--local-url"},
 		{"non-loopback url", nil, map[string]string{"AIP_SIDECAR_LOCAL_URL": "http://192.0.2.1:80"}, "loopback"},
-		{"log level", []string{"--log-level", "loud"}, nil, "--log-level"},
+		{"log level", []string{"--log-level", "loud"}, nil, `--log-level (AIP_SIDECAR_LOG_LEVEL) is "loud"`},
+		{"log level from the environment", nil, map[string]string{"AIP_SIDECAR_LOG_LEVEL": "loud"}, `AIP_SIDECAR_LOG_LEVEL (--log-level) is "loud"`},
 		// A setting of the other mode would be silently ignored: a token
 		// the operator believes protects the MCP server, an allow-list
 		// believed to restrict a local connector's capabilities.
@@ -659,7 +660,10 @@ func TestMainExitStatus(t *testing.T) {
 		{nil, nil, 2, "aip-sidecar: --local-url (AIP_SIDECAR_LOCAL_URL, Config.Local.URL) is empty"},
 		{nil, noEndpoint, 2, "aip-sidecar: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
 		{nil, looseSeed, 2, "aip-sidecar: hostsdk: bootstrap step 1 (validate): --signing-seed-file"},
-		{[]string{"--log-level", "loud"}, nil, 2, `aip-sidecar: --log-level "loud": want debug, info, warn or error`},
+		{[]string{"--log-level", "loud"}, nil, 2, `aip-sidecar: --log-level (AIP_SIDECAR_LOG_LEVEL) is "loud"; want debug, info, warn or error`},
+		// From the variable, the error names the variable (it named
+		// --log-level, which the operator had not given).
+		{nil, map[string]string{"AIP_SIDECAR_LOG_LEVEL": "loud"}, 2, `aip-sidecar: AIP_SIDECAR_LOG_LEVEL (--log-level) is "loud"; want debug, info, warn or error`},
 		{[]string{"--local-url", closed, "--local-token-file", loose}, nil, 2, "aip-sidecar: --local-token-file: "},
 		{nil, map[string]string{"AIP_SIDECAR_EXEC": "python3 x.py"}, 2, "aip-sidecar: AIP_SIDECAR_EXEC is \"python3 x.py\"; want a JSON array"},
 		{nil, map[string]string{"AIP_SIDECAR_EXEC": `["a"]`, "AIP_SIDECAR_MCP_COMMAND": `["b"]`}, 2, "aip-sidecar: --exec and --mcp-command are both given"},
