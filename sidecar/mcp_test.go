@@ -900,7 +900,8 @@ func TestMCPServerCrashDuringACall(t *testing.T) {
 // that the server does not offer fails the start with a setting error
 // naming it and the tools the server offers, rather than starting the
 // replica without it; a listed tool that cannot become a capability does
-// too.
+// too. The error starts with the setting, not with the host's bootstrap
+// step.
 func TestMCPAllowListNamesUnknownTool(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -932,6 +933,16 @@ func TestMCPAllowListNamesUnknownTool(t *testing.T) {
 			err = s.Run(ctx)
 			if !errors.Is(err, hostsdk.ErrSetting) {
 				t.Errorf("Run = %v; want a setting error (exit status 2)", err)
+			}
+			// The setting first, not the host's bootstrap step it
+			// failed (the text started "hostsdk: bootstrap step 3
+			// (discover): --mcp-tools ...").
+			if err == nil || !strings.HasPrefix(err.Error(), "--mcp-tools (AIP_SIDECAR_MCP_TOOLS, Config.MCP.Tools) names tools") {
+				t.Errorf("Run = %v; want it to start with the setting", err)
+			}
+			var de *hostsdk.DiscoverError
+			if !errors.As(err, &de) {
+				t.Errorf("Run = %v; want it to still match *hostsdk.DiscoverError", err)
 			}
 			for _, w := range tc.want {
 				if err == nil || !strings.Contains(err.Error(), w) {

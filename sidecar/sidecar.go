@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -392,10 +393,38 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("sidecar: start interrupted before the connector was started: %w", ctx.Err()), s.stopLocal())
 	}
 	if runErr != nil {
+		runErr = settingFirst(runErr)
 		s.log.Error("host stopped with an error", "error", runErr)
 	}
 	return errors.Join(runErr, s.stopLocal())
 }
+
+// settingFirst returns err, the host's, as the sidecar's *ConfigError it
+// holds when bootstrap step 3 (discovery) failed because the connector
+// refused a setting of the sidecar (an --mcp-tools naming a tool the MCP
+// server does not offer, MCP.checkAllowList): that error's text without
+// the host's "hostsdk: bootstrap step 3 (discover): " in front, since
+// the operator has a setting to correct, not a step to debug; what the
+// host adds after it (what the failed start could not release) is kept.
+// It still matches what err matches (the *hostsdk.DiscoverError and
+// hostsdk.ErrSetting, exit status 2).
+func settingFirst(err error) error {
+	var de *hostsdk.DiscoverError
+	var ce *ConfigError
+	if !errors.As(err, &de) || !errors.As(de.Err, &ce) {
+		return err
+	}
+	return &reworded{msg: strings.Replace(err.Error(), de.Error(), ce.Error(), 1), err: err}
+}
+
+// reworded is err with another text.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r *reworded) Error() string { return r.msg }
+func (r *reworded) Unwrap() error { return r.err }
 
 // afterOpenJournal is the host's AfterOpenJournal (after prev, a
 // caller's own): with the replica's journal held, the processes a killed
