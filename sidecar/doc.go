@@ -22,7 +22,9 @@
 // idempotency key (in the body and in the AIP-Action-ID and
 // AIP-Idempotency-Key headers). The host has already verified, journaled
 // and schema-checked the action; the connector's answer is journaled with
-// a receipt. The mapping of answers:
+// a receipt. Every capability of the manifest must carry a contract
+// (checkManifest): its side effects decide what a cut-off action becomes.
+// The mapping of answers:
 //
 //   - 200 with a result: completed, failed or cancelled as the connector
 //     says; outcome_unknown when it cannot tell whether the provider effect

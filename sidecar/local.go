@@ -348,10 +348,30 @@ func (l *Local) fetchManifest(ctx context.Context) (*aip.Manifest, error) {
 		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode,
 			Err: fmt.Errorf("the manifest is not an AIP manifest: %w", err)}
 	}
-	if err := m.Validate(); err != nil {
+	if err := checkManifest(&m); err != nil {
 		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode, Err: fmt.Errorf("invalid manifest: %w", err)}
 	}
 	return &m, nil
+}
+
+// checkManifest is what a local connector's manifest must be beyond what
+// decoding checks: valid (aip.Manifest.Validate), and every capability
+// with a contract. The contract is optional in AIP, but the sidecar
+// decides by it what an action cut off by a crash, or answered with
+// something unusable, becomes: only a capability whose side_effects say
+// it only reads (hostsdk.ReadOnly) fails retryable, any other is
+// outcome_unknown. Without one a read would be taken for a write
+// silently; the connector must say what the capability does.
+func checkManifest(m *aip.Manifest) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	for i := range m.Capabilities {
+		if c := &m.Capabilities[i]; c.Contract == nil {
+			return fmt.Errorf("capability %s has no contract; declare one with side_effects ([\"read\"] for a capability that changes nothing), idempotency, execution and data (manifest.schema.json in docs/sidecar-protocol.md)", c.ID)
+		}
+	}
+	return nil
 }
 
 // CheckHealth implements hostsdk.HealthChecker: the supervised process must

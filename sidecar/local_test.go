@@ -457,6 +457,25 @@ func TestLocalConfigErrors(t *testing.T) {
 	}
 }
 
+// TestLocalManifestNeedsContracts: a capability declared without a
+// contract was admitted and, having no side effects declared, taken for
+// one that may write (a read cut off by a crash became outcome_unknown,
+// not retryable); start-up (here --print-manifest) now fails, naming the
+// capability and what to declare.
+func TestLocalManifestNeedsContracts(t *testing.T) {
+	f := newFakeConnector()
+	sock, _ := serveFake(t, f)
+	m := fakeManifest("")
+	m.Capabilities[2].Contract = nil
+	f.manifest.Store(m)
+	_, _, err := Describe(ctxT(t), Config{Host: hostsdk.Config{TrustDomain: "example.org"}, Local: LocalConfig{Socket: sock}})
+	for _, want := range []string{"invalid manifest: capability echo.slow has no contract; declare one with side_effects", "idempotency, execution and data"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Describe = %v; want an error saying %q", err, want)
+		}
+	}
+}
+
 // TestDescribeBindsLikeTheHost: --print-manifest binds the connector's
 // manifest with the host's checks, so what it prints is what a host with
 // that trust domain registers, and what a host refuses it refuses too.
