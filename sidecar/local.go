@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -354,9 +355,17 @@ func (l *Local) fetchManifest(ctx context.Context) (*aip.Manifest, error) {
 	return &m, nil
 }
 
+// manifestVersions are the manifest_version values a local connector's
+// manifest may have: AIP's hosts and connectors write aip-manifest/v1,
+// and its registry's examples 1.0. AIP does not constrain the member, but
+// it is part of the digest: another value is a typo (or a format the
+// sidecar does not know) that would be admitted as it is.
+var manifestVersions = []string{"aip-manifest/v1", "1.0"}
+
 // checkManifest is what a local connector's manifest must be beyond what
-// decoding checks: valid (aip.Manifest.Validate), and every capability
-// with a contract. The contract is optional in AIP, but the sidecar
+// decoding checks: valid (aip.Manifest.Validate), of a known
+// manifest_version (manifestVersions), and every capability with a
+// contract. The contract is optional in AIP, but the sidecar
 // decides by it what an action cut off by a crash, or answered with
 // something unusable, becomes: only a capability whose side_effects say
 // it only reads (hostsdk.ReadOnly) fails retryable, any other is
@@ -365,6 +374,10 @@ func (l *Local) fetchManifest(ctx context.Context) (*aip.Manifest, error) {
 func checkManifest(m *aip.Manifest) error {
 	if err := m.Validate(); err != nil {
 		return err
+	}
+	if !slices.Contains(manifestVersions, m.ManifestVersion) {
+		return fmt.Errorf("manifest_version is %q; want %q (the form AIP connectors write; %q, the form of its registry examples, is accepted too)",
+			m.ManifestVersion, manifestVersions[0], manifestVersions[1])
 	}
 	for i := range m.Capabilities {
 		if c := &m.Capabilities[i]; c.Contract == nil {

@@ -476,6 +476,32 @@ func TestLocalManifestNeedsContracts(t *testing.T) {
 	}
 }
 
+// TestLocalManifestVersion: any non-empty manifest_version was admitted
+// (a typo became part of the digest); a local connector's manifest now
+// has one of the forms AIP writes, and another fails start-up naming the
+// member and the accepted values.
+func TestLocalManifestVersion(t *testing.T) {
+	f := newFakeConnector()
+	sock, _ := serveFake(t, f)
+	for version, want := range map[string]string{
+		"aip-manifest/v1": "",
+		"1.0":             "",
+		"aip-manifest/v2": `invalid manifest: manifest_version is "aip-manifest/v2"; want "aip-manifest/v1" (the form AIP connectors write; "1.0", the form of its registry examples, is accepted too)`,
+		"v1":              `manifest_version is "v1"; want "aip-manifest/v1"`,
+	} {
+		m := fakeManifest("")
+		m.ManifestVersion = version
+		f.manifest.Store(m)
+		_, _, err := Describe(ctxT(t), Config{Host: hostsdk.Config{TrustDomain: "example.org"}, Local: LocalConfig{Socket: sock}})
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("manifest_version %q: Describe = %v; want it accepted", version, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("manifest_version %q: Describe = %v; want an error saying %q", version, err, want)
+		}
+	}
+}
+
 // TestDescribeBindsLikeTheHost: --print-manifest binds the connector's
 // manifest with the host's checks, so what it prints is what a host with
 // that trust domain registers, and what a host refuses it refuses too.
