@@ -695,8 +695,12 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 		if err := aip.DecodeStrict(raw, &r); err != nil {
 			// A read's unusable answer changed nothing (failed
 			// output_invalid); any other's outcome is unknown.
+			stream := looksLikeStream(raw)
+			if what, ok := invalidJSON(raw, err, "answer"); ok && !stream {
+				return nil, malformedAnswer(call.Capability, "the connector answered 200 with a body that is not valid JSON: "+what)
+			}
 			problem := fmt.Sprintf("the connector answered 200 with a body that is not a result: %v", err)
-			if looksLikeStream(raw) {
+			if stream {
 				problem += fmt.Sprintf("; it holds stream lines, which are read only with Content-Type: %s (this answer's: %q)",
 					hostsdk.ContentTypeNDJSON, resp.Header.Get("Content-Type"))
 			}
@@ -732,6 +736,60 @@ func (l *Local) answer(reqCtx context.Context, call *hostsdk.Call, resp *http.Re
 			hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
 	}
 	return nil, fmt.Errorf("%w: the local connector answered HTTP %d: %s", hostsdk.ErrOutcomeUnknown, resp.StatusCode, text)
+}
+
+// maxExcerpt bounds the bytes of a malformed answer invalidJSON quotes
+// on each side of where it went wrong.
+const maxExcerpt = 24
+
+// invalidJSON describes raw, an answer (or a stream line: noun says
+// which) aip.DecodeStrict refused with err, when that is because raw is
+// not (I-)JSON at all — aip's reason, which names the byte offset in raw,
+// and a short excerpt of raw from a little before it — rather than JSON that is not the message wanted; ok is false for
+// any other refusal. Such an answer is the connector's fault (how it
+// writes JSON), which the generic advice of hostsdk.UnusableResult ("ask
+// for less ... else send it again") does not fit.
+func invalidJSON(raw []byte, err error, noun string) (what string, ok bool) {
+	if !errors.Is(err, aip.ErrInvalidJSON) {
+		return "", false
+	}
+	reason := strings.TrimPrefix(err.Error(), aip.ErrInvalidJSON.Error()+": ")
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return "it is empty", true
+	}
+	// aip's positional errors end "at offset N" (a duplicate member
+	// name's has none: the excerpt is then the start).
+	off := 0
+	if _, n, found := strings.Cut(reason, " at offset "); found {
+		if o, err := strconv.Atoi(n); err == nil && o >= 0 && o <= len(raw) {
+			off = o
+		}
+	}
+	from, to := max(off-maxExcerpt, 0), min(off+maxExcerpt, len(raw))
+	excerpt := strings.ToValidUTF8(string(raw[from:to]), "\uFFFD")
+	if from > 0 {
+		excerpt = "…" + excerpt
+	}
+	if to < len(raw) {
+		excerpt += "…"
+	}
+	return fmt.Sprintf("%s (the %s from byte %d: %q)", reason, noun, from, excerpt), true
+}
+
+// malformedAnswer is the error of an action whose answer (problem says
+// how) is not valid JSON: for a read-only capability a failed
+// connector_host.output_invalid that says the read changed nothing and
+// the connector must be fixed, for any other an error wrapping
+// hostsdk.ErrOutcomeUnknown (the effect may have happened), as
+// hostsdk.UnusableResult decides, without its advice to ask for less or
+// send it again: the same request would get the same broken answer.
+func malformedAnswer(c *aip.Capability, problem string) error {
+	if !hostsdk.ReadOnly(c) {
+		return fmt.Errorf("%w: %s", hostsdk.ErrOutcomeUnknown, problem)
+	}
+	const advice = "; the read changed nothing; the connector must answer valid JSON (its operator must fix it: sending the read again would likely get the same answer)"
+	return aip.NewProtocolError(hostsdk.CodeOutputInvalid, aip.CategoryConnector, false, 0,
+		aip.TruncateUTF8(problem, max(aip.MaxErrorMessageBytes-len(advice), 0))+advice)
 }
 
 // looksLikeStream reports whether raw, a 200 answer that is not a result,
@@ -834,6 +892,9 @@ func (l *Local) readStream(reqCtx context.Context, call *hostsdk.Call, body io.R
 		}
 		var ln localLine
 		if err := aip.DecodeStrict(line, &ln); err != nil || (ln.Chunk == nil) == (ln.Result == nil) {
+			if what, ok := invalidJSON(line, err, "line"); ok {
+				return nil, malformedAnswer(call.Capability, fmt.Sprintf("the connector's stream line %d is not valid JSON: %s", n+1, what))
+			}
 			if err == nil {
 				err = errors.New(`want exactly one of "chunk" and "result"`)
 			}

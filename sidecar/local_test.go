@@ -913,3 +913,64 @@ func TestLocalStreamWithoutItsContentTypeIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalMalformedJSONIsNamed: an answer that is not valid JSON was
+// refused with the advice for any unusable answer of a read ("ask for
+// less (a smaller page, fewer fields) if it was too much, else send it
+// again"), which sends the caller after the wrong fix; it now says the
+// answer is not valid JSON, where (the offset) and what is there (a short
+// excerpt), and that the connector must be fixed. A write's outcome stays
+// unknown, with the same description.
+func TestLocalMalformedJSONIsNamed(t *testing.T) {
+	for _, c := range []struct {
+		name, contentType, raw string
+		want                   []string
+	}{
+		{"cut off", "application/json", `{"status":"completed",`, []string{
+			`the connector answered 200 with a body that is not valid JSON: expected a member name at offset 22 (the answer from byte 0: "{\"status\":\"completed\",")`}},
+		{"an HTML page", "application/json", "<html><body>Internal Server Error: the upstream API timed out</body></html>", []string{
+			`not valid JSON: unexpected character '<' at offset 0 (the answer from byte 0: "<html><body>Internal Ser…")`}},
+		{"far into the body", "application/json", `{"status":"completed","output":{"notes":["a","b","c","d"], oops}}`, []string{
+			`not valid JSON: expected a member name at offset 59 (the answer from byte 35: "…tes\":[\"a\",\"b\",\"c\",\"d\"], oops}}")`}},
+		{"empty", "application/json", "", []string{"a body that is not valid JSON: it is empty"}},
+		{"a stream line", hostsdk.ContentTypeNDJSON, `{"chunk":{"kind":"progress","data":{"n":1}}}` + "\n" + `{"result":{"status":"completed",}}` + "\n", []string{
+			`the connector's stream line 2 is not valid JSON: expected a member name at offset 32 (the line from byte 8: "…\":{\"status\":\"completed\",}}")`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, effects := range [][]aip.SideEffect{{aip.EffectRead}, {aip.EffectWrite}} {
+				r := localReplicaWithEffects(t, "echo.status", effects, LocalConfig{})
+				in, _ := json.Marshal(map[string]any{"status": 200, "raw": c.raw, "header": map[string]string{"Content-Type": c.contentType}})
+				a := act("echo.status", string(in))
+				if c.contentType == hostsdk.ContentTypeNDJSON {
+					a.Mode = aip.ModeStreaming
+				}
+				resp := must(r.d.Act(ctxT(t), r.target, a))
+				var msg string
+				if effects[0] == aip.EffectWrite {
+					pe := resp.ProtocolError()
+					if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+						t.Fatalf("a write's answer %q: HTTP %d %s; want outcome_unknown", c.raw, resp.Status, resp.Raw)
+					}
+					msg = pe.Message
+				} else {
+					res, err := resp.Result()
+					if err != nil || res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeOutputInvalid || res.Error.IsRetryable() {
+						t.Fatalf("a read's answer %q: HTTP %d %s (%v); want failed output_invalid, not retryable", c.raw, resp.Status, resp.Raw, err)
+					}
+					msg = res.Error.Message
+					if want := "the read changed nothing; the connector must answer valid JSON"; !strings.Contains(msg, want) {
+						t.Errorf("a read's answer %q: message %q; want it to say %q", c.raw, msg, want)
+					}
+					if strings.Contains(msg, "ask for less") {
+						t.Errorf("a read's answer %q: message %q gives the advice for a result too large", c.raw, msg)
+					}
+				}
+				for _, w := range c.want {
+					if !strings.Contains(msg, w) {
+						t.Errorf("%v answer %q: message %q; want it to say %q", effects, c.raw, msg, w)
+					}
+				}
+			}
+		})
+	}
+}
