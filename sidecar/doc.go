@@ -83,9 +83,10 @@
 // got the call) did not run: it fails sidecar.connector_unavailable,
 // retryable, as a call made while the session is down. A stdio server's
 // answer longer than 16 MiB fails its call alone (hostsdk.UnusableResult),
-// not the session (frameGuard), and so does its JSON-RPC error answer with
-// a code the Go SDK reserves for a connection's end, -32003 or -32004
-// (watchedConn.Read). The bridge has no user and no model: a
+// not the session (frameGuard), and so does a server's JSON-RPC error
+// answer with a code the Go SDK reserves for a connection's end, -32003
+// or -32004 (watchedConn.Read for a stdio server, closingCodeTransport
+// for a Streamable HTTP one). The bridge has no user and no model: a
 // tool's request for user input (elicitation) is answered cancel, and
 // sampling is refused (MCP.callTool). A stdio server is started and reaped by
 // the sidecar itself, like an --exec child: when it exits, what remains of its process group

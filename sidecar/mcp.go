@@ -419,7 +419,7 @@ func (m *MCP) transport() mcp.Transport {
 		hc = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	c := *hc
-	c.Transport = sessionGoneTransport{base: hc.Transport}
+	c.Transport = closingCodeTransport{sessionGoneTransport{base: hc.Transport}}
 	return &mcp.StreamableClientTransport{Endpoint: m.cfg.URL, HTTPClient: &c}
 }
 
@@ -545,7 +545,8 @@ type watchedConn struct{ mcp.Connection }
 // whole session down — the server restarted, every call on it cut off —
 // and the call itself lost the server's code. A closing go-sdk server's
 // "server is closing" answer is its answer too: the session's end, if it
-// ends, is seen as such (the loop watches it).
+// ends, is seen as such (the loop watches it). A Streamable HTTP server's
+// answers are kept from the SDK's closing errors by closingCodeTransport.
 func (c watchedConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
 	if r, ok := msg.(*jsonrpc.Response); ok {
@@ -1367,7 +1368,11 @@ func fitResult(r *aip.ActionResult, log *slog.Logger) *aip.ActionResult {
 // server's answer, a read cut off by a reset connection or a proxy's 503
 // failed for good, as mcp.error "rejected by transport", without its cause.
 func serverError(err error, we **jsonrpc.Error) bool {
-	return errors.As(err, we) && !((*we).Code == codeTransportRejected && (*we).Message == "rejected by transport")
+	if !errors.As(err, we) || ((*we).Code == codeTransportRejected && (*we).Message == "rejected by transport") {
+		return false
+	}
+	*we = unrelayed(*we) // a -32003 or -32004 of an HTTP server (closingCodeTransport)
+	return true
 }
 
 // codeTransportRejected is the code of the go-sdk's (internal) jsonrpc2

@@ -1111,3 +1111,80 @@ func TestMCPServerErrorCodesFailOnlyTheirCall(t *testing.T) {
 		t.Errorf("the session was taken down for a ping's error answer: %+v", st)
 	}
 }
+
+// TestMCPHTTPServerErrorCodesFailOnlyTheirCall is
+// TestMCPServerErrorCodesFailOnlyTheirCall over Streamable HTTP (--mcp-url),
+// with answers in JSON and in SSE: a server's JSON-RPC error answer
+// -32003 or -32004 to a tools/call fails that call alone, with the
+// server's code and message, and a ping answered so is an answer. The
+// go-sdk takes these codes for the connection's end (mcp.ErrConnectionClosed)
+// and the wrapper that keeps them from it on stdio cannot wrap the HTTP
+// connection (the SDK tells its HTTP connection the negotiated session
+// through an unexported method a wrapper hides), so a call answered so
+// took the session down: a new session was opened, and the call ended
+// interrupted or outcome_unknown without the server's code.
+func TestMCPHTTPServerErrorCodesFailOnlyTheirCall(t *testing.T) {
+	for _, jsonResponse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("JSONResponse=%v", jsonResponse), func(t *testing.T) {
+			ts := newTestMCPServer(t)
+			rpcError := func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				var in struct {
+					Code    int64           `json:"code"`
+					Message string          `json:"message"`
+					Data    json.RawMessage `json:"data"`
+				}
+				json.Unmarshal(req.Params.Arguments, &in)
+				return nil, &jsonrpc.Error{Code: in.Code, Message: in.Message, Data: in.Data}
+			}
+			ts.server.AddTool(&mcp.Tool{Name: "rpc_error", InputSchema: objectSchema, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, rpcError)
+			ts.server.AddTool(&mcp.Tool{Name: "rpc_error_rw", InputSchema: objectSchema}, rpcError)
+			var pingCode atomic.Int64
+			ts.server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+				return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+					if code := pingCode.Load(); method == "ping" && code != 0 {
+						return nil, &jsonrpc.Error{Code: code, Message: "the server refuses pings"}
+					}
+					return next(ctx, method, req)
+				}
+			})
+			srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ts.server },
+				&mcp.StreamableHTTPOptions{JSONResponse: jsonResponse}))
+			m, _ := connectHTTPMCP(t, ts, srv)
+			ctx := ctxT(t)
+			man, err := m.Manifest(ctx, hostsdk.TenantContext{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, code := range []int64{-32003, -32004, -32000} {
+				input := fmt.Sprintf(`{"code":%d,"message":"the server's own error %d","data":{"n":1}}`, code, code)
+				_, err := m.Handle(ctx, toolCall(t, man, "rpc_error", input))
+				var pe *aip.ProtocolError
+				if !errors.As(err, &pe) || pe.Code != CodeMCPError || pe.Message != fmt.Sprintf("the server's own error %d", code) ||
+					!strings.Contains(string(pe.Details), fmt.Sprintf(`"jsonrpc_code":%d`, code)) {
+					t.Errorf("read-only tool answered JSON-RPC error %d: %v; want %s with the server's message and code", code, err, CodeMCPError)
+				}
+				_, err = m.Handle(ctx, toolCall(t, man, "rpc_error_rw", input))
+				if !errors.Is(err, hostsdk.ErrOutcomeUnknown) || !strings.Contains(err.Error(), fmt.Sprintf("the server's own error %d", code)) {
+					t.Errorf("tool answered JSON-RPC error %d: %v; want outcome unknown with the server's message", code, err)
+				}
+				if res, err := m.Handle(ctx, toolCall(t, man, "lookup", `{"word":"x"}`)); err != nil || res.Status != aip.ResultCompleted {
+					t.Errorf("a call after the error answer %d: %+v %v", code, res, err)
+				}
+			}
+			pingCode.Store(-32004)
+			for i := range 2 {
+				if err := m.CheckHealth(ctx); err == nil || !strings.Contains(err.Error(), "the server refuses pings") {
+					t.Errorf("health check %d with pings answered -32004: %v; want the server's error answer", i+1, err)
+				}
+			}
+			pingCode.Store(0)
+			if err := m.CheckHealth(ctx); err != nil {
+				t.Errorf("health after the error answers: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond) // a reconnect requested would have begun
+			if st := m.snapshot(); st.Restarts != 0 || st.Starts != 1 {
+				t.Errorf("the session was taken down for an error answer: %+v", st)
+			}
+		})
+	}
+}
