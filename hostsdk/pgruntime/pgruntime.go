@@ -12,6 +12,7 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/internal/pgconnerr"
 	"github.com/aipfleet/aipfleet/internal/pgsession"
 )
 
@@ -22,6 +23,11 @@ var (
 	// ErrMigrationChanged: an applied migration differs from this build's
 	// file of the same number.
 	ErrMigrationChanged = errors.New("pgruntime: applied migration was changed")
+	// ErrInvalidURL: Config.DatabaseURL, or the file of OpenURLFile, is
+	// not a connection string pgx can parse. The error says what pgx
+	// found wrong and the form to write, never the string, which holds
+	// the password; it is a setting to fix, not a database to wait for.
+	ErrInvalidURL = errors.New("pgruntime: invalid database URL")
 )
 
 // MaxNamespace is the longest Config.Namespace accepted, in bytes: the
@@ -68,7 +74,8 @@ var _ journal.Journal = (*Journal)(nil)
 // Open connects to the database, applies the embedded migrations (once,
 // under an advisory lock), takes the namespace's exclusive lock (a
 // *LockedError when another journal holds it) and returns the journal of
-// cfg.Namespace. The caller must Close it.
+// cfg.Namespace. The caller must Close it. A DatabaseURL pgx cannot parse
+// is an ErrInvalidURL, refused before anything is dialled.
 func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("pgruntime: Config.DatabaseURL is required")
@@ -90,8 +97,8 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	}
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		// The parse error may quote the URL, password included.
-		return nil, errors.New("pgruntime: Config.DatabaseURL is not a valid PostgreSQL connection string")
+		// Not err itself: it quotes the URL, password included.
+		return nil, &urlError{reason: pgconnerr.ParseReason(err)}
 	}
 	pc.MaxConns = cfg.MaxConns
 	pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
@@ -126,6 +133,20 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	return &Journal{pool: pool, ns: cfg.Namespace, lock: lock}, nil
 }
 
+// urlError is ErrInvalidURL with what pgx found wrong in the string;
+// file, when set, is the file of OpenURLFile the string came from.
+type urlError struct{ reason, file string }
+
+func (e *urlError) Error() string {
+	what := "Config.DatabaseURL is not"
+	if e.file != "" {
+		what = "database URL file " + e.file + " does not hold"
+	}
+	return "pgruntime: " + what + " a valid PostgreSQL connection string: " + e.reason + "; " + pgconnerr.URLHint
+}
+
+func (e *urlError) Unwrap() error { return ErrInvalidURL }
+
 // MaxURLFileBytes bounds the file OpenURLFile reads.
 const MaxURLFileBytes = 16 << 10
 
@@ -133,8 +154,10 @@ const MaxURLFileBytes = 16 << 10
 // at path: the file is read with aip.ReadSecretFile (a regular,
 // owner-only file of 1 to MaxURLFileBytes bytes; surrounding whitespace
 // removed), the bytes read are cleared once Open has parsed them, and
-// every error names path. cfg.DatabaseURL must be empty; the other fields
-// are Open's.
+// every error names path (an ErrInvalidURL, "database URL file PATH does
+// not hold a valid PostgreSQL connection string: REASON; ..."; the
+// others, Open's error after "database URL file PATH: ").
+// cfg.DatabaseURL must be empty; the other fields are Open's.
 func OpenURLFile(ctx context.Context, path string, cfg Config) (*Journal, error) {
 	if cfg.DatabaseURL != "" {
 		return nil, errors.New("pgruntime: OpenURLFile reads Config.DatabaseURL from its file; leave it empty")
@@ -146,6 +169,10 @@ func OpenURLFile(ctx context.Context, path string, cfg Config) (*Journal, error)
 	defer clear(raw)
 	cfg.DatabaseURL = string(raw)
 	j, err := Open(ctx, cfg)
+	var ue *urlError
+	if errors.As(err, &ue) {
+		return nil, &urlError{reason: ue.reason, file: path}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("database URL file %s: %w", path, err)
 	}

@@ -227,6 +227,52 @@ func TestOpenConfigErrors(t *testing.T) {
 	}
 }
 
+// TestMalformedURLSaysWhatIsWrong: a connection string pgx cannot parse
+// was "Config.DatabaseURL is not a valid PostgreSQL connection string",
+// the same words for a bad port, a password with a / in it, an unknown
+// sslmode or a bad percent escape, and matched nothing a program could
+// tell from an unreachable database. It is now an ErrInvalidURL that says
+// what pgx found wrong and the form to write (OpenURLFile's names the
+// file), never the password, even where pgx's own error quotes it.
+func TestMalformedURLSaysWhatIsWrong(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct{ url, want string }{
+		{"postgres://u:s3cret@127.0.0.1:notaport/db", "invalid port"},
+		// The / ends the user information early: pgx reads "s3" as a port.
+		{"postgres://u:s3/cret@127.0.0.1/db", "invalid port"},
+		{"postgres://u:s3cret@127.0.0.1/db?sslmode=bogus", "failed to configure TLS (sslmode is invalid)"},
+		{"postgres://u:s3%zzcret@127.0.0.1/db", "failed to parse as URL (invalid percent-encoded token in password)"},
+		// pgx's error quotes a keyword/value password written with spaces.
+		{"host=127.0.0.1 password = s3cret port=x", "invalid port"},
+		// A value pgx quotes in its reason is not shown.
+		{"postgres://u:pw@127.0.0.1/db?pool_max_conns=s3cret", `cannot parse pool_max_conns (strconv.ParseInt: parsing "(not shown)": invalid syntax)`},
+	} {
+		j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: c.url, Namespace: "n"})
+		if err == nil {
+			j.Close()
+			t.Errorf("Open(%q) succeeded, want ErrInvalidURL", c.url)
+			continue
+		}
+		for _, w := range []string{"Config.DatabaseURL", c.want, "postgres://USER:PASSWORD@HOST:PORT/DATABASE", "%2F"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Open(%q): %v; want it to say %q", c.url, err, w)
+			}
+		}
+		if !errors.Is(err, pgruntime.ErrInvalidURL) || strings.Contains(err.Error(), "s3") {
+			t.Errorf("Open(%q): %v; want ErrInvalidURL without the password", c.url, err)
+		}
+		file := filepath.Join(t.TempDir(), "db-url")
+		if err := os.WriteFile(file, []byte(c.url+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = pgruntime.OpenURLFile(ctx, file, pgruntime.Config{Namespace: "n"})
+		want := "pgruntime: database URL file " + file + " does not hold a valid PostgreSQL connection string: " + c.want
+		if !errors.Is(err, pgruntime.ErrInvalidURL) || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "s3") {
+			t.Errorf("OpenURLFile of %q:\n got %v\nwant ErrInvalidURL starting %q, without the password", c.url, err, want)
+		}
+	}
+}
+
 // TestReceiptHashOfAwkwardActionIDs: the hash computed inside the database
 // matches journal.ReceiptHash for action IDs that need JSON escaping.
 func TestReceiptHashOfAwkwardActionIDs(t *testing.T) {

@@ -9,6 +9,7 @@ package hostrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,7 +57,8 @@ func Run(ctx context.Context, cfg hostsdk.Config, conn hostsdk.Connector, getenv
 // journal in --state-dir. The host calls it at bootstrap step 2, once the
 // configuration and its files passed step 1, so that a bad setting is
 // refused before the database is touched, and closes the journal when it
-// stops. A file it cannot use (missing, readable by others, empty) is a
+// stops. A file it cannot use (missing, readable by others, empty, or
+// holding a URL that does not parse: pgruntime.ErrInvalidURL) is a
 // setting to fix: the error matches hostsdk.ErrSetting (exit status 2);
 // a database it cannot reach or open does not (1).
 func JournalOpener(cfg hostsdk.Config) func(context.Context) (journal.Journal, error) {
@@ -73,6 +75,9 @@ func JournalOpener(cfg hostsdk.Config) func(context.Context) (journal.Journal, e
 		}
 		clear(raw)
 		j, err := pgruntime.OpenURLFile(ctx, path, pgruntime.Config{Namespace: namespace})
+		if errors.Is(err, pgruntime.ErrInvalidURL) {
+			return nil, Settingf("--database-url-file (%s): %w", DatabaseURLFileEnv, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("--database-url-file (%s): %w", DatabaseURLFileEnv, err)
 		}

@@ -163,3 +163,30 @@ func TestJournalOpenerNamesTheFlagAndVariable(t *testing.T) {
 		t.Errorf("URL file of a database nothing listens for: %v; want an error that does not match hostsdk.ErrSetting", err)
 	}
 }
+
+// TestMalformedURLFileIsASetting: a readable URL file whose URL does not
+// parse exited 1, as a database that cannot be reached, with "database
+// URL file F: pgruntime: Config.DatabaseURL is not a valid PostgreSQL
+// connection string", which did not say what was wrong. The file must be
+// fixed, so it exits 2, and the error names the setting, its variable,
+// the file and what is malformed, without the password.
+func TestMalformedURLFileIsASetting(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "db-url")
+	// A / in the password ends the user information: pgx reads "s3" as
+	// the port.
+	if err := os.WriteFile(file, []byte("postgres://u:s3/cret@127.0.0.1:5432/db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := hostrun.JournalOpener(hostsdk.Config{DatabaseURLFile: file, ReplicaID: "crepl_x"})(t.Context())
+	if !errors.Is(err, hostsdk.ErrSetting) || !errors.Is(err, pgruntime.ErrInvalidURL) || hostrun.ExitCode(err) != 2 {
+		t.Errorf("malformed URL file: %v (exit status %d); want pgruntime.ErrInvalidURL matching hostsdk.ErrSetting, exit status 2", err, hostrun.ExitCode(err))
+	}
+	for _, w := range []string{"--database-url-file", hostrun.DatabaseURLFileEnv, file, "invalid port", "postgres://USER:PASSWORD@HOST:PORT/DATABASE", "%2F"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("malformed URL file: %v; want it to mention %q", err, w)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "cret") {
+		t.Errorf("malformed URL file: %v; it shows the password", err)
+	}
+}
