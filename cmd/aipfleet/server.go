@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/registry/pgregistry"
 )
@@ -114,6 +115,10 @@ func (f *serverFlags) open(ctx context.Context, e *env, service string, serves p
 	}
 	if s.tracer, s.shutdownTracing, err = hostrun.TracerProvider(ctx, e.getenv, service); err != nil {
 		s.shutdownTracing = func() {}
+		if errors.Is(err, hostsdk.ErrSetting) {
+			// An OTEL_EXPORTER_OTLP_* value to fix, as a flag's (exit 2).
+			return nil, usagef("%v", err)
+		}
 		return nil, err
 	}
 	if s.reg, err = pgregistry.OpenDataPlane(ctx, pgregistry.Config{

@@ -368,3 +368,33 @@ func TestPlainHTTPToAnHTTPSServer(t *testing.T) {
 		}
 	}
 }
+
+// TestBadOTLPSettingIsAUsageError: a malformed OTEL_EXPORTER_OTLP_*
+// value was dropped by the exporter with a log line of the OpenTelemetry
+// SDK's (spans then went to https://localhost:4318), and an http://
+// endpoint with a CA file stopped the start with exit status 1 and no
+// variable named. The control plane, the dispatcher and aipfleet host
+// refuse it before they start, as a usage error (exit status 2) naming
+// the variable and the form it accepts.
+func TestBadOTLPSettingIsAUsageError(t *testing.T) {
+	dir := t.TempDir()
+	dbFile := writeSecret(t, dir, "db.url", "postgres://aip:secret@127.0.0.1:"+strconv.Itoa(freePort(t))+"/registry\n")
+	key, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(dir, "control.key")
+	if err := aip.WriteSeedFile(keyFile, key); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "otel-collector:4318"}
+	want := `OTEL_EXPORTER_OTLP_ENDPOINT is "otel-collector:4318", which has no http:// or https:// scheme; want an http:// or https:// URL`
+	for _, args := range [][]string{
+		{"control-plane", "--database-url-file", dbFile, "--signing-key-file", keyFile, "--allow-insecure-loopback-http", "--bind", "127.0.0.1:0"},
+		{"dispatch", "--database-url-file", dbFile, "--signing-key-file", keyFile, "--issuer", "dev=" + key.DID(), "--allow-insecure-loopback-http", "--bind", "127.0.0.1:0"},
+		{"host", "--connector", "echo"},
+	} {
+		_, _, err := runCLI(t, env, args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v; want a usage error saying %q", args[0], err, want)
+		}
+	}
+}

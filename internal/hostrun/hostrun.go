@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -91,10 +92,17 @@ const DatabaseURLFileEnv = "AIP_CONNECTOR_HOST_DATABASE_URL_FILE"
 // TracerProvider exports spans over OTLP/HTTP when
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is
 // set, and is a no-op otherwise. The exporter reads the standard OTEL_*
-// variables itself. The returned func flushes and stops it.
+// variables itself; a value of an OTEL_EXPORTER_OTLP_* variable it would
+// misread or drop (a malformed endpoint, an unknown protocol, a timeout
+// that is not in milliseconds) is refused first, with an error naming the
+// variable and the form it accepts that matches hostsdk.ErrSetting (exit
+// status 2). The returned func flushes and stops it.
 func TracerProvider(ctx context.Context, getenv func(string) string, service string) (trace.TracerProvider, func(), error) {
-	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+	if strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_ENDPOINT")) == "" && strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) == "" {
 		return noop.NewTracerProvider(), func() {}, nil
+	}
+	if err := checkOTLPSettings(getenv); err != nil {
+		return nil, nil, err
 	}
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {

@@ -47,7 +47,8 @@ func (e *settingError) Unwrap() []error { return []error{e.err, hostsdk.ErrSetti
 //     when read, a product adapter's refusal, hostsdk.New's
 //     *ConfigError, bootstrap step 1's *ValidateError such as a
 //     --signing-seed-file others can read, a --database-url-file
-//     JournalOpener cannot use, a *sidecar.ConfigError such as an empty
+//     JournalOpener cannot use, an OTEL_EXPORTER_OTLP_* value
+//     TracerProvider refuses, a *sidecar.ConfigError such as an empty
 //     --local-url, Settingf);
 //   - 1 for a failure at run time: a later bootstrap step (the journal's
 //     database, the connector's discovery or health, the registration),
