@@ -56,6 +56,11 @@ const MaxRequestsPerReplica = 4
 // of a replica ID that is no replica record ID.
 const maxQuotedReplicaID = 80
 
+// maxQuotedDID bounds what the answer and the log quote of a signer DID
+// that is not the replica's: anyone can send one, up to a body's worth,
+// and an Ed25519 did:key is 56 bytes.
+const maxQuotedDID = 100
+
 // Outcomes (the "outcome" label of aip_connector_control_requests_total).
 // An unhealthy heartbeat is answered with a lease that ends at once and
 // takes the replica offline: it counts as unhealthy, not as a lease.
@@ -86,7 +91,11 @@ type answer struct {
 	// replica's (step 5): only then does its span continue the host's
 	// trace.
 	authenticated bool
-	err           error // the underlying error, for logs and spans
+	// signerDID and provisionedDID are set when the signer is not the
+	// replica (step 4): the DID the request names, cut short, and the one
+	// the registry holds, which only the log shows.
+	signerDID, provisionedDID string
+	err                       error // the underlying error, for logs and spans
 }
 
 func (a *answer) label() string {
@@ -211,10 +220,16 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	case err != nil:
 		return a.storeFailed(ctx, err, "the registry could not be read; resend the same request")
 	}
-	// 4. The signer is the replica.
+	// 4. The signer is the replica. The answer, which anyone may get,
+	// does not show the DID the registry holds; the log does, for the
+	// operator to compare.
 	if req.SignerDID != key.did {
+		a.signerDID, a.provisionedDID = aip.TruncateUTF8(req.SignerDID, maxQuotedDID), key.did
 		return a.reject(http.StatusForbidden, reasonSigner, nil,
-			"signer_did %s is not the DID pre-provisioned for replica %s", req.SignerDID, a.replicaID)
+			"signer_did %s is not the DID pre-provisioned for replica %s: the registry holds the peer_did of that replica's entry in the fleet file "+
+				"(the control plane logs it with this rejection); start the host with the signing key of that DID "+
+				"(`aipfleet keygen --did-of FILE` prints a key file's DID), or set that entry's peer_did to %s and apply the fleet file again",
+			a.signerDID, a.replicaID, a.signerDID)
 	}
 	// 5. The signature.
 	if err := recv.Signed.Verify(key.pub); err != nil {
@@ -342,6 +357,9 @@ func (s *Service) logAnswer(a *answer) {
 		attrs = append(attrs, slog.String("reason", a.reason), slog.String("error", errString(a.err)))
 	case rejected:
 		attrs = append(attrs, slog.String("reason", a.reason), slog.String("message", a.outcome.Message))
+		if a.provisionedDID != "" {
+			attrs = append(attrs, slog.String("signer_did", a.signerDID), slog.String("provisioned_did", a.provisionedDID))
+		}
 	case renewed:
 		attrs = append(attrs, slog.Uint64("sequence", a.outcome.Lease.Sequence), slog.Bool("replayed", a.replayed))
 	default:

@@ -15,6 +15,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/registry"
+	"github.com/aipfleet/aipfleet/registry/registrytest"
 )
 
 // lookupCounter counts the replica lookups of the control plane's key
@@ -110,5 +111,50 @@ func TestHugeReplicaIDIsCutShortWhateverRefusesIt(t *testing.T) {
 	}
 	if spans != 2 {
 		t.Errorf("%d spans with a replica ID, want 2", spans)
+	}
+}
+
+// TestWrongSignerSaysWhatToDo: a request signed by another key than the
+// replica's was refused with "signer_did X is not the DID pre-provisioned
+// for replica R", which said neither where that DID comes from nor what to
+// do, and the log held nothing more. The answer, which anyone may get,
+// still does not show the DID the registry holds, but says where it comes
+// from (the fleet file's peer_did) and how to fix either side; the log,
+// which only the operator reads, shows both DIDs. A signer DID of a
+// body's worth is quoted cut short.
+func TestWrongSignerSaysWhatToDo(t *testing.T) {
+	logs := &syncBuffer{}
+	e := newEnv(t, newMemBackend, func(c *controlplane.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	h := e.provision("a1")
+	other := registrytest.Key("intruder")
+	req := h.request(aip.RegisterCommand(e.w.Registration(&h.rep)))
+	req.SignerDID = other.DID()
+	r := e.post(sealWith(t, other, req), req.RequestID)
+	r.rejected(t, http.StatusForbidden, "signer_did "+other.DID()+" is not the DID pre-provisioned for replica "+h.rep.ID)
+	for _, w := range []string{"peer_did", "fleet file", "aipfleet keygen --did-of FILE", "set that entry's peer_did to " + other.DID()} {
+		if !strings.Contains(r.outcome.Message, w) {
+			t.Errorf("answer %q does not say %q", r.outcome.Message, w)
+		}
+	}
+	if strings.Contains(r.outcome.Message, h.key.DID()) {
+		t.Errorf("answer %q shows the replica's DID to a sender that is not the replica", r.outcome.Message)
+	}
+	logs.mu.Lock()
+	text := logs.b.String()
+	logs.mu.Unlock()
+	for _, w := range []string{`"reason":"signer"`, `"signer_did":"` + other.DID() + `"`, `"provisioned_did":"` + h.key.DID() + `"`} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the log does not hold %s:\n%s", w, text)
+		}
+	}
+
+	huge := h.request(aip.RegisterCommand(e.w.Registration(&h.rep)))
+	huge.SignerDID = "did:key:z" + strings.Repeat("x", 30_000)
+	r = e.post(sealWith(t, other, huge), huge.RequestID)
+	r.rejected(t, http.StatusForbidden, "is not the DID pre-provisioned")
+	if len(r.outcome.Message) > 1000 {
+		t.Errorf("the answer to a %d-byte signer DID is %d bytes", len(huge.SignerDID), len(r.outcome.Message))
 	}
 }
