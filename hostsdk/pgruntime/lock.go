@@ -83,7 +83,7 @@ func lockNamespace(ctx context.Context, cfg *pgx.ConnConfig, ns string) (*nsLock
 func (l *nsLock) take(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
 	if err != nil {
-		return fmt.Errorf("pgruntime: connect to lock namespace %s: %w", l.ns, err)
+		return connectErr(err, "pgruntime: lock namespace "+l.ns+": ", "pgruntime: connect to lock namespace "+l.ns)
 	}
 	// The lock lasts as long as the session does on the server: should
 	// this host's machine die, the server must notice within minutes, not

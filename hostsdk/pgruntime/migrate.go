@@ -65,7 +65,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("pgruntime: connect to the database: %w", err)
+		return connectErr(err, "pgruntime: ", "pgruntime: connect to the database")
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
 	if _, err := pgmigrate.Apply(ctx, tx, ledger, ms); err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -216,6 +217,34 @@ func (j *Journal) enter(ctx context.Context) error {
 }
 
 func (j *Journal) leave() { j.closeMu.RUnlock() }
+
+// connectError is a connection to the database that could not be made,
+// worded by pgconnerr: "cannot connect to the database at HOST:PORT:
+// REASON; check ...", the address pgx tried and what to check, instead of
+// pgx's "failed to connect to `user=u database=d`:" and one indented line
+// per attempt, which left out the port of a host name that does not
+// resolve and said nothing of what to check. It wraps the pgx error.
+type connectError struct {
+	prefix string
+	err    error
+}
+
+func (e *connectError) Error() string {
+	return e.prefix + "cannot connect to the database" + pgconnerr.ConnectFailure(e.err) + "; " + pgconnerr.ConnectHint(e.err, "the database URL")
+}
+
+func (e *connectError) Unwrap() error { return e.err }
+
+// connectErr is err, an error of a connection attempt, as a
+// *connectError after prefix ("pgruntime: "); an error that is not pgx's
+// failure to connect (a cancelled start) is fallback's wrapping of it.
+func connectErr(err error, prefix, fallback string) error {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return &connectError{prefix: prefix, err: err}
+	}
+	return fmt.Errorf("%s: %w", fallback, err)
+}
 
 // dbErr wraps a database error with context.
 func dbErr(err error, format string, args ...any) error {

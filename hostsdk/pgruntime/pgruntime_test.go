@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -269,6 +271,51 @@ func TestMalformedURLSaysWhatIsWrong(t *testing.T) {
 		want := "pgruntime: database URL file " + file + " does not hold a valid PostgreSQL connection string: " + c.want
 		if !errors.Is(err, pgruntime.ErrInvalidURL) || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "s3") {
 			t.Errorf("OpenURLFile of %q:\n got %v\nwant ErrInvalidURL starting %q, without the password", c.url, err, want)
+		}
+	}
+}
+
+// TestConnectFailureSaysWhereAndWhatToCheck: a database that could not
+// be reached was "pgruntime: connect to the database: failed to connect to
+// `user=u database=db`:" and one indented line per attempt (the same
+// refusal twice), a host name that does not resolve without the port
+// tried, and nothing said what to check. The error now names the host and
+// port tried, pgx's or the server's reason once, and what to check, never
+// the password; it still wraps pgx's error.
+func TestConnectFailureSaysWhereAndWhatToCheck(t *testing.T) {
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/no_such_database_" + strings.ReplaceAll(aip.NewID("x"), "-", "_")
+	for _, c := range []struct{ url, want, hint string }{
+		{"postgres://u:s3cret@" + closed + "/db?connect_timeout=5",
+			"pgruntime: cannot connect to the database at " + closed + ": connection refused; ",
+			"check the host and port in the database URL, and that PostgreSQL runs there and accepts connections from this machine"},
+		{"postgres://u:s3cret@no-such-host.invalid:5433/db?connect_timeout=5",
+			"pgruntime: cannot connect to the database at no-such-host.invalid:5433: host name no-such-host.invalid not found; ",
+			"check the host name in the database URL"},
+		{u.String(), "does not exist (SQLSTATE 3D000); ", "check the database name in the database URL"},
+	} {
+		j, err := pgruntime.Open(ctx, pgruntime.Config{DatabaseURL: c.url, Namespace: "n"})
+		if err == nil {
+			j.Close()
+			t.Errorf("Open(%s) succeeded", c.url)
+			continue
+		}
+		var ce *pgconn.ConnectError
+		if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.hint) || !errors.As(err, &ce) {
+			t.Errorf("Open(%s):\n got %v\nwant it to say %q and %q, wrapping a *pgconn.ConnectError", c.url, err, c.want, c.hint)
+		}
+		if strings.Contains(err.Error(), "s3cret") || strings.Count(err.Error(), "\n") > 0 {
+			t.Errorf("Open(%s): %q; want one line without the password", c.url, err)
 		}
 	}
 }

@@ -1,14 +1,18 @@
 // Package pgconnerr words pgx's errors about a PostgreSQL connection
-// string for the operator who wrote the string: what is wrong and what to
-// do, never the string itself, which holds the password.
+// string, and about a connection that could not be made, for the operator
+// who wrote the string: what is wrong, at which host and port, and what
+// to check, never the string itself, which holds the password.
 //
 // hostsdk/pgruntime words its errors with it. (registry/pgregistry has its
-// own copy of the same rule, in parseError.)
+// own copy of the same rules, in parseError and connectError.)
 package pgconnerr
 
 import (
 	"errors"
+	"net"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,3 +60,94 @@ func ParseReason(err error) string {
 
 // quoted matches a double-quoted value in a pgx parse error's reason.
 var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// ConnectFailure is why a connection could not be made (err from pgx's
+// connect, or from a pool's first acquire), to follow "cannot connect to
+// the database": " at ADDRESS: REASON" for each address pgx tried, joined
+// by ";" when they failed differently (pgx
+// tries the same address twice with sslmode=prefer, and each address a
+// host name resolves to), instead of pgx's "failed to connect to
+// `user=u database=d`:" and one indented line per attempt. A name that
+// does not resolve is " at HOST:PORT: host name HOST not found". An error
+// that is not a *pgconn.ConnectError is ": " and its text.
+func ConnectFailure(err error) string {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return ": " + err.Error()
+	}
+	inner := ce.Unwrap()
+	if w, ok := inner.(interface{ Unwrap() error }); ok && strings.HasPrefix(inner.Error(), "hostname resolving error: ") {
+		inner = w.Unwrap()
+	}
+	attempts := []error{inner}
+	if j, ok := inner.(interface{ Unwrap() []error }); ok {
+		attempts = j.Unwrap()
+	}
+	fallback := ce.Config.Host
+	if !strings.HasPrefix(fallback, "/") {
+		fallback = net.JoinHostPort(fallback, strconv.Itoa(int(ce.Config.Port)))
+	}
+	var out []string
+	for _, a := range attempts {
+		s := " at " + dialFailure(a, fallback)
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ";")
+}
+
+// dialFailure words one of pgx's connect attempts as "ADDRESS: REASON":
+// the server's message for an error of the server's (authentication, no
+// such database), the network's for one of the network ("connection
+// refused"), pgx's words otherwise. pgx's attempt errors read "ADDRESS
+// (HOST): STEP: ERROR"; an error of another form (a name that does not
+// resolve, a failed session setup) is about fallback, the configured
+// host and port.
+func dialFailure(err error, fallback string) string {
+	text := err.Error()
+	addr, rest := fallback, text
+	if a, r, ok := strings.Cut(text, " ("); ok {
+		if _, r, ok := strings.Cut(r, "): "); ok {
+			addr, rest = a, r
+		}
+	}
+	var pgErr *pgconn.PgError
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &pgErr):
+		rest = pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		rest = "host name " + dnsErr.Name + " not found"
+	case errors.As(err, &opErr) && opErr.Err != nil:
+		rest = strings.TrimPrefix(opErr.Err.Error(), "connect: ")
+	default:
+		rest = strings.TrimPrefix(rest, "dial error: ")
+	}
+	return addr + ": " + rest
+}
+
+// ConnectHint is what to check about a connection that could not be made,
+// by what failed: the host name, the host and port and whether PostgreSQL
+// listens there, the user and password, the database's name. url names
+// where the URL is ("the URL in --database-url-file"). It never quotes
+// the URL.
+func ConnectHint(err error, url string) string {
+	var pgErr *pgconn.PgError
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"):
+		return "check the user and password in " + url + ", and that the server's pg_hba.conf lets that user connect from this machine"
+	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
+		return "check the database name in " + url + ", or create that database"
+	case errors.As(err, &pgErr):
+		return "check " + url + " and the server's log"
+	case errors.As(err, &dnsErr):
+		return "check the host name in " + url + ", and that this machine resolves it"
+	case errors.As(err, &opErr):
+		return "check the host and port in " + url + ", and that PostgreSQL runs there and accepts connections from this machine (its listen_addresses and port, a firewall)"
+	}
+	return "check the host, port, user, password and database in " + url + ", and that PostgreSQL runs there"
+}

@@ -33,3 +33,16 @@ func TestParseReason(t *testing.T) {
 		t.Errorf("ParseReason of another error = %q, want \"\"", got)
 	}
 }
+
+// TestConnectFailureOfAnotherError: an error that is not pgx's failure to
+// connect is quoted as it is, with the hint that names every part of the
+// URL. (hostsdk/pgruntime's tests cover pgx's errors, on a real server.)
+func TestConnectFailureOfAnotherError(t *testing.T) {
+	err := errors.New("context canceled")
+	if got, want := pgconnerr.ConnectFailure(err), ": context canceled"; got != want {
+		t.Errorf("ConnectFailure = %q, want %q", got, want)
+	}
+	if got, want := pgconnerr.ConnectHint(err, "the URL"), "check the host, port, user, password and database in the URL, and that PostgreSQL runs there"; got != want {
+		t.Errorf("ConnectHint = %q, want %q", got, want)
+	}
+}
