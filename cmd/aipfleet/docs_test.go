@@ -3,10 +3,13 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 )
 
 // TestDocsUseRealCommands checks every aipfleet command line in the README
@@ -149,5 +152,30 @@ func TestDocsInlineCommandsMatchHelp(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no inline command with a placeholder found in the docs")
+	}
+}
+
+// TestDocsNameEveryPrintManifestField: the operator guide's section 4,
+// where --print-manifest is documented, said what manifest,
+// manifest_digest and implementation_support are for but not
+// capability_count, which the JSON holds too. Every field of
+// hostrun.ManifestReport is named, in backticks, in the paragraph that
+// describes the JSON.
+func TestDocsNameEveryPrintManifestField(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "operator-guide.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(raw), "\nThe JSON holds ")
+	if !ok {
+		t.Fatal(`docs/operator-guide.md has no paragraph starting "The JSON holds" (what --print-manifest prints)`)
+	}
+	paragraph, _, _ := strings.Cut(after, "\n\n")
+	rt := reflect.TypeFor[hostrun.ManifestReport]()
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		if !strings.Contains(paragraph, "`"+name+"`") {
+			t.Errorf("the operator guide's paragraph on what --print-manifest prints does not name `%s`:\n%s", name, paragraph)
+		}
 	}
 }

@@ -18,7 +18,10 @@ type ManifestReport struct {
 	// ManifestDigest is the bound manifest's digest (the version's
 	// manifest_digest).
 	ManifestDigest string `json:"manifest_digest"`
-	// CapabilityCount is the number of capabilities of Manifest.
+	// CapabilityCount is the number of capabilities of Manifest,
+	// resources included: what the replica's registrations carry, which
+	// the control plane checks against the admitted manifest's. It is no
+	// field of a fleet file (the registry counts the version's manifest).
 	CapabilityCount int `json:"capability_count"`
 	// ImplementationSupport holds, for every capability that is not a
 	// resource, the features to claim in the version's
