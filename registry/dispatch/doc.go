@@ -15,7 +15,12 @@
 // with its registry.Reader). Run serves the HTTP API until its context
 // ends; Handler returns the same API for embedding (the
 // development fleet runs it in-process on memregistry). Execute, Cancel,
-// Status and Capabilities are the operations behind the API.
+// Status and Capabilities are the operations behind the API. Each takes
+// the tenant it acts for from its caller (the API's handlers pass the
+// token's claim) and holds it to the rule of a token's tenant_id claim
+// (ValidTenantID): a tenant that is empty, longer than 256 bytes, or holds
+// a control or invisible formatting character is answered 401
+// dispatch.unauthorized (CodeUnauthorized), as such a token is.
 //
 // # Admission
 //

@@ -89,6 +89,10 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.pe.Error() }
 
+// Unwrap returns the protocol error, so that an embedder given an
+// *apiError (Status, Capabilities) reads its code with errors.As.
+func (e *apiError) Unwrap() error { return e.pe }
+
 func newAPIError(status int, code string, category aip.ErrorCategory, retryable bool, retryAfter time.Duration, msg string) *apiError {
 	pe := aip.NewProtocolError(code, category, retryable, uint64(retryAfter.Milliseconds()), aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))
 	pe.Source = errorSource

@@ -52,6 +52,12 @@ const requestOverhead = 512
 // Once admitted, the action no longer depends on ctx's cancellation (a
 // client that hangs up does not leave a route unsettled); it is bounded by
 // its timeout instead.
+//
+// tenant is the verified tenant the action is for, held to the rule of a
+// token's tenant_id claim (ValidTenantID): one that is empty, longer than
+// 256 bytes, or holds a control or invisible formatting character is
+// answered, before anything is admitted, as a request whose token claims
+// it is: 401 with resp.Error's Code CodeUnauthorized (category auth).
 func (d *Dispatcher) Execute(ctx context.Context, tenant string, req ActionRequest, onChunk func(*aip.StreamChunk)) (ActionResponse, int) {
 	return d.executeAction(ctx, tenant, req, onChunk, false)
 }
@@ -101,8 +107,8 @@ func (d *Dispatcher) execute(ctx context.Context, tenant string, req *ActionRequ
 		resp.Error = e.pe
 		return resp, e.status
 	}
-	if tenant == "" {
-		return fail(newAPIError(http.StatusUnauthorized, CodeUnauthorized, aip.CategoryAuth, false, 0, "no verified tenant"))
+	if e := checkTenantArg(tenant); e != nil {
+		return fail(e)
 	}
 	if !validated {
 		if err := req.Validate(d.cfg.MaxTimeout); err != nil {
@@ -414,12 +420,19 @@ func (d *Dispatcher) lookup(ctx context.Context, tenant, actionID string) (regis
 // answer ends, but never one a Resolve made after the lookup, which its
 // holder settles (docs/routing.md, "Hand-outs"). A settlement the registry
 // did not confirm is retried in the background, as an action's is.
+//
+// tenant is held to the rule Execute holds it to: one that is no tenant
+// ID is answered 401 CodeUnauthorized, and nothing is looked up or sent.
 func (d *Dispatcher) Cancel(ctx context.Context, tenant, actionID, reason string) (ActionResponse, int) {
 	ctx, span := d.tracer.Start(ctx, SpanCancel, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrAction, actionID)))
 	defer span.End()
 	resp := ActionResponse{ActionID: actionID}
-	a, e := d.lookup(ctx, tenant, actionID)
+	e := checkTenantArg(tenant)
+	var a registry.RouteAssignment
+	if e == nil {
+		a, e = d.lookup(ctx, tenant, actionID)
+	}
 	if e != nil {
 		resp.Error = e.pe
 		span.SetStatus(codes.Error, e.pe.Code)
@@ -515,11 +528,20 @@ func (d *Dispatcher) pin(ctx context.Context, a *registry.RouteAssignment) error
 
 // Status returns the action's route, its history and reservation, and the
 // journaled state its pinned replica reports to a signed status query.
+//
+// tenant is held to the rule Execute holds it to: one that is no tenant
+// ID is refused with the error a request whose token claims it gets (its
+// *aip.ProtocolError, which errors.As finds, has Code CodeUnauthorized),
+// and nothing is looked up.
 func (d *Dispatcher) Status(ctx context.Context, tenant, actionID string) (ActionStatusResponse, *apiError) {
 	ctx, span := d.tracer.Start(ctx, SpanStatus, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrAction, actionID)))
 	defer span.End()
-	a, e := d.lookup(ctx, tenant, actionID)
+	e := checkTenantArg(tenant)
+	var a registry.RouteAssignment
+	if e == nil {
+		a, e = d.lookup(ctx, tenant, actionID)
+	}
 	if e != nil {
 		span.SetStatus(codes.Error, e.pe.Code)
 		return ActionStatusResponse{}, e
@@ -588,7 +610,15 @@ func (d *Dispatcher) queryStatus(ctx context.Context, a *registry.RouteAssignmen
 // character, which no capability ID may hold, is 400
 // dispatch.request_invalid (it was answered an empty page, as if the
 // capability were not the tenant's).
+//
+// tenant is held to the rule Execute holds it to: one that is no tenant
+// ID is refused with the error a request whose token claims it gets (its
+// *aip.ProtocolError, which errors.As finds, has Code CodeUnauthorized),
+// before the query is looked at.
 func (d *Dispatcher) Capabilities(ctx context.Context, tenant string, q registry.CatalogQuery) (CapabilitiesResponse, *apiError) {
+	if e := checkTenantArg(tenant); e != nil {
+		return CapabilitiesResponse{}, e
+	}
 	if err := checkFormatCharacter("capability_id", q.CapabilityID, "capability ID"); err != nil {
 		return CapabilitiesResponse{}, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error())
 	}

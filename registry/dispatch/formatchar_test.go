@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -136,6 +137,84 @@ func TestCapabilityIDWithFormatCharacterIsRefused(t *testing.T) {
 	}
 	if status, resp := w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: say("x", "")}); status != http.StatusOK {
 		t.Errorf("action of %s: %d %+v", capSay, status, resp.Error)
+	}
+	w.idle()
+}
+
+// TestEmbedderTenantIsHeldToTheClaimRule: Execute, Cancel, Status and
+// Capabilities, which an embedder calls with the tenant it verified, refuse
+// a tenant that is no tenant ID — empty, one byte over the limit, with a
+// control character, surrounding spaces or an invisible formatting
+// character — as a token claiming it is refused: 401 dispatch.unauthorized
+// naming the tenant and why, before anything is admitted or looked up.
+// Only an empty tenant was refused (by Execute alone): the others were
+// admitted and refused by the registry, or looked up and not found, or
+// answered an empty catalog.
+func TestEmbedderTenantIsHeldToTheClaimRule(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	// An action of the tenant's, which Cancel and Status would find.
+	status, done := w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: say("x", "")})
+	if status != http.StatusOK {
+		t.Fatalf("action: %d %+v", status, done.Error)
+	}
+	for _, c := range []struct{ name, tenant, want string }{
+		{"empty", "", "the tenant (empty: no verified tenant) is not a tenant ID"},
+		{"too long", strings.Repeat("a", registry.MaxIdentifierBytes+1), "is longer than 256 bytes"},
+		{"control character", tenant + "\n", "is not a tenant ID (UTF-8 text without control characters"},
+		{"surrounding space", " " + tenant, "is not a tenant ID (UTF-8 text without control characters or surrounding spaces)"},
+		{"zero-width space", tenant + "\u200b", `the tenant "` + tenant + `\u200b" is not a tenant ID: it holds the invisible formatting character U+200B`},
+		{"tag character", tenant + "\U000E0041", "it holds the invisible formatting character U+E0041"},
+	} {
+		check := func(op string, status int, e *aip.ProtocolError) {
+			t.Helper()
+			if status != http.StatusUnauthorized || e == nil || e.Code != dispatch.CodeUnauthorized || e.Category != aip.CategoryAuth ||
+				!strings.Contains(e.Message, c.want) {
+				t.Errorf("%s with a tenant %s: %d %+v, want 401 %s containing %q", op, c.name, status, e, dispatch.CodeUnauthorized, c.want)
+			}
+		}
+		id := aip.NewActionID()
+		resp, status := w.d.Execute(w.ctx, c.tenant, dispatch.ActionRequest{ActionID: id, CapabilityID: capSay, Input: say("x", "")}, nil)
+		check("Execute", status, resp.Error)
+		w.notRouted(id)
+
+		resp, status = w.d.Cancel(w.ctx, c.tenant, done.ActionID, "")
+		check("Cancel", status, resp.Error)
+
+		// Status and Capabilities return an error an embedder reads the
+		// code of with errors.As.
+		asProtocol := func(op string, err error) {
+			t.Helper()
+			var pe *aip.ProtocolError
+			if !errors.As(err, &pe) {
+				t.Errorf("%s with a tenant %s: %v, want an *aip.ProtocolError", op, c.name, err)
+				return
+			}
+			check(op, http.StatusUnauthorized, pe)
+		}
+		if _, e := w.d.Status(w.ctx, c.tenant, done.ActionID); e == nil {
+			t.Errorf("Status with a tenant %s: no error", c.name)
+		} else {
+			asProtocol("Status", e)
+		}
+		if _, e := w.d.Capabilities(w.ctx, c.tenant, registry.CatalogQuery{Limit: 10}); e == nil {
+			t.Errorf("Capabilities with a tenant %s: no error", c.name)
+		} else {
+			asProtocol("Capabilities", e)
+		}
+		if dispatch.ValidTenantID(c.tenant) {
+			t.Errorf("ValidTenantID takes a tenant %s", c.name)
+		}
+	}
+	// The tenant's own calls, and a tenant of exactly 256 bytes or with
+	// non-ASCII text, still pass.
+	if _, e := w.d.Status(w.ctx, tenant, done.ActionID); e != nil {
+		t.Errorf("Status: %v", e)
+	}
+	for _, ok := range []string{strings.Repeat("a", registry.MaxIdentifierBytes), "café", "租户"} {
+		if _, e := w.d.Capabilities(w.ctx, ok, registry.CatalogQuery{Limit: 10}); e != nil {
+			t.Errorf("Capabilities for tenant %q: %v", aip.TruncateUTF8(ok, 16), e)
+		}
 	}
 	w.idle()
 }

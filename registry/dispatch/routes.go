@@ -151,23 +151,52 @@ func timedOut(err error) bool {
 func ValidTenantID(t string) bool { return checkTenantClaim(t) == nil }
 
 // checkTenantClaim refuses a verified token whose tenant is no tenant ID
-// the registry could hold (registry identifiers: at most 256 bytes of
-// UTF-8 text without control characters, surrounding spaces or invisible
-// formatting characters), before it keys the scheduler's queues, the
-// metrics of the tenant's calls or a registry query. (A tenant with a
-// formatting character was let through: its actions were admitted and
-// refused by the registry as 422 dispatch.action_invalid naming the route
-// request, and its catalog and event reads answered empty.)
+// the registry could hold (checkTenantID), before it keys the scheduler's
+// queues, the metrics of the tenant's calls or a registry query. (A tenant
+// with a formatting character was let through: its actions were admitted
+// and refused by the registry as 422 dispatch.action_invalid naming the
+// route request, and its catalog and event reads answered empty.)
 func checkTenantClaim(t string) error {
+	if err := checkTenantID(t, "the token's "+tenanttoken.TenantClaim+" claim", "mint the token for the tenant ID without it"); err != nil {
+		return fmt.Errorf("%w: %w", tenanttoken.ErrUnauthorized, err)
+	}
+	return nil
+}
+
+// checkTenantID is the rule of tenant IDs, the registry's identifiers: at
+// most 256 bytes (registry.MaxIdentifierBytes) of UTF-8 text without
+// control characters, surrounding spaces or invisible formatting
+// characters. The error names t as subject ("the token's tenant_id
+// claim") and says, for a formatting character, what to do (fix).
+func checkTenantID(t, subject, fix string) error {
 	switch {
 	case len(t) > registry.MaxIdentifierBytes:
-		return fmt.Errorf("%w: the token's %s claim is longer than %d bytes", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim, registry.MaxIdentifierBytes)
+		return fmt.Errorf("%s is longer than %d bytes", subject, registry.MaxIdentifierBytes)
 	case t == "" || !printableText(t):
-		return fmt.Errorf("%w: the token's %s claim is not a tenant ID (UTF-8 text without control characters or surrounding spaces)", tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim)
+		return fmt.Errorf("%s is not a tenant ID (UTF-8 text without control characters or surrounding spaces)", subject)
 	}
 	if c, ok := registry.FormatCharacter(t); ok {
-		return fmt.Errorf("%w: the token's %s claim is not a tenant ID: it holds the invisible formatting character U+%04X, which no tenant ID may hold (it would print like a tenant ID it is not); mint the token for the tenant ID without it",
-			tenanttoken.ErrUnauthorized, tenanttoken.TenantClaim, c)
+		return fmt.Errorf("%s is not a tenant ID: it holds the invisible formatting character U+%04X, which no tenant ID may hold (it would print like a tenant ID it is not); %s",
+			subject, c, fix)
+	}
+	return nil
+}
+
+// checkTenantArg refuses the tenant argument of Execute, Cancel, Status
+// or Capabilities when it is no tenant ID (checkTenantID, the rule a
+// token's tenant claim is held to) with what a request whose token claims
+// it is answered: 401 dispatch.unauthorized. An embedder passes the tenant
+// it verified itself; the API's handlers pass a token's claim, which
+// authenticate already checked. (Such a tenant went through: an empty one
+// or one too long was queued and looked up, one with a formatting
+// character admitted and then refused by the registry.)
+func checkTenantArg(t string) *apiError {
+	subject := "the tenant " + strconv.Quote(aip.TruncateUTF8(t, 64))
+	if t == "" {
+		subject = "the tenant (empty: no verified tenant)"
+	}
+	if err := checkTenantID(t, subject, "pass the tenant ID without it"); err != nil {
+		return newAPIError(http.StatusUnauthorized, CodeUnauthorized, aip.CategoryAuth, false, 0, err.Error())
 	}
 	return nil
 }
