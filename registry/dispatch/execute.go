@@ -606,10 +606,11 @@ func (d *Dispatcher) queryStatus(ctx context.Context, a *registry.RouteAssignmen
 
 // Capabilities returns one page of the tenant's catalog. A cursor from an
 // older catalog revision is dispatch.stale_cursor (409): restart from the
-// first page. A capability ID filter holding an invisible formatting
-// character, which no capability ID may hold, is 400
-// dispatch.request_invalid (it was answered an empty page, as if the
-// capability were not the tenant's).
+// first page. A capability ID or profile filter holding an invisible
+// formatting character, which no capability ID or profile a version
+// declares may hold (registry.RuleFormatCharacter), is 400
+// dispatch.request_invalid naming the parameter (it was answered an empty
+// page, as if the capability or profile were not the tenant's).
 //
 // tenant is held to the rule Execute holds it to: one that is no tenant
 // ID is refused with the error a request whose token claims it gets (its
@@ -619,8 +620,13 @@ func (d *Dispatcher) Capabilities(ctx context.Context, tenant string, q registry
 	if e := checkTenantArg(tenant); e != nil {
 		return CapabilitiesResponse{}, e
 	}
-	if err := checkFormatCharacter("capability_id", q.CapabilityID, "capability ID"); err != nil {
-		return CapabilitiesResponse{}, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error())
+	for _, f := range []struct{ field, v, what string }{
+		{"capability_id", q.CapabilityID, "capability ID"},
+		{"profile", q.Profile, "profile"},
+	} {
+		if err := checkFormatCharacter(f.field, f.v, f.what); err != nil {
+			return CapabilitiesResponse{}, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error())
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.RegistryTimeout)
 	defer cancel()

@@ -218,3 +218,40 @@ func TestEmbedderTenantIsHeldToTheClaimRule(t *testing.T) {
 	}
 	w.idle()
 }
+
+// TestProfileFilterWithFormatCharacterIsRefused: a catalog query's
+// profile filter holding an invisible formatting character, which no
+// profile a version declares may hold, is 400 dispatch.request_invalid
+// naming the profile parameter, the character and the fix, as the
+// capability_id filter's is, through the API and Capabilities alike. It
+// was answered an empty page, as if no capability were offered over it.
+func TestProfileFilterWithFormatCharacterIsRefused(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	w.startHost(8, 8)
+	profile := w.version.Manifest.Profiles[0]
+	for _, fc := range formatChars {
+		p := profile + string(fc.r)
+		want := "profile " + strings.TrimSuffix(fmt.Sprintf("%q", p), `"`)
+		check := func(what string, status int, e *aip.ProtocolError) {
+			t.Helper()
+			if status != http.StatusBadRequest || e == nil || e.Code != dispatch.CodeRequestInvalid || !strings.HasPrefix(e.Message, want) ||
+				!strings.Contains(e.Message, "the invisible formatting character "+fc.code) || !strings.HasSuffix(e.Message, "remove it") {
+				t.Errorf("%s with profile %q: %d %+v, want 400 %s naming profile and %s", what, p, status, e, dispatch.CodeRequestInvalid, fc.code)
+			}
+		}
+		status, body, _ := w.call(http.MethodGet, dispatch.PathCapabilities+"?profile="+url.QueryEscape(p), tenant, nil)
+		check("GET "+dispatch.PathCapabilities, status, errorOf(t, body))
+		_, e := w.d.Capabilities(w.ctx, tenant, registry.CatalogQuery{Profile: p, Limit: 10})
+		var pe *aip.ProtocolError
+		if e == nil || !errors.As(e, &pe) {
+			t.Errorf("Capabilities with profile %q: %v, want an error", p, e)
+			continue
+		}
+		check("Capabilities", http.StatusBadRequest, pe)
+	}
+	// The profile itself still filters.
+	if s, body, _ := w.call(http.MethodGet, dispatch.PathCapabilities+"?profile="+url.QueryEscape(profile), tenant, nil); s != http.StatusOK || !strings.Contains(string(body), capSay) {
+		t.Errorf("profile=%s: %d %s", profile, s, body)
+	}
+	w.idle()
+}
