@@ -99,6 +99,13 @@ func NewActionID() string { return NewID(PrefixAction) }
 // prefix included.
 const MaxRecordIDBytes = 256
 
+// MaxTenantIDBytes bounds a tenant ID. The registry holds a tenant ID (an
+// instance's, a binding's, a route's), as every identifier, in at most 256
+// bytes (registry.MaxIdentifierBytes), so a longer one is no instance's
+// tenant: a host checks its tenant setting against it (upstream's host
+// takes 1 to 512 bytes, which the registration then refuses).
+const MaxTenantIDBytes = 256
+
 // ValidateRecordID checks the ID of a registry record a replica runs
 // under (a connector type, version, instance or replica: PrefixType,
 // PrefixVersion, PrefixInstance, PrefixReplica): prefix followed by 1 or

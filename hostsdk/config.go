@@ -141,9 +141,9 @@ type Config struct {
 	VersionID       string
 	InstanceID      string
 	ReplicaID       string
-	// TenantID is the tenant owning the instance (1 to 512 bytes, without
-	// an invisible formatting character, which no registry tenant ID
-	// holds). Required.
+	// TenantID is the tenant owning the instance (1 to 256 bytes,
+	// aip.MaxTenantIDBytes, without an invisible formatting character:
+	// no registry tenant ID is longer or holds one). Required.
 	TenantID string
 	// TenantSystem optionally names the system TenantID is an identifier
 	// of (1 to 512 bytes): identity.tenant.system of every action the
@@ -494,7 +494,7 @@ func (c *Config) validate() error {
 		min, max     int
 		optional     bool // empty means not set
 	}{
-		{"TenantID", c.TenantID, 1, 512, false},
+		{"TenantID", c.TenantID, 1, aip.MaxTenantIDBytes, false},
 		{"TenantSystem", c.TenantSystem, 1, 512, true},
 		{"MembershipID", c.MembershipID, 1, 512, true},
 		{"ExternalAccountID", c.ExternalAccountID, 1, 512, true},

@@ -289,7 +289,12 @@ func TestNewValidatesConfig(t *testing.T) {
 			[]string{"--replica-id", "crepl_", "letters, digits"}},
 		{"label", func(c *hostsdk.Config) { c.Zone = "eu west" }, []string{"--zone", "[A-Za-z0-9._-]"}},
 		{"artifact digest", func(c *hostsdk.Config) { c.ArtifactDigest = "md5:abc" }, []string{"--artifact-digest", "sha256:"}},
-		{"missing tenant", func(c *hostsdk.Config) { c.TenantID = "" }, []string{"--tenant-id", "1 to 512 bytes"}},
+		{"missing tenant", func(c *hostsdk.Config) { c.TenantID = "" }, []string{"--tenant-id", "1 to 256 bytes"}},
+		// A tenant of 257 to 512 bytes, which no registry instance holds,
+		// was taken: the control plane then rejected the registration as
+		// another tenant's.
+		{"tenant over the registry's limit", func(c *hostsdk.Config) { c.TenantID = strings.Repeat("t", aip.MaxTenantIDBytes+1) },
+			[]string{"--tenant-id", "AIP_CONNECTOR_HOST_TENANT_ID", "is 257 bytes", "1 to 256 bytes"}},
 		// A tenant or trust domain holding an invisible formatting
 		// character, which no registry identifier holds, was taken: the
 		// control plane then rejected the registration as another

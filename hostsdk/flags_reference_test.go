@@ -35,7 +35,7 @@ func TestSettingsMatchTheReference(t *testing.T) {
 		{"replica-id", "REPLICA_ID", func(c *Config) string { return c.ReplicaID }, "crepl_x", "", ""},
 		{"tenant-id", "TENANT_ID", func(c *Config) string { return c.TenantID }, "", "", ""},
 		// Optional, unbounded in the reference; 1 to 512 bytes here
-		// (TestNewValidatesIdentitySettings), as --tenant-id.
+		// (TestNewValidatesIdentitySettings), as the reference's --tenant-id.
 		{"tenant-system", "TENANT_SYSTEM", func(c *Config) string { return c.TenantSystem }, "", "", ""},
 		// 1 to 512 bytes; the external account's pair both or neither, 1 to
 		// 512 and 1 to 128 bytes (TestNewValidatesIdentitySettings).

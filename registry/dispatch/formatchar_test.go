@@ -255,3 +255,16 @@ func TestProfileFilterWithFormatCharacterIsRefused(t *testing.T) {
 	}
 	w.idle()
 }
+
+// TestTenantLimitsAgree: the tenant ID bound a host checks its
+// --tenant-id with (aip.MaxTenantIDBytes) is the registry's identifier
+// bound, which the dispatcher holds a token's tenant claim to.
+func TestTenantLimitsAgree(t *testing.T) {
+	if aip.MaxTenantIDBytes != registry.MaxIdentifierBytes {
+		t.Errorf("aip.MaxTenantIDBytes = %d, registry.MaxIdentifierBytes = %d: a host would take a tenant the registry refuses, or refuse one it holds",
+			aip.MaxTenantIDBytes, registry.MaxIdentifierBytes)
+	}
+	if !dispatch.ValidTenantID(strings.Repeat("t", aip.MaxTenantIDBytes)) || dispatch.ValidTenantID(strings.Repeat("t", aip.MaxTenantIDBytes+1)) {
+		t.Errorf("ValidTenantID does not take exactly %d bytes", aip.MaxTenantIDBytes)
+	}
+}
