@@ -259,7 +259,13 @@ func (r *Registry) snapshot() *snapshot {
 // so they route nothing: Restore keeps them as stored (a snapshot
 // afterwards holds them byte for byte) and logs, at warn, one warning per
 // kind with how many there are, the first maxNamedRecords of them with
-// the field and character, and what to do.
+// the field and character, and what to do. Records whose other
+// identifiers hold one (an instance's secret_provider_ref, a binding's
+// credential_revision_ref or quota_policy_ref, a policy's policy_ref, a
+// replica's peer_principal_id, trust_domain or transport_profile, a
+// version's version or manifest profiles) are kept likewise, with one
+// warning per kind and field saying what the character does to them and
+// what to do.
 func (r *Registry) Restore(rd io.Reader) error {
 	var s snapshot
 	dec := json.NewDecoder(rd)
@@ -300,12 +306,16 @@ const maxNamedRecords = 10
 
 // unnamable are restored records of one kind whose tenant or capability
 // ID breaks registry.RuleFormatCharacter: an earlier build stored them,
-// and no route request or write can name them now.
+// and no route request or write can name them now. With a field, they are
+// the records of the kind whose other identifier field breaks the rule:
+// they can be named, and effect says what the character does to them.
 type unnamable struct {
-	kind  string // plural, as the warning names it
-	fix   string // what to do about them
-	count int
-	named []string // the first maxNamedRecords
+	kind   string // plural, as the warning names it
+	field  string // "" for the tenant and capability IDs; else the field
+	effect string // with a field: what the character does
+	fix    string // what to do about them
+	count  int
+	named  []string // the first maxNamedRecords
 }
 
 // add counts a record; what names it and breaks says which of its fields
@@ -321,6 +331,11 @@ func (u *unnamable) log(log *slog.Logger) {
 	records := strings.Join(u.named, "; ")
 	if u.count > len(u.named) {
 		records += fmt.Sprintf("; and %d more", u.count-len(u.named))
+	}
+	if u.field != "" {
+		log.Warn("restored records with an identifier that holds an invisible formatting character, kept as they were stored: an earlier build stored them before the rule; "+u.effect,
+			"rule", string(registry.RuleFormatCharacter), "kind", u.kind, "field", u.field, "count", u.count, "records", records, "fix", u.fix)
+		return
 	}
 	log.Warn("restored records that no request can name, kept as they were stored: an earlier build stored them before the rule; "+
 		"a route request or a write carrying such an identifier is refused, so they route nothing (and no write changes an instance or binding among them). "+
@@ -344,7 +359,9 @@ func formatBreaks(fields ...string) string {
 // unnamableRecords finds, in the order s holds them, the capability
 // definitions, instances, bindings and routes whose tenant or capability
 // ID holds an invisible formatting character, by kind (the event logs'
-// are keptEvents'). Restore keeps them as stored.
+// are keptEvents'), and then the records whose other identifiers hold
+// one, by kind and field. It reads each kind of record once. Restore
+// keeps them as stored.
 func unnamableRecords(s *snapshot) []*unnamable {
 	defs := &unnamable{kind: "capability definitions",
 		fix: "publish the capability under an ID without the character in a new version, move its instances to that version and revoke the versions that declare this ID"}
@@ -354,6 +371,32 @@ func unnamableRecords(s *snapshot) []*unnamable {
 		fix: "bind the tenant and capability again under IDs without the character (PutBinding, or the fleet file)"}
 	routes := &unnamable{kind: "routes",
 		fix: "a retry of these actions is refused; send new actions under IDs without the character (a reservation these routes hold is still released by settlement or lease expiry)"}
+	secretRefs := fieldBreaks("connector instances", "secret_provider_ref")
+	credRefs := fieldBreaks("capability bindings", "credential_revision_ref")
+	quotaRefs := fieldBreaks("capability bindings", "quota_policy_ref")
+	policyRefs := fieldBreaks("admission policies", "policy_ref")
+	principals := fieldBreaks("connector replicas", "peer_principal_id")
+	trustDomains := fieldBreaks("connector replicas", "trust_domain")
+	transports := fieldBreaks("connector replicas", "transport_profile")
+	versions := fieldBreaks("connector versions", "version")
+	profiles := fieldBreaks("connector versions", "manifest.profiles")
+	for i := range s.Policies {
+		p := &s.Policies[i]
+		policyRefs.check(fmt.Sprintf("policy %q", p.PolicyRef), p.PolicyRef)
+	}
+	for i := range s.Versions {
+		v := &s.Versions[i]
+		versions.check(fmt.Sprintf("version %q", v.ID), v.Version)
+		// A version counts once, named with the least of its profiles
+		// that hold one (as pgregistry's migrate names it).
+		least := ""
+		for _, p := range v.Manifest.Profiles {
+			if _, ok := registry.FormatCharacter(p); ok && (least == "" || p < least) {
+				least = p
+			}
+		}
+		profiles.check(fmt.Sprintf("version %q", v.ID), least)
+	}
 	for i := range s.Definitions {
 		id := s.Definitions[i].Definition.Capability.ID
 		if br := formatBreaks("capability.id", id); br != "" {
@@ -365,12 +408,22 @@ func unnamableRecords(s *snapshot) []*unnamable {
 		if br := formatBreaks("tenant_id", in.TenantID); br != "" {
 			insts.add(fmt.Sprintf("instance %q of tenant %q", in.ID, in.TenantID), br)
 		}
+		secretRefs.check(fmt.Sprintf("instance %q", in.ID), in.SecretProviderRef)
 	}
 	for i := range s.Bindings {
 		b := &s.Bindings[i]
 		if br := formatBreaks("tenant_id", b.TenantID, "capability_id", b.CapabilityID); br != "" {
 			binds.add(fmt.Sprintf("binding %q", b.Key().String()), br)
 		}
+		credRefs.check(fmt.Sprintf("binding %q", b.Key().String()), b.CredentialRevisionRef)
+		quotaRefs.check(fmt.Sprintf("binding %q", b.Key().String()), b.QuotaPolicyRef)
+	}
+	for i := range s.Replicas {
+		rep := &s.Replicas[i]
+		what := fmt.Sprintf("replica %q", rep.ID)
+		principals.check(what, rep.PeerPrincipalID)
+		trustDomains.check(what, rep.TrustDomain)
+		transports.check(what, rep.TransportProfile)
 	}
 	for i := range s.Routes {
 		a := &s.Routes[i].Assignment
@@ -379,12 +432,63 @@ func unnamableRecords(s *snapshot) []*unnamable {
 		}
 	}
 	var found []*unnamable
-	for _, u := range []*unnamable{defs, insts, binds, routes} {
+	for _, u := range []*unnamable{defs, insts, binds, routes,
+		secretRefs, credRefs, quotaRefs, policyRefs, principals, trustDomains, transports, versions, profiles} {
 		if u.count > 0 {
 			found = append(found, u)
 		}
 	}
 	return found
+}
+
+// check counts the record what names when v, its value of u's field,
+// holds an invisible formatting character, naming it with the value
+// quoted, the field and the character: instance "cinst_a" with
+// secret_provider_ref "vault://a\u200b" (secret_provider_ref U+200B).
+func (u *unnamable) check(what, v string) {
+	if br := formatBreaks(u.field, v); br != "" {
+		u.add(fmt.Sprintf("%s with %s %q", what, u.field, v), br)
+	}
+}
+
+// fieldBreaks returns the empty finding of kind's records whose
+// identifier field holds an invisible formatting character, with what
+// the character does to them and what to do (fieldFindings).
+func fieldBreaks(kind, field string) *unnamable {
+	f := fieldFindings[kind+" "+field]
+	return &unnamable{kind: kind, field: field, effect: f[0], fix: f[1]}
+}
+
+// fieldFindings are, by kind and field, what an invisible formatting
+// character in that identifier does to the record, and what to do.
+var fieldFindings = map[string][2]string{
+	"connector instances secret_provider_ref": {
+		"the reference prints like one it is not, and a write of the instance as stored is refused",
+		"apply the instance with secret_provider_ref without the character and a greater config_revision, and restart its replicas' hosts with that --secret-provider-ref and --config-revision (registration compares both)"},
+	"capability bindings credential_revision_ref": {
+		"routes carry the reference to the replica, where it prints like one it is not, and a write of the binding as stored is refused",
+		"put the binding with credential_revision_ref without the character and a greater policy_revision (PutBinding, or the fleet file), and authorize that revision in its replicas' credential revision policy"},
+	"capability bindings quota_policy_ref": {
+		"the binding names an admission policy whose reference holds the character, and a write of the binding as stored is refused",
+		"put the admission policy under a reference without the character, then the binding with quota_policy_ref naming it and a greater policy_revision"},
+	"admission policies policy_ref": {
+		"the reference prints like one it is not, no write can put the policy again, and a binding that names it cannot be written as it is",
+		"put the policy under a reference without the character and move the bindings that name it to that reference (a greater policy_revision each); no write removes this one"},
+	"connector replicas peer_principal_id": {
+		"a replica's identity is fixed and a registration carrying such a value is refused, so the replica cannot register again (it takes routes only while its current lease is renewed)",
+		"provision a replica under a new replica ID whose peer principal is the manifest agent's ID without the character (admit a version whose agent ID has none first if it is the agent's), start its host, and drain this one"},
+	"connector replicas trust_domain": {
+		"a replica's identity is fixed and a registration carrying such a value is refused (a host refuses such a --trust-domain at the start), so the replica cannot register again (it takes routes only while its current lease is renewed)",
+		"provision a replica under a new replica ID with the trust domain without the character, start its host with that --trust-domain, and drain this one"},
+	"connector replicas transport_profile": {
+		"a replica's identity is fixed and a registration carrying such a value is refused (a host registers aip.native.http.v1), so the replica cannot register again (it takes routes only while its current lease is renewed)",
+		"provision a replica under a new replica ID with transport profile aip.native.http.v1, start its host, and drain this one"},
+	"connector versions version": {
+		"the version string prints like one it is not, and a version is never written again",
+		"admit a new version whose version string holds no such character, move the instances to it and revoke this one"},
+	"connector versions manifest.profiles": {
+		"a catalog query cannot name the profile (a profile filter holding the character is refused), so the version's capabilities are not found by it",
+		"admit a new version whose manifest profiles hold no such character, move the instances to it and revoke this one"},
 }
 
 // keptEvents are the stored events load kept although they break a rule

@@ -304,3 +304,102 @@ func TestRestoreNamesAtMostTenUnnamableRecords(t *testing.T) {
 		t.Errorf("warning: %+v; want 12 instances, the first 10 named, and 2 more", got)
 	}
 }
+
+// TestRestoreWarnsOfFormatCharactersInOtherIdentifiers: a snapshot an
+// older build wrote whose other identifiers — an instance's secret
+// provider reference, a binding's credential revision and quota policy
+// references, a policy's reference, replicas' peer principal, trust
+// domain and transport profile, a version's version string and the
+// versions' profiles — hold an invisible formatting character restores
+// as stored, and Restore logs one warning per kind and field naming the
+// records with the value, the field and the character, what it does to
+// them and what to do. Only tenant and capability IDs were looked at:
+// these were restored without a word.
+func TestRestoreWarnsOfFormatCharactersInOtherIdentifiers(t *testing.T) {
+	s := newFleetState(t)
+	doc := string(snapshotOf(t, s.reg))
+	var counts struct {
+		Replicas, Versions []json.RawMessage
+	}
+	must(t, json.Unmarshal([]byte(doc), &counts))
+	for _, rw := range [][2]string{
+		{`"secret://alpha/b"`, "\"secret://alpha/b\u200b\""},
+		{`"cred-v1"`, "\"cred\u00ad-v1\""},
+		{`"quota:t2"`, "\"quota:t2\u2060\""},
+		{`"fleet.test"`, "\"fleet\u200b.test\""},
+		{`"service:alpha"`, "\"service:alpha\u200d\""},
+		{`"` + aip.NativeHTTPProfile + `"`, "\"" + aip.NativeHTTPProfile + "\ufeff\""},
+		{`"3.0.0"`, "\"3.0.0\u202e\""},
+	} {
+		if !strings.Contains(doc, rw[0]) {
+			t.Fatalf("the snapshot does not hold %s", rw[0])
+		}
+		doc = strings.ReplaceAll(doc, rw[0], rw[1])
+	}
+	var logs bytes.Buffer
+	r, err := memregistry.New(memregistry.Config{Now: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	must(t, err)
+	if err := r.Restore(strings.NewReader(doc)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if again := string(snapshotOf(t, r)); again != doc {
+		t.Errorf("the snapshot after Restore differs from the restored document")
+	}
+
+	type warning struct {
+		Level, Msg, Rule, Kind, Field, Records, Fix string
+		Count                                       int
+	}
+	got := map[string]warning{}
+	for line := range strings.Lines(logs.String()) {
+		var w warning
+		must(t, json.Unmarshal([]byte(line), &w))
+		if w.Kind == "" {
+			continue // the event logs' warning
+		}
+		if w.Field == "" {
+			t.Errorf("a warning about %s without a field (no tenant or capability ID holds a character): %+v", w.Kind, w)
+			continue
+		}
+		k := w.Kind + " " + w.Field
+		if _, dup := got[k]; dup {
+			t.Errorf("%s logged twice", k)
+		}
+		got[k] = w
+	}
+	nr, nv := len(counts.Replicas), len(counts.Versions)
+	for _, want := range []struct {
+		kind, field string
+		count       int
+		name, fix   string
+	}{
+		{"connector instances", "secret_provider_ref", 1,
+			`instance "cinst_b" with secret_provider_ref "secret://alpha/b\u200b" (secret_provider_ref U+200B)`, "greater config_revision"},
+		{"capability bindings", "credential_revision_ref", 1,
+			`binding "tenant-2/alpha.write/cinst_b" with credential_revision_ref "cred\u00ad-v1" (credential_revision_ref U+00AD)`, "greater policy_revision"},
+		{"capability bindings", "quota_policy_ref", 1,
+			`binding "tenant-2/alpha.write/cinst_b" with quota_policy_ref "quota:t2\u2060" (quota_policy_ref U+2060)`, "put the admission policy under a reference without the character"},
+		{"admission policies", "policy_ref", 1, `policy "quota:t2\u2060" with policy_ref "quota:t2\u2060" (policy_ref U+2060)`, "move the bindings"},
+		{"connector replicas", "peer_principal_id", nr, `replica "crepl_a1" with peer_principal_id "service:alpha\u200d" (peer_principal_id U+200D)`, "new replica ID"},
+		{"connector replicas", "trust_domain", nr, `replica "crepl_b1" with trust_domain "fleet\u200b.test" (trust_domain U+200B)`, "--trust-domain"},
+		{"connector replicas", "transport_profile", nr, `with transport_profile "aip.native.http.v1\ufeff" (transport_profile U+FEFF)`, "new replica ID"},
+		{"connector versions", "version", 1, `version "cver_alpha3" with version "3.0.0\u202e" (version U+202E)`, "revoke this one"},
+		{"connector versions", "manifest.profiles", nv, `version "cver_beta1" with manifest.profiles "aip.native.http.v1\ufeff" (manifest.profiles U+FEFF)`, "revoke this one"},
+	} {
+		w, ok := got[want.kind+" "+want.field]
+		if !ok {
+			t.Errorf("no warning about %s' %s; logged:\n%s", want.kind, want.field, logs.String())
+			continue
+		}
+		if w.Level != "WARN" || w.Rule != string(registry.RuleFormatCharacter) || w.Count != want.count || !strings.Contains(w.Fix, want.fix) ||
+			!strings.Contains(w.Msg, "with an identifier that holds an invisible formatting character") || strings.Contains(w.Msg, "no request can name") {
+			t.Errorf("warning about %s' %s: %+v; want WARN, rule %q, count %d, a fix with %q", want.kind, want.field, w, registry.RuleFormatCharacter, want.count, want.fix)
+		}
+		if !strings.Contains(w.Records, want.name) {
+			t.Errorf("warning about %s' %s: records %q do not name %s", want.kind, want.field, w.Records, want.name)
+		}
+	}
+	if len(got) != 9 {
+		t.Errorf("%d warnings about records, want 9:\n%s", len(got), logs.String())
+	}
+}
