@@ -243,11 +243,12 @@ func registryMigrate(ctx context.Context, e *env, dbURL string, asJSON bool) err
 		return fmt.Errorf("migrate the registry schema: %w%s", err, adminRoleHint(err))
 	}
 	changed := res.Applied > 0
-	// Records an earlier build stored that no request can name now are
-	// kept; the operator learns of them here, once per kind.
+	// Records an earlier build stored with an identifier no build since
+	// takes are kept; the operator learns of them here, once per kind and
+	// field, with what that does to them.
 	for _, u := range res.Unnamable {
-		fmt.Fprintf(e.stderr, "warning: %s whose %s holds an invisible formatting character (%d, stored by a build before the rule) are kept as stored, but no route request can name them, so they route nothing: %s%s\n  fix: %s\n",
-			u.Kind, u.Field, u.Count, strings.Join(u.Records, "; "), moreThan(u.Count, len(u.Records)), u.Fix)
+		fmt.Fprintf(e.stderr, "warning: %s whose %s holds an invisible formatting character (%d, stored by a build before the rule) are kept as stored, but %s: %s%s\n  fix: %s\n",
+			u.Kind, u.Field, u.Count, u.Effect, strings.Join(u.Records, "; "), moreThan(u.Count, len(u.Records)), u.Fix)
 	}
 	if asJSON {
 		unnamable := res.Unnamable

@@ -531,4 +531,18 @@ func TestRegistryMigrateWarnsOfUnnamableRecords(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Unnamable) != 1 || doc.Unnamable[0].Count != 1 || doc.Unnamable[0].Field != "tenant_id" {
 		t.Fatalf("migrate --json: %v\n%s", err, out)
 	}
+
+	// An instance whose secret provider reference holds one still routes:
+	// the warning says what the character does instead (it said that no
+	// route request can name it).
+	var ref string
+	if err := conn.QueryRow(t.Context(), `UPDATE aip_registry.connector_instances SET secret_provider_ref = secret_provider_ref || U&'\00AD'
+		WHERE instance_id = $1 RETURNING secret_provider_ref`, id).Scan(&ref); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err = runCLI(t, env, "registry", "migrate")
+	want = fmt.Sprintf(`warning: connector instances whose secret_provider_ref holds an invisible formatting character (1, stored by a build before the rule) are kept as stored, but the reference prints like one it is not, and a write of the instance as stored is refused: instance %q with secret_provider_ref %q (secret_provider_ref U+00AD)`, id, ref)
+	if err != nil || !strings.Contains(errOut, want) || !strings.Contains(errOut, "\n  fix: apply the instance with secret_provider_ref without the character") {
+		t.Fatalf("migrate: %v\n%s\nwant:\n%s", err, errOut, want)
+	}
 }

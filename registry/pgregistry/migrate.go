@@ -115,27 +115,31 @@ type MigrateResult struct {
 	Applied int
 	// CatalogRevision is the catalog revision after the migration.
 	CatalogRevision uint64
-	// Unnamable lists, by kind, the capability definitions and instances
-	// whose capability or tenant ID holds an invisible formatting
-	// character, which a build before registry.RuleFormatCharacter
-	// stored: no route request or write can name them (or their
-	// bindings, replicas and routes), so they route nothing. Empty when
-	// there are none. The caller should tell the operator (aipfleet
-	// registry migrate warns of each kind).
+	// Unnamable lists, by kind and field, the records whose identifiers
+	// hold an invisible formatting character, which a build before
+	// registry.RuleFormatCharacter stored: capability definitions and
+	// instances whose capability or tenant ID holds one, which no route
+	// request or write can name (nor their bindings, replicas and
+	// routes), so they route nothing; and instances, bindings, admission
+	// policies, replicas and versions whose other identifiers hold one
+	// (UnnamableRecords.Effect says what that does). Empty when there are
+	// none. The caller should tell the operator (aipfleet registry
+	// migrate warns of each kind and field).
 	Unnamable []UnnamableRecords
 }
 
 // MigrateSchema is Migrate on a single connection, which it then uses to
 // verify the schema it left (exactly this build's), to read the catalog
-// revision and to look for records no request can name
-// (MigrateResult.Unnamable). It opens no other connection, so it works for
+// revision and to look for records whose identifiers hold an invisible
+// formatting character (MigrateResult.Unnamable). It opens no other connection, so it works for
 // a role, or through a pooler, that allows one.
 //
 // Only MigrateSchema looks for those records: the look reads the
-// capability definitions and the instances once each (a row per
-// capability and per instance, not per binding or route), which an
-// operator's migrate can afford, and every upgrade from a build before
-// the rule (schema 13 or older) needs a migrate, as the services refuse
+// capability definitions, instances, bindings, admission policies,
+// replicas, versions and version profiles once each, in one query each
+// (not the routes, which grow with actions), which an operator's migrate
+// can afford, and every upgrade from a build before the rule (schema 13
+// or older) needs a migrate, as the services refuse
 // an older schema. Open and OpenDataPlane, which every service start and
 // apply run, do not: builds since the rule refuse such a record, and the
 // builds before it cannot run on schema 14 or newer, so once a migrate
