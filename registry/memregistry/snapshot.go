@@ -476,15 +476,15 @@ var fieldFindings = map[string][2]string{
 		"put the policy under a reference without the character and move the bindings that name it to that reference (a greater policy_revision each); no write removes this one"},
 	"connector replicas peer_principal_id": {
 		"a replica's identity is fixed and a registration carrying such a value is refused, so the replica cannot register again (it takes routes only while its current lease is renewed)",
-		"provision a replica under a new replica ID whose peer principal is the manifest agent's ID without the character (admit a version whose agent ID has none first if it is the agent's), start its host, and drain this one"},
+		"provision a replica under a new replica ID whose peer principal is the manifest agent's ID without the character (admit a version whose agent ID has none first if it is the agent's), start its host, and stop this one's host (its record stays, and takes no routes once its lease ends)"},
 	"connector replicas trust_domain": {
 		"a replica's identity is fixed and a registration carrying such a value is refused (a host refuses such a --trust-domain at the start), so the replica cannot register again (it takes routes only while its current lease is renewed)",
-		"provision a replica under a new replica ID with the trust domain without the character, start its host with that --trust-domain, and drain this one"},
+		"provision a replica under a new replica ID with the trust domain without the character, start its host with that --trust-domain, and stop this one's host (its record stays, and takes no routes once its lease ends)"},
 	"connector replicas transport_profile": {
 		"a replica's identity is fixed and a registration carrying such a value is refused (a host registers aip.native.http.v1), so the replica cannot register again (it takes routes only while its current lease is renewed)",
-		"provision a replica under a new replica ID with transport profile aip.native.http.v1, start its host, and drain this one"},
+		"provision a replica under a new replica ID with transport profile aip.native.http.v1, start its host, and stop this one's host (its record stays, and takes no routes once its lease ends)"},
 	"connector versions version": {
-		"the version string prints like one it is not, and a version is never written again",
+		"the version string prints like one it is not (nothing but a version's status changes once it is admitted)",
 		"admit a new version whose version string holds no such character, move the instances to it and revoke this one"},
 	"connector versions manifest.profiles": {
 		"a catalog query cannot name the profile (a profile filter holding the character is refused), so the version's capabilities are not found by it",

@@ -120,18 +120,18 @@ var identTables = []identTable{
 	{kind: "connector replicas", from: "aip_registry.connector_replicas", id: "replica_id", columns: []identColumn{
 		{column: "peer_principal_id", field: "peer_principal_id", effect: effectReplica,
 			fix: "provision a replica under a new replica ID whose peer principal is the manifest agent's ID without the character " +
-				"(admit a version whose agent ID has none first if it is the agent's), start its host, and drain this one",
+				"(admit a version whose agent ID has none first if it is the agent's), start its host, and stop this one's host (its record stays, and takes no routes once its lease ends)",
 			name: named("replica", "peer_principal_id")},
 		{column: "trust_domain", field: "trust_domain", effect: effectReplica,
-			fix:  "provision a replica under a new replica ID with the trust domain without the character, start its host with that --trust-domain, and drain this one",
+			fix:  "provision a replica under a new replica ID with the trust domain without the character, start its host with that --trust-domain, and stop this one's host (its record stays, and takes no routes once its lease ends)",
 			name: named("replica", "trust_domain")},
 		{column: "transport_profile", field: "transport_profile", effect: effectReplica,
-			fix:  "provision a replica under a new replica ID with transport profile aip.native.http.v1 (the one a host registers), start its host, and drain this one",
+			fix:  "provision a replica under a new replica ID with transport profile aip.native.http.v1 (the one a host registers), start its host, and stop this one's host (its record stays, and takes no routes once its lease ends)",
 			name: named("replica", "transport_profile")},
 	}},
 	{kind: "connector versions", from: "aip_registry.connector_versions", id: "version_id", columns: []identColumn{
 		{column: "version", field: "version",
-			effect: "the version string prints like one it is not, and a version is never written again",
+			effect: "the version string prints like one it is not (nothing but a version's status changes once it is admitted)",
 			fix:    "admit a new version whose version string holds no such character, move the instances to it and revoke this one",
 			name:   named("version", "version")},
 	}},
