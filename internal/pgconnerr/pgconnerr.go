@@ -3,8 +3,7 @@
 // who wrote the string: what is wrong, at which host and port, and what
 // to check, never the string itself, which holds the password.
 //
-// hostsdk/pgruntime words its errors with it. (registry/pgregistry has its
-// own copy of the same rules, in parseError and connectError.)
+// hostsdk/pgruntime and registry/pgregistry word their errors with it.
 package pgconnerr
 
 import (

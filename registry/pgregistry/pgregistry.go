@@ -5,12 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/url"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/aipfleet/aipfleet/internal/pgconnerr"
 	"github.com/aipfleet/aipfleet/internal/pgmigrate"
 	"github.com/aipfleet/aipfleet/internal/pgsession"
 	"github.com/aipfleet/aipfleet/registry"
@@ -708,92 +704,24 @@ func (e *userError) Unwrap() []error {
 // not be made: "cannot connect to the database at ADDRESS: REASON", each
 // address pgx tried once, with the reason it gave, instead of pgx's
 // "failed to connect to `user=u database=d`:" and one indented line per
-// attempt (the same refusal twice when sslmode=prefer tries TLS first).
-// It matches sentinel (when not nil) and err.
+// attempt (the same refusal twice when sslmode=prefer tries TLS first):
+// pgconnerr.ConnectFailure. It matches sentinel (when not nil) and err.
 func connectError(sentinel, err error) error {
-	return &userError{sentinel: sentinel, text: "cannot connect to the database" + connectFailures(err), cause: err}
-}
-
-// connectFailures words a pgx connect error as " at ADDRESS: REASON",
-// joined by "; " when pgx tried several addresses that failed
-// differently; other errors as ": " and their text.
-func connectFailures(err error) string {
-	var ce *pgconn.ConnectError
-	if !errors.As(err, &ce) {
-		return ": " + err.Error()
-	}
-	inner := ce.Unwrap()
-	if w, ok := inner.(interface{ Unwrap() error }); ok && strings.HasPrefix(inner.Error(), "hostname resolving error: ") {
-		inner = w.Unwrap()
-	}
-	attempts := []error{inner}
-	if j, ok := inner.(interface{ Unwrap() []error }); ok {
-		attempts = j.Unwrap()
-	}
-	fallback := ce.Config.Host
-	if !strings.HasPrefix(fallback, "/") {
-		fallback = net.JoinHostPort(fallback, strconv.Itoa(int(ce.Config.Port)))
-	}
-	var out []string
-	for _, a := range attempts {
-		s := " at " + dialFailure(a, fallback)
-		if !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	return strings.Join(out, ";")
-}
-
-// dialFailure words one of pgx's connect attempts as "ADDRESS: REASON":
-// the server's message for an error of the server's (authentication, no
-// such database), the network's for one of the network ("connection
-// refused"), pgx's words otherwise. pgx's attempt errors read "ADDRESS
-// (HOST): STEP: ERROR"; an error of another form (a name that does not
-// resolve, a failed session setup) is about fallback, the configured
-// host and port.
-func dialFailure(err error, fallback string) string {
-	text := err.Error()
-	addr, rest := fallback, text
-	if a, r, ok := strings.Cut(text, " ("); ok {
-		if _, r, ok := strings.Cut(r, "): "); ok {
-			addr, rest = a, r
-		}
-	}
-	var pgErr *pgconn.PgError
-	var opErr *net.OpError
-	switch {
-	case errors.As(err, &pgErr):
-		rest = pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
-	case errors.As(err, &opErr) && opErr.Err != nil:
-		rest = strings.TrimPrefix(opErr.Err.Error(), "connect: ")
-	default:
-		rest = strings.TrimPrefix(rest, "dial error: ")
-	}
-	return addr + ": " + rest
+	return &userError{sentinel: sentinel, text: "cannot connect to the database" + pgconnerr.ConnectFailure(err), cause: err}
 }
 
 // parseError is the error for a connection string pgx cannot parse: what
-// pgx found wrong, without the string itself. pgx quotes the string in its
-// parse errors with the password masked only as far as it recognises it
-// (a keyword/value "password = x" or "password= x" keeps it in clear), so
-// its text is cut after the quoted string, and any value it quotes in the
-// reason is left out too. The error matches registry.ErrInvalid; what
-// names the URL ("the database URL").
+// pgx found wrong (pgconnerr.ParseReason), without the string itself,
+// which may hold the password in clear. The error matches
+// registry.ErrInvalid; what names the URL ("the database URL").
 func parseError(what, raw string, err error) error {
-	reason := "it is not a valid PostgreSQL connection string"
-	var pe *pgconn.ParseConfigError
-	if errors.As(err, &pe) {
-		msg := pe.Error()
-		if i := strings.LastIndex(msg, "`: "); i >= 0 && strings.HasPrefix(msg, "cannot parse `") {
-			reason = quoted.ReplaceAllString(msg[i+len("`: "):], `"(not shown)"`)
-		}
+	reason := pgconnerr.ParseReason(err)
+	if reason == "" {
+		reason = "it is not a valid PostgreSQL connection string"
 	}
 	return &userError{sentinel: registry.ErrInvalid,
-		text: fmt.Sprintf("%s %s does not parse: %s; write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE", what, redact(raw), reason)}
+		text: fmt.Sprintf("%s %s does not parse: %s; write it as %s", what, redact(raw), reason, pgconnerr.URLForm)}
 }
-
-// quoted matches a double-quoted value in a pgx parse error's reason.
-var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // parseConnConfig parses a connection string for a single connection;
 // its error hides the string's password (parseError).
