@@ -23,7 +23,7 @@ import (
 const AgentID = "hermes-agent"
 
 // RunsNamespace is the host state namespace where run_start records the
-// run it started, keyed by action ID, for Cancel.
+// run it started, keyed by action ID, for Cancel and Reconcile.
 const RunsNamespace = "aip.connector.hermes_agent.runs.v1"
 
 // CorrelationHeader carries the action ID on every provider request.
@@ -48,6 +48,7 @@ var (
 	_ hostsdk.HealthChecker = (*Connector)(nil)
 	_ hostsdk.Streamer      = (*Connector)(nil)
 	_ hostsdk.Canceler      = (*Connector)(nil)
+	_ hostsdk.Reconciler    = (*Connector)(nil)
 )
 
 // Manifest implements hostsdk.Connector: every operation for every
@@ -522,4 +523,72 @@ func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason strin
 	}
 	return ep.client.JSON(ctx, provider.Request{Method: http.MethodPost,
 		Path: endpointPath("/v1/runs", rec.RunID) + "/stop", Header: headers(call)}, nil)
+}
+
+// ReconcileReadTimeout bounds Reconcile's status read of a recorded run:
+// recovery runs before the host registers, so a server that does not
+// answer must not hold the start for RequestTimeout.
+const ReconcileReadTimeout = 30 * time.Second
+
+// Reconcile implements hostsdk.Reconciler. A run_start a restart
+// interrupted whose run was recorded did start that run: it completes
+// with the run as one status read finds it ({run_id, status, run}, as a
+// wait that timed out returns it; {run_id, status "started"} when the read
+// fails), so the caller learns the run ID it follows with run_status and
+// stops with run_stop. Without the record a run_start is outcome_unknown,
+// and the message names the idempotency key to send run_start again with:
+// Hermes answers a repeated start under the same key and input with the
+// run it started (Idempotency-Replayed), or starts it once. Any other
+// action is outcome_unknown (the host fails an interrupted read
+// connector_host.interrupted, retryable).
+func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+	id := u.Action.ActionID
+	_, op, err := c.resolve(u.Action.CapabilityID)
+	if err != nil || op.name != OpRunStart {
+		return nil, fmt.Errorf("%w: the replica restarted while %s was in flight", hostsdk.ErrOutcomeUnknown, u.Action.CapabilityID)
+	}
+	var rec runRecord
+	if u.State != nil {
+		v, err := u.State.Get(ctx, RunsNamespace, id)
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("read the run record of %s: %w", id, err)
+		default:
+			if err := json.Unmarshal(v.Value, &rec); err != nil {
+				rec = runRecord{}
+			}
+		}
+	}
+	if rec.RunID == "" {
+		return nil, fmt.Errorf("%w: the replica restarted before Hermes' answer to POST /v1/runs was recorded; the run may have started. To learn its run_id without starting another, send run_start again with the same input and idempotency key %q: Hermes answers a start it has seen under that key (for 24 hours) with the original run (replayed true)",
+			hostsdk.ErrOutcomeUnknown, provider.Excerpt(u.Action.IdempotencyKey))
+	}
+	ep, ok := c.byID[rec.Endpoint]
+	if !ok || !validID(rec.RunID) {
+		return nil, fmt.Errorf("%w: run %q was started on endpoint %q, which is no longer configured or whose run ID cannot be read back", hostsdk.ErrOutcomeUnknown, provider.Excerpt(rec.RunID), provider.Excerpt(rec.Endpoint))
+	}
+	out := runStartOutput{RunID: rec.RunID, Status: "started"}
+	rctx, cancel := context.WithTimeout(ctx, ReconcileReadTimeout)
+	defer cancel()
+	var run json.RawMessage
+	err = ep.client.JSON(rctx, provider.Request{Method: http.MethodGet, Path: endpointPath("/v1/runs", rec.RunID),
+		Header: http.Header{CorrelationHeader: {id}}}, &run)
+	if err != nil {
+		if u.Logger != nil {
+			u.Logger.Warn("hermes: run status unreadable after a restart; run_start returns the run as started", "run_id", rec.RunID, "error", err)
+		}
+	} else {
+		var st struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(run, &st) == nil && st.Status != "" {
+			out.Status, out.Run = st.Status, run
+		}
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("hermes: marshal the output of %s: %w", id, err)
+	}
+	return &aip.ActionResult{ActionID: id, Status: aip.ResultCompleted, Output: raw}, nil
 }

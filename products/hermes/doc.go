@@ -121,6 +121,18 @@
 // before the stop). chat and responses send the same scoped key as
 // Idempotency-Key too (the page lists it as accepted for deduplication).
 //
+// The adapter is a hostsdk.Reconciler. A run_start a restart interrupted
+// (the replica crashed while it waited, or before it answered) whose run
+// was recorded did start that run: it completes with {run_id, status,
+// run} from one status read (bounded by ReconcileReadTimeout, 30 s), or
+// {run_id, status "started"} when that read fails, so the caller learns
+// the run to follow and stop. A run_start interrupted before its run was
+// recorded is outcome_unknown, and the message names the action's
+// idempotency key: run_start sent again with that key and the same input
+// gets the run Hermes started under it (replayed true), or starts it
+// once. Any other interrupted mutation is outcome_unknown, and an
+// interrupted read fails connector_host.interrupted (retryable).
+//
 // run_events reads GET /v1/runs/{run_id}/events (SSE) until the stream
 // ends or max_events events (1 to 100000, default 4096) were read,
 // bounded too by --hermes-max-response-bytes (an event by 1 MiB),
