@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"sync"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -22,7 +23,8 @@ const (
 	Profile = "aip.connector.dify.v1"
 	// TasksNamespace is the state namespace holding, per action ID, the
 	// Dify task a running app invocation belongs to ({app_id, task_id,
-	// user}), so that a cancel can stop it.
+	// user, workflow_run_id?}), so that a cancel can stop it and
+	// Reconcile can read a workflow app's run after a restart.
 	TasksNamespace = "aip.connector.dify.active_tasks.v1"
 )
 
@@ -46,7 +48,7 @@ func RetrieveCapability(datasetID string) string {
 }
 
 // Connector is the Dify connector. It implements hostsdk.Connector,
-// HealthChecker, Streamer and Canceler.
+// HealthChecker, Streamer, Canceler and Reconciler.
 type Connector struct {
 	cfg          Config
 	base         *url.URL
@@ -66,6 +68,7 @@ var (
 	_ hostsdk.HealthChecker = (*Connector)(nil)
 	_ hostsdk.Streamer      = (*Connector)(nil)
 	_ hostsdk.Canceler      = (*Connector)(nil)
+	_ hostsdk.Reconciler    = (*Connector)(nil)
 )
 
 func (c *Connector) capabilityCount() int {
@@ -253,6 +256,9 @@ type taskRef struct {
 	AppID  string `json:"app_id"`
 	TaskID string `json:"task_id"`
 	User   string `json:"user"`
+	// WorkflowRunID is the run of a workflow or chatflow app, once its
+	// stream named it (Reconcile reads a workflow app's run by it).
+	WorkflowRunID string `json:"workflow_run_id,omitempty"`
 }
 
 // Cancel implements hostsdk.Canceler: it stops the Dify task of a running
@@ -318,4 +324,96 @@ func stopPath(m Mode, taskID string) string {
 		return "/completion-messages/" + escape(taskID) + "/stop"
 	}
 	return "/workflows/tasks/" + escape(taskID) + "/stop"
+}
+
+// ReconcileReadTimeout bounds Reconcile's read of a workflow run: recovery
+// runs before the host registers, so a Dify that does not answer must not
+// hold the start.
+const ReconcileReadTimeout = 30 * time.Second
+
+// workflowRunDetail is GET /workflows/run/{workflow_run_id}'s answer (the
+// document's WorkflowRunDetailResponse), the members Reconcile reads.
+type workflowRunDetail struct {
+	ID          string          `json:"id"`
+	Status      string          `json:"status"`
+	Outputs     json.RawMessage `json:"outputs"`
+	Error       *string         `json:"error"`
+	ElapsedTime *float64        `json:"elapsed_time"`
+	TotalTokens *int64          `json:"total_tokens"`
+	TotalSteps  *int64          `json:"total_steps"`
+}
+
+// Reconcile implements hostsdk.Reconciler. A workflow app's invocation a
+// restart interrupted, whose run the stream had named, is settled by one
+// read of the run (GET /workflows/run/{workflow_run_id}): succeeded or
+// partial-succeeded, it completes with the run's status, outputs and
+// figures (the text chunks streamed before the restart are not kept);
+// failed or stopped, it fails as a stream's workflow_finished would
+// (dify.workflow_failed, dify.workflow_stopped). A run still running or
+// paused, a run that cannot be read, an invocation of another app mode
+// or one whose run was never named is outcome_unknown, naming the run and
+// the capability that reads it when known; so is every other mutation.
+// An interrupted read fails connector_host.interrupted (the host's rule
+// for a read no Reconciler settled).
+func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
+	id := u.Action.ActionID
+	t, ok := c.resolve(u.Action.CapabilityID)
+	if !ok || !t.invoke {
+		return nil, fmt.Errorf("%w: the replica restarted while %s was in flight", hostsdk.ErrOutcomeUnknown, u.Action.CapabilityID)
+	}
+	var ref taskRef
+	if u.State != nil {
+		v, err := u.State.Get(ctx, TasksNamespace, id)
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("dify: read the task record of %s: %w", id, err)
+		default:
+			if err := json.Unmarshal(v.Value, &ref); err != nil {
+				ref = taskRef{}
+			}
+		}
+	}
+	a := t.app
+	if a.Mode != ModeWorkflow || ref.WorkflowRunID == "" || ref.AppID != a.ID {
+		what := "before Dify's stream named the app's task"
+		if ref.TaskID != "" {
+			what = "while Dify ran it as task " + ref.TaskID
+		}
+		if ref.WorkflowRunID != "" && ref.AppID == a.ID {
+			what += fmt.Sprintf(" (workflow run %s; read it with %s)", ref.WorkflowRunID, AppCapability(a.ID, SuffixWorkflowRun))
+		}
+		return nil, fmt.Errorf("%w: the replica restarted %s; the app may have run", hostsdk.ErrOutcomeUnknown, what)
+	}
+	if !validTaskID(ref.WorkflowRunID) {
+		return nil, fmt.Errorf("%w: the task record of %s holds workflow_run_id %q, which is not a UUID; the run was not read",
+			hostsdk.ErrOutcomeUnknown, id, provider.Excerpt(ref.WorkflowRunID))
+	}
+	path := "/workflows/run/" + escape(ref.WorkflowRunID)
+	readCap := AppCapability(a.ID, SuffixWorkflowRun)
+	rctx, cancel := context.WithTimeout(ctx, ReconcileReadTimeout)
+	defer cancel()
+	var d workflowRunDetail
+	if err := a.client.JSON(rctx, provider.Request{Method: http.MethodGet, Path: path}, &d); err != nil {
+		return nil, fmt.Errorf("%w: the replica restarted while workflow run %s ran, and reading it failed (read it with %s): %v",
+			hostsdk.ErrOutcomeUnknown, ref.WorkflowRunID, readCap, err)
+	}
+	wd := &workflowData{ID: ref.WorkflowRunID, Status: d.Status, Outputs: d.Outputs, Error: d.Error,
+		ElapsedTime: d.ElapsedTime, TotalTokens: d.TotalTokens, TotalSteps: d.TotalSteps}
+	if res := finishedFailure(a.client, id, invokePath(a.Mode), "workflow", wd); res != nil {
+		return res, nil
+	}
+	switch d.Status {
+	case "succeeded", "partial-succeeded":
+	default:
+		return nil, fmt.Errorf("%w: workflow run %s is %q after the restart (read it with %s)",
+			hostsdk.ErrOutcomeUnknown, ref.WorkflowRunID, provider.Excerpt(a.client.Redacted(d.Status)), readCap)
+	}
+	out := InvokeOutput{Mode: a.Mode, TaskID: ref.TaskID, WorkflowRun: WorkflowRun{WorkflowRunID: ref.WorkflowRunID}}
+	out.finish(wd)
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("dify: marshal the output of %s: %w", id, err)
+	}
+	return &aip.ActionResult{ActionID: id, Status: aip.ResultCompleted, Output: raw}, nil
 }

@@ -202,7 +202,8 @@
 // app runs; an error event's is dropped and the error classified as
 // below) and recorded as {app_id, task_id, user} under the action ID in the host's
 // state store (namespace aip.connector.dify.active_tasks.v1) and in
-// memory; Cancel (hostsdk.Canceler) reads it and calls the app's stop
+// memory, with the workflow_run_id of a workflow or chatflow app once an
+// event names it (for Reconcile, below); Cancel (hostsdk.Canceler) reads it and calls the app's stop
 // endpoint (POST /chat-messages/{task_id}/stop,
 // /completion-messages/{task_id}/stop or /workflows/tasks/{task_id}/stop
 // with {"user": ...}). A cancel that arrives before the first event has no
@@ -334,6 +335,24 @@
 // has no idempotency key: the host's one-run-per-action-ID guarantee is
 // the only protection against a second run, so invocations declare
 // retry_safety "unsafe". Blocking mode is never used (apps, pipeline
-// runs). There is no
-// Reconciler: an invocation a crash left running is outcome_unknown.
+// runs). The workflow event stream (GET /workflow/{workflow_run_id}/events)
+// is not read to follow a run after a restart; Reconcile reads the run
+// once instead.
+//
+// # Restarts
+//
+// The adapter is a hostsdk.Reconciler. A workflow app's invocation a
+// restart interrupted, whose workflow_run_id was recorded, is settled by
+// one read of the run (GET /workflows/run/{workflow_run_id}, bounded by
+// ReconcileReadTimeout, 30 s): succeeded or partial-succeeded, it
+// completes with {mode, task_id, workflow_run_id, status, outputs,
+// elapsed_time, total_tokens, total_steps} (the text chunks streamed
+// before the restart are not kept); failed or stopped, it fails
+// dify.workflow_failed (with the run's error) or dify.workflow_stopped, as
+// a stream's workflow_finished would. Still running or paused, or
+// unreadable, it is outcome_unknown naming the run and the
+// :workflow.run.get capability that reads it. The invocation of a chat,
+// agent, completion or chatflow app, one whose run was never named, and
+// every other mutation a restart interrupted are outcome_unknown; an
+// interrupted read fails connector_host.interrupted (retryable).
 package dify

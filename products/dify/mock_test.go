@@ -532,6 +532,14 @@ func (f *fixture) refusedBeforeSending(t *testing.T, cases []*aip.Action) {
 
 func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	t.Helper()
+	return newFixtureOn(t, edit, nil)
+}
+
+// newFixtureOn is newFixture whose journal prefill writes, and whose
+// mock it prepares, before the host starts (the actions a crashed process
+// left running, and the answers its recovery reads).
+func newFixtureOn(t *testing.T, edit func(*Config), prefill func(*fixture, journal.Journal)) *fixture {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "internal", "spectest", "specs", "dify", "openapi_service.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -561,6 +569,9 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	}
 	t.Cleanup(func() { j.Close() })
 	f.journal = j
+	if prefill != nil {
+		prefill(f, j)
+	}
 	f.Fixture = hostsdktest.Start(t, f.conn, func(hc *hostsdk.Config) {
 		hc.Journal = j
 		hc.StateDir = ""

@@ -226,15 +226,26 @@ type run struct {
 }
 
 func (r *run) apply(ctx context.Context, ev *event) {
-	if ev.TaskID != "" && r.out.TaskID == "" {
+	runKnown := r.out.WorkflowRunID
+	if ev.WorkflowRunID != "" {
+		r.out.WorkflowRunID = ev.WorkflowRunID
+	} else if ev.Event == "workflow_started" && r.out.WorkflowRunID == "" {
+		var d workflowData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			r.out.WorkflowRunID = d.ID
+		}
+	}
+	switch {
+	case ev.TaskID != "" && r.out.TaskID == "":
 		r.out.TaskID = ev.TaskID
-		r.remember(ctx, ev.TaskID)
+		r.remember(ctx)
+	case r.out.TaskID != "" && runKnown == "" && r.out.WorkflowRunID != "":
+		// The run ID came after the task's: the record gets it, for
+		// Reconcile.
+		r.remember(ctx)
 	}
 	if ev.ConversationID != "" && r.app.Mode.chat() {
 		r.out.ConversationID = ev.ConversationID
-	}
-	if ev.WorkflowRunID != "" {
-		r.out.WorkflowRunID = ev.WorkflowRunID
 	}
 	if ev.Event != "error" {
 		r.progressed = true
@@ -289,11 +300,6 @@ func (r *run) apply(ctx context.Context, ev *event) {
 			r.text.WriteString(d.Text)
 			r.send(aip.ChunkData, map[string]any{"text": d.Text})
 		}
-	case "workflow_started":
-		var d workflowData
-		if json.Unmarshal(ev.Data, &d) == nil && r.out.WorkflowRunID == "" {
-			r.out.WorkflowRunID = d.ID
-		}
 	case "node_started", "node_finished":
 		var d workflowData
 		if json.Unmarshal(ev.Data, &d) == nil {
@@ -341,11 +347,13 @@ func (r *run) send(kind aip.ChunkKind, data any) {
 	}
 }
 
-// remember records the invocation's task, in memory and in the state
-// store, so that a cancel can stop it. The write is not cancelled with the
-// action: a cancel needs it most.
-func (r *run) remember(ctx context.Context, taskID string) {
-	ref := taskRef{AppID: r.app.ID, TaskID: taskID, User: r.user}
+// remember records the invocation's task (and its workflow run, once
+// known), in memory and in the state store, so that a cancel can stop it
+// and Reconcile can read the run after a restart. The write is not
+// cancelled with the action: a cancel needs it most.
+func (r *run) remember(ctx context.Context) {
+	taskID := r.out.TaskID
+	ref := taskRef{AppID: r.app.ID, TaskID: taskID, User: r.user, WorkflowRunID: r.out.WorkflowRunID}
 	id := r.call.Action.ID
 	r.c.tasks.Store(id, ref)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
