@@ -343,7 +343,14 @@ func settled(actionID string, cr *crew, st *statusOutput) (*aip.ActionResult, bo
 		// AMP's error is provider text: redacted of the crew's token (a
 		// crew, a tool or a proxy may echo the request) and clipped, as a
 		// provider's error body is.
-		msg := fmt.Sprintf("crew %s run %s failed: %s", cr.id, st.KickoffID, cr.client.Redacted(st.Error))
+		why := st.Error
+		if why == "" && st.Result != nil {
+			why = st.Result.Output // a deployed crew's failed result
+		}
+		if why == "" {
+			why = "CrewAI AMP reported it failed (state " + st.State + ") without an error message"
+		}
+		msg := fmt.Sprintf("crew %s run %s failed: %s", cr.id, st.KickoffID, cr.client.Redacted(why))
 		return &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
 			Error: aip.NewProtocolError(CodeExecutionFailed, aip.CategoryPermanent, false, 0,
 				aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))}, true
@@ -356,16 +363,47 @@ func settled(actionID string, cr *crew, st *statusOutput) (*aip.ActionResult, bo
 // Any other status ("running", or a state the document does not list)
 // is polled on.
 const (
+	statusRunning   = "running"
 	statusCompleted = "completed"
 	statusError     = "error"
 )
+
+// runStatus is the status of a status answer: its status when it is one
+// of the document's (running, completed, error); else, when the answer
+// has a state, that state as the document's status. Deployed crews
+// answer {"state", "result"} (PENDING, STARTED, RUNNING, SUCCESS,
+// FAILED or FAILURE, and the crew's output as a string in result):
+// CrewAI's own client of this API, crewai-tools'
+// InvokeCrewAIAutomationTool, reads state "success" and "failed" and
+// result, and never status. SUCCESS (or COMPLETED) is completed, FAILED,
+// FAILURE (or ERROR) is error, any other state running. Without a state,
+// the status as answered (another status is polled on; none is a bad
+// answer).
+func runStatus(status, state string) string {
+	switch status {
+	case statusRunning, statusCompleted, statusError:
+		return status
+	}
+	switch strings.ToUpper(strings.TrimSpace(state)) {
+	case "":
+		return status
+	case "SUCCESS", "COMPLETED":
+		return statusCompleted
+	case "FAILED", "FAILURE", "ERROR":
+		return statusError
+	}
+	return statusRunning
+}
 
 // statusOutput is GET /status/{kickoff_id}'s answer (one of
 // ExecutionRunning, ExecutionCompleted, ExecutionError) with the kickoff
 // id added; it is the output of the run and status capabilities.
 type statusOutput struct {
-	KickoffID     string          `json:"kickoff_id"`
-	Status        string          `json:"status"`
+	KickoffID string `json:"kickoff_id"`
+	Status    string `json:"status"`
+	// State is the state a deployed crew answered, as it answered it
+	// (see runStatus).
+	State         string          `json:"state,omitempty"`
 	CurrentTask   string          `json:"current_task,omitempty"`
 	Progress      *progress       `json:"progress,omitempty"`
 	Result        *executionValue `json:"result,omitempty"`
@@ -383,6 +421,18 @@ type executionValue struct {
 	Tasks  []taskResult `json:"tasks,omitempty"`
 }
 
+// UnmarshalJSON reads the document's result object, or the string a
+// deployed crew answers as its result (the crew's output).
+func (v *executionValue) UnmarshalJSON(raw []byte) error {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		*v = executionValue{Output: s}
+		return nil
+	}
+	type plain executionValue
+	return json.Unmarshal(raw, (*plain)(v))
+}
+
 type taskResult struct {
 	TaskID        string   `json:"task_id,omitempty"`
 	Output        string   `json:"output,omitempty"`
@@ -398,9 +448,10 @@ func (c *Connector) readStatus(ctx context.Context, cr *crew, kickoffID string) 
 	if err := cr.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: path}, &st); err != nil {
 		return nil, err
 	}
+	st.Status = runStatus(st.Status, st.State)
 	if st.Status == "" {
 		return nil, &provider.Error{Product: "crewai", Method: http.MethodGet, Path: path, Status: http.StatusOK,
-			Message: "the status answer has no status"}
+			Message: "the status answer has neither a status nor a state"}
 	}
 	st.KickoffID = kickoffID
 	return &st, nil

@@ -53,7 +53,15 @@
 // crewai.execution_failed, quoting AMP's error message redacted of the
 // token and clipped, as provider error bodies are; any other status ("running", or one the
 // document does not list, such as a run paused for human input) is polled
-// on. A status read that fails transiently (no answer, 5xx, 429, 408) is
+// on. A status answer without one of the document's statuses but with a
+// state — what deployed crews answer, and what CrewAI's own client of
+// this API (crewai-tools' InvokeCrewAIAutomationTool) reads:
+// {"state": "SUCCESS", "result": "<the crew's output>"} — is read as the
+// document's shape: SUCCESS (or COMPLETED) completed, FAILED, FAILURE (or
+// ERROR) error, any other state (PENDING, STARTED, RUNNING) running; a
+// result string is the output (result.output), and the state is kept in
+// the output as state. An answer with neither status nor state is a bad
+// answer. A status read that fails transiently (no answer, 5xx, 429, 408) is
 // repeated with exponential backoff: the read after the n-th failure in a
 // row waits the poll interval × 2^(n-1), at most 30 seconds (never less
 // than the poll interval), or the answer's Retry-After (in seconds or an

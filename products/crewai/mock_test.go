@@ -31,6 +31,12 @@ type mockAMP struct {
 	// Knobs.
 	runningPolls int  // "running" answers before a run is terminal
 	failRuns     bool // runs end in status "error"
+	// stateAnswers makes GET /status answer as deployed crews do, which
+	// the document does not describe: {"state": "RUNNING" | "SUCCESS" |
+	// "FAILED", "result": the output as a string}, without status (what
+	// CrewAI's own client, crewai-tools' InvokeCrewAIAutomationTool,
+	// reads).
+	stateAnswers bool
 	// runError, when set, is the ExecutionError's error message (else
 	// the document's example).
 	runError      string
@@ -200,6 +206,13 @@ func (m *mockAMP) status(w http.ResponseWriter, r *http.Request) {
 	var body map[string]any
 	switch {
 	case fail || refuse != 0 || run == nil:
+	case m.stateAnswers && run.remaining > 0:
+		run.remaining--
+		body = map[string]any{"state": "RUNNING", "result": nil}
+	case m.stateAnswers && run.fail:
+		body = map[string]any{"state": "FAILED", "result": "Task execution failed: Invalid API key for external service"}
+	case m.stateAnswers:
+		body = map[string]any{"state": "SUCCESS", "result": "Comprehensive report on " + id}
 	case run.remaining > 0:
 		run.remaining--
 		body = map[string]any{"status": "running", "current_task": "research_task",

@@ -91,7 +91,8 @@ var statusOutputSchema = json.RawMessage(`{
   "type": "object",
   "properties": {
     "kickoff_id": {"type": "string"},
-    "status": {"type": "string", "description": "running, completed or error (as CrewAI AMP reports it)"},
+    "status": {"type": "string", "description": "running, completed or error (as CrewAI AMP reports it; a deployed crew's state mapped to one of them)"},
+    "state": {"type": "string", "description": "the state a deployed crew answered (PENDING, STARTED, RUNNING, SUCCESS, FAILED...), when it answered one"},
     "current_task": {"type": "string"},
     "progress": {"type": "object", "properties": {"completed_tasks": {"type": "integer"}, "total_tasks": {"type": "integer"}}},
     "result": {"type": "object", "properties": {"output": {"type": "string"}, "tasks": {"type": "array", "items": ` + taskResultSchema + `}}},
