@@ -106,6 +106,14 @@ const MaxRecordIDBytes = 256
 // takes 1 to 512 bytes, which the registration then refuses).
 const MaxTenantIDBytes = 256
 
+// MaxSecretProviderRefBytes bounds a secret-provider reference. The
+// registry holds an instance's secret_provider_ref, an identifier, in at
+// most 256 bytes (registry.MaxIdentifierBytes), and a registration must
+// name the instance's, so a host checks its setting against it
+// (upstream's host takes 1 to 2048 bytes, which the registration then
+// refuses).
+const MaxSecretProviderRefBytes = 256
+
 // ValidateRecordID checks the ID of a registry record a replica runs
 // under (a connector type, version, instance or replica: PrefixType,
 // PrefixVersion, PrefixInstance, PrefixReplica): prefix followed by 1 or

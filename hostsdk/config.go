@@ -204,7 +204,9 @@ type Config struct {
 	// Required.
 	ArtifactDigest string
 	// SecretProviderRef is the instance's secret-provider reference (1 to
-	// 2048 bytes). Required.
+	// 256 bytes, aip.MaxSecretProviderRefBytes, without an invisible
+	// formatting character: the registry holds none longer or with one,
+	// and the registration must name the instance's). Required.
 	SecretProviderRef string
 	// ConfigRevision is the instance configuration revision. Defaults to 1.
 	ConfigRevision uint64
@@ -504,7 +506,7 @@ func (c *Config) validate() error {
 		{"CredentialRevisionRef", c.CredentialRevisionRef, 1, MaxCredentialRevisionRefBytes, true},
 		{"GatewayPrincipalID", c.GatewayPrincipalID, 1, 512, false},
 		{"TrustDomain", c.TrustDomain, 1, 253, false},
-		{"SecretProviderRef", c.SecretProviderRef, 1, 2048, false},
+		{"SecretProviderRef", c.SecretProviderRef, 1, aip.MaxSecretProviderRefBytes, false},
 	} {
 		if s.optional && s.value == "" {
 			continue
@@ -513,15 +515,20 @@ func (c *Config) validate() error {
 			return cfgErr(s.field, "is %d bytes; must be %d to %d bytes", len(s.value), s.min, s.max)
 		}
 	}
-	// The tenant and the trust domain must equal the registry's: the
-	// instance's tenant_id and the replica's trust_domain, identifiers that
-	// hold no invisible formatting character (aip.FormatCharacter). With
-	// one, the host started and the control plane rejected its
-	// registration as another tenant's or a trust domain other than the
-	// pre-provisioned one, the character printed only as an escape.
+	// The tenant, the trust domain and the secret-provider reference must
+	// equal the registry's: the instance's tenant_id and
+	// secret_provider_ref and the replica's trust_domain, identifiers that
+	// hold no invisible formatting character (aip.FormatCharacter), as
+	// does a binding's credential_revision_ref, the revision the host's
+	// stands for. With one, the host started and the control plane
+	// rejected its registration as another tenant's, trust domain or
+	// secret reference than the pre-provisioned one (or no binding could
+	// name its revision), the character printed only as an escape.
 	for _, s := range []struct{ field, value, what string }{
 		{"TenantID", c.TenantID, "the tenant ID of the instance's registry record"},
 		{"TrustDomain", c.TrustDomain, "the trust domain of the replica's registry record"},
+		{"SecretProviderRef", c.SecretProviderRef, "the secret_provider_ref of the instance's registry record"},
+		{"CredentialRevisionRef", c.CredentialRevisionRef, "a binding's credential_revision_ref"},
 	} {
 		if r, ok := aip.FormatCharacter(s.value); ok {
 			return cfgErr(s.field, "is %q, which holds the invisible formatting character U+%04X: no registry identifier holds one (it would print like an identifier it is not), so it cannot be %s; remove it",

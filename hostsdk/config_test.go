@@ -307,6 +307,17 @@ func TestNewValidatesConfig(t *testing.T) {
 			[]string{"--tenant-id", "U+E0041"}},
 		{"trust domain with a soft hyphen", func(c *hostsdk.Config) { c.TrustDomain = "exam\u00adple.test" },
 			[]string{"--trust-domain", "AIP_CONNECTOR_HOST_TRUST_DOMAIN", "U+00AD", "remove it"}},
+		// A secret-provider reference of 257 to 2048 bytes, or one holding
+		// an invisible formatting character, which no registry instance
+		// holds, was taken: the control plane then rejected the
+		// registration as another instance's reference.
+		{"secret provider reference over the registry's limit", func(c *hostsdk.Config) { c.SecretProviderRef = strings.Repeat("s", aip.MaxSecretProviderRefBytes+1) },
+			[]string{"--secret-provider-ref", "AIP_CONNECTOR_HOST_SECRET_PROVIDER_REF", "is 257 bytes", "1 to 256 bytes"}},
+		{"secret provider reference with a zero-width joiner", func(c *hostsdk.Config) { c.SecretProviderRef = "vault://acme/\u200dnotes" },
+			[]string{"--secret-provider-ref", "U+200D", "secret_provider_ref", "remove it"}},
+		{"credential revision with a byte order mark", func(c *hostsdk.Config) {
+			c.CredentialID, c.CredentialIssuer, c.CredentialScopes, c.CredentialRevisionRef = "cred-1", "https://issuer.test", []string{"notes.read"}, "\ufeffrev-1"
+		}, []string{"--credential-revision-ref", "U+FEFF", "credential_revision_ref", "remove it"}},
 		{"database URL without a journal", func(c *hostsdk.Config) { c.DatabaseURLFile = "/run/secrets/db" },
 			[]string{"--database-url-file", "pgruntime"}},
 		{"probe timeout", func(c *hostsdk.Config) { c.HealthProbeTimeout = time.Minute },
