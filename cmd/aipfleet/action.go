@@ -591,6 +591,8 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 			msg = printable(st.Replica.Error.Code) + ": " + printableLines(st.Replica.Error.Message)
 		}
 		fmt.Fprintf(e.stdout, "replica: unreachable (%s); its journal was not read, nothing is assumed\n", msg)
+		fmt.Fprintf(e.stdout, "next:    the action stays pinned to %s (it is not moved, and never runs twice): once that replica answers again (`aipfleet fleet status` shows it ready; a crashed one is started again on its own journal), run this get again, or send the action again with --action-id %s%s\n",
+			printable(st.Route.ReplicaID), printable(st.ActionID), f.sameFlags())
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "replica: journal state %s\n", printable(string(st.Replica.State)))

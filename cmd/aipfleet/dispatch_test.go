@@ -905,3 +905,35 @@ func TestRefusedSendSaysNothingRan(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestActionGetUnreachableSaysWhatToDo: an action get whose pinned replica
+// could not be asked (it crashed, mid-action) printed only "replica:
+// unreachable (...); its journal was not read, nothing is assumed", which
+// left the one reading it at night to guess whether to resend the action
+// under a new ID. It now says that the action stays pinned, how to see
+// when the replica is back, and what to run then.
+func TestActionGetUnreachableSaysWhatToDo(t *testing.T) {
+	id := aip.NewActionID()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, CapabilityID: "echo.say",
+			Route: &dispatch.RouteFacts{ReplicaID: "crepl_down", FenceToken: "route_y"},
+			Replica: dispatch.ReplicaFacts{Reachable: false,
+				Error: aip.NewProtocolError(dispatch.CodeReplicaUnreachable, aip.CategoryTransport, true, 0, "replica crepl_down did not answer the status query verifiably: connect: connection refused")}})
+	}))
+	t.Cleanup(srv.Close)
+	out, _, err := runCLI(t, map[string]string{"AIP_CLIENT_TOKEN": "t"}, "action", "get", id, "--url", srv.URL)
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	for _, want := range []string{
+		"replica: unreachable (dispatch.replica_unreachable: ",
+		"the action stays pinned to crepl_down (it is not moved, and never runs twice)",
+		"`aipfleet fleet status` shows it ready",
+		"send the action again with --action-id " + id + " (with the same --url)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("get printed\n%s\nwant it to contain %q", out, want)
+		}
+	}
+}
