@@ -395,7 +395,7 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), dispatch.ContentTypeNDJSON) {
 		err = f.readStream(resp.Body, e)
 	} else {
-		err = f.printAction(resp, e, true, actionErr)
+		err = f.printAction(resp, e, f.actionID, true, actionErr)
 	}
 	var lost *answerLostError
 	if errors.As(err, &lost) {
@@ -426,15 +426,25 @@ func checkActionID(cmd, what, id string) error {
 	return usagef("%s: %s %v; give the ID action send printed: %s", cmd, what, err, form)
 }
 
-// notFound adds to err, the failure of a get or cancel of action id, what
-// the dispatcher's not_found means there: it knows no such action for the
-// token's tenant.
-func (f *actionFlags) notFound(id string, err error, status int, raw []byte) error {
+// notFound adds to err, the failure of a get (cancel false) or cancel of
+// action id, what the dispatcher's not_found means there: it knows no such
+// action for the token's tenant. Right after a send whose answer was lost
+// (whose error says to ask with action get), that is most often an action
+// that never reached routing: nothing ran, and a send with the same ID
+// runs it once. The note said only that the action may be another
+// tenant's or another fleet's, and a cancel printed no note at all.
+func (f *actionFlags) notFound(id string, cancel bool, err error, status int, raw []byte) error {
 	var e dispatch.ErrorResponse
 	if status != http.StatusNotFound || json.Unmarshal(raw, &e) != nil || e.Error == nil || e.Error.Code != dispatch.CodeNotFound {
 		return err
 	}
-	return fmt.Errorf("action %s: %w\nthe dispatcher at %s has no action with this ID for the token's tenant (an action is found only with a token of the tenant that sent it, at the dispatcher of the fleet that routed it)", id, err, f.url)
+	id = printable(id)
+	never := fmt.Sprintf("a send whose answer was lost may not have reached it: nothing ran; send it again with --action-id %s, which runs it at most once", id)
+	if cancel {
+		never = "a send whose answer was lost may not have reached it: nothing ran, and there is nothing to cancel"
+	}
+	return fmt.Errorf("action %s: %w\nthe dispatcher at %s has no action with this ID for the token's tenant: either it never routed one (%s), or the action is another tenant's or another fleet's (it is found only with a token of the tenant that sent it, at the dispatcher of the fleet that routed it)",
+		id, err, f.url, never)
 }
 
 // answerLostError is a send whose answer did not arrive whole.
@@ -518,9 +528,9 @@ func (f *actionFlags) readStream(body io.Reader, e *env) error {
 }
 
 // printAction prints the dispatcher's answer to a send (send true) or a
-// cancel and returns the command's error: judge's for an answer about the
-// action.
-func (f *actionFlags) printAction(resp *http.Response, e *env, send bool, judge func(*dispatch.ActionResponse) error) error {
+// cancel of action id and returns the command's error: judge's for an
+// answer about the action.
+func (f *actionFlags) printAction(resp *http.Response, e *env, id string, send bool, judge func(*dispatch.ActionResponse) error) error {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return &answerLostError{fmt.Errorf("read the answer: %w", err)}
@@ -536,6 +546,15 @@ func (f *actionFlags) printAction(resp *http.Response, e *env, send bool, judge 
 			return err
 		}
 		return &answerLostError{fmt.Errorf("%w (not an answer of the dispatcher's API)", err)}
+	}
+	if !send && resp.StatusCode == http.StatusNotFound && ar.Error != nil && ar.Error.Code == dispatch.CodeNotFound {
+		// A cancel of an action the dispatcher does not know: there
+		// is nothing to summarize ("not completed, settlement none"
+		// read as an action that exists), only what not_found means.
+		if f.jsonOut {
+			e.stdout.Write(raw)
+		}
+		return f.notFound(id, true, f.failure(resp.StatusCode, raw), resp.StatusCode, raw)
 	}
 	if ar.ActionID == "" {
 		// Refused before it became an action (a bad token, an invalid
@@ -564,7 +583,7 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		return fmt.Errorf("read the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return f.notFound(id, f.failure(resp.StatusCode, raw), resp.StatusCode, raw)
+		return f.notFound(id, false, f.failure(resp.StatusCode, raw), resp.StatusCode, raw)
 	}
 	if f.jsonOut {
 		e.stdout.Write(raw)
@@ -616,7 +635,7 @@ func (f *actionFlags) cancel(ctx context.Context, client *http.Client, bearer, i
 		return err
 	}
 	defer resp.Body.Close()
-	return f.printAction(resp, e, false, cancelErr)
+	return f.printAction(resp, e, id, false, cancelErr)
 }
 
 func (f *actionFlags) do(ctx context.Context, client *http.Client, bearer, method, path string, body []byte) (*http.Response, error) {

@@ -937,3 +937,48 @@ func TestActionGetUnreachableSaysWhatToDo(t *testing.T) {
 		}
 	}
 }
+
+// TestActionNotFoundSaysItMayNeverHaveRun: a send whose answer was lost
+// says to ask with action get; when the dispatcher never routed the
+// action (the send did not reach it), get answered that the action may be
+// another tenant's or another fleet's, and nothing of what to do, and a
+// cancel printed "action ... not completed, settlement none", as if the
+// action existed. Both now say that nothing ran; get says that a send
+// with the same ID runs it once, cancel that there is nothing to cancel.
+func TestActionNotFoundSaysItMayNeverHaveRun(t *testing.T) {
+	id := aip.NewActionID()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		pe := aip.NewProtocolError(dispatch.CodeNotFound, aip.CategoryPermanent, false, 0, "no such action")
+		if r.Method == http.MethodPost {
+			// The dispatcher answers a cancel with the action's ID.
+			json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: id, Error: pe})
+			return
+		}
+		json.NewEncoder(w).Encode(dispatch.ErrorResponse{Error: pe})
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_TOKEN": "t"}
+	for _, c := range []struct {
+		sub  string
+		want string
+	}{
+		{"get", "nothing ran; send it again with --action-id " + id + ", which runs it at most once"},
+		{"cancel", "nothing ran, and there is nothing to cancel"},
+	} {
+		out, _, err := runCLI(t, env, "action", c.sub, id)
+		var u *usageError
+		if err == nil || errors.As(err, &u) {
+			t.Fatalf("%s: err = %v, want a run-time error", c.sub, err)
+		}
+		for _, want := range []string{"HTTP 404: dispatch.not_found: no such action", "has no action with this ID for the token's tenant", c.want, "another tenant's or another fleet's"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error\n%v\nwant it to contain %q", c.sub, err, want)
+			}
+		}
+		if out != "" {
+			t.Errorf("%s printed %q, want nothing on stdout (no summary of an action that does not exist)", c.sub, out)
+		}
+	}
+}
