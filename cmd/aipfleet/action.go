@@ -301,7 +301,7 @@ func (f *actionFlags) bearer() (string, error) {
 	}
 	key, err := aip.LoadSigningKey(f.issuerKey)
 	if err != nil {
-		return "", fmt.Errorf("--issuer-key: %w", err)
+		return "", settingError(fmt.Errorf("--issuer-key: %w", err))
 	}
 	now := f.clock()
 	return tenanttoken.Mint(key, tenanttoken.Claims{Issuer: f.issuer, Audience: f.audience, TenantID: f.tenant,
@@ -353,7 +353,7 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	case f.inputFile != "":
 		var err error
 		if raw, err = aip.ReadPublicFile(f.inputFile, dispatch.DefaultMaxBodyBytes); err != nil {
-			return fmt.Errorf("--input-file: %w", err)
+			return settingError(fmt.Errorf("--input-file: %w", err))
 		}
 	case f.input == "":
 		return usagef("action send: --input JSON (or --input-file FILE) is required")

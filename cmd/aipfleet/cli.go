@@ -65,7 +65,7 @@ func withEnvNotes(err error, sets []*flagSet) error {
 	note := "\n(" + strings.Join(notes, "; ") + ")"
 	var u *usageError
 	if errors.As(err, &u) {
-		return &usageError{msg + note}
+		return &usageError{msg: msg + note, err: u.err}
 	}
 	return fmt.Errorf("%w%s", err, note)
 }
@@ -116,12 +116,31 @@ func lookup(name string) *command {
 // without another message.
 var errHelpShown = errors.New("help shown")
 
-// usageError is a mistake on the command line; the process exits 2.
-type usageError struct{ msg string }
+// usageError is a mistake on the command line, or in a file a flag names
+// (settingError); the process exits 2.
+type usageError struct {
+	msg string
+	err error // what a settingError stands for, for errors.Is and As
+}
 
 func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Unwrap() error { return e.err }
 
-func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+// settingError makes err, about a file a flag names that cannot be used
+// (missing, readable by others, too large, not a key, a certificate or a
+// valid fleet file), a usage error: the process exits 2, as aipfleet host
+// does for its files (docs/operator-guide.md, section 10), since starting
+// it again cannot help until the setting or the file is fixed. Such
+// errors exited 1, the status of a failure at run time. The message is
+// err's.
+func settingError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &usageError{msg: err.Error(), err: err}
+}
 
 // run is the whole program: main only calls it. It owns the signal context.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -171,6 +190,12 @@ Commands:
 Settings are flags; most can also come from an environment variable,
 which each command's --help lists next to its flag. A flag wins over its
 variable. Secrets (keys, database URLs) are only read from files.
+
+Exit status: 0 done; 2 a setting to fix: a flag, or a file a flag names
+that is missing, readable by others or not what the flag wants (a key,
+a certificate, a fleet file), which running the command again cannot fix;
+1 a failure at run time (a database, a server or an action that did not
+succeed), which the error describes.
 
 Start here:
   aipfleet dev                  a whole fleet on this machine, no setup

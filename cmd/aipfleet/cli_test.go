@@ -362,11 +362,12 @@ func TestErrorNamesTheVariableThatSetItsFlag(t *testing.T) {
 		{map[string]string{"AIP_CONNECTOR_HOST_MAX_IN_FLIGHT": "0"}, []string{"host", "--connector", "echo"},
 			`host: AIP_CONNECTOR_HOST_MAX_IN_FLIGHT (--max-in-flight, Config.MaxInFlight) is "0"; want an integer from 1 to 65536`, true,
 			[]string{"environment variable", "hostsdk"}},
-		// Not a usage error; --issuer, also from a variable, is not the
-		// flag named.
+		// A file the flag names that cannot be used is a usage error
+		// too (settingError), and keeps the note; --issuer, also from
+		// a variable, is not the flag named.
 		{map[string]string{"AIP_CLIENT_ISSUER_KEY": filepath.Join(dir, "missing.key"), "AIP_CLIENT_ISSUER": "idp"},
 			[]string{"action", "send", "--url", "http://127.0.0.1:1", "--tenant", "t", "--capability", "c", "--input", "{}"},
-			"(--issuer-key was set by the environment variable AIP_CLIENT_ISSUER_KEY)", false, []string{"--issuer was set", "AIP_CLIENT_ISSUER)"}},
+			"does not exist\n(--issuer-key was set by the environment variable AIP_CLIENT_ISSUER_KEY)", true, []string{"--issuer was set", "AIP_CLIENT_ISSUER)"}},
 		// The token's variable is not named in the error, and its value
 		// never appears; --url came from the command line.
 		{map[string]string{"AIP_CLIENT_TOKEN": "s3cret"}, []string{"action", "send", "--url", "http://127.0.0.1:1", "--capability", "c", "--input", "{}"},

@@ -376,17 +376,18 @@ func loadDevState(path string) (devState, bool, error) {
 // Only a key that does not exist is created: one that aip refuses —
 // also a missing one, when a directory on its path is another user's or
 // writable by others (aip checks the path before it looks for the file)
-// — is an error, since the replicas dev starts would refuse it too.
+// — is an error, since the replicas dev starts would refuse it too: a
+// setting to fix (settingError), --state-dir or the file in it.
 func loadOrCreateKey(path string) (*aip.SigningKey, error) {
 	k, err := aip.LoadSigningKey(path)
 	if err == nil {
 		return k, nil
 	}
 	if errors.Is(err, aip.ErrUnsafeFile) {
-		return nil, fmt.Errorf("key file %s: %w (when that directory is not yours to change, run aipfleet dev as the user who owns it, or pass --state-dir with a directory of this user's that others cannot write to, nor the directories above it)", path, err)
+		return nil, settingError(fmt.Errorf("key file %s: %w (when that directory is not yours to change, run aipfleet dev as the user who owns it, or pass --state-dir with a directory of this user's that others cannot write to, nor the directories above it)", path, err))
 	}
 	if _, statErr := os.Lstat(path); !errors.Is(err, os.ErrNotExist) || !errors.Is(statErr, os.ErrNotExist) {
-		return nil, fmt.Errorf("key file %s: %w", path, err)
+		return nil, settingError(fmt.Errorf("key file %s: %w", path, err))
 	}
 	if k, err = aip.GenerateSigningKey(); err != nil {
 		return nil, err

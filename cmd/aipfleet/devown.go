@@ -48,11 +48,11 @@ type ownFleet struct {
 func loadOwnFleet(name string) (*ownFleet, error) {
 	raw, err := aip.ReadPublicFile(name, registry.MaxFleetFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("--fleet-file: %w", err)
+		return nil, settingError(fmt.Errorf("--fleet-file: %w", err))
 	}
 	fleet, err := registry.ParseFleetFile(raw)
 	if err != nil {
-		return nil, inFleetFile(err, name, raw)
+		return nil, settingError(inFleetFile(err, name, raw))
 	}
 	return &ownFleet{name: name, raw: raw, fleet: fleet}, nil
 }

@@ -350,14 +350,14 @@ func tlsClient(flagName, caFile string, maxIdle, maxIdlePerHost int) (*http.Clie
 	if caFile != "" {
 		pem, err := aip.ReadTrustFile(caFile, maxTLSFileBytes)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", flagName, err)
+			return nil, settingError(fmt.Errorf("%s: %w", flagName, err))
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s %s holds no PEM certificate", flagName, caFile)
+			return nil, usagef("%s %s holds no PEM certificate", flagName, caFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}

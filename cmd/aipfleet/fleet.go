@@ -256,7 +256,7 @@ func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, 
 	}
 	key, err := aip.LoadSigningKey(issuerKey)
 	if err != nil {
-		return fleetBearer{}, fmt.Errorf("--issuer-key: %w", err)
+		return fleetBearer{}, settingError(fmt.Errorf("--issuer-key: %w", err))
 	}
 	return fleetBearer{token: func() (string, error) {
 		now := time.Now()

@@ -57,7 +57,7 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		k, err := aip.LoadSigningKey(*didOf)
 		if err != nil {
-			return fmt.Errorf("--did-of: %w", err)
+			return settingError(fmt.Errorf("--did-of: %w", err))
 		}
 		key, file = k, *didOf
 	case *out == "":

@@ -97,7 +97,7 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 			return err
 		}
 		if fleet, err = registry.ParseFleetFile(raw); err != nil {
-			return inFleetFile(err, *file, raw)
+			return settingError(inFleetFile(err, *file, raw))
 		}
 	}
 	dbURL, err := readDatabaseURL(*dbFile)
@@ -154,7 +154,7 @@ func readFleetFile(name string) ([]byte, error) {
 	}
 	raw, err := aip.ReadPublicFile(name, registry.MaxFleetFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("-f: %w", err)
+		return nil, settingError(fmt.Errorf("-f: %w", err))
 	}
 	return raw, nil
 }

@@ -19,7 +19,7 @@ const (
 func readDatabaseURL(path string) (string, error) {
 	raw, err := aip.ReadSecretFile(path, maxDatabaseURLFileBytes)
 	if err != nil {
-		return "", fmt.Errorf("--database-url-file: %w", err)
+		return "", settingError(fmt.Errorf("--database-url-file: %w", err))
 	}
 	url := string(raw)
 	clear(raw)
@@ -39,7 +39,7 @@ func (f serverFiles) load() (dbURL string, key *aip.SigningKey, tlsConfig *tls.C
 		return "", nil, nil, err
 	}
 	if key, err = aip.LoadSigningKey(f.signingKey); err != nil {
-		return "", nil, nil, fmt.Errorf("--signing-key-file: %w", err)
+		return "", nil, nil, settingError(fmt.Errorf("--signing-key-file: %w", err))
 	}
 	if f.tlsCert != "" {
 		if tlsConfig, err = loadTLS(f.tlsCert, f.tlsKey); err != nil {
@@ -52,15 +52,15 @@ func (f serverFiles) load() (dbURL string, key *aip.SigningKey, tlsConfig *tls.C
 func loadTLS(certFile, keyFile string) (*tls.Config, error) {
 	certPEM, err := aip.ReadPublicFile(certFile, maxTLSFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file: %w", err)
+		return nil, settingError(fmt.Errorf("--tls-cert-file: %w", err))
 	}
 	keyPEM, err := aip.ReadSecretFile(keyFile, maxTLSFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-key-file: %w", err)
+		return nil, settingError(fmt.Errorf("--tls-key-file: %w", err))
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file %s and --tls-key-file %s: %w", certFile, keyFile, err)
+		return nil, settingError(fmt.Errorf("--tls-cert-file %s and --tls-key-file %s: %w", certFile, keyFile, err))
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -398,3 +398,84 @@ func TestBadOTLPSettingIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestUnusableFilesOfFlagsExitTwo: a file a flag names that cannot be used
+// (missing, readable by others, not a key, not a valid fleet file) is a
+// setting to fix, as aipfleet host reports it (exit status 2, the
+// operator guide's section 10): a supervisor that restarts the control
+// plane or the dispatcher cannot help until the file is fixed. Every such
+// error of the other commands exited 1, the status of a failure at run
+// time; a database that cannot be reached still does.
+func TestUnusableFilesOfFlagsExitTwo(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(dir, "signing.key")
+	if err := aip.WriteSeedFile(keyFile, key); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	// A database nothing listens at: a failure at run time.
+	dbURL := writeSecret(t, dir, "db.url", "postgres://aipfleet@127.0.0.1:1/none?connect_timeout=2")
+	loose := filepath.Join(dir, "loose.url")
+	if err := os.WriteFile(loose, []byte("postgres://aipfleet@127.0.0.1:1/none"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notAKey := writeSecret(t, dir, "not-a.key", "zz")
+	badFleet := filepath.Join(dir, "fleet.yaml")
+	if err := os.WriteFile(badFleet, []byte("format: aipfleet.fleet/v1\ntypes:\n  - id: bad\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A state directory for aipfleet dev under a directory others may
+	// write to: its key files cannot be trusted.
+	shared := filepath.Join(dir, "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	iss := "dev=" + key.DID()
+	loop := []string{"--allow-insecure-loopback-http", "--bind", "127.0.0.1:0"}
+	id := aip.NewActionID()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"control-plane", "--database-url-file", missing, "--signing-key-file", keyFile}, loop...), "--database-url-file: secret file " + missing + " does not exist"},
+		{append([]string{"control-plane", "--database-url-file", loose, "--signing-key-file", keyFile}, loop...), "--database-url-file: secret file " + loose + " is accessible by group or others"},
+		{append([]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", notAKey}, loop...), "--signing-key-file: "},
+		{[]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--bind", "127.0.0.1:0", "--tls-cert-file", missing, "--tls-key-file", keyFile}, "--tls-cert-file: "},
+		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", missing, "--issuer", iss}, loop...), "--signing-key-file: secret file " + missing + " does not exist"},
+		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--issuer", iss, "--replica-ca-file", missing}, loop...), "--replica-ca-file: "},
+		{[]string{"registry", "status", "--database-url-file", missing}, "--database-url-file: secret file " + missing + " does not exist"},
+		{[]string{"registry", "apply", "-f", missing, "--database-url-file", dbURL}, "-f: file " + missing + " does not exist"},
+		{[]string{"registry", "apply", "-f", badFleet, "--database-url-file", dbURL}, "fleet file " + badFleet + ": types[0] bad (line 3)"},
+		{[]string{"dev", "--fleet-file", badFleet, "--state-dir", filepath.Join(dir, "dev")}, "fleet file " + badFleet + ": types[0] bad (line 3)"},
+		{[]string{"dev", "--state-dir", filepath.Join(shared, "dev"), "--port-base", "47300"}, "chmod go-w " + shared},
+		{[]string{"token", "--issuer-key", missing, "--tenant", "acme"}, "--issuer-key: secret file " + missing + " does not exist"},
+		{[]string{"keygen", "--did-of", notAKey}, "--did-of: signing key file " + notAKey + ": invalid signing key"},
+		{[]string{"action", "get", id, "--url", "http://127.0.0.1:1", "--tenant", "acme", "--issuer-key", missing}, "--issuer-key: secret file " + missing + " does not exist"},
+		{[]string{"action", "send", "--url", "http://127.0.0.1:1", "--token", "t", "--capability", "echo.say", "--input-file", missing}, "--input-file: file " + missing + " does not exist"},
+		{[]string{"action", "get", id, "--url", "https://127.0.0.1:1", "--token", "t", "--ca-file", missing}, "--ca-file: file " + missing + " does not exist"},
+		{[]string{"action", "get", id, "--url", "https://127.0.0.1:1", "--token", "t", "--ca-file", badFleet}, "--ca-file " + badFleet + " holds no PEM certificate"},
+		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:1", "--issuer-key", missing}, "--issuer-key: secret file " + missing + " does not exist"},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want a usage error (exit status 2) containing %q", c.args, err, c.want)
+		}
+	}
+	// Files that can be used, and a database that does not answer: a
+	// failure at run time, exit status 1.
+	for _, args := range [][]string{
+		append([]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--acquire-timeout", "200ms"}, loop...),
+		{"registry", "status", "--database-url-file", dbURL, "--timeout", "2s"},
+	} {
+		_, _, err := runCLI(t, nil, args...)
+		var u *usageError
+		if err == nil || errors.As(err, &u) {
+			t.Errorf("%v: err = %v, want a run-time error (exit status 1)", args, err)
+		}
+	}
+}
