@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
@@ -52,7 +53,9 @@ the dispatcher's JSON answer); it exits 1 when the action did not complete.
 A cancel prints the same and exits 0 once the action is cancelled, 1 when it
 completed or failed before the cancel reached it, or the cancel was refused.
 Sending the same --action-id again returns the same action's result and
-never runs it twice.`,
+never runs it twice. A send whose outcome is open (its answer was lost,
+dispatch.outcome_unknown, dispatch.timeout, a pinned replica that could not
+be reached) says so and what to run: action get, or the same send again.`,
 		examples: []string{
 			`aipfleet action send --capability echo.say --input '{"message":"hi"}'   # against aipfleet dev`,
 			`aipfleet action send --tenant acme --issuer-key issuer.key --capability echo.say --input '{"message":"hi"}'`,
@@ -468,6 +471,32 @@ func (f *actionFlags) maybeRan(err error) error {
 		err, f.actionID, f.actionID, f.actionID)
 }
 
+// outcomeHint adds to err, the error of a send answered r, what to do when
+// r's error leaves the action's outcome open (docs/dispatch-api.md,
+// Retrying): the action may have run, or stays pinned to a replica that
+// could not be reached. The dispatcher's messages name its API ("GET
+// /aip/v1/actions/ID"), not the commands that ask, so a send answered
+// dispatch.outcome_unknown ended on "aipfleet: action ...:
+// dispatch.outcome_unknown" and left the reader to translate.
+func (f *actionFlags) outcomeHint(err error, r *dispatch.ActionResponse) error {
+	if err == nil || r.Error == nil {
+		return err
+	}
+	switch r.Error.Code {
+	case dispatch.CodeOutcomeUnknown, dispatch.CodeTimeout, dispatch.CodeInternal,
+		hostsdk.CodeStorageUnavailable, hostsdk.CodeActionInProgress:
+		return f.maybeRan(err)
+	case dispatch.CodeReplicaUnreachable:
+		if r.Error.Retryable == nil || !*r.Error.Retryable || r.Route == nil {
+			// Settled cancelled: nothing ran, and the summary says so.
+			return err
+		}
+		return fmt.Errorf("%w\naction %s stays pinned to replica %s, which could not be reached: send it again with --action-id %s once `aipfleet fleet status` shows that replica ready (it never runs twice); `aipfleet action get %s` shows its state",
+			err, f.actionID, printable(r.Route.ReplicaID), f.actionID, f.actionID)
+	}
+	return err
+}
+
 // dispatcherDownError is a request nothing at --url accepted: it was
 // never received.
 type dispatcherDownError struct {
@@ -524,7 +553,7 @@ func (f *actionFlags) readStream(body io.Reader, e *env) error {
 	if !f.jsonOut {
 		printSummary(e.stdout, final, true)
 	}
-	return f.capabilityHint(actionErr(final), final.Error)
+	return f.outcomeHint(f.capabilityHint(actionErr(final), final.Error), final)
 }
 
 // printAction prints the dispatcher's answer to a send (send true) or a
@@ -569,7 +598,11 @@ func (f *actionFlags) printAction(resp *http.Response, e *env, id string, send b
 	} else {
 		printSummary(e.stdout, &ar, send)
 	}
-	return f.capabilityHint(judge(&ar), ar.Error)
+	err = f.capabilityHint(judge(&ar), ar.Error)
+	if send {
+		err = f.outcomeHint(err, &ar)
+	}
+	return err
 }
 
 func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id string, e *env) error {

@@ -982,3 +982,65 @@ func TestActionNotFoundSaysItMayNeverHaveRun(t *testing.T) {
 		}
 	}
 }
+
+// TestActionSendOutcomeOpenSaysWhatToRun: a send the dispatcher answered
+// with an open outcome printed the dispatcher's advice in its API's terms
+// ("GET /aip/v1/actions/ID") and ended on "aipfleet: action ...:
+// dispatch.outcome_unknown". The error now names the commands: for an
+// action that may have run, action get and a send with the same
+// --action-id (as for an answer that was lost on the way); for one pinned
+// to a replica that could not be reached, fleet status to see it back.
+func TestActionSendOutcomeOpenSaysWhatToRun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req dispatch.ActionRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		w.Header().Set("Content-Type", "application/json")
+		route := &dispatch.RouteFacts{ReplicaID: "crepl_down", FenceToken: "route_y"}
+		var pe *aip.ProtocolError
+		switch req.CapabilityID {
+		case "unknown":
+			w.WriteHeader(http.StatusBadGateway)
+			pe = aip.NewProtocolError(dispatch.CodeOutcomeUnknown, aip.CategoryTransport, true, 0, "the connection was reset")
+		case "timeout":
+			w.WriteHeader(http.StatusGatewayTimeout)
+			pe = aip.NewProtocolError(dispatch.CodeTimeout, aip.CategoryTransport, true, 0, "no answer within 30s")
+		case "unreachable":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			pe = aip.NewProtocolError(dispatch.CodeReplicaUnreachable, aip.CategoryTransport, true, 1000, "no connection to replica crepl_down could be made")
+		case "refused":
+			// Nothing could be sent (settled cancelled): no hint.
+			w.WriteHeader(http.StatusBadGateway)
+			json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: req.ActionID, Route: route, Settlement: registry.SettlementCancelled,
+				Error: aip.NewProtocolError(dispatch.CodeReplicaUnreachable, aip.CategoryTransport, false, 0, "another transport")})
+			return
+		}
+		json.NewEncoder(w).Encode(dispatch.ActionResponse{ActionID: req.ActionID, Route: route, Settlement: "outcome_unknown", Error: pe})
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_TOKEN": "t"}
+	id := aip.NewActionID()
+	maybe := "action " + id + " may or may not have run: ask with `aipfleet action get " + id + "`, or send it again with --action-id " + id + " (it never runs twice)"
+	for _, c := range []struct {
+		capability string
+		want       string
+	}{
+		{"unknown", maybe},
+		{"timeout", maybe},
+		{"unreachable", "action " + id + " stays pinned to replica crepl_down, which could not be reached: send it again with --action-id " + id + " once `aipfleet fleet status` shows that replica ready"},
+		{"refused", ""},
+	} {
+		_, _, err := runCLI(t, env, "action", "send", "--action-id", id, "--capability", c.capability, "--input", "{}")
+		if err == nil {
+			t.Fatalf("%s: no error", c.capability)
+		}
+		if c.want == "" {
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("%s: err = %q, want no hint (nothing ran)", c.capability, err)
+			}
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err =\n%v\nwant it to contain\n%s", c.capability, err, c.want)
+		}
+	}
+}
