@@ -491,7 +491,7 @@ func (f *actionFlags) outcomeHint(err error, r *dispatch.ActionResponse) error {
 			// Settled cancelled: nothing ran, and the summary says so.
 			return err
 		}
-		return fmt.Errorf("%w\naction %s stays pinned to replica %s, which could not be reached: send it again with --action-id %s once `aipfleet fleet status` shows that replica ready (it never runs twice); `aipfleet action get %s` shows its state",
+		return fmt.Errorf("%w\naction %s stays pinned to replica %s, which could not be reached: send it again with --action-id %s once that replica answers again (its host started again on its own journal), and it runs at most once; `aipfleet action get %s` shows its journal state once it does",
 			err, f.actionID, printable(r.Route.ReplicaID), f.actionID, f.actionID)
 	}
 	return err
@@ -643,7 +643,7 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 			msg = printable(st.Replica.Error.Code) + ": " + printableLines(st.Replica.Error.Message)
 		}
 		fmt.Fprintf(e.stdout, "replica: unreachable (%s); its journal was not read, nothing is assumed\n", msg)
-		fmt.Fprintf(e.stdout, "next:    the action stays pinned to %s (it is not moved, and never runs twice): once that replica answers again (`aipfleet fleet status` shows it ready; a crashed one is started again on its own journal), run this get again, or send the action again with --action-id %s%s\n",
+		fmt.Fprintf(e.stdout, "next:    the action stays pinned to %s (it is not moved, and never runs twice): once that replica answers again (its host started again on its own journal; `aipfleet fleet status` lists a replica that crashed as ready until its lease runs out), run this get again, or send the action again with --action-id %s%s\n",
 			printable(st.Route.ReplicaID), printable(st.ActionID), f.sameFlags())
 		return nil
 	}

@@ -929,7 +929,7 @@ func TestActionGetUnreachableSaysWhatToDo(t *testing.T) {
 	for _, want := range []string{
 		"replica: unreachable (dispatch.replica_unreachable: ",
 		"the action stays pinned to crepl_down (it is not moved, and never runs twice)",
-		"`aipfleet fleet status` shows it ready",
+		"once that replica answers again (its host started again on its own journal; `aipfleet fleet status` lists a replica that crashed as ready until its lease runs out), run this get again",
 		"send the action again with --action-id " + id + " (with the same --url)",
 	} {
 		if !strings.Contains(out, want) {
@@ -989,7 +989,8 @@ func TestActionNotFoundSaysItMayNeverHaveRun(t *testing.T) {
 // dispatch.outcome_unknown". The error now names the commands: for an
 // action that may have run, action get and a send with the same
 // --action-id (as for an answer that was lost on the way); for one pinned
-// to a replica that could not be reached, fleet status to see it back.
+// to a replica that could not be reached, to send it again once that
+// replica answers.
 func TestActionSendOutcomeOpenSaysWhatToRun(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req dispatch.ActionRequest
@@ -1026,7 +1027,7 @@ func TestActionSendOutcomeOpenSaysWhatToRun(t *testing.T) {
 	}{
 		{"unknown", maybe},
 		{"timeout", maybe},
-		{"unreachable", "action " + id + " stays pinned to replica crepl_down, which could not be reached: send it again with --action-id " + id + " once `aipfleet fleet status` shows that replica ready"},
+		{"unreachable", "action " + id + " stays pinned to replica crepl_down, which could not be reached: send it again with --action-id " + id + " once that replica answers again"},
 		{"refused", ""},
 	} {
 		_, _, err := runCLI(t, env, "action", "send", "--action-id", id, "--capability", c.capability, "--input", "{}")
