@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -61,11 +59,16 @@ type Connector struct {
 	outageBudget time.Duration
 	backoffCap   time.Duration
 	logger       *slog.Logger
+	// health is each crew's last health check: a crew that failed it
+	// has its actions refused without being sent, and the others are
+	// served.
+	health *provider.Targets
 }
 
 func newConnector(crews []*crew, poll time.Duration, logger *slog.Logger) *Connector {
 	c := &Connector{crews: make(map[string]*crew, len(crews)), order: crews, poll: poll,
-		outageBudget: DefaultOutageBudget, backoffCap: provider.DefaultBackoffCap, logger: logger}
+		outageBudget: DefaultOutageBudget, backoffCap: provider.DefaultBackoffCap, logger: logger,
+		health: provider.NewTargets("crew", logger)}
 	for _, cr := range crews {
 		c.crews[cr.id] = cr
 	}
@@ -183,6 +186,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	if !ok {
 		return nil, aip.NewProtocolError("crewai.unknown_capability", aip.CategoryPermanent, false, 0,
 			"no configured crew serves capability "+call.Action.CapabilityID)
+	}
+	if res, refused := c.health.Refusal(call.Action.ID, cr.id); refused {
+		return res, nil
 	}
 	switch op {
 	case opInputs:
@@ -523,20 +529,27 @@ func (c *Connector) resume(ctx context.Context, call *hostsdk.Call, cr *crew) (*
 	return call.Complete(map[string]any{"kickoff_id": in.KickoffID, "status": out.Status, "message": out.Message})
 }
 
+// healthCheckLimit is how many crews CheckHealth reads at once: the
+// most crews one host serves (hostsdk.MaxCapabilities/CapabilitiesPerCrew,
+// 128) in four rounds within the host's default 2 s probe.
+const healthCheckLimit = 32
+
 // CheckHealth implements hostsdk.HealthChecker: GET /inputs of every
-// crew (a cheap authenticated read), a few at a time.
+// crew (a cheap authenticated read), healthCheckLimit at a time. The
+// replica is ready while at least one crew passes: a crew that fails (a
+// rotated token, a deleted deployment, no answer) is logged and its
+// actions fail without being sent (Handle) until a later check passes,
+// rather than one crew's failure taking every crew of the replica
+// offline.
 func (c *Connector) CheckHealth(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for _, cr := range c.order {
-		g.Go(func() error {
-			if _, err := readInputs(ctx, cr); err != nil {
-				return fmt.Errorf("crew %s: %w", cr.id, err)
-			}
-			return nil
-		})
+	ids := make([]string, len(c.order))
+	for i, cr := range c.order {
+		ids[i] = cr.id
 	}
-	return g.Wait()
+	return c.health.Check(ctx, ids, healthCheckLimit, func(ctx context.Context, id string) error {
+		_, err := readInputs(ctx, c.crews[id])
+		return err
+	})
 }
 
 // Reconcile implements hostsdk.Reconciler. A run a crash left running

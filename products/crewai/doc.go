@@ -91,6 +91,23 @@
 // outcome_unknown (the kickoff may have reached AMP), as is an interrupted
 // resume; an interrupted read fails with crewai.interrupted, retryable.
 //
+// # Health
+//
+// CheckHealth (HealthChecker) sends GET /inputs, a cheap authenticated
+// read, to every crew, 32 at a time. The replica is not ready only when
+// every crew fails: one crew's rotated token or deleted deployment does
+// not take the other crews offline. A crew that fails while others pass is
+// logged (provider.Targets: at warn when it starts failing, again every 10
+// minutes, at info when it passes again), and its actions fail at once
+// without a request to AMP, naming the crew and its check's failure,
+// classified as that failure (provider.unauthorized, not retryable, for a
+// refused token; provider.unavailable, retryable, for no answer or a 5xx),
+// until a later check passes. The wait of a run already kicked off and
+// Reconcile still read its status. A crew that does not answer fails its
+// own check at three quarters of the probe's time, so the host still gets
+// the others' outcome in time; a crew whose read could not start by then
+// keeps its last outcome.
+//
 // # Settings
 //
 //	--crewai-crews-file / AIP_CREWAI_CREWS_FILE (required): a JSON array of

@@ -50,6 +50,9 @@ type mockAMP struct {
 	// statusFails ones with this error status (401, 404).
 	statusStatus int
 	inputsStatus int // answer GET /inputs with this error status
+	// inputsHang makes GET /inputs answer nothing until the client gives
+	// up (a crew whose deployment does not answer).
+	inputsHang   bool
 	resumeStatus int // answer POST /resume with this error status
 	polled       chan string
 	// Records.
@@ -130,8 +133,12 @@ func (m *mockAMP) authenticate(next http.Handler) http.Handler {
 func (m *mockAMP) inputs(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.inputsCalls++
-	status := m.inputsStatus
+	status, hang := m.inputsStatus, m.inputsHang
 	m.mu.Unlock()
+	if hang {
+		<-r.Context().Done()
+		return
+	}
 	if status != 0 {
 		writeJSON(w, status, errorBody(status))
 		return

@@ -110,6 +110,9 @@ func (c *Connector) HandleStream(ctx context.Context, call *hostsdk.Call, chunks
 	if err != nil {
 		return nil, err
 	}
+	if res, refused := c.health.Refusal(call.Action.ID, ep.id); refused {
+		return res, nil
+	}
 	switch op.name {
 	case OpChat:
 	case OpRunEvents:

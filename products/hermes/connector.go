@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -41,6 +40,10 @@ type Connector struct {
 	// provider.DefaultBackoffCap; tests shorten them).
 	outageBudget time.Duration
 	backoffCap   time.Duration
+	// health is each endpoint's last health check: an endpoint that
+	// failed it has its actions refused without being sent, and the
+	// others are served.
+	health *provider.Targets
 }
 
 var (
@@ -96,16 +99,19 @@ func (c *Connector) resolve(capID string) (*endpoint, *operation, error) {
 // so it answered 200 to a key Hermes no longer accepts (a rotated
 // API_SERVER_KEY, a default key on a /p/<profile> prefix since July 2026)
 // while every action failed unauthorized.
+//
+// The replica is ready while at least one endpoint passes: an endpoint
+// that fails is logged and its actions fail without being sent (Handle,
+// HandleStream) until a later check passes, rather than one endpoint's
+// failure taking every endpoint of the replica offline.
 func (c *Connector) CheckHealth(ctx context.Context) error {
-	errs := make([]error, len(c.endpoints))
-	var wg sync.WaitGroup
+	ids := make([]string, len(c.endpoints))
 	for i, ep := range c.endpoints {
-		wg.Go(func() {
-			errs[i] = ep.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/v1/models"}, nil)
-		})
+		ids[i] = ep.id
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return c.health.Check(ctx, ids, 0, func(ctx context.Context, id string) error {
+		return c.byID[id].client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/v1/models"}, nil)
+	})
 }
 
 // headers are the headers of a provider request for call.
@@ -118,6 +124,9 @@ func (c *Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Action
 	ep, op, err := c.resolve(call.Action.CapabilityID)
 	if err != nil {
 		return nil, err
+	}
+	if res, refused := c.health.Refusal(call.Action.ID, ep.id); refused {
+		return res, nil
 	}
 	if op.name == OpChat {
 		in, err := decode[chatRequest](call)

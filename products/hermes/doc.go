@@ -169,9 +169,18 @@
 //
 // Every request carries X-AIP-Correlation-Id (the action ID) and, when the
 // endpoint has a key, Authorization: Bearer <key>. CheckHealth (HealthChecker)
-// sends GET /v1/models to every endpoint: an authenticated read, so a key
-// the server no longer accepts makes the replica not ready (the public GET
-// /health would still answer 200).
+// sends GET /v1/models to every endpoint at once: an authenticated read, so
+// a key the server no longer accepts fails the endpoint's check (the public
+// GET /health would still answer 200). The replica is not ready only when
+// every endpoint fails. An endpoint that fails while others pass is logged
+// (provider.Targets: at warn when it starts failing, again every 10
+// minutes, at info when it passes again), and its actions, streaming ones
+// too, fail at once without a request to it, naming the endpoint and its
+// check's failure, classified as that failure (provider.unauthorized, not
+// retryable, for a refused key; provider.unavailable, retryable, for no
+// answer or a 5xx), until a later check passes. A stop (Cancel) and
+// Reconcile are still sent to it. An endpoint that does not answer fails
+// its own check at three quarters of the probe's time.
 //
 // # Settings
 //

@@ -872,7 +872,9 @@ func TestInputRejected(t *testing.T) {
 
 // TestCheckHealth: the probe reads an authenticated route, so a key the
 // server no longer accepts (the page's public GET /health would still
-// answer 200) makes the replica not ready.
+// answer 200) fails the endpoint's check. The replica stays ready while
+// another endpoint passes; only every endpoint failing fails the check,
+// naming each.
 func TestCheckHealth(t *testing.T) {
 	main, alice := newMockHermes(t, keyMain, ""), newMockHermes(t, keyAlice, "")
 	conn, err := New(Config{EndpointsFile: endpointsFile(t, main.srv.URL, alice.srv.URL)})
@@ -885,15 +887,70 @@ func TestCheckHealth(t *testing.T) {
 	alice.mu.Lock()
 	alice.key = "rotated"
 	alice.mu.Unlock()
+	if err := conn.CheckHealth(hostsdktest.Context(t)); err != nil {
+		t.Fatalf("one endpoint of two failing: %v", err)
+	}
+	main.mu.Lock()
+	main.key = "rotated"
+	main.mu.Unlock()
 	err = conn.CheckHealth(hostsdktest.Context(t))
-	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "alice") || strings.Contains(err.Error(), keyAlice) {
-		t.Fatalf("wrong key: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "endpoint alice") ||
+		!strings.Contains(err.Error(), "endpoint main") || strings.Contains(err.Error(), keyAlice) {
+		t.Fatalf("every key wrong: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := conn.CheckHealth(ctx); err == nil {
 		t.Fatal("a cancelled probe succeeded")
 	}
+}
+
+// TestOneEndpointFailingKeepsTheReplicaReady: an endpoint whose key was
+// rotated does not make the replica not ready (which would take every
+// endpoint offline): the host starts and serves the other endpoint, and
+// the failing endpoint's actions — streaming ones too — fail at once,
+// naming it and its check's failure, without a request to it.
+func TestOneEndpointFailingKeepsTheReplicaReady(t *testing.T) {
+	main, alice := newMockHermes(t, keyMain, ""), newMockHermes(t, keyAlice, "/p/alice")
+	alice.mu.Lock()
+	alice.key = "rotated"
+	alice.mu.Unlock()
+	conn, err := New(Config{EndpointsFile: endpointsFile(t, main.srv.URL, alice.srv.URL+"/p/alice/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := hostsdktest.Start(t, conn, nil)
+	if !f.Host.Ready() {
+		t.Fatal("the replica is not ready with one endpoint of two failing its check")
+	}
+	completed(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x"}`)))
+
+	stream := hostsdktest.NewAction("cap:hermes_agent:alice:chat", `{"messages":[{"role":"user","content":"Hi"}]}`)
+	stream.Mode = aip.ModeStreaming
+	for _, a := range []*aip.Action{hostsdktest.NewAction("cap:hermes_agent:alice:run_start", `{"input":"x"}`), stream} {
+		resp := f.Act(t, a)
+		failedWith(t, resp, provider.CodeUnauthorized, false)
+		res, _ := resp.Result()
+		for _, want := range []string{"endpoint alice", "not sent", "nothing ran", "401"} {
+			if !strings.Contains(res.Error.Message, want) {
+				t.Errorf("%s: message %q does not say %q", a.CapabilityID, res.Error.Message, want)
+			}
+		}
+		if strings.Contains(res.Error.Message, keyAlice) {
+			t.Errorf("the message carries the key: %q", res.Error.Message)
+		}
+		if got := alice.of(a.ID); len(got) != 0 {
+			t.Errorf("%s: requests sent to the endpoint that failed its check: %+v", a.CapabilityID, got)
+		}
+	}
+
+	alice.mu.Lock()
+	alice.key = keyAlice
+	alice.mu.Unlock()
+	if err := conn.CheckHealth(hostsdktest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	completed(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:alice:run_start", `{"input":"x"}`)))
 }
 
 func TestNewErrors(t *testing.T) {

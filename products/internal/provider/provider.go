@@ -27,6 +27,10 @@
 // the host journals and never runs again; a mutation the provider refused
 // with a 4xx, or a 501 (it does not offer the operation), is a failed
 // result.
+//
+// Targets keeps the health of the several targets (crews, endpoints) an
+// adapter fronts, so that one failing its check refuses its own actions
+// rather than taking the whole replica out.
 package provider
 
 import (

@@ -1,0 +1,166 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aipfleet/aipfleet/aip"
+)
+
+// syncBuffer is a log sink for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// take returns what was logged since the last take.
+func (s *syncBuffer) take() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.b.String()
+	s.b.Reset()
+	return out
+}
+
+// TestTargetsLogRateLimited: a target failing at every probe is logged
+// when it starts failing, when its failure changes (at most every
+// TargetLogMinGap) and every TargetLogRepeat, not at every probe; its
+// recovery is logged once.
+func TestTargetsLogRateLimited(t *testing.T) {
+	var logs syncBuffer
+	tg := NewTargets("crew", slog.New(slog.NewTextHandler(&logs, nil)))
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tg.now = func() time.Time { return now }
+	failing := map[string]error{}
+	check := func(_ context.Context, id string) error { return failing[id] }
+	ids := []string{"a", "b"}
+	probe := func() {
+		t.Helper()
+		if err := tg.Check(context.Background(), ids, 0, check); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unauthorized := &Error{Product: "crewai", Method: "GET", Path: "/inputs", Status: http.StatusUnauthorized, Message: "bad token"}
+	failing["b"] = unauthorized
+	probe()
+	if got := logs.take(); strings.Count(got, "failed its health check") != 1 || !strings.Contains(got, "crew=b") {
+		t.Fatalf("first failure logged %q", got)
+	}
+	for range 20 { // 20 probes, 10 s apart
+		now = now.Add(10 * time.Second)
+		probe()
+	}
+	if got := logs.take(); got != "" {
+		t.Fatalf("the same failure again within %s logged %q", TargetLogRepeat, got)
+	}
+	failing["b"] = &Error{Product: "crewai", Method: "GET", Path: "/inputs", Status: http.StatusForbidden, Message: "forbidden"}
+	now = now.Add(10 * time.Second)
+	probe()
+	if got := logs.take(); !strings.Contains(got, "403") {
+		t.Fatalf("a changed failure logged %q", got)
+	}
+	failing["b"] = unauthorized
+	now = now.Add(10 * time.Second)
+	probe()
+	if got := logs.take(); got != "" {
+		t.Fatalf("a failure changing again within %s logged %q", TargetLogMinGap, got)
+	}
+	now = now.Add(TargetLogRepeat)
+	probe()
+	if got := logs.take(); strings.Count(got, "failed its health check") != 1 {
+		t.Fatalf("a failure lasting %s logged %q", TargetLogRepeat, got)
+	}
+	delete(failing, "b")
+	probe()
+	probe()
+	if got := logs.take(); strings.Count(got, "passed its health check again") != 1 {
+		t.Fatalf("recovery logged %q", got)
+	}
+	if _, refused := tg.Refusal("act-1", "b"); refused {
+		t.Fatal("a target that passed again is refused")
+	}
+}
+
+// TestTargetsRefusal: a target that failed its last check refuses its
+// actions classified as its failure was; an abandoned probe records
+// nothing; every target failing fails the check.
+func TestTargetsRefusal(t *testing.T) {
+	tg := NewTargets("endpoint", nil)
+	failing := map[string]error{
+		"a": &Error{Product: "hermes", Method: "GET", Path: "/v1/models", Status: http.StatusServiceUnavailable, RetryAfter: 2 * time.Second},
+		"b": errors.New("boom"),
+	}
+	check := func(_ context.Context, id string) error { return failing[id] }
+	if err := tg.Check(context.Background(), []string{"a", "b", "c"}, 1, check); err != nil {
+		t.Fatal(err)
+	}
+	res, refused := tg.Refusal("act-1", "a")
+	if !refused || res.Status != aip.ResultFailed || res.Error.Code != CodeUnavailable || !res.Error.IsRetryable() ||
+		res.Error.RetryAfter() != 2*time.Second || !strings.HasPrefix(res.Error.Message, "endpoint a failed its last health check") {
+		t.Fatalf("refusal %+v %+v", res, res.Error)
+	}
+	if res, _ := tg.Refusal("act-2", "b"); res.Error.Code != CodeUnavailable || !strings.Contains(res.Error.Message, "boom") {
+		t.Fatalf("refusal %+v", res.Error)
+	}
+	if _, refused := tg.Refusal("act-3", "c"); refused {
+		t.Fatal("a healthy target refused")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := tg.Check(ctx, []string{"a", "b", "c"}, 0, func(ctx context.Context, _ string) error { return ctx.Err() }); err == nil {
+		t.Fatal("an abandoned check passed")
+	}
+	if _, refused := tg.Refusal("act-4", "c"); refused {
+		t.Fatal("an abandoned check recorded a failure")
+	}
+	failing["c"] = errors.New("down")
+	err := tg.Check(context.Background(), []string{"a", "b", "c"}, 0, check)
+	if err == nil || !strings.Contains(err.Error(), "every endpoint failed") || !strings.Contains(err.Error(), "endpoint c: down") {
+		t.Fatalf("every target failing: %v", err)
+	}
+}
+
+// TestTargetsDeadline: a target that does not answer fails its own check
+// before the probe's deadline, so Check returns in time with the others'
+// outcome; targets whose check could not start by then keep their last
+// outcome rather than being failed.
+func TestTargetsDeadline(t *testing.T) {
+	tg := NewTargets("crew", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	hang := func(ctx context.Context, id string) error {
+		if id == "slow" {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	// One at a time: "slow" holds the only slot until the share of the
+	// deadline passes, so "late" is never started.
+	err := tg.Check(ctx, []string{"fast", "slow", "late"}, 1, hang)
+	if err != nil {
+		t.Fatalf("one target not answering: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Check returned after the probe's deadline")
+	}
+	if tg.Failed("slow") == nil {
+		t.Error("the target that did not answer passed")
+	}
+	if err := tg.Failed("late"); err != nil {
+		t.Errorf("a target never checked failed: %v", err)
+	}
+}
