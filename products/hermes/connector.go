@@ -460,11 +460,7 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 				// The run goes on; the caller follows it with run_status.
 				return call.Complete(out)
 			}
-			// Cancelled: the Canceler asks Hermes to stop the run "at the
-			// next safe interruption point"; it may have completed, or
-			// acted, first. Never "cancelled".
-			return nil, fmt.Errorf("%w: %s: run %s was started; the wait for it was interrupted (%v), and the run may have completed or acted before a stop reached it; follow it with run_status",
-				hostsdk.ErrOutcomeUnknown, ep.client.Product(), started.RunID, ctx.Err())
+			return nil, waitCut(ctx, ep, started.RunID)
 		case <-t.C:
 		}
 		var run json.RawMessage
@@ -502,6 +498,25 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 		}
 		t.Reset(c.poll)
 	}
+}
+
+// waitCut is run_start's outcome when its wait for run runID ends by a
+// cancellation (not its timeout): outcome_unknown, never "cancelled", as
+// the run started and may have acted. The host cancels an action-scoped
+// cancel's context with a cause of its own and then calls the Canceler,
+// which sends Hermes a stop for the run; Hermes stops a run "at the next
+// safe interruption point", so it may have completed or acted first. The
+// host's shutdown (a drain whose timeout passed, a hard stop) cancels
+// the context without a cause and sends no stop: the run goes on on
+// Hermes, and the caller is told so, with the run ID to follow or stop.
+func waitCut(ctx context.Context, ep *endpoint, runID string) error {
+	cause := context.Cause(ctx)
+	if cause == ctx.Err() {
+		return fmt.Errorf("%w: %s: run %s was started and goes on: the wait for it ended because the host is shutting down, which sends Hermes no stop; follow the run with run_status, or stop it with run_stop (run_id %s)",
+			hostsdk.ErrOutcomeUnknown, ep.client.Product(), runID, runID)
+	}
+	return fmt.Errorf("%w: %s: run %s was started; the action was cancelled (%v), which sends Hermes a stop for the run, and Hermes stops a run at its next safe interruption point, so it may have completed or acted first; follow it with run_status (run_id %s), and send run_stop if it is still running",
+		hostsdk.ErrOutcomeUnknown, ep.client.Product(), runID, cause, runID)
 }
 
 // Cancel implements hostsdk.Canceler: a run_start action being cancelled

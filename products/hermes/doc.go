@@ -116,9 +116,12 @@
 // the last status seen (the run goes on; follow it with run_status).
 // Cancelling
 // a running run_start action (hostsdk.Canceler) stops its run with POST
-// /v1/runs/{run_id}/stop; a run_start interrupted while it waits ends
-// outcome_unknown naming the run (the run may have completed or acted
-// before the stop). chat and responses send the same scoped key as
+// /v1/runs/{run_id}/stop, and the action ends outcome_unknown naming the
+// run (Hermes stops it at its next safe interruption point, so it may have
+// completed or acted first). A run_start whose wait the host's shutdown
+// cuts (a drain whose timeout passed) also ends outcome_unknown, but no
+// stop is sent: the message says the run goes on and names its run_id, to
+// follow with run_status or stop with run_stop. chat and responses send the same scoped key as
 // Idempotency-Key too (the page lists it as accepted for deduplication).
 //
 // The adapter is a hostsdk.Reconciler. A run_start a restart interrupted

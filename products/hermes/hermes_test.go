@@ -640,8 +640,9 @@ func TestRunStartCancelStopsRun(t *testing.T) {
 	}
 	if r := <-done; r == nil {
 		t.Fatal("the action got no answer")
-	} else if pe := r.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, "run_abc123") {
-		t.Fatalf("action answered HTTP %d %s, want outcome_unknown naming the run", r.Status, r.Raw)
+	} else if pe := r.ProtocolError(); pe == nil || pe.Code != "connector_host.outcome_unknown" || !strings.Contains(pe.Message, "run_abc123") ||
+		!strings.Contains(pe.Message, "sends Hermes a stop") {
+		t.Fatalf("action answered HTTP %d %s, want outcome_unknown naming the run and the stop", r.Status, r.Raw)
 	}
 	if st, _, err := f.Dispatcher.Status(ctx, f.Target, a.ID, a.CapabilityID); err != nil || st.State != aip.StateOutcomeUnknown {
 		t.Fatalf("status %+v, %v", st, err)
@@ -654,6 +655,62 @@ func TestRunStartCancelStopsRun(t *testing.T) {
 	}
 	if len(stops) != 1 || stops[0].Header.Get("Authorization") != "Bearer "+keyMain {
 		t.Fatalf("stop requests %+v", stops)
+	}
+}
+
+// TestRunStartDrainSendsNoStop: a run_start whose wait the host's drain
+// cuts ends outcome_unknown with a message that is true: the host sent
+// no stop, so the run goes on, and the message names the run ID to
+// follow with run_status or stop with run_stop (it said "before a stop
+// reached it", and no stop was ever sent).
+func TestRunStartDrainSendsNoStop(t *testing.T) {
+	main, alice := newMockHermes(t, keyMain, ""), newMockHermes(t, keyAlice, "/p/alice")
+	conn, err := New(Config{EndpointsFile: endpointsFile(t, main.srv.URL, alice.srv.URL+"/p/alice/"),
+		PollInterval: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := hostsdktest.Start(t, conn, func(c *hostsdk.Config) {
+		c.DrainTimeout, c.DrainLinger = 200*time.Millisecond, 10*time.Millisecond
+	})
+	ctx := hostsdktest.Context(t)
+	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"long job","wait":true}`)
+	done := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := f.Dispatcher.Act(ctx, f.Target, a)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	select {
+	case <-main.polled:
+	case <-ctx.Done():
+		t.Fatal("run_start never polled its run")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- f.Host.Stop(ctx) }()
+	r := <-done
+	if r == nil {
+		t.Fatal("the action got no answer")
+	}
+	pe := r.ProtocolError()
+	if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+		t.Fatalf("action answered HTTP %d %s, want outcome_unknown", r.Status, r.Raw)
+	}
+	for _, want := range []string{"run_abc123", "goes on", "shutting down", "no stop", "run_status", "run_stop"} {
+		if !strings.Contains(pe.Message, want) {
+			t.Errorf("message %q does not say %q", pe.Message, want)
+		}
+	}
+	if strings.Contains(pe.Message, "stop reached") {
+		t.Errorf("message %q claims a stop that was never sent", pe.Message)
+	}
+	<-stopped
+	for _, req := range main.of(a.ID) {
+		if req.Method == "POST" && strings.HasSuffix(req.Path, "/stop") {
+			t.Fatalf("the drain sent a stop: %+v", req)
+		}
 	}
 }
 
