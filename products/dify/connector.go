@@ -57,6 +57,10 @@ type Connector struct {
 	datasets     map[string]*dataset
 	datasetOrder []string
 	caps         map[string]target
+	// appHealth and datasetHealth are each app's and knowledge base's
+	// last health check: one that failed it (its key revoked) has its
+	// actions refused without being sent, and the others are served.
+	appHealth, datasetHealth *provider.Targets
 	// tasks holds the Dify task of each running invocation (action ID →
 	// taskRef) from the first event on, before and besides its state
 	// record, so a cancel finds it even while the record is being written.
@@ -131,6 +135,9 @@ func (c *Connector) handle(ctx context.Context, call *hostsdk.Call, chunks *host
 	if !ok {
 		return nil, aip.NewProtocolError("dify.capability_unknown", aip.CategoryPermanent, false, 0,
 			"capability "+call.Action.CapabilityID+" is not configured on this connector")
+	}
+	if res, refused := c.refusal(call, t); refused {
+		return res, nil
 	}
 	switch {
 	case t.invoke:
@@ -238,17 +245,59 @@ func decodeInput(call *hostsdk.Call, v any) error {
 	return nil
 }
 
+// healthCheckLimit is how many of one kind of key (apps, knowledge bases)
+// CheckHealth checks at once against the one Dify server.
+const healthCheckLimit = 16
+
 // CheckHealth implements hostsdk.HealthChecker with the cheapest
-// authenticated read: the first app's info (GET /info), or, with
-// knowledge bases only, one page of one dataset (GET /datasets).
+// authenticated read for every key: each app's info (GET /info) and each
+// knowledge base's first dataset (GET /datasets?page=1&limit=1). The
+// replica is ready while at least one app or knowledge base passes: one
+// whose key was revoked is logged and its actions fail without being sent
+// (refusal) until a later check passes, rather than one key taking every
+// app of the replica offline.
 func (c *Connector) CheckHealth(ctx context.Context) error {
+	var appErr, datasetErr error
+	var wg sync.WaitGroup
 	if len(c.appOrder) > 0 {
-		_, err := c.apps[c.appOrder[0]].client.Do(ctx, provider.Request{Method: http.MethodGet, Path: "/info"})
-		return err
+		wg.Go(func() {
+			appErr = c.appHealth.Check(ctx, c.appOrder, healthCheckLimit, func(ctx context.Context, id string) error {
+				_, err := c.apps[id].client.Do(ctx, provider.Request{Method: http.MethodGet, Path: "/info"})
+				return err
+			})
+		})
 	}
-	_, err := c.datasets[c.datasetOrder[0]].client.Do(ctx, provider.Request{Method: http.MethodGet, Path: "/datasets",
-		Query: url.Values{"page": {"1"}, "limit": {"1"}}})
-	return err
+	if len(c.datasetOrder) > 0 {
+		wg.Go(func() {
+			datasetErr = c.datasetHealth.Check(ctx, c.datasetOrder, healthCheckLimit, func(ctx context.Context, id string) error {
+				_, err := c.datasets[id].client.Do(ctx, provider.Request{Method: http.MethodGet, Path: "/datasets",
+					Query: url.Values{"page": {"1"}, "limit": {"1"}}})
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	switch {
+	case len(c.appOrder) == 0:
+		return datasetErr
+	case len(c.datasetOrder) == 0:
+		return appErr
+	case appErr == nil || datasetErr == nil:
+		return nil
+	}
+	return errors.Join(appErr, datasetErr)
+}
+
+// refusal is the failed result of an action whose app or knowledge base
+// failed its last health check: it is not sent.
+func (c *Connector) refusal(call *hostsdk.Call, t target) (*aip.ActionResult, bool) {
+	if t.app != nil {
+		return c.appHealth.Refusal(call.Action.ID, t.app.ID)
+	}
+	if t.dataset != nil {
+		return c.datasetHealth.Refusal(call.Action.ID, t.dataset.ID)
+	}
+	return nil, false
 }
 
 // taskRef is the state record of a running invocation.

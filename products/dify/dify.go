@@ -175,7 +175,8 @@ func New(cfg Config) (*Connector, error) {
 	if cfg.AppsFile == "" && cfg.KnowledgeFile == "" {
 		return nil, fmt.Errorf("--%s and --%s are both unset; give at least one app or knowledge base", FlagAppsFile, FlagKnowledgeFile)
 	}
-	c := &Connector{cfg: cfg, base: base, apps: map[string]*app{}, datasets: map[string]*dataset{}}
+	c := &Connector{cfg: cfg, base: base, apps: map[string]*app{}, datasets: map[string]*dataset{},
+		appHealth: provider.NewTargets("app", cfg.Logger), datasetHealth: provider.NewTargets("knowledge base", cfg.Logger)}
 	newClient := func(key provider.Secret) (*provider.Client, error) {
 		return provider.New(provider.Config{
 			Product: "dify", BaseURL: base, MaxResponseBytes: cfg.MaxResponseBytes,

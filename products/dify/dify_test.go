@@ -638,20 +638,39 @@ func mustJSON(v any) []byte {
 	return b
 }
 
+// TestCheckHealth: every app's and knowledge base's key is checked with
+// its cheapest authenticated read; the check fails only when every one
+// fails.
 func TestCheckHealth(t *testing.T) {
 	f := newFixture(t, nil)
 	if err := f.conn.CheckHealth(hostsdktest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.mock.requests(http.MethodGet, "/info"); len(r) == 0 || r[len(r)-1].Auth != "Bearer app-chat-key" {
+	seen := map[string]bool{}
+	for _, r := range f.mock.requests(http.MethodGet, "/info") {
+		seen[r.Auth] = true
+	}
+	for _, a := range testApps {
+		if !seen["Bearer "+a.key] {
+			t.Errorf("app %s's key was not checked: %v", a.id, seen)
+		}
+	}
+	if r := f.mock.requests(http.MethodGet, "/datasets"); len(r) == 0 || r[0].Auth != "Bearer "+testDatasetKey || r[0].Query.Get("limit") != "1" {
 		t.Errorf("health requests %+v", r)
 	}
+	// Every app refused: the knowledge base still serves.
 	f.mock.handle("GET /info", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": 401, "code": "unauthorized", "message": "Access token is invalid"})
 	})
+	if err := f.conn.CheckHealth(hostsdktest.Context(t)); err != nil {
+		t.Errorf("every app refused, the knowledge base served: %v", err)
+	}
+	f.mock.revoke(testDatasetKey)
 	var pe *provider.Error
-	if err := f.conn.CheckHealth(hostsdktest.Context(t)); !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized || strings.Contains(err.Error(), "app-chat-key") {
-		t.Errorf("health with a bad key: %v", err)
+	err := f.conn.CheckHealth(hostsdktest.Context(t))
+	if !errors.As(err, &pe) || pe.Status != http.StatusUnauthorized || strings.Contains(err.Error(), "app-chat-key") ||
+		!strings.Contains(err.Error(), "app support") || !strings.Contains(err.Error(), "knowledge base "+testDataset) {
+		t.Errorf("health with every key refused: %v", err)
 	}
 
 	// Knowledge bases only: the dataset list.
@@ -661,6 +680,37 @@ func TestCheckHealth(t *testing.T) {
 	}
 	if r := g.mock.requests(http.MethodGet, "/datasets"); len(r) == 0 || r[0].Auth != "Bearer "+testDatasetKey || r[0].Query.Get("limit") != "1" {
 		t.Errorf("health requests %+v", r)
+	}
+}
+
+// TestOneAppFailingKeepsTheReplicaReady: an app whose key was revoked
+// (the first app, the only one the check read) does not make the replica
+// not ready, which would take every app offline: the host starts and
+// serves the others, and the app's actions fail at once, naming it,
+// without a request to Dify.
+func TestOneAppFailingKeepsTheReplicaReady(t *testing.T) {
+	f := newFixtureOn(t, nil, func(f *fixture, _ journal.Journal) { f.mock.revoke("app-chat-key") })
+	if !f.Host.Ready() {
+		t.Fatal("the replica is not ready with one app failing its check")
+	}
+	var out map[string]any
+	f.completed(t, hostsdktest.NewAction(AppCapability("flow", SuffixParameters), `{}`), &out)
+
+	a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`)
+	pe := f.failed(t, a)
+	if pe.Code != provider.CodeUnauthorized || pe.IsRetryable() {
+		t.Errorf("refusal %+v, want %s not retryable", pe, provider.CodeUnauthorized)
+	}
+	for _, want := range []string{"app support", "not sent", "nothing ran", "401"} {
+		if !strings.Contains(pe.Message, want) {
+			t.Errorf("message %q does not say %q", pe.Message, want)
+		}
+	}
+	if strings.Contains(pe.Message, "app-chat-key") {
+		t.Errorf("the message carries the key: %q", pe.Message)
+	}
+	if r := f.mock.requests(http.MethodPost, "/chat-messages"); len(r) != 0 {
+		t.Errorf("requests sent for the app that failed its check: %+v", r)
 	}
 }
 

@@ -313,8 +313,17 @@
 // files' own bound (1000 entries, the reference's) is therefore never
 // reached.
 // Every request carries "Authorization: Bearer <key>" of the app or
-// knowledge base its capability belongs to. CheckHealth reads the first
-// app's GET /info, or with knowledge bases only GET /datasets?limit=1.
+// knowledge base its capability belongs to. CheckHealth checks every key,
+// 16 of each kind at a time: each app's GET /info and each knowledge
+// base's GET /datasets?page=1&limit=1. The replica is not ready only when
+// every app and knowledge base fails. One that fails while others pass (a
+// revoked key) is logged (provider.Targets: at warn when it starts
+// failing, again every 10 minutes, at info when it passes again), and its
+// actions fail at once without a request to Dify, naming the app or
+// knowledge base and its check's failure, classified as that failure
+// (provider.unauthorized, not retryable, for a refused key;
+// provider.unavailable, retryable, for no answer or a 5xx), until a later
+// check passes. A stop (Cancel) and Reconcile are still sent.
 //
 // # Not covered
 //

@@ -79,6 +79,18 @@ type mockDify struct {
 	reqs []recorded
 	// override answers "METHOD /path" itself.
 	override map[string]http.HandlerFunc
+	// revoked are keys Dify no longer accepts (401 to every request).
+	revoked map[string]bool
+}
+
+// revoke makes Dify refuse key from now on.
+func (m *mockDify) revoke(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.revoked == nil {
+		m.revoked = map[string]bool{}
+	}
+	m.revoked[key] = true
 }
 
 func (m *mockDify) handle(key string, h http.HandlerFunc) {
@@ -124,7 +136,12 @@ func (m *mockDify) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.reqs = append(m.reqs, rec)
 	h := m.override[r.Method+" "+path]
+	revoked := m.revoked[strings.TrimPrefix(rec.Auth, "Bearer ")]
 	m.mu.Unlock()
+	if revoked {
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": 401, "code": "unauthorized", "message": "Access token is invalid"})
+		return
+	}
 	if h != nil {
 		h(w, r)
 		return
@@ -514,7 +531,7 @@ func testFiles(t testing.TB) (appsFile, knowledgeFile string) {
 
 // refusedBeforeSending checks that each action is refused 400
 // input_invalid and that nothing reached Dify but the host's health
-// probes.
+// probes (GET /info, GET /datasets?page=1&limit=1).
 func (f *fixture) refusedBeforeSending(t *testing.T, cases []*aip.Action) {
 	t.Helper()
 	for _, a := range cases {
@@ -523,9 +540,13 @@ func (f *fixture) refusedBeforeSending(t *testing.T, cases []*aip.Action) {
 			t.Errorf("%s %s: HTTP %d %s", a.CapabilityID, a.Input, resp.Status, resp.Raw)
 		}
 	}
-	for _, op := range f.checked.Served() {
-		if op != "GET /info" { // the host's health probes
-			t.Errorf("Dify was called: %v", op)
+	f.mock.mu.Lock()
+	defer f.mock.mu.Unlock()
+	for _, r := range f.mock.reqs {
+		probe := r.Method == http.MethodGet && (r.Path == "/info" ||
+			r.Path == "/datasets" && r.Query.Encode() == "limit=1&page=1")
+		if !probe {
+			t.Errorf("Dify was called: %s %s?%s", r.Method, r.Path, r.Query.Encode())
 		}
 	}
 }

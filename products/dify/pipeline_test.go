@@ -14,6 +14,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
@@ -388,13 +389,19 @@ func TestPipelineFileUpload(t *testing.T) {
 	// A second knowledge base with its own key: each one's upload goes
 	// with its own.
 	const otherDataset, otherKey = "5b6a2f1c-9d8e-4f7a-b3c2-1e0d9c8b7a6f", "dataset-key-2"
-	f := newFixture(t, func(c *Config) {
+	f := newFixtureOn(t, func(c *Config) {
 		dir := t.TempDir()
 		b, _ := json.Marshal([]map[string]any{
 			{"id": testDataset, "name": "Docs", "api_key_file": writeFile(t, dir, "k1.key", testDatasetKey, 0o600)},
 			{"id": otherDataset, "name": "Other", "api_key_file": writeFile(t, dir, "k2.key", otherKey, 0o600)},
 		})
 		c.KnowledgeFile = writeFile(t, dir, "knowledge.json", string(b), 0o644)
+	}, func(f *fixture, _ journal.Journal) {
+		// The mock serves only the test key; the other key's health
+		// probe is answered as a valid key's, so its actions are sent.
+		f.mock.handle("GET /datasets", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, docExample(t, f.mock.doc, "/datasets", "get", "200"))
+		})
 	})
 	pdf := []byte("%PDF-1.7\n" + strings.Repeat("y", 5000))
 	enc := base64.StdEncoding.EncodeToString(pdf)
