@@ -68,7 +68,7 @@ type Connector struct {
 func newConnector(crews []*crew, poll time.Duration, logger *slog.Logger) *Connector {
 	c := &Connector{crews: make(map[string]*crew, len(crews)), order: crews, poll: poll,
 		outageBudget: DefaultOutageBudget, backoffCap: provider.DefaultBackoffCap, logger: logger,
-		health: provider.NewTargets("crew", logger)}
+		health: provider.NewTargets("crew", "crew_id", logger)}
 	for _, cr := range crews {
 		c.crews[cr.id] = cr
 	}

@@ -176,7 +176,7 @@ func New(cfg Config) (*Connector, error) {
 		return nil, fmt.Errorf("--%s and --%s are both unset; give at least one app or knowledge base", FlagAppsFile, FlagKnowledgeFile)
 	}
 	c := &Connector{cfg: cfg, base: base, apps: map[string]*app{}, datasets: map[string]*dataset{},
-		appHealth: provider.NewTargets("app", cfg.Logger), datasetHealth: provider.NewTargets("knowledge base", cfg.Logger)}
+		appHealth: provider.NewTargets("app", "app_id", cfg.Logger), datasetHealth: provider.NewTargets("knowledge base", "dataset_id", cfg.Logger)}
 	newClient := func(key provider.Secret) (*provider.Client, error) {
 		return provider.New(provider.Config{
 			Product: "dify", BaseURL: base, MaxResponseBytes: cfg.MaxResponseBytes,

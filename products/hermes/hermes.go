@@ -154,7 +154,7 @@ func New(cfg Config) (*Connector, error) {
 		return nil, fmt.Errorf("%s: %d endpoints make %d capabilities (%d each), more than the %d a manifest may hold; list at most %d endpoints per host",
 			what, len(list), len(list)*len(operations), len(operations), hostsdk.MaxCapabilities, MaxEndpointsPerHost)
 	}
-	c := &Connector{log: cfg.Logger, poll: cfg.PollInterval, health: provider.NewTargets("endpoint", cfg.Logger),
+	c := &Connector{log: cfg.Logger, poll: cfg.PollInterval, health: provider.NewTargets("endpoint", "endpoint", cfg.Logger),
 		outageBudget: provider.DefaultOutageBudget, backoffCap: provider.DefaultBackoffCap}
 	c.byID = make(map[string]*endpoint, len(list))
 	for i, e := range list {

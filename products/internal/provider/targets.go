@@ -36,6 +36,7 @@ const (
 // passes again. A Targets is safe for concurrent use.
 type Targets struct {
 	kind   string // "crew", "endpoint": what the messages call a target
+	logKey string // the log attribute naming a target: "crew_id", "endpoint"
 	logger *slog.Logger
 	now    func() time.Time
 
@@ -51,13 +52,14 @@ type targetFailure struct {
 }
 
 // NewTargets returns the health of targets of a kind ("crew",
-// "endpoint"), logged to logger (nil: not logged). Every target is
-// healthy until a check fails it.
-func NewTargets(kind string, logger *slog.Logger) *Targets {
+// "endpoint"), logged to logger (nil: not logged) with the target's ID
+// under logKey ("crew_id", "endpoint"). Every target is healthy until a
+// check fails it.
+func NewTargets(kind, logKey string, logger *slog.Logger) *Targets {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Targets{kind: kind, logger: logger, now: time.Now, failed: map[string]*targetFailure{}}
+	return &Targets{kind: kind, logKey: logKey, logger: logger, now: time.Now, failed: map[string]*targetFailure{}}
 }
 
 // targetShare is the share of the probe's time a target's check may take:
@@ -143,7 +145,7 @@ func (t *Targets) record(id string, err error) {
 	if err == nil {
 		if f != nil {
 			delete(t.failed, id)
-			t.logger.Info(t.kind+" passed its health check again; its actions are sent to it", t.kind, id)
+			t.logger.Info(t.kind+" passed its health check again; its actions are sent to it", t.logKey, id)
 		}
 		return
 	}
@@ -157,7 +159,7 @@ func (t *Targets) record(id string, err error) {
 	if f.logged == "" || (text != f.logged && since >= TargetLogMinGap) || since >= TargetLogRepeat {
 		f.logged, f.loggedAt = text, now
 		t.logger.Warn(t.kind+" failed its health check; its actions fail without being sent to it until a check passes, the others are served",
-			t.kind, id, "error", err)
+			t.logKey, id, "error", err)
 	}
 }
 

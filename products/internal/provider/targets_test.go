@@ -41,7 +41,7 @@ func (s *syncBuffer) take() string {
 // recovery is logged once.
 func TestTargetsLogRateLimited(t *testing.T) {
 	var logs syncBuffer
-	tg := NewTargets("crew", slog.New(slog.NewTextHandler(&logs, nil)))
+	tg := NewTargets("crew", "crew_id", slog.New(slog.NewTextHandler(&logs, nil)))
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tg.now = func() time.Time { return now }
 	failing := map[string]error{}
@@ -56,7 +56,7 @@ func TestTargetsLogRateLimited(t *testing.T) {
 	unauthorized := &Error{Product: "crewai", Method: "GET", Path: "/inputs", Status: http.StatusUnauthorized, Message: "bad token"}
 	failing["b"] = unauthorized
 	probe()
-	if got := logs.take(); strings.Count(got, "failed its health check") != 1 || !strings.Contains(got, "crew=b") {
+	if got := logs.take(); strings.Count(got, "failed its health check") != 1 || !strings.Contains(got, "crew_id=b") {
 		t.Fatalf("first failure logged %q", got)
 	}
 	for range 20 { // 20 probes, 10 s apart
@@ -98,7 +98,7 @@ func TestTargetsLogRateLimited(t *testing.T) {
 // actions classified as its failure was; an abandoned probe records
 // nothing; every target failing fails the check.
 func TestTargetsRefusal(t *testing.T) {
-	tg := NewTargets("endpoint", nil)
+	tg := NewTargets("endpoint", "endpoint", nil)
 	failing := map[string]error{
 		"a": &Error{Product: "hermes", Method: "GET", Path: "/v1/models", Status: http.StatusServiceUnavailable, RetryAfter: 2 * time.Second},
 		"b": errors.New("boom"),
@@ -138,7 +138,7 @@ func TestTargetsRefusal(t *testing.T) {
 // outcome; targets whose check could not start by then keep their last
 // outcome rather than being failed.
 func TestTargetsDeadline(t *testing.T) {
-	tg := NewTargets("crew", nil)
+	tg := NewTargets("crew", "crew_id", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	hang := func(ctx context.Context, id string) error {
