@@ -413,7 +413,7 @@ func (h *Host) stepRegister(ctx context.Context) error {
 			sr = nil
 			continue
 		case !strings.HasPrefix(rej.Message, leaseLivePrefix):
-			return err
+			return h.settingRefusal(err, rej)
 		}
 		sr = nil
 		wait.answered()
@@ -436,6 +436,112 @@ func (h *Host) stepRegister(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// settingRefusal returns err, the signed rejection rej of the
+// registration, as an error that matches ErrSetting and says which of the
+// host's settings to fix when the control plane refused it because a
+// setting differs from what the fleet pre-provisioned for the replica:
+// the signing key (the control plane's signer check: "signer_did DID is
+// not the DID pre-provisioned for replica R"), the replica ID (not
+// pre-provisioned), the replica's fixed identity (the registry's identity
+// rule: instance, version, endpoint, trust domain, topology), or the
+// instance's tenant, configuration revision, secret-provider reference or
+// the version's artifact digest (the instance and digest rules). Starting
+// the host again with the same settings is refused the same way. Any
+// other rejection (a version not active, an instance disabled, a manifest
+// that is not the admitted one: the fleet's state or the connector) is
+// returned as it is.
+func (h *Host) settingRefusal(err error, rej *ControlRejectedError) error {
+	hint := registerSettingHint(rej.Message, h.key.DID(), &h.cfg)
+	if hint == "" {
+		return err
+	}
+	return &settingRefusedError{err: err, hint: hint}
+}
+
+// signingKeySetting names where the host's signing key comes from.
+func signingKeySetting(c *Config) string {
+	if c.SigningKey != nil {
+		return "Config.SigningKey"
+	}
+	return settingName("SigningSeedFile") + " " + c.SigningSeedFile
+}
+
+// registerSettingHint is what to fix for a registration refused with
+// message, "" when no setting of the host is at fault. The control plane
+// words its signer and pre-provisioning checks in full and the registry's
+// rules as "<rule>: <reason>", the reason naming the registration's field
+// first (registry.DecideLifecycle).
+func registerSettingHint(message, did string, c *Config) string {
+	if strings.HasPrefix(message, signerRulePrefix) && strings.Contains(message, signerRulePhrase) {
+		return fmt.Sprintf("this host presented the DID %s of its signing key (%s): the peer_did of replica %s in the fleet file must be that key's DID "+
+			"(`aipfleet keygen --did-of FILE` prints a key file's DID); start the host with the key file whose DID is that peer_did, or set the peer_did to %s and apply the fleet file again",
+			did, signingKeySetting(c), c.ReplicaID, did)
+	}
+	if strings.Contains(message, notProvisionedPhrase) || strings.HasPrefix(message, notProvisionedRulePrefix) {
+		return fmt.Sprintf("check that %s %s is the ID of a replica of the fleet file, and that the fleet file was applied", settingName("ReplicaID"), c.ReplicaID)
+	}
+	rule, reason, ok := strings.Cut(message, ": ")
+	if !ok {
+		return ""
+	}
+	field, _, _ := strings.Cut(reason, " ")
+	switch rule {
+	case identityRule:
+		if field == "peer" { // "peer principal KIND ID is not version V's manifest agent"
+			return "the connector's manifest agent is not the admitted version's: run the connector the version was admitted with"
+		}
+		if setting, ok := identitySettings[field]; ok {
+			if setting == "SigningSeedFile" {
+				return fmt.Sprintf("start the host with the signing key whose DID is the replica's peer_did (this host's is %s, from %s)", did, signingKeySetting(c))
+			}
+			return fmt.Sprintf("set %s to the value pre-provisioned for replica %s in the fleet file, or pre-provision a replica with this one", settingName(setting), c.ReplicaID)
+		}
+		return fmt.Sprintf("the host's %s is not the one pre-provisioned for replica %s in the fleet file", field, c.ReplicaID)
+	case instanceRule, digestRule:
+		if setting, ok := instanceSettings[field]; ok {
+			return fmt.Sprintf("set %s to the value the fleet file gives the replica's instance and version", settingName(setting))
+		}
+	}
+	return ""
+}
+
+// The wording of the rejections registerSettingHint reads: the control
+// plane's signer and pre-provisioning checks (controlplane.Service, whose
+// words hostsdktest's control plane repeats), and the registry's rules
+// (registry.RuleIdentity, RuleInstance, RuleDigest, RuleNotProvisioned)
+// that start the message of a registration they refuse.
+const (
+	signerRulePrefix         = "signer_did "
+	signerRulePhrase         = " is not the DID pre-provisioned for replica "
+	notProvisionedPhrase     = "is not pre-provisioned; an operator must create it"
+	notProvisionedRulePrefix = "not_provisioned: "
+	identityRule             = "identity"
+	instanceRule             = "instance"
+	digestRule               = "digest"
+)
+
+// identitySettings maps the fields of the registry's identity rule to the
+// Config field of the setting that gives them.
+var identitySettings = map[string]string{
+	"replica.instance_id":             "InstanceID",
+	"replica.version_id":              "VersionID",
+	"replica.endpoint":                "PublicEndpoint",
+	"replica.peer_did":                "SigningSeedFile",
+	"replica.trust_domain":            "TrustDomain",
+	"replica.topology.region":         "Region",
+	"replica.topology.zone":           "Zone",
+	"replica.topology.capacity_class": "CapacityClass",
+}
+
+// instanceSettings maps the fields of the registry's instance and digest
+// rules that a setting of the host gives to its Config field.
+var instanceSettings = map[string]string{
+	"tenant_id":           "TenantID",
+	"config_revision":     "ConfigRevision",
+	"secret_provider_ref": "SecretProviderRef",
+	"artifact_digest":     "ArtifactDigest",
 }
 
 // leaseLivePrefix starts the message of a registration the registry refused

@@ -80,6 +80,12 @@ type RecoverError struct{ Err error }
 type ProbeError struct{ Err error }
 
 // RegisterError: step 8, the signed registration failed or was rejected.
+// A rejection because a setting of the host differs from what the fleet
+// pre-provisioned for the replica (its signing key's DID is not the
+// replica's peer_did, a replica ID not pre-provisioned, another instance,
+// version, endpoint, trust domain, topology, tenant, configuration
+// revision, secret-provider reference or artifact digest) matches
+// ErrSetting, and its text ends with the setting to fix.
 type RegisterError struct{ Err error }
 
 // ApplyLeaseError: step 9, the returned lease could not be applied.
@@ -172,6 +178,18 @@ type ControlRejectedError struct {
 func (e *ControlRejectedError) Error() string {
 	return fmt.Sprintf("hostsdk: lifecycle %s rejected: %s: %s", e.Operation, e.Code, e.Message)
 }
+
+// settingRefusedError is a registration the control plane refused
+// because a setting of the host differs from what the fleet
+// pre-provisioned (Host.settingRefusal): it matches ErrSetting, so the
+// program exits 2, and its text ends with what to fix.
+type settingRefusedError struct {
+	err  error // the *ControlRejectedError
+	hint string
+}
+
+func (e *settingRefusedError) Error() string   { return e.err.Error() + "; " + e.hint }
+func (e *settingRefusedError) Unwrap() []error { return []error{e.err, ErrSetting} }
 
 // ShutdownError joins the failures of a shutdown; each part names its step
 // ("HTTP server", "heartbeat worker", "registry drain", "registry offline

@@ -126,7 +126,9 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 	// The exit status follows hostrun.ExitCode's rule, as aip-host's and
 	// aip-sidecar's: a setting to change, or a file a setting names
 	// (hostsdk.ErrSetting: New's *ConfigError, bootstrap step 1's
-	// *ValidateError), exits 2; a failure at run time 1.
+	// *ValidateError, a registration refused because a setting is not
+	// what the fleet pre-provisioned, such as the signing key), exits 2; a
+	// failure at run time 1.
 	if errors.Is(err, hostsdk.ErrSetting) {
 		return usagef("host: %v (run `aipfleet host --help`)", err)
 	}

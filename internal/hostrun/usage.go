@@ -49,10 +49,17 @@ func (e *settingError) Unwrap() []error { return []error{e.err, hostsdk.ErrSetti
 //     --signing-seed-file others can read, a --database-url-file
 //     JournalOpener cannot use, an OTEL_EXPORTER_OTLP_* value
 //     TracerProvider refuses, a *sidecar.ConfigError such as an empty
-//     --local-url, Settingf);
+//     --local-url, Settingf, a registration the control plane refused
+//     because a setting differs from what the fleet pre-provisioned for
+//     the replica: a --signing-seed-file whose DID is not the replica's
+//     peer_did, a --replica-id not pre-provisioned, another instance,
+//     version, endpoint, trust domain, topology, tenant, configuration
+//     revision, secret-provider reference or artifact digest);
 //   - 1 for a failure at run time: a later bootstrap step (the journal's
-//     database, the connector's discovery or health, the registration),
-//     a drain that was not clean.
+//     database, the connector's discovery or health, a registration not
+//     answered or refused for another reason: a version not active, an
+//     instance disabled, a manifest not the admitted one), a drain that
+//     was not clean.
 func ExitCode(err error) int {
 	var usage *UsageError
 	switch {
