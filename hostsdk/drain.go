@@ -44,7 +44,9 @@ import (
 //     it granted last is valid, so the listener stays up, refusing them
 //     so, until that lease has expired (plus a second's margin and the
 //     linger) or a renewal's replay of the drain is accepted, and at most
-//     DrainTimeout after the drain step (holdListener); from here until
+//     DrainTimeout after the drain step and after the drain began (or two
+//     lifecycle timeouts, when longer: the unanswered window, which the
+//     drain step's requests are part of; holdListener); from here until
 //     the offline transition the draining lease is renewed each heartbeat
 //     interval (renewDrain);
 //  6. after that (or DrainTimeout) and the linger, the actions still being
@@ -65,7 +67,14 @@ import (
 //     the event delivery loop (Config.EventEndpoint), which kept
 //     delivering the outbox through the drain, makes one last pass over
 //     the due batches (bounded by ControlTimeout) and stops;
-//  9. the signed offline transition is sent;
+//  9. the signed offline transition is sent; when the control plane
+//     answered neither the drain nor a renewal's replay of it (stopped,
+//     hung, unreachable), only within what is left of the unanswered
+//     window (DrainTimeout after the drain began, or two lifecycle
+//     timeouts when longer), and not at all once it has passed: the
+//     replica's lease runs out by itself, and the whole shutdown's
+//     lifecycle requests stay within that window, as
+//     docs/operator-guide.md says;
 //  10. the result is nil only when actions, server, heartbeat, drain and
 //     offline (and the event source and delivery loop) were all clean;
 //     otherwise a *ShutdownError joins every failure.
@@ -100,12 +109,13 @@ func (h *Host) shutdown() error {
 	h.controlMu.Lock()
 	dctx, dcancel := context.WithTimeout(ctx, lifecycleStepBudget*h.cfg.ControlTimeout)
 	h.settlePendingRegister(dctx)
-	drained, drainFailed := false, false
+	drained, drainFailed, drainUnanswered := false, false, false
 	if seq, exp := h.lease.get(); !exp.After(h.cfg.Now()) {
 		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
 	} else if err := h.transition(dctx, aip.OpDrain); err != nil {
 		fail("registry drain", err)
 		drainFailed = true
+		drainUnanswered = errors.Is(err, ErrControlUnavailable)
 		// Its outcome unknown, the drain is replayed at each renewal: the
 		// registry may hold the replica draining with a lease to renew,
 		// or still ready (routing actions here) until the drain gets
@@ -138,8 +148,13 @@ func (h *Host) shutdown() error {
 	}
 	// The linger, and the hold while the registry may still route actions
 	// here (a drain that did not get through), end at wctx's deadline at
-	// the latest.
-	h.holdListener(wctx, drainStart, drainFailed)
+	// the latest, and at the end of the unanswered window (the drain
+	// step's requests are part of the hold: the listener was up, refusing
+	// actions, while they waited).
+	window := drainStart.Add(max(h.cfg.DrainTimeout, lifecycleStepBudget*h.cfg.ControlTimeout))
+	hctx, hcancel := context.WithDeadline(wctx, window)
+	h.holdListener(hctx, drainStart, drainFailed)
+	hcancel()
 	cancel()
 	// 6. No action starts from here (the slots closed at step 1).
 	// Cancelling those still running before the server shuts down lets
@@ -194,11 +209,29 @@ func (h *Host) shutdown() error {
 	stopRenewing()
 	<-renewed
 	h.controlMu.Lock()
-	octx, ocancel := context.WithTimeout(ctx, lifecycleStepBudget*h.cfg.ControlTimeout)
-	if err := h.transition(octx, aip.OpOffline); err != nil {
-		fail("registry offline transition", err)
+	// A control plane that answered neither the drain nor a renewal's
+	// replay of it (stopped, hung, unreachable) gets what is left of the
+	// window for the offline transition, and none once it has passed: the
+	// listener is closed, the registry routes nothing here once the lease
+	// runs out, and lease maintenance then takes the replica offline.
+	budget := lifecycleStepBudget * h.cfg.ControlTimeout
+	unanswered := drainUnanswered && h.drainAcceptedAt.IsZero()
+	if unanswered {
+		budget = min(budget, time.Until(window))
 	}
-	ocancel()
+	if seq, exp := h.lease.get(); unanswered && budget <= 0 {
+		fail("registry offline transition", fmt.Errorf("offline at sequence %d not sent: the control plane answered no lifecycle request of the shutdown within its %s (the drain timeout, or two lifecycle timeouts when longer)%s",
+			seq, max(h.cfg.DrainTimeout, lifecycleStepBudget*h.cfg.ControlTimeout), h.leaseRunsOut(exp)))
+	} else {
+		octx, ocancel := context.WithTimeout(ctx, budget)
+		if err := h.transition(octx, aip.OpOffline); err != nil {
+			if errors.Is(err, ErrControlUnavailable) {
+				err = fmt.Errorf("%w%s", err, h.leaseRunsOut(exp))
+			}
+			fail("registry offline transition", err)
+		}
+		ocancel()
+	}
 	h.controlMu.Unlock()
 
 	// 10. Abandoned calls are not awaited: the host cannot end them, and
@@ -223,6 +256,19 @@ func (h *Host) shutdown() error {
 	}
 	h.log.Info("offline; shutdown was clean")
 	return nil
+}
+
+// leaseRunsOut is what an offline transition the control plane did not
+// answer leaves the operator to do: nothing but check, the lease (until
+// exp, the last one this host learned of) running out by itself. Callers
+// hold controlMu.
+func (h *Host) leaseRunsOut(exp time.Time) string {
+	until := aip.At(exp).String()
+	if p := h.pendingDrain; p != nil && p.maybeApplied {
+		until += fmt.Sprintf(", or a lease's length after the drain whose answer was lost (request %s) if the control plane applied it", p.req.RequestID)
+	}
+	return fmt.Sprintf("; the replica's lease (until %s) runs out by itself, and the control plane's lease maintenance then takes it offline and releases its reservations: "+
+		"nothing is left to do on this host; once the control plane is back, `aipfleet fleet status` shows the replica offline", until)
 }
 
 // maxNamedAbandoned bounds the action IDs a *ShutdownError names.
@@ -265,7 +311,9 @@ func counted(n int, noun string) string {
 // With the outbox's last delivery that makes the 5 × the lifecycle timeout
 // that docs/operator-guide.md counts in the process supervisor's
 // termination grace; without the bound, a control plane that stopped
-// answering made each replay add two more.
+// answering made each replay add two more. A control plane that answers
+// none of the shutdown's requests gets less: the offline step has what is
+// left of DrainTimeout after the drain began (see shutdown, step 9).
 const lifecycleStepBudget = 2
 
 // renewDrain renews the draining lease every heartbeat interval until ctx
@@ -485,10 +533,12 @@ const leaseHoldMargin = time.Second
 // replay of the drain is accepted (renewDrain), when the linger after it
 // applies instead.
 //
-// Every wait ends by ctx's deadline, step 5's: DrainTimeout after the
-// drain step, which bounds the wait for the actions in flight already, so
-// the hold does not lengthen the longest shutdown (the termination grace
-// docs/operator-guide.md gives).
+// Every wait ends by ctx's deadline: DrainTimeout after the drain step
+// (step 5's, which bounds the wait for the actions in flight already, so
+// the hold does not lengthen the longest shutdown: the termination grace
+// docs/operator-guide.md gives), and at most DrainTimeout after the drain
+// began (or two lifecycle timeouts when longer), so that a host whose
+// control plane does not answer exits within it.
 func (h *Host) holdListener(ctx context.Context, drainStart time.Time, drainFailed bool) {
 	deadline, ok := ctx.Deadline()
 	if !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -132,4 +133,53 @@ func TestShutdownLifecycleStepsStayWithinTheirBudget(t *testing.T) {
 			t.Errorf("Stop took %s with no action in flight; the drain linger and the lifecycle requests' share of the termination grace are %s", took, budget)
 		}
 	})
+}
+
+// TestShutdownWithoutControlPlaneKeepsTheDrainTimeout: a host stopped
+// while its control plane does not answer (stopped, hung) exits within
+// the drain timeout (two lifecycle timeouts when those are longer: the
+// drain request and its resend), as docs/operator-guide.md ("When the
+// control plane goes away") says. The drain's requests (two lifecycle
+// timeouts), then the hold until the lease expired (up to a drain timeout
+// after them), then the offline's requests (two more) added up: 25 s
+// with aipfleet dev's settings (5 s drain timeout, 15 s leases), 40 s with
+// a 20 s drain timeout. The shutdown's error ends saying what is left to
+// do: nothing, the lease runs out by itself; check with fleet status.
+func TestShutdownWithoutControlPlaneKeepsTheDrainTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ttl, drain time.Duration
+	}{
+		{"aipfleet dev's settings", 15 * time.Second, 5 * time.Second},
+		{"drain timeout shorter than the lease", 30 * time.Second, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hung *hungControlPlane
+				b := newBubbleFleet(t, func(c *hostsdk.Config) {
+					c.LeaseTTL, c.HeartbeatInterval, c.DrainTimeout = tc.ttl, 3*time.Second, tc.drain
+					c.ControlTimeout = 5 * time.Second
+					hung = &hungControlPlane{next: c.ControlPlaneTransport}
+					c.ControlPlaneTransport = hung
+				})
+				ctx := b.awaitFirstBeat(t)
+				synctest.Wait()
+				hung.hang.Store(true)
+				start := time.Now()
+				err := b.h.Stop(ctx)
+				took := time.Since(start)
+				if err == nil {
+					t.Fatal("Stop = nil; the drain and offline transitions failed")
+				}
+				if bound := max(b.cfg.DrainTimeout, 2*b.cfg.ControlTimeout); took > bound {
+					t.Errorf("Stop took %s with the control plane not answering; the operator guide bounds it by %s", took, bound)
+				}
+				for _, want := range []string{"registry offline transition", "runs out by itself", "`aipfleet fleet status`"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("the shutdown error does not say %q:\n%v", want, err)
+					}
+				}
+			})
+		})
+	}
 }
