@@ -50,6 +50,9 @@ dispatch --issuer NAME=DID, with NAME = --issuer). With neither, the token
 aipfleet dev wrote in --dev-state-dir is used, so against a running
 aipfleet dev no flag is needed. A send prints a readable summary (--json:
 the dispatcher's JSON answer); it exits 1 when the action did not complete.
+A get prints the action's route and its replica's journaled state; it exits
+1 when that replica could not be asked (the route is still printed; the
+state is unknown: run it again once the replica answers).
 A cancel prints the same and exits 0 once the action is cancelled, 1 when it
 completed or failed before the cancel reached it, or the cancel was refused.
 Sending the same --action-id again returns the same action's result and
@@ -618,11 +621,14 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 	if resp.StatusCode != http.StatusOK {
 		return f.notFound(id, false, f.failure(resp.StatusCode, raw), resp.StatusCode, raw)
 	}
+	var st dispatch.ActionStatusResponse
 	if f.jsonOut {
 		e.stdout.Write(raw)
+		if json.Unmarshal(raw, &st) == nil && st.Route != nil && !st.Replica.Reachable {
+			return replicaNotAsked(&st)
+		}
 		return nil
 	}
-	var st dispatch.ActionStatusResponse
 	if err := json.Unmarshal(raw, &st); err != nil || st.Route == nil {
 		return fmt.Errorf("the answer from %s is not an action status (is --url the dispatcher?): %s", f.url, printable(aip.TruncateUTF8(string(raw), 200)))
 	}
@@ -645,7 +651,7 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		fmt.Fprintf(e.stdout, "replica: unreachable (%s); its journal was not read, nothing is assumed\n", msg)
 		fmt.Fprintf(e.stdout, "next:    the action stays pinned to %s (it is not moved, and never runs twice): once that replica answers again (its host started again on its own journal; `aipfleet fleet status` lists a replica that crashed as ready until its lease runs out), run this get again, or send the action again with --action-id %s%s\n",
 			printable(st.Route.ReplicaID), printable(st.ActionID), f.sameFlags())
-		return nil
+		return replicaNotAsked(&st)
 	}
 	fmt.Fprintf(e.stdout, "replica: journal state %s\n", printable(string(st.Replica.State)))
 	if r := st.Replica.Result; r != nil {
@@ -659,6 +665,15 @@ func (f *actionFlags) get(ctx context.Context, client *http.Client, bearer, id s
 		}
 	}
 	return nil
+}
+
+// replicaNotAsked is the error of an action get whose pinned replica
+// could not be asked (st.Replica.Reachable false): the route was printed,
+// but the action's journaled state is unknown, so the command exits 1 for
+// a script to tell.
+func replicaNotAsked(st *dispatch.ActionStatusResponse) error {
+	return fmt.Errorf("action get %s: its replica %s could not be asked, so the action's journaled state is unknown; run this get again once the replica answers",
+		printable(st.ActionID), printable(st.Route.ReplicaID))
 }
 
 func (f *actionFlags) cancel(ctx context.Context, client *http.Client, bearer, id string, e *env) error {

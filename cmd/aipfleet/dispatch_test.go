@@ -240,7 +240,7 @@ func TestActionClient(t *testing.T) {
 	// get says when the replica could not be asked, and since when the
 	// route holds capacity.
 	out, _, err = runCLI(t, env, "action", "get", id, "--tenant", "acme")
-	if err != nil || !strings.Contains(out, "unreachable") || !strings.Contains(out, "nothing is assumed") ||
+	if err == nil || !strings.Contains(out, "unreachable") || !strings.Contains(out, "nothing is assumed") ||
 		!strings.Contains(out, "capacity: reserved since 2030-01-02T03:04:05Z") {
 		t.Fatalf("get: %v\n%s", err, out)
 	}
@@ -671,7 +671,8 @@ func TestDispatcherClientsTrustTheCAFile(t *testing.T) {
 		t.Fatalf("action send --ca-file: %q, %v", out, err)
 	}
 	env["AIP_CLIENT_CA_FILE"] = actionsCA
-	if out, _, err = runCLI(t, env, "action", "get", aip.NewActionID(), "--tenant", "acme"); err != nil || !strings.Contains(out, "crepl_x") {
+	// The fake's replica cannot be asked: get prints the route and exits 1.
+	if out, _, err = runCLI(t, env, "action", "get", aip.NewActionID(), "--tenant", "acme"); err == nil || !strings.Contains(err.Error(), "could not be asked") || !strings.Contains(out, "crepl_x") {
 		t.Fatalf("action get with $AIP_CLIENT_CA_FILE: %q, %v", out, err)
 	}
 
@@ -794,7 +795,8 @@ func TestActionFlagOfAnotherSubcommandIsRefused(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls++
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, Route: &dispatch.RouteFacts{ReplicaID: "crepl_x"}})
+		json.NewEncoder(w).Encode(dispatch.ActionStatusResponse{ActionID: id, Route: &dispatch.RouteFacts{ReplicaID: "crepl_x"},
+			Replica: dispatch.ReplicaFacts{Reachable: true, State: "completed"}})
 	}))
 	defer srv.Close()
 	common := []string{"--url", srv.URL, "--token", "t"}
@@ -923,8 +925,8 @@ func TestActionGetUnreachableSaysWhatToDo(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	out, _, err := runCLI(t, map[string]string{"AIP_CLIENT_TOKEN": "t"}, "action", "get", id, "--url", srv.URL)
-	if err != nil {
-		t.Fatalf("get: %v", err)
+	if err == nil {
+		t.Fatalf("get of an action whose replica could not be asked: err = nil, want exit status 1\n%s", out)
 	}
 	for _, want := range []string{
 		"replica: unreachable (dispatch.replica_unreachable: ",
@@ -1042,6 +1044,48 @@ func TestActionSendOutcomeOpenSaysWhatToRun(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err =\n%v\nwant it to contain\n%s", c.capability, err, c.want)
+		}
+	}
+}
+
+// TestActionGetExitsOneWhenTheReplicaCouldNotBeAsked: an action get whose
+// pinned replica could not be asked printed the route and exited 0, so a
+// script could not tell a journaled state from an unknown one. It now
+// exits 1 (not 2: nothing is wrong with the command line), with --json
+// too, the route still printed; a replica that answered still exits 0.
+func TestActionGetExitsOneWhenTheReplicaCouldNotBeAsked(t *testing.T) {
+	id := aip.NewActionID()
+	var reachable bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		st := dispatch.ActionStatusResponse{ActionID: id, CapabilityID: "echo.say",
+			Route:   &dispatch.RouteFacts{ReplicaID: "crepl_down", FenceToken: "route_y"},
+			Replica: dispatch.ReplicaFacts{Reachable: false, Error: aip.NewProtocolError(dispatch.CodeReplicaUnreachable, aip.CategoryTransport, true, 0, "connection refused")}}
+		if reachable {
+			st.Replica = dispatch.ReplicaFacts{Reachable: true, State: "completed"}
+		}
+		json.NewEncoder(w).Encode(st)
+	}))
+	t.Cleanup(srv.Close)
+	for _, jsonOut := range []bool{false, true} {
+		args := []string{"action", "get", id, "--url", srv.URL, "--token", "t"}
+		if jsonOut {
+			args = append(args, "--json")
+		}
+		reachable = false
+		out, _, err := runCLI(t, nil, args...)
+		var u *usageError
+		if err == nil || errors.As(err, &u) {
+			t.Errorf("%v: err = %v, want an error that exits 1", args, err)
+		} else if want := "its replica crepl_down could not be asked, so the action's journaled state is unknown"; !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: err = %v, want it to say %q", args, err, want)
+		}
+		if !strings.Contains(out, "crepl_down") {
+			t.Errorf("%v: the route is not printed:\n%s", args, out)
+		}
+		reachable = true
+		if out, _, err := runCLI(t, nil, args...); err != nil {
+			t.Errorf("%v with the replica answering: %v\n%s", args, err, out)
 		}
 	}
 }
