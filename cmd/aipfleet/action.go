@@ -736,7 +736,10 @@ func unwrapURLError(err error) error {
 // send refused without running (an input the replica refused: settlement
 // cancelled; a refusal before routing: no route) says so, not "settlement
 // cancelled", which reads as if the action had been cancelled: that
-// settlement only released the capacity reserved for it.
+// settlement only released the capacity reserved for it. A cancel of an
+// action that completed or failed before it says so and its outcome, not
+// "settlement none" (the cancel settled nothing: the action's own
+// settlement had).
 func printSummary(w io.Writer, r *dispatch.ActionResponse, send bool) {
 	where := ""
 	if r.Route != nil {
@@ -748,7 +751,14 @@ func printSummary(w io.Writer, r *dispatch.ActionResponse, send bool) {
 	}
 	switch {
 	case r.Result != nil:
-		fmt.Fprintf(w, "action %s %s%s, settlement %s\n", r.ActionID, r.Result.Status, where, orNone(string(r.Settlement)))
+		switch {
+		case !send && r.Result.Status != aip.ResultCancelled:
+			// Finished before the cancel reached it: the result is its
+			// outcome, and the cancel settled nothing (no settlement).
+			fmt.Fprintf(w, "action %s %s%s before the cancel reached it: nothing was cancelled\n", r.ActionID, r.Result.Status, where)
+		default:
+			fmt.Fprintf(w, "action %s %s%s, settlement %s\n", r.ActionID, r.Result.Status, where, orNone(string(r.Settlement)))
+		}
 		if len(r.Result.Output) > 0 {
 			fmt.Fprintf(w, "output: %s\n", printable(compact(r.Result.Output)))
 		}

@@ -403,6 +403,15 @@ func TestActionCancelExitStatus(t *testing.T) {
 			if !strings.Contains(out, "action "+id+" "+string(c.status)+" on replica crepl_x") {
 				t.Errorf("summary %q does not say the action is %s", out, c.status)
 			}
+			// A cancel that came after the action finished settled
+			// nothing: the summary said "settlement none"; it says what
+			// happened.
+			if c.status != aip.ResultCancelled {
+				want := "action " + id + " " + string(c.status) + " on replica crepl_x (fence route_y) before the cancel reached it: nothing was cancelled\n"
+				if !strings.HasPrefix(out, want) || strings.Contains(out, "settlement") {
+					t.Errorf("summary %q, want it to start %q and not name a settlement", out, want)
+				}
+			}
 			switch {
 			case c.wantErr == "" && err != nil:
 				t.Fatalf("cancel of a %s action: %v, want success", c.status, err)
