@@ -100,7 +100,7 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 			return settingError(inFleetFile(err, *file, raw))
 		}
 	}
-	dbURL, err := readDatabaseURL(*dbFile)
+	dbURL, err := readDatabaseURL("registry "+sub, *dbFile)
 	if err != nil {
 		return err
 	}

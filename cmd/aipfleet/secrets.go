@@ -15,11 +15,13 @@ const (
 
 // readDatabaseURL reads a PostgreSQL URL from an owner-only secret file
 // (aip.ReadSecretFile: surrounding whitespace removed, a whitespace-only
-// file refused); errors name the --database-url-file flag.
-func readDatabaseURL(path string) (string, error) {
+// file refused); errors start with command ("registry status",
+// "control-plane"), as its other usage errors do, and name the
+// --database-url-file flag.
+func readDatabaseURL(command, path string) (string, error) {
 	raw, err := aip.ReadSecretFile(path, maxDatabaseURLFileBytes)
 	if err != nil {
-		return "", settingError(fmt.Errorf("--database-url-file: %w", err))
+		return "", settingError(fmt.Errorf("%s: --database-url-file: %w", command, err))
 	}
 	url := string(raw)
 	clear(raw)
@@ -27,40 +29,42 @@ func readDatabaseURL(path string) (string, error) {
 }
 
 // serverFiles are the secret files of a server command (control-plane,
-// dispatch): its registry database URL, its signing key and, optionally,
-// its TLS certificate and key.
+// dispatch: command): its registry database URL, its signing key and,
+// optionally, its TLS certificate and key.
 type serverFiles struct {
+	command                                  string
 	databaseURL, signingKey, tlsCert, tlsKey string
 }
 
-// load reads them; every error names the flag to fix.
+// load reads them; every error starts with the command, as its other
+// usage errors do, and names the flag to fix.
 func (f serverFiles) load() (dbURL string, key *aip.SigningKey, tlsConfig *tls.Config, err error) {
-	if dbURL, err = readDatabaseURL(f.databaseURL); err != nil {
+	if dbURL, err = readDatabaseURL(f.command, f.databaseURL); err != nil {
 		return "", nil, nil, err
 	}
 	if key, err = aip.LoadSigningKey(f.signingKey); err != nil {
-		return "", nil, nil, settingError(fmt.Errorf("--signing-key-file: %w", err))
+		return "", nil, nil, settingError(fmt.Errorf("%s: --signing-key-file: %w", f.command, err))
 	}
 	if f.tlsCert != "" {
-		if tlsConfig, err = loadTLS(f.tlsCert, f.tlsKey); err != nil {
+		if tlsConfig, err = loadTLS(f.command, f.tlsCert, f.tlsKey); err != nil {
 			return "", nil, nil, err
 		}
 	}
 	return dbURL, key, tlsConfig, nil
 }
 
-func loadTLS(certFile, keyFile string) (*tls.Config, error) {
+func loadTLS(command, certFile, keyFile string) (*tls.Config, error) {
 	certPEM, err := aip.ReadPublicFile(certFile, maxTLSFileBytes)
 	if err != nil {
-		return nil, settingError(fmt.Errorf("--tls-cert-file: %w", err))
+		return nil, settingError(fmt.Errorf("%s: --tls-cert-file: %w", command, err))
 	}
 	keyPEM, err := aip.ReadSecretFile(keyFile, maxTLSFileBytes)
 	if err != nil {
-		return nil, settingError(fmt.Errorf("--tls-key-file: %w", err))
+		return nil, settingError(fmt.Errorf("%s: --tls-key-file: %w", command, err))
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, settingError(fmt.Errorf("--tls-cert-file %s and --tls-key-file %s: %w", certFile, keyFile, err))
+		return nil, settingError(fmt.Errorf("%s: --tls-cert-file %s and --tls-key-file %s: %w", command, certFile, keyFile, err))
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -33,6 +33,7 @@ type serverFlags struct {
 	logLevel        string
 	level           slog.Level // logLevel parsed by check
 	databaseRole    string     // for the "is required" error of --database-url-file
+	command         string     // the command's name, set by check: its errors start with it
 }
 
 // serverFlagText is what differs between the server commands' shared
@@ -66,6 +67,7 @@ func bindServerFlags(fs *flagSet, text serverFlagText) *serverFlags {
 // check validates the shared flags of command after parsing, as usage
 // errors naming the flag, and parses --log-level once.
 func (f *serverFlags) check(command string) error {
+	f.command = command
 	switch {
 	case f.databaseURLFile == "":
 		return usagef("%s: --database-url-file is required (a file holding %s PostgreSQL URL)", command, f.databaseRole)
@@ -110,7 +112,7 @@ func (f *serverFlags) open(ctx context.Context, e *env, service string, serves p
 		}
 	}()
 	var dbURL string
-	if dbURL, s.key, s.tlsConfig, err = (serverFiles{f.databaseURLFile, f.signingKeyFile, f.tlsCertFile, f.tlsKeyFile}).load(); err != nil {
+	if dbURL, s.key, s.tlsConfig, err = (serverFiles{f.command, f.databaseURLFile, f.signingKeyFile, f.tlsCertFile, f.tlsKeyFile}).load(); err != nil {
 		return nil, err
 	}
 	if s.tracer, s.shutdownTracing, err = hostrun.TracerProvider(ctx, e.getenv, service); err != nil {

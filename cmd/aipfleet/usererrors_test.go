@@ -441,13 +441,13 @@ func TestUnusableFilesOfFlagsExitTwo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{append([]string{"control-plane", "--database-url-file", missing, "--signing-key-file", keyFile}, loop...), "--database-url-file: secret file " + missing + " does not exist"},
-		{append([]string{"control-plane", "--database-url-file", loose, "--signing-key-file", keyFile}, loop...), "--database-url-file: secret file " + loose + " is accessible by group or others"},
-		{append([]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", notAKey}, loop...), "--signing-key-file: "},
-		{[]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--bind", "127.0.0.1:0", "--tls-cert-file", missing, "--tls-key-file", keyFile}, "--tls-cert-file: "},
-		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", missing, "--issuer", iss}, loop...), "--signing-key-file: secret file " + missing + " does not exist"},
+		{append([]string{"control-plane", "--database-url-file", missing, "--signing-key-file", keyFile}, loop...), "control-plane: --database-url-file: secret file " + missing + " does not exist"},
+		{append([]string{"control-plane", "--database-url-file", loose, "--signing-key-file", keyFile}, loop...), "control-plane: --database-url-file: secret file " + loose + " is accessible by group or others"},
+		{append([]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", notAKey}, loop...), "control-plane: --signing-key-file: "},
+		{[]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--bind", "127.0.0.1:0", "--tls-cert-file", missing, "--tls-key-file", keyFile}, "control-plane: --tls-cert-file: "},
+		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", missing, "--issuer", iss}, loop...), "dispatch: --signing-key-file: secret file " + missing + " does not exist"},
 		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--issuer", iss, "--replica-ca-file", missing}, loop...), "--replica-ca-file: "},
-		{[]string{"registry", "status", "--database-url-file", missing}, "--database-url-file: secret file " + missing + " does not exist"},
+		{[]string{"registry", "status", "--database-url-file", missing}, "registry status: --database-url-file: secret file " + missing + " does not exist"},
 		{[]string{"registry", "apply", "-f", missing, "--database-url-file", dbURL}, "-f: file " + missing + " does not exist"},
 		{[]string{"registry", "apply", "-f", badFleet, "--database-url-file", dbURL}, "fleet file " + badFleet + ": types[0] bad (line 3)"},
 		{[]string{"dev", "--fleet-file", badFleet, "--state-dir", filepath.Join(dir, "dev")}, "fleet file " + badFleet + ": types[0] bad (line 3)"},
