@@ -285,12 +285,14 @@ func (cp *ControlPlane) ExpireLease(id string) {
 }
 
 // Await blocks until pred holds for the recorded operations or ctx ends.
+// pred gets a copy of them and runs without the control plane's lock, so
+// it may call the control plane's other methods (Replica, Operations).
 func (cp *ControlPlane) Await(ctx context.Context, pred func([]Operation) bool) error {
 	for {
 		cp.mu.Lock()
-		ok, ch := pred(cp.ops), cp.changed
+		ops, ch := append([]Operation(nil), cp.ops...), cp.changed
 		cp.mu.Unlock()
-		if ok {
+		if pred(ops) {
 			return nil
 		}
 		select {

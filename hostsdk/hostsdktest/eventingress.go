@@ -175,12 +175,14 @@ func (in *EventIngress) Events() []aip.Event {
 }
 
 // Await blocks until pred holds for the recorded deliveries or ctx ends.
+// pred gets a copy of them and runs without the ingress's lock, so it may
+// call the ingress's other methods (Events, Deliveries).
 func (in *EventIngress) Await(ctx context.Context, pred func([]Delivery) bool) error {
 	for {
 		in.mu.Lock()
-		ok, ch := pred(in.deliveries), in.changed
+		deliveries, ch := append([]Delivery(nil), in.deliveries...), in.changed
 		in.mu.Unlock()
-		if ok {
+		if pred(deliveries) {
 			return nil
 		}
 		select {
