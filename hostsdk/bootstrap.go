@@ -2,6 +2,7 @@ package hostsdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -242,6 +243,9 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 	if td := src.Agent.TrustDomain; td != "" && td != trustDomain {
 		return nil, fmt.Errorf("manifest agent trust_domain %q differs from --trust-domain %q", td, trustDomain)
 	}
+	if err := checkManifestJSON(src); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
 	bound := *src
 	bound.Agent.TrustDomain = trustDomain
 	bound.Agent.DID = ""
@@ -265,6 +269,53 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 		caps[c.cap.ID] = c
 	}
 	return &boundManifest{manifest: &bound, canonical: raw, digest: digest, caps: caps}, nil
+}
+
+// checkManifestJSON names the member of a manifest whose raw JSON
+// (json.RawMessage: a capability's schemas, a channel, ...) is not JSON,
+// which encoding the manifest would otherwise report only as a
+// json.RawMessage that failed to marshal.
+func checkManifestJSON(m *aip.Manifest) error {
+	check := func(what string, raw json.RawMessage) error {
+		if len(raw) == 0 {
+			return nil
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return fmt.Errorf("%s is not JSON (%v): %s", what, err, aip.TruncateUTF8(string(raw), 64))
+		}
+		return nil
+	}
+	for i := range m.Capabilities {
+		c := &m.Capabilities[i]
+		for _, f := range []struct {
+			name string
+			raw  json.RawMessage
+		}{{"input_schema", c.InputSchema}, {"output_schema", c.OutputSchema}, {"cost", c.Cost}, {"auth", c.Auth}} {
+			if err := check(fmt.Sprintf("capability %s %s", c.ID, f.name), f.raw); err != nil {
+				return err
+			}
+		}
+	}
+	for i, raw := range m.Channels {
+		if err := check(fmt.Sprintf("channels[%d]", i), raw); err != nil {
+			return err
+		}
+	}
+	for i, raw := range m.Resources {
+		if err := check(fmt.Sprintf("resources[%d]", i), raw); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"security", m.Security}, {"governance", m.Governance}, {"limits", m.Limits}, {"compatibility", m.Compatibility}, {"extensions", m.Extensions}} {
+		if err := check(f.name, f.raw); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Step 5: build the native gateway and product routes and bind the
