@@ -156,6 +156,12 @@ type Canceler interface {
 // Streamer handles actions whose mode is streaming: it sends ordered chunks
 // through the ChunkWriter and returns the final result, which is journaled
 // like a synchronous one.
+//
+// The host picks the method by the action's mode, not by the capability's
+// contract: HandleStream gets the streaming actions, and Handle every other
+// (so also an action sent sync for a capability whose contract supports
+// only streaming, and a streaming one when the connector is no Streamer,
+// answered with its final result and no chunks).
 type Streamer interface {
 	HandleStream(ctx context.Context, call *Call, chunks *ChunkWriter) (*aip.ActionResult, error)
 }
@@ -194,6 +200,19 @@ type RouteProvider interface {
 // EventSource runs a provider-event loop (polling, a subscription) for the
 // life of the host. It starts after the host begins serving and its context
 // is cancelled at the start of drain, when event publication stops.
+//
+// RunEvents is called once and never again: it should return only once
+// ctx is done, and within Config.DrainTimeout of that. A RunEvents that
+// returns earlier ends the replica's event source while the replica keeps
+// serving actions; when it returned an error (other than
+// context.Canceled), the host logs "event source stopped" at error level
+// and the drain is not clean (Run's *ShutdownError names the event
+// source), and so is one still running DrainTimeout after ctx ended.
+// So retry what fails meanwhile yourself: the provider's errors, and
+// Publish's ErrNotServing (the replica is not ready for now) and
+// ErrEventOutboxFull. Give each event the ID DeriveEventID derives from
+// the provider's delivery, so that publishing it again, after a retry or
+// a restart that polls from an earlier cursor, stores it once.
 type EventSource interface {
 	RunEvents(ctx context.Context, events *EventPublisher) error
 }

@@ -1,7 +1,6 @@
 package notes_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -19,41 +18,21 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startNotes runs the connector on a real host: a fake control plane it
-// registers with, a fake dispatcher that signs actions and verifies the
-// answers, the embedded journal in a temporary directory.
-func startNotes(t *testing.T) (*hostsdktest.Dispatcher, hostsdktest.Target) {
-	t.Helper()
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	cfg := hostsdktest.HostConfig(t, cp, d, nil)
-	h := hostsdktest.StartHost(t, cfg, notes.Connector{})
-	return d, hostsdktest.TargetOf(h, cfg)
-}
-
-func act(t *testing.T, d *hostsdktest.Dispatcher, target hostsdktest.Target, a *aip.Action) *aip.ActionResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	resp, err := d.Act(ctx, target, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := resp.Result()
-	if err != nil {
-		t.Fatalf("HTTP %d: %v", resp.Status, err)
-	}
-	return res
+// startNotes runs the connector on a real host (hostsdktest.Start): a fake
+// control plane it registers with, a fake dispatcher that signs actions and
+// verifies the answers, the embedded journal in a temporary directory.
+func startNotes(t *testing.T) *hostsdktest.Fixture {
+	return hostsdktest.Start(t, notes.Connector{}, nil)
 }
 
 func add(text string) *aip.Action {
 	in, _ := json.Marshal(map[string]string{"text": text})
-	return &aip.Action{ID: aip.NewActionID(), CapabilityID: notes.CapAdd, Input: in}
+	return hostsdktest.NewAction(notes.CapAdd, string(in))
 }
 
-func list(t *testing.T, d *hostsdktest.Dispatcher, target hostsdktest.Target) []notes.Note {
+func list(t *testing.T, f *hostsdktest.Fixture) []notes.Note {
 	t.Helper()
-	res := act(t, d, target, &aip.Action{ID: aip.NewActionID(), CapabilityID: notes.CapList, Input: json.RawMessage(`{}`)})
+	res := f.Result(t, hostsdktest.NewAction(notes.CapList, `{}`))
 	var out struct{ Notes []notes.Note }
 	if err := json.Unmarshal(res.Output, &out); err != nil {
 		t.Fatal(err)
@@ -62,14 +41,14 @@ func list(t *testing.T, d *hostsdktest.Dispatcher, target hostsdktest.Target) []
 }
 
 func TestAddThenList(t *testing.T) {
-	d, target := startNotes(t)
-	first := act(t, d, target, add("buy milk"))
-	act(t, d, target, add("call Ada"))
+	f := startNotes(t)
+	first := f.Result(t, add("buy milk"))
+	f.Result(t, add("call Ada"))
 	var n notes.Note
 	if err := json.Unmarshal(first.Output, &n); err != nil || first.Status != aip.ResultCompleted || n.ID != 1 || n.Text != "buy milk" {
 		t.Fatalf("first add: %+v %+v %v", first, n, err)
 	}
-	got := list(t, d, target)
+	got := list(t, f)
 	if len(got) != 2 || got[0].Text != "buy milk" || got[1].ID != 2 {
 		t.Fatalf("list = %+v", got)
 	}
@@ -78,32 +57,27 @@ func TestAddThenList(t *testing.T) {
 // Delivering the same action again never writes a second note: the host
 // answers from its journal, and the connector would find its note anyway.
 func TestAddRunsOncePerAction(t *testing.T) {
-	d, target := startNotes(t)
+	f := startNotes(t)
 	a := add("once")
 	for range 3 {
-		if res := act(t, d, target, a); res.Status != aip.ResultCompleted {
+		if res := f.Result(t, a); res.Status != aip.ResultCompleted {
 			t.Fatalf("add: %+v", res)
 		}
 	}
-	if got := list(t, d, target); len(got) != 1 {
+	if got := list(t, f); len(got) != 1 {
 		t.Fatalf("%d notes after three deliveries of one action", len(got))
 	}
 }
 
 // The host checks the input against the capability's input_schema before
-// Handle runs.
+// Handle runs: the answer is a signed error, not a result.
 func TestInputIsValidatedByTheHost(t *testing.T) {
-	d, target := startNotes(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	resp, err := d.Act(ctx, target, &aip.Action{ID: aip.NewActionID(), CapabilityID: notes.CapAdd, Input: json.RawMessage(`{"txt":"typo"}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := startNotes(t)
+	resp := f.Act(t, hostsdktest.NewAction(notes.CapAdd, `{"txt":"typo"}`))
 	if pe := resp.ProtocolError(); resp.Status != http.StatusBadRequest || pe == nil || pe.Code != hostsdk.CodeInputInvalid {
 		t.Fatalf("HTTP %d %s", resp.Status, resp.Raw)
 	}
-	if got := list(t, d, target); len(got) != 0 {
+	if got := list(t, f); len(got) != 0 {
 		t.Fatalf("an invalid action wrote %+v", got)
 	}
 }
@@ -112,40 +86,17 @@ func TestInputIsValidatedByTheHost(t *testing.T) {
 // registers, the host hands each to Reconcile: the note an action wrote
 // proves it completed; an action without one never wrote and failed.
 func TestReconcileAfterACrash(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	cfg := hostsdktest.HostConfig(t, cp, d, nil)
-
-	// What a process killed in the middle of two notes.add left behind.
-	j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: cfg.StateDir})
-	if err != nil {
-		t.Fatal(err)
-	}
 	wrote, lost := aip.NewActionID(), aip.NewActionID()
-	now := time.Now()
-	for _, id := range []string{wrote, lost} {
-		if _, _, err := j.BeginAction(ctx, journal.Action{ActionID: id, CapabilityID: notes.CapAdd, TenantID: cfg.TenantID,
-			InputDigest: aip.DigestBytes([]byte(id)), ReceivedAt: now}); err != nil {
-			t.Fatal(err)
-		}
-		if err := j.StartAction(ctx, id, now); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stored, _ := json.Marshal([]notes.Note{{ID: 1, Text: "written before the crash", ActionID: wrote}})
-	if _, err := j.PutState(ctx, "notes", cfg.TenantID, stored, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	h := hostsdktest.StartHost(t, cfg, notes.Connector{})
-	target := hostsdktest.TargetOf(h, cfg)
+	f := hostsdktest.Start(t, notes.Connector{}, func(cfg *hostsdk.Config) {
+		// What a process killed in the middle of two notes.add left
+		// behind in the journal the host is about to open.
+		leaveRunning(t, cfg, map[string][]notes.Note{
+			wrote: {{ID: 1, Text: "written before the crash", ActionID: wrote}},
+			lost:  nil,
+		})
+	})
 	for id, want := range map[string]aip.ActionState{wrote: aip.StateCompleted, lost: aip.StateFailed} {
-		st, _, err := d.Status(ctx, target, id, notes.CapAdd)
+		st, _, err := f.Dispatcher.Status(hostsdktest.Context(t), f.Target, id, notes.CapAdd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +104,38 @@ func TestReconcileAfterACrash(t *testing.T) {
 			t.Errorf("action %s is %s after recovery, want %s", id, st.State, want)
 		}
 	}
-	if got := list(t, d, target); len(got) != 1 {
+	if got := list(t, f); len(got) != 1 {
 		t.Fatalf("notes after recovery: %+v", got)
+	}
+}
+
+// leaveRunning writes into cfg's journal (the embedded one, in
+// cfg.StateDir) a notes.add action started and never finished for each
+// action ID, and the notes they wrote before the crash.
+func leaveRunning(t *testing.T, cfg *hostsdk.Config, wrote map[string][]notes.Note) {
+	t.Helper()
+	ctx := hostsdktest.Context(t)
+	j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: cfg.StateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var stored []notes.Note
+	for id, ns := range wrote {
+		if _, _, err := j.BeginAction(ctx, journal.Action{ActionID: id, CapabilityID: notes.CapAdd, TenantID: cfg.TenantID,
+			InputDigest: aip.DigestBytes([]byte(id)), ReceivedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.StartAction(ctx, id, now); err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, ns...)
+	}
+	raw, _ := json.Marshal(stored)
+	if _, err := j.PutState(ctx, "notes", cfg.TenantID, raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

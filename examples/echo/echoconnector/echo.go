@@ -124,11 +124,11 @@ func contract(streaming bool) *aip.CapabilityContract {
 	}
 }
 
-// Manifest implements hostsdk.Connector.
 // ActionStateNamespaces implements hostsdk.ActionStateKeeper: an action's
 // side-effect count goes when the host prunes the action.
 func (Connector) ActionStateNamespaces() []string { return []string{SideEffectsNamespace} }
 
+// Manifest implements hostsdk.Connector.
 func (Connector) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
 	return &aip.Manifest{
 		ManifestVersion: "aip-manifest/v1",
