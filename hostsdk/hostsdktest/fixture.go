@@ -8,6 +8,8 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/journal"
+	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 )
 
 // Fixture is a started host with the fake control plane and dispatcher it
@@ -72,4 +74,56 @@ func (f *Fixture) Result(t testing.TB, a *aip.Action) *aip.ActionResult {
 		t.Fatalf("%s: HTTP %d: %v", a.CapabilityID, resp.Status, err)
 	}
 	return res
+}
+
+// LeaveRunning writes into the embedded journal in cfg.StateDir what a host
+// process killed while it ran actions leaves behind: each action journaled
+// and started, never finished, with the tenant, capability, idempotency key
+// (the action's, or its ID) and input digest the host records. Call it
+// before the host starts, in Start's edit for example:
+//
+//	a := hostsdktest.NewAction("tickets.create", `{"title":"x"}`)
+//	f := hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) { hostsdktest.LeaveRunning(t, cfg, a) })
+//
+// The host's recovery then hands each action to the connector's Reconciler
+// (or settles it outcome_unknown without one; a read-only capability's
+// fails connector_host.interrupted), and a delivery of the same action
+// (f.Act(t, a)) is answered with what recovery journaled, without calling
+// Handle. It fails the test for a configuration whose journal is not the
+// embedded one in StateDir (Config.Journal or Config.OpenJournal set).
+func LeaveRunning(t testing.TB, cfg *hostsdk.Config, actions ...*aip.Action) {
+	t.Helper()
+	if cfg.Journal != nil || cfg.OpenJournal != nil {
+		t.Fatal("hostsdktest.LeaveRunning writes the embedded journal in Config.StateDir; this configuration sets Config.Journal or Config.OpenJournal")
+	}
+	ctx := Context(t)
+	j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: cfg.StateDir})
+	if err != nil {
+		t.Fatalf("hostsdktest.LeaveRunning: open the journal in %s: %v", cfg.StateDir, err)
+	}
+	defer j.Close()
+	now := time.Now()
+	for _, a := range actions {
+		digest, err := aip.DigestJSON(a.Input)
+		if err != nil {
+			t.Fatalf("hostsdktest.LeaveRunning: action %s: input: %v", a.ID, err)
+		}
+		key := a.IdempotencyKey
+		if key == "" {
+			key = a.ID
+		}
+		rec := journal.Action{
+			ActionID: a.ID, CapabilityID: a.CapabilityID, TenantID: cfg.TenantID, IdempotencyKey: key,
+			InputDigest: digest, FenceToken: FenceToken(now), MessageID: aip.NewID(aip.PrefixMessage), ReceivedAt: now,
+		}
+		if _, _, err := j.BeginAction(ctx, rec); err != nil {
+			t.Fatalf("hostsdktest.LeaveRunning: action %s: %v", a.ID, err)
+		}
+		if err := j.StartAction(ctx, a.ID, now); err != nil {
+			t.Fatalf("hostsdktest.LeaveRunning: action %s: %v", a.ID, err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatalf("hostsdktest.LeaveRunning: close the journal: %v", err)
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/aipfleet/aipfleet/docs/connectorguide/notes"
 	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
-	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/hostsdk/sqliteruntime"
 )
 
@@ -85,53 +83,37 @@ func TestInputIsValidatedByTheHost(t *testing.T) {
 // A crash leaves actions running in the journal. Before the next process
 // registers, the host hands each to Reconcile: the note an action wrote
 // proves it completed; an action without one never wrote and failed.
+// Delivering them again gets what recovery decided.
 func TestReconcileAfterACrash(t *testing.T) {
-	wrote, lost := aip.NewActionID(), aip.NewActionID()
+	wrote, lost := add("written before the crash"), add("lost in the crash")
 	f := hostsdktest.Start(t, notes.Connector{}, func(cfg *hostsdk.Config) {
 		// What a process killed in the middle of two notes.add left
-		// behind in the journal the host is about to open.
-		leaveRunning(t, cfg, map[string][]notes.Note{
-			wrote: {{ID: 1, Text: "written before the crash", ActionID: wrote}},
-			lost:  nil,
-		})
+		// behind: both actions running, and the note the first wrote.
+		hostsdktest.LeaveRunning(t, cfg, wrote, lost)
+		putNotes(t, cfg, notes.Note{ID: 1, Text: "written before the crash", ActionID: wrote.ID})
 	})
-	for id, want := range map[string]aip.ActionState{wrote: aip.StateCompleted, lost: aip.StateFailed} {
-		st, _, err := f.Dispatcher.Status(hostsdktest.Context(t), f.Target, id, notes.CapAdd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State != want {
-			t.Errorf("action %s is %s after recovery, want %s", id, st.State, want)
-		}
+	if res := f.Result(t, wrote); res.Status != aip.ResultCompleted {
+		t.Errorf("the action that wrote its note: %+v", res)
+	}
+	if res := f.Result(t, lost); res.Status != aip.ResultFailed {
+		t.Errorf("the action that wrote nothing: %+v", res)
 	}
 	if got := list(t, f); len(got) != 1 {
 		t.Fatalf("notes after recovery: %+v", got)
 	}
 }
 
-// leaveRunning writes into cfg's journal (the embedded one, in
-// cfg.StateDir) a notes.add action started and never finished for each
-// action ID, and the notes they wrote before the crash.
-func leaveRunning(t *testing.T, cfg *hostsdk.Config, wrote map[string][]notes.Note) {
+// putNotes stores a tenant's notes in the journal of cfg (the embedded one,
+// in cfg.StateDir) before its host starts.
+func putNotes(t *testing.T, cfg *hostsdk.Config, ns ...notes.Note) {
 	t.Helper()
 	ctx := hostsdktest.Context(t)
 	j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: cfg.StateDir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	var stored []notes.Note
-	for id, ns := range wrote {
-		if _, _, err := j.BeginAction(ctx, journal.Action{ActionID: id, CapabilityID: notes.CapAdd, TenantID: cfg.TenantID,
-			InputDigest: aip.DigestBytes([]byte(id)), ReceivedAt: now}); err != nil {
-			t.Fatal(err)
-		}
-		if err := j.StartAction(ctx, id, now); err != nil {
-			t.Fatal(err)
-		}
-		stored = append(stored, ns...)
-	}
-	raw, _ := json.Marshal(stored)
+	defer j.Close()
+	raw, _ := json.Marshal(ns)
 	if _, err := j.PutState(ctx, "notes", cfg.TenantID, raw, 0); err != nil {
 		t.Fatal(err)
 	}
