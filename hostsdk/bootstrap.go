@@ -280,8 +280,7 @@ func checkManifestJSON(m *aip.Manifest) error {
 		if len(raw) == 0 {
 			return nil
 		}
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
+		if err := json.Unmarshal(raw, new(json.RawMessage)); err != nil { // syntax only
 			return fmt.Errorf("%s is not JSON (%v): %s", what, err, aip.TruncateUTF8(string(raw), 64))
 		}
 		return nil
