@@ -322,7 +322,8 @@ func checkManifestJSON(m *aip.Manifest) error {
 // /ready and the native ingress, until the early start after step 6:
 // early.go).
 func (h *Host) stepBuildRoutes(ctx context.Context) error {
-	h.actionBase, h.hardStop = context.WithCancel(context.WithoutCancel(ctx))
+	actionBase, stopActions := context.WithCancelCause(context.WithoutCancel(ctx))
+	h.actionBase, h.hardStop = actionBase, func() { stopActions(ErrHostStopping) }
 	var product []Route
 	if rp, ok := h.conn.(RouteProvider); ok {
 		err := h.guard("Routes", func() (err error) {

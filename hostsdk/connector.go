@@ -105,8 +105,9 @@ type Connector interface {
 	// verified the dispatcher, checked the pinned route, validated the input
 	// against the capability's input_schema and journaled the action; it
 	// journals whatever Handle returns. ctx is cancelled when the action is
-	// cancelled, its timeout passes or the host stops; Handle must return
-	// soon after. One that is still running Config.HandleGrace later is
+	// cancelled, its timeout passes or the host stops (context.Cause(ctx)
+	// is then ErrActionCancelled, ErrActionTimeout or ErrHostStopping);
+	// Handle must return soon after. One that is still running Config.HandleGrace later is
 	// abandoned: the action is journaled and answered outcome_unknown (a
 	// read-only capability's failed connector_host.interrupted, retryable:
 	// the read changed nothing; so is one whose Handle answered its

@@ -46,6 +46,7 @@ type testConnector struct {
 	reconcile   func(ctx context.Context, a *hostsdk.UncertainAction) (*aip.ActionResult, error)
 	cancels     atomic.Int64
 	probeDelay  atomic.Int64 // nanoseconds CheckHealth takes
+	causes      sync.Map     // action ID -> context.Cause of a test.block's cancelled ctx
 }
 
 func newTestConnector() *testConnector {
@@ -108,6 +109,7 @@ func (c *testConnector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.Ac
 		select {
 		case <-c.release:
 		case <-ctx.Done():
+			c.causes.Store(call.Action.ID, context.Cause(ctx))
 			return nil, ctx.Err()
 		}
 	case capEcho:

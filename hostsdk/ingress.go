@@ -80,11 +80,24 @@ const (
 // action_result (or error) envelope.
 const ContentTypeNDJSON = "application/x-ndjson"
 
+// Why an action's context was cancelled: context.Cause of the ctx Handle,
+// HandleStream or a read's call gets is one of these once ctx is done
+// (errors.Is), so a connector can tell a caller's cancel, for which the
+// host also calls its Canceler, from the action's timeout and from the
+// host's shutdown, which tells the provider nothing: a connector whose
+// provider runs on (a started run, a job) can say so.
 var (
-	errCancelRequested = errors.New("hostsdk: action cancelled by an action-scoped cancel")
-	errActionTimeout   = errors.New("hostsdk: action timed out")
-	errorSource        = json.RawMessage(`{"component":"` + Component + `"}`)
+	// ErrActionCancelled: an action-scoped cancel arrived for the action.
+	ErrActionCancelled = errors.New("hostsdk: action cancelled by an action-scoped cancel")
+	// ErrActionTimeout: the action's timeout_ms passed.
+	ErrActionTimeout = errors.New("hostsdk: action timed out")
+	// ErrHostStopping: the host cancelled every running action, its drain
+	// timeout having passed (or the host being closed); no Canceler is
+	// called.
+	ErrHostStopping = errors.New("hostsdk: action cancelled by the host's shutdown (its drain timeout passed)")
 )
+
+var errorSource = json.RawMessage(`{"component":"` + Component + `"}`)
 
 // runningAction is an action being handled in this process.
 type runningAction struct {
@@ -760,13 +773,13 @@ func (x *exchange) execute(ra *runningAction, a *aip.Action, cap *capability, ro
 		// abandonCause is what ended the context of an abandoned call.
 		abandonCause error
 	)
-	if context.Cause(ra.ctx) == errCancelRequested {
+	if context.Cause(ra.ctx) == ErrActionCancelled {
 		err = context.Canceled // cancelled before it started: never run
 	} else {
 		ctx := trace.ContextWithSpan(ra.ctx, x.span)
 		if d, ok := actionTimeout(a); ok {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeoutCause(ctx, d, errActionTimeout)
+			ctx, cancel = context.WithTimeoutCause(ctx, d, ErrActionTimeout)
 			defer cancel()
 		}
 		ctx, span := h.tracer.Start(ctx, "hostsdk.action "+a.CapabilityID,
@@ -1046,7 +1059,7 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 					fmt.Sprintf("the connector failed with an invalid protocol error (%v): %v", verr, err))
 			}
 			return aip.StateFailed, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: &p}, p.Error()
-		case cause == errCancelRequested && errors.Is(err, context.Canceled):
+		case cause == ErrActionCancelled && errors.Is(err, context.Canceled):
 			return aip.StateCancelled, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultCancelled}, "cancelled by request"
 		case h.actionBase.Err() != nil:
 			return h.interrupted(actx, a, cap, "the action was interrupted by the host's shutdown: "+err.Error())
@@ -1303,7 +1316,7 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 	jctx := context.WithoutCancel(x.ctx)
 	for range 2 {
 		if ra := h.lookupRunning(id); ra != nil {
-			ra.cancel(errCancelRequested)
+			ra.cancel(ErrActionCancelled)
 			if cn, ok := h.conn.(Canceler); ok {
 				if call := ra.getCall(); call != nil {
 					cctx, cancel := context.WithTimeout(x.ctx, h.cfg.HealthProbeTimeout)

@@ -506,12 +506,12 @@ func (c *Connector) runStart(ctx context.Context, call *hostsdk.Call, ep *endpoi
 // cancel's context with a cause of its own and then calls the Canceler,
 // which sends Hermes a stop for the run; Hermes stops a run "at the next
 // safe interruption point", so it may have completed or acted first. The
-// host's shutdown (a drain whose timeout passed, a hard stop) cancels
-// the context without a cause and sends no stop: the run goes on on
-// Hermes, and the caller is told so, with the run ID to follow or stop.
+// host's shutdown (a drain whose timeout passed, a hard stop: the cause
+// hostsdk.ErrHostStopping) sends no stop: the run goes on on Hermes, and
+// the caller is told so, with the run ID to follow or stop.
 func waitCut(ctx context.Context, ep *endpoint, runID string) error {
 	cause := context.Cause(ctx)
-	if cause == ctx.Err() {
+	if errors.Is(cause, hostsdk.ErrHostStopping) {
 		return fmt.Errorf("%w: %s: run %s was started and goes on: the wait for it ended because the host is shutting down, which sends Hermes no stop; follow the run with run_status, or stop it with run_stop (run_id %s)",
 			hostsdk.ErrOutcomeUnknown, ep.client.Product(), runID, runID)
 	}
