@@ -182,13 +182,20 @@ type delivery struct {
 	// trustDomain is the sender's, once known: the answer's From carries
 	// it, as the action envelopes to that replica do.
 	trustDomain string
+	// authenticated is set once the delivery is known to be the
+	// registered replica's: signed by its DID, from its principal in its
+	// trust domain. A permanent refusal before that is answered unsigned
+	// (answerUnsigned).
+	authenticated bool
 }
 
 // handleConnectorEvents serves POST aip.EventsPath: a replica's signed
 // event delivery, checked against the registry (checkDelivery), appended
 // to its tenant's event log and answered with a signed event_stream of the
 // events as stored (less those the log pruned, which it does not store
-// again). Every refusal is a signed error envelope.
+// again). Every refusal is a signed error envelope, but a permanent one
+// of a delivery not authenticated as the registered replica's, which is
+// unsigned (answerUnsigned).
 func (d *Dispatcher) handleConnectorEvents() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var dl delivery
@@ -201,6 +208,10 @@ func (d *Dispatcher) handleConnectorEvents() http.Handler {
 			}
 			level("event delivery refused", "code", ref.code, "status", ref.status, "replica_id", dl.ce.ReplicaID,
 				"instance_id", dl.ce.InstanceID, "channel_id", dl.ce.ChannelID, "reason", ref.msg)
+			if !dl.authenticated && !ref.temporary() {
+				answerUnsigned(w, ref)
+				return
+			}
 			d.answerDelivery(w, &dl, ref.status, aip.Body{Error: &aip.ErrorBody{Error: *ref.protocolError()}})
 			return
 		}
@@ -330,21 +341,6 @@ func (d *Dispatcher) verifyDelivery(ctx context.Context, raw []byte, dl *deliver
 	if env.Body.EventStream.NextCursor != nil {
 		return invalidEvent("an event delivery carries no next_cursor")
 	}
-	if env.To == nil || env.To.ID != d.principal.ID || env.To.Kind != d.principal.Kind {
-		to := "nobody"
-		if env.To != nil {
-			to = env.To.ID + " (" + string(env.To.Kind) + ")"
-		}
-		return unauthorizedEvent("the delivery is addressed to %s, not to this dispatcher (%s (%s)); set the host's gateway principal", to, d.principal.ID, d.principal.Kind)
-	}
-	now := d.cfg.Now()
-	sent := env.SentAt.Time
-	if sent.Before(now.Add(-aip.MaxEventDeliveryAge)) {
-		return invalidEvent("sent_at %s is more than %s ago", env.SentAt, aip.MaxEventDeliveryAge)
-	}
-	if sent.After(now.Add(aip.MaxEnvelopeSkew)) {
-		return invalidEvent("sent_at %s is more than %s ahead of the dispatcher's clock (%s); check the host's clock", env.SentAt, aip.MaxEnvelopeSkew, aip.At(now))
-	}
 	ok, err := env.SecurityValue(aip.SecurityConnectorEvent, &dl.ce)
 	switch {
 	case err != nil:
@@ -375,6 +371,26 @@ func (d *Dispatcher) verifyDelivery(ctx context.Context, raw []byte, dl *deliver
 		return unauthorizedEvent("the delivery is from trust domain %q, not replica %s's %q", env.From.TrustDomain, rep.ID, rep.TrustDomain)
 	}
 	dl.trustDomain = rep.TrustDomain
+	// From here on the delivery is the replica's: a refusal answers it
+	// signed, so that the host can tell it from anybody's words (among
+	// them the clock refusals below, whose sent_at a host compares with
+	// its own clock).
+	dl.authenticated = true
+	if env.To == nil || env.To.ID != d.principal.ID || env.To.Kind != d.principal.Kind {
+		to := "nobody"
+		if env.To != nil {
+			to = env.To.ID + " (" + string(env.To.Kind) + ")"
+		}
+		return unauthorizedEvent("the delivery is addressed to %s, not to this dispatcher (%s (%s)); set the host's gateway principal", to, d.principal.ID, d.principal.Kind)
+	}
+	now := d.cfg.Now()
+	sent := env.SentAt.Time
+	if sent.Before(now.Add(-aip.MaxEventDeliveryAge)) {
+		return invalidEvent("sent_at %s is more than %s ago", env.SentAt, aip.MaxEventDeliveryAge)
+	}
+	if sent.After(now.Add(aip.MaxEnvelopeSkew)) {
+		return invalidEvent("sent_at %s is more than %s ahead of the dispatcher's clock (%s); check the host's clock", env.SentAt, aip.MaxEnvelopeSkew, aip.At(now))
+	}
 	if rep.InstanceID != ce.InstanceID || rep.VersionID != ce.VersionID {
 		return unauthorizedEvent("replica %s belongs to instance %s at version %s, not to instance %s at version %s",
 			rep.ID, rep.InstanceID, rep.VersionID, ce.InstanceID, ce.VersionID)
@@ -569,6 +585,31 @@ func probeEnvelope(raw []byte) *aip.Envelope {
 		env.CorrelationID = p.CorrelationID
 	}
 	return env
+}
+
+// temporary reports whether the refusal goes away by delivering again
+// (connector_event.unavailable or .capacity).
+func (r *eventRefusal) temporary() bool {
+	return r.code == aip.CodeEventUnavailable || r.code == aip.CodeEventCapacity
+}
+
+// answerUnsigned writes a permanent refusal of a delivery that is not
+// authenticated as the registered replica's (it did not verify, or names
+// no replica, or not the one whose key signed it) as an unsigned
+// {"error": ...}. Signed, in response to the message ID the delivery
+// named and addressed to the principal it named, it would give anyone who
+// can reach this route, and has read a host's delivery on the wire, the
+// dispatcher's signed word refusing that delivery (sign a copy of it with
+// any key, or break its signature): put in place of the real answer, the
+// host would take it for a refusal of its events and hold them back. A
+// host retries an unsigned answer with backoff and logs it, so the reason
+// still reaches a host whose key or registration is wrong. A temporary
+// refusal stays signed, so that hosts keep its retry_after: a copy of one
+// only makes a host deliver again soon.
+func answerUnsigned(w http.ResponseWriter, ref *eventRefusal) {
+	pe := ref.protocolError()
+	setRetryAfter(w, pe)
+	writeJSON(w, ref.status, ErrorResponse{Error: pe})
 }
 
 // answerDelivery writes a signed envelope answering the delivery: from the

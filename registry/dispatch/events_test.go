@@ -406,6 +406,45 @@ func checkRefusal(t *testing.T, status int, ans *aip.Envelope, wantStatus int, w
 	}
 }
 
+// unsignedRefusal reads an answer that must be an unsigned refusal
+// ({"error": ...}, what the dispatcher answers a delivery not
+// authenticated as the registered replica's): it must not verify as a
+// dispatcher envelope, and must say why with wantCode and wantStatus.
+func (w *eventWorld) unsignedRefusal(resp *http.Response, body []byte, wantStatus int, wantCode string) *aip.ProtocolError {
+	w.t.Helper()
+	if _, err := aip.VerifyEnvelope(body, w.d.DID()); err == nil {
+		w.t.Fatalf("HTTP %d: a signed answer, want an unsigned %s: %s", resp.StatusCode, wantCode, body)
+	}
+	var e dispatch.ErrorResponse
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil {
+		w.t.Fatalf("HTTP %d: not an unsigned error (%v): %s", resp.StatusCode, err, body)
+	}
+	if resp.StatusCode != wantStatus || e.Error.Code != wantCode || e.Error.Message == "" {
+		w.t.Fatalf("HTTP %d %s (%s), want %d %s with a message", resp.StatusCode, e.Error.Code, e.Error.Message, wantStatus, wantCode)
+	}
+	if e.Error.Retryable == nil || *e.Error.Retryable {
+		w.t.Errorf("%s retryable %v, want false", e.Error.Code, e.Error.Retryable)
+	}
+	return e.Error
+}
+
+// postUnsigned posts raw and reads its answer with unsignedRefusal.
+func (w *eventWorld) postUnsigned(raw []byte, wantStatus int, wantCode string) *aip.ProtocolError {
+	w.t.Helper()
+	resp, err := w.srv.Client().Post(w.srv.URL+aip.EventsPath, "application/json", bytes.NewReader(raw))
+	must(w.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	must(w.t, err)
+	return w.unsignedRefusal(resp, body, wantStatus, wantCode)
+}
+
+// TestConnectorEventsRefused: every refusal says why. A refusal of a
+// delivery authenticated as the registered replica's (signed by its DID,
+// from its principal in its trust domain) is a signed envelope answering
+// it; a permanent refusal before that is unsigned (unsigned), so that no
+// one gets the dispatcher's signed word refusing another's delivery
+// (TestEventRefusalIsNoSigningOracle).
 func TestConnectorEventsRefused(t *testing.T) {
 	other, _ := aip.GenerateSigningKey()
 	now := time.Now()
@@ -425,14 +464,15 @@ func TestConnectorEventsRefused(t *testing.T) {
 	future.OccurredAt = aip.At(now.Add(10 * time.Minute))
 	cursor := "next"
 	for _, c := range []struct {
-		name   string
-		opts   eventWorldOptions
-		mod    mod
-		status int
-		code   string
+		name     string
+		opts     eventWorldOptions
+		mod      mod
+		status   int
+		code     string
+		unsigned bool
 	}{
 		{name: "wrong signer", mod: func(w *eventWorld, dl *eventDelivery) { dl.key = other },
-			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized, unsigned: true},
 		{name: "wrong to", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To.ID = "service:another-dispatcher" },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "wrong to kind", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To.Kind = aip.PrincipalAgent },
@@ -440,11 +480,11 @@ func TestConnectorEventsRefused(t *testing.T) {
 		{name: "no to", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.To = nil },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "wrong from", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.From.ID = "agent:someone-else" },
-			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized, unsigned: true},
 		{name: "wrong from trust domain", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.From.TrustDomain = "other.example" },
-			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized, unsigned: true},
 		{name: "unknown replica", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.ReplicaID = aip.NewID(aip.PrefixReplica) },
-			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
+			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized, unsigned: true},
 		{name: "another instance", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.InstanceID = aip.NewID(aip.PrefixInstance) },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "another version", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.VersionID = aip.NewID(aip.PrefixVersion) },
@@ -472,13 +512,13 @@ func TestConnectorEventsRefused(t *testing.T) {
 		{name: "undeclared channel", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce.ChannelID = "calcom.webhooks" },
 			status: http.StatusForbidden, code: aip.CodeEventNotAuthorized},
 		{name: "no connector_event", mod: func(w *eventWorld, dl *eventDelivery) { dl.ce = aip.ConnectorEvent{} },
-			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid, unsigned: true},
 		{name: "next_cursor", mod: func(w *eventWorld, dl *eventDelivery) { dl.env.Body.EventStream.NextCursor = &cursor },
-			status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+			status: http.StatusBadRequest, code: aip.CodeEventInvalid, unsigned: true},
 		{name: "not an event stream", mod: func(w *eventWorld, dl *eventDelivery) {
 			dl.env.Body = aip.Body{Ack: &aip.Ack{Status: aip.AckAccepted}}
 			dl.env.MessageType = aip.TypeAck
-		}, status: http.StatusBadRequest, code: aip.CodeEventInvalid},
+		}, status: http.StatusBadRequest, code: aip.CodeEventInvalid, unsigned: true},
 		{name: "no events", mod: events(), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
 		{name: "too many events", mod: events(many...), status: http.StatusBadRequest, code: aip.CodeEventInvalid},
 		{name: "oversized event", mod: events(event("k", `{"blob":"`+strings.Repeat("x", aip.MaxEventBytes)+`"}`)),
@@ -512,6 +552,13 @@ func TestConnectorEventsRefused(t *testing.T) {
 			dl := w.delivery(event("k", `{"n":1}`))
 			if c.mod != nil {
 				c.mod(w, dl)
+			}
+			if c.unsigned {
+				w.postUnsigned(dl.sign(t), c.status, c.code)
+				if n := len(w.stored(tenant)); n != 0 {
+					t.Errorf("a refused delivery stored %d events", n)
+				}
+				return
 			}
 			status, ans, header := w.post(dl)
 			checkRefusal(t, status, ans, c.status, c.code)
@@ -564,8 +611,8 @@ func TestConnectorEventsUnusableBodies(t *testing.T) {
 		}(), http.StatusForbidden, aip.CodeEventNotAuthorized},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			status, ans, _ := w.postRaw(c.body)
-			checkRefusal(t, status, ans, c.status, c.code)
+			// Not authenticated as a replica's: unsigned.
+			w.postUnsigned(c.body, c.status, c.code)
 		})
 	}
 }
