@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -486,7 +487,7 @@ func (d *Dispatcher) eventBatch(dl *delivery) (registry.EventBatch, *eventRefusa
 		case e.Actor != nil:
 			return registry.EventBatch{}, invalidEvent("event %s has an actor; a connector's events carry none (put the provider's actor in data)", e.ID)
 		}
-		data, err := stampData(e.Data, stamp)
+		data, err := stampData(e.Data, stamp, ce.TenantID)
 		if err != nil {
 			return registry.EventBatch{}, invalidEvent("event %s: %v", e.ID, err)
 		}
@@ -512,8 +513,9 @@ func (d *Dispatcher) eventBatch(dl *delivery) (registry.EventBatch, *eventRefusa
 
 // stampData returns data (a JSON object; absent is {}) in canonical JSON
 // with member aip_connector set to stamp. data may already carry an equal
-// aip_connector, never a different one.
-func stampData(data json.RawMessage, stamp []byte) (json.RawMessage, error) {
+// aip_connector, never a different one, and an identity context naming no
+// tenant but tenant (checkIdentityTenant).
+func stampData(data json.RawMessage, stamp []byte, tenant string) (json.RawMessage, error) {
 	obj := map[string]json.RawMessage{}
 	if t := bytes.TrimSpace(data); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
 		if t[0] != '{' {
@@ -526,6 +528,9 @@ func stampData(data json.RawMessage, stamp []byte) (json.RawMessage, error) {
 		if err := json.Unmarshal(canon, &obj); err != nil {
 			return nil, fmt.Errorf("data must be a JSON object: %v", err)
 		}
+	}
+	if err := checkIdentityTenant(obj, tenant); err != nil {
+		return nil, err
 	}
 	if old, ok := obj[registry.EventProvenance]; ok {
 		a, errA := aip.Canonicalize(old)
@@ -540,6 +545,48 @@ func stampData(data json.RawMessage, stamp []byte) (json.RawMessage, error) {
 		return nil, err
 	}
 	return aip.Canonicalize(raw)
+}
+
+// checkIdentityTenant refuses event data whose identity context
+// (data.identity, an aip.IdentityContext) names a tenant other than
+// tenant, the delivery's: reference §7.4 holds data.identity.tenant.id to
+// the route's tenant, so that whoever reads an event may trust the tenant
+// it names. A connector's event data is largely a provider's payload,
+// which whoever can post to the provider's webhook shapes. Member names
+// are matched as encoding/json matches them to fields (ignoring case), so
+// that no reader decoding the data into an identity context finds
+// another tenant there; an identity, or a tenant in it, that is no JSON
+// object is not an identity context, and is left alone.
+func checkIdentityTenant(data map[string]json.RawMessage, tenant string) error {
+	for name, raw := range data {
+		if !strings.EqualFold(name, "identity") {
+			continue
+		}
+		var identity map[string]json.RawMessage
+		if json.Unmarshal(raw, &identity) != nil {
+			continue
+		}
+		for tname, traw := range identity {
+			if !strings.EqualFold(tname, "tenant") {
+				continue
+			}
+			var ref map[string]json.RawMessage
+			if json.Unmarshal(traw, &ref) != nil {
+				continue
+			}
+			for idname, idraw := range ref {
+				if !strings.EqualFold(idname, "id") {
+					continue
+				}
+				var id string
+				if bytes.Equal(idraw, []byte("null")) || json.Unmarshal(idraw, &id) != nil || id != tenant {
+					return fmt.Errorf("data.%s.%s.%s is %s, not the delivery's tenant %q: an event names no tenant but the one whose log it goes to (leave the identity's tenant out, or name %q)",
+						name, tname, idname, aip.TruncateUTF8(string(idraw), 80), tenant, tenant)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // declaresChannel reports whether the manifest declares the channel:
