@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -551,33 +552,25 @@ func stampData(data json.RawMessage, stamp []byte, tenant string) (json.RawMessa
 // (data.identity, an aip.IdentityContext) names a tenant other than
 // tenant, the delivery's: reference §7.4 holds data.identity.tenant.id to
 // the route's tenant, so that whoever reads an event may trust the tenant
-// it names. A connector's event data is largely a provider's payload,
-// which whoever can post to the provider's webhook shapes. Member names
+// it names. A connector's event data is largely a provider's payload
+// (twenty's is the webhook's body), not the connector's own words. Member names
 // are matched as encoding/json matches them to fields (ignoring case), so
 // that no reader decoding the data into an identity context finds
 // another tenant there; an identity, or a tenant in it, that is no JSON
 // object is not an identity context, and is left alone.
 func checkIdentityTenant(data map[string]json.RawMessage, tenant string) error {
-	for name, raw := range data {
-		if !strings.EqualFold(name, "identity") {
-			continue
-		}
+	for _, name := range foldedMembers(data, "identity") {
 		var identity map[string]json.RawMessage
-		if json.Unmarshal(raw, &identity) != nil {
+		if json.Unmarshal(data[name], &identity) != nil {
 			continue
 		}
-		for tname, traw := range identity {
-			if !strings.EqualFold(tname, "tenant") {
-				continue
-			}
+		for _, tname := range foldedMembers(identity, "tenant") {
 			var ref map[string]json.RawMessage
-			if json.Unmarshal(traw, &ref) != nil {
+			if json.Unmarshal(identity[tname], &ref) != nil {
 				continue
 			}
-			for idname, idraw := range ref {
-				if !strings.EqualFold(idname, "id") {
-					continue
-				}
+			for _, idname := range foldedMembers(ref, "id") {
+				idraw := ref[idname]
 				var id string
 				if bytes.Equal(idraw, []byte("null")) || json.Unmarshal(idraw, &id) != nil || id != tenant {
 					return fmt.Errorf("data.%s.%s.%s is %s, not the delivery's tenant %q: an event names no tenant but the one whose log it goes to (leave the identity's tenant out, or name %q)",
@@ -587,6 +580,20 @@ func checkIdentityTenant(data map[string]json.RawMessage, tenant string) error {
 		}
 	}
 	return nil
+}
+
+// foldedMembers returns the names of m's members that encoding/json
+// would match to a field named name (equal ignoring case), sorted, so
+// that the same data is refused with the same message.
+func foldedMembers(m map[string]json.RawMessage, name string) []string {
+	var out []string
+	for k := range m {
+		if strings.EqualFold(k, name) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // declaresChannel reports whether the manifest declares the channel:
