@@ -261,13 +261,19 @@ const (
 // another sequence (ControlRuleSequence: a newer lifecycle request won the
 // fence), or the replica is offline or its lease expired
 // (ControlRuleState) — starts with that rule and ": ", which a host reads
-// to end its local lease at once.
+// to end its local lease at once. A registration refused because its
+// signer is not the replica's pre-provisioned DID reads "signer_did DID"
+// followed by SignerNotProvisionedPhrase and the replica ID; one for a
+// replica the registry does not hold holds NotProvisionedPhrase: a host
+// reads both as a setting of its own to fix.
 const (
-	ControlRuleLeaseLive = "lease_live"
-	LeaseUntilPhrase     = " with a lease until "
-	ControlRuleReplay    = "replay"
-	ControlRuleSequence  = "sequence"
-	ControlRuleState     = "state"
+	ControlRuleLeaseLive       = "lease_live"
+	LeaseUntilPhrase           = " with a lease until "
+	ControlRuleReplay          = "replay"
+	ControlRuleSequence        = "sequence"
+	ControlRuleState           = "state"
+	SignerNotProvisionedPhrase = " is not the DID pre-provisioned for replica "
+	NotProvisionedPhrase       = " is not pre-provisioned; an operator must create it"
 )
 
 // ControlOutcome is internally tagged by "status": {"status":"lease",

@@ -216,7 +216,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	switch {
 	case errors.Is(err, registry.ErrNotFound):
 		return a.reject(http.StatusForbidden, reasonNotProvisioned, err,
-			"replica %s is not pre-provisioned; an operator must create it (offline, with this host's DID) before the host registers", a.replicaID)
+			"replica %s"+aip.NotProvisionedPhrase+" (offline, with this host's DID) before the host registers", a.replicaID)
 	case err != nil:
 		return a.storeFailed(ctx, err, "the registry could not be read; resend the same request")
 	}
@@ -226,7 +226,7 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if req.SignerDID != key.did {
 		a.signerDID, a.provisionedDID = aip.TruncateUTF8(req.SignerDID, maxQuotedDID), key.did
 		return a.reject(http.StatusForbidden, reasonSigner, nil,
-			"signer_did %s is not the DID pre-provisioned for replica %s: the registry holds the peer_did of that replica's entry in the fleet file "+
+			"signer_did %s"+aip.SignerNotProvisionedPhrase+"%s: the registry holds the peer_did of that replica's entry in the fleet file "+
 				"(the control plane logs it with this rejection); start the host with the signing key of that DID "+
 				"(`aipfleet keygen --did-of FILE` prints a key file's DID), or set that entry's peer_did to %s and apply the fleet file again",
 			a.signerDID, a.replicaID, a.signerDID)

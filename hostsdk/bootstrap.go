@@ -559,14 +559,15 @@ func registerSettingHint(message, did string, c *Config) string {
 }
 
 // The wording of the rejections registerSettingHint reads: the control
-// plane's signer and pre-provisioning checks (controlplane.Service, whose
-// words hostsdktest's control plane repeats), and the registry's rules
-// (registry.RuleIdentity, RuleInstance, RuleDigest, RuleNotProvisioned)
-// that start the message of a registration they refuse.
+// plane's signer and pre-provisioning checks (controlplane.Service and
+// hostsdktest's control plane word them with aip's phrases), and the
+// registry's rules (registry.RuleIdentity, RuleInstance, RuleDigest,
+// RuleNotProvisioned) that start the message of a registration they
+// refuse.
 const (
 	signerRulePrefix         = "signer_did "
-	signerRulePhrase         = " is not the DID pre-provisioned for replica "
-	notProvisionedPhrase     = "is not pre-provisioned; an operator must create it"
+	signerRulePhrase         = aip.SignerNotProvisionedPhrase
+	notProvisionedPhrase     = aip.NotProvisionedPhrase
 	notProvisionedRulePrefix = "not_provisioned: "
 	identityRule             = "identity"
 	instanceRule             = "instance"

@@ -452,7 +452,7 @@ func DecideLifecycle(cmd *LifecycleCommand, in LifecycleInput) LifecycleDecision
 		if in.Claim != nil && in.Claim.Live(now) {
 			return d.reject(RuleReplay, "request %s was already consumed by another lifecycle decision; send a new request ID", cmd.RequestID)
 		}
-		dec := d.reject(RuleNotProvisioned, "replica %s is not pre-provisioned; an operator must create it (offline, with this host's DID) before the host registers", d.replicaID)
+		dec := d.reject(RuleNotProvisioned, "replica %s"+aip.NotProvisionedPhrase+" (offline, with this host's DID) before the host registers", d.replicaID)
 		dec.Claim = claim
 		return dec
 	}

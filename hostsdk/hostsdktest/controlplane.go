@@ -432,14 +432,14 @@ func (cp *ControlPlane) decide(recv *aip.ReceivedControlRequest, op *Operation, 
 	rp, ok := cp.replicas[op.ReplicaID]
 	if !ok {
 		return rejection(http.StatusForbidden,
-			"replica %s is not pre-provisioned; an operator must create it (offline, with this host's DID) before the host registers", op.ReplicaID)
+			"replica %s"+aip.NotProvisionedPhrase+" (offline, with this host's DID) before the host registers", op.ReplicaID)
 	}
 	// 4. The signer is the replica (the words of controlplane's answer,
 	// which never shows the replica's DID; the DID sent cut to 100 bytes).
 	if req.SignerDID != rp.spec.DID {
 		signer := aip.TruncateUTF8(req.SignerDID, 100)
 		return rejection(http.StatusForbidden,
-			"signer_did %s is not the DID pre-provisioned for replica %s: the registry holds the peer_did of that replica's entry in the fleet file "+
+			"signer_did %s"+aip.SignerNotProvisionedPhrase+"%s: the registry holds the peer_did of that replica's entry in the fleet file "+
 				"(the control plane logs it with this rejection); start the host with the signing key of that DID "+
 				"(`aipfleet keygen --did-of FILE` prints a key file's DID), or set that entry's peer_did to %s and apply the fleet file again",
 			signer, op.ReplicaID, signer)
