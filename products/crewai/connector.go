@@ -13,7 +13,6 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
-	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
@@ -572,19 +571,12 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 	}
 	// A run (or a capability of a crew no longer configured).
 	var rec kickoffRecord
-	if u.State != nil {
-		v, err := u.State.Get(ctx, KickoffsNamespace, id)
-		switch {
-		case errors.Is(err, journal.ErrNotFound):
-		case err != nil:
-			return nil, fmt.Errorf("read the kickoff record of %s: %w", id, err)
-		default:
-			if err := json.Unmarshal(v.Value, &rec); err != nil {
-				// Unreadable: the run's kickoff cannot be found again. Block
-				// nothing (a recovery error would stop every restart).
-				return nil, fmt.Errorf("%w: the kickoff record of %s is unreadable (%v); the crew may have been started", hostsdk.ErrOutcomeUnknown, id, err)
-			}
-		}
+	if _, err := provider.LoadRecord(ctx, u.State, KickoffsNamespace, id, "the kickoff record", &rec); errors.Is(err, provider.ErrRecordUnreadable) {
+		// Unreadable: the run's kickoff cannot be found again. Block
+		// nothing (a recovery error would stop every restart).
+		return nil, fmt.Errorf("%w: %v; the crew may have been started", hostsdk.ErrOutcomeUnknown, err)
+	} else if err != nil {
+		return nil, err
 	}
 	if rec.KickoffID == "" {
 		return nil, fmt.Errorf("%w: the replica restarted before CrewAI AMP's kickoff answer was recorded; the crew may have been started", hostsdk.ErrOutcomeUnknown)

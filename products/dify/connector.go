@@ -13,7 +13,6 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
-	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
@@ -322,16 +321,13 @@ func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason strin
 	if v, ok := c.tasks.Load(call.Action.ID); ok {
 		ref = v.(taskRef)
 	} else {
-		v, err := call.State().Get(ctx, TasksNamespace, call.Action.ID)
-		if errors.Is(err, journal.ErrNotFound) {
+		found, err := provider.LoadRecord(ctx, call.State(), TasksNamespace, call.Action.ID, "the task record", &ref)
+		if err != nil {
+			return fmt.Errorf("dify: %w", err)
+		}
+		if !found {
 			call.Logger.Info("dify: cancel before the app's task was known; nothing to stop", "app_id", t.app.ID)
 			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("dify: read the task of %s: %w", call.Action.ID, err)
-		}
-		if err := json.Unmarshal(v.Value, &ref); err != nil {
-			return fmt.Errorf("dify: task record of %s: %w", call.Action.ID, err)
 		}
 	}
 	a, ok := c.apps[ref.AppID]
@@ -411,17 +407,10 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 		return nil, fmt.Errorf("%w: the replica restarted while %s was in flight", hostsdk.ErrOutcomeUnknown, u.Action.CapabilityID)
 	}
 	var ref taskRef
-	if u.State != nil {
-		v, err := u.State.Get(ctx, TasksNamespace, id)
-		switch {
-		case errors.Is(err, journal.ErrNotFound):
-		case err != nil:
-			return nil, fmt.Errorf("dify: read the task record of %s: %w", id, err)
-		default:
-			if err := json.Unmarshal(v.Value, &ref); err != nil {
-				ref = taskRef{}
-			}
-		}
+	if _, err := provider.LoadRecord(ctx, u.State, TasksNamespace, id, "the task record", &ref); errors.Is(err, provider.ErrRecordUnreadable) {
+		return nil, fmt.Errorf("%w: %v; the app may have run", hostsdk.ErrOutcomeUnknown, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("dify: %w", err)
 	}
 	a := t.app
 	if a.Mode != ModeWorkflow || ref.WorkflowRunID == "" || ref.AppID != a.ID {

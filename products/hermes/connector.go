@@ -14,7 +14,6 @@ import (
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
-	"github.com/aipfleet/aipfleet/hostsdk/journal"
 	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
@@ -527,16 +526,13 @@ func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason strin
 	if err != nil || op.name != OpRunStart {
 		return nil
 	}
-	v, err := call.State().Get(ctx, RunsNamespace, call.Action.ID)
-	if errors.Is(err, journal.ErrNotFound) {
-		return fmt.Errorf("hermes: action %s has no started run recorded yet; nothing to stop", call.Action.ID)
-	}
-	if err != nil {
-		return err
-	}
 	var rec runRecord
-	if err := json.Unmarshal(v.Value, &rec); err != nil {
-		return fmt.Errorf("hermes: run record of %s: %w", call.Action.ID, err)
+	found, err := provider.LoadRecord(ctx, call.State(), RunsNamespace, call.Action.ID, "the run record", &rec)
+	if err != nil {
+		return fmt.Errorf("hermes: %w", err)
+	}
+	if !found {
+		return fmt.Errorf("hermes: action %s has no started run recorded yet; nothing to stop", call.Action.ID)
 	}
 	ep, ok := c.byID[rec.Endpoint]
 	if !ok {
@@ -572,17 +568,10 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 		return nil, fmt.Errorf("%w: the replica restarted while %s was in flight", hostsdk.ErrOutcomeUnknown, u.Action.CapabilityID)
 	}
 	var rec runRecord
-	if u.State != nil {
-		v, err := u.State.Get(ctx, RunsNamespace, id)
-		switch {
-		case errors.Is(err, journal.ErrNotFound):
-		case err != nil:
-			return nil, fmt.Errorf("read the run record of %s: %w", id, err)
-		default:
-			if err := json.Unmarshal(v.Value, &rec); err != nil {
-				rec = runRecord{}
-			}
-		}
+	if _, err := provider.LoadRecord(ctx, u.State, RunsNamespace, id, "the run record", &rec); errors.Is(err, provider.ErrRecordUnreadable) {
+		return nil, fmt.Errorf("%w: %v; the run may have started", hostsdk.ErrOutcomeUnknown, err)
+	} else if err != nil {
+		return nil, err
 	}
 	if rec.RunID == "" {
 		return nil, fmt.Errorf("%w: the replica restarted before Hermes' answer to POST /v1/runs was recorded; the run may have started. To learn its run_id without starting another, send run_start again with the same input and idempotency key %q: Hermes answers a start it has seen under that key (for 24 hours) with the original run (replayed true)",

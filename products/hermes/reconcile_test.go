@@ -66,6 +66,14 @@ func TestReconcileRunStartAfterRestart(t *testing.T) {
 	unrecorded.IdempotencyKey = "order-42"
 	leaveRunning(t, j, recorded, "run_abc123")
 	leaveRunning(t, j, unrecorded, "")
+	// A record that does not decode (written by another build): the run
+	// may have started, and the answer says the record is unreadable
+	// rather than that the replica restarted before recording it.
+	garbled := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"third job"}`)
+	leaveRunning(t, j, garbled, "")
+	if _, err := j.PutState(hostsdktest.Context(t), RunsNamespace, garbled.ID, []byte(`"run_abc123"`), 0); err != nil {
+		t.Fatal(err)
+	}
 	f := hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) { cfg.Journal = j })
 
 	out := completed(t, f.Act(t, recorded))
@@ -77,6 +85,10 @@ func TestReconcileRunStartAfterRestart(t *testing.T) {
 	pe := resp.ProtocolError()
 	if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, `"order-42"`) {
 		t.Fatalf("unrecorded run_start: HTTP %d %s, want outcome_unknown naming the idempotency key", resp.Status, resp.Raw)
+	}
+	resp = f.Act(t, garbled)
+	if pe := resp.ProtocolError(); pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown || !strings.Contains(pe.Message, "the run record of "+garbled.ID+": record is unreadable") {
+		t.Errorf("run_start with an unreadable run record: HTTP %d %s, want outcome_unknown saying the record is unreadable", resp.Status, resp.Raw)
 	}
 	main.mu.Lock()
 	started := main.runs
