@@ -1,7 +1,9 @@
 // Package hostrun holds what the programs that run connector hosts share
 // beyond hostsdk itself: opening the journal a host's settings name, the
-// OpenTelemetry tracer provider every aipfleet process uses, and what
-// --print-manifest prints (ManifestReport).
+// OpenTelemetry tracer provider every aipfleet process uses, what
+// --print-manifest prints (ManifestReport), and the logger --log-level and
+// --log-format choose (NewLogger: JSON by default, or one readable line per
+// event).
 // cmd/aipfleet (its host command and its servers), cmd/aip-host (the
 // product adapters) and cmd/aip-sidecar use it, so a product replica, an
 // echo replica and a sidecar accept the same settings and behave alike.
