@@ -17,14 +17,8 @@ import (
 // commonSettings are aip-host's own settings, beside the host's and the
 // product's.
 var commonSettings = []hostsdk.Setting{
-	{Flag: "log-level", Env: "AIP_HOST_LOG_LEVEL", Usage: "debug, info, warn or error (default info)",
-		Check: func(v string) error {
-			var l slog.Level
-			if l.UnmarshalText([]byte(v)) != nil {
-				return fmt.Errorf("want debug, info, warn or error")
-			}
-			return nil
-		}},
+	{Flag: "log-level", Env: "AIP_HOST_LOG_LEVEL", Usage: "debug, info, warn or error (default info)", Check: hostrun.CheckLogLevel},
+	hostrun.LogFormatSetting("AIP_HOST_LOG_FORMAT"),
 	{Flag: "print-manifest", Env: "AIP_HOST_PRINT_MANIFEST", Kind: hostsdk.SettingBool,
 		Usage: "print the bound manifest and its digest as JSON, then exit"},
 }
@@ -81,9 +75,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var level slog.Level
 	if v := common["log-level"]; v != "" {
-		_ = level.UnmarshalText([]byte(v)) // checked by the setting
+		level, _ = hostrun.ParseLogLevel(v) // checked by the setting
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("product", p.Name)
+	logger := hostrun.NewLogger(stderr, common["log-format"], level).With("product", p.Name)
 	values, err := loadProduct(getenv)
 	if err != nil {
 		return err

@@ -38,13 +38,7 @@ func newSettings() []hostsdk.Setting {
 	// Checked when read, as the other settings are, so that the error
 	// names where the value came from: the flag or AIP_SIDECAR_LOG_LEVEL.
 	logLevel := str("log-level", "LOG_LEVEL", "debug, info (default), warn or error")
-	logLevel.Check = func(v string) error {
-		var l slog.Level
-		if l.UnmarshalText([]byte(v)) != nil {
-			return errors.New("want debug, info, warn or error")
-		}
-		return nil
-	}
+	logLevel.Check = hostrun.CheckLogLevel
 	return []hostsdk.Setting{
 		str("local-url", "LOCAL_URL", "loopback origin of the local connector, e.g. http://127.0.0.1:8700"),
 		str("local-socket", "LOCAL_SOCKET", "unix socket of the local connector"),
@@ -66,6 +60,7 @@ func newSettings() []hostsdk.Setting {
 			Usage: "after this many health checks in a row without any answer (a hung process): with --exec or --mcp-command, restart the child; with --mcp-url, open a new MCP session (an MCP error answer to the ping is an answer); checks made while an action sent to the child (a tool call, in MCP mode) is in progress and within its deadline do not count (a busy connector or MCP server may not answer them); 0 (default) never does"},
 		{Flag: "print-manifest", Env: envPrefix + "PRINT_MANIFEST", Kind: hostsdk.SettingBool, Usage: "start the connector, print its bound manifest, digest and the implementation support its capabilities need as JSON, and exit"},
 		logLevel,
+		hostrun.LogFormatSetting(envPrefix + "LOG_FORMAT"),
 	}
 }
 
@@ -134,11 +129,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var level slog.Level // info; a value given was checked when read
 	if lvl := val["log-level"]; lvl != "" {
-		if err := level.UnmarshalText([]byte(lvl)); err != nil {
+		if level, err = hostrun.ParseLogLevel(lvl); err != nil {
 			return hostrun.Settingf("--log-level (%sLOG_LEVEL) is %q: %w", envPrefix, lvl, err)
 		}
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := hostrun.NewLogger(stderr, val["log-format"], level)
 	hostCfg.Logger = logger
 
 	cfg := sidecar.Config{Host: hostCfg, Logger: logger, ExecStdout: stderr, ExecStderr: stderr}

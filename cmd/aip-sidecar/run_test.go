@@ -84,6 +84,17 @@ func TestRunAttachesServesAndDrains(t *testing.T) {
 	attachServeDrain(t, nil)
 }
 
+// TestRunLogsText: the sidecar logged JSON only; --log-format text (or
+// AIP_SIDECAR_LOG_FORMAT=text) gives one readable line per event.
+func TestRunLogsText(t *testing.T) {
+	t.Run("flag", func(t *testing.T) { attachServeDrain(t, nil, "--log-format", "text") })
+	t.Run("variable", func(t *testing.T) {
+		attachServeDrain(t, func(env map[string]string) { env[envPrefix+"LOG_FORMAT"] = "text" })
+	})
+}
+
+var textLine = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO |WARN |ERROR) \S`)
+
 // With --database-url-file the sidecar's host journals in PostgreSQL, as
 // aip-host's does, in the namespace of its replica ID.
 func TestRunWithAPostgreSQLJournal(t *testing.T) {
@@ -108,7 +119,7 @@ func TestRunWithAPostgreSQLJournal(t *testing.T) {
 // attachServeDrain runs the sidecar (its environment edited by edit, when
 // given) for a connector serving the local contract, sends it an action,
 // stops it, and returns the replica ID and the action ID.
-func attachServeDrain(t *testing.T, edit func(env map[string]string)) (replicaID, actionID string) {
+func attachServeDrain(t *testing.T, edit func(env map[string]string), extraArgs ...string) (replicaID, actionID string) {
 	t.Helper()
 	fleet := sidecartest.NewFakeFleet(t)
 	bound := echoManifest
@@ -121,8 +132,9 @@ func attachServeDrain(t *testing.T, edit func(env map[string]string)) (replicaID
 		edit(env)
 	}
 	// The bind address comes as a flag, the rest from the environment.
-	args := []string{"--bind", env["AIP_CONNECTOR_HOST_BIND"], "--log-level", "info"}
+	args := append([]string{"--bind", env["AIP_CONNECTOR_HOST_BIND"], "--log-level", "info"}, extraArgs...)
 	delete(env, "AIP_CONNECTOR_HOST_BIND")
+	text := env[envPrefix+"LOG_FORMAT"] == "text" || slices.Contains(extraArgs, "text")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -153,8 +165,20 @@ func attachServeDrain(t *testing.T, edit func(env map[string]string)) (replicaID
 	if o[len(o)-1].Op != aip.OpOffline {
 		t.Errorf("last operation %+v", o[len(o)-1])
 	}
-	if !strings.Contains(stderr.String(), `"component":"aip-sidecar"`) {
+	if !text && !strings.Contains(stderr.String(), `"component":"aip-sidecar"`) {
 		t.Errorf("log:\n%s", stderr.String())
+	}
+	if text {
+		// One readable line per event, the sidecar's own and its host's.
+		log := stderr.String()
+		if !strings.Contains(log, " component=aip-sidecar") || !strings.Contains(log, " component=aip-connector-host") {
+			t.Errorf("the text log lacks the sidecar's or the host's lines:\n%s", log)
+		}
+		for line := range strings.SplitSeq(strings.TrimSuffix(log, "\n"), "\n") {
+			if !textLine.MatchString(line) {
+				t.Fatalf("with --log-format text the sidecar logged a line that is not text:\n%s\nlog:\n%s", line, log)
+			}
+		}
 	}
 	return env["AIP_CONNECTOR_HOST_REPLICA_ID"], actionID
 }
@@ -459,6 +483,8 @@ func TestRefusedSettingsExitAsUsage(t *testing.T) {
 		{[]string{"--start-timeout-ms=soon"}, nil, 2},
 		{[]string{"--drain-timeout-ms=soon"}, nil, 2},
 		{nil, map[string]string{"AIP_SIDECAR_ON_MANIFEST_CHANGE": "apply"}, 2},
+		{[]string{"--log-format", "xml"}, nil, 2},
+		{nil, map[string]string{"AIP_SIDECAR_LOG_FORMAT": "xml"}, 2},
 		{[]string{"--bogus"}, nil, 2},
 		{[]string{"-h"}, nil, 0},
 	} {
@@ -491,6 +517,10 @@ func TestRefusedSettingsReadAsGiven(t *testing.T) {
 			`--start-timeout-ms (AIP_SIDECAR_START_TIMEOUT_MS) is "soon"; want an integer from 1 to 3600000 ms`},
 		{[]string{"--drain-timeout-ms=soon"}, nil,
 			`--drain-timeout-ms (AIP_CONNECTOR_HOST_DRAIN_TIMEOUT_MS, Config.DrainTimeout) is "soon"; want an integer from 1 to 300000 ms`},
+		{[]string{"--log-format", "xml"}, nil,
+			`--log-format (AIP_SIDECAR_LOG_FORMAT) is "xml"; want json or text`},
+		{nil, map[string]string{"AIP_SIDECAR_LOG_FORMAT": "JSON"},
+			`AIP_SIDECAR_LOG_FORMAT (--log-format) is "JSON"; want json or text`},
 	} {
 		var stderr bytes.Buffer
 		err := run(context.Background(), c.args, func(k string) string { return c.env[k] }, &stderr, &stderr)

@@ -22,6 +22,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/controlplane"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/internal/hostrun"
 	"github.com/aipfleet/aipfleet/internal/tenanttoken"
 	"github.com/aipfleet/aipfleet/registry"
 	"github.com/aipfleet/aipfleet/registry/dispatch"
@@ -181,13 +182,14 @@ func runDev(ctx context.Context, c *command, e *env, args []string) error {
 		// directory's port base), so a 0 given is refused here rather
 		// than quietly taken for 8080.
 		return usagef("dev: --port-base %d is outside 1024..%d", *portBase, 65535-firstReplicaOffset-maxDevReplicas)
-	case *logFormat != "text" && *logFormat != "json":
-		return usagef("dev: --log-format %q: want text or json", *logFormat)
 	case *stateDir == "":
 		return usagef("dev: --state-dir is empty")
 	}
 	if _, ok := builtinConnectors[*connector]; !ok {
 		return usagef("dev: --connector %q is not a built-in connector; choose one of %s", *connector, strings.Join(connectorNames(), ", "))
+	}
+	if err := checkLogFormat(fs, "dev", *logFormat); err != nil {
+		return err
 	}
 	level, err := parseLogLevel(*logLevel)
 	if err != nil {
@@ -857,6 +859,8 @@ func (f *devFleet) hostArgs(i int) []string {
 		"--drain-timeout-ms", ms(devDrainTimeout),
 		"--state-dir", f.path(replicaName(i)),
 		"--log-level", f.logLevel,
+		// dev reads its replicas' JSON lines into its own stream.
+		"--log-format", hostrun.LogJSON,
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 
@@ -74,6 +73,7 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 	fs := e.flags(c)
 	name := fs.String("connector", "", "the built-in connector to run: "+strings.Join(connectorNames(), ", "))
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", hostrun.LogJSON, logFormatUsage)
 	printManifest := fs.Bool("print-manifest", false, "print the connector's manifest bound to --trust-domain, its digest and the implementation support its capabilities need, as JSON for a fleet file's version entry, then exit")
 	fs.NoEnv("print-manifest")
 	load := hostsdk.BindFlags(fs.fs)
@@ -104,6 +104,9 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 	if err != nil {
 		return usagef("host: %v", err)
 	}
+	if err := checkLogFormat(fs, "host", *logFormat); err != nil {
+		return err
+	}
 	cfg, err := load(e.getenv)
 	if err != nil {
 		if errors.Is(err, hostsdk.ErrSetting) {
@@ -121,7 +124,7 @@ func runHost(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		return r.Print(e.stdout)
 	}
-	cfg.Logger = slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg.Logger = hostrun.NewLogger(e.stderr, *logFormat, lvl)
 	err = hostrun.Run(ctx, cfg, newConn(), e.getenv, "aipfleet-host-"+*name)
 	// The exit status follows hostrun.ExitCode's rule, as aip-host's and
 	// aip-sidecar's: a setting to change, or a file a setting names

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 
 // serverFlags are the flags the server commands (control-plane, dispatch)
 // share: the registry's data pool, the signing key, the listener and its
-// transport, and the log level.
+// transport, and the log level and format.
 type serverFlags struct {
 	databaseURLFile string
 	signingKeyFile  string
@@ -32,8 +33,10 @@ type serverFlags struct {
 	acquireTimeout  time.Duration
 	logLevel        string
 	level           slog.Level // logLevel parsed by check
-	databaseRole    string     // for the "is required" error of --database-url-file
-	command         string     // the command's name, set by check: its errors start with it
+	logFormat       string
+	fs              *flagSet // where the flags were defined, for checkLogFormat
+	databaseRole    string   // for the "is required" error of --database-url-file
+	command         string   // the command's name, set by check: its errors start with it
 }
 
 // serverFlagText is what differs between the server commands' shared
@@ -51,7 +54,7 @@ type serverFlagText struct {
 // bindServerFlags defines the shared server flags on fs; they are filled
 // in when fs is parsed.
 func bindServerFlags(fs *flagSet, text serverFlagText) *serverFlags {
-	f := &serverFlags{databaseRole: text.databaseRole}
+	f := &serverFlags{databaseRole: text.databaseRole, fs: fs}
 	fs.StringVar(&f.databaseURLFile, "database-url-file", "", text.databaseURL)
 	fs.StringVar(&f.signingKeyFile, "signing-key-file", "", text.signingKey)
 	fs.StringVar(&f.bind, "bind", text.bind, "address to listen on")
@@ -61,11 +64,12 @@ func bindServerFlags(fs *flagSet, text serverFlagText) *serverFlags {
 	fs.IntVar(&f.maxConns, "max-connections", text.maxConns, "maximum database connections of the data pool (1 to 256)")
 	fs.DurationVar(&f.acquireTimeout, "acquire-timeout", 5*time.Second, "wait for a pooled database connection (1ms to 60s)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", hostrun.LogJSON, logFormatUsage)
 	return f
 }
 
 // check validates the shared flags of command after parsing, as usage
-// errors naming the flag, and parses --log-level once.
+// errors naming the flag, parses --log-level once and checks --log-format.
 func (f *serverFlags) check(command string) error {
 	f.command = command
 	switch {
@@ -85,6 +89,9 @@ func (f *serverFlags) check(command string) error {
 		return usagef("%s: %v", command, err)
 	}
 	f.level = level
+	if err := checkLogFormat(f.fs, command, f.logFormat); err != nil {
+		return err
+	}
 	return checkServerTransport(command, f.bind, f.tlsCertFile != "", f.insecure)
 }
 
@@ -100,12 +107,12 @@ type server struct {
 	shutdownTracing func()
 }
 
-// open opens what f names, in order: the JSON logger on stderr, the secret
-// files, the trace exporter (named service), the registry's data pool
+// open opens what f names, in order: the logger on stderr (--log-format),
+// the secret files, the trace exporter (named service), the registry's data pool
 // (whose role must hold what serves needs) and the listener. On error it
 // closes what it opened.
 func (f *serverFlags) open(ctx context.Context, e *env, service string, serves pgregistry.Service) (_ *server, err error) {
-	s := &server{logger: slog.New(slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: f.level})), shutdownTracing: func() {}}
+	s := &server{logger: hostrun.NewLogger(e.stderr, f.logFormat, f.level), shutdownTracing: func() {}}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -199,4 +206,27 @@ func isLoopbackBind(bind string) (bool, error) {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback(), nil
+}
+
+// logFormatUsage is the help of --log-format, whose default the flag list
+// shows.
+const logFormatUsage = "json (one JSON object per line) or text (one readable line per event)"
+
+// checkLogFormat refuses a --log-format value (given, or read from the
+// command's variable: AIP_CONTROL_LOG_FORMAT,
+// AIP_CONNECTOR_HOST_LOG_FORMAT, ...) other than json or text as command's
+// usage error (exit 2) that names the flag, its variable, where the value
+// came from and the accepted values, as hostsdk's settings do:
+// `control-plane: --log-format (AIP_CONTROL_LOG_FORMAT) is "xml"; want
+// json or text`.
+func checkLogFormat(fs *flagSet, command, v string) error {
+	err := hostrun.CheckLogFormat(v)
+	if err == nil {
+		return nil
+	}
+	env, source := fs.envOf["log-format"], "--log-format"
+	if slices.Contains(fs.fromEnv, "log-format") {
+		source = env
+	}
+	return usagef("%s: %v", command, &hostsdk.SettingError{Flag: "log-format", Env: env, Source: source, Value: v, Want: err.Error()})
 }
