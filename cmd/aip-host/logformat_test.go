@@ -44,7 +44,7 @@ func hostEnv(t *testing.T) map[string]string {
 	}
 }
 
-var textLine = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO |WARN |ERROR) \S`)
+var textLine = regexp.MustCompile(`^time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=(DEBUG|INFO|WARN|ERROR) msg=\S`)
 
 // TestLogFormatText: aip-host logged JSON only; --log-format text (or
 // AIP_HOST_LOG_FORMAT=text) gives one readable line per event, with the

@@ -93,7 +93,7 @@ func TestRunLogsText(t *testing.T) {
 	})
 }
 
-var textLine = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO |WARN |ERROR) \S`)
+var textLine = regexp.MustCompile(`^time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=(DEBUG|INFO|WARN|ERROR) msg=\S`)
 
 // With --database-url-file the sidecar's host journals in PostgreSQL, as
 // aip-host's does, in the namespace of its replica ID.

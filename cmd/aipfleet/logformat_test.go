@@ -15,7 +15,7 @@ import (
 
 // textLine is a line of --log-format text: the time, the level, the
 // message and its attributes, not a JSON object.
-var textLine = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO |WARN |ERROR) \S`)
+var textLine = regexp.MustCompile(`^time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=(DEBUG|INFO|WARN|ERROR) msg=\S`)
 
 // checkTextLog fails t unless every line of log is a text line.
 func checkTextLog(t *testing.T, what, log string) {
@@ -89,7 +89,7 @@ func TestServersLogText(t *testing.T) {
 	cp := runUntilLogged(t, nil, "status=starting", "control-plane", "--database-url-file", f.dbFile, "--signing-key-file", f.keyFile,
 		"--bind", "127.0.0.1:0", "--allow-insecure-loopback-http", "--log-format", "text")
 	checkTextLog(t, "control-plane", cp)
-	if !strings.Contains(cp, " INFO  starting ") || !strings.Contains(cp, " did="+f.key.DID()) {
+	if !strings.Contains(cp, " level=INFO msg=starting ") || !strings.Contains(cp, " did="+f.key.DID()) {
 		t.Errorf("control-plane's text startup line lacks its message or DID:\n%s", cp)
 	}
 	d := runUntilLogged(t, map[string]string{"AIP_DISPATCH_LOG_FORMAT": "text"}, "status=starting",

@@ -1,16 +1,9 @@
 package hostrun
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/aipfleet/aipfleet/hostsdk"
 )
@@ -70,126 +63,28 @@ func LogFormatSetting(env string) hostsdk.Setting {
 // NewLogger returns the logger a program writes to w in format (json, or
 // "" for the default; text) at level. A format CheckLogFormat refuses is
 // taken as json: the caller checked it when it read the setting.
+//
+// Text is slog's text form, logfmt: one line per event,
+//
+//	time=2026-12-03T16:58:14.123Z level=INFO msg="replica ready" replica_id=crepl_1 in_flight=0
+//
+// the time in UTC with milliseconds, then the level, the message and each
+// attribute as key=value (a group's as group.key), a value quoted when it
+// holds a space, a quote, an equals sign or a control character (a line
+// break is written \n, so an event never spans lines).
 func NewLogger(w io.Writer, format string, level slog.Leveler) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if format == LogText {
-		return slog.New(NewTextHandler(w, level))
+		opts.ReplaceAttr = utcMillis
+		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// NewTextHandler returns a slog.Handler that writes one readable line per
-// event to w, as aipfleet dev's text log does:
-//
-//	2026-12-03T16:58:14.123Z INFO  replica ready replica_id=crepl_1 in_flight=0
-//
-// the time (UTC, milliseconds), the level padded to five columns, the
-// message, then each attribute as key=value (a group's as group.key),
-// the value quoted when it holds a space, a tab, a quote or an equals
-// sign, and a newline in any value or the message escaped, so that an
-// event is always one line. Lines are written whole, one Write each.
-func NewTextHandler(w io.Writer, level slog.Leveler) slog.Handler {
-	if level == nil {
-		level = slog.LevelInfo
+// utcMillis writes the event's time in UTC with milliseconds.
+func utcMillis(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey && len(groups) == 0 && a.Value.Kind() == slog.KindTime {
+		return slog.String(slog.TimeKey, a.Value.Time().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	}
-	return &textHandler{out: &lockedWriter{w: w}, level: level}
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) write(b []byte) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	_, _ = l.w.Write(b)
-}
-
-type textHandler struct {
-	out   *lockedWriter
-	level slog.Leveler
-	attrs [][2]string
-	group string
-}
-
-func (h *textHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level.Level() }
-
-func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
-	var b bytes.Buffer
-	t := r.Time
-	if t.IsZero() {
-		t = time.Now()
-	}
-	b.WriteString(t.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
-	b.WriteByte(' ')
-	level := r.Level.String()
-	b.WriteString(level)
-	for i := len(level); i < 5; i++ {
-		b.WriteByte(' ')
-	}
-	b.WriteByte(' ')
-	b.WriteString(oneLine(r.Message))
-	attrs := slices.Clone(h.attrs)
-	r.Attrs(func(a slog.Attr) bool {
-		attrs = appendTextAttr(attrs, h.group, a)
-		return true
-	})
-	for _, a := range attrs {
-		b.WriteByte(' ')
-		b.WriteString(a[0])
-		b.WriteByte('=')
-		v := a[1]
-		if v == "" || strings.ContainsAny(v, " \t\"=\n\r") {
-			v = strconv.Quote(v)
-		}
-		b.WriteString(v)
-	}
-	b.WriteByte('\n')
-	h.out.write(b.Bytes())
-	return nil
-}
-
-func (h *textHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	c := *h
-	c.attrs = slices.Clone(h.attrs)
-	for _, a := range as {
-		c.attrs = appendTextAttr(c.attrs, h.group, a)
-	}
-	return &c
-}
-
-func (h *textHandler) WithGroup(name string) slog.Handler {
-	if name == "" {
-		return h
-	}
-	c := *h
-	c.group = h.group + name + "."
-	return &c
-}
-
-// oneLine escapes the line breaks of a message, which would otherwise
-// split one event over lines.
-func oneLine(s string) string {
-	if !strings.ContainsAny(s, "\n\r") {
-		return s
-	}
-	return strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(s)
-}
-
-func appendTextAttr(attrs [][2]string, prefix string, a slog.Attr) [][2]string {
-	v := a.Value.Resolve()
-	if v.Kind() == slog.KindGroup {
-		for _, g := range v.Group() {
-			attrs = appendTextAttr(attrs, prefix+a.Key+".", g)
-		}
-		return attrs
-	}
-	if a.Key == "" {
-		return attrs
-	}
-	s := v.String()
-	if v.Kind() == slog.KindTime {
-		s = v.Time().Format(time.RFC3339Nano)
-	}
-	return append(attrs, [2]string{prefix + a.Key, s})
+	return a
 }

@@ -20,14 +20,15 @@ func TestNewLoggerText(t *testing.T) {
 		t.Fatalf("want 2 lines (debug filtered, the newline escaped), got %d:\n%s", len(got), b.String())
 	}
 	for i, want := range []string{
-		` INFO  two\nlines component=x g.k="v w" g.n=3 g.empty="" g.sub.a="q\""`,
-		` WARN  plain component=x g.t=2026-01-02T03:04:05Z`,
+		` level=INFO msg="two\nlines" component=x g.k="v w" g.n=3 g.empty="" g.sub.a="q\""`,
+		` level=WARN msg=plain component=x g.t=2026-01-02T03:04:05.000Z`,
 	} {
-		if _, rest, ok := strings.Cut(got[i], " "); !ok || " "+rest != want {
-			t.Errorf("line %d:\n got %s\nwant <time>%s", i, got[i], want)
+		ts, rest, ok := strings.Cut(got[i], " ")
+		if !ok || " "+rest != want {
+			t.Errorf("line %d:\n got %s\nwant time=<time>%s", i, got[i], want)
 		}
-		if _, err := time.Parse("2006-01-02T15:04:05.000Z07:00", got[i][:24]); err != nil {
-			t.Errorf("line %d does not start with the time: %v", i, err)
+		if _, err := time.Parse("time=2006-01-02T15:04:05.000Z07:00", ts); err != nil || !strings.HasSuffix(ts, "Z") {
+			t.Errorf("line %d does not start with the time in UTC: %v", i, err)
 		}
 	}
 }
