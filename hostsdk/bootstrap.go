@@ -748,8 +748,12 @@ func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 		defer close(done)
 		storageErr = h.storageCheck.do(pctx, h.cfg.HealthProbeTimeout, h.checkStorage)
 	}()
+	var degraded *DegradedError
 	if hc, ok := h.conn.(HealthChecker); ok {
 		connErr = h.connectorCheck.do(pctx, h.cfg.HealthProbeTimeout, hc.CheckHealth)
+		if degraded = asDegraded(connErr); degraded != nil {
+			connErr = nil // ready, but degraded
+		}
 	}
 	<-done
 	if f := h.writeFailed.Load(); storageErr == nil && f != nil {
@@ -770,7 +774,7 @@ func (h *Host) probe(ctx context.Context) (storageErr, connErr error) {
 		h.recordStorage(storageErr)
 	}
 	if connErr == nil || !abandoned {
-		h.recordConnector(connErr)
+		h.recordConnector(connErr, degraded)
 	}
 	return storageErr, connErr
 }
@@ -793,11 +797,25 @@ func (h *Host) recordStorage(storageErr error) {
 	h.storageReady.Store(storageErr == nil)
 }
 
-// recordConnector records the outcome of a connector check.
-func (h *Host) recordConnector(connErr error) {
+// recordConnector records the outcome of a connector check: connErr when
+// it failed, degraded when it passed but said the connector is degraded.
+// Becoming degraded is logged at warn and no longer being so at info; a
+// degraded detail that changes from probe to probe is not logged again.
+func (h *Host) recordConnector(connErr error, degraded *DegradedError) {
 	cd := probeDetail{full: "connector is ready", public: "connector is ready"}
-	if connErr != nil {
+	switch {
+	case connErr != nil:
 		cd.full, cd.public = connErr.Error(), "connector is not ready"
+	case degraded != nil:
+		cd.full, cd.public = "connector is ready but degraded: "+degraded.Err.Error(), "connector is ready but degraded"
+	}
+	if connErr == nil {
+		switch was := h.connectorDegraded.Swap(degraded != nil); {
+		case degraded != nil && !was:
+			h.log.Warn("connector is ready but degraded; the replica keeps serving", "detail", degraded.Err.Error())
+		case degraded == nil && was:
+			h.log.Info("connector is no longer degraded")
+		}
 	}
 	cd.full = aip.TruncateUTF8(cd.full, aip.MaxErrorMessageBytes)
 	h.connectorDetail.Store(&cd)

@@ -143,8 +143,61 @@ type Connector interface {
 // unhealthy connector makes the replica not ready. A check that outlives the
 // timeout (one that ignores ctx) counts as not ready, and concurrent probes
 // share one run of CheckHealth rather than start another while it is busy.
+//
+// A connector that can serve, but not all of what it fronts (one of its
+// provider endpoints failing while the others pass), returns Degraded(err)
+// instead of nil: the replica stays ready, and err's text is what /ready's
+// connector detail shows and the host logs (see DegradedError).
 type HealthChecker interface {
 	CheckHealth(ctx context.Context) error
+}
+
+// DegradedError is what CheckHealth returns (through Degraded) for a
+// connector that is ready but degraded: it can serve, and Err says what it
+// cannot. The host counts such a check as passed — the replica stays
+// ready, its heartbeat reports connector_ready=true — and shows
+// "connector is ready but degraded: " and Err's text as /ready's connector
+// detail (to a peer on the same machine; others see "connector is ready
+// but degraded", as they see only a fixed text for a failure). The host
+// logs at warn when the connector becomes degraded and at info when it
+// no longer is, not at every probe.
+//
+// Only a DegradedError CheckHealth returns, or wraps with fmt.Errorf's
+// single %w, is counted as ready; one joined with other errors
+// (errors.Join, several %w) is a failure like any other error.
+type DegradedError struct {
+	Err error
+}
+
+// Degraded returns err as a *DegradedError: the connector is ready, but
+// err says what part of it is not. Degraded(nil) is nil (healthy).
+func Degraded(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &DegradedError{Err: err}
+}
+
+func (e *DegradedError) Error() string { return "degraded: " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *DegradedError) Unwrap() error { return e.Err }
+
+// asDegraded returns the *DegradedError err is, or wraps through single
+// Unwraps only (fmt.Errorf with one %w), and nil for any other error: a
+// degraded detail joined with a real failure is a failure.
+func asDegraded(err error) *DegradedError {
+	for err != nil {
+		if d, ok := err.(*DegradedError); ok {
+			return d
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return nil
+		}
+		err = u.Unwrap()
+	}
+	return nil
 }
 
 // Canceler is told when an action-scoped cancel arrives for a running

@@ -311,7 +311,11 @@
 // uniformly in [0.75·I, 1.25·I], then every I on a fixed grid, skipping
 // ticks missed while a beat ran long. Each tick probes storage and connector
 // health; an unhealthy host reports connector_ready=false, which takes it
-// offline. Storage is unhealthy also from the moment an action's own
+// offline. A connector that can serve but not all of what it fronts
+// returns Degraded from CheckHealth: it stays ready, /ready's connector
+// detail reads "connector is ready but degraded" (with its detail to
+// loopback peers) and the host logs when it becomes degraded and when it
+// no longer is. Storage is unhealthy also from the moment an action's own
 // journal write (its accept, its outcome, a message claim, an early
 // cancel's record) fails for a storage reason, not a conflict or a refused
 // record: on a nearly full volume the probe's one small row may fit where

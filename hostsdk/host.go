@@ -77,8 +77,11 @@ type Host struct {
 	connectorReady  atomic.Bool
 	storageDetail   atomic.Pointer[probeDetail]
 	connectorDetail atomic.Pointer[probeDetail]
-	storageCheck    boundedCheck // checkStorage runs
-	connectorCheck  boundedCheck // HealthChecker.CheckHealth runs
+	// connectorDegraded is whether the last passing connector check said
+	// the connector is degraded (DegradedError), for logging its changes.
+	connectorDegraded atomic.Bool
+	storageCheck      boundedCheck // checkStorage runs
+	connectorCheck    boundedCheck // HealthChecker.CheckHealth runs
 	// writeFailed is the standing storage failure of a journal write (an
 	// action's, an outbox batch's, a state value's; nil: none): storage is
 	// not ready while it is set (see storageRecheckMinBytes).

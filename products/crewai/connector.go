@@ -536,7 +536,8 @@ const healthCheckLimit = 32
 // CheckHealth implements hostsdk.HealthChecker: GET /inputs of every
 // crew (a cheap authenticated read), healthCheckLimit at a time. The
 // replica is ready while at least one crew passes: a crew that fails (a
-// rotated token, a deleted deployment, no answer) is logged and its
+// rotated token, a deleted deployment, no answer) is named in the
+// hostsdk.Degraded the check returns (/ready shows it) and logged, and its
 // actions fail without being sent (Handle) until a later check passes,
 // rather than one crew's failure taking every crew of the replica
 // offline.

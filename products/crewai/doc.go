@@ -96,8 +96,9 @@
 // CheckHealth (HealthChecker) sends GET /inputs, a cheap authenticated
 // read, to every crew, 32 at a time. The replica is not ready only when
 // every crew fails: one crew's rotated token or deleted deployment does
-// not take the other crews offline. A crew that fails while others pass is
-// logged (provider.Targets: at warn when it starts failing, again every 10
+// not take the other crews offline. A crew that fails while others pass
+// is named in /ready's connector detail (the replica stays ready; the
+// check returns hostsdk.Degraded) and logged (provider.Targets: at warn when it starts failing, again every 10
 // minutes, at info when it passes again), and its actions fail at once
 // without a request to AMP, naming the crew and its check's failure,
 // classified as that failure (provider.unauthorized, not retryable, for a

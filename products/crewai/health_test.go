@@ -3,6 +3,7 @@ package crewai
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -102,16 +103,17 @@ func TestCheckHealthPerCrew(t *testing.T) {
 	bad.set(func(m *mockAMP) { m.inputsHang = true })
 	ctx, cancel := context.WithTimeout(hostsdktest.Context(t), 400*time.Millisecond)
 	defer cancel()
-	if err := conn.CheckHealth(ctx); err != nil {
-		t.Fatalf("one crew not answering: %v", err)
+	var d *hostsdk.DegradedError
+	if err := conn.CheckHealth(ctx); !errors.As(err, &d) || !strings.Contains(err.Error(), "crew triage") {
+		t.Fatalf("one crew not answering: %v, want degraded naming crew triage", err)
 	}
 	if ctx.Err() != nil {
 		t.Fatal("CheckHealth returned after the probe's deadline, which the host counts as not ready")
 	}
 	bad.set(func(m *mockAMP) { m.inputsHang = false; m.inputsStatus = http.StatusServiceUnavailable })
 	e := &env{Fixture: hostsdktest.Start(t, conn, nil), m: good, conn: conn}
-	if err := conn.CheckHealth(hostsdktest.Context(t)); err != nil {
-		t.Fatal(err)
+	if err := conn.CheckHealth(hostsdktest.Context(t)); !errors.As(err, &d) || strings.Contains(err.Error(), "crew research") {
+		t.Fatalf("crew triage failing: %v, want degraded naming crew triage only", err)
 	}
 	res := e.Result(t, hostsdktest.NewAction(CapabilityPrefix+"triage:"+SuffixInputs, `{}`))
 	wantFailed(t, res, "provider.unavailable", true)

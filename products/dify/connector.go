@@ -252,9 +252,10 @@ const healthCheckLimit = 16
 // authenticated read for every key: each app's info (GET /info) and each
 // knowledge base's first dataset (GET /datasets?page=1&limit=1). The
 // replica is ready while at least one app or knowledge base passes: one
-// whose key was revoked is logged and its actions fail without being sent
-// (refusal) until a later check passes, rather than one key taking every
-// app of the replica offline.
+// whose key was revoked is named in the hostsdk.Degraded the check
+// returns (provider.AnyReady; /ready shows it) and logged, and its
+// actions fail without being sent (refusal) until a later check passes,
+// rather than one key taking every app of the replica offline.
 func (c *Connector) CheckHealth(ctx context.Context) error {
 	var appErr, datasetErr error
 	var wg sync.WaitGroup
@@ -281,10 +282,8 @@ func (c *Connector) CheckHealth(ctx context.Context) error {
 		return datasetErr
 	case len(c.datasetOrder) == 0:
 		return appErr
-	case appErr == nil || datasetErr == nil:
-		return nil
 	}
-	return errors.Join(appErr, datasetErr)
+	return provider.AnyReady(appErr, datasetErr)
 }
 
 // refusal is the failed result of an action whose app or knowledge base

@@ -662,8 +662,10 @@ func TestCheckHealth(t *testing.T) {
 	f.mock.handle("GET /info", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"status": 401, "code": "unauthorized", "message": "Access token is invalid"})
 	})
-	if err := f.conn.CheckHealth(hostsdktest.Context(t)); err != nil {
-		t.Errorf("every app refused, the knowledge base served: %v", err)
+	var d *hostsdk.DegradedError
+	if err := f.conn.CheckHealth(hostsdktest.Context(t)); !errors.As(err, &d) || !strings.Contains(err.Error(), "app support") ||
+		strings.Contains(err.Error(), "knowledge base "+testDataset) {
+		t.Errorf("every app refused, the knowledge base served: %v, want degraded naming the apps", err)
 	}
 	f.mock.revoke(testDatasetKey)
 	var pe *provider.Error

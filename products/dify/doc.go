@@ -317,7 +317,8 @@
 // 16 of each kind at a time: each app's GET /info and each knowledge
 // base's GET /datasets?page=1&limit=1. The replica is not ready only when
 // every app and knowledge base fails. One that fails while others pass (a
-// revoked key) is logged (provider.Targets: at warn when it starts
+// revoked key) is named in /ready's connector detail (the replica stays
+// ready; the check returns hostsdk.Degraded) and logged (provider.Targets: at warn when it starts
 // failing, again every 10 minutes, at info when it passes again), and its
 // actions fail at once without a request to Dify, naming the app or
 // knowledge base and its check's failure, classified as that failure

@@ -100,7 +100,8 @@ func (c *Connector) resolve(capID string) (*endpoint, *operation, error) {
 // while every action failed unauthorized.
 //
 // The replica is ready while at least one endpoint passes: an endpoint
-// that fails is logged and its actions fail without being sent (Handle,
+// that fails is named in the hostsdk.Degraded the check returns (/ready
+// shows it) and logged, and its actions fail without being sent (Handle,
 // HandleStream) until a later check passes, rather than one endpoint's
 // failure taking every endpoint of the replica offline.
 func (c *Connector) CheckHealth(ctx context.Context) error {

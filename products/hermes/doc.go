@@ -175,7 +175,9 @@
 // sends GET /v1/models to every endpoint at once: an authenticated read, so
 // a key the server no longer accepts fails the endpoint's check (the public
 // GET /health would still answer 200). The replica is not ready only when
-// every endpoint fails. An endpoint that fails while others pass is logged
+// every endpoint fails. An endpoint that fails while others pass is named
+// in /ready's connector detail (the replica stays ready; the check returns
+// hostsdk.Degraded) and logged
 // (provider.Targets: at warn when it starts failing, again every 10
 // minutes, at info when it passes again), and its actions, streaming ones
 // too, fail at once without a request to it, naming the endpoint and its

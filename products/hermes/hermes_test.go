@@ -944,8 +944,10 @@ func TestCheckHealth(t *testing.T) {
 	alice.mu.Lock()
 	alice.key = "rotated"
 	alice.mu.Unlock()
-	if err := conn.CheckHealth(hostsdktest.Context(t)); err != nil {
-		t.Fatalf("one endpoint of two failing: %v", err)
+	var d *hostsdk.DegradedError
+	if err := conn.CheckHealth(hostsdktest.Context(t)); !errors.As(err, &d) || !strings.Contains(err.Error(), "endpoint alice") ||
+		strings.Contains(err.Error(), "endpoint main") {
+		t.Fatalf("one endpoint of two failing: %v, want degraded naming alice", err)
 	}
 	main.mu.Lock()
 	main.key = "rotated"
@@ -979,6 +981,13 @@ func TestOneEndpointFailingKeepsTheReplicaReady(t *testing.T) {
 	f := hostsdktest.Start(t, conn, nil)
 	if !f.Host.Ready() {
 		t.Fatal("the replica is not ready with one endpoint of two failing its check")
+	}
+	// /ready (to a peer on this machine) names the failing endpoint.
+	doc := readReady(t, f)
+	if doc.Status != "ready" || !doc.Connector.Ready ||
+		!strings.HasPrefix(doc.Connector.Detail, "connector is ready but degraded: endpoint health check failed for 1 of 2: endpoint alice: ") ||
+		strings.Contains(doc.Connector.Detail, keyAlice) {
+		t.Errorf("/ready with one endpoint of two failing: %+v", doc)
 	}
 	completed(t, f.Act(t, hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"x"}`)))
 
@@ -1336,4 +1345,24 @@ func TestEchoedKeyNotInOutcomeUnknown(t *testing.T) {
 	a := hostsdktest.NewAction("cap:hermes_agent:main:chat", `{"messages":[{"role":"user","content":"Hello!"}]}`)
 	a.Mode = aip.ModeStreaming
 	check("chat stream", f.Act(t, a))
+}
+
+// readReady reads the host's /ready over loopback, as a peer on the
+// same machine (which sees the connector's detail).
+func readReady(t *testing.T, f *hostsdktest.Fixture) hostsdk.ReadyDocument {
+	t.Helper()
+	req, err := http.NewRequestWithContext(hostsdktest.Context(t), http.MethodGet, "http://"+f.Host.Addr().String()+hostsdk.PathReady, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc hostsdk.ReadyDocument
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatalf("/ready: HTTP %d: %v", resp.StatusCode, err)
+	}
+	return doc
 }

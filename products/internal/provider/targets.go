@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
 // Log bounds of Targets: a probe runs at every heartbeat, and a warning at
@@ -29,7 +30,10 @@ const (
 // offline, and every target of every replica with the same configuration
 // would be unavailable because of one customer's rotated token.
 //
-// Check checks every target and fails only when none passed; Refusal is
+// Check checks every target and fails only when none passed; when some
+// passed and others failed it returns hostsdk.Degraded naming the failing
+// ones, so the replica stays ready and /ready's connector detail says
+// which fail. Refusal is
 // the failed result of an action for a target that failed the last check,
 // which is not sent to it. Targets logs a target that fails its check
 // (again every TargetLogRepeat while it keeps failing) and one that
@@ -72,8 +76,10 @@ const targetShare = 0.75
 // at once), and records which failed. When ctx has a deadline, each
 // check's context ends three quarters of the way to it; a target whose
 // check had not started by then is not judged (it keeps its last
-// outcome). Check returns nil when at least one target passed, and
-// otherwise an error naming every target with its failure. A Check whose
+// outcome). Check returns nil when every target passed, a
+// hostsdk.DegradedError naming each target that failed (or was not
+// checked) when at least one passed, and otherwise an error naming every
+// target with its failure. A Check whose
 // ctx ended (an abandoned probe) records nothing.
 func (t *Targets) Check(ctx context.Context, ids []string, limit int, check func(ctx context.Context, id string) error) error {
 	if len(ids) == 0 {
@@ -128,10 +134,43 @@ func (t *Targets) Check(ctx context.Context, ids []string, limit int, check func
 			passed = true
 		}
 	}
-	if passed {
+	switch {
+	case passed && len(failed) == 0:
 		return nil
+	case passed:
+		return hostsdk.Degraded(fmt.Errorf("%s health check failed for %d of %d: %w", t.kind, len(failed), len(ids), errors.Join(failed...)))
 	}
 	return fmt.Errorf("every %s failed its health check: %w", t.kind, errors.Join(failed...))
+}
+
+// AnyReady combines the Check outcomes of several kinds of targets (a
+// Dify connector's apps and knowledge bases), each kind with at least one
+// target: nil when every check passed, an error joining them all when
+// none passed (not even partly), and otherwise hostsdk.Degraded naming
+// every failure, so the replica stays ready while any kind serves and
+// /ready says which targets fail.
+func AnyReady(errs ...error) error {
+	var details []error
+	ready := false
+	for _, err := range errs {
+		var d *hostsdk.DegradedError
+		switch {
+		case err == nil:
+			ready = true
+		case errors.As(err, &d):
+			ready = true
+			details = append(details, d.Err)
+		default:
+			details = append(details, err)
+		}
+	}
+	switch {
+	case len(details) == 0:
+		return nil
+	case ready:
+		return hostsdk.Degraded(errors.Join(details...))
+	}
+	return errors.Join(errs...)
 }
 
 // record records the outcome of id's check, and logs it when it changed

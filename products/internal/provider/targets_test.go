@@ -12,7 +12,20 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
+
+// degraded returns the detail of a *hostsdk.DegradedError err is, and
+// fails the test for nil or another error: Check's outcome when some
+// targets passed and others did not.
+func degraded(t *testing.T, err error) string {
+	t.Helper()
+	d, ok := err.(*hostsdk.DegradedError)
+	if !ok {
+		t.Fatalf("Check = %v (%T), want a *hostsdk.DegradedError", err, err)
+	}
+	return d.Err.Error()
+}
 
 // syncBuffer is a log sink for concurrent writers.
 type syncBuffer struct {
@@ -50,7 +63,7 @@ func TestTargetsLogRateLimited(t *testing.T) {
 	probe := func() {
 		t.Helper()
 		if err := tg.Check(context.Background(), ids, 0, check); err != nil {
-			t.Fatal(err)
+			degraded(t, err)
 		}
 	}
 	unauthorized := &Error{Product: "crewai", Method: "GET", Path: "/inputs", Status: http.StatusUnauthorized, Message: "bad token"}
@@ -104,8 +117,14 @@ func TestTargetsRefusal(t *testing.T) {
 		"b": errors.New("boom"),
 	}
 	check := func(_ context.Context, id string) error { return failing[id] }
-	if err := tg.Check(context.Background(), []string{"a", "b", "c"}, 1, check); err != nil {
-		t.Fatal(err)
+	detail := degraded(t, tg.Check(context.Background(), []string{"a", "b", "c"}, 1, check))
+	for _, want := range []string{"endpoint health check failed for 2 of 3", "endpoint a: ", "endpoint b: boom"} {
+		if !strings.Contains(detail, want) {
+			t.Errorf("degraded detail %q does not say %q", detail, want)
+		}
+	}
+	if strings.Contains(detail, "endpoint c") {
+		t.Errorf("degraded detail %q names the healthy target", detail)
 	}
 	res, refused := tg.Refusal("act-1", "a")
 	if !refused || res.Status != aip.ResultFailed || res.Error.Code != CodeUnavailable || !res.Error.IsRetryable() ||
@@ -150,9 +169,9 @@ func TestTargetsDeadline(t *testing.T) {
 	}
 	// One at a time: "slow" holds the only slot until the share of the
 	// deadline passes, so "late" is never started.
-	err := tg.Check(ctx, []string{"fast", "slow", "late"}, 1, hang)
-	if err != nil {
-		t.Fatalf("one target not answering: %v", err)
+	detail := degraded(t, tg.Check(ctx, []string{"fast", "slow", "late"}, 1, hang))
+	if !strings.Contains(detail, "crew slow: ") || !strings.Contains(detail, "crew late: not checked") {
+		t.Errorf("one target not answering: degraded detail %q", detail)
 	}
 	if ctx.Err() != nil {
 		t.Fatal("Check returned after the probe's deadline")
@@ -162,5 +181,34 @@ func TestTargetsDeadline(t *testing.T) {
 	}
 	if err := tg.Failed("late"); err != nil {
 		t.Errorf("a target never checked failed: %v", err)
+	}
+}
+
+// TestAnyReady: kinds of targets combined are ready while one kind
+// passes (even partly), degraded naming every failure; failed only when
+// every kind failed outright.
+func TestAnyReady(t *testing.T) {
+	appsDown := errors.New("every app failed its health check: app a: 401")
+	kbDegraded := hostsdk.Degraded(errors.New("knowledge base health check failed for 1 of 2: knowledge base k: 503"))
+	kbDown := errors.New("every knowledge base failed its health check: knowledge base k: 503")
+	if err := AnyReady(nil, nil); err != nil {
+		t.Errorf("all passed: %v", err)
+	}
+	for _, c := range [][]error{{appsDown, nil}, {appsDown, kbDegraded}, {nil, kbDegraded}} {
+		detail := degraded(t, AnyReady(c...))
+		for _, err := range c {
+			var d *hostsdk.DegradedError
+			if errors.As(err, &d) {
+				err = d.Err
+			}
+			if err != nil && !strings.Contains(detail, err.Error()) {
+				t.Errorf("AnyReady(%v): detail %q leaves out %q", c, detail, err)
+			}
+		}
+	}
+	err := AnyReady(appsDown, kbDown)
+	var d *hostsdk.DegradedError
+	if err == nil || errors.As(err, &d) || !strings.Contains(err.Error(), "app a") || !strings.Contains(err.Error(), "knowledge base k") {
+		t.Errorf("every kind failed: %v", err)
 	}
 }
