@@ -267,6 +267,13 @@ type RouteProvider interface {
 // ErrEventOutboxFull. Give each event the ID DeriveEventID derives from
 // the provider's delivery, so that publishing it again, after a retry or
 // a restart that polls from an earlier cursor, stores it once.
+//
+// Keep the cursor in events.State() (the journal-backed state store Calls
+// use, in a namespace of your own): read it when RunEvents starts and
+// write it after each batch is published, and a host restarted on the
+// same journal resumes from it. Publish before writing the cursor: a
+// crash between the two publishes the batch again, which its derived IDs
+// store once; the other order would lose it.
 type EventSource interface {
 	RunEvents(ctx context.Context, events *EventPublisher) error
 }

@@ -453,5 +453,8 @@
 // beyond a double's range, occurred_at more than aip.MaxEnvelopeSkew
 // ahead), so no batch waits that can never go.
 // An event the provider may deliver more than once (a retried webhook)
-// takes its ID from DeriveEventID, so every copy is stored once.
+// takes its ID from DeriveEventID, so every copy is stored once. An
+// EventSource keeps its polling cursor in EventPublisher.State, the
+// journal-backed state store, so a host restarted on the same journal
+// resumes from it.
 package hostsdk

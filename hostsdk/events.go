@@ -47,6 +47,15 @@ type EventPublisher struct {
 	h *Host
 }
 
+// State returns the host's journal-backed state store, the one
+// Call.State, RouteContext.State and UncertainAction.State give: an
+// EventSource keeps its polling cursor there, in a namespace of its own
+// (not under ReservedStatePrefix), so that a process started on the same
+// journal polls from where the last one stopped. It stays writable until
+// RunEvents has returned (the host closes it only after waiting for the
+// event source in its shutdown), so a cursor written as ctx ends is kept.
+func (p *EventPublisher) State() *State { return p.h.state }
+
 // Publish validates a batch of events for a channel the manifest declares
 // and stores it in the outbox. Events without an ID get a fresh evt_ ID (give
 // an event the provider may deliver again the ID DeriveEventID derives from
