@@ -2,6 +2,7 @@ package hostsdk_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -419,15 +420,54 @@ func (c noChannels) Manifest(ctx context.Context, tc hostsdk.TenantContext) (*ai
 // TestEventDeliveryNeedsChannels: with an event endpoint but no channels
 // in the manifest nothing can be published, so no loop polls the outbox.
 func TestEventDeliveryNeedsChannels(t *testing.T) {
-	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
-	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
-	in := hostsdktest.NewEventIngress(t, hostsdktest.EventIngressConfig{ControlPlane: cp, Dispatcher: d})
-	cfg := hostsdktest.HostConfig(t, cp, d, nil)
-	in.Configure(&cfg)
 	logs := &hostsdktest.LogBuffer{}
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	hostsdktest.StartHost(t, cfg, noChannels{newTestConnector()})
+	f := hostsdktest.StartWithEvents(t, noChannels{newTestConnector()}, func(cfg *hostsdk.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	if f.Config.EventEndpoint != f.Events.Endpoint() {
+		t.Fatalf("event endpoint %q, want the fixture's ingress %q", f.Config.EventEndpoint, f.Events.Endpoint())
+	}
 	if l := logs.String(); strings.Contains(l, "delivering events") || !strings.Contains(l, "declares no event channels") {
 		t.Errorf("event delivery started for a manifest without channels:\n%s", l)
+	}
+}
+
+// eventLoop publishes one event from RunEvents, retrying while the
+// replica is not serving yet.
+type eventLoop struct{ *testConnector }
+
+func (c eventLoop) RunEvents(ctx context.Context, events *hostsdk.EventPublisher) error {
+	for {
+		_, err := events.Publish(ctx, "test.events", aip.Event{ID: hostsdk.DeriveEventID(time.Time{}, []byte("poll-1")), Kind: "ticket.created", Data: []byte(`{"n":1}`)})
+		if !errors.Is(err, hostsdk.ErrNotServing) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// TestStartWithEvents: hostsdktest.StartWithEvents points the host at the
+// fixture's event ingress, which receives, verifies and stores what
+// RunEvents publishes.
+func TestStartWithEvents(t *testing.T) {
+	f := hostsdktest.StartWithEvents(t, eventLoop{newTestConnector()}, nil)
+	if err := f.Events.Await(ctxT(t), func(d []hostsdktest.Delivery) bool { return len(d) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	got := f.Events.Events()
+	if len(got) != 1 || got[0].Kind != "ticket.created" {
+		t.Fatalf("the ingress stored %+v", got)
+	}
+	if dl := f.Events.Deliveries(); dl[0].Code != "" {
+		t.Errorf("delivery %+v", dl[0])
 	}
 }

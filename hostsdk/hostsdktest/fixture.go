@@ -17,9 +17,12 @@ import (
 type Fixture struct {
 	ControlPlane *ControlPlane
 	Dispatcher   *Dispatcher
-	Config       hostsdk.Config
-	Host         *hostsdk.Host
-	Target       Target
+	// Events is the fake event ingress the host delivers its provider
+	// events to; nil unless the fixture was started with StartWithEvents.
+	Events *EventIngress
+	Config hostsdk.Config
+	Host   *hostsdk.Host
+	Target Target
 }
 
 // Start starts conn on a host (embedded SQLite journal in a temp dir
@@ -28,9 +31,31 @@ type Fixture struct {
 // The host stops when the test ends.
 func Start(t testing.TB, conn hostsdk.Connector, edit func(*hostsdk.Config)) *Fixture {
 	t.Helper()
+	return start(t, conn, false, edit)
+}
+
+// StartWithEvents is Start with a fake event ingress (Fixture.Events, on
+// a loopback port) that the host delivers its provider events to
+// (EventIngress.Configure, before edit runs): a test publishes events
+// (EventSource, RouteContext.Events) and reads what the ingress stored
+// with f.Events.Events or waits for it with f.Events.Await.
+//
+//	f := hostsdktest.StartWithEvents(t, myConnector{}, nil)
+//	err := f.Events.Await(ctx, func(d []hostsdktest.Delivery) bool { return len(d) > 0 })
+func StartWithEvents(t testing.TB, conn hostsdk.Connector, edit func(*hostsdk.Config)) *Fixture {
+	t.Helper()
+	return start(t, conn, true, edit)
+}
+
+func start(t testing.TB, conn hostsdk.Connector, events bool, edit func(*hostsdk.Config)) *Fixture {
+	t.Helper()
 	f := &Fixture{ControlPlane: NewControlPlane(t, ControlPlaneConfig{})}
 	f.Dispatcher = NewDispatcher(t, DispatcherConfig{TrustDomain: TrustDomain})
 	f.Config = HostConfig(t, f.ControlPlane, f.Dispatcher, nil)
+	if events {
+		f.Events = NewEventIngress(t, EventIngressConfig{ControlPlane: f.ControlPlane, Dispatcher: f.Dispatcher})
+		f.Events.Configure(&f.Config)
+	}
 	if edit != nil {
 		edit(&f.Config)
 	}

@@ -19,9 +19,10 @@
 // Result fails the test on an answer that carries no action result (a
 // signed error such as connector_host.input_invalid, or
 // connector_host.outcome_unknown when the outcome is unknown); Act returns
-// any verified answer, whose ProtocolError then says which. Start is
-// shorthand for the pieces, which a test assembles itself to add an
-// EventIngress or an in-memory transport:
+// any verified answer, whose ProtocolError then says which.
+// StartWithEvents also starts an EventIngress the host delivers its
+// provider events to (Fixture.Events). Start is shorthand for the pieces,
+// which a test assembles itself for an in-memory transport:
 //
 //	cp := hostsdktest.NewControlPlane(t, hostsdktest.ControlPlaneConfig{})
 //	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
