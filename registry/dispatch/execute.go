@@ -81,6 +81,8 @@ func (d *Dispatcher) executeAction(ctx context.Context, tenant string, req Actio
 		outcome = outcomeNotRouted
 	case outcome == "":
 		outcome = outcomeUnsettled
+	case notDelivered(&resp):
+		outcome = outcomeNotDelivered
 	}
 	span.SetAttributes(attribute.String(AttrOutcome, outcome), attribute.Int("http.response.status_code", status))
 	if resp.Route != nil {
@@ -92,6 +94,18 @@ func (d *Dispatcher) executeAction(ctx context.Context, tenant string, req Actio
 	}
 	d.m.observe(outcome, resp.Error, d.cfg.Now().Sub(start))
 	return resp, status
+}
+
+// notDelivered reports whether resp is the answer of an action no
+// connection to its replica could be made for (503
+// dispatch.replica_unreachable, classify): the registry settles it
+// outcome_unknown, so the replica's circuit counts the failure, but
+// nothing of this request reached the replica. A replica's own error never
+// settles outcome_unknown under a dispatch.* code (hostSettlement), so the
+// pair names that answer alone.
+func notDelivered(resp *ActionResponse) bool {
+	return resp.Settlement == registry.SettlementOutcomeUnknown && resp.Result == nil &&
+		resp.Error != nil && resp.Error.Code == CodeReplicaUnreachable
 }
 
 func modeOf(req *ActionRequest) aip.ActionMode {

@@ -36,7 +36,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies, actionBodies *re
 	m := &metrics{
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_actions_total",
-			Help: "Actions handled by the dispatcher, by how their route was settled (not_routed: refused before a route existed; unsettled: answered before the registry confirmed a settlement).",
+			Help: "Actions handled by the dispatcher, by how their route was settled (not_routed: refused before a route existed; unsettled: answered before the registry confirmed a settlement; not_delivered: settled outcome_unknown, but no connection to the replica could be made, so nothing of the request reached it).",
 		}, []string{"outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "aip_dispatch_action_errors_total",
@@ -105,7 +105,7 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies, actionBodies *re
 	// Every series of a fixed label set exists from the start (at 0), so
 	// that rate() and absence alerts see it before its first event.
 	for _, o := range []string{string(registry.SettlementCompleted), string(registry.SettlementOutcomeUnknown),
-		string(registry.SettlementCancelled), string(registry.SettlementPruned), outcomeNotRouted, outcomeUnsettled} {
+		string(registry.SettlementCancelled), string(registry.SettlementPruned), outcomeNotRouted, outcomeUnsettled, outcomeNotDelivered} {
 		m.actions.WithLabelValues(o)
 	}
 	for c := range metricCodes {
@@ -146,13 +146,18 @@ func newMetrics(reg *prometheus.Registry, s *Scheduler, bodies, actionBodies *re
 }
 
 // The outcomes of aip_dispatch_actions_total that are no settlement: an
-// action refused before a route existed, and one answered without a
+// action refused before a route existed, one answered without a
 // settlement the registry confirmed (the settlement is retried in the
-// background, or the action runs for another delivery, which settles it).
-// lease_expired is lease maintenance's settlement, never an answer's.
+// background, or the action runs for another delivery, which settles it),
+// and one settled outcome_unknown whose request provably never reached
+// its replica (no connection could be made: 503
+// dispatch.replica_unreachable), which an alert on outcome_unknown ("it
+// may have run") must not count. lease_expired is lease maintenance's
+// settlement, never an answer's.
 const (
-	outcomeNotRouted = "not_routed"
-	outcomeUnsettled = "unsettled"
+	outcomeNotRouted    = "not_routed"
+	outcomeUnsettled    = "unsettled"
+	outcomeNotDelivered = "not_delivered"
 )
 
 func (m *metrics) observe(outcome string, pe *aip.ProtocolError, d time.Duration) {

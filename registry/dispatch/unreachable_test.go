@@ -152,6 +152,18 @@ func TestUnreachableReplica(t *testing.T) {
 			if runs := w.counter.runs(resp.ActionID); len(runs) != 0 {
 				t.Fatalf("the action ran on %v", runs)
 			}
+			// Operators alert on outcome="outcome_unknown" for "it may
+			// have run": an answer that proves nothing reached the
+			// replica is counted apart; the foreign transport's is not
+			// such proof.
+			series := strings.Join(w.metricSeries("aip_dispatch_actions_total"), "\n")
+			want := `aip_dispatch_actions_total{outcome="not_delivered"} 2`
+			if c.code != dispatch.CodeReplicaUnreachable {
+				want = `aip_dispatch_actions_total{outcome="outcome_unknown"} 2`
+			}
+			if !strings.Contains(series, want) {
+				t.Fatalf("aip_dispatch_actions_total:\n%s\nwant %s", series, want)
+			}
 		})
 	}
 }
