@@ -95,7 +95,14 @@ type answer struct {
 	// replica (step 4): the DID the request names, cut short, and the one
 	// the registry holds, which only the log shows.
 	signerDID, provisionedDID string
-	err                       error // the underlying error, for logs and spans
+	// waited is set on a rejection for the request's window: how long
+	// before the control plane read it the request was signed. resend is
+	// set when the same request ID was already rejected for its window
+	// (the host's retries of a request held up somewhere), which is
+	// logged at debug.
+	waited time.Duration
+	resend bool
+	err    error // the underlying error, for logs and spans
 }
 
 func (a *answer) label() string {
@@ -198,6 +205,19 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// 2. The freshness window.
 	now := s.cfg.Now()
 	if err := aip.CheckWindow(now, req.IssuedAt.Time, req.ExpiresAt.Time); err != nil {
+		a.waited = now.Sub(req.IssuedAt.Time)
+		a.resend = a.requestID != "" && s.windowRejected.seen(a.requestID)
+		if errors.Is(err, aip.ErrMessageExpired) {
+			if from, to, ok := s.stall.stop(now, req.IssuedAt.Time, req.ExpiresAt.Time); ok {
+				// The control plane was the one stopped: the request
+				// aged unread in its socket; the clocks are not at fault.
+				return a.reject(http.StatusForbidden, reasonWindow, err,
+					"%v: the request, signed at %s, waited %s before the control plane read it: the control plane did not run from %s to %s (%s; the process was stopped or starved), so the request's signed window passed unread; "+
+						"this is not a clock problem, and the host's next request is read in time",
+					aip.ErrMessageExpired, aip.At(req.IssuedAt.Time), a.waited.Round(time.Second),
+					aip.At(from), aip.At(to), to.Sub(from).Round(time.Second))
+			}
+		}
 		return a.reject(http.StatusForbidden, reasonWindow, err, "%v", err)
 	}
 	if a.replicaID == "" {
@@ -301,7 +321,8 @@ func (s *Service) respond(w http.ResponseWriter, a *answer) {
 // logAnswer logs one answer: unavailable (warn; a registry failure only
 // when it starts, then debug until the registry decides a request again —
 // a lease, an offline state or a rejection by its rules — which is logged
-// at info), rejected (info), a heartbeat that took its replica offline as
+// at info), rejected (info; a resent copy of a request already rejected
+// for its window at debug), a heartbeat that took its replica offline as
 // unhealthy (a transition at warn, outcome=unhealthy), a lease renewed by a heartbeat
 // (debug: the hot path, so nothing is built unless debug is on) or any
 // other transition (info).
@@ -329,6 +350,10 @@ func (s *Service) logAnswer(a *answer) {
 	switch {
 	case kind == unavailable && a.reason == reasonSenderGone:
 		level = slog.LevelDebug // nobody reads it; not the registry's doing
+	case kind == rejected && a.resend:
+		// A copy of a request already rejected (and logged) for its
+		// window: the host's retries of one request held up somewhere.
+		level = slog.LevelDebug
 	case kind == unavailable && a.reason == reasonStore:
 		// The registry failing fails every replica's heartbeat: a line
 		// per request would be the fleet's heartbeat rate for as long as
@@ -359,6 +384,9 @@ func (s *Service) logAnswer(a *answer) {
 		attrs = append(attrs, slog.String("reason", a.reason), slog.String("message", a.outcome.Message))
 		if a.provisionedDID != "" {
 			attrs = append(attrs, slog.String("signer_did", a.signerDID), slog.String("provisioned_did", a.provisionedDID))
+		}
+		if a.reason == reasonWindow {
+			attrs = append(attrs, slog.String("waited", a.waited.Round(time.Millisecond).String()), slog.Bool("resend", a.resend))
 		}
 	case renewed:
 		attrs = append(attrs, slog.Uint64("sequence", a.outcome.Lease.Sequence), slog.Bool("replayed", a.replayed))

@@ -18,7 +18,11 @@
 //
 //  1. the body (size, the signed wrapper, the request's shape);
 //  2. the freshness window: issued_at at most 5 s ahead of the service's
-//     clock, expires_at after now and after issued_at, lifetime at most 30 s;
+//     clock, expires_at after now and after issued_at, lifetime at most 30 s
+//     (a request that expired while the service itself did not run — its
+//     own ticker stopped for over 5 s, as under SIGSTOP — is refused with
+//     a message that says so, not one that suggests the clocks; a resent
+//     copy of a request already refused so is logged at debug);
 //  3. the replica named by the command is pre-provisioned (an ID that is
 //     no replica record ID, "crepl_" and up to 250 letters, digits, '.',
 //     '_' or '-', is refused so without a registry lookup);

@@ -306,6 +306,10 @@ type Service struct {
 	// unavailable because the registry failed until one is decided
 	// again, so an outage is logged when it starts and ends (logAnswer).
 	storeDown atomic.Bool
+	// stall notices the service's own stops; windowRejected holds the
+	// request IDs recently rejected for their window (stall.go).
+	stall          stallWatch
+	windowRejected recentRejections
 }
 
 const (
@@ -376,11 +380,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if !s.state.CompareAndSwap(stateNew, stateRunning) {
 		return errors.New("controlplane: Run called twice")
 	}
+	s.stall.tick(s.cfg.Now()) // running from here (before any request is applied)
 	close(s.started)
 	defer s.state.Store(stateStopped)
 	s.log.Info("lifecycle service running", "lease_ttl", s.cfg.LeaseTTL.String(), "max_batch", s.cfg.MaxBatch, "batch_workers", s.cfg.BatchWorkers)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { s.batch.run(gctx); return nil })
+	g.Go(func() error { s.watchStalls(gctx); return nil })
 	if !s.cfg.DisableMaintenance {
 		g.Go(func() error { s.runMaintenance(gctx); return nil })
 	}
