@@ -103,6 +103,7 @@
 // requests Config.OperatorAuth admits — in aipfleet control-plane, those
 // with an operator token of a trusted issuer — and 401 with the reason to
 // the rest; without OperatorAuth they answer no one. The messages of
-// failing /ready checks go to operators, to loopback peers and to the log
-// (when they change); other peers read which checks fail.
+// failing /ready checks go to operators, to local peers (loopback, with no
+// proxy forwarding header; none with Config.HideLocalReadyDetail) and to
+// the log (when they change); other peers read which checks fail.
 package controlplane

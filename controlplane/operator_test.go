@@ -97,27 +97,41 @@ func TestFleetViewsNeedAnOperator(t *testing.T) {
 // TestReadyDetailOnlyForOperatorsAndLocalPeers: a failing /ready check's
 // message (storage errors name hosts, roles, databases) goes only to an
 // operator or a peer on this machine; every other peer sees which checks
-// fail and a fixed text.
+// fail and a fixed text. A loopback request a proxy on this machine passed
+// on (a forwarding header says so) is no local peer's, and
+// HideLocalReadyDetail (behind a proxy that adds no such header) leaves
+// the detail to operators.
 func TestReadyDetailOnlyForOperatorsAndLocalPeers(t *testing.T) {
 	const detail = "installed schema 6, this build needs 7"
 	clock := registrytest.NewClock(registrytest.Epoch)
 	b := newMemBackend(t, clock)
+	notOperator := func(*http.Request) error { return io.EOF }
 	for name, c := range map[string]struct {
 		auth       func(*http.Request) error
 		remote     string
+		header     string // a forwarding header the request carries
+		hide       bool   // HideLocalReadyDetail
 		wantDetail bool
 	}{
-		"remote peer":                {nil, "203.0.113.9:4000", false},
-		"remote peer, not operator":  {func(*http.Request) error { return io.EOF }, "203.0.113.9:4000", false},
-		"remote operator":            {controlplane.AllowEveryone, "203.0.113.9:4000", true},
-		"loopback peer":              {nil, "127.0.0.1:4000", true},
-		"IPv6 loopback peer":         {nil, "[::1]:4000", true},
-		"IPv4-mapped loopback peer":  {nil, "[::ffff:127.0.0.1]:4000", true},
-		"private-network remote":     {nil, "10.1.2.3:4000", false},
-		"remote peer, 'localhost' ?": {nil, "localhost:4000", false},
+		"remote peer":                     {nil, "203.0.113.9:4000", "", false, false},
+		"remote peer, not operator":       {notOperator, "203.0.113.9:4000", "", false, false},
+		"remote operator":                 {controlplane.AllowEveryone, "203.0.113.9:4000", "", false, true},
+		"loopback peer":                   {nil, "127.0.0.1:4000", "", false, true},
+		"IPv6 loopback peer":              {nil, "[::1]:4000", "", false, true},
+		"IPv4-mapped loopback peer":       {nil, "[::ffff:127.0.0.1]:4000", "", false, true},
+		"private-network remote":          {nil, "10.1.2.3:4000", "", false, false},
+		"remote peer, 'localhost' ?":      {nil, "localhost:4000", "", false, false},
+		"loopback via proxy, XFF":         {notOperator, "127.0.0.1:4000", "X-Forwarded-For", false, false},
+		"loopback via proxy, Forwarded":   {nil, "127.0.0.1:4000", "Forwarded", false, false},
+		"loopback via Envoy":              {nil, "127.0.0.6:4000", "X-Envoy-External-Address", false, false},
+		"loopback, detail hidden":         {nil, "127.0.0.1:4000", "", true, false},
+		"loopback operator, hidden":       {controlplane.AllowEveryone, "127.0.0.1:4000", "", true, true},
+		"operator via proxy, XFF":         {controlplane.AllowEveryone, "127.0.0.1:4000", "X-Forwarded-For", false, true},
+		"loopback not operator, hidden":   {notOperator, "[::1]:4000", "", true, false},
+		"remote with a forwarding header": {nil, "203.0.113.9:4000", "X-Forwarded-For", false, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			svc, err := controlplane.New(controlKey, failingProbe{b.Store}, controlplane.Config{Now: clock.Now, DisableMaintenance: true, OperatorAuth: c.auth})
+			svc, err := controlplane.New(controlKey, failingProbe{b.Store}, controlplane.Config{Now: clock.Now, DisableMaintenance: true, OperatorAuth: c.auth, HideLocalReadyDetail: c.hide})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,6 +139,9 @@ func TestReadyDetailOnlyForOperatorsAndLocalPeers(t *testing.T) {
 			rec := httptest.NewRecorder()
 			req := httptest.NewRequest(http.MethodGet, controlplane.PathReady, nil)
 			req.RemoteAddr = c.remote
+			if c.header != "" {
+				req.Header.Set(c.header, "203.0.113.9")
+			}
 			svc.Handler().ServeHTTP(rec, req)
 			var doc controlplane.ReadyDocument
 			if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || rec.Code != http.StatusServiceUnavailable {

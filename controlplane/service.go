@@ -148,9 +148,18 @@ type Config struct {
 	// answer (say what to send). Operators read the fleet views
 	// (PathFleetStatus, PathFleetReplicas) and the detail of failing
 	// /ready checks. Nil admits no one: the fleet views answer 401, and
-	// the detail of /ready goes only to loopback peers (every peer still
-	// sees which checks fail). AllowEveryone opens both to every peer.
+	// the detail of /ready goes only to local peers (see
+	// HideLocalReadyDetail; every peer still sees which checks fail).
+	// AllowEveryone opens both to every peer.
 	OperatorAuth func(r *http.Request) error
+	// HideLocalReadyDetail keeps the messages of failing /ready checks
+	// (storage errors name database hosts and roles) from local peers
+	// too, leaving them to operators and the log. By default a request
+	// from a loopback peer that carries no proxy forwarding header
+	// (netutil.IsLocalUnproxied) reads them; set this behind a proxy on
+	// the same machine that adds no such header (an Istio sidecar's
+	// inbound listener, for one), where every caller is a loopback peer.
+	HideLocalReadyDetail bool
 }
 
 // AllowEveryone is an OperatorAuth that admits every request: for a

@@ -55,8 +55,9 @@ func (s *Service) handleHealth() http.Handler {
 //
 // The messages of failing checks (storage errors name hosts, roles and
 // databases) go to the log when they change, and into the answer only for
-// an operator or a loopback peer; every other peer reads
-// redactedCheckMessage in their place.
+// an operator or a local peer (a loopback peer whose request carries no
+// proxy forwarding header, unless Config.HideLocalReadyDetail); every
+// other peer reads redactedCheckMessage in their place.
 func (s *Service) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		doc := s.readiness(r.Context())
@@ -64,7 +65,8 @@ func (s *Service) handleReady() http.Handler {
 		status := http.StatusOK
 		if doc.Status != "ready" {
 			status = http.StatusServiceUnavailable
-			if !netutil.IsLoopbackPeer(r.RemoteAddr) && s.operatorError(r) != nil {
+			local := !s.cfg.HideLocalReadyDetail && netutil.IsLocalUnproxied(r)
+			if !local && s.operatorError(r) != nil {
 				for i := range doc.Checks {
 					if !doc.Checks[i].OK {
 						doc.Checks[i].Message = redactedCheckMessage
@@ -78,7 +80,7 @@ func (s *Service) handleReady() http.Handler {
 
 // redactedCheckMessage replaces a failing /ready check's message for a
 // peer that is neither an operator nor on this machine.
-const redactedCheckMessage = "failing; the detail is in the control plane's log, and in this answer for an operator or on this machine"
+const redactedCheckMessage = "failing; the detail is in the control plane's log, and in this answer for an operator (or a request made on this machine, not through a proxy)"
 
 // logReadiness logs the failing checks of doc when they differ from the
 // last ones logged, and a return to ready once.

@@ -152,7 +152,7 @@ func (f *controlPlaneFlags) serviceConfig() controlplane.Config {
 		prunedIDs = controlplane.KeepPrunedEventIDsForever
 	}
 	cfg := controlplane.Config{LeaseTTL: f.leaseTTL, MaxBatch: f.maxBatch, BatchWorkers: f.batchWorkers, EventRetention: retention,
-		PrunedEventIDsRetention: prunedIDs}
+		PrunedEventIDsRetention: prunedIDs, HideLocalReadyDetail: f.server.hideLocalReadyDetail()}
 	switch {
 	case f.openFleetViews:
 		cfg.OperatorAuth = controlplane.AllowEveryone

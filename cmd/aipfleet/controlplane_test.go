@@ -419,6 +419,47 @@ func TestControlPlaneEventRetention(t *testing.T) {
 	}
 }
 
+// --ready-detail: local (loopback peers without a forwarding header) when
+// left out, none hides the detail of /ready from every peer (only
+// operators and the log have it), and any other value is refused naming
+// the two.
+func TestControlPlaneReadyDetail(t *testing.T) {
+	db, key := controlPlaneFiles(t, t.TempDir())
+	for _, c := range []struct {
+		args    []string
+		env     string // AIP_CONTROL_READY_DETAIL
+		want    bool
+		wantErr string
+	}{
+		{args: nil, want: false},
+		{args: []string{"--ready-detail", "local"}, want: false},
+		{args: []string{"--ready-detail", "none"}, want: true},
+		{env: "none", want: true},
+		{args: []string{"--ready-detail", "loopback"}, wantErr: `--ready-detail "loopback" is neither local nor none`},
+	} {
+		e := &env{getenv: func(k string) string {
+			if k == "AIP_CONTROL_READY_DETAIL" {
+				return c.env
+			}
+			return ""
+		}, stdout: io.Discard, stderr: io.Discard}
+		f, err := parseControlPlaneFlags(controlPlaneCommand(), e, append([]string{"--database-url-file", db, "--signing-key-file", key,
+			"--allow-insecure-loopback-http"}, c.args...))
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%v: error %v, want %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got := f.serviceConfig().HideLocalReadyDetail; got != c.want {
+			t.Errorf("%v env %q: HideLocalReadyDetail %v, want %v", c.args, c.env, got, c.want)
+		}
+	}
+}
+
 // TestStoppedLogLine: a clean stop of the control plane or the dispatcher
 // logs "stopped" without an error field (not "error":""); a stop that
 // failed logs the error.

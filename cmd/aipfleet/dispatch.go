@@ -284,7 +284,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 		SigningKey: srv.key, PrincipalID: f.principalID, Listener: srv.ln, TLSConfig: srv.tlsConfig,
 		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
 		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), MaxActionReadBytes: int64(f.maxActionReadBytes), Logger: srv.logger, TracerProvider: srv.tracer,
-		ReconcileAfter: f.reconcileAfter, ReconcileInterval: f.reconcileInterval,
+		ReconcileAfter: f.reconcileAfter, ReconcileInterval: f.reconcileInterval, HideLocalReadyDetail: f.server.hideLocalReadyDetail(),
 	}, deps)
 	if err != nil {
 		return err

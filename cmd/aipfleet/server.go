@@ -32,6 +32,7 @@ type serverFlags struct {
 	maxConns        int
 	acquireTimeout  time.Duration
 	logLevel        string
+	readyDetail     string     // --ready-detail: local or none
 	level           slog.Level // logLevel parsed by check
 	logFormat       string
 	fs              *flagSet // where the flags were defined, for checkLogFormat
@@ -65,8 +66,20 @@ func bindServerFlags(fs *flagSet, text serverFlagText) *serverFlags {
 	fs.DurationVar(&f.acquireTimeout, "acquire-timeout", 5*time.Second, "wait for a pooled database connection (1ms to 60s)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", hostrun.LogJSON, logFormatUsage)
+	fs.StringVar(&f.readyDetail, "ready-detail", readyDetailLocal, "who reads the error text of failing /ready checks (it names database hosts and roles): "+
+		"local (loopback peers whose request carries no proxy forwarding header), or none (set it behind a proxy on the same machine, such as an Envoy or Istio sidecar: every caller is loopback there); the log always has it")
 	return f
 }
+
+// The values of --ready-detail.
+const (
+	readyDetailLocal = "local"
+	readyDetailNone  = "none"
+)
+
+// hideLocalReadyDetail is the Config.HideLocalReadyDetail --ready-detail
+// asks for (check validated it).
+func (f *serverFlags) hideLocalReadyDetail() bool { return f.readyDetail == readyDetailNone }
 
 // check validates the shared flags of command after parsing, as usage
 // errors naming the flag, parses --log-level once and checks --log-format.
@@ -83,6 +96,8 @@ func (f *serverFlags) check(command string) error {
 		return usagef("%s: --acquire-timeout %s is outside 1ms..%s", command, f.acquireTimeout, pgregistry.MaxAcquireTimeout)
 	case (f.tlsCertFile == "") != (f.tlsKeyFile == ""):
 		return usagef("%s: --tls-cert-file and --tls-key-file go together", command)
+	case f.readyDetail != readyDetailLocal && f.readyDetail != readyDetailNone:
+		return usagef("%s: --ready-detail %q is neither %s nor %s", command, f.readyDetail, readyDetailLocal, readyDetailNone)
 	}
 	level, err := parseLogLevel(f.logLevel)
 	if err != nil {

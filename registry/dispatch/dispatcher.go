@@ -150,6 +150,14 @@ type Config struct {
 	// (Reconcile) when Deps.Reservations is set. Defaults to 1m; negative
 	// disables it.
 	ReconcileInterval time.Duration
+	// HideLocalReadyDetail keeps the registry's error text in /ready
+	// (it names database hosts and roles) from local peers too, leaving
+	// it to the log. By default a request from a loopback peer that
+	// carries no proxy forwarding header (netutil.IsLocalUnproxied)
+	// reads it; set this behind a proxy on the same machine that adds no
+	// such header (an Istio sidecar's inbound listener, for one), where
+	// every caller is a loopback peer.
+	HideLocalReadyDetail bool
 	// ReconcileAfter is how long after it was last handed out a
 	// reservation still held counts as orphaned. It must be longer than an
 	// action can be in flight (MaxTimeout + HopSlack + RegistryTimeout).

@@ -294,8 +294,10 @@ func (d *Dispatcher) handleHealth() http.Handler {
 }
 
 // handleReady answers GET /ready. The registry's error text (it names
-// database hosts and roles) goes only to peers on this machine and to the
-// log (when it changes); other peers read that the registry is unavailable.
+// database hosts and roles) goes only to local peers (loopback, with no
+// proxy forwarding header; none with Config.HideLocalReadyDetail) and to
+// the log (when it changes); other peers read that the registry is
+// unavailable.
 func (d *Dispatcher) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		checks := map[string]string{"dispatcher": "ok", "registry": "ok"}
@@ -311,7 +313,7 @@ func (d *Dispatcher) handleReady() http.Handler {
 			if err != nil {
 				ready = false
 				checks["registry"] = "unavailable; the detail is in the dispatcher's log"
-				if netutil.IsLoopbackPeer(r.RemoteAddr) {
+				if !d.cfg.HideLocalReadyDetail && netutil.IsLocalUnproxied(r) {
 					checks["registry"] = err.Error()
 				}
 			}
