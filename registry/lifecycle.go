@@ -650,7 +650,10 @@ func (d *decider) register(reg *aip.Registration, inst *ConnectorInstance, v *Li
 		return d.reject(RuleVersion, "version %s is not supply-chain qualified: %s", v.ID, v.QualifyError)
 	}
 	if reg.ManifestDigest != v.ManifestDigest {
-		return d.reject(RuleDigest, "manifest_digest %s is not version %s's admitted %s; the running connector's manifest differs from the admitted one", truncate(reg.ManifestDigest), v.ID, v.ManifestDigest)
+		return d.reject(RuleDigest, "manifest_digest %s is not version %s's admitted %s; the running connector's manifest differs from the admitted one: "+
+			"run the host with --print-manifest (and its --trust-domain) to print the connector's manifest and its digest, and compare them with version %s's manifest and manifest_digest %s in the fleet file; "+
+			"a version's manifest never changes, so run the connector version %s was admitted with, or admit this manifest as a new version (a new version ID in the fleet file's versions), apply the fleet file and pre-provision replicas of that version",
+			truncate(reg.ManifestDigest), v.ID, v.ManifestDigest, v.ID, v.ManifestDigest, v.ID)
 	}
 	if reg.ArtifactDigest != v.ArtifactDigest {
 		return d.reject(RuleDigest, "artifact_digest %s is not version %s's attested %s; run the admitted artifact", truncate(reg.ArtifactDigest), v.ID, v.ArtifactDigest)
