@@ -179,7 +179,19 @@ func (s *Service) process(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return a.reject(http.StatusRequestEntityTooLarge, reasonTooLarge, nil,
 			"the request body is %d bytes; a lifecycle request is at most %d", r.ContentLength, aip.MaxControlBytes)
 	}
+	// Read within the budget of unauthenticated bodies (its peer's share,
+	// then the whole), and at its minimum rate.
+	reserve := int64(aip.MaxControlBytes)
+	if r.ContentLength >= 0 {
+		reserve = r.ContentLength
+	}
+	release, err := s.reads.Acquire(ctx, r.RemoteAddr, reserve)
+	if err != nil {
+		return a.unavailable(reasonSenderGone, err, "the sender closed its connection while its request waited to be read; resend the same request")
+	}
+	_ = s.reads.SetReadDeadline(w, r, reserve) // the server's ReadTimeout still bounds a wrapped writer
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, aip.MaxControlBytes))
+	release()
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {

@@ -16,7 +16,10 @@
 // {"request": {...}, "signature": "..."} of at most 64 KiB and checks, in
 // this order:
 //
-//  1. the body (size, the signed wrapper, the request's shape);
+//  1. the body (size, the signed wrapper, the request's shape), read
+//     within a budget the bodies being read share (Config.MaxReadBytes,
+//     16 MiB; one address at most a quarter of it, its further requests
+//     waiting for its own reads; aip_connector_control_reads_waiting);
 //  2. the freshness window: issued_at at most 5 s ahead of the service's
 //     clock, expires_at after now and after issued_at, lifetime at most 30 s
 //     (a request that expired while the service itself did not run — its

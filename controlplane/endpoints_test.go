@@ -412,6 +412,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{controlplane.Config{BatchWorkers: controlplane.MaxBatchWorkers + 1}, "BatchWorkers"},
 		{controlplane.Config{StoreTimeout: -1}, "StoreTimeout"},
 		{controlplane.Config{ReplicaCacheSize: -1}, "ReplicaCacheSize"},
+		{controlplane.Config{MaxReadBytes: 1024}, "MaxReadBytes"},
 		{controlplane.Config{ExpiryBatchSize: -1}, "ExpiryBatchSize"},
 		{controlplane.Config{ExpiryMaxBatches: -1}, "ExpiryMaxBatches"},
 		{controlplane.Config{MaintenanceInterval: 2e9, MaintenanceMaxBackoff: 1e9}, "MaintenanceMaxBackoff"},

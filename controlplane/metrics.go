@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 )
 
 // Metric names of the service.
@@ -43,6 +44,9 @@ const (
 	// MetricFleetViewRefusals counts fleet view requests refused 401 (not
 	// an operator's).
 	MetricFleetViewRefusals = "aip_connector_control_fleet_view_refusals_total"
+	// MetricReadsWaiting counts the lifecycle requests waiting for the
+	// read budget of their bodies (Config.MaxReadBytes), by reason.
+	MetricReadsWaiting = "aip_connector_control_reads_waiting"
 )
 
 type metrics struct {
@@ -128,6 +132,11 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		}
 		return 0
 	})
+	readsWaiting := func(reason string, f func(readbudget.Stats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricReadsWaiting,
+			Help:        "Lifecycle requests waiting before their bodies are read, by reason: budget (the bodies being read before they are authenticated hold the whole read budget) or peer_share (their sender's other requests hold its share of it).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, func() float64 { return float64(f(s.reads.Stats())) })
+	}
 	// Every series of a fixed label set exists from the start (at 0), so
 	// that rate() and absence alerts see it before its first event.
 	for _, st := range replicaStates {
@@ -149,6 +158,8 @@ func newMetrics(reg *prometheus.Registry, s *Service) (*metrics, error) {
 		m.requests, m.rejections, m.replays, m.duration, m.batchCommands, m.batchDuration, m.batchFailures,
 		m.leasesExpired, m.strandedReleased, m.maintenanceErrors, m.maintenanceLast, m.replicas, m.readyCapacity, m.activeAssignments, running,
 		m.eventsPruned, m.eventPruneErrors, m.idsForgotten, m.idForgetErrors, m.fleetViewRefusals,
+		readsWaiting("budget", func(st readbudget.Stats) int { return st.WaitingBudget }),
+		readsWaiting("peer_share", func(st readbudget.Stats) int { return st.WaitingShare }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

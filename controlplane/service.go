@@ -20,6 +20,7 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/internal/onchange"
 	"github.com/aipfleet/aipfleet/internal/promruntime"
+	"github.com/aipfleet/aipfleet/internal/readbudget"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -46,6 +47,10 @@ const (
 	DefaultExpiryMaxBatches      = 8
 	DefaultMaintenanceMaxBackoff = 30 * time.Second
 	DefaultReplicaCacheSize      = 100_000
+	// DefaultMaxReadBytes is the default read budget of lifecycle request
+	// bodies (Config.MaxReadBytes): 256 bodies of the largest size at
+	// once, a quarter of them from one address.
+	DefaultMaxReadBytes = 256 * aip.MaxControlBytes
 	// DefaultEventRetention is how long the event log keeps an event by
 	// default (as upstream keeps runtime events).
 	DefaultEventRetention = 30 * 24 * time.Hour
@@ -110,6 +115,15 @@ type Config struct {
 	// part of its fixed identity, so it never goes stale). Defaults to
 	// 100 000.
 	ReplicaCacheSize int
+	// MaxReadBytes bounds the bytes of the lifecycle request bodies being
+	// read at once, before they can be authenticated: each reserves its
+	// Content-Length (aip.MaxControlBytes without one) until it is read,
+	// one address (an IPv6 /64) at most a quarter of the budget (at least
+	// one body), so a sender that trickles its bodies over many
+	// connections makes its own requests wait, not every host's. A body
+	// must then arrive at 256 KiB/s after a 5 s grace. Defaults to
+	// DefaultMaxReadBytes (16 MiB); at least aip.MaxControlBytes.
+	MaxReadBytes int64
 
 	// MaintenanceInterval is the pause between maintenance cycles. Defaults
 	// to 1s.
@@ -194,6 +208,9 @@ func (c Config) withDefaults() Config {
 	if c.ReplicaCacheSize == 0 {
 		c.ReplicaCacheSize = DefaultReplicaCacheSize
 	}
+	if c.MaxReadBytes == 0 {
+		c.MaxReadBytes = DefaultMaxReadBytes
+	}
 	if c.MaintenanceInterval == 0 {
 		c.MaintenanceInterval = DefaultMaintenanceInterval
 	}
@@ -255,6 +272,8 @@ func (c *Config) validate() error {
 		return bad("StoreTimeout", c.StoreTimeout, "is negative")
 	case c.ReplicaCacheSize < 1:
 		return bad("ReplicaCacheSize", c.ReplicaCacheSize, "must be positive")
+	case c.MaxReadBytes < aip.MaxControlBytes:
+		return bad("MaxReadBytes", c.MaxReadBytes, "is below %d, the largest lifecycle request", aip.MaxControlBytes)
 	case c.MaintenanceInterval < time.Millisecond:
 		return bad("MaintenanceInterval", c.MaintenanceInterval, "is below 1ms")
 	case c.ExpiryBatchSize < 1:
@@ -291,7 +310,8 @@ type Service struct {
 	m       *metrics
 	keys    *replicaKeys
 	batch   *batcher
-	busy    replicaSlots // each replica's requests being decided
+	busy    replicaSlots       // each replica's requests being decided
+	reads   *readbudget.Budget // lifecycle request bodies being read (Config.MaxReadBytes)
 	jwks    []byte
 	handler http.Handler
 	// seal signs answers; tests replace it to exercise the unsigned 500.
@@ -355,6 +375,10 @@ func New(key *aip.SigningKey, store Store, cfg Config) (*Service, error) {
 		jwks:    jwks,
 		started: make(chan struct{}),
 		seal:    aip.Seal,
+	}
+	share := max(cfg.MaxReadBytes/readbudget.DefaultPeerShareDivisor, aip.MaxControlBytes)
+	if s.reads, err = readbudget.New(readbudget.Config{Total: cfg.MaxReadBytes, PeerShare: share}); err != nil {
+		return nil, err
 	}
 	s.lister, _ = store.(registry.ReplicaLister)
 	s.probe, _ = store.(registry.Readiness)
