@@ -238,7 +238,7 @@ func (e *Envelope) Validate() error {
 			return fmt.Errorf("ack: unknown status %q", b.Ack.Status)
 		}
 	case b.Manifest != nil:
-		return b.Manifest.Validate()
+		return b.Manifest.ValidateShape()
 	case b.ActionStatusQuery != nil:
 		if b.ActionStatusQuery.ActionID == "" {
 			return errors.New("action status query: action_id is empty")

@@ -147,7 +147,7 @@ func TestManifestDigestIgnoresAgentDID(t *testing.T) {
 		ManifestVersion: "aip-manifest/v1",
 		Agent:           Principal{ID: "agent:echo", Kind: PrincipalAgent, DID: hostKey(t).DID()},
 		Profiles:        []string{NativeHTTPProfile},
-		Capabilities:    []Capability{{ID: "echo.say", Name: "Say", Kind: KindTool, InputSchema: json.RawMessage(`{"type":"object"}`)}},
+		Capabilities:    []Capability{{ID: "echo.say", Name: "Say", Kind: KindTool, InputSchema: json.RawMessage(`{"type":"object"}`), Contract: testManifest().Capabilities[0].Contract}},
 	}
 	d1, err := ManifestDigest(m)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Manifest describes what a connector (an agent) offers.
@@ -267,9 +268,47 @@ func (c *Capability) Validate() error {
 	return nil
 }
 
-// Validate checks the manifest: version, agent, unique valid capabilities
-// and at least one profile.
+// ManifestVersions are the manifest_version values Manifest.Validate
+// takes: AIP's hosts and connectors write aip-manifest/v1, and its
+// registry's examples 1.0. AIP does not constrain the member (reference
+// 5.4), but it is part of the digest: another value is a typo (or a
+// format this implementation does not know) that would be admitted as it
+// is.
+var ManifestVersions = []string{"aip-manifest/v1", "1.0"}
+
+// Validate checks a manifest as a host binds its own (hostsdk, and
+// aip-sidecar for a local connector): what ValidateShape checks, a
+// manifest_version of ManifestVersions, and every capability with a
+// contract. AIP leaves the contract optional, but a host decides by it
+// what an action cut off by a crash, or answered with something unusable,
+// becomes: only a capability whose side_effects say it only reads
+// (hostsdk.ReadOnly) fails retryable, any other is outcome_unknown.
+// Without one a read would be taken for a write silently; the connector
+// must say what the capability does.
 func (m *Manifest) Validate() error {
+	if err := m.ValidateShape(); err != nil {
+		return err
+	}
+	if !slices.Contains(ManifestVersions, m.ManifestVersion) {
+		return fmt.Errorf("manifest_version is %q; want %q (the form AIP connectors write; %q, the form of its registry examples, is accepted too)",
+			m.ManifestVersion, ManifestVersions[0], ManifestVersions[1])
+	}
+	for i := range m.Capabilities {
+		if c := &m.Capabilities[i]; c.Contract == nil {
+			return fmt.Errorf("capability %s has no contract; declare one with side_effects ([\"read\"] for a capability that changes nothing), idempotency, execution and data (manifest.schema.json in docs/sidecar-protocol.md)", c.ID)
+		}
+	}
+	return nil
+}
+
+// ValidateShape checks what AIP itself requires of a manifest: a
+// non-empty version, a valid agent, unique valid capabilities and at
+// least one profile. It is the check for a manifest another
+// implementation may have written (a version the registry admits, a
+// manifest message): AIP does not constrain manifest_version, and leaves
+// a capability's contract optional, so those rules of Validate are a
+// host's, for the manifest it binds.
+func (m *Manifest) ValidateShape() error {
 	if m.ManifestVersion == "" {
 		return errors.New("manifest_version is empty")
 	}

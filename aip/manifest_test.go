@@ -86,3 +86,65 @@ func TestContractMissingMembersAreNamed(t *testing.T) {
 		t.Errorf("the full contract: %v, %v", err, ok.Validate())
 	}
 }
+
+// testManifest returns a manifest Validate accepts: two capabilities, a
+// read and a write, each with a contract.
+func testManifest() *Manifest {
+	contract := func(e SideEffect) *CapabilityContract {
+		return &CapabilityContract{
+			SideEffects: []SideEffect{e},
+			Idempotency: IdempotencyContract{Requirement: IdempotencyOptional, CollisionBehavior: CollisionReturnOriginal, KeyScope: ScopeAction},
+			Execution:   ExecutionContract{SupportsSync: true, ExpectedCompletion: CompletionSync, RetrySafety: RetrySafe},
+			Data:        DataContract{Sensitivity: SensitivityInternal},
+		}
+	}
+	return &Manifest{
+		ManifestVersion: "aip-manifest/v1",
+		Agent:           Principal{ID: "agent:notes", Kind: PrincipalAgent},
+		Profiles:        []string{NativeHTTPProfile},
+		Capabilities: []Capability{
+			{ID: "notes.get", Name: "Get", Kind: KindTool, InputSchema: json.RawMessage(`{"type":"object"}`), Contract: contract(EffectRead)},
+			{ID: "notes.put", Name: "Put", Kind: KindTool, InputSchema: json.RawMessage(`{"type":"object"}`), Contract: contract(SideEffect("write"))},
+		},
+	}
+}
+
+// TestManifestHostRules: a Go connector's manifest bound by hostsdk took
+// a capability without a contract (read as one that may write: a read
+// cut off by a crash became outcome_unknown) and any manifest_version,
+// which only aip-sidecar refused. Validate, which every host applies to
+// the manifest it binds, refuses both, naming the capability and what to
+// declare; ValidateShape, AIP's own rules (a version the registry
+// admits), still takes them.
+func TestManifestHostRules(t *testing.T) {
+	if err := testManifest().Validate(); err != nil {
+		t.Fatalf("the test manifest: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*Manifest)
+		want string
+	}{
+		{"no contract", func(m *Manifest) { m.Capabilities[1].Contract = nil },
+			`capability notes.put has no contract; declare one with side_effects (["read"] for a capability that changes nothing), idempotency, execution and data`},
+		{"manifest_version v2", func(m *Manifest) { m.ManifestVersion = "aip-manifest/v2" },
+			`manifest_version is "aip-manifest/v2"; want "aip-manifest/v1" (the form AIP connectors write; "1.0", the form of its registry examples, is accepted too)`},
+		{"manifest_version v1", func(m *Manifest) { m.ManifestVersion = "v1" }, `manifest_version is "v1"; want "aip-manifest/v1"`},
+	} {
+		m := testManifest()
+		c.edit(m)
+		if err := m.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Validate = %v; want an error saying %q", c.name, err, c.want)
+		}
+		if err := m.ValidateShape(); err != nil {
+			t.Errorf("%s: ValidateShape = %v; want it accepted (AIP's own rules)", c.name, err)
+		}
+	}
+	for _, v := range ManifestVersions {
+		m := testManifest()
+		m.ManifestVersion = v
+		if err := m.Validate(); err != nil {
+			t.Errorf("manifest_version %q: Validate = %v; want it accepted", v, err)
+		}
+	}
+}

@@ -287,7 +287,10 @@ func PrepareVersion(v ConnectorVersion, l Limits) (PreparedVersion, error) {
 		return PreparedVersion{}, invalid(r, id, "status", "unknown status %q (want candidate, admitted or active)", v.Status)
 	}
 	m := &v.Manifest
-	if err := m.Validate(); err != nil {
+	// AIP's own rules only: manifest_version and the contracts are a
+	// host's rules for the manifest it binds (aip.Manifest.Validate), and
+	// a version another implementation's host bound must still admit.
+	if err := m.ValidateShape(); err != nil {
 		return PreparedVersion{}, invalid(r, id, "manifest", "%v", err)
 	}
 	if m.Agent.DID != "" {

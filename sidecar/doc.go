@@ -23,7 +23,8 @@
 // AIP-Idempotency-Key headers). The host has already verified, journaled
 // and schema-checked the action; the connector's answer is journaled with
 // a receipt. Every capability of the manifest must carry a contract
-// (checkManifest): its side effects decide what a cut-off action becomes.
+// (aip.Manifest.Validate, which every host applies to the manifest it
+// binds): its side effects decide what a cut-off action becomes.
 // The mapping of answers:
 //
 //   - 200 with a result: completed, failed or cancelled as the connector

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -349,42 +348,10 @@ func (l *Local) fetchManifest(ctx context.Context) (*aip.Manifest, error) {
 		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode,
 			Err: fmt.Errorf("the manifest is not an AIP manifest: %w", err)}
 	}
-	if err := checkManifest(&m); err != nil {
+	if err := m.Validate(); err != nil {
 		return nil, &LocalError{Op: "GET " + PathLocalManifest, Target: l.Target(), Status: resp.StatusCode, Err: fmt.Errorf("invalid manifest: %w", err)}
 	}
 	return &m, nil
-}
-
-// manifestVersions are the manifest_version values a local connector's
-// manifest may have: AIP's hosts and connectors write aip-manifest/v1,
-// and its registry's examples 1.0. AIP does not constrain the member, but
-// it is part of the digest: another value is a typo (or a format the
-// sidecar does not know) that would be admitted as it is.
-var manifestVersions = []string{"aip-manifest/v1", "1.0"}
-
-// checkManifest is what a local connector's manifest must be beyond what
-// decoding checks: valid (aip.Manifest.Validate), of a known
-// manifest_version (manifestVersions), and every capability with a
-// contract. The contract is optional in AIP, but the sidecar
-// decides by it what an action cut off by a crash, or answered with
-// something unusable, becomes: only a capability whose side_effects say
-// it only reads (hostsdk.ReadOnly) fails retryable, any other is
-// outcome_unknown. Without one a read would be taken for a write
-// silently; the connector must say what the capability does.
-func checkManifest(m *aip.Manifest) error {
-	if err := m.Validate(); err != nil {
-		return err
-	}
-	if !slices.Contains(manifestVersions, m.ManifestVersion) {
-		return fmt.Errorf("manifest_version is %q; want %q (the form AIP connectors write; %q, the form of its registry examples, is accepted too)",
-			m.ManifestVersion, manifestVersions[0], manifestVersions[1])
-	}
-	for i := range m.Capabilities {
-		if c := &m.Capabilities[i]; c.Contract == nil {
-			return fmt.Errorf("capability %s has no contract; declare one with side_effects ([\"read\"] for a capability that changes nothing), idempotency, execution and data (manifest.schema.json in docs/sidecar-protocol.md)", c.ID)
-		}
-	}
-	return nil
 }
 
 // CheckHealth implements hostsdk.HealthChecker: the supervised process must

@@ -136,7 +136,7 @@ func TestSidecarRequestsMatchSchemas(t *testing.T) {
 // TestManifestSchemaRefusesWhatTheSidecarRefuses: a connector author who
 // checks a manifest against manifest.schema.json must not learn only at
 // start-up that the sidecar refuses it. Each case is a manifest the
-// sidecar's strict decoding (or checkManifest) refuses; the schema must
+// sidecar's strict decoding (or aip.Manifest.Validate) refuses; the schema must
 // refuse it too.
 func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 	schemas := compileSchemas(t)
@@ -180,7 +180,7 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var m aip.Manifest
 			if err := aip.DecodeStrict(raw, &m); err == nil {
-				if err := checkManifest(&m); err == nil {
+				if err := m.Validate(); err == nil {
 					t.Fatalf("the sidecar accepts this manifest; the case is wrong:\n%s", raw)
 				}
 			}
@@ -207,7 +207,7 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 	if err := aip.DecodeStrict(full, &m); err != nil {
 		t.Fatalf("the sidecar refuses the full manifest: %v", err)
 	}
-	if err := checkManifest(&m); err != nil {
+	if err := m.Validate(); err != nil {
 		t.Fatalf("the full manifest is invalid: %v", err)
 	}
 	validate(t, schemas, "manifest", full)

@@ -31,7 +31,11 @@ func (c stateConn) Manifest(context.Context, hostsdk.TenantContext) (*aip.Manife
 	return &aip.Manifest{ManifestVersion: "aip-manifest/v1", Agent: aip.Principal{ID: "agent:webhooktest", Kind: aip.PrincipalAgent},
 		Profiles: []string{aip.NativeHTTPProfile},
 		Capabilities: []aip.Capability{{ID: "cap:webhooktest:noop", Name: "noop", Kind: aip.KindTool,
-			InputSchema: []byte(`{"type":"object"}`)}}}, nil
+			InputSchema: []byte(`{"type":"object"}`), Contract: &aip.CapabilityContract{
+				SideEffects: []aip.SideEffect{aip.EffectRead},
+				Idempotency: aip.IdempotencyContract{Requirement: aip.IdempotencyOptional, CollisionBehavior: aip.CollisionReturnOriginal, KeyScope: aip.ScopeAction},
+				Execution:   aip.ExecutionContract{SupportsSync: true, ExpectedCompletion: aip.CompletionSync, RetrySafety: aip.RetrySafe},
+				Data:        aip.DataContract{Sensitivity: aip.SensitivityInternal}}}}}, nil
 }
 
 func (c stateConn) Handle(_ context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
