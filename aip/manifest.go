@@ -279,7 +279,9 @@ var ManifestVersions = []string{"aip-manifest/v1", "1.0"}
 // Validate checks a manifest as a host binds its own (hostsdk, and
 // aip-sidecar for a local connector): what ValidateShape checks, a
 // manifest_version of ManifestVersions, and every capability with a
-// contract. AIP leaves the contract optional, but a host decides by it
+// contract that declares its side effects (an empty side_effects list
+// reads as "may write" too). AIP leaves the contract optional, but a host
+// decides by it
 // what an action cut off by a crash, or answered with something unusable,
 // becomes: only a capability whose side_effects say it only reads
 // (hostsdk.ReadOnly) fails retryable, any other is outcome_unknown.
@@ -294,8 +296,12 @@ func (m *Manifest) Validate() error {
 			m.ManifestVersion, ManifestVersions[0], ManifestVersions[1])
 	}
 	for i := range m.Capabilities {
-		if c := &m.Capabilities[i]; c.Contract == nil {
+		c := &m.Capabilities[i]
+		if c.Contract == nil {
 			return fmt.Errorf("capability %s has no contract; declare one with side_effects ([\"read\"] for a capability that changes nothing), idempotency, execution and data (manifest.schema.json in docs/sidecar-protocol.md)", c.ID)
+		}
+		if len(c.Contract.SideEffects) == 0 {
+			return fmt.Errorf("capability %s contract: side_effects is empty; declare what the capability does ([\"read\"] for one that changes nothing)", c.ID)
 		}
 	}
 	return nil

@@ -127,6 +127,9 @@ func TestManifestHostRules(t *testing.T) {
 	}{
 		{"no contract", func(m *Manifest) { m.Capabilities[1].Contract = nil },
 			`capability notes.put has no contract; declare one with side_effects (["read"] for a capability that changes nothing), idempotency, execution and data`},
+		{"empty side_effects", func(m *Manifest) { m.Capabilities[0].Contract.SideEffects = []SideEffect{} },
+			`capability notes.get contract: side_effects is empty; declare what the capability does (["read"] for one that changes nothing)`},
+		{"no side_effects", func(m *Manifest) { m.Capabilities[0].Contract.SideEffects = nil }, `capability notes.get contract: side_effects is empty`},
 		{"manifest_version v2", func(m *Manifest) { m.ManifestVersion = "aip-manifest/v2" },
 			`manifest_version is "aip-manifest/v2"; want "aip-manifest/v1" (the form AIP connectors write; "1.0", the form of its registry examples, is accepted too)`},
 		{"manifest_version v1", func(m *Manifest) { m.ManifestVersion = "v1" }, `manifest_version is "v1"; want "aip-manifest/v1"`},

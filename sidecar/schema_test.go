@@ -172,7 +172,8 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 		"compensation with an unknown member": edit(func(m map[string]any) {
 			contract(m)["compensation"] = map[string]any{"mode": "supported", "requires_approval": false, "undo": "x"}
 		}),
-		"unknown manifest_version": edit(func(m map[string]any) { m["manifest_version"] = "aip-manifest/v2" }),
+		"unknown manifest_version":      edit(func(m map[string]any) { m["manifest_version"] = "aip-manifest/v2" }),
+		"contract with no side effects": edit(func(m map[string]any) { contract(m)["side_effects"] = []any{} }),
 		"capability without a contract": edit(func(m map[string]any) {
 			delete(m["capabilities"].([]any)[0].(map[string]any), "contract")
 		}),
