@@ -21,7 +21,8 @@ type Manifest struct {
 	// beside descriptive members of the connector's choosing, for example
 	// {"id":"tickets.changes","direction":"inbound","description":"..."}.
 	// A host publishes only on channels declared here
-	// (hostsdk.EventPublisher.Publish).
+	// (hostsdk.EventPublisher.Publish); ValidateShape refuses an entry of
+	// another shape.
 	Channels      []json.RawMessage `json:"channels,omitempty"`
 	Security      json.RawMessage   `json:"security,omitempty"`
 	Governance    json.RawMessage   `json:"governance,omitempty"`
@@ -308,8 +309,8 @@ func (m *Manifest) Validate() error {
 }
 
 // ValidateShape checks what AIP itself requires of a manifest: a
-// non-empty version, a valid agent, unique valid capabilities and at
-// least one profile. It is the check for a manifest another
+// non-empty version, a valid agent, unique valid capabilities, at least
+// one profile and channel entries of the shapes Channels describes. It is the check for a manifest another
 // implementation may have written (a version the registry admits, a
 // manifest message): AIP does not constrain manifest_version, and leaves
 // a capability's contract optional, so those rules of Validate are a
@@ -335,7 +336,56 @@ func (m *Manifest) ValidateShape() error {
 		}
 		seen[c.ID] = true
 	}
+	for i, raw := range m.Channels {
+		if err := checkChannel(raw); err != nil {
+			return fmt.Errorf("channels[%d] %w", i, err)
+		}
+	}
 	return nil
+}
+
+// checkChannel checks a manifest's channel entry has one of the shapes
+// Manifest.Channels describes: a channel ID as a non-empty JSON string, or
+// an object naming it in a non-empty string "id" or "channel_id". Another
+// (42, null, {"name":"x"}) declared no channel, and a connector learned so
+// only when publishing on it failed.
+func checkChannel(raw json.RawMessage) error {
+	const want = `; declare a channel as its ID, a JSON string ("tickets.changes"), or an object naming it in "id" (or "channel_id"): {"id":"tickets.changes"}`
+	if !json.Valid(raw) {
+		return fmt.Errorf("is not JSON: %s", TruncateUTF8(string(raw), 64))
+	}
+	var v any
+	_ = json.Unmarshal(raw, &v)
+	switch v := v.(type) {
+	case string:
+		if v == "" {
+			return errors.New("is an empty string" + want)
+		}
+		return nil
+	case map[string]any:
+		named := false
+		for _, k := range []string{"id", "channel_id"} {
+			if x, ok := v[k]; ok {
+				s, isString := x.(string)
+				if !isString || s == "" {
+					return fmt.Errorf("has %q %s, not a channel ID%s", k, TruncateUTF8(compactJSON(x), 64), want)
+				}
+				named = true
+			}
+		}
+		if !named {
+			return errors.New(`is an object without "id" or "channel_id"` + want)
+		}
+		return nil
+	default:
+		return fmt.Errorf("is %s, neither a string nor an object%s", TruncateUTF8(string(raw), 64), want)
+	}
+}
+
+// compactJSON writes v (decoded JSON) back as JSON for an error.
+func compactJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // Capability returns the capability with the given ID.

@@ -151,3 +151,37 @@ func TestManifestHostRules(t *testing.T) {
 		}
 	}
 }
+
+// TestManifestChannelShapes: a channel entry such as 42 (or an object
+// without "id") declared no channel, yet the manifest validated and the
+// connector learned so only when publishing on it failed. ValidateShape
+// (so Validate too) names the entry and the shapes a channel takes.
+func TestManifestChannelShapes(t *testing.T) {
+	const shapes = `declare a channel as its ID, a JSON string ("tickets.changes"), or an object naming it in "id" (or "channel_id")`
+	for raw, want := range map[string]string{
+		`42`:                           "channels[1] is 42, neither a string nor an object; " + shapes,
+		`null`:                         "channels[1] is null, neither a string nor an object",
+		`["a"]`:                        `channels[1] is ["a"], neither a string nor an object`,
+		`""`:                           "channels[1] is an empty string; " + shapes,
+		`{"name":"x"}`:                 `channels[1] is an object without "id" or "channel_id"; ` + shapes,
+		`{"id":7}`:                     `channels[1] has "id" 7, not a channel ID; ` + shapes,
+		`{"id":""}`:                    `channels[1] has "id" "", not a channel ID`,
+		`{"id":"a","channel_id":true}`: `channels[1] has "channel_id" true, not a channel ID`,
+		`{"id":`:                       `channels[1] is not JSON: {"id":`,
+	} {
+		m := testManifest()
+		m.Channels = []json.RawMessage{json.RawMessage(`"ok.channel"`), json.RawMessage(raw)}
+		for name, validate := range map[string]func() error{"Validate": m.Validate, "ValidateShape": m.ValidateShape} {
+			if err := validate(); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("channel %s: %s = %v; want an error saying %q", raw, name, err, want)
+			}
+		}
+	}
+	m := testManifest()
+	for _, raw := range []string{`"tickets.changes"`, `{"id":"a","direction":"inbound"}`, `{"channel_id":"b"}`, `{"id":"c","channel_id":"c"}`} {
+		m.Channels = append(m.Channels, json.RawMessage(raw))
+	}
+	if err := m.Validate(); err != nil {
+		t.Errorf("channels %s: Validate = %v; want them accepted", m.Channels, err)
+	}
+}

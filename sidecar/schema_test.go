@@ -173,6 +173,8 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 			contract(m)["compensation"] = map[string]any{"mode": "supported", "requires_approval": false, "undo": "x"}
 		}),
 		"unknown manifest_version":      edit(func(m map[string]any) { m["manifest_version"] = "aip-manifest/v2" }),
+		"channel that is a number":      edit(func(m map[string]any) { m["channels"] = []any{42} }),
+		"channel object without an id":  edit(func(m map[string]any) { m["channels"] = []any{map[string]any{"description": "x"}} }),
 		"contract with no side effects": edit(func(m map[string]any) { contract(m)["side_effects"] = []any{} }),
 		"capability without a contract": edit(func(m map[string]any) {
 			delete(m["capabilities"].([]any)[0].(map[string]any), "contract")
