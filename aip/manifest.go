@@ -269,17 +269,17 @@ func (c *Capability) Validate() error {
 	return nil
 }
 
-// ManifestVersions are the manifest_version values Manifest.Validate
+// manifestVersions are the manifest_version values Manifest.Validate
 // takes: AIP's hosts and connectors write aip-manifest/v1, and its
 // registry's examples 1.0. AIP does not constrain the member (reference
 // 5.4), but it is part of the digest: another value is a typo (or a
 // format this implementation does not know) that would be admitted as it
 // is.
-var ManifestVersions = []string{"aip-manifest/v1", "1.0"}
+var manifestVersions = []string{"aip-manifest/v1", "1.0"}
 
 // Validate checks a manifest as a host binds its own (hostsdk, and
 // aip-sidecar for a local connector): what ValidateShape checks, a
-// manifest_version of ManifestVersions, and every capability with a
+// manifest_version of manifestVersions, and every capability with a
 // contract that declares its side effects (an empty side_effects list
 // reads as "may write" too). AIP leaves the contract optional, but a host
 // decides by it
@@ -292,9 +292,9 @@ func (m *Manifest) Validate() error {
 	if err := m.ValidateShape(); err != nil {
 		return err
 	}
-	if !slices.Contains(ManifestVersions, m.ManifestVersion) {
+	if !slices.Contains(manifestVersions, m.ManifestVersion) {
 		return fmt.Errorf("manifest_version is %q; want %q (the form AIP connectors write; %q, the form of its registry examples, is accepted too)",
-			m.ManifestVersion, ManifestVersions[0], ManifestVersions[1])
+			m.ManifestVersion, manifestVersions[0], manifestVersions[1])
 	}
 	for i := range m.Capabilities {
 		c := &m.Capabilities[i]

@@ -143,7 +143,7 @@ func TestManifestHostRules(t *testing.T) {
 			t.Errorf("%s: ValidateShape = %v; want it accepted (AIP's own rules)", c.name, err)
 		}
 	}
-	for _, v := range ManifestVersions {
+	for _, v := range manifestVersions {
 		m := testManifest()
 		m.ManifestVersion = v
 		if err := m.Validate(); err != nil {
