@@ -8,11 +8,15 @@ import (
 )
 
 // ServeReadyFrom answers GET /ready as the host does for a peer at
-// remoteAddr ("ip:port"): for tests of what a remote peer reads.
-func (h *Host) ServeReadyFrom(remoteAddr string) *httptest.ResponseRecorder {
+// remoteAddr ("ip:port") sending the header name/value pairs given: for
+// tests of what a remote or proxied peer reads.
+func (h *Host) ServeReadyFrom(remoteAddr string, header ...string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodGet, PathReady, nil)
 	req.RemoteAddr = remoteAddr
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
 	h.handleReady().ServeHTTP(rec, req)
 	return rec
 }

@@ -77,7 +77,8 @@ type ReadyComponent struct {
 // journal write failed for a storage reason, only by writing as much as that write
 // (see storageRecheckMinBytes); 503 otherwise. The error texts of
 // failing probes and of recovery (they name hosts, files, product URLs) go
-// only to peers on this machine (a loopback address) and to the log (each
+// only to peers on this machine (a loopback address, in a request no proxy
+// marked as forwarded: netutil.IsLocalUnproxied) and to the log (each
 // heartbeat of an unhealthy replica); other peers read fixed texts.
 func (h *Host) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +86,7 @@ func (h *Host) handleReady() http.Handler {
 		now := h.cfg.Now()
 		seq, exp := h.lease.get()
 		rec := h.recovery
-		local := netutil.IsLoopbackPeer(r.RemoteAddr)
+		local := netutil.IsLocalUnproxied(r)
 		errs := rec.Errors
 		switch {
 		case errs == nil:
