@@ -272,7 +272,7 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 }
 
 // checkManifestJSON names the member of a manifest whose raw JSON
-// (json.RawMessage: a capability's schemas, a channel, ...) is not JSON,
+// (json.RawMessage: a capability's schemas, a resource, ...) is not JSON,
 // which encoding the manifest would otherwise report only as a
 // json.RawMessage that failed to marshal.
 func checkManifestJSON(m *aip.Manifest) error {
@@ -296,11 +296,7 @@ func checkManifestJSON(m *aip.Manifest) error {
 			}
 		}
 	}
-	for i, raw := range m.Channels {
-		if err := check(fmt.Sprintf("channels[%d]", i), raw); err != nil {
-			return err
-		}
-	}
+	// Channels are checked by Manifest.Validate, before this.
 	for i, raw := range m.Resources {
 		if err := check(fmt.Sprintf("resources[%d]", i), raw); err != nil {
 			return err
