@@ -5,8 +5,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/aipfleet/aipfleet/internal/pgmigrate"
 	"github.com/aipfleet/aipfleet/registry"
@@ -191,9 +193,34 @@ func applyMigrations(ctx context.Context, conn *pgx.Conn, ms []pgmigrate.Migrati
 	return err
 }
 
+// migrationAttempts bounds the runs of the migration transaction that
+// PostgreSQL aborts as a deadlock's victim or for a serialization failure.
+const migrationAttempts = 5
+
 // migrateConn applies ms on conn in one transaction and returns how many
-// it applied.
+// it applied. A migration takes its tables' locks in its own order while
+// the services (or a build still running during a rolling upgrade) take
+// theirs in another, so PostgreSQL may abort it as a deadlock's victim
+// (40P01), or for a serialization failure (40001): nothing of it was
+// applied, and it runs again, up to migrationAttempts times, after a
+// short pause (the other transaction has then finished).
 func migrateConn(ctx context.Context, conn *pgx.Conn, ms []pgmigrate.Migration, nowMS func() int64) (int, error) {
+	for attempt := 1; ; attempt++ {
+		n, err := migrateOnce(ctx, conn, ms, nowMS)
+		var pgErr *pgconn.PgError
+		if err == nil || attempt == migrationAttempts || !errors.As(err, &pgErr) || (pgErr.Code != "40P01" && pgErr.Code != "40001") {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return n, err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// migrateOnce is one run of migrateConn's transaction.
+func migrateOnce(ctx context.Context, conn *pgx.Conn, ms []pgmigrate.Migration, nowMS func() int64) (int, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("pgregistry: begin migration: %w", err)
