@@ -202,14 +202,17 @@ func (f *fleet) newReplica(sr *sidecartest.Replica) *replica {
 }
 
 // startHost starts (or restarts, on the same identity and state) a
-// replica's echo process and waits until the registry has it ready.
+// replica's echo process and waits until the registry has it ready and
+// the host serves (its /ready answers 200: the registry commits the
+// registration before the host has its answer, and /ready answers 503
+// until then).
 func (f *fleet) startHost(r *replica) {
 	t := f.t
 	t.Helper()
 	r.proc = startProcess(t, "echo "+r.id, f.echoBin, r.env)
 	waitFor(t, "replica "+r.id+" to be ready", []*process{r.proc, f.cp}, func() bool {
 		rep, err := f.reg.ConnectorReplica(f.ctx, r.id)
-		return err == nil && rep.Status == aip.ReplicaReady && rep.LeaseValid(time.Now())
+		return err == nil && rep.Status == aip.ReplicaReady && rep.LeaseValid(time.Now()) && hostReady(r)
 	})
 }
 
