@@ -1,18 +1,17 @@
 package provider
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
+	"github.com/aipfleet/aipfleet/hostsdk/hostsdktest"
 )
 
 // degraded returns the detail of a *hostsdk.DegradedError err is, and
@@ -27,33 +26,13 @@ func degraded(t *testing.T, err error) string {
 	return d.Err.Error()
 }
 
-// syncBuffer is a log sink for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// take returns what was logged since the last take.
-func (s *syncBuffer) take() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.b.String()
-	s.b.Reset()
-	return out
-}
-
 // TestTargetsLogRateLimited: a target failing at every probe is logged
 // when it starts failing, when its failure changes (at most every
 // TargetLogMinGap) and every TargetLogRepeat, not at every probe; its
 // recovery is logged once.
 func TestTargetsLogRateLimited(t *testing.T) {
-	var logs syncBuffer
+	var logs hostsdktest.LogBuffer
+	take := func() string { return strings.Join(logs.Take(""), "\n") }
 	tg := NewTargets("crew", "crew_id", slog.New(slog.NewTextHandler(&logs, nil)))
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tg.now = func() time.Time { return now }
@@ -69,37 +48,37 @@ func TestTargetsLogRateLimited(t *testing.T) {
 	unauthorized := &Error{Product: "crewai", Method: "GET", Path: "/inputs", Status: http.StatusUnauthorized, Message: "bad token"}
 	failing["b"] = unauthorized
 	probe()
-	if got := logs.take(); strings.Count(got, "failed its health check") != 1 || !strings.Contains(got, "crew_id=b") {
+	if got := take(); strings.Count(got, "failed its health check") != 1 || !strings.Contains(got, "crew_id=b") {
 		t.Fatalf("first failure logged %q", got)
 	}
 	for range 20 { // 20 probes, 10 s apart
 		now = now.Add(10 * time.Second)
 		probe()
 	}
-	if got := logs.take(); got != "" {
+	if got := take(); got != "" {
 		t.Fatalf("the same failure again within %s logged %q", TargetLogRepeat, got)
 	}
 	failing["b"] = &Error{Product: "crewai", Method: "GET", Path: "/inputs", Status: http.StatusForbidden, Message: "forbidden"}
 	now = now.Add(10 * time.Second)
 	probe()
-	if got := logs.take(); !strings.Contains(got, "403") {
+	if got := take(); !strings.Contains(got, "403") {
 		t.Fatalf("a changed failure logged %q", got)
 	}
 	failing["b"] = unauthorized
 	now = now.Add(10 * time.Second)
 	probe()
-	if got := logs.take(); got != "" {
+	if got := take(); got != "" {
 		t.Fatalf("a failure changing again within %s logged %q", TargetLogMinGap, got)
 	}
 	now = now.Add(TargetLogRepeat)
 	probe()
-	if got := logs.take(); strings.Count(got, "failed its health check") != 1 {
+	if got := take(); strings.Count(got, "failed its health check") != 1 {
 		t.Fatalf("a failure lasting %s logged %q", TargetLogRepeat, got)
 	}
 	delete(failing, "b")
 	probe()
 	probe()
-	if got := logs.take(); strings.Count(got, "passed its health check again") != 1 {
+	if got := take(); strings.Count(got, "passed its health check again") != 1 {
 		t.Fatalf("recovery logged %q", got)
 	}
 	if _, refused := tg.Refusal("act-1", "b"); refused {
