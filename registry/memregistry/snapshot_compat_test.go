@@ -193,23 +193,8 @@ func TestRestoreWarnsOfUnnamableRecords(t *testing.T) {
 	ctx := context.Background()
 	s := newFleetState(t)
 	doc := string(snapshotOf(t, s.reg))
-	for _, rw := range [][2]string{{"tenant-2", "tenant-2\u200b"}, {"alpha.write", "alpha.write\u2060"}} {
-		if !strings.Contains(doc, rw[0]) {
-			t.Fatalf("the snapshot does not hold %s", rw[0])
-		}
-		doc = strings.ReplaceAll(doc, rw[0], rw[1])
-	}
-	var logs bytes.Buffer
-	r, err := memregistry.New(memregistry.Config{Now: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	must(t, err)
-	if err := r.Restore(strings.NewReader(doc)); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-
 	// Kept as stored.
-	if again := string(snapshotOf(t, r)); again != doc {
-		t.Errorf("the snapshot after Restore differs from the restored document")
-	}
+	r, logs := restoreReplaced(t, s, doc, [][2]string{{"tenant-2", "tenant-2\u200b"}, {"alpha.write", "alpha.write\u2060"}})
 	key := registry.BindingKey{TenantID: "tenant-2\u200b", CapabilityID: "alpha.write\u2060", InstanceID: "cinst_b"}
 	if b, err := r.CapabilityBinding(ctx, key); err != nil || b.Key() != key {
 		t.Errorf("CapabilityBinding(%+q) = %+v, %v; want it kept", key.String(), b, err)
@@ -322,7 +307,7 @@ func TestRestoreWarnsOfFormatCharactersInOtherIdentifiers(t *testing.T) {
 		Replicas, Versions []json.RawMessage
 	}
 	must(t, json.Unmarshal([]byte(doc), &counts))
-	for _, rw := range [][2]string{
+	_, logs := restoreReplaced(t, s, doc, [][2]string{
 		{`"secret://alpha/b"`, "\"secret://alpha/b\u200b\""},
 		{`"cred-v1"`, "\"cred\u00ad-v1\""},
 		{`"quota:t2"`, "\"quota:t2\u2060\""},
@@ -330,21 +315,7 @@ func TestRestoreWarnsOfFormatCharactersInOtherIdentifiers(t *testing.T) {
 		{`"service:alpha"`, "\"service:alpha\u200d\""},
 		{`"` + aip.NativeHTTPProfile + `"`, "\"" + aip.NativeHTTPProfile + "\ufeff\""},
 		{`"3.0.0"`, "\"3.0.0\u202e\""},
-	} {
-		if !strings.Contains(doc, rw[0]) {
-			t.Fatalf("the snapshot does not hold %s", rw[0])
-		}
-		doc = strings.ReplaceAll(doc, rw[0], rw[1])
-	}
-	var logs bytes.Buffer
-	r, err := memregistry.New(memregistry.Config{Now: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	must(t, err)
-	if err := r.Restore(strings.NewReader(doc)); err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if again := string(snapshotOf(t, r)); again != doc {
-		t.Errorf("the snapshot after Restore differs from the restored document")
-	}
+	})
 
 	type warning struct {
 		Level, Msg, Rule, Kind, Field, Records, Fix string
@@ -402,4 +373,29 @@ func TestRestoreWarnsOfFormatCharactersInOtherIdentifiers(t *testing.T) {
 	if len(got) != 9 {
 		t.Errorf("%d warnings about records, want 9:\n%s", len(got), logs.String())
 	}
+}
+
+// restoreReplaced restores into a new registry (on s's clock, logging to
+// the buffer it returns) the snapshot doc with each pair's first string,
+// which it must hold, replaced by the second: records an older build
+// stored. The registry keeps them as stored: its snapshot is the document
+// restored.
+func restoreReplaced(t *testing.T, s *fleetState, doc string, replace [][2]string) (*memregistry.Registry, *bytes.Buffer) {
+	t.Helper()
+	for _, rw := range replace {
+		if !strings.Contains(doc, rw[0]) {
+			t.Fatalf("the snapshot does not hold %s", rw[0])
+		}
+		doc = strings.ReplaceAll(doc, rw[0], rw[1])
+	}
+	logs := new(bytes.Buffer)
+	r, err := memregistry.New(memregistry.Config{Now: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	must(t, err)
+	if err := r.Restore(strings.NewReader(doc)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if again := string(snapshotOf(t, r)); again != doc {
+		t.Errorf("the snapshot after Restore differs from the restored document")
+	}
+	return r, logs
 }
