@@ -616,19 +616,7 @@ func TestRunStartCancelStopsRun(t *testing.T) {
 	f := newFixture(t)
 	ctx := hostsdktest.Context(t)
 	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"long job","wait":true}`)
-	done := make(chan *hostsdktest.Response, 1)
-	go func() {
-		resp, err := f.Dispatcher.Act(ctx, f.Target, a)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- resp
-	}()
-	select {
-	case <-f.main.polled: // the run started and is being followed
-	case <-ctx.Done():
-		t.Fatal("run_start never polled its run")
-	}
+	done := actUntilPolled(t, ctx, f.Fixture, a, f.main)
 	resp, err := f.Dispatcher.Cancel(ctx, f.Target, a.ID, a.CapabilityID, "operator")
 	if err != nil {
 		t.Fatal(err)
@@ -675,19 +663,7 @@ func TestRunStartDrainSendsNoStop(t *testing.T) {
 	})
 	ctx := hostsdktest.Context(t)
 	a := hostsdktest.NewAction("cap:hermes_agent:main:run_start", `{"input":"long job","wait":true}`)
-	done := make(chan *hostsdktest.Response, 1)
-	go func() {
-		resp, err := f.Dispatcher.Act(ctx, f.Target, a)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- resp
-	}()
-	select {
-	case <-main.polled:
-	case <-ctx.Done():
-		t.Fatal("run_start never polled its run")
-	}
+	done := actUntilPolled(t, ctx, f, a, main)
 	stopped := make(chan error, 1)
 	go func() { stopped <- f.Host.Stop(ctx) }()
 	r := <-done
@@ -1365,4 +1341,25 @@ func readReady(t *testing.T, f *hostsdktest.Fixture) hostsdk.ReadyDocument {
 		t.Fatalf("/ready: HTTP %d: %v", resp.StatusCode, err)
 	}
 	return doc
+}
+
+// actUntilPolled sends a (a run_start that waits for its run) to f's host
+// and returns once the host follows the run it started on mock (its first
+// status poll); the answer arrives on the channel returned.
+func actUntilPolled(t *testing.T, ctx context.Context, f *hostsdktest.Fixture, a *aip.Action, mock *mockHermes) <-chan *hostsdktest.Response {
+	t.Helper()
+	done := make(chan *hostsdktest.Response, 1)
+	go func() {
+		resp, err := f.Dispatcher.Act(ctx, f.Target, a)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- resp
+	}()
+	select {
+	case <-mock.polled:
+	case <-ctx.Done():
+		t.Fatal("run_start never polled its run")
+	}
+	return done
 }
