@@ -12,12 +12,31 @@ import (
 )
 
 // cursorSource is a polling event source that keeps its cursor in
-// EventPublisher.State: it reports the cursor it found when RunEvents
-// started, writes polled at once, and final when its ctx ends (a drain).
+// EventPublisher.State: it writes polled at once, then reports the cursor
+// it found when RunEvents started (so the test stops the host only after
+// that write), and writes final when its ctx ends (a drain).
 type cursorSource struct {
 	*testConnector
-	found         chan string // the cursor RunEvents started from ("" none)
+	found         chan string // the cursor RunEvents started from ("" none), sent once polled is written
+	failed        chan error  // a read or the first write failed
 	polled, final string
+}
+
+func newCursorSource(polled, final string) *cursorSource {
+	return &cursorSource{testConnector: newTestConnector(), found: make(chan string, 1), failed: make(chan error, 1), polled: polled, final: final}
+}
+
+// started returns the cursor RunEvents found, failing t if it could not
+// read it or write its first cursor.
+func (c *cursorSource) started(t *testing.T) string {
+	t.Helper()
+	select {
+	case got := <-c.found:
+		return got
+	case err := <-c.failed:
+		t.Fatalf("RunEvents: %v", err)
+	}
+	return ""
 }
 
 func (c *cursorSource) RunEvents(ctx context.Context, events *hostsdk.EventPublisher) error {
@@ -27,17 +46,20 @@ func (c *cursorSource) RunEvents(ctx context.Context, events *hostsdk.EventPubli
 	switch {
 	case errors.Is(err, journal.ErrNotFound):
 	case err != nil:
+		c.failed <- err
 		return err
 	default:
 		if err := json.Unmarshal(v.Value, &cursor); err != nil {
+			c.failed <- err
 			return err
 		}
 	}
-	c.found <- cursor
 	rev, err := st.Put(ctx, "poller", "cursor", c.polled, v.Revision)
 	if err != nil {
+		c.failed <- err
 		return err
 	}
+	c.found <- cursor
 	<-ctx.Done()
 	// The drain began: the last batch's cursor is still written.
 	_, err = st.Put(context.WithoutCancel(ctx), "poller", "cursor", c.final, rev)
@@ -53,9 +75,9 @@ func TestEventSourceCursorSurvivesARestart(t *testing.T) {
 	d := hostsdktest.NewDispatcher(t, hostsdktest.DispatcherConfig{TrustDomain: hostsdktest.TrustDomain})
 	cfg := hostsdktest.HostConfig(t, cp, d, nil) // the embedded journal in cfg.StateDir
 
-	first := &cursorSource{testConnector: newTestConnector(), found: make(chan string, 1), polled: "page-1", final: "page-2"}
+	first := newCursorSource("page-1", "page-2")
 	h := hostsdktest.StartHost(t, cfg, first)
-	if got := <-first.found; got != "" {
+	if got := first.started(t); got != "" {
 		t.Fatalf("the first process found cursor %q in a fresh journal", got)
 	}
 	if err := h.Stop(ctxT(t)); err != nil {
@@ -64,9 +86,9 @@ func TestEventSourceCursorSurvivesARestart(t *testing.T) {
 
 	// The next process binds the address the first one listened on.
 	cfg.Listener = nil
-	second := &cursorSource{testConnector: newTestConnector(), found: make(chan string, 1), polled: "page-3", final: "page-4"}
+	second := newCursorSource("page-3", "page-4")
 	hostsdktest.StartHost(t, cfg, second)
-	if got := <-second.found; got != "page-2" {
+	if got := second.started(t); got != "page-2" {
 		t.Fatalf("after a restart on the same journal RunEvents found cursor %q, want %q (written by the last process as it stopped)", got, "page-2")
 	}
 }
