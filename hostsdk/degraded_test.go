@@ -51,6 +51,9 @@ func TestDegradedConnectorStaysReady(t *testing.T) {
 	if !h.Ready() {
 		t.Error("Ready() = false for a degraded connector")
 	}
+	if v := gaugeValue(t, h, hostsdk.MetricDegraded); v != 1 {
+		t.Errorf("%s = %v for a degraded connector, want 1 (no other component learns of it)", hostsdk.MetricDegraded, v)
+	}
 	if n := strings.Count(logs.String(), "connector is ready but degraded"); n != 1 {
 		t.Errorf("degraded logged %d times, want once: %s", n, logs.String())
 	}
@@ -65,6 +68,9 @@ func TestDegradedConnectorStaysReady(t *testing.T) {
 	if !strings.Contains(logs.String(), "connector is no longer degraded") {
 		t.Errorf("recovery from degraded not logged: %s", logs.String())
 	}
+	if v := gaugeValue(t, h, hostsdk.MetricDegraded); v != 0 {
+		t.Errorf("%s = %v once healthy again, want 0", hostsdk.MetricDegraded, v)
+	}
 }
 
 // A degraded detail joined with a failure is a failure: only a Degraded
@@ -77,6 +83,9 @@ func TestDegradedJoinedWithAFailureIsNotReady(t *testing.T) {
 	code, doc, body := readyFrom(t, h, "127.0.0.1:40000")
 	if code != http.StatusServiceUnavailable || doc.Connector.Ready || !strings.HasPrefix(doc.Connector.Detail, "connector is not ready") {
 		t.Errorf("joined with a failure: HTTP %d %s", code, body)
+	}
+	if v := gaugeValue(t, h, hostsdk.MetricDegraded); v != 0 {
+		t.Errorf("%s = %v for a connector that is not ready, want 0 (degraded says a ready connector serves in part)", hostsdk.MetricDegraded, v)
 	}
 	if hostsdk.Degraded(nil) != nil {
 		t.Error("Degraded(nil) is not nil")

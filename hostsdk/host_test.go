@@ -100,7 +100,8 @@ func TestHealthReadyManifestJWKSMetrics(t *testing.T) {
 		}
 	}
 	want := []string{ // sorted, as metricNames returns them
-		"aip_connector_host_abandoned_calls", "aip_connector_host_actions_expired_total", "aip_connector_host_event_delivery_failures_total",
+		"aip_connector_host_abandoned_calls", "aip_connector_host_actions_expired_total", "aip_connector_host_degraded",
+		"aip_connector_host_event_delivery_failures_total",
 		"aip_connector_host_events_delivered_total", "aip_connector_host_events_pending", "aip_connector_host_events_refused_total",
 		"aip_connector_host_heartbeat_failures_total", "aip_connector_host_in_flight", "aip_connector_host_ingress_reads_waiting",
 		"aip_connector_host_journal_actions_pruned_total", "aip_connector_host_lease_recoveries_total", "aip_connector_host_lease_recovery_attempts_total",

@@ -61,6 +61,13 @@ const (
 	// replicas. A start that did fail never serves it; its log and exit
 	// status say so.
 	MetricRegisterWait = "aip_connector_host_register_wait_seconds"
+	// MetricDegraded is 1 while the connector's last health check passed
+	// but said part of it is degraded (CheckHealth returned Degraded): the
+	// replica stays ready and serves, and /ready's connector detail names
+	// what fails. AIP's heartbeat carries only whether the connector is
+	// ready, so the control plane and the dispatcher do not learn of it:
+	// alert on this gauge (max_over_time(...[10m]) > 0).
+	MetricDegraded = "aip_connector_host_degraded"
 )
 
 // metrics are the host's collectors, on a registry the host owns (no
@@ -134,6 +141,9 @@ func newMetrics(h *Host) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricAbandonedCalls,
 			Help: "Connector calls still running after the host stopped waiting for them (handle grace passed); each keeps an in-flight slot."},
 			func() float64 { return float64(h.abandoned.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricDegraded,
+			Help: "1 while the connector's last health check passed but said part of it is degraded (the replica serves; /ready's connector detail names what fails)."},
+			func() float64 { return b2f(h.connectorReady.Load() && h.connectorDegraded.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricInFlight,
 			Help: "Actions currently executing in this process."},
 			func() float64 { return float64(h.inflight.count()) }),
