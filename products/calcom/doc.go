@@ -318,11 +318,12 @@
 // verify is checked against the other subscriptions' secrets, and one
 // that verifies it is taken as that subscription's (its event's
 // subscription_id, its fence ID), logged at info with
-// url_subscription_id. Keep the old subscription in
-// --cal-diy-webhook-secret-files until the meetings booked before the
-// move have ended (and a day more): a subscription the replica does not
-// hold is answered 404 before anything is read. Rows stored while the
-// webhook pointed outside this connector go there. The hour beyond the
+// url_subscription_id. That holds whether or not the old subscription is
+// still in --cal-diy-webhook-secret-files: at the URL of a subscription
+// the replica does not hold, only a signed scheduler-shape delivery of at
+// most MovedMaxBody bytes is read and checked, and anything else (or one
+// no secret verifies) is answered 404. Rows stored while the webhook
+// pointed outside this connector go there. The hour beyond the
 // scheduler's day is
 // for a delivery it sends close to a day late, which reaches the route a
 // little after (each run sends its rows one after the other, each after

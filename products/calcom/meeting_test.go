@@ -330,26 +330,9 @@ func TestWebhookMeetingEventReplayFenced(t *testing.T) {
 // than MovedMaxBody (checking it against every secret is what a forged
 // body costs).
 func TestWebhookMeetingEventOfMovedWebhook(t *testing.T) {
-	const newSub, newSecret = "sub-2", "whsec_fedcba9876543210"
-	mock := newMockCal(t)
-	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	now := time.Now().UTC().Truncate(time.Millisecond)
-	conn := newConnector(t, mock.srv.URL, map[string]provider.Secret{testSub: provider.NewSecret(testSecret), newSub: provider.NewSecret(newSecret)},
-		func() time.Time { return now })
-	logs := &hostsdktest.LogBuffer{}
-	h := &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
-		cfg.Journal = j
-		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	})}
-	w := &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}
-	logs.Take("")
-	signedBy := func(secret string, body []byte) map[string]string {
-		return map[string]string{"x-cal-signature-256": sign(secret, body), "x-cal-webhook-version": WebhookVersion}
-	}
+	w, logs := movedWebhookHost(t, map[string]provider.Secret{testSub: provider.NewSecret(testSecret), movedSub: provider.NewSecret(movedSecret)})
+	const newSub, newSecret = movedSub, movedSecret
+	now := w.now
 
 	start := now.Add(-time.Minute)
 	body := scheduledBody("MEETING_STARTED", "bk_moved", start, start.Add(time.Hour), now.Add(-72*time.Hour), "")
@@ -389,6 +372,82 @@ func TestWebhookMeetingEventOfMovedWebhook(t *testing.T) {
 	} {
 		if a := w.deliver(t, testSub, tc.body, tc.headers); a.status != 401 || a.code() != webhook.CodeAuthenticationFailed {
 			t.Errorf("%s: %d %v, want 401 %s", tc.name, a.status, a.body, webhook.CodeAuthenticationFailed)
+		}
+	}
+	if n := w.pending(t); n != 1 {
+		t.Errorf("%d outbox batches after the refusals, want 1 (the accepted delivery's)", n)
+	}
+}
+
+// The subscription a webhook moved to (TestWebhookMeetingEventOfMovedWebhook).
+const movedSub, movedSecret = "sub-2", "whsec_fedcba9876543210"
+
+// movedWebhookHost starts a host of a connector holding secrets, on an
+// embedded journal, logging at info into the buffer it returns (emptied).
+func movedWebhookHost(t *testing.T, secrets map[string]provider.Secret) (*webhookHost, *hostsdktest.LogBuffer) {
+	t.Helper()
+	mock := newMockCal(t)
+	j, err := sqliteruntime.Open(context.Background(), sqliteruntime.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	conn := newConnector(t, mock.srv.URL, secrets, func() time.Time { return now })
+	logs := &hostsdktest.LogBuffer{}
+	h := &testHost{hostsdktest.Start(t, conn, func(cfg *hostsdk.Config) {
+		cfg.Journal = j
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})}
+	logs.Take("")
+	return &webhookHost{testHost: h, j: j, now: now, base: "http://" + h.Config.Listener.Addr().String()}, logs
+}
+
+// signedBy are the headers of body signed with secret.
+func signedBy(secret string, body []byte) map[string]string {
+	return map[string]string{"x-cal-signature-256": sign(secret, body), "x-cal-webhook-version": WebhookVersion}
+}
+
+// TestWebhookMeetingEventOfRemovedSubscription: after a webhook moved,
+// an operator who removed the old subscription from
+// --cal-diy-webhook-secret-files lost every meeting booked before the move
+// (the scheduler still posts them to the old URL): a subscription the
+// replica did not hold was answered 404 before anything was read. A
+// scheduler delivery at most MovedMaxBody bytes, at such a URL, that a
+// held subscription's secret verifies is taken as that subscription's;
+// anything else there is still 404 unknown subscription.
+func TestWebhookMeetingEventOfRemovedSubscription(t *testing.T) {
+	w, logs := movedWebhookHost(t, map[string]provider.Secret{movedSub: provider.NewSecret(movedSecret)})
+	now := w.now
+	start := now.Add(-time.Minute)
+	body := scheduledBody("MEETING_ENDED", "bk_removed", start.Add(-time.Hour), start, now.Add(-72*time.Hour), "")
+	if a := w.deliver(t, testSub, body, signedBy(movedSecret, body)); a.status != 200 || a.body["accepted_events"] != float64(1) {
+		t.Fatalf("a scheduler delivery at a removed subscription's URL signed with a held one's secret: %d %v, want accepted", a.status, a.body)
+	}
+	if got := logs.Take("cal-diy webhook"); len(got) != 1 || !strings.Contains(got[0], "url_subscription_id="+testSub) || !strings.Contains(got[0], "subscription_id="+movedSub) {
+		t.Errorf("logged %q, want one info line naming both subscriptions", got)
+	}
+	evs := w.outboxEvents(t)
+	if _, ok := evs[eventID(fenceID(movedSub, WebhookVersion, sign(movedSecret, body), body), start)]; !ok || len(evs) != 1 {
+		t.Fatalf("events %v, want the delivery's as %s's", evs, movedSub)
+	}
+
+	big := scheduledBody("MEETING_ENDED", "bk_big", start, start.Add(time.Hour), now.Add(-72*time.Hour),
+		`"description":"`+strings.Repeat("d", MovedMaxBody)+`",`)
+	def := deliveryBody("BOOKING_CREATED", now, "bk_default")
+	for _, tc := range []struct {
+		name    string
+		body    []byte
+		headers map[string]string
+	}{
+		{"a default-shape delivery signed with a held subscription's secret", def, signedBy(movedSecret, def)},
+		{"a scheduler delivery signed with no held subscription's secret", body, signedBy(testSecret, body)},
+		{"a scheduler delivery over MovedMaxBody", big, signedBy(movedSecret, big)},
+		{"a scheduler delivery without a signature", body, map[string]string{"x-cal-webhook-version": WebhookVersion}},
+		{"a scheduler delivery without a webhook version", body, map[string]string{"x-cal-signature-256": sign(movedSecret, body)}},
+	} {
+		if a := w.deliver(t, testSub, tc.body, tc.headers); a.status != 404 || a.code() != webhook.CodeInvalidDelivery {
+			t.Errorf("%s: %d %v, want 404 %s", tc.name, a.status, a.body, webhook.CodeInvalidDelivery)
 		}
 	}
 	if n := w.pending(t); n != 1 {

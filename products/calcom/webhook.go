@@ -173,7 +173,8 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := c.cfg.Now()
 		sub := r.PathValue("subscription_id")
-		if _, ok := secrets[sub]; !subscriptionRE.MatchString(sub) || !ok {
+		_, known := secrets[sub]
+		unknown := func() {
 			// The ID is logged only when it has the syntax of one.
 			var args []any
 			if subscriptionRE.MatchString(sub) {
@@ -182,9 +183,26 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			refusals.Warn(now, "unknown_subscription", "a delivery for a subscription this replica holds no secret for is refused; "+
 				"if Cal.diy sent it, add the subscription to --"+flagWebhookSecrets+" (the delivery is lost)", args...)
 			webhook.Fail(w, http.StatusNotFound, webhook.CodeInvalidDelivery, "unknown webhook subscription")
+		}
+		if !subscriptionRE.MatchString(sub) || (!known && r.ContentLength > MovedMaxBody) {
+			unknown()
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, WebhookMaxBody))
+		// A subscription this replica holds no secret for may still be the
+		// URL of a webhook that moved to one it holds, and removed from
+		// --webhook-secrets before the scheduler's meetings booked under
+		// it were sent (movedSubscription): such a delivery is read (at
+		// most MovedMaxBody bytes) and refused only when no secret
+		// verifies it.
+		limit := int64(WebhookMaxBody)
+		if !known {
+			limit = MovedMaxBody
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		if err != nil && !known {
+			unknown()
+			return
+		}
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
@@ -198,6 +216,10 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 		}
 		sig := r.Header.Get(headerSignature)
 		version := r.Header.Get(headerVersion)
+		if !known && (len(sig) != 2*sha256.Size || version != WebhookVersion) {
+			unknown()
+			return
+		}
 		switch {
 		case sig == "":
 			webhook.Fail(w, http.StatusBadRequest, webhook.CodeMissingHeader, "x-cal-signature-256 is missing")
@@ -214,10 +236,14 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 				return webhook.EqualHex(webhook.HMACSHA256(secret, body), sig)
 			}, "subscription_id", id)
 		}
-		if len(sig) != 2*sha256.Size || !verify(sub) {
+		if len(sig) != 2*sha256.Size || !known || !verify(sub) {
 			moved := ""
 			if len(sig) == 2*sha256.Size {
 				moved = movedSubscription(body, sub, ids, verify)
+			}
+			if moved == "" && !known {
+				unknown()
+				return
 			}
 			if moved == "" {
 				refusals.Warn(now, "authentication:"+sub, "a delivery is refused: its signature does not verify with the subscription's secret; "+
@@ -229,7 +255,7 @@ func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fenc
 			}
 			rc.Logger.Info("cal-diy webhook: a delivery of Cal.diy's scheduler to this subscription's URL verified with another subscription's secret: "+
 				"the scheduler kept the URL the webhook had when the booking was accepted, and signs with the webhook's secret now; "+
-				"taken as the other subscription's (keep this subscription in --"+flagWebhookSecrets+" until the meetings booked before the webhook moved have ended)",
+				"taken as the other subscription's",
 				"url_subscription_id", sub, "subscription_id", moved)
 			sub = moved
 		}
