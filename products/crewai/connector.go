@@ -45,6 +45,12 @@ const (
 	CodeExecutionFailed = "crewai.execution_failed"
 	// CodeInterrupted: a read was interrupted by a restart; run it again.
 	CodeInterrupted = "crewai.interrupted"
+	// CodeKickoffNotFound: CrewAI AMP does not know the run's kickoff id
+	// (GET /status/{kickoff_id} answered 404, or the state NOT FOUND):
+	// the kickoff expired, the crew's base_url or token now names another
+	// deployment, or the crew was redeployed. Not retryable; the crew is
+	// never kicked off again under the same action.
+	CodeKickoffNotFound = "crewai.kickoff_not_found"
 )
 
 // Connector serves the configured crews.
@@ -291,8 +297,10 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 // doubled per failure up to backoffCap, or the answer's Retry-After when
 // longer, at most MaxPollInterval) for as long as the failures in a row
 // last at most outageBudget: an AMP outage of a few minutes does not
-// turn a long run, which goes on on AMP, into outcome_unknown. A longer
-// outage, or any other failure, ends the wait as outcome_unknown.
+// turn a long run, which goes on on AMP, into outcome_unknown. A kickoff
+// id the crew does not know (a 404, or the state NOT FOUND) fails the run
+// at once (crewai.kickoff_not_found, not retryable). A longer outage, or
+// any other failure, ends the wait as outcome_unknown.
 func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoffID string, logger *slog.Logger) (*aip.ActionResult, error) {
 	timer := time.NewTimer(0) // the first read is immediate
 	defer timer.Stop()
@@ -313,6 +321,12 @@ func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoff
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, stopped()
+			}
+			var nf *kickoffNotFound
+			if errors.As(err, &nf) {
+				// No later read can find it: fail now rather than
+				// poll until the action's timeout.
+				return nf.result(actionID), nil
 			}
 			delay, again := outage.Retry(err, began)
 			if again {
@@ -381,12 +395,12 @@ const (
 // CrewAI's own client of this API, crewai-tools'
 // InvokeCrewAIAutomationTool, reads state "success" and "failed" and
 // result, and never status. SUCCESS (or COMPLETED) is completed, FAILED,
-// FAILURE (or ERROR) is error, any other state running. Without a state,
+// FAILURE (or ERROR) is error, any other state running (NOT FOUND never
+// gets here: readStatus makes it a *kickoffNotFound). Without a state,
 // the status as answered (another status is polled on; none is a bad
 // answer).
 func runStatus(status, state string) string {
-	switch status {
-	case statusRunning, statusCompleted, statusError:
+	if documentStatus(status) {
 		return status
 	}
 	switch strings.ToUpper(strings.TrimSpace(state)) {
@@ -398,6 +412,15 @@ func runStatus(status, state string) string {
 		return statusError
 	}
 	return statusRunning
+}
+
+// documentStatus reports whether status is one of the document's.
+func documentStatus(status string) bool {
+	switch status {
+	case statusRunning, statusCompleted, statusError:
+		return true
+	}
+	return false
 }
 
 // statusOutput is GET /status/{kickoff_id}'s answer (one of
@@ -445,13 +468,57 @@ type taskResult struct {
 	ExecutionTime *float64 `json:"execution_time,omitempty"`
 }
 
+// kickoffNotFound is a status read that found the kickoff id unknown to
+// the crew. The document's answer is a 404 ("Kickoff ID not found", with
+// its Error body {"error": "Execution not found", "message": "No
+// execution found with ID: ..."}); deployed crews also answer a status
+// object with the state NOT FOUND, a state the document does not list
+// (Microsoft Semantic Kernel's client of this API,
+// CrewAIEnterpriseKickoffState, stops waiting on it). Either way no later
+// read can find the run.
+type kickoffNotFound struct {
+	crewID, kickoffID string
+	// answer is what CrewAI AMP answered: "answered 404: <message>" or
+	// "answered the state \"NOT FOUND\"".
+	answer string
+}
+
+func (e *kickoffNotFound) Error() string {
+	return fmt.Sprintf("crew %s does not know kickoff %s (crewai GET /status/%s %s): the kickoff may have expired, the crew's base_url or token may name another deployment than the one that accepted it, or the crew was redeployed since",
+		e.crewID, e.kickoffID, e.kickoffID, e.answer)
+}
+
+// result is the failed result of a run whose kickoff is not found: a
+// permanent failure, never retried (a new kickoff would be a second run).
+func (e *kickoffNotFound) result(actionID string) *aip.ActionResult {
+	msg := e.Error() + "; whether the crew ran before its record was lost cannot be read, and it was not kicked off again"
+	return &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
+		Error: aip.NewProtocolError(CodeKickoffNotFound, aip.CategoryPermanent, false, 0,
+			aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))}
+}
+
+// stateNotFound reports whether a deployed crew's state says the kickoff
+// is unknown ("NOT FOUND", in any case, or spelled NOT_FOUND).
+func stateNotFound(state string) bool {
+	return strings.ReplaceAll(strings.ToUpper(strings.TrimSpace(state)), "_", " ") == "NOT FOUND"
+}
+
 // readStatus reads one status. An answer without a status is a bad
-// response (a *provider.Error with the 2xx status).
+// response (a *provider.Error with the 2xx status); a kickoff id the crew
+// does not know (a 404, or the state NOT FOUND) is a *kickoffNotFound.
 func (c *Connector) readStatus(ctx context.Context, cr *crew, kickoffID string) (*statusOutput, error) {
 	path := "/status/" + url.PathEscape(kickoffID)
 	var st statusOutput
 	if err := cr.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: path}, &st); err != nil {
+		var pe *provider.Error
+		if errors.As(err, &pe) && pe.Status == http.StatusNotFound {
+			return nil, &kickoffNotFound{crewID: cr.id, kickoffID: kickoffID, answer: "answered 404: " + pe.Message}
+		}
 		return nil, err
+	}
+	if !documentStatus(st.Status) && stateNotFound(st.State) {
+		return nil, &kickoffNotFound{crewID: cr.id, kickoffID: kickoffID,
+			answer: fmt.Sprintf("answered the state %q", provider.Excerpt(cr.client.Redacted(st.State)))}
 	}
 	st.Status = runStatus(st.Status, st.State)
 	if st.Status == "" {
@@ -470,6 +537,12 @@ func (c *Connector) status(ctx context.Context, call *hostsdk.Call, cr *crew) (*
 		return nil, err
 	}
 	st, err := c.readStatus(ctx, cr, in.KickoffID)
+	var nf *kickoffNotFound
+	if errors.As(err, &nf) {
+		return &aip.ActionResult{ActionID: call.Action.ID, Status: aip.ResultFailed,
+			Error: aip.NewProtocolError(provider.CodeNotFound, aip.CategoryPermanent, false, 0,
+				aip.TruncateUTF8(nf.Error(), aip.MaxErrorMessageBytes))}, nil
+	}
 	if err != nil {
 		return provider.Result(call, err, false)
 	}
@@ -554,8 +627,10 @@ func (c *Connector) CheckHealth(ctx context.Context) error {
 
 // Reconcile implements hostsdk.Reconciler. A run a crash left running
 // whose kickoff id was recorded is settled by one status read: completed
-// or failed as CrewAI AMP reports; still running, or unreadable, it is
-// outcome_unknown (the message names the kickoff id to read later). A run
+// or failed as CrewAI AMP reports; a kickoff id the crew does not know
+// (a 404, or the state NOT FOUND) fails crewai.kickoff_not_found, not
+// retryable, and is never kicked off again; still running, or unreadable,
+// it is outcome_unknown (the message names the kickoff id to read later). A run
 // without a recorded kickoff id, and an interrupted resume, are
 // outcome_unknown: the request may have reached CrewAI AMP. An
 // interrupted read (inputs, status) changed nothing and fails retryably.
@@ -589,6 +664,12 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 		return nil, fmt.Errorf("%w: the kickoff record of %s holds kickoff_id %q, which is not a UUID; its status was not read", hostsdk.ErrOutcomeUnknown, id, provider.Excerpt(rec.KickoffID))
 	}
 	st, err := c.readStatus(ctx, cr, rec.KickoffID)
+	var nf *kickoffNotFound
+	if errors.As(err, &nf) {
+		// Settled failed, as the wait would have: no later read can
+		// find the run, and the crew is never kicked off again.
+		return nf.result(id), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: crew %s kickoff %s: status unreadable after a restart: %v", hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, err)
 	}

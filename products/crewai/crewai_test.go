@@ -337,11 +337,12 @@ func TestRunWhoseStatusStaysUnreadableIsOutcomeUnknown(t *testing.T) {
 	}
 }
 
-// A failure that is not transient (a 401 or 404 answering the status
-// read) ends the wait at once, even within the outage budget and after
-// transient failures.
+// A failure that is not transient (a 401 answering the status read) ends
+// the wait at once as outcome_unknown, even within the outage budget and
+// after transient failures. (A 404 says the kickoff is unknown: see
+// TestRunKickoffNotFoundFailsAtOnce.)
 func TestRunNonTransientStatusFailureEndsTheWait(t *testing.T) {
-	for _, status := range []int{http.StatusUnauthorized, http.StatusNotFound} {
+	for _, status := range []int{http.StatusUnauthorized} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			m := newMockAMP(t)
 			m.statusFails, m.statusStatus = 3, status
@@ -358,6 +359,65 @@ func TestRunNonTransientStatusFailureEndsTheWait(t *testing.T) {
 			}
 			if n := m.pollCount(id); n != 4 {
 				t.Errorf("%d status reads, want 4 (three 500s, then the %d)", n, status)
+			}
+		})
+	}
+}
+
+// wantKickoffNotFound checks a run's failure for a kickoff id the crew
+// does not know: crewai.kickoff_not_found, not retryable, naming the
+// crew and the kickoff id, what CrewAI AMP answered and what may have
+// happened.
+func wantKickoffNotFound(t *testing.T, res *aip.ActionResult, kickoffID, answered string) {
+	t.Helper()
+	wantFailed(t, res, CodeKickoffNotFound, false)
+	if res.Error.Category != aip.CategoryPermanent {
+		t.Errorf("category %s, want permanent", res.Error.Category)
+	}
+	for _, s := range []string{"crew " + crewID, kickoffID, answered, "expired", "redeployed", "base_url or token", "not kicked off again"} {
+		if !strings.Contains(res.Error.Message, s) {
+			t.Errorf("message %q does not say %q", res.Error.Message, s)
+		}
+	}
+}
+
+// A kickoff id the crew no longer knows (the crew was redeployed, the
+// kickoff expired) fails the run at once with crewai.kickoff_not_found,
+// whether CrewAI AMP answers the document's 404 or, as deployed crews do,
+// the state NOT FOUND; the crew is not kicked off again. Before, the 404
+// ended the run outcome_unknown and the state was polled on as running
+// until the action's timeout.
+func TestRunKickoffNotFoundFailsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		stateAnswers bool
+		answered     string
+	}{
+		{"404", false, "answered 404: No execution found with ID"},
+		{"state NOT FOUND", true, `answered the state "NOT FOUND"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockAMP(t)
+			m.forgetRuns, m.stateAnswers, m.statusFails = true, tc.stateAnswers, 2
+			e := startWithBudget(t, m, time.Hour)
+			a := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"x"}}`)
+			timeout := uint64(20_000)
+			a.TimeoutMS = &timeout
+			began := time.Now()
+			res := e.Result(t, a)
+			ids := m.answeredKickoffs()
+			if len(ids) != 1 {
+				t.Fatalf("%d kickoffs, want 1", len(ids))
+			}
+			wantKickoffNotFound(t, res, ids[0], tc.answered)
+			if n := m.pollCount(ids[0]); n != 3 {
+				t.Errorf("%d status reads, want 3 (two 500s, then the answer that the kickoff is unknown)", n)
+			}
+			if took := time.Since(began); took > 10*time.Second {
+				t.Errorf("the run failed after %s, not at once", took)
+			}
+			if got := e.state(t, a); got != aip.StateFailed {
+				t.Errorf("journal state %s, want failed", got)
 			}
 		})
 	}
@@ -437,8 +497,21 @@ func TestStatus(t *testing.T) {
 	if out := decodeOutput(t, e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+failed+`"}`))); out.Status != "error" || out.Error == "" {
 		t.Errorf("failed run's status %+v", out)
 	}
-	wantFailed(t, e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+newUUID()+`"}`)), "provider.not_found", false)
-	m.set(func(m *mockAMP) { m.statusFails = 1 })
+	unknown := newUUID()
+	res = e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+unknown+`"}`))
+	wantFailed(t, res, "provider.not_found", false)
+	if !strings.Contains(res.Error.Message, unknown) || !strings.Contains(res.Error.Message, "redeployed") {
+		t.Errorf("unknown kickoff: message %q", res.Error.Message)
+	}
+	// A deployed crew's state NOT FOUND is not found too (it used to
+	// complete as a running crew).
+	m.set(func(m *mockAMP) { m.stateAnswers = true })
+	res = e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+unknown+`"}`))
+	wantFailed(t, res, "provider.not_found", false)
+	if !strings.Contains(res.Error.Message, unknown) || !strings.Contains(res.Error.Message, `"NOT FOUND"`) {
+		t.Errorf("state NOT FOUND: message %q", res.Error.Message)
+	}
+	m.set(func(m *mockAMP) { m.stateAnswers, m.statusFails = false, 1 })
 	wantFailed(t, e.Result(t, hostsdktest.NewAction(capStatus, `{"kickoff_id":"`+running+`"}`)), "provider.unavailable", true)
 }
 
@@ -643,6 +716,47 @@ func TestReconcileAfterRestart(t *testing.T) {
 
 // TestReconcileDirect calls Reconcile with a state store whose kickoff
 // record is set or not, through the journal a host hands it.
+// A run a restart interrupted whose recorded kickoff the crew no longer
+// knows is settled failed crewai.kickoff_not_found, from the document's
+// 404 or a deployed crew's state NOT FOUND, and the crew is not kicked off
+// again. Before, the 404 left it outcome_unknown and the state read as
+// still running.
+func TestReconcileKickoffNotFound(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		stateAnswers bool
+		answered     string
+	}{
+		{"404", false, "answered 404: No execution found with ID"},
+		{"state NOT FOUND", true, `answered the state "NOT FOUND"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMockAMP(t)
+			m.stateAnswers = tc.stateAnswers
+			j, err := sqliteruntime.Open(hostsdktest.Context(t), sqliteruntime.Config{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { j.Close() })
+			lost := hostsdktest.NewAction(capRun, `{"inputs":{"topic":"a"}}`)
+			kickoffID := newUUID() // unknown to the mock
+			leaveRunning(t, j, lost, kickoffID)
+			e := start(t, m, func(cfg *hostsdk.Config) { cfg.Journal = j })
+
+			wantKickoffNotFound(t, e.Result(t, lost), kickoffID, tc.answered)
+			if got := e.state(t, lost); got != aip.StateFailed {
+				t.Errorf("journal state %s, want failed", got)
+			}
+			if n := m.pollCount(kickoffID); n != 1 {
+				t.Errorf("%d status reads, want 1", n)
+			}
+			if n := m.kickoffCount(); n != 0 {
+				t.Errorf("recovery kicked off %d runs", n)
+			}
+		})
+	}
+}
+
 func TestReconcileDirect(t *testing.T) {
 	m := newMockAMP(t)
 	conn := newTestConnector(t, m)

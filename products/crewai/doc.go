@@ -61,7 +61,23 @@
 // ERROR) error, any other state (PENDING, STARTED, RUNNING) running; a
 // result string is the output (result.output), and the state is kept in
 // the output as state. An answer with neither status nor state is a bad
-// answer. A status read that fails transiently (no answer, 5xx, 429, 408) is
+// answer.
+//
+// A kickoff id the crew does not know fails the run at once with code
+// crewai.kickoff_not_found (permanent, not retryable), naming the crew
+// and the kickoff id and saying what may have happened: the kickoff
+// expired, the crew's base_url or token names another deployment than
+// the one that accepted it, or the crew was redeployed. The document
+// answers such an id with a 404 ("Kickoff ID not found", body {"error":
+// "Execution not found", "message": "No execution found with ID: ..."});
+// deployed crews also answer the state NOT FOUND, which the document does
+// not list (Microsoft Semantic Kernel's client of this API stops waiting
+// on it); both are read so. Before, the state was polled on until the
+// action's timeout. The crew is never kicked off again: whether it ran
+// before its record was lost cannot be read. The status capability
+// answers both as provider.not_found.
+//
+// A status read that fails transiently (no answer, 5xx, 429, 408) is
 // repeated with exponential backoff: the read after the n-th failure in a
 // row waits the poll interval × 2^(n-1), at most 30 seconds (never less
 // than the poll interval), or the answer's Retry-After (in seconds or an
@@ -71,8 +87,9 @@
 // action's timeout or cancel, or until a read fails transiently when the
 // failures in a row have lasted longer than the outage budget
 // (--crewai-outage-budget-ms, default 5 minutes, counted from the start
-// of the first failed read); that failure, or any other failure (a 4xx,
-// an answer without a status) at once, ends the wait as outcome_unknown,
+// of the first failed read); that failure, or any other failure (a 4xx
+// other than the 404 above, an answer without a status) at once, ends the
+// wait as outcome_unknown,
 // with the kickoff id and the status capability in the message so the
 // run can be read later.
 //
@@ -86,8 +103,10 @@
 //
 // The adapter is a hostsdk.Reconciler. A run a crash left running whose
 // kickoff id is recorded (and is a UUID) is settled by one status read: completed or
-// failed as AMP reports; still running or unreadable, outcome_unknown
-// naming the kickoff id. A run without a recorded kickoff id is
+// failed as AMP reports; a kickoff the crew does not know (a 404, or the
+// state NOT FOUND) failed crewai.kickoff_not_found, never kicked off
+// again; still running or unreadable, outcome_unknown naming the kickoff
+// id. A run without a recorded kickoff id is
 // outcome_unknown (the kickoff may have reached AMP), as is an interrupted
 // resume; an interrupted read fails with crewai.interrupted, retryable.
 //

@@ -37,6 +37,11 @@ type mockAMP struct {
 	// CrewAI's own client, crewai-tools' InvokeCrewAIAutomationTool,
 	// reads).
 	stateAnswers bool
+	// forgetRuns answers POST /kickoff with a kickoff_id but keeps no run
+	// for it, as a crew redeployed (or a kickoff expired) right after:
+	// GET /status answers the document's 404 for it, or, with
+	// stateAnswers, {"state": "NOT FOUND"}, as deployed crews do.
+	forgetRuns bool
 	// runError, when set, is the ExecutionError's error message (else
 	// the document's example).
 	runError      string
@@ -57,6 +62,7 @@ type mockAMP struct {
 	polled       chan string
 	// Records.
 	kickoffs    []json.RawMessage
+	kickoffIDs  []string // the kickoff ids answered
 	resumes     []json.RawMessage
 	auth        []string
 	runs        map[string]*mockRun
@@ -165,7 +171,7 @@ func (m *mockAMP) kickoff(w http.ResponseWriter, r *http.Request) {
 	}
 	status, drop, answer := m.kickoffStatus, m.dropKickoff, m.kickoffID
 	id := newUUID()
-	if status == 0 && !drop {
+	if status == 0 && !drop && !m.forgetRuns {
 		m.runs[id] = &mockRun{remaining: m.runningPolls, fail: m.failRuns}
 	}
 	m.mu.Unlock()
@@ -184,6 +190,9 @@ func (m *mockAMP) kickoff(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"kickoff_id": answer})
 		return
 	}
+	m.mu.Lock()
+	m.kickoffIDs = append(m.kickoffIDs, id)
+	m.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"kickoff_id": id})
 }
 
@@ -212,7 +221,13 @@ func (m *mockAMP) status(w http.ResponseWriter, r *http.Request) {
 	}
 	var body map[string]any
 	switch {
-	case fail || refuse != 0 || run == nil:
+	case fail || refuse != 0:
+	case run == nil && m.stateAnswers:
+		// A state the document does not list; Microsoft Semantic
+		// Kernel's client of this API (CrewAIEnterpriseKickoffState)
+		// stops waiting on it.
+		body = map[string]any{"state": "NOT FOUND", "result": nil}
+	case run == nil:
 	case m.stateAnswers && run.remaining > 0:
 		run.remaining--
 		body = map[string]any{"state": "RUNNING", "result": nil}
@@ -250,7 +265,7 @@ func (m *mockAMP) status(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, errorBody(http.StatusInternalServerError))
 	case refuse != 0:
 		writeJSON(w, refuse, errorBody(refuse))
-	case run == nil:
+	case body == nil:
 		writeJSON(w, http.StatusNotFound, map[string]any{"error": "Execution not found", "message": "No execution found with ID: " + id})
 	default:
 		writeJSON(w, http.StatusOK, body)
@@ -315,4 +330,10 @@ func (m *mockAMP) auths() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]string(nil), m.auth...)
+}
+
+func (m *mockAMP) answeredKickoffs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.kickoffIDs...)
 }
