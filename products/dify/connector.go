@@ -22,8 +22,9 @@ const (
 	Profile = "aip.connector.dify.v1"
 	// TasksNamespace is the state namespace holding, per action ID, the
 	// Dify task a running app invocation belongs to ({app_id, task_id,
-	// user, workflow_run_id?}), so that a cancel can stop it and
-	// Reconcile can read a workflow app's run after a restart.
+	// user, workflow_run_id?, conversation_id?, message_id?}), so that a
+	// cancel can stop it and Reconcile can read a workflow or chatflow
+	// app's run after a restart.
 	TasksNamespace = "aip.connector.dify.active_tasks.v1"
 )
 
@@ -304,8 +305,13 @@ type taskRef struct {
 	TaskID string `json:"task_id"`
 	User   string `json:"user"`
 	// WorkflowRunID is the run of a workflow or chatflow app, once its
-	// stream named it (Reconcile reads a workflow app's run by it).
+	// stream named it (Reconcile reads the run by it).
 	WorkflowRunID string `json:"workflow_run_id,omitempty"`
+	// ConversationID and MessageID are a chatflow's conversation and
+	// message, once its stream named them (Reconcile reads the message's
+	// answer by them).
+	ConversationID string `json:"conversation_id,omitempty"`
+	MessageID      string `json:"message_id,omitempty"`
 }
 
 // Cancel implements hostsdk.Canceler: it stops the Dify task of a running
@@ -370,10 +376,17 @@ func stopPath(m Mode, taskID string) string {
 	return "/workflows/tasks/" + escape(taskID) + "/stop"
 }
 
-// ReconcileReadTimeout bounds Reconcile's read of a workflow run: recovery
-// runs before the host registers, so a Dify that does not answer must not
-// hold the start.
+// ReconcileReadTimeout bounds Reconcile's reads of a run (the workflow
+// run, and a chatflow's message): recovery runs before the host
+// registers, so a Dify that does not answer must not hold the start.
 const ReconcileReadTimeout = 30 * time.Second
+
+// Bounds of Reconcile's search for a chatflow's message in its
+// conversation (GET /messages, newest first, paged back with first_id).
+const (
+	reconcileMessagesLimit = 100
+	reconcileMessagePages  = 10
+)
 
 // workflowRunDetail is GET /workflows/run/{workflow_run_id}'s answer (the
 // document's WorkflowRunDetailResponse), the members Reconcile reads.
@@ -387,18 +400,33 @@ type workflowRunDetail struct {
 	TotalSteps  *int64          `json:"total_steps"`
 }
 
-// Reconcile implements hostsdk.Reconciler. A workflow app's invocation a
-// restart interrupted, whose run the stream had named, is settled by one
-// read of the run (GET /workflows/run/{workflow_run_id}): succeeded or
-// partial-succeeded, it completes with the run's status, outputs and
-// figures (the text chunks streamed before the restart are not kept);
+// conversationMessage is one message of GET /messages's answer (the
+// document's ConversationMessageItem), the members Reconcile reads.
+type conversationMessage struct {
+	ID           string            `json:"id"`
+	Answer       string            `json:"answer"`
+	Status       string            `json:"status"`
+	Error        *string           `json:"error"`
+	MessageFiles []json.RawMessage `json:"message_files"`
+	CreatedAt    int64             `json:"created_at"`
+}
+
+// Reconcile implements hostsdk.Reconciler. A workflow or chatflow app's
+// invocation a restart interrupted, whose run the stream had named, is
+// settled by one read of the run (GET /workflows/run/{workflow_run_id}):
 // failed or stopped, it fails as a stream's workflow_finished would
-// (dify.workflow_failed, dify.workflow_stopped). A run still running or
-// paused, a run that cannot be read, an invocation of another app mode
-// or one whose run was never named is outcome_unknown, naming the run and
-// the capability that reads it when known; so is every other mutation.
-// An interrupted read fails connector_host.interrupted (the host's rule
-// for a read no Reconciler settled).
+// (dify.workflow_failed, dify.workflow_stopped); succeeded or
+// partial-succeeded, a workflow app's completes with the run's status,
+// outputs and figures (the text chunks streamed before the restart are
+// not kept), and a chatflow's with the answer of its message too, read
+// from its conversation (GET /messages; chatflowMessage). A run still
+// running or paused, a run that cannot be read, a chatflow whose message
+// cannot be read, an invocation of another app mode or one whose run (or
+// chatflow message) was never named is outcome_unknown, naming the run
+// and the capability that reads it when known; so is every other
+// mutation. Nothing is sent again. An interrupted read fails
+// connector_host.interrupted (the host's rule for a read no Reconciler
+// settled).
 func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*aip.ActionResult, error) {
 	id := u.Action.ActionID
 	t, ok := c.resolve(u.Action.CapabilityID)
@@ -412,7 +440,10 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 		return nil, fmt.Errorf("dify: %w", err)
 	}
 	a := t.app
-	if a.Mode != ModeWorkflow || ref.WorkflowRunID == "" || ref.AppID != a.ID {
+	chatflow := a.Mode == ModeAdvancedChat
+	followable := ref.AppID == a.ID && ref.WorkflowRunID != "" &&
+		(a.Mode == ModeWorkflow || chatflow && ref.ConversationID != "" && ref.MessageID != "")
+	if !followable {
 		what := "before Dify's stream named the app's task"
 		if ref.TaskID != "" {
 			what = "while Dify ran it as task " + ref.TaskID
@@ -422,9 +453,12 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 		}
 		return nil, fmt.Errorf("%w: the replica restarted %s; the app may have run", hostsdk.ErrOutcomeUnknown, what)
 	}
-	if !validTaskID(ref.WorkflowRunID) {
-		return nil, fmt.Errorf("%w: the task record of %s holds workflow_run_id %q, which is not a UUID; the run was not read",
-			hostsdk.ErrOutcomeUnknown, id, provider.Excerpt(ref.WorkflowRunID))
+	for _, v := range []struct{ name, id string }{{"workflow_run_id", ref.WorkflowRunID},
+		{"conversation_id", ref.ConversationID}, {"message_id", ref.MessageID}} {
+		if v.id != "" && !validTaskID(v.id) {
+			return nil, fmt.Errorf("%w: the task record of %s holds %s %q, which is not a UUID; the run was not read",
+				hostsdk.ErrOutcomeUnknown, id, v.name, provider.Excerpt(v.id))
+		}
 	}
 	path := "/workflows/run/" + escape(ref.WorkflowRunID)
 	readCap := AppCapability(a.ID, SuffixWorkflowRun)
@@ -448,9 +482,73 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 	}
 	out := InvokeOutput{Mode: a.Mode, TaskID: ref.TaskID, WorkflowRun: WorkflowRun{WorkflowRunID: ref.WorkflowRunID}}
 	out.finish(wd)
+	if chatflow {
+		m, err := c.chatflowMessage(rctx, a, ref)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the replica restarted while chatflow run %s ran; the run ended %s, but its answer, message %s of conversation %s, could not be read (read it with %s): %v",
+				hostsdk.ErrOutcomeUnknown, ref.WorkflowRunID, d.Status, ref.MessageID, ref.ConversationID, AppCapability(a.ID, SuffixMessages), err)
+		}
+		answer := m.Answer
+		out.Answer, out.ConversationID, out.MessageID = &answer, ref.ConversationID, ref.MessageID
+		// The files the answer carries (the stream's message_file
+		// events); the user's own attachments are not the app's output.
+		for _, f := range m.MessageFiles {
+			var file struct {
+				BelongsTo *string `json:"belongs_to"`
+			}
+			if json.Unmarshal(f, &file) == nil && (file.BelongsTo == nil || *file.BelongsTo != "user") {
+				out.Files = append(out.Files, f)
+			}
+		}
+	}
 	raw, err := json.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("dify: marshal the output of %s: %w", id, err)
 	}
 	return &aip.ActionResult{ActionID: id, Status: aip.ResultCompleted, Output: raw}, nil
+}
+
+// chatflowMessage finds a chatflow invocation's message in its
+// conversation, as the invocation's user: GET /messages?conversation_id=
+// &user=&limit=100, then older pages (first_id: the oldest message of the
+// page, whichever order Dify lists them in), at most reconcileMessagePages
+// pages. It fails when the message is not found, or says it failed
+// (status "error") though its run succeeded.
+func (c *Connector) chatflowMessage(ctx context.Context, a *app, ref taskRef) (*conversationMessage, error) {
+	firstID := ""
+	for range reconcileMessagePages {
+		q := url.Values{"conversation_id": {ref.ConversationID}, "user": {ref.User}, "limit": {fmt.Sprint(reconcileMessagesLimit)}}
+		if firstID != "" {
+			q.Set("first_id", firstID)
+		}
+		var page struct {
+			HasMore bool                  `json:"has_more"`
+			Data    []conversationMessage `json:"data"`
+		}
+		if err := a.client.JSON(ctx, provider.Request{Method: http.MethodGet, Path: "/messages", Query: q}, &page); err != nil {
+			return nil, err
+		}
+		oldest := -1
+		for i := range page.Data {
+			m := &page.Data[i]
+			if m.ID == ref.MessageID {
+				if m.Status == "error" {
+					why := ""
+					if m.Error != nil {
+						why = ": " + provider.Excerpt(a.client.Redacted(*m.Error))
+					}
+					return nil, fmt.Errorf("the message has status error, though its run did not fail%s", why)
+				}
+				return m, nil
+			}
+			if oldest < 0 || m.CreatedAt <= page.Data[oldest].CreatedAt {
+				oldest = i
+			}
+		}
+		if !page.HasMore || oldest < 0 || page.Data[oldest].ID == firstID || page.Data[oldest].ID == "" {
+			return nil, errors.New("the conversation does not hold the message")
+		}
+		firstID = page.Data[oldest].ID
+	}
+	return nil, fmt.Errorf("the message is not among the conversation's newest %d", reconcileMessagePages*reconcileMessagesLimit)
 }

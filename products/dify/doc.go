@@ -202,8 +202,10 @@
 // app runs; an error event's is dropped and the error classified as
 // below) and recorded as {app_id, task_id, user} under the action ID in the host's
 // state store (namespace aip.connector.dify.active_tasks.v1) and in
-// memory, with the workflow_run_id of a workflow or chatflow app once an
-// event names it (for Reconcile, below); Cancel (hostsdk.Canceler) reads it and calls the app's stop
+// memory, with the workflow_run_id of a workflow or chatflow app, and a
+// chatflow's conversation_id and message_id, as soon as an event names
+// them (for Reconcile, below; a chatflow's first event, workflow_started,
+// names them all); Cancel (hostsdk.Canceler) reads it and calls the app's stop
 // endpoint (POST /chat-messages/{task_id}/stop,
 // /completion-messages/{task_id}/stop or /workflows/tasks/{task_id}/stop
 // with {"user": ...}). A cancel that arrives before the first event has no
@@ -351,18 +353,42 @@
 //
 // # Restarts
 //
-// The adapter is a hostsdk.Reconciler. A workflow app's invocation a
-// restart interrupted, whose workflow_run_id was recorded, is settled by
-// one read of the run (GET /workflows/run/{workflow_run_id}, bounded by
-// ReconcileReadTimeout, 30 s): succeeded or partial-succeeded, it
+// The adapter is a hostsdk.Reconciler; it never sends an interrupted
+// invocation again. A workflow app's invocation a restart interrupted,
+// whose workflow_run_id was recorded, is settled by one read of the run
+// (GET /workflows/run/{workflow_run_id}; the reads are bounded together
+// by ReconcileReadTimeout, 30 s): succeeded or partial-succeeded, it
 // completes with {mode, task_id, workflow_run_id, status, outputs,
 // elapsed_time, total_tokens, total_steps} (the text chunks streamed
 // before the restart are not kept); failed or stopped, it fails
 // dify.workflow_failed (with the run's error) or dify.workflow_stopped, as
 // a stream's workflow_finished would. Still running or paused, or
 // unreadable, it is outcome_unknown naming the run and the
-// :workflow.run.get capability that reads it. The invocation of a chat,
-// agent, completion or chatflow app, one whose run was never named, and
-// every other mutation a restart interrupted are outcome_unknown; an
+// :workflow.run.get capability that reads it.
+//
+// A chatflow (advanced-chat) app's invocation whose workflow_run_id,
+// conversation_id and message_id were recorded is settled the same way
+// from its run (the document's Get Workflow Run Detail is available for
+// chatflows), and when the run succeeded its answer is read from its
+// message: GET /messages?conversation_id=&user=&limit=100 as the
+// invocation's user, then older pages with first_id (the oldest message
+// of the page), at most 10 pages (the newest 1000 messages: the
+// conversation may have gone on after the crash). It completes with the
+// output a stream gives, less what only the stream carried: mode,
+// task_id, answer (the message's), conversation_id, message_id, files
+// (the message's files that do not belong to the user), workflow_run_id,
+// status, outputs and the run's figures; not metadata (usage, retriever
+// resources) or text chunks. A message not found, a message with status
+// error, or a conversation that cannot be read, after a succeeded run, is
+// outcome_unknown naming the run, the message, the conversation and the
+// :messages capability that reads it.
+//
+// The invocation of a chat, agent or completion app is outcome_unknown:
+// the document offers nothing that says such a message is finished (a
+// message being generated reads status "normal" with the answer so far,
+// and these apps have no run to read), so its answer cannot be proven
+// whole. So are an invocation whose run (or, for a chatflow, its
+// conversation and message) was never named, one whose record holds an ID
+// that is not a UUID, and every other mutation a restart interrupted; an
 // interrupted read fails connector_host.interrupted (retryable).
 package dify

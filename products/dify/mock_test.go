@@ -461,6 +461,14 @@ func workflowFinished(status string, outputs map[string]any, errMsg any) map[str
 		"created_at": 1705395332, "finished_at": 1705395333})
 }
 
+// chatflow gives a workflow or node event the fields every chatflow event
+// carries (the document's common fields: conversation_id, message_id,
+// created_at).
+func chatflow(ev map[string]any) map[string]any {
+	ev["conversation_id"], ev["message_id"], ev["created_at"] = testConv, testMessageID, 1705395332
+	return ev
+}
+
 func defaultEvents(mode Mode) []any {
 	switch mode {
 	case ModeChat:
@@ -472,11 +480,11 @@ func defaultEvents(mode Mode) []any {
 			chatEvent("agent_message", "Hi"), chatEvent("agent_message", " there"), messageEnd()}
 	case ModeAdvancedChat:
 		return []any{
-			workflowEvent("workflow_started", map[string]any{"id": testRun, "workflow_id": "wf-1", "created_at": 1705395332}),
-			workflowEvent("node_started", map[string]any{"node_id": "llm", "node_type": "llm", "title": "LLM"}),
+			chatflow(workflowEvent("workflow_started", map[string]any{"id": testRun, "workflow_id": "wf-1", "created_at": 1705395332})),
+			chatflow(workflowEvent("node_started", map[string]any{"node_id": "llm", "node_type": "llm", "title": "LLM"})),
 			chatEvent("message", "Flow "), chatEvent("message", "answer"),
-			workflowEvent("node_finished", map[string]any{"node_id": "llm", "node_type": "llm", "title": "LLM", "status": "succeeded"}),
-			messageEnd(), workflowFinished("succeeded", map[string]any{"answer": "Flow answer"}, nil)}
+			chatflow(workflowEvent("node_finished", map[string]any{"node_id": "llm", "node_type": "llm", "title": "LLM", "status": "succeeded"})),
+			messageEnd(), chatflow(workflowFinished("succeeded", map[string]any{"answer": "Flow answer"}, nil))}
 	case ModeCompletion:
 		return []any{chatEvent("message", "Done"), chatEvent("message", "."), messageEnd()}
 	}

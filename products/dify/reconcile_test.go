@@ -14,8 +14,9 @@ import (
 )
 
 // leaveRunning journals an action the way a process killed while handling
-// it leaves it, with the invocation's task record when ref is not nil.
-func leaveRunning(t *testing.T, j journal.Journal, a *aip.Action, ref *taskRef) {
+// it leaves it, with the invocation's task record when ref is not nil (a
+// taskRef, or the record's JSON as a map).
+func leaveRunning(t *testing.T, j journal.Journal, a *aip.Action, ref any) {
 	t.Helper()
 	ctx := hostsdktest.Context(t)
 	digest, _ := aip.DigestJSON(a.Input)

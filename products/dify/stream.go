@@ -207,7 +207,11 @@ type run struct {
 	user   string
 	chunks *hostsdk.ChunkWriter
 
-	out         InvokeOutput
+	out InvokeOutput
+	// messageID is a chatflow's message, as its events name it.
+	messageID string
+	// recorded is the task record last written (remember).
+	recorded    taskRef
 	answer      strings.Builder
 	text        strings.Builder
 	agentChunks bool
@@ -226,7 +230,6 @@ type run struct {
 }
 
 func (r *run) apply(ctx context.Context, ev *event) {
-	runKnown := r.out.WorkflowRunID
 	if ev.WorkflowRunID != "" {
 		r.out.WorkflowRunID = ev.WorkflowRunID
 	} else if ev.Event == "workflow_started" && r.out.WorkflowRunID == "" {
@@ -235,17 +238,22 @@ func (r *run) apply(ctx context.Context, ev *event) {
 			r.out.WorkflowRunID = d.ID
 		}
 	}
-	switch {
-	case ev.TaskID != "" && r.out.TaskID == "":
-		r.out.TaskID = ev.TaskID
-		r.remember(ctx)
-	case r.out.TaskID != "" && runKnown == "" && r.out.WorkflowRunID != "":
-		// The run ID came after the task's: the record gets it, for
-		// Reconcile.
-		r.remember(ctx)
-	}
 	if ev.ConversationID != "" && r.app.Mode.chat() {
 		r.out.ConversationID = ev.ConversationID
+	}
+	if ev.MessageID != "" && r.app.Mode == ModeAdvancedChat {
+		// Every chatflow event names its message (the document's common
+		// fields), workflow_started first.
+		r.messageID = ev.MessageID
+	}
+	if ev.TaskID != "" && r.out.TaskID == "" {
+		r.out.TaskID = ev.TaskID
+	}
+	if ref := r.ref(); ref.TaskID != "" && ref != r.recorded {
+		// The task is known, or an ID Reconcile reads by came after it
+		// (a workflow run, a chatflow's conversation and message): the
+		// record gets it as soon as it is known.
+		r.remember(ctx, ref)
 	}
 	if ev.Event != "error" {
 		r.progressed = true
@@ -347,13 +355,25 @@ func (r *run) send(kind aip.ChunkKind, data any) {
 	}
 }
 
-// remember records the invocation's task (and its workflow run, once
-// known), in memory and in the state store, so that a cancel can stop it
-// and Reconcile can read the run after a restart. The write is not
-// cancelled with the action: a cancel needs it most.
-func (r *run) remember(ctx context.Context) {
-	taskID := r.out.TaskID
-	ref := taskRef{AppID: r.app.ID, TaskID: taskID, User: r.user, WorkflowRunID: r.out.WorkflowRunID}
+// ref is the invocation's task record as far as its events named it: the
+// task, a workflow or chatflow app's run, and a chatflow's conversation
+// and message.
+func (r *run) ref() taskRef {
+	ref := taskRef{AppID: r.app.ID, TaskID: r.out.TaskID, User: r.user, WorkflowRunID: r.out.WorkflowRunID}
+	if r.app.Mode == ModeAdvancedChat {
+		ref.ConversationID, ref.MessageID = r.out.ConversationID, r.messageID
+	}
+	return ref
+}
+
+// remember records the invocation's task (and its workflow run, and a
+// chatflow's conversation and message, once known), in memory and in the
+// state store, so that a cancel can stop it and Reconcile can read the
+// run after a restart. The write is not cancelled with the action: a
+// cancel needs it most.
+func (r *run) remember(ctx context.Context, ref taskRef) {
+	r.recorded = ref
+	taskID := ref.TaskID
 	id := r.call.Action.ID
 	r.c.tasks.Store(id, ref)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
