@@ -45,12 +45,6 @@ const (
 	CodeExecutionFailed = "crewai.execution_failed"
 	// CodeInterrupted: a read was interrupted by a restart; run it again.
 	CodeInterrupted = "crewai.interrupted"
-	// CodeKickoffNotFound: CrewAI AMP does not know the run's kickoff id
-	// (GET /status/{kickoff_id} answered 404, or the state NOT FOUND):
-	// the kickoff expired, the crew's base_url or token now names another
-	// deployment, or the crew was redeployed. Not retryable; the crew is
-	// never kicked off again under the same action.
-	CodeKickoffNotFound = "crewai.kickoff_not_found"
 )
 
 // Connector serves the configured crews.
@@ -298,9 +292,9 @@ func (c *Connector) run(ctx context.Context, call *hostsdk.Call, cr *crew) (*aip
 // longer, at most MaxPollInterval) for as long as the failures in a row
 // last at most outageBudget: an AMP outage of a few minutes does not
 // turn a long run, which goes on on AMP, into outcome_unknown. A kickoff
-// id the crew does not know (a 404, or the state NOT FOUND) fails the run
-// at once (crewai.kickoff_not_found, not retryable). A longer outage, or
-// any other failure, ends the wait as outcome_unknown.
+// id the crew does not know (a 404, or the state NOT FOUND) ends the wait
+// at once as outcome_unknown (no later read can find it). A longer
+// outage, or any other failure, ends the wait as outcome_unknown too.
 func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoffID string, logger *slog.Logger) (*aip.ActionResult, error) {
 	timer := time.NewTimer(0) // the first read is immediate
 	defer timer.Stop()
@@ -324,9 +318,9 @@ func (c *Connector) wait(ctx context.Context, actionID string, cr *crew, kickoff
 			}
 			var nf *kickoffNotFound
 			if errors.As(err, &nf) {
-				// No later read can find it: fail now rather than
+				// No later read can find it: end now rather than
 				// poll until the action's timeout.
-				return nf.result(actionID), nil
+				return nil, nf.unknown()
 			}
 			delay, again := outage.Retry(err, began)
 			if again {
@@ -488,13 +482,14 @@ func (e *kickoffNotFound) Error() string {
 		e.crewID, e.kickoffID, e.kickoffID, e.answer)
 }
 
-// result is the failed result of a run whose kickoff is not found: a
-// permanent failure, never retried (a new kickoff would be a second run).
-func (e *kickoffNotFound) result(actionID string) *aip.ActionResult {
-	msg := e.Error() + "; whether the crew ran before its record was lost cannot be read, and it was not kicked off again"
-	return &aip.ActionResult{ActionID: actionID, Status: aip.ResultFailed,
-		Error: aip.NewProtocolError(CodeKickoffNotFound, aip.CategoryPermanent, false, 0,
-			aip.TruncateUTF8(msg, aip.MaxErrorMessageBytes))}
+// unknown is the outcome of a run whose kickoff is not found: CrewAI AMP
+// accepted the kickoff, so the crew may have run (and acted) before its
+// record was lost, and nothing can read whether it did: outcome_unknown,
+// never failed (which would tell the caller nothing happened) and never
+// a new kickoff (a second run).
+func (e *kickoffNotFound) unknown() error {
+	return fmt.Errorf("%w: %v; whether the crew ran before its record was lost cannot be read, and it was not kicked off again: check the crew's deployment on CrewAI AMP",
+		hostsdk.ErrOutcomeUnknown, e)
 }
 
 // stateNotFound reports whether a deployed crew's state says the kickoff
@@ -628,9 +623,9 @@ func (c *Connector) CheckHealth(ctx context.Context) error {
 // Reconcile implements hostsdk.Reconciler. A run a crash left running
 // whose kickoff id was recorded is settled by one status read: completed
 // or failed as CrewAI AMP reports; a kickoff id the crew does not know
-// (a 404, or the state NOT FOUND) fails crewai.kickoff_not_found, not
-// retryable, and is never kicked off again; still running, or unreadable,
-// it is outcome_unknown (the message names the kickoff id to read later). A run
+// (a 404, or the state NOT FOUND) is outcome_unknown saying so, and is
+// never kicked off again; still running, or unreadable, it is
+// outcome_unknown (the message names the kickoff id to read later). A run
 // without a recorded kickoff id, and an interrupted resume, are
 // outcome_unknown: the request may have reached CrewAI AMP. An
 // interrupted read (inputs, status) changed nothing and fails retryably.
@@ -666,9 +661,9 @@ func (c *Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (
 	st, err := c.readStatus(ctx, cr, rec.KickoffID)
 	var nf *kickoffNotFound
 	if errors.As(err, &nf) {
-		// Settled failed, as the wait would have: no later read can
-		// find the run, and the crew is never kicked off again.
-		return nf.result(id), nil
+		// As the wait would have: no later read can find the run,
+		// and the crew is never kicked off again.
+		return nil, nf.unknown()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: crew %s kickoff %s: status unreadable after a restart: %v", hostsdk.ErrOutcomeUnknown, cr.id, rec.KickoffID, err)

@@ -364,29 +364,30 @@ func TestRunNonTransientStatusFailureEndsTheWait(t *testing.T) {
 	}
 }
 
-// wantKickoffNotFound checks a run's failure for a kickoff id the crew
-// does not know: crewai.kickoff_not_found, not retryable, naming the
-// crew and the kickoff id, what CrewAI AMP answered and what may have
-// happened.
-func wantKickoffNotFound(t *testing.T, res *aip.ActionResult, kickoffID, answered string) {
+// wantKickoffNotFound checks a run's answer for a kickoff id the crew
+// does not know: outcome_unknown (the crew may have run before its record
+// was lost), naming the crew and the kickoff id, what CrewAI AMP answered
+// and what may have happened.
+func wantKickoffNotFound(t *testing.T, resp *hostsdktest.Response, kickoffID, answered string) {
 	t.Helper()
-	wantFailed(t, res, CodeKickoffNotFound, false)
-	if res.Error.Category != aip.CategoryPermanent {
-		t.Errorf("category %s, want permanent", res.Error.Category)
+	pe := resp.ProtocolError()
+	if pe == nil || pe.Code != hostsdk.CodeOutcomeUnknown {
+		t.Fatalf("HTTP %d %s, want %s", resp.Status, resp.Raw, hostsdk.CodeOutcomeUnknown)
 	}
 	for _, s := range []string{"crew " + crewID, kickoffID, answered, "expired", "redeployed", "base_url or token", "not kicked off again"} {
-		if !strings.Contains(res.Error.Message, s) {
-			t.Errorf("message %q does not say %q", res.Error.Message, s)
+		if !strings.Contains(pe.Message, s) {
+			t.Errorf("message %q does not say %q", pe.Message, s)
 		}
 	}
 }
 
 // A kickoff id the crew no longer knows (the crew was redeployed, the
-// kickoff expired) fails the run at once with crewai.kickoff_not_found,
+// kickoff expired) ends the run's wait at once, outcome_unknown saying so
+// (never failed: the crew may have run before its record was lost),
 // whether CrewAI AMP answers the document's 404 or, as deployed crews do,
-// the state NOT FOUND; the crew is not kicked off again. Before, the 404
-// ended the run outcome_unknown and the state was polled on as running
-// until the action's timeout.
+// the state NOT FOUND; the crew is not kicked off again. Before, the
+// state was polled on as running until the action's timeout, and the
+// 404's outcome_unknown did not say what it meant.
 func TestRunKickoffNotFoundFailsAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -404,20 +405,20 @@ func TestRunKickoffNotFoundFailsAtOnce(t *testing.T) {
 			timeout := uint64(20_000)
 			a.TimeoutMS = &timeout
 			began := time.Now()
-			res := e.Result(t, a)
+			resp := e.Act(t, a)
 			ids := m.answeredKickoffs()
 			if len(ids) != 1 {
 				t.Fatalf("%d kickoffs, want 1", len(ids))
 			}
-			wantKickoffNotFound(t, res, ids[0], tc.answered)
+			wantKickoffNotFound(t, resp, ids[0], tc.answered)
 			if n := m.pollCount(ids[0]); n != 3 {
 				t.Errorf("%d status reads, want 3 (two 500s, then the answer that the kickoff is unknown)", n)
 			}
 			if took := time.Since(began); took > 10*time.Second {
-				t.Errorf("the run failed after %s, not at once", took)
+				t.Errorf("the run ended after %s, not at once", took)
 			}
-			if got := e.state(t, a); got != aip.StateFailed {
-				t.Errorf("journal state %s, want failed", got)
+			if got := e.state(t, a); got != aip.StateOutcomeUnknown {
+				t.Errorf("journal state %s, want outcome_unknown", got)
 			}
 		})
 	}
@@ -717,10 +718,9 @@ func TestReconcileAfterRestart(t *testing.T) {
 // TestReconcileDirect calls Reconcile with a state store whose kickoff
 // record is set or not, through the journal a host hands it.
 // A run a restart interrupted whose recorded kickoff the crew no longer
-// knows is settled failed crewai.kickoff_not_found, from the document's
-// 404 or a deployed crew's state NOT FOUND, and the crew is not kicked off
-// again. Before, the 404 left it outcome_unknown and the state read as
-// still running.
+// knows is settled outcome_unknown saying so, from the document's 404 or a
+// deployed crew's state NOT FOUND, and the crew is not kicked off again.
+// Before, the state read as still running.
 func TestReconcileKickoffNotFound(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
@@ -743,9 +743,9 @@ func TestReconcileKickoffNotFound(t *testing.T) {
 			leaveRunning(t, j, lost, kickoffID)
 			e := start(t, m, func(cfg *hostsdk.Config) { cfg.Journal = j })
 
-			wantKickoffNotFound(t, e.Result(t, lost), kickoffID, tc.answered)
-			if got := e.state(t, lost); got != aip.StateFailed {
-				t.Errorf("journal state %s, want failed", got)
+			wantKickoffNotFound(t, e.Act(t, lost), kickoffID, tc.answered)
+			if got := e.state(t, lost); got != aip.StateOutcomeUnknown {
+				t.Errorf("journal state %s, want outcome_unknown", got)
 			}
 			if n := m.pollCount(kickoffID); n != 1 {
 				t.Errorf("%d status reads, want 1", n)

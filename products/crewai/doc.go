@@ -63,11 +63,12 @@
 // the output as state. An answer with neither status nor state is a bad
 // answer.
 //
-// A kickoff id the crew does not know fails the run at once with code
-// crewai.kickoff_not_found (permanent, not retryable), naming the crew
-// and the kickoff id and saying what may have happened: the kickoff
-// expired, the crew's base_url or token names another deployment than
-// the one that accepted it, or the crew was redeployed. The document
+// A kickoff id the crew does not know ends the run's wait at once as
+// outcome_unknown, naming the crew and the kickoff id and saying what may
+// have happened: the kickoff expired, the crew's base_url or token names
+// another deployment than the one that accepted it, or the crew was
+// redeployed. Not failed: AMP accepted the kickoff, so the crew may have
+// run and acted before its record was lost, which nothing can read. The document
 // answers such an id with a 404 ("Kickoff ID not found", body {"error":
 // "Execution not found", "message": "No execution found with ID: ..."});
 // deployed crews also answer the state NOT FOUND, which the document does
@@ -104,7 +105,7 @@
 // The adapter is a hostsdk.Reconciler. A run a crash left running whose
 // kickoff id is recorded (and is a UUID) is settled by one status read: completed or
 // failed as AMP reports; a kickoff the crew does not know (a 404, or the
-// state NOT FOUND) failed crewai.kickoff_not_found, never kicked off
+// state NOT FOUND) outcome_unknown saying so, never kicked off
 // again; still running or unreadable, outcome_unknown naming the kickoff
 // id. A run without a recorded kickoff id is
 // outcome_unknown (the kickoff may have reached AMP), as is an interrupted
