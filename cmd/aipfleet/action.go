@@ -158,7 +158,7 @@ func (c clientFlags) fill(f *actionFlags) {
 // time, trusting --ca-file's roots besides the system's, through the proxy
 // the environment names (HTTPS_PROXY, NO_PROXY), as before --ca-file.
 func (f *actionFlags) httpClient() (*http.Client, error) {
-	c, err := tlsClient("--ca-file", f.caFile, 2, 2)
+	c, err := tlsClient(f.commandName(), "--ca-file", f.caFile, 2, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +307,7 @@ func (f *actionFlags) bearer() (string, error) {
 	}
 	key, err := aip.LoadSigningKey(f.issuerKey)
 	if err != nil {
-		return "", settingError(fmt.Errorf("--issuer-key: %w", err))
+		return "", flagFileError(f.commandName(), "--issuer-key", err)
 	}
 	now := f.clock()
 	return tenanttoken.Mint(key, tenanttoken.Claims{Issuer: f.issuer, Audience: f.audience, TenantID: f.tenant,
@@ -359,7 +359,7 @@ func (f *actionFlags) send(ctx context.Context, client *http.Client, bearer stri
 	case f.inputFile != "":
 		var err error
 		if raw, err = aip.ReadPublicFile(f.inputFile, dispatch.DefaultMaxBodyBytes); err != nil {
-			return settingError(fmt.Errorf("--input-file: %w", err))
+			return flagFileError("action send", "--input-file", err)
 		}
 	case f.input == "":
 		return usagef("action send: --input JSON (or --input-file FILE) is required")

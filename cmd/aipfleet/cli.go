@@ -142,6 +142,15 @@ func settingError(err error) error {
 	return &usageError{msg: err.Error(), err: err}
 }
 
+// flagFileError is the settingError of every file a flag names: the message
+// starts with command ("control-plane", "action send"), as the command's
+// other usage errors do, then the flag ("--issuer-key", "-f"), then err
+// ("secret file k does not exist"). Errors of some such files named the
+// flag alone, which left the command to guess in a script of several.
+func flagFileError(command, flag string, err error) error {
+	return settingError(fmt.Errorf("%s: %s: %w", command, flag, err))
+}
+
 // run is the whole program: main only calls it. It owns the signal context.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	ctx, stop := hostsdk.NotifyStop(ctx)

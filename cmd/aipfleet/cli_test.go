@@ -300,12 +300,12 @@ func TestTenantFlagWithFormatCharacterIsAUsageError(t *testing.T) {
 	}
 }
 
-// A token whose issuer key cannot be read names the flag.
+// A token whose issuer key cannot be read names the command and the flag.
 func TestTokenMissingIssuerKeyNamesTheFlag(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "issuer.key")
 	_, _, err := runCLI(t, nil, "token", "--issuer-key", missing, "--tenant", "acme")
-	if err == nil || !strings.HasPrefix(err.Error(), "--issuer-key: ") || !strings.Contains(err.Error(), missing) {
-		t.Fatalf("err = %v, want it to name --issuer-key and the file", err)
+	if err == nil || !strings.HasPrefix(err.Error(), "token: --issuer-key: ") || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("err = %v, want it to name token, --issuer-key and the file", err)
 	}
 }
 

@@ -48,7 +48,7 @@ type ownFleet struct {
 func loadOwnFleet(name string) (*ownFleet, error) {
 	raw, err := aip.ReadPublicFile(name, registry.MaxFleetFileBytes)
 	if err != nil {
-		return nil, settingError(fmt.Errorf("--fleet-file: %w", err))
+		return nil, flagFileError("dev", "--fleet-file", err)
 	}
 	fleet, err := registry.ParseFleetFile(raw)
 	if err != nil {

@@ -256,7 +256,7 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	// Native hops go to many replicas at high rates: keep plenty of
 	// connections warm.
-	client, err := tlsClient("--replica-ca-file", f.replicaCAFile, 4096, 512)
+	client, err := tlsClient("dispatch", "--replica-ca-file", f.replicaCAFile, 4096, 512)
 	if err != nil {
 		return err
 	}
@@ -336,9 +336,9 @@ func asUntrustedCert(err error, server, url string) error {
 
 // tlsClient returns an HTTP client keeping up to maxIdle idle connections
 // (maxIdlePerHost to one host) that trusts caFile's roots in addition to the
-// system's when caFile is given; errors about caFile name flagName, the
-// flag it came from.
-func tlsClient(flagName, caFile string, maxIdle, maxIdlePerHost int) (*http.Client, error) {
+// system's when caFile is given; errors about caFile start with command
+// and name flagName, the flag it came from (flagFileError).
+func tlsClient(command, flagName, caFile string, maxIdle, maxIdlePerHost int) (*http.Client, error) {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -350,14 +350,14 @@ func tlsClient(flagName, caFile string, maxIdle, maxIdlePerHost int) (*http.Clie
 	if caFile != "" {
 		pem, err := aip.ReadTrustFile(caFile, maxTLSFileBytes)
 		if err != nil {
-			return nil, settingError(fmt.Errorf("%s: %w", flagName, err))
+			return nil, flagFileError(command, flagName, err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usagef("%s %s holds no PEM certificate", flagName, caFile)
+			return nil, usagef("%s: %s %s holds no PEM certificate; want the PEM file of the CA certificates the server's certificate chains to", command, flagName, caFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}

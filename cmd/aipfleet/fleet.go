@@ -144,7 +144,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	// One control plane, one request at a time.
-	client, err := tlsClient("--ca-file", *caFile, 2, 2)
+	client, err := tlsClient("fleet status", "--ca-file", *caFile, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -242,6 +242,7 @@ func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, 
 		}
 	}
 	refused := "check that the control plane trusts --issuer " + issuer + " with this key (--operator-issuer " + issuer + "=DID, the key's did:key)"
+	keyFlag := "--issuer-key"
 	if issuerKey == "" {
 		dev := filepath.Join(devStateDir, "keys", "issuer.key")
 		if _, err := os.Stat(dev); err != nil {
@@ -252,11 +253,12 @@ func operatorBearer(token, issuerKey, issuer, devStateDir string) (fleetBearer, 
 			return fleetBearer{token: func() (string, error) { return "", nil }, refused: noToken}, nil
 		}
 		issuerKey, issuer = dev, devIssuer
+		keyFlag = "aipfleet dev's issuer key (in --dev-state-dir " + devStateDir + ")"
 		refused = "the token was minted with aipfleet dev's issuer key (" + dev + "), which only aipfleet dev trusts; " + give
 	}
 	key, err := aip.LoadSigningKey(issuerKey)
 	if err != nil {
-		return fleetBearer{}, settingError(fmt.Errorf("--issuer-key: %w", err))
+		return fleetBearer{}, flagFileError("fleet status", keyFlag, err)
 	}
 	return fleetBearer{token: func() (string, error) {
 		now := time.Now()

@@ -57,7 +57,7 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 		}
 		k, err := aip.LoadSigningKey(*didOf)
 		if err != nil {
-			return settingError(fmt.Errorf("--did-of: %w", err))
+			return flagFileError("keygen", "--did-of", err)
 		}
 		key, file = k, *didOf
 	case *out == "":
@@ -72,9 +72,9 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 				return usagef("keygen: --out %s is a directory: give the key file to create, such as %s", *out, shellQuote(filepath.Join(*out, "signing.key")))
 			}
 			if errors.Is(err, os.ErrExist) {
-				return fmt.Errorf("--out: %w (choose another --out, or delete the old file if you really mean to replace that identity; aipfleet keygen --did-of %s prints its did:key)", err, shellQuote(*out))
+				return fmt.Errorf("keygen: --out: %w (choose another --out, or delete the old file if you really mean to replace that identity; aipfleet keygen --did-of %s prints its did:key)", err, shellQuote(*out))
 			}
-			return fmt.Errorf("--out: %w", err)
+			return fmt.Errorf("keygen: --out: %w", err)
 		}
 		key = k
 	}
@@ -87,18 +87,19 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 
 // notADirectory refuses a --did-of that names a directory (such as aipfleet
 // dev's keys directory), naming the key files in it: the key loader would
-// only say it is not a regular file.
+// only say it is not a regular file. It is a usage error (exit status 2),
+// as every other unusable --did-of is.
 func notADirectory(path string) error {
 	info, err := os.Stat(path)
 	if err != nil || !info.IsDir() {
 		return nil // the key loader reports what is wrong with it
 	}
-	msg := fmt.Sprintf("--did-of %s is a directory: --did-of wants the key file itself", path)
+	msg := fmt.Sprintf("keygen: --did-of %s is a directory: --did-of wants the key file itself", path)
 	if keys, _ := filepath.Glob(filepath.Join(path, "*.key")); len(keys) > 0 {
 		msg += fmt.Sprintf(", such as %s", keys[0])
 		if len(keys) > 1 {
 			msg += fmt.Sprintf(" (the directory holds %d .key files)", len(keys))
 		}
 	}
-	return errors.New(msg)
+	return usagef("%s", msg)
 }

@@ -154,7 +154,7 @@ func readFleetFile(name string) ([]byte, error) {
 	}
 	raw, err := aip.ReadPublicFile(name, registry.MaxFleetFileBytes)
 	if err != nil {
-		return nil, settingError(fmt.Errorf("-f: %w", err))
+		return nil, flagFileError("registry apply", "-f", err)
 	}
 	return raw, nil
 }

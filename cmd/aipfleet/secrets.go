@@ -21,7 +21,7 @@ const (
 func readDatabaseURL(command, path string) (string, error) {
 	raw, err := aip.ReadSecretFile(path, maxDatabaseURLFileBytes)
 	if err != nil {
-		return "", settingError(fmt.Errorf("%s: --database-url-file: %w", command, err))
+		return "", flagFileError(command, "--database-url-file", err)
 	}
 	url := string(raw)
 	clear(raw)
@@ -43,7 +43,7 @@ func (f serverFiles) load() (dbURL string, key *aip.SigningKey, tlsConfig *tls.C
 		return "", nil, nil, err
 	}
 	if key, err = aip.LoadSigningKey(f.signingKey); err != nil {
-		return "", nil, nil, settingError(fmt.Errorf("%s: --signing-key-file: %w", f.command, err))
+		return "", nil, nil, flagFileError(f.command, "--signing-key-file", err)
 	}
 	if f.tlsCert != "" {
 		if tlsConfig, err = loadTLS(f.command, f.tlsCert, f.tlsKey); err != nil {
@@ -56,11 +56,11 @@ func (f serverFiles) load() (dbURL string, key *aip.SigningKey, tlsConfig *tls.C
 func loadTLS(command, certFile, keyFile string) (*tls.Config, error) {
 	certPEM, err := aip.ReadPublicFile(certFile, maxTLSFileBytes)
 	if err != nil {
-		return nil, settingError(fmt.Errorf("%s: --tls-cert-file: %w", command, err))
+		return nil, flagFileError(command, "--tls-cert-file", err)
 	}
 	keyPEM, err := aip.ReadSecretFile(keyFile, maxTLSFileBytes)
 	if err != nil {
-		return nil, settingError(fmt.Errorf("%s: --tls-key-file: %w", command, err))
+		return nil, flagFileError(command, "--tls-key-file", err)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {

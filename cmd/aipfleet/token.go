@@ -71,7 +71,7 @@ func runToken(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	key, err := aip.LoadSigningKey(*keyFile)
 	if err != nil {
-		return settingError(fmt.Errorf("--issuer-key: %w", err))
+		return flagFileError("token", "--issuer-key", err)
 	}
 	now := time.Now()
 	claims := tenanttoken.Claims{Issuer: *issuer, Audience: *audience, Subject: *subject, TenantID: *tenant,

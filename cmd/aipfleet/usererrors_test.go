@@ -405,7 +405,12 @@ func TestBadOTLPSettingIsAUsageError(t *testing.T) {
 // operator guide's section 10): a supervisor that restarts the control
 // plane or the dispatcher cannot help until the file is fixed. Every such
 // error of the other commands exited 1, the status of a failure at run
-// time; a database that cannot be reached still does.
+// time; a database that cannot be reached still does. Each error starts
+// with the command, then the flag: those of token, keygen --did-of,
+// action, events and capability --issuer-key, --input-file, --ca-file,
+// fleet status, registry apply -f, dev --fleet-file and dispatch
+// --replica-ca-file named the flag alone, and keygen --did-of of a
+// directory exited 1.
 func TestUnusableFilesOfFlagsExitTwo(t *testing.T) {
 	dir := t.TempDir()
 	key, _ := aip.GenerateSigningKey()
@@ -421,6 +426,23 @@ func TestUnusableFilesOfFlagsExitTwo(t *testing.T) {
 		t.Fatal(err)
 	}
 	notAKey := writeSecret(t, dir, "not-a.key", "zz")
+	writable := filepath.Join(dir, "writable.yaml")
+	if err := os.WriteFile(writable, []byte("format: aipfleet.fleet/v1\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(writable, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A dev state directory whose issuer key is not a key.
+	badDev := filepath.Join(dir, "baddev")
+	if err := os.MkdirAll(filepath.Join(badDev, "keys"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeSecret(t, filepath.Join(badDev, "keys"), "issuer.key", "zz")
 	badFleet := filepath.Join(dir, "fleet.yaml")
 	if err := os.WriteFile(badFleet, []byte("format: aipfleet.fleet/v1\ntypes:\n  - id: bad\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -446,19 +468,34 @@ func TestUnusableFilesOfFlagsExitTwo(t *testing.T) {
 		{append([]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", notAKey}, loop...), "control-plane: --signing-key-file: "},
 		{[]string{"control-plane", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--bind", "127.0.0.1:0", "--tls-cert-file", missing, "--tls-key-file", keyFile}, "control-plane: --tls-cert-file: "},
 		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", missing, "--issuer", iss}, loop...), "dispatch: --signing-key-file: secret file " + missing + " does not exist"},
-		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--issuer", iss, "--replica-ca-file", missing}, loop...), "--replica-ca-file: "},
+		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--issuer", iss, "--replica-ca-file", missing}, loop...), "dispatch: --replica-ca-file: file " + missing + " does not exist"},
+		{append([]string{"dispatch", "--database-url-file", dbURL, "--signing-key-file", keyFile, "--issuer", iss, "--replica-ca-file", badFleet}, loop...), "dispatch: --replica-ca-file " + badFleet + " holds no PEM certificate; want the PEM file of the CA certificates"},
 		{[]string{"registry", "status", "--database-url-file", missing}, "registry status: --database-url-file: secret file " + missing + " does not exist"},
-		{[]string{"registry", "apply", "-f", missing, "--database-url-file", dbURL}, "-f: file " + missing + " does not exist"},
+		{[]string{"registry", "apply", "-f", missing, "--database-url-file", dbURL}, "registry apply: -f: file " + missing + " does not exist"},
+		{[]string{"registry", "apply", "-f", empty, "--database-url-file", dbURL}, "registry apply: -f: file " + empty + " is empty (0 bytes)"},
 		{[]string{"registry", "apply", "-f", badFleet, "--database-url-file", dbURL}, "fleet file " + badFleet + ": types[0] bad (line 3)"},
 		{[]string{"dev", "--fleet-file", badFleet, "--state-dir", filepath.Join(dir, "dev")}, "fleet file " + badFleet + ": types[0] bad (line 3)"},
+		{[]string{"dev", "--fleet-file", missing, "--state-dir", filepath.Join(dir, "dev")}, "dev: --fleet-file: file " + missing + " does not exist"},
+		{[]string{"dev", "--fleet-file", writable, "--state-dir", filepath.Join(dir, "dev")}, "dev: --fleet-file: file " + writable + " is writable by group or others"},
 		{[]string{"dev", "--state-dir", filepath.Join(shared, "dev"), "--port-base", "47300"}, "chmod go-w " + shared},
-		{[]string{"token", "--issuer-key", missing, "--tenant", "acme"}, "--issuer-key: secret file " + missing + " does not exist"},
-		{[]string{"keygen", "--did-of", notAKey}, "--did-of: signing key file " + notAKey + ": invalid signing key"},
-		{[]string{"action", "get", id, "--url", "http://127.0.0.1:1", "--tenant", "acme", "--issuer-key", missing}, "--issuer-key: secret file " + missing + " does not exist"},
-		{[]string{"action", "send", "--url", "http://127.0.0.1:1", "--token", "t", "--capability", "echo.say", "--input-file", missing}, "--input-file: file " + missing + " does not exist"},
-		{[]string{"action", "get", id, "--url", "https://127.0.0.1:1", "--token", "t", "--ca-file", missing}, "--ca-file: file " + missing + " does not exist"},
-		{[]string{"action", "get", id, "--url", "https://127.0.0.1:1", "--token", "t", "--ca-file", badFleet}, "--ca-file " + badFleet + " holds no PEM certificate"},
-		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:1", "--issuer-key", missing}, "--issuer-key: secret file " + missing + " does not exist"},
+		{[]string{"token", "--issuer-key", missing, "--tenant", "acme"}, "token: --issuer-key: secret file " + missing + " does not exist"},
+		{[]string{"token", "--issuer-key", notAKey, "--tenant", "acme"}, "token: --issuer-key: signing key file " + notAKey + ": invalid signing key"},
+		{[]string{"keygen", "--did-of", notAKey}, "keygen: --did-of: signing key file " + notAKey + ": invalid signing key"},
+		{[]string{"keygen", "--did-of", missing}, "keygen: --did-of: secret file " + missing + " does not exist"},
+		{[]string{"keygen", "--did-of", shared}, "keygen: --did-of " + shared + " is a directory: --did-of wants the key file itself"},
+		{[]string{"action", "get", id, "--url", "http://127.0.0.1:1", "--tenant", "acme", "--issuer-key", missing}, "action: --issuer-key: secret file " + missing + " does not exist"},
+		{[]string{"action", "send", "--url", "http://127.0.0.1:1", "--tenant", "acme", "--issuer-key", notAKey, "--capability", "echo.say", "--input", "{}"}, "action: --issuer-key: signing key file " + notAKey + ": invalid signing key"},
+		{[]string{"events", "list", "--url", "http://127.0.0.1:1", "--tenant", "acme", "--issuer-key", loose}, "events: --issuer-key: secret file " + loose + " is accessible by group or others"},
+		{[]string{"capability", "list", "--url", "http://127.0.0.1:1", "--tenant", "acme", "--issuer-key", missing}, "capability: --issuer-key: secret file " + missing + " does not exist"},
+		{[]string{"action", "send", "--url", "http://127.0.0.1:1", "--token", "t", "--capability", "echo.say", "--input-file", missing}, "action send: --input-file: file " + missing + " does not exist"},
+		{[]string{"action", "send", "--url", "http://127.0.0.1:1", "--token", "t", "--capability", "echo.say", "--input-file", empty}, "action send: --input-file: file " + empty + " is empty (0 bytes)"},
+		{[]string{"action", "get", id, "--url", "https://127.0.0.1:1", "--token", "t", "--ca-file", missing}, "action: --ca-file: file " + missing + " does not exist"},
+		{[]string{"action", "get", id, "--url", "https://127.0.0.1:1", "--token", "t", "--ca-file", badFleet}, "action: --ca-file " + badFleet + " holds no PEM certificate"},
+		{[]string{"events", "list", "--url", "https://127.0.0.1:1", "--token", "t", "--ca-file", badFleet}, "events: --ca-file " + badFleet + " holds no PEM certificate"},
+		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:1", "--issuer-key", missing}, "fleet status: --issuer-key: secret file " + missing + " does not exist"},
+		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:1", "--issuer-key", notAKey}, "fleet status: --issuer-key: signing key file " + notAKey + ": invalid signing key"},
+		{[]string{"fleet", "status", "--control-url", "https://127.0.0.1:1", "--token", "t", "--ca-file", missing}, "fleet status: --ca-file: file " + missing + " does not exist"},
+		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:1", "--dev-state-dir", badDev}, "fleet status: aipfleet dev's issuer key (in --dev-state-dir " + badDev + "): signing key file " + filepath.Join(badDev, "keys", "issuer.key") + ": invalid signing key"},
 	} {
 		_, _, err := runCLI(t, nil, c.args...)
 		var u *usageError
