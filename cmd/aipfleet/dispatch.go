@@ -270,34 +270,42 @@ func runDispatch(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	defer srv.close()
-	maxReroutes := f.maxReroutes
-	if maxReroutes == 0 {
-		maxReroutes = -1 // the library's zero means its default
-	}
 	// Connector events (the ingress and GET /aip/v1/events) go to the
 	// registry's event log.
 	deps := dispatch.Deps{
 		Resolver: srv.reg, Catalog: srv.reg, Rerouter: srv.reg, Tokens: verifier, Client: client,
 		Ready: dispatch.ReadinessProbe(srv.reg), Reservations: srv.reg, Events: srv.reg, Records: srv.reg,
 	}
-	d, err := dispatch.New(dispatch.Config{
-		SigningKey: srv.key, PrincipalID: f.principalID, Listener: srv.ln, TLSConfig: srv.tlsConfig,
-		Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
-		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), MaxActionReadBytes: int64(f.maxActionReadBytes), Logger: srv.logger, TracerProvider: srv.tracer,
-		ReconcileAfter: f.reconcileAfter, ReconcileInterval: f.reconcileInterval, HideLocalReadyDetail: f.server.hideLocalReadyDetail(),
-	}, deps)
+	cfg := f.serviceConfig()
+	cfg.SigningKey, cfg.Listener, cfg.TLSConfig, cfg.Logger, cfg.TracerProvider = srv.key, srv.ln, srv.tlsConfig, srv.logger, srv.tracer
+	d, err := dispatch.New(cfg, deps)
 	if err != nil {
 		return err
 	}
 	srv.logger.Info("starting", "component", "aipfleet-dispatch", "status", "starting",
 		"did", d.DID(), "principal_id", d.PrincipalID(), "bind", srv.ln.Addr().String(), "scheme", srv.scheme(),
-		"schema_version", pgregistry.SchemaVersion, "reroute", maxReroutes > 0)
+		"schema_version", pgregistry.SchemaVersion, "reroute", cfg.MaxReroutes > 0)
 	// Run returns after ctx ends (SIGTERM, Ctrl-C): queued actions are
 	// refused, actions in flight finish and settle; the deferred calls then
 	// close the database pool, flush traces and close replica connections.
 	err = d.Run(ctx)
 	logStopped(srv.logger, "aipfleet-dispatch", err)
 	return err
+}
+
+// serviceConfig is the dispatch.Config the flags ask for; runDispatch adds
+// what it opened: the signing key, the listener and its TLS configuration,
+// the logger and the tracer.
+func (f *dispatchFlags) serviceConfig() dispatch.Config {
+	maxReroutes := f.maxReroutes
+	if maxReroutes == 0 {
+		maxReroutes = -1 // the library's zero means its default
+	}
+	return dispatch.Config{
+		PrincipalID: f.principalID, Admission: f.admission, Topology: f.topology, ActionTimeout: f.actionTimeout, MaxTimeout: f.maxTimeout,
+		MaxReroutes: maxReroutes, MaxBodyBytes: int64(f.maxBodyBytes), MaxActionReadBytes: int64(f.maxActionReadBytes),
+		ReconcileAfter: f.reconcileAfter, ReconcileInterval: f.reconcileInterval, HideLocalReadyDetail: f.server.hideLocalReadyDetail(),
+	}
 }
 
 // noQueueIfZero turns a queue bound flag into AdmissionLimits' terms:

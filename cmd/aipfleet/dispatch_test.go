@@ -94,6 +94,57 @@ func TestDispatchFlagErrors(t *testing.T) {
 	}
 }
 
+// TestDispatchReadyDetail: the dispatcher's --ready-detail (shared with
+// the control plane, whose test is TestControlPlaneReadyDetail) reaches
+// dispatch.Config.HideLocalReadyDetail: local (loopback peers without a
+// forwarding header) when left out, none hides the detail of /ready from
+// every peer, from the flag or AIP_DISPATCH_READY_DETAIL, and any other
+// value is refused naming the two. No test checked that the dispatcher
+// passed it on.
+func TestDispatchReadyDetail(t *testing.T) {
+	k, _ := aip.GenerateSigningKey()
+	keyFile := filepath.Join(t.TempDir(), "gw.key")
+	if err := aip.WriteSeedFile(keyFile, k); err != nil {
+		t.Fatal(err)
+	}
+	db := writeSecret(t, t.TempDir(), "db.url", "postgres://127.0.0.1:1/none")
+	for _, c := range []struct {
+		args    []string
+		env     string // AIP_DISPATCH_READY_DETAIL
+		want    bool
+		wantErr string
+	}{
+		{args: nil, want: false},
+		{args: []string{"--ready-detail", "local"}, want: false},
+		{args: []string{"--ready-detail", "none"}, want: true},
+		{env: "none", want: true},
+		{args: []string{"--ready-detail", "local"}, env: "none", want: false},
+		{args: []string{"--ready-detail", "loopback"}, wantErr: `dispatch: --ready-detail "loopback" is neither local nor none`},
+	} {
+		e := &env{getenv: func(k string) string {
+			if k == "AIP_DISPATCH_READY_DETAIL" {
+				return c.env
+			}
+			return ""
+		}, stdout: io.Discard, stderr: io.Discard}
+		f, err := parseDispatchFlags(dispatchCommand(), e, append([]string{"--database-url-file", db, "--signing-key-file", keyFile,
+			"--issuer", "dev=" + k.DID(), "--allow-insecure-loopback-http"}, c.args...))
+		if c.wantErr != "" {
+			var u *usageError
+			if !errors.As(err, &u) || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%v: error %v, want a usage error %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got := f.serviceConfig().HideLocalReadyDetail; got != c.want {
+			t.Errorf("%v env %q: HideLocalReadyDetail %v, want %v", c.args, c.env, got, c.want)
+		}
+	}
+}
+
 // TestDispatchQueueFlagsZeroQueuesNothing: --max-queued 0 and
 // --max-queued-per-tenant 0 mean no queue (an action beyond the in-flight
 // bounds is refused at once). They were passed on as 0, which the library
