@@ -4,9 +4,11 @@
 //	aip-host <product> [flags]
 //
 // The flags are the common connector host flags and AIP_CONNECTOR_HOST_*
-// variables (hostsdk.BindFlags) and the product's own (AIP_<PRODUCT>_*);
-// `aip-host <product> --help` lists them, `aip-host` alone lists the
-// products.
+// variables (hostsdk.BindFlags), aip-host's own --log-level, --log-format
+// and --print-manifest (AIP_HOST_LOG_LEVEL, AIP_HOST_LOG_FORMAT and
+// AIP_HOST_PRINT_MANIFEST, as the operator guide's Logs section lists
+// them) and the product's own (AIP_<PRODUCT>_*); `aip-host <product>
+// --help` lists them, `aip-host` alone lists the products.
 // With --print-manifest it prints the bound manifest, its digest and the
 // implementation support its capabilities need (what an operator admits
 // with `aipfleet registry apply`) and exits. Otherwise it runs the
