@@ -94,6 +94,65 @@ func TestFleetViewsNeedAnOperator(t *testing.T) {
 	}
 }
 
+// TestFleetViewsRefuseTwoAuthorizationHeaders: a fleet view request with
+// two Authorization headers is refused 401 with the reason even when one
+// holds a valid operator token, first or second (the verifier read the
+// first only: a proxy in front that checked the other would let a second,
+// valid token through without having seen it).
+func TestFleetViewsRefuseTwoAuthorizationHeaders(t *testing.T) {
+	issuer, _ := aip.GenerateSigningKey()
+	verifier, err := tenanttoken.NewVerifier(tenanttoken.VerifierConfig{Operator: true,
+		Issuers: []tenanttoken.Issuer{{Name: "ops", DIDs: []string{issuer.DID()}}}, Now: registrytest.NewClock(registrytest.Epoch).Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, newMemBackend, func(c *controlplane.Config) {
+		c.OperatorAuth = func(r *http.Request) error { _, err := verifier.VerifyRequest(r); return err }
+	})
+	now := registrytest.Epoch
+	operator, err := tenanttoken.MintOperator(issuer, tenanttoken.Claims{Issuer: "ops", Audience: tenanttoken.OperatorAudience,
+		IssuedAt: now, Expiry: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := "Bearer " + operator
+	refusals := 0
+	for _, path := range []string{controlplane.PathFleetStatus, controlplane.PathFleetReplicas} {
+		for name, auth := range map[string][]string{
+			"garbage then valid": {"Bearer x.y.z", good},
+			"valid then garbage": {good, "Bearer x.y.z"},
+			"valid twice":        {good, good},
+		} {
+			req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
+			for _, a := range auth {
+				req.Header.Add("Authorization", a)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			refusals++
+			var eb aip.ErrorBody
+			const reason = "2 Authorization headers; send exactly one"
+			if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &eb) != nil || eb.Error.Code != "unauthorized" ||
+				eb.Error.Category != aip.CategoryAuth || eb.Error.Message != reason {
+				t.Errorf("GET %s with %s: HTTP %d %s; want 401 unauthorized (auth) saying %q", path, name, resp.StatusCode, body, reason)
+			}
+			if !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("GET %s with %s: WWW-Authenticate %q", path, name, resp.Header.Get("WWW-Authenticate"))
+			}
+			if strings.Contains(string(body), "crepl_") || strings.Contains(string(body), "ready_capacity") {
+				t.Errorf("GET %s with %s leaked the fleet: %s", path, name, body)
+			}
+		}
+	}
+	if got := metricValue(t, e, controlplane.MetricFleetViewRefusals, ""); got != float64(refusals) {
+		t.Errorf("%s = %v, want %d", controlplane.MetricFleetViewRefusals, got, refusals)
+	}
+}
+
 // TestReadyDetailOnlyForOperatorsAndLocalPeers: a failing /ready check's
 // message (storage errors name hosts, roles, databases) goes only to an
 // operator or a peer on this machine; every other peer sees which checks

@@ -158,6 +158,14 @@ func eventsHandler(token string, publish func(ctx context.Context, channelID str
 				"POST "+PathEvents+" takes requests from this machine only (a loopback peer)")
 			return
 		}
+		// Two Authorization headers are refused whichever holds the token:
+		// which one counts is anybody's guess (a proxy in front may have
+		// read the other).
+		if n := len(r.Header.Values("Authorization")); n > 1 {
+			refuse(http.StatusUnauthorized, "unauthorized", CodeUnauthorized, aip.CategoryAuth, false,
+				fmt.Sprintf("%d Authorization headers; send exactly one: Authorization: Bearer <the token in %s or --events-token-file>", n, EnvEventsToken))
+			return
+		}
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			refuse(http.StatusUnauthorized, "unauthorized", CodeUnauthorized, aip.CategoryAuth, false,
 				"send Authorization: Bearer <the token in "+EnvEventsToken+" or --events-token-file>")

@@ -353,6 +353,47 @@ func TestEventsHandlerRefusesOtherMachines(t *testing.T) {
 	}
 }
 
+// TestEventsHandlerRefusesTwoAuthorizationHeaders: a request with two
+// Authorization headers is refused 401 whichever holds the token (only the
+// first was compared, so the token followed by another header was taken
+// while a proxy in front could have read the other), and nothing is
+// published.
+func TestEventsHandlerRefusesTwoAuthorizationHeaders(t *testing.T) {
+	published := 0
+	pub := func(context.Context, string, ...aip.Event) (string, error) { published++; return "batch", nil }
+	m := newEventsMetrics()
+	h := eventsHandler("tok", pub, m, slog.New(slog.DiscardHandler))
+	raw, _ := json.Marshal(map[string]any{"channel_id": fakeChannel, "events": []aip.Event{testEvent("k", `{}`)}})
+	for name, auth := range map[string][]string{
+		"token then other": {"Bearer tok", "Bearer other"},
+		"other then token": {"Bearer other", "Bearer tok"},
+		"the token twice":  {"Bearer tok", "Bearer tok"},
+	} {
+		req := httptest.NewRequest(http.MethodPost, PathEvents, strings.NewReader(string(raw)))
+		req.RemoteAddr = "127.0.0.1:40000"
+		for _, a := range auth {
+			req.Header.Add("Authorization", a)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var le localError
+		if rec.Code != http.StatusUnauthorized || json.Unmarshal(rec.Body.Bytes(), &le) != nil || le.Error == nil ||
+			le.Error.Code != CodeUnauthorized || !strings.Contains(le.Error.Message, "2 Authorization headers; send exactly one") {
+			t.Errorf("%s: HTTP %d %s; want 401 %s saying there are 2 Authorization headers", name, rec.Code, rec.Body, CodeUnauthorized)
+		}
+		if c := rec.Header().Get("WWW-Authenticate"); !strings.HasPrefix(c, "Bearer") {
+			t.Errorf("%s: WWW-Authenticate %q", name, c)
+		}
+	}
+	if published != 0 {
+		t.Errorf("published %d batches, want 0", published)
+	}
+	var refused dto.Metric
+	if err := m.refused.WithLabelValues("unauthorized").Write(&refused); err != nil || refused.GetCounter().GetValue() != 3 {
+		t.Errorf("refused unauthorized = %v (%v), want 3", refused.GetCounter().GetValue(), err)
+	}
+}
+
 type addr string
 
 func (a addr) Network() string { return "tcp" }

@@ -315,6 +315,12 @@ func FromAuthorization(header string) (string, error) {
 	return strings.TrimSpace(tok), nil
 }
 
+// ErrNoCredentials is wrapped, with ErrUnauthorized, by the refusal of a
+// request without an Authorization header (or with an empty one): a
+// caller that sent no credentials, whom a server challenges without an
+// error code (RFC 6750 §3.1).
+var ErrNoCredentials = errors.New("missing Authorization header")
+
 // errMissingHeader is the refusal of a request without an Authorization
 // header, naming the command that mints the token it needs.
 func errMissingHeader(operator bool) error {
@@ -322,17 +328,31 @@ func errMissingHeader(operator bool) error {
 	if operator {
 		mint = "aipfleet token --operator"
 	}
-	return fmt.Errorf("%w: missing Authorization header; send \"Authorization: Bearer <token>\" (mint one with `%s`)", ErrUnauthorized, mint)
+	return fmt.Errorf("%w: %w; send \"Authorization: Bearer <token>\" (mint one with `%s`)", ErrUnauthorized, ErrNoCredentials, mint)
 }
 
-// VerifyRequest verifies the bearer token of r's Authorization header. A
-// request without one is told to mint the kind of token v takes.
-func (v *Verifier) VerifyRequest(r *http.Request) (Claims, error) {
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return Claims{}, errMissingHeader(v.operator)
+// RequestToken returns the bearer token of h's one Authorization header.
+// A request with more than one is refused, whichever holds a good token:
+// which one counts is anybody's guess (a proxy in front may have read the
+// other), so none does. A request without one (ErrNoCredentials) is told
+// to mint a tenant token, or with operator an operator token. Every
+// failure wraps ErrUnauthorized with a reason fit for a 401 response.
+func RequestToken(h http.Header, operator bool) (string, error) {
+	values := h.Values("Authorization")
+	switch {
+	case len(values) > 1:
+		return "", fmt.Errorf("%w: %d Authorization headers; send exactly one", ErrUnauthorized, len(values))
+	case len(values) == 0 || values[0] == "":
+		return "", errMissingHeader(operator)
 	}
-	tok, err := FromAuthorization(h)
+	return FromAuthorization(values[0])
+}
+
+// VerifyRequest verifies the bearer token of r's one Authorization header
+// (RequestToken: a request with two or more is refused). A request without
+// one is told to mint the kind of token v takes.
+func (v *Verifier) VerifyRequest(r *http.Request) (Claims, error) {
+	tok, err := RequestToken(r.Header, v.operator)
 	if err != nil {
 		return Claims{}, err
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +107,62 @@ func TestFromAuthorization(t *testing.T) {
 		if _, err := FromAuthorization(h); !errors.Is(err, ErrUnauthorized) {
 			t.Errorf("%q: err = %v", h, err)
 		}
+	}
+}
+
+// TestVerifyRequestRefusesTwoHeaders: a request with two Authorization
+// headers is refused whichever holds the good token (only the first was
+// read, so a good token followed by another was accepted while a proxy in
+// front could have read the other); one without a header, or with an
+// empty one, is told to mint the verifier's kind of token
+// (ErrNoCredentials); one good header verifies.
+func TestVerifyRequestRefusesTwoHeaders(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	key, _ := aip.GenerateSigningKey()
+	ops, err := NewVerifier(VerifierConfig{Issuers: []Issuer{{Name: "ops-idp", DIDs: []string{key.DID()}}}, Operator: true,
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := MintOperator(key, Claims{Issuer: "ops-idp", Audience: OperatorAudience, IssuedAt: now, Expiry: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := "Bearer " + tok
+	request := func(auth ...string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/aip/v1/fleet/status", nil)
+		for _, a := range auth {
+			r.Header.Add("Authorization", a)
+		}
+		return r
+	}
+	if c, err := ops.VerifyRequest(request(good)); err != nil || !c.Operator {
+		t.Fatalf("one good header: %+v, %v", c, err)
+	}
+	for name, c := range map[string]struct {
+		auth          []string
+		want          string
+		noCredentials bool
+	}{
+		"good then garbage": {[]string{good, "Bearer x.y.z"}, "unauthorized: 2 Authorization headers; send exactly one", false},
+		"garbage then good": {[]string{"Bearer x.y.z", good}, "unauthorized: 2 Authorization headers; send exactly one", false},
+		"good three times":  {[]string{good, good, good}, "unauthorized: 3 Authorization headers; send exactly one", false},
+		"empty then good":   {[]string{"", good}, "unauthorized: 2 Authorization headers; send exactly one", false},
+		"none":              {nil, "unauthorized: missing Authorization header; send \"Authorization: Bearer <token>\" (mint one with `aipfleet token --operator`)", true},
+		"empty":             {[]string{""}, "unauthorized: missing Authorization header; send", true},
+	} {
+		_, err := ops.VerifyRequest(request(c.auth...))
+		if !errors.Is(err, ErrUnauthorized) || !strings.HasPrefix(err.Error(), c.want) || errors.Is(err, ErrNoCredentials) != c.noCredentials {
+			t.Errorf("%s: err = %v; want ErrUnauthorized starting %q (ErrNoCredentials %v)", name, err, c.want, c.noCredentials)
+		}
+	}
+	// A tenant verifier names the tenant token's command.
+	tenants, err := NewVerifier(VerifierConfig{Issuers: []Issuer{{Name: "ops-idp", DIDs: []string{key.DID()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenants.VerifyRequest(request()); err == nil || !strings.HasSuffix(err.Error(), "(mint one with `aipfleet token`)") {
+		t.Errorf("tenant verifier without a header: %v", err)
 	}
 }
 

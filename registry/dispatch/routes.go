@@ -90,25 +90,18 @@ func tenantOf(ctx context.Context) string {
 func (d *Dispatcher) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var claims tenanttoken.Claims
-		var err error
-		values := r.Header.Values("Authorization")
-		switch {
-		case len(values) > 1:
-			// Which one counts is anybody's guess (a proxy may read the
-			// other): refuse rather than pick.
-			err = fmt.Errorf("%w: %d Authorization headers; send exactly one", tenanttoken.ErrUnauthorized, len(values))
-		case len(values) == 0:
-			_, err := tenanttoken.FromAuthorization("")
+		// Two Authorization headers are refused (RequestToken): which one
+		// counts is anybody's guess (a proxy may read the other).
+		tok, err := tenanttoken.RequestToken(r.Header, false)
+		if errors.Is(err, tenanttoken.ErrNoCredentials) {
 			writeUnauthorized(w, false, unauthorizedReason(err))
 			return
-		default:
-			var tok string
-			if tok, err = tenanttoken.FromAuthorization(values[0]); err == nil {
-				claims, err = d.deps.Tokens.Verify(tok)
-			}
-			if err == nil {
-				err = checkTenantClaim(claims.TenantID)
-			}
+		}
+		if err == nil {
+			claims, err = d.deps.Tokens.Verify(tok)
+		}
+		if err == nil {
+			err = checkTenantClaim(claims.TenantID)
 		}
 		if err != nil {
 			writeUnauthorized(w, true, unauthorizedReason(err))
