@@ -404,6 +404,13 @@
 // actions' reservations held) until it goes offline. A first drain that
 // failed with its outcome unknown is replayed at those intervals too, so
 // the registry does not go on routing actions here while the host drains.
+// A drain (the first, a renewal or a replay) that the control plane
+// refuses because the replica holds no lease at its sequence there (the
+// sequence or state rule, as for a heartbeat) ends the local lease at
+// once: the actions running finish, but nothing is renewed, the listener
+// is not held for that lease, no offline is sent and nothing registers
+// again; the *ShutdownError's one failure for it says "the control plane
+// ended the lease, refusing the drain".
 //
 // An abandoned call still running when Stop returns is named in the
 // *ShutdownError. The host cannot end it (a goroutine cannot be killed):

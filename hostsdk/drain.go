@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -26,7 +27,13 @@ import (
 //     valid lease (expired, or offline after an unhealthy heartbeat) the
 //     registry routes nothing here and refuses a drain, so it is skipped;
 //     a drain whose outcome is unknown stays pending, and the renewals of
-//     step 5 replay it;
+//     step 5 replay it; a drain refused because the replica holds no
+//     lease at that sequence there (lease maintenance ended it, an
+//     operator took the replica offline, another request won the fence:
+//     leaseGone) ends the local lease at once, as a heartbeat refused so
+//     does, and is the one failure recorded for it: nothing is left to
+//     renew, the listener is not held for that lease (step 5), no offline
+//     is sent (step 9), and nothing registers again;
 //  3. heartbeat renewals stop (the worker skips its ticks while draining);
 //  4. new actions are refused with a signed connector_host.not_ready, and
 //     provider-event publication stops (the event source is cancelled and
@@ -48,7 +55,8 @@ import (
 //     lifecycle timeouts, when longer: the unanswered window, which the
 //     drain step's requests are part of; holdListener); from here until
 //     the offline transition the draining lease is renewed each heartbeat
-//     interval (renewDrain);
+//     interval (renewDrain), until a renewal is refused because the lease
+//     is gone, which ends the local lease as at step 2;
 //  6. after that (or DrainTimeout) and the linger, the actions still being
 //     handled are cancelled while the listener and their connections stay
 //     open, and their requests awaited (DrainTimeout, and HandleGrace
@@ -74,7 +82,9 @@ import (
 //     timeouts when longer), and not at all once it has passed: the
 //     replica's lease runs out by itself, and the whole shutdown's
 //     lifecycle requests stay within that window, as
-//     docs/operator-guide.md says;
+//     docs/operator-guide.md says; and not after a drain refused because
+//     the lease is gone (steps 2 and 5): the replica holds no lease at
+//     that sequence to take offline;
 //  10. the result is nil only when actions, server, heartbeat, drain and
 //     offline (and the event source and delivery loop) were all clean;
 //     otherwise a *ShutdownError joins every failure.
@@ -85,10 +95,15 @@ import (
 // step 6 gave up on then fails to journal its action, which recovery
 // settles at the next start).
 func (h *Host) shutdown() error {
-	var errs []error
+	var (
+		errsMu sync.Mutex // fail is called from the renewals too (step 5)
+		errs   []error
+	)
 	fail := func(step string, err error) {
 		h.log.Error("shutdown step failed", "step", step, "error", err)
+		errsMu.Lock()
 		errs = append(errs, fmt.Errorf("%s: %w", step, err))
+		errsMu.Unlock()
 	}
 	ctx, span := h.tracer.Start(context.Background(), "hostsdk.shutdown")
 	defer span.End()
@@ -110,9 +125,16 @@ func (h *Host) shutdown() error {
 	dctx, dcancel := context.WithTimeout(ctx, lifecycleStepBudget*h.cfg.ControlTimeout)
 	h.settlePendingRegister(dctx)
 	drained, drainFailed, drainUnanswered := false, false, false
+	var leaseEnded atomic.Bool // the control plane ended the lease, refusing a drain (step 2 or 5)
 	if seq, exp := h.lease.get(); !exp.After(h.cfg.Now()) {
 		h.log.Info("no valid lease to drain; going offline without a drain transition", "sequence", seq, "lease_expired_at", aip.At(exp).String())
-	} else if err := h.transition(dctx, aip.OpDrain); err != nil {
+	} else if err := h.transition(dctx, aip.OpDrain); isLeaseEnded(err) {
+		// Nothing is routed here at that lease any more, so the listener
+		// is not held for it (drainFailed stays false: the linger is
+		// kept), and nothing is left to renew or take offline.
+		leaseEnded.Store(true)
+		fail("registry drain", drainLeaseEnded(err))
+	} else if err != nil {
 		fail("registry drain", err)
 		drainFailed = true
 		drainUnanswered = errors.Is(err, ErrControlUnavailable)
@@ -135,8 +157,16 @@ func (h *Host) shutdown() error {
 	// heartbeat interval (renewDrain).
 	rctx, stopRenewing := context.WithCancel(ctx)
 	renewed := make(chan struct{})
+	renewalEnded := make(chan struct{}) // closed when a renewal's refusal ended the lease
 	if drained {
-		go func() { defer close(renewed); h.renewDrain(rctx) }()
+		go func() {
+			defer close(renewed)
+			if err := h.renewDrain(rctx); err != nil {
+				leaseEnded.Store(true)
+				close(renewalEnded)
+				fail("registry drain", drainLeaseEnded(err))
+			}
+		}()
 	} else {
 		close(renewed)
 	}
@@ -153,7 +183,7 @@ func (h *Host) shutdown() error {
 	// actions, while they waited).
 	window := drainStart.Add(max(h.cfg.DrainTimeout, lifecycleStepBudget*h.cfg.ControlTimeout))
 	hctx, hcancel := context.WithDeadline(wctx, window)
-	h.holdListener(hctx, drainStart, drainFailed)
+	h.holdListener(hctx, drainStart, drainFailed, renewalEnded)
 	hcancel()
 	cancel()
 	// 6. No action starts from here (the slots closed at step 1).
@@ -219,10 +249,15 @@ func (h *Host) shutdown() error {
 	if unanswered {
 		budget = min(budget, time.Until(window))
 	}
-	if seq, exp := h.lease.get(); unanswered && budget <= 0 {
+	seq, exp := h.lease.get()
+	switch {
+	case leaseEnded.Load():
+		// The drain's refusal, failed above, said so: the replica holds
+		// no lease at seq, and an offline from it is not sent.
+	case unanswered && budget <= 0:
 		fail("registry offline transition", fmt.Errorf("offline at sequence %d not sent: the control plane answered no lifecycle request of the shutdown within its %s (the drain timeout, or two lifecycle timeouts when longer)%s",
 			seq, max(h.cfg.DrainTimeout, lifecycleStepBudget*h.cfg.ControlTimeout), h.leaseRunsOut(exp)))
-	} else {
+	default:
 		octx, ocancel := context.WithTimeout(ctx, budget)
 		if err := h.transition(octx, aip.OpOffline); err != nil {
 			if errors.Is(err, ErrControlUnavailable) {
@@ -331,31 +366,60 @@ const lifecycleStepBudget = 2
 // ambiguous one is replayed first, like any lost drain, and stays pending
 // until the control plane decides it: see replayDrain). It also runs when
 // the shutdown's first drain failed with its outcome unknown, replaying it.
-func (h *Host) renewDrain(ctx context.Context) {
+//
+// A renewal the control plane refuses because the lease is gone there
+// (lease maintenance ended it, an operator took the replica offline,
+// another request won the fence: leaseGone) ended the local lease: there
+// is nothing left to renew, and renewDrain returns that refusal (a
+// *leaseEndedError), unlogged, for the shutdown to report; nil when ctx
+// ended.
+func (h *Host) renewDrain(ctx context.Context) error {
 	t := time.NewTicker(h.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		h.controlMu.Lock()
 		if ctx.Err() != nil {
 			h.controlMu.Unlock()
-			return
+			return nil
 		}
 		if _, exp := h.lease.get(); exp.After(h.cfg.Now()) {
 			// ctx ends the renewal in flight at the offline step, which
 			// does not wait for it: a drain it cut short has an unknown
 			// outcome, and the offline step replays it first, as it does
 			// any such drain.
-			if err := h.transition(ctx, aip.OpDrain); err != nil {
+			if err := h.transition(ctx, aip.OpDrain); isLeaseEnded(err) {
+				h.controlMu.Unlock()
+				return err
+			} else if err != nil {
 				h.log.Warn("renew the draining lease", "in_flight", h.inflight.count(), "error", err)
 			}
 		}
 		h.controlMu.Unlock()
 	}
+}
+
+// isLeaseEnded reports whether err is a refusal that ended the local
+// lease (a *leaseEndedError).
+func isLeaseEnded(err error) bool {
+	var ended *leaseEndedError
+	return errors.As(err, &ended)
+}
+
+// drainLeaseEnded is the shutdown's failure for a drain the control plane
+// refused because the lease is gone there (a *leaseEndedError), which
+// ended the local lease: what happened and what the host does next.
+func drainLeaseEnded(err error) error {
+	var ended *leaseEndedError
+	errors.As(err, &ended)
+	return fmt.Errorf("the control plane ended the lease, refusing the drain: %w; the host holds no lease from here: "+
+		"the actions in flight finish, no offline transition is sent (the replica holds no lease at sequence %d to take offline) "+
+		"and the host does not register again",
+		err, ended.sequence)
 }
 
 // settlePendingRegister replays a registration whose answers were lost
@@ -405,8 +469,12 @@ func (h *Host) settlePendingRegister(ctx context.Context) {
 	}
 }
 
-// transition sends drain or offline with the current lease sequence.
-// Callers hold controlMu.
+// transition sends drain or offline with the current lease sequence. A
+// drain (or the replay of one whose outcome is unknown) that the control
+// plane refuses because the replica holds no lease at that sequence
+// (leaseGone) ends the local lease at once and fails with a
+// *leaseEndedError, as a heartbeat refused so does. Callers hold
+// controlMu.
 func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 	h.settlePendingRegister(ctx)
 	seq, _ := h.lease.get()
@@ -424,10 +492,18 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 		// the control plane decides it, it stays pending: this drain or
 		// offline is sent from a sequence it may have moved on.
 		if err := h.replayDrain(ctx, p); err != nil {
-			if op == aip.OpDrain {
+			var ended *leaseEndedError
+			switch {
+			case op == aip.OpDrain && errors.As(err, &ended):
+				// The control plane ended the lease at seq: a fresh drain
+				// from it would be refused alike.
+				return err
+			case op == aip.OpDrain:
 				// The replay is this attempt's drain from seq; a fresh
 				// one would be a second drain whose outcome is unknown.
 				return fmt.Errorf("%s at sequence %d: replay of the drain whose outcome is unknown (kept for the next attempt): %w", op, seq, err)
+			case errors.As(err, &ended):
+				h.log.Warn("replay the drain whose outcome is unknown: not applied", "request_id", p.req.RequestID, "error", err)
 			}
 		}
 		seq, _ = h.lease.get()
@@ -446,7 +522,13 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 			return fmt.Errorf("%s at sequence %d: %w; a drain whose outcome is unknown (request %s) may have moved the sequence on: the registry may keep the replica draining until its lease expires",
 				op, seq, err, p.req.RequestID)
 		}
-		return fmt.Errorf("%s at sequence %d: %w", op, seq, err)
+		err = fmt.Errorf("%s at sequence %d: %w", op, seq, err)
+		if op == aip.OpDrain {
+			// A drain refused because the lease is gone at seq ends the
+			// local lease, as a heartbeat refused so does.
+			return h.endLeaseIfGone(err, seq)
+		}
+		return err
 	}
 	// The transition took the fence at seq: a drain still pending from it
 	// can never apply.
@@ -471,7 +553,10 @@ func (h *Host) transition(ctx context.Context, op aip.Operation) error {
 // plane's signed word that it applied nothing (p never moved the
 // sequence) settles it; after another ambiguous failure it stays pending,
 // for the next attempt: the next renewal of the draining lease, or the
-// offline transition. Callers hold controlMu.
+// offline transition. A rejection saying that the lease is gone at p's
+// sequence (leaseGone) ends the local lease and is returned as a
+// *leaseEndedError (not logged here); any other settles p with nil.
+// Callers hold controlMu.
 func (h *Host) replayDrain(ctx context.Context, p *sealedRequest) error {
 	rp, err := h.control.refresh(p)
 	if err != nil {
@@ -484,6 +569,11 @@ func (h *Host) replayDrain(ctx context.Context, p *sealedRequest) error {
 		var rej *ControlRejectedError
 		if errors.As(err, &rej) || !rp.maybeApplied {
 			h.pendingDrain = nil
+			seq := rp.req.Command.Transition.PreviousSequence
+			var ended *leaseEndedError
+			if errors.As(h.endLeaseIfGone(fmt.Errorf("drain at sequence %d (request %s, replayed): %w", seq, rp.req.RequestID, err), seq), &ended) {
+				return ended
+			}
 			h.log.Warn("replay the drain whose outcome is unknown: not applied", "request_id", rp.req.RequestID, "error", err)
 			return nil
 		}
@@ -531,7 +621,9 @@ const leaseHoldMargin = time.Second
 // expiry (this host's clock),
 // leaseHoldMargin and DrainLinger have passed — or until a renewal's
 // replay of the drain is accepted (renewDrain), when the linger after it
-// applies instead.
+// applies instead, or refused because the lease is gone there (leaseEnded
+// is closed): the registry routes nothing here at that lease, and the
+// linger alone applies.
 //
 // Every wait ends by ctx's deadline: DrainTimeout after the drain step
 // (step 5's, which bounds the wait for the actions in flight already, so
@@ -539,7 +631,7 @@ const leaseHoldMargin = time.Second
 // docs/operator-guide.md gives), and at most DrainTimeout after the drain
 // began (or two lifecycle timeouts when longer), so that a host whose
 // control plane does not answer exits within it.
-func (h *Host) holdListener(ctx context.Context, drainStart time.Time, drainFailed bool) {
+func (h *Host) holdListener(ctx context.Context, drainStart time.Time, drainFailed bool, leaseEnded <-chan struct{}) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = drainStart.Add(h.cfg.DrainTimeout)
@@ -547,27 +639,36 @@ func (h *Host) holdListener(ctx context.Context, drainStart time.Time, drainFail
 	lingerEnd := drainStart.Add(min(h.cfg.DrainLinger, h.cfg.DrainTimeout))
 	logged := false
 	for {
-		end, accepted := lingerEnd, h.drainAccepted
+		end := lingerEnd
+		var accepted, ended <-chan struct{} // what the wait below wakes for
 		select {
 		case <-h.drainAccepted:
-			accepted = nil // received: the wait below no longer wakes for it
 			if after := earliest(h.drainAcceptedAt.Add(h.cfg.DrainLinger), deadline); after.After(end) {
 				end = after
 			}
 		default:
-			if !drainFailed {
-				break
-			}
-			seq, exp := h.lease.get()
-			hold := time.Now().Add(exp.Sub(h.cfg.Now()) + leaseHoldMargin + h.cfg.DrainLinger)
-			if until := earliest(hold, deadline); until.After(end) {
-				end = until
-				if !logged {
-					logged = true
-					h.log.Warn("the drain transition did not get through: the registry may route actions here until the replica's lease expires; "+
-						"the listener stays up until then, refusing them with the signed not_ready so the dispatcher reroutes them",
-						"sequence", seq, "lease_expires_at", aip.At(exp).String(),
-						"listener_until", aip.At(h.cfg.Now().Add(time.Until(end))).String(), "capped_by_drain_timeout", hold.After(deadline))
+			accepted = h.drainAccepted
+			select {
+			case <-leaseEnded:
+				// The control plane refused a drain because the lease is
+				// gone there: it routes nothing here at that lease, and
+				// the listener is not held for it.
+			default:
+				ended = leaseEnded
+				if !drainFailed {
+					break
+				}
+				seq, exp := h.lease.get()
+				hold := time.Now().Add(exp.Sub(h.cfg.Now()) + leaseHoldMargin + h.cfg.DrainLinger)
+				if until := earliest(hold, deadline); until.After(end) {
+					end = until
+					if !logged {
+						logged = true
+						h.log.Warn("the drain transition did not get through: the registry may route actions here until the replica's lease expires; "+
+							"the listener stays up until then, refusing them with the signed not_ready so the dispatcher reroutes them",
+							"sequence", seq, "lease_expires_at", aip.At(exp).String(),
+							"listener_until", aip.At(h.cfg.Now().Add(time.Until(end))).String(), "capped_by_drain_timeout", hold.After(deadline))
+					}
 				}
 			}
 		}
@@ -579,6 +680,7 @@ func (h *Host) holdListener(ctx context.Context, drainStart time.Time, drainFail
 		select {
 		case <-t.C:
 		case <-accepted:
+		case <-ended:
 		case <-ctx.Done():
 			t.Stop()
 			return

@@ -399,11 +399,7 @@ func (h *Host) heartbeat(ctx context.Context, sr *sealedRequest) error {
 		if errors.As(err, &rej) {
 			h.pendingHeartbeat = nil
 		}
-		err = fmt.Errorf("heartbeat at sequence %d (request %s): %w", hb.PreviousSequence, sr.req.RequestID, err)
-		if rej != nil && leaseGone(rej) && h.lease.end(h.cfg.Now(), hb.PreviousSequence) {
-			return &leaseEndedError{err: err, sequence: hb.PreviousSequence}
-		}
-		return err
+		return h.endLeaseIfGone(fmt.Errorf("heartbeat at sequence %d (request %s): %w", hb.PreviousSequence, sr.req.RequestID, err), hb.PreviousSequence)
 	}
 	h.pendingHeartbeat = nil
 	if out.Lease == nil {
@@ -413,27 +409,45 @@ func (h *Host) heartbeat(ctx context.Context, sr *sealedRequest) error {
 	return nil
 }
 
-// leaseGone reports whether rej, a heartbeat's definitive rejection, is
-// the control plane's signed word that the replica holds no lease at the
-// beat's previous_sequence: the registry is at another sequence (the
-// sequence rule: a newer lifecycle request won the fence), or the replica
-// is offline (lease maintenance ended its lease, an operator or an
-// unhealthy beat took it offline) or its lease expired (the state rule).
-// Any other refusal (in_flight above the capacity, a replay refused, a
-// malformed request) says nothing of the lease; an unsigned answer, a
-// 503, a timeout or a lost answer is no rejection at all
+// leaseGone reports whether rej, the definitive rejection of a heartbeat
+// or a drain, is the control plane's signed word that the replica holds
+// no lease at the request's previous_sequence: the registry is at another
+// sequence (the sequence rule: a newer lifecycle request won the fence),
+// or the replica is offline (lease maintenance ended its lease, an
+// operator or an unhealthy beat took it offline) or its lease expired
+// (the state rule). Those two are the requests the registry admits only
+// on a live lease at previous_sequence; an offline needs none (the
+// registry takes an offline replica offline again), so its refusal is
+// not read so. Any other refusal (in_flight above the capacity, a replay
+// refused, a malformed request) says nothing of the lease; an unsigned
+// answer, a 503, a timeout or a lost answer is no rejection at all
 // (ErrControlUnavailable).
 func leaseGone(rej *ControlRejectedError) bool {
-	if rej.Operation != string(aip.OpHeartbeat) || rej.Code != aip.CodeControlRejected {
+	if (rej.Operation != string(aip.OpHeartbeat) && rej.Operation != string(aip.OpDrain)) || rej.Code != aip.CodeControlRejected {
 		return false
 	}
 	return strings.HasPrefix(rej.Message, aip.ControlRuleSequence+": ") || strings.HasPrefix(rej.Message, aip.ControlRuleState+": ")
 }
 
-// leaseEndedError is a heartbeat the control plane refused because the
-// lease is gone there (leaseGone), which ended the local lease at
-// sequence: new actions are refused (not_ready, /ready 503) and the next
-// heartbeat tick re-registers. Its text is the refused beat's.
+// endLeaseIfGone ends the local lease at once when err, the failure of a
+// heartbeat or drain sent at sequence, is a refusal saying that the lease
+// is gone at the control plane (leaseGone) and the local lease was still
+// valid at that sequence, and returns err as a *leaseEndedError then; err
+// as it is otherwise.
+func (h *Host) endLeaseIfGone(err error, sequence uint64) error {
+	var rej *ControlRejectedError
+	if errors.As(err, &rej) && leaseGone(rej) && h.lease.end(h.cfg.Now(), sequence) {
+		return &leaseEndedError{err: err, sequence: sequence}
+	}
+	return err
+}
+
+// leaseEndedError is a heartbeat or drain the control plane refused
+// because the lease is gone there (leaseGone), which ended the local
+// lease at sequence: new actions are refused (not_ready, /ready 503), and
+// the next heartbeat tick re-registers — unless the host is draining,
+// when nothing registers again (see shutdown). Its text is the refused
+// request's.
 type leaseEndedError struct {
 	err      error
 	sequence uint64

@@ -6,8 +6,9 @@ import (
 	"github.com/aipfleet/aipfleet/aip"
 )
 
-// TestLeaseGone: only a heartbeat's definitive refusal under the sequence
-// or state rule says the lease is gone; other refusals say nothing of it.
+// TestLeaseGone: only a heartbeat's or a drain's definitive refusal under
+// the sequence or state rule says the lease is gone; other refusals, and
+// an offline's (which needs no lease), say nothing of it.
 func TestLeaseGone(t *testing.T) {
 	for _, c := range []struct {
 		op, code, message string
@@ -23,7 +24,10 @@ func TestLeaseGone(t *testing.T) {
 		{"heartbeat", aip.CodeControlRejected, "request expired: state: is not a rule here", false},
 		{"heartbeat", aip.CodeControlUnavailable, "state: not a definitive refusal", false},
 		{"register", aip.CodeControlRejected, "state: a registration's refusal", false},
-		{"drain", aip.CodeControlRejected, "state: replica crepl_1 is offline; register again", false},
+		{"drain", aip.CodeControlRejected, "state: replica crepl_1 is offline; register again", true},
+		{"drain", aip.CodeControlRejected, "sequence: replica crepl_1 lost its lease-sequence fence: previous_sequence 3, but the registry is at 5", true},
+		{"drain", aip.CodeControlRejected, "injected: the request is rejected", false},
+		{"offline", aip.CodeControlRejected, "sequence: replica crepl_1 is already offline: its lease ran out", false},
 	} {
 		rej := &ControlRejectedError{Operation: c.op, Code: c.code, Message: c.message}
 		if got := leaseGone(rej); got != c.gone {
