@@ -82,6 +82,15 @@ const (
 	NoRegisterWait time.Duration = -1
 )
 
+// The values of the --ready-detail setting (Config.HideLocalReadyDetail),
+// as the control plane's and the dispatcher's flag of that name takes
+// them: local shows the error texts of failing /ready checks to unproxied
+// loopback peers, none to no peer.
+const (
+	readyDetailLocal = "local"
+	readyDetailNone  = "none"
+)
+
 // Config configures a Host. Required fields have no default; every other
 // field's zero value means the documented default. LoadConfig fills a Config
 // from flags and AIP_CONNECTOR_HOST_* environment variables.
@@ -277,6 +286,17 @@ type Config struct {
 	// ChunkWriter.Send fails with ErrStreamClosed). Defaults to 10s; 1ms
 	// to 300s.
 	HandleGrace time.Duration
+	// HideLocalReadyDetail keeps the error texts of failing /ready checks
+	// (the storage and connector probes' and recovery's: they name hosts,
+	// files and product URLs) from local peers too, leaving them to the
+	// log; every peer then reads the fixed texts. By default a request
+	// from a loopback peer that carries no proxy forwarding header
+	// (netutil.IsLocalUnproxied) reads them; set this behind a proxy on
+	// the same machine that adds no such header (an Envoy or Istio
+	// sidecar's inbound listener, for one), where every caller is a
+	// loopback peer. It is the --ready-detail setting: none sets it,
+	// local (the default) leaves it unset.
+	HideLocalReadyDetail bool
 
 	// Journal, when set, is the runtime journal the host uses (for example
 	// a pgruntime journal). The caller owns it: the host never closes it.

@@ -42,6 +42,8 @@
 // --health-probe-timeout-ms, --handle-grace-ms,
 // --control-timeout-ms, --register-wait-ms (default 120000: how long the
 // start waits for a control plane that does not answer; 0 does not wait),
+// --ready-detail (local, the default, or none: who reads the error texts
+// of failing /ready checks),
 // --tls-ca-certificate-file, --state-dir and
 // --database-url-file for the journal, the optional identity the
 // connector is given (--tenant-system, --membership-id,
@@ -290,7 +292,9 @@
 //
 // The host also serves GET /aip/v1/manifest (the bound manifest), /health,
 // /ready (ReadyDocument; the error texts of failing probes and of recovery
-// only to loopback peers, fixed texts to others), /metrics (every metric
+// only to loopback peers whose request carries no proxy forwarding
+// header, and to none with Config.HideLocalReadyDetail; fixed texts to
+// others), /metrics (every metric
 // under the prefix aip_connector_host_: the lifecycle guide's eight; the
 // event delivery metrics events_delivered_total,
 // event_delivery_failures_total, events_refused_total and events_pending;

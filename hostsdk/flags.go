@@ -23,7 +23,9 @@ type option struct {
 	kind  SettingKind
 	// min and max bound integer and millisecond settings.
 	min, max int64
-	set      func(c *Config, v string) error
+	// check, when set, further checks a non-empty value (Setting.Check).
+	check func(v string) error
+	set   func(c *Config, v string) error
 }
 
 func (o *option) flagName() string {
@@ -113,6 +115,16 @@ var options = []*option{
 			}
 			return nil
 		}},
+	{flag: "ready-detail", env: "READY_DETAIL", field: "HideLocalReadyDetail", usage: "who reads the error text of failing /ready checks (it names hosts, files and product URLs): " +
+		readyDetailLocal + " (loopback peers whose request carries no proxy forwarding header), or " + readyDetailNone +
+		" (set it behind a proxy on the same machine, such as an Envoy or Istio sidecar: every caller is loopback there); the log always has it (default " + readyDetailLocal + ")",
+		check: func(v string) error {
+			if v != readyDetailLocal && v != readyDetailNone {
+				return fmt.Errorf("want %s or %s", readyDetailLocal, readyDetailNone)
+			}
+			return nil
+		},
+		set: func(c *Config, v string) error { c.HideLocalReadyDetail = v == readyDetailNone; return nil }},
 	{flag: "state-dir", env: "STATE_DIR", field: "StateDir", usage: "directory of the embedded SQLite journal (default .aipfleet/host-<replica-id>)", set: str(func(c *Config) *string { return &c.StateDir })},
 	{flag: "action-retention-ms", env: "ACTION_RETENTION_MS", field: "ActionRetention", usage: "how long a finished action's journal record is kept, in ms (default 2592000000, 30 days; at least 3600000; 0 keeps them for ever)", kind: SettingMillis, min: 0, max: math.MaxInt64 / int64(time.Millisecond),
 		set: func(c *Config, v string) error {
@@ -222,7 +234,7 @@ func BindFlags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error
 	settings := make([]Setting, len(options))
 	byFlag := make(map[string]*option, len(options))
 	for i, o := range options {
-		settings[i] = Setting{Flag: o.flag, Env: o.env, Usage: o.usage, Kind: o.kind, Min: o.min, Max: o.max}
+		settings[i] = Setting{Flag: o.flag, Env: o.env, Usage: o.usage, Kind: o.kind, Min: o.min, Max: o.max, Check: o.check}
 		byFlag[o.flag] = o
 	}
 	load := BindSettings(fs, settings)

@@ -82,6 +82,14 @@ func TestSettingsMatchTheReference(t *testing.T) {
 		{"handle-grace-ms", "HANDLE_GRACE_MS", func(c *Config) string { return ms(c.HandleGrace) }, "10000", "1", "300000"},
 		// 0 is NoRegisterWait (TestRegisterWaitSetting).
 		{"register-wait-ms", "REGISTER_WAIT_MS", func(c *Config) string { return ms(c.RegisterWait) }, "120000", "", "3600000"},
+		// aipfleet's own, as the control plane's and the dispatcher's
+		// --ready-detail: local or none (TestReadyDetailSetting).
+		{"ready-detail", "READY_DETAIL", func(c *Config) string {
+			if c.HideLocalReadyDetail {
+				return "none"
+			}
+			return "local"
+		}, "local", "", ""},
 		{"state-dir", "STATE_DIR", func(c *Config) string { return c.StateDir }, ".aipfleet/host-crepl_x", "", ""},
 		{"action-retention-ms", "ACTION_RETENTION_MS", func(c *Config) string { return ms(c.ActionRetention) }, "2592000000", "", ""},
 	}

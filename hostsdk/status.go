@@ -78,15 +78,16 @@ type ReadyComponent struct {
 // (see storageRecheckMinBytes); 503 otherwise. The error texts of
 // failing probes and of recovery (they name hosts, files, product URLs) go
 // only to peers on this machine (a loopback address, in a request no proxy
-// marked as forwarded: netutil.IsLocalUnproxied) and to the log (each
-// heartbeat of an unhealthy replica); other peers read fixed texts.
+// marked as forwarded: netutil.IsLocalUnproxied; to none with
+// Config.HideLocalReadyDetail) and to the log (each heartbeat of an
+// unhealthy replica); other peers read fixed texts.
 func (h *Host) handleReady() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.probe(r.Context())
 		now := h.cfg.Now()
 		seq, exp := h.lease.get()
 		rec := h.recovery
-		local := netutil.IsLocalUnproxied(r)
+		local := !h.cfg.HideLocalReadyDetail && netutil.IsLocalUnproxied(r)
 		errs := rec.Errors
 		switch {
 		case errs == nil:

@@ -29,6 +29,8 @@ func TestHostFlagErrors(t *testing.T) {
 		{args: []string{"--connector", "echo", "--max-in-flight", "0"}, want: "--max-in-flight (AIP_CONNECTOR_HOST_MAX_IN_FLIGHT"},
 		{env: map[string]string{"AIP_CONNECTOR_HOST_CONNECTOR": "echo", "AIP_CONNECTOR_HOST_LEASE_TTL_MS": "5"}, want: "AIP_CONNECTOR_HOST_LEASE_TTL_MS"},
 		{args: []string{"--connector", "echo"}, want: "--public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT"},
+		{args: []string{"--connector", "echo", "--ready-detail", "loopback"},
+			want: `host: --ready-detail (AIP_CONNECTOR_HOST_READY_DETAIL, Config.HideLocalReadyDetail) is "loopback"; want local or none`},
 		// A misspelt flag names the one it most likely meant, and where
 		// the flags are listed.
 		{args: []string{"--connector", "echo", "--max-in-flite", "3"},
