@@ -2,7 +2,10 @@ package aip
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Provider events a connector host delivers to the fleet: the host sends
@@ -56,6 +59,56 @@ const (
 	// hundred bytes) and the envelope, so it may exceed the delivery.
 	MaxEventAnswerBytes = MaxEventDeliveryBytes + 1<<20
 )
+
+// channelIDRule says what CheckChannelID takes.
+var channelIDRule = "a channel ID is 1 to " + strconv.Itoa(MaxChannelIDBytes) + " bytes of UTF-8 text without control characters, invisible formatting characters (Unicode Cf) or white space at either end (spaces inside are fine), as the fleet's event log stores it; rename the channel"
+
+// CheckChannelID checks a channel ID as the fleet's event log stores the
+// channel_id of an event batch (registry.EventBatch.Validate holds it, as
+// every registry identifier, to this rule): 1 to MaxChannelIDBytes bytes
+// of UTF-8 text without control characters (unicode.IsControl), invisible
+// formatting characters (Unicode Cf, FormatCharacter's) or white space
+// (unicode.IsSpace) at either end. AIP itself bounds only the length
+// (reference §7.4). It is the one rule for the channels a manifest
+// declares (Manifest.Validate: a host refuses at start-up a channel it
+// could never deliver events on) and for the channel hostsdk's
+// EventPublisher.Publish is given. The error, matching ErrInvalidID,
+// names the channel, the character refused (quoted, its code point and
+// byte offset) and what a channel ID may be.
+func CheckChannelID(id string) error {
+	q := strconv.Quote(TruncateUTF8(id, 64))
+	if len(id) > 64 {
+		q += "..."
+	}
+	switch {
+	case id == "":
+		return reasonf(ErrInvalidID, "channel ID is empty; %s", channelIDRule)
+	case len(id) > MaxChannelIDBytes:
+		return reasonf(ErrInvalidID, "channel ID %s is %d bytes; %s", q, len(id), channelIDRule)
+	}
+	for i := 0; i < len(id); {
+		r, size := utf8.DecodeRuneInString(id[i:])
+		if r == utf8.RuneError && size == 1 {
+			return reasonf(ErrInvalidID, "channel ID %s holds the byte 0x%02X at byte %d, which is not UTF-8; %s", q, id[i], i, channelIDRule)
+		}
+		what := ""
+		switch {
+		case unicode.IsSpace(r) && i == 0:
+			what = "starts with the white space"
+		case unicode.IsSpace(r) && i+size == len(id):
+			what = "ends with the white space"
+		case unicode.IsControl(r):
+			what = "holds the control character"
+		case unicode.Is(unicode.Cf, r):
+			what = "holds the invisible formatting character"
+		}
+		if what != "" {
+			return reasonf(ErrInvalidID, "channel ID %s %s %s (U+%04X) at byte %d; %s", q, what, strconv.QuoteRune(r), r, i, channelIDRule)
+		}
+		i += size
+	}
+	return nil
+}
 
 // MaxEventDeliveryAge is how old a delivery's sent_at may be (a host
 // retries a batch for up to a day); a delivery may be at most

@@ -22,7 +22,8 @@ type Manifest struct {
 	// {"id":"tickets.changes","direction":"inbound","description":"..."}.
 	// A host publishes only on channels declared here
 	// (hostsdk.EventPublisher.Publish); ValidateShape refuses an entry of
-	// another shape.
+	// another shape, and Validate a channel ID the fleet's event log could
+	// not store (CheckChannelID).
 	Channels      []json.RawMessage `json:"channels,omitempty"`
 	Security      json.RawMessage   `json:"security,omitempty"`
 	Governance    json.RawMessage   `json:"governance,omitempty"`
@@ -279,9 +280,13 @@ var manifestVersions = []string{"aip-manifest/v1", "1.0"}
 
 // Validate checks a manifest as a host binds its own (hostsdk, and
 // aip-sidecar for a local connector): what ValidateShape checks, a
-// manifest_version of manifestVersions, and every capability with a
+// manifest_version of manifestVersions, every capability with a
 // contract that declares its side effects (an empty side_effects list
-// reads as "may write" too). AIP leaves the contract optional, but a host
+// reads as "may write" too), and every channel ID one CheckChannelID
+// takes: a host could never deliver an event on another, and its
+// connector would learn so only when its first event was refused. AIP
+// bounds a channel ID only in length, so that rule is a host's too, not
+// ValidateShape's. AIP leaves the contract optional, but a host
 // decides by it
 // what an action cut off by a crash, or answered with something unusable,
 // becomes: only a capability whose side_effects say it only reads
@@ -303,6 +308,39 @@ func (m *Manifest) Validate() error {
 		}
 		if len(c.Contract.SideEffects) == 0 {
 			return fmt.Errorf("capability %s contract: side_effects is empty; declare what the capability does ([\"read\"] for one that changes nothing)", c.ID)
+		}
+	}
+	for i, raw := range m.Channels {
+		if err := checkChannelIDs(raw); err != nil {
+			return fmt.Errorf("channels[%d]%w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkChannelIDs checks with CheckChannelID the channel IDs a channel
+// entry of a shape checkChannel takes declares: the string, or the
+// object's "id" and "channel_id". The error starts with the member that
+// names it (.id, .channel_id, or nothing for a string) and a colon.
+func checkChannelIDs(raw json.RawMessage) error {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		if err := CheckChannelID(id); err != nil {
+			return fmt.Errorf(": %w", err)
+		}
+		return nil
+	}
+	var o map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return fmt.Errorf(" is not a channel entry: %w", err) // checkChannel refused it first
+	}
+	for _, k := range []string{"id", "channel_id"} {
+		var id string
+		if json.Unmarshal(o[k], &id) != nil {
+			continue
+		}
+		if err := CheckChannelID(id); err != nil {
+			return fmt.Errorf(".%s: %w", k, err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package aip
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -183,5 +184,77 @@ func TestManifestChannelShapes(t *testing.T) {
 	}
 	if err := m.Validate(); err != nil {
 		t.Errorf("channels %s: Validate = %v; want them accepted", m.Channels, err)
+	}
+}
+
+// TestManifestChannelIDs: a channel the fleet's event log cannot store (a
+// control character, an invisible formatting character, white space at
+// either end, more than 256 bytes) passed Validate, so a host started
+// with it and its connector learned so only when Publish refused the first
+// event (or, for a formatting character, when the event log refused every
+// delivery of a batch already in the outbox). Validate, every host's check
+// of its manifest, refuses it naming the entry, the character and what a
+// channel ID may be; ValidateShape, AIP's own rules (which bound a channel
+// ID only in length, and only for publishing), still takes it.
+func TestManifestChannelIDs(t *testing.T) {
+	rule := "; a channel ID is 1 to 256 bytes of UTF-8 text without control characters, invisible formatting characters (Unicode Cf) or white space at either end (spaces inside are fine), as the fleet's event log stores it; rename the channel"
+	long := strings.Repeat("a", 257)
+	for _, c := range []struct{ raw, want string }{
+		{`"tab\tname"`, `channels[1]: channel ID "tab\tname" holds the control character '\t' (U+0009) at byte 3`},
+		{`"bell\u0007"`, `channels[1]: channel ID "bell\a" holds the control character '\a' (U+0007) at byte 4`},
+		{`"del\u007f"`, `channels[1]: channel ID "del\x7f" holds the control character '\x7f' (U+007F) at byte 3`},
+		{`"nl\n"`, `channels[1]: channel ID "nl\n" ends with the white space '\n' (U+000A) at byte 2`},
+		{`" padded"`, `channels[1]: channel ID " padded" starts with the white space ' ' (U+0020) at byte 0`},
+		{`"padded "`, `channels[1]: channel ID "padded " ends with the white space ' ' (U+0020) at byte 6`},
+		{`"nbsp\u00a0"`, `channels[1]: channel ID "nbsp\u00a0" ends with the white space '\u00a0' (U+00A0) at byte 4`},
+		{`"\u2028line"`, `channels[1]: channel ID "\u2028line" starts with the white space '\u2028' (U+2028) at byte 0`},
+		{`"zw\u200bsp"`, `channels[1]: channel ID "zw\u200bsp" holds the invisible formatting character '\u200b' (U+200B) at byte 2`},
+		{`"\ufeffbom"`, `channels[1]: channel ID "\ufeffbom" holds the invisible formatting character '\ufeff' (U+FEFF) at byte 0`},
+		{`{"id":"rtl\u202eevil","direction":"inbound"}`, `channels[1].id: channel ID "rtl\u202eevil" holds the invisible formatting character '\u202e' (U+202E) at byte 3`},
+		{`{"id":"ok","channel_id":"ok\r"}`, `channels[1].channel_id: channel ID "ok\r" ends with the white space '\r' (U+000D) at byte 2`},
+		{`"` + long + `"`, `channels[1]: channel ID "` + long[:64] + `"... is 257 bytes`},
+	} {
+		m := testManifest()
+		m.Channels = []json.RawMessage{json.RawMessage(`"ok.channel"`), json.RawMessage(c.raw)}
+		if err := m.Validate(); err == nil || err.Error() != c.want+rule {
+			t.Errorf("channel %s: Validate = %v\nwant %s", c.raw, err, c.want+rule)
+		}
+		if err := m.ValidateShape(); err != nil {
+			t.Errorf("channel %s: ValidateShape = %v; want it accepted (AIP's own rules)", c.raw, err)
+		}
+	}
+	m := testManifest()
+	for _, raw := range []string{`"tickets changes"`, `"Bücher.änderungen"`, `"チャンネル"`, `"` + long[:256] + `"`, `{"id":"a b","channel_id":"c.d"}`} {
+		m.Channels = append(m.Channels, json.RawMessage(raw))
+	}
+	if err := m.Validate(); err != nil {
+		t.Errorf("channels %s: Validate = %v; want them accepted", m.Channels, err)
+	}
+}
+
+// TestCheckChannelID: what JSON cannot carry into a manifest's channel (a
+// byte that is not UTF-8) or a manifest entry checkChannel refuses first
+// (an empty ID), CheckChannelID refuses too, as Publish is given it; every
+// refusal matches ErrInvalidID.
+func TestCheckChannelID(t *testing.T) {
+	rule := "; a channel ID is 1 to 256 bytes of UTF-8 text without control characters, invisible formatting characters (Unicode Cf) or white space at either end (spaces inside are fine), as the fleet's event log stores it; rename the channel"
+	for id, want := range map[string]string{
+		"":          `channel ID is empty`,
+		"a\xffb":    `channel ID "a\xffb" holds the byte 0xFF at byte 1, which is not UTF-8`,
+		"nul\x00":   `channel ID "nul\x00" holds the control character '\x00' (U+0000) at byte 3`,
+		"\u00adshy": `channel ID "\u00adshy" holds the invisible formatting character '\u00ad' (U+00AD) at byte 0`,
+	} {
+		err := CheckChannelID(id)
+		if err == nil || err.Error() != want+rule {
+			t.Errorf("CheckChannelID(%q) = %v\nwant %s", id, err, want+rule)
+		}
+		if !errors.Is(err, ErrInvalidID) {
+			t.Errorf("CheckChannelID(%q) = %v; want it to match ErrInvalidID", id, err)
+		}
+	}
+	for _, id := range []string{"a", "tickets.changes", "a b", "cal-diy-webhooks", strings.Repeat("é", 128)} {
+		if err := CheckChannelID(id); err != nil {
+			t.Errorf("CheckChannelID(%q) = %v; want it accepted", id, err)
+		}
 	}
 }

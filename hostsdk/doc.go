@@ -458,9 +458,12 @@
 // gauge aip_connector_host_events_pending is the outbox's batches. Without
 // an event endpoint, batches stay in the outbox (counted in /ready), a
 // connector whose manifest declares channels gets a startup warning, and
-// publication is refused once 10000 batches wait. Publish refuses at once
-// what the fleet's event ingress would refuse (a malformed event ID, a
-// kind or data holding NUL, data that is not an object or holds a number
+// publication is refused once 10000 batches wait. A manifest declaring a
+// channel the fleet's event log cannot store (aip.CheckChannelID: more
+// than 256 bytes, a control or invisible formatting character, white
+// space at either end) fails the bootstrap's bind_manifest step. Publish
+// refuses at once what the fleet's event ingress would refuse (such a
+// channel ID, a malformed event ID, a kind or data holding NUL, data that is not an object or holds a number
 // beyond a double's range, occurred_at more than aip.MaxEnvelopeSkew
 // ahead), so no batch waits that can never go.
 // An event the provider may deliver more than once (a retried webhook)

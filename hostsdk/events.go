@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -62,7 +61,8 @@ func (p *EventPublisher) State() *State { return p.h.state }
 // the delivery, so the fleet stores it once) and events without occurred_at
 // get the current time; a provider-supplied actor
 // moves to data.upstream_actor. Identical batches are stored once. A batch
-// the fleet's event ingress would refuse (an event ID twice, data that sets
+// the fleet's event ingress would refuse (a channel ID aip.CheckChannelID
+// refuses, an event ID twice, data that sets
 // aip_connector, which the dispatcher stamps, a NUL in an event's kind, IDs
 // or data, data nesting deeper than MaxEventDataDepth, a number in data
 // beyond a double's range, ...) is refused here, not left in the outbox. It returns the
@@ -76,17 +76,16 @@ func (p *EventPublisher) Publish(ctx context.Context, channelID string, events .
 	if !h.ready() {
 		return "", fmt.Errorf("%w: events on %s are not accepted now", ErrNotServing, channelID)
 	}
-	if channelID == "" || len(channelID) > MaxChannelIDBytes {
-		return "", invalidEvents("hostsdk: channel ID must be 1 to %d bytes", MaxChannelIDBytes)
+	// The fleet's event log stores the channel IDs aip.CheckChannelID
+	// takes, and no other: a batch on another channel could never be
+	// delivered. Every channel the manifest declares is one
+	// (aip.Manifest.Validate refused the manifest at bootstrap otherwise),
+	// so this says what is wrong with a channel ID that is not.
+	if err := aip.CheckChannelID(channelID); err != nil {
+		return "", invalidEvents("hostsdk: %w", err)
 	}
 	if !h.channels[channelID] {
 		return "", invalidEvents("hostsdk: channel %q is not declared in the manifest's channels", channelID)
-	}
-	// The fleet's event log takes channel IDs of printable UTF-8 without
-	// leading or trailing spaces: a batch on another channel could never
-	// be delivered.
-	if !utf8.ValidString(channelID) || strings.TrimSpace(channelID) != channelID || strings.IndexFunc(channelID, unicode.IsControl) >= 0 {
-		return "", invalidEvents("hostsdk: channel %q cannot be delivered: the fleet's event log takes channel IDs of UTF-8 text without control characters or leading or trailing spaces; rename it in the manifest", channelID)
 	}
 	if len(events) == 0 || len(events) > MaxEventsPerBatch {
 		return "", invalidEvents("hostsdk: a batch holds 1 to %d events, got %d", MaxEventsPerBatch, len(events))

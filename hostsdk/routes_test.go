@@ -123,30 +123,73 @@ func (c *publisherConnector) Routes(_ context.Context, rc *hostsdk.RouteContext)
 	return nil, nil
 }
 
-// oddChannels declares channels the fleet's event log cannot take.
-type oddChannels struct{ *publisherConnector }
+// oddChannels declares, beside the test connector's channels, channel,
+// which the fleet's event log cannot take.
+type oddChannels struct {
+	*publisherConnector
+	channel json.RawMessage
+}
 
 func (c oddChannels) Manifest(ctx context.Context, tenant hostsdk.TenantContext) (*aip.Manifest, error) {
 	m, err := c.publisherConnector.Manifest(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	m.Channels = append(m.Channels, json.RawMessage(`" padded "`), json.RawMessage(`"tab\tname"`))
+	m.Channels = append(m.Channels, c.channel)
 	return m, nil
 }
 
-// A channel the manifest declares but the fleet's event log cannot take
-// (spaces around it, a control character) is refused at Publish: its
-// batches could never be delivered.
-func TestPublishRefusesUndeliverableChannels(t *testing.T) {
+// channelIDRule is what aip.CheckChannelID's refusals say a channel ID
+// may be.
+const channelIDRule = "; a channel ID is 1 to 256 bytes of UTF-8 text without control characters, invisible formatting characters (Unicode Cf) or white space at either end (spaces inside are fine), as the fleet's event log stores it; rename the channel"
+
+// TestHostRefusesUndeliverableChannels: a manifest declaring a channel
+// the fleet's event log cannot take (white space at either end, a control
+// character, an invisible formatting character) started a host, whose
+// connector learned of it only when Publish refused its first event on
+// it, or, for a formatting character, never: Publish stored the batch and
+// the event log refused every delivery of it. The host now refuses to
+// start, naming the channel, the character and what a channel ID may be.
+func TestHostRefusesUndeliverableChannels(t *testing.T) {
+	for _, c := range []struct{ channel, want string }{
+		{`" padded "`, `manifest: channels[1]: channel ID " padded " starts with the white space ' ' (U+0020) at byte 0` + channelIDRule},
+		{`"tab\tname"`, `manifest: channels[1]: channel ID "tab\tname" holds the control character '\t' (U+0009) at byte 3` + channelIDRule},
+		{`{"id":"zero\u200bwidth"}`, `manifest: channels[1].id: channel ID "zero\u200bwidth" holds the invisible formatting character '\u200b' (U+200B) at byte 4` + channelIDRule},
+	} {
+		t.Run(c.channel, func(t *testing.T) {
+			f := newFleet(t)
+			conn := oddChannels{&publisherConnector{newTestConnector(), make(chan *hostsdk.EventPublisher, 1)}, json.RawMessage(c.channel)}
+			err := startErr(t, f, conn)
+			var be *hostsdk.BindManifestError
+			if !errors.As(err, &be) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Start = %v\nwant a *BindManifestError saying %s", err, c.want)
+			}
+			if got := ops(f.cp); len(got) != 0 {
+				t.Errorf("control plane saw %v from a host that refused its manifest", got)
+			}
+		})
+	}
+}
+
+// TestPublishNamesWhatIsWrongWithAChannelID: Publish on a channel ID the
+// fleet's event log cannot take (no manifest declares one now) says what
+// is wrong with it, as the manifest's check does, rather than only that
+// it is not declared.
+func TestPublishNamesWhatIsWrongWithAChannelID(t *testing.T) {
 	f := newFleet(t)
-	c := oddChannels{&publisherConnector{newTestConnector(), make(chan *hostsdk.EventPublisher, 1)}}
+	c := &publisherConnector{newTestConnector(), make(chan *hostsdk.EventPublisher, 1)}
 	f.start(t, c)
 	pub := <-c.pub
-	for _, ch := range []string{" padded ", "tab\tname"} {
-		if _, err := pub.Publish(context.Background(), ch, aip.Event{Kind: "k"}); err == nil || !strings.Contains(err.Error(), "cannot be delivered") ||
-			!errors.Is(err, hostsdk.ErrInvalidEvents) {
-			t.Errorf("Publish on %q = %v, want an ErrInvalidEvents refusal saying it cannot be delivered", ch, err)
+	for ch, want := range map[string]string{
+		"test.events\u200b":      `hostsdk: channel ID "test.events\u200b" holds the invisible formatting character '\u200b' (U+200B) at byte 11` + channelIDRule,
+		"test.events ":           `hostsdk: channel ID "test.events " ends with the white space ' ' (U+0020) at byte 11` + channelIDRule,
+		"":                       `hostsdk: channel ID is empty` + channelIDRule,
+		strings.Repeat("a", 257): `hostsdk: channel ID "` + strings.Repeat("a", 64) + `"... is 257 bytes` + channelIDRule,
+		"test.events.undeclared": `hostsdk: channel "test.events.undeclared" is not declared in the manifest's channels`,
+	} {
+		_, err := pub.Publish(context.Background(), ch, aip.Event{Kind: "k"})
+		if err == nil || err.Error() != want || !errors.Is(err, hostsdk.ErrInvalidEvents) {
+			t.Errorf("Publish on %q = %v\nwant an ErrInvalidEvents refusal %s", ch, err, want)
 		}
 	}
 	if _, err := pub.Publish(context.Background(), "test.events", aip.Event{Kind: "k"}); err != nil {

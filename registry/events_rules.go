@@ -137,6 +137,10 @@ func (b *EventBatch) validate(keep func(StoredRule, error)) error {
 		}
 		return broken(RuleFormatCharacter, checkFormatChars(record, id, field, v))
 	}
+	// A host holds the channels of its manifest, and every Publish, to
+	// aip.CheckChannelID, which takes the channel IDs ident takes
+	// (TestEventLogTakesTheChannelIDsAHostPublishes): change both or
+	// neither.
 	for _, f := range []struct{ name, v string }{
 		{"tenant_id", b.TenantID}, {"instance_id", b.InstanceID}, {"replica_id", b.ReplicaID}, {"channel_id", b.ChannelID},
 	} {

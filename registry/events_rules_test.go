@@ -170,3 +170,25 @@ func TestValidateStored(t *testing.T) {
 		}
 	}
 }
+
+// TestEventLogTakesTheChannelIDsAHostPublishes: aip.CheckChannelID is the
+// rule a host holds the channels of its manifest (aip.Manifest.Validate)
+// and every Publish to; a channel it takes that the event log refused
+// would fill a host's outbox with batches never delivered, and one it
+// refuses that the log takes would refuse a connector for nothing. Both
+// answer alike for every ID here.
+func TestEventLogTakesTheChannelIDsAHostPublishes(t *testing.T) {
+	at := aip.At(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, id := range []string{
+		"c", "tickets.changes", "a b", "Bücher.änderungen", "チャンネル", strings.Repeat("a", 256), strings.Repeat("é", 128),
+		"", strings.Repeat("a", 257), " c", "c ", "\tc", "c\n", "c\u00a0", "\u2028c", "c\u3000", "a\x00b", "a\x07b", "a\tb", "a\x7fb", "a\u0085b",
+		"a\u200bb", "a\u200cb", "\ufeffc", "a\u202eb", "a\u00adb", "a\xffb",
+	} {
+		b := registry.EventBatch{TenantID: "t", InstanceID: "cinst_a", ReplicaID: "crep_1", VersionID: "cver_1", ChannelID: id,
+			Events: []aip.Event{{ID: "evt_1", Kind: "k", OccurredAt: at, Data: json.RawMessage(`{}`)}}}
+		logErr, hostErr := b.Validate(), aip.CheckChannelID(id)
+		if (logErr == nil) != (hostErr == nil) {
+			t.Errorf("channel %q: the event log answers %v, aip.CheckChannelID %v; want both to take it or both to refuse it", id, logErr, hostErr)
+		}
+	}
+}
