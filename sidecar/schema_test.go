@@ -172,9 +172,17 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 		"compensation with an unknown member": edit(func(m map[string]any) {
 			contract(m)["compensation"] = map[string]any{"mode": "supported", "requires_approval": false, "undo": "x"}
 		}),
-		"unknown manifest_version":      edit(func(m map[string]any) { m["manifest_version"] = "aip-manifest/v2" }),
-		"channel that is a number":      edit(func(m map[string]any) { m["channels"] = []any{42} }),
-		"channel object without an id":  edit(func(m map[string]any) { m["channels"] = []any{map[string]any{"description": "x"}} }),
+		"unknown manifest_version":         edit(func(m map[string]any) { m["manifest_version"] = "aip-manifest/v2" }),
+		"channel that is a number":         edit(func(m map[string]any) { m["channels"] = []any{42} }),
+		"channel object without an id":     edit(func(m map[string]any) { m["channels"] = []any{map[string]any{"description": "x"}} }),
+		"channel with a trailing space":    edit(func(m map[string]any) { m["channels"] = []any{"notes.changes "} }),
+		"channel with a control character": edit(func(m map[string]any) { m["channels"] = []any{"notes\tchanges"} }),
+		"channel id with a formatting character": edit(func(m map[string]any) {
+			m["channels"] = []any{map[string]any{"id": "notes\u200bchanges"}}
+		}),
+		"channel_id with a leading no-break space": edit(func(m map[string]any) {
+			m["channels"] = []any{map[string]any{"channel_id": "\u00a0notes"}}
+		}),
 		"contract with no side effects": edit(func(m map[string]any) { contract(m)["side_effects"] = []any{} }),
 		"capability without a contract": edit(func(m map[string]any) {
 			delete(m["capabilities"].([]any)[0].(map[string]any), "contract")
@@ -205,6 +213,7 @@ func TestManifestSchemaRefusesWhatTheSidecarRefuses(t *testing.T) {
 		c["sla"] = map[string]any{"expected_latency_ms": 5, "timeout_ms": 10, "async_expected": false, "max_queue_delay_ms": 1, "availability_target": 0.999}
 		c["transaction"] = map[string]any{"supported_modes": []string{"execute", "dry_run"}, "requires_plan_before_commit": false, "dry_run_fidelity": "exact"}
 		c["compensation"] = map[string]any{"mode": "supported", "compensation_capability_id": "echo.undo", "compensation_window_ms": 60000, "requires_approval": true}
+		m["channels"] = append(m["channels"].([]any), "notes changes", map[string]any{"id": "Bücher.änderungen", "channel_id": "x"}, "n")
 	})
 	var m aip.Manifest
 	if err := aip.DecodeStrict(full, &m); err != nil {
