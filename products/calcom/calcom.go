@@ -73,15 +73,15 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	if err != nil {
 		return nil, err
 	}
-	token, err := provider.ReadSecret("--"+flagBearerTokenFile+" (AIP_CAL_DIY_BEARER_TOKEN_FILE)", v[flagBearerTokenFile])
+	token, err := provider.ReadSecret("--"+flagBearerTokenFile+" (AIP_CAL_DIY_BEARER_TOKEN_FILE)", v[flagBearerTokenFile], logger)
 	if err != nil {
 		return nil, err
 	}
-	secrets, err := parseWebhookSecrets(flagWebhookSecrets, "AIP_CAL_DIY_WEBHOOK_SECRET_FILES", v[flagWebhookSecrets])
+	secrets, err := parseWebhookSecrets(flagWebhookSecrets, "AIP_CAL_DIY_WEBHOOK_SECRET_FILES", v[flagWebhookSecrets], logger)
 	if err != nil {
 		return nil, err
 	}
-	previous, err := parseWebhookSecrets(flagPreviousWebhookSecrets, "AIP_CAL_DIY_WEBHOOK_PREVIOUS_SECRET_FILES", v[flagPreviousWebhookSecrets])
+	previous, err := parseWebhookSecrets(flagPreviousWebhookSecrets, "AIP_CAL_DIY_WEBHOOK_PREVIOUS_SECRET_FILES", v[flagPreviousWebhookSecrets], logger)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 // parseWebhookSecrets reads --cal-diy-webhook-secret-files (an empty
 // value is no webhook route) or --cal-diy-webhook-previous-secret-files,
 // named flag and env.
-func parseWebhookSecrets(flag, env, raw string) (map[string]provider.Secret, error) {
+func parseWebhookSecrets(flag, env, raw string, logger *slog.Logger) (map[string]provider.Secret, error) {
 	what := "--" + flag + " (" + env + ")"
 	if strings.TrimSpace(raw) == "" {
 		return nil, nil
@@ -124,7 +124,7 @@ func parseWebhookSecrets(flag, env, raw string) (map[string]provider.Secret, err
 		if len(out) == MaxWebhookSubscriptions {
 			return nil, fmt.Errorf("%s: more than %d subscriptions", what, MaxWebhookSubscriptions)
 		}
-		s, err := provider.ReadSecret(fmt.Sprintf("%s: subscription %s", what, id), file)
+		s, err := provider.ReadSecret(fmt.Sprintf("%s: subscription %s", what, id), file, logger)
 		if err != nil {
 			return nil, err
 		}
@@ -207,8 +207,10 @@ func New(cfg Config) (*Connector, error) {
 	token := cfg.Token
 	// The signing secrets webhook creates and updates send in their
 	// bodies are credentials too: an error quoting an echoed body
-	// redacts them like the API key.
-	secrets := make([]provider.Secret, 0, len(cfg.WebhookSecrets)+len(cfg.PreviousWebhookSecrets))
+	// redacts them like the API key, which is listed for the client to
+	// re-read it when Cal.diy refuses it (provider.Config.Secrets).
+	secrets := make([]provider.Secret, 0, 1+len(cfg.WebhookSecrets)+len(cfg.PreviousWebhookSecrets))
+	secrets = append(secrets, token)
 	for _, s := range cfg.WebhookSecrets {
 		secrets = append(secrets, s)
 	}

@@ -96,16 +96,16 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	if v[flagTokenFile] == "" {
 		return nil, fmt.Errorf("--%s (AIP_CHATWOOT_API_TOKEN_FILE): no file given; point it at an owner-only file holding the api_access_token", flagTokenFile)
 	}
-	if cfg.Token, err = provider.ReadSecret("--"+flagTokenFile+" (AIP_CHATWOOT_API_TOKEN_FILE)", v[flagTokenFile]); err != nil {
+	if cfg.Token, err = provider.ReadSecret("--"+flagTokenFile+" (AIP_CHATWOOT_API_TOKEN_FILE)", v[flagTokenFile], logger); err != nil {
 		return nil, err
 	}
 	if p := v[flagWebhookSecret]; p != "" {
-		if cfg.WebhookSecret, err = provider.ReadSecret("--"+flagWebhookSecret+" (AIP_CHATWOOT_WEBHOOK_SECRET_FILE)", p); err != nil {
+		if cfg.WebhookSecret, err = provider.ReadSecret("--"+flagWebhookSecret+" (AIP_CHATWOOT_WEBHOOK_SECRET_FILE)", p, logger); err != nil {
 			return nil, err
 		}
 	}
 	if p := v[flagPreviousWebhookSecret]; p != "" {
-		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+flagPreviousWebhookSecret+" (AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE)", p); err != nil {
+		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+flagPreviousWebhookSecret+" (AIP_CHATWOOT_WEBHOOK_PREVIOUS_SECRET_FILE)", p, logger); err != nil {
 			return nil, err
 		}
 	}
@@ -247,7 +247,8 @@ func New(cfg Config) (*Connector, error) {
 	client, err := provider.New(provider.Config{
 		Product: "chatwoot", BaseURL: cfg.BaseURL, MaxResponseBytes: cfg.MaxResponseBytes,
 		Timeout: Timeout, UserAgent: "aipfleet-chatwoot/1", Transport: cfg.Transport,
-		Auth: func(r *http.Request) { r.Header.Set("api_access_token", token.Reveal()) },
+		Auth:    func(r *http.Request) { r.Header.Set("api_access_token", token.Reveal()) },
+		Secrets: []provider.Secret{token},
 	})
 	if err != nil {
 		return nil, err

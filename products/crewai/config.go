@@ -101,12 +101,12 @@ func newFromSettings(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk
 	if poll == 0 {
 		poll = DefaultPollInterval
 	}
-	crews, err := loadCrews(values[FlagCrewsFile], maxBytes, nil)
-	if err != nil {
-		return nil, err
-	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	crews, err := loadCrews(values[FlagCrewsFile], maxBytes, nil, logger)
+	if err != nil {
+		return nil, err
 	}
 	c := newConnector(crews, poll, logger)
 	if budget := values.Millis(FlagOutageBudget); budget != 0 {
@@ -116,8 +116,10 @@ func newFromSettings(values hostsdk.SettingValues, logger *slog.Logger) (hostsdk
 }
 
 // loadCrews reads and checks the crews file and each crew's token, and
-// builds a provider client per crew (over transport when not nil).
-func loadCrews(path string, maxResponseBytes int64, transport http.RoundTripper) ([]*crew, error) {
+// builds a provider client per crew (over transport when not nil). A
+// crew's token follows its file (provider.ReadSecret); a re-read that
+// fails is logged on logger (nil: discarded).
+func loadCrews(path string, maxResponseBytes int64, transport http.RoundTripper, logger *slog.Logger) ([]*crew, error) {
 	what := "--" + FlagCrewsFile + " (AIP_CREWAI_CREWS_FILE)"
 	entries, err := provider.ReadJSONList[crewEntry](what, path, MaxCrewsFileBytes, MaxCrews, "{id, base_url, token_file, description}")
 	if err != nil {
@@ -154,7 +156,7 @@ func loadCrews(path string, maxResponseBytes int64, transport http.RoundTripper)
 		if tokenPath != "" && !filepath.IsAbs(tokenPath) {
 			tokenPath = filepath.Join(filepath.Dir(path), tokenPath)
 		}
-		token, err := provider.ReadSecret(cwhat+" token_file", tokenPath)
+		token, err := provider.ReadSecret(cwhat+" token_file", tokenPath, logger)
 		if err != nil {
 			return nil, err
 		}
@@ -177,5 +179,6 @@ func newClient(base *url.URL, token provider.Secret, maxResponseBytes int64, tra
 		Auth: func(r *http.Request) {
 			r.Header.Set("Authorization", "Bearer "+token.Reveal())
 		},
+		Secrets: []provider.Secret{token},
 	})
 }

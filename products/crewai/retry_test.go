@@ -69,7 +69,7 @@ func TestRunWaitsForRetryAfterOfStatusReads(t *testing.T) {
 					}
 					_, _ = w.Write([]byte(`{"status":"completed","result":{"output":"done"}}`))
 				})
-				crews, err := loadCrews(writeCrews(t, "http://127.0.0.1:1", "amp-token"), DefaultMaxResponseBytes, handlerTransport{h})
+				crews, err := loadCrews(writeCrews(t, "http://127.0.0.1:1", "amp-token"), DefaultMaxResponseBytes, handlerTransport{h}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -150,7 +150,7 @@ func (m *outageAMP) gaps() []time.Duration {
 // outage budget, against an AMP whose status reads fail for outage.
 func waitThrough(t *testing.T, amp *outageAMP) (*aip.ActionResult, time.Duration, error) {
 	t.Helper()
-	crews, err := loadCrews(writeCrews(t, "http://127.0.0.1:1", "amp-token"), DefaultMaxResponseBytes, amp)
+	crews, err := loadCrews(writeCrews(t, "http://127.0.0.1:1", "amp-token"), DefaultMaxResponseBytes, amp, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,7 +181,8 @@ func New(cfg Config) (*Connector, error) {
 		return provider.New(provider.Config{
 			Product: "dify", BaseURL: base, MaxResponseBytes: cfg.MaxResponseBytes,
 			UserAgent: userAgent, Transport: cfg.Transport,
-			Auth: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+key.Reveal()) },
+			Auth:    func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+key.Reveal()) },
+			Secrets: []provider.Secret{key},
 		})
 	}
 	if cfg.AppsFile != "" {
@@ -201,7 +202,7 @@ func New(cfg Config) (*Connector, error) {
 			if _, dup := c.apps[e.ID]; dup {
 				return nil, fmt.Errorf("%s: id %q is listed twice; app ids must be unique", what, e.ID)
 			}
-			key, err := provider.ReadSecret(fmt.Sprintf("%s (%s) api_key_file", what, e.ID), e.APIKeyFile)
+			key, err := provider.ReadSecret(fmt.Sprintf("%s (%s) api_key_file", what, e.ID), e.APIKeyFile, cfg.Logger)
 			if err != nil {
 				return nil, err
 			}
@@ -227,7 +228,7 @@ func New(cfg Config) (*Connector, error) {
 			if _, dup := c.datasets[e.ID]; dup {
 				return nil, fmt.Errorf("%s: id %q is listed twice; knowledge ids must be unique", what, e.ID)
 			}
-			key, err := provider.ReadSecret(fmt.Sprintf("%s (%s) api_key_file", what, e.ID), e.APIKeyFile)
+			key, err := provider.ReadSecret(fmt.Sprintf("%s (%s) api_key_file", what, e.ID), e.APIKeyFile, cfg.Logger)
 			if err != nil {
 				return nil, err
 			}

@@ -183,7 +183,7 @@ func New(cfg Config) (*Connector, error) {
 		}
 		var key provider.Secret
 		if e.APIKeyFile != "" {
-			if key, err = provider.ReadSecret(at+" api_key_file", e.APIKeyFile); err != nil {
+			if key, err = provider.ReadSecret(at+" api_key_file", e.APIKeyFile, cfg.Logger); err != nil {
 				return nil, err
 			}
 		} else {
@@ -196,7 +196,7 @@ func New(cfg Config) (*Connector, error) {
 		}
 		pc, err := provider.New(provider.Config{Product: "hermes-agent " + id, BaseURL: base,
 			MaxResponseBytes: cfg.MaxResponseBytes, Timeout: RequestTimeout, UserAgent: UserAgent,
-			Auth: auth, Transport: cfg.Transport})
+			Auth: auth, Secrets: []provider.Secret{key}, Transport: cfg.Transport})
 		if err != nil {
 			return nil, err
 		}

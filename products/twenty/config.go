@@ -134,16 +134,16 @@ func newFromSettings(v hostsdk.SettingValues, logger *slog.Logger) (hostsdk.Conn
 	if cfg.WorkspaceID == "" {
 		return nil, fmt.Errorf("--%s (AIP_TWENTY_WORKSPACE_ID): no workspace ID given; set it to the workspace's UUID", FlagWorkspaceID)
 	}
-	if cfg.Token, err = provider.ReadSecret("--"+FlagAPITokenFile+" (AIP_TWENTY_API_TOKEN_FILE)", v[FlagAPITokenFile]); err != nil {
+	if cfg.Token, err = provider.ReadSecret("--"+FlagAPITokenFile+" (AIP_TWENTY_API_TOKEN_FILE)", v[FlagAPITokenFile], logger); err != nil {
 		return nil, err
 	}
 	if f := v[FlagWebhookSecretFile]; f != "" {
-		if cfg.WebhookSecret, err = provider.ReadSecret("--"+FlagWebhookSecretFile+" (AIP_TWENTY_WEBHOOK_SECRET_FILE)", f); err != nil {
+		if cfg.WebhookSecret, err = provider.ReadSecret("--"+FlagWebhookSecretFile+" (AIP_TWENTY_WEBHOOK_SECRET_FILE)", f, logger); err != nil {
 			return nil, err
 		}
 	}
 	if f := v[FlagPreviousWebhookSecretFile]; f != "" {
-		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+FlagPreviousWebhookSecretFile+" (AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE)", f); err != nil {
+		if cfg.PreviousWebhookSecret, err = provider.ReadSecret("--"+FlagPreviousWebhookSecretFile+" (AIP_TWENTY_WEBHOOK_PREVIOUS_SECRET_FILE)", f, logger); err != nil {
 			return nil, err
 		}
 	}

@@ -157,8 +157,11 @@ func New(cfg Config) (*Connector, error) {
 		Timeout:          Timeout,
 		UserAgent:        "aipfleet-twenty",
 		// api.mdx, "Authentication": Authorization: Bearer YOUR_API_KEY.
-		// The client never lets net/http resend a mutation.
+		// The client never lets net/http resend a mutation; it sends one
+		// again only when Twenty refused it 401 or 403 and the key's file
+		// changed (provider.Config.Secrets).
 		Auth:      func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token.Reveal()) },
+		Secrets:   []provider.Secret{token},
 		Transport: rt,
 	})
 	if err != nil {

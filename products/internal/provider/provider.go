@@ -5,10 +5,13 @@
 // location), accepts plain http only for loopback origins unless the
 // adapter allows it explicitly, reads at most MaxResponseBytes of a
 // response, and sends credentials only through the Auth function it is
-// given (Config.Secrets names the others an adapter puts in a request,
-// such as a webhook signing secret in a body). Every credential it knows
+// given (Config.Secrets names them, and the others an adapter puts in a
+// request, such as a webhook signing secret in a body). Every credential it knows
 // of is redacted from the provider text its errors quote. Secrets are
-// held as Secret, which never prints. It never lets
+// held as Secret, which never prints; one read with ReadSecret follows
+// its file, so that a credential an operator rotates is used without a
+// restart, and a request the provider refuses 401 or 403 is sent once
+// more when a credential of Config.Secrets changed. It never lets
 // net/http resend a request whose method may change the provider (see
 // neverResent): net/http would, after a dropped keep-alive connection, for
 // any request carrying an Idempotency-Key header.
@@ -46,8 +49,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
-	"unicode"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -60,44 +63,6 @@ const (
 	// MaxSecretBytes bounds a credential file.
 	MaxSecretBytes = aip.MaxSecretFileBytes
 )
-
-// Secret is a credential. It prints as [redacted] in every format, so it
-// can sit in a config struct that gets logged.
-type Secret struct{ v string }
-
-// NewSecret wraps a credential value.
-func NewSecret(v string) Secret { return Secret{v} }
-
-// Reveal returns the credential, for the one place that sends it.
-func (s Secret) Reveal() string { return s.v }
-
-// Empty reports whether no credential is set.
-func (s Secret) Empty() bool { return s.v == "" }
-
-func (s Secret) String() string   { return "[redacted]" }
-func (s Secret) GoString() string { return "provider.Secret([redacted])" }
-
-// MarshalJSON keeps a secret out of any JSON.
-func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
-
-// ReadSecret reads a credential file: owner-only, a regular file, 1 to
-// 16 KiB, surrounding whitespace removed, and no whitespace or control
-// characters inside. what names the setting in errors ("--chatwoot-token-file").
-func ReadSecret(what, path string) (Secret, error) {
-	if path == "" {
-		return Secret{}, fmt.Errorf("%s: no file given; point it at an owner-only file holding the credential", what)
-	}
-	b, err := aip.ReadSecretFile(path, MaxSecretBytes)
-	if err != nil {
-		return Secret{}, fmt.Errorf("%s: %w", what, err)
-	}
-	for _, r := range string(b) {
-		if unicode.IsSpace(r) || unicode.IsControl(r) {
-			return Secret{}, fmt.Errorf("%s: %s holds whitespace or a control character inside the credential; it must hold the credential alone", what, path)
-		}
-	}
-	return Secret{string(b)}, nil
-}
 
 // ParseBaseURL checks a provider base URL: http or https, a host, no user
 // information, query or fragment. With allowPath false only an origin is
@@ -161,10 +126,16 @@ type Config struct {
 	UserAgent string
 	// Auth adds the credentials to a request.
 	Auth func(*http.Request)
-	// Secrets are credentials the client may send other than through
-	// Auth (a webhook signing secret in a request body): like Auth's,
-	// they are redacted from every error message (values shorter than 4
-	// bytes are left out, as for Auth).
+	// Secrets are the credentials the client may send: those Auth
+	// sends, and others (a webhook signing secret in a request body).
+	// Like the values Auth sends, they are redacted from every error
+	// message (values shorter than 4 bytes are left out), the values
+	// they held before a change too. When the provider answers a request
+	// 401 or 403, the client re-checks their files (Secret.Refresh) and,
+	// when one of them changed since the request was built, sends the
+	// request once more: an operator rotated the credential (see
+	// ReadSecret) and the provider no longer takes the one sent. So an
+	// adapter lists here the Secret its Auth sends.
 	Secrets []Secret
 	// Transport is the round tripper (nil: a clone of
 	// http.DefaultTransport).
@@ -175,9 +146,12 @@ type Config struct {
 type Client struct {
 	cfg  Config
 	http *http.Client
-	// creds are the values Auth sends and Config.Secrets, redacted from
-	// error messages (a provider or a proxy may echo them in an error
-	// body), longest first.
+
+	credMu sync.Mutex
+	// creds are the values Auth sends and Config.Secrets, now and before
+	// a rotation (see knownCredentials), redacted from error messages (a
+	// provider or a proxy may echo them in an error body), longest
+	// first. The slice is replaced, never changed in place.
 	creds []string
 }
 
@@ -284,8 +258,46 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Do sends req and returns the 2xx answer, or an *Error.
+// Do sends req and returns the 2xx answer, or an *Error. A request the
+// provider answers 401 or 403 is sent once more when one of
+// Config.Secrets changed meanwhile (see Config.Secrets).
 func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
+	gen := c.secretsGeneration()
+	resp, err := c.do(ctx, req)
+	if c.credentialsRotated(err, gen) {
+		resp, err = c.do(ctx, req)
+	}
+	return resp, err
+}
+
+// secretsGeneration sums the generations of Config.Secrets: it changes
+// when one of them takes a new value.
+func (c *Client) secretsGeneration() uint64 {
+	var n uint64
+	for _, s := range c.cfg.Secrets {
+		n += s.generation()
+	}
+	return n
+}
+
+// credentialsRotated reports whether err is the provider refusing a
+// request as unauthenticated or forbidden (401, 403) and one of
+// Config.Secrets changed since the request was built (their generation
+// was gen then), once their files are checked: the provider refused the
+// credential an operator has replaced, so the request, refused and so
+// not acted on, may be sent once more with the new one.
+func (c *Client) credentialsRotated(err error, gen uint64) bool {
+	var pe *Error
+	if !errors.As(err, &pe) || (pe.Status != http.StatusUnauthorized && pe.Status != http.StatusForbidden) {
+		return false
+	}
+	for _, s := range c.cfg.Secrets {
+		s.Refresh()
+	}
+	return c.secretsGeneration() != gen
+}
+
+func (c *Client) do(ctx context.Context, req Request) (*Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	hr, err := c.newRequest(ctx, req, "application/json")
@@ -317,7 +329,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Response, error) {
 // fail builds the *Error of req.
 func (c *Client) fail(req Request, status int, may bool, msg string, err error) *Error {
 	return &Error{Product: c.cfg.Product, Method: req.Method, Path: req.Path, Status: status,
-		Message: c.redact(msg), MayHaveApplied: may, Err: err}
+		Message: redact(c.knownCredentials(), msg), MayHaveApplied: may, Err: err}
 }
 
 // newRequest builds the HTTP request of req: the path appended to the
@@ -618,15 +630,16 @@ func (c *Client) Redacted(s string) string {
 	// first MaxMessageBytes: with at most MaxMessageBytes/len("[redacted]")
 	// redactions there, the text the clip keeps comes from the first
 	// MaxMessageBytes + (that many + 1) credential lengths of s.
+	creds := c.knownCredentials()
 	longest := 0
-	for _, cred := range c.creds {
+	for _, cred := range creds {
 		longest = max(longest, len(cred))
 	}
 	n := MaxMessageBytes + (MaxMessageBytes/len("[redacted]")+1)*longest
 	if len(s) <= n {
-		return clip(c.redact(s))
+		return clip(redact(creds, s))
 	}
-	out := clip(c.redact(s[:n]))
+	out := clip(redact(creds, s[:n]))
 	if !strings.HasSuffix(out, "…") {
 		out += "…"
 	}

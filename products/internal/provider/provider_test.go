@@ -68,7 +68,7 @@ func TestReadSecret(t *testing.T) {
 		}
 		return p
 	}
-	s, err := ReadSecret("--token-file", write("ok", "tok-123\n", 0o600))
+	s, err := ReadSecret("--token-file", write("ok", "tok-123\n", 0o600), nil)
 	if err != nil || s.Reveal() != "tok-123" {
 		t.Fatalf("ReadSecret = %q, %v", s.Reveal(), err)
 	}
@@ -86,7 +86,7 @@ func TestReadSecret(t *testing.T) {
 		{filepath.Join(dir, "missing"), "missing does not exist"},
 		{"", "no file given"},
 	} {
-		if _, err := ReadSecret("--token-file", tc.path); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--token-file: ") {
+		if _, err := ReadSecret("--token-file", tc.path, nil); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "--token-file: ") {
 			t.Errorf("ReadSecret(%s) = %v; want an error naming the setting and %q", tc.path, err, tc.want)
 		}
 	}

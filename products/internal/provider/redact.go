@@ -48,9 +48,46 @@ func credentials(auth func(*http.Request), secrets []Secret) []string {
 	return out
 }
 
-// redact replaces every credential in s with [redacted].
-func (c *Client) redact(s string) string {
-	for _, cred := range c.creds {
+// maxKnownCredentials bounds the credential values a client remembers
+// to redact: past it, those of earlier rotations are forgotten.
+const maxKnownCredentials = 64
+
+// knownCredentials returns the credentials to redact: the values Auth and
+// Config.Secrets give now, and those they gave before (a provider may
+// echo the credential it refused after a rotation), longest first.
+func (c *Client) knownCredentials() []string {
+	now := credentials(c.cfg.Auth, c.cfg.Secrets)
+	c.credMu.Lock()
+	defer c.credMu.Unlock()
+	if containsAll(c.creds, now) {
+		return c.creds
+	}
+	merged := slices.Clone(c.creds)
+	if len(merged)+len(now) > maxKnownCredentials {
+		merged = nil
+	}
+	for _, s := range now {
+		if !slices.Contains(merged, s) {
+			merged = append(merged, s)
+		}
+	}
+	slices.SortFunc(merged, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	c.creds = merged
+	return merged
+}
+
+func containsAll(have, want []string) bool {
+	for _, s := range want {
+		if !slices.Contains(have, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// redact replaces every credential of creds in s with [redacted].
+func redact(creds []string, s string) string {
+	for _, cred := range creds {
 		s = strings.ReplaceAll(s, cred, "[redacted]")
 	}
 	return s

@@ -50,7 +50,7 @@ type Stream struct {
 // the caller spends between reads does not count. With idle zero, ctx
 // must carry a deadline.
 func (c *Client) Stream(ctx context.Context, req Request, idle time.Duration) (*Stream, error) {
-	s, _, err := c.stream(ctx, req, idle, false)
+	s, _, err := c.streamOnce(ctx, req, idle, false)
 	return s, err
 }
 
@@ -62,7 +62,18 @@ func (c *Client) Stream(ctx context.Context, req Request, idle time.Duration) (*
 // stream's bounds (ctx and idle, not Config.Timeout). Any other 2xx
 // answer is an *Error, as for Stream.
 func (c *Client) StreamOrJSON(ctx context.Context, req Request, idle time.Duration) (*Stream, *Response, error) {
-	return c.stream(ctx, req, idle, true)
+	return c.streamOnce(ctx, req, idle, true)
+}
+
+// streamOnce is stream, sent once more when the provider answers 401 or
+// 403 and one of Config.Secrets changed meanwhile, as Do does.
+func (c *Client) streamOnce(ctx context.Context, req Request, idle time.Duration, orJSON bool) (*Stream, *Response, error) {
+	gen := c.secretsGeneration()
+	s, resp, err := c.stream(ctx, req, idle, orJSON)
+	if c.credentialsRotated(err, gen) {
+		s, resp, err = c.stream(ctx, req, idle, orJSON)
+	}
+	return s, resp, err
 }
 
 func (c *Client) stream(ctx context.Context, req Request, idle time.Duration, orJSON bool) (*Stream, *Response, error) {
