@@ -86,10 +86,10 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 		Window: ReplayWindow, Capacity: ReplayCapacity, EvictOldest: true}
 	secrets := make(map[string]*webhook.Secrets, len(c.cfg.WebhookSecrets))
 	for id, s := range c.cfg.WebhookSecrets {
-		secrets[id] = &webhook.Secrets{Current: []byte(s.Reveal()), PreviousSetting: "the " + id + " entry of --" + flagPreviousWebhookSecrets}
-		if p, ok := c.cfg.PreviousWebhookSecrets[id]; ok {
-			secrets[id].Previous = []byte(p.Reveal())
-		}
+		// A subscription without a previous secret gets the zero
+		// Secret, which is empty.
+		secrets[id] = &webhook.Secrets{Current: s, Previous: c.cfg.PreviousWebhookSecrets[id],
+			PreviousSetting: "the " + id + " entry of --" + flagPreviousWebhookSecrets}
 	}
 	return []hostsdk.Route{{Pattern: WebhookRoute, Handler: c.webhookHandler(rc, fence, secrets)}}, nil
 }

@@ -74,10 +74,8 @@ func (c *Connector) Routes(ctx context.Context, rc *hostsdk.RouteContext) ([]hos
 // stored) is answered ResendStatus, which an agent bot's delivery is
 // sent again on.
 func (c *Connector) webhookHandler(rc *hostsdk.RouteContext, fence *webhook.Fence) http.Handler {
-	secrets := &webhook.Secrets{Current: []byte(c.cfg.WebhookSecret.Reveal()), PreviousSetting: "--" + flagPreviousWebhookSecret}
-	if !c.cfg.PreviousWebhookSecret.Empty() {
-		secrets.Previous = []byte(c.cfg.PreviousWebhookSecret.Reveal())
-	}
+	secrets := &webhook.Secrets{Current: c.cfg.WebhookSecret, Previous: c.cfg.PreviousWebhookSecret,
+		PreviousSetting: "--" + flagPreviousWebhookSecret}
 	refusals := &webhook.Refusals{Log: rc.Logger, Route: "chatwoot webhook", ResendStatus: ResendStatus}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := webhook.ReadBody(w, r)

@@ -63,10 +63,8 @@ func (c *Connector) Routes(_ context.Context, rc *hostsdk.RouteContext) ([]hosts
 	if c.cfg.WebhookSecret.Empty() {
 		return nil, nil
 	}
-	secrets := &webhook.Secrets{Current: []byte(c.cfg.WebhookSecret.Reveal()), PreviousSetting: "--" + FlagPreviousWebhookSecretFile}
-	if !c.cfg.PreviousWebhookSecret.Empty() {
-		secrets.Previous = []byte(c.cfg.PreviousWebhookSecret.Reveal())
-	}
+	secrets := &webhook.Secrets{Current: c.cfg.WebhookSecret, Previous: c.cfg.PreviousWebhookSecret,
+		PreviousSetting: "--" + FlagPreviousWebhookSecretFile}
 	h := &webhookHandler{c: c, rc: rc, secrets: secrets, refusals: &webhook.Refusals{Log: rc.Logger, Route: "twenty webhook"}, fence: &webhook.Fence{
 		Namespace: ReplayNamespace,
 		Key:       "instance:" + rc.Tenant.InstanceID,

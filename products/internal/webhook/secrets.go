@@ -4,18 +4,24 @@ import (
 	"log/slog"
 
 	"github.com/aipfleet/aipfleet/internal/onchange"
+	"github.com/aipfleet/aipfleet/products/internal/provider"
 )
 
 // Secrets are a route's signing secrets: Current, the one the product is
 // given, and while the product switches to it from another, Previous
-// (nil otherwise), so that the deliveries the product signed with the
+// (empty otherwise), so that the deliveries the product signed with the
 // previous secret before the switch, or sends during it, are not refused
 // (and lost: the products do not deliver a refused delivery again). Both
 // verify equally; which is which matters only to the log, which tells the
-// operator when Previous may go. A Secrets is safe for concurrent use and
-// must not be copied after its first Verify.
+// operator when Previous may go. Both are revealed for each delivery, so
+// that a secret read from a file (provider.ReadSecret) is the one the
+// file holds now: a secret rotated in its file verifies deliveries
+// without a restart. A Secrets is safe for concurrent use
+// and must not be copied after its first Verify.
 type Secrets struct {
-	Current, Previous []byte
+	// Current is the secret the product is given; Previous is empty
+	// when there is no switch.
+	Current, Previous provider.Secret
 	// PreviousSetting names the setting that holds Previous
 	// ("--chatwoot-webhook-previous-secret-file"), for the log lines.
 	PreviousSetting string
@@ -29,7 +35,10 @@ type Secrets struct {
 // compares the delivery's signature with the one a secret makes, in
 // constant time; it is called for both secrets (when Previous is set)
 // whatever the first answers, so the time taken does not say which
-// verified.
+// verified. When neither verifies, the secrets read from files are read
+// again at once (provider.Secret.Refresh) and, if one changed, both are
+// tried again: a delivery signed with a secret just written to its file
+// verifies without waiting for provider.SecretCheckInterval.
 //
 // A delivery only Previous verifies is logged at info with args when it
 // follows one Current verified (or is the first): the product still signs
@@ -38,8 +47,13 @@ type Secrets struct {
 // needs Previous any more its setting can be removed. So a rotation logs
 // a line or two, not one a delivery.
 func (s *Secrets) Verify(log *slog.Logger, route string, match func(secret []byte) bool, args ...any) bool {
-	current := match(s.Current)
-	previous := s.Previous != nil && match(s.Previous)
+	current, previous := s.match(match)
+	if !current && !previous && s.refresh() {
+		// The secrets' files changed since they were last checked: an
+		// operator rotated a secret, and the product may sign with the
+		// new one already.
+		current, previous = s.match(match)
+	}
 	switch {
 	case current:
 		if s.used.Changed("") {
@@ -55,4 +69,20 @@ func (s *Secrets) Verify(log *slog.Logger, route string, match func(secret []byt
 		return true
 	}
 	return false
+}
+
+// match tries both secrets.
+func (s *Secrets) match(match func(secret []byte) bool) (current, previous bool) {
+	current = match([]byte(s.Current.Reveal()))
+	previous = !s.Previous.Empty() && match([]byte(s.Previous.Reveal()))
+	return current, previous
+}
+
+// refresh re-reads the secrets' files and reports whether either value
+// changed.
+func (s *Secrets) refresh() bool {
+	cur, prev := s.Current.Reveal(), s.Previous.Reveal()
+	s.Current.Refresh()
+	s.Previous.Refresh()
+	return s.Current.Reveal() != cur || s.Previous.Reveal() != prev
 }
