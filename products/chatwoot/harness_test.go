@@ -74,6 +74,16 @@ type mockChatwoot struct {
 	// (its latest 20), by path under the account; a conversation without
 	// any lists one message of another sender.
 	messages map[string][]map[string]any
+	// token is the api_access_token the mock accepts ("": testToken).
+	token string
+}
+
+// setToken makes the mock accept only token, as Chatwoot does once an
+// agent's access token is reset.
+func (m *mockChatwoot) setToken(token string) {
+	m.mu.Lock()
+	m.token = token
+	m.mu.Unlock()
 }
 
 // setStoringFault is setFault for a POST .../messages that stores the
@@ -177,14 +187,18 @@ func (m *mockChatwoot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f, faulty := m.faults[key]
 	storing := m.storing[key]
 	fh := m.faultHeaders[key]
+	accepted := m.token
 	m.mu.Unlock()
+	if accepted == "" {
+		accepted = testToken
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if !ok {
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprintf(w, errorsBody, "Account not found")
 		return
 	}
-	if rec.Token != testToken {
+	if rec.Token != accepted {
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprint(w, `{"error":"You need to sign in or sign up before continuing."}`)
 		return

@@ -127,8 +127,9 @@ func (m *mockAMP) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
 		m.auth = append(m.auth, r.Header.Get("Authorization"))
+		token := m.token
 		m.mu.Unlock()
-		if r.Header.Get("Authorization") != "Bearer "+m.token {
+		if r.Header.Get("Authorization") != "Bearer "+token {
 			writeJSON(w, http.StatusUnauthorized, errorBody(http.StatusUnauthorized))
 			return
 		}
