@@ -196,6 +196,13 @@
 //	                                                           webhook.create/update and event_type.webhook.create/update
 //	                                                           may register (optional; none: deny)
 //
+// The API key and webhook secret files must read at start and are then
+// followed (provider.ReadSecret): a key or secret rewritten in its file is
+// used without a restart (checked at most once a second, and at once when
+// Cal.diy answers 401 or 403 or a delivery does not verify; a file that
+// cannot be read again keeps the value read before and is logged). A
+// webhook create or update sends the secret the file holds then.
+//
 // New refuses a missing or non-https base URL, an unreadable, empty or
 // group/other-readable secret file, malformed subscription entries, a
 // previous secret for a subscription without a secret or equal to it, and

@@ -186,6 +186,15 @@
 // Unknown suffixes, duplicates, an empty list or trailing data in the
 // operations file are refused, naming the valid suffixes.
 //
+// The token and webhook secret files must read at start and are then
+// followed (provider.ReadSecret): a token or secret rewritten in its file,
+// or a file renamed over it, is used without a restart. A request checks
+// the file at most once a second, and reads it at once when Chatwoot
+// answers 401 or 403 (sending the request once more when the token
+// changed) or a delivery does not verify. A file that cannot be read
+// again keeps the value read before and is logged at warn, naming the
+// setting and the file.
+//
 // # Errors
 //
 // Provider errors map through provider.Result: 401 provider.unauthorized,

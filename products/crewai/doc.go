@@ -137,7 +137,12 @@
 //	    128 of [A-Za-z0-9_-], unique. base_url: the crew's URL from the AMP
 //	    dashboard, an origin (https, or http to loopback). token_file: an
 //	    owner-only file with the crew's bearer token; a relative path is
-//	    taken from the crews file's directory. description: at most 16 KiB,
+//	    taken from the crews file's directory. The token file is read at
+//	    start and followed after (provider.ReadSecret): a token rotated in
+//	    it is used without a restart, at once when the crew answers 401
+//	    or 403; a file that cannot be read again keeps the token read
+//	    before and is logged at warn. The crews file itself is read at
+//	    start only. description: at most 16 KiB,
 //	    appended to the run capability's description. One manifest holds
 //	    at most hostsdk.MaxCapabilities (512) capabilities, four per crew,
 //	    so one host serves at most 128 crews: split larger fleets across

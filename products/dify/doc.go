@@ -302,6 +302,11 @@
 //   - --dify-knowledge-file / AIP_DIFY_KNOWLEDGE_FILE: a JSON array of
 //     {id (the dataset ID), name, description?, api_key_file} with the
 //     knowledge API key.
+//   - Each api_key_file is read at start and followed after
+//     (provider.ReadSecret): a key rotated in its file is used without a
+//     restart, at once when Dify answers 401 or 403; a file that cannot
+//     be read again keeps the key read before and is logged at warn. The
+//     apps and knowledge files themselves are read at start only.
 //   - --dify-max-response-bytes / AIP_DIFY_MAX_RESPONSE_BYTES: the bound
 //     of every answer and event stream (default 8 MiB, at most 64 MiB).
 //

@@ -197,7 +197,10 @@
 //     id is 1 to 128 of A-Z a-z 0-9 _ -. base_url is the API server's root
 //     (http://127.0.0.1:8642, or a /p/<profile> prefix): https, or http on
 //     loopback only. api_key_file is an owner-only file holding the
-//     server's API_SERVER_KEY. default_model is the model of the
+//     server's API_SERVER_KEY, read at start and followed after
+//     (provider.ReadSecret): a key rotated in it is used without a
+//     restart, at once when the server answers 401 or 403; a file that
+//     cannot be read again keeps the key read before and is logged. default_model is the model of the
 //     endpoint's chat and responses when the action names none (a
 //     profile served under its own model name), in place of
 //     --hermes-default-model. A manifest holds at most

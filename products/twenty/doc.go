@@ -218,6 +218,12 @@
 //     secret being replaced, which verifies deliveries too while Twenty
 //     switches to the new one (see Webhooks); needs the secret file and
 //     must differ from it.
+//   - The token and webhook secret files must read at start and are then
+//     followed (provider.ReadSecret): one rewritten, or renamed over, is
+//     used without a restart (checked at most once a second, and at once
+//     when Twenty answers 401 or 403 or a delivery does not verify); a
+//     file that cannot be read again keeps the value read before and is
+//     logged at warn, naming the setting and the file.
 //   - --twenty-allow-insecure-http (AIP_TWENTY_ALLOW_INSECURE_HTTP): accept
 //     plain http to a private-network server (a host name or a private IP
 //     address; a public IP address is still refused).
