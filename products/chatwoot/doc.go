@@ -189,9 +189,10 @@
 // The token and webhook secret files must read at start and are then
 // followed (provider.ReadSecret): a token or secret rewritten in its file,
 // or a file renamed over it, is used without a restart. A request checks
-// the file at most once a second, and reads it at once when Chatwoot
-// answers 401 or 403 (sending the request once more when the token
-// changed) or a delivery does not verify. A file that cannot be read
+// the file at most once a second; the token file is read at once when
+// Chatwoot answers 401 or 403 (the request is sent once more when the
+// token changed), and the secret files are checked at once when a
+// delivery does not verify. A file that cannot be read
 // again keeps the value read before and is logged at warn, naming the
 // setting and the file.
 //

@@ -131,7 +131,7 @@ type Config struct {
 	// Like the values Auth sends, they are redacted from every error
 	// message (values shorter than 4 bytes are left out), the values
 	// they held before a change too. When the provider answers a request
-	// 401 or 403, the client re-checks their files (Secret.Refresh) and,
+	// 401 or 403, the client reads their files again and,
 	// when one of them changed since the request was built, sends the
 	// request once more: an operator rotated the credential (see
 	// ReadSecret) and the provider no longer takes the one sent. So an
@@ -292,7 +292,7 @@ func (c *Client) credentialsRotated(err error, gen uint64) bool {
 		return false
 	}
 	for _, s := range c.cfg.Secrets {
-		s.Refresh()
+		s.reread()
 	}
 	return c.secretsGeneration() != gen
 }

@@ -56,14 +56,28 @@ func (s Secret) Reveal() string {
 // Empty reports whether no credential is set.
 func (s Secret) Empty() bool { return s.f == nil && s.v == "" }
 
-// Refresh re-reads the file of a Secret from ReadSecret now, whether or
-// not it looks changed, with the same checks and the same keeping of the
-// last value when the read fails. The client calls it when the provider
-// refused a request with 401 or 403 (see Config.Secrets): a rewrite of
-// the file that its inode, size and modification time do not tell apart
-// (the same size, within the file system's timestamp granularity) is
-// read then. For a Secret from NewSecret it does nothing.
+// Refresh checks the file of a Secret from ReadSecret now, without
+// waiting for SecretCheckInterval, and re-reads it when it changed (its
+// inode, size, modification time or mode), with the same keeping of the
+// last value when the read fails. A webhook route calls it when a
+// delivery verifies with none of its secrets: a stat per such delivery,
+// which anyone may send. For a Secret from NewSecret it does nothing.
 func (s Secret) Refresh() {
+	if s.f == nil {
+		return
+	}
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	s.f.checkLocked(false)
+}
+
+// reread reads the file of a Secret from ReadSecret now, whether or not
+// it looks changed. The client calls it when the provider refused a
+// request with 401 or 403 (see Config.Secrets), so that a rewrite of the
+// file its inode, size, modification time and mode do not tell apart (the
+// same size, within the file system's timestamp granularity) is read
+// then.
+func (s Secret) reread() {
 	if s.f == nil {
 		return
 	}

@@ -213,15 +213,16 @@ func TestSecretFailedRereadKeepsTheValue(t *testing.T) {
 	}
 }
 
-// TestSecretRefresh: Refresh reads the file at once, whatever the check
-// interval, even when its inode, size and modification time are those of
-// the last read.
+// TestSecretRefresh: Refresh checks the file at once, whatever the
+// check interval; a rewrite its inode, size, modification time and mode
+// do not tell apart is read by reread (the client's, after a 401 or 403)
+// alone.
 func TestSecretRefresh(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	mtime := time.Now().Add(-time.Hour)
 	writeSecretFile(t, path, "tok-aaa", 0o600, mtime)
 	s, _, _ := followedSecret(t, path)
-	writeSecretFile(t, path, "tok-bbb", 0o600, mtime)
+	writeSecretFile(t, path, "tok-bbb", 0o600, mtime.Add(time.Second))
 	if got := s.Reveal(); got != "tok-aaa" {
 		t.Fatalf("Reveal = %q before Refresh, want tok-aaa", got)
 	}
@@ -229,7 +230,17 @@ func TestSecretRefresh(t *testing.T) {
 	if got := s.Reveal(); got != "tok-bbb" {
 		t.Fatalf("Reveal after Refresh = %q, want tok-bbb", got)
 	}
+	writeSecretFile(t, path, "tok-ccc", 0o600, mtime.Add(time.Second))
+	s.Refresh()
+	if got := s.Reveal(); got != "tok-bbb" {
+		t.Fatalf("Reveal after Refresh of a file that looks unchanged = %q, want tok-bbb (a stat, not a read)", got)
+	}
+	s.reread()
+	if got := s.Reveal(); got != "tok-ccc" {
+		t.Fatalf("Reveal after reread = %q, want tok-ccc", got)
+	}
 	NewSecret("static").Refresh() // nothing to do
+	NewSecret("static").reread()
 }
 
 // TestSecretConcurrentRotation: Reveal, Refresh and rotations at once
@@ -254,6 +265,7 @@ func TestSecretConcurrentRotation(t *testing.T) {
 					return
 				}
 				s.Refresh()
+				s.reread()
 				clock.Add(SecretCheckInterval)
 			}
 		})
@@ -267,7 +279,7 @@ func TestSecretConcurrentRotation(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	s.Refresh()
+	s.reread() // the last file may have an inode read before, freed and reused
 	if got := s.Reveal(); got != "tok-50" {
 		t.Errorf("Reveal after the rotations = %q, want tok-50", got)
 	}
@@ -323,7 +335,7 @@ func TestClientPicksUpARotatedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.set("tok-new-5678")
-	// Same size and modification time: only Refresh's read sees it.
+	// Same size and modification time: only the client's reread sees it.
 	writeSecretFile(t, path, "tok-new-5678", 0o600, mtime)
 	post := Request{Method: http.MethodPost, Path: "/things", JSON: map[string]int{"n": 1}}
 	if _, err := c.Do(ctx, post); err != nil {

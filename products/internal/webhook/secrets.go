@@ -35,9 +35,9 @@ type Secrets struct {
 // compares the delivery's signature with the one a secret makes, in
 // constant time; it is called for both secrets (when Previous is set)
 // whatever the first answers, so the time taken does not say which
-// verified. When neither verifies, the secrets read from files are read
-// again at once (provider.Secret.Refresh) and, if one changed, both are
-// tried again: a delivery signed with a secret just written to its file
+// verified. When neither verifies, the files of secrets read from files
+// are checked at once (provider.Secret.Refresh: a stat, and a read when a
+// file changed) and, if a value changed, both are tried again: a delivery signed with a secret just written to its file
 // verifies without waiting for provider.SecretCheckInterval.
 //
 // A delivery only Previous verifies is logged at info with args when it
@@ -78,7 +78,7 @@ func (s *Secrets) match(match func(secret []byte) bool) (current, previous bool)
 	return current, previous
 }
 
-// refresh re-reads the secrets' files and reports whether either value
+// refresh checks the secrets' files and reports whether either value
 // changed.
 func (s *Secrets) refresh() bool {
 	cur, prev := s.Current.Reveal(), s.Previous.Reveal()
