@@ -6,15 +6,15 @@
 // adapter allows it explicitly, reads at most MaxResponseBytes of a
 // response, and sends credentials only through the Auth function it is
 // given (Config.Secrets names them, and the others an adapter puts in a
-// request, such as a webhook signing secret in a body). Every credential it knows
-// of is redacted from the provider text its errors quote. Secrets are
-// held as Secret, which never prints; one read with ReadSecret follows
-// its file, so that a credential an operator rotates is used without a
-// restart, and a request the provider refuses 401 or 403 is sent once
-// more when a credential of Config.Secrets changed. It never lets
-// net/http resend a request whose method may change the provider (see
-// neverResent): net/http would, after a dropped keep-alive connection, for
-// any request carrying an Idempotency-Key header.
+// request, such as a webhook signing secret in a body). Every credential
+// it knows of is redacted from the provider text its errors quote.
+// Secrets are held as Secret, which never prints; one read with
+// ReadSecret follows its file, so that a credential an operator rotates
+// is used without a restart, and a request the provider refuses 401 or
+// 403 is sent once more when a credential of Config.Secrets changed. It
+// never lets net/http resend a request whose method may change the
+// provider (see neverResent): net/http would, after a dropped keep-alive
+// connection, for any request carrying an Idempotency-Key header.
 //
 // Client.Stream sends a request the same way and returns the open body of
 // a text/event-stream answer, bounded by the caller's context and an idle
@@ -131,11 +131,11 @@ type Config struct {
 	// Like the values Auth sends, they are redacted from every error
 	// message (values shorter than 4 bytes are left out), the values
 	// they held before a change too. When the provider answers a request
-	// 401 or 403, the client reads their files again and,
-	// when one of them changed since the request was built, sends the
-	// request once more: an operator rotated the credential (see
-	// ReadSecret) and the provider no longer takes the one sent. So an
-	// adapter lists here the Secret its Auth sends.
+	// 401 or 403, the client reads their files again and, when one of
+	// them changed since the request was built, sends the request once
+	// more (with its own Timeout): an operator rotated the credential
+	// (see ReadSecret) and the provider no longer takes the one sent. So
+	// an adapter lists here the Secret its Auth sends.
 	Secrets []Secret
 	// Transport is the round tripper (nil: a clone of
 	// http.DefaultTransport).
@@ -283,7 +283,7 @@ func (c *Client) secretsGeneration() uint64 {
 // credentialsRotated reports whether err is the provider refusing a
 // request as unauthenticated or forbidden (401, 403) and one of
 // Config.Secrets changed since the request was built (their generation
-// was gen then), once their files are checked: the provider refused the
+// was gen then), once their files are read again: the provider refused the
 // credential an operator has replaced, so the request, refused and so
 // not acted on, may be sent once more with the new one.
 func (c *Client) credentialsRotated(err error, gen uint64) bool {
