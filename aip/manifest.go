@@ -323,27 +323,58 @@ func (m *Manifest) Validate() error {
 // object's "id" and "channel_id". The error starts with the member that
 // names it (.id, .channel_id, or nothing for a string) and a colon.
 func checkChannelIDs(raw json.RawMessage) error {
-	var id string
-	if json.Unmarshal(raw, &id) == nil {
-		if err := CheckChannelID(id); err != nil {
-			return fmt.Errorf(": %w", err)
-		}
-		return nil
-	}
-	var o map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &o); err != nil {
-		return fmt.Errorf(" is not a channel entry: %w", err) // checkChannel refused it first
-	}
-	for _, k := range []string{"id", "channel_id"} {
-		var id string
-		if json.Unmarshal(o[k], &id) != nil {
-			continue
-		}
-		if err := CheckChannelID(id); err != nil {
-			return fmt.Errorf(".%s: %w", k, err)
+	for _, n := range channelEntryIDs(raw) {
+		if err := CheckChannelID(n.id); err != nil {
+			if n.member == "" {
+				return fmt.Errorf(": %w", err)
+			}
+			return fmt.Errorf(".%s: %w", n.member, err)
 		}
 	}
 	return nil
+}
+
+// channelName is a channel ID a channel entry declares, and the object
+// member naming it ("" for an entry that is the ID, a string).
+type channelName struct{ member, id string }
+
+// channelEntryIDs returns the channel IDs a channel entry declares: the
+// entry itself when it is a string, else its "id" and "channel_id"
+// members that are strings; empty strings are skipped (ValidateShape
+// refuses them).
+func channelEntryIDs(raw json.RawMessage) []channelName {
+	var id string
+	if json.Unmarshal(raw, &id) == nil {
+		if id == "" {
+			return nil
+		}
+		return []channelName{{"", id}}
+	}
+	var o map[string]json.RawMessage
+	if json.Unmarshal(raw, &o) != nil {
+		return nil
+	}
+	var out []channelName
+	for _, k := range []string{"id", "channel_id"} {
+		if json.Unmarshal(o[k], &id) == nil && id != "" {
+			out = append(out, channelName{k, id})
+		}
+	}
+	return out
+}
+
+// ChannelIDs returns the channel IDs the manifest declares, in the order
+// of its channel entries (an entry is the ID, a string, or an object
+// naming it in "id" or "channel_id"; an object with both declares both).
+// An entry of another shape declares none; ValidateShape refuses it.
+func (m *Manifest) ChannelIDs() []string {
+	var out []string
+	for _, raw := range m.Channels {
+		for _, n := range channelEntryIDs(raw) {
+			out = append(out, n.id)
+		}
+	}
+	return out
 }
 
 // ValidateShape checks what AIP itself requires of a manifest: a

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // availability_target is a double upstream (Option<f64>), which serde_json
@@ -256,5 +258,29 @@ func TestCheckChannelID(t *testing.T) {
 		if err := CheckChannelID(id); err != nil {
 			t.Errorf("CheckChannelID(%q) = %v; want it accepted", id, err)
 		}
+	}
+}
+
+// ChannelIDs is the one reading of the channel entries the host publishes
+// on and the dispatcher checks events against: a string entry is its ID,
+// an object declares its "id" and its "channel_id", in entry order; other
+// members and entries of other shapes declare nothing.
+func TestManifestChannelIDs_Declared(t *testing.T) {
+	m := &Manifest{Channels: []json.RawMessage{
+		json.RawMessage(`"tickets.changes"`),
+		json.RawMessage(`{"id":"a.b","description":"x"}`),
+		json.RawMessage(`{"channel_id":"c.d"}`),
+		json.RawMessage(`{"id":"e","channel_id":"f"}`),
+		json.RawMessage(`{"name":"g"}`),
+		json.RawMessage(`{"id":7}`),
+		json.RawMessage(`""`),
+		json.RawMessage(`42`),
+	}}
+	want := []string{"tickets.changes", "a.b", "c.d", "e", "f"}
+	if diff := cmp.Diff(want, m.ChannelIDs()); diff != "" {
+		t.Errorf("ChannelIDs (-want +got):\n%s", diff)
+	}
+	if got := (&Manifest{}).ChannelIDs(); len(got) != 0 {
+		t.Errorf("no channels: %v", got)
 	}
 }

@@ -254,28 +254,13 @@ func invalidEvents(format string, args ...any) error {
 // with the delivering replica (registry.EventProvenance).
 const eventProvenance = "aip_connector"
 
-// manifestChannels returns the channel IDs a manifest declares: strings, or
-// objects with "id" or "channel_id".
+// manifestChannels returns the channel IDs a manifest declares
+// (Manifest.ChannelIDs), as a set.
 func manifestChannels(m *aip.Manifest) map[string]bool {
-	out := make(map[string]bool, len(m.Channels))
-	for _, raw := range m.Channels {
-		var s string
-		if json.Unmarshal(raw, &s) == nil && s != "" {
-			out[s] = true
-			continue
-		}
-		var o struct {
-			ID        string `json:"id"`
-			ChannelID string `json:"channel_id"`
-		}
-		if json.Unmarshal(raw, &o) == nil {
-			if o.ID != "" {
-				out[o.ID] = true
-			}
-			if o.ChannelID != "" {
-				out[o.ChannelID] = true
-			}
-		}
+	ids := m.ChannelIDs()
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
 	}
 	return out
 }

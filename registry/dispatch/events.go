@@ -596,27 +596,10 @@ func foldedMembers(m map[string]json.RawMessage, name string) []string {
 	return out
 }
 
-// declaresChannel reports whether the manifest declares the channel:
-// manifest channels are objects with an "id" (or "channel_id"), or plain
-// strings — the forms hostsdk publishes on.
+// declaresChannel reports whether the manifest declares the channel
+// (Manifest.ChannelIDs: the forms hostsdk publishes on).
 func declaresChannel(m *aip.Manifest, id string) bool {
-	for _, raw := range m.Channels {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			if s == id {
-				return true
-			}
-			continue
-		}
-		var o struct {
-			ID        string `json:"id"`
-			ChannelID string `json:"channel_id"`
-		}
-		if json.Unmarshal(raw, &o) == nil && (o.ID == id || o.ChannelID == id) {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(m.ChannelIDs(), id)
 }
 
 // probeEnvelope returns what a delivery that did not verify says about
