@@ -799,8 +799,9 @@ func TestUnusableTaskID(t *testing.T) {
 }
 
 // TestNULGoesToDify: unlike Chatwoot, Twenty and Cal.diy, an input holding
-// U+0000 is not refused here: Dify removes the character from a query and
-// from the app's string inputs itself before storing them, and answers
+// U+0000 is not refused here (but see TestNestedNULRefused): Dify removes
+// the character from a query and from the app's string inputs itself
+// before storing them, and answers
 // one that reaches its database elsewhere (psycopg2's ValueError) with
 // 400 invalid_param, a failed result that says why.
 func TestNULGoesToDify(t *testing.T) {
@@ -818,5 +819,42 @@ func TestNULGoesToDify(t *testing.T) {
 	pe := f.failed(t, hostsdktest.NewAction(AppCapability("support", SuffixFeedback), `{"message_id":"`+testMessageID+`","user":"u","rating":"like","content":"fine\u0000"}`))
 	if pe.Code != provider.CodeInvalidRequest || (pe.Retryable != nil && *pe.Retryable) || !strings.Contains(pe.Message, "NUL (0x00)") {
 		t.Errorf("feedback holding U+0000, answered 400: %+v", pe)
+	}
+}
+
+// TestNestedNULRefused: Dify removes U+0000 from a string input, not from
+// a string inside an object or array input or a file, which its database
+// cannot store once the app runs: such an invocation is refused before
+// anything is sent, naming the string's path and what to do.
+func TestNestedNULRefused(t *testing.T) {
+	f := newFixture(t, nil)
+	cases := []struct{ capID, input, path string }{
+		{AppCapability("support", ""), `{"query":"q","user":"u","inputs":{"city":"Paris","customer":{"name":"Ann","notes":["a","b","c\u0000"]}}}`, "inputs.customer.notes[2]"},
+		{AppCapability("support", ""), `{"query":"q","user":"u","inputs":{"customer":{"na\u0000me":"Ann"}}}`, `inputs.customer["na\u0000me"]`},
+		{AppCapability("writer", ""), `{"user":"u","inputs":{"tags":["x","y\u0000"]}}`, "inputs.tags[1]"},
+		{AppCapability("etl", ""), `{"user":"u","inputs":{"my var":[{"a":[[1,"\u0000"]]}]}}`, `inputs["my var"][0].a[0][1]`},
+		{AppCapability("etl", ""), `{"user":"u","inputs":{"b":{"x":"\u0000"},"a":{"y":"\u0000"}}}`, "inputs.a.y"},
+		{AppCapability("support", ""), `{"query":"q","user":"u","files":[{"type":"image","transfer_method":"local_file","upload_file_id":"f-1"},{"type":"image","transfer_method":"remote_url","url":"https://example.com/a\u0000.png"}]}`, "files[1].url"},
+	}
+	for _, tc := range cases {
+		pe := f.failed(t, hostsdktest.NewAction(tc.capID, tc.input))
+		if pe.Code != hostsdk.CodeInputInvalid || (pe.Retryable != nil && *pe.Retryable) ||
+			!strings.Contains(pe.Message, tc.path+" holds the character U+0000") || !strings.Contains(pe.Message, "remove the character") {
+			t.Errorf("%s: %+v, want %s naming %s", tc.input, pe, hostsdk.CodeInputInvalid, tc.path)
+		}
+	}
+	for _, path := range []string{"/chat-messages", "/completion-messages", "/workflows/run"} {
+		if reqs := f.mock.requests(http.MethodPost, path); len(reqs) != 0 {
+			t.Errorf("Dify got %d POST %s for refused invocations", len(reqs), path)
+		}
+	}
+
+	// A backslash followed by "u0000" is no NUL, and a string input's NUL
+	// Dify removes itself (TestNULGoesToDify): both are sent.
+	var out InvokeOutput
+	f.completed(t, hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u","inputs":{"city":"Pa\u0000ris","customer":{"notes":["a\\u0000b"]}}}`), &out)
+	reqs := f.mock.requests(http.MethodPost, "/chat-messages")
+	if len(reqs) != 1 || !cmp.Equal(reqs[0].Body["inputs"], any(map[string]any{"city": "Pa\x00ris", "customer": map[string]any{"notes": []any{`a\u0000b`}}})) {
+		t.Errorf("chat requests %+v, want the inputs as given", reqs)
 	}
 }

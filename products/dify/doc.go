@@ -287,7 +287,15 @@
 // the statement, which Dify's API answers 400 invalid_param
 // (api/libs/external_api.py, handle_value_error): a failed
 // provider.invalid_request carrying that message, not the 500 that makes
-// a mutation outcome_unknown.
+// a mutation outcome_unknown. The exception is an app invocation whose
+// inputs hold the character in a string inside an object or array input
+// (a member name or value, an array item, at any depth: a JSON object
+// variable's members, a file input) or whose files do: _sanitize_value
+// cleans only the inputs' own string values, and such a string reaches
+// the running app, where storing it could fail after the app's nodes or
+// tools acted. That invocation is refused connector_host.input_invalid
+// before anything is sent, naming the first such string by its path
+// (inputs.customer.notes[2], inputs["my var"].a, files[0].url).
 //
 // # Settings
 //

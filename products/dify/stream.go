@@ -1,11 +1,16 @@
 package dify
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,6 +130,9 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	if err := decodeInput(call, &in); err != nil {
 		return nil, err
 	}
+	if err := refuseNestedNUL(call, in.Inputs, in.Files); err != nil {
+		return nil, err
+	}
 	body := map[string]any{"response_mode": "streaming", "user": in.User}
 	if in.Inputs != nil {
 		body["inputs"] = in.Inputs
@@ -197,6 +205,100 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 		running = "task " + r.out.TaskID
 	}
 	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, streamEndError(ctx, readErr, running))
+}
+
+// refuseNestedNUL refuses an invocation whose inputs or files hold the
+// character U+0000 in a string Dify does not clean: a string inside an
+// object or array input (a member name or value, an array item, at any
+// depth) or inside a file of files. Dify removes the character from the
+// query and from each string input itself (BaseAppGenerator._sanitize_value
+// replaces "\x00" in the values of inputs, not in what an object or array
+// value holds), and the rest reaches the app: a JSON object variable's
+// member, a file's URL or ID. Its data is in PostgreSQL, which cannot hold
+// the character in text, so the invocation could fail once the app had
+// started (outcome_unknown, after its nodes or tools may have acted)
+// rather than be refused: the connector refuses it before sending,
+// naming the first such string (inputs in the order of their names) by
+// its path, as inputs.customer.notes[2] or files[0].url.
+func refuseNestedNUL(call *hostsdk.Call, inputs map[string]json.RawMessage, files []json.RawMessage) error {
+	var path string
+	found := false
+	for _, name := range slices.Sorted(maps.Keys(inputs)) {
+		var v any
+		if !mayHoldNUL(inputs[name]) || decodeAny(inputs[name], &v) != nil {
+			continue
+		}
+		if _, ok := v.(string); ok {
+			continue // Dify removes it
+		}
+		if path, found = nulPath(v, "inputs"+memberPath(name)); found {
+			break
+		}
+	}
+	for i := 0; !found && i < len(files); i++ {
+		var v any
+		if mayHoldNUL(files[i]) && decodeAny(files[i], &v) == nil {
+			path, found = nulPath(v, "files["+strconv.Itoa(i)+"]")
+		}
+	}
+	if !found {
+		return nil
+	}
+	return inputError(call, path+" holds the character U+0000, which Dify removes from a string input but not from a string inside an object or array, "+
+		"and cannot store (its data is in PostgreSQL): the app could fail after it started; remove the character")
+}
+
+// mayHoldNUL is false when raw surely holds no U+0000 (no "\u0000"
+// escape, no NUL byte): the common case, not decoded.
+func mayHoldNUL(raw json.RawMessage) bool {
+	return bytes.IndexByte(raw, 0) >= 0 || bytes.Contains(raw, []byte(`\u0000`))
+}
+
+func decodeAny(raw json.RawMessage, v *any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// nulPath returns the path of the first string in v (member names
+// included, members in the order of their names) that holds U+0000.
+func nulPath(v any, path string) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return path, strings.IndexByte(v, 0) >= 0
+	case []any:
+		for i, e := range v {
+			if p, ok := nulPath(e, path+"["+strconv.Itoa(i)+"]"); ok {
+				return p, true
+			}
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			p := path + memberPath(k)
+			if strings.IndexByte(k, 0) >= 0 {
+				return p, true
+			}
+			if p, ok := nulPath(v[k], p); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
+}
+
+// identifierRegexp is a member name written .name in a path; any other is
+// written ["name"], JSON-quoted.
+var identifierRegexp = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func memberPath(name string) string {
+	if identifierRegexp.MatchString(name) {
+		return "." + name
+	}
+	var q bytes.Buffer
+	enc := json.NewEncoder(&q)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(name)
+	return "[" + strings.TrimSuffix(q.String(), "\n") + "]"
 }
 
 // run aggregates the events of one invocation.
