@@ -677,6 +677,15 @@ func TestEventReader(t *testing.T) {
 		t.Error("the event waited for the stream's next byte")
 	}
 
+	// Keep-alives: blocks without data (an event with only a name,
+	// comment lines), counted; blank lines alone are not.
+	ka := NewEventReader(strings.NewReader("event: ping\n\n\n\n: ping\r\n\r\ndata: x\n\nevent: ping\r\r:\n\ndata: y\n\n"), 1<<10, 1<<20)
+	for i, want := range []int64{2, 4} {
+		if ev, err := ka.Next(); err != nil || ka.KeepAlives() != want {
+			t.Errorf("event %d %q, %v: %d keep-alives, want %d", i, ev.Data, err, ka.KeepAlives(), want)
+		}
+	}
+
 	// Errors stick.
 	er := NewEventReader(strings.NewReader(strings.Repeat("x", 50)+"\n\ndata: a\n\n"), 10, 1<<10)
 	if _, err := er.Next(); err == nil {

@@ -204,16 +204,23 @@ func (e *BoundError) Error() string {
 // returned; nor is an event the stream ends before its blank line (the
 // stream was cut). Each event (its lines, comments among them) is bounded
 // by maxEvent bytes and the whole stream by maxTotal bytes; passing
-// either is a *BoundError.
+// either is a *BoundError. KeepAlives counts what was skipped.
 type EventReader struct {
-	r        *bufio.Reader
-	maxEvent int64
-	maxTotal int64
-	read     int64
-	err      error
+	r          *bufio.Reader
+	maxEvent   int64
+	maxTotal   int64
+	read       int64
+	keepAlives int64
+	err        error
 	// afterCR: the last line ended with "\r"; a "\n" next belongs to it.
 	afterCR bool
 }
+
+// KeepAlives returns how many keep-alives the reader has skipped so far:
+// blocks up to a blank line that carried no data: line (an event such as
+// "event: ping", comment lines such as ": ping"). A stream that sends
+// only those is alive but says nothing.
+func (er *EventReader) KeepAlives() int64 { return er.keepAlives }
 
 // NewEventReader returns a reader of the events of r.
 func NewEventReader(r io.Reader, maxEvent, maxTotal int64) *EventReader {
@@ -248,6 +255,9 @@ func (er *EventReader) next() (Event, error) {
 		if len(line) == 0 {
 			if have {
 				return Event{Name: name, Data: data.Bytes()}, nil
+			}
+			if eventSize > 1 {
+				er.keepAlives++ // more than the blank line itself
 			}
 			name, eventSize = "", 0
 			continue
