@@ -342,12 +342,19 @@ func (c *Connector) Cancel(ctx context.Context, call *hostsdk.Call, reason strin
 	if !validTaskID(ref.TaskID) {
 		return fmt.Errorf("dify: task record of %s holds task_id %q, which is not a UUID; nothing was sent to stop it", call.Action.ID, provider.Excerpt(ref.TaskID))
 	}
-	req := provider.Request{Method: http.MethodPost, Path: stopPath(a.Mode, ref.TaskID), JSON: map[string]string{"user": ref.User}}
-	if _, err := a.client.Do(ctx, req); err != nil {
+	if err := c.stop(ctx, a, ref.TaskID, ref.User); err != nil {
 		return err
 	}
 	call.Logger.Info("dify: task stopped", "app_id", a.ID, "task_id", ref.TaskID, "reason", reason)
 	return nil
+}
+
+// stop asks Dify to stop app a's task taskID (a UUID), as end user user,
+// with the app mode's stop endpoint.
+func (c *Connector) stop(ctx context.Context, a *app, taskID, user string) error {
+	req := provider.Request{Method: http.MethodPost, Path: stopPath(a.Mode, taskID), JSON: map[string]string{"user": user}}
+	_, err := a.client.Do(ctx, req)
+	return err
 }
 
 func invokePath(m Mode) string {

@@ -858,3 +858,115 @@ func TestNestedNULRefused(t *testing.T) {
 		t.Errorf("chat requests %+v, want the inputs as given", reqs)
 	}
 }
+
+// TestTimeoutWhileOnlyPinging: Dify's keep-alive pings keep a stream
+// within its idle bound, so an app that only pings is waited on until the
+// action's timeout. The action then ends outcome_unknown saying the stream
+// only pinged, and since when; a task the stream named is stopped (the
+// host calls no Canceler at a timeout, and nothing could stop the task
+// once the action ended), and the message says how to read what the app
+// did. A stream that never named its task had nothing to stop: the
+// message says where to look for the app's run. The log says how long the
+// stream only pinged.
+func TestTimeoutWhileOnlyPinging(t *testing.T) {
+	cases := []struct {
+		name, app, invoke, input string
+		first                    map[string]any // nil: pings from the start
+		stop                     string         // "": no stop request
+		stopStatus               int
+		want                     []string
+	}{
+		{name: "chat, no task", app: "support", invoke: "/chat-messages", input: `{"query":"q","user":"end-user-7"}`,
+			want: []string{"the action's timeout passed", "only keep-alive pings", "and no event at all",
+				"never named the app's task, so nothing could be stopped",
+				`look for its conversation with cap:dify:support:conversations (user "end-user-7")`}},
+		{name: "chat continuing a conversation, no task", app: "support", invoke: "/chat-messages",
+			input: `{"query":"q","user":"end-user-7","conversation_id":"` + testConv + `"}`,
+			want: []string{"and no event at all", "never named the app's task",
+				"cap:dify:support:messages (conversation_id " + testConv + `, user "end-user-7")`}},
+		{name: "workflow, no task", app: "etl", invoke: "/workflows/run", input: `{"user":"end-user-7"}`,
+			want: []string{"and no event at all", "never named the app's task",
+				`cap:dify:etl:workflow.logs (created_by_end_user_session_id "end-user-7")`}},
+		{name: "workflow", app: "etl", invoke: "/workflows/run", input: `{"user":"end-user-7"}`,
+			first: workflowEvent("workflow_started", map[string]any{"id": testRun}),
+			stop:  "/workflows/tasks/" + testTask + "/stop",
+			want: []string{"since its last event (workflow_started)", "the app runs as Dify task " + testTask + " (workflow run " + testRun + ")",
+				"the connector asked Dify to stop the task (POST /workflows/tasks/" + testTask + "/stop)",
+				"the app may have completed or partly done the work first", "cap:dify:etl:workflow.run.get (workflow_run_id " + testRun + ")"}},
+		{name: "chat", app: "support", invoke: "/chat-messages", input: `{"query":"q","user":"end-user-7"}`,
+			first: chatEvent("message", "Hel"),
+			stop:  "/chat-messages/" + testTask + "/stop",
+			want: []string{"since its last event (message)", "the app runs as Dify task " + testTask,
+				"asked Dify to stop the task", "cap:dify:support:messages (conversation_id " + testConv}},
+		{name: "completion, stop refused", app: "writer", invoke: "/completion-messages", input: `{"user":"end-user-7"}`,
+			first: chatEvent("message", "Hel"),
+			stop:  "/completion-messages/" + testTask + "/stop", stopStatus: http.StatusBadRequest,
+			want: []string{"the app runs as Dify task " + testTask, "the connector could not stop the task",
+				"stop it with POST /completion-messages/" + testTask + `/stop and {"user": "end-user-7"}`,
+				"may have completed, partly done the work or be running still"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// Pings every 20 ms keep the stream within its 200 ms idle
+			// bound until the action's 800 ms timeout.
+			f := newFixture(t, func(c *Config) { c.StreamIdleTimeout = 200 * time.Millisecond })
+			f.mock.handle("POST "+tc.invoke, func(w http.ResponseWriter, r *http.Request) {
+				events := []any{ping}
+				if tc.first != nil {
+					events = []any{tc.first}
+				}
+				writeEvents(w, events)
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-r.Context().Done():
+						return
+					case <-tick.C:
+						w.Write([]byte("event: ping\n\n"))
+						w.(http.Flusher).Flush()
+					}
+				}
+			})
+			if tc.stopStatus != 0 {
+				f.mock.handle("POST "+tc.stop, func(w http.ResponseWriter, r *http.Request) {
+					writeJSON(w, tc.stopStatus, map[string]any{"status": tc.stopStatus, "code": "invalid_param", "message": "no such task"})
+				})
+			}
+			a := hostsdktest.NewAction(AppCapability(tc.app, ""), tc.input)
+			timeout := uint64(800)
+			a.TimeoutMS = &timeout
+			start := time.Now()
+			resp := f.Act(t, a)
+			if took := time.Since(start); took < 800*time.Millisecond {
+				t.Errorf("answered after %s, before the action's timeout: the pings did not keep the stream open", took)
+			}
+			pe := resp.ProtocolError()
+			if pe == nil || pe.Code != "connector_host.outcome_unknown" {
+				t.Fatalf("HTTP %d %s, want outcome_unknown", resp.Status, resp.Raw)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(pe.Message, w) {
+					t.Errorf("message %q\nlacks %q", pe.Message, w)
+				}
+			}
+			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+				t.Errorf("state %s, want outcome_unknown", st)
+			}
+			var stops []recorded
+			for _, p := range []string{"/chat-messages/" + testTask + "/stop", "/completion-messages/" + testTask + "/stop", "/workflows/tasks/" + testTask + "/stop"} {
+				stops = append(stops, f.mock.requests(http.MethodPost, p)...)
+			}
+			switch {
+			case tc.stop == "" && len(stops) != 0:
+				t.Errorf("stop requests %+v for a task never named", stops)
+			case tc.stop != "" && (len(stops) != 1 || stops[0].Path != tc.stop || !cmp.Equal(stops[0].Body, map[string]any{"user": "end-user-7"}) ||
+				stops[0].Auth != "Bearer "+keyOf(tc.app)):
+				t.Errorf("stop requests %+v, want one POST %s as end-user-7", stops, tc.stop)
+			}
+			if logs := f.logs.Take(`msg="dify: the app's event stream sent only keep-alive pings`); len(logs) != 1 || !strings.Contains(logs[0], "pinged_for=") || !strings.Contains(logs[0], "level=WARN") {
+				t.Errorf("logs %q, want one warning saying how long the stream only pinged", logs)
+			}
+		})
+	}
+}

@@ -233,7 +233,29 @@
 // its next bytes; Dify pings every 10 seconds) before its closing event,
 // or whose workflow_finished does not say how the run ended (its data is
 // not an object with a status), is outcome_unknown: the request reached
-// Dify and the app ran.
+// Dify and the app ran. Its message names the task and says which
+// capability reads what the app did: :workflow.run.get with the
+// workflow_run_id, :messages with the conversation_id and user, or, when
+// the stream named neither, :conversations as the user (chat modes) or
+// :workflow.logs with created_by_end_user_session_id (workflow apps); a
+// completion app's are in Dify's console.
+//
+// Pings keep a stream alive: an app that sends nothing else (a model slow
+// to answer, a node that hangs; Dify ends a run itself after its
+// APP_MAX_EXECUTION_TIME or WORKFLOW_MAX_EXECUTION_TIME) is waited on
+// until the action's timeout_ms, as a long run is. The timeout ends the
+// invocation outcome_unknown, and the connector stops the task the
+// stream named itself, as a cancel would (the host calls the Canceler
+// only for a cancel, and once the action has ended nothing could stop
+// the task through the connector), within TimeoutStopLimit (5 s, inside
+// the host's default HandleGrace); a stop that fails is named in the
+// message with the request that stops the task. A stream that sent only
+// pings never named its task: there is nothing to stop, and the app may
+// be running. The message and a warning in the log (pinged_for, pings,
+// last_event) say how long the stream had sent only pings, since its
+// last event or since the request. A cancel (the Canceler stops the
+// task) or the host's shutdown (which sends no stop) ends it the same
+// way.
 //
 // HTTP errors follow provider.Result: a 4xx is a failed result with a
 // provider.* code (400 invalid_request, 401 unauthorized, 403 forbidden,

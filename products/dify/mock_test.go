@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -504,6 +505,8 @@ type fixture struct {
 	cfg     Config
 	conn    *Connector
 	journal journal.Journal
+	// logs holds the host's logs (the actions' call.Logger), from info on.
+	logs *hostsdktest.LogBuffer
 	*hostsdktest.Fixture
 }
 
@@ -601,9 +604,11 @@ func newFixtureOn(t *testing.T, edit func(*Config), prefill func(*fixture, journ
 	if prefill != nil {
 		prefill(f, j)
 	}
+	f.logs = &hostsdktest.LogBuffer{}
 	f.Fixture = hostsdktest.Start(t, f.conn, func(hc *hostsdk.Config) {
 		hc.Journal = j
 		hc.StateDir = ""
+		hc.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	return f
 }

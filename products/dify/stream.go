@@ -156,6 +156,7 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	if err != nil {
 		return nil, fmt.Errorf("dify: encode the request of %s: %w", call.Action.CapabilityID, err)
 	}
+	sent := time.Now()
 	st, err := a.client.Stream(ctx, provider.Request{Method: http.MethodPost, Path: path,
 		Body: raw, ContentType: "application/json"}, c.cfg.StreamIdleTimeout)
 	if err != nil {
@@ -163,15 +164,17 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	}
 	defer st.Close()
 
-	r := &run{c: c, call: call, app: a, user: in.User, chunks: chunks,
+	r := &run{c: c, call: call, app: a, user: in.User, inputConversation: in.ConversationID, chunks: chunks,
 		out: InvokeOutput{Mode: a.Mode}}
 	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
+	quiet := quietSpell{since: sent}
 	var readErr error
 	for !r.closed {
 		var ev event
 		if readErr = nextEvent(events, &ev); readErr != nil {
 			break
 		}
+		quiet = quietSpell{since: time.Now(), lastEvent: ev.Event, keepAlives: events.KeepAlives()}
 		if ev.TaskID != "" && r.out.TaskID == "" && !validTaskID(ev.TaskID) {
 			if ev.Event != "error" {
 				// The app runs (Dify answered its stream) under a task ID
@@ -198,13 +201,163 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 		readErr = r.badFinish
 	}
 	// The stream ended before its closing event: the app ran, or runs
-	// still, and how it ended is not known. Cancelled or timed out while
-	// the task ran: a cancel asks Dify to stop it (Canceler).
+	// still, and how it ended is not known.
+	quiet.keepAlives = events.KeepAlives() - quiet.keepAlives
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: dify POST %s: %s", hostsdk.ErrOutcomeUnknown, path, r.interrupted(ctx, sent, quiet))
+	}
+	r.logQuiet(quiet, readErr)
 	running := ""
 	if r.out.TaskID != "" {
 		running = "task " + r.out.TaskID
 	}
-	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, streamEndError(ctx, readErr, running))
+	msg := streamEndError(ctx, readErr, running).Error()
+	if hint := r.readHint(); hint != "" {
+		msg += "; " + hint
+	}
+	return nil, fmt.Errorf("%w: dify POST %s: %s", hostsdk.ErrOutcomeUnknown, path, msg)
+}
+
+// TimeoutStopLimit bounds the stop the connector sends for the task of an
+// invocation whose action timed out: the host waits for Handle to return
+// only hostsdk.Config.HandleGrace (10 s by default) after the timeout.
+const TimeoutStopLimit = 5 * time.Second
+
+// quietSpell is the end of an invocation's stream after its last event:
+// when that event came (or the request was sent, when none did), its name,
+// and how many keep-alives (Dify's "event: ping", every 10 seconds while
+// the app is at work and sends nothing else) came after it.
+type quietSpell struct {
+	since      time.Time
+	lastEvent  string
+	keepAlives int64
+}
+
+// String says how the stream stayed quiet, "" when no keep-alive came
+// after its last event.
+func (q quietSpell) String() string {
+	if q.keepAlives == 0 {
+		return ""
+	}
+	after := "and no event at all"
+	if q.lastEvent != "" {
+		after = "since its last event (" + provider.Excerpt(q.lastEvent) + ")"
+	}
+	return fmt.Sprintf("Dify's stream had sent only keep-alive pings (%d) for %s, %s", q.keepAlives, roundDuration(time.Since(q.since)), after)
+}
+
+// logQuiet logs a stream that ended (err) after only keep-alives since its
+// last event: an operator sees how long the app seemed stuck.
+func (r *run) logQuiet(q quietSpell, err error) {
+	if q.keepAlives == 0 {
+		return
+	}
+	r.call.Logger.Warn("dify: the app's event stream sent only keep-alive pings before it ended without its closing event",
+		"app_id", r.app.ID, "task_id", r.out.TaskID, "pinged_for", roundDuration(time.Since(q.since)).String(),
+		"pings", q.keepAlives, "last_event", q.lastEvent, "error", err)
+}
+
+// interrupted is the outcome_unknown message of an invocation whose
+// action's context ended (its timeout, a cancel, the host's shutdown)
+// before the stream's closing event, sent is when the request was sent
+// and q the stream's end. At the action's timeout, the connector stops
+// the app's task itself (the host calls the Canceler only for a cancel):
+// the caller gave up on the action, and nothing else could stop the task
+// once the action ended. The message names the task and says how to read
+// what the app did; without a task (a stream that sent only pings) there
+// was nothing to stop, and it says where to look for the app's run.
+func (r *run) interrupted(ctx context.Context, sent time.Time, q quietSpell) string {
+	cause := context.Cause(ctx)
+	taskID := r.out.TaskID
+	var what string
+	switch {
+	case errors.Is(cause, hostsdk.ErrActionTimeout):
+		what = "the action's timeout passed"
+	case errors.Is(cause, hostsdk.ErrActionCancelled):
+		what = "the action was cancelled"
+	case errors.Is(cause, hostsdk.ErrHostStopping):
+		what = "the host is shutting down"
+	default:
+		what = fmt.Sprintf("the action was interrupted (%v)", cause)
+	}
+	what += fmt.Sprintf(" %s after the invocation was sent", roundDuration(time.Since(sent)))
+	parts := []string{what}
+	if quiet := q.String(); quiet != "" {
+		parts = append(parts, quiet)
+	}
+	r.logQuiet(q, cause)
+	if taskID == "" {
+		parts = append(parts, "the stream never named the app's task, so nothing could be stopped: Dify accepted the invocation, and the app may be running")
+	} else {
+		running := "the app runs as Dify task " + taskID
+		if r.out.WorkflowRunID != "" {
+			running += " (workflow run " + r.out.WorkflowRunID + ")"
+		}
+		parts = append(parts, running)
+		stopped := "Dify stops a task at its next step: the app may have completed or partly done the work first"
+		switch {
+		case errors.Is(cause, hostsdk.ErrActionTimeout):
+			if msg, ok := r.stopAtTimeout(ctx); ok {
+				parts = append(parts, msg, stopped)
+			} else {
+				parts = append(parts, msg, "the app may have completed, partly done the work or be running still")
+			}
+		case errors.Is(cause, hostsdk.ErrActionCancelled):
+			parts = append(parts, "the cancel asks Dify to stop the task", stopped)
+		default:
+			parts = append(parts, "no stop was sent: the app may have completed, partly done the work or be running still")
+		}
+	}
+	if hint := r.readHint(); hint != "" {
+		parts = append(parts, hint)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// stopAtTimeout stops the invocation's task (its action timed out),
+// within TimeoutStopLimit, and says how that went: false when the stop
+// failed.
+func (r *run) stopAtTimeout(ctx context.Context) (string, bool) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TimeoutStopLimit)
+	defer cancel()
+	taskID, path := r.out.TaskID, stopPath(r.app.Mode, r.out.TaskID)
+	if err := r.c.stop(sctx, r.app, taskID, r.user); err != nil {
+		r.call.Logger.Warn("dify: the task of a timed-out invocation was not stopped", "app_id", r.app.ID, "task_id", taskID, "error", err)
+		return fmt.Sprintf("the connector could not stop the task (%v): stop it with POST %s and {\"user\": %q} (the app's key)", err, path, r.user), false
+	}
+	r.call.Logger.Info("dify: task stopped at the action's timeout", "app_id", r.app.ID, "task_id", taskID)
+	return "the connector asked Dify to stop the task (POST " + path + ")", true
+}
+
+// readHint says which capability reads what the invocation did, "" when
+// none does (a completion app: its logs in Dify's console).
+func (r *run) readHint() string {
+	a := r.app
+	conv := r.out.ConversationID
+	if conv == "" {
+		conv = r.inputConversation
+	}
+	var hints []string
+	if r.out.WorkflowRunID != "" {
+		hints = append(hints, fmt.Sprintf("read the run with %s (workflow_run_id %s)", AppCapability(a.ID, SuffixWorkflowRun), r.out.WorkflowRunID))
+	}
+	switch {
+	case a.Mode.chat() && conv != "":
+		hints = append(hints, fmt.Sprintf("read the conversation's messages with %s (conversation_id %s, user %q)", AppCapability(a.ID, SuffixMessages), conv, r.user))
+	case a.Mode.chat():
+		hints = append(hints, fmt.Sprintf("look for its conversation with %s (user %q)", AppCapability(a.ID, SuffixConversations), r.user))
+	case a.Mode == ModeWorkflow && r.out.WorkflowRunID == "":
+		hints = append(hints, fmt.Sprintf("look for its run with %s (created_by_end_user_session_id %q)", AppCapability(a.ID, SuffixWorkflowLogs), r.user))
+	}
+	return strings.Join(hints, "; ")
+}
+
+// roundDuration rounds d for a message: to the second from a second on.
+func roundDuration(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }
 
 // refuseNestedNUL refuses an invocation whose inputs or files hold the
@@ -303,11 +456,13 @@ func memberPath(name string) string {
 
 // run aggregates the events of one invocation.
 type run struct {
-	c      *Connector
-	call   *hostsdk.Call
-	app    *app
-	user   string
-	chunks *hostsdk.ChunkWriter
+	c    *Connector
+	call *hostsdk.Call
+	app  *app
+	user string
+	// inputConversation is the conversation_id the input named, if any.
+	inputConversation string
+	chunks            *hostsdk.ChunkWriter
 
 	out InvokeOutput
 	// messageID is a chatflow's message, as its events name it.
