@@ -1122,3 +1122,63 @@ func entryLine(t *testing.T, s, section string, i int) int {
 	t.Fatalf("no %s[%d]", section, i)
 	return 0
 }
+
+// TestFleetFileRefusesAVersionNoReplicaCanSignAs: a version whose manifest
+// agent ID no replica's peer_principal_id can equal (here an invisible
+// formatting character) is refused at its own entry, in one sentence
+// naming the file, the entry, its line, the field and the character, and
+// what to fix; it was admitted, and the file failed at its first replica,
+// with an error about the replica's peer_principal_id. Apply refuses it
+// likewise in a file built in code, before any replica is put.
+func TestFleetFileRefusesAVersionNoReplicaCanSignAs(t *testing.T) {
+	const rule = ": every replica of the version signs as its manifest's agent, and a replica's peer_principal_id, which must equal the agent ID, " +
+		"is 1 to 256 bytes of UTF-8 text without control characters, invisible formatting characters (Unicode Cf) or white space at either end, " +
+		"so no replica of this version could ever be provisioned; fix the agent ID in the connector's manifest and admit that manifest"
+	base := string(docExample(t))
+	// The replicas take their principal from the version, as a file
+	// usually leaves it.
+	edited := strings.ReplaceAll(base, "    peer_principal_id: service:echo\n", "")
+	edited = strings.Replace(edited, "        id: service:echo\n", "        id: \"service:echo\\u200b\"\n", 1)
+	if strings.Contains(edited, "peer_principal_id") || !strings.Contains(edited, `\u200b`) {
+		t.Fatal("the edits did not apply to the example")
+	}
+	line := 0
+	for i, l := range strings.Split(edited, "\n") {
+		if l == "  - id: cver_echo_1_0_0" {
+			line = i + 1
+		}
+	}
+	_, err := registry.ParseFleetFile([]byte(edited))
+	var fe *registry.FleetFileError
+	if !errors.As(err, &fe) || !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("parse: %v, want a *FleetFileError matching ErrInvalid", err)
+	}
+	fe.File = "fleet.yaml" // as aipfleet registry apply names it
+	want := fmt.Sprintf(`fleet file fleet.yaml: versions[0] cver_echo_1_0_0 (line %d): manifest.agent.id "service:echo\u200b" holds the invisible formatting character '\u200b' (U+200B) at byte 12`, line) + rule
+	if got := err.Error(); got != want {
+		t.Fatalf("error:\n got %s\nwant %s", got, want)
+	}
+
+	ctx := t.Context()
+	r, clock := newMem(t)
+	m := registrytest.Manifest("service:x\x01", []aip.Capability{registrytest.Capability("x.do", "does x")})
+	rep := registrytest.Replica("crepl_x", "cinst_x", "cver_x1", clock.Now().Add(time.Minute))
+	rep.PeerPrincipalID = m.Agent.ID
+	f := &registry.FleetFile{
+		Types:     []registry.ConnectorType{{ID: "ctype_x", Name: "x", Owner: "owner-x", Enabled: true}},
+		Versions:  []registry.ConnectorVersion{registrytest.Version("cver_x1", "ctype_x", "1", "owner-x", registry.VersionActive, m)},
+		Instances: []registry.ConnectorInstance{{ID: "cinst_x", ConnectorTypeID: "ctype_x", VersionID: "cver_x1", TenantID: "t", ConfigRevision: 1, SecretProviderRef: "s", Status: registry.InstanceEnabled}},
+		Replicas:  []registry.ConnectorReplica{rep},
+	}
+	report, err := registry.Apply(ctx, r, f)
+	want = `fleet file: versions[0] cver_x1: manifest.agent.id "service:x\x01" holds the control character '\x01' (U+0001) at byte 9` + rule
+	if !errors.As(err, &fe) || !errors.Is(err, registry.ErrInvalid) || err.Error() != want {
+		t.Fatalf("apply:\n got %v\nwant %s", err, want)
+	}
+	if got := report.Count(registry.Created); got != 1 {
+		t.Fatalf("apply created %d records, want the type only: %+v", got, report.Entries)
+	}
+	if _, err := r.ConnectorVersion(ctx, "cver_x1"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("the version was admitted: %v", err)
+	}
+}

@@ -261,8 +261,10 @@ type PreparedVersion struct {
 
 // PrepareVersion validates a version for admission without looking at other
 // records: identifiers, status (any but revoked), limits, the manifest and its
-// digest, implementation claims for every capability and their consistency
-// with the contracts, and the attestation's qualification. The owner check
+// digest, its agent ID (held to the rule of a replica's peer_principal_id,
+// which every replica of the version must set to it), implementation claims
+// for every capability and their consistency with the contracts, and the
+// attestation's qualification. The owner check
 // against the connector type, the type's state and the uniqueness rules are
 // the backend's. The returned version is a deep copy.
 func PrepareVersion(v ConnectorVersion, l Limits) (PreparedVersion, error) {
@@ -295,6 +297,9 @@ func PrepareVersion(v ConnectorVersion, l Limits) (PreparedVersion, error) {
 	}
 	if m.Agent.DID != "" {
 		return PreparedVersion{}, invalid(r, id, "manifest.agent.did", "must be empty: every replica of a version shares its manifest and has its own DID")
+	}
+	if err := checkAgentID(id, m.Agent.ID); err != nil {
+		return PreparedVersion{}, err
 	}
 	if len(m.Capabilities) == 0 {
 		return PreparedVersion{}, invalid(r, id, "manifest.capabilities", "a version must offer at least one capability")
