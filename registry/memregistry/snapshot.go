@@ -263,9 +263,9 @@ func (r *Registry) snapshot() *snapshot {
 // identifiers hold one (an instance's secret_provider_ref, a binding's
 // credential_revision_ref or quota_policy_ref, a policy's policy_ref, a
 // replica's peer_principal_id, trust_domain or transport_profile, a
-// version's version or manifest profiles) are kept likewise, with one
-// warning per kind and field saying what the character does to them and
-// what to do.
+// version's version, manifest agent ID or manifest profiles) are kept
+// likewise, with one warning per kind and field saying what the character
+// does to them and what to do.
 func (r *Registry) Restore(rd io.Reader) error {
 	var s snapshot
 	dec := json.NewDecoder(rd)
@@ -379,6 +379,7 @@ func unnamableRecords(s *snapshot) []*unnamable {
 	trustDomains := fieldBreaks("connector replicas", "trust_domain")
 	transports := fieldBreaks("connector replicas", "transport_profile")
 	versions := fieldBreaks("connector versions", "version")
+	agents := fieldBreaks("connector versions", "manifest.agent.id")
 	profiles := fieldBreaks("connector versions", "manifest.profiles")
 	for i := range s.Policies {
 		p := &s.Policies[i]
@@ -387,6 +388,7 @@ func unnamableRecords(s *snapshot) []*unnamable {
 	for i := range s.Versions {
 		v := &s.Versions[i]
 		versions.check(fmt.Sprintf("version %q", v.ID), v.Version)
+		agents.check(fmt.Sprintf("version %q", v.ID), v.Manifest.Agent.ID)
 		// A version counts once, named with the least of its profiles
 		// that hold one (as pgregistry's migrate names it).
 		least := ""
@@ -433,7 +435,7 @@ func unnamableRecords(s *snapshot) []*unnamable {
 	}
 	var found []*unnamable
 	for _, u := range []*unnamable{defs, insts, binds, routes,
-		secretRefs, credRefs, quotaRefs, policyRefs, principals, trustDomains, transports, versions, profiles} {
+		secretRefs, credRefs, quotaRefs, policyRefs, principals, trustDomains, transports, versions, agents, profiles} {
 		if u.count > 0 {
 			found = append(found, u)
 		}
@@ -486,6 +488,11 @@ var fieldFindings = map[string][2]string{
 	"connector versions version": {
 		"the version string prints like one it is not (nothing but a version's status changes once it is admitted)",
 		"admit a new version whose version string holds no such character, move the instances to it and revoke this one"},
+	"connector versions manifest.agent.id": {
+		"every replica of the version signs as its manifest's agent, and a replica whose peer_principal_id holds the character can be neither put nor registered again, " +
+			"so the version serves only until its replicas' current leases end (and a fleet file that lists the version is refused)",
+		"admit the connector's manifest with an agent ID without the character as a new version (a new version ID), put its replicas and move the instances to it; " +
+			"leave this version out of the fleet file"},
 	"connector versions manifest.profiles": {
 		"a catalog query cannot name the profile (a profile filter holding the character is refused), so the version's capabilities are not found by it",
 		"admit a new version whose manifest profiles hold no such character, move the instances to it and revoke this one"},

@@ -294,12 +294,13 @@ func TestRestoreNamesAtMostTenUnnamableRecords(t *testing.T) {
 // older build wrote whose other identifiers — an instance's secret
 // provider reference, a binding's credential revision and quota policy
 // references, a policy's reference, replicas' peer principal, trust
-// domain and transport profile, a version's version string and the
-// versions' profiles — hold an invisible formatting character restores
-// as stored, and Restore logs one warning per kind and field naming the
-// records with the value, the field and the character, what it does to
-// them and what to do. Only tenant and capability IDs were looked at:
-// these were restored without a word.
+// domain and transport profile, a version's version string, the versions'
+// manifest agent IDs and profiles — hold an invisible formatting
+// character restores as stored, and Restore logs one warning per kind and
+// field naming the records with the value, the field and the character,
+// what it does to them and what to do. Only tenant and capability IDs
+// were looked at: these were restored without a word (a version's agent
+// ID until it was held to a replica's peer_principal_id rule).
 func TestRestoreWarnsOfFormatCharactersInOtherIdentifiers(t *testing.T) {
 	s := newFleetState(t)
 	doc := string(snapshotOf(t, s.reg))
@@ -355,6 +356,9 @@ func TestRestoreWarnsOfFormatCharactersInOtherIdentifiers(t *testing.T) {
 		{"connector replicas", "trust_domain", nr, `replica "crepl_b1" with trust_domain "fleet\u200b.test" (trust_domain U+200B)`, "--trust-domain"},
 		{"connector replicas", "transport_profile", nr, `with transport_profile "aip.native.http.v1\ufeff" (transport_profile U+FEFF)`, "new replica ID"},
 		{"connector versions", "version", 1, `version "cver_alpha3" with version "3.0.0\u202e" (version U+202E)`, "revoke this one"},
+		// The alpha versions' manifest agent is the alpha replicas'
+		// principal.
+		{"connector versions", "manifest.agent.id", 3, `version "cver_alpha1" with manifest.agent.id "service:alpha\u200d" (manifest.agent.id U+200D)`, "new version ID"},
 		{"connector versions", "manifest.profiles", nv, `version "cver_beta1" with manifest.profiles "aip.native.http.v1\ufeff" (manifest.profiles U+FEFF)`, "revoke this one"},
 	} {
 		w, ok := got[want.kind+" "+want.field]
@@ -370,8 +374,8 @@ func TestRestoreWarnsOfFormatCharactersInOtherIdentifiers(t *testing.T) {
 			t.Errorf("warning about %s' %s: records %q do not name %s", want.kind, want.field, w.Records, want.name)
 		}
 	}
-	if len(got) != 9 {
-		t.Errorf("%d warnings about records, want 9:\n%s", len(got), logs.String())
+	if len(got) != 10 {
+		t.Errorf("%d warnings about records, want 10:\n%s", len(got), logs.String())
 	}
 }
 

@@ -123,8 +123,9 @@ type MigrateResult struct {
 	// instances whose capability or tenant ID holds one, which no route
 	// request or write can name (nor their bindings, replicas and
 	// routes), so they route nothing; and instances, bindings, admission
-	// policies, replicas and versions whose other identifiers hold one
-	// (UnnamableRecords.Effect says what that does). Empty when there are
+	// policies, replicas and versions whose other identifiers (a version's
+	// manifest agent ID among them) hold one (UnnamableRecords.Effect says
+	// what that does). Empty when there are
 	// none. The caller should tell the operator (aipfleet registry
 	// migrate warns of each kind and field).
 	Unnamable []UnnamableRecords

@@ -23,8 +23,9 @@ const MaxNamedRecords = 10
 // hold one (an instance's secret provider reference, a binding's
 // credential revision or quota policy reference, a policy's reference, a
 // replica's peer principal, trust domain or transport profile, a
-// version's version string or profiles) can, but a write of them as
-// stored is refused, and Effect says what else the character does.
+// version's version string, manifest agent ID or profiles) can, but a
+// write of them as stored is refused, and Effect says what else the
+// character does.
 type UnnamableRecords struct {
 	// Kind is "capability definitions", "connector instances",
 	// "capability bindings", "admission policies", "connector replicas"
@@ -33,8 +34,8 @@ type UnnamableRecords struct {
 	// Field is the identifier that holds the character: "capability_id",
 	// "tenant_id", "secret_provider_ref", "credential_revision_ref",
 	// "quota_policy_ref", "policy_ref", "peer_principal_id",
-	// "trust_domain", "transport_profile", "version" or
-	// "manifest.profiles".
+	// "trust_domain", "transport_profile", "version",
+	// "manifest.agent.id" or "manifest.profiles".
 	Field string `json:"field"`
 	// Count is how many there are (for manifest.profiles, how many
 	// versions).
@@ -134,6 +135,12 @@ var identTables = []identTable{
 			effect: "the version string prints like one it is not (nothing but a version's status changes once it is admitted)",
 			fix:    "admit a new version whose version string holds no such character, move the instances to it and revoke this one",
 			name:   named("version", "version")},
+		{column: "(manifest->'agent'->>'id')", field: "manifest.agent.id",
+			effect: "every replica of the version signs as its manifest's agent, and a replica whose peer_principal_id holds the character can be neither provisioned nor registered again, " +
+				"so the version serves only until its replicas' current leases end (and a fleet file that lists the version is refused)",
+			fix: "admit the connector's manifest with an agent ID without the character as a new version (a new version ID in the fleet file), provision its replicas and move the instances to it; " +
+				"leave this version out of the fleet file",
+			name: named("version", "manifest.agent.id")},
 	}},
 	// A version counts once, named with the least of its profiles that
 	// hold one.

@@ -100,10 +100,12 @@ func TestMigrateNamesUnnamableRecords(t *testing.T) {
 // with such a character (written here in SQL) — an instance's secret
 // provider reference, a binding's credential revision and quota policy
 // references, a policy's reference, replicas' peer principal, trust domain
-// and transport profile, a version's version string and profiles — are
-// named by kind and field, each field's first ten in ID order whatever
-// the other fields' rows, counting all, with what it does and what to do.
-// Only tenant and capability IDs were looked at: these were not named.
+// and transport profile, a version's version string, manifest agent ID
+// and profiles — are named by kind and field, each field's first ten in
+// ID order whatever the other fields' rows, counting all, with what it
+// does and what to do. Only tenant and capability IDs were looked at:
+// these were not named (a version's agent ID, until it was held to a
+// replica's peer_principal_id rule, was not looked at either).
 func TestMigrateNamesOtherIdentifiersWithFormatCharacters(t *testing.T) {
 	ctx := t.Context()
 	r, dbURL, clock := openClock(t, pgregistry.Config{})
@@ -133,6 +135,7 @@ func TestMigrateNamesOtherIdentifiersWithFormatCharacters(t *testing.T) {
 		`UPDATE aip_registry.connector_replicas SET trust_domain = 'fleet' || U&'\+0E0041' || '.test' WHERE replica_id LIKE 'crepl_t%'`,
 		`UPDATE aip_registry.connector_replicas SET transport_profile = transport_profile || U&'\FEFF' WHERE replica_id = 'crepl_x0'`,
 		`UPDATE aip_registry.connector_versions SET version = version || U&'\202E' WHERE version_id = 'cver_alpha1'`,
+		`UPDATE aip_registry.connector_versions SET manifest = jsonb_set(manifest, '{agent,id}', to_jsonb((manifest->'agent'->>'id') || U&'\2063')) WHERE version_id = 'cver_alpha1'`,
 		`UPDATE aip_registry.version_profiles SET profile = profile || U&'\FEFF' WHERE version_id = 'cver_alpha1'`,
 		`INSERT INTO aip_registry.version_profiles (version_id, profile) VALUES ('cver_alpha1', 'a.profile' || U&'\200B')`,
 	} {
@@ -167,6 +170,8 @@ func TestMigrateNamesOtherIdentifiersWithFormatCharacters(t *testing.T) {
 		{"connector replicas", "transport_profile", 1,
 			[]string{`replica "crepl_x0" with transport_profile "aip.native.http.v1\ufeff" (transport_profile U+FEFF)`}, "new replica ID"},
 		{"connector versions", "version", 1, []string{`version "cver_alpha1" with version "1.0.0\u202e" (version U+202E)`}, "revoke this one"},
+		{"connector versions", "manifest.agent.id", 1,
+			[]string{`version "cver_alpha1" with manifest.agent.id "service:alpha\u2063" (manifest.agent.id U+2063)`}, "new version ID"},
 		{"connector versions", "manifest.profiles", 1,
 			[]string{`version "cver_alpha1" with manifest.profiles "a.profile\u200b" (manifest.profiles U+200B)`}, "revoke this one"},
 	}
