@@ -83,7 +83,8 @@ type actionFlags struct {
 	timeoutMS      int
 	requestTimeout time.Duration
 	jsonOut        bool
-	// command names the command in usage errors; "" is action.
+	// command names the command in usage errors as the user typed it:
+	// "action send", "events list", "capability get"; "" is action.
 	command string
 	// urlFrom is the dev.json url was read from, "" when url was given or
 	// is the default (devDefaultURL).
@@ -199,7 +200,7 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	if err := clientFlagsNotEmpty(fs, "action "+sub); err != nil {
 		return err
 	}
-	*f = actionFlags{capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
+	*f = actionFlags{command: "action " + sub, capability: *capability, input: *input, inputFile: *inputFile, actionID: *actionID, mode: *mode,
 		idempotencyKey: *idem, reason: *reason, timeoutMS: *timeoutMS, requestTimeout: *reqTimeout, jsonOut: *jsonOut}
 	cf.fill(f)
 	if err := f.findURL(fs); err != nil {
@@ -208,7 +209,7 @@ func runAction(ctx context.Context, c *command, e *env, args []string) error {
 	if f.requestTimeout <= 0 {
 		// A request with no time at all is never sent, yet a send would
 		// be reported as one that may have run.
-		return usagef("action: --request-timeout must be positive")
+		return usagef("action %s: --request-timeout must be positive", sub)
 	}
 	switch sub {
 	case "send":
@@ -273,7 +274,7 @@ func (f *actionFlags) findURL(fs *flagSet) error {
 		}
 	}
 	var err error
-	if f.urlFrom, err = devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+	if f.urlFrom, err = devDefaultURL(fs, f.commandName(), "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
 		return err
 	}
 	if f.urlFrom == "" && !fs.isSet("url") {
@@ -310,8 +311,11 @@ func (f *actionFlags) bearer() (string, error) {
 		return "", flagFileError(f.commandName(), "--issuer-key", err)
 	}
 	now := f.clock()
+	// The subject names the top command ("aipfleet-action"), as before
+	// usage errors named the subcommand.
+	top, _, _ := strings.Cut(f.commandName(), " ")
 	return tenanttoken.Mint(key, tenanttoken.Claims{Issuer: f.issuer, Audience: f.audience, TenantID: f.tenant,
-		Subject: "aipfleet-" + f.commandName(), IssuedAt: now, Expiry: now.Add(mintedTokenTTL)})
+		Subject: "aipfleet-" + top, IssuedAt: now, Expiry: now.Add(mintedTokenTTL)})
 }
 
 // mintedTokenTTL is how long a token minted with --issuer-key lasts.

@@ -94,7 +94,7 @@ func runCapability(ctx context.Context, c *command, e *env, args []string) error
 		return err
 	}
 	f := &capabilityFlags{search: *search, profile: *profile,
-		client: actionFlags{requestTimeout: *reqTimeout, jsonOut: *jsonOut, command: "capability"}}
+		client: actionFlags{requestTimeout: *reqTimeout, jsonOut: *jsonOut, command: "capability " + sub}}
 	cf.fill(&f.client)
 	switch sub {
 	case "list":

@@ -347,7 +347,7 @@ func TestCapabilityUsageErrors(t *testing.T) {
 		{[]string{"capability", "list", "--token", ""}, "capability list: --token is empty"},
 		{[]string{"capability", "list", "--request-timeout", "0s"}, "capability list: --request-timeout must be positive"},
 		{[]string{"capability", "list", "--bogus"}, "capability: unknown flag --bogus (run `aipfleet capability --help`)"},
-		{[]string{"capability", "list", "--url", "ftp://x"}, "capability: --url"},
+		{[]string{"capability", "list", "--url", "ftp://x"}, "capability list: --url"},
 	} {
 		_, _, err := runCLI(t, env, c.args...)
 		var u *usageError

@@ -325,9 +325,9 @@ func TestEmptyIssuerOrAudienceOfAMintedTokenNamesTheFlag(t *testing.T) {
 	}{
 		{[]string{"token", "--issuer-key", key, "--tenant", "acme", "--issuer", ""}, "token: --issuer is empty"},
 		{[]string{"token", "--issuer-key", key, "--operator", "--issuer", ""}, "token: --issuer is empty"},
-		{append([]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--issuer", ""}, client...), "action: --issuer is empty"},
-		{append([]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--audience", ""}, client...), "action: --audience is empty"},
-		{append([]string{"events", "list", "--audience", ""}, client...), "events: --audience is empty"},
+		{append([]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--issuer", ""}, client...), "action send: --issuer is empty"},
+		{append([]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--audience", ""}, client...), "action get: --audience is empty"},
+		{append([]string{"events", "list", "--audience", ""}, client...), "events list: --audience is empty"},
 		{[]string{"fleet", "status", "--control-url", "http://127.0.0.1:1", "--dev-state-dir", dir, "--issuer-key", key, "--issuer", ""}, "fleet status: --issuer is empty"},
 	} {
 		out, _, err := runCLI(t, nil, tc.args...)

@@ -44,13 +44,15 @@ func readDevURLs(dir string) (u devURLs, ok bool, err error) {
 // from is the dev.json the address was read from ("" when it was not), for
 // the error when nothing answers there: the state of a dev fleet that is
 // no longer running still redirects the commands from their defaults.
-func devDefaultURL(fs *flagSet, flagName string, url *string, devStateDir string, which func(devURLs) string) (from string, err error) {
+// command names the command as typed ("fleet status") in the error of a
+// dev.json that cannot be read.
+func devDefaultURL(fs *flagSet, command, flagName string, url *string, devStateDir string, which func(devURLs) string) (from string, err error) {
 	if fs.isSet(flagName) {
 		return "", nil
 	}
 	u, ok, err := readDevURLs(devStateDir)
 	if err != nil {
-		return "", usagef("%s: %v; give --%s", fs.cmd.name, err, flagName)
+		return "", usagef("%s: %v; give --%s", command, err, flagName)
 	}
 	if !ok {
 		return "", nil

@@ -84,17 +84,20 @@ func TestClientsFindTheDevFleetOnItsPortBase(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, DefaultDevStateDir, "dev.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The error starts with the command as typed: "fleet status:", not
+	// "fleet:".
 	for _, c := range []struct {
-		args []string
-		want string
+		args         []string
+		prefix, want string
 	}{
-		{[]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t"}, "give --url"},
-		{[]string{"fleet", "status", "--token", "t"}, "give --control-url"},
+		{[]string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--token", "t"}, "action get: ", "give --url"},
+		{[]string{"events", "list", "--token", "t"}, "events list: ", "give --url"},
+		{[]string{"fleet", "status", "--token", "t"}, "fleet status: ", "give --control-url"},
 	} {
 		_, _, err := runCLI(t, nil, c.args...)
 		var u *usageError
-		if !errors.As(err, &u) || !strings.Contains(err.Error(), "dev.json is not a dev state file") || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v with a broken dev.json: err = %v, want a usage error saying %q", c.args, err, c.want)
+		if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), c.prefix) || !strings.Contains(err.Error(), "dev.json is not a dev state file") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v with a broken dev.json: err = %v, want a usage error starting %q and saying %q", c.args, err, c.prefix, c.want)
 		}
 	}
 }

@@ -870,8 +870,8 @@ func TestActionFlagOfAnotherSubcommandIsRefused(t *testing.T) {
 		{[]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--reason", "oops"}, "action send: --reason is for action cancel"},
 		// Nor is a request given no time sent (and reported as one that
 		// may have run).
-		{[]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--request-timeout", "0s"}, "action: --request-timeout must be positive"},
-		{[]string{"action", "get", id, "--request-timeout", "-1s"}, "action: --request-timeout must be positive"},
+		{[]string{"action", "send", "--capability", "echo.say", "--input", "{}", "--request-timeout", "0s"}, "action send: --request-timeout must be positive"},
+		{[]string{"action", "get", id, "--request-timeout", "-1s"}, "action get: --request-timeout must be positive"},
 	} {
 		_, _, err := runCLI(t, nil, append(tc.args, common...)...)
 		var u *usageError

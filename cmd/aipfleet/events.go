@@ -90,7 +90,7 @@ func runEvents(ctx context.Context, c *command, e *env, args []string) error {
 		return err
 	}
 	f := &eventsFlags{limit: *limit, follow: *follow, interval: *interval,
-		client: actionFlags{requestTimeout: *reqTimeout, jsonOut: *jsonOut, command: "events"}}
+		client: actionFlags{requestTimeout: *reqTimeout, jsonOut: *jsonOut, command: "events list"}}
 	cf.fill(&f.client)
 	var err error
 	if f.after, err = strconv.ParseUint(*after, 10, 64); err != nil {

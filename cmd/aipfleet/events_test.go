@@ -153,7 +153,7 @@ func TestEventsList(t *testing.T) {
 		{[]string{"events", "list", "--token", "x", "--limit", "0"}, "--limit 0"},
 		{[]string{"events", "list", "--token", "x", "--limit", "1001"}, "--limit 1001"},
 		{[]string{"events", "list", "--token", "x", "extra"}, "unexpected argument"},
-		{[]string{"events", "list", "--token", "x", "--tenant", "t"}, "events: give either --token or --tenant"},
+		{[]string{"events", "list", "--token", "x", "--tenant", "t"}, "events list: give either --token or --tenant"},
 	} {
 		_, _, err := runCLI(t, map[string]string{"AIP_CLIENT_URL": url}, c.args...)
 		var u *usageError
