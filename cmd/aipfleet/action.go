@@ -333,8 +333,17 @@ func (f *actionFlags) devToken() (string, error) {
 		return "", usagef("%s: a token is needed: --token TOKEN ($AIP_CLIENT_TOKEN), or --tenant T with --issuer-key FILE; with a running aipfleet dev, its token in %s is used (none there now: start aipfleet dev, or point --dev-state-dir at its state)%s",
 			f.commandName(), file, note)
 	}
-	if err != nil {
-		return "", fmt.Errorf("the dev token: %w", err)
+	switch {
+	case errors.Is(err, aip.ErrUnsafeFile), errors.Is(err, aip.ErrEmptyFile), errors.Is(err, os.ErrPermission):
+		// A token file others may read or replace, or not one dev
+		// wrote: a setting to fix, which asking again cannot (exit 2).
+		// It was "the dev token: ..." with exit status 1 and no fix
+		// for what aip's error does not say (an empty file, one too
+		// large).
+		return "", flagFileError(f.commandName(), "aipfleet dev's token (in --dev-state-dir "+f.devStateDir+")",
+			fmt.Errorf("%w\n(aipfleet dev writes a fresh token, mode 0600, each time it starts: restart it; or give --token TOKEN, or --tenant T with --issuer-key FILE)", err))
+	case err != nil:
+		return "", fmt.Errorf("%s: read aipfleet dev's token (in --dev-state-dir %s): %w", f.commandName(), f.devStateDir, err)
 	}
 	tok := strings.TrimSpace(string(raw))
 	if exp, ok := tenanttoken.UnverifiedExpiry(tok); ok && !exp.After(f.clock()) {

@@ -331,18 +331,18 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	f.state, f.fresh = st, fresh
 	f.artifact = aip.DigestBytes([]byte("aipfleet dev artifact " + f.connector + " " + digest))
 
-	if f.keys.control, err = loadOrCreateKey(f.path("keys", "control-plane.key")); err != nil {
+	if f.keys.control, err = loadOrCreateKey(f.dir, f.path("keys", "control-plane.key")); err != nil {
 		return err
 	}
-	if f.keys.dispatcher, err = loadOrCreateKey(f.path("keys", "dispatcher.key")); err != nil {
+	if f.keys.dispatcher, err = loadOrCreateKey(f.dir, f.path("keys", "dispatcher.key")); err != nil {
 		return err
 	}
-	if f.keys.issuer, err = loadOrCreateKey(f.path("keys", "issuer.key")); err != nil {
+	if f.keys.issuer, err = loadOrCreateKey(f.dir, f.path("keys", "issuer.key")); err != nil {
 		return err
 	}
 	for i := range st.ReplicaIDs {
 		file := f.path("keys", replicaName(i)+".key")
-		k, err := loadOrCreateKey(file)
+		k, err := loadOrCreateKey(f.dir, file)
 		if err != nil {
 			return err
 		}
@@ -374,22 +374,38 @@ func loadDevState(path string) (devState, bool, error) {
 	return st, false, nil
 }
 
-// loadOrCreateKey loads a key file, creating it (mode 0600) on first use.
-// Only a key that does not exist is created: one that aip refuses —
-// also a missing one, when a directory on its path is another user's or
-// writable by others (aip checks the path before it looks for the file)
-// — is an error, since the replicas dev starts would refuse it too: a
-// setting to fix (settingError), --state-dir or the file in it.
-func loadOrCreateKey(path string) (*aip.SigningKey, error) {
+// loadOrCreateKey loads a key file of the state directory stateDir,
+// creating it (mode 0600) on first use. Only a key that does not exist is
+// created: one that aip refuses — also a missing one, when a directory on
+// its path is another user's or writable by others (aip checks the path
+// before it looks for the file) — is an error, since the replicas dev
+// starts would refuse it too: a setting to fix (flagFileError of
+// --state-dir), the directory or the file in it, which the error says how.
+// A key file that cannot be read for another reason (an I/O error) is a
+// failure at run time. The errors start with "dev: --state-dir DIR:";
+// aip's error that follows names the file. They said "key file FILE:
+// signing key file FILE: ...", without the command or what to do about
+// a key that is not one.
+func loadOrCreateKey(stateDir, path string) (*aip.SigningKey, error) {
 	k, err := aip.LoadSigningKey(path)
 	if err == nil {
 		return k, nil
 	}
-	if errors.Is(err, aip.ErrUnsafeFile) {
-		return nil, settingError(fmt.Errorf("key file %s: %w (when that directory is not yours to change, run aipfleet dev as the user who owns it, or pass --state-dir with a directory of this user's that others cannot write to, nor the directories above it)", path, err))
+	const flag = "--state-dir"
+	switch {
+	case errors.Is(err, aip.ErrUnsafeFile):
+		return nil, flagFileError("dev", flag+" "+stateDir, fmt.Errorf("%w (when that directory is not yours to change, run aipfleet dev as the user who owns it, or pass --state-dir with a directory of this user's that others cannot write to, nor the directories above it)", err))
+	case errors.Is(err, aip.ErrInvalidKey), errors.Is(err, aip.ErrEmptyFile):
+		return nil, flagFileError("dev", flag+" "+stateDir, fmt.Errorf("%w: it is not the key aipfleet dev wrote there; put that key back, or pass --reset to start from scratch with new keys (the fleet gets new identities)", err))
+	case errors.Is(err, os.ErrPermission):
+		return nil, flagFileError("dev", flag+" "+stateDir, fmt.Errorf("%w: make it readable by this user (chmod 600 it), or run aipfleet dev as the user who owns it", err))
 	}
 	if _, statErr := os.Lstat(path); !errors.Is(err, os.ErrNotExist) || !errors.Is(statErr, os.ErrNotExist) {
-		return nil, settingError(fmt.Errorf("key file %s: %w", path, err))
+		if errors.Is(err, os.ErrNotExist) {
+			// A dangling symlink, or a file gone since it was found.
+			return nil, flagFileError("dev", flag+" "+stateDir, fmt.Errorf("%w: remove %s, or pass --reset to start from scratch", err, path))
+		}
+		return nil, fmt.Errorf("dev: --state-dir %s: %w", stateDir, err)
 	}
 	if k, err = aip.GenerateSigningKey(); err != nil {
 		return nil, err

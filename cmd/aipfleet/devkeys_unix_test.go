@@ -30,7 +30,7 @@ func TestDevKeyNotCreatedOnAnUnsafePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := filepath.Join(shared, "replica-1.key")
-	_, err := loadOrCreateKey(key)
+	_, err := loadOrCreateKey(shared, key)
 	if !errors.Is(err, aip.ErrUnsafeFile) {
 		t.Fatalf("loadOrCreateKey under a 0777 directory: err = %v, want aip.ErrUnsafeFile", err)
 	}
@@ -45,11 +45,11 @@ func TestDevKeyNotCreatedOnAnUnsafePath(t *testing.T) {
 
 	// Where the path is safe, a missing key is created as before.
 	fresh := filepath.Join(t.TempDir(), "replica-1.key")
-	k, err := loadOrCreateKey(fresh)
+	k, err := loadOrCreateKey(filepath.Dir(fresh), fresh)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := loadOrCreateKey(fresh)
+	again, err := loadOrCreateKey(filepath.Dir(fresh), fresh)
 	if err != nil || again.DID() != k.DID() {
 		t.Fatalf("second load: %v, %v; want the key created first (%s)", again, err, k.DID())
 	}

@@ -477,6 +477,7 @@ func TestUnusableFilesOfFlagsExitTwo(t *testing.T) {
 		{[]string{"dev", "--fleet-file", badFleet, "--state-dir", filepath.Join(dir, "dev")}, "fleet file " + badFleet + ": types[0] bad (line 3)"},
 		{[]string{"dev", "--fleet-file", missing, "--state-dir", filepath.Join(dir, "dev")}, "dev: --fleet-file: file " + missing + " does not exist"},
 		{[]string{"dev", "--fleet-file", writable, "--state-dir", filepath.Join(dir, "dev")}, "dev: --fleet-file: file " + writable + " is writable by group or others"},
+		{[]string{"dev", "--state-dir", filepath.Join(shared, "dev"), "--port-base", "47300"}, "dev: --state-dir " + filepath.Join(shared, "dev") + ": "},
 		{[]string{"dev", "--state-dir", filepath.Join(shared, "dev"), "--port-base", "47300"}, "chmod go-w " + shared},
 		{[]string{"token", "--issuer-key", missing, "--tenant", "acme"}, "token: --issuer-key: secret file " + missing + " does not exist"},
 		{[]string{"token", "--issuer-key", notAKey, "--tenant", "acme"}, "token: --issuer-key: signing key file " + notAKey + ": invalid signing key"},
@@ -519,5 +520,87 @@ func TestUnusableFilesOfFlagsExitTwo(t *testing.T) {
 		if err == nil || errors.As(err, &u) {
 			t.Errorf("%v: err = %v, want a run-time error (exit status 1)", args, err)
 		}
+	}
+}
+
+// TestDevKeyAndTokenErrorsSayWhatToDo: a key file in aipfleet dev's state
+// directory that is not a key, or that others may read, was "key file F:
+// signing key file F: invalid signing key: ..." with no command, no flag
+// and nothing to do; the dev token the client commands read, when others
+// may read it or it is empty, was "the dev token: ..." with exit status 1
+// although asking again cannot help. Both are settings to fix (exit status
+// 2) naming the command, --state-dir or --dev-state-dir, and the fix.
+func TestDevKeyAndTokenErrorsSayWhatToDo(t *testing.T) {
+	dir := t.TempDir()
+	devWith := func(name, content string, mode os.FileMode) string {
+		state := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Join(state, "keys"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(state, "keys", "control-plane.key"), []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(state, "keys", "control-plane.key"), mode); err != nil {
+			t.Fatal(err)
+		}
+		return state
+	}
+	tokenIn := func(name, content string, mode os.FileMode) string {
+		state := filepath.Join(dir, name)
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(state, devTokenFile), []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(state, devTokenFile), mode); err != nil {
+			t.Fatal(err)
+		}
+		return state
+	}
+	notAKey := devWith("notakey", "zz", 0o600)
+	emptyKey := devWith("emptykey", "", 0o600)
+	looseKey := devWith("loosekey", strings.Repeat("ab", 32), 0o644)
+	looseTok := tokenIn("loosetoken", "tok", 0o644)
+	emptyTok := tokenIn("emptytoken", "", 0o600)
+	id := aip.NewActionID()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"dev", "--state-dir", notAKey, "--port-base", "47400"}, []string{
+			"dev: --state-dir " + notAKey + ": signing key file " + filepath.Join(notAKey, "keys", "control-plane.key") + ": invalid signing key",
+			"it is not the key aipfleet dev wrote there; put that key back, or pass --reset to start from scratch"}},
+		{[]string{"dev", "--state-dir", emptyKey, "--port-base", "47400"}, []string{
+			"dev: --state-dir " + emptyKey + ": secret file " + filepath.Join(emptyKey, "keys", "control-plane.key") + " is empty (0 bytes)",
+			"pass --reset to start from scratch"}},
+		{[]string{"dev", "--state-dir", looseKey, "--port-base", "47400"}, []string{
+			"dev: --state-dir " + looseKey + ": secret file " + filepath.Join(looseKey, "keys", "control-plane.key") + " is accessible by group or others (mode 0644); chmod 600 it"}},
+		{[]string{"action", "get", id, "--url", "http://127.0.0.1:1", "--dev-state-dir", looseTok}, []string{
+			"action get: aipfleet dev's token (in --dev-state-dir " + looseTok + "): secret file " + filepath.Join(looseTok, devTokenFile) + " is accessible by group or others (mode 0644); chmod 600 it",
+			"restart it; or give --token TOKEN, or --tenant T with --issuer-key FILE"}},
+		{[]string{"events", "list", "--url", "http://127.0.0.1:1", "--dev-state-dir", emptyTok}, []string{
+			"events list: aipfleet dev's token (in --dev-state-dir " + emptyTok + "): secret file " + filepath.Join(emptyTok, devTokenFile) + " is empty (0 bytes)",
+			"restart it"}},
+	} {
+		_, _, err := runCLI(t, nil, c.args...)
+		var u *usageError
+		if !errors.As(err, &u) {
+			t.Errorf("%v: err = %v, want a usage error (exit status 2)", c.args, err)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), c.args[0]) {
+			t.Errorf("%v: err = %v, want it to start with the command", c.args, err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v:\n got %v\nwant it to contain %q", c.args, err, w)
+			}
+		}
+	}
+	// dev refused the keys before it wrote any: the one that is not a
+	// key is still there, unchanged.
+	if raw, err := os.ReadFile(filepath.Join(notAKey, "keys", "control-plane.key")); err != nil || string(raw) != "zz" {
+		t.Errorf("the key that is not a key: %q, %v; want it left as it was", raw, err)
 	}
 }
