@@ -37,12 +37,14 @@ func lockStateDir(dir string) (release func(), err error) {
 
 // stateDirError is the error of creating the state directory dir: when a
 // file stands where dir or one of its parents should be, it names that
-// file; otherwise the error, with dir.
+// file, and when this user may not create it, says so: settings to fix
+// (exit status 2), which exited 1 without the command. Otherwise (a full
+// disk) it is the error, with dir, a failure at run time.
 func stateDirError(dir string, err error) error {
 	for p := dir; ; p = filepath.Dir(p) {
 		if info, statErr := os.Stat(p); statErr == nil {
 			if !info.IsDir() {
-				return fmt.Errorf("--state-dir %s: %s is a file, not a directory: give --state-dir a directory (dev creates it when missing)", dir, p)
+				return usagef("dev: --state-dir %s: %s is a file, not a directory: give --state-dir a directory (dev creates it when missing)", dir, p)
 			}
 			break
 		}
@@ -50,5 +52,8 @@ func stateDirError(dir string, err error) error {
 			break
 		}
 	}
-	return fmt.Errorf("create the state directory %s (--state-dir): %w", dir, err)
+	if errors.Is(err, os.ErrPermission) {
+		return flagFileError("dev", "--state-dir", fmt.Errorf("create the state directory %s: %w: give --state-dir a directory this user may create, or run aipfleet dev as the user who owns it", dir, err))
+	}
+	return fmt.Errorf("dev: create the state directory %s (--state-dir): %w", dir, err)
 }

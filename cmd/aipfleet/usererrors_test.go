@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -211,7 +212,9 @@ func TestSubcommandAfterFlags(t *testing.T) {
 
 // TestDevStateDirThatIsAFile: a --state-dir that is a file (or under one)
 // was "create the state directory: mkdir afile: not a directory"; the
-// error now names the file in the way and what --state-dir needs.
+// error now names the file in the way and what --state-dir needs. It is a
+// setting to fix (exit status 2) starting with the command: it exited 1
+// without "dev:".
 func TestDevStateDirThatIsAFile(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "notes.txt")
@@ -220,9 +223,24 @@ func TestDevStateDirThatIsAFile(t *testing.T) {
 	}
 	for _, stateDir := range []string{file, filepath.Join(file, "fleet")} {
 		_, _, err := runCLI(t, nil, "dev", "--state-dir", stateDir, "--port-base", "1024")
-		if err == nil || !strings.Contains(err.Error(), file+" is a file, not a directory: give --state-dir a directory") {
+		var u *usageError
+		if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: --state-dir "+stateDir+": "+file+" is a file, not a directory: give --state-dir a directory") {
 			t.Errorf("dev --state-dir %s: err = %v", stateDir, err)
 		}
+	}
+	// A directory this user may not create (mkdir's EACCES, which a test
+	// run as root cannot meet): a setting too, saying what to do.
+	denied := filepath.Join(dir, "denied", "state")
+	err := stateDirError(denied, &os.PathError{Op: "mkdir", Path: filepath.Dir(denied), Err: syscall.EACCES})
+	var u *usageError
+	if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: --state-dir: create the state directory "+denied+": ") ||
+		!strings.Contains(err.Error(), "give --state-dir a directory this user may create") {
+		t.Errorf("state directory this user may not create: err = %v, want a usage error saying what to do", err)
+	}
+	// A disk that is full is a failure at run time, naming the command.
+	err = stateDirError(denied, &os.PathError{Op: "mkdir", Path: denied, Err: syscall.ENOSPC})
+	if err == nil || errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: create the state directory "+denied) {
+		t.Errorf("state directory on a full disk: err = %v, want a run-time error starting with dev:", err)
 	}
 }
 
