@@ -75,12 +75,39 @@ func TestKeygenAndTokenRoundTrip(t *testing.T) {
 	if info, _ := os.Stat(keyFile); info.Mode().Perm() != 0o600 {
 		t.Fatalf("key file mode %v", info.Mode().Perm())
 	}
-	if _, _, err := runCLI(t, nil, "keygen", "--out", keyFile); err == nil || !strings.Contains(err.Error(), "another --out") {
-		t.Fatalf("overwrite: err = %v", err)
+	// A file already at --out is never overwritten; it is a setting to
+	// fix (exit status 2), which exited 1 with "file exists": the error
+	// says to give another file, how to print the existing key's DID, or
+	// to remove it first. So is a symlink there, wherever it leads.
+	before, _ := os.ReadFile(keyFile)
+	link := filepath.Join(dir, "link.key")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere.key"), link); err != nil {
+		t.Fatal(err)
 	}
-	// Any other failure says what it is, not that a file exists.
-	_, _, err = runCLI(t, nil, "keygen", "--out", filepath.Join(dir, "missing", "x.key"))
-	if err == nil || !strings.Contains(err.Error(), "no such file or directory") || strings.Contains(err.Error(), "delete the old file") {
+	var u *usageError
+	for _, existing := range []string{keyFile, link} {
+		_, _, err := runCLI(t, nil, "keygen", "--out", existing)
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), "keygen: --out "+existing+" already exists, and keygen never overwrites a file") ||
+			!strings.Contains(err.Error(), "give --out a new file") || !strings.Contains(err.Error(), "aipfleet keygen --did-of "+existing+" prints its did:key") ||
+			!strings.Contains(err.Error(), "remove "+existing+" first") {
+			t.Fatalf("keygen --out %s, which exists: err = %v, want a usage error saying what to do", existing, err)
+		}
+	}
+	if after, err := os.ReadFile(keyFile); err != nil || string(after) != string(before) {
+		t.Fatalf("keygen --out an existing key changed it: %q, %v; was %q", after, err, before)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "elsewhere.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("keygen --out a dangling symlink wrote where it leads: %v", err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	// A directory of --out that does not exist is a setting too, saying
+	// which directory, not that a file exists.
+	missingDir := filepath.Join(dir, "missing")
+	_, _, err = runCLI(t, nil, "keygen", "--out", filepath.Join(missingDir, "x.key"))
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "keygen: --out "+filepath.Join(missingDir, "x.key")+": the directory "+missingDir+" does not exist: create it") ||
+		strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("keygen into a missing directory: err = %v", err)
 	}
 

@@ -68,13 +68,7 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 			return err
 		}
 		if err := aip.WriteSeedFile(*out, k); err != nil {
-			if st, statErr := os.Stat(*out); statErr == nil && st.IsDir() {
-				return usagef("keygen: --out %s is a directory: give the key file to create, such as %s", *out, shellQuote(filepath.Join(*out, "signing.key")))
-			}
-			if errors.Is(err, os.ErrExist) {
-				return fmt.Errorf("keygen: --out: %w (choose another --out, or delete the old file if you really mean to replace that identity; aipfleet keygen --did-of %s prints its did:key)", err, shellQuote(*out))
-			}
-			return fmt.Errorf("keygen: --out: %w", err)
+			return outFileError(*out, err)
 		}
 		key = k
 	}
@@ -83,6 +77,28 @@ func runKeygen(ctx context.Context, c *command, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, key.DID())
 	return nil
+}
+
+// outFileError is the error of keygen --out FILE that could not be
+// created. WriteSeedFile creates the file only when nothing is there (not
+// even a symlink): a key is never overwritten. Something already at FILE,
+// or a directory of FILE that does not exist, is a setting to fix (exit
+// status 2), which running keygen again cannot: they exited 1, the
+// existing file with "open FILE: file exists". Other errors (a full disk)
+// are failures at run time.
+func outFileError(file string, err error) error {
+	if st, statErr := os.Stat(file); statErr == nil && st.IsDir() {
+		return usagef("keygen: --out %s is a directory: give the key file to create, such as %s", file, shellQuote(filepath.Join(file, "signing.key")))
+	}
+	switch {
+	case errors.Is(err, os.ErrExist):
+		q := shellQuote(file)
+		return usagef("keygen: --out %s already exists, and keygen never overwrites a file (it may be a key in use): give --out a new file; or, to use the key already there, aipfleet keygen --did-of %s prints its did:key; or, to replace that identity, remove %s first", file, q, q)
+	case errors.Is(err, os.ErrNotExist):
+		dir := filepath.Dir(file)
+		return usagef("keygen: --out %s: the directory %s does not exist: create it (mkdir -p %s), or give --out a file in a directory that exists", file, dir, shellQuote(dir))
+	}
+	return fmt.Errorf("keygen: --out: %w", err)
 }
 
 // notADirectory refuses a --did-of that names a directory (such as aipfleet
