@@ -52,7 +52,7 @@ func loadOwnFleet(name string) (*ownFleet, error) {
 	}
 	fleet, err := registry.ParseFleetFile(raw)
 	if err != nil {
-		return nil, settingError(inFleetFile(err, name, raw))
+		return nil, settingError(inFleetFile(err, "dev", name, raw))
 	}
 	return &ownFleet{name: name, raw: raw, fleet: fleet}, nil
 }
@@ -67,8 +67,19 @@ func (o *ownFleet) entryError(section string, i int, id, field string, format st
 // checkOwnFleet refuses what would break dev's own fleet: a replica
 // endpoint on one of dev's addresses, records with dev's own IDs, and
 // bindings to dev's own instance (dev applies its own records at every
-// start, so the two would take turns).
+// start, so the two would take turns). The file is to fix, which starting
+// dev again cannot: a setting error (exit status 2), starting with "dev:"
+// (inFleetFile). It exited 1 and started with "fleet file".
 func (f *devFleet) checkOwnFleet(o *ownFleet) error {
+	if err := f.ownFleetClash(o); err != nil {
+		return settingError(inFleetFile(err, "dev", o.name, o.raw))
+	}
+	return nil
+}
+
+// ownFleetClash is checkOwnFleet's check: the first entry of o that
+// clashes with dev's own fleet.
+func (f *devFleet) ownFleetClash(o *ownFleet) error {
 	// dev listens on 127.0.0.1, and the host command printed for a replica
 	// binds its endpoint's host and port: an endpoint at 127.0.0.1 or
 	// localhost on one of dev's ports clashes.
@@ -130,7 +141,7 @@ func applyOwnFleet(ctx context.Context, reg registry.Administrator, o *ownFleet)
 	if err == nil {
 		return rep, nil
 	}
-	err = inFleetFile(err, o.name, o.raw)
+	err = inFleetFile(err, "dev", o.name, o.raw)
 	hint := "fix the file"
 	if errors.Is(err, registry.ErrConflict) {
 		// The registry's error says what to change in the entry (a new

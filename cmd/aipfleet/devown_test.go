@@ -222,7 +222,7 @@ func TestDevRunsYourOwnReplica(t *testing.T) {
 		t.Fatal("dev did not stop on a changed fleet file")
 	}
 	line := lineOf(t, changed, "  - id: cver_", 1)
-	for _, want := range []string{"fleet file " + fleetFile + ": versions[0] cver_0192a8f0c1d27e3f8a4b5c6d7e8f9002 (line " + line + "): manifest differs from the admitted version", "new version ID", "--reset"} {
+	for _, want := range []string{"dev: fleet file " + fleetFile + ": versions[0] cver_0192a8f0c1d27e3f8a4b5c6d7e8f9002 (line " + line + "): manifest differs from the admitted version", "new version ID", "--reset"} {
 		if dev.err == nil || !strings.Contains(dev.stderr.String(), want) {
 			t.Errorf("dev with a changed version: %v, want an error with %q:\n%s", dev.err, want, lastLines(dev.stderr.String(), 5))
 		}
@@ -294,9 +294,11 @@ func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		err = f.checkOwnFleet(own)
+		// A setting to fix (exit status 2), starting with the command.
 		var fe *registry.FleetFileError
-		if !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), "fleet file "+file+": ") || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want a fleet file error with %q", c.name, err, c.want)
+		var u *usageError
+		if !errors.As(err, &fe) || !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: fleet file "+file+": ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a usage error about the fleet file with %q", c.name, err, c.want)
 		}
 	}
 	if err := f.checkOwnFleet(mustOwn(t, base)); err != nil {
@@ -306,7 +308,7 @@ func TestDevRefusesAFleetFileThatClashes(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, bytes.Replace(base, []byte("capacity: 32"), []byte("capacity: lots"), 1), 0o644)
 	if _, _, err := runCLI(t, nil, "dev", "--state-dir", t.TempDir(), "--fleet-file", bad); err == nil ||
-		!strings.Contains(err.Error(), "fleet file "+bad+": replicas[0]") || !strings.Contains(err.Error(), "capacity: want a whole number") ||
+		!strings.HasPrefix(err.Error(), "dev: fleet file "+bad+": replicas[0]") || !strings.Contains(err.Error(), "capacity: want a whole number") ||
 		strings.Contains(err.Error(), "registry:") {
 		t.Errorf("dev with a malformed fleet file: %v", err)
 	}

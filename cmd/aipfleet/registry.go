@@ -97,7 +97,7 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 			return err
 		}
 		if fleet, err = registry.ParseFleetFile(raw); err != nil {
-			return settingError(inFleetFile(err, *file, raw))
+			return settingError(inFleetFile(err, "registry apply", *file, raw))
 		}
 	}
 	dbURL, err := readDatabaseURL("registry "+sub, *dbFile)
@@ -164,8 +164,11 @@ func readFleetFile(name string) ([]byte, error) {
 // ..."; "-" is standard input), and adds the entry's line in raw, the
 // file's YAML, where they name the entry but not its line (registry.Apply
 // does not know lines; ParseFleetFile's errors have them). An error about
-// something else is returned after the file's name.
-func inFleetFile(err error, name string, raw []byte) error {
+// something else is returned after the file's name. Either way the error
+// starts with command, as typed ("registry apply", "dev"), as the
+// command's other errors do: every error about the content of a fleet
+// file goes through here, and started with "fleet file" alone.
+func inFleetFile(err error, command, name string, raw []byte) error {
 	if err == nil {
 		return nil
 	}
@@ -182,9 +185,9 @@ func inFleetFile(err error, name string, raw []byte) error {
 		}
 	})
 	if !found {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%s: %s: %w", command, name, err)
 	}
-	return err
+	return fmt.Errorf("%s: %w", command, err)
 }
 
 // eachFleetFileError calls f with each *registry.FleetFileError in err's
@@ -296,7 +299,7 @@ func registryApply(ctx context.Context, e *env, dbURL, name string, raw []byte, 
 		return err
 	}
 	rep, applyErr := registry.Apply(ctx, reg, fleet)
-	applyErr = inFleetFile(applyErr, name, raw)
+	applyErr = inFleetFile(applyErr, "registry apply", name, raw)
 	// An apply interrupted (Ctrl-C, SIGTERM) or out of --timeout still
 	// reports the revision it left, read on a context of its own.
 	readCtx, cancelRead := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

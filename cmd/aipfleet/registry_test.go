@@ -142,7 +142,7 @@ WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_an
 	// the sentinel's "registry: invalid: " (which the error still
 	// matches).
 	if err == nil || !errors.Is(err, registry.ErrInvalid) ||
-		!strings.HasPrefix(err.Error(), "fleet file "+bad+": replicas[2] crepl_globex_echo_a (line "+lineOf(t, badRaw, "    capacty: 8", 1)+"): capacty: unknown field; the fields here are") ||
+		!strings.HasPrefix(err.Error(), "registry apply: fleet file "+bad+": replicas[2] crepl_globex_echo_a (line "+lineOf(t, badRaw, "    capacty: 8", 1)+"): capacty: unknown field; the fields here are") ||
 		strings.Contains(err.Error(), "registry:") {
 		t.Fatalf("bad file: %v", err)
 	}
@@ -153,7 +153,7 @@ WHERE schemaname = 'aip_registry' AND relname <> 'schema_migrations' AND last_an
 	os.WriteFile(conflict, conflicting, 0o644)
 	out, _, err = runCLI(t, env, "registry", "apply", "-f", conflict)
 	if err == nil || !errors.Is(err, registry.ErrConflict) ||
-		err.Error() != "fleet file "+conflict+": instances[0] cinst_acme_echo (line "+lineOf(t, conflicting, "  - id: cinst_", 1)+
+		err.Error() != "registry apply: fleet file "+conflict+": instances[0] cinst_acme_echo (line "+lineOf(t, conflicting, "  - id: cinst_", 1)+
 			"): config_revision 1 is not newer than the stored revision 1; raise it with every change; the entries above were applied, fix the file and apply it again" ||
 		!regexp.MustCompile(`unchanged\s+versions\s+cver_echo_1_0_0\n`).MatchString(out) {
 		t.Fatalf("conflicting file: %v\n%s", err, out)
