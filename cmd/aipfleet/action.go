@@ -274,7 +274,7 @@ func (f *actionFlags) findURL(fs *flagSet) error {
 		}
 	}
 	var err error
-	if f.urlFrom, err = devDefaultURL(fs, f.commandName(), "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
+	if f.urlFrom, err = devDefaultURL(fs, "url", &f.url, f.devStateDir, func(u devURLs) string { return u.dispatch }); err != nil {
 		return err
 	}
 	if f.urlFrom == "" && !fs.isSet("url") {

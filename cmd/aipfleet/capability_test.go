@@ -346,7 +346,7 @@ func TestCapabilityUsageErrors(t *testing.T) {
 		{[]string{"capability", "list", "--search", ""}, "capability list: --search is empty"},
 		{[]string{"capability", "list", "--token", ""}, "capability list: --token is empty"},
 		{[]string{"capability", "list", "--request-timeout", "0s"}, "capability list: --request-timeout must be positive"},
-		{[]string{"capability", "list", "--bogus"}, "capability: unknown flag --bogus (run `aipfleet capability --help`)"},
+		{[]string{"capability", "list", "--bogus"}, "capability list: unknown flag --bogus (run `aipfleet capability --help`)"},
 		{[]string{"capability", "list", "--url", "ftp://x"}, "capability list: --url"},
 	} {
 		_, _, err := runCLI(t, env, c.args...)

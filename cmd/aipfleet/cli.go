@@ -246,6 +246,20 @@ type flagSet struct {
 	// fromEnv lists the flags whose value came from their environment
 	// variable, for envNotes.
 	fromEnv []string
+	// sub is the subcommand subcommand found ("send" of action send), ""
+	// before it or for a command without subcommands.
+	sub string
+}
+
+// typed is the command as the user typed it, for the errors of its flags:
+// "action send" once subcommand found send, else "action". Those errors
+// named the top command alone, while the command's other errors name the
+// subcommand too.
+func (f *flagSet) typed() string {
+	if f.sub == "" {
+		return f.cmd.name
+	}
+	return f.cmd.name + " " + f.sub
 }
 
 // countedValue counts the command-line settings of its flag.
@@ -381,14 +395,14 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 	parseErr := f.fs.Parse(args)
 	f.parsing = false
 	if f.dup != "" {
-		return usagef("%s: --%s is given more than once; give it once%s (run `aipfleet %s --help`)", f.cmd.name, f.dup, f.listHint(f.dup), f.cmd.name)
+		return usagef("%s: --%s is given more than once; give it once%s (run `aipfleet %s --help`)", f.typed(), f.dup, f.listHint(f.dup), f.cmd.name)
 	}
 	if parseErr != nil {
 		if errors.Is(parseErr, flag.ErrHelp) {
 			printCommandHelp(stdout, f.cmd, f)
 			return errHelpShown
 		}
-		return usagef("%s: %s (run `aipfleet %s --help`)", f.cmd.name, f.flagErrorText(parseErr), f.cmd.name)
+		return usagef("%s: %s (run `aipfleet %s --help`)", f.typed(), f.flagErrorText(parseErr), f.cmd.name)
 	}
 	given := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
@@ -405,7 +419,7 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 		}
 		if v, ok := lookupEnv(f.getenv, envName); ok {
 			if setErr := fl.Value.Set(v); setErr != nil {
-				err = usagef("%s: environment variable %s=%q: %v", f.cmd.name, envName, v, setErr)
+				err = usagef("%s: environment variable %s=%q: %v", f.typed(), envName, v, setErr)
 			} else if !slices.Contains(f.fromEnv, fl.Name) {
 				f.fromEnv = append(f.fromEnv, fl.Name)
 			}
@@ -483,7 +497,7 @@ func (f *flagSet) printDefaults(w io.Writer) {
 // must not be dropped silently.
 func (f *flagSet) noArgs() error {
 	if a := f.args(); len(a) > 0 {
-		return usagef("%s: unexpected argument %q; every setting is a flag (run `aipfleet %s --help`)", f.cmd.name, a[0], f.cmd.name)
+		return usagef("%s: unexpected argument %q; every setting is a flag (run `aipfleet %s --help`)", f.typed(), a[0], f.cmd.name)
 	}
 	return nil
 }
@@ -535,6 +549,7 @@ func (f *flagSet) subcommand(args []string, stdout io.Writer, subs ...string) (s
 	if !slices.Contains(subs, args[0]) {
 		return "", usagef("%s: unknown subcommand %q; use %s", f.cmd.name, args[0], list)
 	}
+	f.sub = args[0]
 	return args[0], nil
 }
 

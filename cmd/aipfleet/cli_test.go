@@ -250,8 +250,13 @@ func TestMalformedFlagValueSaysTheFormItTakes(t *testing.T) {
 		{nil, []string{"action", "send", "--json=maybe"}, `invalid boolean value "maybe" for --json: want true or false`},
 		// The flags are spelled as the help spells them, and an unknown
 		// or valueless one is said plainly.
-		{nil, []string{"action", "send", "--timeout-ms", "abc"}, `action: invalid value "abc" for flag --timeout-ms: want a whole number`},
-		{nil, []string{"fleet", "status", "--bogus"}, "fleet: unknown flag --bogus (run `aipfleet fleet --help`)"},
+		{nil, []string{"action", "send", "--timeout-ms", "abc"}, `action send: invalid value "abc" for flag --timeout-ms: want a whole number`},
+		{nil, []string{"fleet", "status", "--bogus"}, "fleet status: unknown flag --bogus (run `aipfleet fleet --help`)"},
+		// The errors of a subcommand's flags name it, as its other errors
+		// do; they named the top command alone.
+		{nil, []string{"registry", "status", "--timeout", "5"}, "registry status: invalid value \"5\" for flag --timeout: want a duration"},
+		{map[string]string{"AIP_CLIENT_REQUEST_TIMEOUT": "soon"}, []string{"events", "list"}, "events list: environment variable AIP_CLIENT_REQUEST_TIMEOUT=\"soon\""},
+		{nil, []string{"action", "get", "act_0190f2c3d4e57a6b8c9d0e1f2a3b4c5d", "--url", "http://127.0.0.1:1", "--url", "http://127.0.0.1:2"}, "action get: --url is given more than once"},
 		{nil, []string{"version", "-bogus"}, "version: unknown flag --bogus"},
 		{nil, []string{"token", "--issuer-key"}, "token: --issuer-key needs a value"},
 	} {

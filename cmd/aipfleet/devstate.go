@@ -44,15 +44,15 @@ func readDevURLs(dir string) (u devURLs, ok bool, err error) {
 // from is the dev.json the address was read from ("" when it was not), for
 // the error when nothing answers there: the state of a dev fleet that is
 // no longer running still redirects the commands from their defaults.
-// command names the command as typed ("fleet status") in the error of a
-// dev.json that cannot be read.
-func devDefaultURL(fs *flagSet, command, flagName string, url *string, devStateDir string, which func(devURLs) string) (from string, err error) {
+// The error of a dev.json that cannot be read names the command as typed
+// ("fleet status", flagSet.typed).
+func devDefaultURL(fs *flagSet, flagName string, url *string, devStateDir string, which func(devURLs) string) (from string, err error) {
 	if fs.isSet(flagName) {
 		return "", nil
 	}
 	u, ok, err := readDevURLs(devStateDir)
 	if err != nil {
-		return "", usagef("%s: %v; give --%s", command, err, flagName)
+		return "", usagef("%s: %v; give --%s", fs.typed(), err, flagName)
 	}
 	if !ok {
 		return "", nil

@@ -116,7 +116,7 @@ func runFleet(ctx context.Context, c *command, e *env, args []string) error {
 	}); err != nil {
 		return err
 	}
-	from, err := devDefaultURL(fs, "fleet status", "control-url", controlURL, *devStateDir, func(u devURLs) string { return u.control })
+	from, err := devDefaultURL(fs, "control-url", controlURL, *devStateDir, func(u devURLs) string { return u.control })
 	if err != nil {
 		return err
 	}
