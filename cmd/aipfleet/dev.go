@@ -246,7 +246,7 @@ func checkResettable(dir string) error {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "dev.json")); err != nil && slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != devLockFile }) {
-		return fmt.Errorf("--reset: %s does not look like an aipfleet dev state directory (it has no dev.json); remove it yourself if you mean it", dir)
+		return usagef("dev: --reset: %s does not look like an aipfleet dev state directory (it has no dev.json); remove it yourself if you mean it, or give --state-dir the directory of a dev fleet", dir)
 	}
 	return nil
 }
@@ -280,7 +280,12 @@ func resetStateDir(dir string) error {
 }
 
 // prepare creates or loads the state directory: identities, keys, the
-// bound manifest, the fleet file.
+// bound manifest, the fleet file. A state directory that does not fit the
+// flags (another connector, another --port-base, a dev.json of another
+// build, a connector whose manifest changed) is a setting to fix, which
+// starting dev again cannot: a usage error (exit status 2) starting with
+// "dev:" and saying which flag to give or to pass --reset. They exited 1
+// without the command.
 func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	if err := os.MkdirAll(f.path("keys"), 0o700); err != nil {
 		return stateDirError(f.dir, err)
@@ -297,13 +302,13 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 		st = devState{Format: devStateFormat, Connector: f.connector, PortBase: cmp.Or(portBase, DefaultDevPortBase),
 			TypeID: aip.NewID(aip.PrefixType), VersionID: aip.NewID(aip.PrefixVersion), InstanceID: aip.NewID(aip.PrefixInstance)}
 	case st.Connector != f.connector:
-		return fmt.Errorf("%s was created for connector %s, not %s; use another --state-dir, or pass --reset to start from scratch", f.dir, st.Connector, f.connector)
+		return usagef("dev: %s was created for connector %s, not %s; run with --connector %s, use another --state-dir, or pass --reset to start from scratch", f.dir, st.Connector, f.connector, st.Connector)
 	case portBase != 0 && portBase != st.PortBase && !f.ranBefore():
 		// No fleet ever ran on this state (the first start failed, e.g. on
 		// a taken port): no replica endpoint is registered yet.
 		st.PortBase = portBase
 	case portBase != 0 && portBase != st.PortBase:
-		return fmt.Errorf("%s was created with --port-base %d and its replicas' endpoints are part of their registered identity; run with --port-base %d, use another --state-dir, or pass --reset", f.dir, st.PortBase, st.PortBase)
+		return usagef("dev: %s was created with --port-base %d and its replicas' endpoints are part of their registered identity; run with --port-base %d, use another --state-dir, or pass --reset", f.dir, st.PortBase, st.PortBase)
 	}
 	// The manifest the hosts serve, bound as hostsdk binds it: the agent in
 	// the fleet's trust domain, without a DID (each replica has its own).
@@ -319,7 +324,7 @@ func (f *devFleet) prepare(ctx context.Context, portBase int) error {
 	}
 	f.manifest = *bound
 	if !fresh && st.ManifestDigest != digest {
-		return fmt.Errorf("the %s connector's manifest changed since %s was created (its admitted version is immutable); pass --reset to start from scratch with the new manifest", f.connector, f.dir)
+		return usagef("dev: the %s connector's manifest changed since %s was created (its admitted version is immutable); pass --reset to start from scratch with the new manifest, or use another --state-dir", f.connector, f.dir)
 	}
 	st.ManifestDigest = digest
 	for len(st.ReplicaIDs) < f.replicas {
@@ -369,7 +374,7 @@ func loadDevState(path string) (devState, bool, error) {
 	}
 	var st devState
 	if err := json.Unmarshal(raw, &st); err != nil || st.Format != devStateFormat {
-		return devState{}, false, fmt.Errorf("%s is not a dev state file of this build (%v); pass --reset to start from scratch", path, err)
+		return devState{}, false, usagef("dev: %s is not a dev state file of this build (%v); pass --reset to start from scratch, or use another --state-dir", path, err)
 	}
 	return st, false, nil
 }

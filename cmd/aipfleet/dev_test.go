@@ -59,8 +59,9 @@ func TestDevFlagErrors(t *testing.T) {
 	foreign := t.TempDir()
 	os.WriteFile(filepath.Join(foreign, "thesis.tex"), []byte("x"), 0o644)
 	_, _, err := runCLI(t, nil, "dev", "--state-dir", foreign, "--reset")
-	if err == nil || !strings.Contains(err.Error(), "does not look like an aipfleet dev state directory") {
-		t.Fatalf("--reset on a foreign directory: %v", err)
+	var u *usageError
+	if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: --reset: "+foreign+" does not look like an aipfleet dev state directory") {
+		t.Fatalf("--reset on a foreign directory: %v, want a usage error", err)
 	}
 	if _, err := os.Stat(filepath.Join(foreign, "thesis.tex")); err != nil {
 		t.Fatalf("--reset removed a foreign file: %v", err)
@@ -109,9 +110,12 @@ func TestDevStateSurvivesARestart(t *testing.T) {
 	// Once a fleet ran (its registry was written), another port base would
 	// change the replicas' registered endpoints.
 	os.WriteFile(filepath.Join(dir, "registry.json"), []byte("{}"), 0o600)
+	// A state directory that does not fit the flags is a setting to fix
+	// (exit status 2), starting with the command; it exited 1.
+	var u *usageError
 	err := (&devFleet{dir: dir, replicas: 1, connector: "echo"}).prepare(context.Background(), 9000)
-	if err == nil || !strings.Contains(err.Error(), "--port-base 8080") || !strings.Contains(err.Error(), "--reset") {
-		t.Fatalf("port base change: %v", err)
+	if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: "+dir+" was created with --port-base 8080") || !strings.Contains(err.Error(), "--reset") {
+		t.Fatalf("port base change: %v, want a usage error", err)
 	}
 	// A changed manifest cannot reuse the admitted version.
 	var st devState
@@ -120,8 +124,20 @@ func TestDevStateSurvivesARestart(t *testing.T) {
 	st.ManifestDigest = aip.DigestBytes([]byte("another manifest"))
 	os.WriteFile(filepath.Join(dir, "dev.json"), mustJSON(st), 0o600)
 	err = (&devFleet{dir: dir, replicas: 1, connector: "echo"}).prepare(context.Background(), 0)
-	if err == nil || !strings.Contains(err.Error(), "manifest changed") || !strings.Contains(err.Error(), "--reset") {
-		t.Fatalf("manifest change: %v", err)
+	if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: the echo connector's manifest changed") || !strings.Contains(err.Error(), "--reset") {
+		t.Fatalf("manifest change: %v, want a usage error", err)
+	}
+	// Another connector's state, and a dev.json of another build.
+	st.Connector = "other"
+	os.WriteFile(filepath.Join(dir, "dev.json"), mustJSON(st), 0o600)
+	err = (&devFleet{dir: dir, replicas: 1, connector: "echo"}).prepare(context.Background(), 0)
+	if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: "+dir+" was created for connector other, not echo; run with --connector other") {
+		t.Fatalf("another connector's state: %v, want a usage error", err)
+	}
+	os.WriteFile(filepath.Join(dir, "dev.json"), []byte(`{"format":"aipfleet.dev/v0"}`), 0o600)
+	err = (&devFleet{dir: dir, replicas: 1, connector: "echo"}).prepare(context.Background(), 0)
+	if !errors.As(err, &u) || !strings.HasPrefix(err.Error(), "dev: "+filepath.Join(dir, "dev.json")+" is not a dev state file of this build") || !strings.Contains(err.Error(), "--reset") {
+		t.Fatalf("a dev.json of another build: %v, want a usage error", err)
 	}
 	// A loose key file is refused by name.
 	other := filepath.Join(t.TempDir(), "state")
