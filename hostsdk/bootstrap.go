@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -349,6 +350,9 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 		ConnState:      h.conns.observe,
 	}
 	if h.cfg.Listener != nil {
+		if err := listenerOpen(h.cfg.Listener); err != nil {
+			return err
+		}
 		h.listener = h.cfg.Listener
 		return nil
 	}
@@ -358,6 +362,28 @@ func (h *Host) stepBuildRoutes(ctx context.Context) error {
 		return fmt.Errorf("%s %s: %w", settingName("Bind"), h.cfg.Bind, err)
 	}
 	h.listener = l
+	return nil
+}
+
+// listenerOpen refuses a Config.Listener that is already closed, as a
+// Config reused for a second host (a test restarting its connector on the
+// same journal) hands over the listener the first host closed when it
+// stopped. Without this check the host would register and recover and
+// fail only at serving, with "use of closed network connection". A
+// listener that cannot say (it does not implement syscall.Conn) is taken
+// as open.
+func listenerOpen(l net.Listener) error {
+	sc, ok := l.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err == nil {
+		err = raw.Control(func(uintptr) {})
+	}
+	if err != nil && errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("Config.Listener is closed (%s): a host closes its Listener when it stops, so a Config reused for another host needs a new listener; set Listener to a new one, or to nil to bind Bind", l.Addr())
+	}
 	return nil
 }
 

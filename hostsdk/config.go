@@ -99,7 +99,9 @@ type Config struct {
 	// free port). Defaults to 0.0.0.0:8081.
 	Bind string
 	// Listener, when set, is used instead of binding Bind (tests, socket
-	// activation). The host closes it when it stops.
+	// activation). The host closes it when it stops; a closed one is refused
+	// at bootstrap step 5, so a Config reused for another host needs a new
+	// listener.
 	Listener net.Listener
 	// PublicEndpoint is the URL the dispatcher reaches this replica at; its
 	// path must be exactly /aip/v1/messages. Required.
