@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -117,7 +118,8 @@ func TestLocalCrashMidReadIsInterrupted(t *testing.T) {
 // TestExecChildCrashMidRead: a supervised child killed while it runs an
 // action leaves a mutation's outcome unknown (TestExecCrashRestart), and
 // fails a read-only capability's action connector_host.interrupted,
-// retryable; the child is restarted either way.
+// retryable; the child is restarted either way, and the sidecar then
+// stops cleanly.
 func TestExecChildCrashMidRead(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -139,6 +141,14 @@ func TestExecChildCrashMidRead(t *testing.T) {
 				wantInterruptedRead(t, r, a, resp, "did it crash")
 			} else {
 				wantUnknownMutation(t, r, a, resp, "did it crash")
+			}
+			// Only the restarted child's stop counts: a child found dead
+			// at the stop would make it unclean.
+			for st := r.status(t); !st.Process.Running || st.Process.PID == pid; st = r.status(t) {
+				if ctx.Err() != nil {
+					t.Fatalf("the crashed child was not restarted: %+v", st.Process)
+				}
+				time.Sleep(20 * time.Millisecond) // polling a child process for a restart
 			}
 			if err := r.stop(t); err != nil {
 				t.Fatalf("Run: %v", err)

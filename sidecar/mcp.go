@@ -188,6 +188,10 @@ type MCP struct {
 	downWhy  string
 	// pinging is the health check's ping in flight, if any (MCP.ping).
 	pinging *pingRun
+	// crashed is the stdio server whose session ended on its own (it
+	// exited, or closed its output) and that no new server has replaced
+	// yet; Close reports it as an unclean stop (crashedResult).
+	crashed *child
 
 	progress sync.Map // progress token (string) -> chan *mcp.ProgressNotificationParams
 
@@ -694,6 +698,7 @@ func (m *MCP) setSession(sess *mcp.ClientSession, srv *child) {
 	defer m.mu.Unlock()
 	m.sess, m.sessDone, m.srv, m.init = sess, done, srv, sess.InitializeResult()
 	m.unanswered, m.downSess, m.downWhy = 0, nil, ""
+	m.crashed = nil
 	m.working = new(atomic.Int64)
 	m.starts++
 	m.since = time.Now()
@@ -730,6 +735,11 @@ func (m *MCP) loop() {
 			continue
 		case <-done:
 			old = m.down(sess, "the MCP session ended (did the server exit?)")
+			if old != nil {
+				m.mu.Lock()
+				m.crashed = old
+				m.mu.Unlock()
+			}
 		case <-m.reconnect:
 			m.mu.Lock()
 			req, why := m.downSess, m.downWhy
@@ -1421,10 +1431,13 @@ func (m *MCP) Close() error {
 	}
 	m.closing.Wait()
 	m.mu.Lock()
-	sess, srv := m.sess, m.srv
+	sess, srv, crashed := m.sess, m.srv, m.crashed
 	m.sess, m.sessDone, m.srv = nil, nil, nil
 	m.mu.Unlock()
 	if sess == nil {
+		if crashed != nil {
+			return m.crashedResult(crashed)
+		}
 		return nil
 	}
 	m.log.Info("closing the MCP session", "target", m.Target())
@@ -1491,9 +1504,12 @@ func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
 
 // exitResult reports how a stdio server that exited without being sent
 // SIGTERM ended (shutdownServer): on its own once its input was closed, or
-// early, before the sidecar stopped it. Exit status 0 is a clean stop. A
-// death by a signal (the sidecar sent none: a segfault, an abort, the OOM
-// killer) is a crash, and so is any exit before the stop began: either
+// early, before the sidecar stopped it. Exit status 0 once its input was
+// closed is a clean stop. A death by a signal (the sidecar sent none: a
+// segfault, an abort, the OOM killer) is a crash, and so is any exit
+// before the stop began, with status 0 too (the server was not running
+// when it was to be stopped; crashedResult is the same for one the loop
+// had noticed already): either
 // makes the stop, and so the sidecar's exit status, unclean. A failure
 // status once its input was closed is counted as stopped, and logged:
 // several servers exit 1 whenever their input ends, which is how MCP's
@@ -1503,7 +1519,7 @@ func (m *MCP) shutdownServer(srv *child, sess *mcp.ClientSession) error {
 func (m *MCP) exitResult(srv *child, early bool) error {
 	pid := srv.cmd.Process.Pid
 	ps := srv.cmd.ProcessState
-	if ps != nil && ps.Success() {
+	if ps != nil && ps.Success() && !early {
 		m.log.Info("MCP server stopped", "pid", pid, "exit", ps.String())
 		return nil
 	}
@@ -1518,6 +1534,21 @@ func (m *MCP) exitResult(srv *child, early bool) error {
 	}
 	m.log.Error("the MCP server did not stop cleanly: it exited "+when, "pid", pid, "exit", exit)
 	return fmt.Errorf("sidecar: the MCP server %d did not stop cleanly: it exited %s: %s", pid, when, exit)
+}
+
+// crashedResult reports a stdio server whose session had ended on its own
+// (it exited or closed its output; the loop took it down) and that was
+// not restarted yet when Close began: the server was found dead, not
+// stopped, so the stop is unclean. Without it a crash the loop noticed
+// just before Close was dropped, and the sidecar exited 0, while one
+// Close noticed first (shutdownServer) made it exit 1. A session the
+// sidecar took down itself (a broken or hung server, stopped by it) is
+// not a crash here.
+func (m *MCP) crashedResult(srv *child) error {
+	pid := srv.cmd.Process.Pid
+	exit := exitOf(srv)
+	m.log.Error("the MCP server did not stop cleanly: it exited before the sidecar stopped it, and had not been restarted", "pid", pid, "exit", exit)
+	return fmt.Errorf("sidecar: the MCP server %d did not stop cleanly: it exited before the sidecar stopped it, and had not been restarted: %s", pid, exit)
 }
 
 // stopServer stops a stdio server: SIGTERM to its process group (as an

@@ -320,3 +320,54 @@ func TestMCPServerExitingAtStartIsNamed(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPServerFoundDeadAtCloseIsUnclean: a stdio server that exited on
+// its own (a crash, or an exit with status 0) and was not restarted yet
+// when Close began was found dead, not stopped: Close, and so the
+// sidecar's exit status, report it with the server's pid and exit. When
+// the reconnect loop had noticed the exit first (it took the session down
+// and waits to restart the server), the crash was dropped and Close
+// returned nil; a server that exited 0 before Close was a clean stop.
+func TestMCPServerFoundDeadAtCloseIsUnclean(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+		exit string
+	}{
+		{"crash", syscall.SIGKILL, "signal: killed"},
+		// The test server exits 0 on a SIGTERM the sidecar did not send.
+		{"exit_0", syscall.SIGTERM, "exit status 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := newLogWatch()
+			m, err := NewMCP(MCPConfig{
+				Command:        []string{os.Args[0], "-test.run=^$"},
+				Env:            []string{envMCPChild + "=1", "GORACE=atexit_sleep_ms=0"},
+				StopTimeout:    30 * time.Second,
+				RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour,
+				Logger: logs.logger(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Connect(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			m.mu.Lock()
+			pid := m.srv.cmd.Process.Pid
+			m.mu.Unlock()
+			syscall.Kill(pid, tc.sig)
+			// The loop notices first, takes the session down and waits an
+			// hour to restart the server.
+			logs.await(t, func(r slog.Record) bool { return r.Message == "reconnecting to the MCP server" })
+			err = m.Close()
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the MCP server %d did not stop cleanly: it exited before the sidecar stopped it, and had not been restarted", pid)) ||
+				!strings.Contains(err.Error(), tc.exit) {
+				t.Errorf("Close after the server exited with %s, not restarted: %v; want an unclean stop naming it", tc.exit, err)
+			}
+			logs.await(t, func(r slog.Record) bool {
+				return strings.HasPrefix(r.Message, "the MCP server did not stop cleanly") && attr(r, "exit") == tc.exit
+			})
+		})
+	}
+}

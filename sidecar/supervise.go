@@ -106,7 +106,11 @@ type supervisor struct {
 	stopping bool
 	// held says why the restart of the crashed child is held back (empty
 	// when it is not): another process listens at its address.
-	held    string
+	held string
+	// crashed is the child that exited on its own (a crash, or an exit
+	// the sidecar did not ask for) and that no new child has replaced
+	// yet; stop reports it as an unclean stop (crashedResult).
+	crashed *child
 	stopCh  chan struct{}
 	monDone chan struct{}
 	// hung tracks the terminations restartHung starts; stop waits for
@@ -228,7 +232,7 @@ func (s *supervisor) spawn() (*child, error) {
 	c := newChild(cmd)
 	c.awaitExit, c.remains = s.cfg.awaitExit, s.cfg.groupRemains
 	go c.reap("the connector process", s.cfg.StopTimeout, s.killWait(), s.log)
-	s.cur, s.since, s.held = c, c.startedAt, ""
+	s.cur, s.since, s.held, s.crashed = c, c.startedAt, "", nil
 	s.starts++
 	s.log.Info("connector process started", "pid", cmd.Process.Pid, "command", s.cfg.Command[0], "start", s.starts)
 	return c, nil
@@ -578,6 +582,9 @@ func (s *supervisor) recordExit(c *child, crash bool, taken error) {
 	if s.cur == c {
 		s.cur, s.since = nil, time.Now()
 	}
+	if crash && !c.terminating.Load() {
+		s.crashed = c
+	}
 	switch {
 	case crash && taken != nil:
 		s.held = taken.Error()
@@ -639,9 +646,32 @@ func (s *supervisor) stop() error {
 		<-s.monDone
 	}
 	if c == nil {
+		s.mu.Lock()
+		crashed := s.crashed
+		s.mu.Unlock()
+		if crashed != nil {
+			return s.crashedResult(crashed)
+		}
 		return nil
 	}
+	// A child that exited on its own before its stop began, which the
+	// monitor had not seen yet, was found dead too.
+	early := false
+	select {
+	case <-c.gone:
+		early = !c.terminating.Load()
+	default:
+	}
 	err := s.terminate(c)
+	if early {
+		select {
+		case <-c.exited:
+			// The crash is what went wrong; terminate logged how the
+			// rest of its group stopped.
+			err = s.crashedResult(c)
+		default: // given up on after SIGKILL: err says so
+		}
+	}
 	s.mu.Lock()
 	if s.cur == c {
 		s.cur, s.since = nil, time.Now()
@@ -656,6 +686,18 @@ func (s *supervisor) stop() error {
 	}
 	s.mu.Unlock()
 	return err
+}
+
+// crashedResult reports a child that exited on its own (a crash, or an
+// exit with any status the sidecar did not ask for) and that was not
+// restarted yet when the stop began: it was found dead, not stopped, so
+// the stop is unclean, as for an MCP server (MCP.crashedResult). A child
+// the sidecar took down as hung is not a crash here. c has been reaped.
+func (s *supervisor) crashedResult(c *child) error {
+	pid := c.cmd.Process.Pid
+	exit := exitOf(c)
+	s.log.Error("the connector process did not stop cleanly: it exited before the sidecar stopped it, and had not been restarted", "pid", pid, "exit", exit)
+	return fmt.Errorf("sidecar: the connector process %d did not stop cleanly: it exited before the sidecar stopped it, and had not been restarted: %s", pid, exit)
 }
 
 // terminate signals c to stop and waits for it: StopTimeout after SIGTERM

@@ -1445,3 +1445,60 @@ func TestStopGivesUpOnAChildThatDoesNotExitAfterSIGKILL(t *testing.T) {
 		t.Fatal("the child was not reaped once its exit was seen")
 	}
 }
+
+// TestChildFoundDeadAtStopIsUnclean: a child that exited on its own (a
+// crash, or an exit with status 0 the sidecar did not ask for) and was
+// not restarted yet when the stop began was found dead, not stopped: stop,
+// and so the sidecar's exit status, report it with the child's pid and
+// exit, whether the monitor had seen the exit (and waits to restart it)
+// or not yet (a process of its group, which ignores SIGTERM, holds the
+// exit back). Both returned nil, or named only the group's kill.
+func TestChildFoundDeadAtStopIsUnclean(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+		exit string
+		// seen: the monitor saw the exit before the stop began.
+		seen bool
+	}{
+		{"crash_seen", syscall.SIGKILL, "signal: killed", true},
+		{"exit_0_seen", syscall.SIGUSR1, "exit status 0", true},
+		{"crash_unseen", syscall.SIGKILL, "signal: killed", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newLogWatch()
+			ready := filepath.Join(t.TempDir(), "ready")
+			script := `trap 'exit 0' USR1; sleep 60 & touch "$OUT"; wait`
+			if !tc.seen {
+				script = `(trap '' TERM; exec sleep 60) & touch "$OUT"; wait`
+			}
+			s := newSupervisor(superviseConfig{
+				Command: []string{"/bin/sh", "-c", script}, Env: []string{"OUT=" + ready},
+				Ready: func(context.Context) error {
+					_, err := os.Stat(ready)
+					return err
+				},
+				ProbeTimeout: time.Second, StartTimeout: time.Minute, StopTimeout: 2 * time.Second,
+				RestartBackoff: time.Hour, MaxBackoff: time.Hour, StableAfter: time.Hour, Logger: w.logger(),
+			})
+			if err := s.start(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			c := s.cur
+			s.mu.Unlock()
+			pid := c.cmd.Process.Pid
+			syscall.Kill(pid, tc.sig)
+			if tc.seen {
+				w.await(t, func(r slog.Record) bool { return r.Message == "restarting the connector process" })
+			} else {
+				<-c.gone // the sleep left in its group keeps c.exited open
+			}
+			err := s.stop()
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the connector process %d did not stop cleanly: it exited before the sidecar stopped it, and had not been restarted", pid)) ||
+				!strings.Contains(err.Error(), tc.exit) {
+				t.Errorf("stop after the child exited with %s, not restarted: %v; want an unclean stop naming it", tc.exit, err)
+			}
+		})
+	}
+}
