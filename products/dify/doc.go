@@ -309,15 +309,22 @@
 // the statement, which Dify's API answers 400 invalid_param
 // (api/libs/external_api.py, handle_value_error): a failed
 // provider.invalid_request carrying that message, not the 500 that makes
-// a mutation outcome_unknown. The exception is an app invocation whose
-// inputs hold the character in a string inside an object or array input
-// (a member name or value, an array item, at any depth: a JSON object
-// variable's members, a file input) or whose files do: _sanitize_value
-// cleans only the inputs' own string values, and such a string reaches
-// the running app, where storing it could fail after the app's nodes or
-// tools acted. That invocation is refused connector_host.input_invalid
+// a mutation outcome_unknown. The exceptions are the runs: an app
+// invocation whose inputs hold the character in a string inside an
+// object or array input (a member name or value, an array item, at any
+// depth: a JSON object variable's members, a file input) or whose files
+// do, and a knowledge pipeline run (:pipeline.run) whose inputs do or
+// whose datasource_info_list does (anywhere in an item). _sanitize_value
+// (called by the app generators and by the pipeline's, PipelineGenerator,
+// through _prepare_user_inputs) cleans only the inputs' own string
+// values, and such a string reaches the running app or pipeline, where
+// storing it could fail after its nodes or tools acted (a published
+// pipeline run whose item's name holds it fails as Dify stores its
+// documents, answered 500 pipeline_run_error: outcome_unknown, though
+// nothing was written). That run is refused connector_host.input_invalid
 // before anything is sent, naming the first such string by its path
-// (inputs.customer.notes[2], inputs["my var"].a, files[0].url).
+// (inputs.customer.notes[2], inputs["my var"].a, files[0].url,
+// datasource_info_list[1].page.page_name).
 //
 // # Settings
 //

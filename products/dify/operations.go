@@ -68,6 +68,11 @@ type operation struct {
 	// fixed are JSON body members always sent (the pipeline run's
 	// response_mode).
 	fixed map[string]string
+	// runList, when set, names the body's list member whose items reach
+	// the run the operation starts as they are (the pipeline run's
+	// datasource_info_list), with the body's inputs: refuseNestedNUL
+	// checks both before sending, as for an app invocation.
+	runList string
 	// array names the output member holding the answer when the
 	// document's answer is a JSON array (the output is an object).
 	array string
@@ -285,7 +290,7 @@ var knowledgeOperations = []operation{
 	{suffix: SuffixPipelineRun, name: "run the knowledge pipeline", method: http.MethodPost,
 		path:  "/datasets/{dataset_id}/pipeline/run",
 		body:  []string{"inputs", "datasource_type", "datasource_info_list", "start_node_id", "is_published"},
-		fixed: map[string]string{"response_mode": "streaming"}, stream: pipelineStream,
+		fixed: map[string]string{"response_mode": "streaming"}, stream: pipelineStream, runList: "datasource_info_list",
 		schema: pipelineRunSchema, output: objectOutput, risk: aip.RiskMedium, contract: pipelineRunContract, mutation: true,
 		describe: "Runs the knowledge pipeline of the Dify knowledge base %[1]s (%[2]s) from its datasource node start_node_id over the given items (files uploaded with pipeline.file_upload, online document pages, crawled pages or drive files). The published pipeline (is_published true) adds one document per item and indexes them afterwards: Dify answers with the batch and the documents. The draft pipeline runs as a test run: its node progress is forwarded in streaming mode and its status and outputs returned."},
 	{suffix: SuffixPipelineFileUpload, name: "upload a pipeline file", method: http.MethodPost,
@@ -353,6 +358,17 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 		if _, ok := pathVals[k]; !ok && !slices.Contains(o.query, k) && !slices.Contains(o.body, k) &&
 			!slices.Contains(o.form, k) && !slices.Contains(o.data, k) && !(o.upload && slices.Contains(uploadFileFields, k)) {
 			return nil, inputError(call, fmt.Sprintf("unknown field %q", k))
+		}
+	}
+	if o.runList != "" {
+		// The host validated the shapes (inputs an object, the list an
+		// array); one that does not decode is left to Dify.
+		var inputs map[string]json.RawMessage
+		var list []json.RawMessage
+		_ = json.Unmarshal(in["inputs"], &inputs)
+		_ = json.Unmarshal(in[o.runList], &list)
+		if err := refuseNestedNUL(call, "pipeline", inputs, o.runList, list); err != nil {
+			return nil, err
 		}
 	}
 	req := provider.Request{Method: o.method, Path: path}

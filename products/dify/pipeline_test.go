@@ -379,6 +379,50 @@ func TestPipelineRunInputRejected(t *testing.T) {
 	f.refusedBeforeSending(t, cases)
 }
 
+// TestPipelineRunNestedNULRefused: the knowledge pipeline's generator
+// cleans U+0000 from its string inputs as an app's does
+// (_prepare_user_inputs), not from a string inside an object or array
+// input, nor from the datasource_info_list items, which reach the run as
+// they are: such a run is refused before anything is sent, naming the
+// string's path, as an app invocation's (TestNestedNULRefused).
+func TestPipelineRunNestedNULRefused(t *testing.T) {
+	f := newFixture(t, nil)
+	capID := KnowledgeCapability(testDataset, SuffixPipelineRun)
+	run := func(inputs, typ, items string) *aip.Action {
+		return hostsdktest.NewAction(capID, `{"inputs":`+inputs+`,"datasource_type":"`+typ+`","datasource_info_list":[`+items+`],"start_node_id":"`+testNode+`","is_published":true}`)
+	}
+	cases := []struct {
+		a    *aip.Action
+		path string
+	}{
+		{run(`{"lang":"en","meta":{"tags":["a","b\u0000"]}}`, "website_crawl", `{"url":"https://example.com/docs"}`), "inputs.meta.tags[1]"},
+		{run(`{"meta":{"ta\u0000g":"x"}}`, "website_crawl", `{"url":"https://example.com/docs"}`), `inputs.meta["ta\u0000g"]`},
+		{run(`{}`, "website_crawl", `{"url":"https://example.com/docs","title":"Docs\u0000"}`), "datasource_info_list[0].title"},
+		{run(`{}`, "online_document", `{"workspace_id":"ws","page":{"page_id":"p1","type":"page"}},{"workspace_id":"ws","page":{"page_id":"p2","type":"page","page_name":"Road\u0000map"}}`),
+			"datasource_info_list[1].page.page_name"},
+		{run(`{}`, "local_file", `{"reference":"a1b2c3d4-e5f6-7890-abcd-ef1234567890\u0000"}`), "datasource_info_list[0].reference"},
+	}
+	for _, tc := range cases {
+		pe := f.failed(t, tc.a)
+		if pe.Code != hostsdk.CodeInputInvalid || (pe.Retryable != nil && *pe.Retryable) ||
+			!strings.Contains(pe.Message, tc.path+" holds the character U+0000") || !strings.Contains(pe.Message, "the pipeline could fail after it started; remove the character") {
+			t.Errorf("%s: %+v, want %s naming %s", tc.a.Input, pe, hostsdk.CodeInputInvalid, tc.path)
+		}
+	}
+	if reqs := f.mock.requests(http.MethodPost, runPath); len(reqs) != 0 {
+		t.Errorf("Dify got %d pipeline runs for refused ones", len(reqs))
+	}
+
+	// A string input's NUL Dify removes itself, and a backslash followed
+	// by "u0000" is no NUL: both are sent.
+	var out PipelineRunOutput
+	f.completed(t, run(`{"lang":"e\u0000n","meta":{"tags":["a\\u0000b"]}}`, "website_crawl", `{"url":"https://example.com/docs"}`), &out)
+	reqs := f.mock.requests(http.MethodPost, runPath)
+	if len(reqs) != 1 || !cmp.Equal(reqs[0].Body["inputs"], any(map[string]any{"lang": "e\x00n", "meta": map[string]any{"tags": []any{`a\u0000b`}}})) {
+		t.Errorf("pipeline runs %+v, want the inputs as given", reqs)
+	}
+}
+
 // TestPipelineFileUpload: the pipeline's upload sends the document's
 // multipart body (one part "file") to a path that names no knowledge base,
 // with the key of the knowledge base whose capability it is, and returns

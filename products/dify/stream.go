@@ -130,7 +130,7 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	if err := decodeInput(call, &in); err != nil {
 		return nil, err
 	}
-	if err := refuseNestedNUL(call, in.Inputs, in.Files); err != nil {
+	if err := refuseNestedNUL(call, "app", in.Inputs, "files", in.Files); err != nil {
 		return nil, err
 	}
 	body := map[string]any{"response_mode": "streaming", "user": in.User}
@@ -360,20 +360,24 @@ func roundDuration(d time.Duration) time.Duration {
 	return d.Round(time.Millisecond)
 }
 
-// refuseNestedNUL refuses an invocation whose inputs or files hold the
-// character U+0000 in a string Dify does not clean: a string inside an
-// object or array input (a member name or value, an array item, at any
-// depth) or inside a file of files. Dify removes the character from the
-// query and from each string input itself (BaseAppGenerator._sanitize_value
-// replaces "\x00" in the values of inputs, not in what an object or array
-// value holds), and the rest reaches the app: a JSON object variable's
-// member, a file's URL or ID. Its data is in PostgreSQL, which cannot hold
-// the character in text, so the invocation could fail once the app had
-// started (outcome_unknown, after its nodes or tools may have acted)
-// rather than be refused: the connector refuses it before sending,
-// naming the first such string (inputs in the order of their names) by
-// its path, as inputs.customer.notes[2] or files[0].url.
-func refuseNestedNUL(call *hostsdk.Call, inputs map[string]json.RawMessage, files []json.RawMessage) error {
+// refuseNestedNUL refuses a run (an app invocation, a knowledge pipeline
+// run: runner names it, "app" or "pipeline") whose inputs or list (files,
+// datasource_info_list; listName names it) hold the character U+0000 in a
+// string Dify does not clean: a string inside an object or array input (a
+// member name or value, an array item, at any depth) or anywhere in an
+// item of the list. Dify removes the character from an app's query and
+// from each string input itself (BaseAppGenerator._sanitize_value, which
+// the app generators and the PipelineGenerator call through
+// _prepare_user_inputs, replaces "\x00" in the values of inputs, not in
+// what an object or array value holds), and the rest reaches the run: a
+// JSON object variable's member, a file's URL or ID, a pipeline item's
+// reference, URL or name. Its data is in PostgreSQL, which cannot hold
+// the character in text, so the run could fail once it had started
+// (outcome_unknown, after its nodes or tools may have acted) rather than
+// be refused: the connector refuses it before sending, naming the first
+// such string (inputs in the order of their names) by its path, as
+// inputs.customer.notes[2], files[0].url or datasource_info_list[0].title.
+func refuseNestedNUL(call *hostsdk.Call, runner string, inputs map[string]json.RawMessage, listName string, list []json.RawMessage) error {
 	var path string
 	found := false
 	for _, name := range slices.Sorted(maps.Keys(inputs)) {
@@ -388,17 +392,17 @@ func refuseNestedNUL(call *hostsdk.Call, inputs map[string]json.RawMessage, file
 			break
 		}
 	}
-	for i := 0; !found && i < len(files); i++ {
+	for i := 0; !found && i < len(list); i++ {
 		var v any
-		if mayHoldNUL(files[i]) && decodeAny(files[i], &v) == nil {
-			path, found = nulPath(v, "files["+strconv.Itoa(i)+"]")
+		if mayHoldNUL(list[i]) && decodeAny(list[i], &v) == nil {
+			path, found = nulPath(v, listName+"["+strconv.Itoa(i)+"]")
 		}
 	}
 	if !found {
 		return nil
 	}
 	return inputError(call, path+" holds the character U+0000, which Dify removes from a string input but not from a string inside an object or array, "+
-		"and cannot store (its data is in PostgreSQL): the app could fail after it started; remove the character")
+		"and cannot store (its data is in PostgreSQL): the "+runner+" could fail after it started; remove the character")
 }
 
 // mayHoldNUL is false when raw surely holds no U+0000 (no "\u0000"
