@@ -910,24 +910,11 @@ func TestTimeoutWhileOnlyPinging(t *testing.T) {
 			// Pings every 20 ms keep the stream within its 200 ms idle
 			// bound until the action's 800 ms timeout.
 			f := newFixture(t, func(c *Config) { c.StreamIdleTimeout = 200 * time.Millisecond })
-			f.mock.handle("POST "+tc.invoke, func(w http.ResponseWriter, r *http.Request) {
-				events := []any{ping}
-				if tc.first != nil {
-					events = []any{tc.first}
-				}
-				writeEvents(w, events)
-				tick := time.NewTicker(20 * time.Millisecond)
-				defer tick.Stop()
-				for {
-					select {
-					case <-r.Context().Done():
-						return
-					case <-tick.C:
-						w.Write([]byte("event: ping\n\n"))
-						w.(http.Flusher).Flush()
-					}
-				}
-			})
+			var first []any
+			if tc.first != nil {
+				first = []any{tc.first}
+			}
+			f.mock.handle("POST "+tc.invoke, pingingStream(first))
 			if tc.stopStatus != 0 {
 				f.mock.handle("POST "+tc.stop, func(w http.ResponseWriter, r *http.Request) {
 					writeJSON(w, tc.stopStatus, map[string]any{"status": tc.stopStatus, "code": "invalid_param", "message": "no such task"})

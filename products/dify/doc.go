@@ -175,7 +175,21 @@
 //     without a status, a 5xx (the document's
 //     500 pipeline_run_error among them), a lost connection, and a 2xx
 //     that is neither an event stream nor a JSON object are
-//     outcome_unknown.
+//     outcome_unknown. A stream that only pings (a node that hangs, a
+//     slow crawl) is waited on until the action's timeout_ms, as an app
+//     invocation is, and nothing is stopped then: the document has no
+//     stop endpoint for a pipeline run (its stop endpoints are the apps',
+//     under an app's key). The outcome_unknown message of a stream that
+//     did not reach workflow_finished names the run's task_id and
+//     workflow_run_id (or says the stream named neither) and what can be
+//     read instead: the Service API has no read of a pipeline's runs
+//     (Dify's console lists them); a published run's documents and their
+//     indexing_status are read with :documents; a draft run adds no
+//     documents (its knowledge index node only previews the chunks). At
+//     the timeout (or the host's shutdown) the message, and a warning in
+//     the log (pinged_for, pings, last_event, dataset_id), also say what
+//     ended the action, when, and how long the stream had sent only
+//     pings, since its last event or since the request.
 //   - :pipeline.file_upload: POST /datasets/pipeline/file-upload as
 //     multipart/form-data with the one part "file" (filename,
 //     content_base64, mime_type, as files.upload); a mutation (it creates

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -423,6 +424,29 @@ func writeEvents(w http.ResponseWriter, events []any) {
 	w.WriteHeader(http.StatusOK)
 	for _, ev := range events {
 		writeEvent(w, ev)
+	}
+}
+
+// pingingStream answers with events (a ping when there are none), then
+// only pings, every 20 ms, until the client goes away: a run at work that
+// says nothing.
+func pingingStream(events []any) http.HandlerFunc {
+	if len(events) == 0 {
+		events = []any{ping}
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, events)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+				w.Write([]byte("event: ping\n\n"))
+				w.(http.Flusher).Flush()
+			}
+		}
 	}
 }
 

@@ -411,7 +411,7 @@ func (c *Connector) call(ctx context.Context, call *hostsdk.Call, o *operation, 
 	case datasourceStream:
 		return c.runDatasource(ctx, call, cl, req, chunks)
 	case pipelineStream:
-		return c.runPipeline(ctx, call, cl, req, chunks)
+		return c.runPipeline(ctx, call, cl, req, datasetID, string(in["is_published"]) == "true", chunks)
 	}
 	sent := time.Now()
 	resp, err := cl.Do(ctx, req)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk"
@@ -136,13 +138,15 @@ type PipelineRunOutput struct {
 	WorkflowRun
 }
 
-// runPipeline runs the knowledge pipeline: a mutation (the published
+// runPipeline runs the knowledge pipeline of knowledge base datasetID
+// (published: the input's is_published): a mutation (the published
 // pipeline adds documents). It asks for response_mode "streaming" (see
 // doc.go), and takes either answer the document gives a 200: an event
 // stream (workflow_started, node_started, node_finished, workflow_finished
 // or error, pings), aggregated as a workflow app's, or a JSON object,
 // which is the output.
-func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *provider.Client, req provider.Request, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *provider.Client, req provider.Request, datasetID string, published bool, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	sent := time.Now()
 	st, resp, err := cl.StreamOrJSON(ctx, req, c.cfg.StreamIdleTimeout)
 	if err != nil {
 		return provider.Result(call, err, true)
@@ -171,12 +175,14 @@ func (c *Connector) runPipeline(ctx context.Context, call *hostsdk.Call, cl *pro
 		readErr    error
 	)
 	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
+	quiet := quietSpell{since: sent}
 read:
 	for finished == nil && failure == nil {
 		var ev event
 		if readErr = nextEvent(events, &ev); readErr != nil {
 			break
 		}
+		quiet.observe(ev.Event, events)
 		if ev.TaskID != "" && out.TaskID == "" {
 			out.TaskID = ev.TaskID
 		}
@@ -231,7 +237,81 @@ read:
 	}
 	// The stream ended before its closing event: the pipeline ran, or
 	// runs still, and how it ended is not known.
-	return nil, fmt.Errorf("%w: dify POST %s: %v", hostsdk.ErrOutcomeUnknown, path, streamEndError(ctx, readErr, "the pipeline"))
+	quiet.end(events)
+	p := pipelineRun{datasetID: datasetID, published: published, out: &out}
+	if ctx.Err() != nil {
+		quiet.log(call.Logger, "the pipeline's", context.Cause(ctx), p.logAttrs()...)
+		return nil, fmt.Errorf("%w: dify POST %s: %s", hostsdk.ErrOutcomeUnknown, path, p.interrupted(ctx, sent, quiet))
+	}
+	quiet.log(call.Logger, "the pipeline's", readErr, p.logAttrs()...)
+	msg := streamEndError(readErr).Error()
+	if running := p.running(); running != "" {
+		msg += "; " + running
+	}
+	return nil, fmt.Errorf("%w: dify POST %s: %s; %s", hostsdk.ErrOutcomeUnknown, path, msg, p.readHint())
+}
+
+// pipelineRun is a knowledge pipeline run whose stream ended before its
+// workflow_finished, as far as the stream went.
+type pipelineRun struct {
+	datasetID string
+	published bool
+	out       *PipelineRunOutput
+}
+
+func (p pipelineRun) logAttrs() []any {
+	return []any{"dataset_id", p.datasetID, "task_id", p.out.TaskID, "workflow_run_id", p.out.WorkflowRunID}
+}
+
+// running names the run's task and workflow run, "" when the stream
+// named neither.
+func (p pipelineRun) running() string {
+	var ids []string
+	if p.out.TaskID != "" {
+		ids = append(ids, "task "+provider.Excerpt(p.out.TaskID))
+	}
+	if p.out.WorkflowRunID != "" {
+		ids = append(ids, "workflow run "+provider.Excerpt(p.out.WorkflowRunID))
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return "the pipeline runs as Dify " + strings.Join(ids, ", ")
+}
+
+// interrupted is the outcome_unknown message of a pipeline run whose
+// action's context ended (its timeout, the host's shutdown) before the
+// stream's workflow_finished, sent is when the request was sent and q
+// the stream's end. Unlike an app's task, the run cannot be stopped:
+// Dify's Service API has no stop endpoint for a pipeline run (its stop
+// endpoints are the apps', and take an app's key). The message says so,
+// names the run and says what can be read of it.
+func (p pipelineRun) interrupted(ctx context.Context, sent time.Time, q quietSpell) string {
+	parts := []string{interruption(ctx, "the pipeline run", sent)}
+	if quiet := q.String(); quiet != "" {
+		parts = append(parts, quiet)
+	}
+	if running := p.running(); running != "" {
+		parts = append(parts, running)
+	} else {
+		parts = append(parts, "the stream never named the pipeline's task or run: Dify accepted the run, and the pipeline may be running")
+	}
+	parts = append(parts, "nothing was stopped: Dify's Service API has no stop endpoint for a knowledge pipeline run, so the pipeline may have completed, partly done the work or be running still",
+		p.readHint())
+	return strings.Join(parts, "; ")
+}
+
+// readHint says what can be read of a pipeline run that did not finish:
+// the Service API has no read of a pipeline's runs (Dify's console lists
+// them); a published run's documents, with their indexing_status, are
+// the knowledge base's; a draft run adds none (its knowledge index node
+// only previews the chunks).
+func (p pipelineRun) readHint() string {
+	hint := "the Service API has no read of a pipeline's runs: Dify's console lists them"
+	if p.published {
+		return hint + "; read the documents the run added, with their indexing_status, with " + KnowledgeCapability(p.datasetID, SuffixDocuments)
+	}
+	return hint + "; a draft run (is_published false) adds no documents to the knowledge base"
 }
 
 // errNotJSON is nextEvent's error for an event whose data is not JSON.
@@ -256,21 +336,16 @@ func nextEvent(events *provider.EventReader, v any) error {
 	}
 }
 
-// streamEndError describes why a stream ended before its closing event:
-// err is the read's error; running, when not "", names what was running
-// if ctx ended (cancelled or timed out) the stream.
-func streamEndError(ctx context.Context, err error, running string) error {
+// streamEndError describes why a stream ended before its closing event,
+// err being the read's error; a stream its action's context ended is
+// described by the run (interruption).
+func streamEndError(err error) error {
 	var bound *provider.BoundError
 	switch {
 	case errors.Is(err, io.EOF):
 		return errors.New("the event stream ended before its closing event")
 	case errors.As(err, &bound) && bound.Total:
 		return fmt.Errorf("%w (raise --%s)", err, FlagMaxResponseBytes)
-	case ctx.Err() != nil && running != "":
-		// A cancel may ask Dify to stop the work (Canceler), but it may
-		// have finished, or acted, before the stop reached it. Never
-		// "cancelled".
-		return fmt.Errorf("interrupted (%v) while %s ran; Dify may have completed or partly done the work", ctx.Err(), running)
 	}
 	return err
 }

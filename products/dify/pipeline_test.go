@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -377,6 +379,78 @@ func TestPipelineRunInputRejected(t *testing.T) {
 		hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixPipelineDatasourcePlugins), `{"is_published":"yes"}`),
 	}
 	f.refusedBeforeSending(t, cases)
+}
+
+// TestPipelineRunTimeoutWhileOnlyPinging: a pipeline run whose stream
+// only pings is waited on until the action's timeout, as an app
+// invocation is (TestTimeoutWhileOnlyPinging), and ends outcome_unknown
+// saying what ended it, how long the stream only pinged and since which
+// event, naming the run's task and workflow run, and saying that nothing
+// was stopped (Dify's Service API has no stop endpoint for a pipeline
+// run: no request is sent to stop it) and what can be read instead. The
+// log says how long the stream only pinged.
+func TestPipelineRunTimeoutWhileOnlyPinging(t *testing.T) {
+	started := workflowEvent("workflow_started", map[string]any{"id": testRun, "workflow_id": "pipeline-wf"})
+	node := workflowEvent("node_started", map[string]any{"node_id": testNode, "node_type": "datasource", "title": "Crawl"})
+	documents := KnowledgeCapability(testDataset, SuffixDocuments)
+	cases := []struct {
+		name      string
+		published bool
+		events    []any
+		want      []string
+	}{
+		{name: "draft, no event", events: nil,
+			want: []string{"the action's timeout passed", "after the pipeline run was sent", "only keep-alive pings", "and no event at all",
+				"the stream never named the pipeline's task or run", "no stop endpoint for a knowledge pipeline run",
+				"may have completed, partly done the work or be running still",
+				"the Service API has no read of a pipeline's runs: Dify's console lists them", "a draft run (is_published false) adds no documents"}},
+		{name: "draft, started", events: []any{started},
+			want: []string{"since its last event (workflow_started)", "the pipeline runs as Dify task " + testTask + ", workflow run " + testRun,
+				"nothing was stopped", "a draft run (is_published false) adds no documents"}},
+		{name: "published, at a node", published: true, events: []any{started, node},
+			want: []string{"since its last event (node_started)", "the pipeline runs as Dify task " + testTask + ", workflow run " + testRun,
+				"nothing was stopped", "read the documents the run added, with their indexing_status, with " + documents}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// Pings every 20 ms keep the stream within its 200 ms idle
+			// bound until the action's 800 ms timeout.
+			f := newFixture(t, func(c *Config) { c.StreamIdleTimeout = 200 * time.Millisecond })
+			f.mock.handle("POST "+runPath, pingingStream(tc.events))
+			input := `{"inputs":{},"datasource_type":"website_crawl","datasource_info_list":[{"url":"https://example.com/docs"}],"start_node_id":"` + testNode + `","is_published":` + strconv.FormatBool(tc.published) + `}`
+			a := hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixPipelineRun), input)
+			timeout := uint64(800)
+			a.TimeoutMS = &timeout
+			start := time.Now()
+			resp := f.Act(t, a)
+			if took := time.Since(start); took < 800*time.Millisecond {
+				t.Errorf("answered after %s, before the action's timeout: the pings did not keep the stream open", took)
+			}
+			pe := resp.ProtocolError()
+			if pe == nil || pe.Code != "connector_host.outcome_unknown" {
+				t.Fatalf("HTTP %d %s, want outcome_unknown", resp.Status, resp.Raw)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(pe.Message, w) {
+					t.Errorf("message %q\nlacks %q", pe.Message, w)
+				}
+			}
+			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
+				t.Errorf("state %s, want outcome_unknown", st)
+			}
+			f.mock.mu.Lock()
+			for _, r := range f.mock.reqs {
+				if strings.HasSuffix(r.Path, "/stop") {
+					t.Errorf("Dify got %s %s: the Service API has no stop endpoint for a pipeline run", r.Method, r.Path)
+				}
+			}
+			f.mock.mu.Unlock()
+			if logs := f.logs.Take(`msg="dify: the pipeline's event stream sent only keep-alive pings`); len(logs) != 1 ||
+				!strings.Contains(logs[0], "pinged_for=") || !strings.Contains(logs[0], "dataset_id="+testDataset) || !strings.Contains(logs[0], "level=WARN") {
+				t.Errorf("logs %q, want one warning saying how long the stream only pinged", logs)
+			}
+		})
+	}
 }
 
 // TestPipelineRunNestedNULRefused: the knowledge pipeline's generator

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"regexp"
@@ -174,7 +175,7 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 		if readErr = nextEvent(events, &ev); readErr != nil {
 			break
 		}
-		quiet = quietSpell{since: time.Now(), lastEvent: ev.Event, keepAlives: events.KeepAlives()}
+		quiet.observe(ev.Event, events)
 		if ev.TaskID != "" && r.out.TaskID == "" && !validTaskID(ev.TaskID) {
 			if ev.Event != "error" {
 				// The app runs (Dify answered its stream) under a task ID
@@ -202,16 +203,12 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	}
 	// The stream ended before its closing event: the app ran, or runs
 	// still, and how it ended is not known.
-	quiet.keepAlives = events.KeepAlives() - quiet.keepAlives
+	quiet.end(events)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: dify POST %s: %s", hostsdk.ErrOutcomeUnknown, path, r.interrupted(ctx, sent, quiet))
 	}
 	r.logQuiet(quiet, readErr)
-	running := ""
-	if r.out.TaskID != "" {
-		running = "task " + r.out.TaskID
-	}
-	msg := streamEndError(ctx, readErr, running).Error()
+	msg := streamEndError(readErr).Error()
 	if hint := r.readHint(); hint != "" {
 		msg += "; " + hint
 	}
@@ -223,14 +220,57 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 // only hostsdk.Config.HandleGrace (10 s by default) after the timeout.
 const TimeoutStopLimit = 5 * time.Second
 
-// quietSpell is the end of an invocation's stream after its last event:
-// when that event came (or the request was sent, when none did), its name,
-// and how many keep-alives (Dify's "event: ping", every 10 seconds while
-// the app is at work and sends nothing else) came after it.
+// quietSpell is the end of a run's stream (an app invocation's, a
+// knowledge pipeline run's, a datasource node run's) after its last
+// event: when that event came (or the request was sent, when none did),
+// its name, and how many keep-alives (Dify's "event: ping", every 10
+// seconds while the run is at work and sends nothing else) came after it.
+// Start it as quietSpell{since: sent}, call observe after each event and
+// end when the stream ended.
 type quietSpell struct {
 	since      time.Time
 	lastEvent  string
 	keepAlives int64
+}
+
+// observe records the event name just read from events.
+func (q *quietSpell) observe(name string, events *provider.EventReader) {
+	*q = quietSpell{since: time.Now(), lastEvent: name, keepAlives: events.KeepAlives()}
+}
+
+// end counts the keep-alives events skipped after the last event.
+func (q *quietSpell) end(events *provider.EventReader) {
+	q.keepAlives = events.KeepAlives() - q.keepAlives
+}
+
+// log logs, at warn, a stream (whose: "the app's", "the pipeline's")
+// that ended (err) after only keep-alives since its last event, with
+// attrs naming the run: an operator sees how long it seemed stuck.
+func (q quietSpell) log(logger *slog.Logger, whose string, err error, attrs ...any) {
+	if q.keepAlives == 0 {
+		return
+	}
+	logger.Warn("dify: "+whose+" event stream sent only keep-alive pings before it ended without its closing event",
+		append(attrs, "pinged_for", roundDuration(time.Since(q.since)).String(), "pings", q.keepAlives, "last_event", q.lastEvent, "error", err)...)
+}
+
+// interruption says what ended ctx (the action's timeout, a cancel, the
+// host's shutdown) and how long after what (a run's request: "the
+// invocation", "the pipeline run") was sent.
+func interruption(ctx context.Context, what string, sent time.Time) string {
+	cause := context.Cause(ctx)
+	var ended string
+	switch {
+	case errors.Is(cause, hostsdk.ErrActionTimeout):
+		ended = "the action's timeout passed"
+	case errors.Is(cause, hostsdk.ErrActionCancelled):
+		ended = "the action was cancelled"
+	case errors.Is(cause, hostsdk.ErrHostStopping):
+		ended = "the host is shutting down"
+	default:
+		ended = fmt.Sprintf("the action was interrupted (%v)", cause)
+	}
+	return fmt.Sprintf("%s %s after %s was sent", ended, roundDuration(time.Since(sent)), what)
 }
 
 // String says how the stream stayed quiet, "" when no keep-alive came
@@ -247,14 +287,9 @@ func (q quietSpell) String() string {
 }
 
 // logQuiet logs a stream that ended (err) after only keep-alives since its
-// last event: an operator sees how long the app seemed stuck.
+// last event.
 func (r *run) logQuiet(q quietSpell, err error) {
-	if q.keepAlives == 0 {
-		return
-	}
-	r.call.Logger.Warn("dify: the app's event stream sent only keep-alive pings before it ended without its closing event",
-		"app_id", r.app.ID, "task_id", r.out.TaskID, "pinged_for", roundDuration(time.Since(q.since)).String(),
-		"pings", q.keepAlives, "last_event", q.lastEvent, "error", err)
+	q.log(r.call.Logger, "the app's", err, "app_id", r.app.ID, "task_id", r.out.TaskID)
 }
 
 // interrupted is the outcome_unknown message of an invocation whose
@@ -269,19 +304,7 @@ func (r *run) logQuiet(q quietSpell, err error) {
 func (r *run) interrupted(ctx context.Context, sent time.Time, q quietSpell) string {
 	cause := context.Cause(ctx)
 	taskID := r.out.TaskID
-	var what string
-	switch {
-	case errors.Is(cause, hostsdk.ErrActionTimeout):
-		what = "the action's timeout passed"
-	case errors.Is(cause, hostsdk.ErrActionCancelled):
-		what = "the action was cancelled"
-	case errors.Is(cause, hostsdk.ErrHostStopping):
-		what = "the host is shutting down"
-	default:
-		what = fmt.Sprintf("the action was interrupted (%v)", cause)
-	}
-	what += fmt.Sprintf(" %s after the invocation was sent", roundDuration(time.Since(sent)))
-	parts := []string{what}
+	parts := []string{interruption(ctx, "the invocation", sent)}
 	if quiet := q.String(); quiet != "" {
 		parts = append(parts, quiet)
 	}
