@@ -141,7 +141,11 @@
 //     the data of each datasource_completed, in order; total, completed,
 //     time_consuming of the last one that had them}. A stream that breaks
 //     off, stays silent or ends with no result is a failed, retryable
-//     provider.unavailable result, as a read's 5xx.
+//     provider.unavailable result, as a read's 5xx. So is one whose
+//     action's timeout_ms passes while the stream only pings (a slow
+//     crawl): its message says so, how long the stream had sent only
+//     pings and since which event; nothing is stopped (the document has
+//     no stop endpoint for it, and it changes nothing in Dify).
 //   - :pipeline.run: POST /datasets/{id}/pipeline/run with inputs,
 //     datasource_type, datasource_info_list (at most MaxPipelineItems,
 //     100, items of the datasource_type's shape: local_file {reference,

@@ -66,8 +66,12 @@ type datasourceEvent struct {
 // datasource_processing events (progress), one datasource_completed event
 // per result and ends the stream; a datasource_error event is the run's
 // failure. A failure of any kind is a failed result (it changed nothing
-// in Dify): retryable when the stream broke off or stayed silent.
+// in Dify): retryable when the stream broke off or stayed silent, or the
+// action's context ended first (its timeout: the message says how long
+// the stream had sent only pings; nothing is stopped, the Service API has
+// no stop endpoint for it).
 func (c *Connector) runDatasource(ctx context.Context, call *hostsdk.Call, cl *provider.Client, req provider.Request, chunks *hostsdk.ChunkWriter) (*aip.ActionResult, error) {
+	sent := time.Now()
 	st, err := cl.Stream(ctx, req, c.cfg.StreamIdleTimeout)
 	if err != nil {
 		return provider.Result(call, err, false)
@@ -80,6 +84,7 @@ func (c *Connector) runDatasource(ctx context.Context, call *hostsdk.Call, cl *p
 	fwd := chunkSender{call: call, chunks: chunks}
 	out := DatasourceRunOutput{Results: []json.RawMessage{}}
 	events := provider.NewEventReader(st, MaxEventBytes, c.cfg.MaxResponseBytes)
+	quiet := quietSpell{since: sent}
 	for {
 		var ev datasourceEvent
 		err := nextEvent(events, &ev)
@@ -88,6 +93,14 @@ func (c *Connector) runDatasource(ctx context.Context, call *hostsdk.Call, cl *p
 		}
 		var bound *provider.BoundError
 		switch {
+		case err != nil && ctx.Err() != nil:
+			quiet.end(events)
+			msg := interruption(ctx, "the datasource node run", sent)
+			if q := quiet.String(); q != "" {
+				msg += "; " + q
+			}
+			return fail(provider.CodeUnavailable, aip.CategoryTemporary, true, msg+
+				"; the run changes nothing in Dify, and nothing was stopped (the Service API has no stop endpoint for it): run it again, with a longer timeout_ms if the source needs it")
 		case errors.As(err, &bound):
 			return fail(provider.CodeBadResponse, aip.CategoryConnector, false, fmt.Sprintf("%v (raise --%s)", err, FlagMaxResponseBytes))
 		case errors.Is(err, errNotJSON):
@@ -95,6 +108,7 @@ func (c *Connector) runDatasource(ctx context.Context, call *hostsdk.Call, cl *p
 		case err != nil:
 			return fail(provider.CodeUnavailable, aip.CategoryTransport, true, "the event stream broke off: "+err.Error())
 		}
+		quiet.observe(ev.Event, events)
 		switch ev.Event {
 		case "datasource_processing":
 			fwd.send(aip.ChunkProgress, map[string]any{"event": ev.Event, "total": ev.Total, "completed": ev.Completed})

@@ -204,6 +204,40 @@ func TestPipelineDatasourceRun(t *testing.T) {
 	}
 }
 
+// TestPipelineDatasourceRunTimeoutWhileOnlyPinging: a datasource node run
+// (a read) whose stream only pings until the action's timeout is a
+// failed, retryable result saying what ended it and how long the stream
+// had sent only pings, since which event, not that the stream broke off;
+// nothing is sent to stop it.
+func TestPipelineDatasourceRunTimeoutWhileOnlyPinging(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.StreamIdleTimeout = 200 * time.Millisecond })
+	f.mock.handle("POST "+nodeRunPath, pingingStream([]any{map[string]any{"event": "datasource_processing", "total": 3, "completed": 1}}))
+	a := hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixPipelineDatasourceRun),
+		`{"node_id":"`+testNode+`","inputs":{},"datasource_type":"website_crawl","is_published":true}`)
+	timeout := uint64(800)
+	a.TimeoutMS = &timeout
+	pe := f.failed(t, a)
+	if pe.Code != provider.CodeUnavailable || !pe.IsRetryable() {
+		t.Errorf("%+v, want a retryable %s", pe, provider.CodeUnavailable)
+	}
+	for _, w := range []string{"the action's timeout passed", "after the datasource node run was sent",
+		"only keep-alive pings", "since its last event (datasource_processing)", "nothing was stopped", "with a longer timeout_ms"} {
+		if !strings.Contains(pe.Message, w) {
+			t.Errorf("message %q\nlacks %q", pe.Message, w)
+		}
+	}
+	if strings.Contains(pe.Message, "broke off") {
+		t.Errorf("message %q says the stream broke off", pe.Message)
+	}
+	f.mock.mu.Lock()
+	defer f.mock.mu.Unlock()
+	for _, r := range f.mock.reqs {
+		if strings.HasSuffix(r.Path, "/stop") {
+			t.Errorf("Dify got %s %s", r.Method, r.Path)
+		}
+	}
+}
+
 // TestPipelineRun: a pipeline run always asks for response_mode
 // streaming; an event stream (the draft's run) is aggregated like a
 // workflow's, with node progress forwarded in streaming mode, and the
