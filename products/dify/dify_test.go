@@ -360,37 +360,46 @@ func TestPausedWorkflow(t *testing.T) {
 
 // TestInvokeOutcomeUnknown: an invocation whose stream ends before its
 // closing event, or that gets a 5xx or a dropped connection, is
-// outcome_unknown, and the same action ID never reaches Dify again.
+// outcome_unknown, and the same action ID never reaches Dify again. A
+// stream that named its task has the message name it and say which
+// capability reads what the app did.
 func TestInvokeOutcomeUnknown(t *testing.T) {
 	f := newFixture(t, nil)
 	cases := []struct {
 		name string
 		h    http.HandlerFunc
+		want []string
 	}{
 		{"stream ends early", func(w http.ResponseWriter, r *http.Request) {
 			writeEvents(w, []any{chatEvent("message", "half")})
-		}},
+		}, []string{"the event stream ended before its closing event", "the app runs as Dify task " + testTask,
+			"read the conversation's messages with cap:dify:support:messages (conversation_id " + testConv}},
 		{"500", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusInternalServerError, map[string]any{"status": 500, "code": "internal_server_error", "message": "Internal server error."})
-		}},
+		}, nil},
 		{"dropped", func(w http.ResponseWriter, r *http.Request) {
 			conn, _, err := w.(http.Hijacker).Hijack()
 			if err == nil {
 				conn.Close()
 			}
-		}},
+		}, nil},
 		{"not an event stream", func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]any{"event": "message", "answer": "blocking"})
-		}},
+		}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f.mock.handle("POST /chat-messages", tc.h)
 			before := len(f.mock.requests(http.MethodPost, "/chat-messages"))
 			a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"q","user":"u"}`)
-			f.Act(t, a)
+			resp := f.Act(t, a)
 			if st := f.state(t, a); st != aip.StateOutcomeUnknown {
 				t.Fatalf("state %s, want outcome_unknown", st)
+			}
+			for _, w := range tc.want {
+				if pe := resp.ProtocolError(); pe == nil || !strings.Contains(pe.Message, w) {
+					t.Errorf("answer %s\nlacks %q", resp.Raw, w)
+				}
 			}
 			f.Act(t, a)
 			if n := len(f.mock.requests(http.MethodPost, "/chat-messages")) - before; n != 1 {

@@ -209,6 +209,9 @@ func (c *Connector) invoke(ctx context.Context, call *hostsdk.Call, a *app, chun
 	}
 	r.logQuiet(quiet, readErr)
 	msg := streamEndError(readErr).Error()
+	if r.out.TaskID != "" {
+		msg += "; " + r.running()
+	}
 	if hint := r.readHint(); hint != "" {
 		msg += "; " + hint
 	}
@@ -312,11 +315,7 @@ func (r *run) interrupted(ctx context.Context, sent time.Time, q quietSpell) str
 	if taskID == "" {
 		parts = append(parts, "the stream never named the app's task, so nothing could be stopped: Dify accepted the invocation, and the app may be running")
 	} else {
-		running := "the app runs as Dify task " + taskID
-		if r.out.WorkflowRunID != "" {
-			running += " (workflow run " + r.out.WorkflowRunID + ")"
-		}
-		parts = append(parts, running)
+		parts = append(parts, r.running())
 		stopped := "Dify stops a task at its next step: the app may have completed or partly done the work first"
 		switch {
 		case errors.Is(cause, hostsdk.ErrActionTimeout):
@@ -335,6 +334,16 @@ func (r *run) interrupted(ctx context.Context, sent time.Time, q quietSpell) str
 		parts = append(parts, hint)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// running names the invocation's task (and workflow run), once its stream
+// named it.
+func (r *run) running() string {
+	running := "the app runs as Dify task " + r.out.TaskID
+	if r.out.WorkflowRunID != "" {
+		running += " (workflow run " + r.out.WorkflowRunID + ")"
+	}
+	return running
 }
 
 // stopAtTimeout stops the invocation's task (its action timed out),
