@@ -808,11 +808,11 @@ func TestUnusableTaskID(t *testing.T) {
 }
 
 // TestNULGoesToDify: unlike Chatwoot, Twenty and Cal.diy, an input holding
-// U+0000 is not refused here (but see TestNestedNULRefused): Dify removes
-// the character from a query and from the app's string inputs itself
-// before storing them, and answers
-// one that reaches its database elsewhere (psycopg2's ValueError) with
-// 400 invalid_param, a failed result that says why.
+// U+0000 is not refused here (but see TestNestedNULRefused and
+// TestPipelineRunNestedNULRefused): Dify removes the character from a
+// query and from the app's string inputs itself before storing them, and
+// answers one that reaches its database elsewhere (psycopg2's ValueError)
+// with 400 invalid_param, a failed result that says why.
 func TestNULGoesToDify(t *testing.T) {
 	f := newFixture(t, nil)
 	a := hostsdktest.NewAction(AppCapability("support", ""), `{"query":"What is\u0000 Dify?","user":"u-1","inputs":{"city":"Pa\u0000ris"}}`)
