@@ -252,7 +252,7 @@ read:
 	// The stream ended before its closing event: the pipeline ran, or
 	// runs still, and how it ended is not known.
 	quiet.end(events)
-	p := pipelineRun{datasetID: datasetID, published: published, out: &out}
+	p := pipelineRun{cl: cl, datasetID: datasetID, published: published, out: &out}
 	if ctx.Err() != nil {
 		quiet.log(call.Logger, "the pipeline's", context.Cause(ctx), p.logAttrs()...)
 		return nil, fmt.Errorf("%w: dify POST %s: %s", hostsdk.ErrOutcomeUnknown, path, p.interrupted(ctx, sent, quiet))
@@ -268,24 +268,30 @@ read:
 // pipelineRun is a knowledge pipeline run whose stream ended before its
 // workflow_finished, as far as the stream went.
 type pipelineRun struct {
+	cl        *provider.Client
 	datasetID string
 	published bool
 	out       *PipelineRunOutput
 }
 
 func (p pipelineRun) logAttrs() []any {
-	return []any{"dataset_id", p.datasetID, "task_id", p.out.TaskID, "workflow_run_id", p.out.WorkflowRunID}
+	return []any{"dataset_id", p.datasetID, "task_id", p.id(p.out.TaskID), "workflow_run_id", p.id(p.out.WorkflowRunID)}
 }
+
+// id is an ID the stream named, fit for a message: nothing checks that
+// a pipeline's task_id or workflow_run_id is a UUID (neither goes into a
+// path), so it is redacted of the key and clipped.
+func (p pipelineRun) id(s string) string { return provider.Excerpt(p.cl.Redacted(s)) }
 
 // running names the run's task and workflow run, "" when the stream
 // named neither.
 func (p pipelineRun) running() string {
 	var ids []string
 	if p.out.TaskID != "" {
-		ids = append(ids, "task "+provider.Excerpt(p.out.TaskID))
+		ids = append(ids, "task "+p.id(p.out.TaskID))
 	}
 	if p.out.WorkflowRunID != "" {
-		ids = append(ids, "workflow run "+provider.Excerpt(p.out.WorkflowRunID))
+		ids = append(ids, "workflow run "+p.id(p.out.WorkflowRunID))
 	}
 	if len(ids) == 0 {
 		return ""

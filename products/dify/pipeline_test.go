@@ -487,6 +487,28 @@ func TestPipelineRunTimeoutWhileOnlyPinging(t *testing.T) {
 	}
 }
 
+// TestPipelineRunIDsRedacted: a pipeline run's task_id and
+// workflow_run_id go unchecked (neither goes into a path), so the
+// outcome_unknown message and the log quote them redacted of the key: a
+// proxy or node that echoed the Authorization header does not put it
+// there.
+func TestPipelineRunIDsRedacted(t *testing.T) {
+	f := newFixture(t, nil)
+	echoed := "Bearer " + testDatasetKey
+	f.mock.handle("POST "+runPath, func(w http.ResponseWriter, r *http.Request) {
+		writeEvents(w, []any{map[string]any{"event": "workflow_started", "task_id": echoed, "workflow_run_id": echoed, "data": map[string]any{"id": echoed}}, ping})
+	})
+	a := hostsdktest.NewAction(KnowledgeCapability(testDataset, SuffixPipelineRun), pipelineInput("website_crawl", `{"url":"https://example.com/docs"}`))
+	resp := f.Act(t, a)
+	pe := resp.ProtocolError()
+	if pe == nil || pe.Code != "connector_host.outcome_unknown" {
+		t.Fatalf("HTTP %d %s, want outcome_unknown", resp.Status, resp.Raw)
+	}
+	if strings.Contains(pe.Message, testDatasetKey) || !strings.Contains(pe.Message, "the pipeline runs as Dify task [redacted], workflow run [redacted]") {
+		t.Errorf("message %q, want the IDs redacted", pe.Message)
+	}
+}
+
 // TestPipelineRunNestedNULRefused: the knowledge pipeline's generator
 // cleans U+0000 from its string inputs as an app's does
 // (_prepare_user_inputs), not from a string inside an object or array
