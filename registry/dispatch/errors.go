@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -136,7 +138,12 @@ func registryError(err error) *apiError {
 func schedulerError(err error) *apiError {
 	switch {
 	case errors.Is(err, ErrRequestTooLarge):
-		return newAPIError(http.StatusRequestEntityTooLarge, CodeRequestRejected, aip.CategoryPermanent, false, 0, err.Error())
+		// A body within MaxBodyBytes may still weigh more than one action
+		// may (the scheduler counts the request overhead too): say what
+		// was counted, not the scheduler's "dispatch: request too large".
+		return newAPIError(http.StatusRequestEntityTooLarge, CodeRequestRejected, aip.CategoryPermanent, false, 0,
+			fmt.Sprintf("the action is too large to admit (%s, counting its input, capability ID and idempotency key and %d bytes more); nothing was dispatched: send a smaller input",
+				strings.TrimPrefix(err.Error(), ErrRequestTooLarge.Error()+": "), requestOverhead))
 	case errors.Is(err, ErrSchedulerStopped):
 		return newAPIError(http.StatusServiceUnavailable, CodeShuttingDown, aip.CategoryTemporary, true, time.Second,
 			"the dispatcher is shutting down; retry with the same action ID")

@@ -32,3 +32,27 @@ func TestEnvelopeTooLargeForAReplicaIsNotSent(t *testing.T) {
 	}
 	w.idle()
 }
+
+// TestActionTooLargeToAdmitSaysWhatCounts: a body within --max-body-bytes
+// whose action weighs more than the scheduler admits (its input, capability
+// ID and idempotency key plus the request overhead) is refused 413
+// connector.request_rejected with a message that says what was counted and
+// what to do. It said only "dispatch: request too large: 4194651 bytes, at
+// most 4194304", for a body of fewer than 4194304 bytes.
+func TestActionTooLargeToAdmitSaysWhatCounts(t *testing.T) {
+	w := newWorld(t, worldOptions{})
+	input := json.RawMessage(`{"text":"` + strings.Repeat("x", dispatch.DefaultMaxRequestBytes-300) + `"}`)
+	status, resp := w.act(dispatch.ActionRequest{CapabilityID: capSay, Input: input})
+	if status != http.StatusRequestEntityTooLarge || resp.Error == nil || resp.Error.Code != dispatch.CodeRequestRejected || resp.Route != nil {
+		t.Fatalf("answer %d: error %+v route %+v", status, resp.Error, resp.Route)
+	}
+	for _, want := range []string{"input, capability ID and idempotency key", "nothing was dispatched", "send a smaller input"} {
+		if !strings.Contains(resp.Error.Message, want) {
+			t.Errorf("message %q does not say %q", resp.Error.Message, want)
+		}
+	}
+	if strings.HasPrefix(resp.Error.Message, "dispatch:") {
+		t.Errorf("message %q starts with the Go error's package prefix", resp.Error.Message)
+	}
+	w.idle()
+}
