@@ -303,23 +303,46 @@ func reason(err error) string {
 }
 
 // FromAuthorization extracts the token of an "Authorization: Bearer <t>"
-// header value.
+// header value (the scheme is case-insensitive). A value of another
+// scheme (Basic, Digest, ...) holds no bearer credentials: its refusal
+// wraps ErrNoCredentials too. The Bearer scheme without a token is an
+// invalid token.
 func FromAuthorization(header string) (string, error) {
 	if header == "" {
 		return "", errMissingHeader(false)
 	}
-	scheme, tok, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
-		return "", fmt.Errorf("%w: Authorization header is not \"Bearer <token>\"", ErrUnauthorized)
+	scheme, tok, _ := strings.Cut(header, " ")
+	switch {
+	case !strings.EqualFold(scheme, "Bearer"):
+		return "", notBearerError{}
+	case strings.TrimSpace(tok) == "":
+		return "", fmt.Errorf("%w: %s", ErrUnauthorized, notBearer)
 	}
 	return strings.TrimSpace(tok), nil
 }
 
 // ErrNoCredentials is wrapped, with ErrUnauthorized, by the refusal of a
-// request without an Authorization header (or with an empty one): a
-// caller that sent no credentials, whom a server challenges without an
-// error code (RFC 6750 §3.1).
+// request without bearer credentials: without an Authorization header,
+// with an empty one, or with one of another scheme (Basic, ...). Such a
+// caller a server challenges without an error code (RFC 6750 §3.1: the
+// client "was unaware that authentication is necessary or attempted using
+// an unsupported authentication method").
 var ErrNoCredentials = errors.New("missing Authorization header")
+
+// notBearer says what an Authorization header that holds no bearer token
+// lacks.
+const notBearer = `Authorization header is not "Bearer <token>"`
+
+// notBearerError refuses an Authorization header of another scheme: it is
+// ErrUnauthorized and ErrNoCredentials, and says that the header is not a
+// bearer token's (not that it is missing).
+type notBearerError struct{}
+
+func (notBearerError) Error() string { return ErrUnauthorized.Error() + ": " + notBearer }
+
+func (notBearerError) Is(target error) bool {
+	return target == ErrUnauthorized || target == ErrNoCredentials
+}
 
 // errMissingHeader is the refusal of a request without an Authorization
 // header, naming the command that mints the token it needs.

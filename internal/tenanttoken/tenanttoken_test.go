@@ -115,7 +115,9 @@ func TestFromAuthorization(t *testing.T) {
 // read, so a good token followed by another was accepted while a proxy in
 // front could have read the other); one without a header, or with an
 // empty one, is told to mint the verifier's kind of token
-// (ErrNoCredentials); one good header verifies.
+// (ErrNoCredentials), and so is one with another scheme's credentials
+// (Basic: no bearer credentials either), while the Bearer scheme without
+// a token is not; one good header verifies.
 func TestVerifyRequestRefusesTwoHeaders(t *testing.T) {
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	key, _ := aip.GenerateSigningKey()
@@ -150,6 +152,8 @@ func TestVerifyRequestRefusesTwoHeaders(t *testing.T) {
 		"empty then good":   {[]string{"", good}, "unauthorized: 2 Authorization headers; send exactly one", false},
 		"none":              {nil, "unauthorized: missing Authorization header; send \"Authorization: Bearer <token>\" (mint one with `aipfleet token --operator`)", true},
 		"empty":             {[]string{""}, "unauthorized: missing Authorization header; send", true},
+		"basic":             {[]string{"Basic Zm9vOmJhcg=="}, "unauthorized: Authorization header is not \"Bearer <token>\"", true},
+		"bearer, no token":  {[]string{"Bearer "}, "unauthorized: Authorization header is not \"Bearer <token>\"", false},
 	} {
 		_, err := ops.VerifyRequest(request(c.auth...))
 		if !errors.Is(err, ErrUnauthorized) || !strings.HasPrefix(err.Error(), c.want) || errors.Is(err, ErrNoCredentials) != c.noCredentials {

@@ -55,9 +55,9 @@ func (w *world) getWith(path string, auth ...string) (int, []byte, http.Header) 
 // token followed by another was accepted while a proxy could have checked
 // the second); a verified token whose tenant_id is no tenant ID (a NUL,
 // surrounding spaces, longer than an identifier) is refused, not used as a
-// tenant; a request without credentials is challenged without an
-// invalid_token error (RFC 6750 §3.1), and a description never carries a
-// quote or a backslash.
+// tenant; a request without bearer credentials (none, or another
+// scheme's) is challenged without an invalid_token error (RFC 6750 §3.1),
+// and a description never carries a quote or a backslash.
 func TestAuthorizationIsUnambiguous(t *testing.T) {
 	w := newWorld(t, worldOptions{})
 	good := "Bearer " + w.token(tenant)
@@ -85,9 +85,28 @@ func TestAuthorizationIsUnambiguous(t *testing.T) {
 			t.Errorf("%s: challenge %q", name, c)
 		}
 	}
-	s, _, h := w.getWith(dispatch.PathCapabilities)
-	if c := h.Get("WWW-Authenticate"); s != http.StatusUnauthorized || c != `Bearer realm="aipfleet-dispatch"` {
-		t.Errorf("no credentials: %d, challenge %q", s, c)
+	// No bearer credentials: none, an empty header, or another scheme's
+	// (RFC 6750 §3.1: "attempted using an unsupported authentication
+	// method"), which was answered error="invalid_token" though no token
+	// was sent.
+	for name, auth := range map[string][]string{
+		"none":         nil,
+		"empty header": {""},
+		"basic":        {"Basic Zm9vOmJhcg=="},
+		"digest":       {`Digest username="a"`},
+		"no space":     {"Token"},
+	} {
+		s, body, h := w.getWith(dispatch.PathCapabilities, auth...)
+		if c := h.Get("WWW-Authenticate"); s != http.StatusUnauthorized || c != `Bearer realm="aipfleet-dispatch"` {
+			t.Errorf("%s: %d %s, challenge %q", name, s, body, c)
+		}
+	}
+	// The Bearer scheme without a token is an invalid token.
+	for _, auth := range []string{"Bearer", "Bearer ", "bearer  "} {
+		_, _, h := w.getWith(dispatch.PathCapabilities, auth)
+		if c := h.Get("WWW-Authenticate"); !strings.Contains(c, `error="invalid_token"`) {
+			t.Errorf("%q: challenge %q, want an invalid_token error", auth, c)
+		}
 	}
 	// The longest tenant ID is one.
 	if s, body, _ := w.getWith(dispatch.PathCapabilities, "Bearer "+mintClaim(t, w, strings.Repeat("t", 256))); s != http.StatusOK {

@@ -196,8 +196,9 @@ func checkTenantArg(t string) *apiError {
 
 // writeUnauthorized answers 401 dispatch.unauthorized with msg and a
 // WWW-Authenticate challenge (RFC 6750 §3): error="invalid_token" only when
-// credentials were sent, and an error_description of the characters that
-// RFC allows there.
+// bearer credentials were sent (not for a header of another scheme,
+// tenanttoken.ErrNoCredentials), and an error_description of the
+// characters that RFC allows there.
 // unauthorizedReason is the message of a 401: why the credentials were
 // refused ("malformed token"). The code, dispatch.unauthorized, already
 // says that they were, so the "unauthorized: " tenanttoken's errors start
