@@ -76,9 +76,28 @@ const (
 // included —, a number outside the double range, a lone UTF-16
 // surrogate), which could not be signed and would mean different things
 // to different readers.
+//
+// A timeout_ms of the wrong JSON type (a string, a negative or fractional
+// number) is said to take a whole number of milliseconds (from 1 to the
+// dispatcher's maximum, which ActionRequest.Validate checks), not what its
+// Go type holds.
 func DecodeActionRequest(body []byte) (ActionRequest, error) {
+	return decodeActionRequest(body, 0)
+}
+
+// decodeActionRequest is DecodeActionRequest; a maxTimeout above zero is
+// named as timeout_ms's bound when timeout_ms has the wrong JSON type.
+func decodeActionRequest(body []byte, maxTimeout time.Duration) (ActionRequest, error) {
 	var r ActionRequest
 	if err := aip.DecodeStrict(body, &r); err != nil {
+		if te, ok := errors.AsType[*aip.MemberTypeError](err); ok && te.Member == "timeout_ms" {
+			c := *te
+			c.Want = "a whole number of milliseconds"
+			if maxTimeout > 0 {
+				c.Want += fmt.Sprintf(" from 1 to %d", maxTimeout.Milliseconds())
+			}
+			err = &c
+		}
 		return r, fmt.Errorf("the body is not an action request: %v", err)
 	}
 	r.inputChecked = true

@@ -341,9 +341,16 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		// a small or negative timeout that passes the bound.
 		{"timeout overflowing a duration", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":18446744073709551615}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
 		{"timeout overflowing to negative", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":9223372036854776}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid, ""},
-		// The message speaks JSON, not Go ("Go struct field ... of type uint64").
+		// The message speaks JSON, not Go ("Go struct field ... of type
+		// uint64"), and says what timeout_ms takes, not what its Go type
+		// holds ("a whole number from 0 to 18446744073709551615", though 0
+		// is refused).
 		{"timeout as a string", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":"5"}`, http.StatusBadRequest, dispatch.CodeRequestInvalid,
-			`member "timeout_ms": a JSON string where a whole number from 0 to 18446744073709551615 is expected`},
+			`member "timeout_ms": a JSON string where a whole number of milliseconds from 1 to 300000 is expected`},
+		{"negative timeout", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":-1}`, http.StatusBadRequest, dispatch.CodeRequestInvalid,
+			`member "timeout_ms": the number -1 where a whole number of milliseconds from 1 to 300000 is expected`},
+		{"fractional timeout", "", `{"capability_id":"fleet.say","input":{},"timeout_ms":1.5}`, http.StatusBadRequest, dispatch.CodeRequestInvalid,
+			`member "timeout_ms": the number 1.5 where a whole number of milliseconds from 1 to 300000 is expected`},
 		{"action ID with hyphens", "", `{"action_id":"act_0192a8f0-c1d2-7e3f-8a4b-5c6d7e8f9003","capability_id":"fleet.say","input":{}}`, http.StatusUnprocessableEntity, dispatch.CodeActionInvalid,
 			"choose it before the first send and keep it for every retry"},
 		{"capability of another tenant", "tenant-other", valid(), http.StatusNotFound, dispatch.CodeBindingUnavailable, ""},

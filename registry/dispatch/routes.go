@@ -359,7 +359,7 @@ func (d *Dispatcher) handleAction() http.Handler {
 			writeError(w, e)
 			return
 		}
-		req, err := DecodeActionRequest(body)
+		req, err := decodeActionRequest(body, d.cfg.MaxTimeout)
 		if err != nil {
 			writeError(w, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error()))
 			return
