@@ -238,7 +238,13 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if _, ok := hdr.Get(jws.CriticalKey); ok {
 		return Claims{}, fmt.Errorf("%w: token header lists critical extensions (crit); none is supported", ErrUnauthorized)
 	}
+	// The kid selects the issuer key (its did:key); without one jwx's
+	// refusal read as "invalid token". Saying so tells nothing about which
+	// keys are trusted.
 	kid := hdr.KeyID()
+	if kid == "" {
+		return Claims{}, fmt.Errorf("%w: token header has no kid: it must name the did:key of the issuer key that signed it", ErrUnauthorized)
+	}
 	tok, err := jwt.Parse([]byte(token),
 		jwt.WithKeySet(v.keys, jws.WithRequireKid(true)),
 		jwt.WithValidate(true),

@@ -324,3 +324,32 @@ func TestCriticalHeaderIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingKeyIDIsNamed: a token without a kid header, even one signed
+// by a trusted issuer key, is refused saying that the header must name
+// the signing key's did:key in kid; it was "invalid token", which left an
+// issuer's integrator nothing to fix. A kid the verifier does not trust
+// still says only that the token is not signed by a trusted key.
+func TestMissingKeyIDIsNamed(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	key, _ := aip.GenerateSigningKey()
+	other, _ := aip.GenerateSigningKey()
+	v, err := NewVerifier(VerifierConfig{Issuers: []Issuer{{Name: "idp", DIDs: []string{key.DID()}}}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := map[string]any{"iss": "idp", "aud": DefaultAudience, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(), TenantClaim: "tenant-a"}
+	for name, hdr := range map[string]map[string]any{
+		"no kid":    {"alg": "EdDSA"},
+		"empty kid": {"alg": "EdDSA", "kid": ""},
+	} {
+		_, err := v.Verify(signWithHeader(t, key, hdr, claims))
+		if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "kid") || !strings.Contains(err.Error(), "did:key") {
+			t.Errorf("%s: err = %v, want a refusal saying kid must name the did:key", name, err)
+		}
+	}
+	_, err = v.Verify(signWithHeader(t, other, map[string]any{"alg": "EdDSA", "kid": other.DID()}, claims))
+	if err == nil || err.Error() != "unauthorized: token is not signed by a trusted issuer key" {
+		t.Errorf("an untrusted kid: %v", err)
+	}
+}
