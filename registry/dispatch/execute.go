@@ -650,10 +650,31 @@ func (d *Dispatcher) Capabilities(ctx context.Context, tenant string, q registry
 		return CapabilitiesResponse{}, newAPIError(http.StatusConflict, CodeStaleCursor, aip.CategoryPermanent, false, 0,
 			"the catalog changed since this cursor was issued; restart from the first page (omit cursor)")
 	case errors.Is(err, registry.ErrInvalid):
-		return CapabilitiesResponse{}, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, err.Error())
+		return CapabilitiesResponse{}, newAPIError(http.StatusBadRequest, CodeRequestInvalid, aip.CategoryPermanent, false, 0, catalogQueryError(err))
 	case err != nil:
 		return CapabilitiesResponse{}, registryError(err)
 	}
 	return CapabilitiesResponse{CatalogRevision: page.CatalogRevision, Capabilities: page.Capabilities,
 		NextCursor: page.NextCursor, Total: page.Total}, nil
+}
+
+// catalogQueryParams maps the fields of registry.CatalogQuery the
+// registry's errors name to the query parameters of GET
+// /aip/v1/capabilities that set them.
+var catalogQueryParams = map[string]string{"capability_id": "capability_id", "text": "q", "profile": "profile", "cursor": "cursor"}
+
+// catalogQueryError is the message of a catalog query the registry
+// refused: the query parameter the caller sent and why ("q is longer than
+// 1024 bytes"), not the registry's record and field ("registry: invalid:
+// catalog_query: text: ...").
+func catalogQueryError(err error) string {
+	fe, ok := errors.AsType[*registry.FieldError](err)
+	if !ok || fe.Record != registry.RecordCatalogQuery {
+		return err.Error()
+	}
+	param, ok := catalogQueryParams[fe.Field]
+	if !ok {
+		return err.Error()
+	}
+	return param + " " + fe.Reason
 }
