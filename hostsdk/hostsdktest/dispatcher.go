@@ -153,8 +153,16 @@ func (d *Dispatcher) Route(t Target, actionID, capabilityID string, mode aip.Act
 }
 
 // Envelope builds an unsigned envelope for body addressed to the target,
-// with route as security.connector_route.
+// with route as security.connector_route. An action whose input is not
+// JSON (NewAction's input is the JSON text itself) is refused here, naming
+// the action and the input: no signed envelope can carry it.
 func (d *Dispatcher) Envelope(t Target, body aip.Body, route aip.ConnectorRoute) (*aip.Envelope, error) {
+	if a := body.Action; a != nil && a.Input != nil {
+		if err := json.Compact(new(bytes.Buffer), a.Input); err != nil {
+			return nil, fmt.Errorf("hostsdktest: the input of action %s is not JSON (%v): %q; give a JSON value, such as {} for a capability that takes no input",
+				a.ID, err, aip.TruncateUTF8(string(a.Input), 64))
+		}
+	}
 	env, err := aip.NewEnvelope(d.now(), body)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,8 @@ package hostsdktest_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/aipfleet/aipfleet/aip"
@@ -27,5 +29,31 @@ func TestFixture(t *testing.T) {
 	}
 	if resp := f.Act(t, hostsdktest.NewAction(echoconnector.CapSay, `{"msg":"x"}`)); resp.Status != http.StatusBadRequest || resp.ProtocolError() == nil {
 		t.Fatalf("invalid input answered %d %s", resp.Status, resp.Raw)
+	}
+}
+
+// TestActInputNotJSON: an action whose input is not JSON (a typo, or ""
+// for a capability that takes no input) is refused before signing with an
+// error naming the action and its input, not with the envelope encoder's
+// "error calling MarshalJSON for type json.RawMessage".
+func TestActInputNotJSON(t *testing.T) {
+	f := hostsdktest.Start(t, echoconnector.Connector{}, nil)
+	for _, input := range []string{``, `not json`, `{"message":"hi"`} {
+		a := hostsdktest.NewAction(echoconnector.CapSay, input)
+		_, err := f.Dispatcher.Act(hostsdktest.Context(t), f.Target, a)
+		if err == nil {
+			t.Fatalf("input %q: sent", input)
+		}
+		for _, want := range []string{"the input of action " + a.ID + " is not JSON", strconv.Quote(input), "{} for a capability that takes no input"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("input %q: error %q does not say %q", input, err, want)
+			}
+		}
+	}
+	// A nil input is sent (as null) for the host to refuse.
+	a := hostsdktest.NewAction(echoconnector.CapSay, `{}`)
+	a.Input = nil
+	if resp := f.Act(t, a); resp.ProtocolError() == nil || resp.ProtocolError().Code != hostsdk.CodeInputInvalid {
+		t.Fatalf("nil input answered %d %s", resp.Status, resp.Raw)
 	}
 }
