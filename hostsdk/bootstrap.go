@@ -11,10 +11,13 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -235,6 +238,9 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 	if err := src.Validate(); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
+	if err := checkAgentID(src.Agent.ID); err != nil {
+		return nil, err
+	}
 	if len(src.Capabilities) > MaxCapabilities {
 		return nil, fmt.Errorf("manifest has %d capabilities; at most %d", len(src.Capabilities), MaxCapabilities)
 	}
@@ -270,6 +276,53 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 		caps[c.cap.ID] = c
 	}
 	return &boundManifest{manifest: &bound, canonical: raw, digest: digest, caps: caps}, nil
+}
+
+// maxAgentIDBytes bounds a manifest's agent ID: registry.MaxIdentifierBytes,
+// the bound of the replica's peer_principal_id, which must equal it.
+const maxAgentIDBytes = 256
+
+// checkAgentID holds the manifest's agent ID to the registry's rule for
+// the replica's peer_principal_id, which must equal it (every replica of
+// the version signs as its manifest's agent): 1 to maxAgentIDBytes bytes
+// of UTF-8 text without control characters, invisible formatting
+// characters (Unicode Cf) or white space at either end. The registry
+// refuses to admit a version whose agent ID breaks it, so a host serving
+// such a manifest could never register; it is refused here, before the
+// connector's tests (hostsdktest's fake control plane admits what the
+// host proposes) or its replica find out from the registry. The error
+// names the character, as the registry's does.
+func checkAgentID(id string) error {
+	const rule = "; every replica signs as its manifest's agent, and the registry admits a version only with an agent ID its replicas' peer_principal_id can equal: " +
+		"1 to 256 bytes of UTF-8 text without control characters, invisible formatting characters (Unicode Cf) or white space at either end; fix the agent ID in the connector's manifest"
+	q := strconv.Quote(aip.TruncateUTF8(id, 64))
+	if len(id) > 64 {
+		q += "..."
+	}
+	if len(id) > maxAgentIDBytes {
+		return fmt.Errorf("manifest agent id %s is %d bytes%s", q, len(id), rule)
+	}
+	for i := 0; i < len(id); {
+		r, size := utf8.DecodeRuneInString(id[i:])
+		what := ""
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return fmt.Errorf("manifest agent id %s holds the byte 0x%02X at byte %d, which is not UTF-8%s", q, id[i], i, rule)
+		case unicode.IsSpace(r) && i == 0:
+			what = "starts with the white space"
+		case unicode.IsSpace(r) && i+size == len(id):
+			what = "ends with the white space"
+		case unicode.IsControl(r):
+			what = "holds the control character"
+		case unicode.Is(unicode.Cf, r):
+			what = "holds the invisible formatting character"
+		}
+		if what != "" {
+			return fmt.Errorf("manifest agent id %s %s %s (U+%04X) at byte %d%s", q, what, strconv.QuoteRune(r), r, i, rule)
+		}
+		i += size
+	}
+	return nil
 }
 
 // checkManifestJSON names the member of a manifest whose raw JSON
