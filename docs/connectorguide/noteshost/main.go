@@ -30,8 +30,9 @@ func main() {
 }
 
 // exitCode is the exit status for run's error. A mistake in how the
-// program was started exits 2, as aip-host does: an unknown flag or a
-// stray argument (a usageError), or a setting, or a file a setting names,
+// program was started exits 2, as aip-host does: an unknown flag, a
+// stray argument or --print-manifest without --trust-domain (a
+// usageError), or a setting, or a file a setting names,
 // that the host refuses (hostsdk.ErrSetting: a value it cannot read, a
 // required one missing, a --signing-seed-file others can read). A start
 // that failed at run time or a drain that was not clean exits 1; none,
@@ -47,8 +48,8 @@ func exitCode(err error) int {
 	return 1
 }
 
-// usageError is a mistake on the command line: an unknown flag or a stray
-// argument.
+// usageError is a mistake on the command line: an unknown flag, a stray
+// argument, or --print-manifest without --trust-domain.
 type usageError struct{ error }
 
 // run is the whole program: flags and environment, then the host until
@@ -89,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // the trust domain, no DID): exactly what the registry must admit.
 func printBoundManifest(ctx context.Context, w io.Writer, conn hostsdk.Connector, trustDomain string) error {
 	if trustDomain == "" {
-		return errors.New("--print-manifest needs --trust-domain (the manifest is bound to it)")
+		return usageError{errors.New("--print-manifest needs --trust-domain (the manifest is bound to it)")}
 	}
 	src, err := conn.Manifest(ctx, hostsdk.TenantContext{TrustDomain: trustDomain})
 	if err != nil {

@@ -122,7 +122,8 @@ func TestRunRegistersServesAndDrains(t *testing.T) {
 // how the program was started, status 2 as aip-host's, and so are an
 // unknown flag and a stray argument. So is a configuration hostsdk.New
 // refuses (no settings at all: a required setting is missing), which
-// exited 1; -h exits 0.
+// exited 1, and --print-manifest without --trust-domain, which exited 1;
+// -h exits 0.
 func TestMainExitStatus(t *testing.T) {
 	if args, ok := hostsdktest.MainArgs(); ok {
 		os.Args = append([]string{"noteshost"}, args...)
@@ -142,6 +143,7 @@ func TestMainExitStatus(t *testing.T) {
 		{[]string{"--no-such-flag"}, nil, 2, "noteshost: flag provided but not defined: -no-such-flag"},
 		{[]string{"stray"}, nil, 2, `noteshost: unexpected argument "stray"; every setting is a flag`},
 		{nil, nil, 2, "noteshost: hostsdk: bootstrap step 1 (validate): --public-endpoint (AIP_CONNECTOR_HOST_PUBLIC_ENDPOINT, Config.PublicEndpoint) is required"},
+		{[]string{"--print-manifest"}, nil, 2, "noteshost: --print-manifest needs --trust-domain"},
 		{[]string{"-h"}, nil, 0, "-print-manifest"},
 	} {
 		status, stderr := hostsdktest.RunMain(t, "TestMainExitStatus", c.args, c.env)
