@@ -203,7 +203,14 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 // argument), by every *ConfigError (a value New refuses: a required
 // setting missing, two that contradict each other) and by a
 // *ValidateError (New's, or bootstrap step 1's about a file a setting
-// names: a --signing-seed-file others can read). The texts start with the
+// names: a --signing-seed-file others can read), and by bootstrap step 8's
+// when the control plane refused the registration because a setting
+// differs from what the fleet pre-provisioned for the replica (its signing
+// key, replica ID, endpoint, trust domain, tenant, configuration revision,
+// secret-provider reference or artifact digest; the text then ends with
+// the setting to fix). Other refusals of the registration (a manifest that
+// is not the admitted one, a version not active) are the fleet's state or
+// the connector's, and do not match. The texts of the others start with the
 // setting, not with ErrSetting's "hostsdk: ": a program prints them after
 // its own name ("noteshost: --max-in-flight
 // (AIP_CONNECTOR_HOST_MAX_IN_FLIGHT, Config.MaxInFlight) is "0"; want an

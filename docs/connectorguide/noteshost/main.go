@@ -34,9 +34,10 @@ func main() {
 // stray argument or --print-manifest without --trust-domain (a
 // usageError), or a setting, or a file a setting names,
 // that the host refuses (hostsdk.ErrSetting: a value it cannot read, a
-// required one missing, a --signing-seed-file others can read). A start
-// that failed at run time or a drain that was not clean exits 1; none,
-// or -h, 0.
+// required one missing, a --signing-seed-file others can read, a setting
+// the control plane refused the registration for because it differs from
+// the replica's pre-provisioned records). A start that failed at run time
+// or a drain that was not clean exits 1; none, or -h, 0.
 func exitCode(err error) int {
 	var usage usageError
 	switch {
