@@ -17,10 +17,14 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 )
 
-// DefaultDispatcherPrincipal is the principal ID a Dispatcher signs as.
-const DefaultDispatcherPrincipal = "service:aipfleet-dispatcher"
+// DefaultDispatcherPrincipal is the principal ID a Dispatcher signs as by
+// default: the real dispatcher's default principal (aipfleet dispatch
+// --principal-id), which a host expects when its GatewayPrincipalID
+// (--gateway-principal-id) is left to its default.
+const DefaultDispatcherPrincipal = hostsdk.DefaultGatewayPrincipalID
 
 // DispatcherConfig configures a fake dispatcher. TrustDomain is required.
 type DispatcherConfig struct {

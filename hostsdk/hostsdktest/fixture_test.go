@@ -57,3 +57,19 @@ func TestActInputNotJSON(t *testing.T) {
 		t.Fatalf("nil input answered %d %s", resp.Status, resp.Raw)
 	}
 }
+
+// TestDispatcherSignsAsTheHostsDefaultGateway: a fake dispatcher with its
+// default principal is the gateway a host with its default
+// GatewayPrincipalID expects (the real dispatcher's default principal), so
+// a host configured without --gateway-principal-id (LoadConfig in a
+// main's test) answers it. It signed as service:aipfleet-dispatcher, and
+// such a host refused every action unsigned.
+func TestDispatcherSignsAsTheHostsDefaultGateway(t *testing.T) {
+	f := hostsdktest.Start(t, echoconnector.Connector{}, func(cfg *hostsdk.Config) { cfg.GatewayPrincipalID = "" })
+	if got := f.Dispatcher.PrincipalID(); got != hostsdk.DefaultGatewayPrincipalID {
+		t.Errorf("the dispatcher signs as %q, want the host's default gateway %q", got, hostsdk.DefaultGatewayPrincipalID)
+	}
+	if res := f.Result(t, hostsdktest.NewAction(echoconnector.CapSay, `{"message":"hi"}`)); res.Status != aip.ResultCompleted {
+		t.Fatalf("result %+v", res)
+	}
+}
