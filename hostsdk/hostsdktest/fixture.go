@@ -3,6 +3,7 @@ package hostsdktest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -123,6 +124,9 @@ func LeaveRunning(t testing.TB, cfg *hostsdk.Config, actions ...*aip.Action) {
 	}
 	ctx := Context(t)
 	j, err := sqliteruntime.Open(ctx, sqliteruntime.Config{Dir: cfg.StateDir})
+	if errors.Is(err, sqliteruntime.ErrLocked) {
+		t.Fatalf("hostsdktest.LeaveRunning: a host has the journal in %s open (%v); call LeaveRunning before the host starts, in Start's edit", cfg.StateDir, err)
+	}
 	if err != nil {
 		t.Fatalf("hostsdktest.LeaveRunning: open the journal in %s: %v", cfg.StateDir, err)
 	}

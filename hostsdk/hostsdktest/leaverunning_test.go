@@ -3,6 +3,9 @@ package hostsdktest_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -71,5 +74,41 @@ func TestLeaveRunning(t *testing.T) {
 	}
 	if n := conn.handled.Load(); n != 0 {
 		t.Fatalf("Handle ran %d times for actions recovery settled", n)
+	}
+}
+
+// fatalTB records the message of a Fatal and ends the goroutine, as
+// testing.T does, without failing the test.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatal(args ...any) {
+	f.msg = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestLeaveRunningAfterTheHostStarted: LeaveRunning called once the host
+// runs on the journal (after Start, not in its edit) fails saying to call
+// it before the host starts, not only that another process holds the
+// state directory.
+func TestLeaveRunningAfterTheHostStarted(t *testing.T) {
+	f := hostsdktest.Start(t, &crashConnector{}, nil)
+	cfg := f.Config
+	tb := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hostsdktest.LeaveRunning(tb, &cfg, hostsdktest.NewAction("crash.write", `{}`))
+	}()
+	<-done
+	if want := "call LeaveRunning before the host starts, in Start's edit"; !strings.Contains(tb.msg, want) {
+		t.Errorf("LeaveRunning after the host started: %q, want it to say %q", tb.msg, want)
 	}
 }
