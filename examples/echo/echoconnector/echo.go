@@ -5,7 +5,7 @@
 // echo.stream sends progress chunks first. Both take delay_ms (a cancellable
 // wait before the side effect) and hold_ms (a wait after it) for drain,
 // cancel and crash experiments. It implements the optional Streamer,
-// HealthChecker and Reconciler interfaces.
+// HealthChecker, Reconciler and ActionStateKeeper interfaces.
 //
 // The examples/echo command runs it as a standalone host, and
 // `aipfleet host --connector echo` (which `aipfleet dev` starts) runs it as
@@ -267,9 +267,11 @@ func (Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*ai
 
 func isNotFound(err error) bool { return errors.Is(err, journal.ErrNotFound) }
 
+// Compile-time guards: the optional interfaces the host detects.
 var (
-	_ hostsdk.Connector     = Connector{}
-	_ hostsdk.Streamer      = Connector{}
-	_ hostsdk.HealthChecker = Connector{}
-	_ hostsdk.Reconciler    = Connector{}
+	_ hostsdk.Connector         = Connector{}
+	_ hostsdk.Streamer          = Connector{}
+	_ hostsdk.HealthChecker     = Connector{}
+	_ hostsdk.Reconciler        = Connector{}
+	_ hostsdk.ActionStateKeeper = Connector{}
 )
