@@ -223,7 +223,7 @@ func New(cfg Config, conn Connector) (*Host, error) {
 			return nil, &ValidateError{err}
 		}
 		for _, ns := range namespaces {
-			if err := checkNamespace(ns, "key"); err != nil {
+			if err := checkActionStateNamespace(ns); err != nil {
 				return nil, &ValidateError{fmt.Errorf("ActionStateNamespaces: %w", err)}
 			}
 			if err := journal.CheckID("state namespace", ns); err != nil {

@@ -215,6 +215,14 @@ func TestActionStateNamespacesAreChecked(t *testing.T) {
 		if !errors.As(err, &ve) || !strings.Contains(err.Error(), "ActionStateNamespaces") {
 			t.Errorf("New with action state namespace %q: %v, want a *ValidateError naming ActionStateNamespaces", ns, err)
 		}
+		// The connector named no key: the error quotes none (it quoted
+		// the placeholder "key" for an empty or non-text namespace).
+		if err != nil && strings.Contains(err.Error(), "key") && ns != "" {
+			t.Errorf("New with action state namespace %q: %v mentions a key", ns, err)
+		}
+		if ns == "" && (err == nil || !strings.Contains(err.Error(), "a state namespace is empty")) {
+			t.Errorf("New with an empty action state namespace: %v, want it to say a state namespace is empty", err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
 )
@@ -83,6 +84,19 @@ func checkNamespace(namespace, key string) error {
 		return journal.Invalid("state namespace %q is reserved for the host; choose a namespace named after your connector", namespace)
 	}
 	return nil
+}
+
+// checkActionStateNamespace checks a namespace ActionStateNamespaces names
+// as checkNamespace checks one a State call names, with errors that name
+// the namespace only (the connector gave no key).
+func checkActionStateNamespace(namespace string) error {
+	switch {
+	case namespace == "":
+		return journal.Invalid("a state namespace is empty; name each namespace that holds values keyed by action ID")
+	case !utf8.ValidString(namespace) || strings.ContainsRune(namespace, 0):
+		return journal.Invalid("state namespace %q is not UTF-8 text without NUL", namespace)
+	}
+	return checkNamespace(namespace, "k")
 }
 
 // Get returns the value stored under namespace/key, or an error matching
