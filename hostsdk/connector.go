@@ -348,7 +348,9 @@ func (c *Call) Complete(output any) (*aip.ActionResult, error) {
 	return &aip.ActionResult{ActionID: c.Action.ID, Status: aip.ResultCompleted, Output: raw}, nil
 }
 
-// Fail returns a failed result carrying a protocol error.
+// Fail returns a failed result carrying a protocol error. The host answers
+// one whose code is empty or whose category aip does not know as failed
+// with CodeConnectorFailed, naming the problem.
 func (c *Call) Fail(code string, category aip.ErrorCategory, retryable bool, message string) *aip.ActionResult {
 	return &aip.ActionResult{ActionID: c.Action.ID, Status: aip.ResultFailed,
 		Error: aip.NewProtocolError(code, category, retryable, 0, message)}

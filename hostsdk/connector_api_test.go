@@ -188,3 +188,45 @@ func TestResultAtTheDepthLimitIsAnsweredToAStatusQuery(t *testing.T) {
 		t.Fatalf("status %s, want outcome_unknown", st.State)
 	}
 }
+
+// TestInvalidProtocolErrorInFailedResult: a failed result whose error is
+// not valid (call.Fail with an empty code or an unknown category) is, like
+// the same error returned from Handle, a failed action with
+// connector.failed naming the problem. It was journaled outcome_unknown,
+// telling the caller the effect may have happened although the connector
+// said the action failed, even for a read.
+func TestInvalidProtocolErrorInFailedResult(t *testing.T) {
+	for name, fail := range map[string]func(call *hostsdk.Call) *aip.ActionResult{
+		"no code": func(call *hostsdk.Call) *aip.ActionResult {
+			return call.Fail("", aip.CategoryPermanent, false, "provider said no")
+		},
+		"unknown category": func(call *hostsdk.Call) *aip.ActionResult {
+			return call.Fail("my.code", "nonsense", false, "provider said no")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFleet(t)
+			conn := &funcConnector{testConnector: newTestConnector(), handle: func(ctx context.Context, call *hostsdk.Call) (*aip.ActionResult, error) {
+				return fail(call), nil
+			}}
+			_, target := f.start(t, conn)
+			ctx := ctxT(t)
+			a := action(capBlock, `{"message":"x"}`)
+			resp, err := f.d.Act(ctx, target, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := resp.Result()
+			if err != nil {
+				t.Fatalf("answer %d %s: %v", resp.Status, resp.Raw, err)
+			}
+			if res.Status != aip.ResultFailed || res.Error == nil || res.Error.Code != hostsdk.CodeConnectorFailed ||
+				!strings.Contains(res.Error.Message, "invalid protocol error") || !strings.Contains(res.Error.Message, "provider said no") {
+				t.Fatalf("result %+v error %+v", res, res.Error)
+			}
+			if rec, err := f.j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateFailed {
+				t.Fatalf("journal record %s (%v), want failed", rec.Status, err)
+			}
+		})
+	}
+}

@@ -1087,6 +1087,17 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 	if r.ActionID != a.ID {
 		return aip.StateOutcomeUnknown, nil, "the connector returned a result for another action (" + r.ActionID + ")"
 	}
+	if r.Status == aip.ResultFailed && r.Error != nil {
+		if verr := r.Error.Validate(); verr != nil {
+			// The connector says the action failed (call.Fail with an
+			// empty code or an unknown category): its failure stands, as
+			// for an invalid *aip.ProtocolError returned as its error,
+			// with the problem named; outcome_unknown would tell the
+			// caller that its effect may have happened.
+			return failed(CodeConnectorFailed, aip.CategoryConnector,
+				fmt.Sprintf("the connector failed with an invalid protocol error (%v): %v", verr, r.Error))
+		}
+	}
 	if err := r.Validate(); err != nil {
 		return aip.StateOutcomeUnknown, nil, "the connector returned an invalid result: " + err.Error()
 	}
