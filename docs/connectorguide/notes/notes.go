@@ -29,12 +29,15 @@ const stateNamespace = "notes"
 // Connector is the notes connector. Its zero value is ready to use.
 type Connector struct{}
 
-// Note is one stored note. ActionID is the action that wrote it: adding
-// with the same action ID again finds it instead of writing a second note.
+// Note is one stored note. IdempotencyKey is the key of the action that
+// wrote it (the caller's idempotency_key, or the action ID): adding with
+// the same key again, the same action delivered again or a caller's retry
+// under a new action ID, finds it instead of writing a second note, as the
+// contract's safe_with_idempotency_key promises.
 type Note struct {
-	ID       int    `json:"id"`
-	Text     string `json:"text"`
-	ActionID string `json:"action_id"`
+	ID             int    `json:"id"`
+	Text           string `json:"text"`
+	IdempotencyKey string `json:"idempotency_key"`
 }
 
 // Manifest implements hostsdk.Connector: who the connector is and what it
@@ -106,8 +109,9 @@ func (c Connector) Handle(ctx context.Context, call *hostsdk.Call) (*aip.ActionR
 }
 
 // add appends the note in one compare-and-set of the tenant's notes, unless
-// this action already wrote it. A storage error after the write may have
-// committed, so it is reported as an unknown outcome, never as a failure.
+// an action with this idempotency key already wrote it. A storage error
+// after the write may have committed, so it is reported as an unknown
+// outcome, never as a failure.
 func (Connector) add(ctx context.Context, call *hostsdk.Call, text string) (Note, error) {
 	var note Note
 	_, _, err := call.State().Update(ctx, stateNamespace, call.Tenant.TenantID, func(cur json.RawMessage) (json.RawMessage, error) {
@@ -118,12 +122,12 @@ func (Connector) add(ctx context.Context, call *hostsdk.Call, text string) (Note
 			}
 		}
 		for _, n := range notes {
-			if n.ActionID == call.Action.ID {
+			if n.IdempotencyKey == call.IdempotencyKey {
 				note = n
-				return cur, nil // written by an earlier attempt of this action
+				return cur, nil // written by an earlier attempt with this key
 			}
 		}
-		note = Note{ID: len(notes) + 1, Text: text, ActionID: call.Action.ID}
+		note = Note{ID: len(notes) + 1, Text: text, IdempotencyKey: call.IdempotencyKey}
 		return json.Marshal(append(notes, note))
 	})
 	if err != nil {
@@ -163,7 +167,7 @@ func (Connector) Reconcile(ctx context.Context, u *hostsdk.UncertainAction) (*ai
 		return nil, err
 	}
 	for _, n := range notes {
-		if n.ActionID == u.Action.ActionID {
+		if n.IdempotencyKey == u.Action.IdempotencyKey {
 			out, _ := json.Marshal(n)
 			return &aip.ActionResult{ActionID: u.Action.ActionID, Status: aip.ResultCompleted, Output: out}, nil
 		}

@@ -80,6 +80,31 @@ func TestInputIsValidatedByTheHost(t *testing.T) {
 	}
 }
 
+// A caller's retry under a new action ID with the same idempotency key (what
+// the guide tells a caller to do after a failure or an unknown outcome)
+// finds the note the first action wrote, as the contract's
+// safe_with_idempotency_key promises, instead of writing a second one.
+func TestRetryWithTheSameKeyWritesOnce(t *testing.T) {
+	f := startNotes(t)
+	first, retry := add("pay rent"), add("pay rent")
+	first.IdempotencyKey, retry.IdempotencyKey = "rent-2026-12", "rent-2026-12"
+	var notesSeen []notes.Note
+	for _, a := range []*aip.Action{first, retry} {
+		res := f.Result(t, a)
+		var n notes.Note
+		if err := json.Unmarshal(res.Output, &n); err != nil || res.Status != aip.ResultCompleted {
+			t.Fatalf("add %s: %+v (%v)", a.ID, res, err)
+		}
+		notesSeen = append(notesSeen, n)
+	}
+	if notesSeen[0] != notesSeen[1] || notesSeen[0].IdempotencyKey != "rent-2026-12" {
+		t.Errorf("the retry answered %+v, the first action %+v", notesSeen[1], notesSeen[0])
+	}
+	if got := list(t, f); len(got) != 1 {
+		t.Fatalf("%d notes after a retry with the same key: %+v", len(got), got)
+	}
+}
+
 // A crash leaves actions running in the journal. Before the next process
 // registers, the host hands each to Reconcile: the note an action wrote
 // proves it completed; an action without one never wrote and failed.
@@ -90,7 +115,7 @@ func TestReconcileAfterACrash(t *testing.T) {
 		// What a process killed in the middle of two notes.add left
 		// behind: both actions running, and the note the first wrote.
 		hostsdktest.LeaveRunning(t, cfg, wrote, lost)
-		putNotes(t, cfg, notes.Note{ID: 1, Text: "written before the crash", ActionID: wrote.ID})
+		putNotes(t, cfg, notes.Note{ID: 1, Text: "written before the crash", IdempotencyKey: wrote.ID})
 	})
 	if res := f.Result(t, wrote); res.Status != aip.ResultCompleted {
 		t.Errorf("the action that wrote its note: %+v", res)
