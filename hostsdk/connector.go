@@ -97,9 +97,9 @@ func (t TenantContext) identity(gateway aip.Principal) *aip.IdentityContext {
 type Connector interface {
 	// Manifest returns the connector's manifest for the tenant. Its agent is
 	// the host's signing principal: the host sets agent.trust_domain to the
-	// configured trust domain (an agent with another trust domain or a DID
-	// is refused), and the bound manifest's digest must match the admitted
-	// version's. The agent ID is what every replica's peer_principal_id
+	// configured trust domain (an agent with another trust domain, or with
+	// a DID other than the replica's own, is refused; leave both empty), and
+	// the bound manifest's digest must match the admitted version's. The agent ID is what every replica's peer_principal_id
 	// must equal, so it is refused unless it is a registry identifier: 1 to
 	// 256 bytes of UTF-8 text without control characters, invisible
 	// formatting characters or white space at either end.
