@@ -28,7 +28,12 @@ type Fixture struct {
 
 // Start starts conn on a host (embedded SQLite journal in a temp dir
 // unless edit sets another) wired to a fresh fake control plane and
-// dispatcher; edit, when not nil, adjusts the host's configuration first.
+// dispatcher; edit, when not nil, adjusts the host's configuration first,
+// and the fake control plane pre-provisions the replica as edit left it
+// (its ID, signing key, instance, version, endpoint, tenant and artifact
+// digest), so a test may give the host an identity of its own (a tenant
+// acme). A test of a registration the control plane refuses assembles the
+// pieces: HostConfig, ControlPlane.Provision, StartHost.
 // The host stops when the test ends.
 func Start(t testing.TB, conn hostsdk.Connector, edit func(*hostsdk.Config)) *Fixture {
 	t.Helper()
@@ -59,10 +64,30 @@ func start(t testing.TB, conn hostsdk.Connector, events bool, edit func(*hostsdk
 	}
 	if edit != nil {
 		edit(&f.Config)
+		f.ControlPlane.Provision(provisioned(f.Config))
 	}
 	f.Host = StartHost(t, f.Config, conn)
 	f.Target = TargetOf(f.Host, f.Config)
 	return f
+}
+
+// provisioned is the replica a fleet file written for cfg would
+// pre-provision. The DID is that of cfg's signing key (Config.SigningKey,
+// else the key in Config.SigningSeedFile); a key that cannot be loaded
+// leaves it empty, and the host's own start reports the file.
+func provisioned(cfg hostsdk.Config) ReplicaSpec {
+	did := ""
+	if cfg.SigningKey != nil {
+		did = cfg.SigningKey.DID()
+	} else if cfg.SigningSeedFile != "" {
+		if k, err := aip.LoadSigningKey(cfg.SigningSeedFile); err == nil {
+			did = k.DID()
+		}
+	}
+	return ReplicaSpec{
+		ID: cfg.ReplicaID, DID: did, InstanceID: cfg.InstanceID, VersionID: cfg.VersionID,
+		Endpoint: cfg.PublicEndpoint, TenantID: cfg.TenantID, ArtifactDigest: cfg.ArtifactDigest,
+	}
 }
 
 // Context returns a context for one test step: cancelled after a minute

@@ -73,3 +73,28 @@ func TestDispatcherSignsAsTheHostsDefaultGateway(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 }
+
+// TestStartProvisionsTheEditedIdentity: an edit that gives the host an
+// identity of its own (tenant, replica ID, signing key) is what the fake
+// control plane pre-provisions, so the host registers and serves. The
+// registration was refused as not the pre-provisioned tenant, replica or
+// key, with advice about a fleet file the test does not have.
+func TestStartProvisionsTheEditedIdentity(t *testing.T) {
+	key, err := aip.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicaID := aip.NewID(aip.PrefixReplica)
+	f := hostsdktest.Start(t, echoconnector.Connector{}, func(cfg *hostsdk.Config) {
+		cfg.TenantID, cfg.ReplicaID, cfg.SigningKey = "acme", replicaID, key
+	})
+	if res := f.Result(t, hostsdktest.NewAction(echoconnector.CapSay, `{"message":"hi"}`)); res.Status != aip.ResultCompleted {
+		t.Fatalf("result %+v", res)
+	}
+	if f.Target.ReplicaID != replicaID || f.Host.DID() != key.DID() {
+		t.Errorf("target %+v, host DID %s", f.Target, f.Host.DID())
+	}
+	if st, ok := f.ControlPlane.Replica(replicaID); !ok || st.Status != aip.ReplicaReady {
+		t.Errorf("the control plane's replica %s: %+v (%v)", replicaID, st, ok)
+	}
+}
