@@ -235,6 +235,10 @@ func bindManifest(src *aip.Manifest, trustDomain string) (*boundManifest, error)
 		return nil, fmt.Errorf("the trust domain %q to bind the manifest to holds the invisible formatting character U+%04X, which no registry identifier holds (it would print like an identifier it is not); remove it from --trust-domain",
 			aip.TruncateUTF8(trustDomain, 64), r)
 	}
+	if len(src.Profiles) == 0 {
+		// Manifest.Validate says only that the list is empty.
+		return nil, fmt.Errorf("manifest lists no profiles; list %s (aip.NativeHTTPProfile), the profile this host serves", aip.NativeHTTPProfile)
+	}
 	if err := src.Validate(); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
