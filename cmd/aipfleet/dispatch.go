@@ -113,7 +113,7 @@ func parseDispatchFlags(c *command, e *env, args []string) (*dispatchFlags, erro
 	maxBody := fs.Int("max-body-bytes", dispatch.DefaultMaxBodyBytes, "largest request body")
 	maxActionRead := fs.Int("max-action-read-bytes", dispatch.DefaultMaxActionReadBytes, "bytes of action request bodies being read at once, before admission (a tenant holds at most a quarter)")
 	caFile := fs.String("replica-ca-file", "", "extra PEM root CA for replicas' https endpoints")
-	reconcileAfter := fs.Duration("reconcile-after", 0, "age since it was last handed out at which a reservation still held is settled from its replica's journal (default 10m, or twice --max-timeout when longer; must exceed --max-timeout)")
+	reconcileAfter := fs.Duration("reconcile-after", 0, "age since it was last handed out at which a reservation still held is settled from its replica's journal (default 10m, or twice (--max-timeout + 6s) when longer; must exceed --max-timeout + 6s)")
 	reconcileInterval := fs.Duration("reconcile-interval", dispatch.DefaultReconcileInterval, "how often orphaned reservations are reconciled")
 	if err := fs.parse(args, e.stdout); err != nil {
 		return nil, err
