@@ -121,13 +121,28 @@ func runRegistry(ctx context.Context, c *command, e *env, args []string) error {
 // PostgreSQL (refused, no such host, authentication, no such database),
 // that the URL is the one in file, the --database-url-file, and what of it
 // to check: pgx's error names the host and user, not where they came from.
+// A server that refused the connection for want of connections (SQLSTATE
+// 53300: the role's or the database's CONNECTION LIMIT, or max_connections)
+// got the URL right: the hint then says how many connections each command
+// holds and which limits to raise.
 func withConnectHint(err error, file string) error {
 	var ce *pgconn.ConnectError
 	if !errors.As(err, &ce) {
 		return err
 	}
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == sqlstateTooManyConnections {
+		return fmt.Errorf("%w\n(PostgreSQL allows no more connections for the role or database of the URL in --database-url-file %s: "+
+			"registry apply holds 3 at once (its apply lock's and one per pool), registry migrate and status 1, "+
+			"aipfleet control-plane and dispatch up to their --max-connections; raise the role's or the database's "+
+			"CONNECTION LIMIT (ALTER ROLE or ALTER DATABASE ... CONNECTION LIMIT) or the server's max_connections, or end the sessions that hold them)", err, file)
+	}
 	return fmt.Errorf("%w\n(the PostgreSQL URL is the one in --database-url-file %s: check that PostgreSQL runs at its host and port, and that its user, password and database are right)", err, file)
 }
+
+// sqlstateTooManyConnections is PostgreSQL's too_many_connections: a
+// role's or database's CONNECTION LIMIT, or the server's max_connections,
+// is reached.
+const sqlstateTooManyConnections = "53300"
 
 // shorthandFile spells -f FILE (and -f=FILE) as --file.
 func shorthandFile(args []string) []string {

@@ -163,3 +163,49 @@ func TestServersCheckTheirDatabaseRole(t *testing.T) {
 		}
 	}
 }
+
+// TestTooManyConnectionsSaysSo: a registry command refused by PostgreSQL
+// for want of connections (SQLSTATE 53300: the role's CONNECTION LIMIT,
+// the database's, or the server's max_connections) said to check that
+// PostgreSQL runs and that the URL's user, password and database are
+// right, none of which was wrong. The operator guide suggests an admin
+// role with CONNECTION LIMIT 1 for migrate; apply needs three.
+func TestTooManyConnectionsSaysSo(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	c, err := pgx.Connect(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Roles are cluster-wide: name it after the test's own database.
+	name := strings.TrimPrefix(u.Path, "/") + "_connlimit"
+	role := pgx.Identifier{name}.Sanitize()
+	if _, err := c.Exec(t.Context(), "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP ROLE IF EXISTS "+role); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+	file := roleURLFile(t, dbURL, name)
+	for _, sub := range []string{"status", "migrate"} {
+		_, _, err := runCLI(t, nil, "registry", sub, "--database-url-file", file)
+		if err == nil {
+			t.Fatalf("registry %s as a role with CONNECTION LIMIT 0: no error", sub)
+		}
+		msg := err.Error()
+		for _, want := range []string{"too many connections", "allows no more connections", "registry apply holds 3", "CONNECTION LIMIT", file} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("registry %s: err = %v\nwant it to say %q", sub, err, want)
+			}
+		}
+		if strings.Contains(msg, "password") {
+			t.Errorf("registry %s: err = %v\nblames the URL's password, which is right", sub, err)
+		}
+	}
+}
