@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // Provider events a connector host delivers to the fleet: the host sends
@@ -86,26 +84,8 @@ func CheckChannelID(id string) error {
 	case len(id) > MaxChannelIDBytes:
 		return reasonf(ErrInvalidID, "channel ID %s is %d bytes; %s", q, len(id), channelIDRule)
 	}
-	for i := 0; i < len(id); {
-		r, size := utf8.DecodeRuneInString(id[i:])
-		if r == utf8.RuneError && size == 1 {
-			return reasonf(ErrInvalidID, "channel ID %s holds the byte 0x%02X at byte %d, which is not UTF-8; %s", q, id[i], i, channelIDRule)
-		}
-		what := ""
-		switch {
-		case unicode.IsSpace(r) && i == 0:
-			what = "starts with the white space"
-		case unicode.IsSpace(r) && i+size == len(id):
-			what = "ends with the white space"
-		case unicode.IsControl(r):
-			what = "holds the control character"
-		case unicode.Is(unicode.Cf, r):
-			what = "holds the invisible formatting character"
-		}
-		if what != "" {
-			return reasonf(ErrInvalidID, "channel ID %s %s %s (U+%04X) at byte %d; %s", q, what, strconv.QuoteRune(r), r, i, channelIDRule)
-		}
-		i += size
+	if fault := IdentifierCharFault(id); fault != "" {
+		return reasonf(ErrInvalidID, "channel ID %s %s; %s", q, fault, channelIDRule)
 	}
 	return nil
 }

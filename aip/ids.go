@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // ID prefixes. An AIP identifier is a prefix followed by a UUIDv7 written as
@@ -171,6 +174,45 @@ func FormatCharacter(s string) (rune, bool) {
 		}
 	}
 	return 0, false
+}
+
+// IdentifierCharFault says which character keeps s from being an
+// identifier of the fleet's registry (a tenant, capability, replica or
+// peer principal ID, a channel ID, a manifest's agent ID), "" when none
+// does: a byte that is not UTF-8, white space (unicode.IsSpace) at either
+// end, a control character (unicode.IsControl) or an invisible formatting
+// character (Unicode Cf, FormatCharacter's), checked in that order. The
+// fault names the character quoted, its code point and byte offset
+// ("holds the invisible formatting character '\u200b' (U+200B) at byte
+// 3"); the caller quotes s before it and bounds the length itself.
+func IdentifierCharFault(s string) string {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return fmt.Sprintf("holds the byte 0x%02X at byte %d, which is not UTF-8", s[i], i)
+		}
+		i += size
+	}
+	fault := func(what string, r rune, at int) string {
+		return fmt.Sprintf("%s %s (U+%04X) at byte %d", what, strconv.QuoteRune(r), r, at)
+	}
+	if r, _ := utf8.DecodeRuneInString(s); unicode.IsSpace(r) {
+		return fault("starts with the white space", r, 0)
+	}
+	if r, size := utf8.DecodeLastRuneInString(s); unicode.IsSpace(r) {
+		return fault("ends with the white space", r, len(s)-size)
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return fault("holds the control character", r, i)
+		}
+	}
+	for i, r := range s {
+		if unicode.Is(unicode.Cf, r) {
+			return fault("holds the invisible formatting character", r, i)
+		}
+	}
+	return ""
 }
 
 // ValidateID checks that id is prefix followed by a UUIDv7 in 32 lowercase

@@ -259,3 +259,24 @@ func TestValidateRecordID(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentifierCharFault: the one character rule of registry
+// identifiers, channel IDs and manifest agent IDs names the first fault in
+// its order (not UTF-8, white space at either end, control, formatting),
+// with the character, its code point and byte offset.
+func TestIdentifierCharFault(t *testing.T) {
+	for in, want := range map[string]string{
+		"service:alpha": "",
+		"a b":           "",
+		"a\xffb\u200b":  "holds the byte 0xFF at byte 1, which is not UTF-8",
+		" a\u200b":      "starts with the white space ' ' (U+0020) at byte 0",
+		"a\u00a0":       "ends with the white space '\\u00a0' (U+00A0) at byte 1",
+		"a\u200bb\x01":  "holds the control character '\\x01' (U+0001) at byte 5",
+		"svc\u200bx":    "holds the invisible formatting character '\\u200b' (U+200B) at byte 3",
+		"ok\u202e":      "holds the invisible formatting character '\\u202e' (U+202E) at byte 2",
+	} {
+		if got := IdentifierCharFault(in); got != want {
+			t.Errorf("IdentifierCharFault(%q) = %q; want %q", in, got, want)
+		}
+	}
+}

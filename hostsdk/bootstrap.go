@@ -16,8 +16,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/hostsdk/journal"
@@ -306,25 +304,8 @@ func checkAgentID(id string) error {
 	if len(id) > maxAgentIDBytes {
 		return fmt.Errorf("manifest agent id %s is %d bytes%s", q, len(id), rule)
 	}
-	for i := 0; i < len(id); {
-		r, size := utf8.DecodeRuneInString(id[i:])
-		what := ""
-		switch {
-		case r == utf8.RuneError && size == 1:
-			return fmt.Errorf("manifest agent id %s holds the byte 0x%02X at byte %d, which is not UTF-8%s", q, id[i], i, rule)
-		case unicode.IsSpace(r) && i == 0:
-			what = "starts with the white space"
-		case unicode.IsSpace(r) && i+size == len(id):
-			what = "ends with the white space"
-		case unicode.IsControl(r):
-			what = "holds the control character"
-		case unicode.Is(unicode.Cf, r):
-			what = "holds the invisible formatting character"
-		}
-		if what != "" {
-			return fmt.Errorf("manifest agent id %s %s %s (U+%04X) at byte %d%s", q, what, strconv.QuoteRune(r), r, i, rule)
-		}
-		i += size
+	if fault := aip.IdentifierCharFault(id); fault != "" {
+		return fmt.Errorf("manifest agent id %s %s%s", q, fault, rule)
 	}
 	return nil
 }

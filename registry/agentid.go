@@ -3,8 +3,8 @@ package registry
 import (
 	"fmt"
 	"strconv"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/aipfleet/aipfleet/aip"
 )
 
 // checkAgentID holds a version's manifest agent ID to the rule of a
@@ -43,31 +43,8 @@ func identFault(v string) string {
 	case len(v) > MaxIdentifierBytes:
 		return fmt.Sprintf("%s is %d bytes, over %d", q, len(v), MaxIdentifierBytes)
 	}
-	for i := 0; i < len(v); {
-		r, size := utf8.DecodeRuneInString(v[i:])
-		if r == utf8.RuneError && size == 1 {
-			return fmt.Sprintf("%s holds the byte 0x%02X at byte %d, which is not UTF-8", q, v[i], i)
-		}
-		i += size
-	}
-	fault := func(what string, r rune, at int) string {
-		return fmt.Sprintf("%s %s %s (U+%04X) at byte %d", q, what, strconv.QuoteRune(r), r, at)
-	}
-	if r, _ := utf8.DecodeRuneInString(v); unicode.IsSpace(r) {
-		return fault("starts with the white space", r, 0)
-	}
-	if r, size := utf8.DecodeLastRuneInString(v); unicode.IsSpace(r) {
-		return fault("ends with the white space", r, len(v)-size)
-	}
-	for i, r := range v {
-		if unicode.IsControl(r) {
-			return fault("holds the control character", r, i)
-		}
-	}
-	for i, r := range v {
-		if unicode.Is(unicode.Cf, r) {
-			return fault("holds the invisible formatting character", r, i)
-		}
+	if fault := aip.IdentifierCharFault(v); fault != "" {
+		return q + " " + fault
 	}
 	return q + " is an identifier"
 }
