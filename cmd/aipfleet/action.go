@@ -749,7 +749,8 @@ func unwrapURLError(err error) error {
 // send refused without running (an input the replica refused: settlement
 // cancelled; a refusal before routing: no route) says so, not "settlement
 // cancelled", which reads as if the action had been cancelled: that
-// settlement only released the capacity reserved for it. A cancel of an
+// settlement only released the capacity reserved for it. A send whose
+// result is cancelled names no settlement (see below). A cancel of an
 // action that completed or failed before it says so and its outcome, not
 // "settlement none" (the cancel settled nothing: the action's own
 // settlement had).
@@ -769,6 +770,15 @@ func printSummary(w io.Writer, r *dispatch.ActionResponse, send bool) {
 			// Finished before the cancel reached it: the result is its
 			// outcome, and the cancel settled nothing (no settlement).
 			fmt.Fprintf(w, "action %s %s%s before the cancel reached it: nothing was cancelled\n", r.ActionID, r.Result.Status, where)
+		case send && r.Result.Status == aip.ResultCancelled:
+			// Stopped by a cancel (or cancelled by its connector): the
+			// send's settlement is completed (a verified result came
+			// back), even when the cancel released the reservation first
+			// and `action cancel` and `action get` say cancelled, so
+			// "cancelled ..., settlement completed" read as a
+			// contradiction. The result is the outcome; `action get`
+			// shows the reservation's settlement.
+			fmt.Fprintf(w, "action %s cancelled%s\n", r.ActionID, where)
 		default:
 			fmt.Fprintf(w, "action %s %s%s, settlement %s\n", r.ActionID, r.Result.Status, where, orNone(string(r.Settlement)))
 		}

@@ -1149,3 +1149,38 @@ func TestActionGetExitsOneWhenTheReplicaCouldNotBeAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelledSendNamesNoSettlement: a send whose action a cancel
+// stopped is answered with its cancelled result and settlement completed
+// (a verified result came back; docs/dispatch-api.md), even when the
+// cancel released the reservation first and `action cancel` and `action
+// get` say cancelled. The summary printed "cancelled ..., settlement
+// completed", which read as a contradiction; it now prints the result and
+// no settlement. --json passes the answer on unchanged.
+func TestCancelledSendNamesNoSettlement(t *testing.T) {
+	id := aip.NewActionID()
+	raw, err := json.Marshal(dispatch.ActionResponse{ActionID: id, Settlement: registry.SettlementCompleted,
+		Route:  &dispatch.RouteFacts{ReplicaID: "crepl_x", FenceToken: "route_y"},
+		Result: &aip.ActionResult{ActionID: id, Status: aip.ResultCancelled}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(raw)
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"AIP_CLIENT_URL": srv.URL, "AIP_CLIENT_TOKEN": "t"}
+	out, _, err := runCLI(t, env, "action", "send", "--capability", "echo.say", "--input", `{"message":"x"}`, "--action-id", id)
+	want := "action " + id + " cancelled on replica crepl_x (fence route_y)\n"
+	if out != want {
+		t.Errorf("summary %q, want %q", out, want)
+	}
+	if err == nil || err.Error() != "action "+id+": cancelled" {
+		t.Errorf("err = %v, want the send to fail with the action's status", err)
+	}
+	out, _, _ = runCLI(t, env, "action", "send", "--capability", "echo.say", "--input", `{"message":"x"}`, "--action-id", id, "--json")
+	if out != string(raw) {
+		t.Errorf("--json: got %q, want the answer unchanged %q", out, raw)
+	}
+}
