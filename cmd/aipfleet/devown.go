@@ -294,27 +294,34 @@ func (f *devFleet) hostCommands(o *ownFleet, reps []ownReplica) []byte {
 }
 
 // ownBanner is the part of the ready banner about the operator's fleet
-// file: its replicas, how to run their hosts, how to reach its tenants.
+// file: its replicas, how to run their hosts (or that it lists none), how
+// to reach its tenants.
 func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 	cli := cliName()
-	offline := "offline until your host registers (dev does not start it)"
-	if len(reps) != 1 {
-		offline = "offline until their hosts register (dev does not start them)"
-	}
-	fmt.Fprintf(w, "\nYour fleet file %s: %s, %s:\n", o.name, plural(len(reps), "replica"), offline)
-	for _, r := range reps {
-		fmt.Fprintf(w, "  %s  tenant %s  %s\n", r.replica.ID, r.instance.TenantID, r.replica.Endpoint)
-	}
-	fmt.Fprintf(w, "\nStart each replica's host like this, %s being your host program (or\n"+
-		"aip-sidecar and its own flags) and %s the key whose did:key is the replica's\n"+
-		"peer_did (aipfleet keygen --did-of FILE prints a key's); aip-sidecar's --exec CMD\n"+
-		"(or --mcp-command CMD) goes last, after the key: everything after it is the\n"+
-		"connector's command line. The commands are also in %s,\n"+
-		"and the fleet's side alone, as variables, in %s.\n",
-		hostProgramPlaceholder, hostKeyPlaceholder, f.path(devHostCommandsFile), f.path(devHostEnvFile))
-	for _, r := range reps {
-		fmt.Fprintln(w)
-		writeHostCommand(w, "  ", f.hostCommand(r))
+	if len(reps) == 0 {
+		// No host to start: no "Start each replica's host" with no
+		// command under it.
+		fmt.Fprintf(w, "\nYour fleet file %s lists no replicas: there is no host to start.\n", o.name)
+	} else {
+		offline := "offline until your host registers (dev does not start it)"
+		if len(reps) != 1 {
+			offline = "offline until their hosts register (dev does not start them)"
+		}
+		fmt.Fprintf(w, "\nYour fleet file %s: %s, %s:\n", o.name, plural(len(reps), "replica"), offline)
+		for _, r := range reps {
+			fmt.Fprintf(w, "  %s  tenant %s  %s\n", r.replica.ID, r.instance.TenantID, r.replica.Endpoint)
+		}
+		fmt.Fprintf(w, "\nStart each replica's host like this, %s being your host program (or\n"+
+			"aip-sidecar and its own flags) and %s the key whose did:key is the replica's\n"+
+			"peer_did (aipfleet keygen --did-of FILE prints a key's); aip-sidecar's --exec CMD\n"+
+			"(or --mcp-command CMD) goes last, after the key: everything after it is the\n"+
+			"connector's command line. The commands are also in %s,\n"+
+			"and the fleet's side alone, as variables, in %s.\n",
+			hostProgramPlaceholder, hostKeyPlaceholder, f.path(devHostCommandsFile), f.path(devHostEnvFile))
+		for _, r := range reps {
+			fmt.Fprintln(w)
+			writeHostCommand(w, "  ", f.hostCommand(r))
+		}
 	}
 	// One line per tenant of the file's bindings: tokens of dev's issuer.
 	var tenants []string

@@ -346,7 +346,9 @@ func lineOf(t *testing.T, b []byte, prefix string, nth int) string {
 
 // TestOwnBannerCountsHosts: the banner said "offline until your host
 // registers (dev does not start it)" for a fleet file of several replicas
-// too; it now speaks of their hosts then.
+// too; it now speaks of their hosts then. For a file of no replicas it
+// printed "0 replicas" and "Start each replica's host like this" with no
+// command under it; it now says there is no host to start.
 func TestOwnBannerCountsHosts(t *testing.T) {
 	key, err := aip.GenerateSigningKey()
 	if err != nil {
@@ -364,11 +366,17 @@ func TestOwnBannerCountsHosts(t *testing.T) {
 	}{
 		{[]ownReplica{rep("crepl_a")}, "\nYour fleet file fleet.yaml: 1 replica, offline until your host registers (dev does not start it):\n"},
 		{[]ownReplica{rep("crepl_a"), rep("crepl_b")}, "\nYour fleet file fleet.yaml: 2 replicas, offline until their hosts register (dev does not start them):\n"},
+		{nil, "\nYour fleet file fleet.yaml lists no replicas: there is no host to start.\n"},
 	} {
 		var b bytes.Buffer
 		f.ownBanner(&b, o, c.reps)
 		if !strings.HasPrefix(b.String(), c.want) {
 			t.Errorf("%d replicas: banner starts %q, want %q", len(c.reps), strings.SplitN(b.String(), "\n  ", 2)[0], c.want)
+		}
+		// A file of no replicas printed "Start each replica's host like
+		// this" with no command under it.
+		if len(c.reps) == 0 && strings.Contains(b.String(), "Start each replica's host") {
+			t.Errorf("no replicas: banner\n%s\nsays how to start hosts there are none of", b.String())
 		}
 	}
 }
