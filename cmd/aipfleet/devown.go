@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/aipfleet/aipfleet/aip"
 	"github.com/aipfleet/aipfleet/registry"
@@ -330,7 +333,9 @@ func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 		if !slices.Contains(tenants, b.TenantID) {
 			tenants = append(tenants, b.TenantID)
 			firstCap[b.TenantID] = b.CapabilityID
-			firstInput[b.TenantID] = exampleInput(o.fleet, b)
+			if in, ok := f.exampleInput(o.fleet, b); ok {
+				firstInput[b.TenantID] = in
+			}
 		}
 	}
 	if len(tenants) == 0 {
@@ -344,8 +349,18 @@ func (f *devFleet) ownBanner(w io.Writer, o *ownFleet, reps []ownReplica) {
 	fmt.Fprintf(w, "\nYour tenants' actions go through dev's dispatcher with a token of dev's issuer\n"+
 		"(the dev token is for %s only; a token for another tenant:\n  %s token --issuer-key %s --tenant TENANT):\n", DevTenant, cli, issuerKey)
 	for _, t := range tenants {
-		fmt.Fprintf(w, "  %s action send%s --tenant %s --issuer-key %s --capability %s --input %s\n",
-			cli, devFlags, shellQuote(t), issuerKey, shellQuote(firstCap[t]), shellQuote(firstInput[t]))
+		in, ok := firstInput[t]
+		if ok {
+			fmt.Fprintf(w, "  %s action send%s --tenant %s --issuer-key %s --capability %s --input %s\n",
+				cli, devFlags, shellQuote(t), issuerKey, shellQuote(firstCap[t]), shellQuote(in))
+			continue
+		}
+		// No example of its input dev can vouch for: JSON to fill in,
+		// and the command that prints the schema it must pass.
+		fmt.Fprintf(w, "  %s action send%s --tenant %s --issuer-key %s --capability %s --input JSON\n"+
+			"    (JSON: an input its input_schema accepts, which %s capability get%s --tenant %s --issuer-key %s %s prints)\n",
+			cli, devFlags, shellQuote(t), issuerKey, shellQuote(firstCap[t]),
+			cli, devFlags, shellQuote(t), issuerKey, shellQuote(firstCap[t]))
 	}
 }
 
@@ -366,21 +381,30 @@ func (f *devFleet) writeHostFiles(reps []ownReplica) error {
 
 // exampleInput is an input for the binding's capability to print in a
 // command: the input schema's required properties, each with a
-// placeholder of its type ("..." for a string), to be edited. It is "{}"
-// when the schema names none or cannot be read.
-func exampleInput(f *registry.FleetFile, b registry.CapabilityBinding) string {
-	var schema json.RawMessage
-	for _, inst := range f.Instances {
+// placeholder of its type ("..." for a string), to be edited; "{}" when
+// the schema requires none. The capability's schema is that of the
+// binding's instance's version, in the file or dev's own (an instance of
+// yours may run dev's connector). ok is false when that schema cannot be
+// found or read, or the example would not pass it (a minimum, a pattern,
+// an enum): the banner then prints no input to copy, only where the
+// schema is. It printed "{}", which echo.say refuses.
+func (f *devFleet) exampleInput(o *registry.FleetFile, b registry.CapabilityBinding) (input string, ok bool) {
+	var c *aip.Capability
+	for _, inst := range o.Instances {
 		if inst.ID != b.InstanceID {
 			continue
 		}
-		for _, v := range f.Versions {
+		if inst.VersionID == f.state.VersionID {
+			c, _ = f.manifest.Capability(b.CapabilityID)
+		}
+		for _, v := range o.Versions {
 			if v.ID == inst.VersionID {
-				if c, ok := v.Manifest.Capability(b.CapabilityID); ok {
-					schema = c.InputSchema
-				}
+				c, _ = v.Manifest.Capability(b.CapabilityID)
 			}
 		}
+	}
+	if c == nil {
+		return "", false
 	}
 	var s struct {
 		Required   []string `json:"required"`
@@ -388,8 +412,8 @@ func exampleInput(f *registry.FleetFile, b registry.CapabilityBinding) string {
 			Type any `json:"type"`
 		} `json:"properties"`
 	}
-	if json.Unmarshal(schema, &s) != nil || len(s.Required) == 0 {
-		return "{}"
+	if json.Unmarshal(c.InputSchema, &s) != nil {
+		return "", false
 	}
 	example := make(map[string]any, len(s.Required))
 	for _, name := range s.Required {
@@ -410,8 +434,39 @@ func exampleInput(f *registry.FleetFile, b registry.CapabilityBinding) string {
 		}
 	}
 	out, err := json.Marshal(example)
-	if err != nil {
-		return "{}"
+	if err != nil || !passesSchema(c.InputSchema, out) {
+		return "", false
 	}
-	return string(out)
+	return string(out), true
+}
+
+// passesSchema reports whether doc is valid under schema, compiled as a
+// host compiles a capability's input schema (draft 2020-12 unless the
+// schema says otherwise; no $ref is fetched).
+func passesSchema(schema json.RawMessage, doc []byte) bool {
+	sd, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return false
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noSchemaLoader{})
+	const url = "urn:aipfleet:dev:example-input-schema"
+	if c.AddResource(url, sd) != nil {
+		return false
+	}
+	compiled, err := c.Compile(url)
+	if err != nil {
+		return false
+	}
+	d, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	return err == nil && compiled.Validate(d) == nil
+}
+
+// noSchemaLoader loads no schema reference: capability schemas are
+// self-contained.
+type noSchemaLoader struct{}
+
+func (noSchemaLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("schema reference %s is not loaded", url)
 }

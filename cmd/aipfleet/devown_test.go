@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aipfleet/aipfleet/aip"
+	"github.com/aipfleet/aipfleet/hostsdk"
 	"github.com/aipfleet/aipfleet/registry"
 )
 
@@ -378,5 +381,79 @@ func TestOwnBannerCountsHosts(t *testing.T) {
 		if len(c.reps) == 0 && strings.Contains(b.String(), "Start each replica's host") {
 			t.Errorf("no replicas: banner\n%s\nsays how to start hosts there are none of", b.String())
 		}
+	}
+}
+
+// TestOwnBannerExampleInputPassesItsSchema: the banner's action send for a
+// tenant of the fleet file printed --input '{}' for a capability whose
+// schema it could not find (an instance of yours running dev's echo
+// version: echo.say requires a message, so the command was refused), and
+// an example its schema refuses for one with a minimum. The example is
+// now taken from dev's own version too and checked against the schema;
+// when there is none that passes, the banner prints JSON to fill in and
+// the command that shows the schema.
+func TestOwnBannerExampleInputPassesItsSchema(t *testing.T) {
+	key, err := aip.GenerateSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := builtinConnectors["echo"]().Manifest(context.Background(), hostsdk.TenantContext{TenantID: DevTenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &devFleet{dir: t.TempDir(), replicas: 1, connector: "echo", manifest: *m,
+		state: devState{VersionID: "cver_dev"}, keys: devKeys{control: key, dispatcher: key, issuer: key}}
+	o := &ownFleet{name: "fleet.yaml", fleet: &registry.FleetFile{
+		Versions: []registry.ConnectorVersion{{ID: "cver_mine", Manifest: aip.Manifest{Capabilities: []aip.Capability{
+			{ID: "mine.count", InputSchema: json.RawMessage(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer","minimum":1}}}`)},
+		}}}},
+		Instances: []registry.ConnectorInstance{
+			{ID: "cinst_echo", TenantID: "acme", VersionID: "cver_dev"},
+			{ID: "cinst_mine", TenantID: "beta", VersionID: "cver_mine"},
+		},
+		Bindings: []registry.CapabilityBinding{
+			{TenantID: "acme", CapabilityID: "echo.say", InstanceID: "cinst_echo"},
+			{TenantID: "beta", CapabilityID: "mine.count", InstanceID: "cinst_mine"},
+			{TenantID: "gamma", CapabilityID: "elsewhere.op", InstanceID: "cinst_elsewhere"},
+		},
+	}}
+	var b bytes.Buffer
+	f.ownBanner(&b, o, nil)
+	banner := b.String()
+	if strings.Contains(banner, "--input '{}'") || strings.Contains(banner, "--input {}") {
+		t.Errorf("banner prints an input the schema may refuse:\n%s", banner)
+	}
+	sendOf := func(tenant string) string {
+		for _, line := range strings.Split(banner, "\n") {
+			if strings.Contains(line, " action send ") && strings.Contains(line, " --tenant "+tenant+" ") {
+				return strings.TrimSpace(line)
+			}
+		}
+		t.Fatalf("no action send for tenant %s in\n%s", tenant, banner)
+		return ""
+	}
+	say, _ := m.Capability("echo.say")
+	acme := sendOf("acme")
+	_, in, _ := strings.Cut(acme, "--input ")
+	in = strings.Trim(in, "'")
+	if !passesSchema(say.InputSchema, []byte(in)) {
+		t.Errorf("echo.say's example input %s does not pass its schema (%s)", in, acme)
+	}
+	for _, tenant := range []string{"beta", "gamma"} {
+		line := sendOf(tenant)
+		if !strings.HasSuffix(line, " --input JSON") {
+			t.Errorf("tenant %s: %q, want --input JSON (no example dev can vouch for)", tenant, line)
+		}
+	}
+	// dev's own banner's example passes echo.say's schema too.
+	var main bytes.Buffer
+	f.banner(&main, nil, "token", time.Now())
+	_, own, _ := strings.Cut(main.String(), "--capability echo.say --input '")
+	own, _, _ = strings.Cut(own, "'")
+	if !passesSchema(say.InputSchema, []byte(own)) {
+		t.Errorf("dev's banner's echo.say input %q does not pass its schema:\n%s", own, main.String())
+	}
+	if !strings.Contains(banner, "(JSON: an input its input_schema accepts, which ") || !strings.Contains(banner, "/keys/issuer.key mine.count prints)") {
+		t.Errorf("banner does not say where the schema is:\n%s", banner)
 	}
 }
