@@ -99,10 +99,11 @@ type Connector interface {
 	// the host's signing principal: the host sets agent.trust_domain to the
 	// configured trust domain (an agent with another trust domain, or with
 	// a DID other than the replica's own, is refused; leave both empty), and
-	// the bound manifest's digest must match the admitted version's. The agent ID is what every replica's peer_principal_id
-	// must equal, so it is refused unless it is a registry identifier: 1 to
-	// 256 bytes of UTF-8 text without control characters, invisible
-	// formatting characters or white space at either end.
+	// the bound manifest's digest must match the admitted version's. The
+	// agent ID is what every replica's peer_principal_id must equal, so it
+	// is refused unless it is a registry identifier: 1 to 256 bytes of
+	// UTF-8 text without control characters, invisible formatting
+	// characters or white space at either end.
 	Manifest(ctx context.Context, tenant TenantContext) (*aip.Manifest, error)
 	// Handle runs one action and returns its result. The host has already
 	// verified the dispatcher, checked the pinned route, validated the input
