@@ -91,8 +91,7 @@ import (
 func (h *Host) serveEarly() {
 	h.startServer()
 	if origin := h.origin.Load(); origin == originPending {
-		h.log.Info("the native ingress is served once the replica has registered: this journal has not served this replica ID yet, so it cannot tell which actions routed to it before did not start here",
-			"replica_id", h.cfg.ReplicaID)
+		h.log.Info("the native ingress is served once the replica has registered: this journal has not served this replica ID yet, so it cannot tell which actions routed to it before did not start here")
 		return
 	}
 	h.earlyIngress.Store(true)

@@ -129,7 +129,7 @@ func (h *Host) fixOrigin(ctx context.Context, seq uint64) error {
 		return err
 	}
 	h.log.Info("the journal serves this replica ID from its registration on: actions routed to it before, which an earlier journal may have run, are refused if this journal does not hold them",
-		"replica_id", h.cfg.ReplicaID, "origin_revision", seq)
+		"origin_revision", seq)
 	return nil
 }
 
