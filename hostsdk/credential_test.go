@@ -228,7 +228,7 @@ func TestCredentialPolicyMustAuthorizeTheHostRevision(t *testing.T) {
 		{"unlisted", `{"current_revision_ref":"v3"}`, "v2",
 			[]string{"--credential-revision-policy-file", `"v2" is neither the current one nor an accepted previous one`}},
 		{"no credential but a current revision", `{"current_revision_ref":"v3"}`, "",
-			[]string{"--credential-revision-policy-file", "without a credential revision"}},
+			[]string{"--credential-revision-policy-file", "without a credential revision", "give the host its credential", "leave current_revision_ref null and accepted_previous_revisions empty"}},
 		{"invalid", `{"current_revision_ref":"v2","rotation":"weekly"}`, "v2",
 			[]string{"--credential-revision-policy-file", "AIP_CONNECTOR_HOST_CREDENTIAL_POLICY_FILE", "rotation"}},
 	} {
@@ -249,6 +249,9 @@ func TestCredentialPolicyMustAuthorizeTheHostRevision(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+			if c.rev == "" && strings.Contains(err.Error(), "make it") {
+				t.Errorf("error %q, for a host without a revision, asks to make its revision current", err)
 			}
 			if ops(f.cp) != nil {
 				t.Errorf("the host talked to the control plane: %v", ops(f.cp))

@@ -141,11 +141,13 @@ func (c *Config) checkCredentialStartup() error {
 	}
 	if err := p.authorize(c.CredentialRevisionRef); err != nil {
 		what := fmt.Sprintf("the host's credential revision %s", settingName("CredentialRevisionRef"))
+		fix := "make it the current_revision_ref or an accepted previous revision"
 		if c.CredentialRevisionRef == "" {
 			what = "a host without a credential revision (" + settingName("CredentialRevisionRef") + " unset)"
+			fix = "give the host its credential, with the other credential settings, at the policy's current_revision_ref or an accepted previous revision; or, for a host without a credential, leave current_revision_ref null and accepted_previous_revisions empty"
 		}
-		return fmt.Errorf("%s %s does not authorize %s: %w; make it the current_revision_ref or an accepted previous revision",
-			settingName("CredentialRevisionPolicyFile"), c.CredentialRevisionPolicyFile, what, err)
+		return fmt.Errorf("%s %s does not authorize %s: %w; %s",
+			settingName("CredentialRevisionPolicyFile"), c.CredentialRevisionPolicyFile, what, err, fix)
 	}
 	return nil
 }
