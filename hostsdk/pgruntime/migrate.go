@@ -3,8 +3,13 @@ package pgruntime
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/aipfleet/aipfleet/internal/pgmigrate"
@@ -57,8 +62,9 @@ func SchemaVersion() int {
 // migrate applies the missing migrations in one transaction under an
 // advisory lock, so replicas starting together migrate once. An applied
 // migration whose checksum differs from the embedded file, or one this
-// build does not know, stops start-up.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// build does not know, stops start-up. A role that may create tables in
+// no schema of its search_path (role is its name) is told how to get one.
+func migrate(ctx context.Context, pool *pgxpool.Pool, role string) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -69,10 +75,33 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
 	if _, err := pgmigrate.Apply(ctx, tx, ledger, ms); err != nil {
-		return migrationError(err)
+		return schemaHint(migrationError(err), role)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgruntime: commit migrations: %w", err)
 	}
 	return nil
+}
+
+// bareIdentifier is a role name SQL takes unquoted.
+var bareIdentifier = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
+
+// schemaHint adds what to do to a migration error that says the role may
+// create in no schema of its search_path: PostgreSQL 15 and later grant
+// no CREATE on public, and its bare "permission denied for schema public"
+// does not say where the host creates its tables.
+func schemaHint(err error, role string) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	denied := pe.Code == "42501" && strings.HasPrefix(pe.Message, "permission denied for schema")
+	if !denied && pe.Code != "3F000" { // invalid_schema_name: no schema of the search_path exists
+		return err
+	}
+	ident := role
+	if !bareIdentifier.MatchString(role) {
+		ident = pgx.Identifier{role}.Sanitize()
+	}
+	return fmt.Errorf("%w; role %s may not create the journal's tables: the host creates them in the first schema of its search_path that exists, so give the role a schema named after it (CREATE SCHEMA AUTHORIZATION %s), which the default search_path puts first, or grant it CREATE on that schema (see the operator guide, section 7, Connector hosts)", err, role, ident)
 }

@@ -113,7 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgruntime: connect: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool, pc.ConnConfig.User); err != nil {
 		pool.Close()
 		return nil, err
 	}
