@@ -123,9 +123,12 @@ const (
 	KindHumanTask CapabilityKind = "human_task"
 )
 
+// capabilityKinds are the capability kinds, in the order errors list them.
+var capabilityKinds = []CapabilityKind{KindAgent, KindTool, KindWorkflow, KindChannel, KindResource, KindHumanTask}
+
 // Valid reports whether k is a known capability kind.
 func (k CapabilityKind) Valid() bool {
-	return oneOf(k, KindAgent, KindTool, KindWorkflow, KindChannel, KindResource, KindHumanTask)
+	return oneOf(k, capabilityKinds...)
 }
 
 // Risk is a capability's risk level.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Manifest describes what a connector (an agent) offers.
@@ -249,6 +250,13 @@ func (c *Capability) Validate() error {
 	}
 	if c.Name == "" {
 		return fmt.Errorf("capability %s: name is empty", c.ID)
+	}
+	if c.Kind == "" {
+		kinds := make([]string, len(capabilityKinds))
+		for i, k := range capabilityKinds {
+			kinds[i] = string(k)
+		}
+		return fmt.Errorf("capability %s: kind is missing; give one of %s", c.ID, strings.Join(kinds, ", "))
 	}
 	if !c.Kind.Valid() {
 		return fmt.Errorf("capability %s: unknown kind %q", c.ID, c.Kind)

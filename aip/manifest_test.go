@@ -284,3 +284,19 @@ func TestManifestChannelIDs_Declared(t *testing.T) {
 		t.Errorf("no channels: %v", got)
 	}
 }
+
+// TestCapabilityKindMissingListsTheKinds: a capability without a kind is
+// told which kinds there are, not `unknown kind ""`; a misspelled kind is
+// still quoted as written.
+func TestCapabilityKindMissingListsTheKinds(t *testing.T) {
+	m := testManifest()
+	m.Capabilities[0].Kind = ""
+	err := m.Validate()
+	if want := `capability notes.get: kind is missing; give one of agent, tool, workflow, channel, resource, human_task`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Validate of a capability without a kind: %v, want %q", err, want)
+	}
+	m.Capabilities[0].Kind = "toool"
+	if err, want := m.Validate(), `capability notes.get: unknown kind "toool"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Validate of a misspelled kind: %v, want %q", err, want)
+	}
+}
