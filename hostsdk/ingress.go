@@ -1396,7 +1396,8 @@ func (x *exchange) cancel(c *aip.Cancel, route *aip.ConnectorRoute) bool {
 
 // statusQuery answers what the journal holds for an action: not_found for
 // an action it has no record of, pruned when that action may be older than
-// what the journal pruned.
+// what the journal pruned. A finished action's result carries its receipt,
+// as the action's answer and a resend of it do.
 func (x *exchange) statusQuery(actionID string) bool {
 	jctx := context.WithoutCancel(x.ctx)
 	a, err := x.h.journal.Action(jctx, actionID)
@@ -1418,6 +1419,20 @@ func (x *exchange) statusQuery(actionID string) bool {
 			var res aip.ActionResult
 			if json.Unmarshal(a.Result, &res) == nil {
 				st.Result = &res
+			}
+		}
+		if st.Result != nil {
+			// The journaled result never carries its receipt (see
+			// answerJournaled): a prune since the record was read took both,
+			// and the action is pruned now.
+			r, err := x.h.journal.ReceiptFor(jctx, actionID)
+			switch {
+			case errors.Is(err, journal.ErrNotFound) && x.prunedSinceRead(actionID):
+				st = &aip.ActionStatus{ActionID: actionID, State: aip.StatePruned}
+			case err != nil:
+				return x.storageUnavailable(fmt.Errorf("receipt of terminal action %s: %w", actionID, err))
+			default:
+				st.Result.Receipt = &aip.Receipt{ID: r.ID, Hash: r.Hash}
 			}
 		}
 	}
