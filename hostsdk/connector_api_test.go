@@ -110,6 +110,7 @@ func TestInvalidProtocolErrorFromHandle(t *testing.T) {
 				!strings.Contains(res.Error.Message, "invalid protocol error") || !strings.Contains(res.Error.Message, "provider said no") {
 				t.Fatalf("result %+v error %+v", res, res.Error)
 			}
+			checkInvalidProtocolErrorMessage(t, name, res.Error.Message)
 			if rec, err := f.j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateFailed {
 				t.Fatalf("journal record %s (%v), want failed", rec.Status, err)
 			}
@@ -224,9 +225,24 @@ func TestInvalidProtocolErrorInFailedResult(t *testing.T) {
 				!strings.Contains(res.Error.Message, "invalid protocol error") || !strings.Contains(res.Error.Message, "provider said no") {
 				t.Fatalf("result %+v error %+v", res, res.Error)
 			}
+			checkInvalidProtocolErrorMessage(t, name, res.Error.Message)
 			if rec, err := f.j.Action(ctx, a.ID); err != nil || rec.Status != aip.StateFailed {
 				t.Fatalf("journal record %s (%v), want failed", rec.Status, err)
 			}
 		})
+	}
+}
+
+// checkInvalidProtocolErrorMessage: the message of a connector's invalid
+// protocol error says what is wrong with it: one without a code says so,
+// rather than quoting it as ": provider said no" after a colon of its own.
+func checkInvalidProtocolErrorMessage(t *testing.T, name, msg string) {
+	t.Helper()
+	want := `the connector failed with an invalid protocol error (protocol error my.code: unknown category "nonsense"): my.code: provider said no`
+	if name == "no code" {
+		want = "the connector failed with an invalid protocol error: its code is empty (the connector must give every protocol error a code): provider said no"
+	}
+	if msg != want {
+		t.Errorf("message %q, want %q", msg, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -912,6 +913,21 @@ func (h *Host) finishAction(ctx context.Context, actionID string, status aip.Act
 	}
 }
 
+// invalidProtocolError is the message of a connector's failure with the
+// protocol error pe, which is not valid (verr); text is how the connector's
+// error reads: pe's own text, or an error's that wraps it.
+func invalidProtocolError(verr error, pe *aip.ProtocolError, text string) string {
+	if pe.Code != "" {
+		return fmt.Sprintf("the connector failed with an invalid protocol error (%v): %s", verr, text)
+	}
+	// pe reads "CODE: MESSAGE", so without a code ": MESSAGE".
+	msg := "the connector failed with an invalid protocol error: its code is empty (the connector must give every protocol error a code)"
+	if text = strings.Replace(text, pe.Error(), pe.Message, 1); text != "" {
+		msg += ": " + text
+	}
+	return msg
+}
+
 // carriable reports why no signed answer could carry a result's JSON (the
 // error completes "the result ..."; nil: one can, and it is kept): more
 // than MaxResultBytes, or not canonical I-JSON as a signed envelope is (a
@@ -1055,8 +1071,7 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			if verr := p.Validate(); verr != nil {
 				// Carried as it is, it would make the answer (and every
 				// retry's) a malformed envelope the dispatcher refuses.
-				return failed(CodeConnectorFailed, aip.CategoryConnector,
-					fmt.Sprintf("the connector failed with an invalid protocol error (%v): %v", verr, err))
+				return failed(CodeConnectorFailed, aip.CategoryConnector, invalidProtocolError(verr, &p, err.Error()))
 			}
 			return aip.StateFailed, &aip.ActionResult{ActionID: a.ID, Status: aip.ResultFailed, Error: &p}, p.Error()
 		case cause == ErrActionCancelled && errors.Is(err, context.Canceled):
@@ -1094,8 +1109,7 @@ func (h *Host) settle(actx context.Context, a *aip.Action, cap *capability, res 
 			// for an invalid *aip.ProtocolError returned as its error,
 			// with the problem named; outcome_unknown would tell the
 			// caller that its effect may have happened.
-			return failed(CodeConnectorFailed, aip.CategoryConnector,
-				fmt.Sprintf("the connector failed with an invalid protocol error (%v): %v", verr, r.Error))
+			return failed(CodeConnectorFailed, aip.CategoryConnector, invalidProtocolError(verr, r.Error, r.Error.Error()))
 		}
 	}
 	if err := r.Validate(); err != nil {
